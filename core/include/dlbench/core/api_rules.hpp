@@ -1,0 +1,72 @@
+// Bounds and defaults of the BenchmarkRun API: the single C++ source of truth. The decoder
+// enforces them, apply_defaults() applies them, and a test proves that crds/benchmarkrun.yaml
+// declares exactly the same enums, minimums, maximums and defaults.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dlbench {
+
+struct IntBounds {
+  std::int64_t min;
+  std::int64_t max;
+};
+
+namespace bounds {
+inline constexpr IntBounds kNodes{1, 1024};
+inline constexpr IntBounds kGpusPerNode{1, 64};
+inline constexpr IntBounds kBatchSizePerDevice{1, 65536};
+// ResNet and VGG halve the image five times; below 32 pixels nothing is left to pool.
+inline constexpr IntBounds kImageSize{32, 2048};
+inline constexpr IntBounds kWarmupSteps{0, 100000};
+inline constexpr IntBounds kMeasureSteps{1, 1000000};
+inline constexpr IntBounds kRepeats{1, 1000};
+inline constexpr IntBounds kCaseTimeoutSeconds{1, 7 * 24 * 3600};
+inline constexpr IntBounds kBackoffLimit{0, 10};
+inline constexpr IntBounds kRdmaPerNode{1, 64};
+inline constexpr std::int64_t kMaxMatrixValues = 32;  // per matrix axis
+inline constexpr std::int64_t kMaxExplicitCases = 1000;
+inline constexpr std::int64_t kMaxPlannedCases = 1000;  // after baselines are added
+inline constexpr std::int64_t kMaxCommandArgs = 256;
+inline constexpr std::int64_t kMaxNameLength = 63;  // a DNS-1123 label: children prefix it
+}  // namespace bounds
+
+namespace defaults {
+inline constexpr int kImageSize = 224;
+inline constexpr int kWarmupSteps = 20;
+inline constexpr int kMeasureSteps = 100;
+inline constexpr int kRepeats = 7;
+inline constexpr double kLearningRate = 0.1;
+inline constexpr double kMomentum = 0.9;
+inline constexpr double kWeightDecay = 1e-4;
+inline constexpr const char* kGpuResource = "nvidia.com/gpu";
+inline constexpr int kCaseTimeoutSeconds = 3600;
+inline constexpr int kBackoffLimit = 1;
+inline constexpr int kRdmaPerNode = 1;
+}  // namespace defaults
+
+// One constrained field of the API, in a path notation that maps 1:1 onto the CRD's
+// OpenAPI schema: "spec.matrix.precision[]" is properties.spec.properties.matrix
+// .properties.precision.items.
+struct FieldRule {
+  std::string path;
+  std::vector<std::string> allowed;  // enum, empty when not an enum
+  std::optional<double> minimum;
+  std::optional<double> maximum;
+  bool exclusive_minimum = false;
+  bool exclusive_maximum = false;
+  std::optional<std::int64_t> min_items;
+  std::optional<std::int64_t> max_items;
+  std::optional<std::int64_t> max_length;
+  std::optional<nlohmann::json> default_value;
+};
+
+// Every enum, bound and default of the spec, parents before children.
+const std::vector<FieldRule>& api_field_rules();
+
+}  // namespace dlbench

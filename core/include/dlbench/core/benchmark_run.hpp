@@ -1,0 +1,212 @@
+// The BenchmarkRun resource (dlbench.io/v1alpha1) as C++ types. Field names follow the
+// YAML spelling; see ../shared/ARCHITECTURE.md and crds/benchmarkrun.yaml.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dlbench/core/enums.hpp"
+
+namespace dlbench {
+
+inline constexpr const char* kApiGroup = "dlbench.io";
+inline constexpr const char* kApiVersion = "dlbench.io/v1alpha1";
+inline constexpr const char* kKind = "BenchmarkRun";
+
+struct ObjectMeta {
+  std::string name;
+  std::string namespace_;
+  std::string uid;
+  std::string resource_version;
+  std::int64_t generation = 0;
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+  // Everything else the API server sends (ownerReferences, managedFields, …), kept verbatim
+  // so that a decode/encode round trip loses nothing.
+  nlohmann::json extra = nlohmann::json::object();
+
+  bool operator==(const ObjectMeta&) const = default;
+};
+
+struct DataSpec {
+  DataSource source = DataSource::synthetic;
+  int image_size = 224;
+  bool operator==(const DataSpec&) const = default;
+};
+
+// One point of the sweep: nodes × GPUs per node, batch per device, precision.
+struct CaseSpec {
+  int nodes = 1;
+  int gpus_per_node = 1;
+  int batch_size_per_device = 1;
+  Precision precision = Precision::fp32;
+
+  int devices() const { return nodes * gpus_per_node; }
+  int global_batch_size() const { return batch_size_per_device * devices(); }
+  bool is_single_device() const { return nodes == 1 && gpus_per_node == 1; }
+  bool operator==(const CaseSpec&) const = default;
+};
+
+// Stable, human-readable case id: "2x8-bs128-amp".
+std::string case_id(const CaseSpec& c);
+
+struct Matrix {
+  std::vector<int> nodes;
+  std::vector<int> gpus_per_node;
+  std::vector<int> batch_size_per_device;
+  std::vector<Precision> precision;
+  bool operator==(const Matrix&) const = default;
+};
+
+struct Methodology {
+  int warmup_steps = 20;
+  int measure_steps = 100;
+  int repeats = 7;
+  Statistic statistic = Statistic::median;
+  bool operator==(const Methodology&) const = default;
+};
+
+struct OptimizerSpec {
+  OptimizerName name = OptimizerName::sgd;
+  double learning_rate = 0.1;
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  bool operator==(const OptimizerSpec&) const = default;
+};
+
+struct RdmaSpec {
+  std::string resource;
+  int per_node = 1;
+  bool operator==(const RdmaSpec&) const = default;
+};
+
+struct Toleration {
+  std::string key;
+  TolerationOperator operator_ = TolerationOperator::Equal;
+  std::string value;
+  TaintEffect effect = TaintEffect::Any;
+  std::optional<std::int64_t> toleration_seconds;
+  bool operator==(const Toleration&) const = default;
+};
+
+struct EnvVar {
+  std::string name;
+  std::optional<std::string> value;
+  std::optional<nlohmann::json> value_from;  // a Kubernetes EnvVarSource, passed through
+  bool operator==(const EnvVar&) const = default;
+};
+
+struct WorkerSpec {
+  std::string image;  // empty: the operator's configured default image
+  std::string gpu_resource = "nvidia.com/gpu";
+  std::optional<RdmaSpec> rdma;
+  std::map<std::string, std::string> node_selector;
+  std::vector<Toleration> tolerations;
+  std::vector<EnvVar> env;
+  std::string scheduler_name;
+  std::string priority_class_name;
+  bool operator==(const WorkerSpec&) const = default;
+};
+
+struct Limits {
+  int case_timeout_seconds = 3600;
+  int backoff_limit = 1;
+  bool operator==(const Limits&) const = default;
+};
+
+struct BenchmarkRunSpec {
+  Model model = Model::resnet50;
+  Engine engine = Engine::native;
+  std::vector<std::string> command;  // engine: command only — the wrapped script's argv
+  DataSpec data;
+  std::optional<Matrix> matrix;  // exactly one of matrix and cases
+  std::vector<CaseSpec> cases;
+  Methodology methodology;
+  OptimizerSpec optimizer;
+  WorkerSpec worker;
+  Limits limits;
+  bool operator==(const BenchmarkRunSpec&) const = default;
+};
+
+struct Condition {
+  ConditionType type = ConditionType::Ready;
+  ConditionStatus status = ConditionStatus::Unknown;
+  std::string reason;
+  std::string message;
+  std::string last_transition_time;  // RFC 3339
+  std::int64_t observed_generation = 0;
+  bool operator==(const Condition&) const = default;
+};
+
+struct Progress {
+  int completed_cases = 0;
+  int total_cases = 0;
+  std::string current_case;
+  std::string summary;  // "5/12", for the PROGRESS printer column
+  bool operator==(const Progress&) const = default;
+};
+
+// Summary statistics of one quantity over the repeats of a case.
+struct SampleSummary {
+  double median = 0;
+  double mean = 0;
+  double min = 0;
+  double max = 0;
+  double stddev = 0;  // sample standard deviation (n - 1); 0 for a single sample
+  double cv = 0;      // coefficient of variation: stddev / mean
+  bool operator==(const SampleSummary&) const = default;
+};
+
+struct Throughput {
+  std::string unit = "samples/s";
+  SampleSummary summary;
+  std::vector<double> repeats;  // one throughput per repeat, in run order
+  bool operator==(const Throughput&) const = default;
+};
+
+struct CaseResult {
+  CaseSpec case_;
+  CaseState state = CaseState::Succeeded;
+  std::optional<Throughput> throughput;             // Succeeded only
+  std::optional<SampleSummary> step_time_seconds;   // Succeeded only
+  std::optional<double> speedup;                    // over the matching 1×1 case
+  std::optional<double> scaling_efficiency;         // speedup / devices
+  std::string reason;   // Failed/Skipped: a CamelCase reason such as OutOfMemory
+  std::string message;  // Failed/Skipped: what happened, for people
+  int attempts = 1;
+  std::string start_time;
+  std::string completion_time;
+  bool operator==(const CaseResult&) const = default;
+};
+
+struct BestResult {
+  std::string case_id;
+  double throughput = 0;
+  bool operator==(const BestResult&) const = default;
+};
+
+struct BenchmarkRunStatus {
+  std::int64_t observed_generation = 0;
+  Phase phase = Phase::Pending;
+  std::vector<Condition> conditions;
+  Progress progress;
+  std::vector<CaseResult> results;
+  std::optional<BestResult> best;  // highest reported throughput, for the BEST printer column
+  bool operator==(const BenchmarkRunStatus&) const = default;
+};
+
+struct BenchmarkRun {
+  std::string api_version = kApiVersion;
+  std::string kind = kKind;
+  ObjectMeta metadata;
+  BenchmarkRunSpec spec;
+  std::optional<BenchmarkRunStatus> status;
+  bool operator==(const BenchmarkRun&) const = default;
+};
+
+}  // namespace dlbench

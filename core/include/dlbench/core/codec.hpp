@@ -1,0 +1,52 @@
+// JSON <-> C++ for the BenchmarkRun API. Decoding never stops at the first problem: it
+// returns every error, each naming the field path and what is allowed there.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dlbench/core/benchmark_run.hpp"
+
+namespace dlbench {
+
+struct FieldError {
+  std::string path;     // "spec.matrix.precision[1]"
+  std::string message;  // "\"fp8\" is not one of fp32, tf32, amp, bf16"
+  std::string to_string() const { return path.empty() ? message : path + ": " + message; }
+  bool operator==(const FieldError&) const = default;
+};
+
+struct AppliedDefault {
+  std::string path;  // "spec.methodology.repeats"
+  nlohmann::json value;
+};
+
+template <typename T>
+struct Decoded {
+  std::optional<T> value;  // present exactly when errors is empty
+  std::vector<FieldError> errors;
+  std::vector<AppliedDefault> defaults;  // what apply_defaults filled in, in order
+  bool ok() const { return errors.empty(); }
+};
+
+// Fills every absent field that has a default (api_field_rules()), the way the API server
+// applies the CRD's defaults, and reports each one. Explicit nulls count as absent.
+std::vector<AppliedDefault> apply_defaults(nlohmann::json& benchmark_run);
+
+// Applies defaults, decodes and validates a whole BenchmarkRun document.
+Decoded<BenchmarkRun> decode_benchmark_run(const nlohmann::json& document);
+Decoded<BenchmarkRunStatus> decode_status(const nlohmann::json& status);
+Decoded<CaseResult> decode_case_result(const nlohmann::json& result);
+
+// Canonical JSON: camelCase names as in the CRD; every defaulted field written out.
+nlohmann::json to_json(const BenchmarkRun& run);
+nlohmann::json to_json(const BenchmarkRunSpec& spec);
+nlohmann::json to_json(const BenchmarkRunStatus& status);
+nlohmann::json to_json(const CaseSpec& c);
+nlohmann::json to_json(const CaseResult& result);
+nlohmann::json to_json(const SampleSummary& summary);
+
+}  // namespace dlbench

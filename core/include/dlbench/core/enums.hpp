@@ -1,0 +1,77 @@
+// The closed vocabularies of the BenchmarkRun API. Each enum has one table of spellings;
+// validation messages, the CLI and the CRD agreement test all read from these tables.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace dlbench {
+
+enum class Model { resnet50, resnet152, vgg16, alexnet };
+enum class Engine { native, command };
+enum class DataSource { synthetic };
+// fp32 disables TF32 so that it means what it says; amp = fp16 compute + loss scaling.
+enum class Precision { fp32, tf32, amp, bf16 };
+enum class Statistic { median, mean };
+enum class OptimizerName { sgd };
+enum class Phase { Pending, Running, Succeeded, Failed };
+enum class ConditionType { Ready, Progressing, Failed, Invalid };
+enum class ConditionStatus { True, False, Unknown };
+enum class CaseState { Succeeded, Failed, Skipped };
+enum class TolerationOperator { Exists, Equal };
+enum class TaintEffect { Any, NoSchedule, PreferNoSchedule, NoExecute };
+
+template <typename E>
+struct EnumSpellings;
+
+#define DLBENCH_ENUM_SPELLINGS(E, ...)                                       \
+  template <>                                                                \
+  struct EnumSpellings<E> {                                                  \
+    static constexpr auto values = std::to_array<std::string_view>({__VA_ARGS__}); \
+  }
+
+DLBENCH_ENUM_SPELLINGS(Model, "resnet50", "resnet152", "vgg16", "alexnet");
+DLBENCH_ENUM_SPELLINGS(Engine, "native", "command");
+DLBENCH_ENUM_SPELLINGS(DataSource, "synthetic");
+DLBENCH_ENUM_SPELLINGS(Precision, "fp32", "tf32", "amp", "bf16");
+DLBENCH_ENUM_SPELLINGS(Statistic, "median", "mean");
+DLBENCH_ENUM_SPELLINGS(OptimizerName, "sgd");
+DLBENCH_ENUM_SPELLINGS(Phase, "Pending", "Running", "Succeeded", "Failed");
+DLBENCH_ENUM_SPELLINGS(ConditionType, "Ready", "Progressing", "Failed", "Invalid");
+DLBENCH_ENUM_SPELLINGS(ConditionStatus, "True", "False", "Unknown");
+DLBENCH_ENUM_SPELLINGS(CaseState, "Succeeded", "Failed", "Skipped");
+DLBENCH_ENUM_SPELLINGS(TolerationOperator, "Exists", "Equal");
+// Kubernetes spells "any effect" as the empty string.
+DLBENCH_ENUM_SPELLINGS(TaintEffect, "", "NoSchedule", "PreferNoSchedule", "NoExecute");
+
+#undef DLBENCH_ENUM_SPELLINGS
+
+template <typename E>
+constexpr std::string_view to_string(E value) {
+  return EnumSpellings<E>::values[static_cast<std::size_t>(value)];
+}
+
+template <typename E>
+constexpr std::optional<E> enum_from_string(std::string_view text) {
+  const auto& values = EnumSpellings<E>::values;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (values[i] == text) return static_cast<E>(i);
+  }
+  return std::nullopt;
+}
+
+// "fp32, tf32, amp, bf16" — for error messages.
+template <typename E>
+std::string allowed_values() {
+  std::string joined;
+  for (const auto value : EnumSpellings<E>::values) {
+    if (!joined.empty()) joined += ", ";
+    joined += value.empty() ? std::string_view{"\"\""} : value;
+  }
+  return joined;
+}
+
+}  // namespace dlbench

@@ -1,0 +1,75 @@
+// What a worker prints for one case: the "dlbench.result/v1" document. The operator reads it
+// from the launcher's termination message, `dlbench run` from the worker's output.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dlbench/core/benchmark_run.hpp"
+#include "dlbench/core/codec.hpp"
+
+namespace dlbench {
+
+inline constexpr const char* kResultSchema = "dlbench.result/v1";
+
+// Where the numbers came from. Empty strings mean "not known / not used" and are omitted.
+struct EnvironmentInfo {
+  std::string host;
+  std::vector<std::string> hosts;  // every host of the job, from the MPI host list
+  std::string os;
+  std::string cpu_model;
+  int cpu_cores = 0;
+  std::string gpu_model;
+  int gpu_count = 0;
+  std::string driver_version;
+  std::string cuda_version;
+  std::string cudnn_version;
+  std::string nccl_version;
+  std::string mpi_version;
+  std::string onednn_version;
+  std::string backend;       // cpu | cuda
+  std::string communicator;  // none | mpi | nccl
+  std::string dlbench_version;
+  bool operator==(const EnvironmentInfo&) const = default;
+};
+
+struct FlopsPerSample {
+  double forward = 0;   // FLOPs (2 × MACs) of one forward pass of one sample
+  double training = 0;  // forward + backward (≈ 3 × forward)
+  bool operator==(const FlopsPerSample&) const = default;
+};
+
+struct ResultDocument {
+  std::string run;  // the BenchmarkRun's name, when the worker knows it
+  Model model = Model::resnet50;
+  Engine engine = Engine::native;
+  CaseSpec case_;
+  int image_size = 224;
+  int devices = 1;             // must equal case nodes × gpusPerNode
+  long global_batch_size = 1;  // must equal batchSizePerDevice × devices
+  Methodology methodology;
+  FlopsPerSample flops_per_sample;
+  CaseState state = CaseState::Succeeded;
+  std::string reason;
+  std::string message;
+  std::optional<Throughput> throughput;            // Succeeded: one entry per repeat
+  std::optional<SampleSummary> step_time_seconds;  // over every measured step
+  EnvironmentInfo environment;
+  std::string start_time;
+  std::string end_time;
+  bool operator==(const ResultDocument&) const = default;
+};
+
+nlohmann::json to_json(const ResultDocument& document);
+
+// Validates the schema tag, every field and the document's consistency: devices and global
+// batch agree with the case, a Succeeded document has one throughput per repeat, and its
+// summary agrees with those repeats.
+Decoded<ResultDocument> decode_result_document(const nlohmann::json& document);
+
+// The entry that goes into status.results (speed-up is filled in later, across cases).
+CaseResult to_case_result(const ResultDocument& document, int attempts = 1);
+
+}  // namespace dlbench

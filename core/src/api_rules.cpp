@@ -1,0 +1,142 @@
+#include "dlbench/core/api_rules.hpp"
+
+#include <string>
+#include <vector>
+
+#include "dlbench/core/enums.hpp"
+
+namespace dlbench {
+namespace {
+
+template <typename E>
+std::vector<std::string> spellings() {
+  std::vector<std::string> out;
+  for (const auto value : EnumSpellings<E>::values) out.emplace_back(value);
+  return out;
+}
+
+FieldRule integer_rule(std::string path, IntBounds b, std::optional<nlohmann::json> def = {}) {
+  FieldRule rule;
+  rule.path = std::move(path);
+  rule.minimum = static_cast<double>(b.min);
+  rule.maximum = static_cast<double>(b.max);
+  rule.default_value = std::move(def);
+  return rule;
+}
+
+template <typename E>
+FieldRule enum_rule(std::string path, std::optional<nlohmann::json> def = {}) {
+  FieldRule rule;
+  rule.path = std::move(path);
+  rule.allowed = spellings<E>();
+  rule.default_value = std::move(def);
+  return rule;
+}
+
+FieldRule object_default(std::string path) {
+  FieldRule rule;
+  rule.path = std::move(path);
+  rule.default_value = nlohmann::json::object();
+  return rule;
+}
+
+// Every list of the spec must have at least one entry when it is given.
+FieldRule list_rule(std::string path, std::int64_t max_items, std::optional<nlohmann::json> def = {}) {
+  FieldRule rule;
+  rule.path = std::move(path);
+  rule.min_items = 1;
+  rule.max_items = max_items;
+  rule.default_value = std::move(def);
+  return rule;
+}
+
+std::vector<FieldRule> build_rules() {
+  using nlohmann::json;
+  std::vector<FieldRule> r;
+  FieldRule name;
+  name.path = "metadata.name";
+  name.max_length = bounds::kMaxNameLength;
+  r.push_back(name);
+
+  r.push_back(enum_rule<Model>("spec.model"));
+  r.push_back(enum_rule<Engine>("spec.engine", json(to_string(Engine::native))));
+  r.push_back(list_rule("spec.command", bounds::kMaxCommandArgs));
+  r.push_back(object_default("spec.data"));
+  r.push_back(enum_rule<DataSource>("spec.data.source", json(to_string(DataSource::synthetic))));
+  r.push_back(integer_rule("spec.data.imageSize", bounds::kImageSize, json(defaults::kImageSize)));
+
+  r.push_back(list_rule("spec.matrix.nodes", bounds::kMaxMatrixValues, json::array({1})));
+  r.push_back(integer_rule("spec.matrix.nodes[]", bounds::kNodes));
+  r.push_back(list_rule("spec.matrix.gpusPerNode", bounds::kMaxMatrixValues, json::array({1})));
+  r.push_back(integer_rule("spec.matrix.gpusPerNode[]", bounds::kGpusPerNode));
+  r.push_back(list_rule("spec.matrix.batchSizePerDevice", bounds::kMaxMatrixValues));
+  r.push_back(integer_rule("spec.matrix.batchSizePerDevice[]", bounds::kBatchSizePerDevice));
+  r.push_back(list_rule("spec.matrix.precision", bounds::kMaxMatrixValues));
+  r.push_back(enum_rule<Precision>("spec.matrix.precision[]"));
+
+  r.push_back(list_rule("spec.cases", bounds::kMaxExplicitCases));
+  r.push_back(integer_rule("spec.cases[].nodes", bounds::kNodes, json(1)));
+  r.push_back(integer_rule("spec.cases[].gpusPerNode", bounds::kGpusPerNode, json(1)));
+  r.push_back(integer_rule("spec.cases[].batchSizePerDevice", bounds::kBatchSizePerDevice));
+  r.push_back(enum_rule<Precision>("spec.cases[].precision"));
+
+  r.push_back(object_default("spec.methodology"));
+  r.push_back(integer_rule("spec.methodology.warmupSteps", bounds::kWarmupSteps, json(defaults::kWarmupSteps)));
+  r.push_back(integer_rule("spec.methodology.measureSteps", bounds::kMeasureSteps, json(defaults::kMeasureSteps)));
+  r.push_back(integer_rule("spec.methodology.repeats", bounds::kRepeats, json(defaults::kRepeats)));
+  r.push_back(enum_rule<Statistic>("spec.methodology.statistic", json(to_string(Statistic::median))));
+
+  r.push_back(object_default("spec.optimizer"));
+  r.push_back(enum_rule<OptimizerName>("spec.optimizer.name", json(to_string(OptimizerName::sgd))));
+  FieldRule lr;
+  lr.path = "spec.optimizer.learningRate";
+  lr.minimum = 0.0;
+  lr.exclusive_minimum = true;
+  lr.maximum = 100.0;
+  lr.default_value = defaults::kLearningRate;
+  r.push_back(lr);
+  FieldRule momentum;
+  momentum.path = "spec.optimizer.momentum";
+  momentum.minimum = 0.0;
+  momentum.maximum = 1.0;
+  momentum.exclusive_maximum = true;
+  momentum.default_value = defaults::kMomentum;
+  r.push_back(momentum);
+  FieldRule decay;
+  decay.path = "spec.optimizer.weightDecay";
+  decay.minimum = 0.0;
+  decay.maximum = 1.0;
+  decay.default_value = defaults::kWeightDecay;
+  r.push_back(decay);
+
+  r.push_back(object_default("spec.worker"));
+  FieldRule gpu;
+  gpu.path = "spec.worker.gpuResource";
+  gpu.default_value = defaults::kGpuResource;
+  r.push_back(gpu);
+  r.push_back(integer_rule("spec.worker.rdma.perNode", bounds::kRdmaPerNode, json(defaults::kRdmaPerNode)));
+  r.push_back(enum_rule<TolerationOperator>("spec.worker.tolerations[].operator", json("Equal")));
+  r.push_back(enum_rule<TaintEffect>("spec.worker.tolerations[].effect"));
+
+  r.push_back(object_default("spec.limits"));
+  r.push_back(integer_rule("spec.limits.caseTimeoutSeconds", bounds::kCaseTimeoutSeconds,
+                           json(defaults::kCaseTimeoutSeconds)));
+  r.push_back(integer_rule("spec.limits.backoffLimit", bounds::kBackoffLimit, json(defaults::kBackoffLimit)));
+
+  // Status is written by the operator only; its enums are part of the contract all the same.
+  r.push_back(enum_rule<Phase>("status.phase"));
+  r.push_back(enum_rule<ConditionType>("status.conditions[].type"));
+  r.push_back(enum_rule<ConditionStatus>("status.conditions[].status"));
+  r.push_back(enum_rule<CaseState>("status.results[].state"));
+  r.push_back(enum_rule<Precision>("status.results[].case.precision"));
+  return r;
+}
+
+}  // namespace
+
+const std::vector<FieldRule>& api_field_rules() {
+  static const std::vector<FieldRule> rules = build_rules();
+  return rules;
+}
+
+}  // namespace dlbench

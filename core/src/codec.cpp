@@ -1,0 +1,720 @@
+#include "dlbench/core/codec.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "dlbench/core/api_rules.hpp"
+#include "dlbench/core/planner.hpp"
+#include "decoder.hpp"
+
+namespace dlbench {
+
+using nlohmann::json;
+
+namespace {
+
+using namespace detail;
+
+// ---- spec ------------------------------------------------------------------------------
+
+std::vector<int> decode_int_set(Decoder& d, const json& value, const std::string& path, IntBounds b) {
+  std::vector<int> out;
+  const json* items = d.list(value, path, 1, bounds::kMaxMatrixValues);
+  if (items == nullptr) return out;
+  std::map<std::int64_t, std::size_t> seen;
+  for (std::size_t i = 0; i < items->size(); ++i) {
+    auto number = d.integer((*items)[i], element(path, i), b);
+    if (!number) continue;
+    if (auto [it, inserted] = seen.emplace(*number, i); !inserted) {
+      d.fail(element(path, i), std::to_string(*number) + " is listed twice (also at " + element(path, it->second) + ")");
+      continue;
+    }
+    out.push_back(static_cast<int>(*number));
+  }
+  return out;
+}
+
+Matrix decode_matrix(Decoder& d, const json& obj, const std::string& path) {
+  Matrix m;
+  if (!d.expect_object(obj, path)) return m;
+  d.reject_unknown(obj, path, {"nodes", "gpusPerNode", "batchSizePerDevice", "precision"});
+  if (const json* v = d.require(obj, path, "nodes", "for example [1, 2, 4]")) {
+    m.nodes = decode_int_set(d, *v, child(path, "nodes"), bounds::kNodes);
+  }
+  if (const json* v = d.require(obj, path, "gpusPerNode", "for example [1, 8]")) {
+    m.gpus_per_node = decode_int_set(d, *v, child(path, "gpusPerNode"), bounds::kGpusPerNode);
+  }
+  if (const json* v = d.require(obj, path, "batchSizePerDevice", "for example [64, 128]")) {
+    m.batch_size_per_device = decode_int_set(d, *v, child(path, "batchSizePerDevice"), bounds::kBatchSizePerDevice);
+  }
+  if (const json* v = d.require(obj, path, "precision", "a list of " + allowed_values<Precision>())) {
+    const std::string list_path = child(path, "precision");
+    if (const json* items = d.list(*v, list_path, 1, bounds::kMaxMatrixValues)) {
+      std::set<Precision> seen;
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        auto p = d.enumeration<Precision>((*items)[i], element(list_path, i));
+        if (!p) continue;
+        if (!seen.insert(*p).second) {
+          d.fail(element(list_path, i), quote((*items)[i]) + " is listed twice");
+          continue;
+        }
+        m.precision.push_back(*p);
+      }
+    }
+  }
+  return m;
+}
+
+std::vector<CaseSpec> decode_cases(Decoder& d, const json& value, const std::string& path) {
+  std::vector<CaseSpec> out;
+  const json* items = d.list(value, path, 1, bounds::kMaxExplicitCases);
+  if (items == nullptr) return out;
+  std::map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < items->size(); ++i) {
+    auto c = decode_case(d, (*items)[i], element(path, i), false);
+    if (!c) continue;
+    const std::string id = case_id(*c);
+    if (auto [it, inserted] = seen.emplace(id, i); !inserted) {
+      d.fail(element(path, i), "case " + id + " is listed twice (also at " + element(path, it->second) + ")");
+      continue;
+    }
+    out.push_back(*c);
+  }
+  return out;
+}
+
+void decode_data(Decoder& d, const json& obj, const std::string& path, DataSpec& out) {
+  if (!d.expect_object(obj, path)) return;
+  d.reject_unknown(obj, path, {"source", "imageSize"});
+  d.read_enum(obj, path, "source", out.source);
+  d.read_int(obj, path, "imageSize", bounds::kImageSize, out.image_size);
+}
+
+void decode_methodology(Decoder& d, const json& obj, const std::string& path, Methodology& out) {
+  if (!d.expect_object(obj, path)) return;
+  d.reject_unknown(obj, path, {"warmupSteps", "measureSteps", "repeats", "statistic"});
+  d.read_int(obj, path, "warmupSteps", bounds::kWarmupSteps, out.warmup_steps);
+  d.read_int(obj, path, "measureSteps", bounds::kMeasureSteps, out.measure_steps);
+  d.read_int(obj, path, "repeats", bounds::kRepeats, out.repeats);
+  d.read_enum(obj, path, "statistic", out.statistic);
+}
+
+void decode_optimizer(Decoder& d, const json& obj, const std::string& path, OptimizerSpec& out) {
+  if (!d.expect_object(obj, path)) return;
+  d.reject_unknown(obj, path, {"name", "learningRate", "momentum", "weightDecay"});
+  d.read_enum(obj, path, "name", out.name);
+  d.read_number(obj, path, "learningRate", 0.0, true, 100.0, false, out.learning_rate);
+  d.read_number(obj, path, "momentum", 0.0, false, 1.0, true, out.momentum);
+  d.read_number(obj, path, "weightDecay", 0.0, false, 1.0, false, out.weight_decay);
+}
+
+void decode_resource_name(Decoder& d, const json& obj, const std::string& path, std::string_view key,
+                          std::string& out) {
+  d.read_string(obj, path, key, out);
+  if (Decoder::find(obj, key) != nullptr && Decoder::find(obj, key)->is_string() && !is_extended_resource_name(out)) {
+    d.fail(child(path, key), "\"" + out +
+                                 "\" is not an extended resource name (domain/name), such as nvidia.com/gpu, "
+                                 "amd.com/gpu or rdma/hca_shared_devices_a");
+  }
+}
+
+void decode_worker(Decoder& d, const json& obj, const std::string& path, WorkerSpec& out) {
+  if (!d.expect_object(obj, path)) return;
+  d.reject_unknown(obj, path, {"image", "gpuResource", "rdma", "nodeSelector", "tolerations", "env",
+                               "schedulerName", "priorityClassName"});
+  d.read_string(obj, path, "image", out.image);
+  decode_resource_name(d, obj, path, "gpuResource", out.gpu_resource);
+  if (const json* rdma = Decoder::find(obj, "rdma")) {
+    const std::string rdma_path = child(path, "rdma");
+    if (d.expect_object(*rdma, rdma_path)) {
+      d.reject_unknown(*rdma, rdma_path, {"resource", "perNode"});
+      RdmaSpec spec;
+      if (d.require(*rdma, rdma_path, "resource", "an extended resource name such as rdma/hca_shared_devices_a")) {
+        decode_resource_name(d, *rdma, rdma_path, "resource", spec.resource);
+      }
+      d.read_int(*rdma, rdma_path, "perNode", bounds::kRdmaPerNode, spec.per_node);
+      out.rdma = spec;
+    }
+  }
+  if (const json* selector = Decoder::find(obj, "nodeSelector")) {
+    d.string_map(*selector, child(path, "nodeSelector"), out.node_selector);
+  }
+  if (const json* tolerations = Decoder::find(obj, "tolerations")) {
+    const std::string list_path = child(path, "tolerations");
+    if (const json* items = d.list(*tolerations, list_path, 0, 64)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        const json& t = (*items)[i];
+        const std::string t_path = element(list_path, i);
+        if (!d.expect_object(t, t_path)) continue;
+        d.reject_unknown(t, t_path, {"key", "operator", "value", "effect", "tolerationSeconds"});
+        Toleration tol;
+        d.read_string(t, t_path, "key", tol.key);
+        d.read_enum(t, t_path, "operator", tol.operator_);
+        d.read_string(t, t_path, "value", tol.value);
+        d.read_enum(t, t_path, "effect", tol.effect);
+        if (const json* seconds = Decoder::find(t, "tolerationSeconds")) {
+          tol.toleration_seconds =
+              d.integer(*seconds, child(t_path, "tolerationSeconds"), {0, std::numeric_limits<std::int64_t>::max()});
+          if (tol.effect != TaintEffect::NoExecute) {
+            d.fail(child(t_path, "tolerationSeconds"), "only allowed with effect: NoExecute");
+          }
+        }
+        if (tol.operator_ == TolerationOperator::Exists && !tol.value.empty()) {
+          d.fail(child(t_path, "value"), "must be empty when operator is Exists");
+        }
+        if (tol.key.empty() && tol.operator_ == TolerationOperator::Equal) {
+          d.fail(child(t_path, "key"), "required when operator is Equal (an empty key needs operator: Exists)");
+        }
+        out.tolerations.push_back(tol);
+      }
+    }
+  }
+  if (const json* env = Decoder::find(obj, "env")) {
+    const std::string list_path = child(path, "env");
+    if (const json* items = d.list(*env, list_path, 0, 256)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        const json& e = (*items)[i];
+        const std::string e_path = element(list_path, i);
+        if (!d.expect_object(e, e_path)) continue;
+        d.reject_unknown(e, e_path, {"name", "value", "valueFrom"});
+        EnvVar var;
+        if (d.require(e, e_path, "name", "an environment variable name")) {
+          d.read_string(e, e_path, "name", var.name);
+          if (var.name.empty() || var.name.find('=') != std::string::npos) {
+            d.fail(child(e_path, "name"), "\"" + var.name + "\" is not a valid environment variable name");
+          }
+        }
+        if (const json* value = Decoder::find(e, "value")) var.value = d.string(*value, child(e_path, "value"));
+        if (const json* from = Decoder::find(e, "valueFrom")) {
+          if (d.expect_object(*from, child(e_path, "valueFrom"))) var.value_from = *from;
+          if (var.value) d.fail(e_path, "set either value or valueFrom, not both");
+        }
+        out.env.push_back(var);
+      }
+    }
+  }
+  d.read_string(obj, path, "schedulerName", out.scheduler_name);
+  d.read_string(obj, path, "priorityClassName", out.priority_class_name);
+}
+
+void decode_limits(Decoder& d, const json& obj, const std::string& path, Limits& out) {
+  if (!d.expect_object(obj, path)) return;
+  d.reject_unknown(obj, path, {"caseTimeoutSeconds", "backoffLimit"});
+  d.read_int(obj, path, "caseTimeoutSeconds", bounds::kCaseTimeoutSeconds, out.case_timeout_seconds);
+  d.read_int(obj, path, "backoffLimit", bounds::kBackoffLimit, out.backoff_limit);
+}
+
+BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& path) {
+  BenchmarkRunSpec spec;
+  if (!d.expect_object(obj, path)) return spec;
+  d.reject_unknown(obj, path, {"model", "engine", "command", "data", "matrix", "cases", "methodology", "optimizer",
+                               "worker", "limits"});
+  if (d.require(obj, path, "model", "one of " + allowed_values<Model>())) d.read_enum(obj, path, "model", spec.model);
+  d.read_enum(obj, path, "engine", spec.engine);
+
+  const json* command = Decoder::find(obj, "command");
+  if (spec.engine == Engine::command) {
+    if (command == nullptr) {
+      d.fail(child(path, "command"), "required when engine is command: the wrapped script's argv, e.g. "
+                                     "[python3, train.py, --batch-size, \"{batchSizePerDevice}\"]");
+    }
+  } else if (command != nullptr) {
+    d.fail(child(path, "command"), "only allowed when engine is command (engine is " +
+                                       std::string(to_string(spec.engine)) + ")");
+  }
+  if (command != nullptr && spec.engine == Engine::command) {
+    const std::string list_path = child(path, "command");
+    if (const json* items = d.list(*command, list_path, 1, bounds::kMaxCommandArgs)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        if (auto arg = d.string((*items)[i], element(list_path, i))) {
+          if (i == 0 && arg->empty()) d.fail(element(list_path, i), "the program name must not be empty");
+          spec.command.push_back(*arg);
+        }
+      }
+    }
+  }
+
+  if (const json* data = Decoder::find(obj, "data")) decode_data(d, *data, child(path, "data"), spec.data);
+
+  const json* matrix = Decoder::find(obj, "matrix");
+  const json* cases = Decoder::find(obj, "cases");
+  if (matrix != nullptr && cases != nullptr) {
+    d.fail(path, "set either matrix or cases, not both");
+  } else if (matrix == nullptr && cases == nullptr) {
+    d.fail(child(path, "matrix"), "required: set matrix (nodes × gpusPerNode × batchSizePerDevice × precision) "
+                                  "or an explicit list of cases");
+  }
+  if (matrix != nullptr) spec.matrix = decode_matrix(d, *matrix, child(path, "matrix"));
+  if (cases != nullptr) spec.cases = decode_cases(d, *cases, child(path, "cases"));
+
+  if (const json* m = Decoder::find(obj, "methodology")) {
+    decode_methodology(d, *m, child(path, "methodology"), spec.methodology);
+  }
+  if (const json* o = Decoder::find(obj, "optimizer")) decode_optimizer(d, *o, child(path, "optimizer"), spec.optimizer);
+  if (const json* w = Decoder::find(obj, "worker")) decode_worker(d, *w, child(path, "worker"), spec.worker);
+  if (const json* l = Decoder::find(obj, "limits")) decode_limits(d, *l, child(path, "limits"), spec.limits);
+  return spec;
+}
+
+ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path) {
+  ObjectMeta meta;
+  if (!d.expect_object(obj, path)) return meta;
+  for (const auto& [key, value] : obj.items()) {
+    if (key == "name" || key == "namespace" || key == "uid" || key == "resourceVersion" || key == "generation" ||
+        key == "labels" || key == "annotations") {
+      continue;
+    }
+    meta.extra[key] = value;
+  }
+  if (d.require(obj, path, "name", "a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)")) {
+    d.read_string(obj, path, "name", meta.name);
+    if (obj["name"].is_string() && !is_dns1123_label(meta.name)) {
+      d.fail(child(path, "name"), "\"" + meta.name +
+                                      "\" is not a DNS-1123 label: lowercase letters, digits and '-', starting and "
+                                      "ending with a letter or digit, at most 63 characters");
+    }
+  }
+  d.read_string(obj, path, "namespace", meta.namespace_);
+  d.read_string(obj, path, "uid", meta.uid);
+  d.read_string(obj, path, "resourceVersion", meta.resource_version);
+  d.read_int64(obj, path, "generation", {0, std::numeric_limits<std::int64_t>::max()}, meta.generation);
+  if (const json* labels = Decoder::find(obj, "labels")) d.string_map(*labels, child(path, "labels"), meta.labels);
+  if (const json* annotations = Decoder::find(obj, "annotations")) {
+    d.string_map(*annotations, child(path, "annotations"), meta.annotations);
+  }
+  return meta;
+}
+
+// ---- status ----------------------------------------------------------------------------
+
+std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "speedup", "scalingEfficiency",
+                               "reason", "message", "attempts", "startTime", "completionTime"});
+  const std::size_t errors_before = d.errors.size();
+  CaseResult r;
+  if (const json* c = d.require(obj, path, "case", "{nodes, gpusPerNode, batchSizePerDevice, precision}")) {
+    if (auto parsed = decode_case(d, *c, child(path, "case"), true)) r.case_ = *parsed;
+  }
+  if (d.require(obj, path, "state", "one of " + allowed_values<CaseState>())) d.read_enum(obj, path, "state", r.state);
+  if (const json* t = Decoder::find(obj, "throughput")) r.throughput = decode_throughput(d, *t, child(path, "throughput"));
+  if (const json* s = Decoder::find(obj, "stepTimeSeconds")) {
+    r.step_time_seconds = decode_summary(d, *s, child(path, "stepTimeSeconds"), {});
+  }
+  if (const json* v = Decoder::find(obj, "speedup")) r.speedup = d.measurement(*v, child(path, "speedup"));
+  if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
+    r.scaling_efficiency = d.measurement(*v, child(path, "scalingEfficiency"));
+  }
+  d.read_string(obj, path, "reason", r.reason);
+  d.read_string(obj, path, "message", r.message);
+  d.read_int(obj, path, "attempts", {0, 1000}, r.attempts);
+  d.read_string(obj, path, "startTime", r.start_time);
+  d.read_string(obj, path, "completionTime", r.completion_time);
+  if (r.state == CaseState::Succeeded && Decoder::find(obj, "throughput") == nullptr) {
+    d.fail(child(path, "throughput"), "required when state is Succeeded");
+  }
+  if (r.state != CaseState::Succeeded && Decoder::find(obj, "state") != nullptr && r.reason.empty()) {
+    d.fail(child(path, "reason"), "required when state is " + std::string(to_string(r.state)));
+  }
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return r;
+}
+
+BenchmarkRunStatus decode_status_object(Decoder& d, const json& obj, const std::string& path) {
+  BenchmarkRunStatus status;
+  if (!d.expect_object(obj, path)) return status;
+  d.reject_unknown(obj, path, {"observedGeneration", "phase", "conditions", "progress", "results", "best"});
+  d.read_int64(obj, path, "observedGeneration", {0, std::numeric_limits<std::int64_t>::max()},
+               status.observed_generation);
+  d.read_enum(obj, path, "phase", status.phase);
+  if (const json* conditions = Decoder::find(obj, "conditions")) {
+    const std::string list_path = child(path, "conditions");
+    if (const json* items = d.list(*conditions, list_path, 0, 16)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        const json& c = (*items)[i];
+        const std::string c_path = element(list_path, i);
+        if (!d.expect_object(c, c_path)) continue;
+        d.reject_unknown(c, c_path, {"type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"});
+        Condition condition;
+        if (d.require(c, c_path, "type", "one of " + allowed_values<ConditionType>())) {
+          d.read_enum(c, c_path, "type", condition.type);
+        }
+        if (d.require(c, c_path, "status", "one of " + allowed_values<ConditionStatus>())) {
+          d.read_enum(c, c_path, "status", condition.status);
+        }
+        d.read_string(c, c_path, "reason", condition.reason);
+        d.read_string(c, c_path, "message", condition.message);
+        d.read_string(c, c_path, "lastTransitionTime", condition.last_transition_time);
+        d.read_int64(c, c_path, "observedGeneration", {0, std::numeric_limits<std::int64_t>::max()},
+                     condition.observed_generation);
+        status.conditions.push_back(condition);
+      }
+    }
+  }
+  if (const json* progress = Decoder::find(obj, "progress")) {
+    const std::string p_path = child(path, "progress");
+    if (d.expect_object(*progress, p_path)) {
+      d.reject_unknown(*progress, p_path, {"completedCases", "totalCases", "currentCase", "summary"});
+      d.read_int(*progress, p_path, "completedCases", {0, bounds::kMaxPlannedCases}, status.progress.completed_cases);
+      d.read_int(*progress, p_path, "totalCases", {0, bounds::kMaxPlannedCases}, status.progress.total_cases);
+      d.read_string(*progress, p_path, "currentCase", status.progress.current_case);
+      d.read_string(*progress, p_path, "summary", status.progress.summary);
+    }
+  }
+  if (const json* results = Decoder::find(obj, "results")) {
+    const std::string list_path = child(path, "results");
+    if (const json* items = d.list(*results, list_path, 0, bounds::kMaxPlannedCases)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        if (auto r = decode_result(d, (*items)[i], element(list_path, i))) status.results.push_back(*r);
+      }
+    }
+  }
+  if (const json* best = Decoder::find(obj, "best")) {
+    const std::string b_path = child(path, "best");
+    if (d.expect_object(*best, b_path)) {
+      d.reject_unknown(*best, b_path, {"case", "throughput"});
+      BestResult b;
+      d.read_string(*best, b_path, "case", b.case_id);
+      if (const json* t = Decoder::find(*best, "throughput")) {
+        if (auto v = d.measurement(*t, child(b_path, "throughput"))) b.throughput = *v;
+      }
+      status.best = b;
+    }
+  }
+  return status;
+}
+
+// Walks a rule path ("spec.cases[].nodes") over a document and calls visit(parent, key, path)
+// for every place the last segment names.
+template <typename Visit>
+void walk_rule_path(json& node, std::string_view rest, const std::string& path, Visit&& visit) {
+  const auto dot = rest.find('.');
+  std::string_view segment = rest.substr(0, dot);
+  const bool is_list = segment.ends_with("[]");
+  if (is_list) segment.remove_suffix(2);
+  if (!node.is_object()) return;
+  const std::string key(segment);
+  const std::string here = child(path, key);
+  if (dot == std::string_view::npos && !is_list) {
+    visit(node, key, here);
+    return;
+  }
+  auto it = node.find(key);
+  if (it == node.end() || it->is_null()) return;
+  if (is_list) {
+    if (!it->is_array()) return;
+    if (dot == std::string_view::npos) return;  // rules on list items themselves have no defaults
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      walk_rule_path((*it)[i], rest.substr(dot + 1), element(here, i), visit);
+    }
+  } else {
+    walk_rule_path(*it, rest.substr(dot + 1), here, visit);
+  }
+}
+
+}  // namespace
+
+// ---- shared with the result-document decoder --------------------------------------
+
+std::optional<CaseSpec> detail::decode_case(Decoder& d, const json& obj, const std::string& path, bool allow_id) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  if (allow_id) {
+    d.reject_unknown(obj, path, {"id", "nodes", "gpusPerNode", "batchSizePerDevice", "precision"});
+  } else {
+    d.reject_unknown(obj, path, {"nodes", "gpusPerNode", "batchSizePerDevice", "precision"});
+  }
+  const std::size_t errors_before = d.errors.size();
+  CaseSpec c;
+  d.require(obj, path, "nodes", "an integer from 1");
+  d.require(obj, path, "gpusPerNode", "an integer from 1");
+  d.require(obj, path, "batchSizePerDevice", "an integer from 1");
+  d.require(obj, path, "precision", "one of " + allowed_values<Precision>());
+  d.read_int(obj, path, "nodes", bounds::kNodes, c.nodes);
+  d.read_int(obj, path, "gpusPerNode", bounds::kGpusPerNode, c.gpus_per_node);
+  d.read_int(obj, path, "batchSizePerDevice", bounds::kBatchSizePerDevice, c.batch_size_per_device);
+  d.read_enum(obj, path, "precision", c.precision);
+  if (d.errors.size() != errors_before) return std::nullopt;
+  if (allow_id) {
+    std::string id;
+    d.read_string(obj, path, "id", id);
+    if (!id.empty() && id != case_id(c)) {
+      d.fail(child(path, "id"), "\"" + id + "\" does not match the case fields (expected \"" + case_id(c) + "\")");
+      return std::nullopt;
+    }
+  }
+  return c;
+}
+
+std::optional<SampleSummary> detail::decode_summary(Decoder& d, const json& obj, const std::string& path,
+                                            std::initializer_list<std::string_view> extra_fields) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  std::vector<std::string_view> known{"median", "mean", "min", "max", "stddev", "cv"};
+  known.insert(known.end(), extra_fields.begin(), extra_fields.end());
+  for (const auto& [key, value] : obj.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string allowed;
+      for (const auto k : known) allowed += (allowed.empty() ? "" : ", ") + std::string(k);
+      d.fail(child(path, key), "unknown field; allowed fields: " + allowed);
+    }
+  }
+  const std::size_t errors_before = d.errors.size();
+  SampleSummary s;
+  const auto read = [&](std::string_view key, double& out, bool required) {
+    const json* value = required ? d.require(obj, path, key, "a non-negative number") : Decoder::find(obj, key);
+    if (value == nullptr) return;
+    if (auto number = d.measurement(*value, child(path, key))) out = *number;
+  };
+  read("median", s.median, true);
+  read("mean", s.mean, false);
+  read("min", s.min, false);
+  read("max", s.max, false);
+  read("stddev", s.stddev, false);
+  read("cv", s.cv, false);
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return s;
+}
+
+std::optional<Throughput> detail::decode_throughput(Decoder& d, const json& obj, const std::string& path) {
+  auto summary = decode_summary(d, obj, path, {"unit", "repeats"});
+  if (!summary) return std::nullopt;
+  const std::size_t errors_before = d.errors.size();
+  Throughput throughput;
+  throughput.summary = *summary;
+  d.read_string(obj, path, "unit", throughput.unit);
+  if (const json* repeats = d.require(obj, path, "repeats", "the throughput of every repeat")) {
+    const std::string r_path = child(path, "repeats");
+    if (const json* items = d.list(*repeats, r_path, 1, bounds::kRepeats.max)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        if (auto v = d.measurement((*items)[i], element(r_path, i))) throughput.repeats.push_back(*v);
+      }
+    }
+  }
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return throughput;
+}
+
+json detail::throughput_to_json(const Throughput& throughput) {
+  json t = to_json(throughput.summary);
+  t["unit"] = throughput.unit;
+  t["repeats"] = throughput.repeats;
+  return t;
+}
+
+// ---- public decode ---------------------------------------------------------------------
+
+std::vector<AppliedDefault> apply_defaults(json& benchmark_run) {
+  std::vector<AppliedDefault> applied;
+  if (!benchmark_run.is_object()) return applied;
+  for (const FieldRule& rule : api_field_rules()) {
+    if (!rule.default_value) continue;
+    walk_rule_path(benchmark_run, rule.path, "", [&](json& parent, const std::string& key, const std::string& where) {
+      auto it = parent.find(key);
+      if (it != parent.end() && !it->is_null()) return;
+      parent[key] = *rule.default_value;
+      applied.push_back({where, *rule.default_value});
+    });
+  }
+  return applied;
+}
+
+Decoded<BenchmarkRun> decode_benchmark_run(const json& document) {
+  Decoded<BenchmarkRun> out;
+  Decoder d;
+  if (!document.is_object()) {
+    d.fail("", "a BenchmarkRun must be an object (apiVersion, kind, metadata, spec), got " + describe_type(document));
+    out.errors = std::move(d.errors);
+    return out;
+  }
+  json doc = document;
+  // Defaults only where the spec is an object; a spec of the wrong type is reported below.
+  if (doc.contains("spec") && doc["spec"].is_object()) out.defaults = apply_defaults(doc);
+
+  BenchmarkRun run;
+  d.reject_unknown(doc, "", {"apiVersion", "kind", "metadata", "spec", "status"});
+  if (d.require(doc, "", "apiVersion", std::string("must be ") + kApiVersion)) {
+    d.read_string(doc, "", "apiVersion", run.api_version);
+    if (doc["apiVersion"].is_string() && run.api_version != kApiVersion) {
+      d.fail("apiVersion", "\"" + run.api_version + "\" is not supported; use " + kApiVersion);
+    }
+  }
+  if (d.require(doc, "", "kind", std::string("must be ") + kKind)) {
+    d.read_string(doc, "", "kind", run.kind);
+    if (doc["kind"].is_string() && run.kind != kKind) {
+      d.fail("kind", "\"" + run.kind + "\" is not supported; use " + kKind);
+    }
+  }
+  if (const json* meta = d.require(doc, "", "metadata", "an object with at least a name")) {
+    run.metadata = decode_metadata(d, *meta, "metadata");
+  }
+  if (const json* spec = d.require(doc, "", "spec", "model and matrix (or cases) at least")) {
+    run.spec = decode_spec(d, *spec, "spec");
+  }
+  if (const json* status = Decoder::find(doc, "status")) run.status = decode_status_object(d, *status, "status");
+
+  // Rules that need the whole spec: the planned sweep must stay within bounds.
+  if (d.errors.empty()) {
+    const auto planned = plan_cases(run.spec);
+    if (static_cast<std::int64_t>(planned.size()) > bounds::kMaxPlannedCases) {
+      d.fail(run.spec.matrix ? "spec.matrix" : "spec.cases",
+             std::to_string(planned.size()) + " cases planned (baselines included); at most " +
+                 std::to_string(bounds::kMaxPlannedCases) + " allowed");
+    }
+  }
+
+  out.errors = std::move(d.errors);
+  if (out.errors.empty()) out.value = std::move(run);
+  return out;
+}
+
+Decoded<BenchmarkRunStatus> decode_status(const json& status) {
+  Decoded<BenchmarkRunStatus> out;
+  Decoder d;
+  auto decoded = decode_status_object(d, status, "status");
+  out.errors = std::move(d.errors);
+  if (out.errors.empty()) out.value = std::move(decoded);
+  return out;
+}
+
+Decoded<CaseResult> decode_case_result(const json& result) {
+  Decoded<CaseResult> out;
+  Decoder d;
+  auto decoded = decode_result(d, result, "");
+  out.errors = std::move(d.errors);
+  if (out.errors.empty()) out.value = std::move(decoded);
+  return out;
+}
+
+// ---- encode ----------------------------------------------------------------------------
+
+json to_json(const CaseSpec& c) {
+  return json{{"nodes", c.nodes},
+              {"gpusPerNode", c.gpus_per_node},
+              {"batchSizePerDevice", c.batch_size_per_device},
+              {"precision", to_string(c.precision)}};
+}
+
+json to_json(const SampleSummary& s) {
+  return json{{"median", s.median}, {"mean", s.mean}, {"min", s.min},
+              {"max", s.max},       {"stddev", s.stddev}, {"cv", s.cv}};
+}
+
+json to_json(const CaseResult& r) {
+  json case_json = to_json(r.case_);
+  case_json["id"] = case_id(r.case_);
+  json out{{"case", case_json}, {"state", to_string(r.state)}, {"attempts", r.attempts}};
+  if (r.throughput) out["throughput"] = detail::throughput_to_json(*r.throughput);
+  if (r.step_time_seconds) out["stepTimeSeconds"] = to_json(*r.step_time_seconds);
+  if (r.speedup) out["speedup"] = *r.speedup;
+  if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;
+  if (!r.reason.empty()) out["reason"] = r.reason;
+  if (!r.message.empty()) out["message"] = r.message;
+  if (!r.start_time.empty()) out["startTime"] = r.start_time;
+  if (!r.completion_time.empty()) out["completionTime"] = r.completion_time;
+  return out;
+}
+
+json to_json(const BenchmarkRunSpec& spec) {
+  json out{{"model", to_string(spec.model)}, {"engine", to_string(spec.engine)}};
+  if (!spec.command.empty()) out["command"] = spec.command;
+  out["data"] = {{"source", to_string(spec.data.source)}, {"imageSize", spec.data.image_size}};
+  if (spec.matrix) {
+    json precision = json::array();
+    for (const auto p : spec.matrix->precision) precision.push_back(to_string(p));
+    out["matrix"] = {{"nodes", spec.matrix->nodes},
+                     {"gpusPerNode", spec.matrix->gpus_per_node},
+                     {"batchSizePerDevice", spec.matrix->batch_size_per_device},
+                     {"precision", precision}};
+  }
+  if (!spec.cases.empty()) {
+    json cases = json::array();
+    for (const auto& c : spec.cases) cases.push_back(to_json(c));
+    out["cases"] = cases;
+  }
+  out["methodology"] = {{"warmupSteps", spec.methodology.warmup_steps},
+                        {"measureSteps", spec.methodology.measure_steps},
+                        {"repeats", spec.methodology.repeats},
+                        {"statistic", to_string(spec.methodology.statistic)}};
+  out["optimizer"] = {{"name", to_string(spec.optimizer.name)},
+                      {"learningRate", spec.optimizer.learning_rate},
+                      {"momentum", spec.optimizer.momentum},
+                      {"weightDecay", spec.optimizer.weight_decay}};
+  json worker{{"gpuResource", spec.worker.gpu_resource}};
+  if (!spec.worker.image.empty()) worker["image"] = spec.worker.image;
+  if (spec.worker.rdma) worker["rdma"] = {{"resource", spec.worker.rdma->resource}, {"perNode", spec.worker.rdma->per_node}};
+  if (!spec.worker.node_selector.empty()) worker["nodeSelector"] = spec.worker.node_selector;
+  if (!spec.worker.tolerations.empty()) {
+    json tolerations = json::array();
+    for (const auto& t : spec.worker.tolerations) {
+      json tj{{"operator", to_string(t.operator_)}};
+      if (!t.key.empty()) tj["key"] = t.key;
+      if (!t.value.empty()) tj["value"] = t.value;
+      if (t.effect != TaintEffect::Any) tj["effect"] = to_string(t.effect);
+      if (t.toleration_seconds) tj["tolerationSeconds"] = *t.toleration_seconds;
+      tolerations.push_back(tj);
+    }
+    worker["tolerations"] = tolerations;
+  }
+  if (!spec.worker.env.empty()) {
+    json env = json::array();
+    for (const auto& e : spec.worker.env) {
+      json ej{{"name", e.name}};
+      if (e.value) ej["value"] = *e.value;
+      if (e.value_from) ej["valueFrom"] = *e.value_from;
+      env.push_back(ej);
+    }
+    worker["env"] = env;
+  }
+  if (!spec.worker.scheduler_name.empty()) worker["schedulerName"] = spec.worker.scheduler_name;
+  if (!spec.worker.priority_class_name.empty()) worker["priorityClassName"] = spec.worker.priority_class_name;
+  out["worker"] = worker;
+  out["limits"] = {{"caseTimeoutSeconds", spec.limits.case_timeout_seconds},
+                   {"backoffLimit", spec.limits.backoff_limit}};
+  return out;
+}
+
+json to_json(const BenchmarkRunStatus& status) {
+  json conditions = json::array();
+  for (const auto& c : status.conditions) {
+    conditions.push_back({{"type", to_string(c.type)},
+                          {"status", to_string(c.status)},
+                          {"reason", c.reason},
+                          {"message", c.message},
+                          {"lastTransitionTime", c.last_transition_time},
+                          {"observedGeneration", c.observed_generation}});
+  }
+  json results = json::array();
+  for (const auto& r : status.results) results.push_back(to_json(r));
+  json progress{{"completedCases", status.progress.completed_cases}, {"totalCases", status.progress.total_cases}};
+  if (!status.progress.current_case.empty()) progress["currentCase"] = status.progress.current_case;
+  if (!status.progress.summary.empty()) progress["summary"] = status.progress.summary;
+  json out{{"observedGeneration", status.observed_generation},
+           {"phase", to_string(status.phase)},
+           {"conditions", conditions},
+           {"progress", progress},
+           {"results", results}};
+  if (status.best) out["best"] = {{"case", status.best->case_id}, {"throughput", status.best->throughput}};
+  return out;
+}
+
+json to_json(const BenchmarkRun& run) {
+  json metadata = run.metadata.extra.is_object() ? run.metadata.extra : json::object();
+  metadata["name"] = run.metadata.name;
+  if (!run.metadata.namespace_.empty()) metadata["namespace"] = run.metadata.namespace_;
+  if (!run.metadata.uid.empty()) metadata["uid"] = run.metadata.uid;
+  if (!run.metadata.resource_version.empty()) metadata["resourceVersion"] = run.metadata.resource_version;
+  if (run.metadata.generation != 0) metadata["generation"] = run.metadata.generation;
+  if (!run.metadata.labels.empty()) metadata["labels"] = run.metadata.labels;
+  if (!run.metadata.annotations.empty()) metadata["annotations"] = run.metadata.annotations;
+  json out{{"apiVersion", run.api_version}, {"kind", run.kind}, {"metadata", metadata}, {"spec", to_json(run.spec)}};
+  if (run.status) out["status"] = to_json(*run.status);
+  return out;
+}
+
+}  // namespace dlbench

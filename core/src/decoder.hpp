@@ -1,0 +1,250 @@
+// Private to core/: the error-collecting JSON reader behind every decoder.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <optional>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dlbench/core/api_rules.hpp"
+#include "dlbench/core/benchmark_run.hpp"
+#include "dlbench/core/codec.hpp"
+
+namespace dlbench::detail {
+
+using nlohmann::json;
+
+inline std::string child(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+inline std::string element(const std::string& path, std::size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+inline std::string describe_type(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    case json::value_t::array: return "a list";
+    case json::value_t::object: return "an object";
+    default: return "an unsupported value";
+  }
+}
+
+// A short rendering of a bad value for error messages.
+inline std::string quote(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+inline std::string join(std::initializer_list<std::string_view> names) {
+  std::string out;
+  for (const auto name : names) {
+    if (!out.empty()) out += ", ";
+    out += name;
+  }
+  return out;
+}
+
+inline std::string format_number(double value) {
+  json j = value;
+  if (value == std::floor(value) && std::fabs(value) < 1e15) j = static_cast<std::int64_t>(value);
+  return j.dump();
+}
+
+inline bool is_dns1123_label(const std::string& text) {
+  static const std::regex pattern("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$");
+  return !text.empty() && text.size() <= static_cast<std::size_t>(bounds::kMaxNameLength) &&
+         std::regex_match(text, pattern);
+}
+
+// Extended resources are domain-qualified: nvidia.com/gpu, rdma/hca_shared_devices_a.
+inline bool is_extended_resource_name(const std::string& text) {
+  static const std::regex pattern(
+      "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$");
+  return text.size() <= 253 && std::regex_match(text, pattern);
+}
+
+class Decoder {
+ public:
+  std::vector<FieldError> errors;
+
+  void fail(const std::string& path, std::string message) { errors.push_back({path, std::move(message)}); }
+
+  // obj[key], or nullptr when absent or null.
+  static const json* find(const json& obj, std::string_view key) {
+    if (!obj.is_object()) return nullptr;
+    const auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  const json* require(const json& obj, const std::string& path, std::string_view key, const std::string& hint) {
+    const json* value = find(obj, key);
+    if (value == nullptr) fail(child(path, key), "required" + (hint.empty() ? "" : "; " + hint));
+    return value;
+  }
+
+  bool expect_object(const json& value, const std::string& path) {
+    if (value.is_object()) return true;
+    fail(path, "expected an object, got " + describe_type(value));
+    return false;
+  }
+
+  void reject_unknown(const json& obj, const std::string& path, std::initializer_list<std::string_view> known) {
+    for (const auto& [key, value] : obj.items()) {
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        fail(child(path, key), "unknown field; allowed fields: " + join(known));
+      }
+    }
+  }
+
+  std::optional<std::int64_t> integer(const json& value, const std::string& path, IntBounds b) {
+    if (!value.is_number_integer()) {
+      fail(path, "expected an integer from " + std::to_string(b.min) + " to " + std::to_string(b.max) +
+                     ", got " + describe_type(value) + " (" + quote(value) + ")");
+      return std::nullopt;
+    }
+    // Unsigned JSON numbers above int64 are out of range anyway.
+    if (value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(b.max)) {
+      fail(path, quote(value) + " is out of range; allowed: " + std::to_string(b.min) + " to " + std::to_string(b.max));
+      return std::nullopt;
+    }
+    const auto number = value.get<std::int64_t>();
+    if (number < b.min || number > b.max) {
+      fail(path, std::to_string(number) + " is out of range; allowed: " + std::to_string(b.min) + " to " +
+                     std::to_string(b.max));
+      return std::nullopt;
+    }
+    return number;
+  }
+
+  void read_int(const json& obj, const std::string& path, std::string_view key, IntBounds b, int& out) {
+    if (const json* value = find(obj, key)) {
+      if (auto number = integer(*value, child(path, key), b)) out = static_cast<int>(*number);
+    }
+  }
+
+  void read_int64(const json& obj, const std::string& path, std::string_view key, IntBounds b, std::int64_t& out) {
+    if (const json* value = find(obj, key)) {
+      if (auto number = integer(*value, child(path, key), b)) out = *number;
+    }
+  }
+
+  // A real number within [lo, hi] with optionally exclusive ends.
+  void read_number(const json& obj, const std::string& path, std::string_view key, double lo, bool lo_exclusive,
+                   double hi, bool hi_exclusive, double& out) {
+    const json* value = find(obj, key);
+    if (value == nullptr) return;
+    const std::string where = child(path, key);
+    const std::string range = (lo_exclusive ? "greater than " : "at least ") + format_number(lo) + " and " +
+                              (hi_exclusive ? "less than " : "at most ") + format_number(hi);
+    if (!value->is_number()) {
+      fail(where, "expected a number " + range + ", got " + describe_type(*value) + " (" + quote(*value) + ")");
+      return;
+    }
+    const double number = value->get<double>();
+    const bool low_ok = lo_exclusive ? number > lo : number >= lo;
+    const bool high_ok = hi_exclusive ? number < hi : number <= hi;
+    if (!std::isfinite(number) || !low_ok || !high_ok) {
+      fail(where, quote(*value) + " is out of range; allowed: " + range);
+      return;
+    }
+    out = number;
+  }
+
+  // A non-negative real number (results carry these).
+  std::optional<double> measurement(const json& value, const std::string& path) {
+    if (!value.is_number()) {
+      fail(path, "expected a number, got " + describe_type(value));
+      return std::nullopt;
+    }
+    const double number = value.get<double>();
+    if (!std::isfinite(number) || number < 0) {
+      fail(path, quote(value) + " is not a finite, non-negative number");
+      return std::nullopt;
+    }
+    return number;
+  }
+
+  std::optional<std::string> string(const json& value, const std::string& path) {
+    if (!value.is_string()) {
+      fail(path, "expected a string, got " + describe_type(value) + " (" + quote(value) + ")");
+      return std::nullopt;
+    }
+    return value.get<std::string>();
+  }
+
+  void read_string(const json& obj, const std::string& path, std::string_view key, std::string& out) {
+    if (const json* value = find(obj, key)) {
+      if (auto text = string(*value, child(path, key))) out = *text;
+    }
+  }
+
+  template <typename E>
+  std::optional<E> enumeration(const json& value, const std::string& path) {
+    if (!value.is_string()) {
+      fail(path, "expected one of " + allowed_values<E>() + ", got " + describe_type(value) + " (" + quote(value) + ")");
+      return std::nullopt;
+    }
+    const auto parsed = enum_from_string<E>(value.get<std::string>());
+    if (!parsed) fail(path, quote(value) + " is not one of " + allowed_values<E>());
+    return parsed;
+  }
+
+  template <typename E>
+  void read_enum(const json& obj, const std::string& path, std::string_view key, E& out) {
+    if (const json* value = find(obj, key)) {
+      if (auto parsed = enumeration<E>(*value, child(path, key))) out = *parsed;
+    }
+  }
+
+  // A list with at least min_items and at most max_items entries; nullptr otherwise.
+  const json* list(const json& value, const std::string& path, std::int64_t min_items, std::int64_t max_items) {
+    if (!value.is_array()) {
+      fail(path, "expected a list, got " + describe_type(value) + " (" + quote(value) + ")");
+      return nullptr;
+    }
+    const auto size = static_cast<std::int64_t>(value.size());
+    if (size < min_items) {
+      fail(path, "must have at least " + std::to_string(min_items) + (min_items == 1 ? " entry" : " entries"));
+      return nullptr;
+    }
+    if (size > max_items) {
+      fail(path, "has " + std::to_string(size) + " entries; at most " + std::to_string(max_items) + " allowed");
+      return nullptr;
+    }
+    return &value;
+  }
+
+  void string_map(const json& value, const std::string& path, std::map<std::string, std::string>& out) {
+    if (!expect_object(value, path)) return;
+    for (const auto& [key, entry] : value.items()) {
+      if (auto text = string(entry, child(path, key))) out[key] = *text;
+    }
+  }
+};
+
+
+std::optional<CaseSpec> decode_case(Decoder& d, const json& obj, const std::string& path, bool allow_id);
+std::optional<SampleSummary> decode_summary(Decoder& d, const json& obj, const std::string& path,
+                                            std::initializer_list<std::string_view> extra_fields);
+std::optional<Throughput> decode_throughput(Decoder& d, const json& obj, const std::string& path);
+json throughput_to_json(const Throughput& throughput);
+
+}  // namespace dlbench::detail

@@ -1,0 +1,229 @@
+#include "dlbench/core/result_document.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "decoder.hpp"
+#include "dlbench/core/statistics.hpp"
+
+namespace dlbench {
+
+using nlohmann::json;
+using namespace detail;
+
+namespace {
+
+bool close(double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::max(std::fabs(a), std::fabs(b))); }
+
+json environment_to_json(const EnvironmentInfo& e) {
+  json out = json::object();
+  const auto put = [&](const char* key, const std::string& value) {
+    if (!value.empty()) out[key] = value;
+  };
+  put("host", e.host);
+  if (!e.hosts.empty()) out["hosts"] = e.hosts;
+  put("os", e.os);
+  put("cpuModel", e.cpu_model);
+  if (e.cpu_cores > 0) out["cpuCores"] = e.cpu_cores;
+  put("gpuModel", e.gpu_model);
+  if (e.gpu_count > 0) out["gpuCount"] = e.gpu_count;
+  put("driverVersion", e.driver_version);
+  put("cudaVersion", e.cuda_version);
+  put("cudnnVersion", e.cudnn_version);
+  put("ncclVersion", e.nccl_version);
+  put("mpiVersion", e.mpi_version);
+  put("onednnVersion", e.onednn_version);
+  put("backend", e.backend);
+  put("communicator", e.communicator);
+  put("dlbenchVersion", e.dlbench_version);
+  return out;
+}
+
+EnvironmentInfo decode_environment(Decoder& d, const json& obj, const std::string& path) {
+  EnvironmentInfo e;
+  if (!d.expect_object(obj, path)) return e;
+  d.reject_unknown(obj, path, {"host", "hosts", "os", "cpuModel", "cpuCores", "gpuModel", "gpuCount", "driverVersion",
+                               "cudaVersion", "cudnnVersion", "ncclVersion", "mpiVersion", "onednnVersion", "backend",
+                               "communicator", "dlbenchVersion"});
+  d.read_string(obj, path, "host", e.host);
+  if (const json* hosts = Decoder::find(obj, "hosts")) {
+    if (const json* items = d.list(*hosts, child(path, "hosts"), 0, 4096)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        if (auto h = d.string((*items)[i], element(child(path, "hosts"), i))) e.hosts.push_back(*h);
+      }
+    }
+  }
+  d.read_string(obj, path, "os", e.os);
+  d.read_string(obj, path, "cpuModel", e.cpu_model);
+  d.read_int(obj, path, "cpuCores", {0, 1 << 20}, e.cpu_cores);
+  d.read_string(obj, path, "gpuModel", e.gpu_model);
+  d.read_int(obj, path, "gpuCount", {0, 1 << 20}, e.gpu_count);
+  d.read_string(obj, path, "driverVersion", e.driver_version);
+  d.read_string(obj, path, "cudaVersion", e.cuda_version);
+  d.read_string(obj, path, "cudnnVersion", e.cudnn_version);
+  d.read_string(obj, path, "ncclVersion", e.nccl_version);
+  d.read_string(obj, path, "mpiVersion", e.mpi_version);
+  d.read_string(obj, path, "onednnVersion", e.onednn_version);
+  if (d.require(obj, path, "backend", "the backend that ran the case, e.g. cpu or cuda")) {
+    d.read_string(obj, path, "backend", e.backend);
+  }
+  d.read_string(obj, path, "communicator", e.communicator);
+  d.read_string(obj, path, "dlbenchVersion", e.dlbench_version);
+  return e;
+}
+
+}  // namespace
+
+json to_json(const ResultDocument& doc) {
+  json case_json = to_json(doc.case_);
+  case_json["id"] = case_id(doc.case_);
+  json out{{"schema", kResultSchema},
+           {"model", to_string(doc.model)},
+           {"engine", to_string(doc.engine)},
+           {"case", case_json},
+           {"imageSize", doc.image_size},
+           {"devices", doc.devices},
+           {"globalBatchSize", doc.global_batch_size},
+           {"methodology",
+            {{"warmupSteps", doc.methodology.warmup_steps},
+             {"measureSteps", doc.methodology.measure_steps},
+             {"repeats", doc.methodology.repeats},
+             {"statistic", to_string(doc.methodology.statistic)}}},
+           {"modelFlopsPerSample", {{"forward", doc.flops_per_sample.forward}, {"training", doc.flops_per_sample.training}}},
+           {"state", to_string(doc.state)},
+           {"environment", environment_to_json(doc.environment)}};
+  if (!doc.run.empty()) out["run"] = doc.run;
+  if (!doc.reason.empty()) out["reason"] = doc.reason;
+  if (!doc.message.empty()) out["message"] = doc.message;
+  if (doc.throughput) out["throughput"] = throughput_to_json(*doc.throughput);
+  if (doc.step_time_seconds) out["stepTimeSeconds"] = to_json(*doc.step_time_seconds);
+  if (!doc.start_time.empty()) out["startTime"] = doc.start_time;
+  if (!doc.end_time.empty()) out["endTime"] = doc.end_time;
+  return out;
+}
+
+Decoded<ResultDocument> decode_result_document(const json& document) {
+  Decoded<ResultDocument> out;
+  Decoder d;
+  ResultDocument doc;
+  if (!d.expect_object(document, "")) {
+    out.errors = std::move(d.errors);
+    return out;
+  }
+  d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "devices", "globalBatchSize",
+                                  "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
+                                  "stepTimeSeconds", "environment", "startTime", "endTime"});
+  if (d.require(document, "", "schema", std::string("must be ") + kResultSchema)) {
+    std::string schema;
+    d.read_string(document, "", "schema", schema);
+    if (document["schema"].is_string() && schema != kResultSchema) {
+      d.fail("schema", "\"" + schema + "\" is not supported; this dlbench reads " + kResultSchema);
+    }
+  }
+  d.read_string(document, "", "run", doc.run);
+  if (d.require(document, "", "model", "one of " + allowed_values<Model>())) d.read_enum(document, "", "model", doc.model);
+  d.read_enum(document, "", "engine", doc.engine);
+  bool case_ok = false;
+  if (const json* c = d.require(document, "", "case", "{nodes, gpusPerNode, batchSizePerDevice, precision}")) {
+    if (auto parsed = decode_case(d, *c, "case", true)) {
+      doc.case_ = *parsed;
+      case_ok = true;
+    }
+  }
+  d.read_int(document, "", "imageSize", bounds::kImageSize, doc.image_size);
+  if (d.require(document, "", "devices", "nodes × gpusPerNode")) {
+    d.read_int(document, "", "devices", {1, bounds::kNodes.max * bounds::kGpusPerNode.max}, doc.devices);
+  }
+  if (d.require(document, "", "globalBatchSize", "batchSizePerDevice × devices")) {
+    std::int64_t global = 0;
+    d.read_int64(document, "", "globalBatchSize", {1, std::numeric_limits<std::int64_t>::max()}, global);
+    doc.global_batch_size = static_cast<long>(global);
+  }
+  if (case_ok && doc.devices != doc.case_.devices()) {
+    d.fail("devices", std::to_string(doc.devices) + " does not match the case (" + std::to_string(doc.case_.devices()) +
+                          " = nodes × gpusPerNode)");
+  }
+  if (case_ok && doc.global_batch_size != doc.case_.global_batch_size()) {
+    d.fail("globalBatchSize", std::to_string(doc.global_batch_size) + " does not match the case (" +
+                                  std::to_string(doc.case_.global_batch_size()) + " = batchSizePerDevice × devices)");
+  }
+  if (const json* m = Decoder::find(document, "methodology")) {
+    if (d.expect_object(*m, "methodology")) {
+      d.reject_unknown(*m, "methodology", {"warmupSteps", "measureSteps", "repeats", "statistic"});
+      d.read_int(*m, "methodology", "warmupSteps", bounds::kWarmupSteps, doc.methodology.warmup_steps);
+      d.read_int(*m, "methodology", "measureSteps", bounds::kMeasureSteps, doc.methodology.measure_steps);
+      d.read_int(*m, "methodology", "repeats", bounds::kRepeats, doc.methodology.repeats);
+      d.read_enum(*m, "methodology", "statistic", doc.methodology.statistic);
+    }
+  } else {
+    d.fail("methodology", "required; {warmupSteps, measureSteps, repeats, statistic}");
+  }
+  if (const json* f = Decoder::find(document, "modelFlopsPerSample")) {
+    if (d.expect_object(*f, "modelFlopsPerSample")) {
+      d.reject_unknown(*f, "modelFlopsPerSample", {"forward", "training"});
+      if (const json* v = Decoder::find(*f, "forward")) {
+        if (auto x = d.measurement(*v, "modelFlopsPerSample.forward")) doc.flops_per_sample.forward = *x;
+      }
+      if (const json* v = Decoder::find(*f, "training")) {
+        if (auto x = d.measurement(*v, "modelFlopsPerSample.training")) doc.flops_per_sample.training = *x;
+      }
+    }
+  }
+  if (d.require(document, "", "state", "one of " + allowed_values<CaseState>())) {
+    d.read_enum(document, "", "state", doc.state);
+  }
+  d.read_string(document, "", "reason", doc.reason);
+  d.read_string(document, "", "message", doc.message);
+  if (const json* t = Decoder::find(document, "throughput")) doc.throughput = decode_throughput(d, *t, "throughput");
+  if (const json* s = Decoder::find(document, "stepTimeSeconds")) {
+    doc.step_time_seconds = decode_summary(d, *s, "stepTimeSeconds", {});
+  }
+  if (const json* e = d.require(document, "", "environment", "at least the backend")) {
+    doc.environment = decode_environment(d, *e, "environment");
+  }
+  d.read_string(document, "", "startTime", doc.start_time);
+  d.read_string(document, "", "endTime", doc.end_time);
+
+  if (doc.state == CaseState::Succeeded) {
+    if (Decoder::find(document, "throughput") == nullptr) {
+      d.fail("throughput", "required when state is Succeeded");
+    } else if (doc.throughput) {
+      const auto& repeats = doc.throughput->repeats;
+      if (static_cast<int>(repeats.size()) != doc.methodology.repeats) {
+        d.fail("throughput.repeats", "has " + std::to_string(repeats.size()) + " entries; methodology.repeats is " +
+                                         std::to_string(doc.methodology.repeats));
+      } else {
+        const SampleSummary expected = summarize(repeats);
+        const SampleSummary& got = doc.throughput->summary;
+        if (!close(got.median, expected.median)) {
+          d.fail("throughput.median", "does not match the repeats (expected " + format_number(expected.median) + ")");
+        }
+        if (document["throughput"].contains("mean") && !close(got.mean, expected.mean)) {
+          d.fail("throughput.mean", "does not match the repeats (expected " + format_number(expected.mean) + ")");
+        }
+      }
+    }
+  } else if (doc.reason.empty() && Decoder::find(document, "state") != nullptr) {
+    d.fail("reason", "required when state is " + std::string(to_string(doc.state)));
+  }
+
+  out.errors = std::move(d.errors);
+  if (out.errors.empty()) out.value = std::move(doc);
+  return out;
+}
+
+CaseResult to_case_result(const ResultDocument& document, int attempts) {
+  CaseResult r;
+  r.case_ = document.case_;
+  r.state = document.state;
+  r.throughput = document.throughput;
+  r.step_time_seconds = document.step_time_seconds;
+  r.reason = document.reason;
+  r.message = document.message;
+  r.attempts = attempts;
+  r.start_time = document.start_time;
+  r.completion_time = document.end_time;
+  return r;
+}
+
+}  // namespace dlbench

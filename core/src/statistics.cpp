@@ -1,0 +1,93 @@
+#include "dlbench/core/statistics.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+namespace dlbench {
+namespace {
+
+void require_finite(std::span<const double> samples) {
+  if (samples.empty()) throw std::invalid_argument("statistics of an empty sample");
+  for (const double v : samples) {
+    if (!std::isfinite(v)) throw std::invalid_argument("statistics of a sample with a value that is not finite");
+  }
+}
+
+}  // namespace
+
+double median(std::span<const double> samples) {
+  require_finite(samples);
+  std::vector<double> sorted(samples.begin(), samples.end());
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t n = sorted.size();
+  return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
+}
+
+SampleSummary summarize(std::span<const double> samples) {
+  require_finite(samples);
+  SampleSummary s;
+  const auto n = static_cast<double>(samples.size());
+  s.median = median(samples);
+  s.mean = std::accumulate(samples.begin(), samples.end(), 0.0) / n;
+  const auto [lo, hi] = std::minmax_element(samples.begin(), samples.end());
+  s.min = *lo;
+  s.max = *hi;
+  if (samples.size() > 1) {
+    double squares = 0;
+    for (const double v : samples) squares += (v - s.mean) * (v - s.mean);
+    s.stddev = std::sqrt(squares / (n - 1.0));
+  }
+  s.cv = s.mean != 0 ? s.stddev / s.mean : 0.0;
+  return s;
+}
+
+double reported_value(const SampleSummary& summary, Statistic statistic) {
+  return statistic == Statistic::mean ? summary.mean : summary.median;
+}
+
+double repeat_throughput(long global_batch_size, long measured_steps, double seconds) {
+  if (global_batch_size <= 0 || measured_steps <= 0) {
+    throw std::invalid_argument("throughput needs a positive batch size and step count");
+  }
+  if (!(seconds > 0) || !std::isfinite(seconds)) {
+    throw std::invalid_argument("throughput needs a positive, finite measured time");
+  }
+  return static_cast<double>(global_batch_size) * static_cast<double>(measured_steps) / seconds;
+}
+
+Scaling scaling(double baseline_throughput, double throughput, int devices) {
+  if (!(baseline_throughput > 0) || devices <= 0) {
+    throw std::invalid_argument("scaling needs a positive baseline throughput and device count");
+  }
+  Scaling s;
+  s.speedup = throughput / baseline_throughput;
+  s.efficiency = s.speedup / devices;
+  return s;
+}
+
+void apply_scaling(std::vector<CaseResult>& results, Statistic statistic) {
+  std::map<std::pair<int, Precision>, double> baselines;
+  for (const CaseResult& r : results) {
+    if (r.state == CaseState::Succeeded && r.throughput && r.case_.is_single_device()) {
+      const double value = reported_value(r.throughput->summary, statistic);
+      if (value > 0) baselines[{r.case_.batch_size_per_device, r.case_.precision}] = value;
+    }
+  }
+  for (CaseResult& r : results) {
+    r.speedup.reset();
+    r.scaling_efficiency.reset();
+    if (r.state != CaseState::Succeeded || !r.throughput) continue;
+    const auto it = baselines.find({r.case_.batch_size_per_device, r.case_.precision});
+    if (it == baselines.end()) continue;
+    const Scaling s = scaling(it->second, reported_value(r.throughput->summary, statistic), r.case_.devices());
+    r.speedup = s.speedup;
+    r.scaling_efficiency = s.efficiency;
+  }
+}
+
+}  // namespace dlbench

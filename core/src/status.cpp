@@ -1,0 +1,60 @@
+#include "dlbench/core/status.hpp"
+
+#include <chrono>
+#include <ctime>
+#include <set>
+
+#include "dlbench/core/statistics.hpp"
+
+namespace dlbench {
+
+bool set_condition(std::vector<Condition>& conditions, Condition condition, const std::string& now) {
+  for (Condition& existing : conditions) {
+    if (existing.type != condition.type) continue;
+    condition.last_transition_time = existing.status == condition.status ? existing.last_transition_time : now;
+    if (existing == condition) return false;
+    existing = std::move(condition);
+    return true;
+  }
+  condition.last_transition_time = now;
+  conditions.push_back(std::move(condition));
+  return true;
+}
+
+const Condition* find_condition(const std::vector<Condition>& conditions, ConditionType type) {
+  for (const Condition& c : conditions) {
+    if (c.type == type) return &c;
+  }
+  return nullptr;
+}
+
+void refresh_derived_status(BenchmarkRunStatus& status, const std::vector<PlannedCase>& plan, Statistic statistic) {
+  apply_scaling(status.results, statistic);
+  status.best.reset();
+  for (const CaseResult& r : status.results) {
+    if (r.state != CaseState::Succeeded || !r.throughput) continue;
+    const double value = reported_value(r.throughput->summary, statistic);
+    if (!status.best || value > status.best->throughput) status.best = BestResult{case_id(r.case_), value};
+  }
+  std::set<std::string> planned_ids;
+  for (const PlannedCase& c : plan) planned_ids.insert(c.id);
+  std::set<std::string> finished;
+  for (const CaseResult& r : status.results) {
+    if (planned_ids.contains(case_id(r.case_))) finished.insert(case_id(r.case_));
+  }
+  status.progress.completed_cases = static_cast<int>(finished.size());
+  status.progress.total_cases = static_cast<int>(plan.size());
+  status.progress.summary =
+      std::to_string(status.progress.completed_cases) + "/" + std::to_string(status.progress.total_cases);
+}
+
+std::string rfc3339_utc_now() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buffer;
+}
+
+}  // namespace dlbench
