@@ -117,6 +117,10 @@ std::vector<FieldRule> build_rules() {
   r.push_back(integer_rule("spec.worker.rdma.perNode", bounds::kRdmaPerNode, json(defaults::kRdmaPerNode)));
   r.push_back(enum_rule<TolerationOperator>("spec.worker.tolerations[].operator", json("Equal")));
   r.push_back(enum_rule<TaintEffect>("spec.worker.tolerations[].effect"));
+  FieldRule seconds;
+  seconds.path = "spec.worker.tolerations[].tolerationSeconds";
+  seconds.minimum = 0.0;
+  r.push_back(seconds);
 
   r.push_back(object_default("spec.limits"));
   r.push_back(integer_rule("spec.limits.caseTimeoutSeconds", bounds::kCaseTimeoutSeconds,

@@ -102,7 +102,8 @@ class Decoder {
 
   bool expect_object(const json& value, const std::string& path) {
     if (value.is_object()) return true;
-    fail(path, "expected an object, got " + describe_type(value));
+    const bool scalar = !value.is_array() && !value.is_null();
+    fail(path, "expected an object, got " + describe_type(value) + (scalar ? " (" + quote(value) + ")" : ""));
     return false;
   }
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything dlbench needs to build and test on Debian bookworm, with apt-get.
+# Idempotent: packages already present are not touched, and apt is not even updated then.
+# The CUDA toolkit (with cuDNN and NCCL) is optional and not installed here: the build
+# picks it up from /usr/local/cuda when it is present (DLBENCH_WITH_CUDA=AUTO).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git  # toolchain (CMake >= 3.25 for workflow presets)
+  nlohmann-json3-dev libyaml-cpp-dev                 # core/: JSON and YAML
+  googletest libgtest-dev libgmock-dev               # tests/
+  libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+as_root=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root (or install sudo)" >&2; exit 1; }
+  as_root=(sudo)
+fi
+echo "install-deps: installing ${missing[*]}"
+"${as_root[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,138 @@
+// The real dlbench binary, as a user runs it.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "../support/test_support.hpp"
+#include "dlbench/core/planner.hpp"
+#include "dlbench/core/yaml.hpp"
+
+namespace dlbench {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `dlbench ARGS` through the shell, optionally feeding stdin.
+Outcome dlbench(const std::string& args, const std::string& stdin_text = "") {
+  const auto dir = std::filesystem::temp_directory_path() / ("dlbench-cli-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "in") << stdin_text;
+  const std::string command = std::string("cd ") + DLBENCH_SOURCE_DIR + " && " + DLBENCH_CLI_BINARY + " " + args +
+                              " < " + (dir / "in").string() + " > " + (dir / "out").string() + " 2> " +
+                              (dir / "err").string();
+  const int status = std::system(command.c_str());
+  Outcome o;
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.out = slurp(dir / "out");
+  o.err = slurp(dir / "err");
+  std::filesystem::remove_all(dir);
+  return o;
+}
+
+TEST(ValidateCli, ValidSweepPrintsEveryPlannedCase) {
+  const Outcome o = dlbench("validate -f crds/examples/vgg16-paddle-baseline.yaml");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("vgg16-paddle-baseline): valid"));
+  EXPECT_THAT(o.out, HasSubstr("16 cases"));
+  EXPECT_THAT(o.out, HasSubstr("baseline (added)"));
+  EXPECT_THAT(o.out, HasSubstr("spec.methodology.repeats = 7"));
+  const auto doc = load_yaml_file(testing::source_path("crds/examples/vgg16-paddle-baseline.yaml")).at(0);
+  for (const auto& c : plan_cases(decode_benchmark_run(doc).value->spec)) EXPECT_THAT(o.out, HasSubstr(c.id));
+  // Baselines come first in the printed order.
+  EXPECT_LT(o.out.find("1x1-bs128-amp"), o.out.find("1x8-bs32-fp32"));
+}
+
+TEST(ValidateCli, InvalidExamplePrintsFieldPathsAndExitsOne) {
+  const Outcome o = dlbench("validate -f crds/examples/invalid-values.yaml");
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_THAT(o.err, HasSubstr("invalid, 9 errors"));
+  EXPECT_THAT(o.err, HasSubstr(R"(spec.matrix.precision[1]: "fp8" is not one of fp32, tf32, amp, bf16)"));
+  EXPECT_THAT(o.err, HasSubstr(R"(spec.model: "resnet51" is not one of resnet50, resnet152, vgg16, alexnet)"));
+  EXPECT_THAT(o.err, HasSubstr("spec.limits.backoffLimit: 11 is out of range; allowed: 0 to 10"));
+
+  const Outcome s = dlbench("validate -f crds/examples/invalid-structure.yaml");
+  EXPECT_EQ(s.exit_code, 1);
+  EXPECT_THAT(s.err, HasSubstr("spec: set either matrix or cases, not both"));
+  EXPECT_THAT(s.err, HasSubstr("spec.worker.nodeSelektor: unknown field"));
+  EXPECT_THAT(s.err, HasSubstr(R"(spec.methodology.repeats: expected an integer from 1 to 1000, got a string ("7"))"));
+}
+
+TEST(ValidateCli, UnreadableInputExitsTwo) {
+  const Outcome missing = dlbench("validate -f crds/examples/does-not-exist.yaml");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("cannot open crds/examples/does-not-exist.yaml"));
+
+  const Outcome syntax = dlbench("validate -f -", "spec: [1, 2\nmodel: x\n");
+  EXPECT_EQ(syntax.exit_code, 2);
+  EXPECT_THAT(syntax.err, HasSubstr("<stdin> is not valid YAML: line"));
+
+  const Outcome empty = dlbench("validate -f -", "# nothing here\n");
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_THAT(empty.err, HasSubstr("holds no document"));
+}
+
+TEST(ValidateCli, SeveralDocumentsAreEachReported) {
+  const std::string two = slurp(testing::source_path("crds/examples/quickstart.yaml")) + "---\n" +
+                          slurp(testing::source_path("crds/examples/invalid-values.yaml"));
+  const Outcome o = dlbench("validate -f -", two);
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_THAT(o.out, HasSubstr("<stdin> document 1 (quickstart): valid"));
+  EXPECT_THAT(o.err, HasSubstr("<stdin> document 2 (invalid-values): invalid"));
+}
+
+TEST(ValidateCli, JsonOutputIsMachineReadable) {
+  const Outcome o = dlbench("validate -f crds/examples/quickstart.yaml -o json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto parsed = nlohmann::json::parse(o.out);
+  ASSERT_EQ(parsed.size(), 1u);
+  EXPECT_EQ(parsed[0]["benchmarkRun"]["spec"]["optimizer"]["learningRate"], 0.1);  // defaults materialised
+  ASSERT_EQ(parsed[0]["cases"].size(), 2u);
+  EXPECT_EQ(parsed[0]["cases"][0]["id"], "1x1-bs8-fp32");
+  EXPECT_EQ(parsed[0]["cases"][0]["baseline"], true);
+  EXPECT_EQ(parsed[0]["cases"][1]["globalBatchSize"], 16);
+}
+
+TEST(ValidateCli, YamlOutputReadsBack) {
+  const Outcome o = dlbench("validate -f crds/examples/dlperf-resnet50-scaling.yaml -o yaml");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto docs = parse_yaml_documents(o.out);
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_TRUE(decode_benchmark_run(docs[0]["benchmarkRun"]).ok());
+  EXPECT_EQ(docs[0]["cases"].size(), 8u);
+}
+
+TEST(ValidateCli, UsageErrorsExitTwo) {
+  const Outcome format = dlbench("validate -f crds/examples/quickstart.yaml -o xml");
+  EXPECT_EQ(format.exit_code, 2);
+  EXPECT_THAT(format.err, HasSubstr(R"(--output: "xml" is not one of table, json, yaml)"));
+  EXPECT_EQ(dlbench("validate").exit_code, 2);
+  EXPECT_EQ(dlbench("frobnicate").exit_code, 2);
+  const Outcome help = dlbench("help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.out, HasSubstr("dlbench validate -f FILE"));
+  EXPECT_THAT(dlbench("validate -q -f crds/examples/quickstart.yaml").out, Not(HasSubstr("valid")));
+}
+
+}  // namespace
+}  // namespace dlbench

@@ -1,0 +1,67 @@
+// The rule table is self-consistent: every default satisfies its own rule, and the C++
+// struct initialisers agree with the table (so a default-constructed spec means the same
+// thing as a defaulted document).
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "dlbench/core/api_rules.hpp"
+#include "dlbench/core/benchmark_run.hpp"
+
+namespace dlbench {
+namespace {
+
+TEST(ApiRules, PathsAreUnique) {
+  std::set<std::string> seen;
+  for (const auto& rule : api_field_rules()) EXPECT_TRUE(seen.insert(rule.path).second) << rule.path;
+}
+
+TEST(ApiRules, DefaultsSatisfyTheirOwnRule) {
+  for (const auto& rule : api_field_rules()) {
+    if (!rule.default_value) continue;
+    const auto& def = *rule.default_value;
+    if (!rule.allowed.empty()) {
+      ASSERT_TRUE(def.is_string()) << rule.path;
+      EXPECT_NE(std::find(rule.allowed.begin(), rule.allowed.end(), def.get<std::string>()), rule.allowed.end())
+          << rule.path;
+    }
+    if (def.is_number()) {
+      const double v = def.get<double>();
+      if (rule.minimum) {
+        EXPECT_TRUE(rule.exclusive_minimum ? v > *rule.minimum : v >= *rule.minimum) << rule.path;
+      }
+      if (rule.maximum) {
+        EXPECT_TRUE(rule.exclusive_maximum ? v < *rule.maximum : v <= *rule.maximum) << rule.path;
+      }
+    }
+  }
+}
+
+TEST(ApiRules, StructInitialisersAgreeWithTable) {
+  const BenchmarkRunSpec spec;
+  const auto default_of = [](const std::string& path) {
+    for (const auto& rule : api_field_rules()) {
+      if (rule.path == path && rule.default_value) return *rule.default_value;
+    }
+    ADD_FAILURE() << "no default for " << path;
+    return nlohmann::json();
+  };
+  EXPECT_EQ(default_of("spec.engine"), to_string(spec.engine));
+  EXPECT_EQ(default_of("spec.data.source"), to_string(spec.data.source));
+  EXPECT_EQ(default_of("spec.data.imageSize"), spec.data.image_size);
+  EXPECT_EQ(default_of("spec.methodology.warmupSteps"), spec.methodology.warmup_steps);
+  EXPECT_EQ(default_of("spec.methodology.measureSteps"), spec.methodology.measure_steps);
+  EXPECT_EQ(default_of("spec.methodology.repeats"), spec.methodology.repeats);
+  EXPECT_EQ(default_of("spec.methodology.statistic"), to_string(spec.methodology.statistic));
+  EXPECT_EQ(default_of("spec.optimizer.name"), to_string(spec.optimizer.name));
+  EXPECT_EQ(default_of("spec.optimizer.learningRate"), spec.optimizer.learning_rate);
+  EXPECT_EQ(default_of("spec.optimizer.momentum"), spec.optimizer.momentum);
+  EXPECT_EQ(default_of("spec.optimizer.weightDecay"), spec.optimizer.weight_decay);
+  EXPECT_EQ(default_of("spec.worker.gpuResource"), spec.worker.gpu_resource);
+  EXPECT_EQ(default_of("spec.limits.caseTimeoutSeconds"), spec.limits.case_timeout_seconds);
+  EXPECT_EQ(default_of("spec.limits.backoffLimit"), spec.limits.backoff_limit);
+  EXPECT_EQ(default_of("spec.worker.rdma.perNode"), RdmaSpec{}.per_node);
+}
+
+}  // namespace
+}  // namespace dlbench

@@ -1,0 +1,205 @@
+// JSON round trips and defaults.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "../support/test_support.hpp"
+#include "dlbench/core/api_rules.hpp"
+#include "dlbench/core/codec.hpp"
+#include "dlbench/core/yaml.hpp"
+
+namespace dlbench {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using nlohmann::json;
+using testing::minimal_run;
+
+BenchmarkRun decode_ok(const json& doc) {
+  auto decoded = decode_benchmark_run(doc);
+  EXPECT_TRUE(decoded.ok()) << (decoded.errors.empty() ? "" : decoded.errors.front().to_string());
+  return decoded.value.value_or(BenchmarkRun{});
+}
+
+json full_run_json() {
+  return json::parse(R"({
+    "apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun",
+    "metadata": {"name": "full", "namespace": "bench", "uid": "u-1", "resourceVersion": "42", "generation": 3,
+                 "labels": {"team": "perf"}, "annotations": {"note": "x"},
+                 "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "o-1"}]},
+    "spec": {
+      "model": "vgg16", "engine": "native",
+      "data": {"source": "synthetic", "imageSize": 112},
+      "matrix": {"nodes": [1, 2], "gpusPerNode": [8], "batchSizePerDevice": [64, 128], "precision": ["amp", "bf16"]},
+      "methodology": {"warmupSteps": 5, "measureSteps": 50, "repeats": 3, "statistic": "mean"},
+      "optimizer": {"name": "sgd", "learningRate": 0.05, "momentum": 0.8, "weightDecay": 0.0005},
+      "worker": {"image": "registry.local/dlbench-worker:1", "gpuResource": "nvidia.com/gpu",
+                 "rdma": {"resource": "rdma/hca_shared_devices_a", "perNode": 2},
+                 "nodeSelector": {"nvidia.com/gpu.product": "H100"},
+                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                 {"key": "spot", "operator": "Equal", "value": "yes", "effect": "NoExecute", "tolerationSeconds": 60}],
+                 "env": [{"name": "NCCL_DEBUG", "value": "INFO"},
+                         {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                 "schedulerName": "volcano", "priorityClassName": "bench"},
+      "limits": {"caseTimeoutSeconds": 600, "backoffLimit": 2}
+    },
+    "status": {
+      "observedGeneration": 3, "phase": "Running",
+      "conditions": [{"type": "Progressing", "status": "True", "reason": "CaseRunning", "message": "running 1x8-bs64-amp",
+                      "lastTransitionTime": "2026-11-21T05:00:00Z", "observedGeneration": 3}],
+      "progress": {"completedCases": 2, "totalCases": 12, "currentCase": "1x8-bs64-amp", "summary": "2/12"},
+      "results": [
+        {"case": {"id": "1x1-bs64-amp", "nodes": 1, "gpusPerNode": 1, "batchSizePerDevice": 64, "precision": "amp"},
+         "state": "Succeeded", "attempts": 1,
+         "throughput": {"unit": "samples/s", "median": 100.0, "mean": 100.0, "min": 99.0, "max": 101.0, "stddev": 1.0, "cv": 0.01,
+                        "repeats": [99.0, 100.0, 101.0]},
+         "stepTimeSeconds": {"median": 0.64, "mean": 0.64, "min": 0.63, "max": 0.65, "stddev": 0.01, "cv": 0.015},
+         "speedup": 1.0, "scalingEfficiency": 1.0, "startTime": "2026-11-21T05:00:00Z", "completionTime": "2026-11-21T05:01:00Z"},
+        {"case": {"id": "1x1-bs64-bf16", "nodes": 1, "gpusPerNode": 1, "batchSizePerDevice": 64, "precision": "bf16"},
+         "state": "Failed", "attempts": 2, "reason": "OutOfMemory", "message": "asked 80 GiB, 10 GiB free"}
+      ],
+      "best": {"case": "1x1-bs64-amp", "throughput": 100.0}
+    }
+  })");
+}
+
+TEST(Codec, FullDocumentRoundTripsExactly) {
+  const json original = full_run_json();
+  const BenchmarkRun run = decode_ok(original);
+  EXPECT_EQ(to_json(run), original);
+  EXPECT_EQ(decode_ok(to_json(run)), run);
+}
+
+TEST(Codec, DecodesEveryField) {
+  const BenchmarkRun run = decode_ok(full_run_json());
+  EXPECT_EQ(run.metadata.namespace_, "bench");
+  EXPECT_EQ(run.metadata.generation, 3);
+  EXPECT_EQ(run.metadata.labels.at("team"), "perf");
+  EXPECT_TRUE(run.metadata.extra.contains("ownerReferences"));
+  EXPECT_EQ(run.spec.model, Model::vgg16);
+  EXPECT_EQ(run.spec.data.image_size, 112);
+  ASSERT_TRUE(run.spec.matrix.has_value());
+  EXPECT_EQ(run.spec.matrix->precision, (std::vector<Precision>{Precision::amp, Precision::bf16}));
+  EXPECT_EQ(run.spec.methodology.statistic, Statistic::mean);
+  EXPECT_DOUBLE_EQ(run.spec.optimizer.weight_decay, 0.0005);
+  ASSERT_TRUE(run.spec.worker.rdma.has_value());
+  EXPECT_EQ(run.spec.worker.rdma->per_node, 2);
+  ASSERT_EQ(run.spec.worker.tolerations.size(), 2u);
+  EXPECT_EQ(run.spec.worker.tolerations[1].toleration_seconds, 60);
+  EXPECT_EQ(run.spec.worker.env[1].value_from->at("fieldRef").at("fieldPath"), "metadata.name");
+  EXPECT_EQ(run.spec.worker.scheduler_name, "volcano");
+  EXPECT_EQ(run.spec.limits.backoff_limit, 2);
+  ASSERT_TRUE(run.status.has_value());
+  EXPECT_EQ(run.status->phase, Phase::Running);
+  ASSERT_EQ(run.status->results.size(), 2u);
+  EXPECT_EQ(run.status->results[1].state, CaseState::Failed);
+  EXPECT_EQ(run.status->results[1].reason, "OutOfMemory");
+  EXPECT_EQ(run.status->results[0].throughput->repeats, (std::vector<double>{99.0, 100.0, 101.0}));
+}
+
+TEST(Codec, ExamplesRoundTripThroughYamlAndJson) {
+  for (const char* name : {"quickstart", "dlperf-resnet50-scaling", "vgg16-paddle-baseline"}) {
+    const auto docs = load_yaml_file(testing::source_path(std::string("crds/examples/") + name + ".yaml"));
+    ASSERT_EQ(docs.size(), 1u) << name;
+    const BenchmarkRun run = decode_ok(docs[0]);
+    const json canonical = to_json(run);
+    EXPECT_EQ(decode_ok(canonical), run) << name;
+    EXPECT_EQ(to_json(decode_ok(canonical)), canonical) << name;
+    // YAML written by us reads back to the same document.
+    EXPECT_EQ(parse_yaml_documents(to_yaml(canonical)).at(0), canonical) << name;
+  }
+}
+
+TEST(Codec, StatusDecodeReportsPaths) {
+  const auto decoded = decode_status(json{{"phase", "Done"}, {"results", {{{"state", "Succeeded"}}}}});
+  std::vector<std::string> errors;
+  for (const auto& e : decoded.errors) errors.push_back(e.to_string());
+  EXPECT_THAT(errors, ElementsAre(R"(status.phase: "Done" is not one of Pending, Running, Succeeded, Failed)",
+                                  ::testing::HasSubstr("status.results[0].case: required"),
+                                  "status.results[0].throughput: required when state is Succeeded"));
+}
+
+TEST(Codec, CaseResultRules) {
+  const json failed_without_reason = {
+      {"case", {{"nodes", 1}, {"gpusPerNode", 1}, {"batchSizePerDevice", 8}, {"precision", "fp32"}}},
+      {"state", "Failed"}};
+  EXPECT_THAT(decode_case_result(failed_without_reason).errors,
+              ElementsAre(FieldError{"reason", "required when state is Failed"}));
+  json wrong_id = failed_without_reason;
+  wrong_id["reason"] = "Timeout";
+  wrong_id["case"]["id"] = "2x1-bs8-fp32";
+  EXPECT_THAT(decode_case_result(wrong_id).errors,
+              ElementsAre(FieldError{"case.id", R"("2x1-bs8-fp32" does not match the case fields (expected "1x1-bs8-fp32"))"}));
+  json negative = full_run_json()["status"]["results"][0];
+  negative["throughput"]["repeats"][1] = -5.0;
+  EXPECT_THAT(decode_case_result(negative).errors,
+              ElementsAre(FieldError{"throughput.repeats[1]", "-5.0 is not a finite, non-negative number"}));
+}
+
+TEST(Defaults, AppliedAndReportedInOrder) {
+  json doc = minimal_run();
+  const auto applied = apply_defaults(doc);
+  std::vector<std::string> paths;
+  for (const auto& a : applied) paths.push_back(a.path);
+  EXPECT_THAT(paths, ElementsAre("spec.engine", "spec.data", "spec.data.source", "spec.data.imageSize",
+                                 "spec.matrix.nodes", "spec.matrix.gpusPerNode", "spec.methodology",
+                                 "spec.methodology.warmupSteps", "spec.methodology.measureSteps",
+                                 "spec.methodology.repeats", "spec.methodology.statistic", "spec.optimizer",
+                                 "spec.optimizer.name", "spec.optimizer.learningRate", "spec.optimizer.momentum",
+                                 "spec.optimizer.weightDecay", "spec.worker", "spec.worker.gpuResource", "spec.limits",
+                                 "spec.limits.caseTimeoutSeconds", "spec.limits.backoffLimit"));
+  EXPECT_EQ(doc["spec"]["methodology"], (json{{"warmupSteps", 20}, {"measureSteps", 100}, {"repeats", 7}, {"statistic", "median"}}));
+  EXPECT_EQ(doc["spec"]["matrix"]["nodes"], json::array({1}));
+  EXPECT_EQ(doc["spec"]["worker"]["gpuResource"], "nvidia.com/gpu");
+}
+
+TEST(Defaults, ExplicitValuesWinAndNullCountsAsAbsent) {
+  json doc = minimal_run();
+  doc["spec"]["methodology"] = {{"repeats", 3}, {"warmupSteps", nullptr}};
+  doc["spec"]["limits"] = nullptr;
+  apply_defaults(doc);
+  EXPECT_EQ(doc["spec"]["methodology"]["repeats"], 3);
+  EXPECT_EQ(doc["spec"]["methodology"]["warmupSteps"], 20);
+  EXPECT_EQ(doc["spec"]["limits"]["backoffLimit"], 1);
+}
+
+TEST(Defaults, NestedOptionalObjectsAndListItems) {
+  json doc = minimal_run();
+  doc["spec"].erase("matrix");
+  doc["spec"]["cases"] = {{{"batchSizePerDevice", 64}, {"precision", "amp"}},
+                          {{"nodes", 2}, {"gpusPerNode", 8}, {"batchSizePerDevice", 64}, {"precision", "amp"}}};
+  doc["spec"]["worker"] = {{"rdma", {{"resource", "rdma/hca"}}}, {"tolerations", {{{"key", "k"}}}}};
+  const auto applied = apply_defaults(doc);
+  std::vector<std::string> paths;
+  for (const auto& a : applied) paths.push_back(a.path);
+  EXPECT_THAT(paths, ::testing::IsSupersetOf({"spec.cases[0].nodes", "spec.cases[0].gpusPerNode",
+                                              "spec.worker.rdma.perNode", "spec.worker.tolerations[0].operator"}));
+  EXPECT_THAT(paths, ::testing::Not(::testing::Contains("spec.cases[1].nodes")));
+  EXPECT_EQ(doc["spec"]["cases"][1]["nodes"], 2);
+  EXPECT_EQ(doc["spec"]["worker"]["rdma"]["perNode"], 1);
+  // No rdma given: no rdma invented.
+  json plain = minimal_run();
+  apply_defaults(plain);
+  EXPECT_FALSE(plain["spec"]["worker"].contains("rdma"));
+}
+
+TEST(Defaults, DecodedDefaultsMatchTheDocumentedValues) {
+  const BenchmarkRun run = decode_ok(minimal_run());
+  EXPECT_EQ(run.spec.engine, Engine::native);
+  EXPECT_EQ(run.spec.data.image_size, 224);
+  EXPECT_EQ(run.spec.methodology.warmup_steps, 20);
+  EXPECT_EQ(run.spec.methodology.measure_steps, 100);
+  EXPECT_EQ(run.spec.methodology.repeats, 7);
+  EXPECT_EQ(run.spec.methodology.statistic, Statistic::median);
+  EXPECT_DOUBLE_EQ(run.spec.optimizer.learning_rate, 0.1);
+  EXPECT_DOUBLE_EQ(run.spec.optimizer.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(run.spec.optimizer.weight_decay, 0.0001);
+  EXPECT_EQ(run.spec.worker.gpu_resource, "nvidia.com/gpu");
+  EXPECT_EQ(run.spec.limits.case_timeout_seconds, 3600);
+  EXPECT_EQ(run.spec.limits.backoff_limit, 1);
+  EXPECT_EQ(run.spec.matrix->nodes, std::vector<int>{1});
+  EXPECT_EQ(decode_benchmark_run(minimal_run()).defaults.size(), 21u);
+}
+
+}  // namespace
+}  // namespace dlbench

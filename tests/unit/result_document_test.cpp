@@ -1,0 +1,116 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "dlbench/core/result_document.hpp"
+#include "dlbench/core/statistics.hpp"
+
+namespace dlbench {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using nlohmann::json;
+
+ResultDocument sample_document() {
+  ResultDocument doc;
+  doc.run = "quickstart";
+  doc.model = Model::resnet50;
+  doc.case_ = {1, 8, 128, Precision::amp};
+  doc.image_size = 224;
+  doc.devices = 8;
+  doc.global_batch_size = 1024;
+  doc.methodology = {20, 100, 3, Statistic::median};
+  doc.flops_per_sample = {8.18e9, 24.54e9};
+  const std::vector<double> repeats{7600.0, 7650.0, 7580.0};
+  doc.throughput = Throughput{"samples/s", summarize(repeats), repeats};
+  doc.step_time_seconds = summarize(std::vector<double>{0.134, 0.135, 0.133});
+  doc.environment.host = "node-a";
+  doc.environment.hosts = {"node-a"};
+  doc.environment.gpu_model = "NVIDIA H100 80GB HBM3";
+  doc.environment.gpu_count = 8;
+  doc.environment.cuda_version = "13.0";
+  doc.environment.backend = "cuda";
+  doc.environment.communicator = "nccl";
+  doc.start_time = "2026-11-21T05:00:00Z";
+  doc.end_time = "2026-11-21T05:02:00Z";
+  return doc;
+}
+
+std::vector<std::string> errors_of(const json& j) {
+  std::vector<std::string> out;
+  for (const auto& e : decode_result_document(j).errors) out.push_back(e.to_string());
+  return out;
+}
+
+TEST(ResultDocument, RoundTrip) {
+  const ResultDocument doc = sample_document();
+  const json j = to_json(doc);
+  EXPECT_EQ(j["schema"], "dlbench.result/v1");
+  EXPECT_EQ(j["case"]["id"], "1x8-bs128-amp");
+  const auto decoded = decode_result_document(j);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(*decoded.value, doc);
+  EXPECT_EQ(to_json(*decoded.value), j);
+}
+
+TEST(ResultDocument, RejectsUnknownSchema) {
+  json j = to_json(sample_document());
+  j["schema"] = "dlbench.result/v2";
+  EXPECT_THAT(errors_of(j), ElementsAre(R"(schema: "dlbench.result/v2" is not supported; this dlbench reads dlbench.result/v1)"));
+}
+
+TEST(ResultDocument, DevicesAndGlobalBatchMustMatchTheCase) {
+  json j = to_json(sample_document());
+  j["devices"] = 4;
+  j["globalBatchSize"] = 512;
+  EXPECT_THAT(errors_of(j), ElementsAre("devices: 4 does not match the case (8 = nodes × gpusPerNode)",
+                                        "globalBatchSize: 512 does not match the case (1024 = batchSizePerDevice × devices)"));
+}
+
+TEST(ResultDocument, SucceededNeedsOneThroughputPerRepeat) {
+  json j = to_json(sample_document());
+  j["throughput"]["repeats"].erase(2);
+  EXPECT_THAT(errors_of(j), ElementsAre("throughput.repeats: has 2 entries; methodology.repeats is 3"));
+  json missing = to_json(sample_document());
+  missing.erase("throughput");
+  EXPECT_THAT(errors_of(missing), ElementsAre("throughput: required when state is Succeeded"));
+}
+
+TEST(ResultDocument, SummaryMustAgreeWithRepeats) {
+  json j = to_json(sample_document());
+  j["throughput"]["median"] = 9999.0;
+  EXPECT_THAT(errors_of(j), ElementsAre("throughput.median: does not match the repeats (expected 7600)"));
+}
+
+TEST(ResultDocument, FailedDocumentNeedsReasonNotThroughput) {
+  ResultDocument doc = sample_document();
+  doc.state = CaseState::Failed;
+  doc.throughput.reset();
+  doc.step_time_seconds.reset();
+  EXPECT_THAT(errors_of(to_json(doc)), ElementsAre("reason: required when state is Failed"));
+  doc.reason = "OutOfMemory";
+  doc.message = "cudaMalloc of 81604378624 bytes failed with 10737418240 bytes free";
+  EXPECT_THAT(errors_of(to_json(doc)), IsEmpty());
+}
+
+TEST(ResultDocument, EnvironmentNeedsBackend) {
+  json j = to_json(sample_document());
+  j["environment"].erase("backend");
+  j["environment"]["gpuName"] = "x";
+  EXPECT_THAT(errors_of(j), ElementsAre(::testing::HasSubstr("environment.gpuName: unknown field"),
+                                        ::testing::HasSubstr("environment.backend: required")));
+}
+
+TEST(ResultDocument, ToCaseResult) {
+  const CaseResult r = to_case_result(sample_document(), 2);
+  EXPECT_EQ(r.case_, (CaseSpec{1, 8, 128, Precision::amp}));
+  EXPECT_EQ(r.state, CaseState::Succeeded);
+  EXPECT_EQ(r.attempts, 2);
+  ASSERT_TRUE(r.throughput.has_value());
+  EXPECT_DOUBLE_EQ(r.throughput->summary.median, 7600.0);
+  EXPECT_EQ(r.start_time, "2026-11-21T05:00:00Z");
+  EXPECT_EQ(r.completion_time, "2026-11-21T05:02:00Z");
+}
+
+}  // namespace
+}  // namespace dlbench

@@ -1,0 +1,122 @@
+// Statistics against values computed by hand.
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dlbench/core/statistics.hpp"
+
+namespace dlbench {
+namespace {
+
+TEST(Statistics, OddCount) {
+  const std::vector<double> x{3.0, 1.0, 2.0};
+  const SampleSummary s = summarize(x);
+  EXPECT_DOUBLE_EQ(s.median, 2.0);
+  EXPECT_DOUBLE_EQ(s.mean, 2.0);
+  EXPECT_DOUBLE_EQ(s.min, 1.0);
+  EXPECT_DOUBLE_EQ(s.max, 3.0);
+  EXPECT_DOUBLE_EQ(s.stddev, 1.0);  // sqrt(((1)^2 + 0 + (1)^2) / 2)
+  EXPECT_DOUBLE_EQ(s.cv, 0.5);
+}
+
+TEST(Statistics, EvenCountMedianIsMeanOfMiddlePair) {
+  const std::vector<double> x{10.0, 40.0, 20.0, 30.0};
+  const SampleSummary s = summarize(x);
+  EXPECT_DOUBLE_EQ(s.median, 25.0);
+  EXPECT_DOUBLE_EQ(s.mean, 25.0);
+  // squares: 225 + 25 + 25 + 225 = 500; / 3; sqrt
+  EXPECT_NEAR(s.stddev, std::sqrt(500.0 / 3.0), 1e-12);
+  EXPECT_NEAR(s.cv, std::sqrt(500.0 / 3.0) / 25.0, 1e-12);
+}
+
+TEST(Statistics, SevenRepeatsLikeTheMethodology) {
+  const std::vector<double> x{2480.0, 2510.0, 2490.0, 2530.0, 2470.0, 2500.0, 2520.0};
+  const SampleSummary s = summarize(x);
+  EXPECT_DOUBLE_EQ(s.median, 2500.0);
+  EXPECT_DOUBLE_EQ(s.mean, 2500.0);
+  // squares: 400 + 100 + 100 + 900 + 900 + 0 + 400 = 2800; / 6
+  EXPECT_NEAR(s.stddev, std::sqrt(2800.0 / 6.0), 1e-9);
+}
+
+TEST(Statistics, SingleSample) {
+  const std::vector<double> x{5.0};
+  const SampleSummary s = summarize(x);
+  EXPECT_DOUBLE_EQ(s.median, 5.0);
+  EXPECT_DOUBLE_EQ(s.stddev, 0.0);
+  EXPECT_DOUBLE_EQ(s.cv, 0.0);
+}
+
+TEST(Statistics, RejectsEmptyAndNonFinite) {
+  EXPECT_THROW(summarize(std::vector<double>{}), std::invalid_argument);
+  EXPECT_THROW(summarize(std::vector<double>{1.0, std::numeric_limits<double>::quiet_NaN()}), std::invalid_argument);
+  EXPECT_THROW(median(std::vector<double>{std::numeric_limits<double>::infinity()}), std::invalid_argument);
+}
+
+TEST(Statistics, ReportedValueFollowsTheStatistic) {
+  const SampleSummary s = summarize(std::vector<double>{1.0, 2.0, 9.0});
+  EXPECT_DOUBLE_EQ(reported_value(s, Statistic::median), 2.0);
+  EXPECT_DOUBLE_EQ(reported_value(s, Statistic::mean), 4.0);
+}
+
+TEST(Statistics, RepeatThroughput) {
+  // 8 GPUs × 128 per GPU = 1024 samples a step, 100 steps in 40 s.
+  EXPECT_DOUBLE_EQ(repeat_throughput(1024, 100, 40.0), 2560.0);
+  EXPECT_THROW(repeat_throughput(1024, 100, 0.0), std::invalid_argument);
+  EXPECT_THROW(repeat_throughput(0, 100, 1.0), std::invalid_argument);
+}
+
+TEST(Statistics, Scaling) {
+  const Scaling s = scaling(400.0, 2800.0, 8);
+  EXPECT_DOUBLE_EQ(s.speedup, 7.0);
+  EXPECT_DOUBLE_EQ(s.efficiency, 0.875);
+  EXPECT_THROW(scaling(0.0, 1.0, 1), std::invalid_argument);
+}
+
+CaseResult succeeded(CaseSpec c, std::vector<double> repeats) {
+  CaseResult r;
+  r.case_ = c;
+  r.state = CaseState::Succeeded;
+  r.throughput = Throughput{"samples/s", summarize(repeats), repeats};
+  return r;
+}
+
+TEST(Statistics, ApplyScalingMatchesBatchAndPrecision) {
+  std::vector<CaseResult> results{
+      succeeded({1, 1, 128, Precision::amp}, {1000.0, 1000.0, 1000.0}),
+      succeeded({1, 1, 128, Precision::fp32}, {400.0}),
+      succeeded({1, 8, 128, Precision::amp}, {7600.0, 7600.0, 7700.0}),
+      succeeded({2, 8, 128, Precision::fp32}, {5600.0}),
+      succeeded({1, 8, 64, Precision::amp}, {7000.0}),  // no 1×1 at batch 64
+  };
+  apply_scaling(results, Statistic::median);
+  EXPECT_DOUBLE_EQ(*results[0].speedup, 1.0);
+  EXPECT_DOUBLE_EQ(*results[0].scaling_efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(*results[2].speedup, 7.6);
+  EXPECT_DOUBLE_EQ(*results[2].scaling_efficiency, 0.95);
+  EXPECT_DOUBLE_EQ(*results[3].speedup, 14.0);
+  EXPECT_DOUBLE_EQ(*results[3].scaling_efficiency, 14.0 / 16.0);
+  EXPECT_FALSE(results[4].speedup.has_value());
+
+  apply_scaling(results, Statistic::mean);  // mean of 7600, 7600, 7700 = 7633.33…
+  EXPECT_NEAR(*results[2].speedup, 7633.333333333333 / 1000.0, 1e-9);
+}
+
+TEST(Statistics, FailedBaselineMeansNoSpeedup) {
+  std::vector<CaseResult> results{succeeded({1, 8, 128, Precision::amp}, {7600.0})};
+  CaseResult failed;
+  failed.case_ = {1, 1, 128, Precision::amp};
+  failed.state = CaseState::Failed;
+  failed.reason = "OutOfMemory";
+  results.push_back(failed);
+  results[0].speedup = 99.0;  // stale values are cleared
+  apply_scaling(results, Statistic::median);
+  EXPECT_FALSE(results[0].speedup.has_value());
+  EXPECT_FALSE(results[0].scaling_efficiency.has_value());
+  EXPECT_FALSE(results[1].speedup.has_value());
+}
+
+}  // namespace
+}  // namespace dlbench

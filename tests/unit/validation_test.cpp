@@ -1,0 +1,262 @@
+// One test per validation rule: the error names the field path and what is allowed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "../support/test_support.hpp"
+#include "dlbench/core/codec.hpp"
+
+namespace dlbench {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using testing::error_strings;
+using testing::minimal_run;
+using nlohmann::json;
+
+// Applies a JSON merge patch to the minimal run and returns its errors.
+std::vector<std::string> errors_with(const json& patch) {
+  json doc = minimal_run();
+  doc.merge_patch(patch);
+  return error_strings(doc);
+}
+
+TEST(Validation, MinimalRunIsValid) { EXPECT_THAT(error_strings(minimal_run()), IsEmpty()); }
+
+TEST(Validation, ErrorNamesIndexedPathAndAllowedValues) {
+  EXPECT_THAT(errors_with({{"spec", {{"matrix", {{"precision", {"fp32", "fp8"}}}}}}}),
+              ElementsAre(R"(spec.matrix.precision[1]: "fp8" is not one of fp32, tf32, amp, bf16)"));
+}
+
+TEST(Validation, ReportsEveryProblemAtOnce) {
+  const auto errors = errors_with({{"spec",
+                                    {{"model", "resnet18"},
+                                     {"methodology", {{"repeats", 0}, {"statistic", "p90"}}},
+                                     {"limits", {{"backoffLimit", -1}}},
+                                     {"worker", {{"gpuResource", "gpu"}}}}}});
+  EXPECT_THAT(errors, SizeIs(5));
+}
+
+TEST(Validation, NotAnObject) {
+  EXPECT_THAT(error_strings(json::array()), ElementsAre(HasSubstr("must be an object")));
+}
+
+TEST(Validation, ApiVersionAndKind) {
+  EXPECT_THAT(errors_with({{"apiVersion", "dlbench.io/v1"}}),
+              ElementsAre(R"(apiVersion: "dlbench.io/v1" is not supported; use dlbench.io/v1alpha1)"));
+  EXPECT_THAT(errors_with({{"kind", "Job"}}), ElementsAre(R"(kind: "Job" is not supported; use BenchmarkRun)"));
+  json doc = minimal_run();
+  doc.erase("apiVersion");
+  EXPECT_THAT(error_strings(doc), ElementsAre(HasSubstr("apiVersion: required")));
+}
+
+TEST(Validation, UnknownTopLevelField) {
+  EXPECT_THAT(errors_with({{"specs", json::object()}}),
+              ElementsAre("specs: unknown field; allowed fields: apiVersion, kind, metadata, spec, status"));
+}
+
+TEST(Validation, MetadataName) {
+  json doc = minimal_run();
+  doc["metadata"].erase("name");
+  EXPECT_THAT(error_strings(doc), ElementsAre(HasSubstr("metadata.name: required")));
+  EXPECT_THAT(errors_with({{"metadata", {{"name", "Big_Name"}}}}),
+              ElementsAre(HasSubstr("metadata.name: \"Big_Name\" is not a DNS-1123 label")));
+  EXPECT_THAT(errors_with({{"metadata", {{"name", std::string(64, 'a')}}}}),
+              ElementsAre(HasSubstr("is not a DNS-1123 label")));
+  EXPECT_THAT(errors_with({{"metadata", {{"name", std::string(63, 'a')}}}}), IsEmpty());
+}
+
+TEST(Validation, SpecRequired) {
+  json doc = minimal_run();
+  doc.erase("spec");
+  EXPECT_THAT(error_strings(doc), ElementsAre(HasSubstr("spec: required")));
+  EXPECT_THAT(errors_with({{"spec", "resnet50"}}), ElementsAre("spec: expected an object, got a string (\"resnet50\")"));
+}
+
+TEST(Validation, Model) {
+  EXPECT_THAT(errors_with({{"spec", {{"model", "resnet18"}}}}),
+              ElementsAre(R"(spec.model: "resnet18" is not one of resnet50, resnet152, vgg16, alexnet)"));
+  json doc = minimal_run();
+  doc["spec"].erase("model");
+  EXPECT_THAT(error_strings(doc),
+              ElementsAre("spec.model: required; one of resnet50, resnet152, vgg16, alexnet"));
+}
+
+TEST(Validation, EngineAndCommand) {
+  EXPECT_THAT(errors_with({{"spec", {{"engine", "pytorch"}}}}),
+              ElementsAre(R"(spec.engine: "pytorch" is not one of native, command)"));
+  EXPECT_THAT(errors_with({{"spec", {{"engine", "command"}}}}), ElementsAre(HasSubstr("spec.command: required when engine is command")));
+  EXPECT_THAT(errors_with({{"spec", {{"command", {"python3", "train.py"}}}}}),
+              ElementsAre("spec.command: only allowed when engine is command (engine is native)"));
+  EXPECT_THAT(errors_with({{"spec", {{"engine", "command"}, {"command", json::array()}}}}),
+              ElementsAre("spec.command: must have at least 1 entry"));
+  EXPECT_THAT(errors_with({{"spec", {{"engine", "command"}, {"command", {"", "x"}}}}}),
+              ElementsAre("spec.command[0]: the program name must not be empty"));
+  EXPECT_THAT(errors_with({{"spec", {{"engine", "command"}, {"command", {"python3", 7}}}}}),
+              ElementsAre("spec.command[1]: expected a string, got an integer (7)"));
+  EXPECT_THAT(errors_with({{"spec", {{"engine", "command"}, {"command", {"python3", "train.py"}}}}}), IsEmpty());
+}
+
+TEST(Validation, Data) {
+  EXPECT_THAT(errors_with({{"spec", {{"data", {{"source", "imagenet"}}}}}}),
+              ElementsAre(R"(spec.data.source: "imagenet" is not one of synthetic)"));
+  EXPECT_THAT(errors_with({{"spec", {{"data", {{"imageSize", 31}}}}}}),
+              ElementsAre("spec.data.imageSize: 31 is out of range; allowed: 32 to 2048"));
+  EXPECT_THAT(errors_with({{"spec", {{"data", {{"imageSize", 2049}}}}}}),
+              ElementsAre("spec.data.imageSize: 2049 is out of range; allowed: 32 to 2048"));
+  EXPECT_THAT(errors_with({{"spec", {{"data", {{"imageSize", 224.5}}}}}}),
+              ElementsAre("spec.data.imageSize: expected an integer from 32 to 2048, got a number (224.5)"));
+  EXPECT_THAT(errors_with({{"spec", {{"data", {{"size", 224}}}}}}),
+              ElementsAre("spec.data.size: unknown field; allowed fields: source, imageSize"));
+}
+
+TEST(Validation, MatrixOrCasesExactlyOne) {
+  EXPECT_THAT(errors_with({{"spec", {{"cases", {{{"batchSizePerDevice", 64}, {"precision", "amp"}}}}}}}),
+              ElementsAre("spec: set either matrix or cases, not both"));
+  json doc = minimal_run();
+  doc["spec"].erase("matrix");
+  EXPECT_THAT(error_strings(doc), ElementsAre(HasSubstr("spec.matrix: required: set matrix")));
+}
+
+TEST(Validation, MatrixValues) {
+  EXPECT_THAT(errors_with({{"spec", {{"matrix", {{"nodes", {1, 0, 2000}}}}}}}),
+              ElementsAre("spec.matrix.nodes[1]: 0 is out of range; allowed: 1 to 1024",
+                          "spec.matrix.nodes[2]: 2000 is out of range; allowed: 1 to 1024"));
+  EXPECT_THAT(errors_with({{"spec", {{"matrix", {{"gpusPerNode", {8, 65}}}}}}}),
+              ElementsAre("spec.matrix.gpusPerNode[1]: 65 is out of range; allowed: 1 to 64"));
+  EXPECT_THAT(errors_with({{"spec", {{"matrix", {{"batchSizePerDevice", {0}}}}}}}),
+              ElementsAre("spec.matrix.batchSizePerDevice[0]: 0 is out of range; allowed: 1 to 65536"));
+  EXPECT_THAT(errors_with({{"spec", {{"matrix", {{"batchSizePerDevice", {64, 128, 64}}}}}}}),
+              ElementsAre("spec.matrix.batchSizePerDevice[2]: 64 is listed twice (also at spec.matrix.batchSizePerDevice[0])"));
+  EXPECT_THAT(errors_with({{"spec", {{"matrix", {{"precision", {"amp", "amp"}}}}}}}),
+              ElementsAre("spec.matrix.precision[1]: \"amp\" is listed twice"));
+  EXPECT_THAT(errors_with({{"spec", {{"matrix", {{"nodes", json::array()}}}}}}),
+              ElementsAre("spec.matrix.nodes: must have at least 1 entry"));
+  EXPECT_THAT(errors_with({{"spec", {{"matrix", {{"nodes", 4}}}}}}),
+              ElementsAre("spec.matrix.nodes: expected a list, got an integer (4)"));
+  std::vector<int> many(33);
+  for (int i = 0; i < 33; ++i) many[static_cast<std::size_t>(i)] = i + 1;
+  EXPECT_THAT(errors_with({{"spec", {{"matrix", {{"batchSizePerDevice", many}}}}}}),
+              ElementsAre("spec.matrix.batchSizePerDevice: has 33 entries; at most 32 allowed"));
+  EXPECT_THAT(errors_with({{"spec", {{"matrix", {{"typo", {1}}}}}}}),
+              ElementsAre("spec.matrix.typo: unknown field; allowed fields: nodes, gpusPerNode, batchSizePerDevice, precision"));
+  json doc = minimal_run();
+  doc["spec"]["matrix"].erase("precision");
+  EXPECT_THAT(error_strings(doc), ElementsAre("spec.matrix.precision: required; a list of fp32, tf32, amp, bf16"));
+}
+
+TEST(Validation, ExplicitCases) {
+  const auto with_cases = [](json cases) {
+    json doc = minimal_run();
+    doc["spec"].erase("matrix");
+    doc["spec"]["cases"] = std::move(cases);
+    return error_strings(doc);
+  };
+  EXPECT_THAT(with_cases({{{"batchSizePerDevice", 64}}}),
+              ElementsAre("spec.cases[0].precision: required; one of fp32, tf32, amp, bf16"));
+  EXPECT_THAT(with_cases({{{"batchSizePerDevice", 64}, {"precision", "fp16"}}}),
+              ElementsAre(R"(spec.cases[0].precision: "fp16" is not one of fp32, tf32, amp, bf16)"));
+  EXPECT_THAT(with_cases({{{"nodes", 2}, {"gpusPerNode", 8}, {"batchSizePerDevice", 64}, {"precision", "amp"}},
+                          {{"nodes", 2}, {"gpusPerNode", 8}, {"batchSizePerDevice", 64}, {"precision", "amp"}}}),
+              ElementsAre("spec.cases[1]: case 2x8-bs64-amp is listed twice (also at spec.cases[0])"));
+  EXPECT_THAT(with_cases({{{"id", "x"}, {"batchSizePerDevice", 64}, {"precision", "amp"}}}),
+              ElementsAre(HasSubstr("spec.cases[0].id: unknown field")));
+  EXPECT_THAT(with_cases(json::array()), ElementsAre("spec.cases: must have at least 1 entry"));
+  EXPECT_THAT(with_cases({{{"batchSizePerDevice", 64}, {"precision", "amp"}, {"nodes", 0}}}),
+              ElementsAre("spec.cases[0].nodes: 0 is out of range; allowed: 1 to 1024"));
+}
+
+TEST(Validation, Methodology) {
+  EXPECT_THAT(errors_with({{"spec", {{"methodology", {{"warmupSteps", -1}}}}}}),
+              ElementsAre("spec.methodology.warmupSteps: -1 is out of range; allowed: 0 to 100000"));
+  EXPECT_THAT(errors_with({{"spec", {{"methodology", {{"measureSteps", 0}}}}}}),
+              ElementsAre("spec.methodology.measureSteps: 0 is out of range; allowed: 1 to 1000000"));
+  EXPECT_THAT(errors_with({{"spec", {{"methodology", {{"repeats", 1001}}}}}}),
+              ElementsAre("spec.methodology.repeats: 1001 is out of range; allowed: 1 to 1000"));
+  EXPECT_THAT(errors_with({{"spec", {{"methodology", {{"repeats", "7"}}}}}}),
+              ElementsAre(R"(spec.methodology.repeats: expected an integer from 1 to 1000, got a string ("7"))"));
+  EXPECT_THAT(errors_with({{"spec", {{"methodology", {{"statistic", "p50"}}}}}}),
+              ElementsAre(R"(spec.methodology.statistic: "p50" is not one of median, mean)"));
+  EXPECT_THAT(errors_with({{"spec", {{"methodology", {{"warmupSteps", 0}}}}}}), IsEmpty());
+}
+
+TEST(Validation, Optimizer) {
+  EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"name", "adam"}}}}}}),
+              ElementsAre(R"(spec.optimizer.name: "adam" is not one of sgd)"));
+  EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"learningRate", 0}}}}}}),
+              ElementsAre("spec.optimizer.learningRate: 0 is out of range; allowed: greater than 0 and at most 100"));
+  EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"momentum", 1.0}}}}}}),
+              ElementsAre("spec.optimizer.momentum: 1.0 is out of range; allowed: at least 0 and less than 1"));
+  EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"weightDecay", -0.001}}}}}}),
+              ElementsAre("spec.optimizer.weightDecay: -0.001 is out of range; allowed: at least 0 and at most 1"));
+  EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"learningRate", "0.1"}}}}}}),
+              ElementsAre(HasSubstr("spec.optimizer.learningRate: expected a number greater than 0")));
+  EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"momentum", 0}}}}}}), IsEmpty());
+}
+
+TEST(Validation, WorkerResources) {
+  EXPECT_THAT(errors_with({{"spec", {{"worker", {{"gpuResource", "gpu"}}}}}}),
+              ElementsAre(HasSubstr("spec.worker.gpuResource: \"gpu\" is not an extended resource name")));
+  EXPECT_THAT(errors_with({{"spec", {{"worker", {{"gpuResource", "amd.com/gpu"}}}}}}), IsEmpty());
+  EXPECT_THAT(errors_with({{"spec", {{"worker", {{"rdma", {{"perNode", 1}}}}}}}}),
+              ElementsAre(HasSubstr("spec.worker.rdma.resource: required")));
+  EXPECT_THAT(errors_with({{"spec", {{"worker", {{"rdma", {{"resource", "rdma/hca"}, {"perNode", 0}}}}}}}}),
+              ElementsAre("spec.worker.rdma.perNode: 0 is out of range; allowed: 1 to 64"));
+  EXPECT_THAT(errors_with({{"spec", {{"worker", {{"rdma", {{"resource", "hca"}}}}}}}}),
+              ElementsAre(HasSubstr("spec.worker.rdma.resource: \"hca\" is not an extended resource name")));
+  EXPECT_THAT(errors_with({{"spec", {{"worker", {{"nodeSelector", {{"gpu", 1}}}}}}}}),
+              ElementsAre("spec.worker.nodeSelector.gpu: expected a string, got an integer (1)"));
+  EXPECT_THAT(errors_with({{"spec", {{"worker", {{"replicas", 2}}}}}}),
+              ElementsAre(HasSubstr("spec.worker.replicas: unknown field; allowed fields: image, gpuResource")));
+}
+
+TEST(Validation, WorkerTolerations) {
+  const auto with = [](json toleration) { return errors_with({{"spec", {{"worker", {{"tolerations", {toleration}}}}}}}); };
+  EXPECT_THAT(with({{"key", "k"}, {"operator", "In"}}),
+              ElementsAre(R"(spec.worker.tolerations[0].operator: "In" is not one of Exists, Equal)"));
+  EXPECT_THAT(with({{"key", "k"}, {"effect", "NoRun"}}),
+              ElementsAre(R"(spec.worker.tolerations[0].effect: "NoRun" is not one of "", NoSchedule, PreferNoSchedule, NoExecute)"));
+  EXPECT_THAT(with({{"key", "k"}, {"operator", "Exists"}, {"value", "v"}}),
+              ElementsAre("spec.worker.tolerations[0].value: must be empty when operator is Exists"));
+  EXPECT_THAT(with({{"key", "k"}, {"effect", "NoSchedule"}, {"tolerationSeconds", 30}}),
+              ElementsAre("spec.worker.tolerations[0].tolerationSeconds: only allowed with effect: NoExecute"));
+  EXPECT_THAT(with({{"operator", "Equal"}, {"value", "v"}}),
+              ElementsAre(HasSubstr("spec.worker.tolerations[0].key: required when operator is Equal")));
+  EXPECT_THAT(with({{"operator", "Exists"}}), IsEmpty());
+  EXPECT_THAT(with({{"key", "k"}, {"effect", "NoExecute"}, {"tolerationSeconds", 30}}), IsEmpty());
+}
+
+TEST(Validation, WorkerEnv) {
+  const auto with = [](json env) { return errors_with({{"spec", {{"worker", {{"env", {env}}}}}}}); };
+  EXPECT_THAT(with({{"value", "x"}}), ElementsAre(HasSubstr("spec.worker.env[0].name: required")));
+  EXPECT_THAT(with({{"name", "A=B"}}), ElementsAre(HasSubstr("spec.worker.env[0].name: \"A=B\" is not a valid")));
+  EXPECT_THAT(with({{"name", "A"}, {"value", "1"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "x"}}}}}}),
+              ElementsAre("spec.worker.env[0]: set either value or valueFrom, not both"));
+  EXPECT_THAT(with({{"name", "POD"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}}), IsEmpty());
+}
+
+TEST(Validation, Limits) {
+  EXPECT_THAT(errors_with({{"spec", {{"limits", {{"caseTimeoutSeconds", 0}}}}}}),
+              ElementsAre("spec.limits.caseTimeoutSeconds: 0 is out of range; allowed: 1 to 604800"));
+  EXPECT_THAT(errors_with({{"spec", {{"limits", {{"backoffLimit", 11}}}}}}),
+              ElementsAre("spec.limits.backoffLimit: 11 is out of range; allowed: 0 to 10"));
+}
+
+TEST(Validation, PlannedCasesBounded) {
+  std::vector<int> values(32);
+  for (int i = 0; i < 32; ++i) values[static_cast<std::size_t>(i)] = i + 1;
+  EXPECT_THAT(errors_with({{"spec", {{"matrix", {{"nodes", values}, {"gpusPerNode", values}}}}}}),
+              ElementsAre("spec.matrix: 1024 cases planned (baselines included); at most 1000 allowed"));
+}
+
+TEST(Validation, HugeIntegerIsOutOfRangeNotACrash) {
+  json doc = minimal_run();
+  doc["spec"]["methodology"] = {{"repeats", std::numeric_limits<std::uint64_t>::max()}};
+  EXPECT_THAT(error_strings(doc),
+              ElementsAre("spec.methodology.repeats: 18446744073709551615 is out of range; allowed: 1 to 1000"));
+}
+
+}  // namespace
+}  // namespace dlbench
