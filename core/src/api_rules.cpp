@@ -24,6 +24,17 @@ FieldRule integer_rule(std::string path, IntBounds b, std::optional<nlohmann::js
   return rule;
 }
 
+FieldRule real_rule(std::string path, RealBounds b, double def) {
+  FieldRule rule;
+  rule.path = std::move(path);
+  rule.minimum = b.min;
+  rule.maximum = b.max;
+  rule.exclusive_minimum = b.exclusive_min;
+  rule.exclusive_maximum = b.exclusive_max;
+  rule.default_value = def;
+  return rule;
+}
+
 template <typename E>
 FieldRule enum_rule(std::string path, std::optional<nlohmann::json> def = {}) {
   FieldRule rule;
@@ -88,26 +99,9 @@ std::vector<FieldRule> build_rules() {
 
   r.push_back(object_default("spec.optimizer"));
   r.push_back(enum_rule<OptimizerName>("spec.optimizer.name", json(to_string(OptimizerName::sgd))));
-  FieldRule lr;
-  lr.path = "spec.optimizer.learningRate";
-  lr.minimum = 0.0;
-  lr.exclusive_minimum = true;
-  lr.maximum = 100.0;
-  lr.default_value = defaults::kLearningRate;
-  r.push_back(lr);
-  FieldRule momentum;
-  momentum.path = "spec.optimizer.momentum";
-  momentum.minimum = 0.0;
-  momentum.maximum = 1.0;
-  momentum.exclusive_maximum = true;
-  momentum.default_value = defaults::kMomentum;
-  r.push_back(momentum);
-  FieldRule decay;
-  decay.path = "spec.optimizer.weightDecay";
-  decay.minimum = 0.0;
-  decay.maximum = 1.0;
-  decay.default_value = defaults::kWeightDecay;
-  r.push_back(decay);
+  r.push_back(real_rule("spec.optimizer.learningRate", bounds::kLearningRate, defaults::kLearningRate));
+  r.push_back(real_rule("spec.optimizer.momentum", bounds::kMomentum, defaults::kMomentum));
+  r.push_back(real_rule("spec.optimizer.weightDecay", bounds::kWeightDecay, defaults::kWeightDecay));
 
   r.push_back(object_default("spec.worker"));
   FieldRule gpu;

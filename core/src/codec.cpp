@@ -110,9 +110,9 @@ void decode_optimizer(Decoder& d, const json& obj, const std::string& path, Opti
   if (!d.expect_object(obj, path)) return;
   d.reject_unknown(obj, path, {"name", "learningRate", "momentum", "weightDecay"});
   d.read_enum(obj, path, "name", out.name);
-  d.read_number(obj, path, "learningRate", 0.0, true, 100.0, false, out.learning_rate);
-  d.read_number(obj, path, "momentum", 0.0, false, 1.0, true, out.momentum);
-  d.read_number(obj, path, "weightDecay", 0.0, false, 1.0, false, out.weight_decay);
+  d.read_number(obj, path, "learningRate", bounds::kLearningRate, out.learning_rate);
+  d.read_number(obj, path, "momentum", bounds::kMomentum, out.momentum);
+  d.read_number(obj, path, "weightDecay", bounds::kWeightDecay, out.weight_decay);
 }
 
 void decode_resource_name(Decoder& d, const json& obj, const std::string& path, std::string_view key,
@@ -525,16 +525,15 @@ std::vector<AppliedDefault> apply_defaults(json& benchmark_run) {
 }
 
 Decoded<BenchmarkRun> decode_benchmark_run(const json& document) {
-  Decoded<BenchmarkRun> out;
   Decoder d;
   if (!document.is_object()) {
     d.fail("", "a BenchmarkRun must be an object (apiVersion, kind, metadata, spec), got " + describe_type(document));
-    out.errors = std::move(d.errors);
-    return out;
+    return d.finish(BenchmarkRun{});
   }
   json doc = document;
+  std::vector<AppliedDefault> defaults;
   // Defaults only where the spec is an object; a spec of the wrong type is reported below.
-  if (doc.contains("spec") && doc["spec"].is_object()) out.defaults = apply_defaults(doc);
+  if (doc.contains("spec") && doc["spec"].is_object()) defaults = apply_defaults(doc);
 
   BenchmarkRun run;
   d.reject_unknown(doc, "", {"apiVersion", "kind", "metadata", "spec", "status"});
@@ -568,27 +567,22 @@ Decoded<BenchmarkRun> decode_benchmark_run(const json& document) {
     }
   }
 
-  out.errors = std::move(d.errors);
-  if (out.errors.empty()) out.value = std::move(run);
+  auto out = d.finish(std::move(run));
+  out.defaults = std::move(defaults);
   return out;
 }
 
 Decoded<BenchmarkRunStatus> decode_status(const json& status) {
-  Decoded<BenchmarkRunStatus> out;
   Decoder d;
   auto decoded = decode_status_object(d, status, "status");
-  out.errors = std::move(d.errors);
-  if (out.errors.empty()) out.value = std::move(decoded);
-  return out;
+  return d.finish(std::move(decoded));
 }
 
 Decoded<CaseResult> decode_case_result(const json& result) {
-  Decoded<CaseResult> out;
   Decoder d;
   auto decoded = decode_result(d, result, "");
-  out.errors = std::move(d.errors);
-  if (out.errors.empty()) out.value = std::move(decoded);
-  return out;
+  if (!decoded) return d.finish(CaseResult{});  // errors are set whenever decoded is empty
+  return d.finish(std::move(*decoded));
 }
 
 // ---- encode ----------------------------------------------------------------------------

@@ -147,26 +147,34 @@ class Decoder {
     }
   }
 
-  // A real number within [lo, hi] with optionally exclusive ends.
-  void read_number(const json& obj, const std::string& path, std::string_view key, double lo, bool lo_exclusive,
-                   double hi, bool hi_exclusive, double& out) {
+  // A real number within bounds whose ends may be exclusive.
+  void read_number(const json& obj, const std::string& path, std::string_view key, RealBounds b, double& out) {
     const json* value = find(obj, key);
     if (value == nullptr) return;
     const std::string where = child(path, key);
-    const std::string range = (lo_exclusive ? "greater than " : "at least ") + format_number(lo) + " and " +
-                              (hi_exclusive ? "less than " : "at most ") + format_number(hi);
+    const std::string range = (b.exclusive_min ? "greater than " : "at least ") + format_number(b.min) + " and " +
+                              (b.exclusive_max ? "less than " : "at most ") + format_number(b.max);
     if (!value->is_number()) {
       fail(where, "expected a number " + range + ", got " + describe_type(*value) + " (" + quote(*value) + ")");
       return;
     }
     const double number = value->get<double>();
-    const bool low_ok = lo_exclusive ? number > lo : number >= lo;
-    const bool high_ok = hi_exclusive ? number < hi : number <= hi;
+    const bool low_ok = b.exclusive_min ? number > b.min : number >= b.min;
+    const bool high_ok = b.exclusive_max ? number < b.max : number <= b.max;
     if (!std::isfinite(number) || !low_ok || !high_ok) {
       fail(where, quote(*value) + " is out of range; allowed: " + range);
       return;
     }
     out = number;
+  }
+
+  // Moves the collected errors into a Decoded<T>, with the value only when there are none.
+  template <typename T>
+  Decoded<T> finish(T&& value) {
+    Decoded<T> out;
+    out.errors = std::move(errors);
+    if (out.errors.empty()) out.value = std::forward<T>(value);
+    return out;
   }
 
   // A non-negative real number (results carry these).

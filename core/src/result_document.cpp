@@ -103,13 +103,9 @@ json to_json(const ResultDocument& doc) {
 }
 
 Decoded<ResultDocument> decode_result_document(const json& document) {
-  Decoded<ResultDocument> out;
   Decoder d;
   ResultDocument doc;
-  if (!d.expect_object(document, "")) {
-    out.errors = std::move(d.errors);
-    return out;
-  }
+  if (!d.expect_object(document, "")) return d.finish(std::move(doc));
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "devices", "globalBatchSize",
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
                                   "stepTimeSeconds", "environment", "startTime", "endTime"});
@@ -207,9 +203,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
     d.fail("reason", "required when state is " + std::string(to_string(doc.state)));
   }
 
-  out.errors = std::move(d.errors);
-  if (out.errors.empty()) out.value = std::move(doc);
-  return out;
+  return d.finish(std::move(doc));
 }
 
 CaseResult to_case_result(const ResultDocument& document, int attempts) {

@@ -17,6 +17,13 @@ struct IntBounds {
   std::int64_t max;
 };
 
+struct RealBounds {
+  double min;
+  double max;
+  bool exclusive_min = false;
+  bool exclusive_max = false;
+};
+
 namespace bounds {
 inline constexpr IntBounds kNodes{1, 1024};
 inline constexpr IntBounds kGpusPerNode{1, 64};
@@ -29,6 +36,9 @@ inline constexpr IntBounds kRepeats{1, 1000};
 inline constexpr IntBounds kCaseTimeoutSeconds{1, 7 * 24 * 3600};
 inline constexpr IntBounds kBackoffLimit{0, 10};
 inline constexpr IntBounds kRdmaPerNode{1, 64};
+inline constexpr RealBounds kLearningRate{0.0, 100.0, true, false};
+inline constexpr RealBounds kMomentum{0.0, 1.0, false, true};  // 1 would never forget a gradient
+inline constexpr RealBounds kWeightDecay{0.0, 1.0};
 inline constexpr std::int64_t kMaxMatrixValues = 32;  // per matrix axis
 inline constexpr std::int64_t kMaxExplicitCases = 1000;
 inline constexpr std::int64_t kMaxPlannedCases = 1000;  // after baselines are added
