@@ -1,0 +1,232 @@
+// Finite-difference checks of every layer's backward pass, for inputs and parameters.
+//
+// The CPU backend computes in fp32, so the checks are built to be meaningful there:
+// the probe loss is L = Σ y·r with a fixed random r (so dL/dy = r and every output matters),
+// accumulated in double; central differences with ε = 1e-2 on O(1) values have a truncation
+// error O(ε²) ≈ 1e-4 and a rounding error ≈ 1e-7·√n·|L|/ε ≲ 1e-3 for the few thousand
+// outputs used here. Hence |numeric − analytic| ≤ 5e-3 + 2e-2·|analytic|. Inputs of kinked
+// layers (ReLU, max pooling) are kept more than ε away from their kinks. Composite layers
+// (the ResNet bottleneck) have kinks inside that no input choice avoids, so they are checked
+// for wiring instead, against their parts chained by hand (bottleneck_test.cpp).
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cpu/cpu_backend.hpp"
+#include "layers/batch_norm2d.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/linear.hpp"
+#include "layers/pool2d.hpp"
+#include "layers/relu.hpp"
+#include "layers/softmax_cross_entropy.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+constexpr double kEpsilon = 1e-2;
+constexpr double kAbsoluteTolerance = 5e-3;
+constexpr double kRelativeTolerance = 2e-2;
+constexpr int kSamplesPerTensor = 12;
+
+class LayerProbe {
+ public:
+  LayerProbe(std::unique_ptr<Layer> layer, const Shape& input, std::uint64_t seed = 1)
+      : backend_(1), layer_(std::move(layer)), rng_(seed) {
+    std::vector<Parameter*> params;
+    layer_->collect_parameters(params);
+    store_.bind(params, backend_);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (Parameter* p : store_.parameters()) {
+      for (std::int64_t i = 0; i < p->value.numel(); ++i) p->value.data[i] = u(rng_);
+    }
+    x_ = activation(input, backend_.activation_layout());
+    arena_.request(x_);
+    SetupContext setup{backend_, arena_, true};
+    output_ = layer_->setup(input, setup);
+    r_ = activation(output_, backend_.activation_layout());
+    arena_.request(r_);
+    arena_.commit(backend_);
+    layer_->reset_state(backend_);
+    x_host_.resize(static_cast<std::size_t>(x_.numel()));
+    for (float& v : x_host_) v = u(rng_);
+    for (std::int64_t i = 0; i < r_.numel(); ++i) r_.data[i] = u(rng_);
+  }
+
+  // Moves every input at least `gap` away from zero (ReLU's kink).
+  void keep_inputs_away_from_zero(float gap) {
+    for (float& v : x_host_) v = v >= 0 ? v + gap : v - gap;
+  }
+  // Makes inputs distinct by at least `gap`, so that a perturbation never changes an arg-max.
+  void make_inputs_distinct(float gap) {
+    std::vector<std::size_t> order(x_host_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng_);
+    for (std::size_t rank = 0; rank < order.size(); ++rank) x_host_[order[rank]] = gap * static_cast<float>(rank);
+  }
+
+  double loss() {
+    std::copy(x_host_.begin(), x_host_.end(), x_.data);  // in-place layers overwrite x
+    const Tensor& y = layer_->forward(x_, ctx_);
+    double total = 0;
+    for (std::int64_t i = 0; i < y.numel(); ++i) total += static_cast<double>(y.data[i]) * static_cast<double>(r_.data[i]);
+    return total;
+  }
+
+  // Runs forward and backward; returns a copy of dx.
+  std::vector<float> backward() {
+    loss();
+    const Tensor& dx = layer_->backward(r_, ctx_);
+    return std::vector<float>(dx.data, dx.data + dx.numel());
+  }
+
+  // The central difference of the loss in `value`.
+  double numeric_derivative(float& value) {
+    const float saved = value;
+    value = saved + static_cast<float>(kEpsilon);
+    const double plus = loss();
+    value = saved - static_cast<float>(kEpsilon);
+    const double minus = loss();
+    value = saved;
+    return (plus - minus) / (2 * kEpsilon);
+  }
+
+  void check_input_gradient() {
+    const std::vector<float> analytic = backward();
+    ASSERT_EQ(analytic.size(), x_host_.size());
+    for (const std::size_t i : sample(x_host_.size())) expect_close(numeric_derivative(x_host_[i]), analytic[i], "dx", i);
+  }
+
+  void check_parameter_gradients() {
+    backward();
+    std::vector<std::vector<float>> analytic;
+    for (Parameter* p : store_.parameters()) analytic.emplace_back(p->grad.data, p->grad.data + p->grad.numel());
+    ASSERT_FALSE(store_.parameters().empty());
+    for (std::size_t k = 0; k < store_.parameters().size(); ++k) {
+      Parameter& p = *store_.parameters()[k];
+      const std::string what = "parameter " + std::to_string(k) + " d" + p.name + p.value.shape.to_string();
+      for (const std::size_t i : sample(static_cast<std::size_t>(p.value.numel()))) {
+        expect_close(numeric_derivative(p.value.data[i]), analytic[k][i], what, i);
+      }
+    }
+  }
+
+  Backend& backend() { return backend_; }
+  const Shape& output() const { return output_; }
+
+ private:
+  std::vector<std::size_t> sample(std::size_t n) {
+    std::vector<std::size_t> picks;
+    std::uniform_int_distribution<std::size_t> pick(0, n - 1);
+    for (int i = 0; i < kSamplesPerTensor && i < static_cast<int>(n); ++i) picks.push_back(n <= kSamplesPerTensor ? static_cast<std::size_t>(i) : pick(rng_));
+    return picks;
+  }
+  static void expect_close(double numeric, double analytic, const std::string& what, std::size_t index) {
+    EXPECT_LE(std::fabs(numeric - analytic), kAbsoluteTolerance + kRelativeTolerance * std::fabs(analytic))
+        << what << "[" << index << "]: numeric " << numeric << ", analytic " << analytic;
+  }
+
+  CpuBackend backend_;
+  std::unique_ptr<Layer> layer_;
+  std::mt19937_64 rng_;
+  Arena arena_;
+  ParameterStore store_;
+  StepContext ctx_{backend_, 7, 0, {}};
+  Tensor x_, r_;
+  Shape output_;
+  std::vector<float> x_host_;
+};
+
+TEST(GradientCheck, Conv2dStridedPaddedWithBias) {
+  LayerProbe probe(std::make_unique<Conv2d>(3, 4, 3, 2, 1, true), Shape(2, 3, 7, 7));
+  EXPECT_EQ(probe.output(), Shape(2, 4, 4, 4));
+  probe.check_input_gradient();
+  probe.check_parameter_gradients();
+}
+
+TEST(GradientCheck, Conv2dPointwiseWithoutBias) {
+  LayerProbe probe(std::make_unique<Conv2d>(8, 16, 1), Shape(2, 8, 5, 5));
+  probe.check_input_gradient();
+  probe.check_parameter_gradients();
+}
+
+TEST(GradientCheck, BatchNorm2dTraining) {
+  LayerProbe probe(std::make_unique<BatchNorm2d>(5), Shape(4, 5, 3, 3));
+  probe.check_input_gradient();
+  probe.check_parameter_gradients();
+}
+
+TEST(GradientCheck, ReLU) {
+  LayerProbe probe(std::make_unique<ReLU>(), Shape(2, 3, 4, 4));
+  probe.keep_inputs_away_from_zero(0.05f);
+  probe.check_input_gradient();
+}
+
+TEST(GradientCheck, MaxPool) {
+  LayerProbe probe(std::make_unique<Pool2d>(PoolKind::max, 3, 2, 1), Shape(2, 3, 8, 8));
+  EXPECT_EQ(probe.output(), Shape(2, 3, 4, 4));
+  probe.make_inputs_distinct(0.05f);
+  probe.check_input_gradient();
+}
+
+TEST(GradientCheck, AvgPoolAndGlobalAvgPool) {
+  LayerProbe avg(std::make_unique<Pool2d>(PoolKind::average, 2, 2), Shape(2, 3, 6, 6));
+  avg.check_input_gradient();
+  LayerProbe global(std::make_unique<Pool2d>(PoolKind::average, 0, 1, 0, true), Shape(2, 4, 5, 5));
+  EXPECT_EQ(global.output(), Shape(2, 4, 1, 1));
+  global.check_input_gradient();
+}
+
+TEST(GradientCheck, AdaptiveAvgPoolOverlappingWindows) {
+  LayerProbe probe(std::make_unique<AdaptiveAvgPool2d>(3, 3), Shape(2, 3, 5, 5));
+  probe.check_input_gradient();
+  LayerProbe upsample(std::make_unique<AdaptiveAvgPool2d>(7, 7), Shape(1, 2, 2, 2));  // VGG at small images
+  upsample.check_input_gradient();
+}
+
+TEST(GradientCheck, Linear) {
+  LayerProbe probe(std::make_unique<Linear>(12, 7), Shape(3, 12));
+  probe.check_input_gradient();
+  probe.check_parameter_gradients();
+}
+
+TEST(GradientCheck, Dropout) {
+  LayerProbe probe(std::make_unique<Dropout>(0.5f, 3), Shape(4, 64));
+  probe.check_input_gradient();
+}
+
+TEST(GradientCheck, SoftmaxCrossEntropy) {
+  CpuBackend backend(1);
+  Arena arena;
+  Tensor logits = activation(Shape(3, 5), Layout::plain);
+  arena.request(logits);
+  SetupContext setup{backend, arena, true};
+  SoftmaxCrossEntropy loss;
+  loss.setup(logits.shape, setup);
+  arena.commit(backend);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (std::int64_t i = 0; i < logits.numel(); ++i) logits.data[i] = u(rng);
+  const std::int32_t labels[] = {4, 0, 2};
+  const float value = loss.forward_backward(logits, labels, backend);
+  std::vector<float> analytic(loss.dlogits().data, loss.dlogits().data + loss.dlogits().numel());
+  for (std::int64_t i = 0; i < logits.numel(); ++i) {
+    const float saved = logits.data[i];
+    logits.data[i] = saved + 1e-2f;
+    const double plus = loss.forward_backward(logits, labels, backend);
+    logits.data[i] = saved - 1e-2f;
+    const double minus = loss.forward_backward(logits, labels, backend);
+    logits.data[i] = saved;
+    const double numeric = (plus - minus) / 2e-2;
+    EXPECT_NEAR(numeric, analytic[static_cast<std::size_t>(i)], 1e-3) << i;
+  }
+  EXPECT_GT(value, 0.0f);
+  // Uniform logits: the loss is log(K) whatever the labels.
+  for (std::int64_t i = 0; i < logits.numel(); ++i) logits.data[i] = 0.5f;
+  EXPECT_NEAR(loss.forward_backward(logits, labels, backend), std::log(5.0), 1e-6);
+}
+
+}  // namespace
+}  // namespace dlbench::worker

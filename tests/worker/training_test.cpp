@@ -1,0 +1,105 @@
+// The whole training step on the CPU backend: it learns, it is deterministic.
+#include <cmath>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "cpu/cpu_backend.hpp"
+#include "layers/batch_norm2d.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/linear.hpp"
+#include "layers/pool2d.hpp"
+#include "layers/relu.hpp"
+#include "models/model.hpp"
+#include "trainer.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+std::unique_ptr<Sequential> small_conv_net() {
+  auto net = std::make_unique<Sequential>();
+  net->add<Conv2d>(3, 16, 3, 1, 1);
+  net->add<BatchNorm2d>(16);
+  net->add<ReLU>();
+  net->add<Pool2d>(PoolKind::max, 2, 2);
+  net->add<Flatten>();
+  net->add<Linear>(16 * 8 * 8, 10);
+  return net;
+}
+
+TEST(Training, SmallConvNetLearnsItsBatch) {
+  CpuBackend backend(2);
+  Trainer trainer(backend, small_conv_net(), Shape(16, 3, 16, 16), 10, {0.05f, 0.9f, 0.0f}, 1);
+  const float first = trainer.step();
+  EXPECT_NEAR(first, std::log(10.0f), 1.0f);  // about chance at the start
+  float last = first;
+  int steps = 1;
+  for (; steps < 200 && last > 0.1f * first; ++steps) last = trainer.step();
+  EXPECT_LE(last, 0.1f * first) << "loss " << first << " → " << last << " after " << steps << " steps";
+}
+
+TEST(Training, ResNet50LossDecreasesAtSmallImages) {
+  CpuBackend backend(2);
+  // lr 0.1 × batch/256 (Goyal et al.) would be 0.0016 at batch 4; 0.1 makes the first steps diverge.
+  Trainer trainer(backend, build_model("resnet50"), Shape(4, 3, 64, 64), 1000, {0.005f, 0.9f, 1e-4f}, 42);
+  EXPECT_EQ(trainer.parameter_count(), 25'557'032);
+  std::vector<float> losses;
+  for (int i = 0; i < 4; ++i) losses.push_back(trainer.step());
+  for (const float l : losses) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_NEAR(losses.front(), std::log(1000.0f), 1.5f);
+  EXPECT_LT(losses.back(), losses.front());
+  EXPECT_LT(trainer.loss(), losses.front());
+}
+
+TEST(Training, SameSeedAndThreadsGiveBitIdenticalLoss) {
+  const auto run = [](std::uint64_t seed) {
+    CpuBackend backend(2);
+    Trainer trainer(backend, build_model("resnet50"), Shape(2, 3, 32, 32), 1000, {0.1f, 0.9f, 1e-4f}, seed);
+    float loss = 0;
+    for (int i = 0; i < 3; ++i) loss = trainer.step();
+    return loss;
+  };
+  const float a = run(7), b = run(7), c = run(8);
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << a << " vs " << b;
+  EXPECT_NE(a, c);
+}
+
+TEST(Training, SgdMatchesPyTorchRule) {
+  CpuBackend backend(1);
+  float w[] = {1.0f, -2.0f};
+  const float g[] = {0.5f, 0.25f};
+  float buf[] = {0.0f, 0.0f};
+  backend.sgd_update(w, g, buf, 2, 0.1f, 0.9f, 0.01f, true);
+  // d = g + wd·w = {0.51, 0.23}; buf = d; w -= 0.1·buf
+  EXPECT_FLOAT_EQ(buf[0], 0.51f);
+  EXPECT_FLOAT_EQ(w[0], 1.0f - 0.051f);
+  EXPECT_FLOAT_EQ(w[1], -2.0f - 0.023f);
+  backend.sgd_update(w, g, buf, 2, 0.1f, 0.9f, 0.01f, false);
+  const float d0 = 0.5f + 0.01f * 0.949f;
+  EXPECT_FLOAT_EQ(buf[0], 0.9f * 0.51f + d0);
+  EXPECT_FLOAT_EQ(w[0], 0.949f - 0.1f * (0.9f * 0.51f + d0));
+}
+
+TEST(Training, BatchNormRunningStatisticsFollowPyTorch) {
+  CpuBackend backend(1);
+  auto net = std::make_unique<Sequential>();
+  auto& bn = net->add<BatchNorm2d>(1);
+  net->add<Flatten>();
+  net->add<Linear>(4, 2);
+  Trainer trainer(backend, std::move(net), Shape(2, 1, 1, 2), 2, {0.1f, 0.0f, 0.0f}, 3);
+  const Tensor& x = trainer.input();
+  double mean = 0, squares = 0;
+  for (std::int64_t i = 0; i < 4; ++i) mean += static_cast<double>(x.data[i]);
+  mean /= 4;
+  for (std::int64_t i = 0; i < 4; ++i) {
+    const double d = static_cast<double>(x.data[i]) - mean;
+    squares += d * d;
+  }
+  trainer.loss();
+  // running = 0.9 · initial + 0.1 · batch; the variance is unbiased (n - 1 = 3).
+  EXPECT_NEAR(static_cast<double>(bn.running_mean().data[0]), 0.1 * mean, 1e-6);
+  EXPECT_NEAR(static_cast<double>(bn.running_var().data[0]), 0.9 + 0.1 * squares / 3.0, 1e-5);
+}
+
+}  // namespace
+}  // namespace dlbench::worker

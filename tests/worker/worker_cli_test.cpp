@@ -1,0 +1,106 @@
+// The real dlbench-worker binary: its result documents pass core's validation.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "dlbench/core/result_document.hpp"
+
+namespace dlbench {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::filesystem::path scratch() {
+  auto dir = std::filesystem::temp_directory_path() / ("dlbench-worker-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+Outcome worker(const std::string& args) {
+  const auto dir = scratch();
+  const std::string command = std::string("cd ") + dir.string() + " && OMP_NUM_THREADS=2 " + DLBENCH_WORKER_BINARY +
+                              " " + args + " > out 2> err";
+  const int status = std::system(command.c_str());
+  Outcome o;
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.out = slurp(dir / "out");
+  o.err = slurp(dir / "err");
+  return o;
+}
+
+ResultDocument decoded(const std::string& json_text) {
+  const auto d = decode_result_document(nlohmann::json::parse(json_text));
+  EXPECT_TRUE(d.ok()) << (d.errors.empty() ? "" : d.errors.front().to_string());
+  return d.value.value_or(ResultDocument{});
+}
+
+TEST(WorkerCli, ResNet50WritesAValidResultWithThreeRepeats) {
+  const Outcome o = worker(
+      "--model resnet50 --backend cpu --image-size 64 --batch-size 4 --warmup-steps 2 --measure-steps 3 "
+      "--repeats 3 --output r.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("median"));
+  const ResultDocument doc = decoded(slurp(scratch() / "r.json"));
+  EXPECT_EQ(doc.state, CaseState::Succeeded);
+  EXPECT_EQ(doc.model, Model::resnet50);
+  ASSERT_TRUE(doc.throughput.has_value());
+  EXPECT_EQ(doc.throughput->repeats.size(), 3u);
+  EXPECT_GT(doc.throughput->summary.median, 0.0);
+  EXPECT_EQ(doc.methodology.measure_steps, 3);
+  EXPECT_EQ(doc.environment.backend, "cpu");
+  EXPECT_FALSE(doc.environment.onednn_version.empty());
+  EXPECT_NEAR(doc.flops_per_sample.forward, 2 * 4.09e9 * (64.0 * 64.0) / (224.0 * 224.0), 0.05e9);
+}
+
+TEST(WorkerCli, EveryModelRuns) {
+  for (const std::string model : {"resnet152", "vgg16", "alexnet"}) {
+    const std::string size = model == "alexnet" ? "64" : "32";
+    const Outcome o = worker("--model " + model + " --image-size " + size +
+                             " --batch-size 2 --warmup-steps 1 --measure-steps 1 --repeats 1");
+    ASSERT_EQ(o.exit_code, 0) << model << ": " << o.err;
+    const ResultDocument doc = decoded(o.out);  // JSON on stdout, table on stderr
+    EXPECT_EQ(to_string(doc.model), model);
+    EXPECT_EQ(doc.throughput->repeats.size(), 1u);
+    EXPECT_THAT(o.err, HasSubstr("samples/s"));
+  }
+}
+
+TEST(WorkerCli, BadInputExitsTwoNamingTheFlag) {
+  const Outcome model = worker("--model resnet18");
+  EXPECT_EQ(model.exit_code, 2);
+  EXPECT_THAT(model.err, HasSubstr("--model: \"resnet18\" is not one of resnet50, resnet152, vgg16, alexnet"));
+  const Outcome precision = worker("--precision amp");
+  EXPECT_EQ(precision.exit_code, 2);
+  EXPECT_THAT(precision.err, HasSubstr("not available on the cpu backend; allowed: fp32"));
+  const Outcome batch = worker("--batch-size 0");
+  EXPECT_EQ(batch.exit_code, 2);
+  EXPECT_THAT(batch.err, HasSubstr("--batch-size: 0 is out of range; allowed: 1 to 65536"));
+  EXPECT_EQ(worker("--measure-steps -3").exit_code, 2);
+  EXPECT_EQ(worker("--image-size abc").exit_code, 2);
+  EXPECT_EQ(worker("--model alexnet --image-size 32").exit_code, 2);
+  EXPECT_EQ(worker("--frobnicate 1").exit_code, 2);
+  const Outcome list = worker("--list-models");
+  EXPECT_EQ(list.exit_code, 0);
+  EXPECT_THAT(list.out, HasSubstr("resnet152"));
+}
+
+}  // namespace
+}  // namespace dlbench

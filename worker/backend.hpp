@@ -1,0 +1,150 @@
+// The seam between models and hardware. Layers are written once against these operations;
+// `cpu` implements them with oneDNN, `cuda` (later) with cuDNN, cuBLAS and own kernels.
+// Each layer creates its ops once at setup (descriptors, algorithm choice, cached
+// primitives) and calls them every step with the same buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tensor.hpp"
+
+namespace dlbench::worker {
+
+struct Conv2dConfig {
+  Shape input;  // N, C, H, W
+  std::int64_t out_channels = 0;
+  std::int64_t kernel = 1;
+  std::int64_t stride = 1;
+  std::int64_t padding = 0;
+  bool bias = false;
+
+  Shape output() const {
+    return {input.n(), out_channels, (input.h() + 2 * padding - kernel) / stride + 1,
+            (input.w() + 2 * padding - kernel) / stride + 1};
+  }
+  Shape weight() const { return {out_channels, input.c(), kernel, kernel}; }
+};
+
+class Conv2dOp {
+ public:
+  virtual ~Conv2dOp() = default;
+  virtual void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) = 0;
+  virtual void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) = 0;
+  virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) = 0;
+};
+
+struct BatchNormConfig {
+  Shape input;
+  float epsilon = 1e-5f;
+};
+
+class BatchNormOp {
+ public:
+  virtual ~BatchNormOp() = default;
+  // Normalises with the batch's statistics and returns them (variance is biased, 1/n).
+  virtual void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
+                                Tensor& variance) = 0;
+  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                        const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
+};
+
+class ReluOp {
+ public:
+  virtual ~ReluOp() = default;
+  virtual void forward(const Tensor& x, Tensor& y) = 0;  // y may be x (in place)
+  // Uses the output: dx = dy where y > 0. dx may be dy.
+  virtual void backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+};
+
+enum class PoolKind { max, average };
+
+struct PoolConfig {
+  Shape input;
+  PoolKind kind = PoolKind::max;
+  std::int64_t kernel = 2;
+  std::int64_t stride = 2;
+  std::int64_t padding = 0;
+
+  Shape output() const {
+    return {input.n(), input.c(), (input.h() + 2 * padding - kernel) / stride + 1,
+            (input.w() + 2 * padding - kernel) / stride + 1};
+  }
+};
+
+class PoolOp {
+ public:
+  virtual ~PoolOp() = default;
+  // Bytes of state that forward leaves for backward (the arg-max of max pooling).
+  virtual std::size_t workspace_bytes() const = 0;
+  virtual void forward(const Tensor& x, Tensor& y, void* workspace) = 0;
+  virtual void backward(const Tensor& dy, const void* workspace, Tensor& dx) = 0;
+};
+
+struct LinearConfig {
+  std::int64_t batch = 0;
+  std::int64_t in_features = 0;
+  std::int64_t out_features = 0;
+  bool bias = true;
+};
+
+class LinearOp {
+ public:
+  virtual ~LinearOp() = default;
+  virtual void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) = 0;
+  virtual void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) = 0;
+  virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) = 0;
+};
+
+class AddOp {
+ public:
+  virtual ~AddOp() = default;
+  virtual void forward(const Tensor& a, const Tensor& b, Tensor& y) = 0;  // y may be a
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  // Memory order this backend wants for 4-D activations.
+  virtual Layout activation_layout() const = 0;
+  // Library versions etc. for the result's environment, as "key=value;…".
+  virtual std::string version_info() const = 0;
+
+  // Device memory, zero-filled.
+  virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
+  virtual void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
+  // Waits until every queued operation has finished (a no-op on the CPU).
+  virtual void synchronize() = 0;
+
+  virtual std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) = 0;
+  virtual std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) = 0;
+  virtual std::unique_ptr<ReluOp> make_relu(const Shape& shape) = 0;
+  virtual std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) = 0;
+  virtual std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) = 0;
+  virtual std::unique_ptr<AddOp> make_add(const Shape& shape) = 0;
+
+  // running = (1 - momentum) · running + momentum · batch · correction (PyTorch's rule,
+  // with correction n/(n-1) for the variance).
+  virtual void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) = 0;
+  // dst += src
+  virtual void accumulate(Tensor& dst, const Tensor& src) = 0;
+  // Adaptive average pooling to (out_h, out_w), PyTorch's window rule.
+  virtual void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;
+  // Inverted dropout: keeps with probability 1 - p and scales by 1/(1 - p). The mask is a
+  // pure function of (seed, index), so results do not depend on threads.
+  virtual void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) = 0;
+  virtual void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;
+  // Mean softmax cross-entropy over the batch; writes dlogits = (softmax - onehot) / N.
+  virtual float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) = 0;
+  // PyTorch SGD: g += wd·w; buf = momentum·buf + g (buf = g on the first step); w -= lr·buf.
+  virtual void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
+                          float learning_rate, float momentum, float weight_decay, bool first_step) = 0;
+};
+
+}  // namespace dlbench::worker

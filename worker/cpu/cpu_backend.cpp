@@ -1,0 +1,539 @@
+// The CPU backend: every layer on oneDNN primitives, created once per layer at setup.
+// Activations are NHWC (oneDNN's JIT kernels handle it directly); parameters stay in the
+// canonical plain layout (OIHW, OI) and are reordered into whatever weight format the chosen
+// kernel wants, so that the optimizer and the tests see PyTorch's layout.
+#include "cpu/cpu_backend.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "cpu/dnnl_check.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+memory::dims dims_of(const Shape& s) {
+  memory::dims d;
+  for (int i = 0; i < s.rank; ++i) d.push_back(s[i]);
+  return d;
+}
+
+memory::desc md_of(const Shape& shape, Layout layout) {
+  tag t = tag::undef;
+  switch (shape.rank) {
+    case 1: t = tag::a; break;
+    case 2: t = tag::ab; break;
+    case 4: t = layout == Layout::nhwc ? tag::nhwc : tag::nchw; break;  // plain 4-D is OIHW = nchw order
+    default: throw std::invalid_argument("cpu backend: unsupported tensor rank " + std::to_string(shape.rank));
+  }
+  return memory::desc(dims_of(shape), memory::data_type::f32, t);
+}
+
+memory::desc any_md(const Shape& shape) { return memory::desc(dims_of(shape), memory::data_type::f32, tag::any); }
+
+memory mem(const memory::desc& md, const dnnl::engine& engine, const void* data) {
+  return memory(md, engine, const_cast<void*>(data));
+}
+
+// Keeps a parameter in its canonical layout and gives a kernel the format it asked for:
+// reorders user → kernel before use (weights) or kernel → user after (weight gradients).
+class WeightFormat {
+ public:
+  WeightFormat(const dnnl::engine& engine, const memory::desc& user, const memory::desc& kernel)
+      : engine_(engine), user_(user), kernel_(kernel), needed_(user != kernel) {
+    if (!needed_) return;
+    buffer_.assign(kernel.get_size() / sizeof(float) + 1, 0.0f);
+    const memory a = mem(user, engine, nullptr);
+    const memory b = mem(kernel, engine, nullptr);
+    to_kernel_ = DLBENCH_DNNL_CALL(dnnl::reorder(a, b));
+    to_user_ = DLBENCH_DNNL_CALL(dnnl::reorder(b, a));
+  }
+
+  // A kernel-format view of user-format weights.
+  memory in(dnnl::stream& stream, const float* user_data) {
+    if (!needed_) return mem(user_, engine_, user_data);
+    memory user = mem(user_, engine_, user_data);
+    memory kernel = mem(kernel_, engine_, buffer_.data());
+    to_kernel_.execute(stream, user, kernel);
+    return kernel;
+  }
+  // Where a kernel writes gradients; finish() moves them to user format.
+  memory out(float* user_data) { return needed_ ? mem(kernel_, engine_, buffer_.data()) : mem(user_, engine_, user_data); }
+  void finish(dnnl::stream& stream, float* user_data) {
+    if (!needed_) return;
+    memory kernel = mem(kernel_, engine_, buffer_.data());
+    memory user = mem(user_, engine_, user_data);
+    to_user_.execute(stream, kernel, user);
+  }
+
+ private:
+  dnnl::engine engine_;
+  memory::desc user_;
+  memory::desc kernel_;
+  bool needed_;
+  std::vector<float> buffer_;
+  dnnl::reorder to_kernel_;
+  dnnl::reorder to_user_;
+};
+
+class CpuConv2d final : public Conv2dOp {
+ public:
+  CpuConv2d(CpuBackend& backend, const Conv2dConfig& c) : b_(backend) {
+    const auto& engine = b_.engine();
+    const memory::desc src = md_of(c.input, Layout::nhwc);
+    const memory::desc dst = md_of(c.output(), Layout::nhwc);
+    const memory::desc weights_user = md_of(c.weight(), Layout::plain);
+    const memory::desc bias = c.bias ? md_of(Shape(c.out_channels), Layout::plain) : memory::desc();
+    const memory::dims strides{c.stride, c.stride};
+    const memory::dims padding{c.padding, c.padding};
+    const auto algorithm = dnnl::algorithm::convolution_direct;
+
+    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::convolution_forward::primitive_desc(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src, any_md(c.weight()), bias,
+                                        dst, strides, padding, padding),
+        engine));
+    bwd_data_pd_ = DLBENCH_DNNL_CALL(dnnl::convolution_backward_data::primitive_desc(
+        dnnl::convolution_backward_data::desc(algorithm, src, any_md(c.weight()), dst, strides, padding, padding),
+        engine, fwd_pd_));
+    bwd_weights_pd_ = DLBENCH_DNNL_CALL(dnnl::convolution_backward_weights::primitive_desc(
+        dnnl::convolution_backward_weights::desc(algorithm, src, any_md(c.weight()), bias, dst, strides, padding,
+                                                 padding),
+        engine, fwd_pd_));
+    fwd_ = dnnl::convolution_forward(fwd_pd_);
+    bwd_data_ = dnnl::convolution_backward_data(bwd_data_pd_);
+    bwd_weights_ = dnnl::convolution_backward_weights(bwd_weights_pd_);
+    fwd_weights_.emplace(engine, weights_user, fwd_pd_.weights_desc());
+    bwd_data_weights_.emplace(engine, weights_user, bwd_data_pd_.weights_desc());
+    diff_weights_.emplace(engine, weights_user, bwd_weights_pd_.diff_weights_desc());
+    src_ = src;
+    dst_ = dst;
+    bias_ = bias;
+  }
+
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    auto& s = b_.stream();
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
+                                         {DNNL_ARG_WEIGHTS, fwd_weights_->in(s, weight.data)},
+                                         {DNNL_ARG_DST, mem(dst_, b_.engine(), y.data)}};
+    if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias->data);
+    fwd_.execute(s, args);
+  }
+
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    auto& s = b_.stream();
+    bwd_data_.execute(s, {{DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
+                          {DNNL_ARG_WEIGHTS, bwd_data_weights_->in(s, weight.data)},
+                          {DNNL_ARG_DIFF_SRC, mem(src_, b_.engine(), dx.data)}});
+  }
+
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    auto& s = b_.stream();
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
+                                         {DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
+                                         {DNNL_ARG_DIFF_WEIGHTS, diff_weights_->out(dweight.data)}};
+    if (dbias != nullptr) args[DNNL_ARG_DIFF_BIAS] = mem(bias_, b_.engine(), dbias->data);
+    bwd_weights_.execute(s, args);
+    diff_weights_->finish(s, dweight.data);
+  }
+
+  std::string implementation() const { return fwd_pd_.impl_info_str(); }
+
+ private:
+  CpuBackend& b_;
+  memory::desc src_, dst_, bias_;
+  dnnl::convolution_forward::primitive_desc fwd_pd_;
+  dnnl::convolution_backward_data::primitive_desc bwd_data_pd_;
+  dnnl::convolution_backward_weights::primitive_desc bwd_weights_pd_;
+  dnnl::convolution_forward fwd_;
+  dnnl::convolution_backward_data bwd_data_;
+  dnnl::convolution_backward_weights bwd_weights_;
+  std::optional<WeightFormat> fwd_weights_, bwd_data_weights_, diff_weights_;
+};
+
+class CpuBatchNorm final : public BatchNormOp {
+ public:
+  CpuBatchNorm(CpuBackend& backend, const BatchNormConfig& c) : b_(backend) {
+    data_ = md_of(c.input, Layout::nhwc);
+    channel_ = md_of(Shape(c.input.c()), Layout::plain);
+    const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::batch_normalization_forward::primitive_desc(
+        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, data_, c.epsilon, flags),
+        b_.engine()));
+    bwd_pd_ = DLBENCH_DNNL_CALL(dnnl::batch_normalization_backward::primitive_desc(
+        dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, data_, data_, c.epsilon, flags),
+        b_.engine(), fwd_pd_));
+    fwd_ = dnnl::batch_normalization_forward(fwd_pd_);
+    bwd_ = dnnl::batch_normalization_backward(bwd_pd_);
+  }
+
+  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
+                        Tensor& variance) override {
+    const auto& e = b_.engine();
+    fwd_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, e, x.data)},
+                               {DNNL_ARG_DST, mem(data_, e, y.data)},
+                               {DNNL_ARG_SCALE, mem(channel_, e, gamma.data)},
+                               {DNNL_ARG_SHIFT, mem(channel_, e, beta.data)},
+                               {DNNL_ARG_MEAN, mem(channel_, e, mean.data)},
+                               {DNNL_ARG_VARIANCE, mem(channel_, e, variance.data)}});
+  }
+
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean, const Tensor& variance,
+                Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    const auto& e = b_.engine();
+    bwd_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, e, x.data)},
+                               {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
+                               {DNNL_ARG_SCALE, mem(channel_, e, gamma.data)},
+                               // oneDNN 2.6 refuses to execute use_shift backward without a SHIFT
+                               // argument, although the gradients do not depend on its values.
+                               {DNNL_ARG_SHIFT, mem(channel_, e, gamma.data)},
+                               {DNNL_ARG_MEAN, mem(channel_, e, mean.data)},
+                               {DNNL_ARG_VARIANCE, mem(channel_, e, variance.data)},
+                               {DNNL_ARG_DIFF_SRC, mem(data_, e, dx.data)},
+                               {DNNL_ARG_DIFF_SCALE, mem(channel_, e, dgamma.data)},
+                               {DNNL_ARG_DIFF_SHIFT, mem(channel_, e, dbeta.data)}});
+  }
+
+ private:
+  CpuBackend& b_;
+  memory::desc data_, channel_;
+  dnnl::batch_normalization_forward::primitive_desc fwd_pd_;
+  dnnl::batch_normalization_backward::primitive_desc bwd_pd_;
+  dnnl::batch_normalization_forward fwd_;
+  dnnl::batch_normalization_backward bwd_;
+};
+
+class CpuRelu final : public ReluOp {
+ public:
+  CpuRelu(CpuBackend& backend, const Shape& shape) : b_(backend) {
+    data_ = md_of(shape, shape.rank == 4 ? Layout::nhwc : Layout::plain);
+    const auto algorithm = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;  // allows y to overwrite x
+    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::eltwise_forward::primitive_desc(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, algorithm, data_, 0.0f, 0.0f), b_.engine()));
+    bwd_pd_ = DLBENCH_DNNL_CALL(dnnl::eltwise_backward::primitive_desc(
+        dnnl::eltwise_backward::desc(algorithm, data_, data_, 0.0f, 0.0f), b_.engine(), fwd_pd_));
+    fwd_ = dnnl::eltwise_forward(fwd_pd_);
+    bwd_ = dnnl::eltwise_backward(bwd_pd_);
+  }
+  void forward(const Tensor& x, Tensor& y) override {
+    fwd_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, b_.engine(), x.data)}, {DNNL_ARG_DST, mem(data_, b_.engine(), y.data)}});
+  }
+  void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    const auto& e = b_.engine();
+    bwd_.execute(b_.stream(), {{DNNL_ARG_DST, mem(data_, e, y.data)},
+                               {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
+                               {DNNL_ARG_DIFF_SRC, mem(data_, e, dx.data)}});
+  }
+
+ private:
+  CpuBackend& b_;
+  memory::desc data_;
+  dnnl::eltwise_forward::primitive_desc fwd_pd_;
+  dnnl::eltwise_backward::primitive_desc bwd_pd_;
+  dnnl::eltwise_forward fwd_;
+  dnnl::eltwise_backward bwd_;
+};
+
+class CpuPool final : public PoolOp {
+ public:
+  CpuPool(CpuBackend& backend, const PoolConfig& c) : b_(backend) {
+    src_ = md_of(c.input, Layout::nhwc);
+    dst_ = md_of(c.output(), Layout::nhwc);
+    // PyTorch's AvgPool2d counts padding by default (count_include_pad=True).
+    const auto algorithm =
+        c.kind == PoolKind::max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_include_padding;
+    const memory::dims strides{c.stride, c.stride}, kernel{c.kernel, c.kernel}, padding{c.padding, c.padding};
+    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::pooling_forward::primitive_desc(
+        dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, algorithm, src_, dst_, strides, kernel, padding,
+                                    padding),
+        b_.engine()));
+    bwd_pd_ = DLBENCH_DNNL_CALL(dnnl::pooling_backward::primitive_desc(
+        dnnl::pooling_backward::desc(algorithm, src_, dst_, strides, kernel, padding, padding), b_.engine(), fwd_pd_));
+    fwd_ = dnnl::pooling_forward(fwd_pd_);
+    bwd_ = dnnl::pooling_backward(bwd_pd_);
+    workspace_ = fwd_pd_.workspace_desc();
+  }
+  std::size_t workspace_bytes() const override { return workspace_.get_size(); }
+  void forward(const Tensor& x, Tensor& y, void* workspace) override {
+    const auto& e = b_.engine();
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, e, x.data)}, {DNNL_ARG_DST, mem(dst_, e, y.data)}};
+    if (workspace_bytes() > 0) args[DNNL_ARG_WORKSPACE] = mem(workspace_, e, workspace);
+    fwd_.execute(b_.stream(), args);
+  }
+  void backward(const Tensor& dy, const void* workspace, Tensor& dx) override {
+    const auto& e = b_.engine();
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, mem(dst_, e, dy.data)},
+                                         {DNNL_ARG_DIFF_SRC, mem(src_, e, dx.data)}};
+    if (workspace_bytes() > 0) args[DNNL_ARG_WORKSPACE] = mem(workspace_, e, workspace);
+    bwd_.execute(b_.stream(), args);
+  }
+
+ private:
+  CpuBackend& b_;
+  memory::desc src_, dst_, workspace_;
+  dnnl::pooling_forward::primitive_desc fwd_pd_;
+  dnnl::pooling_backward::primitive_desc bwd_pd_;
+  dnnl::pooling_forward fwd_;
+  dnnl::pooling_backward bwd_;
+};
+
+class CpuLinear final : public LinearOp {
+ public:
+  CpuLinear(CpuBackend& backend, const LinearConfig& c) : b_(backend) {
+    const auto& engine = b_.engine();
+    src_ = md_of(Shape(c.batch, c.in_features), Layout::plain);
+    dst_ = md_of(Shape(c.batch, c.out_features), Layout::plain);
+    const Shape weight(c.out_features, c.in_features);
+    const memory::desc weights_user = md_of(weight, Layout::plain);
+    bias_ = c.bias ? md_of(Shape(c.out_features), Layout::plain) : memory::desc();
+    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::inner_product_forward::primitive_desc(
+        dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src_, any_md(weight), bias_, dst_),
+        engine));
+    bwd_data_pd_ = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_data::primitive_desc(
+        dnnl::inner_product_backward_data::desc(src_, any_md(weight), dst_), engine, fwd_pd_));
+    bwd_weights_pd_ = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_weights::primitive_desc(
+        dnnl::inner_product_backward_weights::desc(src_, any_md(weight), bias_, dst_), engine, fwd_pd_));
+    fwd_ = dnnl::inner_product_forward(fwd_pd_);
+    bwd_data_ = dnnl::inner_product_backward_data(bwd_data_pd_);
+    bwd_weights_ = dnnl::inner_product_backward_weights(bwd_weights_pd_);
+    fwd_weights_.emplace(engine, weights_user, fwd_pd_.weights_desc());
+    bwd_data_weights_.emplace(engine, weights_user, bwd_data_pd_.weights_desc());
+    diff_weights_.emplace(engine, weights_user, bwd_weights_pd_.diff_weights_desc());
+  }
+
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    auto& s = b_.stream();
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
+                                         {DNNL_ARG_WEIGHTS, fwd_weights_->in(s, weight.data)},
+                                         {DNNL_ARG_DST, mem(dst_, b_.engine(), y.data)}};
+    if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias->data);
+    fwd_.execute(s, args);
+  }
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    auto& s = b_.stream();
+    bwd_data_.execute(s, {{DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
+                          {DNNL_ARG_WEIGHTS, bwd_data_weights_->in(s, weight.data)},
+                          {DNNL_ARG_DIFF_SRC, mem(src_, b_.engine(), dx.data)}});
+  }
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    auto& s = b_.stream();
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
+                                         {DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
+                                         {DNNL_ARG_DIFF_WEIGHTS, diff_weights_->out(dweight.data)}};
+    if (dbias != nullptr) args[DNNL_ARG_DIFF_BIAS] = mem(bias_, b_.engine(), dbias->data);
+    bwd_weights_.execute(s, args);
+    diff_weights_->finish(s, dweight.data);
+  }
+
+ private:
+  CpuBackend& b_;
+  memory::desc src_, dst_, bias_;
+  dnnl::inner_product_forward::primitive_desc fwd_pd_;
+  dnnl::inner_product_backward_data::primitive_desc bwd_data_pd_;
+  dnnl::inner_product_backward_weights::primitive_desc bwd_weights_pd_;
+  dnnl::inner_product_forward fwd_;
+  dnnl::inner_product_backward_data bwd_data_;
+  dnnl::inner_product_backward_weights bwd_weights_;
+  std::optional<WeightFormat> fwd_weights_, bwd_data_weights_, diff_weights_;
+};
+
+class CpuAdd final : public AddOp {
+ public:
+  CpuAdd(CpuBackend& backend, const Shape& shape) : b_(backend) {
+    data_ = md_of(shape, shape.rank == 4 ? Layout::nhwc : Layout::plain);
+    pd_ = DLBENCH_DNNL_CALL(
+        dnnl::binary::primitive_desc(dnnl::binary::desc(dnnl::algorithm::binary_add, data_, data_, data_), b_.engine()));
+    add_ = dnnl::binary(pd_);
+  }
+  void forward(const Tensor& a, const Tensor& b, Tensor& y) override {
+    const auto& e = b_.engine();
+    add_.execute(b_.stream(),
+                 {{DNNL_ARG_SRC_0, mem(data_, e, a.data)}, {DNNL_ARG_SRC_1, mem(data_, e, b.data)}, {DNNL_ARG_DST, mem(data_, e, y.data)}});
+  }
+
+ private:
+  CpuBackend& b_;
+  memory::desc data_;
+  dnnl::binary::primitive_desc pd_;
+  dnnl::binary add_;
+};
+
+// A counter-based generator: the same (seed, index) gives the same number on any thread.
+inline std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads) : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+CpuBackend::~CpuBackend() = default;
+
+std::string CpuBackend::version_info() const {
+  const dnnl_version_t* v = dnnl_version();
+  return "onednn=" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+int CpuBackend::threads() const { return omp_get_max_threads(); }
+
+std::shared_ptr<void> CpuBackend::allocate(std::size_t bytes) {
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return std::shared_ptr<void>(p, std::free);
+}
+
+void CpuBackend::copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) {
+  std::memcpy(device_dst, host_src, bytes);
+}
+
+void CpuBackend::copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) {
+  std::memcpy(host_dst, device_src, bytes);
+}
+
+void CpuBackend::synchronize() { stream_.wait(); }
+
+std::unique_ptr<Conv2dOp> CpuBackend::make_conv2d(const Conv2dConfig& c) { return std::make_unique<CpuConv2d>(*this, c); }
+std::unique_ptr<BatchNormOp> CpuBackend::make_batch_norm(const BatchNormConfig& c) {
+  return std::make_unique<CpuBatchNorm>(*this, c);
+}
+std::unique_ptr<ReluOp> CpuBackend::make_relu(const Shape& shape) { return std::make_unique<CpuRelu>(*this, shape); }
+std::unique_ptr<PoolOp> CpuBackend::make_pool(const PoolConfig& c) { return std::make_unique<CpuPool>(*this, c); }
+std::unique_ptr<LinearOp> CpuBackend::make_linear(const LinearConfig& c) { return std::make_unique<CpuLinear>(*this, c); }
+std::unique_ptr<AddOp> CpuBackend::make_add(const Shape& shape) { return std::make_unique<CpuAdd>(*this, shape); }
+
+void CpuBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
+  const std::int64_t n = running.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    running.data[i] = (1.0f - momentum) * running.data[i] + momentum * batch.data[i] * correction;
+  }
+}
+
+void CpuBackend::accumulate(Tensor& dst, const Tensor& src) {
+  const std::int64_t n = dst.numel();
+  float* __restrict d = dst.data;
+  const float* __restrict s = src.data;
+#pragma omp parallel for simd schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) d[i] += s[i];
+}
+
+// PyTorch's adaptive pooling windows: [floor(i·in/out), ceil((i+1)·in/out)).
+void CpuBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
+  const std::int64_t n = x.shape.n(), c = x.shape.c(), ih = x.shape.h(), iw = x.shape.w();
+  const std::int64_t oh = y.shape.h(), ow = y.shape.w();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t b = 0; b < n; ++b) {
+    for (std::int64_t i = 0; i < oh; ++i) {
+      const std::int64_t h0 = i * ih / oh, h1 = ((i + 1) * ih + oh - 1) / oh;
+      for (std::int64_t j = 0; j < ow; ++j) {
+        const std::int64_t w0 = j * iw / ow, w1 = ((j + 1) * iw + ow - 1) / ow;
+        const float scale = 1.0f / static_cast<float>((h1 - h0) * (w1 - w0));
+        float* out = y.data + ((b * oh + i) * ow + j) * c;
+        std::fill(out, out + c, 0.0f);
+        for (std::int64_t h = h0; h < h1; ++h) {
+          for (std::int64_t w = w0; w < w1; ++w) {
+            const float* in = x.data + ((b * ih + h) * iw + w) * c;
+            for (std::int64_t ch = 0; ch < c; ++ch) out[ch] += in[ch];
+          }
+        }
+        for (std::int64_t ch = 0; ch < c; ++ch) out[ch] *= scale;
+      }
+    }
+  }
+}
+
+void CpuBackend::adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) {
+  const std::int64_t n = dx.shape.n(), c = dx.shape.c(), ih = dx.shape.h(), iw = dx.shape.w();
+  const std::int64_t oh = dy.shape.h(), ow = dy.shape.w();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t b = 0; b < n; ++b) {
+    std::fill(dx.data + b * ih * iw * c, dx.data + (b + 1) * ih * iw * c, 0.0f);
+    for (std::int64_t i = 0; i < oh; ++i) {
+      const std::int64_t h0 = i * ih / oh, h1 = ((i + 1) * ih + oh - 1) / oh;
+      for (std::int64_t j = 0; j < ow; ++j) {
+        const std::int64_t w0 = j * iw / ow, w1 = ((j + 1) * iw + ow - 1) / ow;
+        const float scale = 1.0f / static_cast<float>((h1 - h0) * (w1 - w0));
+        const float* g = dy.data + ((b * oh + i) * ow + j) * c;
+        for (std::int64_t h = h0; h < h1; ++h) {
+          for (std::int64_t w = w0; w < w1; ++w) {
+            float* out = dx.data + ((b * ih + h) * iw + w) * c;
+            for (std::int64_t ch = 0; ch < c; ++ch) out[ch] += g[ch] * scale;
+          }
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) {
+  const std::int64_t n = x.numel();
+  const float keep_scale = 1.0f / (1.0f - p);
+  const auto threshold = static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const bool keep = mix64(seed ^ mix64(static_cast<std::uint64_t>(i))) >= threshold;
+    mask.data[i] = keep ? keep_scale : 0.0f;
+    y.data[i] = x.data[i] * mask.data[i];
+  }
+}
+
+void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
+  const std::int64_t n = dy.numel();
+#pragma omp parallel for simd schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) dx.data[i] = dy.data[i] * mask.data[i];
+}
+
+float CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) {
+  const std::int64_t n = logits.shape.n(), k = logits.shape.c();
+  double loss = 0.0;
+#pragma omp parallel for reduction(+ : loss) schedule(static)
+  for (std::int64_t b = 0; b < n; ++b) {
+    const float* z = logits.data + b * k;
+    float* g = dlogits.data + b * k;
+    const float zmax = *std::max_element(z, z + k);
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(z[j] - zmax));
+    const double log_sum = std::log(sum);
+    const std::int32_t label = labels[b];
+    loss += log_sum - static_cast<double>(z[label] - zmax);
+    for (std::int64_t j = 0; j < k; ++j) {
+      const double prob = std::exp(static_cast<double>(z[j] - zmax) - log_sum);
+      g[j] = static_cast<float>((prob - (j == label ? 1.0 : 0.0)) / static_cast<double>(n));
+    }
+  }
+  return static_cast<float>(loss / static_cast<double>(n));
+}
+
+void CpuBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
+                            float learning_rate, float momentum, float weight_decay, bool first_step) {
+  float* __restrict w = values;
+  const float* __restrict g = grads;
+  float* __restrict buf = momentum_buffer;
+#pragma omp parallel for simd schedule(static)
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float d = g[i] + weight_decay * w[i];
+    buf[i] = first_step ? d : momentum * buf[i] + d;
+    w[i] -= learning_rate * buf[i];
+  }
+}
+
+}  // namespace dlbench::worker

@@ -1,0 +1,50 @@
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "backend.hpp"
+
+namespace dlbench::worker {
+
+class CpuBackend final : public Backend {
+ public:
+  // threads <= 0 keeps OpenMP's default (OMP_NUM_THREADS or every core).
+  explicit CpuBackend(int threads = 0);
+  ~CpuBackend() override;
+
+  std::string name() const override { return "cpu"; }
+  Layout activation_layout() const override { return Layout::nhwc; }
+  std::string version_info() const override;
+  int threads() const;
+
+  std::shared_ptr<void> allocate(std::size_t bytes) override;
+  void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override;
+  void synchronize() override;
+
+  std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) override;
+  std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) override;
+  std::unique_ptr<ReluOp> make_relu(const Shape& shape) override;
+  std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) override;
+  std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;
+  std::unique_ptr<AddOp> make_add(const Shape& shape) override;
+
+  void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
+  void accumulate(Tensor& dst, const Tensor& src) override;
+  void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
+  void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
+  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;
+  void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
+  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) override;
+  void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
+                  float momentum, float weight_decay, bool first_step) override;
+
+  const dnnl::engine& engine() const { return engine_; }
+  dnnl::stream& stream() { return stream_; }
+
+ private:
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+};
+
+}  // namespace dlbench::worker

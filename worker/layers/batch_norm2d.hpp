@@ -1,0 +1,69 @@
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "layers/layer.hpp"
+
+namespace dlbench::worker {
+
+// BatchNorm2d in training mode: batch statistics, running statistics updated with
+// PyTorch's momentum 0.1 and unbiased variance.
+class BatchNorm2d final : public Layer {
+ public:
+  explicit BatchNorm2d(std::int64_t channels, float epsilon = 1e-5f, float momentum = 0.1f)
+      : channels_(channels), epsilon_(epsilon), momentum_(momentum) {
+    gamma_ = make_parameter("weight", Shape(channels), ParameterInit::ones);
+    beta_ = make_parameter("bias", Shape(channels), ParameterInit::zeros);
+  }
+
+  std::string kind() const override { return "BatchNorm2d"; }
+  void collect_parameters(std::vector<Parameter*>& out) override {
+    out.push_back(&gamma_);
+    out.push_back(&beta_);
+  }
+
+  Shape setup(const Shape& input, SetupContext& ctx) override {
+    op_ = ctx.backend.make_batch_norm({input, epsilon_});
+    const Layout layout = ctx.backend.activation_layout();
+    y_ = activation(input, layout);
+    dx_ = activation(input, layout);
+    for (Tensor* t : {&batch_mean_, &batch_var_, &running_mean_, &running_var_}) t->shape = Shape(channels_);
+    for (Tensor* t : {&y_, &dx_, &batch_mean_, &batch_var_, &running_mean_, &running_var_}) ctx.arena.request(*t);
+    const auto per_channel = static_cast<double>(input.n() * input.h() * input.w());
+    unbias_ = per_channel > 1 ? static_cast<float>(per_channel / (per_channel - 1)) : 1.0f;
+    return input;
+  }
+
+  void reset_state(Backend& backend) override {
+    const std::vector<float> ones(static_cast<std::size_t>(channels_), 1.0f);
+    backend.copy_from_host(running_var_.data, ones.data(), ones.size() * sizeof(float));
+  }
+
+  const Tensor& forward(const Tensor& x, StepContext& ctx) override {
+    x_ = &x;
+    op_->forward_training(x, gamma_.value, beta_.value, y_, batch_mean_, batch_var_);
+    ctx.backend.update_running_stat(running_mean_, batch_mean_, momentum_, 1.0f);
+    ctx.backend.update_running_stat(running_var_, batch_var_, momentum_, unbias_);
+    return y_;
+  }
+
+  const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
+    op_->backward(*x_, dy, gamma_.value, batch_mean_, batch_var_, dx_, gamma_.grad, beta_.grad);
+    ctx.notify({&gamma_, &beta_});
+    return dx_;
+  }
+
+  const Tensor& running_mean() const { return running_mean_; }
+  const Tensor& running_var() const { return running_var_; }
+
+ private:
+  std::int64_t channels_;
+  float epsilon_, momentum_, unbias_ = 1.0f;
+  Parameter gamma_, beta_;
+  std::unique_ptr<BatchNormOp> op_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_, batch_mean_, batch_var_, running_mean_, running_var_;
+};
+
+}  // namespace dlbench::worker

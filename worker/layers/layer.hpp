@@ -1,0 +1,72 @@
+// A layer's life: construct (parameter shapes), setup (backend ops and buffers for one
+// input shape), then forward/backward every step with no allocation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "arena.hpp"
+#include "backend.hpp"
+#include "parameters.hpp"
+
+namespace dlbench::worker {
+
+struct SetupContext {
+  Backend& backend;
+  Arena& arena;
+  // False for the first layer: nothing upstream wants dx, so it is neither stored nor computed.
+  bool input_grad_needed = true;
+};
+
+struct StepContext {
+  Backend& backend;
+  std::uint64_t seed = 0;  // dropout masks: seed, step and layer
+  std::uint64_t step = 0;
+  // Called as soon as a layer has written its parameters' gradients, so that gradient
+  // buckets can be reduced while the rest of backward runs.
+  std::function<void(const std::vector<Parameter*>&)> gradients_ready;
+
+  void notify(std::initializer_list<Parameter*> params) const {
+    if (gradients_ready) gradients_ready(std::vector<Parameter*>(params));
+  }
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual std::string kind() const = 0;
+  virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }
+  // Creates ops and requests buffers; returns the output shape.
+  virtual Shape setup(const Shape& input, SetupContext& ctx) = 0;
+  // After the arena is committed: state that must start at a value (running variance = 1).
+  virtual void reset_state(Backend& backend) { (void)backend; }
+  virtual const Tensor& forward(const Tensor& x, StepContext& ctx) = 0;
+  // Writes the parameters' gradients and returns dx (empty if the input needs no gradient).
+  virtual const Tensor& backward(const Tensor& dy, StepContext& ctx) = 0;
+  // Multiply–accumulates of one forward pass for one sample (valid after setup).
+  virtual double forward_macs_per_sample() const { return 0.0; }
+};
+
+inline Tensor activation(const Shape& shape, Layout layout) {
+  Tensor t;
+  t.shape = shape;
+  t.layout = shape.rank == 4 ? layout : Layout::plain;
+  return t;
+}
+
+inline Parameter make_parameter(std::string name, const Shape& shape, ParameterInit init, std::int64_t fan_in = 0,
+                                std::int64_t fan_out = 0) {
+  Parameter p;
+  p.name = std::move(name);
+  p.value.shape = shape;
+  p.grad.shape = shape;
+  p.init = init;
+  p.fan_in = fan_in;
+  p.fan_out = fan_out;
+  return p;
+}
+
+}  // namespace dlbench::worker

@@ -1,0 +1,117 @@
+#pragma once
+
+#include <memory>
+
+#include "layers/layer.hpp"
+
+namespace dlbench::worker {
+
+// Linear(in, out): y = x Wᵀ + b, W stored (out, in) like torch.nn.Linear.
+class Linear final : public Layer {
+ public:
+  Linear(std::int64_t in_features, std::int64_t out_features, ParameterInit init = ParameterInit::linear_default)
+      : in_(in_features), out_(out_features) {
+    weight_ = make_parameter("weight", Shape(out_, in_), init, in_, out_);
+    // PyTorch's default draws the bias like the weight; VGG's recipe zeroes it.
+    bias_ = make_parameter("bias", Shape(out_), init == ParameterInit::linear_default ? init : ParameterInit::zeros,
+                           in_, out_);
+  }
+
+  std::string kind() const override { return "Linear"; }
+  void collect_parameters(std::vector<Parameter*>& out) override {
+    out.push_back(&weight_);
+    out.push_back(&bias_);
+  }
+
+  Shape setup(const Shape& input, SetupContext& ctx) override {
+    op_ = ctx.backend.make_linear({input.n(), in_, out_, true});
+    y_ = activation(Shape(input.n(), out_), Layout::plain);
+    ctx.arena.request(y_);
+    input_grad_ = ctx.input_grad_needed;
+    if (input_grad_) {
+      dx_ = activation(input, Layout::plain);
+      ctx.arena.request(dx_);
+    }
+    return y_.shape;
+  }
+
+  const Tensor& forward(const Tensor& x, StepContext&) override {
+    x_ = &x;
+    op_->forward(x, weight_.value, &bias_.value, y_);
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
+    op_->backward_weights(*x_, dy, weight_.grad, &bias_.grad);
+    ctx.notify({&weight_, &bias_});
+    if (input_grad_) op_->backward_data(dy, weight_.value, dx_);
+    return dx_;
+  }
+  double forward_macs_per_sample() const override { return static_cast<double>(in_ * out_); }
+
+ private:
+  std::int64_t in_, out_;
+  bool input_grad_ = true;
+  Parameter weight_, bias_;
+  std::unique_ptr<LinearOp> op_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_;
+};
+
+// Flatten(N, C, H, W) → (N, C·H·W): a view, no copy. With NHWC activations the features
+// come in H, W, C order; the parameter count and the arithmetic are the same.
+class Flatten final : public Layer {
+ public:
+  std::string kind() const override { return "Flatten"; }
+  Shape setup(const Shape& input, SetupContext&) override {
+    input_ = input;
+    return Shape(input.n(), input.numel() / input.n());
+  }
+  const Tensor& forward(const Tensor& x, StepContext&) override {
+    y_ = x;
+    y_.shape = Shape(input_.n(), input_.numel() / input_.n());
+    y_.layout = Layout::plain;
+    input_layout_ = x.layout;
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, StepContext&) override {
+    dx_ = dy;
+    dx_.shape = input_;
+    dx_.layout = input_layout_;
+    return dx_;
+  }
+
+ private:
+  Shape input_;
+  Layout input_layout_ = Layout::plain;
+  Tensor y_, dx_;
+};
+
+// Dropout(p) in training mode (inverted: survivors are scaled by 1/(1-p)).
+class Dropout final : public Layer {
+ public:
+  explicit Dropout(float p, std::uint64_t salt) : p_(p), salt_(salt) {}
+  std::string kind() const override { return "Dropout"; }
+  Shape setup(const Shape& input, SetupContext& ctx) override {
+    for (Tensor* t : {&y_, &mask_, &dx_}) {
+      *t = activation(input, ctx.backend.activation_layout());
+      ctx.arena.request(*t);
+    }
+    return input;
+  }
+  const Tensor& forward(const Tensor& x, StepContext& ctx) override {
+    const std::uint64_t seed = (ctx.seed * 0x100000001B3ull) ^ (ctx.step * 0x9E3779B97F4A7C15ull) ^ salt_;
+    ctx.backend.dropout_forward(x, y_, mask_, p_, seed);
+    return y_;
+  }
+  const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
+    ctx.backend.dropout_backward(dy, mask_, dx_);
+    return dx_;
+  }
+
+ private:
+  float p_;
+  std::uint64_t salt_;
+  Tensor y_, mask_, dx_;
+};
+
+}  // namespace dlbench::worker

@@ -1,0 +1,38 @@
+#pragma once
+
+#include <memory>
+
+#include "layers/layer.hpp"
+
+namespace dlbench::worker {
+
+// ReLU, in place like torchvision's ReLU(inplace=True): the output overwrites the input,
+// which no layer in these models reads again (backward uses the output).
+class ReLU final : public Layer {
+ public:
+  std::string kind() const override { return "ReLU"; }
+
+  Shape setup(const Shape& input, SetupContext& ctx) override {
+    op_ = ctx.backend.make_relu(input);
+    dx_ = activation(input, ctx.backend.activation_layout());
+    ctx.arena.request(dx_);
+    return input;
+  }
+
+  const Tensor& forward(const Tensor& x, StepContext&) override {
+    y_ = x;
+    op_->forward(x, y_);
+    return y_;
+  }
+
+  const Tensor& backward(const Tensor& dy, StepContext&) override {
+    op_->backward(y_, dy, dx_);
+    return dx_;
+  }
+
+ private:
+  std::unique_ptr<ReluOp> op_;
+  Tensor y_, dx_;
+};
+
+}  // namespace dlbench::worker

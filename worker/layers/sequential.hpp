@@ -1,0 +1,60 @@
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "layers/layer.hpp"
+
+namespace dlbench::worker {
+
+class Sequential final : public Layer {
+ public:
+  Sequential() = default;
+  template <typename L, typename... Args>
+  L& add(Args&&... args) {
+    auto layer = std::make_unique<L>(std::forward<Args>(args)...);
+    L& ref = *layer;
+    layers_.push_back(std::move(layer));
+    return ref;
+  }
+  void append(std::unique_ptr<Layer> layer) { layers_.push_back(std::move(layer)); }
+
+  std::string kind() const override { return "Sequential"; }
+  void collect_parameters(std::vector<Parameter*>& out) override {
+    for (auto& l : layers_) l->collect_parameters(out);
+  }
+  Shape setup(const Shape& input, SetupContext& ctx) override {
+    Shape shape = input;
+    const bool first_needs_grad = ctx.input_grad_needed;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      ctx.input_grad_needed = i == 0 ? first_needs_grad : true;
+      shape = layers_[i]->setup(shape, ctx);
+    }
+    ctx.input_grad_needed = first_needs_grad;
+    return shape;
+  }
+  void reset_state(Backend& backend) override {
+    for (auto& l : layers_) l->reset_state(backend);
+  }
+  const Tensor& forward(const Tensor& x, StepContext& ctx) override {
+    const Tensor* t = &x;
+    for (auto& l : layers_) t = &l->forward(*t, ctx);
+    return *t;
+  }
+  const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
+    const Tensor* t = &dy;
+    for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) t = &(*it)->backward(*t, ctx);
+    return *t;
+  }
+  double forward_macs_per_sample() const override {
+    double total = 0;
+    for (const auto& l : layers_) total += l->forward_macs_per_sample();
+    return total;
+  }
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+}  // namespace dlbench::worker

@@ -1,0 +1,317 @@
+// dlbench-worker: trains one model on one backend for one case and reports it with the
+// methodology: a table for people and one dlbench.result/v1 JSON document for programs.
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <new>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_backend.hpp"
+#include "dlbench/core/result_document.hpp"
+#include "dlbench/core/statistics.hpp"
+#include "dlbench/core/status.hpp"
+#include "methodology.hpp"
+#include "models/model.hpp"
+#include "trainer.hpp"
+
+namespace {
+
+using namespace dlbench;
+using namespace dlbench::worker;
+
+constexpr int kExitUsage = 2;
+constexpr int kExitFailed = 1;
+
+constexpr const char* kUsage = R"(dlbench-worker — train a model on synthetic data and measure it
+
+Usage: dlbench-worker [options]
+  --model NAME            resnet50 | resnet152 | vgg16 | alexnet        (default resnet50)
+  --backend NAME          cpu                                           (default cpu)
+  --batch-size N          samples per device and step, >= 1              (default 32)
+  --image-size N          square input size in pixels                    (default 224)
+  --precision P           fp32 (the cpu backend computes in fp32 only)   (default fp32)
+  --warmup-steps N        untimed steps before each repeat, >= 0         (default 20)
+  --measure-steps N       timed steps per repeat, >= 1                   (default 100)
+  --repeats N             repeats; the median is reported, >= 1          (default 7)
+  --statistic S           median | mean                                  (default median)
+  --learning-rate X       SGD learning rate, > 0                         (default 0.1)
+  --momentum X            SGD momentum, 0 <= x < 1                       (default 0.9)
+  --weight-decay X        SGD weight decay, 0 <= x <= 1                  (default 0.0001)
+  --threads N             CPU threads, 0 = all                           (default 0)
+  --seed N                weights and synthetic data                     (default 42)
+  --run NAME              BenchmarkRun name to record in the result
+  --output FILE           write the JSON result there (default: stdout, table to stderr)
+  --list-models           print the models and exit
+  --help                  print this and exit
+Exit codes: 0 measured, 1 the case failed (a Failed result is still written), 2 bad usage.
+)";
+
+struct Options {
+  std::string model = "resnet50";
+  std::string backend = "cpu";
+  long batch_size = 32;
+  long image_size = 224;
+  std::string precision = "fp32";
+  long warmup_steps = 20;
+  long measure_steps = 100;
+  long repeats = 7;
+  std::string statistic = "median";
+  double learning_rate = 0.1;
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  long threads = 0;
+  unsigned long long seed = 42;
+  std::string run;
+  std::string output;
+};
+
+struct UsageError {
+  std::string message;
+};
+
+template <typename T>
+T parse_number(const std::string& flag, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc{} || ptr != end) throw UsageError{flag + ": \"" + text + "\" is not a number"};
+  return value;
+}
+
+long parse_bounded(const std::string& flag, const std::string& text, long lo, long hi) {
+  const long v = parse_number<long>(flag, text);
+  if (v < lo || v > hi) {
+    throw UsageError{flag + ": " + text + " is out of range; allowed: " + std::to_string(lo) + " to " + std::to_string(hi)};
+  }
+  return v;
+}
+
+double parse_real(const std::string& flag, const std::string& text, double lo, bool lo_open, double hi, bool hi_open) {
+  const double v = parse_number<double>(flag, text);
+  if ((lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) {
+    std::ostringstream range;
+    range << (lo_open ? "greater than " : "at least ") << lo << " and " << (hi_open ? "less than " : "at most ") << hi;
+    throw UsageError{flag + ": " + text + " is out of range; allowed: " + range.str()};
+  }
+  return v;
+}
+
+std::string choice(const std::string& flag, const std::string& text, const std::vector<std::string>& allowed) {
+  for (const auto& a : allowed) {
+    if (a == text) return text;
+  }
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  throw UsageError{flag + ": \"" + text + "\" is not one of " + list};
+}
+
+std::optional<Options> parse(int argc, char** argv) {
+  Options o;
+  std::vector<std::string> models;
+  for (const auto& m : model_catalog()) models.push_back(m.name);
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    std::string value;
+    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (flag != "--help" && flag != "--list-models") {
+      if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
+      value = argv[++i];
+    }
+    if (flag == "--help") {
+      std::cout << kUsage;
+      return std::nullopt;
+    } else if (flag == "--list-models") {
+      for (const auto& m : model_catalog()) {
+        std::cout << std::left << std::setw(11) << m.name << m.description << " (image size >= " << m.min_image_size
+                  << ")\n";
+      }
+      return std::nullopt;
+    } else if (flag == "--model") {
+      o.model = choice(flag, value, models);
+    } else if (flag == "--backend") {
+      o.backend = choice(flag, value, {"cpu"});
+    } else if (flag == "--batch-size") {
+      o.batch_size = parse_bounded(flag, value, 1, 65536);
+    } else if (flag == "--image-size") {
+      o.image_size = parse_bounded(flag, value, 32, 2048);
+    } else if (flag == "--precision") {
+      o.precision = choice(flag, value, {"fp32", "tf32", "amp", "bf16"});
+    } else if (flag == "--warmup-steps") {
+      o.warmup_steps = parse_bounded(flag, value, 0, 100000);
+    } else if (flag == "--measure-steps") {
+      o.measure_steps = parse_bounded(flag, value, 1, 1000000);
+    } else if (flag == "--repeats") {
+      o.repeats = parse_bounded(flag, value, 1, 1000);
+    } else if (flag == "--statistic") {
+      o.statistic = choice(flag, value, {"median", "mean"});
+    } else if (flag == "--learning-rate") {
+      o.learning_rate = parse_real(flag, value, 0.0, true, 100.0, false);
+    } else if (flag == "--momentum") {
+      o.momentum = parse_real(flag, value, 0.0, false, 1.0, true);
+    } else if (flag == "--weight-decay") {
+      o.weight_decay = parse_real(flag, value, 0.0, false, 1.0, false);
+    } else if (flag == "--threads") {
+      o.threads = parse_bounded(flag, value, 0, 4096);
+    } else if (flag == "--seed") {
+      o.seed = parse_number<unsigned long long>(flag, value);
+    } else if (flag == "--run") {
+      o.run = value;
+    } else if (flag == "--output") {
+      o.output = value;
+    } else {
+      throw UsageError{"unknown option " + flag + " (see --help)"};
+    }
+  }
+  if (o.backend == "cpu" && o.precision != "fp32") {
+    throw UsageError{"--precision: \"" + o.precision + "\" is not available on the cpu backend; allowed: fp32"};
+  }
+  for (const auto& m : model_catalog()) {
+    if (m.name == o.model && o.image_size < m.min_image_size) {
+      throw UsageError{"--image-size: " + std::to_string(o.image_size) + " is too small for " + o.model +
+                       "; allowed: " + std::to_string(m.min_image_size) + " to 2048"};
+    }
+  }
+  return o;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("model name")) return line.substr(line.find(':') + 2);
+  }
+  return "";
+}
+
+EnvironmentInfo environment(const CpuBackend& backend) {
+  EnvironmentInfo e;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  e.host = host;
+  e.hosts = {e.host};
+  utsname u{};
+  if (uname(&u) == 0) e.os = std::string(u.sysname) + " " + u.release + " " + u.machine;
+  e.cpu_model = cpu_model();
+  e.cpu_cores = backend.threads();
+  const std::string info = backend.version_info();
+  e.onednn_version = info.substr(info.find('=') + 1);
+  e.backend = backend.name();
+  e.communicator = "none";
+  e.dlbench_version = DLBENCH_VERSION;
+  return e;
+}
+
+void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t parameters, const std::vector<double>& losses) {
+  out << "dlbench-worker: " << to_string(doc.model) << " on " << doc.environment.backend << " ("
+      << doc.environment.cpu_model << ", " << doc.environment.cpu_cores << " threads), case " << case_id(doc.case_)
+      << ", image " << doc.image_size << ", " << parameters << " parameters\n";
+  out << "  methodology: warm-up " << doc.methodology.warmup_steps << ", measure " << doc.methodology.measure_steps
+      << ", repeats " << doc.methodology.repeats << "\n";
+  out << "  repeat  samples/s   step ms   loss after\n";
+  if (doc.throughput) {
+    for (std::size_t i = 0; i < doc.throughput->repeats.size(); ++i) {
+      const double tp = doc.throughput->repeats[i];
+      out << "  " << std::setw(6) << i + 1 << "  " << std::setw(9) << std::fixed << std::setprecision(2) << tp << "  "
+          << std::setw(8) << std::setprecision(2) << 1000.0 * static_cast<double>(doc.global_batch_size) / tp << "  "
+          << std::setw(10) << std::setprecision(4) << (i < losses.size() ? losses[i] : 0.0) << "\n";
+    }
+    const auto& s = doc.throughput->summary;
+    const double gflops = s.median * doc.flops_per_sample.training / 1e9;
+    out << "  median " << std::setprecision(2) << s.median << " samples/s (min " << s.min << ", max " << s.max
+        << ", cv " << std::setprecision(2) << 100.0 * s.cv << "%), " << std::setprecision(1) << gflops
+        << " GFLOP/s of training arithmetic\n";
+  } else {
+    out << "  FAILED: " << doc.reason << ": " << doc.message << "\n";
+  }
+}
+
+int run(const Options& o) {
+  CpuBackend backend(static_cast<int>(o.threads));
+  ResultDocument doc;
+  doc.run = o.run;
+  doc.model = *enum_from_string<Model>(o.model);
+  doc.case_ = {1, 1, static_cast<int>(o.batch_size), *enum_from_string<Precision>(o.precision)};
+  doc.image_size = static_cast<int>(o.image_size);
+  doc.devices = 1;
+  doc.global_batch_size = o.batch_size;
+  doc.methodology = {static_cast<int>(o.warmup_steps), static_cast<int>(o.measure_steps), static_cast<int>(o.repeats),
+                     *enum_from_string<Statistic>(o.statistic)};
+  doc.environment = environment(backend);
+  doc.start_time = rfc3339_utc_now();
+
+  std::int64_t parameters = 0;
+  std::vector<double> losses;
+  try {
+    Trainer trainer(backend, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), 1000,
+                    {static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
+                     static_cast<float>(o.weight_decay)},
+                    o.seed);
+    parameters = trainer.parameter_count();
+    const double macs = trainer.forward_macs_per_sample();
+    doc.flops_per_sample = {2.0 * macs, 6.0 * macs};  // backward ≈ 2 × forward
+    float last_loss = 0;
+    const Workload workload{[&] { last_loss = trainer.step(); }, [&] { backend.synchronize(); }};
+    std::vector<double> all_steps;
+    const auto repeats = run_methodology(workload, doc.methodology, o.batch_size, [&](int r, const RepeatMeasurement& m) {
+      losses.push_back(last_loss);
+      std::cerr << "  repeat " << r + 1 << "/" << o.repeats << ": " << std::fixed << std::setprecision(2)
+                << m.throughput << " samples/s\n";
+    });
+    std::vector<double> throughputs;
+    for (const auto& r : repeats) {
+      throughputs.push_back(r.throughput);
+      all_steps.insert(all_steps.end(), r.step_seconds.begin(), r.step_seconds.end());
+    }
+    doc.throughput = Throughput{"samples/s", summarize(throughputs), throughputs};
+    doc.step_time_seconds = summarize(all_steps);
+    doc.state = CaseState::Succeeded;
+  } catch (const std::bad_alloc&) {
+    doc.state = CaseState::Failed;
+    doc.reason = "OutOfMemory";
+    doc.message = "host memory exhausted at batch size " + std::to_string(o.batch_size);
+  } catch (const std::exception& e) {
+    doc.state = CaseState::Failed;
+    doc.reason = "WorkerError";
+    doc.message = e.what();
+  }
+  doc.end_time = rfc3339_utc_now();
+
+  const std::string json = to_json(doc).dump(2) + "\n";
+  if (o.output.empty()) {
+    print_table(std::cerr, doc, parameters, losses);
+    std::cout << json;
+  } else {
+    print_table(std::cout, doc, parameters, losses);
+    std::ofstream out(o.output);
+    out << json;
+    if (!out) {
+      std::cerr << "dlbench-worker: cannot write " << o.output << "\n";
+      return kExitFailed;
+    }
+  }
+  return doc.state == CaseState::Succeeded ? 0 : kExitFailed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto options = parse(argc, argv);
+    if (!options) return 0;
+    return run(*options);
+  } catch (const UsageError& e) {
+    std::cerr << "dlbench-worker: " << e.message << "\n";
+    return kExitUsage;
+  }
+}

@@ -1,0 +1,35 @@
+#include "methodology.hpp"
+
+#include <chrono>
+
+#include "dlbench/core/statistics.hpp"
+
+namespace dlbench::worker {
+
+std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const Methodology& methodology,
+                                               long global_batch_size,
+                                               const std::function<void(int, const RepeatMeasurement&)>& on_repeat) {
+  using clock = std::chrono::steady_clock;
+  std::vector<RepeatMeasurement> repeats;
+  for (int r = 0; r < methodology.repeats; ++r) {
+    for (int i = 0; i < methodology.warmup_steps; ++i) workload.step();
+    workload.synchronize();
+    RepeatMeasurement m;
+    const auto start = clock::now();
+    auto previous = start;
+    for (int i = 0; i < methodology.measure_steps; ++i) {
+      workload.step();
+      workload.synchronize();
+      const auto now = clock::now();
+      m.step_seconds.push_back(std::chrono::duration<double>(now - previous).count());
+      previous = now;
+    }
+    m.measured_seconds = std::chrono::duration<double>(previous - start).count();
+    m.throughput = repeat_throughput(global_batch_size, methodology.measure_steps, m.measured_seconds);
+    if (on_repeat) on_repeat(r, m);
+    repeats.push_back(std::move(m));
+  }
+  return repeats;
+}
+
+}  // namespace dlbench::worker

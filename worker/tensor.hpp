@@ -1,0 +1,55 @@
+// Tensors are views: a data pointer, a logical shape and a memory layout. Memory is owned
+// elsewhere (the activation Arena, the ParameterStore), so layers never allocate per step.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace dlbench::worker {
+
+enum class DType { fp32 };
+
+// Memory order of a 4-D activation. Logical dims are always (N, C, H, W).
+enum class Layout {
+  nchw,
+  nhwc,
+  plain,  // row-major in the logical order: weights (O, I, KH, KW), matrices (N, F), vectors
+};
+
+struct Shape {
+  std::array<std::int64_t, 4> dims{0, 0, 0, 0};
+  int rank = 0;
+
+  Shape() = default;
+  Shape(std::int64_t n) : dims{n, 0, 0, 0}, rank(1) {}
+  Shape(std::int64_t n, std::int64_t c) : dims{n, c, 0, 0}, rank(2) {}
+  Shape(std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) : dims{n, c, h, w}, rank(4) {}
+
+  std::int64_t operator[](int i) const { return dims[static_cast<std::size_t>(i)]; }
+  std::int64_t n() const { return dims[0]; }
+  std::int64_t c() const { return dims[1]; }
+  std::int64_t h() const { return dims[2]; }
+  std::int64_t w() const { return dims[3]; }
+  std::int64_t numel() const {
+    std::int64_t total = rank == 0 ? 0 : 1;
+    for (int i = 0; i < rank; ++i) total *= dims[static_cast<std::size_t>(i)];
+    return total;
+  }
+  bool operator==(const Shape&) const = default;
+  std::string to_string() const;
+};
+
+struct Tensor {
+  float* data = nullptr;
+  Shape shape;
+  Layout layout = Layout::plain;
+  DType dtype = DType::fp32;
+
+  std::int64_t numel() const { return shape.numel(); }
+  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * sizeof(float); }
+  bool empty() const { return data == nullptr; }
+};
+
+}  // namespace dlbench::worker

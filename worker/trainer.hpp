@@ -1,0 +1,63 @@
+// One data-parallel-ready training step: forward, loss, backward, SGD — over a fixed
+// synthetic batch that lives on the device, like tf_cnn_benchmarks' synthetic data.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "arena.hpp"
+#include "backend.hpp"
+#include "layers/sequential.hpp"
+#include "layers/softmax_cross_entropy.hpp"
+#include "parameters.hpp"
+
+namespace dlbench::worker {
+
+struct SgdConfig {
+  float learning_rate = 0.1f;
+  float momentum = 0.9f;
+  float weight_decay = 1e-4f;
+};
+
+class Trainer {
+ public:
+  // input: (batch, 3, image, image). Weights come from `seed`; the synthetic batch from
+  // `seed` and `data_rank` (ranks get different data, the same weights).
+  Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
+          SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0);
+
+  // One step; returns the batch's mean loss.
+  float step();
+  // Forward and loss only (gradients and weights untouched).
+  float loss();
+
+  // Runs between backward and the SGD update (the data-parallel allreduce goes here).
+  void set_before_update(std::function<void()> hook) { before_update_ = std::move(hook); }
+  void set_gradients_ready(std::function<void(const std::vector<Parameter*>&)> hook) {
+    context_.gradients_ready = std::move(hook);
+  }
+
+  ParameterStore& parameters() { return parameters_; }
+  Sequential& network() { return *network_; }
+  const Tensor& input() const { return input_; }
+  std::int64_t parameter_count() const { return parameters_.count(); }
+  double forward_macs_per_sample() const { return network_->forward_macs_per_sample(); }
+  std::size_t arena_bytes() const { return arena_.planned_bytes(); }
+  std::uint64_t steps_done() const { return context_.step; }
+
+ private:
+  Backend& backend_;
+  std::unique_ptr<Sequential> network_;
+  Arena arena_;
+  ParameterStore parameters_;
+  SoftmaxCrossEntropy loss_;
+  SgdConfig sgd_;
+  Tensor input_;
+  Tensor labels_storage_;  // int32 labels in float-sized slots
+  StepContext context_;
+  std::function<void()> before_update_;
+};
+
+}  // namespace dlbench::worker
