@@ -212,10 +212,12 @@ EnvironmentInfo environment(const CpuBackend& backend) {
   return e;
 }
 
-void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t parameters, const std::vector<double>& losses) {
+void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t parameters, std::size_t arena_bytes,
+                 const std::vector<double>& losses) {
   out << "dlbench-worker: " << to_string(doc.model) << " on " << doc.environment.backend << " ("
       << doc.environment.cpu_model << ", " << doc.environment.cpu_cores << " threads), case " << case_id(doc.case_)
-      << ", image " << doc.image_size << ", " << parameters << " parameters\n";
+      << ", image " << doc.image_size << ", " << parameters << " parameters, activations "
+      << std::fixed << std::setprecision(2) << static_cast<double>(arena_bytes) / (1 << 30) << " GiB\n";
   out << "  methodology: warm-up " << doc.methodology.warmup_steps << ", measure " << doc.methodology.measure_steps
       << ", repeats " << doc.methodology.repeats << "\n";
   out << "  repeat  samples/s   step ms   loss after\n";
@@ -251,6 +253,7 @@ int run(const Options& o) {
   doc.start_time = rfc3339_utc_now();
 
   std::int64_t parameters = 0;
+  std::size_t arena_bytes = 0;
   std::vector<double> losses;
   try {
     Trainer trainer(backend, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), 1000,
@@ -258,6 +261,7 @@ int run(const Options& o) {
                      static_cast<float>(o.weight_decay)},
                     o.seed);
     parameters = trainer.parameter_count();
+    arena_bytes = trainer.arena_bytes();
     const double macs = trainer.forward_macs_per_sample();
     doc.flops_per_sample = {2.0 * macs, 6.0 * macs};  // backward ≈ 2 × forward
     float last_loss = 0;
@@ -289,10 +293,10 @@ int run(const Options& o) {
 
   const std::string json = to_json(doc).dump(2) + "\n";
   if (o.output.empty()) {
-    print_table(std::cerr, doc, parameters, losses);
+    print_table(std::cerr, doc, parameters, arena_bytes, losses);
     std::cout << json;
   } else {
-    print_table(std::cout, doc, parameters, losses);
+    print_table(std::cout, doc, parameters, arena_bytes, losses);
     std::ofstream out(o.output);
     out << json;
     if (!out) {

@@ -1,0 +1,230 @@
+// benchdnn-style convolution throughput for the exact convolutions a dlbench model runs:
+// the shapes are recorded while the model sets up on the CPU backend, then each distinct
+// shape is timed with raw oneDNN primitives (NHWC data, weights already in the kernel's
+// format, no dlbench code on the timed path). Comparing the sum with dlbench-worker's step
+// time shows what the framework adds on top of the convolutions.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "cpu/cpu_backend.hpp"
+#include "models/model.hpp"
+
+namespace {
+
+using namespace dlbench::worker;
+using dnnl::memory;
+
+// Forwards everything to the CPU backend and remembers every convolution it is asked for.
+class RecordingBackend final : public Backend {
+ public:
+  explicit RecordingBackend(CpuBackend& inner) : inner_(inner) {}
+  std::vector<Conv2dConfig> convolutions;
+
+  std::string name() const override { return inner_.name(); }
+  Layout activation_layout() const override { return inner_.activation_layout(); }
+  std::string version_info() const override { return inner_.version_info(); }
+  std::shared_ptr<void> allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
+  void copy_from_host(void* d, const void* s, std::size_t n) override { inner_.copy_from_host(d, s, n); }
+  void copy_to_host(void* d, const void* s, std::size_t n) override { inner_.copy_to_host(d, s, n); }
+  void synchronize() override { inner_.synchronize(); }
+  std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override {
+    convolutions.push_back(c);
+    return inner_.make_conv2d(c);
+  }
+  std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override { return inner_.make_batch_norm(c); }
+  std::unique_ptr<ReluOp> make_relu(const Shape& s) override { return inner_.make_relu(s); }
+  std::unique_ptr<PoolOp> make_pool(const PoolConfig& c) override { return inner_.make_pool(c); }
+  std::unique_ptr<LinearOp> make_linear(const LinearConfig& c) override { return inner_.make_linear(c); }
+  std::unique_ptr<AddOp> make_add(const Shape& s) override { return inner_.make_add(s); }
+  void update_running_stat(Tensor& r, const Tensor& b, float m, float c) override { inner_.update_running_stat(r, b, m, c); }
+  void accumulate(Tensor& d, const Tensor& s) override { inner_.accumulate(d, s); }
+  void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override { inner_.adaptive_avg_pool_forward(x, y); }
+  void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override { inner_.adaptive_avg_pool_backward(dy, dx); }
+  void dropout_forward(const Tensor& x, Tensor& y, Tensor& m, float p, std::uint64_t s) override {
+    inner_.dropout_forward(x, y, m, p, s);
+  }
+  void dropout_backward(const Tensor& dy, const Tensor& m, Tensor& dx) override { inner_.dropout_backward(dy, m, dx); }
+  float softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d) override {
+    return inner_.softmax_cross_entropy(l, y, d);
+  }
+  void sgd_update(float* v, const float* g, float* b, std::int64_t n, float lr, float m, float wd, bool f) override {
+    inner_.sgd_update(v, g, b, n, lr, m, wd, f);
+  }
+
+ private:
+  CpuBackend& inner_;
+};
+
+memory::dims dims(const Shape& s) { return {s.n(), s.c(), s.h(), s.w()}; }
+
+template <typename Run>
+double median_seconds(Run&& run, int iterations) {
+  run();  // warm-up: first touch, JIT caches
+  std::vector<double> t;
+  for (int i = 0; i < iterations; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Timing {
+  double forward = 0, backward_data = 0, backward_weights = 0;
+  std::string implementation;
+};
+
+Timing time_convolution(const Conv2dConfig& c, const dnnl::engine& engine, dnnl::stream& stream, int iterations) {
+  const auto f32 = memory::data_type::f32;
+  const memory::desc src(dims(c.input), f32, memory::format_tag::nhwc);
+  const memory::desc dst(dims(c.output()), f32, memory::format_tag::nhwc);
+  const memory::desc weights_any(dims(c.weight()), f32, memory::format_tag::any);
+  const memory::dims strides{c.stride, c.stride}, padding{c.padding, c.padding};
+  const auto alg = dnnl::algorithm::convolution_direct;
+  const dnnl::convolution_forward::primitive_desc fwd_pd(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, weights_any, memory::desc(), dst,
+                                      strides, padding, padding),
+      engine);
+  const dnnl::convolution_backward_data::primitive_desc bwd_data_pd(
+      dnnl::convolution_backward_data::desc(alg, src, weights_any, dst, strides, padding, padding), engine, fwd_pd);
+  const dnnl::convolution_backward_weights::primitive_desc bwd_weights_pd(
+      dnnl::convolution_backward_weights::desc(alg, src, weights_any, memory::desc(), dst, strides, padding, padding),
+      engine, fwd_pd);
+  memory x(src, engine), y(dst, engine), dx(src, engine), dy(dst, engine);
+  memory w(fwd_pd.weights_desc(), engine), w_bwd(bwd_data_pd.weights_desc(), engine),
+      dw(bwd_weights_pd.diff_weights_desc(), engine);
+  for (memory* m : {&x, &y, &dx, &dy, &w, &w_bwd, &dw}) {
+    auto* p = static_cast<float*>(m->get_data_handle());
+    const std::size_t n = m->get_desc().get_size() / sizeof(float);
+    for (std::size_t i = 0; i < n; ++i) p[i] = 0.01f * static_cast<float>(i % 97);
+  }
+  dnnl::convolution_forward fwd(fwd_pd);
+  dnnl::convolution_backward_data bwd_data(bwd_data_pd);
+  dnnl::convolution_backward_weights bwd_weights(bwd_weights_pd);
+  Timing t;
+  t.implementation = fwd_pd.impl_info_str();
+  t.forward = median_seconds(
+      [&] {
+        fwd.execute(stream, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, y}});
+        stream.wait();
+      },
+      iterations);
+  t.backward_data = median_seconds(
+      [&] {
+        bwd_data.execute(stream, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, w_bwd}, {DNNL_ARG_DIFF_SRC, dx}});
+        stream.wait();
+      },
+      iterations);
+  t.backward_weights = median_seconds(
+      [&] {
+        bwd_weights.execute(stream, {{DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}});
+        stream.wait();
+      },
+      iterations);
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "resnet50";
+  long batch = 32, image = 224;
+  int iterations = 5, threads = 0;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << a << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--model") model = next();
+    else if (a == "--batch-size") batch = std::stol(next());
+    else if (a == "--image-size") image = std::stol(next());
+    else if (a == "--iterations") iterations = std::stoi(next());
+    else if (a == "--threads") threads = std::stoi(next());
+    else if (a == "--json") json = true;
+    else {
+      std::cerr << "usage: conv_throughput [--model M] [--batch-size N] [--image-size N] [--iterations N] "
+                   "[--threads N] [--json]\n";
+      return 2;
+    }
+  }
+  CpuBackend cpu(threads);
+  RecordingBackend recorder(cpu);
+  Arena arena;
+  auto net = build_model(model);
+  SetupContext setup{recorder, arena, false};
+  net->setup(Shape(batch, 3, image, image), setup);
+
+  // Distinct shapes with their multiplicity; the first convolution computes no dx.
+  std::map<std::tuple<long, long, long, long, long, long, long, long>, std::pair<Conv2dConfig, int>> shapes;
+  for (std::size_t i = 0; i < recorder.convolutions.size(); ++i) {
+    const Conv2dConfig& c = recorder.convolutions[i];
+    const auto key = std::make_tuple(c.input.c(), c.input.h(), c.input.w(), c.out_channels, c.kernel, c.stride,
+                                     c.padding, i == 0 ? 1L : 0L);
+    auto [it, inserted] = shapes.emplace(key, std::make_pair(c, 0));
+    ++it->second.second;
+  }
+
+  double step = 0, flops = 0;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [key, entry] : shapes) {
+    const auto& [c, count] = entry;
+    const bool first = std::get<7>(key) == 1;
+    const Timing t = time_convolution(c, cpu.engine(), cpu.stream(), iterations);
+    const Shape o = c.output();
+    const double macs = static_cast<double>(c.input.n() * o.c() * o.h() * o.w() * c.input.c() * c.kernel * c.kernel);
+    const double seconds = t.forward + (first ? 0.0 : t.backward_data) + t.backward_weights;
+    const double shape_flops = 2.0 * macs * (first ? 2.0 : 3.0);
+    step += count * seconds;
+    flops += count * shape_flops;
+    rows.push_back({{"shape", "ic" + std::to_string(c.input.c()) + "ih" + std::to_string(c.input.h()) + "oc" +
+                                  std::to_string(o.c()) + "k" + std::to_string(c.kernel) + "s" + std::to_string(c.stride)},
+                    {"count", count},
+                    {"forwardMs", 1e3 * t.forward},
+                    {"backwardDataMs", first ? 0.0 : 1e3 * t.backward_data},
+                    {"backwardWeightsMs", 1e3 * t.backward_weights},
+                    {"gflops", shape_flops / seconds / 1e9},
+                    {"implementation", t.implementation}});
+  }
+  const nlohmann::json summary{{"model", model},
+                               {"batchSize", batch},
+                               {"imageSize", image},
+                               {"threads", cpu.threads()},
+                               {"convolutions", recorder.convolutions.size()},
+                               {"distinctShapes", shapes.size()},
+                               {"convSecondsPerStep", step},
+                               {"convGflopPerStep", flops / 1e9},
+                               {"convGflops", flops / step / 1e9},
+                               {"convSamplesPerSecond", static_cast<double>(batch) / step},
+                               {"shapes", rows}};
+  if (json) {
+    std::cout << summary.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%s batch %ld at %ld×%ld, %d threads: %zu convolutions, %zu distinct shapes\n", model.c_str(), batch, image,
+              image, cpu.threads(), recorder.convolutions.size(), shapes.size());
+  std::printf("%-22s %5s %10s %10s %10s %8s  %s\n", "shape", "count", "fwd ms", "bwd-d ms", "bwd-w ms", "GFLOP/s", "kernel");
+  for (const auto& r : rows) {
+    std::printf("%-22s %5d %10.2f %10.2f %10.2f %8.1f  %s\n", r["shape"].get<std::string>().c_str(), r["count"].get<int>(),
+                r["forwardMs"].get<double>(), r["backwardDataMs"].get<double>(), r["backwardWeightsMs"].get<double>(),
+                r["gflops"].get<double>(), r["implementation"].get<std::string>().c_str());
+  }
+  std::printf("convolutions alone: %.3f s per training step, %.1f GFLOP, %.1f GFLOP/s, %.2f samples/s\n", step,
+              flops / 1e9, flops / step / 1e9, static_cast<double>(batch) / step);
+  return 0;
+}
