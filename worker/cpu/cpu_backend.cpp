@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -90,78 +91,121 @@ class WeightFormat {
   dnnl::reorder to_user_;
 };
 
-class CpuConv2d final : public Conv2dOp {
+// The three primitives of a layer with weights (convolution, inner product): forward,
+// backward-data and backward-weights, with the weights kept in the user's layout.
+template <typename Forward, typename BackwardData, typename BackwardWeights>
+class WeightedPrimitives {
  public:
-  CpuConv2d(CpuBackend& backend, const Conv2dConfig& c) : b_(backend) {
-    const auto& engine = b_.engine();
-    const memory::desc src = md_of(c.input, Layout::nhwc);
-    const memory::desc dst = md_of(c.output(), Layout::nhwc);
-    const memory::desc weights_user = md_of(c.weight(), Layout::plain);
-    const memory::desc bias = c.bias ? md_of(Shape(c.out_channels), Layout::plain) : memory::desc();
-    const memory::dims strides{c.stride, c.stride};
-    const memory::dims padding{c.padding, c.padding};
-    const auto algorithm = dnnl::algorithm::convolution_direct;
+  WeightedPrimitives(CpuBackend& backend, const typename Forward::primitive_desc& fwd_pd,
+                     const typename BackwardData::primitive_desc& bwd_data_pd,
+                     const typename BackwardWeights::primitive_desc& bwd_weights_pd, const memory::desc& src,
+                     const memory::desc& dst, const memory::desc& weights_user, const memory::desc& bias)
+      : b_(backend),
+        src_(src),
+        dst_(dst),
+        bias_(bias),
+        implementation_(fwd_pd.impl_info_str()),
+        fwd_(fwd_pd),
+        bwd_data_(bwd_data_pd),
+        bwd_weights_(bwd_weights_pd),
+        fwd_weights_(backend.engine(), weights_user, fwd_pd.weights_desc()),
+        bwd_data_weights_(backend.engine(), weights_user, bwd_data_pd.weights_desc()),
+        diff_weights_(backend.engine(), weights_user, bwd_weights_pd.diff_weights_desc()) {}
 
-    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::convolution_forward::primitive_desc(
-        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src, any_md(c.weight()), bias,
-                                        dst, strides, padding, padding),
-        engine));
-    bwd_data_pd_ = DLBENCH_DNNL_CALL(dnnl::convolution_backward_data::primitive_desc(
-        dnnl::convolution_backward_data::desc(algorithm, src, any_md(c.weight()), dst, strides, padding, padding),
-        engine, fwd_pd_));
-    bwd_weights_pd_ = DLBENCH_DNNL_CALL(dnnl::convolution_backward_weights::primitive_desc(
-        dnnl::convolution_backward_weights::desc(algorithm, src, any_md(c.weight()), bias, dst, strides, padding,
-                                                 padding),
-        engine, fwd_pd_));
-    fwd_ = dnnl::convolution_forward(fwd_pd_);
-    bwd_data_ = dnnl::convolution_backward_data(bwd_data_pd_);
-    bwd_weights_ = dnnl::convolution_backward_weights(bwd_weights_pd_);
-    fwd_weights_.emplace(engine, weights_user, fwd_pd_.weights_desc());
-    bwd_data_weights_.emplace(engine, weights_user, bwd_data_pd_.weights_desc());
-    diff_weights_.emplace(engine, weights_user, bwd_weights_pd_.diff_weights_desc());
-    src_ = src;
-    dst_ = dst;
-    bias_ = bias;
-  }
-
-  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
     auto& s = b_.stream();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
-                                         {DNNL_ARG_WEIGHTS, fwd_weights_->in(s, weight.data)},
+                                         {DNNL_ARG_WEIGHTS, fwd_weights_.in(s, weight.data)},
                                          {DNNL_ARG_DST, mem(dst_, b_.engine(), y.data)}};
     if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias->data);
     fwd_.execute(s, args);
   }
 
-  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) {
     auto& s = b_.stream();
     bwd_data_.execute(s, {{DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
-                          {DNNL_ARG_WEIGHTS, bwd_data_weights_->in(s, weight.data)},
+                          {DNNL_ARG_WEIGHTS, bwd_data_weights_.in(s, weight.data)},
                           {DNNL_ARG_DIFF_SRC, mem(src_, b_.engine(), dx.data)}});
   }
 
-  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) {
     auto& s = b_.stream();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
                                          {DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
-                                         {DNNL_ARG_DIFF_WEIGHTS, diff_weights_->out(dweight.data)}};
+                                         {DNNL_ARG_DIFF_WEIGHTS, diff_weights_.out(dweight.data)}};
     if (dbias != nullptr) args[DNNL_ARG_DIFF_BIAS] = mem(bias_, b_.engine(), dbias->data);
     bwd_weights_.execute(s, args);
-    diff_weights_->finish(s, dweight.data);
+    diff_weights_.finish(s, dweight.data);
   }
 
-  std::string implementation() const { return fwd_pd_.impl_info_str(); }
+  const std::string& implementation() const { return implementation_; }
 
  private:
   CpuBackend& b_;
   memory::desc src_, dst_, bias_;
-  dnnl::convolution_forward::primitive_desc fwd_pd_;
-  dnnl::convolution_backward_data::primitive_desc bwd_data_pd_;
-  dnnl::convolution_backward_weights::primitive_desc bwd_weights_pd_;
-  dnnl::convolution_forward fwd_;
-  dnnl::convolution_backward_data bwd_data_;
-  dnnl::convolution_backward_weights bwd_weights_;
-  std::optional<WeightFormat> fwd_weights_, bwd_data_weights_, diff_weights_;
+  std::string implementation_;
+  Forward fwd_;
+  BackwardData bwd_data_;
+  BackwardWeights bwd_weights_;
+  WeightFormat fwd_weights_, bwd_data_weights_, diff_weights_;
+};
+
+using ConvPrimitives = WeightedPrimitives<dnnl::convolution_forward, dnnl::convolution_backward_data,
+                                          dnnl::convolution_backward_weights>;
+using InnerProductPrimitives = WeightedPrimitives<dnnl::inner_product_forward, dnnl::inner_product_backward_data,
+                                                  dnnl::inner_product_backward_weights>;
+
+ConvPrimitives make_conv_primitives(CpuBackend& backend, const Conv2dConfig& c) {
+  const auto& engine = backend.engine();
+  const memory::desc src = md_of(c.input, Layout::nhwc);
+  const memory::desc dst = md_of(c.output(), Layout::nhwc);
+  const memory::desc bias = c.bias ? md_of(Shape(c.out_channels), Layout::plain) : memory::desc();
+  const memory::dims strides{c.stride, c.stride};
+  const memory::dims padding{c.padding, c.padding};
+  const auto algorithm = dnnl::algorithm::convolution_direct;
+  const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::convolution_forward::primitive_desc(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src, any_md(c.weight()), bias, dst,
+                                      strides, padding, padding),
+      engine));
+  const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::convolution_backward_data::primitive_desc(
+      dnnl::convolution_backward_data::desc(algorithm, src, any_md(c.weight()), dst, strides, padding, padding), engine,
+      fwd_pd));
+  const auto bwd_weights_pd = DLBENCH_DNNL_CALL(dnnl::convolution_backward_weights::primitive_desc(
+      dnnl::convolution_backward_weights::desc(algorithm, src, any_md(c.weight()), bias, dst, strides, padding,
+                                               padding),
+      engine, fwd_pd));
+  return ConvPrimitives(backend, fwd_pd, bwd_data_pd, bwd_weights_pd, src, dst, md_of(c.weight(), Layout::plain), bias);
+}
+
+InnerProductPrimitives make_inner_product_primitives(CpuBackend& backend, const LinearConfig& c) {
+  const auto& engine = backend.engine();
+  const memory::desc src = md_of(Shape(c.batch, c.in_features), Layout::plain);
+  const memory::desc dst = md_of(Shape(c.batch, c.out_features), Layout::plain);
+  const Shape weight(c.out_features, c.in_features);
+  const memory::desc bias = c.bias ? md_of(Shape(c.out_features), Layout::plain) : memory::desc();
+  const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_forward::primitive_desc(
+      dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, any_md(weight), bias, dst), engine));
+  const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_data::primitive_desc(
+      dnnl::inner_product_backward_data::desc(src, any_md(weight), dst), engine, fwd_pd));
+  const auto bwd_weights_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_weights::primitive_desc(
+      dnnl::inner_product_backward_weights::desc(src, any_md(weight), bias, dst), engine, fwd_pd));
+  return InnerProductPrimitives(backend, fwd_pd, bwd_data_pd, bwd_weights_pd, src, dst, md_of(weight, Layout::plain),
+                                bias);
+}
+
+// Conv2dOp and LinearOp have the same three operations; one adapter serves both.
+template <typename Interface, typename Primitives>
+class CpuWeightedOp final : public Interface {
+ public:
+  explicit CpuWeightedOp(Primitives primitives) : p_(std::move(primitives)) {}
+  void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override { p_.forward(x, w, b, y); }
+  void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override { p_.backward_data(dy, w, dx); }
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) override {
+    p_.backward_weights(x, dy, dw, db);
+  }
+
+ private:
+  Primitives p_;
 };
 
 class CpuBatchNorm final : public BatchNormOp {
@@ -290,66 +334,6 @@ class CpuPool final : public PoolOp {
   dnnl::pooling_backward bwd_;
 };
 
-class CpuLinear final : public LinearOp {
- public:
-  CpuLinear(CpuBackend& backend, const LinearConfig& c) : b_(backend) {
-    const auto& engine = b_.engine();
-    src_ = md_of(Shape(c.batch, c.in_features), Layout::plain);
-    dst_ = md_of(Shape(c.batch, c.out_features), Layout::plain);
-    const Shape weight(c.out_features, c.in_features);
-    const memory::desc weights_user = md_of(weight, Layout::plain);
-    bias_ = c.bias ? md_of(Shape(c.out_features), Layout::plain) : memory::desc();
-    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::inner_product_forward::primitive_desc(
-        dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src_, any_md(weight), bias_, dst_),
-        engine));
-    bwd_data_pd_ = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_data::primitive_desc(
-        dnnl::inner_product_backward_data::desc(src_, any_md(weight), dst_), engine, fwd_pd_));
-    bwd_weights_pd_ = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_weights::primitive_desc(
-        dnnl::inner_product_backward_weights::desc(src_, any_md(weight), bias_, dst_), engine, fwd_pd_));
-    fwd_ = dnnl::inner_product_forward(fwd_pd_);
-    bwd_data_ = dnnl::inner_product_backward_data(bwd_data_pd_);
-    bwd_weights_ = dnnl::inner_product_backward_weights(bwd_weights_pd_);
-    fwd_weights_.emplace(engine, weights_user, fwd_pd_.weights_desc());
-    bwd_data_weights_.emplace(engine, weights_user, bwd_data_pd_.weights_desc());
-    diff_weights_.emplace(engine, weights_user, bwd_weights_pd_.diff_weights_desc());
-  }
-
-  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
-    auto& s = b_.stream();
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
-                                         {DNNL_ARG_WEIGHTS, fwd_weights_->in(s, weight.data)},
-                                         {DNNL_ARG_DST, mem(dst_, b_.engine(), y.data)}};
-    if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias->data);
-    fwd_.execute(s, args);
-  }
-  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
-    auto& s = b_.stream();
-    bwd_data_.execute(s, {{DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
-                          {DNNL_ARG_WEIGHTS, bwd_data_weights_->in(s, weight.data)},
-                          {DNNL_ARG_DIFF_SRC, mem(src_, b_.engine(), dx.data)}});
-  }
-  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
-    auto& s = b_.stream();
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
-                                         {DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
-                                         {DNNL_ARG_DIFF_WEIGHTS, diff_weights_->out(dweight.data)}};
-    if (dbias != nullptr) args[DNNL_ARG_DIFF_BIAS] = mem(bias_, b_.engine(), dbias->data);
-    bwd_weights_.execute(s, args);
-    diff_weights_->finish(s, dweight.data);
-  }
-
- private:
-  CpuBackend& b_;
-  memory::desc src_, dst_, bias_;
-  dnnl::inner_product_forward::primitive_desc fwd_pd_;
-  dnnl::inner_product_backward_data::primitive_desc bwd_data_pd_;
-  dnnl::inner_product_backward_weights::primitive_desc bwd_weights_pd_;
-  dnnl::inner_product_forward fwd_;
-  dnnl::inner_product_backward_data bwd_data_;
-  dnnl::inner_product_backward_weights bwd_weights_;
-  std::optional<WeightFormat> fwd_weights_, bwd_data_weights_, diff_weights_;
-};
-
 class CpuAdd final : public AddOp {
  public:
   CpuAdd(CpuBackend& backend, const Shape& shape) : b_(backend) {
@@ -412,13 +396,17 @@ void CpuBackend::copy_to_host(void* host_dst, const void* device_src, std::size_
 
 void CpuBackend::synchronize() { stream_.wait(); }
 
-std::unique_ptr<Conv2dOp> CpuBackend::make_conv2d(const Conv2dConfig& c) { return std::make_unique<CpuConv2d>(*this, c); }
+std::unique_ptr<Conv2dOp> CpuBackend::make_conv2d(const Conv2dConfig& c) {
+  return std::make_unique<CpuWeightedOp<Conv2dOp, ConvPrimitives>>(make_conv_primitives(*this, c));
+}
 std::unique_ptr<BatchNormOp> CpuBackend::make_batch_norm(const BatchNormConfig& c) {
   return std::make_unique<CpuBatchNorm>(*this, c);
 }
 std::unique_ptr<ReluOp> CpuBackend::make_relu(const Shape& shape) { return std::make_unique<CpuRelu>(*this, shape); }
 std::unique_ptr<PoolOp> CpuBackend::make_pool(const PoolConfig& c) { return std::make_unique<CpuPool>(*this, c); }
-std::unique_ptr<LinearOp> CpuBackend::make_linear(const LinearConfig& c) { return std::make_unique<CpuLinear>(*this, c); }
+std::unique_ptr<LinearOp> CpuBackend::make_linear(const LinearConfig& c) {
+  return std::make_unique<CpuWeightedOp<LinearOp, InnerProductPrimitives>>(make_inner_product_primitives(*this, c));
+}
 std::unique_ptr<AddOp> CpuBackend::make_add(const Shape& shape) { return std::make_unique<CpuAdd>(*this, shape); }
 
 void CpuBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
