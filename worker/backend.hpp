@@ -133,6 +133,8 @@ class Backend {
   virtual void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) = 0;
   // dst += src
   virtual void accumulate(Tensor& dst, const Tensor& src) = 0;
+  // data *= factor (averaging reduced gradients)
+  virtual void scale(float* data, std::int64_t count, float factor) = 0;
   // Adaptive average pooling to (out_h, out_w), PyTorch's window rule.
   virtual void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
   virtual void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;

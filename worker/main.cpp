@@ -3,6 +3,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -15,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "communicator.hpp"
 #include "cpu/cpu_backend.hpp"
+#include "gradient_buckets.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/status.hpp"
@@ -46,12 +49,17 @@ Usage: dlbench-worker [options]
   --learning-rate X       SGD learning rate, > 0                         (default 0.1)
   --momentum X            SGD momentum, 0 <= x < 1                       (default 0.9)
   --weight-decay X        SGD weight decay, 0 <= x <= 1                  (default 0.0001)
-  --threads N             CPU threads, 0 = all                           (default 0)
+  --threads N             CPU threads per rank, 0 = all                  (default 0)
+  --communicator C        auto | none | mpi; auto = mpi under mpirun     (default auto)
+  --bucket-mb N           gradient bucket size in MiB, >= 1              (default 25)
   --seed N                weights and synthetic data                     (default 42)
   --run NAME              BenchmarkRun name to record in the result
   --output FILE           write the JSON result there (default: stdout, table to stderr)
   --list-models           print the models and exit
   --help                  print this and exit
+Under mpirun every rank trains on its own synthetic batch with the same initial weights
+(broadcast from rank 0); gradients are averaged in buckets while backward runs; the
+global batch is batch size × ranks; throughput uses the slowest rank's time; rank 0 reports.
 Exit codes: 0 measured, 1 the case failed (a Failed result is still written), 2 bad usage.
 )";
 
@@ -69,6 +77,8 @@ struct Options {
   double momentum = 0.9;
   double weight_decay = 1e-4;
   long threads = 0;
+  std::string communicator = "auto";
+  long bucket_mb = 25;
   unsigned long long seed = 42;
   std::string run;
   std::string output;
@@ -163,6 +173,10 @@ std::optional<Options> parse(int argc, char** argv) {
       o.weight_decay = parse_real(flag, value, 0.0, false, 1.0, false);
     } else if (flag == "--threads") {
       o.threads = parse_bounded(flag, value, 0, 4096);
+    } else if (flag == "--communicator") {
+      o.communicator = choice(flag, value, {"auto", "none", "mpi"});
+    } else if (flag == "--bucket-mb") {
+      o.bucket_mb = parse_bounded(flag, value, 1, 4096);
     } else if (flag == "--seed") {
       o.seed = parse_number<unsigned long long>(flag, value);
     } else if (flag == "--run") {
@@ -176,6 +190,9 @@ std::optional<Options> parse(int argc, char** argv) {
   if (o.backend == "cpu" && o.precision != "fp32") {
     throw UsageError{"--precision: \"" + o.precision + "\" is not available on the cpu backend; allowed: fp32"};
   }
+#ifndef DLBENCH_HAVE_MPI
+  if (o.communicator == "mpi") throw UsageError{"--communicator: mpi is not built in (DLBENCH_WITH_MPI=OFF); allowed: none"};
+#endif
   for (const auto& m : model_catalog()) {
     if (m.name == o.model && o.image_size < m.min_image_size) {
       throw UsageError{"--image-size: " + std::to_string(o.image_size) + " is too small for " + o.model +
@@ -194,12 +211,19 @@ std::string cpu_model() {
   return "";
 }
 
-EnvironmentInfo environment(const CpuBackend& backend) {
+// Distinct hosts in rank order: the job's nodes.
+std::vector<std::string> distinct(const std::vector<std::string>& hosts) {
+  std::vector<std::string> out;
+  for (const auto& h : hosts) {
+    if (std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
+  }
+  return out;
+}
+
+EnvironmentInfo environment(const CpuBackend& backend, Communicator& communicator, const std::vector<std::string>& hosts) {
   EnvironmentInfo e;
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  e.host = host;
-  e.hosts = {e.host};
+  e.host = local_host_name();
+  e.hosts = distinct(hosts);
   utsname u{};
   if (uname(&u) == 0) e.os = std::string(u.sysname) + " " + u.release + " " + u.machine;
   e.cpu_model = cpu_model();
@@ -207,7 +231,7 @@ EnvironmentInfo environment(const CpuBackend& backend) {
   const std::string info = backend.version_info();
   e.onednn_version = info.substr(info.find('=') + 1);
   e.backend = backend.name();
-  e.communicator = "none";
+  e.communicator = communicator.name();
   e.dlbench_version = DLBENCH_VERSION;
   return e;
 }
@@ -238,18 +262,36 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
   }
 }
 
-int run(const Options& o) {
+std::unique_ptr<Communicator> make_communicator(const Options& o, int* argc, char*** argv) {
+#ifdef DLBENCH_HAVE_MPI
+  if (o.communicator == "mpi" || (o.communicator == "auto" && launched_by_mpi())) {
+    return make_mpi_communicator(argc, argv);
+  }
+#else
+  (void)argc;
+  (void)argv;
+#endif
+  (void)o;
+  return std::make_unique<NoCommunicator>();
+}
+
+int run(const Options& o, Communicator& comm) {
   CpuBackend backend(static_cast<int>(o.threads));
+  const std::vector<std::string> hosts = comm.hosts();
+  const auto nodes = static_cast<int>(distinct(hosts).size());
   ResultDocument doc;
   doc.run = o.run;
   doc.model = *enum_from_string<Model>(o.model);
-  doc.case_ = {1, 1, static_cast<int>(o.batch_size), *enum_from_string<Precision>(o.precision)};
+  // Ranks per node as the job ran them; an uneven spread is recorded as ranks / nodes rounded up.
+  doc.case_ = {nodes, (comm.size() + nodes - 1) / nodes, static_cast<int>(o.batch_size),
+               *enum_from_string<Precision>(o.precision)};
   doc.image_size = static_cast<int>(o.image_size);
-  doc.devices = 1;
-  doc.global_batch_size = o.batch_size;
+  doc.devices = doc.case_.devices();
+  doc.global_batch_size = static_cast<long>(doc.case_.global_batch_size());
+  const bool reporter = comm.rank() == 0;
   doc.methodology = {static_cast<int>(o.warmup_steps), static_cast<int>(o.measure_steps), static_cast<int>(o.repeats),
                      *enum_from_string<Statistic>(o.statistic)};
-  doc.environment = environment(backend);
+  doc.environment = environment(backend, comm, hosts);
   doc.start_time = rfc3339_utc_now();
 
   std::int64_t parameters = 0;
@@ -259,19 +301,34 @@ int run(const Options& o) {
     Trainer trainer(backend, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), 1000,
                     {static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
                      static_cast<float>(o.weight_decay)},
-                    o.seed);
+                    o.seed, static_cast<std::uint64_t>(comm.rank()));
+    ParameterStore& store = trainer.parameters();
+    comm.broadcast(store.values(), store.count(), 0);  // identical start on every rank
+    GradientBuckets buckets(comm, store, static_cast<std::size_t>(o.bucket_mb) << 20);
+    if (comm.size() > 1) {
+      trainer.set_gradients_ready([&](const std::vector<Parameter*>& ready) { buckets.gradients_ready(ready); });
+      trainer.set_before_update([&] { buckets.finish(backend); });
+    }
     parameters = trainer.parameter_count();
     arena_bytes = trainer.arena_bytes();
     const double macs = trainer.forward_macs_per_sample();
     doc.flops_per_sample = {2.0 * macs, 6.0 * macs};  // backward ≈ 2 × forward
     float last_loss = 0;
-    const Workload workload{[&] { last_loss = trainer.step(); }, [&] { backend.synchronize(); }};
+    Workload workload{[&] { last_loss = trainer.step(); }, [&] { backend.synchronize(); }, {}};
+    if (comm.size() > 1) {
+      workload.slowest_rank = [&](std::vector<double>& seconds) {
+        comm.max(seconds.data(), static_cast<std::int64_t>(seconds.size()));
+      };
+    }
     std::vector<double> all_steps;
-    const auto repeats = run_methodology(workload, doc.methodology, o.batch_size, [&](int r, const RepeatMeasurement& m) {
-      losses.push_back(last_loss);
-      std::cerr << "  repeat " << r + 1 << "/" << o.repeats << ": " << std::fixed << std::setprecision(2)
-                << m.throughput << " samples/s\n";
-    });
+    const auto repeats = run_methodology(workload, doc.methodology, doc.global_batch_size,
+                                         [&](int r, const RepeatMeasurement& m) {
+                                           losses.push_back(last_loss);
+                                           if (!reporter) return;
+                                           std::cerr << "  case " << case_id(doc.case_) << " repeat " << r + 1 << "/"
+                                                     << o.repeats << ": " << std::fixed << std::setprecision(2)
+                                                     << m.throughput << " samples/s\n";
+                                         });
     std::vector<double> throughputs;
     for (const auto& r : repeats) {
       throughputs.push_back(r.throughput);
@@ -290,6 +347,10 @@ int run(const Options& o) {
     doc.message = e.what();
   }
   doc.end_time = rfc3339_utc_now();
+  if (!reporter) {
+    if (doc.state != CaseState::Succeeded) std::cerr << "dlbench-worker rank " << comm.rank() << ": " << doc.message << "\n";
+    return doc.state == CaseState::Succeeded ? 0 : kExitFailed;
+  }
 
   const std::string json = to_json(doc).dump(2) + "\n";
   if (o.output.empty()) {
@@ -313,7 +374,8 @@ int main(int argc, char** argv) {
   try {
     const auto options = parse(argc, argv);
     if (!options) return 0;
-    return run(*options);
+    auto communicator = make_communicator(*options, &argc, &argv);
+    return run(*options, *communicator);
   } catch (const UsageError& e) {
     std::cerr << "dlbench-worker: " << e.message << "\n";
     return kExitUsage;

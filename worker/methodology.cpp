@@ -25,6 +25,14 @@ std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const M
       previous = now;
     }
     m.measured_seconds = std::chrono::duration<double>(previous - start).count();
+    if (workload.slowest_rank) {
+      std::vector<double> times = m.step_seconds;
+      times.push_back(m.measured_seconds);
+      workload.slowest_rank(times);
+      m.measured_seconds = times.back();
+      times.pop_back();
+      m.step_seconds = std::move(times);
+    }
     m.throughput = repeat_throughput(global_batch_size, methodology.measure_steps, m.measured_seconds);
     if (on_repeat) on_repeat(r, m);
     repeats.push_back(std::move(m));

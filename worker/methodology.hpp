@@ -19,6 +19,9 @@ struct RepeatMeasurement {
 struct Workload {
   std::function<void()> step;         // one training step (may queue work asynchronously)
   std::function<void()> synchronize;  // waits for all queued work
+  // Data parallel: replaces each time with the slowest rank's, element by element, so that
+  // throughput is what the job as a whole achieved. Called outside the timed region.
+  std::function<void(std::vector<double>& seconds)> slowest_rank;
 };
 
 // Calls on_repeat after each repeat (for progress and live metrics).

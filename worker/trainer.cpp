@@ -44,10 +44,15 @@ float Trainer::loss() {
   return loss_.forward_backward(logits, reinterpret_cast<const std::int32_t*>(labels_storage_.data), backend_);
 }
 
-float Trainer::step() {
+float Trainer::compute_gradients() {
   const float value = loss();
   network_->backward(loss_.dlogits(), context_);
   if (before_update_) before_update_();
+  return value;
+}
+
+float Trainer::step() {
+  const float value = compute_gradients();
   backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.count(),
                       sgd_.learning_rate, sgd_.momentum, sgd_.weight_decay, context_.step == 0);
   ++context_.step;

@@ -30,6 +30,8 @@ class Trainer {
 
   // One step; returns the batch's mean loss.
   float step();
+  // Forward, loss, backward and the before-update hook, without changing the weights.
+  float compute_gradients();
   // Forward and loss only (gradients and weights untouched).
   float loss();
 

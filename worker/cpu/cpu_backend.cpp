@@ -424,6 +424,11 @@ void CpuBackend::accumulate(Tensor& dst, const Tensor& src) {
   for (std::int64_t i = 0; i < n; ++i) d[i] += s[i];
 }
 
+void CpuBackend::scale(float* data, std::int64_t count, float factor) {
+#pragma omp parallel for simd schedule(static)
+  for (std::int64_t i = 0; i < count; ++i) data[i] *= factor;
+}
+
 // PyTorch's adaptive pooling windows: [floor(i·in/out), ceil((i+1)·in/out)).
 void CpuBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
   const std::int64_t n = x.shape.n(), c = x.shape.c(), ih = x.shape.h(), iw = x.shape.w();

@@ -1,0 +1,154 @@
+// Data parallelism over MPI, run by ctest under mpirun with 2, 3 and 4 ranks.
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "communicator.hpp"
+#include "cpu/cpu_backend.hpp"
+#include "gradient_buckets.hpp"
+#include "layers/batch_norm2d.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/linear.hpp"
+#include "layers/pool2d.hpp"
+#include "layers/relu.hpp"
+#include "trainer.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+Communicator* world = nullptr;
+
+std::unique_ptr<Sequential> small_net() {
+  auto net = std::make_unique<Sequential>();
+  net->add<Conv2d>(3, 8, 3, 1, 1);
+  net->add<BatchNorm2d>(8);
+  net->add<ReLU>();
+  net->add<Pool2d>(PoolKind::max, 2, 2);
+  net->add<Conv2d>(8, 12, 3, 1, 1, true);
+  net->add<ReLU>();
+  net->add<Flatten>();
+  net->add<Linear>(12 * 4 * 4, 10);
+  return net;
+}
+
+// A data-parallel trainer: rank-specific data, weights from rank 0, bucketed averaging.
+struct DataParallel {
+  CpuBackend backend{1};
+  Trainer trainer;
+  std::unique_ptr<GradientBuckets> buckets;
+
+  explicit DataParallel(std::size_t bucket_bytes, bool reduce = true)
+      : trainer(backend, small_net(), Shape(4, 3, 8, 8), 10, {0.05f, 0.9f, 1e-4f}, 5,
+                static_cast<std::uint64_t>(world->rank())) {
+    world->broadcast(trainer.parameters().values(), trainer.parameters().count(), 0);
+    if (!reduce) return;
+    buckets = std::make_unique<GradientBuckets>(*world, trainer.parameters(), bucket_bytes);
+    trainer.set_gradients_ready([this](const std::vector<Parameter*>& ready) { buckets->gradients_ready(ready); });
+    trainer.set_before_update([this] { buckets->finish(backend); });
+  }
+  std::vector<float> values() const {
+    const auto& p = const_cast<Trainer&>(trainer).parameters();
+    return std::vector<float>(p.values(), p.values() + p.count());
+  }
+  std::vector<float> grads() const {
+    const auto& p = const_cast<Trainer&>(trainer).parameters();
+    return std::vector<float>(p.grads(), p.grads() + p.count());
+  }
+};
+
+TEST(DataParallel, RanksTrainOnDifferentData) {
+  DataParallel local(1 << 20, false);
+  float first = local.trainer.input().data[0];
+  float others_max = first, others_min = first;
+  MPI_Allreduce(&first, &others_max, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&first, &others_min, 1, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
+  EXPECT_NE(others_max, others_min);
+}
+
+TEST(DataParallel, WeightsIdenticalOnEveryRankAfterSteps) {
+  DataParallel dp(GradientBuckets::kDefaultBucketBytes);
+  for (int i = 0; i < 4; ++i) dp.trainer.step();
+  std::vector<float> mine = dp.values(), highest(mine.size()), lowest(mine.size());
+  MPI_Allreduce(mine.data(), highest.data(), static_cast<int>(mine.size()), MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(mine.data(), lowest.data(), static_cast<int>(mine.size()), MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
+  EXPECT_EQ(std::memcmp(highest.data(), lowest.data(), mine.size() * sizeof(float)), 0);
+  // And the weights moved: training happened.
+  DataParallel fresh(GradientBuckets::kDefaultBucketBytes);
+  EXPECT_NE(fresh.values(), mine);
+}
+
+TEST(DataParallel, AveragedGradientIsTheMeanOfTheRanksGradients) {
+  DataParallel alone(1 << 20, false);
+  alone.trainer.compute_gradients();
+  std::vector<float> local = alone.grads(), expected(local.size());
+  MPI_Allreduce(local.data(), expected.data(), static_cast<int>(local.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  for (float& g : expected) g /= static_cast<float>(world->size());
+
+  DataParallel dp(1 << 10);  // many small buckets
+  dp.trainer.compute_gradients();
+  const std::vector<float> averaged = dp.grads();
+  ASSERT_EQ(averaged.size(), expected.size());
+  for (std::size_t i = 0; i < averaged.size(); ++i) {
+    ASSERT_NEAR(averaged[i], expected[i], 1e-6f * (1.0f + std::fabs(expected[i]))) << i;
+  }
+  // With more than one rank the average differs from this rank's own gradient.
+  if (world->size() > 1) {
+    EXPECT_NE(averaged, local);
+  }
+}
+
+TEST(DataParallel, BucketSizeDoesNotChangeTheResult) {
+  std::vector<std::vector<float>> results;
+  std::vector<std::size_t> bucket_counts;
+  for (const std::size_t bytes : {std::size_t{256}, std::size_t{3000}, std::size_t{64} << 20}) {
+    DataParallel dp(bytes);
+    for (int i = 0; i < 3; ++i) dp.trainer.step();
+    results.push_back(dp.values());
+    bucket_counts.push_back(dp.buckets->buckets().size());
+  }
+  EXPECT_GT(bucket_counts[0], bucket_counts[1]);
+  EXPECT_EQ(bucket_counts[2], 1u);
+  for (std::size_t r = 1; r < results.size(); ++r) {
+    for (std::size_t i = 0; i < results[0].size(); ++i) {
+      ASSERT_NEAR(results[r][i], results[0][i], 1e-5f * (1.0f + std::fabs(results[0][i]))) << "bucket config " << r;
+    }
+  }
+}
+
+TEST(DataParallel, BucketsCoverTheGradientsExactlyLastLayerFirst) {
+  DataParallel dp(3000);
+  const auto& buckets = dp.buckets->buckets();
+  const std::int64_t total = dp.trainer.parameters().count();
+  std::int64_t end = total;
+  for (const auto& b : buckets) {  // contiguous slices from the end of the flat buffer
+    EXPECT_EQ(b.offset + b.count, end);
+    EXPECT_GT(b.count, 0);
+    end = b.offset;
+  }
+  EXPECT_EQ(end, 0);
+}
+
+}  // namespace
+}  // namespace dlbench::worker
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto communicator = dlbench::worker::make_mpi_communicator(&argc, &argv);
+  dlbench::worker::world = communicator.get();
+  // Only rank 0 prints gtest's progress; failures on any rank still fail mpirun.
+  if (communicator->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS();
+  int any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (communicator->rank() == 0) {
+    std::printf("%s: data-parallel tests on %d ranks\n", any_failed != 0 ? "FAILED" : "PASSED", communicator->size());
+  }
+  return any_failed;
+}

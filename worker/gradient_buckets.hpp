@@ -1,0 +1,46 @@
+// Gradient averaging in buckets, overlapped with backward (like PyTorch DDP): parameters are
+// grouped, last layer first, into contiguous slices of the flat gradient buffer of about
+// `bucket_bytes`; a bucket's reduction starts as soon as backward has written all of its
+// gradients, while earlier layers are still computing.
+#pragma once
+
+#include <cstddef>
+#include <unordered_map>
+#include <vector>
+
+#include "communicator.hpp"
+#include "parameters.hpp"
+
+namespace dlbench::worker {
+
+class Backend;
+
+class GradientBuckets {
+ public:
+  static constexpr std::size_t kDefaultBucketBytes = 25u << 20;
+
+  GradientBuckets(Communicator& communicator, const ParameterStore& parameters, std::size_t bucket_bytes);
+
+  // From the backward pass: these parameters' gradients are final for this step.
+  void gradients_ready(const std::vector<Parameter*>& parameters);
+  // Before the optimizer: waits for every bucket and divides by the number of ranks.
+  void finish(Backend& backend);
+
+  struct Bucket {
+    std::int64_t offset = 0;  // elements into the flat gradient buffer
+    std::int64_t count = 0;
+    std::int64_t pending = 0;  // elements whose gradients are not ready yet this step
+    bool started = false;
+  };
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+ private:
+  Communicator& communicator_;
+  float* grads_;
+  std::int64_t total_;
+  std::vector<Bucket> buckets_;
+  std::unordered_map<const Parameter*, std::size_t> bucket_of_;
+  std::size_t started_ = 0;
+};
+
+}  // namespace dlbench::worker

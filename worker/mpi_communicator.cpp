@@ -1,0 +1,109 @@
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "communicator.hpp"
+
+// The MPI check: any MPI error becomes an exception naming the call and file:line.
+#define DLBENCH_MPI_CHECK(call)                                                                    \
+  do {                                                                                            \
+    const int dlbench_mpi_status = (call);                                                        \
+    if (dlbench_mpi_status != MPI_SUCCESS) {                                                      \
+      char dlbench_mpi_text[MPI_MAX_ERROR_STRING];                                                \
+      int dlbench_mpi_length = 0;                                                                 \
+      MPI_Error_string(dlbench_mpi_status, dlbench_mpi_text, &dlbench_mpi_length);                \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " +    \
+                               #call + ": " + std::string(dlbench_mpi_text, static_cast<std::size_t>(dlbench_mpi_length))); \
+    }                                                                                             \
+  } while (false)
+
+namespace dlbench::worker {
+namespace {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(int* argc, char*** argv) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      DLBENCH_MPI_CHECK(MPI_Init(argc, argv));
+      owns_mpi_ = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    DLBENCH_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    DLBENCH_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  }
+  ~MpiCommunicator() override {
+    if (!requests_.empty()) MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+    if (owns_mpi_) MPI_Finalize();
+  }
+
+  std::string name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::vector<std::string> hosts() override {
+    constexpr int kLength = 256;
+    std::string mine = local_host_name();
+    mine.resize(kLength, '\0');
+    std::vector<char> all(static_cast<std::size_t>(kLength * size_));
+    DLBENCH_MPI_CHECK(MPI_Allgather(mine.data(), kLength, MPI_CHAR, all.data(), kLength, MPI_CHAR, MPI_COMM_WORLD));
+    std::vector<std::string> out;
+    for (int r = 0; r < size_; ++r) out.emplace_back(all.data() + r * kLength);
+    return out;
+  }
+
+  void broadcast(float* data, std::int64_t count, int root) override {
+    for_chunks(data, count, [&](float* p, int n) { DLBENCH_MPI_CHECK(MPI_Bcast(p, n, MPI_FLOAT, root, MPI_COMM_WORLD)); });
+  }
+
+  void start_sum(float* data, std::int64_t count) override {
+    for_chunks(data, count, [&](float* p, int n) {
+      MPI_Request request;
+      DLBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request));
+      requests_.push_back(request);
+    });
+  }
+
+  void progress() override {
+    if (requests_.empty()) return;
+    int done = 0;
+    DLBENCH_MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE));
+  }
+
+  void wait_all() override {
+    if (requests_.empty()) return;
+    DLBENCH_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    requests_.clear();
+  }
+
+  void max(double* data, std::int64_t count) override {
+    DLBENCH_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  }
+
+ private:
+  // MPI counts are int: split larger buffers.
+  template <typename F>
+  static void for_chunks(float* data, std::int64_t count, F&& f) {
+    constexpr std::int64_t kChunk = 1 << 30;
+    for (std::int64_t done = 0; done < count; done += kChunk) {
+      f(data + done, static_cast<int>(std::min(kChunk, count - done)));
+    }
+  }
+
+  int rank_ = 0, size_ = 1;
+  bool owns_mpi_ = false;
+  std::vector<MPI_Request> requests_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv) {
+  return std::make_unique<MpiCommunicator>(argc, argv);
+}
+
+}  // namespace dlbench::worker
