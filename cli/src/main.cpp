@@ -4,6 +4,8 @@
 #include <string_view>
 #include <vector>
 
+#include "report_command.hpp"
+#include "run_command.hpp"
 #include "validate_command.hpp"
 
 namespace {
@@ -15,6 +17,14 @@ Usage:
       Check BenchmarkRun documents (YAML or JSON, several per file, "-" for stdin).
       Prints the planned cases of each valid run, or every error with its field path.
       Exit code: 0 valid, 1 invalid, 2 unreadable input or bad usage.
+  dlbench run -f run.yaml [--output STATUS.json] [--max-devices N] [--worker PATH] [--mpirun PATH]
+      Run a BenchmarkRun on this host, case by case, as mpirun -np DEVICES dlbench-worker.
+      Cases needing more nodes or devices than this host has are recorded as skipped.
+      Writes the status (as the operator would) after every case; Ctrl-C keeps what finished.
+      Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable, 130 interrupted.
+  dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json]
+      DLPerf-style tables: per precision, batch sizes by nodes x GPUs, then speed-up and
+      scaling efficiency; several files side by side.
   dlbench version
   dlbench help
 )";
@@ -64,6 +74,68 @@ int validate_main(const std::vector<std::string>& args) {
   return dlbench::cli::run_validate(options, std::cout, std::cerr);
 }
 
+int run_main(const std::vector<std::string>& args) {
+  dlbench::cli::RunOptions options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    const auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
+    const std::string* v = nullptr;
+    if (arg == "-f" || arg == "--filename" || arg == "--output" || arg == "-o" || arg == "--worker" ||
+        arg == "--mpirun" || arg == "--max-devices") {
+      v = value();
+      if (v == nullptr) return usage_error(arg + " needs a value");
+    }
+    if (arg == "-f" || arg == "--filename") {
+      options.file = *v;
+    } else if (arg == "--output" || arg == "-o") {
+      options.output = *v;
+    } else if (arg == "--worker") {
+      options.worker = *v;
+    } else if (arg == "--mpirun") {
+      options.mpirun = *v;
+    } else if (arg == "--max-devices") {
+      try {
+        options.max_devices = std::stoi(*v);
+      } catch (const std::exception&) {
+        options.max_devices = 0;
+      }
+      if (options.max_devices < 1) return usage_error("--max-devices: \"" + *v + "\" is not a whole number >= 1");
+    } else {
+      return usage_error("run: unknown argument \"" + arg + "\"");
+    }
+  }
+  if (options.file.empty()) return usage_error("run needs -f FILE");
+  return dlbench::cli::run_run(options, std::cout, std::cerr);
+}
+
+int report_main(const std::vector<std::string>& args) {
+  dlbench::cli::ReportOptions options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--format") {
+      if (i + 1 >= args.size()) return usage_error("--format needs one of table, markdown, csv, json");
+      const std::string& f = args[++i];
+      if (f == "table") {
+        options.format = dlbench::cli::ReportFormat::table;
+      } else if (f == "markdown") {
+        options.format = dlbench::cli::ReportFormat::markdown;
+      } else if (f == "csv") {
+        options.format = dlbench::cli::ReportFormat::csv;
+      } else if (f == "json") {
+        options.format = dlbench::cli::ReportFormat::json;
+      } else {
+        return usage_error("--format: \"" + f + "\" is not one of table, markdown, csv, json");
+      }
+    } else if (arg.starts_with("-")) {
+      return usage_error("report: unknown option \"" + arg + "\"");
+    } else {
+      options.files.push_back(arg);
+    }
+  }
+  if (options.files.empty()) return usage_error("report needs at least one status file");
+  return dlbench::cli::run_report(options, std::cout, std::cerr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,6 +144,8 @@ int main(int argc, char** argv) {
   const std::string command = args.front();
   args.erase(args.begin());
   if (command == "validate") return validate_main(args);
+  if (command == "run") return run_main(args);
+  if (command == "report") return report_main(args);
   if (command == "version" || command == "--version") {
     std::cout << "dlbench " << DLBENCH_VERSION << '\n';
     return 0;
@@ -80,5 +154,5 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  return usage_error("unknown command \"" + command + "\"; commands: validate, version, help");
+  return usage_error("unknown command \"" + command + "\"; commands: validate, run, report, version, help");
 }

@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "../support/process.hpp"
 #include "../support/test_support.hpp"
 #include "dlbench/core/planner.hpp"
 #include "dlbench/core/yaml.hpp"
@@ -20,34 +21,11 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using testing::Outcome;
+using testing::slurp;
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs `dlbench ARGS` through the shell, optionally feeding stdin.
 Outcome dlbench(const std::string& args, const std::string& stdin_text = "") {
-  const auto dir = std::filesystem::temp_directory_path() / ("dlbench-cli-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "in") << stdin_text;
-  const std::string command = std::string("cd ") + DLBENCH_SOURCE_DIR + " && " + DLBENCH_CLI_BINARY + " " + args +
-                              " < " + (dir / "in").string() + " > " + (dir / "out").string() + " 2> " +
-                              (dir / "err").string();
-  const int status = std::system(command.c_str());
-  Outcome o;
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  o.out = slurp(dir / "out");
-  o.err = slurp(dir / "err");
-  std::filesystem::remove_all(dir);
-  return o;
+  return testing::run_shell(std::string(DLBENCH_CLI_BINARY) + " " + args, DLBENCH_SOURCE_DIR, stdin_text);
 }
 
 TEST(ValidateCli, ValidSweepPrintsEveryPlannedCase) {

@@ -1,0 +1,189 @@
+// `dlbench report`: DLPerf-style tables from status files. For each precision: rows are batch
+// sizes, columns are nodes×GPUs (of every file given, side by side); then the same grid for
+// speed-up and for scaling efficiency.
+#include "report_command.hpp"
+
+#include <algorithm>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "dlbench/core/codec.hpp"
+#include "dlbench/core/statistics.hpp"
+#include "dlbench/core/yaml.hpp"
+
+namespace dlbench::cli {
+namespace {
+
+struct Source {
+  std::string label;
+  Statistic statistic = Statistic::median;
+  BenchmarkRunStatus status;
+};
+
+struct Column {
+  std::size_t source;
+  int nodes, gpus;
+  bool operator<(const Column& o) const {
+    return std::tie(source, nodes, gpus) < std::tie(o.source, o.nodes, o.gpus);
+  }
+};
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+void print_grid(std::ostream& out, ReportFormat format, const std::string& title, const std::vector<std::string>& header,
+                const std::vector<std::vector<std::string>>& rows) {
+  if (format == ReportFormat::csv) {
+    for (const auto& row : rows) {
+      out << title;
+      for (const auto& cell : row) out << "," << cell;
+      out << "\n";
+    }
+    return;
+  }
+  if (format == ReportFormat::markdown) {
+    out << "\n**" << title << "**\n\n|";
+    for (const auto& h : header) out << " " << h << " |";
+    out << "\n|";
+    for (std::size_t i = 0; i < header.size(); ++i) out << "---|";
+    out << "\n";
+    for (const auto& row : rows) {
+      out << "|";
+      for (const auto& cell : row) out << " " << cell << " |";
+      out << "\n";
+    }
+    return;
+  }
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    width[i] = header[i].size();
+    for (const auto& row : rows) width[i] = std::max(width[i], row[i].size());
+  }
+  out << "\n" << title << "\n";
+  const auto line = [&](const std::vector<std::string>& cells) {
+    for (std::size_t i = 0; i < cells.size(); ++i) out << "  " << std::setw(static_cast<int>(width[i])) << cells[i];
+    out << "\n";
+  };
+  line(header);
+  for (const auto& row : rows) line(row);
+}
+
+}  // namespace
+
+int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err) {
+  std::vector<Source> sources;
+  for (const auto& file : options.files) {
+    std::vector<nlohmann::json> docs;
+    try {
+      docs = load_yaml_file(file);
+    } catch (const std::exception& e) {
+      err << "error: " << e.what() << "\n";
+      return 2;
+    }
+    for (const auto& doc : docs) {
+      Source s;
+      if (doc.contains("spec")) {
+        const auto run = decode_benchmark_run(doc);
+        if (!run.ok() || !run.value->status) {
+          err << "error: " << file << ": " << (run.ok() ? "no status" : run.errors.front().to_string()) << "\n";
+          return 1;
+        }
+        s.label = run.value->metadata.name;
+        s.statistic = run.value->spec.methodology.statistic;
+        s.status = *run.value->status;
+      } else {
+        const auto status = decode_status(doc);
+        if (!status.ok()) {
+          err << "error: " << file << ": " << status.errors.front().to_string() << "\n";
+          return 1;
+        }
+        s.label = file;
+        s.status = *status.value;
+      }
+      apply_scaling(s.status.results, s.statistic);
+      sources.push_back(std::move(s));
+    }
+  }
+
+  if (options.format == ReportFormat::json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& s : sources) {
+      for (const auto& r : s.status.results) {
+        nlohmann::json row = to_json(r);
+        row["run"] = s.label;
+        j.push_back(row);
+      }
+    }
+    out << j.dump(2) << "\n";
+    return 0;
+  }
+  if (options.format == ReportFormat::csv) {
+    out << "table,precision,batchSizePerDevice,run,nodes,gpusPerNode,value\n";
+  }
+
+  std::set<Precision> precisions;
+  for (const auto& s : sources) {
+    for (const auto& r : s.status.results) precisions.insert(r.case_.precision);
+  }
+  for (const Precision p : precisions) {
+    std::set<int> batches;
+    std::set<Column> columns;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      for (const auto& r : sources[i].status.results) {
+        if (r.case_.precision != p) continue;
+        batches.insert(r.case_.batch_size_per_device);
+        columns.insert({i, r.case_.nodes, r.case_.gpus_per_node});
+      }
+    }
+    std::vector<Column> ordered(columns.begin(), columns.end());
+    std::stable_sort(ordered.begin(), ordered.end(), [](const Column& a, const Column& b) {
+      return std::make_tuple(a.source, a.nodes * a.gpus, a.nodes) < std::make_tuple(b.source, b.nodes * b.gpus, b.nodes);
+    });
+    const auto cell = [&](int batch, const Column& c, int which) -> std::string {
+      for (const auto& r : sources[c.source].status.results) {
+        if (r.case_.precision != p || r.case_.batch_size_per_device != batch || r.case_.nodes != c.nodes ||
+            r.case_.gpus_per_node != c.gpus) {
+          continue;
+        }
+        if (r.state != CaseState::Succeeded) return r.state == CaseState::Skipped ? "skipped" : "failed";
+        if (which == 0) return fixed(reported_value(r.throughput->summary, sources[c.source].statistic), 2);
+        if (which == 1) return r.speedup ? fixed(*r.speedup, 2) : "-";
+        return r.scaling_efficiency ? fixed(100 * *r.scaling_efficiency, 1) + "%" : "-";
+      }
+      return "";
+    };
+    const char* titles[] = {"throughput (samples/s)", "speed-up over 1x1", "scaling efficiency"};
+    for (int which = 0; which < 3; ++which) {
+      std::vector<std::string> header{"batch"};
+      for (const auto& c : ordered) {
+        header.push_back((sources.size() > 1 ? sources[c.source].label + " " : "") + std::to_string(c.nodes) + "x" +
+                         std::to_string(c.gpus));
+      }
+      std::vector<std::vector<std::string>> rows;
+      for (const int b : batches) {
+        if (options.format == ReportFormat::csv) {
+          for (const auto& c : ordered) {
+            rows.push_back({std::string(to_string(p)), std::to_string(b), sources[c.source].label,
+                            std::to_string(c.nodes), std::to_string(c.gpus), cell(b, c, which)});
+          }
+          continue;
+        }
+        std::vector<std::string> row{std::to_string(b)};
+        for (const auto& c : ordered) row.push_back(cell(b, c, which));
+        rows.push_back(row);
+      }
+      const std::string title = options.format == ReportFormat::csv
+                                    ? std::string(which == 0 ? "throughput" : which == 1 ? "speedup" : "efficiency")
+                                    : std::string(to_string(p)) + ": " + titles[which];
+      print_grid(out, options.format, title, header, rows);
+    }
+  }
+  return 0;
+}
+
+}  // namespace dlbench::cli

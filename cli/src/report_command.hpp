@@ -1,0 +1,18 @@
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace dlbench::cli {
+
+enum class ReportFormat { table, markdown, csv, json };
+
+struct ReportOptions {
+  std::vector<std::string> files;  // status files (a BenchmarkRun with status, or a bare status)
+  ReportFormat format = ReportFormat::table;
+};
+
+int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace dlbench::cli

@@ -1,0 +1,354 @@
+// `dlbench run`: the local executor. The same BenchmarkRun the operator runs on a cluster,
+// run case by case on this host as `mpirun -np DEVICES dlbench-worker …`, with the status
+// written after every case exactly as the operator writes it.
+#include "run_command.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+#include <thread>
+
+#include "dlbench/core/codec.hpp"
+#include "dlbench/core/planner.hpp"
+#include "dlbench/core/result_document.hpp"
+#include "dlbench/core/statistics.hpp"
+#include "dlbench/core/status.hpp"
+#include "dlbench/core/yaml.hpp"
+
+namespace dlbench::cli {
+namespace {
+
+std::atomic<bool> interrupted{false};
+std::atomic<pid_t> running_child{0};
+
+void on_interrupt(int) {
+  interrupted = true;
+  const pid_t child = running_child.load();
+  if (child > 0) kill(-child, SIGTERM);  // the worker's whole process group (mpirun and ranks)
+}
+
+struct ChildOutcome {
+  int exit_code = -1;
+  bool timed_out = false;
+  bool interrupted = false;
+  std::deque<std::string> last_lines;  // of its stderr, for failure messages
+};
+
+// Runs argv in its own process group, passing its stderr through line by line.
+ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
+                       int timeout_seconds, std::ostream& progress) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(pipe_fds[1], STDERR_FILENO);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    const int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
+    for (const auto& kv : extra_env) putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "cannot start %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  running_child = pid;
+  close(pipe_fds[1]);
+  ChildOutcome outcome;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
+  std::string partial;
+  char buffer[4096];
+  bool open_pipe = true;
+  while (open_pipe) {
+    pollfd fd{pipe_fds[0], POLLIN, 0};
+    const int ready = poll(&fd, 1, 200);
+    if (ready > 0) {
+      const ssize_t n = read(pipe_fds[0], buffer, sizeof buffer);
+      if (n <= 0) {
+        open_pipe = false;
+      } else {
+        partial.append(buffer, static_cast<std::size_t>(n));
+        for (std::size_t nl; (nl = partial.find('\n')) != std::string::npos;) {
+          const std::string line = partial.substr(0, nl);
+          partial.erase(0, nl + 1);
+          if (line.find(" repeat ") != std::string::npos) progress << "  " << line << "\n" << std::flush;
+          outcome.last_lines.push_back(line);
+          if (outcome.last_lines.size() > 12) outcome.last_lines.pop_front();
+        }
+      }
+    }
+    if (interrupted && !outcome.interrupted) {
+      outcome.interrupted = true;
+      kill(-pid, SIGTERM);
+    }
+    if (!outcome.timed_out && std::chrono::steady_clock::now() > deadline) {
+      outcome.timed_out = true;
+      kill(-pid, SIGKILL);
+    }
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  running_child = 0;
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return outcome;
+}
+
+std::string self_directory() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+std::string join_lines(const std::deque<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += (out.empty() ? "" : "\n") + l;
+  return out;
+}
+
+void write_status_file(const std::string& path, const BenchmarkRun& run) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << to_json(run).dump(2) << "\n";
+    if (!out) throw std::runtime_error("cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, path);  // never a half-written status
+}
+
+CaseResult failed(const PlannedCase& c, CaseState state, std::string reason, std::string message, int attempts) {
+  CaseResult r;
+  r.case_ = c.spec;
+  r.state = state;
+  r.reason = std::move(reason);
+  r.message = std::move(message);
+  r.attempts = attempts;
+  r.completion_time = rfc3339_utc_now();
+  return r;
+}
+
+}  // namespace
+
+int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
+  std::vector<nlohmann::json> documents;
+  try {
+    documents = load_yaml_file(options.file);
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << "\n";
+    return 2;
+  }
+  if (documents.size() != 1) {
+    err << "error: " << options.file << " holds " << documents.size()
+        << " documents; dlbench run takes exactly one BenchmarkRun\n";
+    return 2;
+  }
+  const auto decoded = decode_benchmark_run(documents[0]);
+  if (!decoded.ok()) {
+    err << options.file << ": invalid, " << decoded.errors.size() << " errors\n";
+    for (const auto& e : decoded.errors) err << "  " << e.to_string() << "\n";
+    return 1;
+  }
+  BenchmarkRun run = *decoded.value;
+  const BenchmarkRunSpec& spec = run.spec;
+  if (spec.engine != Engine::native) {
+    err << "error: spec.engine: \"command\" is not supported by the local executor yet; allowed: native\n";
+    return 1;
+  }
+  const std::string output = options.output.empty() ? run.metadata.name + ".status.json" : options.output;
+  const std::string worker = options.worker.empty() ? self_directory() + "/dlbench-worker" : options.worker;
+  const int host_devices = options.max_devices > 0 ? options.max_devices
+                                                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto plan = plan_cases(spec);
+  const std::string scratch =
+      (std::filesystem::temp_directory_path() / ("dlbench-run-" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(scratch);
+
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  BenchmarkRunStatus status;
+  status.observed_generation = run.metadata.generation;
+  status.phase = Phase::Running;
+  set_condition(status.conditions,
+                {ConditionType::Progressing, ConditionStatus::True, "Running", "", "", run.metadata.generation},
+                rfc3339_utc_now());
+  out << "dlbench run " << run.metadata.name << ": " << to_string(spec.model) << ", " << plan.size()
+      << " cases on this host (" << host_devices << " devices), status in " << output << "\n";
+
+  for (std::size_t i = 0; i < plan.size() && !interrupted; ++i) {
+    const PlannedCase& c = plan[i];
+    status.progress.current_case = c.id;
+    refresh_derived_status(status, plan, spec.methodology.statistic);
+    run.status = status;
+    write_status_file(output, run);
+    out << "[" << i + 1 << "/" << plan.size() << "] " << c.id << ": ";
+    if (c.spec.nodes > 1) {
+      status.results.push_back(failed(c, CaseState::Skipped, "NeedsMoreNodes",
+                                      "needs " + std::to_string(c.spec.nodes) +
+                                          " nodes; the local executor runs on this host only (use the operator)",
+                                      0));
+      out << "skipped (needs " << c.spec.nodes << " nodes)\n";
+      continue;
+    }
+    if (c.spec.devices() > host_devices) {
+      status.results.push_back(failed(c, CaseState::Skipped, "NotEnoughDevices",
+                                      "needs " + std::to_string(c.spec.devices()) + " devices; this host has " +
+                                          std::to_string(host_devices),
+                                      0));
+      out << "skipped (needs " << c.spec.devices() << " devices, host has " << host_devices << ")\n";
+      continue;
+    }
+    out << c.spec.devices() << (c.spec.devices() == 1 ? " rank" : " ranks") << "\n" << std::flush;
+    const int threads = std::max(1, host_devices / c.spec.devices());
+    const std::string result_file = scratch + "/" + c.id + ".json";
+    std::vector<std::string> argv;
+    std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(threads)};
+    if (c.spec.devices() > 1) {
+      argv = {options.mpirun, "-np", std::to_string(c.spec.devices()), "--bind-to", "none", "-x", "OMP_NUM_THREADS"};
+      if (geteuid() == 0) {  // Open MPI refuses root unless told
+        env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+        env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+      }
+    }
+    const auto& m = spec.methodology;
+    const auto& o = spec.optimizer;
+    std::ostringstream lr, momentum, decay;
+    lr << o.learning_rate;
+    momentum << o.momentum;
+    decay << o.weight_decay;
+    for (const std::string& a :
+         {worker, std::string("--model"), std::string(to_string(spec.model)), std::string("--backend"),
+          std::string("cpu"), std::string("--batch-size"), std::to_string(c.spec.batch_size_per_device),
+          std::string("--image-size"), std::to_string(spec.data.image_size), std::string("--precision"),
+          std::string(to_string(c.spec.precision)), std::string("--warmup-steps"), std::to_string(m.warmup_steps),
+          std::string("--measure-steps"), std::to_string(m.measure_steps), std::string("--repeats"),
+          std::to_string(m.repeats), std::string("--statistic"), std::string(to_string(m.statistic)),
+          std::string("--learning-rate"), lr.str(), std::string("--momentum"), momentum.str(),
+          std::string("--weight-decay"), decay.str(), std::string("--threads"), std::to_string(threads),
+          std::string("--communicator"), std::string(c.spec.devices() > 1 ? "mpi" : "none"), std::string("--run"),
+          run.metadata.name, std::string("--output"), result_file}) {
+      argv.push_back(a);
+    }
+
+    CaseResult result;
+    const int max_attempts = 1 + spec.limits.backoff_limit;
+    for (int attempt = 1; attempt <= max_attempts && !interrupted; ++attempt) {
+      std::filesystem::remove(result_file);
+      const std::string start = rfc3339_utc_now();
+      const ChildOutcome child = run_child(argv, env, spec.limits.case_timeout_seconds, out);
+      if (child.interrupted) break;
+      result = failed(c, CaseState::Failed, "", "", attempt);
+      result.start_time = start;
+      if (child.timed_out) {
+        result.reason = "Timeout";
+        result.message = "no result within limits.caseTimeoutSeconds (" +
+                         std::to_string(spec.limits.case_timeout_seconds) + " s)";
+      } else if (std::filesystem::exists(result_file)) {
+        std::ifstream in(result_file);
+        nlohmann::json doc;
+        try {
+          doc = nlohmann::json::parse(in);
+          const auto parsed = decode_result_document(doc);
+          if (parsed.ok()) {
+            result = to_case_result(*parsed.value, attempt);
+            if (parsed.value->case_ != c.spec) {
+              result = failed(c, CaseState::Failed, "CaseMismatch",
+                              "the worker ran " + case_id(parsed.value->case_) + " instead of " + c.id, attempt);
+            }
+          } else {
+            result.reason = "InvalidResult";
+            result.message = parsed.errors.front().to_string();
+          }
+        } catch (const std::exception& e) {
+          result.reason = "InvalidResult";
+          result.message = e.what();
+        }
+      } else {
+        result.reason = "WorkerExited";
+        result.message = "exit code " + std::to_string(child.exit_code) + " without a result: " +
+                         join_lines(child.last_lines);
+      }
+      if (result.state == CaseState::Succeeded) break;
+      out << "  attempt " << attempt << "/" << max_attempts << " failed: " << result.reason << ": "
+          << result.message.substr(0, 200) << "\n";
+    }
+    if (interrupted) break;
+    status.results.push_back(result);
+    refresh_derived_status(status, plan, spec.methodology.statistic);
+    if (result.state == CaseState::Succeeded) {
+      const double value = reported_value(result.throughput->summary, spec.methodology.statistic);
+      const CaseResult& stored = status.results.back();
+      out << "  " << std::fixed << std::setprecision(2) << value << " samples/s (" << to_string(spec.methodology.statistic)
+          << " of " << result.throughput->repeats.size() << ")";
+      for (const auto& r : status.results) {
+        if (case_id(r.case_) == c.id && r.speedup) {
+          out << ", speed-up " << std::setprecision(2) << *r.speedup << ", efficiency " << std::setprecision(0)
+              << 100 * *r.scaling_efficiency << "%";
+        }
+      }
+      (void)stored;
+      out << "\n";
+    }
+    run.status = status;
+    write_status_file(output, run);
+  }
+
+  std::filesystem::remove_all(scratch);
+  status.progress.current_case.clear();
+  refresh_derived_status(status, plan, spec.methodology.statistic);
+  int succeeded = 0, failures = 0, skipped = 0;
+  for (const auto& r : status.results) {
+    if (r.state == CaseState::Succeeded) ++succeeded;
+    if (r.state == CaseState::Failed) ++failures;
+    if (r.state == CaseState::Skipped) ++skipped;
+  }
+  const std::string now = rfc3339_utc_now();
+  const std::int64_t generation = run.metadata.generation;
+  if (interrupted) {
+    status.phase = Phase::Failed;
+    set_condition(status.conditions,
+                  {ConditionType::Failed, ConditionStatus::True, "Interrupted",
+                   "stopped by a signal after " + std::to_string(status.results.size()) + " of " +
+                       std::to_string(plan.size()) + " cases; their results are kept",
+                   "", generation},
+                  now);
+  } else {
+    status.phase = succeeded > 0 ? Phase::Succeeded : Phase::Failed;
+    const std::string summary = std::to_string(succeeded) + " succeeded, " + std::to_string(failures) + " failed, " +
+                                std::to_string(skipped) + " skipped";
+    set_condition(status.conditions,
+                  {ConditionType::Ready, succeeded > 0 ? ConditionStatus::True : ConditionStatus::False,
+                   succeeded > 0 ? (failures > 0 ? "SucceededWithFailures" : "Succeeded") : "NoCaseSucceeded", summary,
+                   "", generation},
+                  now);
+  }
+  set_condition(status.conditions,
+                {ConditionType::Progressing, ConditionStatus::False, "Finished", "", "", generation}, now);
+  run.status = status;
+  write_status_file(output, run);
+  out << run.metadata.name << ": " << to_string(status.phase) << " (" << status.progress.summary << " cases"
+      << (interrupted ? ", interrupted" : "") << "); status written to " << output << "\n";
+  if (interrupted) return 130;
+  return status.phase == Phase::Succeeded ? 0 : 1;
+}
+
+}  // namespace dlbench::cli

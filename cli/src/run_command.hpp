@@ -1,0 +1,20 @@
+#pragma once
+
+#include <ostream>
+#include <string>
+
+namespace dlbench::cli {
+
+struct RunOptions {
+  std::string file;
+  std::string output;             // default: <name>.status.json
+  std::string worker;             // default: dlbench-worker next to this binary
+  std::string mpirun = "mpirun";
+  int max_devices = 0;            // default: this host's hardware threads
+};
+
+// Exit codes: 0 at least one case succeeded, 1 none did or the run is invalid, 2 unreadable
+// input, 130 interrupted (finished results are kept in the status file).
+int run_run(const RunOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace dlbench::cli

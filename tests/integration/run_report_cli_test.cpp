@@ -1,0 +1,164 @@
+// `dlbench run` (the local executor, with the real worker and mpirun) and `dlbench report`.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "../support/process.hpp"
+#include "dlbench/core/codec.hpp"
+#include "dlbench/core/status.hpp"
+
+namespace dlbench {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Outcome;
+
+class RunCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("dlbench-run-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return (dir_ / name).string();
+  }
+  Outcome dlbench(const std::string& args) {
+    return testing::run_shell("OMP_NUM_THREADS=1 " + std::string(DLBENCH_CLI_BINARY) + " " + args, dir_.string());
+  }
+  BenchmarkRun status(const std::string& name) {
+    const auto decoded = decode_benchmark_run(nlohmann::json::parse(testing::slurp(dir_ / name)));
+    EXPECT_TRUE(decoded.ok()) << (decoded.errors.empty() ? "" : decoded.errors.front().to_string());
+    return decoded.value.value_or(BenchmarkRun{});
+  }
+
+  static std::string sweep(const std::string& limits = "") {
+    return R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: small}
+spec:
+  model: resnet50
+  data: {imageSize: 32}
+  matrix: {nodes: [1, 2], gpusPerNode: [1, 2], batchSizePerDevice: [2], precision: [fp32]}
+  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 2}
+)" + limits;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
+  const Outcome o = dlbench("run -f " + write("run.yaml", sweep()) + " --max-devices 2");
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("[2/4] 1x2-bs2-fp32: 2 ranks"));
+  EXPECT_THAT(o.out, HasSubstr("repeat 2/2"));
+  const BenchmarkRun run = status("small.status.json");
+  ASSERT_TRUE(run.status.has_value());
+  const auto& s = *run.status;
+  EXPECT_EQ(s.phase, Phase::Succeeded);
+  EXPECT_EQ(s.progress.summary, "4/4");
+  ASSERT_EQ(s.results.size(), 4u);
+  EXPECT_EQ(case_id(s.results[0].case_), "1x1-bs2-fp32");
+  EXPECT_EQ(s.results[0].state, CaseState::Succeeded);
+  EXPECT_EQ(s.results[1].state, CaseState::Succeeded);  // 2 ranks under mpirun
+  ASSERT_TRUE(s.results[1].speedup.has_value());
+  EXPECT_NEAR(*s.results[1].scaling_efficiency, *s.results[1].speedup / 2, 1e-12);
+  EXPECT_EQ(s.results[2].state, CaseState::Skipped);  // 2 nodes
+  EXPECT_EQ(s.results[2].reason, "NeedsMoreNodes");
+  EXPECT_EQ(s.results[3].state, CaseState::Skipped);
+  ASSERT_TRUE(s.best.has_value());
+  const auto* ready = find_condition(s.conditions, ConditionType::Ready);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->status, ConditionStatus::True);
+
+  // The report reads it back.
+  const Outcome table = dlbench("report small.status.json");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("fp32: speed-up over 1x1"));
+  EXPECT_THAT(table.out, HasSubstr("skipped"));
+  const Outcome csv = dlbench("report small.status.json --format csv");
+  ASSERT_EQ(csv.exit_code, 0);
+  std::istringstream lines(csv.out);
+  std::string line;
+  std::getline(lines, line);
+  EXPECT_EQ(line, "table,precision,batchSizePerDevice,run,nodes,gpusPerNode,value");
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    EXPECT_EQ(std::count(line.begin(), line.end(), ','), 6) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 3 * 4);  // throughput, speed-up, efficiency × 4 cases
+  const Outcome json = dlbench("report small.status.json --format json");
+  EXPECT_EQ(nlohmann::json::parse(json.out).size(), 4u);
+  const Outcome both = dlbench("report small.status.json small.status.json --format markdown");
+  EXPECT_THAT(both.out, HasSubstr("| batch | small 1x1 | small 1x2 |"));
+}
+
+TEST_F(RunCli, FailedCasesKeepTheirReasonAndRetries) {
+  const std::string limits = "  limits: {backoffLimit: 1}\n";
+  const Outcome o = dlbench("run -f " + write("run.yaml", sweep(limits)) +
+                            " --max-devices 1 --worker /bin/false --output out.json");
+  EXPECT_EQ(o.exit_code, 1);
+  const auto s = *status("out.json").status;
+  EXPECT_EQ(s.phase, Phase::Failed);
+  ASSERT_EQ(s.results.size(), 4u);
+  EXPECT_EQ(s.results[0].state, CaseState::Failed);
+  EXPECT_EQ(s.results[0].reason, "WorkerExited");
+  EXPECT_EQ(s.results[0].attempts, 2);
+  EXPECT_EQ(s.results[1].reason, "NotEnoughDevices");
+}
+
+TEST_F(RunCli, TimeoutIsRecorded) {
+  const std::string worker = write("slow-worker.sh", "#!/bin/sh\nsleep 30\n");
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const std::string limits = "  limits: {caseTimeoutSeconds: 1, backoffLimit: 0}\n";
+  const auto start = std::chrono::steady_clock::now();
+  const Outcome o = dlbench("run -f " + write("run.yaml", sweep(limits)) + " --max-devices 1 --worker " + worker);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_EQ(o.exit_code, 1);
+  const auto s = *status("small.status.json").status;
+  EXPECT_EQ(s.results[0].reason, "Timeout");
+}
+
+TEST_F(RunCli, InterruptKeepsFinishedResults) {
+  const std::string worker = write("slow-worker.sh", "#!/bin/sh\nsleep 30\n");
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const std::string command = "cd " + dir_.string() + " && { " + DLBENCH_CLI_BINARY + " run -f " +
+                              write("run.yaml", sweep()) + " --max-devices 1 --worker " + worker +
+                              " > out.txt 2>&1 & echo $! > pid; }";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const pid_t pid = std::stoi(testing::slurp(dir_ / "pid"));
+  kill(pid, SIGINT);
+  for (int i = 0; i < 100 && kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_NE(kill(pid, 0), 0) << "dlbench run did not stop";
+  const auto s = *status("small.status.json").status;
+  EXPECT_EQ(s.phase, Phase::Failed);
+  const auto* failed = find_condition(s.conditions, ConditionType::Failed);
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->reason, "Interrupted");
+  EXPECT_TRUE(s.results.empty());  // the interrupted case is not recorded as a result
+}
+
+TEST_F(RunCli, BadInput) {
+  EXPECT_EQ(dlbench("run").exit_code, 2);
+  EXPECT_EQ(dlbench("run -f missing.yaml").exit_code, 2);
+  const Outcome invalid = dlbench("run -f " + std::string(DLBENCH_SOURCE_DIR) + "/crds/examples/invalid-values.yaml");
+  EXPECT_EQ(invalid.exit_code, 1);
+  EXPECT_THAT(invalid.err, HasSubstr("spec.matrix.precision[1]"));
+  EXPECT_EQ(dlbench("report").exit_code, 2);
+  EXPECT_THAT(dlbench("report x.json --format pdf").err, HasSubstr("is not one of table, markdown, csv, json"));
+}
+
+}  // namespace
+}  // namespace dlbench
