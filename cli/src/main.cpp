@@ -22,9 +22,10 @@ Usage:
       Cases needing more nodes or devices than this host has are recorded as skipped.
       Writes the status (as the operator would) after every case; Ctrl-C keeps what finished.
       Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable, 130 interrupted.
-  dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json]
+  dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg]
       DLPerf-style tables: per precision, batch sizes by nodes x GPUs, then speed-up and
-      scaling efficiency; several files side by side.
+      scaling efficiency; several files side by side. --plot draws throughput and speed-up
+      against devices, with the ideal line.
   dlbench version
   dlbench help
 )";
@@ -126,6 +127,9 @@ int report_main(const std::vector<std::string>& args) {
       } else {
         return usage_error("--format: \"" + f + "\" is not one of table, markdown, csv, json");
       }
+    } else if (arg == "--plot") {
+      if (i + 1 >= args.size()) return usage_error("--plot needs a file name");
+      options.plot = args[++i];
     } else if (arg.starts_with("-")) {
       return usage_error("report: unknown option \"" + arg + "\"");
     } else {

@@ -4,6 +4,9 @@
 #include "report_command.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
 #include <iomanip>
 #include <map>
 #include <set>
@@ -12,6 +15,7 @@
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/yaml.hpp"
+#include "scaling_plot.hpp"
 
 namespace dlbench::cli {
 namespace {
@@ -107,6 +111,37 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
       }
       apply_scaling(s.status.results, s.statistic);
       sources.push_back(std::move(s));
+    }
+  }
+
+  if (!options.plot.empty()) {
+    // One line per run × precision × batch; where a device count ran with several node
+    // splits (1x8 and 2x4), the one with the fewest nodes.
+    std::vector<ScalingSeries> series;
+    for (const auto& s : sources) {
+      std::map<std::pair<int, int>, std::map<int, const CaseResult*>> grouped;  // (precision, batch) → devices
+      for (const auto& r : s.status.results) {
+        if (r.state != CaseState::Succeeded) continue;
+        auto& slot = grouped[{static_cast<int>(r.case_.precision), r.case_.batch_size_per_device}][r.case_.devices()];
+        if (slot == nullptr || r.case_.nodes < slot->case_.nodes) slot = &r;
+      }
+      for (const auto& [key, by_devices] : grouped) {
+        ScalingSeries line;
+        line.label = s.label + " " + std::string(to_string(static_cast<Precision>(key.first))) + " bs" +
+                     std::to_string(key.second);
+        for (const auto& [devices, r] : by_devices) {
+          line.devices.push_back(devices);
+          line.throughput.push_back(reported_value(r->throughput->summary, s.statistic));
+          line.speedup.push_back(r->speedup ? *r->speedup : std::numeric_limits<double>::quiet_NaN());
+        }
+        series.push_back(std::move(line));
+      }
+    }
+    std::ofstream plot(options.plot);
+    plot << render_scaling_svg(series);
+    if (!plot) {
+      err << "error: cannot write " << options.plot << "\n";
+      return 2;
     }
   }
 

@@ -11,6 +11,7 @@ enum class ReportFormat { table, markdown, csv, json };
 struct ReportOptions {
   std::vector<std::string> files;  // status files (a BenchmarkRun with status, or a bare status)
   ReportFormat format = ReportFormat::table;
+  std::string plot;  // also write the scaling plot (SVG) here
 };
 
 int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err);

@@ -26,6 +26,7 @@
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/status.hpp"
 #include "dlbench/core/yaml.hpp"
+#include "report_command.hpp"
 
 namespace dlbench::cli {
 namespace {
@@ -347,6 +348,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   write_status_file(output, run);
   out << run.metadata.name << ": " << to_string(status.phase) << " (" << status.progress.summary << " cases"
       << (interrupted ? ", interrupted" : "") << "); status written to " << output << "\n";
+  if (succeeded > 0) run_report({{output}, ReportFormat::table, ""}, out, err);
   if (interrupted) return 130;
   return status.phase == Phase::Succeeded ? 0 : 1;
 }

@@ -102,6 +102,22 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   EXPECT_EQ(nlohmann::json::parse(json.out).size(), 4u);
   const Outcome both = dlbench("report small.status.json small.status.json --format markdown");
   EXPECT_THAT(both.out, HasSubstr("| batch | small 1x1 | small 1x2 |"));
+
+  // The scaling plot: one line per run × precision × batch in each panel, plus the ideal.
+  const Outcome plot = dlbench("report small.status.json --plot scaling.svg");
+  ASSERT_EQ(plot.exit_code, 0) << plot.err;
+  const std::string svg = testing::slurp(dir_ / "scaling.svg");
+  EXPECT_TRUE(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+  const auto count = [&](const std::string& needle) {
+    std::size_t n = 0;
+    for (auto at = svg.find(needle); at != std::string::npos; at = svg.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("<polyline"), 3u);       // throughput, speed-up, ideal
+  EXPECT_EQ(count("<circle"), 4u);         // 2 succeeded cases × 2 panels
+  EXPECT_THAT(svg, HasSubstr("small fp32 bs2"));
+  EXPECT_THAT(svg, HasSubstr("ideal (linear) speed-up"));
+  EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
 }
 
 TEST_F(RunCli, FailedCasesKeepTheirReasonAndRetries) {
