@@ -1,0 +1,81 @@
+#include "cuda/nccl_communicator.hpp"
+
+#include <mpi.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "cuda/cuda_check.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(int* argc, char*** argv, int device, cudaStream_t compute_stream)
+      : host_(make_mpi_communicator(argc, argv)), compute_stream_(compute_stream) {
+    DLBENCH_CUDA_CHECK(cudaSetDevice(device));
+    DLBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    DLBENCH_CUDA_CHECK(cudaEventCreateWithFlags(&gradients_written_, cudaEventDisableTiming));
+    ncclUniqueId id{};
+    if (host_->rank() == 0) DLBENCH_NCCL_CHECK(ncclGetUniqueId(&id));
+    if (MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+      throw std::runtime_error("MPI_Bcast of the NCCL unique id failed");
+    }
+    DLBENCH_NCCL_CHECK(ncclCommInitRank(&comm_, host_->size(), id, host_->rank()));
+  }
+  ~NcclCommunicator() override {
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+    cudaEventDestroy(gradients_written_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  std::vector<std::string> hosts() override { return host_->hosts(); }
+
+  void broadcast(float* data, std::int64_t count, int root) override {
+    after_compute();
+    DLBENCH_NCCL_CHECK(ncclBroadcast(data, data, static_cast<std::size_t>(count), ncclFloat, root, comm_, stream_));
+    DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void start_sum(float* data, std::int64_t count) override {
+    after_compute();
+    DLBENCH_NCCL_CHECK(ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat, ncclSum, comm_, stream_));
+  }
+  void progress() override {}
+  void wait_all() override { DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void max(double* data, std::int64_t count) override { host_->max(data, count); }
+
+ private:
+  // The reduction must see the gradients that the compute stream has written so far.
+  void after_compute() {
+    DLBENCH_CUDA_CHECK(cudaEventRecord(gradients_written_, compute_stream_));
+    DLBENCH_CUDA_CHECK(cudaStreamWaitEvent(stream_, gradients_written_, 0));
+  }
+
+  std::unique_ptr<Communicator> host_;
+  cudaStream_t compute_stream_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t gradients_written_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(int* argc, char*** argv, int device, cudaStream_t compute_stream) {
+  return std::make_unique<NcclCommunicator>(argc, argv, device, compute_stream);
+}
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace dlbench::worker
