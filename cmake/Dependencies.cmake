@@ -3,6 +3,7 @@
 
 find_package(nlohmann_json 3.10 REQUIRED)  # apt-get install nlohmann-json3-dev
 find_package(yaml-cpp REQUIRED)            # apt-get install libyaml-cpp-dev
+find_package(Threads REQUIRED)
 
 # yaml-cpp 0.7 on Debian exports the plain `yaml-cpp` target; later versions add a namespace.
 if(TARGET yaml-cpp::yaml-cpp)

@@ -11,6 +11,7 @@ packages=(
   googletest libgtest-dev libgmock-dev               # tests/
   libdnnl-dev                                        # worker/: oneDNN, the CPU backend
   libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)
+  prometheus curl                                    # tests: a real Prometheus scrapes the worker; promtool
 )
 
 missing=()

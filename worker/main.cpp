@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -25,6 +26,7 @@
 #include "methodology.hpp"
 #include "models/model.hpp"
 #include "trainer.hpp"
+#include "worker_metrics.hpp"
 
 namespace {
 
@@ -54,6 +56,8 @@ Usage: dlbench-worker [options]
   --bucket-mb N           gradient bucket size in MiB, >= 1              (default 25)
   --seed N                weights and synthetic data                     (default 42)
   --run NAME              BenchmarkRun name to record in the result
+  --metrics-port N        serve Prometheus /metrics on N + local rank while running;
+                          0 picks a free port (printed); default: off
   --output FILE           write the JSON result there (default: stdout, table to stderr)
   --list-models           print the models and exit
   --help                  print this and exit
@@ -82,6 +86,7 @@ struct Options {
   unsigned long long seed = 42;
   std::string run;
   std::string output;
+  long metrics_port = -1;  // off
 };
 
 struct UsageError {
@@ -181,6 +186,8 @@ std::optional<Options> parse(int argc, char** argv) {
       o.seed = parse_number<unsigned long long>(flag, value);
     } else if (flag == "--run") {
       o.run = value;
+    } else if (flag == "--metrics-port") {
+      o.metrics_port = parse_bounded(flag, value, 0, 65535);
     } else if (flag == "--output") {
       o.output = value;
     } else {
@@ -297,6 +304,16 @@ int run(const Options& o, Communicator& comm) {
   std::int64_t parameters = 0;
   std::size_t arena_bytes = 0;
   std::vector<double> losses;
+  std::unique_ptr<WorkerMetrics> live;
+  if (o.metrics_port >= 0) {
+    const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    const int port = o.metrics_port == 0 ? 0 : static_cast<int>(o.metrics_port) + (local_rank ? std::atoi(local_rank) : 0);
+    live = std::make_unique<WorkerMetrics>(
+        WorkerIdentity{o.run, case_id(doc.case_), o.model, o.precision, backend.name(), comm.name(), DLBENCH_VERSION,
+                       backend.version_info(), comm.rank(), doc.global_batch_size},
+        port);
+    std::cerr << "dlbench-worker rank " << comm.rank() << ": metrics on port " << live->port() << "\n";
+  }
   try {
     Trainer trainer(backend, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), 1000,
                     {static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
@@ -311,10 +328,14 @@ int run(const Options& o, Communicator& comm) {
     }
     parameters = trainer.parameter_count();
     arena_bytes = trainer.arena_bytes();
+    if (live) {
+      live->set_memory(static_cast<double>(arena_bytes), 3.0 * static_cast<double>(parameters) * sizeof(float));
+    }
     const double macs = trainer.forward_macs_per_sample();
     doc.flops_per_sample = {2.0 * macs, 6.0 * macs};  // backward ≈ 2 × forward
     float last_loss = 0;
-    Workload workload{[&] { last_loss = trainer.step(); }, [&] { backend.synchronize(); }, {}};
+    Workload workload{[&] { last_loss = trainer.step(); }, [&] { backend.synchronize(); }, {}, {}};
+    if (live) workload.on_step = [&](int repeat, bool measured, double s) { live->on_step(repeat, measured, s); };
     if (comm.size() > 1) {
       workload.slowest_rank = [&](std::vector<double>& seconds) {
         comm.max(seconds.data(), static_cast<std::int64_t>(seconds.size()));
@@ -324,6 +345,7 @@ int run(const Options& o, Communicator& comm) {
     const auto repeats = run_methodology(workload, doc.methodology, doc.global_batch_size,
                                          [&](int r, const RepeatMeasurement& m) {
                                            losses.push_back(last_loss);
+                                           if (live) live->on_repeat(m.throughput, last_loss);
                                            if (!reporter) return;
                                            std::cerr << "  case " << case_id(doc.case_) << " repeat " << r + 1 << "/"
                                                      << o.repeats << ": " << std::fixed << std::setprecision(2)
@@ -347,6 +369,7 @@ int run(const Options& o, Communicator& comm) {
     doc.message = e.what();
   }
   doc.end_time = rfc3339_utc_now();
+  if (live) live->finished(doc.state == CaseState::Succeeded);
   if (!reporter) {
     if (doc.state != CaseState::Succeeded) std::cerr << "dlbench-worker rank " << comm.rank() << ": " << doc.message << "\n";
     return doc.state == CaseState::Succeeded ? 0 : kExitFailed;

@@ -12,7 +12,14 @@ std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const M
   using clock = std::chrono::steady_clock;
   std::vector<RepeatMeasurement> repeats;
   for (int r = 0; r < methodology.repeats; ++r) {
-    for (int i = 0; i < methodology.warmup_steps; ++i) workload.step();
+    for (int i = 0; i < methodology.warmup_steps; ++i) {
+      const auto begin = clock::now();
+      workload.step();
+      if (workload.on_step) {
+        workload.synchronize();
+        workload.on_step(r, false, std::chrono::duration<double>(clock::now() - begin).count());
+      }
+    }
     workload.synchronize();
     RepeatMeasurement m;
     const auto start = clock::now();
@@ -22,9 +29,11 @@ std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const M
       workload.synchronize();
       const auto now = clock::now();
       m.step_seconds.push_back(std::chrono::duration<double>(now - previous).count());
-      previous = now;
+      if (workload.on_step) workload.on_step(r, true, m.step_seconds.back());
+      previous = clock::now();  // the callback's own time is not the step's
     }
-    m.measured_seconds = std::chrono::duration<double>(previous - start).count();
+    m.measured_seconds = 0;
+    for (const double s : m.step_seconds) m.measured_seconds += s;
     if (workload.slowest_rank) {
       std::vector<double> times = m.step_seconds;
       times.push_back(m.measured_seconds);

@@ -22,6 +22,8 @@ struct Workload {
   // Data parallel: replaces each time with the slowest rank's, element by element, so that
   // throughput is what the job as a whole achieved. Called outside the timed region.
   std::function<void(std::vector<double>& seconds)> slowest_rank;
+  // Live observation of every step (warm-up ones too): for metrics, never for the result.
+  std::function<void(int repeat, bool measured, double seconds)> on_step;
 };
 
 // Calls on_repeat after each repeat (for progress and live metrics).

@@ -1,0 +1,48 @@
+// What dlbench-worker shows Prometheus while it runs. Base units, one dlbench_ prefix, small
+// label sets: run, case, model, precision, rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dlbench/core/metrics.hpp"
+
+namespace dlbench::worker {
+
+struct WorkerIdentity {
+  std::string run, case_id, model, precision, backend, communicator, version, library_versions;
+  int rank = 0;
+  long global_batch_size = 1;
+};
+
+class WorkerMetrics {
+ public:
+  WorkerMetrics(const WorkerIdentity& id, int port);
+  int port() const { return server_->port(); }
+
+  void on_step(int repeat, bool measured, double seconds);
+  void on_repeat(double throughput, double loss);
+  void set_memory(double activation_bytes, double parameter_bytes);
+  void finished(bool succeeded);
+
+ private:
+  void set_phase(const std::string& phase);
+
+  metrics::Registry registry_;
+  metrics::Labels labels_;
+  long global_batch_;
+  metrics::Gauge* throughput_;
+  metrics::Gauge* repeat_throughput_;
+  metrics::Histogram* step_seconds_;
+  metrics::Counter* warmup_steps_;
+  metrics::Counter* measured_steps_;
+  metrics::Gauge* loss_;
+  metrics::Gauge* repeat_;
+  metrics::Family<metrics::Gauge>* phase_;
+  metrics::Gauge* activation_bytes_;
+  metrics::Gauge* parameter_bytes_;
+  std::unique_ptr<metrics::MetricsServer> server_;
+};
+
+}  // namespace dlbench::worker
