@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git  # toolchain (CMake >= 3.25 for workflow presets)
   nlohmann-json3-dev libyaml-cpp-dev                 # core/: JSON and YAML
+  libssl-dev openssh-client                          # operator/: SSH keys for the MPI launcher (ssh-keygen checks them)
   googletest libgtest-dev libgmock-dev               # tests/
   libdnnl-dev                                        # worker/: oneDNN, the CPU backend
   libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)

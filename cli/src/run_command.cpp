@@ -25,6 +25,7 @@
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/status.hpp"
+#include "dlbench/core/worker_command.hpp"
 #include "dlbench/core/yaml.hpp"
 #include "report_command.hpp"
 
@@ -230,25 +231,12 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
         env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
       }
     }
-    const auto& m = spec.methodology;
-    const auto& o = spec.optimizer;
-    std::ostringstream lr, momentum, decay;
-    lr << o.learning_rate;
-    momentum << o.momentum;
-    decay << o.weight_decay;
-    for (const std::string& a :
-         {worker, std::string("--model"), std::string(to_string(spec.model)), std::string("--backend"),
-          std::string("cpu"), std::string("--batch-size"), std::to_string(c.spec.batch_size_per_device),
-          std::string("--image-size"), std::to_string(spec.data.image_size), std::string("--precision"),
-          std::string(to_string(c.spec.precision)), std::string("--warmup-steps"), std::to_string(m.warmup_steps),
-          std::string("--measure-steps"), std::to_string(m.measure_steps), std::string("--repeats"),
-          std::to_string(m.repeats), std::string("--statistic"), std::string(to_string(m.statistic)),
-          std::string("--learning-rate"), lr.str(), std::string("--momentum"), momentum.str(),
-          std::string("--weight-decay"), decay.str(), std::string("--threads"), std::to_string(threads),
-          std::string("--communicator"), std::string(c.spec.devices() > 1 ? "mpi" : "none"), std::string("--run"),
-          run.metadata.name, std::string("--output"), result_file}) {
-      argv.push_back(a);
-    }
+    WorkerInvocation how;
+    how.program = worker;
+    how.communicator = c.spec.devices() > 1 ? "mpi" : "none";
+    how.threads = threads;
+    how.output = result_file;
+    for (auto& a : worker_arguments(run, c.spec, how)) argv.push_back(std::move(a));
 
     CaseResult result;
     const int max_attempts = 1 + spec.limits.backoff_limit;

@@ -1,0 +1,216 @@
+#include "manifests.hpp"
+
+#include "dlbench/core/worker_command.hpp"
+
+namespace dlbench::operator_ {
+
+using nlohmann::json;
+
+namespace {
+
+const std::string& namespace_of(const BenchmarkRun& run) {
+  static const std::string fallback = "default";
+  return run.metadata.namespace_.empty() ? fallback : run.metadata.namespace_;
+}
+
+json metadata(const BenchmarkRun& run, const CaseSpec& c, int attempt, const std::string& name, const std::string& role) {
+  return {{"name", name},
+          {"namespace", namespace_of(run)},
+          {"labels", child_labels(run, c, attempt, role)},
+          {"ownerReferences", json::array({owner_reference(run)})}};
+}
+
+std::string image(const BenchmarkRun& run, const OperatorConfig& config) {
+  return run.spec.worker.image.empty() ? config.default_worker_image : run.spec.worker.image;
+}
+
+json tolerations(const BenchmarkRun& run) {
+  json out = json::array();
+  for (const auto& t : run.spec.worker.tolerations) {
+    json j{{"operator", to_string(t.operator_)}};
+    if (!t.key.empty()) j["key"] = t.key;
+    if (!t.value.empty()) j["value"] = t.value;
+    if (t.effect != TaintEffect::Any) j["effect"] = to_string(t.effect);
+    if (t.toleration_seconds) j["tolerationSeconds"] = *t.toleration_seconds;
+    out.push_back(j);
+  }
+  return out;
+}
+
+json user_env(const BenchmarkRun& run) {
+  json out = json::array();
+  for (const auto& e : run.spec.worker.env) {
+    json j{{"name", e.name}};
+    if (e.value) j["value"] = *e.value;
+    if (e.value_from) j["valueFrom"] = *e.value_from;
+    out.push_back(j);
+  }
+  return out;
+}
+
+// Scheduling fields shared by workers and the launcher.
+void apply_scheduling(json& pod_spec, const BenchmarkRun& run) {
+  const auto& w = run.spec.worker;
+  if (!w.node_selector.empty()) pod_spec["nodeSelector"] = w.node_selector;
+  if (!w.tolerations.empty()) pod_spec["tolerations"] = tolerations(run);
+  if (!w.scheduler_name.empty()) pod_spec["schedulerName"] = w.scheduler_name;
+  if (!w.priority_class_name.empty()) pod_spec["priorityClassName"] = w.priority_class_name;
+}
+
+}  // namespace
+
+json owner_reference(const BenchmarkRun& run) {
+  return {{"apiVersion", kApiVersion}, {"kind", kKind},           {"name", run.metadata.name},
+          {"uid", run.metadata.uid},   {"controller", true}, {"blockOwnerDeletion", true}};
+}
+
+json child_labels(const BenchmarkRun& run, const CaseSpec& c, int attempt, const std::string& role) {
+  return {{"app.kubernetes.io/name", "dlbench"},
+          {"app.kubernetes.io/component", role},
+          {"app.kubernetes.io/managed-by", "dlbench-operator"},
+          {"dlbench.io/run", run.metadata.name},
+          {"dlbench.io/case", case_id(c)},
+          {"dlbench.io/attempt", std::to_string(attempt)}};
+}
+
+json build_ssh_secret(const BenchmarkRun& run, const CaseSpec& c, int attempt, const SshKeyPair& keys) {
+  const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", metadata(run, c, attempt, n.secret, "ssh")},
+          {"type", "Opaque"},
+          {"stringData",
+           {{"id_ecdsa", keys.private_key_pem},
+            {"id_ecdsa.pub", keys.public_key + "\n"},
+            {"authorized_keys", keys.public_key + "\n"},
+            {"config", "StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\nLogLevel ERROR\n"
+                       "IdentityFile " + std::string(kSshMount) + "/id_ecdsa\n"}}}};
+}
+
+json build_hostfile(const BenchmarkRun& run, const CaseSpec& c, int attempt) {
+  const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
+  std::string hostfile;
+  for (int i = 0; i < c.nodes; ++i) {
+    hostfile += n.worker(i) + "." + n.service + "." + namespace_of(run) + ".svc slots=" +
+                std::to_string(c.gpus_per_node) + "\n";
+  }
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", metadata(run, c, attempt, n.hostfile, "hostfile")},
+          {"data", {{"hostfile", hostfile}}}};
+}
+
+json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attempt) {
+  const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
+  json selector = child_labels(run, c, attempt, "worker");
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", metadata(run, c, attempt, n.service, "worker")},
+          {"spec",
+           {{"clusterIP", "None"},
+            // Workers must resolve each other before sshd is Ready, or mpirun races DNS.
+            {"publishNotReadyAddresses", true},
+            {"selector", selector},
+            {"ports", json::array({{{"name", "ssh"}, {"port", 22}, {"targetPort", 22}}})}}}};
+}
+
+json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, int index, const OperatorConfig& config) {
+  const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
+  const auto& w = run.spec.worker;
+  json resources = json::object();
+  resources[w.gpu_resource] = std::to_string(c.gpus_per_node);
+  if (w.rdma) resources[w.rdma->resource] = std::to_string(w.rdma->per_node);
+  json security{{"capabilities", {{"drop", json::array({"ALL"})}, {"add", json::array({"CHOWN", "SETUID", "SETGID",
+                                                                                             "SYS_CHROOT", "AUDIT_WRITE"})}}}};
+  // RDMA registers (pins) memory: IPC_LOCK only when the case asks for RDMA devices.
+  if (w.rdma) security["capabilities"]["add"].push_back("IPC_LOCK");
+  json container{{"name", "worker"},
+                 {"image", image(run, config)},
+                 {"command", json::array({"/usr/sbin/sshd", "-De", "-o", "AuthorizedKeysFile=" + std::string(kSshMount) +
+                                                                         "/authorized_keys", "-o", "StrictModes=no"})},
+                 {"env", user_env(run)},
+                 {"resources", {{"limits", resources}, {"requests", resources}}},
+                 {"securityContext", security},
+                 {"ports", json::array({{{"name", "ssh"}, {"containerPort", 22}},
+                                        {{"name", "metrics"}, {"containerPort", config.metrics_port}}})},
+                 {"readinessProbe", {{"tcpSocket", {{"port", 22}}}, {"periodSeconds", 2}}},
+                 {"volumeMounts", json::array({{{"name", "ssh"}, {"mountPath", kSshMount}, {"readOnly", true}},
+                                               {{"name", "dshm"}, {"mountPath", "/dev/shm"}}})}};
+  json pod_spec{{"hostname", n.worker(index)},
+                {"subdomain", n.service},
+                {"restartPolicy", "Never"},
+                {"containers", json::array({container})},
+                {"volumes", json::array({{{"name", "ssh"}, {"secret", {{"secretName", n.secret}, {"defaultMode", 0400}}}},
+                                         // NCCL's shared-memory transport wants more than the default 64 MiB.
+                                         {{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}}}}})}};
+  apply_scheduling(pod_spec, run);
+  json meta = metadata(run, c, attempt, n.worker(index), "worker");
+  meta["annotations"] = {{"prometheus.io/port", std::to_string(config.metrics_port)}};
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
+}
+
+std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config) {
+  std::vector<std::string> command{"dlbench", "launch", "--termination-log", kTerminationLog, "--",
+                                   "mpirun", "--hostfile", std::string(kConfigMount) + "/hostfile",
+                                   "-np", std::to_string(c.devices()), "--bind-to", "none", "--map-by", "slot"};
+  for (const auto& e : run.spec.worker.env) {  // user variables reach every rank
+    command.push_back("-x");
+    command.push_back(e.name);
+  }
+  WorkerInvocation how;
+  how.backend = config.worker_backend;
+  how.communicator = c.devices() > 1 ? config.communicator : "none";
+  how.metrics_port = config.metrics_port;
+  for (auto& a : worker_arguments(run, c, how)) command.push_back(std::move(a));
+  return command;
+}
+
+json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config) {
+  const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
+  json env = user_env(run);
+  env.push_back({{"name", "OMPI_MCA_orte_keep_fqdn_hostnames"}, {"value", "true"}});
+  env.push_back({{"name", "OMPI_MCA_orte_default_hostfile"}, {"value", std::string(kConfigMount) + "/hostfile"}});
+  // sshd may still be starting on a worker that just turned Ready: retry instead of failing.
+  env.push_back({{"name", "OMPI_MCA_plm_rsh_args"},
+                 {"value", "-F " + std::string(kSshMount) + "/config -o ConnectionAttempts=10"}});
+  if (config.run_as_root) {
+    env.push_back({{"name", "OMPI_ALLOW_RUN_AS_ROOT"}, {"value", "1"}});
+    env.push_back({{"name", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}, {"value", "1"}});
+  }
+  json container{{"name", "launcher"},
+                 {"image", image(run, config)},
+                 {"command", launcher_command(run, c, config)},
+                 {"env", env},
+                 {"terminationMessagePath", kTerminationLog},
+                 {"terminationMessagePolicy", "FallbackToLogsOnError"},
+                 {"resources", {{"requests", {{"cpu", "100m"}, {"memory", "128Mi"}}}}},
+                 {"volumeMounts", json::array({{{"name", "ssh"}, {"mountPath", kSshMount}, {"readOnly", true}},
+                                               {{"name", "hostfile"}, {"mountPath", kConfigMount + std::string("/hostfile")},
+                                                {"subPath", "hostfile"}}})}};
+  json pod_spec{{"restartPolicy", "Never"},
+                {"containers", json::array({container})},
+                {"volumes", json::array({{{"name", "ssh"}, {"secret", {{"secretName", n.secret}, {"defaultMode", 0400}}}},
+                                         {{"name", "hostfile"}, {"configMap", {{"name", n.hostfile}}}}})}};
+  apply_scheduling(pod_spec, run);
+  pod_spec.erase("nodeSelector");  // the launcher needs no GPU node
+  return {{"apiVersion", "batch/v1"},
+          {"kind", "Job"},
+          {"metadata", metadata(run, c, attempt, n.launcher, "launcher")},
+          {"spec",
+           {{"backoffLimit", 0},  // retries are the operator's (limits.backoffLimit), with fresh objects
+            {"activeDeadlineSeconds", run.spec.limits.case_timeout_seconds},
+            {"template", {{"metadata", {{"labels", child_labels(run, c, attempt, "launcher")}}}, {"spec", pod_spec}}}}}};
+}
+
+CaseObjects build_case_objects(const BenchmarkRun& run, const CaseSpec& c, int attempt, const SshKeyPair& keys,
+                               const OperatorConfig& config) {
+  CaseObjects objects;
+  objects.secret = build_ssh_secret(run, c, attempt, keys);
+  objects.hostfile = build_hostfile(run, c, attempt);
+  objects.service = build_worker_service(run, c, attempt);
+  for (int i = 0; i < c.nodes; ++i) objects.workers.push_back(build_worker_pod(run, c, attempt, i, config));
+  objects.launcher = build_launcher_job(run, c, attempt, config);
+  return objects;
+}
+
+}  // namespace dlbench::operator_

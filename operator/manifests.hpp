@@ -1,0 +1,54 @@
+// The Kubernetes objects of one case attempt, built from the BenchmarkRun alone (pure
+// functions: the reconciler compares them with the world and creates what is missing).
+//
+//   Secret     <prefix>-ssh        a fresh SSH key pair for this attempt
+//   ConfigMap  <prefix>-hostfile   "<worker>.<service>.<ns>.svc slots=G" per node
+//   Service    <prefix>-workers    headless, publishes not-ready addresses (DNS before sshd)
+//   Pod        <prefix>-worker-i   one per node: G GPUs (+ RDMA, + IPC_LOCK only then), sshd
+//   Job        <prefix>-launcher   created once every worker is Ready; runs mpirun
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "child_names.hpp"
+#include "dlbench/core/benchmark_run.hpp"
+#include "ssh_keys.hpp"
+
+namespace dlbench::operator_ {
+
+struct OperatorConfig {
+  std::string default_worker_image = "dlbench-worker:0.1.0";
+  std::string worker_backend = "cuda";
+  std::string communicator = "nccl";  // GPU allreduce; "mpi" for CPU-only clusters
+  int metrics_port = 9400;
+  bool run_as_root = true;  // the worker image runs sshd as root
+};
+
+inline constexpr const char* kConfigMount = "/etc/dlbench";
+inline constexpr const char* kSshMount = "/etc/dlbench/ssh";
+inline constexpr const char* kTerminationLog = "/dev/termination-log";
+
+struct CaseObjects {
+  nlohmann::json secret, hostfile, service, launcher;
+  std::vector<nlohmann::json> workers;
+};
+
+nlohmann::json owner_reference(const BenchmarkRun& run);
+nlohmann::json child_labels(const BenchmarkRun& run, const CaseSpec& c, int attempt, const std::string& role);
+
+nlohmann::json build_ssh_secret(const BenchmarkRun& run, const CaseSpec& c, int attempt, const SshKeyPair& keys);
+nlohmann::json build_hostfile(const BenchmarkRun& run, const CaseSpec& c, int attempt);
+nlohmann::json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attempt);
+nlohmann::json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, int index,
+                                const OperatorConfig& config);
+nlohmann::json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config);
+// The launcher's command: mpirun over the hostfile, the case's dlbench-worker arguments.
+std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config);
+
+CaseObjects build_case_objects(const BenchmarkRun& run, const CaseSpec& c, int attempt, const SshKeyPair& keys,
+                               const OperatorConfig& config);
+
+}  // namespace dlbench::operator_

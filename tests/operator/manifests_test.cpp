@@ -1,0 +1,198 @@
+// The operator's pure parts: child names, SSH keys, and the objects of one case attempt.
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "../support/process.hpp"
+#include "../support/test_support.hpp"
+#include "child_names.hpp"
+#include "dlbench/core/codec.hpp"
+#include "manifests.hpp"
+#include "ssh_keys.hpp"
+
+namespace dlbench::operator_ {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using nlohmann::json;
+
+bool is_dns_label(const std::string& s) {
+  static const std::regex pattern("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$");
+  return s.size() <= 63 && std::regex_match(s, pattern);
+}
+
+BenchmarkRun sample_run(bool rdma = true) {
+  json doc = testing::minimal_run();
+  doc["metadata"] = {{"name", "resnet50-scaling"}, {"namespace", "bench"}, {"uid", "1234-abcd"}};
+  doc["spec"]["worker"] = {{"image", "registry.local/dlbench-worker:1"},
+                           {"nodeSelector", {{"nvidia.com/gpu.product", "H100"}}},
+                           {"tolerations", {{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}}},
+                           {"env", {{{"name", "NCCL_DEBUG"}, {"value", "WARN"}}}},
+                           {"schedulerName", "volcano"},
+                           {"priorityClassName", "benchmarks"}};
+  if (rdma) doc["spec"]["worker"]["rdma"] = {{"resource", "rdma/hca_shared_devices_a"}, {"perNode", 1}};
+  doc["spec"]["limits"] = {{"caseTimeoutSeconds", 900}};
+  return *decode_benchmark_run(doc).value;
+}
+
+const CaseSpec k2x8{2, 8, 128, Precision::amp};
+
+TEST(ChildNames, DeterministicAndShort) {
+  const ChildNames n = child_names("resnet50-scaling", "2x8-bs128-amp", 1);
+  EXPECT_EQ(n.prefix, "resnet50-scaling-2x8-bs128-amp-a1");
+  EXPECT_EQ(n.worker(1), "resnet50-scaling-2x8-bs128-amp-a1-worker-1");
+  EXPECT_EQ(n.launcher, "resnet50-scaling-2x8-bs128-amp-a1-launcher");
+  EXPECT_EQ(n.service, "resnet50-scaling-2x8-bs128-amp-a1-workers");
+  EXPECT_EQ(child_names("resnet50-scaling", "2x8-bs128-amp", 2).prefix, "resnet50-scaling-2x8-bs128-amp-a2");
+}
+
+TEST(ChildNames, LongNamesAreCutWithAHashAndStayDistinct) {
+  const std::string long_run(63, 'r');
+  std::set<std::string> prefixes;
+  for (const std::string& run : {long_run, long_run.substr(0, 62) + "s"}) {
+    const ChildNames n = child_names(run, "16x8-bs65536-bf16", 3);
+    for (const auto& name : {n.secret, n.hostfile, n.service, n.launcher, n.worker(1023)}) {
+      EXPECT_TRUE(is_dns_label(name)) << name;
+    }
+    EXPECT_EQ(n.prefix, child_names(run, "16x8-bs65536-bf16", 3).prefix);
+    prefixes.insert(n.prefix);
+  }
+  EXPECT_EQ(prefixes.size(), 2u);
+  EXPECT_TRUE(std::regex_search(*prefixes.begin(), std::regex("-[0-9a-f]{8}$")));
+}
+
+TEST(SshKeys, OpenSshDerivesTheSamePublicKey) {
+  const SshKeyPair keys = generate_ssh_key_pair("dlbench-test");
+  EXPECT_TRUE(keys.private_key_pem.starts_with("-----BEGIN EC PRIVATE KEY-----"));
+  EXPECT_TRUE(keys.public_key.starts_with("ecdsa-sha2-nistp256 AAAA"));
+  const auto dir = std::filesystem::temp_directory_path() / ("dlbench-ssh-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "id") << keys.private_key_pem;
+  std::filesystem::permissions(dir / "id", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  const auto derived = testing::run_shell("ssh-keygen -y -f id", dir.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(derived.exit_code, 0) << derived.err;
+  const std::string ours = keys.public_key.substr(0, keys.public_key.rfind(' '));
+  EXPECT_EQ(derived.out.substr(0, ours.size()), ours);
+  EXPECT_NE(generate_ssh_key_pair().public_key, keys.public_key);  // fresh per attempt
+}
+
+TEST(Manifests, WorkerPodRequestsDevicesAndPassesSchedulingThrough) {
+  const BenchmarkRun run = sample_run();
+  const json pod = build_worker_pod(run, k2x8, 1, 1, OperatorConfig{});
+  EXPECT_EQ(pod["metadata"]["name"], "resnet50-scaling-2x8-bs128-amp-a1-worker-1");
+  EXPECT_EQ(pod["metadata"]["namespace"], "bench");
+  const json owner = pod["metadata"]["ownerReferences"][0];
+  EXPECT_EQ(owner["kind"], "BenchmarkRun");
+  EXPECT_EQ(owner["uid"], "1234-abcd");
+  EXPECT_EQ(owner["controller"], true);
+  const json& spec = pod["spec"];
+  EXPECT_EQ(spec["hostname"], pod["metadata"]["name"]);
+  EXPECT_EQ(spec["subdomain"], "resnet50-scaling-2x8-bs128-amp-a1-workers");
+  EXPECT_EQ(spec["restartPolicy"], "Never");
+  const json& c = spec["containers"][0];
+  EXPECT_EQ(c["image"], "registry.local/dlbench-worker:1");
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], "8");
+  EXPECT_EQ(c["resources"]["limits"]["rdma/hca_shared_devices_a"], "1");
+  EXPECT_EQ(c["resources"]["requests"], c["resources"]["limits"]);
+  EXPECT_THAT(c["securityContext"]["capabilities"]["add"].get<std::vector<std::string>>(), Contains("IPC_LOCK"));
+  EXPECT_EQ(c["readinessProbe"]["tcpSocket"]["port"], 22);
+  EXPECT_EQ(spec["nodeSelector"]["nvidia.com/gpu.product"], "H100");
+  EXPECT_EQ(spec["tolerations"][0]["key"], "nvidia.com/gpu");
+  EXPECT_EQ(spec["schedulerName"], "volcano");
+  EXPECT_EQ(spec["priorityClassName"], "benchmarks");
+  EXPECT_EQ(c["env"][0]["name"], "NCCL_DEBUG");
+}
+
+TEST(Manifests, NoRdmaMeansNoRdmaResourceAndNoIpcLock) {
+  const json pod = build_worker_pod(sample_run(false), k2x8, 1, 0, OperatorConfig{});
+  const json& c = pod["spec"]["containers"][0];
+  EXPECT_FALSE(c["resources"]["limits"].contains("rdma/hca_shared_devices_a"));
+  EXPECT_THAT(c["securityContext"]["capabilities"]["add"].get<std::vector<std::string>>(), Not(Contains("IPC_LOCK")));
+  const BenchmarkRun no_image = [] {
+    BenchmarkRun r = sample_run(false);
+    r.spec.worker.image.clear();
+    return r;
+  }();
+  EXPECT_EQ(build_worker_pod(no_image, k2x8, 1, 0, OperatorConfig{})["spec"]["containers"][0]["image"],
+            OperatorConfig{}.default_worker_image);
+}
+
+TEST(Manifests, HostfileServiceAndSecret) {
+  const BenchmarkRun run = sample_run();
+  const json hostfile = build_hostfile(run, k2x8, 1);
+  EXPECT_EQ(hostfile["data"]["hostfile"],
+            "resnet50-scaling-2x8-bs128-amp-a1-worker-0.resnet50-scaling-2x8-bs128-amp-a1-workers.bench.svc slots=8\n"
+            "resnet50-scaling-2x8-bs128-amp-a1-worker-1.resnet50-scaling-2x8-bs128-amp-a1-workers.bench.svc slots=8\n");
+  const json service = build_worker_service(run, k2x8, 1);
+  EXPECT_EQ(service["spec"]["clusterIP"], "None");
+  EXPECT_EQ(service["spec"]["publishNotReadyAddresses"], true);
+  const json pod_labels = build_worker_pod(run, k2x8, 1, 0, OperatorConfig{})["metadata"]["labels"];
+  for (const auto& [key, value] : service["spec"]["selector"].items()) EXPECT_EQ(pod_labels[key], value) << key;
+  // The selector does not catch the launcher or another attempt's workers.
+  EXPECT_NE(build_launcher_job(run, k2x8, 1, OperatorConfig{})["spec"]["template"]["metadata"]["labels"]
+                ["app.kubernetes.io/component"],
+            service["spec"]["selector"]["app.kubernetes.io/component"]);
+  EXPECT_NE(child_labels(run, k2x8, 2, "worker"), service["spec"]["selector"]);
+  const SshKeyPair keys{"PRIVATE", "ecdsa-sha2-nistp256 AAAA test"};
+  const json secret = build_ssh_secret(run, k2x8, 1, keys);
+  EXPECT_EQ(secret["stringData"]["id_ecdsa"], "PRIVATE");
+  EXPECT_EQ(secret["stringData"]["authorized_keys"], "ecdsa-sha2-nistp256 AAAA test\n");
+}
+
+TEST(Manifests, LauncherRunsMpirunWithTheCaseArguments) {
+  const BenchmarkRun run = sample_run();
+  const json job = build_launcher_job(run, k2x8, 1, OperatorConfig{});
+  EXPECT_EQ(job["spec"]["backoffLimit"], 0);
+  EXPECT_EQ(job["spec"]["activeDeadlineSeconds"], 900);
+  const json& c = job["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(c["terminationMessagePolicy"], "FallbackToLogsOnError");
+  const auto command = c["command"].get<std::vector<std::string>>();
+  const auto at = [&](const std::string& flag) {
+    const auto it = std::find(command.begin(), command.end(), flag);
+    return it == command.end() || it + 1 == command.end() ? std::string("<missing>") : *(it + 1);
+  };
+  EXPECT_EQ(command[0], "dlbench");
+  EXPECT_EQ(at("--hostfile"), "/etc/dlbench/hostfile");
+  EXPECT_EQ(at("-np"), "16");
+  EXPECT_EQ(at("-x"), "NCCL_DEBUG");
+  EXPECT_EQ(at("--batch-size"), "128");
+  EXPECT_EQ(at("--precision"), "amp");
+  EXPECT_EQ(at("--communicator"), "nccl");
+  EXPECT_EQ(at("--backend"), "cuda");
+  EXPECT_EQ(at("--run"), "resnet50-scaling");
+  std::set<std::string> env;
+  for (const auto& e : c["env"]) env.insert(e["name"].get<std::string>());
+  EXPECT_TRUE(env.contains("OMPI_MCA_orte_keep_fqdn_hostnames"));
+  EXPECT_TRUE(env.contains("OMPI_MCA_plm_rsh_args"));
+  EXPECT_TRUE(env.contains("OMPI_ALLOW_RUN_AS_ROOT"));
+  OperatorConfig non_root;
+  non_root.run_as_root = false;
+  for (const auto& e : build_launcher_job(run, k2x8, 1, non_root)["spec"]["template"]["spec"]["containers"][0]["env"]) {
+    EXPECT_THAT(e["name"].get<std::string>(), Not(HasSubstr("RUN_AS_ROOT")));
+  }
+  // One device: no communicator.
+  const auto single = launcher_command(run, CaseSpec{1, 1, 128, Precision::amp}, OperatorConfig{});
+  EXPECT_EQ(*(std::find(single.begin(), single.end(), "--communicator") + 1), "none");
+}
+
+TEST(Manifests, CaseObjectsAreCompleteAndOwned) {
+  const BenchmarkRun run = sample_run();
+  const CaseObjects objects = build_case_objects(run, k2x8, 1, SshKeyPair{"k", "p"}, OperatorConfig{});
+  ASSERT_EQ(objects.workers.size(), 2u);
+  for (const json* o : {&objects.secret, &objects.hostfile, &objects.service, &objects.launcher, &objects.workers[0],
+                        &objects.workers[1]}) {
+    EXPECT_TRUE(is_dns_label((*o)["metadata"]["name"].get<std::string>()));
+    EXPECT_EQ((*o)["metadata"]["ownerReferences"][0]["name"], "resnet50-scaling");
+    EXPECT_EQ((*o)["metadata"]["labels"]["dlbench.io/case"], "2x8-bs128-amp");
+  }
+}
+
+}  // namespace
+}  // namespace dlbench::operator_
