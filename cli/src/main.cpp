@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "launch_command.hpp"
 #include "report_command.hpp"
 #include "run_command.hpp"
 #include "validate_command.hpp"
@@ -26,6 +27,9 @@ Usage:
       DLPerf-style tables: per precision, batch sizes by nodes x GPUs, then speed-up and
       scaling efficiency; several files side by side. --plot draws throughput and speed-up
       against devices, with the ideal line.
+  dlbench launch [--termination-log FILE] -- mpirun ... dlbench-worker ...
+      The operator's launcher: runs the command, validates rank 0's result document and
+      writes it compactly (under 4 KiB) to the termination log (default /dev/termination-log).
   dlbench version
   dlbench help
 )";
@@ -140,6 +144,20 @@ int report_main(const std::vector<std::string>& args) {
   return dlbench::cli::run_report(options, std::cout, std::cerr);
 }
 
+int launch_main(const std::vector<std::string>& args) {
+  dlbench::cli::LaunchOptions options;
+  std::size_t i = 0;
+  for (; i < args.size() && args[i] != "--"; ++i) {
+    if (args[i] == "--termination-log" && i + 1 < args.size()) {
+      options.termination_log = args[++i];
+    } else {
+      return usage_error("launch: unknown argument \"" + args[i] + "\" (the command goes after --)");
+    }
+  }
+  if (i < args.size()) options.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+  return dlbench::cli::run_launch(options, std::cout, std::cerr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,6 +168,7 @@ int main(int argc, char** argv) {
   if (command == "validate") return validate_main(args);
   if (command == "run") return run_main(args);
   if (command == "report") return report_main(args);
+  if (command == "launch") return launch_main(args);
   if (command == "version" || command == "--version") {
     std::cout << "dlbench " << DLBENCH_VERSION << '\n';
     return 0;
@@ -158,5 +177,5 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  return usage_error("unknown command \"" + command + "\"; commands: validate, run, report, version, help");
+  return usage_error("unknown command \"" + command + "\"; commands: validate, run, report, launch, version, help");
 }

@@ -1,0 +1,117 @@
+// `dlbench launch -- mpirun …`: the launcher Job's entry point.
+#include "launch_command.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "dlbench/core/result_document.hpp"
+
+namespace dlbench::cli {
+
+std::string compact_result(const std::string& json_text, std::size_t limit) {
+  nlohmann::json doc = nlohmann::json::parse(json_text);
+  std::string text = doc.dump();
+  const auto shrink = [&](auto&& drop) {
+    if (text.size() <= limit) return;
+    drop();
+    text = doc.dump();
+  };
+  shrink([&] { doc["environment"].erase("hosts"); });
+  shrink([&] { doc.erase("stepTimeSeconds"); });
+  shrink([&] {
+    for (const char* key : {"os", "cpuModel", "driverVersion", "onednnVersion", "dlbenchVersion", "mpiVersion"}) {
+      doc["environment"].erase(key);
+    }
+  });
+  shrink([&] { doc.erase("message"); });
+  if (text.size() > limit) throw std::runtime_error("result document of " + std::to_string(text.size()) +
+                                                    " bytes does not fit a termination message");
+  return text;
+}
+
+int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& err) {
+  if (options.command.empty()) {
+    err << "error: launch needs a command after --\n";
+    return 2;
+  }
+  int out_pipe[2], err_pipe[2];
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error(std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    for (const int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    std::vector<char*> argv;
+    for (const auto& a : options.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "cannot start %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  // stdout is small (one JSON document); stderr is passed through as it comes, last lines kept.
+  std::string stdout_text, partial;
+  std::deque<std::string> last_lines;
+  char buffer[4096];
+  bool out_open = true, err_open = true;
+  while (out_open || err_open) {
+    fd_set fds;
+    FD_ZERO(&fds);
+    if (out_open) FD_SET(out_pipe[0], &fds);
+    if (err_open) FD_SET(err_pipe[0], &fds);
+    if (select(std::max(out_pipe[0], err_pipe[0]) + 1, &fds, nullptr, nullptr, nullptr) < 0) break;
+    if (out_open && FD_ISSET(out_pipe[0], &fds)) {
+      const ssize_t n = read(out_pipe[0], buffer, sizeof buffer);
+      if (n <= 0) out_open = false; else stdout_text.append(buffer, static_cast<std::size_t>(n));
+    }
+    if (err_open && FD_ISSET(err_pipe[0], &fds)) {
+      const ssize_t n = read(err_pipe[0], buffer, sizeof buffer);
+      if (n <= 0) {
+        err_open = false;
+      } else {
+        err.write(buffer, n);
+        partial.append(buffer, static_cast<std::size_t>(n));
+        for (std::size_t nl; (nl = partial.find('\n')) != std::string::npos; partial.erase(0, nl + 1)) {
+          last_lines.push_back(partial.substr(0, nl));
+          if (last_lines.size() > 20) last_lines.pop_front();
+        }
+      }
+    }
+  }
+  err.flush();
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const int exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+
+  std::string message;
+  bool valid = false;
+  try {
+    const auto decoded = decode_result_document(nlohmann::json::parse(stdout_text));
+    if (decoded.ok()) {
+      message = compact_result(stdout_text, kTerminationMessageLimit);
+      valid = true;
+    } else {
+      message = "invalid result: " + decoded.errors.front().to_string();
+    }
+  } catch (const std::exception& e) {
+    message = std::string("no result document (exit code ") + std::to_string(exit_code) + "): ";
+    for (const auto& l : last_lines) message += l + "\n";
+    if (message.size() > kTerminationMessageLimit) message = message.substr(message.size() - kTerminationMessageLimit);
+  }
+  std::ofstream log(options.termination_log);
+  log << message;
+  if (valid) out << message << "\n";
+  if (!valid && exit_code == 0) return 1;
+  return exit_code;
+}
+
+}  // namespace dlbench::cli
