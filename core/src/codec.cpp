@@ -361,10 +361,11 @@ BenchmarkRunStatus decode_status_object(Decoder& d, const json& obj, const std::
   if (const json* progress = Decoder::find(obj, "progress")) {
     const std::string p_path = child(path, "progress");
     if (d.expect_object(*progress, p_path)) {
-      d.reject_unknown(*progress, p_path, {"completedCases", "totalCases", "currentCase", "summary"});
+      d.reject_unknown(*progress, p_path, {"completedCases", "totalCases", "currentCase", "currentAttempt", "summary"});
       d.read_int(*progress, p_path, "completedCases", {0, bounds::kMaxPlannedCases}, status.progress.completed_cases);
       d.read_int(*progress, p_path, "totalCases", {0, bounds::kMaxPlannedCases}, status.progress.total_cases);
       d.read_string(*progress, p_path, "currentCase", status.progress.current_case);
+      d.read_int(*progress, p_path, "currentAttempt", {0, bounds::kBackoffLimit.max + 1}, status.progress.current_attempt);
       d.read_string(*progress, p_path, "summary", status.progress.summary);
     }
   }
@@ -687,6 +688,7 @@ json to_json(const BenchmarkRunStatus& status) {
   for (const auto& r : status.results) results.push_back(to_json(r));
   json progress{{"completedCases", status.progress.completed_cases}, {"totalCases", status.progress.total_cases}};
   if (!status.progress.current_case.empty()) progress["currentCase"] = status.progress.current_case;
+  if (status.progress.current_attempt > 0) progress["currentAttempt"] = status.progress.current_attempt;
   if (!status.progress.summary.empty()) progress["summary"] = status.progress.summary;
   json out{{"observedGeneration", status.observed_generation},
            {"phase", to_string(status.phase)},

@@ -167,7 +167,7 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   status.observed_generation = 1;
   status.phase = Phase::Running;
   status.conditions = {{ConditionType::Progressing, ConditionStatus::True, "CaseRunning", "m", "t", 1}};
-  status.progress = {1, 2, "1x8-bs128-amp", "1/2"};
+  status.progress = {1, 2, "1x8-bs128-amp", 2, "1/2"};
   CaseResult result;
   result.case_ = {1, 1, 128, Precision::amp};
   result.throughput = Throughput{"samples/s", summarize(std::vector<double>{1.0, 2.0}), {1.0, 2.0}};

@@ -147,6 +147,7 @@ struct Progress {
   int completed_cases = 0;
   int total_cases = 0;
   std::string current_case;
+  int current_attempt = 0;  // of current_case, from 1; kept in status so a restart resumes it
   std::string summary;  // "5/12", for the PROGRESS printer column
   bool operator==(const Progress&) const = default;
 };

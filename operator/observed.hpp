@@ -1,0 +1,49 @@
+// What the reconciler sees of the world: the run's children as the API server reports
+// them, reduced to the facts that decide what to do next.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dlbench::operator_ {
+
+using TimePoint = std::chrono::system_clock::time_point;
+
+// "2026-11-21T05:00:00Z" → time point; nullopt when absent or malformed.
+std::optional<TimePoint> parse_rfc3339(const std::string& text);
+
+struct ObservedObject {
+  std::string kind, name;
+  std::string case_id;
+  int attempt = 0;
+  std::string role;  // worker, launcher, ssh, hostfile
+  std::optional<TimePoint> created;
+  bool deleting = false;
+};
+
+struct ObservedPod : ObservedObject {
+  std::string phase;  // Pending, Running, Succeeded, Failed
+  bool ready = false;
+  // Why it cannot go on, in the most specific words available: the container's terminated
+  // reason (OOMKilled, Error with exit code), the pod's reason (Evicted), or scheduling
+  // (Unschedulable with the scheduler's message). Empty while healthy.
+  std::string failure_reason, failure_message;
+  bool failed = false;          // terminally: phase Failed or a terminated container
+  bool unschedulable = false;   // not failed yet: the cluster may still make room
+  std::string termination_message;  // of the first container, when terminated
+};
+
+struct ObservedJob : ObservedObject {
+  bool succeeded = false, failed = false;
+  std::string failure_reason, failure_message;  // the Failed condition's (DeadlineExceeded, …)
+};
+
+ObservedPod observe_pod(const nlohmann::json& pod);
+ObservedJob observe_job(const nlohmann::json& job);
+ObservedObject observe_object(const nlohmann::json& object);
+
+}  // namespace dlbench::operator_

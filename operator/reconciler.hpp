@@ -1,0 +1,58 @@
+// Level-based reconciliation of one BenchmarkRun: from the run and what exists now to what
+// should be done, with the status rebuilt from both. No I/O: the controller lists the world,
+// calls reconcile(), and applies the actions (create-if-missing, delete, status patch, events).
+//
+// Per run, cases go one at a time in plan order; the first planned case without a result is
+// the current one. Its attempt's children are created; the launcher only once every worker
+// is Ready. The attempt ends with the launcher's result (its termination message), or with a
+// failure named by its most specific witness: a worker's OOMKilled/Evicted/exit code before
+// the launcher's "mpirun failed", Unschedulable when it timed out that way. A failed attempt
+// is retried with fresh objects up to limits.backoffLimit; a finished case is never run again.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dlbench/core/benchmark_run.hpp"
+#include "manifests.hpp"
+#include "observed.hpp"
+
+namespace dlbench::operator_ {
+
+struct World {
+  std::vector<ObservedPod> pods;      // every pod labelled with this run
+  std::vector<ObservedJob> jobs;      // every job labelled with this run
+  std::vector<ObservedObject> others;  // its secrets, config maps and services
+  TimePoint now;
+};
+
+struct ObjectRef {
+  std::string kind, name;
+  bool operator==(const ObjectRef&) const = default;
+};
+
+struct Event {
+  std::string type;  // Normal | Warning
+  std::string reason, message;
+};
+
+struct Actions {
+  std::vector<nlohmann::json> create;  // create if missing (AlreadyExists is success)
+  std::vector<ObjectRef> remove;
+  std::optional<BenchmarkRunStatus> status;  // only when it changed
+  std::vector<Event> events;
+  std::optional<std::chrono::seconds> requeue_after;
+};
+
+using KeySource = std::function<SshKeyPair()>;
+
+Actions reconcile(const nlohmann::json& run, const World& world, const OperatorConfig& config, const KeySource& keys);
+
+std::string format_rfc3339(TimePoint t);
+
+}  // namespace dlbench::operator_

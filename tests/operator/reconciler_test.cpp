@@ -1,0 +1,312 @@
+// The reconciler against a fake cluster: a map of objects that applies its actions, and a
+// simulated kubelet that starts pods, finishes launchers with real result documents, kills
+// workers, and lets time pass.
+#include <map>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "../support/test_support.hpp"
+#include "dlbench/core/codec.hpp"
+#include "dlbench/core/result_document.hpp"
+#include "dlbench/core/statistics.hpp"
+#include "dlbench/core/status.hpp"
+#include "reconciler.hpp"
+
+namespace dlbench::operator_ {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+struct FakeCluster {
+  std::map<std::string, json> objects;  // "Kind/name"
+  TimePoint now = *parse_rfc3339("2026-11-21T06:00:00Z");
+  json run;
+  int launches = 0;
+
+  explicit FakeCluster(json benchmark_run) : run(std::move(benchmark_run)) {
+    run["metadata"]["uid"] = "uid-1";
+    run["metadata"]["generation"] = 1;
+  }
+
+  World world() const {
+    World w;
+    w.now = now;
+    for (const auto& [key, o] : objects) {
+      if (o["kind"] == "Pod") {
+        w.pods.push_back(observe_pod(o));
+      } else if (o["kind"] == "Job") {
+        w.jobs.push_back(observe_job(o));
+      } else {
+        w.others.push_back(observe_object(o));
+      }
+    }
+    return w;
+  }
+
+  Actions step() {
+    int key_count = 0;
+    const Actions a = reconcile(run, world(), OperatorConfig{}, [&] {
+      ++key_count;
+      return SshKeyPair{"private", "public"};
+    });
+    for (json o : a.create) {
+      const std::string key = o["kind"].get<std::string>() + "/" + o["metadata"]["name"].get<std::string>();
+      if (objects.contains(key)) continue;  // AlreadyExists
+      o["metadata"]["creationTimestamp"] = format_rfc3339(now);
+      o["status"] = json::object();
+      objects[key] = o;
+    }
+    for (const auto& r : a.remove) objects.erase(r.kind + "/" + r.name);
+    if (a.status) run["status"] = to_json(*a.status);
+    return a;
+  }
+
+  std::vector<std::string> names(const std::string& kind) const {
+    std::vector<std::string> out;
+    for (const auto& [key, o] : objects) {
+      if (o["kind"] == kind) out.push_back(o["metadata"]["name"]);
+    }
+    return out;
+  }
+
+  void make_workers_ready() {
+    for (auto& [key, o] : objects) {
+      if (o["kind"] != "Pod" || o["metadata"]["labels"]["app.kubernetes.io/component"] != "worker") continue;
+      o["status"] = {{"phase", "Running"},
+                     {"conditions", {{{"type", "PodScheduled"}, {"status", "True"}}, {{"type", "Ready"}, {"status", "True"}}}}};
+    }
+  }
+
+  json& job() {
+    for (auto& [key, o] : objects) {
+      if (o["kind"] == "Job") return o;
+    }
+    throw std::runtime_error("no job");
+  }
+
+  // The launcher's pod ends with `message` in its termination log.
+  void finish_launcher(const std::string& message, bool succeeded) {
+    json& j = job();
+    json pod;
+    pod["apiVersion"] = "v1";
+    pod["kind"] = "Pod";
+    pod["metadata"]["name"] = j["metadata"]["name"].get<std::string>() + "-x" + std::to_string(++launches);
+    pod["metadata"]["labels"] = j["spec"]["template"]["metadata"]["labels"];
+    pod["metadata"]["creationTimestamp"] = format_rfc3339(now);
+    pod["status"]["phase"] = succeeded ? "Succeeded" : "Failed";
+    json terminated;
+    terminated["exitCode"] = succeeded ? 0 : 1;
+    terminated["message"] = message;
+    json container;
+    container["name"] = "launcher";
+    container["state"]["terminated"] = terminated;
+    pod["status"]["containerStatuses"] = json::array({container});
+    objects["Pod/" + pod["metadata"]["name"].get<std::string>()] = pod;
+    j["status"] = {{"conditions", {{{"type", succeeded ? "Complete" : "Failed"}, {"status", "True"}}}}};
+  }
+
+  std::string result_for(const std::string& id, double throughput) {
+    const auto status = decode_status(run["status"]);
+    const CaseSpec c = [&] {
+      for (const auto& p : plan_cases(decode_benchmark_run(run).value->spec)) {
+        if (p.id == id) return p.spec;
+      }
+      throw std::runtime_error("no case " + id);
+    }();
+    ResultDocument doc;
+    doc.case_ = c;
+    doc.devices = c.devices();
+    doc.global_batch_size = c.global_batch_size();
+    doc.methodology.repeats = 3;
+    const std::vector<double> repeats{throughput * 0.99, throughput, throughput * 1.01};
+    doc.throughput = Throughput{"samples/s", summarize(repeats), repeats};
+    doc.environment.backend = "cuda";
+    return to_json(doc).dump();
+  }
+
+  BenchmarkRunStatus status() const { return *decode_status(run["status"]).value; }
+};
+
+json scaling_run(int backoff_limit = 0) {
+  json doc = testing::minimal_run();
+  doc["metadata"] = {{"name", "scaling"}, {"namespace", "bench"}};
+  doc["spec"]["matrix"] = {{"nodes", {1, 2}}, {"gpusPerNode", {8}}, {"batchSizePerDevice", {128}}, {"precision", {"amp"}}};
+  doc["spec"]["limits"] = {{"backoffLimit", backoff_limit}, {"caseTimeoutSeconds", 3600}};
+  return doc;
+}
+
+TEST(Reconciler, InvalidRunIsMarkedAndNothingIsCreated) {
+  json doc = scaling_run();
+  doc["spec"]["matrix"]["precision"] = {"fp8"};
+  FakeCluster cluster(doc);
+  const Actions a = cluster.step();
+  EXPECT_TRUE(a.create.empty());
+  const auto s = cluster.status();
+  EXPECT_EQ(s.phase, Phase::Failed);
+  const Condition* invalid = find_condition(s.conditions, ConditionType::Invalid);
+  ASSERT_NE(invalid, nullptr);
+  EXPECT_THAT(invalid->message, HasSubstr("spec.matrix.precision[0]: \"fp8\" is not one of fp32, tf32, amp, bf16"));
+}
+
+TEST(Reconciler, RunsEveryCaseInOrderWithTheLauncherAfterItsWorkers) {
+  FakeCluster cluster(scaling_run());
+  const std::vector<std::pair<std::string, double>> cases{
+      {"1x1-bs128-amp", 1000.0}, {"1x8-bs128-amp", 7600.0}, {"2x8-bs128-amp", 14400.0}};
+  for (const auto& [id, throughput] : cases) {
+    cluster.step();
+    EXPECT_EQ(cluster.status().progress.current_case, id);
+    EXPECT_EQ(cluster.status().phase, Phase::Running);
+    EXPECT_TRUE(cluster.names("Job").empty()) << "launcher before its workers are Ready";
+    const auto workers = cluster.names("Pod");
+    EXPECT_EQ(workers.size(), static_cast<std::size_t>(id.starts_with("2x") ? 2 : 1));
+    EXPECT_EQ(cluster.names("Secret").size(), 1u);
+    EXPECT_EQ(cluster.names("Service").size(), 1u);
+    cluster.step();  // nothing changed: still no launcher
+    EXPECT_TRUE(cluster.names("Job").empty());
+    cluster.make_workers_ready();
+    cluster.step();
+    ASSERT_EQ(cluster.names("Job").size(), 1u);
+    EXPECT_THAT(cluster.names("Job")[0], HasSubstr(id + "-a1-launcher"));
+    cluster.now += 5min;
+    cluster.finish_launcher(cluster.result_for(id, throughput), true);
+    cluster.step();
+    EXPECT_TRUE(cluster.objects.empty()) << "children of a finished case are deleted";
+  }
+  const auto s = cluster.status();
+  EXPECT_EQ(s.phase, Phase::Succeeded);
+  ASSERT_EQ(s.results.size(), 3u);
+  EXPECT_NEAR(*s.results[1].speedup, 7.6, 1e-9);
+  EXPECT_NEAR(*s.results[2].scaling_efficiency, 14.4 / 16, 1e-9);
+  EXPECT_EQ(s.best->case_id, "2x8-bs128-amp");
+  EXPECT_EQ(s.progress.summary, "3/3");
+  EXPECT_EQ(find_condition(s.conditions, ConditionType::Ready)->status, ConditionStatus::True);
+  // Finished: reconciling again changes nothing and creates nothing.
+  const Actions again = cluster.step();
+  EXPECT_TRUE(again.create.empty());
+  EXPECT_FALSE(again.status.has_value());
+}
+
+TEST(Reconciler, TheWorkersReasonBeatsTheLaunchers) {
+  FakeCluster cluster(scaling_run(0));
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.step();
+  for (auto& [key, o] : cluster.objects) {
+    if (o["kind"] == "Pod") {
+      json terminated;
+      terminated["exitCode"] = 137;
+      terminated["reason"] = "OOMKilled";
+      json container;
+      container["name"] = "worker";
+      container["state"]["terminated"] = terminated;
+      o["status"] = json::object();
+      o["status"]["phase"] = "Failed";
+      o["status"]["containerStatuses"] = json::array({container});
+    }
+  }
+  cluster.finish_launcher("mpirun noticed that process rank 0 exited on signal 9", false);
+  const Actions a = cluster.step();
+  const auto s = cluster.status();
+  ASSERT_EQ(s.results.size(), 1u);
+  EXPECT_EQ(s.results[0].state, CaseState::Failed);
+  EXPECT_EQ(s.results[0].reason, "OOMKilled");
+  EXPECT_THAT(s.results[0].message, HasSubstr("exited with code 137"));
+  EXPECT_EQ(s.progress.current_case, "1x8-bs128-amp");  // the run goes on
+  EXPECT_TRUE(std::any_of(a.events.begin(), a.events.end(), [](const Event& e) { return e.reason == "CaseFailed"; }));
+}
+
+TEST(Reconciler, RetriesWithFreshObjectsUpToTheBackoffLimit) {
+  FakeCluster cluster(scaling_run(1));
+  cluster.step();
+  cluster.make_workers_ready();
+  for (auto& [key, o] : cluster.objects) {
+    if (o["kind"] == "Pod") o["status"] = {{"phase", "Failed"}, {"reason", "Evicted"}, {"message", "node had disk pressure"}};
+  }
+  cluster.step();
+  EXPECT_EQ(cluster.status().progress.current_attempt, 2);
+  EXPECT_TRUE(cluster.status().results.empty());
+  EXPECT_TRUE(cluster.objects.empty());
+  cluster.step();
+  for (const auto& name : cluster.names("Pod")) EXPECT_THAT(name, HasSubstr("-a2-worker-"));
+  // The second attempt fails the same way: now it is recorded, with both attempts.
+  for (auto& [key, o] : cluster.objects) {
+    if (o["kind"] == "Pod") o["status"] = {{"phase", "Failed"}, {"reason", "Evicted"}, {"message", "node had disk pressure"}};
+  }
+  cluster.step();
+  const auto s = cluster.status();
+  ASSERT_EQ(s.results.size(), 1u);
+  EXPECT_EQ(s.results[0].reason, "Evicted");
+  EXPECT_EQ(s.results[0].attempts, 2);
+}
+
+TEST(Reconciler, TimeoutSaysWhyWhenWorkersCannotBeScheduled) {
+  FakeCluster cluster(scaling_run(0));
+  cluster.step();
+  for (auto& [key, o] : cluster.objects) {
+    if (o["kind"] == "Pod") {
+      o["status"] = {{"phase", "Pending"},
+                     {"conditions",
+                      {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"},
+                        {"message", "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}}}}};
+    }
+  }
+  const Actions waiting = cluster.step();
+  EXPECT_TRUE(cluster.status().results.empty()) << "unschedulable is not failed yet";
+  ASSERT_TRUE(waiting.requeue_after.has_value());
+  EXPECT_LE(*waiting.requeue_after, 60s);
+  cluster.now += 3601s;
+  cluster.step();
+  const auto s = cluster.status();
+  ASSERT_EQ(s.results.size(), 1u);
+  EXPECT_EQ(s.results[0].reason, "Unschedulable");
+  EXPECT_THAT(s.results[0].message, HasSubstr("Insufficient nvidia.com/gpu"));
+}
+
+TEST(Reconciler, ARestartedOperatorNeverRunsAFinishedCaseAgain) {
+  FakeCluster cluster(scaling_run());
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.step();
+  cluster.finish_launcher(cluster.result_for("1x1-bs128-amp", 1000.0), true);
+  cluster.step();
+  // A new operator process: only the run's status and the (empty) world survive.
+  FakeCluster restarted(cluster.run);
+  restarted.run = cluster.run;
+  restarted.step();
+  for (const auto& name : restarted.names("Pod")) EXPECT_THAT(name, HasSubstr("1x8-bs128-amp-a1"));
+  EXPECT_EQ(restarted.status().results.size(), 1u);
+}
+
+TEST(Reconciler, LeftoversOfOtherCasesAreRemoved) {
+  FakeCluster cluster(scaling_run());
+  cluster.objects["Pod/stale"] = {{"kind", "Pod"},
+                                  {"metadata",
+                                   {{"name", "stale"},
+                                    {"labels", {{"dlbench.io/case", "9x9-bs1-fp32"}, {"dlbench.io/attempt", "1"},
+                                                {"app.kubernetes.io/component", "worker"}}}}}};
+  const Actions a = cluster.step();
+  EXPECT_NE(std::find(a.remove.begin(), a.remove.end(), ObjectRef{"Pod", "stale"}), a.remove.end());
+}
+
+TEST(Reconciler, RunFailsOnlyWhenNoCaseSucceeded) {
+  json doc = scaling_run(0);
+  doc["spec"]["matrix"]["nodes"] = {1};
+  doc["spec"]["matrix"]["gpusPerNode"] = {1};
+  FakeCluster cluster(doc);
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.step();
+  cluster.finish_launcher("no result document (exit code 1): boom", false);
+  cluster.step();
+  const auto s = cluster.status();
+  EXPECT_EQ(s.phase, Phase::Failed);
+  EXPECT_EQ(s.results[0].reason, "LauncherFailed");
+  EXPECT_THAT(s.results[0].message, HasSubstr("boom"));
+  ASSERT_NE(find_condition(s.conditions, ConditionType::Failed), nullptr);
+}
+
+}  // namespace
+}  // namespace dlbench::operator_
