@@ -1,0 +1,450 @@
+#!/usr/bin/env python3
+"""A small Kubernetes API server for dlbench's tests (plain HTTP on loopback, no auth).
+
+Enough of the real API for kubectl 1.32 and the operator: discovery (/api, /apis and their
+resource lists, CRDs included once created), create/get/list/update/merge-patch/delete of
+namespaced objects, equality label selectors, watch streams with resourceVersion and
+bookmarks, 409 Conflict on a stale resourceVersion, 410 Gone for a watch older than the kept
+history, the status subresource (status only through it), and Table output with a CRD's
+additionalPrinterColumns so that `kubectl get br` shows its real columns.
+
+    test_apiserver.py --port 8001 [--history 1000]
+"""
+import argparse
+import copy
+import datetime
+import json
+import re
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+BUILTIN = {
+    # (group, version, plural): (kind, namespaced)
+    ("", "v1", "pods"): ("Pod", True),
+    ("", "v1", "services"): ("Service", True),
+    ("", "v1", "configmaps"): ("ConfigMap", True),
+    ("", "v1", "secrets"): ("Secret", True),
+    ("", "v1", "events"): ("Event", True),
+    ("", "v1", "namespaces"): ("Namespace", False),
+    ("batch", "v1", "jobs"): ("Job", True),
+    ("coordination.k8s.io", "v1", "leases"): ("Lease", True),
+    ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): ("CustomResourceDefinition", False),
+}
+
+
+class UnsupportedMediaType(Exception):
+    pass
+
+
+SHORT_NAMES = {"pods": ["po"], "services": ["svc"], "configmaps": ["cm"], "events": ["ev"], "namespaces": ["ns"],
+               "customresourcedefinitions": ["crd", "crds"]}
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Store:
+    """Every object, a global resourceVersion counter and the recent watch events."""
+
+    def __init__(self, history):
+        self.lock = threading.Condition()
+        self.objects = {}  # (group, plural, namespace, name) -> object
+        self.rv = 1
+        self.events = []  # (rv, group, plural, namespace, type, object)
+        self.history = history
+        self.resources = dict(BUILTIN)
+        self.crds = {}  # (group, plural) -> CRD object
+        self.objects[("", "namespaces", "", "default")] = self._meta(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
+
+    def _meta(self, obj):
+        self.rv += 1
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self.rv)
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", now())
+        meta.setdefault("generation", 1)
+        return obj
+
+    def record(self, group, plural, namespace, kind, obj):
+        self.events.append((self.rv, group, plural, namespace, kind, copy.deepcopy(obj)))
+        del self.events[:-self.history]
+        self.lock.notify_all()
+
+    def oldest_watchable(self):
+        return self.events[0][0] - 1 if len(self.events) >= self.history else 0
+
+    def register_crd(self, crd):
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            if version.get("served", True):
+                self.resources[(spec["group"], version["name"], spec["names"]["plural"])] = (
+                    spec["names"]["kind"], spec.get("scope", "Namespaced") == "Namespaced")
+        self.crds[(spec["group"], spec["names"]["plural"])] = crd
+
+
+def selector_matches(selector, labels):
+    for term in filter(None, (selector or "").split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key.strip()) == value.strip():
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key.strip()) != value.strip():
+                return False
+        elif labels.get(term.strip()) is None:
+            return False
+    return True
+
+
+def age(timestamp):
+    """kubectl's short duration: 42s, 5m, 3h, 2d."""
+    created = datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    seconds = int((datetime.datetime.now(datetime.timezone.utc) - created).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def json_path(obj, path):
+    value = obj
+    for part in filter(None, path.split(".")):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    store = None
+
+    def log_message(self, *args):
+        pass
+
+    # ---- plumbing ------------------------------------------------------------------------
+    def send_json(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def status(self, code, reason, message):
+        self.send_json(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                              "message": message, "reason": reason, "code": code})
+
+    def body(self):
+        length = int(self.headers.get("Content-Length", 0))
+        data = self.rfile.read(length)
+        if "json" not in self.headers.get("Content-Type", "application/json"):
+            raise UnsupportedMediaType(self.headers.get("Content-Type"))
+        return json.loads(data or b"{}")
+
+    def handle_one_request(self):
+        try:
+            super().handle_one_request()
+        except UnsupportedMediaType as e:
+            self.status(415, "UnsupportedMediaType", f"only JSON bodies are supported, not {e}")
+
+    def route(self):
+        """-> (group, version, plural, namespace, name, subresource) or None for discovery."""
+        url = urlparse(self.path)
+        parts = [p for p in url.path.split("/") if p]
+        self.query = parse_qs(url.query)
+        if not parts or parts[0] not in ("api", "apis"):
+            return None
+        if parts[0] == "api":
+            group, rest = "", parts[1:]
+        else:
+            if len(parts) < 2:
+                return None
+            group, rest = parts[1], parts[2:]
+        if not rest:
+            return None
+        version, rest = rest[0], rest[1:]
+        if not rest:
+            return (group, version, None, None, None, None)
+        namespace = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        plural = rest[0]
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        return (group, version, plural, namespace, name, sub)
+
+    # ---- discovery -----------------------------------------------------------------------
+    def discovery(self):
+        path = urlparse(self.path).path.rstrip("/")
+        s = self.store
+        with s.lock:
+            resources = dict(s.resources)
+        if path == "/api":
+            return self.send_json(200, {"kind": "APIVersions", "versions": ["v1"],
+                                        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
+                                                                        "serverAddress": "127.0.0.1"}]})
+        if path == "/apis":
+            groups = {}
+            for (group, version, _plural) in resources:
+                if group:
+                    groups.setdefault(group, set()).add(version)
+            return self.send_json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in sorted(vs)],
+                 "preferredVersion": {"groupVersion": f"{g}/{sorted(vs)[0]}", "version": sorted(vs)[0]}}
+                for g, vs in sorted(groups.items())]})
+        if path == "/version":
+            return self.send_json(200, {"major": "1", "minor": "32", "gitVersion": "v1.32.0-dlbench-test"})
+        return self.status(404, "NotFound", f"{path} not found")
+
+    def resource_list(self, group, version):
+        s = self.store
+        with s.lock:
+            items = [(p, k, ns) for (g, v, p), (k, ns) in s.resources.items() if g == group and v == version]
+            crds = dict(s.crds)
+        if not items:
+            return self.status(404, "NotFound", "no such group version")
+        out = []
+        for plural, kind, namespaced in items:
+            names = crds.get((group, plural), {}).get("spec", {}).get("names", {})
+            verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+            out.append({"name": plural, "singularName": kind.lower(), "namespaced": namespaced, "kind": kind,
+                        "verbs": verbs, "shortNames": names.get("shortNames", SHORT_NAMES.get(plural, [])),
+                        "categories": names.get("categories", [])})
+            if (group, plural) in crds or kind in ("Pod", "Job"):
+                out.append({"name": plural + "/status", "singularName": "", "namespaced": namespaced, "kind": kind,
+                            "verbs": ["get", "patch", "update"]})
+        gv = f"{group}/{version}" if group else version
+        self.send_json(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out})
+
+    # ---- verbs ---------------------------------------------------------------------------
+    def known(self, group, version, plural):
+        with self.store.lock:
+            return self.store.resources.get((group, version, plural))
+
+    def do_GET(self):
+        r = self.route()
+        if r is None:
+            return self.discovery()
+        group, version, plural, namespace, name, sub = r
+        if plural is None:
+            return self.resource_list(group, version)
+        if not self.known(group, version, plural):
+            return self.status(404, "NotFound", f"the server could not find the requested resource ({plural})")
+        s = self.store
+        if name:
+            with s.lock:
+                obj = s.objects.get((group, plural, namespace or "", name))
+            if obj is None:
+                return self.status(404, "NotFound", f'{plural} "{name}" not found')
+            return self.send_json(200, self.maybe_table(group, plural, [obj], single=True) or obj)
+        if self.query.get("watch", ["false"])[0] in ("1", "true"):
+            return self.watch(group, version, plural, namespace)
+        selector = self.query.get("labelSelector", [""])[0]
+        with s.lock:
+            items = [copy.deepcopy(o) for (g, p, ns, _n), o in sorted(s.objects.items())
+                     if g == group and p == plural and (namespace is None or ns == namespace)
+                     and selector_matches(selector, o["metadata"].get("labels", {}))]
+            rv = str(s.rv)
+        table = self.maybe_table(group, plural, items)
+        if table:
+            return self.send_json(200, table)
+        kind, _ = self.known(group, version, plural)
+        self.send_json(200, {"apiVersion": f"{group}/{version}" if group else version, "kind": kind + "List",
+                             "metadata": {"resourceVersion": rv}, "items": items})
+
+    def maybe_table(self, group, plural, items, single=False):
+        if "as=Table" not in self.headers.get("Accept", ""):
+            return None
+        crd = self.store.crds.get((group, plural))
+        columns = [{"name": "Name", "type": "string", "format": "name"}]
+        paths = []
+        if crd:
+            for c in crd["spec"]["versions"][0].get("additionalPrinterColumns", []):
+                if c["jsonPath"] == ".metadata.creationTimestamp":
+                    continue
+                columns.append({"name": c["name"], "type": c["type"], "priority": c.get("priority", 0)})
+                paths.append(c["jsonPath"])
+        columns.append({"name": "Age", "type": "date"})
+        rows = []
+        for o in items:
+            cells = [o["metadata"]["name"]] + [json_path(o, p) for p in paths] + [age(o["metadata"]["creationTimestamp"])]
+            rows.append({"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                                    "metadata": o["metadata"]}})
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": str(self.store.rv)},
+                "columnDefinitions": columns, "rows": rows}
+
+    def watch(self, group, version, plural, namespace):
+        s = self.store
+        selector = self.query.get("labelSelector", [""])[0]
+        since = int(self.query.get("resourceVersion", ["0"])[0] or 0)
+        timeout = float(self.query.get("timeoutSeconds", ["30"])[0])
+        bookmarks = self.query.get("allowWatchBookmarks", ["false"])[0] == "true"
+        with s.lock:
+            if since and since < s.oldest_watchable():
+                return self.status(410, "Expired", f"too old resource version: {since} ({s.oldest_watchable()})")
+            if not since:
+                since = s.rv
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        deadline = datetime.datetime.now().timestamp() + timeout
+        sent = since
+        try:
+            while True:
+                with s.lock:
+                    pending = [e for e in s.events if e[0] > sent]
+                    if not pending:
+                        left = deadline - datetime.datetime.now().timestamp()
+                        if left <= 0:
+                            break
+                        s.lock.wait(min(left, 1.0))
+                        if bookmarks and not [e for e in s.events if e[0] > sent]:
+                            pending = [("bookmark", s.rv)]
+                        else:
+                            continue
+                for e in pending:
+                    if e[0] == "bookmark":
+                        kind, _ = self.known(group, version, plural)
+                        event = {"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": f"{group}/{version}" if group else version,
+                                                                "metadata": {"resourceVersion": str(e[1])}}}
+                        sent = max(sent, e[1])
+                    else:
+                        rv, g, p, ns, kind, obj = e
+                        sent = rv
+                        if g != group or p != plural or (namespace is not None and ns != namespace):
+                            continue
+                        if not selector_matches(selector, obj["metadata"].get("labels", {})):
+                            continue
+                        event = {"type": kind, "object": obj}
+                    line = (json.dumps(event) + "\n").encode()
+                    self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def do_POST(self):
+        r = self.route()
+        if r is None or r[2] is None or not self.known(r[0], r[1], r[2]):
+            return self.status(404, "NotFound", "unknown resource")
+        group, version, plural, namespace, _name, _sub = r
+        obj = self.body()
+        name = obj.get("metadata", {}).get("name")
+        if not name:
+            return self.status(422, "Invalid", "metadata.name: Required value")
+        s = self.store
+        with s.lock:
+            key = (group, plural, namespace or "", name)
+            if key in s.objects:
+                return self.status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+            if namespace:
+                obj["metadata"]["namespace"] = namespace
+            obj.pop("status", None) if (group, plural) in s.crds else None
+            s._meta(obj)
+            s.objects[key] = obj
+            if plural == "customresourcedefinitions":
+                s.register_crd(obj)
+            s.record(group, plural, namespace or "", "ADDED", obj)
+        self.send_json(201, obj)
+
+    def write(self, merge):
+        r = self.route()
+        if r is None or r[4] is None or not self.known(r[0], r[1], r[2]):
+            return self.status(404, "NotFound", "unknown resource")
+        group, version, plural, namespace, name, sub = r
+        patch = self.body()
+        s = self.store
+        with s.lock:
+            key = (group, plural, namespace or "", name)
+            current = s.objects.get(key)
+            if current is None:
+                return self.status(404, "NotFound", f'{plural} "{name}" not found')
+            wanted_rv = patch.get("metadata", {}).get("resourceVersion")
+            if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+                return self.status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object '
+                                                    "has been modified; please apply your changes to the latest version")
+            updated = copy.deepcopy(current)
+            if merge:
+                merge_patch(updated, patch)
+            else:
+                updated = patch
+                updated.setdefault("metadata", {})
+                for k in ("uid", "creationTimestamp", "namespace", "generation"):
+                    if k in current["metadata"]:
+                        updated["metadata"][k] = current["metadata"][k]
+            has_status_subresource = (group, plural) in s.crds or plural in ("pods", "jobs")
+            if has_status_subresource:
+                if sub == "status":  # only status changes
+                    updated = {**copy.deepcopy(current), "status": updated.get("status", {})}
+                else:  # status is ignored outside the subresource
+                    if "status" in current:
+                        updated["status"] = current["status"]
+                    else:
+                        updated.pop("status", None)
+                    if updated.get("spec") != current.get("spec"):
+                        updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+            s._meta(updated)
+            s.objects[key] = updated
+            s.record(group, plural, namespace or "", "MODIFIED", updated)
+        self.send_json(200, updated)
+
+    def do_PUT(self):
+        self.write(merge=False)
+
+    def do_PATCH(self):
+        self.write(merge=True)
+
+    def do_DELETE(self):
+        r = self.route()
+        if r is None or r[4] is None or not self.known(r[0], r[1], r[2]):
+            return self.status(404, "NotFound", "unknown resource")
+        group, _version, plural, namespace, name, _sub = r
+        s = self.store
+        with s.lock:
+            obj = s.objects.pop((group, plural, namespace or "", name), None)
+            if obj is None:
+                return self.status(404, "NotFound", f'{plural} "{name}" not found')
+            s._meta(obj)
+            s.record(group, plural, namespace or "", "DELETED", obj)
+            # Owner references: the garbage collector deletes what the object owned.
+            uid = obj["metadata"]["uid"]
+            for key, child in list(s.objects.items()):
+                if any(ref.get("uid") == uid for ref in child["metadata"].get("ownerReferences", [])):
+                    s.objects.pop(key)
+                    s._meta(child)
+                    s.record(key[0], key[1], key[2], "DELETED", child)
+        self.send_json(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch, in place."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--history", type=int, default=1000, help="watch events kept (older: 410 Gone)")
+    args = parser.parse_args()
+    Handler.store = Store(args.history)
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    print(f"test apiserver on http://127.0.0.1:{server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

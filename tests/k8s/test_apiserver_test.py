@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""The test API server against the real kubectl: what the operator's tests will rely on."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ApiServerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.port = free_port()
+        cls.server = subprocess.Popen([sys.executable, os.path.join(HERE, "test_apiserver.py"), "--port", str(cls.port),
+                                       "--history", "40"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        cls.server.stdout.readline()  # "test apiserver on …": listening
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.kubeconfig = os.path.join(cls.tmp.name, "kubeconfig")
+        with open(cls.kubeconfig, "w") as f:
+            f.write(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: t, cluster: {{server: "http://127.0.0.1:{cls.port}"}}}}]
+users: [{{name: t, user: {{}}}}]
+contexts: [{{name: t, context: {{cluster: t, user: t, namespace: default}}}}]
+current-context: t
+""")
+        cls.kubectl("apply", "--validate=false", "-f", os.path.join(ROOT, "crds", "benchmarkrun.yaml"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.terminate()
+        cls.server.wait()
+        cls.tmp.cleanup()
+
+    @classmethod
+    def kubectl(cls, *args, check=True):
+        result = subprocess.run(["kubectl", "--kubeconfig", cls.kubeconfig, *args], capture_output=True, text=True,
+                                timeout=30)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result
+
+    def http(self, method, path, body=None):
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method=method,
+                                         data=json.dumps(body).encode() if body is not None else None,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def test_apply_and_get_with_printer_columns(self):
+        self.kubectl("apply", "--validate=false", "-f", os.path.join(ROOT, "crds", "examples", "quickstart.yaml"))
+        self.kubectl("patch", "br", "quickstart", "--subresource=status", "--type=merge", "-p",
+                     json.dumps({"status": {"phase": "Running", "progress": {"summary": "1/2"},
+                                            "best": {"case": "1x1-bs8-fp32", "throughput": 40.8}}}))
+        lines = self.kubectl("get", "br").stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["NAME", "MODEL", "PHASE", "PROGRESS", "BEST", "AGE"])
+        self.assertEqual(lines[1].split()[:5], ["quickstart", "resnet50", "Running", "1/2", "40.8"])
+        wide = self.kubectl("get", "br", "-o", "wide").stdout.splitlines()[0].split()
+        self.assertIn("BEST-CASE", wide)
+        obj = json.loads(self.kubectl("get", "br", "quickstart", "-o", "json").stdout)
+        self.assertEqual(obj["spec"]["model"], "resnet50")
+        self.assertEqual(obj["status"]["phase"], "Running")
+
+    def test_status_only_through_its_subresource(self):
+        self.kubectl("apply", "--validate=false", "-f", os.path.join(ROOT, "crds", "examples", "vgg16-paddle-baseline.yaml"))
+        self.kubectl("patch", "br", "vgg16-paddle-baseline", "--type=merge", "-p", '{"status":{"phase":"Failed"}}')
+        self.assertEqual(self.kubectl("get", "br", "vgg16-paddle-baseline", "-o", "jsonpath={.status.phase}").stdout, "")
+        before = json.loads(self.kubectl("get", "br", "vgg16-paddle-baseline", "-o", "json").stdout)
+        self.kubectl("patch", "br", "vgg16-paddle-baseline", "--type=merge", "-p", '{"spec":{"model":"alexnet"}}')
+        after = json.loads(self.kubectl("get", "br", "vgg16-paddle-baseline", "-o", "json").stdout)
+        self.assertEqual(after["metadata"]["generation"], before["metadata"]["generation"] + 1)
+
+    def test_stale_update_conflicts(self):
+        path = "/api/v1/namespaces/default/configmaps"
+        self.assertEqual(self.http("POST", path, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                  "metadata": {"name": "conflict"}})[0], 201)
+        _, text = self.http("GET", path + "/conflict")
+        stale = json.loads(text)
+        self.assertEqual(self.http("PUT", path + "/conflict", {**stale, "data": {"a": "1"}})[0], 200)
+        code, text = self.http("PUT", path + "/conflict", {**stale, "data": {"a": "2"}})
+        self.assertEqual(code, 409)
+        self.assertEqual(json.loads(text)["reason"], "Conflict")
+        self.assertEqual(self.http("POST", path, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                  "metadata": {"name": "conflict"}})[0], 409)
+
+    def test_label_selectors_and_owner_garbage_collection(self):
+        path = "/api/v1/namespaces/default/pods"
+        owner = json.loads(self.http("POST", "/api/v1/namespaces/default/configmaps",
+                                     {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}})[1])
+        for i, role in enumerate(["worker", "worker", "launcher"]):
+            self.http("POST", path, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": f"p{i}", "labels": {"role": role, "run": "r1"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                                     "uid": owner["metadata"]["uid"]}]}})
+        names = self.kubectl("get", "pods", "-l", "role=worker,run=r1", "-o", "name").stdout.split()
+        self.assertEqual(names, ["pod/p0", "pod/p1"])
+        self.assertEqual(self.kubectl("get", "pods", "-l", "role!=worker", "-o", "name").stdout.split(), ["pod/p2"])
+        self.kubectl("delete", "configmap", "owner")
+        self.assertEqual(self.kubectl("get", "pods", "-l", "run=r1", "-o", "name").stdout.split(), [])
+
+    def test_watch_from_a_version_and_gone_when_too_old(self):
+        path = "/api/v1/namespaces/default/configmaps"
+        start = json.loads(self.http("GET", path)[1])["metadata"]["resourceVersion"]
+        self.http("POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w1", "labels": {"w": "1"}}})
+        code, text = self.http("GET", f"{path}?watch=true&resourceVersion={start}&timeoutSeconds=1&labelSelector=w%3D1")
+        events = [json.loads(line) for line in text.splitlines()]
+        self.assertEqual(code, 200)
+        self.assertEqual([(e["type"], e["object"]["metadata"]["name"]) for e in events], [("ADDED", "w1")])
+        for i in range(45):  # push the start out of the kept history
+            self.http("POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"fill{i}"}})
+        code, text = self.http("GET", f"{path}?watch=true&resourceVersion={start}&timeoutSeconds=1")
+        self.assertEqual(code, 410)
+        self.assertEqual(json.loads(text)["reason"], "Expired")
+
+    def test_bookmarks(self):
+        path = "/api/v1/namespaces/default/secrets"
+        rv = json.loads(self.http("GET", path)[1])["metadata"]["resourceVersion"]
+        code, text = self.http("GET", f"{path}?watch=true&resourceVersion={rv}&timeoutSeconds=2&allowWatchBookmarks=true")
+        self.assertEqual(code, 200)
+        self.assertIn("BOOKMARK", [json.loads(line)["type"] for line in text.splitlines()])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
