@@ -1,0 +1,168 @@
+// The Kubernetes client against tests/k8s/test_apiserver.py, and configuration loading.
+#include <signal.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kube_client.hpp"
+
+namespace dlbench::operator_ {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+class KubeClientTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t n = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+    close(fd);
+    port_ = ntohs(a.sin_port);
+    server_ = fork();
+    if (server_ == 0) {
+      execlp("python3", "python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port_).c_str(), "--history", "30",
+             nullptr);
+      _exit(127);
+    }
+    KubeConfig config;
+    config.server = "http://127.0.0.1:" + std::to_string(port_);
+    client_ = new KubeClient(make_http_transport(config, 10s));
+    for (int i = 0; i < 100; ++i) {  // until it listens
+      try {
+        client_->list(resources::kConfigMaps, "default");
+        return;
+      } catch (const std::exception&) {
+        std::this_thread::sleep_for(50ms);
+      }
+    }
+  }
+  static void TearDownTestSuite() {
+    delete client_;
+    kill(server_, SIGTERM);
+    waitpid(server_, nullptr, 0);
+  }
+  static json config_map(const std::string& name, json labels = json::object()) {
+    return {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", name}, {"labels", labels}}}};
+  }
+  static inline int port_ = 0;
+  static inline pid_t server_ = 0;
+  static inline KubeClient* client_ = nullptr;
+};
+
+TEST_F(KubeClientTest, CrudAndSelectors) {
+  KubeClient& k = *client_;
+  const json created = k.create(resources::kConfigMaps, "default", config_map("a", {{"role", "worker"}}));
+  EXPECT_FALSE(created["metadata"]["uid"].get<std::string>().empty());
+  k.create(resources::kConfigMaps, "default", config_map("b", {{"role", "launcher"}}));
+  EXPECT_EQ(k.get(resources::kConfigMaps, "default", "a")["metadata"]["labels"]["role"], "worker");
+  const json workers = k.list(resources::kConfigMaps, "default", "role=worker");
+  ASSERT_EQ(workers["items"].size(), 1u);
+  EXPECT_EQ(workers["items"][0]["metadata"]["name"], "a");
+  const json patched = k.merge_patch(resources::kConfigMaps, "default", "a", {{"data", {{"k", "v"}}}});
+  EXPECT_EQ(patched["data"]["k"], "v");
+  try {
+    k.create(resources::kConfigMaps, "default", config_map("a"));
+    FAIL() << "created twice";
+  } catch (const KubeError& e) {
+    EXPECT_EQ(e.status, 409);
+    EXPECT_EQ(e.reason, "AlreadyExists");
+  }
+  EXPECT_TRUE(k.remove(resources::kConfigMaps, "default", "a"));
+  EXPECT_FALSE(k.remove(resources::kConfigMaps, "default", "a"));
+  try {
+    k.get(resources::kConfigMaps, "default", "a");
+    FAIL();
+  } catch (const KubeError& e) {
+    EXPECT_EQ(e.reason, "NotFound");
+  }
+}
+
+TEST_F(KubeClientTest, WatchDeliversEventsFromAVersionAndSaysWhenItIsGone) {
+  KubeClient& k = *client_;
+  const std::string rv = k.list(resources::kSecrets, "default")["metadata"]["resourceVersion"];
+  k.create(resources::kSecrets, "default", {{"apiVersion", "v1"}, {"kind", "Secret"}, {"metadata", {{"name", "s1"}}}});
+  k.merge_patch(resources::kSecrets, "default", "s1", {{"stringData", {{"a", "b"}}}});
+  std::vector<std::string> seen;
+  const std::string last = k.watch(resources::kSecrets, "default", "", rv, 1s, [&](const KubeClient::WatchEvent& e) {
+    if (e.type != "BOOKMARK") seen.push_back(e.type + " " + e.object["metadata"]["name"].get<std::string>());
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"ADDED s1", "MODIFIED s1"}));
+  EXPECT_GT(std::stol(last), std::stol(rv));
+  for (int i = 0; i < 35; ++i) k.create(resources::kSecrets, "default", {{"apiVersion", "v1"}, {"kind", "Secret"},
+                                                                          {"metadata", {{"name", "f" + std::to_string(i)}}}});
+  try {
+    k.watch(resources::kSecrets, "default", "", rv, 1s, [](const KubeClient::WatchEvent&) {});
+    FAIL() << "an expired version must be reported";
+  } catch (const KubeError& e) {
+    EXPECT_EQ(e.status, 410);
+    EXPECT_EQ(e.reason, "Expired");
+  }
+}
+
+TEST(KubeConfigTest, KubeconfigWithInlineAndFileCredentials) {
+  const auto dir = std::filesystem::temp_directory_path() / ("dlbench-kubeconfig-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "client.key") << "KEY PEM";
+  std::ofstream(dir / "config") << R"(apiVersion: v1
+kind: Config
+current-context: b
+clusters:
+- {name: one, cluster: {server: "https://one:6443", certificate-authority-data: Q0EgUEVN}}
+- {name: two, cluster: {server: "https://two:6443"}}
+contexts:
+- {name: a, context: {cluster: two, user: u}}
+- {name: b, context: {cluster: one, user: u, namespace: bench}}
+users:
+- {name: u, user: {client-certificate-data: Q0VSVCBQRU0=, client-key: client.key, token: abc}}
+)";
+  const KubeConfig c = load_kubeconfig((dir / "config").string());
+  EXPECT_EQ(c.server, "https://one:6443");
+  EXPECT_EQ(c.ca_pem, "CA PEM");
+  EXPECT_EQ(c.client_cert_pem, "CERT PEM");
+  EXPECT_EQ(c.client_key_pem, "KEY PEM");
+  EXPECT_EQ(c.token, "abc");
+  EXPECT_EQ(c.namespace_, "bench");
+  EXPECT_EQ(load_kubeconfig((dir / "config").string(), "a").server, "https://two:6443");
+  EXPECT_THROW(load_kubeconfig((dir / "config").string(), "missing"), std::runtime_error);
+  setenv("KUBECONFIG", (dir / "config").c_str(), 1);
+  EXPECT_EQ(resolve_kube_config().server, "https://one:6443");
+  unsetenv("KUBECONFIG");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KubeConfigTest, InCluster) {
+  const auto dir = std::filesystem::temp_directory_path() / ("dlbench-sa-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "ca.crt") << "CA";
+  std::ofstream(dir / "token") << "tok\n";
+  std::ofstream(dir / "namespace") << "dlbench-system";
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  EXPECT_THROW(in_cluster_config(dir.string()), std::runtime_error);
+  setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1", 1);
+  setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+  const KubeConfig c = in_cluster_config(dir.string());
+  EXPECT_EQ(c.server, "https://10.0.0.1:443");
+  EXPECT_EQ(c.ca_pem, "CA");
+  EXPECT_EQ(c.token_file, (dir / "token").string());
+  EXPECT_EQ(c.namespace_, "dlbench-system");
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  unsetenv("KUBERNETES_SERVICE_PORT");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dlbench::operator_
