@@ -9,7 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git  # toolchain (CMake >= 3.25 for workflow presets)
   nlohmann-json3-dev libyaml-cpp-dev                 # core/: JSON and YAML
   libssl-dev openssh-client                          # operator/: SSH keys for the MPI launcher (ssh-keygen checks them)
-  libcpprest-dev python3                             # operator/: the Kubernetes client; tests/k8s: the test API server
+  libcpprest-dev python3 openssl                     # operator/: the Kubernetes client; tests/k8s: the test API server (TLS too)
   googletest libgtest-dev libgmock-dev               # tests/
   libdnnl-dev                                        # worker/: oneDNN, the CPU backend
   libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)

@@ -438,11 +438,20 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--history", type=int, default=1000, help="watch events kept (older: 410 Gone)")
+    parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-key", help="and this key (PEM)")
     args = parser.parse_args()
     Handler.store = Store(args.history)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
-    print(f"test apiserver on http://127.0.0.1:{server.server_address[1]}", flush=True)
+    scheme = "http"
+    if args.tls_cert:
+        import ssl
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    print(f"test apiserver on {scheme}://127.0.0.1:{server.server_address[1]}", flush=True)
     server.serve_forever()
 
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -162,6 +163,75 @@ TEST(KubeConfigTest, InCluster) {
   unsetenv("KUBERNETES_SERVICE_HOST");
   unsetenv("KUBERNETES_SERVICE_PORT");
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dlbench::operator_
+
+namespace dlbench::operator_ {
+namespace {
+
+// A CA and a server certificate for 127.0.0.1, made with the openssl command.
+struct Pki {
+  std::filesystem::path dir;
+  explicit Pki(const std::string& tag) : dir(std::filesystem::temp_directory_path() / ("dlbench-pki-" + tag)) {
+    std::filesystem::create_directories(dir);
+    const std::string d = dir.string();
+    const std::string script =
+        "cd " + d + " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=test-ca "
+        "-keyout ca.key -out ca.crt 2>/dev/null && openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+        "-subj /CN=127.0.0.1 -keyout server.key -out server.csr 2>/dev/null && printf 'subjectAltName=IP:127.0.0.1' > ext "
+        "&& openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile ext -out server.crt "
+        "2>/dev/null";
+    if (std::system(script.c_str()) != 0) throw std::runtime_error("openssl failed");
+  }
+  ~Pki() { std::filesystem::remove_all(dir); }
+  std::string read(const std::string& name) const {
+    std::ifstream in(dir / name);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+};
+
+TEST(KubeClientTls, VerifiesTheServerAgainstTheClusterCa) {
+  const Pki pki("server-" + std::to_string(getpid()));
+  const Pki other("other-" + std::to_string(getpid()));
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+  close(fd);
+  const int port = ntohs(a.sin_port);
+  const pid_t server = fork();
+  if (server == 0) {
+    execlp("python3", "python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port).c_str(), "--tls-cert",
+           (pki.dir / "server.crt").c_str(), "--tls-key", (pki.dir / "server.key").c_str(), nullptr);
+    _exit(127);
+  }
+  KubeConfig trusted;
+  trusted.server = "https://127.0.0.1:" + std::to_string(port);
+  trusted.ca_pem = pki.read("ca.crt");
+  KubeClient good(make_http_transport(trusted, 5s));
+  bool connected = false;
+  for (int i = 0; i < 100 && !connected; ++i) {
+    try {
+      good.list(resources::kConfigMaps, "default");
+      connected = true;
+    } catch (const std::exception&) {
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  EXPECT_TRUE(connected) << "the cluster CA must be accepted";
+  KubeConfig wrong = trusted;
+  wrong.ca_pem = other.read("ca.crt");
+  EXPECT_ANY_THROW(KubeClient(make_http_transport(wrong, 5s)).list(resources::kConfigMaps, "default"));
+  KubeConfig none = trusted;
+  none.ca_pem.clear();  // the system's CAs do not know this cluster
+  EXPECT_ANY_THROW(KubeClient(make_http_transport(none, 5s)).list(resources::kConfigMaps, "default"));
+  kill(server, SIGTERM);
+  waitpid(server, nullptr, 0);
 }
 
 }  // namespace
