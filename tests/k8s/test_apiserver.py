@@ -228,6 +228,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.store.resources.get((group, version, plural))
 
     def do_GET(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
         r = self.route()
         if r is None:
             return self.discovery()
@@ -402,6 +403,7 @@ class Handler(BaseHTTPRequestHandler):
         self.write(merge=True)
 
     def do_DELETE(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))  # DeleteOptions: read, or the next request breaks
         r = self.route()
         if r is None or r[4] is None or not self.known(r[0], r[1], r[2]):
             return self.status(404, "NotFound", "unknown resource")
