@@ -146,6 +146,7 @@ void Controller::stop() {
     if (t.joinable()) t.join();
   }
   workers_.clear();
+  for (auto& i : informers_) i->request_stop();  // all at once: each may be inside a watch
   for (auto& i : informers_) i->stop();
 }
 

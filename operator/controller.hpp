@@ -29,6 +29,7 @@ class Informer {
            Handler on_change);
   ~Informer();
   void start();
+  void request_stop() { stopping_ = true; }  // lets several informers wind down at once
   void stop();
   bool synced() const { return synced_; }
   std::vector<nlohmann::json> items(const std::function<bool(const nlohmann::json&)>& keep) const;

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""dlbench-operator as a process: kubectl applies runs to the test API server, the operator
+creates their children, serves /healthz /readyz /metrics, and stops cleanly on SIGTERM."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+OPERATOR = sys.argv.pop(1) if len(sys.argv) > 1 and sys.argv[1].endswith("dlbench-operator") else "dlbench-operator"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+class OperatorProcessTest(unittest.TestCase):
+    def setUp(self):
+        self.api_port, self.metrics_port = free_port(), free_port()
+        self.api = subprocess.Popen([sys.executable, os.path.join(HERE, "test_apiserver.py"), "--port", str(self.api_port)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.api.stdout.readline()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.kubeconfig = os.path.join(self.tmp.name, "config")
+        with open(self.kubeconfig, "w") as f:
+            f.write(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: t, cluster: {{server: "http://127.0.0.1:{self.api_port}"}}}}]
+users: [{{name: t, user: {{}}}}]
+contexts: [{{name: t, context: {{cluster: t, user: t, namespace: default}}}}]
+current-context: t
+""")
+        self.kubectl("apply", "--validate=false", "-f", os.path.join(ROOT, "crds", "benchmarkrun.yaml"))
+        self.log = open(os.path.join(self.tmp.name, "operator.log"), "w+")
+        self.operator = subprocess.Popen([OPERATOR, "--kubeconfig", self.kubeconfig, "--metrics-port", str(self.metrics_port),
+                                          "--worker-backend", "cpu", "--communicator", "mpi"], stdout=self.log, stderr=self.log)
+
+    def tearDown(self):
+        if self.operator.poll() is None:
+            self.operator.kill()
+            self.operator.wait()
+        self.api.terminate()
+        self.api.wait()
+        self.log.close()
+        self.tmp.cleanup()
+
+    def kubectl(self, *args):
+        result = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, *args], capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return result.stdout
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, ""
+        except OSError:
+            return 0, ""
+
+    def test_runs_are_picked_up_and_the_operator_stops_cleanly(self):
+        wait_for(lambda: self.get("/readyz")[0] == 200)
+        self.assertEqual(self.get("/healthz")[0], 200)
+        self.kubectl("apply", "--validate=false", "-f", os.path.join(ROOT, "crds", "examples", "quickstart.yaml"))
+        self.kubectl("apply", "--validate=false", "-f", os.path.join(ROOT, "crds", "examples", "invalid-values.yaml"))
+        pods = wait_for(lambda: self.kubectl("get", "pods", "-l", "dlbench.io/run=quickstart", "-o", "name").split())
+        self.assertEqual(pods, ["pod/quickstart-1x1-bs8-fp32-a1-worker-0"])
+        rows = {line.split()[0]: line.split() for line in self.kubectl("get", "br").splitlines()[1:]}
+        self.assertEqual(rows["quickstart"][1:4], ["resnet50", "Running", "0/2"])
+        invalid = json.loads(wait_for(lambda: (lambda o: o if "status" in json.loads(o) else None)(
+            self.kubectl("get", "br", "invalid-values", "-o", "json"))))
+        self.assertEqual(invalid["status"]["phase"], "Failed")
+        self.assertIn("spec.model", [c for c in invalid["status"]["conditions"] if c["type"] == "Invalid"][0]["message"])
+        self.assertEqual(self.kubectl("get", "pods", "-l", "dlbench.io/run=invalid-values", "-o", "name").strip(), "")
+        code, metrics = self.get("/metrics")
+        self.assertEqual(code, 200)
+        self.assertIn('dlbench_operator_reconciles_total{result="success"}', metrics)
+        started = time.time()
+        self.operator.send_signal(signal.SIGTERM)
+        self.assertEqual(self.operator.wait(timeout=30), 0)
+        self.assertLess(time.time() - started, 20)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
