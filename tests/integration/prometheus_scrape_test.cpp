@@ -22,17 +22,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string http_get(const std::string& url) {
   std::string out;
@@ -77,7 +66,7 @@ pid_t spawn(const std::string& command, const std::filesystem::path& log) {
 TEST(PrometheusScrape, WorkerSeriesArriveWithSaneValues) {
   const auto dir = std::filesystem::temp_directory_path() / ("dlbench-prom-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
-  const int worker_port = free_port(), prometheus_port = free_port();
+  const int worker_port = testing::free_port(), prometheus_port = testing::free_port();
   const pid_t worker = spawn(std::string(DLBENCH_WORKER_BINARY) +
                                  " --model resnet50 --image-size 32 --batch-size 1 --warmup-steps 2 "
                                  "--measure-steps 100000 --repeats 1 --threads 1 --run scrape-test --metrics-port " +

@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "../support/process.hpp"
 #include "../support/test_support.hpp"
 #include "controller.hpp"
 #include "dlbench/core/codec.hpp"
@@ -25,17 +26,6 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string result_for(const CaseSpec& c, double throughput) {
   ResultDocument doc;
@@ -50,19 +40,8 @@ std::string result_for(const CaseSpec& c, double throughput) {
 }
 
 TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
-  const int port = free_port();
-  const pid_t server = fork();
-  if (server == 0) {
-    execlp("python3", "python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port).c_str(), nullptr);
-    _exit(127);
-  }
-  struct Reaper {  // the server goes whatever happens to the test
-    pid_t pid;
-    ~Reaper() {
-      kill(pid, SIGTERM);
-      waitpid(pid, nullptr, 0);
-    }
-  } reaper{server};
+  const int port = testing::free_port();
+  const testing::ChildProcess server({"python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port)});
   KubeConfig config;
   config.server = "http://127.0.0.1:" + std::to_string(port);
   KubeClient client(make_http_transport(config, 10s));

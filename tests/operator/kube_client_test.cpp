@@ -13,6 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "../support/process.hpp"
 #include "kube_client.hpp"
 
 namespace dlbench::operator_ {
@@ -24,21 +25,8 @@ using namespace std::chrono_literals;
 class KubeClientTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t n = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-    close(fd);
-    port_ = ntohs(a.sin_port);
-    server_ = fork();
-    if (server_ == 0) {
-      execlp("python3", "python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port_).c_str(), "--history", "30",
-             nullptr);
-      _exit(127);
-    }
+    port_ = testing::free_port();
+    server_ = new testing::ChildProcess({"python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port_), "--history", "30"});
     KubeConfig config;
     config.server = "http://127.0.0.1:" + std::to_string(port_);
     client_ = new KubeClient(make_http_transport(config, 10s));
@@ -53,14 +41,13 @@ class KubeClientTest : public ::testing::Test {
   }
   static void TearDownTestSuite() {
     delete client_;
-    kill(server_, SIGTERM);
-    waitpid(server_, nullptr, 0);
+    delete server_;
   }
   static json config_map(const std::string& name, json labels = json::object()) {
     return {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", name}, {"labels", labels}}}};
   }
   static inline int port_ = 0;
-  static inline pid_t server_ = 0;
+  static inline testing::ChildProcess* server_ = nullptr;
   static inline KubeClient* client_ = nullptr;
 };
 
@@ -195,21 +182,9 @@ struct Pki {
 TEST(KubeClientTls, VerifiesTheServerAgainstTheClusterCa) {
   const Pki pki("server-" + std::to_string(getpid()));
   const Pki other("other-" + std::to_string(getpid()));
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  close(fd);
-  const int port = ntohs(a.sin_port);
-  const pid_t server = fork();
-  if (server == 0) {
-    execlp("python3", "python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port).c_str(), "--tls-cert",
-           (pki.dir / "server.crt").c_str(), "--tls-key", (pki.dir / "server.key").c_str(), nullptr);
-    _exit(127);
-  }
+  const int port = testing::free_port();
+  const testing::ChildProcess server({"python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port), "--tls-cert",
+                                      (pki.dir / "server.crt").string(), "--tls-key", (pki.dir / "server.key").string()});
   KubeConfig trusted;
   trusted.server = "https://127.0.0.1:" + std::to_string(port);
   trusted.ca_pem = pki.read("ca.crt");
@@ -230,8 +205,6 @@ TEST(KubeClientTls, VerifiesTheServerAgainstTheClusterCa) {
   KubeConfig none = trusted;
   none.ca_pem.clear();  // the system's CAs do not know this cluster
   EXPECT_ANY_THROW(KubeClient(make_http_transport(none, 5s)).list(resources::kConfigMaps, "default"));
-  kill(server, SIGTERM);
-  waitpid(server, nullptr, 0);
 }
 
 }  // namespace
