@@ -4,7 +4,10 @@
 #include <string>
 #include <thread>
 
+#include <unistd.h>
+
 #include "controller.hpp"
+#include "leader_election.hpp"
 #include "dlbench/core/metrics.hpp"
 
 namespace {
@@ -21,6 +24,8 @@ constexpr const char* kUsage = R"(dlbench-operator — runs BenchmarkRuns (dlben
   --default-worker-image I   for runs that set no spec.worker.image
   --worker-backend B         cuda (default) | cpu
   --communicator C           nccl (default) | mpi
+  --leader-elect true|false  lead through a Lease before reconciling (default false; on with replicas > 1)
+  --lease-namespace NS       where the Lease "dlbench-operator" lives (default: default)
 )";
 
 }  // namespace
@@ -31,6 +36,8 @@ int main(int argc, char** argv) {
   ControllerOptions options;
   options.watch_timeout = std::chrono::seconds(10);  // bounds how long SIGTERM waits for the informers
   int metrics_port = 8080;
+  bool leader_elect = false;
+  std::string lease_namespace = "default";
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help") {
@@ -52,6 +59,10 @@ int main(int argc, char** argv) {
       metrics_port = std::atoi(value.c_str());
     } else if (flag == "--default-worker-image") {
       options.config.default_worker_image = value;
+    } else if (flag == "--leader-elect" && (value == "true" || value == "false")) {
+      leader_elect = value == "true";
+    } else if (flag == "--lease-namespace") {
+      lease_namespace = value;
     } else if (flag == "--worker-backend" && (value == "cuda" || value == "cpu")) {
       options.config.worker_backend = value;
     } else if (flag == "--communicator" && (value == "nccl" || value == "mpi")) {
@@ -69,12 +80,32 @@ int main(int argc, char** argv) {
     server.set_ready(false);
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    // Unique per process, not per host: two replicas may share a node (or a test machine).
+    const std::string identity = std::string(host) + "_" + std::to_string(getpid());
+    LeaderElector elector(client, lease_namespace, "dlbench-operator", identity);
+    if (leader_elect) {
+      while (stop_requested == 0 && !elector.try_acquire_or_renew()) std::this_thread::sleep_for(std::chrono::seconds(2));
+      if (stop_requested != 0) return 0;
+      std::cerr << R"({"level":"info","msg":"leading","identity":")" << identity << "\"}\n";
+    }
     controller.start();
     std::cerr << R"({"level":"info","msg":"started","server":")" << config.server << R"(","metricsPort":)" << server.port()
               << "}\n";
+    auto last_renewal = std::chrono::steady_clock::now();
     while (stop_requested == 0) {
       server.set_ready(controller.synced());
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (leader_elect && std::chrono::steady_clock::now() - last_renewal > std::chrono::seconds(5)) {
+        if (!elector.try_acquire_or_renew()) {
+          // Another replica leads now: stop at once and let Kubernetes restart us as a follower.
+          std::cerr << R"({"level":"error","msg":"lost the lease"})" << "\n";
+          controller.stop();
+          return 1;
+        }
+        last_renewal = std::chrono::steady_clock::now();
+      }
     }
     server.set_ready(false);
     std::cerr << R"({"level":"info","msg":"stopping"})" << "\n";

@@ -16,7 +16,12 @@ std::optional<TimePoint> parse_rfc3339(const std::string& text) {
   t.tm_hour = std::stoi(m[4]);
   t.tm_min = std::stoi(m[5]);
   t.tm_sec = std::stoi(m[6]);
-  return std::chrono::system_clock::from_time_t(timegm(&t));
+  auto point = std::chrono::system_clock::from_time_t(timegm(&t));
+  if (m[7].matched) {  // ".123456": keep sub-second precision (Lease MicroTime)
+    const std::string digits = m[7].str().substr(1, 6);
+    point += std::chrono::microseconds(std::stol(digits + std::string(6 - digits.size(), '0')));
+  }
+  return point;
 }
 
 ObservedObject observe_object(const nlohmann::json& object) {

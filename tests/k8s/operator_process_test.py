@@ -100,5 +100,30 @@ current-context: t
         self.assertLess(time.time() - started, 20)
 
 
+    def test_a_second_replica_waits_for_the_lease(self):
+        self.operator.kill()
+        self.operator.wait()
+        ports = [free_port(), free_port()]
+        start = lambda port: subprocess.Popen([OPERATOR, "--kubeconfig", self.kubeconfig, "--metrics-port", str(port),
+                                               "--leader-elect", "true", "--worker-backend", "cpu"],
+                                              stdout=self.log, stderr=self.log)
+        replicas = [start(ports[0])]
+        try:
+            self.metrics_port = ports[0]
+            wait_for(lambda: self.get("/readyz")[0] == 200)
+            replicas.append(start(ports[1]))
+            self.metrics_port = ports[1]
+            time.sleep(3)
+            self.assertEqual(self.get("/readyz")[0], 503, "a follower must not reconcile")
+            replicas[0].send_signal(signal.SIGTERM)
+            self.assertEqual(replicas[0].wait(timeout=30), 0)
+            wait_for(lambda: self.get("/readyz")[0] == 200, seconds=40)  # the lease expires (15 s), then taken
+        finally:
+            for r in replicas:
+                if r.poll() is None:
+                    r.kill()
+                    r.wait()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -209,3 +209,39 @@ TEST(KubeClientTls, VerifiesTheServerAgainstTheClusterCa) {
 
 }  // namespace
 }  // namespace dlbench::operator_
+
+#include "leader_election.hpp"
+
+namespace dlbench::operator_ {
+namespace {
+
+TEST_F(KubeClientTest, OneLeaderAtATimeAndTakeoverAfterExpiry) {
+  LeaderElector a(*client_, "default", "dlbench-operator", "replica-a", 1s);
+  LeaderElector b(*client_, "default", "dlbench-operator", "replica-b", 1s);
+  EXPECT_TRUE(a.try_acquire_or_renew());
+  EXPECT_FALSE(b.try_acquire_or_renew());
+  EXPECT_TRUE(a.try_acquire_or_renew());  // renewal
+  std::this_thread::sleep_for(1500ms);     // a stops renewing
+  EXPECT_TRUE(b.try_acquire_or_renew());
+  EXPECT_FALSE(a.try_acquire_or_renew());
+  const json lease = client_->get(resources::kLeases, "default", "dlbench-operator");
+  EXPECT_EQ(lease["spec"]["holderIdentity"], "replica-b");
+  EXPECT_EQ(lease["spec"]["leaseTransitions"], 1);
+}
+
+TEST_F(KubeClientTest, RacingReplicasNeverBothLead) {
+  for (int round = 0; round < 8; ++round) {
+    const std::string name = "race-" + std::to_string(round);
+    LeaderElector x(*client_, "default", name, "x", 30s), y(*client_, "default", name, "y", 30s);
+    bool x_leads = false, y_leads = false;
+    std::thread tx([&] { x_leads = x.try_acquire_or_renew(); });
+    std::thread ty([&] { y_leads = y.try_acquire_or_renew(); });
+    tx.join();
+    ty.join();
+    EXPECT_NE(x_leads, y_leads) << "round " << round;
+    EXPECT_NE(x.try_acquire_or_renew(), y.try_acquire_or_renew()) << "round " << round;
+  }
+}
+
+}  // namespace
+}  // namespace dlbench::operator_
