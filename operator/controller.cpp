@@ -227,8 +227,8 @@ void Controller::process(const std::string& key) {
         runs_by_phase_->add({{"namespace", ns}, {"run", name}, {"phase", phase}}).set(0);
       }
     }
-    const auto statistic = decode_benchmark_run(*run).value ? decode_benchmark_run(*run).value->spec.methodology.statistic
-                                                            : Statistic::median;
+    const auto decoded = decode_benchmark_run(*run);
+    const auto statistic = decoded.value ? decoded.value->spec.methodology.statistic : Statistic::median;
     for (const auto& r : actions.status->results) {
       if (r.state != CaseState::Succeeded || !r.throughput) continue;
       const metrics::Labels labels{{"namespace", ns}, {"run", name}, {"case", case_id(r.case_)}};

@@ -53,6 +53,15 @@ CaseResult failure(const CaseSpec& c, std::string reason, std::string message, i
   return r;
 }
 
+// When the attempt began: its oldest object's creation time.
+std::optional<TimePoint> attempt_started(const World& world, const std::string& id, int attempt) {
+  std::optional<TimePoint> started;
+  for (const auto* o : children(world)) {
+    if (o->case_id == id && o->attempt == attempt && o->created && (!started || *o->created < *started)) started = o->created;
+  }
+  return started;
+}
+
 // Decides whether the current attempt is over, and how.
 AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int attempt, const World& world) {
   AttemptOutcome outcome;
@@ -60,11 +69,7 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   const ObservedPod* unschedulable = nullptr;
   const ObservedPod* launcher_pod = nullptr;
   const ObservedJob* launcher_job = nullptr;
-  std::optional<TimePoint> started;
-  for (const auto* o : children(world)) {
-    if (o->case_id != current.id || o->attempt != attempt) continue;
-    if (o->created && (!started || *o->created < *started)) started = o->created;
-  }
+  const std::optional<TimePoint> started = attempt_started(world, current.id, attempt);
   for (const auto& p : world.pods) {
     if (p.case_id != current.id || p.attempt != attempt) continue;
     if (p.role == "worker" && p.failed && failed_worker == nullptr) failed_worker = &p;
@@ -220,10 +225,7 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
         actions.events.push_back({"Normal", "LauncherCreated", current.id + " attempt " + std::to_string(attempt)});
       }
       // Wake up for the timeout even if nothing else changes.
-      std::optional<TimePoint> started;
-      for (const auto* o : children(world)) {
-        if (o->case_id == current.id && o->attempt == attempt && o->created && (!started || *o->created < *started)) started = o->created;
-      }
+      const std::optional<TimePoint> started = attempt_started(world, current.id, attempt);
       const auto deadline = (started ? *started : world.now) + std::chrono::seconds(run.spec.limits.case_timeout_seconds);
       const auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - world.now) + std::chrono::seconds(1);
       actions.requeue_after = std::max(std::chrono::seconds(1), std::min(left, std::chrono::seconds(60)));

@@ -285,16 +285,13 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
     refresh_derived_status(status, plan, spec.methodology.statistic);
     if (result.state == CaseState::Succeeded) {
       const double value = reported_value(result.throughput->summary, spec.methodology.statistic);
-      const CaseResult& stored = status.results.back();
+      const CaseResult& stored = status.results.back();  // with its speed-up, just derived
       out << "  " << std::fixed << std::setprecision(2) << value << " samples/s (" << to_string(spec.methodology.statistic)
           << " of " << result.throughput->repeats.size() << ")";
-      for (const auto& r : status.results) {
-        if (case_id(r.case_) == c.id && r.speedup) {
-          out << ", speed-up " << std::setprecision(2) << *r.speedup << ", efficiency " << std::setprecision(0)
-              << 100 * *r.scaling_efficiency << "%";
-        }
+      if (stored.speedup) {
+        out << ", speed-up " << std::setprecision(2) << *stored.speedup << ", efficiency " << std::setprecision(0)
+            << 100 * *stored.scaling_efficiency << "%";
       }
-      (void)stored;
       out << "\n";
     }
     run.status = status;

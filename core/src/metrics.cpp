@@ -134,15 +134,18 @@ Family<Histogram>& Registry::histogram(const std::string& name, const std::strin
   return *histograms_.emplace(name, std::make_unique<Family<Histogram>>(name, help, std::move(buckets))).first->second;
 }
 
-std::string escape_label_value(const std::string& value) {
+namespace {
+
+// Exposition escaping: backslash and newline always, double quotes inside label values.
+std::string escape(const std::string& text, bool quotes) {
   std::string out;
-  for (const char c : value) {
+  for (const char c : text) {
     if (c == '\\') {
       out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
     } else if (c == '\n') {
       out += "\\n";
+    } else if (c == '"' && quotes) {
+      out += "\\\"";
     } else {
       out += c;
     }
@@ -150,19 +153,11 @@ std::string escape_label_value(const std::string& value) {
   return out;
 }
 
-std::string escape_help(const std::string& help) {
-  std::string out;
-  for (const char c : help) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+}  // namespace
+
+std::string escape_label_value(const std::string& value) { return escape(value, true); }
+
+std::string escape_help(const std::string& help) { return escape(help, false); }
 
 std::string format_value(double value) {
   if (std::isnan(value)) return "NaN";
@@ -188,23 +183,28 @@ std::string label_set(const Labels& labels, const std::string& extra_key = "", c
 
 }  // namespace
 
+namespace {
+
+template <typename T>
+void serialize_scalar(std::ostringstream& out, const Family<T>& family, const char* type) {
+  const std::string& name = family.name();
+  out << "# HELP " << name << " " << escape_help(family.help()) << "\n# TYPE " << name << " " << type << "\n";
+  for (const auto& [labels, m] : family.members()) out << name << label_set(labels) << " " << format_value(m->value()) << "\n";
+}
+
+}  // namespace
+
 std::string Registry::serialize() const {
   std::lock_guard lock(mutex_);
   std::ostringstream out;
   for (const auto& [type, name] : order_) {
     switch (type) {
-      case MetricType::counter: {
-        const auto& family = *counters_.at(name);
-        out << "# HELP " << name << " " << escape_help(family.help()) << "\n# TYPE " << name << " counter\n";
-        for (const auto& [labels, m] : family.members()) out << name << label_set(labels) << " " << format_value(m->value()) << "\n";
+      case MetricType::counter:
+        serialize_scalar(out, *counters_.at(name), "counter");
         break;
-      }
-      case MetricType::gauge: {
-        const auto& family = *gauges_.at(name);
-        out << "# HELP " << name << " " << escape_help(family.help()) << "\n# TYPE " << name << " gauge\n";
-        for (const auto& [labels, m] : family.members()) out << name << label_set(labels) << " " << format_value(m->value()) << "\n";
+      case MetricType::gauge:
+        serialize_scalar(out, *gauges_.at(name), "gauge");
         break;
-      }
       case MetricType::histogram: {
         const auto& family = *histograms_.at(name);
         out << "# HELP " << name << " " << escape_help(family.help()) << "\n# TYPE " << name << " histogram\n";
