@@ -1,6 +1,7 @@
 // dlbench-worker: trains one model on one backend for one case and reports it with the
 // methodology: a table for people and one dlbench.result/v1 JSON document for programs.
 #include <sys/utsname.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "communicator.hpp"
@@ -51,7 +53,8 @@ Usage: dlbench-worker [options]
   --learning-rate X       SGD learning rate, > 0                         (default 0.1)
   --momentum X            SGD momentum, 0 <= x < 1                       (default 0.9)
   --weight-decay X        SGD weight decay, 0 <= x <= 1                  (default 0.0001)
-  --threads N             CPU threads per rank, 0 = all                  (default 0)
+  --threads N             CPU threads per rank; 0 = this process's cores
+                          shared by the ranks on this node               (default 0)
   --communicator C        auto | none | mpi; auto = mpi under mpirun     (default auto)
   --bucket-mb N           gradient bucket size in MiB, >= 1              (default 25)
   --seed N                weights and synthetic data                     (default 42)
@@ -282,8 +285,20 @@ std::unique_ptr<Communicator> make_communicator(const Options& o, int* argc, cha
   return std::make_unique<NoCommunicator>();
 }
 
+// --threads 0: the cores this process may use, shared evenly by the ranks on this node (under
+// the operator every rank of a worker pod starts with the default).
+int default_threads() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                                        : static_cast<int>(std::thread::hardware_concurrency());
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks_here = local_size != nullptr ? std::max(1, std::atoi(local_size)) : 1;
+  return std::max(1, cores / ranks_here);
+}
+
 int run(const Options& o, Communicator& comm) {
-  CpuBackend backend(static_cast<int>(o.threads));
+  CpuBackend backend(o.threads > 0 ? static_cast<int>(o.threads) : default_threads());
   const std::vector<std::string> hosts = comm.hosts();
   const auto nodes = static_cast<int>(distinct(hosts).size());
   ResultDocument doc;
