@@ -21,12 +21,29 @@ constexpr const char* kUsage = R"(dlbench-operator — runs BenchmarkRuns (dlben
   --namespace NS             watch one namespace (default: all)
   --workers N                concurrent reconciles (default 2)
   --metrics-port N           /metrics, /healthz, /readyz (default 8080)
+  --worker-metrics-port N    the workers' /metrics, N + local rank (default 9400)
   --default-worker-image I   for runs that set no spec.worker.image
   --worker-backend B         cuda (default) | cpu
   --communicator C           nccl (default) | mpi
   --leader-elect true|false  lead through a Lease before reconciling (default false; on with replicas > 1)
   --lease-namespace NS       where the Lease "dlbench-operator" lives (default: default)
 )";
+
+// A whole number in [low, high], or an error naming the flag and the range.
+bool parse_int(const std::string& flag, const std::string& value, int low, int high, int& out) {
+  try {
+    std::size_t used = 0;
+    const long parsed = std::stol(value, &used);
+    if (used == value.size() && parsed >= low && parsed <= high) {
+      out = static_cast<int>(parsed);
+      return true;
+    }
+  } catch (const std::exception&) {
+  }
+  std::cerr << "dlbench-operator: " << flag << " must be a whole number from " << low << " to " << high << ", got \""
+            << value << "\"\n";
+  return false;
+}
 
 }  // namespace
 
@@ -39,24 +56,31 @@ int main(int argc, char** argv) {
   bool leader_elect = false;
   std::string lease_namespace = "default";
   for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
+    std::string flag = argv[i];
     if (flag == "--help") {
       std::cout << kUsage;
       return 0;
     }
-    if (i + 1 >= argc) {
+    std::string value;
+    if (const auto equals = flag.find('='); equals != std::string::npos) {  // --flag=value, as manifests write it
+      value = flag.substr(equals + 1);
+      flag.resize(equals);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
       std::cerr << "dlbench-operator: " << flag << " needs a value\n" << kUsage;
       return 2;
     }
-    const std::string value = argv[++i];
     if (flag == "--kubeconfig") {
       kubeconfig = value;
     } else if (flag == "--namespace") {
       options.namespace_ = value;
     } else if (flag == "--workers") {
-      options.workers = std::max(1, std::atoi(value.c_str()));
+      if (!parse_int(flag, value, 1, 64, options.workers)) return 2;
     } else if (flag == "--metrics-port") {
-      metrics_port = std::atoi(value.c_str());
+      if (!parse_int(flag, value, 0, 65535, metrics_port)) return 2;
+    } else if (flag == "--worker-metrics-port") {
+      if (!parse_int(flag, value, 1, 65535, options.config.metrics_port)) return 2;
     } else if (flag == "--default-worker-image") {
       options.config.default_worker_image = value;
     } else if (flag == "--leader-elect" && (value == "true" || value == "false")) {
@@ -67,8 +91,13 @@ int main(int argc, char** argv) {
       options.config.worker_backend = value;
     } else if (flag == "--communicator" && (value == "nccl" || value == "mpi")) {
       options.config.communicator = value;
+    } else if (flag == "--leader-elect" || flag == "--worker-backend" || flag == "--communicator") {
+      std::cerr << "dlbench-operator: " << flag << " must be one of "
+                << (flag == "--leader-elect" ? "true, false" : flag == "--worker-backend" ? "cuda, cpu" : "nccl, mpi")
+                << ", got \"" << value << "\"\n";
+      return 2;
     } else {
-      std::cerr << "dlbench-operator: bad option " << flag << " " << value << "\n" << kUsage;
+      std::cerr << "dlbench-operator: unknown option " << flag << "\n" << kUsage;
       return 2;
     }
   }
@@ -85,11 +114,18 @@ int main(int argc, char** argv) {
     // Unique per process, not per host: two replicas may share a node (or a test machine).
     const std::string identity = std::string(host) + "_" + std::to_string(getpid());
     LeaderElector elector(client, lease_namespace, "dlbench-operator", identity);
+    auto& leading = controller.registry()
+                        .gauge("dlbench_operator_leader", "1 while this replica holds the Lease and reconciles.")
+                        .add({});
     if (leader_elect) {
+      // A standby replica is healthy and ready (a Deployment rollout must not wait for the Lease);
+      // dlbench_operator_leader says which replica works.
+      server.set_ready(true);
       while (stop_requested == 0 && !elector.try_acquire_or_renew()) std::this_thread::sleep_for(std::chrono::seconds(2));
       if (stop_requested != 0) return 0;
       std::cerr << R"({"level":"info","msg":"leading","identity":")" << identity << "\"}\n";
     }
+    leading.set(1);
     controller.start();
     std::cerr << R"({"level":"info","msg":"started","server":")" << config.server << R"(","metricsPort":)" << server.port()
               << "}\n";

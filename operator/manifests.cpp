@@ -124,6 +124,12 @@ json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, i
                                                                                              "SYS_CHROOT", "AUDIT_WRITE"})}}}};
   // RDMA registers (pins) memory: IPC_LOCK only when the case asks for RDMA devices.
   if (w.rdma) security["capabilities"]["add"].push_back("IPC_LOCK");
+  // Every rank serves its own /metrics on metrics_port + local rank: one named port each, so
+  // that a PodMonitor (or anyone) finds them all.
+  json ports = json::array({{{"name", "ssh"}, {"containerPort", 22}}});
+  for (int r = 0; r < c.gpus_per_node; ++r) {
+    ports.push_back({{"name", "metrics-" + std::to_string(r)}, {"containerPort", config.metrics_port + r}});
+  }
   json container{{"name", "worker"},
                  {"image", image(run, config)},
                  {"command", json::array({"/usr/sbin/sshd", "-De", "-o", "AuthorizedKeysFile=" + std::string(kSshMount) +
@@ -131,8 +137,7 @@ json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, i
                  {"env", user_env(run)},
                  {"resources", {{"limits", resources}, {"requests", resources}}},
                  {"securityContext", security},
-                 {"ports", json::array({{{"name", "ssh"}, {"containerPort", 22}},
-                                        {{"name", "metrics"}, {"containerPort", config.metrics_port}}})},
+                 {"ports", ports},
                  {"readinessProbe", {{"tcpSocket", {{"port", 22}}}, {"periodSeconds", 2}}},
                  {"volumeMounts", json::array({{{"name", "ssh"}, {"mountPath", kSshMount}, {"readOnly", true}},
                                                {{"name", "dshm"}, {"mountPath", "/dev/shm"}}})}};

@@ -110,14 +110,17 @@ current-context: t
         replicas = [start(ports[0])]
         try:
             self.metrics_port = ports[0]
-            wait_for(lambda: self.get("/readyz")[0] == 200)
+            wait_for(lambda: "dlbench_operator_leader 1" in self.get("/metrics")[1])
             replicas.append(start(ports[1]))
             self.metrics_port = ports[1]
+            wait_for(lambda: self.get("/readyz")[0] == 200)  # a standby is ready: rollouts must not hang
             time.sleep(3)
-            self.assertEqual(self.get("/readyz")[0], 503, "a follower must not reconcile")
+            self.assertIn("dlbench_operator_leader 0", self.get("/metrics")[1], "a follower must not reconcile")
+            self.assertNotIn("dlbench_operator_reconciles_total{", self.get("/metrics")[1])
             replicas[0].send_signal(signal.SIGTERM)
             self.assertEqual(replicas[0].wait(timeout=30), 0)
-            wait_for(lambda: self.get("/readyz")[0] == 200, seconds=40)  # the lease expires (15 s), then taken
+            # The lease expires (15 s), then the standby takes it.
+            wait_for(lambda: "dlbench_operator_leader 1" in self.get("/metrics")[1], seconds=40)
         finally:
             for r in replicas:
                 if r.poll() is None:

@@ -5,12 +5,14 @@ Enough of the real API for kubectl 1.32 and the operator: discovery (/api, /apis
 resource lists, CRDs included once created), create/get/list/update/merge-patch/delete of
 namespaced objects, equality label selectors, watch streams with resourceVersion and
 bookmarks, 409 Conflict on a stale resourceVersion, 410 Gone for a watch older than the kept
-history, the status subresource (status only through it), and Table output with a CRD's
+history, the status subresource (status only through it), Secrets' stringData folded into
+data, owner-reference garbage collection (cascading), and Table output with a CRD's
 additionalPrinterColumns so that `kubectl get br` shows its real columns.
 
     test_apiserver.py --port 8001 [--history 1000]
 """
 import argparse
+import base64
 import copy
 import datetime
 import json
@@ -28,6 +30,12 @@ BUILTIN = {
     ("", "v1", "secrets"): ("Secret", True),
     ("", "v1", "events"): ("Event", True),
     ("", "v1", "namespaces"): ("Namespace", False),
+    ("", "v1", "serviceaccounts"): ("ServiceAccount", True),
+    ("apps", "v1", "deployments"): ("Deployment", True),
+    ("rbac.authorization.k8s.io", "v1", "roles"): ("Role", True),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"): ("RoleBinding", True),
+    ("rbac.authorization.k8s.io", "v1", "clusterroles"): ("ClusterRole", False),
+    ("rbac.authorization.k8s.io", "v1", "clusterrolebindings"): ("ClusterRoleBinding", False),
     ("batch", "v1", "jobs"): ("Job", True),
     ("coordination.k8s.io", "v1", "leases"): ("Lease", True),
     ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): ("CustomResourceDefinition", False),
@@ -39,6 +47,7 @@ class UnsupportedMediaType(Exception):
 
 
 SHORT_NAMES = {"pods": ["po"], "services": ["svc"], "configmaps": ["cm"], "events": ["ev"], "namespaces": ["ns"],
+               "serviceaccounts": ["sa"], "deployments": ["deploy"],
                "customresourcedefinitions": ["crd", "crds"]}
 
 
@@ -198,9 +207,36 @@ class Handler(BaseHTTPRequestHandler):
                 {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in sorted(vs)],
                  "preferredVersion": {"groupVersion": f"{g}/{sorted(vs)[0]}", "version": sorted(vs)[0]}}
                 for g, vs in sorted(groups.items())]})
+        if path == "/openapi/v3":
+            # One document per group version; kubectl reads it to learn that the server validates
+            # fields itself (fieldValidation), so `kubectl apply` works without --validate=false.
+            gvs = sorted({(g, v) for (g, v, _p) in resources})
+            return self.send_json(200, {"paths": {
+                (f"apis/{g}/{v}" if g else f"api/{v}"): {"serverRelativeURL": f"/openapi/v3/{'apis/' + g if g else 'api'}/{v}"}
+                for g, v in gvs}})
+        if path.startswith("/openapi/v3/"):
+            return self.openapi_v3(path[len("/openapi/v3/"):], resources)
         if path == "/version":
             return self.send_json(200, {"major": "1", "minor": "32", "gitVersion": "v1.32.0-dlbench-test"})
         return self.status(404, "NotFound", f"{path} not found")
+
+    def openapi_v3(self, gv_path, resources):
+        parts = gv_path.split("/")
+        group, version = (parts[1], parts[2]) if parts[0] == "apis" and len(parts) == 3 else ("", parts[-1])
+        paths = {}
+        for (g, v, plural), (kind, namespaced) in resources.items():
+            if (g, v) != (group, version):
+                continue
+            prefix = f"/apis/{g}/{v}" if g else f"/api/{v}"
+            item = f"{prefix}/namespaces/{{namespace}}/{plural}/{{name}}" if namespaced else f"{prefix}/{plural}/{{name}}"
+            operation = {"x-kubernetes-group-version-kind": {"group": g, "version": v, "kind": kind},
+                         "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
+                         "responses": {"200": {"description": "OK"}}}
+            paths[item] = {"patch": operation, "put": operation}
+        if not paths:
+            return self.status(404, "NotFound", f"/openapi/v3/{gv_path} not found")
+        self.send_json(200, {"openapi": "3.0.0", "info": {"title": "dlbench test apiserver", "version": "v1.32.0"},
+                             "paths": paths, "components": {"schemas": {}}})
 
     def resource_list(self, group, version):
         s = self.store
@@ -340,6 +376,8 @@ class Handler(BaseHTTPRequestHandler):
         name = obj.get("metadata", {}).get("name")
         if not name:
             return self.status(422, "Invalid", "metadata.name: Required value")
+        if plural == "secrets":
+            fold_string_data(obj)
         s = self.store
         with s.lock:
             key = (group, plural, namespace or "", name)
@@ -352,6 +390,11 @@ class Handler(BaseHTTPRequestHandler):
             s.objects[key] = obj
             if plural == "customresourcedefinitions":
                 s.register_crd(obj)
+                # Served at once: Established, as clients (helm, kubectl wait) expect before using it.
+                obj["status"] = {"acceptedNames": obj["spec"]["names"], "storedVersions": [
+                    v["name"] for v in obj["spec"]["versions"] if v.get("storage")], "conditions": [
+                    {"type": t, "status": "True", "reason": r, "lastTransitionTime": now()}
+                    for t, r in (("NamesAccepted", "NoConflicts"), ("Established", "InitialNamesAccepted"))]}
             s.record(group, plural, namespace or "", "ADDED", obj)
         self.send_json(201, obj)
 
@@ -374,8 +417,12 @@ class Handler(BaseHTTPRequestHandler):
             updated = copy.deepcopy(current)
             if merge:
                 merge_patch(updated, patch)
+                if plural == "secrets":
+                    fold_string_data(updated)
             else:
                 updated = patch
+                if plural == "secrets":
+                    fold_string_data(updated)
                 updated.setdefault("metadata", {})
                 for k in ("uid", "creationTimestamp", "namespace", "generation"):
                     if k in current["metadata"]:
@@ -415,14 +462,23 @@ class Handler(BaseHTTPRequestHandler):
                 return self.status(404, "NotFound", f'{plural} "{name}" not found')
             s._meta(obj)
             s.record(group, plural, namespace or "", "DELETED", obj)
-            # Owner references: the garbage collector deletes what the object owned.
-            uid = obj["metadata"]["uid"]
-            for key, child in list(s.objects.items()):
-                if any(ref.get("uid") == uid for ref in child["metadata"].get("ownerReferences", [])):
-                    s.objects.pop(key)
-                    s._meta(child)
-                    s.record(key[0], key[1], key[2], "DELETED", child)
+            # Owner references: the garbage collector deletes what the object owned, and so on down.
+            orphaned = [obj["metadata"]["uid"]]
+            while orphaned:
+                uid = orphaned.pop()
+                for key, child in list(s.objects.items()):
+                    if any(ref.get("uid") == uid for ref in child["metadata"].get("ownerReferences", [])):
+                        s.objects.pop(key)
+                        s._meta(child)
+                        s.record(key[0], key[1], key[2], "DELETED", child)
+                        orphaned.append(child["metadata"]["uid"])
         self.send_json(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+
+def fold_string_data(secret):
+    """Secrets: stringData is write-only, stored base64-encoded under data, like the real API server."""
+    for key, value in (secret.pop("stringData", None) or {}).items():
+        secret.setdefault("data", {})[key] = base64.b64encode(value.encode()).decode()
 
 
 def merge_patch(target, patch):

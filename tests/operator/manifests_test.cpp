@@ -110,6 +110,20 @@ TEST(Manifests, WorkerPodRequestsDevicesAndPassesSchedulingThrough) {
   EXPECT_EQ(c["env"][0]["name"], "NCCL_DEBUG");
 }
 
+TEST(Manifests, EveryLocalRankHasANamedMetricsPort) {
+  OperatorConfig config;
+  config.metrics_port = 9500;
+  const json ports = build_worker_pod(sample_run(), k2x8, 1, 0, config)["spec"]["containers"][0]["ports"];
+  ASSERT_EQ(ports.size(), 9u);  // ssh + one per GPU
+  EXPECT_EQ(ports[0]["name"], "ssh");
+  for (std::size_t r = 0; r < 8; ++r) {
+    EXPECT_EQ(ports[r + 1]["name"], "metrics-" + std::to_string(r));
+    EXPECT_EQ(ports[r + 1]["containerPort"], 9500 + static_cast<int>(r));  // what dlbench-worker binds: port + local rank
+  }
+  const auto command = launcher_command(sample_run(), k2x8, config);
+  EXPECT_THAT(command, Contains("9500"));
+}
+
 TEST(Manifests, NoRdmaMeansNoRdmaResourceAndNoIpcLock) {
   const json pod = build_worker_pod(sample_run(false), k2x8, 1, 0, OperatorConfig{});
   const json& c = pod["spec"]["containers"][0];

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""End to end: kubectl applies a BenchmarkRun to the test API server, dlbench-operator runs it, and
+the simulated kubelet runs the launcher's real command line (dlbench launch -- mpirun ...
+dlbench-worker, CPU backend) as local processes. What `kubectl get br` shows at the end was measured.
+
+    e2e_test.py PATH/dlbench-operator PATH/dlbench PATH/dlbench-worker
+"""
+import json
+import os
+import sys
+import unittest
+import urllib.request
+
+from local_cluster import ROOT, LocalCluster, wait_for
+
+PROGRAMS = [os.path.abspath(sys.argv.pop(1)) for _ in range(3)] if len(sys.argv) > 3 else sys.exit(__doc__)
+
+
+class EndToEnd(unittest.TestCase):
+    def setUp(self):
+        self.cluster = LocalCluster(*PROGRAMS, capacity={"nvidia.com/gpu": 2})
+        self.tmp = self.cluster.tmp
+        self.metrics_port = self.cluster.metrics_port
+        self.kubectl = self.cluster.kubectl
+
+    def tearDown(self):
+        failed = any(self._outcome.result.failures) or any(self._outcome.result.errors)
+        self.cluster.close(show_logs=failed)
+
+    def run_object(self, name):
+        return json.loads(self.kubectl("get", "br", name, "-o", "json"))
+
+    def finished(self, name):
+        phase = self.run_object(name).get("status", {}).get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    def test_quickstart_runs_to_succeeded_with_measured_results(self):
+        self.kubectl("apply", "-f", os.path.join(ROOT, "crds", "examples", "quickstart.yaml"))
+        wait_for(lambda: self.finished("quickstart"), 300, "quickstart to finish")
+
+        table = self.kubectl("get", "br").splitlines()
+        self.assertEqual(table[0].split()[:5], ["NAME", "MODEL", "PHASE", "PROGRESS", "BEST"])
+        row = table[1].split()
+        self.assertEqual(row[:4], ["quickstart", "resnet50", "Succeeded", "2/2"])
+        best = float(row[4])
+
+        run = self.run_object("quickstart")
+        status = run["status"]
+        self.assertEqual(status["observedGeneration"], run["metadata"]["generation"])
+        results = {r["case"]["id"]: r for r in status["results"]}
+        self.assertEqual(sorted(results), ["1x1-bs8-fp32", "1x2-bs8-fp32"])
+        for case_id, result in results.items():
+            self.assertEqual(result["state"], "Succeeded", result)
+            self.assertEqual(result["attempts"], 1)
+            self.assertEqual(len(result["throughput"]["repeats"]), 3)  # methodology.repeats
+            self.assertGreater(result["throughput"]["median"], 0.5)  # images/s on any CPU at 64x64
+            self.assertLess(result["throughput"]["median"], 5000)
+        one, two = results["1x1-bs8-fp32"], results["1x2-bs8-fp32"]
+        self.assertEqual((two["case"]["nodes"], two["case"]["gpusPerNode"]), (1, 2))
+        self.assertEqual(two["throughput"]["unit"], "samples/s")
+        self.assertAlmostEqual(two["speedup"], two["throughput"]["median"] / one["throughput"]["median"], places=6)
+        self.assertAlmostEqual(two["scalingEfficiency"], two["speedup"] / 2, places=6)
+        self.assertAlmostEqual(one["speedup"], 1.0)
+        self.assertAlmostEqual(best, max(r["throughput"]["median"] for r in results.values()), delta=0.1)
+        self.assertEqual(status["best"]["case"], max(results, key=lambda k: results[k]["throughput"]["median"]))
+        conditions = {c["type"]: c for c in status["conditions"]}
+        self.assertEqual((conditions["Ready"]["status"], conditions["Ready"]["reason"]), ("True", "Succeeded"))
+        self.assertEqual(conditions["Progressing"]["status"], "False")
+
+        # The children are gone once the cases are done; the events tell the story.
+        self.assertEqual(self.kubectl("get", "pods", "-l", "app.kubernetes.io/component=worker", "-o", "name"), "")
+        events = json.loads(self.kubectl("get", "events", "-o", "json"))["items"]
+        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "quickstart"]
+        self.assertEqual(reasons.count("CaseSucceeded"), 2)
+
+        # The final results stay on the operator's /metrics after the pods are gone.
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            metrics = r.read().decode()
+        self.assertIn('dlbench_case_throughput_samples_per_second{case="1x2-bs8-fp32",namespace="default",'
+                      'run="quickstart"}', metrics)
+
+    def test_a_worker_killed_for_memory_is_recorded_with_its_reason_and_the_run_goes_on(self):
+        run = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "oom"},
+               "spec": {"model": "alexnet", "data": {"source": "synthetic", "imageSize": 64},
+                        "matrix": {"nodes": [1], "gpusPerNode": [1, 4], "batchSizePerDevice": [4],
+                                   "precision": ["fp32"]},
+                        "methodology": {"warmupSteps": 1, "measureSteps": 2, "repeats": 1},
+                        "limits": {"backoffLimit": 1, "caseTimeoutSeconds": 30}}}
+        path = os.path.join(self.tmp, "oom.json")
+        with open(path, "w") as f:
+            json.dump(run, f)
+        self.kubectl("apply", "-f", path)
+        # Attempt 1 of the first case: the node kills the worker for memory; attempt 2 runs for real.
+        pod = "oom-1x1-bs4-fp32-a1-worker-0"
+        wait_for(lambda: pod in self.kubectl("get", "pods", "-o", "name"), 60, "the first worker pod")
+        self.kubectl("annotate", "pod", pod, "kubelet.dlbench.io/fail=OOMKilled")
+        wait_for(lambda: self.finished("oom"), 300, "the run to finish")
+
+        status = self.run_object("oom")["status"]
+        results = {r["case"]["id"]: r for r in status["results"]}
+        self.assertEqual(status["phase"], "Succeeded")  # one case succeeded
+        ready = [c for c in status["conditions"] if c["type"] == "Ready"][0]
+        self.assertEqual((ready["status"], ready["reason"]), ("True", "SucceededWithFailures"))
+        first = results["1x1-bs4-fp32"]
+        self.assertEqual(first["state"], "Succeeded")
+        self.assertEqual(first["attempts"], 2)
+        # 1x4 asks for 4 GPUs on a node that has 2: unschedulable, retried once, recorded as such.
+        unschedulable = results["1x4-bs4-fp32"]
+        self.assertEqual(unschedulable["state"], "Failed")
+        self.assertEqual(unschedulable["reason"], "Unschedulable")
+        self.assertIn("Insufficient nvidia.com/gpu", unschedulable["message"])
+        events = json.loads(self.kubectl("get", "events", "-o", "json"))["items"]
+        messages = " ".join(e.get("message", "") for e in events if e["involvedObject"]["name"] == "oom")
+        self.assertIn("OOMKilled", messages)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,90 @@
+"""A Kubernetes cluster on this machine for tests and benchmarks: the test API server, the
+simulated kubelet (which runs launcher Jobs as local processes), dlbench-operator with the CPU
+backend and the MPI communicator, and kubectl pointed at them."""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, seconds, what):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+class LocalCluster:
+    def __init__(self, operator, dlbench, worker, capacity=None, operator_args=()):
+        self.tmp = tempfile.mkdtemp(prefix="dlbench-cluster-")
+        self.log = open(os.path.join(self.tmp, "processes.log"), "w+")
+        self.processes = []
+        try:
+            api_port = free_port()
+            api = self.spawn([sys.executable, os.path.join(HERE, "test_apiserver.py"), "--port", str(api_port)],
+                             stdout=subprocess.PIPE)
+            api.stdout.readline()  # listening
+            api.stdout.close()
+            self.url = f"http://127.0.0.1:{api_port}"
+            self.kubeconfig = os.path.join(self.tmp, "config")
+            with open(self.kubeconfig, "w") as f:
+                f.write(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: t, cluster: {{server: "{self.url}"}}}}]
+users: [{{name: t, user: {{}}}}]
+contexts: [{{name: t, context: {{cluster: t, user: t, namespace: default}}}}]
+current-context: t
+""")
+            bin_dirs = sorted({os.path.dirname(os.path.abspath(p)) for p in (operator, dlbench, worker)})
+            capacity_args = [a for k, v in (capacity or {}).items() for a in ("--capacity", f"{k}={v}")]
+            self.spawn([sys.executable, os.path.join(HERE, "simulated_kubelet.py"), "--api", self.url,
+                        "--work-dir", os.path.join(self.tmp, "node"), *capacity_args,
+                        *[a for d in bin_dirs for a in ("--bin-dir", d)]])
+            self.kubectl("apply", "-f", os.path.join(ROOT, "crds", "benchmarkrun.yaml"))
+            self.metrics_port = free_port()
+            self.worker_metrics_port = free_port()
+            self.operator = self.spawn([operator, "--kubeconfig", self.kubeconfig, "--metrics-port", str(self.metrics_port),
+                                        "--worker-backend", "cpu", "--communicator", "mpi",
+                                        "--worker-metrics-port", str(self.worker_metrics_port), *operator_args])
+        except BaseException:
+            self.close(show_logs=True)
+            raise
+
+    def spawn(self, argv, stdout=None):
+        process = subprocess.Popen(argv, stdout=stdout or self.log, stderr=self.log, start_new_session=True)
+        self.processes.append(process)
+        return process
+
+    def kubectl(self, *args):
+        result = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, *args], capture_output=True, text=True,
+                                timeout=60)
+        if result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result.stdout
+
+    def close(self, show_logs=False):
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        if show_logs:
+            self.log.seek(0)
+            print("--- operator, API server and kubelet output ---\n" + self.log.read()[-6000:], file=sys.stderr)
+        self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)

@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""A simulated node for the test API server: kubelet, Job controller and cluster DNS + SSH.
+
+    simulated_kubelet.py --api http://127.0.0.1:PORT --bin-dir DIR [--bin-dir DIR ...] --work-dir DIR
+
+- Pods are scheduled and started at once: Pending -> Running, Ready, podIP 127.0.0.1; a pod that
+  asks for more of an extended resource (nvidia.com/gpu, rdma/...) than the node has (--capacity)
+  stays Pending with PodScheduled=False, reason Unschedulable, as the scheduler reports it.
+- Failure on request: annotate a pod with `kubelet.dlbench.io/fail=<what>` (kubectl annotate) and it
+  fails the way a real node would report it:
+    OOMKilled      phase Failed, container terminated with exit code 137, reason OOMKilled
+    Evicted        phase Failed, pod reason Evicted (node memory pressure)
+    Error          phase Failed, container terminated with exit code 1, reason Error
+- Jobs get one pod from their template (name <job>-<suffix>, label job-name, owned by the Job); the
+  Job's status follows the pod (Complete / Failed with BackoffLimitExceeded), and a pod that runs past
+  activeDeadlineSeconds is killed and the Job fails with DeadlineExceeded.
+- Pods owned by a Job run their container's real command line as a local process: Secret and
+  ConfigMap volumes are written to a per-pod directory, mount paths in the command and environment
+  are mapped to it, PATH finds the --bin-dir programs (dlbench, dlbench-worker, mpirun). The exit code
+  and the terminationMessagePath file (or the log's tail, FallbackToLogsOnError) become the container's
+  terminated state, as the kubelet reports them.
+- Worker pods run no process (their sshd is simulated): mpirun's rsh agent is this script's `ssh`
+  subcommand, which resolves <hostname>.<subdomain>.<namespace>.svc the way cluster DNS does for a
+  headless Service, checks that the launcher's key is in the worker's authorized_keys Secret, and runs
+  the remote command (Open MPI's orted) locally. A wrong host name or key fails like ssh does (255).
+"""
+import argparse
+import base64
+import json
+import os
+import random
+import shutil
+import signal
+import string
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+FAIL_ANNOTATION = "kubelet.dlbench.io/fail"
+FAILURES = ("OOMKilled", "Evicted", "Error")
+
+
+def now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Api:
+    def __init__(self, base):
+        self.base = base.rstrip("/")
+
+    def call(self, method, path, body=None, content_type="application/json"):
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method,
+                                         headers={"Content-Type": content_type, "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def list(self, path):
+        return (self.call("GET", path) or {}).get("items", [])
+
+    def patch_status(self, path, status):
+        return self.call("PATCH", path + "/status", {"status": status}, "application/merge-patch+json")
+
+
+def pod_path(namespace, name=""):
+    return f"/api/v1/namespaces/{namespace}/pods" + (f"/{name}" if name else "")
+
+
+def job_path(namespace, name=""):
+    return f"/apis/batch/v1/namespaces/{namespace}/jobs" + (f"/{name}" if name else "")
+
+
+def controller_of(obj):
+    for ref in obj["metadata"].get("ownerReferences", []):
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+def unschedulable_because(pod, capacity):
+    """The scheduler's message when a container asks for more of a resource than the node has."""
+    for container in pod["spec"]["containers"]:
+        for resource, quantity in container.get("resources", {}).get("requests", {}).items():
+            if resource in capacity and int(quantity) > capacity[resource]:
+                return f"0/1 nodes are available: 1 Insufficient {resource}."
+    return None
+
+
+def failed_status(what):
+    """The status a real node reports for each failure the tests can ask for."""
+    if what == "Evicted":
+        return {"phase": "Failed", "reason": "Evicted",
+                "message": "The node was low on resource: memory.", "conditions": [{"type": "Ready", "status": "False"}]}
+    code = 137 if what == "OOMKilled" else 1
+    return {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [{"name": "worker", "ready": False, "restartCount": 0, "state": {
+                "terminated": {"exitCode": code, "reason": what, "finishedAt": now()}}}]}
+
+
+class Kubelet:
+    def __init__(self, api, bin_dirs, work_dir, period, capacity):
+        self.api = api
+        self.capacity = capacity
+        self.bin_dirs = [os.path.abspath(d) for d in bin_dirs]
+        self.work_dir = os.path.abspath(work_dir)
+        self.period = period
+        self.running = {}  # pod uid -> subprocess.Popen
+        self.lock = threading.Lock()
+
+    # --- the Job controller -------------------------------------------------------------------
+    def sync_jobs(self):
+        for job in self.api.list("/apis/batch/v1/jobs"):
+            meta, status = job["metadata"], job.get("status", {})
+            ns = meta["namespace"]
+            if any(c["status"] == "True" and c["type"] in ("Complete", "Failed") for c in status.get("conditions", [])):
+                continue
+            pods = [p for p in self.api.list(pod_path(ns)) if (controller_of(p) or {}).get("uid") == meta["uid"]]
+            if not pods:
+                self.create_job_pod(job)
+                self.api.patch_status(job_path(ns, meta["name"]), {"startTime": now(), "active": 1})
+                continue
+            phase = pods[0].get("status", {}).get("phase", "Pending")
+            if phase == "Succeeded":
+                self.api.patch_status(job_path(ns, meta["name"]), {
+                    "active": 0, "succeeded": 1, "completionTime": now(),
+                    "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": now()}]})
+            elif phase == "Failed":
+                reason = pods[0]["status"].get("reason")
+                self.api.patch_status(job_path(ns, meta["name"]), {"active": 0, "failed": 1, "conditions": [{
+                    "type": "Failed", "status": "True", "lastTransitionTime": now(),
+                    "reason": "DeadlineExceeded" if reason == "DeadlineExceeded" else "BackoffLimitExceeded",
+                    "message": "Job was active longer than specified deadline" if reason == "DeadlineExceeded"
+                    else "Job has reached the specified backoff limit"}]})
+
+    def create_job_pod(self, job):
+        meta, template = job["metadata"], job["spec"]["template"]
+        suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+        labels = dict(template.get("metadata", {}).get("labels", {}))
+        labels.update({"job-name": meta["name"], "batch.kubernetes.io/job-name": meta["name"]})
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": f"{meta['name']}-{suffix}", "namespace": meta["namespace"], "labels": labels,
+                            "annotations": {"dlbench.test/active-deadline-seconds":
+                                            str(job["spec"].get("activeDeadlineSeconds", 0))},
+                            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+                                                 "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
+               "spec": template["spec"]}
+        self.api.call("POST", pod_path(meta["namespace"]), pod)
+
+    # --- the kubelet ---------------------------------------------------------------------------
+    def sync_pods(self):
+        alive = set()
+        for pod in self.api.list("/api/v1/pods"):
+            meta, status = pod["metadata"], pod.get("status", {})
+            alive.add(meta["uid"])
+            phase = status.get("phase", "Pending")
+            if phase in ("Succeeded", "Failed"):
+                continue
+            path = pod_path(meta["namespace"], meta["name"])
+            fail = meta.get("annotations", {}).get(FAIL_ANNOTATION)
+            if fail in FAILURES:
+                self.stop(meta["uid"])
+                self.api.patch_status(path, failed_status(fail))
+                continue
+            if phase == "Pending" and status.get("conditions"):
+                continue  # already found unschedulable
+            if phase == "Pending" and (why := unschedulable_because(pod, self.capacity)):
+                self.api.patch_status(path, {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}]})
+            elif phase == "Pending":
+                owner = controller_of(pod)
+                self.api.patch_status(path, {
+                    "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1", "startTime": now(),
+                    "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+                    "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
+                                           "state": {"running": {"startedAt": now()}}}
+                                          for c in pod["spec"]["containers"]]})
+                if owner and owner.get("kind") == "Job":
+                    self.start(pod)
+        with self.lock:
+            gone = [uid for uid in self.running if uid not in alive]
+        for uid in gone:  # deleted pods: their processes are killed, as the runtime would
+            self.stop(uid)
+
+    def stop(self, uid):
+        with self.lock:
+            process = self.running.pop(uid, None)
+        if process and process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+
+    def start(self, pod):
+        meta, container = pod["metadata"], pod["spec"]["containers"][0]
+        root = os.path.join(self.work_dir, meta["namespace"], meta["name"])
+        os.makedirs(root, exist_ok=True)
+        mounts = self.materialize_volumes(pod, root)
+        termination_log = container.get("terminationMessagePath", "/dev/termination-log")
+        mounts.append((termination_log, os.path.join(root, "termination-log")))
+        mounts.sort(key=lambda m: -len(m[0]))  # the most specific mount path wins
+
+        def local(text):
+            for mount, where in mounts:
+                text = text.replace(mount, where)
+            return text
+
+        env = {"PATH": os.pathsep.join(self.bin_dirs + [os.environ.get("PATH", "/usr/bin:/bin")]),
+               "HOME": root, "HOSTNAME": meta["name"], "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
+        for e in container.get("env", []):
+            if "value" in e:
+                env[e["name"]] = local(e["value"])
+        # The pod network: mpirun reaches the workers through this script's ssh subcommand.
+        agent = os.path.join(root, "ssh")
+        with open(agent, "w") as f:
+            f.write(f"#!/bin/sh\nexec {sys.executable} {os.path.abspath(__file__)} ssh --api {self.api.base} "
+                    f"--namespace {meta['namespace']} --ssh-dir {local('/etc/dlbench/ssh')} \"$@\"\n")
+        os.chmod(agent, 0o755)
+        env["OMPI_MCA_plm_rsh_agent"] = agent
+        command = [local(arg) for arg in container["command"] + container.get("args", [])]
+        log = open(os.path.join(root, "log"), "w+")
+        process = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        with self.lock:
+            self.running[meta["uid"]] = process
+        deadline = int(meta.get("annotations", {}).get("dlbench.test/active-deadline-seconds", "0"))
+        threading.Thread(target=self.wait, args=(pod, process, log, os.path.join(root, "termination-log"), deadline),
+                         daemon=True).start()
+
+    def materialize_volumes(self, pod, root):
+        """Secret and ConfigMap volumes as files; returns (mountPath, local path) pairs."""
+        ns = pod["metadata"]["namespace"]
+        sources = {}
+        for volume in pod["spec"].get("volumes", []):
+            directory = os.path.join(root, "volumes", volume["name"])
+            os.makedirs(directory, exist_ok=True)
+            if "secret" in volume:
+                secret = self.api.call("GET", f"/api/v1/namespaces/{ns}/secrets/{volume['secret']['secretName']}") or {}
+                for key, value in secret.get("data", {}).items():
+                    with open(os.path.join(directory, key), "wb") as f:
+                        f.write(base64.b64decode(value))
+                    os.chmod(os.path.join(directory, key), volume["secret"].get("defaultMode", 0o644))
+            elif "configMap" in volume:
+                config_map = self.api.call("GET", f"/api/v1/namespaces/{ns}/configmaps/{volume['configMap']['name']}") or {}
+                for key, value in config_map.get("data", {}).items():
+                    with open(os.path.join(directory, key), "w") as f:
+                        f.write(value)
+            sources[volume["name"]] = directory
+        mounts = []
+        for mount in pod["spec"]["containers"][0].get("volumeMounts", []):
+            where = sources.get(mount["name"])
+            if where is not None:
+                mounts.append((mount["mountPath"], os.path.join(where, mount["subPath"]) if "subPath" in mount else where))
+        return mounts
+
+    def wait(self, pod, process, log, termination_log, deadline):
+        meta = pod["metadata"]
+        try:
+            code = process.wait(timeout=deadline or None)
+            reason = None
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            code = process.wait()
+            reason = "DeadlineExceeded"
+        with self.lock:
+            if self.running.pop(meta["uid"], None) is None:
+                return  # deleted meanwhile: nobody to report to
+        message = open(termination_log).read() if os.path.exists(termination_log) else ""
+        container = pod["spec"]["containers"][0]
+        if not message and code != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            log.seek(0)
+            message = "".join(log.readlines()[-80:])[-2048:]
+        log.close()
+        status = {"phase": "Succeeded" if code == 0 else "Failed",
+                  "conditions": [{"type": "Ready", "status": "False"}],
+                  "containerStatuses": [{"name": container["name"], "ready": False, "restartCount": 0, "state": {
+                      "terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                     "message": message[:4096], "finishedAt": now()}}}]}
+        if reason:
+            status.update({"phase": "Failed", "reason": reason, "message": "Pod was active on the node longer "
+                                                                          "than the specified deadline"})
+        self.api.patch_status(pod_path(meta["namespace"], meta["name"]), status)
+
+    def serve(self):
+        while True:
+            try:
+                self.sync_pods()
+                self.sync_jobs()
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+                print(f"simulated kubelet: {e}", file=sys.stderr, flush=True)
+            time.sleep(self.period)
+
+
+def ssh(argv):
+    """mpirun's rsh agent: `ssh [options] host command...` against the simulated cluster."""
+    parser = argparse.ArgumentParser(prog="simulated_kubelet.py ssh")
+    parser.add_argument("--api", required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--ssh-dir", required=True, help="the launcher's mounted SSH Secret")
+    own, rest = parser.parse_known_args(argv)
+    options_with_value = {"-F", "-o", "-l", "-p", "-i", "-E"}
+    while rest and rest[0].startswith("-"):
+        option = rest.pop(0)
+        if option in options_with_value:
+            value = rest.pop(0)
+            if option == "-F" and not os.path.exists(value):
+                sys.exit(f"Can't open user config file {value}: No such file or directory")
+    if len(rest) < 2:
+        sys.exit("usage: ssh [options] host command")
+    host, command = rest[0], " ".join(rest[1:])
+    api = Api(own.api)
+    # Cluster DNS for a headless Service: <hostname>.<subdomain>.<namespace>.svc[.cluster.local]
+    parts = host.split(".")
+    if len(parts) < 4 or parts[3] != "svc" or parts[2] != own.namespace:
+        print(f"ssh: Could not resolve hostname {host}: Name or service not known", file=sys.stderr)
+        sys.exit(255)
+    target = None
+    for pod in api.list(pod_path(own.namespace)):
+        spec = pod["spec"]
+        if spec.get("hostname") == parts[0] and spec.get("subdomain") == parts[1]:
+            target = pod
+    service = api.call("GET", f"/api/v1/namespaces/{own.namespace}/services/{parts[1]}")
+    if target is None or service is None or target.get("status", {}).get("phase") != "Running":
+        print(f"ssh: Could not resolve hostname {host}: Name or service not known", file=sys.stderr)
+        sys.exit(255)
+    # The worker's sshd accepts the launcher only if its key is in the worker's authorized_keys.
+    authorized = ""
+    for volume in target["spec"].get("volumes", []):
+        if "secret" in volume:
+            secret = api.call("GET", f"/api/v1/namespaces/{own.namespace}/secrets/{volume['secret']['secretName']}")
+            authorized += base64.b64decode((secret or {}).get("data", {}).get("authorized_keys", "")).decode()
+    public_key = os.path.join(own.ssh_dir, "id_ecdsa.pub")
+    key = open(public_key).read().strip() if os.path.exists(public_key) else None
+    if not key or key not in authorized.splitlines():
+        print(f"{host}: Permission denied (publickey).", file=sys.stderr)
+        sys.exit(255)
+    os.execvp("/bin/sh", ["/bin/sh", "-c", command])
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "ssh":
+        return ssh(sys.argv[2:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--api", required=True, help="the test API server's URL")
+    parser.add_argument("--bin-dir", action="append", default=[], help="put on PATH of the processes it runs")
+    parser.add_argument("--work-dir", required=True, help="volumes, logs and termination messages, one directory per pod")
+    parser.add_argument("--period", type=float, default=0.2, help="seconds between syncs")
+    parser.add_argument("--capacity", action="append", default=["nvidia.com/gpu=8"], metavar="RESOURCE=N",
+                        help="what the node has of an extended resource (default nvidia.com/gpu=8)")
+    args = parser.parse_args()
+    capacity = {k: int(v) for k, v in (c.split("=", 1) for c in args.capacity)}
+    if os.path.exists(args.work_dir):
+        shutil.rmtree(args.work_dir)
+    print(f"simulated kubelet on {args.api}", flush=True)
+    Kubelet(Api(args.api), args.bin_dir, args.work_dir, args.period, capacity).serve()
+
+
+if __name__ == "__main__":
+    main()
