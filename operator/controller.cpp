@@ -115,6 +115,8 @@ Controller::Controller(KubeClient& client, ControllerOptions options) : client_(
                                       "Reported throughput of a finished case (median unless the run says mean).");
   case_speedup_ = &registry_.gauge("dlbench_case_speedup", "Speed-up of a finished case over its 1x1 case.");
   case_efficiency_ = &registry_.gauge("dlbench_case_scaling_efficiency", "Speed-up / devices of a finished case.");
+  case_devices_ = &registry_.gauge("dlbench_case_devices", "Devices (ranks) of a finished case: nodes x gpusPerNode.");
+  case_failed_ = &registry_.gauge("dlbench_case_failed", "1 for a case that ended Failed, labelled with its reason.");
   const auto on_run = [this](const json& o) { queue_.add(key_of(o)); };
   const auto on_child = [this](const json& o) { enqueue_owner(o); };
   informers_.push_back(std::make_unique<Informer>(client_, resources::kBenchmarkRuns, options_.namespace_, "",
@@ -230,8 +232,12 @@ void Controller::process(const std::string& key) {
     const auto decoded = decode_benchmark_run(*run);
     const auto statistic = decoded.value ? decoded.value->spec.methodology.statistic : Statistic::median;
     for (const auto& r : actions.status->results) {
-      if (r.state != CaseState::Succeeded || !r.throughput) continue;
       const metrics::Labels labels{{"namespace", ns}, {"run", name}, {"case", case_id(r.case_)}};
+      if (r.state == CaseState::Failed) {
+        case_failed_->add({{"namespace", ns}, {"run", name}, {"case", case_id(r.case_)}, {"reason", r.reason}}).set(1);
+      }
+      if (r.state != CaseState::Succeeded || !r.throughput) continue;
+      case_devices_->add(labels).set(r.case_.devices());
       case_throughput_->add(labels).set(reported_value(r.throughput->summary, statistic));
       if (r.speedup) case_speedup_->add(labels).set(*r.speedup);
       if (r.scaling_efficiency) case_efficiency_->add(labels).set(*r.scaling_efficiency);

@@ -85,6 +85,8 @@ class Controller {
   metrics::Family<metrics::Gauge>* case_throughput_;
   metrics::Family<metrics::Gauge>* case_speedup_;
   metrics::Family<metrics::Gauge>* case_efficiency_;
+  metrics::Family<metrics::Gauge>* case_devices_ = nullptr;
+  metrics::Family<metrics::Gauge>* case_failed_ = nullptr;
 };
 
 }  // namespace dlbench::operator_

@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""The Grafana dashboards against a real Prometheus with real data.
+
+A BenchmarkRun goes through the local cluster (test API server, simulated kubelet running the real
+dlbench-worker under mpirun, dlbench-operator). A real Prometheus (Debian's) scrapes the worker
+pods with the relabeling of the chart's PodMonitor (keep ports named metrics-N). Debian builds
+Prometheus without Kubernetes service discovery, so this test plays it: it lists the pods from the
+API server and writes one file_sd target per container port with the same __meta_kubernetes_*
+labels kubernetes_sd gives, and Prometheus's own relabeling does the rest. The operator is scraped
+with honor_labels, as the chart's ServiceMonitor does. A small DCGM exporter stand-in serves GPU series for the same pods
+under `pod`, which Prometheus renames to `exported_pod` as in a kube-prometheus-stack cluster.
+
+Then every panel target and every variable query of every dashboard is evaluated through
+Prometheus's HTTP API: a query error fails, and so does a panel that shows no data.
+
+    dashboards_test.py PATH/dlbench-operator PATH/dlbench PATH/dlbench-worker
+"""
+import glob
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+from local_cluster import ROOT, LocalCluster, free_port, wait_for
+
+PROGRAMS = [os.path.abspath(sys.argv.pop(1)) for _ in range(3)] if len(sys.argv) > 3 else sys.exit(__doc__)
+DASHBOARDS = sorted(glob.glob(os.path.join(ROOT, "charts", "dlbench", "dashboards", "*.json")))
+RUN = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "dash"},
+       "spec": {"model": "resnet50", "data": {"source": "synthetic", "imageSize": 64},
+                "matrix": {"nodes": [1], "gpusPerNode": [1, 2, 4], "batchSizePerDevice": [8], "precision": ["fp32"]},
+                "methodology": {"warmupSteps": 2, "measureSteps": 6, "repeats": 3},
+                # 1x4 asks for more GPUs than the node has: a failure for the Failures panel.
+                "limits": {"backoffLimit": 0, "caseTimeoutSeconds": 60}}}
+LIVE_CASE = "1x2-bs8-fp32"
+
+
+class FakeDcgmExporter(http.server.BaseHTTPRequestHandler):
+    """DCGM exporter's series for each GPU of the worker pods that exist (pod names from the API)."""
+    pods = []
+
+    def do_GET(self):
+        lines = []
+        for metric, value in (("DCGM_FI_DEV_GPU_UTIL", 97), ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.61),
+                              ("DCGM_FI_DEV_FB_USED", 40213), ("DCGM_FI_DEV_POWER_USAGE", 612.5)):
+            lines.append(f"# TYPE {metric} gauge")
+            for pod in list(self.pods):
+                for gpu in (0, 1):
+                    lines.append(f'{metric}{{gpu="{gpu}",UUID="GPU-{gpu}",modelName="NVIDIA H100 80GB HBM3",'
+                                 f'Hostname="node-1",container="worker",namespace="default",pod="{pod}"}} {value}')
+        body = ("\n".join(lines) + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def prometheus_config(pods_file, operator_port, dcgm_port):
+    return f"""global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  # The chart's ServiceMonitor: the operator's case gauges keep their own namespace label.
+  - job_name: dlbench-operator
+    honor_labels: true
+    static_configs:
+      - targets: ["127.0.0.1:{operator_port}"]
+        labels: {{namespace: dlbench-system, pod: dlbench-operator-0}}
+  # The chart's PodMonitor: worker pods found through the API server, every metrics-N port.
+  - job_name: dlbench-workers
+    file_sd_configs:
+      - files: ["{pods_file}"]
+        refresh_interval: 1s
+    relabel_configs:
+      - source_labels: [__meta_kubernetes_pod_label_app_kubernetes_io_component]
+        regex: worker
+        action: keep
+      - source_labels: [__meta_kubernetes_pod_container_port_name]
+        regex: metrics-[0-9]+
+        action: keep
+      - source_labels: [__meta_kubernetes_namespace]
+        target_label: namespace
+      - source_labels: [__meta_kubernetes_pod_name]
+        target_label: pod
+  # DCGM exporter through its ServiceMonitor (no honor_labels): its pod label becomes exported_pod.
+  - job_name: dcgm-exporter
+    static_configs:
+      - targets: ["127.0.0.1:{dcgm_port}"]
+        labels: {{namespace: gpu-operator, pod: nvidia-dcgm-exporter-x7k2p}}
+"""
+
+
+def discover_pods(api_url, pods_file, stop):
+    """What kubernetes_sd_configs (role: pod) gives: a target per container port of each pod with an IP."""
+    while not stop.is_set():
+        try:
+            with urllib.request.urlopen(api_url + "/api/v1/namespaces/default/pods", timeout=5) as r:
+                pods = json.loads(r.read())["items"]
+        except OSError:
+            pods = []
+        groups = []
+        for pod in pods:
+            ip = pod.get("status", {}).get("podIP")
+            if not ip:
+                continue
+            meta = {"__meta_kubernetes_namespace": pod["metadata"]["namespace"],
+                    "__meta_kubernetes_pod_name": pod["metadata"]["name"],
+                    "__meta_kubernetes_pod_phase": pod["status"].get("phase", "")}
+            for key, value in pod["metadata"].get("labels", {}).items():
+                meta["__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)] = value
+            for container in pod["spec"]["containers"]:
+                for port in container.get("ports", []):
+                    groups.append({"targets": [f"{ip}:{port['containerPort']}"],
+                                   "labels": {**meta, "__meta_kubernetes_pod_container_name": container["name"],
+                                              "__meta_kubernetes_pod_container_port_name": port.get("name", "")}})
+        try:
+            with open(pods_file + ".tmp", "w") as f:
+                json.dump(groups, f)
+            os.replace(pods_file + ".tmp", pods_file)
+        except FileNotFoundError:
+            return  # the cluster's directory is gone: the test is over
+        stop.wait(0.5)
+
+
+class DashboardsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dashboards = {}
+        for path in DASHBOARDS:
+            with open(path) as f:
+                cls.dashboards[os.path.basename(path)] = json.load(f)
+
+    def test_dashboards_are_portable(self):
+        self.assertEqual(sorted(self.dashboards), ["live-case.json", "runs.json"])
+        uids = set()
+        for name, d in self.dashboards.items():
+            self.assertNotIn("__inputs", d, name)
+            self.assertRegex(d["uid"], r"^dlbench-[a-z-]+$")
+            uids.add(d["uid"])
+            variables = {v["name"]: v for v in d["templating"]["list"]}
+            self.assertEqual((variables["datasource"]["type"], variables["datasource"]["query"]),
+                             ("datasource", "prometheus"))
+            self.assertIn("namespace", variables)
+            self.assertIn("run", variables)
+            ids = [p["id"] for p in d["panels"]]
+            self.assertEqual(len(ids), len(set(ids)), f"{name}: panel ids must be unique")
+            for panel in d["panels"]:
+                if panel["type"] == "row":
+                    continue
+                self.assertTrue(panel["targets"], f"{name}: {panel['title']} has no query")
+                for target in panel["targets"]:
+                    self.assertEqual(target["datasource"], {"type": "prometheus", "uid": "${datasource}"},
+                                     f"{name}: {panel['title']}")
+                grid = panel["gridPos"]
+                self.assertLessEqual(grid["x"] + grid["w"], 24, f"{name}: {panel['title']}")
+        self.assertEqual(len(uids), len(self.dashboards))
+
+    def test_every_panel_query_returns_data_from_a_real_prometheus(self):
+        cluster = LocalCluster(*PROGRAMS, capacity={"nvidia.com/gpu": 2})
+        failed = True
+        try:
+            self.run_against(cluster)
+            failed = False
+        finally:
+            cluster.close(show_logs=failed)
+
+    def run_against(self, cluster):
+        dcgm = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeDcgmExporter)
+        threading.Thread(target=dcgm.serve_forever, daemon=True).start()
+        pods_file = os.path.join(cluster.tmp, "pods.json")
+        stop = threading.Event()
+        discovery = threading.Thread(target=discover_pods, args=(cluster.url, pods_file, stop), daemon=True)
+        discovery.start()
+        self.addCleanup(stop.set)
+        self.addCleanup(dcgm.server_close)
+        self.addCleanup(dcgm.shutdown)
+        config = os.path.join(cluster.tmp, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write(prometheus_config(pods_file, cluster.metrics_port, dcgm.server_address[1]))
+        subprocess.run(["promtool", "check", "config", config], check=True, capture_output=True)
+        port = free_port()
+        cluster.spawn(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={cluster.tmp}/tsdb",
+                       f"--web.listen-address=127.0.0.1:{port}"])
+        self.prometheus = f"http://127.0.0.1:{port}"
+        wait_for(lambda: self.get("/-/ready") is not None, 60, "Prometheus to be ready")
+
+        started = time.time()
+        run_file = os.path.join(cluster.tmp, "run.json")
+        with open(run_file, "w") as f:
+            json.dump(RUN, f)
+        cluster.kubectl("apply", "-f", run_file)
+
+        def worker_pods():
+            pods = json.loads(cluster.kubectl("get", "pods", "-l", "app.kubernetes.io/component=worker", "-o", "json"))
+            FakeDcgmExporter.pods = sorted(set(FakeDcgmExporter.pods) |
+                                           {p["metadata"]["name"] for p in pods["items"]})
+            phase = json.loads(cluster.kubectl("get", "br", "dash", "-o", "json")).get("status", {}).get("phase")
+            return phase in ("Succeeded", "Failed")
+
+        wait_for(worker_pods, 400, "the run to finish")
+        status = json.loads(cluster.kubectl("get", "br", "dash", "-o", "json"))["status"]
+        states = {r["case"]["id"]: r["state"] for r in status["results"]}
+        self.assertEqual(states, {"1x1-bs8-fp32": "Succeeded", "1x2-bs8-fp32": "Succeeded", "1x4-bs8-fp32": "Failed"},
+                         json.dumps(status["results"], indent=1)[-3000:])
+        time.sleep(4)  # the operator's final gauges and the last DCGM samples are scraped
+        self.window = (started, time.time())
+        self.variables = {"namespace": "default", "run": "dash", "case": LIVE_CASE}
+
+        problems = []
+        for name, dashboard in self.dashboards.items():
+            for variable in dashboard["templating"]["list"]:
+                if variable["type"] == "query":
+                    values = self.label_values(variable["query"]["query"])
+                    if self.variables[variable["name"]] not in values:
+                        problems.append(f"{name}: variable {variable['name']} offers {values}")
+            for panel in dashboard["panels"]:
+                for target in panel.get("targets", []):
+                    problem = self.evaluate(target)
+                    if problem:
+                        problems.append(f"{name}: panel \"{panel['title']}\" {target['refId']}: {problem}")
+        self.assertEqual(problems, [], "\n".join(problems))
+
+        # Spot checks of values, not only presence.
+        results = {r["case"]["id"]: r for r in status["results"]}
+        speedup = self.instant('max by (case) (dlbench_case_speedup{namespace="default", run="dash"})')
+        self.assertAlmostEqual(float(speedup[LIVE_CASE]), results[LIVE_CASE]["speedup"], places=6)
+        failed = self.instant('max by (reason) (dlbench_case_failed{namespace="default", run="dash"})')
+        self.assertEqual(list(failed), ["Unschedulable"])
+
+    # --- Prometheus's HTTP API --------------------------------------------------------------
+    def get(self, path, **params):
+        url = self.prometheus + path + ("?" + urllib.parse.urlencode(params, doseq=True) if params else "")
+        try:
+            with urllib.request.urlopen(url, timeout=30) as r:
+                body = r.read()
+                return json.loads(body) if path.startswith("/api") else body
+        except urllib.error.HTTPError as e:
+            return json.loads(e.read())
+        except OSError:
+            return None
+
+    def interpolate(self, expr):
+        for name, value in self.variables.items():
+            expr = expr.replace("$" + name, value)
+        for name, value in (("$__rate_interval", "15s"), ("$__interval", "2s"), ("$__range", "5m")):
+            expr = expr.replace(name, value)
+        self.assertNotRegex(expr, r"\$[a-zA-Z_]", f"a variable is left in {expr}")
+        return expr
+
+    def instant(self, expr):
+        answer = self.get("/api/v1/query", query=self.interpolate(expr), time=self.window[1])
+        self.assertEqual(answer["status"], "success", answer)
+        return {next(iter(s["metric"].values()), ""): s["value"][1] for s in answer["data"]["result"]}
+
+    def evaluate(self, target):
+        expr = self.interpolate(target["expr"])
+        if target.get("instant"):
+            answer = self.get("/api/v1/query", query=expr, time=self.window[1])
+        else:
+            answer = self.get("/api/v1/query_range", query=expr, start=self.window[0], end=self.window[1], step=1)
+        if answer is None or answer.get("status") != "success":
+            return f"query error: {answer and answer.get('error')} in {expr}"
+        if not answer["data"]["result"]:
+            return f"no data for {expr}"
+        return None
+
+    def label_values(self, query):
+        m = re.fullmatch(r"label_values\((?:(.+),\s*)?(\w+)\)", query)
+        self.assertIsNotNone(m, f"unsupported variable query {query}")
+        selector, label = m.group(1), m.group(2)
+        params = {"start": self.window[0], "end": self.window[1]}
+        if selector:
+            params["match[]"] = self.interpolate(selector)
+        answer = self.get(f"/api/v1/label/{label}/values", **params)
+        self.assertEqual(answer["status"], "success", answer)
+        return answer["data"]
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
