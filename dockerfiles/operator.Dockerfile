@@ -1,0 +1,34 @@
+# dlbench-operator: a small Debian runtime with the operator alone, running as a non-root user.
+#
+#   docker build -f dockerfiles/operator.Dockerfile -t dlbench-operator:0.1.0 .
+#
+# Build arguments:
+#   DEBIAN   Debian release of both stages (default bookworm; the runtime package names below
+#            are bookworm's)
+ARG DEBIAN=bookworm
+
+FROM debian:${DEBIAN} AS build
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      build-essential cmake ninja-build pkg-config \
+      nlohmann-json3-dev libyaml-cpp-dev libssl-dev libcpprest-dev libdnnl-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+# Only the operator is built; tests, CUDA and MPI stay out of this image.
+RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DDLBENCH_BUILD_TESTS=OFF -DDLBENCH_WITH_CUDA=OFF -DDLBENCH_WITH_MPI=OFF \
+ && cmake --build /build --target dlbench-operator \
+ && strip /build/bin/dlbench-operator
+
+FROM debian:${DEBIAN}-slim
+# The shared libraries `ldd dlbench-operator` names (tests/integration/dockerfiles_test.py checks).
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      ca-certificates libcpprest2.10 libyaml-cpp0.7 libssl3 libstdc++6 libgcc-s1 zlib1g \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /build/bin/dlbench-operator /usr/local/bin/dlbench-operator
+# The chart's securityContext runs it as 65532 with a read-only root filesystem; so does this.
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/dlbench-operator"]
