@@ -13,6 +13,7 @@ additionalPrinterColumns so that `kubectl get br` shows its real columns.
 """
 import argparse
 import base64
+import bisect
 import copy
 import datetime
 import json
@@ -82,6 +83,10 @@ class Store:
         self.events.append((self.rv, group, plural, namespace, kind, copy.deepcopy(obj)))
         del self.events[:-self.history]
         self.lock.notify_all()
+
+    def events_after(self, rv):
+        """Events newer than rv; the list is in resourceVersion order, so a binary search finds them."""
+        return self.events[bisect.bisect_right(self.events, rv, key=lambda e: e[0]):]
 
     def oldest_watchable(self):
         return self.events[0][0] - 1 if len(self.events) >= self.history else 0
@@ -336,13 +341,13 @@ class Handler(BaseHTTPRequestHandler):
         try:
             while True:
                 with s.lock:
-                    pending = [e for e in s.events if e[0] > sent]
+                    pending = s.events_after(sent)
                     if not pending:
                         left = deadline - datetime.datetime.now().timestamp()
                         if left <= 0:
                             break
                         s.lock.wait(min(left, 1.0))
-                        if bookmarks and not [e for e in s.events if e[0] > sent]:
+                        if bookmarks and not s.events_after(sent):
                             pending = [("bookmark", s.rv)]
                         else:
                             continue

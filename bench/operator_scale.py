@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""dlbench-operator at scale: resident memory with N BenchmarkRuns, and apply-to-objects latency.
+
+    bench/operator_scale.py BUILD/operator/dlbench-operator [--runs 1000] [--probes 30]
+
+1. The test API server (tests/k8s) gets the CRD and N BenchmarkRuns (DLPerf-style 4-case sweeps).
+2. dlbench-operator starts (CPU backend flags, no kubelet: pods stay Pending, so every run holds its
+   first case's Secret, hostfile ConfigMap, Service and worker pod). Measured: the time until every
+   run has its worker pod (the initial sync), and the operator's VmRSS / VmHWM once it is idle.
+3. The operator's CPU use over 10 s once synced (it should idle: nothing changes).
+4. Apply-to-objects latency: with the N runs in place and the operator idle, one more run is
+   created at a time; the time from the create returning until the API server announces its
+   worker pod on a watch (the last object the operator creates for a case). Median, p90, max.
+
+Prints a table and one JSON line. The API server is Python: its list and watch cost is part of
+what is measured (a real API server is faster), so these numbers are an upper bound.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+APISERVER = os.path.join(ROOT, "tests", "k8s", "test_apiserver.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Api:
+    def __init__(self, base):
+        self.base = base
+
+    def call(self, method, path, body=None):
+        request = urllib.request.Request(self.base + path, method=method,
+                                         data=json.dumps(body).encode() if body is not None else None,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return json.loads(r.read())
+
+
+def run_object(name):
+    return {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": name},
+            "spec": {"model": "resnet50", "data": {"source": "synthetic"},
+                     "matrix": {"nodes": [1, 2], "gpusPerNode": [1, 8], "batchSizePerDevice": [256],
+                                "precision": ["amp"]}}}
+
+
+def rss_kib(pid):
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+
+def cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def worker_pods(api):
+    pods = api.call("GET", "/api/v1/namespaces/default/pods?labelSelector=app.kubernetes.io/component%3Dworker")
+    return {p["metadata"]["labels"]["dlbench.io/run"] for p in pods["items"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("operator")
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--probes", type=int, default=30)
+    args = parser.parse_args()
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, APISERVER, "--port", str(port), "--history", "100000"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    server.stdout.readline()
+    api = Api(f"http://127.0.0.1:{port}")
+    operator = None
+    with tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = os.path.join(tmp, "config")
+        with open(kubeconfig, "w") as f:
+            f.write(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: b, cluster: {{server: "{api.base}"}}}}]
+users: [{{name: b, user: {{}}}}]
+contexts: [{{name: b, context: {{cluster: b, user: b, namespace: default}}}}]
+current-context: b
+""")
+        try:
+            subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "apply", "-f",
+                            os.path.join(ROOT, "crds", "benchmarkrun.yaml")], check=True, capture_output=True)
+            for i in range(args.runs):
+                api.call("POST", "/apis/dlbench.io/v1alpha1/namespaces/default/benchmarkruns",
+                         run_object(f"sweep-{i:04d}"))
+            log = open(os.path.join(tmp, "operator.log"), "w")
+            started = time.monotonic()
+            operator = subprocess.Popen([args.operator, "--kubeconfig", kubeconfig, "--metrics-port", "0",
+                                         "--worker-backend", "cpu", "--communicator", "mpi"], stdout=log, stderr=log)
+            while len(worker_pods(api)) < args.runs:
+                if operator.poll() is not None:
+                    sys.exit(f"the operator exited with {operator.returncode}: {open(log.name).read()[-2000:]}")
+                time.sleep(0.5)
+            initial_sync = time.monotonic() - started
+            time.sleep(5)  # let the last status writes and requeues settle
+            rss_synced, _ = rss_kib(operator.pid)
+
+            idle_cpu = cpu_seconds(operator.pid)
+            time.sleep(10)
+            idle_cpu = (cpu_seconds(operator.pid) - idle_cpu) / 10
+
+            latencies = []
+            for i in range(args.probes):
+                name = f"probe-{i:03d}"
+                # Watch for the probe's worker pod from now on: the moment the API server stores it.
+                selector = f"dlbench.io/run%3D{name},app.kubernetes.io/component%3Dworker"
+                now_rv = api.call("GET", f"/api/v1/namespaces/default/pods?labelSelector={selector}")["metadata"]["resourceVersion"]
+                watch = urllib.request.urlopen(f"{api.base}/api/v1/namespaces/default/pods?watch=1&labelSelector="
+                                               f"{selector}&resourceVersion={now_rv}", timeout=60)
+                api.call("POST", "/apis/dlbench.io/v1alpha1/namespaces/default/benchmarkruns", run_object(name))
+                created = time.monotonic()
+                for line in watch:
+                    if json.loads(line).get("type") == "ADDED":
+                        break
+                latencies.append(time.monotonic() - created)
+                watch.close()
+                time.sleep(0.2)
+            rss, peak = rss_kib(operator.pid)
+        finally:
+            if operator and operator.poll() is None:
+                operator.kill()
+                operator.wait()
+            server.kill()
+            server.wait()
+
+    latencies.sort()
+    result = {"runs": args.runs, "initial_sync_s": round(initial_sync, 2),
+              "rss_mib_after_sync": round(rss_synced / 1024, 1), "rss_mib": round(rss / 1024, 1),
+              "peak_rss_mib": round(peak / 1024, 1), "idle_cpu_cores": round(idle_cpu, 3), "probes": args.probes,
+              "apply_to_pod_ms_median": round(statistics.median(latencies) * 1000, 1),
+              "apply_to_pod_ms_p90": round(latencies[int(0.9 * (len(latencies) - 1))] * 1000, 1),
+              "apply_to_pod_ms_max": round(latencies[-1] * 1000, 1)}
+    print(f"| runs | initial sync s | RSS MiB | peak RSS MiB | idle CPU (cores) | apply→worker pod ms (median / p90 / max, {args.probes} probes) |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {args.runs} | {result['initial_sync_s']} | {result['rss_mib']} | {result['peak_rss_mib']} | {result['idle_cpu_cores']} | "
+          f"{result['apply_to_pod_ms_median']} / {result['apply_to_pod_ms_p90']} / {result['apply_to_pod_ms_max']} |")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
