@@ -2,6 +2,7 @@
 
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/statistics.hpp"
+#include "merge_patch.hpp"
 #include "reconciler.hpp"
 
 namespace dlbench::operator_ {
@@ -222,7 +223,9 @@ void Controller::process(const std::string& key) {
   }
   for (const auto& r : actions.remove) client_.remove(resource_for(r.kind), ns, r.name);
   if (actions.status) {
-    client_.merge_patch(resources::kBenchmarkRuns, ns, name, {{"status", to_json(*actions.status)}}, "status");
+    // Only what changed, with removed fields as null; nothing at all when the status is the same.
+    const json patch = merge_patch_between((*run).value("status", json::object()), to_json(*actions.status));
+    if (!patch.empty()) client_.merge_patch(resources::kBenchmarkRuns, ns, name, {{"status", patch}}, "status");
     runs_by_phase_->add({{"namespace", ns}, {"run", name}, {"phase", std::string(to_string(actions.status->phase))}}).set(1);
     for (const char* phase : {"Pending", "Running", "Succeeded", "Failed"}) {
       if (phase != to_string(actions.status->phase)) {

@@ -1,6 +1,7 @@
 #include "dlbench/core/status.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <set>
 
@@ -36,6 +37,8 @@ void refresh_derived_status(BenchmarkRunStatus& status, const std::vector<Planne
     const double value = reported_value(r.throughput->summary, statistic);
     if (!status.best || value > status.best->throughput) status.best = BestResult{case_id(r.case_), value};
   }
+  // A display value for the BEST printer column; results[] keep full precision.
+  if (status.best) status.best->throughput = std::round(status.best->throughput * 100.0) / 100.0;
   std::set<std::string> planned_ids;
   for (const PlannedCase& c : plan) planned_ids.insert(c.id);
   std::set<std::string> finished;

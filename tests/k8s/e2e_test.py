@@ -61,7 +61,10 @@ class EndToEnd(unittest.TestCase):
         self.assertAlmostEqual(two["speedup"], two["throughput"]["median"] / one["throughput"]["median"], places=6)
         self.assertAlmostEqual(two["scalingEfficiency"], two["speedup"] / 2, places=6)
         self.assertAlmostEqual(one["speedup"], 1.0)
-        self.assertAlmostEqual(best, max(r["throughput"]["median"] for r in results.values()), delta=0.1)
+        self.assertEqual(best, round(max(r["throughput"]["median"] for r in results.values()), 2))
+        # A finished run has no current case: cleared fields are removed, not left behind by merge patches.
+        self.assertNotIn("currentCase", status["progress"])
+        self.assertEqual(status["progress"]["summary"], "2/2")
         self.assertEqual(status["best"]["case"], max(results, key=lambda k: results[k]["throughput"]["median"]))
         conditions = {c["type"]: c for c in status["conditions"]}
         self.assertEqual((conditions["Ready"]["status"], conditions["Ready"]["reason"]), ("True", "Succeeded"))
