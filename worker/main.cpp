@@ -323,11 +323,16 @@ int run(const Options& o, Communicator& comm) {
   if (o.metrics_port >= 0) {
     const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     const int port = o.metrics_port == 0 ? 0 : static_cast<int>(o.metrics_port) + (local_rank ? std::atoi(local_rank) : 0);
-    live = std::make_unique<WorkerMetrics>(
-        WorkerIdentity{o.run, case_id(doc.case_), o.model, o.precision, backend.name(), comm.name(), DLBENCH_VERSION,
-                       backend.version_info(), comm.rank(), doc.global_batch_size},
-        port);
-    std::cerr << "dlbench-worker rank " << comm.rank() << ": metrics on port " << live->port() << "\n";
+    try {
+      live = std::make_unique<WorkerMetrics>(
+          WorkerIdentity{o.run, case_id(doc.case_), o.model, o.precision, backend.name(), comm.name(), DLBENCH_VERSION,
+                         backend.version_info(), comm.rank(), doc.global_batch_size},
+          port);
+      std::cerr << "dlbench-worker rank " << comm.rank() << ": metrics on port " << live->port() << "\n";
+    } catch (const std::exception& e) {
+      // Live metrics are an aid; the measurement goes on without them rather than being lost.
+      std::cerr << "dlbench-worker rank " << comm.rank() << ": warning: no live metrics: " << e.what() << "\n";
+    }
   }
   try {
     Trainer trainer(backend, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), 1000,

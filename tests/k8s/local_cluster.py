@@ -20,6 +20,25 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_port_range(count):
+    """A first port p with p .. p+count-1 all free (workers bind metrics port + local rank)."""
+    for _ in range(100):
+        first = free_port()
+        sockets = []
+        try:
+            for port in range(first, first + count):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
 def wait_for(predicate, seconds, what):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -58,7 +77,7 @@ current-context: t
                         *[a for d in bin_dirs for a in ("--bin-dir", d)]])
             self.kubectl("apply", "-f", os.path.join(ROOT, "crds", "benchmarkrun.yaml"))
             self.metrics_port = free_port()
-            self.worker_metrics_port = free_port()
+            self.worker_metrics_port = free_port_range(8)
             self.operator = self.spawn([operator, "--kubeconfig", self.kubeconfig, "--metrics-port", str(self.metrics_port),
                                         "--worker-backend", "cpu", "--communicator", "mpi",
                                         "--worker-metrics-port", str(self.worker_metrics_port), *operator_args])
@@ -87,4 +106,7 @@ current-context: t
             self.log.seek(0)
             print("--- operator, API server and kubelet output ---\n" + self.log.read()[-6000:], file=sys.stderr)
         self.log.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if os.environ.get("DLBENCH_KEEP_CLUSTER"):  # pod logs and volumes under node/<namespace>/<pod>/
+            print(f"kept {self.tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)

@@ -338,6 +338,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         deadline = datetime.datetime.now().timestamp() + timeout
         sent = since
+        columns_sent = False
         try:
             while True:
                 with s.lock:
@@ -364,7 +365,13 @@ class Handler(BaseHTTPRequestHandler):
                             continue
                         if not selector_matches(selector, obj["metadata"].get("labels", {})):
                             continue
-                        event = {"type": kind, "object": obj}
+                        # `kubectl get -w` asks for Tables: one row per event, columns on the first only.
+                        table = self.maybe_table(group, plural, [obj])
+                        if table is not None:
+                            if columns_sent:
+                                table["columnDefinitions"] = []
+                            columns_sent = True
+                        event = {"type": kind, "object": table or obj}
                     line = (json.dumps(event) + "\n").encode()
                     self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
                     self.wfile.flush()

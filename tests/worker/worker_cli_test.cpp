@@ -1,5 +1,8 @@
 // The real dlbench-worker binary: its result documents pass core's validation.
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -68,6 +71,26 @@ TEST(WorkerCli, ResNet50WritesAValidResultWithThreeRepeats) {
   EXPECT_EQ(doc.environment.backend, "cpu");
   EXPECT_FALSE(doc.environment.onednn_version.empty());
   EXPECT_NEAR(doc.flops_per_sample.forward, 2 * 4.09e9 * (64.0 * 64.0) / (224.0 * 224.0), 0.05e9);
+}
+
+TEST(WorkerCli, ATakenMetricsPortCostsTheMetricsNotTheMeasurement) {
+  // Hold a port, then ask the worker to serve its metrics there.
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&address), length), 0);
+  ASSERT_EQ(::listen(holder, 1), 0);
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int port = ntohs(address.sin_port);
+  const Outcome o = worker("--model alexnet --image-size 64 --batch-size 2 --warmup-steps 0 --measure-steps 1 "
+                           "--repeats 1 --metrics-port " + std::to_string(port) + " --output r.json");
+  ::close(holder);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_THAT(o.err, HasSubstr("warning: no live metrics"));
+  EXPECT_EQ(decoded(slurp(scratch() / "r.json")).state, CaseState::Succeeded);
 }
 
 TEST(WorkerCli, EveryModelRuns) {
