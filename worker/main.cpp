@@ -21,6 +21,12 @@
 
 #include "communicator.hpp"
 #include "cpu/cpu_backend.hpp"
+#ifdef DLBENCH_HAVE_CUDA
+#include "cuda/cuda_backend.hpp"
+#endif
+#ifdef DLBENCH_HAVE_NCCL
+#include "cuda/nccl_communicator.hpp"
+#endif
 #include "gradient_buckets.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
@@ -42,10 +48,10 @@ constexpr const char* kUsage = R"(dlbench-worker — train a model on synthetic 
 
 Usage: dlbench-worker [options]
   --model NAME            resnet50 | resnet152 | vgg16 | alexnet        (default resnet50)
-  --backend NAME          cpu                                           (default cpu)
+  --backend NAME          cpu | cuda (when built with CUDA)                (default cpu)
   --batch-size N          samples per device and step, >= 1              (default 32)
   --image-size N          square input size in pixels                    (default 224)
-  --precision P           fp32 (the cpu backend computes in fp32 only)   (default fp32)
+  --precision P           fp32 | tf32 (cuda); the cpu backend: fp32      (default fp32)
   --warmup-steps N        untimed steps before each repeat, >= 0         (default 20)
   --measure-steps N       timed steps per repeat, >= 1                   (default 100)
   --repeats N             repeats; the median is reported, >= 1          (default 7)
@@ -55,7 +61,8 @@ Usage: dlbench-worker [options]
   --weight-decay X        SGD weight decay, 0 <= x <= 1                  (default 0.0001)
   --threads N             CPU threads per rank; 0 = this process's cores
                           shared by the ranks on this node               (default 0)
-  --communicator C        auto | none | mpi; auto = mpi under mpirun     (default auto)
+  --communicator C        auto | none | mpi | nccl (cuda); auto = under
+                          mpirun, nccl on cuda and mpi on cpu            (default auto)
   --bucket-mb N           gradient bucket size in MiB, >= 1              (default 25)
   --seed N                weights and synthetic data                     (default 42)
   --run NAME              BenchmarkRun name to record in the result
@@ -158,7 +165,11 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (flag == "--model") {
       o.model = choice(flag, value, models);
     } else if (flag == "--backend") {
+#ifdef DLBENCH_HAVE_CUDA
+      o.backend = choice(flag, value, {"cpu", "cuda"});
+#else
       o.backend = choice(flag, value, {"cpu"});
+#endif
     } else if (flag == "--batch-size") {
       o.batch_size = parse_bounded(flag, value, 1, 65536);
     } else if (flag == "--image-size") {
@@ -182,7 +193,7 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (flag == "--threads") {
       o.threads = parse_bounded(flag, value, 0, 4096);
     } else if (flag == "--communicator") {
-      o.communicator = choice(flag, value, {"auto", "none", "mpi"});
+      o.communicator = choice(flag, value, {"auto", "none", "mpi", "nccl"});
     } else if (flag == "--bucket-mb") {
       o.bucket_mb = parse_bounded(flag, value, 1, 4096);
     } else if (flag == "--seed") {
@@ -200,6 +211,16 @@ std::optional<Options> parse(int argc, char** argv) {
   if (o.backend == "cpu" && o.precision != "fp32") {
     throw UsageError{"--precision: \"" + o.precision + "\" is not available on the cpu backend; allowed: fp32"};
   }
+  // amp and bf16 need half-precision storage in the layers: not built yet.
+  if (o.backend == "cuda" && o.precision != "fp32" && o.precision != "tf32") {
+    throw UsageError{"--precision: \"" + o.precision + "\" is not available yet on the cuda backend; allowed: fp32, tf32"};
+  }
+  if (o.communicator == "nccl" && o.backend != "cuda") {
+    throw UsageError{"--communicator: nccl reduces device buffers and needs --backend cuda; allowed here: auto, none, mpi"};
+  }
+#ifndef DLBENCH_HAVE_NCCL
+  if (o.communicator == "nccl") throw UsageError{"--communicator: nccl is not built in (needs CUDA and MPI); allowed: auto, none, mpi"};
+#endif
 #ifndef DLBENCH_HAVE_MPI
   if (o.communicator == "mpi") throw UsageError{"--communicator: mpi is not built in (DLBENCH_WITH_MPI=OFF); allowed: none"};
 #endif
@@ -230,17 +251,51 @@ std::vector<std::string> distinct(const std::vector<std::string>& hosts) {
   return out;
 }
 
-EnvironmentInfo environment(const CpuBackend& backend, Communicator& communicator, const std::vector<std::string>& hosts) {
+// --threads 0: the cores this process may use, shared evenly by the ranks on this node (under
+// the operator every rank of a worker pod starts with the default).
+int default_threads() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                                        : static_cast<int>(std::thread::hardware_concurrency());
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks_here = local_size != nullptr ? std::max(1, std::atoi(local_size)) : 1;
+  return std::max(1, cores / ranks_here);
+}
+
+// "key=value;key=value" (Backend::version_info) -> the value of `key`, or "".
+std::string info_value(const std::string& info, const std::string& key) {
+  std::istringstream in(info);
+  for (std::string item; std::getline(in, item, ';');) {
+    if (item.rfind(key + "=", 0) == 0) return item.substr(key.size() + 1);
+  }
+  return "";
+}
+
+EnvironmentInfo environment(const Backend* backend, const std::string& backend_name, Communicator& communicator,
+                            const std::vector<std::string>& hosts) {
   EnvironmentInfo e;
   e.host = local_host_name();
   e.hosts = distinct(hosts);
   utsname u{};
   if (uname(&u) == 0) e.os = std::string(u.sysname) + " " + u.release + " " + u.machine;
   e.cpu_model = cpu_model();
-  e.cpu_cores = backend.threads();
-  const std::string info = backend.version_info();
-  e.onednn_version = info.substr(info.find('=') + 1);
-  e.backend = backend.name();
+  e.cpu_cores = default_threads();
+  const std::string info = backend != nullptr ? backend->version_info() : "";
+  if (const auto* cpu = dynamic_cast<const CpuBackend*>(backend)) {
+    e.cpu_cores = cpu->threads();
+    e.onednn_version = info_value(info, "onednn");
+  }
+#ifdef DLBENCH_HAVE_CUDA
+  if (const auto* gpu = dynamic_cast<const CudaBackend*>(backend)) {
+    e.gpu_model = gpu->properties().name;
+    cudaGetDeviceCount(&e.gpu_count);
+    e.driver_version = info_value(info, "driver");
+    e.cuda_version = info_value(info, "cuda");
+    e.cudnn_version = info_value(info, "cudnn");
+  }
+#endif
+  e.backend = backend_name;
   e.communicator = communicator.name();
   e.dlbench_version = DLBENCH_VERSION;
   return e;
@@ -272,10 +327,19 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
   }
 }
 
-std::unique_ptr<Communicator> make_communicator(const Options& o, int* argc, char*** argv) {
+// auto under mpirun: NCCL when the ranks train on GPUs, MPI otherwise.
+std::unique_ptr<Communicator> make_communicator(const Options& o, int* argc, char*** argv, Backend* backend) {
+#ifdef DLBENCH_HAVE_NCCL
+  auto* gpu = dynamic_cast<CudaBackend*>(backend);
+  if (gpu != nullptr && (o.communicator == "nccl" || (o.communicator == "auto" && launched_by_mpi()))) {
+    return make_nccl_communicator(argc, argv, gpu->device(), gpu->stream());
+  }
+#else
+  (void)backend;
+#endif
 #ifdef DLBENCH_HAVE_MPI
-  if (o.communicator == "mpi" || (o.communicator == "auto" && launched_by_mpi())) {
-    return make_mpi_communicator(argc, argv);
+  if (o.communicator == "mpi" || o.communicator == "nccl" || (o.communicator == "auto" && launched_by_mpi())) {
+    return make_mpi_communicator(argc, argv);  // nccl without a GPU: MPI, so that the failure is reported
   }
 #else
   (void)argc;
@@ -285,20 +349,32 @@ std::unique_ptr<Communicator> make_communicator(const Options& o, int* argc, cha
   return std::make_unique<NoCommunicator>();
 }
 
-// --threads 0: the cores this process may use, shared evenly by the ranks on this node (under
-// the operator every rank of a worker pod starts with the default).
-int default_threads() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  const int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
-                                                                        : static_cast<int>(std::thread::hardware_concurrency());
-  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int ranks_here = local_size != nullptr ? std::max(1, std::atoi(local_size)) : 1;
-  return std::max(1, cores / ranks_here);
+// The backend the options ask for. On the GPU each rank takes the device of its local rank.
+std::unique_ptr<Backend> make_backend(const Options& o) {
+#ifdef DLBENCH_HAVE_CUDA
+  if (o.backend == "cuda") {
+    const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+      cudaGetLastError();
+      std::string why;
+      cuda_device_usable(&why);
+      throw CudaError(why);
+    }
+    const int device = (local_rank != nullptr ? std::atoi(local_rank) : 0) % devices;
+    return std::make_unique<CudaBackend>(device, o.precision == "tf32" ? CudaMath::tf32 : CudaMath::fp32);
+  }
+#endif
+  return std::make_unique<CpuBackend>(o.threads > 0 ? static_cast<int>(o.threads) : default_threads());
 }
 
-int run(const Options& o, Communicator& comm) {
-  CpuBackend backend(o.threads > 0 ? static_cast<int>(o.threads) : default_threads());
+// `backend` is null when it could not be set up (no GPU, say): the case fails with why.
+class BackendUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+int run(const Options& o, Communicator& comm, Backend* backend, const std::string& backend_error) {
   const std::vector<std::string> hosts = comm.hosts();
   const auto nodes = static_cast<int>(distinct(hosts).size());
   ResultDocument doc;
@@ -313,7 +389,7 @@ int run(const Options& o, Communicator& comm) {
   const bool reporter = comm.rank() == 0;
   doc.methodology = {static_cast<int>(o.warmup_steps), static_cast<int>(o.measure_steps), static_cast<int>(o.repeats),
                      *enum_from_string<Statistic>(o.statistic)};
-  doc.environment = environment(backend, comm, hosts);
+  doc.environment = environment(backend, o.backend, comm, hosts);
   doc.start_time = rfc3339_utc_now();
 
   std::int64_t parameters = 0;
@@ -325,8 +401,8 @@ int run(const Options& o, Communicator& comm) {
     const int port = o.metrics_port == 0 ? 0 : static_cast<int>(o.metrics_port) + (local_rank ? std::atoi(local_rank) : 0);
     try {
       live = std::make_unique<WorkerMetrics>(
-          WorkerIdentity{o.run, case_id(doc.case_), o.model, o.precision, backend.name(), comm.name(), DLBENCH_VERSION,
-                         backend.version_info(), comm.rank(), doc.global_batch_size},
+          WorkerIdentity{o.run, case_id(doc.case_), o.model, o.precision, o.backend, comm.name(), DLBENCH_VERSION,
+                         backend != nullptr ? backend->version_info() : "", comm.rank(), doc.global_batch_size},
           port);
       std::cerr << "dlbench-worker rank " << comm.rank() << ": metrics on port " << live->port() << "\n";
     } catch (const std::exception& e) {
@@ -335,7 +411,9 @@ int run(const Options& o, Communicator& comm) {
     }
   }
   try {
-    Trainer trainer(backend, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), 1000,
+    if (backend == nullptr) throw BackendUnavailable(backend_error);
+    Backend& device = *backend;
+    Trainer trainer(device, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), 1000,
                     {static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
                      static_cast<float>(o.weight_decay)},
                     o.seed, static_cast<std::uint64_t>(comm.rank()));
@@ -344,7 +422,7 @@ int run(const Options& o, Communicator& comm) {
     GradientBuckets buckets(comm, store, static_cast<std::size_t>(o.bucket_mb) << 20);
     if (comm.size() > 1) {
       trainer.set_gradients_ready([&](const std::vector<Parameter*>& ready) { buckets.gradients_ready(ready); });
-      trainer.set_before_update([&] { buckets.finish(backend); });
+      trainer.set_before_update([&] { buckets.finish(device); });
     }
     parameters = trainer.parameter_count();
     arena_bytes = trainer.arena_bytes();
@@ -354,7 +432,7 @@ int run(const Options& o, Communicator& comm) {
     const double macs = trainer.forward_macs_per_sample();
     doc.flops_per_sample = {2.0 * macs, 6.0 * macs};  // backward ≈ 2 × forward
     float last_loss = 0;
-    Workload workload{[&] { last_loss = trainer.step(); }, [&] { backend.synchronize(); }, {}, {}};
+    Workload workload{[&] { last_loss = trainer.step(); }, [&] { device.synchronize(); }, {}, {}};
     if (live) workload.on_step = [&](int repeat, bool measured, double s) { live->on_step(repeat, measured, s); };
     if (comm.size() > 1) {
       workload.slowest_rank = [&](std::vector<double>& seconds) {
@@ -379,6 +457,18 @@ int run(const Options& o, Communicator& comm) {
     doc.throughput = Throughput{"samples/s", summarize(throughputs), throughputs};
     doc.step_time_seconds = summarize(all_steps);
     doc.state = CaseState::Succeeded;
+  } catch (const BackendUnavailable& e) {
+    doc.state = CaseState::Failed;
+    doc.reason = "BackendUnavailable";
+    doc.message = "--backend " + o.backend + ": " + e.what();
+#ifdef DLBENCH_HAVE_CUDA
+  } catch (const CudaOutOfMemory& e) {
+    doc.state = CaseState::Failed;
+    doc.reason = "OutOfMemory";
+    doc.message = "device memory exhausted at batch size " + std::to_string(o.batch_size) + ": asked for " +
+                  std::to_string(e.requested) + " bytes, " + std::to_string(e.free) + " of " + std::to_string(e.total) +
+                  " free";
+#endif
   } catch (const std::bad_alloc&) {
     doc.state = CaseState::Failed;
     doc.reason = "OutOfMemory";
@@ -417,8 +507,15 @@ int main(int argc, char** argv) {
   try {
     const auto options = parse(argc, argv);
     if (!options) return 0;
-    auto communicator = make_communicator(*options, &argc, &argv);
-    return run(*options, *communicator);
+    std::unique_ptr<Backend> backend;
+    std::string backend_error;
+    try {
+      backend = make_backend(*options);
+    } catch (const std::exception& e) {
+      backend_error = e.what();
+    }
+    auto communicator = make_communicator(*options, &argc, &argv, backend.get());
+    return run(*options, *communicator, backend.get(), backend_error);
   } catch (const UsageError& e) {
     std::cerr << "dlbench-worker: " << e.message << "\n";
     return kExitUsage;

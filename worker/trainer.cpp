@@ -5,6 +5,22 @@
 
 namespace dlbench::worker {
 
+std::vector<float> nchw_to_nhwc(const std::vector<float>& nchw, const Shape& s) {
+  std::vector<float> nhwc(nchw.size());
+  const std::int64_t c = s.c(), h = s.h(), w = s.w();
+  for (std::int64_t b = 0; b < s.n(); ++b) {
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      for (std::int64_t y = 0; y < h; ++y) {
+        for (std::int64_t x = 0; x < w; ++x) {
+          nhwc[static_cast<std::size_t>(((b * h + y) * w + x) * c + ch)] =
+              nchw[static_cast<std::size_t>(((b * c + ch) * h + y) * w + x)];
+        }
+      }
+    }
+  }
+  return nhwc;
+}
+
 Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
                  SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank)
     : backend_(backend), network_(std::move(network)), sgd_(sgd), context_{backend, seed, 0, {}} {
@@ -30,8 +46,11 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Sh
   // The synthetic batch: N(0, 1) pixels and uniform labels, generated once.
   std::mt19937_64 rng(seed ^ (0xD1B54A32D192ED03ull * (data_rank + 1)));
   std::normal_distribution<float> pixel(0.0f, 1.0f);
+  // Drawn in logical (N, C, H, W) order and stored in the backend's layout, so that every
+  // backend trains on the same images.
   std::vector<float> host(static_cast<std::size_t>(input_.numel()));
   for (float& v : host) v = pixel(rng);
+  if (input_.layout == Layout::nhwc) host = nchw_to_nhwc(host, input);
   backend_.copy_from_host(input_.data, host.data(), input_.bytes());
   std::uniform_int_distribution<std::int32_t> label(0, static_cast<std::int32_t>(num_classes - 1));
   std::vector<std::int32_t> labels(static_cast<std::size_t>(input.n()));

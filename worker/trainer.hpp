@@ -15,6 +15,9 @@
 
 namespace dlbench::worker {
 
+// A host copy of a 4-D (N, C, H, W) tensor in NHWC order.
+std::vector<float> nchw_to_nhwc(const std::vector<float>& nchw, const Shape& shape);
+
 struct SgdConfig {
   float learning_rate = 0.1f;
   float momentum = 0.9f;

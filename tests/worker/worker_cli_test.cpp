@@ -93,6 +93,19 @@ TEST(WorkerCli, ATakenMetricsPortCostsTheMetricsNotTheMeasurement) {
   EXPECT_EQ(decoded(slurp(scratch() / "r.json")).state, CaseState::Succeeded);
 }
 
+TEST(WorkerCli, NoGpuForTheCudaBackendIsAFailedResultThatSaysWhy) {
+  const Outcome o = worker("--backend cuda --model resnet50 --image-size 64 --batch-size 2 --warmup-steps 0 "
+                           "--measure-steps 1 --repeats 1 --output r.json");
+  if (o.exit_code == 2) GTEST_SKIP() << "built without CUDA: " << o.err;
+  if (o.exit_code == 0) GTEST_SKIP() << "this machine has a GPU (the gpu tests cover it)";
+  ASSERT_EQ(o.exit_code, 1) << o.err;
+  const ResultDocument doc = decoded(slurp(scratch() / "r.json"));
+  EXPECT_EQ(doc.state, CaseState::Failed);
+  EXPECT_EQ(doc.reason, "BackendUnavailable");
+  EXPECT_THAT(doc.message, HasSubstr("--backend cuda: "));
+  EXPECT_EQ(doc.environment.backend, "cuda");
+}
+
 TEST(WorkerCli, EveryModelRuns) {
   for (const std::string model : {"resnet152", "vgg16", "alexnet"}) {
     const std::string size = model == "alexnet" ? "64" : "32";

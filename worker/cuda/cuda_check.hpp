@@ -2,7 +2,9 @@
 // message and the file:line where dlbench made it.
 #pragma once
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 #include <nccl.h>
 
 #include <stdexcept>
@@ -35,5 +37,21 @@ class CudaError : public std::runtime_error {
     const ncclResult_t dlbench_nccl_status = (call);                                                     \
     if (dlbench_nccl_status != ncclSuccess) {                                                            \
       ::dlbench::worker::throw_gpu_error("NCCL", #call, ncclGetErrorString(dlbench_nccl_status), __FILE__, __LINE__); \
+    }                                                                                                    \
+  } while (false)
+
+#define DLBENCH_CUDNN_CHECK(call)                                                                         \
+  do {                                                                                                   \
+    const cudnnStatus_t dlbench_cudnn_status = (call);                                                   \
+    if (dlbench_cudnn_status != CUDNN_STATUS_SUCCESS) {                                                  \
+      ::dlbench::worker::throw_gpu_error("cuDNN", #call, cudnnGetErrorString(dlbench_cudnn_status), __FILE__, __LINE__); \
+    }                                                                                                    \
+  } while (false)
+
+#define DLBENCH_CUBLAS_CHECK(call)                                                                        \
+  do {                                                                                                   \
+    const cublasStatus_t dlbench_cublas_status = (call);                                                 \
+    if (dlbench_cublas_status != CUBLAS_STATUS_SUCCESS) {                                                \
+      ::dlbench::worker::throw_gpu_error("cuBLAS", #call, cublasLtGetStatusString(dlbench_cublas_status), __FILE__, __LINE__); \
     }                                                                                                    \
   } while (false)

@@ -1,0 +1,290 @@
+// The CUDA backend against the CPU backend (oneDNN), op by op on random inputs, and a whole
+// ResNet-50 over ten training steps. Skips, saying why, where there is no GPU.
+//
+// Error measure: max |gpu - cpu| / max |cpu| over the output (norm-wise relative error).
+// Bounds: fp32 1e-5 for single ops (both sides round each product once; the sums differ in
+// order only); tf32 1e-3 (10-bit mantissa inputs, fp32 accumulation); the whole model 2e-3
+// on the loss after ten SGD steps in fp32 (ten steps of differently ordered fp32 sums through
+// 53 batch norms, each step amplified by the learning rate).
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cpu/cpu_backend.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "models/model.hpp"
+#include "trainer.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+std::vector<float> random_values(std::int64_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+std::vector<float> nhwc_to_nchw(const std::vector<float>& nhwc, const Shape& s) {
+  std::vector<float> nchw(nhwc.size());
+  const std::int64_t c = s.c(), h = s.h(), w = s.w();
+  for (std::int64_t b = 0; b < s.n(); ++b)
+    for (std::int64_t ch = 0; ch < c; ++ch)
+      for (std::int64_t y = 0; y < h; ++y)
+        for (std::int64_t x = 0; x < w; ++x)
+          nchw[static_cast<std::size_t>(((b * c + ch) * h + y) * w + x)] =
+              nhwc[static_cast<std::size_t>(((b * h + y) * w + x) * c + ch)];
+  return nchw;
+}
+
+double relative_error(const std::vector<float>& actual, const std::vector<float>& expected) {
+  double diff = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(actual[i]) - static_cast<double>(expected[i])));
+    scale = std::max(scale, std::fabs(static_cast<double>(expected[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// One logical tensor on both backends: NHWC on the CPU, NCHW on the GPU for 4-D activations.
+class Pair {
+ public:
+  Pair(CpuBackend& cpu, CudaBackend& gpu, const Shape& shape, bool activation, const std::vector<float>& nchw = {})
+      : shape_(shape), activation_(activation && shape.rank == 4), gpu_backend_(gpu), cpu_backend_(cpu) {
+    const auto bytes = static_cast<std::size_t>(shape.numel()) * sizeof(float);
+    cpu_memory_ = cpu.allocate(bytes);
+    gpu_memory_ = gpu.allocate(bytes);
+    cpu_ = {static_cast<float*>(cpu_memory_.get()), shape, activation_ ? Layout::nhwc : Layout::plain};
+    gpu_ = {static_cast<float*>(gpu_memory_.get()), shape, activation_ ? Layout::nchw : Layout::plain};
+    if (!nchw.empty()) set(nchw);
+  }
+  void set(const std::vector<float>& nchw) {
+    const std::vector<float> host = activation_ ? nchw_to_nhwc(nchw, shape_) : nchw;
+    cpu_backend_.copy_from_host(cpu_.data, host.data(), cpu_.bytes());
+    gpu_backend_.copy_from_host(gpu_.data, nchw.data(), gpu_.bytes());
+  }
+  std::vector<float> cpu_values() {
+    std::vector<float> v(static_cast<std::size_t>(shape_.numel()));
+    cpu_backend_.copy_to_host(v.data(), cpu_.data, cpu_.bytes());
+    return activation_ ? nhwc_to_nchw(v, shape_) : v;
+  }
+  std::vector<float> gpu_values() {
+    std::vector<float> v(static_cast<std::size_t>(shape_.numel()));
+    gpu_backend_.copy_to_host(v.data(), gpu_.data, gpu_.bytes());
+    return v;
+  }
+  double error() { return relative_error(gpu_values(), cpu_values()); }
+  Tensor& cpu() { return cpu_; }
+  Tensor& gpu() { return gpu_; }
+
+ private:
+  Shape shape_;
+  bool activation_;
+  CudaBackend& gpu_backend_;
+  CpuBackend& cpu_backend_;
+  std::shared_ptr<void> cpu_memory_, gpu_memory_;
+  Tensor cpu_, gpu_;
+};
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!cuda_device_usable(&why)) GTEST_SKIP() << why << ": the CUDA backend tests need a GPU";
+    gpu_ = std::make_unique<CudaBackend>(0, CudaMath::fp32);
+    cpu_ = std::make_unique<CpuBackend>(0);
+  }
+  Pair pair(const Shape& shape, bool activation, std::uint64_t seed) {
+    return Pair(*cpu_, *gpu_, shape, activation, random_values(shape.numel(), seed));
+  }
+  Pair zeros(const Shape& shape, bool activation) { return Pair(*cpu_, *gpu_, shape, activation); }
+  std::unique_ptr<CudaBackend> gpu_;
+  std::unique_ptr<CpuBackend> cpu_;
+};
+
+TEST_F(CudaBackendTest, ConvolutionMatchesTheCpuInFp32) {
+  for (const Conv2dConfig& c : {Conv2dConfig{Shape(2, 16, 14, 14), 32, 3, 1, 1, false},
+                                Conv2dConfig{Shape(2, 64, 14, 14), 128, 1, 2, 0, false},
+                                Conv2dConfig{Shape(2, 3, 32, 32), 16, 7, 2, 3, true}}) {
+    auto x = pair(c.input, true, 1), w = pair(c.weight(), false, 2), b = pair(Shape(c.out_channels), false, 3);
+    auto y = zeros(c.output(), true), dy = pair(c.output(), true, 4), dx = zeros(c.input, true);
+    auto dw = zeros(c.weight(), false), db = zeros(Shape(c.out_channels), false);
+    auto cpu_op = cpu_->make_conv2d(c);
+    auto gpu_op = gpu_->make_conv2d(c);
+    cpu_op->forward(x.cpu(), w.cpu(), c.bias ? &b.cpu() : nullptr, y.cpu());
+    gpu_op->forward(x.gpu(), w.gpu(), c.bias ? &b.gpu() : nullptr, y.gpu());
+    cpu_op->backward_data(dy.cpu(), w.cpu(), dx.cpu());
+    gpu_op->backward_data(dy.gpu(), w.gpu(), dx.gpu());
+    cpu_op->backward_weights(x.cpu(), dy.cpu(), dw.cpu(), c.bias ? &db.cpu() : nullptr);
+    gpu_op->backward_weights(x.gpu(), dy.gpu(), dw.gpu(), c.bias ? &db.gpu() : nullptr);
+    gpu_->synchronize();
+    cpu_->synchronize();
+    const std::string what = "kernel " + std::to_string(c.kernel) + " stride " + std::to_string(c.stride);
+    EXPECT_LT(y.error(), 1e-5) << what;
+    EXPECT_LT(dx.error(), 1e-5) << what;
+    EXPECT_LT(dw.error(), 1e-5) << what;
+    if (c.bias) {
+      EXPECT_LT(db.error(), 1e-5) << what;
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, Tf32ConvolutionStaysWithinItsBound) {
+  const Conv2dConfig c{Shape(4, 64, 28, 28), 64, 3, 1, 1, false};
+  CudaBackend tf32(0, CudaMath::tf32);
+  Pair x(*cpu_, tf32, c.input, true, random_values(c.input.numel(), 5));
+  Pair w(*cpu_, tf32, c.weight(), false, random_values(c.weight().numel(), 6));
+  Pair y(*cpu_, tf32, c.output(), true);
+  cpu_->make_conv2d(c)->forward(x.cpu(), w.cpu(), nullptr, y.cpu());
+  tf32.make_conv2d(c)->forward(x.gpu(), w.gpu(), nullptr, y.gpu());
+  tf32.synchronize();
+  EXPECT_LT(y.error(), 1e-3);
+  EXPECT_GT(y.error(), 0.0) << "tf32 must not be bit-identical to fp32: is TF32 really on?";
+}
+
+TEST_F(CudaBackendTest, BatchNormMatchesTheCpu) {
+  const Shape s(4, 32, 8, 8);
+  auto x = pair(s, true, 7), y = zeros(s, true), dy = pair(s, true, 8), dx = zeros(s, true);
+  auto gamma = pair(Shape(32), false, 9), beta = pair(Shape(32), false, 10);
+  auto mean = zeros(Shape(32), false), var = zeros(Shape(32), false);
+  auto dgamma = zeros(Shape(32), false), dbeta = zeros(Shape(32), false);
+  auto cpu_op = cpu_->make_batch_norm({s, 1e-5f});
+  auto gpu_op = gpu_->make_batch_norm({s, 1e-5f});
+  cpu_op->forward_training(x.cpu(), gamma.cpu(), beta.cpu(), y.cpu(), mean.cpu(), var.cpu());
+  gpu_op->forward_training(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), mean.gpu(), var.gpu());
+  cpu_op->backward(x.cpu(), dy.cpu(), gamma.cpu(), mean.cpu(), var.cpu(), dx.cpu(), dgamma.cpu(), dbeta.cpu());
+  gpu_op->backward(x.gpu(), dy.gpu(), gamma.gpu(), mean.gpu(), var.gpu(), dx.gpu(), dgamma.gpu(), dbeta.gpu());
+  gpu_->synchronize();
+  EXPECT_LT(y.error(), 1e-5);
+  EXPECT_LT(mean.error(), 1e-5);
+  EXPECT_LT(var.error(), 1e-5);
+  EXPECT_LT(dx.error(), 1e-5);
+  EXPECT_LT(dgamma.error(), 1e-5);
+  EXPECT_LT(dbeta.error(), 1e-5);
+}
+
+TEST_F(CudaBackendTest, PoolingReluAndAddMatchTheCpu) {
+  const Shape s(2, 8, 16, 16);
+  for (const PoolKind kind : {PoolKind::max, PoolKind::average}) {
+    const PoolConfig c{s, kind, 3, 2, 1};
+    auto x = pair(s, true, 11), y = zeros(c.output(), true), dy = pair(c.output(), true, 12), dx = zeros(s, true);
+    auto cpu_op = cpu_->make_pool(c);
+    auto gpu_op = gpu_->make_pool(c);
+    std::vector<std::byte> cpu_workspace(cpu_op->workspace_bytes() + 1);
+    cpu_op->forward(x.cpu(), y.cpu(), cpu_workspace.data());
+    gpu_op->forward(x.gpu(), y.gpu(), nullptr);
+    cpu_op->backward(dy.cpu(), cpu_workspace.data(), dx.cpu());
+    gpu_op->backward(dy.gpu(), nullptr, dx.gpu());
+    gpu_->synchronize();
+    EXPECT_LT(y.error(), 1e-6) << (kind == PoolKind::max ? "max" : "average");
+    EXPECT_LT(dx.error(), 1e-6) << (kind == PoolKind::max ? "max" : "average");
+  }
+  auto a = pair(s, true, 13), b = pair(s, true, 14), sum = zeros(s, true), relu = zeros(s, true), drelu = zeros(s, true);
+  cpu_->make_add(s)->forward(a.cpu(), b.cpu(), sum.cpu());
+  gpu_->make_add(s)->forward(a.gpu(), b.gpu(), sum.gpu());
+  cpu_->make_relu(s)->forward(sum.cpu(), relu.cpu());
+  gpu_->make_relu(s)->forward(sum.gpu(), relu.gpu());
+  cpu_->make_relu(s)->backward(relu.cpu(), a.cpu(), drelu.cpu());
+  gpu_->make_relu(s)->backward(relu.gpu(), a.gpu(), drelu.gpu());
+  gpu_->synchronize();
+  EXPECT_EQ(sum.error(), 0.0);
+  EXPECT_EQ(relu.error(), 0.0);
+  EXPECT_EQ(drelu.error(), 0.0);
+}
+
+TEST_F(CudaBackendTest, LinearMatchesTheCpu) {
+  const LinearConfig c{8, 300, 70, true};
+  auto x = pair(Shape(c.batch, c.in_features), false, 15), w = pair(Shape(c.out_features, c.in_features), false, 16);
+  auto b = pair(Shape(c.out_features), false, 17), y = zeros(Shape(c.batch, c.out_features), false);
+  auto dy = pair(Shape(c.batch, c.out_features), false, 18), dx = zeros(Shape(c.batch, c.in_features), false);
+  auto dw = zeros(Shape(c.out_features, c.in_features), false), db = zeros(Shape(c.out_features), false);
+  auto cpu_op = cpu_->make_linear(c);
+  auto gpu_op = gpu_->make_linear(c);
+  cpu_op->forward(x.cpu(), w.cpu(), &b.cpu(), y.cpu());
+  gpu_op->forward(x.gpu(), w.gpu(), &b.gpu(), y.gpu());
+  cpu_op->backward_data(dy.cpu(), w.cpu(), dx.cpu());
+  gpu_op->backward_data(dy.gpu(), w.gpu(), dx.gpu());
+  cpu_op->backward_weights(x.cpu(), dy.cpu(), dw.cpu(), &db.cpu());
+  gpu_op->backward_weights(x.gpu(), dy.gpu(), dw.gpu(), &db.gpu());
+  gpu_->synchronize();
+  EXPECT_LT(y.error(), 1e-5);
+  EXPECT_LT(dx.error(), 1e-5);
+  EXPECT_LT(dw.error(), 1e-5);
+  EXPECT_LT(db.error(), 1e-5);
+}
+
+TEST_F(CudaBackendTest, LossDropoutPoolingAndSgdMatchTheCpu) {
+  const Shape logits_shape(16, 1000);
+  auto logits = pair(logits_shape, false, 19), dlogits = zeros(logits_shape, false);
+  std::vector<std::int32_t> labels(16);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 61 % 1000);
+  auto gpu_labels = gpu_->allocate(labels.size() * sizeof(std::int32_t));
+  gpu_->copy_from_host(gpu_labels.get(), labels.data(), labels.size() * sizeof(std::int32_t));
+  const float cpu_loss = cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu());
+  const float gpu_loss =
+      gpu_->softmax_cross_entropy(logits.gpu(), static_cast<const std::int32_t*>(gpu_labels.get()), dlogits.gpu());
+  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
+  EXPECT_LT(dlogits.error(), 1e-5);
+
+  const Shape flat(8, 4096);
+  auto x = pair(flat, false, 20), y = zeros(flat, false), mask = zeros(flat, false);
+  cpu_->dropout_forward(x.cpu(), y.cpu(), mask.cpu(), 0.5f, 1234);
+  gpu_->dropout_forward(x.gpu(), y.gpu(), mask.gpu(), 0.5f, 1234);
+  gpu_->synchronize();
+  EXPECT_EQ(mask.error(), 0.0) << "the same (seed, index) must keep the same elements";
+  EXPECT_EQ(y.error(), 0.0);
+
+  const Shape in(2, 64, 7, 7), out(2, 64, 3, 3);
+  auto px = pair(in, true, 21), py = zeros(out, true), pdy = pair(out, true, 22), pdx = zeros(in, true);
+  cpu_->adaptive_avg_pool_forward(px.cpu(), py.cpu());
+  gpu_->adaptive_avg_pool_forward(px.gpu(), py.gpu());
+  cpu_->adaptive_avg_pool_backward(pdy.cpu(), pdx.cpu());
+  gpu_->adaptive_avg_pool_backward(pdy.gpu(), pdx.gpu());
+  gpu_->synchronize();
+  EXPECT_LT(py.error(), 1e-6);
+  EXPECT_LT(pdx.error(), 1e-6);
+
+  const std::int64_t n = 100003;
+  auto w = pair(Shape(n), false, 23), g = pair(Shape(n), false, 24), buffer = zeros(Shape(n), false);
+  for (const bool first : {true, false}) {
+    cpu_->sgd_update(w.cpu().data, g.cpu().data, buffer.cpu().data, n, 0.1f, 0.9f, 1e-4f, first);
+    gpu_->sgd_update(w.gpu().data, g.gpu().data, buffer.gpu().data, n, 0.1f, 0.9f, 1e-4f, first);
+  }
+  gpu_->synchronize();
+  EXPECT_LT(w.error(), 1e-6);
+  EXPECT_LT(buffer.error(), 1e-6);
+}
+
+TEST_F(CudaBackendTest, ResNet50LossFollowsTheCpuForTenSteps) {
+  const Shape input(4, 3, 64, 64);
+  const SgdConfig sgd{0.01f, 0.9f, 1e-4f};
+  Trainer on_cpu(*cpu_, build_model("resnet50"), input, 1000, sgd, 42, 0);
+  Trainer on_gpu(*gpu_, build_model("resnet50"), input, 1000, sgd, 42, 0);
+  for (int step = 0; step < 10; ++step) {
+    const float expected = on_cpu.step();
+    const float actual = on_gpu.step();
+    EXPECT_NEAR(actual, expected, 2e-3 * std::fabs(static_cast<double>(expected))) << "step " << step;
+  }
+}
+
+TEST_F(CudaBackendTest, OutOfMemoryIsReportedWithTheBytesAskedAndFree) {
+  std::size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  try {
+    gpu_->allocate(total * 2);
+    FAIL() << "twice the device's memory cannot be allocated";
+  } catch (const CudaOutOfMemory& e) {
+    EXPECT_GE(e.requested, total * 2);
+    EXPECT_EQ(e.total, total);
+    EXPECT_NE(std::string(e.what()).find("device memory exhausted"), std::string::npos);
+  }
+  gpu_->allocate(1 << 20);  // the backend is still usable afterwards
+}
+
+}  // namespace
+}  // namespace dlbench::worker

@@ -1,0 +1,529 @@
+#include "cuda/cuda_backend.hpp"
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <tuple>
+#include <vector>
+
+#include "cuda/kernels.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+constexpr float kOne = 1.0f;
+constexpr float kZero = 0.0f;
+
+int as_int(std::int64_t v) { return static_cast<int>(v); }
+
+// NCHW float descriptor of a 4-D activation (or of an (N, F) matrix seen as N x F x 1 x 1).
+struct TensorDescriptor {
+  cudnnTensorDescriptor_t handle = nullptr;
+  explicit TensorDescriptor(const Shape& s) {
+    DLBENCH_CUDNN_CHECK(cudnnCreateTensorDescriptor(&handle));
+    const int h = s.rank >= 3 ? as_int(s.h()) : 1, w = s.rank >= 4 ? as_int(s.w()) : 1;
+    DLBENCH_CUDNN_CHECK(cudnnSetTensor4dDescriptor(handle, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, as_int(s.n()),
+                                                   as_int(s.rank >= 2 ? s.c() : 1), h, w));
+  }
+  ~TensorDescriptor() { cudnnDestroyTensorDescriptor(handle); }
+  TensorDescriptor(const TensorDescriptor&) = delete;
+  TensorDescriptor& operator=(const TensorDescriptor&) = delete;
+};
+
+// ---- convolution ------------------------------------------------------------------------
+
+enum class ConvPass { forward, backward_data, backward_filter };
+
+struct AlgorithmChoice {
+  int algorithm = 0;
+  std::size_t workspace = 0;
+};
+
+// One measurement per distinct convolution in the process: ResNet repeats its shapes.
+using ConvKey = std::tuple<std::array<std::int64_t, 4>, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int>;
+std::mutex algorithm_cache_mutex;
+std::map<ConvKey, AlgorithmChoice> algorithm_cache;
+
+ConvKey key_of(const Conv2dConfig& c, CudaMath math, ConvPass pass) {
+  return {c.input.dims, c.out_channels, c.kernel, c.stride, c.padding, static_cast<int>(math), static_cast<int>(pass)};
+}
+
+// The fastest measured algorithm that succeeded within the workspace limit.
+template <typename Perf>
+AlgorithmChoice fastest(const Perf* results, int count, const char* what) {
+  for (int i = 0; i < count; ++i) {  // cuDNN sorts by time
+    if (results[i].status == CUDNN_STATUS_SUCCESS) {
+      return {static_cast<int>(results[i].algo), results[i].memory};
+    }
+  }
+  throw CudaError(std::string("cuDNN: no ") + what + " algorithm works for this convolution");
+}
+
+class CudaConv final : public Conv2dOp {
+ public:
+  CudaConv(CudaBackend& backend, const Conv2dConfig& config)
+      : backend_(backend), config_(config), x_desc_(config.input), y_desc_(config.output()),
+        bias_desc_(Shape(1, config.out_channels, 1, 1)) {
+    DLBENCH_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_desc_));
+    DLBENCH_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                   as_int(config.out_channels), as_int(config.input.c()),
+                                                   as_int(config.kernel), as_int(config.kernel)));
+    DLBENCH_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv_desc_));
+    DLBENCH_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_desc_, as_int(config.padding), as_int(config.padding),
+                                                        as_int(config.stride), as_int(config.stride), 1, 1,
+                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    // fp32 means fp32: FMA math keeps cuDNN off TF32 tensor cores, which its default allows.
+    DLBENCH_CUDNN_CHECK(cudnnSetConvolutionMathType(
+        conv_desc_, backend.math() == CudaMath::tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  }
+  ~CudaConv() override {
+    cudnnDestroyConvolutionDescriptor(conv_desc_);
+    cudnnDestroyFilterDescriptor(w_desc_);
+  }
+
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    const AlgorithmChoice& a = choose(ConvPass::forward, [&](void* ws, std::size_t limit) {
+      std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
+      int count = 0;
+      DLBENCH_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+          backend_.cudnn(), x_desc_.handle, x.data, w_desc_, weight.data, conv_desc_, y_desc_.handle, y.data,
+          static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+      return fastest(perf.data(), count, "forward");
+    });
+    DLBENCH_CUDNN_CHECK(cudnnConvolutionForward(backend_.cudnn(), &kOne, x_desc_.handle, x.data, w_desc_, weight.data,
+                                                conv_desc_, static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm),
+                                                backend_.workspace(a.workspace), a.workspace, &kZero, y_desc_.handle,
+                                                y.data));
+    if (bias != nullptr) {
+      DLBENCH_CUDNN_CHECK(
+          cudnnAddTensor(backend_.cudnn(), &kOne, bias_desc_.handle, bias->data, &kOne, y_desc_.handle, y.data));
+    }
+  }
+
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    const AlgorithmChoice& a = choose(ConvPass::backward_data, [&](void* ws, std::size_t limit) {
+      std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
+      int count = 0;
+      DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+          backend_.cudnn(), w_desc_, weight.data, y_desc_.handle, dy.data, conv_desc_, x_desc_.handle, dx.data,
+          static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+      return fastest(perf.data(), count, "backward-data");
+    });
+    DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardData(
+        backend_.cudnn(), &kOne, w_desc_, weight.data, y_desc_.handle, dy.data, conv_desc_,
+        static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace, &kZero,
+        x_desc_.handle, dx.data));
+  }
+
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    const AlgorithmChoice& a = choose(ConvPass::backward_filter, [&](void* ws, std::size_t limit) {
+      std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
+      int count = 0;
+      DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+          backend_.cudnn(), x_desc_.handle, x.data, y_desc_.handle, dy.data, conv_desc_, w_desc_, dweight.data,
+          static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+      return fastest(perf.data(), count, "backward-filter");
+    });
+    DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        backend_.cudnn(), &kOne, x_desc_.handle, x.data, y_desc_.handle, dy.data, conv_desc_,
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace,
+        &kZero, w_desc_, dweight.data));
+    if (dbias != nullptr) {
+      DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardBias(backend_.cudnn(), &kOne, y_desc_.handle, dy.data, &kZero,
+                                                       bias_desc_.handle, dbias->data));
+    }
+  }
+
+ private:
+  // The algorithm for one pass: measured once (on the real buffers, in the first step) and
+  // cached for every convolution of the same shape.
+  template <typename Find>
+  const AlgorithmChoice& choose(ConvPass pass, Find&& find) {
+    auto& mine = chosen_[static_cast<std::size_t>(pass)];
+    if (mine) return *mine;
+    const ConvKey key = key_of(config_, backend_.math(), pass);
+    {
+      std::lock_guard lock(algorithm_cache_mutex);
+      if (const auto it = algorithm_cache.find(key); it != algorithm_cache.end()) return *(mine = it->second);
+    }
+    const std::size_t limit = backend_.workspace_limit();
+    const AlgorithmChoice choice = find(backend_.workspace(limit), limit);
+    std::lock_guard lock(algorithm_cache_mutex);
+    algorithm_cache[key] = choice;
+    return *(mine = choice);
+  }
+
+  CudaBackend& backend_;
+  Conv2dConfig config_;
+  TensorDescriptor x_desc_, y_desc_, bias_desc_;
+  cudnnFilterDescriptor_t w_desc_ = nullptr;
+  cudnnConvolutionDescriptor_t conv_desc_ = nullptr;
+  std::array<std::optional<AlgorithmChoice>, 3> chosen_;
+};
+
+// ---- batch norm ---------------------------------------------------------------------------
+
+class CudaBatchNorm final : public BatchNormOp {
+ public:
+  CudaBatchNorm(CudaBackend& backend, const BatchNormConfig& config)
+      : backend_(backend), channels_(config.input.c()), epsilon_(std::max(static_cast<double>(config.epsilon),
+                                                                         CUDNN_BN_MIN_EPSILON)),
+        x_desc_(config.input), parameter_desc_(Shape(1, config.input.c(), 1, 1)),
+        inverse_std_(backend.allocate(static_cast<std::size_t>(channels_) * sizeof(float))) {}
+
+  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
+                        Tensor& variance) override {
+    // Running statistics are the layer's (update_running_stat): cuDNN's are not asked for.
+    DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+        backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.handle, x.data, x_desc_.handle, y.data,
+        parameter_desc_.handle, gamma.data, beta.data, 0.0, nullptr, nullptr, epsilon_, mean.data, inverse()));
+    kernels::inverse_std_to_variance(inverse(), variance.data, channels_, static_cast<float>(epsilon_),
+                                     backend_.stream());
+  }
+
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean, const Tensor& variance,
+                Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    kernels::variance_to_inverse_std(variance.data, inverse(), channels_, static_cast<float>(epsilon_),
+                                     backend_.stream());
+    DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+        backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.data,
+        x_desc_.handle, dy.data, x_desc_.handle, dx.data, parameter_desc_.handle, gamma.data, dgamma.data, dbeta.data,
+        epsilon_, mean.data, inverse()));
+  }
+
+ private:
+  float* inverse() { return static_cast<float*>(inverse_std_.get()); }
+
+  CudaBackend& backend_;
+  std::int64_t channels_;
+  double epsilon_;
+  TensorDescriptor x_desc_, parameter_desc_;
+  std::shared_ptr<void> inverse_std_;
+};
+
+// ---- element-wise ------------------------------------------------------------------------
+
+class CudaRelu final : public ReluOp {
+ public:
+  CudaRelu(CudaBackend& backend, const Shape& shape) : backend_(backend), count_(shape.numel()) {}
+  void forward(const Tensor& x, Tensor& y) override { kernels::relu_forward(x.data, y.data, count_, backend_.stream()); }
+  void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    kernels::relu_backward(y.data, dy.data, dx.data, count_, backend_.stream());
+  }
+
+ private:
+  CudaBackend& backend_;
+  std::int64_t count_;
+};
+
+class CudaAdd final : public AddOp {
+ public:
+  CudaAdd(CudaBackend& backend, const Shape& shape) : backend_(backend), count_(shape.numel()) {}
+  void forward(const Tensor& a, const Tensor& b, Tensor& y) override {
+    kernels::add(a.data, b.data, y.data, count_, backend_.stream());
+  }
+
+ private:
+  CudaBackend& backend_;
+  std::int64_t count_;
+};
+
+// ---- pooling -----------------------------------------------------------------------------
+
+class CudaPool final : public PoolOp {
+ public:
+  CudaPool(CudaBackend& backend, const PoolConfig& config)
+      : backend_(backend), x_desc_(config.input), y_desc_(config.output()) {
+    DLBENCH_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&pool_desc_));
+    // Average pooling counts the padding, as torch.nn.AvgPool2d does by default.
+    const cudnnPoolingMode_t mode = config.kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                                                 : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+    DLBENCH_CUDNN_CHECK(cudnnSetPooling2dDescriptor(pool_desc_, mode, CUDNN_NOT_PROPAGATE_NAN, as_int(config.kernel),
+                                                    as_int(config.kernel), as_int(config.padding),
+                                                    as_int(config.padding), as_int(config.stride),
+                                                    as_int(config.stride)));
+  }
+  ~CudaPool() override { cudnnDestroyPoolingDescriptor(pool_desc_); }
+
+  // cuDNN's backward reads x and y again; they stay at their arena addresses, so no copy.
+  std::size_t workspace_bytes() const override { return 0; }
+  void forward(const Tensor& x, Tensor& y, void*) override {
+    x_ = x.data;
+    y_ = y.data;
+    DLBENCH_CUDNN_CHECK(
+        cudnnPoolingForward(backend_.cudnn(), pool_desc_, &kOne, x_desc_.handle, x.data, &kZero, y_desc_.handle, y.data));
+  }
+  void backward(const Tensor& dy, const void*, Tensor& dx) override {
+    DLBENCH_CUDNN_CHECK(cudnnPoolingBackward(backend_.cudnn(), pool_desc_, &kOne, y_desc_.handle, y_, y_desc_.handle,
+                                             dy.data, x_desc_.handle, x_, &kZero, x_desc_.handle, dx.data));
+  }
+
+ private:
+  CudaBackend& backend_;
+  TensorDescriptor x_desc_, y_desc_;
+  cudnnPoolingDescriptor_t pool_desc_ = nullptr;
+  const float* x_ = nullptr;
+  const float* y_ = nullptr;
+};
+
+// ---- linear (cuBLASLt) ---------------------------------------------------------------------
+
+// One column-major GEMM C(m x n) = op(A) op(B), its layouts and its algorithm, set up once.
+class Gemm {
+ public:
+  Gemm(CudaBackend& backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+       std::int64_t lda, std::int64_t ldb, std::int64_t ldc, bool bias_epilogue)
+      : backend_(backend) {
+    const cublasComputeType_t compute =
+        backend.math() == CudaMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    DLBENCH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, compute, CUDA_R_32F));
+    const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    DLBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    DLBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    if (bias_epilogue) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      DLBENCH_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    }
+    const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, transpose_a ? u(k) : u(m), transpose_a ? u(m) : u(k), lda));
+    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, transpose_b ? u(n) : u(k), transpose_b ? u(k) : u(n), ldb));
+    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_, CUDA_R_32F, u(m), u(n), ldc));
+
+    cublasLtMatmulPreference_t preference = nullptr;
+    DLBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    const std::size_t limit = kWorkspaceLimit;
+    DLBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                              &limit, sizeof limit));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(backend.cublas_lt(), desc_, a_, b_, c_, c_,
+                                                                 preference, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(preference);
+    DLBENCH_CUBLAS_CHECK(status);
+    if (found == 0) throw CudaError("cuBLASLt: no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) +
+                                    "x" + std::to_string(k) + " matmul");
+    algorithm_ = result.algo;
+    workspace_ = result.workspaceSize;
+  }
+  ~Gemm() {
+    cublasLtMatrixLayoutDestroy(c_);
+    cublasLtMatrixLayoutDestroy(b_);
+    cublasLtMatrixLayoutDestroy(a_);
+    cublasLtMatmulDescDestroy(desc_);
+  }
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  void run(const float* a, const float* b, float* c, const float* bias = nullptr) {
+    if (bias != nullptr) {
+      DLBENCH_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    DLBENCH_CUBLAS_CHECK(cublasLtMatmul(backend_.cublas_lt(), desc_, &kOne, a, a_, b, b_, &kZero, c, c_, c, c_,
+                                        &algorithm_, backend_.workspace(workspace_), workspace_, backend_.stream()));
+  }
+
+ private:
+  static constexpr std::size_t kWorkspaceLimit = std::size_t{32} << 20;
+  CudaBackend& backend_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
+  cublasLtMatmulAlgo_t algorithm_{};
+  std::size_t workspace_ = 0;
+};
+
+// Row-major x (N x in), W (out x in) as PyTorch keeps it, y (N x out). Column-major, each
+// row-major matrix is its transpose, so: y^T = W x^T, dx^T = W^T dy^T, dW^T = x^T dy.
+class CudaLinear final : public LinearOp {
+ public:
+  CudaLinear(CudaBackend& backend, const LinearConfig& c)
+      : backend_(backend), config_(c),
+        forward_(backend, true, false, c.out_features, c.batch, c.in_features, c.in_features, c.in_features,
+                 c.out_features, c.bias),
+        backward_data_(backend, false, false, c.in_features, c.batch, c.out_features, c.in_features, c.out_features,
+                       c.in_features, false),
+        backward_weights_(backend, false, true, c.in_features, c.out_features, c.batch, c.in_features, c.out_features,
+                          c.in_features, false) {}
+
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    forward_.run(weight.data, x.data, y.data, bias != nullptr ? bias->data : nullptr);
+  }
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    backward_data_.run(weight.data, dy.data, dx.data);
+  }
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    backward_weights_.run(x.data, dy.data, dweight.data);
+    if (dbias != nullptr) {
+      kernels::column_sums(dy.data, dbias->data, as_int(config_.batch), as_int(config_.out_features), backend_.stream());
+    }
+  }
+
+ private:
+  CudaBackend& backend_;
+  LinearConfig config_;
+  Gemm forward_, backward_data_, backward_weights_;
+};
+
+std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+}  // namespace
+
+CudaOutOfMemory::CudaOutOfMemory(std::size_t requested_bytes, std::size_t free_bytes, std::size_t total_bytes)
+    : CudaError("device memory exhausted: asked for " + std::to_string(requested_bytes) + " bytes, " +
+                std::to_string(free_bytes) + " of " + std::to_string(total_bytes) + " free"),
+      requested(requested_bytes), free(free_bytes), total(total_bytes) {}
+
+bool cuda_device_usable(std::string* why) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    if (why != nullptr) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(status);
+    cudaGetLastError();
+    return false;
+  }
+  if (count == 0) {
+    if (why != nullptr) *why = "no CUDA device on this machine";
+    return false;
+  }
+  return true;
+}
+
+CudaBackend::CudaBackend(int device, CudaMath math) : device_(device), math_(math) {
+  std::string why;
+  if (!cuda_device_usable(&why)) throw CudaError(why);
+  DLBENCH_CUDA_CHECK(cudaSetDevice(device_));
+  DLBENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties_, device_));
+  DLBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  DLBENCH_CUDNN_CHECK(cudnnCreate(&cudnn_));
+  DLBENCH_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+  DLBENCH_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
+  // Room for the search of convolution algorithms: up to 1 GiB or an eighth of the device.
+  workspace_limit_ = std::min<std::size_t>(std::size_t{1} << 30, properties_.totalGlobalMem / 8);
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  workspace_.reset();
+  loss_rows_.reset();
+  if (cublas_lt_ != nullptr) cublasLtDestroy(cublas_lt_);
+  if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::version_info() const {
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  const auto cudnn = static_cast<int>(cudnnGetVersion());
+  std::ostringstream out;
+  out << "cuda=" << version_string(runtime) << ";driver=" << version_string(driver) << ";cudnn=" << cudnn / 10000
+      << "." << cudnn % 10000 / 100 << "." << cudnn % 100 << ";cublasLt=" << cublasLtGetVersion()
+      << ";gpu=" << properties_.name << ";sm=" << properties_.major << properties_.minor
+      << ";math=" << (math_ == CudaMath::tf32 ? "tf32" : "fp32");
+  return out.str();
+}
+
+std::shared_ptr<void> CudaBackend::allocate(std::size_t bytes) {
+  void* p = nullptr;
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256;
+  const cudaError_t status = cudaMalloc(&p, rounded);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it: the process goes on to report the failure
+    std::size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    throw CudaOutOfMemory(rounded, free, total);
+  }
+  DLBENCH_CUDA_CHECK(status);
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_));
+  DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+void CudaBackend::copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) {
+  DLBENCH_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+  DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may go away on return
+}
+
+void CudaBackend::copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) {
+  DLBENCH_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, stream_));
+  DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::synchronize() { DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void* CudaBackend::workspace(std::size_t bytes) {
+  if (bytes > workspace_bytes_) {
+    DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old block may still be in use
+    workspace_.reset();
+    workspace_ = allocate(bytes);
+    workspace_bytes_ = bytes;
+  }
+  return workspace_.get();
+}
+
+std::unique_ptr<Conv2dOp> CudaBackend::make_conv2d(const Conv2dConfig& c) { return std::make_unique<CudaConv>(*this, c); }
+std::unique_ptr<BatchNormOp> CudaBackend::make_batch_norm(const BatchNormConfig& c) {
+  return std::make_unique<CudaBatchNorm>(*this, c);
+}
+std::unique_ptr<ReluOp> CudaBackend::make_relu(const Shape& shape) { return std::make_unique<CudaRelu>(*this, shape); }
+std::unique_ptr<PoolOp> CudaBackend::make_pool(const PoolConfig& c) { return std::make_unique<CudaPool>(*this, c); }
+std::unique_ptr<LinearOp> CudaBackend::make_linear(const LinearConfig& c) {
+  return std::make_unique<CudaLinear>(*this, c);
+}
+std::unique_ptr<AddOp> CudaBackend::make_add(const Shape& shape) { return std::make_unique<CudaAdd>(*this, shape); }
+
+void CudaBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
+  kernels::running_stat(running.data, batch.data, running.numel(), momentum, correction, stream_);
+}
+
+void CudaBackend::accumulate(Tensor& dst, const Tensor& src) {
+  kernels::accumulate(dst.data, src.data, dst.numel(), stream_);
+}
+
+void CudaBackend::scale(float* data, std::int64_t count, float factor) { kernels::scale(data, count, factor, stream_); }
+
+void CudaBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
+  kernels::adaptive_avg_pool_forward(x.data, y.data, as_int(x.shape.n()), as_int(x.shape.c()), as_int(x.shape.h()),
+                                     as_int(x.shape.w()), as_int(y.shape.h()), as_int(y.shape.w()), stream_);
+}
+
+void CudaBackend::adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) {
+  kernels::adaptive_avg_pool_backward(dy.data, dx.data, as_int(dx.shape.n()), as_int(dx.shape.c()),
+                                      as_int(dx.shape.h()), as_int(dx.shape.w()), as_int(dy.shape.h()),
+                                      as_int(dy.shape.w()), stream_);
+}
+
+void CudaBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) {
+  kernels::dropout_forward(x.data, y.data, mask.data, x.numel(), p, seed, stream_);
+}
+
+void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
+  kernels::multiply(dy.data, mask.data, dx.data, dy.numel(), stream_);
+}
+
+float CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) {
+  const std::int64_t rows = logits.shape.n();
+  if (static_cast<std::size_t>(rows) > loss_rows_capacity_) {  // first step only
+    loss_rows_ = allocate(static_cast<std::size_t>(rows) * sizeof(float));
+    loss_rows_capacity_ = static_cast<std::size_t>(rows);
+  }
+  auto* loss_rows = static_cast<float*>(loss_rows_.get());
+  kernels::softmax_cross_entropy(logits.data, labels, dlogits.data, loss_rows, as_int(rows), as_int(logits.shape.c()),
+                                 stream_);
+  std::vector<float> host(static_cast<std::size_t>(rows));
+  copy_to_host(host.data(), loss_rows, host.size() * sizeof(float));
+  const double sum = std::accumulate(host.begin(), host.end(), 0.0);
+  return static_cast<float>(sum / static_cast<double>(rows));
+}
+
+void CudaBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
+                             float learning_rate, float momentum, float weight_decay, bool first_step) {
+  kernels::sgd(values, grads, momentum_buffer, count, learning_rate, momentum, weight_decay, first_step, stream_);
+}
+
+}  // namespace dlbench::worker

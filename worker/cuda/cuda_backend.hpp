@@ -1,0 +1,97 @@
+// The CUDA backend: convolution, batch norm and pooling through cuDNN 9, linear layers through
+// cuBLASLt, everything else in dlbench's own kernels (worker/cuda/kernels.cu), all on one
+// stream. Activations are NCHW fp32 (the layout every fp32 cuDNN algorithm takes with PyTorch's
+// OIHW weights); `math` chooses whether cuDNN and cuBLAS may use TF32 tensor cores.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "backend.hpp"
+#include "cuda/cuda_check.hpp"
+
+namespace dlbench::worker {
+
+// fp32: true fp32 arithmetic (cuDNN FMA math, cuBLAS 32F compute, no TF32).
+// tf32: tensor cores with TF32 inputs and fp32 accumulation, as PyTorch's allow_tf32.
+enum class CudaMath { fp32, tf32 };
+
+// A device allocation that does not fit: reported as the case's OutOfMemory result.
+class CudaOutOfMemory : public CudaError {
+ public:
+  CudaOutOfMemory(std::size_t requested, std::size_t free, std::size_t total);
+  std::size_t requested, free, total;
+};
+
+// Whether a CUDA device can be used here; when not, `why` says what is missing.
+bool cuda_device_usable(std::string* why = nullptr);
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device = 0, CudaMath math = CudaMath::fp32);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  Layout activation_layout() const override { return Layout::nchw; }
+  std::string version_info() const override;
+
+  std::shared_ptr<void> allocate(std::size_t bytes) override;
+  void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override;
+  void synchronize() override;
+
+  std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) override;
+  std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) override;
+  std::unique_ptr<ReluOp> make_relu(const Shape& shape) override;
+  std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) override;
+  std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;
+  std::unique_ptr<AddOp> make_add(const Shape& shape) override;
+
+  void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
+  void accumulate(Tensor& dst, const Tensor& src) override;
+  void scale(float* data, std::int64_t count, float factor) override;
+  void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
+  void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
+  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;
+  void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
+  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) override;
+  void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
+                  float momentum, float weight_decay, bool first_step) override;
+
+  CudaMath math() const { return math_; }
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  cublasLtHandle_t cublas_lt() const { return cublas_lt_; }
+  const cudaDeviceProp& properties() const { return properties_; }
+
+  // Scratch memory shared by every op (they run one after another on the stream). It grows
+  // only while algorithms are chosen, in the first step; later calls find it large enough.
+  void* workspace(std::size_t bytes);
+  // The most workspace one convolution algorithm may ask for.
+  std::size_t workspace_limit() const { return workspace_limit_; }
+
+ private:
+  int device_;
+  CudaMath math_;
+  cudaDeviceProp properties_{};
+  cudaStream_t stream_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  cublasLtHandle_t cublas_lt_ = nullptr;
+  std::shared_ptr<void> workspace_;
+  std::size_t workspace_bytes_ = 0;
+  std::size_t workspace_limit_ = std::size_t{1} << 30;
+  // The loss of one step: one float per row on the device, summed on the host.
+  std::shared_ptr<void> loss_rows_;
+  std::size_t loss_rows_capacity_ = 0;
+};
+
+}  // namespace dlbench::worker

@@ -1,0 +1,240 @@
+#include "cuda/kernels.hpp"
+
+#include <algorithm>
+
+#include "cuda/cuda_check.hpp"
+
+namespace dlbench::worker::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Grid-stride launches: enough blocks to fill the GPU, never more than the work needs.
+unsigned blocks_for(std::int64_t n) {
+  const std::int64_t wanted = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::clamp<std::int64_t>(wanted, 1, 65535));
+}
+
+#define DLBENCH_GRID_STRIDE(i, n) \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
+
+__global__ void relu_forward_kernel(const float* x, float* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
+}
+
+__global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; }
+}
+
+__global__ void add_kernel(const float* a, const float* b, float* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = a[i] + b[i]; }
+}
+
+__global__ void multiply_kernel(const float* a, const float* b, float* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = a[i] * b[i]; }
+}
+
+__global__ void scale_kernel(float* data, std::int64_t n, float factor) {
+  DLBENCH_GRID_STRIDE(i, n) { data[i] *= factor; }
+}
+
+__global__ void running_stat_kernel(float* running, const float* batch, std::int64_t n, float momentum,
+                                    float correction) {
+  DLBENCH_GRID_STRIDE(i, n) { running[i] = (1.0f - momentum) * running[i] + momentum * batch[i] * correction; }
+}
+
+__global__ void inverse_std_to_variance_kernel(const float* inverse_std, float* variance, std::int64_t n, float epsilon) {
+  DLBENCH_GRID_STRIDE(i, n) { variance[i] = 1.0f / (inverse_std[i] * inverse_std[i]) - epsilon; }
+}
+
+__global__ void variance_to_inverse_std_kernel(const float* variance, float* inverse_std, std::int64_t n, float epsilon) {
+  DLBENCH_GRID_STRIDE(i, n) { inverse_std[i] = rsqrtf(variance[i] + epsilon); }
+}
+
+__device__ inline int window_start(int i, int in, int out) { return i * in / out; }
+__device__ inline int window_end(int i, int in, int out) { return ((i + 1) * in + out - 1) / out; }
+
+// One thread per output element (n, c, oh, ow), NCHW.
+__global__ void adaptive_avg_pool_forward_kernel(const float* x, float* y, int n, int c, int in_h, int in_w, int out_h,
+                                                 int out_w) {
+  const std::int64_t total = static_cast<std::int64_t>(n) * c * out_h * out_w;
+  DLBENCH_GRID_STRIDE(index, total) {
+    const int ow = static_cast<int>(index % out_w);
+    const int oh = static_cast<int>((index / out_w) % out_h);
+    const std::int64_t plane = index / (static_cast<std::int64_t>(out_w) * out_h);  // n * c + channel
+    const int h0 = window_start(oh, in_h, out_h), h1 = window_end(oh, in_h, out_h);
+    const int w0 = window_start(ow, in_w, out_w), w1 = window_end(ow, in_w, out_w);
+    const float* in = x + plane * in_h * in_w;
+    float sum = 0.0f;
+    for (int h = h0; h < h1; ++h) {
+      for (int w = w0; w < w1; ++w) sum += in[h * in_w + w];
+    }
+    y[index] = sum / static_cast<float>((h1 - h0) * (w1 - w0));
+  }
+}
+
+// One thread per input element: the sum over the output windows that contain it.
+__global__ void adaptive_avg_pool_backward_kernel(const float* dy, float* dx, int n, int c, int in_h, int in_w,
+                                                  int out_h, int out_w) {
+  const std::int64_t total = static_cast<std::int64_t>(n) * c * in_h * in_w;
+  DLBENCH_GRID_STRIDE(index, total) {
+    const int w = static_cast<int>(index % in_w);
+    const int h = static_cast<int>((index / in_w) % in_h);
+    const std::int64_t plane = index / (static_cast<std::int64_t>(in_w) * in_h);
+    const float* g = dy + plane * out_h * out_w;
+    float sum = 0.0f;
+    for (int oh = 0; oh < out_h; ++oh) {
+      const int h0 = window_start(oh, in_h, out_h), h1 = window_end(oh, in_h, out_h);
+      if (h < h0 || h >= h1) continue;
+      for (int ow = 0; ow < out_w; ++ow) {
+        const int w0 = window_start(ow, in_w, out_w), w1 = window_end(ow, in_w, out_w);
+        if (w < w0 || w >= w1) continue;
+        sum += g[oh * out_w + ow] / static_cast<float>((h1 - h0) * (w1 - w0));
+      }
+    }
+    dx[index] = sum;
+  }
+}
+
+__device__ inline std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__global__ void dropout_forward_kernel(const float* x, float* y, float* mask, std::int64_t n, std::uint64_t threshold,
+                                       float keep_scale, std::uint64_t seed) {
+  DLBENCH_GRID_STRIDE(i, n) {
+    const bool keep = mix64(seed ^ mix64(static_cast<std::uint64_t>(i))) >= threshold;
+    mask[i] = keep ? keep_scale : 0.0f;
+    y[i] = x[i] * mask[i];
+  }
+}
+
+// One block per row; the row's max and sum of exponentials by block reductions.
+__global__ void softmax_cross_entropy_kernel(const float* logits, const std::int32_t* labels, float* dlogits,
+                                             float* loss_rows, int classes, float inverse_rows) {
+  __shared__ float reduce[kThreads];
+  const int row = blockIdx.x;
+  const float* z = logits + static_cast<std::int64_t>(row) * classes;
+  float* g = dlogits + static_cast<std::int64_t>(row) * classes;
+
+  float local_max = -INFINITY;
+  for (int j = threadIdx.x; j < classes; j += blockDim.x) local_max = fmaxf(local_max, z[j]);
+  reduce[threadIdx.x] = local_max;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) reduce[threadIdx.x] = fmaxf(reduce[threadIdx.x], reduce[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  const float row_max = reduce[0];
+  __syncthreads();
+
+  float local_sum = 0.0f;
+  for (int j = threadIdx.x; j < classes; j += blockDim.x) local_sum += expf(z[j] - row_max);
+  reduce[threadIdx.x] = local_sum;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) reduce[threadIdx.x] += reduce[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const float log_sum = logf(reduce[0]);
+  const int label = labels[row];
+  for (int j = threadIdx.x; j < classes; j += blockDim.x) {
+    const float probability = expf(z[j] - row_max - log_sum);
+    g[j] = (probability - (j == label ? 1.0f : 0.0f)) * inverse_rows;
+  }
+  if (threadIdx.x == 0) loss_rows[row] = log_sum - (z[label] - row_max);
+}
+
+__global__ void sgd_kernel(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
+                           float momentum, float weight_decay, bool first_step) {
+  DLBENCH_GRID_STRIDE(i, n) {
+    const float d = grads[i] + weight_decay * values[i];
+    const float buffer = first_step ? d : momentum * momentum_buffer[i] + d;
+    momentum_buffer[i] = buffer;
+    values[i] -= learning_rate * buffer;
+  }
+}
+
+__global__ void column_sums_kernel(const float* dy, float* sums, int rows, int columns) {
+  DLBENCH_GRID_STRIDE(j, columns) {
+    float sum = 0.0f;
+    for (int r = 0; r < rows; ++r) sum += dy[static_cast<std::int64_t>(r) * columns + j];
+    sums[j] = sum;
+  }
+}
+
+}  // namespace
+
+#define DLBENCH_LAUNCH(kernel, n, stream, ...)                                  \
+  do {                                                                         \
+    if ((n) > 0) {                                                             \
+      kernel<<<blocks_for(n), kThreads, 0, (stream)>>>(__VA_ARGS__);           \
+      DLBENCH_CUDA_CHECK(cudaGetLastError());                                  \
+    }                                                                          \
+  } while (false)
+
+void relu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream) {
+  DLBENCH_LAUNCH(relu_forward_kernel, n, stream, x, y, n);
+}
+void relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, cudaStream_t stream) {
+  DLBENCH_LAUNCH(relu_backward_kernel, n, stream, y, dy, dx, n);
+}
+void add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
+  DLBENCH_LAUNCH(add_kernel, n, stream, a, b, y, n);
+}
+void accumulate(float* dst, const float* src, std::int64_t n, cudaStream_t stream) {
+  DLBENCH_LAUNCH(add_kernel, n, stream, dst, src, dst, n);
+}
+void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
+  DLBENCH_LAUNCH(multiply_kernel, n, stream, a, b, y, n);
+}
+void scale(float* data, std::int64_t n, float factor, cudaStream_t stream) {
+  DLBENCH_LAUNCH(scale_kernel, n, stream, data, n, factor);
+}
+void running_stat(float* running, const float* batch, std::int64_t n, float momentum, float correction,
+                  cudaStream_t stream) {
+  DLBENCH_LAUNCH(running_stat_kernel, n, stream, running, batch, n, momentum, correction);
+}
+void inverse_std_to_variance(const float* inverse_std, float* variance, std::int64_t n, float epsilon,
+                             cudaStream_t stream) {
+  DLBENCH_LAUNCH(inverse_std_to_variance_kernel, n, stream, inverse_std, variance, n, epsilon);
+}
+void variance_to_inverse_std(const float* variance, float* inverse_std, std::int64_t n, float epsilon,
+                             cudaStream_t stream) {
+  DLBENCH_LAUNCH(variance_to_inverse_std_kernel, n, stream, variance, inverse_std, n, epsilon);
+}
+void adaptive_avg_pool_forward(const float* x, float* y, int n, int c, int in_h, int in_w, int out_h, int out_w,
+                               cudaStream_t stream) {
+  const std::int64_t total = static_cast<std::int64_t>(n) * c * out_h * out_w;
+  DLBENCH_LAUNCH(adaptive_avg_pool_forward_kernel, total, stream, x, y, n, c, in_h, in_w, out_h, out_w);
+}
+void adaptive_avg_pool_backward(const float* dy, float* dx, int n, int c, int in_h, int in_w, int out_h, int out_w,
+                                cudaStream_t stream) {
+  const std::int64_t total = static_cast<std::int64_t>(n) * c * in_h * in_w;
+  DLBENCH_LAUNCH(adaptive_avg_pool_backward_kernel, total, stream, dy, dx, n, c, in_h, in_w, out_h, out_w);
+}
+void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, float p, std::uint64_t seed,
+                     cudaStream_t stream) {
+  const auto threshold = static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
+  DLBENCH_LAUNCH(dropout_forward_kernel, n, stream, x, y, mask, n, threshold, 1.0f / (1.0f - p), seed);
+}
+void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, float* loss_rows,
+                           int rows, int classes, cudaStream_t stream) {
+  if (rows <= 0) return;
+  softmax_cross_entropy_kernel<<<rows, kThreads, 0, stream>>>(logits, labels, dlogits, loss_rows, classes,
+                                                               1.0f / static_cast<float>(rows));
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
+         float momentum, float weight_decay, bool first_step, cudaStream_t stream) {
+  DLBENCH_LAUNCH(sgd_kernel, n, stream, values, grads, momentum_buffer, n, learning_rate, momentum, weight_decay,
+                 first_step);
+}
+void column_sums(const float* dy, float* sums, int rows, int columns, cudaStream_t stream) {
+  DLBENCH_LAUNCH(column_sums_kernel, columns, stream, dy, sums, rows, columns);
+}
+
+}  // namespace dlbench::worker::kernels

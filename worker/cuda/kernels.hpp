@@ -1,0 +1,46 @@
+// dlbench's own CUDA kernels: the element-wise and small reductions that cuDNN and cuBLAS do
+// not cover (or cover with a launch and descriptors costing more than the work). Each
+// launcher queues its kernel on `stream` and checks the launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dlbench::worker::kernels {
+
+void relu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream);
+// dx = dy where y > 0 (dx may be dy).
+void relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
+// y = a + b (y may be a).
+void add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
+// dst += src
+void accumulate(float* dst, const float* src, std::int64_t n, cudaStream_t stream);
+void scale(float* data, std::int64_t n, float factor, cudaStream_t stream);
+// running = (1 - momentum) · running + momentum · correction · batch
+void running_stat(float* running, const float* batch, std::int64_t n, float momentum, float correction,
+                  cudaStream_t stream);
+// cuDNN keeps 1/sqrt(var + eps); the interface speaks in biased variances.
+void inverse_std_to_variance(const float* inverse_std, float* variance, std::int64_t n, float epsilon,
+                             cudaStream_t stream);
+void variance_to_inverse_std(const float* variance, float* inverse_std, std::int64_t n, float epsilon,
+                             cudaStream_t stream);
+// NCHW adaptive average pooling with PyTorch's windows [floor(i·in/out), ceil((i+1)·in/out)).
+void adaptive_avg_pool_forward(const float* x, float* y, int n, int c, int in_h, int in_w, int out_h, int out_w,
+                               cudaStream_t stream);
+void adaptive_avg_pool_backward(const float* dy, float* dx, int n, int c, int in_h, int in_w, int out_h, int out_w,
+                                cudaStream_t stream);
+// Inverted dropout with the CPU backend's mask: keep i when mix64(seed ^ mix64(i)) >= p · 2^64.
+void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, float p, std::uint64_t seed,
+                     cudaStream_t stream);
+void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
+// One block per row: loss_rows[b] = logsumexp(z_b) - z_b[label_b]; dlogits = (softmax - onehot) / rows.
+void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, float* loss_rows,
+                           int rows, int classes, cudaStream_t stream);
+// PyTorch's SGD over the flat parameter buffer (every tensor at once: one launch per step).
+void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
+         float momentum, float weight_decay, bool first_step, cudaStream_t stream);
+// dbias[j] = sum over rows of dy[row][j] (row-major rows x columns).
+void column_sums(const float* dy, float* dbias, int rows, int columns, cudaStream_t stream);
+
+}  // namespace dlbench::worker::kernels
