@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# ResNet-50 training throughput on one GPU: dlbench-worker and PyTorch (eager and torch.compile)
+# side by side in one run, same batch, precision and methodology; one comparison table.
+#
+#   bench/gpu_resnet50.sh BIN_DIR [WARMUP MEASURE REPEATS]
+#
+# BIN_DIR holds a dlbench-worker built with CUDA (sm_90 for H100/H200; the `default` preset
+# builds 80;90) and, where its libraries are not installed, the shared libraries `ldd` names
+# (LD_LIBRARY_PATH is set to BIN_DIR/lib). Defaults: 20 warm-up, 100 measured steps, 7 repeats.
+# MFU = images/s × 24.5 GFLOP (3 × the 2 × 4.09 G multiply-adds of one 224² forward pass) over
+# the GPU's dense peak for the precision (tensor cores for tf32/amp/bf16, FMA for fp32).
+set -euo pipefail
+
+bin=${1:?usage: bench/gpu_resnet50.sh BIN_DIR [WARMUP MEASURE REPEATS]}
+warmup=${2:-20}
+measure=${3:-100}
+repeats=${4:-7}
+here=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+for batch in 128 256; do
+  for precision in fp32 tf32 amp; do
+    rm -f /tmp/dlbench-result.json
+    if "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size "$batch" --precision "$precision" \
+         --warmup-steps "$warmup" --measure-steps "$measure" --repeats "$repeats" --output /tmp/dlbench-result.json \
+         > /dev/null 2> /tmp/dlbench-stderr.txt || [[ -s /tmp/dlbench-result.json ]]; then
+      python3 - "$batch" "$precision" >> "$results" <<'PY'
+import json, sys
+r = json.load(open("/tmp/dlbench-result.json"))
+t = r.get("throughput", {})
+print(json.dumps({"engine": "dlbench", "batch": int(sys.argv[1]), "precision": sys.argv[2],
+                  "median": t.get("median"), "state": r["state"], "reason": r.get("reason", "")}))
+PY
+    fi
+    for compile in "" "--compile"; do
+      python3 "$here/pytorch_resnet50.py" --batch "$batch" --precision "$precision" --warmup "$warmup" \
+        --measure "$measure" --repeats "$repeats" $compile >> "$results" || true
+    done
+  done
+done
+
+python3 - "$results" <<'PY'
+import json, sys, subprocess
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout
+# Dense peaks, TFLOP/s (NVIDIA datasheets, SXM parts).
+peaks = {"H100": {"fp32": 67, "tf32": 494.7, "amp": 989.4, "bf16": 989.4},
+         "H200": {"fp32": 67, "tf32": 494.7, "amp": 989.4, "bf16": 989.4},
+         "A100": {"fp32": 19.5, "tf32": 156, "amp": 312, "bf16": 312}}
+peak = next((p for name, p in peaks.items() if name in gpu), None)
+by = {}
+for r in rows:
+    by[(r["batch"], r["precision"], r["engine"])] = r.get("median")
+print("| batch | precision | dlbench img/s | PyTorch eager img/s | torch.compile img/s | dlbench / eager | MFU dlbench | MFU eager |")
+print("|---|---|---|---|---|---|---|---|")
+for batch in (128, 256):
+    for precision in ("fp32", "tf32", "amp"):
+        d, e, c = (by.get((batch, precision, k)) for k in ("dlbench", "pytorch", "pytorch-compile"))
+        mfu = lambda v: f"{100 * v * 24.5e9 / (peak[precision] * 1e12):.1f}%" if v and peak else "-"
+        fmt = lambda v: f"{v:.1f}" if v else "-"
+        ratio = f"{d / e:.2f}" if d and e else "-"
+        print(f"| {batch} | {precision} | {fmt(d)} | {fmt(e)} | {fmt(c)} | {ratio} | {mfu(d)} | {mfu(e)} |")
+PY

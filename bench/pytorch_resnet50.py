@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""PyTorch's ResNet-50 under dlbench's methodology, for side-by-side runs with dlbench-worker.
+
+torchvision resnet50 (v1.5, as dlbench's), channels_last, synthetic data, SGD with momentum 0.9,
+weight decay 1e-4, learning rate 0.1; warm up W steps, time M steps, R repeats, report the median
+images/s. Timing: torch.cuda.synchronize() before and after the M steps, perf_counter between.
+
+    pytorch_resnet50.py --batch 256 --precision amp [--compile] [--warmup 20 --measure 100 --repeats 7]
+
+Prints one JSON line: {"engine": "pytorch" | "pytorch-compile", "batch", "precision", "repeats": [...], "median"}.
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torchvision
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--precision", choices=["fp32", "tf32", "amp", "bf16"], required=True)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--measure", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    args = parser.parse_args()
+
+    torch.backends.cudnn.benchmark = True  # measured algorithm choice, as dlbench does
+    tf32 = args.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    device = torch.device("cuda")
+    model = torchvision.models.resnet50().to(device).to(memory_format=torch.channels_last)
+    if args.compile:
+        model = torch.compile(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    criterion = torch.nn.CrossEntropyLoss()
+    images = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device).to(
+        memory_format=torch.channels_last)
+    labels = torch.randint(0, 1000, (args.batch,), device=device)
+    autocast_dtype = {"amp": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
+    scaler = torch.amp.GradScaler("cuda", enabled=args.precision == "amp")
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            loss = criterion(model(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    repeats = []
+    for _ in range(args.repeats):
+        for _ in range(args.warmup):
+            step()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(args.measure):
+            step()
+        torch.cuda.synchronize()
+        repeats.append(args.batch * args.measure / (time.perf_counter() - start))
+    print(json.dumps({"engine": "pytorch-compile" if args.compile else "pytorch", "batch": args.batch,
+                      "precision": args.precision, "repeats": repeats, "median": statistics.median(repeats),
+                      "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}))
+
+
+if __name__ == "__main__":
+    main()
