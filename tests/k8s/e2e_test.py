@@ -7,6 +7,7 @@ dlbench-worker, CPU backend) as local processes. What `kubectl get br` shows at 
 """
 import json
 import os
+import subprocess
 import sys
 import unittest
 import urllib.request
@@ -81,6 +82,9 @@ class EndToEnd(unittest.TestCase):
             metrics = r.read().decode()
         self.assertIn('dlbench_case_throughput_samples_per_second{case="1x2-bs8-fp32",namespace="default",'
                       'run="quickstart"}', metrics)
+        # The operator's exposition passes Prometheus's own linter.
+        lint = subprocess.run(["promtool", "check", "metrics"], input=metrics, capture_output=True, text=True)
+        self.assertEqual(lint.returncode, 0, lint.stdout + lint.stderr)
 
     def test_a_worker_killed_for_memory_is_recorded_with_its_reason_and_the_run_goes_on(self):
         run = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "oom"},
