@@ -70,12 +70,25 @@ Usage: dlbench-worker [options]
                           0 picks a free port (printed); default: off
   --output FILE           write the JSON result there (default: stdout, table to stderr)
   --list-models           print the models and exit
+  --list-devices          print "cpu <threads>" and, when built with CUDA, "cuda <GPUs>"
   --help                  print this and exit
 Under mpirun every rank trains on its own synthetic batch with the same initial weights
 (broadcast from rank 0); gradients are averaged in buckets while backward runs; the
 global batch is batch size × ranks; throughput uses the slowest rank's time; rank 0 reports.
 Exit codes: 0 measured, 1 the case failed (a Failed result is still written), 2 bad usage.
 )";
+
+// --threads 0: the cores this process may use, shared evenly by the ranks on this node (under
+// the operator every rank of a worker pod starts with the default).
+int default_threads() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                                        : static_cast<int>(std::thread::hardware_concurrency());
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks_here = local_size != nullptr ? std::max(1, std::atoi(local_size)) : 1;
+  return std::max(1, cores / ranks_here);
+}
 
 struct Options {
   std::string model = "resnet50";
@@ -149,7 +162,7 @@ std::optional<Options> parse(int argc, char** argv) {
     if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
-    } else if (flag != "--help" && flag != "--list-models") {
+    } else if (flag != "--help" && flag != "--list-models" && flag != "--list-devices") {
       if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
       value = argv[++i];
     }
@@ -161,6 +174,15 @@ std::optional<Options> parse(int argc, char** argv) {
         std::cout << std::left << std::setw(11) << m.name << m.description << " (image size >= " << m.min_image_size
                   << ")\n";
       }
+      return std::nullopt;
+    } else if (flag == "--list-devices") {
+      // What `dlbench run --backend auto` reads: one "backend count" line per backend built in.
+      std::cout << "cpu " << default_threads() << "\n";
+#ifdef DLBENCH_HAVE_CUDA
+      int gpus = 0;
+      if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+      std::cout << "cuda " << gpus << "\n";
+#endif
       return std::nullopt;
     } else if (flag == "--model") {
       o.model = choice(flag, value, models);
@@ -249,18 +271,6 @@ std::vector<std::string> distinct(const std::vector<std::string>& hosts) {
     if (std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
   }
   return out;
-}
-
-// --threads 0: the cores this process may use, shared evenly by the ranks on this node (under
-// the operator every rank of a worker pod starts with the default).
-int default_threads() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  const int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
-                                                                        : static_cast<int>(std::thread::hardware_concurrency());
-  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int ranks_here = local_size != nullptr ? std::max(1, std::atoi(local_size)) : 1;
-  return std::max(1, cores / ranks_here);
 }
 
 // "key=value;key=value" (Backend::version_info) -> the value of `key`, or "".

@@ -13,10 +13,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -31,6 +33,23 @@
 
 namespace dlbench::cli {
 namespace {
+
+// `dlbench-worker --list-devices`: "cpu 8", "cuda 4" lines -> {"cpu": 8, "cuda": 4}.
+std::map<std::string, int> list_devices(const std::string& worker) {
+  std::map<std::string, int> devices;
+  // Bounded: a worker that does not know the flag must not hold the run up.
+  FILE* pipe = popen(("timeout 5 '" + worker + "' --list-devices 2>/dev/null").c_str(), "r");
+  if (pipe == nullptr) return devices;
+  char line[256];
+  while (std::fgets(line, sizeof line, pipe) != nullptr) {
+    std::istringstream in(line);
+    std::string name;
+    int count = 0;
+    if (in >> name >> count) devices[name] = count;
+  }
+  pclose(pipe);
+  return devices;
+}
 
 std::atomic<bool> interrupted{false};
 std::atomic<pid_t> running_child{0};
@@ -175,17 +194,30 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   }
   const std::string output = options.output.empty() ? run.metadata.name + ".status.json" : options.output;
   const std::string worker = options.worker.empty() ? self_directory() + "/dlbench-worker" : options.worker;
-  const int host_devices = options.max_devices > 0 ? options.max_devices
-                                                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  // Which backend, and how many devices: dlbench-worker knows what it was built with and sees.
+  std::map<std::string, int> devices = list_devices(worker);
+  if (!devices.contains("cpu")) {  // a worker that does not say (a wrapper script): the CPU backend
+    devices["cpu"] = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  std::string backend = options.backend;
+  if (backend == "auto") backend = devices.contains("cuda") && devices.at("cuda") > 0 ? "cuda" : "cpu";
+  if (!devices.contains(backend) || devices.at(backend) < 1) {
+    err << "error: --backend " << backend << ": `" << worker << " --list-devices` finds "
+        << (devices.contains(backend) ? "no " + backend + " device on this host" : "no such backend built in")
+        << "; allowed here: cpu" << (devices.contains("cuda") && devices.at("cuda") > 0 ? ", cuda" : "") << "\n";
+    return 1;
+  }
+  const int host_devices = options.max_devices > 0 ? options.max_devices : devices.at(backend);
   const auto plan = plan_cases(spec);
   const std::string scratch =
       (std::filesystem::temp_directory_path() / ("dlbench-run-" + std::to_string(getpid()))).string();
   std::filesystem::create_directories(scratch);
 
-  struct sigaction action {};
-  action.sa_handler = on_interrupt;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
 
   BenchmarkRunStatus status;
   status.observed_generation = run.metadata.generation;
@@ -194,7 +226,8 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
                 {ConditionType::Progressing, ConditionStatus::True, "Running", "", "", run.metadata.generation},
                 rfc3339_utc_now());
   out << "dlbench run " << run.metadata.name << ": " << to_string(spec.model) << ", " << plan.size()
-      << " cases on this host (" << host_devices << " devices), status in " << output << "\n";
+      << " cases on this host (" << backend << " backend, " << host_devices << " devices), status in " << output
+      << "\n";
 
   for (std::size_t i = 0; i < plan.size() && !interrupted; ++i) {
     const PlannedCase& c = plan[i];
@@ -220,10 +253,11 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       continue;
     }
     out << c.spec.devices() << (c.spec.devices() == 1 ? " rank" : " ranks") << "\n" << std::flush;
-    const int threads = std::max(1, host_devices / c.spec.devices());
+    // CPU ranks share the cores; GPU ranks each drive one device and need few threads.
+    const int threads = backend == "cpu" ? std::max(1, host_devices / c.spec.devices()) : 0;
     const std::string result_file = scratch + "/" + c.id + ".json";
     std::vector<std::string> argv;
-    std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(threads)};
+    std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(std::max(1, threads))};
     if (c.spec.devices() > 1) {
       argv = {options.mpirun, "-np", std::to_string(c.spec.devices()), "--bind-to", "none", "-x", "OMP_NUM_THREADS"};
       if (geteuid() == 0) {  // Open MPI refuses root unless told
@@ -233,7 +267,8 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
     }
     WorkerInvocation how;
     how.program = worker;
-    how.communicator = c.spec.devices() > 1 ? "mpi" : "none";
+    how.backend = backend;
+    how.communicator = c.spec.devices() > 1 ? (backend == "cuda" ? "nccl" : "mpi") : "none";
     how.threads = threads;
     how.output = result_file;
     for (auto& a : worker_arguments(run, c.spec, how)) argv.push_back(std::move(a));

@@ -10,7 +10,8 @@ struct RunOptions {
   std::string output;             // default: <name>.status.json
   std::string worker;             // default: dlbench-worker next to this binary
   std::string mpirun = "mpirun";
-  int max_devices = 0;            // default: this host's hardware threads
+  int max_devices = 0;            // default: the GPUs (cuda) or hardware threads (cpu) of this host
+  std::string backend = "auto";   // auto: cuda when dlbench-worker sees a GPU, else cpu
 };
 
 // Exit codes: 0 at least one case succeeded, 1 none did or the run is invalid, 2 unreadable

@@ -176,5 +176,24 @@ TEST_F(RunCli, BadInput) {
   EXPECT_THAT(dlbench("report x.json --format pdf").err, HasSubstr("is not one of table, markdown, csv, json"));
 }
 
+TEST_F(RunCli, TheBackendIsWhatTheWorkerFinds) {
+  const std::string run = write("run.yaml", sweep());
+  const Outcome bad = dlbench("run -f " + run + " --backend gpu");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("is not one of auto, cpu, cuda"));
+  const Outcome devices = testing::run_shell(std::string(DLBENCH_WORKER_BINARY) + " --list-devices", dir_.string());
+  ASSERT_EQ(devices.exit_code, 0);
+  ASSERT_THAT(devices.out, HasSubstr("cpu "));
+  if (devices.out.find("cuda 0") == std::string::npos && devices.out.find("cuda") != std::string::npos) {
+    GTEST_SKIP() << "this host has a GPU: --backend cuda would run (the gpu tests cover the backend)";
+  }
+  // No GPU here (or CUDA not built in): asking for cuda is refused before anything runs.
+  const Outcome cuda = dlbench("run -f " + run + " --backend cuda --output s.json");
+  EXPECT_EQ(cuda.exit_code, 1);
+  EXPECT_THAT(cuda.err, HasSubstr("--backend cuda: `"));
+  EXPECT_THAT(cuda.err, HasSubstr("allowed here: cpu"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "s.json"));
+}
+
 }  // namespace
 }  // namespace dlbench
