@@ -18,7 +18,6 @@ what is measured (a real API server is faster), so these numbers are an upper bo
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,13 +27,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-APISERVER = os.path.join(ROOT, "tests", "k8s", "test_apiserver.py")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "tests", "k8s"))
+from local_cluster import start_apiserver, write_kubeconfig  # noqa: E402
 
 
 class Api:
@@ -82,22 +76,11 @@ def main():
     parser.add_argument("--probes", type=int, default=30)
     args = parser.parse_args()
 
-    port = free_port()
-    server = subprocess.Popen([sys.executable, APISERVER, "--port", str(port), "--history", "100000"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    server.stdout.readline()
-    api = Api(f"http://127.0.0.1:{port}")
+    server, url = start_apiserver("--history", "100000")
+    api = Api(url)
     operator = None
     with tempfile.TemporaryDirectory() as tmp:
-        kubeconfig = os.path.join(tmp, "config")
-        with open(kubeconfig, "w") as f:
-            f.write(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: b, cluster: {{server: "{api.base}"}}}}]
-users: [{{name: b, user: {{}}}}]
-contexts: [{{name: b, context: {{cluster: b, user: b, namespace: default}}}}]
-current-context: b
-""")
+        kubeconfig = write_kubeconfig(os.path.join(tmp, "config"), url)
         try:
             subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "apply", "-f",
                             os.path.join(ROOT, "crds", "benchmarkrun.yaml")], check=True, capture_output=True)

@@ -6,7 +6,6 @@
 import filecmp
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,14 +15,11 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHART = os.path.join(ROOT, "charts", "dlbench")
+sys.path.insert(0, os.path.join(ROOT, "tests", "k8s"))
+from local_cluster import start_apiserver, write_kubeconfig  # noqa: E402
+
 HELM = sys.argv.pop(1) if len(sys.argv) > 1 else "helm"
 OPERATOR = sys.argv.pop(1) if len(sys.argv) > 1 else None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def helm(*args, check=True):
@@ -184,23 +180,12 @@ class ChartTest(unittest.TestCase):
     def test_notes_tell_what_to_do_next(self):
         # Only `helm install` renders NOTES.txt, and even its client-side dry run asks a cluster for
         # its version: the test API server answers. Releases are kept in memory, not in Secrets.
-        port = free_port()
-        server = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "k8s", "test_apiserver.py"),
-                                   "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        server, url = start_apiserver()
         self.addCleanup(server.wait)
         self.addCleanup(server.kill)
-        server.stdout.readline()
-        server.stdout.close()
         with tempfile.TemporaryDirectory() as tmp:
-            kubeconfig, releases = os.path.join(tmp, "config"), os.path.join(tmp, "releases.yaml")
-            with open(kubeconfig, "w") as f:
-                f.write(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: t, cluster: {{server: "http://127.0.0.1:{port}"}}}}]
-users: [{{name: t, user: {{}}}}]
-contexts: [{{name: t, context: {{cluster: t, user: t}}}}]
-current-context: t
-""")
+            kubeconfig = write_kubeconfig(os.path.join(tmp, "config"), url)
+            releases = os.path.join(tmp, "releases.yaml")
             with open(releases, "w") as f:
                 f.write("[]\n")
             os.environ.update(KUBECONFIG=kubeconfig, HELM_DRIVER="memory", HELM_MEMORY_DRIVER_DATA=releases)

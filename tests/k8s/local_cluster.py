@@ -20,6 +20,29 @@ def free_port():
         return s.getsockname()[1]
 
 
+def write_kubeconfig(path, server):
+    """A kubeconfig for a server without authentication (the test API server)."""
+    with open(path, "w") as f:
+        f.write(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: t, cluster: {{server: "{server}"}}}}]
+users: [{{name: t, user: {{}}}}]
+contexts: [{{name: t, context: {{cluster: t, user: t, namespace: default}}}}]
+current-context: t
+""")
+    return path
+
+
+def start_apiserver(*args, stderr=subprocess.DEVNULL):
+    """The test API server on a free port, listening when this returns: (process, URL)."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, os.path.join(HERE, "test_apiserver.py"), "--port", str(port), *args],
+                               stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
+    process.stdout.readline()  # "test apiserver on …"
+    process.stdout.close()
+    return process, f"http://127.0.0.1:{port}"
+
+
 def free_port_range(count):
     """A first port p with p .. p+count-1 all free (workers bind metrics port + local rank)."""
     for _ in range(100):
@@ -39,13 +62,14 @@ def free_port_range(count):
     raise RuntimeError(f"no {count} consecutive free ports")
 
 
-def wait_for(predicate, seconds, what):
+def wait_for(predicate, seconds=30, what="the condition", period=0.2):
+    """The first true value of predicate(), polled every `period` seconds."""
     deadline = time.time() + seconds
     while time.time() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.5)
+        time.sleep(period)
     raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
@@ -55,21 +79,9 @@ class LocalCluster:
         self.log = open(os.path.join(self.tmp, "processes.log"), "w+")
         self.processes = []
         try:
-            api_port = free_port()
-            api = self.spawn([sys.executable, os.path.join(HERE, "test_apiserver.py"), "--port", str(api_port)],
-                             stdout=subprocess.PIPE)
-            api.stdout.readline()  # listening
-            api.stdout.close()
-            self.url = f"http://127.0.0.1:{api_port}"
-            self.kubeconfig = os.path.join(self.tmp, "config")
-            with open(self.kubeconfig, "w") as f:
-                f.write(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: t, cluster: {{server: "{self.url}"}}}}]
-users: [{{name: t, user: {{}}}}]
-contexts: [{{name: t, context: {{cluster: t, user: t, namespace: default}}}}]
-current-context: t
-""")
+            api, self.url = start_apiserver(stderr=self.log)
+            self.processes.append(api)
+            self.kubeconfig = write_kubeconfig(os.path.join(self.tmp, "config"), self.url)
             bin_dirs = sorted({os.path.dirname(os.path.abspath(p)) for p in (operator, dlbench, worker)})
             capacity_args = [a for k, v in (capacity or {}).items() for a in ("--capacity", f"{k}={v}")]
             self.spawn([sys.executable, os.path.join(HERE, "simulated_kubelet.py"), "--api", self.url,

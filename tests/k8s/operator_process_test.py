@@ -4,7 +4,6 @@ creates their children, serves /healthz /readyz /metrics, and stops cleanly on S
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -12,43 +11,17 @@ import time
 import unittest
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+from local_cluster import ROOT, free_port, start_apiserver, wait_for, write_kubeconfig
+
 OPERATOR = sys.argv.pop(1) if len(sys.argv) > 1 and sys.argv[1].endswith("dlbench-operator") else "dlbench-operator"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, seconds=30):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("timed out")
 
 
 class OperatorProcessTest(unittest.TestCase):
     def setUp(self):
-        self.api_port, self.metrics_port = free_port(), free_port()
-        self.api = subprocess.Popen([sys.executable, os.path.join(HERE, "test_apiserver.py"), "--port", str(self.api_port)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.api.stdout.readline()
+        self.metrics_port = free_port()
+        self.api, url = start_apiserver()
         self.tmp = tempfile.TemporaryDirectory()
-        self.kubeconfig = os.path.join(self.tmp.name, "config")
-        with open(self.kubeconfig, "w") as f:
-            f.write(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: t, cluster: {{server: "http://127.0.0.1:{self.api_port}"}}}}]
-users: [{{name: t, user: {{}}}}]
-contexts: [{{name: t, context: {{cluster: t, user: t, namespace: default}}}}]
-current-context: t
-""")
+        self.kubeconfig = write_kubeconfig(os.path.join(self.tmp.name, "config"), url)
         self.kubectl("apply", "--validate=false", "-f", os.path.join(ROOT, "crds", "benchmarkrun.yaml"))
         self.log = open(os.path.join(self.tmp.name, "operator.log"), "w+")
         self.operator = subprocess.Popen([OPERATOR, "--kubeconfig", self.kubeconfig, "--metrics-port", str(self.metrics_port),

@@ -2,42 +2,23 @@
 """The test API server against the real kubectl: what the operator's tests will rely on."""
 import json
 import os
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 import urllib.error
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from local_cluster import ROOT, start_apiserver, write_kubeconfig
 
 
 class ApiServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.port = free_port()
-        cls.server = subprocess.Popen([sys.executable, os.path.join(HERE, "test_apiserver.py"), "--port", str(cls.port),
-                                       "--history", "40"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        cls.server.stdout.readline()  # "test apiserver on …": listening
+        cls.server, url = start_apiserver("--history", "40")
+        cls.port = int(url.rsplit(":", 1)[1])
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.kubeconfig = os.path.join(cls.tmp.name, "kubeconfig")
-        with open(cls.kubeconfig, "w") as f:
-            f.write(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: t, cluster: {{server: "http://127.0.0.1:{cls.port}"}}}}]
-users: [{{name: t, user: {{}}}}]
-contexts: [{{name: t, context: {{cluster: t, user: t, namespace: default}}}}]
-current-context: t
-""")
+        cls.kubeconfig = write_kubeconfig(os.path.join(cls.tmp.name, "kubeconfig"), url)
         cls.kubectl("apply", "--validate=false", "-f", os.path.join(ROOT, "crds", "benchmarkrun.yaml"))
 
     @classmethod
