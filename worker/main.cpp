@@ -28,6 +28,7 @@
 #include "cuda/nccl_communicator.hpp"
 #endif
 #include "gradient_buckets.hpp"
+#include "dlbench/core/device_peaks.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/status.hpp"
@@ -331,7 +332,9 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
     const double gflops = s.median * doc.flops_per_sample.training / 1e9;
     out << "  median " << std::setprecision(2) << s.median << " samples/s (min " << s.min << ", max " << s.max
         << ", cv " << std::setprecision(2) << 100.0 * s.cv << "%), " << std::setprecision(1) << gflops
-        << " GFLOP/s of training arithmetic\n";
+        << " GFLOP/s of training arithmetic";
+    if (doc.mfu) out << ", MFU " << std::setprecision(1) << 100.0 * *doc.mfu << "%";
+    out << "\n";
   } else {
     out << "  FAILED: " << doc.reason << ": " << doc.message << "\n";
   }
@@ -467,6 +470,12 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     doc.throughput = Throughput{"samples/s", summarize(throughputs), throughputs};
     doc.step_time_seconds = summarize(all_steps);
     doc.state = CaseState::Succeeded;
+    if (const auto peak = peak_flops_per_second(doc.environment.gpu_model, doc.case_.precision)) {
+      doc.peak_flops_per_device = *peak;
+      doc.mfu = model_flops_utilization(doc.flops_per_sample.training,
+                                        reported_value(doc.throughput->summary, doc.methodology.statistic), *peak,
+                                        doc.devices);
+    }
   } catch (const BackendUnavailable& e) {
     doc.state = CaseState::Failed;
     doc.reason = "BackendUnavailable";

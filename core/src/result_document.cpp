@@ -4,6 +4,7 @@
 #include <string>
 
 #include "decoder.hpp"
+#include "dlbench/core/device_peaks.hpp"
 #include "dlbench/core/statistics.hpp"
 
 namespace dlbench {
@@ -97,6 +98,8 @@ json to_json(const ResultDocument& doc) {
   if (!doc.message.empty()) out["message"] = doc.message;
   if (doc.throughput) out["throughput"] = throughput_to_json(*doc.throughput);
   if (doc.step_time_seconds) out["stepTimeSeconds"] = to_json(*doc.step_time_seconds);
+  if (doc.peak_flops_per_device) out["peakFlopsPerDevice"] = *doc.peak_flops_per_device;
+  if (doc.mfu) out["mfu"] = *doc.mfu;
   if (!doc.start_time.empty()) out["startTime"] = doc.start_time;
   if (!doc.end_time.empty()) out["endTime"] = doc.end_time;
   return out;
@@ -108,6 +111,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   if (!d.expect_object(document, "")) return d.finish(std::move(doc));
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "devices", "globalBatchSize",
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
+                                  "peakFlopsPerDevice", "mfu",
                                   "stepTimeSeconds", "environment", "startTime", "endTime"});
   if (d.require(document, "", "schema", std::string("must be ") + kResultSchema)) {
     std::string schema;
@@ -174,6 +178,16 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   if (const json* s = Decoder::find(document, "stepTimeSeconds")) {
     doc.step_time_seconds = decode_summary(d, *s, "stepTimeSeconds", {});
   }
+  if (const json* p = Decoder::find(document, "peakFlopsPerDevice")) {
+    doc.peak_flops_per_device = d.measurement(*p, "peakFlopsPerDevice");
+  }
+  if (const json* m = Decoder::find(document, "mfu")) {
+    doc.mfu = d.measurement(*m, "mfu");
+    if (doc.mfu && (*doc.mfu <= 0.0 || *doc.mfu > 1.0)) d.fail("mfu", "must be in (0, 1]");
+  }
+  if (doc.mfu.has_value() != doc.peak_flops_per_device.has_value()) {
+    d.fail(doc.mfu ? "peakFlopsPerDevice" : "mfu", "mfu and peakFlopsPerDevice come together");
+  }
   if (const json* e = d.require(document, "", "environment", "at least the backend")) {
     doc.environment = decode_environment(d, *e, "environment");
   }
@@ -197,6 +211,15 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
         if (document["throughput"].contains("mean") && !close(got.mean, expected.mean)) {
           d.fail("throughput.mean", "does not match the repeats (expected " + format_number(expected.mean) + ")");
         }
+      }
+    }
+    if (doc.mfu && doc.peak_flops_per_device && doc.throughput) {
+      const double expected = model_flops_utilization(doc.flops_per_sample.training,
+                                                      reported_value(doc.throughput->summary, doc.methodology.statistic),
+                                                      *doc.peak_flops_per_device, doc.devices);
+      if (!close(*doc.mfu, expected)) {
+        d.fail("mfu", "does not match modelFlopsPerSample.training x throughput / (peakFlopsPerDevice x devices) = " +
+                          format_number(expected));
       }
     }
   } else if (doc.reason.empty() && Decoder::find(document, "state") != nullptr) {

@@ -1,6 +1,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "dlbench/core/device_peaks.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
 
@@ -51,6 +52,38 @@ TEST(ResultDocument, RoundTrip) {
   ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
   EXPECT_EQ(*decoded.value, doc);
   EXPECT_EQ(to_json(*decoded.value), j);
+}
+
+TEST(DevicePeaks, DatasheetFiguresByNameAndPrecision) {
+  EXPECT_DOUBLE_EQ(*peak_flops_per_second("NVIDIA H100 80GB HBM3", Precision::amp), 989.4e12);
+  EXPECT_DOUBLE_EQ(*peak_flops_per_second("NVIDIA H100 80GB HBM3", Precision::tf32), 494.7e12);
+  EXPECT_DOUBLE_EQ(*peak_flops_per_second("NVIDIA H100 80GB HBM3", Precision::fp32), 67e12);
+  EXPECT_DOUBLE_EQ(*peak_flops_per_second("NVIDIA H100 PCIe", Precision::bf16), 756e12);  // not the SXM figure
+  EXPECT_DOUBLE_EQ(*peak_flops_per_second("NVIDIA H200", Precision::bf16), 989.4e12);
+  EXPECT_DOUBLE_EQ(*peak_flops_per_second("NVIDIA A100-SXM4-80GB", Precision::amp), 312e12);
+  EXPECT_FALSE(peak_flops_per_second("NVIDIA GeForce GTX 1080", Precision::fp32).has_value());
+  EXPECT_FALSE(peak_flops_per_second("", Precision::fp32).has_value());  // the CPU backend
+}
+
+TEST(ResultDocument, MfuIsCheckedAgainstThroughputAndPeak) {
+  ResultDocument doc = sample_document();
+  doc.peak_flops_per_device = *peak_flops_per_second(doc.environment.gpu_model, doc.case_.precision);
+  doc.mfu = model_flops_utilization(doc.flops_per_sample.training, doc.throughput->summary.median,
+                                    *doc.peak_flops_per_device, doc.devices);
+  EXPECT_NEAR(*doc.mfu, 24.54e9 * 7600.0 / (989.4e12 * 8), 1e-12);  // about 2.4%
+  const auto decoded = decode_result_document(to_json(doc));
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(*decoded.value, doc);
+
+  json wrong = to_json(doc);
+  wrong["mfu"] = 0.5;
+  EXPECT_THAT(errors_of(wrong).front(), ::testing::HasSubstr("mfu: does not match modelFlopsPerSample.training"));
+  json alone = to_json(doc);
+  alone.erase("peakFlopsPerDevice");
+  EXPECT_THAT(errors_of(alone), ElementsAre("peakFlopsPerDevice: mfu and peakFlopsPerDevice come together"));
+  json over = to_json(doc);
+  over["mfu"] = 1.5;
+  EXPECT_THAT(errors_of(over).front(), ::testing::HasSubstr("mfu: must be in (0, 1]"));
 }
 
 TEST(ResultDocument, RejectsUnknownSchema) {

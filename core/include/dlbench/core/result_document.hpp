@@ -56,6 +56,10 @@ struct ResultDocument {
   std::string message;
   std::optional<Throughput> throughput;            // Succeeded: one entry per repeat
   std::optional<SampleSummary> step_time_seconds;  // over every measured step
+  // Model FLOPs utilization on a GPU whose peak is known: modelFlopsPerSample.training × the
+  // reported throughput / (peakFlopsPerDevice × devices).
+  std::optional<double> peak_flops_per_device;
+  std::optional<double> mfu;
   EnvironmentInfo environment;
   std::string start_time;
   std::string end_time;
