@@ -147,6 +147,16 @@ class Backend {
   // PyTorch SGD: g += wd·w; buf = momentum·buf + g (buf = g on the first step); w -= lr·buf.
   virtual void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
                           float learning_rate, float momentum, float weight_decay, bool first_step) = 0;
+
+  // Step capture (CUDA graphs): record the work one step queues, then replay it with one launch.
+  // While capturing, softmax_cross_entropy returns NaN (reading the loss would wait for the
+  // device); last_loss() reads the loss of the last step that ran. Backends that cannot
+  // capture keep these defaults.
+  virtual bool can_capture() const { return false; }
+  virtual void begin_capture() {}
+  virtual void end_capture() {}
+  virtual void replay() {}
+  virtual float last_loss() { return 0.0f; }
 };
 
 }  // namespace dlbench::worker

@@ -70,6 +70,9 @@ Usage: dlbench-worker [options]
   --metrics-port N        serve Prometheus /metrics on N + local rank while running;
                           0 picks a free port (printed); default: off
   --output FILE           write the JSON result there (default: stdout, table to stderr)
+  --cuda-graph on|off     cuda, one rank: capture the training step once as a CUDA graph
+                          and replay it (the first step runs eagerly; dropout masks are
+                          then fixed)                                     (default off)
   --list-models           print the models and exit
   --list-devices          print "cpu <threads>" and, when built with CUDA, "cuda <GPUs>"
   --help                  print this and exit
@@ -111,6 +114,7 @@ struct Options {
   std::string run;
   std::string output;
   long metrics_port = -1;  // off
+  bool cuda_graph = false;
 };
 
 struct UsageError {
@@ -227,6 +231,8 @@ std::optional<Options> parse(int argc, char** argv) {
       o.metrics_port = parse_bounded(flag, value, 0, 65535);
     } else if (flag == "--output") {
       o.output = value;
+    } else if (flag == "--cuda-graph") {
+      o.cuda_graph = choice(flag, value, {"on", "off"}) == "on";
     } else {
       throw UsageError{"unknown option " + flag + " (see --help)"};
     }
@@ -237,6 +243,13 @@ std::optional<Options> parse(int argc, char** argv) {
   // amp and bf16 need half-precision storage in the layers: not built yet.
   if (o.backend == "cuda" && o.precision != "fp32" && o.precision != "tf32") {
     throw UsageError{"--precision: \"" + o.precision + "\" is not available yet on the cuda backend; allowed: fp32, tf32"};
+  }
+  if (o.cuda_graph && o.backend != "cuda") {
+    throw UsageError{"--cuda-graph: on needs --backend cuda; allowed here: off"};
+  }
+  if (const char* world = std::getenv("OMPI_COMM_WORLD_SIZE"); o.cuda_graph && world != nullptr && std::atoi(world) > 1) {
+    throw UsageError{"--cuda-graph: on runs one rank (the gradient allreduce is driven from the host between "
+                     "backward and the update); allowed with " + std::string(world) + " ranks: off"};
   }
   if (o.communicator == "nccl" && o.backend != "cuda") {
     throw UsageError{"--communicator: nccl reduces device buffers and needs --backend cuda; allowed here: auto, none, mpi"};
@@ -444,8 +457,9 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     }
     const double macs = trainer.forward_macs_per_sample();
     doc.flops_per_sample = {2.0 * macs, 6.0 * macs};  // backward ≈ 2 × forward
+    trainer.use_step_graph(o.cuda_graph);
     float last_loss = 0;
-    Workload workload{[&] { last_loss = trainer.step(); }, [&] { device.synchronize(); }, {}, {}};
+    Workload workload{[&] { trainer.step(); }, [&] { device.synchronize(); }, {}, {}};
     if (live) workload.on_step = [&](int repeat, bool measured, double s) { live->on_step(repeat, measured, s); };
     if (comm.size() > 1) {
       workload.slowest_rank = [&](std::vector<double>& seconds) {
@@ -455,6 +469,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     std::vector<double> all_steps;
     const auto repeats = run_methodology(workload, doc.methodology, doc.global_batch_size,
                                          [&](int r, const RepeatMeasurement& m) {
+                                           last_loss = trainer.last_loss();  // after the repeat, untimed
                                            losses.push_back(last_loss);
                                            if (live) live->on_repeat(m.throughput, last_loss);
                                            if (!reporter) return;

@@ -1,5 +1,6 @@
 #include "trainer.hpp"
 
+#include <limits>
 #include <random>
 #include <stdexcept>
 
@@ -71,11 +72,34 @@ float Trainer::compute_gradients() {
 }
 
 float Trainer::step() {
+  if (graph_captured_) {
+    backend_.replay();
+    ++context_.step;
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const bool capture = use_graph_ && context_.step >= 1;  // the first step runs eagerly: algorithms, workspace
+  if (capture) backend_.begin_capture();
   const float value = compute_gradients();
+  // Captured at step >= 1, so the recorded update is never the first (momentum buffer = grad).
   backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.count(),
                       sgd_.learning_rate, sgd_.momentum, sgd_.weight_decay, context_.step == 0);
+  if (capture) {
+    backend_.end_capture();
+    graph_captured_ = true;
+    backend_.replay();  // capturing recorded the step without running it
+  }
   ++context_.step;
+  eager_loss_ = value;
   return value;
 }
+
+void Trainer::use_step_graph(bool on) {
+  if (on && !backend_.can_capture()) {
+    throw std::invalid_argument("the " + backend_.name() + " backend cannot capture a step as a graph");
+  }
+  use_graph_ = on;
+}
+
+float Trainer::last_loss() { return use_graph_ ? backend_.last_loss() : eager_loss_; }
 
 }  // namespace dlbench::worker

@@ -31,8 +31,16 @@ class Trainer {
   Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
           SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0);
 
-  // One step; returns the batch's mean loss.
+  // One step; returns the batch's mean loss (NaN when the step is a graph replay: last_loss()
+  // reads it then).
   float step();
+  // Capture the step once (after one eager step has chosen algorithms and sized the
+  // workspace) and replay it from then on. Only where the backend can capture, and only
+  // without hooks that talk to the host between backward and the update (one rank).
+  void use_step_graph(bool on);
+  bool step_graph_active() const { return graph_captured_; }
+  // The loss of the last step that ran (waits for the device).
+  float last_loss();
   // Forward, loss, backward and the before-update hook, without changing the weights.
   float compute_gradients();
   // Forward and loss only (gradients and weights untouched).
@@ -63,6 +71,9 @@ class Trainer {
   Tensor labels_storage_;  // int32 labels in float-sized slots
   StepContext context_;
   std::function<void()> before_update_;
+  bool use_graph_ = false;
+  bool graph_captured_ = false;
+  float eager_loss_ = 0.0f;
 };
 
 }  // namespace dlbench::worker

@@ -272,6 +272,23 @@ TEST_F(CudaBackendTest, ResNet50LossFollowsTheCpuForTenSteps) {
   }
 }
 
+TEST_F(CudaBackendTest, AStepReplayedAsAGraphTrainsLikeTheEagerStep) {
+  const Shape input(8, 3, 64, 64);
+  CudaBackend graph_backend(0, CudaMath::fp32);
+  Trainer eager(*gpu_, build_model("resnet50"), input, 1000, SgdConfig{0.01f, 0.9f, 1e-4f}, 7, 0);
+  Trainer graphed(graph_backend, build_model("resnet50"), input, 1000, SgdConfig{0.01f, 0.9f, 1e-4f}, 7, 0);
+  graphed.use_step_graph(true);
+  for (int step = 0; step < 6; ++step) {
+    eager.step();
+    graphed.step();
+    const float expected = eager.last_loss();
+    const float actual = graphed.last_loss();
+    // The same kernels in the same order: only algorithms with atomics may reorder sums.
+    EXPECT_NEAR(actual, expected, 1e-4 * std::fabs(static_cast<double>(expected))) << "step " << step;
+  }
+  EXPECT_TRUE(graphed.step_graph_active());
+}
+
 TEST_F(CudaBackendTest, OutOfMemoryIsReportedWithTheBytesAskedAndFree) {
   std::size_t free = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);

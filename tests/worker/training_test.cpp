@@ -103,3 +103,19 @@ TEST(Training, BatchNormRunningStatisticsFollowPyTorch) {
 
 }  // namespace
 }  // namespace dlbench::worker
+
+namespace dlbench::worker {
+namespace {
+
+TEST(Training, StepGraphsNeedABackendThatCaptures) {
+  CpuBackend cpu(1);
+  Trainer trainer(cpu, build_model("alexnet"), Shape(2, 3, 64, 64), 1000, SgdConfig{}, 1, 0);
+  EXPECT_THROW(trainer.use_step_graph(true), std::invalid_argument);
+  trainer.use_step_graph(false);
+  const float loss = trainer.step();
+  EXPECT_EQ(trainer.last_loss(), loss);  // eager: the step's own loss
+  EXPECT_FALSE(trainer.step_graph_active());
+}
+
+}  // namespace
+}  // namespace dlbench::worker

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -408,6 +409,8 @@ CudaBackend::CudaBackend(int device, CudaMath math) : device_(device), math_(mat
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+  if (graph_ != nullptr) cudaGraphDestroy(graph_);
   workspace_.reset();
   loss_rows_.reset();
   if (cublas_lt_ != nullptr) cublasLtDestroy(cublas_lt_);
@@ -458,6 +461,8 @@ void CudaBackend::synchronize() { DLBENCH_CUDA_CHECK(cudaStreamSynchronize(strea
 
 void* CudaBackend::workspace(std::size_t bytes) {
   if (bytes > workspace_bytes_) {
+    // Allocation and synchronisation are not allowed in a capture: the eager first step grows it.
+    if (capturing_) throw CudaError("the workspace would have to grow while a step is captured");
     DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old block may still be in use
     workspace_.reset();
     workspace_ = allocate(bytes);
@@ -515,10 +520,38 @@ float CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_
   auto* loss_rows = static_cast<float*>(loss_rows_.get());
   kernels::softmax_cross_entropy(logits.data, labels, dlogits.data, loss_rows, as_int(rows), as_int(logits.shape.c()),
                                  stream_);
-  std::vector<float> host(static_cast<std::size_t>(rows));
-  copy_to_host(host.data(), loss_rows, host.size() * sizeof(float));
+  loss_rows_used_ = static_cast<std::size_t>(rows);
+  if (capturing_) return std::numeric_limits<float>::quiet_NaN();
+  return last_loss();
+}
+
+float CudaBackend::last_loss() {
+  if (loss_rows_used_ == 0) return std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> host(loss_rows_used_);
+  copy_to_host(host.data(), loss_rows_.get(), host.size() * sizeof(float));  // waits for the step
   const double sum = std::accumulate(host.begin(), host.end(), 0.0);
-  return static_cast<float>(sum / static_cast<double>(rows));
+  return static_cast<float>(sum / static_cast<double>(host.size()));
+}
+
+void CudaBackend::begin_capture() {
+  if (graph_exec_ != nullptr) throw CudaError("a step is already captured");
+  DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Thread-local mode: another thread's CUDA calls (NCCL's proxy, the metrics server) are not
+  // pulled into this capture.
+  DLBENCH_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+}
+
+void CudaBackend::end_capture() {
+  capturing_ = false;
+  DLBENCH_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
+  DLBENCH_CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
+  DLBENCH_CUDA_CHECK(cudaGraphUpload(graph_exec_, stream_));
+}
+
+void CudaBackend::replay() {
+  if (graph_exec_ == nullptr) throw CudaError("replay() without a captured step");
+  DLBENCH_CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream_));
 }
 
 void CudaBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,

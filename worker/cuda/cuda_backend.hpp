@@ -66,6 +66,12 @@ class CudaBackend final : public Backend {
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override;
 
+  bool can_capture() const override { return true; }
+  void begin_capture() override;
+  void end_capture() override;
+  void replay() override;
+  float last_loss() override;
+
   CudaMath math() const { return math_; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
@@ -92,6 +98,10 @@ class CudaBackend final : public Backend {
   // The loss of one step: one float per row on the device, summed on the host.
   std::shared_ptr<void> loss_rows_;
   std::size_t loss_rows_capacity_ = 0;
+  std::size_t loss_rows_used_ = 0;
+  bool capturing_ = false;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
 };
 
 }  // namespace dlbench::worker
