@@ -341,6 +341,20 @@ def ssh(argv):
     os.execvp("/bin/sh", ["/bin/sh", "-c", command])
 
 
+def exit_with_parent():
+    """Tests start this as a child; if the test dies without stopping it (a sanitizer abort), an
+    orphan would hold the test runner's output pipe open until its timeout. Go with the parent."""
+    import os
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "ssh":
         return ssh(sys.argv[2:])
@@ -353,6 +367,7 @@ def main():
                         help="what the node has of an extended resource (default nvidia.com/gpu=8)")
     args = parser.parse_args()
     capacity = {k: int(v) for k, v in (c.split("=", 1) for c in args.capacity)}
+    exit_with_parent()
     if os.path.exists(args.work_dir):
         shutil.rmtree(args.work_dir)
     print(f"simulated kubelet on {args.api}", flush=True)

@@ -19,6 +19,7 @@ import datetime
 import json
 import re
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -504,6 +505,20 @@ def merge_patch(target, patch):
             target[key] = copy.deepcopy(value)
 
 
+def exit_with_parent():
+    """Tests start this as a child; if the test dies without stopping it (a sanitizer abort), an
+    orphan would hold the test runner's output pipe open until its timeout. Go with the parent."""
+    import os
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8001)
@@ -511,6 +526,7 @@ def main():
     parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     parser.add_argument("--tls-key", help="and this key (PEM)")
     args = parser.parse_args()
+    exit_with_parent()
     Handler.store = Store(args.history)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True

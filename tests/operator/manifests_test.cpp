@@ -188,7 +188,8 @@ TEST(Manifests, LauncherRunsMpirunWithTheCaseArguments) {
   EXPECT_TRUE(env.contains("OMPI_ALLOW_RUN_AS_ROOT"));
   OperatorConfig non_root;
   non_root.run_as_root = false;
-  for (const auto& e : build_launcher_job(run, k2x8, 1, non_root)["spec"]["template"]["spec"]["containers"][0]["env"]) {
+  const json non_root_job = build_launcher_job(run, k2x8, 1, non_root);  // range-for over a temporary's member dangles
+  for (const auto& e : non_root_job["spec"]["template"]["spec"]["containers"][0]["env"]) {
     EXPECT_THAT(e["name"].get<std::string>(), Not(HasSubstr("RUN_AS_ROOT")));
   }
   // One device: no communicator.
