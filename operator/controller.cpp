@@ -1,5 +1,8 @@
 #include "controller.hpp"
 
+#include <cstdio>
+#include <iostream>
+
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "merge_patch.hpp"
@@ -248,19 +251,29 @@ void Controller::process(const std::string& key) {
   }
   for (const auto& e : actions.events) {
     const std::string now = format_rfc3339(world.now);
-    client_.create(resources::kEvents, ns,
-                   {{"apiVersion", "v1"},
-                    {"kind", "Event"},
-                    {"metadata", {{"name", name + "." + std::to_string(++event_counter_)}, {"namespace", ns}}},
-                    {"involvedObject", {{"apiVersion", kApiVersion}, {"kind", kKind}, {"name", name}, {"namespace", ns},
-                                        {"uid", (*run)["metadata"].value("uid", "")}}},
-                    {"type", e.type},
-                    {"reason", e.reason},
-                    {"message", e.message},
-                    {"firstTimestamp", now},
-                    {"lastTimestamp", now},
-                    {"count", 1},
-                    {"source", {{"component", "dlbench-operator"}}}});
+    // Unique across operator restarts (as Kubernetes names them: <object>.<hex>), and best effort:
+    // an Event that cannot be written must not fail the reconcile that already changed the world.
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, "%llx",
+                  static_cast<unsigned long long>(world.now.time_since_epoch().count()) + ++event_counter_);
+    try {
+      client_.create(resources::kEvents, ns,
+                     {{"apiVersion", "v1"},
+                      {"kind", "Event"},
+                      {"metadata", {{"name", name + "." + suffix}, {"namespace", ns}}},
+                      {"involvedObject", {{"apiVersion", kApiVersion}, {"kind", kKind}, {"name", name}, {"namespace", ns},
+                                          {"uid", (*run)["metadata"].value("uid", "")}}},
+                      {"type", e.type},
+                      {"reason", e.reason},
+                      {"message", e.message},
+                      {"firstTimestamp", now},
+                      {"lastTimestamp", now},
+                      {"count", 1},
+                      {"source", {{"component", "dlbench-operator"}}}});
+    } catch (const KubeError& error) {
+      std::cerr << R"({"level":"warning","msg":"event not recorded","run":")" << ns << "/" << name
+                << R"(","reason":)" << nlohmann::json(error.what()).dump() << "}\n";
+    }
   }
   if (actions.requeue_after) queue_.add_after(key, *actions.requeue_after);
 }

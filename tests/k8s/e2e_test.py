@@ -86,6 +86,22 @@ class EndToEnd(unittest.TestCase):
         lint = subprocess.run(["promtool", "check", "metrics"], input=metrics, capture_output=True, text=True)
         self.assertEqual(lint.returncode, 0, lint.stdout + lint.stderr)
 
+    def test_a_restarted_operator_resumes_and_never_runs_a_finished_case_again(self):
+        self.kubectl("apply", "-f", os.path.join(ROOT, "crds", "examples", "quickstart.yaml"))
+        # Case 1 done, case 2 under way: the operator dies without warning and a new one takes over.
+        wait_for(lambda: self.run_object("quickstart").get("status", {}).get("progress", {}).get("completedCases") == 1,
+                 300, "the first case to finish")
+        self.cluster.restart_operator()
+        wait_for(lambda: self.finished("quickstart"), 300, "quickstart to finish after the restart")
+
+        status = self.run_object("quickstart")["status"]
+        self.assertEqual(status["phase"], "Succeeded")
+        self.assertEqual(sorted(r["case"]["id"] for r in status["results"]), ["1x1-bs8-fp32", "1x2-bs8-fp32"])
+        events = json.loads(self.kubectl("get", "events", "-o", "json"))["items"]
+        launched = [e["message"] for e in events if e["reason"] == "LauncherCreated"]
+        self.assertEqual(sum(m.startswith("1x1-bs8-fp32 ") for m in launched), 1, launched)
+        self.assertEqual(status["results"][0]["attempts"], 1)
+
     def test_a_worker_killed_for_memory_is_recorded_with_its_reason_and_the_run_goes_on(self):
         run = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "oom"},
                "spec": {"model": "alexnet", "data": {"source": "synthetic", "imageSize": 64},

@@ -90,12 +90,19 @@ class LocalCluster:
             self.kubectl("apply", "-f", os.path.join(ROOT, "crds", "benchmarkrun.yaml"))
             self.metrics_port = free_port()
             self.worker_metrics_port = free_port_range(8)
-            self.operator = self.spawn([operator, "--kubeconfig", self.kubeconfig, "--metrics-port", str(self.metrics_port),
-                                        "--worker-backend", "cpu", "--communicator", "mpi",
-                                        "--worker-metrics-port", str(self.worker_metrics_port), *operator_args])
+            self.operator_argv = [operator, "--kubeconfig", self.kubeconfig, "--metrics-port", str(self.metrics_port),
+                                  "--worker-backend", "cpu", "--communicator", "mpi",
+                                  "--worker-metrics-port", str(self.worker_metrics_port), *operator_args]
+            self.operator = self.spawn(self.operator_argv)
         except BaseException:
             self.close(show_logs=True)
             raise
+
+    def restart_operator(self):
+        """Kills the operator without warning (SIGKILL: no graceful shutdown) and starts a new one."""
+        os.killpg(self.operator.pid, signal.SIGKILL)
+        self.operator.wait()
+        self.operator = self.spawn(self.operator_argv)
 
     def spawn(self, argv, stdout=None):
         process = subprocess.Popen(argv, stdout=stdout or self.log, stderr=self.log, start_new_session=True)
