@@ -101,6 +101,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (options.config.worker_backend == "cuda" && options.config.communicator == "mpi") {
+    std::cerr << "dlbench-operator: --communicator mpi reduces host memory and --worker-backend cuda keeps gradients "
+                 "on the GPU; allowed with cuda: nccl\n";
+    return 2;
+  }
   try {
     const KubeConfig config = resolve_kube_config(kubeconfig);
     KubeClient client(make_http_transport(config, std::chrono::seconds(30)));

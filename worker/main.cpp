@@ -251,6 +251,11 @@ std::optional<Options> parse(int argc, char** argv) {
     throw UsageError{"--cuda-graph: on runs one rank (the gradient allreduce is driven from the host between "
                      "backward and the update); allowed with " + std::string(world) + " ranks: off"};
   }
+  if (o.communicator == "mpi" && o.backend == "cuda") {
+    // The MPI communicator reduces host buffers; device pointers would need a CUDA-aware MPI.
+    throw UsageError{"--communicator: mpi reduces host memory and the cuda backend keeps gradients on the GPU; "
+                     "allowed with --backend cuda: auto, none, nccl"};
+  }
   if (o.communicator == "nccl" && o.backend != "cuda") {
     throw UsageError{"--communicator: nccl reduces device buffers and needs --backend cuda; allowed here: auto, none, mpi"};
   }

@@ -73,6 +73,17 @@ class OperatorProcessTest(unittest.TestCase):
         self.assertLess(time.time() - started, 20)
 
 
+    def test_bad_flags_exit_2_naming_the_flag_and_what_is_allowed(self):
+        for args, message in ((["--workers", "0"], "--workers must be a whole number from 1 to 64"),
+                              (["--worker-backend", "rocm"], "--worker-backend must be one of cuda, cpu"),
+                              (["--communicator", "mpi"], "allowed with cuda: nccl"),
+                              (["--metrics-port=x"], "--metrics-port must be a whole number from 0 to 65535"),
+                              (["--frobnicate", "1"], "unknown option --frobnicate")):
+            result = subprocess.run([OPERATOR, *args, "--kubeconfig", self.kubeconfig], capture_output=True, text=True,
+                                    timeout=30)
+            self.assertEqual(result.returncode, 2, args)
+            self.assertIn(message, result.stderr, args)
+
     def test_a_second_replica_waits_for_the_lease(self):
         self.operator.kill()
         self.operator.wait()

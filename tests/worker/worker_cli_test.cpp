@@ -138,5 +138,25 @@ TEST(WorkerCli, BadInputExitsTwoNamingTheFlag) {
   EXPECT_THAT(list.out, HasSubstr("resnet152"));
 }
 
+TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
+  const Outcome nccl = worker("--backend cpu --communicator nccl");
+  EXPECT_EQ(nccl.exit_code, 2);
+  EXPECT_THAT(nccl.err, HasSubstr("--communicator: nccl"));
+  const Outcome graph = worker("--backend cpu --cuda-graph on");
+  EXPECT_EQ(graph.exit_code, 2);
+  EXPECT_THAT(graph.err, HasSubstr("--cuda-graph: on needs --backend cuda"));
+  const Outcome cuda = worker("--backend cuda --precision amp");
+  EXPECT_EQ(cuda.exit_code, 2);
+  // Built with CUDA: amp is refused naming what the cuda backend takes; without: cuda itself is refused.
+  EXPECT_THAT(cuda.err, ::testing::AnyOf(HasSubstr("allowed: fp32, tf32"), HasSubstr("--backend: \"cuda\"")));
+  const Outcome mpi = worker("--backend cuda --communicator mpi");
+  EXPECT_EQ(mpi.exit_code, 2);
+  EXPECT_THAT(mpi.err, ::testing::AnyOf(HasSubstr("allowed with --backend cuda: auto, none, nccl"),
+                                        HasSubstr("--backend: \"cuda\"")));
+  const Outcome devices = worker("--list-devices");
+  EXPECT_EQ(devices.exit_code, 0);
+  EXPECT_THAT(devices.out, ::testing::StartsWith("cpu "));
+}
+
 }  // namespace
 }  // namespace dlbench
