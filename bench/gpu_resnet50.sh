@@ -5,8 +5,9 @@
 #   bench/gpu_resnet50.sh BIN_DIR [WARMUP MEASURE REPEATS]
 #
 # BIN_DIR holds a dlbench-worker built with CUDA (sm_90 for H100/H200; the `default` preset
-# builds 80;90) and, where its libraries are not installed, the shared libraries `ldd` names
-# (LD_LIBRARY_PATH is set to BIN_DIR/lib). Defaults: 20 warm-up, 100 measured steps, 7 repeats.
+# builds 80;90); on a machine without Debian's packages use scripts/gpu-bundle.sh's OUT_DIR/bin
+# (its libraries, OUT_DIR/lib, go on LD_LIBRARY_PATH). Defaults: 20 warm-up, 100 measured steps,
+# 7 repeats.
 # MFU = images/s × 24.5 GFLOP (3 × the 2 × 4.09 G multiply-adds of one 224² forward pass) over
 # the GPU's dense peak for the precision (tensor cores for tf32/amp/bf16, FMA for fp32).
 set -euo pipefail
@@ -16,7 +17,7 @@ warmup=${2:-20}
 measure=${3:-100}
 repeats=${4:-7}
 here=$(cd "$(dirname "$0")" && pwd)
-export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$(dirname "$bin")/lib:${LD_LIBRARY_PATH:-}"
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 
