@@ -39,6 +39,8 @@ import time
 import urllib.error
 import urllib.request
 
+from test_apiserver import exit_with_parent
+
 FAIL_ANNOTATION = "kubelet.dlbench.io/fail"
 FAILURES = ("OOMKilled", "Evicted", "Error")
 
@@ -339,20 +341,6 @@ def ssh(argv):
         print(f"{host}: Permission denied (publickey).", file=sys.stderr)
         sys.exit(255)
     os.execvp("/bin/sh", ["/bin/sh", "-c", command])
-
-
-def exit_with_parent():
-    """Tests start this as a child; if the test dies without stopping it (a sanitizer abort), an
-    orphan would hold the test runner's output pipe open until its timeout. Go with the parent."""
-    import os
-    parent = os.getppid()
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(1)
-        os._exit(0)
-
-    threading.Thread(target=watch, daemon=True).start()
 
 
 def main():
