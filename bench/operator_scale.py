@@ -28,19 +28,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "k8s"))
-from local_cluster import start_apiserver, write_kubeconfig  # noqa: E402
-
-
-class Api:
-    def __init__(self, base):
-        self.base = base
-
-    def call(self, method, path, body=None):
-        request = urllib.request.Request(self.base + path, method=method,
-                                         data=json.dumps(body).encode() if body is not None else None,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as r:
-            return json.loads(r.read())
+from local_cluster import Api, start_apiserver, write_kubeconfig  # noqa: E402
 
 
 def run_object(name):
@@ -77,7 +65,7 @@ def main():
     args = parser.parse_args()
 
     server, url = start_apiserver("--history", "100000")
-    api = Api(url)
+    api = Api(url, timeout=60)  # lists of thousands of objects from a Python server
     operator = None
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = write_kubeconfig(os.path.join(tmp, "config"), url)

@@ -1,5 +1,6 @@
 // dlbench-operator: runs BenchmarkRuns on a Kubernetes cluster as MPI jobs.
 #include <csignal>
+#include <initializer_list>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -45,6 +46,21 @@ bool parse_int(const std::string& flag, const std::string& value, int low, int h
   return false;
 }
 
+// One of `allowed`, or an error naming the flag and the allowed values.
+bool parse_choice(const std::string& flag, const std::string& value, std::initializer_list<const char*> allowed,
+                  std::string& out) {
+  std::string listed;
+  for (const char* a : allowed) {
+    if (value == a) {
+      out = value;
+      return true;
+    }
+    listed += (listed.empty() ? "" : ", ") + std::string(a);
+  }
+  std::cerr << "dlbench-operator: " << flag << " must be one of " << listed << ", got \"" << value << "\"\n";
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,19 +99,16 @@ int main(int argc, char** argv) {
       if (!parse_int(flag, value, 1, 65535, options.config.metrics_port)) return 2;
     } else if (flag == "--default-worker-image") {
       options.config.default_worker_image = value;
-    } else if (flag == "--leader-elect" && (value == "true" || value == "false")) {
-      leader_elect = value == "true";
+    } else if (flag == "--leader-elect") {
+      std::string choice;
+      if (!parse_choice(flag, value, {"true", "false"}, choice)) return 2;
+      leader_elect = choice == "true";
     } else if (flag == "--lease-namespace") {
       lease_namespace = value;
-    } else if (flag == "--worker-backend" && (value == "cuda" || value == "cpu")) {
-      options.config.worker_backend = value;
-    } else if (flag == "--communicator" && (value == "nccl" || value == "mpi")) {
-      options.config.communicator = value;
-    } else if (flag == "--leader-elect" || flag == "--worker-backend" || flag == "--communicator") {
-      std::cerr << "dlbench-operator: " << flag << " must be one of "
-                << (flag == "--leader-elect" ? "true, false" : flag == "--worker-backend" ? "cuda, cpu" : "nccl, mpi")
-                << ", got \"" << value << "\"\n";
-      return 2;
+    } else if (flag == "--worker-backend") {
+      if (!parse_choice(flag, value, {"cuda", "cpu"}, options.config.worker_backend)) return 2;
+    } else if (flag == "--communicator") {
+      if (!parse_choice(flag, value, {"nccl", "mpi"}, options.config.communicator)) return 2;
     } else {
       std::cerr << "dlbench-operator: unknown option " << flag << "\n" << kUsage;
       return 2;

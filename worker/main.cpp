@@ -386,13 +386,9 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
   if (o.backend == "cuda") {
     const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-      cudaGetLastError();
-      std::string why;
-      cuda_device_usable(&why);
-      throw CudaError(why);
-    }
-    const int device = (local_rank != nullptr ? std::atoi(local_rank) : 0) % devices;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess) cudaGetLastError();
+    // With no device the constructor throws, saying why.
+    const int device = (local_rank != nullptr ? std::atoi(local_rank) : 0) % std::max(devices, 1);
     return std::make_unique<CudaBackend>(device, o.precision == "tf32" ? CudaMath::tf32 : CudaMath::fp32);
   }
 #endif

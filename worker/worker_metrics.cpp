@@ -24,29 +24,27 @@ WorkerMetrics::WorkerMetrics(const WorkerIdentity& id, int port) : global_batch_
                                   metrics::exponential_buckets(0.001, 2.0, 18))
                        .add(labels_);
   auto& steps = registry_.counter("dlbench_worker_steps_total", "Training steps done, by methodology phase.");
-  metrics::Labels warmup = labels_, measure = labels_;
-  warmup["phase"] = "warmup";
-  measure["phase"] = "measure";
-  warmup_steps_ = &steps.add(warmup);
-  measured_steps_ = &steps.add(measure);
+  warmup_steps_ = &steps.add(labels_with("phase", "warmup"));
+  measured_steps_ = &steps.add(labels_with("phase", "measure"));
   loss_ = &registry_.gauge("dlbench_worker_loss", "Training loss after the last finished repeat.").add(labels_);
   repeat_ = &registry_.gauge("dlbench_worker_repeat", "The repeat running now, from 1.").add(labels_);
   phase_ = &registry_.gauge("dlbench_worker_phase", "1 for the phase the worker is in (setup, warmup, measure, done, failed).");
   auto& memory = registry_.gauge("dlbench_worker_device_memory_bytes", "Device memory held, by kind.");
-  metrics::Labels activations = labels_, parameters = labels_;
-  activations["kind"] = "activations";
-  parameters["kind"] = "parameters";
-  activation_bytes_ = &memory.add(activations);
-  parameter_bytes_ = &memory.add(parameters);
+  activation_bytes_ = &memory.add(labels_with("kind", "activations"));
+  parameter_bytes_ = &memory.add(labels_with("kind", "parameters"));
   set_phase("setup");
   server_ = std::make_unique<metrics::MetricsServer>(registry_, port);
 }
 
+metrics::Labels WorkerMetrics::labels_with(const std::string& key, const std::string& value) const {
+  metrics::Labels labels = labels_;
+  labels[key] = value;
+  return labels;
+}
+
 void WorkerMetrics::set_phase(const std::string& phase) {
   for (const char* p : {"setup", "warmup", "measure", "done", "failed"}) {
-    metrics::Labels l = labels_;
-    l["phase"] = p;
-    phase_->add(l).set(phase == p ? 1.0 : 0.0);
+    phase_->add(labels_with("phase", p)).set(phase == p ? 1.0 : 0.0);
   }
 }
 

@@ -28,6 +28,8 @@ class WorkerMetrics {
 
  private:
   void set_phase(const std::string& phase);
+  // The case's labels and one more (phase, kind).
+  metrics::Labels labels_with(const std::string& key, const std::string& value) const;
 
   metrics::Registry registry_;
   metrics::Labels labels_;

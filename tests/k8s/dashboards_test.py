@@ -28,7 +28,7 @@ import unittest
 import urllib.parse
 import urllib.request
 
-from local_cluster import ROOT, LocalCluster, free_port, wait_for
+from local_cluster import ROOT, Api, LocalCluster, free_port, wait_for
 
 PROGRAMS = [os.path.abspath(sys.argv.pop(1)) for _ in range(3)] if len(sys.argv) > 3 else sys.exit(__doc__)
 DASHBOARDS = sorted(glob.glob(os.path.join(ROOT, "charts", "dlbench", "dashboards", "*.json")))
@@ -102,10 +102,10 @@ scrape_configs:
 
 def discover_pods(api_url, pods_file, stop):
     """What kubernetes_sd_configs (role: pod) gives: a target per container port of each pod with an IP."""
+    api = Api(api_url, timeout=5)
     while not stop.is_set():
         try:
-            with urllib.request.urlopen(api_url + "/api/v1/namespaces/default/pods", timeout=5) as r:
-                pods = json.loads(r.read())["items"]
+            pods = api.list("/api/v1/namespaces/default/pods")
         except OSError:
             pods = []
         groups = []

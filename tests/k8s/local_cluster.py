@@ -1,6 +1,7 @@
 """A Kubernetes cluster on this machine for tests and benchmarks: the test API server, the
 simulated kubelet (which runs launcher Jobs as local processes), dlbench-operator with the CPU
 backend and the MPI communicator, and kubectl pointed at them."""
+import json
 import os
 import shutil
 import signal
@@ -9,6 +10,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -18,6 +21,33 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class Api:
+    """Plain JSON over HTTP to the test API server: what the kubelet, tests and benchmarks need."""
+
+    def __init__(self, base, timeout=10):
+        self.base = base.rstrip("/")
+        self.timeout = timeout
+
+    def call(self, method, path, body=None, content_type="application/json"):
+        """The decoded answer; None for 404 Not Found (other errors raise)."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method,
+                                         headers={"Content-Type": content_type, "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def list(self, path):
+        return (self.call("GET", path) or {}).get("items", [])
+
+    def patch_status(self, path, status):
+        return self.call("PATCH", path + "/status", {"status": status}, "application/merge-patch+json")
 
 
 def write_kubeconfig(path, server):

@@ -37,8 +37,8 @@ import sys
 import threading
 import time
 import urllib.error
-import urllib.request
 
+from local_cluster import Api
 from test_apiserver import exit_with_parent
 
 FAIL_ANNOTATION = "kubelet.dlbench.io/fail"
@@ -47,29 +47,6 @@ FAILURES = ("OOMKilled", "Evicted", "Error")
 
 def now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-class Api:
-    def __init__(self, base):
-        self.base = base.rstrip("/")
-
-    def call(self, method, path, body=None, content_type="application/json"):
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base + path, data=data, method=method,
-                                         headers={"Content-Type": content_type, "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as e:
-            if e.code == 404:
-                return None
-            raise
-
-    def list(self, path):
-        return (self.call("GET", path) or {}).get("items", [])
-
-    def patch_status(self, path, status):
-        return self.call("PATCH", path + "/status", {"status": status}, "application/merge-patch+json")
 
 
 def pod_path(namespace, name=""):
