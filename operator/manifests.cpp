@@ -1,5 +1,6 @@
 #include "manifests.hpp"
 
+#include "dlbench/core/codec.hpp"
 #include "dlbench/core/worker_command.hpp"
 
 namespace dlbench::operator_ {
@@ -26,25 +27,13 @@ std::string image(const BenchmarkRun& run, const OperatorConfig& config) {
 
 json tolerations(const BenchmarkRun& run) {
   json out = json::array();
-  for (const auto& t : run.spec.worker.tolerations) {
-    json j{{"operator", to_string(t.operator_)}};
-    if (!t.key.empty()) j["key"] = t.key;
-    if (!t.value.empty()) j["value"] = t.value;
-    if (t.effect != TaintEffect::Any) j["effect"] = to_string(t.effect);
-    if (t.toleration_seconds) j["tolerationSeconds"] = *t.toleration_seconds;
-    out.push_back(j);
-  }
+  for (const auto& t : run.spec.worker.tolerations) out.push_back(to_json(t));
   return out;
 }
 
 json user_env(const BenchmarkRun& run) {
   json out = json::array();
-  for (const auto& e : run.spec.worker.env) {
-    json j{{"name", e.name}};
-    if (e.value) j["value"] = *e.value;
-    if (e.value_from) j["valueFrom"] = *e.value_from;
-    out.push_back(j);
-  }
+  for (const auto& e : run.spec.worker.env) out.push_back(to_json(e));
   return out;
 }
 

@@ -595,6 +595,22 @@ json to_json(const CaseSpec& c) {
               {"precision", to_string(c.precision)}};
 }
 
+json to_json(const Toleration& t) {
+  json out{{"operator", to_string(t.operator_)}};
+  if (!t.key.empty()) out["key"] = t.key;
+  if (!t.value.empty()) out["value"] = t.value;
+  if (t.effect != TaintEffect::Any) out["effect"] = to_string(t.effect);
+  if (t.toleration_seconds) out["tolerationSeconds"] = *t.toleration_seconds;
+  return out;
+}
+
+json to_json(const EnvVar& e) {
+  json out{{"name", e.name}};
+  if (e.value) out["value"] = *e.value;
+  if (e.value_from) out["valueFrom"] = *e.value_from;
+  return out;
+}
+
 json to_json(const SampleSummary& s) {
   return json{{"median", s.median}, {"mean", s.mean}, {"min", s.min},
               {"max", s.max},       {"stddev", s.stddev}, {"cv", s.cv}};
@@ -645,26 +661,12 @@ json to_json(const BenchmarkRunSpec& spec) {
   if (spec.worker.rdma) worker["rdma"] = {{"resource", spec.worker.rdma->resource}, {"perNode", spec.worker.rdma->per_node}};
   if (!spec.worker.node_selector.empty()) worker["nodeSelector"] = spec.worker.node_selector;
   if (!spec.worker.tolerations.empty()) {
-    json tolerations = json::array();
-    for (const auto& t : spec.worker.tolerations) {
-      json tj{{"operator", to_string(t.operator_)}};
-      if (!t.key.empty()) tj["key"] = t.key;
-      if (!t.value.empty()) tj["value"] = t.value;
-      if (t.effect != TaintEffect::Any) tj["effect"] = to_string(t.effect);
-      if (t.toleration_seconds) tj["tolerationSeconds"] = *t.toleration_seconds;
-      tolerations.push_back(tj);
-    }
-    worker["tolerations"] = tolerations;
+    worker["tolerations"] = json::array();
+    for (const auto& t : spec.worker.tolerations) worker["tolerations"].push_back(to_json(t));
   }
   if (!spec.worker.env.empty()) {
-    json env = json::array();
-    for (const auto& e : spec.worker.env) {
-      json ej{{"name", e.name}};
-      if (e.value) ej["value"] = *e.value;
-      if (e.value_from) ej["valueFrom"] = *e.value_from;
-      env.push_back(ej);
-    }
-    worker["env"] = env;
+    worker["env"] = json::array();
+    for (const auto& e : spec.worker.env) worker["env"].push_back(to_json(e));
   }
   if (!spec.worker.scheduler_name.empty()) worker["schedulerName"] = spec.worker.scheduler_name;
   if (!spec.worker.priority_class_name.empty()) worker["priorityClassName"] = spec.worker.priority_class_name;

@@ -48,5 +48,8 @@ nlohmann::json to_json(const BenchmarkRunStatus& status);
 nlohmann::json to_json(const CaseSpec& c);
 nlohmann::json to_json(const CaseResult& result);
 nlohmann::json to_json(const SampleSummary& summary);
+// spec.worker's tolerations and env are Kubernetes' own shapes: the operator puts these into pods.
+nlohmann::json to_json(const Toleration& toleration);
+nlohmann::json to_json(const EnvVar& variable);
 
 }  // namespace dlbench
