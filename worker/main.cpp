@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -28,7 +29,9 @@
 #include "cuda/nccl_communicator.hpp"
 #endif
 #include "gradient_buckets.hpp"
+#include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/device_peaks.hpp"
+#include "dlbench/core/names.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/status.hpp"
@@ -52,7 +55,8 @@ Usage: dlbench-worker [options]
   --backend NAME          cpu | cuda (when built with CUDA)                (default cpu)
   --batch-size N          samples per device and step, >= 1              (default 32)
   --image-size N          square input size in pixels                    (default 224)
-  --precision P           fp32 | tf32 (cuda); the cpu backend: fp32      (default fp32)
+  --precision P           fp32 | tf32 | amp | bf16 (default fp32); one the backend cannot run
+                          ends as a Failed result with reason Unsupported (cpu: fp32; cuda: fp32, tf32)
   --warmup-steps N        untimed steps before each repeat, >= 0         (default 20)
   --measure-steps N       timed steps per repeat, >= 1                   (default 100)
   --repeats N             repeats; the median is reported, >= 1          (default 7)
@@ -126,7 +130,7 @@ T parse_number(const std::string& flag, const std::string& text) {
   T value{};
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc{} || ptr != end) throw UsageError{flag + ": \"" + text + "\" is not a number"};
+  if (ec != std::errc{} || ptr != end) throw UsageError{flag + ": \"" + printable(text) + "\" is not a number"};
   return value;
 }
 
@@ -140,12 +144,21 @@ long parse_bounded(const std::string& flag, const std::string& text, long lo, lo
 
 double parse_real(const std::string& flag, const std::string& text, double lo, bool lo_open, double hi, bool hi_open) {
   const double v = parse_number<double>(flag, text);
-  if ((lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) {
+  // NaN compares false with everything: it must be refused explicitly, as must the infinities.
+  if (!std::isfinite(v) || (lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) {
     std::ostringstream range;
     range << (lo_open ? "greater than " : "at least ") << lo << " and " << (hi_open ? "less than " : "at most ") << hi;
     throw UsageError{flag + ": " + text + " is out of range; allowed: " + range.str()};
   }
   return v;
+}
+
+long parse_bounded(const std::string& flag, const std::string& text, IntBounds b) {
+  return parse_bounded(flag, text, static_cast<long>(b.min), static_cast<long>(b.max));
+}
+
+double parse_real(const std::string& flag, const std::string& text, RealBounds b) {
+  return parse_real(flag, text, b.min, b.exclusive_min, b.max, b.exclusive_max);
 }
 
 std::string choice(const std::string& flag, const std::string& text, const std::vector<std::string>& allowed) {
@@ -154,7 +167,7 @@ std::string choice(const std::string& flag, const std::string& text, const std::
   }
   std::string list;
   for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-  throw UsageError{flag + ": \"" + text + "\" is not one of " + list};
+  throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + list};
 }
 
 std::optional<Options> parse(int argc, char** argv) {
@@ -198,25 +211,25 @@ std::optional<Options> parse(int argc, char** argv) {
       o.backend = choice(flag, value, {"cpu"});
 #endif
     } else if (flag == "--batch-size") {
-      o.batch_size = parse_bounded(flag, value, 1, 65536);
+      o.batch_size = parse_bounded(flag, value, bounds::kBatchSizePerDevice);
     } else if (flag == "--image-size") {
-      o.image_size = parse_bounded(flag, value, 32, 2048);
+      o.image_size = parse_bounded(flag, value, bounds::kImageSize);
     } else if (flag == "--precision") {
       o.precision = choice(flag, value, {"fp32", "tf32", "amp", "bf16"});
     } else if (flag == "--warmup-steps") {
-      o.warmup_steps = parse_bounded(flag, value, 0, 100000);
+      o.warmup_steps = parse_bounded(flag, value, bounds::kWarmupSteps);
     } else if (flag == "--measure-steps") {
-      o.measure_steps = parse_bounded(flag, value, 1, 1000000);
+      o.measure_steps = parse_bounded(flag, value, bounds::kMeasureSteps);
     } else if (flag == "--repeats") {
-      o.repeats = parse_bounded(flag, value, 1, 1000);
+      o.repeats = parse_bounded(flag, value, bounds::kRepeats);
     } else if (flag == "--statistic") {
       o.statistic = choice(flag, value, {"median", "mean"});
     } else if (flag == "--learning-rate") {
-      o.learning_rate = parse_real(flag, value, 0.0, true, 100.0, false);
+      o.learning_rate = parse_real(flag, value, bounds::kLearningRate);
     } else if (flag == "--momentum") {
-      o.momentum = parse_real(flag, value, 0.0, false, 1.0, true);
+      o.momentum = parse_real(flag, value, bounds::kMomentum);
     } else if (flag == "--weight-decay") {
-      o.weight_decay = parse_real(flag, value, 0.0, false, 1.0, false);
+      o.weight_decay = parse_real(flag, value, bounds::kWeightDecay);
     } else if (flag == "--threads") {
       o.threads = parse_bounded(flag, value, 0, 4096);
     } else if (flag == "--communicator") {
@@ -226,6 +239,11 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (flag == "--seed") {
       o.seed = parse_number<unsigned long long>(flag, value);
     } else if (flag == "--run") {
+      // The BenchmarkRun's name: it goes into metric labels and the result document.
+      if (!value.empty() && !is_dns1123_label(value)) {
+        throw UsageError{"--run: \"" + printable(value) +
+                         "\" is not a BenchmarkRun name (a DNS-1123 label: lowercase letters, digits and '-', at most 63)"};
+      }
       o.run = value;
     } else if (flag == "--metrics-port") {
       o.metrics_port = parse_bounded(flag, value, 0, 65535);
@@ -234,15 +252,8 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (flag == "--cuda-graph") {
       o.cuda_graph = choice(flag, value, {"on", "off"}) == "on";
     } else {
-      throw UsageError{"unknown option " + flag + " (see --help)"};
+      throw UsageError{"unknown option " + printable(flag) + " (see --help)"};
     }
-  }
-  if (o.backend == "cpu" && o.precision != "fp32") {
-    throw UsageError{"--precision: \"" + o.precision + "\" is not available on the cpu backend; allowed: fp32"};
-  }
-  // amp and bf16 need half-precision storage in the layers: not built yet.
-  if (o.backend == "cuda" && o.precision != "fp32" && o.precision != "tf32") {
-    throw UsageError{"--precision: \"" + o.precision + "\" is not available yet on the cuda backend; allowed: fp32, tf32"};
   }
   if (o.cuda_graph && o.backend != "cuda") {
     throw UsageError{"--cuda-graph: on needs --backend cuda; allowed here: off"};
@@ -395,6 +406,29 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
   return std::make_unique<CpuBackend>(o.threads > 0 ? static_cast<int>(o.threads) : default_threads());
 }
 
+// Why this worker cannot run the case's precision on its backend, or nothing when it can. The API
+// admits every precision; a case that lands where its precision cannot run ends as a Failed
+// result with reason Unsupported (never retried), not as a usage error.
+std::optional<std::string> unsupported_precision(const Options& o) {
+  if (o.backend == "cpu") {
+    if (o.precision == "fp32") return std::nullopt;
+    if (o.precision == "tf32") {
+      return "tf32 is a math mode of NVIDIA tensor cores (Ampere and later); the cpu backend computes fp32. "
+             "Allowed on the cpu backend: fp32";
+    }
+    return o.precision + " (" + (o.precision == "amp" ? "fp16 with dynamic loss scaling" : "bfloat16") +
+           ") is not implemented on the cpu backend of this dlbench-worker. Allowed on the cpu backend: fp32";
+  }
+  if (o.precision == "fp32" || o.precision == "tf32") return std::nullopt;
+  return o.precision + " needs half-precision storage in the layers, which this dlbench-worker's cuda backend "
+                       "does not have yet. Allowed on the cuda backend: fp32, tf32";
+}
+
+class Unsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // `backend` is null when it could not be set up (no GPU, say): the case fails with why.
 class BackendUnavailable : public std::runtime_error {
  public:
@@ -438,6 +472,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     }
   }
   try {
+    if (const auto why = unsupported_precision(o)) throw Unsupported(*why);
     if (backend == nullptr) throw BackendUnavailable(backend_error);
     Backend& device = *backend;
     Trainer trainer(device, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), 1000,
@@ -492,6 +527,10 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
                                         reported_value(doc.throughput->summary, doc.methodology.statistic), *peak,
                                         doc.devices);
     }
+  } catch (const Unsupported& e) {
+    doc.state = CaseState::Failed;
+    doc.reason = kReasonUnsupported;
+    doc.message = "--precision " + o.precision + " on --backend " + o.backend + ": " + e.what();
   } catch (const BackendUnavailable& e) {
     doc.state = CaseState::Failed;
     doc.reason = "BackendUnavailable";
@@ -554,5 +593,9 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::cerr << "dlbench-worker: " << e.message << "\n";
     return kExitUsage;
+  } catch (const std::exception& e) {
+    // Whatever escaped the case's own handling: said, and a failure exit, never an abort.
+    std::cerr << "dlbench-worker: " << e.what() << "\n";
+    return kExitFailed;
   }
 }

@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dlbench/core/names.hpp"
 #include "launch_command.hpp"
 #include "report_command.hpp"
 #include "run_command.hpp"
@@ -35,7 +36,7 @@ Usage:
   dlbench help
 )";
 
-int usage_error(const std::string& message) {
+int usage_error(const std::string& message) {  // callers quote user text through printable()
   std::cerr << "error: " << message << "\n\n" << kUsage;
   return dlbench::cli::kExitUnreadable;
 }
@@ -73,7 +74,7 @@ int validate_main(const std::vector<std::string>& args) {
       std::cout << kUsage;
       return 0;
     } else {
-      return usage_error("validate: unknown argument \"" + arg + "\"");
+      return usage_error("validate: unknown argument \"" + dlbench::printable(arg) + "\"");
     }
   }
   if (options.files.empty()) return usage_error("validate needs -f FILE");
@@ -112,7 +113,7 @@ int run_main(const std::vector<std::string>& args) {
       }
       if (options.max_devices < 1) return usage_error("--max-devices: \"" + *v + "\" is not a whole number >= 1");
     } else {
-      return usage_error("run: unknown argument \"" + arg + "\"");
+      return usage_error("run: unknown argument \"" + dlbench::printable(arg) + "\"");
     }
   }
   if (options.file.empty()) return usage_error("run needs -f FILE");
@@ -141,7 +142,7 @@ int report_main(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) return usage_error("--plot needs a file name");
       options.plot = args[++i];
     } else if (arg.starts_with("-")) {
-      return usage_error("report: unknown option \"" + arg + "\"");
+      return usage_error("report: unknown option \"" + dlbench::printable(arg) + "\"");
     } else {
       options.files.push_back(arg);
     }
@@ -164,9 +165,7 @@ int launch_main(const std::vector<std::string>& args) {
   return dlbench::cli::run_launch(options, std::cout, std::cerr);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int dispatch(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return usage_error("no command given");
   const std::string command = args.front();
@@ -183,5 +182,18 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  return usage_error("unknown command \"" + command + "\"; commands: validate, run, report, launch, version, help");
+  return usage_error("unknown command \"" + dlbench::printable(command) +
+                     "\"; commands: validate, run, report, launch, version, help");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return dispatch(argc, argv);
+  } catch (const std::exception& e) {
+    // Whatever a command did not handle itself: said, and a failure exit, never an abort.
+    std::cerr << "dlbench: error: " << e.what() << "\n";
+    return 1;
+  }
 }

@@ -89,9 +89,13 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
       err << "error: " << e.what() << "\n";
       return 2;
     }
+    if (docs.empty()) {
+      err << "error: " << file << ": holds no document (expected a BenchmarkRun or a status written by dlbench run)\n";
+      return 2;
+    }
     for (const auto& doc : docs) {
       Source s;
-      if (doc.contains("spec")) {
+      if (doc.is_object() && doc.contains("spec")) {
         const auto run = decode_benchmark_run(doc);
         if (!run.ok() || !run.value->status) {
           err << "error: " << file << ": " << (run.ok() ? "no status" : run.errors.front().to_string()) << "\n";

@@ -314,6 +314,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       if (result.state == CaseState::Succeeded) break;
       out << "  attempt " << attempt << "/" << max_attempts << " failed: " << result.reason << ": "
           << result.message.substr(0, 200) << "\n";
+      if (failure_is_permanent(result.reason)) break;  // another attempt would fail the same way
     }
     if (interrupted) break;
     status.results.push_back(result);

@@ -48,7 +48,7 @@ int run_validate(const ValidateOptions& options, std::ostream& out, std::ostream
       exit_code = kExitUnreadable;
       continue;
     } catch (const YamlSyntaxError& e) {
-      err << "error: " << (file == "-" ? "<stdin>" : file) << " is not valid YAML: " << e.what() << '\n';
+      err << "error: not valid YAML: " << e.what() << '\n';  // what() names the file
       exit_code = kExitUnreadable;
       continue;
     }

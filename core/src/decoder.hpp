@@ -8,7 +8,6 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/benchmark_run.hpp"
 #include "dlbench/core/codec.hpp"
+#include "dlbench/core/names.hpp"
 
 namespace dlbench::detail {
 
@@ -67,19 +67,6 @@ inline std::string format_number(double value) {
   return j.dump();
 }
 
-inline bool is_dns1123_label(const std::string& text) {
-  static const std::regex pattern("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$");
-  return !text.empty() && text.size() <= static_cast<std::size_t>(bounds::kMaxNameLength) &&
-         std::regex_match(text, pattern);
-}
-
-// Extended resources are domain-qualified: nvidia.com/gpu, rdma/hca_shared_devices_a.
-inline bool is_extended_resource_name(const std::string& text) {
-  static const std::regex pattern(
-      "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$");
-  return text.size() <= 253 && std::regex_match(text, pattern);
-}
-
 class Decoder {
  public:
   std::vector<FieldError> errors;
@@ -116,6 +103,14 @@ class Decoder {
   }
 
   std::optional<std::int64_t> integer(const json& value, const std::string& path, IntBounds b) {
+    // 4.0 is an integer to the API server's schema validation (a float with no fraction), so it
+    // is one here too; 4.5 is not.
+    if (value.is_number_float()) {
+      const double number = value.get<double>();
+      if (std::isfinite(number) && number == std::floor(number) && std::fabs(number) < 9.2e18) {
+        return integer(json(static_cast<std::int64_t>(number)), path, b);
+      }
+    }
     if (!value.is_number_integer()) {
       fail(path, "expected an integer from " + std::to_string(b.min) + " to " + std::to_string(b.max) +
                      ", got " + describe_type(value) + " (" + quote(value) + ")");
@@ -205,6 +200,40 @@ class Decoder {
     }
   }
 
+  // A string of at most max_length bytes (the CRD's maxLength counts characters; the difference
+  // only matters past ASCII, where this is stricter).
+  void read_string(const json& obj, const std::string& path, std::string_view key, std::size_t max_length,
+                   std::string& out) {
+    const json* value = find(obj, key);
+    if (value == nullptr) return;
+    auto text = string(*value, child(path, key));
+    if (!text) return;
+    if (!within_length(*text, child(path, key), max_length)) return;
+    out = *text;
+  }
+
+  bool within_length(const std::string& text, const std::string& path, std::size_t max_length) {
+    if (text.size() <= max_length) return true;
+    fail(path, "is " + std::to_string(text.size()) + " characters long; at most " + std::to_string(max_length) +
+                   " allowed");
+    return false;
+  }
+
+  // A string that must satisfy `valid` (one of names.hpp's checks), described by `what`.
+  template <typename Check>
+  void read_name(const json& obj, const std::string& path, std::string_view key, Check valid, const std::string& what,
+                 std::string& out) {
+    const json* value = find(obj, key);
+    if (value == nullptr) return;
+    auto text = string(*value, child(path, key));
+    if (!text) return;
+    if (!valid(*text)) {
+      fail(child(path, key), "\"" + printable(*text) + "\" is not " + what);
+      return;
+    }
+    out = *text;
+  }
+
   template <typename E>
   std::optional<E> enumeration(const json& value, const std::string& path) {
     if (!value.is_string()) {
@@ -241,10 +270,37 @@ class Decoder {
     return &value;
   }
 
-  void string_map(const json& value, const std::string& path, std::map<std::string, std::string>& out) {
+  // A map of Kubernetes labels (or annotations, label_values = false): qualified-name keys,
+  // label values of at most 63 characters.
+  void label_map(const json& value, const std::string& path, std::size_t max_entries, bool label_values,
+                 std::map<std::string, std::string>& out) {
     if (!expect_object(value, path)) return;
+    if (value.size() > max_entries) {
+      fail(path, "has " + std::to_string(value.size()) + " entries; at most " + std::to_string(max_entries) + " allowed");
+      return;
+    }
+    std::size_t total = 0;
     for (const auto& [key, entry] : value.items()) {
-      if (auto text = string(entry, child(path, key))) out[key] = *text;
+      const std::string where = child(path, printable(key));
+      if (!is_qualified_name(key)) {
+        fail(where, "\"" + printable(key) + "\" is not a valid key: [prefix/]name, the prefix a DNS subdomain, the name "
+                    "up to 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit");
+        continue;
+      }
+      auto text = string(entry, where);
+      if (!text) continue;
+      if (label_values && !is_label_value(*text)) {
+        fail(where, "\"" + printable(*text) + "\" is not a valid label value: empty, or up to 63 letters, digits, '-', '_' "
+                    "or '.', beginning and ending with a letter or digit");
+        continue;
+      }
+      total += key.size() + text->size();
+      out[key] = *text;
+    }
+    // Kubernetes' limit on all of an object's annotations together.
+    constexpr std::size_t kAnnotationBytes = 256 * 1024;
+    if (!label_values && total > kAnnotationBytes) {
+      fail(path, "total size " + std::to_string(total) + " bytes; at most " + std::to_string(kAnnotationBytes) + " allowed");
     }
   }
 };

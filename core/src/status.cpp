@@ -60,4 +60,6 @@ std::string rfc3339_utc_now() {
   return buffer;
 }
 
+bool failure_is_permanent(const std::string& reason) { return reason == kReasonUnsupported; }
+
 }  // namespace dlbench

@@ -3,93 +3,316 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iostream>
-#include <iterator>
 #include <limits>
-#include <regex>
+#include <map>
+#include <optional>
 #include <sstream>
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/exceptions.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
+
+#include "dlbench/core/names.hpp"
 
 namespace dlbench {
 namespace {
 
 using nlohmann::json;
 
-// Plain (unquoted) scalars resolved by the YAML 1.2 core schema.
-json resolve_plain_scalar(const std::string& text) {
-  static const std::regex null_pattern("^(~|null|Null|NULL|)$");
-  static const std::regex true_pattern("^(true|True|TRUE)$");
-  static const std::regex false_pattern("^(false|False|FALSE)$");
-  static const std::regex int_pattern("^[-+]?[0-9]+$");
-  static const std::regex octal_pattern("^0o[0-7]+$");
-  static const std::regex hex_pattern("^0x[0-9a-fA-F]+$");
-  static const std::regex float_pattern("^[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?$");
-  static const std::regex inf_pattern("^[-+]?\\.(inf|Inf|INF)$");
-  static const std::regex nan_pattern("^\\.(nan|NaN|NAN)$");
+std::string position(const YAML::Mark& mark) {
+  return "line " + std::to_string(mark.line + 1) + ", column " + std::to_string(mark.column + 1);
+}
 
-  if (std::regex_match(text, null_pattern)) return nullptr;
-  if (std::regex_match(text, true_pattern)) return true;
-  if (std::regex_match(text, false_pattern)) return false;
-  const auto parse_integer = [&](std::string_view digits, int base) -> json {
-    const bool negative = !digits.empty() && digits.front() == '-';
-    if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) digits.remove_prefix(1);
-    std::uint64_t magnitude = 0;
-    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), magnitude, base);
-    if (error != std::errc{} || end != digits.data() + digits.size()) return text;  // too large: keep the text
-    if (!negative) {
-      if (magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-        return static_cast<std::int64_t>(magnitude);
-      }
-      return magnitude;
-    }
-    if (magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) + 1) {
-      return static_cast<std::int64_t>(0 - magnitude);
+bool all_of(std::string_view text, bool (*accept)(char)) {
+  if (text.empty()) return false;
+  for (const char c : text) {
+    if (!accept(c)) return false;
+  }
+  return true;
+}
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_bin_digit(char c) { return c == '0' || c == '1'; }
+bool is_oct_digit(char c) { return c >= '0' && c <= '7'; }
+bool is_hex_digit(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+// Go's strconv.ParseInt/ParseUint(text, 0, 64): an optional sign, then 0x/0o/0b, a leading 0
+// (octal) or decimal digits. Nothing when it does not parse or does not fit.
+std::optional<json> go_parse_int(std::string_view text) {
+  bool negative = false;
+  if (!text.empty() && (text.front() == '+' || text.front() == '-')) {
+    negative = text.front() == '-';
+    text.remove_prefix(1);
+  }
+  int base = 10;
+  bool (*digit)(char) = is_digit;
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+    base = 16, digit = is_hex_digit, text.remove_prefix(2);
+  } else if (text.size() > 2 && text[0] == '0' && (text[1] == 'o' || text[1] == 'O')) {
+    base = 8, digit = is_oct_digit, text.remove_prefix(2);
+  } else if (text.size() > 2 && text[0] == '0' && (text[1] == 'b' || text[1] == 'B')) {
+    base = 2, digit = is_bin_digit, text.remove_prefix(2);
+  } else if (text.size() > 1 && text[0] == '0') {
+    base = 8, digit = is_oct_digit, text.remove_prefix(1);
+  }
+  if (!all_of(text, digit)) return std::nullopt;
+  std::uint64_t magnitude = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), magnitude, base);
+  if (error != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  if (!negative) return magnitude <= kMax ? json(static_cast<std::int64_t>(magnitude)) : json(magnitude);
+  if (magnitude <= kMax + 1) return json(static_cast<std::int64_t>(0 - magnitude));
+  return std::nullopt;
+}
+
+// go-yaml v2's float syntax: [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool is_yaml_float(std::string_view t) {
+  std::size_t i = 0;
+  if (i < t.size() && (t[i] == '+' || t[i] == '-')) ++i;
+  const std::size_t int_start = i;
+  while (i < t.size() && is_digit(t[i])) ++i;
+  const bool int_digits = i > int_start;
+  if (i < t.size() && t[i] == '.') {
+    ++i;
+    const std::size_t frac_start = i;
+    while (i < t.size() && is_digit(t[i])) ++i;
+    if (!int_digits && i == frac_start) return false;
+  } else if (!int_digits) {
+    return false;
+  }
+  if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    if (i < t.size() && (t[i] == '+' || t[i] == '-')) ++i;
+    const std::size_t exp_start = i;
+    while (i < t.size() && is_digit(t[i])) ++i;
+    if (i == exp_start) return false;
+  }
+  return i == t.size();
+}
+
+// A finite double, or nothing when out of range (Go's ParseFloat fails there too).
+std::optional<double> parse_finite(const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(value)) {
+    // Underflow to a tiny or zero value is not an error in Go: keep it.
+    if (end == text.c_str() + text.size() && errno == ERANGE && std::fabs(value) < 1.0) return value;
+    return std::nullopt;
+  }
+  return value;
+}
+
+// A plain (unquoted) scalar as kubectl resolves it: go-yaml v2, YAML 1.1.
+json resolve_plain_scalar(const std::string& text) {
+  static const std::map<std::string, json, std::less<>> fixed = [] {
+    std::map<std::string, json, std::less<>> m;
+    for (const char* t : {"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"}) m[t] = true;
+    for (const char* f : {"n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"}) m[f] = false;
+    for (const char* n : {"", "~", "null", "Null", "NULL"}) m[n] = nullptr;
+    for (const char* n : {".nan", ".NaN", ".NAN"}) m[n] = std::numeric_limits<double>::quiet_NaN();
+    for (const char* i : {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"}) m[i] = std::numeric_limits<double>::infinity();
+    for (const char* i : {"-.inf", "-.Inf", "-.INF"}) m[i] = -std::numeric_limits<double>::infinity();
+    return m;
+  }();
+  if (const auto it = fixed.find(text); it != fixed.end()) return it->second;
+  if (text.empty()) return text;
+  const char first = text.front();
+  if (first == '.') {
+    if (is_yaml_float(text)) {
+      if (const auto value = parse_finite(text)) return *value;
     }
     return text;
-  };
-  if (std::regex_match(text, int_pattern)) return parse_integer(text, 10);
-  if (std::regex_match(text, octal_pattern)) return parse_integer(std::string_view(text).substr(2), 8);
-  if (std::regex_match(text, hex_pattern)) return parse_integer(std::string_view(text).substr(2), 16);
-  if (std::regex_match(text, float_pattern)) return std::stod(text);
-  if (std::regex_match(text, inf_pattern)) {
-    return text.front() == '-' ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
   }
-  if (std::regex_match(text, nan_pattern)) return std::numeric_limits<double>::quiet_NaN();
+  if (!is_digit(first) && first != '+' && first != '-') return text;
+  // Timestamps (2006-01-02...) stay strings when read into untyped values, as kubectl keeps them.
+  std::string plain;
+  for (const char c : text) {
+    if (c != '_') plain += c;
+  }
+  if (auto integer = go_parse_int(plain)) return *integer;
+  if (is_yaml_float(plain)) {
+    if (const auto value = parse_finite(plain)) return *value;
+  }
+  const bool negative_binary = plain.starts_with("-0b");
+  if (plain.starts_with("0b") || negative_binary) {
+    const std::string_view digits = std::string_view(plain).substr(negative_binary ? 3 : 2);
+    if (all_of(digits, is_bin_digit)) {
+      if (auto integer = go_parse_int(std::string(negative_binary ? "-0b" : "0b") + std::string(digits))) return *integer;
+    }
+  }
   return text;
 }
 
-json to_json_value(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined: return nullptr;
-    case YAML::NodeType::Scalar: {
-      const std::string& tag = node.Tag();
-      // "!" marks a quoted or block scalar; "?" a plain one; explicit tags are honoured.
-      if (tag == "!" || tag == "tag:yaml.org,2002:str") return node.Scalar();
-      return resolve_plain_scalar(node.Scalar());
+json resolve_scalar(const std::string& tag, const std::string& value, const YAML::Mark& mark) {
+  if (tag == "?" || tag.empty()) return resolve_plain_scalar(value);
+  if (tag == "!" || tag == "tag:yaml.org,2002:str") return value;  // quoted, block, or !!str
+  if (tag == "tag:yaml.org,2002:null" || tag == "tag:yaml.org,2002:bool" || tag == "tag:yaml.org,2002:int" ||
+      tag == "tag:yaml.org,2002:float") {
+    json resolved = resolve_plain_scalar(value);
+    const bool fits = (tag.ends_with("null") && resolved.is_null()) || (tag.ends_with("bool") && resolved.is_boolean()) ||
+                      (tag.ends_with("int") && resolved.is_number_integer()) ||
+                      (tag.ends_with("float") && resolved.is_number());
+    if (fits) return resolved;
+    throw YamlSyntaxError(position(mark) + ": \"" + printable(value) + "\" cannot be read as " + tag);
+  }
+  throw YamlSyntaxError(position(mark) + ": unsupported tag \"" + printable(tag) + "\"");
+}
+
+// kubectl turns non-string keys into their text.
+std::string key_text(const json& key) {
+  if (key.is_string()) return key.get<std::string>();
+  if (key.is_null()) return "null";
+  return key.dump();
+}
+
+// Builds JSON from yaml-cpp's parser events, within the depth and node limits, expanding
+// aliases by copy (each copy counted) and honouring `<<` merge keys as kubectl does.
+class JsonBuilder : public YAML::EventHandler {
+ public:
+  std::optional<json> document;
+
+  void OnDocumentStart(const YAML::Mark&) override {
+    document.reset();
+    nodes_ = 0;
+    anchors_.clear();
+  }
+  void OnDocumentEnd() override {}
+
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { add(nullptr, mark, anchor); }
+
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    const auto it = anchors_.find(anchor);
+    if (it == anchors_.end()) {
+      throw YamlSyntaxError(position(mark) + ": alias to an anchor that encloses it (a cycle) or is undefined");
     }
-    case YAML::NodeType::Sequence: {
-      json out = json::array();
-      for (const auto& item : node) out.push_back(to_json_value(item));
-      return out;
+    count(it->second.second, mark);
+    add_counted(json(it->second.first), mark, 0, /*merge_candidate=*/true);
+  }
+
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor, const std::string& value) override {
+    const bool merge_key = tag == "?" && value == "<<" && !stack_.empty() && stack_.back().value.is_object() &&
+                           !stack_.back().key;
+    if (merge_key) {
+      count(1, mark);
+      stack_.back().key = "<<";
+      stack_.back().merging = true;
+      return;
     }
-    case YAML::NodeType::Map: {
-      json out = json::object();
-      for (const auto& entry : node) {
-        const YAML::Node& key = entry.first;
-        if (!key.IsScalar()) {
-          throw YamlSyntaxError("line " + std::to_string(key.Mark().line + 1) + ": mapping keys must be plain strings");
-        }
-        out[key.Scalar()] = to_json_value(entry.second);
+    add(resolve_scalar(tag, value, mark), mark, anchor);
+  }
+
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
+    open(json::array(), mark, anchor);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
+    open(json::object(), mark, anchor);
+  }
+  void OnMapEnd() override {
+    Frame& frame = stack_.back();
+    // Explicit keys win over merged ones, whatever their order.
+    for (auto& merged : frame.merged) {
+      for (auto& [key, value] : merged.items()) {
+        if (!frame.value.contains(key)) frame.value[key] = value;
       }
-      return out;
+    }
+    close();
+  }
+
+ private:
+  struct Frame {
+    json value;
+    YAML::anchor_t anchor = 0;
+    std::size_t first_node = 0;  // nodes_ when it opened: its size for alias accounting
+    YAML::Mark mark;
+    std::optional<std::string> key;  // a map waiting for the value of this key
+    bool key_is_pending_value = false;
+    bool merging = false;
+    std::vector<json> merged;
+  };
+
+  void count(std::size_t n, const YAML::Mark& mark) {
+    nodes_ += n;
+    if (nodes_ > kMaxNodes) {
+      throw YamlSyntaxError(position(mark) + ": more than " + std::to_string(kMaxNodes) +
+                            " values in one document (aliases expanded); refused as an alias bomb or oversized input");
     }
   }
-  return nullptr;
-}
+
+  void open(json container, const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (stack_.size() >= kMaxNestingDepth) {
+      throw YamlSyntaxError(position(mark) + ": nested deeper than " + std::to_string(kMaxNestingDepth) + " levels");
+    }
+    count(1, mark);
+    Frame frame;
+    frame.value = std::move(container);
+    frame.anchor = anchor;
+    frame.first_node = nodes_ - 1;
+    frame.mark = mark;
+    stack_.push_back(std::move(frame));
+  }
+
+  void close() {
+    Frame frame = std::move(stack_.back());
+    stack_.pop_back();
+    const std::size_t size = nodes_ - frame.first_node;
+    if (frame.anchor != 0) anchors_[frame.anchor] = {frame.value, size};
+    place(std::move(frame.value), frame.mark, /*merge_candidate=*/true);
+  }
+
+  void add(json value, const YAML::Mark& mark, YAML::anchor_t anchor) {
+    count(1, mark);
+    add_counted(std::move(value), mark, anchor, false);
+  }
+
+  void add_counted(json value, const YAML::Mark& mark, YAML::anchor_t anchor, bool merge_candidate) {
+    if (anchor != 0) anchors_[anchor] = {value, 1};
+    place(std::move(value), mark, merge_candidate);
+  }
+
+  // Puts a finished value where it belongs: the document, a list, a map's key or its value.
+  void place(json value, const YAML::Mark& mark, bool merge_candidate) {
+    if (stack_.empty()) {
+      document = std::move(value);
+      return;
+    }
+    Frame& parent = stack_.back();
+    if (parent.value.is_array()) {
+      parent.value.push_back(std::move(value));
+      return;
+    }
+    if (!parent.key) {
+      if (value.is_object() || value.is_array()) {
+        throw YamlSyntaxError(position(mark) + ": mapping keys must be scalars");
+      }
+      parent.key = key_text(value);
+      return;
+    }
+    if (parent.merging) {
+      const bool mergeable = merge_candidate && (value.is_object() || value.is_array());
+      if (!mergeable) throw YamlSyntaxError(position(mark) + ": a << merge key needs a map or a list of maps");
+      if (value.is_object()) {
+        parent.merged.push_back(std::move(value));
+      } else {
+        for (auto& item : value) {
+          if (!item.is_object()) throw YamlSyntaxError(position(mark) + ": a << merge list must hold maps only");
+          parent.merged.push_back(std::move(item));
+        }
+      }
+      parent.merging = false;
+    } else {
+      parent.value[*parent.key] = std::move(value);  // a repeated key: the last one wins, as in kubectl
+    }
+    parent.key.reset();
+  }
+
+  std::vector<Frame> stack_;
+  std::map<YAML::anchor_t, std::pair<json, std::size_t>> anchors_;  // value and its node count
+  std::size_t nodes_ = 0;
+};
 
 void emit(YAML::Emitter& out, const json& value) {
   switch (value.type()) {
@@ -121,37 +344,87 @@ void emit(YAML::Emitter& out, const json& value) {
   }
 }
 
+// Line and column of a byte offset, for messages about the raw text.
+std::string text_position(std::string_view text, std::size_t offset) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
 }  // namespace
 
 std::vector<json> parse_yaml_documents(std::string_view text) {
-  std::vector<YAML::Node> nodes;
+  if (std::size_t bad = 0; !is_valid_utf8(text, &bad)) {
+    throw YamlSyntaxError(text_position(text, bad) + ": not UTF-8 text (byte 0x" + [&] {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(text[bad]));
+      return std::string(hex);
+    }() + " at offset " + std::to_string(bad) + ")");
+  }
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
+    throw YamlSyntaxError(text_position(text, nul) + ": a NUL character; YAML text cannot contain one");
+  }
+  std::vector<json> documents;
   try {
-    nodes = YAML::LoadAll(std::string(text));
+    std::istringstream stream{std::string(text)};
+    YAML::Parser parser(stream);
+    JsonBuilder builder;
+    while (parser.HandleNextDocument(builder)) {
+      if (builder.document && !builder.document->is_null()) documents.push_back(std::move(*builder.document));
+      builder.document.reset();
+    }
   } catch (const YAML::Exception& e) {
     throw YamlSyntaxError("line " + std::to_string(e.mark.line + 1) + ", column " + std::to_string(e.mark.column + 1) +
                           ": " + e.msg);
   }
-  std::vector<json> documents;
-  for (const auto& node : nodes) {
-    if (node.IsNull() || !node.IsDefined()) continue;  // "---" with nothing after it
-    documents.push_back(to_json_value(node));
-  }
   return documents;
 }
 
-std::vector<json> load_yaml_file(const std::string& path) {
+std::string read_input_file(const std::string& path, std::size_t max_bytes, bool utf8) {
+  const bool standard_input = path == "-";
+  std::FILE* file = standard_input ? stdin : std::fopen(path.c_str(), "rb");
+  if (file == nullptr) throw InputUnreadableError("cannot open " + path + ": " + std::strerror(errno));
   std::string text;
-  if (path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw InputUnreadableError("cannot open " + path + ": " + std::strerror(errno));
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    if (in.bad()) throw InputUnreadableError("cannot read " + path);
-    text = buffer.str();
+  char buffer[1 << 16];
+  bool too_large = false;
+  for (;;) {
+    const std::size_t n = std::fread(buffer, 1, sizeof buffer, file);
+    if (n == 0) break;
+    if (text.size() + n > max_bytes) {
+      too_large = true;
+      break;
+    }
+    text.append(buffer, n);
   }
-  return parse_yaml_documents(text);
+  const bool failed = std::ferror(file) != 0;
+  const int error = errno;
+  if (!standard_input) std::fclose(file);
+  if (too_large) {
+    throw InputUnreadableError(path + ": larger than " + std::to_string(max_bytes >> 20) + " MiB; refused");
+  }
+  if (failed) throw InputUnreadableError("cannot read " + path + ": " + std::strerror(error));
+  if (utf8) {
+    if (std::size_t bad = 0; !is_valid_utf8(text, &bad)) {
+      throw InputUnreadableError(path + ": " + text_position(text, bad) + ": not UTF-8 text (binary data?)");
+    }
+  }
+  return text;
+}
+
+std::vector<json> load_yaml_file(const std::string& path) {
+  const std::string text = read_input_file(path);
+  try {
+    return parse_yaml_documents(text);
+  } catch (const YamlSyntaxError& e) {
+    throw YamlSyntaxError(path + ": " + e.what());
+  }
 }
 
 std::string to_yaml(const json& value) {

@@ -40,10 +40,18 @@ inline constexpr RealBounds kLearningRate{0.0, 100.0, true, false};
 inline constexpr RealBounds kMomentum{0.0, 1.0, false, true};  // 1 would never forget a gradient
 inline constexpr RealBounds kWeightDecay{0.0, 1.0};
 inline constexpr std::int64_t kMaxMatrixValues = 32;  // per matrix axis
-inline constexpr std::int64_t kMaxExplicitCases = 1000;
+// Each explicit case adds at most one baseline, so 500 cases never plan more than 1,000; the
+// CRD can then check the planned count of a matrix with one CEL rule and of cases with maxItems.
+inline constexpr std::int64_t kMaxExplicitCases = 500;
 inline constexpr std::int64_t kMaxPlannedCases = 1000;  // after baselines are added
 inline constexpr std::int64_t kMaxCommandArgs = 256;
 inline constexpr std::int64_t kMaxNameLength = 63;  // a DNS-1123 label: children prefix it
+inline constexpr std::size_t kMaxCommandArgLength = 4096;
+inline constexpr std::size_t kMaxImageLength = 512;
+inline constexpr std::size_t kMaxEnvNameLength = 256;
+inline constexpr std::size_t kMaxEnvValueLength = 32768;
+inline constexpr std::size_t kMaxNodeSelectorEntries = 64;
+inline constexpr std::size_t kMaxMetadataEntries = 4096;  // labels or annotations of the BenchmarkRun itself
 }  // namespace bounds
 
 namespace defaults {

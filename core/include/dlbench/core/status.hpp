@@ -19,6 +19,12 @@ const Condition* find_condition(const std::vector<Condition>& conditions, Condit
 // progress counters and summary ("5/12"). The current case is left to the caller.
 void refresh_derived_status(BenchmarkRunStatus& status, const std::vector<PlannedCase>& plan, Statistic statistic);
 
+// Failure reasons that another attempt cannot change (the worker cannot run this case where it
+// landed: a precision its backend or this CPU lacks). Both executors record such a result at
+// once instead of spending limits.backoffLimit on it.
+inline constexpr const char* kReasonUnsupported = "Unsupported";
+bool failure_is_permanent(const std::string& reason);
+
 // "2026-11-21T05:10:00Z"
 std::string rfc3339_utc_now();
 
