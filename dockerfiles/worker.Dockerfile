@@ -1,56 +1,92 @@
 # dlbench-worker: the image of both MPI roles the operator creates. Worker pods run sshd (as
 # root, with the capabilities the operator grants); the launcher Job runs `dlbench launch --
-# mpirun ... dlbench-worker ...` from the same image.
+# mpirun ... dlbench-worker ...` from the same image. One distribution for both targets:
+# Debian 12 (bookworm), with Debian's oneDNN for the CPU backend.
 #
-#   docker build -f dockerfiles/worker.Dockerfile -t dlbench-worker:0.1.0 .
+#   cpu   the CPU backend only (oneDNN, Open MPI): CI builds and runs it (tests/images)
+#           buildah build --target cpu -f dockerfiles/worker.Dockerfile -t dlbench-worker:0.1.0-cpu .
+#   cuda  the default: the CUDA backend and NCCL too, from NVIDIA's CUDA, cuDNN and NCCL packages
+#         for Debian 12
+#           buildah build --build-arg CUDA_REPO=<NVIDIA's CUDA network repository for debian12/x86_64> \
+#             -f dockerfiles/worker.Dockerfile -t dlbench-worker:0.1.0 .
 #
 # Build arguments:
-#   CUDA_VERSION          NVIDIA CUDA base image version (default 13.0.2, with cuDNN 9)
-#   UBUNTU                Ubuntu release of the base images (default 24.04; the runtime package
-#                         names below are noble's)
-#   CUDA_ARCHITECTURES    GPU code generated (default "80;90": A100 sm_80, H100/H200 sm_90)
-#   ONEDNN_VERSION        oneDNN release for the CPU backend, built from source because the CPU
-#                         backend is written against the oneDNN 2.x API (default v2.7.5)
-ARG CUDA_VERSION=13.0.2
-ARG UBUNTU=24.04
+#   DEBIAN              Debian release (default bookworm; the runtime package names are bookworm's)
+#   CUDA_REPO           (cuda) the apt repository URL NVIDIA's CUDA installation guide gives for
+#                       "Network Repo Installation for Debian 12": required, no default
+#   CUDA_MAJOR_MINOR    (cuda) CUDA version of the packages, dash-separated (default 13-0)
+#   CUDA_ARCHITECTURES  (cuda) GPU code generated (default "80;90": A100 sm_80, H100/H200 sm_90)
+ARG DEBIAN=bookworm
 
-FROM nvidia/cuda:${CUDA_VERSION}-cudnn-devel-ubuntu${UBUNTU} AS build
-ARG CUDA_ARCHITECTURES="80;90"
-ARG ONEDNN_VERSION=v2.7.5
+# ---- the parts every target shares --------------------------------------------------------
+FROM debian:${DEBIAN} AS build-base
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      build-essential cmake ninja-build pkg-config git ca-certificates \
-      nlohmann-json3-dev libyaml-cpp-dev libssl-dev libopenmpi-dev openmpi-bin \
+      build-essential cmake ninja-build pkg-config ca-certificates \
+      nlohmann-json3-dev libyaml-cpp-dev libssl-dev libcpprest-dev \
+      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin \
  && rm -rf /var/lib/apt/lists/*
-RUN git clone --depth 1 --branch ${ONEDNN_VERSION} https://github.com/oneapi-src/oneDNN.git /tmp/onednn \
- && cmake -S /tmp/onednn -B /tmp/onednn/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_INSTALL_PREFIX=/opt/onednn -DONEDNN_BUILD_TESTS=OFF -DONEDNN_BUILD_EXAMPLES=OFF \
- && cmake --build /tmp/onednn/build --target install \
- && rm -rf /tmp/onednn
 WORKDIR /src
-COPY . .
-# CUDA and MPI are required here (ON), so a missing piece fails the build instead of leaving the
-# NCCL communicator out.
-RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
-      -DDLBENCH_WITH_CUDA=ON -DDLBENCH_WITH_MPI=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
-      -DCMAKE_PREFIX_PATH=/opt/onednn \
- && cmake --build /build --target dlbench-worker dlbench \
- && strip /build/bin/dlbench-worker /build/bin/dlbench
 
-FROM nvidia/cuda:${CUDA_VERSION}-cudnn-runtime-ubuntu${UBUNTU}
+FROM debian:${DEBIAN}-slim AS runtime-base
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      openmpi-bin libopenmpi3t64 openssh-server openssh-client \
-      libyaml-cpp0.8 libgomp1 libssl3t64 ca-certificates \
+      openmpi-bin libopenmpi3 openssh-server openssh-client \
+      libdnnl2 libyaml-cpp0.7 libgomp1 libssl3 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /run/sshd \
  && ssh-keygen -A
-COPY --from=build /opt/onednn/lib/ /opt/onednn/lib/
-COPY --from=build /build/bin/dlbench-worker /build/bin/dlbench /usr/local/bin/
-ENV LD_LIBRARY_PATH=/opt/onednn/lib:${LD_LIBRARY_PATH}
-# Every process an MPI job starts over ssh (orted, then dlbench-worker) gets the same paths.
-RUN printf 'PATH=%s\nLD_LIBRARY_PATH=%s\n' "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/cuda/bin" \
-      "/opt/onednn/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64" > /etc/environment
 # The operator sets the command of each role: sshd for workers, `dlbench launch` for the launcher.
 EXPOSE 22 9400
 CMD ["dlbench-worker", "--help"]
+
+# ---- cpu -------------------------------------------------------------------------------------
+FROM build-base AS build-cpu
+COPY . .
+# MPI is required (ON): a missing piece fails the build instead of leaving the communicator out.
+RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
+      -DDLBENCH_WITH_CUDA=OFF -DDLBENCH_WITH_MPI=ON \
+ && cmake --build /build --target dlbench-worker dlbench \
+ && strip /build/bin/dlbench-worker /build/bin/dlbench
+
+FROM runtime-base AS cpu
+COPY --from=build-cpu /build/bin/dlbench-worker /build/bin/dlbench /usr/local/bin/
+
+# ---- cuda (the default target) ----------------------------------------------------------------
+FROM build-base AS build-cuda
+ARG CUDA_REPO
+ARG CUDA_MAJOR_MINOR=13-0
+ARG CUDA_ARCHITECTURES="80;90"
+# NVIDIA's repository, trusted through its own keyring package.
+RUN test -n "${CUDA_REPO}" || { echo "--build-arg CUDA_REPO=<NVIDIA's CUDA repository for Debian 12> is required" >&2; exit 1; } \
+ && apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl \
+ && curl -fsSL -o /tmp/cuda-keyring.deb "${CUDA_REPO%/}/cuda-keyring_1.1-1_all.deb" \
+ && dpkg -i /tmp/cuda-keyring.deb && rm /tmp/cuda-keyring.deb \
+ && apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      cuda-nvcc-${CUDA_MAJOR_MINOR} cuda-cudart-dev-${CUDA_MAJOR_MINOR} libcublas-dev-${CUDA_MAJOR_MINOR} \
+      cudnn9-cuda-${CUDA_MAJOR_MINOR%-*} libnccl-dev libnccl2 \
+ && rm -rf /var/lib/apt/lists/*
+COPY . .
+# CUDA and MPI are required (ON), so a missing piece fails the build instead of leaving the
+# NCCL communicator out.
+RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
+      -DDLBENCH_WITH_CUDA=ON -DDLBENCH_WITH_MPI=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
+      -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+ && cmake --build /build --target dlbench-worker dlbench \
+ && strip /build/bin/dlbench-worker /build/bin/dlbench
+
+FROM runtime-base AS cuda
+ARG CUDA_REPO
+ARG CUDA_MAJOR_MINOR=13-0
+COPY --from=build-cuda /usr/share/keyrings/cuda-archive-keyring.gpg /usr/share/keyrings/
+COPY --from=build-cuda /etc/apt/sources.list.d/cuda-debian12-x86_64.list /etc/apt/sources.list.d/
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      cuda-cudart-${CUDA_MAJOR_MINOR} libcublas-${CUDA_MAJOR_MINOR} libcudnn9-cuda-${CUDA_MAJOR_MINOR%-*} libnccl2 \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build-cuda /build/bin/dlbench-worker /build/bin/dlbench /usr/local/bin/
+ENV LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
+# Every process an MPI job starts over ssh (orted, then dlbench-worker) gets the same paths.
+RUN printf 'PATH=%s\nLD_LIBRARY_PATH=%s\n' "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/cuda/bin" \
+      "/usr/local/cuda/lib64:/usr/local/nvidia/lib64" > /etc/environment

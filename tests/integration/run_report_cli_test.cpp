@@ -57,6 +57,38 @@ spec:
   std::filesystem::path dir_;
 };
 
+// A precision the CPU backend cannot run is one Failed result with reason Unsupported, recorded
+// on its first attempt (backoffLimit is not spent on it), and the run goes on with the next case.
+TEST_F(RunCli, UnsupportedPrecisionIsAResultNotARetriedUsageError) {
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: mixed}
+spec:
+  model: alexnet
+  data: {imageSize: 64}
+  matrix: {batchSizePerDevice: [1], precision: [fp32, amp]}
+  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1}
+  limits: {backoffLimit: 3}
+)";
+  const Outcome o = dlbench("run -f " + write("run.yaml", text) + " --backend cpu");
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("attempt 1/4 failed: Unsupported"));
+  EXPECT_THAT(o.out, ::testing::Not(HasSubstr("attempt 2/4")));
+  const BenchmarkRun run = status("mixed.status.json");
+  ASSERT_TRUE(run.status.has_value());
+  ASSERT_EQ(run.status->results.size(), 2u);
+  for (const auto& r : run.status->results) {
+    if (r.case_.precision == Precision::fp32) {
+      EXPECT_EQ(r.state, CaseState::Succeeded);
+    } else {
+      EXPECT_EQ(r.state, CaseState::Failed);
+      EXPECT_EQ(r.reason, "Unsupported");
+      EXPECT_EQ(r.attempts, 1);
+      EXPECT_THAT(r.message, HasSubstr("Allowed on the cpu backend: fp32"));
+    }
+  }
+}
+
 TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   const Outcome o = dlbench("run -f " + write("run.yaml", sweep()) + " --max-devices 2");
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;

@@ -242,6 +242,27 @@ TEST(Reconciler, RetriesWithFreshObjectsUpToTheBackoffLimit) {
   EXPECT_EQ(s.results[0].attempts, 2);
 }
 
+// A worker that cannot run the case's precision reports Unsupported: another attempt would fail
+// the same way, so it is recorded at once although backoffLimit allows retries.
+TEST(Reconciler, AnUnsupportedResultIsRecordedWithoutRetrying) {
+  FakeCluster cluster(scaling_run(3));
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.step();
+  ResultDocument doc = *decode_result_document(json::parse(cluster.result_for("1x1-bs128-amp", 1.0))).value;
+  doc.state = CaseState::Failed;
+  doc.throughput.reset();
+  doc.reason = "Unsupported";
+  doc.message = "--precision amp on --backend cpu: not implemented";
+  cluster.finish_launcher(to_json(doc).dump(), false);
+  cluster.step();
+  const auto s = cluster.status();
+  ASSERT_EQ(s.results.size(), 1u);
+  EXPECT_EQ(s.results[0].reason, "Unsupported");
+  EXPECT_EQ(s.results[0].attempts, 1);
+  EXPECT_EQ(s.progress.current_case, "1x8-bs128-amp");  // the run goes on with the next case
+}
+
 TEST(Reconciler, TimeoutSaysWhyWhenWorkersCannotBeScheduled) {
   FakeCluster cluster(scaling_run(0));
   cluster.step();

@@ -123,9 +123,12 @@ TEST(WorkerCli, BadInputExitsTwoNamingTheFlag) {
   const Outcome model = worker("--model resnet18");
   EXPECT_EQ(model.exit_code, 2);
   EXPECT_THAT(model.err, HasSubstr("--model: \"resnet18\" is not one of resnet50, resnet152, vgg16, alexnet"));
-  const Outcome precision = worker("--precision amp");
-  EXPECT_EQ(precision.exit_code, 2);
-  EXPECT_THAT(precision.err, HasSubstr("not available on the cpu backend; allowed: fp32"));
+  const Outcome nan = worker("--learning-rate nan");
+  EXPECT_EQ(nan.exit_code, 2);
+  EXPECT_THAT(nan.err, HasSubstr("--learning-rate: nan is out of range; allowed: greater than 0 and at most 100"));
+  const Outcome run = worker("--run 'Not A Name'");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--run: \"Not A Name\" is not a BenchmarkRun name"));
   const Outcome batch = worker("--batch-size 0");
   EXPECT_EQ(batch.exit_code, 2);
   EXPECT_THAT(batch.err, HasSubstr("--batch-size: 0 is out of range; allowed: 1 to 65536"));
@@ -138,6 +141,22 @@ TEST(WorkerCli, BadInputExitsTwoNamingTheFlag) {
   EXPECT_THAT(list.out, HasSubstr("resnet152"));
 }
 
+// The API admits every precision; one the backend cannot run is a result that says why (reason
+// Unsupported, exit 1, never retried by the executors), not a usage error.
+TEST(WorkerCli, PrecisionsTheCpuBackendCannotRunAreUnsupportedResults) {
+  for (const std::string precision : {"tf32", "amp", "bf16"}) {
+    const Outcome o = worker("--precision " + precision +
+                             " --model alexnet --image-size 64 --batch-size 1 --warmup-steps 0 --measure-steps 1 --repeats 1");
+    EXPECT_EQ(o.exit_code, 1) << precision << ": " << o.err;
+    const ResultDocument doc = decoded(o.out);
+    EXPECT_EQ(doc.state, CaseState::Failed) << precision;
+    EXPECT_EQ(doc.reason, "Unsupported") << precision;
+    EXPECT_THAT(doc.message, HasSubstr("--precision " + precision + " on --backend cpu"));
+    EXPECT_THAT(doc.message, HasSubstr("Allowed on the cpu backend: fp32"));
+    EXPECT_EQ(to_string(doc.case_.precision), precision);
+  }
+}
+
 TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
   const Outcome nccl = worker("--backend cpu --communicator nccl");
   EXPECT_EQ(nccl.exit_code, 2);
@@ -145,10 +164,16 @@ TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
   const Outcome graph = worker("--backend cpu --cuda-graph on");
   EXPECT_EQ(graph.exit_code, 2);
   EXPECT_THAT(graph.err, HasSubstr("--cuda-graph: on needs --backend cuda"));
-  const Outcome cuda = worker("--backend cuda --precision amp");
-  EXPECT_EQ(cuda.exit_code, 2);
-  // Built with CUDA: amp is refused naming what the cuda backend takes; without: cuda itself is refused.
-  EXPECT_THAT(cuda.err, ::testing::AnyOf(HasSubstr("allowed: fp32, tf32"), HasSubstr("--backend: \"cuda\"")));
+  const Outcome cuda = worker("--backend cuda --precision amp --batch-size 1 --image-size 32 --repeats 1");
+  // Built with CUDA: amp is an Unsupported result naming what the cuda backend runs; without: cuda is refused.
+  if (cuda.exit_code == 2) {
+    EXPECT_THAT(cuda.err, HasSubstr("--backend: \"cuda\""));
+  } else {
+    EXPECT_EQ(cuda.exit_code, 1) << cuda.err;
+    const ResultDocument doc = decoded(cuda.out);
+    EXPECT_EQ(doc.reason, "Unsupported");
+    EXPECT_THAT(doc.message, HasSubstr("Allowed on the cuda backend: fp32, tf32"));
+  }
   const Outcome mpi = worker("--backend cuda --communicator mpi");
   EXPECT_EQ(mpi.exit_code, 2);
   EXPECT_THAT(mpi.err, ::testing::AnyOf(HasSubstr("allowed with --backend cuda: auto, none, nccl"),

@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""The CRD (what the API server admits) and `dlbench validate` (what the operator accepts) agree.
+
+Every probe is a pair of BenchmarkRuns on either side of one rule or bound: the CRD, evaluated
+by tests/crd/evaluate_crd.mjs with a real CEL implementation and a real JSON-schema validator,
+must admit the first and refuse the second, and `dlbench validate` must give the same two
+verdicts. So each rule is hit from both sides, and a rule changed on either side alone fails
+here. The examples in crds/examples must get the same verdict from both. The YAML probes are
+read by the real kubectl (client-side dry run against the test API server): the CRD judges
+what kubectl would send, dlbench judges the same file.
+
+Differences that remain, on purpose:
+- Lengths: the CRD's maxLength counts characters, dlbench counts bytes; they differ only past
+  ASCII, where dlbench is stricter (no probe crosses it).
+- env[].valueFrom: both require exactly one source; what the source refers to is checked by
+  the API server when the operator creates the pod, not when the run is applied.
+- status: a status in an applied file is dropped by the API server (the status subresource);
+  `dlbench validate` checks it, because dlbench report reads status files with it.
+- The CEL cost budget and the API server's request-size limit (3 MiB) are not modelled; dlbench
+  refuses files over 8 MiB.
+
+Usage: agreement_test.py DLBENCH NODE_MODULES_DIR [KUBECTL]
+"""
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "k8s"))
+
+BASE = {
+    "apiVersion": "dlbench.io/v1alpha1",
+    "kind": "BenchmarkRun",
+    "metadata": {"name": "probe"},
+    "spec": {"model": "resnet50", "matrix": {"batchSizePerDevice": [8], "precision": ["fp32"]}},
+}
+
+
+def with_(path, value):
+    """BASE with the value at a dotted path set (None deletes it)."""
+    obj = copy.deepcopy(BASE)
+    *parents, last = path.split(".")
+    node = obj
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is None:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return obj
+
+
+def prefix(length):
+    """A DNS subdomain of exactly `length` characters (labels of 63)."""
+    labels, left = [], length
+    while left > 0:
+        take = min(63, left)
+        if left - take == 1:  # never leave a lone dot
+            take -= 1
+        labels.append("a" * take)
+        left -= take + 1
+    text = ".".join(labels)
+    assert len(text) == length, (len(text), length)
+    return text
+
+
+def cases(n, start=1):
+    return [{"nodes": 1, "gpusPerNode": 1, "batchSizePerDevice": b, "precision": "fp32"} for b in range(start, start + n)]
+
+
+def tolerations(items):
+    return with_("spec.worker", {"tolerations": items})
+
+
+def env(items):
+    return with_("spec.worker", {"env": items})
+
+
+def worker(**fields):
+    return with_("spec.worker", fields)
+
+
+PROBES = [
+    # metadata: the CRD's name rule, and ObjectMeta's own rules the API server applies
+    ("metadata.name length", with_("metadata.name", "a" * 63), with_("metadata.name", "a" * 64)),
+    ("metadata.name syntax", with_("metadata.name", "a-b0"), with_("metadata.name", "a-")),
+    ("metadata.name case", with_("metadata.name", "ab"), with_("metadata.name", "Ab")),
+    ("metadata.namespace", with_("metadata.namespace", "team-a"), with_("metadata.namespace", "Team")),
+    ("metadata unknown field", with_("metadata.generateName", "probe-"), with_("metadata.owner", "me")),
+    ("label key", with_("metadata.labels", {"app.kubernetes.io/name": "x"}), with_("metadata.labels", {"bad key": "x"})),
+    ("label key prefix length", with_("metadata.labels", {prefix(253) + "/k": "x"}),
+     with_("metadata.labels", {prefix(254) + "/k": "x"})),
+    ("label value length", with_("metadata.labels", {"k": "v" * 63}), with_("metadata.labels", {"k": "v" * 64})),
+    ("label value syntax", with_("metadata.labels", {"k": "a.b_c-d"}), with_("metadata.labels", {"k": "a b"})),
+    ("annotation key", with_("metadata.annotations", {"example.com/note": "free text, any: thing"}),
+     with_("metadata.annotations", {"-note": "x"})),
+    # spec fields
+    ("spec unknown field", BASE, with_("spec.modle", "resnet50")),
+    ("spec.model enum", with_("spec.model", "alexnet"), with_("spec.model", "resnet18")),
+    ("spec.model required", BASE, with_("spec.model", None)),
+    ("spec.engine command is refused", with_("spec.engine", "native"),
+     json.loads(json.dumps({**BASE, "spec": {**BASE["spec"], "engine": "command", "command": ["python3", "train.py"]}}))),
+    ("spec.command only with command", BASE, with_("spec.command", ["python3"])),
+    ("matrix xor cases", BASE, with_("spec.cases", cases(1))),
+    ("matrix or cases", BASE, with_("spec.matrix", None)),
+    ("data.imageSize minimum", with_("spec.data", {"imageSize": 32}), with_("spec.data", {"imageSize": 31})),
+    ("data.imageSize maximum", with_("spec.data", {"imageSize": 2048}), with_("spec.data", {"imageSize": 2049})),
+    ("data.imageSize integral float", with_("spec.data", {"imageSize": 64.0}), with_("spec.data", {"imageSize": 64.5})),
+    ("data.imageSize type", with_("spec.data", {"imageSize": 64}), with_("spec.data", {"imageSize": "64"})),
+    ("data.source enum", with_("spec.data", {"source": "synthetic"}), with_("spec.data", {"source": "imagefolder"})),
+    ("data unknown field", with_("spec.data", {"imageSize": 64}), with_("spec.data", {"imageSise": 64})),
+    ("matrix.nodes maximum", with_("spec.matrix.nodes", [1024]), with_("spec.matrix.nodes", [1025])),
+    ("matrix.nodes minimum", with_("spec.matrix.nodes", [1]), with_("spec.matrix.nodes", [0])),
+    ("matrix.nodes unique", with_("spec.matrix.nodes", [1, 2]), with_("spec.matrix.nodes", [2, 2])),
+    ("matrix.nodes minItems", with_("spec.matrix.nodes", [1]), with_("spec.matrix.nodes", [])),
+    ("matrix.nodes maxItems", with_("spec.matrix.nodes", list(range(1, 33))), with_("spec.matrix.nodes", list(range(1, 34)))),
+    ("matrix.gpusPerNode maximum", with_("spec.matrix.gpusPerNode", [64]), with_("spec.matrix.gpusPerNode", [65])),
+    ("matrix.batchSizePerDevice maximum", with_("spec.matrix.batchSizePerDevice", [65536]),
+     with_("spec.matrix.batchSizePerDevice", [65537])),
+    ("matrix.batchSizePerDevice required", BASE, with_("spec.matrix.batchSizePerDevice", None)),
+    ("matrix.precision enum", with_("spec.matrix.precision", ["bf16", "amp", "tf32"]), with_("spec.matrix.precision", ["fp8"])),
+    ("matrix.precision unique", with_("spec.matrix.precision", ["fp32", "amp"]), with_("spec.matrix.precision", ["amp", "amp"])),
+    ("matrix planned cases with its baselines",
+     with_("spec.matrix", {"nodes": [1, 2, 3, 4, 5], "gpusPerNode": [1, 2, 3, 4, 5], "batchSizePerDevice": list(range(1, 11)),
+                           "precision": ["fp32", "tf32", "amp", "bf16"]}),
+     with_("spec.matrix", {"nodes": [2, 3, 4, 5, 6], "gpusPerNode": [1, 2, 3, 4, 5], "batchSizePerDevice": list(range(1, 11)),
+                           "precision": ["fp32", "tf32", "amp", "bf16"]})),
+    ("matrix planned cases, baselines added",
+     with_("spec.matrix", {"nodes": [2, 3, 4, 5, 6], "gpusPerNode": [1, 2, 3, 4, 5, 6], "batchSizePerDevice": list(range(1, 9)),
+                           "precision": ["fp32", "tf32", "amp", "bf16"]}),
+     with_("spec.matrix", {"nodes": [2, 3, 4, 5, 6], "gpusPerNode": [1, 2, 3, 4, 5, 6, 7], "batchSizePerDevice": list(range(1, 9)),
+                           "precision": ["fp32", "tf32", "amp", "bf16"]})),
+    ("cases maxItems", {**with_("spec.matrix", None), "spec": {"model": "vgg16", "cases": cases(500)}},
+     {**with_("spec.matrix", None), "spec": {"model": "vgg16", "cases": cases(501)}}),
+    ("cases unique", {**BASE, "spec": {"model": "vgg16", "cases": cases(2)}},
+     {**BASE, "spec": {"model": "vgg16", "cases": cases(1) + cases(1)}}),
+    ("cases unique after defaults", {**BASE, "spec": {"model": "vgg16", "cases": [
+        {"batchSizePerDevice": 8, "precision": "fp32"}, {"nodes": 2, "batchSizePerDevice": 8, "precision": "fp32"}]}},
+     {**BASE, "spec": {"model": "vgg16", "cases": [
+         {"batchSizePerDevice": 8, "precision": "fp32"}, {"nodes": 1, "batchSizePerDevice": 8, "precision": "fp32"}]}}),
+    ("cases[].precision required", {**BASE, "spec": {"model": "vgg16", "cases": cases(1)}},
+     {**BASE, "spec": {"model": "vgg16", "cases": [{"batchSizePerDevice": 8}]}}),
+    ("methodology.warmupSteps", with_("spec.methodology", {"warmupSteps": 0}), with_("spec.methodology", {"warmupSteps": -1})),
+    ("methodology.warmupSteps maximum", with_("spec.methodology", {"warmupSteps": 100000}),
+     with_("spec.methodology", {"warmupSteps": 100001})),
+    ("methodology.measureSteps", with_("spec.methodology", {"measureSteps": 1}), with_("spec.methodology", {"measureSteps": 0})),
+    ("methodology.repeats", with_("spec.methodology", {"repeats": 1000}), with_("spec.methodology", {"repeats": 1001})),
+    ("methodology.statistic", with_("spec.methodology", {"statistic": "mean"}), with_("spec.methodology", {"statistic": "mode"})),
+    ("optimizer.learningRate exclusive minimum", with_("spec.optimizer", {"learningRate": 1e-9}),
+     with_("spec.optimizer", {"learningRate": 0})),
+    ("optimizer.learningRate maximum", with_("spec.optimizer", {"learningRate": 100}),
+     with_("spec.optimizer", {"learningRate": 100.5})),
+    ("optimizer.momentum exclusive maximum", with_("spec.optimizer", {"momentum": 0.999}), with_("spec.optimizer", {"momentum": 1})),
+    ("optimizer.momentum minimum", with_("spec.optimizer", {"momentum": 0}), with_("spec.optimizer", {"momentum": -0.1})),
+    ("optimizer.weightDecay maximum", with_("spec.optimizer", {"weightDecay": 1}), with_("spec.optimizer", {"weightDecay": 1.01})),
+    ("optimizer.name", with_("spec.optimizer", {"name": "sgd"}), with_("spec.optimizer", {"name": "adam"})),
+    ("limits.caseTimeoutSeconds", with_("spec.limits", {"caseTimeoutSeconds": 604800}),
+     with_("spec.limits", {"caseTimeoutSeconds": 604801})),
+    ("limits.backoffLimit maximum", with_("spec.limits", {"backoffLimit": 10}), with_("spec.limits", {"backoffLimit": 11})),
+    ("limits.backoffLimit minimum", with_("spec.limits", {"backoffLimit": 0}), with_("spec.limits", {"backoffLimit": -1})),
+    # worker: what Kubernetes would refuse on the pods the operator creates
+    ("worker.image length", worker(image="r/" + "i" * 510), worker(image="r/" + "i" * 511)),
+    ("worker.image whitespace", worker(image="registry.local/dlbench-worker:1"), worker(image="registry.local/w:1 ")),
+    ("worker unknown field", worker(image="x"), worker(imag="x")),
+    ("worker.gpuResource syntax", worker(gpuResource="amd.com/gpu"), worker(gpuResource="gpu")),
+    ("worker.gpuResource kubernetes.io", worker(gpuResource="example.io/gpu"), worker(gpuResource="kubernetes.io/gpu")),
+    ("worker.gpuResource kubernetes.io subdomain", worker(gpuResource="kubernetes.iox/gpu"),
+     worker(gpuResource="node.kubernetes.io/gpu")),
+    ("worker.gpuResource length", worker(gpuResource=prefix(251) + "/g"), worker(gpuResource=prefix(252) + "/g")),
+    ("worker.rdma.resource", worker(rdma={"resource": "rdma/hca_shared_devices_a"}), worker(rdma={"resource": "rdma"})),
+    ("worker.rdma.resource required", worker(rdma={"resource": "rdma/hca", "perNode": 2}), worker(rdma={"perNode": 2})),
+    ("worker.rdma.perNode", worker(rdma={"resource": "rdma/hca", "perNode": 64}), worker(rdma={"resource": "rdma/hca", "perNode": 65})),
+    ("worker.nodeSelector key", worker(nodeSelector={"kubernetes.io/hostname": "node-1"}), worker(nodeSelector={"a b": "x"})),
+    ("worker.nodeSelector value", worker(nodeSelector={"k": "v" * 63}), worker(nodeSelector={"k": "v" * 64})),
+    ("worker.nodeSelector value syntax", worker(nodeSelector={"k": ""}), worker(nodeSelector={"k": "x y"})),
+    ("worker.nodeSelector entries", worker(nodeSelector={f"k{i}": "v" for i in range(64)}),
+     worker(nodeSelector={f"k{i}": "v" for i in range(65)})),
+    ("worker.nodeSelector value type", worker(nodeSelector={"k": "true"}), worker(nodeSelector={"k": True})),
+    ("toleration key required with Equal", tolerations([{"key": "gpu", "operator": "Equal", "value": "yes"}]),
+     tolerations([{"operator": "Equal", "value": "yes"}])),
+    ("toleration empty key with Exists", tolerations([{"operator": "Exists"}]), tolerations([{"value": "x"}])),
+    ("toleration value with Exists", tolerations([{"key": "gpu", "operator": "Exists"}]),
+     tolerations([{"key": "gpu", "operator": "Exists", "value": "x"}])),
+    ("toleration key syntax", tolerations([{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+     tolerations([{"key": "nvidia.com/gpu!", "operator": "Exists"}])),
+    ("toleration value syntax", tolerations([{"key": "k", "value": "v" * 63}]), tolerations([{"key": "k", "value": "v" * 64}])),
+    ("tolerationSeconds needs NoExecute", tolerations([{"key": "k", "effect": "NoExecute", "tolerationSeconds": 30}]),
+     tolerations([{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 30}])),
+    ("tolerationSeconds minimum", tolerations([{"key": "k", "effect": "NoExecute", "tolerationSeconds": 0}]),
+     tolerations([{"key": "k", "effect": "NoExecute", "tolerationSeconds": -1}])),
+    ("toleration effect", tolerations([{"key": "k", "effect": ""}]), tolerations([{"key": "k", "effect": "Sometimes"}])),
+    ("toleration unknown field", tolerations([{"key": "k"}]), tolerations([{"key": "k", "operater": "Exists"}])),
+    ("tolerations maxItems", tolerations([{"key": f"k{i}"} for i in range(64)]), tolerations([{"key": f"k{i}"} for i in range(65)])),
+    ("env name syntax", env([{"name": "a.b-c_D9", "value": "x"}]), env([{"name": "9A", "value": "x"}])),
+    ("env name required", env([{"name": "A"}]), env([{"value": "x"}])),
+    ("env name length", env([{"name": "A" * 256}]), env([{"name": "A" * 257}])),
+    ("env value length", env([{"name": "A", "value": "x" * 32768}]), env([{"name": "A", "value": "x" * 32769}])),
+    ("env value xor valueFrom", env([{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]),
+     env([{"name": "A", "value": "x", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}])),
+    ("env valueFrom exactly one source", env([{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
+     env([{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}, "fieldRef": {"fieldPath": "x"}}}])),
+    ("env valueFrom empty", env([{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]),
+     env([{"name": "A", "valueFrom": {}}])),
+    ("env valueFrom unknown source", env([{"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]),
+     env([{"name": "A", "valueFrom": {"fileRef": {"path": "/x"}}}])),
+    ("env maxItems", env([{"name": f"A{i}"} for i in range(256)]), env([{"name": f"A{i}"} for i in range(257)])),
+    ("worker.schedulerName", worker(schedulerName="volcano"), worker(schedulerName="Volcano")),
+    ("worker.priorityClassName", worker(priorityClassName="high-priority.team"), worker(priorityClassName="high_priority")),
+    ("explicit null is absent", with_("spec.methodology", {"repeats": None}), with_("spec.methodology", {"repeats": "7"})),
+]
+
+# YAML text as users write it: kubectl reads it (YAML 1.1, go-yaml v2) and sends JSON.
+YAML_HEAD = "apiVersion: dlbench.io/v1alpha1\nkind: BenchmarkRun\nmetadata: {name: probe}\n"
+YAML_PROBES = [
+    ("yes is a boolean", "spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, worker: {nodeSelector: {gpu: \"yes\"}}}",
+     "spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, worker: {nodeSelector: {gpu: yes}}}"),
+    ("on is a boolean", "spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, worker: {image: \"on\"}}",
+     "spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, worker: {image: on}}"),
+    ("octal integers", "spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, data: {imageSize: 0777}}",
+     "spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, data: {imageSize: 04001}}"),
+    ("underscores in numbers", "spec: {model: resnet50, matrix: {batchSizePerDevice: [65_536], precision: [fp32]}}",
+     "spec: {model: resnet50, matrix: {batchSizePerDevice: [65_537], precision: [fp32]}}"),
+    ("exponents are integers when whole", "spec: {model: resnet50, matrix: {batchSizePerDevice: [1e3], precision: [fp32]}}",
+     "spec: {model: resnet50, matrix: {batchSizePerDevice: [1.5e0], precision: [fp32]}}"),
+    ("hexadecimal", "spec: {model: resnet50, matrix: {batchSizePerDevice: [0x40], precision: [fp32]}}",
+     "spec: {model: resnet50, matrix: {batchSizePerDevice: [0x10001], precision: [fp32]}}"),
+    ("quoted numbers are strings", "spec: {model: resnet50, matrix: {batchSizePerDevice: [64], precision: [fp32]}}",
+     "spec: {model: resnet50, matrix: {batchSizePerDevice: [\"64\"], precision: [fp32]}}"),
+    ("merge keys", "base: &b {batchSizePerDevice: [8], precision: [fp32]}\n".replace("base:", "x-base:") if False else
+     "spec:\n  model: resnet50\n  matrix:\n    <<: {batchSizePerDevice: [8], precision: [fp32]}\n",
+     "spec:\n  model: resnet50\n  matrix:\n    <<: {batchSizePerDevice: [8], precision: [fp64]}\n"),
+    ("tilde is null", "spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, command: ~}",
+     "spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, command: [\"~\"]}"),
+]
+
+
+def crd_verdicts(node_modules, objects):
+    with open(os.path.join(ROOT, "crds", "benchmarkrun.yaml")) as f:
+        crd = yaml.safe_load(f)
+    result = subprocess.run(["node", os.path.join(HERE, "evaluate_crd.mjs"), node_modules],
+                            input=json.dumps({"crd": crd, "objects": objects}), capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+def dlbench_verdict(dlbench, path):
+    result = subprocess.run([dlbench, "validate", "-f", path], capture_output=True, text=True, timeout=30)
+    assert result.returncode in (0, 1), f"dlbench validate {path}: exit {result.returncode}: {result.stderr}"
+    return result.returncode == 0, result.stderr.strip()
+
+
+def kubectl_json(kubectl, kubeconfig, path):
+    """The object kubectl would send for a YAML file: a client-side dry run."""
+    result = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "create", "--dry-run=client", "-o", "json",
+                             "--validate=false", "-f", path], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        return None, result.stderr.strip()
+    return json.loads(result.stdout), ""
+
+
+def main():
+    dlbench, node_modules = sys.argv[1], sys.argv[2]
+    kubectl = sys.argv[3] if len(sys.argv) > 3 else None
+    failures = []
+    checked = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        objects = []
+        for _, inside, outside in PROBES:
+            objects += [inside, outside]
+        examples = []
+        for name in sorted(os.listdir(os.path.join(ROOT, "crds", "examples"))):
+            with open(os.path.join(ROOT, "crds", "examples", name)) as f:
+                for doc in yaml.safe_load_all(f):
+                    if doc:
+                        examples.append((name, doc))
+        objects += [doc for _, doc in examples]
+        verdicts = crd_verdicts(node_modules, objects)
+
+        def judge(label, obj, crd, want=None):
+            nonlocal checked
+            path = os.path.join(tmp, f"probe{checked}.json")
+            checked += 1
+            with open(path, "w") as f:
+                json.dump(obj, f)
+            ours, why = dlbench_verdict(dlbench, path)
+            if want is not None and crd["accepted"] != want:
+                failures.append(f"{label}: the CRD {'admits' if crd['accepted'] else 'refuses'} the "
+                                f"{'inside' if want else 'outside'} object (probe is wrong, or the CRD changed): "
+                                f"{crd['errors'][:2]}")
+            if ours != crd["accepted"]:
+                failures.append(f"{label}: CRD {'admits' if crd['accepted'] else 'refuses'} "
+                                f"({'; '.join(crd['errors'][:2])}), dlbench validate {'admits' if ours else 'refuses'} "
+                                f"({why.splitlines()[-1] if why else ''})")
+
+        for i, (label, inside, outside) in enumerate(PROBES):
+            judge(label + " [inside]", inside, verdicts[2 * i], True)
+            judge(label + " [outside]", outside, verdicts[2 * i + 1], False)
+        for j, (name, doc) in enumerate(examples):
+            judge("example " + name, doc, verdicts[2 * len(PROBES) + j])
+
+        if kubectl:
+            from local_cluster import start_apiserver, write_kubeconfig
+            server, url = start_apiserver()
+            try:
+                kubeconfig = write_kubeconfig(os.path.join(tmp, "kubeconfig"), url)
+                subprocess.run([kubectl, "--kubeconfig", kubeconfig, "apply", "-f",
+                                os.path.join(ROOT, "crds", "benchmarkrun.yaml")], check=True, capture_output=True)
+                sent = []
+                for i, (label, inside, outside) in enumerate(YAML_PROBES):
+                    for side, text in (("inside", inside), ("outside", outside)):
+                        path = os.path.join(tmp, f"yaml{i}-{side}.yaml")
+                        with open(path, "w") as f:
+                            f.write(YAML_HEAD + text + "\n")
+                        obj, error = kubectl_json(kubectl, kubeconfig, path)
+                        sent.append((label + f" [{side}]", path, obj, error, side == "inside"))
+                yaml_verdicts = crd_verdicts(node_modules, [s[2] or {} for s in sent])
+                for (label, path, obj, error, want), crd in zip(sent, yaml_verdicts):
+                    if obj is None:  # kubectl itself refused the text: the API server never sees it
+                        crd = {"accepted": False, "errors": [error]}
+                    if crd["accepted"] != want:
+                        failures.append(f"{label}: the CRD {'admits' if crd['accepted'] else 'refuses'} what kubectl "
+                                        f"sends: {json.dumps(obj)[:200]} {crd['errors'][:2]}")
+                    ours, why = dlbench_verdict(dlbench, path)
+                    checked += 1
+                    if ours != crd["accepted"]:
+                        failures.append(f"{label}: from kubectl's reading the CRD {'admits' if crd['accepted'] else 'refuses'}, "
+                                        f"dlbench validate {'admits' if ours else 'refuses'} ({why.splitlines()[-1] if why else ''})")
+            finally:
+                server.kill()
+                server.wait()
+        else:
+            print("SKIPPED: the YAML probes need kubectl")
+
+    for failure in failures:
+        print("MISMATCH:", failure)
+    print(f"{checked} objects judged by the CRD (CEL + JSON schema) and by dlbench validate; {len(failures)} disagreements")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

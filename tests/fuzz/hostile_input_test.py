@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Hostile input against every parser and command line: each input ends in exit 1 or 2 with a
+message that names the file (or the flag) and the problem, within a CPU-time and memory bound,
+never a crash, a hang or a blow-up.
+
+The corpus: YAML and JSON syntax errors, alias cycles and alias bombs, deep nesting, huge and tiny
+numbers, invalid UTF-8, control characters and NUL, binary garbage, empty and enormous files,
+wrong types at the top, tags, and hostile worker flags. Targets: `dlbench validate -f`,
+`dlbench run -f`, `dlbench report`, and `dlbench-worker` flags.
+
+Bounds (core/include/dlbench/core/yaml.hpp documents the limits that keep them): at most
+2 s of CPU time per input, and a peak RSS at most 256 MiB above what the program takes to start
+(its --help: about 4 MiB for dlbench, about 220 MiB for dlbench-worker, which maps the CUDA
+libraries); a 20 s wall clock catches a hang. Programs are started by a small runner process
+that exists before the corpus does, because a child's peak RSS includes its parent's pages at
+fork time.
+
+Usage: hostile_input_test.py DLBENCH DLBENCH_WORKER
+"""
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+CPU_SECONDS = 2.0
+PEAK_RSS_MIB = 256
+WALL_SECONDS = 20
+
+VALID_HEAD = "apiVersion: dlbench.io/v1alpha1\nkind: BenchmarkRun\nmetadata: {name: probe}\n"
+
+
+def spec(text):
+    return (VALID_HEAD + text).encode()
+
+
+def billion_laughs(levels=9, width=9):
+    lines = ['a0: &a0 ["lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def corpus():
+    rng = random.Random(1234)
+    c = {
+        # syntax
+        "unclosed-flow.yaml": b"a: [1, 2\n",
+        "unclosed-map.yaml": b"{a: 1\n",
+        "mapping-in-scalar.yaml": b"a: b: c\n",
+        "tab-indent.yaml": b"spec:\n\tmodel: resnet50\n",
+        "unterminated-quote.yaml": b'metadata: {name: "probe\n',
+        "bad-indent.yaml": b"spec:\n  model: x\n model: y\n",
+        "json-trailing-comma.json": b'{"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun",}',
+        "json-missing-value.json": b'{"a": }',
+        "json-truncated.json": b'{"spec": {"model": "resnet50", "matrix": {"batchSizePerDevice": [8',
+        "complex-key.yaml": b"? [a, b]\n: c\n",
+        # aliases
+        "alias-cycle.yaml": b"a: &a [*a]\n",
+        "alias-cycle-map.yaml": b"a: &a {b: *a}\n",
+        "alias-undefined.yaml": b"a: *nowhere\n",
+        "alias-bomb.yaml": billion_laughs(),
+        "alias-bomb-maps.yaml": ("\n".join(["m0: &m0 {k: v}"] + [
+            f"m{i}: &m{i} {{" + ", ".join(f"k{j}: *m{i - 1}" for j in range(10)) + "}" for i in range(1, 9)]) + "\n").encode(),
+        "merge-not-a-map.yaml": spec("spec:\n  <<: 5\n"),
+        # nesting
+        "deep-flow-seq.yaml": b"[" * 100_000,
+        "deep-flow-map.yaml": b"{a: " * 50_000,
+        "deep-block-seq.yaml": b"- " * 20_000 + b"x\n",
+        "deep-json.json": b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+        # numbers
+        "huge-float.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [1e999], precision: [fp32]}}\n"),
+        "huge-int.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [99999999999999999999999999], precision: [fp32]}}\n"),
+        "huge-negative.yaml": spec("spec: {model: resnet50, matrix: {nodes: [-1e400], batchSizePerDevice: [8], precision: [fp32]}}\n"),
+        "huge-json-number.json": b'{"spec": {"model": "resnet50", "matrix": {"batchSizePerDevice": [1e99999], "precision": ["fp32"]}}}',
+        "tiny-lr.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, optimizer: {learningRate: 1e-400}}\n"),
+        "nan-lr.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, optimizer: {learningRate: .nan}}\n"),
+        "inf-repeats.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, methodology: {repeats: .inf}}\n"),
+        "hex-overflow.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [0xffffffffffffffffff], precision: [fp32]}}\n"),
+        "float-batch.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [8.5], precision: [fp32]}}\n"),
+        # text
+        "invalid-utf8-value.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}}\n").replace(
+            b"resnet50", b"res\xffnet"),
+        "invalid-utf8-key.yaml": b"\xc3\x28: 1\n",
+        "overlong-utf8.yaml": b"metadata: {name: \"\xc0\xaf\"}\n",
+        "surrogate-utf8.yaml": b"metadata: {name: \"\xed\xa0\x80\"}\n",
+        "nul-byte.yaml": spec("spec: {model: resnet50}\n").replace(b"probe", b"pr\x00be"),
+        "control-chars.yaml": spec("spec: {model: \"res\\x01net\\x1b[31m\", matrix: {batchSizePerDevice: [8], precision: [fp32]}}\n"),
+        "bidi-name.yaml": spec("").replace(b"probe", "pro\u202ebe".encode()) + b"spec: {model: resnet50}\n",
+        "utf16-bom.yaml": "\ufeffa: 1\n".encode("utf-16"),
+        "long-string.yaml": spec("spec: {model: \"" + "x" * 2_000_000 + "\"}\n"),
+        # files
+        "empty.yaml": b"",
+        "whitespace.yaml": b"   \n\n\t\n",
+        "comments-only.yaml": b"# nothing here\n# at all\n",
+        "separators-only.yaml": b"---\n---\n...\n",
+        "null-document.yaml": b"null\n",
+        "many-empty-documents.yaml": b"---\n" * 200_000,
+        "enormous.yaml": b"# " + b"x" * (9 << 20) + b"\n",
+        "random-binary.bin": bytes(rng.getrandbits(8) for _ in range(64 << 10)),
+        "random-ascii.yaml": bytes(rng.choice(b"{}[]:,-?&*!|>'\"%@` \n\tab01") for _ in range(64 << 10)),
+        # shapes
+        "top-level-list.yaml": b"- a\n- b\n",
+        "top-level-scalar.yaml": b"42\n",
+        "spec-is-number.yaml": spec("spec: 5\n"),
+        "metadata-is-list.yaml": b"apiVersion: dlbench.io/v1alpha1\nkind: BenchmarkRun\nmetadata: [a]\nspec: {model: resnet50}\n",
+        "unknown-tag.yaml": spec("spec: !frobnicate {model: resnet50}\n"),
+        "python-tag.yaml": b"!!python/object/apply:os.system ['true']\n",
+        "binary-tag.yaml": spec("spec: {model: !!binary aGVsbG8=}\n"),
+        "int-tag-on-text.yaml": spec("spec: {model: !!int resnet50}\n"),
+        "many-keys.yaml": ("spec:\n" + "".join(f"  k{i}: {i}\n" for i in range(300_000))).encode(),
+        "wide-list.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [" + ",".join(["1"] * 400_000) + "], precision: [fp32]}}\n"),
+    }
+    return c
+
+
+WORKER_FLAGS = [
+    ["--learning-rate", "nan"], ["--learning-rate", "inf"], ["--learning-rate", "-inf"], ["--learning-rate", "1e999"],
+    ["--learning-rate", ""], ["--momentum", "1"], ["--weight-decay", "NaN"], ["--batch-size", "99999999999999999999"],
+    ["--batch-size", "-1"], ["--batch-size", "1.5"], ["--batch-size", ""], ["--image-size", "1e3"],
+    ["--model", "res\xffnet"], ["--model"], ["--run", "A B"], ["--run", "a\x01b"], ["--run", "x" * 100],
+    ["--seed", "-1"], ["--seed", "abc"], ["--metrics-port", "70000"], ["--threads", "-1"],
+    ["--precision", "fp8"], ["--communicator", "gloo"], ["--\xff\xfe"], ["--repeats", "0"],
+    ["--output"], ["--bucket-mb", "0"],
+]
+
+
+def run_bounded(argv, cwd):
+    """Runs argv; returns (exit code or -signal, stderr text, CPU seconds, peak RSS MiB, wall seconds)."""
+    err_path = os.path.join(cwd, "stderr.txt")
+    start = time.monotonic()
+    with open(err_path, "wb") as err:
+        process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                   start_new_session=True)
+        deadline = start + WALL_SECONDS
+        status = rusage = None
+        while True:
+            pid, status, rusage = os.wait4(process.pid, os.WNOHANG)
+            if pid != 0:
+                break
+            if time.monotonic() > deadline:
+                os.killpg(process.pid, signal.SIGKILL)
+                pid, status, rusage = os.wait4(process.pid, 0)
+                break
+            time.sleep(0.01)
+        process.returncode = 0  # reaped above
+    wall = time.monotonic() - start
+    code = os.waitstatus_to_exitcode(status)
+    with open(err_path, "rb") as f:
+        text = f.read().decode("utf-8", "replace")
+    return code, text, rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss / 1024, wall
+
+
+def runner():
+    """Runs each JSON argv line from stdin, answering one JSON result line."""
+    import json
+    for line in sys.stdin:
+        request = json.loads(line)
+        print(json.dumps(run_bounded(request["argv"], request["cwd"])), flush=True)
+
+
+class Runner:
+    def __init__(self):
+        import json
+        self.json = json
+        self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--runner"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+
+    def run(self, argv, cwd):
+        self.process.stdin.write(self.json.dumps({"argv": argv, "cwd": cwd}) + "\n")
+        self.process.stdin.flush()
+        return self.json.loads(self.process.stdout.readline())
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def main():
+    if sys.argv[1] == "--runner":
+        return runner()
+    bounded = Runner()  # before the corpus exists: its own footprint stays small
+    dlbench, worker = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    # A runaway allocation must fail inside the test, not take the machine down.
+    data_limit = 1 << 30
+    failures, checked = [], 0
+    worst_cpu = worst_rss = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        baseline = {program: bounded.run([program, "--help"], tmp)[3] for program in (dlbench, worker)}
+        print(f"peak RSS to start: dlbench {baseline[dlbench]:.0f} MiB, dlbench-worker {baseline[worker]:.0f} MiB")
+
+        def check(label, argv, must_mention):
+            nonlocal checked, worst_cpu, worst_rss
+            checked += 1
+            code, err, cpu, rss, wall = bounded.run(["prlimit", f"--data={data_limit}", "--core=0", "--"] + argv, tmp)
+            rss -= baseline[argv[0]]
+            worst_cpu, worst_rss = max(worst_cpu, cpu), max(worst_rss, rss)
+            problems = []
+            if code not in (1, 2):
+                problems.append(f"exit {code}" + (" (killed by a signal)" if code < 0 else ""))
+            if cpu > CPU_SECONDS:
+                problems.append(f"{cpu:.2f} s of CPU (bound {CPU_SECONDS})")
+            if wall >= WALL_SECONDS:
+                problems.append(f"still running after {WALL_SECONDS} s")
+            if rss > PEAK_RSS_MIB:
+                problems.append(f"peak RSS {rss:.0f} MiB above its start (bound {PEAK_RSS_MIB})")
+            if must_mention not in err:
+                problems.append(f"the message does not name {must_mention!r}")
+            if len(err.strip()) == 0:
+                problems.append("no message")
+            if problems:
+                failures.append(f"{label}: {', '.join(problems)}; stderr: {err.strip()[:300]!r}")
+
+        for name, content in corpus().items():
+            path = os.path.join(tmp, name)
+            with open(path, "wb") as f:
+                f.write(content)
+            check(f"validate {name}", [dlbench, "validate", "-f", path], name)
+            check(f"run {name}", [dlbench, "run", "-f", path, "--output", os.path.join(tmp, "out.status.json")], name)
+            check(f"report {name}", [dlbench, "report", path], name)
+            if os.path.exists(os.path.join(tmp, "out.status.json")):
+                failures.append(f"run {name}: wrote a status for input it should have refused")
+                os.remove(os.path.join(tmp, "out.status.json"))
+        for name in ["/dev/zero", "/dev/urandom"]:
+            check(f"validate {name}", [dlbench, "validate", "-f", name], name)
+            check(f"report {name}", [dlbench, "report", name], name)
+        check("validate a directory", [dlbench, "validate", "-f", tmp], tmp)
+        check("validate a missing file", [dlbench, "validate", "-f", os.path.join(tmp, "missing.yaml")], "missing.yaml")
+        for flags in WORKER_FLAGS:
+            named = flags[0].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            named = named if "\ufffd" not in named else "unknown option"
+            check(f"worker {' '.join(flags)[:40]!r}", [worker] + flags, named)
+
+    bounded.close()
+    for failure in failures:
+        print("FAIL:", failure)
+    print(f"{checked} hostile inputs; worst CPU {worst_cpu:.2f} s, worst peak RSS {worst_rss:.0f} MiB above the program's start")
+    print(f"{checked - len(failures)} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
