@@ -48,7 +48,7 @@ int run_validate(const ValidateOptions& options, std::ostream& out, std::ostream
       exit_code = kExitUnreadable;
       continue;
     } catch (const YamlSyntaxError& e) {
-      err << "error: not valid YAML: " << e.what() << '\n';  // what() names the file
+      err << "error: " << e.what() << '\n';  // what() names the file and the place
       exit_code = kExitUnreadable;
       continue;
     }

@@ -319,7 +319,13 @@ void emit(YAML::Emitter& out, const json& value) {
     case json::value_t::object:
       out << YAML::BeginMap;
       for (const auto& [key, item] : value.items()) {
-        out << YAML::Key << key << YAML::Value;
+        out << YAML::Key;
+        if (!resolve_plain_scalar(key).is_string()) {
+          out << YAML::DoubleQuoted << key;  // `n`, `on`, `1` would read back as other keys
+        } else {
+          out << key;
+        }
+        out << YAML::Value;
         emit(out, item);
       }
       out << YAML::EndMap;
@@ -387,15 +393,16 @@ std::vector<json> parse_yaml_documents(std::string_view text) {
   return documents;
 }
 
-std::string read_input_file(const std::string& path, std::size_t max_bytes, bool utf8) {
-  const bool standard_input = path == "-";
-  std::FILE* file = standard_input ? stdin : std::fopen(path.c_str(), "rb");
-  if (file == nullptr) throw InputUnreadableError("cannot open " + path + ": " + std::strerror(errno));
+std::string read_input_file(const std::string& file, std::size_t max_bytes, bool utf8) {
+  const bool standard_input = file == "-";
+  const std::string path = standard_input ? "<stdin>" : file;  // as messages name it
+  std::FILE* input = standard_input ? stdin : std::fopen(file.c_str(), "rb");
+  if (input == nullptr) throw InputUnreadableError("cannot open " + path + ": " + std::strerror(errno));
   std::string text;
   char buffer[1 << 16];
   bool too_large = false;
   for (;;) {
-    const std::size_t n = std::fread(buffer, 1, sizeof buffer, file);
+    const std::size_t n = std::fread(buffer, 1, sizeof buffer, input);
     if (n == 0) break;
     if (text.size() + n > max_bytes) {
       too_large = true;
@@ -403,9 +410,9 @@ std::string read_input_file(const std::string& path, std::size_t max_bytes, bool
     }
     text.append(buffer, n);
   }
-  const bool failed = std::ferror(file) != 0;
+  const bool failed = std::ferror(input) != 0;
   const int error = errno;
-  if (!standard_input) std::fclose(file);
+  if (!standard_input) std::fclose(input);
   if (too_large) {
     throw InputUnreadableError(path + ": larger than " + std::to_string(max_bytes >> 20) + " MiB; refused");
   }
@@ -423,7 +430,7 @@ std::vector<json> load_yaml_file(const std::string& path) {
   try {
     return parse_yaml_documents(text);
   } catch (const YamlSyntaxError& e) {
-    throw YamlSyntaxError(path + ": " + e.what());
+    throw YamlSyntaxError((path == "-" ? std::string("<stdin>") : path) + ": not valid YAML: " + e.what());
   }
 }
 

@@ -63,7 +63,7 @@ TEST(ValidateCli, UnreadableInputExitsTwo) {
 
   const Outcome syntax = dlbench("validate -f -", "spec: [1, 2\nmodel: x\n");
   EXPECT_EQ(syntax.exit_code, 2);
-  EXPECT_THAT(syntax.err, HasSubstr("<stdin> is not valid YAML: line"));
+  EXPECT_THAT(syntax.err, HasSubstr("<stdin>: not valid YAML: line"));
 
   const Outcome empty = dlbench("validate -f -", "# nothing here\n");
   EXPECT_EQ(empty.exit_code, 2);
