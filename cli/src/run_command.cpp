@@ -188,10 +188,6 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   }
   BenchmarkRun run = *decoded.value;
   const BenchmarkRunSpec& spec = run.spec;
-  if (spec.engine != Engine::native) {
-    err << "error: spec.engine: \"command\" is not supported by the local executor yet; allowed: native\n";
-    return 1;
-  }
   const std::string output = options.output.empty() ? run.metadata.name + ".status.json" : options.output;
   const std::string worker = options.worker.empty() ? self_directory() + "/dlbench-worker" : options.worker;
   struct sigaction action {};

@@ -218,9 +218,7 @@ void decode_worker(Decoder& d, const json& obj, const std::string& path, WorkerS
             if (from->size() != 1) {
               d.fail(from_path, "must set exactly one of fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef");
             }
-            for (const auto& [source, ref] : from->items()) {
-              if (!ref.is_object()) d.expect_object(ref, child(from_path, source));
-            }
+            for (const auto& [source, ref] : from->items()) d.expect_object(ref, child(from_path, source));
             var.value_from = *from;
           }
           if (var.value) d.fail(e_path, "set either value or valueFrom, not both");

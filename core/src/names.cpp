@@ -18,6 +18,12 @@ bool is_name_part(std::string_view text) {
   return true;
 }
 
+void append_hex_escape(std::string& out, unsigned char byte) {
+  char escaped[8];
+  std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+  out += escaped;
+}
+
 }  // namespace
 
 bool is_dns1123_label(std::string_view text) {
@@ -104,12 +110,9 @@ std::string printable(std::string_view text, std::size_t max_chars) {
       break;
     }
     const auto b = static_cast<unsigned char>(text[i]);
-    std::size_t bad = 0;
     const std::size_t length = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
-    if (b >= 0x80 && (length == 0 || i + length > text.size() || !is_valid_utf8(text.substr(i, length), &bad))) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\x%02x", b);
-      out += escaped;
+    if (b >= 0x80 && (length == 0 || i + length > text.size() || !is_valid_utf8(text.substr(i, length)))) {
+      append_hex_escape(out, b);
       ++i;
       continue;
     }
@@ -121,9 +124,7 @@ std::string printable(std::string_view text, std::size_t max_chars) {
       } else if (b == '\r') {
         out += "\\r";
       } else {
-        char escaped[8];
-        std::snprintf(escaped, sizeof escaped, "\\x%02x", b);
-        out += escaped;
+        append_hex_escape(out, b);
       }
       ++i;
       continue;

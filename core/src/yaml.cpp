@@ -132,16 +132,9 @@ json resolve_plain_scalar(const std::string& text) {
   for (const char c : text) {
     if (c != '_') plain += c;
   }
-  if (auto integer = go_parse_int(plain)) return *integer;
+  if (auto integer = go_parse_int(plain)) return *integer;  // 0b… and -0b… included
   if (is_yaml_float(plain)) {
     if (const auto value = parse_finite(plain)) return *value;
-  }
-  const bool negative_binary = plain.starts_with("-0b");
-  if (plain.starts_with("0b") || negative_binary) {
-    const std::string_view digits = std::string_view(plain).substr(negative_binary ? 3 : 2);
-    if (all_of(digits, is_bin_digit)) {
-      if (auto integer = go_parse_int(std::string(negative_binary ? "-0b" : "0b") + std::string(digits))) return *integer;
-    }
   }
   return text;
 }
@@ -189,7 +182,7 @@ class JsonBuilder : public YAML::EventHandler {
       throw YamlSyntaxError(position(mark) + ": alias to an anchor that encloses it (a cycle) or is undefined");
     }
     count(it->second.second, mark);
-    add_counted(json(it->second.first), mark, 0, /*merge_candidate=*/true);
+    place(json(it->second.first), mark);
   }
 
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor, const std::string& value) override {
@@ -229,7 +222,6 @@ class JsonBuilder : public YAML::EventHandler {
     std::size_t first_node = 0;  // nodes_ when it opened: its size for alias accounting
     YAML::Mark mark;
     std::optional<std::string> key;  // a map waiting for the value of this key
-    bool key_is_pending_value = false;
     bool merging = false;
     std::vector<json> merged;
   };
@@ -260,21 +252,17 @@ class JsonBuilder : public YAML::EventHandler {
     stack_.pop_back();
     const std::size_t size = nodes_ - frame.first_node;
     if (frame.anchor != 0) anchors_[frame.anchor] = {frame.value, size};
-    place(std::move(frame.value), frame.mark, /*merge_candidate=*/true);
+    place(std::move(frame.value), frame.mark);
   }
 
   void add(json value, const YAML::Mark& mark, YAML::anchor_t anchor) {
     count(1, mark);
-    add_counted(std::move(value), mark, anchor, false);
-  }
-
-  void add_counted(json value, const YAML::Mark& mark, YAML::anchor_t anchor, bool merge_candidate) {
     if (anchor != 0) anchors_[anchor] = {value, 1};
-    place(std::move(value), mark, merge_candidate);
+    place(std::move(value), mark);
   }
 
   // Puts a finished value where it belongs: the document, a list, a map's key or its value.
-  void place(json value, const YAML::Mark& mark, bool merge_candidate) {
+  void place(json value, const YAML::Mark& mark) {
     if (stack_.empty()) {
       document = std::move(value);
       return;
@@ -292,8 +280,7 @@ class JsonBuilder : public YAML::EventHandler {
       return;
     }
     if (parent.merging) {
-      const bool mergeable = merge_candidate && (value.is_object() || value.is_array());
-      if (!mergeable) throw YamlSyntaxError(position(mark) + ": a << merge key needs a map or a list of maps");
+      if (!value.is_object() && !value.is_array()) throw YamlSyntaxError(position(mark) + ": a << merge key needs a map or a list of maps");
       if (value.is_object()) {
         parent.merged.push_back(std::move(value));
       } else {
@@ -368,11 +355,8 @@ std::string text_position(std::string_view text, std::size_t offset) {
 
 std::vector<json> parse_yaml_documents(std::string_view text) {
   if (std::size_t bad = 0; !is_valid_utf8(text, &bad)) {
-    throw YamlSyntaxError(text_position(text, bad) + ": not UTF-8 text (byte 0x" + [&] {
-      char hex[4];
-      std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(text[bad]));
-      return std::string(hex);
-    }() + " at offset " + std::to_string(bad) + ")");
+    throw YamlSyntaxError(text_position(text, bad) + ": not UTF-8 text (byte " + printable(text.substr(bad, 1)) +
+                          " at offset " + std::to_string(bad) + "; binary data?)");
   }
   if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
     throw YamlSyntaxError(text_position(text, nul) + ": a NUL character; YAML text cannot contain one");
@@ -393,7 +377,7 @@ std::vector<json> parse_yaml_documents(std::string_view text) {
   return documents;
 }
 
-std::string read_input_file(const std::string& file, std::size_t max_bytes, bool utf8) {
+std::string read_input_file(const std::string& file, std::size_t max_bytes) {
   const bool standard_input = file == "-";
   const std::string path = standard_input ? "<stdin>" : file;  // as messages name it
   std::FILE* input = standard_input ? stdin : std::fopen(file.c_str(), "rb");
@@ -417,11 +401,6 @@ std::string read_input_file(const std::string& file, std::size_t max_bytes, bool
     throw InputUnreadableError(path + ": larger than " + std::to_string(max_bytes >> 20) + " MiB; refused");
   }
   if (failed) throw InputUnreadableError("cannot read " + path + ": " + std::strerror(error));
-  if (utf8) {
-    if (std::size_t bad = 0; !is_valid_utf8(text, &bad)) {
-      throw InputUnreadableError(path + ": " + text_position(text, bad) + ": not UTF-8 text (binary data?)");
-    }
-  }
   return text;
 }
 

@@ -72,6 +72,11 @@ function toJsonSchema(s, path) {
   return out
 }
 
+// The schema of a property: declared, or the additionalProperties schema of a map.
+function childSchema(s, key) {
+  return s?.properties?.[key] ?? (typeof s?.additionalProperties === 'object' ? s.additionalProperties : undefined)
+}
+
 // The API server prunes nulls of non-nullable fields, then applies defaults, before validating.
 function pruneAndDefault(value, s) {
   if (Array.isArray(value)) {
@@ -81,7 +86,7 @@ function pruneAndDefault(value, s) {
   const out = {}
   for (const [k, v] of Object.entries(value)) {
     if (v === null) continue
-    const child = s?.properties?.[k] ?? (typeof s?.additionalProperties === 'object' ? s.additionalProperties : undefined)
+    const child = childSchema(s, k)
     out[k] = child ? pruneAndDefault(v, child) : v
   }
   for (const [k, child] of Object.entries(s?.properties ?? {})) {
@@ -106,7 +111,7 @@ function mapListErrors(value, s, path, errors) {
     return
   }
   for (const [k, v] of Object.entries(value)) {
-    const child = s.properties?.[k] ?? (typeof s.additionalProperties === 'object' ? s.additionalProperties : undefined)
+    const child = childSchema(s, k)
     if (child) mapListErrors(v, child, `${path}.${k}`, errors)
   }
 }
@@ -117,7 +122,7 @@ function celValue(value, s) {
   if (value !== null && typeof value === 'object') {
     const out = {}
     for (const [k, v] of Object.entries(value)) {
-      const child = s?.properties?.[k] ?? (typeof s?.additionalProperties === 'object' ? s.additionalProperties : undefined)
+      const child = childSchema(s, k)
       out[k] = celValue(v, child)
     }
     return out
@@ -143,7 +148,7 @@ function celErrors(value, s, path, errors) {
     if (s.items) value.forEach((v, i) => celErrors(v, s.items, `${path}[${i}]`, errors))
   } else if (value !== null && typeof value === 'object') {
     for (const [k, v] of Object.entries(value)) {
-      const child = s.properties?.[k] ?? (typeof s.additionalProperties === 'object' ? s.additionalProperties : undefined)
+      const child = childSchema(s, k)
       celErrors(v, child, `${path}.${k}`, errors)
     }
   }

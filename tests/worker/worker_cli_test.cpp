@@ -55,6 +55,18 @@ ResultDocument decoded(const std::string& json_text) {
   return d.value.value_or(ResultDocument{});
 }
 
+// A case the worker could not run on its backend: a Failed result with reason Unsupported, exit 1.
+void expect_unsupported(const Outcome& o, const std::string& precision, const std::string& backend,
+                        const std::string& allowed) {
+  EXPECT_EQ(o.exit_code, 1) << precision << ": " << o.err;
+  const ResultDocument doc = decoded(o.out);
+  EXPECT_EQ(doc.state, CaseState::Failed) << precision;
+  EXPECT_EQ(doc.reason, "Unsupported") << precision;
+  EXPECT_THAT(doc.message, HasSubstr("--precision " + precision + " on --backend " + backend));
+  EXPECT_THAT(doc.message, HasSubstr("Allowed on the " + backend + " backend: " + allowed));
+  EXPECT_EQ(to_string(doc.case_.precision), precision);
+}
+
 TEST(WorkerCli, ResNet50WritesAValidResultWithThreeRepeats) {
   const Outcome o = worker(
       "--model resnet50 --backend cpu --image-size 64 --batch-size 4 --warmup-steps 2 --measure-steps 3 "
@@ -147,13 +159,7 @@ TEST(WorkerCli, PrecisionsTheCpuBackendCannotRunAreUnsupportedResults) {
   for (const std::string precision : {"tf32", "amp", "bf16"}) {
     const Outcome o = worker("--precision " + precision +
                              " --model alexnet --image-size 64 --batch-size 1 --warmup-steps 0 --measure-steps 1 --repeats 1");
-    EXPECT_EQ(o.exit_code, 1) << precision << ": " << o.err;
-    const ResultDocument doc = decoded(o.out);
-    EXPECT_EQ(doc.state, CaseState::Failed) << precision;
-    EXPECT_EQ(doc.reason, "Unsupported") << precision;
-    EXPECT_THAT(doc.message, HasSubstr("--precision " + precision + " on --backend cpu"));
-    EXPECT_THAT(doc.message, HasSubstr("Allowed on the cpu backend: fp32"));
-    EXPECT_EQ(to_string(doc.case_.precision), precision);
+    expect_unsupported(o, precision, "cpu", "fp32");
   }
 }
 
@@ -169,10 +175,7 @@ TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
   if (cuda.exit_code == 2) {
     EXPECT_THAT(cuda.err, HasSubstr("--backend: \"cuda\""));
   } else {
-    EXPECT_EQ(cuda.exit_code, 1) << cuda.err;
-    const ResultDocument doc = decoded(cuda.out);
-    EXPECT_EQ(doc.reason, "Unsupported");
-    EXPECT_THAT(doc.message, HasSubstr("Allowed on the cuda backend: fp32, tf32"));
+    expect_unsupported(cuda, "amp", "cuda", "fp32, tf32");
   }
   const Outcome mpi = worker("--backend cuda --communicator mpi");
   EXPECT_EQ(mpi.exit_code, 2);

@@ -41,8 +41,8 @@ std::vector<nlohmann::json> parse_yaml_documents(std::string_view text);
 std::vector<nlohmann::json> load_yaml_file(const std::string& path);
 
 // The whole file ("-" is standard input), refusing more than max_bytes (the read stops there:
-// /dev/zero is refused, not read until memory runs out) or, with utf8, text that is not UTF-8.
-std::string read_input_file(const std::string& path, std::size_t max_bytes = kMaxInputBytes, bool utf8 = true);
+// /dev/zero is refused, not read until memory runs out). parse_yaml_documents checks the text.
+std::string read_input_file(const std::string& path, std::size_t max_bytes = kMaxInputBytes);
 
 // Block-style YAML of a JSON value, for showing documents to people.
 std::string to_yaml(const nlohmann::json& value);
