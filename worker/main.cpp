@@ -1,6 +1,5 @@
 // dlbench-worker: trains one model on one backend for one case and reports it with the
 // methodology: a table for people and one dlbench.result/v1 JSON document for programs.
-#include <sys/utsname.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -285,15 +284,6 @@ std::optional<Options> parse(int argc, char** argv) {
   return o;
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.starts_with("model name")) return line.substr(line.find(':') + 2);
-  }
-  return "";
-}
-
 // Distinct hosts in rank order: the job's nodes.
 std::vector<std::string> distinct(const std::vector<std::string>& hosts) {
   std::vector<std::string> out;
@@ -314,12 +304,8 @@ std::string info_value(const std::string& info, const std::string& key) {
 
 EnvironmentInfo environment(const Backend* backend, const std::string& backend_name, Communicator& communicator,
                             const std::vector<std::string>& hosts) {
-  EnvironmentInfo e;
-  e.host = local_host_name();
+  EnvironmentInfo e = host_environment();
   e.hosts = distinct(hosts);
-  utsname u{};
-  if (uname(&u) == 0) e.os = std::string(u.sysname) + " " + u.release + " " + u.machine;
-  e.cpu_model = cpu_model();
   e.cpu_cores = default_threads();
   const std::string info = backend != nullptr ? backend->version_info() : "";
   if (const auto* cpu = dynamic_cast<const CpuBackend*>(backend)) {

@@ -1,5 +1,7 @@
 #include "worker_metrics.hpp"
 
+#include <cmath>
+
 namespace dlbench::worker {
 
 WorkerMetrics::WorkerMetrics(const WorkerIdentity& id, int port) : global_batch_(id.global_batch_size) {
@@ -58,7 +60,7 @@ void WorkerMetrics::on_step(int repeat, bool measured, double seconds) {
 
 void WorkerMetrics::on_repeat(double throughput, double loss) {
   repeat_throughput_->set(throughput);
-  loss_->set(loss);
+  if (!std::isnan(loss)) loss_->set(loss);  // NaN: a wrapped script whose loss dlbench does not see
 }
 
 void WorkerMetrics::set_memory(double activation_bytes, double parameter_bytes) {

@@ -16,27 +16,6 @@
 
 namespace dlbench::cli {
 
-std::string compact_result(const std::string& json_text, std::size_t limit) {
-  nlohmann::json doc = nlohmann::json::parse(json_text);
-  std::string text = doc.dump();
-  const auto shrink = [&](auto&& drop) {
-    if (text.size() <= limit) return;
-    drop();
-    text = doc.dump();
-  };
-  shrink([&] { doc["environment"].erase("hosts"); });
-  shrink([&] { doc.erase("stepTimeSeconds"); });
-  shrink([&] {
-    for (const char* key : {"os", "cpuModel", "driverVersion", "onednnVersion", "dlbenchVersion", "mpiVersion"}) {
-      doc["environment"].erase(key);
-    }
-  });
-  shrink([&] { doc.erase("message"); });
-  if (text.size() > limit) throw std::runtime_error("result document of " + std::to_string(text.size()) +
-                                                    " bytes does not fit a termination message");
-  return text;
-}
-
 int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& err) {
   if (options.command.empty()) {
     err << "error: launch needs a command after --\n";
@@ -97,7 +76,7 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
   try {
     const auto decoded = decode_result_document(nlohmann::json::parse(stdout_text));
     if (decoded.ok()) {
-      message = compact_result(stdout_text, kTerminationMessageLimit);
+      message = compact_result_document(stdout_text, kTerminationMessageLimit);
       valid = true;
     } else {
       message = "invalid result: " + decoded.errors.front().to_string();

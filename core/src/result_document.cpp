@@ -1,7 +1,14 @@
 #include "dlbench/core/result_document.hpp"
 
+#include <sched.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <fstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "decoder.hpp"
 #include "dlbench/core/device_peaks.hpp"
@@ -37,6 +44,9 @@ json environment_to_json(const EnvironmentInfo& e) {
   put("backend", e.backend);
   put("communicator", e.communicator);
   put("dlbenchVersion", e.dlbench_version);
+  put("framework", e.framework);
+  put("frameworkVersion", e.framework_version);
+  if (!e.facts.empty()) out["facts"] = e.facts;
   return out;
 }
 
@@ -45,7 +55,7 @@ EnvironmentInfo decode_environment(Decoder& d, const json& obj, const std::strin
   if (!d.expect_object(obj, path)) return e;
   d.reject_unknown(obj, path, {"host", "hosts", "os", "cpuModel", "cpuCores", "gpuModel", "gpuCount", "driverVersion",
                                "cudaVersion", "cudnnVersion", "ncclVersion", "mpiVersion", "onednnVersion", "backend",
-                               "communicator", "dlbenchVersion"});
+                               "communicator", "dlbenchVersion", "framework", "frameworkVersion", "facts"});
   d.read_string(obj, path, "host", e.host);
   if (const json* hosts = Decoder::find(obj, "hosts")) {
     if (const json* items = d.list(*hosts, child(path, "hosts"), 0, 4096)) {
@@ -70,10 +80,42 @@ EnvironmentInfo decode_environment(Decoder& d, const json& obj, const std::strin
   }
   d.read_string(obj, path, "communicator", e.communicator);
   d.read_string(obj, path, "dlbenchVersion", e.dlbench_version);
+  d.read_string(obj, path, "framework", e.framework);
+  d.read_string(obj, path, "frameworkVersion", e.framework_version);
+  if (const json* facts = Decoder::find(obj, "facts")) {
+    const std::string facts_path = child(path, "facts");
+    if (d.expect_object(*facts, facts_path)) {
+      for (const auto& [key, value] : facts->items()) {
+        if (auto text = d.string(value, child(facts_path, key))) e.facts[key] = *text;
+      }
+    }
+  }
   return e;
 }
 
 }  // namespace
+
+EnvironmentInfo host_environment() {
+  EnvironmentInfo e;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  e.host = host;
+  utsname u{};
+  if (uname(&u) == 0) e.os = std::string(u.sysname) + " " + u.release + " " + u.machine;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.starts_with("model name") && line.find(':') != std::string::npos) {
+      e.cpu_model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  e.cpu_cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0
+                    ? CPU_COUNT(&allowed)
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return e;
+}
 
 json to_json(const ResultDocument& doc) {
   json case_json = to_json(doc.case_);
@@ -227,6 +269,28 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   }
 
   return d.finish(std::move(doc));
+}
+
+std::string compact_result_document(const std::string& json_text, std::size_t limit) {
+  json doc = nlohmann::json::parse(json_text);
+  std::string text = doc.dump();
+  const auto shrink = [&](auto&& drop) {
+    if (text.size() <= limit) return;
+    drop();
+    text = doc.dump();
+  };
+  shrink([&] { doc["environment"].erase("hosts"); });
+  shrink([&] { doc["environment"].erase("facts"); });
+  shrink([&] { doc.erase("stepTimeSeconds"); });
+  shrink([&] {
+    for (const char* key : {"os", "cpuModel", "driverVersion", "onednnVersion", "dlbenchVersion", "mpiVersion"}) {
+      doc["environment"].erase(key);
+    }
+  });
+  shrink([&] { doc.erase("message"); });
+  if (text.size() > limit) throw std::runtime_error("result document of " + std::to_string(text.size()) +
+                                                    " bytes does not fit a termination message");
+  return text;
 }
 
 CaseResult to_case_result(const ResultDocument& document, int attempts) {

@@ -48,4 +48,43 @@ std::vector<std::string> worker_arguments(const BenchmarkRun& run, const CaseSpe
   return args;
 }
 
+std::vector<std::pair<std::string, std::string>> command_environment(const BenchmarkRun& run, const CaseSpec& c,
+                                                                     const CommandRendezvous& where) {
+  const auto& spec = run.spec;
+  const auto& m = spec.methodology;
+  const long total_steps = static_cast<long>(m.repeats) * (m.warmup_steps + m.measure_steps);
+  return {{"DLBENCH_RUN", run.metadata.name},
+          {"DLBENCH_CASE", case_id(c)},
+          {"DLBENCH_MODEL", std::string(to_string(spec.model))},
+          {"DLBENCH_IMAGE_SIZE", std::to_string(spec.data.image_size)},
+          {"DLBENCH_DATA_SOURCE", std::string(to_string(spec.data.source))},
+          {"DLBENCH_NODES", std::to_string(c.nodes)},
+          {"DLBENCH_NODE_RANK", std::to_string(where.node_rank)},
+          {"DLBENCH_GPUS_PER_NODE", std::to_string(c.gpus_per_node)},
+          {"DLBENCH_DEVICES", std::to_string(c.devices())},
+          {"DLBENCH_BATCH_SIZE", std::to_string(c.batch_size_per_device)},
+          {"DLBENCH_GLOBAL_BATCH_SIZE", std::to_string(c.global_batch_size())},
+          {"DLBENCH_PRECISION", std::string(to_string(c.precision))},
+          {"DLBENCH_WARMUP_STEPS", std::to_string(m.warmup_steps)},
+          {"DLBENCH_MEASURE_STEPS", std::to_string(m.measure_steps)},
+          {"DLBENCH_REPEATS", std::to_string(m.repeats)},
+          {"DLBENCH_TOTAL_STEPS", std::to_string(total_steps)},
+          {"DLBENCH_LEARNING_RATE", real(spec.optimizer.learning_rate)},
+          {"DLBENCH_MOMENTUM", real(spec.optimizer.momentum)},
+          {"DLBENCH_WEIGHT_DECAY", real(spec.optimizer.weight_decay)},
+          {"MASTER_ADDR", where.master_addr},
+          {"MASTER_PORT", std::to_string(where.master_port)},
+          {"WORLD_SIZE", std::to_string(c.nodes)},
+          {"RANK", std::to_string(where.node_rank)},
+          {"NODE_RANK", std::to_string(where.node_rank)},
+          // torchrun reads PET_* for its own options (Kubeflow's PyTorchJob sets the same).
+          {"PET_NNODES", std::to_string(c.nodes)},
+          {"PET_NPROC_PER_NODE", std::to_string(c.gpus_per_node)},
+          {"PET_NODE_RANK", std::to_string(where.node_rank)},
+          {"PET_MASTER_ADDR", where.master_addr},
+          {"PET_MASTER_PORT", std::to_string(where.master_port)},
+          // Markers must arrive when they are printed, not when a pipe buffer fills.
+          {"PYTHONUNBUFFERED", "1"}};
+}
+
 }  // namespace dlbench

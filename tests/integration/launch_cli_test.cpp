@@ -33,7 +33,7 @@ TEST_F(LaunchCli, ValidResultGoesToTheTerminationMessage) {
                         " --model resnet50 --image-size 32 --batch-size 1 --warmup-steps 1 --measure-steps 1 --repeats 7");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const std::string text = message();
-  EXPECT_LE(text.size(), cli::kTerminationMessageLimit);
+  EXPECT_LE(text.size(), kTerminationMessageLimit);
   const auto decoded = decode_result_document(nlohmann::json::parse(text));
   ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
   EXPECT_EQ(decoded.value->throughput->repeats.size(), 7u);
@@ -63,14 +63,14 @@ TEST(CompactResult, DropsBulkNeverNumbers) {
   for (int i = 0; i < 128; ++i) doc.environment.hosts.push_back("gpu-node-" + std::to_string(i) + ".cluster.example.org");
   doc.environment.cpu_model = std::string(500, 'x');
   const std::string text = to_json(doc).dump();
-  ASSERT_GT(text.size(), cli::kTerminationMessageLimit);
-  const std::string compact = cli::compact_result(text, cli::kTerminationMessageLimit);
-  EXPECT_LE(compact.size(), cli::kTerminationMessageLimit);
+  ASSERT_GT(text.size(), kTerminationMessageLimit);
+  const std::string compact = compact_result_document(text, kTerminationMessageLimit);
+  EXPECT_LE(compact.size(), kTerminationMessageLimit);
   const auto j = nlohmann::json::parse(compact);
   EXPECT_FALSE(j["environment"].contains("hosts"));
   EXPECT_EQ(j["throughput"]["repeats"].get<std::vector<double>>(), repeats);
   EXPECT_EQ(j["environment"]["cpuModel"].get<std::string>().size(), 500u);  // it fitted once hosts were gone
-  EXPECT_THROW(cli::compact_result(text, 200), std::runtime_error);
+  EXPECT_THROW(compact_result_document(text, 200), std::runtime_error);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // from the launcher's termination message, `dlbench run` from the worker's output.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,16 @@ struct EnvironmentInfo {
   std::string backend;       // cpu | cuda
   std::string communicator;  // none | mpi | nccl
   std::string dlbench_version;
+  // engine: command — what the wrapped script said about itself (`@dlbench fact` markers):
+  // the framework and its version, and any other facts, verbatim.
+  std::string framework;
+  std::string framework_version;
+  std::map<std::string, std::string> facts;
   bool operator==(const EnvironmentInfo&) const = default;
 };
+
+// What this process can see of its host: name, OS, CPU model and the cores it may run on.
+EnvironmentInfo host_environment();
 
 struct FlopsPerSample {
   double forward = 0;   // FLOPs (2 × MACs) of one forward pass of one sample
@@ -72,6 +81,13 @@ nlohmann::json to_json(const ResultDocument& document);
 // batch agree with the case, a Succeeded document has one throughput per repeat, and its
 // summary agrees with those repeats.
 Decoded<ResultDocument> decode_result_document(const nlohmann::json& document);
+
+// What fits in a Kubernetes termination message (the kubelet keeps 4096 bytes): the document
+// without what matters least (the host list, script facts, step times, environment details, the
+// message), dropped in that order only as far as needed. Throws std::runtime_error when even
+// the smallest form does not fit.
+inline constexpr std::size_t kTerminationMessageLimit = 4096;
+std::string compact_result_document(const std::string& json_text, std::size_t limit = kTerminationMessageLimit);
 
 // The entry that goes into status.results (speed-up is filled in later, across cases).
 CaseResult to_case_result(const ResultDocument& document, int attempts = 1);

@@ -1,0 +1,392 @@
+#include "command/command_runner.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "command/markers.hpp"
+#include "dlbench/core/api_rules.hpp"
+#include "dlbench/core/names.hpp"
+#include "dlbench/core/statistics.hpp"
+
+namespace dlbench::command {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+std::atomic<pid_t> running_group{0};
+std::atomic<bool> stop_requested{false};
+
+void forward_signal(int signal_number) {
+  stop_requested = true;
+  const pid_t group = running_group.load();
+  if (group > 0) kill(-group, signal_number);
+}
+
+// An integer variable within bounds, or an error naming it.
+bool read_int(const std::function<const char*(const char*)>& lookup, const char* name, IntBounds bounds, int& out,
+              std::string& error) {
+  const char* text = lookup(name);
+  if (text == nullptr) {
+    error = std::string(name) + " is not set; dlbench sets it for every node of a case (run the command through "
+                                "`dlbench run` or the operator, or set it by hand)";
+    return false;
+  }
+  const std::string_view value(text);
+  long long parsed = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+  if (value.empty() || ec != std::errc() || end != value.data() + value.size() || parsed < bounds.min ||
+      parsed > bounds.max) {
+    error = std::string(name) + "=\"" + printable(std::string(value.substr(0, 64))) + "\": must be a whole number in [" +
+            std::to_string(bounds.min) + ", " + std::to_string(bounds.max) + "]";
+    return false;
+  }
+  out = static_cast<int>(parsed);
+  return true;
+}
+
+template <typename E>
+bool read_enum(const std::function<const char*(const char*)>& lookup, const char* name, E& out, std::string& error) {
+  const char* text = lookup(name);
+  if (text == nullptr) {
+    error = std::string(name) + " is not set; allowed: " + allowed_values<E>();
+    return false;
+  }
+  const auto parsed = enum_from_string<E>(text);
+  if (!parsed) {
+    error = std::string(name) + "=\"" + printable(std::string(text).substr(0, 64)) + "\": allowed: " + allowed_values<E>();
+    return false;
+  }
+  out = *parsed;
+  return true;
+}
+
+// The kernel's count of OOM kills in this process's memory cgroup (v2, or v1's oom_control),
+// or -1 where it cannot be read.
+long oom_kill_count() {
+  std::string group;
+  std::ifstream self("/proc/self/cgroup");
+  for (std::string line; std::getline(self, line);) {
+    if (line.starts_with("0::")) group = line.substr(3);
+  }
+  std::vector<std::string> candidates;
+  if (!group.empty()) candidates.push_back("/sys/fs/cgroup" + group + "/memory.events");
+  candidates.push_back("/sys/fs/cgroup/memory.events");
+  candidates.push_back("/sys/fs/cgroup/memory/memory.oom_control");
+  for (const auto& path : candidates) {
+    std::ifstream in(path);
+    for (std::string key; in >> key;) {
+      long value = 0;
+      if (!(in >> value)) break;
+      if (key == "oom_kill") return value;
+    }
+  }
+  return -1;
+}
+
+std::string cut(std::string_view line) {
+  if (line.size() <= kTailLineChars) return std::string(line);
+  return std::string(line.substr(0, kTailLineChars)) + "…";
+}
+
+void write_all(int fd, const char* data, std::size_t size) {
+  while (fd >= 0 && size > 0) {
+    const ssize_t n = write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // nobody reads our output any more: the measurement goes on regardless
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
+std::string last_lines(const CommandOutcome& o) {
+  if (o.tail.empty()) return "(no output)";
+  std::string out;
+  for (const auto& l : o.tail) out += (out.empty() ? "" : "\n") + l;
+  return out;
+}
+
+void apply_fact(EnvironmentInfo& e, const std::string& key, const std::string& value) {
+  const auto count = [&](int& out) {
+    int parsed = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+    if (ec == std::errc() && end == value.data() + value.size() && parsed > 0) out = parsed;
+  };
+  if (key == "framework") e.framework = value;
+  else if (key == "frameworkVersion") e.framework_version = value;
+  else if (key == "backend") e.backend = value;
+  else if (key == "communicator") e.communicator = value;
+  else if (key == "gpuModel") e.gpu_model = value;
+  else if (key == "gpuCount") count(e.gpu_count);
+  else if (key == "driverVersion") e.driver_version = value;
+  else if (key == "cudaVersion") e.cuda_version = value;
+  else if (key == "cudnnVersion") e.cudnn_version = value;
+  else if (key == "ncclVersion") e.nccl_version = value;
+  else if (key == "mpiVersion") e.mpi_version = value;
+  else if (key == "onednnVersion") e.onednn_version = value;
+  else e.facts[key] = value;
+}
+
+}  // namespace
+
+std::optional<CommandCase> case_from_environment(const std::function<const char*(const char*)>& lookup,
+                                                 std::string& error) {
+  CommandCase c;
+  if (const char* run = lookup("DLBENCH_RUN")) {
+    c.run = run;
+    if (!c.run.empty() && !is_dns1123_label(c.run)) {
+      error = "DLBENCH_RUN=\"" + printable(c.run.substr(0, 64)) + "\": must be a BenchmarkRun name (a DNS-1123 label)";
+      return std::nullopt;
+    }
+  }
+  int nodes = 0, gpus = 0, batch = 0, warmup = 0, measure = 0, repeats = 0, node_rank = 0, image_size = 0;
+  if (!read_enum(lookup, "DLBENCH_MODEL", c.model, error) ||
+      !read_int(lookup, "DLBENCH_IMAGE_SIZE", bounds::kImageSize, image_size, error) ||
+      !read_int(lookup, "DLBENCH_NODES", bounds::kNodes, nodes, error) ||
+      !read_int(lookup, "DLBENCH_GPUS_PER_NODE", bounds::kGpusPerNode, gpus, error) ||
+      !read_int(lookup, "DLBENCH_BATCH_SIZE", bounds::kBatchSizePerDevice, batch, error) ||
+      !read_enum(lookup, "DLBENCH_PRECISION", c.case_.precision, error) ||
+      !read_int(lookup, "DLBENCH_WARMUP_STEPS", bounds::kWarmupSteps, warmup, error) ||
+      !read_int(lookup, "DLBENCH_MEASURE_STEPS", bounds::kMeasureSteps, measure, error) ||
+      !read_int(lookup, "DLBENCH_REPEATS", bounds::kRepeats, repeats, error) ||
+      !read_int(lookup, "DLBENCH_NODE_RANK", {0, bounds::kNodes.max - 1}, node_rank, error)) {
+    return std::nullopt;
+  }
+  if (node_rank >= nodes) {
+    error = "DLBENCH_NODE_RANK=" + std::to_string(node_rank) + ": must be below DLBENCH_NODES (" +
+            std::to_string(nodes) + ")";
+    return std::nullopt;
+  }
+  c.image_size = image_size;
+  c.case_.nodes = nodes;
+  c.case_.gpus_per_node = gpus;
+  c.case_.batch_size_per_device = batch;
+  c.methodology.warmup_steps = warmup;
+  c.methodology.measure_steps = measure;
+  c.methodology.repeats = repeats;
+  c.node_rank = node_rank;
+  if (const char* statistic = lookup("DLBENCH_STATISTIC")) {
+    if (!read_enum(lookup, "DLBENCH_STATISTIC", c.methodology.statistic, error)) return std::nullopt;
+    (void)statistic;
+  }
+  return c;
+}
+
+void install_signal_forwarding() {
+  struct sigaction action {};
+  action.sa_handler = forward_signal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a closed passthrough must not end the measurement
+}
+
+CommandOutcome run_command(const RunSettings& settings) {
+  CommandOutcome outcome;
+  if (settings.argv.empty()) throw std::invalid_argument("run_command: no command");
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  const long oom_before = oom_kill_count();
+  const auto start = clock::now();
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    dup2(pipe_fds[1], STDERR_FILENO);
+    const int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    signal(SIGPIPE, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    std::vector<char*> args;
+    for (const auto& a : settings.argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    const std::string why = "dlbench-exec: cannot start " + settings.argv[0] + ": " + std::strerror(errno) + "\n";
+    write_all(STDERR_FILENO, why.data(), why.size());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  running_group = pid;
+  close(pipe_fds[1]);
+  outcome.started = true;
+
+  const auto deadline = start + settings.timeout;
+  clock::time_point kill_at = clock::time_point::max();  // when SIGKILL follows SIGTERM
+  std::string partial;      // the line being read, at most kMaxLineBytes
+  bool cutting = false;     // inside a line longer than kMaxLineBytes: dropping until its end
+  std::vector<char> buffer(64 * 1024);
+
+  const auto on_line = [&](std::string_view line, clock::time_point arrived) {
+    ++outcome.output_lines;
+    const Marker marker = parse_marker(line);
+    if (marker.kind == Marker::Kind::step) {
+      const double seconds = std::chrono::duration<double>(arrived - start).count();
+      outcome.steps.push_back({seconds, marker.samples});
+      if (settings.on_step) settings.on_step(static_cast<long>(outcome.steps.size()) - 1, seconds);
+      return;  // markers are not output worth keeping for failure messages
+    }
+    if (marker.kind == Marker::Kind::fact) {
+      if (outcome.facts.size() < kMaxFacts || outcome.facts.contains(marker.key)) outcome.facts[marker.key] = marker.value;
+      return;
+    }
+    if (marker.kind == Marker::Kind::invalid && outcome.invalid_marker.empty()) {
+      outcome.invalid_marker = marker.error + " (line: \"" + cut(line) + "\")";
+    }
+    outcome.tail.push_back(cut(line));
+    if (outcome.tail.size() > kTailLines) outcome.tail.pop_front();
+  };
+
+  int status = 0;
+  std::optional<clock::time_point> exited_at;
+  for (bool open_pipe = true; open_pipe;) {
+    pollfd fd{pipe_fds[0], POLLIN, 0};
+    const int ready = poll(&fd, 1, 100);
+    const auto now = clock::now();  // the arrival time of whatever this read returns
+    if (ready > 0) {
+      const ssize_t n = read(pipe_fds[0], buffer.data(), buffer.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        open_pipe = false;
+      } else {
+        const std::string_view chunk(buffer.data(), static_cast<std::size_t>(n));
+        write_all(settings.passthrough_fd, chunk.data(), chunk.size());
+        std::size_t begin = 0;
+        for (std::size_t nl; (nl = chunk.find('\n', begin)) != std::string_view::npos; begin = nl + 1) {
+          const std::string_view piece = chunk.substr(begin, nl - begin);
+          if (cutting) {
+            cutting = false;  // the end of an overlong line, already counted
+          } else if (partial.empty()) {
+            on_line(piece, now);
+          } else {
+            partial.append(piece);
+            on_line(partial, now);
+          }
+          partial.clear();
+        }
+        if (!cutting) {
+          partial.append(chunk.substr(begin));
+          if (partial.size() > kMaxLineBytes) {
+            ++outcome.cut_lines;
+            partial.resize(kTailLineChars);
+            on_line(partial, now);  // as far as it went; never a marker at this length
+            partial.clear();
+            cutting = true;
+          }
+        }
+      }
+    }
+    if (!exited_at && waitpid(pid, &status, WNOHANG) == pid) exited_at = now;
+    // Output still arriving after the command exited comes from processes it left behind: read
+    // what is already there, then stop listening to them.
+    if (exited_at && now - *exited_at > std::chrono::seconds(2)) open_pipe = false;
+    if (exited_at) continue;
+    if (stop_requested && !outcome.interrupted) {
+      outcome.interrupted = true;
+      kill(-pid, SIGTERM);
+      kill_at = now + settings.kill_grace;
+    }
+    if (!outcome.timed_out && now > deadline) {
+      outcome.timed_out = true;
+      kill(-pid, SIGTERM);
+      kill_at = now + settings.kill_grace;
+    }
+    if (now > kill_at) {
+      kill(-pid, SIGKILL);
+      kill_at = clock::time_point::max();
+    }
+  }
+  if (!partial.empty() && !cutting) on_line(partial, clock::now());  // a last line without newline
+  close(pipe_fds[0]);
+  // The command closed its output but may still run: the deadline and signals still apply.
+  while (!exited_at) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid || (done < 0 && errno != EINTR)) break;
+    const auto now = clock::now();
+    if ((stop_requested || now > deadline) && kill_at == clock::time_point::max()) {
+      outcome.timed_out = outcome.timed_out || now > deadline;
+      outcome.interrupted = outcome.interrupted || stop_requested;
+      kill(-pid, SIGTERM);
+      kill_at = now + settings.kill_grace;
+    }
+    if (now > kill_at) kill(-pid, SIGKILL);
+    usleep(20'000);
+  }
+  kill(-pid, SIGKILL);  // whatever the command left behind in its group goes with it
+  running_group = 0;
+  outcome.seconds = std::chrono::duration<double>(clock::now() - start).count();
+  if (WIFEXITED(status)) {
+    outcome.exit_code = WEXITSTATUS(status);
+  } else {
+    outcome.signal = WTERMSIG(status);
+    outcome.exit_code = 128 + outcome.signal;
+  }
+  if (outcome.exit_code == 127 && outcome.steps.empty() && outcome.output_lines <= 1) outcome.started = false;
+  const long oom_after = oom_kill_count();
+  outcome.out_of_memory = oom_before >= 0 && oom_after > oom_before;
+  return outcome;
+}
+
+ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, EnvironmentInfo environment,
+                              const std::string& start_time, const std::string& end_time) {
+  ResultDocument doc;
+  doc.run = c.run;
+  doc.model = c.model;
+  doc.engine = Engine::command;
+  doc.case_ = c.case_;
+  doc.image_size = c.image_size;
+  doc.devices = c.case_.devices();
+  doc.global_batch_size = c.case_.global_batch_size();
+  doc.methodology = c.methodology;
+  doc.start_time = start_time;
+  doc.end_time = end_time;
+  if (environment.backend.empty()) environment.backend = "unknown";  // until the script says
+  for (const auto& [key, value] : o.facts) apply_fact(environment, key, value);
+  doc.environment = std::move(environment);
+  doc.state = CaseState::Failed;
+
+  const std::string seen = std::to_string(o.steps.size()) + " of " + std::to_string(c.total_steps()) + " step markers";
+  const std::string tail = "; last output:\n" + last_lines(o);
+  const auto fail = [&](std::string reason, std::string message) {
+    doc.reason = std::move(reason);
+    doc.message = std::move(message);
+    return doc;
+  };
+  if (!o.invalid_marker.empty()) return fail("InvalidMarker", o.invalid_marker);
+  if (o.interrupted) return fail("Interrupted", "stopped by a signal after " + seen + tail);
+  if (o.timed_out) {
+    std::ostringstream s;
+    s << "no end within limits.caseTimeoutSeconds; " << seen << tail;
+    return fail("Timeout", s.str());
+  }
+  if (o.out_of_memory && o.exit_code != 0) {
+    return fail("OutOfMemory", "the kernel's OOM killer ended a process of the command (exit code " +
+                                   std::to_string(o.exit_code) + ") after " + seen + tail);
+  }
+  if (!o.started) return fail("CommandFailed", "the command could not be started" + tail);
+  if (o.exit_code != 0) {
+    const std::string how = o.signal != 0 ? "was killed by signal " + std::to_string(o.signal) + " (" +
+                                                strsignal(o.signal) + ")"
+                                          : "exited with code " + std::to_string(o.exit_code);
+    return fail("CommandFailed", "the command " + how + " after " + seen + tail);
+  }
+  const StepTimingResult timing = time_steps(o.steps, c.methodology, doc.global_batch_size);
+  if (!timing.ok) return fail(timing.reason, timing.message + tail);
+  doc.state = CaseState::Succeeded;
+  doc.reason.clear();
+  doc.message.clear();
+  doc.throughput = Throughput{"samples/s", summarize(timing.repeats.throughput), timing.repeats.throughput};
+  doc.step_time_seconds = summarize(timing.repeats.step_seconds);
+  return doc;
+}
+
+}  // namespace dlbench::command

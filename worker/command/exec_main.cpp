@@ -1,0 +1,232 @@
+// dlbench-exec: the command engine's shim. Runs another framework's training command as one
+// node of a dlbench case, times its `@dlbench step` markers and, on node 0, writes the case's
+// dlbench.result/v1 document. Linked statically so that it runs in any Linux image: the operator
+// copies it into the user's pods with an init container (`dlbench-exec --install DIR`).
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command/command_runner.hpp"
+#include "dlbench/core/names.hpp"
+#include "dlbench/core/result_document.hpp"
+#include "dlbench/core/statistics.hpp"
+#include "dlbench/core/status.hpp"
+#include "worker_metrics.hpp"
+
+namespace {
+
+using namespace dlbench;
+using namespace dlbench::command;
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+constexpr const char* kUsage = R"(dlbench-exec — run a training command as one node of a dlbench case, timed by dlbench
+
+Usage: dlbench-exec [options] -- COMMAND [ARG...]
+       dlbench-exec --install DIR
+  --output FILE            node 0: write the result document here (default: stdout)
+  --termination-log FILE   node 0: also write it, compacted under 4096 bytes, here
+  --timeout SECONDS        stop the command (SIGTERM, SIGKILL 10 s later) after this long (default 3600)
+  --metrics-port N         node 0: serve live dlbench_worker_* metrics on port N (0: any free port)
+  --quiet                  do not pass the command's output through to stderr
+  --install DIR            copy this self-contained program to DIR/dlbench-exec and exit
+  --version, --help
+
+The case comes from the environment dlbench sets on every node: DLBENCH_MODEL, DLBENCH_NODES,
+DLBENCH_NODE_RANK, DLBENCH_GPUS_PER_NODE, DLBENCH_BATCH_SIZE, DLBENCH_PRECISION, DLBENCH_WARMUP_STEPS,
+DLBENCH_MEASURE_STEPS, DLBENCH_REPEATS, DLBENCH_IMAGE_SIZE (and DLBENCH_RUN). The command prints
+"@dlbench step <global samples>" after every training step (from one process, global rank 0) and
+may print "@dlbench fact <key> <value>"; dlbench timestamps the markers as they arrive.
+
+Exit status: node 0: 0 when the case succeeded, 1 when its result says why it failed, 2 on a usage
+error; other nodes: the command's own exit status.
+)";
+
+struct Options {
+  std::string output, termination_log, install_dir;
+  long timeout_seconds = 3600;
+  int metrics_port = -1;
+  bool quiet = false;
+  std::vector<std::string> command;
+};
+
+struct UsageError {
+  std::string message;
+};
+
+long parse_number(const std::string& flag, const std::string& text, long min, long max) {
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || value < min || value > max) {
+    throw UsageError{flag + " \"" + printable(text.substr(0, 64)) + "\": must be a whole number in [" +
+                     std::to_string(min) + ", " + std::to_string(max) + "]"};
+  }
+  return value;
+}
+
+std::optional<Options> parse(int argc, char** argv) {
+  Options o;
+  int i = 1;
+  const auto value = [&](const std::string& flag) -> std::string {
+    if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
+    return argv[++i];
+  };
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return std::nullopt;
+    }
+    if (arg == "--version") {
+      std::cout << "dlbench-exec " << DLBENCH_VERSION << "\n";
+      return std::nullopt;
+    }
+    if (arg == "--output") o.output = value(arg);
+    else if (arg == "--termination-log") o.termination_log = value(arg);
+    else if (arg == "--install") o.install_dir = value(arg);
+    else if (arg == "--timeout") o.timeout_seconds = parse_number(arg, value(arg), 1, 30L * 24 * 3600);
+    else if (arg == "--metrics-port") o.metrics_port = static_cast<int>(parse_number(arg, value(arg), 0, 65535));
+    else if (arg == "--quiet") o.quiet = true;
+    else throw UsageError{"unknown option \"" + printable(arg.substr(0, 64)) + "\" (the command goes after --)"};
+  }
+  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  if (o.install_dir.empty() && o.command.empty()) throw UsageError{"no command given after --"};
+  return o;
+}
+
+// Copies this executable into dir atomically: what an init container runs to deliver it.
+int install(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path self = fs::read_symlink("/proc/self/exe");
+  const fs::path target = fs::path(dir) / "dlbench-exec";
+  const fs::path staging = fs::path(dir) / ".dlbench-exec.tmp";
+  fs::create_directories(dir);
+  fs::copy_file(self, staging, fs::copy_options::overwrite_existing);
+  fs::permissions(staging, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                               fs::perms::others_read | fs::perms::others_exec);
+  fs::rename(staging, target);
+  std::cout << "dlbench-exec: installed " << target.string() << "\n";
+  return 0;
+}
+
+int run(const Options& o) {
+  std::string error;
+  const auto c = case_from_environment([](const char* name) { return std::getenv(name); }, error);
+  if (!c) throw UsageError{error};
+  const bool reporter = c->node_rank == 0;
+  const std::string id = case_id(c->case_);
+
+  std::unique_ptr<worker::WorkerMetrics> live;
+  if (reporter && o.metrics_port >= 0) {
+    try {
+      live = std::make_unique<worker::WorkerMetrics>(
+          worker::WorkerIdentity{c->run, id, std::string(to_string(c->model)), std::string(to_string(c->case_.precision)),
+                                 "command", "command", DLBENCH_VERSION, "", 0, c->case_.global_batch_size()},
+          o.metrics_port);
+      std::cerr << "dlbench-exec: metrics on port " << live->port() << "\n";
+    } catch (const std::exception& e) {
+      std::cerr << "dlbench-exec: warning: no live metrics: " << e.what() << "\n";
+    }
+  }
+
+  RunSettings settings;
+  settings.argv = o.command;
+  settings.timeout = std::chrono::seconds(o.timeout_seconds);
+  settings.passthrough_fd = o.quiet ? -1 : STDERR_FILENO;
+  const long per_repeat = static_cast<long>(c->methodology.warmup_steps) + c->methodology.measure_steps;
+  double previous = 0, repeat_start = 0;
+  if (reporter) {
+    settings.on_step = [&](long index, double seconds) {
+      if (index >= c->total_steps()) return;
+      const int repeat = static_cast<int>(index / per_repeat);
+      const long within = index % per_repeat;
+      const bool measured = within >= c->methodology.warmup_steps;
+      if (within == c->methodology.warmup_steps) repeat_start = previous;
+      if (live) live->on_step(repeat, measured, seconds - previous);
+      previous = seconds;
+      if (within + 1 == per_repeat && seconds > repeat_start) {
+        const double throughput = repeat_throughput(c->case_.global_batch_size(), c->methodology.measure_steps,
+                                                    seconds - repeat_start);
+        if (live) live->on_repeat(throughput, std::nan(""));
+        std::cerr << "  case " << id << " repeat " << repeat + 1 << "/" << c->methodology.repeats << ": "
+                  << std::fixed << std::setprecision(2) << throughput << " samples/s\n";
+      }
+    };
+  }
+  install_signal_forwarding();
+  const std::string start_time = rfc3339_utc_now();
+  const CommandOutcome outcome = run_command(settings);
+  const std::string end_time = rfc3339_utc_now();
+  if (!reporter) {
+    if (outcome.exit_code != 0) {
+      std::cerr << "dlbench-exec: node " << c->node_rank << ": the command ended with exit status "
+                << outcome.exit_code << (outcome.timed_out ? " (timed out)" : "") << "\n";
+    }
+    return outcome.exit_code;
+  }
+  EnvironmentInfo environment = host_environment();
+  environment.dlbench_version = DLBENCH_VERSION;
+  const ResultDocument doc = command_result(*c, outcome, environment, start_time, end_time);
+  if (live) live->finished(doc.state == CaseState::Succeeded);
+  if (outcome.cut_lines > 0) {
+    std::cerr << "dlbench-exec: " << outcome.cut_lines << " output lines were longer than " << kMaxLineBytes
+              << " bytes and were cut\n";
+  }
+  if (doc.state == CaseState::Succeeded) {
+    std::cerr << "dlbench-exec: case " << id << " Succeeded: " << std::fixed << std::setprecision(2)
+              << reported_value(doc.throughput->summary, doc.methodology.statistic) << " samples/s ("
+              << to_string(doc.methodology.statistic) << " of " << doc.methodology.repeats << " repeats)\n";
+  } else {
+    std::cerr << "dlbench-exec: case " << id << " Failed: " << doc.reason << ": " << doc.message << "\n";
+  }
+  const std::string json = to_json(doc).dump(2) + "\n";
+  int status = doc.state == CaseState::Succeeded ? 0 : kExitFailed;
+  if (o.output.empty()) {
+    std::cout << json << std::flush;
+  } else {
+    std::ofstream out(o.output);
+    out << json;
+    if (!out) {
+      std::cerr << "dlbench-exec: cannot write " << o.output << "\n";
+      status = kExitFailed;
+    }
+  }
+  if (!o.termination_log.empty()) {
+    std::ofstream log(o.termination_log);
+    log << compact_result_document(json);
+    if (!log) std::cerr << "dlbench-exec: cannot write " << o.termination_log << "\n";
+  }
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto options = parse(argc, argv);
+    if (!options) return 0;
+    if (!options->install_dir.empty()) return install(options->install_dir);
+    return run(*options);
+  } catch (const UsageError& e) {
+    std::cerr << "dlbench-exec: " << e.message << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "dlbench-exec: " << e.what() << "\n";
+    return kExitFailed;
+  }
+}

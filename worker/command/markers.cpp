@@ -1,0 +1,83 @@
+#include "command/markers.hpp"
+
+#include <charconv>
+#include <limits>
+
+namespace dlbench::command {
+namespace {
+
+constexpr const char* kForms = "expected \"@dlbench step <samples>\" or \"@dlbench fact <key> <value>\"";
+
+std::string_view next_word(std::string_view& rest) {
+  const auto begin = rest.find_first_not_of(' ');
+  if (begin == std::string_view::npos) {
+    rest = {};
+    return {};
+  }
+  rest.remove_prefix(begin);
+  const auto end = rest.find(' ');
+  const std::string_view word = rest.substr(0, end);
+  rest.remove_prefix(end == std::string_view::npos ? rest.size() : end);
+  return word;
+}
+
+Marker invalid(std::string error) {
+  Marker m;
+  m.kind = Marker::Kind::invalid;
+  m.error = std::move(error);
+  return m;
+}
+
+bool is_fact_key(std::string_view key) {
+  if (key.empty() || key.size() > kMaxFactKeyLength) return false;
+  if (!((key[0] >= 'a' && key[0] <= 'z') || (key[0] >= 'A' && key[0] <= 'Z'))) return false;
+  for (const char c : key) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Marker parse_marker(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (!line.starts_with(kMarkerPrefix)) return {};
+  std::string_view rest = line.substr(kMarkerPrefix.size());
+  if (!rest.empty() && rest.front() != ' ') return {};  // "@dlbenchmark…": not ours
+  const std::string_view kind = next_word(rest);
+  if (kind == "step") {
+    const std::string_view count = next_word(rest);
+    long samples = 0;
+    const auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), samples);
+    if (count.empty() || ec != std::errc() || end != count.data() + count.size() || samples < 1) {
+      return invalid("step: <samples> must be a whole number >= 1 (the step's global sample count), got \"" +
+                     std::string(count.substr(0, 32)) + "\"");
+    }
+    if (!next_word(rest).empty()) return invalid("step: takes one argument, <samples>");
+    Marker m;
+    m.kind = Marker::Kind::step;
+    m.samples = samples;
+    return m;
+  }
+  if (kind == "fact") {
+    const std::string_view key = next_word(rest);
+    if (!is_fact_key(key)) {
+      return invalid("fact: <key> must be 1-63 letters, digits, '_', '.' or '-', starting with a letter, got \"" +
+                     std::string(key.substr(0, 64)) + "\"");
+    }
+    const auto begin = rest.find_first_not_of(' ');
+    std::string_view value = begin == std::string_view::npos ? std::string_view{} : rest.substr(begin);
+    while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
+    if (value.empty()) return invalid("fact " + std::string(key) + ": <value> is missing");
+    Marker m;
+    m.kind = Marker::Kind::fact;
+    m.key = key;
+    m.value = value.substr(0, kMaxFactValueLength);
+    return m;
+  }
+  return invalid("unknown marker \"" + std::string(kind.substr(0, 32)) + "\"; " + kForms);
+}
+
+}  // namespace dlbench::command

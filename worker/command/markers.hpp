@@ -1,0 +1,33 @@
+// The command engine's protocol: the lines a wrapped training script prints so that dlbench can
+// time it. Framework-neutral text, one marker per line, on stdout or stderr:
+//
+//   @dlbench step <samples>       one training step finished (after the script's own device
+//                                 synchronisation); <samples> is the step's global sample count
+//   @dlbench fact <key> <value>   something about the environment: framework, frameworkVersion,
+//                                 gpuModel, … (<value> is the rest of the line)
+//
+// dlbench timestamps a step marker when it arrives; nothing in a marker is a time.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace dlbench::command {
+
+inline constexpr std::string_view kMarkerPrefix = "@dlbench";
+inline constexpr std::size_t kMaxFactKeyLength = 63;
+inline constexpr std::size_t kMaxFactValueLength = 256;
+
+struct Marker {
+  enum class Kind { none, step, fact, invalid };
+  Kind kind = Kind::none;
+  long samples = 0;          // step
+  std::string key, value;    // fact
+  std::string error;         // invalid: what is wrong, naming the allowed forms
+};
+
+// `line` without its newline; a trailing '\r' is ignored. Lines that do not start with
+// "@dlbench" are ordinary output (Kind::none).
+Marker parse_marker(std::string_view line);
+
+}  // namespace dlbench::command
