@@ -20,8 +20,9 @@ Usage:
       Prints the planned cases of each valid run, or every error with its field path.
       Exit code: 0 valid, 1 invalid, 2 unreadable input or bad usage.
   dlbench run -f run.yaml [--output STATUS.json] [--backend auto|cpu|cuda] [--max-devices N] [--worker PATH]
-              [--mpirun PATH]
-      Run a BenchmarkRun on this host, case by case, as mpirun -np DEVICES dlbench-worker.
+              [--mpirun PATH] [--exec PATH]
+      Run a BenchmarkRun on this host, case by case, as mpirun -np DEVICES dlbench-worker, or
+      with engine: command as dlbench-exec -- COMMAND (the command starts its own processes).
       Cases needing more nodes or devices than this host has are recorded as skipped.
       Writes the status (as the operator would) after every case; Ctrl-C keeps what finished.
       Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable, 130 interrupted.
@@ -88,7 +89,7 @@ int run_main(const std::vector<std::string>& args) {
     const auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
     const std::string* v = nullptr;
     if (arg == "-f" || arg == "--filename" || arg == "--output" || arg == "-o" || arg == "--worker" ||
-        arg == "--mpirun" || arg == "--max-devices" || arg == "--backend") {
+        arg == "--mpirun" || arg == "--max-devices" || arg == "--backend" || arg == "--exec") {
       v = value();
       if (v == nullptr) return usage_error(arg + " needs a value");
     }
@@ -100,6 +101,8 @@ int run_main(const std::vector<std::string>& args) {
       options.worker = *v;
     } else if (arg == "--mpirun") {
       options.mpirun = *v;
+    } else if (arg == "--exec") {
+      options.exec = *v;
     } else if (arg == "--backend") {
       if (*v != "auto" && *v != "cpu" && *v != "cuda") {
         return usage_error("--backend: \"" + *v + "\" is not one of auto, cpu, cuda");

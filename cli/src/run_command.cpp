@@ -3,9 +3,12 @@
 // written after every case exactly as the operator writes it.
 #include "run_command.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +26,7 @@
 #include <thread>
 
 #include "dlbench/core/codec.hpp"
+#include "dlbench/core/names.hpp"
 #include "dlbench/core/planner.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
@@ -49,6 +53,26 @@ std::map<std::string, int> list_devices(const std::string& worker) {
   }
   pclose(pipe);
   return devices;
+}
+
+constexpr std::size_t kMaxLineBytes = 64 * 1024;
+constexpr std::size_t kTailLineChars = 240;
+
+// A port nobody listens on now, for the command's rendezvous (MASTER_PORT).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return kDefaultMasterPort;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  int port = kDefaultMasterPort;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 std::atomic<bool> interrupted{false};
@@ -106,8 +130,12 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
         open_pipe = false;
       } else {
         partial.append(buffer, static_cast<std::size_t>(n));
+        if (partial.size() > kMaxLineBytes && partial.find('\n') == std::string::npos) {
+          partial.resize(kTailLineChars);  // a flood without newlines: keep its start, never all of it
+          partial += "…\n";
+        }
         for (std::size_t nl; (nl = partial.find('\n')) != std::string::npos;) {
-          const std::string line = partial.substr(0, nl);
+          const std::string line = partial.substr(0, std::min(nl, kTailLineChars));
           partial.erase(0, nl + 1);
           if (line.find(" repeat ") != std::string::npos) progress << "  " << line << "\n" << std::flush;
           outcome.last_lines.push_back(line);
@@ -190,6 +218,8 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   const BenchmarkRunSpec& spec = run.spec;
   const std::string output = options.output.empty() ? run.metadata.name + ".status.json" : options.output;
   const std::string worker = options.worker.empty() ? self_directory() + "/dlbench-worker" : options.worker;
+  const bool wrapped = spec.engine == Engine::command;
+  const std::string exec = options.exec.empty() ? self_directory() + "/dlbench-exec" : options.exec;
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigaction(SIGINT, &action, nullptr);
@@ -222,8 +252,9 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
                 {ConditionType::Progressing, ConditionStatus::True, "Running", "", "", run.metadata.generation},
                 rfc3339_utc_now());
   out << "dlbench run " << run.metadata.name << ": " << to_string(spec.model) << ", " << plan.size()
-      << " cases on this host (" << backend << " backend, " << host_devices << " devices), status in " << output
-      << "\n";
+      << " cases on this host (" << backend << " backend, " << host_devices << " devices"
+      << (wrapped ? ", engine command: " + printable(spec.command.front()) : std::string()) << "), status in "
+      << output << "\n";
 
   for (std::size_t i = 0; i < plan.size() && !interrupted; ++i) {
     const PlannedCase& c = plan[i];
@@ -254,27 +285,38 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
     const std::string result_file = scratch + "/" + c.id + ".json";
     std::vector<std::string> argv;
     std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(std::max(1, threads))};
-    if (c.spec.devices() > 1) {
-      argv = {options.mpirun, "-np", std::to_string(c.spec.devices()), "--bind-to", "none", "-x", "OMP_NUM_THREADS"};
-      if (geteuid() == 0) {  // Open MPI refuses root unless told
-        env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
-        env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+    int timeout = spec.limits.case_timeout_seconds;
+    if (wrapped) {
+      // One node: the command starts its own processes per device (torchrun --nproc-per-node).
+      argv = {exec, "--output", result_file, "--timeout", std::to_string(spec.limits.case_timeout_seconds), "--"};
+      argv.insert(argv.end(), spec.command.begin(), spec.command.end());
+      const std::string home = std::filesystem::path(exec).parent_path().parent_path() / "share" / "dlbench";
+      for (const auto& [name, value] : command_environment(run, c.spec, {0, "127.0.0.1", free_port(), home})) {
+        env.push_back(name + "=" + value);
       }
+      timeout += 30;  // dlbench-exec stops the command itself and reports Timeout with its last lines
+    } else {
+      if (c.spec.devices() > 1) {
+        argv = {options.mpirun, "-np", std::to_string(c.spec.devices()), "--bind-to", "none", "-x", "OMP_NUM_THREADS"};
+        if (geteuid() == 0) {  // Open MPI refuses root unless told
+          env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+          env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+        }
+      }
+      WorkerInvocation how;
+      how.program = worker;
+      how.backend = backend;
+      how.communicator = c.spec.devices() > 1 ? (backend == "cuda" ? "nccl" : "mpi") : "none";
+      how.threads = threads;
+      how.output = result_file;
+      for (auto& a : worker_arguments(run, c.spec, how)) argv.push_back(std::move(a));
     }
-    WorkerInvocation how;
-    how.program = worker;
-    how.backend = backend;
-    how.communicator = c.spec.devices() > 1 ? (backend == "cuda" ? "nccl" : "mpi") : "none";
-    how.threads = threads;
-    how.output = result_file;
-    for (auto& a : worker_arguments(run, c.spec, how)) argv.push_back(std::move(a));
-
     CaseResult result;
     const int max_attempts = 1 + spec.limits.backoff_limit;
     for (int attempt = 1; attempt <= max_attempts && !interrupted; ++attempt) {
       std::filesystem::remove(result_file);
       const std::string start = rfc3339_utc_now();
-      const ChildOutcome child = run_child(argv, env, spec.limits.case_timeout_seconds, out);
+      const ChildOutcome child = run_child(argv, env, timeout, out);
       if (child.interrupted) break;
       result = failed(c, CaseState::Failed, "", "", attempt);
       result.start_time = start;

@@ -9,6 +9,7 @@ struct RunOptions {
   std::string file;
   std::string output;             // default: <name>.status.json
   std::string worker;             // default: dlbench-worker next to this binary
+  std::string exec;               // engine: command — default: dlbench-exec next to this binary
   std::string mpirun = "mpirun";
   int max_devices = 0;            // default: the GPUs (cuda) or hardware threads (cpu) of this host
   std::string backend = "auto";   // auto: cuda when dlbench-worker sees a GPU, else cpu

@@ -245,18 +245,11 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
                                "worker", "limits"});
   if (d.require(obj, path, "model", "one of " + allowed_values<Model>())) d.read_enum(obj, path, "model", spec.model);
   d.read_enum(obj, path, "engine", spec.engine);
-  if (spec.engine == Engine::command) {
-    // In the API so that runs written for it keep their shape; refused until the operator and
-    // `dlbench run` implement it, rather than silently running the native worker instead.
-    d.fail(child(path, "engine"), "command is not implemented yet by this version of dlbench (its cases would not run "
-                                  "the given command); allowed: native");
-  }
-
   const json* command = Decoder::find(obj, "command");
   if (spec.engine == Engine::command) {
     if (command == nullptr) {
-      d.fail(child(path, "command"), "required when engine is command: the wrapped script's argv, e.g. "
-                                     "[python3, train.py, --batch-size, \"{batchSizePerDevice}\"]");
+      d.fail(child(path, "command"), "required when engine is command: the training command's argv, run on every node of a case "
+                                     "with the case in DLBENCH_* variables, e.g. [python3, train.py]");
     }
   } else if (command != nullptr) {
     d.fail(child(path, "command"), "only allowed when engine is command (engine is " +

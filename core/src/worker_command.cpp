@@ -49,11 +49,11 @@ std::vector<std::string> worker_arguments(const BenchmarkRun& run, const CaseSpe
 }
 
 std::vector<std::pair<std::string, std::string>> command_environment(const BenchmarkRun& run, const CaseSpec& c,
-                                                                     const CommandRendezvous& where) {
+                                                                     const CommandNode& where) {
   const auto& spec = run.spec;
   const auto& m = spec.methodology;
   const long total_steps = static_cast<long>(m.repeats) * (m.warmup_steps + m.measure_steps);
-  return {{"DLBENCH_RUN", run.metadata.name},
+  std::vector<std::pair<std::string, std::string>> env{{"DLBENCH_RUN", run.metadata.name},
           {"DLBENCH_CASE", case_id(c)},
           {"DLBENCH_MODEL", std::string(to_string(spec.model))},
           {"DLBENCH_IMAGE_SIZE", std::to_string(spec.data.image_size)},
@@ -69,6 +69,7 @@ std::vector<std::pair<std::string, std::string>> command_environment(const Bench
           {"DLBENCH_MEASURE_STEPS", std::to_string(m.measure_steps)},
           {"DLBENCH_REPEATS", std::to_string(m.repeats)},
           {"DLBENCH_TOTAL_STEPS", std::to_string(total_steps)},
+          {"DLBENCH_STATISTIC", std::string(to_string(m.statistic))},
           {"DLBENCH_LEARNING_RATE", real(spec.optimizer.learning_rate)},
           {"DLBENCH_MOMENTUM", real(spec.optimizer.momentum)},
           {"DLBENCH_WEIGHT_DECAY", real(spec.optimizer.weight_decay)},
@@ -85,6 +86,8 @@ std::vector<std::pair<std::string, std::string>> command_environment(const Bench
           {"PET_MASTER_PORT", std::to_string(where.master_port)},
           // Markers must arrive when they are printed, not when a pipe buffer fills.
           {"PYTHONUNBUFFERED", "1"}};
+  if (!where.home.empty()) env.emplace_back("DLBENCH_HOME", where.home);
+  return env;
 }
 
 }  // namespace dlbench

@@ -17,6 +17,7 @@
 #include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/statistics.hpp"
+#include "dlbench/core/status.hpp"
 
 namespace dlbench::command {
 namespace {
@@ -174,9 +175,8 @@ std::optional<CommandCase> case_from_environment(const std::function<const char*
   c.methodology.measure_steps = measure;
   c.methodology.repeats = repeats;
   c.node_rank = node_rank;
-  if (const char* statistic = lookup("DLBENCH_STATISTIC")) {
-    if (!read_enum(lookup, "DLBENCH_STATISTIC", c.methodology.statistic, error)) return std::nullopt;
-    (void)statistic;
+  if (lookup("DLBENCH_STATISTIC") != nullptr && !read_enum(lookup, "DLBENCH_STATISTIC", c.methodology.statistic, error)) {
+    return std::nullopt;
   }
   return c;
 }
@@ -237,6 +237,10 @@ CommandOutcome run_command(const RunSettings& settings) {
     }
     if (marker.kind == Marker::Kind::fact) {
       if (outcome.facts.size() < kMaxFacts || outcome.facts.contains(marker.key)) outcome.facts[marker.key] = marker.value;
+      return;
+    }
+    if (marker.kind == Marker::Kind::unsupported) {
+      if (outcome.unsupported.empty()) outcome.unsupported = marker.value;
       return;
     }
     if (marker.kind == Marker::Kind::invalid && outcome.invalid_marker.empty()) {
@@ -362,6 +366,7 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
     return doc;
   };
   if (!o.invalid_marker.empty()) return fail("InvalidMarker", o.invalid_marker);
+  if (!o.unsupported.empty()) return fail(kReasonUnsupported, "the command says it cannot run this case: " + o.unsupported);
   if (o.interrupted) return fail("Interrupted", "stopped by a signal after " + seen + tail);
   if (o.timed_out) {
     std::ostringstream s;

@@ -63,6 +63,7 @@ struct CommandOutcome {
   std::vector<StepArrival> steps;
   std::map<std::string, std::string> facts;
   std::string invalid_marker;  // the first malformed marker's error and line
+  std::string unsupported;     // the first `@dlbench unsupported` reason
   std::deque<std::string> tail;  // last output lines, each cut to kTailLineChars
   long output_lines = 0;
   long cut_lines = 0;  // lines longer than kMaxLineBytes
@@ -74,7 +75,7 @@ struct CommandOutcome {
 CommandOutcome run_command(const RunSettings& settings);
 
 // The result document for node 0: Succeeded with the methodology's numbers, or Failed with one of
-// CommandFailed, NoMeasurements, IncompleteMeasurement, SampleCountMismatch, InvalidMarker,
+// Unsupported, CommandFailed, NoMeasurements, IncompleteMeasurement, SampleCountMismatch, InvalidMarker,
 // Timeout, OutOfMemory, Interrupted, and a message that ends with the command's last lines.
 ResultDocument command_result(const CommandCase& c, const CommandOutcome& outcome, EnvironmentInfo environment,
                               const std::string& start_time, const std::string& end_time);

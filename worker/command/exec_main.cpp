@@ -39,7 +39,8 @@ Usage: dlbench-exec [options] -- COMMAND [ARG...]
   --timeout SECONDS        stop the command (SIGTERM, SIGKILL 10 s later) after this long (default 3600)
   --metrics-port N         node 0: serve live dlbench_worker_* metrics on port N (0: any free port)
   --quiet                  do not pass the command's output through to stderr
-  --install DIR            copy this self-contained program to DIR/dlbench-exec and exit
+  --install DIR            copy this self-contained program to DIR/dlbench-exec (and dlbench's
+                           examples with the Python marker helper to DIR/examples) and exit
   --version, --help
 
 The case comes from the environment dlbench sets on every node: DLBENCH_MODEL, DLBENCH_NODES,
@@ -109,7 +110,9 @@ std::optional<Options> parse(int argc, char** argv) {
   return o;
 }
 
-// Copies this executable into dir atomically: what an init container runs to deliver it.
+// Copies this executable into dir atomically, with the examples and the Python marker helper
+// installed beside it (<prefix>/share/dlbench/examples): what an init container runs to deliver
+// them into an image that is not dlbench's. DLBENCH_HOME points there in the pod.
 int install(const std::string& dir) {
   namespace fs = std::filesystem;
   const fs::path self = fs::read_symlink("/proc/self/exe");
@@ -121,6 +124,11 @@ int install(const std::string& dir) {
                                fs::perms::others_read | fs::perms::others_exec);
   fs::rename(staging, target);
   std::cout << "dlbench-exec: installed " << target.string() << "\n";
+  const fs::path examples = self.parent_path().parent_path() / "share" / "dlbench" / "examples";
+  if (fs::is_directory(examples)) {
+    fs::copy(examples, fs::path(dir) / "examples", fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    std::cout << "dlbench-exec: installed " << (fs::path(dir) / "examples").string() << "\n";
+  }
   return 0;
 }
 

@@ -6,7 +6,8 @@
 namespace dlbench::command {
 namespace {
 
-constexpr const char* kForms = "expected \"@dlbench step <samples>\" or \"@dlbench fact <key> <value>\"";
+constexpr const char* kForms =
+    "expected \"@dlbench step <samples>\", \"@dlbench fact <key> <value>\" or \"@dlbench unsupported <why>\"";
 
 std::string_view next_word(std::string_view& rest) {
   const auto begin = rest.find_first_not_of(' ');
@@ -75,6 +76,16 @@ Marker parse_marker(std::string_view line) {
     m.kind = Marker::Kind::fact;
     m.key = key;
     m.value = value.substr(0, kMaxFactValueLength);
+    return m;
+  }
+  if (kind == "unsupported") {
+    const auto begin = rest.find_first_not_of(' ');
+    std::string_view why = begin == std::string_view::npos ? std::string_view{} : rest.substr(begin);
+    if (why.empty()) return invalid("unsupported: say why the case cannot run, e.g. \"@dlbench unsupported bf16 needs "
+                                    "a GPU with bfloat16\"");
+    Marker m;
+    m.kind = Marker::Kind::unsupported;
+    m.value = why.substr(0, 1024);
     return m;
   }
   return invalid("unknown marker \"" + std::string(kind.substr(0, 32)) + "\"; " + kForms);

@@ -5,6 +5,8 @@
 //                                 synchronisation); <samples> is the step's global sample count
 //   @dlbench fact <key> <value>   something about the environment: framework, frameworkVersion,
 //                                 gpuModel, … (<value> is the rest of the line)
+//   @dlbench unsupported <why>    this case cannot run here (a precision the device lacks, …):
+//                                 the case is Failed with reason Unsupported and never retried
 //
 // dlbench timestamps a step marker when it arrives; nothing in a marker is a time.
 #pragma once
@@ -19,10 +21,10 @@ inline constexpr std::size_t kMaxFactKeyLength = 63;
 inline constexpr std::size_t kMaxFactValueLength = 256;
 
 struct Marker {
-  enum class Kind { none, step, fact, invalid };
+  enum class Kind { none, step, fact, unsupported, invalid };
   Kind kind = Kind::none;
   long samples = 0;          // step
-  std::string key, value;    // fact
+  std::string key, value;    // fact; unsupported: value is the reason
   std::string error;         // invalid: what is wrong, naming the allowed forms
 };
 

@@ -24,17 +24,18 @@ std::vector<std::string> worker_arguments(const BenchmarkRun& run, const CaseSpe
 // engine: command — what the wrapped command finds in its environment on one node of a case:
 // the case (DLBENCH_*), and the rendezvous variables torchrun and torch.distributed read, in
 // the Kubeflow PyTorchJob convention: one entry per node (WORLD_SIZE = nodes, RANK = NODE_RANK =
-// the node's index), so that `torchrun --nnodes $DLBENCH_NODES --nproc-per-node
-// $DLBENCH_GPUS_PER_NODE --node-rank $DLBENCH_NODE_RANK --master-addr $MASTER_ADDR
-// --master-port $MASTER_PORT script.py` starts the whole job. The operator and `dlbench run`
+// the node's index), so that `torchrun --nnodes $DLBENCH_NODES --nproc_per_node
+// $DLBENCH_GPUS_PER_NODE --node_rank $DLBENCH_NODE_RANK --master_addr $MASTER_ADDR
+// --master_port $MASTER_PORT script.py` starts the whole job. The operator and `dlbench run`
 // both build it here.
-struct CommandRendezvous {
+struct CommandNode {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";  // node 0's address
   int master_port = 29500;                // torch.distributed's customary port
+  std::string home;  // DLBENCH_HOME: where dlbench-exec, the Python helper and the examples are
 };
 inline constexpr int kDefaultMasterPort = 29500;
 std::vector<std::pair<std::string, std::string>> command_environment(const BenchmarkRun& run, const CaseSpec& c,
-                                                                     const CommandRendezvous& where);
+                                                                     const CommandNode& where);
 
 }  // namespace dlbench
