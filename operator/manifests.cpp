@@ -103,7 +103,67 @@ json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attemp
             {"ports", json::array({{{"name", "ssh"}, {"port", 22}, {"targetPort", 22}}})}}}};
 }
 
+// engine: command — the user's image runs dlbench-exec -- COMMAND on every node, PyTorchJob
+// style: no sshd, no mpirun, no launcher. An init container from dlbench's image copies the
+// static dlbench-exec (and the examples) into an emptyDir at kExecMount; node 0's dlbench-exec
+// writes the case's result document to its termination message.
+json build_command_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, int index,
+                              const OperatorConfig& config) {
+  const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
+  const auto& w = run.spec.worker;
+  json resources = json::object();
+  resources[w.gpu_resource] = std::to_string(c.gpus_per_node);
+  if (w.rdma) resources[w.rdma->resource] = std::to_string(w.rdma->per_node);
+  const std::string master = n.worker(0) + "." + n.service + "." + namespace_of(run) + ".svc";
+  json env = json::array();
+  for (const auto& [name, value] : command_environment(run, c, {index, master, kDefaultMasterPort, kExecMount})) {
+    env.push_back({{"name", name}, {"value", value}});
+  }
+  for (const auto& e : user_env(run)) env.push_back(e);  // after dlbench's: the user's word wins
+  std::vector<std::string> command{std::string(kExecMount) + "/dlbench-exec", "--termination-log", kTerminationLog,
+                                   "--timeout", std::to_string(run.spec.limits.case_timeout_seconds)};
+  json ports = json::array({{{"name", "rendezvous"}, {"containerPort", kDefaultMasterPort}}});
+  if (index == 0) {
+    command.push_back("--metrics-port");
+    command.push_back(std::to_string(config.metrics_port));
+    ports.push_back({{"name", "metrics-0"}, {"containerPort", config.metrics_port}});
+  }
+  command.push_back("--");
+  command.insert(command.end(), run.spec.command.begin(), run.spec.command.end());
+  json security{{"capabilities", {{"drop", json::array({"ALL"})}}}};
+  if (w.rdma) security["capabilities"]["add"] = json::array({"IPC_LOCK"});
+  const json exec_mount{{"name", "dlbench"}, {"mountPath", kExecMount}};
+  json installer{{"name", "dlbench-exec"},
+                 {"image", config.default_worker_image},
+                 {"command", json::array({"dlbench-exec", "--install", kExecMount})},
+                 {"resources", {{"requests", {{"cpu", "10m"}, {"memory", "16Mi"}}}}},
+                 {"securityContext", {{"capabilities", {{"drop", json::array({"ALL"})}}}}},
+                 {"volumeMounts", json::array({exec_mount})}};
+  json container{{"name", "worker"},
+                 {"image", image(run, config)},
+                 {"command", command},
+                 {"env", env},
+                 {"resources", {{"limits", resources}, {"requests", resources}}},
+                 {"securityContext", security},
+                 {"ports", ports},
+                 {"terminationMessagePath", kTerminationLog},
+                 {"terminationMessagePolicy", "FallbackToLogsOnError"},
+                 {"volumeMounts", json::array({exec_mount, {{"name", "dshm"}, {"mountPath", "/dev/shm"}}})}};
+  json pod_spec{{"hostname", n.worker(index)},
+                {"subdomain", n.service},
+                {"restartPolicy", "Never"},
+                {"initContainers", json::array({installer})},
+                {"containers", json::array({container})},
+                {"volumes", json::array({{{"name", "dlbench"}, {"emptyDir", json::object()}},
+                                         {{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}}}}})}};
+  apply_scheduling(pod_spec, run);
+  json meta = metadata(run, c, attempt, n.worker(index), "worker");
+  if (index == 0) meta["annotations"] = {{"prometheus.io/port", std::to_string(config.metrics_port)}};
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
+}
+
 json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, int index, const OperatorConfig& config) {
+  if (run.spec.engine == Engine::command) return build_command_worker_pod(run, c, attempt, index, config);
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
   const auto& w = run.spec.worker;
   json resources = json::object();
@@ -199,10 +259,11 @@ json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt,
 CaseObjects build_case_objects(const BenchmarkRun& run, const CaseSpec& c, int attempt, const SshKeyPair& keys,
                                const OperatorConfig& config) {
   CaseObjects objects;
-  objects.secret = build_ssh_secret(run, c, attempt, keys);
-  objects.hostfile = build_hostfile(run, c, attempt);
   objects.service = build_worker_service(run, c, attempt);
   for (int i = 0; i < c.nodes; ++i) objects.workers.push_back(build_worker_pod(run, c, attempt, i, config));
+  if (run.spec.engine == Engine::command) return objects;  // no SSH, no hostfile, no launcher
+  objects.secret = build_ssh_secret(run, c, attempt, keys);
+  objects.hostfile = build_hostfile(run, c, attempt);
   objects.launcher = build_launcher_job(run, c, attempt, config);
   return objects;
 }

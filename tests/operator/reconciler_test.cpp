@@ -151,6 +151,115 @@ TEST(Reconciler, InvalidRunIsMarkedAndNothingIsCreated) {
   EXPECT_THAT(invalid->message, HasSubstr("spec.matrix.precision[0]: \"fp8\" is not one of fp32, tf32, amp, bf16"));
 }
 
+json command_run(int backoff_limit = 0) {
+  json doc = scaling_run(backoff_limit);
+  doc["spec"]["engine"] = "command";
+  doc["spec"]["command"] = {"python3", "train.py"};
+  return doc;
+}
+
+// A pod's only container ends: exit code, termination message, and the phase that follows.
+void terminate_pod(json& pod, int exit_code, const std::string& message, const std::string& reason = "") {
+  json terminated;
+  terminated["exitCode"] = exit_code;
+  terminated["message"] = message;
+  terminated["reason"] = reason.empty() ? (exit_code == 0 ? "Completed" : "Error") : reason;
+  json container;
+  container["name"] = "worker";
+  container["state"]["terminated"] = terminated;
+  pod["status"] = json::object();
+  pod["status"]["phase"] = exit_code == 0 ? "Succeeded" : "Failed";
+  pod["status"]["containerStatuses"] = json::array({container});
+}
+
+// engine: command — one pod per node runs the user's command under dlbench-exec; no SSH Secret,
+// hostfile or launcher; worker 0's termination message is the result.
+TEST(Reconciler, CommandEngineRunsPodsPerNodeAndReadsWorkerZero) {
+  FakeCluster cluster(command_run());
+  const std::vector<std::pair<std::string, double>> cases{
+      {"1x1-bs128-amp", 900.0}, {"1x8-bs128-amp", 7000.0}, {"2x8-bs128-amp", 13000.0}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& [id, throughput] = cases[i];
+    cluster.step();
+    const auto pods = cluster.names("Pod");
+    ASSERT_EQ(pods.size(), static_cast<std::size_t>(id.starts_with("2x") ? 2 : 1));
+    EXPECT_TRUE(cluster.names("Secret").empty());
+    EXPECT_TRUE(cluster.names("ConfigMap").empty());
+    EXPECT_EQ(cluster.names("Service").size(), 1u);
+    cluster.make_workers_ready();
+    cluster.step();
+    EXPECT_TRUE(cluster.names("Job").empty()) << "no launcher for engine: command";
+    cluster.now += 2min;
+    // Node 1 finishes first, node 0 then reports the case.
+    for (auto& [key, o] : cluster.objects) {
+      if (o["kind"] != "Pod") continue;
+      const std::string name = o["metadata"]["name"];
+      if (name.ends_with("-worker-1")) terminate_pod(o, 0, "");
+    }
+    cluster.step();
+    EXPECT_EQ(cluster.status().results.size(), i) << "node 1 done, node 0 still running: the case goes on";
+    EXPECT_FALSE(cluster.objects.empty());
+    for (auto& [key, o] : cluster.objects) {
+      if (o["kind"] == "Pod" && std::string(o["metadata"]["name"]).ends_with("-worker-0")) {
+        terminate_pod(o, 0, cluster.result_for(id, throughput));
+      }
+    }
+    cluster.step();
+    EXPECT_TRUE(cluster.objects.empty()) << "children of a finished case are deleted";
+  }
+  const auto s = cluster.status();
+  EXPECT_EQ(s.phase, Phase::Succeeded);
+  ASSERT_EQ(s.results.size(), 3u);
+  EXPECT_NEAR(*s.results[2].speedup, 13000.0 / 900.0, 1e-9);
+}
+
+TEST(Reconciler, CommandEngineFailuresKeepTheirReasons) {
+  // A Failed result from dlbench-exec (the script exited 1) is the case's result.
+  {
+    FakeCluster cluster(command_run());
+    cluster.step();
+    ResultDocument doc = *decode_result_document(json::parse(cluster.result_for("1x1-bs128-amp", 1.0))).value;
+    doc.engine = Engine::command;
+    doc.state = CaseState::Failed;
+    doc.throughput.reset();
+    doc.reason = "CommandFailed";
+    doc.message = "the command exited with code 1 after 0 of 21 step markers; last output:\nboom";
+    for (auto& [key, o] : cluster.objects) {
+      if (o["kind"] == "Pod") terminate_pod(o, 1, to_json(doc).dump());
+    }
+    cluster.step();
+    ASSERT_EQ(cluster.status().results.size(), 1u);
+    EXPECT_EQ(cluster.status().results[0].reason, "CommandFailed");
+    EXPECT_THAT(cluster.status().results[0].message, HasSubstr("boom"));
+  }
+  // Node 0's pod OOMKilled with no result: the pod's reason.
+  {
+    FakeCluster cluster(command_run());
+    cluster.step();
+    for (auto& [key, o] : cluster.objects) {
+      if (o["kind"] == "Pod") terminate_pod(o, 137, "", "OOMKilled");
+    }
+    cluster.step();
+    ASSERT_EQ(cluster.status().results.size(), 1u);
+    EXPECT_EQ(cluster.status().results[0].reason, "OOMKilled");
+    EXPECT_THAT(cluster.status().results[0].message, HasSubstr("exited with code 137"));
+  }
+  // The init container could not deliver dlbench-exec: said so.
+  {
+    FakeCluster cluster(command_run());
+    cluster.step();
+    for (auto& [key, o] : cluster.objects) {
+      if (o["kind"] != "Pod") continue;
+      json terminated{{"exitCode", 127}, {"reason", "Error"}, {"message", "dlbench-exec: not found"}};
+      o["status"] = {{"phase", "Failed"},
+                     {"initContainerStatuses", {{{"name", "dlbench-exec"}, {"state", {{"terminated", terminated}}}}}}};
+    }
+    cluster.step();
+    ASSERT_EQ(cluster.status().results.size(), 1u);
+    EXPECT_THAT(cluster.status().results[0].message, HasSubstr("init container dlbench-exec exited with code 127"));
+  }
+}
+
 TEST(Reconciler, RunsEveryCaseInOrderWithTheLauncherAfterItsWorkers) {
   FakeCluster cluster(scaling_run());
   const std::vector<std::pair<std::string, double>> cases{

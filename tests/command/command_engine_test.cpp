@@ -1,0 +1,205 @@
+// engine: command's pure parts: the marker protocol, the methodology over marker arrival times,
+// the case read back from the environment, and the reasons a result ends with.
+#include <map>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "command/command_runner.hpp"
+#include "command/markers.hpp"
+#include "command/step_timing.hpp"
+#include "dlbench/core/result_document.hpp"
+#include "dlbench/core/worker_command.hpp"
+
+namespace dlbench::command {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(Markers, StepFactUnsupportedAndOrdinaryLines) {
+  EXPECT_EQ(parse_marker("@dlbench step 256").kind, Marker::Kind::step);
+  EXPECT_EQ(parse_marker("@dlbench step 256").samples, 256);
+  EXPECT_EQ(parse_marker("@dlbench step 8\r").samples, 8);  // CRLF from a Windows-minded script
+  const Marker fact = parse_marker("@dlbench fact frameworkVersion 2.5.1+cu124 (custom build)");
+  EXPECT_EQ(fact.kind, Marker::Kind::fact);
+  EXPECT_EQ(fact.key, "frameworkVersion");
+  EXPECT_EQ(fact.value, "2.5.1+cu124 (custom build)");
+  const Marker unsupported = parse_marker("@dlbench unsupported bf16 needs Ampere");
+  EXPECT_EQ(unsupported.kind, Marker::Kind::unsupported);
+  EXPECT_EQ(unsupported.value, "bf16 needs Ampere");
+  for (const char* ordinary : {"", "step 256", "Epoch 1: loss 6.9", " @dlbench step 1", "@dlbenchmark step 1"}) {
+    EXPECT_EQ(parse_marker(ordinary).kind, Marker::Kind::none) << ordinary;
+  }
+}
+
+TEST(Markers, MalformedMarkersSayWhatIsExpected) {
+  for (const char* bad : {"@dlbench step", "@dlbench step 0", "@dlbench step -4", "@dlbench step 2.5",
+                          "@dlbench step 12abc", "@dlbench step 99999999999999999999", "@dlbench step 4 extra"}) {
+    const Marker m = parse_marker(bad);
+    EXPECT_EQ(m.kind, Marker::Kind::invalid) << bad;
+    EXPECT_THAT(m.error, HasSubstr("step")) << bad;
+  }
+  EXPECT_THAT(parse_marker("@dlbench fact").error, HasSubstr("<key>"));
+  EXPECT_THAT(parse_marker("@dlbench fact 1x y").error, HasSubstr("starting with a letter"));
+  EXPECT_THAT(parse_marker("@dlbench fact framework").error, HasSubstr("<value> is missing"));
+  EXPECT_THAT(parse_marker("@dlbench unsupported").error, HasSubstr("say why"));
+  EXPECT_THAT(parse_marker("@dlbench setp 4").error, HasSubstr("unknown marker \"setp\""));
+  EXPECT_EQ(parse_marker("@dlbench fact k " + std::string(1000, 'v')).value.size(), kMaxFactValueLength);
+}
+
+std::vector<StepArrival> arrivals(const std::vector<double>& seconds, long samples) {
+  std::vector<StepArrival> out;
+  for (const double s : seconds) out.push_back({s, samples});
+  return out;
+}
+
+// 2 repeats of (1 warm-up + 2 measured): repeat 1 measures steps 2-3 from step 1's arrival,
+// repeat 2 steps 5-6 from step 4's.
+TEST(StepTiming, SlicesRepeatsAsTheNativeWorkerDoes) {
+  const Methodology m{1, 2, 2, Statistic::median};
+  const auto steps = arrivals({5.0, 5.5, 6.5, 7.0, 7.25, 7.75}, 32);
+  const StepTimingResult r = time_steps(steps, m, 32);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_THAT(r.repeats.measured_seconds, ElementsAre(1.5, 0.75));
+  EXPECT_THAT(r.repeats.step_seconds, ElementsAre(0.5, 1.0, 0.25, 0.5));
+  EXPECT_DOUBLE_EQ(r.repeats.throughput[0], 32.0 * 2 / 1.5);
+  EXPECT_DOUBLE_EQ(r.repeats.throughput[1], 32.0 * 2 / 0.75);
+}
+
+TEST(StepTiming, WithoutWarmUpTheFirstRepeatStartsWithTheCommand) {
+  const Methodology m{0, 2, 2, Statistic::median};
+  const StepTimingResult r = time_steps(arrivals({1.0, 2.0, 2.5, 3.0}, 4), m, 4);
+  ASSERT_TRUE(r.ok);
+  EXPECT_THAT(r.repeats.measured_seconds, ElementsAre(2.0, 1.0));
+}
+
+TEST(StepTiming, ExtraMarkersAreIgnored) {
+  const Methodology m{1, 1, 1, Statistic::median};
+  const StepTimingResult r = time_steps(arrivals({1.0, 3.0, 3.1, 3.2}, 4), m, 4);
+  ASSERT_TRUE(r.ok);
+  EXPECT_THAT(r.repeats.measured_seconds, ElementsAre(2.0));
+}
+
+TEST(StepTiming, MissingOrWrongMarkersAreReasons) {
+  const Methodology m{2, 3, 2, Statistic::median};
+  const StepTimingResult none = time_steps({}, m, 8);
+  EXPECT_EQ(none.reason, "NoMeasurements");
+  EXPECT_THAT(none.message, HasSubstr("10 were needed (2 repeats x (2 warm-up + 3 measured steps))"));
+  const StepTimingResult short_of = time_steps(arrivals({1, 2, 3, 4, 5, 6, 7}, 8), m, 8);
+  EXPECT_EQ(short_of.reason, "IncompleteMeasurement");
+  EXPECT_THAT(short_of.message, HasSubstr("printed 7 step markers; 10 were needed"));
+  EXPECT_THAT(short_of.message, HasSubstr("repeat 2 is incomplete"));
+  auto steps = arrivals({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 8);
+  steps[6].samples = 4;
+  const StepTimingResult mismatch = time_steps(steps, m, 8);
+  EXPECT_EQ(mismatch.reason, "SampleCountMismatch");
+  EXPECT_THAT(mismatch.message, HasSubstr("step 7 reported 4 samples; the case's global batch is 8"));
+  const StepTimingResult instant = time_steps(arrivals({1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 8), m, 8);
+  EXPECT_EQ(instant.reason, "InvalidMeasurement");
+}
+
+TEST(CaseFromEnvironment, RoundTripsTheEnvironmentDlbenchSets) {
+  BenchmarkRun run;
+  run.metadata.name = "pt";
+  run.spec.model = Model::vgg16;
+  run.spec.data.image_size = 128;
+  run.spec.methodology = {3, 7, 2, Statistic::mean};
+  const CaseSpec c{2, 4, 16, Precision::bf16};
+  std::map<std::string, std::string> env;
+  for (const auto& [k, v] : command_environment(run, c, {1, "node0", 1234, "/dlbench"})) env[k] = v;
+  EXPECT_EQ(env.at("DLBENCH_TOTAL_STEPS"), "20");
+  EXPECT_EQ(env.at("DLBENCH_GLOBAL_BATCH_SIZE"), "128");
+  EXPECT_EQ(env.at("WORLD_SIZE"), "2");
+  EXPECT_EQ(env.at("PET_NPROC_PER_NODE"), "4");
+  std::string error;
+  const auto parsed = case_from_environment(
+      [&](const char* name) { return env.contains(name) ? env.at(name).c_str() : nullptr; }, error);
+  ASSERT_TRUE(parsed) << error;
+  EXPECT_EQ(parsed->run, "pt");
+  EXPECT_EQ(parsed->model, Model::vgg16);
+  EXPECT_EQ(parsed->image_size, 128);
+  EXPECT_EQ(parsed->case_, c);
+  EXPECT_EQ(parsed->methodology, run.spec.methodology);
+  EXPECT_EQ(parsed->node_rank, 1);
+  EXPECT_EQ(parsed->total_steps(), 20);
+
+  const auto fails_with = [&](const std::string& name, const char* value) {
+    auto changed = env;
+    if (value == nullptr) changed.erase(name); else changed[name] = value;
+    std::string why;
+    EXPECT_FALSE(case_from_environment(
+        [&](const char* n) { return changed.contains(n) ? changed.at(n).c_str() : nullptr; }, why));
+    return why;
+  };
+  EXPECT_THAT(fails_with("DLBENCH_NODES", nullptr), HasSubstr("DLBENCH_NODES is not set"));
+  EXPECT_THAT(fails_with("DLBENCH_BATCH_SIZE", "0"), HasSubstr("DLBENCH_BATCH_SIZE=\"0\": must be a whole number in [1, 65536]"));
+  EXPECT_THAT(fails_with("DLBENCH_PRECISION", "fp8"), HasSubstr("allowed: fp32, tf32, amp, bf16"));
+  EXPECT_THAT(fails_with("DLBENCH_NODE_RANK", "2"), HasSubstr("must be below DLBENCH_NODES (2)"));
+  EXPECT_THAT(fails_with("DLBENCH_RUN", "Not_A_Name"), HasSubstr("DNS-1123"));
+}
+
+CommandCase small_case() {
+  CommandCase c;
+  c.run = "pt";
+  c.case_ = {1, 2, 4, Precision::fp32};
+  c.methodology = {1, 2, 1, Statistic::median};
+  return c;
+}
+
+TEST(CommandResult, SucceededWithTheScriptsFactsInTheEnvironment) {
+  CommandOutcome o;
+  o.exit_code = 0;
+  o.started = true;
+  o.steps = arrivals({1.0, 1.5, 2.0}, 8);
+  o.facts = {{"framework", "pytorch"}, {"frameworkVersion", "1.13.1"}, {"backend", "cpu"}, {"threads", "2"}};
+  const ResultDocument doc = command_result(small_case(), o, EnvironmentInfo{}, "t0", "t1");
+  ASSERT_EQ(doc.state, CaseState::Succeeded) << doc.reason << ": " << doc.message;
+  EXPECT_EQ(doc.engine, Engine::command);
+  EXPECT_DOUBLE_EQ(doc.throughput->summary.median, 8.0 * 2 / 1.0);
+  EXPECT_EQ(doc.environment.framework, "pytorch");
+  EXPECT_EQ(doc.environment.framework_version, "1.13.1");
+  EXPECT_EQ(doc.environment.backend, "cpu");
+  EXPECT_EQ(doc.environment.facts.at("threads"), "2");
+  // It is a valid dlbench.result/v1 document, as the operator and `dlbench run` read it.
+  const auto decoded = decode_result_document(to_json(doc));
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(*decoded.value, doc);
+}
+
+TEST(CommandResult, FailuresSayWhyWithTheLastLines) {
+  const auto result = [](auto&& change) {
+    CommandOutcome o;
+    o.exit_code = 0;
+    o.started = true;
+    o.tail = {"Traceback (most recent call last):", "RuntimeError: CUDA error"};
+    change(o);
+    return command_result(small_case(), o, EnvironmentInfo{}, "", "");
+  };
+  const ResultDocument exited = result([](CommandOutcome& o) { o.exit_code = 1; });
+  EXPECT_EQ(exited.reason, "CommandFailed");
+  EXPECT_THAT(exited.message, HasSubstr("exited with code 1 after 0 of 3 step markers"));
+  EXPECT_THAT(exited.message, HasSubstr("RuntimeError: CUDA error"));
+  const ResultDocument killed = result([](CommandOutcome& o) {
+    o.exit_code = 137;
+    o.signal = 9;
+  });
+  EXPECT_THAT(killed.message, HasSubstr("killed by signal 9"));
+  EXPECT_EQ(result([](CommandOutcome& o) {
+              o.exit_code = 137;
+              o.out_of_memory = true;
+            }).reason,
+            "OutOfMemory");
+  EXPECT_EQ(result([](CommandOutcome& o) { o.timed_out = true; }).reason, "Timeout");
+  EXPECT_EQ(result([](CommandOutcome&) {}).reason, "NoMeasurements");
+  EXPECT_EQ(result([](CommandOutcome& o) { o.steps = arrivals({1.0}, 8); }).reason, "IncompleteMeasurement");
+  EXPECT_EQ(result([](CommandOutcome& o) { o.unsupported = "amp needs CUDA"; }).reason, "Unsupported");
+  EXPECT_EQ(result([](CommandOutcome& o) { o.invalid_marker = "step: …"; }).reason, "InvalidMarker");
+  for (const auto& doc : {exited, killed}) {
+    EXPECT_EQ(doc.state, CaseState::Failed);
+    EXPECT_TRUE(decode_result_document(to_json(doc)).ok());
+  }
+}
+
+}  // namespace
+}  // namespace dlbench::command

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""dlbench-exec as a process: timing is dlbench's, failures are results with reasons, output is bounded.
+
+    exec_test.py PATH/TO/dlbench-exec
+"""
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+EXEC = None
+
+
+def case_env(**overrides):
+    env = dict(os.environ)
+    env.update({"DLBENCH_RUN": "exec-test", "DLBENCH_MODEL": "resnet50", "DLBENCH_IMAGE_SIZE": "224",
+                "DLBENCH_NODES": "1", "DLBENCH_NODE_RANK": "0", "DLBENCH_GPUS_PER_NODE": "2",
+                "DLBENCH_BATCH_SIZE": "4", "DLBENCH_PRECISION": "fp32", "DLBENCH_WARMUP_STEPS": "2",
+                "DLBENCH_MEASURE_STEPS": "5", "DLBENCH_REPEATS": "3"})
+    env.update({k: str(v) for k, v in overrides.items()})
+    return env
+
+
+def run_exec(script, *options, timeout=60, **env):
+    """Runs `sh -c script` under dlbench-exec; returns (exit code, result document or None, stderr)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        p = subprocess.run([EXEC, "--output", out, *options, "--", "sh", "-c", script], env=case_env(**env),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        doc = None
+        if os.path.exists(out):
+            with open(out) as f:
+                doc = json.load(f)
+    return p.returncode, doc, p.stderr.decode(errors="replace")
+
+
+def markers(count, samples=8, sleep=None):
+    step = (f"sleep {sleep}; " if sleep else "") + f"echo '@dlbench step {samples}'"
+    return f"i=0; while [ $i -lt {count} ]; do {step}; i=$((i+1)); done"
+
+
+class Timing(unittest.TestCase):
+    def test_step_time_is_measured_by_dlbench_whatever_the_script_claims(self):
+        # 100 ms per step, and lies about itself: a fake fact, a fake throughput line.
+        script = ("import time\n"
+                  "print('@dlbench fact stepTimeSeconds 0.001', flush=True)\n"
+                  "for i in range(21):\n"
+                  "    time.sleep(0.1)\n"
+                  "    print('@dlbench step 8', flush=True)\n"
+                  "    print('throughput: 1000000 img/s (measured by the script)', flush=True)\n")
+        with tempfile.NamedTemporaryFile("w", suffix=".py") as f:
+            f.write(script)
+            f.flush()
+            code, doc, err = run_exec(f"exec {sys.executable} {f.name}")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(doc["state"], "Succeeded")
+        steps = doc["stepTimeSeconds"]
+        # time.sleep never returns early; the marker's trip through a pipe takes microseconds.
+        self.assertGreaterEqual(steps["min"], 0.099)
+        self.assertLess(steps["median"], 0.110)
+        for repeat in doc["throughput"]["repeats"]:
+            self.assertAlmostEqual(repeat, 8 / 0.1, delta=8 / 0.1 * 0.1)  # global batch / step time
+        self.assertEqual(doc["environment"]["facts"]["stepTimeSeconds"], "0.001")  # recorded, never used
+
+    def test_markers_on_stderr_count_too(self):
+        code, doc, err = run_exec(markers(21, sleep=0.01).replace("'@dlbench step 8'", "'@dlbench step 8' >&2"))
+        self.assertEqual(code, 0, err)
+        self.assertEqual(doc["state"], "Succeeded")
+
+
+class Failures(unittest.TestCase):
+    def assertFailed(self, doc, reason, *fragments):
+        self.assertIsNotNone(doc)
+        self.assertEqual(doc["state"], "Failed", doc)
+        self.assertEqual(doc["reason"], reason, doc.get("message"))
+        for fragment in fragments:
+            self.assertIn(fragment, doc["message"])
+
+    def test_exit_1_is_command_failed_with_the_last_lines(self):
+        code, doc, _ = run_exec(markers(3) + "; echo 'RuntimeError: something broke' >&2; exit 1")
+        self.assertEqual(code, 1)
+        self.assertFailed(doc, "CommandFailed", "exited with code 1 after 3 of 21 step markers",
+                          "RuntimeError: something broke")
+
+    def test_nothing_printed_is_no_measurements(self):
+        code, doc, _ = run_exec("true")
+        self.assertEqual(code, 1)
+        self.assertFailed(doc, "NoMeasurements", "printed no \"@dlbench step <samples>\" marker")
+
+    def test_fewer_steps_is_incomplete(self):
+        _, doc, _ = run_exec(markers(20))
+        self.assertFailed(doc, "IncompleteMeasurement", "printed 20 step markers; 21 were needed")
+
+    def test_another_batch_is_a_mismatch(self):
+        _, doc, _ = run_exec(markers(21, samples=4))
+        self.assertFailed(doc, "SampleCountMismatch", "the case's global batch is 8")
+
+    def test_unsupported_and_invalid_markers(self):
+        _, doc, _ = run_exec("echo '@dlbench unsupported amp needs a CUDA device'")
+        self.assertFailed(doc, "Unsupported", "amp needs a CUDA device")
+        _, doc, _ = run_exec("echo '@dlbench step eight'")
+        self.assertFailed(doc, "InvalidMarker", "whole number >= 1")
+
+    def test_a_missing_program_is_command_failed(self):
+        _, doc, _ = run_exec("exec /nonexistent/train")
+        self.assertFailed(doc, "CommandFailed", "/nonexistent/train")
+
+    def test_timeout_stops_the_whole_process_group(self):
+        start = time.monotonic()
+        code, doc, _ = run_exec("sleep 300 & sleep 300; echo never", "--timeout", "2")
+        self.assertLess(time.monotonic() - start, 20)
+        self.assertEqual(code, 1)
+        self.assertFailed(doc, "Timeout", "0 of 21 step markers")
+
+    def test_sigterm_is_passed_on_and_the_result_kept(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "r.json")
+            p = subprocess.Popen([EXEC, "--output", out, "--", "sh", "-c", markers(2) + "; sleep 300"],
+                                 env=case_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(timeout=20), 1)
+            with open(out) as f:
+                self.assertFailed(json.load(f), "Interrupted", "2 of 21 step markers")
+
+    def test_a_flood_of_output_cannot_take_the_shim_down(self):
+        # 256 MB without a newline, 300,000 short lines, then the steps: the shim keeps its memory
+        # and still counts every marker.
+        script = ("head -c 268435456 /dev/zero | tr '\\0' x; echo; yes 'flood line' | head -n 300000; " +
+                  markers(21, sleep=0.02))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        code, doc, _ = run_exec(script, "--quiet", timeout=300)
+        self.assertEqual(code, 0, doc)
+        self.assertEqual(doc["state"], "Succeeded")
+        peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        self.assertLess(max(peak_kib, before), 64 * 1024, "dlbench-exec (or the flood) held more than 64 MiB")
+
+
+class Nodes(unittest.TestCase):
+    def test_other_nodes_run_the_command_and_pass_its_exit_status(self):
+        code, doc, _ = run_exec("exit 3", DLBENCH_NODES=2, DLBENCH_NODE_RANK=1)
+        self.assertEqual(code, 3)
+        self.assertIsNone(doc, "only node 0 reports")
+
+    def test_a_missing_case_variable_is_a_usage_error_naming_it(self):
+        env = case_env()
+        del env["DLBENCH_BATCH_SIZE"]
+        p = subprocess.run([EXEC, "--", "true"], env=env, capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("DLBENCH_BATCH_SIZE is not set", p.stderr)
+
+    def test_install_copies_a_self_contained_program(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            p = subprocess.run([EXEC, "--install", tmp], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            installed = os.path.join(tmp, "dlbench-exec")
+            self.assertTrue(os.access(installed, os.X_OK))
+            self.assertIn("dlbench-exec", subprocess.run([installed, "--version"], capture_output=True, text=True).stdout)
+            with open(installed, "rb") as f:
+                elf = f.read()
+            self.assertNotIn(b"ld-linux", elf[:4096], "dynamically linked: would need the image's libraries")
+            self.assertTrue(os.path.exists(os.path.join(tmp, "examples", "pytorch", "dlbench_markers.py")))
+
+
+if __name__ == "__main__":
+    EXEC = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""engine: command with a real peer: examples/pytorch/train_resnet50.py (Debian's PyTorch 1.13)
+through `dlbench run` with 1 and 2 processes (gloo), and failing commands as results with reasons.
+
+    pytorch_run_test.py DLBENCH_BINARY TORCH_PYTHON
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+DLBENCH = TORCH_PYTHON = None
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(spec_yaml, tmp):
+    """`dlbench run` on a BenchmarkRun; python3 on PATH is the one with PyTorch."""
+    bin_dir = os.path.join(tmp, "bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    if not os.path.exists(os.path.join(bin_dir, "python3")):
+        os.symlink(TORCH_PYTHON, os.path.join(bin_dir, "python3"))
+    path = os.path.join(tmp, "run.yaml")
+    with open(path, "w") as f:
+        f.write(spec_yaml)
+    status_file = os.path.join(tmp, "status.json")
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"])
+    p = subprocess.run([DLBENCH, "run", "-f", path, "--output", status_file, "--max-devices", "2"], env=env,
+                       capture_output=True, text=True, timeout=900)
+    with open(status_file) as f:
+        return p, json.load(f)["status"]
+
+
+class PyTorchThroughDlbenchRun(unittest.TestCase):
+    def test_one_and_two_processes(self):
+        with open(os.path.join(SOURCE, "crds", "examples", "pytorch-resnet50.yaml")) as f:
+            example = f.read()
+        # The shipped example, made small enough for two cores.
+        small = (example.replace("imageSize: 224", "imageSize: 64")
+                 .replace("batchSizePerDevice: [16]", "batchSizePerDevice: [4]")
+                 .replace("warmupSteps: 5, measureSteps: 20, repeats: 3", "warmupSteps: 2, measureSteps: 4, repeats: 3"))
+        self.assertNotEqual(small, example, "the example's shape changed; update this test")
+        with tempfile.TemporaryDirectory() as tmp:
+            p, status = run(small, tmp)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(status["phase"], "Succeeded")
+        results = {r["case"]["gpusPerNode"]: r for r in status["results"]}
+        self.assertEqual(sorted(results), [1, 2])
+        for devices, r in results.items():
+            self.assertEqual(r["state"], "Succeeded", r.get("message"))
+            repeats = r["throughput"]["repeats"]
+            self.assertEqual(len(repeats), 3)
+            # Throughput and step time come from the same marker timestamps: the measured time
+            # each repeat's throughput implies is the sum of its measured steps.
+            global_batch, measured = 4 * devices, 4
+            implied_seconds = sum(global_batch * measured / t for t in repeats)
+            step_mean = r["stepTimeSeconds"]["mean"]
+            self.assertAlmostEqual(implied_seconds, step_mean * measured * len(repeats), delta=1e-6 * implied_seconds)
+            self.assertGreater(r["throughput"]["median"], 0)
+        one, two = results[1]["throughput"]["median"], results[2]["throughput"]["median"]
+        self.assertAlmostEqual(results[2]["speedup"], two / one, places=9)
+        self.assertAlmostEqual(results[2]["scalingEfficiency"], two / one / 2, places=9)
+        self.assertAlmostEqual(results[1]["speedup"], 1.0)
+        self.assertIn("engine command", p.stdout)
+
+    def test_failing_commands_are_results_with_reasons(self):
+        # One run, one failure per case (chosen by the batch size the case gives the command).
+        script = """case "$DLBENCH_BATCH_SIZE" in
+  1) echo "ImportError: no module named torch" >&2; exit 1;;
+  2) exit 0;;
+  3) head -c 67108864 /dev/zero | tr '\\0' x; yes flood | head -n 200000; echo last words; exit 1;;
+esac
+"""
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "failing.sh"), "w") as f:
+                f.write(script)
+            spec = f"""apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {{name: failing-commands}}
+spec:
+  model: resnet50
+  engine: command
+  command: [sh, {os.path.join(tmp, "failing.sh")}]
+  cases:
+  - {{nodes: 1, gpusPerNode: 1, batchSizePerDevice: 1, precision: fp32}}
+  - {{nodes: 1, gpusPerNode: 1, batchSizePerDevice: 2, precision: fp32}}
+  - {{nodes: 1, gpusPerNode: 1, batchSizePerDevice: 3, precision: fp32}}
+  methodology: {{warmupSteps: 1, measureSteps: 2, repeats: 1}}
+  limits: {{backoffLimit: 1}}
+"""
+            p, status = run(spec, tmp)
+        self.assertEqual(p.returncode, 1, "no case succeeded")
+        self.assertEqual(status["phase"], "Failed")
+        by_batch = {r["case"]["batchSizePerDevice"]: r for r in status["results"]}
+        self.assertEqual(by_batch[1]["reason"], "CommandFailed")
+        self.assertIn("ImportError: no module named torch", by_batch[1]["message"])
+        self.assertEqual(by_batch[2]["reason"], "NoMeasurements")
+        self.assertEqual(by_batch[3]["reason"], "CommandFailed")
+        self.assertIn("last words", by_batch[3]["message"])
+        self.assertLess(len(by_batch[3]["message"]), 4096, "the flood's message is bounded")
+        for r in status["results"]:
+            self.assertEqual(r["attempts"], 2, "a failed command is retried up to backoffLimit")
+
+
+if __name__ == "__main__":
+    DLBENCH, TORCH_PYTHON = os.path.abspath(sys.argv.pop(1)), sys.argv.pop(1)
+    unittest.main(verbosity=2)
