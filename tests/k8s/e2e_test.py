@@ -3,23 +3,35 @@
 the simulated kubelet runs the launcher's real command line (dlbench launch -- mpirun ...
 dlbench-worker, CPU backend) as local processes. What `kubectl get br` shows at the end was measured.
 
-    e2e_test.py PATH/dlbench-operator PATH/dlbench PATH/dlbench-worker
+    e2e_test.py PATH/dlbench-operator PATH/dlbench PATH/dlbench-worker [PYTHON_WITH_TORCH]
+
+With a python3 that imports torch and torchvision, PyTorch's ResNet-50 also runs under
+engine: command: one pod per node running dlbench-exec (installed by the init container) around
+examples/pytorch/train_resnet50.py, two nodes meeting at MASTER_ADDR over gloo.
 """
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 import urllib.request
+
+import yaml
 
 from local_cluster import ROOT, LocalCluster, wait_for
 
 PROGRAMS = [os.path.abspath(sys.argv.pop(1)) for _ in range(3)] if len(sys.argv) > 3 else sys.exit(__doc__)
+TORCH_PYTHON = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else None
 
 
 class EndToEnd(unittest.TestCase):
     def setUp(self):
-        self.cluster = LocalCluster(*PROGRAMS, capacity={"nvidia.com/gpu": 2})
+        bin_dirs = []
+        if TORCH_PYTHON:  # python3 on the pods' PATH is the one with PyTorch
+            bin_dirs.append(tempfile.mkdtemp(prefix="dlbench-torch-bin-"))
+            os.symlink(TORCH_PYTHON, os.path.join(bin_dirs[0], "python3"))
+        self.cluster = LocalCluster(*PROGRAMS, capacity={"nvidia.com/gpu": 2}, bin_dirs=bin_dirs)
         self.tmp = self.cluster.tmp
         self.metrics_port = self.cluster.metrics_port
         self.kubectl = self.cluster.kubectl
@@ -135,6 +147,54 @@ class EndToEnd(unittest.TestCase):
         events = json.loads(self.kubectl("get", "events", "-o", "json"))["items"]
         messages = " ".join(e.get("message", "") for e in events if e["involvedObject"]["name"] == "oom")
         self.assertIn("OOMKilled", messages)
+
+    def apply(self, run):
+        path = os.path.join(self.tmp, run["metadata"]["name"] + ".json")
+        with open(path, "w") as f:
+            json.dump(run, f)
+        self.kubectl("apply", "-f", path)
+
+    def test_pytorch_under_engine_command_on_one_and_two_nodes(self):
+        if not TORCH_PYTHON:
+            self.skipTest("needs a python3 with torch and torchvision (python3-torch, python3-torchvision)")
+        with open(os.path.join(ROOT, "crds", "examples", "pytorch-resnet50.yaml")) as f:
+            run = yaml.safe_load(f)
+        run["spec"].update({"data": {"source": "synthetic", "imageSize": 64},
+                            "matrix": {"nodes": [1, 2], "gpusPerNode": [1], "batchSizePerDevice": [4],
+                                       "precision": ["fp32"]},
+                            "methodology": {"warmupSteps": 2, "measureSteps": 4, "repeats": 2},
+                            "limits": {"backoffLimit": 0, "caseTimeoutSeconds": 300}})
+        self.apply(run)
+        failing = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "exits-1"},
+                   "spec": {"model": "resnet50", "engine": "command",
+                            "command": ["sh", "-c", "echo 'ModuleNotFoundError: torch' >&2; exit 1"],
+                            "cases": [{"nodes": 1, "gpusPerNode": 1, "batchSizePerDevice": 4, "precision": "fp32"}],
+                            "limits": {"backoffLimit": 0}}}
+        self.apply(failing)
+        wait_for(lambda: self.finished("pytorch-resnet50"), 600, "the PyTorch run to finish")
+        wait_for(lambda: self.finished("exits-1"), 120, "the failing run to finish")
+
+        status = self.run_object("pytorch-resnet50")["status"]
+        self.assertEqual(status["phase"], "Succeeded", status)
+        results = {r["case"]["id"]: r for r in status["results"]}
+        self.assertEqual(sorted(results), ["1x1-bs4-fp32", "2x1-bs4-fp32"])
+        for result in results.values():
+            self.assertEqual(result["state"], "Succeeded", result)
+            self.assertEqual(len(result["throughput"]["repeats"]), 2)
+        one, two = results["1x1-bs4-fp32"], results["2x1-bs4-fp32"]
+        self.assertAlmostEqual(two["speedup"], two["throughput"]["median"] / one["throughput"]["median"], places=6)
+        self.assertAlmostEqual(two["scalingEfficiency"], two["speedup"] / 2, places=6)
+        # No SSH, hostfile or launcher for engine: command; the children are gone at the end.
+        events = json.loads(self.kubectl("get", "events", "-o", "json"))["items"]
+        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "pytorch-resnet50"]
+        self.assertNotIn("LauncherCreated", reasons)
+        self.assertEqual(reasons.count("CaseSucceeded"), 2)
+        self.assertEqual(self.kubectl("get", "pods", "-l", "dlbench.io/run=pytorch-resnet50", "-o", "name"), "")
+
+        failed = self.run_object("exits-1")["status"]
+        self.assertEqual(failed["phase"], "Failed")
+        self.assertEqual(failed["results"][0]["reason"], "CommandFailed")
+        self.assertIn("ModuleNotFoundError: torch", failed["results"][0]["message"])
 
 
 if __name__ == "__main__":

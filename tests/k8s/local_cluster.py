@@ -104,7 +104,7 @@ def wait_for(predicate, seconds=30, what="the condition", period=0.2):
 
 
 class LocalCluster:
-    def __init__(self, operator, dlbench, worker, capacity=None, operator_args=()):
+    def __init__(self, operator, dlbench, worker, capacity=None, operator_args=(), bin_dirs=()):
         self.tmp = tempfile.mkdtemp(prefix="dlbench-cluster-")
         self.log = open(os.path.join(self.tmp, "processes.log"), "w+")
         self.processes = []
@@ -112,7 +112,9 @@ class LocalCluster:
             api, self.url = start_apiserver(stderr=self.log)
             self.processes.append(api)
             self.kubeconfig = write_kubeconfig(os.path.join(self.tmp, "config"), self.url)
-            bin_dirs = sorted({os.path.dirname(os.path.abspath(p)) for p in (operator, dlbench, worker)})
+            # Extra directories first: they can put another python3 (one with PyTorch) on the pods' PATH.
+            bin_dirs = [os.path.abspath(d) for d in bin_dirs] + sorted(
+                {os.path.dirname(os.path.abspath(p)) for p in (operator, dlbench, worker)})
             capacity_args = [a for k, v in (capacity or {}).items() for a in ("--capacity", f"{k}={v}")]
             self.spawn([sys.executable, os.path.join(HERE, "simulated_kubelet.py"), "--api", self.url,
                         "--work-dir", os.path.join(self.tmp, "node"), *capacity_args,

@@ -19,7 +19,12 @@
   are mapped to it, PATH finds the --bin-dir programs (dlbench, dlbench-worker, mpirun). The exit code
   and the terminationMessagePath file (or the log's tail, FallbackToLogsOnError) become the container's
   terminated state, as the kubelet reports them.
-- Worker pods run no process (their sshd is simulated): mpirun's rsh agent is this script's `ssh`
+- Pods whose container runs anything but sshd (engine: command's worker pods) run too: their init
+  containers first, in order, then the container; emptyDir volumes are per-pod directories. The pod
+  network is the host's loopback: an environment value that names a pod by its cluster DNS name
+  (<hostname>.<subdomain>.<namespace>.svc) becomes 127.0.0.1, and MASTER_PORT / PET_MASTER_PORT get
+  a free port per headless Service, so that two cases' rendezvous never meet.
+- Worker pods that run sshd run no process (their sshd is simulated): mpirun's rsh agent is this script's `ssh`
   subcommand, which resolves <hostname>.<subdomain>.<namespace>.svc the way cluster DNS does for a
   headless Service, checks that the launcher's key is in the worker's authorized_keys Secret, and runs
   the remote command (Open MPI's orted) locally. A wrong host name or key fails like ssh does (255).
@@ -29,8 +34,10 @@ import base64
 import json
 import os
 import random
+import re
 import shutil
 import signal
+import socket
 import string
 import subprocess
 import sys
@@ -73,6 +80,15 @@ def unschedulable_because(pod, capacity):
     return None
 
 
+def runs_sshd(pod):
+    return os.path.basename(pod["spec"]["containers"][0].get("command", [""])[0]) == "sshd"
+
+
+def is_pod_dns_name(value):
+    parts = value.split(".")
+    return len(parts) in (4, 6) and parts[3] == "svc" and (len(parts) == 4 or parts[4:] == ["cluster", "local"])
+
+
 def failed_status(what):
     """The status a real node reports for each failure the tests can ask for."""
     if what == "Evicted":
@@ -92,6 +108,7 @@ class Kubelet:
         self.work_dir = os.path.abspath(work_dir)
         self.period = period
         self.running = {}  # pod uid -> subprocess.Popen
+        self.ports = {}  # (namespace, headless Service) -> the rendezvous port its pods share
         self.lock = threading.Lock()
 
     # --- the Job controller -------------------------------------------------------------------
@@ -161,7 +178,7 @@ class Kubelet:
                     "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
                                            "state": {"running": {"startedAt": now()}}}
                                           for c in pod["spec"]["containers"]]})
-                if owner and owner.get("kind") == "Job":
+                if (owner and owner.get("kind") == "Job") or not runs_sshd(pod):
                     self.start(pod)
         with self.lock:
             gone = [uid for uid in self.running if uid not in alive]
@@ -174,25 +191,75 @@ class Kubelet:
         if process and process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
 
+    def rendezvous_port(self, namespace, subdomain):
+        with self.lock:
+            key = (namespace, subdomain)
+            if key not in self.ports:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    self.ports[key] = s.getsockname()[1]
+            return self.ports[key]
+
     def start(self, pod):
         meta, container = pod["metadata"], pod["spec"]["containers"][0]
         root = os.path.join(self.work_dir, meta["namespace"], meta["name"])
         os.makedirs(root, exist_ok=True)
-        mounts = self.materialize_volumes(pod, root)
-        termination_log = container.get("terminationMessagePath", "/dev/termination-log")
-        mounts.append((termination_log, os.path.join(root, "termination-log")))
-        mounts.sort(key=lambda m: -len(m[0]))  # the most specific mount path wins
+        sources = self.materialize_volumes(pod, root)
 
-        def local(text):
-            for mount, where in mounts:
-                text = text.replace(mount, where)
-            return text
+        def mounts_of(c):
+            mounts = []
+            for mount in c.get("volumeMounts", []):
+                where = sources.get(mount["name"])
+                if where is not None:
+                    mounts.append((mount["mountPath"], os.path.join(where, mount["subPath"]) if "subPath" in mount else where))
+            mounts.append((c.get("terminationMessagePath", "/dev/termination-log"), os.path.join(root, "termination-log")))
+            mounts.sort(key=lambda m: -len(m[0]))  # the most specific mount path wins
+            return mounts
 
-        env = {"PATH": os.pathsep.join(self.bin_dirs + [os.environ.get("PATH", "/usr/bin:/bin")]),
-               "HOME": root, "HOSTNAME": meta["name"], "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
-        for e in container.get("env", []):
-            if "value" in e:
-                env[e["name"]] = local(e["value"])
+        def localizer(c):
+            # Mount paths as whole path prefixes, in one pass: "/dlbench" maps "/dlbench/x" but
+            # not "/etc/dlbench", nor the inside of a path it has just produced.
+            mounts = dict(mounts_of(c))
+            pattern = re.compile(r"(?<![\w./-])(" + "|".join(re.escape(m) for m in sorted(mounts, key=len, reverse=True))
+                                 + r")(?=/|$|[^\w.-])")
+
+            def local(text):
+                return pattern.sub(lambda m: mounts[m.group(1)], text)
+            return local
+
+        def environment(c):
+            local = localizer(c)
+            env = {"PATH": os.pathsep.join(self.bin_dirs + [os.environ.get("PATH", "/usr/bin:/bin")]),
+                   "HOME": root, "HOSTNAME": meta["name"], "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
+            for e in c.get("env", []):
+                if "value" not in e:
+                    continue
+                value = local(e["value"])
+                if is_pod_dns_name(value):
+                    value = "127.0.0.1"  # every simulated pod's IP
+                if e["name"] in ("MASTER_PORT", "PET_MASTER_PORT") and pod["spec"].get("subdomain"):
+                    value = str(self.rendezvous_port(meta["namespace"], pod["spec"]["subdomain"]))
+                env[e["name"]] = value
+            return env
+
+        # Init containers, in order, before the container; one that fails fails the pod.
+        for init in pod["spec"].get("initContainers", []):
+            local = localizer(init)
+            command = [local(arg) for arg in init["command"] + init.get("args", [])]
+            try:
+                done = subprocess.run(command, cwd=root, env=environment(init), capture_output=True, text=True, timeout=60)
+                code, message = done.returncode, (done.stdout + done.stderr)[-2048:]
+            except OSError as e:
+                code, message = 127, str(e)
+            if code != 0:
+                self.api.patch_status(pod_path(meta["namespace"], meta["name"]), {
+                    "phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}],
+                    "initContainerStatuses": [{"name": init["name"], "ready": False, "restartCount": 0, "state": {
+                        "terminated": {"exitCode": code, "reason": "Error", "message": message, "finishedAt": now()}}}]})
+                return
+
+        local = localizer(container)
+        env = environment(container)
         # The pod network: mpirun reaches the workers through this script's ssh subcommand.
         agent = os.path.join(root, "ssh")
         with open(agent, "w") as f:
@@ -211,7 +278,7 @@ class Kubelet:
                          daemon=True).start()
 
     def materialize_volumes(self, pod, root):
-        """Secret and ConfigMap volumes as files; returns (mountPath, local path) pairs."""
+        """Secret and ConfigMap volumes as files, emptyDir as a directory; returns {volume name: local path}."""
         ns = pod["metadata"]["namespace"]
         sources = {}
         for volume in pod["spec"].get("volumes", []):
@@ -228,13 +295,8 @@ class Kubelet:
                 for key, value in config_map.get("data", {}).items():
                     with open(os.path.join(directory, key), "w") as f:
                         f.write(value)
-            sources[volume["name"]] = directory
-        mounts = []
-        for mount in pod["spec"]["containers"][0].get("volumeMounts", []):
-            where = sources.get(mount["name"])
-            if where is not None:
-                mounts.append((mount["mountPath"], os.path.join(where, mount["subPath"]) if "subPath" in mount else where))
-        return mounts
+            sources[volume["name"]] = directory  # emptyDir: the directory itself
+        return sources
 
     def wait(self, pod, process, log, termination_log, deadline):
         meta = pod["metadata"]
