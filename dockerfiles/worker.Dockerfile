@@ -46,11 +46,13 @@ COPY . .
 # MPI is required (ON): a missing piece fails the build instead of leaving the communicator out.
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
       -DDLBENCH_WITH_CUDA=OFF -DDLBENCH_WITH_MPI=ON \
- && cmake --build /build --target dlbench-worker dlbench \
- && strip /build/bin/dlbench-worker /build/bin/dlbench
+ && cmake --build /build --target dlbench-worker dlbench dlbench-exec \
+ && strip /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec
 
 FROM runtime-base AS cpu
-COPY --from=build-cpu /build/bin/dlbench-worker /build/bin/dlbench /usr/local/bin/
+COPY --from=build-cpu /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /usr/local/bin/
+# engine: command — what `dlbench-exec --install` copies into the user's pods beside the shim.
+COPY --from=build-cpu /build/share/dlbench /usr/local/share/dlbench
 
 # ---- cuda (the default target) ----------------------------------------------------------------
 FROM build-base AS build-cuda
@@ -73,8 +75,8 @@ COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
       -DDLBENCH_WITH_CUDA=ON -DDLBENCH_WITH_MPI=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
       -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
- && cmake --build /build --target dlbench-worker dlbench \
- && strip /build/bin/dlbench-worker /build/bin/dlbench
+ && cmake --build /build --target dlbench-worker dlbench dlbench-exec \
+ && strip /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec
 
 FROM runtime-base AS cuda
 ARG CUDA_REPO
@@ -85,7 +87,8 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cuda-cudart-${CUDA_MAJOR_MINOR} libcublas-${CUDA_MAJOR_MINOR} libcudnn9-cuda-${CUDA_MAJOR_MINOR%-*} libnccl2 \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build-cuda /build/bin/dlbench-worker /build/bin/dlbench /usr/local/bin/
+COPY --from=build-cuda /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /usr/local/bin/
+COPY --from=build-cuda /build/share/dlbench /usr/local/share/dlbench
 ENV LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
 # Every process an MPI job starts over ssh (orted, then dlbench-worker) gets the same paths.
 RUN printf 'PATH=%s\nLD_LIBRARY_PATH=%s\n' "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/cuda/bin" \

@@ -7,6 +7,9 @@ Operator image: `--help` works, without a cluster it exits with an error that sa
 65532:65532 with its entrypoint, and every library of the binary resolves inside the image.
 Worker image (cpu): every library resolves, `dlbench-worker --list-devices`, a tiny real case,
 and `dlbench launch -- mpirun` with two ranks whose result comes back through the launcher.
+engine: command: the worker image's `dlbench-exec --install` fills a volume, as the operator's
+init container does, and the shim runs a case in an image that is not dlbench's (plain
+debian:bookworm-slim, none of dlbench's libraries).
 
 The base images debian:bookworm and debian:bookworm-slim are imported from the same minimal
 bookworm tarball the fresh-machine check uses when they are not in local storage (no image
@@ -19,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -118,6 +122,36 @@ class Images(unittest.TestCase):
         doc = json.loads(launch.stdout)
         self.assertEqual(doc["state"], "Succeeded", doc)
         self.assertEqual(doc["case"]["gpusPerNode"], 2)
+
+    def test_dlbench_exec_runs_in_an_image_that_is_not_dlbenchs(self):
+        volume = tempfile.mkdtemp(prefix="dlbench-exec-volume-")
+        try:
+            # The init container: the worker image installs the shim and the examples into the volume.
+            installed = run_in_with_volume(WORKER, volume, "dlbench-exec", "--install", "/dlbench")
+            self.assertIn("/dlbench/dlbench-exec", installed.stdout)
+            self.assertTrue(os.path.exists(os.path.join(volume, "examples", "pytorch", "train_resnet50.py")))
+            # The user's image: plain Debian, without dlbench's libraries.
+            slim = "docker.io/library/debian:bookworm-slim"
+            libraries = run_in_with_volume(slim, volume, "/bin/sh", "-c",
+                                           "ldconfig -p | grep -c -e yaml-cpp -e dnnl -e cpprest || true")
+            self.assertEqual(libraries.stdout.strip(), "0", "the base image has dlbench's libraries")
+            env = ["DLBENCH_MODEL=resnet50", "DLBENCH_IMAGE_SIZE=224", "DLBENCH_NODES=1", "DLBENCH_NODE_RANK=0",
+                   "DLBENCH_GPUS_PER_NODE=1", "DLBENCH_BATCH_SIZE=4", "DLBENCH_PRECISION=fp32",
+                   "DLBENCH_WARMUP_STEPS=1", "DLBENCH_MEASURE_STEPS=3", "DLBENCH_REPEATS=2"]
+            script = "i=0; while [ $i -lt 8 ]; do sleep 0.05; echo '@dlbench step 4'; i=$((i+1)); done"
+            result = run_in_with_volume(slim, volume, "/dlbench/dlbench-exec", "--", "/bin/sh", "-c", script, env=env)
+            doc = json.loads(result.stdout)
+            self.assertEqual(doc["state"], "Succeeded", doc)
+            self.assertEqual(doc["engine"], "command")
+            self.assertGreater(doc["stepTimeSeconds"]["min"], 0.049)
+        finally:
+            shutil.rmtree(volume, ignore_errors=True)
+
+
+def run_in_with_volume(image, volume, *args, env=()):
+    extra = [a for e in env for a in ("--env", e)]
+    return podman("run", "--rm", "--network", "host", "--ulimit", "host", "--volume", f"{volume}:/dlbench",
+                  "--entrypoint", args[0], *extra, image, *args[1:])
 
 
 if __name__ == "__main__":

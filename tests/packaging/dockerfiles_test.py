@@ -102,21 +102,22 @@ class DockerfilesTest(unittest.TestCase):
         for target, build in (("cpu", "build-cpu"), ("cuda", "build-cuda")):
             self.assertEqual(found[build][0], "build-base")
             self.assertEqual(found[target][0], "runtime-base")
-            self.assertIn(f"COPY --from={build} /build/bin/dlbench-worker /build/bin/dlbench /usr/local/bin/",
-                          found[target][1])
+            self.assertIn(f"COPY --from={build} /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec "
+                          "/usr/local/bin/", found[target][1])
+            self.assertIn(f"COPY --from={build} /build/share/dlbench /usr/local/share/dlbench", found[target][1])
         cpu_cmake = next(line for line in found["build-cpu"][1] if "cmake -S . -B /build" in line)
-        for flag in ("-DDLBENCH_WITH_CUDA=OFF", "-DDLBENCH_WITH_MPI=ON", "--target dlbench-worker dlbench"):
+        for flag in ("-DDLBENCH_WITH_CUDA=OFF", "-DDLBENCH_WITH_MPI=ON", "--target dlbench-worker dlbench dlbench-exec"):
             self.assertIn(flag, cpu_cmake)
         cuda = found["build-cuda"][1]
         self.assertIn('ARG CUDA_ARCHITECTURES="80;90"', cuda)
         cuda_cmake = next(line for line in cuda if "cmake -S . -B /build" in line)
         for flag in ("-DDLBENCH_WITH_CUDA=ON", "-DDLBENCH_WITH_MPI=ON", '-DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}"',
-                     "--target dlbench-worker dlbench"):
+                     "--target dlbench-worker dlbench dlbench-exec"):
             self.assertIn(flag, cuda_cmake)
         self.assertTrue({"libcudnn9-dev-cuda-13", "libnccl-dev"} & apt_packages(cuda) or
                         any("cudnn9-cuda-" in line and "libnccl-dev" in line for line in cuda), "cuDNN and NCCL")
         self.assertTrue(any('test -n "${CUDA_REPO}"' in line for line in cuda), "a missing repository is said, not guessed")
-        for program in ("dlbench-worker", "dlbench"):
+        for program in ("dlbench-worker", "dlbench", "dlbench-exec"):
             self.assertTrue(os.access(os.path.join(BIN, program), os.X_OK), f"{program} lands in bin/")
         # What the operator's pods run from this image: sshd (workers), mpirun and orted over ssh (launcher).
         runtime = found["runtime-base"][1]
