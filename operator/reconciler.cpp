@@ -113,11 +113,15 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   }
   // 3. The launcher failed on its own; with engine: command, node 0's pod died without a result
   //    (OOMKilled, Evicted, its init container failed): the pod's own words.
-  if (wrapped && launcher_pod != nullptr && launcher_pod->failed) {
+  if (wrapped && launcher_pod != nullptr && (launcher_pod->failed || launcher_done)) {
     outcome.finished = true;
-    std::string message = "worker " + launcher_pod->name + ": " + launcher_pod->failure_message;
-    outcome.result = failure(current.spec, launcher_pod->failure_reason.empty() ? "CommandFailed" : launcher_pod->failure_reason,
-                             message.substr(0, 1024), attempt, world.now);
+    std::string reason = launcher_pod->failed ? launcher_pod->failure_reason : "NoResult";
+    std::string message = "worker " + launcher_pod->name + ": " +
+                          (launcher_pod->failed ? launcher_pod->failure_message
+                                                : "dlbench-exec ended without a result document: " +
+                                                      launcher_pod->termination_message);
+    outcome.result = failure(current.spec, reason.empty() ? "CommandFailed" : reason, message.substr(0, 1024), attempt,
+                             world.now);
     return outcome;
   }
   if ((launcher_job != nullptr && launcher_job->failed) || (launcher_done && launcher_pod->phase == "Failed")) {

@@ -244,6 +244,17 @@ TEST(Reconciler, CommandEngineFailuresKeepTheirReasons) {
     EXPECT_EQ(cluster.status().results[0].reason, "OOMKilled");
     EXPECT_THAT(cluster.status().results[0].message, HasSubstr("exited with code 137"));
   }
+  // Node 0 exited 0 but left no result document: never waits for the timeout.
+  {
+    FakeCluster cluster(command_run());
+    cluster.step();
+    for (auto& [key, o] : cluster.objects) {
+      if (o["kind"] == "Pod") terminate_pod(o, 0, "");
+    }
+    cluster.step();
+    ASSERT_EQ(cluster.status().results.size(), 1u);
+    EXPECT_EQ(cluster.status().results[0].reason, "NoResult");
+  }
   // The init container could not deliver dlbench-exec: said so.
   {
     FakeCluster cluster(command_run());
