@@ -1,5 +1,6 @@
 #include "dlbench/core/api_rules.hpp"
 
+#include <charconv>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,16 @@ std::vector<FieldRule> build_rules() {
 const std::vector<FieldRule>& api_field_rules() {
   static const std::vector<FieldRule> rules = build_rules();
   return rules;
+}
+
+std::optional<std::int64_t> whole_number(std::string_view text, IntBounds bounds) {
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < bounds.min ||
+      value > bounds.max) {
+    return std::nullopt;
+  }
+  return value;
 }
 
 }  // namespace dlbench

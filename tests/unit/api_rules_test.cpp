@@ -1,6 +1,7 @@
 // The rule table is self-consistent: every default satisfies its own rule, and the C++
 // struct initialisers agree with the table (so a default-constructed spec means the same
 // thing as a defaulted document).
+#include <limits>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -61,6 +62,23 @@ TEST(ApiRules, StructInitialisersAgreeWithTable) {
   EXPECT_EQ(default_of("spec.limits.caseTimeoutSeconds"), spec.limits.case_timeout_seconds);
   EXPECT_EQ(default_of("spec.limits.backoffLimit"), spec.limits.backoff_limit);
   EXPECT_EQ(default_of("spec.worker.rdma.perNode"), RdmaSpec{}.per_node);
+}
+
+}  // namespace
+}  // namespace dlbench
+
+namespace dlbench {
+namespace {
+
+TEST(WholeNumber, DecimalDigitsWithinBoundsOnly) {
+  EXPECT_EQ(whole_number("0", {0, 10}), 0);
+  EXPECT_EQ(whole_number("-3", {-5, 5}), -3);
+  EXPECT_EQ(whole_number("65536", bounds::kBatchSizePerDevice), 65536);
+  EXPECT_EQ(whole_number("9223372036854775807", {1, std::numeric_limits<std::int64_t>::max()}),
+            std::numeric_limits<std::int64_t>::max());
+  for (const char* bad : {"", " 5", "5 ", "+5", "5.0", "0x10", "1e3", "12abc", "9223372036854775808", "65537", "0"}) {
+    EXPECT_FALSE(whole_number(bad, {1, 65536})) << bad;
+  }
 }
 
 }  // namespace

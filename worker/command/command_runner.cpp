@@ -8,10 +8,9 @@
 
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <limits>
 
 #include "command/markers.hpp"
 #include "dlbench/core/api_rules.hpp"
@@ -42,16 +41,13 @@ bool read_int(const std::function<const char*(const char*)>& lookup, const char*
                                 "`dlbench run` or the operator, or set it by hand)";
     return false;
   }
-  const std::string_view value(text);
-  long long parsed = 0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
-  if (value.empty() || ec != std::errc() || end != value.data() + value.size() || parsed < bounds.min ||
-      parsed > bounds.max) {
-    error = std::string(name) + "=\"" + printable(std::string(value.substr(0, 64))) + "\": must be a whole number in [" +
+  const auto parsed = whole_number(text, bounds);
+  if (!parsed) {
+    error = std::string(name) + "=\"" + printable(std::string(text).substr(0, 64)) + "\": must be a whole number in [" +
             std::to_string(bounds.min) + ", " + std::to_string(bounds.max) + "]";
     return false;
   }
-  out = static_cast<int>(parsed);
+  out = static_cast<int>(*parsed);
   return true;
 }
 
@@ -118,9 +114,7 @@ std::string last_lines(const CommandOutcome& o) {
 
 void apply_fact(EnvironmentInfo& e, const std::string& key, const std::string& value) {
   const auto count = [&](int& out) {
-    int parsed = 0;
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
-    if (ec == std::errc() && end == value.data() + value.size() && parsed > 0) out = parsed;
+    if (const auto parsed = whole_number(value, {1, std::numeric_limits<int>::max()})) out = static_cast<int>(*parsed);
   };
   if (key == "framework") e.framework = value;
   else if (key == "frameworkVersion") e.framework_version = value;
@@ -368,11 +362,7 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   if (!o.invalid_marker.empty()) return fail("InvalidMarker", o.invalid_marker);
   if (!o.unsupported.empty()) return fail(kReasonUnsupported, "the command says it cannot run this case: " + o.unsupported);
   if (o.interrupted) return fail("Interrupted", "stopped by a signal after " + seen + tail);
-  if (o.timed_out) {
-    std::ostringstream s;
-    s << "no end within limits.caseTimeoutSeconds; " << seen << tail;
-    return fail("Timeout", s.str());
-  }
+  if (o.timed_out) return fail("Timeout", "no end within limits.caseTimeoutSeconds; " + seen + tail);
   if (o.out_of_memory && o.exit_code != 0) {
     return fail("OutOfMemory", "the kernel's OOM killer ended a process of the command (exit code " +
                                    std::to_string(o.exit_code) + ") after " + seen + tail);

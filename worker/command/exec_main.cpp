@@ -4,7 +4,6 @@
 // copies it into the user's pods with an init container (`dlbench-exec --install DIR`).
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "command/command_runner.hpp"
+#include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
@@ -65,15 +65,13 @@ struct UsageError {
   std::string message;
 };
 
-long parse_number(const std::string& flag, const std::string& text, long min, long max) {
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || value < min || value > max) {
+long parse_number(const std::string& flag, const std::string& text, IntBounds bounds) {
+  const auto value = whole_number(text, bounds);
+  if (!value) {
     throw UsageError{flag + " \"" + printable(text.substr(0, 64)) + "\": must be a whole number in [" +
-                     std::to_string(min) + ", " + std::to_string(max) + "]"};
+                     std::to_string(bounds.min) + ", " + std::to_string(bounds.max) + "]"};
   }
-  return value;
+  return static_cast<long>(*value);
 }
 
 std::optional<Options> parse(int argc, char** argv) {
@@ -100,8 +98,8 @@ std::optional<Options> parse(int argc, char** argv) {
     if (arg == "--output") o.output = value(arg);
     else if (arg == "--termination-log") o.termination_log = value(arg);
     else if (arg == "--install") o.install_dir = value(arg);
-    else if (arg == "--timeout") o.timeout_seconds = parse_number(arg, value(arg), 1, 30L * 24 * 3600);
-    else if (arg == "--metrics-port") o.metrics_port = static_cast<int>(parse_number(arg, value(arg), 0, 65535));
+    else if (arg == "--timeout") o.timeout_seconds = parse_number(arg, value(arg), {1, 30L * 24 * 3600});
+    else if (arg == "--metrics-port") o.metrics_port = static_cast<int>(parse_number(arg, value(arg), {0, 65535}));
     else if (arg == "--quiet") o.quiet = true;
     else throw UsageError{"unknown option \"" + printable(arg.substr(0, 64)) + "\" (the command goes after --)"};
   }

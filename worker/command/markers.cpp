@@ -1,7 +1,8 @@
 #include "command/markers.hpp"
 
-#include <charconv>
 #include <limits>
+
+#include "dlbench/core/api_rules.hpp"
 
 namespace dlbench::command {
 namespace {
@@ -50,16 +51,15 @@ Marker parse_marker(std::string_view line) {
   const std::string_view kind = next_word(rest);
   if (kind == "step") {
     const std::string_view count = next_word(rest);
-    long samples = 0;
-    const auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), samples);
-    if (count.empty() || ec != std::errc() || end != count.data() + count.size() || samples < 1) {
+    const auto samples = whole_number(count, {1, std::numeric_limits<long>::max()});
+    if (!samples) {
       return invalid("step: <samples> must be a whole number >= 1 (the step's global sample count), got \"" +
                      std::string(count.substr(0, 32)) + "\"");
     }
     if (!next_word(rest).empty()) return invalid("step: takes one argument, <samples>");
     Marker m;
     m.kind = Marker::Kind::step;
-    m.samples = samples;
+    m.samples = static_cast<long>(*samples);
     return m;
   }
   if (kind == "fact") {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,11 @@ struct IntBounds {
   std::int64_t min;
   std::int64_t max;
 };
+
+// `text` as a whole decimal number within `bounds` (no sign but '-', no spaces, no fraction),
+// or nullopt: the one reading of numbers that arrive as text (environment variables, flags,
+// marker lines).
+std::optional<std::int64_t> whole_number(std::string_view text, IntBounds bounds);
 
 struct RealBounds {
   double min;
