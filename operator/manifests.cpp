@@ -37,6 +37,20 @@ json user_env(const BenchmarkRun& run) {
   return out;
 }
 
+// What a worker pod of case c asks for, both engines: its GPUs, and RDMA devices when asked.
+json device_resources(const BenchmarkRun& run, const CaseSpec& c) {
+  const auto& w = run.spec.worker;
+  json resources = json::object();
+  resources[w.gpu_resource] = std::to_string(c.gpus_per_node);
+  if (w.rdma) resources[w.rdma->resource] = std::to_string(w.rdma->per_node);
+  return resources;
+}
+
+// Worker i's name in cluster DNS through the case's headless Service.
+std::string worker_dns_name(const BenchmarkRun& run, const ChildNames& n, int index) {
+  return n.worker(index) + "." + n.service + "." + namespace_of(run) + ".svc";
+}
+
 // Scheduling fields shared by workers and the launcher.
 void apply_scheduling(json& pod_spec, const BenchmarkRun& run) {
   const auto& w = run.spec.worker;
@@ -80,7 +94,7 @@ json build_hostfile(const BenchmarkRun& run, const CaseSpec& c, int attempt) {
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
   std::string hostfile;
   for (int i = 0; i < c.nodes; ++i) {
-    hostfile += n.worker(i) + "." + n.service + "." + namespace_of(run) + ".svc slots=" +
+    hostfile += worker_dns_name(run, n, i) + " slots=" +
                 std::to_string(c.gpus_per_node) + "\n";
   }
   return {{"apiVersion", "v1"},
@@ -111,10 +125,8 @@ json build_command_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int at
                               const OperatorConfig& config) {
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
   const auto& w = run.spec.worker;
-  json resources = json::object();
-  resources[w.gpu_resource] = std::to_string(c.gpus_per_node);
-  if (w.rdma) resources[w.rdma->resource] = std::to_string(w.rdma->per_node);
-  const std::string master = n.worker(0) + "." + n.service + "." + namespace_of(run) + ".svc";
+  const json resources = device_resources(run, c);
+  const std::string master = worker_dns_name(run, n, 0);
   json env = json::array();
   for (const auto& [name, value] : command_environment(run, c, {index, master, kDefaultMasterPort, kExecMount})) {
     env.push_back({{"name", name}, {"value", value}});
@@ -166,9 +178,7 @@ json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, i
   if (run.spec.engine == Engine::command) return build_command_worker_pod(run, c, attempt, index, config);
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
   const auto& w = run.spec.worker;
-  json resources = json::object();
-  resources[w.gpu_resource] = std::to_string(c.gpus_per_node);
-  if (w.rdma) resources[w.rdma->resource] = std::to_string(w.rdma->per_node);
+  const json resources = device_resources(run, c);
   json security{{"capabilities", {{"drop", json::array({"ALL"})}, {"add", json::array({"CHOWN", "SETUID", "SETGID",
                                                                                              "SYS_CHROOT", "AUDIT_WRITE"})}}}};
   // RDMA registers (pins) memory: IPC_LOCK only when the case asks for RDMA devices.
