@@ -60,11 +60,16 @@ class Timing(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertEqual(doc["state"], "Succeeded")
         steps = doc["stepTimeSeconds"]
-        # time.sleep never returns early; the marker's trip through a pipe takes microseconds.
-        self.assertGreaterEqual(steps["min"], 0.099)
-        self.assertLess(steps["median"], 0.110)
+        # time.sleep never returns early, so no step takes less than 100 ms. A marker that reaches
+        # the shim late (a loaded machine) makes the next step look shorter by that delay, never
+        # the whole repeat: the median and each repeat's throughput hold the line; the bounds above
+        # 100 ms leave room for a slow, shared machine.
+        self.assertGreaterEqual(steps["median"], 0.099)
+        self.assertLess(steps["median"], 0.2)
+        self.assertGreater(steps["min"], 0.05)
         for repeat in doc["throughput"]["repeats"]:
-            self.assertAlmostEqual(repeat, 8 / 0.1, delta=8 / 0.1 * 0.1)  # global batch / step time
+            self.assertLessEqual(repeat, 8 / 0.1 * 1.03)  # global batch / step time, never the claim
+            self.assertGreater(repeat, 8 / 0.2)
         self.assertEqual(doc["environment"]["facts"]["stepTimeSeconds"], "0.001")  # recorded, never used
 
     def test_markers_on_stderr_count_too(self):

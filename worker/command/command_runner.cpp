@@ -246,6 +246,9 @@ CommandOutcome run_command(const RunSettings& settings) {
 
   int status = 0;
   std::optional<clock::time_point> exited_at;
+  // The handler forwards a signal at once, so the command can die of it before this loop sees
+  // stop_requested: what counts is whether the stop came before the command ended.
+  bool stopped_before_exit = false;
   for (bool open_pipe = true; open_pipe;) {
     pollfd fd{pipe_fds[0], POLLIN, 0};
     const int ready = poll(&fd, 1, 100);
@@ -283,7 +286,10 @@ CommandOutcome run_command(const RunSettings& settings) {
         }
       }
     }
-    if (!exited_at && waitpid(pid, &status, WNOHANG) == pid) exited_at = now;
+    if (!exited_at && waitpid(pid, &status, WNOHANG) == pid) {
+      exited_at = now;
+      stopped_before_exit = stop_requested.load();
+    }
     // Output still arriving after the command exited comes from processes it left behind: read
     // what is already there, then stop listening to them.
     if (exited_at && now - *exited_at > std::chrono::seconds(2)) open_pipe = false;
@@ -308,7 +314,10 @@ CommandOutcome run_command(const RunSettings& settings) {
   // The command closed its output but may still run: the deadline and signals still apply.
   while (!exited_at) {
     const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid || (done < 0 && errno != EINTR)) break;
+    if (done == pid || (done < 0 && errno != EINTR)) {
+      stopped_before_exit = stop_requested.load();
+      break;
+    }
     const auto now = clock::now();
     if ((stop_requested || now > deadline) && kill_at == clock::time_point::max()) {
       outcome.timed_out = outcome.timed_out || now > deadline;
@@ -322,6 +331,9 @@ CommandOutcome run_command(const RunSettings& settings) {
   kill(-pid, SIGKILL);  // whatever the command left behind in its group goes with it
   running_group = 0;
   outcome.seconds = std::chrono::duration<double>(clock::now() - start).count();
+  // A command that finished cleanly keeps its result even if a stop came as it ended.
+  const bool clean_exit = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (stopped_before_exit && !clean_exit) outcome.interrupted = true;
   if (WIFEXITED(status)) {
     outcome.exit_code = WEXITSTATUS(status);
   } else {
