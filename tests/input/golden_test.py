@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""dlbench's ImageFolder pipeline against torchvision (Debian's PyTorch 1.13) on a generated
+data set: the same classes and labels, the same sample for the same crop and flip (decoded at
+full size it is bit for bit torchvision's; with DCT-domain scaling it stays close), shards that
+cover every file exactly once per epoch on 2 and 3 ranks, and broken files skipped and counted.
+
+Usage: golden_test.py DLBENCH_INPUT   (run with an interpreter that has torch and torchvision)
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import numpy as np
+    import torch
+    import torchvision
+    from PIL import Image
+    from torchvision import transforms
+    from torchvision.transforms import functional as F
+except ImportError as e:  # pragma: no cover - the CMake test is only added where torch exists
+    print(f"SKIP: needs torch, torchvision and PIL: {e}")
+    sys.exit(0)
+
+TOOL = os.path.abspath(sys.argv.pop(1))
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIZE = 224
+
+
+def tool(*args, check=True):
+    p = subprocess.run([TOOL, *map(str, args)], capture_output=True, text=True, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"dlbench-input {' '.join(map(str, args))}: exit {p.returncode}: {p.stderr}")
+    return p
+
+
+def make_dataset(path, *extra):
+    subprocess.run([sys.executable, os.path.join(HERE, "make_dataset.py"), path, *extra], check=True)
+
+
+def reference(path, top, left, height, width, flip):
+    with open(path, "rb") as f:
+        img = Image.open(f).convert("RGB")  # as torchvision's default_loader
+    img = F.resized_crop(img, top, left, height, width, [SIZE, SIZE], transforms.InterpolationMode.BILINEAR)
+    if flip:
+        img = F.hflip(img)
+    t = F.to_tensor(img)
+    return F.normalize(t, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]).numpy()
+
+
+def image_size(path):
+    with Image.open(path) as img:
+        return img.size
+
+
+def dlbench_sample(path, top, left, height, width, flip, dct, out):
+    tool("transform", path, "--top", top, "--left", left, "--height", height, "--width", width, "--flip", int(flip),
+         "--image-size", SIZE, "--dct-scaling", "on" if dct else "off", "--output", out)
+    return np.fromfile(out, dtype=np.float32).reshape(3, SIZE, SIZE)
+
+
+class Golden(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.data = os.path.join(cls.tmp.name, "train")
+        make_dataset(cls.data, "--classes", "5", "--per-class", "40", "--broken", "4")
+        cls.torch_folder = torchvision.datasets.ImageFolder(cls.data)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def good_files(self):
+        return [p for p, _ in self.torch_folder.samples if not os.path.basename(p).startswith("broken")]
+
+    def test_classes_and_labels_are_torchvisions(self):
+        scan = json.loads(tool("scan", self.data).stdout)
+        self.assertEqual(scan["classes"], self.torch_folder.classes)
+        self.assertEqual(scan["files"], len(self.torch_folder.samples))
+        self.assertEqual(scan["ignoredFiles"], 5)  # one README.txt per class
+        listed = dict(line.split("\t") for line in tool("shard", self.data).stdout.splitlines())
+        self.assertEqual({p: int(l) for p, l in listed.items()}, dict(self.torch_folder.samples))
+
+    def test_full_size_decode_is_bit_for_bit_torchvision(self):
+        rng = random.Random(3)
+        files = self.good_files()
+        get_params = transforms.RandomResizedCrop.get_params
+        torch.manual_seed(11)
+        worst = 0.0
+        for n, path in enumerate(rng.sample(files, 24)):
+            with Image.open(path) as img:
+                top, left, height, width = get_params(img, scale=[0.08, 1.0], ratio=[3 / 4, 4 / 3])
+            flip = n % 2 == 1
+            ours = dlbench_sample(path, top, left, height, width, flip, False, os.path.join(self.tmp.name, "s.raw"))
+            theirs = reference(path, top, left, height, width, flip)
+            worst = max(worst, float(np.abs(ours - theirs).max()))
+            np.testing.assert_array_equal(ours, theirs, err_msg=f"{path} crop {(top, left, height, width)} flip {flip}")
+        self.assertEqual(worst, 0.0)
+
+    def test_dct_scaled_decode_stays_close(self):
+        # Decoding at 1/2 or 1/4 in the IDCT instead of shrinking with the resampler changes the
+        # low-pass filter, not the picture: within a few grey levels on average.
+        files = [p for p in self.good_files() if min(image_size(p)) >= 200]
+        scaled = 0
+        for n, path in enumerate(files[:: max(1, len(files) // 12)]):
+            w, h = image_size(path)
+            side = min(w, h)  # the largest square crop: large enough for the IDCT to shrink it
+            top, left = (h - side) // 2, (w - side) // 2
+            ours = dlbench_sample(path, top, left, side, side, n % 2 == 1, True, os.path.join(self.tmp.name, "d.raw"))
+            theirs = reference(path, top, left, side, side, n % 2 == 1)
+            grey_levels = np.abs(ours - theirs) * 0.226 * 255  # back to 8-bit units, roughly
+            self.assertLess(float(grey_levels.mean()), 4.0, path)
+            self.assertLess(float(np.percentile(grey_levels, 99)), 40.0, path)
+            scaled += side * 7 / 8 >= SIZE  # 7/8 is TurboJPEG's mildest scaling factor
+        self.assertGreater(scaled, 0, "no image was large enough to be decoded scaled")
+
+    def test_shards_cover_every_file_once_per_epoch(self):
+        every = set(p for p, _ in self.torch_folder.samples)
+        for world in (2, 3):
+            orders = []
+            for epoch in (0, 1):
+                seen = []
+                sizes = []
+                for rank in range(world):
+                    lines = tool("shard", self.data, "--rank", rank, "--world", world, "--epoch", epoch).stdout.splitlines()
+                    seen += [line.split("\t")[0] for line in lines]
+                    sizes.append(len(lines))
+                self.assertEqual(len(seen), len(every), f"world {world} epoch {epoch}")
+                self.assertEqual(set(seen), every, f"world {world} epoch {epoch}")
+                self.assertLessEqual(max(sizes) - min(sizes), 1)
+                orders.append(seen)
+            self.assertNotEqual(orders[0], orders[1], "every epoch reshuffles")
+        # The same seed gives the same shards; another seed another order.
+        a = tool("shard", self.data, "--world", 2, "--seed", 1).stdout
+        self.assertEqual(a, tool("shard", self.data, "--world", 2, "--seed", 1).stdout)
+        self.assertNotEqual(a, tool("shard", self.data, "--world", 2, "--seed", 2).stdout)
+
+    def test_broken_files_are_skipped_and_counted(self):
+        # 204 files, 4 broken: enough batches for two epochs, so each is met at least once.
+        p = tool("measure", self.data, "--batch-size", 16, "--batches", 30, "--threads", 3)
+        out = json.loads(p.stdout)
+        self.assertEqual(out["skippedFiles"], 4)
+        self.assertEqual(len(out["skipped"]), 4)
+        whys = " ".join(s["why"] for s in out["skipped"])
+        self.assertIn("empty file", whys)
+        for s in out["skipped"]:
+            self.assertTrue(os.path.basename(s["path"]).startswith("broken"), s)
+
+    def test_batches_do_not_depend_on_the_thread_count(self):
+        one = os.path.join(self.tmp.name, "one.raw")
+        three = os.path.join(self.tmp.name, "three.raw")
+        tool("measure", self.data, "--batch-size", 8, "--batches", 1, "--threads", 1, "--dump-first", one)
+        tool("measure", self.data, "--batch-size", 8, "--batches", 1, "--threads", 3, "--dump-first", three)
+        a, b = np.fromfile(one, dtype=np.float32), np.fromfile(three, dtype=np.float32)
+        self.assertEqual(a.size, 8 * 3 * SIZE * SIZE)
+        np.testing.assert_array_equal(a, b)
+        with open(one + ".labels") as f1, open(three + ".labels") as f3:
+            self.assertEqual(f1.read(), f3.read())
+
+
+class Refusals(unittest.TestCase):
+    def test_unusable_data_is_named(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            p = tool("measure", os.path.join(tmp, "missing"), check=False)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("missing does not exist", p.stderr)
+            p = tool("measure", tmp, check=False)
+            self.assertIn("has no class folders", p.stderr)
+            os.makedirs(os.path.join(tmp, "cats"))
+            with open(os.path.join(tmp, "cats", "notes.txt"), "w") as f:
+                f.write("x")
+            p = tool("measure", tmp, check=False)
+            self.assertIn("no JPEG files", p.stderr)
+            with open(os.path.join(tmp, "cats", "a.jpg"), "wb") as f:
+                f.write(b"garbage")
+            p = tool("measure", tmp, check=False)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("none of the 1 files of rank 0's share", p.stderr)
+            self.assertIn("a.jpg", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,39 @@
+// The torchvision/ImageNet layout on disk: one folder per class, JPEG files inside (at any depth).
+// Classes are the sorted folder names and their index the label, as torchvision's ImageFolder
+// numbers them; each rank reads its own shard of a per-epoch shuffle of all files.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dlbench::input {
+
+// The data set cannot be used at all: a missing path, no class folders, no JPEG files.
+class DataUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ImageFile {
+  std::string path;
+  std::int32_t label = 0;
+};
+
+struct ImageFolder {
+  std::string root;
+  std::vector<std::string> classes;  // sorted; the index is the label
+  std::vector<ImageFile> files;      // class by class, each class's files in sorted path order
+  long ignored_files = 0;            // files without a .jpg or .jpeg extension (any case)
+};
+
+// Throws DataUnavailable naming the path and what is wrong.
+ImageFolder scan_image_folder(const std::string& root);
+
+// The positions in ImageFolder::files that `rank` of `world` reads in `epoch`: the epoch's
+// permutation of every file (the same on every rank: it depends on the seed and the epoch only),
+// every world-th entry from `rank`. Across the ranks each file appears exactly once per epoch.
+std::vector<std::uint32_t> epoch_shard(std::size_t files, std::uint64_t seed, std::uint64_t epoch, int rank, int world);
+
+}  // namespace dlbench::input

@@ -1,0 +1,288 @@
+#include "input/image_transform.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace dlbench::input {
+namespace {
+
+// Pillow's Resample.c: weights in fixed point with 22 fractional bits for 8-bit images.
+constexpr int kPrecisionBits = 32 - 8 - 2;
+
+double uniform(std::mt19937_64& rng, double lo, double hi) {
+  const double unit = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1), 53 bits
+  return lo + (hi - lo) * unit;
+}
+
+int uniform_int(std::mt19937_64& rng, int lo, int hi_exclusive) {
+  return lo + static_cast<int>(rng() % static_cast<std::uint64_t>(hi_exclusive - lo));
+}
+
+// Python's round(): halves to even, as torchvision's int(round(x)) rounds.
+int round_half_even(double x) { return static_cast<int>(std::nearbyint(x)); }
+
+std::uint8_t clip8(std::int32_t sum) {
+  if (sum >= (1 << kPrecisionBits << 8)) return 255;
+  if (sum <= 0) return 0;
+  return static_cast<std::uint8_t>(sum >> kPrecisionBits);
+}
+
+}  // namespace
+
+CropBox random_resized_crop(int image_height, int image_width, std::mt19937_64& rng) {
+  constexpr double kMinScale = 0.08, kMaxScale = 1.0;
+  constexpr double kMinRatio = 3.0 / 4.0, kMaxRatio = 4.0 / 3.0;
+  const double area = static_cast<double>(image_height) * image_width;
+  const double log_min = std::log(kMinRatio), log_max = std::log(kMaxRatio);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * uniform(rng, kMinScale, kMaxScale);
+    const double aspect = std::exp(uniform(rng, log_min, log_max));
+    const int w = round_half_even(std::sqrt(target_area * aspect));
+    const int h = round_half_even(std::sqrt(target_area / aspect));
+    if (w > 0 && w <= image_width && h > 0 && h <= image_height) {
+      const int top = uniform_int(rng, 0, image_height - h + 1);
+      const int left = uniform_int(rng, 0, image_width - w + 1);
+      return {top, left, h, w};
+    }
+  }
+  const double in_ratio = static_cast<double>(image_width) / image_height;
+  int w = image_width, h = image_height;
+  if (in_ratio < kMinRatio) {
+    h = round_half_even(w / kMinRatio);
+  } else if (in_ratio > kMaxRatio) {
+    w = round_half_even(h * kMaxRatio);
+  }
+  return {(image_height - h) / 2, (image_width - w) / 2, h, w};
+}
+
+void BilinearResampler::compute_taps(int in_size, double in0, double in1, int out_size, Taps& taps) {
+  const double scale = (in1 - in0) / out_size;
+  const double filter_scale = std::max(scale, 1.0);  // wider than one pixel when shrinking: antialiasing
+  const double support = 1.0 * filter_scale;         // the triangle filter's support is 1
+  taps.size = static_cast<int>(std::ceil(support)) * 2 + 1;
+  taps.first.assign(static_cast<std::size_t>(out_size), 0);
+  taps.count.assign(static_cast<std::size_t>(out_size), 0);
+  taps.weights.assign(static_cast<std::size_t>(out_size) * static_cast<std::size_t>(taps.size), 0);
+  std::vector<double> k(static_cast<std::size_t>(taps.size));
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = in0 + (xx + 0.5) * scale;
+    const double inverse = 1.0 / filter_scale;
+    int xmin = static_cast<int>(center - support + 0.5);  // truncation, as Pillow's (int) cast
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    double total = 0;
+    for (int x = 0; x < xmax; ++x) {
+      const double t = std::fabs((x + xmin - center + 0.5) * inverse);
+      const double w = t < 1.0 ? 1.0 - t : 0.0;
+      k[static_cast<std::size_t>(x)] = w;
+      total += w;
+    }
+    std::int32_t* fixed = &taps.weights[static_cast<std::size_t>(xx) * static_cast<std::size_t>(taps.size)];
+    for (int x = 0; x < xmax; ++x) {
+      double w = k[static_cast<std::size_t>(x)];
+      if (total != 0.0) w /= total;
+      fixed[x] = static_cast<std::int32_t>(w < 0 ? -0.5 + w * (1 << kPrecisionBits) : 0.5 + w * (1 << kPrecisionBits));
+    }
+    taps.first[static_cast<std::size_t>(xx)] = xmin;
+    taps.count[static_cast<std::size_t>(xx)] = xmax;
+  }
+}
+
+void BilinearResampler::resize(const std::uint8_t* region, int region_width, int region_height, std::size_t stride,
+                               double box_x0, double box_y0, double box_x1, double box_y1, int out_width,
+                               int out_height, std::uint8_t* out) {
+  // Pillow's ImagingResampleInner: a pass is skipped when it would copy.
+  const bool need_horizontal = out_width != region_width || box_x0 != 0 || box_x1 != out_width;
+  const bool need_vertical = out_height != region_height || box_y0 != 0 || box_y1 != out_height;
+  compute_taps(region_width, box_x0, box_x1, out_width, horizontal_);
+  compute_taps(region_height, box_y0, box_y1, out_height, vertical_);
+
+  const std::uint8_t* source = region;
+  std::size_t source_stride = stride;
+  int row_offset = 0;  // the first source row the vertical pass reads, as stored in `source`
+  if (need_horizontal) {
+    // Only the rows the vertical pass will read.
+    const int first_row = vertical_.first.front();
+    const int last_row = vertical_.first.back() + vertical_.count.back();
+    const int rows = need_vertical ? last_row - first_row : region_height;
+    const int row0 = need_vertical ? first_row : 0;
+    temp_.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(out_width) * 3);
+    for (int y = 0; y < rows; ++y) {
+      const std::uint8_t* in = region + static_cast<std::size_t>(y + row0) * stride;
+      std::uint8_t* row_out = temp_.data() + static_cast<std::size_t>(y) * static_cast<std::size_t>(out_width) * 3;
+      for (int xx = 0; xx < out_width; ++xx) {
+        const int xmin = horizontal_.first[static_cast<std::size_t>(xx)];
+        const int n = horizontal_.count[static_cast<std::size_t>(xx)];
+        const std::int32_t* k = &horizontal_.weights[static_cast<std::size_t>(xx) * static_cast<std::size_t>(horizontal_.size)];
+        std::int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+        const std::uint8_t* p = in + static_cast<std::size_t>(xmin) * 3;
+        for (int x = 0; x < n; ++x, p += 3) {
+          s0 += p[0] * k[x];
+          s1 += p[1] * k[x];
+          s2 += p[2] * k[x];
+        }
+        row_out[xx * 3 + 0] = clip8(s0);
+        row_out[xx * 3 + 1] = clip8(s1);
+        row_out[xx * 3 + 2] = clip8(s2);
+      }
+    }
+    source = temp_.data();
+    source_stride = static_cast<std::size_t>(out_width) * 3;
+    row_offset = row0;
+  }
+  const int width = need_horizontal ? out_width : region_width;
+  if (!need_vertical) {
+    for (int y = 0; y < out_height; ++y) {
+      std::memcpy(out + static_cast<std::size_t>(y) * static_cast<std::size_t>(width) * 3,
+                  source + static_cast<std::size_t>(y) * source_stride, static_cast<std::size_t>(width) * 3);
+    }
+    return;
+  }
+  for (int yy = 0; yy < out_height; ++yy) {
+    const int ymin = vertical_.first[static_cast<std::size_t>(yy)] - row_offset;
+    const int n = vertical_.count[static_cast<std::size_t>(yy)];
+    const std::int32_t* k = &vertical_.weights[static_cast<std::size_t>(yy) * static_cast<std::size_t>(vertical_.size)];
+    std::uint8_t* row_out = out + static_cast<std::size_t>(yy) * static_cast<std::size_t>(width) * 3;
+    for (int xx = 0; xx < width * 3; ++xx) {
+      std::int32_t s = 1 << (kPrecisionBits - 1);
+      const std::uint8_t* p = source + static_cast<std::size_t>(ymin) * source_stride + static_cast<std::size_t>(xx);
+      for (int y = 0; y < n; ++y, p += source_stride) s += *p * k[y];
+      row_out[xx] = clip8(s);
+    }
+  }
+}
+
+Normalizer::Normalizer() {
+  // torchvision: ToTensor divides by 255 in float32, Normalize subtracts the mean and divides by
+  // the standard deviation, both float32 tensors.
+  const float mean[3] = {0.485f, 0.456f, 0.406f};
+  const float std_dev[3] = {0.229f, 0.224f, 0.225f};
+  for (int c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) {
+      const volatile float unit = static_cast<float>(v) / 255.0f;  // no contraction into one FMA
+      table_[c][v] = (unit - mean[c]) / std_dev[c];
+    }
+  }
+}
+
+void Normalizer::write(const std::uint8_t* rgb, int size, bool flip, PixelLayout layout, float* out) const {
+  const std::size_t plane = static_cast<std::size_t>(size) * static_cast<std::size_t>(size);
+  for (int y = 0; y < size; ++y) {
+    const std::uint8_t* row = rgb + static_cast<std::size_t>(y) * static_cast<std::size_t>(size) * 3;
+    for (int x = 0; x < size; ++x) {
+      const std::uint8_t* px = row + static_cast<std::size_t>(flip ? size - 1 - x : x) * 3;
+      const std::size_t at = static_cast<std::size_t>(y) * static_cast<std::size_t>(size) + static_cast<std::size_t>(x);
+      if (layout == PixelLayout::nchw) {
+        out[at] = table_[0][px[0]];
+        out[plane + at] = table_[1][px[1]];
+        out[2 * plane + at] = table_[2][px[2]];
+      } else {
+        out[at * 3 + 0] = table_[0][px[0]];
+        out[at * 3 + 1] = table_[1][px[1]];
+        out[at * 3 + 2] = table_[2][px[2]];
+      }
+    }
+  }
+}
+
+JpegDecoder::JpegDecoder() : handle_(tjInitDecompress()) {
+  if (handle_ == nullptr) throw std::runtime_error(std::string("TurboJPEG: ") + tjGetErrorStr2(nullptr));
+}
+
+JpegDecoder::~JpegDecoder() { tjDestroy(handle_); }
+
+bool JpegDecoder::header(std::span<const std::uint8_t> jpeg, int& width, int& height, std::string& error) {
+  int subsampling = 0, colorspace = 0;
+  if (jpeg.empty() || tjDecompressHeader3(handle_, jpeg.data(), static_cast<unsigned long>(jpeg.size()), &width,
+                                          &height, &subsampling, &colorspace) != 0) {
+    error = jpeg.empty() ? "empty file" : tjGetErrorStr2(handle_);
+    return false;
+  }
+  if (width < 1 || height < 1) {
+    error = "no pixels";
+    return false;
+  }
+  return true;
+}
+
+bool JpegDecoder::decode(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, int& width, int& height,
+                         std::string& error) {
+  int full_width = 0, full_height = 0;
+  if (!header(jpeg, full_width, full_height, error)) return false;
+  const tjscalingfactor factor{scale_num, scale_denom};
+  width = TJSCALED(full_width, factor);
+  height = TJSCALED(full_height, factor);
+  pixels_.resize(static_cast<std::size_t>(width) * static_cast<std::size_t>(height) * 3);
+  // Accurate integer IDCT and fancy upsampling: libjpeg's defaults, which PIL decodes with.
+  if (tjDecompress2(handle_, jpeg.data(), static_cast<unsigned long>(jpeg.size()), pixels_.data(), width, 0, height,
+                    TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
+    // Warnings decode the whole image (extraneous bytes before a marker, say) and PIL accepts
+    // them too; a truncated file PIL refuses ("image file is truncated"), and so does this.
+    const std::string why = tjGetErrorStr2(handle_);
+    if (tjGetErrorCode(handle_) != TJERR_WARNING || why.find("Premature end") != std::string::npos) {
+      error = why;
+      return false;
+    }
+  }
+  return true;
+}
+
+ScaleFactor dct_scale_for(const CropBox& crop, int out_size) {
+  int count = 0;
+  const tjscalingfactor* factors = tjGetScalingFactors(&count);
+  ScaleFactor best;
+  double best_value = 1.0;
+  for (int i = 0; factors != nullptr && i < count; ++i) {
+    const double value = static_cast<double>(factors[i].num) / factors[i].denom;
+    if (value >= best_value) continue;
+    // The crop, scaled, still covers the output in both directions (so the resampler only shrinks).
+    if (crop.width * value >= out_size && crop.height * value >= out_size) {
+      best = {factors[i].num, factors[i].denom};
+      best_value = value;
+    }
+  }
+  return best;
+}
+
+bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, bool flip, int out_size, bool dct_scaling,
+                    PixelLayout layout, const Normalizer& normalizer, TransformScratch& scratch, float* out,
+                    std::string& error) {
+  int full_width = 0, full_height = 0;
+  if (!scratch.decoder.header(jpeg, full_width, full_height, error)) return false;
+  if (crop.top < 0 || crop.left < 0 || crop.height < 1 || crop.width < 1 || crop.top + crop.height > full_height ||
+      crop.left + crop.width > full_width) {
+    error = "crop outside the image";
+    return false;
+  }
+  const ScaleFactor scale = dct_scaling ? dct_scale_for(crop, out_size) : ScaleFactor{};
+  int width = 0, height = 0;
+  if (!scratch.decoder.decode(jpeg, scale.num, scale.denom, width, height, error)) return false;
+  scratch.resized.resize(static_cast<std::size_t>(out_size) * static_cast<std::size_t>(out_size) * 3);
+  const std::size_t stride = static_cast<std::size_t>(width) * 3;
+  if (scale.num == scale.denom) {
+    // torchvision: img.crop(box).resize(size): the crop is the whole region.
+    const std::uint8_t* region = scratch.decoder.pixels() + static_cast<std::size_t>(crop.top) * stride +
+                                 static_cast<std::size_t>(crop.left) * 3;
+    scratch.resampler.resize(region, crop.width, crop.height, stride, 0, 0, crop.width, crop.height, out_size, out_size,
+                             scratch.resized.data());
+  } else {
+    // The same crop in the smaller decode: a fractional box inside the whole pixels that hold it.
+    const double fx = static_cast<double>(width) / full_width, fy = static_cast<double>(height) / full_height;
+    const double x0 = crop.left * fx, x1 = (crop.left + crop.width) * fx;
+    const double y0 = crop.top * fy, y1 = (crop.top + crop.height) * fy;
+    const int rx0 = static_cast<int>(std::floor(x0)), ry0 = static_cast<int>(std::floor(y0));
+    const int rx1 = std::min(width, static_cast<int>(std::ceil(x1))), ry1 = std::min(height, static_cast<int>(std::ceil(y1)));
+    const std::uint8_t* region = scratch.decoder.pixels() + static_cast<std::size_t>(ry0) * stride +
+                                 static_cast<std::size_t>(rx0) * 3;
+    scratch.resampler.resize(region, rx1 - rx0, ry1 - ry0, stride, x0 - rx0, y0 - ry0, x1 - rx0, y1 - ry0, out_size,
+                             out_size, scratch.resized.data());
+  }
+  normalizer.write(scratch.resized.data(), out_size, flip, layout, out);
+  return true;
+}
+
+}  // namespace dlbench::input

@@ -1,0 +1,105 @@
+// The standard ImageNet training augmentation, as torchvision defines it on PIL images:
+// RandomResizedCrop(size, scale=(0.08, 1), ratio=(3/4, 4/3), bilinear) → RandomHorizontalFlip →
+// ToTensor → Normalize(ImageNet mean, std). The resampling is PIL's (a separable, antialiasing
+// triangle filter in 8-bit fixed point), so that a crop from dlbench equals torchvision's.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <turbojpeg.h>
+
+namespace dlbench::input {
+
+// torchvision's (top, left, height, width) of the crop, in the decoded image's pixels.
+struct CropBox {
+  int top = 0;
+  int left = 0;
+  int height = 0;
+  int width = 0;
+};
+
+// RandomResizedCrop.get_params: ten tries at a random area (8 % to 100 %) and aspect ratio
+// (3/4 to 4/3, log-uniform), else the largest centred crop within the ratio.
+CropBox random_resized_crop(int image_height, int image_width, std::mt19937_64& rng);
+
+// Where one sample's pixels go: planar (C, H, W) or interleaved (H, W, C) floats.
+enum class PixelLayout { nchw, nhwc };
+
+// PIL's Image.resize(out, BILINEAR, box) of the region [x0, x0 + w) × [y0, y0 + h) of an RGB8
+// image (rows of `stride` bytes), the box given relative to that region: pixels outside the
+// region are never read, as PIL never reads outside a cropped image.
+class BilinearResampler {
+ public:
+  void resize(const std::uint8_t* region, int region_width, int region_height, std::size_t stride, double box_x0,
+              double box_y0, double box_x1, double box_y1, int out_width, int out_height, std::uint8_t* out);
+
+ private:
+  struct Taps {
+    int size = 0;
+    std::vector<int> first, count;  // per output pixel
+    std::vector<std::int32_t> weights;  // per output pixel, `size` of them, fixed point
+  };
+  static void compute_taps(int in_size, double in0, double in1, int out_size, Taps& taps);
+  Taps horizontal_, vertical_;
+  std::vector<std::uint8_t> temp_;
+};
+
+// (pixel / 255 - mean) / std per channel, in float32 exactly as torchvision computes it, read from a table.
+class Normalizer {
+ public:
+  Normalizer();
+  // An RGB8 size × size image into `out` (one sample), mirrored left to right when `flip`.
+  void write(const std::uint8_t* rgb, int size, bool flip, PixelLayout layout, float* out) const;
+
+ private:
+  float table_[3][256];
+};
+
+// One thread's JPEG decoder (TurboJPEG: libjpeg-turbo's accurate IDCT and fancy upsampling, the
+// same as PIL's defaults) with its buffers, reused from image to image.
+class JpegDecoder {
+ public:
+  JpegDecoder();
+  ~JpegDecoder();
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  // The image's size from its header; false (and why) when it is not a JPEG this can decode.
+  bool header(std::span<const std::uint8_t> jpeg, int& width, int& height, std::string& error);
+  // Decodes to RGB8 at scale_num / scale_denom of the full size (a DCT-domain scaling factor
+  // TurboJPEG offers); the pixels stay valid until the next call.
+  bool decode(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, int& width, int& height,
+              std::string& error);
+  const std::uint8_t* pixels() const { return pixels_.data(); }
+
+ private:
+  tjhandle handle_;
+  std::vector<std::uint8_t> pixels_;
+};
+
+// The DCT scaling factor (num, denom) ≤ 1 that makes the decode smallest while the crop still
+// covers at least out × out pixels: downscaling in the IDCT is nearly free, so the resampler
+// has less to do. {1, 1} when no smaller factor qualifies.
+struct ScaleFactor {
+  int num = 1;
+  int denom = 1;
+};
+ScaleFactor dct_scale_for(const CropBox& crop, int out_size);
+
+struct TransformScratch {
+  JpegDecoder decoder;
+  BilinearResampler resampler;
+  std::vector<std::uint8_t> resized;
+};
+
+// The whole sample: decode, crop (`crop` in full-size pixels), resize to out × out, flip,
+// normalise into `out`. dct_scaling off decodes at full size: bit-for-bit torchvision's path.
+bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, bool flip, int out_size,
+                    bool dct_scaling, PixelLayout layout, const Normalizer& normalizer, TransformScratch& scratch,
+                    float* out, std::string& error);
+
+}  // namespace dlbench::input

@@ -1,0 +1,104 @@
+// The worker's real-data input: decoding threads fill a ring of prefetch batches while the
+// training step runs; the step takes the next batch, waiting only when the pipeline is behind.
+// What each image becomes depends on (seed, rank, its position in the rank's stream) only, so a
+// batch is the same whatever the thread count or scheduling.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "input/image_folder.hpp"
+#include "input/image_transform.hpp"
+
+namespace dlbench::input {
+
+struct InputPipelineConfig {
+  int batch_size = 32;
+  int image_size = 224;
+  int threads = 4;
+  int prefetch_batches = 2;
+  std::uint64_t seed = 42;
+  int rank = 0;
+  int world = 1;
+  PixelLayout layout = PixelLayout::nchw;
+  bool dct_scaling = true;
+};
+
+struct Batch {
+  const float* pixels = nullptr;         // batch × 3 × size × size floats in the configured layout
+  const std::int32_t* labels = nullptr;  // batch class indices
+};
+
+// A file that could not be read or decoded; its slot took the next file of the shard instead.
+struct SkippedFile {
+  std::string path;
+  std::string why;
+};
+
+class InputPipeline {
+ public:
+  // The folder must outlive the pipeline. Starts the threads at once: prefetching begins now.
+  InputPipeline(const ImageFolder& folder, InputPipelineConfig config);
+  ~InputPipeline();
+  InputPipeline(const InputPipeline&) = delete;
+  InputPipeline& operator=(const InputPipeline&) = delete;
+
+  // Waits for the next batch and hands it out; the previous batch goes back to the threads. The
+  // batch stays valid until the next call. Rethrows what stopped the pipeline (every file of the
+  // shard unreadable, say).
+  Batch next();
+
+  std::size_t shard_size() const { return shard_size_; }
+  long images_done() const { return images_done_.load(); }
+  // Distinct files skipped so far and the first few of them.
+  long skipped_count() const;
+  std::vector<SkippedFile> skipped_examples() const;
+
+  static constexpr std::size_t kSkippedExamples = 5;
+
+ private:
+  void run_thread();
+  void produce(std::int64_t image, TransformScratch& scratch, std::vector<std::uint8_t>& bytes);
+  std::shared_ptr<const std::vector<std::uint32_t>> shard_of_epoch(std::uint64_t epoch);
+  void skip(std::uint32_t file, const std::string& why);
+  bool known_bad(std::uint32_t file) const;
+
+  const ImageFolder& folder_;
+  const InputPipelineConfig config_;
+  const std::size_t sample_floats_;
+  const int slots_;
+  std::size_t shard_size_ = 0;
+  Normalizer normalizer_;
+  std::vector<std::vector<float>> pixels_;         // per slot
+  std::vector<std::vector<std::int32_t>> labels_;  // per slot
+
+  std::mutex mutex_;
+  std::condition_variable producers_;  // an image to claim, or stop
+  std::condition_variable consumer_;   // a batch complete, or an error
+  std::int64_t next_image_ = 0;        // the rank's stream position the next thread claims
+  std::int64_t handed_out_ = 0;        // batches given to next(); the one before the last is free again
+  std::vector<int> filled_;            // images finished per slot
+  bool stop_ = false;
+  std::exception_ptr error_;
+
+  std::mutex epoch_mutex_;
+  std::deque<std::pair<std::uint64_t, std::shared_ptr<const std::vector<std::uint32_t>>>> epochs_;  // the latest few
+
+  mutable std::mutex skipped_mutex_;
+  std::set<std::uint32_t> bad_files_;
+  std::vector<SkippedFile> skipped_examples_;
+
+  std::atomic<long> images_done_{0};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace dlbench::input
