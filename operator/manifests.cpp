@@ -117,6 +117,26 @@ json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attemp
             {"ports", json::array({{{"name", "ssh"}, {"port", 22}, {"targetPort", 22}}})}}}};
 }
 
+namespace {
+
+// imagefolder with a volume: the volume, read-only, at data.path in the worker container (the
+// same path on every node, where the worker or the wrapped script reads it).
+void mount_data_volume(json& pod_spec, json& container, const BenchmarkRun& run) {
+  const DataSpec& data = run.spec.data;
+  if (data.source != DataSource::imagefolder || !data.volume) return;
+  const DataVolume& v = *data.volume;
+  json volume{{"name", "data"}};
+  if (!v.claim_name.empty()) volume["persistentVolumeClaim"] = {{"claimName", v.claim_name}, {"readOnly", true}};
+  if (!v.host_path.empty()) volume["hostPath"] = {{"path", v.host_path}, {"type", "Directory"}};
+  if (!v.nfs_server.empty()) volume["nfs"] = {{"server", v.nfs_server}, {"path", v.nfs_path}, {"readOnly", true}};
+  json mount{{"name", "data"}, {"mountPath", data.path}, {"readOnly", true}};
+  if (!v.sub_path.empty()) mount["subPath"] = v.sub_path;
+  pod_spec["volumes"].push_back(volume);
+  container["volumeMounts"].push_back(mount);
+}
+
+}  // namespace
+
 // engine: command — the user's image runs dlbench-exec -- COMMAND on every node, PyTorchJob
 // style: no sshd, no mpirun, no launcher. An init container from dlbench's image copies the
 // static dlbench-exec (and the examples) into an emptyDir at kExecMount; node 0's dlbench-exec
@@ -168,6 +188,7 @@ json build_command_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int at
                 {"containers", json::array({container})},
                 {"volumes", json::array({{{"name", "dlbench"}, {"emptyDir", json::object()}},
                                          {{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}}}}})}};
+  mount_data_volume(pod_spec, pod_spec["containers"][0], run);
   apply_scheduling(pod_spec, run);
   json meta = metadata(run, c, attempt, n.worker(index), "worker");
   if (index == 0) meta["annotations"] = {{"prometheus.io/port", std::to_string(config.metrics_port)}};
@@ -207,6 +228,7 @@ json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, i
                 {"volumes", json::array({{{"name", "ssh"}, {"secret", {{"secretName", n.secret}, {"defaultMode", 0400}}}},
                                          // NCCL's shared-memory transport wants more than the default 64 MiB.
                                          {{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}}}}})}};
+  mount_data_volume(pod_spec, pod_spec["containers"][0], run);
   apply_scheduling(pod_spec, run);
   json meta = metadata(run, c, attempt, n.worker(index), "worker");
   meta["annotations"] = {{"prometheus.io/port", std::to_string(config.metrics_port)}};

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,7 @@
 #include "cuda/nccl_communicator.hpp"
 #endif
 #include "gradient_buckets.hpp"
+#include "input/input_pipeline.hpp"
 #include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/device_peaks.hpp"
 #include "dlbench/core/names.hpp"
@@ -47,7 +49,7 @@ using namespace dlbench::worker;
 constexpr int kExitUsage = 2;
 constexpr int kExitFailed = 1;
 
-constexpr const char* kUsage = R"(dlbench-worker — train a model on synthetic data and measure it
+constexpr const char* kUsage = R"(dlbench-worker — train a model on synthetic or real data and measure it
 
 Usage: dlbench-worker [options]
   --model NAME            resnet50 | resnet152 | vgg16 | alexnet        (default resnet50)
@@ -68,7 +70,11 @@ Usage: dlbench-worker [options]
   --communicator C        auto | none | mpi | nccl (cuda); auto = under
                           mpirun, nccl on cuda and mpi on cpu            (default auto)
   --bucket-mb N           gradient bucket size in MiB, >= 1              (default 25)
-  --seed N                weights and synthetic data                     (default 42)
+  --seed N                weights, synthetic data, shuffling and augmentation (default 42)
+  --data S                synthetic | imagefolder                        (default synthetic)
+  --data-path DIR         imagefolder: DIR/<class>/<image>.jpg, the same on every node
+  --decode-threads N      imagefolder: JPEG decoding threads per rank, 1 to 256 (default 4)
+  --prefetch-batches N    imagefolder: batches prepared ahead per rank, 1 to 64 (default 2)
   --run NAME              BenchmarkRun name to record in the result
   --metrics-port N        serve Prometheus /metrics on N + local rank while running;
                           0 picks a free port (printed); default: off
@@ -79,6 +85,10 @@ Usage: dlbench-worker [options]
   --list-models           print the models and exit
   --list-devices          print "cpu <threads>" and, when built with CUDA, "cuda <GPUs>"
   --help                  print this and exit
+With imagefolder each step takes the next batch of the rank's shard (a per-epoch shuffle of
+the files; RandomResizedCrop, flip and normalisation as torchvision's); the result adds how
+long steps waited for input, the pipeline's own images/s per rank and an input-bound or
+compute-bound verdict. Unreadable JPEG files are skipped and counted.
 Under mpirun every rank trains on its own synthetic batch with the same initial weights
 (broadcast from rank 0); gradients are averaged in buckets while backward runs; the
 global batch is batch size × ranks; throughput uses the slowest rank's time; rank 0 reports.
@@ -118,6 +128,10 @@ struct Options {
   std::string output;
   long metrics_port = -1;  // off
   bool cuda_graph = false;
+  std::string data = "synthetic";
+  std::string data_path;
+  long decode_threads = defaults::kDecodeThreads;
+  long prefetch_batches = defaults::kPrefetchBatches;
 };
 
 struct UsageError {
@@ -248,11 +262,25 @@ std::optional<Options> parse(int argc, char** argv) {
       o.metrics_port = parse_bounded(flag, value, 0, 65535);
     } else if (flag == "--output") {
       o.output = value;
+    } else if (flag == "--data") {
+      o.data = choice(flag, value, {"synthetic", "imagefolder"});
+    } else if (flag == "--data-path") {
+      o.data_path = value;
+    } else if (flag == "--decode-threads") {
+      o.decode_threads = parse_bounded(flag, value, bounds::kDecodeThreads);
+    } else if (flag == "--prefetch-batches") {
+      o.prefetch_batches = parse_bounded(flag, value, bounds::kPrefetchBatches);
     } else if (flag == "--cuda-graph") {
       o.cuda_graph = choice(flag, value, {"on", "off"}) == "on";
     } else {
       throw UsageError{"unknown option " + printable(flag) + " (see --help)"};
     }
+  }
+  if (o.data == "imagefolder" && o.data_path.empty()) {
+    throw UsageError{"--data imagefolder needs --data-path DIR (DIR/<class>/<image>.jpg)"};
+  }
+  if (o.data != "imagefolder" && !o.data_path.empty()) {
+    throw UsageError{"--data-path: only with --data imagefolder (--data is " + o.data + ")"};
   }
   if (o.cuda_graph && o.backend != "cuda") {
     throw UsageError{"--cuda-graph: on needs --backend cuda; allowed here: off"};
@@ -350,6 +378,14 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
         << " GFLOP/s of training arithmetic";
     if (doc.mfu) out << ", MFU " << std::setprecision(1) << 100.0 * *doc.mfu << "%";
     out << "\n";
+    if (const auto& in = doc.input) {
+      out << "  input: waited " << std::setprecision(1) << 100.0 * in->wait_share << "% of the measured time ("
+          << std::setprecision(3) << in->wait_seconds << " s); the pipeline alone " << std::setprecision(1)
+          << in->pipeline_throughput << " images/s per rank with " << in->decode_threads << " threads: "
+          << to_string(in->verdict);
+      if (in->skipped_files > 0) out << "; " << in->skipped_files << " unreadable files skipped";
+      out << "\n";
+    }
   } else {
     out << "  FAILED: " << doc.reason << ": " << doc.message << "\n";
   }
@@ -410,6 +446,37 @@ std::optional<std::string> unsupported_precision(const Options& o) {
                        "does not have yet. Allowed on the cuda backend: fp32, tf32";
 }
 
+// The real-data side of a case: the pipeline and what the steps waited for it.
+struct RealData {
+  input::ImageFolder folder;
+  std::unique_ptr<input::InputPipeline> pipeline;
+  double last_wait = 0;             // the step that just ran
+  std::vector<double> measured_waits;
+  double measured_seconds = 0;      // this rank's own measured time
+  double pipeline_throughput = 0;   // images/s, training idle
+};
+
+// The pipeline alone: the batches prefetched while the model was set up are drained, then
+// batches are timed until a second has passed (at least two, at most fifty).
+double measure_pipeline_alone(input::InputPipeline& pipeline, int prefetch_batches, long batch_size) {
+  using clock = std::chrono::steady_clock;
+  for (int i = 0; i <= prefetch_batches; ++i) pipeline.next();
+  const auto start = clock::now();
+  long batches = 0;
+  double seconds = 0;
+  do {
+    pipeline.next();
+    ++batches;
+    seconds = std::chrono::duration<double>(clock::now() - start).count();
+  } while (batches < 50 && (batches < 2 || seconds < 1.0));
+  return static_cast<double>(batches * batch_size) / seconds;
+}
+
+class DataUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Unsupported : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -461,6 +528,32 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     if (const auto why = unsupported_precision(o)) throw Unsupported(*why);
     if (backend == nullptr) throw BackendUnavailable(backend_error);
     Backend& device = *backend;
+    // Every rank must agree that the data can be used before any of them enters a collective:
+    // a node without the path must not leave the others waiting in an allreduce.
+    const auto agree_on_data = [&](std::string error) {
+      if (comm.size() > 1) {
+        double failed = error.empty() ? 0.0 : 1.0;
+        comm.max(&failed, 1);
+        if (failed > 0 && error.empty()) error = "another rank cannot use data.path " + o.data_path + " (see its log)";
+      }
+      if (!error.empty()) throw DataUnavailable(error);
+    };
+    std::unique_ptr<RealData> real;
+    if (o.data == "imagefolder") {
+      real = std::make_unique<RealData>();
+      std::string error;
+      try {
+        real->folder = input::scan_image_folder(o.data_path);
+        constexpr std::size_t kModelClasses = 1000;
+        if (real->folder.classes.size() > kModelClasses) {
+          error = "data.path " + o.data_path + " has " + std::to_string(real->folder.classes.size()) +
+                  " class folders; the models have " + std::to_string(kModelClasses) + " outputs";
+        }
+      } catch (const input::DataUnavailable& e) {
+        error = e.what();
+      }
+      agree_on_data(error);
+    }
     Trainer trainer(device, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), 1000,
                     {static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
                      static_cast<float>(o.weight_decay)},
@@ -483,6 +576,44 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     float last_loss = 0;
     Workload workload{[&] { trainer.step(); }, [&] { device.synchronize(); }, {}, {}};
     if (live) workload.on_step = [&](int repeat, bool measured, double s) { live->on_step(repeat, measured, s); };
+    if (real) {
+      input::InputPipelineConfig config;
+      config.batch_size = static_cast<int>(o.batch_size);
+      config.image_size = static_cast<int>(o.image_size);
+      config.threads = static_cast<int>(o.decode_threads);
+      config.prefetch_batches = static_cast<int>(o.prefetch_batches);
+      config.seed = o.seed;
+      config.rank = comm.rank();
+      config.world = comm.size();
+      config.layout = trainer.input().layout == Layout::nhwc ? input::PixelLayout::nhwc : input::PixelLayout::nchw;
+      std::string error;
+      try {
+        real->pipeline = std::make_unique<input::InputPipeline>(real->folder, config);
+        real->pipeline_throughput = measure_pipeline_alone(*real->pipeline, config.prefetch_batches, o.batch_size);
+      } catch (const input::DataUnavailable& e) {
+        error = e.what();
+      }
+      agree_on_data(error);
+      if (live) live->set_input_pipeline_throughput(real->pipeline_throughput);
+      // The wait for the next batch is part of the step: the methodology times it with the rest.
+      workload.step = [&] {
+        const auto begin = std::chrono::steady_clock::now();
+        const input::Batch batch = real->pipeline->next();
+        real->last_wait = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+        trainer.load_batch(batch.pixels, batch.labels);
+        trainer.step();
+      };
+      workload.on_step = [&](int repeat, bool measured, double s) {
+        if (measured) {
+          real->measured_waits.push_back(real->last_wait);
+          real->measured_seconds += s;
+        }
+        if (live) {
+          live->on_input_wait(real->last_wait);
+          live->on_step(repeat, measured, s);
+        }
+      };
+    }
     if (comm.size() > 1) {
       workload.slowest_rank = [&](std::vector<double>& seconds) {
         comm.max(seconds.data(), static_cast<std::int64_t>(seconds.size()));
@@ -506,6 +637,28 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     }
     doc.throughput = Throughput{"samples/s", summarize(throughputs), throughputs};
     doc.step_time_seconds = summarize(all_steps);
+    if (real) {
+      InputReport report;
+      double total_wait = 0;
+      for (const double w : real->measured_waits) total_wait += w;
+      // The rank that waited longest and the slowest pipeline speak for the job.
+      std::vector<double> worst{total_wait, real->measured_seconds > 0 ? total_wait / real->measured_seconds : 0.0,
+                                -real->pipeline_throughput, static_cast<double>(real->pipeline->skipped_count())};
+      if (comm.size() > 1) comm.max(worst.data(), static_cast<std::int64_t>(worst.size()));
+      report.wait_seconds = worst[0];
+      report.wait_share = std::clamp(worst[1], 0.0, 1.0);
+      report.wait_seconds_per_step = summarize(real->measured_waits);
+      report.pipeline_throughput = -worst[2];
+      report.verdict = input_verdict(report.wait_share);
+      report.decode_threads = static_cast<int>(o.decode_threads);
+      report.files = static_cast<long>(real->folder.files.size());
+      report.skipped_files = static_cast<long>(worst[3]);
+      for (const auto& skipped : real->pipeline->skipped_examples()) {
+        report.skipped_examples.push_back(printable(skipped.path + ": " + skipped.why, 300));
+      }
+      doc.input = report;
+      if (live) live->set_input_verdict(report.wait_share, report.verdict == InputVerdict::input_bound);
+    }
     doc.state = CaseState::Succeeded;
     if (const auto peak = peak_flops_per_second(doc.environment.gpu_model, doc.case_.precision)) {
       doc.peak_flops_per_device = *peak;
@@ -517,6 +670,10 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     doc.state = CaseState::Failed;
     doc.reason = kReasonUnsupported;
     doc.message = "--precision " + o.precision + " on --backend " + o.backend + ": " + e.what();
+  } catch (const DataUnavailable& e) {
+    doc.state = CaseState::Failed;
+    doc.reason = "DataUnavailable";
+    doc.message = e.what();
   } catch (const BackendUnavailable& e) {
     doc.state = CaseState::Failed;
     doc.reason = "BackendUnavailable";

@@ -59,6 +59,11 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Sh
   backend_.copy_from_host(labels_storage_.data, labels.data(), labels.size() * sizeof(std::int32_t));
 }
 
+void Trainer::load_batch(const float* pixels, const std::int32_t* labels) {
+  backend_.copy_from_host(input_.data, pixels, input_.bytes());
+  backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(input_.shape.n()) * sizeof(std::int32_t));
+}
+
 float Trainer::loss() {
   const Tensor& logits = network_->forward(input_, context_);
   return loss_.forward_backward(logits, reinterpret_cast<const std::int32_t*>(labels_storage_.data), backend_);

@@ -31,6 +31,10 @@ class Trainer {
   Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
           SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0);
 
+  // Replaces the batch with real data: pixels in input().layout (batch × 3 × image × image
+  // floats) and one class index per sample, copied to the device before the next step.
+  void load_batch(const float* pixels, const std::int32_t* labels);
+
   // One step; returns the batch's mean loss (NaN when the step is a graph replay: last_loss()
   // reads it then).
   float step();

@@ -1,5 +1,6 @@
 #include "worker_metrics.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace dlbench::worker {
@@ -66,6 +67,44 @@ void WorkerMetrics::on_repeat(double throughput, double loss) {
 void WorkerMetrics::set_memory(double activation_bytes, double parameter_bytes) {
   activation_bytes_->set(activation_bytes);
   parameter_bytes_->set(parameter_bytes);
+}
+
+// Registered on first use: only imagefolder cases have input series.
+void WorkerMetrics::set_input_pipeline_throughput(double images_per_second) {
+  if (input_pipeline_throughput_ == nullptr) {
+    input_pipeline_throughput_ = &registry_
+                                      .gauge("dlbench_worker_input_pipeline_images_per_second",
+                                             "Images per second this rank's input pipeline decodes and augments on its own "
+                                             "(training idle), measured before the warm-up.")
+                                      .add(labels_);
+  }
+  input_pipeline_throughput_->set(images_per_second);
+}
+
+void WorkerMetrics::on_input_wait(double seconds) {
+  if (input_wait_seconds_ == nullptr) {
+    input_wait_seconds_ = &registry_
+                               .counter("dlbench_worker_input_wait_seconds_total",
+                                        "Time training steps spent waiting for the next input batch (warm-up included).")
+                               .add(labels_);
+  }
+  input_wait_seconds_->increment(std::max(seconds, 0.0));
+}
+
+void WorkerMetrics::set_input_verdict(double wait_share, bool input_bound) {
+  if (input_wait_share_ == nullptr) {
+    input_wait_share_ = &registry_
+                             .gauge("dlbench_worker_input_wait_share",
+                                    "Share of the measured time the steps waited for input, 0 to 1 (set when the case ends).")
+                             .add(labels_);
+    input_bound_ = &registry_
+                        .gauge("dlbench_worker_input_bound",
+                               "1 when the case was input-bound (waited for input more than 10 % of the measured time), "
+                               "else 0.")
+                        .add(labels_);
+  }
+  input_wait_share_->set(wait_share);
+  input_bound_->set(input_bound ? 1.0 : 0.0);
 }
 
 void WorkerMetrics::finished(bool succeeded) { set_phase(succeeded ? "done" : "failed"); }

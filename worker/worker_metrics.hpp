@@ -24,6 +24,10 @@ class WorkerMetrics {
   void on_step(int repeat, bool measured, double seconds);
   void on_repeat(double throughput, double loss);
   void set_memory(double activation_bytes, double parameter_bytes);
+  // imagefolder: the pipeline's own images/s, each step's wait for input, the case's verdict.
+  void set_input_pipeline_throughput(double images_per_second);
+  void on_input_wait(double seconds);
+  void set_input_verdict(double wait_share, bool input_bound);
   void finished(bool succeeded);
 
  private:
@@ -44,6 +48,10 @@ class WorkerMetrics {
   metrics::Family<metrics::Gauge>* phase_;
   metrics::Gauge* activation_bytes_;
   metrics::Gauge* parameter_bytes_;
+  metrics::Gauge* input_pipeline_throughput_ = nullptr;
+  metrics::Counter* input_wait_seconds_ = nullptr;
+  metrics::Gauge* input_wait_share_ = nullptr;
+  metrics::Gauge* input_bound_ = nullptr;
   std::unique_ptr<metrics::MetricsServer> server_;
 };
 

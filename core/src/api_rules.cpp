@@ -76,6 +76,8 @@ std::vector<FieldRule> build_rules() {
   r.push_back(object_default("spec.data"));
   r.push_back(enum_rule<DataSource>("spec.data.source", json(to_string(DataSource::synthetic))));
   r.push_back(integer_rule("spec.data.imageSize", bounds::kImageSize, json(defaults::kImageSize)));
+  r.push_back(integer_rule("spec.data.decodeThreads", bounds::kDecodeThreads, json(defaults::kDecodeThreads)));
+  r.push_back(integer_rule("spec.data.prefetchBatches", bounds::kPrefetchBatches, json(defaults::kPrefetchBatches)));
 
   r.push_back(list_rule("spec.matrix.nodes", bounds::kMaxMatrixValues, json::array({1})));
   r.push_back(integer_rule("spec.matrix.nodes[]", bounds::kNodes));
@@ -128,6 +130,8 @@ std::vector<FieldRule> build_rules() {
   r.push_back(enum_rule<ConditionStatus>("status.conditions[].status"));
   r.push_back(enum_rule<CaseState>("status.results[].state"));
   r.push_back(enum_rule<Precision>("status.results[].case.precision"));
+  r.push_back(enum_rule<DataSource>("status.results[].input.source"));
+  r.push_back(enum_rule<InputVerdict>("status.results[].input.verdict"));
   return r;
 }
 

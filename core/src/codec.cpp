@@ -89,11 +89,82 @@ std::vector<CaseSpec> decode_cases(Decoder& d, const json& value, const std::str
   return out;
 }
 
+std::optional<DataVolume> decode_data_volume(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"persistentVolumeClaim", "hostPath", "nfs", "subPath"});
+  const std::size_t errors_before = d.errors.size();
+  DataVolume v;
+  int sources = 0;
+  const auto absolute = [](const std::string& t) { return t.size() <= bounds::kMaxDataPathLength && t.starts_with('/'); };
+  const std::string absolute_what = "an absolute path (starting with '/') of at most 4096 characters";
+  if (const json* pvc = Decoder::find(obj, "persistentVolumeClaim")) {
+    ++sources;
+    const std::string p = child(path, "persistentVolumeClaim");
+    if (d.expect_object(*pvc, p)) {
+      d.reject_unknown(*pvc, p, {"claimName"});
+      if (d.require(*pvc, p, "claimName", "the PersistentVolumeClaim's name, in the BenchmarkRun's namespace")) {
+        d.read_name(*pvc, p, "claimName", [](const std::string& t) { return is_dns1123_subdomain(t); },
+                    "a PersistentVolumeClaim name (a DNS-1123 subdomain)", v.claim_name);
+      }
+    }
+  }
+  if (const json* host = Decoder::find(obj, "hostPath")) {
+    ++sources;
+    const std::string p = child(path, "hostPath");
+    if (d.expect_object(*host, p)) {
+      d.reject_unknown(*host, p, {"path"});
+      if (d.require(*host, p, "path", "the directory on every node")) d.read_name(*host, p, "path", absolute, absolute_what, v.host_path);
+    }
+  }
+  if (const json* nfs = Decoder::find(obj, "nfs")) {
+    ++sources;
+    const std::string p = child(path, "nfs");
+    if (d.expect_object(*nfs, p)) {
+      d.reject_unknown(*nfs, p, {"server", "path"});
+      if (d.require(*nfs, p, "server", "the NFS server's host name or IP address")) {
+        d.read_name(*nfs, p, "server", [](const std::string& t) { return !t.empty() && t.size() <= 253; },
+                    "a host name or IP address of 1 to 253 characters", v.nfs_server);
+      }
+      if (d.require(*nfs, p, "path", "the exported directory")) d.read_name(*nfs, p, "path", absolute, absolute_what, v.nfs_path);
+    }
+  }
+  if (sources != 1) {
+    d.fail(path, "set exactly one volume source: persistentVolumeClaim, hostPath or nfs (" + std::to_string(sources) +
+                     " given)");
+  }
+  d.read_name(obj, path, "subPath",
+              [](const std::string& t) {
+                return !t.empty() && t.size() <= bounds::kMaxDataPathLength && !t.starts_with('/') && has_no_backsteps(t);
+              },
+              "a relative path inside the volume without '..' segments", v.sub_path);
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return v;
+}
+
 void decode_data(Decoder& d, const json& obj, const std::string& path, DataSpec& out) {
   if (!d.expect_object(obj, path)) return;
-  d.reject_unknown(obj, path, {"source", "imageSize"});
+  d.reject_unknown(obj, path, {"source", "imageSize", "path", "volume", "decodeThreads", "prefetchBatches"});
   d.read_enum(obj, path, "source", out.source);
   d.read_int(obj, path, "imageSize", bounds::kImageSize, out.image_size);
+  d.read_int(obj, path, "decodeThreads", bounds::kDecodeThreads, out.decode_threads);
+  d.read_int(obj, path, "prefetchBatches", bounds::kPrefetchBatches, out.prefetch_batches);
+  const json* data_path = Decoder::find(obj, "path");
+  const json* volume = Decoder::find(obj, "volume");
+  if (out.source == DataSource::imagefolder) {
+    if (d.require(obj, path, "path",
+                  "the directory of class folders of JPEG files, the same absolute path on every node")) {
+      d.read_name(obj, path, "path",
+                  [](const std::string& t) { return t.size() <= bounds::kMaxDataPathLength && is_data_mount_path(t); },
+                  "an absolute directory path of at most 4096 characters, not '/', without '..' segments and "
+                  "outside /dlbench",
+                  out.path);
+    }
+    if (volume != nullptr) out.volume = decode_data_volume(d, *volume, child(path, "volume"));
+  } else {
+    const std::string source(to_string(out.source));
+    if (data_path != nullptr) d.fail(child(path, "path"), "only allowed when source is imagefolder (source is " + source + ")");
+    if (volume != nullptr) d.fail(child(path, "volume"), "only allowed when source is imagefolder (source is " + source + ")");
+  }
 }
 
 void decode_methodology(Decoder& d, const json& obj, const std::string& path, Methodology& out) {
@@ -330,8 +401,8 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path) {
   if (!d.expect_object(obj, path)) return std::nullopt;
-  d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "speedup", "scalingEfficiency",
-                               "reason", "message", "attempts", "startTime", "completionTime"});
+  d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "speedup",
+                               "scalingEfficiency", "reason", "message", "attempts", "startTime", "completionTime"});
   const std::size_t errors_before = d.errors.size();
   CaseResult r;
   if (const json* c = d.require(obj, path, "case", "{nodes, gpusPerNode, batchSizePerDevice, precision}")) {
@@ -342,6 +413,7 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
   if (const json* s = Decoder::find(obj, "stepTimeSeconds")) {
     r.step_time_seconds = decode_summary(d, *s, child(path, "stepTimeSeconds"), {});
   }
+  if (const json* i = Decoder::find(obj, "input")) r.input = decode_input_report(d, *i, child(path, "input"));
   if (const json* v = Decoder::find(obj, "speedup")) r.speedup = d.measurement(*v, child(path, "speedup"));
   if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
     r.scaling_efficiency = d.measurement(*v, child(path, "scalingEfficiency"));
@@ -542,6 +614,62 @@ json detail::throughput_to_json(const Throughput& throughput) {
   return t;
 }
 
+InputVerdict input_verdict(double wait_share) {
+  return wait_share > kInputBoundWaitShare ? InputVerdict::input_bound : InputVerdict::compute_bound;
+}
+
+std::optional<InputReport> detail::decode_input_report(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"source", "waitSeconds", "waitShare", "waitSecondsPerStep", "pipelineThroughput",
+                               "verdict", "decodeThreads", "files", "skippedFiles", "skippedExamples"});
+  const std::size_t errors_before = d.errors.size();
+  InputReport r;
+  d.read_enum(obj, path, "source", r.source);
+  const auto read = [&](std::string_view key, double& out) {
+    if (const json* v = d.require(obj, path, key, "a non-negative number")) {
+      if (auto number = d.measurement(*v, child(path, key))) out = *number;
+    }
+  };
+  read("waitSeconds", r.wait_seconds);
+  read("waitShare", r.wait_share);
+  read("pipelineThroughput", r.pipeline_throughput);
+  if (r.wait_share > 1.0) d.fail(child(path, "waitShare"), format_number(r.wait_share) + " is out of range; allowed: 0 to 1");
+  if (const json* s = Decoder::find(obj, "waitSecondsPerStep")) {
+    r.wait_seconds_per_step = decode_summary(d, *s, child(path, "waitSecondsPerStep"), {});
+  }
+  if (d.require(obj, path, "verdict", "one of " + allowed_values<InputVerdict>())) d.read_enum(obj, path, "verdict", r.verdict);
+  d.read_int(obj, path, "decodeThreads", {0, bounds::kDecodeThreads.max}, r.decode_threads);
+  std::int64_t files = 0, skipped = 0;
+  d.read_int64(obj, path, "files", {0, std::numeric_limits<std::int64_t>::max()}, files);
+  d.read_int64(obj, path, "skippedFiles", {0, std::numeric_limits<std::int64_t>::max()}, skipped);
+  r.files = static_cast<long>(files);
+  r.skipped_files = static_cast<long>(skipped);
+  if (const json* examples = Decoder::find(obj, "skippedExamples")) {
+    const std::string e_path = child(path, "skippedExamples");
+    if (const json* items = d.list(*examples, e_path, 0, 16)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        if (auto text = d.string((*items)[i], element(e_path, i))) r.skipped_examples.push_back(*text);
+      }
+    }
+  }
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return r;
+}
+
+json detail::input_report_to_json(const InputReport& r) {
+  json out{{"source", to_string(r.source)},
+           {"waitSeconds", r.wait_seconds},
+           {"waitShare", r.wait_share},
+           {"pipelineThroughput", r.pipeline_throughput},
+           {"verdict", to_string(r.verdict)},
+           {"decodeThreads", r.decode_threads},
+           {"files", r.files},
+           {"skippedFiles", r.skipped_files}};
+  if (r.wait_seconds_per_step) out["waitSecondsPerStep"] = to_json(*r.wait_seconds_per_step);
+  if (!r.skipped_examples.empty()) out["skippedExamples"] = r.skipped_examples;
+  return out;
+}
+
 // ---- public decode ---------------------------------------------------------------------
 
 std::vector<AppliedDefault> apply_defaults(json& benchmark_run) {
@@ -656,6 +784,7 @@ json to_json(const CaseResult& r) {
   json out{{"case", case_json}, {"state", to_string(r.state)}, {"attempts", r.attempts}};
   if (r.throughput) out["throughput"] = detail::throughput_to_json(*r.throughput);
   if (r.step_time_seconds) out["stepTimeSeconds"] = to_json(*r.step_time_seconds);
+  if (r.input) out["input"] = detail::input_report_to_json(*r.input);
   if (r.speedup) out["speedup"] = *r.speedup;
   if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;
   if (!r.reason.empty()) out["reason"] = r.reason;
@@ -668,7 +797,19 @@ json to_json(const CaseResult& r) {
 json to_json(const BenchmarkRunSpec& spec) {
   json out{{"model", to_string(spec.model)}, {"engine", to_string(spec.engine)}};
   if (!spec.command.empty()) out["command"] = spec.command;
-  out["data"] = {{"source", to_string(spec.data.source)}, {"imageSize", spec.data.image_size}};
+  out["data"] = {{"source", to_string(spec.data.source)},
+                 {"imageSize", spec.data.image_size},
+                 {"decodeThreads", spec.data.decode_threads},
+                 {"prefetchBatches", spec.data.prefetch_batches}};
+  if (!spec.data.path.empty()) out["data"]["path"] = spec.data.path;
+  if (const auto& v = spec.data.volume) {
+    json volume = json::object();
+    if (!v->claim_name.empty()) volume["persistentVolumeClaim"] = {{"claimName", v->claim_name}};
+    if (!v->host_path.empty()) volume["hostPath"] = {{"path", v->host_path}};
+    if (!v->nfs_server.empty()) volume["nfs"] = {{"server", v->nfs_server}, {"path", v->nfs_path}};
+    if (!v->sub_path.empty()) volume["subPath"] = v->sub_path;
+    out["data"]["volume"] = volume;
+  }
   if (spec.matrix) {
     json precision = json::array();
     for (const auto p : spec.matrix->precision) precision.push_back(to_string(p));

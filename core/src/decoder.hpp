@@ -311,5 +311,7 @@ std::optional<SampleSummary> decode_summary(Decoder& d, const json& obj, const s
                                             std::initializer_list<std::string_view> extra_fields);
 std::optional<Throughput> decode_throughput(Decoder& d, const json& obj, const std::string& path);
 json throughput_to_json(const Throughput& throughput);
+std::optional<InputReport> decode_input_report(Decoder& d, const json& obj, const std::string& path);
+json input_report_to_json(const InputReport& input);
 
 }  // namespace dlbench::detail

@@ -46,6 +46,22 @@ bool is_dns1123_subdomain(std::string_view text) {
   }
 }
 
+bool has_no_backsteps(std::string_view path) {
+  for (std::size_t start = 0; start <= path.size();) {
+    std::size_t slash = path.find('/', start);
+    if (slash == std::string_view::npos) slash = path.size();
+    if (path.substr(start, slash - start) == "..") return false;
+    start = slash + 1;
+  }
+  return true;
+}
+
+bool is_data_mount_path(std::string_view path) {
+  if (path.size() < 2 || path.front() != '/' || !has_no_backsteps(path)) return false;
+  if (path.find('\0') != std::string_view::npos) return false;
+  return !(path.starts_with("/dlbench") && (path.size() == 8 || path[8] == '/'));
+}
+
 bool is_qualified_name(std::string_view text) {
   const std::size_t slash = text.find('/');
   if (slash == std::string_view::npos) return is_name_part(text);

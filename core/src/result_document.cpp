@@ -140,6 +140,7 @@ json to_json(const ResultDocument& doc) {
   if (!doc.message.empty()) out["message"] = doc.message;
   if (doc.throughput) out["throughput"] = throughput_to_json(*doc.throughput);
   if (doc.step_time_seconds) out["stepTimeSeconds"] = to_json(*doc.step_time_seconds);
+  if (doc.input) out["input"] = input_report_to_json(*doc.input);
   if (doc.peak_flops_per_device) out["peakFlopsPerDevice"] = *doc.peak_flops_per_device;
   if (doc.mfu) out["mfu"] = *doc.mfu;
   if (!doc.start_time.empty()) out["startTime"] = doc.start_time;
@@ -154,7 +155,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "devices", "globalBatchSize",
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
                                   "peakFlopsPerDevice", "mfu",
-                                  "stepTimeSeconds", "environment", "startTime", "endTime"});
+                                  "stepTimeSeconds", "input", "environment", "startTime", "endTime"});
   if (d.require(document, "", "schema", std::string("must be ") + kResultSchema)) {
     std::string schema;
     d.read_string(document, "", "schema", schema);
@@ -220,6 +221,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   if (const json* s = Decoder::find(document, "stepTimeSeconds")) {
     doc.step_time_seconds = decode_summary(d, *s, "stepTimeSeconds", {});
   }
+  if (const json* i = Decoder::find(document, "input")) doc.input = decode_input_report(d, *i, "input");
   if (const json* p = Decoder::find(document, "peakFlopsPerDevice")) {
     doc.peak_flops_per_device = d.measurement(*p, "peakFlopsPerDevice");
   }
@@ -283,6 +285,12 @@ std::string compact_result_document(const std::string& json_text, std::size_t li
   shrink([&] { doc["environment"].erase("facts"); });
   shrink([&] { doc.erase("stepTimeSeconds"); });
   shrink([&] {
+    if (doc.contains("input")) {
+      doc["input"].erase("waitSecondsPerStep");
+      doc["input"].erase("skippedExamples");
+    }
+  });
+  shrink([&] {
     for (const char* key : {"os", "cpuModel", "driverVersion", "onednnVersion", "dlbenchVersion", "mpiVersion"}) {
       doc["environment"].erase(key);
     }
@@ -299,6 +307,7 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
   r.state = document.state;
   r.throughput = document.throughput;
   r.step_time_seconds = document.step_time_seconds;
+  r.input = document.input;
   r.reason = document.reason;
   r.message = document.message;
   r.attempts = attempts;

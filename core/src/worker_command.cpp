@@ -33,6 +33,13 @@ std::vector<std::string> worker_arguments(const BenchmarkRun& run, const CaseSpe
                                 "--weight-decay", real(o.weight_decay),
                                 "--communicator", how.communicator,
                                 "--run", run.metadata.name};
+  if (spec.data.source == DataSource::imagefolder) {
+    for (const std::string& a : {std::string("--data"), std::string("imagefolder"), std::string("--data-path"), spec.data.path,
+                                 std::string("--decode-threads"), std::to_string(spec.data.decode_threads),
+                                 std::string("--prefetch-batches"), std::to_string(spec.data.prefetch_batches)}) {
+      args.push_back(a);
+    }
+  }
   if (how.threads > 0) {
     args.push_back("--threads");
     args.push_back(std::to_string(how.threads));
@@ -86,6 +93,11 @@ std::vector<std::pair<std::string, std::string>> command_environment(const Bench
           {"PET_MASTER_PORT", std::to_string(where.master_port)},
           // Markers must arrive when they are printed, not when a pipe buffer fills.
           {"PYTHONUNBUFFERED", "1"}};
+  if (spec.data.source == DataSource::imagefolder) {
+    env.emplace_back("DLBENCH_DATA_PATH", spec.data.path);
+    env.emplace_back("DLBENCH_DECODE_THREADS", std::to_string(spec.data.decode_threads));
+    env.emplace_back("DLBENCH_PREFETCH_BATCHES", std::to_string(spec.data.prefetch_batches));
+  }
   if (!where.home.empty()) env.emplace_back("DLBENCH_HOME", where.home);
   return env;
 }

@@ -263,5 +263,69 @@ TEST(Manifests, CommandEnginePodsRunTheUsersImageUnderDlbenchExec) {
   }
 }
 
+TEST(Manifests, ImageFolderVolumeIsMountedReadOnlyAtTheDataPathForBothEngines) {
+  BenchmarkRun run = sample_run(false);
+  run.spec.data.source = DataSource::imagefolder;
+  run.spec.data.path = "/data/imagenet";
+  run.spec.data.decode_threads = 6;
+  DataVolume claim;
+  claim.claim_name = "imagenet";
+  claim.sub_path = "train";
+  run.spec.data.volume = claim;
+  OperatorConfig config;
+  config.default_worker_image = "registry.local/dlbench-worker:1";
+  const auto data_mount = [](const json& pod) {
+    json mount, volume;
+    for (const auto& m : pod["spec"]["containers"][0]["volumeMounts"]) {
+      if (m["name"] == "data") mount = m;
+    }
+    for (const auto& v : pod["spec"]["volumes"]) {
+      if (v["name"] == "data") volume = v;
+    }
+    return std::pair{mount, volume};
+  };
+  for (const Engine engine : {Engine::native, Engine::command}) {
+    run.spec.engine = engine;
+    if (engine == Engine::command) run.spec.command = {"python3", "train.py"};
+    const json pod = build_worker_pod(run, k2x8, 1, 1, config);
+    const auto [mount, volume] = data_mount(pod);
+    EXPECT_EQ(mount, json({{"name", "data"}, {"mountPath", "/data/imagenet"}, {"readOnly", true}, {"subPath", "train"}}));
+    EXPECT_EQ(volume, json({{"name", "data"}, {"persistentVolumeClaim", {{"claimName", "imagenet"}, {"readOnly", true}}}}));
+  }
+  // The worker reads it: the launcher passes the data flags, the command engine the variables.
+  run.spec.engine = Engine::native;
+  run.spec.command.clear();
+  const auto command = launcher_command(run, k2x8, config);
+  const auto at = [&](const std::string& flag) { return *(std::find(command.begin(), command.end(), flag) + 1); };
+  EXPECT_EQ(at("--data"), "imagefolder");
+  EXPECT_EQ(at("--data-path"), "/data/imagenet");
+  EXPECT_EQ(at("--decode-threads"), "6");
+  EXPECT_EQ(at("--prefetch-batches"), "2");
+  run.spec.engine = Engine::command;
+  run.spec.command = {"python3", "train.py"};
+  std::map<std::string, std::string> env;
+  const json command_pod = build_worker_pod(run, k2x8, 1, 0, config);  // range-for over a temporary's member dangles
+  for (const auto& e : command_pod["spec"]["containers"][0]["env"]) env[e["name"]] = e["value"];
+  EXPECT_EQ(env["DLBENCH_DATA_SOURCE"], "imagefolder");
+  EXPECT_EQ(env["DLBENCH_DATA_PATH"], "/data/imagenet");
+  EXPECT_EQ(env["DLBENCH_DECODE_THREADS"], "6");
+  // hostPath and NFS volumes; synthetic data mounts nothing.
+  DataVolume host;
+  host.host_path = "/srv/imagenet";
+  run.spec.data.volume = host;
+  EXPECT_EQ(data_mount(build_worker_pod(run, k2x8, 1, 0, config)).second,
+            json({{"name", "data"}, {"hostPath", {{"path", "/srv/imagenet"}, {"type", "Directory"}}}}));
+  DataVolume nfs;
+  nfs.nfs_server = "10.0.0.5";
+  nfs.nfs_path = "/exports/imagenet";
+  run.spec.data.volume = nfs;
+  EXPECT_EQ(data_mount(build_worker_pod(run, k2x8, 1, 0, config)).second,
+            json({{"name", "data"}, {"nfs", {{"server", "10.0.0.5"}, {"path", "/exports/imagenet"}, {"readOnly", true}}}}));
+  const BenchmarkRun synthetic = sample_run(false);
+  const auto [mount, volume] = data_mount(build_worker_pod(synthetic, k2x8, 1, 0, config));
+  EXPECT_TRUE(mount.is_null());
+  EXPECT_TRUE(volume.is_null());
+}
+
 }  // namespace
 }  // namespace dlbench::operator_

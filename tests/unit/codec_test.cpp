@@ -29,7 +29,7 @@ json full_run_json() {
                  "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "o-1"}]},
     "spec": {
       "model": "vgg16", "engine": "native",
-      "data": {"source": "synthetic", "imageSize": 112},
+      "data": {"source": "synthetic", "imageSize": 112, "decodeThreads": 4, "prefetchBatches": 2},
       "matrix": {"nodes": [1, 2], "gpusPerNode": [8], "batchSizePerDevice": [64, 128], "precision": ["amp", "bf16"]},
       "methodology": {"warmupSteps": 5, "measureSteps": 50, "repeats": 3, "statistic": "mean"},
       "optimizer": {"name": "sgd", "learningRate": 0.05, "momentum": 0.8, "weightDecay": 0.0005},

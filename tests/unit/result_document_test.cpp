@@ -54,6 +54,50 @@ TEST(ResultDocument, RoundTrip) {
   EXPECT_EQ(to_json(*decoded.value), j);
 }
 
+TEST(ResultDocument, InputReportRoundTripsAndReachesTheStatus) {
+  ResultDocument doc = sample_document();
+  InputReport input;
+  input.wait_seconds = 3.5;
+  input.wait_share = 0.25;
+  input.wait_seconds_per_step = summarize(std::vector<double>{0.01, 0.02, 0.04});
+  input.pipeline_throughput = 950.5;
+  input.verdict = input_verdict(input.wait_share);
+  input.decode_threads = 8;
+  input.files = 1281167;
+  input.skipped_files = 1;
+  input.skipped_examples = {"/data/n01739381/n01739381_1309.JPEG: Unsupported color conversion request"};
+  doc.input = input;
+  const json j = to_json(doc);
+  EXPECT_EQ(j["input"]["verdict"], "input-bound");
+  const auto decoded = decode_result_document(j);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(*decoded.value, doc);
+  EXPECT_EQ(to_case_result(doc).input, doc.input);
+  EXPECT_EQ(to_json(to_case_result(doc))["input"], j["input"]);
+  json bad = j;
+  bad["input"]["waitShare"] = 1.5;
+  bad["input"]["verdict"] = "disk-bound";
+  EXPECT_THAT(errors_of(bad), ElementsAre("input.waitShare: 1.5 is out of range; allowed: 0 to 1",
+                                          R"(input.verdict: "disk-bound" is not one of input-bound, compute-bound)"));
+  EXPECT_EQ(input_verdict(0.10), InputVerdict::compute_bound);
+  EXPECT_EQ(input_verdict(0.11), InputVerdict::input_bound);
+}
+
+TEST(ResultDocument, CompactingDropsTheInputDetailsBeforeTheEnvironment) {
+  ResultDocument doc = sample_document();
+  InputReport input;
+  input.wait_seconds_per_step = summarize(std::vector<double>{0.01, 0.02});
+  input.skipped_examples = {std::string(900, 'x'), std::string(900, 'y')};
+  doc.input = input;
+  doc.step_time_seconds.reset();
+  const std::string full = to_json(doc).dump();
+  const json compact = json::parse(compact_result_document(full, full.size() - 1000));
+  EXPECT_FALSE(compact["input"].contains("skippedExamples"));
+  EXPECT_FALSE(compact["input"].contains("waitSecondsPerStep"));
+  EXPECT_TRUE(compact["environment"].contains("cudaVersion"));
+  EXPECT_EQ(compact["input"]["verdict"], "compute-bound");
+}
+
 TEST(DevicePeaks, DatasheetFiguresByNameAndPrecision) {
   EXPECT_DOUBLE_EQ(*peak_flops_per_second("NVIDIA H100 80GB HBM3", Precision::amp), 989.4e12);
   EXPECT_DOUBLE_EQ(*peak_flops_per_second("NVIDIA H100 80GB HBM3", Precision::tf32), 494.7e12);

@@ -104,7 +104,7 @@ TEST(Validation, EngineAndCommand) {
 
 TEST(Validation, Data) {
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"source", "imagenet"}}}}}}),
-              ElementsAre(R"(spec.data.source: "imagenet" is not one of synthetic)"));
+              ElementsAre(R"(spec.data.source: "imagenet" is not one of synthetic, imagefolder)"));
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"imageSize", 31}}}}}}),
               ElementsAre("spec.data.imageSize: 31 is out of range; allowed: 32 to 2048"));
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"imageSize", 2049}}}}}}),
@@ -112,7 +112,44 @@ TEST(Validation, Data) {
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"imageSize", 224.5}}}}}}),
               ElementsAre("spec.data.imageSize: expected an integer from 32 to 2048, got a number (224.5)"));
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"size", 224}}}}}}),
-              ElementsAre("spec.data.size: unknown field; allowed fields: source, imageSize"));
+              ElementsAre("spec.data.size: unknown field; allowed fields: source, imageSize, path, volume, "
+                          "decodeThreads, prefetchBatches"));
+}
+
+TEST(Validation, ImageFolderData) {
+  const auto data = [](json d) { return errors_with({{"spec", {{"data", std::move(d)}}}}); };
+  EXPECT_THAT(data({{"source", "imagefolder"}, {"path", "/data/train"}}), IsEmpty());
+  EXPECT_THAT(data({{"source", "imagefolder"}}),
+              ElementsAre(HasSubstr("spec.data.path: required; the directory of class folders of JPEG files")));
+  EXPECT_THAT(data({{"path", "/data"}}),
+              ElementsAre("spec.data.path: only allowed when source is imagefolder (source is synthetic)"));
+  EXPECT_THAT(data({{"volume", {{"hostPath", {{"path", "/srv"}}}}}}),
+              ElementsAre("spec.data.volume: only allowed when source is imagefolder (source is synthetic)"));
+  for (const char* bad : {"data", "/", "/a/../b", "/..", "/dlbench", "/dlbench/x"}) {
+    EXPECT_THAT(data({{"source", "imagefolder"}, {"path", bad}}),
+                ElementsAre(HasSubstr("spec.data.path: \"" + std::string(bad) + "\" is not an absolute directory path")))
+        << bad;
+  }
+  EXPECT_THAT(data({{"source", "imagefolder"}, {"path", "/dlbench-data/a..b"}}), IsEmpty());
+  const json pvc{{"persistentVolumeClaim", {{"claimName", "imagenet"}}}};
+  EXPECT_THAT(data({{"source", "imagefolder"}, {"path", "/data"}, {"volume", pvc}}), IsEmpty());
+  json two = pvc;
+  two["nfs"] = {{"server", "10.0.0.2"}, {"path", "/exports"}};
+  EXPECT_THAT(data({{"source", "imagefolder"}, {"path", "/data"}, {"volume", two}}),
+              ElementsAre("spec.data.volume: set exactly one volume source: persistentVolumeClaim, hostPath or nfs (2 given)"));
+  EXPECT_THAT(data({{"source", "imagefolder"}, {"path", "/data"}, {"volume", {{"subPath", "train"}}}}),
+              ElementsAre("spec.data.volume: set exactly one volume source: persistentVolumeClaim, hostPath or nfs (0 given)"));
+  EXPECT_THAT(data({{"source", "imagefolder"}, {"path", "/data"},
+                    {"volume", {{"persistentVolumeClaim", {{"claimName", "ImageNet"}}}}}}),
+              ElementsAre(HasSubstr("spec.data.volume.persistentVolumeClaim.claimName: \"ImageNet\" is not a")));
+  EXPECT_THAT(data({{"source", "imagefolder"}, {"path", "/data"}, {"volume", {{"hostPath", {{"path", "srv"}}}}}}),
+              ElementsAre(HasSubstr("spec.data.volume.hostPath.path: \"srv\" is not an absolute path")));
+  EXPECT_THAT(data({{"source", "imagefolder"}, {"path", "/data"},
+                    {"volume", {{"hostPath", {{"path", "/srv"}}}, {"subPath", "../x"}}}}),
+              ElementsAre(HasSubstr("spec.data.volume.subPath: \"../x\" is not a relative path")));
+  EXPECT_THAT(data({{"decodeThreads", 0}}), ElementsAre("spec.data.decodeThreads: 0 is out of range; allowed: 1 to 256"));
+  EXPECT_THAT(data({{"prefetchBatches", 65}}),
+              ElementsAre("spec.data.prefetchBatches: 65 is out of range; allowed: 1 to 64"));
 }
 
 TEST(Validation, MatrixOrCasesExactlyOne) {

@@ -42,6 +42,9 @@ inline constexpr IntBounds kRepeats{1, 1000};
 inline constexpr IntBounds kCaseTimeoutSeconds{1, 7 * 24 * 3600};
 inline constexpr IntBounds kBackoffLimit{0, 10};
 inline constexpr IntBounds kRdmaPerNode{1, 64};
+inline constexpr IntBounds kDecodeThreads{1, 256};
+inline constexpr IntBounds kPrefetchBatches{1, 64};
+inline constexpr std::size_t kMaxDataPathLength = 4096;
 inline constexpr RealBounds kLearningRate{0.0, 100.0, true, false};
 inline constexpr RealBounds kMomentum{0.0, 1.0, false, true};  // 1 would never forget a gradient
 inline constexpr RealBounds kWeightDecay{0.0, 1.0};
@@ -72,6 +75,8 @@ inline constexpr const char* kGpuResource = "nvidia.com/gpu";
 inline constexpr int kCaseTimeoutSeconds = 3600;
 inline constexpr int kBackoffLimit = 1;
 inline constexpr int kRdmaPerNode = 1;
+inline constexpr int kDecodeThreads = 4;
+inline constexpr int kPrefetchBatches = 2;
 }  // namespace defaults
 
 // One constrained field of the API, in a path notation that maps 1:1 onto the CRD's

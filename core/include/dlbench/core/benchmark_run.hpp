@@ -33,9 +33,26 @@ struct ObjectMeta {
   bool operator==(const ObjectMeta&) const = default;
 };
 
+// Where an imagefolder data set comes from on Kubernetes: exactly one volume source, mounted
+// read-only at data.path in every worker pod (optionally a sub-directory of it).
+struct DataVolume {
+  std::string claim_name;  // persistentVolumeClaim.claimName
+  std::string host_path;   // hostPath.path
+  std::string nfs_server;  // nfs.server
+  std::string nfs_path;    // nfs.path
+  std::string sub_path;    // relative path inside the volume
+  bool operator==(const DataVolume&) const = default;
+};
+
 struct DataSpec {
   DataSource source = DataSource::synthetic;
   int image_size = 224;
+  // imagefolder: the directory of class folders of JPEG files, the same absolute path on every
+  // node (locally a directory; on Kubernetes where `volume` is mounted, or inside the image).
+  std::string path;
+  std::optional<DataVolume> volume;
+  int decode_threads = 4;    // JPEG decoding threads per rank
+  int prefetch_batches = 2;  // batches decoded ahead of the training step, per rank
   bool operator==(const DataSpec&) const = default;
 };
 
@@ -170,11 +187,32 @@ struct Throughput {
   bool operator==(const Throughput&) const = default;
 };
 
+// A real-data case's input: how long the training step waited for the next batch, how fast
+// the pipeline is on its own, and the verdict people read first.
+struct InputReport {
+  DataSource source = DataSource::imagefolder;
+  double wait_seconds = 0;  // over every measured step, on the rank that waited longest
+  double wait_share = 0;    // wait_seconds / that rank's measured time, 0 to 1
+  std::optional<SampleSummary> wait_seconds_per_step;  // over the measured steps of that rank
+  double pipeline_throughput = 0;  // images/s one rank's pipeline prepares with training idle (slowest rank)
+  InputVerdict verdict = InputVerdict::compute_bound;
+  int decode_threads = 0;  // per rank
+  long files = 0;          // JPEG files in the data set
+  long skipped_files = 0;  // unreadable or undecodable files met, each counted once per rank
+  std::vector<std::string> skipped_examples;  // "path: why", the first few of rank 0
+  bool operator==(const InputReport&) const = default;
+};
+
+// Input-bound when the step waited for input for more than this share of the measured time.
+inline constexpr double kInputBoundWaitShare = 0.10;
+InputVerdict input_verdict(double wait_share);
+
 struct CaseResult {
   CaseSpec case_;
   CaseState state = CaseState::Succeeded;
   std::optional<Throughput> throughput;             // Succeeded only
   std::optional<SampleSummary> step_time_seconds;   // Succeeded only
+  std::optional<InputReport> input;                 // imagefolder cases
   std::optional<double> speedup;                    // over the matching 1×1 case
   std::optional<double> scaling_efficiency;         // speedup / devices
   std::string reason;   // Failed/Skipped: a CamelCase reason such as OutOfMemory

@@ -21,6 +21,11 @@ bool is_label_value(std::string_view text);
 bool is_extended_resource_name(std::string_view text);
 // Container environment variable names as Kubernetes validates them: [-._a-zA-Z][-._a-zA-Z0-9]*.
 bool is_env_var_name(std::string_view text);
+// A path that never climbs: no ".." segment (Kubernetes refuses mount and sub paths with one).
+bool has_no_backsteps(std::string_view path);
+// Where a data set is mounted in a pod: absolute, not "/" itself, no "..", and clear of /dlbench,
+// where the command engine's init container installs dlbench-exec.
+bool is_data_mount_path(std::string_view path);
 
 // Well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF). When it is
 // not, *offset (if given) is the byte offset of the first bad byte.

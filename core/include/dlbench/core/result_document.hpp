@@ -65,6 +65,7 @@ struct ResultDocument {
   std::string message;
   std::optional<Throughput> throughput;            // Succeeded: one entry per repeat
   std::optional<SampleSummary> step_time_seconds;  // over every measured step
+  std::optional<InputReport> input;                // data.source imagefolder
   // Model FLOPs utilization on a GPU whose peak is known: modelFlopsPerSample.training × the
   // reported throughput / (peakFlopsPerDevice × devices).
   std::optional<double> peak_flops_per_device;
@@ -83,8 +84,9 @@ nlohmann::json to_json(const ResultDocument& document);
 Decoded<ResultDocument> decode_result_document(const nlohmann::json& document);
 
 // What fits in a Kubernetes termination message (the kubelet keeps 4096 bytes): the document
-// without what matters least (the host list, script facts, step times, environment details, the
-// message), dropped in that order only as far as needed. Throws std::runtime_error when even
+// without what matters least (the host list, script facts, step times, input wait per step and
+// skipped-file examples, environment details, the message), dropped in that order only as far as
+// needed. Throws std::runtime_error when even
 // the smallest form does not fit.
 inline constexpr std::size_t kTerminationMessageLimit = 4096;
 std::string compact_result_document(const std::string& json_text, std::size_t limit = kTerminationMessageLimit);
