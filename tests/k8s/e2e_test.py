@@ -11,6 +11,7 @@ examples/pytorch/train_resnet50.py, two nodes meeting at MASTER_ADDR over gloo.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,10 @@ class EndToEnd(unittest.TestCase):
         if TORCH_PYTHON:  # python3 on the pods' PATH is the one with PyTorch
             bin_dirs.append(tempfile.mkdtemp(prefix="dlbench-torch-bin-"))
             os.symlink(TORCH_PYTHON, os.path.join(bin_dirs[0], "python3"))
-        self.cluster = LocalCluster(*PROGRAMS, capacity={"nvidia.com/gpu": 2}, bin_dirs=bin_dirs)
+        # The directory behind the claim "imagenet-train"; the imagefolder test fills it.
+        self.claim_dir = tempfile.mkdtemp(prefix="dlbench-claim-")
+        self.cluster = LocalCluster(*PROGRAMS, capacity={"nvidia.com/gpu": 2}, bin_dirs=bin_dirs,
+                                    claims={"imagenet-train": self.claim_dir})
         self.tmp = self.cluster.tmp
         self.metrics_port = self.cluster.metrics_port
         self.kubectl = self.cluster.kubectl
@@ -39,6 +43,7 @@ class EndToEnd(unittest.TestCase):
     def tearDown(self):
         failed = any(self._outcome.result.failures) or any(self._outcome.result.errors)
         self.cluster.close(show_logs=failed)
+        shutil.rmtree(self.claim_dir, ignore_errors=True)
 
     def run_object(self, name):
         return json.loads(self.kubectl("get", "br", name, "-o", "json"))
@@ -153,6 +158,51 @@ class EndToEnd(unittest.TestCase):
         with open(path, "w") as f:
             json.dump(run, f)
         self.kubectl("apply", "-f", path)
+
+    def test_imagefolder_on_a_claim_is_mounted_and_read_by_every_rank(self):
+        python = next((p for p in (sys.executable, TORCH_PYTHON) if p and subprocess.run(
+            [p, "-c", "import PIL"], capture_output=True).returncode == 0), None)
+        if python is None:
+            self.skipTest("needs a python3 with PIL (python3-pil) to write the JPEG data set")
+        # 2 classes × 8 JPEGs and one broken file: each rank's shard is 8 or 9 files, so every
+        # rank goes through several epochs and the broken file is met.
+        subprocess.run([python, os.path.join(ROOT, "tests", "input", "make_dataset.py"), self.claim_dir,
+                        "--classes", "2", "--per-class", "8", "--broken", "1"], check=True)
+        run = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "real-data"},
+               "spec": {"model": "resnet50",
+                        # The simulated node shows the claim's directory at the same path.
+                        "data": {"source": "imagefolder", "imageSize": 64, "path": self.claim_dir, "decodeThreads": 1,
+                                 "volume": {"persistentVolumeClaim": {"claimName": "imagenet-train"}}},
+                        "cases": [{"nodes": 1, "gpusPerNode": 2, "batchSizePerDevice": 4, "precision": "fp32"}],
+                        "methodology": {"warmupSteps": 2, "measureSteps": 4, "repeats": 2},
+                        "limits": {"backoffLimit": 0, "caseTimeoutSeconds": 300}}}
+        self.apply(run)
+
+        def worker_pod():
+            pods = json.loads(self.kubectl("get", "pods", "-l", "dlbench.io/run=real-data,app.kubernetes.io/component=worker",
+                                           "-o", "json"))["items"]
+            return pods[0] if pods else None
+        pod = wait_for(worker_pod, 120, "the worker pod")
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        self.assertEqual(volumes["data"]["persistentVolumeClaim"], {"claimName": "imagenet-train", "readOnly": True})
+        mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
+        self.assertEqual(mounts["data"], {"name": "data", "mountPath": self.claim_dir, "readOnly": True})
+
+        wait_for(lambda: self.finished("real-data"), 300, "the imagefolder run to finish")
+        status = self.run_object("real-data")["status"]
+        self.assertEqual(status["phase"], "Succeeded", status)
+        result = status["results"][0]
+        self.assertEqual(result["state"], "Succeeded", result)
+        data = result["input"]
+        self.assertEqual(data["source"], "imagefolder")
+        self.assertEqual(data["files"], 17)
+        self.assertEqual(data["skippedFiles"], 1)
+        self.assertIn("broken_00.jpg", data["skippedExamples"][0])
+        self.assertIn(data["verdict"], ("input-bound", "compute-bound"))
+        self.assertEqual(data["verdict"] == "input-bound", data["waitShare"] > 0.10)
+        self.assertGreater(data["pipelineThroughput"], 0)
+        self.assertGreaterEqual(data["waitShare"], 0)
+        self.assertLessEqual(data["waitShare"], 1)
 
     def test_pytorch_under_engine_command_on_one_and_two_nodes(self):
         if not TORCH_PYTHON:

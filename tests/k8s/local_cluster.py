@@ -104,7 +104,7 @@ def wait_for(predicate, seconds=30, what="the condition", period=0.2):
 
 
 class LocalCluster:
-    def __init__(self, operator, dlbench, worker, capacity=None, operator_args=(), bin_dirs=()):
+    def __init__(self, operator, dlbench, worker, capacity=None, operator_args=(), bin_dirs=(), claims=None):
         self.tmp = tempfile.mkdtemp(prefix="dlbench-cluster-")
         self.log = open(os.path.join(self.tmp, "processes.log"), "w+")
         self.processes = []
@@ -116,6 +116,7 @@ class LocalCluster:
             bin_dirs = [os.path.abspath(d) for d in bin_dirs] + sorted(
                 {os.path.dirname(os.path.abspath(p)) for p in (operator, dlbench, worker)})
             capacity_args = [a for k, v in (capacity or {}).items() for a in ("--capacity", f"{k}={v}")]
+            capacity_args += [a for k, v in (claims or {}).items() for a in ("--claim", f"{k}={v}")]
             self.spawn([sys.executable, os.path.join(HERE, "simulated_kubelet.py"), "--api", self.url,
                         "--work-dir", os.path.join(self.tmp, "node"), *capacity_args,
                         *[a for d in bin_dirs for a in ("--bin-dir", d)]])

@@ -19,6 +19,8 @@
   are mapped to it, PATH finds the --bin-dir programs (dlbench, dlbench-worker, mpirun). The exit code
   and the terminationMessagePath file (or the log's tail, FallbackToLogsOnError) become the container's
   terminated state, as the kubelet reports them.
+- A persistentVolumeClaim volume mounts the directory given for that claim (--claim NAME=DIR: a
+  claim bound to a volume that holds DIR), a hostPath volume its path.
 - Pods whose container runs anything but sshd (engine: command's worker pods) run too: their init
   containers first, in order, then the container; emptyDir volumes are per-pod directories. The pod
   network is the host's loopback: an environment value that names a pod by its cluster DNS name
@@ -101,9 +103,10 @@ def failed_status(what):
 
 
 class Kubelet:
-    def __init__(self, api, bin_dirs, work_dir, period, capacity):
+    def __init__(self, api, bin_dirs, work_dir, period, capacity, claims=None):
         self.api = api
         self.capacity = capacity
+        self.claims = claims or {}  # PersistentVolumeClaim name -> the directory its volume holds
         self.bin_dirs = [os.path.abspath(d) for d in bin_dirs]
         self.work_dir = os.path.abspath(work_dir)
         self.period = period
@@ -282,6 +285,13 @@ class Kubelet:
         ns = pod["metadata"]["namespace"]
         sources = {}
         for volume in pod["spec"].get("volumes", []):
+            if "persistentVolumeClaim" in volume or "hostPath" in volume:
+                # A bound claim or a host directory: the node's directory itself (read-only is not
+                # enforced here). An unknown claim mounts nothing that exists.
+                claim = volume.get("persistentVolumeClaim", {}).get("claimName")
+                sources[volume["name"]] = (self.claims.get(claim, os.path.join(root, "unbound-claim", claim)) if claim
+                                           else volume["hostPath"]["path"])
+                continue
             directory = os.path.join(root, "volumes", volume["name"])
             os.makedirs(directory, exist_ok=True)
             if "secret" in volume:
@@ -390,6 +400,8 @@ def main():
     parser.add_argument("--bin-dir", action="append", default=[], help="put on PATH of the processes it runs")
     parser.add_argument("--work-dir", required=True, help="volumes, logs and termination messages, one directory per pod")
     parser.add_argument("--period", type=float, default=0.2, help="seconds between syncs")
+    parser.add_argument("--claim", action="append", default=[], metavar="NAME=DIR",
+                        help="a bound PersistentVolumeClaim: pods that mount claim NAME see DIR")
     parser.add_argument("--capacity", action="append", default=["nvidia.com/gpu=8"], metavar="RESOURCE=N",
                         help="what the node has of an extended resource (default nvidia.com/gpu=8)")
     args = parser.parse_args()
@@ -398,7 +410,8 @@ def main():
     if os.path.exists(args.work_dir):
         shutil.rmtree(args.work_dir)
     print(f"simulated kubelet on {args.api}", flush=True)
-    Kubelet(Api(args.api), args.bin_dir, args.work_dir, args.period, capacity).serve()
+    claims = dict(c.split("=", 1) for c in args.claim)
+    Kubelet(Api(args.api), args.bin_dir, args.work_dir, args.period, capacity, claims).serve()
 
 
 if __name__ == "__main__":
