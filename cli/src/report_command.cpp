@@ -1,6 +1,7 @@
 // `dlbench report`: DLPerf-style tables from status files. For each precision: rows are batch
 // sizes, columns are nodes×GPUs (of every file given, side by side); then the same grid for
-// speed-up and for scaling efficiency.
+// speed-up and for scaling efficiency; where a run trained on real data (imagefolder), one more
+// for the share of time steps waited for input and the input-bound or compute-bound verdict.
 #include "report_command.hpp"
 
 #include <algorithm>
@@ -102,6 +103,10 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
           return 1;
         }
         s.label = run.value->metadata.name;
+        // Real and synthetic runs side by side: the label says which data each one trained on.
+        if (run.value->spec.data.source != DataSource::synthetic) {
+          s.label += " (" + std::string(to_string(run.value->spec.data.source)) + ")";
+        }
         s.statistic = run.value->spec.methodology.statistic;
         s.status = *run.value->status;
       } else {
@@ -192,12 +197,19 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
         if (r.state != CaseState::Succeeded) return r.state == CaseState::Skipped ? "skipped" : "failed";
         if (which == 0) return fixed(reported_value(r.throughput->summary, sources[c.source].statistic), 2);
         if (which == 1) return r.speedup ? fixed(*r.speedup, 2) : "-";
-        return r.scaling_efficiency ? fixed(100 * *r.scaling_efficiency, 1) + "%" : "-";
+        if (which == 2) return r.scaling_efficiency ? fixed(100 * *r.scaling_efficiency, 1) + "%" : "-";
+        if (!r.input) return "synthetic";
+        return fixed(100 * r.input->wait_share, 1) + "% " + std::string(to_string(r.input->verdict));
       }
       return "";
     };
-    const char* titles[] = {"throughput (samples/s)", "speed-up over 1x1", "scaling efficiency"};
-    for (int which = 0; which < 3; ++which) {
+    const char* titles[] = {"throughput (samples/s)", "speed-up over 1x1", "scaling efficiency",
+                            "time waiting for input, and the verdict"};
+    bool real_data = false;
+    for (const auto& src : sources) {
+      for (const auto& r : src.status.results) real_data = real_data || (r.case_.precision == p && r.input);
+    }
+    for (int which = 0; which < (real_data ? 4 : 3); ++which) {
       std::vector<std::string> header{"batch"};
       for (const auto& c : ordered) {
         header.push_back((sources.size() > 1 ? sources[c.source].label + " " : "") + std::to_string(c.nodes) + "x" +
@@ -217,7 +229,10 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
         rows.push_back(row);
       }
       const std::string title = options.format == ReportFormat::csv
-                                    ? std::string(which == 0 ? "throughput" : which == 1 ? "speedup" : "efficiency")
+                                    ? std::string(which == 0   ? "throughput"
+                                                  : which == 1 ? "speedup"
+                                                  : which == 2 ? "efficiency"
+                                                               : "inputwait")
                                     : std::string(to_string(p)) + ": " + titles[which];
       print_grid(out, options.format, title, header, rows);
     }

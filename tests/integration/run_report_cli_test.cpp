@@ -8,6 +8,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <turbojpeg.h>
 
 #include "../support/process.hpp"
 #include "dlbench/core/codec.hpp"
@@ -17,6 +18,7 @@ namespace dlbench {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::Outcome;
 
 class RunCli : public ::testing::Test {
@@ -150,6 +152,67 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   EXPECT_THAT(svg, HasSubstr("small fp32 bs2"));
   EXPECT_THAT(svg, HasSubstr("ideal (linear) speed-up"));
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
+}
+
+// data.source imagefolder through `dlbench run`: the worker reads a folder of JPEGs, the status
+// carries the input report, and `dlbench report` puts the real-data run beside a synthetic one.
+TEST_F(RunCli, ImageFolderRunsReportInputAndSitBesideSynthetic) {
+  tjhandle tj = tjInitCompress();
+  for (int c = 0; c < 2; ++c) {
+    std::filesystem::create_directories(dir_ / "train" / ("class" + std::to_string(c)));
+    for (int i = 0; i < 6; ++i) {
+      std::vector<unsigned char> rgb(48 * 40 * 3);
+      for (std::size_t k = 0; k < rgb.size(); ++k) rgb[k] = static_cast<unsigned char>((k * 7 + static_cast<std::size_t>(i * 31 + c)) % 251);
+      unsigned char* jpeg = nullptr;
+      unsigned long size = 0;
+      ASSERT_EQ(tjCompress2(tj, rgb.data(), 48, 0, 40, TJPF_RGB, &jpeg, &size, TJSAMP_420, 85, 0), 0);
+      std::ofstream(dir_ / "train" / ("class" + std::to_string(c)) / (std::to_string(i) + ".jpg"), std::ios::binary)
+          .write(reinterpret_cast<const char*>(jpeg), static_cast<std::streamsize>(size));
+      tjFree(jpeg);
+    }
+  }
+  tjDestroy(tj);
+  const auto spec = [&](const std::string& name, const std::string& data) {
+    return "apiVersion: dlbench.io/v1alpha1\nkind: BenchmarkRun\nmetadata: {name: " + name + "}\nspec:\n  model: resnet50\n"
+           "  data: " + data + "\n  cases: [{batchSizePerDevice: 2, precision: fp32}]\n"
+           "  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 2}\n  limits: {backoffLimit: 0}\n";
+  };
+  const std::string train = (dir_ / "train").string();
+  const Outcome real = dlbench("run -f " + write("real.yaml", spec("real", "{source: imagefolder, imageSize: 32, path: " +
+                                                                             train + ", decodeThreads: 2}")));
+  ASSERT_EQ(real.exit_code, 0) << real.out << real.err;
+  EXPECT_THAT(real.out, HasSubstr("input: waited"));
+  const BenchmarkRun run = status("real.status.json");
+  ASSERT_EQ(run.status->results.size(), 1u);
+  const CaseResult& r = run.status->results[0];
+  ASSERT_EQ(r.state, CaseState::Succeeded) << r.message;
+  ASSERT_TRUE(r.input.has_value());
+  EXPECT_EQ(r.input->files, 12);
+  EXPECT_EQ(r.input->decode_threads, 2);
+  EXPECT_EQ(r.input->skipped_files, 0);
+  EXPECT_GT(r.input->pipeline_throughput, 0);
+  EXPECT_EQ(r.input->verdict, input_verdict(r.input->wait_share));
+  ASSERT_TRUE(r.input->wait_seconds_per_step.has_value());
+
+  ASSERT_EQ(dlbench("run -f " + write("synthetic.yaml", spec("synthetic", "{imageSize: 32}"))).exit_code, 0);
+  const Outcome report = dlbench("report synthetic.status.json real.status.json");
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("real (imagefolder) 1x1"));
+  EXPECT_THAT(report.out, HasSubstr("fp32: time waiting for input, and the verdict"));
+  EXPECT_THAT(report.out, HasSubstr("synthetic"));
+  EXPECT_THAT(report.out, HasSubstr(std::string(to_string(r.input->verdict))));
+  // Synthetic alone: no input table.
+  EXPECT_THAT(dlbench("report synthetic.status.json").out, Not(HasSubstr("waiting for input")));
+
+  // A path that is not there: a Failed result naming it, not a crash or a hang.
+  const Outcome missing = dlbench("run -f " + write("missing.yaml", spec("missing", "{source: imagefolder, path: " + train +
+                                                                                       "-gone}")));
+  EXPECT_EQ(missing.exit_code, 1);
+  const BenchmarkRun gone = status("missing.status.json");
+  ASSERT_EQ(gone.status->results.size(), 1u);
+  EXPECT_EQ(gone.status->results[0].state, CaseState::Failed);
+  EXPECT_EQ(gone.status->results[0].reason, "DataUnavailable");
+  EXPECT_THAT(gone.status->results[0].message, HasSubstr(train + "-gone does not exist"));
 }
 
 TEST_F(RunCli, FailedCasesKeepTheirReasonAndRetries) {
