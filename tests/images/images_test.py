@@ -105,7 +105,7 @@ class Images(unittest.TestCase):
 
     def test_worker_cpu_image_runs_a_case_and_mpirun_with_two_ranks(self):
         self.assertEqual(unresolved_libraries(WORKER, "/usr/local/bin/dlbench-worker", "/usr/local/bin/dlbench",
-                                              "/usr/bin/orted"), "")
+                                              "/usr/local/bin/dlbench-input", "/usr/bin/orted"), "")
         devices = run_in(WORKER, "dlbench-worker", "--list-devices").stdout
         self.assertRegex(devices, r"^cpu \d+")
         self.assertNotIn("cuda", devices)
@@ -122,6 +122,12 @@ class Images(unittest.TestCase):
         doc = json.loads(launch.stdout)
         self.assertEqual(doc["state"], "Succeeded", doc)
         self.assertEqual(doc["case"]["gpusPerNode"], 2)
+        # Real data: a generated data set, read by the case's input pipeline (libturbojpeg in the image).
+        real = run_in(WORKER, "/bin/sh", "-c", "dlbench-input generate /tmp/images --classes 2 --per-class 6 >/dev/null && "
+                      + " ".join(case) + " --data imagefolder --data-path /tmp/images --decode-threads 1")
+        doc = json.loads(real.stdout)
+        self.assertEqual(doc["state"], "Succeeded", doc)
+        self.assertEqual(doc["input"]["files"], 12)
 
     def test_dlbench_exec_runs_in_an_image_that_is_not_dlbenchs(self):
         volume = tempfile.mkdtemp(prefix="dlbench-exec-volume-")

@@ -20,8 +20,10 @@ import http.server
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -33,7 +35,9 @@ from local_cluster import ROOT, Api, LocalCluster, free_port, wait_for
 PROGRAMS = [os.path.abspath(sys.argv.pop(1)) for _ in range(3)] if len(sys.argv) > 3 else sys.exit(__doc__)
 DASHBOARDS = sorted(glob.glob(os.path.join(ROOT, "charts", "dlbench", "dashboards", "*.json")))
 RUN = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "dash"},
-       "spec": {"model": "resnet50", "data": {"source": "synthetic", "imageSize": 64},
+       # Real data from a claim, so that the input panels have series too.
+       "spec": {"model": "resnet50", "data": {"source": "imagefolder", "imageSize": 64, "decodeThreads": 1,
+                                              "volume": {"persistentVolumeClaim": {"claimName": "images"}}},
                 "matrix": {"nodes": [1], "gpusPerNode": [1, 2, 4], "batchSizePerDevice": [8], "precision": ["fp32"]},
                 "methodology": {"warmupSteps": 2, "measureSteps": 6, "repeats": 3},
                 # 1x4 asks for more GPUs than the node has: a failure for the Failures panel.
@@ -166,7 +170,12 @@ class DashboardsTest(unittest.TestCase):
         self.assertEqual(len(uids), len(self.dashboards))
 
     def test_every_panel_query_returns_data_from_a_real_prometheus(self):
-        cluster = LocalCluster(*PROGRAMS, capacity={"nvidia.com/gpu": 2})
+        images = tempfile.mkdtemp(prefix="dlbench-images-")
+        self.addCleanup(shutil.rmtree, images, True)
+        subprocess.run([os.path.join(os.path.dirname(PROGRAMS[2]), "dlbench-input"), "generate", images,
+                        "--classes", "2", "--per-class", "12"], check=True, capture_output=True)
+        RUN["spec"]["data"]["path"] = images  # the simulated node shows the claim at the same path
+        cluster = LocalCluster(*PROGRAMS, capacity={"nvidia.com/gpu": 2}, claims={"images": images})
         failed = True
         try:
             self.run_against(cluster)

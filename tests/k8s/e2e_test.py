@@ -160,14 +160,11 @@ class EndToEnd(unittest.TestCase):
         self.kubectl("apply", "-f", path)
 
     def test_imagefolder_on_a_claim_is_mounted_and_read_by_every_rank(self):
-        python = next((p for p in (sys.executable, TORCH_PYTHON) if p and subprocess.run(
-            [p, "-c", "import PIL"], capture_output=True).returncode == 0), None)
-        if python is None:
-            self.skipTest("needs a python3 with PIL (python3-pil) to write the JPEG data set")
         # 2 classes × 8 JPEGs and one broken file: each rank's shard is 8 or 9 files, so every
         # rank goes through several epochs and the broken file is met.
-        subprocess.run([python, os.path.join(ROOT, "tests", "input", "make_dataset.py"), self.claim_dir,
-                        "--classes", "2", "--per-class", "8", "--broken", "1"], check=True)
+        generator = os.path.join(os.path.dirname(PROGRAMS[2]), "dlbench-input")
+        subprocess.run([generator, "generate", self.claim_dir, "--classes", "2", "--per-class", "8", "--broken", "1"],
+                       check=True, capture_output=True)
         run = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "real-data"},
                "spec": {"model": "resnet50",
                         # The simulated node shows the claim's directory at the same path.
@@ -197,7 +194,7 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(data["source"], "imagefolder")
         self.assertEqual(data["files"], 17)
         self.assertEqual(data["skippedFiles"], 1)
-        self.assertIn("broken_00.jpg", data["skippedExamples"][0])
+        self.assertIn("broken_0000.jpg", data["skippedExamples"][0])
         self.assertIn(data["verdict"], ("input-bound", "compute-bound"))
         self.assertEqual(data["verdict"] == "input-bound", data["waitShare"] > 0.10)
         self.assertGreater(data["pipelineThroughput"], 0)

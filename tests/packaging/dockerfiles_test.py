@@ -103,16 +103,16 @@ class DockerfilesTest(unittest.TestCase):
             self.assertEqual(found[build][0], "build-base")
             self.assertEqual(found[target][0], "runtime-base")
             self.assertIn(f"COPY --from={build} /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec "
-                          "/usr/local/bin/", found[target][1])
+                          "/build/bin/dlbench-input /usr/local/bin/", found[target][1])
             self.assertIn(f"COPY --from={build} /build/share/dlbench /usr/local/share/dlbench", found[target][1])
         cpu_cmake = next(line for line in found["build-cpu"][1] if "cmake -S . -B /build" in line)
-        for flag in ("-DDLBENCH_WITH_CUDA=OFF", "-DDLBENCH_WITH_MPI=ON", "--target dlbench-worker dlbench dlbench-exec"):
+        for flag in ("-DDLBENCH_WITH_CUDA=OFF", "-DDLBENCH_WITH_MPI=ON", "--target dlbench-worker dlbench dlbench-exec dlbench-input"):
             self.assertIn(flag, cpu_cmake)
         cuda = found["build-cuda"][1]
         self.assertIn('ARG CUDA_ARCHITECTURES="80;90"', cuda)
         cuda_cmake = next(line for line in cuda if "cmake -S . -B /build" in line)
         for flag in ("-DDLBENCH_WITH_CUDA=ON", "-DDLBENCH_WITH_MPI=ON", '-DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}"',
-                     "--target dlbench-worker dlbench dlbench-exec"):
+                     "--target dlbench-worker dlbench dlbench-exec dlbench-input"):
             self.assertIn(flag, cuda_cmake)
         self.assertTrue({"libcudnn9-dev-cuda-13", "libnccl-dev"} & apt_packages(cuda) or
                         any("cudnn9-cuda-" in line and "libnccl-dev" in line for line in cuda), "cuDNN and NCCL")
@@ -122,7 +122,7 @@ class DockerfilesTest(unittest.TestCase):
         # What the operator's pods run from this image: sshd (workers), mpirun and orted over ssh (launcher).
         runtime = found["runtime-base"][1]
         packages = apt_packages(runtime)
-        self.assertTrue({"openssh-server", "openssh-client", "openmpi-bin", "libdnnl2"} <= packages, packages)
+        self.assertTrue({"openssh-server", "openssh-client", "openmpi-bin", "libdnnl2", "libturbojpeg0"} <= packages, packages)
         self.assertTrue(any("ssh-keygen -A" in line for line in runtime), "sshd needs host keys")
         self.assertTrue(any("mkdir -p /run/sshd" in line for line in runtime), "sshd's privilege separation dir")
         self.assertIn("EXPOSE 22 9400", runtime)  # ssh, and the first rank's metrics port (operator default)

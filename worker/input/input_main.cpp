@@ -3,6 +3,8 @@
 // this), and measures how many images per second the pipeline prepares with N threads.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <random>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -12,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "dlbench/core/api_rules.hpp"
+#include <turbojpeg.h>
+
 #include "input/image_folder.hpp"
 #include "input/image_transform.hpp"
 #include "input/input_pipeline.hpp"
@@ -24,6 +28,9 @@ using namespace dlbench::input;
 constexpr const char* kUsage = R"(dlbench-input — the worker's ImageFolder input pipeline on its own
 
 Usage:
+  dlbench-input generate DIR [--classes N] [--per-class N] [--broken N] [--seed S]
+                                                  writes an ImageFolder data set of JPEGs (ImageNet-like
+                                                  sizes, 500 × 375 and the like) to try the real-data path
   dlbench-input scan DIR                          classes, files and ignored files, as JSON
   dlbench-input shard DIR [--rank R] [--world W] [--epoch E] [--seed S]
                                                   the files rank R reads in epoch E, one per line
@@ -89,6 +96,59 @@ void write_floats(const std::string& path, const float* data, std::size_t count)
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(float)));
   if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+// Pictures with structure at every scale (gradients, stripes, noise), so that crops and
+// resampling have something to change; sizes as ImageNet's training images run.
+int generate(const Args& a) {
+  if (a.positional.size() != 1) throw Usage{"generate takes one directory"};
+  const std::filesystem::path root = a.positional[0];
+  const long classes = a.number("classes", 4, 1, 1000);
+  const long per_class = a.number("per-class", 32, 1, 1 << 20);
+  const long broken = a.number("broken", 0, 0, 1 << 20);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(a.number("seed", 7, 0, 1L << 62)));
+  constexpr int kSizes[][2] = {{500, 375}, {375, 500}, {500, 333}, {400, 300}, {640, 480}, {500, 500}, {333, 500}};
+  tjhandle tj = tjInitCompress();
+  if (tj == nullptr) throw std::runtime_error("TurboJPEG cannot compress");
+  std::vector<std::uint8_t> rgb;
+  for (long c = 0; c < classes; ++c) {
+    char name[32];
+    std::snprintf(name, sizeof name, "class_%04ld", c);
+    const std::filesystem::path folder = root / name;
+    std::filesystem::create_directories(folder);
+    for (long i = 0; i < per_class; ++i) {
+      const auto& size = kSizes[static_cast<std::size_t>(rng() % std::size(kSizes))];
+      const int w = size[0], h = size[1];
+      rgb.resize(static_cast<std::size_t>(w) * static_cast<std::size_t>(h) * 3);
+      const unsigned r0 = static_cast<unsigned>(rng() % 256), g0 = static_cast<unsigned>(rng() % 256);
+      const unsigned stripe = 4 + static_cast<unsigned>(rng() % 40);
+      for (int y = 0; y < h; ++y) {
+        for (int x = 0; x < w; ++x) {
+          std::uint8_t* px = &rgb[(static_cast<std::size_t>(y) * static_cast<std::size_t>(w) + static_cast<std::size_t>(x)) * 3];
+          px[0] = static_cast<std::uint8_t>(r0 + static_cast<unsigned>(x) * 255u / static_cast<unsigned>(w));
+          px[1] = static_cast<std::uint8_t>(g0 + static_cast<unsigned>(y) * 255u / static_cast<unsigned>(h));
+          px[2] = static_cast<std::uint8_t>(((static_cast<unsigned>(x + y) / stripe) % 2) * 160u + rng() % 64);
+        }
+      }
+      unsigned char* jpeg = nullptr;
+      unsigned long bytes = 0;
+      if (tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &jpeg, &bytes, TJSAMP_420, 90, 0) != 0) {
+        throw std::runtime_error(std::string("TurboJPEG: ") + tjGetErrorStr2(tj));
+      }
+      char file[48];
+      std::snprintf(file, sizeof file, "img_%06ld.jpg", i);
+      std::ofstream(folder / file, std::ios::binary).write(reinterpret_cast<const char*>(jpeg), static_cast<std::streamsize>(bytes));
+      tjFree(jpeg);
+    }
+  }
+  tjDestroy(tj);
+  for (long b = 0; b < broken; ++b) {
+    char file[96];
+    std::snprintf(file, sizeof file, "class_%04ld/broken_%04ld.jpg", b % classes, b);
+    std::ofstream(root / file) << "not a JPEG: a broken file, to be skipped and counted";
+  }
+  std::cout << nlohmann::json{{"classes", classes}, {"files", classes * per_class + broken}, {"broken", broken}}.dump() << "\n";
+  return 0;
 }
 
 int scan(const Args& a) {
@@ -179,6 +239,7 @@ int main(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     }
+    if (command == "generate") return generate(parse(argc, argv, {"classes", "per-class", "broken", "seed"}));
     if (command == "scan") return scan(parse(argc, argv, {}));
     if (command == "shard") return shard(parse(argc, argv, {"rank", "world", "epoch", "seed"}));
     if (command == "transform") {
@@ -188,7 +249,7 @@ int main(int argc, char** argv) {
       return measure(parse(argc, argv, {"batch-size", "image-size", "threads", "prefetch-batches", "batches", "rank",
                                         "world", "seed", "dct-scaling", "dump-first"}));
     }
-    throw Usage{"unknown command \"" + command + "\"; allowed: scan, shard, transform, measure"};
+    throw Usage{"unknown command \"" + command + "\"; allowed: generate, scan, shard, transform, measure"};
   } catch (const Usage& u) {
     std::cerr << "dlbench-input: " << u.message << "\n";
     return 2;

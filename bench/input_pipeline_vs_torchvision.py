@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""The real-data input pipeline side by side with torchvision's, then ResNet-50 on synthetic vs
+real data; prints markdown tables for bench/RESULTS.md.
+
+    bench/input_pipeline_vs_torchvision.py [--build build/default] [--threads 1,2] [--images 512]
+        [--batch 64] [--batches 12] [--rounds 3] [--train-batch 16] [--decode-threads 1]
+
+1. Decode + augment, images/s per core: `dlbench-input measure` (TurboJPEG, DCT-domain scaling,
+   Pillow's resampler, C++ threads) against torchvision's ImageFolder + DataLoader with the same
+   transforms (RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize) and as many
+   worker processes as dlbench has threads, each worker at one torch thread. Both read the same
+   generated data set (ImageNet-like sizes, 500 × 375 and the like) from the page cache, skip the
+   first batch and time the next ones; the two alternate, round by round, and the median is kept.
+2. ResNet-50 (fp32, 224) with dlbench-worker on synthetic data and on the same data set, with the
+   share of the measured time the steps waited for input.
+Run it with an interpreter that has torch and torchvision (Debian's /usr/bin/python3).
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torchvision
+from torch.utils.data import DataLoader
+from torchvision import transforms
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def dlbench_rate(tool, data, threads, args):
+    out = subprocess.run([tool, "measure", data, "--threads", str(threads), "--batch-size", str(args.batch),
+                          "--batches", str(args.batches), "--prefetch-batches", "2"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["imagesPerSecond"]
+
+
+def torchvision_rate(data, threads, args):
+    tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(), transforms.ToTensor(),
+                             transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    dataset = torchvision.datasets.ImageFolder(data, tf)
+    loader = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=threads, prefetch_factor=2,
+                        persistent_workers=False, worker_init_fn=lambda _: torch.set_num_threads(1), drop_last=True)
+    batches = iter(loader)
+    next(batches)  # start-up: forking the workers, the first batch
+    start = time.perf_counter()
+    done = 0
+    for _ in range(args.batches):
+        try:
+            next(batches)
+        except StopIteration:  # a new epoch, as dlbench's stream wraps into one
+            batches = iter(loader)
+            next(batches)
+        done += 1
+    return done * args.batch / (time.perf_counter() - start)
+
+
+def worker_case(worker, data_args, args):
+    out = subprocess.run([worker, "--model", "resnet50", "--batch-size", str(args.train_batch), "--image-size", "224",
+                          "--warmup-steps", "2", "--measure-steps", str(args.train_steps), "--repeats", "3", *data_args],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build", "default"))
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--images", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batches", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--train-batch", type=int, default=16)
+    ap.add_argument("--train-steps", type=int, default=4)
+    ap.add_argument("--decode-threads", type=int, default=1)
+    ap.add_argument("--skip-training", action="store_true")
+    args = ap.parse_args()
+    tool = os.path.join(args.build, "bin", "dlbench-input")
+    worker = os.path.join(args.build, "bin", "dlbench-worker")
+    threads = [int(t) for t in args.threads.split(",")]
+    torch.set_num_threads(1)
+
+    with tempfile.TemporaryDirectory(prefix="dlbench-bench-images-") as data:
+        classes = 8
+        subprocess.run([tool, "generate", data, "--classes", str(classes), "--per-class", str(args.images // classes)],
+                       check=True, capture_output=True)
+        print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; torch {torch.__version__}, torchvision "
+              f"{torchvision.__version__}; {args.images} generated JPEGs (500 × 375 and the like), batch {args.batch}, "
+              f"{args.batches} timed batches, {args.rounds} rounds alternating\n")
+        print("| threads (workers) | dlbench img/s | torchvision img/s | dlbench per core | torchvision per core | ratio |")
+        print("|---|---|---|---|---|---|")
+        for t in threads:
+            ours, theirs = [], []
+            for r in range(args.rounds):
+                order = [("dlbench", ours), ("torchvision", theirs)]
+                if r % 2 == 1:
+                    order.reverse()
+                for name, into in order:
+                    into.append(dlbench_rate(tool, data, t, args) if name == "dlbench" else torchvision_rate(data, t, args))
+            a, b = statistics.median(ours), statistics.median(theirs)
+            print(f"| {t} | {a:.0f} | {b:.0f} | {a / t:.0f} | {b / t:.0f} | {a / b:.2f}x |", flush=True)
+
+        if args.skip_training:
+            return
+        print(f"\nResNet-50 fp32 224, batch {args.train_batch}, 2 warm-up + {args.train_steps} measured steps × 3 "
+              f"repeats, one rank on all cores; imagefolder with {args.decode_threads} decoding thread(s)\n")
+        print("| data | img/s (median) | waited for input | pipeline alone img/s | verdict |")
+        print("|---|---|---|---|---|")
+        for label, data_args in (("synthetic", []), ("imagefolder", ["--data", "imagefolder", "--data-path", data,
+                                                                    "--decode-threads", str(args.decode_threads)])):
+            doc = worker_case(worker, data_args, args)
+            tp = doc["throughput"]["median"]
+            inp = doc.get("input")
+            if inp:
+                print(f"| {label} | {tp:.2f} | {100 * inp['waitShare']:.1f}% | {inp['pipelineThroughput']:.0f} | "
+                      f"{inp['verdict']} |", flush=True)
+            else:
+                print(f"| {label} | {tp:.2f} | - | - | - |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
