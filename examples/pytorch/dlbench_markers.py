@@ -73,6 +73,11 @@ class Case:
         self.learning_rate = float(env.get("DLBENCH_LEARNING_RATE", "0.1"))
         self.momentum = float(env.get("DLBENCH_MOMENTUM", "0.9"))
         self.weight_decay = float(env.get("DLBENCH_WEIGHT_DECAY", "0.0001"))
+        # data.source: synthetic, or imagefolder with its directory and the pipeline's size.
+        self.data_source = env.get("DLBENCH_DATA_SOURCE", "synthetic")
+        self.data_path = env.get("DLBENCH_DATA_PATH", "")
+        self.decode_threads = int(env.get("DLBENCH_DECODE_THREADS", "4"))
+        self.prefetch_batches = int(env.get("DLBENCH_PREFETCH_BATCHES", "2"))
 
     @classmethod
     def from_environment(cls):

@@ -2,7 +2,9 @@
 """ResNet-50 v1.5 training in PyTorch, timed by dlbench's command engine.
 
 The script trains torchvision's resnet50 on a fixed random batch (synthetic data, as
-tf_cnn_benchmarks and dlbench-worker do) with SGD, for the case dlbench gives it in DLBENCH_*
+tf_cnn_benchmarks and dlbench-worker do) or, with data.source imagefolder, on torchvision's
+ImageFolder through a DataLoader (DLBENCH_DECODE_THREADS worker processes per rank, the same
+transforms as dlbench-worker's pipeline, a DistributedSampler per epoch) with SGD, for the case dlbench gives it in DLBENCH_*
 variables, and prints "@dlbench step <global samples>" after every step. One command per node:
 
     python3 train_resnet50.py      # starts DLBENCH_GPUS_PER_NODE processes itself (torch.multiprocessing)
@@ -94,11 +96,19 @@ def train(case):
     images = torch.randn(case.batch_size, 3, case.image_size, case.image_size, device=device)
     images = images.contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, 1000, (case.batch_size,), device=device)
+    batches = real_batches(case, rank, world_size, cuda) if case.data_source == "imagefolder" else None
+    if reporter:
+        fact("dataSource", case.data_source)
 
     half = {"amp": torch.float16, "bf16": torch.bfloat16}.get(case.precision)
     scaler = torch.cuda.amp.GradScaler() if case.precision == "amp" else None
 
     def train_step():
+        nonlocal images, labels
+        if batches is not None:  # the wait for the next batch is part of the step, as in dlbench-worker
+            images, labels = next(batches)
+            images = images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
+            labels = labels.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
         if half is not None:
             with torch.autocast(device_type=device.type, dtype=half):
@@ -123,6 +133,49 @@ def train(case):
     if world_size > 1:
         dist.destroy_process_group()
     return 0
+
+
+class SkippingBrokenFiles(torch.utils.data.Dataset):
+    """A file PIL cannot read gives its place to the next one, as in dlbench-worker's pipeline
+    (torchvision alone would end the run with the first broken JPEG)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        for attempt in range(len(self.dataset)):
+            try:
+                return self.dataset[(index + attempt) % len(self.dataset)]
+            except OSError:  # PIL's UnidentifiedImageError and truncated files are OSErrors
+                continue
+        raise SystemExit("no file of the data set can be read as an image")
+
+
+def real_batches(case, rank, world_size, cuda):
+    """Endless batches of this rank's shard of the ImageFolder, epoch after epoch."""
+    from torch.utils.data import DataLoader, DistributedSampler
+    from torchvision import transforms
+    transform = transforms.Compose([transforms.RandomResizedCrop(case.image_size), transforms.RandomHorizontalFlip(),
+                                    transforms.ToTensor(),
+                                    transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    dataset = SkippingBrokenFiles(torchvision.datasets.ImageFolder(case.data_path, transform))
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=42, drop_last=True)
+    loader = DataLoader(dataset, batch_size=case.batch_size, sampler=sampler, num_workers=case.decode_threads,
+                        prefetch_factor=case.prefetch_batches, persistent_workers=True, pin_memory=cuda,
+                        drop_last=True, worker_init_fn=lambda _: torch.set_num_threads(1))
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        yielded = False
+        for batch in loader:
+            yielded = True
+            yield batch
+        if not yielded:
+            raise SystemExit(f"{case.data_path}: fewer than {case.batch_size} images per rank, no full batch")
+        epoch += 1
 
 
 if __name__ == "__main__":

@@ -64,6 +64,29 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
         self.assertAlmostEqual(results[1]["speedup"], 1.0)
         self.assertIn("engine command", p.stdout)
 
+    def test_pytorch_trains_on_the_same_imagefolder(self):
+        # The data set dlbench-worker would read, with a broken file the example skips as dlbench does.
+        with tempfile.TemporaryDirectory() as tmp:
+            images = os.path.join(tmp, "images")
+            subprocess.run([os.path.join(os.path.dirname(DLBENCH), "dlbench-input"), "generate", images,
+                            "--classes", "2", "--per-class", "6", "--broken", "1"], check=True, capture_output=True)
+            p, status = run(f"""apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {{name: pytorch-real}}
+spec:
+  model: resnet50
+  engine: command
+  command: [sh, -c, 'exec python3 "$DLBENCH_HOME/examples/pytorch/train_resnet50.py"']
+  data: {{source: imagefolder, imageSize: 64, path: {images}, decodeThreads: 1}}
+  cases: [{{batchSizePerDevice: 4, precision: fp32}}]
+  methodology: {{warmupSteps: 2, measureSteps: 3, repeats: 2}}
+  limits: {{backoffLimit: 0}}
+""", tmp)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        result = status["results"][0]
+        self.assertEqual(result["state"], "Succeeded", result.get("message"))
+        self.assertEqual(len(result["throughput"]["repeats"]), 2)
+
     def test_failing_commands_are_results_with_reasons(self):
         # One run, one failure per case (chosen by the batch size the case gives the command).
         script = """case "$DLBENCH_BATCH_SIZE" in
