@@ -142,17 +142,23 @@ void BilinearResampler::resize(const std::uint8_t* region, int region_width, int
     }
     return;
   }
+  // Row by row, tap by tap over a whole row of sums: the same sums as Pillow's pixel-by-pixel
+  // loop (integer addition in another order), in a form the compiler vectorises.
+  const std::size_t row_values = static_cast<std::size_t>(width) * 3;
+  sums_.resize(row_values);
   for (int yy = 0; yy < out_height; ++yy) {
     const int ymin = vertical_.first[static_cast<std::size_t>(yy)] - row_offset;
     const int n = vertical_.count[static_cast<std::size_t>(yy)];
     const std::int32_t* k = &vertical_.weights[static_cast<std::size_t>(yy) * static_cast<std::size_t>(vertical_.size)];
-    std::uint8_t* row_out = out + static_cast<std::size_t>(yy) * static_cast<std::size_t>(width) * 3;
-    for (int xx = 0; xx < width * 3; ++xx) {
-      std::int32_t s = 1 << (kPrecisionBits - 1);
-      const std::uint8_t* p = source + static_cast<std::size_t>(ymin) * source_stride + static_cast<std::size_t>(xx);
-      for (int y = 0; y < n; ++y, p += source_stride) s += *p * k[y];
-      row_out[xx] = clip8(s);
+    std::int32_t* sums = sums_.data();
+    std::fill(sums, sums + row_values, 1 << (kPrecisionBits - 1));
+    for (int y = 0; y < n; ++y) {
+      const std::uint8_t* row = source + static_cast<std::size_t>(ymin + y) * source_stride;
+      const std::int32_t w = k[y];
+      for (std::size_t i = 0; i < row_values; ++i) sums[i] += row[i] * w;
     }
+    std::uint8_t* row_out = out + static_cast<std::size_t>(yy) * row_values;
+    for (std::size_t i = 0; i < row_values; ++i) row_out[i] = clip8(sums[i]);
   }
 }
 
@@ -237,6 +243,9 @@ ScaleFactor dct_scale_for(const CropBox& crop, int out_size) {
   ScaleFactor best;
   double best_value = 1.0;
   for (int i = 0; factors != nullptr && i < count; ++i) {
+    // Only 1/2, 1/4 and 1/8: libjpeg-turbo has SIMD inverse DCTs for those sizes; its 7/8, 3/4,
+    // 5/8 and 3/8 ones are scalar and slower than a full-size decode (measured: bench/RESULTS.md).
+    if (factors[i].num != 1) continue;
     const double value = static_cast<double>(factors[i].num) / factors[i].denom;
     if (value >= best_value) continue;
     // The crop, scaled, still covers the output in both directions (so the resampler only shrinks).

@@ -46,6 +46,7 @@ class BilinearResampler {
   static void compute_taps(int in_size, double in0, double in1, int out_size, Taps& taps);
   Taps horizontal_, vertical_;
   std::vector<std::uint8_t> temp_;
+  std::vector<std::int32_t> sums_;  // one output row of the vertical pass
 };
 
 // (pixel / 255 - mean) / std per channel, in float32 exactly as torchvision computes it, read from a table.
