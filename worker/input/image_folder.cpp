@@ -17,15 +17,14 @@ bool is_jpeg_name(const fs::path& p) {
   return ext == ".jpg" || ext == ".jpeg";
 }
 
-// A 64-bit mix, so that neighbouring epochs get unrelated permutations.
-std::uint64_t mix(std::uint64_t x) {
+}  // namespace
+
+std::uint64_t mix_bits(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-
-}  // namespace
 
 ImageFolder scan_image_folder(const std::string& root) {
   std::error_code ec;
@@ -76,7 +75,7 @@ std::vector<std::uint32_t> epoch_shard(std::size_t files, std::uint64_t seed, st
   if (world < 1 || rank < 0 || rank >= world) throw std::invalid_argument("epoch_shard: rank outside the world");
   std::vector<std::uint32_t> order(files);
   std::iota(order.begin(), order.end(), 0u);
-  std::mt19937_64 rng(mix(seed) ^ mix(epoch + 1));
+  std::mt19937_64 rng(mix_bits(seed) ^ mix_bits(epoch + 1));
   // Fisher-Yates with our own index draw: std::shuffle's is implementation-defined, and every
   // rank (on any standard library) must agree on the permutation.
   for (std::size_t i = files; i > 1; --i) {

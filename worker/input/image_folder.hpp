@@ -31,6 +31,9 @@ struct ImageFolder {
 // Throws DataUnavailable naming the path and what is wrong.
 ImageFolder scan_image_folder(const std::string& root);
 
+// SplitMix64's finaliser: neighbouring inputs (epochs, image positions) to unrelated seeds.
+std::uint64_t mix_bits(std::uint64_t x);
+
 // The positions in ImageFolder::files that `rank` of `world` reads in `epoch`: the epoch's
 // permutation of every file (the same on every rank: it depends on the seed and the epoch only),
 // every world-th entry from `rank`. Across the ranks each file appears exactly once per epoch.

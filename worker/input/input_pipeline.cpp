@@ -6,13 +6,6 @@
 namespace dlbench::input {
 namespace {
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 constexpr std::size_t kMaxFileBytes = std::size_t{256} << 20;  // larger is not a photo worth decoding
 
 bool read_file(const std::string& path, std::vector<std::uint8_t>& bytes, std::string& why) {
@@ -115,9 +108,9 @@ void InputPipeline::produce(std::int64_t image, TransformScratch& scratch, std::
     const std::uint32_t file = (*shard)[static_cast<std::size_t>((position + attempt) % n)];
     if (known_bad(file)) continue;
     // The image's randomness: its place in the rank's stream and the attempt, nothing else.
-    std::mt19937_64 rng(mix(config_.seed) ^ mix(static_cast<std::uint64_t>(config_.rank) << 40 ^
-                                                 static_cast<std::uint64_t>(image)) ^
-                        mix(static_cast<std::uint64_t>(attempt) + 7));
+    std::mt19937_64 rng(mix_bits(config_.seed) ^
+                        mix_bits(static_cast<std::uint64_t>(config_.rank) << 40 ^ static_cast<std::uint64_t>(image)) ^
+                        mix_bits(static_cast<std::uint64_t>(attempt) + 7));
     const std::string& path = folder_.files[file].path;
     std::string why;
     int width = 0, height = 0;
