@@ -142,7 +142,7 @@ TEST(Defaults, AppliedAndReportedInOrder) {
   std::vector<std::string> paths;
   for (const auto& a : applied) paths.push_back(a.path);
   EXPECT_THAT(paths, ElementsAre("spec.engine", "spec.data", "spec.data.source", "spec.data.imageSize",
-                                 "spec.matrix.nodes", "spec.matrix.gpusPerNode", "spec.methodology",
+                                 "spec.data.decodeThreads", "spec.data.prefetchBatches", "spec.matrix.nodes", "spec.matrix.gpusPerNode", "spec.methodology",
                                  "spec.methodology.warmupSteps", "spec.methodology.measureSteps",
                                  "spec.methodology.repeats", "spec.methodology.statistic", "spec.optimizer",
                                  "spec.optimizer.name", "spec.optimizer.learningRate", "spec.optimizer.momentum",
@@ -198,7 +198,9 @@ TEST(Defaults, DecodedDefaultsMatchTheDocumentedValues) {
   EXPECT_EQ(run.spec.limits.case_timeout_seconds, 3600);
   EXPECT_EQ(run.spec.limits.backoff_limit, 1);
   EXPECT_EQ(run.spec.matrix->nodes, std::vector<int>{1});
-  EXPECT_EQ(decode_benchmark_run(minimal_run()).defaults.size(), 21u);
+  EXPECT_EQ(run.spec.data.decode_threads, 4);
+  EXPECT_EQ(run.spec.data.prefetch_batches, 2);
+  EXPECT_EQ(decode_benchmark_run(minimal_run()).defaults.size(), 23u);
 }
 
 }  // namespace
