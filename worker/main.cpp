@@ -378,14 +378,7 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
         << " GFLOP/s of training arithmetic";
     if (doc.mfu) out << ", MFU " << std::setprecision(1) << 100.0 * *doc.mfu << "%";
     out << "\n";
-    if (const auto& in = doc.input) {
-      out << "  input: waited " << std::setprecision(1) << 100.0 * in->wait_share << "% of the measured time ("
-          << std::setprecision(3) << in->wait_seconds << " s); the pipeline alone " << std::setprecision(1)
-          << in->pipeline_throughput << " images/s per rank with " << in->decode_threads << " threads: "
-          << to_string(in->verdict);
-      if (in->skipped_files > 0) out << "; " << in->skipped_files << " unreadable files skipped";
-      out << "\n";
-    }
+    if (doc.input) out << "  input: " << describe_input(*doc.input) << "\n";
   } else {
     out << "  FAILED: " << doc.reason << ": " << doc.message << "\n";
   }
@@ -445,6 +438,9 @@ std::optional<std::string> unsupported_precision(const Options& o) {
   return o.precision + " needs half-precision storage in the layers, which this dlbench-worker's cuda backend "
                        "does not have yet. Allowed on the cuda backend: fp32, tf32";
 }
+
+// Every model here ends in ImageNet's 1,000 classes; an imagefolder data set may not have more.
+constexpr std::int64_t kModelClasses = 1000;
 
 // The real-data side of a case: the pipeline and what the steps waited for it.
 struct RealData {
@@ -544,8 +540,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
       std::string error;
       try {
         real->folder = input::scan_image_folder(o.data_path);
-        constexpr std::size_t kModelClasses = 1000;
-        if (real->folder.classes.size() > kModelClasses) {
+        if (real->folder.classes.size() > static_cast<std::size_t>(kModelClasses)) {
           error = "data.path " + o.data_path + " has " + std::to_string(real->folder.classes.size()) +
                   " class folders; the models have " + std::to_string(kModelClasses) + " outputs";
         }
@@ -554,7 +549,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
       }
       agree_on_data(error);
     }
-    Trainer trainer(device, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), 1000,
+    Trainer trainer(device, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), kModelClasses,
                     {static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
                      static_cast<float>(o.weight_decay)},
                     o.seed, static_cast<std::uint64_t>(comm.rank()));
@@ -575,7 +570,17 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     trainer.use_step_graph(o.cuda_graph);
     float last_loss = 0;
     Workload workload{[&] { trainer.step(); }, [&] { device.synchronize(); }, {}, {}};
-    if (live) workload.on_step = [&](int repeat, bool measured, double s) { live->on_step(repeat, measured, s); };
+    if (live || real) {
+      workload.on_step = [&](int repeat, bool measured, double s) {
+        if (real && measured) {
+          real->measured_waits.push_back(real->last_wait);
+          real->measured_seconds += s;
+        }
+        if (!live) return;
+        if (real) live->on_input_wait(real->last_wait);
+        live->on_step(repeat, measured, s);
+      };
+    }
     if (real) {
       input::InputPipelineConfig config;
       config.batch_size = static_cast<int>(o.batch_size);
@@ -602,16 +607,6 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
         real->last_wait = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
         trainer.load_batch(batch.pixels, batch.labels);
         trainer.step();
-      };
-      workload.on_step = [&](int repeat, bool measured, double s) {
-        if (measured) {
-          real->measured_waits.push_back(real->last_wait);
-          real->measured_seconds += s;
-        }
-        if (live) {
-          live->on_input_wait(real->last_wait);
-          live->on_step(repeat, measured, s);
-        }
       };
     }
     if (comm.size() > 1) {

@@ -366,12 +366,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
         out << ", speed-up " << std::setprecision(2) << *stored.speedup << ", efficiency " << std::setprecision(0)
             << 100 * *stored.scaling_efficiency << "%";
       }
-      if (const auto& in = result.input) {
-        out << "\n  input: waited " << std::setprecision(1) << 100 * in->wait_share << "% of the measured time, "
-            << to_string(in->verdict) << "; the pipeline alone " << std::setprecision(0) << in->pipeline_throughput
-            << " images/s per rank";
-        if (in->skipped_files > 0) out << "; " << in->skipped_files << " unreadable files skipped";
-      }
+      if (result.input) out << "\n  input: " << describe_input(*result.input);
       out << "\n";
     }
     run.status = status;

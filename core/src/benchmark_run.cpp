@@ -1,5 +1,7 @@
 #include "dlbench/core/benchmark_run.hpp"
 
+#include <iomanip>
+#include <sstream>
 #include <string>
 
 namespace dlbench {
@@ -7,6 +9,20 @@ namespace dlbench {
 std::string case_id(const CaseSpec& c) {
   return std::to_string(c.nodes) + "x" + std::to_string(c.gpus_per_node) + "-bs" +
          std::to_string(c.batch_size_per_device) + "-" + std::string(to_string(c.precision));
+}
+
+InputVerdict input_verdict(double wait_share) {
+  return wait_share > kInputBoundWaitShare ? InputVerdict::input_bound : InputVerdict::compute_bound;
+}
+
+std::string describe_input(const InputReport& input) {
+  std::ostringstream out;
+  out << std::fixed << "waited " << std::setprecision(1) << 100.0 * input.wait_share << "% of the measured time ("
+      << std::setprecision(3) << input.wait_seconds << " s), " << to_string(input.verdict) << "; the pipeline alone "
+      << std::setprecision(0) << input.pipeline_throughput << " images/s per rank with " << input.decode_threads
+      << " decoding threads";
+  if (input.skipped_files > 0) out << "; " << input.skipped_files << " unreadable files skipped";
+  return out.str();
 }
 
 }  // namespace dlbench

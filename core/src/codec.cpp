@@ -614,10 +614,6 @@ json detail::throughput_to_json(const Throughput& throughput) {
   return t;
 }
 
-InputVerdict input_verdict(double wait_share) {
-  return wait_share > kInputBoundWaitShare ? InputVerdict::input_bound : InputVerdict::compute_bound;
-}
-
 std::optional<InputReport> detail::decode_input_report(Decoder& d, const json& obj, const std::string& path) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"source", "waitSeconds", "waitShare", "waitSecondsPerStep", "pipelineThroughput",

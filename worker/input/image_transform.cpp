@@ -217,11 +217,10 @@ bool JpegDecoder::header(std::span<const std::uint8_t> jpeg, int& width, int& he
 
 bool JpegDecoder::decode(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, int& width, int& height,
                          std::string& error) {
-  int full_width = 0, full_height = 0;
-  if (!header(jpeg, full_width, full_height, error)) return false;
+  if (!header(jpeg, full_width_, full_height_, error)) return false;
   const tjscalingfactor factor{scale_num, scale_denom};
-  width = TJSCALED(full_width, factor);
-  height = TJSCALED(full_height, factor);
+  width = TJSCALED(full_width_, factor);
+  height = TJSCALED(full_height_, factor);
   pixels_.resize(static_cast<std::size_t>(width) * static_cast<std::size_t>(height) * 3);
   // Accurate integer IDCT and fancy upsampling: libjpeg's defaults, which PIL decodes with.
   if (tjDecompress2(handle_, jpeg.data(), static_cast<unsigned long>(jpeg.size()), pixels_.data(), width, 0, height,
@@ -260,16 +259,16 @@ ScaleFactor dct_scale_for(const CropBox& crop, int out_size) {
 bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, bool flip, int out_size, bool dct_scaling,
                     PixelLayout layout, const Normalizer& normalizer, TransformScratch& scratch, float* out,
                     std::string& error) {
-  int full_width = 0, full_height = 0;
-  if (!scratch.decoder.header(jpeg, full_width, full_height, error)) return false;
+  // The scale depends on the crop's size only, so one header read (inside decode) serves both.
+  const ScaleFactor scale = dct_scaling ? dct_scale_for(crop, out_size) : ScaleFactor{};
+  int width = 0, height = 0;
+  if (!scratch.decoder.decode(jpeg, scale.num, scale.denom, width, height, error)) return false;
+  const int full_width = scratch.decoder.full_width(), full_height = scratch.decoder.full_height();
   if (crop.top < 0 || crop.left < 0 || crop.height < 1 || crop.width < 1 || crop.top + crop.height > full_height ||
       crop.left + crop.width > full_width) {
     error = "crop outside the image";
     return false;
   }
-  const ScaleFactor scale = dct_scaling ? dct_scale_for(crop, out_size) : ScaleFactor{};
-  int width = 0, height = 0;
-  if (!scratch.decoder.decode(jpeg, scale.num, scale.denom, width, height, error)) return false;
   scratch.resized.resize(static_cast<std::size_t>(out_size) * static_cast<std::size_t>(out_size) * 3);
   const std::size_t stride = static_cast<std::size_t>(width) * 3;
   if (scale.num == scale.denom) {

@@ -76,10 +76,15 @@ class JpegDecoder {
   bool decode(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, int& width, int& height,
               std::string& error);
   const std::uint8_t* pixels() const { return pixels_.data(); }
+  // The full size of the image decode() last read the header of.
+  int full_width() const { return full_width_; }
+  int full_height() const { return full_height_; }
 
  private:
   tjhandle handle_;
   std::vector<std::uint8_t> pixels_;
+  int full_width_ = 0;
+  int full_height_ = 0;
 };
 
 // The DCT scaling factor (num, denom) ≤ 1 that makes the decode smallest while the crop still

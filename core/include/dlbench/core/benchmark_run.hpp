@@ -206,6 +206,9 @@ struct InputReport {
 // Input-bound when the step waited for input for more than this share of the measured time.
 inline constexpr double kInputBoundWaitShare = 0.10;
 InputVerdict input_verdict(double wait_share);
+// One line for people: "waited 0.6% of the measured time (0.018 s), compute-bound; the pipeline
+// alone 854 images/s per rank with 1 decoding threads[; 2 unreadable files skipped]".
+std::string describe_input(const InputReport& input);
 
 struct CaseResult {
   CaseSpec case_;
