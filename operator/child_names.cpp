@@ -37,6 +37,7 @@ ChildNames child_names(const std::string& run, const std::string& case_id, int a
   n.hostfile = n.prefix + "-hostfile";
   n.service = n.prefix + "-workers";
   n.launcher = n.prefix + "-launcher";
+  n.group = n.prefix + "-group";
   return n;
 }
 

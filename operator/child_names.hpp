@@ -11,6 +11,7 @@ namespace dlbench::operator_ {
 struct ChildNames {
   std::string prefix;  // "<run>-<case>-a<attempt>", shortened if needed
   std::string secret, hostfile, service, launcher;
+  std::string group;  // the PodGroup (Volcano, scheduler-plugins) or Kueue pod group of the workers
   std::string worker(int index) const;
 };
 

@@ -1,16 +1,25 @@
 #include "controller.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "merge_patch.hpp"
-#include "reconciler.hpp"
 
 namespace dlbench::operator_ {
 
 using nlohmann::json;
+
+void log_line(const std::string& level, const std::string& message, const json& fields) {
+  json line{{"level", level}, {"msg", message}};
+  for (const auto& [k, v] : fields.items()) line[k] = v;
+  static std::mutex mutex;  // whole lines, never interleaved
+  std::lock_guard lock(mutex);
+  std::cerr << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+}
 
 namespace {
 
@@ -19,23 +28,95 @@ std::string key_of(const json& object) {
   return meta.value("namespace", "") + "/" + meta.value("name", "");
 }
 
-const Resource& resource_for(const std::string& kind) {
+const Resource& resource_for(const std::string& kind, const std::string& api_version = "") {
+  static const Resource volcano{"scheduling.volcano.sh", "v1beta1", "podgroups", true};
+  static const Resource scheduler_plugins{"scheduling.x-k8s.io", "v1alpha1", "podgroups", true};
   if (kind == "Pod") return resources::kPods;
   if (kind == "Job") return resources::kJobs;
   if (kind == "Secret") return resources::kSecrets;
   if (kind == "ConfigMap") return resources::kConfigMaps;
   if (kind == "Service") return resources::kServices;
+  if (kind == "PodGroup") return api_version.starts_with("scheduling.volcano.sh/") ? volcano : scheduler_plugins;
   throw std::invalid_argument("no resource for kind " + kind);
 }
 
 constexpr const char* kChildSelector = "app.kubernetes.io/managed-by=dlbench-operator";
 
+std::string phase_of(const json& run) {
+  return run.value("status", json::object()).value("phase", std::string("Pending"));
+}
+
+bool is_deleting(const json& object) { return object["metadata"].contains("deletionTimestamp"); }
+
+// Copies `keys` of `from` that exist into `to`.
+void keep(json& to, const json& from, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    if (from.contains(k)) to[k] = from[k];
+  }
+}
+
 }  // namespace
 
-Informer::Informer(KubeClient& client, Resource resource, std::string ns, std::string selector,
-                   std::chrono::seconds watch_timeout, Handler on_change)
-    : client_(client), resource_(std::move(resource)), namespace_(std::move(ns)), selector_(std::move(selector)),
-      watch_timeout_(watch_timeout), on_change_(std::move(on_change)) {}
+json slim_run(const json& run) {
+  json out = run;
+  auto& meta = out["metadata"];
+  meta.erase("managedFields");
+  if (meta.contains("annotations")) {
+    meta["annotations"].erase("kubectl.kubernetes.io/last-applied-configuration");  // a second copy of the spec
+    if (meta["annotations"].empty()) meta.erase("annotations");
+  }
+  return out;
+}
+
+json slim_child(const json& object) {
+  json out{{"metadata", json::object()}};
+  keep(out, object, {"kind"});
+  const json& meta = object["metadata"];
+  keep(out["metadata"], meta, {"name", "namespace", "uid", "creationTimestamp", "deletionTimestamp"});
+  json labels = json::object();
+  for (const auto& [k, v] : meta.value("labels", json::object()).items()) {
+    if (k.starts_with("dlbench.io/") || k == "app.kubernetes.io/component") labels[k] = v;
+  }
+  out["metadata"]["labels"] = labels;
+  if (object.contains("spec")) {
+    json spec = json::object();
+    keep(spec, object["spec"], {"nodeName", "schedulingGates"});
+    if (!spec.empty()) out["spec"] = spec;
+  }
+  if (object.contains("status")) {
+    const json& status = object["status"];
+    json s = json::object();
+    keep(s, status, {"phase", "reason", "message", "succeeded"});
+    if (status.contains("conditions")) {
+      s["conditions"] = json::array();
+      for (const auto& c : status["conditions"]) {
+        json kept = json::object();
+        keep(kept, c, {"type", "status", "reason", "message"});
+        s["conditions"].push_back(kept);
+      }
+    }
+    for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
+      if (!status.contains(list)) continue;
+      s[list] = json::array();
+      for (const auto& cs : status[list]) {
+        json kept{{"name", cs.value("name", "")}};
+        if (cs.contains("state") && cs["state"].contains("terminated")) {
+          kept["state"]["terminated"] = json::object();
+          keep(kept["state"]["terminated"], cs["state"]["terminated"], {"exitCode", "reason", "message"});
+        }
+        s[list].push_back(kept);
+      }
+    }
+    out["status"] = s;
+  }
+  return out;
+}
+
+Informer::Informer(KubeClient& client, std::string kind, Resource resource, std::string ns, std::string selector,
+                   std::chrono::seconds watch_timeout, Handler on_change, Slim slim, ErrorHandler on_error)
+    : client_(client), kind_(std::move(kind)), resource_(std::move(resource)), namespace_(std::move(ns)),
+      selector_(std::move(selector)), watch_timeout_(watch_timeout), on_change_(std::move(on_change)),
+      slim_(std::move(slim)), on_error_(std::move(on_error)) {}
 
 Informer::~Informer() { stop(); }
 
@@ -46,56 +127,81 @@ void Informer::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Informer::store(const std::string& type, const json& object) {
+  {
+    std::lock_guard lock(mutex_);
+    if (type == "DELETED") {
+      cache_.erase(key_of(object));
+    } else {
+      cache_[key_of(object)] = slim_(object);
+    }
+  }
+  on_change_(type, object);
+}
+
 void Informer::run() {
   auto backoff = std::chrono::milliseconds(200);
   while (!stopping_) {
     try {
-      // List: the cache becomes exactly the world, and every object is announced.
-      const json list = client_.list(resource_, namespace_, selector_);
+      // List: the cache becomes exactly the world, and every object is announced (those gone
+      // while we did not watch as DELETED, so that their owners hear of it).
+      json list = client_.list(resource_, namespace_, selector_);
+      failing_ = false;
       std::string version = list["metadata"].value("resourceVersion", "");
+      std::vector<json> gone;
       {
         std::lock_guard lock(mutex_);
-        cache_.clear();
-        for (const auto& item : list["items"]) cache_[key_of(item)] = item;
+        std::map<std::string, json> fresh;
+        for (auto& item : list["items"]) {
+          item["kind"] = kind_;  // list items may come without kind
+          fresh[key_of(item)] = slim_(item);
+        }
+        for (auto& [key, old] : cache_) {
+          if (!fresh.contains(key)) gone.push_back(std::move(old));
+        }
+        cache_ = std::move(fresh);
       }
       synced_ = true;
-      for (const auto& item : list["items"]) on_change_(item);
+      for (const auto& object : gone) on_change_("DELETED", object);
+      for (const auto& item : list["items"]) on_change_("ADDED", item);
+      list = json();  // the full objects are not kept
       backoff = std::chrono::milliseconds(200);
       // Watch from there; a closed stream resumes from the last version seen.
       while (!stopping_) {
         version = client_.watch(resource_, namespace_, selector_, version, watch_timeout_,
                                 [&](const KubeClient::WatchEvent& e) {
+                                  failing_ = false;
                                   if (e.type == "BOOKMARK") return;
-                                  {
-                                    std::lock_guard lock(mutex_);
-                                    if (e.type == "DELETED") {
-                                      cache_.erase(key_of(e.object));
-                                    } else {
-                                      cache_[key_of(e.object)] = e.object;
-                                    }
-                                  }
-                                  on_change_(e.object);
+                                  json object = e.object;
+                                  object["kind"] = kind_;
+                                  store(e.type, object);
                                 });
+        failing_ = false;
       }
     } catch (const KubeError& e) {
       if (e.status == 410) {
         ++relists_;  // too old: list again
+        on_error_(kind_, e.what(), e.status);
         continue;
       }
+      failing_ = true;
+      on_error_(kind_, e.what(), e.status);
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
-    } catch (const std::exception&) {
-      std::this_thread::sleep_for(backoff);  // connection dropped, server restarting, …
+    } catch (const std::exception& e) {
+      failing_ = true;  // connection refused or dropped, server restarting, …
+      on_error_(kind_, e.what(), 0);
+      std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
     }
   }
 }
 
-std::vector<json> Informer::items(const std::function<bool(const json&)>& keep) const {
+std::vector<json> Informer::items(const std::function<bool(const json&)>& keep_it) const {
   std::lock_guard lock(mutex_);
   std::vector<json> out;
   for (const auto& [key, o] : cache_) {
-    if (keep(o)) out.push_back(o);
+    if (keep_it(o)) out.push_back(o);
   }
   return out;
 }
@@ -108,27 +214,54 @@ std::optional<json> Informer::get(const std::string& ns, const std::string& name
 }
 
 Controller::Controller(KubeClient& client, ControllerOptions options) : client_(client), options_(std::move(options)) {
-  reconciles_ = &registry_.counter("dlbench_operator_reconciles_total", "Reconciliations, by result (success, error).");
+  reconciles_ = &registry_.counter("dlbench_operator_reconciles_total",
+                                   "Reconciliations, by result: changed, unchanged, queued, stale (the cache has not "
+                                   "seen our last write yet), gone (deleted or being deleted), conflict (409 on the "
+                                   "status write), error.");
+  api_errors_ = &registry_.counter("dlbench_operator_watch_errors_total",
+                                   "Failed lists and watches, by kind and HTTP status (0: no answer; 410: expired, "
+                                   "relisted).");
   reconcile_seconds_ = &registry_
                             .histogram("dlbench_operator_reconcile_seconds", "Time of one reconciliation.",
                                        metrics::exponential_buckets(0.0005, 2, 16))
                             .add({});
   queue_depth_ = &registry_.gauge("dlbench_operator_queue_depth", "Runs waiting for reconciliation.").add({});
-  runs_by_phase_ = &registry_.gauge("dlbench_operator_runs", "BenchmarkRuns by phase.");
+  cases_running_ = &registry_.gauge("dlbench_operator_cases_running", "Runs holding a case slot (Running).").add({});
+  runs_by_phase_ = &registry_.gauge("dlbench_operator_runs", "BenchmarkRuns by phase (1 for the run's phase).");
   case_throughput_ = &registry_.gauge("dlbench_case_throughput_samples_per_second",
                                       "Reported throughput of a finished case (median unless the run says mean).");
   case_speedup_ = &registry_.gauge("dlbench_case_speedup", "Speed-up of a finished case over its 1x1 case.");
   case_efficiency_ = &registry_.gauge("dlbench_case_scaling_efficiency", "Speed-up / devices of a finished case.");
   case_devices_ = &registry_.gauge("dlbench_case_devices", "Devices (ranks) of a finished case: nodes x gpusPerNode.");
   case_failed_ = &registry_.gauge("dlbench_case_failed", "1 for a case that ended Failed, labelled with its reason.");
-  const auto on_run = [this](const json& o) { queue_.add(key_of(o)); };
-  const auto on_child = [this](const json& o) { enqueue_owner(o); };
-  informers_.push_back(std::make_unique<Informer>(client_, resources::kBenchmarkRuns, options_.namespace_, "",
-                                                  options_.watch_timeout, on_run));
-  for (const Resource* r : {&resources::kPods, &resources::kJobs, &resources::kSecrets, &resources::kConfigMaps,
-                            &resources::kServices}) {
-    informers_.push_back(std::make_unique<Informer>(client_, *r, options_.namespace_, kChildSelector,
-                                                    options_.watch_timeout, on_child));
+  const auto on_error = [this](const std::string& kind, const std::string& what, int status) {
+    api_errors_->add({{"kind", kind}, {"code", std::to_string(status)}}).increment();
+    log_line(status == 410 ? "info" : "warning", status == 410 ? "watch expired, relisting" : "list or watch failed",
+             {{"kind", kind}, {"code", status}, {"error", what}});
+  };
+  const auto on_run = [this](const std::string& type, const json& o) {
+    const std::string key = key_of(o);
+    if (type == "DELETED") {
+      const auto slash = key.find('/');
+      forget(key.substr(0, slash), key.substr(slash + 1));
+      log_line("info", "run deleted", {{"run", key}});
+      enqueue_waiting_runs();  // its slot is free
+    }
+    queue_.add(key);
+  };
+  const auto on_child = [this](const std::string&, const json& o) { enqueue_owner(o); };
+  informers_.push_back(std::make_unique<Informer>(client_, kKind, resources::kBenchmarkRuns, options_.namespace_, "",
+                                                  options_.watch_timeout, on_run, slim_run, on_error));
+  runs_ = informers_.back().get();
+  for (const auto& [kind, resource] : std::initializer_list<std::pair<const char*, const Resource*>>{
+           {"Pod", &resources::kPods},
+           {"Job", &resources::kJobs},
+           {"Secret", &resources::kSecrets},
+           {"ConfigMap", &resources::kConfigMaps},
+           {"Service", &resources::kServices}}) {
+    informers_.push_back(std::make_unique<Informer>(client_, kind, *resource, options_.namespace_, kChildSelector,
+                                                    options_.watch_timeout, on_child, slim_child, on_error));
+    children_[kind] = informers_.back().get();
   }
 }
 
@@ -138,6 +271,13 @@ void Controller::enqueue_owner(const json& object) {
   const auto labels = object["metadata"].value("labels", json::object());
   if (labels.contains("dlbench.io/run")) {
     queue_.add(object["metadata"].value("namespace", "") + "/" + labels["dlbench.io/run"].get<std::string>());
+  }
+}
+
+void Controller::enqueue_waiting_runs() {
+  if (runs_ == nullptr) return;
+  for (const auto& r : runs_->items([](const json& o) { return phase_of(o) == "Pending" && !is_deleting(o); })) {
+    queue_.add(key_of(r));
   }
 }
 
@@ -157,10 +297,74 @@ void Controller::stop() {
 }
 
 bool Controller::synced() const {
-  for (const auto& i : informers_) {
-    if (!i->synced()) return false;
+  return std::all_of(informers_.begin(), informers_.end(), [](const auto& i) { return i->synced(); });
+}
+
+bool Controller::healthy() const {
+  return std::all_of(informers_.begin(), informers_.end(), [](const auto& i) { return i->healthy(); });
+}
+
+void Controller::forget(const std::string& ns, const std::string& name) {
+  const metrics::Labels run{{"namespace", ns}, {"run", name}};
+  for (auto* family : {runs_by_phase_, case_throughput_, case_speedup_, case_efficiency_, case_devices_, case_failed_}) {
+    family->remove_matching(run);
   }
-  return true;
+  {
+    std::lock_guard lock(expectations_mutex_);
+    written_over_.erase(ns + "/" + name);
+  }
+  std::lock_guard lock(admission_mutex_);
+  reservations_.erase(ns + "/" + name);
+}
+
+Admission Controller::admission_for(const std::string& key, const json& run) {
+  if (options_.max_concurrent_cases <= 0 || phase_of(run) != "Pending") return {};
+  std::lock_guard lock(admission_mutex_);
+  std::set<std::string> holding;
+  std::vector<std::pair<std::string, std::string>> waiting;  // (creationTimestamp, key), oldest first
+  for (const auto& r : runs_->items([](const json&) { return true; })) {
+    const std::string k = key_of(r), phase = phase_of(r);
+    if (phase == "Running" && !is_deleting(r)) holding.insert(k);
+    if (phase != "Pending" || is_deleting(r)) {
+      reservations_.erase(k);  // the cache shows it Running (counted above), ended, or going
+    } else if (!reservations_.contains(k)) {
+      waiting.emplace_back(r["metadata"].value("creationTimestamp", ""), k);
+    }
+  }
+  for (const auto& k : reservations_) holding.insert(k);
+  cases_running_->set(static_cast<double>(holding.size()));
+  if (holding.contains(key)) return {};
+  std::sort(waiting.begin(), waiting.end());
+  const auto free = options_.max_concurrent_cases - static_cast<int>(holding.size());
+  const auto position = std::find_if(waiting.begin(), waiting.end(), [&](const auto& w) { return w.second == key; }) -
+                        waiting.begin();
+  if (position < free) {
+    reservations_.insert(key);
+    return {};
+  }
+  return {false, "waiting for a case slot: " + std::to_string(holding.size()) + " of " +
+                     std::to_string(options_.max_concurrent_cases) +
+                     " running (the operator's --max-concurrent-cases), oldest run first"};
+}
+
+bool Controller::shares_a_node(const std::string& ns, const std::string& name, const std::vector<ObservedPod>& pods) const {
+  std::set<std::string> nodes;
+  std::set<std::string> mine;
+  for (const auto& p : pods) {
+    if (p.role == "worker" && !p.node.empty()) nodes.insert(p.node);
+    mine.insert(p.uid);
+  }
+  if (nodes.empty()) return false;
+  const auto neighbours = children_.at("Pod")->items([&](const json& o) {
+    const auto& meta = o["metadata"];
+    const auto& labels = meta.value("labels", json::object());
+    if (labels.value("app.kubernetes.io/component", "") != "worker" || mine.contains(meta.value("uid", ""))) return false;
+    if (labels.value("dlbench.io/run", "") == name && meta.value("namespace", "") == ns) return false;
+    const std::string phase = o.value("status", json::object()).value("phase", "Pending");
+    return phase != "Succeeded" && phase != "Failed" &&
+           nodes.contains(o.value("spec", json::object()).value("nodeName", ""));
+  });
+  return !neighbours.empty();
 }
 
 void Controller::work() {
@@ -171,85 +375,125 @@ void Controller::work() {
       queue_.add_after(*key, std::chrono::milliseconds(200));
       continue;
     }
+    const std::uint64_t id = ++reconcile_counter_;
     const auto start = std::chrono::steady_clock::now();
+    json fields{{"run", *key}, {"reconcile", id}};
+    std::string outcome;
     try {
-      process(*key);
-      queue_.forget(*key);
-      reconciles_->add({{"result", "success"}}).increment();
-    } catch (const std::exception&) {
-      reconciles_->add({{"result", "error"}}).increment();
-      queue_.done(*key);
-      queue_.add_rate_limited(*key);
-      continue;
+      outcome = process(*key, id, fields);
+      if (outcome != "conflict") queue_.forget(*key);
+    } catch (const std::exception& e) {
+      outcome = "error";
+      fields["error"] = e.what();
     }
-    reconcile_seconds_->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    reconcile_seconds_->observe(seconds);
+    reconciles_->add({{"result", outcome}}).increment();
+    fields["ms"] = std::round(seconds * 10000) / 10;
+    if (outcome != "unchanged" || options_.log_unchanged) {
+      log_line(outcome == "error" || outcome == "conflict" ? "warning" : "info", "reconciled " + outcome, fields);
+    }
     queue_.done(*key);
+    if (outcome == "error" || outcome == "conflict") queue_.add_rate_limited(*key);
   }
 }
 
-void Controller::process(const std::string& key) {
+std::string Controller::process(const std::string& key, std::uint64_t reconcile_id, json& fields) {
   const auto slash = key.find('/');
   const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
-  const auto run = informers_[0]->get(ns, name);
-  if (!run) return;  // deleted: owner references clean up its children
+  const auto run = runs_->get(ns, name);
+  if (!run) {
+    forget(ns, name);  // deleted: owner references collect its children
+    return "gone";
+  }
+  if (is_deleting(*run)) return "gone";  // finalizers of others hold it: no new child, no write
+  const std::string version = (*run)["metadata"].value("resourceVersion", "");
+  {
+    std::lock_guard lock(expectations_mutex_);
+    const auto it = written_over_.find(key);
+    if (it != written_over_.end() && it->second == version) {
+      // Our last status write is not in the cache yet: acting now could run a finished case again.
+      queue_.add_after(key, std::chrono::milliseconds(100));
+      return "stale";
+    }
+    written_over_.erase(key);
+  }
   World world;
   world.now = std::chrono::system_clock::now();
   const auto mine = [&](const json& o) {
     return o["metadata"].value("namespace", "") == ns &&
            o["metadata"].value("labels", json::object()).value("dlbench.io/run", "") == name;
   };
-  for (std::size_t i = 1; i < informers_.size(); ++i) {
-    for (const auto& o : informers_[i]->items(mine)) {
-      const std::string kind = o.value("kind", "");
-      if (i == 1) {
-        auto pod = o;
-        pod["kind"] = "Pod";  // list items may come without kind
-        world.pods.push_back(observe_pod(pod));
-      } else if (i == 2) {
-        auto job = o;
-        job["kind"] = "Job";
-        world.jobs.push_back(observe_job(job));
+  for (const auto& [kind, informer] : children_) {
+    for (const auto& o : informer->items(mine)) {
+      if (kind == "Pod") {
+        world.pods.push_back(observe_pod(o));
+      } else if (kind == "Job") {
+        world.jobs.push_back(observe_job(o));
       } else {
-        auto other = o;
-        other["kind"] = i == 3 ? "Secret" : i == 4 ? "ConfigMap" : "Service";
-        world.others.push_back(observe_object(other));
+        world.others.push_back(observe_object(o));
       }
     }
   }
-  const Actions actions = reconcile(*run, world, options_.config, [] { return generate_ssh_key_pair(); });
+  world.admission = admission_for(key, *run);
+  world.shared_node = shares_a_node(ns, name, world.pods);
+  Actions actions = reconcile(*run, world, options_.config, [] { return generate_ssh_key_pair(); });
+  fields["phase"] = actions.status ? std::string(to_string(actions.status->phase)) : phase_of(*run);
+  if (!world.admission.admitted) {
+    fields["queued"] = world.admission.why;
+  }
+  if (!options_.may_write()) throw std::runtime_error("this replica no longer holds the Lease");
+  if (!actions.create.empty()) {
+    // The cache may still hold a run that is gone or going: ask the API server itself.
+    try {
+      const json live = client_.get(resources::kBenchmarkRuns, ns, name);
+      if (is_deleting(live) || live["metadata"].value("uid", "") != (*run)["metadata"].value("uid", "")) return "gone";
+    } catch (const KubeError& e) {
+      if (e.status == 404) return "gone";
+      throw;
+    }
+  }
+  int created = 0, deleted = 0;
   for (const auto& object : actions.create) {
     try {
-      client_.create(resource_for(object["kind"]), ns, object);
+      client_.create(resource_for(object["kind"], object.value("apiVersion", "")), ns, object);
+      ++created;
     } catch (const KubeError& e) {
       if (e.status != 409) throw;  // AlreadyExists: the world is ahead of the cache
     }
   }
-  for (const auto& r : actions.remove) client_.remove(resource_for(r.kind), ns, r.name);
+  for (const auto& r : actions.remove) deleted += client_.remove(resource_for(r.kind), ns, r.name) ? 1 : 0;
+  if (created > 0) fields["created"] = created;
+  if (deleted > 0) fields["deleted"] = deleted;
+  std::string outcome = created + deleted > 0 ? "changed" : world.admission.admitted ? "unchanged" : "queued";
   if (actions.status) {
-    // Only what changed, with removed fields as null; nothing at all when the status is the same.
-    const json patch = merge_patch_between((*run).value("status", json::object()), to_json(*actions.status));
-    if (!patch.empty()) client_.merge_patch(resources::kBenchmarkRuns, ns, name, {{"status", patch}}, "status");
-    runs_by_phase_->add({{"namespace", ns}, {"run", name}, {"phase", std::string(to_string(actions.status->phase))}}).set(1);
-    for (const char* phase : {"Pending", "Running", "Succeeded", "Failed"}) {
-      if (phase != to_string(actions.status->phase)) {
-        runs_by_phase_->add({{"namespace", ns}, {"run", name}, {"phase", phase}}).set(0);
+    // Only what changed, with removed fields as null, conditioned on the version this reconcile
+    // read: a write over a status we have not seen is refused (409) and retried on a fresh read.
+    json patch = merge_patch_between((*run).value("status", json::object()), to_json(*actions.status));
+    if (!patch.empty()) {
+      try {
+        client_.merge_patch(resources::kBenchmarkRuns, ns, name,
+                            {{"metadata", {{"resourceVersion", version}}}, {"status", patch}}, "status");
+      } catch (const KubeError& e) {
+        if (e.status == 409) return "conflict";
+        if (e.status == 404) return "gone";
+        throw;
       }
-    }
-    const auto decoded = decode_benchmark_run(*run);
-    const auto statistic = decoded.value ? decoded.value->spec.methodology.statistic : Statistic::median;
-    for (const auto& r : actions.status->results) {
-      const metrics::Labels labels{{"namespace", ns}, {"run", name}, {"case", case_id(r.case_)}};
-      if (r.state == CaseState::Failed) {
-        case_failed_->add({{"namespace", ns}, {"run", name}, {"case", case_id(r.case_)}, {"reason", r.reason}}).set(1);
+      {
+        std::lock_guard lock(expectations_mutex_);
+        written_over_[key] = version;
       }
-      if (r.state != CaseState::Succeeded || !r.throughput) continue;
-      case_devices_->add(labels).set(r.case_.devices());
-      case_throughput_->add(labels).set(reported_value(r.throughput->summary, statistic));
-      if (r.speedup) case_speedup_->add(labels).set(*r.speedup);
-      if (r.scaling_efficiency) case_efficiency_->add(labels).set(*r.scaling_efficiency);
+      fields["statusWritten"] = true;
+      if (outcome != "queued") outcome = "changed";
+      const bool ended = actions.status->phase == Phase::Succeeded || actions.status->phase == Phase::Failed;
+      if (ended && phase_of(*run) == "Running") enqueue_waiting_runs();  // its case slot is free
     }
+    record_metrics(ns, name, *run, *actions.status);
+  } else {  // the series follow the status even when this replica did not write it (after a restart)
+    if (auto s = decode_status((*run).value("status", json::object())); s.ok()) record_metrics(ns, name, *run, *s.value);
   }
   for (const auto& e : actions.events) {
+    fields["events"].push_back(e.reason);
     const std::string now = format_rfc3339(world.now);
     // Unique across operator restarts (as Kubernetes names them: <object>.<hex>), and best effort:
     // an Event that cannot be written must not fail the reconcile that already changed the world.
@@ -271,11 +515,31 @@ void Controller::process(const std::string& key) {
                       {"count", 1},
                       {"source", {{"component", "dlbench-operator"}}}});
     } catch (const KubeError& error) {
-      std::cerr << R"({"level":"warning","msg":"event not recorded","run":")" << ns << "/" << name
-                << R"(","reason":)" << nlohmann::json(error.what()).dump() << "}\n";
+      log_line("warning", "event not recorded", {{"run", key}, {"reconcile", reconcile_id}, {"error", error.what()}});
     }
   }
   if (actions.requeue_after) queue_.add_after(key, *actions.requeue_after);
+  return outcome;
+}
+
+void Controller::record_metrics(const std::string& ns, const std::string& name, const json& run,
+                                const BenchmarkRunStatus& status) {
+  for (const char* phase : {"Pending", "Running", "Succeeded", "Failed"}) {
+    runs_by_phase_->add({{"namespace", ns}, {"run", name}, {"phase", phase}}).set(phase == to_string(status.phase) ? 1 : 0);
+  }
+  const auto decoded = decode_benchmark_run(run);
+  const auto statistic = decoded.value ? decoded.value->spec.methodology.statistic : Statistic::median;
+  for (const auto& r : status.results) {
+    const metrics::Labels labels{{"namespace", ns}, {"run", name}, {"case", case_id(r.case_)}};
+    if (r.state == CaseState::Failed) {
+      case_failed_->add({{"namespace", ns}, {"run", name}, {"case", case_id(r.case_)}, {"reason", r.reason}}).set(1);
+    }
+    if (r.state != CaseState::Succeeded || !r.throughput) continue;
+    case_devices_->add(labels).set(r.case_.devices());
+    case_throughput_->add(labels).set(reported_value(r.throughput->summary, statistic));
+    if (r.speedup) case_speedup_->add(labels).set(*r.speedup);
+    if (r.scaling_efficiency) case_efficiency_->add(labels).set(*r.scaling_efficiency);
+  }
 }
 
 }  // namespace dlbench::operator_

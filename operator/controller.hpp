@@ -1,7 +1,14 @@
 // The controller loop: informers (list, then watch from the list's resourceVersion with
-// bookmarks; relist on 410 Expired; reconnect with backoff) keep caches of the runs and their
-// children and enqueue the owning run on every change; workers take keys from the work queue,
-// call reconcile() on the cached world, and apply its actions through the Kubernetes client.
+// bookmarks; relist on 410 Expired; reconnect with backoff) keep slim caches of the runs and
+// their children and enqueue the owning run on every change; workers take keys from the work
+// queue, call reconcile() on the cached world, and apply its actions through the client.
+//
+// Against a stale cache: a status write is conditioned on the resourceVersion the reconcile
+// read (409 → requeue), and after a write the run is not reconciled again until the cache shows
+// a newer version (expectations, as controller-runtime's ReplicaSet controller keeps them).
+// Before creating children the run is read from the API server itself: a run being deleted, or
+// gone, gets no new child. Every reconcile outcome and every list/watch error is logged (one
+// JSON line, with the run and a reconcile id) and counted.
 #pragma once
 
 #include <atomic>
@@ -11,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,43 +26,67 @@
 #include "dlbench/core/metrics.hpp"
 #include "kube_client.hpp"
 #include "manifests.hpp"
+#include "reconciler.hpp"
 #include "work_queue.hpp"
 
 namespace dlbench::operator_ {
 
+// One JSON line on stderr: {"level":…,"msg":…, fields…}.
+void log_line(const std::string& level, const std::string& message, const nlohmann::json& fields = nlohmann::json::object());
+
 class Informer {
  public:
-  using Handler = std::function<void(const nlohmann::json& object)>;
-  Informer(KubeClient& client, Resource resource, std::string ns, std::string selector, std::chrono::seconds watch_timeout,
-           Handler on_change);
+  using Handler = std::function<void(const std::string& type, const nlohmann::json& object)>;
+  // What the cache keeps of an object (the reconciler's facts only: memory at scale).
+  using Slim = std::function<nlohmann::json(const nlohmann::json& object)>;
+  using ErrorHandler = std::function<void(const std::string& kind, const std::string& what, int http_status)>;
+  Informer(KubeClient& client, std::string kind, Resource resource, std::string ns, std::string selector,
+           std::chrono::seconds watch_timeout, Handler on_change, Slim slim, ErrorHandler on_error);
   ~Informer();
   void start();
   void request_stop() { stopping_ = true; }  // lets several informers wind down at once
   void stop();
+  const std::string& kind() const { return kind_; }
   bool synced() const { return synced_; }
+  // Synced, and its last list or watch reached the API server.
+  bool healthy() const { return synced_ && !failing_; }
   std::vector<nlohmann::json> items(const std::function<bool(const nlohmann::json&)>& keep) const;
   std::optional<nlohmann::json> get(const std::string& ns, const std::string& name) const;
   int relists() const { return relists_; }
 
  private:
   void run();
+  void store(const std::string& type, const nlohmann::json& object);
   KubeClient& client_;
+  std::string kind_;
   Resource resource_;
   std::string namespace_, selector_;
   std::chrono::seconds watch_timeout_;
   Handler on_change_;
+  Slim slim_;
+  ErrorHandler on_error_;
   mutable std::mutex mutex_;
   std::map<std::string, nlohmann::json> cache_;  // "ns/name"
-  std::atomic<bool> stopping_{false}, synced_{false};
+  std::atomic<bool> stopping_{false}, synced_{false}, failing_{false};
   std::atomic<int> relists_{0};
   std::thread thread_;
 };
+
+// The slim copies the caches keep.
+nlohmann::json slim_run(const nlohmann::json& run);
+nlohmann::json slim_child(const nlohmann::json& object);
 
 struct ControllerOptions {
   std::string namespace_;  // empty: every namespace
   int workers = 2;
   OperatorConfig config;
   std::chrono::seconds watch_timeout{60};
+  // At most this many cases run at once, operator-wide (each run runs its cases one at a time,
+  // so this is also the number of Running runs); 0: no limit. Others wait, Pending, in order.
+  int max_concurrent_cases = 1;
+  bool log_unchanged = false;  // also log reconciles that changed nothing (--log-level debug)
+  // Whether this replica may still write (it holds the Lease); checked before every write.
+  std::function<bool()> may_write = [] { return true; };
 };
 
 class Controller {
@@ -64,29 +96,49 @@ class Controller {
   void start();
   void stop();
   bool synced() const;
+  // Synced and in touch with the API server: what /readyz reports.
+  bool healthy() const;
   metrics::Registry& registry() { return registry_; }
 
  private:
   void work();
-  void process(const std::string& key);
+  // The outcome, for the log and the counter: changed, unchanged, queued, stale, gone, conflict.
+  std::string process(const std::string& key, std::uint64_t reconcile_id, nlohmann::json& fields);
   void enqueue_owner(const nlohmann::json& object);
+  void enqueue_waiting_runs();
+  Admission admission_for(const std::string& key, const nlohmann::json& run);
+  bool shares_a_node(const std::string& ns, const std::string& name, const std::vector<ObservedPod>& pods) const;
+  void forget(const std::string& ns, const std::string& name);
+  void record_metrics(const std::string& ns, const std::string& name, const nlohmann::json& run,
+                      const BenchmarkRunStatus& status);
 
   KubeClient& client_;
   ControllerOptions options_;
   WorkQueue queue_;
-  std::vector<std::unique_ptr<Informer>> informers_;  // runs first
+  std::vector<std::unique_ptr<Informer>> informers_;
+  Informer* runs_ = nullptr;
+  std::map<std::string, Informer*> children_;  // by kind: Pod, Job, Secret, ConfigMap, Service
   std::vector<std::thread> workers_;
-  std::atomic<std::uint64_t> event_counter_{0};
+  std::atomic<std::uint64_t> event_counter_{0}, reconcile_counter_{0};
+  // Expectations: run key → the resourceVersion our last status write replaced. While the cache
+  // still shows it, the cache has not seen our write.
+  mutable std::mutex expectations_mutex_;
+  std::map<std::string, std::string> written_over_;
+  // Admission: runs granted a slot whose Running status the cache does not show yet.
+  std::mutex admission_mutex_;
+  std::set<std::string> reservations_;
   metrics::Registry registry_;
   metrics::Family<metrics::Counter>* reconciles_;
+  metrics::Family<metrics::Counter>* api_errors_;
   metrics::Histogram* reconcile_seconds_;
   metrics::Gauge* queue_depth_;
+  metrics::Gauge* cases_running_;
   metrics::Family<metrics::Gauge>* runs_by_phase_;
   metrics::Family<metrics::Gauge>* case_throughput_;
   metrics::Family<metrics::Gauge>* case_speedup_;
   metrics::Family<metrics::Gauge>* case_efficiency_;
-  metrics::Family<metrics::Gauge>* case_devices_ = nullptr;
-  metrics::Family<metrics::Gauge>* case_failed_ = nullptr;
+  metrics::Family<metrics::Gauge>* case_devices_;
+  metrics::Family<metrics::Gauge>* case_failed_;
 };
 
 }  // namespace dlbench::operator_

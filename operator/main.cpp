@@ -1,4 +1,5 @@
 // dlbench-operator: runs BenchmarkRuns on a Kubernetes cluster as MPI jobs.
+#include <atomic>
 #include <csignal>
 #include <initializer_list>
 #include <iostream>
@@ -28,6 +29,10 @@ constexpr const char* kUsage = R"(dlbench-operator — runs BenchmarkRuns (dlben
   --communicator C           nccl (default) | mpi
   --leader-elect true|false  lead through a Lease before reconciling (default false; on with replicas > 1)
   --lease-namespace NS       where the Lease "dlbench-operator" lives (default: default)
+  --max-concurrent-cases N   cases running at once, operator-wide (default 1; 0: no limit). Each run
+                             runs its cases one at a time; more runs wait, Pending, oldest first
+  --log-level L              info (default): every reconcile that changed something, every error |
+                             debug: also those that changed nothing
 )";
 
 // A whole number in [low, high], or an error naming the flag and the range.
@@ -103,6 +108,12 @@ int main(int argc, char** argv) {
       std::string choice;
       if (!parse_choice(flag, value, {"true", "false"}, choice)) return 2;
       leader_elect = choice == "true";
+    } else if (flag == "--max-concurrent-cases") {
+      if (!parse_int(flag, value, 0, 100000, options.max_concurrent_cases)) return 2;
+    } else if (flag == "--log-level") {
+      std::string level;
+      if (!parse_choice(flag, value, {"info", "debug"}, level)) return 2;
+      options.log_unchanged = level == "debug";
     } else if (flag == "--lease-namespace") {
       lease_namespace = value;
     } else if (flag == "--worker-backend") {
@@ -122,6 +133,16 @@ int main(int argc, char** argv) {
   try {
     const KubeConfig config = resolve_kube_config(kubeconfig);
     KubeClient client(make_http_transport(config, std::chrono::seconds(30)));
+    // With leader election, a replica writes only while its last renewal is younger than the
+    // lease: once another replica may have taken over, a reconcile in flight must not write.
+    std::atomic<std::int64_t> renewed_at{0};
+    const auto steady_ms = [] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    };
+    if (leader_elect) {
+      options.may_write = [&renewed_at, steady_ms] { return steady_ms() - renewed_at.load() < 15000; };
+    }
     Controller controller(client, options);
     dlbench::metrics::MetricsServer server(controller.registry(), metrics_port);
     server.set_ready(false);
@@ -141,20 +162,37 @@ int main(int argc, char** argv) {
       server.set_ready(true);
       while (stop_requested == 0 && !elector.try_acquire_or_renew()) std::this_thread::sleep_for(std::chrono::seconds(2));
       if (stop_requested != 0) return 0;
-      std::cerr << R"({"level":"info","msg":"leading","identity":")" << identity << "\"}\n";
+      renewed_at = steady_ms();
+      log_line("info", "leading", {{"identity", identity}});
     }
     leading.set(1);
     controller.start();
-    std::cerr << R"({"level":"info","msg":"started","server":")" << config.server << R"(","metricsPort":)" << server.port()
-              << "}\n";
+    log_line("info", "started", {{"server", config.server}, {"metricsPort", server.port()},
+                                 {"maxConcurrentCases", options.max_concurrent_cases}});
     auto last_renewal = std::chrono::steady_clock::now();
+    bool was_healthy = false;
     while (stop_requested == 0) {
-      server.set_ready(controller.synced());
+      // Ready while the caches are synced and the API server answers: an operator that cannot
+      // reach it cannot do its job.
+      const bool healthy = controller.healthy();
+      if (healthy != was_healthy) {
+        log_line(healthy ? "info" : "warning", healthy ? "ready" : "not ready: the API server does not answer");
+      }
+      was_healthy = healthy;
+      server.set_ready(healthy);
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       if (leader_elect && std::chrono::steady_clock::now() - last_renewal > std::chrono::seconds(5)) {
-        if (!elector.try_acquire_or_renew()) {
-          // Another replica leads now: stop at once and let Kubernetes restart us as a follower.
-          std::cerr << R"({"level":"error","msg":"lost the lease"})" << "\n";
+        bool renewed = false, unanswered = false;
+        try {
+          renewed = elector.try_acquire_or_renew();
+        } catch (const std::exception& e) {
+          unanswered = true;  // retried until the lease runs out
+          log_line("warning", "lease renewal failed", {{"error", e.what()}});
+        }
+        if (renewed) renewed_at = steady_ms();
+        if (!renewed && (!unanswered || !options.may_write())) {
+          // Another replica may lead now: stop at once and let Kubernetes restart us as a follower.
+          log_line("error", "lost the lease");
           controller.stop();
           return 1;
         }
@@ -162,11 +200,11 @@ int main(int argc, char** argv) {
       }
     }
     server.set_ready(false);
-    std::cerr << R"({"level":"info","msg":"stopping"})" << "\n";
+    log_line("info", "stopping");
     controller.stop();  // finishes the reconciles in flight, then the informers
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << R"({"level":"error","msg":)" << nlohmann::json(e.what()).dump() << "}\n";
+    log_line("error", e.what());
     return 1;
   }
 }

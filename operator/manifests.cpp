@@ -37,11 +37,12 @@ json user_env(const BenchmarkRun& run) {
   return out;
 }
 
-// What a worker pod of case c asks for, both engines: its GPUs, and RDMA devices when asked.
-json device_resources(const BenchmarkRun& run, const CaseSpec& c) {
+// What a worker pod of case c asks for, both engines: its GPUs (none on a CPU cluster, where no
+// node has them), and RDMA devices when asked.
+json device_resources(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config) {
   const auto& w = run.spec.worker;
   json resources = json::object();
-  resources[w.gpu_resource] = std::to_string(c.gpus_per_node);
+  if (config.worker_backend != "cpu") resources[w.gpu_resource] = std::to_string(c.gpus_per_node);
   if (w.rdma) resources[w.rdma->resource] = std::to_string(w.rdma->per_node);
   return resources;
 }
@@ -60,7 +61,67 @@ void apply_scheduling(json& pod_spec, const BenchmarkRun& run) {
   if (!w.priority_class_name.empty()) pod_spec["priorityClassName"] = w.priority_class_name;
 }
 
+// Worker pods only: who admits them together, and which nodes they may share.
+void apply_worker_placement(json& pod_spec, json& meta, const BenchmarkRun& run, const CaseSpec& c, int attempt) {
+  const auto& w = run.spec.worker;
+  const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
+  meta["labels"][kGroupLabel] = n.prefix;
+  if (!w.share_nodes) {
+    // No worker of another dlbench case on the same node, in any namespace. The scheduler applies
+    // it both ways: a sharing case cannot land beside this one either.
+    pod_spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = json::array(
+        {{{"topologyKey", "kubernetes.io/hostname"},
+          {"namespaceSelector", json::object()},
+          {"labelSelector",
+           {{"matchExpressions",
+             json::array({{{"key", "app.kubernetes.io/managed-by"}, {"operator", "In"}, {"values", {"dlbench-operator"}}},
+                          {{"key", "app.kubernetes.io/component"}, {"operator", "In"}, {"values", {"worker"}}},
+                          {{"key", kGroupLabel}, {"operator", "NotIn"}, {"values", {n.prefix}}}})}}}}});
+  }
+  if (!w.gang) return;
+  switch (w.gang->scheduler) {
+    case GangScheduler::kueue:
+      // Kueue's plain-pod groups: admitted together once the queue has room for all of them;
+      // until then the admission gate keeps every pod off the scheduler.
+      meta["labels"]["kueue.x-k8s.io/queue-name"] = w.gang->queue_name;
+      meta["labels"]["kueue.x-k8s.io/pod-group-name"] = n.group;
+      meta["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = std::to_string(c.nodes);
+      pod_spec["schedulingGates"] = json::array({{{"name", kKueueAdmissionGate}}});
+      break;
+    case GangScheduler::volcano:
+      meta["annotations"]["scheduling.k8s.io/group-name"] = n.group;
+      if (w.scheduler_name.empty()) pod_spec["schedulerName"] = "volcano";
+      break;
+    case GangScheduler::schedulerPlugins:
+      meta["labels"]["scheduling.x-k8s.io/pod-group"] = n.group;
+      if (w.scheduler_name.empty()) pod_spec["schedulerName"] = "scheduler-plugins-scheduler";
+      break;
+  }
+}
+
 }  // namespace
+
+std::optional<json> build_pod_group(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config,
+                                    const std::string& owner_pod, const std::string& owner_uid) {
+  const auto& gang = run.spec.worker.gang;
+  if (!gang || gang->scheduler == GangScheduler::kueue) return std::nullopt;  // Kueue groups by labels alone
+  const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
+  json min_resources = device_resources(run, c, config);
+  for (auto& [resource, quantity] : min_resources.items()) {
+    quantity = std::to_string(std::stoi(quantity.get<std::string>()) * c.nodes);
+  }
+  json group{{"kind", "PodGroup"}, {"metadata", metadata(run, c, attempt, n.group, "group")}};
+  group["metadata"]["ownerReferences"] = json::array({{{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", owner_pod},
+                                                       {"uid", owner_uid}, {"blockOwnerDeletion", true}}});
+  if (gang->scheduler == GangScheduler::volcano) {
+    group["apiVersion"] = "scheduling.volcano.sh/v1beta1";
+    group["spec"] = {{"minMember", c.nodes}, {"minResources", min_resources}};
+  } else {
+    group["apiVersion"] = "scheduling.x-k8s.io/v1alpha1";
+    group["spec"] = {{"minMember", c.nodes}, {"scheduleTimeoutSeconds", run.spec.limits.case_timeout_seconds}};
+  }
+  return group;
+}
 
 json owner_reference(const BenchmarkRun& run) {
   return {{"apiVersion", kApiVersion}, {"kind", kKind},           {"name", run.metadata.name},
@@ -145,7 +206,7 @@ json build_command_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int at
                               const OperatorConfig& config) {
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
   const auto& w = run.spec.worker;
-  const json resources = device_resources(run, c);
+  const json resources = device_resources(run, c, config);
   const std::string master = worker_dns_name(run, n, 0);
   json env = json::array();
   for (const auto& [name, value] : command_environment(run, c, {index, master, kDefaultMasterPort, kExecMount})) {
@@ -192,6 +253,7 @@ json build_command_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int at
   apply_scheduling(pod_spec, run);
   json meta = metadata(run, c, attempt, n.worker(index), "worker");
   if (index == 0) meta["annotations"] = {{"prometheus.io/port", std::to_string(config.metrics_port)}};
+  apply_worker_placement(pod_spec, meta, run, c, attempt);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
 }
 
@@ -199,7 +261,7 @@ json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, i
   if (run.spec.engine == Engine::command) return build_command_worker_pod(run, c, attempt, index, config);
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
   const auto& w = run.spec.worker;
-  const json resources = device_resources(run, c);
+  const json resources = device_resources(run, c, config);
   json security{{"capabilities", {{"drop", json::array({"ALL"})}, {"add", json::array({"CHOWN", "SETUID", "SETGID",
                                                                                              "SYS_CHROOT", "AUDIT_WRITE"})}}}};
   // RDMA registers (pins) memory: IPC_LOCK only when the case asks for RDMA devices.
@@ -232,6 +294,7 @@ json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, i
   apply_scheduling(pod_spec, run);
   json meta = metadata(run, c, attempt, n.worker(index), "worker");
   meta["annotations"] = {{"prometheus.io/port", std::to_string(config.metrics_port)}};
+  apply_worker_placement(pod_spec, meta, run, c, attempt);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
 }
 

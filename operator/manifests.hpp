@@ -12,6 +12,7 @@
 // default worker image; worker 0's termination message is the result.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ inline constexpr const char* kConfigMount = "/etc/dlbench";
 inline constexpr const char* kSshMount = "/etc/dlbench/ssh";
 inline constexpr const char* kTerminationLog = "/dev/termination-log";
 inline constexpr const char* kExecMount = "/dlbench";  // engine: command — dlbench-exec and examples
+// On every worker pod: its case attempt (the anti-affinity between cases selects on it).
+inline constexpr const char* kGroupLabel = "dlbench.io/group";
+inline constexpr const char* kKueueAdmissionGate = "kueue.x-k8s.io/admission";
 
 
 
@@ -52,6 +56,13 @@ nlohmann::json build_hostfile(const BenchmarkRun& run, const CaseSpec& c, int at
 nlohmann::json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attempt);
 nlohmann::json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, int index,
                                 const OperatorConfig& config);  // either engine
+// The PodGroup of the case's workers for Volcano or scheduler-plugins (minMember = nodes);
+// nullopt without spec.worker.gang or with Kueue, which groups pods by their labels. Owned by
+// worker 0 (name, uid): it goes with the attempt's pods, and the operator need not watch a
+// kind that only some clusters have.
+std::optional<nlohmann::json> build_pod_group(const BenchmarkRun& run, const CaseSpec& c, int attempt,
+                                              const OperatorConfig& config, const std::string& owner_pod,
+                                              const std::string& owner_uid);
 nlohmann::json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config);
 // The launcher's command: mpirun over the hostfile, the case's dlbench-worker arguments.
 std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config);

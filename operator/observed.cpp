@@ -31,6 +31,7 @@ ObservedObject observe_object(const nlohmann::json& object) {
   o.kind = object.value("kind", "");
   const auto& meta = object.value("metadata", nlohmann::json::object());
   o.name = meta.value("name", "");
+  o.uid = meta.value("uid", "");
   const auto labels = meta.value("labels", nlohmann::json::object());
   o.case_id = labels.value("dlbench.io/case", "");
   o.role = labels.value("app.kubernetes.io/component", "");
@@ -49,6 +50,9 @@ ObservedPod observe_pod(const nlohmann::json& pod) {
   static_cast<ObservedObject&>(p) = observe_object(pod);
   const auto status = pod.value("status", nlohmann::json::object());
   p.phase = status.value("phase", "Pending");
+  const auto spec = pod.value("spec", nlohmann::json::object());
+  p.node = spec.value("nodeName", "");
+  p.gated = !spec.value("schedulingGates", nlohmann::json::array()).empty();
   for (const auto& c : status.value("conditions", nlohmann::json::array())) {
     if (c.value("type", "") == "Ready") p.ready = c.value("status", "") == "True";
     if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False" &&

@@ -17,7 +17,7 @@ using TimePoint = std::chrono::system_clock::time_point;
 std::optional<TimePoint> parse_rfc3339(const std::string& text);
 
 struct ObservedObject {
-  std::string kind, name;
+  std::string kind, name, uid;
   std::string case_id;
   int attempt = 0;
   std::string role;  // worker, launcher, ssh, hostfile
@@ -35,6 +35,8 @@ struct ObservedPod : ObservedObject {
   bool failed = false;          // terminally: phase Failed or a terminated container
   bool unschedulable = false;   // not failed yet: the cluster may still make room
   std::string termination_message;  // of the first container, when terminated
+  std::string node;                 // spec.nodeName, once scheduled
+  bool gated = false;               // spec.schedulingGates not yet removed (Kueue has not admitted it)
 };
 
 struct ObservedJob : ObservedObject {

@@ -8,6 +8,7 @@
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/planner.hpp"
 #include "dlbench/core/result_document.hpp"
+#include "dlbench/core/run_state.hpp"
 #include "dlbench/core/status.hpp"
 
 namespace dlbench::operator_ {
@@ -89,19 +90,16 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
     if (j.case_id == current.id && j.attempt == attempt && j.role == "launcher") launcher_job = &j;
   }
 
-  // 1. The launcher's result, whether the case succeeded or the worker reported its failure.
+  // 1. The launcher's result, whether the case succeeded or the worker reported its failure (a
+  //    document for another case is CaseMismatch, as dlbench run judges it).
   const bool launcher_done = launcher_pod != nullptr && (launcher_pod->phase == "Succeeded" || launcher_pod->phase == "Failed");
   if (launcher_done && !launcher_pod->termination_message.empty()) {
-    try {
-      const auto decoded = decode_result_document(json::parse(launcher_pod->termination_message));
-      if (decoded.ok() && decoded.value->case_ == current.spec) {
-        outcome.finished = true;
-        outcome.result = to_case_result(*decoded.value, attempt);
-        outcome.succeeded = outcome.result.state == CaseState::Succeeded;
-        if (outcome.succeeded || failed_worker == nullptr) return outcome;
-      }
-    } catch (const std::exception&) {
-      // Not a result document: the launcher's last words, used below.
+    // Not JSON: the launcher's last words, used below.
+    if (auto result = result_from_document(launcher_pod->termination_message, current.spec, attempt)) {
+      outcome.finished = true;
+      outcome.result = std::move(*result);
+      outcome.succeeded = outcome.result.state == CaseState::Succeeded;
+      if (outcome.succeeded || failed_worker == nullptr) return outcome;
     }
   }
   // 2. A worker that died says why better than the launcher that lost it.
@@ -128,7 +126,15 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
     outcome.finished = true;
     std::string reason = "LauncherFailed";
     std::string message = launcher_pod != nullptr ? launcher_pod->termination_message : "";
+    if (launcher_pod != nullptr && launcher_pod->failed && launcher_pod->failure_reason != "Error" &&
+        launcher_pod->failure_reason != "PodFailed" && !launcher_pod->failure_reason.empty()) {
+      // The node's word on the launcher pod (OOMKilled, Evicted, …) says why better than mpirun.
+      reason = launcher_pod->failure_reason;
+      message = "launcher " + launcher_pod->name + ": " + launcher_pod->failure_message +
+                (message.empty() ? "" : "; last output: " + message);
+    }
     if (launcher_job != nullptr && launcher_job->failure_reason == "DeadlineExceeded") reason = "Timeout";
+    if (message.empty() && launcher_pod != nullptr) message = launcher_pod->failure_message;
     if (message.empty() && launcher_job != nullptr) message = launcher_job->failure_message;
     outcome.result = failure(current.spec, reason, message.substr(0, 1024), attempt, world.now);
     return outcome;
@@ -146,6 +152,45 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   return outcome;
 }
 
+// Creates what is missing of the current attempt, the launcher last.
+void create_missing(const BenchmarkRun& run, const PlannedCase& current, int attempt, const World& world,
+                    const OperatorConfig& config, const KeySource& keys, Actions& actions) {
+  const ChildNames names = child_names(run.metadata.name, current.id, attempt);
+  std::set<std::string> present;
+  for (const auto* o : children(world)) present.insert(o->kind + "/" + o->name);
+  const bool wrapped = run.spec.engine == Engine::command;  // no SSH, hostfile or launcher
+  if (!wrapped && !present.contains("Secret/" + names.secret)) {
+    actions.create.push_back(build_ssh_secret(run, current.spec, attempt, keys()));
+  }
+  if (!wrapped && !present.contains("ConfigMap/" + names.hostfile)) {
+    actions.create.push_back(build_hostfile(run, current.spec, attempt));
+  }
+  if (!present.contains("Service/" + names.service)) actions.create.push_back(build_worker_service(run, current.spec, attempt));
+  int ready = 0;
+  for (int i = 0; i < current.spec.nodes; ++i) {
+    const std::string name = names.worker(i);
+    const auto pod = std::find_if(world.pods.begin(), world.pods.end(), [&](const ObservedPod& p) { return p.name == name; });
+    if (pod == world.pods.end()) {
+      actions.create.push_back(build_worker_pod(run, current.spec, attempt, i, config));
+    } else if (pod->ready) {
+      ++ready;
+    }
+  }
+  // Volcano / scheduler-plugins: the PodGroup, owned by worker 0, while the workers wait for it.
+  const auto first = std::find_if(world.pods.begin(), world.pods.end(),
+                                  [&](const ObservedPod& p) { return p.name == names.worker(0); });
+  if (first != world.pods.end() && first->phase == "Pending" && !first->uid.empty()) {
+    if (auto group = build_pod_group(run, current.spec, attempt, config, first->name, first->uid)) {
+      actions.create.push_back(std::move(*group));
+    }
+  }
+  // The launcher must not race its workers: it starts when every sshd answers.
+  if (!wrapped && ready == current.spec.nodes && !present.contains("Job/" + names.launcher)) {
+    actions.create.push_back(build_launcher_job(run, current.spec, attempt, config));
+    actions.events.push_back({"Normal", "LauncherCreated", current.id + " attempt " + std::to_string(attempt)});
+  }
+}
+
 }  // namespace
 
 Actions reconcile(const json& run_json, const World& world, const OperatorConfig& config, const KeySource& keys) {
@@ -158,9 +203,6 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
   if (run_json.contains("status")) {
     if (auto s = decode_status(run_json["status"]); s.ok()) previous = *s.value;
   }
-  BenchmarkRunStatus status = previous;
-  status.observed_generation = generation;
-
   const auto remove_all_children = [&] {
     for (const auto* o : children(world)) {
       if (!o->deleting) actions.remove.push_back(ref(*o));
@@ -170,9 +212,8 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
   if (!decoded.ok()) {
     std::string message;
     for (const auto& e : decoded.errors) message += (message.empty() ? "" : "; ") + e.to_string();
-    status.phase = Phase::Failed;
-    set_condition(status.conditions, {ConditionType::Invalid, ConditionStatus::True, "InvalidSpec", message, "", generation}, now);
-    set_condition(status.conditions, {ConditionType::Ready, ConditionStatus::False, "InvalidSpec", "", "", generation}, now);
+    BenchmarkRunStatus status = previous;
+    mark_invalid(status, message, generation, now);
     remove_all_children();
     if (status != previous) {
       actions.status = status;
@@ -181,73 +222,36 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
     return actions;
   }
   const BenchmarkRun& run = *decoded.value;
-  const auto plan = plan_cases(run.spec);
-  std::set<std::string> finished;
-  for (const auto& r : status.results) finished.insert(case_id(r.case_));
-  const auto current_it = std::find_if(plan.begin(), plan.end(), [&](const PlannedCase& c) { return !finished.contains(c.id); });
+  RunStateMachine machine(previous, plan_cases(run.spec), run.spec.methodology.statistic, generation,
+                          1 + run.spec.limits.backoff_limit, now);
 
-  if (current_it != plan.end()) {
-    const PlannedCase& current = *current_it;
-    int attempt = status.progress.current_case == current.id && status.progress.current_attempt > 0
-                      ? status.progress.current_attempt
-                      : 1;
-    if (status.phase == Phase::Pending) actions.events.push_back({"Normal", "Started", std::to_string(plan.size()) + " cases planned"});
-    status.phase = Phase::Running;
-    status.progress.current_case = current.id;
-    status.progress.current_attempt = attempt;
+  if (!machine.finished() && machine.status().phase == Phase::Pending && !world.admission.admitted) {
+    // Waiting for a slot under the operator's limit on concurrent cases: nothing is created, and
+    // no case timeout runs.
+    machine.queue(world.admission.why);
+    remove_all_children();
+    actions.requeue_after = std::chrono::seconds(2);
+  } else if (!machine.finished()) {
+    machine.admit();
+    const PlannedCase& current = *machine.current();
+    const int attempt = machine.attempt();
 
     // Anything from another case or an older attempt is a leftover.
     for (const auto* o : children(world)) {
       if ((o->case_id != current.id || o->attempt != attempt) && !o->deleting) actions.remove.push_back(ref(*o));
     }
+    if (world.shared_node) machine.note_shared_node();
 
-    const AttemptOutcome outcome = judge(run, current, attempt, world);
-    const int max_attempts = 1 + run.spec.limits.backoff_limit;
+    AttemptOutcome outcome = judge(run, current, attempt, world);
     if (outcome.finished) {
       for (const auto* o : children(world)) {
         if (o->case_id == current.id && o->attempt == attempt && !o->deleting) actions.remove.push_back(ref(*o));
       }
-      if (!outcome.succeeded && attempt < max_attempts && !failure_is_permanent(outcome.result.reason)) {
-        actions.events.push_back({"Warning", "AttemptFailed",
-                                  current.id + " attempt " + std::to_string(attempt) + "/" + std::to_string(max_attempts) +
-                                      ": " + outcome.result.reason + ": " + outcome.result.message});
-        status.progress.current_attempt = attempt + 1;
-      } else {
-        status.results.push_back(outcome.result);
-        status.progress.current_attempt = 0;
-        actions.events.push_back({outcome.succeeded ? "Normal" : "Warning", outcome.succeeded ? "CaseSucceeded" : "CaseFailed",
-                                  current.id + (outcome.succeeded ? "" : ": " + outcome.result.reason + ": " +
-                                                                             outcome.result.message)});
-      }
+      outcome.result.ran_alone = !machine.status().progress.shared_node;
+      machine.attempt_ended(std::move(outcome.result));
       actions.requeue_after = std::chrono::seconds(1);
     } else {
-      // Create what is missing, the launcher last.
-      const ChildNames names = child_names(run.metadata.name, current.id, attempt);
-      std::set<std::string> present;
-      for (const auto* o : children(world)) present.insert(o->kind + "/" + o->name);
-      const bool wrapped = run.spec.engine == Engine::command;  // no SSH, hostfile or launcher
-      if (!wrapped && !present.contains("Secret/" + names.secret)) {
-        actions.create.push_back(build_ssh_secret(run, current.spec, attempt, keys()));
-      }
-      if (!wrapped && !present.contains("ConfigMap/" + names.hostfile)) {
-        actions.create.push_back(build_hostfile(run, current.spec, attempt));
-      }
-      if (!present.contains("Service/" + names.service)) actions.create.push_back(build_worker_service(run, current.spec, attempt));
-      int ready = 0;
-      for (int i = 0; i < current.spec.nodes; ++i) {
-        const std::string name = names.worker(i);
-        const auto pod = std::find_if(world.pods.begin(), world.pods.end(), [&](const ObservedPod& p) { return p.name == name; });
-        if (pod == world.pods.end()) {
-          actions.create.push_back(build_worker_pod(run, current.spec, attempt, i, config));
-        } else if (pod->ready) {
-          ++ready;
-        }
-      }
-      // The launcher must not race its workers: it starts when every sshd answers.
-      if (!wrapped && ready == current.spec.nodes && !present.contains("Job/" + names.launcher)) {
-        actions.create.push_back(build_launcher_job(run, current.spec, attempt, config));
-        actions.events.push_back({"Normal", "LauncherCreated", current.id + " attempt " + std::to_string(attempt)});
-      }
+      create_missing(run, current, attempt, world, config, keys, actions);
       // Wake up for the timeout even if nothing else changes.
       const std::optional<TimePoint> started = attempt_started(world, current.id, attempt);
       const auto deadline = (started ? *started : world.now) + std::chrono::seconds(run.spec.limits.case_timeout_seconds);
@@ -255,55 +259,18 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
       actions.requeue_after = std::max(std::chrono::seconds(1), std::min(left, std::chrono::seconds(60)));
     }
   }
-
-  refresh_derived_status(status, plan, run.spec.methodology.statistic);
-  const auto next = std::find_if(plan.begin(), plan.end(), [&](const PlannedCase& c) {
-    return std::none_of(status.results.begin(), status.results.end(), [&](const CaseResult& r) { return case_id(r.case_) == c.id; });
-  });
-  if (next == plan.end()) {
-    // Every case has its result: the run is over.
-    const bool any_succeeded = std::any_of(status.results.begin(), status.results.end(),
-                                           [](const CaseResult& r) { return r.state == CaseState::Succeeded; });
-    const auto failures = std::count_if(status.results.begin(), status.results.end(),
-                                        [](const CaseResult& r) { return r.state != CaseState::Succeeded; });
-    if (status.phase != Phase::Succeeded && status.phase != Phase::Failed) {
-      actions.events.push_back({any_succeeded ? "Normal" : "Warning", any_succeeded ? "Succeeded" : "Failed",
-                                status.progress.summary + " cases, " + std::to_string(failures) + " failed"});
-    }
-    status.phase = any_succeeded ? Phase::Succeeded : Phase::Failed;
-    status.progress.current_case.clear();
-    status.progress.current_attempt = 0;
-    set_condition(status.conditions,
-                  {ConditionType::Ready, any_succeeded ? ConditionStatus::True : ConditionStatus::False,
-                   any_succeeded ? (failures > 0 ? "SucceededWithFailures" : "Succeeded") : "NoCaseSucceeded",
-                   std::to_string(failures) + " of " + std::to_string(plan.size()) + " cases failed", "", generation},
-                  now);
-    set_condition(status.conditions, {ConditionType::Progressing, ConditionStatus::False, "Finished", "", "", generation}, now);
-    if (!any_succeeded) {
-      set_condition(status.conditions, {ConditionType::Failed, ConditionStatus::True, "NoCaseSucceeded", "", "", generation}, now);
-    }
+  if (machine.finished()) {
     remove_all_children();
     actions.requeue_after.reset();
-  } else {
-    if (next->id != status.progress.current_case) {  // a case just finished: point at the next one
-      status.progress.current_case = next->id;
-      status.progress.current_attempt = 1;
-    }
-    set_condition(status.conditions,
-                  {ConditionType::Progressing, ConditionStatus::True, "CaseRunning",
-                   status.progress.current_case + " attempt " + std::to_string(status.progress.current_attempt), "",
-                   generation},
-                  now);
-    set_condition(status.conditions, {ConditionType::Ready, ConditionStatus::False, "Running", status.progress.summary, "", generation},
-                  now);
   }
+  for (auto& e : machine.take_events()) actions.events.push_back({e.type, e.reason, e.message});
   // A removal asked for twice is asked for once.
   std::vector<ObjectRef> unique;
   for (const auto& r : actions.remove) {
     if (std::find(unique.begin(), unique.end(), r) == unique.end()) unique.push_back(r);
   }
   actions.remove = std::move(unique);
-  if (status != previous) actions.status = status;
+  if (machine.status() != previous) actions.status = machine.status();
   return actions;
 }
 

@@ -19,16 +19,25 @@
 #include <nlohmann/json.hpp>
 
 #include "dlbench/core/benchmark_run.hpp"
+#include "dlbench/core/run_state.hpp"
 #include "manifests.hpp"
 #include "observed.hpp"
 
 namespace dlbench::operator_ {
 
+// Whether the operator's limit on concurrent cases lets a Pending run start.
+struct Admission {
+  bool admitted = true;
+  std::string why;  // when not: for the Queued condition
+};
+
 struct World {
   std::vector<ObservedPod> pods;      // every pod labelled with this run
   std::vector<ObservedJob> jobs;      // every job labelled with this run
-  std::vector<ObservedObject> others;  // its secrets, config maps and services
+  std::vector<ObservedObject> others;  // its secrets, config maps, services and pod groups
   TimePoint now;
+  Admission admission;
+  bool shared_node = false;  // another case's worker pod is on a node of this run's workers
 };
 
 struct ObjectRef {

@@ -30,6 +30,7 @@
 #include "dlbench/core/planner.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
+#include "dlbench/core/run_state.hpp"
 #include "dlbench/core/status.hpp"
 #include "dlbench/core/worker_command.hpp"
 #include "dlbench/core/yaml.hpp"
@@ -245,37 +246,36 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   std::filesystem::create_directories(scratch);
 
 
-  BenchmarkRunStatus status;
-  status.observed_generation = run.metadata.generation;
-  status.phase = Phase::Running;
-  set_condition(status.conditions,
-                {ConditionType::Progressing, ConditionStatus::True, "Running", "", "", run.metadata.generation},
-                rfc3339_utc_now());
+  // The one status machine the operator drives too (core/run_state): same events, same status.
+  RunStateMachine machine({}, plan, spec.methodology.statistic, run.metadata.generation, 1 + spec.limits.backoff_limit,
+                          rfc3339_utc_now());
+  machine.admit();
+  const auto save = [&] {
+    run.status = machine.status();
+    write_status_file(output, run);
+  };
   out << "dlbench run " << run.metadata.name << ": " << to_string(spec.model) << ", " << plan.size()
       << " cases on this host (" << backend << " backend, " << host_devices << " devices"
       << (wrapped ? ", engine command: " + printable(spec.command.front()) : std::string()) << "), status in "
       << output << "\n";
 
-  for (std::size_t i = 0; i < plan.size() && !interrupted; ++i) {
-    const PlannedCase& c = plan[i];
-    status.progress.current_case = c.id;
-    refresh_derived_status(status, plan, spec.methodology.statistic);
-    run.status = status;
-    write_status_file(output, run);
+  for (std::size_t i = 0; machine.current() != nullptr && !interrupted; ++i) {
+    const PlannedCase& c = *machine.current();
+    save();
     out << "[" << i + 1 << "/" << plan.size() << "] " << c.id << ": ";
     if (c.spec.nodes > 1) {
-      status.results.push_back(failed(c, CaseState::Skipped, "NeedsMoreNodes",
-                                      "needs " + std::to_string(c.spec.nodes) +
-                                          " nodes; the local executor runs on this host only (use the operator)",
-                                      0));
+      machine.skip(failed(c, CaseState::Skipped, "NeedsMoreNodes",
+                          "needs " + std::to_string(c.spec.nodes) +
+                              " nodes; the local executor runs on this host only (use the operator)",
+                          0));
       out << "skipped (needs " << c.spec.nodes << " nodes)\n";
       continue;
     }
     if (c.spec.devices() > host_devices) {
-      status.results.push_back(failed(c, CaseState::Skipped, "NotEnoughDevices",
-                                      "needs " + std::to_string(c.spec.devices()) + " devices; this host has " +
-                                          std::to_string(host_devices),
-                                      0));
+      machine.skip(failed(c, CaseState::Skipped, "NotEnoughDevices",
+                          "needs " + std::to_string(c.spec.devices()) + " devices; this host has " +
+                              std::to_string(host_devices),
+                          0));
       out << "skipped (needs " << c.spec.devices() << " devices, host has " << host_devices << ")\n";
       continue;
     }
@@ -311,14 +311,15 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       how.output = result_file;
       for (auto& a : worker_arguments(run, c.spec, how)) argv.push_back(std::move(a));
     }
-    CaseResult result;
-    const int max_attempts = 1 + spec.limits.backoff_limit;
-    for (int attempt = 1; attempt <= max_attempts && !interrupted; ++attempt) {
+    // Attempts until the machine records the case (success, a permanent failure, or no attempts left).
+    bool retry = true;
+    while (retry && !interrupted) {
+      const int attempt = machine.attempt();
       std::filesystem::remove(result_file);
       const std::string start = rfc3339_utc_now();
       const ChildOutcome child = run_child(argv, env, timeout, out);
       if (child.interrupted) break;
-      result = failed(c, CaseState::Failed, "", "", attempt);
+      CaseResult result = failed(c, CaseState::Failed, "", "", attempt);
       result.start_time = start;
       if (child.timed_out) {
         result.reason = "Timeout";
@@ -326,89 +327,50 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
                          std::to_string(spec.limits.case_timeout_seconds) + " s)";
       } else if (std::filesystem::exists(result_file)) {
         std::ifstream in(result_file);
-        nlohmann::json doc;
-        try {
-          doc = nlohmann::json::parse(in);
-          const auto parsed = decode_result_document(doc);
-          if (parsed.ok()) {
-            result = to_case_result(*parsed.value, attempt);
-            if (parsed.value->case_ != c.spec) {
-              result = failed(c, CaseState::Failed, "CaseMismatch",
-                              "the worker ran " + case_id(parsed.value->case_) + " instead of " + c.id, attempt);
-            }
-          } else {
-            result.reason = "InvalidResult";
-            result.message = parsed.errors.front().to_string();
-          }
-        } catch (const std::exception& e) {
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (auto judged = result_from_document(text, c.spec, attempt)) {
+          result = std::move(*judged);
+        } else {
           result.reason = "InvalidResult";
-          result.message = e.what();
+          result.message = result_file + " is not JSON";
         }
       } else {
         result.reason = "WorkerExited";
         result.message = "exit code " + std::to_string(child.exit_code) + " without a result: " +
                          join_lines(child.last_lines);
       }
-      if (result.state == CaseState::Succeeded) break;
-      out << "  attempt " << attempt << "/" << max_attempts << " failed: " << result.reason << ": "
-          << result.message.substr(0, 200) << "\n";
-      if (failure_is_permanent(result.reason)) break;  // another attempt would fail the same way
-    }
-    if (interrupted) break;
-    status.results.push_back(result);
-    refresh_derived_status(status, plan, spec.methodology.statistic);
-    if (result.state == CaseState::Succeeded) {
-      const double value = reported_value(result.throughput->summary, spec.methodology.statistic);
-      const CaseResult& stored = status.results.back();  // with its speed-up, just derived
+      const bool succeeded = result.state == CaseState::Succeeded;
+      const CaseResult reported = result;
+      retry = machine.attempt_ended(std::move(result));
+      if (!succeeded) {
+        out << "  attempt " << attempt << "/" << 1 + spec.limits.backoff_limit << " failed: " << reported.reason << ": "
+            << reported.message.substr(0, 200) << "\n";
+        continue;
+      }
+      const double value = reported_value(reported.throughput->summary, spec.methodology.statistic);
+      const CaseResult& stored = machine.status().results.back();  // with its speed-up, just derived
       out << "  " << std::fixed << std::setprecision(2) << value << " samples/s (" << to_string(spec.methodology.statistic)
-          << " of " << result.throughput->repeats.size() << ")";
+          << " of " << reported.throughput->repeats.size() << ")";
       if (stored.speedup) {
         out << ", speed-up " << std::setprecision(2) << *stored.speedup << ", efficiency " << std::setprecision(0)
             << 100 * *stored.scaling_efficiency << "%";
       }
-      if (result.input) out << "\n  input: " << describe_input(*result.input);
+      if (reported.input) out << "\n  input: " << describe_input(*reported.input);
       out << "\n";
     }
-    run.status = status;
-    write_status_file(output, run);
+    if (interrupted) break;
+    save();
   }
 
   std::filesystem::remove_all(scratch);
-  status.progress.current_case.clear();
-  refresh_derived_status(status, plan, spec.methodology.statistic);
-  int succeeded = 0, failures = 0, skipped = 0;
-  for (const auto& r : status.results) {
-    if (r.state == CaseState::Succeeded) ++succeeded;
-    if (r.state == CaseState::Failed) ++failures;
-    if (r.state == CaseState::Skipped) ++skipped;
-  }
-  const std::string now = rfc3339_utc_now();
-  const std::int64_t generation = run.metadata.generation;
-  if (interrupted) {
-    status.phase = Phase::Failed;
-    set_condition(status.conditions,
-                  {ConditionType::Failed, ConditionStatus::True, "Interrupted",
-                   "stopped by a signal after " + std::to_string(status.results.size()) + " of " +
-                       std::to_string(plan.size()) + " cases; their results are kept",
-                   "", generation},
-                  now);
-  } else {
-    status.phase = succeeded > 0 ? Phase::Succeeded : Phase::Failed;
-    const std::string summary = std::to_string(succeeded) + " succeeded, " + std::to_string(failures) + " failed, " +
-                                std::to_string(skipped) + " skipped";
-    set_condition(status.conditions,
-                  {ConditionType::Ready, succeeded > 0 ? ConditionStatus::True : ConditionStatus::False,
-                   succeeded > 0 ? (failures > 0 ? "SucceededWithFailures" : "Succeeded") : "NoCaseSucceeded", summary,
-                   "", generation},
-                  now);
-  }
-  set_condition(status.conditions,
-                {ConditionType::Progressing, ConditionStatus::False, "Finished", "", "", generation}, now);
-  run.status = status;
-  write_status_file(output, run);
+  if (interrupted) machine.interrupt();
+  save();
+  const BenchmarkRunStatus& status = machine.status();
   out << run.metadata.name << ": " << to_string(status.phase) << " (" << status.progress.summary << " cases"
       << (interrupted ? ", interrupted" : "") << "); status written to " << output << "\n";
-  if (succeeded > 0) run_report({{output}, ReportFormat::table, ""}, out, err);
+  const bool any_succeeded = std::any_of(status.results.begin(), status.results.end(),
+                                         [](const CaseResult& r) { return r.state == CaseState::Succeeded; });
+  if (any_succeeded) run_report({{output}, ReportFormat::table, ""}, out, err);
   if (interrupted) return 130;
   return status.phase == Phase::Succeeded ? 0 : 1;
 }

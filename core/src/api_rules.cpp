@@ -118,6 +118,7 @@ std::vector<FieldRule> build_rules() {
   seconds.path = "spec.worker.tolerations[].tolerationSeconds";
   seconds.minimum = 0.0;
   r.push_back(seconds);
+  r.push_back(enum_rule<GangScheduler>("spec.worker.gang.scheduler"));
 
   r.push_back(object_default("spec.limits"));
   r.push_back(integer_rule("spec.limits.caseTimeoutSeconds", bounds::kCaseTimeoutSeconds,

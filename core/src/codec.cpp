@@ -203,7 +203,7 @@ void read_optional_subdomain(Decoder& d, const json& obj, const std::string& pat
 void decode_worker(Decoder& d, const json& obj, const std::string& path, WorkerSpec& out) {
   if (!d.expect_object(obj, path)) return;
   d.reject_unknown(obj, path, {"image", "gpuResource", "rdma", "nodeSelector", "tolerations", "env",
-                               "schedulerName", "priorityClassName"});
+                               "schedulerName", "priorityClassName", "shareNodes", "gang"});
   d.read_string(obj, path, "image", bounds::kMaxImageLength, out.image);
   if (out.image.find_first_of(" \t\n\r\f\v") != std::string::npos) {
     d.fail(child(path, "image"), "\"" + printable(out.image) + "\" must not contain whitespace");
@@ -300,6 +300,29 @@ void decode_worker(Decoder& d, const json& obj, const std::string& path, WorkerS
   }
   read_optional_subdomain(d, obj, path, "schedulerName", out.scheduler_name);
   read_optional_subdomain(d, obj, path, "priorityClassName", out.priority_class_name);
+  d.read_bool(obj, path, "shareNodes", out.share_nodes);
+  if (const json* gang = Decoder::find(obj, "gang")) {
+    const std::string g_path = child(path, "gang");
+    if (d.expect_object(*gang, g_path)) {
+      d.reject_unknown(*gang, g_path, {"scheduler", "queueName"});
+      GangSpec g;
+      if (d.require(*gang, g_path, "scheduler", "one of " + allowed_values<GangScheduler>())) {
+        d.read_enum(*gang, g_path, "scheduler", g.scheduler);
+      }
+      d.read_string(*gang, g_path, "queueName", g.queue_name);
+      const bool kueue = g.scheduler == GangScheduler::kueue;
+      if (kueue && Decoder::find(*gang, "queueName") == nullptr) {
+        d.fail(child(g_path, "queueName"), "required when scheduler is kueue (the LocalQueue's name)");
+      } else if (!kueue && Decoder::find(*gang, "queueName") != nullptr) {
+        d.fail(child(g_path, "queueName"), "only allowed when scheduler is kueue");
+      } else if (kueue && !is_label_value(g.queue_name)) {
+        d.fail(child(g_path, "queueName"), "\"" + printable(g.queue_name) +
+                                               "\" is not a valid label value: up to 63 letters, digits, '-', '_' or "
+                                               "'.', starting and ending with a letter or digit");
+      }
+      out.gang = g;
+    }
+  }
 }
 
 void decode_limits(Decoder& d, const json& obj, const std::string& path, Limits& out) {
@@ -402,7 +425,7 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "speedup",
-                               "scalingEfficiency", "reason", "message", "attempts", "startTime", "completionTime"});
+                               "scalingEfficiency", "reason", "message", "attempts", "startTime", "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
   CaseResult r;
   if (const json* c = d.require(obj, path, "case", "{nodes, gpusPerNode, batchSizePerDevice, precision}")) {
@@ -423,6 +446,11 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
   d.read_int(obj, path, "attempts", {0, 1000}, r.attempts);
   d.read_string(obj, path, "startTime", r.start_time);
   d.read_string(obj, path, "completionTime", r.completion_time);
+  if (Decoder::find(obj, "ranAlone") != nullptr) {
+    bool alone = false;
+    d.read_bool(obj, path, "ranAlone", alone);
+    r.ran_alone = alone;
+  }
   if (r.state == CaseState::Succeeded && Decoder::find(obj, "throughput") == nullptr) {
     d.fail(child(path, "throughput"), "required when state is Succeeded");
   }
@@ -467,12 +495,14 @@ BenchmarkRunStatus decode_status_object(Decoder& d, const json& obj, const std::
   if (const json* progress = Decoder::find(obj, "progress")) {
     const std::string p_path = child(path, "progress");
     if (d.expect_object(*progress, p_path)) {
-      d.reject_unknown(*progress, p_path, {"completedCases", "totalCases", "currentCase", "currentAttempt", "summary"});
+      d.reject_unknown(*progress, p_path, {"completedCases", "totalCases", "currentCase", "currentAttempt", "summary",
+                                                 "sharedNode"});
       d.read_int(*progress, p_path, "completedCases", {0, bounds::kMaxPlannedCases}, status.progress.completed_cases);
       d.read_int(*progress, p_path, "totalCases", {0, bounds::kMaxPlannedCases}, status.progress.total_cases);
       d.read_string(*progress, p_path, "currentCase", status.progress.current_case);
       d.read_int(*progress, p_path, "currentAttempt", {0, bounds::kBackoffLimit.max + 1}, status.progress.current_attempt);
       d.read_string(*progress, p_path, "summary", status.progress.summary);
+      d.read_bool(*progress, p_path, "sharedNode", status.progress.shared_node);
     }
   }
   if (const json* results = Decoder::find(obj, "results")) {
@@ -787,6 +817,7 @@ json to_json(const CaseResult& r) {
   if (!r.message.empty()) out["message"] = r.message;
   if (!r.start_time.empty()) out["startTime"] = r.start_time;
   if (!r.completion_time.empty()) out["completionTime"] = r.completion_time;
+  if (r.ran_alone) out["ranAlone"] = *r.ran_alone;
   return out;
 }
 
@@ -841,6 +872,11 @@ json to_json(const BenchmarkRunSpec& spec) {
   }
   if (!spec.worker.scheduler_name.empty()) worker["schedulerName"] = spec.worker.scheduler_name;
   if (!spec.worker.priority_class_name.empty()) worker["priorityClassName"] = spec.worker.priority_class_name;
+  if (spec.worker.share_nodes) worker["shareNodes"] = true;
+  if (spec.worker.gang) {
+    worker["gang"] = {{"scheduler", to_string(spec.worker.gang->scheduler)}};
+    if (!spec.worker.gang->queue_name.empty()) worker["gang"]["queueName"] = spec.worker.gang->queue_name;
+  }
   out["worker"] = worker;
   out["limits"] = {{"caseTimeoutSeconds", spec.limits.case_timeout_seconds},
                    {"backoffLimit", spec.limits.backoff_limit}};
@@ -863,6 +899,7 @@ json to_json(const BenchmarkRunStatus& status) {
   if (!status.progress.current_case.empty()) progress["currentCase"] = status.progress.current_case;
   if (status.progress.current_attempt > 0) progress["currentAttempt"] = status.progress.current_attempt;
   if (!status.progress.summary.empty()) progress["summary"] = status.progress.summary;
+  if (status.progress.shared_node) progress["sharedNode"] = true;
   json out{{"observedGeneration", status.observed_generation},
            {"phase", to_string(status.phase)},
            {"conditions", conditions},

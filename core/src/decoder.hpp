@@ -245,6 +245,16 @@ class Decoder {
     return parsed;
   }
 
+  void read_bool(const json& obj, const std::string& path, std::string_view key, bool& out) {
+    const json* value = find(obj, key);
+    if (value == nullptr) return;
+    if (!value->is_boolean()) {
+      fail(child(path, key), "expected true or false, got " + describe_type(*value) + " (" + quote(*value) + ")");
+      return;
+    }
+    out = value->get<bool>();
+  }
+
   template <typename E>
   void read_enum(const json& obj, const std::string& path, std::string_view key, E& out) {
     if (const json* value = find(obj, key)) {

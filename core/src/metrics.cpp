@@ -92,11 +92,22 @@ T& Family<T>::add(const Labels& labels) {
 }
 
 template <typename T>
-std::vector<std::pair<Labels, const T*>> Family<T>::members() const {
+std::vector<std::pair<Labels, std::shared_ptr<const T>>> Family<T>::members() const {
   std::lock_guard lock(mutex_);
-  std::vector<std::pair<Labels, const T*>> out;
-  for (const auto& [labels, metric] : members_) out.emplace_back(labels, metric.get());
+  std::vector<std::pair<Labels, std::shared_ptr<const T>>> out;
+  for (const auto& [labels, metric] : members_) out.emplace_back(labels, metric);
   return out;
+}
+
+template <typename T>
+std::size_t Family<T>::remove_matching(const Labels& subset) {
+  std::lock_guard lock(mutex_);
+  return std::erase_if(members_, [&](const auto& member) {
+    return std::all_of(subset.begin(), subset.end(), [&](const auto& kv) {
+      const auto it = member.first.find(kv.first);
+      return it != member.first.end() && it->second == kv.second;
+    });
+  });
 }
 
 template class Family<Counter>;

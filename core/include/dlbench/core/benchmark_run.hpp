@@ -118,6 +118,14 @@ struct EnvVar {
   bool operator==(const EnvVar&) const = default;
 };
 
+// Gang admission of a case's worker pods: Kueue admits a pod group (labels, total count,
+// scheduling gate); Volcano and scheduler-plugins schedule a PodGroup with minMember = nodes.
+struct GangSpec {
+  GangScheduler scheduler = GangScheduler::kueue;
+  std::string queue_name;  // kueue: the LocalQueue
+  bool operator==(const GangSpec&) const = default;
+};
+
 struct WorkerSpec {
   std::string image;  // empty: the operator's configured default image
   std::string gpu_resource = "nvidia.com/gpu";
@@ -127,6 +135,10 @@ struct WorkerSpec {
   std::vector<EnvVar> env;
   std::string scheduler_name;
   std::string priority_class_name;
+  // false (default): worker pods of other dlbench cases never share a node with this case's
+  // (required pod anti-affinity), so that cases do not measure each other.
+  bool share_nodes = false;
+  std::optional<GangSpec> gang;
   bool operator==(const WorkerSpec&) const = default;
 };
 
@@ -166,6 +178,7 @@ struct Progress {
   std::string current_case;
   int current_attempt = 0;  // of current_case, from 1; kept in status so a restart resumes it
   std::string summary;  // "5/12", for the PROGRESS printer column
+  bool shared_node = false;  // another case's worker was seen on a node of the current attempt
   bool operator==(const Progress&) const = default;
 };
 
@@ -223,6 +236,9 @@ struct CaseResult {
   int attempts = 1;
   std::string start_time;
   std::string completion_time;
+  // Whether no other dlbench case's worker ran on this case's nodes while it ran (the operator
+  // sees nodes; dlbench run cannot see other processes and leaves it unset).
+  std::optional<bool> ran_alone;
   bool operator==(const CaseResult&) const = default;
 };
 

@@ -25,6 +25,8 @@ enum class ConditionStatus { True, False, Unknown };
 enum class CaseState { Succeeded, Failed, Skipped };
 enum class TolerationOperator { Exists, Equal };
 enum class TaintEffect { Any, NoSchedule, PreferNoSchedule, NoExecute };
+// Who admits a multi-node case's worker pods all together (gang scheduling).
+enum class GangScheduler { kueue, volcano, schedulerPlugins };
 
 template <typename E>
 struct EnumSpellings;
@@ -49,6 +51,7 @@ DLBENCH_ENUM_SPELLINGS(CaseState, "Succeeded", "Failed", "Skipped");
 DLBENCH_ENUM_SPELLINGS(TolerationOperator, "Exists", "Equal");
 // Kubernetes spells "any effect" as the empty string.
 DLBENCH_ENUM_SPELLINGS(TaintEffect, "", "NoSchedule", "PreferNoSchedule", "NoExecute");
+DLBENCH_ENUM_SPELLINGS(GangScheduler, "kueue", "volcano", "schedulerPlugins");
 
 #undef DLBENCH_ENUM_SPELLINGS
 

@@ -64,17 +64,22 @@ class Family {
  public:
   Family(std::string name, std::string help, std::vector<double> buckets = {})
       : name_(std::move(name)), help_(std::move(help)), buckets_(std::move(buckets)) {}
-  // The metric with these labels, created on first use; the reference stays valid.
+  // The metric with these labels, created on first use; the reference stays valid until a
+  // remove_matching() that removes it.
   T& add(const Labels& labels);
+  // Forgets every member whose labels include all of `subset` (a deleted run's series), so that
+  // cardinality follows what exists. Returns how many went.
+  std::size_t remove_matching(const Labels& subset);
   const std::string& name() const { return name_; }
   const std::string& help() const { return help_; }
-  std::vector<std::pair<Labels, const T*>> members() const;
+  // Shared: a scrape that holds a member outlives its removal.
+  std::vector<std::pair<Labels, std::shared_ptr<const T>>> members() const;
 
  private:
   std::string name_, help_;
   std::vector<double> buckets_;
   mutable std::mutex mutex_;
-  std::map<Labels, std::unique_ptr<T>> members_;
+  std::map<Labels, std::shared_ptr<T>> members_;
 };
 
 class Registry {

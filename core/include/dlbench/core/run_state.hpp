@@ -1,0 +1,79 @@
+// The one status machine of a BenchmarkRun. Both executors drive it — the operator from each
+// reconcile (rebuilt from the status it reads), `dlbench run` from its loop — so that the same
+// events give the same status: which case and attempt is current, when an attempt is retried,
+// how a result is recorded, and how the run ends (phase, Ready/Progressing/Failed conditions).
+//
+//   admit ─► start ─► attempt_ended ─┬─► retry (same case, attempt + 1)
+//                                    └─► recorded ─► next case … ─► finished
+//   skip (a case this executor cannot run)      interrupt (the executor was stopped)
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dlbench/core/benchmark_run.hpp"
+#include "dlbench/core/planner.hpp"
+
+namespace dlbench {
+
+struct RunEvent {
+  std::string type;  // Normal | Warning
+  std::string reason, message;
+  bool operator==(const RunEvent&) const = default;
+};
+
+// What a worker's result document says about the case it was asked to run: its result, or a
+// failure InvalidResult (JSON, not a valid document) or CaseMismatch (a document for another
+// case). nullopt when the text is not JSON at all (a launcher's last words, not a document).
+// Both executors judge a document with this.
+std::optional<CaseResult> result_from_document(const std::string& text, const CaseSpec& expected, int attempt);
+
+class RunStateMachine {
+ public:
+  // `status` as last written (empty for a new run); `generation` of the spec being run.
+  RunStateMachine(BenchmarkRunStatus status, std::vector<PlannedCase> plan, Statistic statistic,
+                  std::int64_t generation, int max_attempts, std::string now);
+
+  // The first planned case without a result, and its attempt (from 1); nullptr when all have one.
+  const PlannedCase* current() const;
+  int attempt() const { return status_.progress.current_attempt; }
+  bool finished() const { return status_.phase == Phase::Succeeded || status_.phase == Phase::Failed; }
+
+  // Waiting for the executor to let the run start (the operator's limit on concurrent cases).
+  void queue(const std::string& why);
+  // The run may run: Pending becomes Running (event Started) and the current case is announced.
+  void admit();
+  // The current attempt ended with `result` (Succeeded, or Failed with a reason). A failure that
+  // another attempt may change is retried while attempts are left; otherwise the result is
+  // recorded (with attempts) and the next case becomes current. Returns true for a retry.
+  bool attempt_ended(CaseResult result);
+  // Another case's worker was seen on a node of the current attempt (kept in status until the
+  // attempt ends, so that the result's ranAlone survives a restart of the operator).
+  void note_shared_node() { status_.progress.shared_node = true; }
+  // The current case cannot run on this executor: recorded as it is, no attempt spent.
+  void skip(CaseResult result);
+  // The executor was stopped: the run ends Failed, Interrupted, results kept.
+  void interrupt();
+
+  const BenchmarkRunStatus& status() const { return status_; }
+  std::vector<RunEvent> take_events() { return std::exchange(events_, {}); }
+
+ private:
+  void refresh();  // derived values, the current case, and the conditions for where the run is
+  BenchmarkRunStatus status_;
+  std::vector<PlannedCase> plan_;
+  Statistic statistic_;
+  std::int64_t generation_;
+  int max_attempts_;
+  std::string now_;
+  bool interrupted_ = false;
+  std::vector<RunEvent> events_;
+};
+
+// The spec does not decode: phase Failed, Invalid=True with every error, Ready=False.
+void mark_invalid(BenchmarkRunStatus& status, const std::string& errors, std::int64_t generation,
+                  const std::string& now);
+
+}  // namespace dlbench

@@ -1,0 +1,192 @@
+#include "dlbench/core/run_state.hpp"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "dlbench/core/codec.hpp"
+#include "dlbench/core/result_document.hpp"
+#include "dlbench/core/status.hpp"
+
+namespace dlbench {
+
+std::optional<CaseResult> result_from_document(const std::string& text, const CaseSpec& expected, int attempt) {
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(text);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  CaseResult failure;
+  failure.case_ = expected;
+  failure.state = CaseState::Failed;
+  failure.attempts = attempt;
+  const auto decoded = decode_result_document(document);
+  if (!decoded.ok()) {
+    failure.reason = "InvalidResult";
+    failure.message = decoded.errors.front().to_string();
+    return failure;
+  }
+  if (decoded.value->case_ != expected) {
+    failure.reason = "CaseMismatch";
+    failure.message = "the worker ran " + case_id(decoded.value->case_) + " instead of " + case_id(expected);
+    failure.start_time = decoded.value->start_time;
+    failure.completion_time = decoded.value->end_time;
+    return failure;
+  }
+  return to_case_result(*decoded.value, attempt);
+}
+
+RunStateMachine::RunStateMachine(BenchmarkRunStatus status, std::vector<PlannedCase> plan, Statistic statistic,
+                                 std::int64_t generation, int max_attempts, std::string now)
+    : status_(std::move(status)), plan_(std::move(plan)), statistic_(statistic), generation_(generation),
+      max_attempts_(std::max(1, max_attempts)), now_(std::move(now)) {
+  status_.observed_generation = generation_;
+  // The spec decodes now: an Invalid=True left from an earlier generation is over, and a run
+  // that failed only for being invalid starts again.
+  if (const Condition* invalid = find_condition(status_.conditions, ConditionType::Invalid);
+      invalid != nullptr && invalid->status == ConditionStatus::True) {
+    set_condition(status_.conditions, {ConditionType::Invalid, ConditionStatus::False, "SpecValid", "", "", generation_},
+                  now_);
+    if (status_.phase == Phase::Failed) status_.phase = Phase::Pending;
+  }
+  refresh();
+}
+
+const PlannedCase* RunStateMachine::current() const {
+  for (const PlannedCase& c : plan_) {
+    const bool has_result = std::any_of(status_.results.begin(), status_.results.end(),
+                                        [&](const CaseResult& r) { return case_id(r.case_) == c.id; });
+    if (!has_result) return &c;
+  }
+  return nullptr;
+}
+
+void RunStateMachine::queue(const std::string& why) {
+  if (status_.phase != Phase::Pending) return;
+  set_condition(status_.conditions, {ConditionType::Progressing, ConditionStatus::True, "Queued", why, "", generation_},
+                now_);
+  set_condition(status_.conditions, {ConditionType::Ready, ConditionStatus::False, "Queued", status_.progress.summary, "",
+                                     generation_},
+                now_);
+}
+
+void RunStateMachine::admit() {
+  if (status_.phase != Phase::Pending) return;
+  status_.phase = Phase::Running;
+  events_.push_back({"Normal", "Started", std::to_string(plan_.size()) + " cases planned"});
+  refresh();
+}
+
+bool RunStateMachine::attempt_ended(CaseResult result) {
+  const PlannedCase* c = current();
+  if (c == nullptr || finished()) return false;
+  const int attempt = std::max(1, status_.progress.current_attempt);
+  result.attempts = attempt;
+  status_.progress.shared_node = false;  // a new attempt, or a new case, starts unshared
+  const bool succeeded = result.state == CaseState::Succeeded;
+  if (!succeeded && attempt < max_attempts_ && !failure_is_permanent(result.reason)) {
+    events_.push_back({"Warning", "AttemptFailed",
+                       c->id + " attempt " + std::to_string(attempt) + "/" + std::to_string(max_attempts_) + ": " +
+                           result.reason + ": " + result.message});
+    status_.progress.current_attempt = attempt + 1;
+    refresh();
+    return true;
+  }
+  events_.push_back({succeeded ? "Normal" : "Warning", succeeded ? "CaseSucceeded" : "CaseFailed",
+                     c->id + (succeeded ? "" : ": " + result.reason + ": " + result.message)});
+  status_.results.push_back(std::move(result));
+  refresh();
+  return false;
+}
+
+void RunStateMachine::skip(CaseResult result) {
+  const PlannedCase* c = current();
+  if (c == nullptr || finished()) return;
+  result.state = CaseState::Skipped;
+  result.attempts = 0;
+  status_.progress.shared_node = false;
+  events_.push_back({"Warning", "CaseSkipped", c->id + ": " + result.reason + ": " + result.message});
+  status_.results.push_back(std::move(result));
+  refresh();
+}
+
+void RunStateMachine::interrupt() {
+  if (finished()) return;
+  interrupted_ = true;
+  status_.phase = Phase::Failed;
+  const std::string message = "stopped by a signal after " + std::to_string(status_.results.size()) + " of " +
+                              std::to_string(plan_.size()) + " cases; their results are kept";
+  events_.push_back({"Warning", "Interrupted", message});
+  refresh();
+  set_condition(status_.conditions, {ConditionType::Failed, ConditionStatus::True, "Interrupted", message, "", generation_},
+                now_);
+  set_condition(status_.conditions, {ConditionType::Ready, ConditionStatus::False, "Interrupted", message, "", generation_},
+                now_);
+  set_condition(status_.conditions, {ConditionType::Progressing, ConditionStatus::False, "Interrupted", "", "", generation_},
+                now_);
+}
+
+void RunStateMachine::refresh() {
+  refresh_derived_status(status_, plan_, statistic_);
+  const PlannedCase* c = current();
+  if (interrupted_ || (c != nullptr && status_.phase != Phase::Running)) {
+    // Pending (queued or not yet admitted) or ended by a signal: no current case to announce.
+    if (c != nullptr && status_.phase == Phase::Pending) status_.progress.current_case.clear();
+    if (interrupted_) status_.progress.current_case.clear();
+    status_.progress.current_attempt = interrupted_ ? 0 : status_.progress.current_attempt;
+    return;
+  }
+  if (c != nullptr) {
+    if (status_.progress.current_case != c->id || status_.progress.current_attempt < 1) {
+      status_.progress.current_case = c->id;
+      status_.progress.current_attempt = 1;
+    }
+    set_condition(status_.conditions,
+                  {ConditionType::Progressing, ConditionStatus::True, "CaseRunning",
+                   c->id + " attempt " + std::to_string(status_.progress.current_attempt), "", generation_},
+                  now_);
+    set_condition(status_.conditions,
+                  {ConditionType::Ready, ConditionStatus::False, "Running", status_.progress.summary, "", generation_},
+                  now_);
+    return;
+  }
+  // Every case has its result: the run is over.
+  int succeeded = 0, failed = 0, skipped = 0;
+  for (const CaseResult& r : status_.results) {
+    (r.state == CaseState::Succeeded ? succeeded : r.state == CaseState::Failed ? failed : skipped) += 1;
+  }
+  const std::string summary = std::to_string(succeeded) + " succeeded, " + std::to_string(failed) + " failed, " +
+                              std::to_string(skipped) + " skipped";
+  const Phase phase = succeeded > 0 ? Phase::Succeeded : Phase::Failed;
+  if (status_.phase != phase) {
+    events_.push_back({succeeded > 0 ? "Normal" : "Warning", succeeded > 0 ? "Succeeded" : "Failed",
+                       status_.progress.summary + " cases: " + summary});
+  }
+  status_.phase = phase;
+  status_.progress.current_case.clear();
+  status_.progress.current_attempt = 0;
+  set_condition(status_.conditions,
+                {ConditionType::Ready, succeeded > 0 ? ConditionStatus::True : ConditionStatus::False,
+                 succeeded > 0 ? (failed > 0 ? "SucceededWithFailures" : "Succeeded") : "NoCaseSucceeded", summary, "",
+                 generation_},
+                now_);
+  set_condition(status_.conditions, {ConditionType::Progressing, ConditionStatus::False, "Finished", "", "", generation_},
+                now_);
+  if (succeeded == 0) {
+    set_condition(status_.conditions,
+                  {ConditionType::Failed, ConditionStatus::True, "NoCaseSucceeded", summary, "", generation_}, now_);
+  }
+}
+
+void mark_invalid(BenchmarkRunStatus& status, const std::string& errors, std::int64_t generation, const std::string& now) {
+  status.observed_generation = generation;
+  status.phase = Phase::Failed;
+  status.progress.current_case.clear();
+  status.progress.current_attempt = 0;
+  set_condition(status.conditions, {ConditionType::Invalid, ConditionStatus::True, "InvalidSpec", errors, "", generation},
+                now);
+  set_condition(status.conditions, {ConditionType::Ready, ConditionStatus::False, "InvalidSpec", "", "", generation}, now);
+}
+
+}  // namespace dlbench
