@@ -74,7 +74,8 @@ json slim_child(const json& object) {
   const json& meta = object["metadata"];
   keep(out["metadata"], meta, {"name", "namespace", "uid", "creationTimestamp", "deletionTimestamp"});
   json labels = json::object();
-  for (const auto& [k, v] : meta.value("labels", json::object()).items()) {
+  const json all_labels = meta.value("labels", json::object());  // kept: a range-for over a temporary dangles
+  for (const auto& [k, v] : all_labels.items()) {
     if (k.starts_with("dlbench.io/") || k == "app.kubernetes.io/component") labels[k] = v;
   }
   out["metadata"]["labels"] = labels;

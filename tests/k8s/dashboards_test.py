@@ -40,7 +40,8 @@ RUN = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": 
                                               "volume": {"persistentVolumeClaim": {"claimName": "images"}}},
                 "matrix": {"nodes": [1], "gpusPerNode": [1, 2, 4], "batchSizePerDevice": [8], "precision": ["fp32"]},
                 "methodology": {"warmupSteps": 2, "measureSteps": 6, "repeats": 3},
-                # 1x4 asks for more GPUs than the node has: a failure for the Failures panel.
+                # 1x4's worker is OOMKilled (the test asks the simulated node): a failure for the
+                # Failures panel.
                 "limits": {"backoffLimit": 0, "caseTimeoutSeconds": 60}}}
 LIVE_CASE = "1x2-bs8-fp32"
 
@@ -213,6 +214,10 @@ class DashboardsTest(unittest.TestCase):
             pods = json.loads(cluster.kubectl("get", "pods", "-l", "app.kubernetes.io/component=worker", "-o", "json"))
             FakeDcgmExporter.pods = sorted(set(FakeDcgmExporter.pods) |
                                            {p["metadata"]["name"] for p in pods["items"]})
+            for p in pods["items"]:
+                if p["metadata"]["labels"].get("dlbench.io/case") == "1x4-bs8-fp32" and \
+                        "kubelet.dlbench.io/fail" not in p["metadata"].get("annotations", {}):
+                    cluster.kubectl("annotate", "pod", p["metadata"]["name"], "kubelet.dlbench.io/fail=OOMKilled")
             phase = json.loads(cluster.kubectl("get", "br", "dash", "-o", "json")).get("status", {}).get("phase")
             return phase in ("Succeeded", "Failed")
 

@@ -66,7 +66,7 @@ class OperatorProcessTest(unittest.TestCase):
         self.assertEqual(self.kubectl("get", "pods", "-l", "dlbench.io/run=invalid-values", "-o", "name").strip(), "")
         code, metrics = self.get("/metrics")
         self.assertEqual(code, 200)
-        self.assertIn('dlbench_operator_reconciles_total{result="success"}', metrics)
+        self.assertIn('dlbench_operator_reconciles_total{result="changed"}', metrics)
         started = time.time()
         self.operator.send_signal(signal.SIGTERM)
         self.assertEqual(self.operator.wait(timeout=30), 0)

@@ -128,7 +128,7 @@ TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
   EXPECT_TRUE(reasons.contains("Succeeded"));
   EXPECT_TRUE(client.list(resources::kPods, "default", "app.kubernetes.io/component=worker")["items"].empty());
   const std::string exposition = controller.registry().serialize();
-  EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_operator_reconciles_total{result=\"success\"}"));
+  EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_operator_reconciles_total{result=\"changed\"}"));
   EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_speedup{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 1.9"));
 }
 
