@@ -249,7 +249,7 @@ class DashboardsTest(unittest.TestCase):
         speedup = self.instant('max by (case) (dlbench_case_speedup{namespace="default", run="dash"})')
         self.assertAlmostEqual(float(speedup[LIVE_CASE]), results[LIVE_CASE]["speedup"], places=6)
         failed = self.instant('max by (reason) (dlbench_case_failed{namespace="default", run="dash"})')
-        self.assertEqual(list(failed), ["Unschedulable"])
+        self.assertEqual(list(failed), ["OOMKilled"])
 
     # --- Prometheus's HTTP API --------------------------------------------------------------
     def get(self, path, **params):

@@ -329,3 +329,92 @@ TEST(Manifests, ImageFolderVolumeIsMountedReadOnlyAtTheDataPathForBothEngines) {
 
 }  // namespace
 }  // namespace dlbench::operator_
+
+namespace dlbench::operator_ {
+namespace {
+
+// Worker pods of different cases never share a node unless the run says so; the launcher has
+// no such rule (it needs no GPU and may sit anywhere).
+TEST(Manifests, WorkersKeepOtherCasesOffTheirNodesUnlessTheRunShares) {
+  const BenchmarkRun run = sample_run(false);
+  const json pod = build_worker_pod(run, k2x8, 1, 0, OperatorConfig{});
+  const ChildNames n = child_names(run.metadata.name, case_id(k2x8), 1);
+  EXPECT_EQ(pod["metadata"]["labels"][kGroupLabel], n.prefix);
+  const json& terms = pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+  ASSERT_EQ(terms.size(), 1u);
+  EXPECT_EQ(terms[0]["topologyKey"], "kubernetes.io/hostname");
+  EXPECT_EQ(terms[0]["namespaceSelector"], json::object());  // other namespaces' cases too
+  const json expression{{"key", kGroupLabel}, {"operator", "NotIn"}, {"values", {n.prefix}}};
+  EXPECT_THAT(terms[0]["labelSelector"]["matchExpressions"], Contains(expression));
+  EXPECT_FALSE(build_launcher_job(run, k2x8, 1, OperatorConfig{})["spec"]["template"]["spec"].contains("affinity"));
+  BenchmarkRun sharing = run;
+  sharing.spec.worker.share_nodes = true;
+  EXPECT_FALSE(build_worker_pod(sharing, k2x8, 1, 0, OperatorConfig{})["spec"].contains("affinity"));
+}
+
+TEST(Manifests, CpuClustersAreAskedForNoGpus) {
+  OperatorConfig cpu;
+  cpu.worker_backend = "cpu";
+  const BenchmarkRun run = sample_run(true);
+  for (const BenchmarkRun& r : {run, [&] {
+                                  BenchmarkRun c = run;
+                                  c.spec.engine = Engine::command;
+                                  c.spec.command = {"python3", "train.py"};
+                                  return c;
+                                }()}) {
+    const json limits = build_worker_pod(r, k2x8, 1, 0, cpu)["spec"]["containers"][0]["resources"]["limits"];
+    EXPECT_FALSE(limits.contains("nvidia.com/gpu")) << limits;
+    EXPECT_EQ(limits["rdma/hca_shared_devices_a"], "1");  // asked for explicitly: still asked
+  }
+  EXPECT_EQ(build_worker_pod(run, k2x8, 1, 0, OperatorConfig{})["spec"]["containers"][0]["resources"]["limits"]
+               ["nvidia.com/gpu"],
+            "8");
+}
+
+TEST(Manifests, KueueAdmitsACasesWorkersAsOnePodGroup) {
+  BenchmarkRun run = sample_run(false);
+  run.spec.worker.gang = GangSpec{GangScheduler::kueue, "gpu-queue"};
+  const ChildNames n = child_names(run.metadata.name, case_id(k2x8), 1);
+  for (int i = 0; i < 2; ++i) {
+    const json pod = build_worker_pod(run, k2x8, 1, i, OperatorConfig{});
+    EXPECT_EQ(pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "gpu-queue");
+    EXPECT_EQ(pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"], n.group);
+    EXPECT_EQ(pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"], "2");
+    EXPECT_EQ(pod["spec"]["schedulingGates"], json::parse(R"([{"name": "kueue.x-k8s.io/admission"}])"));
+    EXPECT_EQ(pod["metadata"]["annotations"]["prometheus.io/port"], "9400");  // kept beside Kueue's
+  }
+  EXPECT_FALSE(build_pod_group(run, k2x8, 1, OperatorConfig{}, "w0", "uid").has_value());
+  EXPECT_FALSE(build_launcher_job(run, k2x8, 1, OperatorConfig{})["spec"]["template"]["spec"].contains("schedulingGates"));
+}
+
+TEST(Manifests, VolcanoAndSchedulerPluginsGetAPodGroupOwnedByWorkerZero) {
+  BenchmarkRun run = sample_run(false);
+  run.spec.worker.scheduler_name.clear();
+  const ChildNames n = child_names(run.metadata.name, case_id(k2x8), 1);
+  run.spec.worker.gang = GangSpec{GangScheduler::volcano, ""};
+  const json volcano_pod = build_worker_pod(run, k2x8, 1, 1, OperatorConfig{});
+  EXPECT_EQ(volcano_pod["spec"]["schedulerName"], "volcano");
+  EXPECT_EQ(volcano_pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"], n.group);
+  const auto volcano = build_pod_group(run, k2x8, 1, OperatorConfig{}, n.worker(0), "pod-uid");
+  ASSERT_TRUE(volcano.has_value());
+  EXPECT_EQ((*volcano)["apiVersion"], "scheduling.volcano.sh/v1beta1");
+  EXPECT_EQ((*volcano)["metadata"]["name"], n.group);
+  EXPECT_EQ((*volcano)["spec"]["minMember"], 2);
+  EXPECT_EQ((*volcano)["spec"]["minResources"]["nvidia.com/gpu"], "16");
+  EXPECT_EQ((*volcano)["metadata"]["ownerReferences"][0]["uid"], "pod-uid");
+  EXPECT_EQ((*volcano)["metadata"]["ownerReferences"][0]["kind"], "Pod");
+
+  run.spec.worker.gang = GangSpec{GangScheduler::schedulerPlugins, ""};
+  run.spec.worker.scheduler_name = "my-coscheduler";  // the run's own name wins
+  const json plugins_pod = build_worker_pod(run, k2x8, 1, 0, OperatorConfig{});
+  EXPECT_EQ(plugins_pod["spec"]["schedulerName"], "my-coscheduler");
+  EXPECT_EQ(plugins_pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], n.group);
+  const auto plugins = build_pod_group(run, k2x8, 1, OperatorConfig{}, n.worker(0), "pod-uid");
+  ASSERT_TRUE(plugins.has_value());
+  EXPECT_EQ((*plugins)["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+  EXPECT_EQ((*plugins)["spec"]["minMember"], 2);
+  EXPECT_EQ((*plugins)["spec"]["scheduleTimeoutSeconds"], 900);
+}
+
+}  // namespace
+}  // namespace dlbench::operator_

@@ -451,3 +451,120 @@ TEST(Reconciler, RunFailsOnlyWhenNoCaseSucceeded) {
 
 }  // namespace
 }  // namespace dlbench::operator_
+
+namespace dlbench::operator_ {
+namespace {
+
+// The launcher pod itself OOMKilled or Evicted: the node's reason, not LauncherFailed with an
+// empty message.
+TEST(Reconciler, ALauncherPodsOwnFailureKeepsItsReason) {
+  for (const std::string reason : {"OOMKilled", "Evicted"}) {
+    FakeCluster cluster(scaling_run(0));
+    cluster.step();
+    cluster.make_workers_ready();
+    cluster.step();
+    cluster.finish_launcher("", false);
+    for (auto& [key, o] : cluster.objects) {
+      if (o["kind"] != "Pod" || o["metadata"]["labels"]["app.kubernetes.io/component"] != "launcher") continue;
+      if (reason == "Evicted") {
+        o["status"] = {{"phase", "Failed"}, {"reason", "Evicted"}, {"message", "The node was low on resource: memory."}};
+      } else {
+        o["status"]["containerStatuses"][0]["state"]["terminated"] = {{"exitCode", 137}, {"reason", "OOMKilled"}};
+      }
+    }
+    cluster.step();
+    const auto s = cluster.status();
+    ASSERT_EQ(s.results.size(), 1u) << reason;
+    EXPECT_EQ(s.results[0].reason, reason);
+    EXPECT_THAT(s.results[0].message, HasSubstr("launcher "));
+    EXPECT_THAT(s.results[0].message, HasSubstr(reason == "Evicted" ? "low on resource" : "code 137"));
+  }
+}
+
+// A document for another case is CaseMismatch, as dlbench run says, not a launcher failure.
+TEST(Reconciler, AResultForAnotherCaseIsCaseMismatch) {
+  FakeCluster cluster(scaling_run(0));
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.step();
+  cluster.finish_launcher(cluster.result_for("2x8-bs128-amp", 900), true);  // while the 1x1 baseline runs
+  cluster.step();
+  const auto s = cluster.status();
+  ASSERT_EQ(s.results.size(), 1u);
+  EXPECT_EQ(s.results[0].reason, "CaseMismatch");
+  EXPECT_THAT(s.results[0].message, HasSubstr("ran 2x8-bs128-amp instead of 1x1-bs128-amp"));
+}
+
+// Fixing the spec ends Invalid=True: it does not stay beside Ready.
+TEST(Reconciler, AFixedSpecClearsInvalidAndRuns) {
+  json bad = scaling_run();
+  bad["spec"]["matrix"]["precision"] = {"fp8"};
+  FakeCluster cluster(bad);
+  cluster.step();
+  ASSERT_EQ(cluster.status().phase, Phase::Failed);
+  cluster.run["spec"]["matrix"]["precision"] = {"amp"};
+  cluster.run["metadata"]["generation"] = 2;
+  cluster.step();
+  const auto s = cluster.status();
+  EXPECT_EQ(s.phase, Phase::Running);
+  const Condition* invalid = find_condition(s.conditions, ConditionType::Invalid);
+  ASSERT_NE(invalid, nullptr);
+  EXPECT_EQ(invalid->status, ConditionStatus::False);
+  EXPECT_EQ(invalid->observed_generation, 2);
+  EXPECT_FALSE(cluster.names("Pod").empty());
+}
+
+// Not admitted (the operator's case slots are taken): Pending, Queued, nothing created, and no
+// case timeout running; admitted later, it starts.
+TEST(Reconciler, AQueuedRunCreatesNothingUntilAdmitted) {
+  FakeCluster cluster(scaling_run(0));
+  World w = cluster.world();
+  w.admission = {false, "waiting for a case slot: 1 of 1 running"};
+  const Actions a = reconcile(cluster.run, w, OperatorConfig{}, [] { return SshKeyPair{"p", "q"}; });
+  EXPECT_TRUE(a.create.empty());
+  ASSERT_TRUE(a.status.has_value());
+  EXPECT_EQ(a.status->phase, Phase::Pending);
+  const Condition* progressing = find_condition(a.status->conditions, ConditionType::Progressing);
+  ASSERT_NE(progressing, nullptr);
+  EXPECT_EQ(progressing->reason, "Queued");
+  EXPECT_THAT(progressing->message, HasSubstr("1 of 1 running"));
+  EXPECT_TRUE(a.events.empty());
+  cluster.run["status"] = to_json(*a.status);
+  cluster.now += 2h;  // longer than caseTimeoutSeconds: waiting is not running
+  cluster.step();
+  EXPECT_EQ(cluster.status().phase, Phase::Running);
+  EXPECT_TRUE(cluster.status().results.empty());
+  EXPECT_FALSE(cluster.names("Pod").empty());
+}
+
+// ranAlone: false once another case's worker was seen on one of the case's nodes, even if that
+// neighbour left before the result; true otherwise. The flag does not leak into the next case.
+TEST(Reconciler, RanAloneRecordsWhetherANodeWasShared) {
+  FakeCluster cluster(scaling_run(0));
+  cluster.step();
+  cluster.make_workers_ready();
+  World shared = cluster.world();
+  shared.shared_node = true;
+  const Actions a = reconcile(cluster.run, shared, OperatorConfig{}, [] { return SshKeyPair{"p", "q"}; });
+  ASSERT_TRUE(a.status.has_value());
+  EXPECT_TRUE(a.status->progress.shared_node);
+  cluster.run["status"] = to_json(*a.status);
+  cluster.step();
+  cluster.finish_launcher(cluster.result_for("1x1-bs128-amp", 120), true);
+  cluster.step();
+  ASSERT_EQ(cluster.status().results.size(), 1u);
+  EXPECT_EQ(cluster.status().results[0].state, CaseState::Succeeded);
+  EXPECT_EQ(cluster.status().results[0].ran_alone, false);
+  EXPECT_FALSE(cluster.status().progress.shared_node);
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.step();
+  cluster.finish_launcher(cluster.result_for("1x8-bs128-amp", 900), true);
+  cluster.step();
+  ASSERT_EQ(cluster.status().results.size(), 2u);
+  EXPECT_EQ(cluster.status().results[1].state, CaseState::Succeeded);
+  EXPECT_EQ(cluster.status().results[1].ran_alone, true);
+}
+
+}  // namespace
+}  // namespace dlbench::operator_
