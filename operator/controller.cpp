@@ -92,7 +92,7 @@ json slim_child(const json& object) {
       s["conditions"] = json::array();
       for (const auto& c : status["conditions"]) {
         json kept = json::object();
-        keep(kept, c, {"type", "status", "reason", "message"});
+        keep(kept, c, {"type", "status", "reason", "message", "lastTransitionTime"});
         s["conditions"].push_back(kept);
       }
     }
@@ -250,7 +250,10 @@ Controller::Controller(KubeClient& client, ControllerOptions options) : client_(
     }
     queue_.add(key);
   };
-  const auto on_child = [this](const std::string&, const json& o) { enqueue_owner(o); };
+  const auto on_child = [this](const std::string&, const json& o) {
+    enqueue_owner(o);
+    enqueue_neighbours(o);
+  };
   informers_.push_back(std::make_unique<Informer>(client_, kKind, resources::kBenchmarkRuns, options_.namespace_, "",
                                                   options_.watch_timeout, on_run, slim_run, on_error));
   runs_ = informers_.back().get();
@@ -272,6 +275,19 @@ void Controller::enqueue_owner(const json& object) {
   const auto labels = object["metadata"].value("labels", json::object());
   if (labels.contains("dlbench.io/run")) {
     queue_.add(object["metadata"].value("namespace", "") + "/" + labels["dlbench.io/run"].get<std::string>());
+  }
+}
+
+// A worker placed on (or leaving) a node: the runs with workers there hear of it, so that their
+// ranAlone sees every neighbour.
+void Controller::enqueue_neighbours(const json& object) {
+  const json spec = object.value("spec", json::object());
+  const std::string node = spec.value("nodeName", "");
+  if (node.empty() || object.value("kind", "") != "Pod" || children_.empty()) return;
+  for (const auto& p : children_.at("Pod")->items([&](const json& o) {
+         return o.value("spec", json::object()).value("nodeName", "") == node;
+       })) {
+    enqueue_owner(p);
   }
 }
 
@@ -454,19 +470,9 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
       throw;
     }
   }
-  int created = 0, deleted = 0;
-  for (const auto& object : actions.create) {
-    try {
-      client_.create(resource_for(object["kind"], object.value("apiVersion", "")), ns, object);
-      ++created;
-    } catch (const KubeError& e) {
-      if (e.status != 409) throw;  // AlreadyExists: the world is ahead of the cache
-    }
-  }
-  for (const auto& r : actions.remove) deleted += client_.remove(resource_for(r.kind), ns, r.name) ? 1 : 0;
-  if (created > 0) fields["created"] = created;
-  if (deleted > 0) fields["deleted"] = deleted;
-  std::string outcome = created + deleted > 0 ? "changed" : world.admission.admitted ? "unchanged" : "queued";
+  // The status first: a result is on record before the children that produced it are deleted, so
+  // that a refused write (409) leaves the world as it was, to be judged again on a fresh read.
+  std::string outcome = world.admission.admitted ? "unchanged" : "queued";
   if (actions.status) {
     // Only what changed, with removed fields as null, conditioned on the version this reconcile
     // read: a write over a status we have not seen is refused (409) and retried on a fresh read.
@@ -493,6 +499,19 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
   } else {  // the series follow the status even when this replica did not write it (after a restart)
     if (auto s = decode_status((*run).value("status", json::object())); s.ok()) record_metrics(ns, name, *run, *s.value);
   }
+  int created = 0, deleted = 0;
+  for (const auto& object : actions.create) {
+    try {
+      client_.create(resource_for(object["kind"], object.value("apiVersion", "")), ns, object);
+      ++created;
+    } catch (const KubeError& e) {
+      if (e.status != 409) throw;  // AlreadyExists: the world is ahead of the cache
+    }
+  }
+  for (const auto& r : actions.remove) deleted += client_.remove(resource_for(r.kind), ns, r.name) ? 1 : 0;
+  if (created > 0) fields["created"] = created;
+  if (deleted > 0) fields["deleted"] = deleted;
+  if (created + deleted > 0 && outcome != "queued") outcome = "changed";
   for (const auto& e : actions.events) {
     fields["events"].push_back(e.reason);
     const std::string now = format_rfc3339(world.now);

@@ -106,6 +106,7 @@ class Controller {
   std::string process(const std::string& key, std::uint64_t reconcile_id, nlohmann::json& fields);
   void enqueue_owner(const nlohmann::json& object);
   void enqueue_waiting_runs();
+  void enqueue_neighbours(const nlohmann::json& object);
   Admission admission_for(const std::string& key, const nlohmann::json& run);
   bool shares_a_node(const std::string& ns, const std::string& name, const std::vector<ObservedPod>& pods) const;
   void forget(const std::string& ns, const std::string& name);

@@ -55,6 +55,9 @@ ObservedPod observe_pod(const nlohmann::json& pod) {
   p.gated = !spec.value("schedulingGates", nlohmann::json::array()).empty();
   for (const auto& c : status.value("conditions", nlohmann::json::array())) {
     if (c.value("type", "") == "Ready") p.ready = c.value("status", "") == "True";
+    if (c.value("type", "") == "PodScheduled" && c.value("reason", "") != "SchedulingGated") {
+      p.scheduling_since = parse_rfc3339(c.value("lastTransitionTime", ""));
+    }
     if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False" &&
         c.value("reason", "") == "Unschedulable") {
       p.unschedulable = true;

@@ -37,6 +37,9 @@ struct ObservedPod : ObservedObject {
   std::string termination_message;  // of the first container, when terminated
   std::string node;                 // spec.nodeName, once scheduled
   bool gated = false;               // spec.schedulingGates not yet removed (Kueue has not admitted it)
+  // When the scheduler first judged it after its gates went (PodScheduled's transition, unless
+  // SchedulingGated): a gated case's clock starts there, not at creation.
+  std::optional<TimePoint> scheduling_since;
 };
 
 struct ObservedJob : ObservedObject {

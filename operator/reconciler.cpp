@@ -139,9 +139,18 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
     outcome.result = failure(current.spec, reason, message.substr(0, 1024), attempt, world.now);
     return outcome;
   }
-  // 4. Out of time.
+  // 4. Out of time. A gang-admitted case waits in its queue first: the clock starts once every
+  //    worker's gates are gone (the queue's wait is the queue's, not the case's).
+  std::optional<TimePoint> clock = started;
+  if (run.spec.worker.gang && run.spec.worker.gang->scheduler == GangScheduler::kueue) {
+    for (const auto& p : world.pods) {
+      if (p.case_id != current.id || p.attempt != attempt || p.role != "worker") continue;
+      if (p.gated || !p.scheduling_since) return outcome;  // still in the queue, or not yet judged after it
+      if (p.scheduling_since && clock && *p.scheduling_since > *clock) clock = p.scheduling_since;
+    }
+  }
   const auto limit = std::chrono::seconds(run.spec.limits.case_timeout_seconds);
-  if (started && world.now - *started > limit) {
+  if (clock && world.now - *clock > limit) {
     outcome.finished = true;
     std::string message = "no result within limits.caseTimeoutSeconds (" +
                           std::to_string(run.spec.limits.case_timeout_seconds) + " s)";

@@ -63,9 +63,9 @@ current-context: t
     return path
 
 
-def start_apiserver(*args, stderr=subprocess.DEVNULL):
-    """The test API server on a free port, listening when this returns: (process, URL)."""
-    port = free_port()
+def start_apiserver(*args, stderr=subprocess.DEVNULL, port=None):
+    """The test API server on a free port (or `port`), listening when this returns: (process, URL)."""
+    port = port or free_port()
     process = subprocess.Popen([sys.executable, os.path.join(HERE, "test_apiserver.py"), "--port", str(port), *args],
                                stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
     process.stdout.readline()  # "test apiserver on …"
@@ -104,13 +104,15 @@ def wait_for(predicate, seconds=30, what="the condition", period=0.2):
 
 
 class LocalCluster:
-    def __init__(self, operator, dlbench, worker, capacity=None, operator_args=(), bin_dirs=(), claims=None):
+    def __init__(self, operator, dlbench, worker, capacity=None, operator_args=(), bin_dirs=(), claims=None,
+                 apiserver_args=()):
         self.tmp = tempfile.mkdtemp(prefix="dlbench-cluster-")
         self.log = open(os.path.join(self.tmp, "processes.log"), "w+")
         self.processes = []
         try:
-            api, self.url = start_apiserver(stderr=self.log)
-            self.processes.append(api)
+            self.apiserver_args = list(apiserver_args)
+            self.apiserver, self.url = start_apiserver(*self.apiserver_args, stderr=self.log)
+            self.processes.append(self.apiserver)
             self.kubeconfig = write_kubeconfig(os.path.join(self.tmp, "config"), self.url)
             # Extra directories first: they can put another python3 (one with PyTorch) on the pods' PATH.
             bin_dirs = [os.path.abspath(d) for d in bin_dirs] + sorted(
@@ -130,6 +132,24 @@ class LocalCluster:
         except BaseException:
             self.close(show_logs=True)
             raise
+
+    def stop_apiserver(self, keep_state):
+        """SIGTERM (it writes its --state) or SIGKILL (what it held is lost)."""
+        os.killpg(self.apiserver.pid, signal.SIGTERM if keep_state else signal.SIGKILL)
+        self.apiserver.wait()
+
+    def start_apiserver(self, *args):
+        """The API server again, on the same port (clients reconnect there)."""
+        port = int(self.url.rsplit(":", 1)[1])
+        for _ in range(50):  # the old socket may linger a moment
+            try:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                time.sleep(0.1)
+        self.apiserver, _ = start_apiserver(*args, stderr=self.log, port=port)
+        self.processes.append(self.apiserver)
 
     def restart_operator(self):
         """Kills the operator without warning (SIGKILL: no graceful shutdown) and starts a new one."""

@@ -6,6 +6,11 @@
 - Pods are scheduled and started at once: Pending -> Running, Ready, podIP 127.0.0.1; a pod that
   asks for more of an extended resource (nvidia.com/gpu, rdma/...) than the node has (--capacity)
   stays Pending with PodScheduled=False, reason Unschedulable, as the scheduler reports it.
+- The scheduler's part, for the one node "node-0": a pod with schedulingGates stays Pending
+  (PodScheduled=False, SchedulingGated) until they are removed (Kueue's admission); required pod
+  anti-affinity is honoured both ways against the node's running pods (Unschedulable while a
+  match runs there); a scheduled pod is bound through pods/NAME/binding (spec.nodeName), and
+  Pending pods are tried again every period, as the scheduler retries.
 - Failure on request: annotate a pod with `kubelet.dlbench.io/fail=<what>` (kubectl annotate) and it
   fails the way a real node would report it:
     OOMKilled      phase Failed, container terminated with exit code 137, reason OOMKilled
@@ -79,6 +84,37 @@ def unschedulable_because(pod, capacity):
         for resource, quantity in container.get("resources", {}).get("requests", {}).items():
             if resource in capacity and int(quantity) > capacity[resource]:
                 return f"0/1 nodes are available: 1 Insufficient {resource}."
+    return None
+
+
+NODE = "node-0"
+
+
+def term_selects(term, pod):
+    """A required anti-affinity term's labelSelector (matchLabels, matchExpressions) against a pod."""
+    labels = pod["metadata"].get("labels", {})
+    selector = term.get("labelSelector", {})
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        value, op = labels.get(e["key"]), e["operator"]
+        if (op == "In" and value not in e.get("values", [])) or (op == "NotIn" and value in e.get("values", [])) or \
+                (op == "Exists" and value is None) or (op == "DoesNotExist" and value is not None):
+            return False
+    return True
+
+
+def anti_affinity_terms(pod):
+    return pod["spec"].get("affinity", {}).get("podAntiAffinity", {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", [])
+
+
+def anti_affinity_conflict(pod, placed):
+    """The scheduler's message when a pod on the node and this pod exclude each other."""
+    for other in placed:
+        if any(term_selects(t, other) for t in anti_affinity_terms(pod)) or \
+                any(term_selects(t, pod) for t in anti_affinity_terms(other)):
+            return "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules."
     return None
 
 
@@ -156,7 +192,11 @@ class Kubelet:
     # --- the kubelet ---------------------------------------------------------------------------
     def sync_pods(self):
         alive = set()
-        for pod in self.api.list("/api/v1/pods"):
+        pods = self.api.list("/api/v1/pods")
+        # What runs on the node: bound, not terminated, not being deleted.
+        placed = [p for p in pods if p["spec"].get("nodeName") and "deletionTimestamp" not in p["metadata"]
+                  and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        for pod in pods:
             meta, status = pod["metadata"], pod.get("status", {})
             alive.add(meta["uid"])
             phase = status.get("phase", "Pending")
@@ -168,21 +208,36 @@ class Kubelet:
                 self.stop(meta["uid"])
                 self.api.patch_status(path, failed_status(fail))
                 continue
-            if phase == "Pending" and status.get("conditions"):
-                continue  # already found unschedulable
-            if phase == "Pending" and (why := unschedulable_because(pod, self.capacity)):
-                self.api.patch_status(path, {"phase": "Pending", "conditions": [
-                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}]})
-            elif phase == "Pending":
-                owner = controller_of(pod)
-                self.api.patch_status(path, {
-                    "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1", "startTime": now(),
-                    "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
-                    "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
-                                           "state": {"running": {"startedAt": now()}}}
-                                          for c in pod["spec"]["containers"]]})
-                if (owner and owner.get("kind") == "Job") or not runs_sshd(pod):
-                    self.start(pod)
+            if phase != "Pending":
+                continue
+            scheduled = [c for c in status.get("conditions", []) if c.get("type") == "PodScheduled"]
+            if pod["spec"].get("schedulingGates"):
+                reason, why = "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates"
+            else:
+                reason = "Unschedulable"
+                why = unschedulable_because(pod, self.capacity) or anti_affinity_conflict(pod, placed)
+            if why:
+                if not scheduled or scheduled[0].get("reason") != reason or scheduled[0].get("message") != why:
+                    self.api.patch_status(path, {"phase": "Pending", "conditions": [
+                        {"type": "PodScheduled", "status": "False", "reason": reason, "message": why,
+                         "lastTransitionTime": now()}]})
+                continue
+            if not pod["spec"].get("nodeName"):
+                self.api.call("POST", path + "/binding", {"apiVersion": "v1", "kind": "Binding",
+                                                          "metadata": {"name": meta["name"]},
+                                                          "target": {"kind": "Node", "name": NODE}})
+                pod["spec"]["nodeName"] = NODE
+            placed.append(pod)
+            owner = controller_of(pod)
+            self.api.patch_status(path, {
+                "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1", "startTime": now(),
+                "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()},
+                               {"type": "Ready", "status": "True", "lastTransitionTime": now()}],
+                "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
+                                       "state": {"running": {"startedAt": now()}}}
+                                      for c in pod["spec"]["containers"]]})
+            if (owner and owner.get("kind") == "Job") or not runs_sshd(pod):
+                self.start(pod)
         with self.lock:
             gone = [uid for uid in self.running if uid not in alive]
         for uid in gone:  # deleted pods: their processes are killed, as the runtime would

@@ -9,7 +9,12 @@ history, the status subresource (status only through it), Secrets' stringData fo
 data, owner-reference garbage collection (cascading), and Table output with a CRD's
 additionalPrinterColumns so that `kubectl get br` shows its real columns.
 
-    test_apiserver.py --port 8001 [--history 1000]
+Also, for fault tests, behaviour the real API server has too: the pods/binding subresource (how a
+scheduler sets spec.nodeName); watch events delivered late (--watch-delay: the watch cache lags
+behind writes, so a client's cache can be stale); and state kept across a restart (--state FILE:
+etcd outlives the API server process; written on SIGTERM, read at start).
+
+    test_apiserver.py --port 8001 [--history 1000] [--watch-delay S] [--state FILE]
 """
 import argparse
 import base64
@@ -17,6 +22,7 @@ import bisect
 import copy
 import datetime
 import json
+import os
 import re
 import threading
 import time
@@ -81,7 +87,7 @@ class Store:
         return obj
 
     def record(self, group, plural, namespace, kind, obj):
-        self.events.append((self.rv, group, plural, namespace, kind, copy.deepcopy(obj)))
+        self.events.append((self.rv, group, plural, namespace, kind, copy.deepcopy(obj), time.time()))
         del self.events[:-self.history]
         self.lock.notify_all()
 
@@ -138,6 +144,7 @@ def json_path(obj, path):
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     store = None
+    watch_delay = 0.0
 
     def log_message(self, *args):
         pass
@@ -344,6 +351,12 @@ class Handler(BaseHTTPRequestHandler):
             while True:
                 with s.lock:
                     pending = s.events_after(sent)
+                    if self.watch_delay:  # the watch cache lags: only events older than the delay
+                        due = time.time() - self.watch_delay
+                        pending = pending[:next((i for i, e in enumerate(pending) if e[6] > due), len(pending))]
+                        if not pending and s.events_after(sent):
+                            s.lock.wait(0.05)
+                            continue
                     if not pending:
                         left = deadline - datetime.datetime.now().timestamp()
                         if left <= 0:
@@ -360,7 +373,7 @@ class Handler(BaseHTTPRequestHandler):
                                                                 "metadata": {"resourceVersion": str(e[1])}}}
                         sent = max(sent, e[1])
                     else:
-                        rv, g, p, ns, kind, obj = e
+                        rv, g, p, ns, kind, obj, _at = e
                         sent = rv
                         if g != group or p != plural or (namespace is not None and ns != namespace):
                             continue
@@ -386,6 +399,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.status(404, "NotFound", "unknown resource")
         group, version, plural, namespace, _name, _sub = r
         obj = self.body()
+        if plural == "pods" and _sub == "binding":
+            return self.bind(namespace, _name, obj)
         name = obj.get("metadata", {}).get("name")
         if not name:
             return self.status(422, "Invalid", "metadata.name: Required value")
@@ -410,6 +425,20 @@ class Handler(BaseHTTPRequestHandler):
                     for t, r in (("NamesAccepted", "NoConflicts"), ("Established", "InitialNamesAccepted"))]}
             s.record(group, plural, namespace or "", "ADDED", obj)
         self.send_json(201, obj)
+
+    def bind(self, namespace, name, binding):
+        """POST pods/NAME/binding: the scheduler's way to set spec.nodeName, once."""
+        s = self.store
+        with s.lock:
+            pod = s.objects.get(("", "pods", namespace or "", name))
+            if pod is None:
+                return self.status(404, "NotFound", f'pods "{name}" not found')
+            if pod["spec"].get("nodeName"):
+                return self.status(409, "Conflict", f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+            pod["spec"]["nodeName"] = binding.get("target", {}).get("name", "")
+            s._meta(pod)
+            s.record("", "pods", namespace or "", "MODIFIED", pod)
+        self.send_json(201, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
     def write(self, merge):
         r = self.route()
@@ -505,6 +534,26 @@ def merge_patch(target, patch):
             target[key] = copy.deepcopy(value)
 
 
+def save_state(store, path):
+    with store.lock:
+        state = {"rv": store.rv, "objects": [[list(k), o] for k, o in store.objects.items()]}
+    with open(path + ".tmp", "w") as f:
+        json.dump(state, f)
+    os.replace(path + ".tmp", path)
+
+
+def load_state(store, path):
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        state = json.load(f)
+    store.rv = state["rv"]
+    for key, obj in state["objects"]:
+        store.objects[tuple(key)] = obj
+        if key[1] == "customresourcedefinitions":
+            store.register_crd(obj)
+
+
 def exit_with_parent():
     """Tests start this as a child; if the test dies without stopping it (a sanitizer abort), an
     orphan would hold the test runner's output pipe open until its timeout. Go with the parent."""
@@ -523,11 +572,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--history", type=int, default=1000, help="watch events kept (older: 410 Gone)")
+    parser.add_argument("--watch-delay", type=float, default=0.0, help="deliver watch events this many seconds late")
+    parser.add_argument("--state", help="keep objects here across restarts: read at start, written on SIGTERM")
     parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     parser.add_argument("--tls-key", help="and this key (PEM)")
     args = parser.parse_args()
     exit_with_parent()
     Handler.store = Store(args.history)
+    Handler.watch_delay = args.watch_delay
+    if args.state:
+        load_state(Handler.store, args.state)
+        import signal
+
+        def save_and_exit(*_):
+            save_state(Handler.store, args.state)
+            os._exit(0)
+        signal.signal(signal.SIGTERM, save_and_exit)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     scheme = "http"

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""dlbench-operator when the world misbehaves: the real operator, the test API server and the
+simulated kubelet (one node), with cases quick enough to run many (engine: command, a shell loop
+that reports its steps to dlbench-exec).
+
+    operator_faults_test.py OPERATOR DLBENCH WORKER
+"""
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+from local_cluster import Api, LocalCluster, wait_for
+
+PROGRAMS = [os.path.abspath(sys.argv.pop(1)) for _ in range(3)] if len(sys.argv) > 3 else sys.exit(__doc__)
+STEPS = 'for i in $(seq $DLBENCH_TOTAL_STEPS); do sleep {pause}; echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; done'
+
+
+def benchmark_run(name, batches=(2,), pause=0.02, timeout=120, worker=None):
+    """A run of len(batches) one-node cases, each about (warm-up + measured) x pause seconds."""
+    return {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": name},
+            "spec": {"model": "resnet50", "engine": "command", "command": ["sh", "-c", STEPS.format(pause=pause)],
+                     "matrix": {"nodes": [1], "gpusPerNode": [1], "batchSizePerDevice": list(batches),
+                                "precision": ["fp32"]},
+                     "methodology": {"warmupSteps": 1, "measureSteps": 4, "repeats": 2},
+                     "worker": worker or {}, "limits": {"backoffLimit": 0, "caseTimeoutSeconds": timeout}}}
+
+
+class PodWatch(threading.Thread):
+    """Every pod ADDED since the start, from a watch of its own: creations are counted exactly."""
+
+    def __init__(self, url):
+        super().__init__(daemon=True)
+        self.url, self.added, self.stopping = url, [], False
+
+    def run(self):
+        version = Api(self.url).call("GET", "/api/v1/pods")["metadata"]["resourceVersion"]
+        while not self.stopping:
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/v1/pods?watch=1&resourceVersion={version}"
+                                            "&timeoutSeconds=5&allowWatchBookmarks=true", timeout=10) as stream:
+                    for line in stream:
+                        event = json.loads(line)
+                        version = event["object"]["metadata"]["resourceVersion"]
+                        if event["type"] == "ADDED":
+                            self.added.append((time.time(), event["object"]["metadata"]["name"],
+                                               event["object"]["metadata"]["labels"].get("dlbench.io/run")))
+            except OSError:
+                time.sleep(0.2)
+
+
+class OperatorFaultsTest(unittest.TestCase):
+    def cluster(self, operator_args=(), apiserver_args=()):
+        cluster = LocalCluster(*PROGRAMS, operator_args=["--log-level", "debug", *operator_args],
+                               apiserver_args=apiserver_args)
+        self.addCleanup(lambda: cluster.close(show_logs=self._outcome.result.failures or self._outcome.result.errors))
+        self.pods = PodWatch(cluster.url)
+        self.pods.start()
+        self.addCleanup(setattr, self.pods, "stopping", True)
+        return cluster
+
+    def apply(self, cluster, *runs):
+        path = os.path.join(cluster.tmp, f"runs-{time.time()}.json")
+        with open(path, "w") as f:
+            json.dump({"apiVersion": "v1", "kind": "List", "items": list(runs)}, f)
+        cluster.kubectl("apply", "--validate=false", "-f", path)
+
+    def status(self, cluster, name):
+        run = Api(cluster.url).call("GET", f"/apis/dlbench.io/v1alpha1/namespaces/default/benchmarkruns/{name}")
+        return (run or {}).get("status", {})
+
+    def finished(self, cluster, name, seconds=120):
+        return wait_for(lambda: (lambda s: s if s.get("phase") in ("Succeeded", "Failed") else None)(
+            self.status(cluster, name)), seconds, f"{name} to finish")
+
+    def metrics(self, cluster):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_port}/metrics", timeout=5) as r:
+                return r.read().decode()
+        except OSError:
+            return ""
+
+    def ready(self, cluster):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_port}/readyz", timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def counter(self, cluster, pattern):
+        return sum(float(v) for v in re.findall("^" + pattern + r"\S* (\S+)$", self.metrics(cluster), re.MULTILINE))
+
+    def operator_log(self, cluster):
+        cluster.log.flush()
+        with open(cluster.log.name) as f:
+            return f.read()
+
+    def assert_created_once(self, run=None):
+        names = [name for _, name, owner in self.pods.added if run is None or owner == run]
+        self.assertTrue(names)
+        self.assertEqual(len(names), len(set(names)), f"a pod created twice: {sorted(names)}")
+
+    # --- the scenarios ---------------------------------------------------------------------------
+
+    def test_api_server_away_for_seconds_and_back_with_its_state(self):
+        etcd = tempfile.mkdtemp(prefix="dlbench-etcd-")
+        self.addCleanup(shutil.rmtree, etcd, True)
+        cluster = self.cluster(apiserver_args=["--state", os.path.join(etcd, "state.json")])
+        wait_for(lambda: self.ready(cluster), 30, "the operator to be ready")
+        self.apply(cluster, benchmark_run("away", batches=(2, 4, 8), pause=0.5))
+        wait_for(lambda: self.status(cluster, "away").get("results"), 60, "a first result")
+        cluster.stop_apiserver(keep_state=True)
+        wait_for(lambda: not self.ready(cluster), 15, "/readyz to say the API server is gone")
+        time.sleep(12)
+        self.assertFalse(self.ready(cluster))
+        cluster.start_apiserver(*cluster.apiserver_args)
+        wait_for(lambda: self.ready(cluster), 60, "ready again")
+        status = self.finished(cluster, "away", 180)
+        self.assertEqual(status["phase"], "Succeeded", status)
+        self.assertEqual([r["state"] for r in status["results"]], ["Succeeded"] * 3, status["results"])
+        self.assertGreater(self.counter(cluster, "dlbench_operator_watch_errors_total"), 0)
+        log = self.operator_log(cluster)
+        self.assertIn('"msg":"list or watch failed"', log)
+        self.assertIn('"msg":"not ready: the API server does not answer"', log)
+
+    def test_api_server_restarted_with_its_state_lost(self):
+        cluster = self.cluster()
+        self.apply(cluster, benchmark_run("lost", pause=2))
+        wait_for(lambda: 'run="lost"' in self.metrics(cluster), 30, "series for the run")
+        cluster.stop_apiserver(keep_state=False)
+        cluster.start_apiserver()
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        cluster.kubectl("apply", "-f", os.path.join(root, "crds", "benchmarkrun.yaml"))
+        # The relist finds no run: its series go, and the operator works on with the new world.
+        wait_for(lambda: 'run="lost"' not in self.metrics(cluster), 60, "the lost run's series to go")
+        self.apply(cluster, benchmark_run("after"))
+        self.assertEqual(self.finished(cluster, "after", 90)["phase"], "Succeeded")
+
+    def test_churn_with_a_short_watch_history_and_every_run_still_finishes(self):
+        cluster = self.cluster(operator_args=["--max-concurrent-cases", "3"], apiserver_args=["--history", "12"])
+        # Other writers keep the API server busy (no quiet second, so no bookmark), and the runs take
+        # longer than the operator's 10 s watches: they reconnect from versions long gone.
+        stop = threading.Event()
+        self.addCleanup(stop.set)
+        api = Api(cluster.url)
+        api.call("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "noise"}, "data": {}})
+
+        def churn():
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    api.call("PATCH", "/api/v1/namespaces/default/configmaps/noise", {"data": {"n": str(n)}},
+                             "application/merge-patch+json")
+                except OSError:
+                    pass
+                time.sleep(0.02)
+        threading.Thread(target=churn, daemon=True).start()
+        self.apply(cluster, *[benchmark_run(f"churn-{i}", batches=(2, 4), pause=0.5, worker={"shareNodes": True})
+                              for i in range(6)])
+        for i in range(6):
+            self.assertEqual(self.finished(cluster, f"churn-{i}", 180)["phase"], "Succeeded")
+        # Whether a watch expired here depends on bookmarks timing; KubeClient's test proves the 410
+        # path itself. What must hold either way: every run finished and no pod was created twice.
+        self.assert_created_once()
+
+    def test_conflicting_writes_are_retried_and_nothing_is_lost(self):
+        cluster = self.cluster()
+        self.apply(cluster, benchmark_run("busy", batches=(2, 4, 8), pause=0.1))
+        stop = threading.Event()
+        path = "/apis/dlbench.io/v1alpha1/namespaces/default/benchmarkruns/busy"
+
+        def meddle():  # another writer (kubectl annotate, a GitOps tool) keeps changing the run
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    Api(cluster.url).call("PATCH", path, {"metadata": {"annotations": {"touched": str(n)}}},
+                                          "application/merge-patch+json")
+                except OSError:
+                    pass
+                time.sleep(0.01)
+        threading.Thread(target=meddle, daemon=True).start()
+        self.addCleanup(stop.set)
+        status = self.finished(cluster, "busy", 120)
+        stop.set()
+        self.assertEqual([r["state"] for r in status["results"]], ["Succeeded"] * 3)
+        self.assertGreater(self.counter(cluster, r'dlbench_operator_reconciles_total\{result="conflict"'), 0)
+        self.assert_created_once("busy")
+
+    def test_a_stale_cache_never_creates_a_child_twice(self):
+        # Watch events arrive a second late: after each status write the cache still shows the old run.
+        cluster = self.cluster(apiserver_args=["--watch-delay", "1"])
+        self.apply(cluster, benchmark_run("stale", batches=(2, 4, 8)))
+        status = self.finished(cluster, "stale", 120)
+        self.assertEqual([r["state"] for r in status["results"]], ["Succeeded"] * 3)
+        self.assertEqual([r["attempts"] for r in status["results"]], [1, 1, 1])
+        self.assertGreater(self.counter(cluster, r'dlbench_operator_reconciles_total\{result="stale"'), 0)
+        self.assert_created_once("stale")
+
+    def test_a_run_deleted_mid_case_gets_no_new_child_and_no_stale_series(self):
+        cluster = self.cluster()
+        self.apply(cluster, benchmark_run("doomed", batches=(2, 4), pause=1))
+        wait_for(lambda: 'dlbench_operator_runs{namespace="default",phase="Running",run="doomed"} 1'
+                 in self.metrics(cluster), 30, "the run to run")
+        cluster.kubectl("delete", "br", "doomed")
+        deleted = time.time()
+        time.sleep(4)
+        late = [name for at, name, run in self.pods.added if run == "doomed" and at > deleted]
+        self.assertEqual(late, [])
+        self.assertEqual(cluster.kubectl("get", "pods,jobs,secrets,configmaps,services", "-l",
+                                         "dlbench.io/run=doomed", "-o", "name").strip(), "")
+        self.assertNotIn('run="doomed"', self.metrics(cluster))
+        errors = self.counter(cluster, r'dlbench_operator_reconciles_total\{result="error"')
+        time.sleep(3)
+        self.assertEqual(self.counter(cluster, r'dlbench_operator_reconciles_total\{result="error"'), errors,
+                         "no error loop")
+
+    def test_thirty_runs_at_once_finish_one_case_at_a_time(self):
+        cluster = self.cluster()
+        self.apply(cluster, *[benchmark_run(f"many-{i:02}", timeout=30) for i in range(30)])
+        # With one case slot (the default) at most one run is Running at any time.
+        most = 0
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            phases = [r.get("status", {}).get("phase", "Pending") for r in Api(cluster.url).list(
+                "/apis/dlbench.io/v1alpha1/namespaces/default/benchmarkruns")]
+            most = max(most, phases.count("Running"))
+            if all(p in ("Succeeded", "Failed") for p in phases) and len(phases) == 30:
+                break
+            time.sleep(0.2)
+        self.assertLessEqual(most, 1)
+        statuses = [self.status(cluster, f"many-{i:02}") for i in range(30)]
+        self.assertEqual([s["phase"] for s in statuses], ["Succeeded"] * 30)
+        self.assertTrue(all(s["results"][0]["ranAlone"] for s in statuses))
+        wait_for(lambda: "dlbench_operator_queue_depth 0" in self.metrics(cluster), 10, "the queue to drain")
+        with open(f"/proc/{cluster.operator.pid}/status") as f:
+            rss_mib = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
+        self.assertLess(rss_mib, 64)
+        self.assert_created_once()
+
+    def test_an_evicted_worker_is_the_cases_reason(self):
+        cluster = self.cluster()
+        self.apply(cluster, benchmark_run("evicted", pause=5))
+        pod = wait_for(lambda: cluster.kubectl("get", "pods", "-l", "dlbench.io/run=evicted", "-o", "name").strip(),
+                       30, "the worker pod")
+        wait_for(lambda: "Running" in cluster.kubectl("get", pod, "-o", "jsonpath={.status.phase}"), 30, "running")
+        cluster.kubectl("annotate", pod, "kubelet.dlbench.io/fail=Evicted")
+        status = self.finished(cluster, "evicted", 60)
+        self.assertEqual(status["results"][0]["reason"], "Evicted")
+        self.assertIn("low on resource", status["results"][0]["message"])
+
+    def test_the_lease_lost_mid_case_stops_the_replica_and_the_next_one_finishes(self):
+        cluster = self.cluster(operator_args=["--leader-elect", "true", "--lease-namespace", "default"])
+        self.apply(cluster, benchmark_run("led", batches=(2, 4), pause=0.5))
+        wait_for(lambda: self.status(cluster, "led").get("phase") == "Running", 30, "the run to start")
+        lease = json.loads(cluster.kubectl("get", "lease", "dlbench-operator", "-o", "json"))
+        lease["spec"]["holderIdentity"] = "another-replica"
+        lease["spec"]["renewTime"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        lease_file = os.path.join(cluster.tmp, "lease.json")
+        with open(lease_file, "w") as f:
+            json.dump(lease, f)
+        cluster.kubectl("replace", "-f", lease_file)
+        self.assertEqual(cluster.operator.wait(timeout=20), 1)
+        self.assertIn('"msg":"lost the lease"', self.operator_log(cluster))
+        # The lease runs out (15 s) and a new replica takes over from the status it finds.
+        cluster.operator = cluster.spawn(cluster.operator_argv)
+        status = self.finished(cluster, "led", 120)
+        self.assertEqual([r["state"] for r in status["results"]], ["Succeeded"] * 2)
+        self.assert_created_once("led")
+
+    def test_a_kueue_gated_case_waits_in_its_queue_then_runs(self):
+        cluster = self.cluster()
+        self.apply(cluster, benchmark_run("queued", timeout=10,
+                                          worker={"gang": {"scheduler": "kueue", "queueName": "gpus"}}))
+        pod = wait_for(lambda: cluster.kubectl("get", "pods", "-l", "dlbench.io/run=queued", "-o", "name").strip(),
+                       30, "the gated worker pod")
+        obj = json.loads(cluster.kubectl("get", pod, "-o", "json"))
+        self.assertEqual(obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "gpus")
+        self.assertEqual(obj["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"], "1")
+        time.sleep(12)  # longer than caseTimeoutSeconds: the queue's wait is not the case's
+        obj = json.loads(cluster.kubectl("get", pod, "-o", "json"))
+        self.assertEqual(obj["status"]["phase"], "Pending")
+        self.assertEqual(obj["status"]["conditions"][0]["reason"], "SchedulingGated")
+        self.assertEqual(self.status(cluster, "queued").get("phase"), "Running")
+        # Kueue admits the group: it removes the gate.
+        cluster.kubectl("patch", pod, "--type=merge", "-p", '{"spec": {"schedulingGates": null}}')
+        status = self.finished(cluster, "queued", 60)
+        self.assertEqual(status["phase"], "Succeeded", status)
+
+    def test_cases_of_different_runs_do_not_share_a_node_unless_they_say_so(self):
+        cluster = self.cluster(operator_args=["--max-concurrent-cases", "2"])
+        self.apply(cluster, benchmark_run("alone-a", pause=0.4), benchmark_run("alone-b", pause=0.4))
+        # Both runs hold a case slot, but the second case's worker waits for the node.
+        wait_for(lambda: any("didn't match pod anti-affinity rules" in c.get("message", "")
+                             for p in Api(cluster.url).list("/api/v1/namespaces/default/pods")
+                             for c in p.get("status", {}).get("conditions", [])), 30, "a worker kept off the node")
+        results = []
+        for name in ("alone-a", "alone-b"):
+            status = self.finished(cluster, name, 90)
+            self.assertEqual(status["phase"], "Succeeded")
+            self.assertTrue(status["results"][0]["ranAlone"])
+            results.append(status["results"][0])
+        first, second = sorted(results, key=lambda r: r["startTime"])
+        self.assertGreaterEqual(second["startTime"], first["completionTime"])
+        shared = {"shareNodes": True}
+        self.apply(cluster, benchmark_run("shared-a", pause=0.4, worker=shared),
+                   benchmark_run("shared-b", pause=0.4, worker=shared))
+        alone = [self.finished(cluster, n, 90)["results"][0]["ranAlone"] for n in ("shared-a", "shared-b")]
+        self.assertEqual(alone, [False, False])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
