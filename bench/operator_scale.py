@@ -4,7 +4,7 @@
     bench/operator_scale.py BUILD/operator/dlbench-operator [--runs 1000] [--probes 30]
 
 1. The test API server (tests/k8s) gets the CRD and N BenchmarkRuns (DLPerf-style 4-case sweeps).
-2. dlbench-operator starts (CPU backend flags, no kubelet: pods stay Pending, so every run holds its
+2. dlbench-operator starts (CPU backend flags, no case limit, no kubelet: pods stay Pending, so every run holds its
    first case's Secret, hostfile ConfigMap, Service and worker pod). Measured: the time until every
    run has its worker pod (the initial sync), and the operator's VmRSS / VmHWM once it is idle.
 3. The operator's CPU use over 10 s once synced (it should idle: nothing changes).
@@ -78,7 +78,8 @@ def main():
             log = open(os.path.join(tmp, "operator.log"), "w")
             started = time.monotonic()
             operator = subprocess.Popen([args.operator, "--kubeconfig", kubeconfig, "--metrics-port", "0",
-                                         "--worker-backend", "cpu", "--communicator", "mpi"], stdout=log, stderr=log)
+                                         "--worker-backend", "cpu", "--communicator", "mpi",
+                                         "--max-concurrent-cases", "0"], stdout=log, stderr=log)
             while len(worker_pods(api)) < args.runs:
                 if operator.poll() is not None:
                     sys.exit(f"the operator exited with {operator.returncode}: {open(log.name).read()[-2000:]}")
