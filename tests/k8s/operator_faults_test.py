@@ -185,8 +185,9 @@ class OperatorFaultsTest(unittest.TestCase):
                                           "application/merge-patch+json")
                 except OSError:
                     pass
-                time.sleep(0.01)
-        threading.Thread(target=meddle, daemon=True).start()
+        # Several writers, back to back: a reconcile's read is almost never the latest by its write.
+        for _ in range(3):
+            threading.Thread(target=meddle, daemon=True).start()
         self.addCleanup(stop.set)
         status = self.finished(cluster, "busy", 120)
         stop.set()
