@@ -91,6 +91,7 @@ class ChartTest(unittest.TestCase):
                          {"get", "list", "watch", "create", "delete"})
         self.assertEqual(rules[(("batch",), ("jobs",))], {"get", "list", "watch", "create", "delete"})
         self.assertEqual(rules[(("",), ("events",))], {"create"})
+        self.assertEqual(rules[(("scheduling.volcano.sh", "scheduling.x-k8s.io"), ("podgroups",))], {"create"})
         for r in role["rules"] + [r for role in kinds["Role"] for r in role["rules"]]:
             self.assertNotIn("*", r["verbs"])
             self.assertNotIn("*", r["resources"])
@@ -129,6 +130,7 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(container["readinessProbe"]["httpGet"]["path"], "/readyz")
         self.assertIn("memory", container["resources"]["limits"])
         self.assertIn("--leader-elect=false", container["args"])
+        self.assertIn("--max-concurrent-cases=1", container["args"])  # one case at a time by default
         labels = deployment["metadata"]["labels"]
         for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
                     "app.kubernetes.io/managed-by", "app.kubernetes.io/component", "helm.sh/chart"):
@@ -144,7 +146,7 @@ class ChartTest(unittest.TestCase):
         if OPERATOR is None:
             self.skipTest("no dlbench-operator given")
         for values in ([], ["--set", "operator.replicas=2,operator.watchNamespace=bench,worker.backend=cpu,"
-                                     "worker.communicator=mpi"]):
+                                     "worker.communicator=mpi,operator.maxConcurrentCases=4"]):
             args = by_kind(render(*values))["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
             # --kubeconfig to a missing file: the flags parse, then the config fails (exit 1, not 2 = usage).
             result = subprocess.run([OPERATOR, *args, "--kubeconfig", "/nonexistent"], capture_output=True, text=True,
@@ -164,7 +166,8 @@ class ChartTest(unittest.TestCase):
     def test_schema_rejects_bad_values_naming_the_field(self):
         for setting, field in (("worker.backend=rocm", "backend"), ("operator.replicas=0", "replicas"),
                                ("monitoring.interval=fast", "interval"), ("operator.metricsPort=70000", "metricsPort"),
-                               ("operator.unknownKey=1", "unknownKey")):
+                               ("operator.unknownKey=1", "unknownKey"),
+                               ("operator.maxConcurrentCases=-1", "maxConcurrentCases")):
             result = helm("template", "bench", CHART, "--set", setting, check=False)
             self.assertNotEqual(result.returncode, 0, setting)
             self.assertIn(field, result.stderr, setting)
