@@ -366,16 +366,14 @@ Admission Controller::admission_for(const std::string& key, const json& run) {
 
 bool Controller::shares_a_node(const std::string& ns, const std::string& name, const std::vector<ObservedPod>& pods) const {
   std::set<std::string> nodes;
-  std::set<std::string> mine;
   for (const auto& p : pods) {
     if (p.role == "worker" && !p.node.empty()) nodes.insert(p.node);
-    mine.insert(p.uid);
   }
   if (nodes.empty()) return false;
   const auto neighbours = children_.at("Pod")->items([&](const json& o) {
     const auto& meta = o["metadata"];
     const auto& labels = meta.value("labels", json::object());
-    if (labels.value("app.kubernetes.io/component", "") != "worker" || mine.contains(meta.value("uid", ""))) return false;
+    if (labels.value("app.kubernetes.io/component", "") != "worker") return false;
     if (labels.value("dlbench.io/run", "") == name && meta.value("namespace", "") == ns) return false;
     const std::string phase = o.value("status", json::object()).value("phase", "Pending");
     return phase != "Succeeded" && phase != "Failed" &&
@@ -455,7 +453,7 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
   world.admission = admission_for(key, *run);
   world.shared_node = shares_a_node(ns, name, world.pods);
   Actions actions = reconcile(*run, world, options_.config, [] { return generate_ssh_key_pair(); });
-  fields["phase"] = actions.status ? std::string(to_string(actions.status->phase)) : phase_of(*run);
+  fields["phase"] = std::string(to_string(actions.current.phase));
   if (!world.admission.admitted) {
     fields["queued"] = world.admission.why;
   }
@@ -495,10 +493,9 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
       const bool ended = actions.status->phase == Phase::Succeeded || actions.status->phase == Phase::Failed;
       if (ended && phase_of(*run) == "Running") enqueue_waiting_runs();  // its case slot is free
     }
-    record_metrics(ns, name, *run, *actions.status);
-  } else {  // the series follow the status even when this replica did not write it (after a restart)
-    if (auto s = decode_status((*run).value("status", json::object())); s.ok()) record_metrics(ns, name, *run, *s.value);
   }
+  // The series follow the status even when this replica did not write it (after a restart).
+  record_metrics(ns, name, actions.current, actions.statistic);
   int created = 0, deleted = 0;
   for (const auto& object : actions.create) {
     try {
@@ -542,13 +539,11 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
   return outcome;
 }
 
-void Controller::record_metrics(const std::string& ns, const std::string& name, const json& run,
-                                const BenchmarkRunStatus& status) {
+void Controller::record_metrics(const std::string& ns, const std::string& name, const BenchmarkRunStatus& status,
+                                Statistic statistic) {
   for (const char* phase : {"Pending", "Running", "Succeeded", "Failed"}) {
     runs_by_phase_->add({{"namespace", ns}, {"run", name}, {"phase", phase}}).set(phase == to_string(status.phase) ? 1 : 0);
   }
-  const auto decoded = decode_benchmark_run(run);
-  const auto statistic = decoded.value ? decoded.value->spec.methodology.statistic : Statistic::median;
   for (const auto& r : status.results) {
     const metrics::Labels labels{{"namespace", ns}, {"run", name}, {"case", case_id(r.case_)}};
     if (r.state == CaseState::Failed) {

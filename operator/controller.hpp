@@ -110,8 +110,8 @@ class Controller {
   Admission admission_for(const std::string& key, const nlohmann::json& run);
   bool shares_a_node(const std::string& ns, const std::string& name, const std::vector<ObservedPod>& pods) const;
   void forget(const std::string& ns, const std::string& name);
-  void record_metrics(const std::string& ns, const std::string& name, const nlohmann::json& run,
-                      const BenchmarkRunStatus& status);
+  void record_metrics(const std::string& ns, const std::string& name, const BenchmarkRunStatus& status,
+                      Statistic statistic);
 
   KubeClient& client_;
   ControllerOptions options_;

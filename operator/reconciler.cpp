@@ -28,7 +28,6 @@ namespace {
 
 struct AttemptOutcome {
   bool finished = false;
-  bool succeeded = false;
   CaseResult result;  // when finished
 };
 
@@ -63,6 +62,21 @@ std::optional<TimePoint> attempt_started(const World& world, const std::string& 
   return started;
 }
 
+// Where the attempt's caseTimeoutSeconds counts from: its start, or — for a Kueue gang, which
+// waits in its queue first — the moment the last worker was judged by the scheduler after its
+// gates went. nullopt while it waits (the queue's wait is the queue's, not the case's).
+std::optional<TimePoint> attempt_clock(const BenchmarkRun& run, const PlannedCase& current, int attempt,
+                                       const World& world) {
+  std::optional<TimePoint> clock = attempt_started(world, current.id, attempt);
+  if (!run.spec.worker.gang || run.spec.worker.gang->scheduler != GangScheduler::kueue) return clock;
+  for (const auto& p : world.pods) {
+    if (p.case_id != current.id || p.attempt != attempt || p.role != "worker") continue;
+    if (p.gated || !p.scheduling_since) return std::nullopt;  // in the queue, or not yet judged after it
+    if (clock && *p.scheduling_since > *clock) clock = p.scheduling_since;
+  }
+  return clock;
+}
+
 // Decides whether the current attempt is over, and how.
 AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int attempt, const World& world) {
   AttemptOutcome outcome;
@@ -72,7 +86,6 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   const ObservedJob* launcher_job = nullptr;
   const bool wrapped = run.spec.engine == Engine::command;
   const std::string reporter = wrapped ? child_names(run.metadata.name, current.id, attempt).worker(0) : "";
-  const std::optional<TimePoint> started = attempt_started(world, current.id, attempt);
   for (const auto& p : world.pods) {
     if (p.case_id != current.id || p.attempt != attempt) continue;
     if (wrapped && p.role == "worker" && p.name == reporter) {
@@ -98,8 +111,7 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
     if (auto result = result_from_document(launcher_pod->termination_message, current.spec, attempt)) {
       outcome.finished = true;
       outcome.result = std::move(*result);
-      outcome.succeeded = outcome.result.state == CaseState::Succeeded;
-      if (outcome.succeeded || failed_worker == nullptr) return outcome;
+      if (outcome.result.state == CaseState::Succeeded || failed_worker == nullptr) return outcome;
     }
   }
   // 2. A worker that died says why better than the launcher that lost it.
@@ -139,16 +151,8 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
     outcome.result = failure(current.spec, reason, message.substr(0, 1024), attempt, world.now);
     return outcome;
   }
-  // 4. Out of time. A gang-admitted case waits in its queue first: the clock starts once every
-  //    worker's gates are gone (the queue's wait is the queue's, not the case's).
-  std::optional<TimePoint> clock = started;
-  if (run.spec.worker.gang && run.spec.worker.gang->scheduler == GangScheduler::kueue) {
-    for (const auto& p : world.pods) {
-      if (p.case_id != current.id || p.attempt != attempt || p.role != "worker") continue;
-      if (p.gated || !p.scheduling_since) return outcome;  // still in the queue, or not yet judged after it
-      if (p.scheduling_since && clock && *p.scheduling_since > *clock) clock = p.scheduling_since;
-    }
-  }
+  // 4. Out of time.
+  const std::optional<TimePoint> clock = attempt_clock(run, current, attempt, world);
   const auto limit = std::chrono::seconds(run.spec.limits.case_timeout_seconds);
   if (clock && world.now - *clock > limit) {
     outcome.finished = true;
@@ -176,19 +180,19 @@ void create_missing(const BenchmarkRun& run, const PlannedCase& current, int att
   }
   if (!present.contains("Service/" + names.service)) actions.create.push_back(build_worker_service(run, current.spec, attempt));
   int ready = 0;
+  const ObservedPod* first = nullptr;  // worker 0, once it exists
   for (int i = 0; i < current.spec.nodes; ++i) {
     const std::string name = names.worker(i);
     const auto pod = std::find_if(world.pods.begin(), world.pods.end(), [&](const ObservedPod& p) { return p.name == name; });
     if (pod == world.pods.end()) {
       actions.create.push_back(build_worker_pod(run, current.spec, attempt, i, config));
-    } else if (pod->ready) {
-      ++ready;
+      continue;
     }
+    if (i == 0) first = &*pod;
+    if (pod->ready) ++ready;
   }
   // Volcano / scheduler-plugins: the PodGroup, owned by worker 0, while the workers wait for it.
-  const auto first = std::find_if(world.pods.begin(), world.pods.end(),
-                                  [&](const ObservedPod& p) { return p.name == names.worker(0); });
-  if (first != world.pods.end() && first->phase == "Pending" && !first->uid.empty()) {
+  if (first != nullptr && first->phase == "Pending" && !first->uid.empty()) {
     if (auto group = build_pod_group(run, current.spec, attempt, config, first->name, first->uid)) {
       actions.create.push_back(std::move(*group));
     }
@@ -221,11 +225,11 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
   if (!decoded.ok()) {
     std::string message;
     for (const auto& e : decoded.errors) message += (message.empty() ? "" : "; ") + e.to_string();
-    BenchmarkRunStatus status = previous;
-    mark_invalid(status, message, generation, now);
+    actions.current = previous;
+    mark_invalid(actions.current, message, generation, now);
     remove_all_children();
-    if (status != previous) {
-      actions.status = status;
+    if (actions.current != previous) {
+      actions.status = actions.current;
       actions.events.push_back({"Warning", "InvalidSpec", message});
     }
     return actions;
@@ -261,9 +265,10 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
       actions.requeue_after = std::chrono::seconds(1);
     } else {
       create_missing(run, current, attempt, world, config, keys, actions);
-      // Wake up for the timeout even if nothing else changes.
-      const std::optional<TimePoint> started = attempt_started(world, current.id, attempt);
-      const auto deadline = (started ? *started : world.now) + std::chrono::seconds(run.spec.limits.case_timeout_seconds);
+      // Wake up for the timeout even if nothing else changes (nothing to wait for while a gang is
+      // in its queue: its admission is an event of its own).
+      const std::optional<TimePoint> clock = attempt_clock(run, current, attempt, world);
+      const auto deadline = clock.value_or(world.now) + std::chrono::seconds(run.spec.limits.case_timeout_seconds);
       const auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - world.now) + std::chrono::seconds(1);
       actions.requeue_after = std::max(std::chrono::seconds(1), std::min(left, std::chrono::seconds(60)));
     }
@@ -279,7 +284,9 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
     if (std::find(unique.begin(), unique.end(), r) == unique.end()) unique.push_back(r);
   }
   actions.remove = std::move(unique);
-  if (machine.status() != previous) actions.status = machine.status();
+  actions.current = machine.status();
+  actions.statistic = run.spec.methodology.statistic;
+  if (actions.current != previous) actions.status = actions.current;
   return actions;
 }
 

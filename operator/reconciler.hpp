@@ -54,6 +54,8 @@ struct Actions {
   std::vector<nlohmann::json> create;  // create if missing (AlreadyExists is success)
   std::vector<ObjectRef> remove;
   std::optional<BenchmarkRunStatus> status;  // only when it changed
+  BenchmarkRunStatus current;                 // the status after this reconcile, changed or not
+  Statistic statistic = Statistic::median;    // the run's, for the case gauges
   std::vector<Event> events;
   std::optional<std::chrono::seconds> requeue_after;
 };

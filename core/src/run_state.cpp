@@ -130,11 +130,14 @@ void RunStateMachine::interrupt() {
 void RunStateMachine::refresh() {
   refresh_derived_status(status_, plan_, statistic_);
   const PlannedCase* c = current();
-  if (interrupted_ || (c != nullptr && status_.phase != Phase::Running)) {
-    // Pending (queued or not yet admitted) or ended by a signal: no current case to announce.
-    if (c != nullptr && status_.phase == Phase::Pending) status_.progress.current_case.clear();
-    if (interrupted_) status_.progress.current_case.clear();
-    status_.progress.current_attempt = interrupted_ ? 0 : status_.progress.current_attempt;
+  if (interrupted_) {  // ended by a signal: no current case
+    status_.progress.current_case.clear();
+    status_.progress.current_attempt = 0;
+    return;
+  }
+  if (c != nullptr && status_.phase != Phase::Running) {
+    // Pending (queued or not yet admitted): no current case to announce yet.
+    if (status_.phase == Phase::Pending) status_.progress.current_case.clear();
     return;
   }
   if (c != nullptr) {
