@@ -389,7 +389,15 @@ class Kubelet:
         if reason:
             status.update({"phase": "Failed", "reason": reason, "message": "Pod was active on the node longer "
                                                                           "than the specified deadline"})
-        self.api.patch_status(pod_path(meta["namespace"], meta["name"]), status)
+        # A kubelet reports until the API server hears it (it may be away for a while); a pod that is
+        # gone (404: None) needs no report.
+        while True:
+            try:
+                self.api.patch_status(pod_path(meta["namespace"], meta["name"]), status)
+                return
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+                print(f"simulated kubelet: reporting {meta['name']}: {e}", file=sys.stderr, flush=True)
+                time.sleep(self.period)
 
     def serve(self):
         while True:
