@@ -176,7 +176,7 @@ class DashboardsTest(unittest.TestCase):
         subprocess.run([os.path.join(os.path.dirname(PROGRAMS[2]), "dlbench-input"), "generate", images,
                         "--classes", "2", "--per-class", "12"], check=True, capture_output=True)
         RUN["spec"]["data"]["path"] = images  # the simulated node shows the claim at the same path
-        cluster = LocalCluster(*PROGRAMS, capacity={"nvidia.com/gpu": 2}, claims={"images": images})
+        cluster = LocalCluster(*PROGRAMS, claims={"images": images})
         failed = True
         try:
             self.run_against(cluster)

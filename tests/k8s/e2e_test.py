@@ -34,7 +34,7 @@ class EndToEnd(unittest.TestCase):
             os.symlink(TORCH_PYTHON, os.path.join(bin_dirs[0], "python3"))
         # The directory behind the claim "imagenet-train"; the imagefolder test fills it.
         self.claim_dir = tempfile.mkdtemp(prefix="dlbench-claim-")
-        self.cluster = LocalCluster(*PROGRAMS, capacity={"nvidia.com/gpu": 2}, bin_dirs=bin_dirs,
+        self.cluster = LocalCluster(*PROGRAMS, bin_dirs=bin_dirs,
                                     claims={"imagenet-train": self.claim_dir})
         self.tmp = self.cluster.tmp
         self.metrics_port = self.cluster.metrics_port
