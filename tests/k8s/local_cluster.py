@@ -3,6 +3,7 @@ simulated kubelet (which runs launcher Jobs as local processes), dlbench-operato
 backend and the MPI communicator, and kubectl pointed at them."""
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -74,14 +75,26 @@ def start_apiserver(*args, stderr=subprocess.DEVNULL, port=None):
 
 
 def free_port_range(count):
-    """A first port p with p .. p+count-1 all free (workers bind metrics port + local rank)."""
-    for _ in range(100):
-        first = free_port()
+    """A first port p with p .. p+count-1 all free (workers bind metrics port + local rank).
+
+    Drawn below the kernel's ephemeral range: a busy test leaves thousands of client ports of
+    that range in TIME_WAIT, and CI once found no 8 consecutive free ones in 100 tries there.
+    Probed with SO_REUSEADDR, as the workers' metrics server binds, so TIME_WAIT does not count."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    low, high = (10000, ephemeral_low - count) if ephemeral_low - count > 11000 else (1024, 65535 - count)
+    rng = random.Random()
+    for _ in range(200):
+        first = rng.randrange(low, high)
         sockets = []
         try:
             for port in range(first, first + count):
                 s = socket.socket()
                 sockets.append(s)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind(("", port))
             return first
         except OSError:
@@ -89,7 +102,7 @@ def free_port_range(count):
         finally:
             for s in sockets:
                 s.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
+    raise RuntimeError(f"no {count} consecutive free ports in {low}..{high + count - 1}")
 
 
 def wait_for(predicate, seconds=30, what="the condition", period=0.2):
