@@ -1,6 +1,5 @@
-// The controller loop: informers (list, then watch from the list's resourceVersion with
-// bookmarks; relist on 410 Expired; reconnect with backoff) keep slim caches of the runs and
-// their children and enqueue the owning run on every change; workers take keys from the work
+// The controller loop: informers (informer.hpp) keep slim caches of the runs and their children
+// (cached.hpp) and enqueue the owning run on every change; workers take keys from the work
 // queue, call reconcile() on the cached world, and apply its actions through the client.
 //
 // Against a stale cache: a status write is conditioned on the resourceVersion the reconcile
@@ -23,7 +22,9 @@
 #include <thread>
 #include <vector>
 
+#include "cached.hpp"
 #include "dlbench/core/metrics.hpp"
+#include "informer.hpp"
 #include "kube_client.hpp"
 #include "manifests.hpp"
 #include "reconciler.hpp"
@@ -33,48 +34,6 @@ namespace dlbench::operator_ {
 
 // One JSON line on stderr: {"level":…,"msg":…, fields…}.
 void log_line(const std::string& level, const std::string& message, const nlohmann::json& fields = nlohmann::json::object());
-
-class Informer {
- public:
-  using Handler = std::function<void(const std::string& type, const nlohmann::json& object)>;
-  // What the cache keeps of an object (the reconciler's facts only: memory at scale).
-  using Slim = std::function<nlohmann::json(const nlohmann::json& object)>;
-  using ErrorHandler = std::function<void(const std::string& kind, const std::string& what, int http_status)>;
-  Informer(KubeClient& client, std::string kind, Resource resource, std::string ns, std::string selector,
-           std::chrono::seconds watch_timeout, Handler on_change, Slim slim, ErrorHandler on_error);
-  ~Informer();
-  void start();
-  void request_stop() { stopping_ = true; }  // lets several informers wind down at once
-  void stop();
-  const std::string& kind() const { return kind_; }
-  bool synced() const { return synced_; }
-  // Synced, and its last list or watch reached the API server.
-  bool healthy() const { return synced_ && !failing_; }
-  std::vector<nlohmann::json> items(const std::function<bool(const nlohmann::json&)>& keep) const;
-  std::optional<nlohmann::json> get(const std::string& ns, const std::string& name) const;
-  int relists() const { return relists_; }
-
- private:
-  void run();
-  void store(const std::string& type, const nlohmann::json& object);
-  KubeClient& client_;
-  std::string kind_;
-  Resource resource_;
-  std::string namespace_, selector_;
-  std::chrono::seconds watch_timeout_;
-  Handler on_change_;
-  Slim slim_;
-  ErrorHandler on_error_;
-  mutable std::mutex mutex_;
-  std::map<std::string, nlohmann::json> cache_;  // "ns/name"
-  std::atomic<bool> stopping_{false}, synced_{false}, failing_{false};
-  std::atomic<int> relists_{0};
-  std::thread thread_;
-};
-
-// The slim copies the caches keep.
-nlohmann::json slim_run(const nlohmann::json& run);
-nlohmann::json slim_child(const nlohmann::json& object);
 
 struct ControllerOptions {
   std::string namespace_;  // empty: every namespace
@@ -104,10 +63,9 @@ class Controller {
   void work();
   // The outcome, for the log and the counter: changed, unchanged, queued, stale, gone, conflict.
   std::string process(const std::string& key, std::uint64_t reconcile_id, nlohmann::json& fields);
-  void enqueue_owner(const nlohmann::json& object);
   void enqueue_waiting_runs();
-  void enqueue_neighbours(const nlohmann::json& object);
-  Admission admission_for(const std::string& key, const nlohmann::json& run);
+  void enqueue_neighbours(const CachedPod& pod);
+  Admission admission_for(const CachedRun& run);
   bool shares_a_node(const std::string& ns, const std::string& name, const std::vector<ObservedPod>& pods) const;
   void forget(const std::string& ns, const std::string& name);
   void record_metrics(const std::string& ns, const std::string& name, const BenchmarkRunStatus& status,
@@ -116,9 +74,11 @@ class Controller {
   KubeClient& client_;
   ControllerOptions options_;
   WorkQueue queue_;
-  std::vector<std::unique_ptr<Informer>> informers_;
-  Informer* runs_ = nullptr;
-  std::map<std::string, Informer*> children_;  // by kind: Pod, Job, Secret, ConfigMap, Service
+  std::unique_ptr<Informer<CachedRun>> runs_;
+  std::unique_ptr<Informer<CachedPod>> pods_;
+  std::unique_ptr<Informer<CachedJob>> jobs_;
+  std::vector<std::unique_ptr<Informer<CachedObject>>> others_;  // Secrets, ConfigMaps, Services
+  std::vector<InformerBase*> informers_;  // all of the above
   std::vector<std::thread> workers_;
   std::atomic<std::uint64_t> event_counter_{0}, reconcile_counter_{0};
   // Expectations: run key → the resourceVersion our last status write replaced. While the cache

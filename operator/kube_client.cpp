@@ -6,9 +6,13 @@
 #include <mutex>
 #include <sstream>
 
-#include <cpprest/http_client.h>
-#include <cpprest/rawptrstream.h>
+#include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <yaml-cpp/yaml.h>
+
+#include "dlbench/core/api_rules.hpp"
 
 namespace dlbench::operator_ {
 namespace {
@@ -57,59 +61,156 @@ YAML::Node named(const YAML::Node& list, const std::string& name, const std::str
   throw std::runtime_error("kubeconfig: no " + what + " named \"" + name + "\"");
 }
 
-class CppRestTransport final : public HttpTransport {
+// Frees an OpenSSL object with its own free function.
+template <typename T, void (*Free)(T*)>
+struct OpenSslDeleter {
+  void operator()(T* p) const { Free(p); }
+};
+using X509Ptr = std::unique_ptr<X509, OpenSslDeleter<X509, X509_free>>;
+using KeyPtr = std::unique_ptr<EVP_PKEY, OpenSslDeleter<EVP_PKEY, EVP_PKEY_free>>;
+
+std::vector<X509Ptr> read_certificates(const std::string& pem, const std::string& what) {
+  std::unique_ptr<BIO, OpenSslDeleter<BIO, BIO_free_all>> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  std::vector<X509Ptr> out;
+  while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) out.emplace_back(cert);
+  ERR_clear_error();  // the end of the PEM text reads as an error
+  if (out.empty()) throw std::runtime_error("kubeconfig: " + what + " holds no PEM certificate");
+  return out;
+}
+
+// The API server's scheme, host and port from "https://host:port" (or http:// for the test API server).
+struct ServerAddress {
+  bool tls = true;
+  std::string host;
+  int port = 443;
+};
+
+ServerAddress parse_server(const std::string& server) {
+  ServerAddress a;
+  std::string rest = server;
+  if (rest.starts_with("https://")) {
+    rest = rest.substr(8);
+  } else if (rest.starts_with("http://")) {
+    a.tls = false;
+    a.port = 80;
+    rest = rest.substr(7);
+  } else {
+    throw std::runtime_error("kubeconfig: server \"" + server + "\" is neither https:// nor http://");
+  }
+  rest = rest.substr(0, rest.find('/'));
+  const auto colon = rest.rfind(':');
+  const bool bracketed = rest.starts_with('[');  // [::1]:6443
+  if (colon != std::string::npos && (!bracketed || colon > rest.find(']'))) {
+    const auto port = whole_number(rest.substr(colon + 1), {1, 65535});
+    if (!port) throw std::runtime_error("kubeconfig: server \"" + server + "\": the port is not a number in 1..65535");
+    a.port = static_cast<int>(*port);
+    rest = rest.substr(0, colon);
+  }
+  if (bracketed) rest = rest.substr(1, rest.size() - 2);
+  if (rest.empty()) throw std::runtime_error("kubeconfig: server \"" + server + "\" names no host");
+  a.host = rest;
+  return a;
+}
+
+// cpp-httplib, synchronous on the caller's thread: one connection per request (a watch holds
+// its own for its whole life). TLS is always verified: against the cluster's CA when the
+// kubeconfig gives one, else the system's.
+class HttplibTransport final : public HttpTransport {
  public:
-  CppRestTransport(KubeConfig config, std::chrono::seconds timeout) : config_(std::move(config)), timeout_(timeout) {}
+  HttplibTransport(KubeConfig config, std::chrono::seconds timeout)
+      : config_(std::move(config)), address_(parse_server(config_.server)), timeout_(timeout) {
+    if (!config_.ca_pem.empty()) ca_ = read_certificates(config_.ca_pem, "certificate-authority");
+    if (!config_.client_cert_pem.empty()) {
+      auto chain = read_certificates(config_.client_cert_pem, "client-certificate");
+      client_cert_ = std::move(chain.front());
+      std::unique_ptr<BIO, OpenSslDeleter<BIO, BIO_free_all>> bio(
+          BIO_new_mem_buf(config_.client_key_pem.data(), static_cast<int>(config_.client_key_pem.size())));
+      client_key_.reset(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+      ERR_clear_error();
+      if (!client_key_) throw std::runtime_error("kubeconfig: client-key holds no PEM private key");
+    }
+  }
 
   HttpResponse request(const std::string& method, const std::string& path, const std::string& body,
                        const std::string& content_type) override {
     auto client = make_client(timeout_);
-    web::http::http_request req(utility::conversions::to_string_t(method));
-    req.set_request_uri(utility::conversions::to_string_t(path));
-    authorize(req);
-    if (!body.empty()) req.set_body(body, content_type);
-    const auto response = client.request(req).get();
-    return {response.status_code(), response.extract_utf8string(true).get()};
+    const httplib::Headers headers = request_headers();
+    const auto send = [&]() -> httplib::Result {
+      if (method == "GET") return client->Get(path, headers);
+      if (method == "POST") return client->Post(path, headers, body, content_type);
+      if (method == "PUT") return client->Put(path, headers, body, content_type);
+      if (method == "PATCH") return client->Patch(path, headers, body, content_type);
+      if (method == "DELETE") return client->Delete(path, headers, body, content_type);
+      throw std::invalid_argument("HTTP method " + method + " is not one the client sends");
+    };
+    const httplib::Result r = send();
+    if (!r) throw std::runtime_error(method + " " + path + ": " + httplib::to_string(r.error()));
+    return {r->status, r->body};
   }
 
   int stream(const std::string& path, const std::function<bool(const std::string&)>& on_line) override {
     auto client = make_client(timeout_ + std::chrono::seconds(3600));
-    web::http::http_request req(web::http::methods::GET);
-    req.set_request_uri(utility::conversions::to_string_t(path));
-    authorize(req);
-    const auto response = client.request(req).get();
-    if (response.status_code() != 200) {
-      const std::string body = response.extract_utf8string(true).get();
-      on_line(body);
-      return response.status_code();
+    int status = 0;
+    bool stopped = false;
+    std::string pending;  // a line not yet ended, or a refusal's whole body
+    const auto r = client->Get(
+        path, request_headers(),
+        [&](const httplib::Response& response) {
+          status = response.status;
+          return true;
+        },
+        [&](const char* data, std::size_t size) {
+          pending.append(data, size);
+          if (status != 200) return true;  // said in one piece below
+          std::size_t start = 0;
+          for (auto end = pending.find('\n'); end != std::string::npos; end = pending.find('\n', start)) {
+            std::string line = pending.substr(start, end - start);
+            start = end + 1;
+            if (!line.empty() && line.back() == '\r') line.pop_back();
+            if (!line.empty() && !on_line(line)) {
+              stopped = true;
+              return false;
+            }
+          }
+          pending.erase(0, start);
+          return true;
+        });
+    if (stopped) return 200;
+    if (!r && status == 0) throw std::runtime_error("GET " + path + ": " + httplib::to_string(r.error()));
+    if (status != 200) {
+      on_line(pending);
+      return status;
     }
-    auto body = response.body();
-    while (true) {
-      concurrency::streams::container_buffer<std::string> line;
-      body.read_line(line).get();
-      if (!line.collection().empty() && !on_line(line.collection())) break;
-      if (body.is_eof()) break;
-    }
+    if (!r) throw std::runtime_error("GET " + path + ": " + httplib::to_string(r.error()));  // dropped mid-stream
+    if (!pending.empty()) on_line(pending);
     return 200;
   }
 
  private:
-  web::http::client::http_client make_client(std::chrono::seconds timeout) {
-    web::http::client::http_client_config c;
-    c.set_timeout(timeout);
-    c.set_validate_certificates(true);  // never off
-    const std::string ca = config_.ca_pem, cert = config_.client_cert_pem, key = config_.client_key_pem;
-    if (!ca.empty() || !cert.empty()) {
-      c.set_ssl_context_callback([ca, cert, key](boost::asio::ssl::context& ctx) {
-        if (!ca.empty()) ctx.add_certificate_authority(boost::asio::buffer(ca));
-        if (!cert.empty()) ctx.use_certificate_chain(boost::asio::buffer(cert));
-        if (!key.empty()) ctx.use_private_key(boost::asio::buffer(key), boost::asio::ssl::context::pem);
-      });
+  std::unique_ptr<httplib::ClientImpl> make_client(std::chrono::seconds timeout) {
+    std::unique_ptr<httplib::ClientImpl> client;
+    if (address_.tls) {
+      auto tls = client_cert_ ? std::make_unique<httplib::SSLClient>(address_.host, address_.port, client_cert_.get(),
+                                                                     client_key_.get())
+                              : std::make_unique<httplib::SSLClient>(address_.host, address_.port);
+      if (!tls->is_valid()) throw std::runtime_error("TLS: cannot set up a client for " + config_.server);
+      if (!ca_.empty()) {
+        X509_STORE* store = X509_STORE_new();  // the client's context takes it
+        for (const auto& cert : ca_) X509_STORE_add_cert(store, cert.get());
+        tls->set_ca_cert_store(store);
+      }
+      tls->enable_server_certificate_verification(true);  // never off
+      client = std::move(tls);
+    } else {
+      client = std::make_unique<httplib::ClientImpl>(address_.host, address_.port);
     }
-    return web::http::client::http_client(utility::conversions::to_string_t(config_.server), c);
+    client->set_connection_timeout(timeout);
+    client->set_read_timeout(timeout);
+    client->set_write_timeout(timeout);
+    return client;
   }
 
-  void authorize(web::http::http_request& req) {
+  httplib::Headers request_headers() {
     std::lock_guard lock(mutex_);
     const auto now = std::chrono::steady_clock::now();
     if (!config_.token_file.empty() && now - token_read_ > std::chrono::minutes(5)) {
@@ -117,12 +218,17 @@ class CppRestTransport final : public HttpTransport {
       while (!config_.token.empty() && (config_.token.back() == '\n' || config_.token.back() == ' ')) config_.token.pop_back();
       token_read_ = now;
     }
-    if (!config_.token.empty()) req.headers().add(U("Authorization"), utility::conversions::to_string_t("Bearer " + config_.token));
-    req.headers().add(U("Accept"), U("application/json"));
+    httplib::Headers headers{{"Accept", "application/json"}};
+    if (!config_.token.empty()) headers.emplace("Authorization", "Bearer " + config_.token);
+    return headers;
   }
 
   KubeConfig config_;
+  ServerAddress address_;
   std::chrono::seconds timeout_;
+  std::vector<X509Ptr> ca_;
+  X509Ptr client_cert_;
+  KeyPtr client_key_;
   std::mutex mutex_;
   std::chrono::steady_clock::time_point token_read_{};
 };
@@ -184,7 +290,7 @@ KubeConfig resolve_kube_config(const std::string& flag) {
 }
 
 std::shared_ptr<HttpTransport> make_http_transport(const KubeConfig& config, std::chrono::seconds timeout) {
-  return std::make_shared<CppRestTransport>(config, timeout);
+  return std::make_shared<HttplibTransport>(config, timeout);
 }
 
 std::string Resource::path(const std::string& ns, const std::string& name, const std::string& subresource) const {

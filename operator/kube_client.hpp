@@ -1,5 +1,5 @@
 // The operator's Kubernetes client: kubeconfig and in-cluster configuration, one small HTTP
-// interface (cpprestsdk behind it), and typed paths over raw JSON for the resources it uses.
+// interface (cpp-httplib behind it), and typed paths over raw JSON for the resources it uses.
 #pragma once
 
 #include <chrono>

@@ -26,7 +26,21 @@ void WorkQueue::add_after(const std::string& key, Duration delay) {
     add_locked(key);
     return;
   }
-  delayed_.emplace(Clock::now() + delay, key);
+  // Once per key, at its earliest time (as client-go's delaying queue): a key requeued on every
+  // pass would otherwise pile up copies, one per reconcile, until each came due.
+  const auto at = Clock::now() + delay;
+  if (const auto pending = due_.find(key); pending != due_.end()) {
+    if (pending->second <= at) return;
+    const auto [first, last] = delayed_.equal_range(pending->second);
+    for (auto it = first; it != last; ++it) {
+      if (it->second == key) {
+        delayed_.erase(it);
+        break;
+      }
+    }
+  }
+  delayed_.emplace(at, key);
+  due_[key] = at;
   changed_.notify_all();  // a sleeping get() may need to wake earlier
 }
 
@@ -63,6 +77,7 @@ void WorkQueue::promote_due_locked(Clock::time_point now) {
   while (!delayed_.empty() && delayed_.begin()->first <= now) {
     const std::string key = delayed_.begin()->second;
     delayed_.erase(delayed_.begin());
+    due_.erase(key);
     add_locked(key);
   }
 }

@@ -4,7 +4,8 @@
 //    again when done() is called;
 //  - add_rate_limited() delays a key by base · 2^failures (capped) — exponential backoff per
 //    key, reset by forget() after a success;
-//  - add_after() requeues after a delay (periodic resync, waiting for a pod to start).
+//  - add_after() requeues after a delay (periodic resync, waiting for a pod to start); a key
+//    waits there once, at the earliest time asked for.
 #pragma once
 
 #include <chrono>
@@ -53,6 +54,7 @@ class WorkQueue {
   std::deque<std::string> queue_;
   std::set<std::string> dirty_, processing_;
   std::multimap<Clock::time_point, std::string> delayed_;
+  std::map<std::string, Clock::time_point> due_;  // each delayed key's time
   std::map<std::string, int> failures_;
   bool shutting_down_ = false;
 };

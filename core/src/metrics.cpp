@@ -110,6 +110,12 @@ std::size_t Family<T>::remove_matching(const Labels& subset) {
   });
 }
 
+template <typename T>
+bool Family<T>::remove(const Labels& labels) {
+  std::lock_guard lock(mutex_);
+  return members_.erase(labels) > 0;
+}
+
 template class Family<Counter>;
 template class Family<Gauge>;
 template class Family<Histogram>;

@@ -139,7 +139,7 @@ class Images(unittest.TestCase):
             # The user's image: plain Debian, without dlbench's libraries.
             slim = "docker.io/library/debian:bookworm-slim"
             libraries = run_in_with_volume(slim, volume, "/bin/sh", "-c",
-                                           "ldconfig -p | grep -c -e yaml-cpp -e dnnl -e cpprest || true")
+                                           "ldconfig -p | grep -c -e yaml-cpp -e dnnl -e cpp-httplib || true")
             self.assertEqual(libraries.stdout.strip(), "0", "the base image has dlbench's libraries")
             env = ["DLBENCH_MODEL=resnet50", "DLBENCH_IMAGE_SIZE=224", "DLBENCH_NODES=1", "DLBENCH_NODE_RANK=0",
                    "DLBENCH_GPUS_PER_NODE=1", "DLBENCH_BATCH_SIZE=4", "DLBENCH_PRECISION=fp32",

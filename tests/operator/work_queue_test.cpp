@@ -61,6 +61,25 @@ TEST(WorkQueue, DelayedKeysComeBackAfterTheirDelay) {
   EXPECT_GE(WorkQueue::Clock::now() - start, 60ms);
 }
 
+TEST(WorkQueue, ADelayedKeyWaitsOnceAtItsEarliestTime) {
+  WorkQueue q;
+  const auto start = WorkQueue::Clock::now();
+  for (int i = 0; i < 100; ++i) q.add_after("ns/run", 10s);  // a requeue on every pass
+  EXPECT_EQ(q.waiting(), 1u);
+  q.add_after("ns/run", 30ms);  // sooner: replaces the later one
+  q.add_after("ns/run", 5s);    // later than what waits: nothing to do
+  EXPECT_EQ(q.waiting(), 1u);
+  EXPECT_EQ(q.get(2s), "ns/run");
+  EXPECT_GE(WorkQueue::Clock::now() - start, 30ms);
+  EXPECT_LT(WorkQueue::Clock::now() - start, 2s);
+  q.done("ns/run");
+  EXPECT_EQ(q.waiting(), 0u);
+  EXPECT_EQ(q.get(100ms), std::nullopt);  // no copy left behind
+  q.add_after("ns/run", 10ms);  // and it can wait again
+  EXPECT_EQ(q.waiting(), 1u);
+  EXPECT_EQ(q.get(1s), "ns/run");
+}
+
 TEST(WorkQueue, ShutdownWakesBlockedWorkers) {
   WorkQueue q;
   std::thread worker([&] { EXPECT_EQ(q.get(), std::nullopt); });

@@ -11,6 +11,7 @@ namespace dlbench::metrics {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(Metrics, CounterGaugeAndOrder) {
   Registry r;
@@ -23,6 +24,28 @@ TEST(Metrics, CounterGaugeAndOrder) {
             "dlbench_steps_total{rank=\"0\"} 3\n"
             "# HELP dlbench_loss Loss.\n# TYPE dlbench_loss gauge\ndlbench_loss 0.25\n");
   EXPECT_THROW(steps.add({}).increment(-1), std::invalid_argument);
+}
+
+TEST(Metrics, RemovedSeriesLeaveTheExpositionAndAScrapeHoldsWhatItRead) {
+  Registry r;
+  auto& runs = r.gauge("dlbench_operator_runs", "Runs by phase.");
+  runs.add({{"run", "a"}, {"phase", "Running"}}).set(1);
+  runs.add({{"run", "a"}, {"phase", "Pending"}}).set(1);
+  runs.add({{"run", "b"}, {"phase", "Running"}}).set(1);
+  const auto held = runs.members();  // a scrape in progress
+  EXPECT_TRUE(runs.remove({{"run", "a"}, {"phase", "Pending"}}));
+  EXPECT_FALSE(runs.remove({{"run", "a"}, {"phase", "Pending"}}));
+  EXPECT_FALSE(runs.remove({{"run", "a"}}));  // exact labels only
+  EXPECT_EQ(r.serialize(),
+            "# HELP dlbench_operator_runs Runs by phase.\n# TYPE dlbench_operator_runs gauge\n"
+            "dlbench_operator_runs{phase=\"Running\",run=\"a\"} 1\n"
+            "dlbench_operator_runs{phase=\"Running\",run=\"b\"} 1\n");
+  EXPECT_EQ(runs.remove_matching({{"run", "a"}}), 1u);
+  EXPECT_EQ(runs.remove_matching({{"run", "a"}}), 0u);
+  EXPECT_THAT(r.serialize(), Not(HasSubstr("run=\"a\"")));
+  EXPECT_THAT(r.serialize(), HasSubstr("run=\"b\""));
+  ASSERT_EQ(held.size(), 3u);
+  EXPECT_EQ(held[0].second->value(), 1);  // still readable after its removal
 }
 
 TEST(Metrics, HistogramBucketsAreCumulativeWithInfSumAndCount) {

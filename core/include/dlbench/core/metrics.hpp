@@ -65,11 +65,13 @@ class Family {
   Family(std::string name, std::string help, std::vector<double> buckets = {})
       : name_(std::move(name)), help_(std::move(help)), buckets_(std::move(buckets)) {}
   // The metric with these labels, created on first use; the reference stays valid until a
-  // remove_matching() that removes it.
+  // remove_matching() or remove() that removes it.
   T& add(const Labels& labels);
   // Forgets every member whose labels include all of `subset` (a deleted run's series), so that
   // cardinality follows what exists. Returns how many went.
   std::size_t remove_matching(const Labels& subset);
+  // Forgets the member with exactly these labels; whether there was one.
+  bool remove(const Labels& labels);
   const std::string& name() const { return name_; }
   const std::string& help() const { return help_; }
   // Shared: a scrape that holds a member outlives its removal.
