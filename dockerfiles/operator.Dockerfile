@@ -11,7 +11,7 @@ FROM debian:${DEBIAN} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config \
-      nlohmann-json3-dev libyaml-cpp-dev libssl-dev libcpprest-dev libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev \
+      nlohmann-json3-dev libyaml-cpp-dev libssl-dev libcpp-httplib-dev libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -25,7 +25,7 @@ FROM debian:${DEBIAN}-slim
 # The shared libraries `ldd dlbench-operator` names (tests/integration/dockerfiles_test.py checks).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      ca-certificates libcpprest2.10 libyaml-cpp0.7 libssl3 libstdc++6 libgcc-s1 zlib1g \
+      ca-certificates libcpp-httplib0.11 libyaml-cpp0.7 libssl3 libstdc++6 libgcc-s1 zlib1g \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /build/bin/dlbench-operator /usr/local/bin/dlbench-operator
 # The chart's securityContext runs it as 65532 with a read-only root filesystem; so does this.

@@ -24,7 +24,7 @@ packages=(
   build-essential cmake ninja-build pkg-config       # toolchain (CMake >= 3.25 for workflow presets)
   nlohmann-json3-dev libyaml-cpp-dev                 # core/: JSON and YAML
   libssl-dev openssh-client                          # operator/: SSH keys for the MPI launcher (ssh-keygen checks them)
-  libcpprest-dev                                     # operator/: the Kubernetes client
+  libcpp-httplib-dev                                 # operator/: the Kubernetes client's HTTP(S)
   libdnnl-dev ocl-icd-opencl-dev                     # worker/: oneDNN, the CPU backend; dnnl-config.cmake finds OpenCL
   libturbojpeg0-dev                                  # worker/input: JPEG decoding for data.source imagefolder
   libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)
