@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """dlbench-operator at scale: resident memory with N BenchmarkRuns, and apply-to-objects latency.
 
-    bench/operator_scale.py BUILD/operator/dlbench-operator [--runs 1000] [--probes 30]
+    bench/operator_scale.py OPERATOR [OPERATOR ...] [--runs 1000] [--probes 30]
+
+Several operator binaries (this build and an older one, say) are measured one after another in
+the same invocation, each against a fresh API server, for a side-by-side table.
 
 1. The test API server (tests/k8s) gets the CRD and N BenchmarkRuns (DLPerf-style 4-case sweeps).
 2. dlbench-operator starts (CPU backend flags, no case limit, no kubelet: pods stay Pending, so every run holds its
@@ -59,10 +62,23 @@ def worker_pods(api):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("operator")
+    parser.add_argument("operators", nargs="+", metavar="operator")
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--probes", type=int, default=30)
     args = parser.parse_args()
+    results = [measure(operator, args) for operator in args.operators]
+    print(f"| operator | runs | initial sync s | RSS MiB | peak RSS MiB | idle CPU (cores) | apply→worker pod ms "
+          f"(median / p90 / max, {args.probes} probes) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['operator']} | {r['runs']} | {r['initial_sync_s']} | {r['rss_mib']} | {r['peak_rss_mib']} | "
+              f"{r['idle_cpu_cores']} | {r['apply_to_pod_ms_median']} / {r['apply_to_pod_ms_p90']} / "
+              f"{r['apply_to_pod_ms_max']} |")
+    for r in results:
+        print(json.dumps(r))
+
+
+def measure(operator_path, args):
 
     server, url = start_apiserver("--history", "100000")
     api = Api(url, timeout=60)  # lists of thousands of objects from a Python server
@@ -77,9 +93,12 @@ def main():
                          run_object(f"sweep-{i:04d}"))
             log = open(os.path.join(tmp, "operator.log"), "w")
             started = time.monotonic()
-            operator = subprocess.Popen([args.operator, "--kubeconfig", kubeconfig, "--metrics-port", "0",
-                                         "--worker-backend", "cpu", "--communicator", "mpi",
-                                         "--max-concurrent-cases", "0"], stdout=log, stderr=log)
+            # No case limit (older operators, from before the flag, have none).
+            usage = subprocess.run([operator_path, "--help"], capture_output=True, text=True)
+            unlimited = ["--max-concurrent-cases", "0"] if "--max-concurrent-cases" in usage.stdout + usage.stderr else []
+            operator = subprocess.Popen([operator_path, "--kubeconfig", kubeconfig, "--metrics-port", "0",
+                                         "--worker-backend", "cpu", "--communicator", "mpi", *unlimited],
+                                        stdout=log, stderr=log)
             while len(worker_pods(api)) < args.runs:
                 if operator.poll() is not None:
                     sys.exit(f"the operator exited with {operator.returncode}: {open(log.name).read()[-2000:]}")
@@ -117,17 +136,12 @@ def main():
             server.wait()
 
     latencies.sort()
-    result = {"runs": args.runs, "initial_sync_s": round(initial_sync, 2),
-              "rss_mib_after_sync": round(rss_synced / 1024, 1), "rss_mib": round(rss / 1024, 1),
-              "peak_rss_mib": round(peak / 1024, 1), "idle_cpu_cores": round(idle_cpu, 3), "probes": args.probes,
-              "apply_to_pod_ms_median": round(statistics.median(latencies) * 1000, 1),
-              "apply_to_pod_ms_p90": round(latencies[int(0.9 * (len(latencies) - 1))] * 1000, 1),
-              "apply_to_pod_ms_max": round(latencies[-1] * 1000, 1)}
-    print(f"| runs | initial sync s | RSS MiB | peak RSS MiB | idle CPU (cores) | apply→worker pod ms (median / p90 / max, {args.probes} probes) |")
-    print("|---|---|---|---|---|---|")
-    print(f"| {args.runs} | {result['initial_sync_s']} | {result['rss_mib']} | {result['peak_rss_mib']} | {result['idle_cpu_cores']} | "
-          f"{result['apply_to_pod_ms_median']} / {result['apply_to_pod_ms_p90']} / {result['apply_to_pod_ms_max']} |")
-    print(json.dumps(result))
+    return {"operator": operator_path, "runs": args.runs, "initial_sync_s": round(initial_sync, 2),
+            "rss_mib_after_sync": round(rss_synced / 1024, 1), "rss_mib": round(rss / 1024, 1),
+            "peak_rss_mib": round(peak / 1024, 1), "idle_cpu_cores": round(idle_cpu, 3), "probes": args.probes,
+            "apply_to_pod_ms_median": round(statistics.median(latencies) * 1000, 1),
+            "apply_to_pod_ms_p90": round(latencies[int(0.9 * (len(latencies) - 1))] * 1000, 1),
+            "apply_to_pod_ms_max": round(latencies[-1] * 1000, 1)}
 
 
 if __name__ == "__main__":
