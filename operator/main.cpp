@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
   // pieces; the operator's threads mostly wait on the network, so contention costs nothing
   // and memory at scale is lower (bench/operator_scale.py). MALLOC_ARENA_MAX still overrides.
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 1);
+  // OpenSSL writes to its socket with write(): an API server that closes a TLS connection
+  // under a request must be an error for that request, not SIGPIPE for the operator.
+  std::signal(SIGPIPE, SIG_IGN);
   std::string kubeconfig;
   ControllerOptions options;
   options.watch_timeout = std::chrono::seconds(10);  // bounds how long SIGTERM waits for the informers
