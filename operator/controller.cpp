@@ -23,15 +23,16 @@ void log_line(const std::string& level, const std::string& message, const json& 
 
 namespace {
 
-const Resource& resource_for(const std::string& kind, const std::string& api_version = "") {
-  static const Resource volcano{"scheduling.volcano.sh", "v1beta1", "podgroups", true};
-  static const Resource scheduler_plugins{"scheduling.x-k8s.io", "v1alpha1", "podgroups", true};
+Resource resource_for(const std::string& kind, const std::string& api_version = "") {
   if (kind == "Pod") return resources::kPods;
   if (kind == "Job") return resources::kJobs;
   if (kind == "Secret") return resources::kSecrets;
   if (kind == "ConfigMap") return resources::kConfigMaps;
   if (kind == "Service") return resources::kServices;
-  if (kind == "PodGroup") return api_version.starts_with("scheduling.volcano.sh/") ? volcano : scheduler_plugins;
+  if (kind == "PodGroup") {
+    const auto slash = api_version.find('/');
+    return {api_version.substr(0, slash), api_version.substr(slash + 1), "podgroups", true};
+  }
   throw std::invalid_argument("no resource for kind " + kind);
 }
 
@@ -189,6 +190,28 @@ Admission Controller::admission_for(const CachedRun& run) {
                      " running (the operator's --max-concurrent-cases), oldest run first"};
 }
 
+std::string Controller::pod_group_unavailable(const json& run) {
+  static const json::json_pointer scheduler_at("/spec/worker/gang/scheduler");
+  if (!run.contains(scheduler_at) || !run.at(scheduler_at).is_string()) return "";
+  const auto scheduler = enum_from_string<GangScheduler>(run.at(scheduler_at).get<std::string>());
+  const char* api_version = scheduler ? pod_group_api_version(*scheduler) : nullptr;
+  if (api_version == nullptr) return "";
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(discovery_mutex_);
+  auto& known = served_[api_version];
+  // "Served" is believed for a minute (the CRD may be removed); "not served" is asked again every
+  // time, so that a run applied right after the CRD's installation sees it.
+  if (!known.served || now - known.at > std::chrono::minutes(1)) {
+    known.served = client_.serves(api_version, "podgroups");
+    known.at = now;
+  }
+  if (known.served) return "";
+  return "spec.worker.gang.scheduler " + std::string(to_string(*scheduler)) + " needs PodGroups (" + api_version +
+         "), which this cluster does not serve: install " +
+         (*scheduler == GangScheduler::volcano ? "Volcano" : "the scheduler-plugins PodGroup CRD") +
+         ", or use gang.scheduler kueue or no gang";
+}
+
 bool Controller::shares_a_node(const std::string& ns, const std::string& name, const std::vector<ObservedPod>& pods) const {
   std::set<std::string> nodes;
   for (const auto& p : pods) {
@@ -272,6 +295,7 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
   }
   world.admission = admission_for(*cached);
   world.shared_node = shares_a_node(ns, name, world.pods);
+  if (cached->phase != "Succeeded" && cached->phase != "Failed") world.pod_group_unavailable = pod_group_unavailable(run);
   Actions actions = reconcile(run, world, options_.config, [] { return generate_ssh_key_pair(); });
   fields["phase"] = std::string(to_string(actions.current.phase));
   if (!world.admission.admitted) {

@@ -66,6 +66,8 @@ class Controller {
   void enqueue_waiting_runs();
   void enqueue_neighbours(const CachedPod& pod);
   Admission admission_for(const CachedRun& run);
+  // Why the run's gang scheduler cannot work here (its PodGroup CRD is not served), or "".
+  std::string pod_group_unavailable(const nlohmann::json& run);
   bool shares_a_node(const std::string& ns, const std::string& name, const std::vector<ObservedPod>& pods) const;
   void forget(const std::string& ns, const std::string& name);
   void record_metrics(const std::string& ns, const std::string& name, const BenchmarkRunStatus& status,
@@ -88,6 +90,13 @@ class Controller {
   // Admission: runs granted a slot whose Running status the cache does not show yet.
   std::mutex admission_mutex_;
   std::set<std::string> reservations_;
+  // Discovery answers, by PodGroup apiVersion.
+  struct Served {
+    bool served = false;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::mutex discovery_mutex_;
+  std::map<std::string, Served> served_;
   metrics::Registry registry_;
   metrics::Family<metrics::Counter>* reconciles_;
   metrics::Family<metrics::Counter>* api_errors_;

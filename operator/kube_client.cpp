@@ -343,6 +343,20 @@ nlohmann::json KubeClient::get(const Resource& r, const std::string& ns, const s
   return checked(http_->request("GET", r.path(ns, name)));
 }
 
+bool KubeClient::serves(const std::string& api_version, const std::string& plural) {
+  nlohmann::json list;
+  try {
+    list = checked(http_->request("GET", "/apis/" + api_version));
+  } catch (const KubeError& e) {
+    if (e.status == 404) return false;
+    throw;
+  }
+  for (const auto& r : list.value("resources", nlohmann::json::array())) {
+    if (r.value("name", "") == plural) return true;
+  }
+  return false;
+}
+
 nlohmann::json KubeClient::list(const Resource& r, const std::string& ns, const std::string& label_selector) {
   std::string path = r.path(ns);
   if (!label_selector.empty()) path += "?labelSelector=" + url_encode(label_selector);

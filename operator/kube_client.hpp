@@ -73,6 +73,9 @@ class KubeClient {
   nlohmann::json create(const Resource& r, const std::string& ns, const nlohmann::json& object);
   nlohmann::json merge_patch(const Resource& r, const std::string& ns, const std::string& name,
                              const nlohmann::json& patch, const std::string& subresource = "");
+  // Whether the API server serves `plural` in `api_version` ("group/version"), by discovery: a
+  // CRD that is not installed is not served.
+  bool serves(const std::string& api_version, const std::string& plural);
   // Deletes; false when it was already gone.
   bool remove(const Resource& r, const std::string& ns, const std::string& name);
 

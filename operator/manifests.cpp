@@ -101,6 +101,18 @@ void apply_worker_placement(json& pod_spec, json& meta, const BenchmarkRun& run,
 
 }  // namespace
 
+const char* pod_group_api_version(GangScheduler scheduler) {
+  switch (scheduler) {
+    case GangScheduler::volcano:
+      return "scheduling.volcano.sh/v1beta1";
+    case GangScheduler::schedulerPlugins:
+      return "scheduling.x-k8s.io/v1alpha1";
+    case GangScheduler::kueue:
+      break;
+  }
+  return nullptr;
+}
+
 std::optional<json> build_pod_group(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config,
                                     const std::string& owner_pod, const std::string& owner_uid) {
   const auto& gang = run.spec.worker.gang;
@@ -113,11 +125,10 @@ std::optional<json> build_pod_group(const BenchmarkRun& run, const CaseSpec& c, 
   json group{{"kind", "PodGroup"}, {"metadata", metadata(run, c, attempt, n.group, "group")}};
   group["metadata"]["ownerReferences"] = json::array({{{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", owner_pod},
                                                        {"uid", owner_uid}, {"blockOwnerDeletion", true}}});
+  group["apiVersion"] = pod_group_api_version(gang->scheduler);
   if (gang->scheduler == GangScheduler::volcano) {
-    group["apiVersion"] = "scheduling.volcano.sh/v1beta1";
     group["spec"] = {{"minMember", c.nodes}, {"minResources", min_resources}};
   } else {
-    group["apiVersion"] = "scheduling.x-k8s.io/v1alpha1";
     group["spec"] = {{"minMember", c.nodes}, {"scheduleTimeoutSeconds", run.spec.limits.case_timeout_seconds}};
   }
   return group;

@@ -51,6 +51,10 @@ struct CaseObjects {
 nlohmann::json owner_reference(const BenchmarkRun& run);
 nlohmann::json child_labels(const BenchmarkRun& run, const CaseSpec& c, int attempt, const std::string& role);
 
+// The apiVersion of the PodGroup a gang scheduler reads (its CRD's); nullptr for Kueue, which
+// groups pods by their labels.
+const char* pod_group_api_version(GangScheduler scheduler);
+
 nlohmann::json build_ssh_secret(const BenchmarkRun& run, const CaseSpec& c, int attempt, const SshKeyPair& keys);
 nlohmann::json build_hostfile(const BenchmarkRun& run, const CaseSpec& c, int attempt);
 nlohmann::json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attempt);

@@ -256,6 +256,12 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
     if (world.shared_node) machine.note_shared_node();
 
     AttemptOutcome outcome = judge(run, current, attempt, world);
+    if (!outcome.finished && !world.pod_group_unavailable.empty()) {
+      // Nothing would ever admit the pods: say why now rather than time out.
+      outcome.finished = true;
+      outcome.result = failure(current.spec, kReasonGangSchedulerUnavailable, world.pod_group_unavailable, attempt,
+                               world.now);
+    }
     if (outcome.finished) {
       for (const auto* o : children(world)) {
         if (o->case_id == current.id && o->attempt == attempt && !o->deleting) actions.remove.push_back(ref(*o));

@@ -38,6 +38,9 @@ struct World {
   TimePoint now;
   Admission admission;
   bool shared_node = false;  // another case's worker pod is on a node of this run's workers
+  // Non-empty when the run's gang scheduler needs a PodGroup resource that the API server does
+  // not serve (discovery says so): why, for the case's result.
+  std::string pod_group_unavailable;
 };
 
 struct ObjectRef {

@@ -60,6 +60,8 @@ std::string rfc3339_utc_now() {
   return buffer;
 }
 
-bool failure_is_permanent(const std::string& reason) { return reason == kReasonUnsupported; }
+bool failure_is_permanent(const std::string& reason) {
+  return reason == kReasonUnsupported || reason == kReasonGangSchedulerUnavailable;
+}
 
 }  // namespace dlbench

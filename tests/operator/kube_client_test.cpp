@@ -79,6 +79,28 @@ TEST_F(KubeClientTest, CrudAndSelectors) {
   }
 }
 
+TEST_F(KubeClientTest, DiscoverySaysWhetherACustomResourceIsServed) {
+  KubeClient& k = *client_;
+  EXPECT_FALSE(k.serves("scheduling.volcano.sh/v1beta1", "podgroups"));  // no such group version: 404
+  const Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
+  k.create(crds, "",
+           {{"apiVersion", "apiextensions.k8s.io/v1"},
+            {"kind", "CustomResourceDefinition"},
+            {"metadata", {{"name", "podgroups.scheduling.volcano.sh"}}},
+            {"spec",
+             {{"group", "scheduling.volcano.sh"},
+              {"scope", "Namespaced"},
+              {"names", {{"plural", "podgroups"}, {"singular", "podgroup"}, {"kind", "PodGroup"}}},
+              {"versions",
+               {{{"name", "v1beta1"},
+                 {"served", true},
+                 {"storage", true},
+                 {"schema", {{"openAPIV3Schema", {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}}}}}}}});
+  EXPECT_TRUE(k.serves("scheduling.volcano.sh/v1beta1", "podgroups"));
+  EXPECT_FALSE(k.serves("scheduling.volcano.sh/v1beta1", "queues"));  // the group, not this resource
+  EXPECT_FALSE(k.serves("scheduling.x-k8s.io/v1alpha1", "podgroups"));
+}
+
 TEST_F(KubeClientTest, WatchDeliversEventsFromAVersionAndSaysWhenItIsGone) {
   KubeClient& k = *client_;
   const std::string rv = k.list(resources::kSecrets, "default")["metadata"]["resourceVersion"];

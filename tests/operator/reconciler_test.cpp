@@ -25,6 +25,7 @@ struct FakeCluster {
   TimePoint now = *parse_rfc3339("2026-11-21T06:00:00Z");
   json run;
   int launches = 0;
+  std::string pod_group_unavailable;  // what the controller's discovery would say
 
   explicit FakeCluster(json benchmark_run) : run(std::move(benchmark_run)) {
     run["metadata"]["uid"] = "uid-1";
@@ -34,6 +35,7 @@ struct FakeCluster {
   World world() const {
     World w;
     w.now = now;
+    w.pod_group_unavailable = pod_group_unavailable;
     for (const auto& [key, o] : objects) {
       if (o["kind"] == "Pod") {
         w.pods.push_back(observe_pod(o));
@@ -381,6 +383,35 @@ TEST(Reconciler, AnUnsupportedResultIsRecordedWithoutRetrying) {
   EXPECT_EQ(s.results[0].reason, "Unsupported");
   EXPECT_EQ(s.results[0].attempts, 1);
   EXPECT_EQ(s.progress.current_case, "1x8-bs128-amp");  // the run goes on with the next case
+}
+
+TEST(Reconciler, AGangSchedulerWithoutItsPodGroupCrdFailsEveryCaseAtOnceSayingSo) {
+  json run = scaling_run(3);
+  run["spec"]["worker"]["gang"] = {{"scheduler", "volcano"}};
+  FakeCluster cluster(run);
+  cluster.pod_group_unavailable = "spec.worker.gang.scheduler volcano needs PodGroups (scheduling.volcano.sh/v1beta1)";
+  for (int i = 0; i < 10; ++i) {
+    const Actions a = cluster.step();
+    EXPECT_TRUE(a.create.empty()) << "nothing is created that nothing would admit";
+    if (cluster.status().phase == Phase::Failed) break;
+  }
+  const auto s = cluster.status();
+  EXPECT_EQ(s.phase, Phase::Failed);
+  ASSERT_EQ(static_cast<int>(s.results.size()), s.progress.total_cases);
+  ASSERT_GT(s.progress.total_cases, 1);
+  for (const auto& r : s.results) {
+    EXPECT_EQ(r.state, CaseState::Failed);
+    EXPECT_EQ(r.reason, "GangSchedulerUnavailable");
+    EXPECT_EQ(r.attempts, 1) << "no attempt can change it: backoffLimit is not spent";
+    EXPECT_THAT(r.message, HasSubstr("scheduling.volcano.sh/v1beta1"));
+  }
+  EXPECT_TRUE(cluster.objects.empty());
+
+  // Served (the CRD installed): the same spec runs.
+  FakeCluster served(run);
+  served.step();
+  EXPECT_FALSE(served.names("Pod").empty());
+  EXPECT_TRUE(served.status().results.empty());
 }
 
 TEST(Reconciler, TimeoutSaysWhyWhenWorkersCannotBeScheduled) {

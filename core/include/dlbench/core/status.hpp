@@ -23,6 +23,9 @@ void refresh_derived_status(BenchmarkRunStatus& status, const std::vector<Planne
 // landed: a precision its backend or this CPU lacks). Both executors record such a result at
 // once instead of spending limits.backoffLimit on it.
 inline constexpr const char* kReasonUnsupported = "Unsupported";
+// The run's gang scheduler needs a PodGroup resource that the cluster does not serve (its CRD
+// is not installed): no attempt can be admitted until someone installs it.
+inline constexpr const char* kReasonGangSchedulerUnavailable = "GangSchedulerUnavailable";
 bool failure_is_permanent(const std::string& reason);
 
 // "2026-11-21T05:10:00Z"
