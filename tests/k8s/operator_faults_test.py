@@ -47,6 +47,10 @@ class PodWatch(threading.Thread):
                                             "&timeoutSeconds=5&allowWatchBookmarks=true", timeout=10) as stream:
                     for line in stream:
                         event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            # --expire-watches-every: the server's history still holds what came
+                            # after `version`, so this exact count resumes from there.
+                            break
                         version = event["object"]["metadata"]["resourceVersion"]
                         if event["type"] == "ADDED":
                             self.added.append((time.time(), event["object"]["metadata"]["name"],
@@ -224,7 +228,8 @@ class OperatorFaultsTest(unittest.TestCase):
                          "no error loop")
 
     def test_thirty_runs_at_once_finish_one_case_at_a_time(self):
-        cluster = self.cluster()
+        # Every watch is ended with 410 Expired after 3 s: the informers list again, mid-churn.
+        cluster = self.cluster(apiserver_args=["--expire-watches-every", "3"])
         self.apply(cluster, *[benchmark_run(f"many-{i:02}", timeout=30) for i in range(30)])
         # With one case slot (the default) at most one run is Running at any time.
         most = 0
@@ -245,6 +250,10 @@ class OperatorFaultsTest(unittest.TestCase):
             rss_mib = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
         self.assertLess(rss_mib, 64)
         self.assert_created_once()
+        relists = {kind: float(n) for kind, n in re.findall(
+            r'dlbench_operator_watch_errors_total\{code="410",kind="(\w+)"\} (\S+)', self.metrics(cluster))}
+        self.assertEqual(sorted(k for k, n in relists.items() if n >= 1),
+                         ["BenchmarkRun", "ConfigMap", "Job", "Pod", "Secret", "Service"], relists)
 
     def test_an_evicted_worker_is_the_cases_reason(self):
         cluster = self.cluster()
@@ -293,6 +302,35 @@ class OperatorFaultsTest(unittest.TestCase):
         # Kueue admits the group: it removes the gate.
         cluster.kubectl("patch", pod, "--type=merge", "-p", '{"spec": {"schedulingGates": null}}')
         status = self.finished(cluster, "queued", 60)
+        self.assertEqual(status["phase"], "Succeeded", status)
+
+    def test_a_gang_scheduler_without_its_pod_group_crd_fails_at_once_saying_so(self):
+        cluster = self.cluster()
+        volcano = {"gang": {"scheduler": "volcano"}}
+        self.apply(cluster, benchmark_run("no-volcano", batches=(2, 4), timeout=120, worker=volcano))
+        status = self.finished(cluster, "no-volcano", 30)  # not the case timeout (120 s)
+        self.assertEqual(status["phase"], "Failed", status)
+        self.assertEqual([r["reason"] for r in status["results"]], ["GangSchedulerUnavailable"] * 2)
+        self.assertEqual([r["attempts"] for r in status["results"]], [1, 1])
+        self.assertIn("scheduling.volcano.sh/v1beta1", status["results"][0]["message"])
+        self.assertIn("install Volcano", status["results"][0]["message"])
+        # Volcano's CRD installed: the next run's PodGroup is created, owned by its worker 0, and it runs.
+        crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "podgroups.scheduling.volcano.sh"},
+               "spec": {"group": "scheduling.volcano.sh", "scope": "Namespaced",
+                        "names": {"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup"},
+                        "versions": [{"name": "v1beta1", "served": True, "storage": True, "schema": {
+                            "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+        path = os.path.join(cluster.tmp, "volcano-crd.json")
+        with open(path, "w") as f:
+            json.dump(crd, f)
+        cluster.kubectl("apply", "-f", path)
+        self.apply(cluster, benchmark_run("with-volcano", worker=volcano))
+        groups = wait_for(lambda: Api(cluster.url).list(
+            "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups"), 30, "the PodGroup")
+        self.assertEqual(groups[0]["spec"]["minMember"], 1)
+        self.assertEqual(groups[0]["metadata"]["ownerReferences"][0]["kind"], "Pod")
+        status = self.finished(cluster, "with-volcano", 90)
         self.assertEqual(status["phase"], "Succeeded", status)
 
     def test_cases_of_different_runs_do_not_share_a_node_unless_they_say_so(self):

@@ -11,10 +11,13 @@ additionalPrinterColumns so that `kubectl get br` shows its real columns.
 
 Also, for fault tests, behaviour the real API server has too: the pods/binding subresource (how a
 scheduler sets spec.nodeName); watch events delivered late (--watch-delay: the watch cache lags
-behind writes, so a client's cache can be stale); and state kept across a restart (--state FILE:
-etcd outlives the API server process; written on SIGTERM, read at start).
+behind writes, so a client's cache can be stale); state kept across a restart (--state FILE:
+etcd outlives the API server process; written on SIGTERM, read at start); and open watches ended
+with an ERROR event 410 Expired after S seconds each (--expire-watches-every S: what the real
+server sends a watcher when its watch cache's window has moved past the watcher's version, after
+an etcd compaction, say; the client must list again).
 
-    test_apiserver.py --port 8001 [--history 1000] [--watch-delay S] [--state FILE]
+    test_apiserver.py --port 8001 [--history 1000] [--watch-delay S] [--expire-watches-every S] [--state FILE]
 """
 import argparse
 import base64
@@ -145,6 +148,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     store = None
     watch_delay = 0.0
+    expire_watches_every = 0.0
 
     def log_message(self, *args):
         pass
@@ -345,10 +349,18 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         deadline = datetime.datetime.now().timestamp() + timeout
+        expire_at = time.time() + self.expire_watches_every if self.expire_watches_every else None
         sent = since
         columns_sent = False
         try:
             while True:
+                if expire_at is not None and time.time() >= expire_at:
+                    event = {"type": "ERROR", "object": {
+                        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 410,
+                        "reason": "Expired", "message": f"The resourceVersion for the provided watch is too old: {sent}"}}
+                    line = (json.dumps(event) + "\n").encode()
+                    self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                    break
                 with s.lock:
                     pending = s.events_after(sent)
                     if self.watch_delay:  # the watch cache lags: only events older than the delay
@@ -361,7 +373,7 @@ class Handler(BaseHTTPRequestHandler):
                         left = deadline - datetime.datetime.now().timestamp()
                         if left <= 0:
                             break
-                        s.lock.wait(min(left, 1.0))
+                        s.lock.wait(min(left, 1.0, max(0.01, expire_at - time.time()) if expire_at else 1.0))
                         if bookmarks and not s.events_after(sent):
                             pending = [("bookmark", s.rv)]
                         else:
@@ -573,6 +585,8 @@ def main():
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--history", type=int, default=1000, help="watch events kept (older: 410 Gone)")
     parser.add_argument("--watch-delay", type=float, default=0.0, help="deliver watch events this many seconds late")
+    parser.add_argument("--expire-watches-every", type=float, default=0.0,
+                        help="end every watch after this many seconds with an ERROR event 410 Expired")
     parser.add_argument("--state", help="keep objects here across restarts: read at start, written on SIGTERM")
     parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     parser.add_argument("--tls-key", help="and this key (PEM)")
@@ -580,6 +594,7 @@ def main():
     exit_with_parent()
     Handler.store = Store(args.history)
     Handler.watch_delay = args.watch_delay
+    Handler.expire_watches_every = args.expire_watches_every
     if args.state:
         load_state(Handler.store, args.state)
         import signal
