@@ -30,29 +30,25 @@ namespace {
 
 template <typename Facts>
 CachedChild<Facts> cached(const json& object, Facts facts) {
-  CachedChild<Facts> out{.ns = object.at("metadata").value("namespace", ""), .run = "", .facts = std::move(facts)};
   const json& meta = object.at("metadata");
+  CachedChild<Facts> out{.ns = meta.value("namespace", ""), .run = "", .facts = std::move(facts)};
   const auto labels = meta.find("labels");
   if (labels != meta.end() && labels->is_object()) out.run = labels->value("dlbench.io/run", "");
   return out;
 }
 
+// The reconciler reads a uid only of a pod (worker 0 owns its PodGroup): others keep none.
+template <typename Facts>
+Facts without_uid(Facts facts) {
+  facts.uid.clear();
+  facts.uid.shrink_to_fit();  // clear() alone keeps the allocation
+  return facts;
+}
+
 }  // namespace
 
 CachedPod cache_pod(const json& pod) { return cached(pod, observe_pod(pod)); }
-// The reconciler reads a uid only of a pod (worker 0 owns its PodGroup): others keep none.
-CachedJob cache_job(const json& job) {
-  auto facts = observe_job(job);
-  facts.uid.clear();
-  facts.uid.shrink_to_fit();
-  return cached(job, std::move(facts));
-}
-
-CachedObject cache_object(const json& object) {
-  auto facts = observe_object(object);
-  facts.uid.clear();
-  facts.uid.shrink_to_fit();
-  return cached(object, std::move(facts));
-}
+CachedJob cache_job(const json& job) { return cached(job, without_uid(observe_job(job))); }
+CachedObject cache_object(const json& object) { return cached(object, without_uid(observe_object(object))); }
 
 }  // namespace dlbench::operator_

@@ -190,12 +190,7 @@ Admission Controller::admission_for(const CachedRun& run) {
                      " running (the operator's --max-concurrent-cases), oldest run first"};
 }
 
-std::string Controller::pod_group_unavailable(const json& run) {
-  static const json::json_pointer scheduler_at("/spec/worker/gang/scheduler");
-  if (!run.contains(scheduler_at) || !run.at(scheduler_at).is_string()) return "";
-  const auto scheduler = enum_from_string<GangScheduler>(run.at(scheduler_at).get<std::string>());
-  const char* api_version = scheduler ? pod_group_api_version(*scheduler) : nullptr;
-  if (api_version == nullptr) return "";
+bool Controller::pod_groups_served(const std::string& api_version) {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(discovery_mutex_);
   auto& known = served_[api_version];
@@ -205,11 +200,7 @@ std::string Controller::pod_group_unavailable(const json& run) {
     known.served = client_.serves(api_version, "podgroups");
     known.at = now;
   }
-  if (known.served) return "";
-  return "spec.worker.gang.scheduler " + std::string(to_string(*scheduler)) + " needs PodGroups (" + api_version +
-         "), which this cluster does not serve: install " +
-         (*scheduler == GangScheduler::volcano ? "Volcano" : "the scheduler-plugins PodGroup CRD") +
-         ", or use gang.scheduler kueue or no gang";
+  return known.served;
 }
 
 bool Controller::shares_a_node(const std::string& ns, const std::string& name, const std::vector<ObservedPod>& pods) const {
@@ -295,7 +286,7 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
   }
   world.admission = admission_for(*cached);
   world.shared_node = shares_a_node(ns, name, world.pods);
-  if (cached->phase != "Succeeded" && cached->phase != "Failed") world.pod_group_unavailable = pod_group_unavailable(run);
+  world.pod_groups_served = [this](const std::string& api_version) { return pod_groups_served(api_version); };
   Actions actions = reconcile(run, world, options_.config, [] { return generate_ssh_key_pair(); });
   fields["phase"] = std::string(to_string(actions.current.phase));
   if (!world.admission.admitted) {

@@ -66,8 +66,8 @@ class Controller {
   void enqueue_waiting_runs();
   void enqueue_neighbours(const CachedPod& pod);
   Admission admission_for(const CachedRun& run);
-  // Why the run's gang scheduler cannot work here (its PodGroup CRD is not served), or "".
-  std::string pod_group_unavailable(const nlohmann::json& run);
+  // Discovery, remembered: whether the cluster serves PodGroups in `api_version`.
+  bool pod_groups_served(const std::string& api_version);
   bool shares_a_node(const std::string& ns, const std::string& name, const std::vector<ObservedPod>& pods) const;
   void forget(const std::string& ns, const std::string& name);
   void record_metrics(const std::string& ns, const std::string& name, const BenchmarkRunStatus& status,

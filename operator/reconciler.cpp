@@ -256,11 +256,18 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
     if (world.shared_node) machine.note_shared_node();
 
     AttemptOutcome outcome = judge(run, current, attempt, world);
-    if (!outcome.finished && !world.pod_group_unavailable.empty()) {
+    if (const char* group_version = run.spec.worker.gang ? pod_group_api_version(run.spec.worker.gang->scheduler) : nullptr;
+        !outcome.finished && group_version != nullptr && !world.pod_groups_served(group_version)) {
       // Nothing would ever admit the pods: say why now rather than time out.
+      const GangScheduler scheduler = run.spec.worker.gang->scheduler;
       outcome.finished = true;
-      outcome.result = failure(current.spec, kReasonGangSchedulerUnavailable, world.pod_group_unavailable, attempt,
-                               world.now);
+      outcome.result = failure(
+          current.spec, kReasonGangSchedulerUnavailable,
+          "spec.worker.gang.scheduler " + std::string(to_string(scheduler)) + " needs PodGroups (" + group_version +
+              "), which this cluster does not serve: install " +
+              (scheduler == GangScheduler::volcano ? "Volcano" : "the scheduler-plugins PodGroup CRD") +
+              ", or use gang.scheduler kueue or no gang",
+          attempt, world.now);
     }
     if (outcome.finished) {
       for (const auto* o : children(world)) {

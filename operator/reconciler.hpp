@@ -38,9 +38,9 @@ struct World {
   TimePoint now;
   Admission admission;
   bool shared_node = false;  // another case's worker pod is on a node of this run's workers
-  // Non-empty when the run's gang scheduler needs a PodGroup resource that the API server does
-  // not serve (discovery says so): why, for the case's result.
-  std::string pod_group_unavailable;
+  // Whether the API server serves PodGroups in this apiVersion (discovery: the gang scheduler's
+  // CRD is installed). Asked only for a running case whose gang needs a PodGroup.
+  std::function<bool(const std::string& api_version)> pod_groups_served = [](const std::string&) { return true; };
 };
 
 struct ObjectRef {

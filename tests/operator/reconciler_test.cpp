@@ -25,7 +25,7 @@ struct FakeCluster {
   TimePoint now = *parse_rfc3339("2026-11-21T06:00:00Z");
   json run;
   int launches = 0;
-  std::string pod_group_unavailable;  // what the controller's discovery would say
+  bool pod_groups_served = true;  // what the controller's discovery would say
 
   explicit FakeCluster(json benchmark_run) : run(std::move(benchmark_run)) {
     run["metadata"]["uid"] = "uid-1";
@@ -35,7 +35,7 @@ struct FakeCluster {
   World world() const {
     World w;
     w.now = now;
-    w.pod_group_unavailable = pod_group_unavailable;
+    w.pod_groups_served = [served = pod_groups_served](const std::string&) { return served; };
     for (const auto& [key, o] : objects) {
       if (o["kind"] == "Pod") {
         w.pods.push_back(observe_pod(o));
@@ -389,7 +389,7 @@ TEST(Reconciler, AGangSchedulerWithoutItsPodGroupCrdFailsEveryCaseAtOnceSayingSo
   json run = scaling_run(3);
   run["spec"]["worker"]["gang"] = {{"scheduler", "volcano"}};
   FakeCluster cluster(run);
-  cluster.pod_group_unavailable = "spec.worker.gang.scheduler volcano needs PodGroups (scheduling.volcano.sh/v1beta1)";
+  cluster.pod_groups_served = false;
   for (int i = 0; i < 10; ++i) {
     const Actions a = cluster.step();
     EXPECT_TRUE(a.create.empty()) << "nothing is created that nothing would admit";
@@ -404,6 +404,7 @@ TEST(Reconciler, AGangSchedulerWithoutItsPodGroupCrdFailsEveryCaseAtOnceSayingSo
     EXPECT_EQ(r.reason, "GangSchedulerUnavailable");
     EXPECT_EQ(r.attempts, 1) << "no attempt can change it: backoffLimit is not spent";
     EXPECT_THAT(r.message, HasSubstr("scheduling.volcano.sh/v1beta1"));
+    EXPECT_THAT(r.message, HasSubstr("install Volcano"));
   }
   EXPECT_TRUE(cluster.objects.empty());
 
