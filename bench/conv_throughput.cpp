@@ -169,7 +169,8 @@ int main(int argc, char** argv) {
   Arena arena;
   auto net = build_model(model);
   SetupContext setup{recorder, arena, false};
-  net->setup(Shape(batch, 3, image, image), setup);
+  const Tensor input = activation(Shape(batch, 3, image, image), cpu.activation_layout());
+  net->setup(input, setup);
 
   // Distinct shapes with their multiplicity; the first convolution computes no dx.
   std::map<std::tuple<long, long, long, long, long, long, long, long>, std::pair<Conv2dConfig, int>> shapes;

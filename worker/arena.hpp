@@ -1,10 +1,18 @@
 // The activation arena: every buffer a model needs for one training step is requested at
 // setup, then allocated as one aligned block. Steps reuse the same addresses, so nothing is
-// allocated on the hot path (and CUDA graphs can later capture stable pointers).
+// allocated on the hot path (and CUDA graphs can capture stable pointers).
+//
+// With reuse on, the arena is also a memory planner, as frameworks' planners are: each
+// buffer's lifetime is known at setup (written at one moment of the step, last read at
+// another), and buffers whose lifetimes do not overlap share memory. Moments are ticks:
+// layers take forward ticks in the order they run, and backward visits the same layers in
+// the reverse order, so each forward tick has a mirrored backward tick.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tensor.hpp"
@@ -13,26 +21,81 @@ namespace dlbench::worker {
 
 class Backend;
 
+// A moment of one training step: the forward work of tick `index`, or its backward work.
+struct Tick {
+  std::int32_t index = 0;
+  bool backward = false;
+
+  Tick mirrored() const { return {index, !backward}; }
+  bool operator==(const Tick&) const = default;
+};
+
+enum class MemoryReuse {
+  none,      // every buffer has its own memory (layers tested alone, debugging)
+  lifetime,  // buffers whose lifetimes do not overlap share memory
+};
+
 class Arena {
  public:
   static constexpr std::size_t kAlignment = 64;  // a cache line and an AVX-512 vector
 
-  // Plans room for `tensor` (its shape must be set); its data pointer is filled in by commit().
-  // The Tensor must stay at the same address until then.
-  void request(Tensor& tensor);
-  // Allocates one block for every request on `backend` and points each tensor into it.
-  void commit(Backend& backend);
+  // Takes the next forward tick.
+  Tick next_tick();
+  // The latest forward tick taken, if any.
+  std::optional<Tick> last_tick() const;
 
-  std::size_t planned_bytes() const { return planned_bytes_; }
+  // Plans room for `tensor` (its shape must be set) and gives it a buffer id; its data
+  // pointer is filled in by commit(). The Tensor must stay at the same address until then.
+  // Without `written` the buffer lives for the whole step (inputs, running statistics).
+  void request(Tensor& tensor);
+  void request(Tensor& tensor, Tick written);
+  // `tensor`'s buffer (or the buffer a view of it shares) is read at `when`. Tensors that
+  // are not the arena's (buffer id -1) are ignored.
+  void read(const Tensor& tensor, Tick when);
+  // `tensor`'s buffer is read by someone outside the plan until the step ends.
+  void keep_until_step_end(const Tensor& tensor);
+
+  // Places every buffer, allocates one block on `backend` and points each tensor into it.
+  void commit(Backend& backend, MemoryReuse reuse = MemoryReuse::none);
+
+  // Bytes of the block (after commit; before it, what no reuse would take).
+  std::size_t planned_bytes() const { return committed_ ? block_bytes_ : unshared_bytes(); }
+  // Bytes every buffer would take with memory of its own.
+  std::size_t unshared_bytes() const;
+  // The most bytes live at one moment: no placement can use less.
+  std::size_t peak_live_bytes() const;
   std::size_t request_count() const { return requests_.size(); }
 
- private:
-  struct Request {
-    Tensor* tensor;
-    std::size_t offset;
+  // One buffer's placement (for tests): [first, last] moments on the step's timeline.
+  struct Placement {
+    std::size_t offset = 0;
+    std::size_t bytes = 0;
+    std::int64_t first = 0;
+    std::int64_t last = 0;
   };
-  std::vector<Request> requests_;
-  std::size_t planned_bytes_ = 0;
+  std::vector<Placement> placements() const;
+  // The buffer whose memory holds `address`, or -1 (after commit; unambiguous only without reuse).
+  std::int32_t buffer_at(const void* address) const;
+
+ private:
+  struct Buffer {
+    std::size_t bytes = 0;
+    std::optional<Tick> written;  // none: the whole step
+    std::vector<Tick> reads;
+    bool until_end = false;
+    std::size_t offset = 0;
+  };
+  // A tick's position on the step's timeline: forward ticks count up, then backward ticks
+  // count back down.
+  std::int64_t position(Tick t) const;
+  std::int64_t first_use(const Buffer& b) const;
+  std::int64_t last_use(const Buffer& b) const;
+
+  std::vector<Buffer> buffers_;
+  std::vector<Tensor*> requests_;  // each with tensor->buffer naming its Buffer
+  std::int32_t ticks_ = 0;
+  bool committed_ = false;
+  std::size_t block_bytes_ = 0;
   std::shared_ptr<void> block_;
 };
 

@@ -82,6 +82,8 @@ Usage: dlbench-worker [options]
   --cuda-graph on|off     cuda, one rank: capture the training step once as a CUDA graph
                           and replay it (the first step runs eagerly; dropout masks are
                           then fixed)                                     (default off)
+  --memory-plan P         lifetime: activation and gradient buffers share memory once
+                          their last reader has run; none: each has its own (default lifetime)
   --list-models           print the models and exit
   --list-devices          print "cpu <threads>" and, when built with CUDA, "cuda <GPUs>"
   --help                  print this and exit
@@ -94,6 +96,20 @@ Under mpirun every rank trains on its own synthetic batch with the same initial 
 global batch is batch size × ranks; throughput uses the slowest rank's time; rank 0 reports.
 Exit codes: 0 measured, 1 the case failed (a Failed result is still written), 2 bad usage.
 )";
+
+// The process's peak resident set (VmHWM), if /proc tells.
+std::optional<double> peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with("VmHWM:")) {
+      std::istringstream fields(line.substr(6));
+      double kib = 0;
+      if (fields >> kib) return kib * 1024.0;
+    }
+  }
+  return std::nullopt;
+}
 
 // --threads 0: the cores this process may use, shared evenly by the ranks on this node (under
 // the operator every rank of a worker pod starts with the default).
@@ -128,6 +144,7 @@ struct Options {
   std::string output;
   long metrics_port = -1;  // off
   bool cuda_graph = false;
+  std::string memory_plan = "lifetime";
   std::string data = "synthetic";
   std::string data_path;
   long decode_threads = defaults::kDecodeThreads;
@@ -272,6 +289,8 @@ std::optional<Options> parse(int argc, char** argv) {
       o.prefetch_batches = parse_bounded(flag, value, bounds::kPrefetchBatches);
     } else if (flag == "--cuda-graph") {
       o.cuda_graph = choice(flag, value, {"on", "off"}) == "on";
+    } else if (flag == "--memory-plan") {
+      o.memory_plan = choice(flag, value, {"lifetime", "none"});
     } else {
       throw UsageError{"unknown option " + printable(flag) + " (see --help)"};
     }
@@ -360,7 +379,15 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
   out << "dlbench-worker: " << to_string(doc.model) << " on " << doc.environment.backend << " ("
       << doc.environment.cpu_model << ", " << doc.environment.cpu_cores << " threads), case " << case_id(doc.case_)
       << ", image " << doc.image_size << ", " << parameters << " parameters, activations "
-      << std::fixed << std::setprecision(2) << static_cast<double>(arena_bytes) / (1 << 30) << " GiB\n";
+      << std::fixed << std::setprecision(2) << static_cast<double>(arena_bytes) / (1 << 30) << " GiB";
+  if (doc.memory && doc.memory->unshared_activations > 0) {
+    out << " (" << std::setprecision(0) << 100.0 * doc.memory->activations / doc.memory->unshared_activations
+        << "% of unshared)";
+  }
+  if (doc.memory && doc.memory->peak_resident) {
+    out << ", peak resident " << std::setprecision(2) << *doc.memory->peak_resident / (1 << 30) << " GiB";
+  }
+  out << "\n";
   out << "  methodology: warm-up " << doc.methodology.warmup_steps << ", measure " << doc.methodology.measure_steps
       << ", repeats " << doc.methodology.repeats << "\n";
   out << "  repeat  samples/s   step ms   loss after\n";
@@ -552,7 +579,8 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     Trainer trainer(device, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), kModelClasses,
                     {static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
                      static_cast<float>(o.weight_decay)},
-                    o.seed, static_cast<std::uint64_t>(comm.rank()));
+                    o.seed, static_cast<std::uint64_t>(comm.rank()),
+                    o.memory_plan == "none" ? MemoryReuse::none : MemoryReuse::lifetime);
     ParameterStore& store = trainer.parameters();
     comm.broadcast(store.values(), store.count(), 0);  // identical start on every rank
     GradientBuckets buckets(comm, store, static_cast<std::size_t>(o.bucket_mb) << 20);
@@ -562,8 +590,10 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     }
     parameters = trainer.parameter_count();
     arena_bytes = trainer.arena_bytes();
+    doc.memory = MemoryReport{static_cast<double>(arena_bytes), static_cast<double>(trainer.arena_unshared_bytes()),
+                              static_cast<double>(store.bytes()), std::nullopt};
     if (live) {
-      live->set_memory(static_cast<double>(arena_bytes), 3.0 * static_cast<double>(parameters) * sizeof(float));
+      live->set_memory(static_cast<double>(arena_bytes), static_cast<double>(store.bytes()));
     }
     const double macs = trainer.forward_macs_per_sample();
     doc.flops_per_sample = {2.0 * macs, 6.0 * macs};  // backward ≈ 2 × forward
@@ -691,6 +721,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     doc.message = e.what();
   }
   doc.end_time = rfc3339_utc_now();
+  if (doc.memory) doc.memory->peak_resident = peak_resident_bytes();
   if (live) live->finished(doc.state == CaseState::Succeeded);
   if (!reporter) {
     if (doc.state != CaseState::Succeeded) std::cerr << "dlbench-worker rank " << comm.rank() << ": " << doc.message << "\n";

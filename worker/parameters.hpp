@@ -42,6 +42,8 @@ class ParameterStore {
 
   const std::vector<Parameter*>& parameters() const { return parameters_; }
   std::int64_t count() const { return count_; }
+  // Values, gradients and momentum: three fp32 buffers of count() elements.
+  std::size_t bytes() const { return 3 * static_cast<std::size_t>(count_) * sizeof(float); }
   float* values() const { return values_.get(); }
   float* grads() const { return grads_.get(); }
   float* momentum() const { return momentum_.get(); }

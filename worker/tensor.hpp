@@ -46,6 +46,8 @@ struct Tensor {
   Shape shape;
   Layout layout = Layout::plain;
   DType dtype = DType::fp32;
+  // The arena buffer this tensor (or the tensor it is a view of) lives in; -1 if not the arena's.
+  std::int32_t buffer = -1;
 
   std::int64_t numel() const { return shape.numel(); }
   std::size_t bytes() const { return static_cast<std::size_t>(numel()) * sizeof(float); }

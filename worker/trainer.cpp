@@ -23,7 +23,7 @@ std::vector<float> nchw_to_nhwc(const std::vector<float>& nchw, const Shape& s) 
 }
 
 Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
-                 SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank)
+                 SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank, MemoryReuse reuse)
     : backend_(backend), network_(std::move(network)), sgd_(sgd), context_{backend, seed, 0, {}} {
   std::vector<Parameter*> params;
   network_->collect_parameters(params);
@@ -31,17 +31,17 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Sh
   parameters_.initialize(seed, backend_);
 
   input_ = activation(input, backend_.activation_layout());
-  arena_.request(input_);
+  arena_.request(input_);  // the batch lives across steps
   SetupContext setup{backend_, arena_, false};
-  const Shape logits = network_->setup(input, setup);
-  if (logits.rank != 2 || logits.c() != num_classes) {
-    throw std::invalid_argument("network output " + logits.to_string() + " is not (batch, " +
+  const Tensor logits = network_->setup(input_, setup);
+  if (logits.shape.rank != 2 || logits.shape.c() != num_classes) {
+    throw std::invalid_argument("network output " + logits.shape.to_string() + " is not (batch, " +
                                 std::to_string(num_classes) + ")");
   }
   loss_.setup(logits, setup);
   labels_storage_.shape = Shape(input.n());
   arena_.request(labels_storage_);
-  arena_.commit(backend_);
+  arena_.commit(backend_, reuse);
   network_->reset_state(backend_);
 
   // The synthetic batch: N(0, 1) pixels and uniform labels, generated once.

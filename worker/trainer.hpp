@@ -27,9 +27,11 @@ struct SgdConfig {
 class Trainer {
  public:
   // input: (batch, 3, image, image). Weights come from `seed`; the synthetic batch from
-  // `seed` and `data_rank` (ranks get different data, the same weights).
+  // `seed` and `data_rank` (ranks get different data, the same weights). Activation and
+  // gradient buffers share memory by lifetime unless `reuse` says otherwise.
   Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
-          SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0);
+          SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0,
+          MemoryReuse reuse = MemoryReuse::lifetime);
 
   // Replaces the batch with real data: pixels in input().layout (batch × 3 × image × image
   // floats) and one class index per sample, copied to the device before the next step.
@@ -61,7 +63,10 @@ class Trainer {
   const Tensor& input() const { return input_; }
   std::int64_t parameter_count() const { return parameters_.count(); }
   double forward_macs_per_sample() const { return network_->forward_macs_per_sample(); }
+  // Activation and gradient memory: what the plan allocates, and what it would take without reuse.
   std::size_t arena_bytes() const { return arena_.planned_bytes(); }
+  std::size_t arena_unshared_bytes() const { return arena_.unshared_bytes(); }
+  const Arena& arena() const { return arena_; }
   std::uint64_t steps_done() const { return context_.step; }
 
  private:

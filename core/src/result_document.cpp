@@ -141,6 +141,13 @@ json to_json(const ResultDocument& doc) {
   if (doc.throughput) out["throughput"] = throughput_to_json(*doc.throughput);
   if (doc.step_time_seconds) out["stepTimeSeconds"] = to_json(*doc.step_time_seconds);
   if (doc.input) out["input"] = input_report_to_json(*doc.input);
+  if (doc.memory) {
+    json memory{{"activationBytes", doc.memory->activations},
+                {"unsharedActivationBytes", doc.memory->unshared_activations},
+                {"parameterBytes", doc.memory->parameters}};
+    if (doc.memory->peak_resident) memory["peakResidentBytes"] = *doc.memory->peak_resident;
+    out["memory"] = std::move(memory);
+  }
   if (doc.peak_flops_per_device) out["peakFlopsPerDevice"] = *doc.peak_flops_per_device;
   if (doc.mfu) out["mfu"] = *doc.mfu;
   if (!doc.start_time.empty()) out["startTime"] = doc.start_time;
@@ -154,8 +161,8 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   if (!d.expect_object(document, "")) return d.finish(std::move(doc));
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "devices", "globalBatchSize",
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
-                                  "peakFlopsPerDevice", "mfu",
-                                  "stepTimeSeconds", "input", "environment", "startTime", "endTime"});
+                                  "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "environment",
+                                  "startTime", "endTime"});
   if (d.require(document, "", "schema", std::string("must be ") + kResultSchema)) {
     std::string schema;
     d.read_string(document, "", "schema", schema);
@@ -222,6 +229,23 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
     doc.step_time_seconds = decode_summary(d, *s, "stepTimeSeconds", {});
   }
   if (const json* i = Decoder::find(document, "input")) doc.input = decode_input_report(d, *i, "input");
+  if (const json* m = Decoder::find(document, "memory"); m != nullptr && d.expect_object(*m, "memory")) {
+    d.reject_unknown(*m, "memory", {"activationBytes", "unsharedActivationBytes", "parameterBytes", "peakResidentBytes"});
+    MemoryReport memory;
+    const auto read = [&](const char* key, double& out) {
+      if (const json* v = d.require(*m, "memory", key, "bytes")) {
+        if (auto x = d.measurement(*v, std::string("memory.") + key)) out = *x;
+      }
+    };
+    read("activationBytes", memory.activations);
+    read("unsharedActivationBytes", memory.unshared_activations);
+    read("parameterBytes", memory.parameters);
+    if (const json* v = Decoder::find(*m, "peakResidentBytes")) memory.peak_resident = d.measurement(*v, "memory.peakResidentBytes");
+    if (memory.activations > memory.unshared_activations) {
+      d.fail("memory.activationBytes", "exceeds unsharedActivationBytes: sharing memory cannot take more");
+    }
+    doc.memory = memory;
+  }
   if (const json* p = Decoder::find(document, "peakFlopsPerDevice")) {
     doc.peak_flops_per_device = d.measurement(*p, "peakFlopsPerDevice");
   }
@@ -284,6 +308,7 @@ std::string compact_result_document(const std::string& json_text, std::size_t li
   shrink([&] { doc["environment"].erase("hosts"); });
   shrink([&] { doc["environment"].erase("facts"); });
   shrink([&] { doc.erase("stepTimeSeconds"); });
+  shrink([&] { doc.erase("memory"); });
   shrink([&] {
     if (doc.contains("input")) {
       doc["input"].erase("waitSecondsPerStep");

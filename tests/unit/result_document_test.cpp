@@ -54,6 +54,28 @@ TEST(ResultDocument, RoundTrip) {
   EXPECT_EQ(to_json(*decoded.value), j);
 }
 
+TEST(ResultDocument, MemoryReportRoundTripsAndIsChecked) {
+  ResultDocument doc = sample_document();
+  doc.memory = MemoryReport{1.25e9, 4.0e9, 3.0e8, 2.1e9};
+  json j = to_json(doc);
+  EXPECT_EQ(j["memory"]["activationBytes"], 1.25e9);
+  EXPECT_EQ(j["memory"]["peakResidentBytes"], 2.1e9);
+  const auto decoded = decode_result_document(j);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(*decoded.value, doc);
+
+  j["memory"]["activationBytes"] = 5.0e9;  // more than with no sharing at all
+  j["memory"].erase("parameterBytes");
+  j["memory"]["spare"] = 1;
+  const auto bad = decode_result_document(j);
+  ASSERT_FALSE(bad.ok());
+  std::string errors;
+  for (const auto& e : bad.errors) errors += e.to_string() + "\n";
+  EXPECT_THAT(errors, ::testing::HasSubstr("memory.activationBytes: exceeds unsharedActivationBytes"));
+  EXPECT_THAT(errors, ::testing::HasSubstr("memory.parameterBytes: required"));
+  EXPECT_THAT(errors, ::testing::HasSubstr("memory.spare"));
+}
+
 TEST(ResultDocument, InputReportRoundTripsAndReachesTheStatus) {
   ResultDocument doc = sample_document();
   InputReport input;

@@ -45,7 +45,7 @@ class LayerProbe {
     x_ = activation(input, backend_.activation_layout());
     arena_.request(x_);
     SetupContext setup{backend_, arena_, true};
-    output_ = layer_->setup(input, setup);
+    output_ = layer_->setup(x_, setup).shape;
     r_ = activation(output_, backend_.activation_layout());
     arena_.request(r_);
     arena_.commit(backend_);
@@ -204,7 +204,7 @@ TEST(GradientCheck, SoftmaxCrossEntropy) {
   arena.request(logits);
   SetupContext setup{backend, arena, true};
   SoftmaxCrossEntropy loss;
-  loss.setup(logits.shape, setup);
+  loss.setup(logits, setup);
   arena.commit(backend);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);

@@ -83,6 +83,38 @@ TEST(WorkerCli, ResNet50WritesAValidResultWithThreeRepeats) {
   EXPECT_EQ(doc.environment.backend, "cpu");
   EXPECT_FALSE(doc.environment.onednn_version.empty());
   EXPECT_NEAR(doc.flops_per_sample.forward, 2 * 4.09e9 * (64.0 * 64.0) / (224.0 * 224.0), 0.05e9);
+  ASSERT_TRUE(doc.memory.has_value());
+  EXPECT_EQ(doc.memory->parameters, 3.0 * 25'557'032 * 4);
+  EXPECT_GT(doc.memory->activations, 0.0);
+  EXPECT_LT(doc.memory->activations, 0.4 * doc.memory->unshared_activations);
+  ASSERT_TRUE(doc.memory->peak_resident.has_value());
+  EXPECT_GT(*doc.memory->peak_resident, doc.memory->activations + doc.memory->parameters);
+}
+
+// --memory-plan none gives every buffer its own memory: the same losses, more memory.
+TEST(WorkerCli, MemoryPlanNoneTrainsTheSameWithMoreMemory) {
+  const std::string args = "--model resnet50 --image-size 32 --batch-size 2 --warmup-steps 1 --measure-steps 2 "
+                           "--repeats 1 --output ";
+  const Outcome planned = worker(args + "planned.json");
+  const Outcome unshared = worker(args + "unshared.json --memory-plan none");
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  ASSERT_EQ(unshared.exit_code, 0) << unshared.err;
+  const ResultDocument a = decoded(slurp(scratch() / "planned.json"));
+  const ResultDocument b = decoded(slurp(scratch() / "unshared.json"));
+  ASSERT_TRUE(a.memory && b.memory);
+  EXPECT_EQ(a.memory->unshared_activations, b.memory->unshared_activations);
+  EXPECT_EQ(b.memory->activations, b.memory->unshared_activations);
+  EXPECT_LT(a.memory->activations, b.memory->activations);
+  // The loss after the repeat, from the table, is the same to the printed digit.
+  const auto loss = [](const std::string& table) {
+    const auto row = table.find("\n       1 ");
+    return row == std::string::npos ? std::string() : table.substr(row, table.find('\n', row + 1) - row);
+  };
+  EXPECT_FALSE(loss(planned.out).empty()) << planned.out;
+  EXPECT_EQ(loss(planned.out).substr(30), loss(unshared.out).substr(30)) << planned.out << unshared.out;
+  const Outcome bad = worker("--memory-plan greedy");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--memory-plan: \"greedy\" is not one of lifetime, none"));
 }
 
 TEST(WorkerCli, ATakenMetricsPortCostsTheMetricsNotTheMeasurement) {

@@ -52,41 +52,44 @@ memory mem(const memory::desc& md, const dnnl::engine& engine, const void* data)
 
 // Keeps a parameter in its canonical layout and gives a kernel the format it asked for:
 // reorders user → kernel before use (weights) or kernel → user after (weight gradients).
+// The kernel-format copy lives only during one call, so every layer uses the backend's one
+// scratch buffer instead of keeping copies of its own (the model's weights, up to three times).
 class WeightFormat {
  public:
-  WeightFormat(const dnnl::engine& engine, const memory::desc& user, const memory::desc& kernel)
-      : engine_(engine), user_(user), kernel_(kernel), needed_(user != kernel) {
+  WeightFormat(CpuBackend& backend, const memory::desc& user, const memory::desc& kernel)
+      : backend_(backend), user_(user), kernel_(kernel), needed_(user != kernel) {
     if (!needed_) return;
-    buffer_.assign(kernel.get_size() / sizeof(float) + 1, 0.0f);
-    const memory a = mem(user, engine, nullptr);
-    const memory b = mem(kernel, engine, nullptr);
+    backend_.reserve_weight_scratch(kernel.get_size());
+    const memory a = mem(user, backend_.engine(), nullptr);
+    const memory b = mem(kernel, backend_.engine(), nullptr);
     to_kernel_ = DLBENCH_DNNL_CALL(dnnl::reorder(a, b));
     to_user_ = DLBENCH_DNNL_CALL(dnnl::reorder(b, a));
   }
 
-  // A kernel-format view of user-format weights.
+  // A kernel-format view of user-format weights, valid until the next use of the scratch.
   memory in(dnnl::stream& stream, const float* user_data) {
-    if (!needed_) return mem(user_, engine_, user_data);
-    memory user = mem(user_, engine_, user_data);
-    memory kernel = mem(kernel_, engine_, buffer_.data());
+    if (!needed_) return mem(user_, backend_.engine(), user_data);
+    memory user = mem(user_, backend_.engine(), user_data);
+    memory kernel = mem(kernel_, backend_.engine(), backend_.weight_scratch());
     to_kernel_.execute(stream, user, kernel);
     return kernel;
   }
   // Where a kernel writes gradients; finish() moves them to user format.
-  memory out(float* user_data) { return needed_ ? mem(kernel_, engine_, buffer_.data()) : mem(user_, engine_, user_data); }
+  memory out(float* user_data) {
+    return needed_ ? mem(kernel_, backend_.engine(), backend_.weight_scratch()) : mem(user_, backend_.engine(), user_data);
+  }
   void finish(dnnl::stream& stream, float* user_data) {
     if (!needed_) return;
-    memory kernel = mem(kernel_, engine_, buffer_.data());
-    memory user = mem(user_, engine_, user_data);
+    memory kernel = mem(kernel_, backend_.engine(), backend_.weight_scratch());
+    memory user = mem(user_, backend_.engine(), user_data);
     to_user_.execute(stream, kernel, user);
   }
 
  private:
-  dnnl::engine engine_;
+  CpuBackend& backend_;
   memory::desc user_;
   memory::desc kernel_;
   bool needed_;
-  std::vector<float> buffer_;
   dnnl::reorder to_kernel_;
   dnnl::reorder to_user_;
 };
@@ -108,9 +111,9 @@ class WeightedPrimitives {
         fwd_(fwd_pd),
         bwd_data_(bwd_data_pd),
         bwd_weights_(bwd_weights_pd),
-        fwd_weights_(backend.engine(), weights_user, fwd_pd.weights_desc()),
-        bwd_data_weights_(backend.engine(), weights_user, bwd_data_pd.weights_desc()),
-        diff_weights_(backend.engine(), weights_user, bwd_weights_pd.diff_weights_desc()) {}
+        fwd_weights_(backend, weights_user, fwd_pd.weights_desc()),
+        bwd_data_weights_(backend, weights_user, bwd_data_pd.weights_desc()),
+        diff_weights_(backend, weights_user, bwd_weights_pd.diff_weights_desc()) {}
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
     auto& s = b_.stream();
@@ -374,6 +377,13 @@ CpuBackend::~CpuBackend() = default;
 std::string CpuBackend::version_info() const {
   const dnnl_version_t* v = dnnl_version();
   return "onednn=" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+void CpuBackend::reserve_weight_scratch(std::size_t bytes) {
+  if (bytes > weight_scratch_bytes_) {
+    weight_scratch_ = allocate(bytes);
+    weight_scratch_bytes_ = bytes;
+  }
 }
 
 int CpuBackend::threads() const { return omp_get_max_threads(); }

@@ -43,7 +43,14 @@ class CpuBackend final : public Backend {
   const dnnl::engine& engine() const { return engine_; }
   dnnl::stream& stream() { return stream_; }
 
+  // One buffer for weights (or their gradients) in a kernel's format during one call: ops
+  // reserve their size at setup and fetch the pointer each call (it moves while it grows).
+  void reserve_weight_scratch(std::size_t bytes);
+  float* weight_scratch() const { return static_cast<float*>(weight_scratch_.get()); }
+
  private:
+  std::shared_ptr<void> weight_scratch_;
+  std::size_t weight_scratch_bytes_ = 0;
   dnnl::engine engine_;
   dnnl::stream stream_;
 };

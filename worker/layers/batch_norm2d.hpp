@@ -23,16 +23,26 @@ class BatchNorm2d final : public Layer {
     out.push_back(&beta_);
   }
 
-  Shape setup(const Shape& input, SetupContext& ctx) override {
-    op_ = ctx.backend.make_batch_norm({input, epsilon_});
+  Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    op_ = ctx.backend.make_batch_norm({input.shape, epsilon_});
     const Layout layout = ctx.backend.activation_layout();
-    y_ = activation(input, layout);
-    dx_ = activation(input, layout);
-    for (Tensor* t : {&batch_mean_, &batch_var_, &running_mean_, &running_var_}) t->shape = Shape(channels_);
-    for (Tensor* t : {&y_, &dx_, &batch_mean_, &batch_var_, &running_mean_, &running_var_}) ctx.arena.request(*t);
-    const auto per_channel = static_cast<double>(input.n() * input.h() * input.w());
+    const Tick t = ctx.arena.next_tick();
+    ctx.arena.read(input, t);
+    ctx.arena.read(input, t.mirrored());
+    y_ = activation(input.shape, layout);
+    dx_ = activation(input.shape, layout);
+    for (Tensor* s : {&batch_mean_, &batch_var_, &running_mean_, &running_var_}) s->shape = Shape(channels_);
+    ctx.arena.request(y_, t);
+    for (Tensor* s : {&batch_mean_, &batch_var_}) {
+      ctx.arena.request(*s, t);
+      ctx.arena.read(*s, t.mirrored());
+    }
+    ctx.arena.request(running_mean_);  // state across steps
+    ctx.arena.request(running_var_);
+    ctx.request_input_grad(dx_, t.mirrored());
+    const auto per_channel = static_cast<double>(input.shape.n() * input.shape.h() * input.shape.w());
     unbias_ = per_channel > 1 ? static_cast<float>(per_channel / (per_channel - 1)) : 1.0f;
-    return input;
+    return y_;
   }
 
   void reset_state(Backend& backend) override {

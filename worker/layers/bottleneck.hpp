@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "layers/batch_norm2d.hpp"
 #include "layers/conv2d.hpp"
@@ -39,18 +40,45 @@ class Bottleneck final : public Layer {
     if (shortcut_) shortcut_->collect_parameters(out);
   }
 
-  Shape setup(const Shape& input, SetupContext& ctx) override {
-    const Shape out = main_.setup(input, ctx);
-    if (shortcut_) shortcut_->setup(input, ctx);
+  // Ticks: head h (its backward sums the branches' input gradients), the shortcut's, the main
+  // branch's, then tail t (add and ReLU; its backward is the ReLU's). Forward runs the
+  // shortcut first so that backward, which mirrors it, runs the main branch first.
+  Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    const std::optional<Tick> outer_reader = ctx.input_grad_reader;
+    const bool outer_needs_grad = ctx.input_grad_needed;
+    const Tick h = ctx.arena.next_tick();
+    ctx.input_grad_needed = true;
+    ctx.input_grad_reader = h.mirrored();
+    Tensor short_out = input;
+    std::optional<Tick> shortcut_last;
+    if (shortcut_) {
+      short_out = shortcut_->setup(input, ctx);
+      shortcut_last = ctx.arena.last_tick();
+    }
+    const Tensor main_out = main_.setup(input, ctx);
+    const Tick main_last = *ctx.arena.last_tick();
+    ctx.input_grad_needed = outer_needs_grad;
+    ctx.input_grad_reader = outer_reader;
+
+    const Shape out = main_out.shape;
     add_ = ctx.backend.make_add(out);
-    add_grad_ = ctx.backend.make_add(input);
+    add_grad_ = ctx.backend.make_add(input.shape);
     relu_ = ctx.backend.make_relu(out);
     const Layout layout = ctx.backend.activation_layout();
+    const Tick t = ctx.arena.next_tick();
+    ctx.arena.read(main_out, t);
+    ctx.arena.read(short_out, t);
     y_ = activation(out, layout);
+    ctx.arena.request(y_, t);
+    ctx.arena.read(y_, t.mirrored());  // the ReLU's backward reads its output
+    // dsum is read by both branches' last layers, and by the sum at h if the shortcut is x.
     dsum_ = activation(out, layout);
-    dx_ = activation(input, layout);
-    for (Tensor* t : {&y_, &dsum_, &dx_}) ctx.arena.request(*t);
-    return out;
+    ctx.arena.request(dsum_, t.mirrored());
+    ctx.arena.read(dsum_, main_last.mirrored());
+    ctx.arena.read(dsum_, shortcut_last ? shortcut_last->mirrored() : h.mirrored());
+    dx_ = activation(input.shape, layout);
+    ctx.request_input_grad(dx_, h.mirrored());
+    return y_;
   }
   void reset_state(Backend& backend) override {
     main_.reset_state(backend);
@@ -58,8 +86,8 @@ class Bottleneck final : public Layer {
   }
 
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
-    const Tensor& main_out = main_.forward(x, ctx);
     const Tensor& short_out = shortcut_ ? shortcut_->forward(x, ctx) : x;
+    const Tensor& main_out = main_.forward(x, ctx);
     add_->forward(main_out, short_out, y_);
     relu_->forward(y_, y_);
     return y_;
@@ -67,7 +95,7 @@ class Bottleneck final : public Layer {
 
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
     relu_->backward(y_, dy, dsum_);
-    // Both branches read dsum; their input gradients are summed.
+    // Both branches read dsum; their input gradients are summed. The reverse of forward's order.
     const Tensor& dx_main = main_.backward(dsum_, ctx);
     const Tensor& dx_short = shortcut_ ? shortcut_->backward(dsum_, ctx) : dsum_;
     add_grad_->forward(dx_main, dx_short, dx_);

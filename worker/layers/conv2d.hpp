@@ -23,18 +23,21 @@ class Conv2d final : public Layer {
     if (has_bias_) out.push_back(&bias_);
   }
 
-  Shape setup(const Shape& input, SetupContext& ctx) override {
-    config_ = {input, out_, kernel_, stride_, padding_, has_bias_};
+  Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    config_ = {input.shape, out_, kernel_, stride_, padding_, has_bias_};
     op_ = ctx.backend.make_conv2d(config_);
     const Layout layout = ctx.backend.activation_layout();
+    const Tick t = ctx.arena.next_tick();
+    ctx.arena.read(input, t);
+    ctx.arena.read(input, t.mirrored());  // weight gradients
     y_ = activation(config_.output(), layout);
-    ctx.arena.request(y_);
+    ctx.arena.request(y_, t);
     input_grad_ = ctx.input_grad_needed;
     if (input_grad_) {
-      dx_ = activation(input, layout);
-      ctx.arena.request(dx_);
+      dx_ = activation(input.shape, layout);
+      ctx.request_input_grad(dx_, t.mirrored());
     }
-    return config_.output();
+    return y_;
   }
 
   const Tensor& forward(const Tensor& x, StepContext&) override {

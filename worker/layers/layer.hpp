@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,11 +15,32 @@
 
 namespace dlbench::worker {
 
+// Setup is a symbolic forward pass: each layer takes the input's description (shape, layout
+// and arena buffer), creates its ops, requests its buffers with their lifetimes (Arena) and
+// returns its output's description.
+//
+// Lifetimes follow one rule: a layer that takes tick t does its forward work at t and its
+// backward work at t.mirrored(). It declares what it reads then (its input, saved state), and
+// the buffers it writes. The gradient of its input is read by whoever runs next in backward:
+// `input_grad_reader`, which the enclosing layer sets. A layer whose backward returns dy itself
+// as dx (a view, like Flatten) takes no tick, so that dy lives until its real reader.
 struct SetupContext {
   Backend& backend;
   Arena& arena;
   // False for the first layer: nothing upstream wants dx, so it is neither stored nor computed.
   bool input_grad_needed = true;
+  // When the gradient of this layer's input is last read; none: kept to the step's end.
+  std::optional<Tick> input_grad_reader = std::nullopt;
+
+  // A buffer this layer's input gradient goes into, written at `written`.
+  void request_input_grad(Tensor& dx, Tick written) {
+    arena.request(dx, written);
+    if (input_grad_reader) {
+      arena.read(dx, *input_grad_reader);
+    } else {
+      arena.keep_until_step_end(dx);
+    }
+  }
 };
 
 struct StepContext {
@@ -39,8 +61,8 @@ class Layer {
   virtual ~Layer() = default;
   virtual std::string kind() const = 0;
   virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }
-  // Creates ops and requests buffers; returns the output shape.
-  virtual Shape setup(const Shape& input, SetupContext& ctx) = 0;
+  // Creates ops and requests buffers with their lifetimes; returns the output's description.
+  virtual Tensor setup(const Tensor& input, SetupContext& ctx) = 0;
   // After the arena is committed: state that must start at a value (running variance = 1).
   virtual void reset_state(Backend& backend) { (void)backend; }
   virtual const Tensor& forward(const Tensor& x, StepContext& ctx) = 0;

@@ -23,16 +23,19 @@ class Linear final : public Layer {
     out.push_back(&bias_);
   }
 
-  Shape setup(const Shape& input, SetupContext& ctx) override {
-    op_ = ctx.backend.make_linear({input.n(), in_, out_, true});
-    y_ = activation(Shape(input.n(), out_), Layout::plain);
-    ctx.arena.request(y_);
+  Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    op_ = ctx.backend.make_linear({input.shape.n(), in_, out_, true});
+    const Tick t = ctx.arena.next_tick();
+    ctx.arena.read(input, t);
+    ctx.arena.read(input, t.mirrored());  // weight gradients
+    y_ = activation(Shape(input.shape.n(), out_), Layout::plain);
+    ctx.arena.request(y_, t);
     input_grad_ = ctx.input_grad_needed;
     if (input_grad_) {
-      dx_ = activation(input, Layout::plain);
-      ctx.arena.request(dx_);
+      dx_ = activation(input.shape, Layout::plain);
+      ctx.request_input_grad(dx_, t.mirrored());
     }
-    return y_.shape;
+    return y_;
   }
 
   const Tensor& forward(const Tensor& x, StepContext&) override {
@@ -62,9 +65,12 @@ class Linear final : public Layer {
 class Flatten final : public Layer {
  public:
   std::string kind() const override { return "Flatten"; }
-  Shape setup(const Shape& input, SetupContext&) override {
-    input_ = input;
-    return Shape(input.n(), input.numel() / input.n());
+  Tensor setup(const Tensor& input, SetupContext&) override {  // a view: takes no tick
+    input_ = input.shape;
+    Tensor out = input;
+    out.shape = Shape(input_.n(), input_.numel() / input_.n());
+    out.layout = Layout::plain;
+    return out;
   }
   const Tensor& forward(const Tensor& x, StepContext&) override {
     y_ = x;
@@ -91,12 +97,15 @@ class Dropout final : public Layer {
  public:
   explicit Dropout(float p, std::uint64_t salt) : p_(p), salt_(salt) {}
   std::string kind() const override { return "Dropout"; }
-  Shape setup(const Shape& input, SetupContext& ctx) override {
-    for (Tensor* t : {&y_, &mask_, &dx_}) {
-      *t = activation(input, ctx.backend.activation_layout());
-      ctx.arena.request(*t);
-    }
-    return input;
+  Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    for (Tensor* t : {&y_, &mask_, &dx_}) *t = activation(input.shape, ctx.backend.activation_layout());
+    const Tick t = ctx.arena.next_tick();
+    ctx.arena.read(input, t);
+    ctx.arena.request(y_, t);
+    ctx.arena.request(mask_, t);
+    ctx.arena.read(mask_, t.mirrored());
+    ctx.request_input_grad(dx_, t.mirrored());
+    return y_;
   }
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
     const std::uint64_t seed = (ctx.seed * 0x100000001B3ull) ^ (ctx.step * 0x9E3779B97F4A7C15ull) ^ salt_;

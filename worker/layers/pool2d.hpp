@@ -14,21 +14,26 @@ class Pool2d final : public Layer {
 
   std::string kind() const override { return kind_ == PoolKind::max ? "MaxPool2d" : "AvgPool2d"; }
 
-  Shape setup(const Shape& input, SetupContext& ctx) override {
-    PoolConfig config{input, kind_, kernel_, stride_, padding_};
+  Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    PoolConfig config{input.shape, kind_, kernel_, stride_, padding_};
     if (global_) {
-      config.kernel = input.h();
+      config.kernel = input.shape.h();
       config.stride = 1;
     }
     op_ = ctx.backend.make_pool(config);
     const Layout layout = ctx.backend.activation_layout();
+    const Tick t = ctx.arena.next_tick();
+    ctx.arena.read(input, t);  // backward needs only the workspace (max) or nothing (average)
     y_ = activation(config.output(), layout);
-    dx_ = activation(input, layout);
+    dx_ = activation(input.shape, layout);
     workspace_.shape = Shape(static_cast<std::int64_t>((op_->workspace_bytes() + sizeof(float) - 1) / sizeof(float)));
-    ctx.arena.request(y_);
-    ctx.arena.request(dx_);
-    if (workspace_.numel() > 0) ctx.arena.request(workspace_);
-    return config.output();
+    ctx.arena.request(y_, t);
+    ctx.request_input_grad(dx_, t.mirrored());
+    if (workspace_.numel() > 0) {
+      ctx.arena.request(workspace_, t);
+      ctx.arena.read(workspace_, t.mirrored());
+    }
+    return y_;
   }
 
   const Tensor& forward(const Tensor& x, StepContext&) override {
@@ -55,17 +60,18 @@ class AdaptiveAvgPool2d final : public Layer {
   AdaptiveAvgPool2d(std::int64_t height, std::int64_t width) : height_(height), width_(width) {}
   std::string kind() const override { return "AdaptiveAvgPool2d"; }
 
-  Shape setup(const Shape& input, SetupContext& ctx) override {
-    identity_ = input.h() == height_ && input.w() == width_;
-    const Shape out(input.n(), input.c(), height_, width_);
-    if (!identity_) {
-      const Layout layout = ctx.backend.activation_layout();
-      y_ = activation(out, layout);
-      dx_ = activation(input, layout);
-      ctx.arena.request(y_);
-      ctx.arena.request(dx_);
-    }
-    return out;
+  Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    identity_ = input.shape.h() == height_ && input.shape.w() == width_;
+    if (identity_) return input;  // a view: takes no tick
+    const Shape out(input.shape.n(), input.shape.c(), height_, width_);
+    const Layout layout = ctx.backend.activation_layout();
+    const Tick t = ctx.arena.next_tick();
+    ctx.arena.read(input, t);
+    y_ = activation(out, layout);
+    dx_ = activation(input.shape, layout);
+    ctx.arena.request(y_, t);
+    ctx.request_input_grad(dx_, t.mirrored());
+    return y_;
   }
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
     if (identity_) return x;

@@ -12,11 +12,14 @@ class ReLU final : public Layer {
  public:
   std::string kind() const override { return "ReLU"; }
 
-  Shape setup(const Shape& input, SetupContext& ctx) override {
-    op_ = ctx.backend.make_relu(input);
-    dx_ = activation(input, ctx.backend.activation_layout());
-    ctx.arena.request(dx_);
-    return input;
+  Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    op_ = ctx.backend.make_relu(input.shape);
+    const Tick t = ctx.arena.next_tick();
+    ctx.arena.read(input, t);
+    ctx.arena.read(input, t.mirrored());  // backward reads the output, which is the input's buffer
+    dx_ = activation(input.shape, ctx.backend.activation_layout());
+    ctx.request_input_grad(dx_, t.mirrored());
+    return input;  // in place
   }
 
   const Tensor& forward(const Tensor& x, StepContext&) override {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "layers/layer.hpp"
@@ -23,15 +24,22 @@ class Sequential final : public Layer {
   void collect_parameters(std::vector<Parameter*>& out) override {
     for (auto& l : layers_) l->collect_parameters(out);
   }
-  Shape setup(const Shape& input, SetupContext& ctx) override {
-    Shape shape = input;
+  Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    Tensor out = input;
     const bool first_needs_grad = ctx.input_grad_needed;
+    const std::optional<Tick> outer_reader = ctx.input_grad_reader;
+    const std::optional<Tick> before = ctx.arena.last_tick();
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       ctx.input_grad_needed = i == 0 ? first_needs_grad : true;
-      shape = layers_[i]->setup(shape, ctx);
+      // Layer i's input gradient is read by the backward of the last tick taken before it in
+      // here; if only views came before, by whoever reads this Sequential's input gradient.
+      const std::optional<Tick> last = ctx.arena.last_tick();
+      ctx.input_grad_reader = last != before ? std::optional<Tick>(last->mirrored()) : outer_reader;
+      out = layers_[i]->setup(out, ctx);
     }
     ctx.input_grad_needed = first_needs_grad;
-    return shape;
+    ctx.input_grad_reader = outer_reader;
+    return out;
   }
   void reset_state(Backend& backend) override {
     for (auto& l : layers_) l->reset_state(backend);

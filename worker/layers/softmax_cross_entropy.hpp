@@ -9,9 +9,19 @@ namespace dlbench::worker {
 // The loss: mean softmax cross-entropy over the batch, and its gradient for the logits.
 class SoftmaxCrossEntropy {
  public:
-  void setup(const Shape& logits, SetupContext& ctx) {
-    dlogits_ = activation(logits, Layout::plain);
-    ctx.arena.request(dlogits_);
+  // After the network's setup: the loss takes the last forward tick, and the network's last
+  // layer reads dlogits first thing in backward.
+  void setup(const Tensor& logits, SetupContext& ctx) {
+    const std::optional<Tick> last_layer = ctx.arena.last_tick();
+    const Tick t = ctx.arena.next_tick();
+    ctx.arena.read(logits, t);
+    dlogits_ = activation(logits.shape, Layout::plain);
+    ctx.arena.request(dlogits_, t);
+    if (last_layer) {
+      ctx.arena.read(dlogits_, last_layer->mirrored());
+    } else {
+      ctx.arena.keep_until_step_end(dlogits_);
+    }
   }
   float forward_backward(const Tensor& logits, const std::int32_t* labels, Backend& backend) {
     return backend.softmax_cross_entropy(logits, labels, dlogits_);

@@ -50,6 +50,19 @@ struct FlopsPerSample {
   bool operator==(const FlopsPerSample&) const = default;
 };
 
+// Memory of one device's training step, in bytes. Activations are the forward outputs and
+// their gradients, which dlbench-worker plans by lifetime (memory shared once a buffer's last
+// reader has run); `unsharedActivations` is what they would take with no sharing. Parameters
+// are the fp32 master weights, their gradients and the optimizer state. `peakResident` is the
+// process's peak resident set (host memory; on the CPU backend, everything).
+struct MemoryReport {
+  double activations = 0;
+  double unshared_activations = 0;
+  double parameters = 0;
+  std::optional<double> peak_resident;
+  bool operator==(const MemoryReport&) const = default;
+};
+
 struct ResultDocument {
   std::string run;  // the BenchmarkRun's name, when the worker knows it
   Model model = Model::resnet50;
@@ -66,6 +79,7 @@ struct ResultDocument {
   std::optional<Throughput> throughput;            // Succeeded: one entry per repeat
   std::optional<SampleSummary> step_time_seconds;  // over every measured step
   std::optional<InputReport> input;                // data.source imagefolder
+  std::optional<MemoryReport> memory;              // engine: native
   // Model FLOPs utilization on a GPU whose peak is known: modelFlopsPerSample.training × the
   // reported throughput / (peakFlopsPerDevice × devices).
   std::optional<double> peak_flops_per_device;

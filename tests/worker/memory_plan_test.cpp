@@ -1,0 +1,236 @@
+// The memory plan: buffers share memory only when their lifetimes do not overlap, and a
+// training step with shared memory computes exactly what it computes with none shared. A
+// lifetime that ends too early lets a later buffer overwrite data still to be read, and the
+// trajectories part; one that never ends wastes memory, which the size checks catch.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cpu/cpu_backend.hpp"
+#include "layers/batch_norm2d.hpp"
+#include "layers/bottleneck.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/linear.hpp"
+#include "layers/pool2d.hpp"
+#include "layers/relu.hpp"
+#include "models/model.hpp"
+#include "tracing_backend.hpp"
+#include "trainer.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+bool overlap(const Arena::Placement& a, const Arena::Placement& b) {
+  const bool in_time = a.first <= b.last && b.first <= a.last;
+  const bool in_memory = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+  return in_time && in_memory && a.bytes > 0 && b.bytes > 0;
+}
+
+void expect_no_conflicts(const Arena& arena) {
+  const auto placements = arena.placements();
+  for (std::size_t i = 0; i < placements.size(); ++i) {
+    for (std::size_t j = i + 1; j < placements.size(); ++j) {
+      ASSERT_FALSE(overlap(placements[i], placements[j]))
+          << "buffers " << i << " [" << placements[i].first << ", " << placements[i].last << "] and " << j << " ["
+          << placements[j].first << ", " << placements[j].last << "] share memory while both are live";
+    }
+  }
+}
+
+TEST(MemoryPlan, TicksMirrorAndLifetimesDecideSharing) {
+  CpuBackend backend(1);
+  Arena arena;
+  Tensor persistent = activation(Shape(1000), Layout::plain);
+  Tensor a = activation(Shape(1000), Layout::plain), b = a, c = a, d = activation(Shape(2000), Layout::plain);
+  arena.request(persistent);
+  const Tick t0 = arena.next_tick(), t1 = arena.next_tick(), t2 = arena.next_tick();
+  arena.request(a, t0);
+  arena.read(a, t1);  // a: forward 0..1
+  arena.request(b, t2);
+  arena.read(b, t0.mirrored());  // b: forward 2 .. backward 0, the last moment of the step
+  arena.request(c, t2.mirrored());
+  arena.read(c, t1.mirrored());  // c: backward 2..1, after a died
+  arena.request(d, t1);          // d: read by nobody: one moment
+  arena.commit(backend, MemoryReuse::lifetime);
+  expect_no_conflicts(arena);
+
+  const auto p = arena.placements();
+  // Three ticks: forward 0, 1, 2 are moments 0, 1, 2; backward 2, 1, 0 are moments 4, 5, 6.
+  EXPECT_EQ(p[1].first, 0);
+  EXPECT_EQ(p[1].last, 1);
+  EXPECT_EQ(p[2].first, 2);
+  EXPECT_EQ(p[2].last, 6);
+  EXPECT_EQ(p[3].first, 4);
+  EXPECT_EQ(p[3].last, 5);
+  EXPECT_EQ(p[4].first, 1);
+  EXPECT_EQ(p[4].last, 1);
+  EXPECT_LT(p[0].first, 0);  // the whole step
+  EXPECT_GT(p[0].last, 6);
+  EXPECT_EQ(c.data, a.data) << "c starts after a's last read: same memory";
+  EXPECT_NE(b.data, a.data);
+  EXPECT_NE(b.data, c.data);
+  // Live at moment 1: persistent, a and d (4 kB + 4 kB + 8 kB).
+  EXPECT_EQ(arena.peak_live_bytes(), 4032u + 4032u + 8000u);
+  EXPECT_EQ(arena.planned_bytes(), arena.peak_live_bytes());
+  EXPECT_LT(arena.planned_bytes(), arena.unshared_bytes());
+}
+
+TEST(MemoryPlan, WithoutReuseEveryBufferHasItsOwnMemory) {
+  CpuBackend backend(1);
+  Arena arena;
+  Tensor a = activation(Shape(10), Layout::plain), b = a;
+  const Tick t0 = arena.next_tick(), t1 = arena.next_tick();
+  arena.request(a, t0);
+  arena.request(b, t1);
+  arena.commit(backend, MemoryReuse::none);
+  EXPECT_NE(a.data, b.data);
+  EXPECT_EQ(arena.planned_bytes(), arena.unshared_bytes());
+  EXPECT_THROW(arena.next_tick(), std::logic_error);
+}
+
+// Every layer kind in one network: strided and identity bottlenecks, both pools, an adaptive
+// pool that is a view and one that is not, flatten, dropout and linear layers.
+std::unique_ptr<Sequential> every_layer_kind() {
+  auto net = std::make_unique<Sequential>();
+  net->add<Conv2d>(3, 16, 3, 1, 1);
+  net->add<BatchNorm2d>(16);
+  net->add<ReLU>();
+  net->add<Pool2d>(PoolKind::max, 3, 2, 1);
+  net->add<Bottleneck>(16, 8, 2);
+  net->add<Bottleneck>(32, 8, 1);
+  net->add<AdaptiveAvgPool2d>(4, 4);
+  net->add<AdaptiveAvgPool2d>(3, 3);
+  net->add<Pool2d>(PoolKind::average, 2, 1);
+  net->add<Flatten>();
+  net->add<Dropout>(0.25f, 1);
+  net->add<Linear>(32 * 2 * 2, 24);
+  net->add<ReLU>();
+  net->add<Linear>(24, 10);
+  return net;
+}
+
+struct Trajectory {
+  std::vector<float> losses;
+  std::vector<float> weights;
+  std::size_t arena_bytes = 0;
+};
+
+Trajectory train(std::unique_ptr<Sequential> net, const Shape& input, std::int64_t classes, MemoryReuse reuse,
+                 int steps, Arena const** arena_out = nullptr, std::unique_ptr<Trainer>* keep = nullptr) {
+  static CpuBackend backend(2);
+  auto trainer = std::make_unique<Trainer>(backend, std::move(net), input, classes, SgdConfig{0.001f, 0.9f, 1e-4f}, 5,
+                                           0, reuse);
+  Trajectory out;
+  for (int i = 0; i < steps; ++i) out.losses.push_back(trainer->step());
+  const float* values = trainer->parameters().values();
+  out.weights.assign(values, values + trainer->parameter_count());
+  out.arena_bytes = trainer->arena_bytes();
+  if (arena_out != nullptr) *arena_out = &trainer->arena();
+  if (keep != nullptr) *keep = std::move(trainer);
+  return out;
+}
+
+void expect_same_bits(const Trajectory& shared, const Trajectory& unshared) {
+  ASSERT_EQ(shared.losses.size(), unshared.losses.size());
+  for (std::size_t i = 0; i < shared.losses.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&shared.losses[i], &unshared.losses[i], sizeof(float)), 0)
+        << "step " << i << ": loss " << shared.losses[i] << " with shared memory, " << unshared.losses[i] << " without";
+  }
+  ASSERT_EQ(shared.weights.size(), unshared.weights.size());
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < shared.weights.size(); ++i) differing += shared.weights[i] != unshared.weights[i];
+  EXPECT_EQ(differing, 0u) << "weights differ after " << shared.losses.size() << " steps";
+}
+
+// The plan against the truth: a traced step with every buffer in its own memory shows when
+// each buffer is really first and last touched; any two buffers the plan puts in the same
+// memory must never be in use at the same time. This checks every lifetime declaration,
+// including those whose mistakes happen not to change the numbers.
+void expect_plan_respects_real_use(const std::function<std::unique_ptr<Sequential>()>& build, const Shape& input,
+                                   std::int64_t classes) {
+  CpuBackend cpu(2);
+  TracingBackend tracer(cpu);
+  Trainer traced(tracer, build(), input, classes, SgdConfig{}, 5, 0, MemoryReuse::none);
+  traced.step();  // the first step differs (momentum buffers start at the gradient)
+  tracer.calls.clear();
+  traced.step();
+  const auto unshared = traced.arena().placements();
+  std::vector<std::pair<std::size_t, std::size_t>> used(unshared.size(), {SIZE_MAX, 0});  // [first, last] call
+  for (std::size_t call = 0; call < tracer.calls.size(); ++call) {
+    for (const void* address : tracer.calls[call]) {
+      const std::int32_t id = traced.arena().buffer_at(address);
+      if (id < 0) continue;  // parameters, host memory
+      auto& [first, last] = used[static_cast<std::size_t>(id)];
+      first = std::min(first, call);
+      last = std::max(last, call);
+    }
+  }
+  ASSERT_GT(tracer.calls.size(), 10u);
+
+  Trainer planned(cpu, build(), input, classes, SgdConfig{}, 5, 0, MemoryReuse::lifetime);
+  const auto shared = planned.arena().placements();
+  ASSERT_EQ(shared.size(), unshared.size());
+  std::size_t sharing_pairs = 0;
+  for (std::size_t i = 0; i < shared.size(); ++i) {
+    for (std::size_t j = i + 1; j < shared.size(); ++j) {
+      const bool same_memory = shared[i].offset < shared[j].offset + shared[j].bytes &&
+                               shared[j].offset < shared[i].offset + shared[i].bytes && shared[i].bytes > 0 &&
+                               shared[j].bytes > 0;
+      if (!same_memory || used[i].first == SIZE_MAX || used[j].first == SIZE_MAX) continue;
+      ++sharing_pairs;
+      ASSERT_TRUE(used[i].second < used[j].first || used[j].second < used[i].first)
+          << "buffers " << i << " and " << j << " share memory but are in use at calls [" << used[i].first << ", "
+          << used[i].second << "] and [" << used[j].first << ", " << used[j].second << "] of " << tracer.calls.size();
+    }
+  }
+  EXPECT_GT(sharing_pairs, 0u);
+}
+
+TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKind) {
+  expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10);
+}
+TEST(MemoryPlan, PlanRespectsRealUse_ResNet50) {
+  expect_plan_respects_real_use([] { return build_model("resnet50", 10); }, Shape(2, 3, 32, 32), 10);
+}
+TEST(MemoryPlan, PlanRespectsRealUse_AlexNet) {
+  expect_plan_respects_real_use([] { return build_model("alexnet", 10); }, Shape(2, 3, 63, 63), 10);
+}
+
+TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_EveryLayerKind) {
+  const Shape input(4, 3, 16, 16);
+  std::unique_ptr<Trainer> trainer;
+  const Arena* arena = nullptr;
+  const Trajectory shared = train(every_layer_kind(), input, 10, MemoryReuse::lifetime, 3, &arena, &trainer);
+  const Trajectory unshared = train(every_layer_kind(), input, 10, MemoryReuse::none, 3);
+  expect_same_bits(shared, unshared);
+  expect_no_conflicts(*arena);
+  EXPECT_LT(shared.arena_bytes, unshared.arena_bytes);
+}
+
+TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_ResNet50) {
+  const Shape input(2, 3, 32, 32);
+  std::unique_ptr<Trainer> trainer;
+  const Arena* arena = nullptr;
+  const Trajectory shared = train(build_model("resnet50", 10), input, 10, MemoryReuse::lifetime, 3, &arena, &trainer);
+  const Trajectory unshared = train(build_model("resnet50", 10), input, 10, MemoryReuse::none, 3);
+  expect_same_bits(shared, unshared);
+  expect_no_conflicts(*arena);
+  // The plan keeps what backward needs (about a third of all buffers) and packs it well.
+  EXPECT_LT(shared.arena_bytes, unshared.arena_bytes * 4 / 10);
+  EXPECT_LE(shared.arena_bytes, arena->peak_live_bytes() * 11 / 10);
+}
+
+TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_AlexNet) {
+  const Shape input(2, 3, 63, 63);  // 63 → 15 → 7 → 3 → 1: the adaptive pool is not a view
+  const Trajectory shared = train(build_model("alexnet", 10), input, 10, MemoryReuse::lifetime, 2);
+  const Trajectory unshared = train(build_model("alexnet", 10), input, 10, MemoryReuse::none, 2);
+  expect_same_bits(shared, unshared);
+  EXPECT_LT(shared.arena_bytes, unshared.arena_bytes);
+}
+
+}  // namespace
+}  // namespace dlbench::worker

@@ -1,0 +1,180 @@
+// A Backend that runs another and records, call by call, which memory each call touches.
+// With every buffer in its own memory (MemoryReuse::none) the trace says when each buffer is
+// really used, which is what a memory plan must respect.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "backend.hpp"
+
+namespace dlbench::worker {
+
+class TracingBackend final : public Backend {
+ public:
+  explicit TracingBackend(Backend& inner) : inner_(inner) {}
+
+  // One entry per call, in order: the addresses it reads or writes.
+  std::vector<std::vector<const void*>> calls;
+
+  std::string name() const override { return inner_.name(); }
+  Layout activation_layout() const override { return inner_.activation_layout(); }
+  std::string version_info() const override { return inner_.version_info(); }
+  std::shared_ptr<void> allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
+  void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
+    record({dst});
+    inner_.copy_from_host(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    record({src});
+    inner_.copy_to_host(dst, src, bytes);
+  }
+  void synchronize() override { inner_.synchronize(); }
+
+  std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override {
+    return std::make_unique<Weighted<Conv2dOp>>(*this, inner_.make_conv2d(c));
+  }
+  std::unique_ptr<LinearOp> make_linear(const LinearConfig& c) override {
+    return std::make_unique<Weighted<LinearOp>>(*this, inner_.make_linear(c));
+  }
+  std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override {
+    return std::make_unique<BatchNorm>(*this, inner_.make_batch_norm(c));
+  }
+  std::unique_ptr<ReluOp> make_relu(const Shape& s) override { return std::make_unique<Relu>(*this, inner_.make_relu(s)); }
+  std::unique_ptr<PoolOp> make_pool(const PoolConfig& c) override { return std::make_unique<Pool>(*this, inner_.make_pool(c)); }
+  std::unique_ptr<AddOp> make_add(const Shape& s) override { return std::make_unique<Add>(*this, inner_.make_add(s)); }
+
+  void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override {
+    record({running.data, batch.data});
+    inner_.update_running_stat(running, batch, momentum, correction);
+  }
+  void accumulate(Tensor& dst, const Tensor& src) override {
+    record({dst.data, src.data});
+    inner_.accumulate(dst, src);
+  }
+  void scale(float* data, std::int64_t count, float factor) override {
+    record({data});
+    inner_.scale(data, count, factor);
+  }
+  void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override {
+    record({x.data, y.data});
+    inner_.adaptive_avg_pool_forward(x, y);
+  }
+  void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override {
+    record({dy.data, dx.data});
+    inner_.adaptive_avg_pool_backward(dy, dx);
+  }
+  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override {
+    record({x.data, y.data, mask.data});
+    inner_.dropout_forward(x, y, mask, p, seed);
+  }
+  void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override {
+    record({dy.data, mask.data, dx.data});
+    inner_.dropout_backward(dy, mask, dx);
+  }
+  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) override {
+    record({logits.data, labels, dlogits.data});
+    return inner_.softmax_cross_entropy(logits, labels, dlogits);
+  }
+  void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
+                  float momentum, float weight_decay, bool first_step) override {
+    record({values, grads, momentum_buffer});
+    inner_.sgd_update(values, grads, momentum_buffer, count, learning_rate, momentum, weight_decay, first_step);
+  }
+
+ private:
+  void record(std::vector<const void*> addresses) { calls.push_back(std::move(addresses)); }
+
+  template <typename Interface>
+  class Weighted final : public Interface {
+   public:
+    Weighted(TracingBackend& t, std::unique_ptr<Interface> op) : t_(t), op_(std::move(op)) {}
+    void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
+      t_.record({x.data, w.data, y.data});
+      op_->forward(x, w, b, y);
+    }
+    void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+      t_.record({dy.data, w.data, dx.data});
+      op_->backward_data(dy, w, dx);
+    }
+    void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) override {
+      t_.record({x.data, dy.data, dw.data});
+      op_->backward_weights(x, dy, dw, db);
+    }
+
+   private:
+    TracingBackend& t_;
+    std::unique_ptr<Interface> op_;
+  };
+
+  class BatchNorm final : public BatchNormOp {
+   public:
+    BatchNorm(TracingBackend& t, std::unique_ptr<BatchNormOp> op) : t_(t), op_(std::move(op)) {}
+    void forward_training(const Tensor& x, const Tensor& g, const Tensor& b, Tensor& y, Tensor& m, Tensor& v) override {
+      t_.record({x.data, y.data, m.data, v.data});
+      op_->forward_training(x, g, b, y, m, v);
+    }
+    void backward(const Tensor& x, const Tensor& dy, const Tensor& g, const Tensor& m, const Tensor& v, Tensor& dx,
+                  Tensor& dg, Tensor& db) override {
+      t_.record({x.data, dy.data, m.data, v.data, dx.data});
+      op_->backward(x, dy, g, m, v, dx, dg, db);
+    }
+
+   private:
+    TracingBackend& t_;
+    std::unique_ptr<BatchNormOp> op_;
+  };
+
+  class Relu final : public ReluOp {
+   public:
+    Relu(TracingBackend& t, std::unique_ptr<ReluOp> op) : t_(t), op_(std::move(op)) {}
+    void forward(const Tensor& x, Tensor& y) override {
+      t_.record({x.data, y.data});
+      op_->forward(x, y);
+    }
+    void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+      t_.record({y.data, dy.data, dx.data});
+      op_->backward(y, dy, dx);
+    }
+
+   private:
+    TracingBackend& t_;
+    std::unique_ptr<ReluOp> op_;
+  };
+
+  class Pool final : public PoolOp {
+   public:
+    Pool(TracingBackend& t, std::unique_ptr<PoolOp> op) : t_(t), op_(std::move(op)) {}
+    std::size_t workspace_bytes() const override { return op_->workspace_bytes(); }
+    void forward(const Tensor& x, Tensor& y, void* workspace) override {
+      t_.record({x.data, y.data, workspace});
+      op_->forward(x, y, workspace);
+    }
+    void backward(const Tensor& dy, const void* workspace, Tensor& dx) override {
+      t_.record({dy.data, workspace, dx.data});
+      op_->backward(dy, workspace, dx);
+    }
+
+   private:
+    TracingBackend& t_;
+    std::unique_ptr<PoolOp> op_;
+  };
+
+  class Add final : public AddOp {
+   public:
+    Add(TracingBackend& t, std::unique_ptr<AddOp> op) : t_(t), op_(std::move(op)) {}
+    void forward(const Tensor& a, const Tensor& b, Tensor& y) override {
+      t_.record({a.data, b.data, y.data});
+      op_->forward(a, b, y);
+    }
+
+   private:
+    TracingBackend& t_;
+    std::unique_ptr<AddOp> op_;
+  };
+
+  Backend& inner_;
+};
+
+}  // namespace dlbench::worker
