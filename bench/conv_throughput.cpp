@@ -49,6 +49,7 @@ class RecordingBackend final : public Backend {
   void update_running_stat(Tensor& r, const Tensor& b, float m, float c) override { inner_.update_running_stat(r, b, m, c); }
   void accumulate(Tensor& d, const Tensor& s) override { inner_.accumulate(d, s); }
   void scale(float* d, std::int64_t n, float f) override { inner_.scale(d, n, f); }
+  bool unscale_and_check_finite(float* g, std::int64_t n, float f) override { return inner_.unscale_and_check_finite(g, n, f); }
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override { inner_.adaptive_avg_pool_forward(x, y); }
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override { inner_.adaptive_avg_pool_backward(dy, dx); }
   void dropout_forward(const Tensor& x, Tensor& y, Tensor& m, float p, std::uint64_t s) override {

@@ -135,6 +135,9 @@ class Backend {
   virtual void accumulate(Tensor& dst, const Tensor& src) = 0;
   // data *= factor (averaging reduced gradients)
   virtual void scale(float* data, std::int64_t count, float factor) = 0;
+  // Loss scaling: grads *= inverse_scale, and whether every result is finite (the answer waits
+  // for the device, as PyTorch's GradScaler.step does).
+  virtual bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) = 0;
   // Adaptive average pooling to (out_h, out_w), PyTorch's window rule.
   virtual void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
   virtual void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;

@@ -71,9 +71,20 @@ float Trainer::loss() {
 
 float Trainer::compute_gradients() {
   const float value = loss();
-  network_->backward(loss_.dlogits(), context_);
+  const Tensor& dlogits = loss_.dlogits();
+  if (scaler_) backend_.scale(dlogits.data, dlogits.numel(), scaler_->scale());
+  network_->backward(dlogits, context_);
   if (before_update_) before_update_();
+  if (scaler_) {
+    gradients_finite_ =
+        backend_.unscale_and_check_finite(parameters_.grads(), parameters_.count(), scaler_->inverse_scale());
+  }
   return value;
+}
+
+void Trainer::use_loss_scaling(LossScalingConfig config) {
+  if (use_graph_) throw std::invalid_argument("loss scaling decides on the host whether a step applies; not with step graphs");
+  scaler_.emplace(config);
 }
 
 float Trainer::step() {
@@ -85,9 +96,13 @@ float Trainer::step() {
   const bool capture = use_graph_ && context_.step >= 1;  // the first step runs eagerly: algorithms, workspace
   if (capture) backend_.begin_capture();
   const float value = compute_gradients();
-  // Captured at step >= 1, so the recorded update is never the first (momentum buffer = grad).
-  backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.count(),
-                      sgd_.learning_rate, sgd_.momentum, sgd_.weight_decay, context_.step == 0);
+  last_step_skipped_ = scaler_ && !scaler_->record_step(gradients_finite_);
+  if (!last_step_skipped_) {
+    // Captured at step >= 1, so the recorded update is never the first (momentum buffer = grad).
+    backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.count(),
+                        sgd_.learning_rate, sgd_.momentum, sgd_.weight_decay, updates_applied_ == 0);
+    ++updates_applied_;
+  }
   if (capture) {
     backend_.end_capture();
     graph_captured_ = true;
@@ -99,6 +114,7 @@ float Trainer::step() {
 }
 
 void Trainer::use_step_graph(bool on) {
+  if (on && scaler_) throw std::invalid_argument("step graphs cannot skip steps: not with loss scaling");
   if (on && !backend_.can_capture()) {
     throw std::invalid_argument("the " + backend_.name() + " backend cannot capture a step as a graph");
   }

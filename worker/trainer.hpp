@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "arena.hpp"
 #include "backend.hpp"
 #include "layers/sequential.hpp"
 #include "layers/softmax_cross_entropy.hpp"
+#include "loss_scaler.hpp"
 #include "parameters.hpp"
 
 namespace dlbench::worker {
@@ -47,8 +49,16 @@ class Trainer {
   bool step_graph_active() const { return graph_captured_; }
   // The loss of the last step that ran (waits for the device).
   float last_loss();
-  // Forward, loss, backward and the before-update hook, without changing the weights.
+  // Forward, loss, backward and the before-update hook, without changing the weights. With
+  // loss scaling the gradients are unscaled before this returns.
   float compute_gradients();
+  // Dynamic loss scaling (for fp16): the loss gradient is multiplied by the scale, the
+  // gradients divided by it after the before-update hook and checked; a step with an inf or
+  // NaN leaves the weights and momentum untouched. Not with step graphs (the skip is decided
+  // on the host).
+  void use_loss_scaling(LossScalingConfig config);
+  const LossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  bool last_step_skipped() const { return last_step_skipped_; }
   // Forward and loss only (gradients and weights untouched).
   float loss();
 
@@ -80,6 +90,10 @@ class Trainer {
   Tensor labels_storage_;  // int32 labels in float-sized slots
   StepContext context_;
   std::function<void()> before_update_;
+  std::optional<LossScaler> scaler_;
+  bool gradients_finite_ = true;
+  bool last_step_skipped_ = false;
+  std::uint64_t updates_applied_ = 0;  // the first applied update starts the momentum buffers
   bool use_graph_ = false;
   bool graph_captured_ = false;
   float eager_loss_ = 0.0f;

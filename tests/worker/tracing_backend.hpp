@@ -57,6 +57,10 @@ class TracingBackend final : public Backend {
     record({data});
     inner_.scale(data, count, factor);
   }
+  bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override {
+    record({grads});
+    return inner_.unscale_and_check_finite(grads, count, inverse_scale);
+  }
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override {
     record({x.data, y.data});
     inner_.adaptive_avg_pool_forward(x, y);

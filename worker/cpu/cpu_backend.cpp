@@ -439,6 +439,16 @@ void CpuBackend::scale(float* data, std::int64_t count, float factor) {
   for (std::int64_t i = 0; i < count; ++i) data[i] *= factor;
 }
 
+bool CpuBackend::unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) {
+  int non_finite = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : non_finite)
+  for (std::int64_t i = 0; i < count; ++i) {
+    grads[i] *= inverse_scale;
+    non_finite |= !std::isfinite(grads[i]);
+  }
+  return non_finite == 0;
+}
+
 // PyTorch's adaptive pooling windows: [floor(i·in/out), ceil((i+1)·in/out)).
 void CpuBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
   const std::int64_t n = x.shape.n(), c = x.shape.c(), ih = x.shape.h(), iw = x.shape.w();

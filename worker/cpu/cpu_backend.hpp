@@ -32,6 +32,7 @@ class CpuBackend final : public Backend {
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
   void accumulate(Tensor& dst, const Tensor& src) override;
   void scale(float* data, std::int64_t count, float factor) override;
+  bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override;
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;

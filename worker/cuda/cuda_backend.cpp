@@ -492,6 +492,16 @@ void CudaBackend::accumulate(Tensor& dst, const Tensor& src) {
 
 void CudaBackend::scale(float* data, std::int64_t count, float factor) { kernels::scale(data, count, factor, stream_); }
 
+bool CudaBackend::unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) {
+  if (!non_finite_flag_) non_finite_flag_ = allocate(sizeof(int));
+  auto* flag = static_cast<int*>(non_finite_flag_.get());
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream_));
+  kernels::scale_and_flag_non_finite(grads, count, inverse_scale, flag, stream_);
+  int non_finite = 0;
+  copy_to_host(&non_finite, flag, sizeof non_finite);  // waits for backward and the allreduce
+  return non_finite == 0;
+}
+
 void CudaBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
   kernels::adaptive_avg_pool_forward(x.data, y.data, as_int(x.shape.n()), as_int(x.shape.c()), as_int(x.shape.h()),
                                      as_int(x.shape.w()), as_int(y.shape.h()), as_int(y.shape.w()), stream_);

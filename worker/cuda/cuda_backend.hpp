@@ -58,6 +58,7 @@ class CudaBackend final : public Backend {
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
   void accumulate(Tensor& dst, const Tensor& src) override;
   void scale(float* data, std::int64_t count, float factor) override;
+  bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override;
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;
@@ -97,6 +98,7 @@ class CudaBackend final : public Backend {
   std::size_t workspace_limit_ = std::size_t{1} << 30;
   // The loss of one step: one float per row on the device, summed on the host.
   std::shared_ptr<void> loss_rows_;
+  std::shared_ptr<void> non_finite_flag_;  // one int on the device, for loss scaling
   std::size_t loss_rows_capacity_ = 0;
   std::size_t loss_rows_used_ = 0;
   bool capturing_ = false;

@@ -38,6 +38,15 @@ __global__ void scale_kernel(float* data, std::int64_t n, float factor) {
   DLBENCH_GRID_STRIDE(i, n) { data[i] *= factor; }
 }
 
+__global__ void scale_and_flag_kernel(float* data, std::int64_t n, float factor, int* non_finite) {
+  bool bad = false;
+  DLBENCH_GRID_STRIDE(i, n) {
+    data[i] *= factor;
+    bad |= !isfinite(data[i]);
+  }
+  if (bad) *non_finite = 1;  // a benign race: every writer writes 1
+}
+
 __global__ void running_stat_kernel(float* running, const float* batch, std::int64_t n, float momentum,
                                     float correction) {
   DLBENCH_GRID_STRIDE(i, n) { running[i] = (1.0f - momentum) * running[i] + momentum * batch[i] * correction; }
@@ -193,6 +202,9 @@ void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStre
 }
 void scale(float* data, std::int64_t n, float factor, cudaStream_t stream) {
   DLBENCH_LAUNCH(scale_kernel, n, stream, data, n, factor);
+}
+void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream) {
+  DLBENCH_LAUNCH(scale_and_flag_kernel, n, stream, data, n, factor, non_finite);
 }
 void running_stat(float* running, const float* batch, std::int64_t n, float momentum, float correction,
                   cudaStream_t stream) {

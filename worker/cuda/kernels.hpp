@@ -17,6 +17,8 @@ void add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t 
 // dst += src
 void accumulate(float* dst, const float* src, std::int64_t n, cudaStream_t stream);
 void scale(float* data, std::int64_t n, float factor, cudaStream_t stream);
+// data *= factor; sets *non_finite to 1 if any result is inf or NaN (never clears it).
+void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream);
 // running = (1 - momentum) · running + momentum · correction · batch
 void running_stat(float* running, const float* batch, std::int64_t n, float momentum, float correction,
                   cudaStream_t stream);

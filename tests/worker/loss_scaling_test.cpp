@@ -1,0 +1,168 @@
+// Dynamic loss scaling, on the CPU: the scaler's rules, and the trainer under it — scaling by
+// a power of two changes no bit of a clean trajectory; a step whose gradients hold an inf or
+// NaN is skipped with the weights and momentum untouched and the scale halved; clean steps
+// grow the scale back.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cpu/cpu_backend.hpp"
+#include "layers/batch_norm2d.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/linear.hpp"
+#include "layers/pool2d.hpp"
+#include "layers/relu.hpp"
+#include "loss_scaler.hpp"
+#include "trainer.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+TEST(LossScaler, GrowsAfterTheIntervalOfCleanStepsAndBacksOffOnOverflow) {
+  LossScaler scaler({1024.0f, 2.0f, 0.5f, 3});
+  EXPECT_TRUE(scaler.record_step(true));
+  EXPECT_TRUE(scaler.record_step(true));
+  EXPECT_EQ(scaler.scale(), 1024.0f);
+  EXPECT_TRUE(scaler.record_step(true));  // the third clean step in a row
+  EXPECT_EQ(scaler.scale(), 2048.0f);
+  EXPECT_EQ(scaler.clean_streak(), 0);
+  EXPECT_TRUE(scaler.record_step(true));
+  EXPECT_FALSE(scaler.record_step(false));  // overflow: skip, halve, streak restarts
+  EXPECT_EQ(scaler.scale(), 1024.0f);
+  EXPECT_EQ(scaler.clean_streak(), 0);
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+  EXPECT_FALSE(scaler.record_step(false));
+  EXPECT_EQ(scaler.scale(), 512.0f);
+  EXPECT_EQ(scaler.skipped_steps(), 2);
+  for (int i = 0; i < 3; ++i) scaler.record_step(true);
+  EXPECT_EQ(scaler.scale(), 1024.0f);
+}
+
+TEST(LossScaler, NeverGrowsIntoInfinityNorBacksOffToZero) {
+  LossScaler big({std::numeric_limits<float>::max(), 2.0f, 0.5f, 1});
+  big.record_step(true);
+  EXPECT_EQ(big.scale(), std::numeric_limits<float>::max());
+  LossScaler small({std::numeric_limits<float>::min(), 2.0f, 0.5f, 1});
+  small.record_step(false);
+  EXPECT_GT(small.scale(), 0.0f);
+}
+
+TEST(LossScaler, RefusesOutOfRangeSettingsNamingThem) {
+  using ::testing::HasSubstr;
+  const auto message = [](LossScalingConfig c) {
+    try {
+      LossScaler s(c);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_THAT(message({0.0f, 2.0f, 0.5f, 10}), HasSubstr("initialScale"));
+  EXPECT_THAT(message({std::numeric_limits<float>::infinity(), 2.0f, 0.5f, 10}), HasSubstr("initialScale"));
+  EXPECT_THAT(message({1.0f, 1.0f, 0.5f, 10}), HasSubstr("growthFactor"));
+  EXPECT_THAT(message({1.0f, 2.0f, 1.0f, 10}), HasSubstr("backoffFactor"));
+  EXPECT_THAT(message({1.0f, 2.0f, 0.5f, 0}), HasSubstr("growthInterval"));
+}
+
+std::unique_ptr<Sequential> small_net() {
+  auto net = std::make_unique<Sequential>();
+  net->add<Conv2d>(3, 8, 3, 1, 1);
+  net->add<BatchNorm2d>(8);
+  net->add<ReLU>();
+  net->add<Pool2d>(PoolKind::max, 2, 2);
+  net->add<Flatten>();
+  net->add<Linear>(8 * 4 * 4, 10);
+  return net;
+}
+
+struct TrainingRun {
+  CpuBackend backend{2};
+  Trainer trainer{backend, small_net(), Shape(4, 3, 8, 8), 10, SgdConfig{0.05f, 0.9f, 1e-4f}, 3};
+
+  std::vector<float> weights() const {
+    const float* v = const_cast<Trainer&>(trainer).parameters().values();
+    return {v, v + trainer.parameter_count()};
+  }
+  std::vector<float> momentum() const {
+    const float* m = const_cast<Trainer&>(trainer).parameters().momentum();
+    return {m, m + trainer.parameter_count()};
+  }
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(LossScaling, APowerOfTwoScaleChangesNoBitOfACleanTrajectory) {
+  TrainingRun plain, scaled;
+  scaled.trainer.use_loss_scaling({1024.0f, 2.0f, 0.5f, 2});  // grows to 2048, 4096 on the way
+  for (int i = 0; i < 5; ++i) {
+    const float a = plain.trainer.step(), b = scaled.trainer.step();
+    EXPECT_EQ(a, b) << "step " << i;
+    EXPECT_FALSE(scaled.trainer.last_step_skipped());
+  }
+  EXPECT_EQ(scaled.trainer.loss_scaler()->scale(), 4096.0f);
+  EXPECT_TRUE(same_bits(plain.weights(), scaled.weights()));
+  EXPECT_TRUE(same_bits(plain.momentum(), scaled.momentum()));
+}
+
+// Writes `bad` into one gradient between backward and the update, on the chosen steps.
+void inject(Trainer& trainer, float bad, std::vector<int> steps) {
+  auto counter = std::make_shared<int>(0);
+  trainer.set_before_update([&trainer, bad, steps, counter] {
+    for (const int s : steps) {
+      if (s == *counter) trainer.parameters().grads()[trainer.parameter_count() / 2] = bad;
+    }
+    ++*counter;
+  });
+}
+
+TEST(LossScaling, AnInfOrNanGradientSkipsTheStepAndHalvesTheScale) {
+  for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    TrainingRun run;
+    run.trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
+    inject(run.trainer, bad, {2});
+    run.trainer.step();
+    run.trainer.step();
+    const auto weights = run.weights(), momentum = run.momentum();
+    run.trainer.step();  // the poisoned one
+    EXPECT_TRUE(run.trainer.last_step_skipped()) << bad;
+    EXPECT_TRUE(same_bits(weights, run.weights())) << "weights changed by a skipped step (" << bad << ")";
+    EXPECT_TRUE(same_bits(momentum, run.momentum())) << "momentum changed by a skipped step (" << bad << ")";
+    EXPECT_EQ(run.trainer.loss_scaler()->scale(), 32768.0f);
+    EXPECT_EQ(run.trainer.loss_scaler()->skipped_steps(), 1);
+    run.trainer.step();
+    EXPECT_FALSE(run.trainer.last_step_skipped());
+    EXPECT_FALSE(same_bits(weights, run.weights()));
+    for (const float w : run.weights()) ASSERT_TRUE(std::isfinite(w));
+  }
+}
+
+// A skipped first step leaves the momentum buffers unstarted: the first applied update starts
+// them, so the trajectory is the clean one, one step late.
+TEST(LossScaling, ASkippedFirstStepLeavesTheFirstUpdateToTheNext) {
+  TrainingRun clean, skipped;
+  skipped.trainer.use_loss_scaling({256.0f, 2.0f, 0.5f, 1000});
+  inject(skipped.trainer, std::numeric_limits<float>::infinity(), {0});
+  skipped.trainer.step();
+  EXPECT_TRUE(skipped.trainer.last_step_skipped());
+  for (int i = 0; i < 2; ++i) {
+    clean.trainer.step();
+    skipped.trainer.step();
+  }
+  EXPECT_TRUE(same_bits(clean.weights(), skipped.weights()));
+  EXPECT_TRUE(same_bits(clean.momentum(), skipped.momentum()));
+}
+
+TEST(LossScaling, NotWithStepGraphs) {
+  TrainingRun run;
+  run.trainer.use_loss_scaling({});
+  EXPECT_THROW(run.trainer.use_step_graph(true), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace dlbench::worker
