@@ -1,4 +1,5 @@
 #include "cuda/cuda_backend.hpp"
+#include "cuda/conv_algorithms.hpp"
 
 #include <algorithm>
 #include <array>
@@ -36,32 +37,9 @@ struct TensorDescriptor {
 
 // ---- convolution ------------------------------------------------------------------------
 
-enum class ConvPass { forward, backward_data, backward_filter };
-
-struct AlgorithmChoice {
-  int algorithm = 0;
-  std::size_t workspace = 0;
-};
-
 // One measurement per distinct convolution in the process: ResNet repeats its shapes.
-using ConvKey = std::tuple<std::array<std::int64_t, 4>, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int>;
 std::mutex algorithm_cache_mutex;
-std::map<ConvKey, AlgorithmChoice> algorithm_cache;
-
-ConvKey key_of(const Conv2dConfig& c, CudaMath math, ConvPass pass) {
-  return {c.input.dims, c.out_channels, c.kernel, c.stride, c.padding, static_cast<int>(math), static_cast<int>(pass)};
-}
-
-// The fastest measured algorithm that succeeded within the workspace limit.
-template <typename Perf>
-AlgorithmChoice fastest(const Perf* results, int count, const char* what) {
-  for (int i = 0; i < count; ++i) {  // cuDNN sorts by time
-    if (results[i].status == CUDNN_STATUS_SUCCESS) {
-      return {static_cast<int>(results[i].algo), results[i].memory};
-    }
-  }
-  throw CudaError(std::string("cuDNN: no ") + what + " algorithm works for this convolution");
-}
+std::map<ConvAlgorithmKey, AlgorithmChoice> algorithm_cache;
 
 class CudaConv final : public Conv2dOp {
  public:
@@ -72,16 +50,18 @@ class CudaConv final : public Conv2dOp {
     DLBENCH_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
                                                    as_int(config.out_channels), as_int(config.input.c()),
                                                    as_int(config.kernel), as_int(config.kernel)));
-    DLBENCH_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv_desc_));
-    DLBENCH_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_desc_, as_int(config.padding), as_int(config.padding),
-                                                        as_int(config.stride), as_int(config.stride), 1, 1,
-                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    // fp32 means fp32: FMA math keeps cuDNN off TF32 tensor cores, which its default allows.
-    DLBENCH_CUDNN_CHECK(cudnnSetConvolutionMathType(
-        conv_desc_, backend.math() == CudaMath::tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    // One descriptor per pass: each runs with the math type its algorithm was measured with.
+    for (cudnnConvolutionDescriptor_t& desc : conv_desc_) {
+      DLBENCH_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&desc));
+      DLBENCH_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(desc, as_int(config.padding), as_int(config.padding),
+                                                          as_int(config.stride), as_int(config.stride), 1, 1,
+                                                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+      // fp32 means fp32: FMA math keeps cuDNN off TF32 tensor cores, which its default allows.
+      DLBENCH_CUDNN_CHECK(cudnnSetConvolutionMathType(desc, tensor_cores() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    }
   }
   ~CudaConv() override {
-    cudnnDestroyConvolutionDescriptor(conv_desc_);
+    for (cudnnConvolutionDescriptor_t desc : conv_desc_) cudnnDestroyConvolutionDescriptor(desc);
     cudnnDestroyFilterDescriptor(w_desc_);
   }
 
@@ -90,12 +70,13 @@ class CudaConv final : public Conv2dOp {
       std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
       int count = 0;
       DLBENCH_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-          backend_.cudnn(), x_desc_.handle, x.data, w_desc_, weight.data, conv_desc_, y_desc_.handle, y.data,
-          static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-      return fastest(perf.data(), count, "forward");
+          backend_.cudnn(), x_desc_.handle, x.data, w_desc_, weight.data, desc(ConvPass::forward), y_desc_.handle,
+          y.data, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+      return fastest(perf.data(), count, tensor_cores(), "forward");
     });
     DLBENCH_CUDNN_CHECK(cudnnConvolutionForward(backend_.cudnn(), &kOne, x_desc_.handle, x.data, w_desc_, weight.data,
-                                                conv_desc_, static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm),
+                                                desc(ConvPass::forward),
+                                                static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm),
                                                 backend_.workspace(a.workspace), a.workspace, &kZero, y_desc_.handle,
                                                 y.data));
     if (bias != nullptr) {
@@ -109,12 +90,12 @@ class CudaConv final : public Conv2dOp {
       std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
       int count = 0;
       DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-          backend_.cudnn(), w_desc_, weight.data, y_desc_.handle, dy.data, conv_desc_, x_desc_.handle, dx.data,
-          static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-      return fastest(perf.data(), count, "backward-data");
+          backend_.cudnn(), w_desc_, weight.data, y_desc_.handle, dy.data, desc(ConvPass::backward_data),
+          x_desc_.handle, dx.data, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+      return fastest(perf.data(), count, tensor_cores(), "backward-data");
     });
     DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardData(
-        backend_.cudnn(), &kOne, w_desc_, weight.data, y_desc_.handle, dy.data, conv_desc_,
+        backend_.cudnn(), &kOne, w_desc_, weight.data, y_desc_.handle, dy.data, desc(ConvPass::backward_data),
         static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace, &kZero,
         x_desc_.handle, dx.data));
   }
@@ -124,12 +105,12 @@ class CudaConv final : public Conv2dOp {
       std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
       int count = 0;
       DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-          backend_.cudnn(), x_desc_.handle, x.data, y_desc_.handle, dy.data, conv_desc_, w_desc_, dweight.data,
-          static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-      return fastest(perf.data(), count, "backward-filter");
+          backend_.cudnn(), x_desc_.handle, x.data, y_desc_.handle, dy.data, desc(ConvPass::backward_filter), w_desc_,
+          dweight.data, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+      return fastest(perf.data(), count, tensor_cores(), "backward-filter");
     });
     DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-        backend_.cudnn(), &kOne, x_desc_.handle, x.data, y_desc_.handle, dy.data, conv_desc_,
+        backend_.cudnn(), &kOne, x_desc_.handle, x.data, y_desc_.handle, dy.data, desc(ConvPass::backward_filter),
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace,
         &kZero, w_desc_, dweight.data));
     if (dbias != nullptr) {
@@ -139,21 +120,34 @@ class CudaConv final : public Conv2dOp {
   }
 
  private:
+  bool tensor_cores() const { return backend_.math() == CudaMath::tf32; }
+  cudnnConvolutionDescriptor_t desc(ConvPass pass) const { return conv_desc_[static_cast<std::size_t>(pass)]; }
+
   // The algorithm for one pass: measured once (on the real buffers, in the first step) and
-  // cached for every convolution of the same shape.
+  // cached for every convolution with the same key. The search borrows its workspace and gives
+  // it back; the backend's workspace grows only to what the chosen algorithms need.
   template <typename Find>
   const AlgorithmChoice& choose(ConvPass pass, Find&& find) {
     auto& mine = chosen_[static_cast<std::size_t>(pass)];
     if (mine) return *mine;
-    const ConvKey key = key_of(config_, backend_.math(), pass);
+    const ConvAlgorithmKey key{config_.input.dims, config_.out_channels, config_.kernel, config_.stride,
+                               config_.padding,    DType::fp32,          Layout::nchw,    tensor_cores(),
+                               pass};
+    std::optional<AlgorithmChoice> choice;
     {
       std::lock_guard lock(algorithm_cache_mutex);
-      if (const auto it = algorithm_cache.find(key); it != algorithm_cache.end()) return *(mine = it->second);
+      if (const auto it = algorithm_cache.find(key); it != algorithm_cache.end()) choice = it->second;
     }
-    const std::size_t limit = backend_.workspace_limit();
-    const AlgorithmChoice choice = find(backend_.workspace(limit), limit);
-    std::lock_guard lock(algorithm_cache_mutex);
-    algorithm_cache[key] = choice;
+    if (!choice) {
+      std::size_t free = 0, total = 0;
+      DLBENCH_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+      const std::size_t bytes = search_workspace_bytes(backend_.workspace_limit(), free);
+      const std::shared_ptr<void> borrowed = bytes > 0 ? backend_.allocate(bytes) : nullptr;
+      choice = find(borrowed.get(), bytes);
+      std::lock_guard lock(algorithm_cache_mutex);
+      algorithm_cache[key] = *choice;
+    }
+    DLBENCH_CUDNN_CHECK(cudnnSetConvolutionMathType(desc(pass), choice->math));
     return *(mine = choice);
   }
 
@@ -161,7 +155,7 @@ class CudaConv final : public Conv2dOp {
   Conv2dConfig config_;
   TensorDescriptor x_desc_, y_desc_, bias_desc_;
   cudnnFilterDescriptor_t w_desc_ = nullptr;
-  cudnnConvolutionDescriptor_t conv_desc_ = nullptr;
+  std::array<cudnnConvolutionDescriptor_t, 3> conv_desc_{};
   std::array<std::optional<AlgorithmChoice>, 3> chosen_;
 };
 
@@ -294,22 +288,7 @@ class Gemm {
     DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, transpose_a ? u(k) : u(m), transpose_a ? u(m) : u(k), lda));
     DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, transpose_b ? u(n) : u(k), transpose_b ? u(k) : u(n), ldb));
     DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_, CUDA_R_32F, u(m), u(n), ldc));
-
-    cublasLtMatmulPreference_t preference = nullptr;
-    DLBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-    const std::size_t limit = kWorkspaceLimit;
-    DLBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                              &limit, sizeof limit));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(backend.cublas_lt(), desc_, a_, b_, c_, c_,
-                                                                 preference, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(preference);
-    DLBENCH_CUBLAS_CHECK(status);
-    if (found == 0) throw CudaError("cuBLASLt: no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) +
-                                    "x" + std::to_string(k) + " matmul");
-    algorithm_ = result.algo;
-    workspace_ = result.workspaceSize;
+    shape_ = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
   }
   ~Gemm() {
     cublasLtMatrixLayoutDestroy(c_);
@@ -321,6 +300,14 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   void run(const float* a, const float* b, float* c, const float* bias = nullptr) {
+    // cuBLASLt assumes 256-byte aligned pointers unless told; parameters sit at float offsets
+    // in the flat buffer and activations at the arena's 64 bytes. The algorithm is chosen for
+    // the pointers' real alignment, again if a pointer turns out less aligned.
+    const std::array<std::uint32_t, 4> alignments{alignment_of(a), alignment_of(b), alignment_of(c),
+                                                  bias != nullptr ? alignment_of(bias) : 256u};
+    bool less_aligned = !chosen_;
+    for (std::size_t i = 0; i < alignments.size(); ++i) less_aligned |= alignments[i] < alignments_[i];
+    if (less_aligned) choose(alignments);
     if (bias != nullptr) {
       DLBENCH_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
@@ -330,11 +317,42 @@ class Gemm {
   }
 
  private:
+  void choose(const std::array<std::uint32_t, 4>& alignments) {
+    cublasLtMatmulPreference_t preference = nullptr;
+    DLBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    const std::size_t limit = kWorkspaceLimit;
+    cublasStatus_t status =
+        cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof limit);
+    const cublasLtMatmulPreferenceAttributes_t attributes[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const std::uint32_t output_alignment = std::min(alignments[2], alignments[3]);  // C, D and the bias
+    const std::uint32_t values[] = {alignments[0], alignments[1], output_alignment, output_alignment};
+    for (int i = 0; i < 4 && status == CUBLAS_STATUS_SUCCESS; ++i) {
+      status = cublasLtMatmulPreferenceSetAttribute(preference, attributes[i], &values[i], sizeof values[i]);
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulAlgoGetHeuristic(backend_.cublas_lt(), desc_, a_, b_, c_, c_, preference, 1, &result, &found);
+    }
+    cublasLtMatmulPreferenceDestroy(preference);
+    DLBENCH_CUBLAS_CHECK(status);
+    if (found == 0) throw CudaError("cuBLASLt: no algorithm for a " + shape_ + " matmul at these alignments");
+    algorithm_ = result.algo;
+    workspace_ = result.workspaceSize;
+    alignments_ = alignments;
+    chosen_ = true;
+  }
+
   static constexpr std::size_t kWorkspaceLimit = std::size_t{32} << 20;
   CudaBackend& backend_;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
   cublasLtMatmulAlgo_t algorithm_{};
+  std::string shape_;  // m x n x k, for messages
+  std::array<std::uint32_t, 4> alignments_{};  // what the algorithm was chosen for
+  bool chosen_ = false;
   std::size_t workspace_ = 0;
 };
 

@@ -1,0 +1,88 @@
+// How the CUDA backend chooses convolution and matmul algorithms, checked without a GPU: the
+// structs are cuDNN's own, filled as cudnnFind*AlgorithmEx fills them.
+#include <cstdint>
+#include <map>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cuda/conv_algorithms.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+cudnnConvolutionFwdAlgoPerf_t perf(cudnnConvolutionFwdAlgo_t algo, cudnnStatus_t status, float ms, std::size_t memory,
+                                   cudnnMathType_t math) {
+  cudnnConvolutionFwdAlgoPerf_t p{};
+  p.algo = algo;
+  p.status = status;
+  p.time = ms;
+  p.memory = memory;
+  p.mathType = math;
+  return p;
+}
+
+TEST(ConvAlgorithms, FastestSkipsFailuresAndKeepsTheMeasuredMathType) {
+  const cudnnConvolutionFwdAlgoPerf_t results[] = {
+      perf(CUDNN_CONVOLUTION_FWD_ALGO_FFT, CUDNN_STATUS_NOT_SUPPORTED, 0.1f, 0, CUDNN_DEFAULT_MATH),
+      perf(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_STATUS_SUCCESS, 0.2f, 4096, CUDNN_TENSOR_OP_MATH),
+      perf(CUDNN_CONVOLUTION_FWD_ALGO_GEMM, CUDNN_STATUS_SUCCESS, 0.3f, 1 << 20, CUDNN_FMA_MATH)};
+  const AlgorithmChoice tf32 = fastest(results, 3, true, "forward");
+  EXPECT_EQ(tf32.algorithm, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
+  EXPECT_EQ(tf32.workspace, 4096u);
+  EXPECT_EQ(tf32.math, CUDNN_TENSOR_OP_MATH);  // run it with the math it was timed with
+}
+
+TEST(ConvAlgorithms, Fp32NeverTakesATensorCoreResult) {
+  const cudnnConvolutionFwdAlgoPerf_t results[] = {
+      perf(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_STATUS_SUCCESS, 0.2f, 0, CUDNN_TENSOR_OP_MATH),
+      perf(CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD, CUDNN_STATUS_SUCCESS, 0.25f, 0, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION),
+      perf(CUDNN_CONVOLUTION_FWD_ALGO_GEMM, CUDNN_STATUS_SUCCESS, 0.3f, 64, CUDNN_FMA_MATH)};
+  const AlgorithmChoice fp32 = fastest(results, 3, false, "forward");
+  EXPECT_EQ(fp32.algorithm, CUDNN_CONVOLUTION_FWD_ALGO_GEMM);
+  EXPECT_EQ(fp32.math, CUDNN_FMA_MATH);
+  try {
+    fastest(results, 2, false, "forward");
+    FAIL() << "only tensor-core results, and fp32 accepted one";
+  } catch (const CudaError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("no forward algorithm works for this convolution without tensor cores"));
+  }
+}
+
+TEST(ConvAlgorithms, TheCacheKeyTellsDtypeLayoutMathAndPassApart) {
+  const ConvAlgorithmKey base{{32, 64, 56, 56}, 64, 3, 1, 1, DType::fp32, Layout::nchw, false, ConvPass::forward};
+  std::map<ConvAlgorithmKey, int> cache{{base, 1}};
+  ConvAlgorithmKey other = base;
+  other.tensor_cores = true;
+  EXPECT_FALSE(cache.contains(other));
+  other = base;
+  other.layout = Layout::nhwc;
+  EXPECT_FALSE(cache.contains(other));
+  other = base;
+  other.pass = ConvPass::backward_filter;
+  EXPECT_FALSE(cache.contains(other));
+  other = base;
+  other.input[0] = 16;
+  EXPECT_FALSE(cache.contains(other));
+  EXPECT_TRUE(cache.contains(base));
+}
+
+TEST(ConvAlgorithms, TheSearchBorrowsAtMostHalfOfWhatIsFree) {
+  constexpr std::size_t MiB = std::size_t{1} << 20, GiB = std::size_t{1} << 30;
+  EXPECT_EQ(search_workspace_bytes(GiB, 70 * GiB), GiB);               // a roomy device: the limit
+  EXPECT_EQ(search_workspace_bytes(GiB, 600 * MiB), 300 * MiB);        // near the memory limit: half the rest
+  EXPECT_EQ(search_workspace_bytes(GiB, 3 * MiB + 12345), MiB);        // whole MiB
+  EXPECT_EQ(search_workspace_bytes(GiB, MiB), 0u);                     // nothing to borrow: measure without
+}
+
+TEST(ConvAlgorithms, AlignmentIsTheLargestPowerOfTwoUpTo256) {
+  alignas(256) static float block[128];
+  EXPECT_EQ(alignment_of(block), 256u);
+  EXPECT_EQ(alignment_of(block + 16), 64u);   // the arena's alignment
+  EXPECT_EQ(alignment_of(block + 1), 4u);     // a parameter at an odd float offset
+  EXPECT_EQ(alignment_of(block + 2), 8u);
+  EXPECT_EQ(alignment_of(block + 64), 256u);
+}
+
+}  // namespace
+}  // namespace dlbench::worker

@@ -1,0 +1,75 @@
+// Choosing cuDNN convolution algorithms, apart from running them, so that the rules are tested
+// without a GPU: what the process-wide cache is keyed on, which measured result wins, and how
+// much memory the measurement may borrow.
+#pragma once
+
+#include <cudnn.h>
+
+#include <array>
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "backend.hpp"
+#include "cuda/cuda_check.hpp"
+
+namespace dlbench::worker {
+
+enum class ConvPass { forward, backward_data, backward_filter };
+
+// Everything that changes which algorithm is fastest (or allowed): the shapes, the data type and
+// memory order of the tensors, the math the run allows (FMA only, or tensor cores) and the pass.
+struct ConvAlgorithmKey {
+  std::array<std::int64_t, 4> input{};
+  std::int64_t out_channels = 0, kernel = 0, stride = 0, padding = 0;
+  DType dtype = DType::fp32;
+  Layout layout = Layout::nchw;
+  bool tensor_cores = false;
+  ConvPass pass = ConvPass::forward;
+  auto operator<=>(const ConvAlgorithmKey&) const = default;
+};
+
+struct AlgorithmChoice {
+  int algorithm = 0;
+  std::size_t workspace = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;  // what the algorithm was measured with: run it so
+  bool operator==(const AlgorithmChoice&) const = default;
+};
+
+inline bool uses_tensor_cores(cudnnMathType_t math) {
+  return math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// The fastest measured result (cuDNN sorts them by time) that succeeded and, where the run
+// forbids tensor cores (fp32 means fp32), does not use them.
+template <typename Perf>
+AlgorithmChoice fastest(const Perf* results, int count, bool tensor_cores_allowed, const char* what) {
+  for (int i = 0; i < count; ++i) {
+    if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (!tensor_cores_allowed && uses_tensor_cores(results[i].mathType)) continue;
+    return {static_cast<int>(results[i].algo), results[i].memory, results[i].mathType};
+  }
+  throw CudaError(std::string("cuDNN: no ") + what + " algorithm works for this convolution" +
+                  (tensor_cores_allowed ? "" : " without tensor cores"));
+}
+
+// Memory the algorithm search may borrow, returned right after: at most `limit`, at most half
+// of what is free (so that a search near the memory limit measures fewer algorithms instead of
+// failing as OutOfMemory), in whole MiB.
+inline std::size_t search_workspace_bytes(std::size_t limit, std::size_t free_bytes) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const std::size_t bytes = std::min(limit, free_bytes / 2);
+  return bytes / kMiB * kMiB;
+}
+
+// The largest power of two (up to 256) that divides `address`: what cuBLASLt may assume about
+// a pointer's alignment (it assumes 256 unless told).
+inline std::uint32_t alignment_of(const void* address) {
+  const auto value = reinterpret_cast<std::uintptr_t>(address);
+  std::uint32_t alignment = 256;
+  while (alignment > 1 && value % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+}  // namespace dlbench::worker
