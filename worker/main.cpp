@@ -1,6 +1,7 @@
 // dlbench-worker: trains one model on one backend for one case and reports it with the
 // methodology: a table for people and one dlbench.result/v1 JSON document for programs.
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -97,18 +98,11 @@ global batch is batch size × ranks; throughput uses the slowest rank's time; ra
 Exit codes: 0 measured, 1 the case failed (a Failed result is still written), 2 bad usage.
 )";
 
-// The process's peak resident set (VmHWM), if /proc tells.
+// The process's peak resident set, as the kernel counts it (Linux: KiB).
 std::optional<double> peak_resident_bytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.starts_with("VmHWM:")) {
-      std::istringstream fields(line.substr(6));
-      double kib = 0;
-      if (fields >> kib) return kib * 1024.0;
-    }
-  }
-  return std::nullopt;
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return std::nullopt;
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;
 }
 
 // --threads 0: the cores this process may use, shared evenly by the ranks on this node (under
@@ -374,12 +368,12 @@ EnvironmentInfo environment(const Backend* backend, const std::string& backend_n
   return e;
 }
 
-void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t parameters, std::size_t arena_bytes,
+void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t parameters,
                  const std::vector<double>& losses) {
   out << "dlbench-worker: " << to_string(doc.model) << " on " << doc.environment.backend << " ("
       << doc.environment.cpu_model << ", " << doc.environment.cpu_cores << " threads), case " << case_id(doc.case_)
       << ", image " << doc.image_size << ", " << parameters << " parameters, activations "
-      << std::fixed << std::setprecision(2) << static_cast<double>(arena_bytes) / (1 << 30) << " GiB";
+      << std::fixed << std::setprecision(2) << (doc.memory ? doc.memory->activations : 0.0) / (1 << 30) << " GiB";
   if (doc.memory && doc.memory->unshared_activations > 0) {
     out << " (" << std::setprecision(0) << 100.0 * doc.memory->activations / doc.memory->unshared_activations
         << "% of unshared)";
@@ -530,7 +524,6 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
   doc.start_time = rfc3339_utc_now();
 
   std::int64_t parameters = 0;
-  std::size_t arena_bytes = 0;
   std::vector<double> losses;
   std::unique_ptr<WorkerMetrics> live;
   if (o.metrics_port >= 0) {
@@ -589,11 +582,11 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
       trainer.set_before_update([&] { buckets.finish(device); });
     }
     parameters = trainer.parameter_count();
-    arena_bytes = trainer.arena_bytes();
-    doc.memory = MemoryReport{static_cast<double>(arena_bytes), static_cast<double>(trainer.arena_unshared_bytes()),
-                              static_cast<double>(store.bytes()), std::nullopt};
+    doc.memory = MemoryReport{static_cast<double>(trainer.arena().planned_bytes()),
+                              static_cast<double>(trainer.arena().unshared_bytes()), static_cast<double>(store.bytes()),
+                              std::nullopt};
     if (live) {
-      live->set_memory(static_cast<double>(arena_bytes), static_cast<double>(store.bytes()));
+      live->set_memory(doc.memory->activations, doc.memory->parameters);
     }
     const double macs = trainer.forward_macs_per_sample();
     doc.flops_per_sample = {2.0 * macs, 6.0 * macs};  // backward ≈ 2 × forward
@@ -730,10 +723,10 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
 
   const std::string json = to_json(doc).dump(2) + "\n";
   if (o.output.empty()) {
-    print_table(std::cerr, doc, parameters, arena_bytes, losses);
+    print_table(std::cerr, doc, parameters, losses);
     std::cout << json;
   } else {
-    print_table(std::cout, doc, parameters, arena_bytes, losses);
+    print_table(std::cout, doc, parameters, losses);
     std::ofstream out(o.output);
     out << json;
     if (!out) {

@@ -73,9 +73,8 @@ class Trainer {
   const Tensor& input() const { return input_; }
   std::int64_t parameter_count() const { return parameters_.count(); }
   double forward_macs_per_sample() const { return network_->forward_macs_per_sample(); }
-  // Activation and gradient memory: what the plan allocates, and what it would take without reuse.
+  // Activation and gradient memory: what the plan allocates (its placements, bytes unshared).
   std::size_t arena_bytes() const { return arena_.planned_bytes(); }
-  std::size_t arena_unshared_bytes() const { return arena_.unshared_bytes(); }
   const Arena& arena() const { return arena_; }
   std::uint64_t steps_done() const { return context_.step; }
 

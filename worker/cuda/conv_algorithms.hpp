@@ -5,13 +5,14 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "backend.hpp"
+#include "tensor.hpp"
 #include "cuda/cuda_check.hpp"
 
 namespace dlbench::worker {

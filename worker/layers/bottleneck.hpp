@@ -56,7 +56,6 @@ class Bottleneck final : public Layer {
       shortcut_last = ctx.arena.last_tick();
     }
     const Tensor main_out = main_.setup(input, ctx);
-    const Tick main_last = *ctx.arena.last_tick();
     ctx.input_grad_needed = outer_needs_grad;
     ctx.input_grad_reader = outer_reader;
 
@@ -71,10 +70,10 @@ class Bottleneck final : public Layer {
     y_ = activation(out, layout);
     ctx.arena.request(y_, t);
     ctx.arena.read(y_, t.mirrored());  // the ReLU's backward reads its output
-    // dsum is read by both branches' last layers, and by the sum at h if the shortcut is x.
+    // dsum is read by both branches' last layers; backward runs the main branch first, so the
+    // last reader is the shortcut's last layer, or the sum at h when the shortcut is x.
     dsum_ = activation(out, layout);
     ctx.arena.request(dsum_, t.mirrored());
-    ctx.arena.read(dsum_, main_last.mirrored());
     ctx.arena.read(dsum_, shortcut_last ? shortcut_last->mirrored() : h.mirrored());
     dx_ = activation(input.shape, layout);
     ctx.request_input_grad(dx_, h.mirrored());
