@@ -33,6 +33,7 @@ class RecordingBackend final : public Backend {
   std::string name() const override { return inner_.name(); }
   Layout activation_layout() const override { return inner_.activation_layout(); }
   std::string version_info() const override { return inner_.version_info(); }
+  std::optional<std::string> cannot_compute(DType d) const override { return inner_.cannot_compute(d); }
   std::shared_ptr<void> allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
   void copy_from_host(void* d, const void* s, std::size_t n) override { inner_.copy_from_host(d, s, n); }
   void copy_to_host(void* d, const void* s, std::size_t n) override { inner_.copy_to_host(d, s, n); }
@@ -42,12 +43,11 @@ class RecordingBackend final : public Backend {
     return inner_.make_conv2d(c);
   }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override { return inner_.make_batch_norm(c); }
-  std::unique_ptr<ReluOp> make_relu(const Shape& s) override { return inner_.make_relu(s); }
+  std::unique_ptr<ReluOp> make_relu(const Shape& s, DType d) override { return inner_.make_relu(s, d); }
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& c) override { return inner_.make_pool(c); }
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& c) override { return inner_.make_linear(c); }
-  std::unique_ptr<AddOp> make_add(const Shape& s) override { return inner_.make_add(s); }
+  std::unique_ptr<AddOp> make_add(const Shape& s, DType d) override { return inner_.make_add(s, d); }
   void update_running_stat(Tensor& r, const Tensor& b, float m, float c) override { inner_.update_running_stat(r, b, m, c); }
-  void accumulate(Tensor& d, const Tensor& s) override { inner_.accumulate(d, s); }
   void scale(float* d, std::int64_t n, float f) override { inner_.scale(d, n, f); }
   bool unscale_and_check_finite(float* g, std::int64_t n, float f) override { return inner_.unscale_and_check_finite(g, n, f); }
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override { inner_.adaptive_avg_pool_forward(x, y); }
@@ -56,8 +56,8 @@ class RecordingBackend final : public Backend {
     inner_.dropout_forward(x, y, m, p, s);
   }
   void dropout_backward(const Tensor& dy, const Tensor& m, Tensor& dx) override { inner_.dropout_backward(dy, m, dx); }
-  float softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d) override {
-    return inner_.softmax_cross_entropy(l, y, d);
+  float softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d, float scale) override {
+    return inner_.softmax_cross_entropy(l, y, d, scale);
   }
   void sgd_update(float* v, const float* g, float* b, std::int64_t n, float lr, float m, float wd, bool f) override {
     inner_.sgd_update(v, g, b, n, lr, m, wd, f);
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
   Arena arena;
   auto net = build_model(model);
   SetupContext setup{recorder, arena, false};
-  const Tensor input = activation(Shape(batch, 3, image, image), cpu.activation_layout());
+  const Tensor input = activation(Shape(batch, 3, image, image), cpu.activation_layout(), DType::fp32);
   net->setup(input, setup);
 
   // Distinct shapes with their multiplicity; the first convolution computes no dx.

@@ -7,12 +7,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tensor.hpp"
 
 namespace dlbench::worker {
 
+// Every op computes in its activations' dtype (`dtype`); parameters and their gradients are
+// fp32 (master weights) whatever the activations are, and ops convert them as their kernels need.
 struct Conv2dConfig {
   Shape input;  // N, C, H, W
   std::int64_t out_channels = 0;
@@ -20,6 +23,7 @@ struct Conv2dConfig {
   std::int64_t stride = 1;
   std::int64_t padding = 0;
   bool bias = false;
+  DType dtype = DType::fp32;
 
   Shape output() const {
     return {input.n(), out_channels, (input.h() + 2 * padding - kernel) / stride + 1,
@@ -39,6 +43,7 @@ class Conv2dOp {
 struct BatchNormConfig {
   Shape input;
   float epsilon = 1e-5f;
+  DType dtype = DType::fp32;  // of x, y, dx and dy; statistics, scale and shift are fp32
 };
 
 class BatchNormOp {
@@ -67,6 +72,7 @@ struct PoolConfig {
   std::int64_t kernel = 2;
   std::int64_t stride = 2;
   std::int64_t padding = 0;
+  DType dtype = DType::fp32;
 
   Shape output() const {
     return {input.n(), input.c(), (input.h() + 2 * padding - kernel) / stride + 1,
@@ -88,6 +94,7 @@ struct LinearConfig {
   std::int64_t in_features = 0;
   std::int64_t out_features = 0;
   bool bias = true;
+  DType dtype = DType::fp32;
 };
 
 class LinearOp {
@@ -113,6 +120,9 @@ class Backend {
   virtual Layout activation_layout() const = 0;
   // Library versions etc. for the result's environment, as "key=value;…".
   virtual std::string version_info() const = 0;
+  // Why this backend cannot compute with activations of `dtype` here (the missing ISA, say), or
+  // nothing when it can. Ops must not be made for a dtype it cannot compute.
+  virtual std::optional<std::string> cannot_compute(DType dtype) const = 0;
 
   // Device memory, zero-filled.
   virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
@@ -123,16 +133,14 @@ class Backend {
 
   virtual std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) = 0;
   virtual std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) = 0;
-  virtual std::unique_ptr<ReluOp> make_relu(const Shape& shape) = 0;
+  virtual std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) = 0;
   virtual std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) = 0;
   virtual std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) = 0;
-  virtual std::unique_ptr<AddOp> make_add(const Shape& shape) = 0;
+  virtual std::unique_ptr<AddOp> make_add(const Shape& shape, DType dtype) = 0;
 
   // running = (1 - momentum) · running + momentum · batch · correction (PyTorch's rule,
   // with correction n/(n-1) for the variance).
   virtual void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) = 0;
-  // dst += src
-  virtual void accumulate(Tensor& dst, const Tensor& src) = 0;
   // data *= factor (averaging reduced gradients)
   virtual void scale(float* data, std::int64_t count, float factor) = 0;
   // Loss scaling: grads *= inverse_scale, and whether every result is finite (the answer waits
@@ -141,12 +149,16 @@ class Backend {
   // Adaptive average pooling to (out_h, out_w), PyTorch's window rule.
   virtual void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
   virtual void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;
-  // Inverted dropout: keeps with probability 1 - p and scales by 1/(1 - p). The mask is a
-  // pure function of (seed, index), so results do not depend on threads.
+  // Inverted dropout: keeps with probability 1 - p and scales by 1/(1 - p). The mask (fp32,
+  // holding 0 or the scale) is a pure function of (seed, index), so results do not depend on
+  // threads.
   virtual void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) = 0;
   virtual void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;
-  // Mean softmax cross-entropy over the batch; writes dlogits = (softmax - onehot) / N.
-  virtual float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) = 0;
+  // Mean softmax cross-entropy over the batch, computed in fp32 or wider whatever the logits'
+  // dtype; writes dlogits = (softmax - onehot) / N · gradient_scale in the logits' dtype (the
+  // loss scale is applied before the gradient is rounded, so small gradients survive fp16).
+  virtual float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+                                      float gradient_scale) = 0;
   // PyTorch SGD: g += wd·w; buf = momentum·buf + g (buf = g on the first step); w -= lr·buf.
   virtual void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
                           float learning_rate, float momentum, float weight_decay, bool first_step) = 0;

@@ -1,5 +1,7 @@
 #include "tensor.hpp"
 
+#include <cstring>
+
 namespace dlbench::worker {
 
 std::string Shape::to_string() const {
@@ -9,6 +11,43 @@ std::string Shape::to_string() const {
     out += std::to_string(dims[static_cast<std::size_t>(i)]);
   }
   return out + "]";
+}
+
+std::vector<std::byte> encode(const float* values, std::size_t count, DType dtype) {
+  std::vector<std::byte> out(count * dtype_size(dtype));
+  switch (dtype) {
+    case DType::fp32:
+      std::memcpy(out.data(), values, out.size());
+      break;
+    case DType::bf16:
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint16_t bits = bf16::from_float(values[i]).bits;
+        std::memcpy(&out[2 * i], &bits, 2);
+      }
+      break;
+    case DType::fp16:
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint16_t bits = fp16::from_float(values[i]).bits;
+        std::memcpy(&out[2 * i], &bits, 2);
+      }
+      break;
+  }
+  return out;
+}
+
+std::vector<float> decode(const void* data, std::size_t count, DType dtype) {
+  std::vector<float> out(count);
+  const auto* bytes = static_cast<const std::byte*>(data);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (dtype == DType::fp32) {
+      std::memcpy(&out[i], bytes + 4 * i, 4);
+    } else {
+      std::uint16_t bits = 0;
+      std::memcpy(&bits, bytes + 2 * i, 2);
+      out[i] = dtype == DType::bf16 ? bf16{bits}.to_float() : fp16{bits}.to_float();
+    }
+  }
+  return out;
 }
 
 }  // namespace dlbench::worker

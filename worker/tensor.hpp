@@ -1,15 +1,18 @@
-// Tensors are views: a data pointer, a logical shape and a memory layout. Memory is owned
-// elsewhere (the activation Arena, the ParameterStore), so layers never allocate per step.
+// Tensors are views: a data pointer, a logical shape, a memory layout and an element type.
+// Memory is owned elsewhere (the activation Arena, the ParameterStore), so layers never
+// allocate per step.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "precision.hpp"
 
 namespace dlbench::worker {
-
-enum class DType { fp32 };
 
 // Memory order of a 4-D activation. Logical dims are always (N, C, H, W).
 enum class Layout {
@@ -42,7 +45,7 @@ struct Shape {
 };
 
 struct Tensor {
-  float* data = nullptr;
+  void* data = nullptr;
   Shape shape;
   Layout layout = Layout::plain;
   DType dtype = DType::fp32;
@@ -50,8 +53,21 @@ struct Tensor {
   std::int32_t buffer = -1;
 
   std::int64_t numel() const { return shape.numel(); }
-  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * sizeof(float); }
+  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
   bool empty() const { return data == nullptr; }
+  // The elements as T; T must be what the tensor holds.
+  template <typename T>
+  T* as() const {
+    if (dtype_of<T>::value != dtype) {
+      throw std::logic_error("a " + std::string(to_string(dtype)) + " tensor " + shape.to_string() + " read as " +
+                             std::string(to_string(dtype_of<T>::value)));
+    }
+    return static_cast<T*>(data);
+  }
 };
+
+// Host-side conversions between fp32 values and a dtype's bytes (inputs, tests, reports).
+std::vector<std::byte> encode(const float* values, std::size_t count, DType dtype);
+std::vector<float> decode(const void* data, std::size_t count, DType dtype);
 
 }  // namespace dlbench::worker

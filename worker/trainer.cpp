@@ -23,14 +23,15 @@ std::vector<float> nchw_to_nhwc(const std::vector<float>& nchw, const Shape& s) 
 }
 
 Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
-                 SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank, MemoryReuse reuse)
+                 SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank, MemoryReuse reuse, DType activations)
     : backend_(backend), network_(std::move(network)), sgd_(sgd), context_{backend, seed, 0, {}} {
+  if (const auto why = backend_.cannot_compute(activations)) throw std::invalid_argument(*why);
   std::vector<Parameter*> params;
   network_->collect_parameters(params);
   parameters_.bind(std::move(params), backend_);
   parameters_.initialize(seed, backend_);
 
-  input_ = activation(input, backend_.activation_layout());
+  input_ = activation(input, backend_.activation_layout(), activations);
   arena_.request(input_);  // the batch lives across steps
   SetupContext setup{backend_, arena_, false};
   const Tensor logits = network_->setup(input_, setup);
@@ -52,7 +53,8 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Sh
   std::vector<float> host(static_cast<std::size_t>(input_.numel()));
   for (float& v : host) v = pixel(rng);
   if (input_.layout == Layout::nhwc) host = nchw_to_nhwc(host, input);
-  backend_.copy_from_host(input_.data, host.data(), input_.bytes());
+  const std::vector<std::byte> pixels = encode(host.data(), host.size(), input_.dtype);
+  backend_.copy_from_host(input_.data, pixels.data(), input_.bytes());
   std::uniform_int_distribution<std::int32_t> label(0, static_cast<std::int32_t>(num_classes - 1));
   std::vector<std::int32_t> labels(static_cast<std::size_t>(input.n()));
   for (auto& l : labels) l = label(rng);
@@ -60,20 +62,24 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Sh
 }
 
 void Trainer::load_batch(const float* pixels, const std::int32_t* labels) {
-  backend_.copy_from_host(input_.data, pixels, input_.bytes());
+  if (input_.dtype == DType::fp32) {
+    backend_.copy_from_host(input_.data, pixels, input_.bytes());
+  } else {
+    const std::vector<std::byte> converted = encode(pixels, static_cast<std::size_t>(input_.numel()), input_.dtype);
+    backend_.copy_from_host(input_.data, converted.data(), input_.bytes());
+  }
   backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(input_.shape.n()) * sizeof(std::int32_t));
 }
 
 float Trainer::loss() {
   const Tensor& logits = network_->forward(input_, context_);
-  return loss_.forward_backward(logits, reinterpret_cast<const std::int32_t*>(labels_storage_.data), backend_);
+  return loss_.forward_backward(logits, static_cast<const std::int32_t*>(labels_storage_.data), backend_,
+                                scaler_ ? scaler_->scale() : 1.0f);
 }
 
 float Trainer::compute_gradients() {
-  const float value = loss();
-  const Tensor& dlogits = loss_.dlogits();
-  if (scaler_) backend_.scale(dlogits.data, dlogits.numel(), scaler_->scale());
-  network_->backward(dlogits, context_);
+  const float value = loss();  // with loss scaling, dlogits is already scaled
+  network_->backward(loss_.dlogits(), context_);
   if (before_update_) before_update_();
   if (scaler_) {
     gradients_finite_ =

@@ -30,13 +30,16 @@ class Trainer {
  public:
   // input: (batch, 3, image, image). Weights come from `seed`; the synthetic batch from
   // `seed` and `data_rank` (ranks get different data, the same weights). Activation and
-  // gradient buffers share memory by lifetime unless `reuse` says otherwise.
+  // gradient buffers share memory by lifetime unless `reuse` says otherwise. Activations and
+  // their gradients are `activations` (the input is converted to it); weights, their
+  // gradients and the optimizer stay fp32.
   Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
           SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0,
-          MemoryReuse reuse = MemoryReuse::lifetime);
+          MemoryReuse reuse = MemoryReuse::lifetime, DType activations = DType::fp32);
 
   // Replaces the batch with real data: pixels in input().layout (batch × 3 × image × image
-  // floats) and one class index per sample, copied to the device before the next step.
+  // floats, converted to the activations' dtype) and one class index per sample, copied to
+  // the device before the next step.
   void load_batch(const float* pixels, const std::int32_t* labels);
 
   // One step; returns the batch's mean loss (NaN when the step is a graph replay: last_loss()

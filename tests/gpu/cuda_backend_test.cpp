@@ -65,17 +65,17 @@ class Pair {
   }
   void set(const std::vector<float>& nchw) {
     const std::vector<float> host = activation_ ? nchw_to_nhwc(nchw, shape_) : nchw;
-    cpu_backend_.copy_from_host(cpu_.data, host.data(), cpu_.bytes());
-    gpu_backend_.copy_from_host(gpu_.data, nchw.data(), gpu_.bytes());
+    cpu_backend_.copy_from_host(cpu_.as<float>(), host.data(), cpu_.bytes());
+    gpu_backend_.copy_from_host(gpu_.as<float>(), nchw.data(), gpu_.bytes());
   }
   std::vector<float> cpu_values() {
     std::vector<float> v(static_cast<std::size_t>(shape_.numel()));
-    cpu_backend_.copy_to_host(v.data(), cpu_.data, cpu_.bytes());
+    cpu_backend_.copy_to_host(v.data(), cpu_.as<float>(), cpu_.bytes());
     return activation_ ? nhwc_to_nchw(v, shape_) : v;
   }
   std::vector<float> gpu_values() {
     std::vector<float> v(static_cast<std::size_t>(shape_.numel()));
-    gpu_backend_.copy_to_host(v.data(), gpu_.data, gpu_.bytes());
+    gpu_backend_.copy_to_host(v.data(), gpu_.as<float>(), gpu_.bytes());
     return v;
   }
   double error() { return relative_error(gpu_values(), cpu_values()); }
@@ -185,12 +185,12 @@ TEST_F(CudaBackendTest, PoolingReluAndAddMatchTheCpu) {
     EXPECT_LT(dx.error(), 1e-6) << (kind == PoolKind::max ? "max" : "average");
   }
   auto a = pair(s, true, 13), b = pair(s, true, 14), sum = zeros(s, true), relu = zeros(s, true), drelu = zeros(s, true);
-  cpu_->make_add(s)->forward(a.cpu(), b.cpu(), sum.cpu());
-  gpu_->make_add(s)->forward(a.gpu(), b.gpu(), sum.gpu());
-  cpu_->make_relu(s)->forward(sum.cpu(), relu.cpu());
-  gpu_->make_relu(s)->forward(sum.gpu(), relu.gpu());
-  cpu_->make_relu(s)->backward(relu.cpu(), a.cpu(), drelu.cpu());
-  gpu_->make_relu(s)->backward(relu.gpu(), a.gpu(), drelu.gpu());
+  cpu_->make_add(s, DType::fp32)->forward(a.cpu(), b.cpu(), sum.cpu());
+  gpu_->make_add(s, DType::fp32)->forward(a.gpu(), b.gpu(), sum.gpu());
+  cpu_->make_relu(s, DType::fp32)->forward(sum.cpu(), relu.cpu());
+  gpu_->make_relu(s, DType::fp32)->forward(sum.gpu(), relu.gpu());
+  cpu_->make_relu(s, DType::fp32)->backward(relu.cpu(), a.cpu(), drelu.cpu());
+  gpu_->make_relu(s, DType::fp32)->backward(relu.gpu(), a.gpu(), drelu.gpu());
   gpu_->synchronize();
   EXPECT_EQ(sum.error(), 0.0);
   EXPECT_EQ(relu.error(), 0.0);
@@ -225,9 +225,9 @@ TEST_F(CudaBackendTest, LossDropoutPoolingAndSgdMatchTheCpu) {
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 61 % 1000);
   auto gpu_labels = gpu_->allocate(labels.size() * sizeof(std::int32_t));
   gpu_->copy_from_host(gpu_labels.get(), labels.data(), labels.size() * sizeof(std::int32_t));
-  const float cpu_loss = cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu());
+  const float cpu_loss = cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f);
   const float gpu_loss =
-      gpu_->softmax_cross_entropy(logits.gpu(), static_cast<const std::int32_t*>(gpu_labels.get()), dlogits.gpu());
+      gpu_->softmax_cross_entropy(logits.gpu(), static_cast<const std::int32_t*>(gpu_labels.get()), dlogits.gpu(), 1.0f);
   EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
   EXPECT_LT(dlogits.error(), 1e-5);
 
@@ -252,8 +252,8 @@ TEST_F(CudaBackendTest, LossDropoutPoolingAndSgdMatchTheCpu) {
   const std::int64_t n = 100003;
   auto w = pair(Shape(n), false, 23), g = pair(Shape(n), false, 24), buffer = zeros(Shape(n), false);
   for (const bool first : {true, false}) {
-    cpu_->sgd_update(w.cpu().data, g.cpu().data, buffer.cpu().data, n, 0.1f, 0.9f, 1e-4f, first);
-    gpu_->sgd_update(w.gpu().data, g.gpu().data, buffer.gpu().data, n, 0.1f, 0.9f, 1e-4f, first);
+    cpu_->sgd_update(w.cpu().as<float>(), g.cpu().as<float>(), buffer.cpu().as<float>(), n, 0.1f, 0.9f, 1e-4f, first);
+    gpu_->sgd_update(w.gpu().as<float>(), g.gpu().as<float>(), buffer.gpu().as<float>(), n, 0.1f, 0.9f, 1e-4f, first);
   }
   gpu_->synchronize();
   EXPECT_LT(w.error(), 1e-6);

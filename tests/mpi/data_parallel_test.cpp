@@ -62,7 +62,7 @@ struct DataParallel {
 
 TEST(DataParallel, RanksTrainOnDifferentData) {
   DataParallel local(1 << 20, false);
-  float first = local.trainer.input().data[0];
+  float first = local.trainer.input().as<float>()[0];
   float others_max = first, others_min = first;
   MPI_Allreduce(&first, &others_max, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(&first, &others_min, 1, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);

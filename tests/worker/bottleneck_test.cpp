@@ -72,12 +72,12 @@ TEST_P(BottleneckWiring, EqualsItsPartsChainedByHand) {
   for (std::size_t k = 0; k < block_params.size(); ++k) {
     ASSERT_EQ(block_params[k]->value.shape, parts_params[k]->value.shape) << k;
     for (std::int64_t i = 0; i < block_params[k]->value.numel(); ++i) {
-      block_params[k]->value.data[i] = parts_params[k]->value.data[i] = u(rng);
+      block_params[k]->value.as<float>()[i] = parts_params[k]->value.as<float>()[i] = u(rng);
     }
   }
 
   Arena arena;
-  Tensor x = activation(c.input, Layout::nhwc), dy;
+  Tensor x = activation(c.input, Layout::nhwc, DType::fp32), dy;
   arena.request(x);
   SetupContext setup{backend, arena, true};
   const Shape out = block.setup(x, setup).shape;
@@ -85,38 +85,38 @@ TEST_P(BottleneckWiring, EqualsItsPartsChainedByHand) {
   if (projection) {
     EXPECT_EQ(shortcut.setup(x, setup).shape, out);
   }
-  dy = activation(out, Layout::nhwc);
+  dy = activation(out, Layout::nhwc, DType::fp32);
   arena.request(dy);
   arena.commit(backend);
   block.reset_state(backend);
   main.reset_state(backend);
   shortcut.reset_state(backend);
-  for (std::int64_t i = 0; i < x.numel(); ++i) x.data[i] = u(rng);
-  for (std::int64_t i = 0; i < dy.numel(); ++i) dy.data[i] = u(rng);
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.as<float>()[i] = u(rng);
+  for (std::int64_t i = 0; i < dy.numel(); ++i) dy.as<float>()[i] = u(rng);
 
   StepContext ctx{backend, 1, 0, {}};
   const Tensor& y = block.forward(x, ctx);
-  const std::vector<float> y_block(y.data, y.data + y.numel());
+  const std::vector<float> y_block(y.as<float>(), y.as<float>() + y.numel());
   const Tensor& dx = block.backward(dy, ctx);
-  const std::vector<float> dx_block(dx.data, dx.data + dx.numel());
+  const std::vector<float> dx_block(dx.as<float>(), dx.as<float>() + dx.numel());
 
   // By hand: z = main(x) + shortcut(x); y = max(z, 0); dz = dy · [z > 0].
   const Tensor& m = main.forward(x, ctx);
   const Tensor& s = projection ? shortcut.forward(x, ctx) : x;
   const auto n = static_cast<std::size_t>(m.numel());
   std::vector<float> y_ref(n);
-  Tensor dz = activation(out, Layout::nhwc);
+  Tensor dz = activation(out, Layout::nhwc, DType::fp32);
   std::vector<float> dz_host(n);
   dz.data = dz_host.data();
   for (std::size_t i = 0; i < n; ++i) {
-    const float z = m.data[i] + s.data[i];
+    const float z = m.as<float>()[i] + s.as<float>()[i];
     y_ref[i] = z > 0 ? z : 0.0f;
-    dz_host[i] = z > 0 ? dy.data[i] : 0.0f;
+    dz_host[i] = z > 0 ? dy.as<float>()[i] : 0.0f;
   }
   const Tensor& dx_main = main.backward(dz, ctx);
-  std::vector<float> dx_ref(dx_main.data, dx_main.data + dx_main.numel());
+  std::vector<float> dx_ref(dx_main.as<float>(), dx_main.as<float>() + dx_main.numel());
   const Tensor& dx_short = projection ? shortcut.backward(dz, ctx) : dz;
-  for (std::size_t i = 0; i < dx_ref.size(); ++i) dx_ref[i] += dx_short.data[i];
+  for (std::size_t i = 0; i < dx_ref.size(); ++i) dx_ref[i] += dx_short.as<float>()[i];
 
   const auto expect_same = [](const std::vector<float>& a, const float* b, const std::string& what) {
     for (std::size_t i = 0; i < a.size(); ++i) {
@@ -127,7 +127,7 @@ TEST_P(BottleneckWiring, EqualsItsPartsChainedByHand) {
   expect_same(dx_block, dx_ref.data(), "dx");
   for (std::size_t k = 0; k < block_params.size(); ++k) {
     const Tensor& g = block_params[k]->grad;
-    expect_same(std::vector<float>(g.data, g.data + g.numel()), parts_params[k]->grad.data,
+    expect_same(std::vector<float>(g.as<float>(), g.as<float>() + g.numel()), parts_params[k]->grad.as<float>(),
                 "parameter " + std::to_string(k) + " grad");
   }
 }

@@ -40,19 +40,19 @@ class LayerProbe {
     store_.bind(params, backend_);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (Parameter* p : store_.parameters()) {
-      for (std::int64_t i = 0; i < p->value.numel(); ++i) p->value.data[i] = u(rng_);
+      for (std::int64_t i = 0; i < p->value.numel(); ++i) p->value.as<float>()[i] = u(rng_);
     }
-    x_ = activation(input, backend_.activation_layout());
+    x_ = activation(input, backend_.activation_layout(), DType::fp32);
     arena_.request(x_);
     SetupContext setup{backend_, arena_, true};
     output_ = layer_->setup(x_, setup).shape;
-    r_ = activation(output_, backend_.activation_layout());
+    r_ = activation(output_, backend_.activation_layout(), DType::fp32);
     arena_.request(r_);
     arena_.commit(backend_);
     layer_->reset_state(backend_);
     x_host_.resize(static_cast<std::size_t>(x_.numel()));
     for (float& v : x_host_) v = u(rng_);
-    for (std::int64_t i = 0; i < r_.numel(); ++i) r_.data[i] = u(rng_);
+    for (std::int64_t i = 0; i < r_.numel(); ++i) r_.as<float>()[i] = u(rng_);
   }
 
   // Moves every input at least `gap` away from zero (ReLU's kink).
@@ -68,10 +68,10 @@ class LayerProbe {
   }
 
   double loss() {
-    std::copy(x_host_.begin(), x_host_.end(), x_.data);  // in-place layers overwrite x
+    std::copy(x_host_.begin(), x_host_.end(), x_.as<float>());  // in-place layers overwrite x
     const Tensor& y = layer_->forward(x_, ctx_);
     double total = 0;
-    for (std::int64_t i = 0; i < y.numel(); ++i) total += static_cast<double>(y.data[i]) * static_cast<double>(r_.data[i]);
+    for (std::int64_t i = 0; i < y.numel(); ++i) total += static_cast<double>(y.as<float>()[i]) * static_cast<double>(r_.as<float>()[i]);
     return total;
   }
 
@@ -79,7 +79,7 @@ class LayerProbe {
   std::vector<float> backward() {
     loss();
     const Tensor& dx = layer_->backward(r_, ctx_);
-    return std::vector<float>(dx.data, dx.data + dx.numel());
+    return std::vector<float>(dx.as<float>(), dx.as<float>() + dx.numel());
   }
 
   // The central difference of the loss in `value`.
@@ -102,13 +102,13 @@ class LayerProbe {
   void check_parameter_gradients() {
     backward();
     std::vector<std::vector<float>> analytic;
-    for (Parameter* p : store_.parameters()) analytic.emplace_back(p->grad.data, p->grad.data + p->grad.numel());
+    for (Parameter* p : store_.parameters()) analytic.emplace_back(p->grad.as<float>(), p->grad.as<float>() + p->grad.numel());
     ASSERT_FALSE(store_.parameters().empty());
     for (std::size_t k = 0; k < store_.parameters().size(); ++k) {
       Parameter& p = *store_.parameters()[k];
       const std::string what = "parameter " + std::to_string(k) + " d" + p.name + p.value.shape.to_string();
       for (const std::size_t i : sample(static_cast<std::size_t>(p.value.numel()))) {
-        expect_close(numeric_derivative(p.value.data[i]), analytic[k][i], what, i);
+        expect_close(numeric_derivative(p.value.as<float>()[i]), analytic[k][i], what, i);
       }
     }
   }
@@ -200,7 +200,7 @@ TEST(GradientCheck, Dropout) {
 TEST(GradientCheck, SoftmaxCrossEntropy) {
   CpuBackend backend(1);
   Arena arena;
-  Tensor logits = activation(Shape(3, 5), Layout::plain);
+  Tensor logits = activation(Shape(3, 5), Layout::plain, DType::fp32);
   arena.request(logits);
   SetupContext setup{backend, arena, true};
   SoftmaxCrossEntropy loss;
@@ -208,23 +208,23 @@ TEST(GradientCheck, SoftmaxCrossEntropy) {
   arena.commit(backend);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  for (std::int64_t i = 0; i < logits.numel(); ++i) logits.data[i] = u(rng);
+  for (std::int64_t i = 0; i < logits.numel(); ++i) logits.as<float>()[i] = u(rng);
   const std::int32_t labels[] = {4, 0, 2};
   const float value = loss.forward_backward(logits, labels, backend);
-  std::vector<float> analytic(loss.dlogits().data, loss.dlogits().data + loss.dlogits().numel());
+  std::vector<float> analytic(loss.dlogits().as<float>(), loss.dlogits().as<float>() + loss.dlogits().numel());
   for (std::int64_t i = 0; i < logits.numel(); ++i) {
-    const float saved = logits.data[i];
-    logits.data[i] = saved + 1e-2f;
+    const float saved = logits.as<float>()[i];
+    logits.as<float>()[i] = saved + 1e-2f;
     const double plus = loss.forward_backward(logits, labels, backend);
-    logits.data[i] = saved - 1e-2f;
+    logits.as<float>()[i] = saved - 1e-2f;
     const double minus = loss.forward_backward(logits, labels, backend);
-    logits.data[i] = saved;
+    logits.as<float>()[i] = saved;
     const double numeric = (plus - minus) / 2e-2;
     EXPECT_NEAR(numeric, analytic[static_cast<std::size_t>(i)], 1e-3) << i;
   }
   EXPECT_GT(value, 0.0f);
   // Uniform logits: the loss is log(K) whatever the labels.
-  for (std::int64_t i = 0; i < logits.numel(); ++i) logits.data[i] = 0.5f;
+  for (std::int64_t i = 0; i < logits.numel(); ++i) logits.as<float>()[i] = 0.5f;
   EXPECT_NEAR(loss.forward_backward(logits, labels, backend), std::log(5.0), 1e-6);
 }
 

@@ -44,8 +44,8 @@ void expect_no_conflicts(const Arena& arena) {
 TEST(MemoryPlan, TicksMirrorAndLifetimesDecideSharing) {
   CpuBackend backend(1);
   Arena arena;
-  Tensor persistent = activation(Shape(1000), Layout::plain);
-  Tensor a = activation(Shape(1000), Layout::plain), b = a, c = a, d = activation(Shape(2000), Layout::plain);
+  Tensor persistent = activation(Shape(1000), Layout::plain, DType::fp32);
+  Tensor a = activation(Shape(1000), Layout::plain, DType::fp32), b = a, c = a, d = activation(Shape(2000), Layout::plain, DType::fp32);
   arena.request(persistent);
   const Tick t0 = arena.next_tick(), t1 = arena.next_tick(), t2 = arena.next_tick();
   arena.request(a, t0);
@@ -82,7 +82,7 @@ TEST(MemoryPlan, TicksMirrorAndLifetimesDecideSharing) {
 TEST(MemoryPlan, WithoutReuseEveryBufferHasItsOwnMemory) {
   CpuBackend backend(1);
   Arena arena;
-  Tensor a = activation(Shape(10), Layout::plain), b = a;
+  Tensor a = activation(Shape(10), Layout::plain, DType::fp32), b = a;
   const Tick t0 = arena.next_tick(), t1 = arena.next_tick();
   arena.request(a, t0);
   arena.request(b, t1);

@@ -23,7 +23,7 @@ double macs(const std::string& name, std::int64_t image) {
   Arena arena;
   auto net = build_model(name);
   SetupContext ctx{backend, arena, false};
-  Tensor input = activation(Shape(1, 3, image, image), Layout::nhwc);
+  Tensor input = activation(Shape(1, 3, image, image), Layout::nhwc, DType::fp32);
   net->setup(input, ctx);
   return net->forward_macs_per_sample();
 }

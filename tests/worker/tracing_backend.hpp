@@ -21,6 +21,7 @@ class TracingBackend final : public Backend {
   std::string name() const override { return inner_.name(); }
   Layout activation_layout() const override { return inner_.activation_layout(); }
   std::string version_info() const override { return inner_.version_info(); }
+  std::optional<std::string> cannot_compute(DType d) const override { return inner_.cannot_compute(d); }
   std::shared_ptr<void> allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
     record({dst});
@@ -41,17 +42,17 @@ class TracingBackend final : public Backend {
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override {
     return std::make_unique<BatchNorm>(*this, inner_.make_batch_norm(c));
   }
-  std::unique_ptr<ReluOp> make_relu(const Shape& s) override { return std::make_unique<Relu>(*this, inner_.make_relu(s)); }
+  std::unique_ptr<ReluOp> make_relu(const Shape& s, DType d) override {
+    return std::make_unique<Relu>(*this, inner_.make_relu(s, d));
+  }
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& c) override { return std::make_unique<Pool>(*this, inner_.make_pool(c)); }
-  std::unique_ptr<AddOp> make_add(const Shape& s) override { return std::make_unique<Add>(*this, inner_.make_add(s)); }
+  std::unique_ptr<AddOp> make_add(const Shape& s, DType d) override {
+    return std::make_unique<Add>(*this, inner_.make_add(s, d));
+  }
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override {
     record({running.data, batch.data});
     inner_.update_running_stat(running, batch, momentum, correction);
-  }
-  void accumulate(Tensor& dst, const Tensor& src) override {
-    record({dst.data, src.data});
-    inner_.accumulate(dst, src);
   }
   void scale(float* data, std::int64_t count, float factor) override {
     record({data});
@@ -77,9 +78,10 @@ class TracingBackend final : public Backend {
     record({dy.data, mask.data, dx.data});
     inner_.dropout_backward(dy, mask, dx);
   }
-  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) override {
+  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+                              float gradient_scale) override {
     record({logits.data, labels, dlogits.data});
-    return inner_.softmax_cross_entropy(logits, labels, dlogits);
+    return inner_.softmax_cross_entropy(logits, labels, dlogits, gradient_scale);
   }
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override {

@@ -112,16 +112,16 @@ TEST(Training, BatchNormRunningStatisticsFollowPyTorch) {
   Trainer trainer(backend, std::move(net), Shape(2, 1, 1, 2), 2, {0.1f, 0.0f, 0.0f}, 3);
   const Tensor& x = trainer.input();
   double mean = 0, squares = 0;
-  for (std::int64_t i = 0; i < 4; ++i) mean += static_cast<double>(x.data[i]);
+  for (std::int64_t i = 0; i < 4; ++i) mean += static_cast<double>(x.as<float>()[i]);
   mean /= 4;
   for (std::int64_t i = 0; i < 4; ++i) {
-    const double d = static_cast<double>(x.data[i]) - mean;
+    const double d = static_cast<double>(x.as<float>()[i]) - mean;
     squares += d * d;
   }
   trainer.loss();
   // running = 0.9 · initial + 0.1 · batch; the variance is unbiased (n - 1 = 3).
-  EXPECT_NEAR(static_cast<double>(bn.running_mean().data[0]), 0.1 * mean, 1e-6);
-  EXPECT_NEAR(static_cast<double>(bn.running_var().data[0]), 0.9 + 0.1 * squares / 3.0, 1e-5);
+  EXPECT_NEAR(static_cast<double>(bn.running_mean().as<float>()[0]), 0.1 * mean, 1e-6);
+  EXPECT_NEAR(static_cast<double>(bn.running_var().as<float>()[0]), 0.9 + 0.1 * squares / 3.0, 1e-5);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -33,7 +34,16 @@ memory::dims dims_of(const Shape& s) {
   return d;
 }
 
-memory::desc md_of(const Shape& shape, Layout layout) {
+memory::data_type dnnl_type(DType t) {
+  switch (t) {
+    case DType::fp32: return memory::data_type::f32;
+    case DType::bf16: return memory::data_type::bf16;
+    case DType::fp16: return memory::data_type::f16;
+  }
+  throw std::invalid_argument("cpu backend: unknown dtype");
+}
+
+memory::desc md_of(const Shape& shape, Layout layout, DType dtype = DType::fp32) {
   tag t = tag::undef;
   switch (shape.rank) {
     case 1: t = tag::a; break;
@@ -41,10 +51,12 @@ memory::desc md_of(const Shape& shape, Layout layout) {
     case 4: t = layout == Layout::nhwc ? tag::nhwc : tag::nchw; break;  // plain 4-D is OIHW = nchw order
     default: throw std::invalid_argument("cpu backend: unsupported tensor rank " + std::to_string(shape.rank));
   }
-  return memory::desc(dims_of(shape), memory::data_type::f32, t);
+  return memory::desc(dims_of(shape), dnnl_type(dtype), t);
 }
 
-memory::desc any_md(const Shape& shape) { return memory::desc(dims_of(shape), memory::data_type::f32, tag::any); }
+memory::desc any_md(const Shape& shape, DType dtype = DType::fp32) {
+  return memory::desc(dims_of(shape), dnnl_type(dtype), tag::any);
+}
 
 memory mem(const memory::desc& md, const dnnl::engine& engine, const void* data) {
   return memory(md, engine, const_cast<void*>(data));
@@ -67,7 +79,7 @@ class WeightFormat {
   }
 
   // A kernel-format view of user-format weights, valid until the next use of the scratch.
-  memory in(dnnl::stream& stream, const float* user_data) {
+  memory in(dnnl::stream& stream, const void* user_data) {
     if (!needed_) return mem(user_, backend_.engine(), user_data);
     memory user = mem(user_, backend_.engine(), user_data);
     memory kernel = mem(kernel_, backend_.engine(), backend_.weight_scratch());
@@ -75,10 +87,10 @@ class WeightFormat {
     return kernel;
   }
   // Where a kernel writes gradients; finish() moves them to user format.
-  memory out(float* user_data) {
+  memory out(void* user_data) {
     return needed_ ? mem(kernel_, backend_.engine(), backend_.weight_scratch()) : mem(user_, backend_.engine(), user_data);
   }
-  void finish(dnnl::stream& stream, float* user_data) {
+  void finish(dnnl::stream& stream, void* user_data) {
     if (!needed_) return;
     memory kernel = mem(kernel_, backend_.engine(), backend_.weight_scratch());
     memory user = mem(user_, backend_.engine(), user_data);
@@ -118,16 +130,16 @@ class WeightedPrimitives {
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
     auto& s = b_.stream();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
-                                         {DNNL_ARG_WEIGHTS, fwd_weights_.in(s, weight.data)},
+                                         {DNNL_ARG_WEIGHTS, fwd_weights_.in(s, weight.as<float>())},
                                          {DNNL_ARG_DST, mem(dst_, b_.engine(), y.data)}};
-    if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias->data);
+    if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias->as<float>());
     fwd_.execute(s, args);
   }
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) {
     auto& s = b_.stream();
     bwd_data_.execute(s, {{DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
-                          {DNNL_ARG_WEIGHTS, bwd_data_weights_.in(s, weight.data)},
+                          {DNNL_ARG_WEIGHTS, bwd_data_weights_.in(s, weight.as<float>())},
                           {DNNL_ARG_DIFF_SRC, mem(src_, b_.engine(), dx.data)}});
   }
 
@@ -135,10 +147,10 @@ class WeightedPrimitives {
     auto& s = b_.stream();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
                                          {DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
-                                         {DNNL_ARG_DIFF_WEIGHTS, diff_weights_.out(dweight.data)}};
-    if (dbias != nullptr) args[DNNL_ARG_DIFF_BIAS] = mem(bias_, b_.engine(), dbias->data);
+                                         {DNNL_ARG_DIFF_WEIGHTS, diff_weights_.out(dweight.as<float>())}};
+    if (dbias != nullptr) args[DNNL_ARG_DIFF_BIAS] = mem(bias_, b_.engine(), dbias->as<float>());
     bwd_weights_.execute(s, args);
-    diff_weights_.finish(s, dweight.data);
+    diff_weights_.finish(s, dweight.as<float>());
   }
 
   const std::string& implementation() const { return implementation_; }
@@ -158,21 +170,24 @@ using ConvPrimitives = WeightedPrimitives<dnnl::convolution_forward, dnnl::convo
 using InnerProductPrimitives = WeightedPrimitives<dnnl::inner_product_forward, dnnl::inner_product_backward_data,
                                                   dnnl::inner_product_backward_weights>;
 
+// Activations in the op's dtype; weights in it too inside the kernel (reordered from the fp32
+// master copy each call), while weight and bias gradients come out in fp32 (oneDNN
+// accumulates them in fp32 and writes them so, without a bf16 round trip).
 ConvPrimitives make_conv_primitives(CpuBackend& backend, const Conv2dConfig& c) {
   const auto& engine = backend.engine();
-  const memory::desc src = md_of(c.input, Layout::nhwc);
-  const memory::desc dst = md_of(c.output(), Layout::nhwc);
+  const memory::desc src = md_of(c.input, Layout::nhwc, c.dtype);
+  const memory::desc dst = md_of(c.output(), Layout::nhwc, c.dtype);
   const memory::desc bias = c.bias ? md_of(Shape(c.out_channels), Layout::plain) : memory::desc();
   const memory::dims strides{c.stride, c.stride};
   const memory::dims padding{c.padding, c.padding};
   const auto algorithm = dnnl::algorithm::convolution_direct;
   const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::convolution_forward::primitive_desc(
-      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src, any_md(c.weight()), bias, dst,
-                                      strides, padding, padding),
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src, any_md(c.weight(), c.dtype),
+                                      bias, dst, strides, padding, padding),
       engine));
   const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::convolution_backward_data::primitive_desc(
-      dnnl::convolution_backward_data::desc(algorithm, src, any_md(c.weight()), dst, strides, padding, padding), engine,
-      fwd_pd));
+      dnnl::convolution_backward_data::desc(algorithm, src, any_md(c.weight(), c.dtype), dst, strides, padding, padding),
+      engine, fwd_pd));
   const auto bwd_weights_pd = DLBENCH_DNNL_CALL(dnnl::convolution_backward_weights::primitive_desc(
       dnnl::convolution_backward_weights::desc(algorithm, src, any_md(c.weight()), bias, dst, strides, padding,
                                                padding),
@@ -182,14 +197,15 @@ ConvPrimitives make_conv_primitives(CpuBackend& backend, const Conv2dConfig& c) 
 
 InnerProductPrimitives make_inner_product_primitives(CpuBackend& backend, const LinearConfig& c) {
   const auto& engine = backend.engine();
-  const memory::desc src = md_of(Shape(c.batch, c.in_features), Layout::plain);
-  const memory::desc dst = md_of(Shape(c.batch, c.out_features), Layout::plain);
+  const memory::desc src = md_of(Shape(c.batch, c.in_features), Layout::plain, c.dtype);
+  const memory::desc dst = md_of(Shape(c.batch, c.out_features), Layout::plain, c.dtype);
   const Shape weight(c.out_features, c.in_features);
   const memory::desc bias = c.bias ? md_of(Shape(c.out_features), Layout::plain) : memory::desc();
   const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_forward::primitive_desc(
-      dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, any_md(weight), bias, dst), engine));
+      dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, any_md(weight, c.dtype), bias, dst),
+      engine));
   const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_data::primitive_desc(
-      dnnl::inner_product_backward_data::desc(src, any_md(weight), dst), engine, fwd_pd));
+      dnnl::inner_product_backward_data::desc(src, any_md(weight, c.dtype), dst), engine, fwd_pd));
   const auto bwd_weights_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_weights::primitive_desc(
       dnnl::inner_product_backward_weights::desc(src, any_md(weight), bias, dst), engine, fwd_pd));
   return InnerProductPrimitives(backend, fwd_pd, bwd_data_pd, bwd_weights_pd, src, dst, md_of(weight, Layout::plain),
@@ -214,8 +230,8 @@ class CpuWeightedOp final : public Interface {
 class CpuBatchNorm final : public BatchNormOp {
  public:
   CpuBatchNorm(CpuBackend& backend, const BatchNormConfig& c) : b_(backend) {
-    data_ = md_of(c.input, Layout::nhwc);
-    channel_ = md_of(Shape(c.input.c()), Layout::plain);
+    data_ = md_of(c.input, Layout::nhwc, c.dtype);
+    channel_ = md_of(Shape(c.input.c()), Layout::plain);  // statistics, scale and shift: fp32
     const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
     fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::batch_normalization_forward::primitive_desc(
         dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, data_, c.epsilon, flags),
@@ -265,8 +281,8 @@ class CpuBatchNorm final : public BatchNormOp {
 
 class CpuRelu final : public ReluOp {
  public:
-  CpuRelu(CpuBackend& backend, const Shape& shape) : b_(backend) {
-    data_ = md_of(shape, shape.rank == 4 ? Layout::nhwc : Layout::plain);
+  CpuRelu(CpuBackend& backend, const Shape& shape, DType dtype) : b_(backend) {
+    data_ = md_of(shape, shape.rank == 4 ? Layout::nhwc : Layout::plain, dtype);
     const auto algorithm = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;  // allows y to overwrite x
     fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::eltwise_forward::primitive_desc(
         dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, algorithm, data_, 0.0f, 0.0f), b_.engine()));
@@ -297,8 +313,8 @@ class CpuRelu final : public ReluOp {
 class CpuPool final : public PoolOp {
  public:
   CpuPool(CpuBackend& backend, const PoolConfig& c) : b_(backend) {
-    src_ = md_of(c.input, Layout::nhwc);
-    dst_ = md_of(c.output(), Layout::nhwc);
+    src_ = md_of(c.input, Layout::nhwc, c.dtype);
+    dst_ = md_of(c.output(), Layout::nhwc, c.dtype);
     // PyTorch's AvgPool2d counts padding by default (count_include_pad=True).
     const auto algorithm =
         c.kind == PoolKind::max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_include_padding;
@@ -339,8 +355,8 @@ class CpuPool final : public PoolOp {
 
 class CpuAdd final : public AddOp {
  public:
-  CpuAdd(CpuBackend& backend, const Shape& shape) : b_(backend) {
-    data_ = md_of(shape, shape.rank == 4 ? Layout::nhwc : Layout::plain);
+  CpuAdd(CpuBackend& backend, const Shape& shape, DType dtype) : b_(backend) {
+    data_ = md_of(shape, shape.rank == 4 ? Layout::nhwc : Layout::plain, dtype);
     pd_ = DLBENCH_DNNL_CALL(
         dnnl::binary::primitive_desc(dnnl::binary::desc(dnnl::algorithm::binary_add, data_, data_, data_), b_.engine()));
     add_ = dnnl::binary(pd_);
@@ -357,6 +373,23 @@ class CpuAdd final : public AddOp {
   dnnl::binary::primitive_desc pd_;
   dnnl::binary add_;
 };
+
+std::string isa_name(dnnl::cpu_isa isa) {
+  using dnnl::cpu_isa;
+  switch (isa) {
+    case cpu_isa::sse41: return "sse41";
+    case cpu_isa::avx: return "avx";
+    case cpu_isa::avx2: return "avx2";
+    case cpu_isa::avx2_vnni: return "avx2_vnni";
+    case cpu_isa::avx512_mic: return "avx512_mic";
+    case cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case cpu_isa::avx512_core: return "avx512_core";
+    case cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "isa " + std::to_string(static_cast<unsigned>(isa));
+  }
+}
 
 // A counter-based generator: the same (seed, index) gives the same number on any thread.
 inline std::uint64_t mix64(std::uint64_t x) {
@@ -377,6 +410,26 @@ CpuBackend::~CpuBackend() = default;
 std::string CpuBackend::version_info() const {
   const dnnl_version_t* v = dnnl_version();
   return "onednn=" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {
+  switch (dtype) {
+    case DType::fp32: return std::nullopt;
+    case DType::bf16: {
+      // Without AVX512_BF16 oneDNN would emulate bf16 arithmetic, slower than fp32: that is
+      // not a bf16 measurement.
+      const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+      const auto needed = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+      if ((isa & needed) == needed) return std::nullopt;
+      return "bf16 on the cpu backend needs oneDNN's avx512_core_bf16 ISA (the AVX512_BF16 instructions: Intel "
+             "Cooper Lake, Sapphire Rapids and later, AMD Zen 4 and later), which this CPU does not have (oneDNN "
+             "runs " + isa_name(dnnl::get_effective_cpu_isa()) + " here). Allowed here on the cpu backend: fp32";
+    }
+    case DType::fp16:
+      return "fp16 (amp) has no training kernels for x86 CPUs in oneDNN " + std::to_string(dnnl_version()->major) + "." +
+             std::to_string(dnnl_version()->minor) + "; on the cpu backend use bf16 (where the CPU has AVX512_BF16) or fp32";
+  }
+  return "unknown dtype";
 }
 
 void CpuBackend::reserve_weight_scratch(std::size_t bytes) {
@@ -412,26 +465,22 @@ std::unique_ptr<Conv2dOp> CpuBackend::make_conv2d(const Conv2dConfig& c) {
 std::unique_ptr<BatchNormOp> CpuBackend::make_batch_norm(const BatchNormConfig& c) {
   return std::make_unique<CpuBatchNorm>(*this, c);
 }
-std::unique_ptr<ReluOp> CpuBackend::make_relu(const Shape& shape) { return std::make_unique<CpuRelu>(*this, shape); }
+std::unique_ptr<ReluOp> CpuBackend::make_relu(const Shape& shape, DType dtype) {
+  return std::make_unique<CpuRelu>(*this, shape, dtype);
+}
 std::unique_ptr<PoolOp> CpuBackend::make_pool(const PoolConfig& c) { return std::make_unique<CpuPool>(*this, c); }
 std::unique_ptr<LinearOp> CpuBackend::make_linear(const LinearConfig& c) {
   return std::make_unique<CpuWeightedOp<LinearOp, InnerProductPrimitives>>(make_inner_product_primitives(*this, c));
 }
-std::unique_ptr<AddOp> CpuBackend::make_add(const Shape& shape) { return std::make_unique<CpuAdd>(*this, shape); }
+std::unique_ptr<AddOp> CpuBackend::make_add(const Shape& shape, DType dtype) {
+  return std::make_unique<CpuAdd>(*this, shape, dtype);
+}
 
 void CpuBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
   const std::int64_t n = running.numel();
-  for (std::int64_t i = 0; i < n; ++i) {
-    running.data[i] = (1.0f - momentum) * running.data[i] + momentum * batch.data[i] * correction;
-  }
-}
-
-void CpuBackend::accumulate(Tensor& dst, const Tensor& src) {
-  const std::int64_t n = dst.numel();
-  float* __restrict d = dst.data;
-  const float* __restrict s = src.data;
-#pragma omp parallel for simd schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) d[i] += s[i];
+  float* r = running.as<float>();
+  const float* b = batch.as<float>();
+  for (std::int64_t i = 0; i < n; ++i) r[i] = (1.0f - momentum) * r[i] + momentum * b[i] * correction;
 }
 
 void CpuBackend::scale(float* data, std::int64_t count, float factor) {
@@ -449,91 +498,156 @@ bool CpuBackend::unscale_and_check_finite(float* grads, std::int64_t count, floa
   return non_finite == 0;
 }
 
+namespace {
+
+// Calls `body` with a null pointer of the element type `dtype` names (the loops below are
+// written once for every activation type; they compute in fp32).
+template <typename Body>
+void with_element_type(DType dtype, Body&& body) {
+  switch (dtype) {
+    case DType::fp32: body(static_cast<float*>(nullptr)); return;
+    case DType::bf16: body(static_cast<bf16*>(nullptr)); return;
+    case DType::fp16: body(static_cast<fp16*>(nullptr)); return;
+  }
+}
+
 // PyTorch's adaptive pooling windows: [floor(i·in/out), ceil((i+1)·in/out)).
-void CpuBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
+template <typename T>
+void adaptive_avg_pool_forward_nhwc(const Tensor& x, Tensor& y) {
   const std::int64_t n = x.shape.n(), c = x.shape.c(), ih = x.shape.h(), iw = x.shape.w();
   const std::int64_t oh = y.shape.h(), ow = y.shape.w();
+  const T* src = x.as<T>();
+  T* dst = y.as<T>();
 #pragma omp parallel for collapse(2) schedule(static)
   for (std::int64_t b = 0; b < n; ++b) {
     for (std::int64_t i = 0; i < oh; ++i) {
+      std::vector<float> sum(static_cast<std::size_t>(c));
       const std::int64_t h0 = i * ih / oh, h1 = ((i + 1) * ih + oh - 1) / oh;
       for (std::int64_t j = 0; j < ow; ++j) {
         const std::int64_t w0 = j * iw / ow, w1 = ((j + 1) * iw + ow - 1) / ow;
         const float scale = 1.0f / static_cast<float>((h1 - h0) * (w1 - w0));
-        float* out = y.data + ((b * oh + i) * ow + j) * c;
-        std::fill(out, out + c, 0.0f);
+        std::fill(sum.begin(), sum.end(), 0.0f);
         for (std::int64_t h = h0; h < h1; ++h) {
           for (std::int64_t w = w0; w < w1; ++w) {
-            const float* in = x.data + ((b * ih + h) * iw + w) * c;
-            for (std::int64_t ch = 0; ch < c; ++ch) out[ch] += in[ch];
+            const T* in = src + ((b * ih + h) * iw + w) * c;
+            for (std::int64_t ch = 0; ch < c; ++ch) sum[static_cast<std::size_t>(ch)] += to_float(in[ch]);
           }
         }
-        for (std::int64_t ch = 0; ch < c; ++ch) out[ch] *= scale;
+        T* out = dst + ((b * oh + i) * ow + j) * c;
+        for (std::int64_t ch = 0; ch < c; ++ch) out[ch] = from_float<T>(sum[static_cast<std::size_t>(ch)] * scale);
       }
     }
   }
 }
 
-void CpuBackend::adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) {
+template <typename T>
+void adaptive_avg_pool_backward_nhwc(const Tensor& dy, Tensor& dx) {
   const std::int64_t n = dx.shape.n(), c = dx.shape.c(), ih = dx.shape.h(), iw = dx.shape.w();
   const std::int64_t oh = dy.shape.h(), ow = dy.shape.w();
+  const T* grad = dy.as<T>();
+  T* out = dx.as<T>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t b = 0; b < n; ++b) {
-    std::fill(dx.data + b * ih * iw * c, dx.data + (b + 1) * ih * iw * c, 0.0f);
+    // Windows may overlap: sum in fp32, round once.
+    std::vector<float> sum(static_cast<std::size_t>(ih * iw * c), 0.0f);
     for (std::int64_t i = 0; i < oh; ++i) {
       const std::int64_t h0 = i * ih / oh, h1 = ((i + 1) * ih + oh - 1) / oh;
       for (std::int64_t j = 0; j < ow; ++j) {
         const std::int64_t w0 = j * iw / ow, w1 = ((j + 1) * iw + ow - 1) / ow;
         const float scale = 1.0f / static_cast<float>((h1 - h0) * (w1 - w0));
-        const float* g = dy.data + ((b * oh + i) * ow + j) * c;
+        const T* g = grad + ((b * oh + i) * ow + j) * c;
         for (std::int64_t h = h0; h < h1; ++h) {
           for (std::int64_t w = w0; w < w1; ++w) {
-            float* out = dx.data + ((b * ih + h) * iw + w) * c;
-            for (std::int64_t ch = 0; ch < c; ++ch) out[ch] += g[ch] * scale;
+            float* acc = sum.data() + (h * iw + w) * c;
+            for (std::int64_t ch = 0; ch < c; ++ch) acc[ch] += to_float(g[ch]) * scale;
           }
         }
       }
     }
+    T* dst = out + b * ih * iw * c;
+    for (std::size_t k = 0; k < sum.size(); ++k) dst[k] = from_float<T>(sum[k]);
   }
 }
 
-void CpuBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) {
+template <typename T>
+void dropout_forward_typed(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) {
   const std::int64_t n = x.numel();
   const float keep_scale = 1.0f / (1.0f - p);
   const auto threshold = static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
+  const T* src = x.as<T>();
+  T* dst = y.as<T>();
+  float* m = mask.as<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < n; ++i) {
     const bool keep = mix64(seed ^ mix64(static_cast<std::uint64_t>(i))) >= threshold;
-    mask.data[i] = keep ? keep_scale : 0.0f;
-    y.data[i] = x.data[i] * mask.data[i];
+    m[i] = keep ? keep_scale : 0.0f;
+    dst[i] = from_float<T>(to_float(src[i]) * m[i]);
   }
 }
 
-void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
+template <typename T>
+void dropout_backward_typed(const Tensor& dy, const Tensor& mask, Tensor& dx) {
   const std::int64_t n = dy.numel();
+  const T* g = dy.as<T>();
+  const float* m = mask.as<float>();
+  T* out = dx.as<T>();
 #pragma omp parallel for simd schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) dx.data[i] = dy.data[i] * mask.data[i];
+  for (std::int64_t i = 0; i < n; ++i) out[i] = from_float<T>(to_float(g[i]) * m[i]);
 }
 
-float CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) {
+// Computed in fp64 from the logits as stored (as autocast does: cross-entropy runs in fp32).
+template <typename T>
+float softmax_cross_entropy_typed(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+                                  float gradient_scale) {
   const std::int64_t n = logits.shape.n(), k = logits.shape.c();
+  const T* all_z = logits.as<T>();
+  T* all_g = dlogits.as<T>();
   double loss = 0.0;
 #pragma omp parallel for reduction(+ : loss) schedule(static)
   for (std::int64_t b = 0; b < n; ++b) {
-    const float* z = logits.data + b * k;
-    float* g = dlogits.data + b * k;
-    const float zmax = *std::max_element(z, z + k);
+    const T* z = all_z + b * k;
+    T* g = all_g + b * k;
+    float zmax = -std::numeric_limits<float>::infinity();
+    for (std::int64_t j = 0; j < k; ++j) zmax = std::max(zmax, to_float(z[j]));
     double sum = 0.0;
-    for (std::int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(z[j] - zmax));
+    for (std::int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(to_float(z[j]) - zmax));
     const double log_sum = std::log(sum);
     const std::int32_t label = labels[b];
-    loss += log_sum - static_cast<double>(z[label] - zmax);
+    loss += log_sum - static_cast<double>(to_float(z[label]) - zmax);
     for (std::int64_t j = 0; j < k; ++j) {
-      const double prob = std::exp(static_cast<double>(z[j] - zmax) - log_sum);
-      g[j] = static_cast<float>((prob - (j == label ? 1.0 : 0.0)) / static_cast<double>(n));
+      const double prob = std::exp(static_cast<double>(to_float(z[j]) - zmax) - log_sum);
+      const double grad = (prob - (j == label ? 1.0 : 0.0)) / static_cast<double>(n);
+      g[j] = from_float<T>(static_cast<float>(grad * static_cast<double>(gradient_scale)));
     }
   }
   return static_cast<float>(loss / static_cast<double>(n));
+}
+
+}  // namespace
+
+void CpuBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
+  with_element_type(x.dtype, [&]<typename T>(T*) { adaptive_avg_pool_forward_nhwc<T>(x, y); });
+}
+
+void CpuBackend::adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) {
+  with_element_type(dy.dtype, [&]<typename T>(T*) { adaptive_avg_pool_backward_nhwc<T>(dy, dx); });
+}
+
+void CpuBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) {
+  with_element_type(x.dtype, [&]<typename T>(T*) { dropout_forward_typed<T>(x, y, mask, p, seed); });
+}
+
+void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
+  with_element_type(dy.dtype, [&]<typename T>(T*) { dropout_backward_typed<T>(dy, mask, dx); });
+}
+
+float CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+                                        float gradient_scale) {
+  float loss = 0;
+  with_element_type(logits.dtype, [&]<typename T>(T*) {
+    loss = softmax_cross_entropy_typed<T>(logits, labels, dlogits, gradient_scale);
+  });
+  return loss;
 }
 
 void CpuBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,

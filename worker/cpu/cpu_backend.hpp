@@ -15,6 +15,9 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   Layout activation_layout() const override { return Layout::nhwc; }
   std::string version_info() const override;
+  // fp32 everywhere; bf16 where oneDNN finds AVX512_BF16 (or AMX); fp16 nowhere (oneDNN 2.6 has
+  // no fp16 training kernels for x86).
+  std::optional<std::string> cannot_compute(DType dtype) const override;
   int threads() const;
 
   std::shared_ptr<void> allocate(std::size_t bytes) override;
@@ -24,20 +27,20 @@ class CpuBackend final : public Backend {
 
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) override;
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) override;
-  std::unique_ptr<ReluOp> make_relu(const Shape& shape) override;
+  std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) override;
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) override;
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;
-  std::unique_ptr<AddOp> make_add(const Shape& shape) override;
+  std::unique_ptr<AddOp> make_add(const Shape& shape, DType dtype) override;
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
-  void accumulate(Tensor& dst, const Tensor& src) override;
   void scale(float* data, std::int64_t count, float factor) override;
   bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override;
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
-  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) override;
+  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+                              float gradient_scale) override;
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override;
 
@@ -47,7 +50,7 @@ class CpuBackend final : public Backend {
   // One buffer for weights (or their gradients) in a kernel's format during one call: ops
   // reserve their size at setup and fetch the pointer each call (it moves while it grows).
   void reserve_weight_scratch(std::size_t bytes);
-  float* weight_scratch() const { return static_cast<float*>(weight_scratch_.get()); }
+  void* weight_scratch() const { return weight_scratch_.get(); }
 
  private:
   std::shared_ptr<void> weight_scratch_;

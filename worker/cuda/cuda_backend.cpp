@@ -70,18 +70,18 @@ class CudaConv final : public Conv2dOp {
       std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
       int count = 0;
       DLBENCH_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-          backend_.cudnn(), x_desc_.handle, x.data, w_desc_, weight.data, desc(ConvPass::forward), y_desc_.handle,
-          y.data, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+          backend_.cudnn(), x_desc_.handle, x.as<float>(), w_desc_, weight.as<float>(), desc(ConvPass::forward), y_desc_.handle,
+          y.as<float>(), static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
       return fastest(perf.data(), count, tensor_cores(), "forward");
     });
-    DLBENCH_CUDNN_CHECK(cudnnConvolutionForward(backend_.cudnn(), &kOne, x_desc_.handle, x.data, w_desc_, weight.data,
+    DLBENCH_CUDNN_CHECK(cudnnConvolutionForward(backend_.cudnn(), &kOne, x_desc_.handle, x.as<float>(), w_desc_, weight.as<float>(),
                                                 desc(ConvPass::forward),
                                                 static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm),
                                                 backend_.workspace(a.workspace), a.workspace, &kZero, y_desc_.handle,
-                                                y.data));
+                                                y.as<float>()));
     if (bias != nullptr) {
       DLBENCH_CUDNN_CHECK(
-          cudnnAddTensor(backend_.cudnn(), &kOne, bias_desc_.handle, bias->data, &kOne, y_desc_.handle, y.data));
+          cudnnAddTensor(backend_.cudnn(), &kOne, bias_desc_.handle, bias->as<float>(), &kOne, y_desc_.handle, y.as<float>()));
     }
   }
 
@@ -90,14 +90,14 @@ class CudaConv final : public Conv2dOp {
       std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
       int count = 0;
       DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-          backend_.cudnn(), w_desc_, weight.data, y_desc_.handle, dy.data, desc(ConvPass::backward_data),
-          x_desc_.handle, dx.data, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+          backend_.cudnn(), w_desc_, weight.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_data),
+          x_desc_.handle, dx.as<float>(), static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
       return fastest(perf.data(), count, tensor_cores(), "backward-data");
     });
     DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardData(
-        backend_.cudnn(), &kOne, w_desc_, weight.data, y_desc_.handle, dy.data, desc(ConvPass::backward_data),
+        backend_.cudnn(), &kOne, w_desc_, weight.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_data),
         static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace, &kZero,
-        x_desc_.handle, dx.data));
+        x_desc_.handle, dx.as<float>()));
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
@@ -105,17 +105,17 @@ class CudaConv final : public Conv2dOp {
       std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
       int count = 0;
       DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-          backend_.cudnn(), x_desc_.handle, x.data, y_desc_.handle, dy.data, desc(ConvPass::backward_filter), w_desc_,
-          dweight.data, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+          backend_.cudnn(), x_desc_.handle, x.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_filter), w_desc_,
+          dweight.as<float>(), static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
       return fastest(perf.data(), count, tensor_cores(), "backward-filter");
     });
     DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-        backend_.cudnn(), &kOne, x_desc_.handle, x.data, y_desc_.handle, dy.data, desc(ConvPass::backward_filter),
+        backend_.cudnn(), &kOne, x_desc_.handle, x.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_filter),
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace,
-        &kZero, w_desc_, dweight.data));
+        &kZero, w_desc_, dweight.as<float>()));
     if (dbias != nullptr) {
-      DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardBias(backend_.cudnn(), &kOne, y_desc_.handle, dy.data, &kZero,
-                                                       bias_desc_.handle, dbias->data));
+      DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardBias(backend_.cudnn(), &kOne, y_desc_.handle, dy.as<float>(), &kZero,
+                                                       bias_desc_.handle, dbias->as<float>()));
     }
   }
 
@@ -173,20 +173,20 @@ class CudaBatchNorm final : public BatchNormOp {
                         Tensor& variance) override {
     // Running statistics are the layer's (update_running_stat): cuDNN's are not asked for.
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-        backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.handle, x.data, x_desc_.handle, y.data,
-        parameter_desc_.handle, gamma.data, beta.data, 0.0, nullptr, nullptr, epsilon_, mean.data, inverse()));
-    kernels::inverse_std_to_variance(inverse(), variance.data, channels_, static_cast<float>(epsilon_),
+        backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.handle, x.as<float>(), x_desc_.handle, y.as<float>(),
+        parameter_desc_.handle, gamma.as<float>(), beta.as<float>(), 0.0, nullptr, nullptr, epsilon_, mean.as<float>(), inverse()));
+    kernels::inverse_std_to_variance(inverse(), variance.as<float>(), channels_, static_cast<float>(epsilon_),
                                      backend_.stream());
   }
 
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean, const Tensor& variance,
                 Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
-    kernels::variance_to_inverse_std(variance.data, inverse(), channels_, static_cast<float>(epsilon_),
+    kernels::variance_to_inverse_std(variance.as<float>(), inverse(), channels_, static_cast<float>(epsilon_),
                                      backend_.stream());
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackward(
-        backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.data,
-        x_desc_.handle, dy.data, x_desc_.handle, dx.data, parameter_desc_.handle, gamma.data, dgamma.data, dbeta.data,
-        epsilon_, mean.data, inverse()));
+        backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.as<float>(),
+        x_desc_.handle, dy.as<float>(), x_desc_.handle, dx.as<float>(), parameter_desc_.handle, gamma.as<float>(), dgamma.as<float>(), dbeta.as<float>(),
+        epsilon_, mean.as<float>(), inverse()));
   }
 
  private:
@@ -204,9 +204,9 @@ class CudaBatchNorm final : public BatchNormOp {
 class CudaRelu final : public ReluOp {
  public:
   CudaRelu(CudaBackend& backend, const Shape& shape) : backend_(backend), count_(shape.numel()) {}
-  void forward(const Tensor& x, Tensor& y) override { kernels::relu_forward(x.data, y.data, count_, backend_.stream()); }
+  void forward(const Tensor& x, Tensor& y) override { kernels::relu_forward(x.as<float>(), y.as<float>(), count_, backend_.stream()); }
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    kernels::relu_backward(y.data, dy.data, dx.data, count_, backend_.stream());
+    kernels::relu_backward(y.as<float>(), dy.as<float>(), dx.as<float>(), count_, backend_.stream());
   }
 
  private:
@@ -218,7 +218,7 @@ class CudaAdd final : public AddOp {
  public:
   CudaAdd(CudaBackend& backend, const Shape& shape) : backend_(backend), count_(shape.numel()) {}
   void forward(const Tensor& a, const Tensor& b, Tensor& y) override {
-    kernels::add(a.data, b.data, y.data, count_, backend_.stream());
+    kernels::add(a.as<float>(), b.as<float>(), y.as<float>(), count_, backend_.stream());
   }
 
  private:
@@ -246,14 +246,14 @@ class CudaPool final : public PoolOp {
   // cuDNN's backward reads x and y again; they stay at their arena addresses, so no copy.
   std::size_t workspace_bytes() const override { return 0; }
   void forward(const Tensor& x, Tensor& y, void*) override {
-    x_ = x.data;
-    y_ = y.data;
+    x_ = x.as<float>();
+    y_ = y.as<float>();
     DLBENCH_CUDNN_CHECK(
-        cudnnPoolingForward(backend_.cudnn(), pool_desc_, &kOne, x_desc_.handle, x.data, &kZero, y_desc_.handle, y.data));
+        cudnnPoolingForward(backend_.cudnn(), pool_desc_, &kOne, x_desc_.handle, x.as<float>(), &kZero, y_desc_.handle, y.as<float>()));
   }
   void backward(const Tensor& dy, const void*, Tensor& dx) override {
     DLBENCH_CUDNN_CHECK(cudnnPoolingBackward(backend_.cudnn(), pool_desc_, &kOne, y_desc_.handle, y_, y_desc_.handle,
-                                             dy.data, x_desc_.handle, x_, &kZero, x_desc_.handle, dx.data));
+                                             dy.as<float>(), x_desc_.handle, x_, &kZero, x_desc_.handle, dx.as<float>()));
   }
 
  private:
@@ -370,15 +370,15 @@ class CudaLinear final : public LinearOp {
                           c.in_features, false) {}
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
-    forward_.run(weight.data, x.data, y.data, bias != nullptr ? bias->data : nullptr);
+    forward_.run(weight.as<float>(), x.as<float>(), y.as<float>(), bias != nullptr ? bias->as<float>() : nullptr);
   }
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
-    backward_data_.run(weight.data, dy.data, dx.data);
+    backward_data_.run(weight.as<float>(), dy.as<float>(), dx.as<float>());
   }
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
-    backward_weights_.run(x.data, dy.data, dweight.data);
+    backward_weights_.run(x.as<float>(), dy.as<float>(), dweight.as<float>());
     if (dbias != nullptr) {
-      kernels::column_sums(dy.data, dbias->data, as_int(config_.batch), as_int(config_.out_features), backend_.stream());
+      kernels::column_sums(dy.as<float>(), dbias->as<float>(), as_int(config_.batch), as_int(config_.out_features), backend_.stream());
     }
   }
 
@@ -489,23 +489,44 @@ void* CudaBackend::workspace(std::size_t bytes) {
   return workspace_.get();
 }
 
-std::unique_ptr<Conv2dOp> CudaBackend::make_conv2d(const Conv2dConfig& c) { return std::make_unique<CudaConv>(*this, c); }
+std::optional<std::string> CudaBackend::cannot_compute(DType dtype) const {
+  if (dtype == DType::fp32) return std::nullopt;
+  return std::string(to_string(dtype)) +
+         " activations need half-precision kernels and descriptors, which this dlbench-worker's cuda backend does "
+         "not have yet. Allowed on the cuda backend: fp32, tf32";
+}
+
+void CudaBackend::require_fp32(DType dtype) const {
+  if (const auto why = cannot_compute(dtype)) throw std::invalid_argument(*why);
+}
+
+std::unique_ptr<Conv2dOp> CudaBackend::make_conv2d(const Conv2dConfig& c) {
+  require_fp32(c.dtype);
+  return std::make_unique<CudaConv>(*this, c);
+}
 std::unique_ptr<BatchNormOp> CudaBackend::make_batch_norm(const BatchNormConfig& c) {
+  require_fp32(c.dtype);
   return std::make_unique<CudaBatchNorm>(*this, c);
 }
-std::unique_ptr<ReluOp> CudaBackend::make_relu(const Shape& shape) { return std::make_unique<CudaRelu>(*this, shape); }
-std::unique_ptr<PoolOp> CudaBackend::make_pool(const PoolConfig& c) { return std::make_unique<CudaPool>(*this, c); }
+std::unique_ptr<ReluOp> CudaBackend::make_relu(const Shape& shape, DType dtype) {
+  require_fp32(dtype);
+  return std::make_unique<CudaRelu>(*this, shape);
+}
+std::unique_ptr<PoolOp> CudaBackend::make_pool(const PoolConfig& c) {
+  require_fp32(c.dtype);
+  return std::make_unique<CudaPool>(*this, c);
+}
 std::unique_ptr<LinearOp> CudaBackend::make_linear(const LinearConfig& c) {
+  require_fp32(c.dtype);
   return std::make_unique<CudaLinear>(*this, c);
 }
-std::unique_ptr<AddOp> CudaBackend::make_add(const Shape& shape) { return std::make_unique<CudaAdd>(*this, shape); }
-
-void CudaBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
-  kernels::running_stat(running.data, batch.data, running.numel(), momentum, correction, stream_);
+std::unique_ptr<AddOp> CudaBackend::make_add(const Shape& shape, DType dtype) {
+  require_fp32(dtype);
+  return std::make_unique<CudaAdd>(*this, shape);
 }
 
-void CudaBackend::accumulate(Tensor& dst, const Tensor& src) {
-  kernels::accumulate(dst.data, src.data, dst.numel(), stream_);
+void CudaBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
+  kernels::running_stat(running.as<float>(), batch.as<float>(), running.numel(), momentum, correction, stream_);
 }
 
 void CudaBackend::scale(float* data, std::int64_t count, float factor) { kernels::scale(data, count, factor, stream_); }
@@ -521,33 +542,34 @@ bool CudaBackend::unscale_and_check_finite(float* grads, std::int64_t count, flo
 }
 
 void CudaBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
-  kernels::adaptive_avg_pool_forward(x.data, y.data, as_int(x.shape.n()), as_int(x.shape.c()), as_int(x.shape.h()),
+  kernels::adaptive_avg_pool_forward(x.as<float>(), y.as<float>(), as_int(x.shape.n()), as_int(x.shape.c()), as_int(x.shape.h()),
                                      as_int(x.shape.w()), as_int(y.shape.h()), as_int(y.shape.w()), stream_);
 }
 
 void CudaBackend::adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) {
-  kernels::adaptive_avg_pool_backward(dy.data, dx.data, as_int(dx.shape.n()), as_int(dx.shape.c()),
+  kernels::adaptive_avg_pool_backward(dy.as<float>(), dx.as<float>(), as_int(dx.shape.n()), as_int(dx.shape.c()),
                                       as_int(dx.shape.h()), as_int(dx.shape.w()), as_int(dy.shape.h()),
                                       as_int(dy.shape.w()), stream_);
 }
 
 void CudaBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) {
-  kernels::dropout_forward(x.data, y.data, mask.data, x.numel(), p, seed, stream_);
+  kernels::dropout_forward(x.as<float>(), y.as<float>(), mask.as<float>(), x.numel(), p, seed, stream_);
 }
 
 void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
-  kernels::multiply(dy.data, mask.data, dx.data, dy.numel(), stream_);
+  kernels::multiply(dy.as<float>(), mask.as<float>(), dx.as<float>(), dy.numel(), stream_);
 }
 
-float CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) {
+float CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+                                         float gradient_scale) {
   const std::int64_t rows = logits.shape.n();
   if (static_cast<std::size_t>(rows) > loss_rows_capacity_) {  // first step only
     loss_rows_ = allocate(static_cast<std::size_t>(rows) * sizeof(float));
     loss_rows_capacity_ = static_cast<std::size_t>(rows);
   }
   auto* loss_rows = static_cast<float*>(loss_rows_.get());
-  kernels::softmax_cross_entropy(logits.data, labels, dlogits.data, loss_rows, as_int(rows), as_int(logits.shape.c()),
-                                 stream_);
+  kernels::softmax_cross_entropy(logits.as<float>(), labels, dlogits.as<float>(), loss_rows, as_int(rows),
+                                 as_int(logits.shape.c()), gradient_scale, stream_);
   loss_rows_used_ = static_cast<std::size_t>(rows);
   if (capturing_) return std::numeric_limits<float>::quiet_NaN();
   return last_loss();

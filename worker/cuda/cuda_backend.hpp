@@ -42,6 +42,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   Layout activation_layout() const override { return Layout::nchw; }
   std::string version_info() const override;
+  // fp32 (and tf32 math) only, for now.
+  std::optional<std::string> cannot_compute(DType dtype) const override;
 
   std::shared_ptr<void> allocate(std::size_t bytes) override;
   void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) override;
@@ -50,20 +52,20 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) override;
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) override;
-  std::unique_ptr<ReluOp> make_relu(const Shape& shape) override;
+  std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) override;
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) override;
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;
-  std::unique_ptr<AddOp> make_add(const Shape& shape) override;
+  std::unique_ptr<AddOp> make_add(const Shape& shape, DType dtype) override;
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
-  void accumulate(Tensor& dst, const Tensor& src) override;
   void scale(float* data, std::int64_t count, float factor) override;
   bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override;
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
-  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits) override;
+  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+                              float gradient_scale) override;
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override;
 
@@ -87,6 +89,7 @@ class CudaBackend final : public Backend {
   std::size_t workspace_limit() const { return workspace_limit_; }
 
  private:
+  void require_fp32(DType dtype) const;
   int device_;
   CudaMath math_;
   cudaDeviceProp properties_{};

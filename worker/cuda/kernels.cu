@@ -194,9 +194,6 @@ void relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, c
 void add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
   DLBENCH_LAUNCH(add_kernel, n, stream, a, b, y, n);
 }
-void accumulate(float* dst, const float* src, std::int64_t n, cudaStream_t stream) {
-  DLBENCH_LAUNCH(add_kernel, n, stream, dst, src, dst, n);
-}
 void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
   DLBENCH_LAUNCH(multiply_kernel, n, stream, a, b, y, n);
 }
@@ -234,10 +231,10 @@ void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, floa
   DLBENCH_LAUNCH(dropout_forward_kernel, n, stream, x, y, mask, n, threshold, 1.0f / (1.0f - p), seed);
 }
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, float* loss_rows,
-                           int rows, int classes, cudaStream_t stream) {
+                           int rows, int classes, float gradient_scale, cudaStream_t stream) {
   if (rows <= 0) return;
   softmax_cross_entropy_kernel<<<rows, kThreads, 0, stream>>>(logits, labels, dlogits, loss_rows, classes,
-                                                               1.0f / static_cast<float>(rows));
+                                                               gradient_scale / static_cast<float>(rows));
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,

@@ -14,8 +14,6 @@ void relu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream)
 void relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
 // y = a + b (y may be a).
 void add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
-// dst += src
-void accumulate(float* dst, const float* src, std::int64_t n, cudaStream_t stream);
 void scale(float* data, std::int64_t n, float factor, cudaStream_t stream);
 // data *= factor; sets *non_finite to 1 if any result is inf or NaN (never clears it).
 void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream);
@@ -36,9 +34,10 @@ void adaptive_avg_pool_backward(const float* dy, float* dx, int n, int c, int in
 void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, float p, std::uint64_t seed,
                      cudaStream_t stream);
 void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
-// One block per row: loss_rows[b] = logsumexp(z_b) - z_b[label_b]; dlogits = (softmax - onehot) / rows.
+// One block per row: loss_rows[b] = logsumexp(z_b) - z_b[label_b];
+// dlogits = (softmax - onehot) · gradient_scale / rows.
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, float* loss_rows,
-                           int rows, int classes, cudaStream_t stream);
+                           int rows, int classes, float gradient_scale, cudaStream_t stream);
 // PyTorch's SGD over the flat parameter buffer (every tensor at once: one launch per step).
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
          float momentum, float weight_decay, bool first_step, cudaStream_t stream);

@@ -24,13 +24,13 @@ class BatchNorm2d final : public Layer {
   }
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
-    op_ = ctx.backend.make_batch_norm({input.shape, epsilon_});
+    op_ = ctx.backend.make_batch_norm({input.shape, epsilon_, input.dtype});
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
     ctx.arena.read(input, t.mirrored());
-    y_ = activation(input.shape, layout);
-    dx_ = activation(input.shape, layout);
+    y_ = activation(input.shape, layout, input.dtype);
+    dx_ = activation(input.shape, layout, input.dtype);
     for (Tensor* s : {&batch_mean_, &batch_var_, &running_mean_, &running_var_}) s->shape = Shape(channels_);
     ctx.arena.request(y_, t);
     for (Tensor* s : {&batch_mean_, &batch_var_}) {
@@ -47,7 +47,7 @@ class BatchNorm2d final : public Layer {
 
   void reset_state(Backend& backend) override {
     const std::vector<float> ones(static_cast<std::size_t>(channels_), 1.0f);
-    backend.copy_from_host(running_var_.data, ones.data(), ones.size() * sizeof(float));
+    backend.copy_from_host(running_var_.as<float>(), ones.data(), ones.size() * sizeof(float));
   }
 
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {

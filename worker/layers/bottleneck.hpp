@@ -60,22 +60,22 @@ class Bottleneck final : public Layer {
     ctx.input_grad_reader = outer_reader;
 
     const Shape out = main_out.shape;
-    add_ = ctx.backend.make_add(out);
-    add_grad_ = ctx.backend.make_add(input.shape);
-    relu_ = ctx.backend.make_relu(out);
+    add_ = ctx.backend.make_add(out, input.dtype);
+    add_grad_ = ctx.backend.make_add(input.shape, input.dtype);
+    relu_ = ctx.backend.make_relu(out, input.dtype);
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(main_out, t);
     ctx.arena.read(short_out, t);
-    y_ = activation(out, layout);
+    y_ = activation(out, layout, input.dtype);
     ctx.arena.request(y_, t);
     ctx.arena.read(y_, t.mirrored());  // the ReLU's backward reads its output
     // dsum is read by both branches' last layers; backward runs the main branch first, so the
     // last reader is the shortcut's last layer, or the sum at h when the shortcut is x.
-    dsum_ = activation(out, layout);
+    dsum_ = activation(out, layout, input.dtype);
     ctx.arena.request(dsum_, t.mirrored());
     ctx.arena.read(dsum_, shortcut_last ? shortcut_last->mirrored() : h.mirrored());
-    dx_ = activation(input.shape, layout);
+    dx_ = activation(input.shape, layout, input.dtype);
     ctx.request_input_grad(dx_, h.mirrored());
     return y_;
   }

@@ -24,17 +24,17 @@ class Conv2d final : public Layer {
   }
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
-    config_ = {input.shape, out_, kernel_, stride_, padding_, has_bias_};
+    config_ = {input.shape, out_, kernel_, stride_, padding_, has_bias_, input.dtype};
     op_ = ctx.backend.make_conv2d(config_);
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
     ctx.arena.read(input, t.mirrored());  // weight gradients
-    y_ = activation(config_.output(), layout);
+    y_ = activation(config_.output(), layout, input.dtype);
     ctx.arena.request(y_, t);
     input_grad_ = ctx.input_grad_needed;
     if (input_grad_) {
-      dx_ = activation(input.shape, layout);
+      dx_ = activation(input.shape, layout, input.dtype);
       ctx.request_input_grad(dx_, t.mirrored());
     }
     return y_;

@@ -72,10 +72,13 @@ class Layer {
   virtual double forward_macs_per_sample() const { return 0.0; }
 };
 
-inline Tensor activation(const Shape& shape, Layout layout) {
+// An activation or activation gradient: the compute dtype flows from the network's input
+// through every layer's output.
+inline Tensor activation(const Shape& shape, Layout layout, DType dtype) {
   Tensor t;
   t.shape = shape;
   t.layout = shape.rank == 4 ? layout : Layout::plain;
+  t.dtype = dtype;
   return t;
 }
 

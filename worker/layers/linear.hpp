@@ -24,15 +24,15 @@ class Linear final : public Layer {
   }
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
-    op_ = ctx.backend.make_linear({input.shape.n(), in_, out_, true});
+    op_ = ctx.backend.make_linear({input.shape.n(), in_, out_, true, input.dtype});
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
     ctx.arena.read(input, t.mirrored());  // weight gradients
-    y_ = activation(Shape(input.shape.n(), out_), Layout::plain);
+    y_ = activation(Shape(input.shape.n(), out_), Layout::plain, input.dtype);
     ctx.arena.request(y_, t);
     input_grad_ = ctx.input_grad_needed;
     if (input_grad_) {
-      dx_ = activation(input.shape, Layout::plain);
+      dx_ = activation(input.shape, Layout::plain, input.dtype);
       ctx.request_input_grad(dx_, t.mirrored());
     }
     return y_;
@@ -98,7 +98,8 @@ class Dropout final : public Layer {
   explicit Dropout(float p, std::uint64_t salt) : p_(p), salt_(salt) {}
   std::string kind() const override { return "Dropout"; }
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
-    for (Tensor* t : {&y_, &mask_, &dx_}) *t = activation(input.shape, ctx.backend.activation_layout());
+    for (Tensor* t : {&y_, &dx_}) *t = activation(input.shape, ctx.backend.activation_layout(), input.dtype);
+    mask_ = activation(input.shape, ctx.backend.activation_layout(), DType::fp32);  // 0 or 1/(1-p), exact
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
     ctx.arena.request(y_, t);

@@ -15,7 +15,7 @@ class Pool2d final : public Layer {
   std::string kind() const override { return kind_ == PoolKind::max ? "MaxPool2d" : "AvgPool2d"; }
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
-    PoolConfig config{input.shape, kind_, kernel_, stride_, padding_};
+    PoolConfig config{input.shape, kind_, kernel_, stride_, padding_, input.dtype};
     if (global_) {
       config.kernel = input.shape.h();
       config.stride = 1;
@@ -24,8 +24,8 @@ class Pool2d final : public Layer {
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);  // backward needs only the workspace (max) or nothing (average)
-    y_ = activation(config.output(), layout);
-    dx_ = activation(input.shape, layout);
+    y_ = activation(config.output(), layout, input.dtype);
+    dx_ = activation(input.shape, layout, input.dtype);
     workspace_.shape = Shape(static_cast<std::int64_t>((op_->workspace_bytes() + sizeof(float) - 1) / sizeof(float)));
     ctx.arena.request(y_, t);
     ctx.request_input_grad(dx_, t.mirrored());
@@ -67,8 +67,8 @@ class AdaptiveAvgPool2d final : public Layer {
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
-    y_ = activation(out, layout);
-    dx_ = activation(input.shape, layout);
+    y_ = activation(out, layout, input.dtype);
+    dx_ = activation(input.shape, layout, input.dtype);
     ctx.arena.request(y_, t);
     ctx.request_input_grad(dx_, t.mirrored());
     return y_;

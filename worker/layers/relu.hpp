@@ -13,11 +13,11 @@ class ReLU final : public Layer {
   std::string kind() const override { return "ReLU"; }
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
-    op_ = ctx.backend.make_relu(input.shape);
+    op_ = ctx.backend.make_relu(input.shape, input.dtype);
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
     ctx.arena.read(input, t.mirrored());  // backward reads the output, which is the input's buffer
-    dx_ = activation(input.shape, ctx.backend.activation_layout());
+    dx_ = activation(input.shape, ctx.backend.activation_layout(), input.dtype);
     ctx.request_input_grad(dx_, t.mirrored());
     return input;  // in place
   }

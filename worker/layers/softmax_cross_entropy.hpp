@@ -15,7 +15,7 @@ class SoftmaxCrossEntropy {
     const std::optional<Tick> last_layer = ctx.arena.last_tick();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(logits, t);
-    dlogits_ = activation(logits.shape, Layout::plain);
+    dlogits_ = activation(logits.shape, Layout::plain, logits.dtype);
     ctx.arena.request(dlogits_, t);
     if (last_layer) {
       ctx.arena.read(dlogits_, last_layer->mirrored());
@@ -23,8 +23,10 @@ class SoftmaxCrossEntropy {
       ctx.arena.keep_until_step_end(dlogits_);
     }
   }
-  float forward_backward(const Tensor& logits, const std::int32_t* labels, Backend& backend) {
-    return backend.softmax_cross_entropy(logits, labels, dlogits_);
+  // dlogits is multiplied by `gradient_scale` (loss scaling) before it is rounded to its dtype.
+  float forward_backward(const Tensor& logits, const std::int32_t* labels, Backend& backend,
+                         float gradient_scale = 1.0f) {
+    return backend.softmax_cross_entropy(logits, labels, dlogits_, gradient_scale);
   }
   const Tensor& dlogits() const { return dlogits_; }
 

@@ -1,0 +1,99 @@
+// Element types as data: a tensor says what it holds (DType), and code that touches elements
+// names the C++ type it expects (Tensor::as<T>() checks the two agree). The 16-bit types are
+// storage types: host code widens them to float to compute, as the kernels do.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+namespace dlbench::worker {
+
+enum class DType { fp32, bf16, fp16 };
+
+constexpr std::size_t dtype_size(DType t) { return t == DType::fp32 ? 4 : 2; }
+
+constexpr std::string_view to_string(DType t) {
+  switch (t) {
+    case DType::fp32: return "fp32";
+    case DType::bf16: return "bf16";
+    case DType::fp16: return "fp16";
+  }
+  return "?";
+}
+
+// bfloat16: the top 16 bits of an IEEE fp32. Conversion rounds to nearest even, as oneDNN,
+// cuDNN and PyTorch do; NaN stays NaN (quiet).
+struct bf16 {
+  std::uint16_t bits = 0;
+
+  static bf16 from_float(float f) {
+    const auto u = std::bit_cast<std::uint32_t>(f);
+    if (std::isnan(f)) return {static_cast<std::uint16_t>((u >> 16) | 0x40u)};
+    const std::uint32_t rounding = 0x7FFFu + ((u >> 16) & 1u);
+    return {static_cast<std::uint16_t>((u + rounding) >> 16)};
+  }
+  float to_float() const { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+};
+
+// IEEE binary16, converted in software (host-side only: tests, loading data).
+struct fp16 {
+  std::uint16_t bits = 0;
+
+  static fp16 from_float(float f) {
+    const auto u = std::bit_cast<std::uint32_t>(f);
+    const std::uint32_t sign = (u >> 16) & 0x8000u;
+    const std::uint32_t abs = u & 0x7FFFFFFFu;
+    if (abs > 0x7F800000u) return {static_cast<std::uint16_t>(sign | 0x7E00u)};  // NaN
+    if (abs >= 0x477FF000u) return {static_cast<std::uint16_t>(sign | 0x7C00u)};  // rounds to inf
+    if (abs < 0x38800000u) {  // a subnormal half (or zero): round |f| · 2^24 to an integer
+      const float scaled = std::bit_cast<float>(abs) * 16777216.0f;
+      return {static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(scaled)))};
+    }
+    const std::uint32_t rounding = 0xFFFu + ((abs >> 13) & 1u);
+    return {static_cast<std::uint16_t>(sign | ((abs - 0x38000000u + rounding) >> 13))};
+  }
+  float to_float() const {
+    const std::uint32_t sign = (static_cast<std::uint32_t>(bits) & 0x8000u) << 16;
+    const std::uint32_t exponent = (bits >> 10) & 0x1Fu;
+    const std::uint32_t mantissa = bits & 0x3FFu;
+    if (exponent == 0) {
+      const float magnitude = static_cast<float>(mantissa) / 16777216.0f;
+      return std::bit_cast<float>(sign | std::bit_cast<std::uint32_t>(magnitude));
+    }
+    if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
+    return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  }
+};
+
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::fp32;
+};
+template <>
+struct dtype_of<bf16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<fp16> {
+  static constexpr DType value = DType::fp16;
+};
+
+inline float to_float(float v) { return v; }
+inline float to_float(bf16 v) { return v.to_float(); }
+inline float to_float(fp16 v) { return v.to_float(); }
+template <typename T>
+T from_float(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return T::from_float(v);
+  }
+}
+
+}  // namespace dlbench::worker
