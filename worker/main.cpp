@@ -58,7 +58,8 @@ Usage: dlbench-worker [options]
   --batch-size N          samples per device and step, >= 1              (default 32)
   --image-size N          square input size in pixels                    (default 224)
   --precision P           fp32 | tf32 | amp | bf16 (default fp32); one the backend cannot run
-                          ends as a Failed result with reason Unsupported (cpu: fp32; cuda: fp32, tf32)
+                          ends as a Failed result with reason Unsupported (cpu: fp32, and bf16
+                          where the CPU has AVX512_BF16; cuda: fp32, tf32)
   --warmup-steps N        untimed steps before each repeat, >= 0         (default 20)
   --measure-steps N       timed steps per repeat, >= 1                   (default 100)
   --repeats N             repeats; the median is reported, >= 1          (default 7)
@@ -86,7 +87,8 @@ Usage: dlbench-worker [options]
   --memory-plan P         lifetime: activation and gradient buffers share memory once
                           their last reader has run; none: each has its own (default lifetime)
   --list-models           print the models and exit
-  --list-devices          print "cpu <threads>" and, when built with CUDA, "cuda <GPUs>"
+  --list-devices          print "cpu <threads> precisions=<what runs here>" and, when built
+                          with CUDA, "cuda <GPUs> precisions=..."
   --help                  print this and exit
 With imagefolder each step takes the next batch of the rank's shard (a per-epoch shuffle of
 the files; RandomResizedCrop, flip and normalisation as torchvision's); the result adds how
@@ -194,6 +196,31 @@ std::string choice(const std::string& flag, const std::string& text, const std::
   throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + list};
 }
 
+// The activations' dtype of a precision: tf32 is fp32 storage with tensor-core math, amp is
+// fp16 with dynamic loss scaling, bf16 needs no loss scaling (fp32's exponent range).
+DType activation_dtype(const std::string& precision) {
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "amp") return DType::fp16;
+  return DType::fp32;
+}
+
+// Why `backend` cannot run `precision` here, or nothing when it can.
+std::optional<std::string> cannot_run(const std::string& precision, const Backend& backend) {
+  if (precision == "tf32" && backend.name() != "cuda") {
+    return "tf32 is a math mode of NVIDIA tensor cores (Ampere and later); the " + backend.name() +
+           " backend computes fp32";
+  }
+  return backend.cannot_compute(activation_dtype(precision));
+}
+
+std::string allowed_precisions(const Backend& backend) {
+  std::string allowed;
+  for (const char* p : {"fp32", "tf32", "amp", "bf16"}) {
+    if (!cannot_run(p, backend)) allowed += (allowed.empty() ? "" : ",") + std::string(p);
+  }
+  return allowed;
+}
+
 std::optional<Options> parse(int argc, char** argv) {
   Options o;
   std::vector<std::string> models;
@@ -219,11 +246,12 @@ std::optional<Options> parse(int argc, char** argv) {
       return std::nullopt;
     } else if (flag == "--list-devices") {
       // What `dlbench run --backend auto` reads: one "backend count" line per backend built in.
-      std::cout << "cpu " << default_threads() << "\n";
+      // After the count, the precisions that run here (older readers take the first two fields).
+      std::cout << "cpu " << default_threads() << " precisions=" << allowed_precisions(CpuBackend(1)) << "\n";
 #ifdef DLBENCH_HAVE_CUDA
       int gpus = 0;
       if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-      std::cout << "cuda " << gpus << "\n";
+      std::cout << "cuda " << gpus << " precisions=fp32,tf32\n";
 #endif
       return std::nullopt;
     } else if (flag == "--model") {
@@ -445,19 +473,15 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
 // Why this worker cannot run the case's precision on its backend, or nothing when it can. The API
 // admits every precision; a case that lands where its precision cannot run ends as a Failed
 // result with reason Unsupported (never retried), not as a usage error.
-std::optional<std::string> unsupported_precision(const Options& o) {
-  if (o.backend == "cpu") {
-    if (o.precision == "fp32") return std::nullopt;
-    if (o.precision == "tf32") {
-      return "tf32 is a math mode of NVIDIA tensor cores (Ampere and later); the cpu backend computes fp32. "
-             "Allowed on the cpu backend: fp32";
-    }
-    return o.precision + " (" + (o.precision == "amp" ? "fp16 with dynamic loss scaling" : "bfloat16") +
-           ") is not implemented on the cpu backend of this dlbench-worker. Allowed on the cpu backend: fp32";
+std::optional<std::string> unsupported_precision(const Options& o, const Backend* backend) {
+  if (backend == nullptr) return std::nullopt;  // the backend's own failure says more
+  const auto why = cannot_run(o.precision, *backend);
+  if (!why) return std::nullopt;
+  std::string allowed = allowed_precisions(*backend);
+  for (std::size_t comma = allowed.find(','); comma != std::string::npos; comma = allowed.find(',', comma + 2)) {
+    allowed.replace(comma, 1, ", ");
   }
-  if (o.precision == "fp32" || o.precision == "tf32") return std::nullopt;
-  return o.precision + " needs half-precision storage in the layers, which this dlbench-worker's cuda backend "
-                       "does not have yet. Allowed on the cuda backend: fp32, tf32";
+  return *why + ". Allowed on the " + o.backend + " backend here: " + allowed;
 }
 
 // Every model here ends in ImageNet's 1,000 classes; an imagefolder data set may not have more.
@@ -541,7 +565,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     }
   }
   try {
-    if (const auto why = unsupported_precision(o)) throw Unsupported(*why);
+    if (const auto why = unsupported_precision(o, backend)) throw Unsupported(*why);
     if (backend == nullptr) throw BackendUnavailable(backend_error);
     Backend& device = *backend;
     // Every rank must agree that the data can be used before any of them enters a collective:
@@ -573,7 +597,9 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
                     {static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
                      static_cast<float>(o.weight_decay)},
                     o.seed, static_cast<std::uint64_t>(comm.rank()),
-                    o.memory_plan == "none" ? MemoryReuse::none : MemoryReuse::lifetime);
+                    o.memory_plan == "none" ? MemoryReuse::none : MemoryReuse::lifetime,
+                    activation_dtype(o.precision));
+    if (o.precision == "amp") trainer.use_loss_scaling({});
     ParameterStore& store = trainer.parameters();
     comm.broadcast(store.values(), store.count(), 0);  // identical start on every rank
     GradientBuckets buckets(comm, store, static_cast<std::size_t>(o.bucket_mb) << 20);

@@ -86,7 +86,7 @@ spec:
       EXPECT_EQ(r.state, CaseState::Failed);
       EXPECT_EQ(r.reason, "Unsupported");
       EXPECT_EQ(r.attempts, 1);
-      EXPECT_THAT(r.message, HasSubstr("Allowed on the cpu backend: fp32"));
+      EXPECT_THAT(r.message, HasSubstr("Allowed on the cpu backend here: fp32"));
     }
   }
 }

@@ -37,10 +37,11 @@ std::filesystem::path scratch() {
   return dir;
 }
 
-Outcome worker(const std::string& args) {
+// `environment`: extra VAR=value settings for the worker.
+Outcome worker(const std::string& args, const std::string& environment = "") {
   const auto dir = scratch();
-  const std::string command = std::string("cd ") + dir.string() + " && OMP_NUM_THREADS=2 " + DLBENCH_WORKER_BINARY +
-                              " " + args + " > out 2> err";
+  const std::string command = std::string("cd ") + dir.string() + " && OMP_NUM_THREADS=2 " + environment + " " +
+                              DLBENCH_WORKER_BINARY + " " + args + " > out 2> err";
   const int status = std::system(command.c_str());
   Outcome o;
   o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -63,7 +64,7 @@ void expect_unsupported(const Outcome& o, const std::string& precision, const st
   EXPECT_EQ(doc.state, CaseState::Failed) << precision;
   EXPECT_EQ(doc.reason, "Unsupported") << precision;
   EXPECT_THAT(doc.message, HasSubstr("--precision " + precision + " on --backend " + backend));
-  EXPECT_THAT(doc.message, HasSubstr("Allowed on the " + backend + " backend: " + allowed));
+  EXPECT_THAT(doc.message, HasSubstr("Allowed on the " + backend + " backend here: " + allowed));
   EXPECT_EQ(to_string(doc.case_.precision), precision);
 }
 
@@ -186,13 +187,50 @@ TEST(WorkerCli, BadInputExitsTwoNamingTheFlag) {
 }
 
 // The API admits every precision; one the backend cannot run is a result that says why (reason
-// Unsupported, exit 1, never retried by the executors), not a usage error.
+// Unsupported, exit 1, never retried by the executors), not a usage error. oneDNN held to
+// avx512_core (no AVX512_BF16, on any CPU) makes bf16 one of them, naming the missing ISA.
 TEST(WorkerCli, PrecisionsTheCpuBackendCannotRunAreUnsupportedResults) {
+  const std::string without_bf16 = "ONEDNN_MAX_CPU_ISA=AVX512_CORE";
   for (const std::string precision : {"tf32", "amp", "bf16"}) {
     const Outcome o = worker("--precision " + precision +
-                             " --model alexnet --image-size 64 --batch-size 1 --warmup-steps 0 --measure-steps 1 --repeats 1");
+                                 " --model alexnet --image-size 64 --batch-size 1 --warmup-steps 0 --measure-steps 1 "
+                                 "--repeats 1",
+                             without_bf16);
     expect_unsupported(o, precision, "cpu", "fp32");
+    if (precision == "bf16") {
+      EXPECT_THAT(decoded(o.out).message, HasSubstr("needs oneDNN's avx512_core_bf16 ISA"));
+    } else if (precision == "amp") {
+      EXPECT_THAT(decoded(o.out).message, HasSubstr("fp16 (amp) has no training kernels"));
+    }
   }
+  const Outcome devices = worker("--list-devices", without_bf16);
+  EXPECT_THAT(devices.out, HasSubstr("cpu 2 precisions=fp32\n"));
+}
+
+// Where oneDNN finds AVX512_BF16, bf16 trains: a valid result whose activations take half of
+// fp32's memory, with a finite loss.
+TEST(WorkerCli, Bf16TrainsWhereTheCpuHasAvx512Bf16) {
+  const Outcome devices = worker("--list-devices");
+  if (devices.out.find("bf16") == std::string::npos) {
+    GTEST_SKIP() << "this CPU has no AVX512_BF16 (oneDNN's avx512_core_bf16): " << devices.out;
+  }
+  const std::string args =
+      "--model resnet50 --image-size 64 --batch-size 4 --warmup-steps 1 --measure-steps 2 --repeats 1 --precision ";
+  const Outcome bf16 = worker(args + "bf16");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  const ResultDocument half = decoded(bf16.out);
+  const Outcome fp32 = worker(args + "fp32");
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  const ResultDocument full = decoded(fp32.out);
+  EXPECT_EQ(half.state, CaseState::Succeeded);
+  EXPECT_EQ(to_string(half.case_.precision), "bf16");
+  ASSERT_TRUE(half.memory && full.memory);
+  // Half, but for what stays fp32 whatever the activations (batch-norm statistics, masks).
+  EXPECT_GT(half.memory->unshared_activations / full.memory->unshared_activations, 0.5);
+  EXPECT_LT(half.memory->unshared_activations / full.memory->unshared_activations, 0.51);
+  EXPECT_DOUBLE_EQ(half.memory->parameters, full.memory->parameters) << "master weights stay fp32";
+  // The table's repeat row ends with the loss after it: a number (not nan or inf).
+  EXPECT_THAT(bf16.err, ::testing::ContainsRegex("\n +1 +[0-9.]+ +[0-9.]+ +[0-9]+\\.[0-9]+\n")) << bf16.err;
 }
 
 TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
@@ -203,9 +241,12 @@ TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
   EXPECT_EQ(graph.exit_code, 2);
   EXPECT_THAT(graph.err, HasSubstr("--cuda-graph: on needs --backend cuda"));
   const Outcome cuda = worker("--backend cuda --precision amp --batch-size 1 --image-size 32 --repeats 1");
-  // Built with CUDA: amp is an Unsupported result naming what the cuda backend runs; without: cuda is refused.
+  // Built with CUDA: amp is an Unsupported result naming what the cuda backend runs, or, with no
+  // GPU here, the case fails saying so; without CUDA: cuda is refused.
   if (cuda.exit_code == 2) {
     EXPECT_THAT(cuda.err, HasSubstr("--backend: \"cuda\""));
+  } else if (decoded(cuda.out).reason == "BackendUnavailable") {
+    EXPECT_THAT(decoded(cuda.out).message, HasSubstr("no usable CUDA device"));
   } else {
     expect_unsupported(cuda, "amp", "cuda", "fp32, tf32");
   }

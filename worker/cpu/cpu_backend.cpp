@@ -423,11 +423,11 @@ std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {
       if ((isa & needed) == needed) return std::nullopt;
       return "bf16 on the cpu backend needs oneDNN's avx512_core_bf16 ISA (the AVX512_BF16 instructions: Intel "
              "Cooper Lake, Sapphire Rapids and later, AMD Zen 4 and later), which this CPU does not have (oneDNN "
-             "runs " + isa_name(dnnl::get_effective_cpu_isa()) + " here). Allowed here on the cpu backend: fp32";
+             "runs " + isa_name(dnnl::get_effective_cpu_isa()) + " here)";
     }
     case DType::fp16:
       return "fp16 (amp) has no training kernels for x86 CPUs in oneDNN " + std::to_string(dnnl_version()->major) + "." +
-             std::to_string(dnnl_version()->minor) + "; on the cpu backend use bf16 (where the CPU has AVX512_BF16) or fp32";
+             std::to_string(dnnl_version()->minor);
   }
   return "unknown dtype";
 }

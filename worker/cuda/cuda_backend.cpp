@@ -493,7 +493,7 @@ std::optional<std::string> CudaBackend::cannot_compute(DType dtype) const {
   if (dtype == DType::fp32) return std::nullopt;
   return std::string(to_string(dtype)) +
          " activations need half-precision kernels and descriptors, which this dlbench-worker's cuda backend does "
-         "not have yet. Allowed on the cuda backend: fp32, tf32";
+         "not have yet";
 }
 
 void CudaBackend::require_fp32(DType dtype) const {

@@ -1,0 +1,307 @@
+// bf16 on the CPU backend against its own fp32: every layer kind computes the same function
+// within bf16's rounding, and visibly in bf16 (not fp32 in disguise); parameters, their
+// gradients and the optimizer stay fp32; whole models train like fp32.
+//
+// Tolerances: bf16 keeps 8 significant bits (unit roundoff u = 2^-9 ≈ 2e-3). Rounding the
+// inputs and outputs of one layer gives a normwise relative error of about u (~2e-3); sums
+// are accumulated in fp32, so their length adds little. A layer passes when its error is
+// below 1.5e-2 and above 2e-4: the upper bound catches wrong arithmetic, the lower one an op
+// that silently ran in fp32. Layers that only select or scale by powers of two (ReLU, max
+// pooling, dropout at p = 0.5) get inputs exact in bf16 and must agree exactly. A composite
+// block amplifies rounding through its batch norms' backward (a difference of nearly equal
+// terms): PyTorch 1.13's bf16 autocast, on torchvision's Bottleneck with the same kind of
+// draws, is 4.8% off its fp32 in dx and up to 5.6% in parameter gradients; the block here is
+// held to 20%. Skips, naming the ISA, where oneDNN finds no AVX512_BF16.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cpu/cpu_backend.hpp"
+#include "layers/batch_norm2d.hpp"
+#include "layers/bottleneck.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/linear.hpp"
+#include "layers/pool2d.hpp"
+#include "layers/relu.hpp"
+#include "models/model.hpp"
+#include "trainer.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+constexpr double kLayerTolerance = 1.5e-2;
+constexpr double kBlockTolerance = 0.2;
+constexpr double kVisiblyBf16 = 2e-4;
+
+enum class Kind {
+  rounding,  // computes: within kLayerTolerance, above kVisiblyBf16
+  exact,     // selects or scales by 2^k: exact on inputs that bf16 holds exactly
+  block,     // several layers: within kBlockTolerance
+};
+
+#define SKIP_WITHOUT_BF16(backend)                                       \
+  do {                                                                   \
+    if (const auto why = (backend).cannot_compute(DType::bf16)) {        \
+      GTEST_SKIP() << *why;                                              \
+    }                                                                    \
+  } while (false)
+
+// ||a - b|| / ||b||
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    diff += d * d;
+    norm += static_cast<double>(b[i]) * static_cast<double>(b[i]);
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+std::vector<float> host_copy(const Tensor& t) { return decode(t.data, static_cast<std::size_t>(t.numel()), t.dtype); }
+
+// One layer, forward and backward once, with parameters, input and output gradient drawn from
+// `seed` (the same values whatever the dtype; the input and dy are rounded to it).
+struct LayerOutcome {
+  std::vector<float> y, dx;
+  std::vector<std::vector<float>> grads;
+  DType y_dtype = DType::fp32, dx_dtype = DType::fp32;
+  std::vector<DType> grad_dtypes;
+};
+
+LayerOutcome run_layer(CpuBackend& backend, Layer& layer, const Shape& input, DType dtype, std::uint64_t seed,
+                       bool exact_inputs) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<Parameter*> params;
+  layer.collect_parameters(params);
+  ParameterStore store;
+  store.bind(params, backend);
+  for (Parameter* p : store.parameters()) {
+    for (std::int64_t i = 0; i < p->value.numel(); ++i) p->value.as<float>()[i] = u(rng);
+  }
+  Arena arena;
+  Tensor x = activation(input, backend.activation_layout(), dtype);
+  arena.request(x);
+  SetupContext setup{backend, arena, true};
+  const Tensor y_description = layer.setup(x, setup);
+  EXPECT_EQ(y_description.dtype, dtype) << layer.kind() << ": the output has the input's dtype";
+  Tensor dy = activation(y_description.shape, backend.activation_layout(), dtype);
+  arena.request(dy);
+  arena.commit(backend);
+  layer.reset_state(backend);
+  std::vector<float> x_host(static_cast<std::size_t>(x.numel())), dy_host(static_cast<std::size_t>(dy.numel()));
+  for (float& v : x_host) v = u(rng);
+  for (float& v : dy_host) v = u(rng);
+  if (exact_inputs) {
+    // Distinct multiples of 2^-7 below 1 in magnitude (no ties for max pooling), and dy in
+    // multiples of 2^-6: every value has at most 8 significant bits.
+    EXPECT_LE(x_host.size(), 256u);
+    std::vector<std::size_t> order(x_host.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (std::size_t rank = 0; rank < order.size(); ++rank) {
+      x_host[order[rank]] = (static_cast<float>(rank) - 128.0f) / 128.0f;
+    }
+    for (float& v : dy_host) v = std::round(v * 64.0f) / 64.0f;
+  }
+  const auto x_bytes = encode(x_host.data(), x_host.size(), dtype);
+  const auto dy_bytes = encode(dy_host.data(), dy_host.size(), dtype);
+  backend.copy_from_host(x.data, x_bytes.data(), x.bytes());
+  backend.copy_from_host(dy.data, dy_bytes.data(), dy.bytes());
+
+  StepContext ctx{backend, 7, 0, {}};
+  LayerOutcome out;
+  const Tensor& y = layer.forward(x, ctx);
+  out.y = host_copy(y);
+  out.y_dtype = y.dtype;
+  const Tensor& dx = layer.backward(dy, ctx);
+  out.dx = host_copy(dx);
+  out.dx_dtype = dx.dtype;
+  for (Parameter* p : store.parameters()) {
+    out.grads.push_back(host_copy(p->grad));
+    out.grad_dtypes.push_back(p->grad.dtype);
+  }
+  return out;
+}
+
+void expect_bf16_close_to_fp32(const std::function<std::unique_ptr<Layer>()>& make, const Shape& input,
+                               const std::string& what, Kind kind = Kind::rounding) {
+  CpuBackend backend(2);
+  SKIP_WITHOUT_BF16(backend);
+  auto full_layer = make();
+  auto half_layer = make();
+  const bool exact = kind == Kind::exact;
+  const LayerOutcome full = run_layer(backend, *full_layer, input, DType::fp32, 11, exact);
+  const LayerOutcome half = run_layer(backend, *half_layer, input, DType::bf16, 11, exact);
+  EXPECT_EQ(half.y_dtype, DType::bf16) << what;
+  EXPECT_EQ(half.dx_dtype, DType::bf16) << what;
+  const auto check = [&](const std::vector<float>& h, const std::vector<float>& f, const std::string& name) {
+    const double error = relative_error(h, f);
+    if (kind == Kind::exact) {
+      EXPECT_EQ(error, 0.0) << what << " " << name;
+      return;
+    }
+    EXPECT_LT(error, kind == Kind::block ? kBlockTolerance : kLayerTolerance) << what << " " << name;
+    EXPECT_GT(error, kVisiblyBf16) << what << " " << name << ": computed in fp32?";
+  };
+  check(half.y, full.y, "y");
+  check(half.dx, full.dx, "dx");
+  ASSERT_EQ(half.grads.size(), full.grads.size());
+  for (std::size_t k = 0; k < half.grads.size(); ++k) {
+    EXPECT_EQ(half.grad_dtypes[k], DType::fp32) << what << ": parameter gradients stay fp32";
+    check(half.grads[k], full.grads[k], "parameter gradient " + std::to_string(k));
+  }
+}
+
+TEST(Bf16, Conv2dWithAndWithoutBias) {
+  expect_bf16_close_to_fp32([] { return std::make_unique<Conv2d>(16, 32, 3, 1, 1, true); }, Shape(2, 16, 9, 9),
+                            "conv 3x3 with bias");
+  expect_bf16_close_to_fp32([] { return std::make_unique<Conv2d>(32, 16, 1, 2, 0); }, Shape(2, 32, 8, 8),
+                            "conv 1x1 stride 2");
+}
+
+TEST(Bf16, BatchNormKeepsFp32Statistics) {
+  expect_bf16_close_to_fp32([] { return std::make_unique<BatchNorm2d>(24); }, Shape(4, 24, 6, 6), "batch norm");
+}
+
+TEST(Bf16, ReluPoolingAndAdaptivePooling) {
+  expect_bf16_close_to_fp32([] { return std::make_unique<ReLU>(); }, Shape(2, 8, 4, 4), "relu", Kind::exact);
+  expect_bf16_close_to_fp32([] { return std::make_unique<Pool2d>(PoolKind::max, 3, 2, 1); }, Shape(1, 8, 5, 5),
+                            "max pool", Kind::exact);
+  expect_bf16_close_to_fp32([] { return std::make_unique<Pool2d>(PoolKind::average, 2, 2); }, Shape(2, 16, 8, 8),
+                            "average pool");
+  expect_bf16_close_to_fp32([] { return std::make_unique<AdaptiveAvgPool2d>(3, 3); }, Shape(2, 16, 7, 7),
+                            "adaptive average pool");
+}
+
+TEST(Bf16, LinearAndDropout) {
+  expect_bf16_close_to_fp32([] { return std::make_unique<Linear>(64, 10); }, Shape(8, 64), "linear");
+  expect_bf16_close_to_fp32([] { return std::make_unique<Dropout>(0.5f, 3); }, Shape(4, 64), "dropout", Kind::exact);
+}
+
+TEST(Bf16, BottleneckWithProjection) {
+  expect_bf16_close_to_fp32([] { return std::make_unique<Bottleneck>(32, 16, 2); }, Shape(8, 32, 16, 16),
+                            "bottleneck", Kind::block);
+}
+
+// The loss is computed from bf16 logits in wide arithmetic; its gradient is rounded to bf16
+// after the loss scale is applied (so a scale of 2^k changes nothing but the exponent).
+TEST(Bf16, CrossEntropyFromBf16Logits) {
+  CpuBackend backend(1);
+  const std::int64_t n = 4, k = 10;
+  std::vector<float> z(static_cast<std::size_t>(n * k));
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (float& v : z) v = bf16::from_float(u(rng)).to_float();  // exactly representable in both
+  const std::vector<std::int32_t> labels{1, 4, 9, 0};
+  auto run = [&](DType dtype, float scale) {
+    auto logits_bytes = encode(z.data(), z.size(), dtype);
+    std::vector<std::byte> grad_bytes(z.size() * dtype_size(dtype));
+    Tensor logits, dlogits;
+    logits.shape = dlogits.shape = Shape(n, k);
+    logits.dtype = dlogits.dtype = dtype;
+    logits.data = logits_bytes.data();
+    dlogits.data = grad_bytes.data();
+    const float loss = backend.softmax_cross_entropy(logits, labels.data(), dlogits, scale);
+    return std::make_pair(loss, decode(grad_bytes.data(), z.size(), dtype));
+  };
+  const auto [full_loss, full_grad] = run(DType::fp32, 1.0f);
+  const auto [half_loss, half_grad] = run(DType::bf16, 1.0f);
+  EXPECT_EQ(half_loss, full_loss) << "same logits, same wide arithmetic";
+  for (std::size_t i = 0; i < z.size(); ++i) EXPECT_EQ(half_grad[i], bf16::from_float(full_grad[i]).to_float()) << i;
+  const auto [scaled_loss, scaled_grad] = run(DType::bf16, 1024.0f);
+  EXPECT_EQ(scaled_loss, half_loss);
+  for (std::size_t i = 0; i < z.size(); ++i) EXPECT_EQ(scaled_grad[i], 1024.0f * half_grad[i]) << i;
+}
+
+struct Trajectory {
+  std::vector<float> losses;
+  std::vector<float> weights;
+  std::size_t activation_bytes = 0;
+};
+
+Trajectory train(std::unique_ptr<Sequential> net, const Shape& input, std::int64_t classes, float learning_rate,
+                 DType dtype, int steps) {
+  CpuBackend backend(2);
+  Trainer trainer(backend, std::move(net), input, classes, {learning_rate, 0.9f, 1e-4f}, 3, 0, MemoryReuse::lifetime,
+                  dtype);
+  Trajectory t;
+  for (int i = 0; i < steps; ++i) t.losses.push_back(trainer.step());
+  const ParameterStore& store = trainer.parameters();
+  t.weights.assign(store.values(), store.values() + store.count());
+  t.activation_bytes = trainer.arena().unshared_bytes();
+  return t;
+}
+
+std::unique_ptr<Sequential> small_conv_net() {
+  auto net = std::make_unique<Sequential>();
+  net->add<Conv2d>(3, 16, 3, 1, 1);
+  net->add<BatchNorm2d>(16);
+  net->add<ReLU>();
+  net->add<Pool2d>(PoolKind::max, 2, 2);
+  net->add<Flatten>();
+  net->add<Linear>(16 * 8 * 8, 10);
+  return net;
+}
+
+// A well-conditioned network trains in bf16 like in fp32: the loss trajectory within 2%, and
+// the fp32 master weights move the same way within 5%.
+TEST(Bf16, SmallConvNetTrainsLikeFp32) {
+  CpuBackend probe(1);
+  SKIP_WITHOUT_BF16(probe);
+  const Shape input(16, 3, 16, 16);
+  const Trajectory start = train(small_conv_net(), input, 10, 0.01f, DType::fp32, 0);
+  const Trajectory full = train(small_conv_net(), input, 10, 0.01f, DType::fp32, 8);
+  const Trajectory half = train(small_conv_net(), input, 10, 0.01f, DType::bf16, 8);
+  for (std::size_t i = 0; i < full.losses.size(); ++i) {
+    EXPECT_NEAR(half.losses[i], full.losses[i], 0.02 * std::fabs(static_cast<double>(full.losses[i]))) << "step " << i;
+  }
+  EXPECT_NE(half.losses, full.losses) << "nothing computed in bf16";
+  EXPECT_LT(half.losses.back(), 0.8f * half.losses.front()) << "it learns";
+  std::vector<float> moved_full(full.weights.size()), moved_half(half.weights.size());
+  for (std::size_t i = 0; i < full.weights.size(); ++i) {
+    moved_full[i] = full.weights[i] - start.weights[i];
+    moved_half[i] = half.weights[i] - start.weights[i];
+  }
+  EXPECT_LT(relative_error(moved_half, moved_full), 0.05);
+}
+
+// The deep models learn in bf16 (finite, falling loss, as the fp32 training tests ask) with
+// activations in half the memory. Their bf16 losses are not compared with fp32's step by step:
+// randomly initialised deep networks at tiny images and batches are chaotic under any rounding
+// (PyTorch 1.13's bf16 autocast is 12% off its fp32 loss for ResNet-50 at 32×32, batch 4).
+void expect_learns_in_bf16(const std::string& model, const Shape& input) {
+  CpuBackend probe(1);
+  SKIP_WITHOUT_BF16(probe);
+  const Trajectory half = train(build_model(model, 10), input, 10, 0.005f, DType::bf16, 4);
+  for (const float l : half.losses) EXPECT_TRUE(std::isfinite(l)) << model;
+  EXPECT_NEAR(half.losses.front(), std::log(10.0f), 1.5f) << model;
+  EXPECT_LT(half.losses.back(), half.losses.front()) << model;
+  const Trajectory full = train(build_model(model, 10), input, 10, 0.005f, DType::fp32, 0);
+  // Half, but for what stays fp32 (labels, batch-norm statistics, dropout masks).
+  EXPECT_LT(static_cast<double>(half.activation_bytes), 0.55 * static_cast<double>(full.activation_bytes)) << model;
+  EXPECT_GT(static_cast<double>(half.activation_bytes), 0.5 * static_cast<double>(full.activation_bytes)) << model;
+}
+
+TEST(Bf16, ResNet50LearnsInBf16) { expect_learns_in_bf16("resnet50", Shape(4, 3, 64, 64)); }
+
+TEST(Bf16, AlexNetLearnsInBf16) { expect_learns_in_bf16("alexnet", Shape(4, 3, 63, 63)); }
+
+// The trainer refuses a dtype the backend cannot compute, saying why.
+TEST(Bf16, Fp16IsRefusedOnTheCpu) {
+  CpuBackend backend(1);
+  ASSERT_TRUE(backend.cannot_compute(DType::fp16).has_value());
+  EXPECT_THROW(Trainer(backend, build_model("alexnet", 10), Shape(1, 3, 63, 63), 10, {}, 1, 0, MemoryReuse::lifetime,
+                       DType::fp16),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace dlbench::worker

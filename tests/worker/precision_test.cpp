@@ -1,0 +1,100 @@
+// Element types as data: conversions round as the libraries do, and a tensor refuses to be
+// read as a type it does not hold.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "precision.hpp"
+#include "tensor.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+float from_bits(std::uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+TEST(Precision, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(bf16::from_float(1.0f).bits, 0x3F80);
+  EXPECT_EQ(bf16::from_float(-2.0f).bits, 0xC000);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1).
+  EXPECT_EQ(bf16::from_float(from_bits(0x3F808000)).bits, 0x3F80);
+  // 1 + 3·2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6: up to the even one.
+  EXPECT_EQ(bf16::from_float(from_bits(0x3F818000)).bits, 0x3F82);
+  // Just above halfway rounds up.
+  EXPECT_EQ(bf16::from_float(from_bits(0x3F808001)).bits, 0x3F81);
+  EXPECT_EQ(bf16::from_float(std::numeric_limits<float>::infinity()).bits, 0x7F80);
+  // The largest float rounds to infinity, as in oneDNN and PyTorch.
+  EXPECT_EQ(bf16::from_float(std::numeric_limits<float>::max()).bits, 0x7F80);
+  EXPECT_TRUE(std::isnan(bf16::from_float(std::numeric_limits<float>::quiet_NaN()).to_float()));
+  // A signalling NaN whose payload sits in the low bits stays a NaN (not infinity).
+  EXPECT_TRUE(std::isnan(bf16::from_float(from_bits(0x7F800001)).to_float()));
+  for (const float v : {0.0f, 1.5f, -3.25f, 65504.0f, 1e-30f}) {
+    EXPECT_EQ(bf16::from_float(bf16::from_float(v).to_float()).bits, bf16::from_float(v).bits) << v;
+  }
+  EXPECT_EQ(bf16{0x3FC0}.to_float(), 1.5f);
+}
+
+TEST(Precision, Fp16RoundsToNearestEvenWithSubnormalsAndOverflow) {
+  EXPECT_EQ(fp16::from_float(1.0f).bits, 0x3C00);
+  EXPECT_EQ(fp16::from_float(-2.0f).bits, 0xC000);
+  EXPECT_EQ(fp16::from_float(65504.0f).bits, 0x7BFF);  // the largest half
+  EXPECT_EQ(fp16::from_float(65519.0f).bits, 0x7BFF);  // below the halfway point to 2^16
+  EXPECT_EQ(fp16::from_float(65520.0f).bits, 0x7C00);  // halfway: rounds to infinity
+  EXPECT_EQ(fp16::from_float(std::ldexp(1.0f, -14)).bits, 0x0400);  // the smallest normal
+  EXPECT_EQ(fp16::from_float(std::ldexp(1.0f, -24)).bits, 0x0001);  // the smallest subnormal
+  EXPECT_EQ(fp16::from_float(std::ldexp(1.0f, -25)).bits, 0x0000);  // halfway to it: even (zero)
+  EXPECT_EQ(fp16::from_float(std::ldexp(3.0f, -25)).bits, 0x0002);  // 1.5 ulp: to even (2)
+  // 1 + 2^-11 is halfway between 1 and the next half: even (1).
+  EXPECT_EQ(fp16::from_float(1.0f + std::ldexp(1.0f, -11)).bits, 0x3C00);
+  EXPECT_EQ(fp16::from_float(1.0f + 3 * std::ldexp(1.0f, -11)).bits, 0x3C02);
+  EXPECT_TRUE(std::isnan(fp16::from_float(std::numeric_limits<float>::quiet_NaN()).to_float()));
+  EXPECT_EQ(fp16{0x7C00}.to_float(), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(fp16{0x0001}.to_float(), std::ldexp(1.0f, -24));
+  EXPECT_EQ(fp16{0x8400}.to_float(), -std::ldexp(1.0f, -14));
+  // Every half converts to float and back unchanged (NaNs stay NaNs).
+  for (std::uint32_t bits = 0; bits <= 0xFFFF; ++bits) {
+    const fp16 h{static_cast<std::uint16_t>(bits)};
+    const float f = h.to_float();
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(fp16::from_float(f).bits, h.bits) << std::hex << bits;
+  }
+}
+
+TEST(Precision, EncodeAndDecodeRoundTrip) {
+  const std::vector<float> values{0.0f, 1.0f, -1.5f, 3.140625f, 1024.0f};
+  for (const DType t : {DType::fp32, DType::bf16, DType::fp16}) {
+    const std::vector<std::byte> bytes = encode(values.data(), values.size(), t);
+    EXPECT_EQ(bytes.size(), values.size() * dtype_size(t));
+    EXPECT_EQ(decode(bytes.data(), values.size(), t), values) << to_string(t);  // all exact in every type
+  }
+  const float third = 1.0f / 3.0f;
+  EXPECT_NE(decode(encode(&third, 1, DType::bf16).data(), 1, DType::bf16)[0], third);
+}
+
+TEST(Precision, TensorsSayWhatTheyHold) {
+  std::vector<std::uint16_t> storage(24);
+  Tensor t;
+  t.data = storage.data();
+  t.shape = Shape(2, 3, 2, 2);
+  t.dtype = DType::bf16;
+  EXPECT_EQ(t.bytes(), 48u);
+  EXPECT_EQ(t.as<bf16>(), reinterpret_cast<bf16*>(storage.data()));
+  EXPECT_THROW(t.as<float>(), std::logic_error);
+  try {
+    t.as<float>();
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "a bf16 tensor [2, 3, 2, 2] read as fp32");
+  }
+  t.dtype = DType::fp32;
+  EXPECT_EQ(t.bytes(), 96u);
+  EXPECT_THROW(t.as<fp16>(), std::logic_error);
+}
+
+}  // namespace
+}  // namespace dlbench::worker
