@@ -44,16 +44,21 @@ struct BatchNormConfig {
   Shape input;
   float epsilon = 1e-5f;
   DType dtype = DType::fp32;  // of x, y, dx and dy; statistics, scale and shift are fp32
+  // y = relu(bn(x)) in one pass, and backward through both (only where fuses_batch_norm_relu()).
+  bool relu = false;
 };
 
 class BatchNormOp {
  public:
   virtual ~BatchNormOp() = default;
+  // Bytes of state that forward leaves for backward (the ReLU's mask when fused), or 0.
+  virtual std::size_t workspace_bytes() const { return 0; }
   // Normalises with the batch's statistics and returns them (variance is biased, 1/n).
   virtual void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
-                                Tensor& variance) = 0;
+                                Tensor& variance, void* workspace) = 0;
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
-                        const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
+                        const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                        const void* workspace) = 0;
 };
 
 class ReluOp {
@@ -133,6 +138,8 @@ class Backend {
 
   virtual std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) = 0;
   virtual std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) = 0;
+  // Whether make_batch_norm takes relu = true; where not, layers run a ReluOp after it.
+  virtual bool fuses_batch_norm_relu() const { return false; }
   virtual std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) = 0;
   virtual std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) = 0;
   virtual std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) = 0;

@@ -155,10 +155,10 @@ TEST_F(CudaBackendTest, BatchNormMatchesTheCpu) {
   auto dgamma = zeros(Shape(32), false), dbeta = zeros(Shape(32), false);
   auto cpu_op = cpu_->make_batch_norm({s, 1e-5f});
   auto gpu_op = gpu_->make_batch_norm({s, 1e-5f});
-  cpu_op->forward_training(x.cpu(), gamma.cpu(), beta.cpu(), y.cpu(), mean.cpu(), var.cpu());
-  gpu_op->forward_training(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), mean.gpu(), var.gpu());
-  cpu_op->backward(x.cpu(), dy.cpu(), gamma.cpu(), mean.cpu(), var.cpu(), dx.cpu(), dgamma.cpu(), dbeta.cpu());
-  gpu_op->backward(x.gpu(), dy.gpu(), gamma.gpu(), mean.gpu(), var.gpu(), dx.gpu(), dgamma.gpu(), dbeta.gpu());
+  cpu_op->forward_training(x.cpu(), gamma.cpu(), beta.cpu(), y.cpu(), mean.cpu(), var.cpu(), nullptr);
+  gpu_op->forward_training(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), mean.gpu(), var.gpu(), nullptr);
+  cpu_op->backward(x.cpu(), dy.cpu(), gamma.cpu(), mean.cpu(), var.cpu(), dx.cpu(), dgamma.cpu(), dbeta.cpu(), nullptr);
+  gpu_op->backward(x.gpu(), dy.gpu(), gamma.gpu(), mean.gpu(), var.gpu(), dx.gpu(), dgamma.gpu(), dbeta.gpu(), nullptr);
   gpu_->synchronize();
   EXPECT_LT(y.error(), 1e-5);
   EXPECT_LT(mean.error(), 1e-5);

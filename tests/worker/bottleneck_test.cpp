@@ -47,11 +47,9 @@ TEST_P(BottleneckWiring, EqualsItsPartsChainedByHand) {
   Bottleneck block(c.in_channels, c.width, c.stride);
   Sequential main, shortcut;
   main.add<Conv2d>(c.in_channels, c.width, 1);
-  main.add<BatchNorm2d>(c.width);
-  main.add<ReLU>();
+  main.add<BatchNorm2d>(c.width, Then::relu);
   main.add<Conv2d>(c.width, c.width, 3, c.stride, 1);
-  main.add<BatchNorm2d>(c.width);
-  main.add<ReLU>();
+  main.add<BatchNorm2d>(c.width, Then::relu);
   main.add<Conv2d>(c.width, out_channels, 1);
   main.add<BatchNorm2d>(out_channels);
   if (projection) {

@@ -92,13 +92,16 @@ TEST(MemoryPlan, WithoutReuseEveryBufferHasItsOwnMemory) {
   EXPECT_THROW(arena.next_tick(), std::logic_error);
 }
 
-// Every layer kind in one network: strided and identity bottlenecks, both pools, an adaptive
-// pool that is a view and one that is not, flatten, dropout and linear layers.
+// Every layer kind in one network: batch norm alone, followed by a ReLU layer and with the
+// ReLU in it, strided and identity bottlenecks, both pools, an adaptive pool that is a view
+// and one that is not, flatten, dropout and linear layers.
 std::unique_ptr<Sequential> every_layer_kind() {
   auto net = std::make_unique<Sequential>();
   net->add<Conv2d>(3, 16, 3, 1, 1);
   net->add<BatchNorm2d>(16);
   net->add<ReLU>();
+  net->add<Conv2d>(16, 16, 3, 1, 1);
+  net->add<BatchNorm2d>(16, Then::relu);
   net->add<Pool2d>(PoolKind::max, 3, 2, 1);
   net->add<Bottleneck>(16, 8, 2);
   net->add<Bottleneck>(32, 8, 1);
@@ -151,9 +154,10 @@ void expect_same_bits(const Trajectory& shared, const Trajectory& unshared) {
 // memory must never be in use at the same time. This checks every lifetime declaration,
 // including those whose mistakes happen not to change the numbers.
 void expect_plan_respects_real_use(const std::function<std::unique_ptr<Sequential>()>& build, const Shape& input,
-                                   std::int64_t classes) {
+                                   std::int64_t classes, bool fusion = true) {
   CpuBackend cpu(2);
   TracingBackend tracer(cpu);
+  tracer.allow_fusion = fusion;
   Trainer traced(tracer, build(), input, classes, SgdConfig{}, 5, 0, MemoryReuse::none);
   traced.step();  // the first step differs (momentum buffers start at the gradient)
   tracer.calls.clear();
@@ -171,7 +175,9 @@ void expect_plan_respects_real_use(const std::function<std::unique_ptr<Sequentia
   }
   ASSERT_GT(tracer.calls.size(), 10u);
 
-  Trainer planned(cpu, build(), input, classes, SgdConfig{}, 5, 0, MemoryReuse::lifetime);
+  TracingBackend planner(cpu);  // the same fusion choices, nothing traced
+  planner.allow_fusion = fusion;
+  Trainer planned(planner, build(), input, classes, SgdConfig{}, 5, 0, MemoryReuse::lifetime);
   const auto shared = planned.arena().placements();
   ASSERT_EQ(shared.size(), unshared.size());
   std::size_t sharing_pairs = 0;
@@ -192,6 +198,36 @@ void expect_plan_respects_real_use(const std::function<std::unique_ptr<Sequentia
 
 TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKind) {
   expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10);
+}
+TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKindUnfused) {
+  expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, false);
+}
+
+// Batch norm with its ReLU fused trains like batch norm followed by a ReLU op (the backend's
+// unfused path): the same function (oneDNN 2.6 gives the same bits on AVX-512; other kernels
+// may sum in another order).
+TEST(Fusion, BatchNormReluFusedTrainsLikeSeparateOps) {
+  CpuBackend cpu(2);
+  TracingBackend fused(cpu), separate(cpu);
+  separate.allow_fusion = false;
+  const auto run = [](Backend& backend) {
+    Trainer trainer(backend, every_layer_kind(), Shape(4, 3, 16, 16), 10, SgdConfig{0.001f, 0.9f, 1e-4f}, 5);
+    Trajectory out;
+    for (int i = 0; i < 3; ++i) out.losses.push_back(trainer.step());
+    out.weights.assign(trainer.parameters().values(), trainer.parameters().values() + trainer.parameter_count());
+    return out;
+  };
+  const Trajectory a = run(fused), b = run(separate);
+  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_NEAR(a.losses[i], b.losses[i], 1e-5f * b.losses[i]) << i;
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.weights.size(); ++i) {
+    diff += std::pow(static_cast<double>(a.weights[i]) - static_cast<double>(b.weights[i]), 2);
+    norm += std::pow(static_cast<double>(b.weights[i]), 2);
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-6);
+  // Five batch norms with a ReLU (one, and two in each bottleneck): a ReLU forward and backward
+  // more for each in each of the three steps.
+  EXPECT_EQ(separate.calls.size(), fused.calls.size() + 5 * 2 * 3) << "the unfused path did not run";
 }
 TEST(MemoryPlan, PlanRespectsRealUse_ResNet50) {
   expect_plan_respects_real_use([] { return build_model("resnet50", 10); }, Shape(2, 3, 32, 32), 10);

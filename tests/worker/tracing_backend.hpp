@@ -17,6 +17,8 @@ class TracingBackend final : public Backend {
 
   // One entry per call, in order: the addresses it reads or writes.
   std::vector<std::vector<const void*>> calls;
+  // False: layers see a backend that fuses nothing (their unfused paths run on the same kernels).
+  bool allow_fusion = true;
 
   std::string name() const override { return inner_.name(); }
   Layout activation_layout() const override { return inner_.activation_layout(); }
@@ -39,6 +41,7 @@ class TracingBackend final : public Backend {
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& c) override {
     return std::make_unique<Weighted<LinearOp>>(*this, inner_.make_linear(c));
   }
+  bool fuses_batch_norm_relu() const override { return allow_fusion && inner_.fuses_batch_norm_relu(); }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override {
     return std::make_unique<BatchNorm>(*this, inner_.make_batch_norm(c));
   }
@@ -117,14 +120,16 @@ class TracingBackend final : public Backend {
   class BatchNorm final : public BatchNormOp {
    public:
     BatchNorm(TracingBackend& t, std::unique_ptr<BatchNormOp> op) : t_(t), op_(std::move(op)) {}
-    void forward_training(const Tensor& x, const Tensor& g, const Tensor& b, Tensor& y, Tensor& m, Tensor& v) override {
-      t_.record({x.data, y.data, m.data, v.data});
-      op_->forward_training(x, g, b, y, m, v);
+    std::size_t workspace_bytes() const override { return op_->workspace_bytes(); }
+    void forward_training(const Tensor& x, const Tensor& g, const Tensor& b, Tensor& y, Tensor& m, Tensor& v,
+                          void* ws) override {
+      t_.record({x.data, y.data, m.data, v.data, ws});
+      op_->forward_training(x, g, b, y, m, v, ws);
     }
     void backward(const Tensor& x, const Tensor& dy, const Tensor& g, const Tensor& m, const Tensor& v, Tensor& dx,
-                  Tensor& dg, Tensor& db) override {
-      t_.record({x.data, dy.data, m.data, v.data, dx.data});
-      op_->backward(x, dy, g, m, v, dx, dg, db);
+                  Tensor& dg, Tensor& db, const void* ws) override {
+      t_.record({x.data, dy.data, m.data, v.data, dx.data, ws});
+      op_->backward(x, dy, g, m, v, dx, dg, db, ws);
     }
 
    private:

@@ -232,7 +232,9 @@ class CpuBatchNorm final : public BatchNormOp {
   CpuBatchNorm(CpuBackend& backend, const BatchNormConfig& c) : b_(backend) {
     data_ = md_of(c.input, Layout::nhwc, c.dtype);
     channel_ = md_of(Shape(c.input.c()), Layout::plain);  // statistics, scale and shift: fp32
-    const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    // Fused, forward keeps a bit mask of where y > 0 and backward applies it to dy itself.
+    if (c.relu) flags |= dnnl::normalization_flags::fuse_norm_relu;
     fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::batch_normalization_forward::primitive_desc(
         dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, data_, c.epsilon, flags),
         b_.engine()));
@@ -241,23 +243,28 @@ class CpuBatchNorm final : public BatchNormOp {
         b_.engine(), fwd_pd_));
     fwd_ = dnnl::batch_normalization_forward(fwd_pd_);
     bwd_ = dnnl::batch_normalization_backward(bwd_pd_);
+    workspace_ = fwd_pd_.workspace_desc();
   }
 
+  std::size_t workspace_bytes() const override { return workspace_.get_size(); }
+
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
-                        Tensor& variance) override {
+                        Tensor& variance, void* workspace) override {
     const auto& e = b_.engine();
-    fwd_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, e, x.data)},
-                               {DNNL_ARG_DST, mem(data_, e, y.data)},
-                               {DNNL_ARG_SCALE, mem(channel_, e, gamma.data)},
-                               {DNNL_ARG_SHIFT, mem(channel_, e, beta.data)},
-                               {DNNL_ARG_MEAN, mem(channel_, e, mean.data)},
-                               {DNNL_ARG_VARIANCE, mem(channel_, e, variance.data)}});
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(data_, e, x.data)},
+                                         {DNNL_ARG_DST, mem(data_, e, y.data)},
+                                         {DNNL_ARG_SCALE, mem(channel_, e, gamma.as<float>())},
+                                         {DNNL_ARG_SHIFT, mem(channel_, e, beta.as<float>())},
+                                         {DNNL_ARG_MEAN, mem(channel_, e, mean.as<float>())},
+                                         {DNNL_ARG_VARIANCE, mem(channel_, e, variance.as<float>())}};
+    if (workspace_bytes() > 0) args[DNNL_ARG_WORKSPACE] = mem(workspace_, e, workspace);
+    fwd_.execute(b_.stream(), args);
   }
 
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean, const Tensor& variance,
-                Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+                Tensor& dx, Tensor& dgamma, Tensor& dbeta, const void* workspace) override {
     const auto& e = b_.engine();
-    bwd_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, e, x.data)},
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(data_, e, x.data)},
                                {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
                                {DNNL_ARG_SCALE, mem(channel_, e, gamma.data)},
                                // oneDNN 2.6 refuses to execute use_shift backward without a SHIFT
@@ -267,12 +274,14 @@ class CpuBatchNorm final : public BatchNormOp {
                                {DNNL_ARG_VARIANCE, mem(channel_, e, variance.data)},
                                {DNNL_ARG_DIFF_SRC, mem(data_, e, dx.data)},
                                {DNNL_ARG_DIFF_SCALE, mem(channel_, e, dgamma.data)},
-                               {DNNL_ARG_DIFF_SHIFT, mem(channel_, e, dbeta.data)}});
+                               {DNNL_ARG_DIFF_SHIFT, mem(channel_, e, dbeta.data)}};
+    if (workspace_bytes() > 0) args[DNNL_ARG_WORKSPACE] = mem(workspace_, e, workspace);
+    bwd_.execute(b_.stream(), args);
   }
 
  private:
   CpuBackend& b_;
-  memory::desc data_, channel_;
+  memory::desc data_, channel_, workspace_;
   dnnl::batch_normalization_forward::primitive_desc fwd_pd_;
   dnnl::batch_normalization_backward::primitive_desc bwd_pd_;
   dnnl::batch_normalization_forward fwd_;

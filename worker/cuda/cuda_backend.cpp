@@ -170,7 +170,7 @@ class CudaBatchNorm final : public BatchNormOp {
         inverse_std_(backend.allocate(static_cast<std::size_t>(channels_) * sizeof(float))) {}
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
-                        Tensor& variance) override {
+                        Tensor& variance, void*) override {
     // Running statistics are the layer's (update_running_stat): cuDNN's are not asked for.
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
         backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.handle, x.as<float>(), x_desc_.handle, y.as<float>(),
@@ -180,7 +180,7 @@ class CudaBatchNorm final : public BatchNormOp {
   }
 
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean, const Tensor& variance,
-                Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+                Tensor& dx, Tensor& dgamma, Tensor& dbeta, const void*) override {
     kernels::variance_to_inverse_std(variance.as<float>(), inverse(), channels_, static_cast<float>(epsilon_),
                                      backend_.stream());
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackward(
@@ -506,6 +506,7 @@ std::unique_ptr<Conv2dOp> CudaBackend::make_conv2d(const Conv2dConfig& c) {
 }
 std::unique_ptr<BatchNormOp> CudaBackend::make_batch_norm(const BatchNormConfig& c) {
   require_fp32(c.dtype);
+  if (c.relu) throw std::invalid_argument("the cuda backend does not fuse batch norm and ReLU (fuses_batch_norm_relu)");
   return std::make_unique<CudaBatchNorm>(*this, c);
 }
 std::unique_ptr<ReluOp> CudaBackend::make_relu(const Shape& shape, DType dtype) {

@@ -7,32 +7,50 @@
 
 namespace dlbench::worker {
 
+enum class Then { nothing, relu };
+
 // BatchNorm2d in training mode: batch statistics, running statistics updated with
-// PyTorch's momentum 0.1 and unbiased variance.
+// PyTorch's momentum 0.1 and unbiased variance. With Then::relu it is BatchNorm2d followed by
+// ReLU, in one pass where the backend fuses them (no separate read and write of the
+// activation, and backward needs a bit mask instead of the output).
 class BatchNorm2d final : public Layer {
  public:
-  explicit BatchNorm2d(std::int64_t channels, float epsilon = 1e-5f, float momentum = 0.1f)
-      : channels_(channels), epsilon_(epsilon), momentum_(momentum) {
+  explicit BatchNorm2d(std::int64_t channels, Then then = Then::nothing, float epsilon = 1e-5f, float momentum = 0.1f)
+      : channels_(channels), relu_(then == Then::relu), epsilon_(epsilon), momentum_(momentum) {
     gamma_ = make_parameter("weight", Shape(channels), ParameterInit::ones);
     beta_ = make_parameter("bias", Shape(channels), ParameterInit::zeros);
   }
 
-  std::string kind() const override { return "BatchNorm2d"; }
+  std::string kind() const override { return relu_ ? "BatchNorm2d+ReLU" : "BatchNorm2d"; }
   void collect_parameters(std::vector<Parameter*>& out) override {
     out.push_back(&gamma_);
     out.push_back(&beta_);
   }
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
-    op_ = ctx.backend.make_batch_norm({input.shape, epsilon_, input.dtype});
+    const bool fused = relu_ && ctx.backend.fuses_batch_norm_relu();
+    op_ = ctx.backend.make_batch_norm({input.shape, epsilon_, input.dtype, fused});
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
     ctx.arena.read(input, t.mirrored());
     y_ = activation(input.shape, layout, input.dtype);
     dx_ = activation(input.shape, layout, input.dtype);
+    workspace_.shape = Shape(static_cast<std::int64_t>((op_->workspace_bytes() + sizeof(float) - 1) / sizeof(float)));
+    if (workspace_.numel() > 0) {
+      ctx.arena.request(workspace_, t);
+      ctx.arena.read(workspace_, t.mirrored());
+    }
     for (Tensor* s : {&batch_mean_, &batch_var_, &running_mean_, &running_var_}) s->shape = Shape(channels_);
     ctx.arena.request(y_, t);
+    if (relu_ && !fused) {
+      // ReLU in place on y; its backward reads y and writes the gradient batch norm reads.
+      relu_op_ = ctx.backend.make_relu(input.shape, input.dtype);
+      ctx.arena.read(y_, t.mirrored());  // after y_ has its buffer
+      drelu_ = activation(input.shape, layout, input.dtype);
+      ctx.arena.request(drelu_, t.mirrored());
+      ctx.arena.read(drelu_, t.mirrored());
+    }
     for (Tensor* s : {&batch_mean_, &batch_var_}) {
       ctx.arena.request(*s, t);
       ctx.arena.read(*s, t.mirrored());
@@ -52,14 +70,20 @@ class BatchNorm2d final : public Layer {
 
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
     x_ = &x;
-    op_->forward_training(x, gamma_.value, beta_.value, y_, batch_mean_, batch_var_);
+    op_->forward_training(x, gamma_.value, beta_.value, y_, batch_mean_, batch_var_, workspace_.data);
+    if (relu_op_) relu_op_->forward(y_, y_);
     ctx.backend.update_running_stat(running_mean_, batch_mean_, momentum_, 1.0f);
     ctx.backend.update_running_stat(running_var_, batch_var_, momentum_, unbias_);
     return y_;
   }
 
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
-    op_->backward(*x_, dy, gamma_.value, batch_mean_, batch_var_, dx_, gamma_.grad, beta_.grad);
+    const Tensor* grad = &dy;
+    if (relu_op_) {
+      relu_op_->backward(y_, dy, drelu_);
+      grad = &drelu_;
+    }
+    op_->backward(*x_, *grad, gamma_.value, batch_mean_, batch_var_, dx_, gamma_.grad, beta_.grad, workspace_.data);
     ctx.notify({&gamma_, &beta_});
     return dx_;
   }
@@ -69,11 +93,13 @@ class BatchNorm2d final : public Layer {
 
  private:
   std::int64_t channels_;
+  bool relu_;
   float epsilon_, momentum_, unbias_ = 1.0f;
   Parameter gamma_, beta_;
   std::unique_ptr<BatchNormOp> op_;
+  std::unique_ptr<ReluOp> relu_op_;  // ReLU after batch norm where the backend does not fuse them
   const Tensor* x_ = nullptr;
-  Tensor y_, dx_, batch_mean_, batch_var_, running_mean_, running_var_;
+  Tensor y_, dx_, drelu_, workspace_, batch_mean_, batch_var_, running_mean_, running_var_;
 };
 
 }  // namespace dlbench::worker

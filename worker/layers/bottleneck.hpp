@@ -20,11 +20,9 @@ class Bottleneck final : public Layer {
   Bottleneck(std::int64_t in_channels, std::int64_t width, std::int64_t stride) {
     const std::int64_t out_channels = width * kExpansion;
     main_.add<Conv2d>(in_channels, width, 1);
-    main_.add<BatchNorm2d>(width);
-    main_.add<ReLU>();
+    main_.add<BatchNorm2d>(width, Then::relu);
     main_.add<Conv2d>(width, width, 3, stride, 1);
-    main_.add<BatchNorm2d>(width);
-    main_.add<ReLU>();
+    main_.add<BatchNorm2d>(width, Then::relu);
     main_.add<Conv2d>(width, out_channels, 1);
     main_.add<BatchNorm2d>(out_channels);
     if (stride != 1 || in_channels != out_channels) {

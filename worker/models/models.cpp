@@ -15,8 +15,7 @@ namespace {
 std::unique_ptr<Sequential> resnet(const std::vector<int>& blocks_per_stage, std::int64_t num_classes) {
   auto net = std::make_unique<Sequential>();
   net->add<Conv2d>(3, 64, 7, 2, 3);
-  net->add<BatchNorm2d>(64);
-  net->add<ReLU>();
+  net->add<BatchNorm2d>(64, Then::relu);
   net->add<Pool2d>(PoolKind::max, 3, 2, 1);
   std::int64_t channels = 64;
   const std::int64_t widths[] = {64, 128, 256, 512};
