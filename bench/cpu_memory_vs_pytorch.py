@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Peak memory and speed of ResNet-50 training on the CPU: dlbench-worker (memory planned by
-lifetime, and with --memory-plan none) next to Debian's PyTorch (fp32 channels_last, and bf16
-autocast), all in one run, at two batch sizes, on the same threads.
+"""Peak memory and speed of ResNet-50 training on the CPU: dlbench-worker (fp32 with memory
+planned by lifetime and with --memory-plan none; bf16 where the CPU has AVX512_BF16) next to
+Debian's PyTorch (fp32 channels_last, and bf16 autocast), all in one run, at two batch sizes,
+on the same threads.
 
 Each configuration runs as its own process; its peak resident set comes from wait4()'s
 ru_maxrss. The per-sample figure is the slope between the two batches, (RSS(b2) - RSS(b1)) /
@@ -73,6 +74,11 @@ def main():
         ("PyTorch 1.13 fp32, channels_last", "pytorch", [], "fp32"),
         ("PyTorch 1.13 bf16 autocast, channels_last", "pytorch", [], "bf16"),
     ]
+    devices = subprocess.run([worker, "--list-devices"], capture_output=True, text=True).stdout
+    if "bf16" in devices.split("\n")[0]:
+        configs.insert(2, ("dlbench-worker bf16, memory planned", "dlbench", ["--memory-plan", "lifetime"], "bf16"))
+    else:
+        print(f"(no dlbench bf16 row: {devices.splitlines()[0]})", file=sys.stderr)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for batch in args.batches:
@@ -81,7 +87,8 @@ def main():
                     result = os.path.join(tmp, "r.json")
                     _, rss = run_measured([worker, "--model", "resnet50", "--image-size", "224", "--batch-size",
                                            str(batch), "--warmup-steps", "1", "--measure-steps", str(args.measure),
-                                           "--repeats", "1", "--threads", str(args.threads), "--output", result] + extra)
+                                           "--repeats", "1", "--threads", str(args.threads), "--precision", precision,
+                                           "--output", result] + extra)
                     doc = json.load(open(result))
                     speed = doc["throughput"]["median"]
                     planned = doc["memory"]["activationBytes"]
@@ -115,6 +122,14 @@ def main():
         slope = (r[b2][1] - r[b1][1]) / (b2 - b1) / (1 << 20)
         planned = f"{r[b2][2] / gib:.2f}" if r[b2][2] is not None else "—"
         print(f"| {name} | {r[b2][0]:.2f} | {r[b1][1] / gib:.2f} | {r[b2][1] / gib:.2f} | {slope:.0f} | {planned} |")
+    print()
+    for precision, ours, theirs in [("fp32", "dlbench-worker fp32, memory planned", "PyTorch 1.13 fp32, channels_last"),
+                                    ("bf16", "dlbench-worker bf16, memory planned",
+                                     "PyTorch 1.13 bf16 autocast, channels_last")]:
+        if ours in rows:
+            speed = rows[ours][b2][0] / rows[theirs][b2][0]
+            memory = rows[ours][b2][1] / rows[theirs][b2][1]
+            print(f"- {precision} at batch {b2}: dlbench-worker {speed:.2f}× PyTorch's speed, {memory:.2f}× its peak RSS.")
 
 
 if __name__ == "__main__":

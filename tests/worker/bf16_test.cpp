@@ -30,6 +30,7 @@
 #include "layers/pool2d.hpp"
 #include "layers/relu.hpp"
 #include "models/model.hpp"
+#include "small_conv_net.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
@@ -238,17 +239,6 @@ Trajectory train(std::unique_ptr<Sequential> net, const Shape& input, std::int64
   t.weights.assign(store.values(), store.values() + store.count());
   t.activation_bytes = trainer.arena().unshared_bytes();
   return t;
-}
-
-std::unique_ptr<Sequential> small_conv_net() {
-  auto net = std::make_unique<Sequential>();
-  net->add<Conv2d>(3, 16, 3, 1, 1);
-  net->add<BatchNorm2d>(16);
-  net->add<ReLU>();
-  net->add<Pool2d>(PoolKind::max, 2, 2);
-  net->add<Flatten>();
-  net->add<Linear>(16 * 8 * 8, 10);
-  return net;
 }
 
 // A well-conditioned network trains in bf16 like in fp32: the loss trajectory within 2%, and

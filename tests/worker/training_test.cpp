@@ -12,21 +12,11 @@
 #include "layers/pool2d.hpp"
 #include "layers/relu.hpp"
 #include "models/model.hpp"
+#include "small_conv_net.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
 namespace {
-
-std::unique_ptr<Sequential> small_conv_net() {
-  auto net = std::make_unique<Sequential>();
-  net->add<Conv2d>(3, 16, 3, 1, 1);
-  net->add<BatchNorm2d>(16);
-  net->add<ReLU>();
-  net->add<Pool2d>(PoolKind::max, 2, 2);
-  net->add<Flatten>();
-  net->add<Linear>(16 * 8 * 8, 10);
-  return net;
-}
 
 TEST(Training, SmallConvNetLearnsItsBatch) {
   CpuBackend backend(2);

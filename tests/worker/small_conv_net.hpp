@@ -1,0 +1,27 @@
+// A small, well-conditioned network for training tests: conv, batch norm, ReLU, max pool and a
+// linear classifier over 16×16 images and 10 classes.
+#pragma once
+
+#include <memory>
+
+#include "layers/batch_norm2d.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/linear.hpp"
+#include "layers/pool2d.hpp"
+#include "layers/relu.hpp"
+#include "layers/sequential.hpp"
+
+namespace dlbench::worker {
+
+inline std::unique_ptr<Sequential> small_conv_net() {
+  auto net = std::make_unique<Sequential>();
+  net->add<Conv2d>(3, 16, 3, 1, 1);
+  net->add<BatchNorm2d>(16);
+  net->add<ReLU>();
+  net->add<Pool2d>(PoolKind::max, 2, 2);
+  net->add<Flatten>();
+  net->add<Linear>(16 * 8 * 8, 10);
+  return net;
+}
+
+}  // namespace dlbench::worker
