@@ -17,6 +17,7 @@ registry is reachable here). Debian's .deb files the builds download are cached 
 
 Usage: images_test.py [--keep-images]
 """
+import datetime
 import json
 import os
 import shutil
@@ -35,6 +36,10 @@ OPERATOR = "localhost/dlbench-operator:test"
 WORKER = "localhost/dlbench-worker:test-cpu"
 # Podman's default ulimits exceed what this kind of sandbox grants; a container inherits ours.
 ENV = dict(os.environ, CONTAINERS_CONF=os.path.join(HERE, "containers.conf"))
+STARTED = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+# vfs storage copies every layer whole: each run's intermediate layers (buildah --layers, the
+# cache of the next run) take about 1.5 GB. Below this much free space, older ones go first.
+MIN_FREE_BYTES = 10 << 30
 
 
 def sh(*argv, check=True, timeout=1800):
@@ -80,9 +85,27 @@ def unresolved_libraries(image, *programs):
     return run_in(image, "-c", script, entrypoint="/bin/sh", user="0").stdout.strip()
 
 
+def prune_layers(before=None):
+    """Removes unnamed (dangling) images: intermediate layers of earlier builds. With `before`,
+    only those created before it, so that this run's layers stay as the next run's cache."""
+    argv = ["image", "prune", "--force"] + (["--filter", f"until={before}"] if before else [])
+    podman(*argv, check=False)
+
+
+def storage_free_bytes():
+    root = podman("info", "--format", "{{.Store.GraphRoot}}", check=False).stdout.strip() or "/var/lib/containers"
+    while not os.path.exists(root):
+        root = os.path.dirname(root)
+    return shutil.disk_usage(root).free
+
+
 class Images(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        if storage_free_bytes() < MIN_FREE_BYTES:
+            print(f"images: under {MIN_FREE_BYTES >> 30} GiB free for container storage: removing cached layers",
+                  file=sys.stderr)
+            prune_layers()
         ensure_base_images()
         build("operator.Dockerfile", OPERATOR)
         build("worker.Dockerfile", WORKER, target="cpu")
@@ -174,4 +197,5 @@ if __name__ == "__main__":
     if not keep:
         for image in (OPERATOR, WORKER):
             podman("rmi", "--ignore", image, check=False)
+    prune_layers(before=STARTED)  # earlier runs' layers: storage stays about one run's size
     sys.exit(0 if result.wasSuccessful() else 1)
