@@ -213,10 +213,10 @@ std::optional<std::string> cannot_run(const std::string& precision, const Backen
   return backend.cannot_compute(activation_dtype(precision));
 }
 
-std::string allowed_precisions(const Backend& backend) {
+std::string allowed_precisions(const Backend& backend, const std::string& separator) {
   std::string allowed;
   for (const char* p : {"fp32", "tf32", "amp", "bf16"}) {
-    if (!cannot_run(p, backend)) allowed += (allowed.empty() ? "" : ",") + std::string(p);
+    if (!cannot_run(p, backend)) allowed += (allowed.empty() ? "" : separator) + std::string(p);
   }
   return allowed;
 }
@@ -247,7 +247,7 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (flag == "--list-devices") {
       // What `dlbench run --backend auto` reads: one "backend count" line per backend built in.
       // After the count, the precisions that run here (older readers take the first two fields).
-      std::cout << "cpu " << default_threads() << " precisions=" << allowed_precisions(CpuBackend(1)) << "\n";
+      std::cout << "cpu " << default_threads() << " precisions=" << allowed_precisions(CpuBackend(1), ",") << "\n";
 #ifdef DLBENCH_HAVE_CUDA
       int gpus = 0;
       if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
@@ -477,11 +477,7 @@ std::optional<std::string> unsupported_precision(const Options& o, const Backend
   if (backend == nullptr) return std::nullopt;  // the backend's own failure says more
   const auto why = cannot_run(o.precision, *backend);
   if (!why) return std::nullopt;
-  std::string allowed = allowed_precisions(*backend);
-  for (std::size_t comma = allowed.find(','); comma != std::string::npos; comma = allowed.find(',', comma + 2)) {
-    allowed.replace(comma, 1, ", ");
-  }
-  return *why + ". Allowed on the " + o.backend + " backend here: " + allowed;
+  return *why + ". Allowed on the " + o.backend + " backend here: " + allowed_precisions(*backend, ", ");
 }
 
 // Every model here ends in ImageNet's 1,000 classes; an imagefolder data set may not have more.

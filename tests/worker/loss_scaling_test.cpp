@@ -11,12 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
-#include "layers/batch_norm2d.hpp"
-#include "layers/conv2d.hpp"
-#include "layers/linear.hpp"
-#include "layers/pool2d.hpp"
-#include "layers/relu.hpp"
 #include "loss_scaler.hpp"
+#include "small_conv_net.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
@@ -68,20 +64,9 @@ TEST(LossScaler, RefusesOutOfRangeSettingsNamingThem) {
   EXPECT_THAT(message({1.0f, 2.0f, 0.5f, 0}), HasSubstr("growthInterval"));
 }
 
-std::unique_ptr<Sequential> small_net() {
-  auto net = std::make_unique<Sequential>();
-  net->add<Conv2d>(3, 8, 3, 1, 1);
-  net->add<BatchNorm2d>(8);
-  net->add<ReLU>();
-  net->add<Pool2d>(PoolKind::max, 2, 2);
-  net->add<Flatten>();
-  net->add<Linear>(8 * 4 * 4, 10);
-  return net;
-}
-
 struct TrainingRun {
   CpuBackend backend{2};
-  Trainer trainer{backend, small_net(), Shape(4, 3, 8, 8), 10, SgdConfig{0.05f, 0.9f, 1e-4f}, 3};
+  Trainer trainer{backend, small_conv_net(8, 8), Shape(4, 3, 8, 8), 10, SgdConfig{0.05f, 0.9f, 1e-4f}, 3};
 
   std::vector<float> weights() const {
     const float* v = const_cast<Trainer&>(trainer).parameters().values();

@@ -1,5 +1,5 @@
-// A small, well-conditioned network for training tests: conv, batch norm, ReLU, max pool and a
-// linear classifier over 16×16 images and 10 classes.
+// A small, well-conditioned network for training tests: conv (`channels` wide), batch norm,
+// ReLU, max pool and a linear classifier over `image`×`image` inputs and 10 classes.
 #pragma once
 
 #include <memory>
@@ -13,14 +13,14 @@
 
 namespace dlbench::worker {
 
-inline std::unique_ptr<Sequential> small_conv_net() {
+inline std::unique_ptr<Sequential> small_conv_net(std::int64_t channels = 16, std::int64_t image = 16) {
   auto net = std::make_unique<Sequential>();
-  net->add<Conv2d>(3, 16, 3, 1, 1);
-  net->add<BatchNorm2d>(16);
+  net->add<Conv2d>(3, channels, 3, 1, 1);
+  net->add<BatchNorm2d>(channels);
   net->add<ReLU>();
   net->add<Pool2d>(PoolKind::max, 2, 2);
   net->add<Flatten>();
-  net->add<Linear>(16 * 8 * 8, 10);
+  net->add<Linear>(channels * (image / 2) * (image / 2), 10);
   return net;
 }
 

@@ -36,11 +36,7 @@ class BatchNorm2d final : public Layer {
     ctx.arena.read(input, t.mirrored());
     y_ = activation(input.shape, layout, input.dtype);
     dx_ = activation(input.shape, layout, input.dtype);
-    workspace_.shape = Shape(static_cast<std::int64_t>((op_->workspace_bytes() + sizeof(float) - 1) / sizeof(float)));
-    if (workspace_.numel() > 0) {
-      ctx.arena.request(workspace_, t);
-      ctx.arena.read(workspace_, t.mirrored());
-    }
+    ctx.request_saved_state(workspace_, op_->workspace_bytes(), t);
     for (Tensor* s : {&batch_mean_, &batch_var_, &running_mean_, &running_var_}) s->shape = Shape(channels_);
     ctx.arena.request(y_, t);
     if (relu_ && !fused) {

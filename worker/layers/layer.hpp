@@ -32,6 +32,15 @@ struct SetupContext {
   // When the gradient of this layer's input is last read; none: kept to the step's end.
   std::optional<Tick> input_grad_reader = std::nullopt;
 
+  // Room for `bytes` of state an op's forward (at tick t) leaves for its backward (its mirror):
+  // a max pool's arg-max, a fused ReLU's mask. Nothing is requested when the op needs none.
+  void request_saved_state(Tensor& state, std::size_t bytes, Tick t) {
+    state.shape = Shape(static_cast<std::int64_t>((bytes + sizeof(float) - 1) / sizeof(float)));
+    if (state.numel() == 0) return;
+    arena.request(state, t);
+    arena.read(state, t.mirrored());
+  }
+
   // A buffer this layer's input gradient goes into, written at `written`.
   void request_input_grad(Tensor& dx, Tick written) {
     arena.request(dx, written);

@@ -26,13 +26,9 @@ class Pool2d final : public Layer {
     ctx.arena.read(input, t);  // backward needs only the workspace (max) or nothing (average)
     y_ = activation(config.output(), layout, input.dtype);
     dx_ = activation(input.shape, layout, input.dtype);
-    workspace_.shape = Shape(static_cast<std::int64_t>((op_->workspace_bytes() + sizeof(float) - 1) / sizeof(float)));
     ctx.arena.request(y_, t);
     ctx.request_input_grad(dx_, t.mirrored());
-    if (workspace_.numel() > 0) {
-      ctx.arena.request(workspace_, t);
-      ctx.arena.read(workspace_, t.mirrored());
-    }
+    ctx.request_saved_state(workspace_, op_->workspace_bytes(), t);
     return y_;
   }
 
