@@ -204,7 +204,7 @@ TEST(WorkerCli, PrecisionsTheCpuBackendCannotRunAreUnsupportedResults) {
     }
   }
   const Outcome devices = worker("--list-devices", without_bf16);
-  EXPECT_THAT(devices.out, HasSubstr("cpu 2 precisions=fp32\n"));
+  EXPECT_THAT(devices.out, ::testing::ContainsRegex("^cpu [0-9]+ precisions=fp32\n"));  // cores vary by machine
 }
 
 // Where oneDNN finds AVX512_BF16, bf16 trains: a valid result whose activations take half of
