@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "tensor.hpp"
 
@@ -180,5 +181,15 @@ class Backend {
   virtual void replay() {}
   virtual float last_loss() { return 0.0f; }
 };
+
+// A BenchmarkRun precision (fp32 | tf32 | amp | bf16) as the activations' dtype: tf32 is fp32
+// storage with tensor-core math, amp is fp16 with dynamic loss scaling, bf16 needs no loss
+// scaling (fp32's exponent range).
+DType activation_dtype(std::string_view precision);
+// Why `backend` cannot run `precision` here (tf32 off NVIDIA tensor cores, a dtype its
+// hardware lacks), or nothing when it can.
+std::optional<std::string> cannot_run(std::string_view precision, const Backend& backend);
+// The precisions `backend` runs here, in the API's order, joined by `separator`.
+std::string allowed_precisions(const Backend& backend, const std::string& separator);
 
 }  // namespace dlbench::worker

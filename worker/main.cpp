@@ -39,6 +39,7 @@
 #include "dlbench/core/status.hpp"
 #include "methodology.hpp"
 #include "models/model.hpp"
+#include "self_test.hpp"
 #include "trainer.hpp"
 #include "worker_metrics.hpp"
 
@@ -86,6 +87,12 @@ Usage: dlbench-worker [options]
                           then fixed)                                     (default off)
   --memory-plan P         lifetime: activation and gradient buffers share memory once
                           their last reader has run; none: each has its own (default lifetime)
+  --self-test             check this backend against the CPU backend in fp32 (op by op, a few
+                          training steps), loss scaling, step-graph replay and the
+                          communicator across every rank, for each --precision (a comma
+                          list; default every one, those the backend cannot run skipped);
+                          prints a table, writes a dlbench.selftest/v1 document like a
+                          result, exits 1 if a check failed on any rank
   --list-models           print the models and exit
   --list-devices          print "cpu <threads> precisions=<what runs here>" and, when built
                           with CUDA, "cuda <GPUs> precisions=..."
@@ -145,6 +152,8 @@ struct Options {
   std::string data_path;
   long decode_threads = defaults::kDecodeThreads;
   long prefetch_batches = defaults::kPrefetchBatches;
+  bool self_test = false;
+  std::vector<std::string> self_test_precisions;  // --self-test: every one unless --precision says
 };
 
 struct UsageError {
@@ -196,31 +205,6 @@ std::string choice(const std::string& flag, const std::string& text, const std::
   throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + list};
 }
 
-// The activations' dtype of a precision: tf32 is fp32 storage with tensor-core math, amp is
-// fp16 with dynamic loss scaling, bf16 needs no loss scaling (fp32's exponent range).
-DType activation_dtype(const std::string& precision) {
-  if (precision == "bf16") return DType::bf16;
-  if (precision == "amp") return DType::fp16;
-  return DType::fp32;
-}
-
-// Why `backend` cannot run `precision` here, or nothing when it can.
-std::optional<std::string> cannot_run(const std::string& precision, const Backend& backend) {
-  if (precision == "tf32" && backend.name() != "cuda") {
-    return "tf32 is a math mode of NVIDIA tensor cores (Ampere and later); the " + backend.name() +
-           " backend computes fp32";
-  }
-  return backend.cannot_compute(activation_dtype(precision));
-}
-
-std::string allowed_precisions(const Backend& backend, const std::string& separator) {
-  std::string allowed;
-  for (const char* p : {"fp32", "tf32", "amp", "bf16"}) {
-    if (!cannot_run(p, backend)) allowed += (allowed.empty() ? "" : separator) + std::string(p);
-  }
-  return allowed;
-}
-
 std::optional<Options> parse(int argc, char** argv) {
   Options o;
   std::vector<std::string> models;
@@ -231,7 +215,7 @@ std::optional<Options> parse(int argc, char** argv) {
     if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
-    } else if (flag != "--help" && flag != "--list-models" && flag != "--list-devices") {
+    } else if (flag != "--help" && flag != "--list-models" && flag != "--list-devices" && flag != "--self-test") {
       if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
       value = argv[++i];
     }
@@ -254,6 +238,8 @@ std::optional<Options> parse(int argc, char** argv) {
       std::cout << "cuda " << gpus << " precisions=fp32,tf32\n";
 #endif
       return std::nullopt;
+    } else if (flag == "--self-test") {
+      o.self_test = true;
     } else if (flag == "--model") {
       o.model = choice(flag, value, models);
     } else if (flag == "--backend") {
@@ -267,7 +253,13 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (flag == "--image-size") {
       o.image_size = parse_bounded(flag, value, bounds::kImageSize);
     } else if (flag == "--precision") {
-      o.precision = choice(flag, value, {"fp32", "tf32", "amp", "bf16"});
+      o.self_test_precisions.clear();
+      std::istringstream list(value);
+      for (std::string p; std::getline(list, p, ',');) {
+        o.self_test_precisions.push_back(choice(flag, p, {"fp32", "tf32", "amp", "bf16"}));
+      }
+      if (o.self_test_precisions.empty()) o.self_test_precisions.push_back(choice(flag, value, {"fp32", "tf32", "amp", "bf16"}));
+      o.precision = o.self_test_precisions.front();
     } else if (flag == "--warmup-steps") {
       o.warmup_steps = parse_bounded(flag, value, bounds::kWarmupSteps);
     } else if (flag == "--measure-steps") {
@@ -317,6 +309,12 @@ std::optional<Options> parse(int argc, char** argv) {
       throw UsageError{"unknown option " + printable(flag) + " (see --help)"};
     }
   }
+  if (o.self_test_precisions.size() > 1 && !o.self_test) {
+    throw UsageError{"--precision: a list (" + o.self_test_precisions.front() + ",...) only with --self-test; a case "
+                     "runs one of fp32, tf32, amp, bf16"};
+  }
+  if (o.self_test && o.self_test_precisions.empty()) o.self_test_precisions = {"fp32", "tf32", "amp", "bf16"};
+  if (o.self_test) o.precision = "fp32";  // the primary backend: fp32 math (tf32 gets its own)
   if (o.data == "imagefolder" && o.data_path.empty()) {
     throw UsageError{"--data imagefolder needs --data-path DIR (DIR/<class>/<image>.jpg)"};
   }
@@ -759,6 +757,122 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
   return doc.state == CaseState::Succeeded ? 0 : kExitFailed;
 }
 
+// One line of the self-test's table.
+void print_check(std::ostream& out, const SelfTestCheck& c) {
+  std::ostringstream error, bound;
+  error << std::scientific << std::setprecision(2) << c.error;
+  bound << std::scientific << std::setprecision(2) << c.bound;
+  const bool measured = c.error != 0 || c.bound != 0;
+  out << "  " << std::left << std::setw(5) << c.precision << " " << std::setw(40) << c.name << std::right << " "
+      << std::setw(9) << (measured ? error.str() : "-") << " " << std::setw(9) << (measured ? bound.str() : "-") << "  "
+      << std::left << std::setw(7) << to_string(c.outcome) << std::right << " " << c.detail << "\n";
+}
+
+// --self-test: every rank checks its own backend; the ranks agree on who failed; rank 0 reports.
+int self_test(const Options& o, Communicator& comm, Backend* backend, const std::string& backend_error) {
+  SelfTestDocument doc;
+  doc.run = o.run;
+  const std::vector<std::string> hosts = comm.hosts();
+  doc.nodes = static_cast<int>(distinct(hosts).size());
+  doc.devices = comm.size();
+  doc.precisions = o.self_test_precisions;
+  doc.environment = environment(backend, o.backend, comm, hosts);
+  doc.start_time = rfc3339_utc_now();
+  const bool reporter = comm.rank() == 0;
+  std::ostream& table = o.output.empty() ? std::cerr : std::cout;
+  std::vector<SelfTestCheck> checks;
+  std::string error;
+  if (backend == nullptr) {
+    doc.reason = "BackendUnavailable";
+    error = "--backend " + o.backend + ": " + backend_error;
+  } else {
+    try {
+      CpuBackend reference(o.threads > 0 ? static_cast<int>(o.threads) : default_threads());
+      SelfTestSubject subject{*backend, [&](const std::string& precision) {
+                                Options one = o;
+                                one.precision = precision;
+                                return make_backend(one);
+                              },
+                              o.self_test_precisions};
+      if (reporter) {
+        table << "dlbench-worker --self-test: " << o.backend << " against cpu fp32 (oneDNN), " << comm.size()
+              << (comm.size() == 1 ? " rank" : " ranks") << " (" << comm.name() << ")\n"
+              << "  " << std::left << std::setw(5) << "prec" << " " << std::setw(40) << "check" << std::right << " "
+              << std::setw(9) << "error" << " " << std::setw(9) << "bound" << "  result  detail\n";
+      }
+      checks = run_self_test(subject, reference, comm, [&](const SelfTestCheck& c) {
+        if (reporter) print_check(table, c);
+        else if (c.outcome == CheckOutcome::failed) print_check(std::cerr << "rank " << comm.rank() << ":", c);
+      });
+    } catch (const std::exception& e) {
+      doc.reason = "WorkerError";
+      error = e.what();
+    }
+  }
+  int passed = 0, failed = 0, skipped = 0;
+  for (const auto& c : checks) (c.outcome == CheckOutcome::passed ? passed : c.outcome == CheckOutcome::failed ? failed : skipped) += 1;
+  // Every rank learns every rank's counts: [failed or broken per rank..., passed, failed, skipped per rank...].
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  std::vector<double> counts(4 * ranks, 0.0);
+  const auto me = static_cast<std::size_t>(comm.rank());
+  counts[me] = (failed > 0 || !error.empty()) ? 1.0 : 0.0;
+  counts[ranks + 3 * me] = passed;
+  counts[ranks + 3 * me + 1] = failed;
+  counts[ranks + 3 * me + 2] = skipped;
+  comm.max(counts.data(), static_cast<std::int64_t>(counts.size()));
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (counts[r] > 0) doc.failed_ranks.push_back(static_cast<int>(r));
+    doc.passed += static_cast<int>(counts[ranks + 3 * r]);
+    doc.failed += static_cast<int>(counts[ranks + 3 * r + 1]);
+    doc.skipped += static_cast<int>(counts[ranks + 3 * r + 2]);
+  }
+  for (const CheckOutcome kind : {CheckOutcome::failed, CheckOutcome::skipped}) {
+    for (const auto& c : checks) {
+      if (c.outcome != kind || doc.checks.size() >= kSelfTestListedChecks) continue;
+      doc.checks.push_back({comm.rank(), c.precision, c.name, std::string(to_string(c.outcome)), c.error, c.bound,
+                            printable(c.detail, 200)});
+    }
+  }
+  const std::string where = " on " + std::to_string(doc.devices) + (doc.devices == 1 ? " device" : " devices") + " (" +
+                            o.backend + ", " + comm.name() + ")";
+  if (!error.empty()) {
+    doc.state = CaseState::Failed;
+    doc.message = error;
+  } else if (!doc.failed_ranks.empty()) {
+    doc.state = CaseState::Failed;
+    doc.reason = kReasonSelfTestFailed;
+    std::string first;
+    for (const auto& c : checks) {
+      if (c.outcome == CheckOutcome::failed) {
+        first = "; first: " + c.precision + " " + c.name + ": " + c.detail;
+        break;
+      }
+    }
+    std::string ranks_failed;
+    for (const int r : doc.failed_ranks) ranks_failed += (ranks_failed.empty() ? "" : ",") + std::to_string(r);
+    doc.message = std::to_string(doc.failed) + " of " + std::to_string(doc.passed + doc.failed + doc.skipped) +
+                  " checks failed" + where + ", on ranks " + ranks_failed + printable(first, 300);
+  } else {
+    doc.state = CaseState::Succeeded;
+    doc.message = std::to_string(doc.passed) + " checks passed, " + std::to_string(doc.skipped) + " skipped" + where;
+  }
+  doc.end_time = rfc3339_utc_now();
+  if (!reporter) return doc.state == CaseState::Succeeded ? 0 : kExitFailed;
+  table << "self-test " << (doc.state == CaseState::Succeeded ? "passed" : "FAILED") << ": " << doc.message << "\n";
+  const std::string json = to_json(doc).dump(2) + "\n";
+  if (o.output.empty()) {
+    std::cout << json;
+  } else {
+    std::ofstream out(o.output);
+    out << json;
+    if (!out) {
+      std::cerr << "dlbench-worker: cannot write " << o.output << "\n";
+      return kExitFailed;
+    }
+  }
+  return doc.state == CaseState::Succeeded ? 0 : kExitFailed;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -773,6 +887,7 @@ int main(int argc, char** argv) {
       backend_error = e.what();
     }
     auto communicator = make_communicator(*options, &argc, &argv, backend.get());
+    if (options->self_test) return self_test(*options, *communicator, backend.get(), backend_error);
     return run(*options, *communicator, backend.get(), backend_error);
   } catch (const UsageError& e) {
     std::cerr << "dlbench-worker: " << e.message << "\n";

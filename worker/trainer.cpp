@@ -22,6 +22,22 @@ std::vector<float> nchw_to_nhwc(const std::vector<float>& nchw, const Shape& s) 
   return nhwc;
 }
 
+std::vector<float> nhwc_to_nchw(const std::vector<float>& nhwc, const Shape& s) {
+  std::vector<float> nchw(nhwc.size());
+  const std::int64_t c = s.c(), h = s.h(), w = s.w();
+  for (std::int64_t b = 0; b < s.n(); ++b) {
+    for (std::int64_t ch = 0; ch < c; ++ch) {
+      for (std::int64_t y = 0; y < h; ++y) {
+        for (std::int64_t x = 0; x < w; ++x) {
+          nchw[static_cast<std::size_t>(((b * c + ch) * h + y) * w + x)] =
+              nhwc[static_cast<std::size_t>(((b * h + y) * w + x) * c + ch)];
+        }
+      }
+    }
+  }
+  return nchw;
+}
+
 Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
                  SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank, MemoryReuse reuse, DType activations)
     : backend_(backend), network_(std::move(network)), sgd_(sgd), context_{backend, seed, 0, {}} {

@@ -19,6 +19,8 @@ namespace dlbench::worker {
 
 // A host copy of a 4-D (N, C, H, W) tensor in NHWC order.
 std::vector<float> nchw_to_nhwc(const std::vector<float>& nchw, const Shape& shape);
+// And back: an NHWC host copy in (N, C, H, W) order.
+std::vector<float> nhwc_to_nchw(const std::vector<float>& nhwc, const Shape& shape);
 
 struct SgdConfig {
   float learning_rate = 0.1f;

@@ -341,4 +341,158 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
   return r;
 }
 
+json to_json(const SelfTestDocument& doc) {
+  json checks = json::array();
+  for (const SelfTestEntry& c : doc.checks) {
+    checks.push_back({{"rank", c.rank}, {"precision", c.precision}, {"name", c.name}, {"outcome", c.outcome},
+                      {"error", std::isfinite(c.error) ? json(c.error) : json(nullptr)}, {"bound", c.bound},
+                      {"detail", c.detail}});
+  }
+  json out{{"schema", kSelfTestSchema},
+           {"nodes", doc.nodes},
+           {"devices", doc.devices},
+           {"precisions", doc.precisions},
+           {"state", to_string(doc.state)},
+           {"summary", {{"passed", doc.passed}, {"failed", doc.failed}, {"skipped", doc.skipped}}},
+           {"failedRanks", doc.failed_ranks},
+           {"checks", checks},
+           {"environment", environment_to_json(doc.environment)},
+           {"startTime", doc.start_time},
+           {"endTime", doc.end_time}};
+  if (!doc.run.empty()) out["run"] = doc.run;
+  if (!doc.reason.empty()) out["reason"] = doc.reason;
+  if (!doc.message.empty()) out["message"] = doc.message;
+  return out;
+}
+
+Decoded<SelfTestDocument> decode_self_test_document(const json& document) {
+  Decoder d;
+  SelfTestDocument doc;
+  if (!d.expect_object(document, "")) return d.finish(std::move(doc));
+  d.reject_unknown(document, "", {"schema", "run", "nodes", "devices", "precisions", "state", "reason", "message",
+                                  "summary", "failedRanks", "checks", "environment", "startTime", "endTime"});
+  if (d.require(document, "", "schema", std::string("must be ") + kSelfTestSchema)) {
+    std::string schema;
+    d.read_string(document, "", "schema", schema);
+    if (document["schema"].is_string() && schema != kSelfTestSchema) {
+      d.fail("schema", "\"" + schema + "\" is not supported here; expected " + kSelfTestSchema);
+    }
+  }
+  d.read_string(document, "", "run", doc.run);
+  d.read_int(document, "", "nodes", bounds::kNodes, doc.nodes);
+  if (d.require(document, "", "devices", "the ranks that ran the self-test")) {
+    d.read_int(document, "", "devices", {1, bounds::kNodes.max * bounds::kGpusPerNode.max}, doc.devices);
+  }
+  if (const json* precisions = Decoder::find(document, "precisions")) {
+    if (const json* items = d.list(*precisions, "precisions", 0, 4)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        if (auto p = d.enumeration<Precision>((*items)[i], element("precisions", i))) {
+          doc.precisions.emplace_back(to_string(*p));
+        }
+      }
+    }
+  }
+  if (d.require(document, "", "state", "Succeeded or Failed")) d.read_enum(document, "", "state", doc.state);
+  d.read_string(document, "", "reason", doc.reason);
+  d.read_string(document, "", "message", doc.message);
+  if (doc.state != CaseState::Succeeded && doc.reason.empty()) d.fail("reason", "required when state is Failed");
+  if (const json* summary = d.require(document, "", "summary", "{passed, failed, skipped}")) {
+    if (d.expect_object(*summary, "summary")) {
+      d.reject_unknown(*summary, "summary", {"passed", "failed", "skipped"});
+      d.read_int(*summary, "summary", "passed", {0, 1 << 30}, doc.passed);
+      d.read_int(*summary, "summary", "failed", {0, 1 << 30}, doc.failed);
+      d.read_int(*summary, "summary", "skipped", {0, 1 << 30}, doc.skipped);
+    }
+  }
+  if (doc.state == CaseState::Succeeded && doc.failed > 0) {
+    d.fail("state", "Succeeded with " + std::to_string(doc.failed) + " failed checks");
+  }
+  if (const json* ranks = Decoder::find(document, "failedRanks")) {
+    if (const json* items = d.list(*ranks, "failedRanks", 0, 1 << 20)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        if (auto r = d.integer((*items)[i], element("failedRanks", i), {0, doc.devices - 1})) {
+          doc.failed_ranks.push_back(static_cast<int>(*r));
+        }
+      }
+    }
+  }
+  if (const json* checks = Decoder::find(document, "checks")) {
+    if (const json* items = d.list(*checks, "checks", 0, static_cast<std::int64_t>(kSelfTestListedChecks))) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        const json& c = (*items)[i];
+        const std::string path = element("checks", i);
+        if (!d.expect_object(c, path)) continue;
+        d.reject_unknown(c, path, {"rank", "precision", "name", "outcome", "error", "bound", "detail"});
+        SelfTestEntry e;
+        d.read_int(c, path, "rank", {0, doc.devices - 1}, e.rank);
+        d.read_string(c, path, "precision", e.precision);
+        d.read_string(c, path, "name", e.name);
+        d.read_string(c, path, "outcome", e.outcome);
+        if (e.outcome != "failed" && e.outcome != "skipped") {
+          d.fail(child(path, "outcome"), "\"" + e.outcome + "\" is not one of failed, skipped (passed checks are counted, not listed)");
+        }
+        // A NaN error is written as null.
+        if (const json* error = Decoder::find(c, "error"); error != nullptr && !error->is_null()) {
+          if (auto v = d.measurement(*error, child(path, "error"))) e.error = *v;
+        } else if (error != nullptr) {
+          e.error = std::numeric_limits<double>::quiet_NaN();
+        }
+        if (const json* bound = Decoder::find(c, "bound")) {
+          if (auto v = d.measurement(*bound, child(path, "bound"))) e.bound = *v;
+        }
+        d.read_string(c, path, "detail", e.detail);
+        doc.checks.push_back(e);
+      }
+    }
+  }
+  if (const json* env = d.require(document, "", "environment", "{host, backend, ...}")) {
+    doc.environment = decode_environment(d, *env, "environment");
+  }
+  d.read_string(document, "", "startTime", doc.start_time);
+  d.read_string(document, "", "endTime", doc.end_time);
+  return d.finish(std::move(doc));
+}
+
+std::string compact_self_test_document(const std::string& json_text, std::size_t limit) {
+  json doc = json::parse(json_text);
+  std::string text = doc.dump();
+  const auto shrink = [&](auto&& drop) {
+    if (text.size() <= limit) return;
+    drop();
+    text = doc.dump();
+  };
+  shrink([&] { doc["environment"].erase("hosts"); });
+  shrink([&] {
+    for (const char* key : {"os", "cpuModel", "driverVersion", "onednnVersion", "dlbenchVersion", "mpiVersion"}) {
+      doc["environment"].erase(key);
+    }
+  });
+  while (text.size() > limit && doc.contains("checks") && !doc["checks"].empty()) {
+    doc["checks"].erase(doc["checks"].size() - 1);
+    text = doc.dump();
+  }
+  shrink([&] { doc["failedRanks"] = json::array(); });
+  if (text.size() > limit && doc.contains("message")) {
+    std::string message = doc["message"].get<std::string>();
+    message.resize(std::min(message.size(), std::size_t{200}));
+    doc["message"] = message;
+    text = doc.dump();
+  }
+  if (text.size() > limit) throw std::runtime_error("self-test document of " + std::to_string(text.size()) +
+                                                    " bytes does not fit a termination message");
+  return text;
+}
+
+CaseResult to_case_result(const SelfTestDocument& document, const CaseSpec& preflight, int attempts) {
+  CaseResult r;
+  r.case_ = preflight;
+  r.state = document.state;
+  r.reason = document.reason;
+  r.message = document.message;
+  r.attempts = attempts;
+  r.start_time = document.start_time;
+  r.completion_time = document.end_time;
+  return r;
+}
+
 }  // namespace dlbench

@@ -61,7 +61,7 @@ std::string rfc3339_utc_now() {
 }
 
 bool failure_is_permanent(const std::string& reason) {
-  return reason == kReasonUnsupported || reason == kReasonGangSchedulerUnavailable;
+  return reason == kReasonUnsupported || reason == kReasonGangSchedulerUnavailable || reason == kReasonSelfTestFailed;
 }
 
 }  // namespace dlbench

@@ -17,6 +17,7 @@
 #include "cpu/cpu_backend.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "models/model.hpp"
+#include "self_test.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
@@ -28,18 +29,6 @@ std::vector<float> random_values(std::int64_t n, std::uint64_t seed, float scale
   std::vector<float> v(static_cast<std::size_t>(n));
   for (float& x : v) x = normal(rng);
   return v;
-}
-
-std::vector<float> nhwc_to_nchw(const std::vector<float>& nhwc, const Shape& s) {
-  std::vector<float> nchw(nhwc.size());
-  const std::int64_t c = s.c(), h = s.h(), w = s.w();
-  for (std::int64_t b = 0; b < s.n(); ++b)
-    for (std::int64_t ch = 0; ch < c; ++ch)
-      for (std::int64_t y = 0; y < h; ++y)
-        for (std::int64_t x = 0; x < w; ++x)
-          nchw[static_cast<std::size_t>(((b * c + ch) * h + y) * w + x)] =
-              nhwc[static_cast<std::size_t>(((b * h + y) * w + x) * c + ch)];
-  return nchw;
 }
 
 double relative_error(const std::vector<float>& actual, const std::vector<float>& expected) {
@@ -287,6 +276,22 @@ TEST_F(CudaBackendTest, AStepReplayedAsAGraphTrainsLikeTheEagerStep) {
     EXPECT_NEAR(actual, expected, 1e-4 * std::fabs(static_cast<double>(expected))) << "step " << step;
   }
   EXPECT_TRUE(graphed.step_graph_active());
+}
+
+// What `dlbench-worker --self-test` runs on the user's GPUs: every check passes here too.
+TEST_F(CudaBackendTest, TheSelfTestPassesOnThisGpu) {
+  NoCommunicator one;
+  SelfTestSubject subject{*gpu_,
+                          [](const std::string& precision) {
+                            return std::make_unique<CudaBackend>(0, precision == "tf32" ? CudaMath::tf32 : CudaMath::fp32);
+                          },
+                          {"fp32", "tf32", "amp", "bf16"}};
+  int passed = 0;
+  for (const auto& c : run_self_test(subject, *cpu_, one)) {
+    EXPECT_NE(c.outcome, CheckOutcome::failed) << c.precision << " " << c.name << ": " << c.detail;
+    passed += c.outcome == CheckOutcome::passed ? 1 : 0;
+  }
+  EXPECT_GE(passed, 30);  // fp32 and tf32 each: 12 layers, the loss, training, graph replay
 }
 
 TEST_F(CudaBackendTest, OutOfMemoryIsReportedWithTheBytesAskedAndFree) {

@@ -30,7 +30,8 @@
 #include "layers/pool2d.hpp"
 #include "layers/relu.hpp"
 #include "models/model.hpp"
-#include "small_conv_net.hpp"
+#include "models/small_conv_net.hpp"
+#include "self_test.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
@@ -53,84 +54,7 @@ enum class Kind {
     }                                                                    \
   } while (false)
 
-// ||a - b|| / ||b||
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
-    diff += d * d;
-    norm += static_cast<double>(b[i]) * static_cast<double>(b[i]);
-  }
-  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
-std::vector<float> host_copy(const Tensor& t) { return decode(t.data, static_cast<std::size_t>(t.numel()), t.dtype); }
-
-// One layer, forward and backward once, with parameters, input and output gradient drawn from
-// `seed` (the same values whatever the dtype; the input and dy are rounded to it).
-struct LayerOutcome {
-  std::vector<float> y, dx;
-  std::vector<std::vector<float>> grads;
-  DType y_dtype = DType::fp32, dx_dtype = DType::fp32;
-  std::vector<DType> grad_dtypes;
-};
-
-LayerOutcome run_layer(CpuBackend& backend, Layer& layer, const Shape& input, DType dtype, std::uint64_t seed,
-                       bool exact_inputs) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<Parameter*> params;
-  layer.collect_parameters(params);
-  ParameterStore store;
-  store.bind(params, backend);
-  for (Parameter* p : store.parameters()) {
-    for (std::int64_t i = 0; i < p->value.numel(); ++i) p->value.as<float>()[i] = u(rng);
-  }
-  Arena arena;
-  Tensor x = activation(input, backend.activation_layout(), dtype);
-  arena.request(x);
-  SetupContext setup{backend, arena, true};
-  const Tensor y_description = layer.setup(x, setup);
-  EXPECT_EQ(y_description.dtype, dtype) << layer.kind() << ": the output has the input's dtype";
-  Tensor dy = activation(y_description.shape, backend.activation_layout(), dtype);
-  arena.request(dy);
-  arena.commit(backend);
-  layer.reset_state(backend);
-  std::vector<float> x_host(static_cast<std::size_t>(x.numel())), dy_host(static_cast<std::size_t>(dy.numel()));
-  for (float& v : x_host) v = u(rng);
-  for (float& v : dy_host) v = u(rng);
-  if (exact_inputs) {
-    // Distinct multiples of 2^-7 below 1 in magnitude (no ties for max pooling), and dy in
-    // multiples of 2^-6: every value has at most 8 significant bits.
-    EXPECT_LE(x_host.size(), 256u);
-    std::vector<std::size_t> order(x_host.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::shuffle(order.begin(), order.end(), rng);
-    for (std::size_t rank = 0; rank < order.size(); ++rank) {
-      x_host[order[rank]] = (static_cast<float>(rank) - 128.0f) / 128.0f;
-    }
-    for (float& v : dy_host) v = std::round(v * 64.0f) / 64.0f;
-  }
-  const auto x_bytes = encode(x_host.data(), x_host.size(), dtype);
-  const auto dy_bytes = encode(dy_host.data(), dy_host.size(), dtype);
-  backend.copy_from_host(x.data, x_bytes.data(), x.bytes());
-  backend.copy_from_host(dy.data, dy_bytes.data(), dy.bytes());
-
-  StepContext ctx{backend, 7, 0, {}};
-  LayerOutcome out;
-  const Tensor& y = layer.forward(x, ctx);
-  out.y = host_copy(y);
-  out.y_dtype = y.dtype;
-  const Tensor& dx = layer.backward(dy, ctx);
-  out.dx = host_copy(dx);
-  out.dx_dtype = dx.dtype;
-  for (Parameter* p : store.parameters()) {
-    out.grads.push_back(host_copy(p->grad));
-    out.grad_dtypes.push_back(p->grad.dtype);
-  }
-  return out;
-}
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) { return normwise_relative_error(a, b); }
 
 void expect_bf16_close_to_fp32(const std::function<std::unique_ptr<Layer>()>& make, const Shape& input,
                                const std::string& what, Kind kind = Kind::rounding) {
@@ -139,8 +63,8 @@ void expect_bf16_close_to_fp32(const std::function<std::unique_ptr<Layer>()>& ma
   auto full_layer = make();
   auto half_layer = make();
   const bool exact = kind == Kind::exact;
-  const LayerOutcome full = run_layer(backend, *full_layer, input, DType::fp32, 11, exact);
-  const LayerOutcome half = run_layer(backend, *half_layer, input, DType::bf16, 11, exact);
+  const LayerOutcome full = run_layer_once(backend, *full_layer, input, DType::fp32, 11, exact);
+  const LayerOutcome half = run_layer_once(backend, *half_layer, input, DType::bf16, 11, exact);
   EXPECT_EQ(half.y_dtype, DType::bf16) << what;
   EXPECT_EQ(half.dx_dtype, DType::bf16) << what;
   const auto check = [&](const std::vector<float>& h, const std::vector<float>& f, const std::string& name) {

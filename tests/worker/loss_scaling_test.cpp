@@ -12,7 +12,7 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "loss_scaler.hpp"
-#include "small_conv_net.hpp"
+#include "models/small_conv_net.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {

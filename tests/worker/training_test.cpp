@@ -12,7 +12,7 @@
 #include "layers/pool2d.hpp"
 #include "layers/relu.hpp"
 #include "models/model.hpp"
-#include "small_conv_net.hpp"
+#include "models/small_conv_net.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {

@@ -233,6 +233,47 @@ TEST(WorkerCli, Bf16TrainsWhereTheCpuHasAvx512Bf16) {
   EXPECT_THAT(bf16.err, ::testing::ContainsRegex("\n +1 +[0-9.]+ +[0-9.]+ +[0-9]+\\.[0-9]+\n")) << bf16.err;
 }
 
+SelfTestDocument decoded_self_test(const std::string& json_text) {
+  const auto d = decode_self_test_document(nlohmann::json::parse(json_text));
+  EXPECT_TRUE(d.ok()) << (d.errors.empty() ? "" : d.errors.front().to_string());
+  return d.value.value_or(SelfTestDocument{});
+}
+
+// --self-test on the CPU: a table for people, a dlbench.selftest/v1 document for programs, exit
+// 0. The precisions this CPU cannot run are skipped with the reason (tf32 and amp always; bf16
+// with oneDNN held below AVX512_BF16), never failed.
+TEST(WorkerCli, SelfTestPassesOnTheCpuAndSkipsWhatItCannotRun) {
+  const Outcome o = worker("--self-test", "ONEDNN_MAX_CPU_ISA=AVX512_CORE");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_THAT(o.err, HasSubstr("dlbench-worker --self-test: cpu against cpu fp32 (oneDNN), 1 rank (none)"));
+  EXPECT_THAT(o.err, ::testing::ContainsRegex("fp32 +conv 3x3 stride 1 with bias +[0-9.e+-]+ +1.00e-05 +passed"));
+  const SelfTestDocument doc = decoded_self_test(o.out);
+  EXPECT_EQ(doc.state, CaseState::Succeeded);
+  EXPECT_EQ(doc.failed, 0);
+  EXPECT_EQ(doc.skipped, 3);  // tf32, amp and bf16, each as a whole
+  EXPECT_GE(doc.passed, 18);
+  ASSERT_EQ(doc.checks.size(), 3u);
+  EXPECT_EQ(doc.checks[2].precision, "bf16");
+  EXPECT_THAT(doc.checks[2].detail, HasSubstr("avx512_core_bf16"));
+  EXPECT_THAT(doc.message, HasSubstr("checks passed, 3 skipped on 1 device (cpu, none)"));
+  EXPECT_EQ(doc.precisions, (std::vector<std::string>{"fp32", "tf32", "amp", "bf16"}));
+}
+
+TEST(WorkerCli, SelfTestTakesAListOfPrecisionsAndACaseDoesNot) {
+  const Outcome o = worker("--self-test --precision fp32,tf32 --output st.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("self-test passed"));  // with --output the table goes to stdout
+  const SelfTestDocument doc = decoded_self_test(slurp(scratch() / "st.json"));
+  EXPECT_EQ(doc.precisions, (std::vector<std::string>{"fp32", "tf32"}));
+  EXPECT_EQ(doc.skipped, 1);
+  const Outcome list = worker("--precision fp32,bf16");
+  EXPECT_EQ(list.exit_code, 2);
+  EXPECT_THAT(list.err, HasSubstr("--precision: a list (fp32,...) only with --self-test"));
+  const Outcome bad = worker("--self-test --precision fp32,fp8");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--precision: \"fp8\" is not one of fp32, tf32, amp, bf16"));
+}
+
 TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
   const Outcome nccl = worker("--backend cpu --communicator nccl");
   EXPECT_EQ(nccl.exit_code, 2);

@@ -108,4 +108,47 @@ std::string compact_result_document(const std::string& json_text, std::size_t li
 // The entry that goes into status.results (speed-up is filled in later, across cases).
 CaseResult to_case_result(const ResultDocument& document, int attempts = 1);
 
+// What `dlbench-worker --self-test` prints: the "dlbench.selftest/v1" document. The full table
+// of checks goes to the log; the document carries the counts and what did not pass, so that it
+// fits a termination message.
+inline constexpr const char* kSelfTestSchema = "dlbench.selftest/v1";
+inline constexpr std::size_t kSelfTestListedChecks = 12;
+
+struct SelfTestEntry {
+  int rank = 0;
+  std::string precision;  // fp32 | tf32 | amp | bf16, or "-"
+  std::string name;
+  std::string outcome;  // failed | skipped
+  double error = 0;
+  double bound = 0;
+  std::string detail;
+  bool operator==(const SelfTestEntry&) const = default;
+};
+
+struct SelfTestDocument {
+  std::string run;
+  int nodes = 1;
+  int devices = 1;  // ranks that ran it
+  std::vector<std::string> precisions;
+  CaseState state = CaseState::Succeeded;  // Succeeded: no check failed on any rank
+  std::string reason;   // Failed: SelfTestFailed, BackendUnavailable, WorkerError
+  std::string message;  // for people: counts, and the first failure
+  int passed = 0, failed = 0, skipped = 0;  // every rank's checks together
+  std::vector<int> failed_ranks;            // ranks where a check failed
+  std::vector<SelfTestEntry> checks;  // what did not pass on rank 0: failed first, then skipped; at most 12
+  EnvironmentInfo environment;
+  std::string start_time;
+  std::string end_time;
+  bool operator==(const SelfTestDocument&) const = default;
+};
+
+nlohmann::json to_json(const SelfTestDocument& document);
+Decoded<SelfTestDocument> decode_self_test_document(const nlohmann::json& document);
+// As compact_result_document: drops environment details, then the listed checks from the back,
+// as far as needed to fit `limit`.
+std::string compact_self_test_document(const std::string& json_text, std::size_t limit = kTerminationMessageLimit);
+// A preflight's outcome in status (status.preflight): the topology it ran on, state, reason,
+// message and times.
+CaseResult to_case_result(const SelfTestDocument& document, const CaseSpec& preflight, int attempts = 1);
+
 }  // namespace dlbench

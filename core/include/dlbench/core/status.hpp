@@ -26,6 +26,11 @@ inline constexpr const char* kReasonUnsupported = "Unsupported";
 // The run's gang scheduler needs a PodGroup resource that the cluster does not serve (its CRD
 // is not installed): no attempt can be admitted until someone installs it.
 inline constexpr const char* kReasonGangSchedulerUnavailable = "GangSchedulerUnavailable";
+// The self-test found a check that failed: a verdict on this hardware and software, which
+// another attempt does not change. Cases after a failed preflight are Skipped with
+// kReasonPreflightFailed.
+inline constexpr const char* kReasonSelfTestFailed = "SelfTestFailed";
+inline constexpr const char* kReasonPreflightFailed = "PreflightFailed";
 bool failure_is_permanent(const std::string& reason);
 
 // "2026-11-21T05:10:00Z"

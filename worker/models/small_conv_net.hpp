@@ -1,5 +1,6 @@
-// A small, well-conditioned network for training tests: conv (`channels` wide), batch norm,
-// ReLU, max pool and a linear classifier over `image`×`image` inputs and 10 classes.
+// A small, well-conditioned network for training tests and the self-test: conv (`channels`
+// wide), batch norm, ReLU, max pool and a linear classifier over `image`×`image` inputs and
+// 10 classes.
 #pragma once
 
 #include <memory>

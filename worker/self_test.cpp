@@ -1,0 +1,515 @@
+#include "self_test.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <sstream>
+
+#include "layers/batch_norm2d.hpp"
+#include "layers/bottleneck.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/linear.hpp"
+#include "layers/pool2d.hpp"
+#include "layers/relu.hpp"
+#include "models/small_conv_net.hpp"
+#include "parameters.hpp"
+#include "trainer.hpp"
+
+namespace dlbench::worker {
+
+std::vector<float> to_layout(const std::vector<float>& nchw, const Shape& shape, Layout layout) {
+  return shape.rank == 4 && layout == Layout::nhwc ? nchw_to_nhwc(nchw, shape) : nchw;
+}
+
+std::vector<float> from_layout(const std::vector<float>& stored, const Shape& shape, Layout layout) {
+  return shape.rank == 4 && layout == Layout::nhwc ? nhwc_to_nchw(stored, shape) : stored;
+}
+
+double normwise_relative_error(const std::vector<float>& actual, const std::vector<float>& expected) {
+  if (actual.size() != expected.size()) return std::numeric_limits<double>::infinity();
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const double d = static_cast<double>(actual[i]) - static_cast<double>(expected[i]);
+    diff += d * d;
+    norm += static_cast<double>(expected[i]) * static_cast<double>(expected[i]);
+  }
+  // NaN anywhere makes the error NaN, which fails every bound.
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+std::string_view to_string(CheckOutcome outcome) {
+  switch (outcome) {
+    case CheckOutcome::passed: return "passed";
+    case CheckOutcome::failed: return "failed";
+    case CheckOutcome::skipped: return "skipped";
+  }
+  return "failed";
+}
+
+namespace {
+
+void upload(Backend& backend, const Tensor& t, const std::vector<float>& logical) {
+  const auto bytes = encode(to_layout(logical, t.shape, t.layout).data(), logical.size(), t.dtype);
+  backend.copy_from_host(t.data, bytes.data(), t.bytes());
+}
+
+std::vector<float> download(Backend& backend, const Tensor& t) {
+  std::vector<std::byte> bytes(t.bytes());
+  backend.copy_to_host(bytes.data(), t.data, t.bytes());
+  return from_layout(decode(bytes.data(), static_cast<std::size_t>(t.numel()), t.dtype), t.shape, t.layout);
+}
+
+std::vector<float> download(Backend& backend, const float* device, std::int64_t count) {
+  std::vector<float> host(static_cast<std::size_t>(count));
+  backend.copy_to_host(host.data(), device, host.size() * sizeof(float));
+  return host;
+}
+
+}  // namespace
+
+LayerOutcome run_layer_once(Backend& backend, Layer& layer, const Shape& input, DType dtype, std::uint64_t seed,
+                            bool exact_inputs) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<Parameter*> params;
+  layer.collect_parameters(params);
+  ParameterStore store;
+  store.bind(params, backend);
+  for (Parameter* p : store.parameters()) {
+    std::vector<float> values(static_cast<std::size_t>(p->value.numel()));
+    for (float& v : values) v = u(rng);
+    backend.copy_from_host(p->value.data, values.data(), values.size() * sizeof(float));
+  }
+  Arena arena;
+  Tensor x = activation(input, backend.activation_layout(), dtype);
+  arena.request(x);
+  SetupContext setup{backend, arena, true};
+  const Tensor y_description = layer.setup(x, setup);
+  Tensor dy = activation(y_description.shape, backend.activation_layout(), dtype);
+  arena.request(dy);
+  arena.commit(backend);
+  layer.reset_state(backend);
+  std::vector<float> x_host(static_cast<std::size_t>(x.numel())), dy_host(static_cast<std::size_t>(dy.numel()));
+  for (float& v : x_host) v = u(rng);
+  for (float& v : dy_host) v = u(rng);
+  if (exact_inputs) {
+    // Distinct multiples of 2^-7 in [-1, 1) (no ties for max pooling; at most 256 of them),
+    // dy in multiples of 2^-6: every value has at most 8 significant bits.
+    if (x_host.size() > 256) throw std::invalid_argument("exact inputs: at most 256 input values");
+    std::vector<std::size_t> order(x_host.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (std::size_t rank = 0; rank < order.size(); ++rank) {
+      x_host[order[rank]] = (static_cast<float>(rank) - 128.0f) / 128.0f;
+    }
+    for (float& v : dy_host) v = std::round(v * 64.0f) / 64.0f;
+  }
+  upload(backend, x, x_host);
+  upload(backend, dy, dy_host);
+
+  StepContext ctx{backend, 7, 0, {}};
+  LayerOutcome out;
+  const Tensor& y = layer.forward(x, ctx);
+  out.y = download(backend, y);
+  out.y_dtype = y.dtype;
+  const Tensor& dx = layer.backward(dy, ctx);
+  out.dx = download(backend, dx);
+  out.dx_dtype = dx.dtype;
+  for (Parameter* p : store.parameters()) {
+    out.grads.push_back(download(backend, p->grad));
+    out.grad_dtypes.push_back(p->grad.dtype);
+  }
+  backend.synchronize();
+  return out;
+}
+
+namespace {
+
+struct Bounds {
+  double layer = 1e-5;
+  double block = 1e-4;
+  double floor = 0;
+  double training = 1e-4;  // relative difference of the loss, per step
+};
+
+Bounds bounds_for(const std::string& precision) {
+  if (precision == "tf32") return {5e-3, 2e-2, 0, 1e-2};
+  if (precision == "amp") return {5e-3, 5e-2, 2e-5, 1e-2};
+  if (precision == "bf16") return {1.5e-2, 0.2, 2e-4, 2e-2};
+  return {};
+}
+
+enum class Kind { rounding, exact, block };
+
+struct LayerCheck {
+  std::string name;
+  std::function<std::unique_ptr<Layer>()> make;
+  Shape input;
+  Kind kind = Kind::rounding;
+};
+
+std::vector<LayerCheck> layer_checks() {
+  return {
+      {"conv 3x3 stride 1 with bias", [] { return std::make_unique<Conv2d>(16, 32, 3, 1, 1, true); }, Shape(2, 16, 9, 9)},
+      {"conv 1x1 stride 2", [] { return std::make_unique<Conv2d>(32, 16, 1, 2, 0); }, Shape(2, 32, 8, 8)},
+      {"conv 7x7 stride 2 (stem)", [] { return std::make_unique<Conv2d>(3, 16, 7, 2, 3); }, Shape(2, 3, 32, 32)},
+      {"batch norm", [] { return std::make_unique<BatchNorm2d>(24); }, Shape(4, 24, 6, 6)},
+      {"batch norm + relu", [] { return std::make_unique<BatchNorm2d>(24, Then::relu); }, Shape(4, 24, 6, 6)},
+      {"relu", [] { return std::make_unique<ReLU>(); }, Shape(2, 8, 4, 4), Kind::exact},
+      {"max pool 3x3 stride 2", [] { return std::make_unique<Pool2d>(PoolKind::max, 3, 2, 1); }, Shape(1, 8, 5, 5),
+       Kind::exact},
+      {"average pool 2x2", [] { return std::make_unique<Pool2d>(PoolKind::average, 2, 2); }, Shape(2, 16, 8, 8)},
+      {"adaptive average pool", [] { return std::make_unique<AdaptiveAvgPool2d>(3, 3); }, Shape(2, 16, 7, 7)},
+      {"linear", [] { return std::make_unique<Linear>(64, 10); }, Shape(8, 64)},
+      {"dropout p=0.5", [] { return std::make_unique<Dropout>(0.5f, 3); }, Shape(4, 64), Kind::exact},
+      {"bottleneck with projection", [] { return std::make_unique<Bottleneck>(32, 16, 2); }, Shape(8, 32, 16, 16),
+       Kind::block},
+  };
+}
+
+std::string format_error(double e) {
+  std::ostringstream s;
+  s.precision(2);
+  s << std::scientific << e;
+  return s.str();
+}
+
+SelfTestCheck compare_layer(const LayerCheck& lc, const LayerOutcome& got, const LayerOutcome& want,
+                            const std::string& precision, DType dtype, const Bounds& b) {
+  SelfTestCheck check;
+  check.precision = precision;
+  check.name = lc.name;
+  const bool exact = lc.kind == Kind::exact;
+  check.bound = exact ? 0.0 : (lc.kind == Kind::block ? b.block : b.layer);
+  check.floor = exact ? 0.0 : b.floor;
+  std::vector<std::pair<std::string, double>> errors{{"y", normwise_relative_error(got.y, want.y)}};
+  if (!want.dx.empty()) errors.emplace_back("dx", normwise_relative_error(got.dx, want.dx));
+  if (got.grads.size() != want.grads.size()) {
+    check.outcome = CheckOutcome::failed;
+    check.detail = std::to_string(got.grads.size()) + " parameter gradients, expected " + std::to_string(want.grads.size());
+    return check;
+  }
+  for (std::size_t k = 0; k < got.grads.size(); ++k) {
+    errors.emplace_back("gradient " + std::to_string(k), normwise_relative_error(got.grads[k], want.grads[k]));
+  }
+  const auto worst = std::max_element(errors.begin(), errors.end(), [](const auto& a, const auto& c) {
+    return std::isnan(c.second) || a.second < c.second;
+  });
+  const auto least = std::min_element(errors.begin(), errors.end(),
+                                      [](const auto& a, const auto& c) { return a.second < c.second; });
+  check.error = worst->second;
+  check.detail = exact ? "exact" : "worst: " + worst->first;
+  const auto fail = [&](std::string why) {
+    check.outcome = CheckOutcome::failed;
+    check.detail = std::move(why);
+  };
+  if (got.y_dtype != dtype || (!got.dx.empty() && got.dx_dtype != dtype)) {
+    fail("computed in " + std::string(to_string(got.y_dtype)) + ", asked for " + std::string(to_string(dtype)));
+  } else if (std::any_of(got.grad_dtypes.begin(), got.grad_dtypes.end(), [](DType t) { return t != DType::fp32; })) {
+    fail("parameter gradients must stay fp32 (master weights)");
+  } else if (std::isnan(check.error) || (exact ? check.error != 0.0 : check.error > check.bound)) {
+    fail(worst->first + " off by " + format_error(check.error) +
+         (exact ? " where the result must be exact" : ", bound " + format_error(check.bound)));
+  } else if (check.floor > 0 && least->second <= check.floor) {
+    fail(least->first + " within " + format_error(least->second) + " of fp32: not computed in " +
+         std::string(to_string(dtype)) + "?");
+  }
+  return check;
+}
+
+std::vector<float> weights_of(Backend& backend, Trainer& trainer) {
+  return download(backend, trainer.parameters().values(), trainer.parameter_count());
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+constexpr SgdConfig kSgd{0.01f, 0.9f, 1e-4f};
+constexpr int kTrainingSteps = 5;
+const Shape kTrainingInput(8, 3, 16, 16);
+
+std::vector<float> train_losses(Backend& backend, DType dtype, bool graph = false) {
+  Trainer trainer(backend, small_conv_net(), kTrainingInput, 10, kSgd, 3, 0, MemoryReuse::lifetime, dtype);
+  trainer.use_step_graph(graph);
+  std::vector<float> losses;
+  for (int i = 0; i < kTrainingSteps; ++i) {
+    trainer.step();
+    losses.push_back(trainer.last_loss());
+  }
+  if (graph && !trainer.step_graph_active()) throw std::runtime_error("the step was not captured as a graph");
+  return losses;
+}
+
+// The largest relative difference of two loss trajectories, and at which step.
+std::pair<double, int> trajectory_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = 0;
+  int at = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double e = std::fabs(static_cast<double>(got[i]) - static_cast<double>(want[i])) /
+                     std::max(1e-30, std::fabs(static_cast<double>(want[i])));
+    if (std::isnan(e) || e > worst) {
+      worst = std::isnan(e) ? std::numeric_limits<double>::quiet_NaN() : e;
+      at = static_cast<int>(i);
+      if (std::isnan(e)) break;
+    }
+  }
+  return {worst, at};
+}
+
+class Checker {
+ public:
+  Checker(std::vector<SelfTestCheck>& out, const std::function<void(const SelfTestCheck&)>& on_check)
+      : out_(out), on_check_(on_check) {}
+
+  // Runs one check; an exception is the check failing with its message.
+  void run(const std::string& precision, const std::string& name, const std::function<SelfTestCheck()>& body) {
+    SelfTestCheck check;
+    try {
+      check = body();
+    } catch (const std::exception& e) {
+      check.outcome = CheckOutcome::failed;
+      check.detail = e.what();
+    }
+    check.precision = precision;
+    check.name = name;
+    add(std::move(check));
+  }
+  void add(SelfTestCheck check) {
+    out_.push_back(std::move(check));
+    if (on_check_) on_check_(out_.back());
+  }
+
+ private:
+  std::vector<SelfTestCheck>& out_;
+  const std::function<void(const SelfTestCheck&)>& on_check_;
+};
+
+SelfTestCheck bounded(double error, double bound, std::string detail) {
+  SelfTestCheck c;
+  c.error = error;
+  c.bound = bound;
+  c.detail = std::move(detail);
+  if (std::isnan(error) || error > bound) {
+    c.outcome = CheckOutcome::failed;
+    c.detail += (c.detail.empty() ? "" : ": ") + std::string("off by ") + format_error(error) + ", bound " +
+                format_error(bound);
+  }
+  return c;
+}
+
+SelfTestCheck verdict(bool ok, std::string detail) {
+  SelfTestCheck c;
+  c.outcome = ok ? CheckOutcome::passed : CheckOutcome::failed;
+  c.detail = std::move(detail);
+  return c;
+}
+
+void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend& reference, const std::string& precision,
+                      std::vector<std::optional<LayerOutcome>>& reference_layers,
+                      std::optional<std::vector<float>>& reference_losses) {
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = subject.make(precision);
+  } catch (const std::exception& e) {
+    checker.add({precision, "backend", 0, 0, 0, CheckOutcome::failed, e.what()});
+    return;
+  }
+  if (const auto why = cannot_run(precision, *backend)) {
+    checker.add({precision, "every check", 0, 0, 0, CheckOutcome::skipped, *why});
+    return;
+  }
+  const DType dtype = activation_dtype(precision);
+  const Bounds b = bounds_for(precision);
+  const auto layers = layer_checks();
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const LayerCheck& lc = layers[i];
+    checker.run(precision, lc.name, [&] {
+      const bool exact = lc.kind == Kind::exact;
+      if (!reference_layers[i]) {
+        auto layer = lc.make();
+        reference_layers[i] = run_layer_once(reference, *layer, lc.input, DType::fp32, 11, exact);
+      }
+      auto layer = lc.make();
+      const LayerOutcome got = run_layer_once(*backend, *layer, lc.input, dtype, 11, exact);
+      return compare_layer(lc, got, *reference_layers[i], precision, dtype, b);
+    });
+  }
+  checker.run(precision, "softmax cross-entropy", [&] {
+    const Shape shape(16, 1000);
+    std::mt19937_64 rng(19);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> z(static_cast<std::size_t>(shape.numel()));
+    for (float& v : z) v = normal(rng);
+    std::vector<std::int32_t> labels(16);
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 61 % 1000);
+    const auto run = [&](Backend& on, DType t) {
+      Tensor logits, dlogits;
+      logits.shape = dlogits.shape = shape;
+      logits.dtype = dlogits.dtype = t;
+      auto logits_memory = on.allocate(logits.bytes()), grad_memory = on.allocate(dlogits.bytes());
+      auto label_memory = on.allocate(labels.size() * sizeof(std::int32_t));
+      logits.data = logits_memory.get();
+      dlogits.data = grad_memory.get();
+      upload(on, logits, z);
+      on.copy_from_host(label_memory.get(), labels.data(), labels.size() * sizeof(std::int32_t));
+      const float loss =
+          on.softmax_cross_entropy(logits, static_cast<const std::int32_t*>(label_memory.get()), dlogits, 1.0f);
+      return std::make_pair(loss, download(on, dlogits));
+    };
+    const auto [want_loss, want_grad] = run(reference, DType::fp32);
+    const auto [got_loss, got_grad] = run(*backend, dtype);
+    const double loss_error = std::fabs(static_cast<double>(got_loss) - static_cast<double>(want_loss)) / std::fabs(static_cast<double>(want_loss));
+    const double grad_error = normwise_relative_error(got_grad, want_grad);
+    return loss_error >= grad_error || std::isnan(loss_error) ? bounded(loss_error, b.layer, "worst: loss")
+                                                              : bounded(grad_error, b.layer, "worst: dlogits");
+  });
+  checker.run(precision, "training, " + std::to_string(kTrainingSteps) + " steps", [&] {
+    if (!reference_losses) reference_losses = train_losses(reference, DType::fp32);
+    const auto [error, step] = trajectory_error(train_losses(*backend, dtype), *reference_losses);
+    return bounded(error, b.training, "the loss, worst at step " + std::to_string(step + 1));
+  });
+  if (backend->can_capture()) {
+    checker.run(precision, "step graph replay", [&] {
+      // The same kernels in the same order: only algorithms with atomics may reorder sums.
+      const auto eager = train_losses(*backend, dtype);
+      auto graph_backend = subject.make(precision);
+      const auto [error, step] = trajectory_error(train_losses(*graph_backend, dtype, true), eager);
+      return bounded(error, 1e-4, "the loss against eager steps, worst at step " + std::to_string(step + 1));
+    });
+  }
+}
+
+void precision_independent_checks(Checker& checker, Backend& primary, Backend& reference) {
+  checker.run("-", "sgd update", [&] {
+    const std::int64_t n = 100003;
+    std::mt19937_64 rng(23);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> w(static_cast<std::size_t>(n)), g(w.size());
+    for (float& v : w) v = normal(rng);
+    for (float& v : g) v = normal(rng);
+    const auto run = [&](Backend& on) {
+      auto memory = on.allocate(3 * w.size() * sizeof(float));
+      float* values = static_cast<float*>(memory.get());
+      float* grads = values + n;
+      float* momentum = grads + n;
+      on.copy_from_host(values, w.data(), w.size() * sizeof(float));
+      on.copy_from_host(grads, g.data(), g.size() * sizeof(float));
+      for (const bool first : {true, false}) on.sgd_update(values, grads, momentum, n, 0.1f, 0.9f, 1e-4f, first);
+      return std::make_pair(download(on, values, n), download(on, momentum, n));
+    };
+    const auto [want_w, want_m] = run(reference);
+    const auto [got_w, got_m] = run(primary);
+    const double ew = normwise_relative_error(got_w, want_w), em = normwise_relative_error(got_m, want_m);
+    return ew >= em ? bounded(ew, 1e-6, "worst: weights") : bounded(em, 1e-6, "worst: momentum");
+  });
+  checker.run("-", "unscale and overflow check", [&] {
+    std::vector<float> g{1024.0f, -2048.0f, 3072.0f, 0.5f, 0.0f};
+    auto memory = primary.allocate(g.size() * sizeof(float));
+    float* grads = static_cast<float*>(memory.get());
+    const auto n = static_cast<std::int64_t>(g.size());
+    primary.copy_from_host(grads, g.data(), g.size() * sizeof(float));
+    const bool clean = primary.unscale_and_check_finite(grads, n, 1.0f / 1024.0f);
+    const auto unscaled = download(primary, grads, n);
+    const std::vector<float> expected{1.0f, -2.0f, 3.0f, 0.5f / 1024.0f, 0.0f};
+    if (!clean) return verdict(false, "finite gradients reported as overflowing");
+    if (!same_bits(unscaled, expected)) return verdict(false, "gradients not divided exactly by the scale");
+    for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+      g[2] = bad;
+      primary.copy_from_host(grads, g.data(), g.size() * sizeof(float));
+      if (primary.unscale_and_check_finite(grads, n, 1.0f)) {
+        return verdict(false, std::string("a gradient of ") + (std::isnan(bad) ? "NaN" : "inf") + " was not reported");
+      }
+    }
+    return verdict(true, "");
+  });
+  checker.run("-", "loss scaling skips an overflowing step", [&] {
+    Trainer trainer(primary, small_conv_net(8, 8), Shape(4, 3, 8, 8), 10, SgdConfig{0.05f, 0.9f, 1e-4f}, 3);
+    trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
+    int step = 0;
+    trainer.set_before_update([&] {
+      if (step++ != 2) return;
+      const float inf = std::numeric_limits<float>::infinity();
+      primary.copy_from_host(trainer.parameters().grads() + trainer.parameter_count() / 2, &inf, sizeof inf);
+    });
+    trainer.step();
+    trainer.step();
+    const auto before = weights_of(primary, trainer);
+    trainer.step();  // the poisoned one
+    if (!trainer.last_step_skipped()) return verdict(false, "a step with an inf gradient was applied");
+    if (!same_bits(before, weights_of(primary, trainer))) return verdict(false, "a skipped step changed the weights");
+    if (trainer.loss_scaler()->scale() != 32768.0f) return verdict(false, "the scale did not back off to 32768");
+    trainer.step();
+    const auto after = weights_of(primary, trainer);
+    if (trainer.last_step_skipped() || same_bits(before, after)) return verdict(false, "the next clean step was not applied");
+    if (!std::all_of(after.begin(), after.end(), [](float v) { return std::isfinite(v); })) {
+      return verdict(false, "weights not finite after the clean step");
+    }
+    return verdict(true, "skipped, scale halved, weights untouched");
+  });
+}
+
+void communicator_checks(Checker& checker, Backend& primary, Communicator& comm) {
+  const int ranks = comm.size(), rank = comm.rank();
+  checker.run("-", "allreduce over " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " (" + comm.name() + ")",
+              [&] {
+    // Small integers: every sum is exact in fp32, whatever order the ranks' values meet in.
+    const std::int64_t n = (std::int64_t{1} << 20) + 3;
+    std::vector<float> host(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) host[static_cast<std::size_t>(i)] = static_cast<float>((rank + 1) * (i % 13 + 1));
+    auto memory = primary.allocate(host.size() * sizeof(float));
+    float* data = static_cast<float*>(memory.get());
+    primary.copy_from_host(data, host.data(), host.size() * sizeof(float));
+    comm.start_sum(data, n);
+    comm.wait_all();
+    primary.synchronize();
+    const auto summed = download(primary, data, n);
+    const float factor = static_cast<float>(ranks * (ranks + 1) / 2);
+    std::int64_t wrong = 0, first = -1;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (summed[static_cast<std::size_t>(i)] != factor * static_cast<float>(i % 13 + 1)) {
+        if (wrong++ == 0) first = i;
+      }
+    }
+    if (wrong > 0) {
+      return verdict(false, std::to_string(wrong) + " of " + std::to_string(n) + " sums wrong, the first at " +
+                                std::to_string(first));
+    }
+    // Broadcast from rank 0, and the element-wise maximum the slowest-rank timing uses.
+    for (std::int64_t i = 0; i < n; ++i) host[static_cast<std::size_t>(i)] = rank == 0 ? static_cast<float>(i % 101) : -1.0f;
+    primary.copy_from_host(data, host.data(), host.size() * sizeof(float));
+    comm.broadcast(data, n, 0);
+    primary.synchronize();
+    const auto broadcast = download(primary, data, n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (broadcast[static_cast<std::size_t>(i)] != static_cast<float>(i % 101)) {
+        return verdict(false, "broadcast from rank 0: element " + std::to_string(i) + " differs");
+      }
+    }
+    std::vector<double> highest{static_cast<double>(rank), -static_cast<double>(rank)};
+    comm.max(highest.data(), 2);
+    if (highest[0] != ranks - 1 || highest[1] != 0) return verdict(false, "the element-wise maximum over ranks is wrong");
+    return verdict(true, "sum, broadcast and maximum exact");
+  });
+}
+
+}  // namespace
+
+std::vector<SelfTestCheck> run_self_test(const SelfTestSubject& subject, Backend& reference, Communicator& comm,
+                                         const std::function<void(const SelfTestCheck&)>& on_check) {
+  std::vector<SelfTestCheck> checks;
+  Checker checker(checks, on_check);
+  std::vector<std::optional<LayerOutcome>> reference_layers(layer_checks().size());
+  std::optional<std::vector<float>> reference_losses;
+  for (const std::string& precision : subject.precisions) {
+    precision_checks(checker, subject, reference, precision, reference_layers, reference_losses);
+  }
+  precision_independent_checks(checker, subject.primary, reference);
+  communicator_checks(checker, subject.primary, comm);
+  return checks;
+}
+
+}  // namespace dlbench::worker

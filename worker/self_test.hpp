@@ -1,0 +1,80 @@
+// The self-test: the backend this worker trains on, checked against the CPU backend in fp32
+// (oneDNN, the reference), op by op and over a few training steps, for each precision it can
+// run; then the loss scaler's skip on an injected inf, a replayed step graph against the eager
+// step (where the backend captures), and the communicator's collectives across every rank.
+// It is how the GPU tests travel: `dlbench-worker --self-test` runs it on the user's GPUs, a
+// BenchmarkRun's spec.preflight before its first case.
+//
+// Error measure: the normwise relative error ||actual - expected|| / ||expected||. Bounds per
+// precision (u: the unit roundoff of the type computed in):
+//   fp32  1e-5 per layer, 1e-4 for a block: the same roundings, sums in another order.
+//   tf32  5e-3 per layer (10-bit mantissa inputs of products, fp32 sums), 2e-2 for a block.
+//   amp   5e-3 per layer (fp16, u = 2^-11), 5e-2 for a block; and above 2e-5, so that an op
+//         that silently ran in fp32 is caught.
+//   bf16  1.5e-2 per layer (u = 2^-9), 0.2 for a block (batch-norm backward subtracts nearly
+//         equal terms: PyTorch's own bf16 autocast is 5% off its fp32 on a Bottleneck); and
+//         above 2e-4.
+// Layers that only select or scale by powers of two (ReLU, max pooling, dropout) get inputs
+// exact in every type and must agree exactly. Whole steps are compared on the loss.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "communicator.hpp"
+#include "layers/layer.hpp"
+
+namespace dlbench::worker {
+
+// Host conversions between a 4-D tensor's logical (N, C, H, W) order and its layout.
+std::vector<float> to_layout(const std::vector<float>& nchw, const Shape& shape, Layout layout);
+std::vector<float> from_layout(const std::vector<float>& stored, const Shape& shape, Layout layout);
+
+// ||actual - expected|| / ||expected|| (the norm of the difference when expected is zero).
+double normwise_relative_error(const std::vector<float>& actual, const std::vector<float>& expected);
+
+// One layer's forward and backward, once, on any backend: parameters, input and output
+// gradient drawn from `seed` in logical order (the same values whatever the backend, layout
+// or dtype; the input and dy rounded to `dtype`). With `exact_inputs` every input holds at
+// most 8 significant bits, distinct (no ties for max pooling). Results as fp32, logical order.
+struct LayerOutcome {
+  std::vector<float> y, dx;
+  std::vector<std::vector<float>> grads;
+  DType y_dtype = DType::fp32, dx_dtype = DType::fp32;
+  std::vector<DType> grad_dtypes;
+};
+LayerOutcome run_layer_once(Backend& backend, Layer& layer, const Shape& input, DType dtype, std::uint64_t seed,
+                            bool exact_inputs);
+
+enum class CheckOutcome { passed, failed, skipped };
+std::string_view to_string(CheckOutcome outcome);
+
+struct SelfTestCheck {
+  std::string precision;  // fp32 | tf32 | amp | bf16, or "-" for what does not depend on it
+  std::string name;
+  double error = 0;  // the measure named in `detail`; 0 for pass/fail checks
+  double bound = 0;  // the largest error that passes (0: must be exact, or a pass/fail check)
+  double floor = 0;  // the error must exceed this (visibly computed in the half type)
+  CheckOutcome outcome = CheckOutcome::passed;
+  std::string detail;  // which output was worst, or why it failed or was skipped
+};
+
+struct SelfTestSubject {
+  // The backend the worker trains on: the communicator works with its memory and stream.
+  Backend& primary;
+  // A fresh backend under test for one precision, on the primary's device (tf32 is a CUDA
+  // math mode, and a captured step graph needs a backend of its own).
+  std::function<std::unique_ptr<Backend>(const std::string& precision)> make;
+  std::vector<std::string> precisions;
+};
+
+// Runs every check; `on_check` sees each as it ends (progress for people). Never throws for a
+// check's failure: an exception inside a check is that check failing, with its message.
+std::vector<SelfTestCheck> run_self_test(const SelfTestSubject& subject, Backend& reference, Communicator& comm,
+                                         const std::function<void(const SelfTestCheck&)>& on_check = {});
+
+}  // namespace dlbench::worker
