@@ -236,7 +236,7 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
   }
   const BenchmarkRun& run = *decoded.value;
   RunStateMachine machine(previous, plan_cases(run.spec), run.spec.methodology.statistic, generation,
-                          1 + run.spec.limits.backoff_limit, now);
+                          1 + run.spec.limits.backoff_limit, now, plan_preflight(run.spec));
 
   if (!machine.finished() && machine.status().phase == Phase::Pending && !world.admission.admitted) {
     // Waiting for a slot under the operator's limit on concurrent cases: nothing is created, and

@@ -74,12 +74,24 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
   std::string message;
   bool valid = false;
   try {
-    const auto decoded = decode_result_document(nlohmann::json::parse(stdout_text));
-    if (decoded.ok()) {
-      message = compact_result_document(stdout_text, kTerminationMessageLimit);
-      valid = true;
+    const auto document = nlohmann::json::parse(stdout_text);
+    // A case's result, or the preflight's self-test (`dlbench-worker --self-test`).
+    if (document.is_object() && document.value("schema", "") == kSelfTestSchema) {
+      const auto decoded = decode_self_test_document(document);
+      if (decoded.ok()) {
+        message = compact_self_test_document(stdout_text, kTerminationMessageLimit);
+        valid = true;
+      } else {
+        message = "invalid self-test document: " + decoded.errors.front().to_string();
+      }
     } else {
-      message = "invalid result: " + decoded.errors.front().to_string();
+      const auto decoded = decode_result_document(document);
+      if (decoded.ok()) {
+        message = compact_result_document(stdout_text, kTerminationMessageLimit);
+        valid = true;
+      } else {
+        message = "invalid result: " + decoded.errors.front().to_string();
+      }
     }
   } catch (const std::exception& e) {
     message = std::string("no result document (exit code ") + std::to_string(exit_code) + "): ";

@@ -247,8 +247,9 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
 
 
   // The one status machine the operator drives too (core/run_state): same events, same status.
+  const auto preflight = plan_preflight(spec);
   RunStateMachine machine({}, plan, spec.methodology.statistic, run.metadata.generation, 1 + spec.limits.backoff_limit,
-                          rfc3339_utc_now());
+                          rfc3339_utc_now(), preflight);
   machine.admit();
   const auto save = [&] {
     run.status = machine.status();
@@ -259,10 +260,14 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       << (wrapped ? ", engine command: " + printable(spec.command.front()) : std::string()) << "), status in "
       << output << "\n";
 
-  for (std::size_t i = 0; machine.current() != nullptr && !interrupted; ++i) {
+  for (std::size_t i = preflight ? 0 : 1; machine.current() != nullptr && !interrupted; ++i) {
     const PlannedCase& c = *machine.current();
     save();
-    out << "[" << i + 1 << "/" << plan.size() << "] " << c.id << ": ";
+    if (c.spec.preflight) {
+      out << "[preflight] self-test of " << c.spec.devices() << (c.spec.devices() == 1 ? " device" : " devices") << ": ";
+    } else {
+      out << "[" << i << "/" << plan.size() << "] " << c.id << ": ";
+    }
     if (c.spec.nodes > 1) {
       machine.skip(failed(c, CaseState::Skipped, "NeedsMoreNodes",
                           "needs " + std::to_string(c.spec.nodes) +
@@ -345,6 +350,10 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       if (!succeeded) {
         out << "  attempt " << attempt << "/" << 1 + spec.limits.backoff_limit << " failed: " << reported.reason << ": "
             << reported.message.substr(0, 200) << "\n";
+        continue;
+      }
+      if (c.spec.preflight) {
+        out << "  " << reported.message << "\n";
         continue;
       }
       const double value = reported_value(reported.throughput->summary, spec.methodology.statistic);

@@ -125,11 +125,18 @@ std::vector<FieldRule> build_rules() {
                            json(defaults::kCaseTimeoutSeconds)));
   r.push_back(integer_rule("spec.limits.backoffLimit", bounds::kBackoffLimit, json(defaults::kBackoffLimit)));
 
+  FieldRule self_test;
+  self_test.path = "spec.preflight.selfTest";
+  self_test.default_value = false;
+  r.push_back(self_test);
+
   // Status is written by the operator only; its enums are part of the contract all the same.
   r.push_back(enum_rule<Phase>("status.phase"));
   r.push_back(enum_rule<ConditionType>("status.conditions[].type"));
   r.push_back(enum_rule<ConditionStatus>("status.conditions[].status"));
   r.push_back(enum_rule<CaseState>("status.results[].state"));
+  r.push_back(enum_rule<CaseState>("status.preflight.state"));
+  r.push_back(enum_rule<Precision>("status.preflight.case.precision"));
   r.push_back(enum_rule<Precision>("status.results[].case.precision"));
   r.push_back(enum_rule<DataSource>("status.results[].input.source"));
   r.push_back(enum_rule<InputVerdict>("status.results[].input.verdict"));

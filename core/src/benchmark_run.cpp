@@ -7,6 +7,7 @@
 namespace dlbench {
 
 std::string case_id(const CaseSpec& c) {
+  if (c.preflight) return "preflight-" + std::to_string(c.nodes) + "x" + std::to_string(c.gpus_per_node);
   return std::to_string(c.nodes) + "x" + std::to_string(c.gpus_per_node) + "-bs" +
          std::to_string(c.batch_size_per_device) + "-" + std::string(to_string(c.precision));
 }

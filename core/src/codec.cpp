@@ -336,7 +336,7 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
   BenchmarkRunSpec spec;
   if (!d.expect_object(obj, path)) return spec;
   d.reject_unknown(obj, path, {"model", "engine", "command", "data", "matrix", "cases", "methodology", "optimizer",
-                               "worker", "limits"});
+                               "worker", "limits", "preflight"});
   if (d.require(obj, path, "model", "one of " + allowed_values<Model>())) d.read_enum(obj, path, "model", spec.model);
   d.read_enum(obj, path, "engine", spec.engine);
   const json* command = Decoder::find(obj, "command");
@@ -381,6 +381,19 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
   if (const json* o = Decoder::find(obj, "optimizer")) decode_optimizer(d, *o, child(path, "optimizer"), spec.optimizer);
   if (const json* w = Decoder::find(obj, "worker")) decode_worker(d, *w, child(path, "worker"), spec.worker);
   if (const json* l = Decoder::find(obj, "limits")) decode_limits(d, *l, child(path, "limits"), spec.limits);
+  if (const json* p = Decoder::find(obj, "preflight")) {
+    const std::string p_path = child(path, "preflight");
+    if (d.expect_object(*p, p_path)) {
+      d.reject_unknown(*p, p_path, {"selfTest"});
+      PreflightSpec preflight;
+      d.read_bool(*p, p_path, "selfTest", preflight.self_test);
+      if (preflight.self_test && spec.engine != Engine::native) {
+        d.fail(child(p_path, "selfTest"), "only with engine: native (the self-test is dlbench-worker's; engine is " +
+                                              std::string(to_string(spec.engine)) + ")");
+      }
+      spec.preflight = preflight;
+    }
+  }
   return spec;
 }
 
@@ -422,7 +435,8 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 
 // ---- status ----------------------------------------------------------------------------
 
-std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path) {
+// `preflight`: status.preflight, a self-test's outcome (Succeeded without throughput).
+std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "speedup",
                                "scalingEfficiency", "reason", "message", "attempts", "startTime", "completionTime", "ranAlone"});
@@ -451,7 +465,7 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
     d.read_bool(obj, path, "ranAlone", alone);
     r.ran_alone = alone;
   }
-  if (r.state == CaseState::Succeeded && Decoder::find(obj, "throughput") == nullptr) {
+  if (!preflight && r.state == CaseState::Succeeded && Decoder::find(obj, "throughput") == nullptr) {
     d.fail(child(path, "throughput"), "required when state is Succeeded");
   }
   if (r.state != CaseState::Succeeded && Decoder::find(obj, "state") != nullptr && r.reason.empty()) {
@@ -464,7 +478,7 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
 BenchmarkRunStatus decode_status_object(Decoder& d, const json& obj, const std::string& path) {
   BenchmarkRunStatus status;
   if (!d.expect_object(obj, path)) return status;
-  d.reject_unknown(obj, path, {"observedGeneration", "phase", "conditions", "progress", "results", "best"});
+  d.reject_unknown(obj, path, {"observedGeneration", "phase", "conditions", "progress", "results", "preflight", "best"});
   d.read_int64(obj, path, "observedGeneration", {0, std::numeric_limits<std::int64_t>::max()},
                status.observed_generation);
   d.read_enum(obj, path, "phase", status.phase);
@@ -512,6 +526,9 @@ BenchmarkRunStatus decode_status_object(Decoder& d, const json& obj, const std::
         if (auto r = decode_result(d, (*items)[i], element(list_path, i))) status.results.push_back(*r);
       }
     }
+  }
+  if (const json* preflight = Decoder::find(obj, "preflight")) {
+    status.preflight = decode_result(d, *preflight, child(path, "preflight"), true);
   }
   if (const json* best = Decoder::find(obj, "best")) {
     const std::string b_path = child(path, "best");
@@ -581,6 +598,7 @@ std::optional<CaseSpec> detail::decode_case(Decoder& d, const json& obj, const s
   if (allow_id) {
     std::string id;
     d.read_string(obj, path, "id", id);
+    c.preflight = id.starts_with("preflight-");
     if (!id.empty() && id != case_id(c)) {
       d.fail(child(path, "id"), "\"" + id + "\" does not match the case fields (expected \"" + case_id(c) + "\")");
       return std::nullopt;
@@ -777,10 +795,12 @@ Decoded<CaseResult> decode_case_result(const json& result) {
 // ---- encode ----------------------------------------------------------------------------
 
 json to_json(const CaseSpec& c) {
-  return json{{"nodes", c.nodes},
-              {"gpusPerNode", c.gpus_per_node},
-              {"batchSizePerDevice", c.batch_size_per_device},
-              {"precision", to_string(c.precision)}};
+  json out{{"nodes", c.nodes},
+           {"gpusPerNode", c.gpus_per_node},
+           {"batchSizePerDevice", c.batch_size_per_device},
+           {"precision", to_string(c.precision)}};
+  if (c.preflight) out["id"] = case_id(c);  // the id is what tells a preflight from a case
+  return out;
 }
 
 json to_json(const Toleration& t) {
@@ -880,6 +900,7 @@ json to_json(const BenchmarkRunSpec& spec) {
   out["worker"] = worker;
   out["limits"] = {{"caseTimeoutSeconds", spec.limits.case_timeout_seconds},
                    {"backoffLimit", spec.limits.backoff_limit}};
+  if (spec.preflight) out["preflight"] = {{"selfTest", spec.preflight->self_test}};
   return out;
 }
 
@@ -905,6 +926,7 @@ json to_json(const BenchmarkRunStatus& status) {
            {"conditions", conditions},
            {"progress", progress},
            {"results", results}};
+  if (status.preflight) out["preflight"] = to_json(*status.preflight);
   if (status.best) out["best"] = {{"case", status.best->case_id}, {"throughput", status.best->throughput}};
   return out;
 }

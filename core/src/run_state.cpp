@@ -21,6 +21,15 @@ std::optional<CaseResult> result_from_document(const std::string& text, const Ca
   failure.case_ = expected;
   failure.state = CaseState::Failed;
   failure.attempts = attempt;
+  if (expected.preflight) {
+    const auto self_test = decode_self_test_document(document);
+    if (!self_test.ok()) {
+      failure.reason = "InvalidResult";
+      failure.message = self_test.errors.front().to_string();
+      return failure;
+    }
+    return to_case_result(*self_test.value, expected, attempt);
+  }
   const auto decoded = decode_result_document(document);
   if (!decoded.ok()) {
     failure.reason = "InvalidResult";
@@ -38,8 +47,10 @@ std::optional<CaseResult> result_from_document(const std::string& text, const Ca
 }
 
 RunStateMachine::RunStateMachine(BenchmarkRunStatus status, std::vector<PlannedCase> plan, Statistic statistic,
-                                 std::int64_t generation, int max_attempts, std::string now)
-    : status_(std::move(status)), plan_(std::move(plan)), statistic_(statistic), generation_(generation),
+                                 std::int64_t generation, int max_attempts, std::string now,
+                                 std::optional<PlannedCase> preflight)
+    : status_(std::move(status)), plan_(std::move(plan)), preflight_(std::move(preflight)), statistic_(statistic),
+      generation_(generation),
       max_attempts_(std::max(1, max_attempts)), now_(std::move(now)) {
   status_.observed_generation = generation_;
   // The spec decodes now: an Invalid=True left from an earlier generation is over, and a run
@@ -54,6 +65,7 @@ RunStateMachine::RunStateMachine(BenchmarkRunStatus status, std::vector<PlannedC
 }
 
 const PlannedCase* RunStateMachine::current() const {
+  if (preflight_ && !status_.preflight) return &*preflight_;
   for (const PlannedCase& c : plan_) {
     const bool has_result = std::any_of(status_.results.begin(), status_.results.end(),
                                         [&](const CaseResult& r) { return case_id(r.case_) == c.id; });
@@ -93,11 +105,36 @@ bool RunStateMachine::attempt_ended(CaseResult result) {
     refresh();
     return true;
   }
-  events_.push_back({succeeded ? "Normal" : "Warning", succeeded ? "CaseSucceeded" : "CaseFailed",
-                     c->id + (succeeded ? "" : ": " + result.reason + ": " + result.message)});
-  status_.results.push_back(std::move(result));
-  refresh();
+  record(std::move(result));
   return false;
+}
+
+void RunStateMachine::record(CaseResult result) {
+  const PlannedCase* c = current();
+  const bool succeeded = result.state == CaseState::Succeeded;
+  const bool skipped = result.state == CaseState::Skipped;
+  const std::string what = succeeded ? "Succeeded" : skipped ? "Skipped" : "Failed";
+  const std::string why = succeeded ? "" : ": " + result.reason + ": " + result.message;
+  if (c->spec.preflight) {
+    events_.push_back({succeeded ? "Normal" : "Warning", "Preflight" + what, c->id + (succeeded ? ": " + result.message : why)});
+    status_.preflight = result;
+    if (result.state == CaseState::Failed) {
+      // Numbers from devices that compute wrong are not numbers: no case runs.
+      for (const PlannedCase& p : plan_) {
+        CaseResult not_run;
+        not_run.case_ = p.spec;
+        not_run.state = CaseState::Skipped;
+        not_run.attempts = 0;
+        not_run.reason = kReasonPreflightFailed;
+        not_run.message = "the preflight self-test failed: " + result.reason + ": " + result.message;
+        status_.results.push_back(std::move(not_run));
+      }
+    }
+  } else {
+    events_.push_back({succeeded ? "Normal" : "Warning", "Case" + what, c->id + why});
+    status_.results.push_back(std::move(result));
+  }
+  refresh();
 }
 
 void RunStateMachine::skip(CaseResult result) {
@@ -106,9 +143,7 @@ void RunStateMachine::skip(CaseResult result) {
   result.state = CaseState::Skipped;
   result.attempts = 0;
   status_.progress.shared_node = false;
-  events_.push_back({"Warning", "CaseSkipped", c->id + ": " + result.reason + ": " + result.message});
-  status_.results.push_back(std::move(result));
-  refresh();
+  record(std::move(result));
 }
 
 void RunStateMachine::interrupt() {
@@ -177,8 +212,12 @@ void RunStateMachine::refresh() {
   set_condition(status_.conditions, {ConditionType::Progressing, ConditionStatus::False, "Finished", "", "", generation_},
                 now_);
   if (succeeded == 0) {
+    const bool preflight_failed = status_.preflight && status_.preflight->state == CaseState::Failed;
     set_condition(status_.conditions,
-                  {ConditionType::Failed, ConditionStatus::True, "NoCaseSucceeded", summary, "", generation_}, now_);
+                  {ConditionType::Failed, ConditionStatus::True, preflight_failed ? kReasonPreflightFailed : "NoCaseSucceeded",
+                   preflight_failed ? "the preflight self-test failed: " + status_.preflight->message : summary, "",
+                   generation_},
+                  now_);
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "dlbench/core/planner.hpp"
+
 namespace dlbench {
 namespace {
 
@@ -16,6 +18,23 @@ std::string real(double v) {
 
 std::vector<std::string> worker_arguments(const BenchmarkRun& run, const CaseSpec& c, const WorkerInvocation& how) {
   const auto& spec = run.spec;
+  if (c.preflight) {
+    // The self-test of every precision the run measures, on the backend and communicator the
+    // cases use.
+    std::string precisions;
+    for (const Precision p : planned_precisions(spec)) precisions += (precisions.empty() ? "" : ",") + std::string(to_string(p));
+    std::vector<std::string> args{how.program, "--self-test", "--backend", how.backend, "--precision", precisions,
+                                  "--communicator", how.communicator, "--run", run.metadata.name};
+    if (how.threads > 0) {
+      args.push_back("--threads");
+      args.push_back(std::to_string(how.threads));
+    }
+    if (!how.output.empty()) {
+      args.push_back("--output");
+      args.push_back(how.output);
+    }
+    return args;
+  }
   const auto& m = spec.methodology;
   const auto& o = spec.optimizer;
   std::vector<std::string> args{how.program,

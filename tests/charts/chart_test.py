@@ -180,6 +180,33 @@ class ChartTest(unittest.TestCase):
         url = test_pod["spec"]["containers"][0]["command"][-1]
         self.assertEqual(url, f"http://{service['metadata']['name']}.dlbench-system.svc:8080/readyz")
 
+    def test_helm_test_runs_the_workers_self_test_on_a_gpu_node_when_asked(self):
+        self.assertFalse([o for o in render() if o["metadata"]["name"].endswith("test-self-test")],
+                         "off by default: it needs a GPU node")
+        one = next(o for o in render("--set", "tests.selfTest.enabled=true")
+                   if o["metadata"]["name"].endswith("test-self-test"))
+        self.assertEqual(one["metadata"]["annotations"]["helm.sh/hook"], "test")
+        container = one["spec"]["containers"][0]
+        self.assertEqual(container["image"], "dlbench-worker:0.1.0")
+        self.assertEqual(container["command"], ["dlbench-worker", "--self-test", "--backend", "cuda", "--communicator",
+                                                "none", "--precision", "fp32,tf32,amp,bf16"])
+        self.assertEqual(container["resources"]["limits"], {"nvidia.com/gpu": 1})
+        eight = next(o for o in render("--set", "tests.selfTest.enabled=true", "--set", "tests.selfTest.gpus=8",
+                                       "--set-string", "tests.selfTest.precisions=fp32\\,amp",
+                                       "--set", "tests.selfTest.nodeSelector.gpu=h100")
+                     if o["metadata"]["name"].endswith("test-self-test"))
+        command = eight["spec"]["containers"][0]["command"]
+        self.assertEqual(command[:4], ["mpirun", "--allow-run-as-root", "-np", "8"])
+        self.assertIn("nccl", command)
+        self.assertEqual(command[-2:], ["--precision", "fp32,amp"])
+        self.assertEqual(eight["spec"]["containers"][0]["resources"]["limits"], {"nvidia.com/gpu": 8})
+        self.assertEqual(eight["spec"]["nodeSelector"], {"gpu": "h100"})
+        for setting, field in (("tests.selfTest.gpus=0", "gpus"), ("tests.selfTest.precisions=fp8", "precisions")):
+            result = helm("template", "bench", CHART, "--set", "tests.selfTest.enabled=true", "--set", setting,
+                          check=False)
+            self.assertNotEqual(result.returncode, 0, setting)
+            self.assertIn(field, result.stderr, setting)
+
     def test_notes_tell_what_to_do_next(self):
         # Only `helm install` renders NOTES.txt, and even its client-side dry run asks a cluster for
         # its version: the test API server answers. Releases are kept in memory, not in Secrets.

@@ -183,11 +183,25 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   result.completion_time = "t1";
   status.results = {result};
   status.best = BestResult{"1x1-bs128-amp", 2.0};
+  CaseResult preflight = result;
+  preflight.case_ = {2, 8, 128, Precision::amp, true};
+  preflight.throughput.reset();
+  preflight.step_time_seconds.reset();
+  preflight.speedup.reset();
+  preflight.scaling_efficiency.reset();
+  preflight.ran_alone.reset();
+  status.preflight = preflight;
   run.status = status;
 
   json encoded = to_json(run);
   encoded.erase("metadata");  // the API server owns metadata's schema
   expect_declared(encoded, schema(), "");
+  // spec.preflight (native engine only, so on a copy of the spec).
+  BenchmarkRunSpec native = run.spec;
+  native.engine = Engine::native;
+  native.command.clear();
+  native.preflight = PreflightSpec{true};
+  expect_declared(to_json(native), schema()["properties"]["spec"], "spec");
 
   // The printer columns point at fields that the encoder writes.
   const json full = to_json(run);

@@ -62,6 +62,9 @@ struct CaseSpec {
   int gpus_per_node = 1;
   int batch_size_per_device = 1;
   Precision precision = Precision::fp32;
+  // The run's preflight (spec.preflight) on this topology, not a measured case: its id is
+  // "preflight-<nodes>x<gpusPerNode>", so its children never share a name with a case's.
+  bool preflight = false;
 
   int devices() const { return nodes * gpus_per_node; }
   int global_batch_size() const { return batch_size_per_device * devices(); }
@@ -69,7 +72,7 @@ struct CaseSpec {
   bool operator==(const CaseSpec&) const = default;
 };
 
-// Stable, human-readable case id: "2x8-bs128-amp".
+// Stable, human-readable case id: "2x8-bs128-amp" ("preflight-2x8" for the preflight).
 std::string case_id(const CaseSpec& c);
 
 struct Matrix {
@@ -148,6 +151,15 @@ struct Limits {
   bool operator==(const Limits&) const = default;
 };
 
+// Before the first case: `selfTest` runs `dlbench-worker --self-test` on the largest topology
+// the run asks for (its most nodes × its most GPUs per node), checking every precision of the
+// run. A failed self-test skips every case (PreflightFailed): numbers from a GPU that computes
+// wrong are not numbers. engine: native only (the worker image has dlbench-worker).
+struct PreflightSpec {
+  bool self_test = false;
+  bool operator==(const PreflightSpec&) const = default;
+};
+
 struct BenchmarkRunSpec {
   Model model = Model::resnet50;
   Engine engine = Engine::native;
@@ -159,6 +171,7 @@ struct BenchmarkRunSpec {
   OptimizerSpec optimizer;
   WorkerSpec worker;
   Limits limits;
+  std::optional<PreflightSpec> preflight;
   bool operator==(const BenchmarkRunSpec&) const = default;
 };
 
@@ -254,6 +267,9 @@ struct BenchmarkRunStatus {
   std::vector<Condition> conditions;
   Progress progress;
   std::vector<CaseResult> results;
+  // The preflight's outcome (spec.preflight): its topology as the case, state (Succeeded,
+  // Failed, or Skipped where this executor cannot run it), reason, message, attempts, times.
+  std::optional<CaseResult> preflight;
   std::optional<BestResult> best;  // highest reported throughput, for the BEST printer column
   bool operator==(const BenchmarkRunStatus&) const = default;
 };

@@ -6,6 +6,11 @@
 //   admit ─► start ─► attempt_ended ─┬─► retry (same case, attempt + 1)
 //                                    └─► recorded ─► next case … ─► finished
 //   skip (a case this executor cannot run)      interrupt (the executor was stopped)
+//
+// With a preflight (plan_preflight), it is current before the first case; its outcome goes to
+// status.preflight, not results. A failed preflight records every case Skipped with
+// PreflightFailed and the run ends Failed; a skipped one (this executor cannot run it) lets
+// the cases run.
 #pragma once
 
 #include <optional>
@@ -34,9 +39,11 @@ class RunStateMachine {
  public:
   // `status` as last written (empty for a new run); `generation` of the spec being run.
   RunStateMachine(BenchmarkRunStatus status, std::vector<PlannedCase> plan, Statistic statistic,
-                  std::int64_t generation, int max_attempts, std::string now);
+                  std::int64_t generation, int max_attempts, std::string now,
+                  std::optional<PlannedCase> preflight = std::nullopt);
 
-  // The first planned case without a result, and its attempt (from 1); nullptr when all have one.
+  // The preflight until it has its outcome, then the first planned case without a result, and
+  // its attempt (from 1); nullptr when all have one.
   const PlannedCase* current() const;
   int attempt() const { return status_.progress.current_attempt; }
   bool finished() const { return status_.phase == Phase::Succeeded || status_.phase == Phase::Failed; }
@@ -63,7 +70,10 @@ class RunStateMachine {
  private:
   void refresh();  // derived values, the current case, and the conditions for where the run is
   BenchmarkRunStatus status_;
+  // Records `result` as the current one's (the preflight's or a case's) and announces it.
+  void record(CaseResult result);
   std::vector<PlannedCase> plan_;
+  std::optional<PlannedCase> preflight_;
   Statistic statistic_;
   std::int64_t generation_;
   int max_attempts_;

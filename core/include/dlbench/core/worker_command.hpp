@@ -19,6 +19,7 @@ struct WorkerInvocation {
   std::string output;                 // empty: JSON on stdout
 };
 
+// A preflight case (c.preflight) gets `dlbench-worker --self-test` for the run's precisions.
 std::vector<std::string> worker_arguments(const BenchmarkRun& run, const CaseSpec& c, const WorkerInvocation& how);
 
 // engine: command — what the wrapped command finds in its environment on one node of a case:
