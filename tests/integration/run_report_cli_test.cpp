@@ -12,6 +12,7 @@
 
 #include "../support/process.hpp"
 #include "dlbench/core/codec.hpp"
+#include "dlbench/core/result_document.hpp"
 #include "dlbench/core/status.hpp"
 
 namespace dlbench {
@@ -227,6 +228,72 @@ TEST_F(RunCli, FailedCasesKeepTheirReasonAndRetries) {
   EXPECT_EQ(s.results[0].reason, "WorkerExited");
   EXPECT_EQ(s.results[0].attempts, 2);
   EXPECT_EQ(s.results[1].reason, "NotEnoughDevices");
+}
+
+// spec.preflight: the real worker's self-test on the largest topology this host runs (two CPU
+// ranks over MPI), then the cases.
+TEST_F(RunCli, APreflightSelfTestRunsBeforeTheCases) {
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: checked}
+spec:
+  model: alexnet
+  data: {imageSize: 64}
+  matrix: {gpusPerNode: [1, 2], batchSizePerDevice: [1], precision: [fp32]}
+  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1}
+  preflight: {selfTest: true}
+)";
+  const Outcome o = dlbench("run -f " + write("run.yaml", text) + " --backend cpu --max-devices 2");
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("[preflight] self-test of 2 devices: 2 ranks"));
+  EXPECT_THAT(o.out, HasSubstr("checks passed"));
+  EXPECT_LT(o.out.find("[preflight]"), o.out.find("[1/2] 1x1-bs1-fp32"));
+  const auto s = *status("checked.status.json").status;
+  ASSERT_TRUE(s.preflight);
+  EXPECT_EQ(s.preflight->state, CaseState::Succeeded);
+  EXPECT_EQ(s.preflight->case_.devices(), 2);
+  EXPECT_THAT(s.preflight->message, HasSubstr("on 2 devices (cpu, mpi)"));
+  EXPECT_EQ(s.phase, Phase::Succeeded);
+  EXPECT_EQ(s.results.size(), 2u);
+}
+
+// A self-test that fails: no case runs (the stand-in worker fails the test if one does), each
+// is Skipped with PreflightFailed, and the run fails saying why.
+TEST_F(RunCli, AFailedPreflightRunsNoCase) {
+  SelfTestDocument failed;
+  failed.state = CaseState::Failed;
+  failed.reason = kReasonSelfTestFailed;
+  failed.message = "1 of 34 checks failed on 1 device (cpu, none), on ranks 0; first: fp32 linear: y off by 1e-1";
+  failed.passed = 33;
+  failed.failed = 1;
+  failed.failed_ranks = {0};
+  failed.environment.backend = "cpu";
+  const std::string worker = write("worker.sh", "#!/bin/sh\ncase \" $* \" in *\" --self-test \"*) ;; *) exit 3;; esac\n"
+                                                "while [ $# -gt 0 ]; do [ \"$1\" = --output ] && out=$2; shift; done\n"
+                                                "cat > \"$out\" <<'EOF'\n" + to_json(failed).dump() + "\nEOF\nexit 1\n");
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: broken}
+spec:
+  model: alexnet
+  matrix: {batchSizePerDevice: [1, 2], precision: [fp32]}
+  limits: {backoffLimit: 2}
+  preflight: {selfTest: true}
+)";
+  const Outcome o = dlbench("run -f " + write("run.yaml", text) + " --max-devices 1 --worker " + worker);
+  EXPECT_EQ(o.exit_code, 1) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("attempt 1/3 failed: SelfTestFailed: 1 of 34 checks failed"));
+  EXPECT_THAT(o.out, Not(HasSubstr("attempt 2/3")));
+  const auto s = *status("broken.status.json").status;
+  EXPECT_EQ(s.preflight->state, CaseState::Failed);
+  ASSERT_EQ(s.results.size(), 2u);
+  for (const auto& r : s.results) {
+    EXPECT_EQ(r.state, CaseState::Skipped);
+    EXPECT_EQ(r.reason, "PreflightFailed");
+    EXPECT_THAT(r.message, HasSubstr("fp32 linear: y off by 1e-1"));
+  }
+  EXPECT_EQ(find_condition(s.conditions, ConditionType::Failed)->reason, "PreflightFailed");
 }
 
 TEST_F(RunCli, TimeoutIsRecorded) {

@@ -385,6 +385,75 @@ TEST(Reconciler, AnUnsupportedResultIsRecordedWithoutRetrying) {
   EXPECT_EQ(s.progress.current_case, "1x8-bs128-amp");  // the run goes on with the next case
 }
 
+// spec.preflight: the self-test runs first, as a case of its own on the largest topology (its
+// children named for it), with `dlbench-worker --self-test` in the launcher.
+std::string self_test_document(bool passed) {
+  SelfTestDocument doc;
+  doc.nodes = 2;
+  doc.devices = 16;
+  doc.precisions = {"amp"};
+  doc.state = passed ? CaseState::Succeeded : CaseState::Failed;
+  doc.passed = passed ? 20 : 19;
+  doc.failed = passed ? 0 : 1;
+  doc.reason = passed ? "" : kReasonSelfTestFailed;
+  doc.message = passed ? "20 checks passed, 0 skipped on 16 devices (cuda, nccl)"
+                       : "1 of 20 checks failed on 16 devices (cuda, nccl), on ranks 11";
+  if (!passed) doc.failed_ranks = {11};
+  doc.environment.backend = "cuda";
+  return to_json(doc).dump();
+}
+
+json preflight_run() {
+  json run = scaling_run(2);
+  run["spec"]["preflight"] = {{"selfTest", true}};
+  return run;
+}
+
+TEST(Reconciler, APreflightSelfTestRunsFirstOnTheLargestTopology) {
+  FakeCluster cluster(preflight_run());
+  cluster.step();
+  EXPECT_EQ(cluster.status().progress.current_case, "preflight-2x8");
+  EXPECT_EQ(cluster.names("Pod").size(), 2u) << "two nodes";
+  for (const auto& name : cluster.names("Pod")) EXPECT_THAT(name, HasSubstr("preflight-2x8-a1-worker"));
+  cluster.make_workers_ready();
+  cluster.step();
+  ASSERT_EQ(cluster.names("Job").size(), 1u);
+  const json command = cluster.job()["spec"]["template"]["spec"]["containers"][0]["command"];
+  EXPECT_THAT(command.dump(), HasSubstr(R"("dlbench-worker","--self-test","--backend","cuda","--precision","amp")"));
+  EXPECT_THAT(command.dump(), HasSubstr(R"("-np","16")"));
+  cluster.finish_launcher(self_test_document(true), true);
+  cluster.step();
+  auto s = cluster.status();
+  ASSERT_TRUE(s.preflight);
+  EXPECT_EQ(s.preflight->state, CaseState::Succeeded);
+  EXPECT_EQ(s.preflight->case_.devices(), 16);
+  EXPECT_THAT(s.preflight->message, HasSubstr("20 checks passed"));
+  EXPECT_TRUE(s.results.empty());
+  EXPECT_TRUE(cluster.objects.empty()) << "the preflight's children are deleted";
+  cluster.step();
+  EXPECT_EQ(cluster.status().progress.current_case, "1x1-bs128-amp");
+}
+
+TEST(Reconciler, AFailedPreflightSkipsEveryCaseWithoutRetrying) {
+  FakeCluster cluster(preflight_run());
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.step();
+  cluster.finish_launcher(self_test_document(false), false);
+  const Actions a = cluster.step();
+  const auto s = cluster.status();
+  EXPECT_EQ(s.phase, Phase::Failed);
+  EXPECT_EQ(s.preflight->state, CaseState::Failed);
+  EXPECT_EQ(s.preflight->reason, kReasonSelfTestFailed);
+  EXPECT_EQ(s.preflight->attempts, 1) << "a verdict, not retried with backoffLimit 2";
+  ASSERT_EQ(s.results.size(), 3u);
+  for (const auto& r : s.results) EXPECT_EQ(r.reason, kReasonPreflightFailed);
+  EXPECT_EQ(find_condition(s.conditions, ConditionType::Failed)->reason, kReasonPreflightFailed);
+  EXPECT_TRUE(std::any_of(a.events.begin(), a.events.end(), [](const Event& e) { return e.reason == "PreflightFailed"; }));
+  EXPECT_TRUE(cluster.objects.empty());
+  EXPECT_TRUE(cluster.step().create.empty()) << "nothing runs after a failed preflight";
+}
+
 TEST(Reconciler, AGangSchedulerWithoutItsPodGroupCrdFailsEveryCaseAtOnceSayingSo) {
   json run = scaling_run(3);
   run["spec"]["worker"]["gang"] = {{"scheduler", "volcano"}};
