@@ -171,6 +171,28 @@ class EndToEnd(unittest.TestCase):
             json.dump(run, f)
         self.kubectl("apply", "-f", path)
 
+    def test_a_preflight_self_test_runs_before_the_cases_through_the_launcher(self):
+        # The real dlbench launch, mpirun and dlbench-worker --self-test on two ranks; the
+        # self-test document comes back as the launcher's termination message.
+        self.apply({"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "checked"},
+                    "spec": {"model": "alexnet", "data": {"source": "synthetic", "imageSize": 64},
+                             "matrix": {"gpusPerNode": [1, 2], "batchSizePerDevice": [2], "precision": ["fp32"]},
+                             "methodology": {"warmupSteps": 0, "measureSteps": 1, "repeats": 1},
+                             "preflight": {"selfTest": True}}})
+        wait_for(lambda: self.finished("checked"), 300, "the run to finish")
+        status = self.run_object("checked")["status"]
+        self.assertEqual(status["phase"], "Succeeded")
+        preflight = status["preflight"]
+        self.assertEqual(preflight["state"], "Succeeded", preflight)
+        self.assertEqual(preflight["case"]["id"], "preflight-1x2")
+        self.assertRegex(preflight["message"], r"^\d+ checks passed, \d+ skipped on 2 devices \(cpu, mpi\)$")
+        self.assertEqual(sorted(r["case"]["id"] for r in status["results"]), ["1x1-bs2-fp32", "1x2-bs2-fp32"])
+        events = json.loads(self.kubectl("get", "events", "-o", "json"))["items"]
+        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "checked"]
+        self.assertIn("PreflightSucceeded", reasons)
+        launched = [e["message"] for e in events if e["reason"] == "LauncherCreated"]
+        self.assertTrue(any(m.startswith("preflight-1x2 ") for m in launched), launched)
+
     def test_imagefolder_on_a_claim_is_mounted_and_read_by_every_rank(self):
         # 2 classes × 8 JPEGs and one broken file: each rank's shard is 8 or 9 files, so every
         # rank goes through several epochs and the broken file is met.
