@@ -431,6 +431,22 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
   }
 }
 
+// The JSON document to --output (or stdout); the exit code for it.
+int write_document(const Options& o, const nlohmann::json& document, bool succeeded) {
+  const std::string text = document.dump(2) + "\n";
+  if (o.output.empty()) {
+    std::cout << text;
+  } else {
+    std::ofstream out(o.output);
+    out << text;
+    if (!out) {
+      std::cerr << "dlbench-worker: cannot write " << o.output << "\n";
+      return kExitFailed;
+    }
+  }
+  return succeeded ? 0 : kExitFailed;
+}
+
 // auto under mpirun: NCCL when the ranks train on GPUs, MPI otherwise.
 std::unique_ptr<Communicator> make_communicator(const Options& o, int* argc, char*** argv, Backend* backend) {
 #ifdef DLBENCH_HAVE_NCCL
@@ -741,20 +757,8 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     return doc.state == CaseState::Succeeded ? 0 : kExitFailed;
   }
 
-  const std::string json = to_json(doc).dump(2) + "\n";
-  if (o.output.empty()) {
-    print_table(std::cerr, doc, parameters, losses);
-    std::cout << json;
-  } else {
-    print_table(std::cout, doc, parameters, losses);
-    std::ofstream out(o.output);
-    out << json;
-    if (!out) {
-      std::cerr << "dlbench-worker: cannot write " << o.output << "\n";
-      return kExitFailed;
-    }
-  }
-  return doc.state == CaseState::Succeeded ? 0 : kExitFailed;
+  print_table(o.output.empty() ? std::cerr : std::cout, doc, parameters, losses);
+  return write_document(o, to_json(doc), doc.state == CaseState::Succeeded);
 }
 
 // One line of the self-test's table.
@@ -859,18 +863,7 @@ int self_test(const Options& o, Communicator& comm, Backend* backend, const std:
   doc.end_time = rfc3339_utc_now();
   if (!reporter) return doc.state == CaseState::Succeeded ? 0 : kExitFailed;
   table << "self-test " << (doc.state == CaseState::Succeeded ? "passed" : "FAILED") << ": " << doc.message << "\n";
-  const std::string json = to_json(doc).dump(2) + "\n";
-  if (o.output.empty()) {
-    std::cout << json;
-  } else {
-    std::ofstream out(o.output);
-    out << json;
-    if (!out) {
-      std::cerr << "dlbench-worker: cannot write " << o.output << "\n";
-      return kExitFailed;
-    }
-  }
-  return doc.state == CaseState::Succeeded ? 0 : kExitFailed;
+  return write_document(o, to_json(doc), doc.state == CaseState::Succeeded);
 }
 
 }  // namespace

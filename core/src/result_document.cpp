@@ -93,6 +93,17 @@ EnvironmentInfo decode_environment(Decoder& d, const json& obj, const std::strin
   return e;
 }
 
+// The document's "schema" tag must be `expected`.
+void require_schema(Decoder& d, const json& document, const char* expected) {
+  if (d.require(document, "", "schema", std::string("must be ") + expected)) {
+    std::string schema;
+    d.read_string(document, "", "schema", schema);
+    if (document["schema"].is_string() && schema != expected) {
+      d.fail("schema", "\"" + schema + "\" is not supported; this dlbench reads " + expected);
+    }
+  }
+}
+
 }  // namespace
 
 EnvironmentInfo host_environment() {
@@ -163,13 +174,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
                                   "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "environment",
                                   "startTime", "endTime"});
-  if (d.require(document, "", "schema", std::string("must be ") + kResultSchema)) {
-    std::string schema;
-    d.read_string(document, "", "schema", schema);
-    if (document["schema"].is_string() && schema != kResultSchema) {
-      d.fail("schema", "\"" + schema + "\" is not supported; this dlbench reads " + kResultSchema);
-    }
-  }
+  require_schema(d, document, kResultSchema);
   d.read_string(document, "", "run", doc.run);
   if (d.require(document, "", "model", "one of " + allowed_values<Model>())) d.read_enum(document, "", "model", doc.model);
   d.read_enum(document, "", "engine", doc.engine);
@@ -297,33 +302,58 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   return d.finish(std::move(doc));
 }
 
-std::string compact_result_document(const std::string& json_text, std::size_t limit) {
-  json doc = nlohmann::json::parse(json_text);
-  std::string text = doc.dump();
-  const auto shrink = [&](auto&& drop) {
-    if (text.size() <= limit) return;
+namespace {
+
+// Drops parts of a document, in the caller's order, only while its compact form is over `limit`.
+class Shrinker {
+ public:
+  Shrinker(const std::string& json_text, std::size_t limit) : doc(json::parse(json_text)), text_(doc.dump()), limit_(limit) {}
+  json doc;
+
+  bool over() const { return text_.size() > limit_; }
+  template <typename Drop>
+  void shrink(Drop&& drop) {
+    if (!over()) return;
     drop();
-    text = doc.dump();
-  };
-  shrink([&] { doc["environment"].erase("hosts"); });
-  shrink([&] { doc["environment"].erase("facts"); });
-  shrink([&] { doc.erase("stepTimeSeconds"); });
-  shrink([&] { doc.erase("memory"); });
-  shrink([&] {
+    text_ = doc.dump();
+  }
+  void drop_environment_details() {
+    shrink([&] {
+      for (const char* key : {"os", "cpuModel", "driverVersion", "onednnVersion", "dlbenchVersion", "mpiVersion"}) {
+        doc["environment"].erase(key);
+      }
+    });
+  }
+  std::string finish(const std::string& what) const {
+    if (over()) {
+      throw std::runtime_error(what + " of " + std::to_string(text_.size()) + " bytes does not fit a termination message");
+    }
+    return text_;
+  }
+
+ private:
+  std::string text_;
+  std::size_t limit_;
+};
+
+}  // namespace
+
+std::string compact_result_document(const std::string& json_text, std::size_t limit) {
+  Shrinker s(json_text, limit);
+  json& doc = s.doc;
+  s.shrink([&] { doc["environment"].erase("hosts"); });
+  s.shrink([&] { doc["environment"].erase("facts"); });
+  s.shrink([&] { doc.erase("stepTimeSeconds"); });
+  s.shrink([&] { doc.erase("memory"); });
+  s.shrink([&] {
     if (doc.contains("input")) {
       doc["input"].erase("waitSecondsPerStep");
       doc["input"].erase("skippedExamples");
     }
   });
-  shrink([&] {
-    for (const char* key : {"os", "cpuModel", "driverVersion", "onednnVersion", "dlbenchVersion", "mpiVersion"}) {
-      doc["environment"].erase(key);
-    }
-  });
-  shrink([&] { doc.erase("message"); });
-  if (text.size() > limit) throw std::runtime_error("result document of " + std::to_string(text.size()) +
-                                                    " bytes does not fit a termination message");
-  return text;
+  s.drop_environment_details();
+  s.shrink([&] { doc.erase("message"); });
+  return s.finish("result document");
 }
 
 CaseResult to_case_result(const ResultDocument& document, int attempts) {
@@ -371,13 +401,7 @@ Decoded<SelfTestDocument> decode_self_test_document(const json& document) {
   if (!d.expect_object(document, "")) return d.finish(std::move(doc));
   d.reject_unknown(document, "", {"schema", "run", "nodes", "devices", "precisions", "state", "reason", "message",
                                   "summary", "failedRanks", "checks", "environment", "startTime", "endTime"});
-  if (d.require(document, "", "schema", std::string("must be ") + kSelfTestSchema)) {
-    std::string schema;
-    d.read_string(document, "", "schema", schema);
-    if (document["schema"].is_string() && schema != kSelfTestSchema) {
-      d.fail("schema", "\"" + schema + "\" is not supported here; expected " + kSelfTestSchema);
-    }
-  }
+  require_schema(d, document, kSelfTestSchema);
   d.read_string(document, "", "run", doc.run);
   d.read_int(document, "", "nodes", bounds::kNodes, doc.nodes);
   if (d.require(document, "", "devices", "the ranks that ran the self-test")) {
@@ -454,33 +478,21 @@ Decoded<SelfTestDocument> decode_self_test_document(const json& document) {
 }
 
 std::string compact_self_test_document(const std::string& json_text, std::size_t limit) {
-  json doc = json::parse(json_text);
-  std::string text = doc.dump();
-  const auto shrink = [&](auto&& drop) {
-    if (text.size() <= limit) return;
-    drop();
-    text = doc.dump();
-  };
-  shrink([&] { doc["environment"].erase("hosts"); });
-  shrink([&] {
-    for (const char* key : {"os", "cpuModel", "driverVersion", "onednnVersion", "dlbenchVersion", "mpiVersion"}) {
-      doc["environment"].erase(key);
-    }
-  });
-  while (text.size() > limit && doc.contains("checks") && !doc["checks"].empty()) {
-    doc["checks"].erase(doc["checks"].size() - 1);
-    text = doc.dump();
+  Shrinker s(json_text, limit);
+  json& doc = s.doc;
+  s.shrink([&] { doc["environment"].erase("hosts"); });
+  s.drop_environment_details();
+  while (s.over() && doc.contains("checks") && !doc["checks"].empty()) {
+    s.shrink([&] { doc["checks"].erase(doc["checks"].size() - 1); });
   }
-  shrink([&] { doc["failedRanks"] = json::array(); });
-  if (text.size() > limit && doc.contains("message")) {
+  s.shrink([&] { doc["failedRanks"] = json::array(); });
+  s.shrink([&] {
+    if (!doc.contains("message")) return;
     std::string message = doc["message"].get<std::string>();
     message.resize(std::min(message.size(), std::size_t{200}));
     doc["message"] = message;
-    text = doc.dump();
-  }
-  if (text.size() > limit) throw std::runtime_error("self-test document of " + std::to_string(text.size()) +
-                                                    " bytes does not fit a termination message");
-  return text;
+  });
+  return s.finish("self-test document");
 }
 
 CaseResult to_case_result(const SelfTestDocument& document, const CaseSpec& preflight, int attempts) {

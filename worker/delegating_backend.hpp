@@ -1,0 +1,53 @@
+// A Backend that forwards every call to another: the base for wrappers that watch a backend
+// (which convolutions a model asks for) or change one thing about it (planted faults in tests).
+#pragma once
+
+#include "backend.hpp"
+
+namespace dlbench::worker {
+
+class DelegatingBackend : public Backend {
+ public:
+  explicit DelegatingBackend(Backend& inner) : inner_(inner) {}
+
+  std::string name() const override { return inner_.name(); }
+  Layout activation_layout() const override { return inner_.activation_layout(); }
+  std::string version_info() const override { return inner_.version_info(); }
+  std::optional<std::string> cannot_compute(DType d) const override { return inner_.cannot_compute(d); }
+  std::shared_ptr<void> allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
+  void copy_from_host(void* d, const void* s, std::size_t n) override { inner_.copy_from_host(d, s, n); }
+  void copy_to_host(void* d, const void* s, std::size_t n) override { inner_.copy_to_host(d, s, n); }
+  void synchronize() override { inner_.synchronize(); }
+  std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override { return inner_.make_conv2d(c); }
+  std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override { return inner_.make_batch_norm(c); }
+  bool fuses_batch_norm_relu() const override { return inner_.fuses_batch_norm_relu(); }
+  std::unique_ptr<ReluOp> make_relu(const Shape& s, DType d) override { return inner_.make_relu(s, d); }
+  std::unique_ptr<PoolOp> make_pool(const PoolConfig& c) override { return inner_.make_pool(c); }
+  std::unique_ptr<LinearOp> make_linear(const LinearConfig& c) override { return inner_.make_linear(c); }
+  std::unique_ptr<AddOp> make_add(const Shape& s, DType d) override { return inner_.make_add(s, d); }
+  void update_running_stat(Tensor& r, const Tensor& b, float m, float c) override { inner_.update_running_stat(r, b, m, c); }
+  void scale(float* d, std::int64_t n, float f) override { inner_.scale(d, n, f); }
+  bool unscale_and_check_finite(float* g, std::int64_t n, float f) override { return inner_.unscale_and_check_finite(g, n, f); }
+  void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override { inner_.adaptive_avg_pool_forward(x, y); }
+  void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override { inner_.adaptive_avg_pool_backward(dy, dx); }
+  void dropout_forward(const Tensor& x, Tensor& y, Tensor& m, float p, std::uint64_t s) override {
+    inner_.dropout_forward(x, y, m, p, s);
+  }
+  void dropout_backward(const Tensor& dy, const Tensor& m, Tensor& dx) override { inner_.dropout_backward(dy, m, dx); }
+  float softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d, float scale) override {
+    return inner_.softmax_cross_entropy(l, y, d, scale);
+  }
+  void sgd_update(float* v, const float* g, float* b, std::int64_t n, float lr, float m, float wd, bool f) override {
+    inner_.sgd_update(v, g, b, n, lr, m, wd, f);
+  }
+  bool can_capture() const override { return inner_.can_capture(); }
+  void begin_capture() override { inner_.begin_capture(); }
+  void end_capture() override { inner_.end_capture(); }
+  void replay() override { inner_.replay(); }
+  float last_loss() override { return inner_.last_loss(); }
+
+ protected:
+  Backend& inner_;
+};
+
+}  // namespace dlbench::worker
