@@ -156,6 +156,9 @@ struct Options {
   std::vector<std::string> self_test_precisions;  // --self-test: every one unless --precision says
 };
 
+// What --precision takes, in the API's order.
+const std::vector<std::string> kPrecisions{"fp32", "tf32", "amp", "bf16"};
+
 struct UsageError {
   std::string message;
 };
@@ -253,12 +256,11 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (flag == "--image-size") {
       o.image_size = parse_bounded(flag, value, bounds::kImageSize);
     } else if (flag == "--precision") {
+      // One precision for a case; a comma list for --self-test (checked once every flag is read).
       o.self_test_precisions.clear();
       std::istringstream list(value);
-      for (std::string p; std::getline(list, p, ',');) {
-        o.self_test_precisions.push_back(choice(flag, p, {"fp32", "tf32", "amp", "bf16"}));
-      }
-      if (o.self_test_precisions.empty()) o.self_test_precisions.push_back(choice(flag, value, {"fp32", "tf32", "amp", "bf16"}));
+      for (std::string p; std::getline(list, p, ',');) o.self_test_precisions.push_back(choice(flag, p, kPrecisions));
+      if (o.self_test_precisions.empty()) choice(flag, value, kPrecisions);  // "" is none of them: refused, naming them
       o.precision = o.self_test_precisions.front();
     } else if (flag == "--warmup-steps") {
       o.warmup_steps = parse_bounded(flag, value, bounds::kWarmupSteps);
@@ -313,7 +315,7 @@ std::optional<Options> parse(int argc, char** argv) {
     throw UsageError{"--precision: a list (" + o.self_test_precisions.front() + ",...) only with --self-test; a case "
                      "runs one of fp32, tf32, amp, bf16"};
   }
-  if (o.self_test && o.self_test_precisions.empty()) o.self_test_precisions = {"fp32", "tf32", "amp", "bf16"};
+  if (o.self_test && o.self_test_precisions.empty()) o.self_test_precisions = kPrecisions;
   if (o.self_test) o.precision = "fp32";  // the primary backend: fp32 math (tf32 gets its own)
   if (o.data == "imagefolder" && o.data_path.empty()) {
     throw UsageError{"--data imagefolder needs --data-path DIR (DIR/<class>/<image>.jpg)"};
@@ -786,12 +788,26 @@ int self_test(const Options& o, Communicator& comm, Backend* backend, const std:
   std::ostream& table = o.output.empty() ? std::cerr : std::cout;
   std::vector<SelfTestCheck> checks;
   std::string error;
+  std::unique_ptr<CpuBackend> reference;
   if (backend == nullptr) {
     doc.reason = "BackendUnavailable";
     error = "--backend " + o.backend + ": " + backend_error;
   } else {
     try {
-      CpuBackend reference(o.threads > 0 ? static_cast<int>(o.threads) : default_threads());
+      reference = std::make_unique<CpuBackend>(o.threads > 0 ? static_cast<int>(o.threads) : default_threads());
+    } catch (const std::exception& e) {
+      doc.reason = "WorkerError";
+      error = e.what();
+    }
+  }
+  // The ranks agree whether all of them can check before any enters a collective: with one rank
+  // unable (no GPU on its node, say), the others check alone rather than wait for it.
+  double any_broken = error.empty() ? 0.0 : 1.0;
+  comm.max(&any_broken, 1);
+  NoCommunicator alone;
+  Communicator& collectives = any_broken > 0 ? static_cast<Communicator&>(alone) : comm;
+  if (error.empty()) {
+    try {
       SelfTestSubject subject{*backend, [&](const std::string& precision) {
                                 Options one = o;
                                 one.precision = precision;
@@ -804,7 +820,7 @@ int self_test(const Options& o, Communicator& comm, Backend* backend, const std:
               << "  " << std::left << std::setw(5) << "prec" << " " << std::setw(40) << "check" << std::right << " "
               << std::setw(9) << "error" << " " << std::setw(9) << "bound" << "  result  detail\n";
       }
-      checks = run_self_test(subject, reference, comm, [&](const SelfTestCheck& c) {
+      checks = run_self_test(subject, *reference, collectives, [&](const SelfTestCheck& c) {
         if (reporter) print_check(table, c);
         else if (c.outcome == CheckOutcome::failed) print_check(std::cerr << "rank " << comm.rank() << ":", c);
       });

@@ -367,17 +367,19 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
     return loss_error >= grad_error || std::isnan(loss_error) ? bounded(loss_error, b.layer, "worst: loss")
                                                               : bounded(grad_error, b.layer, "worst: dlogits");
   });
+  std::optional<std::vector<float>> eager;  // this backend's own trajectory, for graph replay too
   checker.run(precision, "training, " + std::to_string(kTrainingSteps) + " steps", [&] {
     if (!reference_losses) reference_losses = train_losses(reference, DType::fp32);
-    const auto [error, step] = trajectory_error(train_losses(*backend, dtype), *reference_losses);
+    eager = train_losses(*backend, dtype);
+    const auto [error, step] = trajectory_error(*eager, *reference_losses);
     return bounded(error, b.training, "the loss, worst at step " + std::to_string(step + 1));
   });
   if (backend->can_capture()) {
     checker.run(precision, "step graph replay", [&] {
       // The same kernels in the same order: only algorithms with atomics may reorder sums.
-      const auto eager = train_losses(*backend, dtype);
+      if (!eager) eager = train_losses(*backend, dtype);
       auto graph_backend = subject.make(precision);
-      const auto [error, step] = trajectory_error(train_losses(*graph_backend, dtype, true), eager);
+      const auto [error, step] = trajectory_error(train_losses(*graph_backend, dtype, true), *eager);
       return bounded(error, 1e-4, "the loss against eager steps, worst at step " + std::to_string(step + 1));
     });
   }
@@ -460,9 +462,22 @@ void communicator_checks(Checker& checker, Backend& primary, Communicator& comm)
     const std::int64_t n = (std::int64_t{1} << 20) + 3;
     std::vector<float> host(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) host[static_cast<std::size_t>(i)] = static_cast<float>((rank + 1) * (i % 13 + 1));
-    auto memory = primary.allocate(host.size() * sizeof(float));
+    std::shared_ptr<void> memory;
+    std::string unprepared;
+    try {
+      memory = primary.allocate(host.size() * sizeof(float));
+      primary.copy_from_host(memory.get(), host.data(), host.size() * sizeof(float));
+    } catch (const std::exception& e) {
+      unprepared = e.what();
+    }
+    // A rank that could not prepare its buffer must not leave the others waiting in the sum.
+    double any_unprepared = unprepared.empty() ? 0.0 : 1.0;
+    comm.max(&any_unprepared, 1);
+    if (any_unprepared > 0) {
+      return verdict(false, unprepared.empty() ? "another rank could not prepare its buffer (see its log)"
+                                               : "no buffer for the collectives: " + unprepared);
+    }
     float* data = static_cast<float*>(memory.get());
-    primary.copy_from_host(data, host.data(), host.size() * sizeof(float));
     comm.start_sum(data, n);
     comm.wait_all();
     primary.synchronize();

@@ -259,6 +259,19 @@ TEST(WorkerCli, SelfTestPassesOnTheCpuAndSkipsWhatItCannotRun) {
   EXPECT_EQ(doc.precisions, (std::vector<std::string>{"fp32", "tf32", "amp", "bf16"}));
 }
 
+// No GPU for --backend cuda: a Failed self-test document that says why (as a case says it), exit 1.
+TEST(WorkerCli, SelfTestWithoutItsBackendFailsSayingWhy) {
+  const Outcome o = worker("--self-test --backend cuda");
+  if (o.exit_code == 2) GTEST_SKIP() << "built without CUDA: " << o.err;
+  if (o.exit_code == 0) GTEST_SKIP() << "this machine has a GPU (the gpu tests cover it)";
+  ASSERT_EQ(o.exit_code, 1) << o.err;
+  const SelfTestDocument doc = decoded_self_test(o.out);
+  EXPECT_EQ(doc.state, CaseState::Failed);
+  EXPECT_EQ(doc.reason, "BackendUnavailable");
+  EXPECT_THAT(doc.message, HasSubstr("--backend cuda: "));
+  EXPECT_EQ(doc.failed_ranks, std::vector<int>{0});
+}
+
 TEST(WorkerCli, SelfTestTakesAListOfPrecisionsAndACaseDoesNot) {
   const Outcome o = worker("--self-test --precision fp32,tf32 --output st.json");
   ASSERT_EQ(o.exit_code, 0) << o.err;
