@@ -6,36 +6,32 @@
 
 namespace dlbench::worker {
 
-std::vector<float> nchw_to_nhwc(const std::vector<float>& nchw, const Shape& s) {
-  std::vector<float> nhwc(nchw.size());
+namespace {
+
+// A 4-D host copy between NCHW and NHWC order, either way.
+std::vector<float> transpose_channels(const std::vector<float>& from, const Shape& s, bool to_nhwc) {
+  std::vector<float> to(from.size());
   const std::int64_t c = s.c(), h = s.h(), w = s.w();
   for (std::int64_t b = 0; b < s.n(); ++b) {
     for (std::int64_t ch = 0; ch < c; ++ch) {
       for (std::int64_t y = 0; y < h; ++y) {
         for (std::int64_t x = 0; x < w; ++x) {
-          nhwc[static_cast<std::size_t>(((b * h + y) * w + x) * c + ch)] =
-              nchw[static_cast<std::size_t>(((b * c + ch) * h + y) * w + x)];
+          const auto nchw = static_cast<std::size_t>(((b * c + ch) * h + y) * w + x);
+          const auto nhwc = static_cast<std::size_t>(((b * h + y) * w + x) * c + ch);
+          to[to_nhwc ? nhwc : nchw] = from[to_nhwc ? nchw : nhwc];
         }
       }
     }
   }
-  return nhwc;
+  return to;
 }
 
+}  // namespace
+
+std::vector<float> nchw_to_nhwc(const std::vector<float>& nchw, const Shape& s) { return transpose_channels(nchw, s, true); }
+
 std::vector<float> nhwc_to_nchw(const std::vector<float>& nhwc, const Shape& s) {
-  std::vector<float> nchw(nhwc.size());
-  const std::int64_t c = s.c(), h = s.h(), w = s.w();
-  for (std::int64_t b = 0; b < s.n(); ++b) {
-    for (std::int64_t ch = 0; ch < c; ++ch) {
-      for (std::int64_t y = 0; y < h; ++y) {
-        for (std::int64_t x = 0; x < w; ++x) {
-          nchw[static_cast<std::size_t>(((b * c + ch) * h + y) * w + x)] =
-              nhwc[static_cast<std::size_t>(((b * h + y) * w + x) * c + ch)];
-        }
-      }
-    }
-  }
-  return nchw;
+  return transpose_channels(nhwc, s, false);
 }
 
 Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,

@@ -76,22 +76,15 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
   try {
     const auto document = nlohmann::json::parse(stdout_text);
     // A case's result, or the preflight's self-test (`dlbench-worker --self-test`).
-    if (document.is_object() && document.value("schema", "") == kSelfTestSchema) {
-      const auto decoded = decode_self_test_document(document);
-      if (decoded.ok()) {
-        message = compact_self_test_document(stdout_text, kTerminationMessageLimit);
-        valid = true;
-      } else {
-        message = "invalid self-test document: " + decoded.errors.front().to_string();
-      }
+    const bool self_test = document.is_object() && document.contains("schema") && document["schema"] == kSelfTestSchema;
+    const auto errors =
+        self_test ? decode_self_test_document(document).errors : decode_result_document(document).errors;
+    if (errors.empty()) {
+      message = self_test ? compact_self_test_document(stdout_text, kTerminationMessageLimit)
+                          : compact_result_document(stdout_text, kTerminationMessageLimit);
+      valid = true;
     } else {
-      const auto decoded = decode_result_document(document);
-      if (decoded.ok()) {
-        message = compact_result_document(stdout_text, kTerminationMessageLimit);
-        valid = true;
-      } else {
-        message = "invalid result: " + decoded.errors.front().to_string();
-      }
+      message = (self_test ? "invalid self-test document: " : "invalid result: ") + errors.front().to_string();
     }
   } catch (const std::exception& e) {
     message = std::string("no result document (exit code ") + std::to_string(exit_code) + "): ";

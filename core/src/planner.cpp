@@ -13,6 +13,13 @@ auto order_key(const PlannedCase& c) {
                          static_cast<int>(c.spec.precision));
 }
 
+// The distinct precisions of a plan, in the API's order.
+std::vector<Precision> precisions_of(const std::vector<PlannedCase>& plan) {
+  std::set<Precision> seen;
+  for (const PlannedCase& p : plan) seen.insert(p.spec.precision);
+  return {seen.begin(), seen.end()};
+}
+
 }  // namespace
 
 std::vector<PlannedCase> plan_cases(const BenchmarkRunSpec& spec) {
@@ -53,21 +60,18 @@ std::optional<PlannedCase> plan_preflight(const BenchmarkRunSpec& spec) {
   if (!spec.preflight || !spec.preflight->self_test) return std::nullopt;
   const auto plan = plan_cases(spec);
   if (plan.empty()) return std::nullopt;
+  const auto precisions = precisions_of(plan);
   CaseSpec c = plan.front().spec;
   for (const PlannedCase& p : plan) {
     c.nodes = std::max(c.nodes, p.spec.nodes);
     c.gpus_per_node = std::max(c.gpus_per_node, p.spec.gpus_per_node);
     c.batch_size_per_device = std::min(c.batch_size_per_device, p.spec.batch_size_per_device);
   }
-  c.precision = planned_precisions(spec).front();
+  c.precision = precisions.front();
   c.preflight = true;
   return PlannedCase{c, case_id(c), false, false};
 }
 
-std::vector<Precision> planned_precisions(const BenchmarkRunSpec& spec) {
-  std::set<Precision> seen;
-  for (const PlannedCase& p : plan_cases(spec)) seen.insert(p.spec.precision);
-  return {seen.begin(), seen.end()};
-}
+std::vector<Precision> planned_precisions(const BenchmarkRunSpec& spec) { return precisions_of(plan_cases(spec)); }
 
 }  // namespace dlbench

@@ -16,25 +16,20 @@ std::string real(double v) {
 
 }  // namespace
 
-std::vector<std::string> worker_arguments(const BenchmarkRun& run, const CaseSpec& c, const WorkerInvocation& how) {
-  const auto& spec = run.spec;
-  if (c.preflight) {
-    // The self-test of every precision the run measures, on the backend and communicator the
-    // cases use.
-    std::string precisions;
-    for (const Precision p : planned_precisions(spec)) precisions += (precisions.empty() ? "" : ",") + std::string(to_string(p));
-    std::vector<std::string> args{how.program, "--self-test", "--backend", how.backend, "--precision", precisions,
-                                  "--communicator", how.communicator, "--run", run.metadata.name};
-    if (how.threads > 0) {
-      args.push_back("--threads");
-      args.push_back(std::to_string(how.threads));
-    }
-    if (!how.output.empty()) {
-      args.push_back("--output");
-      args.push_back(how.output);
-    }
-    return args;
+namespace {
+
+// The self-test of every precision the run measures, on the backend and communicator the cases use.
+std::vector<std::string> self_test_arguments(const BenchmarkRun& run, const WorkerInvocation& how) {
+  std::string precisions;
+  for (const Precision p : planned_precisions(run.spec)) {
+    precisions += (precisions.empty() ? "" : ",") + std::string(to_string(p));
   }
+  return {how.program, "--self-test", "--backend", how.backend, "--precision", precisions,
+          "--communicator", how.communicator, "--run", run.metadata.name};
+}
+
+std::vector<std::string> case_arguments(const BenchmarkRun& run, const CaseSpec& c, const WorkerInvocation& how) {
+  const auto& spec = run.spec;
   const auto& m = spec.methodology;
   const auto& o = spec.optimizer;
   std::vector<std::string> args{how.program,
@@ -59,13 +54,20 @@ std::vector<std::string> worker_arguments(const BenchmarkRun& run, const CaseSpe
       args.push_back(a);
     }
   }
+  if (how.metrics_port >= 0) {  // the self-test serves no metrics
+    args.push_back("--metrics-port");
+    args.push_back(std::to_string(how.metrics_port));
+  }
+  return args;
+}
+
+}  // namespace
+
+std::vector<std::string> worker_arguments(const BenchmarkRun& run, const CaseSpec& c, const WorkerInvocation& how) {
+  std::vector<std::string> args = c.preflight ? self_test_arguments(run, how) : case_arguments(run, c, how);
   if (how.threads > 0) {
     args.push_back("--threads");
     args.push_back(std::to_string(how.threads));
-  }
-  if (how.metrics_port >= 0) {
-    args.push_back("--metrics-port");
-    args.push_back(std::to_string(how.metrics_port));
   }
   if (!how.output.empty()) {
     args.push_back("--output");
