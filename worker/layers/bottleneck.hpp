@@ -19,12 +19,12 @@ class Bottleneck final : public Layer {
 
   Bottleneck(std::int64_t in_channels, std::int64_t width, std::int64_t stride) {
     const std::int64_t out_channels = width * kExpansion;
-    main_.add<Conv2d>(in_channels, width, 1);
-    main_.add<BatchNorm2d>(width, Then::relu);
-    main_.add<Conv2d>(width, width, 3, stride, 1);
-    main_.add<BatchNorm2d>(width, Then::relu);
-    main_.add<Conv2d>(width, out_channels, 1);
-    main_.add<BatchNorm2d>(out_channels);
+    main_.add_named<Conv2d>("conv1", in_channels, width, 1);
+    main_.add_named<BatchNorm2d>("bn1", width, Then::relu);
+    main_.add_named<Conv2d>("conv2", width, width, 3, stride, 1);
+    main_.add_named<BatchNorm2d>("bn2", width, Then::relu);
+    main_.add_named<Conv2d>("conv3", width, out_channels, 1);
+    main_.add_named<BatchNorm2d>("bn3", out_channels);
     if (stride != 1 || in_channels != out_channels) {
       shortcut_ = std::make_unique<Sequential>();
       shortcut_->add<Conv2d>(in_channels, out_channels, 1, stride);
@@ -36,6 +36,12 @@ class Bottleneck final : public Layer {
   void collect_parameters(std::vector<Parameter*>& out) override {
     main_.collect_parameters(out);
     if (shortcut_) shortcut_->collect_parameters(out);
+  }
+  // torchvision's names: the main branch's layers sit in the block itself, the shortcut is
+  // "downsample".
+  void for_each_child(const std::function<void(const std::string&, Layer&)>& visit) override {
+    visit("", main_);
+    if (shortcut_) visit("downsample", *shortcut_);
   }
 
   // Ticks: head h (its backward sums the branches' input gradients), the shortcut's, the main

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "arena.hpp"
@@ -70,6 +71,15 @@ class Layer {
   virtual ~Layer() = default;
   virtual std::string kind() const = 0;
   virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }
+  // A composite calls `visit` with each child and its name, torchvision's module name ("layer1",
+  // "0", "conv1"), or "" for a child whose modules sit directly in this one (the bottleneck's main
+  // branch). Parameter names are these paths (name_parameters).
+  virtual void for_each_child(const std::function<void(const std::string&, Layer&)>& visit) { (void)visit; }
+  // State a step leaves that another framework needs to repeat the step: dropout masks.
+  virtual void collect_step_state(const std::string& prefix, std::vector<std::pair<std::string, const Tensor*>>& out) {
+    (void)prefix;
+    (void)out;
+  }
   // Creates ops and requests buffers with their lifetimes; returns the output's description.
   virtual Tensor setup(const Tensor& input, SetupContext& ctx) = 0;
   // After the arena is committed: state that must start at a value (running variance = 1).
@@ -80,6 +90,33 @@ class Layer {
   // Multiply–accumulates of one forward pass for one sample (valid after setup).
   virtual double forward_macs_per_sample() const { return 0.0; }
 };
+
+// Calls `leaf(layer, prefix)` for every layer without children, prefix being its path ("layer1.0.").
+inline void for_each_leaf(Layer& layer, const std::string& prefix, const std::function<void(Layer&, const std::string&)>& leaf) {
+  bool composite = false;
+  layer.for_each_child([&](const std::string& name, Layer& child) {
+    composite = true;
+    for_each_leaf(child, name.empty() ? prefix : prefix + name + ".", leaf);
+  });
+  if (!composite) leaf(layer, prefix);
+}
+
+// Gives each parameter of `network` its path, torchvision's state_dict name
+// ("layer1.0.conv1.weight"), so that weights files name the same tensors in both. Once per network.
+inline void name_parameters(Layer& network) {
+  for_each_leaf(network, "", [](Layer& leaf, const std::string& prefix) {
+    std::vector<Parameter*> own;
+    leaf.collect_parameters(own);
+    for (Parameter* p : own) p->name = prefix + p->name;
+  });
+}
+
+// The step state of every layer of `network`, named by path ("classifier.2.mask").
+inline std::vector<std::pair<std::string, const Tensor*>> step_state(Layer& network) {
+  std::vector<std::pair<std::string, const Tensor*>> out;
+  for_each_leaf(network, "", [&](Layer& leaf, const std::string& prefix) { leaf.collect_step_state(prefix, out); });
+  return out;
+}
 
 // An activation or activation gradient: the compute dtype flows from the network's input
 // through every layer's output.

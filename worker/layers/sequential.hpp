@@ -2,27 +2,41 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "layers/layer.hpp"
 
 namespace dlbench::worker {
 
+// Layers run in order. Each child has a name, its index unless given one, as in torch.nn.Sequential,
+// and its parameters' names start with it.
 class Sequential final : public Layer {
  public:
   Sequential() = default;
   template <typename L, typename... Args>
   L& add(Args&&... args) {
+    return add_named<L>(std::to_string(layers_.size()), std::forward<Args>(args)...);
+  }
+  template <typename L, typename... Args>
+  L& add_named(std::string name, Args&&... args) {
     auto layer = std::make_unique<L>(std::forward<Args>(args)...);
     L& ref = *layer;
     layers_.push_back(std::move(layer));
+    names_.push_back(std::move(name));
     return ref;
   }
-  void append(std::unique_ptr<Layer> layer) { layers_.push_back(std::move(layer)); }
+  void append(std::unique_ptr<Layer> layer) {
+    names_.push_back(std::to_string(layers_.size()));
+    layers_.push_back(std::move(layer));
+  }
 
   std::string kind() const override { return "Sequential"; }
   void collect_parameters(std::vector<Parameter*>& out) override {
     for (auto& l : layers_) l->collect_parameters(out);
+  }
+  void for_each_child(const std::function<void(const std::string&, Layer&)>& visit) override {
+    for (std::size_t i = 0; i < layers_.size(); ++i) visit(names_[i], *layers_[i]);
   }
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
     Tensor out = input;
@@ -63,6 +77,7 @@ class Sequential final : public Layer {
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<std::string> names_;
 };
 
 }  // namespace dlbench::worker

@@ -1,5 +1,6 @@
 // ResNet-50/152 v1.5, VGG16 and AlexNet with torchvision's exact shapes.
 #include <stdexcept>
+#include <string>
 
 #include "layers/batch_norm2d.hpp"
 #include "layers/bottleneck.hpp"
@@ -12,74 +13,81 @@
 namespace dlbench::worker {
 namespace {
 
+// Children are named as torchvision names its modules, so that parameters carry the
+// state_dict's names ("layer1.0.conv1.weight", "features.0.weight", "classifier.6.bias").
 std::unique_ptr<Sequential> resnet(const std::vector<int>& blocks_per_stage, std::int64_t num_classes) {
   auto net = std::make_unique<Sequential>();
-  net->add<Conv2d>(3, 64, 7, 2, 3);
-  net->add<BatchNorm2d>(64, Then::relu);
-  net->add<Pool2d>(PoolKind::max, 3, 2, 1);
+  net->add_named<Conv2d>("conv1", 3, 64, 7, 2, 3);
+  net->add_named<BatchNorm2d>("bn1", 64, Then::relu);
+  net->add_named<Pool2d>("maxpool", PoolKind::max, 3, 2, 1);
   std::int64_t channels = 64;
   const std::int64_t widths[] = {64, 128, 256, 512};
   for (std::size_t stage = 0; stage < blocks_per_stage.size(); ++stage) {
+    auto& layer = net->add_named<Sequential>("layer" + std::to_string(stage + 1));
     for (int block = 0; block < blocks_per_stage[stage]; ++block) {
       const std::int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
-      net->add<Bottleneck>(channels, widths[stage], stride);
+      layer.add<Bottleneck>(channels, widths[stage], stride);
       channels = widths[stage] * Bottleneck::kExpansion;
     }
   }
-  net->add<Pool2d>(PoolKind::average, 0, 1, 0, true);
-  net->add<Flatten>();
-  net->add<Linear>(channels, num_classes);
+  net->add_named<Pool2d>("avgpool", PoolKind::average, 0, 1, 0, true);
+  net->add_named<Flatten>("flatten");
+  net->add_named<Linear>("fc", channels, num_classes);
   return net;
 }
 
 std::unique_ptr<Sequential> vgg16(std::int64_t num_classes) {
   auto net = std::make_unique<Sequential>();
+  auto& features = net->add_named<Sequential>("features");
   const int config[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0};  // 0: max pool
   std::int64_t channels = 3;
   for (const int c : config) {
     if (c == 0) {
-      net->add<Pool2d>(PoolKind::max, 2, 2);
+      features.add<Pool2d>(PoolKind::max, 2, 2);
       continue;
     }
-    net->add<Conv2d>(channels, c, 3, 1, 1, true);
-    net->add<ReLU>();
+    features.add<Conv2d>(channels, c, 3, 1, 1, true);
+    features.add<ReLU>();
     channels = c;
   }
-  net->add<AdaptiveAvgPool2d>(7, 7);
-  net->add<Flatten>();
-  net->add<Linear>(512 * 7 * 7, 4096, ParameterInit::normal_0_01);
-  net->add<ReLU>();
-  net->add<Dropout>(0.5f, 1);
-  net->add<Linear>(4096, 4096, ParameterInit::normal_0_01);
-  net->add<ReLU>();
-  net->add<Dropout>(0.5f, 2);
-  net->add<Linear>(4096, num_classes, ParameterInit::normal_0_01);
+  net->add_named<AdaptiveAvgPool2d>("avgpool", 7, 7);
+  net->add_named<Flatten>("flatten");
+  auto& classifier = net->add_named<Sequential>("classifier");
+  classifier.add<Linear>(512 * 7 * 7, 4096, ParameterInit::normal_0_01);
+  classifier.add<ReLU>();
+  classifier.add<Dropout>(0.5f, 1);
+  classifier.add<Linear>(4096, 4096, ParameterInit::normal_0_01);
+  classifier.add<ReLU>();
+  classifier.add<Dropout>(0.5f, 2);
+  classifier.add<Linear>(4096, num_classes, ParameterInit::normal_0_01);
   return net;
 }
 
 std::unique_ptr<Sequential> alexnet(std::int64_t num_classes) {
   auto net = std::make_unique<Sequential>();
+  auto& features = net->add_named<Sequential>("features");
   const auto conv_relu = [&](std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t s, std::int64_t p) {
-    net->add<Conv2d>(in, out, k, s, p, true);
-    net->add<ReLU>();
+    features.add<Conv2d>(in, out, k, s, p, true);
+    features.add<ReLU>();
   };
   conv_relu(3, 64, 11, 4, 2);
-  net->add<Pool2d>(PoolKind::max, 3, 2);
+  features.add<Pool2d>(PoolKind::max, 3, 2);
   conv_relu(64, 192, 5, 1, 2);
-  net->add<Pool2d>(PoolKind::max, 3, 2);
+  features.add<Pool2d>(PoolKind::max, 3, 2);
   conv_relu(192, 384, 3, 1, 1);
   conv_relu(384, 256, 3, 1, 1);
   conv_relu(256, 256, 3, 1, 1);
-  net->add<Pool2d>(PoolKind::max, 3, 2);
-  net->add<AdaptiveAvgPool2d>(6, 6);
-  net->add<Flatten>();
-  net->add<Dropout>(0.5f, 1);
-  net->add<Linear>(256 * 6 * 6, 4096);
-  net->add<ReLU>();
-  net->add<Dropout>(0.5f, 2);
-  net->add<Linear>(4096, 4096);
-  net->add<ReLU>();
-  net->add<Linear>(4096, num_classes);
+  features.add<Pool2d>(PoolKind::max, 3, 2);
+  net->add_named<AdaptiveAvgPool2d>("avgpool", 6, 6);
+  net->add_named<Flatten>("flatten");
+  auto& classifier = net->add_named<Sequential>("classifier");
+  classifier.add<Dropout>(0.5f, 1);
+  classifier.add<Linear>(256 * 6 * 6, 4096);
+  classifier.add<ReLU>();
+  classifier.add<Dropout>(0.5f, 2);
+  classifier.add<Linear>(4096, 4096);
+  classifier.add<ReLU>();
+  classifier.add<Linear>(4096, num_classes);
   return net;
 }
 
@@ -93,10 +101,15 @@ std::vector<ModelInfo> model_catalog() {
 }
 
 std::unique_ptr<Sequential> build_model(const std::string& name, std::int64_t num_classes) {
-  if (name == "resnet50") return resnet({3, 4, 6, 3}, num_classes);
-  if (name == "resnet152") return resnet({3, 8, 36, 3}, num_classes);
-  if (name == "vgg16") return vgg16(num_classes);
-  if (name == "alexnet") return alexnet(num_classes);
+  std::unique_ptr<Sequential> net;
+  if (name == "resnet50") net = resnet({3, 4, 6, 3}, num_classes);
+  if (name == "resnet152") net = resnet({3, 8, 36, 3}, num_classes);
+  if (name == "vgg16") net = vgg16(num_classes);
+  if (name == "alexnet") net = alexnet(num_classes);
+  if (net) {
+    name_parameters(*net);
+    return net;
+  }
   std::string known;
   for (const auto& m : model_catalog()) known += (known.empty() ? "" : ", ") + m.name;
   throw std::invalid_argument("unknown model \"" + name + "\"; known models: " + known);
