@@ -117,6 +117,14 @@ class AddOp {
   virtual void forward(const Tensor& a, const Tensor& b, Tensor& y) = 0;  // y may be a
 };
 
+// Copies a 4-D tensor from one memory order to another (same shape and dtype): NHWC activations
+// flattened in PyTorch's (C, H, W) order before a linear layer, and back for the gradient.
+class ReorderOp {
+ public:
+  virtual ~ReorderOp() = default;
+  virtual void run(const Tensor& x, Tensor& y) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -145,6 +153,7 @@ class Backend {
   virtual std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) = 0;
   virtual std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) = 0;
   virtual std::unique_ptr<AddOp> make_add(const Shape& shape, DType dtype) = 0;
+  virtual std::unique_ptr<ReorderOp> make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) = 0;
 
   // running = (1 - momentum) · running + momentum · batch · correction (PyTorch's rule,
   // with correction n/(n-1) for the variance).

@@ -25,6 +25,9 @@ class DelegatingBackend : public Backend {
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& c) override { return inner_.make_pool(c); }
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& c) override { return inner_.make_linear(c); }
   std::unique_ptr<AddOp> make_add(const Shape& s, DType d) override { return inner_.make_add(s, d); }
+  std::unique_ptr<ReorderOp> make_reorder(const Shape& s, DType d, Layout from, Layout to) override {
+    return inner_.make_reorder(s, d, from, to);
+  }
   void update_running_stat(Tensor& r, const Tensor& b, float m, float c) override { inner_.update_running_stat(r, b, m, c); }
   void scale(float* d, std::int64_t n, float f) override { inner_.scale(d, n, f); }
   bool unscale_and_check_finite(float* g, std::int64_t n, float f) override { return inner_.unscale_and_check_finite(g, n, f); }

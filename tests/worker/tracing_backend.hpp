@@ -52,6 +52,9 @@ class TracingBackend final : public Backend {
   std::unique_ptr<AddOp> make_add(const Shape& s, DType d) override {
     return std::make_unique<Add>(*this, inner_.make_add(s, d));
   }
+  std::unique_ptr<ReorderOp> make_reorder(const Shape& s, DType d, Layout from, Layout to) override {
+    return std::make_unique<Reorder>(*this, inner_.make_reorder(s, d, from, to));
+  }
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override {
     record({running.data, batch.data});
@@ -170,6 +173,19 @@ class TracingBackend final : public Backend {
    private:
     TracingBackend& t_;
     std::unique_ptr<PoolOp> op_;
+  };
+
+  class Reorder final : public ReorderOp {
+   public:
+    Reorder(TracingBackend& t, std::unique_ptr<ReorderOp> op) : t_(t), op_(std::move(op)) {}
+    void run(const Tensor& x, Tensor& y) override {
+      t_.record({x.data, y.data});
+      op_->run(x, y);
+    }
+
+   private:
+    TracingBackend& t_;
+    std::unique_ptr<ReorderOp> op_;
   };
 
   class Add final : public AddOp {

@@ -319,6 +319,23 @@ class CpuRelu final : public ReluOp {
   dnnl::eltwise_backward bwd_;
 };
 
+class CpuReorder final : public ReorderOp {
+ public:
+  CpuReorder(CpuBackend& backend, const Shape& shape, DType dtype, Layout from, Layout to)
+      : b_(backend), from_(md_of(shape, from, dtype)), to_(md_of(shape, to, dtype)) {
+    reorder_ = DLBENCH_DNNL_CALL(dnnl::reorder(mem(from_, b_.engine(), nullptr), mem(to_, b_.engine(), nullptr)));
+  }
+  void run(const Tensor& x, Tensor& y) override {
+    reorder_.execute(b_.stream(), {{DNNL_ARG_FROM, mem(from_, b_.engine(), x.data)},
+                                   {DNNL_ARG_TO, mem(to_, b_.engine(), y.data)}});
+  }
+
+ private:
+  CpuBackend& b_;
+  memory::desc from_, to_;
+  dnnl::reorder reorder_;
+};
+
 class CpuPool final : public PoolOp {
  public:
   CpuPool(CpuBackend& backend, const PoolConfig& c) : b_(backend) {
@@ -483,6 +500,9 @@ std::unique_ptr<LinearOp> CpuBackend::make_linear(const LinearConfig& c) {
 }
 std::unique_ptr<AddOp> CpuBackend::make_add(const Shape& shape, DType dtype) {
   return std::make_unique<CpuAdd>(*this, shape, dtype);
+}
+std::unique_ptr<ReorderOp> CpuBackend::make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) {
+  return std::make_unique<CpuReorder>(*this, shape, dtype, from, to);
 }
 
 void CpuBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {

@@ -226,6 +226,35 @@ class CudaAdd final : public AddOp {
   std::int64_t count_;
 };
 
+// cudnnTransformTensor between the two memory orders of one fp32 shape.
+class CudaReorder final : public ReorderOp {
+ public:
+  CudaReorder(CudaBackend& backend, const Shape& shape, Layout from, Layout to) : backend_(backend) {
+    const auto describe = [&](cudnnTensorDescriptor_t& d, Layout layout) {
+      DLBENCH_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
+      DLBENCH_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, layout == Layout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                                     CUDNN_DATA_FLOAT, as_int(shape.n()), as_int(shape.c()),
+                                                     as_int(shape.h()), as_int(shape.w())));
+    };
+    describe(from_, from);
+    describe(to_, to);
+  }
+  ~CudaReorder() override {
+    cudnnDestroyTensorDescriptor(from_);
+    cudnnDestroyTensorDescriptor(to_);
+  }
+  CudaReorder(const CudaReorder&) = delete;
+  CudaReorder& operator=(const CudaReorder&) = delete;
+  void run(const Tensor& x, Tensor& y) override {
+    DLBENCH_CUDNN_CHECK(cudnnTransformTensor(backend_.cudnn(), &kOne, from_, x.as<float>(), &kZero, to_, y.as<float>()));
+  }
+
+ private:
+  CudaBackend& backend_;
+  cudnnTensorDescriptor_t from_ = nullptr;
+  cudnnTensorDescriptor_t to_ = nullptr;
+};
+
 // ---- pooling -----------------------------------------------------------------------------
 
 class CudaPool final : public PoolOp {
@@ -524,6 +553,10 @@ std::unique_ptr<LinearOp> CudaBackend::make_linear(const LinearConfig& c) {
 std::unique_ptr<AddOp> CudaBackend::make_add(const Shape& shape, DType dtype) {
   require_fp32(dtype);
   return std::make_unique<CudaAdd>(*this, shape);
+}
+std::unique_ptr<ReorderOp> CudaBackend::make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) {
+  require_fp32(dtype);
+  return std::make_unique<CudaReorder>(*this, shape, from, to);
 }
 
 void CudaBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {

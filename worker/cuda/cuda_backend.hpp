@@ -56,6 +56,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) override;
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;
   std::unique_ptr<AddOp> make_add(const Shape& shape, DType dtype) override;
+  std::unique_ptr<ReorderOp> make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) override;
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
   void scale(float* data, std::int64_t count, float factor) override;

@@ -60,35 +60,70 @@ class Linear final : public Layer {
   Tensor y_, dx_;
 };
 
-// Flatten(N, C, H, W) → (N, C·H·W): a view, no copy. With NHWC activations the features
-// come in H, W, C order; the parameter count and the arithmetic are the same.
+// Flatten(N, C, H, W) → (N, C·H·W) in PyTorch's order: features run over C, then H, then W,
+// so that a linear layer's weights mean the same as torch.nn.Linear's after torch.flatten
+// (weights files, golden tests). With NCHW activations, or a 1×1 image, that is a view; NHWC
+// activations are reordered (forward) and the gradient reordered back (backward).
 class Flatten final : public Layer {
  public:
   std::string kind() const override { return "Flatten"; }
-  Tensor setup(const Tensor& input, SetupContext&) override {  // a view: takes no tick
+  Tensor setup(const Tensor& input, SetupContext& ctx) override {
     input_ = input.shape;
-    Tensor out = input;
-    out.shape = Shape(input_.n(), input_.numel() / input_.n());
-    out.layout = Layout::plain;
-    return out;
+    input_layout_ = input.layout;
+    const Shape flat(input_.n(), input_.numel() / input_.n());
+    const bool view = input.layout != Layout::nhwc || input_.h() * input_.w() == 1;
+    if (view) {  // takes no tick
+      Tensor out = input;
+      out.shape = flat;
+      out.layout = Layout::plain;
+      return out;
+    }
+    to_nchw_ = ctx.backend.make_reorder(input_, input.dtype, Layout::nhwc, Layout::nchw);
+    to_nhwc_ = ctx.backend.make_reorder(input_, input.dtype, Layout::nchw, Layout::nhwc);
+    const Tick t = ctx.arena.next_tick();
+    ctx.arena.read(input, t);
+    y_ = activation(flat, Layout::plain, input.dtype);
+    ctx.arena.request(y_, t);
+    input_grad_ = ctx.input_grad_needed;
+    if (input_grad_) {
+      dx_ = activation(input_, Layout::nhwc, input.dtype);
+      ctx.request_input_grad(dx_, t.mirrored());
+    }
+    return y_;
   }
   const Tensor& forward(const Tensor& x, StepContext&) override {
-    y_ = x;
-    y_.shape = Shape(input_.n(), input_.numel() / input_.n());
-    y_.layout = Layout::plain;
-    input_layout_ = x.layout;
+    if (!to_nchw_) {
+      y_ = x;
+      y_.shape = Shape(input_.n(), input_.numel() / input_.n());
+      y_.layout = Layout::plain;
+      return y_;
+    }
+    Tensor y = y_;
+    y.shape = input_;
+    y.layout = Layout::nchw;
+    to_nchw_->run(x, y);
     return y_;
   }
   const Tensor& backward(const Tensor& dy, StepContext&) override {
-    dx_ = dy;
-    dx_.shape = input_;
-    dx_.layout = input_layout_;
+    if (!to_nchw_) {
+      dx_ = dy;
+      dx_.shape = input_;
+      dx_.layout = input_layout_;
+      return dx_;
+    }
+    if (!input_grad_) return dx_;
+    Tensor dy_nchw = dy;
+    dy_nchw.shape = input_;
+    dy_nchw.layout = Layout::nchw;
+    to_nhwc_->run(dy_nchw, dx_);
     return dx_;
   }
 
  private:
   Shape input_;
   Layout input_layout_ = Layout::plain;
+  bool input_grad_ = true;
+  std::unique_ptr<ReorderOp> to_nchw_, to_nhwc_;
   Tensor y_, dx_;
 };
 
@@ -116,6 +151,9 @@ class Dropout final : public Layer {
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
     ctx.backend.dropout_backward(dy, mask_, dx_);
     return dx_;
+  }
+  void collect_step_state(const std::string& prefix, std::vector<std::pair<std::string, const Tensor*>>& out) override {
+    out.emplace_back(prefix + "mask", &mask_);
   }
 
  private:
