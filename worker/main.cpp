@@ -41,6 +41,7 @@
 #include "models/model.hpp"
 #include "self_test.hpp"
 #include "trainer.hpp"
+#include "weights_file.hpp"
 #include "worker_metrics.hpp"
 
 namespace {
@@ -87,6 +88,12 @@ Usage: dlbench-worker [options]
                           then fixed)                                     (default off)
   --memory-plan P         lifetime: activation and gradient buffers share memory once
                           their last reader has run; none: each has its own (default lifetime)
+  --init-from FILE        start from the weights in FILE instead of the seed's: a safetensors
+                          file with torchvision's state_dict names and shapes (batch-norm
+                          running statistics in it are allowed and not used)
+  --record-step FILE      run one training step on the synthetic batch and write it to FILE
+                          (safetensors: input, labels, loss, and initial.*, grad.* and
+                          updated.* for every parameter), then exit; one rank
   --self-test             check this backend against the CPU backend in fp32 (op by op, a few
                           training steps), loss scaling, step-graph replay and the
                           communicator across every rank, for each --precision (a comma
@@ -152,6 +159,8 @@ struct Options {
   std::string data_path;
   long decode_threads = defaults::kDecodeThreads;
   long prefetch_batches = defaults::kPrefetchBatches;
+  std::string init_from;    // weights file (safetensors, torchvision's names)
+  std::string record_step;  // write one step's record there and exit
   bool self_test = false;
   std::vector<std::string> self_test_precisions;  // --self-test: every one unless --precision says
 };
@@ -295,6 +304,10 @@ std::optional<Options> parse(int argc, char** argv) {
       o.metrics_port = parse_bounded(flag, value, 0, 65535);
     } else if (flag == "--output") {
       o.output = value;
+    } else if (flag == "--init-from") {
+      o.init_from = value;
+    } else if (flag == "--record-step") {
+      o.record_step = value;
     } else if (flag == "--data") {
       o.data = choice(flag, value, {"synthetic", "imagefolder"});
     } else if (flag == "--data-path") {
@@ -316,6 +329,21 @@ std::optional<Options> parse(int argc, char** argv) {
                      "runs one of fp32, tf32, amp, bf16"};
   }
   if (o.self_test && o.self_test_precisions.empty()) o.self_test_precisions = kPrecisions;
+  if (!o.init_from.empty()) {
+    if (o.self_test) throw UsageError{"--init-from: not with --self-test (it checks ops on its own weights)"};
+    if (std::ifstream probe(o.init_from, std::ios::binary); !probe) {
+      throw UsageError{"--init-from: cannot read " + printable(o.init_from)};
+    }
+  }
+  if (!o.record_step.empty()) {
+    if (o.self_test) throw UsageError{"--record-step: not with --self-test"};
+    if (o.data != "synthetic") throw UsageError{"--record-step: records a step on synthetic data; --data is " + o.data};
+    if (o.cuda_graph) throw UsageError{"--record-step: runs one eager step; not with --cuda-graph on"};
+    if (const char* world = std::getenv("OMPI_COMM_WORLD_SIZE"); world != nullptr && std::atoi(world) > 1) {
+      throw UsageError{"--record-step: records one rank's step; run it without mpirun (here " + std::string(world) +
+                       " ranks)"};
+    }
+  }
   if (o.self_test) o.precision = "fp32";  // the primary backend: fp32 math (tf32 gets its own)
   if (o.data == "imagefolder" && o.data_path.empty()) {
     throw UsageError{"--data imagefolder needs --data-path DIR (DIR/<class>/<image>.jpg)"};
@@ -541,6 +569,73 @@ class BackendUnavailable : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The case's trainer: its model, batch, precision and SGD, from the seed's weights or --init-from's.
+// Owned by pointer: the trainer's arena holds its buffers' addresses, so it never moves.
+std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer = false) {
+  auto trainer = std::make_unique<Trainer>(device, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), kModelClasses,
+                  SgdConfig{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)},
+                  o.seed, static_cast<std::uint64_t>(rank),
+                  o.memory_plan == "none" || keep_every_buffer ? MemoryReuse::none : MemoryReuse::lifetime,
+                  activation_dtype(o.precision));
+  if (o.precision == "amp") trainer->use_loss_scaling({});
+  if (!o.init_from.empty()) load_parameters(read_weights_file(o.init_from), o.init_from, trainer->parameters(), device);
+  return trainer;
+}
+
+// --record-step: one eager step, everything it read and wrote, for comparing with another
+// framework on the same weights and batch (tests/golden).
+int record_step(const Options& o, Backend* backend, const std::string& backend_error) {
+  try {
+    if (backend == nullptr) throw BackendUnavailable(backend_error);
+    if (const auto why = unsupported_precision(o, backend)) throw Unsupported(*why);
+    // Every buffer its own memory, so that the step's dropout masks are still there after it.
+    const std::unique_ptr<Trainer> owner = make_trainer(o, *backend, 0, true);
+    Trainer& trainer = *owner;
+    const std::vector<std::int64_t> input_shape{o.batch_size, 3, o.image_size, o.image_size};
+    std::vector<float> pixels;
+    std::vector<std::int32_t> labels32;
+    trainer.copy_batch_to_host(pixels, labels32);
+    const std::vector<std::int64_t> labels(labels32.begin(), labels32.end());
+    WeightsFile record;
+    record.metadata = {{"format", "dlbench.step/v1"},
+                       {"model", o.model},
+                       {"backend", o.backend},
+                       {"precision", o.precision},
+                       {"batch_size", std::to_string(o.batch_size)},
+                       {"image_size", std::to_string(o.image_size)},
+                       {"seed", std::to_string(o.seed)},
+                       {"learning_rate", std::to_string(o.learning_rate)},
+                       {"momentum", std::to_string(o.momentum)},
+                       {"weight_decay", std::to_string(o.weight_decay)},
+                       {"init_from", o.init_from},
+                       {"dlbench_version", DLBENCH_VERSION}};
+    record.tensors.push_back(NamedTensor::of_floats("input", input_shape, pixels.data()));
+    record.tensors.push_back(NamedTensor::of_ints("labels", {o.batch_size}, labels.data()));
+    for (auto& t : parameter_tensors(trainer.parameters(), *backend, "initial.")) record.tensors.push_back(std::move(t));
+    const float loss = trainer.step();
+    backend->synchronize();
+    record.tensors.push_back(NamedTensor::of_floats("loss", {}, &loss));
+    for (const auto& [name, state] : step_state(trainer.network())) {
+      std::vector<std::byte> stored(state->bytes());
+      backend->copy_to_host(stored.data(), state->data, stored.size());
+      std::vector<float> host = decode(stored.data(), static_cast<std::size_t>(state->numel()), state->dtype);
+      if (state->layout == Layout::nhwc) host = nhwc_to_nchw(host, state->shape);
+      std::vector<std::int64_t> shape;
+      for (int i = 0; i < state->shape.rank; ++i) shape.push_back(state->shape[i]);
+      record.tensors.push_back(NamedTensor::of_floats("state." + name, std::move(shape), host.data()));
+    }
+    for (auto& t : parameter_tensors(trainer.parameters(), *backend, "grad.", true)) record.tensors.push_back(std::move(t));
+    for (auto& t : parameter_tensors(trainer.parameters(), *backend, "updated.")) record.tensors.push_back(std::move(t));
+    write_weights_file(o.record_step, record);
+    std::cerr << "dlbench-worker: recorded one " << o.model << " step (loss " << loss << ", "
+              << trainer.parameters().parameters().size() << " parameters) to " << o.record_step << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "dlbench-worker: --record-step: " << e.what() << "\n";
+    return kExitFailed;
+  }
+}
+
 int run(const Options& o, Communicator& comm, Backend* backend, const std::string& backend_error) {
   const std::vector<std::string> hosts = comm.hosts();
   const auto nodes = static_cast<int>(distinct(hosts).size());
@@ -605,13 +700,8 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
       }
       agree_on_data(error);
     }
-    Trainer trainer(device, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), kModelClasses,
-                    {static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
-                     static_cast<float>(o.weight_decay)},
-                    o.seed, static_cast<std::uint64_t>(comm.rank()),
-                    o.memory_plan == "none" ? MemoryReuse::none : MemoryReuse::lifetime,
-                    activation_dtype(o.precision));
-    if (o.precision == "amp") trainer.use_loss_scaling({});
+    const std::unique_ptr<Trainer> owner = make_trainer(o, device, comm.rank());
+    Trainer& trainer = *owner;
     ParameterStore& store = trainer.parameters();
     comm.broadcast(store.values(), store.count(), 0);  // identical start on every rank
     GradientBuckets buckets(comm, store, static_cast<std::size_t>(o.bucket_mb) << 20);
@@ -897,6 +987,7 @@ int main(int argc, char** argv) {
     }
     auto communicator = make_communicator(*options, &argc, &argv, backend.get());
     if (options->self_test) return self_test(*options, *communicator, backend.get(), backend_error);
+    if (!options->record_step.empty()) return record_step(*options, backend.get(), backend_error);
     return run(*options, *communicator, backend.get(), backend_error);
   } catch (const UsageError& e) {
     std::cerr << "dlbench-worker: " << e.message << "\n";

@@ -83,6 +83,15 @@ void Trainer::load_batch(const float* pixels, const std::int32_t* labels) {
   backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(input_.shape.n()) * sizeof(std::int32_t));
 }
 
+void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<std::int32_t>& labels) {
+  std::vector<std::byte> stored(input_.bytes());
+  backend_.copy_to_host(stored.data(), input_.data, stored.size());
+  pixels_nchw = decode(stored.data(), static_cast<std::size_t>(input_.numel()), input_.dtype);
+  if (input_.layout == Layout::nhwc) pixels_nchw = nhwc_to_nchw(pixels_nchw, input_.shape);
+  labels.resize(static_cast<std::size_t>(input_.shape.n()));
+  backend_.copy_to_host(labels.data(), labels_storage_.data, labels.size() * sizeof(std::int32_t));
+}
+
 float Trainer::loss() {
   const Tensor& logits = network_->forward(input_, context_);
   return loss_.forward_backward(logits, static_cast<const std::int32_t*>(labels_storage_.data), backend_,

@@ -43,6 +43,8 @@ class Trainer {
   // floats, converted to the activations' dtype) and one class index per sample, copied to
   // the device before the next step.
   void load_batch(const float* pixels, const std::int32_t* labels);
+  // The batch the next step trains on, as fp32 pixels in (N, C, H, W) order and class indices.
+  void copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<std::int32_t>& labels);
 
   // One step; returns the batch's mean loss (NaN when the step is a graph replay: last_loss()
   // reads it then).

@@ -186,6 +186,39 @@ TEST(WorkerCli, BadInputExitsTwoNamingTheFlag) {
   EXPECT_THAT(list.out, HasSubstr("resnet152"));
 }
 
+// --record-step writes a safetensors record; --init-from takes weights files only: a record (its
+// tensors are "initial.*", "grad.*", ...) is a Failed result naming what is missing, a missing file a
+// usage error, and a record of more than one rank or of real data is refused up front.
+TEST(WorkerCli, RecordStepAndInitFromSayWhatIsWrong) {
+  const auto dir = scratch();
+  const std::string common = "--model alexnet --image-size 64 --batch-size 2 --threads 2 ";
+  const Outcome record = worker(common + "--record-step step.safetensors");
+  ASSERT_EQ(record.exit_code, 0) << record.err;
+  EXPECT_THAT(record.err, HasSubstr("recorded one alexnet step"));
+  const std::string bytes = slurp(dir / "step.safetensors");
+  EXPECT_THAT(bytes, HasSubstr("\"initial.features.0.weight\""));
+  EXPECT_THAT(bytes, HasSubstr("\"grad.classifier.6.bias\""));
+  EXPECT_THAT(bytes, HasSubstr("\"state.classifier.3.mask\""));
+  EXPECT_THAT(bytes, HasSubstr("\"format\":\"dlbench.step/v1\""));
+
+  const Outcome wrong = worker(common + "--warmup-steps 0 --measure-steps 1 --repeats 1 --init-from step.safetensors");
+  EXPECT_EQ(wrong.exit_code, 1);
+  const ResultDocument doc = decoded(wrong.out);
+  EXPECT_EQ(doc.state, CaseState::Failed);
+  EXPECT_EQ(doc.reason, "WorkerError");
+  EXPECT_THAT(doc.message, HasSubstr("lacks 16 of the model's 16 parameters: features.0.weight, features.0.bias"));
+
+  const Outcome missing = worker(common + "--init-from nowhere.safetensors");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("--init-from: cannot read nowhere.safetensors"));
+  const Outcome ranks = worker(common + "--record-step x.safetensors", "OMPI_COMM_WORLD_SIZE=2");
+  EXPECT_EQ(ranks.exit_code, 2);
+  EXPECT_THAT(ranks.err, HasSubstr("--record-step: records one rank's step"));
+  const Outcome data = worker(common + "--record-step x.safetensors --data imagefolder --data-path .");
+  EXPECT_EQ(data.exit_code, 2);
+  EXPECT_THAT(data.err, HasSubstr("--record-step: records a step on synthetic data"));
+}
+
 // The API admits every precision; one the backend cannot run is a result that says why (reason
 // Unsupported, exit 1, never retried by the executors), not a usage error. oneDNN held to
 // avx512_core (no AVX512_BF16, on any CPU) makes bf16 one of them, naming the missing ISA.
