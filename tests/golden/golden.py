@@ -1,0 +1,446 @@
+#!/usr/bin/env python3
+"""Golden numerics: one dlbench training step against PyTorch's on the same weights and batch.
+
+  golden.py check WORKER MODEL [--committed-only]
+  golden.py update WORKER MODEL
+
+check, with torch and torchvision importable (Debian's python3-torch, python3-torchvision):
+  1. torchvision builds MODEL with its own initialisation (torch.manual_seed); its state_dict,
+     batch-norm buffers included, is written as a safetensors file;
+  2. dlbench-worker --init-from that file --record-step REC trains one step on its synthetic batch
+     and records the batch, the loss, its dropout masks, every gradient and every updated weight;
+  3. PyTorch trains the same step (same batch, same masks, SGD with the same settings) and every
+     tensor is compared within the bounds below;
+  4. the same step with one layer mutated (a stride moved, a padding mode changed; shapes stay the
+     same) must fail the comparison: the test can tell one layer's mistake.
+check without torch (or with --committed-only): dlbench-worker trains one step from its own seeded
+  weights (--seed 42) and the selected tensors are compared with the committed PyTorch values in
+  data/MODEL.safetensors (update writes them, from the same seeded weights).
+
+Truth and bounds. The reference is PyTorch's step in fp64 on the same weights, batch and masks:
+the exact answer to rounding, which both fp32 implementations are judged against. Two effects set
+the bounds. Summation order (oneDNN's blocked kernels, reduction trees in batch norm) gives a few
+ulps per operation, growing with depth. And a ReLU or max-pool input within rounding of its kink
+takes the other branch in one implementation: its gradient then differs by a whole term at one
+position, and a weight gradient summed over few positions (a 2x2 last stage) moves by 1/16 of
+that term. No fp32 implementation avoids this; it makes the per-element maximum error noisy, so
+that bound only catches gross mistakes, and the normwise error and cosine carry the precision.
+At torchvision's initialisation a deep batch-norm ResNet's gradients also explode with depth
+(PyTorch fp32 against fp64: up to 0.19 max relative error in ResNet-50), so the ResNets' residual
+branches start scaled (residual_gain, the last batch norm's weight; both frameworks get the same
+weights). Measured on an AMD EPYC (AVX-512), 2026-11-24, dlbench against fp64, worst tensor:
+  resnet50   normwise 4.6e-3, max 0.057   (PyTorch fp32: the same)
+  resnet152  normwise 1.6e-3, max 0.018   (PyTorch fp32: normwise 1.9e-2, max 0.20)
+  vgg16      normwise 1.5e-5, max 1.3e-5
+  alexnet    normwise 3.2e-5, max 3.1e-5  (PyTorch fp32: the same)
+  loss       relative error below 1e-7 for all four
+Bounds, for every gradient and every weight's step (updated - initial):
+  loss:            |a - b| / |b|          <= 1e-4
+  gradients:       cosine similarity      >= 0.9999
+  both:            ||a - b|| / ||b||      <= 1e-2
+                   max |a - b| / max |b|  <= 0.5   (kink flips; a wrong layer gives O(1) errors
+                                                    in many tensors at once: step 4)
+"""
+import json
+import math
+import mmap
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from array import array
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+LOSS_BOUND = 1e-4
+COSINE_BOUND = 0.9999
+NORMWISE_BOUND = 1e-2
+MAX_BOUND = 0.5
+
+# Small images and batches keep the test fast; batch 4 gives batch norm at least 16 values per
+# channel in ResNet's last stage (2x2 at 64x64), so its statistics are well conditioned.
+MODELS = {
+    "resnet50": {"image": 64, "batch": 4, "residual_gain": 0.1,
+                 "committed": ["conv1.weight", "bn1.weight", "layer3.0.bn2.bias", "layer4.2.bn3.weight", "fc.bias"]},
+    "resnet152": {"image": 64, "batch": 4, "residual_gain": 0.02,
+                  "committed": ["conv1.weight", "bn1.bias", "layer3.20.bn2.weight", "fc.bias"]},
+    # VGG16's classifier holds 120M of its 138M weights: the fp32 peer and the mutation, which
+    # the other three show, would double its time and memory.
+    "vgg16": {"image": 32, "batch": 4, "main_comparison_only": True,
+              "committed": ["features.0.weight", "features.14.bias", "classifier.0.bias", "classifier.6.bias"]},
+    "alexnet": {"image": 64, "batch": 4,
+                "committed": ["features.0.weight", "features.8.bias", "classifier.1.bias", "classifier.6.bias"]},
+}
+SGD = {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 1e-4}
+SEED = 42
+
+
+# ---- safetensors, without torch --------------------------------------------------------------
+
+def read_safetensors(path):
+    """{name: (dtype, shape, memoryview of the bytes)}, metadata; the file is mapped, not read."""
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    (size,) = struct.unpack("<Q", mapped[:8])
+    header = json.loads(bytes(mapped[8:8 + size]))
+    metadata = header.pop("__metadata__", {})
+    data = memoryview(mapped)[8 + size:]
+    return {name: (e["dtype"], e["shape"], data[e["data_offsets"][0]:e["data_offsets"][1]])
+            for name, e in header.items()}, metadata
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: [(name, dtype, shape, bytes)] in order."""
+    header, offset = {}, 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for _, _, _, data in tensors:
+            f.write(data)
+
+
+def floats(entry):
+    dtype, _, data = entry
+    assert dtype == "F32", dtype
+    values = array("f")
+    values.frombytes(bytes(data))
+    return values
+
+
+# ---- comparison ----------------------------------------------------------------------------
+
+class Report:
+    def __init__(self):
+        self.failures = []
+        self.worst = {}
+
+    def note(self, kind, name, value, bad):
+        if kind not in self.worst or (value > self.worst[kind][1] if kind != "cosine" else value < self.worst[kind][1]):
+            self.worst[kind] = (name, value)
+        if bad:
+            self.failures.append(f"{name}: {kind} {value:.3g}")
+
+    def summary(self):
+        return ", ".join(f"worst {k} {v:.3g} ({n})" for k, (n, v) in sorted(self.worst.items()))
+
+
+def tensor_errors(actual, expected):
+    """(cosine similarity, normwise relative error, max relative error) of two float sequences."""
+    dot = sum(a * e for a, e in zip(actual, expected))
+    na = math.sqrt(sum(a * a for a in actual))
+    ne = math.sqrt(sum(e * e for e in expected))
+    diff = [a - e for a, e in zip(actual, expected)]
+    nd = math.sqrt(sum(d * d for d in diff))
+    top = max((abs(e) for e in expected), default=0.0)
+    worst = max((abs(d) for d in diff), default=0.0)
+    cosine = 1.0 if na == ne == 0 else (dot / (na * ne) if na > 0 and ne > 0 else 0.0)
+    return cosine, nd / ne if ne > 0 else nd, worst / top if top > 0 else worst
+
+
+def judge(report, name, errors, step=False):
+    cosine, normwise, worst = errors
+    if not step:
+        report.note("cosine", name, cosine, not cosine >= COSINE_BOUND)
+    report.note("normwise error", name, normwise, not normwise <= NORMWISE_BOUND)
+    report.note("max error", name, worst, not worst <= MAX_BOUND)
+
+
+def compare_lists(report, name, actual, expected):
+    if len(actual) != len(expected):
+        report.failures.append(f"{name}: {len(actual)} values, expected {len(expected)}")
+        return
+    judge(report, name, tensor_errors(actual, expected), step=name.startswith("step."))
+
+
+def compare_loss(report, actual, expected):
+    relative = abs(actual - expected) / abs(expected)
+    report.note("loss error", "loss", relative, not relative <= LOSS_BOUND)
+
+
+# ---- dlbench --------------------------------------------------------------------------------
+
+def record_step(worker, model, out, init_from=None):
+    config = MODELS[model]
+    command = [worker, "--model", model, "--batch-size", str(config["batch"]), "--image-size", str(config["image"]),
+               "--seed", str(SEED), "--threads", "2", "--learning-rate", str(SGD["learning_rate"]),
+               "--momentum", str(SGD["momentum"]), "--weight-decay", str(SGD["weight_decay"]), "--record-step", out]
+    if init_from:
+        command += ["--init-from", init_from]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(command)} exited {done.returncode}: {done.stderr.strip()}")
+    return read_safetensors(out)
+
+
+# ---- PyTorch --------------------------------------------------------------------------------
+
+def torch_step(model_name, record, mutate=None, double=True):
+    """The step in PyTorch from the record's initial weights, batch and dropout masks, in fp64 (or
+    fp32); returns (loss, {name: grad}, {name: updated})."""
+    import torch
+    import torchvision
+
+    net = getattr(torchvision.models, model_name)()
+    state = {name[len("initial."):]: tensor_of(record[name]) for name in record if name.startswith("initial.")}
+    missing, unexpected = net.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not m.endswith(("running_mean", "running_var", "num_batches_tracked"))]
+    if missing or unexpected:
+        sys.exit(f"FAIL: dlbench's parameter names are not torchvision's: missing {missing[:5]}, "
+                 f"unexpected {unexpected[:5]}")
+    for name, module in list(net.named_modules()):
+        if isinstance(module, torch.nn.Dropout):  # the masks dlbench drew, so both drop the same units
+            set_module(net, name, RecordedDropout(tensor_of(record[f"state.{name}.mask"])))
+    if mutate:
+        mutate(net)
+    if double:
+        net.double()
+    net.train()
+    optimizer = torch.optim.SGD(net.parameters(), lr=SGD["learning_rate"], momentum=SGD["momentum"],
+                                weight_decay=SGD["weight_decay"])
+    x = tensor_of(record["input"]).to(torch.float64 if double else torch.float32)
+    labels = torch.frombuffer(record["labels"][2], dtype=torch.int64).reshape(record["labels"][1])
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(net(x), labels)
+    loss.backward()
+    optimizer.step()  # leaves p.grad as it was (weight decay and momentum work on copies)
+    parameters = dict(net.named_parameters())
+    return loss.item(), {n: p.grad for n, p in parameters.items()}, {n: p.detach() for n, p in parameters.items()}
+
+
+def tensor_of(entry):
+    import torch
+    dtype, shape, data = entry
+    assert dtype == "F32", dtype
+    return torch.frombuffer(data, dtype=torch.float32).reshape(shape) if len(data) else torch.zeros(shape)
+
+
+def set_module(net, dotted, module):
+    parent, _, leaf = dotted.rpartition(".")
+    setattr(net.get_submodule(parent) if parent else net, leaf, module)
+
+
+def make_recorded_dropout():
+    import torch
+
+    class RecordedDropout(torch.nn.Module):
+        def __init__(self, mask):
+            super().__init__()
+            self.register_buffer("mask", mask.clone())
+
+        def forward(self, x):
+            return x * self.mask
+
+    return RecordedDropout
+
+
+def RecordedDropout(mask):  # noqa: N802 - a class made on first use, so that torch stays optional
+    global RecordedDropout
+    cls = make_recorded_dropout()
+    RecordedDropout = cls
+    return cls(mask)
+
+
+def torch_errors(actual, expected):
+    a, e = actual.double().flatten(), expected.double().flatten()
+    na, ne, nd = a.norm().item(), e.norm().item(), (a - e).norm().item()
+    top, worst = e.abs().max().item() if e.numel() else 0.0, (a - e).abs().max().item() if e.numel() else 0.0
+    cosine = 1.0 if na == ne == 0 else ((a @ e).item() / (na * ne) if na > 0 and ne > 0 else 0.0)
+    return cosine, nd / ne if ne > 0 else nd, worst / top if top > 0 else worst
+
+
+def compare_with_torch(record, loss, grads, updated):
+    report = Report()
+    compare_loss(report, tensor_of(record["loss"]).item(), loss)
+    for name, g in grads.items():
+        judge(report, "grad." + name, torch_errors(tensor_of(record["grad." + name]), g))
+    for name, w in updated.items():  # the step each weight took: lr (g + wd w) plus momentum's first buffer
+        start = tensor_of(record["initial." + name])
+        judge(report, "step." + name, torch_errors(tensor_of(record["updated." + name]) - start, w - start), step=True)
+    return report
+
+
+def compare_with_torch_as_record(record, loss32, grads32, updated32, loss, grads, updated):
+    """PyTorch fp32's step judged against the fp64 one, as dlbench's is."""
+    report = Report()
+    compare_loss(report, loss32, loss)
+    for name, g in grads.items():
+        judge(report, "grad." + name, torch_errors(grads32[name], g))
+    for name, w in updated.items():
+        start = tensor_of(record["initial." + name])
+        judge(report, "step." + name, torch_errors(updated32[name] - start, w - start), step=True)
+    return report
+
+
+# Shape-preserving one-layer mistakes, each of a kind a port gets wrong.
+def move_stride_to_first_conv(net):
+    """ResNet v1's placement: the stride of layer3's first block in its 1x1 conv, not its 3x3."""
+    block = net.layer3[0]
+    block.conv1.stride, block.conv2.stride = block.conv2.stride, block.conv1.stride
+
+
+def reflect_last_conv_padding(net):
+    """Reflection instead of zero padding in the last convolution of the features."""
+    last = [m for m in net.features if m.__class__.__name__ == "Conv2d"][-1]
+    last.padding_mode = "reflect"
+
+
+MUTATIONS = {"resnet50": move_stride_to_first_conv, "resnet152": move_stride_to_first_conv,
+             "vgg16": reflect_last_conv_padding, "alexnet": reflect_last_conv_padding}
+
+
+def torch_available():
+    try:
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def conditioned(model, name, data):
+    """The bytes of tensor `name` as the test uses them: a ResNet's last batch norm in each block
+    (bn3) scaled to the model's residual_gain, so that the residual branches start small. At
+    torchvision's initialisation (weight 1) a deep BN ResNet's gradients explode with depth, and
+    fp32 against fp64 differs by up to 30% in some tensors for PyTorch itself; with the branches
+    scaled the same step is well conditioned and the bounds mean something."""
+    gain = MODELS[model].get("residual_gain")
+    if gain is None or not name.endswith(".bn3.weight"):
+        return data
+    return struct.pack("<f", gain) * (len(data) // 4)
+
+
+def write_init(model, path, tensors, source):
+    """tensors: [(name, dtype, shape, bytes)]; written conditioned."""
+    write_safetensors(path, [(n, d, s, conditioned(model, n, b)) for n, d, s, b in tensors], {"source": source})
+
+
+def write_torchvision_init(model, path):
+    """torchvision's own initialisation of MODEL, state_dict and all, as a safetensors file."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(SEED)
+    net = getattr(torchvision.models, model)()
+    tensors = []
+    for name, t in net.state_dict().items():
+        t = t.detach().contiguous()
+        dtype = {torch.float32: "F32", torch.int64: "I64"}[t.dtype]
+        tensors.append((name, dtype, list(t.shape), t.numpy().tobytes()))
+    write_init(model, path, tensors, f"torchvision {torchvision.__version__} {model}()")
+
+
+def write_seeded_init(worker, model, work):
+    """dlbench's own seeded weights (--seed), conditioned: what the committed values are for."""
+    seeded, _ = record_step(worker, model, os.path.join(work, "seeded.safetensors"))
+    tensors = [(n[len("initial."):], d, s, bytes(b)) for n, (d, s, b) in seeded.items() if n.startswith("initial.")]
+    path = os.path.join(work, "seeded-init.safetensors")
+    write_init(model, path, tensors, f"dlbench-worker --seed {SEED}")
+    return path
+
+
+def check_with_torch(worker, model, work):
+    init = os.path.join(work, "init.safetensors")
+    write_torchvision_init(model, init)
+    record, _ = record_step(worker, model, os.path.join(work, "step.safetensors"), init_from=init)
+    # The initial weights dlbench recorded are the file's, bit for bit.
+    source, _ = read_safetensors(init)
+    for name in record:
+        if name.startswith("initial.") and bytes(record[name][2]) != bytes(source[name[len("initial."):]][2]):
+            sys.exit(f"FAIL: --init-from: {name} differs from the file's tensor")
+    loss, grads, updated = torch_step(model, record)
+    report = compare_with_torch(record, loss, grads, updated)
+    print(f"{model}: dlbench loss {tensor_of(record['loss']).item():.7f}, PyTorch (fp64) {loss:.7f}; "
+          f"{len(grads)} gradients and steps compared; dlbench: {report.summary()}")
+    if report.failures:
+        sys.exit(f"FAIL: {model} differs from PyTorch: " + "; ".join(report.failures[:10]))
+    if MODELS[model].get("main_comparison_only"):
+        return
+    # PyTorch's own fp32 step judged the same way: what two fp32 implementations' noise looks like.
+    peer = compare_with_torch_as_record(record, *torch_step(model, record, double=False), loss, grads, updated)
+    print(f"{model}: PyTorch fp32 against the same fp64 step: {peer.summary()}")
+    del loss, grads, updated, peer
+    mutation = MUTATIONS[model]
+    m_loss, m_grads, m_updated = torch_step(model, record, mutate=mutation)
+    mutated = compare_with_torch(record, m_loss, m_grads, m_updated)
+    if not mutated.failures:
+        sys.exit(f"FAIL: the mutation {mutation.__name__} passed the comparison: the bounds cannot tell a "
+                 f"one-layer mistake ({mutated.summary()})")
+    print(f"{model}: mutated ({mutation.__name__}): {len(mutated.failures)} tensors out of bounds, "
+          f"e.g. {mutated.failures[0]}")
+
+
+def check_committed(worker, model, work):
+    path = os.path.join(HERE, "data", model + ".safetensors")
+    golden, metadata = read_safetensors(path)
+    init = write_seeded_init(worker, model, work)
+    record, _ = record_step(worker, model, os.path.join(work, "step.safetensors"), init_from=init)
+    first = MODELS[model]["committed"][0]
+    if bytes(record["initial." + first][2]) != bytes(golden["initial." + first][2]):
+        sys.exit(f"FAIL: dlbench's seeded weights ({first}) are not the ones {path} was made from; "
+                 f"run: golden.py update WORKER {model}")
+    report = Report()
+    (expected_loss,) = floats(golden["loss"])
+    (actual_loss,) = floats(record["loss"])
+    compare_loss(report, actual_loss, expected_loss)
+    for name in MODELS[model]["committed"]:
+        compare_lists(report, "grad." + name, floats(record["grad." + name]), floats(golden["grad." + name]))
+        start = floats(record["initial." + name])
+        step = [u - w for u, w in zip(floats(record["updated." + name]), start)]
+        expected_step = [u - w for u, w in zip(floats(golden["updated." + name]), start)]
+        compare_lists(report, "step." + name, step, expected_step)
+    print(f"{model}: against the committed PyTorch values ({metadata.get('source', '?')}): dlbench loss "
+          f"{actual_loss:.7f}, PyTorch {expected_loss:.7f}; {report.summary()}")
+    if report.failures:
+        sys.exit(f"FAIL: {model} differs from the committed PyTorch values: " + "; ".join(report.failures[:10]))
+
+
+def update(worker, model, work):
+    import torch
+    import torchvision
+
+    init = write_seeded_init(worker, model, work)
+    record, _ = record_step(worker, model, os.path.join(work, "step.safetensors"), init_from=init)
+    loss, grads, updated = torch_step(model, record)
+    first = MODELS[model]["committed"][0]
+    tensors = [("loss", "F32", [], struct.pack("<f", loss)),  # fp64's values rounded to fp32
+               ("initial." + first, "F32", record["initial." + first][1], bytes(record["initial." + first][2]))]
+    for name in MODELS[model]["committed"]:
+        for kind, values in (("grad.", grads), ("updated.", updated)):
+            t = values[name].float().contiguous()
+            tensors.append((kind + name, "F32", list(t.shape), t.numpy().tobytes()))
+    config = MODELS[model]
+    path = os.path.join(HERE, "data", model + ".safetensors")
+    write_safetensors(path, tensors, {
+        "source": f"PyTorch {torch.__version__} in fp64, torchvision {torchvision.__version__}",
+        "model": model, "image_size": str(config["image"]), "batch_size": str(config["batch"]), "seed": str(SEED),
+        **{k: str(v) for k, v in SGD.items()}})
+    print(f"wrote {path} ({os.path.getsize(path)} bytes), loss {loss:.7f}")
+
+
+def main():
+    if len(sys.argv) < 4 or sys.argv[1] not in ("check", "update") or sys.argv[3] not in MODELS:
+        sys.exit(__doc__)
+    command, worker, model = sys.argv[1:4]
+    committed_only = "--committed-only" in sys.argv[4:]
+    with tempfile.TemporaryDirectory(prefix="dlbench-golden-") as work:
+        if command == "update":
+            update(worker, model, work)
+        elif committed_only or not torch_available():
+            if not committed_only:
+                print("torch and torchvision are not importable: comparing with the committed PyTorch values only")
+            check_committed(worker, model, work)
+        else:
+            check_with_torch(worker, model, work)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
