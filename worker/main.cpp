@@ -217,6 +217,12 @@ std::string choice(const std::string& flag, const std::string& text, const std::
   throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + list};
 }
 
+// The job's rank count as mpirun tells it (1 outside mpirun), for options that take one rank.
+int mpirun_ranks() {
+  const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return world != nullptr ? std::max(1, std::atoi(world)) : 1;
+}
+
 std::optional<Options> parse(int argc, char** argv) {
   Options o;
   std::vector<std::string> models;
@@ -339,8 +345,8 @@ std::optional<Options> parse(int argc, char** argv) {
     if (o.self_test) throw UsageError{"--record-step: not with --self-test"};
     if (o.data != "synthetic") throw UsageError{"--record-step: records a step on synthetic data; --data is " + o.data};
     if (o.cuda_graph) throw UsageError{"--record-step: runs one eager step; not with --cuda-graph on"};
-    if (const char* world = std::getenv("OMPI_COMM_WORLD_SIZE"); world != nullptr && std::atoi(world) > 1) {
-      throw UsageError{"--record-step: records one rank's step; run it without mpirun (here " + std::string(world) +
+    if (const int ranks = mpirun_ranks(); ranks > 1) {
+      throw UsageError{"--record-step: records one rank's step; run it without mpirun (here " + std::to_string(ranks) +
                        " ranks)"};
     }
   }
@@ -354,9 +360,9 @@ std::optional<Options> parse(int argc, char** argv) {
   if (o.cuda_graph && o.backend != "cuda") {
     throw UsageError{"--cuda-graph: on needs --backend cuda; allowed here: off"};
   }
-  if (const char* world = std::getenv("OMPI_COMM_WORLD_SIZE"); o.cuda_graph && world != nullptr && std::atoi(world) > 1) {
+  if (const int ranks = mpirun_ranks(); o.cuda_graph && ranks > 1) {
     throw UsageError{"--cuda-graph: on runs one rank (the gradient allreduce is driven from the host between "
-                     "backward and the update); allowed with " + std::string(world) + " ranks: off"};
+                     "backward and the update); allowed with " + std::to_string(ranks) + " ranks: off"};
   }
   if (o.communicator == "mpi" && o.backend == "cuda") {
     // The MPI communicator reduces host buffers; device pointers would need a CUDA-aware MPI.
@@ -591,7 +597,6 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
     // Every buffer its own memory, so that the step's dropout masks are still there after it.
     const std::unique_ptr<Trainer> owner = make_trainer(o, *backend, 0, true);
     Trainer& trainer = *owner;
-    const std::vector<std::int64_t> input_shape{o.batch_size, 3, o.image_size, o.image_size};
     std::vector<float> pixels;
     std::vector<std::int32_t> labels32;
     trainer.copy_batch_to_host(pixels, labels32);
@@ -609,20 +614,14 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
                        {"weight_decay", std::to_string(o.weight_decay)},
                        {"init_from", o.init_from},
                        {"dlbench_version", DLBENCH_VERSION}};
-    record.tensors.push_back(NamedTensor::of_floats("input", input_shape, pixels.data()));
+    record.tensors.push_back(NamedTensor::of_floats("input", dims_of(trainer.input().shape), pixels.data()));
     record.tensors.push_back(NamedTensor::of_ints("labels", {o.batch_size}, labels.data()));
     for (auto& t : parameter_tensors(trainer.parameters(), *backend, "initial.")) record.tensors.push_back(std::move(t));
     const float loss = trainer.step();
     backend->synchronize();
     record.tensors.push_back(NamedTensor::of_floats("loss", {}, &loss));
     for (const auto& [name, state] : step_state(trainer.network())) {
-      std::vector<std::byte> stored(state->bytes());
-      backend->copy_to_host(stored.data(), state->data, stored.size());
-      std::vector<float> host = decode(stored.data(), static_cast<std::size_t>(state->numel()), state->dtype);
-      if (state->layout == Layout::nhwc) host = nhwc_to_nchw(host, state->shape);
-      std::vector<std::int64_t> shape;
-      for (int i = 0; i < state->shape.rank; ++i) shape.push_back(state->shape[i]);
-      record.tensors.push_back(NamedTensor::of_floats("state." + name, std::move(shape), host.data()));
+      record.tensors.push_back(NamedTensor::of_floats("state." + name, dims_of(state->shape), download(*backend, *state).data()));
     }
     for (auto& t : parameter_tensors(trainer.parameters(), *backend, "grad.", true)) record.tensors.push_back(std::move(t));
     for (auto& t : parameter_tensors(trainer.parameters(), *backend, "updated.")) record.tensors.push_back(std::move(t));

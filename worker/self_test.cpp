@@ -20,14 +20,6 @@
 
 namespace dlbench::worker {
 
-std::vector<float> to_layout(const std::vector<float>& nchw, const Shape& shape, Layout layout) {
-  return shape.rank == 4 && layout == Layout::nhwc ? nchw_to_nhwc(nchw, shape) : nchw;
-}
-
-std::vector<float> from_layout(const std::vector<float>& stored, const Shape& shape, Layout layout) {
-  return shape.rank == 4 && layout == Layout::nhwc ? nhwc_to_nchw(stored, shape) : stored;
-}
-
 double normwise_relative_error(const std::vector<float>& actual, const std::vector<float>& expected) {
   if (actual.size() != expected.size()) return std::numeric_limits<double>::infinity();
   double diff = 0, norm = 0;
@@ -54,12 +46,6 @@ namespace {
 void upload(Backend& backend, const Tensor& t, const std::vector<float>& logical) {
   const auto bytes = encode(to_layout(logical, t.shape, t.layout).data(), logical.size(), t.dtype);
   backend.copy_from_host(t.data, bytes.data(), t.bytes());
-}
-
-std::vector<float> download(Backend& backend, const Tensor& t) {
-  std::vector<std::byte> bytes(t.bytes());
-  backend.copy_to_host(bytes.data(), t.data, t.bytes());
-  return from_layout(decode(bytes.data(), static_cast<std::size_t>(t.numel()), t.dtype), t.shape, t.layout);
 }
 
 std::vector<float> download(Backend& backend, const float* device, std::int64_t count) {

@@ -30,9 +30,6 @@
 
 namespace dlbench::worker {
 
-// Host conversions between a 4-D tensor's logical (N, C, H, W) order and its layout.
-std::vector<float> to_layout(const std::vector<float>& nchw, const Shape& shape, Layout layout);
-std::vector<float> from_layout(const std::vector<float>& stored, const Shape& shape, Layout layout);
 
 // ||actual - expected|| / ||expected|| (the norm of the difference when expected is zero).
 double normwise_relative_error(const std::vector<float>& actual, const std::vector<float>& expected);

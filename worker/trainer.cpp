@@ -34,6 +34,20 @@ std::vector<float> nhwc_to_nchw(const std::vector<float>& nhwc, const Shape& s) 
   return transpose_channels(nhwc, s, false);
 }
 
+std::vector<float> to_layout(const std::vector<float>& nchw, const Shape& shape, Layout layout) {
+  return shape.rank == 4 && layout == Layout::nhwc ? nchw_to_nhwc(nchw, shape) : nchw;
+}
+
+std::vector<float> from_layout(const std::vector<float>& stored, const Shape& shape, Layout layout) {
+  return shape.rank == 4 && layout == Layout::nhwc ? nhwc_to_nchw(stored, shape) : stored;
+}
+
+std::vector<float> download(Backend& backend, const Tensor& t) {
+  std::vector<std::byte> bytes(t.bytes());
+  backend.copy_to_host(bytes.data(), t.data, t.bytes());
+  return from_layout(decode(bytes.data(), static_cast<std::size_t>(t.numel()), t.dtype), t.shape, t.layout);
+}
+
 Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
                  SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank, MemoryReuse reuse, DType activations)
     : backend_(backend), network_(std::move(network)), sgd_(sgd), context_{backend, seed, 0, {}} {
@@ -84,10 +98,7 @@ void Trainer::load_batch(const float* pixels, const std::int32_t* labels) {
 }
 
 void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<std::int32_t>& labels) {
-  std::vector<std::byte> stored(input_.bytes());
-  backend_.copy_to_host(stored.data(), input_.data, stored.size());
-  pixels_nchw = decode(stored.data(), static_cast<std::size_t>(input_.numel()), input_.dtype);
-  if (input_.layout == Layout::nhwc) pixels_nchw = nhwc_to_nchw(pixels_nchw, input_.shape);
+  pixels_nchw = download(backend_, input_);
   labels.resize(static_cast<std::size_t>(input_.shape.n()));
   backend_.copy_to_host(labels.data(), labels_storage_.data, labels.size() * sizeof(std::int32_t));
 }

@@ -54,6 +54,10 @@ std::string listed(const std::vector<std::string>& names) {
 
 }  // namespace
 
+std::vector<std::int64_t> dims_of(const Shape& shape) {
+  return {shape.dims.begin(), shape.dims.begin() + shape.rank};
+}
+
 NamedTensor NamedTensor::of_floats(std::string name, std::vector<std::int64_t> shape, const float* values) {
   NamedTensor t{std::move(name), "F32", std::move(shape), {}};
   t.bytes.resize(static_cast<std::size_t>(t.numel()) * sizeof(float));
@@ -243,8 +247,7 @@ void load_parameters(const WeightsFile& file, const std::string& path, Parameter
       missing.push_back(p->name);
       continue;
     }
-    std::vector<std::int64_t> shape;
-    for (int i = 0; i < p->value.shape.rank; ++i) shape.push_back(p->value.shape[i]);
+    const std::vector<std::int64_t> shape = dims_of(p->value.shape);
     if (t->shape != shape) {
       fail(path, "tensor \"" + p->name + "\" is " + shape_text(t->shape) + "; the model's parameter is " + shape_text(shape));
     }
@@ -274,9 +277,7 @@ std::vector<NamedTensor> parameter_tensors(const ParameterStore& store, Backend&
     const Tensor& t = gradients ? p->grad : p->value;
     host.resize(static_cast<std::size_t>(t.numel()));
     backend.copy_to_host(host.data(), t.data, host.size() * sizeof(float));
-    std::vector<std::int64_t> shape;
-    for (int i = 0; i < t.shape.rank; ++i) shape.push_back(t.shape[i]);
-    out.push_back(NamedTensor::of_floats(prefix + p->name, std::move(shape), host.data()));
+    out.push_back(NamedTensor::of_floats(prefix + p->name, dims_of(t.shape), host.data()));
   }
   return out;
 }

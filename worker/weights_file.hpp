@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "tensor.hpp"
+
 namespace dlbench::worker {
 
 class Backend;
@@ -35,6 +37,9 @@ struct NamedTensor {
   std::vector<float> floats() const;
   std::vector<std::int64_t> ints() const;
 };
+
+// A tensor shape as a file's dimension list.
+std::vector<std::int64_t> dims_of(const Shape& shape);
 
 struct WeightsFile {
   std::vector<NamedTensor> tensors;  // in the order of their bytes in the file

@@ -33,10 +33,6 @@ class Bottleneck final : public Layer {
   }
 
   std::string kind() const override { return "Bottleneck"; }
-  void collect_parameters(std::vector<Parameter*>& out) override {
-    main_.collect_parameters(out);
-    if (shortcut_) shortcut_->collect_parameters(out);
-  }
   // torchvision's names: the main branch's layers sit in the block itself, the shortcut is
   // "downsample".
   void for_each_child(const std::function<void(const std::string&, Layer&)>& visit) override {

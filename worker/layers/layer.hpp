@@ -70,7 +70,10 @@ class Layer {
  public:
   virtual ~Layer() = default;
   virtual std::string kind() const = 0;
-  virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }
+  // Its parameters in order; a composite's are its children's (for_each_child), leaves override.
+  virtual void collect_parameters(std::vector<Parameter*>& out) {
+    for_each_child([&](const std::string&, Layer& child) { child.collect_parameters(out); });
+  }
   // A composite calls `visit` with each child and its name, torchvision's module name ("layer1",
   // "0", "conv1"), or "" for a child whose modules sit directly in this one (the bottleneck's main
   // branch). Parameter names are these paths (name_parameters).

@@ -32,9 +32,6 @@ class Sequential final : public Layer {
   }
 
   std::string kind() const override { return "Sequential"; }
-  void collect_parameters(std::vector<Parameter*>& out) override {
-    for (auto& l : layers_) l->collect_parameters(out);
-  }
   void for_each_child(const std::function<void(const std::string&, Layer&)>& visit) override {
     for (std::size_t i = 0; i < layers_.size(); ++i) visit(names_[i], *layers_[i]);
   }
