@@ -195,8 +195,16 @@ def torch_step(model_name, record, mutate=None, double=True):
     if missing or unexpected:
         sys.exit(f"FAIL: dlbench's parameter names are not torchvision's: missing {missing[:5]}, "
                  f"unexpected {unexpected[:5]}")
+    class RecordedDropout(torch.nn.Module):  # the mask dlbench drew, so both drop the same units
+        def __init__(self, mask):
+            super().__init__()
+            self.register_buffer("mask", mask.clone())
+
+        def forward(self, x):
+            return x * self.mask
+
     for name, module in list(net.named_modules()):
-        if isinstance(module, torch.nn.Dropout):  # the masks dlbench drew, so both drop the same units
+        if isinstance(module, torch.nn.Dropout):
             set_module(net, name, RecordedDropout(tensor_of(record[f"state.{name}.mask"])))
     if mutate:
         mutate(net)
@@ -227,27 +235,6 @@ def set_module(net, dotted, module):
     setattr(net.get_submodule(parent) if parent else net, leaf, module)
 
 
-def make_recorded_dropout():
-    import torch
-
-    class RecordedDropout(torch.nn.Module):
-        def __init__(self, mask):
-            super().__init__()
-            self.register_buffer("mask", mask.clone())
-
-        def forward(self, x):
-            return x * self.mask
-
-    return RecordedDropout
-
-
-def RecordedDropout(mask):  # noqa: N802 - a class made on first use, so that torch stays optional
-    global RecordedDropout
-    cls = make_recorded_dropout()
-    RecordedDropout = cls
-    return cls(mask)
-
-
 def torch_errors(actual, expected):
     a, e = actual.double().flatten(), expected.double().flatten()
     na, ne, nd = a.norm().item(), e.norm().item(), (a - e).norm().item()
@@ -256,26 +243,25 @@ def torch_errors(actual, expected):
     return cosine, nd / ne if ne > 0 else nd, worst / top if top > 0 else worst
 
 
-def compare_with_torch(record, loss, grads, updated):
-    report = Report()
-    compare_loss(report, tensor_of(record["loss"]).item(), loss)
-    for name, g in grads.items():
-        judge(report, "grad." + name, torch_errors(tensor_of(record["grad." + name]), g))
-    for name, w in updated.items():  # the step each weight took: lr (g + wd w) plus momentum's first buffer
-        start = tensor_of(record["initial." + name])
-        judge(report, "step." + name, torch_errors(tensor_of(record["updated." + name]) - start, w - start), step=True)
-    return report
+def recorded_step(record):
+    """dlbench's step from its record, as torch_step returns one: (loss, {name: grad}, {name: updated})."""
+    names = [n[len("grad."):] for n in record if n.startswith("grad.")]
+    return (tensor_of(record["loss"]).item(), {n: tensor_of(record["grad." + n]) for n in names},
+            {n: tensor_of(record["updated." + n]) for n in names})
 
 
-def compare_with_torch_as_record(record, loss32, grads32, updated32, loss, grads, updated):
-    """PyTorch fp32's step judged against the fp64 one, as dlbench's is."""
+def compare_steps(record, step, reference):
+    """A step (loss, grads, updated) judged against the reference step, both from the record's
+    initial weights: every gradient, and the step each weight took (lr (g + wd w), the first
+    momentum buffer being the gradient)."""
+    (loss, grads, updated), (ref_loss, ref_grads, ref_updated) = step, reference
     report = Report()
-    compare_loss(report, loss32, loss)
-    for name, g in grads.items():
-        judge(report, "grad." + name, torch_errors(grads32[name], g))
-    for name, w in updated.items():
+    compare_loss(report, loss, ref_loss)
+    for name, g in ref_grads.items():
+        judge(report, "grad." + name, torch_errors(grads[name], g))
+    for name, w in ref_updated.items():
         start = tensor_of(record["initial." + name])
-        judge(report, "step." + name, torch_errors(updated32[name] - start, w - start), step=True)
+        judge(report, "step." + name, torch_errors(updated[name] - start, w - start), step=True)
     return report
 
 
@@ -355,21 +341,20 @@ def check_with_torch(worker, model, work):
     for name in record:
         if name.startswith("initial.") and bytes(record[name][2]) != bytes(source[name[len("initial."):]][2]):
             sys.exit(f"FAIL: --init-from: {name} differs from the file's tensor")
-    loss, grads, updated = torch_step(model, record)
-    report = compare_with_torch(record, loss, grads, updated)
-    print(f"{model}: dlbench loss {tensor_of(record['loss']).item():.7f}, PyTorch (fp64) {loss:.7f}; "
-          f"{len(grads)} gradients and steps compared; dlbench: {report.summary()}")
+    reference = torch_step(model, record)
+    report = compare_steps(record, recorded_step(record), reference)
+    print(f"{model}: dlbench loss {tensor_of(record['loss']).item():.7f}, PyTorch (fp64) {reference[0]:.7f}; "
+          f"{len(reference[1])} gradients and steps compared; dlbench: {report.summary()}")
     if report.failures:
         sys.exit(f"FAIL: {model} differs from PyTorch: " + "; ".join(report.failures[:10]))
     if MODELS[model].get("main_comparison_only"):
         return
     # PyTorch's own fp32 step judged the same way: what two fp32 implementations' noise looks like.
-    peer = compare_with_torch_as_record(record, *torch_step(model, record, double=False), loss, grads, updated)
+    peer = compare_steps(record, torch_step(model, record, double=False), reference)
     print(f"{model}: PyTorch fp32 against the same fp64 step: {peer.summary()}")
-    del loss, grads, updated, peer
+    del reference, peer
     mutation = MUTATIONS[model]
-    m_loss, m_grads, m_updated = torch_step(model, record, mutate=mutation)
-    mutated = compare_with_torch(record, m_loss, m_grads, m_updated)
+    mutated = compare_steps(record, recorded_step(record), torch_step(model, record, mutate=mutation))
     if not mutated.failures:
         sys.exit(f"FAIL: the mutation {mutation.__name__} passed the comparison: the bounds cannot tell a "
                  f"one-layer mistake ({mutated.summary()})")
