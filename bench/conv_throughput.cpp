@@ -62,16 +62,19 @@ Timing time_convolution(const Conv2dConfig& c, const dnnl::engine& engine, dnnl:
   const memory::desc src(dims(c.input), f32, memory::format_tag::nhwc);
   const memory::desc dst(dims(c.output()), f32, memory::format_tag::nhwc);
   const memory::desc weights_any(dims(c.weight()), f32, memory::format_tag::any);
-  const memory::dims strides{c.stride, c.stride}, padding{c.padding, c.padding};
+  const memory::dims strides{c.stride, c.stride}, padding{c.padding.h, c.padding.w};
+  const memory::dims dilates{c.dilation - 1, c.dilation - 1};
   const auto alg = dnnl::algorithm::convolution_direct;
   const dnnl::convolution_forward::primitive_desc fwd_pd(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, weights_any, memory::desc(), dst,
-                                      strides, padding, padding),
+                                      strides, dilates, padding, padding),
       engine);
   const dnnl::convolution_backward_data::primitive_desc bwd_data_pd(
-      dnnl::convolution_backward_data::desc(alg, src, weights_any, dst, strides, padding, padding), engine, fwd_pd);
+      dnnl::convolution_backward_data::desc(alg, src, weights_any, dst, strides, dilates, padding, padding), engine,
+      fwd_pd);
   const dnnl::convolution_backward_weights::primitive_desc bwd_weights_pd(
-      dnnl::convolution_backward_weights::desc(alg, src, weights_any, memory::desc(), dst, strides, padding, padding),
+      dnnl::convolution_backward_weights::desc(alg, src, weights_any, memory::desc(), dst, strides, dilates, padding,
+                                               padding),
       engine, fwd_pd);
   memory x(src, engine), y(dst, engine), dx(src, engine), dy(dst, engine);
   memory w(fwd_pd.weights_desc(), engine), w_bwd(bwd_data_pd.weights_desc(), engine),
@@ -144,11 +147,12 @@ int main(int argc, char** argv) {
   net->setup(input, setup);
 
   // Distinct shapes with their multiplicity; the first convolution computes no dx.
-  std::map<std::tuple<long, long, long, long, long, long, long, long>, std::pair<Conv2dConfig, int>> shapes;
+  using Key = std::tuple<long, long, long, long, Extent2, long, Extent2, long, long>;
+  std::map<Key, std::pair<Conv2dConfig, int>> shapes;
   for (std::size_t i = 0; i < recorder.convolutions.size(); ++i) {
     const Conv2dConfig& c = recorder.convolutions[i];
-    const auto key = std::make_tuple(c.input.c(), c.input.h(), c.input.w(), c.out_channels, c.kernel, c.stride,
-                                     c.padding, i == 0 ? 1L : 0L);
+    const Key key{c.input.c(), c.input.h(), c.input.w(), c.out_channels, c.kernel, c.stride, c.padding, c.dilation,
+                  i == 0 ? 1L : 0L};
     auto [it, inserted] = shapes.emplace(key, std::make_pair(c, 0));
     ++it->second.second;
   }
@@ -157,16 +161,17 @@ int main(int argc, char** argv) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [key, entry] : shapes) {
     const auto& [c, count] = entry;
-    const bool first = std::get<7>(key) == 1;
+    const bool first = std::get<8>(key) == 1;
     const Timing t = time_convolution(c, cpu.engine(), cpu.stream(), iterations);
     const Shape o = c.output();
-    const double macs = static_cast<double>(c.input.n() * o.c() * o.h() * o.w() * c.input.c() * c.kernel * c.kernel);
+    const double macs = static_cast<double>(c.input.n() * o.c() * o.h() * o.w() * c.input.c() * c.kernel.h * c.kernel.w);
     const double seconds = t.forward + (first ? 0.0 : t.backward_data) + t.backward_weights;
     const double shape_flops = 2.0 * macs * (first ? 2.0 : 3.0);
     step += count * seconds;
     flops += count * shape_flops;
     rows.push_back({{"shape", "ic" + std::to_string(c.input.c()) + "ih" + std::to_string(c.input.h()) + "oc" +
-                                  std::to_string(o.c()) + "k" + std::to_string(c.kernel) + "s" + std::to_string(c.stride)},
+                                  std::to_string(o.c()) + "k" + std::to_string(c.kernel.h) + "x" + std::to_string(c.kernel.w) + "s" +
+                                  std::to_string(c.stride) + (c.dilation > 1 ? "d" + std::to_string(c.dilation) : "")},
                     {"count", count},
                     {"forwardMs", 1e3 * t.forward},
                     {"backwardDataMs", first ? 0.0 : 1e3 * t.backward_data},

@@ -4,6 +4,7 @@
 // primitives) and calls them every step with the same buffers.
 #pragma once
 
+#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -17,20 +18,32 @@ namespace dlbench::worker {
 
 // Every op computes in its activations' dtype (`dtype`); parameters and their gradients are
 // fp32 (master weights) whatever the activations are, and ops convert them as their kernels need.
+// An extent along (height, width): a kernel's size or its padding. One number means both.
+struct Extent2 {
+  std::int64_t h = 0, w = 0;
+  constexpr Extent2() = default;
+  constexpr Extent2(std::int64_t both) : h(both), w(both) {}  // NOLINT: 3 reads as 3×3, as in torch
+  constexpr Extent2(std::int64_t height, std::int64_t width) : h(height), w(width) {}
+  auto operator<=>(const Extent2&) const = default;
+};
+
+// torch.nn.Conv2d's geometry: rectangular kernels (InceptionV3's 1×7 and 7×1) and padding, one
+// stride and one dilation for both axes (DeepLab's atrous convolutions).
 struct Conv2dConfig {
   Shape input;  // N, C, H, W
   std::int64_t out_channels = 0;
-  std::int64_t kernel = 1;
+  Extent2 kernel{1};
   std::int64_t stride = 1;
-  std::int64_t padding = 0;
+  Extent2 padding{0};
   bool bias = false;
   DType dtype = DType::fp32;
+  std::int64_t dilation = 1;
 
   Shape output() const {
-    return {input.n(), out_channels, (input.h() + 2 * padding - kernel) / stride + 1,
-            (input.w() + 2 * padding - kernel) / stride + 1};
+    return {input.n(), out_channels, (input.h() + 2 * padding.h - dilation * (kernel.h - 1) - 1) / stride + 1,
+            (input.w() + 2 * padding.w - dilation * (kernel.w - 1) - 1) / stride + 1};
   }
-  Shape weight() const { return {out_channels, input.c(), kernel, kernel}; }
+  Shape weight() const { return {out_channels, input.c(), kernel.h, kernel.w}; }
 };
 
 class Conv2dOp {
@@ -125,6 +138,24 @@ class ReorderOp {
   virtual void run(const Tensor& x, Tensor& y) = 0;
 };
 
+// Copies a 4-D tensor into channels [offset, offset + its channels) of a wider one with the same
+// N, H and W, or that slice back out: torch.cat(branches, dim=1) forward, and the split of its
+// gradient backward (InceptionV3's branches, DeepLab's decoder).
+class ChannelSliceOp {
+ public:
+  virtual ~ChannelSliceOp() = default;
+  virtual void insert(const Tensor& part, Tensor& whole) = 0;
+  virtual void extract(const Tensor& whole, Tensor& part) = 0;
+};
+
+// One term of a step's loss: `weight` · mean cross-entropy. A network with an auxiliary
+// classifier (InceptionV3) has two: the auxiliary head's (weight 0.4) during forward, then the
+// main one, which adds to it.
+struct LossTerm {
+  float weight = 1.0f;
+  bool adds_to_step_loss = false;  // false: this term starts the step's loss
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -154,6 +185,10 @@ class Backend {
   virtual std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) = 0;
   virtual std::unique_ptr<AddOp> make_add(const Shape& shape, DType dtype) = 0;
   virtual std::unique_ptr<ReorderOp> make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) = 0;
+  // `part` (N, C, H, W) as channels [offset, offset + C) of an (N, whole_channels, H, W) tensor,
+  // both in activation_layout().
+  virtual std::unique_ptr<ChannelSliceOp> make_channel_slice(const Shape& part, std::int64_t whole_channels,
+                                                             std::int64_t offset, DType dtype) = 0;
 
   // running = (1 - momentum) · running + momentum · batch · correction (PyTorch's rule,
   // with correction n/(n-1) for the variance).
@@ -172,10 +207,12 @@ class Backend {
   virtual void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) = 0;
   virtual void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;
   // Mean softmax cross-entropy over the batch, computed in fp32 or wider whatever the logits'
-  // dtype; writes dlogits = (softmax - onehot) / N · gradient_scale in the logits' dtype (the
-  // loss scale is applied before the gradient is rounded, so small gradients survive fp16).
+  // dtype; writes dlogits = (softmax - onehot) / N · weight · gradient_scale in the logits' dtype
+  // (the loss scale is applied before the gradient is rounded, so small gradients survive fp16).
+  // Returns the step's loss so far: this term's weight · loss, plus the earlier terms' when it
+  // adds to them (last_loss() reads the same sum after a graph replay).
   virtual float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                                      float gradient_scale) = 0;
+                                      float gradient_scale, LossTerm term) = 0;
   // PyTorch SGD: g += wd·w; buf = momentum·buf + g (buf = g on the first step); w -= lr·buf.
   virtual void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
                           float learning_rate, float momentum, float weight_decay, bool first_step) = 0;

@@ -28,6 +28,10 @@ class DelegatingBackend : public Backend {
   std::unique_ptr<ReorderOp> make_reorder(const Shape& s, DType d, Layout from, Layout to) override {
     return inner_.make_reorder(s, d, from, to);
   }
+  std::unique_ptr<ChannelSliceOp> make_channel_slice(const Shape& part, std::int64_t whole_channels,
+                                                     std::int64_t offset, DType d) override {
+    return inner_.make_channel_slice(part, whole_channels, offset, d);
+  }
   void update_running_stat(Tensor& r, const Tensor& b, float m, float c) override { inner_.update_running_stat(r, b, m, c); }
   void scale(float* d, std::int64_t n, float f) override { inner_.scale(d, n, f); }
   bool unscale_and_check_finite(float* g, std::int64_t n, float f) override { return inner_.unscale_and_check_finite(g, n, f); }
@@ -37,8 +41,8 @@ class DelegatingBackend : public Backend {
     inner_.dropout_forward(x, y, m, p, s);
   }
   void dropout_backward(const Tensor& dy, const Tensor& m, Tensor& dx) override { inner_.dropout_backward(dy, m, dx); }
-  float softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d, float scale) override {
-    return inner_.softmax_cross_entropy(l, y, d, scale);
+  float softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d, float scale, LossTerm term) override {
+    return inner_.softmax_cross_entropy(l, y, d, scale, term);
   }
   void sgd_update(float* v, const float* g, float* b, std::int64_t n, float lr, float m, float wd, bool f) override {
     inner_.sgd_update(v, g, b, n, lr, m, wd, f);

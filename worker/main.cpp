@@ -55,10 +55,10 @@ constexpr int kExitFailed = 1;
 constexpr const char* kUsage = R"(dlbench-worker — train a model on synthetic or real data and measure it
 
 Usage: dlbench-worker [options]
-  --model NAME            resnet50 | resnet152 | vgg16 | alexnet        (default resnet50)
+  --model NAME            resnet50 | resnet152 | vgg16 | alexnet | inception_v3 (default resnet50)
   --backend NAME          cpu | cuda (when built with CUDA)                (default cpu)
   --batch-size N          samples per device and step, >= 1              (default 32)
-  --image-size N          square input size in pixels                    (default 224)
+  --image-size N          square input size in pixels    (default: the model's, 224; 299 for inception_v3)
   --precision P           fp32 | tf32 | amp | bf16 (default fp32); one the backend cannot run
                           ends as a Failed result with reason Unsupported (cpu: fp32, and bf16
                           where the CPU has AVX512_BF16; cuda: fp32, tf32)
@@ -137,7 +137,7 @@ struct Options {
   std::string model = "resnet50";
   std::string backend = "cpu";
   long batch_size = 32;
-  long image_size = 224;
+  long image_size = 0;  // 0: the model's default
   std::string precision = "fp32";
   long warmup_steps = 20;
   long measure_steps = 100;
@@ -242,8 +242,8 @@ std::optional<Options> parse(int argc, char** argv) {
       return std::nullopt;
     } else if (flag == "--list-models") {
       for (const auto& m : model_catalog()) {
-        std::cout << std::left << std::setw(11) << m.name << m.description << " (image size >= " << m.min_image_size
-                  << ")\n";
+        std::cout << std::left << std::setw(14) << m.name << m.description << " (image size " << m.default_image_size
+                  << ", >= " << m.min_image_size << ")\n";
       }
       return std::nullopt;
     } else if (flag == "--list-devices") {
@@ -379,6 +379,7 @@ std::optional<Options> parse(int argc, char** argv) {
   if (o.communicator == "mpi") throw UsageError{"--communicator: mpi is not built in (DLBENCH_WITH_MPI=OFF); allowed: none"};
 #endif
   for (const auto& m : model_catalog()) {
+    if (m.name == o.model && o.image_size == 0) o.image_size = m.default_image_size;
     if (m.name == o.model && o.image_size < m.min_image_size) {
       throw UsageError{"--image-size: " + std::to_string(o.image_size) + " is too small for " + o.model +
                        "; allowed: " + std::to_string(m.min_image_size) + " to 2048"};

@@ -53,6 +53,13 @@ void ParameterStore::initialize(std::uint64_t seed, Backend& backend) {
       case ParameterInit::normal_0_01:
         for (float& v : host) v = static_cast<float>(normal(0.01));
         break;
+      case ParameterInit::truncated_normal:
+        for (float& v : host) {
+          double draw = normal(p.init_std);
+          while (std::fabs(draw) > 2.0) draw = normal(p.init_std);
+          v = static_cast<float>(draw);
+        }
+        break;
       case ParameterInit::zeros: break;
       case ParameterInit::ones:
         for (float& v : host) v = 1.0f;

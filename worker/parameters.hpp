@@ -17,6 +17,7 @@ enum class ParameterInit {
   kaiming_normal_fan_out,  // convolutions (torchvision ResNet and VGG)
   linear_default,          // U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (PyTorch nn.Linear)
   normal_0_01,             // VGG/AlexNet classifier weights
+  truncated_normal,        // N(0, init_std²) redrawn outside [-2, 2] (torchvision InceptionV3)
   zeros,
   ones,
 };
@@ -28,6 +29,7 @@ struct Parameter {
   ParameterInit init = ParameterInit::zeros;
   std::int64_t fan_in = 0;
   std::int64_t fan_out = 0;
+  float init_std = 0.0f;  // truncated_normal only
   std::int64_t offset = 0;  // into the flat buffers, in elements
 };
 

@@ -104,9 +104,14 @@ void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<st
 }
 
 float Trainer::loss() {
+  const auto* labels = static_cast<const std::int32_t*>(labels_storage_.data);
+  const float gradient_scale = scaler_ ? scaler_->scale() : 1.0f;
+  context_.labels = labels;
+  context_.gradient_scale = gradient_scale;
+  context_.loss_terms = 0;
   const Tensor& logits = network_->forward(input_, context_);
-  return loss_.forward_backward(logits, static_cast<const std::int32_t*>(labels_storage_.data), backend_,
-                                scaler_ ? scaler_->scale() : 1.0f);
+  // The main classifier's term adds to the auxiliary ones forward computed (InceptionV3's).
+  return loss_.forward_backward(logits, labels, backend_, gradient_scale, LossTerm{1.0f, context_.loss_terms > 0});
 }
 
 float Trainer::compute_gradients() {

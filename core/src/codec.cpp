@@ -363,6 +363,11 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
   }
 
   if (const json* data = Decoder::find(obj, "data")) decode_data(d, *data, child(path, "data"), spec.data);
+  if (spec.model == Model::inception_v3 && spec.data.image_size < bounds::kInceptionV3MinImageSize) {
+    d.fail(child(child(path, "data"), "imageSize"),
+           std::to_string(spec.data.image_size) + " is too small for inception_v3: its auxiliary classifier needs " +
+               std::to_string(bounds::kInceptionV3MinImageSize) + " or more (set data.imageSize: 299)");
+  }
 
   const json* matrix = Decoder::find(obj, "matrix");
   const json* cases = Decoder::find(obj, "cases");

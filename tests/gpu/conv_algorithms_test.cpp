@@ -49,8 +49,8 @@ TEST(ConvAlgorithms, Fp32NeverTakesATensorCoreResult) {
   }
 }
 
-TEST(ConvAlgorithms, TheCacheKeyTellsDtypeLayoutMathAndPassApart) {
-  const ConvAlgorithmKey base{{32, 64, 56, 56}, 64, 3, 1, 1, DType::fp32, Layout::nchw, false, ConvPass::forward};
+TEST(ConvAlgorithms, TheCacheKeyTellsGeometryDtypeLayoutMathAndPassApart) {
+  const ConvAlgorithmKey base{{32, 64, 56, 56}, 64, 3, 1, 1, 1, DType::fp32, Layout::nchw, false, ConvPass::forward};
   std::map<ConvAlgorithmKey, int> cache{{base, 1}};
   ConvAlgorithmKey other = base;
   other.tensor_cores = true;
@@ -63,6 +63,17 @@ TEST(ConvAlgorithms, TheCacheKeyTellsDtypeLayoutMathAndPassApart) {
   EXPECT_FALSE(cache.contains(other));
   other = base;
   other.input[0] = 16;
+  EXPECT_FALSE(cache.contains(other));
+  other = base;  // InceptionV3's 1×7 against a 7×1 with the same padding sum
+  other.kernel = {1, 7};
+  other.padding = {0, 3};
+  ConvAlgorithmKey transposed = other;
+  transposed.kernel = {7, 1};
+  transposed.padding = {3, 0};
+  cache[other] = 2;
+  EXPECT_FALSE(cache.contains(transposed));
+  other = base;
+  other.dilation = 2;
   EXPECT_FALSE(cache.contains(other));
   EXPECT_TRUE(cache.contains(base));
 }

@@ -99,7 +99,11 @@ class CudaBackendTest : public ::testing::Test {
 TEST_F(CudaBackendTest, ConvolutionMatchesTheCpuInFp32) {
   for (const Conv2dConfig& c : {Conv2dConfig{Shape(2, 16, 14, 14), 32, 3, 1, 1, false},
                                 Conv2dConfig{Shape(2, 64, 14, 14), 128, 1, 2, 0, false},
-                                Conv2dConfig{Shape(2, 3, 32, 32), 16, 7, 2, 3, true}}) {
+                                Conv2dConfig{Shape(2, 3, 32, 32), 16, 7, 2, 3, true},
+                                // InceptionV3's asymmetric kernels, DeepLab's atrous convolution
+                                Conv2dConfig{Shape(2, 16, 17, 17), 24, {1, 7}, 1, {0, 3}, false},
+                                Conv2dConfig{Shape(2, 16, 17, 17), 24, {7, 1}, 1, {3, 0}, false},
+                                Conv2dConfig{Shape(2, 16, 15, 15), 16, 3, 1, 2, false, DType::fp32, 2}}) {
     auto x = pair(c.input, true, 1), w = pair(c.weight(), false, 2), b = pair(Shape(c.out_channels), false, 3);
     auto y = zeros(c.output(), true), dy = pair(c.output(), true, 4), dx = zeros(c.input, true);
     auto dw = zeros(c.weight(), false), db = zeros(Shape(c.out_channels), false);
@@ -113,7 +117,8 @@ TEST_F(CudaBackendTest, ConvolutionMatchesTheCpuInFp32) {
     gpu_op->backward_weights(x.gpu(), dy.gpu(), dw.gpu(), c.bias ? &db.gpu() : nullptr);
     gpu_->synchronize();
     cpu_->synchronize();
-    const std::string what = "kernel " + std::to_string(c.kernel) + " stride " + std::to_string(c.stride);
+    const std::string what = "kernel " + std::to_string(c.kernel.h) + "x" + std::to_string(c.kernel.w) + " stride " +
+                             std::to_string(c.stride) + " dilation " + std::to_string(c.dilation);
     EXPECT_LT(y.error(), 1e-5) << what;
     EXPECT_LT(dx.error(), 1e-5) << what;
     EXPECT_LT(dw.error(), 1e-5) << what;
@@ -186,6 +191,20 @@ TEST_F(CudaBackendTest, PoolingReluAndAddMatchTheCpu) {
   EXPECT_EQ(drelu.error(), 0.0);
 }
 
+TEST_F(CudaBackendTest, ChannelSlicesMatchTheCpu) {
+  const Shape part_shape(2, 4, 5, 5), whole_shape(2, 12, 5, 5);
+  auto part = pair(part_shape, true, 15), whole = zeros(whole_shape, true), back = zeros(part_shape, true);
+  auto cpu_op = cpu_->make_channel_slice(part_shape, 12, 6, DType::fp32);
+  auto gpu_op = gpu_->make_channel_slice(part_shape, 12, 6, DType::fp32);
+  cpu_op->insert(part.cpu(), whole.cpu());
+  gpu_op->insert(part.gpu(), whole.gpu());
+  cpu_op->extract(whole.cpu(), back.cpu());
+  gpu_op->extract(whole.gpu(), back.gpu());
+  gpu_->synchronize();
+  EXPECT_EQ(whole.error(), 0.0);
+  EXPECT_EQ(back.error(), 0.0);
+}
+
 TEST_F(CudaBackendTest, LinearMatchesTheCpu) {
   const LinearConfig c{8, 300, 70, true};
   auto x = pair(Shape(c.batch, c.in_features), false, 15), w = pair(Shape(c.out_features, c.in_features), false, 16);
@@ -214,10 +233,18 @@ TEST_F(CudaBackendTest, LossDropoutPoolingAndSgdMatchTheCpu) {
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 61 % 1000);
   auto gpu_labels = gpu_->allocate(labels.size() * sizeof(std::int32_t));
   gpu_->copy_from_host(gpu_labels.get(), labels.data(), labels.size() * sizeof(std::int32_t));
-  const float cpu_loss = cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f);
-  const float gpu_loss =
-      gpu_->softmax_cross_entropy(logits.gpu(), static_cast<const std::int32_t*>(gpu_labels.get()), dlogits.gpu(), 1.0f);
+  const float cpu_loss = cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, LossTerm{});
+  const auto* device_labels = static_cast<const std::int32_t*>(gpu_labels.get());
+  const float gpu_loss = gpu_->softmax_cross_entropy(logits.gpu(), device_labels, dlogits.gpu(), 1.0f, LossTerm{});
   EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
+  EXPECT_LT(dlogits.error(), 1e-5);
+  // A second, weighted term adds to the step's loss on the device (InceptionV3's main head after its auxiliary one).
+  const LossTerm main_term{0.5f, true};
+  const float cpu_total = cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, main_term);
+  const float gpu_total = gpu_->softmax_cross_entropy(logits.gpu(), device_labels, dlogits.gpu(), 1.0f, main_term);
+  EXPECT_NEAR(cpu_total, 1.5f * cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
+  EXPECT_NEAR(gpu_total, cpu_total, 1e-5 * std::fabs(static_cast<double>(cpu_total)));
+  EXPECT_NEAR(gpu_->last_loss(), cpu_total, 1e-5 * std::fabs(static_cast<double>(cpu_total)));
   EXPECT_LT(dlogits.error(), 1e-5);
 
   const Shape flat(8, 4096);

@@ -46,7 +46,7 @@ TEST(ValidateCli, InvalidExamplePrintsFieldPathsAndExitsOne) {
   EXPECT_EQ(o.exit_code, 1);
   EXPECT_THAT(o.err, HasSubstr("invalid, 9 errors"));
   EXPECT_THAT(o.err, HasSubstr(R"(spec.matrix.precision[1]: "fp8" is not one of fp32, tf32, amp, bf16)"));
-  EXPECT_THAT(o.err, HasSubstr(R"(spec.model: "resnet51" is not one of resnet50, resnet152, vgg16, alexnet)"));
+  EXPECT_THAT(o.err, HasSubstr(R"(spec.model: "resnet51" is not one of resnet50, resnet152, vgg16, alexnet, inception_v3)"));
   EXPECT_THAT(o.err, HasSubstr("spec.limits.backoffLimit: 11 is out of range; allowed: 0 to 10"));
 
   const Outcome s = dlbench("validate -f crds/examples/invalid-structure.yaml");

@@ -77,11 +77,19 @@ TEST(Validation, SpecRequired) {
 
 TEST(Validation, Model) {
   EXPECT_THAT(errors_with({{"spec", {{"model", "resnet18"}}}}),
-              ElementsAre(R"(spec.model: "resnet18" is not one of resnet50, resnet152, vgg16, alexnet)"));
+              ElementsAre(R"(spec.model: "resnet18" is not one of resnet50, resnet152, vgg16, alexnet, inception_v3)"));
   json doc = minimal_run();
   doc["spec"].erase("model");
   EXPECT_THAT(error_strings(doc),
-              ElementsAre("spec.model: required; one of resnet50, resnet152, vgg16, alexnet"));
+              ElementsAre("spec.model: required; one of resnet50, resnet152, vgg16, alexnet, inception_v3"));
+}
+
+TEST(Validation, InceptionV3NeedsImagesOf299PixelsOrMore) {
+  EXPECT_THAT(errors_with({{"spec", {{"model", "inception_v3"}}}}),
+              ElementsAre("spec.data.imageSize: 224 is too small for inception_v3: its auxiliary classifier needs 299 or "
+                          "more (set data.imageSize: 299)"));
+  EXPECT_THAT(errors_with({{"spec", {{"model", "inception_v3"}, {"data", {{"imageSize", 299}}}}}}), IsEmpty());
+  EXPECT_THAT(errors_with({{"spec", {{"model", "alexnet"}, {"data", {{"imageSize", 224}}}}}}), IsEmpty());
 }
 
 TEST(Validation, EngineAndCommand) {

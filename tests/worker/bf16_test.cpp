@@ -134,7 +134,7 @@ TEST(Bf16, CrossEntropyFromBf16Logits) {
     logits.dtype = dlogits.dtype = dtype;
     logits.data = logits_bytes.data();
     dlogits.data = grad_bytes.data();
-    const float loss = backend.softmax_cross_entropy(logits, labels.data(), dlogits, scale);
+    const float loss = backend.softmax_cross_entropy(logits, labels.data(), dlogits, scale, LossTerm{});
     return std::make_pair(loss, decode(grad_bytes.data(), z.size(), dtype));
   };
   const auto [full_loss, full_grad] = run(DType::fp32, 1.0f);

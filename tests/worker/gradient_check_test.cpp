@@ -9,6 +9,7 @@
 // (the ResNet bottleneck) have kinks inside that no input choice avoids, so they are checked
 // for wiring instead, against their parts chained by hand (bottleneck_test.cpp).
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -16,7 +17,9 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "layers/auxiliary_classifier.hpp"
 #include "layers/batch_norm2d.hpp"
+#include "layers/concat.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/linear.hpp"
 #include "layers/pool2d.hpp"
@@ -67,10 +70,18 @@ class LayerProbe {
     for (std::size_t rank = 0; rank < order.size(); ++rank) x_host_[order[rank]] = gap * static_cast<float>(rank);
   }
 
+  // Labels for layers with a loss term of their own, whose value `own_loss` reads after forward.
+  void use_labels(std::vector<std::int32_t> labels, std::function<double()> own_loss) {
+    labels_ = std::move(labels);
+    ctx_.labels = labels_.data();
+    own_loss_ = std::move(own_loss);
+  }
+
   double loss() {
     std::copy(x_host_.begin(), x_host_.end(), x_.as<float>());  // in-place layers overwrite x
+    ctx_.loss_terms = 0;
     const Tensor& y = layer_->forward(x_, ctx_);
-    double total = 0;
+    double total = own_loss_ ? own_loss_() : 0.0;
     for (std::int64_t i = 0; i < y.numel(); ++i) total += static_cast<double>(y.as<float>()[i]) * static_cast<double>(r_.as<float>()[i]);
     return total;
   }
@@ -137,6 +148,8 @@ class LayerProbe {
   Tensor x_, r_;
   Shape output_;
   std::vector<float> x_host_;
+  std::vector<std::int32_t> labels_;
+  std::function<double()> own_loss_;
 };
 
 TEST(GradientCheck, Conv2dStridedPaddedWithBias) {
@@ -150,6 +163,63 @@ TEST(GradientCheck, Conv2dPointwiseWithoutBias) {
   LayerProbe probe(std::make_unique<Conv2d>(8, 16, 1), Shape(2, 8, 5, 5));
   probe.check_input_gradient();
   probe.check_parameter_gradients();
+}
+
+TEST(GradientCheck, Conv2dAsymmetricKernelsAndPadding) {  // InceptionV3's 1×7 and 7×1
+  for (const auto& [kernel, padding] : {std::pair<Extent2, Extent2>{{1, 7}, {0, 3}}, {{7, 1}, {3, 0}}, {{1, 3}, {0, 1}}}) {
+    LayerProbe probe(std::make_unique<Conv2d>(3, 4, ConvSpec{.kernel = kernel, .padding = padding}), Shape(2, 3, 9, 8));
+    EXPECT_EQ(probe.output(), Shape(2, 4, 9, 8));
+    probe.check_input_gradient();
+    probe.check_parameter_gradients();
+  }
+}
+
+TEST(GradientCheck, Conv2dDilated) {  // DeepLab's atrous convolution: rate 2, padding 2 keeps the size
+  LayerProbe probe(std::make_unique<Conv2d>(3, 4, ConvSpec{.kernel = 3, .padding = 2, .dilation = 2, .bias = true}),
+                   Shape(2, 3, 9, 9));
+  EXPECT_EQ(probe.output(), Shape(2, 4, 9, 9));
+  probe.check_input_gradient();
+  probe.check_parameter_gradients();
+  LayerProbe strided(std::make_unique<Conv2d>(3, 4, ConvSpec{.kernel = 3, .stride = 2, .dilation = 3}),
+                     Shape(2, 3, 11, 11));
+  EXPECT_EQ(strided.output(), Shape(2, 4, 3, 3));  // (11 - 3·2 - 1) / 2 + 1
+  strided.check_input_gradient();
+}
+
+// Branches without kinks (convolutions, an average pool, a nested concatenation), so that finite
+// differences see the split of dy and the sum of the branches' input gradients.
+TEST(GradientCheck, ConcatOfBranches) {
+  auto block = std::make_unique<Concat>();
+  block->add_branch().add<Conv2d>(3, 2, 1);
+  auto& two = block->add_branch();
+  two.add<Conv2d>(3, 4, ConvSpec{.kernel = {1, 3}, .padding = {0, 1}});
+  auto& nested = two.add<Concat>();
+  nested.add_branch().add<Conv2d>(4, 3, ConvSpec{.kernel = {3, 1}, .padding = {1, 0}});
+  nested.add_branch().add<Conv2d>(4, 1, 1);
+  auto& pool = block->add_branch();
+  pool.add<Pool2d>(PoolKind::average, 3, 1, 1);
+  pool.add<Conv2d>(3, 5, 1, 1, 0, true);
+  LayerProbe probe(std::move(block), Shape(2, 3, 6, 5));
+  EXPECT_EQ(probe.output(), Shape(2, 2 + 3 + 1 + 5, 6, 5));
+  probe.check_input_gradient();
+  probe.check_parameter_gradients();
+}
+
+// The side head's loss term (weight · cross-entropy) is part of the probed loss: dx must be dy
+// plus the head's input gradient, and the head's parameters must get that term's gradient.
+TEST(GradientCheck, AuxiliaryClassifierAddsItsLossTerm) {
+  auto head = std::make_unique<Sequential>();
+  head->add<Pool2d>(PoolKind::average, 0, 1, 0, true);
+  head->add<Flatten>();
+  head->add<Linear>(3, 4);
+  auto layer = std::make_unique<AuxiliaryClassifier>(std::move(head), 0.4f);
+  AuxiliaryClassifier& aux = *layer;
+  LayerProbe probe(std::move(layer), Shape(2, 3, 4, 4));
+  EXPECT_EQ(probe.output(), Shape(2, 3, 4, 4));  // passed through
+  probe.use_labels({3, 1}, [&aux] { return static_cast<double>(aux.step_loss()); });
+  probe.check_input_gradient();
+  probe.check_parameter_gradients();
+  EXPECT_GT(aux.step_loss(), 0.0f);
 }
 
 TEST(GradientCheck, BatchNorm2dTraining) {
@@ -210,14 +280,14 @@ TEST(GradientCheck, SoftmaxCrossEntropy) {
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   for (std::int64_t i = 0; i < logits.numel(); ++i) logits.as<float>()[i] = u(rng);
   const std::int32_t labels[] = {4, 0, 2};
-  const float value = loss.forward_backward(logits, labels, backend);
+  const float value = loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{});
   std::vector<float> analytic(loss.dlogits().as<float>(), loss.dlogits().as<float>() + loss.dlogits().numel());
   for (std::int64_t i = 0; i < logits.numel(); ++i) {
     const float saved = logits.as<float>()[i];
     logits.as<float>()[i] = saved + 1e-2f;
-    const double plus = loss.forward_backward(logits, labels, backend);
+    const double plus = loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{});
     logits.as<float>()[i] = saved - 1e-2f;
-    const double minus = loss.forward_backward(logits, labels, backend);
+    const double minus = loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{});
     logits.as<float>()[i] = saved;
     const double numeric = (plus - minus) / 2e-2;
     EXPECT_NEAR(numeric, analytic[static_cast<std::size_t>(i)], 1e-3) << i;
@@ -225,7 +295,12 @@ TEST(GradientCheck, SoftmaxCrossEntropy) {
   EXPECT_GT(value, 0.0f);
   // Uniform logits: the loss is log(K) whatever the labels.
   for (std::int64_t i = 0; i < logits.numel(); ++i) logits.as<float>()[i] = 0.5f;
-  EXPECT_NEAR(loss.forward_backward(logits, labels, backend), std::log(5.0), 1e-6);
+  EXPECT_NEAR(loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{}), std::log(5.0), 1e-6);
+  // A weighted term scales the gradient and adds to the step's loss (InceptionV3's two heads).
+  const float first = loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{0.4f, false});
+  EXPECT_NEAR(first, 0.4 * std::log(5.0), 1e-6);
+  EXPECT_NEAR(loss.dlogits().as<float>()[0], 0.4 * (0.2 / 3.0), 1e-7);  // (softmax − 0) / N · 0.4, label 4
+  EXPECT_NEAR(loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{1.0f, true}), 1.4 * std::log(5.0), 1e-6);
 }
 
 }  // namespace

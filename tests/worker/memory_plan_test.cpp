@@ -3,6 +3,7 @@
 // lifetime that ends too early lets a later buffer overwrite data still to be read, and the
 // trajectories part; one that never ends wastes memory, which the size checks catch.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -11,8 +12,10 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "layers/auxiliary_classifier.hpp"
 #include "layers/batch_norm2d.hpp"
 #include "layers/bottleneck.hpp"
+#include "layers/concat.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/linear.hpp"
 #include "layers/pool2d.hpp"
@@ -113,6 +116,37 @@ std::unique_ptr<Sequential> every_layer_kind() {
   net->add<Linear>(32 * 2 * 2, 24);
   net->add<ReLU>();
   net->add<Linear>(24, 10);
+  return net;
+}
+
+// InceptionV3's structure in small: concatenated branches (one nested, one a pool), asymmetric
+// and dilated convolutions, and an auxiliary classifier whose input gradient joins the trunk's.
+std::unique_ptr<Sequential> branching_layer_kinds() {
+  auto net = std::make_unique<Sequential>();
+  net->add<Conv2d>(3, 8, 3, 1, 1);
+  net->add<BatchNorm2d>(8, Then::relu);
+  auto& block = net->add<Concat>();
+  block.add_branch().add<Conv2d>(8, 4, 1);
+  auto& factorised = block.add_branch();
+  factorised.add<Conv2d>(8, 6, ConvSpec{.kernel = {1, 3}, .padding = {0, 1}});
+  factorised.add<BatchNorm2d>(6, Then::relu);
+  auto& split = factorised.add<Concat>();
+  split.add_branch().add<Conv2d>(6, 4, ConvSpec{.kernel = {3, 1}, .padding = {1, 0}});
+  split.add_branch().add<Conv2d>(6, 4, ConvSpec{.kernel = 3, .padding = 2, .dilation = 2});
+  block.add_branch().add<Pool2d>(PoolKind::max, 3, 1, 1);
+  auto head = std::make_unique<Sequential>();
+  head->add<Pool2d>(PoolKind::average, 5, 3);
+  head->add<Conv2d>(20, 6, 1);
+  head->add<BatchNorm2d>(6, Then::relu);
+  head->add<Pool2d>(PoolKind::average, 0, 1, 0, true);
+  head->add<Flatten>();
+  head->add<Linear>(6, 10);
+  net->add<AuxiliaryClassifier>(std::move(head), 0.4f);
+  net->add<Conv2d>(20, 16, 3, 2, 1);
+  net->add<BatchNorm2d>(16, Then::relu);
+  net->add<Pool2d>(PoolKind::average, 0, 1, 0, true);
+  net->add<Flatten>();
+  net->add<Linear>(16, 10);
   return net;
 }
 
@@ -234,6 +268,35 @@ TEST(MemoryPlan, PlanRespectsRealUse_ResNet50) {
 }
 TEST(MemoryPlan, PlanRespectsRealUse_AlexNet) {
   expect_plan_respects_real_use([] { return build_model("alexnet", 10); }, Shape(2, 3, 63, 63), 10);
+}
+
+TEST(MemoryPlan, PlanRespectsRealUse_Branches) {
+  expect_plan_respects_real_use(branching_layer_kinds, Shape(4, 3, 16, 16), 10);
+  expect_plan_respects_real_use(branching_layer_kinds, Shape(4, 3, 16, 16), 10, false);
+}
+TEST(MemoryPlan, PlanRespectsRealUse_InceptionV3) {
+  expect_plan_respects_real_use([] { return build_model("inception_v3", 10); }, Shape(2, 3, 299, 299), 10);
+}
+
+TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_Branches) {
+  const Shape input(4, 3, 16, 16);
+  std::unique_ptr<Trainer> trainer;
+  const Arena* arena = nullptr;
+  const Trajectory shared = train(branching_layer_kinds(), input, 10, MemoryReuse::lifetime, 3, &arena, &trainer);
+  const Trajectory unshared = train(branching_layer_kinds(), input, 10, MemoryReuse::none, 3);
+  expect_same_bits(shared, unshared);
+  expect_no_conflicts(*arena);
+  EXPECT_LT(shared.arena_bytes, unshared.arena_bytes);
+  // The auxiliary term counts: the first loss is the sum of both heads' (about 1.4 · ln 10).
+  EXPECT_GT(shared.losses[0], 1.2f * std::log(10.0f));
+}
+
+TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_InceptionV3) {
+  const Shape input(2, 3, 299, 299);
+  const Trajectory shared = train(build_model("inception_v3", 10), input, 10, MemoryReuse::lifetime, 2);
+  const Trajectory unshared = train(build_model("inception_v3", 10), input, 10, MemoryReuse::none, 2);
+  expect_same_bits(shared, unshared);
+  EXPECT_LT(shared.arena_bytes, unshared.arena_bytes / 2);
 }
 
 TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_EveryLayerKind) {

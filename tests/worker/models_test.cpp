@@ -33,6 +33,8 @@ TEST(Models, ParameterCountsMatchTorchvision) {
   EXPECT_EQ(parameter_count(*build_model("resnet152")), 60'192'808);
   EXPECT_EQ(parameter_count(*build_model("vgg16")), 138'357'544);
   EXPECT_EQ(parameter_count(*build_model("alexnet")), 61'100'840);
+  // With the auxiliary classifier, as torchvision counts inception_v3(aux_logits=True).
+  EXPECT_EQ(parameter_count(*build_model("inception_v3")), 27'161'264);
 }
 
 TEST(Models, NumClassesChangesOnlyTheClassifier) {
@@ -46,6 +48,9 @@ TEST(Models, ForwardMacsPerSample) {
   EXPECT_NEAR(macs("resnet152", 224) / 1e9, 11.51, 0.03);
   EXPECT_NEAR(macs("vgg16", 224) / 1e9, 15.47, 0.03);
   EXPECT_NEAR(macs("alexnet", 224) / 1e9, 0.71, 0.01);
+  // InceptionV3 at 299×299, counted by forward hooks on torchvision 0.14's modules in training
+  // mode: 5,713,216,096 in the trunk and 5,683,200 in the auxiliary classifier.
+  EXPECT_NEAR(macs("inception_v3", 299), 5'718'899'296.0, 1.0);
   // Convolution cost scales with the image area.
   EXPECT_LT(macs("resnet50", 112), macs("resnet50", 224) / 3.5);
 }
@@ -55,7 +60,7 @@ TEST(Models, UnknownModelNamesTheKnownOnes) {
     build_model("resnet18");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("known models: resnet50, resnet152, vgg16, alexnet"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("known models: resnet50, resnet152, vgg16, alexnet, inception_v3"));
   }
 }
 

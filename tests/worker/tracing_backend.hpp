@@ -55,6 +55,10 @@ class TracingBackend final : public Backend {
   std::unique_ptr<ReorderOp> make_reorder(const Shape& s, DType d, Layout from, Layout to) override {
     return std::make_unique<Reorder>(*this, inner_.make_reorder(s, d, from, to));
   }
+  std::unique_ptr<ChannelSliceOp> make_channel_slice(const Shape& part, std::int64_t whole_channels,
+                                                     std::int64_t offset, DType d) override {
+    return std::make_unique<ChannelSlice>(*this, inner_.make_channel_slice(part, whole_channels, offset, d));
+  }
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override {
     record({running.data, batch.data});
@@ -84,10 +88,10 @@ class TracingBackend final : public Backend {
     record({dy.data, mask.data, dx.data});
     inner_.dropout_backward(dy, mask, dx);
   }
-  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                              float gradient_scale) override {
+  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, float gradient_scale,
+                              LossTerm term) override {
     record({logits.data, labels, dlogits.data});
-    return inner_.softmax_cross_entropy(logits, labels, dlogits, gradient_scale);
+    return inner_.softmax_cross_entropy(logits, labels, dlogits, gradient_scale, term);
   }
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override {
@@ -186,6 +190,23 @@ class TracingBackend final : public Backend {
    private:
     TracingBackend& t_;
     std::unique_ptr<ReorderOp> op_;
+  };
+
+  class ChannelSlice final : public ChannelSliceOp {
+   public:
+    ChannelSlice(TracingBackend& t, std::unique_ptr<ChannelSliceOp> op) : t_(t), op_(std::move(op)) {}
+    void insert(const Tensor& part, Tensor& whole) override {
+      t_.record({part.data, whole.data});
+      op_->insert(part, whole);
+    }
+    void extract(const Tensor& whole, Tensor& part) override {
+      t_.record({whole.data, part.data});
+      op_->extract(whole, part);
+    }
+
+   private:
+    TracingBackend& t_;
+    std::unique_ptr<ChannelSliceOp> op_;
   };
 
   class Add final : public AddOp {

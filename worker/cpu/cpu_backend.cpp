@@ -179,18 +179,20 @@ ConvPrimitives make_conv_primitives(CpuBackend& backend, const Conv2dConfig& c) 
   const memory::desc dst = md_of(c.output(), Layout::nhwc, c.dtype);
   const memory::desc bias = c.bias ? md_of(Shape(c.out_channels), Layout::plain) : memory::desc();
   const memory::dims strides{c.stride, c.stride};
-  const memory::dims padding{c.padding, c.padding};
+  const memory::dims padding{c.padding.h, c.padding.w};
+  const memory::dims dilates{c.dilation - 1, c.dilation - 1};  // oneDNN counts the gaps: 0 is dense
   const auto algorithm = dnnl::algorithm::convolution_direct;
   const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::convolution_forward::primitive_desc(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src, any_md(c.weight(), c.dtype),
-                                      bias, dst, strides, padding, padding),
+                                      bias, dst, strides, dilates, padding, padding),
       engine));
   const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::convolution_backward_data::primitive_desc(
-      dnnl::convolution_backward_data::desc(algorithm, src, any_md(c.weight(), c.dtype), dst, strides, padding, padding),
+      dnnl::convolution_backward_data::desc(algorithm, src, any_md(c.weight(), c.dtype), dst, strides, dilates, padding,
+                                            padding),
       engine, fwd_pd));
   const auto bwd_weights_pd = DLBENCH_DNNL_CALL(dnnl::convolution_backward_weights::primitive_desc(
-      dnnl::convolution_backward_weights::desc(algorithm, src, any_md(c.weight()), bias, dst, strides, padding,
-                                               padding),
+      dnnl::convolution_backward_weights::desc(algorithm, src, any_md(c.weight()), bias, dst, strides, dilates,
+                                               padding, padding),
       engine, fwd_pd));
   return ConvPrimitives(backend, fwd_pd, bwd_data_pd, bwd_weights_pd, src, dst, md_of(c.weight(), Layout::plain), bias);
 }
@@ -334,6 +336,36 @@ class CpuReorder final : public ReorderOp {
   CpuBackend& b_;
   memory::desc from_, to_;
   dnnl::reorder reorder_;
+};
+
+// A reorder between a whole tensor's channel slice (a oneDNN sub-memory: the whole's strides,
+// offset by `offset` channels) and a dense part.
+class CpuChannelSlice final : public ChannelSliceOp {
+ public:
+  CpuChannelSlice(CpuBackend& backend, const Shape& part, std::int64_t whole_channels, std::int64_t offset,
+                  DType dtype)
+      : b_(backend), part_(md_of(part, Layout::nhwc, dtype)) {
+    const Shape whole_shape(part.n(), whole_channels, part.h(), part.w());
+    whole_ = md_of(whole_shape, Layout::nhwc, dtype);
+    slice_ = whole_.submemory_desc(dims_of(part), {0, offset, 0, 0});
+    const auto& e = b_.engine();
+    insert_ = DLBENCH_DNNL_CALL(dnnl::reorder(mem(part_, e, nullptr), mem(slice_, e, nullptr)));
+    extract_ = DLBENCH_DNNL_CALL(dnnl::reorder(mem(slice_, e, nullptr), mem(part_, e, nullptr)));
+  }
+  // The slice's memory is the whole's buffer; the sub-memory descriptor carries the offset.
+  void insert(const Tensor& part, Tensor& whole) override {
+    insert_.execute(b_.stream(), {{DNNL_ARG_FROM, mem(part_, b_.engine(), part.data)},
+                                  {DNNL_ARG_TO, mem(slice_, b_.engine(), whole.data)}});
+  }
+  void extract(const Tensor& whole, Tensor& part) override {
+    extract_.execute(b_.stream(), {{DNNL_ARG_FROM, mem(slice_, b_.engine(), whole.data)},
+                                   {DNNL_ARG_TO, mem(part_, b_.engine(), part.data)}});
+  }
+
+ private:
+  CpuBackend& b_;
+  memory::desc part_, whole_, slice_;
+  dnnl::reorder insert_, extract_;
 };
 
 class CpuPool final : public PoolOp {
@@ -504,6 +536,14 @@ std::unique_ptr<AddOp> CpuBackend::make_add(const Shape& shape, DType dtype) {
 std::unique_ptr<ReorderOp> CpuBackend::make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) {
   return std::make_unique<CpuReorder>(*this, shape, dtype, from, to);
 }
+std::unique_ptr<ChannelSliceOp> CpuBackend::make_channel_slice(const Shape& part, std::int64_t whole_channels,
+                                                               std::int64_t offset, DType dtype) {
+  if (offset < 0 || offset + part.c() > whole_channels) {
+    throw std::invalid_argument("channel slice [" + std::to_string(offset) + ", " + std::to_string(offset + part.c()) +
+                                ") is outside " + std::to_string(whole_channels) + " channels");
+  }
+  return std::make_unique<CpuChannelSlice>(*this, part, whole_channels, offset, dtype);
+}
 
 void CpuBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
   const std::int64_t n = running.numel();
@@ -671,12 +711,14 @@ void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& 
 }
 
 float CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                                        float gradient_scale) {
+                                        float gradient_scale, LossTerm term) {
   float loss = 0;
   with_element_type(logits.dtype, [&]<typename T>(T*) {
-    loss = softmax_cross_entropy_typed<T>(logits, labels, dlogits, gradient_scale);
+    loss = softmax_cross_entropy_typed<T>(logits, labels, dlogits, gradient_scale * term.weight);
   });
-  return loss;
+  const double weighted = static_cast<double>(term.weight) * static_cast<double>(loss);
+  step_loss_ = term.adds_to_step_loss ? step_loss_ + weighted : weighted;
+  return static_cast<float>(step_loss_);
 }
 
 void CpuBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,

@@ -33,6 +33,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;
   std::unique_ptr<AddOp> make_add(const Shape& shape, DType dtype) override;
   std::unique_ptr<ReorderOp> make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) override;
+  std::unique_ptr<ChannelSliceOp> make_channel_slice(const Shape& part, std::int64_t whole_channels,
+                                                     std::int64_t offset, DType dtype) override;
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
   void scale(float* data, std::int64_t count, float factor) override;
@@ -42,7 +44,7 @@ class CpuBackend final : public Backend {
   void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
   float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                              float gradient_scale) override;
+                              float gradient_scale, LossTerm term) override;
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override;
 
@@ -55,6 +57,7 @@ class CpuBackend final : public Backend {
   void* weight_scratch() const { return weight_scratch_.get(); }
 
  private:
+  double step_loss_ = 0.0;  // the weighted sum of this step's loss terms so far
   std::shared_ptr<void> weight_scratch_;
   std::size_t weight_scratch_bytes_ = 0;
   dnnl::engine engine_;

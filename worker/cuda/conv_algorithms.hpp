@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend.hpp"
 #include "tensor.hpp"
 #include "cuda/cuda_check.hpp"
 
@@ -23,7 +24,11 @@ enum class ConvPass { forward, backward_data, backward_filter };
 // memory order of the tensors, the math the run allows (FMA only, or tensor cores) and the pass.
 struct ConvAlgorithmKey {
   std::array<std::int64_t, 4> input{};
-  std::int64_t out_channels = 0, kernel = 0, stride = 0, padding = 0;
+  std::int64_t out_channels = 0;
+  Extent2 kernel;
+  std::int64_t stride = 0;
+  Extent2 padding;
+  std::int64_t dilation = 1;
   DType dtype = DType::fp32;
   Layout layout = Layout::nchw;
   bool tensor_cores = false;

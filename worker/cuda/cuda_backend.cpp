@@ -49,12 +49,13 @@ class CudaConv final : public Conv2dOp {
     DLBENCH_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_desc_));
     DLBENCH_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
                                                    as_int(config.out_channels), as_int(config.input.c()),
-                                                   as_int(config.kernel), as_int(config.kernel)));
+                                                   as_int(config.kernel.h), as_int(config.kernel.w)));
     // One descriptor per pass: each runs with the math type its algorithm was measured with.
     for (cudnnConvolutionDescriptor_t& desc : conv_desc_) {
       DLBENCH_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&desc));
-      DLBENCH_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(desc, as_int(config.padding), as_int(config.padding),
-                                                          as_int(config.stride), as_int(config.stride), 1, 1,
+      DLBENCH_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(desc, as_int(config.padding.h), as_int(config.padding.w),
+                                                          as_int(config.stride), as_int(config.stride),
+                                                          as_int(config.dilation), as_int(config.dilation),
                                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
       // fp32 means fp32: FMA math keeps cuDNN off TF32 tensor cores, which its default allows.
       DLBENCH_CUDNN_CHECK(cudnnSetConvolutionMathType(desc, tensor_cores() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
@@ -130,9 +131,9 @@ class CudaConv final : public Conv2dOp {
   const AlgorithmChoice& choose(ConvPass pass, Find&& find) {
     auto& mine = chosen_[static_cast<std::size_t>(pass)];
     if (mine) return *mine;
-    const ConvAlgorithmKey key{config_.input.dims, config_.out_channels, config_.kernel, config_.stride,
-                               config_.padding,    DType::fp32,          Layout::nchw,    tensor_cores(),
-                               pass};
+    const ConvAlgorithmKey key{config_.input.dims, config_.out_channels, config_.kernel,  config_.stride,
+                               config_.padding,    config_.dilation,     DType::fp32,     Layout::nchw,
+                               tensor_cores(),     pass};
     std::optional<AlgorithmChoice> choice;
     {
       std::lock_guard lock(algorithm_cache_mutex);
@@ -253,6 +254,31 @@ class CudaReorder final : public ReorderOp {
   CudaBackend& backend_;
   cudnnTensorDescriptor_t from_ = nullptr;
   cudnnTensorDescriptor_t to_ = nullptr;
+};
+
+// In NCHW a sample's channel slice is one contiguous run: the slice of all N samples is a 2-D
+// copy of N rows of C·H·W elements, with the whole's row pitch on its side.
+class CudaChannelSlice final : public ChannelSliceOp {
+ public:
+  CudaChannelSlice(CudaBackend& backend, const Shape& part, std::int64_t whole_channels, std::int64_t offset)
+      : backend_(backend), rows_(static_cast<std::size_t>(part.n())) {
+    const auto plane = static_cast<std::size_t>(part.h() * part.w()) * sizeof(float);
+    part_row_ = static_cast<std::size_t>(part.c()) * plane;
+    whole_row_ = static_cast<std::size_t>(whole_channels) * plane;
+    offset_ = static_cast<std::size_t>(offset) * plane;
+  }
+  void insert(const Tensor& part, Tensor& whole) override {
+    DLBENCH_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<std::byte*>(whole.data) + offset_, whole_row_, part.data,
+                                         part_row_, part_row_, rows_, cudaMemcpyDeviceToDevice, backend_.stream()));
+  }
+  void extract(const Tensor& whole, Tensor& part) override {
+    DLBENCH_CUDA_CHECK(cudaMemcpy2DAsync(part.data, part_row_, static_cast<const std::byte*>(whole.data) + offset_,
+                                         whole_row_, part_row_, rows_, cudaMemcpyDeviceToDevice, backend_.stream()));
+  }
+
+ private:
+  CudaBackend& backend_;
+  std::size_t rows_, part_row_ = 0, whole_row_ = 0, offset_ = 0;
 };
 
 // ---- pooling -----------------------------------------------------------------------------
@@ -559,6 +585,16 @@ std::unique_ptr<ReorderOp> CudaBackend::make_reorder(const Shape& shape, DType d
   return std::make_unique<CudaReorder>(*this, shape, from, to);
 }
 
+std::unique_ptr<ChannelSliceOp> CudaBackend::make_channel_slice(const Shape& part, std::int64_t whole_channels,
+                                                                std::int64_t offset, DType dtype) {
+  require_fp32(dtype);
+  if (offset < 0 || offset + part.c() > whole_channels) {
+    throw std::invalid_argument("channel slice [" + std::to_string(offset) + ", " + std::to_string(offset + part.c()) +
+                                ") is outside " + std::to_string(whole_channels) + " channels");
+  }
+  return std::make_unique<CudaChannelSlice>(*this, part, whole_channels, offset);
+}
+
 void CudaBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
   kernels::running_stat(running.as<float>(), batch.as<float>(), running.numel(), momentum, correction, stream_);
 }
@@ -595,15 +631,22 @@ void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor&
 }
 
 float CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                                         float gradient_scale) {
+                                         float gradient_scale, LossTerm term) {
   const std::int64_t rows = logits.shape.n();
+  if (term.adds_to_step_loss && static_cast<std::size_t>(rows) != loss_rows_used_) {
+    throw std::invalid_argument("a loss term adds to one over " + std::to_string(loss_rows_used_) + " rows, not " +
+                                std::to_string(rows));
+  }
   if (static_cast<std::size_t>(rows) > loss_rows_capacity_) {  // first step only
     loss_rows_ = allocate(static_cast<std::size_t>(rows) * sizeof(float));
     loss_rows_capacity_ = static_cast<std::size_t>(rows);
   }
   auto* loss_rows = static_cast<float*>(loss_rows_.get());
+  // Each row's weighted loss is written or added on the device, so that a captured step's
+  // replay leaves the step's whole loss in loss_rows for last_loss().
   kernels::softmax_cross_entropy(logits.as<float>(), labels, dlogits.as<float>(), loss_rows, as_int(rows),
-                                 as_int(logits.shape.c()), gradient_scale, stream_);
+                                 as_int(logits.shape.c()), gradient_scale, term.weight, term.adds_to_step_loss,
+                                 stream_);
   loss_rows_used_ = static_cast<std::size_t>(rows);
   if (capturing_) return std::numeric_limits<float>::quiet_NaN();
   return last_loss();

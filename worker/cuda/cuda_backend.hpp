@@ -57,6 +57,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;
   std::unique_ptr<AddOp> make_add(const Shape& shape, DType dtype) override;
   std::unique_ptr<ReorderOp> make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) override;
+  std::unique_ptr<ChannelSliceOp> make_channel_slice(const Shape& part, std::int64_t whole_channels,
+                                                     std::int64_t offset, DType dtype) override;
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
   void scale(float* data, std::int64_t count, float factor) override;
@@ -65,8 +67,8 @@ class CudaBackend final : public Backend {
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
-  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                              float gradient_scale) override;
+  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, float gradient_scale,
+                              LossTerm term) override;
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override;
 

@@ -123,7 +123,8 @@ __global__ void dropout_forward_kernel(const float* x, float* y, float* mask, st
 
 // One block per row; the row's max and sum of exponentials by block reductions.
 __global__ void softmax_cross_entropy_kernel(const float* logits, const std::int32_t* labels, float* dlogits,
-                                             float* loss_rows, int classes, float inverse_rows) {
+                                             float* loss_rows, int classes, float gradient_factor, float weight,
+                                             bool accumulate) {
   __shared__ float reduce[kThreads];
   const int row = blockIdx.x;
   const float* z = logits + static_cast<std::int64_t>(row) * classes;
@@ -152,9 +153,12 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const std::int
   const int label = labels[row];
   for (int j = threadIdx.x; j < classes; j += blockDim.x) {
     const float probability = expf(z[j] - row_max - log_sum);
-    g[j] = (probability - (j == label ? 1.0f : 0.0f)) * inverse_rows;
+    g[j] = (probability - (j == label ? 1.0f : 0.0f)) * gradient_factor;
   }
-  if (threadIdx.x == 0) loss_rows[row] = log_sum - (z[label] - row_max);
+  if (threadIdx.x == 0) {
+    const float loss = weight * (log_sum - (z[label] - row_max));
+    loss_rows[row] = accumulate ? loss_rows[row] + loss : loss;
+  }
 }
 
 __global__ void sgd_kernel(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
@@ -231,10 +235,12 @@ void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, floa
   DLBENCH_LAUNCH(dropout_forward_kernel, n, stream, x, y, mask, n, threshold, 1.0f / (1.0f - p), seed);
 }
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, float* loss_rows,
-                           int rows, int classes, float gradient_scale, cudaStream_t stream) {
+                           int rows, int classes, float gradient_scale, float weight, bool accumulate,
+                           cudaStream_t stream) {
   if (rows <= 0) return;
-  softmax_cross_entropy_kernel<<<rows, kThreads, 0, stream>>>(logits, labels, dlogits, loss_rows, classes,
-                                                               gradient_scale / static_cast<float>(rows));
+  softmax_cross_entropy_kernel<<<rows, kThreads, 0, stream>>>(
+      logits, labels, dlogits, loss_rows, classes, gradient_scale * weight / static_cast<float>(rows), weight,
+      accumulate);
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,

@@ -34,10 +34,12 @@ void adaptive_avg_pool_backward(const float* dy, float* dx, int n, int c, int in
 void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, float p, std::uint64_t seed,
                      cudaStream_t stream);
 void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
-// One block per row: loss_rows[b] = logsumexp(z_b) - z_b[label_b];
-// dlogits = (softmax - onehot) · gradient_scale / rows.
+// One block per row: loss_rows[b] = weight · (logsumexp(z_b) - z_b[label_b]), or added to it
+// when `accumulate` (a second loss term of the step); dlogits = (softmax - onehot) · weight ·
+// gradient_scale / rows.
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, float* loss_rows,
-                           int rows, int classes, float gradient_scale, cudaStream_t stream);
+                           int rows, int classes, float gradient_scale, float weight, bool accumulate,
+                           cudaStream_t stream);
 // PyTorch's SGD over the flat parameter buffer (every tensor at once: one launch per step).
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
          float momentum, float weight_decay, bool first_step, cudaStream_t stream);

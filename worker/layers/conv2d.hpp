@@ -1,30 +1,54 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "layers/layer.hpp"
 
 namespace dlbench::worker {
 
-// Conv2d with square kernels, like torch.nn.Conv2d(in, out, k, stride, padding, bias).
+// torch.nn.Conv2d's options besides the channels; one number for a kernel or padding means both axes.
+struct ConvSpec {
+  Extent2 kernel{1};
+  std::int64_t stride = 1;
+  Extent2 padding{0};
+  std::int64_t dilation = 1;
+  bool bias = false;
+  ParameterInit init = ParameterInit::kaiming_normal_fan_out;
+  float init_std = 0.0f;  // ParameterInit::truncated_normal only
+};
+
+// Conv2d like torch.nn.Conv2d(in, out, kernel, stride, padding, dilation, bias).
 class Conv2d final : public Layer {
  public:
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, const ConvSpec& spec)
+      : in_(in_channels), out_(out_channels), spec_(spec) {
+    const std::int64_t taps = spec_.kernel.h * spec_.kernel.w;
+    weight_ = make_parameter("weight", Shape(out_, in_, spec_.kernel.h, spec_.kernel.w), spec_.init, in_ * taps,
+                             out_ * taps);
+    weight_.init_std = spec_.init_std;
+    if (spec_.bias) bias_ = make_parameter("bias", Shape(out_), ParameterInit::zeros);
+  }
   Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel, std::int64_t stride = 1,
          std::int64_t padding = 0, bool bias = false, ParameterInit init = ParameterInit::kaiming_normal_fan_out)
-      : in_(in_channels), out_(out_channels), kernel_(kernel), stride_(stride), padding_(padding), has_bias_(bias) {
-    weight_ = make_parameter("weight", Shape(out_, in_, kernel_, kernel_), init, in_ * kernel_ * kernel_,
-                             out_ * kernel_ * kernel_);
-    if (has_bias_) bias_ = make_parameter("bias", Shape(out_), ParameterInit::zeros);
-  }
+      : Conv2d(in_channels, out_channels,
+               ConvSpec{.kernel = kernel, .stride = stride, .padding = padding, .bias = bias, .init = init}) {}
 
   std::string kind() const override { return "Conv2d"; }
   void collect_parameters(std::vector<Parameter*>& out) override {
     out.push_back(&weight_);
-    if (has_bias_) out.push_back(&bias_);
+    if (spec_.bias) out.push_back(&bias_);
   }
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
-    config_ = {input.shape, out_, kernel_, stride_, padding_, has_bias_, input.dtype};
+    config_ = {input.shape, out_, spec_.kernel, spec_.stride, spec_.padding, spec_.bias, input.dtype, spec_.dilation};
+    const Shape out = config_.output();
+    if (out.h() < 1 || out.w() < 1) {
+      throw std::invalid_argument("Conv2d: a " + std::to_string(spec_.kernel.h) + "x" + std::to_string(spec_.kernel.w) +
+                                  " kernel does not fit a " + std::to_string(input.shape.h()) + "x" +
+                                  std::to_string(input.shape.w()) + " input; use larger images");
+    }
     op_ = ctx.backend.make_conv2d(config_);
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
@@ -42,13 +66,13 @@ class Conv2d final : public Layer {
 
   const Tensor& forward(const Tensor& x, StepContext&) override {
     x_ = &x;
-    op_->forward(x, weight_.value, has_bias_ ? &bias_.value : nullptr, y_);
+    op_->forward(x, weight_.value, spec_.bias ? &bias_.value : nullptr, y_);
     return y_;
   }
 
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
-    op_->backward_weights(*x_, dy, weight_.grad, has_bias_ ? &bias_.grad : nullptr);
-    if (has_bias_) {
+    op_->backward_weights(*x_, dy, weight_.grad, spec_.bias ? &bias_.grad : nullptr);
+    if (spec_.bias) {
       ctx.notify({&weight_, &bias_});
     } else {
       ctx.notify({&weight_});
@@ -59,15 +83,15 @@ class Conv2d final : public Layer {
 
   double forward_macs_per_sample() const override {
     const Shape o = config_.output();
-    return static_cast<double>(o.c() * o.h() * o.w() * in_ * kernel_ * kernel_);
+    return static_cast<double>(o.c() * o.h() * o.w() * in_ * spec_.kernel.h * spec_.kernel.w);
   }
 
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }
 
  private:
-  std::int64_t in_, out_, kernel_, stride_, padding_;
-  bool has_bias_;
+  std::int64_t in_, out_;
+  ConvSpec spec_;
   bool input_grad_ = true;
   Parameter weight_, bias_;
   Conv2dConfig config_;

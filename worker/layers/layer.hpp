@@ -60,6 +60,11 @@ struct StepContext {
   // Called as soon as a layer has written its parameters' gradients, so that gradient
   // buckets can be reduced while the rest of backward runs.
   std::function<void(const std::vector<Parameter*>&)> gradients_ready;
+  // For layers with a loss term of their own (an auxiliary classifier): the batch's labels on
+  // the device, the loss scale, and how many terms this step's forward has computed so far.
+  const std::int32_t* labels = nullptr;
+  float gradient_scale = 1.0f;
+  int loss_terms = 0;
 
   void notify(std::initializer_list<Parameter*> params) const {
     if (gradients_ready) gradients_ready(std::vector<Parameter*>(params));
@@ -85,6 +90,10 @@ class Layer {
   }
   // Creates ops and requests buffers with their lifetimes; returns the output's description.
   virtual Tensor setup(const Tensor& input, SetupContext& ctx) = 0;
+  // After setup: when this layer's backward last reads its output's gradient, if that is not
+  // the mirror of the last tick it took (the rule a Sequential assumes). A layer that passes its
+  // input through and adds a side branch's gradient at its first tick says so here.
+  virtual std::optional<Tick> output_grad_reader() const { return std::nullopt; }
   // After the arena is committed: state that must start at a value (running variance = 1).
   virtual void reset_state(Backend& backend) { (void)backend; }
   virtual const Tensor& forward(const Tensor& x, StepContext& ctx) = 0;

@@ -50,6 +50,7 @@ class Linear final : public Layer {
     return dx_;
   }
   double forward_macs_per_sample() const override { return static_cast<double>(in_ * out_); }
+  Parameter& weight() { return weight_; }
 
  private:
   std::int64_t in_, out_;

@@ -40,18 +40,27 @@ class Sequential final : public Layer {
     const bool first_needs_grad = ctx.input_grad_needed;
     const std::optional<Tick> outer_reader = ctx.input_grad_reader;
     const std::optional<Tick> before = ctx.arena.last_tick();
+    // Layer i's input gradient is read by the backward of the last tick taken before it in here
+    // (or later, where that layer says so); if only views came before, by whoever reads this
+    // Sequential's input gradient.
+    std::optional<Tick> reader = outer_reader;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       ctx.input_grad_needed = i == 0 ? first_needs_grad : true;
-      // Layer i's input gradient is read by the backward of the last tick taken before it in
-      // here; if only views came before, by whoever reads this Sequential's input gradient.
-      const std::optional<Tick> last = ctx.arena.last_tick();
-      ctx.input_grad_reader = last != before ? std::optional<Tick>(last->mirrored()) : outer_reader;
+      ctx.input_grad_reader = reader;
+      const std::optional<Tick> last_before = ctx.arena.last_tick();
       out = layers_[i]->setup(out, ctx);
+      if (const std::optional<Tick> named = layers_[i]->output_grad_reader()) {
+        reader = named;
+      } else if (ctx.arena.last_tick() != last_before) {
+        reader = ctx.arena.last_tick()->mirrored();
+      }
     }
     ctx.input_grad_needed = first_needs_grad;
     ctx.input_grad_reader = outer_reader;
+    output_grad_reader_ = ctx.arena.last_tick() != before ? reader : std::nullopt;
     return out;
   }
+  std::optional<Tick> output_grad_reader() const override { return output_grad_reader_; }
   void reset_state(Backend& backend) override {
     for (auto& l : layers_) l->reset_state(backend);
   }
@@ -75,6 +84,7 @@ class Sequential final : public Layer {
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<std::string> names_;
+  std::optional<Tick> output_grad_reader_;
 };
 
 }  // namespace dlbench::worker

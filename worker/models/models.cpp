@@ -1,4 +1,4 @@
-// ResNet-50/152 v1.5, VGG16 and AlexNet with torchvision's exact shapes.
+// ResNet-50/152 v1.5, VGG16 and AlexNet with torchvision's exact shapes; the catalog and build_model().
 #include <stdexcept>
 #include <string>
 
@@ -8,6 +8,7 @@
 #include "layers/linear.hpp"
 #include "layers/pool2d.hpp"
 #include "layers/relu.hpp"
+#include "models/architectures.hpp"
 #include "models/model.hpp"
 
 namespace dlbench::worker {
@@ -97,7 +98,10 @@ std::vector<ModelInfo> model_catalog() {
   return {{"resnet50", "ResNet-50 v1.5 (torchvision resnet50)", 224, 32},
           {"resnet152", "ResNet-152 v1.5 (torchvision resnet152)", 224, 32},
           {"vgg16", "VGG16 without batch norm (torchvision vgg16)", 224, 32},
-          {"alexnet", "AlexNet (torchvision alexnet)", 224, 64}};
+          {"alexnet", "AlexNet (torchvision alexnet)", 224, 64},
+          // The auxiliary classifier's 5×5 convolution needs Mixed_6e at 17×17 or more: 299×299 images.
+          {"inception_v3", "InceptionV3 (torchvision inception_v3, auxiliary classifier on, loss weight 0.4)", 299,
+           299}};
 }
 
 std::unique_ptr<Sequential> build_model(const std::string& name, std::int64_t num_classes) {
@@ -106,6 +110,7 @@ std::unique_ptr<Sequential> build_model(const std::string& name, std::int64_t nu
   if (name == "resnet152") net = resnet({3, 8, 36, 3}, num_classes);
   if (name == "vgg16") net = vgg16(num_classes);
   if (name == "alexnet") net = alexnet(num_classes);
+  if (name == "inception_v3") net = inception_v3(num_classes);
   if (net) {
     name_parameters(*net);
     return net;

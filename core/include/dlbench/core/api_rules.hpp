@@ -36,6 +36,8 @@ inline constexpr IntBounds kGpusPerNode{1, 64};
 inline constexpr IntBounds kBatchSizePerDevice{1, 65536};
 // ResNet and VGG halve the image five times; below 32 pixels nothing is left to pool.
 inline constexpr IntBounds kImageSize{32, 2048};
+// InceptionV3's auxiliary classifier (a 5×5 convolution on Mixed_6e's output) needs 299×299 images.
+inline constexpr int kInceptionV3MinImageSize = 299;
 inline constexpr IntBounds kWarmupSteps{0, 100000};
 inline constexpr IntBounds kMeasureSteps{1, 1000000};
 inline constexpr IntBounds kRepeats{1, 1000};
