@@ -193,6 +193,25 @@ class EndToEnd(unittest.TestCase):
         launched = [e["message"] for e in events if e["reason"] == "LauncherCreated"]
         self.assertTrue(any(m.startswith("preflight-1x2 ") for m in launched), launched)
 
+    def test_inception_v3_trains_at_299_pixels_on_one_and_two_ranks(self):
+        # Its concatenated branches and auxiliary classifier through the real launch, mpirun and
+        # the gradient allreduce; the API refuses it at the default 224 pixels.
+        run = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "inception"},
+               "spec": {"model": "inception_v3", "data": {"source": "synthetic", "imageSize": 299},
+                        "matrix": {"gpusPerNode": [2], "batchSizePerDevice": [2], "precision": ["fp32"]},
+                        "methodology": {"warmupSteps": 1, "measureSteps": 2, "repeats": 1}}}
+        self.apply(run)
+        wait_for(lambda: self.finished("inception"), 300, "the run to finish")
+        status = self.run_object("inception")["status"]
+        self.assertEqual(status["phase"], "Succeeded")
+        results = {r["case"]["id"]: r for r in status["results"]}
+        self.assertEqual(sorted(results), ["1x1-bs2-fp32", "1x2-bs2-fp32"])  # the 1x1 baseline is added
+        for result in results.values():
+            self.assertEqual(result["state"], "Succeeded", result)
+            self.assertGreater(result["throughput"]["median"], 0.1)
+        row = self.kubectl("get", "br", "inception").splitlines()[1].split()
+        self.assertEqual(row[:3], ["inception", "inception_v3", "Succeeded"])
+
     def test_imagefolder_on_a_claim_is_mounted_and_read_by_every_rank(self):
         # 2 classes × 8 JPEGs and one broken file: each rank's shard is 8 or 9 files, so every
         # rank goes through several epochs and the broken file is met.
