@@ -34,6 +34,14 @@ weights). Measured on an AMD EPYC (AVX-512), 2026-11-24, dlbench against fp64, w
   vgg16      normwise 1.5e-5, max 1.3e-5
   alexnet    normwise 3.2e-5, max 3.1e-5  (PyTorch fp32: the same)
   loss       relative error below 1e-7 for all four
+InceptionV3 is the exception. Its step at torchvision's initialisation (no residual paths, batch
+norm and ReLU after each of ~95 convolutions, post-ReLU inputs whose mean dwarfs the projected
+gradient they are summed against) is ill-conditioned for fp32 itself: PyTorch's own fp32 step is
+off by normwise 3.0e-2 (cosine 0.9997), and dlbench's by 7.2e-2 (cosine 0.997), about 2.4 times
+PyTorch's in every layer alike (probably batch norm's sums: ATen's CPU kernels accumulate them in
+fp64, oneDNN's in fp32); loss error 1.4e-6. Its bounds are its own, cosine >= 0.99 and normwise
+<= 0.15; PyTorch's fp32 step must meet them too, and the mutation (reflect padding in one 1x7
+convolution) fails 1341 tensors and the loss (1.9e-3) under them.
 Bounds, for every gradient and every weight's step (updated - initial):
   loss:            |a - b| / |b|          <= 1e-4
   gradients:       cosine similarity      >= 0.9999
@@ -71,6 +79,12 @@ MODELS = {
               "committed": ["features.0.weight", "features.14.bias", "classifier.0.bias", "classifier.6.bias"]},
     "alexnet": {"image": 64, "batch": 4,
                 "committed": ["features.0.weight", "features.8.bias", "classifier.1.bias", "classifier.6.bias"]},
+    # The auxiliary classifier needs 299x299 (its 5x5 convolution on Mixed_6e's 17x17); batch 4
+    # gives its last batch norm (1x1) 4 values per channel. The loss is main + 0.4 aux.
+    "inception_v3": {"image": 299, "batch": 4, "aux_loss_weight": 0.4, "bounds": {"cosine": 0.99, "normwise": 0.15},
+                     "torchvision": {"aux_logits": True, "init_weights": True},
+                     "committed": ["Conv2d_1a_3x3.conv.weight", "Mixed_6b.branch7x7_2.bn.weight",
+                                   "Mixed_7c.branch3x3dbl_3b.bn.bias", "AuxLogits.fc.bias", "fc.bias"]},
 }
 SGD = {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 1e-4}
 SEED = 42
@@ -117,8 +131,16 @@ def floats(entry):
 
 # ---- comparison ----------------------------------------------------------------------------
 
+def bounds_for(model):
+    """(cosine, normwise, max) bounds: the module's, or the model's own where its step is worse
+    conditioned than fp32 can meet them (PyTorch's fp32 step must then meet the model's too)."""
+    own = MODELS[model].get("bounds", {})
+    return own.get("cosine", COSINE_BOUND), own.get("normwise", NORMWISE_BOUND), own.get("max", MAX_BOUND)
+
+
 class Report:
-    def __init__(self):
+    def __init__(self, bounds):
+        self.cosine_bound, self.normwise_bound, self.max_bound = bounds
         self.failures = []
         self.worst = {}
 
@@ -148,9 +170,9 @@ def tensor_errors(actual, expected):
 def judge(report, name, errors, step=False):
     cosine, normwise, worst = errors
     if not step:
-        report.note("cosine", name, cosine, not cosine >= COSINE_BOUND)
-    report.note("normwise error", name, normwise, not normwise <= NORMWISE_BOUND)
-    report.note("max error", name, worst, not worst <= MAX_BOUND)
+        report.note("cosine", name, cosine, not cosine >= report.cosine_bound)
+    report.note("normwise error", name, normwise, not normwise <= report.normwise_bound)
+    report.note("max error", name, worst, not worst <= report.max_bound)
 
 
 def compare_lists(report, name, actual, expected):
@@ -188,7 +210,7 @@ def torch_step(model_name, record, mutate=None, double=True):
     import torch
     import torchvision
 
-    net = getattr(torchvision.models, model_name)()
+    net = torchvision_model(model_name)
     state = {name[len("initial."):]: tensor_of(record[name]) for name in record if name.startswith("initial.")}
     missing, unexpected = net.load_state_dict(state, strict=False)
     missing = [m for m in missing if not m.endswith(("running_mean", "running_var", "num_batches_tracked"))]
@@ -200,8 +222,8 @@ def torch_step(model_name, record, mutate=None, double=True):
             super().__init__()
             self.register_buffer("mask", mask.clone())
 
-        def forward(self, x):
-            return x * self.mask
+        def forward(self, x):  # InceptionV3 drops on (N, 2048, 1, 1), dlbench after flattening
+            return x * self.mask.reshape(x.shape)
 
     for name, module in list(net.named_modules()):
         if isinstance(module, torch.nn.Dropout):
@@ -216,11 +238,21 @@ def torch_step(model_name, record, mutate=None, double=True):
     x = tensor_of(record["input"]).to(torch.float64 if double else torch.float32)
     labels = torch.frombuffer(record["labels"][2], dtype=torch.int64).reshape(record["labels"][1])
     optimizer.zero_grad()
-    loss = torch.nn.functional.cross_entropy(net(x), labels)
+    out = net(x)
+    if MODELS[model_name].get("aux_loss_weight"):
+        loss = (torch.nn.functional.cross_entropy(out.logits, labels)
+                + MODELS[model_name]["aux_loss_weight"] * torch.nn.functional.cross_entropy(out.aux_logits, labels))
+    else:
+        loss = torch.nn.functional.cross_entropy(out, labels)
     loss.backward()
     optimizer.step()  # leaves p.grad as it was (weight decay and momentum work on copies)
     parameters = dict(net.named_parameters())
     return loss.item(), {n: p.grad for n, p in parameters.items()}, {n: p.detach() for n, p in parameters.items()}
+
+
+def torchvision_model(model_name):
+    import torchvision
+    return getattr(torchvision.models, model_name)(**MODELS[model_name].get("torchvision", {}))
 
 
 def tensor_of(entry):
@@ -250,12 +282,12 @@ def recorded_step(record):
             {n: tensor_of(record["updated." + n]) for n in names})
 
 
-def compare_steps(record, step, reference):
+def compare_steps(model, record, step, reference):
     """A step (loss, grads, updated) judged against the reference step, both from the record's
     initial weights: every gradient, and the step each weight took (lr (g + wd w), the first
     momentum buffer being the gradient)."""
     (loss, grads, updated), (ref_loss, ref_grads, ref_updated) = step, reference
-    report = Report()
+    report = Report(bounds_for(model))
     compare_loss(report, loss, ref_loss)
     for name, g in ref_grads.items():
         judge(report, "grad." + name, torch_errors(grads[name], g))
@@ -278,8 +310,14 @@ def reflect_last_conv_padding(net):
     last.padding_mode = "reflect"
 
 
+def reflect_one_by_seven_padding(net):
+    """Reflection instead of zero padding in one of InceptionV3's asymmetric (1x7) convolutions."""
+    net.Mixed_6e.branch7x7_2.conv.padding_mode = "reflect"
+
+
 MUTATIONS = {"resnet50": move_stride_to_first_conv, "resnet152": move_stride_to_first_conv,
-             "vgg16": reflect_last_conv_padding, "alexnet": reflect_last_conv_padding}
+             "vgg16": reflect_last_conv_padding, "alexnet": reflect_last_conv_padding,
+             "inception_v3": reflect_one_by_seven_padding}
 
 
 def torch_available():
@@ -314,7 +352,7 @@ def write_torchvision_init(model, path):
     import torchvision
 
     torch.manual_seed(SEED)
-    net = getattr(torchvision.models, model)()
+    net = torchvision_model(model)
     tensors = []
     for name, t in net.state_dict().items():
         t = t.detach().contiguous()
@@ -342,7 +380,7 @@ def check_with_torch(worker, model, work):
         if name.startswith("initial.") and bytes(record[name][2]) != bytes(source[name[len("initial."):]][2]):
             sys.exit(f"FAIL: --init-from: {name} differs from the file's tensor")
     reference = torch_step(model, record)
-    report = compare_steps(record, recorded_step(record), reference)
+    report = compare_steps(model, record, recorded_step(record), reference)
     print(f"{model}: dlbench loss {tensor_of(record['loss']).item():.7f}, PyTorch (fp64) {reference[0]:.7f}; "
           f"{len(reference[1])} gradients and steps compared; dlbench: {report.summary()}")
     if report.failures:
@@ -350,11 +388,13 @@ def check_with_torch(worker, model, work):
     if MODELS[model].get("main_comparison_only"):
         return
     # PyTorch's own fp32 step judged the same way: what two fp32 implementations' noise looks like.
-    peer = compare_steps(record, torch_step(model, record, double=False), reference)
+    peer = compare_steps(model, record, torch_step(model, record, double=False), reference)
     print(f"{model}: PyTorch fp32 against the same fp64 step: {peer.summary()}")
+    if "bounds" in MODELS[model] and peer.failures:
+        sys.exit(f"FAIL: {model}'s own bounds are tighter than PyTorch's fp32 step meets: " + "; ".join(peer.failures[:5]))
     del reference, peer
     mutation = MUTATIONS[model]
-    mutated = compare_steps(record, recorded_step(record), torch_step(model, record, mutate=mutation))
+    mutated = compare_steps(model, record, recorded_step(record), torch_step(model, record, mutate=mutation))
     if not mutated.failures:
         sys.exit(f"FAIL: the mutation {mutation.__name__} passed the comparison: the bounds cannot tell a "
                  f"one-layer mistake ({mutated.summary()})")
@@ -371,7 +411,7 @@ def check_committed(worker, model, work):
     if bytes(record["initial." + first][2]) != bytes(golden["initial." + first][2]):
         sys.exit(f"FAIL: dlbench's seeded weights ({first}) are not the ones {path} was made from; "
                  f"run: golden.py update WORKER {model}")
-    report = Report()
+    report = Report(bounds_for(model))
     (expected_loss,) = floats(golden["loss"])
     (actual_loss,) = floats(record["loss"])
     compare_loss(report, actual_loss, expected_loss)
