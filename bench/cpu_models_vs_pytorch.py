@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Training throughput of a model on the CPU, dlbench-worker next to Debian's PyTorch 1.13 in one
+run: the same torchvision architecture, batch, image size, threads and SGD settings, synthetic
+data, fp32 (and bf16 where the CPU has AVX512_BF16: dlbench's bf16 against PyTorch's bf16
+autocast). Rounds alternate the engines (A B A B ...) so that the machine's drift hits both; each
+run is its own process (warm-up steps, then timed steps: samples/s) and its peak resident set comes
+from wait4()'s ru_maxrss. The medians over the rounds are reported.
+
+InceptionV3 trains as torchvision trains it, with its auxiliary classifier: PyTorch's loss is
+main + 0.4 * aux, as dlbench's is.
+
+    bench/cpu_models_vs_pytorch.py --model inception_v3 [--build build/default] [--batch 8]
+                                   [--image-size 299] [--rounds 3] [--warmup 1] [--measure 4]
+
+Needs a python3 that imports torch and torchvision (/usr/bin/python3 with python3-torch).
+Prints a markdown section for bench/RESULTS.md.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+PYTORCH_STEP = r"""
+import sys, time, torch, torchvision
+model_name, batch, image, precision, warmup, measure, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+torch.set_num_threads(threads)
+torch.manual_seed(42)
+kwargs = {"aux_logits": True, "init_weights": True} if model_name == "inception_v3" else {}
+model = getattr(torchvision.models, model_name)(**kwargs).to(memory_format=torch.channels_last)
+model.train()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+x = torch.randn(batch, 3, image, image).to(memory_format=torch.channels_last)
+y = torch.randint(0, 1000, (batch,))
+def step():
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        out = model(x)
+        if model_name == "inception_v3":
+            loss = torch.nn.functional.cross_entropy(out.logits, y) + 0.4 * torch.nn.functional.cross_entropy(out.aux_logits, y)
+        else:
+            loss = torch.nn.functional.cross_entropy(out, y)
+    loss.backward()
+    optimizer.step()
+for _ in range(warmup):
+    step()
+start = time.perf_counter()
+for _ in range(measure):
+    step()
+print(batch * measure / (time.perf_counter() - start))
+"""
+
+
+def run_measured(command):
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = process.stdout.read()
+    err = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)  # this child's own rusage
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        sys.exit(f"{' '.join(command[:3])} ... failed ({code}): {err[-2000:]}")
+    return out, usage.ru_maxrss * 1024
+
+
+def dlbench(worker, args, precision, work):
+    output = os.path.join(work, "result.json")
+    _, rss = run_measured([worker, "--model", args.model, "--batch-size", str(args.batch), "--image-size",
+                           str(args.image_size), "--precision", precision, "--threads", str(args.threads),
+                           "--warmup-steps", str(args.warmup), "--measure-steps", str(args.measure), "--repeats", "1",
+                           "--output", output])
+    with open(output) as f:
+        result = json.load(f)
+    if result["state"] != "Succeeded":
+        return None, rss, result.get("reason")
+    return result["throughput"]["median"], rss, None
+
+
+def pytorch(python, args, precision):
+    out, rss = run_measured([python, "-c", PYTORCH_STEP, args.model, str(args.batch), str(args.image_size), precision,
+                             str(args.warmup), str(args.measure), str(args.threads)])
+    return float(out.strip().splitlines()[-1]), rss
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--build", default="build/default")
+    parser.add_argument("--python", default="/usr/bin/python3")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--image-size", type=int, default=299)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--measure", type=int, default=4)
+    args = parser.parse_args()
+    worker = os.path.join(args.build, "bin", "dlbench-worker")
+
+    rows = {}  # configuration -> ([samples/s], [rss])
+    skipped = {}
+    with tempfile.TemporaryDirectory(prefix="dlbench-bench-") as work:
+        for round_ in range(args.rounds):
+            for precision in ("fp32", "bf16"):
+                if precision in skipped:
+                    continue
+                speed, rss, why = dlbench(worker, args, precision, work)
+                if speed is None:
+                    skipped[precision] = why
+                    continue
+                mine = rows.setdefault(f"dlbench-worker {precision}", ([], []))
+                mine[0].append(speed)
+                mine[1].append(rss)
+                speed, rss = pytorch(args.python, args, precision)
+                theirs = rows.setdefault(f"PyTorch 1.13 {precision}" + (" autocast" if precision == "bf16" else "") +
+                                         ", channels_last", ([], []))
+                theirs[0].append(speed)
+                theirs[1].append(rss)
+                print(f"round {round_ + 1} {precision}: dlbench {mine[0][-1]:.2f}, PyTorch {theirs[0][-1]:.2f} samples/s",
+                      file=sys.stderr)
+
+    print(f"### {args.model} on the CPU, dlbench-worker vs PyTorch — {datetime.date.today().isoformat()}\n")
+    print(f"Machine: {cpu_model()}, {os.cpu_count()} cores, {args.threads} threads each.")
+    print(f"Command: `bench/cpu_models_vs_pytorch.py --model {args.model} --batch {args.batch} --image-size "
+          f"{args.image_size} --rounds {args.rounds} --warmup {args.warmup} --measure {args.measure}` "
+          f"(rounds alternate the engines; medians over the rounds).\n")
+    print(f"| configuration | samples/s at batch {args.batch}, median (min–max) | peak RSS GiB |")
+    print("|---|---|---|")
+    for name, (speeds, rss) in rows.items():
+        print(f"| {name} | {statistics.median(speeds):.2f} ({min(speeds):.2f}–{max(speeds):.2f}) | "
+              f"{statistics.median(rss) / 2**30:.2f} |")
+    print()
+    for precision in ("fp32", "bf16"):
+        mine = [v for k, v in rows.items() if k == f"dlbench-worker {precision}"]
+        theirs = [v for k, v in rows.items() if k.startswith(f"PyTorch 1.13 {precision}")]
+        if mine and theirs:
+            ratio = statistics.median(mine[0][0]) / statistics.median(theirs[0][0])
+            memory = statistics.median(mine[0][1]) / statistics.median(theirs[0][1])
+            print(f"- {precision}: dlbench-worker {ratio:.2f}× PyTorch's speed, {memory:.2f}× its peak RSS.")
+    for precision, why in skipped.items():
+        print(f"- {precision}: not run here ({why}).")
+
+
+if __name__ == "__main__":
+    main()
