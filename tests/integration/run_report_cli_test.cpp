@@ -92,6 +92,35 @@ spec:
   }
 }
 
+// InceptionV3 runs at its 299 pixels and `dlbench report` reads its status; below 299 the run is
+// refused before anything starts, naming the field.
+TEST_F(RunCli, InceptionV3RunsAt299PixelsAndIsRefusedBelow) {
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: inception}
+spec:
+  model: inception_v3
+  data: {imageSize: 299}
+  matrix: {batchSizePerDevice: [2], precision: [fp32]}
+  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1}
+)";
+  const Outcome o = dlbench("run -f " + write("run.yaml", text) + " --backend cpu");
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  const BenchmarkRun run = status("inception.status.json");
+  ASSERT_TRUE(run.status.has_value());
+  ASSERT_EQ(run.status->results.size(), 1u);
+  EXPECT_EQ(run.status->results[0].state, CaseState::Succeeded);
+  const Outcome report = dlbench("report inception.status.json");
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("fp32: throughput (samples/s)"));
+
+  std::string small = text;
+  small.replace(small.find("imageSize: 299"), 14, "imageSize: 224");
+  const Outcome refused = dlbench("run -f " + write("small.yaml", small) + " --backend cpu");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err + refused.out, HasSubstr("spec.data.imageSize: 224 is too small for inception_v3"));
+}
+
 TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   const Outcome o = dlbench("run -f " + write("run.yaml", sweep()) + " --max-devices 2");
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
