@@ -17,9 +17,10 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
+
+from bench_process import machine, run_measured
 
 PYTORCH_STEP = r"""
 import sys, time, torch, torchvision
@@ -42,18 +43,6 @@ for _ in range(measure):
     step()
 print(batch * measure / (time.perf_counter() - start))
 """
-
-
-def run_measured(command):
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # Read everything first, then reap with wait4 to get this child's own rusage.
-    out = process.stdout.read()
-    err = process.stderr.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        sys.exit(f"{' '.join(command[:3])} … failed ({process.returncode}): {err[-2000:]}")
-    return out, usage.ru_maxrss * 1024
 
 
 def main():
@@ -99,18 +88,11 @@ def main():
                     planned = None
                 rows.setdefault(name, {})[batch] = (speed, rss, planned)
 
-    cpu = "?"
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    flags = open("/proc/cpuinfo").read()
-    isa = "AVX-512 with AVX512-BF16" if "avx512_bf16" in flags else ("AVX-512" if "avx512f" in flags else "AVX2")
     b1, b2 = args.batches
     gib = 1 << 30
     print(f"### ResNet-50 training memory on the CPU, dlbench-worker vs PyTorch — {datetime.date.today()}")
     print()
-    print(f"Machine: {cpu}, {os.cpu_count()} cores ({isa}), {args.threads} threads each. Command: "
+    print(f"Machine: {machine()}, {args.threads} threads each. Command: "
           f"`bench/cpu_memory_vs_pytorch.py --build {args.build} --batches {b1} {b2} --measure {args.measure}` "
           f"(warm-up 1, {args.measure} timed steps; peak RSS from wait4).")
     print()

@@ -20,9 +20,10 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from bench_process import machine, run_measured
 
 PYTORCH_STEP = r"""
 import sys, time, torch, torchvision
@@ -55,17 +56,6 @@ print(batch * measure / (time.perf_counter() - start))
 """
 
 
-def run_measured(command):
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out = process.stdout.read()
-    err = process.stderr.read()
-    _, status, usage = os.wait4(process.pid, 0)  # this child's own rusage
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        sys.exit(f"{' '.join(command[:3])} ... failed ({code}): {err[-2000:]}")
-    return out, usage.ru_maxrss * 1024
-
-
 def dlbench(worker, args, precision, work):
     output = os.path.join(work, "result.json")
     _, rss = run_measured([worker, "--model", args.model, "--batch-size", str(args.batch), "--image-size",
@@ -83,14 +73,6 @@ def pytorch(python, args, precision):
     out, rss = run_measured([python, "-c", PYTORCH_STEP, args.model, str(args.batch), str(args.image_size), precision,
                              str(args.warmup), str(args.measure), str(args.threads)])
     return float(out.strip().splitlines()[-1]), rss
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def main():
@@ -130,7 +112,7 @@ def main():
                       file=sys.stderr)
 
     print(f"### {args.model} on the CPU, dlbench-worker vs PyTorch — {datetime.date.today().isoformat()}\n")
-    print(f"Machine: {cpu_model()}, {os.cpu_count()} cores, {args.threads} threads each.")
+    print(f"Machine: {machine()}, {args.threads} threads each.")
     print(f"Command: `bench/cpu_models_vs_pytorch.py --model {args.model} --batch {args.batch} --image-size "
           f"{args.image_size} --rounds {args.rounds} --warmup {args.warmup} --measure {args.measure}` "
           f"(rounds alternate the engines; medians over the rounds).\n")
