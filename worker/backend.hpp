@@ -88,14 +88,14 @@ enum class PoolKind { max, average };
 struct PoolConfig {
   Shape input;
   PoolKind kind = PoolKind::max;
-  std::int64_t kernel = 2;
+  Extent2 kernel{2};  // rectangular for a global pool over a non-square image
   std::int64_t stride = 2;
   std::int64_t padding = 0;
   DType dtype = DType::fp32;
 
   Shape output() const {
-    return {input.n(), input.c(), (input.h() + 2 * padding - kernel) / stride + 1,
-            (input.w() + 2 * padding - kernel) / stride + 1};
+    return {input.n(), input.c(), (input.h() + 2 * padding - kernel.h) / stride + 1,
+            (input.w() + 2 * padding - kernel.w) / stride + 1};
   }
 };
 
@@ -148,6 +148,28 @@ class ChannelSliceOp {
   virtual void extract(const Tensor& whole, Tensor& part) = 0;
 };
 
+// Bilinear resizing of a 4-D tensor's H and W, as torch.nn.functional.interpolate(mode="bilinear",
+// align_corners=False): output pixel i samples the input at (i + 0.5) · in/out - 0.5, clamped to
+// the edges. DeepLab's decoder upsamples by it; backward spreads each output gradient over the
+// four input pixels it read (in any order: sums may differ in the last bit between runs on a GPU).
+struct ResizeConfig {
+  Shape input;     // N, C, H, W
+  Extent2 output;  // the output's H and W
+  DType dtype = DType::fp32;
+  Shape output_shape() const { return {input.n(), input.c(), output.h, output.w}; }
+};
+
+class ResizeOp {
+ public:
+  virtual ~ResizeOp() = default;
+  virtual void forward(const Tensor& x, Tensor& y) = 0;
+  virtual void backward(const Tensor& dy, Tensor& dx) = 0;
+};
+
+// Per-pixel labels equal to this are left out of a segmentation loss: Cityscapes' "void" (its
+// train ids use 255), torch.nn.CrossEntropyLoss(ignore_index=255).
+inline constexpr std::int32_t kIgnoreLabel = 255;
+
 // One term of a step's loss: `weight` · mean cross-entropy. A network with an auxiliary
 // classifier (InceptionV3) has two: the auxiliary head's (weight 0.4) during forward, then the
 // main one, which adds to it.
@@ -189,6 +211,7 @@ class Backend {
   // both in activation_layout().
   virtual std::unique_ptr<ChannelSliceOp> make_channel_slice(const Shape& part, std::int64_t whole_channels,
                                                              std::int64_t offset, DType dtype) = 0;
+  virtual std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& config) = 0;
 
   // running = (1 - momentum) · running + momentum · batch · correction (PyTorch's rule,
   // with correction n/(n-1) for the variance).
@@ -209,6 +232,10 @@ class Backend {
   // Mean softmax cross-entropy over the batch, computed in fp32 or wider whatever the logits'
   // dtype; writes dlogits = (softmax - onehot) / N · weight · gradient_scale in the logits' dtype
   // (the loss scale is applied before the gradient is rounded, so small gradients survive fp16).
+  // Logits (N, classes) take one label per sample. Logits (N, classes, H, W), in
+  // activation_layout(), take one label per pixel in (N, H, W) order: the mean is over the pixels
+  // whose label is not kIgnoreLabel (N counts those), and the others get a zero gradient; with
+  // none left the loss is 0, where PyTorch gives NaN.
   // Returns the step's loss so far: this term's weight · loss, plus the earlier terms' when it
   // adds to them (last_loss() reads the same sum after a graph replay).
   virtual float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,

@@ -32,6 +32,7 @@ class DelegatingBackend : public Backend {
                                                      std::int64_t offset, DType d) override {
     return inner_.make_channel_slice(part, whole_channels, offset, d);
   }
+  std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& c) override { return inner_.make_bilinear_resize(c); }
   void update_running_stat(Tensor& r, const Tensor& b, float m, float c) override { inner_.update_running_stat(r, b, m, c); }
   void scale(float* d, std::int64_t n, float f) override { inner_.scale(d, n, f); }
   bool unscale_and_check_finite(float* g, std::int64_t n, float f) override { return inner_.unscale_and_check_finite(g, n, f); }

@@ -55,10 +55,12 @@ constexpr int kExitFailed = 1;
 constexpr const char* kUsage = R"(dlbench-worker — train a model on synthetic or real data and measure it
 
 Usage: dlbench-worker [options]
-  --model NAME            resnet50 | resnet152 | vgg16 | alexnet | inception_v3 (default resnet50)
+  --model NAME            resnet50 | resnet152 | vgg16 | alexnet | inception_v3 | deeplabv3plus
+                          (default resnet50)
   --backend NAME          cpu | cuda (when built with CUDA)                (default cpu)
   --batch-size N          samples per device and step, >= 1              (default 32)
-  --image-size N          square input size in pixels    (default: the model's, 224; 299 for inception_v3)
+  --image-size N|HxW      input size in pixels, square or height x width (default: the model's:
+                          224; 299 for inception_v3; 512x1024 for deeplabv3plus)
   --precision P           fp32 | tf32 | amp | bf16 (default fp32); one the backend cannot run
                           ends as a Failed result with reason Unsupported (cpu: fp32, and bf16
                           where the CPU has AVX512_BF16; cuda: fp32, tf32)
@@ -133,11 +135,15 @@ int default_threads() {
   return std::max(1, cores / ranks_here);
 }
 
+struct Options;
+std::string image_size_text(const Options& o);
+
 struct Options {
   std::string model = "resnet50";
   std::string backend = "cpu";
   long batch_size = 32;
-  long image_size = 0;  // 0: the model's default
+  long image_height = 0;  // 0: the model's default
+  long image_width = 0;
   std::string precision = "fp32";
   long warmup_steps = 20;
   long measure_steps = 100;
@@ -164,6 +170,11 @@ struct Options {
   bool self_test = false;
   std::vector<std::string> self_test_precisions;  // --self-test: every one unless --precision says
 };
+
+std::string image_size_text(const Options& o) {
+  return o.image_height == o.image_width ? std::to_string(o.image_height)
+                                         : std::to_string(o.image_height) + "x" + std::to_string(o.image_width);
+}
 
 // What --precision takes, in the API's order.
 const std::vector<std::string> kPrecisions{"fp32", "tf32", "amp", "bf16"};
@@ -242,8 +253,10 @@ std::optional<Options> parse(int argc, char** argv) {
       return std::nullopt;
     } else if (flag == "--list-models") {
       for (const auto& m : model_catalog()) {
-        std::cout << std::left << std::setw(14) << m.name << m.description << " (image size " << m.default_image_size
-                  << ", >= " << m.min_image_size << ")\n";
+        std::cout << std::left << std::setw(14) << m.name << m.description << " (image size " << m.default_height();
+        if (m.default_width() != m.default_height()) std::cout << "x" << m.default_width();
+        std::cout << ", >= " << m.min_image_size << ", " << m.classes << " classes" << (m.per_pixel_labels ? " per pixel" : "")
+                  << ")\n";
       }
       return std::nullopt;
     } else if (flag == "--list-devices") {
@@ -269,7 +282,10 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (flag == "--batch-size") {
       o.batch_size = parse_bounded(flag, value, bounds::kBatchSizePerDevice);
     } else if (flag == "--image-size") {
-      o.image_size = parse_bounded(flag, value, bounds::kImageSize);
+      // N (square) or HxW, each side within the API's bounds.
+      const std::size_t x = value.find('x');
+      o.image_height = parse_bounded(flag, value.substr(0, x), bounds::kImageSize);
+      o.image_width = x == std::string::npos ? o.image_height : parse_bounded(flag, value.substr(x + 1), bounds::kImageSize);
     } else if (flag == "--precision") {
       // One precision for a case; a comma list for --self-test (checked once every flag is read).
       o.self_test_precisions.clear();
@@ -378,12 +394,23 @@ std::optional<Options> parse(int argc, char** argv) {
 #ifndef DLBENCH_HAVE_MPI
   if (o.communicator == "mpi") throw UsageError{"--communicator: mpi is not built in (DLBENCH_WITH_MPI=OFF); allowed: none"};
 #endif
-  for (const auto& m : model_catalog()) {
-    if (m.name == o.model && o.image_size == 0) o.image_size = m.default_image_size;
-    if (m.name == o.model && o.image_size < m.min_image_size) {
-      throw UsageError{"--image-size: " + std::to_string(o.image_size) + " is too small for " + o.model +
-                       "; allowed: " + std::to_string(m.min_image_size) + " to 2048"};
-    }
+  const ModelInfo model = model_info(o.model);
+  if (o.image_height == 0) {
+    o.image_height = model.default_height();
+    o.image_width = model.default_width();
+  }
+  if (std::min(o.image_height, o.image_width) < model.min_image_size) {
+    throw UsageError{"--image-size: " + image_size_text(o) + " is too small for " + o.model + "; allowed: " +
+                     std::to_string(model.min_image_size) + " to " + std::to_string(bounds::kImageSize.max) +
+                     " on each side"};
+  }
+  if (o.data == "imagefolder" && model.per_pixel_labels) {
+    throw UsageError{"--data imagefolder: " + o.model +
+                     " trains on a label per pixel and imagefolder gives one per image; allowed: synthetic"};
+  }
+  if (o.data == "imagefolder" && o.image_height != o.image_width) {
+    throw UsageError{"--data imagefolder: crops are square; --image-size " + image_size_text(o) +
+                     " needs synthetic data"};
   }
   return o;
 }
@@ -435,7 +462,10 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
                  const std::vector<double>& losses) {
   out << "dlbench-worker: " << to_string(doc.model) << " on " << doc.environment.backend << " ("
       << doc.environment.cpu_model << ", " << doc.environment.cpu_cores << " threads), case " << case_id(doc.case_)
-      << ", image " << doc.image_size << ", " << parameters << " parameters, activations "
+      << ", image " << (doc.image_height > 0 && doc.image_height != doc.image_width
+                            ? std::to_string(doc.image_height) + "x" + std::to_string(doc.image_width)
+                            : std::to_string(doc.image_size))
+      << ", " << parameters << " parameters, activations "
       << std::fixed << std::setprecision(2) << (doc.memory ? doc.memory->activations : 0.0) / (1 << 30) << " GiB";
   if (doc.memory && doc.memory->unshared_activations > 0) {
     out << " (" << std::setprecision(0) << 100.0 * doc.memory->activations / doc.memory->unshared_activations
@@ -579,7 +609,8 @@ class BackendUnavailable : public std::runtime_error {
 // The case's trainer: its model, batch, precision and SGD, from the seed's weights or --init-from's.
 // Owned by pointer: the trainer's arena holds its buffers' addresses, so it never moves.
 std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer = false) {
-  auto trainer = std::make_unique<Trainer>(device, build_model(o.model), Shape(o.batch_size, 3, o.image_size, o.image_size), kModelClasses,
+  const ModelInfo model = model_info(o.model);
+  auto trainer = std::make_unique<Trainer>(device, build_model(o.model, model.classes), Shape(o.batch_size, 3, o.image_height, o.image_width), model.classes,
                   SgdConfig{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)},
                   o.seed, static_cast<std::uint64_t>(rank),
                   o.memory_plan == "none" || keep_every_buffer ? MemoryReuse::none : MemoryReuse::lifetime,
@@ -608,7 +639,7 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
                        {"backend", o.backend},
                        {"precision", o.precision},
                        {"batch_size", std::to_string(o.batch_size)},
-                       {"image_size", std::to_string(o.image_size)},
+                       {"image_size", image_size_text(o)},
                        {"seed", std::to_string(o.seed)},
                        {"learning_rate", std::to_string(o.learning_rate)},
                        {"momentum", std::to_string(o.momentum)},
@@ -616,7 +647,12 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
                        {"init_from", o.init_from},
                        {"dlbench_version", DLBENCH_VERSION}};
     record.tensors.push_back(NamedTensor::of_floats("input", dims_of(trainer.input().shape), pixels.data()));
-    record.tensors.push_back(NamedTensor::of_ints("labels", {o.batch_size}, labels.data()));
+    // One label per sample, or per pixel: (N, H, W) for a segmentation model.
+    const std::vector<std::int64_t> label_dims =
+        labels.size() == static_cast<std::size_t>(o.batch_size)
+            ? std::vector<std::int64_t>{o.batch_size}
+            : std::vector<std::int64_t>{o.batch_size, o.image_height, o.image_width};
+    record.tensors.push_back(NamedTensor::of_ints("labels", label_dims, labels.data()));
     for (auto& t : parameter_tensors(trainer.parameters(), *backend, "initial.")) record.tensors.push_back(std::move(t));
     const float loss = trainer.step();
     backend->synchronize();
@@ -645,7 +681,9 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
   // Ranks per node as the job ran them; an uneven spread is recorded as ranks / nodes rounded up.
   doc.case_ = {nodes, (comm.size() + nodes - 1) / nodes, static_cast<int>(o.batch_size),
                *enum_from_string<Precision>(o.precision)};
-  doc.image_size = static_cast<int>(o.image_size);
+  doc.image_size = static_cast<int>(o.image_height);
+  doc.image_height = static_cast<int>(o.image_height);
+  doc.image_width = static_cast<int>(o.image_width);
   doc.devices = doc.case_.devices();
   doc.global_batch_size = static_cast<long>(doc.case_.global_batch_size());
   const bool reporter = comm.rank() == 0;
@@ -735,7 +773,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     if (real) {
       input::InputPipelineConfig config;
       config.batch_size = static_cast<int>(o.batch_size);
-      config.image_size = static_cast<int>(o.image_size);
+      config.image_size = static_cast<int>(o.image_height);  // square: checked with the options
       config.threads = static_cast<int>(o.decode_threads);
       config.prefetch_batches = static_cast<int>(o.prefetch_batches);
       config.seed = o.seed;

@@ -61,12 +61,17 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Sh
   arena_.request(input_);  // the batch lives across steps
   SetupContext setup{backend_, arena_, false};
   const Tensor logits = network_->setup(input_, setup);
-  if (logits.shape.rank != 2 || logits.shape.c() != num_classes) {
-    throw std::invalid_argument("network output " + logits.shape.to_string() + " is not (batch, " +
-                                std::to_string(num_classes) + ")");
+  const bool classifies = logits.shape.rank == 2 && logits.shape.n() == input.n() && logits.shape.c() == num_classes;
+  const bool segments = logits.shape.rank == 4 && logits.shape.n() == input.n() && logits.shape.c() == num_classes &&
+                        logits.shape.h() == input.h() && logits.shape.w() == input.w();
+  if (!classifies && !segments) {
+    throw std::invalid_argument("network output " + logits.shape.to_string() + " is neither (batch, " +
+                                std::to_string(num_classes) + ") nor (batch, " + std::to_string(num_classes) +
+                                ", height, width) at the input's size");
   }
   loss_.setup(logits, setup);
-  labels_storage_.shape = Shape(input.n());
+  label_count_ = segments ? input.n() * input.h() * input.w() : input.n();
+  labels_storage_.shape = Shape(label_count_);
   arena_.request(labels_storage_);
   arena_.commit(backend_, reuse);
   network_->reset_state(backend_);
@@ -81,9 +86,15 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Sh
   if (input_.layout == Layout::nhwc) host = nchw_to_nhwc(host, input);
   const std::vector<std::byte> pixels = encode(host.data(), host.size(), input_.dtype);
   backend_.copy_from_host(input_.data, pixels.data(), input_.bytes());
-  std::uniform_int_distribution<std::int32_t> label(0, static_cast<std::int32_t>(num_classes - 1));
-  std::vector<std::int32_t> labels(static_cast<std::size_t>(input.n()));
-  for (auto& l : labels) l = label(rng);
+  // Per-pixel labels: uniform over the classes and one value more, which stands for the ignore
+  // label, so that about 1 pixel in (classes + 1) is left out of the loss as Cityscapes' void is.
+  const auto label_max = static_cast<std::int32_t>(segments ? num_classes : num_classes - 1);
+  std::uniform_int_distribution<std::int32_t> label(0, label_max);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(label_count_));
+  for (auto& l : labels) {
+    l = label(rng);
+    if (segments && l == num_classes) l = kIgnoreLabel;
+  }
   backend_.copy_from_host(labels_storage_.data, labels.data(), labels.size() * sizeof(std::int32_t));
 }
 
@@ -94,12 +105,12 @@ void Trainer::load_batch(const float* pixels, const std::int32_t* labels) {
     const std::vector<std::byte> converted = encode(pixels, static_cast<std::size_t>(input_.numel()), input_.dtype);
     backend_.copy_from_host(input_.data, converted.data(), input_.bytes());
   }
-  backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(input_.shape.n()) * sizeof(std::int32_t));
+  backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t));
 }
 
 void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<std::int32_t>& labels) {
   pixels_nchw = download(backend_, input_);
-  labels.resize(static_cast<std::size_t>(input_.shape.n()));
+  labels.resize(static_cast<std::size_t>(label_count_));
   backend_.copy_to_host(labels.data(), labels_storage_.data, labels.size() * sizeof(std::int32_t));
 }
 

@@ -36,7 +36,8 @@ struct SgdConfig {
 
 class Trainer {
  public:
-  // input: (batch, 3, image, image). Weights come from `seed`; the synthetic batch from
+  // input: (batch, 3, height, width). The network ends in (batch, num_classes) logits with a
+  // label per sample, or (batch, num_classes, height, width) ones with a label per pixel. Weights come from `seed`; the synthetic batch from
   // `seed` and `data_rank` (ranks get different data, the same weights). Activation and
   // gradient buffers share memory by lifetime unless `reuse` says otherwise. Activations and
   // their gradients are `activations` (the input is converted to it); weights, their
@@ -47,9 +48,10 @@ class Trainer {
 
   // Replaces the batch with real data: pixels in input().layout (batch × 3 × image × image
   // floats, converted to the activations' dtype) and one class index per sample, copied to
-  // the device before the next step.
+  // the device before the next step (one per pixel, (N, H, W) order, for a segmentation network).
   void load_batch(const float* pixels, const std::int32_t* labels);
-  // The batch the next step trains on, as fp32 pixels in (N, C, H, W) order and class indices.
+  // The batch the next step trains on, as fp32 pixels in (N, C, H, W) order and class indices
+  // (one per sample, or per pixel in (N, H, W) order).
   void copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<std::int32_t>& labels);
 
   // One step; returns the batch's mean loss (NaN when the step is a graph replay: last_loss()
@@ -100,6 +102,7 @@ class Trainer {
   SgdConfig sgd_;
   Tensor input_;
   Tensor labels_storage_;  // int32 labels in float-sized slots
+  std::int64_t label_count_ = 0;  // batch, or batch × height × width for per-pixel labels
   StepContext context_;
   std::function<void()> before_update_;
   std::optional<LossScaler> scaler_;

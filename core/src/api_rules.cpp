@@ -76,6 +76,8 @@ std::vector<FieldRule> build_rules() {
   r.push_back(object_default("spec.data"));
   r.push_back(enum_rule<DataSource>("spec.data.source", json(to_string(DataSource::synthetic))));
   r.push_back(integer_rule("spec.data.imageSize", bounds::kImageSize, json(defaults::kImageSize)));
+  r.push_back(integer_rule("spec.data.imageHeight", bounds::kImageSize));
+  r.push_back(integer_rule("spec.data.imageWidth", bounds::kImageSize));
   r.push_back(integer_rule("spec.data.decodeThreads", bounds::kDecodeThreads, json(defaults::kDecodeThreads)));
   r.push_back(integer_rule("spec.data.prefetchBatches", bounds::kPrefetchBatches, json(defaults::kPrefetchBatches)));
 

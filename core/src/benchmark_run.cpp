@@ -6,6 +6,11 @@
 
 namespace dlbench {
 
+std::string image_size_argument(const DataSpec& data) {
+  if (data.height() == data.width()) return std::to_string(data.height());
+  return std::to_string(data.height()) + "x" + std::to_string(data.width());
+}
+
 std::string case_id(const CaseSpec& c) {
   if (c.preflight) return "preflight-" + std::to_string(c.nodes) + "x" + std::to_string(c.gpus_per_node);
   return std::to_string(c.nodes) + "x" + std::to_string(c.gpus_per_node) + "-bs" +

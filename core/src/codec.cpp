@@ -143,9 +143,18 @@ std::optional<DataVolume> decode_data_volume(Decoder& d, const json& obj, const 
 
 void decode_data(Decoder& d, const json& obj, const std::string& path, DataSpec& out) {
   if (!d.expect_object(obj, path)) return;
-  d.reject_unknown(obj, path, {"source", "imageSize", "path", "volume", "decodeThreads", "prefetchBatches"});
+  d.reject_unknown(obj, path,
+                   {"source", "imageSize", "imageHeight", "imageWidth", "path", "volume", "decodeThreads", "prefetchBatches"});
   d.read_enum(obj, path, "source", out.source);
   d.read_int(obj, path, "imageSize", bounds::kImageSize, out.image_size);
+  d.read_int(obj, path, "imageHeight", bounds::kImageSize, out.image_height);
+  d.read_int(obj, path, "imageWidth", bounds::kImageSize, out.image_width);
+  const bool has_height = Decoder::find(obj, "imageHeight") != nullptr, has_width = Decoder::find(obj, "imageWidth") != nullptr;
+  if (has_height != has_width) {
+    d.fail(child(path, has_height ? "imageWidth" : "imageHeight"),
+           "required with " + std::string(has_height ? "imageHeight" : "imageWidth") +
+               ": set both for a height x width input (e.g. imageHeight: 512, imageWidth: 1024), or neither");
+  }
   d.read_int(obj, path, "decodeThreads", bounds::kDecodeThreads, out.decode_threads);
   d.read_int(obj, path, "prefetchBatches", bounds::kPrefetchBatches, out.prefetch_batches);
   const json* data_path = Decoder::find(obj, "path");
@@ -363,10 +372,23 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
   }
 
   if (const json* data = Decoder::find(obj, "data")) decode_data(d, *data, child(path, "data"), spec.data);
-  if (spec.model == Model::inception_v3 && spec.data.image_size < bounds::kInceptionV3MinImageSize) {
-    d.fail(child(child(path, "data"), "imageSize"),
-           std::to_string(spec.data.image_size) + " is too small for inception_v3: its auxiliary classifier needs " +
+  const std::string data_path = child(path, "data");
+  const int shorter_side = std::min(spec.data.height(), spec.data.width());
+  if (spec.model == Model::inception_v3 && shorter_side < bounds::kInceptionV3MinImageSize) {
+    const std::string field =
+        spec.data.image_height == 0 ? "imageSize" : (spec.data.height() == shorter_side ? "imageHeight" : "imageWidth");
+    d.fail(child(data_path, field),
+           std::to_string(shorter_side) + " is too small for inception_v3: its auxiliary classifier needs " +
                std::to_string(bounds::kInceptionV3MinImageSize) + " or more (set data.imageSize: 299)");
+  }
+  if (spec.model == Model::deeplabv3plus && spec.data.source == DataSource::imagefolder) {
+    d.fail(child(data_path, "source"), "imagefolder is not allowed for deeplabv3plus: it trains on a label per pixel and "
+                                       "imagefolder data has one per image; allowed: synthetic");
+  }
+  if (spec.data.source == DataSource::imagefolder && spec.data.height() != spec.data.width()) {
+    d.fail(child(data_path, "imageHeight"), "imagefolder crops are square: set imageSize, or use synthetic data for " +
+                                                std::to_string(spec.data.height()) + " x " +
+                                                std::to_string(spec.data.width()));
   }
 
   const json* matrix = Decoder::find(obj, "matrix");
@@ -853,6 +875,10 @@ json to_json(const BenchmarkRunSpec& spec) {
                  {"imageSize", spec.data.image_size},
                  {"decodeThreads", spec.data.decode_threads},
                  {"prefetchBatches", spec.data.prefetch_batches}};
+  if (spec.data.image_height > 0) {
+    out["data"]["imageHeight"] = spec.data.image_height;
+    out["data"]["imageWidth"] = spec.data.image_width;
+  }
   if (!spec.data.path.empty()) out["data"]["path"] = spec.data.path;
   if (const auto& v = spec.data.volume) {
     json volume = json::object();

@@ -135,7 +135,6 @@ json to_json(const ResultDocument& doc) {
            {"model", to_string(doc.model)},
            {"engine", to_string(doc.engine)},
            {"case", case_json},
-           {"imageSize", doc.image_size},
            {"devices", doc.devices},
            {"globalBatchSize", doc.global_batch_size},
            {"methodology",
@@ -146,6 +145,12 @@ json to_json(const ResultDocument& doc) {
            {"modelFlopsPerSample", {{"forward", doc.flops_per_sample.forward}, {"training", doc.flops_per_sample.training}}},
            {"state", to_string(doc.state)},
            {"environment", environment_to_json(doc.environment)}};
+  if (doc.image_height > 0 && doc.image_width > 0 && doc.image_height != doc.image_width) {
+    out["imageHeight"] = doc.image_height;
+    out["imageWidth"] = doc.image_width;
+  } else {
+    out["imageSize"] = doc.image_height > 0 ? doc.image_height : doc.image_size;
+  }
   if (!doc.run.empty()) out["run"] = doc.run;
   if (!doc.reason.empty()) out["reason"] = doc.reason;
   if (!doc.message.empty()) out["message"] = doc.message;
@@ -170,7 +175,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   Decoder d;
   ResultDocument doc;
   if (!d.expect_object(document, "")) return d.finish(std::move(doc));
-  d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "devices", "globalBatchSize",
+  d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "imageHeight", "imageWidth", "devices", "globalBatchSize",
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
                                   "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "environment",
                                   "startTime", "endTime"});
@@ -186,6 +191,11 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
     }
   }
   d.read_int(document, "", "imageSize", bounds::kImageSize, doc.image_size);
+  d.read_int(document, "", "imageHeight", bounds::kImageSize, doc.image_height);
+  d.read_int(document, "", "imageWidth", bounds::kImageSize, doc.image_width);
+  if ((doc.image_height > 0) != (doc.image_width > 0)) {
+    d.fail(doc.image_height > 0 ? "imageWidth" : "imageHeight", "required with the other side (imageHeight and imageWidth)");
+  }
   if (d.require(document, "", "devices", "nodes × gpusPerNode")) {
     d.read_int(document, "", "devices", {1, bounds::kNodes.max * bounds::kGpusPerNode.max}, doc.devices);
   }

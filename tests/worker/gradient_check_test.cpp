@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "bilinear_taps.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "layers/auxiliary_classifier.hpp"
 #include "layers/batch_norm2d.hpp"
@@ -24,7 +25,9 @@
 #include "layers/linear.hpp"
 #include "layers/pool2d.hpp"
 #include "layers/relu.hpp"
+#include "layers/resize.hpp"
 #include "layers/softmax_cross_entropy.hpp"
+#include "trainer.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -301,6 +304,122 @@ TEST(GradientCheck, SoftmaxCrossEntropy) {
   EXPECT_NEAR(first, 0.4 * std::log(5.0), 1e-6);
   EXPECT_NEAR(loss.dlogits().as<float>()[0], 0.4 * (0.2 / 3.0), 1e-7);  // (softmax − 0) / N · 0.4, label 4
   EXPECT_NEAR(loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{1.0f, true}), 1.4 * std::log(5.0), 1e-6);
+}
+
+// A resize to a noted size, behind the note's layer: upsampling by a non-integral factor, a
+// downsampling, a 1×1 map broadcast (DeepLab's image pooling) and a size it already has (a view).
+std::unique_ptr<Sequential> resize_to(Extent2 size) {
+  auto note = std::make_shared<SizeNote>();
+  note->size = size;
+  auto net = std::make_unique<Sequential>();
+  net->add<BilinearResize>(note);
+  return net;
+}
+
+TEST(GradientCheck, BilinearResize) {
+  LayerProbe up(resize_to({7, 10}), Shape(2, 3, 3, 4));
+  EXPECT_EQ(up.output(), Shape(2, 3, 7, 10));
+  up.check_input_gradient();
+  LayerProbe down(resize_to({3, 2}), Shape(1, 2, 7, 5));
+  down.check_input_gradient();
+  LayerProbe broadcast(resize_to({4, 6}), Shape(3, 2, 1, 1));
+  broadcast.check_input_gradient();
+  LayerProbe same(resize_to({5, 6}), Shape(1, 2, 5, 6));
+  EXPECT_EQ(same.output(), Shape(1, 2, 5, 6));
+  same.check_input_gradient();
+}
+
+// The CPU backend (oneDNN's resampling) against a direct evaluation of bilinear_taps, the index
+// math the CUDA kernels run: both must be PyTorch's align_corners=False rule. Values checked by
+// hand: 2 → 4 reads the source at -0.25 (clamped to 0), 0.25, 0.75 and 1.25 (clamped to 1).
+TEST(BilinearResize, CpuBackendMatchesTheSharedIndexMath) {
+  const BilinearTaps t0 = bilinear_taps(0, 2, 4), t1 = bilinear_taps(1, 2, 4), t3 = bilinear_taps(3, 2, 4);
+  EXPECT_EQ(t0.first, 0);
+  EXPECT_FLOAT_EQ(t0.weight, 0.0f);
+  EXPECT_EQ(t1.first, 0);
+  EXPECT_EQ(t1.second, 1);
+  EXPECT_FLOAT_EQ(t1.weight, 0.25f);
+  EXPECT_EQ(t3.first, 1);
+  EXPECT_EQ(t3.second, 1);
+
+  for (const auto& [in, out] : {std::pair{Shape(2, 3, 5, 7), Extent2{12, 9}}, std::pair{Shape(1, 4, 9, 6), Extent2{4, 13}},
+                                std::pair{Shape(2, 2, 1, 1), Extent2{3, 5}}}) {
+    CpuBackend backend(1);
+    Arena arena;
+    Tensor x = activation(in, backend.activation_layout(), DType::fp32);
+    const ResizeConfig config{in, out, DType::fp32};
+    Tensor y = activation(config.output_shape(), backend.activation_layout(), DType::fp32);
+    arena.request(x);
+    arena.request(y);
+    arena.commit(backend);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> nchw(static_cast<std::size_t>(x.numel()));
+    for (float& v : nchw) v = u(rng);
+    const std::vector<float> stored = to_layout(nchw, in, x.layout);
+    std::copy(stored.begin(), stored.end(), x.as<float>());
+    backend.make_bilinear_resize(config)->forward(x, y);
+    const std::vector<float> got = from_layout(std::vector<float>(y.as<float>(), y.as<float>() + y.numel()),
+                                               y.shape, y.layout);
+    const auto ih = static_cast<int>(in.h()), iw = static_cast<int>(in.w());
+    std::size_t k = 0;
+    for (std::int64_t plane = 0; plane < in.n() * in.c(); ++plane) {
+      const float* p = nchw.data() + plane * ih * iw;
+      for (int oy = 0; oy < out.h; ++oy) {
+        for (int ox = 0; ox < out.w; ++ox, ++k) {
+          const BilinearTaps ty = bilinear_taps(oy, ih, static_cast<int>(out.h));
+          const BilinearTaps tx = bilinear_taps(ox, iw, static_cast<int>(out.w));
+          const float top = (1 - tx.weight) * p[ty.first * iw + tx.first] + tx.weight * p[ty.first * iw + tx.second];
+          const float bottom = (1 - tx.weight) * p[ty.second * iw + tx.first] + tx.weight * p[ty.second * iw + tx.second];
+          EXPECT_NEAR(got[k], (1 - ty.weight) * top + ty.weight * bottom, 1e-5f) << in.to_string() << " pixel " << k;
+        }
+      }
+    }
+  }
+}
+
+// Per-pixel cross-entropy over (N, K, H, W) logits: the mean over labelled pixels, zero gradient
+// where the label is kIgnoreLabel, finite differences elsewhere.
+TEST(GradientCheck, PerPixelSoftmaxCrossEntropyWithIgnoredPixels) {
+  CpuBackend backend(1);
+  Arena arena;
+  const Shape shape(2, 4, 3, 2);
+  Tensor logits = activation(shape, backend.activation_layout(), DType::fp32);
+  arena.request(logits);
+  SetupContext setup{backend, arena, true};
+  SoftmaxCrossEntropy loss;
+  loss.setup(logits, setup);
+  arena.commit(backend);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (std::int64_t i = 0; i < logits.numel(); ++i) logits.as<float>()[i] = u(rng);
+  // (N, H, W) order; 3 of the 12 pixels are ignored.
+  const std::vector<std::int32_t> labels{0, 3, kIgnoreLabel, 1, 2, 2, kIgnoreLabel, 0, 1, 3, kIgnoreLabel, 2};
+  const auto run = [&] { return static_cast<double>(loss.forward_backward(logits, labels.data(), backend, 1.0f, LossTerm{})); };
+  run();
+  const std::vector<float> analytic(loss.dlogits().as<float>(), loss.dlogits().as<float>() + loss.dlogits().numel());
+  for (std::int64_t i = 0; i < logits.numel(); ++i) {
+    float& v = logits.as<float>()[i];
+    const float saved = v;
+    v = saved + 1e-2f;
+    const double plus = run();
+    v = saved - 1e-2f;
+    const double minus = run();
+    v = saved;
+    EXPECT_NEAR((plus - minus) / 2e-2, analytic[static_cast<std::size_t>(i)], 1e-3) << i;
+  }
+  // NHWC on the CPU: pixel p's classes are at [p·K, (p+1)·K); ignored pixels get exactly zero.
+  for (const std::size_t pixel : {2u, 6u, 10u}) {
+    for (std::size_t j = 0; j < 4; ++j) EXPECT_EQ(analytic[pixel * 4 + j], 0.0f) << pixel;
+  }
+  // Uniform logits: log(K), averaged over the 9 labelled pixels only (each gradient is over 9).
+  for (std::int64_t i = 0; i < logits.numel(); ++i) logits.as<float>()[i] = 0.25f;
+  EXPECT_NEAR(run(), std::log(4.0), 1e-6);
+  EXPECT_NEAR(loss.dlogits().as<float>()[0], (0.25 - 1.0) / 9.0, 1e-7);
+  // Every pixel ignored: a zero loss and gradient, not NaN.
+  const std::vector<std::int32_t> none(12, kIgnoreLabel);
+  EXPECT_EQ(loss.forward_backward(logits, none.data(), backend, 1.0f, LossTerm{}), 0.0f);
+  EXPECT_EQ(loss.dlogits().as<float>()[5], 0.0f);
 }
 
 }  // namespace

@@ -278,6 +278,22 @@ TEST(MemoryPlan, PlanRespectsRealUse_InceptionV3) {
   expect_plan_respects_real_use([] { return build_model("inception_v3", 10); }, Shape(2, 3, 299, 299), 10);
 }
 
+// DeepLabV3+ at a non-square size whose strides round (layer1 17×25, layer4 5×7): the skip from
+// layer1 to the decoder, the size notes and the resizes keep their buffers alive long enough.
+TEST(MemoryPlan, PlanRespectsRealUse_DeepLabV3Plus) {
+  expect_plan_respects_real_use([] { return build_model("deeplabv3plus", 5); }, Shape(2, 3, 65, 97), 5);
+}
+
+TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_DeepLabV3Plus) {
+  const Shape input(2, 3, 65, 97);
+  const Trajectory shared = train(build_model("deeplabv3plus", 5), input, 5, MemoryReuse::lifetime, 2);
+  const Trajectory unshared = train(build_model("deeplabv3plus", 5), input, 5, MemoryReuse::none, 2);
+  expect_same_bits(shared, unshared);
+  EXPECT_LT(shared.arena_bytes, unshared.arena_bytes / 2);
+  // Per-pixel labels over 5 classes and one ignore value: the first loss is about ln 5.
+  EXPECT_NEAR(shared.losses[0], std::log(5.0f), 0.5f);
+}
+
 TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_Branches) {
   const Shape input(4, 3, 16, 16);
   std::unique_ptr<Trainer> trainer;

@@ -18,12 +18,12 @@ std::int64_t parameter_count(Sequential& net) {
 }
 
 // Forward MACs per sample at an image size: setup plans buffers but allocates nothing.
-double macs(const std::string& name, std::int64_t image) {
+double macs(const std::string& name, std::int64_t image, std::int64_t width = 0) {
   CpuBackend backend(1);
   Arena arena;
-  auto net = build_model(name);
+  auto net = build_model(name, model_info(name).classes);
   SetupContext ctx{backend, arena, false};
-  Tensor input = activation(Shape(1, 3, image, image), Layout::nhwc, DType::fp32);
+  Tensor input = activation(Shape(1, 3, image, width > 0 ? width : image), Layout::nhwc, DType::fp32);
   net->setup(input, ctx);
   return net->forward_macs_per_sample();
 }
@@ -35,6 +35,9 @@ TEST(Models, ParameterCountsMatchTorchvision) {
   EXPECT_EQ(parameter_count(*build_model("alexnet")), 61'100'840);
   // With the auxiliary classifier, as torchvision counts inception_v3(aux_logits=True).
   EXPECT_EQ(parameter_count(*build_model("inception_v3")), 27'161'264);
+  // Against tests/golden/reference_models.py's DeepLabV3Plus (torchvision's resnet50 and ASPP
+  // with the paper's decoder), 19 classes.
+  EXPECT_EQ(parameter_count(*build_model("deeplabv3plus", 19)), 40'351'667);
 }
 
 TEST(Models, NumClassesChangesOnlyTheClassifier) {
@@ -51,6 +54,11 @@ TEST(Models, ForwardMacsPerSample) {
   // InceptionV3 at 299×299, counted by forward hooks on torchvision 0.14's modules in training
   // mode: 5,713,216,096 in the trunk and 5,683,200 in the auxiliary classifier.
   EXPECT_NEAR(macs("inception_v3", 299), 5'718'899'296.0, 1.0);
+  // DeepLabV3+ by the same hooks on reference_models.py's network: at Cityscapes' 512×1024 crop,
+  // and at a size whose strides round (65×97: layer1 at 17×25, layer4 at 5×7), where the
+  // decoder's upsampling must return to layer1's size, not 4× layer4's.
+  EXPECT_NEAR(macs("deeplabv3plus", 512, 1024), 138'429'333'504.0, 1.0);
+  EXPECT_NEAR(macs("deeplabv3plus", 65, 97), 2'120'567'744.0, 1.0);
   // Convolution cost scales with the image area.
   EXPECT_LT(macs("resnet50", 112), macs("resnet50", 224) / 3.5);
 }
@@ -60,7 +68,7 @@ TEST(Models, UnknownModelNamesTheKnownOnes) {
     build_model("resnet18");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("known models: resnet50, resnet152, vgg16, alexnet, inception_v3"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("known models: resnet50, resnet152, vgg16, alexnet, inception_v3, deeplabv3plus"));
   }
 }
 

@@ -59,6 +59,9 @@ class TracingBackend final : public Backend {
                                                      std::int64_t offset, DType d) override {
     return std::make_unique<ChannelSlice>(*this, inner_.make_channel_slice(part, whole_channels, offset, d));
   }
+  std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& c) override {
+    return std::make_unique<Resize>(*this, inner_.make_bilinear_resize(c));
+  }
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override {
     record({running.data, batch.data});
@@ -207,6 +210,23 @@ class TracingBackend final : public Backend {
    private:
     TracingBackend& t_;
     std::unique_ptr<ChannelSliceOp> op_;
+  };
+
+  class Resize final : public ResizeOp {
+   public:
+    Resize(TracingBackend& t, std::unique_ptr<ResizeOp> op) : t_(t), op_(std::move(op)) {}
+    void forward(const Tensor& x, Tensor& y) override {
+      t_.record({x.data, y.data});
+      op_->forward(x, y);
+    }
+    void backward(const Tensor& dy, Tensor& dx) override {
+      t_.record({dy.data, dx.data});
+      op_->backward(dy, dx);
+    }
+
+   private:
+    TracingBackend& t_;
+    std::unique_ptr<ResizeOp> op_;
   };
 
   class Add final : public AddOp {

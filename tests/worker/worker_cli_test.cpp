@@ -167,7 +167,7 @@ TEST(WorkerCli, EveryModelRuns) {
 TEST(WorkerCli, BadInputExitsTwoNamingTheFlag) {
   const Outcome model = worker("--model resnet18");
   EXPECT_EQ(model.exit_code, 2);
-  EXPECT_THAT(model.err, HasSubstr("--model: \"resnet18\" is not one of resnet50, resnet152, vgg16, alexnet, inception_v3"));
+  EXPECT_THAT(model.err, HasSubstr("--model: \"resnet18\" is not one of resnet50, resnet152, vgg16, alexnet, inception_v3, deeplabv3plus"));
   const Outcome nan = worker("--learning-rate nan");
   EXPECT_EQ(nan.exit_code, 2);
   EXPECT_THAT(nan.err, HasSubstr("--learning-rate: nan is out of range; allowed: greater than 0 and at most 100"));

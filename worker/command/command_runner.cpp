@@ -144,8 +144,13 @@ std::optional<CommandCase> case_from_environment(const std::function<const char*
     }
   }
   int nodes = 0, gpus = 0, batch = 0, warmup = 0, measure = 0, repeats = 0, node_rank = 0, image_size = 0;
+  int image_height = 0, image_width = 0;
+  // DLBENCH_IMAGE_HEIGHT and _WIDTH when given (a non-square input has "HxW" in DLBENCH_IMAGE_SIZE).
+  const bool sides = lookup("DLBENCH_IMAGE_HEIGHT") != nullptr;
   if (!read_enum(lookup, "DLBENCH_MODEL", c.model, error) ||
-      !read_int(lookup, "DLBENCH_IMAGE_SIZE", bounds::kImageSize, image_size, error) ||
+      (sides ? !read_int(lookup, "DLBENCH_IMAGE_HEIGHT", bounds::kImageSize, image_height, error) ||
+                   !read_int(lookup, "DLBENCH_IMAGE_WIDTH", bounds::kImageSize, image_width, error)
+             : !read_int(lookup, "DLBENCH_IMAGE_SIZE", bounds::kImageSize, image_size, error)) ||
       !read_int(lookup, "DLBENCH_NODES", bounds::kNodes, nodes, error) ||
       !read_int(lookup, "DLBENCH_GPUS_PER_NODE", bounds::kGpusPerNode, gpus, error) ||
       !read_int(lookup, "DLBENCH_BATCH_SIZE", bounds::kBatchSizePerDevice, batch, error) ||
@@ -161,7 +166,9 @@ std::optional<CommandCase> case_from_environment(const std::function<const char*
             std::to_string(nodes) + ")";
     return std::nullopt;
   }
-  c.image_size = image_size;
+  c.image_size = sides ? image_height : image_size;
+  c.image_height = image_height;
+  c.image_width = image_width;
   c.case_.nodes = nodes;
   c.case_.gpus_per_node = gpus;
   c.case_.batch_size_per_device = batch;
@@ -354,6 +361,8 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   doc.engine = Engine::command;
   doc.case_ = c.case_;
   doc.image_size = c.image_size;
+  doc.image_height = c.image_height;
+  doc.image_width = c.image_width;
   doc.devices = c.case_.devices();
   doc.global_batch_size = c.case_.global_batch_size();
   doc.methodology = c.methodology;

@@ -25,6 +25,7 @@ struct CommandCase {
   std::string run;
   Model model = Model::resnet50;
   int image_size = 224;
+  int image_height = 0, image_width = 0;  // from DLBENCH_IMAGE_HEIGHT and _WIDTH, when set
   CaseSpec case_;
   Methodology methodology;
   int node_rank = 0;

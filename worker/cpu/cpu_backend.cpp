@@ -376,7 +376,7 @@ class CpuPool final : public PoolOp {
     // PyTorch's AvgPool2d counts padding by default (count_include_pad=True).
     const auto algorithm =
         c.kind == PoolKind::max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_include_padding;
-    const memory::dims strides{c.stride, c.stride}, kernel{c.kernel, c.kernel}, padding{c.padding, c.padding};
+    const memory::dims strides{c.stride, c.stride}, kernel{c.kernel.h, c.kernel.w}, padding{c.padding, c.padding};
     fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::pooling_forward::primitive_desc(
         dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, algorithm, src_, dst_, strides, kernel, padding,
                                     padding),
@@ -409,6 +409,38 @@ class CpuPool final : public PoolOp {
   dnnl::pooling_backward::primitive_desc bwd_pd_;
   dnnl::pooling_forward fwd_;
   dnnl::pooling_backward bwd_;
+};
+
+// oneDNN's linear resampling: the source coordinate (i + 0.5) · in/out - 0.5 with edge
+// clamping, which is PyTorch's bilinear rule with align_corners=False.
+class CpuResize final : public ResizeOp {
+ public:
+  CpuResize(CpuBackend& backend, const ResizeConfig& c)
+      : b_(backend), src_(md_of(c.input, Layout::nhwc, c.dtype)), dst_(md_of(c.output_shape(), Layout::nhwc, c.dtype)) {
+    const auto algorithm = dnnl::algorithm::resampling_linear;
+    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::resampling_forward::primitive_desc(
+        dnnl::resampling_forward::desc(dnnl::prop_kind::forward_training, algorithm, src_, dst_), b_.engine()));
+    bwd_pd_ = DLBENCH_DNNL_CALL(dnnl::resampling_backward::primitive_desc(
+        dnnl::resampling_backward::desc(algorithm, src_, dst_), b_.engine(), fwd_pd_));
+    fwd_ = dnnl::resampling_forward(fwd_pd_);
+    bwd_ = dnnl::resampling_backward(bwd_pd_);
+  }
+  void forward(const Tensor& x, Tensor& y) override {
+    const auto& e = b_.engine();
+    fwd_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(src_, e, x.data)}, {DNNL_ARG_DST, mem(dst_, e, y.data)}});
+  }
+  void backward(const Tensor& dy, Tensor& dx) override {
+    const auto& e = b_.engine();
+    bwd_.execute(b_.stream(), {{DNNL_ARG_DIFF_DST, mem(dst_, e, dy.data)}, {DNNL_ARG_DIFF_SRC, mem(src_, e, dx.data)}});
+  }
+
+ private:
+  CpuBackend& b_;
+  memory::desc src_, dst_;
+  dnnl::resampling_forward::primitive_desc fwd_pd_;
+  dnnl::resampling_backward::primitive_desc bwd_pd_;
+  dnnl::resampling_forward fwd_;
+  dnnl::resampling_backward bwd_;
 };
 
 class CpuAdd final : public AddOp {
@@ -544,6 +576,9 @@ std::unique_ptr<ChannelSliceOp> CpuBackend::make_channel_slice(const Shape& part
   }
   return std::make_unique<CpuChannelSlice>(*this, part, whole_channels, offset, dtype);
 }
+std::unique_ptr<ResizeOp> CpuBackend::make_bilinear_resize(const ResizeConfig& config) {
+  return std::make_unique<CpuResize>(*this, config);
+}
 
 void CpuBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
   const std::int64_t n = running.numel();
@@ -665,31 +700,45 @@ void dropout_backward_typed(const Tensor& dy, const Tensor& mask, Tensor& dx) {
 }
 
 // Computed in fp64 from the logits as stored (as autocast does: cross-entropy runs in fp32).
+// Rows are samples of (N, classes) logits or pixels of NHWC (N, classes, H, W) ones: either way
+// a row's classes are contiguous, and rows are in the labels' order.
 template <typename T>
 float softmax_cross_entropy_typed(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
                                   float gradient_scale) {
-  const std::int64_t n = logits.shape.n(), k = logits.shape.c();
+  const bool per_pixel = logits.shape.rank == 4;
+  const std::int64_t k = logits.shape.c(), rows = logits.numel() / k;
   const T* all_z = logits.as<T>();
   T* all_g = dlogits.as<T>();
+  std::int64_t counted = rows;
+  if (per_pixel) {
+    counted = 0;
+#pragma omp parallel for reduction(+ : counted) schedule(static)
+    for (std::int64_t r = 0; r < rows; ++r) counted += labels[r] != kIgnoreLabel ? 1 : 0;
+  }
+  const double divisor = static_cast<double>(std::max<std::int64_t>(counted, 1));
   double loss = 0.0;
 #pragma omp parallel for reduction(+ : loss) schedule(static)
-  for (std::int64_t b = 0; b < n; ++b) {
-    const T* z = all_z + b * k;
-    T* g = all_g + b * k;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* z = all_z + r * k;
+    T* g = all_g + r * k;
+    const std::int32_t label = labels[r];
+    if (per_pixel && label == kIgnoreLabel) {
+      for (std::int64_t j = 0; j < k; ++j) g[j] = from_float<T>(0.0f);
+      continue;
+    }
     float zmax = -std::numeric_limits<float>::infinity();
     for (std::int64_t j = 0; j < k; ++j) zmax = std::max(zmax, to_float(z[j]));
     double sum = 0.0;
     for (std::int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(to_float(z[j]) - zmax));
     const double log_sum = std::log(sum);
-    const std::int32_t label = labels[b];
     loss += log_sum - static_cast<double>(to_float(z[label]) - zmax);
     for (std::int64_t j = 0; j < k; ++j) {
       const double prob = std::exp(static_cast<double>(to_float(z[j]) - zmax) - log_sum);
-      const double grad = (prob - (j == label ? 1.0 : 0.0)) / static_cast<double>(n);
+      const double grad = (prob - (j == label ? 1.0 : 0.0)) / divisor;
       g[j] = from_float<T>(static_cast<float>(grad * static_cast<double>(gradient_scale)));
     }
   }
-  return static_cast<float>(loss / static_cast<double>(n));
+  return static_cast<float>(loss / divisor);
 }
 
 }  // namespace

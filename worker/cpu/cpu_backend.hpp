@@ -35,6 +35,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<ReorderOp> make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) override;
   std::unique_ptr<ChannelSliceOp> make_channel_slice(const Shape& part, std::int64_t whole_channels,
                                                      std::int64_t offset, DType dtype) override;
+  std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& config) override;
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
   void scale(float* data, std::int64_t count, float factor) override;

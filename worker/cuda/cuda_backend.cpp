@@ -291,8 +291,8 @@ class CudaPool final : public PoolOp {
     // Average pooling counts the padding, as torch.nn.AvgPool2d does by default.
     const cudnnPoolingMode_t mode = config.kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC
                                                                  : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
-    DLBENCH_CUDNN_CHECK(cudnnSetPooling2dDescriptor(pool_desc_, mode, CUDNN_NOT_PROPAGATE_NAN, as_int(config.kernel),
-                                                    as_int(config.kernel), as_int(config.padding),
+    DLBENCH_CUDNN_CHECK(cudnnSetPooling2dDescriptor(pool_desc_, mode, CUDNN_NOT_PROPAGATE_NAN, as_int(config.kernel.h),
+                                                    as_int(config.kernel.w), as_int(config.padding),
                                                     as_int(config.padding), as_int(config.stride),
                                                     as_int(config.stride)));
   }
@@ -595,6 +595,33 @@ std::unique_ptr<ChannelSliceOp> CudaBackend::make_channel_slice(const Shape& par
   return std::make_unique<CudaChannelSlice>(*this, part, whole_channels, offset);
 }
 
+namespace {
+
+class CudaResize final : public ResizeOp {
+ public:
+  CudaResize(CudaBackend& backend, const ResizeConfig& c)
+      : stream_(backend.stream()), planes_(c.input.n() * c.input.c()), in_h_(as_int(c.input.h())),
+        in_w_(as_int(c.input.w())), out_h_(as_int(c.output.h)), out_w_(as_int(c.output.w)) {}
+  void forward(const Tensor& x, Tensor& y) override {
+    kernels::bilinear_resize_forward(x.as<float>(), y.as<float>(), planes_, in_h_, in_w_, out_h_, out_w_, stream_);
+  }
+  void backward(const Tensor& dy, Tensor& dx) override {
+    kernels::bilinear_resize_backward(dy.as<float>(), dx.as<float>(), planes_, in_h_, in_w_, out_h_, out_w_, stream_);
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::int64_t planes_;
+  int in_h_, in_w_, out_h_, out_w_;
+};
+
+}  // namespace
+
+std::unique_ptr<ResizeOp> CudaBackend::make_bilinear_resize(const ResizeConfig& c) {
+  require_fp32(c.dtype);
+  return std::make_unique<CudaResize>(*this, c);
+}
+
 void CudaBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
   kernels::running_stat(running.as<float>(), batch.as<float>(), running.numel(), momentum, correction, stream_);
 }
@@ -632,7 +659,8 @@ void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor&
 
 float CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
                                          float gradient_scale, LossTerm term) {
-  const std::int64_t rows = logits.shape.n();
+  const bool per_pixel = logits.shape.rank == 4;
+  const std::int64_t rows = per_pixel ? logits.numel() / logits.shape.c() : logits.shape.n();
   if (term.adds_to_step_loss && static_cast<std::size_t>(rows) != loss_rows_used_) {
     throw std::invalid_argument("a loss term adds to one over " + std::to_string(loss_rows_used_) + " rows, not " +
                                 std::to_string(rows));
@@ -641,23 +669,35 @@ float CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_
     loss_rows_ = allocate(static_cast<std::size_t>(rows) * sizeof(float));
     loss_rows_capacity_ = static_cast<std::size_t>(rows);
   }
+  if (!loss_scratch_) loss_scratch_ = allocate(sizeof(float));
   auto* loss_rows = static_cast<float*>(loss_rows_.get());
   // Each row's weighted loss is written or added on the device, so that a captured step's
   // replay leaves the step's whole loss in loss_rows for last_loss().
-  kernels::softmax_cross_entropy(logits.as<float>(), labels, dlogits.as<float>(), loss_rows, as_int(rows),
-                                 as_int(logits.shape.c()), gradient_scale, term.weight, term.adds_to_step_loss,
-                                 stream_);
+  if (per_pixel) {
+    auto* valid = static_cast<int*>(loss_scratch_.get());
+    DLBENCH_CUDA_CHECK(cudaMemsetAsync(valid, 0, sizeof(int), stream_));
+    kernels::pixel_softmax_cross_entropy(logits.as<float>(), labels, dlogits.as<float>(), loss_rows, valid,
+                                         as_int(logits.shape.n()), as_int(logits.shape.c()),
+                                         logits.shape.h() * logits.shape.w(), kIgnoreLabel, gradient_scale,
+                                         term.weight, term.adds_to_step_loss, stream_);
+  } else {
+    kernels::softmax_cross_entropy(logits.as<float>(), labels, dlogits.as<float>(), loss_rows, as_int(rows),
+                                   as_int(logits.shape.c()), gradient_scale, term.weight, term.adds_to_step_loss,
+                                   stream_);
+  }
   loss_rows_used_ = static_cast<std::size_t>(rows);
   if (capturing_) return std::numeric_limits<float>::quiet_NaN();
   return last_loss();
 }
 
+// The rows are summed on the device: one float crosses to the host, not a loss per pixel.
 float CudaBackend::last_loss() {
   if (loss_rows_used_ == 0) return std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> host(loss_rows_used_);
-  copy_to_host(host.data(), loss_rows_.get(), host.size() * sizeof(float));  // waits for the step
-  const double sum = std::accumulate(host.begin(), host.end(), 0.0);
-  return static_cast<float>(sum / static_cast<double>(host.size()));
+  auto* total = static_cast<float*>(loss_scratch_.get());
+  kernels::sum(static_cast<const float*>(loss_rows_.get()), static_cast<std::int64_t>(loss_rows_used_), total, stream_);
+  float host = 0.0f;
+  copy_to_host(&host, total, sizeof host);  // waits for the step
+  return host / static_cast<float>(loss_rows_used_);
 }
 
 void CudaBackend::begin_capture() {

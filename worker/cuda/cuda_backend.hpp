@@ -59,6 +59,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<ReorderOp> make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) override;
   std::unique_ptr<ChannelSliceOp> make_channel_slice(const Shape& part, std::int64_t whole_channels,
                                                      std::int64_t offset, DType dtype) override;
+  std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& config) override;
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
   void scale(float* data, std::int64_t count, float factor) override;
@@ -103,7 +104,8 @@ class CudaBackend final : public Backend {
   std::size_t workspace_bytes_ = 0;
   std::size_t workspace_limit_ = std::size_t{1} << 30;
   // The loss of one step: one float per row on the device, summed on the host.
-  std::shared_ptr<void> loss_rows_;
+  std::shared_ptr<void> loss_rows_;       // one weighted loss per sample (per pixel for segmentation)
+  std::shared_ptr<void> loss_scratch_;    // the valid-pixel count, then the loss's sum
   std::shared_ptr<void> non_finite_flag_;  // one int on the device, for loss scaling
   std::size_t loss_rows_capacity_ = 0;
   std::size_t loss_rows_used_ = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "bilinear_taps.hpp"
 #include "cuda/cuda_check.hpp"
 
 namespace dlbench::worker::kernels {
@@ -161,6 +162,87 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const std::int
   }
 }
 
+__global__ void count_valid_labels_kernel(const std::int32_t* labels, std::int64_t n, std::int32_t ignore_label,
+                                          int* valid_count) {
+  int local = 0;
+  DLBENCH_GRID_STRIDE(i, n) { local += labels[i] != ignore_label ? 1 : 0; }
+  if (local > 0) atomicAdd(valid_count, local);
+}
+
+// One thread per pixel: consecutive threads read consecutive pixels of each class plane.
+__global__ void pixel_softmax_cross_entropy_kernel(const float* logits, const std::int32_t* labels, float* dlogits,
+                                                   float* loss_pixels, const int* valid_count, int classes,
+                                                   std::int64_t pixels, std::int64_t total, std::int32_t ignore_label,
+                                                   float gradient_scale, float weight, bool accumulate) {
+  DLBENCH_GRID_STRIDE(i, total) {
+    const std::int64_t sample = i / pixels, pixel = i % pixels;
+    const float* z = logits + sample * classes * pixels + pixel;
+    float* g = dlogits + sample * classes * pixels + pixel;
+    const std::int32_t label = labels[i];
+    const float valid = static_cast<float>(valid_count[0] > 0 ? valid_count[0] : 1);
+    float loss = 0.0f;
+    if (label == ignore_label) {
+      for (int j = 0; j < classes; ++j) g[j * pixels] = 0.0f;
+    } else {
+      float z_max = -INFINITY;
+      for (int j = 0; j < classes; ++j) z_max = fmaxf(z_max, z[j * pixels]);
+      float sum = 0.0f;
+      for (int j = 0; j < classes; ++j) sum += expf(z[j * pixels] - z_max);
+      const float log_sum = logf(sum);
+      const float factor = weight * gradient_scale / valid;
+      for (int j = 0; j < classes; ++j) {
+        g[j * pixels] = (expf(z[j * pixels] - z_max - log_sum) - (j == label ? 1.0f : 0.0f)) * factor;
+      }
+      loss = weight * (log_sum - (z[label * pixels] - z_max)) * static_cast<float>(total) / valid;
+    }
+    loss_pixels[i] = accumulate ? loss_pixels[i] + loss : loss;
+  }
+}
+
+__global__ void bilinear_resize_forward_kernel(const float* x, float* y, std::int64_t total, int in_h, int in_w,
+                                               int out_h, int out_w) {
+  DLBENCH_GRID_STRIDE(i, total) {
+    const int ox = static_cast<int>(i % out_w);
+    const int oy = static_cast<int>((i / out_w) % out_h);
+    const std::int64_t plane = i / (static_cast<std::int64_t>(out_w) * out_h);
+    const BilinearTaps ty = bilinear_taps(oy, in_h, out_h), tx = bilinear_taps(ox, in_w, out_w);
+    const float* p = x + plane * in_h * in_w;
+    const float top = (1.0f - tx.weight) * p[ty.first * in_w + tx.first] + tx.weight * p[ty.first * in_w + tx.second];
+    const float bottom =
+        (1.0f - tx.weight) * p[ty.second * in_w + tx.first] + tx.weight * p[ty.second * in_w + tx.second];
+    y[i] = (1.0f - ty.weight) * top + ty.weight * bottom;
+  }
+}
+
+__global__ void bilinear_resize_backward_kernel(const float* dy, float* dx, std::int64_t total, int in_h, int in_w,
+                                                int out_h, int out_w) {
+  DLBENCH_GRID_STRIDE(i, total) {
+    const int ox = static_cast<int>(i % out_w);
+    const int oy = static_cast<int>((i / out_w) % out_h);
+    const std::int64_t plane = i / (static_cast<std::int64_t>(out_w) * out_h);
+    const BilinearTaps ty = bilinear_taps(oy, in_h, out_h), tx = bilinear_taps(ox, in_w, out_w);
+    float* p = dx + plane * in_h * in_w;
+    const float g = dy[i];
+    atomicAdd(p + ty.first * in_w + tx.first, (1.0f - ty.weight) * (1.0f - tx.weight) * g);
+    atomicAdd(p + ty.first * in_w + tx.second, (1.0f - ty.weight) * tx.weight * g);
+    atomicAdd(p + ty.second * in_w + tx.first, ty.weight * (1.0f - tx.weight) * g);
+    atomicAdd(p + ty.second * in_w + tx.second, ty.weight * tx.weight * g);
+  }
+}
+
+__global__ void sum_kernel(const float* x, std::int64_t n, float* total) {
+  __shared__ float reduce[kThreads];
+  float local = 0.0f;
+  DLBENCH_GRID_STRIDE(i, n) { local += x[i]; }
+  reduce[threadIdx.x] = local;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) reduce[threadIdx.x] += reduce[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(total, reduce[0]);
+}
+
 __global__ void sgd_kernel(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
                            float momentum, float weight_decay, bool first_step) {
   DLBENCH_GRID_STRIDE(i, n) {
@@ -242,6 +324,30 @@ void softmax_cross_entropy(const float* logits, const std::int32_t* labels, floa
       logits, labels, dlogits, loss_rows, classes, gradient_scale * weight / static_cast<float>(rows), weight,
       accumulate);
   DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+void pixel_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits,
+                                 float* loss_pixels, int* valid_count, int n, int classes, std::int64_t pixels,
+                                 std::int32_t ignore_label, float gradient_scale, float weight, bool accumulate,
+                                 cudaStream_t stream) {
+  const std::int64_t total = static_cast<std::int64_t>(n) * pixels;
+  DLBENCH_LAUNCH(count_valid_labels_kernel, total, stream, labels, total, ignore_label, valid_count);
+  DLBENCH_LAUNCH(pixel_softmax_cross_entropy_kernel, total, stream, logits, labels, dlogits, loss_pixels, valid_count,
+                 classes, pixels, total, ignore_label, gradient_scale, weight, accumulate);
+}
+void bilinear_resize_forward(const float* x, float* y, std::int64_t planes, int in_h, int in_w, int out_h, int out_w,
+                             cudaStream_t stream) {
+  const std::int64_t total = planes * out_h * out_w;
+  DLBENCH_LAUNCH(bilinear_resize_forward_kernel, total, stream, x, y, total, in_h, in_w, out_h, out_w);
+}
+void bilinear_resize_backward(const float* dy, float* dx, std::int64_t planes, int in_h, int in_w, int out_h,
+                              int out_w, cudaStream_t stream) {
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(planes * in_h * in_w) * sizeof(float), stream));
+  const std::int64_t total = planes * out_h * out_w;
+  DLBENCH_LAUNCH(bilinear_resize_backward_kernel, total, stream, dy, dx, total, in_h, in_w, out_h, out_w);
+}
+void sum(const float* x, std::int64_t n, float* total, cudaStream_t stream) {
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(float), stream));
+  DLBENCH_LAUNCH(sum_kernel, n, stream, x, n, total);
 }
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
          float momentum, float weight_decay, bool first_step, cudaStream_t stream) {

@@ -40,9 +40,25 @@ void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStre
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, float* loss_rows,
                            int rows, int classes, float gradient_scale, float weight, bool accumulate,
                            cudaStream_t stream);
+// Per-pixel softmax cross-entropy over NCHW logits (n, classes, pixels): valid_count[0] (zeroed by
+// the caller) becomes the number of labels that are not `ignore_label`; then loss_pixels[p] =
+// weight · loss_p · n·pixels / valid (0 where ignored; added when `accumulate`), so that their
+// mean is the term's loss, and dlogits = (softmax - onehot) · weight · gradient_scale / valid.
+void pixel_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits,
+                                 float* loss_pixels, int* valid_count, int n, int classes, std::int64_t pixels,
+                                 std::int32_t ignore_label, float gradient_scale, float weight, bool accumulate,
+                                 cudaStream_t stream);
+// Bilinear resize of NCHW planes (n · c of them), PyTorch's align_corners=False rule
+// (bilinear_taps.hpp). Backward zeroes dx and adds each output gradient into its four taps.
+void bilinear_resize_forward(const float* x, float* y, std::int64_t planes, int in_h, int in_w, int out_h, int out_w,
+                             cudaStream_t stream);
+void bilinear_resize_backward(const float* dy, float* dx, std::int64_t planes, int in_h, int in_w, int out_h,
+                              int out_w, cudaStream_t stream);
 // PyTorch's SGD over the flat parameter buffer (every tensor at once: one launch per step).
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
          float momentum, float weight_decay, bool first_step, cudaStream_t stream);
+// *total = sum of x[0..n) (zeroed here first; summed in fp32, in no fixed order).
+void sum(const float* x, std::int64_t n, float* total, cudaStream_t stream);
 // dbias[j] = sum over rows of dy[row][j] (row-major rows x columns).
 void column_sums(const float* dy, float* dbias, int rows, int columns, cudaStream_t stream);
 

@@ -17,11 +17,14 @@ class Bottleneck final : public Layer {
  public:
   static constexpr std::int64_t kExpansion = 4;
 
-  Bottleneck(std::int64_t in_channels, std::int64_t width, std::int64_t stride) {
+  // `dilation` > 1 for the 3×3 of a dilated stage (torchvision's replace_stride_with_dilation:
+  // DeepLab's backbone keeps the resolution and widens the receptive field instead).
+  Bottleneck(std::int64_t in_channels, std::int64_t width, std::int64_t stride, std::int64_t dilation = 1) {
     const std::int64_t out_channels = width * kExpansion;
     main_.add_named<Conv2d>("conv1", in_channels, width, 1);
     main_.add_named<BatchNorm2d>("bn1", width, Then::relu);
-    main_.add_named<Conv2d>("conv2", width, width, 3, stride, 1);
+    main_.add_named<Conv2d>("conv2", width, width,
+                            ConvSpec{.kernel = 3, .stride = stride, .padding = dilation, .dilation = dilation});
     main_.add_named<BatchNorm2d>("bn2", width, Then::relu);
     main_.add_named<Conv2d>("conv3", width, out_channels, 1);
     main_.add_named<BatchNorm2d>("bn3", out_channels);

@@ -16,8 +16,8 @@ class Pool2d final : public Layer {
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
     PoolConfig config{input.shape, kind_, kernel_, stride_, padding_, input.dtype};
-    if (global_) {
-      config.kernel = input.shape.h();
+    if (global_) {  // the whole image, square or not
+      config.kernel = Extent2(input.shape.h(), input.shape.w());
       config.stride = 1;
     }
     op_ = ctx.backend.make_pool(config);

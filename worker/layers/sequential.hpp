@@ -43,12 +43,16 @@ class Sequential final : public Layer {
     // Layer i's input gradient is read by the backward of the last tick taken before it in here
     // (or later, where that layer says so); if only views came before, by whoever reads this
     // Sequential's input gradient.
+    // Until a layer computes something, layers see this Sequential's input (through views), and
+    // its gradient is wanted only if that one's is.
     std::optional<Tick> reader = outer_reader;
+    bool computed = false;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      ctx.input_grad_needed = i == 0 ? first_needs_grad : true;
+      ctx.input_grad_needed = computed || first_needs_grad;
       ctx.input_grad_reader = reader;
       const std::optional<Tick> last_before = ctx.arena.last_tick();
       out = layers_[i]->setup(out, ctx);
+      if (ctx.arena.last_tick() != last_before) computed = true;
       if (const std::optional<Tick> named = layers_[i]->output_grad_reader()) {
         reader = named;
       } else if (ctx.arena.last_tick() != last_before) {

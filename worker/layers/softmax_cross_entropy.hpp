@@ -6,7 +6,8 @@
 
 namespace dlbench::worker {
 
-// The loss: mean softmax cross-entropy over the batch, and its gradient for the logits.
+// The loss: mean softmax cross-entropy over the batch (over its labelled pixels for (N, classes,
+// H, W) logits), and its gradient for the logits.
 class SoftmaxCrossEntropy {
  public:
   // After the network's setup: the loss takes the last forward tick, and the network's last
@@ -15,7 +16,7 @@ class SoftmaxCrossEntropy {
     const std::optional<Tick> last_layer = ctx.arena.last_tick();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(logits, t);
-    dlogits_ = activation(logits.shape, Layout::plain, logits.dtype);
+    dlogits_ = activation(logits.shape, ctx.backend.activation_layout(), logits.dtype);
     ctx.arena.request(dlogits_, t);
     if (last_layer) {
       ctx.arena.read(dlogits_, last_layer->mirrored());

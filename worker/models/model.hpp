@@ -12,13 +12,22 @@ namespace dlbench::worker {
 struct ModelInfo {
   std::string name;         // "resnet50"
   std::string description;  // "ResNet-50 v1.5 (torchvision resnet50)"
-  std::int64_t default_image_size = 224;
-  std::int64_t min_image_size = 32;
+  std::int64_t default_image_size = 224;  // its height, and its width unless default_image_width says
+  std::int64_t min_image_size = 32;       // of the height and of the width
+  std::int64_t classes = 1000;            // ImageNet's; Cityscapes' 19 for segmentation
+  std::int64_t default_image_width = 0;   // 0: square
+  // Segmentation: (N, classes, H, W) logits, one label per pixel (kIgnoreLabel for none).
+  bool per_pixel_labels = false;
+
+  std::int64_t default_height() const { return default_image_size; }
+  std::int64_t default_width() const { return default_image_width > 0 ? default_image_width : default_image_size; }
 };
 
 // Builds the named network for `num_classes` outputs; throws std::invalid_argument for an
 // unknown name (see model_names()).
 std::unique_ptr<Sequential> build_model(const std::string& name, std::int64_t num_classes = 1000);
 std::vector<ModelInfo> model_catalog();
+// The catalog's entry for `name`; throws std::invalid_argument for an unknown name.
+ModelInfo model_info(const std::string& name);
 
 }  // namespace dlbench::worker

@@ -24,12 +24,8 @@ std::unique_ptr<Sequential> resnet(const std::vector<int>& blocks_per_stage, std
   std::int64_t channels = 64;
   const std::int64_t widths[] = {64, 128, 256, 512};
   for (std::size_t stage = 0; stage < blocks_per_stage.size(); ++stage) {
-    auto& layer = net->add_named<Sequential>("layer" + std::to_string(stage + 1));
-    for (int block = 0; block < blocks_per_stage[stage]; ++block) {
-      const std::int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
-      layer.add<Bottleneck>(channels, widths[stage], stride);
-      channels = widths[stage] * Bottleneck::kExpansion;
-    }
+    add_resnet_stage(*net, "layer" + std::to_string(stage + 1), channels, widths[stage], blocks_per_stage[stage],
+                     stage > 0 ? 2 : 1, 1);
   }
   net->add_named<Pool2d>("avgpool", PoolKind::average, 0, 1, 0, true);
   net->add_named<Flatten>("flatten");
@@ -92,7 +88,24 @@ std::unique_ptr<Sequential> alexnet(std::int64_t num_classes) {
   return net;
 }
 
+std::invalid_argument unknown_model(const std::string& name) {
+  std::string known;
+  for (const auto& m : model_catalog()) known += (known.empty() ? "" : ", ") + m.name;
+  return std::invalid_argument("unknown model \"" + name + "\"; known models: " + known);
+}
+
 }  // namespace
+
+void add_resnet_stage(Sequential& net, const std::string& name, std::int64_t& channels, std::int64_t width, int blocks,
+                      std::int64_t stride, std::int64_t dilation) {
+  auto& layer = net.add_named<Sequential>(name);
+  // torchvision's _make_layer: a dilated stage's first block keeps the previous dilation (1 here)
+  // and takes the stride 1 the dilation replaced; the others dilate.
+  for (int block = 0; block < blocks; ++block) {
+    layer.add<Bottleneck>(channels, width, block == 0 ? stride : 1, block == 0 ? 1 : dilation);
+    channels = width * Bottleneck::kExpansion;
+  }
+}
 
 std::vector<ModelInfo> model_catalog() {
   return {{"resnet50", "ResNet-50 v1.5 (torchvision resnet50)", 224, 32},
@@ -101,7 +114,18 @@ std::vector<ModelInfo> model_catalog() {
           {"alexnet", "AlexNet (torchvision alexnet)", 224, 64},
           // The auxiliary classifier's 5×5 convolution needs Mixed_6e at 17×17 or more: 299×299 images.
           {"inception_v3", "InceptionV3 (torchvision inception_v3, auxiliary classifier on, loss weight 0.4)", 299,
-           299}};
+           299},
+          // Cityscapes' 19 classes on its usual training crop, 512×1024 (height × width).
+          {"deeplabv3plus",
+           "DeepLabV3+ (ResNet-50 backbone, output stride 16, ASPP rates 6/12/18, decoder on layer1 features)", 512, 32,
+           19, 1024, true}};
+}
+
+ModelInfo model_info(const std::string& name) {
+  for (auto& m : model_catalog()) {
+    if (m.name == name) return m;
+  }
+  throw unknown_model(name);
 }
 
 std::unique_ptr<Sequential> build_model(const std::string& name, std::int64_t num_classes) {
@@ -111,13 +135,12 @@ std::unique_ptr<Sequential> build_model(const std::string& name, std::int64_t nu
   if (name == "vgg16") net = vgg16(num_classes);
   if (name == "alexnet") net = alexnet(num_classes);
   if (name == "inception_v3") net = inception_v3(num_classes);
+  if (name == "deeplabv3plus") net = deeplabv3plus(num_classes);
   if (net) {
     name_parameters(*net);
     return net;
   }
-  std::string known;
-  for (const auto& m : model_catalog()) known += (known.empty() ? "" : ", ") + m.name;
-  throw std::invalid_argument("unknown model \"" + name + "\"; known models: " + known);
+  throw unknown_model(name);
 }
 
 }  // namespace dlbench::worker

@@ -46,7 +46,13 @@ struct DataVolume {
 
 struct DataSpec {
   DataSource source = DataSource::synthetic;
-  int image_size = 224;
+  int image_size = 224;  // a square input's side
+  // A non-square input, height × width (DeepLabV3+ on Cityscapes crops: 512 × 1024): both set or
+  // neither; when set they override image_size (which the CRD defaults).
+  int image_height = 0;
+  int image_width = 0;
+  int height() const { return image_height > 0 ? image_height : image_size; }
+  int width() const { return image_width > 0 ? image_width : image_size; }
   // imagefolder: the directory of class folders of JPEG files, the same absolute path on every
   // node (locally a directory; on Kubernetes where `volume` is mounted, or inside the image).
   std::string path;
@@ -74,6 +80,8 @@ struct CaseSpec {
 
 // Stable, human-readable case id: "2x8-bs128-amp" ("preflight-2x8" for the preflight).
 std::string case_id(const CaseSpec& c);
+// The input size as dlbench-worker's --image-size takes it: "224", or "512x1024" (height x width).
+std::string image_size_argument(const DataSpec& data);
 
 struct Matrix {
   std::vector<int> nodes;

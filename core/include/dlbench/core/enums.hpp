@@ -10,7 +10,7 @@
 
 namespace dlbench {
 
-enum class Model { resnet50, resnet152, vgg16, alexnet, inception_v3 };
+enum class Model { resnet50, resnet152, vgg16, alexnet, inception_v3, deeplabv3plus };
 enum class Engine { native, command };
 enum class DataSource { synthetic, imagefolder };
 // Where a real-data case spent its step: waiting for input, or computing.
@@ -37,7 +37,7 @@ struct EnumSpellings;
     static constexpr auto values = std::to_array<std::string_view>({__VA_ARGS__}); \
   }
 
-DLBENCH_ENUM_SPELLINGS(Model, "resnet50", "resnet152", "vgg16", "alexnet", "inception_v3");
+DLBENCH_ENUM_SPELLINGS(Model, "resnet50", "resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus");
 DLBENCH_ENUM_SPELLINGS(Engine, "native", "command");
 DLBENCH_ENUM_SPELLINGS(DataSource, "synthetic", "imagefolder");
 DLBENCH_ENUM_SPELLINGS(InputVerdict, "input-bound", "compute-bound");

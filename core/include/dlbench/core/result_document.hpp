@@ -68,7 +68,9 @@ struct ResultDocument {
   Model model = Model::resnet50;
   Engine engine = Engine::native;
   CaseSpec case_;
-  int image_size = 224;
+  int image_size = 224;  // square inputs ("imageSize")
+  int image_height = 0;  // others: height × width ("imageHeight", "imageWidth"), overriding image_size
+  int image_width = 0;
   int devices = 1;             // must equal case nodes × gpusPerNode
   long global_batch_size = 1;  // must equal batchSizePerDevice × devices
   Methodology methodology;
