@@ -85,6 +85,13 @@ MODELS = {
                      "torchvision": {"aux_logits": True, "init_weights": True},
                      "committed": ["Conv2d_1a_3x3.conv.weight", "Mixed_6b.branch7x7_2.bn.weight",
                                    "Mixed_7c.branch3x3dbl_3b.bn.bias", "AuxLogits.fc.bias", "fc.bias"]},
+    # Per-pixel labels (19 classes and the ignore label 255) at a non-square size whose strides
+    # round (layer1 17x25, layer4 5x7), so that the decoder's resize goes back to layer1's size.
+    # Batch 2: ASPP's image-pooling batch norm sees one value per sample and channel.
+    "deeplabv3plus": {"image": "65x97", "batch": 2, "residual_gain": 0.1, "reference": "DeepLabV3Plus",
+                      "ignore_index": 255,
+                      "committed": ["backbone.conv1.weight", "backbone.layer4.1.bn2.weight", "aspp.convs.4.2.bias",
+                                    "project.1.bias", "classifier.6.bias"]},
 }
 SGD = {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 1e-4}
 SEED = 42
@@ -210,7 +217,7 @@ def torch_step(model_name, record, mutate=None, double=True):
     import torch
     import torchvision
 
-    net = torchvision_model(model_name)
+    net = reference_model(model_name)
     state = {name[len("initial."):]: tensor_of(record[name]) for name in record if name.startswith("initial.")}
     missing, unexpected = net.load_state_dict(state, strict=False)
     missing = [m for m in missing if not m.endswith(("running_mean", "running_var", "num_batches_tracked"))]
@@ -239,7 +246,9 @@ def torch_step(model_name, record, mutate=None, double=True):
     labels = torch.frombuffer(record["labels"][2], dtype=torch.int64).reshape(record["labels"][1])
     optimizer.zero_grad()
     out = net(x)
-    if MODELS[model_name].get("aux_loss_weight"):
+    if "ignore_index" in MODELS[model_name]:  # per-pixel: the mean over labelled pixels
+        loss = torch.nn.functional.cross_entropy(out, labels, ignore_index=MODELS[model_name]["ignore_index"])
+    elif MODELS[model_name].get("aux_loss_weight"):
         loss = (torch.nn.functional.cross_entropy(out.logits, labels)
                 + MODELS[model_name]["aux_loss_weight"] * torch.nn.functional.cross_entropy(out.aux_logits, labels))
     else:
@@ -250,9 +259,15 @@ def torch_step(model_name, record, mutate=None, double=True):
     return loss.item(), {n: p.grad for n, p in parameters.items()}, {n: p.detach() for n, p in parameters.items()}
 
 
-def torchvision_model(model_name):
+def reference_model(model_name):
+    """torchvision's model, or one assembled from torchvision's parts (reference_models.py)."""
     import torchvision
-    return getattr(torchvision.models, model_name)(**MODELS[model_name].get("torchvision", {}))
+    config = MODELS[model_name]
+    if "reference" in config:
+        sys.path.insert(0, HERE)
+        import reference_models
+        return getattr(reference_models, config["reference"])()
+    return getattr(torchvision.models, model_name)(**config.get("torchvision", {}))
 
 
 def tensor_of(entry):
@@ -315,9 +330,16 @@ def reflect_one_by_seven_padding(net):
     net.Mixed_6e.branch7x7_2.conv.padding_mode = "reflect"
 
 
+def undilate_one_block(net):
+    """A dilated stage ported without its dilation: one of layer4's 3x3s at rate 1 (padding 1
+    keeps the shape)."""
+    conv = net.backbone.layer4[1].conv2
+    conv.dilation, conv.padding = (1, 1), (1, 1)
+
+
 MUTATIONS = {"resnet50": move_stride_to_first_conv, "resnet152": move_stride_to_first_conv,
              "vgg16": reflect_last_conv_padding, "alexnet": reflect_last_conv_padding,
-             "inception_v3": reflect_one_by_seven_padding}
+             "inception_v3": reflect_one_by_seven_padding, "deeplabv3plus": undilate_one_block}
 
 
 def torch_available():
@@ -352,7 +374,7 @@ def write_torchvision_init(model, path):
     import torchvision
 
     torch.manual_seed(SEED)
-    net = torchvision_model(model)
+    net = reference_model(model)
     tensors = []
     for name, t in net.state_dict().items():
         t = t.detach().contiguous()
