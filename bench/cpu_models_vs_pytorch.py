@@ -7,7 +7,9 @@ run is its own process (warm-up steps, then timed steps: samples/s) and its peak
 from wait4()'s ru_maxrss. The medians over the rounds are reported.
 
 InceptionV3 trains as torchvision trains it, with its auxiliary classifier: PyTorch's loss is
-main + 0.4 * aux, as dlbench's is.
+main + 0.4 * aux, as dlbench's is. DeepLabV3+ is tests/golden/reference_models.py's network (built
+from torchvision's resnet50 and ASPP), 19 classes, per-pixel labels with ignore index 255, at a
+height x width crop (--image-size 256x512).
 
     bench/cpu_models_vs_pytorch.py --model inception_v3 [--build build/default] [--batch 8]
                                    [--image-size 299] [--rounds 3] [--warmup 1] [--measure 4]
@@ -27,21 +29,33 @@ from bench_process import machine, run_measured
 
 PYTORCH_STEP = r"""
 import sys, time, torch, torchvision
-model_name, batch, image, precision, warmup, measure, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+model_name, batch, image, precision, warmup, measure, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3], \
     sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+height, _, width = image.partition("x")
+height, width = int(height), int(width or height)
 torch.set_num_threads(threads)
 torch.manual_seed(42)
-kwargs = {"aux_logits": True, "init_weights": True} if model_name == "inception_v3" else {}
-model = getattr(torchvision.models, model_name)(**kwargs).to(memory_format=torch.channels_last)
+if model_name == "deeplabv3plus":
+    sys.path.insert(0, sys.argv[8])
+    import reference_models
+    model = reference_models.DeepLabV3Plus()
+    y = torch.randint(0, 20, (batch, height, width))
+    y[y == 19] = 255  # as dlbench's synthetic labels: about 1 pixel in 20 ignored
+else:
+    kwargs = {"aux_logits": True, "init_weights": True} if model_name == "inception_v3" else {}
+    model = getattr(torchvision.models, model_name)(**kwargs)
+    y = torch.randint(0, 1000, (batch,))
+model = model.to(memory_format=torch.channels_last)
 model.train()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-x = torch.randn(batch, 3, image, image).to(memory_format=torch.channels_last)
-y = torch.randint(0, 1000, (batch,))
+x = torch.randn(batch, 3, height, width).to(memory_format=torch.channels_last)
 def step():
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
         out = model(x)
-        if model_name == "inception_v3":
+        if model_name == "deeplabv3plus":
+            loss = torch.nn.functional.cross_entropy(out, y, ignore_index=255)
+        elif model_name == "inception_v3":
             loss = torch.nn.functional.cross_entropy(out.logits, y) + 0.4 * torch.nn.functional.cross_entropy(out.aux_logits, y)
         else:
             loss = torch.nn.functional.cross_entropy(out, y)
@@ -71,7 +85,8 @@ def dlbench(worker, args, precision, work):
 
 def pytorch(python, args, precision):
     out, rss = run_measured([python, "-c", PYTORCH_STEP, args.model, str(args.batch), str(args.image_size), precision,
-                             str(args.warmup), str(args.measure), str(args.threads)])
+                             str(args.warmup), str(args.measure), str(args.threads),
+                             os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden")])
     return float(out.strip().splitlines()[-1]), rss
 
 
@@ -81,7 +96,7 @@ def main():
     parser.add_argument("--build", default="build/default")
     parser.add_argument("--python", default="/usr/bin/python3")
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--image-size", type=int, default=299)
+    parser.add_argument("--image-size", default="299", help="N, or HxW (deeplabv3plus: 256x512)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
