@@ -276,6 +276,39 @@ TEST_F(CudaBackendTest, LossDropoutPoolingAndSgdMatchTheCpu) {
   EXPECT_LT(buffer.error(), 1e-6);
 }
 
+// DeepLabV3+'s ops: bilinear resizes (up by a non-integral factor, down, and a 1×1 broadcast) and
+// the per-pixel loss with ignored pixels, NCHW on the GPU against NHWC on the CPU.
+TEST_F(CudaBackendTest, BilinearResizeAndPerPixelLossMatchTheCpu) {
+  for (const auto& [in, size] : {std::pair{Shape(2, 16, 9, 13), Extent2{33, 50}}, std::pair{Shape(2, 8, 40, 30), Extent2{17, 11}},
+                                 std::pair{Shape(2, 32, 1, 1), Extent2{9, 14}}}) {
+    const ResizeConfig config{in, size, DType::fp32};
+    const Shape out = config.output_shape();
+    auto x = pair(in, true, 30), y = zeros(out, true), dy = pair(out, true, 31), dx = zeros(in, true);
+    auto cpu_op = cpu_->make_bilinear_resize(config);
+    auto gpu_op = gpu_->make_bilinear_resize(config);
+    cpu_op->forward(x.cpu(), y.cpu());
+    gpu_op->forward(x.gpu(), y.gpu());
+    cpu_op->backward(dy.cpu(), dx.cpu());
+    gpu_op->backward(dy.gpu(), dx.gpu());
+    gpu_->synchronize();
+    EXPECT_LT(y.error(), 1e-6) << in.to_string();
+    EXPECT_LT(dx.error(), 1e-5) << in.to_string();  // sums in another order (atomics)
+  }
+
+  const Shape shape(2, 19, 24, 40);
+  auto logits = pair(shape, true, 32), dlogits = zeros(shape, true);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(shape.n() * shape.h() * shape.w()));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = i % 7 == 3 ? kIgnoreLabel : static_cast<std::int32_t>(i * 13 % 19);
+  auto gpu_labels = gpu_->allocate(labels.size() * sizeof(std::int32_t));
+  gpu_->copy_from_host(gpu_labels.get(), labels.data(), labels.size() * sizeof(std::int32_t));
+  const float cpu_loss = cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, LossTerm{});
+  const float gpu_loss = gpu_->softmax_cross_entropy(logits.gpu(), static_cast<const std::int32_t*>(gpu_labels.get()),
+                                                     dlogits.gpu(), 1.0f, LossTerm{});
+  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
+  EXPECT_NEAR(gpu_->last_loss(), cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
+  EXPECT_LT(dlogits.error(), 1e-5);
+}
+
 TEST_F(CudaBackendTest, ResNet50LossFollowsTheCpuForTenSteps) {
   const Shape input(4, 3, 64, 64);
   const SgdConfig sgd{0.01f, 0.9f, 1e-4f};

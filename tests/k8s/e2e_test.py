@@ -212,6 +212,25 @@ class EndToEnd(unittest.TestCase):
         row = self.kubectl("get", "br", "inception").splitlines()[1].split()
         self.assertEqual(row[:3], ["inception", "inception_v3", "Succeeded"])
 
+    def test_deeplabv3plus_trains_on_a_height_by_width_crop_on_one_and_two_ranks(self):
+        # Per-pixel labels, the decoder's skip and resizes and a non-square crop through the real
+        # launch, mpirun and the allreduce (worker_command_test checks the --image-size 64x96).
+        run = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "deeplab"},
+               "spec": {"model": "deeplabv3plus", "data": {"source": "synthetic", "imageHeight": 64, "imageWidth": 96},
+                        "matrix": {"gpusPerNode": [2], "batchSizePerDevice": [2], "precision": ["fp32"]},
+                        "methodology": {"warmupSteps": 1, "measureSteps": 2, "repeats": 1}}}
+        self.apply(run)
+        wait_for(lambda: self.finished("deeplab"), 300, "the run to finish")
+        status = self.run_object("deeplab")["status"]
+        self.assertEqual(status["phase"], "Succeeded")
+        results = {r["case"]["id"]: r for r in status["results"]}
+        self.assertEqual(sorted(results), ["1x1-bs2-fp32", "1x2-bs2-fp32"])
+        for result in results.values():
+            self.assertEqual(result["state"], "Succeeded", result)
+            self.assertGreater(result["throughput"]["median"], 0.1)
+        row = self.kubectl("get", "br", "deeplab").splitlines()[1].split()
+        self.assertEqual(row[:3], ["deeplab", "deeplabv3plus", "Succeeded"])
+
     def test_imagefolder_on_a_claim_is_mounted_and_read_by_every_rank(self):
         # 2 classes × 8 JPEGs and one broken file: each rank's shard is 8 or 9 files, so every
         # rank goes through several epochs and the broken file is met.

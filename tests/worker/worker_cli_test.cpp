@@ -164,6 +164,26 @@ TEST(WorkerCli, EveryModelRuns) {
   }
 }
 
+// A height × width crop: the result records both sides, the table shows HxW; the sides are checked
+// one by one, and a per-pixel model refuses imagefolder data.
+TEST(WorkerCli, DeepLabV3PlusRunsOnAHeightByWidthCrop) {
+  const Outcome o = worker("--model deeplabv3plus --image-size 64x96 --batch-size 2 --warmup-steps 1 --measure-steps 1 "
+                           "--repeats 1");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const ResultDocument doc = decoded(o.out);
+  EXPECT_EQ(doc.model, Model::deeplabv3plus);
+  EXPECT_EQ(doc.image_height, 64);
+  EXPECT_EQ(doc.image_width, 96);
+  EXPECT_THAT(o.err, HasSubstr("image 64x96, 40351667 parameters"));
+  EXPECT_THAT(o.out, HasSubstr("\"imageWidth\": 96"));
+  const Outcome wide = worker("--model deeplabv3plus --image-size 64x4096");
+  EXPECT_EQ(wide.exit_code, 2);
+  EXPECT_THAT(wide.err, HasSubstr("--image-size: 4096 is out of range; allowed: 32 to 2048"));
+  const Outcome folder = worker("--model deeplabv3plus --data imagefolder --data-path /nonexistent");
+  EXPECT_EQ(folder.exit_code, 2);
+  EXPECT_THAT(folder.err, HasSubstr("--data imagefolder: deeplabv3plus trains on a label per pixel"));
+}
+
 TEST(WorkerCli, BadInputExitsTwoNamingTheFlag) {
   const Outcome model = worker("--model resnet18");
   EXPECT_EQ(model.exit_code, 2);
