@@ -199,14 +199,22 @@ __global__ void pixel_softmax_cross_entropy_kernel(const float* logits, const st
   }
 }
 
+// Output element i of NCHW planes: its plane and its taps along H and W.
+struct ResizeTaps {
+  std::int64_t plane;
+  BilinearTaps y, x;
+  __device__ ResizeTaps(std::int64_t i, int in_h, int in_w, int out_h, int out_w)
+      : plane(i / (static_cast<std::int64_t>(out_w) * out_h)),
+        y(bilinear_taps(static_cast<int>((i / out_w) % out_h), in_h, out_h)),
+        x(bilinear_taps(static_cast<int>(i % out_w), in_w, out_w)) {}
+};
+
 __global__ void bilinear_resize_forward_kernel(const float* x, float* y, std::int64_t total, int in_h, int in_w,
                                                int out_h, int out_w) {
   DLBENCH_GRID_STRIDE(i, total) {
-    const int ox = static_cast<int>(i % out_w);
-    const int oy = static_cast<int>((i / out_w) % out_h);
-    const std::int64_t plane = i / (static_cast<std::int64_t>(out_w) * out_h);
-    const BilinearTaps ty = bilinear_taps(oy, in_h, out_h), tx = bilinear_taps(ox, in_w, out_w);
-    const float* p = x + plane * in_h * in_w;
+    const ResizeTaps t(i, in_h, in_w, out_h, out_w);
+    const BilinearTaps &ty = t.y, &tx = t.x;
+    const float* p = x + t.plane * in_h * in_w;
     const float top = (1.0f - tx.weight) * p[ty.first * in_w + tx.first] + tx.weight * p[ty.first * in_w + tx.second];
     const float bottom =
         (1.0f - tx.weight) * p[ty.second * in_w + tx.first] + tx.weight * p[ty.second * in_w + tx.second];
@@ -217,11 +225,9 @@ __global__ void bilinear_resize_forward_kernel(const float* x, float* y, std::in
 __global__ void bilinear_resize_backward_kernel(const float* dy, float* dx, std::int64_t total, int in_h, int in_w,
                                                 int out_h, int out_w) {
   DLBENCH_GRID_STRIDE(i, total) {
-    const int ox = static_cast<int>(i % out_w);
-    const int oy = static_cast<int>((i / out_w) % out_h);
-    const std::int64_t plane = i / (static_cast<std::int64_t>(out_w) * out_h);
-    const BilinearTaps ty = bilinear_taps(oy, in_h, out_h), tx = bilinear_taps(ox, in_w, out_w);
-    float* p = dx + plane * in_h * in_w;
+    const ResizeTaps t(i, in_h, in_w, out_h, out_w);
+    const BilinearTaps &ty = t.y, &tx = t.x;
+    float* p = dx + t.plane * in_h * in_w;
     const float g = dy[i];
     atomicAdd(p + ty.first * in_w + tx.first, (1.0f - ty.weight) * (1.0f - tx.weight) * g);
     atomicAdd(p + ty.first * in_w + tx.second, (1.0f - ty.weight) * tx.weight * g);
