@@ -121,6 +121,37 @@ spec:
   EXPECT_THAT(refused.err + refused.out, HasSubstr("spec.data.imageSize: 224 is too small for inception_v3"));
 }
 
+// A height × width crop, per-pixel labels; imagefolder data is refused for it, naming the field.
+TEST_F(RunCli, DeepLabV3PlusRunsOnAHeightByWidthCropAndRefusesImageFolder) {
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: deeplab}
+spec:
+  model: deeplabv3plus
+  data: {imageHeight: 64, imageWidth: 96}
+  matrix: {batchSizePerDevice: [2], precision: [fp32]}
+  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1}
+)";
+  const Outcome o = dlbench("run -f " + write("run.yaml", text) + " --backend cpu");
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  const BenchmarkRun run = status("deeplab.status.json");
+  ASSERT_TRUE(run.status.has_value());
+  ASSERT_EQ(run.status->results.size(), 1u);
+  EXPECT_EQ(run.status->results[0].state, CaseState::Succeeded);
+  EXPECT_EQ(run.spec.data.height(), 64);
+  EXPECT_EQ(run.spec.data.width(), 96);
+  const Outcome report = dlbench("report deeplab.status.json");
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("fp32: throughput (samples/s)"));
+
+  std::string folder = text;
+  folder.replace(folder.find("data: {imageHeight: 64, imageWidth: 96}"), 39,
+                 "data: {source: imagefolder, path: /data/train}");
+  const Outcome refused = dlbench("run -f " + write("folder.yaml", folder) + " --backend cpu");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err + refused.out, HasSubstr("spec.data.source: imagefolder is not allowed for deeplabv3plus"));
+}
+
 TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   const Outcome o = dlbench("run -f " + write("run.yaml", sweep()) + " --max-devices 2");
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
