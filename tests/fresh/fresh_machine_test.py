@@ -49,12 +49,16 @@ def host_sources():
 
 
 def ensure_tarball():
-    if os.path.exists(TARBALL):
+    if os.path.isfile(TARBALL):
         return
+    if os.path.isdir(TARBALL):  # left by a version that let mmdebstrap pick the format from ".partial"
+        shutil.rmtree(TARBALL)
     os.makedirs(CACHE, exist_ok=True)
     partial = TARBALL + ".partial"
     print(f"fresh: making {TARBALL} with mmdebstrap (once; Debian's base system only)", flush=True)
-    subprocess.run(["mmdebstrap", "--variant=minbase", "--mode=root", "bookworm", partial, host_sources()], check=True)
+    # --format: mmdebstrap guesses the format from the name's extension, and ".partial" reads as a directory.
+    subprocess.run(["mmdebstrap", "--variant=minbase", "--mode=root", "--format=tar", "bookworm", partial,
+                    host_sources()], check=True)
     os.replace(partial, TARBALL)
 
 
