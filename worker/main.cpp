@@ -136,6 +136,8 @@ int default_threads() {
 }
 
 struct Options;
+
+struct Options;
 std::string image_size_text(const Options& o);
 
 struct Options {
@@ -172,9 +174,9 @@ struct Options {
 };
 
 std::string image_size_text(const Options& o) {
-  return o.image_height == o.image_width ? std::to_string(o.image_height)
-                                         : std::to_string(o.image_height) + "x" + std::to_string(o.image_width);
+  return image_size_argument(static_cast<int>(o.image_height), static_cast<int>(o.image_width));
 }
+
 
 // What --precision takes, in the API's order.
 const std::vector<std::string> kPrecisions{"fp32", "tf32", "amp", "bf16"};
@@ -462,10 +464,7 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
                  const std::vector<double>& losses) {
   out << "dlbench-worker: " << to_string(doc.model) << " on " << doc.environment.backend << " ("
       << doc.environment.cpu_model << ", " << doc.environment.cpu_cores << " threads), case " << case_id(doc.case_)
-      << ", image " << (doc.image_height > 0 && doc.image_height != doc.image_width
-                            ? std::to_string(doc.image_height) + "x" + std::to_string(doc.image_width)
-                            : std::to_string(doc.image_size))
-      << ", " << parameters << " parameters, activations "
+      << ", image " << image_size_argument(doc.image_height, doc.image_width) << ", " << parameters << " parameters, activations "
       << std::fixed << std::setprecision(2) << (doc.memory ? doc.memory->activations : 0.0) / (1 << 30) << " GiB";
   if (doc.memory && doc.memory->unshared_activations > 0) {
     out << " (" << std::setprecision(0) << 100.0 * doc.memory->activations / doc.memory->unshared_activations

@@ -6,10 +6,12 @@
 
 namespace dlbench {
 
-std::string image_size_argument(const DataSpec& data) {
-  if (data.height() == data.width()) return std::to_string(data.height());
-  return std::to_string(data.height()) + "x" + std::to_string(data.width());
+std::string image_size_argument(int height, int width) {
+  if (height == width) return std::to_string(height);
+  return std::to_string(height) + "x" + std::to_string(width);
 }
+
+std::string image_size_argument(const DataSpec& data) { return image_size_argument(data.height(), data.width()); }
 
 std::string case_id(const CaseSpec& c) {
   if (c.preflight) return "preflight-" + std::to_string(c.nodes) + "x" + std::to_string(c.gpus_per_node);

@@ -81,6 +81,7 @@ struct CaseSpec {
 // Stable, human-readable case id: "2x8-bs128-amp" ("preflight-2x8" for the preflight).
 std::string case_id(const CaseSpec& c);
 // The input size as dlbench-worker's --image-size takes it: "224", or "512x1024" (height x width).
+std::string image_size_argument(int height, int width);
 std::string image_size_argument(const DataSpec& data);
 
 struct Matrix {
