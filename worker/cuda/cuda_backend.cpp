@@ -1,164 +1,20 @@
+// The CUDA backend itself (memory, stream, capture, the loss) and its smaller ops: batch norm,
+// element-wise, pooling, resize. Convolution and the linear layer have their own files.
 #include "cuda/cuda_backend.hpp"
-#include "cuda/conv_algorithms.hpp"
 
 #include <algorithm>
-#include <array>
 #include <limits>
-#include <mutex>
-#include <numeric>
 #include <optional>
 #include <sstream>
-#include <tuple>
 #include <vector>
 
+#include "cuda/cuda_common.hpp"
 #include "cuda/kernels.hpp"
 
 namespace dlbench::worker {
 namespace {
 
-constexpr float kOne = 1.0f;
-constexpr float kZero = 0.0f;
-
-int as_int(std::int64_t v) { return static_cast<int>(v); }
-
-// NCHW float descriptor of a 4-D activation (or of an (N, F) matrix seen as N x F x 1 x 1).
-struct TensorDescriptor {
-  cudnnTensorDescriptor_t handle = nullptr;
-  explicit TensorDescriptor(const Shape& s) {
-    DLBENCH_CUDNN_CHECK(cudnnCreateTensorDescriptor(&handle));
-    const int h = s.rank >= 3 ? as_int(s.h()) : 1, w = s.rank >= 4 ? as_int(s.w()) : 1;
-    DLBENCH_CUDNN_CHECK(cudnnSetTensor4dDescriptor(handle, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, as_int(s.n()),
-                                                   as_int(s.rank >= 2 ? s.c() : 1), h, w));
-  }
-  ~TensorDescriptor() { cudnnDestroyTensorDescriptor(handle); }
-  TensorDescriptor(const TensorDescriptor&) = delete;
-  TensorDescriptor& operator=(const TensorDescriptor&) = delete;
-};
-
-// ---- convolution ------------------------------------------------------------------------
-
-// One measurement per distinct convolution in the process: ResNet repeats its shapes.
-std::mutex algorithm_cache_mutex;
-std::map<ConvAlgorithmKey, AlgorithmChoice> algorithm_cache;
-
-class CudaConv final : public Conv2dOp {
- public:
-  CudaConv(CudaBackend& backend, const Conv2dConfig& config)
-      : backend_(backend), config_(config), x_desc_(config.input), y_desc_(config.output()),
-        bias_desc_(Shape(1, config.out_channels, 1, 1)) {
-    DLBENCH_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_desc_));
-    DLBENCH_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                                   as_int(config.out_channels), as_int(config.input.c()),
-                                                   as_int(config.kernel.h), as_int(config.kernel.w)));
-    // One descriptor per pass: each runs with the math type its algorithm was measured with.
-    for (cudnnConvolutionDescriptor_t& desc : conv_desc_) {
-      DLBENCH_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&desc));
-      DLBENCH_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(desc, as_int(config.padding.h), as_int(config.padding.w),
-                                                          as_int(config.stride), as_int(config.stride),
-                                                          as_int(config.dilation), as_int(config.dilation),
-                                                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-      // fp32 means fp32: FMA math keeps cuDNN off TF32 tensor cores, which its default allows.
-      DLBENCH_CUDNN_CHECK(cudnnSetConvolutionMathType(desc, tensor_cores() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-    }
-  }
-  ~CudaConv() override {
-    for (cudnnConvolutionDescriptor_t desc : conv_desc_) cudnnDestroyConvolutionDescriptor(desc);
-    cudnnDestroyFilterDescriptor(w_desc_);
-  }
-
-  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
-    const AlgorithmChoice& a = choose(ConvPass::forward, [&](void* ws, std::size_t limit) {
-      std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
-      int count = 0;
-      DLBENCH_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-          backend_.cudnn(), x_desc_.handle, x.as<float>(), w_desc_, weight.as<float>(), desc(ConvPass::forward), y_desc_.handle,
-          y.as<float>(), static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-      return fastest(perf.data(), count, tensor_cores(), "forward");
-    });
-    DLBENCH_CUDNN_CHECK(cudnnConvolutionForward(backend_.cudnn(), &kOne, x_desc_.handle, x.as<float>(), w_desc_, weight.as<float>(),
-                                                desc(ConvPass::forward),
-                                                static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm),
-                                                backend_.workspace(a.workspace), a.workspace, &kZero, y_desc_.handle,
-                                                y.as<float>()));
-    if (bias != nullptr) {
-      DLBENCH_CUDNN_CHECK(
-          cudnnAddTensor(backend_.cudnn(), &kOne, bias_desc_.handle, bias->as<float>(), &kOne, y_desc_.handle, y.as<float>()));
-    }
-  }
-
-  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
-    const AlgorithmChoice& a = choose(ConvPass::backward_data, [&](void* ws, std::size_t limit) {
-      std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
-      int count = 0;
-      DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-          backend_.cudnn(), w_desc_, weight.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_data),
-          x_desc_.handle, dx.as<float>(), static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-      return fastest(perf.data(), count, tensor_cores(), "backward-data");
-    });
-    DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardData(
-        backend_.cudnn(), &kOne, w_desc_, weight.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_data),
-        static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace, &kZero,
-        x_desc_.handle, dx.as<float>()));
-  }
-
-  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
-    const AlgorithmChoice& a = choose(ConvPass::backward_filter, [&](void* ws, std::size_t limit) {
-      std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
-      int count = 0;
-      DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-          backend_.cudnn(), x_desc_.handle, x.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_filter), w_desc_,
-          dweight.as<float>(), static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-      return fastest(perf.data(), count, tensor_cores(), "backward-filter");
-    });
-    DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-        backend_.cudnn(), &kOne, x_desc_.handle, x.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_filter),
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace,
-        &kZero, w_desc_, dweight.as<float>()));
-    if (dbias != nullptr) {
-      DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardBias(backend_.cudnn(), &kOne, y_desc_.handle, dy.as<float>(), &kZero,
-                                                       bias_desc_.handle, dbias->as<float>()));
-    }
-  }
-
- private:
-  bool tensor_cores() const { return backend_.math() == CudaMath::tf32; }
-  cudnnConvolutionDescriptor_t desc(ConvPass pass) const { return conv_desc_[static_cast<std::size_t>(pass)]; }
-
-  // The algorithm for one pass: measured once (on the real buffers, in the first step) and
-  // cached for every convolution with the same key. The search borrows its workspace and gives
-  // it back; the backend's workspace grows only to what the chosen algorithms need.
-  template <typename Find>
-  const AlgorithmChoice& choose(ConvPass pass, Find&& find) {
-    auto& mine = chosen_[static_cast<std::size_t>(pass)];
-    if (mine) return *mine;
-    const ConvAlgorithmKey key{config_.input.dims, config_.out_channels, config_.kernel,  config_.stride,
-                               config_.padding,    config_.dilation,     DType::fp32,     Layout::nchw,
-                               tensor_cores(),     pass};
-    std::optional<AlgorithmChoice> choice;
-    {
-      std::lock_guard lock(algorithm_cache_mutex);
-      if (const auto it = algorithm_cache.find(key); it != algorithm_cache.end()) choice = it->second;
-    }
-    if (!choice) {
-      std::size_t free = 0, total = 0;
-      DLBENCH_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-      const std::size_t bytes = search_workspace_bytes(backend_.workspace_limit(), free);
-      const std::shared_ptr<void> borrowed = bytes > 0 ? backend_.allocate(bytes) : nullptr;
-      choice = find(borrowed.get(), bytes);
-      std::lock_guard lock(algorithm_cache_mutex);
-      algorithm_cache[key] = *choice;
-    }
-    DLBENCH_CUDNN_CHECK(cudnnSetConvolutionMathType(desc(pass), choice->math));
-    return *(mine = choice);
-  }
-
-  CudaBackend& backend_;
-  Conv2dConfig config_;
-  TensorDescriptor x_desc_, y_desc_, bias_desc_;
-  cudnnFilterDescriptor_t w_desc_ = nullptr;
-  std::array<cudnnConvolutionDescriptor_t, 3> conv_desc_{};
-  std::array<std::optional<AlgorithmChoice>, 3> chosen_;
-};
+using namespace cuda_detail;
 
 // ---- batch norm ---------------------------------------------------------------------------
 
@@ -319,130 +175,6 @@ class CudaPool final : public PoolOp {
   const float* y_ = nullptr;
 };
 
-// ---- linear (cuBLASLt) ---------------------------------------------------------------------
-
-// One column-major GEMM C(m x n) = op(A) op(B), its layouts and its algorithm, set up once.
-class Gemm {
- public:
-  Gemm(CudaBackend& backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
-       std::int64_t lda, std::int64_t ldb, std::int64_t ldc, bool bias_epilogue)
-      : backend_(backend) {
-    const cublasComputeType_t compute =
-        backend.math() == CudaMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    DLBENCH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, compute, CUDA_R_32F));
-    const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    DLBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
-    DLBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-    if (bias_epilogue) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      DLBENCH_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    }
-    const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, transpose_a ? u(k) : u(m), transpose_a ? u(m) : u(k), lda));
-    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, transpose_b ? u(n) : u(k), transpose_b ? u(k) : u(n), ldb));
-    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_, CUDA_R_32F, u(m), u(n), ldc));
-    shape_ = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
-  }
-  ~Gemm() {
-    cublasLtMatrixLayoutDestroy(c_);
-    cublasLtMatrixLayoutDestroy(b_);
-    cublasLtMatrixLayoutDestroy(a_);
-    cublasLtMatmulDescDestroy(desc_);
-  }
-  Gemm(const Gemm&) = delete;
-  Gemm& operator=(const Gemm&) = delete;
-
-  void run(const float* a, const float* b, float* c, const float* bias = nullptr) {
-    // cuBLASLt assumes 256-byte aligned pointers unless told; parameters sit at float offsets
-    // in the flat buffer and activations at the arena's 64 bytes. The algorithm is chosen for
-    // the pointers' real alignment, again if a pointer turns out less aligned.
-    const std::array<std::uint32_t, 4> alignments{alignment_of(a), alignment_of(b), alignment_of(c),
-                                                  bias != nullptr ? alignment_of(bias) : 256u};
-    bool less_aligned = !chosen_;
-    for (std::size_t i = 0; i < alignments.size(); ++i) less_aligned |= alignments[i] < alignments_[i];
-    if (less_aligned) choose(alignments);
-    if (bias != nullptr) {
-      DLBENCH_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    }
-    DLBENCH_CUBLAS_CHECK(cublasLtMatmul(backend_.cublas_lt(), desc_, &kOne, a, a_, b, b_, &kZero, c, c_, c, c_,
-                                        &algorithm_, backend_.workspace(workspace_), workspace_, backend_.stream()));
-  }
-
- private:
-  void choose(const std::array<std::uint32_t, 4>& alignments) {
-    cublasLtMatmulPreference_t preference = nullptr;
-    DLBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-    const std::size_t limit = kWorkspaceLimit;
-    cublasStatus_t status =
-        cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof limit);
-    const cublasLtMatmulPreferenceAttributes_t attributes[] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    const std::uint32_t output_alignment = std::min(alignments[2], alignments[3]);  // C, D and the bias
-    const std::uint32_t values[] = {alignments[0], alignments[1], output_alignment, output_alignment};
-    for (int i = 0; i < 4 && status == CUBLAS_STATUS_SUCCESS; ++i) {
-      status = cublasLtMatmulPreferenceSetAttribute(preference, attributes[i], &values[i], sizeof values[i]);
-    }
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    if (status == CUBLAS_STATUS_SUCCESS) {
-      status = cublasLtMatmulAlgoGetHeuristic(backend_.cublas_lt(), desc_, a_, b_, c_, c_, preference, 1, &result, &found);
-    }
-    cublasLtMatmulPreferenceDestroy(preference);
-    DLBENCH_CUBLAS_CHECK(status);
-    if (found == 0) throw CudaError("cuBLASLt: no algorithm for a " + shape_ + " matmul at these alignments");
-    algorithm_ = result.algo;
-    workspace_ = result.workspaceSize;
-    alignments_ = alignments;
-    chosen_ = true;
-  }
-
-  static constexpr std::size_t kWorkspaceLimit = std::size_t{32} << 20;
-  CudaBackend& backend_;
-  cublasLtMatmulDesc_t desc_ = nullptr;
-  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
-  cublasLtMatmulAlgo_t algorithm_{};
-  std::string shape_;  // m x n x k, for messages
-  std::array<std::uint32_t, 4> alignments_{};  // what the algorithm was chosen for
-  bool chosen_ = false;
-  std::size_t workspace_ = 0;
-};
-
-// Row-major x (N x in), W (out x in) as PyTorch keeps it, y (N x out). Column-major, each
-// row-major matrix is its transpose, so: y^T = W x^T, dx^T = W^T dy^T, dW^T = x^T dy.
-class CudaLinear final : public LinearOp {
- public:
-  CudaLinear(CudaBackend& backend, const LinearConfig& c)
-      : backend_(backend), config_(c),
-        forward_(backend, true, false, c.out_features, c.batch, c.in_features, c.in_features, c.in_features,
-                 c.out_features, c.bias),
-        backward_data_(backend, false, false, c.in_features, c.batch, c.out_features, c.in_features, c.out_features,
-                       c.in_features, false),
-        backward_weights_(backend, false, true, c.in_features, c.out_features, c.batch, c.in_features, c.out_features,
-                          c.in_features, false) {}
-
-  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
-    forward_.run(weight.as<float>(), x.as<float>(), y.as<float>(), bias != nullptr ? bias->as<float>() : nullptr);
-  }
-  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
-    backward_data_.run(weight.as<float>(), dy.as<float>(), dx.as<float>());
-  }
-  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
-    backward_weights_.run(x.as<float>(), dy.as<float>(), dweight.as<float>());
-    if (dbias != nullptr) {
-      kernels::column_sums(dy.as<float>(), dbias->as<float>(), as_int(config_.batch), as_int(config_.out_features), backend_.stream());
-    }
-  }
-
- private:
-  CudaBackend& backend_;
-  LinearConfig config_;
-  Gemm forward_, backward_data_, backward_weights_;
-};
-
 std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 
 }  // namespace
@@ -557,7 +289,7 @@ void CudaBackend::require_fp32(DType dtype) const {
 
 std::unique_ptr<Conv2dOp> CudaBackend::make_conv2d(const Conv2dConfig& c) {
   require_fp32(c.dtype);
-  return std::make_unique<CudaConv>(*this, c);
+  return cuda_detail::make_conv(*this, c);
 }
 std::unique_ptr<BatchNormOp> CudaBackend::make_batch_norm(const BatchNormConfig& c) {
   require_fp32(c.dtype);
@@ -574,7 +306,7 @@ std::unique_ptr<PoolOp> CudaBackend::make_pool(const PoolConfig& c) {
 }
 std::unique_ptr<LinearOp> CudaBackend::make_linear(const LinearConfig& c) {
   require_fp32(c.dtype);
-  return std::make_unique<CudaLinear>(*this, c);
+  return cuda_detail::make_linear(*this, c);
 }
 std::unique_ptr<AddOp> CudaBackend::make_add(const Shape& shape, DType dtype) {
   require_fp32(dtype);
