@@ -2,6 +2,20 @@
 
 namespace dlbench::worker {
 
+void HostClockMarks::mark() {
+  if (wait_) wait_();
+  marks_.push_back(std::chrono::steady_clock::now());
+}
+
+std::vector<double> HostClockMarks::intervals() {
+  std::vector<double> seconds;
+  for (std::size_t i = 1; i < marks_.size(); ++i) {
+    seconds.push_back(std::chrono::duration<double>(marks_[i] - marks_[i - 1]).count());
+  }
+  marks_.clear();
+  return seconds;
+}
+
 DType activation_dtype(std::string_view precision) {
   if (precision == "bf16") return DType::bf16;
   if (precision == "amp") return DType::fp16;

@@ -4,13 +4,16 @@
 // primitives) and calls them every step with the same buffers.
 #pragma once
 
+#include <chrono>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tensor.hpp"
 
@@ -178,6 +181,32 @@ struct LossTerm {
   bool adds_to_step_loss = false;  // false: this term starts the step's loss
 };
 
+// Marks in a backend's queue of work, to time steps without waiting for each one: the host
+// queues the next step while the device runs this one, and reads the times once per repeat.
+class StepMarks {
+ public:
+  virtual ~StepMarks() = default;
+  // A mark behind everything queued so far.
+  virtual void mark() = 0;
+  // Waits for the last mark, returns the seconds between consecutive marks since the last call
+  // (one fewer than the marks) and starts over.
+  virtual std::vector<double> intervals() = 0;
+};
+
+// Marks on the host's steady clock, each taken after `wait` returns: exact for a backend whose
+// work is done when its calls return (the CPU's), and right for any other at the cost of a wait
+// per mark.
+class HostClockMarks final : public StepMarks {
+ public:
+  explicit HostClockMarks(std::function<void()> wait) : wait_(std::move(wait)) {}
+  void mark() override;
+  std::vector<double> intervals() override;
+
+ private:
+  std::function<void()> wait_;
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -197,6 +226,10 @@ class Backend {
   virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
   // Waits until every queued operation has finished (a no-op on the CPU).
   virtual void synchronize() = 0;
+  // Marks for timing steps in this backend's queue (the CUDA backend's are events on its stream).
+  virtual std::unique_ptr<StepMarks> make_step_marks() {
+    return std::make_unique<HostClockMarks>([this] { synchronize(); });
+  }
 
   virtual std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) = 0;
   virtual std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) = 0;
@@ -236,23 +269,23 @@ class Backend {
   // activation_layout(), take one label per pixel in (N, H, W) order: the mean is over the pixels
   // whose label is not kIgnoreLabel (N counts those), and the others get a zero gradient; with
   // none left the loss is 0, where PyTorch gives NaN.
-  // Returns the step's loss so far: this term's weight · loss, plus the earlier terms' when it
-  // adds to them (last_loss() reads the same sum after a graph replay).
-  virtual float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                                      float gradient_scale, LossTerm term) = 0;
+  // The step's loss so far (this term's weight · loss, plus the earlier terms' when it adds to
+  // them) stays with the backend until last_loss() reads it: reading it on a GPU waits for the
+  // device, which a timed loop does once per repeat, not once per step.
+  virtual void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+                                     float gradient_scale, LossTerm term) = 0;
+  // The loss of the last step that ran (eager or replayed): waits for the device.
+  virtual float last_loss() = 0;
   // PyTorch SGD: g += wd·w; buf = momentum·buf + g (buf = g on the first step); w -= lr·buf.
   virtual void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
                           float learning_rate, float momentum, float weight_decay, bool first_step) = 0;
 
   // Step capture (CUDA graphs): record the work one step queues, then replay it with one launch.
-  // While capturing, softmax_cross_entropy returns NaN (reading the loss would wait for the
-  // device); last_loss() reads the loss of the last step that ran. Backends that cannot
-  // capture keep these defaults.
+  // Backends that cannot capture keep these defaults.
   virtual bool can_capture() const { return false; }
   virtual void begin_capture() {}
   virtual void end_capture() {}
   virtual void replay() {}
-  virtual float last_loss() { return 0.0f; }
 };
 
 // A BenchmarkRun precision (fp32 | tf32 | amp | bf16) as the activations' dtype: tf32 is fp32

@@ -18,6 +18,7 @@ class DelegatingBackend : public Backend {
   void copy_from_host(void* d, const void* s, std::size_t n) override { inner_.copy_from_host(d, s, n); }
   void copy_to_host(void* d, const void* s, std::size_t n) override { inner_.copy_to_host(d, s, n); }
   void synchronize() override { inner_.synchronize(); }
+  std::unique_ptr<StepMarks> make_step_marks() override { return inner_.make_step_marks(); }
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override { return inner_.make_conv2d(c); }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override { return inner_.make_batch_norm(c); }
   bool fuses_batch_norm_relu() const override { return inner_.fuses_batch_norm_relu(); }
@@ -42,8 +43,8 @@ class DelegatingBackend : public Backend {
     inner_.dropout_forward(x, y, m, p, s);
   }
   void dropout_backward(const Tensor& dy, const Tensor& m, Tensor& dx) override { inner_.dropout_backward(dy, m, dx); }
-  float softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d, float scale, LossTerm term) override {
-    return inner_.softmax_cross_entropy(l, y, d, scale, term);
+  void softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d, float scale, LossTerm term) override {
+    inner_.softmax_cross_entropy(l, y, d, scale, term);
   }
   void sgd_update(float* v, const float* g, float* b, std::int64_t n, float lr, float m, float wd, bool f) override {
     inner_.sgd_update(v, g, b, n, lr, m, wd, f);

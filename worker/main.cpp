@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -567,7 +568,7 @@ constexpr std::int64_t kModelClasses = 1000;
 struct RealData {
   input::ImageFolder folder;
   std::unique_ptr<input::InputPipeline> pipeline;
-  double last_wait = 0;             // the step that just ran
+  std::deque<double> waits;         // each step's, until the methodology reports its time
   std::vector<double> measured_waits;
   double measured_seconds = 0;      // this rank's own measured time
   double pipeline_throughput = 0;   // images/s, training idle
@@ -653,7 +654,7 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
             : std::vector<std::int64_t>{o.batch_size, o.image_height, o.image_width};
     record.tensors.push_back(NamedTensor::of_ints("labels", label_dims, labels.data()));
     for (auto& t : parameter_tensors(trainer.parameters(), *backend, "initial.")) record.tensors.push_back(std::move(t));
-    const float loss = trainer.step();
+    const float loss = trainer.step_and_loss();
     backend->synchronize();
     record.tensors.push_back(NamedTensor::of_floats("loss", {}, &loss));
     for (const auto& [name, state] : step_state(trainer.network())) {
@@ -757,15 +758,22 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     doc.flops_per_sample = {2.0 * macs, 6.0 * macs};  // backward ≈ 2 × forward
     trainer.use_step_graph(o.cuda_graph);
     float last_loss = 0;
-    Workload workload{[&] { trainer.step(); }, [&] { device.synchronize(); }, {}, {}};
+    const std::unique_ptr<StepMarks> marks = device.make_step_marks();
+    Workload workload{[&] { trainer.step(); }, [&] { device.synchronize(); }, {}, {}, marks.get()};
     if (live || real) {
+      // Steps are reported in the order they ran, once their repeat's marks are read.
       workload.on_step = [&](int repeat, bool measured, double s) {
+        double wait = 0;
+        if (real) {
+          wait = real->waits.front();
+          real->waits.pop_front();
+        }
         if (real && measured) {
-          real->measured_waits.push_back(real->last_wait);
+          real->measured_waits.push_back(wait);
           real->measured_seconds += s;
         }
         if (!live) return;
-        if (real) live->on_input_wait(real->last_wait);
+        if (real) live->on_input_wait(wait);
         live->on_step(repeat, measured, s);
       };
     }
@@ -792,7 +800,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
       workload.step = [&] {
         const auto begin = std::chrono::steady_clock::now();
         const input::Batch batch = real->pipeline->next();
-        real->last_wait = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+        real->waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
         trainer.load_batch(batch.pixels, batch.labels);
         trainer.step();
       };

@@ -1,6 +1,7 @@
 #include "methodology.hpp"
 
-#include <chrono>
+#include <stdexcept>
+#include <string>
 
 #include "dlbench/core/statistics.hpp"
 
@@ -9,28 +10,36 @@ namespace dlbench::worker {
 std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const Methodology& methodology,
                                                long global_batch_size,
                                                const std::function<void(int, const RepeatMeasurement&)>& on_repeat) {
-  using clock = std::chrono::steady_clock;
+  HostClockMarks host_clock(workload.synchronize);
+  StepMarks& marks = workload.marks != nullptr ? *workload.marks : host_clock;
+  const auto read = [&marks](int expected) {
+    std::vector<double> seconds = marks.intervals();
+    if (seconds.size() != static_cast<std::size_t>(expected)) {
+      throw std::logic_error("step marks: " + std::to_string(seconds.size()) + " intervals for " +
+                             std::to_string(expected) + " steps");
+    }
+    return seconds;
+  };
   std::vector<RepeatMeasurement> repeats;
   for (int r = 0; r < methodology.repeats; ++r) {
+    if (workload.on_step) marks.mark();
     for (int i = 0; i < methodology.warmup_steps; ++i) {
-      const auto begin = clock::now();
       workload.step();
-      if (workload.on_step) {
-        workload.synchronize();
-        workload.on_step(r, false, std::chrono::duration<double>(clock::now() - begin).count());
-      }
+      if (workload.on_step) marks.mark();
+    }
+    if (workload.on_step) {
+      for (const double s : read(methodology.warmup_steps)) workload.on_step(r, false, s);
     }
     workload.synchronize();
     RepeatMeasurement m;
-    const auto start = clock::now();
-    auto previous = start;
+    marks.mark();
     for (int i = 0; i < methodology.measure_steps; ++i) {
       workload.step();
-      workload.synchronize();
-      const auto now = clock::now();
-      m.step_seconds.push_back(std::chrono::duration<double>(now - previous).count());
-      if (workload.on_step) workload.on_step(r, true, m.step_seconds.back());
-      previous = clock::now();  // the callback's own time is not the step's
+      marks.mark();
+    }
+    m.step_seconds = read(methodology.measure_steps);  // waits for the last step
+    if (workload.on_step) {
+      for (const double s : m.step_seconds) workload.on_step(r, true, s);
     }
     m.measured_seconds = 0;
     for (const double s : m.step_seconds) m.measured_seconds += s;

@@ -1,17 +1,20 @@
-// The measurement methodology, separate from any workload: for each repeat, run the
-// warm-up steps untimed, synchronise, time the measured steps, synchronise; the repeat's
-// throughput is global batch × measured steps / their total time.
+// The measurement methodology, separate from any workload: for each repeat, run the warm-up
+// steps untimed, synchronise, then queue the measured steps with a mark after each and read the
+// marks once at the end; the repeat's throughput is global batch × measured steps / their total
+// time. Nothing waits for the device between measured steps: marks in its queue (CUDA events)
+// time each step where it ran.
 #pragma once
 
 #include <functional>
 #include <vector>
 
+#include "backend.hpp"
 #include "dlbench/core/benchmark_run.hpp"
 
 namespace dlbench::worker {
 
 struct RepeatMeasurement {
-  std::vector<double> step_seconds;  // each measured step, wall clock after synchronisation
+  std::vector<double> step_seconds;  // each measured step, between the marks around it
   double measured_seconds = 0;       // all measured steps together
   double throughput = 0;             // samples per second
 };
@@ -22,8 +25,12 @@ struct Workload {
   // Data parallel: replaces each time with the slowest rank's, element by element, so that
   // throughput is what the job as a whole achieved. Called outside the timed region.
   std::function<void(std::vector<double>& seconds)> slowest_rank;
-  // Live observation of every step (warm-up ones too): for metrics, never for the result.
+  // Every step's time (warm-up ones too), in order, for metrics, never for the result: after
+  // the warm-up and after the measured steps of each repeat, once the marks are read.
   std::function<void(int repeat, bool measured, double seconds)> on_step;
+  // Marks in the device's queue (Backend::make_step_marks); without them the host clock after
+  // `synchronize`, once per step.
+  StepMarks* marks = nullptr;
 };
 
 // Calls on_repeat after each repeat (for progress and live metrics).

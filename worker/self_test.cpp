@@ -342,8 +342,8 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
       dlogits.data = grad_memory.get();
       upload(on, logits, z);
       on.copy_from_host(label_memory.get(), labels.data(), labels.size() * sizeof(std::int32_t));
-      const float loss = on.softmax_cross_entropy(logits, static_cast<const std::int32_t*>(label_memory.get()),
-                                                  dlogits, 1.0f, LossTerm{});
+      on.softmax_cross_entropy(logits, static_cast<const std::int32_t*>(label_memory.get()), dlogits, 1.0f, LossTerm{});
+      const float loss = on.last_loss();
       return std::make_pair(loss, download(on, dlogits));
     };
     const auto [want_loss, want_grad] = run(reference, DType::fp32);

@@ -114,7 +114,7 @@ void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<st
   backend_.copy_to_host(labels.data(), labels_storage_.data, labels.size() * sizeof(std::int32_t));
 }
 
-float Trainer::loss() {
+void Trainer::forward_and_loss() {
   const auto* labels = static_cast<const std::int32_t*>(labels_storage_.data);
   const float gradient_scale = scaler_ ? scaler_->scale() : 1.0f;
   context_.labels = labels;
@@ -122,18 +122,27 @@ float Trainer::loss() {
   context_.loss_terms = 0;
   const Tensor& logits = network_->forward(input_, context_);
   // The main classifier's term adds to the auxiliary ones forward computed (InceptionV3's).
-  return loss_.forward_backward(logits, labels, backend_, gradient_scale, LossTerm{1.0f, context_.loss_terms > 0});
+  loss_.forward_backward(logits, labels, backend_, gradient_scale, LossTerm{1.0f, context_.loss_terms > 0});
+}
+
+float Trainer::loss() {
+  forward_and_loss();
+  return backend_.last_loss();
 }
 
 float Trainer::compute_gradients() {
-  const float value = loss();  // with loss scaling, dlogits is already scaled
+  queue_gradients();
+  return backend_.last_loss();
+}
+
+void Trainer::queue_gradients() {
+  forward_and_loss();  // with loss scaling, dlogits is already scaled
   network_->backward(loss_.dlogits(), context_);
   if (before_update_) before_update_();
   if (scaler_) {
     gradients_finite_ =
         backend_.unscale_and_check_finite(parameters_.grads(), parameters_.count(), scaler_->inverse_scale());
   }
-  return value;
 }
 
 void Trainer::use_loss_scaling(LossScalingConfig config) {
@@ -141,15 +150,15 @@ void Trainer::use_loss_scaling(LossScalingConfig config) {
   scaler_.emplace(config);
 }
 
-float Trainer::step() {
+void Trainer::step() {
   if (graph_captured_) {
     backend_.replay();
     ++context_.step;
-    return std::numeric_limits<float>::quiet_NaN();
+    return;
   }
   const bool capture = use_graph_ && context_.step >= 1;  // the first step runs eagerly: algorithms, workspace
   if (capture) backend_.begin_capture();
-  const float value = compute_gradients();
+  queue_gradients();
   last_step_skipped_ = scaler_ && !scaler_->record_step(gradients_finite_);
   if (!last_step_skipped_) {
     // Captured at step >= 1, so the recorded update is never the first (momentum buffer = grad).
@@ -163,8 +172,6 @@ float Trainer::step() {
     backend_.replay();  // capturing recorded the step without running it
   }
   ++context_.step;
-  eager_loss_ = value;
-  return value;
 }
 
 void Trainer::use_step_graph(bool on) {
@@ -175,6 +182,6 @@ void Trainer::use_step_graph(bool on) {
   use_graph_ = on;
 }
 
-float Trainer::last_loss() { return use_graph_ ? backend_.last_loss() : eager_loss_; }
+float Trainer::last_loss() { return backend_.last_loss(); }
 
 }  // namespace dlbench::worker

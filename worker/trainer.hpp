@@ -54,16 +54,20 @@ class Trainer {
   // (one per sample, or per pixel in (N, H, W) order).
   void copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<std::int32_t>& labels);
 
-  // One step; returns the batch's mean loss (NaN when the step is a graph replay: last_loss()
-  // reads it then).
-  float step();
+  // One step, queued: nothing waits for the device (last_loss() does).
+  void step();
   // Capture the step once (after one eager step has chosen algorithms and sized the
   // workspace) and replay it from then on. Only where the backend can capture, and only
   // without hooks that talk to the host between backward and the update (one rank).
   void use_step_graph(bool on);
   bool step_graph_active() const { return graph_captured_; }
-  // The loss of the last step that ran (waits for the device).
+  // The loss of the last step that ran (waits for the device: once per repeat in a timed loop).
   float last_loss();
+  // One step and its loss, for tests and diagnostics: waits for the device.
+  float step_and_loss() {
+    step();
+    return last_loss();
+  }
   // Forward, loss, backward and the before-update hook, without changing the weights. With
   // loss scaling the gradients are unscaled before this returns.
   float compute_gradients();
@@ -94,6 +98,9 @@ class Trainer {
   std::uint64_t steps_done() const { return context_.step; }
 
  private:
+  void forward_and_loss();
+  void queue_gradients();  // forward, loss, backward, the hook and unscaling; waits for nothing else
+
   Backend& backend_;
   std::unique_ptr<Sequential> network_;
   Arena arena_;
@@ -111,7 +118,6 @@ class Trainer {
   std::uint64_t updates_applied_ = 0;  // the first applied update starts the momentum buffers
   bool use_graph_ = false;
   bool graph_captured_ = false;
-  float eager_loss_ = 0.0f;
 };
 
 }  // namespace dlbench::worker

@@ -233,15 +233,19 @@ TEST_F(CudaBackendTest, LossDropoutPoolingAndSgdMatchTheCpu) {
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 61 % 1000);
   auto gpu_labels = gpu_->allocate(labels.size() * sizeof(std::int32_t));
   gpu_->copy_from_host(gpu_labels.get(), labels.data(), labels.size() * sizeof(std::int32_t));
-  const float cpu_loss = cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, LossTerm{});
+  cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, LossTerm{});
+  const float cpu_loss = cpu_->last_loss();
   const auto* device_labels = static_cast<const std::int32_t*>(gpu_labels.get());
-  const float gpu_loss = gpu_->softmax_cross_entropy(logits.gpu(), device_labels, dlogits.gpu(), 1.0f, LossTerm{});
+  gpu_->softmax_cross_entropy(logits.gpu(), device_labels, dlogits.gpu(), 1.0f, LossTerm{});
+  const float gpu_loss = gpu_->last_loss();
   EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
   EXPECT_LT(dlogits.error(), 1e-5);
   // A second, weighted term adds to the step's loss on the device (InceptionV3's main head after its auxiliary one).
   const LossTerm main_term{0.5f, true};
-  const float cpu_total = cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, main_term);
-  const float gpu_total = gpu_->softmax_cross_entropy(logits.gpu(), device_labels, dlogits.gpu(), 1.0f, main_term);
+  cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, main_term);
+  const float cpu_total = cpu_->last_loss();
+  gpu_->softmax_cross_entropy(logits.gpu(), device_labels, dlogits.gpu(), 1.0f, main_term);
+  const float gpu_total = gpu_->last_loss();
   EXPECT_NEAR(cpu_total, 1.5f * cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
   EXPECT_NEAR(gpu_total, cpu_total, 1e-5 * std::fabs(static_cast<double>(cpu_total)));
   EXPECT_NEAR(gpu_->last_loss(), cpu_total, 1e-5 * std::fabs(static_cast<double>(cpu_total)));
@@ -301,9 +305,11 @@ TEST_F(CudaBackendTest, BilinearResizeAndPerPixelLossMatchTheCpu) {
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = i % 7 == 3 ? kIgnoreLabel : static_cast<std::int32_t>(i * 13 % 19);
   auto gpu_labels = gpu_->allocate(labels.size() * sizeof(std::int32_t));
   gpu_->copy_from_host(gpu_labels.get(), labels.data(), labels.size() * sizeof(std::int32_t));
-  const float cpu_loss = cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, LossTerm{});
-  const float gpu_loss = gpu_->softmax_cross_entropy(logits.gpu(), static_cast<const std::int32_t*>(gpu_labels.get()),
+  cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, LossTerm{});
+  const float cpu_loss = cpu_->last_loss();
+  gpu_->softmax_cross_entropy(logits.gpu(), static_cast<const std::int32_t*>(gpu_labels.get()),
                                                      dlogits.gpu(), 1.0f, LossTerm{});
+  const float gpu_loss = gpu_->last_loss();
   EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
   EXPECT_NEAR(gpu_->last_loss(), cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
   EXPECT_LT(dlogits.error(), 1e-5);
@@ -315,8 +321,8 @@ TEST_F(CudaBackendTest, ResNet50LossFollowsTheCpuForTenSteps) {
   Trainer on_cpu(*cpu_, build_model("resnet50"), input, 1000, sgd, 42, 0);
   Trainer on_gpu(*gpu_, build_model("resnet50"), input, 1000, sgd, 42, 0);
   for (int step = 0; step < 10; ++step) {
-    const float expected = on_cpu.step();
-    const float actual = on_gpu.step();
+    const float expected = on_cpu.step_and_loss();
+    const float actual = on_gpu.step_and_loss();
     EXPECT_NEAR(actual, expected, 2e-3 * std::fabs(static_cast<double>(expected))) << "step " << step;
   }
 }

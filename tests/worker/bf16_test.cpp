@@ -134,7 +134,8 @@ TEST(Bf16, CrossEntropyFromBf16Logits) {
     logits.dtype = dlogits.dtype = dtype;
     logits.data = logits_bytes.data();
     dlogits.data = grad_bytes.data();
-    const float loss = backend.softmax_cross_entropy(logits, labels.data(), dlogits, scale, LossTerm{});
+    backend.softmax_cross_entropy(logits, labels.data(), dlogits, scale, LossTerm{});
+    const float loss = backend.last_loss();
     return std::make_pair(loss, decode(grad_bytes.data(), z.size(), dtype));
   };
   const auto [full_loss, full_grad] = run(DType::fp32, 1.0f);
@@ -158,7 +159,7 @@ Trajectory train(std::unique_ptr<Sequential> net, const Shape& input, std::int64
   Trainer trainer(backend, std::move(net), input, classes, {learning_rate, 0.9f, 1e-4f}, 3, 0, MemoryReuse::lifetime,
                   dtype);
   Trajectory t;
-  for (int i = 0; i < steps; ++i) t.losses.push_back(trainer.step());
+  for (int i = 0; i < steps; ++i) t.losses.push_back(trainer.step_and_loss());
   const ParameterStore& store = trainer.parameters();
   t.weights.assign(store.values(), store.values() + store.count());
   t.activation_bytes = trainer.arena().unshared_bytes();

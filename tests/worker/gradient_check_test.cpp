@@ -37,6 +37,13 @@ constexpr double kAbsoluteTolerance = 5e-3;
 constexpr double kRelativeTolerance = 2e-2;
 constexpr int kSamplesPerTensor = 12;
 
+// One evaluation of the loss and its value (the backend keeps the loss until last_loss reads it).
+float loss_value(SoftmaxCrossEntropy& loss, const Tensor& logits, const std::int32_t* labels, Backend& backend,
+                 LossTerm term) {
+  loss.forward_backward(logits, labels, backend, 1.0f, term);
+  return backend.last_loss();
+}
+
 class LayerProbe {
  public:
   LayerProbe(std::unique_ptr<Layer> layer, const Shape& input, std::uint64_t seed = 1)
@@ -216,13 +223,12 @@ TEST(GradientCheck, AuxiliaryClassifierAddsItsLossTerm) {
   head->add<Flatten>();
   head->add<Linear>(3, 4);
   auto layer = std::make_unique<AuxiliaryClassifier>(std::move(head), 0.4f);
-  AuxiliaryClassifier& aux = *layer;
   LayerProbe probe(std::move(layer), Shape(2, 3, 4, 4));
   EXPECT_EQ(probe.output(), Shape(2, 3, 4, 4));  // passed through
-  probe.use_labels({3, 1}, [&aux] { return static_cast<double>(aux.step_loss()); });
+  probe.use_labels({3, 1}, [&probe] { return static_cast<double>(probe.backend().last_loss()); });
   probe.check_input_gradient();
   probe.check_parameter_gradients();
-  EXPECT_GT(aux.step_loss(), 0.0f);
+  EXPECT_GT(probe.backend().last_loss(), 0.0f);
 }
 
 TEST(GradientCheck, BatchNorm2dTraining) {
@@ -283,14 +289,14 @@ TEST(GradientCheck, SoftmaxCrossEntropy) {
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   for (std::int64_t i = 0; i < logits.numel(); ++i) logits.as<float>()[i] = u(rng);
   const std::int32_t labels[] = {4, 0, 2};
-  const float value = loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{});
+  const float value = loss_value(loss, logits, labels, backend, LossTerm{});
   std::vector<float> analytic(loss.dlogits().as<float>(), loss.dlogits().as<float>() + loss.dlogits().numel());
   for (std::int64_t i = 0; i < logits.numel(); ++i) {
     const float saved = logits.as<float>()[i];
     logits.as<float>()[i] = saved + 1e-2f;
-    const double plus = loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{});
+    const double plus = loss_value(loss, logits, labels, backend, LossTerm{});
     logits.as<float>()[i] = saved - 1e-2f;
-    const double minus = loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{});
+    const double minus = loss_value(loss, logits, labels, backend, LossTerm{});
     logits.as<float>()[i] = saved;
     const double numeric = (plus - minus) / 2e-2;
     EXPECT_NEAR(numeric, analytic[static_cast<std::size_t>(i)], 1e-3) << i;
@@ -298,12 +304,12 @@ TEST(GradientCheck, SoftmaxCrossEntropy) {
   EXPECT_GT(value, 0.0f);
   // Uniform logits: the loss is log(K) whatever the labels.
   for (std::int64_t i = 0; i < logits.numel(); ++i) logits.as<float>()[i] = 0.5f;
-  EXPECT_NEAR(loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{}), std::log(5.0), 1e-6);
+  EXPECT_NEAR(loss_value(loss, logits, labels, backend, LossTerm{}), std::log(5.0), 1e-6);
   // A weighted term scales the gradient and adds to the step's loss (InceptionV3's two heads).
-  const float first = loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{0.4f, false});
+  const float first = loss_value(loss, logits, labels, backend, LossTerm{0.4f, false});
   EXPECT_NEAR(first, 0.4 * std::log(5.0), 1e-6);
   EXPECT_NEAR(loss.dlogits().as<float>()[0], 0.4 * (0.2 / 3.0), 1e-7);  // (softmax − 0) / N · 0.4, label 4
-  EXPECT_NEAR(loss.forward_backward(logits, labels, backend, 1.0f, LossTerm{1.0f, true}), 1.4 * std::log(5.0), 1e-6);
+  EXPECT_NEAR(loss_value(loss, logits, labels, backend, LossTerm{1.0f, true}), 1.4 * std::log(5.0), 1e-6);
 }
 
 // A resize to a noted size, behind the note's layer: upsampling by a non-integral factor, a
@@ -395,7 +401,7 @@ TEST(GradientCheck, PerPixelSoftmaxCrossEntropyWithIgnoredPixels) {
   for (std::int64_t i = 0; i < logits.numel(); ++i) logits.as<float>()[i] = u(rng);
   // (N, H, W) order; 3 of the 12 pixels are ignored.
   const std::vector<std::int32_t> labels{0, 3, kIgnoreLabel, 1, 2, 2, kIgnoreLabel, 0, 1, 3, kIgnoreLabel, 2};
-  const auto run = [&] { return static_cast<double>(loss.forward_backward(logits, labels.data(), backend, 1.0f, LossTerm{})); };
+  const auto run = [&] { return static_cast<double>(loss_value(loss, logits, labels.data(), backend, LossTerm{})); };
   run();
   const std::vector<float> analytic(loss.dlogits().as<float>(), loss.dlogits().as<float>() + loss.dlogits().numel());
   for (std::int64_t i = 0; i < logits.numel(); ++i) {
@@ -418,7 +424,7 @@ TEST(GradientCheck, PerPixelSoftmaxCrossEntropyWithIgnoredPixels) {
   EXPECT_NEAR(loss.dlogits().as<float>()[0], (0.25 - 1.0) / 9.0, 1e-7);
   // Every pixel ignored: a zero loss and gradient, not NaN.
   const std::vector<std::int32_t> none(12, kIgnoreLabel);
-  EXPECT_EQ(loss.forward_backward(logits, none.data(), backend, 1.0f, LossTerm{}), 0.0f);
+  EXPECT_EQ(loss_value(loss, logits, none.data(), backend, LossTerm{}), 0.0f);
   EXPECT_EQ(loss.dlogits().as<float>()[5], 0.0f);
 }
 

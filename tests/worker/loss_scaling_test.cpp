@@ -86,7 +86,7 @@ TEST(LossScaling, APowerOfTwoScaleChangesNoBitOfACleanTrajectory) {
   TrainingRun plain, scaled;
   scaled.trainer.use_loss_scaling({1024.0f, 2.0f, 0.5f, 2});  // grows to 2048, 4096 on the way
   for (int i = 0; i < 5; ++i) {
-    const float a = plain.trainer.step(), b = scaled.trainer.step();
+    const float a = plain.trainer.step_and_loss(), b = scaled.trainer.step_and_loss();
     EXPECT_EQ(a, b) << "step " << i;
     EXPECT_FALSE(scaled.trainer.last_step_skipped());
   }

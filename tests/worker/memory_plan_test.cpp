@@ -162,7 +162,7 @@ Trajectory train(std::unique_ptr<Sequential> net, const Shape& input, std::int64
   auto trainer = std::make_unique<Trainer>(backend, std::move(net), input, classes, SgdConfig{0.001f, 0.9f, 1e-4f}, 5,
                                            0, reuse);
   Trajectory out;
-  for (int i = 0; i < steps; ++i) out.losses.push_back(trainer->step());
+  for (int i = 0; i < steps; ++i) out.losses.push_back(trainer->step_and_loss());
   const float* values = trainer->parameters().values();
   out.weights.assign(values, values + trainer->parameter_count());
   out.arena_bytes = trainer->arena_bytes();
@@ -247,7 +247,7 @@ TEST(Fusion, BatchNormReluFusedTrainsLikeSeparateOps) {
   const auto run = [](Backend& backend) {
     Trainer trainer(backend, every_layer_kind(), Shape(4, 3, 16, 16), 10, SgdConfig{0.001f, 0.9f, 1e-4f}, 5);
     Trajectory out;
-    for (int i = 0; i < 3; ++i) out.losses.push_back(trainer.step());
+    for (int i = 0; i < 3; ++i) out.losses.push_back(trainer.step_and_loss());
     out.weights.assign(trainer.parameters().values(), trainer.parameters().values() + trainer.parameter_count());
     return out;
   };

@@ -91,11 +91,12 @@ class TracingBackend final : public Backend {
     record({dy.data, mask.data, dx.data});
     inner_.dropout_backward(dy, mask, dx);
   }
-  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, float gradient_scale,
-                              LossTerm term) override {
+  void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, float gradient_scale,
+                             LossTerm term) override {
     record({logits.data, labels, dlogits.data});
-    return inner_.softmax_cross_entropy(logits, labels, dlogits, gradient_scale, term);
+    inner_.softmax_cross_entropy(logits, labels, dlogits, gradient_scale, term);
   }
+  float last_loss() override { return inner_.last_loss(); }
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override {
     record({values, grads, momentum_buffer});

@@ -21,11 +21,11 @@ namespace {
 TEST(Training, SmallConvNetLearnsItsBatch) {
   CpuBackend backend(2);
   Trainer trainer(backend, small_conv_net(), Shape(16, 3, 16, 16), 10, {0.05f, 0.9f, 0.0f}, 1);
-  const float first = trainer.step();
+  const float first = trainer.step_and_loss();
   EXPECT_NEAR(first, std::log(10.0f), 1.0f);  // about chance at the start
   float last = first;
   int steps = 1;
-  for (; steps < 200 && last > 0.1f * first; ++steps) last = trainer.step();
+  for (; steps < 200 && last > 0.1f * first; ++steps) last = trainer.step_and_loss();
   EXPECT_LE(last, 0.1f * first) << "loss " << first << " → " << last << " after " << steps << " steps";
 }
 
@@ -35,7 +35,7 @@ TEST(Training, ResNet50LossDecreasesAtSmallImages) {
   Trainer trainer(backend, build_model("resnet50"), Shape(4, 3, 64, 64), 1000, {0.005f, 0.9f, 1e-4f}, 42);
   EXPECT_EQ(trainer.parameter_count(), 25'557'032);
   std::vector<float> losses;
-  for (int i = 0; i < 4; ++i) losses.push_back(trainer.step());
+  for (int i = 0; i < 4; ++i) losses.push_back(trainer.step_and_loss());
   for (const float l : losses) EXPECT_TRUE(std::isfinite(l));
   EXPECT_NEAR(losses.front(), std::log(1000.0f), 1.5f);
   EXPECT_LT(losses.back(), losses.front());
@@ -55,7 +55,7 @@ TEST(Training, SameSeedAndThreadsGiveBitIdenticalTrajectory) {
     CpuBackend backend(2);
     Trainer trainer(backend, build_model("resnet50"), Shape(4, 3, 32, 32), 1000, {0.001f, 0.9f, 1e-4f}, seed);
     Outcome out;
-    for (int i = 0; i < 3; ++i) out.losses.push_back(trainer.step());
+    for (int i = 0; i < 3; ++i) out.losses.push_back(trainer.step_and_loss());
     const float* values = trainer.parameters().values();
     out.weights.assign(values, values + trainer.parameter_count());
     return out;
@@ -125,7 +125,7 @@ TEST(Training, StepGraphsNeedABackendThatCaptures) {
   Trainer trainer(cpu, build_model("alexnet"), Shape(2, 3, 64, 64), 1000, SgdConfig{}, 1, 0);
   EXPECT_THROW(trainer.use_step_graph(true), std::invalid_argument);
   trainer.use_step_graph(false);
-  const float loss = trainer.step();
+  const float loss = trainer.step_and_loss();
   EXPECT_EQ(trainer.last_loss(), loss);  // eager: the step's own loss
   EXPECT_FALSE(trainer.step_graph_active());
 }

@@ -759,7 +759,7 @@ void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& 
   with_element_type(dy.dtype, [&]<typename T>(T*) { dropout_backward_typed<T>(dy, mask, dx); });
 }
 
-float CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+void CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
                                         float gradient_scale, LossTerm term) {
   float loss = 0;
   with_element_type(logits.dtype, [&]<typename T>(T*) {
@@ -767,7 +767,6 @@ float CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t
   });
   const double weighted = static_cast<double>(term.weight) * static_cast<double>(loss);
   step_loss_ = term.adds_to_step_loss ? step_loss_ + weighted : weighted;
-  return static_cast<float>(step_loss_);
 }
 
 void CpuBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,

@@ -44,8 +44,9 @@ class CpuBackend final : public Backend {
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
-  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                              float gradient_scale, LossTerm term) override;
+  void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+                             float gradient_scale, LossTerm term) override;
+  float last_loss() override { return static_cast<float>(step_loss_); }
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override;
 

@@ -264,6 +264,49 @@ void CudaBackend::copy_to_host(void* host_dst, const void* device_src, std::size
 
 void CudaBackend::synchronize() { DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+namespace {
+
+// One event per mark, recorded on the stream and kept for the next repeat; only intervals()
+// waits, for the last one.
+class CudaEventMarks final : public StepMarks {
+ public:
+  explicit CudaEventMarks(cudaStream_t stream) : stream_(stream) {}
+  ~CudaEventMarks() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  CudaEventMarks(const CudaEventMarks&) = delete;
+  CudaEventMarks& operator=(const CudaEventMarks&) = delete;
+
+  void mark() override {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      DLBENCH_CUDA_CHECK(cudaEventCreate(&e));  // with timing: the default flags
+      events_.push_back(e);
+    }
+    DLBENCH_CUDA_CHECK(cudaEventRecord(events_[used_++], stream_));
+  }
+  std::vector<double> intervals() override {
+    std::vector<double> seconds;
+    if (used_ > 0) DLBENCH_CUDA_CHECK(cudaEventSynchronize(events_[used_ - 1]));
+    for (std::size_t i = 1; i < used_; ++i) {
+      float ms = 0;
+      DLBENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]));
+      seconds.push_back(static_cast<double>(ms) / 1e3);
+    }
+    used_ = 0;
+    return seconds;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  std::size_t used_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StepMarks> CudaBackend::make_step_marks() { return std::make_unique<CudaEventMarks>(stream_); }
+
 void* CudaBackend::workspace(std::size_t bytes) {
   if (bytes > workspace_bytes_) {
     // Allocation and synchronisation are not allowed in a capture: the eager first step grows it.
@@ -389,7 +432,7 @@ void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor&
   kernels::multiply(dy.as<float>(), mask.as<float>(), dx.as<float>(), dy.numel(), stream_);
 }
 
-float CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+void CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
                                          float gradient_scale, LossTerm term) {
   const bool per_pixel = logits.shape.rank == 4;
   const std::int64_t rows = per_pixel ? logits.numel() / logits.shape.c() : logits.shape.n();
@@ -403,8 +446,8 @@ float CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_
   }
   if (!loss_scratch_) loss_scratch_ = allocate(sizeof(float));
   auto* loss_rows = static_cast<float*>(loss_rows_.get());
-  // Each row's weighted loss is written or added on the device, so that a captured step's
-  // replay leaves the step's whole loss in loss_rows for last_loss().
+  // Each row's weighted loss is written or added on the device and stays there: an eager step
+  // and a graph replay alike leave the step's whole loss in loss_rows for last_loss().
   if (per_pixel) {
     auto* valid = static_cast<int*>(loss_scratch_.get());
     DLBENCH_CUDA_CHECK(cudaMemsetAsync(valid, 0, sizeof(int), stream_));
@@ -418,8 +461,6 @@ float CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_
                                    stream_);
   }
   loss_rows_used_ = static_cast<std::size_t>(rows);
-  if (capturing_) return std::numeric_limits<float>::quiet_NaN();
-  return last_loss();
 }
 
 // The rows are summed on the device: one float crosses to the host, not a loss per pixel.

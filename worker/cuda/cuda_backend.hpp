@@ -49,6 +49,10 @@ class CudaBackend final : public Backend {
   void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override;
   void synchronize() override;
+  // Events on the stream: each step is timed where the device ran it, the host never waits.
+  std::unique_ptr<StepMarks> make_step_marks() override;
+  // Sums the step's loss rows on the device and copies one float: the only wait for the loss.
+  float last_loss() override;
 
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) override;
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) override;
@@ -68,8 +72,8 @@ class CudaBackend final : public Backend {
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
-  float softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, float gradient_scale,
-                              LossTerm term) override;
+  void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, float gradient_scale,
+                             LossTerm term) override;
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override;
 
@@ -77,7 +81,6 @@ class CudaBackend final : public Backend {
   void begin_capture() override;
   void end_capture() override;
   void replay() override;
-  float last_loss() override;
 
   CudaMath math() const { return math_; }
   int device() const { return device_; }
@@ -103,7 +106,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> workspace_;
   std::size_t workspace_bytes_ = 0;
   std::size_t workspace_limit_ = std::size_t{1} << 30;
-  // The loss of one step: one float per row on the device, summed on the host.
+  // The loss of one step: one float per row on the device, summed there when read.
   std::shared_ptr<void> loss_rows_;       // one weighted loss per sample (per pixel for segmentation)
   std::shared_ptr<void> loss_scratch_;    // the valid-pixel count, then the loss's sum
   std::shared_ptr<void> non_finite_flag_;  // one int on the device, for loss scaling

@@ -48,8 +48,8 @@ class AuxiliaryClassifier final : public Layer {
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
     if (ctx.labels == nullptr) throw std::logic_error("AuxiliaryClassifier: the step has no labels");
     const Tensor& logits = head_->forward(x, ctx);
-    step_loss_ = loss_.forward_backward(logits, ctx.labels, ctx.backend, ctx.gradient_scale,
-                                        LossTerm{loss_weight_, ctx.loss_terms > 0});
+    loss_.forward_backward(logits, ctx.labels, ctx.backend, ctx.gradient_scale,
+                           LossTerm{loss_weight_, ctx.loss_terms > 0});
     ++ctx.loss_terms;
     return x;
   }
@@ -61,9 +61,6 @@ class AuxiliaryClassifier final : public Layer {
   }
 
   double forward_macs_per_sample() const override { return head_->forward_macs_per_sample(); }
-  // The step's loss after this term (this term alone when it is the first): NaN while a step
-  // graph is captured.
-  float step_loss() const { return step_loss_; }
 
  private:
   std::unique_ptr<Sequential> head_;
@@ -71,7 +68,6 @@ class AuxiliaryClassifier final : public Layer {
   SoftmaxCrossEntropy loss_;
   std::unique_ptr<AddOp> add_;
   Tick h_;
-  float step_loss_ = 0.0f;
   Tensor dx_;
 };
 

@@ -25,10 +25,10 @@ class SoftmaxCrossEntropy {
     }
   }
   // dlogits is multiplied by `gradient_scale` (loss scaling) before it is rounded to its dtype.
-  // Returns the step's loss so far (see Backend::softmax_cross_entropy).
-  float forward_backward(const Tensor& logits, const std::int32_t* labels, Backend& backend, float gradient_scale,
-                         LossTerm term) {
-    return backend.softmax_cross_entropy(logits, labels, dlogits_, gradient_scale, term);
+  // The step's loss so far stays with the backend (Backend::last_loss reads it).
+  void forward_backward(const Tensor& logits, const std::int32_t* labels, Backend& backend, float gradient_scale,
+                        LossTerm term) {
+    backend.softmax_cross_entropy(logits, labels, dlogits_, gradient_scale, term);
   }
   const Tensor& dlogits() const { return dlogits_; }
 
