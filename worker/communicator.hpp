@@ -9,6 +9,8 @@
 
 namespace dlbench::worker {
 
+enum class Reduction { sum, average };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -19,12 +21,15 @@ class Communicator {
   virtual std::vector<std::string> hosts() = 0;
 
   virtual void broadcast(float* data, std::int64_t count, int root) = 0;
-  // Starts summing [data, data + count) over all ranks in place, without waiting.
-  virtual void start_sum(float* data, std::int64_t count) = 0;
+  // Starts reducing [data, data + count) over all ranks in place, without waiting: the sum, or
+  // the mean (the data-parallel gradient), computed by the library where it can (NCCL's ncclAvg).
+  virtual void start_allreduce(float* data, std::int64_t count, Reduction op) = 0;
   // Lets started reductions progress (MPI moves data only inside MPI calls).
   virtual void progress() = 0;
-  // Waits for every started reduction.
-  virtual void wait_all() = 0;
+  // Makes every started reduction's result visible to the work queued after this call. On host
+  // buffers (MPI) that is a wait; on a GPU (NCCL) the compute stream is ordered after the
+  // reductions and the host goes on at once.
+  virtual void complete_reductions() = 0;
   // Element-wise maximum over ranks, in place (the slowest rank's times).
   virtual void max(double* data, std::int64_t count) = 0;
 };
@@ -36,9 +41,9 @@ class NoCommunicator final : public Communicator {
   int size() const override { return 1; }
   std::vector<std::string> hosts() override;
   void broadcast(float*, std::int64_t, int) override {}
-  void start_sum(float*, std::int64_t) override {}
+  void start_allreduce(float*, std::int64_t, Reduction) override {}
   void progress() override {}
-  void wait_all() override {}
+  void complete_reductions() override {}
   void max(double*, std::int64_t) override {}
 };
 

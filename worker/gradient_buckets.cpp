@@ -8,7 +8,7 @@ namespace dlbench::worker {
 
 GradientBuckets::GradientBuckets(Communicator& communicator, const ParameterStore& parameters,
                                  std::size_t bucket_bytes)
-    : communicator_(communicator), grads_(parameters.grads()), total_(parameters.count()) {
+    : communicator_(communicator), grads_(parameters.grads()) {
   const auto& params = parameters.parameters();
   const auto limit = static_cast<std::int64_t>(bucket_bytes / sizeof(float));
   // Backward produces gradients from the last parameter to the first; those are contiguous
@@ -32,7 +32,7 @@ void GradientBuckets::gradients_ready(const std::vector<Parameter*>& parameters)
     Bucket& b = buckets_[it->second];
     b.pending -= p->value.numel();
     if (b.pending == 0 && !b.started) {
-      communicator_.start_sum(grads_ + b.offset, b.count);
+      communicator_.start_allreduce(grads_ + b.offset, b.count, Reduction::average);
       b.started = true;
       ++started_;
     }
@@ -40,13 +40,12 @@ void GradientBuckets::gradients_ready(const std::vector<Parameter*>& parameters)
   communicator_.progress();
 }
 
-void GradientBuckets::finish(Backend& backend) {
+void GradientBuckets::finish() {
   // Buckets whose parameters were not all reported (a layer without a hook) still go.
   for (Bucket& b : buckets_) {
-    if (!b.started) communicator_.start_sum(grads_ + b.offset, b.count);
+    if (!b.started) communicator_.start_allreduce(grads_ + b.offset, b.count, Reduction::average);
   }
-  communicator_.wait_all();
-  if (communicator_.size() > 1) backend.scale(grads_, total_, 1.0f / static_cast<float>(communicator_.size()));
+  communicator_.complete_reductions();  // the mean, in the reduction itself: no second pass
   for (Bucket& b : buckets_) {
     b.pending = b.count;
     b.started = false;

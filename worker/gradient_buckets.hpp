@@ -13,8 +13,6 @@
 
 namespace dlbench::worker {
 
-class Backend;
-
 class GradientBuckets {
  public:
   static constexpr std::size_t kDefaultBucketBytes = 25u << 20;
@@ -23,8 +21,9 @@ class GradientBuckets {
 
   // From the backward pass: these parameters' gradients are final for this step.
   void gradients_ready(const std::vector<Parameter*>& parameters);
-  // Before the optimizer: waits for every bucket and divides by the number of ranks.
-  void finish(Backend& backend);
+  // Before the optimizer: starts any bucket not started yet and orders the update after every
+  // bucket's mean (a wait on host buffers; on a GPU, stream order without a host wait).
+  void finish();
 
   struct Bucket {
     std::int64_t offset = 0;  // elements into the flat gradient buffer
@@ -37,7 +36,6 @@ class GradientBuckets {
  private:
   Communicator& communicator_;
   float* grads_;
-  std::int64_t total_;
   std::vector<Bucket> buckets_;
   std::unordered_map<const Parameter*, std::size_t> bucket_of_;
   std::size_t started_ = 0;

@@ -745,7 +745,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     GradientBuckets buckets(comm, store, static_cast<std::size_t>(o.bucket_mb) << 20);
     if (comm.size() > 1) {
       trainer.set_gradients_ready([&](const std::vector<Parameter*>& ready) { buckets.gradients_ready(ready); });
-      trainer.set_before_update([&] { buckets.finish(device); });
+      trainer.set_before_update([&] { buckets.finish(); });
     }
     parameters = trainer.parameter_count();
     doc.memory = MemoryReport{static_cast<double>(trainer.arena().planned_bytes()),

@@ -61,7 +61,8 @@ class MpiCommunicator final : public Communicator {
     for_chunks(data, count, [&](float* p, int n) { DLBENCH_MPI_CHECK(MPI_Bcast(p, n, MPI_FLOAT, root, MPI_COMM_WORLD)); });
   }
 
-  void start_sum(float* data, std::int64_t count) override {
+  void start_allreduce(float* data, std::int64_t count, Reduction op) override {
+    if (op == Reduction::average) to_average_.push_back({data, count});  // MPI has no mean: scaled once done
     for_chunks(data, count, [&](float* p, int n) {
       MPI_Request request;
       DLBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request));
@@ -75,10 +76,15 @@ class MpiCommunicator final : public Communicator {
     DLBENCH_MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE));
   }
 
-  void wait_all() override {
+  void complete_reductions() override {
     if (requests_.empty()) return;
     DLBENCH_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
     requests_.clear();
+    const float inverse = 1.0f / static_cast<float>(size_);
+    for (const auto& [data, count] : to_average_) {
+      for (std::int64_t i = 0; i < count; ++i) data[i] *= inverse;
+    }
+    to_average_.clear();
   }
 
   void max(double* data, std::int64_t count) override {
@@ -98,6 +104,7 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   bool owns_mpi_ = false;
   std::vector<MPI_Request> requests_;
+  std::vector<std::pair<float*, std::int64_t>> to_average_;  // the averaged ranges, until they complete
 };
 
 }  // namespace

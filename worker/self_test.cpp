@@ -464,8 +464,8 @@ void communicator_checks(Checker& checker, Backend& primary, Communicator& comm)
                                                : "no buffer for the collectives: " + unprepared);
     }
     float* data = static_cast<float*>(memory.get());
-    comm.start_sum(data, n);
-    comm.wait_all();
+    comm.start_allreduce(data, n, Reduction::sum);
+    comm.complete_reductions();
     primary.synchronize();
     const auto summed = download(primary, data, n);
     const float factor = static_cast<float>(ranks * (ranks + 1) / 2);

@@ -24,13 +24,14 @@ TEST(NcclCommunicator, SumsAndBroadcastsDeviceBuffers) {
   DLBENCH_CUDA_CHECK(cudaMalloc(&device, n * sizeof(float)));
   DLBENCH_CUDA_CHECK(cudaMemcpy(device, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   DLBENCH_CUDA_CHECK(cudaDeviceSynchronize());
-  comm->start_sum(device, n / 2);
-  comm->start_sum(device + n / 2, n - n / 2);
-  comm->wait_all();
+  comm->start_allreduce(device, n / 2, Reduction::sum);
+  comm->start_allreduce(device + n / 2, n - n / 2, Reduction::average);
+  comm->complete_reductions();  // orders the default stream (the compute stream here) after them
   std::vector<float> summed(n);
   DLBENCH_CUDA_CHECK(cudaMemcpy(summed.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost));
   for (std::int64_t i = 0; i < n; ++i) {
-    ASSERT_FLOAT_EQ(summed[static_cast<std::size_t>(i)], host[static_cast<std::size_t>(i)] * static_cast<float>(comm->size()));
+    const float factor = i < n / 2 ? static_cast<float>(comm->size()) : 1.0f;  // the sum, then the mean
+    ASSERT_FLOAT_EQ(summed[static_cast<std::size_t>(i)], host[static_cast<std::size_t>(i)] * factor);
   }
   comm->broadcast(device, n, 0);
   DLBENCH_CUDA_CHECK(cudaFree(device));

@@ -48,7 +48,7 @@ struct DataParallel {
     if (!reduce) return;
     buckets = std::make_unique<GradientBuckets>(*world, trainer.parameters(), bucket_bytes);
     trainer.set_gradients_ready([this](const std::vector<Parameter*>& ready) { buckets->gradients_ready(ready); });
-    trainer.set_before_update([this] { buckets->finish(backend); });
+    trainer.set_before_update([this] { buckets->finish(); });
   }
   std::vector<float> values() const {
     const auto& p = const_cast<Trainer&>(trainer).parameters();

@@ -70,11 +70,11 @@ class TwoRanks final : public Communicator {
   int size() const override { return 2; }
   std::vector<std::string> hosts() override { return {"a", "b"}; }
   void broadcast(float*, std::int64_t, int) override {}
-  void start_sum(float* data, std::int64_t count) override {
+  void start_allreduce(float* data, std::int64_t count, Reduction) override {
     if (!broken) std::transform(data, data + count, data, [](float v) { return 3.0f * v; });
   }
   void progress() override {}
-  void wait_all() override {}
+  void complete_reductions() override {}
   void max(double* data, std::int64_t count) override {
     // The other rank's values: rank 1, and -1 for the negated one.
     if (count == 2) data[0] = std::max(data[0], 1.0);

@@ -17,6 +17,7 @@ class NcclCommunicator final : public Communicator {
     DLBENCH_CUDA_CHECK(cudaSetDevice(device));
     DLBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DLBENCH_CUDA_CHECK(cudaEventCreateWithFlags(&gradients_written_, cudaEventDisableTiming));
+    DLBENCH_CUDA_CHECK(cudaEventCreateWithFlags(&reductions_done_, cudaEventDisableTiming));
     ncclUniqueId id{};
     if (host_->rank() == 0) DLBENCH_NCCL_CHECK(ncclGetUniqueId(&id));
     if (MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
@@ -27,6 +28,7 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     cudaStreamSynchronize(stream_);
     ncclCommDestroy(comm_);
+    cudaEventDestroy(reductions_done_);
     cudaEventDestroy(gradients_written_);
     cudaStreamDestroy(stream_);
   }
@@ -41,12 +43,17 @@ class NcclCommunicator final : public Communicator {
     DLBENCH_NCCL_CHECK(ncclBroadcast(data, data, static_cast<std::size_t>(count), ncclFloat, root, comm_, stream_));
     DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  void start_sum(float* data, std::int64_t count) override {
+  void start_allreduce(float* data, std::int64_t count, Reduction op) override {
     after_compute();
-    DLBENCH_NCCL_CHECK(ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat, ncclSum, comm_, stream_));
+    DLBENCH_NCCL_CHECK(ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat,
+                                     op == Reduction::average ? ncclAvg : ncclSum, comm_, stream_));
   }
   void progress() override {}
-  void wait_all() override { DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  // The compute stream waits for the reductions on the device; the host does not.
+  void complete_reductions() override {
+    DLBENCH_CUDA_CHECK(cudaEventRecord(reductions_done_, stream_));
+    DLBENCH_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, reductions_done_, 0));
+  }
   void max(double* data, std::int64_t count) override { host_->max(data, count); }
 
  private:
@@ -60,6 +67,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t compute_stream_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t gradients_written_ = nullptr;
+  cudaEvent_t reductions_done_ = nullptr;
   ncclComm_t comm_ = nullptr;
 };
 
