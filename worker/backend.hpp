@@ -249,8 +249,6 @@ class Backend {
   // running = (1 - momentum) · running + momentum · batch · correction (PyTorch's rule,
   // with correction n/(n-1) for the variance).
   virtual void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) = 0;
-  // data *= factor (averaging reduced gradients)
-  virtual void scale(float* data, std::int64_t count, float factor) = 0;
   // Loss scaling: grads *= inverse_scale, and whether every result is finite (the answer waits
   // for the device, as PyTorch's GradScaler.step does).
   virtual bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) = 0;

@@ -67,10 +67,6 @@ class TracingBackend final : public Backend {
     record({running.data, batch.data});
     inner_.update_running_stat(running, batch, momentum, correction);
   }
-  void scale(float* data, std::int64_t count, float factor) override {
-    record({data});
-    inner_.scale(data, count, factor);
-  }
   bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override {
     record({grads});
     return inner_.unscale_and_check_finite(grads, count, inverse_scale);

@@ -587,11 +587,6 @@ void CpuBackend::update_running_stat(Tensor& running, const Tensor& batch, float
   for (std::int64_t i = 0; i < n; ++i) r[i] = (1.0f - momentum) * r[i] + momentum * b[i] * correction;
 }
 
-void CpuBackend::scale(float* data, std::int64_t count, float factor) {
-#pragma omp parallel for simd schedule(static)
-  for (std::int64_t i = 0; i < count; ++i) data[i] *= factor;
-}
-
 bool CpuBackend::unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) {
   int non_finite = 0;
 #pragma omp parallel for simd schedule(static) reduction(| : non_finite)

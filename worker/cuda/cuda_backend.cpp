@@ -401,7 +401,6 @@ void CudaBackend::update_running_stat(Tensor& running, const Tensor& batch, floa
   kernels::running_stat(running.as<float>(), batch.as<float>(), running.numel(), momentum, correction, stream_);
 }
 
-void CudaBackend::scale(float* data, std::int64_t count, float factor) { kernels::scale(data, count, factor, stream_); }
 
 bool CudaBackend::unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) {
   if (!non_finite_flag_) non_finite_flag_ = allocate(sizeof(int));

@@ -35,10 +35,6 @@ __global__ void multiply_kernel(const float* a, const float* b, float* y, std::i
   DLBENCH_GRID_STRIDE(i, n) { y[i] = a[i] * b[i]; }
 }
 
-__global__ void scale_kernel(float* data, std::int64_t n, float factor) {
-  DLBENCH_GRID_STRIDE(i, n) { data[i] *= factor; }
-}
-
 __global__ void scale_and_flag_kernel(float* data, std::int64_t n, float factor, int* non_finite) {
   bool bad = false;
   DLBENCH_GRID_STRIDE(i, n) {
@@ -288,9 +284,6 @@ void add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t 
 }
 void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
   DLBENCH_LAUNCH(multiply_kernel, n, stream, a, b, y, n);
-}
-void scale(float* data, std::int64_t n, float factor, cudaStream_t stream) {
-  DLBENCH_LAUNCH(scale_kernel, n, stream, data, n, factor);
 }
 void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream) {
   DLBENCH_LAUNCH(scale_and_flag_kernel, n, stream, data, n, factor, non_finite);

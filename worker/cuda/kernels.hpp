@@ -14,7 +14,6 @@ void relu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream)
 void relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
 // y = a + b (y may be a).
 void add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
-void scale(float* data, std::int64_t n, float factor, cudaStream_t stream);
 // data *= factor; sets *non_finite to 1 if any result is inf or NaN (never clears it).
 void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream);
 // running = (1 - momentum) · running + momentum · correction · batch
