@@ -63,6 +63,18 @@ struct BatchNormConfig {
   DType dtype = DType::fp32;  // of x, y, dx and dy; statistics, scale and shift are fp32
   // y = relu(bn(x)) in one pass, and backward through both (only where fuses_batch_norm_relu()).
   bool relu = false;
+  float momentum = 0.1f;  // of the running statistics, PyTorch's
+};
+
+// A batch norm's per-channel fp32 statistics, C values each.
+struct BatchNormStatistics {
+  Tensor mean;  // the batch's, kept for backward
+  // The batch's spread, kept for backward in the backend's own form (oneDNN: the biased
+  // variance; cuDNN: 1/sqrt(variance + epsilon)): only the op that wrote it reads it, so no
+  // backend converts it back and forth.
+  Tensor spread;
+  Tensor running_mean;  // across steps: (1 − momentum) · running + momentum · the batch's mean
+  Tensor running_var;   // the same with the batch's unbiased variance (PyTorch's rule)
 };
 
 class BatchNormOp {
@@ -70,12 +82,12 @@ class BatchNormOp {
   virtual ~BatchNormOp() = default;
   // Bytes of state that forward leaves for backward (the ReLU's mask when fused), or 0.
   virtual std::size_t workspace_bytes() const { return 0; }
-  // Normalises with the batch's statistics and returns them (variance is biased, 1/n).
-  virtual void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
-                                Tensor& variance, void* workspace) = 0;
-  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
-                        const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                        const void* workspace) = 0;
+  // Normalises with the batch's statistics, keeps them for backward and updates the running
+  // ones, in one pass where the library can.
+  virtual void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                                BatchNormStatistics& statistics, void* workspace) = 0;
+  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const BatchNormStatistics& statistics,
+                        Tensor& dx, Tensor& dgamma, Tensor& dbeta, const void* workspace) = 0;
 };
 
 class ReluOp {
@@ -246,9 +258,6 @@ class Backend {
                                                              std::int64_t offset, DType dtype) = 0;
   virtual std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& config) = 0;
 
-  // running = (1 - momentum) · running + momentum · batch · correction (PyTorch's rule,
-  // with correction n/(n-1) for the variance).
-  virtual void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) = 0;
   // Loss scaling: grads *= inverse_scale, and whether every result is finite (the answer waits
   // for the device, as PyTorch's GradScaler.step does).
   virtual bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) = 0;

@@ -34,7 +34,6 @@ class DelegatingBackend : public Backend {
     return inner_.make_channel_slice(part, whole_channels, offset, d);
   }
   std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& c) override { return inner_.make_bilinear_resize(c); }
-  void update_running_stat(Tensor& r, const Tensor& b, float m, float c) override { inner_.update_running_stat(r, b, m, c); }
   bool unscale_and_check_finite(float* g, std::int64_t n, float f) override { return inner_.unscale_and_check_finite(g, n, f); }
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override { inner_.adaptive_avg_pool_forward(x, y); }
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override { inner_.adaptive_avg_pool_backward(dy, dx); }

@@ -145,18 +145,25 @@ TEST_F(CudaBackendTest, BatchNormMatchesTheCpu) {
   const Shape s(4, 32, 8, 8);
   auto x = pair(s, true, 7), y = zeros(s, true), dy = pair(s, true, 8), dx = zeros(s, true);
   auto gamma = pair(Shape(32), false, 9), beta = pair(Shape(32), false, 10);
-  auto mean = zeros(Shape(32), false), var = zeros(Shape(32), false);
+  auto mean = zeros(Shape(32), false), cpu_spread = zeros(Shape(32), false), gpu_spread = zeros(Shape(32), false);
+  auto running_mean = pair(Shape(32), false, 13), running_var = pair(Shape(32), false, 14);
   auto dgamma = zeros(Shape(32), false), dbeta = zeros(Shape(32), false);
+  // Each backend keeps its own form of the spread (the variance, or cuDNN's inverse std).
+  BatchNormStatistics on_cpu{mean.cpu(), cpu_spread.cpu(), running_mean.cpu(), running_var.cpu()};
+  BatchNormStatistics on_gpu{mean.gpu(), gpu_spread.gpu(), running_mean.gpu(), running_var.gpu()};
   auto cpu_op = cpu_->make_batch_norm({s, 1e-5f});
   auto gpu_op = gpu_->make_batch_norm({s, 1e-5f});
-  cpu_op->forward_training(x.cpu(), gamma.cpu(), beta.cpu(), y.cpu(), mean.cpu(), var.cpu(), nullptr);
-  gpu_op->forward_training(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), mean.gpu(), var.gpu(), nullptr);
-  cpu_op->backward(x.cpu(), dy.cpu(), gamma.cpu(), mean.cpu(), var.cpu(), dx.cpu(), dgamma.cpu(), dbeta.cpu(), nullptr);
-  gpu_op->backward(x.gpu(), dy.gpu(), gamma.gpu(), mean.gpu(), var.gpu(), dx.gpu(), dgamma.gpu(), dbeta.gpu(), nullptr);
+  for (int step = 0; step < 2; ++step) {  // the running statistics follow over steps
+    cpu_op->forward_training(x.cpu(), gamma.cpu(), beta.cpu(), y.cpu(), on_cpu, nullptr);
+    gpu_op->forward_training(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), on_gpu, nullptr);
+  }
+  cpu_op->backward(x.cpu(), dy.cpu(), gamma.cpu(), on_cpu, dx.cpu(), dgamma.cpu(), dbeta.cpu(), nullptr);
+  gpu_op->backward(x.gpu(), dy.gpu(), gamma.gpu(), on_gpu, dx.gpu(), dgamma.gpu(), dbeta.gpu(), nullptr);
   gpu_->synchronize();
   EXPECT_LT(y.error(), 1e-5);
   EXPECT_LT(mean.error(), 1e-5);
-  EXPECT_LT(var.error(), 1e-5);
+  EXPECT_LT(running_mean.error(), 1e-5);
+  EXPECT_LT(running_var.error(), 1e-5) << "cuDNN's running variance must be the unbiased one, as PyTorch's";
   EXPECT_LT(dx.error(), 1e-5);
   EXPECT_LT(dgamma.error(), 1e-5);
   EXPECT_LT(dbeta.error(), 1e-5);

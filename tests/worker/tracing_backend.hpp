@@ -63,10 +63,6 @@ class TracingBackend final : public Backend {
     return std::make_unique<Resize>(*this, inner_.make_bilinear_resize(c));
   }
 
-  void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override {
-    record({running.data, batch.data});
-    inner_.update_running_stat(running, batch, momentum, correction);
-  }
   bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override {
     record({grads});
     return inner_.unscale_and_check_finite(grads, count, inverse_scale);
@@ -128,15 +124,15 @@ class TracingBackend final : public Backend {
    public:
     BatchNorm(TracingBackend& t, std::unique_ptr<BatchNormOp> op) : t_(t), op_(std::move(op)) {}
     std::size_t workspace_bytes() const override { return op_->workspace_bytes(); }
-    void forward_training(const Tensor& x, const Tensor& g, const Tensor& b, Tensor& y, Tensor& m, Tensor& v,
+    void forward_training(const Tensor& x, const Tensor& g, const Tensor& b, Tensor& y, BatchNormStatistics& s,
                           void* ws) override {
-      t_.record({x.data, y.data, m.data, v.data, ws});
-      op_->forward_training(x, g, b, y, m, v, ws);
+      t_.record({x.data, y.data, s.mean.data, s.spread.data, s.running_mean.data, s.running_var.data, ws});
+      op_->forward_training(x, g, b, y, s, ws);
     }
-    void backward(const Tensor& x, const Tensor& dy, const Tensor& g, const Tensor& m, const Tensor& v, Tensor& dx,
+    void backward(const Tensor& x, const Tensor& dy, const Tensor& g, const BatchNormStatistics& s, Tensor& dx,
                   Tensor& dg, Tensor& db, const void* ws) override {
-      t_.record({x.data, dy.data, m.data, v.data, dx.data, ws});
-      op_->backward(x, dy, g, m, v, dx, dg, db, ws);
+      t_.record({x.data, dy.data, s.mean.data, s.spread.data, dx.data, ws});
+      op_->backward(x, dy, g, s, dx, dg, db, ws);
     }
 
    private:

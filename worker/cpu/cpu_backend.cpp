@@ -231,7 +231,8 @@ class CpuWeightedOp final : public Interface {
 
 class CpuBatchNorm final : public BatchNormOp {
  public:
-  CpuBatchNorm(CpuBackend& backend, const BatchNormConfig& c) : b_(backend) {
+  CpuBatchNorm(CpuBackend& backend, const BatchNormConfig& c)
+      : b_(backend), channels_(c.input.c()), momentum_(c.momentum), unbias_(unbias_factor(c.input)) {
     data_ = md_of(c.input, Layout::nhwc, c.dtype);
     channel_ = md_of(Shape(c.input.c()), Layout::plain);  // statistics, scale and shift: fp32
     auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
@@ -250,8 +251,10 @@ class CpuBatchNorm final : public BatchNormOp {
 
   std::size_t workspace_bytes() const override { return workspace_.get_size(); }
 
-  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
-                        Tensor& variance, void* workspace) override {
+  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                        BatchNormStatistics& statistics, void* workspace) override {
+    const Tensor& mean = statistics.mean;
+    const Tensor& variance = statistics.spread;  // oneDNN's: the biased variance
     const auto& e = b_.engine();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(data_, e, x.data)},
                                          {DNNL_ARG_DST, mem(data_, e, y.data)},
@@ -261,10 +264,20 @@ class CpuBatchNorm final : public BatchNormOp {
                                          {DNNL_ARG_VARIANCE, mem(channel_, e, variance.as<float>())}};
     if (workspace_bytes() > 0) args[DNNL_ARG_WORKSPACE] = mem(workspace_, e, workspace);
     fwd_.execute(b_.stream(), args);
+    float* running_mean = statistics.running_mean.as<float>();
+    float* running_var = statistics.running_var.as<float>();
+    const float* m = mean.as<float>();
+    const float* v = variance.as<float>();
+    for (std::int64_t i = 0; i < channels_; ++i) {
+      running_mean[i] = (1.0f - momentum_) * running_mean[i] + momentum_ * m[i];
+      running_var[i] = (1.0f - momentum_) * running_var[i] + momentum_ * v[i] * unbias_;
+    }
   }
 
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean, const Tensor& variance,
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const BatchNormStatistics& statistics,
                 Tensor& dx, Tensor& dgamma, Tensor& dbeta, const void* workspace) override {
+    const Tensor& mean = statistics.mean;
+    const Tensor& variance = statistics.spread;
     const auto& e = b_.engine();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(data_, e, x.data)},
                                {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
@@ -282,7 +295,15 @@ class CpuBatchNorm final : public BatchNormOp {
   }
 
  private:
+  // n / (n − 1) over the n values per channel: the unbiased variance for the running one.
+  static float unbias_factor(const Shape& input) {
+    const auto n = static_cast<double>(input.n() * input.h() * input.w());
+    return n > 1 ? static_cast<float>(n / (n - 1)) : 1.0f;
+  }
+
   CpuBackend& b_;
+  std::int64_t channels_;
+  float momentum_, unbias_;
   memory::desc data_, channel_, workspace_;
   dnnl::batch_normalization_forward::primitive_desc fwd_pd_;
   dnnl::batch_normalization_backward::primitive_desc bwd_pd_;
@@ -578,13 +599,6 @@ std::unique_ptr<ChannelSliceOp> CpuBackend::make_channel_slice(const Shape& part
 }
 std::unique_ptr<ResizeOp> CpuBackend::make_bilinear_resize(const ResizeConfig& config) {
   return std::make_unique<CpuResize>(*this, config);
-}
-
-void CpuBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
-  const std::int64_t n = running.numel();
-  float* r = running.as<float>();
-  const float* b = batch.as<float>();
-  for (std::int64_t i = 0; i < n; ++i) r[i] = (1.0f - momentum) * r[i] + momentum * b[i] * correction;
 }
 
 bool CpuBackend::unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) {

@@ -23,37 +23,32 @@ class CudaBatchNorm final : public BatchNormOp {
   CudaBatchNorm(CudaBackend& backend, const BatchNormConfig& config)
       : backend_(backend), channels_(config.input.c()), epsilon_(std::max(static_cast<double>(config.epsilon),
                                                                          CUDNN_BN_MIN_EPSILON)),
-        x_desc_(config.input), parameter_desc_(Shape(1, config.input.c(), 1, 1)),
-        inverse_std_(backend.allocate(static_cast<std::size_t>(channels_) * sizeof(float))) {}
+        x_desc_(config.input), parameter_desc_(Shape(1, config.input.c(), 1, 1)), momentum_(config.momentum) {}
 
-  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
-                        Tensor& variance, void*) override {
-    // Running statistics are the layer's (update_running_stat): cuDNN's are not asked for.
+  // One cuDNN call: the batch's mean and inverse std kept for backward, the running statistics
+  // updated with the unbiased variance (PyTorch's rule, which its cuDNN path relies on too).
+  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                        BatchNormStatistics& s, void*) override {
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-        backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.handle, x.as<float>(), x_desc_.handle, y.as<float>(),
-        parameter_desc_.handle, gamma.as<float>(), beta.as<float>(), 0.0, nullptr, nullptr, epsilon_, mean.as<float>(), inverse()));
-    kernels::inverse_std_to_variance(inverse(), variance.as<float>(), channels_, static_cast<float>(epsilon_),
-                                     backend_.stream());
+        backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.handle, x.as<float>(), x_desc_.handle,
+        y.as<float>(), parameter_desc_.handle, gamma.as<float>(), beta.as<float>(), static_cast<double>(momentum_),
+        s.running_mean.as<float>(), s.running_var.as<float>(), epsilon_, s.mean.as<float>(), s.spread.as<float>()));
   }
 
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean, const Tensor& variance,
-                Tensor& dx, Tensor& dgamma, Tensor& dbeta, const void*) override {
-    kernels::variance_to_inverse_std(variance.as<float>(), inverse(), channels_, static_cast<float>(epsilon_),
-                                     backend_.stream());
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const BatchNormStatistics& s, Tensor& dx,
+                Tensor& dgamma, Tensor& dbeta, const void*) override {
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackward(
         backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.as<float>(),
-        x_desc_.handle, dy.as<float>(), x_desc_.handle, dx.as<float>(), parameter_desc_.handle, gamma.as<float>(), dgamma.as<float>(), dbeta.as<float>(),
-        epsilon_, mean.as<float>(), inverse()));
+        x_desc_.handle, dy.as<float>(), x_desc_.handle, dx.as<float>(), parameter_desc_.handle, gamma.as<float>(),
+        dgamma.as<float>(), dbeta.as<float>(), epsilon_, s.mean.as<float>(), s.spread.as<float>()));
   }
 
  private:
-  float* inverse() { return static_cast<float*>(inverse_std_.get()); }
-
   CudaBackend& backend_;
   std::int64_t channels_;
   double epsilon_;
   TensorDescriptor x_desc_, parameter_desc_;
-  std::shared_ptr<void> inverse_std_;
+  float momentum_;
 };
 
 // ---- element-wise ------------------------------------------------------------------------
@@ -395,10 +390,6 @@ class CudaResize final : public ResizeOp {
 std::unique_ptr<ResizeOp> CudaBackend::make_bilinear_resize(const ResizeConfig& c) {
   require_fp32(c.dtype);
   return std::make_unique<CudaResize>(*this, c);
-}
-
-void CudaBackend::update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) {
-  kernels::running_stat(running.as<float>(), batch.as<float>(), running.numel(), momentum, correction, stream_);
 }
 
 

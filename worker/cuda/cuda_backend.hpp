@@ -65,7 +65,6 @@ class CudaBackend final : public Backend {
                                                      std::int64_t offset, DType dtype) override;
   std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& config) override;
 
-  void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float correction) override;
   bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override;
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;

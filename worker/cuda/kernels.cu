@@ -44,19 +44,6 @@ __global__ void scale_and_flag_kernel(float* data, std::int64_t n, float factor,
   if (bad) *non_finite = 1;  // a benign race: every writer writes 1
 }
 
-__global__ void running_stat_kernel(float* running, const float* batch, std::int64_t n, float momentum,
-                                    float correction) {
-  DLBENCH_GRID_STRIDE(i, n) { running[i] = (1.0f - momentum) * running[i] + momentum * batch[i] * correction; }
-}
-
-__global__ void inverse_std_to_variance_kernel(const float* inverse_std, float* variance, std::int64_t n, float epsilon) {
-  DLBENCH_GRID_STRIDE(i, n) { variance[i] = 1.0f / (inverse_std[i] * inverse_std[i]) - epsilon; }
-}
-
-__global__ void variance_to_inverse_std_kernel(const float* variance, float* inverse_std, std::int64_t n, float epsilon) {
-  DLBENCH_GRID_STRIDE(i, n) { inverse_std[i] = rsqrtf(variance[i] + epsilon); }
-}
-
 __device__ inline int window_start(int i, int in, int out) { return i * in / out; }
 __device__ inline int window_end(int i, int in, int out) { return ((i + 1) * in + out - 1) / out; }
 
@@ -287,18 +274,6 @@ void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStre
 }
 void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream) {
   DLBENCH_LAUNCH(scale_and_flag_kernel, n, stream, data, n, factor, non_finite);
-}
-void running_stat(float* running, const float* batch, std::int64_t n, float momentum, float correction,
-                  cudaStream_t stream) {
-  DLBENCH_LAUNCH(running_stat_kernel, n, stream, running, batch, n, momentum, correction);
-}
-void inverse_std_to_variance(const float* inverse_std, float* variance, std::int64_t n, float epsilon,
-                             cudaStream_t stream) {
-  DLBENCH_LAUNCH(inverse_std_to_variance_kernel, n, stream, inverse_std, variance, n, epsilon);
-}
-void variance_to_inverse_std(const float* variance, float* inverse_std, std::int64_t n, float epsilon,
-                             cudaStream_t stream) {
-  DLBENCH_LAUNCH(variance_to_inverse_std_kernel, n, stream, variance, inverse_std, n, epsilon);
 }
 void adaptive_avg_pool_forward(const float* x, float* y, int n, int c, int in_h, int in_w, int out_h, int out_w,
                                cudaStream_t stream) {

@@ -16,14 +16,6 @@ void relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, c
 void add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
 // data *= factor; sets *non_finite to 1 if any result is inf or NaN (never clears it).
 void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream);
-// running = (1 - momentum) · running + momentum · correction · batch
-void running_stat(float* running, const float* batch, std::int64_t n, float momentum, float correction,
-                  cudaStream_t stream);
-// cuDNN keeps 1/sqrt(var + eps); the interface speaks in biased variances.
-void inverse_std_to_variance(const float* inverse_std, float* variance, std::int64_t n, float epsilon,
-                             cudaStream_t stream);
-void variance_to_inverse_std(const float* variance, float* inverse_std, std::int64_t n, float epsilon,
-                             cudaStream_t stream);
 // NCHW adaptive average pooling with PyTorch's windows [floor(i·in/out), ceil((i+1)·in/out)).
 void adaptive_avg_pool_forward(const float* x, float* y, int n, int c, int in_h, int in_w, int out_h, int out_w,
                                cudaStream_t stream);

@@ -29,7 +29,7 @@ class BatchNorm2d final : public Layer {
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
     const bool fused = relu_ && ctx.backend.fuses_batch_norm_relu();
-    op_ = ctx.backend.make_batch_norm({input.shape, epsilon_, input.dtype, fused});
+    op_ = ctx.backend.make_batch_norm({input.shape, epsilon_, input.dtype, fused, momentum_});
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
@@ -37,7 +37,7 @@ class BatchNorm2d final : public Layer {
     y_ = activation(input.shape, layout, input.dtype);
     dx_ = activation(input.shape, layout, input.dtype);
     ctx.request_saved_state(workspace_, op_->workspace_bytes(), t);
-    for (Tensor* s : {&batch_mean_, &batch_var_, &running_mean_, &running_var_}) s->shape = Shape(channels_);
+    for (Tensor* s : {&stats_.mean, &stats_.spread, &stats_.running_mean, &stats_.running_var}) s->shape = Shape(channels_);
     ctx.arena.request(y_, t);
     if (relu_ && !fused) {
       // ReLU in place on y; its backward reads y and writes the gradient batch norm reads.
@@ -47,29 +47,25 @@ class BatchNorm2d final : public Layer {
       ctx.arena.request(drelu_, t.mirrored());
       ctx.arena.read(drelu_, t.mirrored());
     }
-    for (Tensor* s : {&batch_mean_, &batch_var_}) {
+    for (Tensor* s : {&stats_.mean, &stats_.spread}) {
       ctx.arena.request(*s, t);
       ctx.arena.read(*s, t.mirrored());
     }
-    ctx.arena.request(running_mean_);  // state across steps
-    ctx.arena.request(running_var_);
+    ctx.arena.request(stats_.running_mean);  // state across steps
+    ctx.arena.request(stats_.running_var);
     ctx.request_input_grad(dx_, t.mirrored());
-    const auto per_channel = static_cast<double>(input.shape.n() * input.shape.h() * input.shape.w());
-    unbias_ = per_channel > 1 ? static_cast<float>(per_channel / (per_channel - 1)) : 1.0f;
     return y_;
   }
 
   void reset_state(Backend& backend) override {
     const std::vector<float> ones(static_cast<std::size_t>(channels_), 1.0f);
-    backend.copy_from_host(running_var_.as<float>(), ones.data(), ones.size() * sizeof(float));
+    backend.copy_from_host(stats_.running_var.as<float>(), ones.data(), ones.size() * sizeof(float));
   }
 
-  const Tensor& forward(const Tensor& x, StepContext& ctx) override {
+  const Tensor& forward(const Tensor& x, StepContext&) override {
     x_ = &x;
-    op_->forward_training(x, gamma_.value, beta_.value, y_, batch_mean_, batch_var_, workspace_.data);
+    op_->forward_training(x, gamma_.value, beta_.value, y_, stats_, workspace_.data);
     if (relu_op_) relu_op_->forward(y_, y_);
-    ctx.backend.update_running_stat(running_mean_, batch_mean_, momentum_, 1.0f);
-    ctx.backend.update_running_stat(running_var_, batch_var_, momentum_, unbias_);
     return y_;
   }
 
@@ -79,23 +75,24 @@ class BatchNorm2d final : public Layer {
       relu_op_->backward(y_, dy, drelu_);
       grad = &drelu_;
     }
-    op_->backward(*x_, *grad, gamma_.value, batch_mean_, batch_var_, dx_, gamma_.grad, beta_.grad, workspace_.data);
+    op_->backward(*x_, *grad, gamma_.value, stats_, dx_, gamma_.grad, beta_.grad, workspace_.data);
     ctx.notify({&gamma_, &beta_});
     return dx_;
   }
 
-  const Tensor& running_mean() const { return running_mean_; }
-  const Tensor& running_var() const { return running_var_; }
+  const Tensor& running_mean() const { return stats_.running_mean; }
+  const Tensor& running_var() const { return stats_.running_var; }
 
  private:
   std::int64_t channels_;
   bool relu_;
-  float epsilon_, momentum_, unbias_ = 1.0f;
+  float epsilon_, momentum_;
   Parameter gamma_, beta_;
   std::unique_ptr<BatchNormOp> op_;
   std::unique_ptr<ReluOp> relu_op_;  // ReLU after batch norm where the backend does not fuse them
   const Tensor* x_ = nullptr;
-  Tensor y_, dx_, drelu_, workspace_, batch_mean_, batch_var_, running_mean_, running_var_;
+  Tensor y_, dx_, drelu_, workspace_;
+  BatchNormStatistics stats_;
 };
 
 }  // namespace dlbench::worker
