@@ -2,6 +2,7 @@
 // up once and chosen again only for less aligned pointers.
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 
 #include "cuda/conv_algorithms.hpp"  // alignment_of
@@ -12,11 +13,18 @@
 namespace dlbench::worker::cuda_detail {
 namespace {
 
+// What a GEMM does to its result on the way out.
+enum class GemmEpilogue {
+  none,
+  bias,                // C += bias, one value per row of C
+  bias_gradient_of_b,  // also writes the vector of op(B)'s sums over k, one per column of C (BGRADB)
+};
+
 // One column-major GEMM C(m x n) = op(A) op(B), its layouts and its algorithm, set up once.
 class Gemm {
  public:
   Gemm(CudaBackend& backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
-       std::int64_t lda, std::int64_t ldb, std::int64_t ldc, bool bias_epilogue)
+       std::int64_t lda, std::int64_t ldb, std::int64_t ldc, GemmEpilogue epilogue)
       : backend_(backend) {
     const cublasComputeType_t compute =
         backend.math() == CudaMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -25,10 +33,10 @@ class Gemm {
     const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     DLBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     DLBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-    if (bias_epilogue) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      DLBENCH_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (epilogue != GemmEpilogue::none) {
+      const cublasLtEpilogue_t value =
+          epilogue == GemmEpilogue::bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
+      DLBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &value, sizeof value));
     }
     const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
     DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, transpose_a ? u(k) : u(m), transpose_a ? u(m) : u(k), lda));
@@ -45,7 +53,17 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  void run(const float* a, const float* b, float* c, const float* bias = nullptr) {
+  // `vector` is the bias to add, or where the bias gradient goes, as the epilogue says.
+  void run(const float* a, const float* b, float* c, const float* vector = nullptr) {
+    if (!try_run(a, b, c, vector)) {
+      throw CudaError("cuBLASLt: no algorithm for a " + shape_ + " matmul at these alignments");
+    }
+  }
+
+  // False, with nothing queued, when cuBLASLt has no algorithm for this GEMM and its epilogue
+  // at these pointers' alignments.
+  bool try_run(const float* a, const float* b, float* c, const float* vector) {
+    const float* bias = vector;
     // cuBLASLt assumes 256-byte aligned pointers unless told; parameters sit at float offsets
     // in the flat buffer and activations at the arena's 64 bytes. The algorithm is chosen for
     // the pointers' real alignment, again if a pointer turns out less aligned.
@@ -53,17 +71,18 @@ class Gemm {
                                                   bias != nullptr ? alignment_of(bias) : 256u};
     bool less_aligned = !chosen_;
     for (std::size_t i = 0; i < alignments.size(); ++i) less_aligned |= alignments[i] < alignments_[i];
-    if (less_aligned) choose(alignments);
+    if (less_aligned && !choose(alignments)) return false;
     if (bias != nullptr) {
       DLBENCH_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
     DLBENCH_CUBLAS_CHECK(cublasLtMatmul(backend_.cublas_lt(), desc_, &kOne, a, a_, b, b_, &kZero, c, c_, c, c_,
                                         &algorithm_, backend_.workspace(workspace_), workspace_, backend_.stream()));
+    return true;
   }
 
  private:
-  void choose(const std::array<std::uint32_t, 4>& alignments) {
+  bool choose(const std::array<std::uint32_t, 4>& alignments) {
     cublasLtMatmulPreference_t preference = nullptr;
     DLBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
     const std::size_t limit = kWorkspaceLimit;
@@ -83,12 +102,14 @@ class Gemm {
       status = cublasLtMatmulAlgoGetHeuristic(backend_.cublas_lt(), desc_, a_, b_, c_, c_, preference, 1, &result, &found);
     }
     cublasLtMatmulPreferenceDestroy(preference);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;  // how some versions say "none"
     DLBENCH_CUBLAS_CHECK(status);
-    if (found == 0) throw CudaError("cuBLASLt: no algorithm for a " + shape_ + " matmul at these alignments");
+    if (found == 0) return false;
     algorithm_ = result.algo;
     workspace_ = result.workspaceSize;
     alignments_ = alignments;
     chosen_ = true;
+    return true;
   }
 
   static constexpr std::size_t kWorkspaceLimit = std::size_t{32} << 20;
@@ -103,17 +124,24 @@ class Gemm {
 };
 
 // Row-major x (N x in), W (out x in) as PyTorch keeps it, y (N x out). Column-major, each
-// row-major matrix is its transpose, so: y^T = W x^T, dx^T = W^T dy^T, dW^T = x^T dy.
+// row-major matrix is its transpose, so: y^T = W x^T, dx^T = W^T dy^T, dW^T = x^T dy. The bias
+// gradient (dy's sums over the batch, the k of dW's GEMM) comes out of that GEMM's BGRADB
+// epilogue; where cuBLASLt has no algorithm for it, a plain GEMM and a column-sum kernel.
 class CudaLinear final : public LinearOp {
  public:
   CudaLinear(CudaBackend& backend, const LinearConfig& c)
       : backend_(backend), config_(c),
         forward_(backend, true, false, c.out_features, c.batch, c.in_features, c.in_features, c.in_features,
-                 c.out_features, c.bias),
+                 c.out_features, c.bias ? GemmEpilogue::bias : GemmEpilogue::none),
         backward_data_(backend, false, false, c.in_features, c.batch, c.out_features, c.in_features, c.out_features,
-                       c.in_features, false),
+                       c.in_features, GemmEpilogue::none),
         backward_weights_(backend, false, true, c.in_features, c.out_features, c.batch, c.in_features, c.out_features,
-                          c.in_features, false) {}
+                          c.in_features, GemmEpilogue::none) {
+    if (c.bias) {
+      backward_weights_and_bias_.emplace(backend, false, true, c.in_features, c.out_features, c.batch, c.in_features,
+                                         c.out_features, c.in_features, GemmEpilogue::bias_gradient_of_b);
+    }
+  }
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
     forward_.run(weight.as<float>(), x.as<float>(), y.as<float>(), bias != nullptr ? bias->as<float>() : nullptr);
@@ -122,6 +150,11 @@ class CudaLinear final : public LinearOp {
     backward_data_.run(weight.as<float>(), dy.as<float>(), dx.as<float>());
   }
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    if (dbias != nullptr && backward_weights_and_bias_ &&
+        backward_weights_and_bias_->try_run(x.as<float>(), dy.as<float>(), dweight.as<float>(), dbias->as<float>())) {
+      return;
+    }
+    backward_weights_and_bias_.reset();  // no algorithm with the epilogue here: the plain pair from now on
     backward_weights_.run(x.as<float>(), dy.as<float>(), dweight.as<float>());
     if (dbias != nullptr) {
       kernels::column_sums(dy.as<float>(), dbias->as<float>(), as_int(config_.batch), as_int(config_.out_features), backend_.stream());
@@ -132,6 +165,7 @@ class CudaLinear final : public LinearOp {
   CudaBackend& backend_;
   LinearConfig config_;
   Gemm forward_, backward_data_, backward_weights_;
+  std::optional<Gemm> backward_weights_and_bias_;  // dW with the bias gradient in its epilogue
 };
 
 }  // namespace
