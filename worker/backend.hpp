@@ -264,10 +264,14 @@ class Backend {
   // Adaptive average pooling to (out_h, out_w), PyTorch's window rule.
   virtual void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
   virtual void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;
+  // The step the next forward belongs to (its dropout masks differ from other steps'). The CUDA
+  // backend keeps it on the device: called while a step is captured, the graph advances it by one
+  // at each replay, so replayed steps do not repeat the captured step's masks.
+  virtual void begin_step(std::uint64_t step) = 0;
   // Inverted dropout: keeps with probability 1 - p and scales by 1/(1 - p). The mask (fp32,
-  // holding 0 or the scale) is a pure function of (seed, index), so results do not depend on
-  // threads.
-  virtual void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) = 0;
+  // holding 0 or the scale) is dropout_mask.hpp's function of (dropout_seed(layer_seed, step),
+  // index), so results do not depend on threads or on the backend.
+  virtual void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) = 0;
   virtual void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;
   // Mean softmax cross-entropy over the batch, computed in fp32 or wider whatever the logits'
   // dtype; writes dlogits = (softmax - onehot) / N · weight · gradient_scale in the logits' dtype

@@ -3,11 +3,7 @@
 // reference that tests them, so that the index math is checked without a GPU.
 #pragma once
 
-#if defined(__CUDACC__)
-#define DLBENCH_HOST_DEVICE __host__ __device__
-#else
-#define DLBENCH_HOST_DEVICE
-#endif
+#include "host_device.hpp"
 
 namespace dlbench::worker {
 

@@ -37,6 +37,7 @@ class DelegatingBackend : public Backend {
   bool unscale_and_check_finite(float* g, std::int64_t n, float f) override { return inner_.unscale_and_check_finite(g, n, f); }
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override { inner_.adaptive_avg_pool_forward(x, y); }
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override { inner_.adaptive_avg_pool_backward(dy, dx); }
+  void begin_step(std::uint64_t step) override { inner_.begin_step(step); }
   void dropout_forward(const Tensor& x, Tensor& y, Tensor& m, float p, std::uint64_t s) override {
     inner_.dropout_forward(x, y, m, p, s);
   }

@@ -218,8 +218,10 @@ constexpr SgdConfig kSgd{0.01f, 0.9f, 1e-4f};
 constexpr int kTrainingSteps = 5;
 const Shape kTrainingInput(8, 3, 16, 16);
 
+// With dropout, so that a replayed graph that repeated the captured step's masks would leave
+// the eager trajectory.
 std::vector<float> train_losses(Backend& backend, DType dtype, bool graph = false) {
-  Trainer trainer(backend, small_conv_net(), kTrainingInput, 10, kSgd, 3, 0, MemoryReuse::lifetime, dtype);
+  Trainer trainer(backend, small_conv_net(16, 16, 0.2f), kTrainingInput, 10, kSgd, 3, 0, MemoryReuse::lifetime, dtype);
   trainer.use_step_graph(graph);
   std::vector<float> losses;
   for (int i = 0; i < kTrainingSteps; ++i) {

@@ -115,6 +115,7 @@ void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<st
 }
 
 void Trainer::forward_and_loss() {
+  backend_.begin_step(context_.step);  // inside a capture this becomes "the step after the last"
   const auto* labels = static_cast<const std::int32_t*>(labels_storage_.data);
   const float gradient_scale = scaler_ ? scaler_->scale() : 1.0f;
   context_.labels = labels;

@@ -75,6 +75,7 @@ class TracingBackend final : public Backend {
     record({dy.data, dx.data});
     inner_.adaptive_avg_pool_backward(dy, dx);
   }
+  void begin_step(std::uint64_t step) override { inner_.begin_step(step); }
   void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override {
     record({x.data, y.data, mask.data});
     inner_.dropout_forward(x, y, mask, p, seed);

@@ -1,4 +1,5 @@
 // The whole training step on the CPU backend: it learns, it is deterministic.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -6,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "delegating_backend.hpp"
 #include "layers/batch_norm2d.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/linear.hpp"
@@ -128,6 +130,44 @@ TEST(Training, StepGraphsNeedABackendThatCaptures) {
   const float loss = trainer.step_and_loss();
   EXPECT_EQ(trainer.last_loss(), loss);  // eager: the step's own loss
   EXPECT_FALSE(trainer.step_graph_active());
+}
+
+// Dropout masks mix in the step the backend was last given (begin_step), not one the layer
+// baked in: that is what lets a replayed CUDA graph advance them. Steps give begin_step 0, 1, 2…
+TEST(Training, DropoutMasksFollowTheStepTheBackendIsGiven) {
+  CpuBackend cpu(1);
+  const Shape shape(4, 64);
+  std::vector<float> x(static_cast<std::size_t>(shape.numel()), 1.0f), y(x.size()), mask(x.size());
+  Tensor tx, ty, tmask;
+  tx.shape = ty.shape = tmask.shape = shape;
+  tx.data = x.data();
+  ty.data = y.data();
+  tmask.data = mask.data();
+  const auto mask_at = [&](std::uint64_t step) {
+    cpu.begin_step(step);
+    cpu.dropout_forward(tx, ty, tmask, 0.5f, 77);
+    return mask;
+  };
+  const std::vector<float> third = mask_at(3), fourth = mask_at(4);
+  EXPECT_NE(third, fourth);
+  EXPECT_EQ(mask_at(3), third);
+  const auto kept = std::count_if(third.begin(), third.end(), [](float m) { return m == 2.0f; });
+  EXPECT_GT(kept, 64);  // about half of 256 survive, scaled by 2
+  EXPECT_LT(kept, 192);
+
+  class StepLog final : public DelegatingBackend {
+   public:
+    using DelegatingBackend::DelegatingBackend;
+    void begin_step(std::uint64_t step) override {
+      steps.push_back(step);
+      inner_.begin_step(step);
+    }
+    std::vector<std::uint64_t> steps;
+  } backend(cpu);
+  Trainer trainer(backend, small_conv_net(8, 8, 0.5f), Shape(4, 3, 8, 8), 10, {0.05f, 0.9f, 0.0f}, 1);
+  for (int i = 0; i < 3; ++i) trainer.step();
+  trainer.loss();  // forward only: the step it would be
+  EXPECT_EQ(backend.steps, (std::vector<std::uint64_t>{0, 1, 2, 3}));
 }
 
 }  // namespace

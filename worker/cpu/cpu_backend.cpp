@@ -21,6 +21,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cpu/dnnl_check.hpp"
+#include "dropout_mask.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -502,14 +503,6 @@ std::string isa_name(dnnl::cpu_isa isa) {
   }
 }
 
-// A counter-based generator: the same (seed, index) gives the same number on any thread.
-inline std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 CpuBackend::CpuBackend(int threads) : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
@@ -692,7 +685,7 @@ void dropout_forward_typed(const Tensor& x, Tensor& y, Tensor& mask, float p, st
   float* m = mask.as<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < n; ++i) {
-    const bool keep = mix64(seed ^ mix64(static_cast<std::uint64_t>(i))) >= threshold;
+    const bool keep = dropout_keeps(seed, static_cast<std::uint64_t>(i), threshold);
     m[i] = keep ? keep_scale : 0.0f;
     dst[i] = from_float<T>(to_float(src[i]) * m[i]);
   }
@@ -760,7 +753,8 @@ void CpuBackend::adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) {
   with_element_type(dy.dtype, [&]<typename T>(T*) { adaptive_avg_pool_backward_nhwc<T>(dy, dx); });
 }
 
-void CpuBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) {
+void CpuBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) {
+  const std::uint64_t seed = dropout_seed(layer_seed, step_);
   with_element_type(x.dtype, [&]<typename T>(T*) { dropout_forward_typed<T>(x, y, mask, p, seed); });
 }
 

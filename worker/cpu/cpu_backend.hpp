@@ -40,7 +40,8 @@ class CpuBackend final : public Backend {
   bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override;
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
-  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;
+  void begin_step(std::uint64_t step) override { step_ = step; }
+  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
   void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
                              float gradient_scale, LossTerm term) override;
@@ -58,6 +59,7 @@ class CpuBackend final : public Backend {
 
  private:
   double step_loss_ = 0.0;  // the weighted sum of this step's loss terms so far
+  std::uint64_t step_ = 0;  // begin_step's
   std::shared_ptr<void> weight_scratch_;
   std::size_t weight_scratch_bytes_ = 0;
   dnnl::engine engine_;

@@ -414,8 +414,22 @@ void CudaBackend::adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) {
                                       as_int(dy.shape.w()), stream_);
 }
 
-void CudaBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) {
-  kernels::dropout_forward(x.as<float>(), y.as<float>(), mask.as<float>(), x.numel(), p, seed, stream_);
+void CudaBackend::begin_step(std::uint64_t step) {
+  if (!step_) step_ = allocate(sizeof(std::uint64_t));
+  auto* counter = static_cast<std::uint64_t*>(step_.get());
+  // A captured step must not freeze its number: the graph holds "one more" instead, and each
+  // replay follows the step before it. Eagerly the value is set, in stream order.
+  if (capturing_) {
+    kernels::advance_step(counter, stream_);
+  } else {
+    kernels::set_step(counter, step, stream_);
+  }
+}
+
+void CudaBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) {
+  if (!step_) throw CudaError("dropout before begin_step");
+  kernels::dropout_forward(x.as<float>(), y.as<float>(), mask.as<float>(), x.numel(), p, layer_seed,
+                           static_cast<const std::uint64_t*>(step_.get()), stream_);
 }
 
 void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {

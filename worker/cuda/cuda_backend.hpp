@@ -68,7 +68,8 @@ class CudaBackend final : public Backend {
   bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override;
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
-  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override;
+  void begin_step(std::uint64_t step) override;
+  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) override;
   void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
   void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, float gradient_scale,
                              LossTerm term) override;
@@ -108,6 +109,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> loss_rows_;       // one weighted loss per sample (per pixel for segmentation)
   std::shared_ptr<void> loss_scratch_;    // the valid-pixel count, then the loss's sum
   std::shared_ptr<void> non_finite_flag_;  // one int on the device, for loss scaling
+  std::shared_ptr<void> step_;             // begin_step's, on the device: what dropout masks mix in
   std::size_t loss_rows_capacity_ = 0;
   std::size_t loss_rows_used_ = 0;
   bool capturing_ = false;

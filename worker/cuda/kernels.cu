@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "bilinear_taps.hpp"
+#include "dropout_mask.hpp"
 #include "cuda/cuda_check.hpp"
 
 namespace dlbench::worker::kernels {
@@ -89,17 +90,15 @@ __global__ void adaptive_avg_pool_backward_kernel(const float* dy, float* dx, in
   }
 }
 
-__device__ inline std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+
+__global__ void set_step_kernel(std::uint64_t* counter, std::uint64_t step) { *counter = step; }
+__global__ void advance_step_kernel(std::uint64_t* counter) { *counter += 1; }
 
 __global__ void dropout_forward_kernel(const float* x, float* y, float* mask, std::int64_t n, std::uint64_t threshold,
-                                       float keep_scale, std::uint64_t seed) {
+                                       float keep_scale, std::uint64_t layer_seed, const std::uint64_t* step) {
+  const std::uint64_t seed = dlbench::worker::dropout_seed(layer_seed, *step);
   DLBENCH_GRID_STRIDE(i, n) {
-    const bool keep = mix64(seed ^ mix64(static_cast<std::uint64_t>(i))) >= threshold;
+    const bool keep = dlbench::worker::dropout_keeps(seed, static_cast<std::uint64_t>(i), threshold);
     mask[i] = keep ? keep_scale : 0.0f;
     y[i] = x[i] * mask[i];
   }
@@ -285,10 +284,18 @@ void adaptive_avg_pool_backward(const float* dy, float* dx, int n, int c, int in
   const std::int64_t total = static_cast<std::int64_t>(n) * c * in_h * in_w;
   DLBENCH_LAUNCH(adaptive_avg_pool_backward_kernel, total, stream, dy, dx, n, c, in_h, in_w, out_h, out_w);
 }
-void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, float p, std::uint64_t seed,
-                     cudaStream_t stream) {
+void set_step(std::uint64_t* counter, std::uint64_t step, cudaStream_t stream) {
+  set_step_kernel<<<1, 1, 0, stream>>>(counter, step);
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+void advance_step(std::uint64_t* counter, cudaStream_t stream) {
+  advance_step_kernel<<<1, 1, 0, stream>>>(counter);
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, float p, std::uint64_t layer_seed,
+                     const std::uint64_t* step, cudaStream_t stream) {
   const auto threshold = static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
-  DLBENCH_LAUNCH(dropout_forward_kernel, n, stream, x, y, mask, n, threshold, 1.0f / (1.0f - p), seed);
+  DLBENCH_LAUNCH(dropout_forward_kernel, n, stream, x, y, mask, n, threshold, 1.0f / (1.0f - p), layer_seed, step);
 }
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, float* loss_rows,
                            int rows, int classes, float gradient_scale, float weight, bool accumulate,

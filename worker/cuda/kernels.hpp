@@ -21,9 +21,13 @@ void adaptive_avg_pool_forward(const float* x, float* y, int n, int c, int in_h,
                                cudaStream_t stream);
 void adaptive_avg_pool_backward(const float* dy, float* dx, int n, int c, int in_h, int in_w, int out_h, int out_w,
                                 cudaStream_t stream);
-// Inverted dropout with the CPU backend's mask: keep i when mix64(seed ^ mix64(i)) >= p · 2^64.
-void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, float p, std::uint64_t seed,
-                     cudaStream_t stream);
+// The step counter dropout reads: set to a value, or advanced by one (inside a captured step).
+void set_step(std::uint64_t* counter, std::uint64_t step, cudaStream_t stream);
+void advance_step(std::uint64_t* counter, cudaStream_t stream);
+// Inverted dropout with the CPU backend's mask (dropout_mask.hpp), the seed mixed with *step on
+// the device.
+void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, float p, std::uint64_t layer_seed,
+                     const std::uint64_t* step, cudaStream_t stream);
 void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
 // One block per row: loss_rows[b] = weight · (logsumexp(z_b) - z_b[label_b]), or added to it
 // when `accumulate` (a second loss term of the step); dlogits = (softmax - onehot) · weight ·

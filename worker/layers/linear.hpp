@@ -145,8 +145,8 @@ class Dropout final : public Layer {
     return y_;
   }
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
-    const std::uint64_t seed = (ctx.seed * 0x100000001B3ull) ^ (ctx.step * 0x9E3779B97F4A7C15ull) ^ salt_;
-    ctx.backend.dropout_forward(x, y_, mask_, p_, seed);
+    // The step's part is the backend's (begin_step), so that a replayed graph advances it.
+    ctx.backend.dropout_forward(x, y_, mask_, p_, (ctx.seed * 0x100000001B3ull) ^ salt_);
     return y_;
   }
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {

@@ -1,6 +1,6 @@
 // A small, well-conditioned network for training tests and the self-test: conv (`channels`
-// wide), batch norm, ReLU, max pool and a linear classifier over `image`×`image` inputs and
-// 10 classes.
+// wide), batch norm, ReLU, max pool, dropout when `dropout` > 0, and a linear classifier over
+// `image`×`image` inputs and 10 classes.
 #pragma once
 
 #include <memory>
@@ -14,13 +14,15 @@
 
 namespace dlbench::worker {
 
-inline std::unique_ptr<Sequential> small_conv_net(std::int64_t channels = 16, std::int64_t image = 16) {
+inline std::unique_ptr<Sequential> small_conv_net(std::int64_t channels = 16, std::int64_t image = 16,
+                                                  float dropout = 0.0f) {
   auto net = std::make_unique<Sequential>();
   net->add<Conv2d>(3, channels, 3, 1, 1);
   net->add<BatchNorm2d>(channels);
   net->add<ReLU>();
   net->add<Pool2d>(PoolKind::max, 2, 2);
   net->add<Flatten>();
+  if (dropout > 0.0f) net->add<Dropout>(dropout, 1);
   net->add<Linear>(channels * (image / 2) * (image / 2), 10);
   return net;
 }
