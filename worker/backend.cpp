@@ -7,12 +7,16 @@ void HostClockMarks::mark() {
   marks_.push_back(std::chrono::steady_clock::now());
 }
 
-std::vector<double> HostClockMarks::intervals() {
-  std::vector<double> seconds;
-  for (std::size_t i = 1; i < marks_.size(); ++i) {
+std::vector<double> HostClockMarks::drain(bool wait) {
+  std::vector<double> seconds;  // every mark was taken after its work: all are complete
+  for (std::size_t i = returned_ + 1; i < marks_.size(); ++i) {
     seconds.push_back(std::chrono::duration<double>(marks_[i] - marks_[i - 1]).count());
   }
-  marks_.clear();
+  returned_ = marks_.empty() ? 0 : marks_.size() - 1;
+  if (wait) {
+    marks_.clear();
+    returned_ = 0;
+  }
   return seconds;
 }
 

@@ -200,9 +200,11 @@ class StepMarks {
   virtual ~StepMarks() = default;
   // A mark behind everything queued so far.
   virtual void mark() = 0;
-  // Waits for the last mark, returns the seconds between consecutive marks since the last call
-  // (one fewer than the marks) and starts over.
-  virtual std::vector<double> intervals() = 0;
+  // The seconds between consecutive marks that no earlier call returned, in order. Without
+  // `wait`, only those whose closing mark the device has already reached (nothing waits: live
+  // metrics follow the steps as they finish); with it, all of them after the last mark, and
+  // the marks start over.
+  virtual std::vector<double> drain(bool wait) = 0;
 };
 
 // Marks on the host's steady clock, each taken after `wait` returns: exact for a backend whose
@@ -212,11 +214,12 @@ class HostClockMarks final : public StepMarks {
  public:
   explicit HostClockMarks(std::function<void()> wait) : wait_(std::move(wait)) {}
   void mark() override;
-  std::vector<double> intervals() override;
+  std::vector<double> drain(bool wait) override;
 
  private:
   std::function<void()> wait_;
   std::vector<std::chrono::steady_clock::time_point> marks_;
+  std::size_t returned_ = 0;  // intervals already returned
 };
 
 class Backend {

@@ -12,35 +12,39 @@ std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const M
                                                const std::function<void(int, const RepeatMeasurement&)>& on_repeat) {
   HostClockMarks host_clock(workload.synchronize);
   StepMarks& marks = workload.marks != nullptr ? *workload.marks : host_clock;
-  const auto read = [&marks](int expected) {
-    std::vector<double> seconds = marks.intervals();
-    if (seconds.size() != static_cast<std::size_t>(expected)) {
+  // One phase (warm-up or measured steps): a mark before it and after every step; the times of
+  // the steps already finished go to on_step as the phase runs, without waiting for the device.
+  const auto phase = [&](int repeat, bool measured, int steps) {
+    std::vector<double> seconds;
+    const auto deliver = [&](const std::vector<double>& done) {
+      for (const double s : done) {
+        seconds.push_back(s);
+        if (workload.on_step) workload.on_step(repeat, measured, s);
+      }
+    };
+    marks.mark();
+    for (int i = 0; i < steps; ++i) {
+      workload.step();
+      marks.mark();
+      if (workload.on_step) deliver(marks.drain(false));
+    }
+    deliver(marks.drain(true));  // waits for the last step
+    if (seconds.size() != static_cast<std::size_t>(steps)) {
       throw std::logic_error("step marks: " + std::to_string(seconds.size()) + " intervals for " +
-                             std::to_string(expected) + " steps");
+                             std::to_string(steps) + " steps");
     }
     return seconds;
   };
   std::vector<RepeatMeasurement> repeats;
   for (int r = 0; r < methodology.repeats; ++r) {
-    if (workload.on_step) marks.mark();
-    for (int i = 0; i < methodology.warmup_steps; ++i) {
-      workload.step();
-      if (workload.on_step) marks.mark();
-    }
     if (workload.on_step) {
-      for (const double s : read(methodology.warmup_steps)) workload.on_step(r, false, s);
+      phase(r, false, methodology.warmup_steps);
+    } else {
+      for (int i = 0; i < methodology.warmup_steps; ++i) workload.step();
     }
     workload.synchronize();
     RepeatMeasurement m;
-    marks.mark();
-    for (int i = 0; i < methodology.measure_steps; ++i) {
-      workload.step();
-      marks.mark();
-    }
-    m.step_seconds = read(methodology.measure_steps);  // waits for the last step
-    if (workload.on_step) {
-      for (const double s : m.step_seconds) workload.on_step(r, true, s);
-    }
+    m.step_seconds = phase(r, true, methodology.measure_steps);
     m.measured_seconds = 0;
     for (const double s : m.step_seconds) m.measured_seconds += s;
     if (workload.slowest_rank) {

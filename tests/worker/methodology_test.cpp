@@ -21,8 +21,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 
-// Marks whose intervals are given: each mark is remembered with the number of steps queued
-// before it, so the test sees where the methodology put them.
+// Marks whose intervals are given, on a device that is always behind (nothing is done until
+// waited for): each mark is remembered with the number of steps queued before it, so the test
+// sees where the methodology put them.
 class ScriptedMarks final : public StepMarks {
  public:
   ScriptedMarks(const int& steps, std::vector<std::vector<double>> script) : steps_(steps), script_(std::move(script)) {}
@@ -30,7 +31,8 @@ class ScriptedMarks final : public StepMarks {
     marked_at.push_back(steps_);
     ++pending_;
   }
-  std::vector<double> intervals() override {
+  std::vector<double> drain(bool wait) override {
+    if (!wait) return {};
     if (next_ >= script_.size()) throw std::runtime_error("more reads than scripted");
     std::vector<double> out = script_[next_++];
     out.resize(pending_ > 0 ? pending_ - 1 : 0, 0.0);  // one fewer than the marks, as a real one
@@ -65,7 +67,7 @@ TEST(Methodology, QueuesMeasuredStepsAndTimesThemFromTheMarks) {
   EXPECT_EQ(steps, 10);
   // One wait per repeat before the measured steps; the marks' read is the other.
   EXPECT_EQ(synchronizations, 2);
-  EXPECT_EQ(marks.reads, 4);
+  EXPECT_EQ(marks.reads, 4);  // the waiting reads: one per phase
   // A mark before the first step of each phase and after every step.
   EXPECT_THAT(marks.marked_at, ElementsAre(0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 7, 8, 9, 10));
   EXPECT_THAT(repeats[0].step_seconds, ElementsAre(0.1, 0.2, 0.3));
@@ -104,7 +106,7 @@ TEST(Methodology, RefusesMarksThatDoNotMatchTheSteps) {
   class Lossy final : public StepMarks {
    public:
     void mark() override {}
-    std::vector<double> intervals() override { return {0.1}; }
+    std::vector<double> drain(bool wait) override { return wait ? std::vector<double>{0.1} : std::vector<double>{}; }
   } lossy;
   Workload workload{[] {}, [] {}, {}, {}, &lossy};
   EXPECT_THROW(run_methodology(workload, Methodology{0, 3, 1, Statistic::median}, 1), std::logic_error);
@@ -118,6 +120,17 @@ TEST(Methodology, HostClockWaitsBeforeEachMark) {
   EXPECT_EQ(synchronizations, 1 + 5);  // before the measured steps, then at each of the 5 marks
   ASSERT_EQ(repeats.at(0).step_seconds.size(), 4u);
   for (const double s : repeats.at(0).step_seconds) EXPECT_GE(s, 0.0);
+}
+
+// Live metrics follow the steps as they finish: a step the device has done is reported before
+// the next one is queued, not at the end of a repeat that may be long.
+TEST(Methodology, FinishedStepsAreReportedWhileTheRepeatRuns) {
+  std::string events;
+  HostClockMarks marks([] {});  // a device that is always done: every mark is reached at once
+  Workload workload{[&] { events += 's'; }, [] {}, {}, [&](int, bool measured, double) { events += measured ? 'm' : 'w'; },
+                    &marks};
+  run_methodology(workload, Methodology{2, 3, 1, Statistic::median}, 1);
+  EXPECT_EQ(events, "swswsmsmsm");
 }
 
 // Counts the loss reads: a step must queue work, not read the loss back.

@@ -261,7 +261,7 @@ void CudaBackend::synchronize() { DLBENCH_CUDA_CHECK(cudaStreamSynchronize(strea
 
 namespace {
 
-// One event per mark, recorded on the stream and kept for the next repeat; only intervals()
+// One event per mark, recorded on the stream and kept for the next repeat; only drain(true)
 // waits, for the last one.
 class CudaEventMarks final : public StepMarks {
  public:
@@ -280,15 +280,21 @@ class CudaEventMarks final : public StepMarks {
     }
     DLBENCH_CUDA_CHECK(cudaEventRecord(events_[used_++], stream_));
   }
-  std::vector<double> intervals() override {
+  std::vector<double> drain(bool wait) override {
     std::vector<double> seconds;
-    if (used_ > 0) DLBENCH_CUDA_CHECK(cudaEventSynchronize(events_[used_ - 1]));
-    for (std::size_t i = 1; i < used_; ++i) {
+    if (wait && used_ > 0) DLBENCH_CUDA_CHECK(cudaEventSynchronize(events_[used_ - 1]));
+    for (std::size_t i = returned_ + 1; i < used_; ++i) {
+      if (!wait) {
+        const cudaError_t status = cudaEventQuery(events_[i]);  // without waiting
+        if (status == cudaErrorNotReady) break;
+        DLBENCH_CUDA_CHECK(status);
+      }
       float ms = 0;
       DLBENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]));
       seconds.push_back(static_cast<double>(ms) / 1e3);
+      returned_ = i;
     }
-    used_ = 0;
+    if (wait) used_ = returned_ = 0;
     return seconds;
   }
 
@@ -296,6 +302,7 @@ class CudaEventMarks final : public StepMarks {
   cudaStream_t stream_;
   std::vector<cudaEvent_t> events_;
   std::size_t used_ = 0;
+  std::size_t returned_ = 0;  // intervals already returned end at events_[returned_]
 };
 
 }  // namespace
