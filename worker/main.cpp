@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <deque>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <iomanip>
 #include <iostream>

@@ -224,10 +224,7 @@ std::vector<float> train_losses(Backend& backend, DType dtype, bool graph = fals
   Trainer trainer(backend, small_conv_net(16, 16, 0.2f), kTrainingInput, 10, kSgd, 3, 0, MemoryReuse::lifetime, dtype);
   trainer.use_step_graph(graph);
   std::vector<float> losses;
-  for (int i = 0; i < kTrainingSteps; ++i) {
-    trainer.step();
-    losses.push_back(trainer.last_loss());
-  }
+  for (int i = 0; i < kTrainingSteps; ++i) losses.push_back(trainer.step_and_loss());
   if (graph && !trainer.step_graph_active()) throw std::runtime_error("the step was not captured as a graph");
   return losses;
 }

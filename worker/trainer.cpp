@@ -1,6 +1,5 @@
 #include "trainer.hpp"
 
-#include <limits>
 #include <random>
 #include <stdexcept>
 

@@ -205,6 +205,8 @@ CudaBackend::CudaBackend(int device, CudaMath math) : device_(device), math_(mat
   DLBENCH_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
   // Room for the search of convolution algorithms: up to 1 GiB or an eighth of the device.
   workspace_limit_ = std::min<std::size_t>(std::size_t{1} << 30, properties_.totalGlobalMem / 8);
+  // Here, not on first use: allocating synchronises, which a captured first step could not.
+  step_ = allocate(sizeof(std::uint64_t));
 }
 
 CudaBackend::~CudaBackend() {
@@ -422,7 +424,6 @@ void CudaBackend::adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) {
 }
 
 void CudaBackend::begin_step(std::uint64_t step) {
-  if (!step_) step_ = allocate(sizeof(std::uint64_t));
   auto* counter = static_cast<std::uint64_t*>(step_.get());
   // A captured step must not freeze its number: the graph holds "one more" instead, and each
   // replay follows the step before it. Eagerly the value is set, in stream order.
@@ -434,7 +435,6 @@ void CudaBackend::begin_step(std::uint64_t step) {
 }
 
 void CudaBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) {
-  if (!step_) throw CudaError("dropout before begin_step");
   kernels::dropout_forward(x.as<float>(), y.as<float>(), mask.as<float>(), x.numel(), p, layer_seed,
                            static_cast<const std::uint64_t*>(step_.get()), stream_);
 }
