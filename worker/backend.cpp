@@ -1,5 +1,7 @@
 #include "backend.hpp"
 
+#include <stdexcept>
+
 namespace dlbench::worker {
 
 void HostClockMarks::mark() {
@@ -18,6 +20,39 @@ std::vector<double> HostClockMarks::drain(bool wait) {
     returned_ = 0;
   }
   return seconds;
+}
+
+namespace {
+
+// Reached only by code that skipped cannot_run_transformers(): a logic error, named.
+[[noreturn]] void no_transformer_op(const Backend& backend, const char* op) {
+  throw std::logic_error(std::string(op) + " called on the " + backend.name() + " backend: " +
+                         backend.cannot_run_transformers().value_or("it has none"));
+}
+
+}  // namespace
+
+std::unique_ptr<BatchedMatmulOp> Backend::make_batched_matmul(const BatchedMatmulConfig&) {
+  no_transformer_op(*this, "make_batched_matmul");
+}
+std::unique_ptr<LayerNormOp> Backend::make_layer_norm(const LayerNormConfig&) { no_transformer_op(*this, "make_layer_norm"); }
+std::unique_ptr<SoftmaxOp> Backend::make_softmax(std::int64_t, std::int64_t, DType) {
+  no_transformer_op(*this, "make_softmax");
+}
+std::unique_ptr<ActivationOp> Backend::make_activation(ActivationKind, std::int64_t, DType) {
+  no_transformer_op(*this, "make_activation");
+}
+std::unique_ptr<SwapAxesOp> Backend::make_swap_axes(const Shape&, DType) { no_transformer_op(*this, "make_swap_axes"); }
+void Backend::gather_rows(const Tensor&, const std::int32_t*, std::int64_t, Tensor&, bool) {
+  no_transformer_op(*this, "gather_rows");
+}
+void Backend::scatter_add_rows(const Tensor&, const std::int32_t*, std::int64_t, Tensor&) {
+  no_transformer_op(*this, "scatter_add_rows");
+}
+void Backend::fill_zero(Tensor&) { no_transformer_op(*this, "fill_zero"); }
+void Backend::adamw_update(float*, float*, float*, float*, std::int64_t, const std::vector<ParameterRange>&,
+                           const AdamWConfig&, std::uint64_t) {
+  no_transformer_op(*this, "adamw_update");
 }
 
 DType activation_dtype(std::string_view precision) {

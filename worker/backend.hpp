@@ -193,6 +193,94 @@ struct LossTerm {
   bool adds_to_step_loss = false;  // false: this term starts the step's loss
 };
 
+// Transformer ops (BERT). Their tensors are row-major (Layout::plain) whatever their rank, and a
+// matrix of `rows` × `features` is any tensor of that many elements.
+
+// C[b] = alpha · op(A[b]) · op(B[b]) for each of `batch` contiguous matrices, op(X) = Xᵀ where
+// asked: attention's scores (alpha · Q Kᵀ), its context (P V) and their gradients. A[b] is stored
+// (m, k), or (k, m) when transposed; B[b] (k, n), or (n, k); C[b] (m, n). Accumulates in fp32.
+struct BatchedMatmulConfig {
+  std::int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool transpose_a = false, transpose_b = false;
+  float alpha = 1.0f;
+  DType dtype = DType::fp32;
+};
+
+class BatchedMatmulOp {
+ public:
+  virtual ~BatchedMatmulOp() = default;
+  virtual void run(const Tensor& a, const Tensor& b, Tensor& c) = 0;
+};
+
+// Layer normalization over each row's `features` values (torch.nn.LayerNorm(features)), with an
+// fp32 scale (gamma) and shift (beta) per feature.
+struct LayerNormConfig {
+  std::int64_t rows = 0;
+  std::int64_t features = 0;
+  float epsilon = 1e-12f;  // BERT's
+  DType dtype = DType::fp32;  // of x, y, dx and dy
+};
+
+class LayerNormOp {
+ public:
+  virtual ~LayerNormOp() = default;
+  // mean and variance: fp32, one per row, kept for backward.
+  virtual void forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
+                       Tensor& variance) = 0;
+  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                        const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
+};
+
+// Softmax over each row's `columns` values (attention probabilities).
+class SoftmaxOp {
+ public:
+  virtual ~SoftmaxOp() = default;
+  virtual void forward(const Tensor& x, Tensor& y) = 0;
+  // From the output: dx = y ⊙ (dy − Σ dy ⊙ y) per row.
+  virtual void backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+};
+
+enum class ActivationKind {
+  gelu,  // x · Φ(x) with the exact erf (BERT's and torch.nn.GELU()'s default)
+  tanh,  // BERT's pooler
+};
+
+// An elementwise activation; backward reads the input.
+class ActivationOp {
+ public:
+  virtual ~ActivationOp() = default;
+  virtual void forward(const Tensor& x, Tensor& y) = 0;
+  virtual void backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+};
+
+// y[a][c][b][d] = x[a][b][c][d] for x of shape (A, B, C, D): attention's (batch, tokens, heads,
+// head size) ↔ (batch, heads, tokens, head size).
+class SwapAxesOp {
+ public:
+  virtual ~SwapAxesOp() = default;
+  virtual void run(const Tensor& x, Tensor& y) = 0;
+};
+
+// A contiguous range of the parameters' flat buffers and whether weight decay applies to it
+// (BERT decays matrices and embeddings, not biases or LayerNorm's scale and shift).
+struct ParameterRange {
+  std::int64_t offset = 0;
+  std::int64_t count = 0;
+  bool decays = true;
+};
+
+// torch.optim.AdamW (decoupled weight decay, bias-corrected moments), after clipping the
+// gradients to a global norm as torch.nn.utils.clip_grad_norm_(max_grad_norm) does:
+// g *= min(1, max_grad_norm / (‖g‖₂ + 1e-6)); max_grad_norm <= 0 turns clipping off.
+struct AdamWConfig {
+  float learning_rate = 1e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-6f;  // BERT's
+  float weight_decay = 0.01f;
+  float max_grad_norm = 1.0f;
+};
+
 // Marks in a backend's queue of work, to time steps without waiting for each one: the host
 // queues the next step while the device runs this one, and reads the times once per repeat.
 class StepMarks {
@@ -293,6 +381,31 @@ class Backend {
   // PyTorch SGD: g += wd·w; buf = momentum·buf + g (buf = g on the first step); w -= lr·buf.
   virtual void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
                           float learning_rate, float momentum, float weight_decay, bool first_step) = 0;
+
+  // Transformer ops. Why this backend cannot train a transformer (BERT), or nothing when it can;
+  // the ops below are only made, and the row and optimizer calls only made, when it can.
+  virtual std::optional<std::string> cannot_run_transformers() const {
+    return "the " + name() + " backend has no transformer ops yet (layer normalization, softmax, GELU, " +
+           "batched matmul, embedding gather and scatter, AdamW)";
+  }
+  virtual std::unique_ptr<BatchedMatmulOp> make_batched_matmul(const BatchedMatmulConfig& config);
+  virtual std::unique_ptr<LayerNormOp> make_layer_norm(const LayerNormConfig& config);
+  virtual std::unique_ptr<SoftmaxOp> make_softmax(std::int64_t rows, std::int64_t columns, DType dtype);
+  virtual std::unique_ptr<ActivationOp> make_activation(ActivationKind kind, std::int64_t count, DType dtype);
+  virtual std::unique_ptr<SwapAxesOp> make_swap_axes(const Shape& x, DType dtype);
+  // y[i] = table[rows[i]] for i < count, or y[i] += table[rows[i]] with `accumulate`: embedding
+  // lookups (an fp32 parameter table, y in the activations' dtype) and gathering rows of an
+  // activation. y is (count, F) for a table of F columns.
+  virtual void gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
+                           bool accumulate);
+  // table_grad[rows[i]] += dy[i] for i < count, rows repeating or not; the backward of gather_rows.
+  virtual void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad);
+  virtual void fill_zero(Tensor& t);
+  // One AdamW step over the flat buffers (`count` values; `ranges` cover them and say which decay).
+  // `update_number` counts applied updates from 1 (the bias corrections).
+  virtual void adamw_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
+                            const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
+                            std::uint64_t update_number);
 
   // Step capture (CUDA graphs): record the work one step queues, then replay it with one launch.
   // Backends that cannot capture keep these defaults.

@@ -48,6 +48,29 @@ class DelegatingBackend : public Backend {
   void sgd_update(float* v, const float* g, float* b, std::int64_t n, float lr, float m, float wd, bool f) override {
     inner_.sgd_update(v, g, b, n, lr, m, wd, f);
   }
+  std::optional<std::string> cannot_run_transformers() const override { return inner_.cannot_run_transformers(); }
+  std::unique_ptr<BatchedMatmulOp> make_batched_matmul(const BatchedMatmulConfig& c) override {
+    return inner_.make_batched_matmul(c);
+  }
+  std::unique_ptr<LayerNormOp> make_layer_norm(const LayerNormConfig& c) override { return inner_.make_layer_norm(c); }
+  std::unique_ptr<SoftmaxOp> make_softmax(std::int64_t r, std::int64_t c, DType d) override {
+    return inner_.make_softmax(r, c, d);
+  }
+  std::unique_ptr<ActivationOp> make_activation(ActivationKind k, std::int64_t n, DType d) override {
+    return inner_.make_activation(k, n, d);
+  }
+  std::unique_ptr<SwapAxesOp> make_swap_axes(const Shape& s, DType d) override { return inner_.make_swap_axes(s, d); }
+  void gather_rows(const Tensor& t, const std::int32_t* r, std::int64_t n, Tensor& y, bool a) override {
+    inner_.gather_rows(t, r, n, y, a);
+  }
+  void scatter_add_rows(const Tensor& dy, const std::int32_t* r, std::int64_t n, Tensor& g) override {
+    inner_.scatter_add_rows(dy, r, n, g);
+  }
+  void fill_zero(Tensor& t) override { inner_.fill_zero(t); }
+  void adamw_update(float* v, float* g, float* m1, float* m2, std::int64_t n, const std::vector<ParameterRange>& r,
+                    const AdamWConfig& c, std::uint64_t t) override {
+    inner_.adamw_update(v, g, m1, m2, n, r, c, t);
+  }
   bool can_capture() const override { return inner_.can_capture(); }
   void begin_capture() override { inner_.begin_capture(); }
   void end_capture() override { inner_.end_capture(); }

@@ -27,6 +27,12 @@ void ParameterStore::bind(std::vector<Parameter*> parameters, Backend& backend) 
   }
 }
 
+void ParameterStore::allocate_second_moment(Backend& backend) {
+  if (!second_moment_) {
+    second_moment_ = std::static_pointer_cast<float>(backend.allocate(static_cast<std::size_t>(count_) * sizeof(float)));
+  }
+}
+
 void ParameterStore::initialize(std::uint64_t seed, Backend& backend) {
   std::vector<float> host;
   for (std::size_t index = 0; index < parameters_.size(); ++index) {
@@ -59,6 +65,9 @@ void ParameterStore::initialize(std::uint64_t seed, Backend& backend) {
           while (std::fabs(draw) > 2.0) draw = normal(p.init_std);
           v = static_cast<float>(draw);
         }
+        break;
+      case ParameterInit::normal:
+        for (float& v : host) v = static_cast<float>(normal(p.init_std));
         break;
       case ParameterInit::zeros: break;
       case ParameterInit::ones:

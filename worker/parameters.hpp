@@ -18,6 +18,7 @@ enum class ParameterInit {
   linear_default,          // U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (PyTorch nn.Linear)
   normal_0_01,             // VGG/AlexNet classifier weights
   truncated_normal,        // N(0, init_std²) redrawn outside [-2, 2] (torchvision InceptionV3)
+  normal,                  // N(0, init_std²) (BERT's weights and embeddings: std 0.02)
   zeros,
   ones,
 };
@@ -29,7 +30,7 @@ struct Parameter {
   ParameterInit init = ParameterInit::zeros;
   std::int64_t fan_in = 0;
   std::int64_t fan_out = 0;
-  float init_std = 0.0f;  // truncated_normal only
+  float init_std = 0.0f;  // truncated_normal and normal
   std::int64_t offset = 0;  // into the flat buffers, in elements
 };
 
@@ -44,11 +45,16 @@ class ParameterStore {
 
   const std::vector<Parameter*>& parameters() const { return parameters_; }
   std::int64_t count() const { return count_; }
-  // Values, gradients and momentum: three fp32 buffers of count() elements.
-  std::size_t bytes() const { return 3 * static_cast<std::size_t>(count_) * sizeof(float); }
+  // AdamW's second moment (its first is the momentum buffer): a fourth buffer, once.
+  void allocate_second_moment(Backend& backend);
+  // Values, gradients, momentum and, with AdamW, the second moment: fp32 buffers of count() elements.
+  std::size_t bytes() const {
+    return (second_moment_ ? 4 : 3) * static_cast<std::size_t>(count_) * sizeof(float);
+  }
   float* values() const { return values_.get(); }
   float* grads() const { return grads_.get(); }
   float* momentum() const { return momentum_.get(); }
+  float* second_moment() const { return second_moment_.get(); }
 
  private:
   std::vector<Parameter*> parameters_;
@@ -56,6 +62,7 @@ class ParameterStore {
   std::shared_ptr<float> values_;
   std::shared_ptr<float> grads_;
   std::shared_ptr<float> momentum_;
+  std::shared_ptr<float> second_moment_;
 };
 
 }  // namespace dlbench::worker

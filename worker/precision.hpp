@@ -12,15 +12,17 @@
 
 namespace dlbench::worker {
 
-enum class DType { fp32, bf16, fp16 };
+// int32 holds indices, not values: token ids, labels, rows to gather. No arithmetic op takes it.
+enum class DType { fp32, bf16, fp16, int32 };
 
-constexpr std::size_t dtype_size(DType t) { return t == DType::fp32 ? 4 : 2; }
+constexpr std::size_t dtype_size(DType t) { return t == DType::fp32 || t == DType::int32 ? 4 : 2; }
 
 constexpr std::string_view to_string(DType t) {
   switch (t) {
     case DType::fp32: return "fp32";
     case DType::bf16: return "bf16";
     case DType::fp16: return "fp16";
+    case DType::int32: return "int32";
   }
   return "?";
 }
@@ -82,6 +84,10 @@ struct dtype_of<bf16> {
 template <>
 struct dtype_of<fp16> {
   static constexpr DType value = DType::fp16;
+};
+template <>
+struct dtype_of<std::int32_t> {
+  static constexpr DType value = DType::int32;
 };
 
 inline float to_float(float v) { return v; }

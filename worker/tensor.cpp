@@ -19,6 +19,12 @@ std::vector<std::byte> encode(const float* values, std::size_t count, DType dtyp
     case DType::fp32:
       std::memcpy(out.data(), values, out.size());
       break;
+    case DType::int32:
+      for (std::size_t i = 0; i < count; ++i) {
+        const auto index = static_cast<std::int32_t>(values[i]);
+        std::memcpy(&out[4 * i], &index, 4);
+      }
+      break;
     case DType::bf16:
       for (std::size_t i = 0; i < count; ++i) {
         const std::uint16_t bits = bf16::from_float(values[i]).bits;
@@ -41,6 +47,10 @@ std::vector<float> decode(const void* data, std::size_t count, DType dtype) {
   for (std::size_t i = 0; i < count; ++i) {
     if (dtype == DType::fp32) {
       std::memcpy(&out[i], bytes + 4 * i, 4);
+    } else if (dtype == DType::int32) {
+      std::int32_t index = 0;
+      std::memcpy(&index, bytes + 4 * i, 4);
+      out[i] = static_cast<float>(index);
     } else {
       std::uint16_t bits = 0;
       std::memcpy(&bits, bytes + 2 * i, 2);

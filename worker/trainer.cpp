@@ -1,5 +1,6 @@
 #include "trainer.hpp"
 
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 
@@ -47,33 +48,45 @@ std::vector<float> download(Backend& backend, const Tensor& t) {
   return from_layout(decode(bytes.data(), static_cast<std::size_t>(t.numel()), t.dtype), t.shape, t.layout);
 }
 
-Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
-                 SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank, MemoryReuse reuse, DType activations)
-    : backend_(backend), network_(std::move(network)), sgd_(sgd), context_{backend, seed, 0, {}} {
+Tensor Trainer::setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
+                              const std::function<std::int64_t(const Tensor&)>& label_count_for_output) {
   if (const auto why = backend_.cannot_compute(activations)) throw std::invalid_argument(*why);
   std::vector<Parameter*> params;
   network_->collect_parameters(params);
   parameters_.bind(std::move(params), backend_);
-  parameters_.initialize(seed, backend_);
+  parameters_.initialize(context_.seed, backend_);
 
-  input_ = activation(input, backend_.activation_layout(), activations);
+  input_ = input_dtype == DType::int32 ? activation(input, Layout::plain, DType::int32)
+                                       : activation(input, backend_.activation_layout(), activations);
   arena_.request(input_);  // the batch lives across steps
   SetupContext setup{backend_, arena_, false};
+  setup.compute = activations;
   const Tensor logits = network_->setup(input_, setup);
-  const bool classifies = logits.shape.rank == 2 && logits.shape.n() == input.n() && logits.shape.c() == num_classes;
-  const bool segments = logits.shape.rank == 4 && logits.shape.n() == input.n() && logits.shape.c() == num_classes &&
-                        logits.shape.h() == input.h() && logits.shape.w() == input.w();
-  if (!classifies && !segments) {
-    throw std::invalid_argument("network output " + logits.shape.to_string() + " is neither (batch, " +
-                                std::to_string(num_classes) + ") nor (batch, " + std::to_string(num_classes) +
-                                ", height, width) at the input's size");
-  }
+  label_count_ = label_count_for_output(logits);
   loss_.setup(logits, setup);
-  label_count_ = segments ? input.n() * input.h() * input.w() : input.n();
   labels_storage_.shape = Shape(label_count_);
+  labels_storage_.dtype = DType::int32;
   arena_.request(labels_storage_);
   arena_.commit(backend_, reuse);
   network_->reset_state(backend_);
+  return logits;
+}
+
+Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
+                 SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank, MemoryReuse reuse, DType activations)
+    : backend_(backend), network_(std::move(network)), sgd_(sgd), context_{backend, seed, 0, {}} {
+  bool segments = false;
+  setup_network(input, activations, activations, reuse, [&](const Tensor& logits) {
+    const bool classifies = logits.shape.rank == 2 && logits.shape.n() == input.n() && logits.shape.c() == num_classes;
+    segments = logits.shape.rank == 4 && logits.shape.n() == input.n() && logits.shape.c() == num_classes &&
+               logits.shape.h() == input.h() && logits.shape.w() == input.w();
+    if (!classifies && !segments) {
+      throw std::invalid_argument("network output " + logits.shape.to_string() + " is neither (batch, " +
+                                  std::to_string(num_classes) + ") nor (batch, " + std::to_string(num_classes) +
+                                  ", height, width) at the input's size");
+    }
+    return segments ? input.n() * input.h() * input.w() : input.n();
+  });
 
   // The synthetic batch: N(0, 1) pixels and uniform labels, generated once.
   std::mt19937_64 rng(seed ^ (0xD1B54A32D192ED03ull * (data_rank + 1)));
@@ -97,7 +110,80 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Sh
   backend_.copy_from_host(labels_storage_.data, labels.data(), labels.size() * sizeof(std::int32_t));
 }
 
+Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, PretrainingBatchLayout batch,
+                 std::int64_t vocabulary, SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank,
+                 MemoryReuse reuse, DType activations)
+    : backend_(backend), network_(std::move(network)), sgd_(sgd), context_{backend, seed, 0, {}} {
+  if (const auto why = backend_.cannot_run_transformers()) throw std::invalid_argument(*why);
+  if (batch.sequences < 1 || batch.tokens < kMinimumPretrainingTokens) {
+    throw std::invalid_argument("pretraining needs at least one sequence of " + std::to_string(kMinimumPretrainingTokens) +
+                                " or more tokens, not " + std::to_string(batch.sequences) + " × " +
+                                std::to_string(batch.tokens));
+  }
+  setup_network(Shape(batch.sequences, batch.tokens), DType::int32, activations, reuse, [&](const Tensor& logits) {
+    if (logits.shape != Shape(batch.sequences, 2)) {
+      throw std::invalid_argument("network output " + logits.shape.to_string() + " is not (sequences, 2) next-sentence logits");
+    }
+    return batch.total();
+  });
+  std::vector<std::int32_t> tokens, labels;
+  synthesize_pretraining_batch(batch, vocabulary, seed ^ (0xD1B54A32D192ED03ull * (data_rank + 1)), tokens, labels);
+  backend_.copy_from_host(input_.data, tokens.data(), tokens.size() * sizeof(std::int32_t));
+  backend_.copy_from_host(labels_storage_.data, labels.data(), labels.size() * sizeof(std::int32_t));
+}
+
+void synthesize_pretraining_batch(const PretrainingBatchLayout& batch, std::int64_t vocabulary, std::uint64_t seed,
+                                  std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& labels) {
+  // BERT's wordpiece vocabulary keeps [CLS] 101, [SEP] 102, [MASK] 103 and words from 999 on; a
+  // small test vocabulary keeps them at 1, 2, 3 and words from 4 on.
+  const bool wordpiece = vocabulary > 1000;
+  const std::int32_t cls = wordpiece ? 101 : 1, sep = wordpiece ? 102 : 2, mask = wordpiece ? 103 : 3;
+  const std::int32_t first_word = wordpiece ? 999 : 4;
+  if (vocabulary <= first_word) throw std::invalid_argument("a vocabulary of " + std::to_string(vocabulary) + " tokens holds no words");
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int32_t> word(first_word, static_cast<std::int32_t>(vocabulary - 1));
+  std::uniform_real_distribution<double> chance(0.0, 1.0);
+  const std::int64_t n = batch.sequences, length = batch.tokens, predictions = batch.predictions();
+  tokens.assign(static_cast<std::size_t>(n * length), 0);
+  labels.assign(static_cast<std::size_t>(batch.total()), 0);
+  const auto at = [](std::vector<std::int32_t>& v, std::int64_t i) -> std::int32_t& { return v[static_cast<std::size_t>(i)]; };
+  std::vector<std::int64_t> candidates;
+  for (std::int64_t s = 0; s < n; ++s) {
+    // [CLS] A [SEP] B [SEP], sentence A of 1 to length − 4 tokens.
+    const std::int64_t a = std::uniform_int_distribution<std::int64_t>(1, length - 4)(rng);
+    std::int32_t* ids = &at(tokens, s * length);
+    for (std::int64_t i = 0; i < length; ++i) {
+      ids[i] = i == 0 ? cls : (i == a + 1 || i == length - 1) ? sep : word(rng);
+      at(labels, batch.token_types() + s * length + i) = i <= a + 1 ? 0 : 1;
+    }
+    at(labels, batch.next_sentence_labels() + s) = static_cast<std::int32_t>(rng() & 1u);
+    // Masked positions: distinct, never a special token, in increasing order.
+    candidates.clear();
+    for (std::int64_t i = 1; i < length - 1; ++i) {
+      if (i != a + 1) candidates.push_back(i);
+    }
+    for (std::int64_t k = 0; k < predictions; ++k) {
+      const auto pick = std::uniform_int_distribution<std::size_t>(static_cast<std::size_t>(k), candidates.size() - 1)(rng);
+      std::swap(candidates[static_cast<std::size_t>(k)], candidates[pick]);
+    }
+    std::sort(candidates.begin(), candidates.begin() + predictions);
+    for (std::int64_t k = 0; k < predictions; ++k) {
+      const std::int64_t position = candidates[static_cast<std::size_t>(k)];
+      at(labels, batch.masked_rows() + s * predictions + k) = static_cast<std::int32_t>(s * length + position);
+      at(labels, batch.masked_tokens() + s * predictions + k) = ids[position];
+      // BERT's rule: [MASK] 80% of the time, a random word 10%, the token itself 10%.
+      const double draw = chance(rng);
+      if (draw < 0.8) {
+        ids[position] = mask;
+      } else if (draw < 0.9) {
+        ids[position] = word(rng);
+      }
+    }
+  }
+}
+
 void Trainer::load_batch(const float* pixels, const std::int32_t* labels) {
+  if (input_.dtype == DType::int32) throw std::logic_error("load_batch: this trainer's input is token ids, not pixels");
   if (input_.dtype == DType::fp32) {
     backend_.copy_from_host(input_.data, pixels, input_.bytes());
   } else {
@@ -108,6 +194,7 @@ void Trainer::load_batch(const float* pixels, const std::int32_t* labels) {
 }
 
 void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<std::int32_t>& labels) {
+  if (input_.dtype == DType::int32) throw std::logic_error("copy_batch_to_host: this trainer's input is token ids");
   pixels_nchw = download(backend_, input_);
   labels.resize(static_cast<std::size_t>(label_count_));
   backend_.copy_to_host(labels.data(), labels_storage_.data, labels.size() * sizeof(std::int32_t));
@@ -162,8 +249,14 @@ void Trainer::step() {
   last_step_skipped_ = scaler_ && !scaler_->record_step(gradients_finite_);
   if (!last_step_skipped_) {
     // Captured at step >= 1, so the recorded update is never the first (momentum buffer = grad).
-    backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.count(),
-                        sgd_.learning_rate, sgd_.momentum, sgd_.weight_decay, updates_applied_ == 0);
+    if (adamw_) {
+      backend_.adamw_update(parameters_.values(), parameters_.grads(), parameters_.momentum(),
+                            parameters_.second_moment(), parameters_.count(), decay_ranges_, *adamw_,
+                            updates_applied_ + 1);
+    } else {
+      backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.count(),
+                          sgd_.learning_rate, sgd_.momentum, sgd_.weight_decay, updates_applied_ == 0);
+    }
     ++updates_applied_;
   }
   if (capture) {
@@ -174,7 +267,32 @@ void Trainer::step() {
   ++context_.step;
 }
 
+void Trainer::use_adamw(AdamWConfig config) {
+  if (use_graph_) throw std::invalid_argument("AdamW's bias correction changes every step: not with step graphs yet");
+  if (!adamw_) parameters_.allocate_second_moment(backend_);
+  adamw_ = config;
+  decay_ranges_.clear();
+  for (const Parameter* p : parameters_.parameters()) {
+    const bool decays = p->value.shape.rank >= 2;
+    if (!decay_ranges_.empty() && decay_ranges_.back().decays == decays &&
+        decay_ranges_.back().offset + decay_ranges_.back().count == p->offset) {
+      decay_ranges_.back().count += p->value.numel();
+    } else {
+      decay_ranges_.push_back({p->offset, p->value.numel(), decays});
+    }
+  }
+}
+
+void Trainer::copy_sequences_to_host(std::vector<std::int32_t>& token_ids, std::vector<std::int32_t>& labels) {
+  if (input_.dtype != DType::int32) throw std::logic_error("copy_sequences_to_host: this trainer's input is images");
+  token_ids.resize(static_cast<std::size_t>(input_.numel()));
+  backend_.copy_to_host(token_ids.data(), input_.data, input_.bytes());
+  labels.resize(static_cast<std::size_t>(label_count_));
+  backend_.copy_to_host(labels.data(), labels_storage_.data, labels.size() * sizeof(std::int32_t));
+}
+
 void Trainer::use_step_graph(bool on) {
+  if (on && adamw_) throw std::invalid_argument("AdamW's bias correction changes every step: not with step graphs yet");
   if (on && scaler_) throw std::invalid_argument("step graphs cannot skip steps: not with loss scaling");
   if (on && !backend_.can_capture()) {
     throw std::invalid_argument("the " + backend_.name() + " backend cannot capture a step as a graph");

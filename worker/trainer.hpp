@@ -13,6 +13,7 @@
 #include "layers/sequential.hpp"
 #include "layers/softmax_cross_entropy.hpp"
 #include "loss_scaler.hpp"
+#include "models/bert.hpp"
 #include "parameters.hpp"
 
 namespace dlbench::worker {
@@ -27,6 +28,17 @@ std::vector<float> to_layout(const std::vector<float>& nchw, const Shape& shape,
 std::vector<float> from_layout(const std::vector<float>& stored, const Shape& shape, Layout layout);
 // A tensor's values on the host as fp32, in logical (N, C, H, W) order whatever its dtype and layout.
 std::vector<float> download(Backend& backend, const Tensor& t);
+
+// The fewest tokens a pretraining sequence can have: [CLS] A [SEP] B [SEP] with a word in each.
+inline constexpr std::int64_t kMinimumPretrainingTokens = 5;
+
+// A pretraining batch as NVIDIA's and Google's data scripts make one, from `seed`: per sequence,
+// [CLS] A [SEP] B [SEP] over random words (sentence A 1 to tokens − 4 long; token types 0 up to
+// its [SEP], 1 after), P = masked_positions_per_sequence(tokens) distinct masked positions among
+// the words (their tokens become [MASK] 80% of the time, a random word 10%, themselves 10%),
+// and a random next-sentence label. `tokens` is (sequences, tokens) ids, `labels` the block.
+void synthesize_pretraining_batch(const PretrainingBatchLayout& batch, std::int64_t vocabulary, std::uint64_t seed,
+                                  std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& labels);
 
 struct SgdConfig {
   float learning_rate = 0.1f;
@@ -44,6 +56,13 @@ class Trainer {
   // gradients and the optimizer stay fp32.
   Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
           SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0,
+          MemoryReuse reuse = MemoryReuse::lifetime, DType activations = DType::fp32);
+  // Pretraining on token sequences (BERT): the network takes int32 (sequences, tokens) token ids
+  // and the labels block `batch` describes, and ends in (sequences, 2) next-sentence logits; its
+  // masked-LM loss is a term of its own. The synthetic batch is drawn as NVIDIA's and Google's
+  // pretraining data is made, over a `vocabulary` of token ids.
+  Trainer(Backend& backend, std::unique_ptr<Sequential> network, PretrainingBatchLayout batch,
+          std::int64_t vocabulary, SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0,
           MemoryReuse reuse = MemoryReuse::lifetime, DType activations = DType::fp32);
 
   // Replaces the batch with real data: pixels in input().layout (batch × 3 × image × image
@@ -80,6 +99,12 @@ class Trainer {
   bool last_step_skipped() const { return last_step_skipped_; }
   // Forward and loss only (gradients and weights untouched).
   float loss();
+  // AdamW with global-norm clipping instead of SGD, from the next step on (BERT's optimizer).
+  // Decay applies to matrices and embeddings, not to vectors (biases, LayerNorm's and batch
+  // norm's scale and shift), as BERT's recipes exclude them.
+  void use_adamw(AdamWConfig config);
+  // The token sequences the next step trains on (pretraining only): ids, and the labels block.
+  void copy_sequences_to_host(std::vector<std::int32_t>& token_ids, std::vector<std::int32_t>& labels);
 
   // Runs between backward and the SGD update (the data-parallel allreduce goes here).
   void set_before_update(std::function<void()> hook) { before_update_ = std::move(hook); }
@@ -98,6 +123,12 @@ class Trainer {
   std::uint64_t steps_done() const { return context_.step; }
 
  private:
+  // What both constructors share: the network's setup on `input` (described; the arena fills
+  // it), the labels block and the memory plan;
+  // what the network outputs decides the number of labels (label_count_for_output, which
+  // throws for an output the trainer cannot train).
+  Tensor setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
+                       const std::function<std::int64_t(const Tensor&)>& label_count_for_output);
   void forward_and_loss();
   void queue_gradients();  // forward, loss, backward, the hook and unscaling; waits for nothing else
 
@@ -108,7 +139,7 @@ class Trainer {
   SoftmaxCrossEntropy loss_;
   SgdConfig sgd_;
   Tensor input_;
-  Tensor labels_storage_;  // int32 labels in float-sized slots
+  Tensor labels_storage_;  // int32: labels (and a pretraining batch's other data)
   std::int64_t label_count_ = 0;  // batch, or batch × height × width for per-pixel labels
   StepContext context_;
   std::function<void()> before_update_;
@@ -116,6 +147,8 @@ class Trainer {
   bool gradients_finite_ = true;
   bool last_step_skipped_ = false;
   std::uint64_t updates_applied_ = 0;  // the first applied update starts the momentum buffers
+  std::optional<AdamWConfig> adamw_;
+  std::vector<ParameterRange> decay_ranges_;
   bool use_graph_ = false;
   bool graph_captured_ = false;
 };

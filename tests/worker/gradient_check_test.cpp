@@ -26,6 +26,7 @@
 #include "layers/pool2d.hpp"
 #include "layers/relu.hpp"
 #include "layers/resize.hpp"
+#include "layers/transformer_encoder_layer.hpp"
 #include "layers/softmax_cross_entropy.hpp"
 #include "trainer.hpp"
 
@@ -46,7 +47,9 @@ float loss_value(SoftmaxCrossEntropy& loss, const Tensor& logits, const std::int
 
 class LayerProbe {
  public:
-  LayerProbe(std::unique_ptr<Layer> layer, const Shape& input, std::uint64_t seed = 1)
+  // tokens_per_sequence: for the layers of a sequence model, which take it from the setup.
+  LayerProbe(std::unique_ptr<Layer> layer, const Shape& input, std::uint64_t seed = 1,
+             std::int64_t tokens_per_sequence = 0)
       : backend_(1), layer_(std::move(layer)), rng_(seed) {
     std::vector<Parameter*> params;
     layer_->collect_parameters(params);
@@ -58,6 +61,7 @@ class LayerProbe {
     x_ = activation(input, backend_.activation_layout(), DType::fp32);
     arena_.request(x_);
     SetupContext setup{backend_, arena_, true};
+    setup.tokens_per_sequence = tokens_per_sequence;
     output_ = layer_->setup(x_, setup).shape;
     r_ = activation(output_, backend_.activation_layout(), DType::fp32);
     arena_.request(r_);
@@ -426,6 +430,25 @@ TEST(GradientCheck, PerPixelSoftmaxCrossEntropyWithIgnoredPixels) {
   const std::vector<std::int32_t> none(12, kIgnoreLabel);
   EXPECT_EQ(loss_value(loss, logits, none.data(), backend, LossTerm{}), 0.0f);
   EXPECT_EQ(loss.dlogits().as<float>()[5], 0.0f);
+}
+
+}  // namespace
+}  // namespace dlbench::worker
+
+namespace dlbench::worker {
+namespace {
+
+// Every op of the encoder layer is smooth (GELU, softmax, LayerNorm; dropout's mask is fixed
+// within a step), so the whole layer is checked at once: attention, both residuals, both norms.
+// 2 sequences of 5 tokens, hidden 8 in 2 heads, feed-forward 12; weights U(-1, 1) as every probe's.
+TEST(GradientCheck, TransformerEncoderLayer) {
+  BertConfig config;
+  config.hidden = 8;
+  config.heads = 2;
+  config.intermediate = 12;
+  const auto make = [&] { return std::make_unique<TransformerEncoderLayer>(config, 1); };
+  LayerProbe(make(), Shape(10, 8), 3, 5).check_input_gradient();
+  LayerProbe(make(), Shape(10, 8), 4, 5).check_parameter_gradients();
 }
 
 }  // namespace

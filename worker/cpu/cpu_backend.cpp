@@ -21,6 +21,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cpu/dnnl_check.hpp"
+#include "cpu/onednn_memory.hpp"
 #include "dropout_mask.hpp"
 
 namespace dlbench::worker {
@@ -28,21 +29,6 @@ namespace {
 
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
-
-memory::dims dims_of(const Shape& s) {
-  memory::dims d;
-  for (int i = 0; i < s.rank; ++i) d.push_back(s[i]);
-  return d;
-}
-
-memory::data_type dnnl_type(DType t) {
-  switch (t) {
-    case DType::fp32: return memory::data_type::f32;
-    case DType::bf16: return memory::data_type::bf16;
-    case DType::fp16: return memory::data_type::f16;
-  }
-  throw std::invalid_argument("cpu backend: unknown dtype");
-}
 
 memory::desc md_of(const Shape& shape, Layout layout, DType dtype = DType::fp32) {
   tag t = tag::undef;
@@ -57,10 +43,6 @@ memory::desc md_of(const Shape& shape, Layout layout, DType dtype = DType::fp32)
 
 memory::desc any_md(const Shape& shape, DType dtype = DType::fp32) {
   return memory::desc(dims_of(shape), dnnl_type(dtype), tag::any);
-}
-
-memory mem(const memory::desc& md, const dnnl::engine& engine, const void* data) {
-  return memory(md, engine, const_cast<void*>(data));
 }
 
 // Keeps a parameter in its canonical layout and gives a kernel the format it asked for:
@@ -529,6 +511,7 @@ std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {
              "Cooper Lake, Sapphire Rapids and later, AMD Zen 4 and later), which this CPU does not have (oneDNN "
              "runs " + isa_name(dnnl::get_effective_cpu_isa()) + " here)";
     }
+    case DType::int32: return "int32 holds indices; the cpu backend computes in fp32 or bf16";
     case DType::fp16:
       return "fp16 (amp) has no training kernels for x86 CPUs in oneDNN " + std::to_string(dnnl_version()->major) + "." +
              std::to_string(dnnl_version()->minor);
@@ -605,17 +588,6 @@ bool CpuBackend::unscale_and_check_finite(float* grads, std::int64_t count, floa
 }
 
 namespace {
-
-// Calls `body` with a null pointer of the element type `dtype` names (the loops below are
-// written once for every activation type; they compute in fp32).
-template <typename Body>
-void with_element_type(DType dtype, Body&& body) {
-  switch (dtype) {
-    case DType::fp32: body(static_cast<float*>(nullptr)); return;
-    case DType::bf16: body(static_cast<bf16*>(nullptr)); return;
-    case DType::fp16: body(static_cast<fp16*>(nullptr)); return;
-  }
-}
 
 // PyTorch's adaptive pooling windows: [floor(i·in/out), ceil((i+1)·in/out)).
 template <typename T>

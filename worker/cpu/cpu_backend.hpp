@@ -49,6 +49,20 @@ class CpuBackend final : public Backend {
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override;
 
+  std::optional<std::string> cannot_run_transformers() const override { return std::nullopt; }
+  std::unique_ptr<BatchedMatmulOp> make_batched_matmul(const BatchedMatmulConfig& config) override;
+  std::unique_ptr<LayerNormOp> make_layer_norm(const LayerNormConfig& config) override;
+  std::unique_ptr<SoftmaxOp> make_softmax(std::int64_t rows, std::int64_t columns, DType dtype) override;
+  std::unique_ptr<ActivationOp> make_activation(ActivationKind kind, std::int64_t count, DType dtype) override;
+  std::unique_ptr<SwapAxesOp> make_swap_axes(const Shape& x, DType dtype) override;
+  void gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
+                   bool accumulate) override;
+  void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad) override;
+  void fill_zero(Tensor& t) override;
+  void adamw_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
+                    const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
+                    std::uint64_t update_number) override;
+
   const dnnl::engine& engine() const { return engine_; }
   dnnl::stream& stream() { return stream_; }
 

@@ -32,6 +32,11 @@ struct SetupContext {
   bool input_grad_needed = true;
   // When the gradient of this layer's input is last read; none: kept to the step's end.
   std::optional<Tick> input_grad_reader = std::nullopt;
+  // The activations' dtype, for a network whose input is not an activation (token ids).
+  DType compute = DType::fp32;
+  // Tokens per sequence, for the layers of a sequence model after its embedding layer, whose
+  // activations are (sequences · tokens, features) matrices.
+  std::int64_t tokens_per_sequence = 0;
 
   // Room for `bytes` of state an op's forward (at tick t) leaves for its backward (its mirror):
   // a max pool's arg-max, a fused ReLU's mask. Nothing is requested when the op needs none.
@@ -62,6 +67,7 @@ struct StepContext {
   std::function<void(const std::vector<Parameter*>&)> gradients_ready;
   // For layers with a loss term of their own (an auxiliary classifier): the batch's labels on
   // the device, the loss scale, and how many terms this step's forward has computed so far.
+  // A sequence model's labels block holds its other per-batch data too (PretrainingBatchLayout).
   const std::int32_t* labels = nullptr;
   float gradient_scale = 1.0f;
   int loss_terms = 0;

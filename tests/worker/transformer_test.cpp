@@ -1,0 +1,249 @@
+// BERT on the CPU backend: its ops against plain loops, its synthetic batch, the whole model's
+// gradient by finite differences, AdamW against torch.optim.AdamW's formula, and training.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cpu/cpu_backend.hpp"
+#include "models/bert.hpp"
+#include "models/model.hpp"
+#include "trainer.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+Tensor host_tensor(std::vector<float>& values, const Shape& shape) {
+  Tensor t;
+  t.data = values.data();
+  t.shape = shape;
+  return t;
+}
+
+std::vector<float> random_values(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+TEST(TransformerOps, BatchedMatmulWithEveryTransposeAndScale) {
+  CpuBackend backend(1);
+  const std::size_t batch = 3, m = 4, n = 5, k = 6;
+  const auto dim = [](std::size_t d) { return static_cast<std::int64_t>(d); };
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      std::vector<float> a = random_values(batch * m * k, 1), b = random_values(batch * k * n, 2), c(batch * m * n);
+      const float alpha = 0.25f;
+      Tensor out = host_tensor(c, Shape(dim(c.size())));
+      backend.make_batched_matmul({dim(batch), dim(m), dim(n), dim(k), ta, tb, alpha, DType::fp32})
+          ->run(host_tensor(a, Shape(dim(a.size()))), host_tensor(b, Shape(dim(b.size()))), out);
+      for (std::size_t s = 0; s < batch; ++s) {
+        for (std::size_t i = 0; i < m; ++i) {
+          for (std::size_t j = 0; j < n; ++j) {
+            double expected = 0.0;
+            for (std::size_t p = 0; p < k; ++p) {
+              const float av = ta ? a[(s * k + p) * m + i] : a[(s * m + i) * k + p];
+              const float bv = tb ? b[(s * n + j) * k + p] : b[(s * k + p) * n + j];
+              expected += static_cast<double>(av) * static_cast<double>(bv);
+            }
+            EXPECT_NEAR(c[(s * m + i) * n + j], static_cast<double>(alpha) * expected, 1e-5)
+                << "transpose_a " << ta << " transpose_b " << tb << " at " << s << "," << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TransformerOps, SwapAxesExchangesTheMiddleTwo) {
+  CpuBackend backend(1);
+  const Shape x_shape(2, 3, 4, 5);
+  std::vector<float> x = random_values(120, 3), y(120);
+  Tensor out = host_tensor(y, Shape(2, 4, 3, 5));
+  backend.make_swap_axes(x_shape, DType::fp32)->run(host_tensor(x, x_shape), out);
+  for (std::size_t a = 0; a < 2; ++a)
+    for (std::size_t b = 0; b < 3; ++b)
+      for (std::size_t c = 0; c < 4; ++c)
+        for (std::size_t d = 0; d < 5; ++d) EXPECT_EQ(y[((a * 4 + c) * 3 + b) * 5 + d], x[((a * 3 + b) * 4 + c) * 5 + d]);
+}
+
+TEST(TransformerOps, GatherAccumulatesAndScatterAddSumsRepeatedRows) {
+  CpuBackend backend(2);
+  std::vector<float> table = random_values(6 * 4, 4), rows_out(3 * 4, 1.0f);
+  const std::vector<std::int32_t> rows{5, 0, 5};
+  Tensor table_t = host_tensor(table, Shape(6, 4)), out = host_tensor(rows_out, Shape(3, 4));
+  backend.gather_rows(table_t, rows.data(), 3, out, true);
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t f = 0; f < 4; ++f) {
+      EXPECT_FLOAT_EQ(rows_out[i * 4 + f], 1.0f + table[static_cast<std::size_t>(rows[i]) * 4 + f]);
+    }
+
+  std::vector<float> grad(6 * 4, 0.0f), dy = random_values(3 * 4, 5);
+  Tensor grad_t = host_tensor(grad, Shape(6, 4));
+  backend.scatter_add_rows(host_tensor(dy, Shape(3, 4)), rows.data(), 3, grad_t);
+  for (std::size_t f = 0; f < 4; ++f) {
+    EXPECT_FLOAT_EQ(grad[5 * 4 + f], dy[f] + dy[8 + f]);  // row 5 twice
+    EXPECT_FLOAT_EQ(grad[0 * 4 + f], dy[4 + f]);
+    EXPECT_EQ(grad[1 * 4 + f], 0.0f);
+  }
+  const std::vector<std::int32_t> outside{6};
+  EXPECT_THROW(backend.gather_rows(table_t, outside.data(), 1, out, false), std::out_of_range);
+  EXPECT_THROW(backend.scatter_add_rows(host_tensor(dy, Shape(1, 4)), outside.data(), 1, grad_t), std::out_of_range);
+}
+
+// torch.optim.AdamW's update (torch/optim/adamw.py, single-tensor path) after
+// clip_grad_norm_, written out in double for three steps over two ranges, one without decay.
+TEST(TransformerOps, AdamWFollowsTorchsUpdateAfterClipping) {
+  CpuBackend backend(2);
+  const std::size_t count = 10;
+  std::vector<float> w = random_values(count, 6), m(count, 0.0f), v(count, 0.0f);
+  std::vector<double> ew(w.begin(), w.end()), em(count, 0.0), ev(count, 0.0);
+  const std::vector<ParameterRange> ranges{{0, 6, true}, {6, 4, false}};
+  const AdamWConfig c{0.01f, 0.9f, 0.999f, 1e-6f, 0.1f, 0.5f};
+  for (std::uint64_t t = 1; t <= 3; ++t) {
+    const std::vector<float> drawn = random_values(count, 10 + t);
+    std::vector<float> g = drawn;
+    for (float& x : g) x *= 2.0f;  // a norm above 0.5: clipping acts
+    double norm = 0.0;
+    for (const float x : g) norm += static_cast<double>(x) * static_cast<double>(x);
+    const double clip = std::min(1.0, 0.5 / (std::sqrt(norm) + 1e-6));
+    backend.adamw_update(w.data(), g.data(), m.data(), v.data(), static_cast<std::int64_t>(count), ranges, c, t);
+    const double step_size = 0.01 / (1.0 - std::pow(0.9, static_cast<double>(t)));
+    const double root_correction = std::sqrt(1.0 - std::pow(0.999, static_cast<double>(t)));
+    for (std::size_t i = 0; i < count; ++i) {
+      const double gi = static_cast<double>(drawn[i]) * 2.0 * clip;
+      if (i < 6) ew[i] *= 1.0 - 0.01 * 0.1;
+      em[i] = 0.9 * em[i] + 0.1 * gi;
+      ev[i] = 0.999 * ev[i] + 0.001 * gi * gi;
+      ew[i] -= step_size * em[i] / (std::sqrt(ev[i]) / root_correction + 1e-6);
+      EXPECT_NEAR(w[i], ew[i], 1e-5) << "step " << t << " element " << i;
+    }
+  }
+}
+
+BertConfig tiny_bert() {
+  BertConfig c;
+  c.vocabulary = 40;
+  c.hidden = 16;
+  c.layers = 2;
+  c.heads = 2;
+  c.intermediate = 24;
+  c.max_positions = 16;
+  return c;
+}
+
+TEST(Bert, SyntheticBatchIsShapedAsBertsPretrainingData) {
+  const PretrainingBatchLayout layout{3, 12};
+  ASSERT_EQ(layout.predictions(), 2);  // 15% of 12, rounded up
+  EXPECT_EQ(masked_positions_per_sequence(128), 20);
+  std::vector<std::int32_t> tokens, labels;
+  synthesize_pretraining_batch(layout, 40, 9, tokens, labels);
+  ASSERT_EQ(tokens.size(), 36u);
+  ASSERT_EQ(labels.size(), static_cast<std::size_t>(layout.total()));
+  for (std::int64_t s = 0; s < 3; ++s) {
+    const std::int32_t* ids = &tokens[static_cast<std::size_t>(s * 12)];
+    const std::int32_t* types = &labels[static_cast<std::size_t>(layout.token_types() + s * 12)];
+    EXPECT_EQ(ids[0], 1);   // [CLS]
+    EXPECT_EQ(ids[11], 2);  // the closing [SEP]
+    EXPECT_EQ(types[0], 0);
+    EXPECT_EQ(types[11], 1);
+    EXPECT_TRUE(std::is_sorted(types, types + 12));
+    const std::int32_t nsp = labels[static_cast<std::size_t>(s)];
+    EXPECT_TRUE(nsp == 0 || nsp == 1);
+    std::set<std::int32_t> rows;
+    for (std::int64_t k = 0; k < 2; ++k) {
+      const std::int32_t row = labels[static_cast<std::size_t>(layout.masked_rows() + s * 2 + k)];
+      const std::int32_t original = labels[static_cast<std::size_t>(layout.masked_tokens() + s * 2 + k)];
+      EXPECT_GE(row, s * 12 + 1);
+      EXPECT_LE(row, s * 12 + 10);
+      EXPECT_GE(original, 4) << "a special token was masked";
+      rows.insert(row);
+    }
+    EXPECT_EQ(rows.size(), 2u) << "masked positions repeat";
+  }
+}
+
+// The whole model's gradient by central differences of the step's loss (masked-LM plus
+// next-sentence cross-entropy) in fp32: a sample of every parameter tensor, the tied word
+// embeddings included (their gradient has the decoder's part and the lookups').
+TEST(GradientCheck, BertForPretrainingWholeModel) {
+  CpuBackend backend(1);
+  const BertConfig config = tiny_bert();
+  Trainer trainer(backend, bert_for_pretraining(config), PretrainingBatchLayout{2, 8}, config.vocabulary,
+                  SgdConfig{}, 5);
+  trainer.compute_gradients();
+  std::mt19937_64 rng(11);
+  int checked = 0;
+  for (Parameter* p : trainer.parameters().parameters()) {
+    const std::vector<float> analytic(p->grad.as<float>(), p->grad.as<float>() + p->grad.numel());
+    for (int sample = 0; sample < 4; ++sample) {
+      const auto i = std::uniform_int_distribution<std::int64_t>(0, p->value.numel() - 1)(rng);
+      float& value = p->value.as<float>()[i];
+      const float saved = value;
+      const float epsilon = 1e-2f;
+      value = saved + epsilon;
+      const double plus = trainer.loss();
+      value = saved - epsilon;
+      const double minus = trainer.loss();
+      value = saved;
+      const double numeric = (plus - minus) / (2.0 * static_cast<double>(epsilon));
+      EXPECT_NEAR(numeric, analytic[static_cast<std::size_t>(i)], 2e-3 + 2e-2 * std::fabs(numeric))
+          << p->name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4 * static_cast<int>(trainer.parameters().parameters().size()));
+}
+
+TEST(Training, BertLossFallsOnAFixedBatch) {
+  CpuBackend backend(2);
+  const BertConfig config = tiny_bert();
+  Trainer trainer(backend, bert_for_pretraining(config), PretrainingBatchLayout{4, 12}, config.vocabulary,
+                  SgdConfig{}, 3);
+  trainer.use_adamw({5e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f});
+  const float first = trainer.step_and_loss();
+  // About chance at the start: ln(vocabulary) for the masked tokens plus ln 2 for the next sentence.
+  EXPECT_NEAR(first, std::log(40.0f) + std::log(2.0f), 0.5f);
+  float last = first;
+  for (int i = 0; i < 60; ++i) last = trainer.step_and_loss();
+  EXPECT_LT(last, 0.5f * first) << "loss " << first << " → " << last;
+}
+
+TEST(Bert, BaseHasBertBasesParameterCount) {
+  // HuggingFace's BertForPreTraining(bert-base-uncased config), the tied decoder counted once.
+  CpuBackend backend(2);
+  auto net = bert_for_pretraining(BertConfig{});
+  std::vector<Parameter*> params;
+  net->collect_parameters(params);
+  std::int64_t count = 0;
+  for (const Parameter* p : params) count += p->value.numel();
+  EXPECT_EQ(count, 110'106'428);
+  name_parameters(*net);
+  EXPECT_EQ(params.front()->name, "bert.embeddings.word_embeddings.weight");
+  EXPECT_EQ(params[5]->name, "bert.encoder.layer.0.attention.self.query.weight");
+  EXPECT_EQ(params.back()->name, "cls.seq_relationship.bias");
+}
+
+TEST(Bert, Bf16TrainsWhereTheCpuHasIt) {
+  CpuBackend backend(2);
+  if (const auto why = backend.cannot_compute(DType::bf16)) GTEST_SKIP() << *why;
+  const BertConfig config = tiny_bert();
+  Trainer fp32(backend, bert_for_pretraining(config), PretrainingBatchLayout{4, 12}, config.vocabulary, SgdConfig{}, 3);
+  Trainer bf16(backend, bert_for_pretraining(config), PretrainingBatchLayout{4, 12}, config.vocabulary, SgdConfig{}, 3,
+               0, MemoryReuse::lifetime, DType::bf16);
+  const float reference = fp32.loss();
+  EXPECT_NEAR(bf16.loss(), reference, 0.02f * reference);
+  bf16.use_adamw({5e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f});
+  const float first = bf16.step_and_loss();
+  float last = first;
+  for (int i = 0; i < 60; ++i) last = bf16.step_and_loss();
+  EXPECT_LT(last, 0.5f * first);
+}
+
+}  // namespace
+}  // namespace dlbench::worker
