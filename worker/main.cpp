@@ -69,9 +69,12 @@ Usage: dlbench-worker [options]
   --measure-steps N       timed steps per repeat, >= 1                   (default 100)
   --repeats N             repeats; the median is reported, >= 1          (default 7)
   --statistic S           median | mean                                  (default median)
-  --learning-rate X       SGD learning rate, > 0                         (default 0.1)
-  --momentum X            SGD momentum, 0 <= x < 1                       (default 0.9)
-  --weight-decay X        SGD weight decay, 0 <= x <= 1                  (default 0.0001)
+  --sequence-length N     bert-base: tokens per sequence, 8 to 512       (default 128)
+  --optimizer O           sgd | adamw (AdamW: beta2 0.999, epsilon 1e-6, gradients clipped
+                          to a global norm of 1; no decay on biases and norms) (default sgd)
+  --learning-rate X       learning rate, > 0                             (default 0.1)
+  --momentum X            SGD momentum, AdamW's beta1; 0 <= x < 1        (default 0.9)
+  --weight-decay X        weight decay, 0 <= x <= 1 (AdamW: decoupled)    (default 0.0001)
   --threads N             CPU threads per rank; 0 = this process's cores
                           shared by the ranks on this node               (default 0)
   --communicator C        auto | none | mpi | nccl (cuda); auto = under
@@ -152,6 +155,8 @@ struct Options {
   long measure_steps = 100;
   long repeats = 7;
   std::string statistic = "median";
+  long sequence_length = 0;  // 0: the model's default (sequence models)
+  std::string optimizer = "sgd";
   double learning_rate = 0.1;
   double momentum = 0.9;
   double weight_decay = 1e-4;
@@ -256,6 +261,11 @@ std::optional<Options> parse(int argc, char** argv) {
       return std::nullopt;
     } else if (flag == "--list-models") {
       for (const auto& m : model_catalog()) {
+        if (m.sequences) {
+          std::cout << std::left << std::setw(14) << m.name << m.description << " (sequence length "
+                    << m.default_sequence_length << ", 8 to 512)\n";
+          continue;
+        }
         std::cout << std::left << std::setw(14) << m.name << m.description << " (image size " << m.default_height();
         if (m.default_width() != m.default_height()) std::cout << "x" << m.default_width();
         std::cout << ", >= " << m.min_image_size << ", " << m.classes << " classes" << (m.per_pixel_labels ? " per pixel" : "")
@@ -304,6 +314,10 @@ std::optional<Options> parse(int argc, char** argv) {
       o.repeats = parse_bounded(flag, value, bounds::kRepeats);
     } else if (flag == "--statistic") {
       o.statistic = choice(flag, value, {"median", "mean"});
+    } else if (flag == "--sequence-length") {
+      o.sequence_length = parse_bounded(flag, value, bounds::kSequenceLength);
+    } else if (flag == "--optimizer") {
+      o.optimizer = choice(flag, value, {"sgd", "adamw"});
     } else if (flag == "--learning-rate") {
       o.learning_rate = parse_real(flag, value, bounds::kLearningRate);
     } else if (flag == "--momentum") {
@@ -398,6 +412,17 @@ std::optional<Options> parse(int argc, char** argv) {
   if (o.communicator == "mpi") throw UsageError{"--communicator: mpi is not built in (DLBENCH_WITH_MPI=OFF); allowed: none"};
 #endif
   const ModelInfo model = model_info(o.model);
+  if (model.sequences) {
+    if (o.data != "synthetic") {
+      throw UsageError{"--data " + o.data + ": " + o.model + " trains on synthetic token sequences; allowed: synthetic"};
+    }
+    if (o.image_height != 0) throw UsageError{"--image-size: " + o.model + " takes token sequences; use --sequence-length"};
+    if (o.sequence_length == 0) o.sequence_length = model.default_sequence_length;
+    return o;
+  }
+  if (o.sequence_length != 0) {
+    throw UsageError{"--sequence-length: " + o.model + " takes images (--image-size); sequence models: bert-base"};
+  }
   if (o.image_height == 0) {
     o.image_height = model.default_height();
     o.image_width = model.default_width();
@@ -465,7 +490,9 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
                  const std::vector<double>& losses) {
   out << "dlbench-worker: " << to_string(doc.model) << " on " << doc.environment.backend << " ("
       << doc.environment.cpu_model << ", " << doc.environment.cpu_cores << " threads), case " << case_id(doc.case_)
-      << ", image " << image_size_argument(doc.image_height, doc.image_width) << ", " << parameters << " parameters, activations "
+      << (doc.sequence_length > 0 ? ", sequence length " + std::to_string(doc.sequence_length)
+                                  : ", image " + image_size_argument(doc.image_height, doc.image_width))
+      << ", " << parameters << " parameters, activations "
       << std::fixed << std::setprecision(2) << (doc.memory ? doc.memory->activations : 0.0) / (1 << 30) << " GiB";
   if (doc.memory && doc.memory->unshared_activations > 0) {
     out << " (" << std::setprecision(0) << 100.0 * doc.memory->activations / doc.memory->unshared_activations
@@ -477,7 +504,8 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
   out << "\n";
   out << "  methodology: warm-up " << doc.methodology.warmup_steps << ", measure " << doc.methodology.measure_steps
       << ", repeats " << doc.methodology.repeats << "\n";
-  out << "  repeat  samples/s   step ms   loss after\n";
+  const std::string unit = doc.throughput ? doc.throughput->unit : "samples/s";
+  out << "  repeat  " << std::setw(9) << unit << "   step ms   loss after\n";
   if (doc.throughput) {
     for (std::size_t i = 0; i < doc.throughput->repeats.size(); ++i) {
       const double tp = doc.throughput->repeats[i];
@@ -487,7 +515,7 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
     }
     const auto& s = doc.throughput->summary;
     const double gflops = s.median * doc.flops_per_sample.training / 1e9;
-    out << "  median " << std::setprecision(2) << s.median << " samples/s (min " << s.min << ", max " << s.max
+    out << "  median " << std::setprecision(2) << s.median << " " << unit << " (min " << s.min << ", max " << s.max
         << ", cv " << std::setprecision(2) << 100.0 * s.cv << "%), " << std::setprecision(1) << gflops
         << " GFLOP/s of training arithmetic";
     if (doc.mfu) out << ", MFU " << std::setprecision(1) << 100.0 * *doc.mfu << "%";
@@ -610,11 +638,24 @@ class BackendUnavailable : public std::runtime_error {
 // Owned by pointer: the trainer's arena holds its buffers' addresses, so it never moves.
 std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer = false) {
   const ModelInfo model = model_info(o.model);
-  auto trainer = std::make_unique<Trainer>(device, build_model(o.model, model.classes), Shape(o.batch_size, 3, o.image_height, o.image_width), model.classes,
-                  SgdConfig{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)},
-                  o.seed, static_cast<std::uint64_t>(rank),
-                  o.memory_plan == "none" || keep_every_buffer ? MemoryReuse::none : MemoryReuse::lifetime,
-                  activation_dtype(o.precision));
+  const SgdConfig sgd{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
+  const MemoryReuse reuse = o.memory_plan == "none" || keep_every_buffer ? MemoryReuse::none : MemoryReuse::lifetime;
+  std::unique_ptr<Trainer> trainer;
+  if (model.sequences) {
+    if (const auto why = device.cannot_run_transformers()) throw Unsupported(*why);
+    trainer = std::make_unique<Trainer>(device, build_model(o.model), PretrainingBatchLayout{o.batch_size, o.sequence_length},
+                                        model.classes, sgd, o.seed, static_cast<std::uint64_t>(rank), reuse,
+                                        activation_dtype(o.precision));
+  } else {
+    trainer = std::make_unique<Trainer>(device, build_model(o.model, model.classes),
+                                        Shape(o.batch_size, 3, o.image_height, o.image_width), model.classes, sgd, o.seed,
+                                        static_cast<std::uint64_t>(rank), reuse, activation_dtype(o.precision));
+  }
+  if (o.optimizer == "adamw") {
+    if (const auto why = device.cannot_run_transformers()) throw Unsupported("adamw: " + *why);
+    trainer->use_adamw({static_cast<float>(o.learning_rate), static_cast<float>(o.momentum), 0.999f, 1e-6f,
+                        static_cast<float>(o.weight_decay), 1.0f});
+  }
   if (o.precision == "amp") trainer->use_loss_scaling({});
   if (!o.init_from.empty()) load_parameters(read_weights_file(o.init_from), o.init_from, trainer->parameters(), device);
   return trainer;
@@ -629,30 +670,52 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
     // Every buffer its own memory, so that the step's dropout masks are still there after it.
     const std::unique_ptr<Trainer> owner = make_trainer(o, *backend, 0, true);
     Trainer& trainer = *owner;
-    std::vector<float> pixels;
-    std::vector<std::int32_t> labels32;
-    trainer.copy_batch_to_host(pixels, labels32);
-    const std::vector<std::int64_t> labels(labels32.begin(), labels32.end());
     WeightsFile record;
     record.metadata = {{"format", "dlbench.step/v1"},
                        {"model", o.model},
                        {"backend", o.backend},
                        {"precision", o.precision},
                        {"batch_size", std::to_string(o.batch_size)},
-                       {"image_size", image_size_text(o)},
                        {"seed", std::to_string(o.seed)},
+                       {"optimizer", o.optimizer},
                        {"learning_rate", std::to_string(o.learning_rate)},
                        {"momentum", std::to_string(o.momentum)},
                        {"weight_decay", std::to_string(o.weight_decay)},
                        {"init_from", o.init_from},
                        {"dlbench_version", DLBENCH_VERSION}};
-    record.tensors.push_back(NamedTensor::of_floats("input", dims_of(trainer.input().shape), pixels.data()));
-    // One label per sample, or per pixel: (N, H, W) for a segmentation model.
-    const std::vector<std::int64_t> label_dims =
-        labels.size() == static_cast<std::size_t>(o.batch_size)
-            ? std::vector<std::int64_t>{o.batch_size}
-            : std::vector<std::int64_t>{o.batch_size, o.image_height, o.image_width};
-    record.tensors.push_back(NamedTensor::of_ints("labels", label_dims, labels.data()));
+    const auto ints = [](const std::vector<std::int32_t>& from, std::int64_t offset, std::int64_t count) {
+      const auto begin = from.begin() + offset;
+      return std::vector<std::int64_t>(begin, begin + count);
+    };
+    if (trainer.input().dtype == DType::int32) {
+      // A pretraining batch: token ids, token types, the masked positions (within each sequence)
+      // with their original tokens, and the next-sentence labels.
+      record.metadata["sequence_length"] = std::to_string(o.sequence_length);
+      std::vector<std::int32_t> tokens, block;
+      trainer.copy_sequences_to_host(tokens, block);
+      const PretrainingBatchLayout layout{o.batch_size, o.sequence_length};
+      const std::int64_t n = layout.sequences, length = layout.tokens, p = layout.predictions();
+      std::vector<std::int64_t> positions = ints(block, layout.masked_rows(), n * p);
+      for (std::size_t i = 0; i < positions.size(); ++i) positions[i] -= static_cast<std::int64_t>(i) / p * length;
+      record.tensors.push_back(NamedTensor::of_ints("input", {n, length}, ints(tokens, 0, n * length).data()));
+      record.tensors.push_back(NamedTensor::of_ints("token_type_ids", {n, length}, ints(block, layout.token_types(), n * length).data()));
+      record.tensors.push_back(NamedTensor::of_ints("masked_positions", {n, p}, positions.data()));
+      record.tensors.push_back(NamedTensor::of_ints("masked_tokens", {n, p}, ints(block, layout.masked_tokens(), n * p).data()));
+      record.tensors.push_back(NamedTensor::of_ints("labels", {n}, ints(block, layout.next_sentence_labels(), n).data()));
+    } else {
+      record.metadata["image_size"] = image_size_text(o);
+      std::vector<float> pixels;
+      std::vector<std::int32_t> labels32;
+      trainer.copy_batch_to_host(pixels, labels32);
+      const std::vector<std::int64_t> labels(labels32.begin(), labels32.end());
+      record.tensors.push_back(NamedTensor::of_floats("input", dims_of(trainer.input().shape), pixels.data()));
+      // One label per sample, or per pixel: (N, H, W) for a segmentation model.
+      const std::vector<std::int64_t> label_dims =
+          labels.size() == static_cast<std::size_t>(o.batch_size)
+              ? std::vector<std::int64_t>{o.batch_size}
+              : std::vector<std::int64_t>{o.batch_size, o.image_height, o.image_width};
+      record.tensors.push_back(NamedTensor::of_ints("labels", label_dims, labels.data()));
+    }
     for (auto& t : parameter_tensors(trainer.parameters(), *backend, "initial.")) record.tensors.push_back(std::move(t));
     const float loss = trainer.step_and_loss();
     backend->synchronize();
@@ -684,6 +747,9 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
   doc.image_size = static_cast<int>(o.image_height);
   doc.image_height = static_cast<int>(o.image_height);
   doc.image_width = static_cast<int>(o.image_width);
+  doc.sequence_length = static_cast<int>(o.sequence_length);
+  // A sequence model's samples are sequences (DLPerf's BERT tables count sentences/s).
+  const std::string unit = o.sequence_length > 0 ? "sequences/s" : "samples/s";
   doc.devices = doc.case_.devices();
   doc.global_batch_size = static_cast<long>(doc.case_.global_batch_size());
   const bool reporter = comm.rank() == 0;
@@ -819,14 +885,14 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
                                            if (!reporter) return;
                                            std::cerr << "  case " << case_id(doc.case_) << " repeat " << r + 1 << "/"
                                                      << o.repeats << ": " << std::fixed << std::setprecision(2)
-                                                     << m.throughput << " samples/s\n";
+                                                     << m.throughput << " " << unit << "\n";
                                          });
     std::vector<double> throughputs;
     for (const auto& r : repeats) {
       throughputs.push_back(r.throughput);
       all_steps.insert(all_steps.end(), r.step_seconds.begin(), r.step_seconds.end());
     }
-    doc.throughput = Throughput{"samples/s", summarize(throughputs), throughputs};
+    doc.throughput = Throughput{unit, summarize(throughputs), throughputs};
     doc.step_time_seconds = summarize(all_steps);
     if (real) {
       InputReport report;

@@ -78,6 +78,7 @@ std::vector<FieldRule> build_rules() {
   r.push_back(integer_rule("spec.data.imageSize", bounds::kImageSize, json(defaults::kImageSize)));
   r.push_back(integer_rule("spec.data.imageHeight", bounds::kImageSize));
   r.push_back(integer_rule("spec.data.imageWidth", bounds::kImageSize));
+  r.push_back(integer_rule("spec.data.sequenceLength", bounds::kSequenceLength));
   r.push_back(integer_rule("spec.data.decodeThreads", bounds::kDecodeThreads, json(defaults::kDecodeThreads)));
   r.push_back(integer_rule("spec.data.prefetchBatches", bounds::kPrefetchBatches, json(defaults::kPrefetchBatches)));
 

@@ -1,5 +1,7 @@
 #include "dlbench/core/benchmark_run.hpp"
 
+#include "dlbench/core/api_rules.hpp"
+
 #include <iomanip>
 #include <sstream>
 #include <string>
@@ -12,6 +14,10 @@ std::string image_size_argument(int height, int width) {
 }
 
 std::string image_size_argument(const DataSpec& data) { return image_size_argument(data.height(), data.width()); }
+
+int sequence_length(const DataSpec& data) {
+  return data.sequence_length > 0 ? data.sequence_length : defaults::kSequenceLength;
+}
 
 std::string case_id(const CaseSpec& c) {
   if (c.preflight) return "preflight-" + std::to_string(c.nodes) + "x" + std::to_string(c.gpus_per_node);

@@ -144,11 +144,13 @@ std::optional<DataVolume> decode_data_volume(Decoder& d, const json& obj, const 
 void decode_data(Decoder& d, const json& obj, const std::string& path, DataSpec& out) {
   if (!d.expect_object(obj, path)) return;
   d.reject_unknown(obj, path,
-                   {"source", "imageSize", "imageHeight", "imageWidth", "path", "volume", "decodeThreads", "prefetchBatches"});
+                   {"source", "imageSize", "imageHeight", "imageWidth", "sequenceLength", "path", "volume", "decodeThreads",
+                    "prefetchBatches"});
   d.read_enum(obj, path, "source", out.source);
   d.read_int(obj, path, "imageSize", bounds::kImageSize, out.image_size);
   d.read_int(obj, path, "imageHeight", bounds::kImageSize, out.image_height);
   d.read_int(obj, path, "imageWidth", bounds::kImageSize, out.image_width);
+  d.read_int(obj, path, "sequenceLength", bounds::kSequenceLength, out.sequence_length);
   const bool has_height = Decoder::find(obj, "imageHeight") != nullptr, has_width = Decoder::find(obj, "imageWidth") != nullptr;
   if (has_height != has_width) {
     d.fail(child(path, has_height ? "imageWidth" : "imageHeight"),
@@ -384,6 +386,14 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
   if (spec.model == Model::deeplabv3plus && spec.data.source == DataSource::imagefolder) {
     d.fail(child(data_path, "source"), "imagefolder is not allowed for deeplabv3plus: it trains on a label per pixel and "
                                        "imagefolder data has one per image; allowed: synthetic");
+  }
+  if (spec.model == Model::bert_base && spec.data.source == DataSource::imagefolder) {
+    d.fail(child(data_path, "source"), "imagefolder is not allowed for bert-base: it trains on token sequences (synthetic "
+                                       "pretraining data); allowed: synthetic");
+  }
+  if (spec.model != Model::bert_base && spec.data.sequence_length > 0) {
+    d.fail(child(data_path, "sequenceLength"), "only for a sequence model (bert-base); " +
+                                                   std::string(to_string(spec.model)) + " takes images (data.imageSize)");
   }
   if (spec.data.source == DataSource::imagefolder && spec.data.height() != spec.data.width()) {
     d.fail(child(data_path, "imageHeight"), "imagefolder crops are square: set imageSize, or use synthetic data for " +
@@ -875,6 +885,7 @@ json to_json(const BenchmarkRunSpec& spec) {
                  {"imageSize", spec.data.image_size},
                  {"decodeThreads", spec.data.decode_threads},
                  {"prefetchBatches", spec.data.prefetch_batches}};
+  if (spec.data.sequence_length > 0) out["data"]["sequenceLength"] = spec.data.sequence_length;
   if (spec.data.image_height > 0) {
     out["data"]["imageHeight"] = spec.data.image_height;
     out["data"]["imageWidth"] = spec.data.image_width;

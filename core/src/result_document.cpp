@@ -145,7 +145,9 @@ json to_json(const ResultDocument& doc) {
            {"modelFlopsPerSample", {{"forward", doc.flops_per_sample.forward}, {"training", doc.flops_per_sample.training}}},
            {"state", to_string(doc.state)},
            {"environment", environment_to_json(doc.environment)}};
-  if (doc.image_height > 0 && doc.image_width > 0 && doc.image_height != doc.image_width) {
+  if (doc.sequence_length > 0) {
+    out["sequenceLength"] = doc.sequence_length;
+  } else if (doc.image_height > 0 && doc.image_width > 0 && doc.image_height != doc.image_width) {
     out["imageHeight"] = doc.image_height;
     out["imageWidth"] = doc.image_width;
   } else {
@@ -175,7 +177,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   Decoder d;
   ResultDocument doc;
   if (!d.expect_object(document, "")) return d.finish(std::move(doc));
-  d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "imageHeight", "imageWidth", "devices", "globalBatchSize",
+  d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "imageHeight", "imageWidth", "sequenceLength", "devices", "globalBatchSize",
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
                                   "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "environment",
                                   "startTime", "endTime"});
@@ -193,6 +195,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   d.read_int(document, "", "imageSize", bounds::kImageSize, doc.image_size);
   d.read_int(document, "", "imageHeight", bounds::kImageSize, doc.image_height);
   d.read_int(document, "", "imageWidth", bounds::kImageSize, doc.image_width);
+  d.read_int(document, "", "sequenceLength", bounds::kSequenceLength, doc.sequence_length);
   if ((doc.image_height > 0) != (doc.image_width > 0)) {
     d.fail(doc.image_height > 0 ? "imageWidth" : "imageHeight", "required with the other side (imageHeight and imageWidth)");
   }

@@ -45,8 +45,13 @@ std::vector<std::string> case_arguments(const BenchmarkRun& run, const CaseSpec&
                                 "--learning-rate", real(o.learning_rate),
                                 "--momentum", real(o.momentum),
                                 "--weight-decay", real(o.weight_decay),
+                                "--optimizer", std::string(to_string(o.name)),
                                 "--communicator", how.communicator,
                                 "--run", run.metadata.name};
+  if (spec.model == Model::bert_base) {
+    args.push_back("--sequence-length");
+    args.push_back(std::to_string(sequence_length(spec.data)));
+  }
   if (spec.data.source == DataSource::imagefolder) {
     for (const std::string& a : {std::string("--data"), std::string("imagefolder"), std::string("--data-path"), spec.data.path,
                                  std::string("--decode-threads"), std::to_string(spec.data.decode_threads),
@@ -87,6 +92,7 @@ std::vector<std::pair<std::string, std::string>> command_environment(const Bench
           {"DLBENCH_IMAGE_SIZE", image_size_argument(spec.data)},
           {"DLBENCH_IMAGE_HEIGHT", std::to_string(spec.data.height())},
           {"DLBENCH_IMAGE_WIDTH", std::to_string(spec.data.width())},
+          {"DLBENCH_SEQUENCE_LENGTH", std::to_string(sequence_length(spec.data))},
           {"DLBENCH_DATA_SOURCE", std::string(to_string(spec.data.source))},
           {"DLBENCH_NODES", std::to_string(c.nodes)},
           {"DLBENCH_NODE_RANK", std::to_string(where.node_rank)},
@@ -103,6 +109,7 @@ std::vector<std::pair<std::string, std::string>> command_environment(const Bench
           {"DLBENCH_LEARNING_RATE", real(spec.optimizer.learning_rate)},
           {"DLBENCH_MOMENTUM", real(spec.optimizer.momentum)},
           {"DLBENCH_WEIGHT_DECAY", real(spec.optimizer.weight_decay)},
+          {"DLBENCH_OPTIMIZER", std::string(to_string(spec.optimizer.name))},
           {"MASTER_ADDR", where.master_addr},
           {"MASTER_PORT", std::to_string(where.master_port)},
           {"WORLD_SIZE", std::to_string(c.nodes)},

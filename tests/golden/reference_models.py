@@ -6,7 +6,15 @@ dilated (output stride 16), torchvision's ASPP with rates 6/12/18, the paper's d
 features projected to 48 channels, concatenated with the ASPP output upsampled to their size, two
 3x3 convolutions of 256, a 1x1 convolution to the classes) and bilinear upsampling to the input.
 Module names are dlbench's parameter names.
+
+BERT for pretraining (Devlin et al., 2019) in plain PyTorch, with HuggingFace's BertForPreTraining
+module names: post-LayerNorm encoder layers with erf GELU, the masked-LM head (transform, then the
+word embeddings as decoder weights plus a bias) on the masked positions only, and the pooler with
+the next-sentence classifier on the first token. Initialised as BERT is: N(0, 0.02) weights and
+embeddings, zero biases, LayerNorm 1 and 0.
 """
+import math
+
 import torch
 import torch.nn.functional as F
 import torchvision
@@ -39,6 +47,169 @@ class DeepLabV3Plus(nn.Module):
         return F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
 
 
+class BertConfig:
+    def __init__(self, vocabulary=30522, hidden=768, layers=12, heads=12, intermediate=3072, max_positions=512,
+                 token_types=2, dropout=0.1, epsilon=1e-12):
+        self.vocabulary, self.hidden, self.layers, self.heads = vocabulary, hidden, layers, heads
+        self.intermediate, self.max_positions, self.token_types = intermediate, max_positions, token_types
+        self.dropout, self.epsilon = dropout, epsilon
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.heads, self.head_size = c.heads, c.hidden // c.heads
+        self.query, self.key, self.value = (nn.Linear(c.hidden, c.hidden) for _ in range(3))
+        self.dropout = nn.Dropout(c.dropout)
+        self.scale = 1.0 / math.sqrt(self.head_size)
+
+    def split(self, x):  # (N, L, H) -> (N, heads, L, head size)
+        n, length, _ = x.shape
+        return x.view(n, length, self.heads, self.head_size).transpose(1, 2)
+
+    def forward(self, x):
+        q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
+        probabilities = self.dropout(torch.softmax(q @ k.transpose(-1, -2) * self.scale, dim=-1))
+        context = probabilities @ v
+        return context.transpose(1, 2).reshape(x.shape)
+
+
+class BertSelfOutput(nn.Module):  # also BertOutput: dense, dropout, residual, LayerNorm
+    def __init__(self, c, inputs):
+        super().__init__()
+        self.dense = nn.Linear(inputs, c.hidden)
+        self.LayerNorm = nn.LayerNorm(c.hidden, eps=c.epsilon)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def forward(self, x, residual):
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.self = BertSelfAttention(c)
+        self.output = BertSelfOutput(c, c.hidden)
+
+    def forward(self, x):
+        return self.output(self.self(x), x)
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden, c.intermediate)
+
+    def forward(self, x):
+        return F.gelu(self.dense(x))
+
+
+class BertLayer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.attention = BertAttention(c)
+        self.intermediate = BertIntermediate(c)
+        self.output = BertSelfOutput(c, c.intermediate)
+
+    def forward(self, x):
+        h = self.attention(x)
+        return self.output(self.intermediate(h), h)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(c) for _ in range(c.layers))
+
+    def forward(self, x):
+        for layer in self.layer:
+            x = layer(x)
+        return x
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(c.vocabulary, c.hidden)
+        self.position_embeddings = nn.Embedding(c.max_positions, c.hidden)
+        self.token_type_embeddings = nn.Embedding(c.token_types, c.hidden)
+        self.LayerNorm = nn.LayerNorm(c.hidden, eps=c.epsilon)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def forward(self, ids, types):
+        positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+        x = self.word_embeddings(ids) + self.position_embeddings(positions) + self.token_type_embeddings(types)
+        return self.dropout(self.LayerNorm(x))
+
+
+class BertPooler(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden, c.hidden)
+
+    def forward(self, x):
+        return torch.tanh(self.dense(x[:, 0]))
+
+
+class BertModel(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embeddings = BertEmbeddings(c)
+        self.encoder = BertEncoder(c)
+        self.pooler = BertPooler(c)
+
+
+class BertPredictionHeadTransform(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden, c.hidden)
+        self.LayerNorm = nn.LayerNorm(c.hidden, eps=c.epsilon)
+
+    def forward(self, x):
+        return self.LayerNorm(F.gelu(self.dense(x)))
+
+
+class BertLMPredictionHead(nn.Module):
+    def __init__(self, c, word_embeddings):
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(c)
+        self.decoder = nn.Linear(c.hidden, c.vocabulary, bias=False)
+        self.decoder.weight = word_embeddings.weight  # tied
+        self.bias = nn.Parameter(torch.zeros(c.vocabulary))
+
+    def forward(self, x):
+        return self.decoder(self.transform(x)) + self.bias
+
+
+class BertPreTrainingHeads(nn.Module):
+    def __init__(self, c, word_embeddings):
+        super().__init__()
+        self.predictions = BertLMPredictionHead(c, word_embeddings)
+        self.seq_relationship = nn.Linear(c.hidden, 2)
+
+
+class BertForPreTraining(nn.Module):
+    """forward(input_ids, token_type_ids, masked_positions) -> (masked-LM logits (N, P, vocabulary),
+    next-sentence logits (N, 2)); masked_positions (N, P) index each sequence's tokens."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        c = config or BertConfig()
+        self.bert = BertModel(c)
+        self.cls = BertPreTrainingHeads(c, self.bert.embeddings.word_embeddings)
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def forward(self, input_ids, token_type_ids, masked_positions):
+        states = self.bert.encoder(self.bert.embeddings(input_ids, token_type_ids))
+        index = masked_positions.unsqueeze(-1).expand(-1, -1, states.shape[-1])
+        masked = torch.gather(states, 1, index)
+        return self.cls.predictions(masked), self.cls.seq_relationship(self.bert.pooler(states))
+
+
 def forward_macs(net, height, width):
     """Multiply-accumulates of one sample's forward pass in its convolutions and linear layers."""
     total = [0]
@@ -60,6 +231,8 @@ def forward_macs(net, height, width):
 
 
 if __name__ == "__main__":
+    bert = BertForPreTraining()
+    print("bert-base parameters (the tied decoder once)", sum(p.numel() for p in bert.parameters()))
     net = DeepLabV3Plus()
     print("deeplabv3plus parameters", sum(p.numel() for p in net.parameters()))
     for h, w in ((512, 1024), (65, 97)):

@@ -14,10 +14,13 @@ struct ModelInfo {
   std::string description;  // "ResNet-50 v1.5 (torchvision resnet50)"
   std::int64_t default_image_size = 224;  // its height, and its width unless default_image_width says
   std::int64_t min_image_size = 32;       // of the height and of the width
-  std::int64_t classes = 1000;            // ImageNet's; Cityscapes' 19 for segmentation
+  std::int64_t classes = 1000;            // ImageNet's; Cityscapes' 19; a sequence model's vocabulary
   std::int64_t default_image_width = 0;   // 0: square
   // Segmentation: (N, classes, H, W) logits, one label per pixel (kIgnoreLabel for none).
   bool per_pixel_labels = false;
+  // A sequence model (BERT pretraining): token sequences instead of images, no image size.
+  bool sequences = false;
+  std::int64_t default_sequence_length = 0;
 
   std::int64_t default_height() const { return default_image_size; }
   std::int64_t default_width() const { return default_image_width > 0 ? default_image_width : default_image_size; }

@@ -9,6 +9,7 @@
 #include "layers/pool2d.hpp"
 #include "layers/relu.hpp"
 #include "models/architectures.hpp"
+#include "models/bert.hpp"
 #include "models/model.hpp"
 
 namespace dlbench::worker {
@@ -118,7 +119,10 @@ std::vector<ModelInfo> model_catalog() {
           // Cityscapes' 19 classes on its usual training crop, 512×1024 (height × width).
           {"deeplabv3plus",
            "DeepLabV3+ (ResNet-50 backbone, output stride 16, ASPP rates 6/12/18, decoder on layer1 features)", 512, 32,
-           19, 1024, true}};
+           19, 1024, true},
+          {"bert-base",
+           "BERT-base pretraining (12 layers, hidden 768, 12 heads; masked LM with tied decoder + next sentence)", 0, 0,
+           BertConfig{}.vocabulary, 0, false, true, 128}};
 }
 
 ModelInfo model_info(const std::string& name) {
@@ -136,6 +140,7 @@ std::unique_ptr<Sequential> build_model(const std::string& name, std::int64_t nu
   if (name == "alexnet") net = alexnet(num_classes);
   if (name == "inception_v3") net = inception_v3(num_classes);
   if (name == "deeplabv3plus") net = deeplabv3plus(num_classes);
+  if (name == "bert-base") net = bert_for_pretraining(BertConfig{});  // its vocabulary is its "classes"
   if (net) {
     name_parameters(*net);
     return net;

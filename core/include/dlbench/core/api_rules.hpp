@@ -38,6 +38,9 @@ inline constexpr IntBounds kBatchSizePerDevice{1, 65536};
 inline constexpr IntBounds kImageSize{32, 2048};
 // InceptionV3's auxiliary classifier (a 5×5 convolution on Mixed_6e's output) needs 299×299 images.
 inline constexpr int kInceptionV3MinImageSize = 299;
+// Tokens per sequence of a transformer (bert-base): its position table has 512 rows; 8 leaves
+// [CLS] A [SEP] B [SEP] room for the masked words.
+inline constexpr IntBounds kSequenceLength{8, 512};
 inline constexpr IntBounds kWarmupSteps{0, 100000};
 inline constexpr IntBounds kMeasureSteps{1, 1000000};
 inline constexpr IntBounds kRepeats{1, 1000};
@@ -67,6 +70,7 @@ inline constexpr std::size_t kMaxMetadataEntries = 4096;  // labels or annotatio
 
 namespace defaults {
 inline constexpr int kImageSize = 224;
+inline constexpr int kSequenceLength = 128;  // DLPerf's BERT phase 1
 inline constexpr int kWarmupSteps = 20;
 inline constexpr int kMeasureSteps = 100;
 inline constexpr int kRepeats = 7;

@@ -53,6 +53,8 @@ struct DataSpec {
   int image_width = 0;
   int height() const { return image_height > 0 ? image_height : image_size; }
   int width() const { return image_width > 0 ? image_width : image_size; }
+  // Tokens per sequence, for a sequence model (bert-base) only; 0: its default (128).
+  int sequence_length = 0;
   // imagefolder: the directory of class folders of JPEG files, the same absolute path on every
   // node (locally a directory; on Kubernetes where `volume` is mounted, or inside the image).
   std::string path;
@@ -83,6 +85,8 @@ std::string case_id(const CaseSpec& c);
 // The input size as dlbench-worker's --image-size takes it: "224", or "512x1024" (height x width).
 std::string image_size_argument(int height, int width);
 std::string image_size_argument(const DataSpec& data);
+// A sequence model's tokens per sequence: data.sequenceLength, or its default.
+int sequence_length(const DataSpec& data);
 
 struct Matrix {
   std::vector<int> nodes;

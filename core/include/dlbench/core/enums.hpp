@@ -10,7 +10,7 @@
 
 namespace dlbench {
 
-enum class Model { resnet50, resnet152, vgg16, alexnet, inception_v3, deeplabv3plus };
+enum class Model { resnet50, resnet152, vgg16, alexnet, inception_v3, deeplabv3plus, bert_base };
 enum class Engine { native, command };
 enum class DataSource { synthetic, imagefolder };
 // Where a real-data case spent its step: waiting for input, or computing.
@@ -18,7 +18,8 @@ enum class InputVerdict { input_bound, compute_bound };
 // fp32 disables TF32 so that it means what it says; amp = fp16 compute + loss scaling.
 enum class Precision { fp32, tf32, amp, bf16 };
 enum class Statistic { median, mean };
-enum class OptimizerName { sgd };
+// adamw: torch.optim.AdamW after clipping gradients to a global norm of 1 (BERT's recipe).
+enum class OptimizerName { sgd, adamw };
 enum class Phase { Pending, Running, Succeeded, Failed };
 enum class ConditionType { Ready, Progressing, Failed, Invalid };
 enum class ConditionStatus { True, False, Unknown };
@@ -37,13 +38,13 @@ struct EnumSpellings;
     static constexpr auto values = std::to_array<std::string_view>({__VA_ARGS__}); \
   }
 
-DLBENCH_ENUM_SPELLINGS(Model, "resnet50", "resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus");
+DLBENCH_ENUM_SPELLINGS(Model, "resnet50", "resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus", "bert-base");
 DLBENCH_ENUM_SPELLINGS(Engine, "native", "command");
 DLBENCH_ENUM_SPELLINGS(DataSource, "synthetic", "imagefolder");
 DLBENCH_ENUM_SPELLINGS(InputVerdict, "input-bound", "compute-bound");
 DLBENCH_ENUM_SPELLINGS(Precision, "fp32", "tf32", "amp", "bf16");
 DLBENCH_ENUM_SPELLINGS(Statistic, "median", "mean");
-DLBENCH_ENUM_SPELLINGS(OptimizerName, "sgd");
+DLBENCH_ENUM_SPELLINGS(OptimizerName, "sgd", "adamw");
 DLBENCH_ENUM_SPELLINGS(Phase, "Pending", "Running", "Succeeded", "Failed");
 DLBENCH_ENUM_SPELLINGS(ConditionType, "Ready", "Progressing", "Failed", "Invalid");
 DLBENCH_ENUM_SPELLINGS(ConditionStatus, "True", "False", "Unknown");

@@ -71,6 +71,7 @@ struct ResultDocument {
   int image_size = 224;  // square inputs ("imageSize")
   int image_height = 0;  // others: height × width ("imageHeight", "imageWidth"), overriding image_size
   int image_width = 0;
+  int sequence_length = 0;  // a sequence model's tokens per sequence ("sequenceLength"), instead of an image size
   int devices = 1;             // must equal case nodes × gpusPerNode
   long global_batch_size = 1;  // must equal batchSizePerDevice × devices
   Methodology methodology;
