@@ -16,7 +16,8 @@ WorkerMetrics::WorkerMetrics(const WorkerIdentity& id, int port) : global_batch_
             {"rank", std::to_string(id.rank)}})
       .set(1);
   throughput_ = &registry_.gauge("dlbench_worker_throughput_samples_per_second",
-                                 "Live throughput of the whole job from the last step: global batch / step time.")
+                                 "Live throughput of the whole job from the last step: global batch / step time. Samples are images, or "
+                                 "sequences for a sequence model (bert-base; its results say sequences/s).")
                      .add(labels_);
   repeat_throughput_ = &registry_
                             .gauge("dlbench_worker_repeat_throughput_samples_per_second",

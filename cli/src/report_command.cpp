@@ -139,6 +139,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
         line.label = s.label + " " + std::string(to_string(static_cast<Precision>(key.first))) + " bs" +
                      std::to_string(key.second);
         for (const auto& [devices, r] : by_devices) {
+          line.unit = r->throughput->unit;
           line.devices.push_back(devices);
           line.throughput.push_back(reported_value(r->throughput->summary, s.statistic));
           line.speedup.push_back(r->speedup ? *r->speedup : std::numeric_limits<double>::quiet_NaN());
@@ -203,7 +204,14 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
       }
       return "";
     };
-    const char* titles[] = {"throughput (samples/s)", "speed-up over 1x1", "scaling efficiency",
+    std::string unit = "samples/s";  // the results' own: sequences/s for a sequence model
+    for (const auto& src : sources) {
+      for (const auto& r : src.status.results) {
+        if (r.case_.precision == p && r.throughput) unit = r.throughput->unit;
+      }
+    }
+    const std::string throughput_title = "throughput (" + unit + ")";
+    const char* titles[] = {throughput_title.c_str(), "speed-up over 1x1", "scaling efficiency",
                             "time waiting for input, and the verdict"};
     bool real_data = false;
     for (const auto& src : sources) {

@@ -358,7 +358,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       }
       const double value = reported_value(reported.throughput->summary, spec.methodology.statistic);
       const CaseResult& stored = machine.status().results.back();  // with its speed-up, just derived
-      out << "  " << std::fixed << std::setprecision(2) << value << " samples/s (" << to_string(spec.methodology.statistic)
+      out << "  " << std::fixed << std::setprecision(2) << value << " " << reported.throughput->unit << " (" << to_string(spec.methodology.statistic)
           << " of " << reported.throughput->repeats.size() << ")";
       if (stored.speedup) {
         out << ", speed-up " << std::setprecision(2) << *stored.speedup << ", efficiency " << std::setprecision(0)

@@ -130,7 +130,7 @@ std::string render_scaling_svg(const std::vector<ScalingSeries>& series) {
   svg << std::fixed << std::setprecision(1);
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" font-family=\"DejaVu Sans, Arial, sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  axes(svg, left, ticks, throughput_step, "Throughput", "samples/s");
+  axes(svg, left, ticks, throughput_step, "Throughput", series.empty() ? "samples/s" : series.front().unit);
   axes(svg, right, ticks, speedup_step, "Speed-up over 1×1", "speed-up");
   // The ideal: speed-up equal to the number of devices.
   std::string ideal;

@@ -9,7 +9,8 @@ namespace dlbench::cli {
 struct ScalingSeries {
   std::string label;                 // "quickstart fp32 bs8"
   std::vector<int> devices;          // ascending
-  std::vector<double> throughput;    // samples/s
+  std::vector<double> throughput;    // in `unit`
+  std::string unit = "samples/s";    // "sequences/s" for a sequence model
   std::vector<double> speedup;       // NaN where there is no 1×1 baseline
 };
 

@@ -77,8 +77,11 @@ int run_validate(const ValidateOptions& options, std::ostream& out, std::ostream
       const auto& m = run.spec.methodology;
       out << label << ": valid\n";
       out << "  model " << to_string(run.spec.model) << ", engine " << to_string(run.spec.engine) << ", "
-          << to_string(run.spec.data.source) << " data at " << run.spec.data.height() << "x"
-          << run.spec.data.width() << "\n";
+          << to_string(run.spec.data.source) << " data "
+          << (run.spec.model == Model::bert_base
+                  ? "of " + std::to_string(sequence_length(run.spec.data)) + "-token sequences"
+                  : "at " + std::to_string(run.spec.data.height()) + "x" + std::to_string(run.spec.data.width()))
+          << ", optimizer " << to_string(run.spec.optimizer.name) << "\n";
       out << "  methodology: warm-up " << m.warmup_steps << " steps, measure " << m.measure_steps << " steps, "
           << m.repeats << " repeats, report the " << to_string(m.statistic) << "\n";
       if (!decoded.defaults.empty()) {

@@ -36,7 +36,6 @@ std::vector<std::string> case_arguments(const BenchmarkRun& run, const CaseSpec&
                                 "--model", std::string(to_string(spec.model)),
                                 "--backend", how.backend,
                                 "--batch-size", std::to_string(c.batch_size_per_device),
-                                "--image-size", image_size_argument(spec.data),
                                 "--precision", std::string(to_string(c.precision)),
                                 "--warmup-steps", std::to_string(m.warmup_steps),
                                 "--measure-steps", std::to_string(m.measure_steps),
@@ -48,10 +47,10 @@ std::vector<std::string> case_arguments(const BenchmarkRun& run, const CaseSpec&
                                 "--optimizer", std::string(to_string(o.name)),
                                 "--communicator", how.communicator,
                                 "--run", run.metadata.name};
-  if (spec.model == Model::bert_base) {
-    args.push_back("--sequence-length");
-    args.push_back(std::to_string(sequence_length(spec.data)));
-  }
+  // A sequence model's input is its sequence length; an image model's, its image size.
+  const bool sequences = spec.model == Model::bert_base;
+  args.push_back(sequences ? "--sequence-length" : "--image-size");
+  args.push_back(sequences ? std::to_string(sequence_length(spec.data)) : image_size_argument(spec.data));
   if (spec.data.source == DataSource::imagefolder) {
     for (const std::string& a : {std::string("--data"), std::string("imagefolder"), std::string("--data-path"), spec.data.path,
                                  std::string("--decode-threads"), std::to_string(spec.data.decode_threads),

@@ -1,9 +1,12 @@
 // One test per validation rule: the error names the field path and what is allowed.
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "../support/test_support.hpp"
 #include "dlbench/core/codec.hpp"
+#include "dlbench/core/worker_command.hpp"
 
 namespace dlbench {
 namespace {
@@ -77,12 +80,12 @@ TEST(Validation, SpecRequired) {
 
 TEST(Validation, Model) {
   EXPECT_THAT(errors_with({{"spec", {{"model", "resnet18"}}}}),
-              ElementsAre(R"(spec.model: "resnet18" is not one of resnet50, resnet152, vgg16, alexnet, inception_v3, deeplabv3plus)"));
+              ElementsAre(R"(spec.model: "resnet18" is not one of resnet50, resnet152, vgg16, alexnet, inception_v3, deeplabv3plus, bert-base)"));
   json doc = minimal_run();
   doc["spec"].erase("model");
   EXPECT_THAT(error_strings(doc),
               ElementsAre("spec.model: required; one of resnet50, resnet152, vgg16, alexnet, inception_v3, "
-                          "deeplabv3plus"));
+                          "deeplabv3plus, bert-base"));
 }
 
 TEST(Validation, InceptionV3NeedsImagesOf299PixelsOrMore) {
@@ -122,7 +125,43 @@ TEST(Validation, Data) {
               ElementsAre("spec.data.imageSize: expected an integer from 32 to 2048, got a number (224.5)"));
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"size", 224}}}}}}),
               ElementsAre("spec.data.size: unknown field; allowed fields: source, imageSize, imageHeight, "
-                          "imageWidth, path, volume, decodeThreads, prefetchBatches"));
+                          "imageWidth, sequenceLength, path, volume, decodeThreads, prefetchBatches"));
+}
+
+// A sequence model's length: bert-base only, 8 to 512, synthetic data; the worker gets it with
+// the optimizer, and the spec echoes it.
+TEST(Validation, SequenceLengthAndAdamW) {
+  const auto bert = [](json d) { return errors_with({{"spec", {{"model", "bert-base"}, {"data", std::move(d)}}}}); };
+  EXPECT_THAT(bert({{"sequenceLength", 512}}), IsEmpty());
+  EXPECT_THAT(bert({{"sequenceLength", 7}}), ElementsAre("spec.data.sequenceLength: 7 is out of range; allowed: 8 to 512"));
+  EXPECT_THAT(bert({{"source", "imagefolder"}, {"path", "/data/train"}}),
+              ElementsAre(HasSubstr("spec.data.source: imagefolder is not allowed for bert-base")));
+  EXPECT_THAT(errors_with({{"spec", {{"data", {{"sequenceLength", 128}}}}}}),
+              ElementsAre("spec.data.sequenceLength: only for a sequence model (bert-base); resnet50 takes images "
+                          "(data.imageSize)"));
+
+  json doc = minimal_run();
+  doc.merge_patch({{"spec", {{"model", "bert-base"}, {"data", {{"sequenceLength", 64}}},
+                             {"optimizer", {{"name", "adamw"}, {"learningRate", 1e-4}}}}}});
+  const auto run = decode_benchmark_run(doc);
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(sequence_length(run.value->spec.data), 64);
+  EXPECT_EQ(to_json(run.value->spec)["data"]["sequenceLength"], 64);
+  EXPECT_EQ(to_json(run.value->spec)["optimizer"]["name"], "adamw");
+  const std::vector<std::string> args = worker_arguments(*run.value, CaseSpec{1, 1, 8, Precision::fp32}, WorkerInvocation{});
+  const auto after = [&](const std::string& flag) {
+    const auto it = std::find(args.begin(), args.end(), flag);
+    return it != args.end() && it + 1 != args.end() ? *(it + 1) : std::string("(absent)");
+  };
+  EXPECT_EQ(after("--sequence-length"), "64");
+  EXPECT_EQ(after("--optimizer"), "adamw");
+  EXPECT_EQ(after("--image-size"), "(absent)");
+  json plain = minimal_run();
+  const auto image_run = decode_benchmark_run(plain);
+  ASSERT_TRUE(image_run.ok());
+  const std::vector<std::string> image_args =
+      worker_arguments(*image_run.value, CaseSpec{1, 1, 8, Precision::fp32}, WorkerInvocation{});
+  EXPECT_EQ(std::find(image_args.begin(), image_args.end(), "--sequence-length"), image_args.end());
 }
 
 // Cityscapes-like crops: height × width, both or neither, each within imageSize's bounds.
@@ -266,7 +305,7 @@ TEST(Validation, Methodology) {
 
 TEST(Validation, Optimizer) {
   EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"name", "adam"}}}}}}),
-              ElementsAre(R"(spec.optimizer.name: "adam" is not one of sgd)"));
+              ElementsAre(R"(spec.optimizer.name: "adam" is not one of sgd, adamw)"));
   EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"learningRate", 0}}}}}}),
               ElementsAre("spec.optimizer.learningRate: 0 is out of range; allowed: greater than 0 and at most 100"));
   EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"momentum", 1.0}}}}}}),

@@ -18,6 +18,7 @@ namespace dlbench {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Outcome {
   int exit_code = -1;
@@ -184,10 +185,38 @@ TEST(WorkerCli, DeepLabV3PlusRunsOnAHeightByWidthCrop) {
   EXPECT_THAT(folder.err, HasSubstr("--data imagefolder: deeplabv3plus trains on a label per pixel"));
 }
 
+// bert-base: sequences instead of images (its length in the result, sequences/s as the unit),
+// AdamW; image flags are refused for it and the sequence length for image models.
+TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
+  const Outcome o = worker("--model bert-base --sequence-length 16 --batch-size 2 --optimizer adamw "
+                           "--learning-rate 0.0001 --weight-decay 0.01 --warmup-steps 1 --measure-steps 1 --repeats 2");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const ResultDocument doc = decoded(o.out);
+  EXPECT_EQ(doc.model, Model::bert_base);
+  EXPECT_EQ(doc.sequence_length, 16);
+  ASSERT_TRUE(doc.throughput);
+  EXPECT_EQ(doc.throughput->unit, "sequences/s");
+  EXPECT_EQ(doc.throughput->repeats.size(), 2u);
+  EXPECT_THAT(o.out, Not(HasSubstr("imageSize")));
+  EXPECT_THAT(o.err, HasSubstr("sequence length 16, 110106428 parameters"));
+  const Outcome image = worker("--model bert-base --image-size 224");
+  EXPECT_EQ(image.exit_code, 2);
+  EXPECT_THAT(image.err, HasSubstr("--image-size: bert-base takes token sequences; use --sequence-length"));
+  const Outcome length = worker("--model resnet50 --sequence-length 128");
+  EXPECT_EQ(length.exit_code, 2);
+  EXPECT_THAT(length.err, HasSubstr("--sequence-length: resnet50 takes images"));
+  const Outcome too_long = worker("--model bert-base --sequence-length 513");
+  EXPECT_EQ(too_long.exit_code, 2);
+  EXPECT_THAT(too_long.err, HasSubstr("--sequence-length: 513 is out of range; allowed: 8 to 512"));
+  const Outcome folder = worker("--model bert-base --data imagefolder --data-path /nonexistent");
+  EXPECT_EQ(folder.exit_code, 2);
+  EXPECT_THAT(folder.err, HasSubstr("bert-base trains on synthetic token sequences"));
+}
+
 TEST(WorkerCli, BadInputExitsTwoNamingTheFlag) {
   const Outcome model = worker("--model resnet18");
   EXPECT_EQ(model.exit_code, 2);
-  EXPECT_THAT(model.err, HasSubstr("--model: \"resnet18\" is not one of resnet50, resnet152, vgg16, alexnet, inception_v3, deeplabv3plus"));
+  EXPECT_THAT(model.err, HasSubstr("--model: \"resnet18\" is not one of resnet50, resnet152, vgg16, alexnet, inception_v3, deeplabv3plus, bert-base"));
   const Outcome nan = worker("--learning-rate nan");
   EXPECT_EQ(nan.exit_code, 2);
   EXPECT_THAT(nan.err, HasSubstr("--learning-rate: nan is out of range; allowed: greater than 0 and at most 100"));
