@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""BERT-base pretraining on the CPU, dlbench-worker next to plain PyTorch 1.13 in one run: the same
+network (tests/golden/reference_models.py's BertForPreTraining: HuggingFace's layout, masked LM on
+the masked positions only, next sentence), batch, sequence length, threads, synthetic data and
+AdamW after global-norm clipping. Rounds alternate the engines (A B A B ...); each run is its own
+process (warm-up steps, then timed steps: sequences/s), its peak resident set from wait4().
+
+Where the time goes, from one more run of each after the rounds:
+  dlbench: ONEDNN_VERBOSE's per-primitive execution times, summed by kind (matmul and
+           inner_product are the matrix products); the rest of the step (dlbench's own loops:
+           embedding gather and scatter, dropout, loss, AdamW) is the wall time they do not cover;
+  PyTorch: torch.profiler's self CPU time of aten::addmm, aten::mm, aten::bmm against the step's.
+
+    bench/cpu_bert_vs_pytorch.py [--build build/default] [--batch 8] [--sequence-length 128]
+                                 [--rounds 3] [--warmup 1] [--measure 3]
+
+Needs /usr/bin/python3 with python3-torch. Prints a markdown section for bench/RESULTS.md.
+"""
+import argparse
+import collections
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from bench_process import machine, run_measured
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GOLDEN = os.path.join(HERE, "..", "tests", "golden")
+
+PYTORCH_STEP = r"""
+import math, sys, time, torch
+batch, length, warmup, measure, threads, profile = (int(a) for a in sys.argv[1:7])
+sys.path.insert(0, sys.argv[7])
+import reference_models
+torch.set_num_threads(threads)
+torch.manual_seed(42)
+model = reference_models.BertForPreTraining()
+model.train()
+vocabulary, predictions = 30522, (length * 15 + 99) // 100
+ids = torch.randint(999, vocabulary, (batch, length))
+types = (torch.arange(length) >= length // 2).long().expand(batch, length)
+positions = torch.stack([torch.randperm(length - 2)[:predictions].sort().values + 1 for _ in range(batch)])
+masked_tokens = torch.randint(999, vocabulary, (batch, predictions))
+nsp = torch.randint(0, 2, (batch,))
+groups = [{"params": [p for p in model.parameters() if p.dim() >= 2]},
+          {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+optimizer = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+def step():
+    optimizer.zero_grad(set_to_none=True)
+    mlm, next_sentence = model(ids, types, positions)
+    loss = (torch.nn.functional.cross_entropy(mlm.reshape(-1, vocabulary), masked_tokens.flatten())
+            + torch.nn.functional.cross_entropy(next_sentence, nsp))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+for _ in range(warmup):
+    step()
+if profile:
+    with torch.profiler.profile() as prof:
+        start = time.perf_counter()
+        for _ in range(measure):
+            step()
+        wall = time.perf_counter() - start
+    matmul = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in ("aten::addmm", "aten::mm", "aten::bmm"))
+    print(f"{wall} {matmul / 1e6}")
+else:
+    start = time.perf_counter()
+    for _ in range(measure):
+        step()
+    print(batch * measure / (time.perf_counter() - start))
+"""
+
+
+def worker_command(worker, args, output):
+    return [worker, "--model", "bert-base", "--batch-size", str(args.batch), "--sequence-length",
+            str(args.sequence_length), "--optimizer", "adamw", "--learning-rate", "0.0001", "--weight-decay", "0.01",
+            "--threads", str(args.threads), "--warmup-steps", str(args.warmup), "--measure-steps", str(args.measure),
+            "--repeats", "1", "--output", output]
+
+
+def dlbench(worker, args, work):
+    output = os.path.join(work, "result.json")
+    _, rss = run_measured(worker_command(worker, args, output))
+    with open(output) as f:
+        result = json.load(f)
+    if result["state"] != "Succeeded":
+        sys.exit(f"dlbench-worker: {result.get('reason')}: {result.get('message')}")
+    return result["throughput"]["median"], rss
+
+
+def pytorch(python, args, profile=False):
+    out, rss = run_measured([python, "-c", PYTORCH_STEP, str(args.batch), str(args.sequence_length), str(args.warmup),
+                             str(args.measure), str(args.threads), "1" if profile else "0", GOLDEN])
+    return out.strip().splitlines()[-1], rss
+
+
+def dlbench_time_split(worker, args, work):
+    """(measured seconds, seconds in oneDNN by primitive kind) of one verbose run's timed steps."""
+    output = os.path.join(work, "verbose.json")
+    env = dict(os.environ, ONEDNN_VERBOSE="1")
+    done = subprocess.run(worker_command(worker, args, output), capture_output=True, text=True, env=env, check=True)
+    executions = [line.split(",") for line in done.stdout.splitlines() if line.startswith("onednn_verbose,exec,")]
+    with open(output) as f:
+        result = json.load(f)
+    steps = args.warmup + args.measure
+    # The timed steps are the last `measure` of the run's steps; every step executes the same
+    # primitives, so they are the last measure/steps of the executions.
+    timed = executions[len(executions) - len(executions) * args.measure // steps:]
+    by_kind = collections.Counter()
+    for fields in timed:
+        by_kind[fields[3]] += float(fields[-1]) / 1e3  # milliseconds
+    measured = args.batch * args.measure / result["throughput"]["median"]
+    return measured, by_kind
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build/default")
+    parser.add_argument("--python", default="/usr/bin/python3")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--measure", type=int, default=3)
+    args = parser.parse_args()
+    worker = os.path.join(args.build, "bin", "dlbench-worker")
+
+    rows = {"dlbench-worker fp32": ([], []), "PyTorch 1.13 fp32 (plain BertForPreTraining)": ([], [])}
+    with tempfile.TemporaryDirectory(prefix="dlbench-bench-") as work:
+        for round_ in range(args.rounds):
+            speed, rss = dlbench(worker, args, work)
+            rows["dlbench-worker fp32"][0].append(speed)
+            rows["dlbench-worker fp32"][1].append(rss)
+            out, rss = pytorch(args.python, args)
+            rows["PyTorch 1.13 fp32 (plain BertForPreTraining)"][0].append(float(out))
+            rows["PyTorch 1.13 fp32 (plain BertForPreTraining)"][1].append(rss)
+            print(f"round {round_ + 1}: dlbench {speed:.2f}, PyTorch {float(out):.2f} sequences/s", file=sys.stderr)
+        measured, by_kind = dlbench_time_split(worker, args, work)
+        torch_wall, torch_matmul = (float(v) for v in pytorch(args.python, args, profile=True)[0].split())
+
+    print(f"### bert-base on the CPU, dlbench-worker vs PyTorch — {datetime.date.today().isoformat()}\n")
+    print(f"Machine: {machine()}, {args.threads} threads each. Sequence length {args.sequence_length}, "
+          f"batch {args.batch}, AdamW after clipping, fp32.")
+    print(f"Command: `bench/cpu_bert_vs_pytorch.py --batch {args.batch} --sequence-length {args.sequence_length} "
+          f"--rounds {args.rounds} --warmup {args.warmup} --measure {args.measure}` (rounds alternate the engines; "
+          f"medians over the rounds).\n")
+    print(f"| configuration | sequences/s, median (min–max) | peak RSS GiB |")
+    print("|---|---|---|")
+    for name, (speeds, rss) in rows.items():
+        print(f"| {name} | {statistics.median(speeds):.2f} ({min(speeds):.2f}–{max(speeds):.2f}) | "
+              f"{statistics.median(rss) / 2**30:.2f} |")
+    mine, theirs = (statistics.median(v[0]) for v in rows.values())
+    print(f"\n- dlbench-worker {mine / theirs:.2f}× PyTorch's speed.")
+    matmul = by_kind["matmul"] + by_kind["inner_product"]
+    onednn = sum(by_kind.values())
+    print(f"- dlbench's timed steps ({measured:.2f} s, one verbose run): matrix products (oneDNN matmul and "
+          f"inner_product) {100 * matmul / measured:.0f}%, other oneDNN primitives {100 * (onednn - matmul) / measured:.0f}% "
+          f"({', '.join(f'{k} {100 * v / measured:.0f}%' for k, v in by_kind.most_common() if k not in ('matmul', 'inner_product'))}), "
+          f"dlbench's own loops and the rest {100 * (measured - onednn) / measured:.0f}%.")
+    print(f"- PyTorch's timed steps ({torch_wall:.2f} s, profiled): aten::addmm/mm/bmm {100 * torch_matmul / torch_wall:.0f}%.")
+
+
+if __name__ == "__main__":
+    main()
