@@ -48,7 +48,7 @@ std::vector<float> download(Backend& backend, const Tensor& t) {
   return from_layout(decode(bytes.data(), static_cast<std::size_t>(t.numel()), t.dtype), t.shape, t.layout);
 }
 
-Tensor Trainer::setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
+void Trainer::setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
                               const std::function<std::int64_t(const Tensor&)>& label_count_for_output) {
   if (const auto why = backend_.cannot_compute(activations)) throw std::invalid_argument(*why);
   std::vector<Parameter*> params;
@@ -69,7 +69,6 @@ Tensor Trainer::setup_network(const Shape& input, DType input_dtype, DType activ
   arena_.request(labels_storage_);
   arena_.commit(backend_, reuse);
   network_->reset_state(backend_);
-  return logits;
 }
 
 Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,

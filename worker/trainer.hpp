@@ -127,7 +127,7 @@ class Trainer {
   // it), the labels block and the memory plan;
   // what the network outputs decides the number of labels (label_count_for_output, which
   // throws for an output the trainer cannot train).
-  Tensor setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
+  void setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
                        const std::function<std::int64_t(const Tensor&)>& label_count_for_output);
   void forward_and_loss();
   void queue_gradients();  // forward, loss, backward, the hook and unscaling; waits for nothing else

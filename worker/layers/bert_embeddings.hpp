@@ -71,25 +71,22 @@ class BertEmbeddings final : public Layer {
     backward_only(ctx, dnormed_, t);
     dsum_ = matrix(rows, hidden_, dtype_);
     backward_only(ctx, dsum_, t);
-    // Position ids 0, 1, …, tokens − 1 for every sequence: constant, filled once.
-    positions_ = ctx.backend.allocate(static_cast<std::size_t>(rows) * sizeof(std::int32_t));
-    std::vector<std::int32_t> host(static_cast<std::size_t>(rows));
-    for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<std::int32_t>(static_cast<std::int64_t>(i) % layout_.tokens);
-    ctx.backend.copy_from_host(positions_.get(), host.data(), host.size() * sizeof(std::int32_t));
+    // Position ids 0, 1, …, tokens − 1 for every sequence.
+    positions_.fill(ctx.backend, rows, [&](std::int64_t i) { return i % layout_.tokens; });
     return y_;
   }
 
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
     if (ctx.labels == nullptr) throw std::logic_error("BertEmbeddings: the step has no labels block");
     ids_ = x.as<std::int32_t>();
+    types_ = ctx.labels + layout_.token_types();
     const std::int64_t rows = layout_.sequences * layout_.tokens;
     Backend& b = ctx.backend;
     b.gather_rows(word_.value, ids_, rows, sum_, false);
-    b.gather_rows(position_.value, positions(), rows, sum_, true);
-    b.gather_rows(token_type_.value, ctx.labels + layout_.token_types(), rows, sum_, true);
+    b.gather_rows(position_.value, positions_.get(), rows, sum_, true);
+    b.gather_rows(token_type_.value, types_, rows, sum_, true);
     norm_.forward(sum_, normed_);
     dropout_.forward(normed_, y_, ctx);
-    types_ = ctx.labels + layout_.token_types();
     return y_;
   }
 
@@ -101,7 +98,7 @@ class BertEmbeddings final : public Layer {
     if (!decoder_writes_word_gradient_) b.fill_zero(word_.grad);
     b.scatter_add_rows(dsum_, ids_, rows, word_.grad);
     b.fill_zero(position_.grad);
-    b.scatter_add_rows(dsum_, positions(), rows, position_.grad);
+    b.scatter_add_rows(dsum_, positions_.get(), rows, position_.grad);
     b.fill_zero(token_type_.grad);
     b.scatter_add_rows(dsum_, types_, rows, token_type_.grad);
     ctx.notify({&word_, &position_, &token_type_});
@@ -111,8 +108,6 @@ class BertEmbeddings final : public Layer {
   double forward_macs_per_sample() const override { return 0.0; }
 
  private:
-  const std::int32_t* positions() const { return static_cast<const std::int32_t*>(positions_.get()); }
-
   std::int64_t hidden_, max_positions_;
   PretrainingBatchLayout layout_;
   DType dtype_ = DType::fp32;
@@ -120,7 +115,7 @@ class BertEmbeddings final : public Layer {
   LayerNorm norm_;
   DropoutSite dropout_;
   bool decoder_writes_word_gradient_ = false;
-  std::shared_ptr<void> positions_;
+  ConstantRows positions_;
   const std::int32_t* ids_ = nullptr;
   const std::int32_t* types_ = nullptr;
   Tensor sum_, normed_, y_, dnormed_, dsum_, no_gradient_;

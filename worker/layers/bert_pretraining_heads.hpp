@@ -85,10 +85,7 @@ class BertPretrainingHeads final : public Layer {
     dx_ = matrix(input.shape.n(), hidden_, dtype);
     ctx.request_input_grad(dx_, t.mirrored());
     // Rows of each sequence's first token ([CLS]): 0, tokens, 2 · tokens, …
-    first_rows_ = b.allocate(static_cast<std::size_t>(n) * sizeof(std::int32_t));
-    std::vector<std::int32_t> host(static_cast<std::size_t>(n));
-    for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<std::int32_t>(static_cast<std::int64_t>(i) * layout_.tokens);
-    b.copy_from_host(first_rows_.get(), host.data(), host.size() * sizeof(std::int32_t));
+    first_rows_.fill(b, n, [&](std::int64_t i) { return i * layout_.tokens; });
     return y_;
   }
 
@@ -106,7 +103,7 @@ class BertPretrainingHeads final : public Layer {
                             LossTerm{1.0f, ctx.loss_terms > 0});
     ++ctx.loss_terms;
 
-    b.gather_rows(x, first_rows(), n, first_states_, false);
+    b.gather_rows(x, first_rows_.get(), n, first_states_, false);
     pooler_.forward(first_states_, pooler_in_);
     tanh_->forward(pooler_in_, pooled_);
     next_sentence_.forward(pooled_, y_);
@@ -129,7 +126,7 @@ class BertPretrainingHeads final : public Layer {
     transform_.backward(masked_states_, dtransformed_, &dmasked_states_, ctx);
     b.fill_zero(dx_);
     b.scatter_add_rows(dmasked_states_, masked_rows_, masked, dx_);
-    b.scatter_add_rows(dfirst_states_, first_rows(), n, dx_);
+    b.scatter_add_rows(dfirst_states_, first_rows_.get(), n, dx_);
     return dx_;
   }
 
@@ -142,8 +139,6 @@ class BertPretrainingHeads final : public Layer {
   }
 
  private:
-  const std::int32_t* first_rows() const { return static_cast<const std::int32_t*>(first_rows_.get()); }
-
   std::int64_t hidden_, vocabulary_;
   BertEmbeddings& embeddings_;
   PretrainingBatchLayout layout_;
@@ -153,7 +148,7 @@ class BertPretrainingHeads final : public Layer {
   Parameter decoder_bias_;
   std::unique_ptr<LinearOp> decoder_;
   std::unique_ptr<ActivationOp> gelu_, tanh_;
-  std::shared_ptr<void> first_rows_;
+  ConstantRows first_rows_;
   const std::int32_t* masked_rows_ = nullptr;
   Tensor masked_states_, transformed_, activated_, normed_, first_states_, pooler_in_, pooled_;
   Tensor lm_logits_, dlm_logits_, y_;

@@ -31,6 +31,23 @@ inline void backward_only(SetupContext& ctx, Tensor& t, Tick tick) {
   ctx.arena.read(t, tick.mirrored());
 }
 
+// A constant int32 index array on the device, rows[i] = row_of(i) for i < count, filled once at
+// setup: the rows an embedding or a gather reads every step (position ids, first tokens).
+class ConstantRows {
+ public:
+  template <typename RowOf>
+  void fill(Backend& backend, std::int64_t count, RowOf row_of) {
+    std::vector<std::int32_t> host(static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<std::int32_t>(row_of(static_cast<std::int64_t>(i)));
+    memory_ = backend.allocate(host.size() * sizeof(std::int32_t));
+    backend.copy_from_host(memory_.get(), host.data(), host.size() * sizeof(std::int32_t));
+  }
+  const std::int32_t* get() const { return static_cast<const std::int32_t*>(memory_.get()); }
+
+ private:
+  std::shared_ptr<void> memory_;
+};
+
 // y = x Wᵀ + b with W (out, in) as torch.nn.Linear, BERT's initialisation N(0, std²) and zero bias.
 class Dense {
  public:
