@@ -56,8 +56,8 @@ constexpr int kExitFailed = 1;
 constexpr const char* kUsage = R"(dlbench-worker — train a model on synthetic or real data and measure it
 
 Usage: dlbench-worker [options]
-  --model NAME            resnet50 | resnet152 | vgg16 | alexnet | inception_v3 | deeplabv3plus
-                          (default resnet50)
+  --model NAME            resnet50 | resnet152 | vgg16 | alexnet | inception_v3 | deeplabv3plus |
+                          bert-base (--list-models says what each is)     (default resnet50)
   --backend NAME          cpu | cuda (when built with CUDA)                (default cpu)
   --batch-size N          samples per device and step, >= 1              (default 32)
   --image-size N|HxW      input size in pixels, square or height x width (default: the model's:

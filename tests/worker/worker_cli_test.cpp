@@ -230,9 +230,20 @@ TEST(WorkerCli, BadInputExitsTwoNamingTheFlag) {
   EXPECT_EQ(worker("--image-size abc").exit_code, 2);
   EXPECT_EQ(worker("--model alexnet --image-size 32").exit_code, 2);
   EXPECT_EQ(worker("--frobnicate 1").exit_code, 2);
+}
+
+// Every model the API admits is named by --help and described by --list-models.
+TEST(WorkerCli, HelpAndListModelsNameEveryModelOfTheApi) {
+  const Outcome help = worker("--help");
   const Outcome list = worker("--list-models");
-  EXPECT_EQ(list.exit_code, 0);
-  EXPECT_THAT(list.out, HasSubstr("resnet152"));
+  ASSERT_EQ(help.exit_code, 0);
+  ASSERT_EQ(list.exit_code, 0);
+  const std::string lines = "\n" + list.out;  // a model's line starts with its name
+  for (const std::string_view name : EnumSpellings<Model>::values) {
+    const std::string model(name);
+    EXPECT_THAT(help.out, HasSubstr(" " + model + " ")) << "--help does not name " << model;
+    EXPECT_THAT(lines, HasSubstr("\n" + model + " ")) << "--list-models does not list " << model;
+  }
 }
 
 // --record-step writes a safetensors record; --init-from takes weights files only: a record (its
