@@ -58,7 +58,8 @@ Controller::Controller(KubeClient& client, ControllerOptions options) : client_(
   cases_running_ = &registry_.gauge("dlbench_operator_cases_running", "Runs holding a case slot (Running).").add({});
   runs_by_phase_ = &registry_.gauge("dlbench_operator_runs", "BenchmarkRuns by phase (1 for the run's phase).");
   case_throughput_ = &registry_.gauge("dlbench_case_throughput_samples_per_second",
-                                      "Reported throughput of a finished case (median unless the run says mean).");
+                                      "Reported throughput of a finished case (median unless the run says mean), in the "
+                                      "`unit` label's samples (samples/s: images; sequences/s: bert-base's sequences).");
   case_speedup_ = &registry_.gauge("dlbench_case_speedup", "Speed-up of a finished case over its 1x1 case.");
   case_efficiency_ = &registry_.gauge("dlbench_case_scaling_efficiency", "Speed-up / devices of a finished case.");
   case_devices_ = &registry_.gauge("dlbench_case_devices", "Devices (ranks) of a finished case: nodes x gpusPerNode.");
@@ -393,7 +394,9 @@ void Controller::record_metrics(const std::string& ns, const std::string& name, 
     }
     if (r.state != CaseState::Succeeded || !r.throughput) continue;
     case_devices_->add(labels).set(r.case_.devices());
-    case_throughput_->add(labels).set(reported_value(r.throughput->summary, statistic));
+    metrics::Labels with_unit = labels;
+    with_unit["unit"] = r.throughput->unit;
+    case_throughput_->add(with_unit).set(reported_value(r.throughput->summary, statistic));
     if (r.speedup) case_speedup_->add(labels).set(*r.speedup);
     if (r.scaling_efficiency) case_efficiency_->add(labels).set(*r.scaling_efficiency);
   }

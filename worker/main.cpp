@@ -767,7 +767,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     try {
       live = std::make_unique<WorkerMetrics>(
           WorkerIdentity{o.run, case_id(doc.case_), o.model, o.precision, o.backend, comm.name(), DLBENCH_VERSION,
-                         backend != nullptr ? backend->version_info() : "", comm.rank(), doc.global_batch_size},
+                         backend != nullptr ? backend->version_info() : "", comm.rank(), doc.global_batch_size, unit},
           port);
       std::cerr << "dlbench-worker rank " << comm.rank() << ": metrics on port " << live->port() << "\n";
     } catch (const std::exception& e) {

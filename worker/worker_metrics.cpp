@@ -15,14 +15,17 @@ WorkerMetrics::WorkerMetrics(const WorkerIdentity& id, int port) : global_batch_
             {"libraries", id.library_versions},
             {"rank", std::to_string(id.rank)}})
       .set(1);
+  // Samples are images, or sequences for a sequence model: the `unit` label says which, as the
+  // result's throughput.unit does (Prometheus names carry base units only, so the name stays).
   throughput_ = &registry_.gauge("dlbench_worker_throughput_samples_per_second",
-                                 "Live throughput of the whole job from the last step: global batch / step time. Samples are images, or "
-                                 "sequences for a sequence model (bert-base; its results say sequences/s).")
-                     .add(labels_);
+                                 "Live throughput of the whole job from the last step: global batch / step time, in the "
+                                 "`unit` label's samples (samples/s: images; sequences/s: bert-base's sequences).")
+                     .add(labels_with("unit", id.throughput_unit));
   repeat_throughput_ = &registry_
                             .gauge("dlbench_worker_repeat_throughput_samples_per_second",
-                                   "Throughput of the last finished repeat, as the methodology computes it.")
-                            .add(labels_);
+                                   "Throughput of the last finished repeat, as the methodology computes it, in the `unit` "
+                                   "label's samples.")
+                            .add(labels_with("unit", id.throughput_unit));
   step_seconds_ = &registry_
                        .histogram("dlbench_worker_step_seconds", "Wall time of training steps, warm-up included.",
                                   metrics::exponential_buckets(0.001, 2.0, 18))

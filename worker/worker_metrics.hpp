@@ -14,6 +14,8 @@ struct WorkerIdentity {
   std::string run, case_id, model, precision, backend, communicator, version, library_versions;
   int rank = 0;
   long global_batch_size = 1;
+  // The throughput's unit, as the result says it: "samples/s", or "sequences/s" for a sequence model.
+  std::string throughput_unit = "samples/s";
 };
 
 class WorkerMetrics {

@@ -96,7 +96,7 @@ TEST(PrometheusScrape, WorkerSeriesArriveWithSaneValues) {
   EXPECT_EQ(query(prometheus_port, "up{job=\"dlbench-worker\"}"), 1.0);
   EXPECT_EQ(query(prometheus_port, "dlbench_worker_info{backend=\"cpu\"}"), 1.0);
   EXPECT_EQ(query(prometheus_port, "dlbench_worker_steps_total{phase=\"warmup\"}"), 2.0);
-  EXPECT_GT(query(prometheus_port, "dlbench_worker_throughput_samples_per_second{model=\"resnet50\",case=\"1x1-bs1-fp32\"}"), 0.0);
+  EXPECT_GT(query(prometheus_port, "dlbench_worker_throughput_samples_per_second{model=\"resnet50\",case=\"1x1-bs1-fp32\",unit=\"samples/s\"}"), 0.0);
   EXPECT_GT(query(prometheus_port, "dlbench_worker_step_seconds_count"), 4.0);
   const double mean_step = query(prometheus_port, "dlbench_worker_step_seconds_sum / dlbench_worker_step_seconds_count");
   EXPECT_GT(mean_step, 0.0);

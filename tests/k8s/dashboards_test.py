@@ -250,6 +250,10 @@ class DashboardsTest(unittest.TestCase):
         self.assertAlmostEqual(float(speedup[LIVE_CASE]), results[LIVE_CASE]["speedup"], places=6)
         failed = self.instant('max by (reason) (dlbench_case_failed{namespace="default", run="dash"})')
         self.assertEqual(list(failed), ["OOMKilled"])
+        # The throughput series name their unit as the results do (images: samples/s).
+        for metric in ("dlbench_case_throughput_samples_per_second", "dlbench_worker_throughput_samples_per_second"):
+            units = self.get("/api/v1/label/unit/values", **{"match[]": metric + '{run="dash"}'})["data"]
+            self.assertEqual(units, [results[LIVE_CASE]["throughput"]["unit"]], metric)
 
     # --- Prometheus's HTTP API --------------------------------------------------------------
     def get(self, path, **params):
@@ -286,6 +290,10 @@ class DashboardsTest(unittest.TestCase):
             return f"query error: {answer and answer.get('error')} in {expr}"
         if not answer["data"]["result"]:
             return f"no data for {expr}"
+        # A legend's {{label}} must be a label the query keeps, or Grafana shows it empty.
+        for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")):
+            if any(label not in series["metric"] for series in answer["data"]["result"]):
+                return f"legend {{{{{label}}}}} is not a label of every series of {expr}"
         return None
 
     def label_values(self, query):

@@ -98,7 +98,7 @@ class EndToEnd(unittest.TestCase):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
             metrics = r.read().decode()
         self.assertIn('dlbench_case_throughput_samples_per_second{case="1x2-bs8-fp32",namespace="default",'
-                      'run="quickstart"}', metrics)
+                      'run="quickstart",unit="samples/s"}', metrics)
         # The operator's exposition passes Prometheus's own linter.
         lint = subprocess.run(["promtool", "check", "metrics"], input=metrics, capture_output=True, text=True)
         self.assertEqual(lint.returncode, 0, lint.stdout + lint.stderr)
