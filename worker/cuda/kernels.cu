@@ -5,20 +5,10 @@
 #include "bilinear_taps.hpp"
 #include "dropout_mask.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/kernel_launch.cuh"
 
 namespace dlbench::worker::kernels {
 namespace {
-
-constexpr int kThreads = 256;
-
-// Grid-stride launches: enough blocks to fill the GPU, never more than the work needs.
-unsigned blocks_for(std::int64_t n) {
-  const std::int64_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::clamp<std::int64_t>(wanted, 1, 65535));
-}
-
-#define DLBENCH_GRID_STRIDE(i, n) \
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
 __global__ void relu_forward_kernel(const float* x, float* y, std::int64_t n) {
   DLBENCH_GRID_STRIDE(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
@@ -250,14 +240,6 @@ __global__ void column_sums_kernel(const float* dy, float* sums, int rows, int c
 }
 
 }  // namespace
-
-#define DLBENCH_LAUNCH(kernel, n, stream, ...)                                  \
-  do {                                                                         \
-    if ((n) > 0) {                                                             \
-      kernel<<<blocks_for(n), kThreads, 0, (stream)>>>(__VA_ARGS__);           \
-      DLBENCH_CUDA_CHECK(cudaGetLastError());                                  \
-    }                                                                          \
-  } while (false)
 
 void relu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream) {
   DLBENCH_LAUNCH(relu_forward_kernel, n, stream, x, y, n);
