@@ -1,6 +1,7 @@
 // The self-test: the backend this worker trains on, checked against the CPU backend in fp32
 // (oneDNN, the reference), op by op and over a few training steps, for each precision it can
-// run; then the loss scaler's skip on an injected inf, a replayed step graph against the eager
+// run (the transformer's encoder layer and a few AdamW steps of a small BERT too, where the backend
+// has transformer ops); then AdamW's update, the loss scaler's skip on an injected inf, a replayed step graph against the eager
 // step (where the backend captures), and the communicator's collectives across every rank.
 // It is how the GPU tests travel: `dlbench-worker --self-test` runs it on the user's GPUs, a
 // BenchmarkRun's spec.preflight before its first case.
@@ -44,8 +45,9 @@ struct LayerOutcome {
   DType y_dtype = DType::fp32, dx_dtype = DType::fp32;
   std::vector<DType> grad_dtypes;
 };
+// `tokens_per_sequence`: for a layer of a sequence model, whose input is (sequences · tokens, features).
 LayerOutcome run_layer_once(Backend& backend, Layer& layer, const Shape& input, DType dtype, std::uint64_t seed,
-                            bool exact_inputs);
+                            bool exact_inputs, std::int64_t tokens_per_sequence = 0);
 
 enum class CheckOutcome { passed, failed, skipped };
 std::string_view to_string(CheckOutcome outcome);

@@ -1,5 +1,5 @@
-// The CUDA backend against the CPU backend (oneDNN), op by op on random inputs, and a whole
-// ResNet-50 over ten training steps. Skips, saying why, where there is no GPU.
+// The CUDA backend against the CPU backend (oneDNN), op by op on random inputs, a whole
+// ResNet-50 over ten training steps, and a small BERT over ten AdamW steps. Skips, saying why, where there is no GPU.
 //
 // Error measure: max |gpu - cpu| / max |cpu| over the output (norm-wise relative error).
 // Bounds: fp32 1e-5 for single ops (both sides round each product once; the sums differ in
@@ -16,6 +16,7 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "models/bert.hpp"
 #include "models/model.hpp"
 #include "self_test.hpp"
 #include "trainer.hpp"
@@ -351,6 +352,139 @@ TEST_F(CudaBackendTest, AStepReplayedAsAGraphTrainsLikeTheEagerStep) {
   EXPECT_TRUE(graphed.step_graph_active());
 }
 
+// Attention's batched matmuls in every transpose combination, with alpha, against oneDNN.
+TEST_F(CudaBackendTest, BatchedMatmulsMatchTheCpu) {
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      const BatchedMatmulConfig c{6, 12, 16, 8, ta, tb, 0.35f};
+      auto a = pair(Shape(c.batch * c.m * c.k), false, 41), b = pair(Shape(c.batch * c.k * c.n), false, 42);
+      auto out = zeros(Shape(c.batch * c.m * c.n), false);
+      cpu_->make_batched_matmul(c)->run(a.cpu(), b.cpu(), out.cpu());
+      gpu_->make_batched_matmul(c)->run(a.gpu(), b.gpu(), out.gpu());
+      gpu_->synchronize();
+      EXPECT_LT(out.error(), 1e-5) << "transpose A " << ta << ", B " << tb;
+    }
+  }
+}
+
+// Layer norm, softmax, GELU, tanh, the axis swap and embedding rows (repeated rows included),
+// forward and backward, against the CPU backend.
+TEST_F(CudaBackendTest, TransformerOpsMatchTheCpu) {
+  const std::int64_t rows = 24, features = 96;
+  const Shape matrix(rows, features);
+  auto x = pair(matrix, false, 51), dy = pair(matrix, false, 52), y = zeros(matrix, false), dx = zeros(matrix, false);
+  auto gamma = pair(Shape(features), false, 53), beta = pair(Shape(features), false, 54);
+  auto mean = zeros(Shape(rows), false), variance = zeros(Shape(rows), false);
+  auto dgamma = zeros(Shape(features), false), dbeta = zeros(Shape(features), false);
+  const LayerNormConfig norm{rows, features, 1e-12f};
+  auto cpu_norm = cpu_->make_layer_norm(norm);
+  auto gpu_norm = gpu_->make_layer_norm(norm);
+  cpu_norm->forward(x.cpu(), gamma.cpu(), beta.cpu(), y.cpu(), mean.cpu(), variance.cpu());
+  gpu_norm->forward(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), mean.gpu(), variance.gpu());
+  cpu_norm->backward(x.cpu(), dy.cpu(), gamma.cpu(), beta.cpu(), mean.cpu(), variance.cpu(), dx.cpu(), dgamma.cpu(),
+                     dbeta.cpu());
+  gpu_norm->backward(x.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), mean.gpu(), variance.gpu(), dx.gpu(), dgamma.gpu(),
+                     dbeta.gpu());
+  gpu_->synchronize();
+  EXPECT_LT(y.error(), 1e-5) << "layer norm";
+  EXPECT_LT(variance.error(), 1e-5) << "layer norm variance";
+  EXPECT_LT(dx.error(), 1e-5) << "layer norm dx";
+  EXPECT_LT(dgamma.error(), 1e-5) << "layer norm dgamma";
+  EXPECT_LT(dbeta.error(), 1e-5) << "layer norm dbeta";
+
+  auto cpu_softmax = cpu_->make_softmax(rows, features, DType::fp32);
+  auto gpu_softmax = gpu_->make_softmax(rows, features, DType::fp32);
+  cpu_softmax->forward(x.cpu(), y.cpu());
+  gpu_softmax->forward(x.gpu(), y.gpu());
+  cpu_softmax->backward(y.cpu(), dy.cpu(), dx.cpu());
+  gpu_softmax->backward(y.gpu(), dy.gpu(), dx.gpu());
+  gpu_->synchronize();
+  EXPECT_LT(y.error(), 1e-5) << "softmax";
+  EXPECT_LT(dx.error(), 1e-5) << "softmax dx";
+
+  for (const ActivationKind kind : {ActivationKind::gelu, ActivationKind::tanh}) {
+    auto cpu_op = cpu_->make_activation(kind, rows * features, DType::fp32);
+    auto gpu_op = gpu_->make_activation(kind, rows * features, DType::fp32);
+    cpu_op->forward(x.cpu(), y.cpu());
+    gpu_op->forward(x.gpu(), y.gpu());
+    cpu_op->backward(x.cpu(), dy.cpu(), dx.cpu());
+    gpu_op->backward(x.gpu(), dy.gpu(), dx.gpu());
+    gpu_->synchronize();
+    EXPECT_LT(y.error(), 1e-5) << (kind == ActivationKind::gelu ? "gelu" : "tanh");
+    EXPECT_LT(dx.error(), 1e-5) << (kind == ActivationKind::gelu ? "gelu dx" : "tanh dx");
+  }
+
+  const Shape by_token(2, 3, 4, 8);  // (sequences, tokens, heads, head size): x's 192 values
+  auto swapped = zeros(Shape(2 * 4 * 3 * 8), false);
+  cpu_->make_swap_axes(by_token, DType::fp32)->run(x.cpu(), swapped.cpu());
+  gpu_->make_swap_axes(by_token, DType::fp32)->run(x.gpu(), swapped.gpu());
+  gpu_->synchronize();
+  EXPECT_EQ(swapped.error(), 0.0) << "swap axes";
+
+  // Rows 0..23 of x's table gathered in a repeating order, then added back.
+  std::vector<std::int32_t> ids{5, 0, 23, 5, 7, 7, 7, 1, 12, 5};
+  const auto count = static_cast<std::int64_t>(ids.size());
+  auto cpu_ids = cpu_->allocate(ids.size() * sizeof(std::int32_t)), gpu_ids = gpu_->allocate(ids.size() * sizeof(std::int32_t));
+  cpu_->copy_from_host(cpu_ids.get(), ids.data(), ids.size() * sizeof(std::int32_t));
+  gpu_->copy_from_host(gpu_ids.get(), ids.data(), ids.size() * sizeof(std::int32_t));
+  auto gathered = pair(Shape(count, features), false, 55), table_grad = pair(matrix, false, 56);
+  cpu_->gather_rows(x.cpu(), static_cast<const std::int32_t*>(cpu_ids.get()), count, gathered.cpu(), true);
+  gpu_->gather_rows(x.gpu(), static_cast<const std::int32_t*>(gpu_ids.get()), count, gathered.gpu(), true);
+  cpu_->scatter_add_rows(gathered.cpu(), static_cast<const std::int32_t*>(cpu_ids.get()), count, table_grad.cpu());
+  gpu_->scatter_add_rows(gathered.gpu(), static_cast<const std::int32_t*>(gpu_ids.get()), count, table_grad.gpu());
+  gpu_->synchronize();
+  EXPECT_EQ(gathered.error(), 0.0) << "gather rows";
+  EXPECT_LT(table_grad.error(), 1e-6) << "scatter-add rows";
+}
+
+BertConfig tiny_bert() {
+  BertConfig c;
+  c.vocabulary = 128;
+  c.hidden = 64;
+  c.layers = 2;
+  c.heads = 4;
+  c.intermediate = 128;
+  c.max_positions = 32;
+  return c;
+}
+
+// A small BERT with AdamW, clipping included, follows the CPU for ten steps.
+TEST_F(CudaBackendTest, BertLossFollowsTheCpuWithAdamW) {
+  const BertConfig config = tiny_bert();
+  const AdamWConfig adamw{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f};
+  Trainer on_cpu(*cpu_, bert_for_pretraining(config), PretrainingBatchLayout{8, 32}, config.vocabulary, SgdConfig{}, 5);
+  Trainer on_gpu(*gpu_, bert_for_pretraining(config), PretrainingBatchLayout{8, 32}, config.vocabulary, SgdConfig{}, 5);
+  on_cpu.use_adamw(adamw);
+  on_gpu.use_adamw(adamw);
+  for (int step = 0; step < 10; ++step) {
+    const float expected = on_cpu.step_and_loss();
+    const float actual = on_gpu.step_and_loss();
+    EXPECT_NEAR(actual, expected, 1e-4 * std::fabs(static_cast<double>(expected))) << "step " << step;
+  }
+}
+
+// A replayed BERT step keeps counting AdamW's updates on the device (the bias corrections of a
+// frozen update number would leave the eager trajectory) and keeps changing dropout masks.
+TEST_F(CudaBackendTest, ABertStepReplayedAsAGraphTrainsLikeTheEagerStep) {
+  const BertConfig config = tiny_bert();
+  const AdamWConfig adamw{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f};
+  CudaBackend graph_backend(0, CudaMath::fp32);
+  Trainer eager(*gpu_, bert_for_pretraining(config), PretrainingBatchLayout{8, 32}, config.vocabulary, SgdConfig{}, 5);
+  Trainer graphed(graph_backend, bert_for_pretraining(config), PretrainingBatchLayout{8, 32}, config.vocabulary,
+                  SgdConfig{}, 5);
+  eager.use_adamw(adamw);
+  graphed.use_adamw(adamw);
+  graphed.use_step_graph(true);
+  for (int step = 0; step < 8; ++step) {
+    eager.step();
+    graphed.step();
+    // Atomic adds in the embedding gradients may sum in another order.
+    EXPECT_NEAR(graphed.last_loss(), eager.last_loss(), 1e-4 * std::fabs(static_cast<double>(eager.last_loss())))
+        << "step " << step;
+  }
+  EXPECT_TRUE(graphed.step_graph_active());
+}
+
 // What `dlbench-worker --self-test` runs on the user's GPUs: every check passes here too.
 TEST_F(CudaBackendTest, TheSelfTestPassesOnThisGpu) {
   NoCommunicator one;
@@ -364,7 +498,7 @@ TEST_F(CudaBackendTest, TheSelfTestPassesOnThisGpu) {
     EXPECT_NE(c.outcome, CheckOutcome::failed) << c.precision << " " << c.name << ": " << c.detail;
     passed += c.outcome == CheckOutcome::passed ? 1 : 0;
   }
-  EXPECT_GE(passed, 30);  // fp32 and tf32 each: 12 layers, the loss, training, graph replay
+  EXPECT_GE(passed, 34);  // fp32 and tf32 each: 12 layers, the loss, the encoder layer, BERT, training, graph replay
 }
 
 TEST_F(CudaBackendTest, OutOfMemoryIsReportedWithTheBytesAskedAndFree) {

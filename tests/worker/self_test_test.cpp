@@ -29,12 +29,35 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   FaultyBackend() : DelegatingBackend(cpu) {}
   bool conv_off = false;        // convolution outputs 0.1% too large
   bool blind_overflow = false;  // unscale_and_check_finite never sees an inf or NaN
+  bool layer_norm_off = false;  // layer normalization outputs 0.1% too large
+  bool frozen_adamw_step = false;  // AdamW corrects every update as the first (a frozen graph's)
+  bool rounding_noise = false;  // linear and batched-matmul outputs off by up to one ulp (another GPU's sums)
 
   std::string name() const override { return "faulty"; }
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override {
     auto op = inner_.make_conv2d(c);
     if (!conv_off) return op;
     return std::make_unique<OffConv>(std::move(op));
+  }
+  std::unique_ptr<LinearOp> make_linear(const LinearConfig& c) override {
+    auto op = inner_.make_linear(c);
+    if (!rounding_noise) return op;
+    return std::make_unique<NoisyLinear>(std::move(op));
+  }
+  std::unique_ptr<BatchedMatmulOp> make_batched_matmul(const BatchedMatmulConfig& c) override {
+    auto op = inner_.make_batched_matmul(c);
+    if (!rounding_noise) return op;
+    return std::make_unique<NoisyMatmul>(std::move(op));
+  }
+  std::unique_ptr<LayerNormOp> make_layer_norm(const LayerNormConfig& c) override {
+    auto op = inner_.make_layer_norm(c);
+    if (!layer_norm_off) return op;
+    return std::make_unique<OffLayerNorm>(std::move(op));
+  }
+  void adamw_update(float* values, float* grads, float* first, float* second, std::int64_t count,
+                    const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
+                    std::uint64_t update_number) override {
+    inner_.adamw_update(values, grads, first, second, count, ranges, config, frozen_adamw_step ? 1 : update_number);
   }
   bool unscale_and_check_finite(float* g, std::int64_t n, float inverse_scale) override {
     const bool finite = inner_.unscale_and_check_finite(g, n, inverse_scale);
@@ -57,6 +80,62 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
 
    private:
     std::unique_ptr<Conv2dOp> op_;
+  };
+  // Each value moved by -1, 0 or +1 ulp, by a fixed pattern of its index.
+  static void add_rounding_noise(Tensor& y) {
+    if (y.dtype != DType::fp32) return;
+    float* v = y.as<float>();
+    for (std::int64_t i = 0; i < y.numel(); ++i) {
+      const auto step = static_cast<int>((static_cast<std::uint64_t>(i) * 2654435761u >> 7) % 3) - 1;
+      if (step != 0) v[i] = std::nextafter(v[i], step > 0 ? INFINITY : -INFINITY);
+    }
+  }
+  class NoisyLinear final : public LinearOp {
+   public:
+    explicit NoisyLinear(std::unique_ptr<LinearOp> op) : op_(std::move(op)) {}
+    void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
+      op_->forward(x, w, b, y);
+      add_rounding_noise(y);
+    }
+    void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+      op_->backward_data(dy, w, dx);
+      add_rounding_noise(dx);
+    }
+    void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) override {
+      op_->backward_weights(x, dy, dw, db);
+      add_rounding_noise(dw);
+    }
+
+   private:
+    std::unique_ptr<LinearOp> op_;
+  };
+  class NoisyMatmul final : public BatchedMatmulOp {
+   public:
+    explicit NoisyMatmul(std::unique_ptr<BatchedMatmulOp> op) : op_(std::move(op)) {}
+    void run(const Tensor& a, const Tensor& b, Tensor& c) override {
+      op_->run(a, b, c);
+      add_rounding_noise(c);
+    }
+
+   private:
+    std::unique_ptr<BatchedMatmulOp> op_;
+  };
+  class OffLayerNorm final : public LayerNormOp {
+   public:
+    explicit OffLayerNorm(std::unique_ptr<LayerNormOp> op) : op_(std::move(op)) {}
+    void forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
+                 Tensor& variance) override {
+      op_->forward(x, gamma, beta, y, mean, variance);
+      if (y.dtype != DType::fp32) return;
+      for (std::int64_t i = 0; i < y.numel(); ++i) y.as<float>()[i] *= 1.001f;
+    }
+    void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                  const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+      op_->backward(x, dy, gamma, beta, mean, variance, dx, dgamma, dbeta);
+    }
+
+   private:
+    std::unique_ptr<LayerNormOp> op_;
   };
 };
 
@@ -88,6 +167,9 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             auto b = std::make_unique<FaultyBackend>();
                             b->conv_off = subject_backend.conv_off;
                             b->blind_overflow = subject_backend.blind_overflow;
+                            b->layer_norm_off = subject_backend.layer_norm_off;
+                            b->frozen_adamw_step = subject_backend.frozen_adamw_step;
+                            b->rounding_noise = subject_backend.rounding_noise;
                             return b;
                           },
                           std::move(precisions)};
@@ -107,9 +189,27 @@ TEST(SelfTest, ACorrectBackendPassesEveryCheck) {
   NoCommunicator one;
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
-  // 12 layers, the loss, training; SGD, unscaling, loss scaling; the communicator.
-  EXPECT_EQ(checks.size(), 18u);
+  // 12 layers, the loss, the encoder layer, BERT, training; SGD, AdamW, unscaling, loss scaling;
+  // the communicator.
+  EXPECT_EQ(checks.size(), 21u);
   for (const auto& c : checks) EXPECT_LE(c.error, c.bound == 0 ? 0.0 : c.bound) << c.name;
+}
+
+// A correct GPU rounds differently: one-ulp noise in every matmul's result (what another
+// summation order gives) must pass every check, BERT's AdamW steps included (AdamW divides by
+// the gradient's own size, so noise in near-zero gradients becomes whole-size updates).
+TEST(SelfTest, RoundingNoiseOfAnotherSummationOrderPasses) {
+  FaultyBackend backend;
+  backend.rounding_noise = true;
+  NoCommunicator one;
+  const auto checks = run_on(backend, one);
+  EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
+  for (const auto& c : checks) {
+    if (c.name == "transformer encoder layer" || c.name.starts_with("bert pretraining") || c.name == "linear") {
+      EXPECT_GT(c.error, 0.0) << c.name << ": the noise did not reach it";
+      EXPECT_LT(c.error, 0.1 * c.bound) << c.name << ": " << c.detail;
+    }
+  }
 }
 
 TEST(SelfTest, AConvolutionOffByATenthOfAPercentFailsTheConvolutionChecks) {
@@ -141,6 +241,28 @@ TEST(SelfTest, AnOverflowCheckThatSeesNothingFailsTheLossScalingChecks) {
   for (const auto& c : checks) {
     if (c.name == "loss scaling skips an overflowing step") {
       EXPECT_THAT(c.detail, HasSubstr("was applied"));
+    }
+  }
+}
+
+// The transformer checks catch a layer normalization a little off (while the rest passes) and
+// an AdamW whose bias correction stays at the first update, as a frozen captured step's would.
+TEST(SelfTest, ALayerNormOffOrAFrozenAdamWStepFailsTheTransformerChecks) {
+  NoCommunicator one;
+  FaultyBackend off_norm;
+  off_norm.layer_norm_off = true;
+  const auto norm_checks = run_on(off_norm, one);
+  // A small BERT's logits are near zero at initialization: the loss barely notices a 0.1% scale,
+  // the encoder layer's outputs do.
+  EXPECT_THAT(failed_names(norm_checks), ::testing::ElementsAre("fp32 transformer encoder layer"));
+  FaultyBackend frozen;
+  frozen.frozen_adamw_step = true;
+  const auto adamw_checks = run_on(frozen, one);
+  EXPECT_THAT(failed_names(adamw_checks), ::testing::UnorderedElementsAre("- adamw update",
+                                                                         "fp32 bert pretraining, 5 AdamW steps"));
+  for (const auto& c : adamw_checks) {
+    if (c.name == "adamw update") {
+      EXPECT_THAT(c.detail, HasSubstr("off by"));
     }
   }
 }
@@ -182,7 +304,7 @@ TEST(SelfTest, Bf16PassesWithinItsBoundsAndAboveItsFloors) {
       EXPECT_GT(c.error, c.floor) << c.name;
     }
   }
-  EXPECT_EQ(floored, 9);  // every layer but the three exact ones
+  EXPECT_EQ(floored, 10);  // every layer but the three exact ones, and the encoder layer
 }
 
 }  // namespace

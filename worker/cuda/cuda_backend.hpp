@@ -11,7 +11,9 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "backend.hpp"
 #include "cuda/cuda_check.hpp"
@@ -76,6 +78,22 @@ class CudaBackend final : public Backend {
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
                   float momentum, float weight_decay, bool first_step) override;
 
+  // Transformer ops (worker/cuda/transformer_ops.cpp): cuBLASLt strided-batched GEMMs and
+  // dlbench's kernels (transformer_kernels.cu); AdamW runs on the device, bias corrections included.
+  std::optional<std::string> cannot_run_transformers() const override { return std::nullopt; }
+  std::unique_ptr<BatchedMatmulOp> make_batched_matmul(const BatchedMatmulConfig& config) override;
+  std::unique_ptr<LayerNormOp> make_layer_norm(const LayerNormConfig& config) override;
+  std::unique_ptr<SoftmaxOp> make_softmax(std::int64_t rows, std::int64_t columns, DType dtype) override;
+  std::unique_ptr<ActivationOp> make_activation(ActivationKind kind, std::int64_t count, DType dtype) override;
+  std::unique_ptr<SwapAxesOp> make_swap_axes(const Shape& x, DType dtype) override;
+  void gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
+                   bool accumulate) override;
+  void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad) override;
+  void fill_zero(Tensor& t) override;
+  void adamw_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
+                    const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
+                    std::uint64_t update_number) override;
+
   bool can_capture() const override { return true; }
   void begin_capture() override;
   void end_capture() override;
@@ -110,6 +128,11 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> loss_scratch_;    // the valid-pixel count, then the loss's sum
   std::shared_ptr<void> non_finite_flag_;  // one int on the device, for loss scaling
   std::shared_ptr<void> step_;             // begin_step's, on the device: what dropout masks mix in
+  // AdamW's device state: the update number (set eagerly, advanced by a replayed graph), the sum
+  // of squares, the clip factor and bias corrections; and the parameter ranges, sorted by offset.
+  std::shared_ptr<void> adamw_scalars_;
+  std::shared_ptr<void> adamw_ranges_;
+  std::vector<ParameterRange> adamw_ranges_uploaded_;
   std::size_t loss_rows_capacity_ = 0;
   std::size_t loss_rows_used_ = 0;
   bool capturing_ = false;

@@ -1,0 +1,353 @@
+#include "cuda/transformer_kernels.hpp"
+
+#include <algorithm>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernel_launch.cuh"
+
+namespace dlbench::worker::kernels {
+namespace {
+
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+__device__ inline float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullWarp, v, offset);
+  return v;
+}
+
+__device__ inline float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kFullWarp, v, offset));
+  return v;
+}
+
+// The sum over the block (a multiple of 32 threads), returned to every thread. The first barrier
+// keeps a second call from overwriting partial sums the first is still reading.
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  v = warp_sum(v);
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x / 32);
+  return warp_sum(lane < warps ? partial[lane] : 0.0f);
+}
+
+// One block per row (grid-stride over rows): two passes for the statistics, as oneDNN's
+// reference does, so the variance never comes from E[x²] - mean².
+__global__ void layer_norm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                          float* variance, std::int64_t rows, int features, float epsilon) {
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* in = x + row * features;
+    float* out = y + row * features;
+    float sum = 0.0f;
+    for (int j = static_cast<int>(threadIdx.x); j < features; j += static_cast<int>(blockDim.x)) sum += in[j];
+    const float mu = block_sum(sum) / static_cast<float>(features);
+    float squares = 0.0f;
+    for (int j = static_cast<int>(threadIdx.x); j < features; j += static_cast<int>(blockDim.x)) {
+      const float d = in[j] - mu;
+      squares += d * d;
+    }
+    const float var = block_sum(squares) / static_cast<float>(features);
+    const float inverse_std = 1.0f / sqrtf(var + epsilon);
+    for (int j = static_cast<int>(threadIdx.x); j < features; j += static_cast<int>(blockDim.x)) {
+      out[j] = (in[j] - mu) * inverse_std * gamma[j] + beta[j];
+    }
+    if (threadIdx.x == 0) {
+      mean[row] = mu;
+      variance[row] = var;
+    }
+  }
+}
+
+// dx = (g - mean(g) - x̂ · mean(g x̂)) / std with g = dy · gamma, one block per row.
+__global__ void layer_norm_backward_data_kernel(const float* x, const float* dy, const float* gamma, const float* mean,
+                                                const float* variance, float* dx, std::int64_t rows, int features,
+                                                float epsilon) {
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* in = x + row * features;
+    const float* g_out = dy + row * features;
+    float* g_in = dx + row * features;
+    const float mu = mean[row];
+    const float inverse_std = 1.0f / sqrtf(variance[row] + epsilon);
+    float sum_g = 0.0f, sum_g_xhat = 0.0f;
+    for (int j = static_cast<int>(threadIdx.x); j < features; j += static_cast<int>(blockDim.x)) {
+      const float g = g_out[j] * gamma[j];
+      sum_g += g;
+      sum_g_xhat += g * (in[j] - mu) * inverse_std;
+    }
+    const float mean_g = block_sum(sum_g) / static_cast<float>(features);
+    const float mean_g_xhat = block_sum(sum_g_xhat) / static_cast<float>(features);
+    for (int j = static_cast<int>(threadIdx.x); j < features; j += static_cast<int>(blockDim.x)) {
+      const float xhat = (in[j] - mu) * inverse_std;
+      g_in[j] = inverse_std * (g_out[j] * gamma[j] - mean_g - xhat * mean_g_xhat);
+    }
+  }
+}
+
+constexpr int kColumnTile = 32;
+constexpr int kRowLanes = 8;
+
+// dgamma = Σ_rows dy · x̂, dbeta = Σ_rows dy: a block of 32 columns × 8 row lanes, the lanes
+// summed in shared memory (a fixed order: the result does not depend on scheduling).
+__global__ void layer_norm_backward_parameters_kernel(const float* x, const float* dy, const float* mean,
+                                                      const float* variance, float* dgamma, float* dbeta,
+                                                      std::int64_t rows, int features, float epsilon) {
+  __shared__ float gamma_part[kRowLanes][kColumnTile + 1];
+  __shared__ float beta_part[kRowLanes][kColumnTile + 1];
+  const int column = static_cast<int>(blockIdx.x) * kColumnTile + static_cast<int>(threadIdx.x);
+  float g = 0.0f, b = 0.0f;
+  if (column < features) {
+    for (std::int64_t row = threadIdx.y; row < rows; row += kRowLanes) {
+      const std::int64_t at = row * features + column;
+      const float xhat = (x[at] - mean[row]) / sqrtf(variance[row] + epsilon);
+      g += dy[at] * xhat;
+      b += dy[at];
+    }
+  }
+  gamma_part[threadIdx.y][threadIdx.x] = g;
+  beta_part[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && column < features) {
+    for (int lane = 1; lane < kRowLanes; ++lane) {
+      g += gamma_part[lane][threadIdx.x];
+      b += beta_part[lane][threadIdx.x];
+    }
+    dgamma[column] = g;
+    dbeta[column] = b;
+  }
+}
+
+// One warp per row: attention rows are short (the sequence length), so no block-wide barriers.
+__global__ void softmax_forward_kernel(const float* x, float* y, std::int64_t rows, int columns) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps_in_grid) {
+    const float* in = x + row * columns;
+    float* out = y + row * columns;
+    float highest = -INFINITY;
+    for (int j = lane; j < columns; j += 32) highest = fmaxf(highest, in[j]);
+    highest = warp_max(highest);
+    float sum = 0.0f;
+    for (int j = lane; j < columns; j += 32) sum += expf(in[j] - highest);
+    const float inverse = 1.0f / warp_sum(sum);
+    for (int j = lane; j < columns; j += 32) out[j] = expf(in[j] - highest) * inverse;
+  }
+}
+
+__global__ void softmax_backward_kernel(const float* y, const float* dy, float* dx, std::int64_t rows, int columns) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps_in_grid) {
+    const float* p = y + row * columns;
+    const float* g = dy + row * columns;
+    float* out = dx + row * columns;
+    float dot = 0.0f;
+    for (int j = lane; j < columns; j += 32) dot += g[j] * p[j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < columns; j += 32) out[j] = p[j] * (g[j] - dot);
+  }
+}
+
+constexpr float kInverseSqrt2 = 0.70710678118654752f;
+constexpr float kInverseSqrt2Pi = 0.39894228040143268f;
+
+__global__ void gelu_forward_kernel(const float* x, float* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * kInverseSqrt2)); }
+}
+
+// d/dx x Φ(x) = Φ(x) + x φ(x).
+__global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) {
+    const float v = x[i];
+    const float cdf = 0.5f * (1.0f + erff(v * kInverseSqrt2));
+    const float pdf = expf(-0.5f * v * v) * kInverseSqrt2Pi;
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}
+
+__global__ void tanh_forward_kernel(const float* x, float* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = tanhf(x[i]); }
+}
+
+__global__ void tanh_backward_kernel(const float* x, const float* dy, float* dx, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) {
+    const float t = tanhf(x[i]);
+    dx[i] = dy[i] * (1.0f - t * t);
+  }
+}
+
+// One thread per output element, y in (a, c, b, d) order.
+__global__ void swap_axes_kernel(const float* x, float* y, std::int64_t a, std::int64_t b, std::int64_t c,
+                                 std::int64_t d) {
+  const std::int64_t n = a * b * c * d;
+  DLBENCH_GRID_STRIDE(i, n) {
+    const std::int64_t di = i % d;
+    std::int64_t rest = i / d;
+    const std::int64_t bi = rest % b;
+    rest /= b;
+    const std::int64_t ci = rest % c;
+    const std::int64_t ai = rest / c;
+    y[i] = x[((ai * b + bi) * c + ci) * d + di];
+  }
+}
+
+__global__ void gather_rows_kernel(const float* table, const std::int32_t* rows, std::int64_t count, int features,
+                                   std::int64_t table_rows, float* y, bool accumulate) {
+  const std::int64_t n = count * features;
+  DLBENCH_GRID_STRIDE(i, n) {
+    const std::int64_t row = rows[i / features];
+    if (row < 0 || row >= table_rows) continue;
+    const float v = table[row * features + i % features];
+    y[i] = accumulate ? y[i] + v : v;
+  }
+}
+
+__global__ void scatter_add_rows_kernel(const float* dy, const std::int32_t* rows, std::int64_t count, int features,
+                                        std::int64_t table_rows, float* table_grad) {
+  const std::int64_t n = count * features;
+  DLBENCH_GRID_STRIDE(i, n) {
+    const std::int64_t row = rows[i / features];
+    if (row < 0 || row >= table_rows) continue;
+    atomicAdd(table_grad + row * features + i % features, dy[i]);
+  }
+}
+
+// Σ g², each block's fp32 partial added into an fp64 total.
+__global__ void sum_of_squares_kernel(const float* g, std::int64_t n, double* total) {
+  float local = 0.0f;
+  DLBENCH_GRID_STRIDE(i, n) { local += g[i] * g[i]; }
+  const float block_total = block_sum(local);
+  if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(block_total));
+}
+
+// torch's clip factor and AdamW's bias corrections, in fp64 as the CPU backend computes them.
+__global__ void adamw_coefficients_kernel(const double* squares, const std::uint64_t* update_number, AdamWScalars s,
+                                          float* coefficients) {
+  const double factor =
+      s.max_grad_norm > 0.0f ? fmin(1.0, static_cast<double>(s.max_grad_norm) / (sqrt(*squares) + 1e-6)) : 1.0;
+  const auto t = static_cast<double>(*update_number);
+  coefficients[0] = static_cast<float>(factor);
+  coefficients[1] = static_cast<float>(static_cast<double>(s.learning_rate) / (1.0 - pow(static_cast<double>(s.beta1), t)));
+  coefficients[2] = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(s.beta2), t)));
+}
+
+// Every gradient is clipped; the elements inside a range are updated (the last range starting at
+// or before i, found by bisection over the sorted offsets).
+__global__ void adamw_apply_kernel(float* values, float* grads, float* first_moment, float* second_moment,
+                                   std::int64_t n, const std::int64_t* range_offsets, const std::int64_t* range_counts,
+                                   const std::int32_t* range_decays, int ranges, AdamWScalars s,
+                                   const float* coefficients) {
+  const float factor = coefficients[0], step_size = coefficients[1], root_correction = coefficients[2];
+  const float decayed = 1.0f - s.learning_rate * s.weight_decay;
+  DLBENCH_GRID_STRIDE(i, n) {
+    const float g = factor < 1.0f ? grads[i] * factor : grads[i];
+    grads[i] = g;
+    int low = 0, high = ranges;  // the answer is low - 1 once low == high
+    while (low < high) {
+      const int middle = (low + high) / 2;
+      if (range_offsets[middle] <= i) {
+        low = middle + 1;
+      } else {
+        high = middle;
+      }
+    }
+    const int range = low - 1;
+    if (range < 0 || i >= range_offsets[range] + range_counts[range]) continue;
+    const float m = s.beta1 * first_moment[i] + (1.0f - s.beta1) * g;
+    const float v = s.beta2 * second_moment[i] + (1.0f - s.beta2) * g * g;
+    first_moment[i] = m;
+    second_moment[i] = v;
+    const float decay = range_decays[range] != 0 ? decayed : 1.0f;
+    values[i] = values[i] * decay - step_size * m / (sqrtf(v) / root_correction + s.epsilon);
+  }
+}
+
+// Enough blocks of kThreads for one block (or warp) per row, within the grid's limit.
+unsigned blocks_for_rows(std::int64_t rows, int rows_per_block) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>((rows + rows_per_block - 1) / rows_per_block, 1, 65535));
+}
+
+}  // namespace
+
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* variance,
+                        std::int64_t rows, int features, float epsilon, cudaStream_t stream) {
+  if (rows <= 0) return;
+  layer_norm_forward_kernel<<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(x, gamma, beta, y, mean, variance, rows,
+                                                                                features, epsilon);
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void layer_norm_backward(const float* x, const float* dy, const float* gamma, const float* mean,
+                         const float* variance, float* dx, float* dgamma, float* dbeta, std::int64_t rows,
+                         int features, float epsilon, cudaStream_t stream) {
+  if (rows <= 0) return;
+  layer_norm_backward_data_kernel<<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(x, dy, gamma, mean, variance, dx,
+                                                                                      rows, features, epsilon);
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
+  const dim3 block(kColumnTile, kRowLanes);
+  const auto tiles = static_cast<unsigned>((features + kColumnTile - 1) / kColumnTile);
+  layer_norm_backward_parameters_kernel<<<tiles, block, 0, stream>>>(x, dy, mean, variance, dgamma, dbeta, rows,
+                                                                     features, epsilon);
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void softmax_forward(const float* x, float* y, std::int64_t rows, int columns, cudaStream_t stream) {
+  if (rows <= 0) return;
+  softmax_forward_kernel<<<blocks_for_rows(rows, kThreads / 32), kThreads, 0, stream>>>(x, y, rows, columns);
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void softmax_backward(const float* y, const float* dy, float* dx, std::int64_t rows, int columns,
+                      cudaStream_t stream) {
+  if (rows <= 0) return;
+  softmax_backward_kernel<<<blocks_for_rows(rows, kThreads / 32), kThreads, 0, stream>>>(y, dy, dx, rows, columns);
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void gelu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream) {
+  DLBENCH_LAUNCH(gelu_forward_kernel, n, stream, x, y, n);
+}
+void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream) {
+  DLBENCH_LAUNCH(gelu_backward_kernel, n, stream, x, dy, dx, n);
+}
+void tanh_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream) {
+  DLBENCH_LAUNCH(tanh_forward_kernel, n, stream, x, y, n);
+}
+void tanh_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream) {
+  DLBENCH_LAUNCH(tanh_backward_kernel, n, stream, x, dy, dx, n);
+}
+
+void swap_axes(const float* x, float* y, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
+               cudaStream_t stream) {
+  DLBENCH_LAUNCH(swap_axes_kernel, a * b * c * d, stream, x, y, a, b, c, d);
+}
+
+void gather_rows(const float* table, const std::int32_t* rows, std::int64_t count, int features,
+                 std::int64_t table_rows, float* y, bool accumulate, cudaStream_t stream) {
+  DLBENCH_LAUNCH(gather_rows_kernel, count * features, stream, table, rows, count, features, table_rows, y, accumulate);
+}
+
+void scatter_add_rows(const float* dy, const std::int32_t* rows, std::int64_t count, int features,
+                      std::int64_t table_rows, float* table_grad, cudaStream_t stream) {
+  DLBENCH_LAUNCH(scatter_add_rows_kernel, count * features, stream, dy, rows, count, features, table_rows, table_grad);
+}
+
+void adamw_prepare(const float* grads, std::int64_t n, double* squares, const std::uint64_t* update_number,
+                   const AdamWScalars& s, float* coefficients, cudaStream_t stream) {
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(squares, 0, sizeof(double), stream));
+  DLBENCH_LAUNCH(sum_of_squares_kernel, n, stream, grads, n, squares);
+  adamw_coefficients_kernel<<<1, 1, 0, stream>>>(squares, update_number, s, coefficients);
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void adamw_apply(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t n,
+                 const std::int64_t* range_offsets, const std::int64_t* range_counts, const std::int32_t* range_decays,
+                 int ranges, const AdamWScalars& s, const float* coefficients, cudaStream_t stream) {
+  DLBENCH_LAUNCH(adamw_apply_kernel, n, stream, values, grads, first_moment, second_moment, n, range_offsets,
+                 range_counts, range_decays, ranges, s, coefficients);
+}
+
+}  // namespace dlbench::worker::kernels

@@ -1,0 +1,54 @@
+// dlbench's CUDA kernels for the transformer ops (BERT): layer normalization, row softmax, GELU and
+// tanh, the attention heads' axis swap, embedding rows, and AdamW with global-norm clipping. fp32
+// storage and arithmetic, as the CUDA backend's activations are. Each launcher queues on `stream`
+// and checks the launch. The CPU backend (oneDNN) is the reference they are checked against.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dlbench::worker::kernels {
+
+// Per row of `features` values: mean, biased variance, y = (x - mean) / sqrt(variance + epsilon)
+// · gamma + beta (torch.nn.LayerNorm; oneDNN's statistics).
+void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* variance,
+                        std::int64_t rows, int features, float epsilon, cudaStream_t stream);
+// dx from the saved statistics; dgamma and dbeta summed over the rows (written, not added).
+void layer_norm_backward(const float* x, const float* dy, const float* gamma, const float* mean,
+                         const float* variance, float* dx, float* dgamma, float* dbeta, std::int64_t rows,
+                         int features, float epsilon, cudaStream_t stream);
+// Softmax over each row's `columns` values; backward from the output: dx = y (dy - Σ dy y).
+void softmax_forward(const float* x, float* y, std::int64_t rows, int columns, cudaStream_t stream);
+void softmax_backward(const float* y, const float* dy, float* dx, std::int64_t rows, int columns,
+                      cudaStream_t stream);
+// GELU with the exact erf, and tanh; backward reads the input.
+void gelu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream);
+void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
+void tanh_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream);
+void tanh_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
+// y[a][c][b][d] = x[a][b][c][d] for x of shape (a, b, c, d).
+void swap_axes(const float* x, float* y, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
+               cudaStream_t stream);
+// y[i] = table[rows[i]] (or +=) for i < count, rows of `features`; a row index outside
+// [0, table_rows) leaves y's row as it was (it cannot be an address outside the table).
+void gather_rows(const float* table, const std::int32_t* rows, std::int64_t count, int features,
+                 std::int64_t table_rows, float* y, bool accumulate, cudaStream_t stream);
+// table_grad[rows[i]] += dy[i], rows repeating or not (atomic adds); indices outside the table skipped.
+void scatter_add_rows(const float* dy, const std::int32_t* rows, std::int64_t count, int features,
+                      std::int64_t table_rows, float* table_grad, cudaStream_t stream);
+
+// AdamW after clip_grad_norm_, all on the device so that a captured step replays it right:
+// adamw_prepare sums the gradients' squares and, from the update number the device holds,
+// writes {clip factor, lr / (1 - β1^t), sqrt(1 - β2^t)} to `coefficients`; adamw_apply updates
+// the elements of each range (offsets sorted, `range_decays` 1 where weight decay applies).
+struct AdamWScalars {
+  float learning_rate, beta1, beta2, epsilon, weight_decay, max_grad_norm;
+};
+void adamw_prepare(const float* grads, std::int64_t n, double* squares, const std::uint64_t* update_number,
+                   const AdamWScalars& s, float* coefficients, cudaStream_t stream);
+void adamw_apply(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t n,
+                 const std::int64_t* range_offsets, const std::int64_t* range_counts, const std::int32_t* range_decays,
+                 int ranges, const AdamWScalars& s, const float* coefficients, cudaStream_t stream);
+
+}  // namespace dlbench::worker::kernels

@@ -1,0 +1,236 @@
+// The CUDA backend's transformer ops (BERT): attention's batched matmuls as cuBLASLt
+// strided-batched GEMMs, the rest in dlbench's kernels (transformer_kernels.cu). fp32
+// activations, TF32 math where the backend's math says. Every op is checked against the CPU
+// backend by the self-test (dlbench-worker --self-test) on the user's GPUs.
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/cuda_backend.hpp"
+#include "cuda/cuda_common.hpp"
+#include "cuda/gemm.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/transformer_kernels.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+using cuda_detail::as_int;
+using cuda_detail::Gemm;
+using cuda_detail::GemmBatch;
+using cuda_detail::GemmEpilogue;
+
+void require_elements(const Tensor& t, std::int64_t count, const char* op, const char* what) {
+  if (t.numel() != count) {
+    throw std::invalid_argument(std::string(op) + ": " + what + " has " + std::to_string(t.numel()) +
+                                " elements, expected " + std::to_string(count));
+  }
+}
+
+// Row-major C[b] (m x n) = alpha · op(A[b]) op(B[b]). Column-major, a row-major matrix is its
+// transpose, so cuBLASLt computes Cᵀ = op(B)ᵀ op(A)ᵀ: an n x m result from B's buffer first.
+// A stored (m, k) is column-major k x m with leading dimension k; stored (k, m), m x k with m.
+class CudaBatchedMatmul final : public BatchedMatmulOp {
+ public:
+  CudaBatchedMatmul(CudaBackend& backend, const BatchedMatmulConfig& c)
+      : c_(c),
+        gemm_(backend, c.transpose_b, c.transpose_a, c.n, c.m, c.k, c.transpose_b ? c.k : c.n,
+              c.transpose_a ? c.m : c.k, c.n, GemmEpilogue::none, c.alpha, GemmBatch{c.batch, c.k * c.n, c.m * c.k, c.m * c.n}) {}
+
+  void run(const Tensor& a, const Tensor& b, Tensor& c) override {
+    require_elements(a, c_.batch * c_.m * c_.k, "batched matmul", "A");
+    require_elements(b, c_.batch * c_.k * c_.n, "batched matmul", "B");
+    require_elements(c, c_.batch * c_.m * c_.n, "batched matmul", "C");
+    gemm_.run(b.as<float>(), a.as<float>(), c.as<float>());
+  }
+
+ private:
+  BatchedMatmulConfig c_;
+  Gemm gemm_;
+};
+
+class CudaLayerNorm final : public LayerNormOp {
+ public:
+  CudaLayerNorm(CudaBackend& backend, const LayerNormConfig& c) : backend_(backend), c_(c) {}
+
+  void forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
+               Tensor& variance) override {
+    require_elements(x, c_.rows * c_.features, "layer norm", "x");
+    kernels::layer_norm_forward(x.as<float>(), gamma.as<float>(), beta.as<float>(), y.as<float>(), mean.as<float>(),
+                                variance.as<float>(), c_.rows, as_int(c_.features), c_.epsilon, backend_.stream());
+  }
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& /*beta*/, const Tensor& mean,
+                const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    require_elements(dy, c_.rows * c_.features, "layer norm", "dy");
+    kernels::layer_norm_backward(x.as<float>(), dy.as<float>(), gamma.as<float>(), mean.as<float>(),
+                                 variance.as<float>(), dx.as<float>(), dgamma.as<float>(), dbeta.as<float>(), c_.rows,
+                                 as_int(c_.features), c_.epsilon, backend_.stream());
+  }
+
+ private:
+  CudaBackend& backend_;
+  LayerNormConfig c_;
+};
+
+class CudaSoftmax final : public SoftmaxOp {
+ public:
+  CudaSoftmax(CudaBackend& backend, std::int64_t rows, std::int64_t columns)
+      : backend_(backend), rows_(rows), columns_(columns) {}
+  void forward(const Tensor& x, Tensor& y) override {
+    require_elements(x, rows_ * columns_, "softmax", "x");
+    kernels::softmax_forward(x.as<float>(), y.as<float>(), rows_, as_int(columns_), backend_.stream());
+  }
+  void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    require_elements(dy, rows_ * columns_, "softmax", "dy");
+    kernels::softmax_backward(y.as<float>(), dy.as<float>(), dx.as<float>(), rows_, as_int(columns_), backend_.stream());
+  }
+
+ private:
+  CudaBackend& backend_;
+  std::int64_t rows_, columns_;
+};
+
+class CudaActivation final : public ActivationOp {
+ public:
+  CudaActivation(CudaBackend& backend, ActivationKind kind, std::int64_t count)
+      : backend_(backend), kind_(kind), count_(count) {}
+  void forward(const Tensor& x, Tensor& y) override {
+    require_elements(x, count_, "activation", "x");
+    if (kind_ == ActivationKind::gelu) {
+      kernels::gelu_forward(x.as<float>(), y.as<float>(), count_, backend_.stream());
+    } else {
+      kernels::tanh_forward(x.as<float>(), y.as<float>(), count_, backend_.stream());
+    }
+  }
+  void backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+    require_elements(dy, count_, "activation", "dy");
+    if (kind_ == ActivationKind::gelu) {
+      kernels::gelu_backward(x.as<float>(), dy.as<float>(), dx.as<float>(), count_, backend_.stream());
+    } else {
+      kernels::tanh_backward(x.as<float>(), dy.as<float>(), dx.as<float>(), count_, backend_.stream());
+    }
+  }
+
+ private:
+  CudaBackend& backend_;
+  ActivationKind kind_;
+  std::int64_t count_;
+};
+
+class CudaSwapAxes final : public SwapAxesOp {
+ public:
+  CudaSwapAxes(CudaBackend& backend, const Shape& x) : backend_(backend), x_(x) {
+    if (x.rank != 4) throw std::invalid_argument("swap axes: " + x.to_string() + " is not a 4-D shape");
+  }
+  void run(const Tensor& x, Tensor& y) override {
+    require_elements(x, x_.numel(), "swap axes", "x");
+    kernels::swap_axes(x.as<float>(), y.as<float>(), x_[0], x_[1], x_[2], x_[3], backend_.stream());
+  }
+
+ private:
+  CudaBackend& backend_;
+  Shape x_;
+};
+
+// A table's row width and row count: its last dimension, and the rest.
+std::pair<std::int64_t, std::int64_t> rows_of(const Tensor& table) {
+  const std::int64_t features = table.shape[table.shape.rank - 1];
+  return {features, table.numel() / features};
+}
+
+bool same_ranges(const std::vector<ParameterRange>& a, const std::vector<ParameterRange>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const ParameterRange& x, const ParameterRange& y) {
+    return x.offset == y.offset && x.count == y.count && x.decays == y.decays;
+  });
+}
+
+constexpr std::size_t kAdamWScalarBytes = 64;  // update number (8), sum of squares (8), 3 coefficients (12)
+
+}  // namespace
+
+std::unique_ptr<BatchedMatmulOp> CudaBackend::make_batched_matmul(const BatchedMatmulConfig& config) {
+  require_fp32(config.dtype);
+  return std::make_unique<CudaBatchedMatmul>(*this, config);
+}
+std::unique_ptr<LayerNormOp> CudaBackend::make_layer_norm(const LayerNormConfig& config) {
+  require_fp32(config.dtype);
+  return std::make_unique<CudaLayerNorm>(*this, config);
+}
+std::unique_ptr<SoftmaxOp> CudaBackend::make_softmax(std::int64_t rows, std::int64_t columns, DType dtype) {
+  require_fp32(dtype);
+  return std::make_unique<CudaSoftmax>(*this, rows, columns);
+}
+std::unique_ptr<ActivationOp> CudaBackend::make_activation(ActivationKind kind, std::int64_t count, DType dtype) {
+  require_fp32(dtype);
+  return std::make_unique<CudaActivation>(*this, kind, count);
+}
+std::unique_ptr<SwapAxesOp> CudaBackend::make_swap_axes(const Shape& x, DType dtype) {
+  require_fp32(dtype);
+  return std::make_unique<CudaSwapAxes>(*this, x);
+}
+
+void CudaBackend::gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
+                              bool accumulate) {
+  require_fp32(table.dtype);
+  require_fp32(y.dtype);
+  const auto [features, table_rows] = rows_of(table);
+  require_elements(y, count * features, "gather rows", "y");
+  kernels::gather_rows(table.as<float>(), rows, count, as_int(features), table_rows, y.as<float>(), accumulate, stream_);
+}
+
+void CudaBackend::scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad) {
+  require_fp32(dy.dtype);
+  require_fp32(table_grad.dtype);
+  const auto [features, table_rows] = rows_of(table_grad);
+  require_elements(dy, count * features, "scatter-add rows", "dy");
+  kernels::scatter_add_rows(dy.as<float>(), rows, count, as_int(features), table_rows, table_grad.as<float>(), stream_);
+}
+
+void CudaBackend::fill_zero(Tensor& t) { DLBENCH_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_)); }
+
+void CudaBackend::adamw_update(float* values, float* grads, float* first_moment, float* second_moment,
+                               std::int64_t count, const std::vector<ParameterRange>& ranges, const AdamWConfig& c,
+                               std::uint64_t update_number) {
+  if (!adamw_scalars_) adamw_scalars_ = allocate(kAdamWScalarBytes);
+  if (!adamw_ranges_ || !same_ranges(ranges, adamw_ranges_uploaded_)) {
+    // Host copies: never inside a captured step (the trainer's first step is eager).
+    if (capturing_) throw CudaError("AdamW's parameter ranges changed while a step is captured");
+    std::vector<ParameterRange> sorted = ranges;
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+    const std::size_t n = sorted.size();
+    std::vector<std::int64_t> offsets_and_counts(2 * n);
+    std::vector<std::int32_t> decays(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      offsets_and_counts[i] = sorted[i].offset;
+      offsets_and_counts[n + i] = sorted[i].count;
+      decays[i] = sorted[i].decays ? 1 : 0;
+    }
+    adamw_ranges_ = allocate(std::max<std::size_t>(1, n * (2 * sizeof(std::int64_t) + sizeof(std::int32_t))));
+    auto* device = static_cast<std::byte*>(adamw_ranges_.get());
+    copy_from_host(device, offsets_and_counts.data(), offsets_and_counts.size() * sizeof(std::int64_t));
+    copy_from_host(device + 2 * n * sizeof(std::int64_t), decays.data(), decays.size() * sizeof(std::int32_t));
+    adamw_ranges_uploaded_ = ranges;
+  }
+  auto* scalars = static_cast<std::byte*>(adamw_scalars_.get());
+  auto* update = reinterpret_cast<std::uint64_t*>(scalars);
+  auto* squares = reinterpret_cast<double*>(scalars + 8);
+  auto* coefficients = reinterpret_cast<float*>(scalars + 16);
+  // As begin_step's counter: a captured step holds "one more update", so each replay corrects
+  // its moments for its own update number.
+  if (capturing_) {
+    kernels::advance_step(update, stream_);
+  } else {
+    kernels::set_step(update, update_number, stream_);
+  }
+  const kernels::AdamWScalars s{c.learning_rate, c.beta1, c.beta2, c.epsilon, c.weight_decay, c.max_grad_norm};
+  kernels::adamw_prepare(grads, count, squares, update, s, coefficients, stream_);
+  const std::size_t n = adamw_ranges_uploaded_.size();
+  const auto* offsets = static_cast<const std::int64_t*>(adamw_ranges_.get());
+  const auto* decays = reinterpret_cast<const std::int32_t*>(static_cast<const std::byte*>(adamw_ranges_.get()) +
+                                                             2 * n * sizeof(std::int64_t));
+  kernels::adamw_apply(values, grads, first_moment, second_moment, count, offsets, offsets + n, decays,
+                       static_cast<int>(n), s, coefficients, stream_);
+}
+
+}  // namespace dlbench::worker
