@@ -402,7 +402,9 @@ class Backend {
   virtual void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad);
   virtual void fill_zero(Tensor& t);
   // One AdamW step over the flat buffers (`count` values; `ranges` cover them and say which decay).
-  // `update_number` counts applied updates from 1 (the bias corrections).
+  // `update_number` counts applied updates from 1 (the bias corrections). A backend that captures
+  // steps keeps the number where a replay can advance it: a captured call is one update after the
+  // call before it, whatever `update_number` said at capture.
   virtual void adamw_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                             const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
                             std::uint64_t update_number);

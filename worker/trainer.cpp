@@ -267,7 +267,6 @@ void Trainer::step() {
 }
 
 void Trainer::use_adamw(AdamWConfig config) {
-  if (use_graph_) throw std::invalid_argument("AdamW's bias correction changes every step: not with step graphs yet");
   if (!adamw_) parameters_.allocate_second_moment(backend_);
   adamw_ = config;
   decay_ranges_.clear();
@@ -291,7 +290,6 @@ void Trainer::copy_sequences_to_host(std::vector<std::int32_t>& token_ids, std::
 }
 
 void Trainer::use_step_graph(bool on) {
-  if (on && adamw_) throw std::invalid_argument("AdamW's bias correction changes every step: not with step graphs yet");
   if (on && scaler_) throw std::invalid_argument("step graphs cannot skip steps: not with loss scaling");
   if (on && !backend_.can_capture()) {
     throw std::invalid_argument("the " + backend_.name() + " backend cannot capture a step as a graph");

@@ -446,42 +446,59 @@ void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor&
 void CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
                                          float gradient_scale, LossTerm term) {
   const bool per_pixel = logits.shape.rank == 4;
-  const std::int64_t rows = per_pixel ? logits.numel() / logits.shape.c() : logits.shape.n();
-  if (term.adds_to_step_loss && static_cast<std::size_t>(rows) != loss_rows_used_) {
-    throw std::invalid_argument("a loss term adds to one over " + std::to_string(loss_rows_used_) + " rows, not " +
-                                std::to_string(rows));
+  const auto rows = static_cast<std::size_t>(per_pixel ? logits.numel() / logits.shape.c() : logits.shape.n());
+  if (term.adds_to_step_loss && loss_segments_.empty()) {
+    throw std::invalid_argument("a loss term adds to the step's loss before any term started it");
   }
-  if (static_cast<std::size_t>(rows) > loss_rows_capacity_) {  // first step only
-    loss_rows_ = allocate(static_cast<std::size_t>(rows) * sizeof(float));
-    loss_rows_capacity_ = static_cast<std::size_t>(rows);
+  if (!term.adds_to_step_loss) loss_segments_.clear();
+  const std::size_t offset = loss_segments_.empty() ? 0 : loss_segments_.back().offset + loss_segments_.back().rows;
+  if (offset + rows > loss_rows_capacity_) {  // the first step only: a captured step finds room
+    if (capturing_) throw CudaError("the loss rows would have to grow while a step is captured");
+    auto grown = allocate((offset + rows) * sizeof(float));
+    if (offset > 0) {  // the step's earlier terms
+      DLBENCH_CUDA_CHECK(cudaMemcpyAsync(grown.get(), loss_rows_.get(), offset * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, stream_));
+      DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before the old block is freed
+    }
+    loss_rows_ = std::move(grown);
+    loss_rows_capacity_ = offset + rows;
   }
   if (!loss_scratch_) loss_scratch_ = allocate(sizeof(float));
-  auto* loss_rows = static_cast<float*>(loss_rows_.get());
-  // Each row's weighted loss is written or added on the device and stays there: an eager step
-  // and a graph replay alike leave the step's whole loss in loss_rows for last_loss().
+  auto* loss_rows = static_cast<float*>(loss_rows_.get()) + offset;
+  // Each row's weighted loss is written on the device and stays there: an eager step and a
+  // graph replay alike leave the step's whole loss in loss_rows for last_loss().
   if (per_pixel) {
     auto* valid = static_cast<int*>(loss_scratch_.get());
     DLBENCH_CUDA_CHECK(cudaMemsetAsync(valid, 0, sizeof(int), stream_));
     kernels::pixel_softmax_cross_entropy(logits.as<float>(), labels, dlogits.as<float>(), loss_rows, valid,
                                          as_int(logits.shape.n()), as_int(logits.shape.c()),
                                          logits.shape.h() * logits.shape.w(), kIgnoreLabel, gradient_scale,
-                                         term.weight, term.adds_to_step_loss, stream_);
+                                         term.weight, stream_);
   } else {
-    kernels::softmax_cross_entropy(logits.as<float>(), labels, dlogits.as<float>(), loss_rows, as_int(rows),
-                                   as_int(logits.shape.c()), gradient_scale, term.weight, term.adds_to_step_loss,
-                                   stream_);
+    kernels::softmax_cross_entropy(logits.as<float>(), labels, dlogits.as<float>(), loss_rows, as_int(static_cast<std::int64_t>(rows)),
+                                   as_int(logits.shape.c()), gradient_scale, term.weight, stream_);
   }
-  loss_rows_used_ = static_cast<std::size_t>(rows);
+  loss_segments_.push_back({offset, rows});
 }
 
-// The rows are summed on the device: one float crosses to the host, not a loss per pixel.
+// Each segment's rows are summed on the device: one float per loss term crosses to the host,
+// not a loss per pixel.
 float CudaBackend::last_loss() {
-  if (loss_rows_used_ == 0) return std::numeric_limits<float>::quiet_NaN();
-  auto* total = static_cast<float*>(loss_scratch_.get());
-  kernels::sum(static_cast<const float*>(loss_rows_.get()), static_cast<std::int64_t>(loss_rows_used_), total, stream_);
-  float host = 0.0f;
-  copy_to_host(&host, total, sizeof host);  // waits for the step
-  return host / static_cast<float>(loss_rows_used_);
+  if (loss_segments_.empty()) return std::numeric_limits<float>::quiet_NaN();
+  if (loss_segments_.size() > loss_sums_capacity_) {
+    loss_sums_ = allocate(loss_segments_.size() * sizeof(float));
+    loss_sums_capacity_ = loss_segments_.size();
+  }
+  auto* sums = static_cast<float*>(loss_sums_.get());
+  const auto* rows = static_cast<const float*>(loss_rows_.get());
+  for (std::size_t i = 0; i < loss_segments_.size(); ++i) {
+    kernels::sum(rows + loss_segments_[i].offset, static_cast<std::int64_t>(loss_segments_[i].rows), sums + i, stream_);
+  }
+  std::vector<float> host(loss_segments_.size());
+  copy_to_host(host.data(), sums, host.size() * sizeof(float));  // waits for the step
+  float loss = 0.0f;
+  for (std::size_t i = 0; i < host.size(); ++i) loss += host[i] / static_cast<float>(loss_segments_[i].rows);
+  return loss;
 }
 
 void CudaBackend::begin_capture() {

@@ -123,9 +123,18 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> workspace_;
   std::size_t workspace_bytes_ = 0;
   std::size_t workspace_limit_ = std::size_t{1} << 30;
-  // The loss of one step: one float per row on the device, summed there when read.
+  // The loss of one step: one float per row on the device, summed there when read. Each loss
+  // term of the step (BERT's masked LM and next sentence, InceptionV3's auxiliary classifier) has
+  // its own segment of rows, since their row counts differ; the step's loss is the sum of the
+  // segments' means.
+  struct LossSegment {
+    std::size_t offset = 0, rows = 0;
+  };
   std::shared_ptr<void> loss_rows_;       // one weighted loss per sample (per pixel for segmentation)
-  std::shared_ptr<void> loss_scratch_;    // the valid-pixel count, then the loss's sum
+  std::shared_ptr<void> loss_scratch_;    // the valid-pixel count of a per-pixel term
+  std::shared_ptr<void> loss_sums_;       // one sum per segment, when the loss is read
+  std::vector<LossSegment> loss_segments_;
+  std::size_t loss_sums_capacity_ = 0;
   std::shared_ptr<void> non_finite_flag_;  // one int on the device, for loss scaling
   std::shared_ptr<void> step_;             // begin_step's, on the device: what dropout masks mix in
   // AdamW's device state: the update number (set eagerly, advanced by a replayed graph), the sum
@@ -134,7 +143,6 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> adamw_ranges_;
   std::vector<ParameterRange> adamw_ranges_uploaded_;
   std::size_t loss_rows_capacity_ = 0;
-  std::size_t loss_rows_used_ = 0;
   bool capturing_ = false;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;

@@ -96,8 +96,7 @@ __global__ void dropout_forward_kernel(const float* x, float* y, float* mask, st
 
 // One block per row; the row's max and sum of exponentials by block reductions.
 __global__ void softmax_cross_entropy_kernel(const float* logits, const std::int32_t* labels, float* dlogits,
-                                             float* loss_rows, int classes, float gradient_factor, float weight,
-                                             bool accumulate) {
+                                             float* loss_rows, int classes, float gradient_factor, float weight) {
   __shared__ float reduce[kThreads];
   const int row = blockIdx.x;
   const float* z = logits + static_cast<std::int64_t>(row) * classes;
@@ -130,7 +129,7 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const std::int
   }
   if (threadIdx.x == 0) {
     const float loss = weight * (log_sum - (z[label] - row_max));
-    loss_rows[row] = accumulate ? loss_rows[row] + loss : loss;
+    loss_rows[row] = loss;
   }
 }
 
@@ -145,7 +144,7 @@ __global__ void count_valid_labels_kernel(const std::int32_t* labels, std::int64
 __global__ void pixel_softmax_cross_entropy_kernel(const float* logits, const std::int32_t* labels, float* dlogits,
                                                    float* loss_pixels, const int* valid_count, int classes,
                                                    std::int64_t pixels, std::int64_t total, std::int32_t ignore_label,
-                                                   float gradient_scale, float weight, bool accumulate) {
+                                                   float gradient_scale, float weight) {
   DLBENCH_GRID_STRIDE(i, total) {
     const std::int64_t sample = i / pixels, pixel = i % pixels;
     const float* z = logits + sample * classes * pixels + pixel;
@@ -167,7 +166,7 @@ __global__ void pixel_softmax_cross_entropy_kernel(const float* logits, const st
       }
       loss = weight * (log_sum - (z[label * pixels] - z_max)) * static_cast<float>(total) / valid;
     }
-    loss_pixels[i] = accumulate ? loss_pixels[i] + loss : loss;
+    loss_pixels[i] = loss;
   }
 }
 
@@ -280,22 +279,19 @@ void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, floa
   DLBENCH_LAUNCH(dropout_forward_kernel, n, stream, x, y, mask, n, threshold, 1.0f / (1.0f - p), layer_seed, step);
 }
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, float* loss_rows,
-                           int rows, int classes, float gradient_scale, float weight, bool accumulate,
-                           cudaStream_t stream) {
+                           int rows, int classes, float gradient_scale, float weight, cudaStream_t stream) {
   if (rows <= 0) return;
   softmax_cross_entropy_kernel<<<rows, kThreads, 0, stream>>>(
-      logits, labels, dlogits, loss_rows, classes, gradient_scale * weight / static_cast<float>(rows), weight,
-      accumulate);
+      logits, labels, dlogits, loss_rows, classes, gradient_scale * weight / static_cast<float>(rows), weight);
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 void pixel_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits,
                                  float* loss_pixels, int* valid_count, int n, int classes, std::int64_t pixels,
-                                 std::int32_t ignore_label, float gradient_scale, float weight, bool accumulate,
-                                 cudaStream_t stream) {
+                                 std::int32_t ignore_label, float gradient_scale, float weight, cudaStream_t stream) {
   const std::int64_t total = static_cast<std::int64_t>(n) * pixels;
   DLBENCH_LAUNCH(count_valid_labels_kernel, total, stream, labels, total, ignore_label, valid_count);
   DLBENCH_LAUNCH(pixel_softmax_cross_entropy_kernel, total, stream, logits, labels, dlogits, loss_pixels, valid_count,
-                 classes, pixels, total, ignore_label, gradient_scale, weight, accumulate);
+                 classes, pixels, total, ignore_label, gradient_scale, weight);
 }
 void bilinear_resize_forward(const float* x, float* y, std::int64_t planes, int in_h, int in_w, int out_h, int out_w,
                              cudaStream_t stream) {

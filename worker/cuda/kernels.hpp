@@ -29,20 +29,17 @@ void advance_step(std::uint64_t* counter, cudaStream_t stream);
 void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, float p, std::uint64_t layer_seed,
                      const std::uint64_t* step, cudaStream_t stream);
 void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
-// One block per row: loss_rows[b] = weight · (logsumexp(z_b) - z_b[label_b]), or added to it
-// when `accumulate` (a second loss term of the step); dlogits = (softmax - onehot) · weight ·
-// gradient_scale / rows.
+// One block per row: loss_rows[b] = weight · (logsumexp(z_b) - z_b[label_b]); dlogits =
+// (softmax - onehot) · weight · gradient_scale / rows. Each loss term of a step writes its own rows.
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, float* loss_rows,
-                           int rows, int classes, float gradient_scale, float weight, bool accumulate,
-                           cudaStream_t stream);
+                           int rows, int classes, float gradient_scale, float weight, cudaStream_t stream);
 // Per-pixel softmax cross-entropy over NCHW logits (n, classes, pixels): valid_count[0] (zeroed by
 // the caller) becomes the number of labels that are not `ignore_label`; then loss_pixels[p] =
-// weight · loss_p · n·pixels / valid (0 where ignored; added when `accumulate`), so that their
-// mean is the term's loss, and dlogits = (softmax - onehot) · weight · gradient_scale / valid.
+// weight · loss_p · n·pixels / valid (0 where ignored), so that their mean is the term's loss,
+// and dlogits = (softmax - onehot) · weight · gradient_scale / valid.
 void pixel_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits,
                                  float* loss_pixels, int* valid_count, int n, int classes, std::int64_t pixels,
-                                 std::int32_t ignore_label, float gradient_scale, float weight, bool accumulate,
-                                 cudaStream_t stream);
+                                 std::int32_t ignore_label, float gradient_scale, float weight, cudaStream_t stream);
 // Bilinear resize of NCHW planes (n · c of them), PyTorch's align_corners=False rule
 // (bilinear_taps.hpp). Backward zeroes dx and adds each output gradient into its four taps.
 void bilinear_resize_forward(const float* x, float* y, std::int64_t planes, int in_h, int in_w, int out_h, int out_w,
