@@ -18,10 +18,27 @@ def run_measured(command):
     return out, usage.ru_maxrss * 1024
 
 
+def blas():
+    """The BLAS behind Debian's libblas.so.3, which Debian's torch calls for fp32 matrix products
+    (linear layers, bmm; its convolutions go to oneDNN). The reference (netlib) BLAS is some 50
+    times slower than OpenBLAS there: a PyTorch peer with it is no peer, so it is named."""
+    path = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    if "openblas" in path:
+        return "OpenBLAS" + (" (OpenMP)" if "openmp" in path else " (pthreads)" if "pthread" in path else "")
+    if "blis" in path:
+        return "BLIS"
+    if "mkl" in path:
+        return "MKL"
+    return "reference BLAS (slow: install libopenblas0-openmp)" if os.path.exists(path) else "none"
+
+
 def machine():
-    """'<CPU model>, <cores> cores (<widest ISA>)' from /proc/cpuinfo."""
+    """'<CPU model>, <cores> cores (<widest ISA>), PyTorch's BLAS <name>' from /proc/cpuinfo."""
     with open("/proc/cpuinfo") as f:
         text = f.read()
     cpu = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
     isa = "AVX-512 with AVX512-BF16" if "avx512_bf16" in text else ("AVX-512" if "avx512f" in text else "AVX2")
-    return f"{cpu}, {os.cpu_count()} cores ({isa})"
+    which = blas()
+    if which.startswith("reference"):
+        print(f"warning: PyTorch's fp32 matrix products run on the {which}", file=sys.stderr)
+    return f"{cpu}, {os.cpu_count()} cores ({isa}), PyTorch's BLAS {which}"

@@ -149,7 +149,7 @@ def main():
     print(f"Command: `bench/cpu_bert_vs_pytorch.py --batch {args.batch} --sequence-length {args.sequence_length} "
           f"--rounds {args.rounds} --warmup {args.warmup} --measure {args.measure}` (rounds alternate the engines; "
           f"medians over the rounds).\n")
-    print(f"| configuration | sequences/s, median (min–max) | peak RSS GiB |")
+    print("| configuration | sequences/s, median (min–max) | peak RSS GiB |")
     print("|---|---|---|")
     for name, (speeds, rss) in rows.items():
         print(f"| {name} | {statistics.median(speeds):.2f} ({min(speeds):.2f}–{max(speeds):.2f}) | "

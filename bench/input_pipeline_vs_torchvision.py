@@ -21,7 +21,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 

