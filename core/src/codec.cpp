@@ -391,7 +391,17 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
     d.fail(child(data_path, "source"), "imagefolder is not allowed for bert-base: it trains on token sequences (synthetic "
                                        "pretraining data); allowed: synthetic");
   }
-  if (spec.model != Model::bert_base && spec.data.sequence_length > 0) {
+  // A sequence model has no image size. imageSize keeps its default (224) because defaulting
+  // writes it into every BenchmarkRun, the API server's as well as ours.
+  if (is_sequence_model(spec.model)) {
+    const auto refuse = [&](const char* field, int value) {
+      d.fail(child(data_path, field), std::to_string(value) + " is not for " + std::string(to_string(spec.model)) +
+                                          ": it trains on token sequences; set data.sequenceLength");
+    };
+    if (spec.data.image_size != defaults::kImageSize) refuse("imageSize", spec.data.image_size);
+    if (spec.data.image_height > 0) refuse("imageHeight", spec.data.image_height);
+  }
+  if (!is_sequence_model(spec.model) && spec.data.sequence_length > 0) {
     d.fail(child(data_path, "sequenceLength"), "only for a sequence model (bert-base); " +
                                                    std::string(to_string(spec.model)) + " takes images (data.imageSize)");
   }
@@ -882,9 +892,9 @@ json to_json(const BenchmarkRunSpec& spec) {
   json out{{"model", to_string(spec.model)}, {"engine", to_string(spec.engine)}};
   if (!spec.command.empty()) out["command"] = spec.command;
   out["data"] = {{"source", to_string(spec.data.source)},
-                 {"imageSize", spec.data.image_size},
                  {"decodeThreads", spec.data.decode_threads},
                  {"prefetchBatches", spec.data.prefetch_batches}};
+  if (!is_sequence_model(spec.model)) out["data"]["imageSize"] = spec.data.image_size;  // a sequence model has none
   if (spec.data.sequence_length > 0) out["data"]["sequenceLength"] = spec.data.sequence_length;
   if (spec.data.image_height > 0) {
     out["data"]["imageHeight"] = spec.data.image_height;

@@ -48,7 +48,7 @@ std::vector<std::string> case_arguments(const BenchmarkRun& run, const CaseSpec&
                                 "--communicator", how.communicator,
                                 "--run", run.metadata.name};
   // A sequence model's input is its sequence length; an image model's, its image size.
-  const bool sequences = spec.model == Model::bert_base;
+  const bool sequences = is_sequence_model(spec.model);
   args.push_back(sequences ? "--sequence-length" : "--image-size");
   args.push_back(sequences ? std::to_string(sequence_length(spec.data)) : image_size_argument(spec.data));
   if (spec.data.source == DataSource::imagefolder) {

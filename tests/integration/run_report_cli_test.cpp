@@ -121,6 +121,42 @@ spec:
   EXPECT_THAT(refused.err + refused.out, HasSubstr("spec.data.imageSize: 224 is too small for inception_v3"));
 }
 
+// bert-base through the local executor: the worker gets the sequence length and AdamW, the
+// results and the report count sequences/s, and image fields are refused for it, naming the field.
+TEST_F(RunCli, BertBaseRunsSequencesWithAdamWAndReportsSequencesPerSecond) {
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: bert}
+spec:
+  model: bert-base
+  data: {sequenceLength: 16}
+  matrix: {batchSizePerDevice: [2], precision: [fp32]}
+  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1}
+  optimizer: {name: adamw, learningRate: 0.0001, momentum: 0.9, weightDecay: 0.01}
+)";
+  const Outcome o = dlbench("run -f " + write("run.yaml", text) + " --backend cpu");
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("sequences/s"));
+  const BenchmarkRun run = status("bert.status.json");
+  ASSERT_TRUE(run.status.has_value());
+  ASSERT_EQ(run.status->results.size(), 1u);
+  const auto& result = run.status->results[0];
+  EXPECT_EQ(result.state, CaseState::Succeeded) << result.message;
+  ASSERT_TRUE(result.throughput.has_value());
+  EXPECT_EQ(result.throughput->unit, "sequences/s");
+  EXPECT_GT(result.throughput->summary.median, 0.0);
+  const Outcome report = dlbench("report bert.status.json");
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("fp32: throughput (sequences/s)"));
+
+  std::string images = text;
+  images.replace(images.find("data: {sequenceLength: 16}"), 26, "data: {imageSize: 300}");
+  const Outcome refused = dlbench("run -f " + write("images.yaml", images) + " --backend cpu");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err + refused.out,
+              HasSubstr("spec.data.imageSize: 300 is not for bert-base: it trains on token sequences"));
+}
+
 // A height × width crop, per-pixel labels; imagefolder data is refused for it, naming the field.
 TEST_F(RunCli, DeepLabV3PlusRunsOnAHeightByWidthCropAndRefusesImageFolder) {
   const std::string text = R"(apiVersion: dlbench.io/v1alpha1

@@ -139,6 +139,13 @@ TEST(Validation, SequenceLengthAndAdamW) {
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"sequenceLength", 128}}}}}}),
               ElementsAre("spec.data.sequenceLength: only for a sequence model (bert-base); resnet50 takes images "
                           "(data.imageSize)"));
+  // No image size for it, but the default every BenchmarkRun is given (Kubernetes writes it too).
+  EXPECT_THAT(bert({{"imageSize", 224}}), IsEmpty());
+  EXPECT_THAT(bert({{"imageSize", 300}}),
+              ElementsAre("spec.data.imageSize: 300 is not for bert-base: it trains on token sequences; set "
+                          "data.sequenceLength"));
+  EXPECT_THAT(bert({{"imageHeight", 64}, {"imageWidth", 96}}),
+              ElementsAre(HasSubstr("spec.data.imageHeight: 64 is not for bert-base")));
 
   json doc = minimal_run();
   doc.merge_patch({{"spec", {{"model", "bert-base"}, {"data", {{"sequenceLength", 64}}},
@@ -148,6 +155,7 @@ TEST(Validation, SequenceLengthAndAdamW) {
   EXPECT_EQ(sequence_length(run.value->spec.data), 64);
   EXPECT_EQ(to_json(run.value->spec)["data"]["sequenceLength"], 64);
   EXPECT_EQ(to_json(run.value->spec)["optimizer"]["name"], "adamw");
+  EXPECT_FALSE(to_json(run.value->spec)["data"].contains("imageSize"));  // meaningless for it
   const std::vector<std::string> args = worker_arguments(*run.value, CaseSpec{1, 1, 8, Precision::fp32}, WorkerInvocation{});
   const auto after = [&](const std::string& flag) {
     const auto it = std::find(args.begin(), args.end(), flag);

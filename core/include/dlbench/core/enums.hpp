@@ -29,6 +29,9 @@ enum class TaintEffect { Any, NoSchedule, PreferNoSchedule, NoExecute };
 // Who admits a multi-node case's worker pods all together (gang scheduling).
 enum class GangScheduler { kueue, volcano, schedulerPlugins };
 
+// Models that train on token sequences (data.sequenceLength) instead of images (data.imageSize).
+constexpr bool is_sequence_model(Model m) { return m == Model::bert_base; }
+
 template <typename E>
 struct EnumSpellings;
 
