@@ -1,5 +1,6 @@
 #include "backend.hpp"
 
+#include <memory>
 #include <stdexcept>
 
 namespace dlbench::worker {
@@ -24,6 +25,19 @@ std::vector<double> HostClockMarks::drain(bool wait) {
 
 namespace {
 
+class AddThenRelu final : public AddOp {
+ public:
+  AddThenRelu(std::unique_ptr<AddOp> add, std::unique_ptr<ReluOp> relu) : add_(std::move(add)), relu_(std::move(relu)) {}
+  void forward(const Tensor& a, const Tensor& b, Tensor& y) override {
+    add_->forward(a, b, y);
+    relu_->forward(y, y);
+  }
+
+ private:
+  std::unique_ptr<AddOp> add_;
+  std::unique_ptr<ReluOp> relu_;
+};
+
 // Reached only by code that skipped cannot_run_transformers(): a logic error, named.
 [[noreturn]] void no_transformer_op(const Backend& backend, const char* op) {
   throw std::logic_error(std::string(op) + " called on the " + backend.name() + " backend: " +
@@ -31,6 +45,10 @@ namespace {
 }
 
 }  // namespace
+
+std::unique_ptr<AddOp> Backend::make_add_relu(const Shape& shape, DType dtype) {
+  return std::make_unique<AddThenRelu>(make_add(shape, dtype), make_relu(shape, dtype));
+}
 
 std::unique_ptr<BatchedMatmulOp> Backend::make_batched_matmul(const BatchedMatmulConfig&) {
   no_transformer_op(*this, "make_batched_matmul");

@@ -342,6 +342,9 @@ class Backend {
   virtual std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) = 0;
   virtual std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) = 0;
   virtual std::unique_ptr<AddOp> make_add(const Shape& shape, DType dtype) = 0;
+  // y = max(a + b, 0): a residual block's tail. A backend that does it in one pass overrides this
+  // (oneDNN: the add with a ReLU post-op); the default runs the add, then a ReLU in place.
+  virtual std::unique_ptr<AddOp> make_add_relu(const Shape& shape, DType dtype);
   virtual std::unique_ptr<ReorderOp> make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) = 0;
   // `part` (N, C, H, W) as channels [offset, offset + C) of an (N, whole_channels, H, W) tensor,
   // both in activation_layout().

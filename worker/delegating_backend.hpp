@@ -26,6 +26,7 @@ class DelegatingBackend : public Backend {
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& c) override { return inner_.make_pool(c); }
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& c) override { return inner_.make_linear(c); }
   std::unique_ptr<AddOp> make_add(const Shape& s, DType d) override { return inner_.make_add(s, d); }
+  std::unique_ptr<AddOp> make_add_relu(const Shape& s, DType d) override { return inner_.make_add_relu(s, d); }
   std::unique_ptr<ReorderOp> make_reorder(const Shape& s, DType d, Layout from, Layout to) override {
     return inner_.make_reorder(s, d, from, to);
   }

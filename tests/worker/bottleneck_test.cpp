@@ -3,6 +3,7 @@
 // routing done independently on the host. The parts' own gradients are checked by finite
 // differences in gradient_check_test.cpp.
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -127,6 +128,44 @@ TEST_P(BottleneckWiring, EqualsItsPartsChainedByHand) {
     const Tensor& g = block_params[k]->grad;
     expect_same(std::vector<float>(g.as<float>(), g.as<float>() + g.numel()), parts_params[k]->grad.as<float>(),
                 "parameter " + std::to_string(k) + " grad");
+  }
+}
+
+// The block's tail in one oneDNN pass (add with a ReLU post-op) gives exactly max(a + b, 0),
+// in fp32 and in bf16 where the CPU has it: the same bits as the add followed by a ReLU.
+TEST(ResidualTail, FusedAddReluIsTheAddThenTheRelu) {
+  CpuBackend backend(2);
+  const Shape shape(2, 8, 3, 5);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> a(static_cast<std::size_t>(shape.numel())), b(a.size());
+  for (float& v : a) v = normal(rng);
+  for (float& v : b) v = normal(rng);
+  for (const DType dtype : {DType::fp32, DType::bf16}) {
+    if (backend.cannot_compute(dtype)) continue;
+    std::vector<std::shared_ptr<void>> memory;
+    const auto tensor = [&](const std::vector<float>* values) {
+      Tensor t = activation(shape, Layout::nhwc, dtype);
+      memory.push_back(backend.allocate(t.bytes()));
+      t.data = memory.back().get();
+      if (values != nullptr) {
+        const auto bytes = encode(values->data(), values->size(), dtype);
+        backend.copy_from_host(t.data, bytes.data(), t.bytes());
+      }
+      return t;
+    };
+    Tensor ta = tensor(&a), tb = tensor(&b), fused = tensor(nullptr), composed = tensor(nullptr);
+    backend.make_add_relu(shape, dtype)->forward(ta, tb, fused);
+    backend.make_add(shape, dtype)->forward(ta, tb, composed);
+    backend.make_relu(shape, dtype)->forward(composed, composed);
+    EXPECT_EQ(std::memcmp(fused.data, composed.data, fused.bytes()), 0) << to_string(dtype);
+    int zeros = 0;
+    const std::vector<float> values = decode(fused.data, static_cast<std::size_t>(shape.numel()), dtype);
+    for (const float v : values) {
+      EXPECT_GE(v, 0.0f);
+      zeros += v == 0.0f ? 1 : 0;
+    }
+    EXPECT_GT(zeros, 0) << "no negative sums: the ReLU was not exercised";
   }
 }
 

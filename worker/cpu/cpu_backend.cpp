@@ -447,12 +447,19 @@ class CpuResize final : public ResizeOp {
   dnnl::resampling_backward bwd_;
 };
 
+// y = a + b, or max(a + b, 0) with `relu` (a ReLU post-op: one pass over y instead of two).
 class CpuAdd final : public AddOp {
  public:
-  CpuAdd(CpuBackend& backend, const Shape& shape, DType dtype) : b_(backend) {
+  CpuAdd(CpuBackend& backend, const Shape& shape, DType dtype, bool relu) : b_(backend) {
     data_ = md_of(shape, shape.rank == 4 ? Layout::nhwc : Layout::plain, dtype);
-    pd_ = DLBENCH_DNNL_CALL(
-        dnnl::binary::primitive_desc(dnnl::binary::desc(dnnl::algorithm::binary_add, data_, data_, data_), b_.engine()));
+    dnnl::primitive_attr attr;
+    if (relu) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    pd_ = DLBENCH_DNNL_CALL(dnnl::binary::primitive_desc(
+        dnnl::binary::desc(dnnl::algorithm::binary_add, data_, data_, data_), attr, b_.engine()));
     add_ = dnnl::binary(pd_);
   }
   void forward(const Tensor& a, const Tensor& b, Tensor& y) override {
@@ -560,7 +567,10 @@ std::unique_ptr<LinearOp> CpuBackend::make_linear(const LinearConfig& c) {
   return std::make_unique<CpuWeightedOp<LinearOp, InnerProductPrimitives>>(make_inner_product_primitives(*this, c));
 }
 std::unique_ptr<AddOp> CpuBackend::make_add(const Shape& shape, DType dtype) {
-  return std::make_unique<CpuAdd>(*this, shape, dtype);
+  return std::make_unique<CpuAdd>(*this, shape, dtype, false);
+}
+std::unique_ptr<AddOp> CpuBackend::make_add_relu(const Shape& shape, DType dtype) {
+  return std::make_unique<CpuAdd>(*this, shape, dtype, true);
 }
 std::unique_ptr<ReorderOp> CpuBackend::make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) {
   return std::make_unique<CpuReorder>(*this, shape, dtype, from, to);

@@ -66,16 +66,22 @@ class CudaRelu final : public ReluOp {
   std::int64_t count_;
 };
 
+// y = a + b, or max(a + b, 0) in the same pass with `relu`.
 class CudaAdd final : public AddOp {
  public:
-  CudaAdd(CudaBackend& backend, const Shape& shape) : backend_(backend), count_(shape.numel()) {}
+  CudaAdd(CudaBackend& backend, const Shape& shape, bool relu) : backend_(backend), count_(shape.numel()), relu_(relu) {}
   void forward(const Tensor& a, const Tensor& b, Tensor& y) override {
-    kernels::add(a.as<float>(), b.as<float>(), y.as<float>(), count_, backend_.stream());
+    if (relu_) {
+      kernels::add_relu(a.as<float>(), b.as<float>(), y.as<float>(), count_, backend_.stream());
+    } else {
+      kernels::add(a.as<float>(), b.as<float>(), y.as<float>(), count_, backend_.stream());
+    }
   }
 
  private:
   CudaBackend& backend_;
   std::int64_t count_;
+  bool relu_;
 };
 
 // cudnnTransformTensor between the two memory orders of one fp32 shape.
@@ -357,7 +363,11 @@ std::unique_ptr<LinearOp> CudaBackend::make_linear(const LinearConfig& c) {
 }
 std::unique_ptr<AddOp> CudaBackend::make_add(const Shape& shape, DType dtype) {
   require_fp32(dtype);
-  return std::make_unique<CudaAdd>(*this, shape);
+  return std::make_unique<CudaAdd>(*this, shape, false);
+}
+std::unique_ptr<AddOp> CudaBackend::make_add_relu(const Shape& shape, DType dtype) {
+  require_fp32(dtype);
+  return std::make_unique<CudaAdd>(*this, shape, true);
 }
 std::unique_ptr<ReorderOp> CudaBackend::make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) {
   require_fp32(dtype);

@@ -62,6 +62,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) override;
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;
   std::unique_ptr<AddOp> make_add(const Shape& shape, DType dtype) override;
+  std::unique_ptr<AddOp> make_add_relu(const Shape& shape, DType dtype) override;
   std::unique_ptr<ReorderOp> make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) override;
   std::unique_ptr<ChannelSliceOp> make_channel_slice(const Shape& part, std::int64_t whole_channels,
                                                      std::int64_t offset, DType dtype) override;

@@ -22,6 +22,10 @@ __global__ void add_kernel(const float* a, const float* b, float* y, std::int64_
   DLBENCH_GRID_STRIDE(i, n) { y[i] = a[i] + b[i]; }
 }
 
+__global__ void add_relu_kernel(const float* a, const float* b, float* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = fmaxf(a[i] + b[i], 0.0f); }
+}
+
 __global__ void multiply_kernel(const float* a, const float* b, float* y, std::int64_t n) {
   DLBENCH_GRID_STRIDE(i, n) { y[i] = a[i] * b[i]; }
 }
@@ -248,6 +252,9 @@ void relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, c
 }
 void add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
   DLBENCH_LAUNCH(add_kernel, n, stream, a, b, y, n);
+}
+void add_relu(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
+  DLBENCH_LAUNCH(add_relu_kernel, n, stream, a, b, y, n);
 }
 void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
   DLBENCH_LAUNCH(multiply_kernel, n, stream, a, b, y, n);

@@ -14,6 +14,8 @@ void relu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream)
 void relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
 // y = a + b (y may be a).
 void add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
+// y = max(a + b, 0) (y may be a): a residual block's tail in one pass.
+void add_relu(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream);
 // data *= factor; sets *non_finite to 1 if any result is inf or NaN (never clears it).
 void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream);
 // NCHW adaptive average pooling with PyTorch's windows [floor(i·in/out), ceil((i+1)·in/out)).

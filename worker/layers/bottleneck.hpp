@@ -63,9 +63,9 @@ class Bottleneck final : public Layer {
     ctx.input_grad_reader = outer_reader;
 
     const Shape out = main_out.shape;
-    add_ = ctx.backend.make_add(out, input.dtype);
+    add_relu_ = ctx.backend.make_add_relu(out, input.dtype);
     add_grad_ = ctx.backend.make_add(input.shape, input.dtype);
-    relu_ = ctx.backend.make_relu(out, input.dtype);
+    relu_ = ctx.backend.make_relu(out, input.dtype);  // its backward
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(main_out, t);
@@ -90,8 +90,7 @@ class Bottleneck final : public Layer {
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
     const Tensor& short_out = shortcut_ ? shortcut_->forward(x, ctx) : x;
     const Tensor& main_out = main_.forward(x, ctx);
-    add_->forward(main_out, short_out, y_);
-    relu_->forward(y_, y_);
+    add_relu_->forward(main_out, short_out, y_);
     return y_;
   }
 
@@ -111,7 +110,7 @@ class Bottleneck final : public Layer {
  private:
   Sequential main_;
   std::unique_ptr<Sequential> shortcut_;
-  std::unique_ptr<AddOp> add_, add_grad_;
+  std::unique_ptr<AddOp> add_relu_, add_grad_;
   std::unique_ptr<ReluOp> relu_;
   Tensor y_, dsum_, dx_;
 };
