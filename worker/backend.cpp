@@ -72,6 +72,10 @@ void Backend::adamw_update(float*, float*, float*, float*, std::int64_t, const s
                            const AdamWConfig&, std::uint64_t) {
   no_transformer_op(*this, "adamw_update");
 }
+void Backend::lamb_update(float*, float*, float*, float*, std::int64_t, const std::vector<ParameterRange>&,
+                          const AdamWConfig&, std::uint64_t) {
+  no_transformer_op(*this, "lamb_update");
+}
 
 DType activation_dtype(std::string_view precision) {
   if (precision == "bf16") return DType::bf16;

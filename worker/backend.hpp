@@ -411,6 +411,14 @@ class Backend {
   virtual void adamw_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                             const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
                             std::uint64_t update_number);
+  // One LAMB step (You et al., 2019, as NVIDIA's BERT pretraining runs it: apex's FusedLAMB in
+  // AdamW mode), with AdamW's hyper-parameters and the same global-norm clipping: per tensor,
+  // u = m̂ / (√v̂ + ε) + λ·w, and w -= lr · r · u with the trust ratio r = ‖w‖ / ‖u‖ (1 when
+  // either norm is 0, and for tensors without decay). `tensors` holds one range per parameter
+  // tensor: the trust ratio is a tensor's. The same capture rule as adamw_update.
+  virtual void lamb_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
+                           const std::vector<ParameterRange>& tensors, const AdamWConfig& config,
+                           std::uint64_t update_number);
 
   // Step capture (CUDA graphs): record the work one step queues, then replay it with one launch.
   // Backends that cannot capture keep these defaults.

@@ -72,6 +72,10 @@ class DelegatingBackend : public Backend {
                     const AdamWConfig& c, std::uint64_t t) override {
     inner_.adamw_update(v, g, m1, m2, n, r, c, t);
   }
+  void lamb_update(float* v, float* g, float* m1, float* m2, std::int64_t n, const std::vector<ParameterRange>& r,
+                    const AdamWConfig& c, std::uint64_t t) override {
+    inner_.lamb_update(v, g, m1, m2, n, r, c, t);
+  }
   bool can_capture() const override { return inner_.can_capture(); }
   void begin_capture() override { inner_.begin_capture(); }
   void end_capture() override { inner_.end_capture(); }

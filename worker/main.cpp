@@ -70,10 +70,11 @@ Usage: dlbench-worker [options]
   --repeats N             repeats; the median is reported, >= 1          (default 7)
   --statistic S           median | mean                                  (default median)
   --sequence-length N     bert-base: tokens per sequence, 8 to 512       (default 128)
-  --optimizer O           sgd | adamw (AdamW: beta2 0.999, epsilon 1e-6, gradients clipped
-                          to a global norm of 1; no decay on biases and norms) (default sgd)
+  --optimizer O           sgd | adamw | lamb (AdamW, and LAMB with its per-tensor trust ratio:
+                          beta2 0.999, epsilon 1e-6, gradients clipped to a global norm of
+                          1; no decay on biases and norms)               (default sgd)
   --learning-rate X       learning rate, > 0                             (default 0.1)
-  --momentum X            SGD momentum, AdamW's beta1; 0 <= x < 1        (default 0.9)
+  --momentum X            SGD momentum, AdamW's and LAMB's beta1; 0 <= x < 1 (default 0.9)
   --weight-decay X        weight decay, 0 <= x <= 1 (AdamW: decoupled)    (default 0.0001)
   --threads N             CPU threads per rank; 0 = this process's cores
                           shared by the ranks on this node               (default 0)
@@ -317,7 +318,7 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (flag == "--sequence-length") {
       o.sequence_length = parse_bounded(flag, value, bounds::kSequenceLength);
     } else if (flag == "--optimizer") {
-      o.optimizer = choice(flag, value, {"sgd", "adamw"});
+      o.optimizer = choice(flag, value, {"sgd", "adamw", "lamb"});
     } else if (flag == "--learning-rate") {
       o.learning_rate = parse_real(flag, value, bounds::kLearningRate);
     } else if (flag == "--momentum") {
@@ -651,10 +652,15 @@ std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int ran
                                         Shape(o.batch_size, 3, o.image_height, o.image_width), model.classes, sgd, o.seed,
                                         static_cast<std::uint64_t>(rank), reuse, activation_dtype(o.precision));
   }
-  if (o.optimizer == "adamw") {
-    if (const auto why = device.cannot_run_transformers()) throw Unsupported("adamw: " + *why);
-    trainer->use_adamw({static_cast<float>(o.learning_rate), static_cast<float>(o.momentum), 0.999f, 1e-6f,
-                        static_cast<float>(o.weight_decay), 1.0f});
+  if (o.optimizer == "adamw" || o.optimizer == "lamb") {
+    if (const auto why = device.cannot_run_transformers()) throw Unsupported(o.optimizer + ": " + *why);
+    const AdamWConfig adam{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum), 0.999f, 1e-6f,
+                           static_cast<float>(o.weight_decay), 1.0f};
+    if (o.optimizer == "lamb") {
+      trainer->use_lamb(adam);
+    } else {
+      trainer->use_adamw(adam);
+    }
   }
   if (o.precision == "amp") trainer->use_loss_scaling({});
   if (!o.init_from.empty()) load_parameters(read_weights_file(o.init_from), o.init_from, trainer->parameters(), device);

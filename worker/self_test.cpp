@@ -474,43 +474,51 @@ void precision_independent_checks(Checker& checker, Backend& primary, Backend& r
     const double ew = normwise_relative_error(got_w, want_w), em = normwise_relative_error(got_m, want_m);
     return ew >= em ? bounded(ew, 1e-6, "worst: weights") : bounded(em, 1e-6, "worst: momentum");
   });
-  checker.run("-", "adamw update", [&] {
-    // Two updates (the bias corrections of steps 1 and 2), gradients large enough to be clipped,
-    // and a range without weight decay between two with it.
-    const std::int64_t n = 100003;
-    const std::vector<ParameterRange> ranges{{0, 40000, true}, {40000, 3, false}, {40003, 60000, true}};
-    std::mt19937_64 rng(29);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> w(static_cast<std::size_t>(n)), g(w.size());
-    for (float& v : w) v = normal(rng);
-    for (float& v : g) v = normal(rng);
-    const auto run = [&](Backend& on) {
-      auto memory = on.allocate(4 * w.size() * sizeof(float));
-      float* values = static_cast<float*>(memory.get());
-      float* grads = values + n;
-      float* first = grads + n;
-      float* second = first + n;
-      on.copy_from_host(values, w.data(), w.size() * sizeof(float));
-      std::vector<float> zeros(w.size(), 0.0f);
-      on.copy_from_host(first, zeros.data(), zeros.size() * sizeof(float));
-      on.copy_from_host(second, zeros.data(), zeros.size() * sizeof(float));
-      for (std::uint64_t update = 1; update <= 2; ++update) {
-        on.copy_from_host(grads, g.data(), g.size() * sizeof(float));
-        on.adamw_update(values, grads, first, second, n, ranges, {1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f}, update);
+  // AdamW over ranges of tensors, LAMB over tensors (its trust ratio is per tensor): two updates
+  // (the bias corrections of steps 1 and 2), gradients large enough to be clipped, and a range
+  // without weight decay between two with it.
+  for (const bool lamb : {false, true}) {
+    checker.run("-", lamb ? "lamb update" : "adamw update", [&] {
+      const std::int64_t n = 100003;
+      const std::vector<ParameterRange> ranges{{0, 40000, true}, {40000, 3, false}, {40003, 60000, true}};
+      std::mt19937_64 rng(29);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> w(static_cast<std::size_t>(n)), g(w.size());
+      for (float& v : w) v = normal(rng);
+      for (float& v : g) v = normal(rng);
+      const AdamWConfig config{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f};
+      const auto run = [&](Backend& on) {
+        auto memory = on.allocate(4 * w.size() * sizeof(float));
+        float* values = static_cast<float*>(memory.get());
+        float* grads = values + n;
+        float* first = grads + n;
+        float* second = first + n;
+        on.copy_from_host(values, w.data(), w.size() * sizeof(float));
+        std::vector<float> zeros(w.size(), 0.0f);
+        on.copy_from_host(first, zeros.data(), zeros.size() * sizeof(float));
+        on.copy_from_host(second, zeros.data(), zeros.size() * sizeof(float));
+        for (std::uint64_t update = 1; update <= 2; ++update) {
+          on.copy_from_host(grads, g.data(), g.size() * sizeof(float));
+          if (lamb) {
+            on.lamb_update(values, grads, first, second, n, ranges, config, update);
+          } else {
+            on.adamw_update(values, grads, first, second, n, ranges, config, update);
+          }
+        }
+        return std::make_pair(download(on, values, n), download(on, second, n));
+      };
+      if (const auto why = primary.cannot_run_transformers()) {
+        SelfTestCheck skipped;
+        skipped.outcome = CheckOutcome::skipped;
+        skipped.detail = *why;
+        return skipped;
       }
-      return std::make_pair(download(on, values, n), download(on, second, n));
-    };
-    if (const auto why = primary.cannot_run_transformers()) {
-      SelfTestCheck skipped;
-      skipped.outcome = CheckOutcome::skipped;
-      skipped.detail = *why;
-      return skipped;
-    }
-    const auto [want_w, want_v] = run(reference);
-    const auto [got_w, got_v] = run(primary);
-    const double ew = normwise_relative_error(got_w, want_w), ev = normwise_relative_error(got_v, want_v);
-    return ew >= ev ? bounded(ew, 1e-6, "worst: weights") : bounded(ev, 1e-6, "worst: second moment");
-  });
+      const auto [want_w, want_v] = run(reference);
+      const auto [got_w, got_v] = run(primary);
+      const double ew = normwise_relative_error(got_w, want_w), ev = normwise_relative_error(got_v, want_v);
+      return ew >= ev ? bounded(ew, 1e-6, "worst: weights") : bounded(ev, 1e-6, "worst: second moment");
+    });
+  }
   checker.run("-", "unscale and overflow check", [&] {
     std::vector<float> g{1024.0f, -2048.0f, 3072.0f, 0.5f, 0.0f};
     auto memory = primary.allocate(g.size() * sizeof(float));

@@ -1,7 +1,7 @@
 // The self-test: the backend this worker trains on, checked against the CPU backend in fp32
 // (oneDNN, the reference), op by op and over a few training steps, for each precision it can
 // run (the transformer's encoder layer and a few AdamW steps of a small BERT too, where the backend
-// has transformer ops); then AdamW's update, the loss scaler's skip on an injected inf, a replayed step graph against the eager
+// has transformer ops); then AdamW's and LAMB's updates, the loss scaler's skip on an injected inf, a replayed step graph against the eager
 // step (where the backend captures), and the communicator's collectives across every rank.
 // It is how the GPU tests travel: `dlbench-worker --self-test` runs it on the user's GPUs, a
 // BenchmarkRun's spec.preflight before its first case.

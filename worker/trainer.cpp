@@ -248,7 +248,11 @@ void Trainer::step() {
   last_step_skipped_ = scaler_ && !scaler_->record_step(gradients_finite_);
   if (!last_step_skipped_) {
     // Captured at step >= 1, so the recorded update is never the first (momentum buffer = grad).
-    if (adamw_) {
+    if (adamw_ && lamb_) {
+      backend_.lamb_update(parameters_.values(), parameters_.grads(), parameters_.momentum(),
+                           parameters_.second_moment(), parameters_.count(), decay_ranges_, *adamw_,
+                           updates_applied_ + 1);
+    } else if (adamw_) {
       backend_.adamw_update(parameters_.values(), parameters_.grads(), parameters_.momentum(),
                             parameters_.second_moment(), parameters_.count(), decay_ranges_, *adamw_,
                             updates_applied_ + 1);
@@ -266,13 +270,19 @@ void Trainer::step() {
   ++context_.step;
 }
 
-void Trainer::use_adamw(AdamWConfig config) {
+void Trainer::use_adamw(AdamWConfig config) { use_adam_family(config, false); }
+
+void Trainer::use_lamb(AdamWConfig config) { use_adam_family(config, true); }
+
+// AdamW updates runs of tensors alike in decay (fewer ranges); LAMB's trust ratio is per tensor.
+void Trainer::use_adam_family(AdamWConfig config, bool lamb) {
   if (!adamw_) parameters_.allocate_second_moment(backend_);
   adamw_ = config;
+  lamb_ = lamb;
   decay_ranges_.clear();
   for (const Parameter* p : parameters_.parameters()) {
     const bool decays = p->value.shape.rank >= 2;
-    if (!decay_ranges_.empty() && decay_ranges_.back().decays == decays &&
+    if (!lamb && !decay_ranges_.empty() && decay_ranges_.back().decays == decays &&
         decay_ranges_.back().offset + decay_ranges_.back().count == p->offset) {
       decay_ranges_.back().count += p->value.numel();
     } else {

@@ -103,6 +103,8 @@ class Trainer {
   // Decay applies to matrices and embeddings, not to vectors (biases, LayerNorm's and batch
   // norm's scale and shift), as BERT's recipes exclude them.
   void use_adamw(AdamWConfig config);
+  // LAMB (Backend::lamb_update) with the same hyper-parameters, decay and clipping.
+  void use_lamb(AdamWConfig config);
   // The token sequences the next step trains on (pretraining only): ids, and the labels block.
   void copy_sequences_to_host(std::vector<std::int32_t>& token_ids, std::vector<std::int32_t>& labels);
 
@@ -131,6 +133,7 @@ class Trainer {
                        const std::function<std::int64_t(const Tensor&)>& label_count_for_output);
   void forward_and_loss();
   void queue_gradients();  // forward, loss, backward, the hook and unscaling; waits for nothing else
+  void use_adam_family(AdamWConfig config, bool lamb);
 
   Backend& backend_;
   std::unique_ptr<Sequential> network_;
@@ -147,8 +150,9 @@ class Trainer {
   bool gradients_finite_ = true;
   bool last_step_skipped_ = false;
   std::uint64_t updates_applied_ = 0;  // the first applied update starts the momentum buffers
-  std::optional<AdamWConfig> adamw_;
-  std::vector<ParameterRange> decay_ranges_;
+  std::optional<AdamWConfig> adamw_;  // AdamW's, or LAMB's with lamb_
+  bool lamb_ = false;
+  std::vector<ParameterRange> decay_ranges_;  // runs of tensors for AdamW, one per tensor for LAMB
   bool use_graph_ = false;
   bool graph_captured_ = false;
 };

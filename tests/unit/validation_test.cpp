@@ -163,6 +163,11 @@ TEST(Validation, SequenceLengthAndAdamW) {
   };
   EXPECT_EQ(after("--sequence-length"), "64");
   EXPECT_EQ(after("--optimizer"), "adamw");
+  json lamb = doc;
+  lamb["spec"]["optimizer"]["name"] = "lamb";
+  const auto lamb_run = decode_benchmark_run(lamb);
+  ASSERT_TRUE(lamb_run.ok());
+  EXPECT_EQ(lamb_run.value->spec.optimizer.name, OptimizerName::lamb);
   EXPECT_EQ(after("--image-size"), "(absent)");
   json plain = minimal_run();
   const auto image_run = decode_benchmark_run(plain);
@@ -313,7 +318,7 @@ TEST(Validation, Methodology) {
 
 TEST(Validation, Optimizer) {
   EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"name", "adam"}}}}}}),
-              ElementsAre(R"(spec.optimizer.name: "adam" is not one of sgd, adamw)"));
+              ElementsAre(R"(spec.optimizer.name: "adam" is not one of sgd, adamw, lamb)"));
   EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"learningRate", 0}}}}}}),
               ElementsAre("spec.optimizer.learningRate: 0 is out of range; allowed: greater than 0 and at most 100"));
   EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"momentum", 1.0}}}}}}),

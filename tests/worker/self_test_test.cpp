@@ -189,9 +189,9 @@ TEST(SelfTest, ACorrectBackendPassesEveryCheck) {
   NoCommunicator one;
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
-  // 12 layers, the loss, the encoder layer, BERT, training; SGD, AdamW, unscaling, loss scaling;
-  // the communicator.
-  EXPECT_EQ(checks.size(), 21u);
+  // 12 layers, the loss, the encoder layer, BERT, training; SGD, AdamW, LAMB, unscaling, loss
+  // scaling; the communicator.
+  EXPECT_EQ(checks.size(), 22u);
   for (const auto& c : checks) EXPECT_LE(c.error, c.bound == 0 ? 0.0 : c.bound) << c.name;
 }
 

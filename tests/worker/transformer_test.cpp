@@ -126,6 +126,52 @@ TEST(TransformerOps, AdamWFollowsTorchsUpdateAfterClipping) {
   }
 }
 
+// LAMB as apex's FusedLAMB computes it in AdamW mode (NVIDIA's BERT pretraining), written out in
+// double: after the global-norm clip, per tensor u = m̂ / (√v̂ + ε) + λw and w -= lr · r · u with
+// r = ‖w‖ / ‖u‖ for tensors with decay, 1 without. Three tensors: one with decay, one without, one
+// of zeros with decay (‖w‖ = 0: r = 1); three steps.
+TEST(TransformerOps, LambFollowsApexFusedLambAfterClipping) {
+  CpuBackend backend(2);
+  const std::size_t count = 14;
+  std::vector<float> w = random_values(count, 7), m(count, 0.0f), v(count, 0.0f);
+  for (std::size_t i = 10; i < count; ++i) w[i] = 0.0f;
+  std::vector<double> ew(w.begin(), w.end()), em(count, 0.0), ev(count, 0.0);
+  const std::vector<ParameterRange> tensors{{0, 6, true}, {6, 4, false}, {10, 4, true}};
+  const AdamWConfig c{0.01f, 0.9f, 0.999f, 1e-6f, 0.1f, 0.5f};
+  for (std::uint64_t t = 1; t <= 3; ++t) {
+    const std::vector<float> drawn = random_values(count, 20 + t);
+    std::vector<float> g = drawn;
+    for (float& x : g) x *= 2.0f;  // a norm above 0.5: clipping acts
+    double norm = 0.0;
+    for (const float x : g) norm += static_cast<double>(x) * static_cast<double>(x);
+    const double clip = std::min(1.0, 0.5 / (std::sqrt(norm) + 1e-6));
+    backend.lamb_update(w.data(), g.data(), m.data(), v.data(), static_cast<std::int64_t>(count), tensors, c, t);
+    const double correction1 = 1.0 - std::pow(0.9, static_cast<double>(t));
+    const double correction2 = 1.0 - std::pow(0.999, static_cast<double>(t));
+    for (const ParameterRange& tensor : tensors) {
+      const auto first = static_cast<std::size_t>(tensor.offset), end = first + static_cast<std::size_t>(tensor.count);
+      const double decay = tensor.decays ? 0.1 : 0.0;
+      std::vector<double> u(count, 0.0);
+      double weight_norm = 0.0, update_norm = 0.0;
+      for (std::size_t i = first; i < end; ++i) {
+        const double gi = static_cast<double>(drawn[i]) * 2.0 * clip;
+        em[i] = 0.9 * em[i] + 0.1 * gi;
+        ev[i] = 0.999 * ev[i] + 0.001 * gi * gi;
+        u[i] = (em[i] / correction1) / (std::sqrt(ev[i] / correction2) + 1e-6) + decay * ew[i];
+        weight_norm += ew[i] * ew[i];
+        update_norm += u[i] * u[i];
+      }
+      const double ratio = tensor.decays && weight_norm > 0 && update_norm > 0 ? std::sqrt(weight_norm / update_norm) : 1.0;
+      for (std::size_t i = first; i < end; ++i) {
+        ew[i] -= 0.01 * ratio * u[i];
+        EXPECT_NEAR(w[i], ew[i], 1e-5) << "step " << t << " element " << i;
+      }
+    }
+  }
+  // The zero tensor moved by plain Adam steps (r = 1) and then by its trust ratio.
+  EXPECT_NE(w[12], 0.0f);
+}
+
 BertConfig tiny_bert() {
   BertConfig c;
   c.vocabulary = 40;
@@ -209,6 +255,20 @@ TEST(Training, BertLossFallsOnAFixedBatch) {
   const float first = trainer.step_and_loss();
   // About chance at the start: ln(vocabulary) for the masked tokens plus ln 2 for the next sentence.
   EXPECT_NEAR(first, std::log(40.0f) + std::log(2.0f), 0.5f);
+  float last = first;
+  for (int i = 0; i < 60; ++i) last = trainer.step_and_loss();
+  EXPECT_LT(last, 0.5f * first) << "loss " << first << " → " << last;
+}
+
+// LAMB trains a small BERT as AdamW does. Its steps are relative to each tensor's norm (lr · ‖w‖),
+// so it takes a larger learning rate than AdamW's for the same progress, as LAMB's recipes do.
+TEST(Training, BertLossFallsWithLamb) {
+  CpuBackend backend(2);
+  const BertConfig config = tiny_bert();
+  Trainer trainer(backend, bert_for_pretraining(config), PretrainingBatchLayout{4, 12}, config.vocabulary,
+                  SgdConfig{}, 3);
+  trainer.use_lamb({5e-2f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f});
+  const float first = trainer.step_and_loss();
   float last = first;
   for (int i = 0; i < 60; ++i) last = trainer.step_and_loss();
   EXPECT_LT(last, 0.5f * first) << "loss " << first << " → " << last;

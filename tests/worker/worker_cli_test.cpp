@@ -199,6 +199,10 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
   EXPECT_EQ(doc.throughput->repeats.size(), 2u);
   EXPECT_THAT(o.out, Not(HasSubstr("imageSize")));
   EXPECT_THAT(o.err, HasSubstr("sequence length 16, 110106428 parameters"));
+  const Outcome lamb = worker("--model bert-base --sequence-length 8 --batch-size 1 --optimizer lamb "
+                              "--learning-rate 0.001 --warmup-steps 0 --measure-steps 2 --repeats 1");
+  ASSERT_EQ(lamb.exit_code, 0) << lamb.err;
+  EXPECT_EQ(decoded(lamb.out).state, CaseState::Succeeded);
   const Outcome image = worker("--model bert-base --image-size 224");
   EXPECT_EQ(image.exit_code, 2);
   EXPECT_THAT(image.err, HasSubstr("--image-size: bert-base takes token sequences; use --sequence-length"));

@@ -63,6 +63,9 @@ class CpuBackend final : public Backend {
   void adamw_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                     const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
                     std::uint64_t update_number) override;
+  void lamb_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
+                    const std::vector<ParameterRange>& tensors, const AdamWConfig& config,
+                    std::uint64_t update_number) override;
 
   const dnnl::engine& engine() const { return engine_; }
   dnnl::stream& stream() { return stream_; }

@@ -290,22 +290,29 @@ void CpuBackend::scatter_add_rows(const Tensor& dy, const std::int32_t* rows, st
 
 void CpuBackend::fill_zero(Tensor& t) { std::memset(t.data, 0, t.bytes()); }
 
+namespace {
+
+// torch.nn.utils.clip_grad_norm_: one norm over every gradient; the factor is clamped to 1, so
+// gradients already within the norm are left as they are. max_norm <= 0: no clipping.
+void clip_to_global_norm(float* grads, std::int64_t count, float max_norm) {
+  if (max_norm <= 0.0f) return;
+  double squares = 0.0;
+#pragma omp parallel for simd schedule(static) reduction(+ : squares)
+  for (std::int64_t i = 0; i < count; ++i) squares += static_cast<double>(grads[i]) * static_cast<double>(grads[i]);
+  const double factor = std::min(1.0, static_cast<double>(max_norm) / (std::sqrt(squares) + 1e-6));
+  if (factor < 1.0) {
+    const auto f = static_cast<float>(factor);
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = 0; i < count; ++i) grads[i] *= f;
+  }
+}
+
+}  // namespace
+
 void CpuBackend::adamw_update(float* values, float* grads, float* first_moment, float* second_moment,
                               std::int64_t count, const std::vector<ParameterRange>& ranges, const AdamWConfig& c,
                               std::uint64_t update_number) {
-  if (c.max_grad_norm > 0.0f) {
-    // torch.nn.utils.clip_grad_norm_: one norm over every gradient; the factor is clamped to 1, so
-    // gradients already within the norm are left as they are.
-    double squares = 0.0;
-#pragma omp parallel for simd schedule(static) reduction(+ : squares)
-    for (std::int64_t i = 0; i < count; ++i) squares += static_cast<double>(grads[i]) * static_cast<double>(grads[i]);
-    const double factor = std::min(1.0, static_cast<double>(c.max_grad_norm) / (std::sqrt(squares) + 1e-6));
-    if (factor < 1.0) {
-      const auto f = static_cast<float>(factor);
-#pragma omp parallel for simd schedule(static)
-      for (std::int64_t i = 0; i < count; ++i) grads[i] *= f;
-    }
-  }
+  clip_to_global_norm(grads, count, c.max_grad_norm);
   const auto t = static_cast<double>(update_number);
   const auto step_size = static_cast<float>(static_cast<double>(c.learning_rate) / (1.0 - std::pow(static_cast<double>(c.beta1), t)));
   const auto root_correction = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(c.beta2), t)));
@@ -321,6 +328,42 @@ void CpuBackend::adamw_update(float* values, float* grads, float* first_moment, 
       v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g[i] * g[i];
       w[i] = w[i] * decay - step_size * m[i] / (std::sqrt(v[i]) / root_correction + c.epsilon);
     }
+  }
+}
+
+// Two passes per tensor: the moments and both norms, then the update (u is recomputed from the
+// stored moments rather than kept: no scratch as large as the model).
+void CpuBackend::lamb_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
+                             const std::vector<ParameterRange>& tensors, const AdamWConfig& c,
+                             std::uint64_t update_number) {
+  clip_to_global_norm(grads, count, c.max_grad_norm);
+  const auto t = static_cast<double>(update_number);
+  const auto correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(c.beta1), t));
+  const auto correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(c.beta2), t));
+  for (const ParameterRange& tensor : tensors) {
+    const float decay = tensor.decays ? c.weight_decay : 0.0f;
+    float* __restrict w = values + tensor.offset;
+    const float* __restrict g = grads + tensor.offset;
+    float* __restrict m = first_moment + tensor.offset;
+    float* __restrict v = second_moment + tensor.offset;
+    const auto update = [&](std::int64_t i) {
+      return (m[i] / correction1) / (std::sqrt(v[i] / correction2) + c.epsilon) + decay * w[i];
+    };
+    double weight_squares = 0.0, update_squares = 0.0;
+#pragma omp parallel for simd schedule(static) reduction(+ : weight_squares, update_squares)
+    for (std::int64_t i = 0; i < tensor.count; ++i) {
+      m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
+      v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g[i] * g[i];
+      const float u = update(i);
+      weight_squares += static_cast<double>(w[i]) * static_cast<double>(w[i]);
+      update_squares += static_cast<double>(u) * static_cast<double>(u);
+    }
+    const double ratio = tensor.decays && weight_squares > 0.0 && update_squares > 0.0
+                             ? std::sqrt(weight_squares) / std::sqrt(update_squares)
+                             : 1.0;
+    const auto step = static_cast<float>(static_cast<double>(c.learning_rate) * ratio);
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = 0; i < tensor.count; ++i) w[i] -= step * update(i);
   }
 }
 

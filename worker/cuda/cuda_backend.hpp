@@ -94,6 +94,9 @@ class CudaBackend final : public Backend {
   void adamw_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                     const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
                     std::uint64_t update_number) override;
+  void lamb_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
+                   const std::vector<ParameterRange>& tensors, const AdamWConfig& config,
+                   std::uint64_t update_number) override;
 
   bool can_capture() const override { return true; }
   void begin_capture() override;
@@ -115,6 +118,16 @@ class CudaBackend final : public Backend {
 
  private:
   void require_fp32(DType dtype) const;
+  // The optimizers' ranges on the device (uploaded when they change; sorted by offset).
+  struct DeviceRanges {
+    const std::int64_t* offsets;
+    const std::int64_t* counts;
+    const std::int32_t* decays;
+    int count;
+  };
+  DeviceRanges device_ranges(const std::vector<ParameterRange>& ranges);
+  // Counts the update on the device, sums the gradients' squares; returns the coefficients.
+  float* prepare_adam_step(const float* grads, std::int64_t count, const AdamWConfig& config, std::uint64_t update_number);
   int device_;
   CudaMath math_;
   cudaDeviceProp properties_{};
@@ -143,6 +156,8 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> adamw_scalars_;
   std::shared_ptr<void> adamw_ranges_;
   std::vector<ParameterRange> adamw_ranges_uploaded_;
+  std::shared_ptr<void> lamb_norms_;  // ‖w‖² and ‖u‖² per tensor
+  std::size_t lamb_norms_capacity_ = 0;
   std::size_t loss_rows_capacity_ = 0;
   bool capturing_ = false;
   cudaGraph_t graph_ = nullptr;

@@ -232,6 +232,8 @@ __global__ void adamw_coefficients_kernel(const double* squares, const std::uint
   coefficients[0] = static_cast<float>(factor);
   coefficients[1] = static_cast<float>(static_cast<double>(s.learning_rate) / (1.0 - pow(static_cast<double>(s.beta1), t)));
   coefficients[2] = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(s.beta2), t)));
+  coefficients[3] = static_cast<float>(1.0 - pow(static_cast<double>(s.beta1), t));
+  coefficients[4] = static_cast<float>(1.0 - pow(static_cast<double>(s.beta2), t));
 }
 
 // Every gradient is clipped; the elements inside a range are updated (the last range starting at
@@ -264,6 +266,62 @@ __global__ void adamw_apply_kernel(float* values, float* grads, float* first_mom
     values[i] = values[i] * decay - step_size * m / (sqrtf(v) / root_correction + s.epsilon);
   }
 }
+
+// LAMB's update direction for one element, as the CPU backend computes it.
+__device__ inline float lamb_direction(float m, float v, float w, float decay, const float* coefficients,
+                                       float epsilon) {
+  return (m / coefficients[3]) / (sqrtf(v / coefficients[4]) + epsilon) + decay * w;
+}
+
+// Grid (chunks, tensors): blockIdx.y names the tensor, the x blocks stride over its elements.
+__global__ void lamb_moments_kernel(const float* values, float* grads, float* first_moment, float* second_moment,
+                                    const std::int64_t* offsets, const std::int64_t* counts, const std::int32_t* decays,
+                                    AdamWScalars s, const float* coefficients, double* norms) {
+  const int tensor = static_cast<int>(blockIdx.y);
+  const std::int64_t base = offsets[tensor], n = counts[tensor];
+  const float factor = coefficients[0];
+  const float decay = decays[tensor] != 0 ? s.weight_decay : 0.0f;
+  float weight_squares = 0.0f, update_squares = 0.0f;
+  DLBENCH_GRID_STRIDE(k, n) {
+    const std::int64_t i = base + k;
+    const float g = factor < 1.0f ? grads[i] * factor : grads[i];
+    grads[i] = g;
+    const float m = s.beta1 * first_moment[i] + (1.0f - s.beta1) * g;
+    const float v = s.beta2 * second_moment[i] + (1.0f - s.beta2) * g * g;
+    first_moment[i] = m;
+    second_moment[i] = v;
+    const float u = lamb_direction(m, v, values[i], decay, coefficients, s.epsilon);
+    weight_squares += values[i] * values[i];
+    update_squares += u * u;
+  }
+  const float block_weights = block_sum(weight_squares);
+  const float block_updates = block_sum(update_squares);
+  if (threadIdx.x == 0) {
+    atomicAdd(norms + 2 * tensor, static_cast<double>(block_weights));
+    atomicAdd(norms + 2 * tensor + 1, static_cast<double>(block_updates));
+  }
+}
+
+__global__ void lamb_apply_kernel(float* values, const float* first_moment, const float* second_moment,
+                                  const std::int64_t* offsets, const std::int64_t* counts, const std::int32_t* decays,
+                                  AdamWScalars s, const float* coefficients, const double* norms) {
+  const int tensor = static_cast<int>(blockIdx.y);
+  const std::int64_t base = offsets[tensor], n = counts[tensor];
+  const bool decays_here = decays[tensor] != 0;
+  const double weight_squares = norms[2 * tensor], update_squares = norms[2 * tensor + 1];
+  const double ratio =
+      decays_here && weight_squares > 0.0 && update_squares > 0.0 ? sqrt(weight_squares) / sqrt(update_squares) : 1.0;
+  const auto step = static_cast<float>(static_cast<double>(s.learning_rate) * ratio);
+  const float decay = decays_here ? s.weight_decay : 0.0f;
+  DLBENCH_GRID_STRIDE(k, n) {
+    const std::int64_t i = base + k;
+    values[i] -= step * lamb_direction(first_moment[i], second_moment[i], values[i], decay, coefficients, s.epsilon);
+  }
+}
+
+// Blocks per tensor for the LAMB kernels: enough to fill a GPU for BERT's largest tensor (the
+// word embeddings) without launching many idle blocks for its 768-value vectors.
+constexpr unsigned kLambBlocksPerTensor = 64;
 
 // Enough blocks of kThreads for one block (or warp) per row, within the grid's limit.
 unsigned blocks_for_rows(std::int64_t rows, int rows_per_block) {
@@ -348,6 +406,28 @@ void adamw_apply(float* values, float* grads, float* first_moment, float* second
                  int ranges, const AdamWScalars& s, const float* coefficients, cudaStream_t stream) {
   DLBENCH_LAUNCH(adamw_apply_kernel, n, stream, values, grads, first_moment, second_moment, n, range_offsets,
                  range_counts, range_decays, ranges, s, coefficients);
+}
+
+void lamb_moments(const float* values, float* grads, float* first_moment, float* second_moment,
+                  const std::int64_t* tensor_offsets, const std::int64_t* tensor_counts, const std::int32_t* tensor_decays,
+                  int tensors, const AdamWScalars& s, const float* coefficients, double* norms, cudaStream_t stream) {
+  if (tensors <= 0) return;
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(norms, 0, 2 * static_cast<std::size_t>(tensors) * sizeof(double), stream));
+  const dim3 grid(kLambBlocksPerTensor, static_cast<unsigned>(tensors));
+  lamb_moments_kernel<<<grid, kThreads, 0, stream>>>(values, grads, first_moment, second_moment, tensor_offsets,
+                                                     tensor_counts, tensor_decays, s, coefficients, norms);
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void lamb_apply(float* values, const float* first_moment, const float* second_moment,
+                const std::int64_t* tensor_offsets, const std::int64_t* tensor_counts, const std::int32_t* tensor_decays,
+                int tensors, const AdamWScalars& s, const float* coefficients, const double* norms,
+                cudaStream_t stream) {
+  if (tensors <= 0) return;
+  const dim3 grid(kLambBlocksPerTensor, static_cast<unsigned>(tensors));
+  lamb_apply_kernel<<<grid, kThreads, 0, stream>>>(values, first_moment, second_moment, tensor_offsets, tensor_counts,
+                                                   tensor_decays, s, coefficients, norms);
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace dlbench::worker::kernels

@@ -38,10 +38,12 @@ void gather_rows(const float* table, const std::int32_t* rows, std::int64_t coun
 void scatter_add_rows(const float* dy, const std::int32_t* rows, std::int64_t count, int features,
                       std::int64_t table_rows, float* table_grad, cudaStream_t stream);
 
-// AdamW after clip_grad_norm_, all on the device so that a captured step replays it right:
-// adamw_prepare sums the gradients' squares and, from the update number the device holds,
-// writes {clip factor, lr / (1 - β1^t), sqrt(1 - β2^t)} to `coefficients`; adamw_apply updates
-// the elements of each range (offsets sorted, `range_decays` 1 where weight decay applies).
+// AdamW and LAMB after clip_grad_norm_, all on the device so that a captured step replays it
+// right: adamw_prepare sums the gradients' squares and, from the update number the device holds,
+// writes {clip factor, lr / (1 - β1^t), sqrt(1 - β2^t), 1 - β1^t, 1 - β2^t} to `coefficients`;
+// adamw_apply updates the elements of each range (offsets sorted, `range_decays` 1 where weight
+// decay applies). LAMB: lamb_moments clips, updates the moments and sums ‖w‖² and ‖u‖² per tensor
+// into `norms` (2 per tensor, zeroed here); lamb_apply steps each tensor by its trust ratio.
 struct AdamWScalars {
   float learning_rate, beta1, beta2, epsilon, weight_decay, max_grad_norm;
 };
@@ -50,5 +52,12 @@ void adamw_prepare(const float* grads, std::int64_t n, double* squares, const st
 void adamw_apply(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t n,
                  const std::int64_t* range_offsets, const std::int64_t* range_counts, const std::int32_t* range_decays,
                  int ranges, const AdamWScalars& s, const float* coefficients, cudaStream_t stream);
+void lamb_moments(const float* values, float* grads, float* first_moment, float* second_moment,
+                  const std::int64_t* tensor_offsets, const std::int64_t* tensor_counts, const std::int32_t* tensor_decays,
+                  int tensors, const AdamWScalars& s, const float* coefficients, double* norms, cudaStream_t stream);
+void lamb_apply(float* values, const float* first_moment, const float* second_moment,
+                const std::int64_t* tensor_offsets, const std::int64_t* tensor_counts, const std::int32_t* tensor_decays,
+                int tensors, const AdamWScalars& s, const float* coefficients, const double* norms,
+                cudaStream_t stream);
 
 }  // namespace dlbench::worker::kernels

@@ -145,7 +145,11 @@ bool same_ranges(const std::vector<ParameterRange>& a, const std::vector<Paramet
   });
 }
 
-constexpr std::size_t kAdamWScalarBytes = 64;  // update number (8), sum of squares (8), 3 coefficients (12)
+constexpr std::size_t kAdamWScalarBytes = 64;  // update number (8), sum of squares (8), 5 coefficients (20)
+
+kernels::AdamWScalars scalars_of(const AdamWConfig& c) {
+  return {c.learning_rate, c.beta1, c.beta2, c.epsilon, c.weight_decay, c.max_grad_norm};
+}
 
 }  // namespace
 
@@ -189,13 +193,10 @@ void CudaBackend::scatter_add_rows(const Tensor& dy, const std::int32_t* rows, s
 
 void CudaBackend::fill_zero(Tensor& t) { DLBENCH_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_)); }
 
-void CudaBackend::adamw_update(float* values, float* grads, float* first_moment, float* second_moment,
-                               std::int64_t count, const std::vector<ParameterRange>& ranges, const AdamWConfig& c,
-                               std::uint64_t update_number) {
-  if (!adamw_scalars_) adamw_scalars_ = allocate(kAdamWScalarBytes);
+CudaBackend::DeviceRanges CudaBackend::device_ranges(const std::vector<ParameterRange>& ranges) {
   if (!adamw_ranges_ || !same_ranges(ranges, adamw_ranges_uploaded_)) {
     // Host copies: never inside a captured step (the trainer's first step is eager).
-    if (capturing_) throw CudaError("AdamW's parameter ranges changed while a step is captured");
+    if (capturing_) throw CudaError("the optimizer's parameter ranges changed while a step is captured");
     std::vector<ParameterRange> sorted = ranges;
     std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
     const std::size_t n = sorted.size();
@@ -212,6 +213,16 @@ void CudaBackend::adamw_update(float* values, float* grads, float* first_moment,
     copy_from_host(device + 2 * n * sizeof(std::int64_t), decays.data(), decays.size() * sizeof(std::int32_t));
     adamw_ranges_uploaded_ = ranges;
   }
+  const std::size_t n = adamw_ranges_uploaded_.size();
+  const auto* offsets = static_cast<const std::int64_t*>(adamw_ranges_.get());
+  const auto* decays = reinterpret_cast<const std::int32_t*>(static_cast<const std::byte*>(adamw_ranges_.get()) +
+                                                             2 * n * sizeof(std::int64_t));
+  return {offsets, offsets + n, decays, static_cast<int>(n)};
+}
+
+float* CudaBackend::prepare_adam_step(const float* grads, std::int64_t count, const AdamWConfig& c,
+                                      std::uint64_t update_number) {
+  if (!adamw_scalars_) adamw_scalars_ = allocate(kAdamWScalarBytes);
   auto* scalars = static_cast<std::byte*>(adamw_scalars_.get());
   auto* update = reinterpret_cast<std::uint64_t*>(scalars);
   auto* squares = reinterpret_cast<double*>(scalars + 8);
@@ -223,14 +234,34 @@ void CudaBackend::adamw_update(float* values, float* grads, float* first_moment,
   } else {
     kernels::set_step(update, update_number, stream_);
   }
-  const kernels::AdamWScalars s{c.learning_rate, c.beta1, c.beta2, c.epsilon, c.weight_decay, c.max_grad_norm};
-  kernels::adamw_prepare(grads, count, squares, update, s, coefficients, stream_);
-  const std::size_t n = adamw_ranges_uploaded_.size();
-  const auto* offsets = static_cast<const std::int64_t*>(adamw_ranges_.get());
-  const auto* decays = reinterpret_cast<const std::int32_t*>(static_cast<const std::byte*>(adamw_ranges_.get()) +
-                                                             2 * n * sizeof(std::int64_t));
-  kernels::adamw_apply(values, grads, first_moment, second_moment, count, offsets, offsets + n, decays,
-                       static_cast<int>(n), s, coefficients, stream_);
+  kernels::adamw_prepare(grads, count, squares, update, scalars_of(c), coefficients, stream_);
+  return coefficients;
+}
+
+void CudaBackend::adamw_update(float* values, float* grads, float* first_moment, float* second_moment,
+                               std::int64_t count, const std::vector<ParameterRange>& ranges, const AdamWConfig& c,
+                               std::uint64_t update_number) {
+  const DeviceRanges r = device_ranges(ranges);
+  const float* coefficients = prepare_adam_step(grads, count, c, update_number);
+  kernels::adamw_apply(values, grads, first_moment, second_moment, count, r.offsets, r.counts, r.decays, r.count,
+                       scalars_of(c), coefficients, stream_);
+}
+
+void CudaBackend::lamb_update(float* values, float* grads, float* first_moment, float* second_moment,
+                              std::int64_t count, const std::vector<ParameterRange>& tensors, const AdamWConfig& c,
+                              std::uint64_t update_number) {
+  const DeviceRanges r = device_ranges(tensors);
+  if (static_cast<std::size_t>(r.count) > lamb_norms_capacity_) {
+    if (capturing_) throw CudaError("LAMB's per-tensor norms would have to grow while a step is captured");
+    lamb_norms_ = allocate(2 * static_cast<std::size_t>(r.count) * sizeof(double));
+    lamb_norms_capacity_ = static_cast<std::size_t>(r.count);
+  }
+  auto* norms = static_cast<double*>(lamb_norms_.get());
+  const float* coefficients = prepare_adam_step(grads, count, c, update_number);
+  kernels::lamb_moments(values, grads, first_moment, second_moment, r.offsets, r.counts, r.decays, r.count,
+                        scalars_of(c), coefficients, norms, stream_);
+  kernels::lamb_apply(values, first_moment, second_moment, r.offsets, r.counts, r.decays, r.count, scalars_of(c),
+                      coefficients, norms, stream_);
 }
 
 }  // namespace dlbench::worker

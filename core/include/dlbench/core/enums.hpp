@@ -18,8 +18,9 @@ enum class InputVerdict { input_bound, compute_bound };
 // fp32 disables TF32 so that it means what it says; amp = fp16 compute + loss scaling.
 enum class Precision { fp32, tf32, amp, bf16 };
 enum class Statistic { median, mean };
-// adamw: torch.optim.AdamW after clipping gradients to a global norm of 1 (BERT's recipe).
-enum class OptimizerName { sgd, adamw };
+// adamw: torch.optim.AdamW after clipping gradients to a global norm of 1 (BERT's recipe);
+// lamb: LAMB with the same clipping, as NVIDIA's BERT pretraining runs it (apex FusedLAMB).
+enum class OptimizerName { sgd, adamw, lamb };
 enum class Phase { Pending, Running, Succeeded, Failed };
 enum class ConditionType { Ready, Progressing, Failed, Invalid };
 enum class ConditionStatus { True, False, Unknown };
@@ -47,7 +48,7 @@ DLBENCH_ENUM_SPELLINGS(DataSource, "synthetic", "imagefolder");
 DLBENCH_ENUM_SPELLINGS(InputVerdict, "input-bound", "compute-bound");
 DLBENCH_ENUM_SPELLINGS(Precision, "fp32", "tf32", "amp", "bf16");
 DLBENCH_ENUM_SPELLINGS(Statistic, "median", "mean");
-DLBENCH_ENUM_SPELLINGS(OptimizerName, "sgd", "adamw");
+DLBENCH_ENUM_SPELLINGS(OptimizerName, "sgd", "adamw", "lamb");
 DLBENCH_ENUM_SPELLINGS(Phase, "Pending", "Running", "Succeeded", "Failed");
 DLBENCH_ENUM_SPELLINGS(ConditionType, "Ready", "Progressing", "Failed", "Invalid");
 DLBENCH_ENUM_SPELLINGS(ConditionStatus, "True", "False", "Unknown");
