@@ -1,7 +1,10 @@
-// BERT on the CPU backend: its ops against plain loops, its synthetic batch, the whole model's
-// gradient by finite differences, AdamW against torch.optim.AdamW's formula, and training.
+// BERT on the CPU backend: its ops against plain loops and by finite differences one by one, its
+// synthetic batch, the whole model's gradient by finite differences, AdamW against
+// torch.optim.AdamW's formula, LAMB against apex's, and training.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <random>
 #include <set>
 #include <vector>
@@ -94,6 +97,101 @@ TEST(TransformerOps, GatherAccumulatesAndScatterAddSumsRepeatedRows) {
   const std::vector<std::int32_t> outside{6};
   EXPECT_THROW(backend.gather_rows(table_t, outside.data(), 1, out, false), std::out_of_range);
   EXPECT_THROW(backend.scatter_add_rows(host_tensor(dy, Shape(1, 4)), outside.data(), 1, grad_t), std::out_of_range);
+}
+
+// Gradient checks per op: for a random direction d and output gradient dy, the backward's
+// ⟨dx, d⟩ against the central difference (⟨dy, f(x + εd)⟩ − ⟨dy, f(x − εd)⟩) / 2ε of the forward.
+// fp32 ops, ε = 1e-2 (the functions are smooth on that scale), sums in double.
+double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double sum = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) sum += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  return sum;
+}
+
+void expect_directional_derivative(const std::string& what, std::vector<float>& x,
+                                   const std::function<std::vector<float>()>& forward, const std::vector<float>& dy,
+                                   const std::vector<float>& analytic_dx, std::uint64_t seed) {
+  const std::vector<float> direction = random_values(x.size(), seed);
+  const std::vector<float> saved = x;
+  constexpr float kEpsilon = 1e-2f;
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = saved[i] + kEpsilon * direction[i];
+  const double plus = dot(dy, forward());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = saved[i] - kEpsilon * direction[i];
+  const double minus = dot(dy, forward());
+  x = saved;
+  const double numeric = (plus - minus) / (2.0 * static_cast<double>(kEpsilon));
+  const double analytic = dot(analytic_dx, direction);
+  EXPECT_NEAR(analytic, numeric, 2e-3 * std::max(1.0, std::fabs(numeric))) << what;
+}
+
+TEST(GradientCheck, LayerNormInputScaleAndShift) {
+  CpuBackend backend(2);
+  const std::int64_t rows = 6, features = 20;
+  const auto n = static_cast<std::size_t>(rows * features);
+  std::vector<float> x = random_values(n, 31), gamma = random_values(features, 32), beta = random_values(features, 33);
+  const std::vector<float> dy = random_values(n, 34);
+  std::vector<float> y(n), mean(rows), variance(rows), dx(n), dgamma(features), dbeta(features);
+  auto op = backend.make_layer_norm({rows, features, 1e-5f});
+  const Shape matrix(rows, features), vector(features), per_row(rows);
+  const auto forward = [&] {
+    Tensor y_t = host_tensor(y, matrix), mean_t = host_tensor(mean, per_row), variance_t = host_tensor(variance, per_row);
+    op->forward(host_tensor(x, matrix), host_tensor(gamma, vector), host_tensor(beta, vector), y_t, mean_t, variance_t);
+    return y;
+  };
+  forward();
+  std::vector<float> dy_copy = dy;
+  Tensor dx_t = host_tensor(dx, matrix), dgamma_t = host_tensor(dgamma, vector), dbeta_t = host_tensor(dbeta, vector);
+  op->backward(host_tensor(x, matrix), host_tensor(dy_copy, matrix), host_tensor(gamma, vector), host_tensor(beta, vector),
+               host_tensor(mean, per_row), host_tensor(variance, per_row), dx_t, dgamma_t, dbeta_t);
+  expect_directional_derivative("layer norm dx", x, forward, dy, dx, 35);
+  expect_directional_derivative("layer norm dgamma", gamma, forward, dy, dgamma, 36);
+  expect_directional_derivative("layer norm dbeta", beta, forward, dy, dbeta, 37);
+}
+
+TEST(GradientCheck, SoftmaxGeluAndTanh) {
+  CpuBackend backend(2);
+  const std::int64_t rows = 5, columns = 12;
+  const auto n = static_cast<std::size_t>(rows * columns);
+  const Shape shape(rows, columns);
+  std::vector<float> x = random_values(n, 41), y(n), dx(n);
+  for (float& v : x) v *= 3.0f;  // GELU's and tanh's curved parts, softmax away from uniform
+  std::vector<float> dy = random_values(n, 42);
+  auto softmax = backend.make_softmax(rows, columns, DType::fp32);
+  const auto softmax_forward = [&] {
+    Tensor y_t = host_tensor(y, shape);
+    softmax->forward(host_tensor(x, shape), y_t);
+    return y;
+  };
+  softmax_forward();
+  Tensor dx_t = host_tensor(dx, shape);
+  softmax->backward(host_tensor(y, shape), host_tensor(dy, shape), dx_t);
+  expect_directional_derivative("softmax", x, softmax_forward, dy, dx, 43);
+  for (const ActivationKind kind : {ActivationKind::gelu, ActivationKind::tanh}) {
+    auto op = backend.make_activation(kind, static_cast<std::int64_t>(n), DType::fp32);
+    const auto forward = [&] {
+      Tensor y_t = host_tensor(y, shape);
+      op->forward(host_tensor(x, shape), y_t);
+      return y;
+    };
+    Tensor grad = host_tensor(dx, shape);
+    op->backward(host_tensor(x, shape), host_tensor(dy, shape), grad);
+    expect_directional_derivative(kind == ActivationKind::gelu ? "gelu" : "tanh", x, forward, dy, dx, 44);
+  }
+}
+
+// Scatter-add is gather's adjoint: ⟨gather(T), dy⟩ = ⟨T, scatter_add(dy)⟩, rows repeating or not.
+TEST(GradientCheck, ScatterAddIsTheAdjointOfGather) {
+  CpuBackend backend(2);
+  const std::int64_t table_rows = 9, features = 7;
+  std::vector<float> table = random_values(static_cast<std::size_t>(table_rows * features), 51);
+  const std::vector<std::int32_t> rows{3, 0, 8, 3, 3, 5, 0};
+  const auto count = static_cast<std::int64_t>(rows.size());
+  std::vector<float> gathered(static_cast<std::size_t>(count * features));
+  std::vector<float> dy = random_values(gathered.size(), 52), table_grad(table.size(), 0.0f);
+  Tensor gathered_t = host_tensor(gathered, Shape(count, features)), grad_t = host_tensor(table_grad, Shape(table_rows, features));
+  backend.gather_rows(host_tensor(table, Shape(table_rows, features)), rows.data(), count, gathered_t, false);
+  backend.scatter_add_rows(host_tensor(dy, Shape(count, features)), rows.data(), count, grad_t);
+  EXPECT_NEAR(dot(gathered, dy), dot(table, table_grad), 1e-5);
 }
 
 // torch.optim.AdamW's update (torch/optim/adamw.py, single-tensor path) after
