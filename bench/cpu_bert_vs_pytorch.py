@@ -12,7 +12,11 @@ Where the time goes, from one more run of each after the rounds:
   PyTorch: torch.profiler's self CPU time of aten::addmm, aten::mm, aten::bmm against the step's.
 
     bench/cpu_bert_vs_pytorch.py [--build build/default] [--batch 8] [--sequence-length 128]
-                                 [--rounds 3] [--warmup 1] [--measure 3]
+                                 [--rounds 3] [--warmup 1] [--measure 3] [--precision fp32|bf16]
+
+bf16: dlbench-worker --precision bf16 next to PyTorch's bf16 autocast of the forward and the loss
+(torch.autocast("cpu", torch.bfloat16); its layer norms in fp32, which PyTorch 1.13's CPU
+layer_norm needs with fp32 weights), fp32 master weights and optimizer on both sides.
 
 Needs /usr/bin/python3 with python3-torch. Prints a markdown section for bench/RESULTS.md.
 """
@@ -35,6 +39,12 @@ PYTORCH_STEP = r"""
 import math, sys, time, torch
 batch, length, warmup, measure, threads, profile = (int(a) for a in sys.argv[1:7])
 sys.path.insert(0, sys.argv[7])
+bf16 = sys.argv[8] == "bf16"
+if bf16:
+    # PyTorch 1.13's CPU layer_norm takes no bf16 input with fp32 weights, and its CPU autocast does
+    # not cast for it: layer norm runs in fp32, as later versions' autocast policy has it.
+    torch.nn.LayerNorm.forward = lambda self, x: torch.nn.functional.layer_norm(
+        x.float(), self.normalized_shape, self.weight, self.bias, self.eps)
 import reference_models
 torch.set_num_threads(threads)
 torch.manual_seed(42)
@@ -51,9 +61,10 @@ groups = [{"params": [p for p in model.parameters() if p.dim() >= 2]},
 optimizer = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
 def step():
     optimizer.zero_grad(set_to_none=True)
-    mlm, next_sentence = model(ids, types, positions)
-    loss = (torch.nn.functional.cross_entropy(mlm.reshape(-1, vocabulary), masked_tokens.flatten())
-            + torch.nn.functional.cross_entropy(next_sentence, nsp))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        mlm, next_sentence = model(ids, types, positions)
+        loss = (torch.nn.functional.cross_entropy(mlm.reshape(-1, vocabulary), masked_tokens.flatten())
+                + torch.nn.functional.cross_entropy(next_sentence, nsp))
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
@@ -79,7 +90,7 @@ def worker_command(worker, args, output):
     return [worker, "--model", "bert-base", "--batch-size", str(args.batch), "--sequence-length",
             str(args.sequence_length), "--optimizer", "adamw", "--learning-rate", "0.0001", "--weight-decay", "0.01",
             "--threads", str(args.threads), "--warmup-steps", str(args.warmup), "--measure-steps", str(args.measure),
-            "--repeats", "1", "--output", output]
+            "--repeats", "1", "--precision", args.precision, "--output", output]
 
 
 def dlbench(worker, args, work):
@@ -94,7 +105,7 @@ def dlbench(worker, args, work):
 
 def pytorch(python, args, profile=False):
     out, rss = run_measured([python, "-c", PYTORCH_STEP, str(args.batch), str(args.sequence_length), str(args.warmup),
-                             str(args.measure), str(args.threads), "1" if profile else "0", GOLDEN])
+                             str(args.measure), str(args.threads), "1" if profile else "0", GOLDEN, args.precision])
     return out.strip().splitlines()[-1], rss
 
 
@@ -127,35 +138,41 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--measure", type=int, default=3)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = parser.parse_args()
     worker = os.path.join(args.build, "bin", "dlbench-worker")
 
-    rows = {"dlbench-worker fp32": ([], []), "PyTorch 1.13 fp32 (plain BertForPreTraining)": ([], [])}
+    ours = f"dlbench-worker {args.precision}"
+    theirs = ("PyTorch 1.13 fp32" if args.precision == "fp32" else "PyTorch 1.13 bf16 autocast") + \
+        " (plain BertForPreTraining)"
+    rows = {ours: ([], []), theirs: ([], [])}
     with tempfile.TemporaryDirectory(prefix="dlbench-bench-") as work:
         for round_ in range(args.rounds):
             speed, rss = dlbench(worker, args, work)
-            rows["dlbench-worker fp32"][0].append(speed)
-            rows["dlbench-worker fp32"][1].append(rss)
+            rows[ours][0].append(speed)
+            rows[ours][1].append(rss)
             out, rss = pytorch(args.python, args)
-            rows["PyTorch 1.13 fp32 (plain BertForPreTraining)"][0].append(float(out))
-            rows["PyTorch 1.13 fp32 (plain BertForPreTraining)"][1].append(rss)
+            rows[theirs][0].append(float(out))
+            rows[theirs][1].append(rss)
             print(f"round {round_ + 1}: dlbench {speed:.2f}, PyTorch {float(out):.2f} sequences/s", file=sys.stderr)
         measured, by_kind = dlbench_time_split(worker, args, work)
         torch_wall, torch_matmul = (float(v) for v in pytorch(args.python, args, profile=True)[0].split())
 
     print(f"### bert-base on the CPU, dlbench-worker vs PyTorch — {datetime.date.today().isoformat()}\n")
     print(f"Machine: {machine()}, {args.threads} threads each. Sequence length {args.sequence_length}, "
-          f"batch {args.batch}, AdamW after clipping, fp32.")
+          f"batch {args.batch}, AdamW after clipping, {args.precision}.")
     print(f"Command: `bench/cpu_bert_vs_pytorch.py --batch {args.batch} --sequence-length {args.sequence_length} "
-          f"--rounds {args.rounds} --warmup {args.warmup} --measure {args.measure}` (rounds alternate the engines; "
+          f"--rounds {args.rounds} --warmup {args.warmup} --measure {args.measure} --precision {args.precision}` "
+          f"(rounds alternate the engines; "
           f"medians over the rounds).\n")
     print("| configuration | sequences/s, median (min–max) | peak RSS GiB |")
     print("|---|---|---|")
     for name, (speeds, rss) in rows.items():
         print(f"| {name} | {statistics.median(speeds):.2f} ({min(speeds):.2f}–{max(speeds):.2f}) | "
               f"{statistics.median(rss) / 2**30:.2f} |")
-    mine, theirs = (statistics.median(v[0]) for v in rows.values())
-    print(f"\n- dlbench-worker {mine / theirs:.2f}× PyTorch's speed.")
+    our_speed, their_speed = (statistics.median(v[0]) for v in rows.values())
+    our_rss, their_rss = (statistics.median(v[1]) for v in rows.values())
+    print(f"\n- dlbench-worker {our_speed / their_speed:.2f}× PyTorch's speed, {our_rss / their_rss:.2f}× its peak RSS.")
     matmul = by_kind["matmul"] + by_kind["inner_product"]
     onednn = sum(by_kind.values())
     print(f"- dlbench's timed steps ({measured:.2f} s, one verbose run): matrix products (oneDNN matmul and "
