@@ -1,6 +1,8 @@
 #include "tensor.hpp"
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace dlbench::worker {
 
@@ -58,6 +60,13 @@ std::vector<float> decode(const void* data, std::size_t count, DType dtype) {
     }
   }
   return out;
+}
+
+void require_elements(const Tensor& t, std::int64_t count, const char* op, const char* what) {
+  if (t.numel() != count) {
+    throw std::invalid_argument(std::string(op) + ": " + what + " has " + std::to_string(t.numel()) +
+                                " elements, expected " + std::to_string(count));
+  }
 }
 
 }  // namespace dlbench::worker

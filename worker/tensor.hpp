@@ -66,6 +66,9 @@ struct Tensor {
   }
 };
 
+// Throws std::invalid_argument "<op>: <what> has N elements, expected M" unless t holds `count`.
+void require_elements(const Tensor& t, std::int64_t count, const char* op, const char* what);
+
 // Host-side conversions between fp32 values and a dtype's bytes (inputs, tests, reports).
 std::vector<std::byte> encode(const float* values, std::size_t count, DType dtype);
 std::vector<float> decode(const void* data, std::size_t count, DType dtype);

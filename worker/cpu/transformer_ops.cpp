@@ -26,13 +26,6 @@ memory::desc row_major(const memory::dims& dims, DType dtype) {
   return memory::desc(dims, dnnl_type(dtype), strides);
 }
 
-void require_elements(const Tensor& t, std::int64_t count, const char* op, const char* what) {
-  if (t.numel() != count) {
-    throw std::invalid_argument(std::string(op) + ": " + what + " has " + std::to_string(t.numel()) +
-                                " elements, expected " + std::to_string(count));
-  }
-}
-
 class CpuBatchedMatmul final : public BatchedMatmulOp {
  public:
   CpuBatchedMatmul(CpuBackend& backend, const BatchedMatmulConfig& c) : b_(backend), c_(c) {

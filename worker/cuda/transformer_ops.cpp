@@ -21,13 +21,6 @@ using cuda_detail::Gemm;
 using cuda_detail::GemmBatch;
 using cuda_detail::GemmEpilogue;
 
-void require_elements(const Tensor& t, std::int64_t count, const char* op, const char* what) {
-  if (t.numel() != count) {
-    throw std::invalid_argument(std::string(op) + ": " + what + " has " + std::to_string(t.numel()) +
-                                " elements, expected " + std::to_string(count));
-  }
-}
-
 // Row-major C[b] (m x n) = alpha · op(A[b]) op(B[b]). Column-major, a row-major matrix is its
 // transpose, so cuBLASLt computes Cᵀ = op(B)ᵀ op(A)ᵀ: an n x m result from B's buffer first.
 // A stored (m, k) is column-major k x m with leading dimension k; stored (k, m), m x k with m.
