@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""BERT-base pretraining on the CPU, dlbench-worker next to plain PyTorch 1.13 in one run: the same
+"""BERT-base pretraining on the CPU, dlbench-worker next to plain PyTorch 1.13 (bench/pytorch_bert.py) in one run: the same
 network (tests/golden/reference_models.py's BertForPreTraining: HuggingFace's layout, masked LM on
 the masked positions only, next sentence), batch, sequence length, threads, synthetic data and
 AdamW after global-norm clipping. Rounds alternate the engines (A B A B ...); each run is its own
@@ -33,57 +33,7 @@ import tempfile
 from bench_process import machine, run_measured
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-GOLDEN = os.path.join(HERE, "..", "tests", "golden")
 
-PYTORCH_STEP = r"""
-import math, sys, time, torch
-batch, length, warmup, measure, threads, profile = (int(a) for a in sys.argv[1:7])
-sys.path.insert(0, sys.argv[7])
-bf16 = sys.argv[8] == "bf16"
-if bf16:
-    # PyTorch 1.13's CPU layer_norm takes no bf16 input with fp32 weights, and its CPU autocast does
-    # not cast for it: layer norm runs in fp32, as later versions' autocast policy has it.
-    torch.nn.LayerNorm.forward = lambda self, x: torch.nn.functional.layer_norm(
-        x.float(), self.normalized_shape, self.weight, self.bias, self.eps)
-import reference_models
-torch.set_num_threads(threads)
-torch.manual_seed(42)
-model = reference_models.BertForPreTraining()
-model.train()
-vocabulary, predictions = 30522, (length * 15 + 99) // 100
-ids = torch.randint(999, vocabulary, (batch, length))
-types = (torch.arange(length) >= length // 2).long().expand(batch, length)
-positions = torch.stack([torch.randperm(length - 2)[:predictions].sort().values + 1 for _ in range(batch)])
-masked_tokens = torch.randint(999, vocabulary, (batch, predictions))
-nsp = torch.randint(0, 2, (batch,))
-groups = [{"params": [p for p in model.parameters() if p.dim() >= 2]},
-          {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
-optimizer = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
-def step():
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        mlm, next_sentence = model(ids, types, positions)
-        loss = (torch.nn.functional.cross_entropy(mlm.reshape(-1, vocabulary), masked_tokens.flatten())
-                + torch.nn.functional.cross_entropy(next_sentence, nsp))
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-for _ in range(warmup):
-    step()
-if profile:
-    with torch.profiler.profile() as prof:
-        start = time.perf_counter()
-        for _ in range(measure):
-            step()
-        wall = time.perf_counter() - start
-    matmul = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in ("aten::addmm", "aten::mm", "aten::bmm"))
-    print(f"{wall} {matmul / 1e6}")
-else:
-    start = time.perf_counter()
-    for _ in range(measure):
-        step()
-    print(batch * measure / (time.perf_counter() - start))
-"""
 
 
 def worker_command(worker, args, output):
@@ -104,9 +54,12 @@ def dlbench(worker, args, work):
 
 
 def pytorch(python, args, profile=False):
-    out, rss = run_measured([python, "-c", PYTORCH_STEP, str(args.batch), str(args.sequence_length), str(args.warmup),
-                             str(args.measure), str(args.threads), "1" if profile else "0", GOLDEN, args.precision])
-    return out.strip().splitlines()[-1], rss
+    """bench/pytorch_bert.py on the CPU: (its JSON line, peak resident bytes)."""
+    command = [python, os.path.join(HERE, "pytorch_bert.py"), "--device", "cpu", "--batch", str(args.batch),
+               "--sequence-length", str(args.sequence_length), "--precision", args.precision, "--warmup",
+               str(args.warmup), "--measure", str(args.measure), "--repeats", "1", "--threads", str(args.threads)]
+    out, rss = run_measured(command + (["--profile"] if profile else []))
+    return json.loads(out.strip().splitlines()[-1]), rss
 
 
 def dlbench_time_split(worker, args, work):
@@ -151,12 +104,13 @@ def main():
             speed, rss = dlbench(worker, args, work)
             rows[ours][0].append(speed)
             rows[ours][1].append(rss)
-            out, rss = pytorch(args.python, args)
-            rows[theirs][0].append(float(out))
+            line, rss = pytorch(args.python, args)
+            rows[theirs][0].append(line["median"])
             rows[theirs][1].append(rss)
-            print(f"round {round_ + 1}: dlbench {speed:.2f}, PyTorch {float(out):.2f} sequences/s", file=sys.stderr)
+            print(f"round {round_ + 1}: dlbench {speed:.2f}, PyTorch {line['median']:.2f} sequences/s", file=sys.stderr)
         measured, by_kind = dlbench_time_split(worker, args, work)
-        torch_wall, torch_matmul = (float(v) for v in pytorch(args.python, args, profile=True)[0].split())
+        profiled = pytorch(args.python, args, profile=True)[0]
+        torch_wall, torch_matmul = profiled["profiled_seconds"], profiled["matmul_seconds"]
 
     print(f"### bert-base on the CPU, dlbench-worker vs PyTorch — {datetime.date.today().isoformat()}\n")
     print(f"Machine: {machine()}, {args.threads} threads each. Sequence length {args.sequence_length}, "

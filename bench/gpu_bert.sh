@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# BERT-base pretraining throughput on one GPU, DLPerf's shape (sequence length 128, AdamW after
+# clipping): dlbench-worker and PyTorch (bench/pytorch_bert.py, eager) side by side in one run, same
+# batch, precision and methodology; one comparison table in sequences/s.
+#
+#   bench/gpu_bert.sh BIN_DIR [WARMUP MEASURE REPEATS]
+#
+# BIN_DIR holds a dlbench-worker built with CUDA (see bench/gpu_resnet50.sh). Defaults: 20 warm-up,
+# 100 measured steps, 7 repeats. dlbench-worker's amp and bf16 cases end Failed with reason
+# Unsupported until the CUDA backend has the half types; the table says so.
+# MFU = sequences/s × 69.93 GFLOP (the layer-by-layer training FLOPs of one 128-token sequence,
+# README "BERT-base") over the GPU's dense peak for the precision.
+set -euo pipefail
+
+bin=${1:?usage: bench/gpu_bert.sh BIN_DIR [WARMUP MEASURE REPEATS]}
+warmup=${2:-20}
+measure=${3:-100}
+repeats=${4:-7}
+here=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH="$(dirname "$bin")/lib:${LD_LIBRARY_PATH:-}"
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+for batch in 32 64; do
+  for precision in fp32 tf32 amp; do
+    rm -f /tmp/dlbench-result.json
+    if "$bin/dlbench-worker" --backend cuda --model bert-base --sequence-length 128 --batch-size "$batch" \
+         --precision "$precision" --optimizer adamw --learning-rate 0.0001 --weight-decay 0.01 \
+         --warmup-steps "$warmup" --measure-steps "$measure" --repeats "$repeats" --output /tmp/dlbench-result.json \
+         > /dev/null 2> /tmp/dlbench-stderr.txt || [[ -s /tmp/dlbench-result.json ]]; then
+      python3 - "$batch" "$precision" >> "$results" <<'PY'
+import json, sys
+r = json.load(open("/tmp/dlbench-result.json"))
+t = r.get("throughput", {})
+print(json.dumps({"engine": "dlbench", "batch": int(sys.argv[1]), "precision": sys.argv[2],
+                  "median": t.get("median"), "state": r["state"], "reason": r.get("reason", "")}))
+PY
+    fi
+    python3 "$here/pytorch_bert.py" --device cuda --batch "$batch" --precision "$precision" --warmup "$warmup" \
+      --measure "$measure" --repeats "$repeats" >> "$results" || true
+  done
+done
+
+python3 - "$results" <<'PY'
+import json, sys, subprocess
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout
+# Dense peaks, TFLOP/s (NVIDIA datasheets, SXM parts).
+peaks = {"H100": {"fp32": 67, "tf32": 494.7, "amp": 989.4, "bf16": 989.4},
+         "H200": {"fp32": 67, "tf32": 494.7, "amp": 989.4, "bf16": 989.4},
+         "A100": {"fp32": 19.5, "tf32": 156, "amp": 312, "bf16": 312}}
+peak = next((p for name, p in peaks.items() if name in gpu), None)
+training_gflop = 69.93  # per 128-token sequence
+by = {(r["batch"], r["precision"], r["engine"]): r for r in rows}
+print("| batch | precision | dlbench sequences/s | PyTorch eager sequences/s | dlbench / eager | MFU dlbench | MFU eager |")
+print("|---|---|---|---|---|---|---|")
+for batch in (32, 64):
+    for precision in ("fp32", "tf32", "amp"):
+        ours, theirs = by.get((batch, precision, "dlbench"), {}), by.get((batch, precision, "pytorch"), {})
+        mine, eager = ours.get("median"), theirs.get("median")
+        def mfu(speed):
+            return f"{100 * speed * training_gflop / 1e3 / peak[precision]:.1f}%" if speed and peak else "—"
+        shown = f"{mine:.1f}" if mine else f"{ours.get('state', 'not run')} {ours.get('reason', '')}".strip()
+        print(f"| {batch} | {precision} | {shown} | {f'{eager:.1f}' if eager else '—'} | "
+              f"{f'{mine / eager:.2f}×' if mine and eager else '—'} | {mfu(mine)} | {mfu(eager)} |")
+PY

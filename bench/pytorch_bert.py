@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""PyTorch's BERT-base pretraining under dlbench's methodology, for side-by-side runs with dlbench-worker.
+
+The plain-PyTorch BertForPreTraining of tests/golden/reference_models.py (HuggingFace's layout,
+masked LM on the masked positions only, next sentence), synthetic batches shaped as dlbench's
+(15% of positions masked, rounded up), AdamW (lr 1e-4, betas 0.9/0.999, eps 1e-6, decay 0.01 on
+matrices only) after clip_grad_norm_(1.0); warm up W steps, time M steps, R repeats, report the
+median sequences/s. On CUDA the timed steps sit between two torch.cuda.synchronize().
+
+    pytorch_bert.py --device cpu|cuda --batch 32 --precision fp32|tf32|amp|bf16 [--sequence-length 128]
+                    [--warmup 20 --measure 100 --repeats 7] [--threads N] [--compile] [--profile]
+
+amp: fp16 autocast with a GradScaler; bf16: bf16 autocast. On the CPU, PyTorch 1.13's layer_norm
+refuses a bf16 input with fp32 weights and its CPU autocast does not cast for it, so layer norms
+run in fp32 there, as later versions' autocast policy has it.
+--profile: one repeat under torch.profiler; adds the timed seconds and the seconds in
+aten::addmm/mm/bmm (self time) to the line.
+
+Prints one JSON line: {"engine": "pytorch" | "pytorch-compile", "device", "batch", "sequence_length",
+"precision", "repeats": [...], "median", "torch"}.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
+import reference_models  # noqa: E402
+
+VOCABULARY = 30522
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--precision", choices=["fp32", "tf32", "amp", "bf16"], required=True)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--measure", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+
+    cuda = args.device == "cuda"
+    if cuda:
+        tf32 = args.precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+    else:
+        if args.precision in ("tf32", "amp"):
+            sys.exit(f"pytorch_bert.py: {args.precision} is a GPU precision; on the CPU: fp32, bf16")
+        torch.set_num_threads(args.threads)
+        if args.precision == "bf16":
+            torch.nn.LayerNorm.forward = lambda self, x: torch.nn.functional.layer_norm(
+                x.float(), self.normalized_shape, self.weight, self.bias, self.eps)
+    device = torch.device(args.device)
+    torch.manual_seed(42)
+    model = reference_models.BertForPreTraining().to(device)
+    model.train()
+    if args.compile:
+        model = torch.compile(model)
+    batch, length = args.batch, args.sequence_length
+    predictions = (length * 15 + 99) // 100
+    ids = torch.randint(999, VOCABULARY, (batch, length), device=device)
+    types = (torch.arange(length, device=device) >= length // 2).long().expand(batch, length)
+    positions = torch.stack([torch.randperm(length - 2)[:predictions].sort().values + 1 for _ in range(batch)]).to(device)
+    masked_tokens = torch.randint(999, VOCABULARY, (batch, predictions), device=device)
+    next_sentence = torch.randint(0, 2, (batch,), device=device)
+    groups = [{"params": [p for p in model.parameters() if p.dim() >= 2]},
+              {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+    autocast_dtype = {"amp": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
+    scaler = torch.cuda.amp.GradScaler(enabled=args.precision == "amp")
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(args.device, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+            mlm, nsp = model(ids, types, positions)
+            loss = (torch.nn.functional.cross_entropy(mlm.reshape(-1, VOCABULARY), masked_tokens.flatten())
+                    + torch.nn.functional.cross_entropy(nsp, next_sentence))
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+
+    def synchronize():
+        if cuda:
+            torch.cuda.synchronize()
+
+    line = {"engine": "pytorch-compile" if args.compile else "pytorch", "device": args.device, "batch": batch,
+            "sequence_length": length, "precision": args.precision, "torch": torch.__version__}
+    repeats = []
+    for _ in range(1 if args.profile else args.repeats):
+        for _ in range(args.warmup):
+            step()
+        synchronize()
+        if args.profile:
+            with torch.profiler.profile() as profile:
+                start = time.perf_counter()
+                for _ in range(args.measure):
+                    step()
+                synchronize()
+                seconds = time.perf_counter() - start
+            line["profiled_seconds"] = seconds
+            line["matmul_seconds"] = sum(e.self_cpu_time_total for e in profile.key_averages()
+                                         if e.key in ("aten::addmm", "aten::mm", "aten::bmm")) / 1e6
+        else:
+            start = time.perf_counter()
+            for _ in range(args.measure):
+                step()
+            synchronize()
+            seconds = time.perf_counter() - start
+        repeats.append(batch * args.measure / seconds)
+    line.update(repeats=repeats, median=statistics.median(repeats))
+    if cuda:
+        line["gpu"] = torch.cuda.get_device_name()
+    print(json.dumps(line))
+
+
+if __name__ == "__main__":
+    main()
