@@ -151,11 +151,12 @@ class CudaBackend final : public Backend {
   std::size_t loss_sums_capacity_ = 0;
   std::shared_ptr<void> non_finite_flag_;  // one int on the device, for loss scaling
   std::shared_ptr<void> step_;             // begin_step's, on the device: what dropout masks mix in
-  // AdamW's device state: the update number (set eagerly, advanced by a replayed graph), the sum
-  // of squares, the clip factor and bias corrections; and the parameter ranges, sorted by offset.
-  std::shared_ptr<void> adamw_scalars_;
-  std::shared_ptr<void> adamw_ranges_;
-  std::vector<ParameterRange> adamw_ranges_uploaded_;
+  // AdamW's and LAMB's device state: the update number (set eagerly, advanced by a replayed
+  // graph), the sum of squares, the clip factor and bias corrections; and the parameter ranges,
+  // sorted by offset.
+  std::shared_ptr<void> adam_scalars_;
+  std::shared_ptr<void> adam_ranges_;
+  std::vector<ParameterRange> adam_ranges_uploaded_;
   std::shared_ptr<void> lamb_norms_;  // ‖w‖² and ‖u‖² per tensor
   std::size_t lamb_norms_capacity_ = 0;
   std::size_t loss_rows_capacity_ = 0;

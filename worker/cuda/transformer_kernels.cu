@@ -393,7 +393,7 @@ void scatter_add_rows(const float* dy, const std::int32_t* rows, std::int64_t co
   DLBENCH_LAUNCH(scatter_add_rows_kernel, count * features, stream, dy, rows, count, features, table_rows, table_grad);
 }
 
-void adamw_prepare(const float* grads, std::int64_t n, double* squares, const std::uint64_t* update_number,
+void adam_prepare(const float* grads, std::int64_t n, double* squares, const std::uint64_t* update_number,
                    const AdamWScalars& s, float* coefficients, cudaStream_t stream) {
   DLBENCH_CUDA_CHECK(cudaMemsetAsync(squares, 0, sizeof(double), stream));
   DLBENCH_LAUNCH(sum_of_squares_kernel, n, stream, grads, n, squares);

@@ -39,7 +39,7 @@ void scatter_add_rows(const float* dy, const std::int32_t* rows, std::int64_t co
                       std::int64_t table_rows, float* table_grad, cudaStream_t stream);
 
 // AdamW and LAMB after clip_grad_norm_, all on the device so that a captured step replays it
-// right: adamw_prepare sums the gradients' squares and, from the update number the device holds,
+// right: adam_prepare sums the gradients' squares and, from the update number the device holds,
 // writes {clip factor, lr / (1 - β1^t), sqrt(1 - β2^t), 1 - β1^t, 1 - β2^t} to `coefficients`;
 // adamw_apply updates the elements of each range (offsets sorted, `range_decays` 1 where weight
 // decay applies). LAMB: lamb_moments clips, updates the moments and sums ‖w‖² and ‖u‖² per tensor
@@ -47,7 +47,7 @@ void scatter_add_rows(const float* dy, const std::int32_t* rows, std::int64_t co
 struct AdamWScalars {
   float learning_rate, beta1, beta2, epsilon, weight_decay, max_grad_norm;
 };
-void adamw_prepare(const float* grads, std::int64_t n, double* squares, const std::uint64_t* update_number,
+void adam_prepare(const float* grads, std::int64_t n, double* squares, const std::uint64_t* update_number,
                    const AdamWScalars& s, float* coefficients, cudaStream_t stream);
 void adamw_apply(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t n,
                  const std::int64_t* range_offsets, const std::int64_t* range_counts, const std::int32_t* range_decays,

@@ -138,7 +138,7 @@ bool same_ranges(const std::vector<ParameterRange>& a, const std::vector<Paramet
   });
 }
 
-constexpr std::size_t kAdamWScalarBytes = 64;  // update number (8), sum of squares (8), 5 coefficients (20)
+constexpr std::size_t kAdamScalarBytes = 64;  // update number (8), sum of squares (8), 5 coefficients (20)
 
 kernels::AdamWScalars scalars_of(const AdamWConfig& c) {
   return {c.learning_rate, c.beta1, c.beta2, c.epsilon, c.weight_decay, c.max_grad_norm};
@@ -187,7 +187,7 @@ void CudaBackend::scatter_add_rows(const Tensor& dy, const std::int32_t* rows, s
 void CudaBackend::fill_zero(Tensor& t) { DLBENCH_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_)); }
 
 CudaBackend::DeviceRanges CudaBackend::device_ranges(const std::vector<ParameterRange>& ranges) {
-  if (!adamw_ranges_ || !same_ranges(ranges, adamw_ranges_uploaded_)) {
+  if (!adam_ranges_ || !same_ranges(ranges, adam_ranges_uploaded_)) {
     // Host copies: never inside a captured step (the trainer's first step is eager).
     if (capturing_) throw CudaError("the optimizer's parameter ranges changed while a step is captured");
     std::vector<ParameterRange> sorted = ranges;
@@ -200,23 +200,23 @@ CudaBackend::DeviceRanges CudaBackend::device_ranges(const std::vector<Parameter
       offsets_and_counts[n + i] = sorted[i].count;
       decays[i] = sorted[i].decays ? 1 : 0;
     }
-    adamw_ranges_ = allocate(std::max<std::size_t>(1, n * (2 * sizeof(std::int64_t) + sizeof(std::int32_t))));
-    auto* device = static_cast<std::byte*>(adamw_ranges_.get());
+    adam_ranges_ = allocate(std::max<std::size_t>(1, n * (2 * sizeof(std::int64_t) + sizeof(std::int32_t))));
+    auto* device = static_cast<std::byte*>(adam_ranges_.get());
     copy_from_host(device, offsets_and_counts.data(), offsets_and_counts.size() * sizeof(std::int64_t));
     copy_from_host(device + 2 * n * sizeof(std::int64_t), decays.data(), decays.size() * sizeof(std::int32_t));
-    adamw_ranges_uploaded_ = ranges;
+    adam_ranges_uploaded_ = ranges;
   }
-  const std::size_t n = adamw_ranges_uploaded_.size();
-  const auto* offsets = static_cast<const std::int64_t*>(adamw_ranges_.get());
-  const auto* decays = reinterpret_cast<const std::int32_t*>(static_cast<const std::byte*>(adamw_ranges_.get()) +
+  const std::size_t n = adam_ranges_uploaded_.size();
+  const auto* offsets = static_cast<const std::int64_t*>(adam_ranges_.get());
+  const auto* decays = reinterpret_cast<const std::int32_t*>(static_cast<const std::byte*>(adam_ranges_.get()) +
                                                              2 * n * sizeof(std::int64_t));
   return {offsets, offsets + n, decays, static_cast<int>(n)};
 }
 
 float* CudaBackend::prepare_adam_step(const float* grads, std::int64_t count, const AdamWConfig& c,
                                       std::uint64_t update_number) {
-  if (!adamw_scalars_) adamw_scalars_ = allocate(kAdamWScalarBytes);
-  auto* scalars = static_cast<std::byte*>(adamw_scalars_.get());
+  if (!adam_scalars_) adam_scalars_ = allocate(kAdamScalarBytes);
+  auto* scalars = static_cast<std::byte*>(adam_scalars_.get());
   auto* update = reinterpret_cast<std::uint64_t*>(scalars);
   auto* squares = reinterpret_cast<double*>(scalars + 8);
   auto* coefficients = reinterpret_cast<float*>(scalars + 16);
@@ -227,7 +227,7 @@ float* CudaBackend::prepare_adam_step(const float* grads, std::int64_t count, co
   } else {
     kernels::set_step(update, update_number, stream_);
   }
-  kernels::adamw_prepare(grads, count, squares, update, scalars_of(c), coefficients, stream_);
+  kernels::adam_prepare(grads, count, squares, update, scalars_of(c), coefficients, stream_);
   return coefficients;
 }
 
