@@ -28,13 +28,7 @@ for batch in 128 256; do
     if "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size "$batch" --precision "$precision" \
          --warmup-steps "$warmup" --measure-steps "$measure" --repeats "$repeats" --output /tmp/dlbench-result.json \
          > /dev/null 2> /tmp/dlbench-stderr.txt || [[ -s /tmp/dlbench-result.json ]]; then
-      python3 - "$batch" "$precision" >> "$results" <<'PY'
-import json, sys
-r = json.load(open("/tmp/dlbench-result.json"))
-t = r.get("throughput", {})
-print(json.dumps({"engine": "dlbench", "batch": int(sys.argv[1]), "precision": sys.argv[2],
-                  "median": t.get("median"), "state": r["state"], "reason": r.get("reason", "")}))
-PY
+      python3 "$here/gpu_bench.py" result /tmp/dlbench-result.json "$batch" "$precision" >> "$results"
     fi
     for compile in "" "--compile"; do
       python3 "$here/pytorch_resnet50.py" --batch "$batch" --precision "$precision" --warmup "$warmup" \
@@ -43,18 +37,12 @@ PY
   done
 done
 
-python3 - "$results" <<'PY'
-import json, sys, subprocess
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
-gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout
-# Dense peaks, TFLOP/s (NVIDIA datasheets, SXM parts).
-peaks = {"H100": {"fp32": 67, "tf32": 494.7, "amp": 989.4, "bf16": 989.4},
-         "H200": {"fp32": 67, "tf32": 494.7, "amp": 989.4, "bf16": 989.4},
-         "A100": {"fp32": 19.5, "tf32": 156, "amp": 312, "bf16": 312}}
-peak = next((p for name, p in peaks.items() if name in gpu), None)
-by = {}
-for r in rows:
-    by[(r["batch"], r["precision"], r["engine"])] = r.get("median")
+python3 - "$results" "$here" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+import gpu_bench
+peak = gpu_bench.peaks()
+by = {key: r.get("median") for key, r in gpu_bench.rows(sys.argv[1]).items()}
 print("| batch | precision | dlbench img/s | PyTorch eager img/s | torch.compile img/s | dlbench / eager | MFU dlbench | MFU eager |")
 print("|---|---|---|---|---|---|---|---|")
 for batch in (128, 256):

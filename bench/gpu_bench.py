@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""What bench/gpu_resnet50.sh and bench/gpu_bert.sh share: the line a dlbench-worker result gives the
+comparison, and the GPU's dense peak for an MFU.
+
+    gpu_bench.py result RESULT_JSON BATCH PRECISION   # one JSON line for the comparison's rows
+
+Imported by the scripts' tables for peaks() and rows().
+"""
+import json
+import subprocess
+import sys
+
+# Dense peaks, TFLOP/s (NVIDIA datasheets, SXM parts).
+PEAKS = {"H100": {"fp32": 67, "tf32": 494.7, "amp": 989.4, "bf16": 989.4},
+         "H200": {"fp32": 67, "tf32": 494.7, "amp": 989.4, "bf16": 989.4},
+         "A100": {"fp32": 19.5, "tf32": 156, "amp": 312, "bf16": 312}}
+
+
+def peaks():
+    """This machine's GPU's peaks by precision, or None for a GPU not in the table."""
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                         text=True).stdout
+    return next((p for name, p in PEAKS.items() if name in gpu), None)
+
+
+def rows(path):
+    """The JSON lines of a results file, keyed (batch, precision, engine)."""
+    lines = [json.loads(line) for line in open(path) if line.startswith("{")]
+    return {(r["batch"], r["precision"], r["engine"]): r for r in lines}
+
+
+def result_line(path, batch, precision):
+    r = json.load(open(path))
+    t = r.get("throughput", {})
+    return json.dumps({"engine": "dlbench", "batch": batch, "precision": precision, "median": t.get("median"),
+                       "state": r["state"], "reason": r.get("reason", "")})
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5 or sys.argv[1] != "result":
+        sys.exit(__doc__)
+    print(result_line(sys.argv[2], int(sys.argv[3]), sys.argv[4]))
