@@ -267,6 +267,7 @@ struct ParameterRange {
   std::int64_t offset = 0;
   std::int64_t count = 0;
   bool decays = true;
+  bool operator==(const ParameterRange&) const = default;
 };
 
 // torch.optim.AdamW (decoupled weight decay, bias-corrected moments), after clipping the

@@ -132,12 +132,6 @@ std::pair<std::int64_t, std::int64_t> rows_of(const Tensor& table) {
   return {features, table.numel() / features};
 }
 
-bool same_ranges(const std::vector<ParameterRange>& a, const std::vector<ParameterRange>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const ParameterRange& x, const ParameterRange& y) {
-    return x.offset == y.offset && x.count == y.count && x.decays == y.decays;
-  });
-}
-
 constexpr std::size_t kAdamScalarBytes = 64;  // update number (8), sum of squares (8), 5 coefficients (20)
 
 kernels::AdamWScalars scalars_of(const AdamWConfig& c) {
@@ -187,7 +181,7 @@ void CudaBackend::scatter_add_rows(const Tensor& dy, const std::int32_t* rows, s
 void CudaBackend::fill_zero(Tensor& t) { DLBENCH_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_)); }
 
 CudaBackend::DeviceRanges CudaBackend::device_ranges(const std::vector<ParameterRange>& ranges) {
-  if (!adam_ranges_ || !same_ranges(ranges, adam_ranges_uploaded_)) {
+  if (!adam_ranges_ || ranges != adam_ranges_uploaded_) {
     // Host copies: never inside a captured step (the trainer's first step is eager).
     if (capturing_) throw CudaError("the optimizer's parameter ranges changed while a step is captured");
     std::vector<ParameterRange> sorted = ranges;
