@@ -93,7 +93,7 @@ std::optional<std::string> cannot_run(std::string_view precision, const Backend&
 
 std::string allowed_precisions(const Backend& backend, const std::string& separator) {
   std::string allowed;
-  for (const char* p : {"fp32", "tf32", "amp", "bf16"}) {
+  for (const std::string_view p : kApiPrecisions) {
     if (!cannot_run(p, backend)) allowed += (allowed.empty() ? "" : separator) + std::string(p);
   }
   return allowed;

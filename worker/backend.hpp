@@ -4,6 +4,7 @@
 // primitives) and calls them every step with the same buffers.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <compare>
 #include <cstddef>
@@ -428,6 +429,9 @@ class Backend {
   virtual void end_capture() {}
   virtual void replay() {}
 };
+
+// The BenchmarkRun precisions, in the API's order.
+inline constexpr std::array<std::string_view, 4> kApiPrecisions{"fp32", "tf32", "amp", "bf16"};
 
 // A BenchmarkRun precision (fp32 | tf32 | amp | bf16) as the activations' dtype: tf32 is fp32
 // storage with tensor-core math, amp is fp16 with dynamic loss scaling, bf16 needs no loss

@@ -186,7 +186,7 @@ std::string image_size_text(const Options& o) {
 
 
 // What --precision takes, in the API's order.
-const std::vector<std::string> kPrecisions{"fp32", "tf32", "amp", "bf16"};
+const std::vector<std::string> kPrecisions(kApiPrecisions.begin(), kApiPrecisions.end());
 
 struct UsageError {
   std::string message;
@@ -280,7 +280,7 @@ std::optional<Options> parse(int argc, char** argv) {
 #ifdef DLBENCH_HAVE_CUDA
       int gpus = 0;
       if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-      std::cout << "cuda " << gpus << " precisions=fp32,tf32\n";
+      std::cout << "cuda " << gpus << " precisions=" << cuda_precisions(",") << "\n";
 #endif
       return std::nullopt;
     } else if (flag == "--self-test") {
@@ -574,7 +574,8 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
     if (cudaGetDeviceCount(&devices) != cudaSuccess) cudaGetLastError();
     // With no device the constructor throws, saying why.
     const int device = (local_rank != nullptr ? std::atoi(local_rank) : 0) % std::max(devices, 1);
-    return std::make_unique<CudaBackend>(device, o.precision == "tf32" ? CudaMath::tf32 : CudaMath::fp32);
+    return std::make_unique<CudaBackend>(device, o.precision == "tf32" ? CudaMath::tf32 : CudaMath::fp32,
+                                         activation_dtype(o.precision));
   }
 #endif
   return std::make_unique<CpuBackend>(o.threads > 0 ? static_cast<int>(o.threads) : default_threads());

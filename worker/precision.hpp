@@ -10,22 +10,9 @@
 #include <string_view>
 #include <type_traits>
 
+#include "dtype.hpp"
+
 namespace dlbench::worker {
-
-// int32 holds indices, not values: token ids, labels, rows to gather. No arithmetic op takes it.
-enum class DType { fp32, bf16, fp16, int32 };
-
-constexpr std::size_t dtype_size(DType t) { return t == DType::fp32 || t == DType::int32 ? 4 : 2; }
-
-constexpr std::string_view to_string(DType t) {
-  switch (t) {
-    case DType::fp32: return "fp32";
-    case DType::bf16: return "bf16";
-    case DType::fp16: return "fp16";
-    case DType::int32: return "int32";
-  }
-  return "?";
-}
 
 // bfloat16: the top 16 bits of an IEEE fp32. Conversion rounds to nearest even, as oneDNN,
 // cuDNN and PyTorch do; NaN stays NaN (quiet).

@@ -391,15 +391,16 @@ TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
   const Outcome graph = worker("--backend cpu --cuda-graph on");
   EXPECT_EQ(graph.exit_code, 2);
   EXPECT_THAT(graph.err, HasSubstr("--cuda-graph: on needs --backend cuda"));
-  const Outcome cuda = worker("--backend cuda --precision amp --batch-size 1 --image-size 32 --repeats 1");
-  // Built with CUDA: amp is an Unsupported result naming what the cuda backend runs, or, with no
-  // GPU here, the case fails saying so; without CUDA: cuda is refused.
+  const Outcome cuda = worker("--backend cuda --precision amp --batch-size 2 --image-size 32 --repeats 1");
+  // Built with CUDA: amp trains on a GPU (fp16, channels last, loss scaling), or, with no GPU
+  // here, the case fails saying so; without CUDA: cuda is refused.
   if (cuda.exit_code == 2) {
     EXPECT_THAT(cuda.err, HasSubstr("--backend: \"cuda\""));
   } else if (decoded(cuda.out).reason == "BackendUnavailable") {
     EXPECT_THAT(decoded(cuda.out).message, HasSubstr("no usable CUDA device"));
   } else {
-    expect_unsupported(cuda, "amp", "cuda", "fp32, tf32");
+    EXPECT_EQ(cuda.exit_code, 0) << cuda.err;
+    EXPECT_EQ(decoded(cuda.out).state, CaseState::Succeeded) << cuda.out;
   }
   const Outcome mpi = worker("--backend cuda --communicator mpi");
   EXPECT_EQ(mpi.exit_code, 2);

@@ -8,6 +8,7 @@
 #include "cuda/conv_algorithms.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_common.hpp"
+#include "cuda/kernels.hpp"
 
 namespace dlbench::worker::cuda_detail {
 namespace {
@@ -16,18 +17,25 @@ namespace {
 std::mutex algorithm_cache_mutex;
 std::map<ConvAlgorithmKey, AlgorithmChoice> algorithm_cache;
 
+// fp32 activations are NCHW and take PyTorch's OIHW fp32 filter as it is. Half activations are
+// NHWC: the filter is rounded into the backend's parameter scratch as OHWI (cuDNN's NHWC filter)
+// before each pass that reads it, and the filter gradient, computed there in the half type, is
+// widened back into the fp32 OIHW gradient.
 class CudaConv final : public Conv2dOp {
  public:
   CudaConv(CudaBackend& backend, const Conv2dConfig& config)
-      : backend_(backend), config_(config), x_desc_(config.input), y_desc_(config.output()),
-        bias_desc_(Shape(1, config.out_channels, 1, 1)) {
+      : backend_(backend), config_(config), layout_(backend.activation_layout()),
+        x_desc_(config.input, config.dtype, layout_), y_desc_(config.output(), config.dtype, layout_),
+        bias_desc_(Shape(1, config.out_channels, 1, 1)),
+        filter_as_given_(config.dtype == DType::fp32 && layout_ == Layout::nchw) {
     DLBENCH_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_desc_));
-    DLBENCH_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+    DLBENCH_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_, cudnn_type(config.dtype), channels_last() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
                                                    as_int(config.out_channels), as_int(config.input.c()),
                                                    as_int(config.kernel.h), as_int(config.kernel.w)));
     // One descriptor per pass: each runs with the math type its algorithm was measured with.
     for (cudnnConvolutionDescriptor_t& desc : conv_desc_) {
       DLBENCH_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&desc));
+      // Products accumulate in fp32 whatever the data type (PyTorch's choice for half too).
       DLBENCH_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(desc, as_int(config.padding.h), as_int(config.padding.w),
                                                           as_int(config.stride), as_int(config.stride),
                                                           as_int(config.dilation), as_int(config.dilation),
@@ -42,62 +50,96 @@ class CudaConv final : public Conv2dOp {
   }
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    require_dtype("convolution", config_.dtype, {&x, &y});
+    const void* w = filter(weight);
     const AlgorithmChoice& a = choose(ConvPass::forward, [&](void* ws, std::size_t limit) {
       std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
       int count = 0;
       DLBENCH_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-          backend_.cudnn(), x_desc_.handle, x.as<float>(), w_desc_, weight.as<float>(), desc(ConvPass::forward), y_desc_.handle,
-          y.as<float>(), static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+          backend_.cudnn(), x_desc_.handle, x.data, w_desc_, w, desc(ConvPass::forward), y_desc_.handle, y.data,
+          static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
       return fastest(perf.data(), count, tensor_cores(), "forward");
     });
-    DLBENCH_CUDNN_CHECK(cudnnConvolutionForward(backend_.cudnn(), &kOne, x_desc_.handle, x.as<float>(), w_desc_, weight.as<float>(),
+    DLBENCH_CUDNN_CHECK(cudnnConvolutionForward(backend_.cudnn(), &kOne, x_desc_.handle, x.data, w_desc_, w,
                                                 desc(ConvPass::forward),
                                                 static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm),
                                                 backend_.workspace(a.workspace), a.workspace, &kZero, y_desc_.handle,
-                                                y.as<float>()));
-    if (bias != nullptr) {
+                                                y.data));
+    if (bias == nullptr) return;
+    if (filter_as_given_) {
       DLBENCH_CUDNN_CHECK(
-          cudnnAddTensor(backend_.cudnn(), &kOne, bias_desc_.handle, bias->as<float>(), &kOne, y_desc_.handle, y.as<float>()));
+          cudnnAddTensor(backend_.cudnn(), &kOne, bias_desc_.handle, bias->as<float>(), &kOne, y_desc_.handle, y.data));
+    } else {
+      kernels::add_channel_bias(config_.dtype, y.data, bias->as<float>(), geometry_of(y.shape, layout_),
+                                backend_.stream());
     }
   }
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    require_dtype("convolution", config_.dtype, {&dy, &dx});
+    const void* w = filter(weight);
     const AlgorithmChoice& a = choose(ConvPass::backward_data, [&](void* ws, std::size_t limit) {
       std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
       int count = 0;
       DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-          backend_.cudnn(), w_desc_, weight.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_data),
-          x_desc_.handle, dx.as<float>(), static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+          backend_.cudnn(), w_desc_, w, y_desc_.handle, dy.data, desc(ConvPass::backward_data), x_desc_.handle,
+          dx.data, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
       return fastest(perf.data(), count, tensor_cores(), "backward-data");
     });
     DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardData(
-        backend_.cudnn(), &kOne, w_desc_, weight.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_data),
+        backend_.cudnn(), &kOne, w_desc_, w, y_desc_.handle, dy.data, desc(ConvPass::backward_data),
         static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace, &kZero,
-        x_desc_.handle, dx.as<float>()));
+        x_desc_.handle, dx.data));
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    require_dtype("convolution", config_.dtype, {&x, &dy});
+    void* dw = filter_as_given_ ? dweight.as<float>() : backend_.parameter_scratch(filter_bytes());
     const AlgorithmChoice& a = choose(ConvPass::backward_filter, [&](void* ws, std::size_t limit) {
       std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
       int count = 0;
       DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-          backend_.cudnn(), x_desc_.handle, x.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_filter), w_desc_,
-          dweight.as<float>(), static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+          backend_.cudnn(), x_desc_.handle, x.data, y_desc_.handle, dy.data, desc(ConvPass::backward_filter), w_desc_,
+          dw, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
       return fastest(perf.data(), count, tensor_cores(), "backward-filter");
     });
     DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-        backend_.cudnn(), &kOne, x_desc_.handle, x.as<float>(), y_desc_.handle, dy.as<float>(), desc(ConvPass::backward_filter),
+        backend_.cudnn(), &kOne, x_desc_.handle, x.data, y_desc_.handle, dy.data, desc(ConvPass::backward_filter),
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace,
-        &kZero, w_desc_, dweight.as<float>()));
-    if (dbias != nullptr) {
-      DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardBias(backend_.cudnn(), &kOne, y_desc_.handle, dy.as<float>(), &kZero,
+        &kZero, w_desc_, dw));
+    if (!filter_as_given_) {
+      kernels::filter_to_fp32(config_.dtype, dw, channels_last(), dweight.as<float>(), as_int(config_.out_channels),
+                              as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
+                              backend_.stream());
+    }
+    if (dbias == nullptr) return;
+    if (filter_as_given_) {
+      DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardBias(backend_.cudnn(), &kOne, y_desc_.handle, dy.data, &kZero,
                                                        bias_desc_.handle, dbias->as<float>()));
+    } else {
+      // Channels last, dy is a (pixels of every sample) x channels matrix: its column sums.
+      const Shape out = config_.output();
+      kernels::column_sums(config_.dtype, dy.data, dbias->as<float>(), out.n() * out.h() * out.w(),
+                           as_int(out.c()), backend_.stream());
     }
   }
 
  private:
-  bool tensor_cores() const { return backend_.math() == CudaMath::tf32; }
+  bool channels_last() const { return layout_ == Layout::nhwc; }
+  bool tensor_cores() const { return backend_.math() == CudaMath::tf32 || config_.dtype != DType::fp32; }
   cudnnConvolutionDescriptor_t desc(ConvPass pass) const { return conv_desc_[static_cast<std::size_t>(pass)]; }
+  std::size_t filter_bytes() const {
+    return static_cast<std::size_t>(config_.weight().numel()) * dtype_size(config_.dtype);
+  }
+  // The filter as cuDNN reads it here: the fp32 parameter itself, or its rounded OHWI copy.
+  const void* filter(const Tensor& weight) {
+    if (filter_as_given_) return weight.as<float>();
+    void* copy = backend_.parameter_scratch(filter_bytes());
+    kernels::filter_from_fp32(weight.as<float>(), config_.dtype, copy, channels_last(), as_int(config_.out_channels),
+                              as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
+                              backend_.stream());
+    return copy;
+  }
 
   // The algorithm for one pass: measured once (on the real buffers, in the first step) and
   // cached for every convolution with the same key. The search borrows its workspace and gives
@@ -107,7 +149,7 @@ class CudaConv final : public Conv2dOp {
     auto& mine = chosen_[static_cast<std::size_t>(pass)];
     if (mine) return *mine;
     const ConvAlgorithmKey key{config_.input.dims, config_.out_channels, config_.kernel,  config_.stride,
-                               config_.padding,    config_.dilation,     DType::fp32,     Layout::nchw,
+                               config_.padding,    config_.dilation,     config_.dtype,   layout_,
                                tensor_cores(),     pass};
     std::optional<AlgorithmChoice> choice;
     {
@@ -129,7 +171,9 @@ class CudaConv final : public Conv2dOp {
 
   CudaBackend& backend_;
   Conv2dConfig config_;
+  Layout layout_;
   TensorDescriptor x_desc_, y_desc_, bias_desc_;
+  bool filter_as_given_;
   cudnnFilterDescriptor_t w_desc_ = nullptr;
   std::array<cudnnConvolutionDescriptor_t, 3> conv_desc_{};
   std::array<std::optional<AlgorithmChoice>, 3> chosen_;

@@ -21,121 +21,134 @@ using namespace cuda_detail;
 class CudaBatchNorm final : public BatchNormOp {
  public:
   CudaBatchNorm(CudaBackend& backend, const BatchNormConfig& config)
-      : backend_(backend), channels_(config.input.c()), epsilon_(std::max(static_cast<double>(config.epsilon),
-                                                                         CUDNN_BN_MIN_EPSILON)),
-        x_desc_(config.input), parameter_desc_(Shape(1, config.input.c(), 1, 1)), momentum_(config.momentum) {}
+      : backend_(backend), dtype_(config.dtype),
+        epsilon_(std::max(static_cast<double>(config.epsilon), CUDNN_BN_MIN_EPSILON)),
+        x_desc_(config.input, config.dtype, backend.activation_layout()), parameter_desc_(Shape(1, config.input.c(), 1, 1)),
+        momentum_(config.momentum),
+        // Channels-last half activations take cuDNN's persistent kernels, as PyTorch's channels_last
+        // batch norm does; the statistics and their meaning are the same.
+        mode_(backend.activation_layout() == Layout::nhwc && config.dtype != DType::fp32 ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
+                                                                                        : CUDNN_BATCHNORM_SPATIAL) {}
 
   // One cuDNN call: the batch's mean and inverse std kept for backward, the running statistics
   // updated with the unbiased variance (PyTorch's rule, which its cuDNN path relies on too).
+  // x, y, dx and dy are the activations' dtype; scale, shift and statistics fp32.
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                         BatchNormStatistics& s, void*) override {
+    require_dtype(x, y);
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-        backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, x_desc_.handle, x.as<float>(), x_desc_.handle,
-        y.as<float>(), parameter_desc_.handle, gamma.as<float>(), beta.as<float>(), static_cast<double>(momentum_),
+        backend_.cudnn(), mode_, &kOne, &kZero, x_desc_.handle, x.data, x_desc_.handle, y.data,
+        parameter_desc_.handle, gamma.as<float>(), beta.as<float>(), static_cast<double>(momentum_),
         s.running_mean.as<float>(), s.running_var.as<float>(), epsilon_, s.mean.as<float>(), s.spread.as<float>()));
   }
 
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const BatchNormStatistics& s, Tensor& dx,
                 Tensor& dgamma, Tensor& dbeta, const void*) override {
+    require_dtype(dy, dx);
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackward(
-        backend_.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.as<float>(),
-        x_desc_.handle, dy.as<float>(), x_desc_.handle, dx.as<float>(), parameter_desc_.handle, gamma.as<float>(),
-        dgamma.as<float>(), dbeta.as<float>(), epsilon_, s.mean.as<float>(), s.spread.as<float>()));
+        backend_.cudnn(), mode_, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.data, x_desc_.handle, dy.data,
+        x_desc_.handle, dx.data, parameter_desc_.handle, gamma.as<float>(), dgamma.as<float>(), dbeta.as<float>(),
+        epsilon_, s.mean.as<float>(), s.spread.as<float>()));
   }
 
  private:
+  void require_dtype(const Tensor& a, const Tensor& b) const { cuda_detail::require_dtype("batch norm", dtype_, {&a, &b}); }
+
   CudaBackend& backend_;
-  std::int64_t channels_;
+  DType dtype_;
   double epsilon_;
   TensorDescriptor x_desc_, parameter_desc_;
   float momentum_;
+  cudnnBatchNormMode_t mode_;
 };
 
 // ---- element-wise ------------------------------------------------------------------------
 
 class CudaRelu final : public ReluOp {
  public:
-  CudaRelu(CudaBackend& backend, const Shape& shape) : backend_(backend), count_(shape.numel()) {}
-  void forward(const Tensor& x, Tensor& y) override { kernels::relu_forward(x.as<float>(), y.as<float>(), count_, backend_.stream()); }
+  CudaRelu(CudaBackend& backend, const Shape& shape, DType dtype)
+      : backend_(backend), count_(shape.numel()), dtype_(dtype) {}
+  void forward(const Tensor& x, Tensor& y) override {
+    require_dtype("relu", dtype_, {&x, &y});
+    kernels::relu_forward(dtype_, x.data, y.data, count_, backend_.stream());
+  }
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    kernels::relu_backward(y.as<float>(), dy.as<float>(), dx.as<float>(), count_, backend_.stream());
+    require_dtype("relu", dtype_, {&y, &dy, &dx});
+    kernels::relu_backward(dtype_, y.data, dy.data, dx.data, count_, backend_.stream());
   }
 
  private:
   CudaBackend& backend_;
   std::int64_t count_;
+  DType dtype_;
 };
 
 // y = a + b, or max(a + b, 0) in the same pass with `relu`.
 class CudaAdd final : public AddOp {
  public:
-  CudaAdd(CudaBackend& backend, const Shape& shape, bool relu) : backend_(backend), count_(shape.numel()), relu_(relu) {}
+  CudaAdd(CudaBackend& backend, const Shape& shape, DType dtype, bool relu)
+      : backend_(backend), count_(shape.numel()), dtype_(dtype), relu_(relu) {}
   void forward(const Tensor& a, const Tensor& b, Tensor& y) override {
+    require_dtype("add", dtype_, {&a, &b, &y});
     if (relu_) {
-      kernels::add_relu(a.as<float>(), b.as<float>(), y.as<float>(), count_, backend_.stream());
+      kernels::add_relu(dtype_, a.data, b.data, y.data, count_, backend_.stream());
     } else {
-      kernels::add(a.as<float>(), b.as<float>(), y.as<float>(), count_, backend_.stream());
+      kernels::add(dtype_, a.data, b.data, y.data, count_, backend_.stream());
     }
   }
 
  private:
   CudaBackend& backend_;
   std::int64_t count_;
+  DType dtype_;
   bool relu_;
 };
 
-// cudnnTransformTensor between the two memory orders of one fp32 shape.
+// cudnnTransformTensor between the two memory orders of one shape and dtype.
 class CudaReorder final : public ReorderOp {
  public:
-  CudaReorder(CudaBackend& backend, const Shape& shape, Layout from, Layout to) : backend_(backend) {
-    const auto describe = [&](cudnnTensorDescriptor_t& d, Layout layout) {
-      DLBENCH_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
-      DLBENCH_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, layout == Layout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                                     CUDNN_DATA_FLOAT, as_int(shape.n()), as_int(shape.c()),
-                                                     as_int(shape.h()), as_int(shape.w())));
-    };
-    describe(from_, from);
-    describe(to_, to);
-  }
-  ~CudaReorder() override {
-    cudnnDestroyTensorDescriptor(from_);
-    cudnnDestroyTensorDescriptor(to_);
-  }
-  CudaReorder(const CudaReorder&) = delete;
-  CudaReorder& operator=(const CudaReorder&) = delete;
+  CudaReorder(CudaBackend& backend, const Shape& shape, DType dtype, Layout from, Layout to)
+      : backend_(backend), dtype_(dtype), from_(shape, dtype, from), to_(shape, dtype, to) {}
   void run(const Tensor& x, Tensor& y) override {
-    DLBENCH_CUDNN_CHECK(cudnnTransformTensor(backend_.cudnn(), &kOne, from_, x.as<float>(), &kZero, to_, y.as<float>()));
+    require_dtype("reorder", dtype_, {&x, &y});
+    DLBENCH_CUDNN_CHECK(cudnnTransformTensor(backend_.cudnn(), &kOne, from_.handle, x.data, &kZero, to_.handle, y.data));
   }
 
  private:
   CudaBackend& backend_;
-  cudnnTensorDescriptor_t from_ = nullptr;
-  cudnnTensorDescriptor_t to_ = nullptr;
+  DType dtype_;
+  TensorDescriptor from_, to_;
 };
 
-// In NCHW a sample's channel slice is one contiguous run: the slice of all N samples is a 2-D
-// copy of N rows of C·H·W elements, with the whole's row pitch on its side.
+// A channel slice as one 2-D copy (activation_index.hpp): in NCHW a sample's slice is one run,
+// in NHWC a pixel's.
 class CudaChannelSlice final : public ChannelSliceOp {
  public:
-  CudaChannelSlice(CudaBackend& backend, const Shape& part, std::int64_t whole_channels, std::int64_t offset)
-      : backend_(backend), rows_(static_cast<std::size_t>(part.n())) {
-    const auto plane = static_cast<std::size_t>(part.h() * part.w()) * sizeof(float);
-    part_row_ = static_cast<std::size_t>(part.c()) * plane;
-    whole_row_ = static_cast<std::size_t>(whole_channels) * plane;
-    offset_ = static_cast<std::size_t>(offset) * plane;
-  }
+  CudaChannelSlice(CudaBackend& backend, const Shape& part, std::int64_t whole_channels, std::int64_t offset,
+                   DType dtype)
+      : backend_(backend), dtype_(dtype),
+        copy_(channel_slice_copy(part.n(), part.c(), part.h() * part.w(), whole_channels, offset,
+                                 static_cast<std::int64_t>(dtype_size(dtype)),
+                                 backend.activation_layout() == Layout::nhwc)) {}
   void insert(const Tensor& part, Tensor& whole) override {
-    DLBENCH_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<std::byte*>(whole.data) + offset_, whole_row_, part.data,
-                                         part_row_, part_row_, rows_, cudaMemcpyDeviceToDevice, backend_.stream()));
+    require_dtype("channel slice", dtype_, {&part, &whole});
+    DLBENCH_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<std::byte*>(whole.data) + copy_.offset_bytes, bytes(copy_.whole_pitch),
+                                         part.data, bytes(copy_.part_pitch), bytes(copy_.row_bytes), bytes(copy_.rows),
+                                         cudaMemcpyDeviceToDevice, backend_.stream()));
   }
   void extract(const Tensor& whole, Tensor& part) override {
-    DLBENCH_CUDA_CHECK(cudaMemcpy2DAsync(part.data, part_row_, static_cast<const std::byte*>(whole.data) + offset_,
-                                         whole_row_, part_row_, rows_, cudaMemcpyDeviceToDevice, backend_.stream()));
+    require_dtype("channel slice", dtype_, {&part, &whole});
+    DLBENCH_CUDA_CHECK(cudaMemcpy2DAsync(part.data, bytes(copy_.part_pitch),
+                                         static_cast<const std::byte*>(whole.data) + copy_.offset_bytes,
+                                         bytes(copy_.whole_pitch), bytes(copy_.row_bytes), bytes(copy_.rows),
+                                         cudaMemcpyDeviceToDevice, backend_.stream()));
   }
 
  private:
+  static std::size_t bytes(std::int64_t v) { return static_cast<std::size_t>(v); }
   CudaBackend& backend_;
-  std::size_t rows_, part_row_ = 0, whole_row_ = 0, offset_ = 0;
+  DType dtype_;
+  ChannelSliceCopy copy_;
 };
 
 // ---- pooling -----------------------------------------------------------------------------
@@ -143,7 +156,8 @@ class CudaChannelSlice final : public ChannelSliceOp {
 class CudaPool final : public PoolOp {
  public:
   CudaPool(CudaBackend& backend, const PoolConfig& config)
-      : backend_(backend), x_desc_(config.input), y_desc_(config.output()) {
+      : backend_(backend), dtype_(config.dtype), x_desc_(config.input, config.dtype, backend.activation_layout()),
+        y_desc_(config.output(), config.dtype, backend.activation_layout()) {
     DLBENCH_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&pool_desc_));
     // Average pooling counts the padding, as torch.nn.AvgPool2d does by default.
     const cudnnPoolingMode_t mode = config.kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC
@@ -158,22 +172,25 @@ class CudaPool final : public PoolOp {
   // cuDNN's backward reads x and y again; they stay at their arena addresses, so no copy.
   std::size_t workspace_bytes() const override { return 0; }
   void forward(const Tensor& x, Tensor& y, void*) override {
-    x_ = x.as<float>();
-    y_ = y.as<float>();
+    require_dtype("pooling", dtype_, {&x, &y});
+    x_ = x.data;
+    y_ = y.data;
     DLBENCH_CUDNN_CHECK(
-        cudnnPoolingForward(backend_.cudnn(), pool_desc_, &kOne, x_desc_.handle, x.as<float>(), &kZero, y_desc_.handle, y.as<float>()));
+        cudnnPoolingForward(backend_.cudnn(), pool_desc_, &kOne, x_desc_.handle, x.data, &kZero, y_desc_.handle, y.data));
   }
   void backward(const Tensor& dy, const void*, Tensor& dx) override {
+    require_dtype("pooling", dtype_, {&dy, &dx});
     DLBENCH_CUDNN_CHECK(cudnnPoolingBackward(backend_.cudnn(), pool_desc_, &kOne, y_desc_.handle, y_, y_desc_.handle,
-                                             dy.as<float>(), x_desc_.handle, x_, &kZero, x_desc_.handle, dx.as<float>()));
+                                             dy.data, x_desc_.handle, x_, &kZero, x_desc_.handle, dx.data));
   }
 
  private:
   CudaBackend& backend_;
+  DType dtype_;
   TensorDescriptor x_desc_, y_desc_;
   cudnnPoolingDescriptor_t pool_desc_ = nullptr;
-  const float* x_ = nullptr;
-  const float* y_ = nullptr;
+  const void* x_ = nullptr;
+  const void* y_ = nullptr;
 };
 
 std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
@@ -200,7 +217,9 @@ bool cuda_device_usable(std::string* why) {
   return true;
 }
 
-CudaBackend::CudaBackend(int device, CudaMath math) : device_(device), math_(math) {
+CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
+    : device_(device), math_(math), activations_(activations),
+      layout_(activations == DType::fp32 ? Layout::nchw : Layout::nhwc) {
   std::string why;
   if (!cuda_device_usable(&why)) throw CudaError(why);
   DLBENCH_CUDA_CHECK(cudaSetDevice(device_));
@@ -220,6 +239,7 @@ CudaBackend::~CudaBackend() {
   if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
   if (graph_ != nullptr) cudaGraphDestroy(graph_);
   workspace_.reset();
+  parameter_scratch_.reset();
   loss_rows_.reset();
   if (cublas_lt_ != nullptr) cublasLtDestroy(cublas_lt_);
   if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
@@ -235,7 +255,8 @@ std::string CudaBackend::version_info() const {
   out << "cuda=" << version_string(runtime) << ";driver=" << version_string(driver) << ";cudnn=" << cudnn / 10000
       << "." << cudnn % 10000 / 100 << "." << cudnn % 100 << ";cublasLt=" << cublasLtGetVersion()
       << ";gpu=" << properties_.name << ";sm=" << properties_.major << properties_.minor
-      << ";math=" << (math_ == CudaMath::tf32 ? "tf32" : "fp32");
+      << ";math=" << (math_ == CudaMath::tf32 ? "tf32" : "fp32")
+      << ";activations=" << (layout_ == Layout::nhwc ? "nhwc" : "nchw");
   return out.str();
 }
 
@@ -317,71 +338,111 @@ class CudaEventMarks final : public StepMarks {
 
 std::unique_ptr<StepMarks> CudaBackend::make_step_marks() { return std::make_unique<CudaEventMarks>(stream_); }
 
-void* CudaBackend::workspace(std::size_t bytes) {
-  if (bytes > workspace_bytes_) {
+void* CudaBackend::grow(std::shared_ptr<void>& block, std::size_t& capacity, std::size_t bytes, const char* what) {
+  if (bytes > capacity) {
     // Allocation and synchronisation are not allowed in a capture: the eager first step grows it.
-    if (capturing_) throw CudaError("the workspace would have to grow while a step is captured");
+    if (capturing_) throw CudaError(std::string("the ") + what + " would have to grow while a step is captured");
     DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old block may still be in use
-    workspace_.reset();
-    workspace_ = allocate(bytes);
-    workspace_bytes_ = bytes;
+    block.reset();
+    block = allocate(bytes);
+    capacity = bytes;
   }
-  return workspace_.get();
+  return block.get();
+}
+
+void* CudaBackend::workspace(std::size_t bytes) { return grow(workspace_, workspace_bytes_, bytes, "workspace"); }
+
+void* CudaBackend::parameter_scratch(std::size_t bytes) {
+  return grow(parameter_scratch_, parameter_scratch_bytes_, bytes, "parameter scratch");
+}
+
+std::optional<std::string> cuda_cannot_compute(DType dtype, const cudaDeviceProp& gpu) {
+  switch (dtype) {
+    case DType::fp32:
+    case DType::fp16: return std::nullopt;
+    case DType::bf16:
+      if (gpu.major >= 8) return std::nullopt;
+      return "bf16 needs a GPU of compute capability 8.0 (Ampere) or newer; " + std::string(gpu.name) + " is " +
+             std::to_string(gpu.major) + "." + std::to_string(gpu.minor);
+    case DType::int32: break;
+  }
+  return std::string(to_string(dtype)) + " is not an element type activations compute in";
+}
+
+std::string cuda_precisions(const std::string& separator) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
+  std::string list;
+  for (const std::string_view precision : kApiPrecisions) {
+    bool everywhere = true;
+    for (int device = 0; device < count && everywhere; ++device) {
+      cudaDeviceProp gpu{};
+      everywhere = cudaGetDeviceProperties(&gpu, device) == cudaSuccess &&
+                   !cuda_cannot_compute(activation_dtype(precision), gpu);
+    }
+    if (everywhere) list += (list.empty() ? "" : separator) + std::string(precision);
+  }
+  return list;
 }
 
 std::optional<std::string> CudaBackend::cannot_compute(DType dtype) const {
-  if (dtype == DType::fp32) return std::nullopt;
-  return std::string(to_string(dtype)) +
-         " activations need half-precision kernels and descriptors, which this dlbench-worker's cuda backend does "
-         "not have yet";
+  return cuda_cannot_compute(dtype, properties_);
 }
 
-void CudaBackend::require_fp32(DType dtype) const {
+void CudaBackend::require_computable(DType dtype) const {
   if (const auto why = cannot_compute(dtype)) throw std::invalid_argument(*why);
+  if (dtype != activations_) {
+    throw std::invalid_argument("this cuda backend was made for " + std::string(to_string(activations_)) +
+                                " activations (" + (layout_ == Layout::nhwc ? "NHWC" : "NCHW") + "); an op on " +
+                                std::string(to_string(dtype)) + " needs a backend made for it");
+  }
 }
 
 std::unique_ptr<Conv2dOp> CudaBackend::make_conv2d(const Conv2dConfig& c) {
-  require_fp32(c.dtype);
+  require_computable(c.dtype);
   return cuda_detail::make_conv(*this, c);
 }
 std::unique_ptr<BatchNormOp> CudaBackend::make_batch_norm(const BatchNormConfig& c) {
-  require_fp32(c.dtype);
+  require_computable(c.dtype);
   if (c.relu) throw std::invalid_argument("the cuda backend does not fuse batch norm and ReLU (fuses_batch_norm_relu)");
   return std::make_unique<CudaBatchNorm>(*this, c);
 }
 std::unique_ptr<ReluOp> CudaBackend::make_relu(const Shape& shape, DType dtype) {
-  require_fp32(dtype);
-  return std::make_unique<CudaRelu>(*this, shape);
+  require_computable(dtype);
+  return std::make_unique<CudaRelu>(*this, shape, dtype);
 }
 std::unique_ptr<PoolOp> CudaBackend::make_pool(const PoolConfig& c) {
-  require_fp32(c.dtype);
+  require_computable(c.dtype);
   return std::make_unique<CudaPool>(*this, c);
 }
 std::unique_ptr<LinearOp> CudaBackend::make_linear(const LinearConfig& c) {
-  require_fp32(c.dtype);
+  require_computable(c.dtype);
   return cuda_detail::make_linear(*this, c);
 }
 std::unique_ptr<AddOp> CudaBackend::make_add(const Shape& shape, DType dtype) {
-  require_fp32(dtype);
-  return std::make_unique<CudaAdd>(*this, shape, false);
+  require_computable(dtype);
+  return std::make_unique<CudaAdd>(*this, shape, dtype, false);
 }
 std::unique_ptr<AddOp> CudaBackend::make_add_relu(const Shape& shape, DType dtype) {
-  require_fp32(dtype);
-  return std::make_unique<CudaAdd>(*this, shape, true);
+  require_computable(dtype);
+  return std::make_unique<CudaAdd>(*this, shape, dtype, true);
 }
 std::unique_ptr<ReorderOp> CudaBackend::make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) {
-  require_fp32(dtype);
-  return std::make_unique<CudaReorder>(*this, shape, from, to);
+  require_computable(dtype);
+  return std::make_unique<CudaReorder>(*this, shape, dtype, from, to);
 }
 
 std::unique_ptr<ChannelSliceOp> CudaBackend::make_channel_slice(const Shape& part, std::int64_t whole_channels,
                                                                 std::int64_t offset, DType dtype) {
-  require_fp32(dtype);
+  require_computable(dtype);
   if (offset < 0 || offset + part.c() > whole_channels) {
     throw std::invalid_argument("channel slice [" + std::to_string(offset) + ", " + std::to_string(offset + part.c()) +
                                 ") is outside " + std::to_string(whole_channels) + " channels");
   }
-  return std::make_unique<CudaChannelSlice>(*this, part, whole_channels, offset);
+  return std::make_unique<CudaChannelSlice>(*this, part, whole_channels, offset, dtype);
 }
 
 namespace {
@@ -389,25 +450,30 @@ namespace {
 class CudaResize final : public ResizeOp {
  public:
   CudaResize(CudaBackend& backend, const ResizeConfig& c)
-      : stream_(backend.stream()), planes_(c.input.n() * c.input.c()), in_h_(as_int(c.input.h())),
-        in_w_(as_int(c.input.w())), out_h_(as_int(c.output.h)), out_w_(as_int(c.output.w)) {}
+      : backend_(backend), dtype_(c.dtype), in_(geometry_of(c.input, backend.activation_layout())),
+        out_h_(as_int(c.output.h)), out_w_(as_int(c.output.w)) {}
   void forward(const Tensor& x, Tensor& y) override {
-    kernels::bilinear_resize_forward(x.as<float>(), y.as<float>(), planes_, in_h_, in_w_, out_h_, out_w_, stream_);
+    require_dtype("bilinear resize", dtype_, {&x, &y});
+    kernels::bilinear_resize_forward(dtype_, x.data, y.data, in_, out_h_, out_w_, backend_.stream());
   }
+  // The four taps' gradients add up in fp32 (in the shared workspace) whatever dx's type.
   void backward(const Tensor& dy, Tensor& dx) override {
-    kernels::bilinear_resize_backward(dy.as<float>(), dx.as<float>(), planes_, in_h_, in_w_, out_h_, out_w_, stream_);
+    require_dtype("bilinear resize", dtype_, {&dy, &dx});
+    auto* accumulator = static_cast<float*>(backend_.workspace(static_cast<std::size_t>(in_.numel()) * sizeof(float)));
+    kernels::bilinear_resize_backward(dtype_, dy.data, dx.data, accumulator, in_, out_h_, out_w_, backend_.stream());
   }
 
  private:
-  cudaStream_t stream_;
-  std::int64_t planes_;
-  int in_h_, in_w_, out_h_, out_w_;
+  CudaBackend& backend_;
+  DType dtype_;
+  ActivationGeometry in_;
+  int out_h_, out_w_;
 };
 
 }  // namespace
 
 std::unique_ptr<ResizeOp> CudaBackend::make_bilinear_resize(const ResizeConfig& c) {
-  require_fp32(c.dtype);
+  require_computable(c.dtype);
   return std::make_unique<CudaResize>(*this, c);
 }
 
@@ -423,13 +489,14 @@ bool CudaBackend::unscale_and_check_finite(float* grads, std::int64_t count, flo
 }
 
 void CudaBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
-  kernels::adaptive_avg_pool_forward(x.as<float>(), y.as<float>(), as_int(x.shape.n()), as_int(x.shape.c()), as_int(x.shape.h()),
-                                     as_int(x.shape.w()), as_int(y.shape.h()), as_int(y.shape.w()), stream_);
+  require_dtype("adaptive average pooling", x.dtype, {&x, &y});
+  kernels::adaptive_avg_pool_forward(x.dtype, x.data, y.data, geometry_of(x.shape, layout_), as_int(y.shape.h()),
+                                     as_int(y.shape.w()), stream_);
 }
 
 void CudaBackend::adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) {
-  kernels::adaptive_avg_pool_backward(dy.as<float>(), dx.as<float>(), as_int(dx.shape.n()), as_int(dx.shape.c()),
-                                      as_int(dx.shape.h()), as_int(dx.shape.w()), as_int(dy.shape.h()),
+  require_dtype("adaptive average pooling", dy.dtype, {&dy, &dx});
+  kernels::adaptive_avg_pool_backward(dy.dtype, dy.data, dx.data, geometry_of(dx.shape, layout_), as_int(dy.shape.h()),
                                       as_int(dy.shape.w()), stream_);
 }
 
@@ -445,12 +512,14 @@ void CudaBackend::begin_step(std::uint64_t step) {
 }
 
 void CudaBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) {
-  kernels::dropout_forward(x.as<float>(), y.as<float>(), mask.as<float>(), x.numel(), p, layer_seed,
+  require_dtype("dropout", x.dtype, {&x, &y});
+  kernels::dropout_forward(x.dtype, x.data, y.data, mask.as<float>(), x.numel(), p, layer_seed,
                            static_cast<const std::uint64_t*>(step_.get()), stream_);
 }
 
 void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
-  kernels::multiply(dy.as<float>(), mask.as<float>(), dx.as<float>(), dy.numel(), stream_);
+  require_dtype("dropout", dy.dtype, {&dy, &dx});
+  kernels::multiply_by_mask(dy.dtype, dy.data, mask.as<float>(), dx.data, dy.numel(), stream_);
 }
 
 void CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
@@ -477,16 +546,17 @@ void CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t
   auto* loss_rows = static_cast<float*>(loss_rows_.get()) + offset;
   // Each row's weighted loss is written on the device and stays there: an eager step and a
   // graph replay alike leave the step's whole loss in loss_rows for last_loss().
+  require_dtype("softmax cross-entropy", logits.dtype, {&logits, &dlogits});
   if (per_pixel) {
     auto* valid = static_cast<int*>(loss_scratch_.get());
     DLBENCH_CUDA_CHECK(cudaMemsetAsync(valid, 0, sizeof(int), stream_));
-    kernels::pixel_softmax_cross_entropy(logits.as<float>(), labels, dlogits.as<float>(), loss_rows, valid,
-                                         as_int(logits.shape.n()), as_int(logits.shape.c()),
-                                         logits.shape.h() * logits.shape.w(), kIgnoreLabel, gradient_scale,
-                                         term.weight, stream_);
+    kernels::pixel_softmax_cross_entropy(logits.dtype, logits.data, labels, dlogits.data, loss_rows, valid,
+                                         geometry_of(logits.shape, layout_), kIgnoreLabel, gradient_scale, term.weight,
+                                         stream_);
   } else {
-    kernels::softmax_cross_entropy(logits.as<float>(), labels, dlogits.as<float>(), loss_rows, as_int(static_cast<std::int64_t>(rows)),
-                                   as_int(logits.shape.c()), gradient_scale, term.weight, stream_);
+    kernels::softmax_cross_entropy(logits.dtype, logits.data, labels, dlogits.data, loss_rows,
+                                   as_int(static_cast<std::int64_t>(rows)), as_int(logits.shape.c()), gradient_scale,
+                                   term.weight, stream_);
   }
   loss_segments_.push_back({offset, rows});
 }

@@ -1,7 +1,11 @@
 // The CUDA backend: convolution, batch norm and pooling through cuDNN 9, linear layers through
 // cuBLASLt, everything else in dlbench's own kernels (worker/cuda/kernels.cu), all on one
-// stream. Activations are NCHW fp32 (the layout every fp32 cuDNN algorithm takes with PyTorch's
-// OIHW weights); `math` chooses whether cuDNN and cuBLAS may use TF32 tensor cores.
+// stream. fp32 activations are NCHW (the layout every fp32 cuDNN algorithm takes with PyTorch's
+// OIHW weights), and `math` chooses whether cuDNN and cuBLAS may use TF32 tensor cores. fp16
+// (amp) and bf16 activations are NHWC, the order cuDNN's tensor-core kernels work in, as
+// PyTorch's channels_last; they compute on tensor cores with fp32 accumulation. Parameters stay
+// fp32: ops round them to the activations' type as they run (a scratch copy per op call, as
+// autocast casts weights) and widen their gradients back to fp32.
 #pragma once
 
 #include <cublasLt.h>
@@ -34,17 +38,25 @@ class CudaOutOfMemory : public CudaError {
 // Whether a CUDA device can be used here; when not, `why` says what is missing.
 bool cuda_device_usable(std::string* why = nullptr);
 
+// Why a GPU with these properties cannot compute on `dtype` activations, or nothing when it can.
+std::optional<std::string> cuda_cannot_compute(DType dtype, const cudaDeviceProp& gpu);
+
+// The precisions every GPU of this machine runs, in the API's order, joined by `separator`
+// (those of the build when it has no GPU).
+std::string cuda_precisions(const std::string& separator);
+
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device = 0, CudaMath math = CudaMath::fp32);
+  // `activations`: the dtype the run computes in, which sets the activations' memory order.
+  explicit CudaBackend(int device = 0, CudaMath math = CudaMath::fp32, DType activations = DType::fp32);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
-  Layout activation_layout() const override { return Layout::nchw; }
+  Layout activation_layout() const override { return layout_; }
   std::string version_info() const override;
-  // fp32 (and tf32 math) only, for now.
+  // fp32 and fp16 on every GPU CUDA 13 runs on; bf16 from compute capability 8.0 (Ampere).
   std::optional<std::string> cannot_compute(DType dtype) const override;
 
   std::shared_ptr<void> allocate(std::size_t bytes) override;
@@ -104,6 +116,7 @@ class CudaBackend final : public Backend {
   void replay() override;
 
   CudaMath math() const { return math_; }
+  DType activations() const { return activations_; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
@@ -115,9 +128,17 @@ class CudaBackend final : public Backend {
   void* workspace(std::size_t bytes);
   // The most workspace one convolution algorithm may ask for.
   std::size_t workspace_limit() const { return workspace_limit_; }
+  // Scratch for one op's parameters rounded to a half type (and a convolution's filter gradient
+  // before it is widened to fp32), apart from workspace() since the two are used together. It
+  // grows as workspace() does.
+  void* parameter_scratch(std::size_t bytes);
 
  private:
-  void require_fp32(DType dtype) const;
+  // Throws, saying why, unless ops can compute on `dtype` here and `dtype` is the activations'
+  // (whose memory order the backend chose for them).
+  void require_computable(DType dtype) const;
+  // `block` with at least `bytes`, reallocated (outside a capture only) when smaller.
+  void* grow(std::shared_ptr<void>& block, std::size_t& capacity, std::size_t bytes, const char* what);
   // The optimizers' ranges on the device (uploaded when they change; sorted by offset).
   struct DeviceRanges {
     const std::int64_t* offsets;
@@ -130,6 +151,8 @@ class CudaBackend final : public Backend {
   float* prepare_adam_step(const float* grads, std::int64_t count, const AdamWConfig& config, std::uint64_t update_number);
   int device_;
   CudaMath math_;
+  DType activations_ = DType::fp32;
+  Layout layout_ = Layout::nchw;
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
@@ -137,6 +160,8 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> workspace_;
   std::size_t workspace_bytes_ = 0;
   std::size_t workspace_limit_ = std::size_t{1} << 30;
+  std::shared_ptr<void> parameter_scratch_;
+  std::size_t parameter_scratch_bytes_ = 0;
   // The loss of one step: one float per row on the device, summed there when read. Each loss
   // term of the step (BERT's masked LM and next sentence, InceptionV3's auxiliary classifier) has
   // its own segment of rows, since their row counts differ; the step's loss is the sum of the

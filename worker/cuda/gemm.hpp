@@ -22,6 +22,13 @@ enum class GemmEpilogue {
   bias_gradient_of_b,  // also writes the vector of op(B)'s sums over k, one per column of C (BGRADB)
 };
 
+// The element types of A and B (the same) and of C and D. Products accumulate in fp32 whatever
+// they are; fp32 inputs use TF32 tensor cores only where the backend's math allows.
+struct GemmTypes {
+  DType inputs = DType::fp32;
+  DType output = DType::fp32;
+};
+
 // `count` GEMMs of the same shape, each operand's matrices `stride` elements apart (strided
 // batched; count 1 is a plain GEMM).
 struct GemmBatch {
@@ -34,10 +41,11 @@ class Gemm {
  public:
   Gemm(CudaBackend& backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
        std::int64_t lda, std::int64_t ldb, std::int64_t ldc, GemmEpilogue epilogue, float alpha = 1.0f,
-       const GemmBatch& batch = {})
+       const GemmBatch& batch = {}, const GemmTypes& types = {})
       : backend_(backend), alpha_(alpha) {
-    const cublasComputeType_t compute =
-        backend.math() == CudaMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const cublasComputeType_t compute = types.inputs == DType::fp32 && backend.math() == CudaMath::tf32
+                                            ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                            : CUBLAS_COMPUTE_32F;
     DLBENCH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, compute, CUDA_R_32F));
     const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -49,9 +57,10 @@ class Gemm {
       DLBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &value, sizeof value));
     }
     const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_32F, transpose_a ? u(k) : u(m), transpose_a ? u(m) : u(k), lda));
-    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_32F, transpose_b ? u(n) : u(k), transpose_b ? u(k) : u(n), ldb));
-    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_, CUDA_R_32F, u(m), u(n), ldc));
+    const cudaDataType_t in = cuda_type(types.inputs), out = cuda_type(types.output);
+    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, in, transpose_a ? u(k) : u(m), transpose_a ? u(m) : u(k), lda));
+    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, in, transpose_b ? u(n) : u(k), transpose_b ? u(k) : u(n), ldb));
+    DLBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_, out, u(m), u(n), ldc));
     if (batch.count > 1) {
       const auto count = static_cast<std::int32_t>(batch.count);
       const std::array<std::pair<cublasLtMatrixLayout_t, std::int64_t>, 3> strided{
@@ -75,8 +84,9 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // `vector` is the bias to add, or where the bias gradient goes, as the epilogue says.
-  void run(const float* a, const float* b, float* c, const float* vector = nullptr) {
+  // `vector` is the bias to add, or where the bias gradient goes, as the epilogue says; it has
+  // C's element type.
+  void run(const void* a, const void* b, void* c, const void* vector = nullptr) {
     if (!try_run(a, b, c, vector)) {
       throw CudaError("cuBLASLt: no algorithm for a " + shape_ + " matmul at these alignments");
     }
@@ -84,8 +94,8 @@ class Gemm {
 
   // False, with nothing queued, when cuBLASLt has no algorithm for this GEMM and its epilogue
   // at these pointers' alignments.
-  bool try_run(const float* a, const float* b, float* c, const float* vector) {
-    const float* bias = vector;
+  bool try_run(const void* a, const void* b, void* c, const void* vector) {
+    const void* bias = vector;
     // cuBLASLt assumes 256-byte aligned pointers unless told; parameters sit at float offsets
     // in the flat buffer and activations at the arena's 64 bytes. The algorithm is chosen for
     // the pointers' real alignment, again if a pointer turns out less aligned.

@@ -2,12 +2,17 @@
 // and a launch macro that queues on a stream and checks the launch. Internal to worker/cuda's .cu files.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "dtype.hpp"
 
 namespace dlbench::worker::kernels {
 
@@ -17,6 +22,37 @@ inline constexpr int kThreads = 256;
 inline unsigned blocks_for(std::int64_t n) {
   const std::int64_t wanted = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(std::clamp<std::int64_t>(wanted, 1, 65535));
+}
+
+// Element types: kernels load any of them as float, compute in float, and round once on store.
+__device__ inline float load(float v) { return v; }
+__device__ inline float load(__half v) { return __half2float(v); }
+__device__ inline float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ inline T store(float v);
+template <>
+__device__ inline float store<float>(float v) { return v; }
+template <>
+__device__ inline __half store<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ inline __nv_bfloat16 store<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <typename T>
+struct Type {
+  using type = T;
+};
+
+// Calls f(Type<T>{}) with the device type that holds `dtype`'s values: how a launcher taking
+// untyped pointers picks its kernel's instantiation.
+template <typename F>
+void with_float_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::fp32: f(Type<float>{}); return;
+    case DType::fp16: f(Type<__half>{}); return;
+    case DType::bf16: f(Type<__nv_bfloat16>{}); return;
+    case DType::int32: break;
+  }
+  throw std::invalid_argument("a CUDA kernel was asked to compute on " + std::string(to_string(dtype)) + " values");
 }
 
 }  // namespace dlbench::worker::kernels

@@ -10,24 +10,29 @@
 namespace dlbench::worker::kernels {
 namespace {
 
-__global__ void relu_forward_kernel(const float* x, float* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
+template <typename T>
+__global__ void relu_forward_kernel(const T* x, T* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(fmaxf(load(x[i]), 0.0f)); }
 }
 
-__global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; }
+template <typename T>
+__global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { dx[i] = load(y[i]) > 0.0f ? dy[i] : store<T>(0.0f); }
 }
 
-__global__ void add_kernel(const float* a, const float* b, float* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { y[i] = a[i] + b[i]; }
+template <typename T>
+__global__ void add_kernel(const T* a, const T* b, T* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(load(a[i]) + load(b[i])); }
 }
 
-__global__ void add_relu_kernel(const float* a, const float* b, float* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { y[i] = fmaxf(a[i] + b[i], 0.0f); }
+template <typename T>
+__global__ void add_relu_kernel(const T* a, const T* b, T* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(fmaxf(load(a[i]) + load(b[i]), 0.0f)); }
 }
 
-__global__ void multiply_kernel(const float* a, const float* b, float* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { y[i] = a[i] * b[i]; }
+template <typename T>
+__global__ void multiply_by_mask_kernel(const T* a, const float* mask, T* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(load(a[i]) * mask[i]); }
 }
 
 __global__ void scale_and_flag_kernel(float* data, std::int64_t n, float factor, int* non_finite) {
@@ -42,34 +47,32 @@ __global__ void scale_and_flag_kernel(float* data, std::int64_t n, float factor,
 __device__ inline int window_start(int i, int in, int out) { return i * in / out; }
 __device__ inline int window_end(int i, int in, int out) { return ((i + 1) * in + out - 1) / out; }
 
-// One thread per output element (n, c, oh, ow), NCHW.
-__global__ void adaptive_avg_pool_forward_kernel(const float* x, float* y, int n, int c, int in_h, int in_w, int out_h,
-                                                 int out_w) {
-  const std::int64_t total = static_cast<std::int64_t>(n) * c * out_h * out_w;
-  DLBENCH_GRID_STRIDE(index, total) {
-    const int ow = static_cast<int>(index % out_w);
-    const int oh = static_cast<int>((index / out_w) % out_h);
-    const std::int64_t plane = index / (static_cast<std::int64_t>(out_w) * out_h);  // n * c + channel
+// One thread per output element, in y's memory order.
+template <typename T>
+__global__ void adaptive_avg_pool_forward_kernel(const T* x, T* y, ActivationGeometry in, ActivationGeometry out) {
+  DLBENCH_GRID_STRIDE(index, out.numel()) {
+    const auto e = out.element(index);
+    const int oh = static_cast<int>(e.pixel / out.w), ow = static_cast<int>(e.pixel % out.w);
+    const int in_h = static_cast<int>(in.h), in_w = static_cast<int>(in.w);
+    const int out_h = static_cast<int>(out.h), out_w = static_cast<int>(out.w);
     const int h0 = window_start(oh, in_h, out_h), h1 = window_end(oh, in_h, out_h);
     const int w0 = window_start(ow, in_w, out_w), w1 = window_end(ow, in_w, out_w);
-    const float* in = x + plane * in_h * in_w;
     float sum = 0.0f;
     for (int h = h0; h < h1; ++h) {
-      for (int w = w0; w < w1; ++w) sum += in[h * in_w + w];
+      for (int w = w0; w < w1; ++w) sum += load(x[in.offset(e.sample, e.channel, h * in.w + w)]);
     }
-    y[index] = sum / static_cast<float>((h1 - h0) * (w1 - w0));
+    y[index] = store<T>(sum / static_cast<float>((h1 - h0) * (w1 - w0)));
   }
 }
 
 // One thread per input element: the sum over the output windows that contain it.
-__global__ void adaptive_avg_pool_backward_kernel(const float* dy, float* dx, int n, int c, int in_h, int in_w,
-                                                  int out_h, int out_w) {
-  const std::int64_t total = static_cast<std::int64_t>(n) * c * in_h * in_w;
-  DLBENCH_GRID_STRIDE(index, total) {
-    const int w = static_cast<int>(index % in_w);
-    const int h = static_cast<int>((index / in_w) % in_h);
-    const std::int64_t plane = index / (static_cast<std::int64_t>(in_w) * in_h);
-    const float* g = dy + plane * out_h * out_w;
+template <typename T>
+__global__ void adaptive_avg_pool_backward_kernel(const T* dy, T* dx, ActivationGeometry in, ActivationGeometry out) {
+  DLBENCH_GRID_STRIDE(index, in.numel()) {
+    const auto e = in.element(index);
+    const int h = static_cast<int>(e.pixel / in.w), w = static_cast<int>(e.pixel % in.w);
+    const int in_h = static_cast<int>(in.h), in_w = static_cast<int>(in.w);
+    const int out_h = static_cast<int>(out.h), out_w = static_cast<int>(out.w);
     float sum = 0.0f;
     for (int oh = 0; oh < out_h; ++oh) {
       const int h0 = window_start(oh, in_h, out_h), h1 = window_end(oh, in_h, out_h);
@@ -77,37 +80,38 @@ __global__ void adaptive_avg_pool_backward_kernel(const float* dy, float* dx, in
       for (int ow = 0; ow < out_w; ++ow) {
         const int w0 = window_start(ow, in_w, out_w), w1 = window_end(ow, in_w, out_w);
         if (w < w0 || w >= w1) continue;
-        sum += g[oh * out_w + ow] / static_cast<float>((h1 - h0) * (w1 - w0));
+        sum += load(dy[out.offset(e.sample, e.channel, oh * out.w + ow)]) / static_cast<float>((h1 - h0) * (w1 - w0));
       }
     }
-    dx[index] = sum;
+    dx[index] = store<T>(sum);
   }
 }
-
 
 __global__ void set_step_kernel(std::uint64_t* counter, std::uint64_t step) { *counter = step; }
 __global__ void advance_step_kernel(std::uint64_t* counter) { *counter += 1; }
 
-__global__ void dropout_forward_kernel(const float* x, float* y, float* mask, std::int64_t n, std::uint64_t threshold,
+template <typename T>
+__global__ void dropout_forward_kernel(const T* x, T* y, float* mask, std::int64_t n, std::uint64_t threshold,
                                        float keep_scale, std::uint64_t layer_seed, const std::uint64_t* step) {
   const std::uint64_t seed = dlbench::worker::dropout_seed(layer_seed, *step);
   DLBENCH_GRID_STRIDE(i, n) {
     const bool keep = dlbench::worker::dropout_keeps(seed, static_cast<std::uint64_t>(i), threshold);
     mask[i] = keep ? keep_scale : 0.0f;
-    y[i] = x[i] * mask[i];
+    y[i] = store<T>(load(x[i]) * mask[i]);
   }
 }
 
-// One block per row; the row's max and sum of exponentials by block reductions.
-__global__ void softmax_cross_entropy_kernel(const float* logits, const std::int32_t* labels, float* dlogits,
+// One block per row; the row's max and sum of exponentials by block reductions, in fp32.
+template <typename T>
+__global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t* labels, T* dlogits,
                                              float* loss_rows, int classes, float gradient_factor, float weight) {
   __shared__ float reduce[kThreads];
   const int row = blockIdx.x;
-  const float* z = logits + static_cast<std::int64_t>(row) * classes;
-  float* g = dlogits + static_cast<std::int64_t>(row) * classes;
+  const T* z = logits + static_cast<std::int64_t>(row) * classes;
+  T* g = dlogits + static_cast<std::int64_t>(row) * classes;
 
   float local_max = -INFINITY;
-  for (int j = threadIdx.x; j < classes; j += blockDim.x) local_max = fmaxf(local_max, z[j]);
+  for (int j = threadIdx.x; j < classes; j += blockDim.x) local_max = fmaxf(local_max, load(z[j]));
   reduce[threadIdx.x] = local_max;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
@@ -118,7 +122,7 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const std::int
   __syncthreads();
 
   float local_sum = 0.0f;
-  for (int j = threadIdx.x; j < classes; j += blockDim.x) local_sum += expf(z[j] - row_max);
+  for (int j = threadIdx.x; j < classes; j += blockDim.x) local_sum += expf(load(z[j]) - row_max);
   reduce[threadIdx.x] = local_sum;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
@@ -128,13 +132,10 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const std::int
   const float log_sum = logf(reduce[0]);
   const int label = labels[row];
   for (int j = threadIdx.x; j < classes; j += blockDim.x) {
-    const float probability = expf(z[j] - row_max - log_sum);
-    g[j] = (probability - (j == label ? 1.0f : 0.0f)) * gradient_factor;
+    const float probability = expf(load(z[j]) - row_max - log_sum);
+    g[j] = store<T>((probability - (j == label ? 1.0f : 0.0f)) * gradient_factor);
   }
-  if (threadIdx.x == 0) {
-    const float loss = weight * (log_sum - (z[label] - row_max));
-    loss_rows[row] = loss;
-  }
+  if (threadIdx.x == 0) loss_rows[row] = weight * (log_sum - (load(z[label]) - row_max));
 }
 
 __global__ void count_valid_labels_kernel(const std::int32_t* labels, std::int64_t n, std::int32_t ignore_label,
@@ -144,70 +145,104 @@ __global__ void count_valid_labels_kernel(const std::int32_t* labels, std::int64
   if (local > 0) atomicAdd(valid_count, local);
 }
 
-// One thread per pixel: consecutive threads read consecutive pixels of each class plane.
-__global__ void pixel_softmax_cross_entropy_kernel(const float* logits, const std::int32_t* labels, float* dlogits,
-                                                   float* loss_pixels, const int* valid_count, int classes,
-                                                   std::int64_t pixels, std::int64_t total, std::int32_t ignore_label,
-                                                   float gradient_scale, float weight) {
+// One thread per pixel (labels in (sample, pixel) order); its classes `channel_stride()` apart.
+template <typename T>
+__global__ void pixel_softmax_cross_entropy_kernel(const T* logits, const std::int32_t* labels, T* dlogits,
+                                                   float* loss_pixels, const int* valid_count, ActivationGeometry l,
+                                                   std::int32_t ignore_label, float gradient_scale, float weight) {
+  const std::int64_t total = l.n * l.pixels();
+  const std::int64_t step = l.channel_stride();
+  const int classes = static_cast<int>(l.c);
   DLBENCH_GRID_STRIDE(i, total) {
-    const std::int64_t sample = i / pixels, pixel = i % pixels;
-    const float* z = logits + sample * classes * pixels + pixel;
-    float* g = dlogits + sample * classes * pixels + pixel;
+    const std::int64_t base = l.offset(i / l.pixels(), 0, i % l.pixels());
+    const T* z = logits + base;
+    T* g = dlogits + base;
     const std::int32_t label = labels[i];
     const float valid = static_cast<float>(valid_count[0] > 0 ? valid_count[0] : 1);
     float loss = 0.0f;
     if (label == ignore_label) {
-      for (int j = 0; j < classes; ++j) g[j * pixels] = 0.0f;
+      for (int j = 0; j < classes; ++j) g[j * step] = store<T>(0.0f);
     } else {
       float z_max = -INFINITY;
-      for (int j = 0; j < classes; ++j) z_max = fmaxf(z_max, z[j * pixels]);
+      for (int j = 0; j < classes; ++j) z_max = fmaxf(z_max, load(z[j * step]));
       float sum = 0.0f;
-      for (int j = 0; j < classes; ++j) sum += expf(z[j * pixels] - z_max);
+      for (int j = 0; j < classes; ++j) sum += expf(load(z[j * step]) - z_max);
       const float log_sum = logf(sum);
       const float factor = weight * gradient_scale / valid;
       for (int j = 0; j < classes; ++j) {
-        g[j * pixels] = (expf(z[j * pixels] - z_max - log_sum) - (j == label ? 1.0f : 0.0f)) * factor;
+        g[j * step] = store<T>((expf(load(z[j * step]) - z_max - log_sum) - (j == label ? 1.0f : 0.0f)) * factor);
       }
-      loss = weight * (log_sum - (z[label * pixels] - z_max)) * static_cast<float>(total) / valid;
+      loss = weight * (log_sum - (load(z[label * step]) - z_max)) * static_cast<float>(total) / valid;
     }
     loss_pixels[i] = loss;
   }
 }
 
-// Output element i of NCHW planes: its plane and its taps along H and W.
+// Output element i (in the output's memory order): its sample, channel and taps along H and W.
 struct ResizeTaps {
-  std::int64_t plane;
+  ActivationGeometry::Element e;
   BilinearTaps y, x;
-  __device__ ResizeTaps(std::int64_t i, int in_h, int in_w, int out_h, int out_w)
-      : plane(i / (static_cast<std::int64_t>(out_w) * out_h)),
-        y(bilinear_taps(static_cast<int>((i / out_w) % out_h), in_h, out_h)),
-        x(bilinear_taps(static_cast<int>(i % out_w), in_w, out_w)) {}
+  __device__ ResizeTaps(std::int64_t i, const ActivationGeometry& in, const ActivationGeometry& out)
+      : e(out.element(i)), y(bilinear_taps(static_cast<int>(e.pixel / out.w), static_cast<int>(in.h), static_cast<int>(out.h))),
+        x(bilinear_taps(static_cast<int>(e.pixel % out.w), static_cast<int>(in.w), static_cast<int>(out.w))) {}
 };
 
-__global__ void bilinear_resize_forward_kernel(const float* x, float* y, std::int64_t total, int in_h, int in_w,
-                                               int out_h, int out_w) {
-  DLBENCH_GRID_STRIDE(i, total) {
-    const ResizeTaps t(i, in_h, in_w, out_h, out_w);
-    const BilinearTaps &ty = t.y, &tx = t.x;
-    const float* p = x + t.plane * in_h * in_w;
-    const float top = (1.0f - tx.weight) * p[ty.first * in_w + tx.first] + tx.weight * p[ty.first * in_w + tx.second];
-    const float bottom =
-        (1.0f - tx.weight) * p[ty.second * in_w + tx.first] + tx.weight * p[ty.second * in_w + tx.second];
-    y[i] = (1.0f - ty.weight) * top + ty.weight * bottom;
+template <typename T>
+__global__ void bilinear_resize_forward_kernel(const T* x, T* y, ActivationGeometry in, ActivationGeometry out) {
+  DLBENCH_GRID_STRIDE(i, out.numel()) {
+    const ResizeTaps t(i, in, out);
+    const auto at = [&](int row, int column) { return load(x[in.offset(t.e.sample, t.e.channel, row * in.w + column)]); };
+    const float top = (1.0f - t.x.weight) * at(t.y.first, t.x.first) + t.x.weight * at(t.y.first, t.x.second);
+    const float bottom = (1.0f - t.x.weight) * at(t.y.second, t.x.first) + t.x.weight * at(t.y.second, t.x.second);
+    y[i] = store<T>((1.0f - t.y.weight) * top + t.y.weight * bottom);
   }
 }
 
-__global__ void bilinear_resize_backward_kernel(const float* dy, float* dx, std::int64_t total, int in_h, int in_w,
-                                                int out_h, int out_w) {
-  DLBENCH_GRID_STRIDE(i, total) {
-    const ResizeTaps t(i, in_h, in_w, out_h, out_w);
-    const BilinearTaps &ty = t.y, &tx = t.x;
-    float* p = dx + t.plane * in_h * in_w;
-    const float g = dy[i];
-    atomicAdd(p + ty.first * in_w + tx.first, (1.0f - ty.weight) * (1.0f - tx.weight) * g);
-    atomicAdd(p + ty.first * in_w + tx.second, (1.0f - ty.weight) * tx.weight * g);
-    atomicAdd(p + ty.second * in_w + tx.first, ty.weight * (1.0f - tx.weight) * g);
-    atomicAdd(p + ty.second * in_w + tx.second, ty.weight * tx.weight * g);
+// Adds into an fp32 accumulator laid out as dx: atomic adds in fp32 whatever dx's type.
+template <typename T>
+__global__ void bilinear_resize_backward_kernel(const T* dy, float* accumulator, ActivationGeometry in,
+                                                ActivationGeometry out) {
+  DLBENCH_GRID_STRIDE(i, out.numel()) {
+    const ResizeTaps t(i, in, out);
+    const float g = load(dy[i]);
+    const auto add = [&](int row, int column, float share) {
+      atomicAdd(accumulator + in.offset(t.e.sample, t.e.channel, row * in.w + column), share * g);
+    };
+    add(t.y.first, t.x.first, (1.0f - t.y.weight) * (1.0f - t.x.weight));
+    add(t.y.first, t.x.second, (1.0f - t.y.weight) * t.x.weight);
+    add(t.y.second, t.x.first, t.y.weight * (1.0f - t.x.weight));
+    add(t.y.second, t.x.second, t.y.weight * t.x.weight);
+  }
+}
+
+template <typename T>
+__global__ void from_fp32_kernel(const float* from, T* into, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { into[i] = store<T>(from[i]); }
+}
+
+template <typename T>
+__global__ void to_fp32_kernel(const T* from, float* into, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { into[i] = load(from[i]); }
+}
+
+// One thread per element of the OIHW side.
+template <typename T>
+__global__ void filter_from_fp32_kernel(const float* oihw, T* into, bool channels_last, int out_channels,
+                                        int in_channels, int kh, int kw) {
+  const std::int64_t n = static_cast<std::int64_t>(out_channels) * in_channels * kh * kw;
+  DLBENCH_GRID_STRIDE(i, n) {
+    const std::int64_t x = i % kw, y = (i / kw) % kh, c = (i / (kw * kh)) % in_channels, o = i / (kw * kh * in_channels);
+    into[filter_offset(channels_last, in_channels, kh, kw, o, c, y, x)] = store<T>(oihw[i]);
+  }
+}
+
+template <typename T>
+__global__ void filter_to_fp32_kernel(const T* filter, bool channels_last, float* oihw, int out_channels,
+                                      int in_channels, int kh, int kw) {
+  const std::int64_t n = static_cast<std::int64_t>(out_channels) * in_channels * kh * kw;
+  DLBENCH_GRID_STRIDE(i, n) {
+    const std::int64_t x = i % kw, y = (i / kw) % kh, c = (i / (kw * kh)) % in_channels, o = i / (kw * kh * in_channels);
+    oihw[i] = load(filter[filter_offset(channels_last, in_channels, kh, kw, o, c, y, x)]);
   }
 }
 
@@ -234,43 +269,93 @@ __global__ void sgd_kernel(float* values, const float* grads, float* momentum_bu
   }
 }
 
-__global__ void column_sums_kernel(const float* dy, float* sums, int rows, int columns) {
-  DLBENCH_GRID_STRIDE(j, columns) {
-    float sum = 0.0f;
-    for (int r = 0; r < rows; ++r) sum += dy[static_cast<std::int64_t>(r) * columns + j];
-    sums[j] = sum;
+// A block of 32 columns × 8 row lanes; the lanes' partial sums added in shared memory in a fixed
+// order (the result does not depend on scheduling). Rows can be many (every pixel of a batch).
+constexpr int kColumnTile = 32;
+constexpr int kRowLanes = 8;
+
+template <typename T>
+__global__ void column_sums_kernel(const T* dy, float* sums, std::int64_t rows, int columns) {
+  __shared__ float part[kRowLanes][kColumnTile + 1];
+  const int column = static_cast<int>(blockIdx.x) * kColumnTile + static_cast<int>(threadIdx.x);
+  float sum = 0.0f;
+  if (column < columns) {
+    for (std::int64_t row = threadIdx.y; row < rows; row += kRowLanes) sum += load(dy[row * columns + column]);
   }
+  part[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && column < columns) {
+    for (int lane = 1; lane < kRowLanes; ++lane) sum += part[lane][threadIdx.x];
+    sums[column] = sum;
+  }
+}
+
+template <typename T>
+__global__ void add_channel_bias_kernel(T* y, const float* bias, ActivationGeometry g) {
+  DLBENCH_GRID_STRIDE(i, g.numel()) { y[i] = store<T>(load(y[i]) + bias[g.element(i).channel]); }
+}
+
+ActivationGeometry resized(const ActivationGeometry& in, int out_h, int out_w) {
+  ActivationGeometry out = in;
+  out.h = out_h;
+  out.w = out_w;
+  return out;
 }
 
 }  // namespace
 
-void relu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream) {
-  DLBENCH_LAUNCH(relu_forward_kernel, n, stream, x, y, n);
+void relu_forward(DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(relu_forward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
 }
-void relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, cudaStream_t stream) {
-  DLBENCH_LAUNCH(relu_backward_kernel, n, stream, y, dy, dx, n);
+void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(relu_backward_kernel<T>, n, stream, static_cast<const T*>(y), static_cast<const T*>(dy),
+                   static_cast<T*>(dx), n);
+  });
 }
-void add(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
-  DLBENCH_LAUNCH(add_kernel, n, stream, a, b, y, n);
+void add(DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(add_kernel<T>, n, stream, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n);
+  });
 }
-void add_relu(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
-  DLBENCH_LAUNCH(add_relu_kernel, n, stream, a, b, y, n);
+void add_relu(DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(add_relu_kernel<T>, n, stream, static_cast<const T*>(a), static_cast<const T*>(b),
+                   static_cast<T*>(y), n);
+  });
 }
-void multiply(const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
-  DLBENCH_LAUNCH(multiply_kernel, n, stream, a, b, y, n);
+void multiply_by_mask(DType dtype, const void* a, const float* mask, void* y, std::int64_t n, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(multiply_by_mask_kernel<T>, n, stream, static_cast<const T*>(a), mask, static_cast<T*>(y), n);
+  });
 }
 void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream) {
   DLBENCH_LAUNCH(scale_and_flag_kernel, n, stream, data, n, factor, non_finite);
 }
-void adaptive_avg_pool_forward(const float* x, float* y, int n, int c, int in_h, int in_w, int out_h, int out_w,
+void adaptive_avg_pool_forward(DType dtype, const void* x, void* y, const ActivationGeometry& in, int out_h, int out_w,
                                cudaStream_t stream) {
-  const std::int64_t total = static_cast<std::int64_t>(n) * c * out_h * out_w;
-  DLBENCH_LAUNCH(adaptive_avg_pool_forward_kernel, total, stream, x, y, n, c, in_h, in_w, out_h, out_w);
+  const ActivationGeometry out = resized(in, out_h, out_w);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(adaptive_avg_pool_forward_kernel<T>, out.numel(), stream, static_cast<const T*>(x),
+                   static_cast<T*>(y), in, out);
+  });
 }
-void adaptive_avg_pool_backward(const float* dy, float* dx, int n, int c, int in_h, int in_w, int out_h, int out_w,
-                                cudaStream_t stream) {
-  const std::int64_t total = static_cast<std::int64_t>(n) * c * in_h * in_w;
-  DLBENCH_LAUNCH(adaptive_avg_pool_backward_kernel, total, stream, dy, dx, n, c, in_h, in_w, out_h, out_w);
+void adaptive_avg_pool_backward(DType dtype, const void* dy, void* dx, const ActivationGeometry& in, int out_h,
+                                int out_w, cudaStream_t stream) {
+  const ActivationGeometry out = resized(in, out_h, out_w);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(adaptive_avg_pool_backward_kernel<T>, in.numel(), stream, static_cast<const T*>(dy),
+                   static_cast<T*>(dx), in, out);
+  });
 }
 void set_step(std::uint64_t* counter, std::uint64_t step, cudaStream_t stream) {
   set_step_kernel<<<1, 1, 0, stream>>>(counter, step);
@@ -280,36 +365,57 @@ void advance_step(std::uint64_t* counter, cudaStream_t stream) {
   advance_step_kernel<<<1, 1, 0, stream>>>(counter);
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
-void dropout_forward(const float* x, float* y, float* mask, std::int64_t n, float p, std::uint64_t layer_seed,
-                     const std::uint64_t* step, cudaStream_t stream) {
+void dropout_forward(DType dtype, const void* x, void* y, float* mask, std::int64_t n, float p,
+                     std::uint64_t layer_seed, const std::uint64_t* step, cudaStream_t stream) {
   const auto threshold = static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
-  DLBENCH_LAUNCH(dropout_forward_kernel, n, stream, x, y, mask, n, threshold, 1.0f / (1.0f - p), layer_seed, step);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(dropout_forward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<T*>(y), mask, n,
+                   threshold, 1.0f / (1.0f - p), layer_seed, step);
+  });
 }
-void softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits, float* loss_rows,
-                           int rows, int classes, float gradient_scale, float weight, cudaStream_t stream) {
+void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* labels, void* dlogits,
+                           float* loss_rows, int rows, int classes, float gradient_scale, float weight,
+                           cudaStream_t stream) {
   if (rows <= 0) return;
-  softmax_cross_entropy_kernel<<<rows, kThreads, 0, stream>>>(
-      logits, labels, dlogits, loss_rows, classes, gradient_scale * weight / static_cast<float>(rows), weight);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    softmax_cross_entropy_kernel<T><<<rows, kThreads, 0, stream>>>(
+        static_cast<const T*>(logits), labels, static_cast<T*>(dlogits), loss_rows, classes,
+        gradient_scale * weight / static_cast<float>(rows), weight);
+  });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
-void pixel_softmax_cross_entropy(const float* logits, const std::int32_t* labels, float* dlogits,
-                                 float* loss_pixels, int* valid_count, int n, int classes, std::int64_t pixels,
+void pixel_softmax_cross_entropy(DType dtype, const void* logits_data, const std::int32_t* labels, void* dlogits,
+                                 float* loss_pixels, int* valid_count, const ActivationGeometry& logits,
                                  std::int32_t ignore_label, float gradient_scale, float weight, cudaStream_t stream) {
-  const std::int64_t total = static_cast<std::int64_t>(n) * pixels;
+  const std::int64_t total = logits.n * logits.pixels();
   DLBENCH_LAUNCH(count_valid_labels_kernel, total, stream, labels, total, ignore_label, valid_count);
-  DLBENCH_LAUNCH(pixel_softmax_cross_entropy_kernel, total, stream, logits, labels, dlogits, loss_pixels, valid_count,
-                 classes, pixels, total, ignore_label, gradient_scale, weight);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(pixel_softmax_cross_entropy_kernel<T>, total, stream, static_cast<const T*>(logits_data), labels,
+                   static_cast<T*>(dlogits), loss_pixels, valid_count, logits, ignore_label, gradient_scale, weight);
+  });
 }
-void bilinear_resize_forward(const float* x, float* y, std::int64_t planes, int in_h, int in_w, int out_h, int out_w,
+void bilinear_resize_forward(DType dtype, const void* x, void* y, const ActivationGeometry& in, int out_h, int out_w,
                              cudaStream_t stream) {
-  const std::int64_t total = planes * out_h * out_w;
-  DLBENCH_LAUNCH(bilinear_resize_forward_kernel, total, stream, x, y, total, in_h, in_w, out_h, out_w);
+  const ActivationGeometry out = resized(in, out_h, out_w);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(bilinear_resize_forward_kernel<T>, out.numel(), stream, static_cast<const T*>(x),
+                   static_cast<T*>(y), in, out);
+  });
 }
-void bilinear_resize_backward(const float* dy, float* dx, std::int64_t planes, int in_h, int in_w, int out_h,
-                              int out_w, cudaStream_t stream) {
-  DLBENCH_CUDA_CHECK(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(planes * in_h * in_w) * sizeof(float), stream));
-  const std::int64_t total = planes * out_h * out_w;
-  DLBENCH_LAUNCH(bilinear_resize_backward_kernel, total, stream, dy, dx, total, in_h, in_w, out_h, out_w);
+void bilinear_resize_backward(DType dtype, const void* dy, void* dx, float* accumulator, const ActivationGeometry& in,
+                              int out_h, int out_w, cudaStream_t stream) {
+  const ActivationGeometry out = resized(in, out_h, out_w);
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(accumulator, 0, static_cast<std::size_t>(in.numel()) * sizeof(float), stream));
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(bilinear_resize_backward_kernel<T>, out.numel(), stream, static_cast<const T*>(dy), accumulator,
+                   in, out);
+    DLBENCH_LAUNCH(from_fp32_kernel<T>, in.numel(), stream, accumulator, static_cast<T*>(dx), in.numel());
+  });
 }
 void sum(const float* x, std::int64_t n, float* total, cudaStream_t stream) {
   DLBENCH_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(float), stream));
@@ -320,8 +426,45 @@ void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t
   DLBENCH_LAUNCH(sgd_kernel, n, stream, values, grads, momentum_buffer, n, learning_rate, momentum, weight_decay,
                  first_step);
 }
-void column_sums(const float* dy, float* sums, int rows, int columns, cudaStream_t stream) {
-  DLBENCH_LAUNCH(column_sums_kernel, columns, stream, dy, sums, rows, columns);
+void column_sums(DType dtype, const void* dy, float* sums, std::int64_t rows, int columns, cudaStream_t stream) {
+  if (columns <= 0) return;
+  const dim3 block(kColumnTile, kRowLanes);
+  const auto tiles = static_cast<unsigned>((columns + kColumnTile - 1) / kColumnTile);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    column_sums_kernel<T><<<tiles, block, 0, stream>>>(static_cast<const T*>(dy), sums, rows, columns);
+  });
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+void add_channel_bias(DType dtype, void* y, const float* bias, const ActivationGeometry& geometry, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(add_channel_bias_kernel<T>, geometry.numel(), stream, static_cast<T*>(y), bias, geometry);
+  });
+}
+void convert(const float* from, DType to, void* into, std::int64_t n, cudaStream_t stream) {
+  with_float_type(to, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(from_fp32_kernel<T>, n, stream, from, static_cast<T*>(into), n);
+  });
+}
+void filter_from_fp32(const float* oihw, DType to, void* into, bool channels_last, int out_channels, int in_channels,
+                      int kh, int kw, cudaStream_t stream) {
+  const std::int64_t n = static_cast<std::int64_t>(out_channels) * in_channels * kh * kw;
+  with_float_type(to, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(filter_from_fp32_kernel<T>, n, stream, oihw, static_cast<T*>(into), channels_last, out_channels,
+                   in_channels, kh, kw);
+  });
+}
+void filter_to_fp32(DType from, const void* filter, bool channels_last, float* oihw, int out_channels,
+                    int in_channels, int kh, int kw, cudaStream_t stream) {
+  const std::int64_t n = static_cast<std::int64_t>(out_channels) * in_channels * kh * kw;
+  with_float_type(from, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(filter_to_fp32_kernel<T>, n, stream, static_cast<const T*>(filter), channels_last, oihw,
+                   out_channels, in_channels, kh, kw);
+  });
 }
 
 }  // namespace dlbench::worker::kernels

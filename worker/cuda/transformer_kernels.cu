@@ -35,23 +35,24 @@ __device__ float block_sum(float v) {
 
 // One block per row (grid-stride over rows): two passes for the statistics, as oneDNN's
 // reference does, so the variance never comes from E[x²] - mean².
-__global__ void layer_norm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+template <typename T>
+__global__ void layer_norm_forward_kernel(const T* x, const float* gamma, const float* beta, T* y, float* mean,
                                           float* variance, std::int64_t rows, int features, float epsilon) {
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const float* in = x + row * features;
-    float* out = y + row * features;
+    const T* in = x + row * features;
+    T* out = y + row * features;
     float sum = 0.0f;
-    for (int j = static_cast<int>(threadIdx.x); j < features; j += static_cast<int>(blockDim.x)) sum += in[j];
+    for (int j = static_cast<int>(threadIdx.x); j < features; j += static_cast<int>(blockDim.x)) sum += load(in[j]);
     const float mu = block_sum(sum) / static_cast<float>(features);
     float squares = 0.0f;
     for (int j = static_cast<int>(threadIdx.x); j < features; j += static_cast<int>(blockDim.x)) {
-      const float d = in[j] - mu;
+      const float d = load(in[j]) - mu;
       squares += d * d;
     }
     const float var = block_sum(squares) / static_cast<float>(features);
     const float inverse_std = 1.0f / sqrtf(var + epsilon);
     for (int j = static_cast<int>(threadIdx.x); j < features; j += static_cast<int>(blockDim.x)) {
-      out[j] = (in[j] - mu) * inverse_std * gamma[j] + beta[j];
+      out[j] = store<T>((load(in[j]) - mu) * inverse_std * gamma[j] + beta[j]);
     }
     if (threadIdx.x == 0) {
       mean[row] = mu;
@@ -61,26 +62,27 @@ __global__ void layer_norm_forward_kernel(const float* x, const float* gamma, co
 }
 
 // dx = (g - mean(g) - x̂ · mean(g x̂)) / std with g = dy · gamma, one block per row.
-__global__ void layer_norm_backward_data_kernel(const float* x, const float* dy, const float* gamma, const float* mean,
-                                                const float* variance, float* dx, std::int64_t rows, int features,
+template <typename T>
+__global__ void layer_norm_backward_data_kernel(const T* x, const T* dy, const float* gamma, const float* mean,
+                                                const float* variance, T* dx, std::int64_t rows, int features,
                                                 float epsilon) {
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const float* in = x + row * features;
-    const float* g_out = dy + row * features;
-    float* g_in = dx + row * features;
+    const T* in = x + row * features;
+    const T* g_out = dy + row * features;
+    T* g_in = dx + row * features;
     const float mu = mean[row];
     const float inverse_std = 1.0f / sqrtf(variance[row] + epsilon);
     float sum_g = 0.0f, sum_g_xhat = 0.0f;
     for (int j = static_cast<int>(threadIdx.x); j < features; j += static_cast<int>(blockDim.x)) {
-      const float g = g_out[j] * gamma[j];
+      const float g = load(g_out[j]) * gamma[j];
       sum_g += g;
-      sum_g_xhat += g * (in[j] - mu) * inverse_std;
+      sum_g_xhat += g * (load(in[j]) - mu) * inverse_std;
     }
     const float mean_g = block_sum(sum_g) / static_cast<float>(features);
     const float mean_g_xhat = block_sum(sum_g_xhat) / static_cast<float>(features);
     for (int j = static_cast<int>(threadIdx.x); j < features; j += static_cast<int>(blockDim.x)) {
-      const float xhat = (in[j] - mu) * inverse_std;
-      g_in[j] = inverse_std * (g_out[j] * gamma[j] - mean_g - xhat * mean_g_xhat);
+      const float xhat = (load(in[j]) - mu) * inverse_std;
+      g_in[j] = store<T>(inverse_std * (load(g_out[j]) * gamma[j] - mean_g - xhat * mean_g_xhat));
     }
   }
 }
@@ -90,7 +92,8 @@ constexpr int kRowLanes = 8;
 
 // dgamma = Σ_rows dy · x̂, dbeta = Σ_rows dy: a block of 32 columns × 8 row lanes, the lanes
 // summed in shared memory (a fixed order: the result does not depend on scheduling).
-__global__ void layer_norm_backward_parameters_kernel(const float* x, const float* dy, const float* mean,
+template <typename T>
+__global__ void layer_norm_backward_parameters_kernel(const T* x, const T* dy, const float* mean,
                                                       const float* variance, float* dgamma, float* dbeta,
                                                       std::int64_t rows, int features, float epsilon) {
   __shared__ float gamma_part[kRowLanes][kColumnTile + 1];
@@ -100,9 +103,10 @@ __global__ void layer_norm_backward_parameters_kernel(const float* x, const floa
   if (column < features) {
     for (std::int64_t row = threadIdx.y; row < rows; row += kRowLanes) {
       const std::int64_t at = row * features + column;
-      const float xhat = (x[at] - mean[row]) / sqrtf(variance[row] + epsilon);
-      g += dy[at] * xhat;
-      b += dy[at];
+      const float xhat = (load(x[at]) - mean[row]) / sqrtf(variance[row] + epsilon);
+      const float gradient = load(dy[at]);
+      g += gradient * xhat;
+      b += gradient;
     }
   }
   gamma_part[threadIdx.y][threadIdx.x] = g;
@@ -119,68 +123,78 @@ __global__ void layer_norm_backward_parameters_kernel(const float* x, const floa
 }
 
 // One warp per row: attention rows are short (the sequence length), so no block-wide barriers.
-__global__ void softmax_forward_kernel(const float* x, float* y, std::int64_t rows, int columns) {
+template <typename T>
+__global__ void softmax_forward_kernel(const T* x, T* y, std::int64_t rows, int columns) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
   for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
        row += warps_in_grid) {
-    const float* in = x + row * columns;
-    float* out = y + row * columns;
+    const T* in = x + row * columns;
+    T* out = y + row * columns;
     float highest = -INFINITY;
-    for (int j = lane; j < columns; j += 32) highest = fmaxf(highest, in[j]);
+    for (int j = lane; j < columns; j += 32) highest = fmaxf(highest, load(in[j]));
     highest = warp_max(highest);
     float sum = 0.0f;
-    for (int j = lane; j < columns; j += 32) sum += expf(in[j] - highest);
+    for (int j = lane; j < columns; j += 32) sum += expf(load(in[j]) - highest);
     const float inverse = 1.0f / warp_sum(sum);
-    for (int j = lane; j < columns; j += 32) out[j] = expf(in[j] - highest) * inverse;
+    for (int j = lane; j < columns; j += 32) out[j] = store<T>(expf(load(in[j]) - highest) * inverse);
   }
 }
 
-__global__ void softmax_backward_kernel(const float* y, const float* dy, float* dx, std::int64_t rows, int columns) {
+template <typename T>
+__global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, std::int64_t rows, int columns) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
   for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
        row += warps_in_grid) {
-    const float* p = y + row * columns;
-    const float* g = dy + row * columns;
-    float* out = dx + row * columns;
+    const T* p = y + row * columns;
+    const T* g = dy + row * columns;
+    T* out = dx + row * columns;
     float dot = 0.0f;
-    for (int j = lane; j < columns; j += 32) dot += g[j] * p[j];
+    for (int j = lane; j < columns; j += 32) dot += load(g[j]) * load(p[j]);
     dot = warp_sum(dot);
-    for (int j = lane; j < columns; j += 32) out[j] = p[j] * (g[j] - dot);
+    for (int j = lane; j < columns; j += 32) out[j] = store<T>(load(p[j]) * (load(g[j]) - dot));
   }
 }
 
 constexpr float kInverseSqrt2 = 0.70710678118654752f;
 constexpr float kInverseSqrt2Pi = 0.39894228040143268f;
 
-__global__ void gelu_forward_kernel(const float* x, float* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * kInverseSqrt2)); }
+template <typename T>
+__global__ void gelu_forward_kernel(const T* x, T* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) {
+    const float v = load(x[i]);
+    y[i] = store<T>(0.5f * v * (1.0f + erff(v * kInverseSqrt2)));
+  }
 }
 
 // d/dx x Φ(x) = Φ(x) + x φ(x).
-__global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx, std::int64_t n) {
+template <typename T>
+__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, std::int64_t n) {
   DLBENCH_GRID_STRIDE(i, n) {
-    const float v = x[i];
+    const float v = load(x[i]);
     const float cdf = 0.5f * (1.0f + erff(v * kInverseSqrt2));
     const float pdf = expf(-0.5f * v * v) * kInverseSqrt2Pi;
-    dx[i] = dy[i] * (cdf + v * pdf);
+    dx[i] = store<T>(load(dy[i]) * (cdf + v * pdf));
   }
 }
 
-__global__ void tanh_forward_kernel(const float* x, float* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { y[i] = tanhf(x[i]); }
+template <typename T>
+__global__ void tanh_forward_kernel(const T* x, T* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(tanhf(load(x[i]))); }
 }
 
-__global__ void tanh_backward_kernel(const float* x, const float* dy, float* dx, std::int64_t n) {
+template <typename T>
+__global__ void tanh_backward_kernel(const T* x, const T* dy, T* dx, std::int64_t n) {
   DLBENCH_GRID_STRIDE(i, n) {
-    const float t = tanhf(x[i]);
-    dx[i] = dy[i] * (1.0f - t * t);
+    const float t = tanhf(load(x[i]));
+    dx[i] = store<T>(load(dy[i]) * (1.0f - t * t));
   }
 }
 
-// One thread per output element, y in (a, c, b, d) order.
-__global__ void swap_axes_kernel(const float* x, float* y, std::int64_t a, std::int64_t b, std::int64_t c,
+// One thread per output element, y in (a, c, b, d) order; T only has to be copyable.
+template <typename T>
+__global__ void swap_axes_kernel(const T* x, T* y, std::int64_t a, std::int64_t b, std::int64_t c,
                                  std::int64_t d) {
   const std::int64_t n = a * b * c * d;
   DLBENCH_GRID_STRIDE(i, n) {
@@ -194,24 +208,30 @@ __global__ void swap_axes_kernel(const float* x, float* y, std::int64_t a, std::
   }
 }
 
-__global__ void gather_rows_kernel(const float* table, const std::int32_t* rows, std::int64_t count, int features,
-                                   std::int64_t table_rows, float* y, bool accumulate) {
+template <typename TableT, typename T>
+__global__ void gather_rows_kernel(const TableT* table, const std::int32_t* rows, std::int64_t count, int features,
+                                   std::int64_t table_rows, T* y, bool accumulate) {
   const std::int64_t n = count * features;
   DLBENCH_GRID_STRIDE(i, n) {
     const std::int64_t row = rows[i / features];
     if (row < 0 || row >= table_rows) continue;
-    const float v = table[row * features + i % features];
-    y[i] = accumulate ? y[i] + v : v;
+    const float v = load(table[row * features + i % features]);
+    y[i] = store<T>(accumulate ? load(y[i]) + v : v);
   }
 }
 
-__global__ void scatter_add_rows_kernel(const float* dy, const std::int32_t* rows, std::int64_t count, int features,
-                                        std::int64_t table_rows, float* table_grad) {
+__device__ inline void atomic_add(float* at, float v) { atomicAdd(at, v); }
+__device__ inline void atomic_add(__half* at, float v) { atomicAdd(at, __float2half_rn(v)); }
+__device__ inline void atomic_add(__nv_bfloat16* at, float v) { atomicAdd(at, __float2bfloat16_rn(v)); }
+
+template <typename T, typename TableT>
+__global__ void scatter_add_rows_kernel(const T* dy, const std::int32_t* rows, std::int64_t count, int features,
+                                        std::int64_t table_rows, TableT* table_grad) {
   const std::int64_t n = count * features;
   DLBENCH_GRID_STRIDE(i, n) {
     const std::int64_t row = rows[i / features];
     if (row < 0 || row >= table_rows) continue;
-    atomicAdd(table_grad + row * features + i % features, dy[i]);
+    atomic_add(table_grad + row * features + i % features, load(dy[i]));
   }
 }
 
@@ -330,67 +350,121 @@ unsigned blocks_for_rows(std::int64_t rows, int rows_per_block) {
 
 }  // namespace
 
-void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* variance,
-                        std::int64_t rows, int features, float epsilon, cudaStream_t stream) {
+void layer_norm_forward(DType dtype, const void* x, const float* gamma, const float* beta, void* y, float* mean,
+                        float* variance, std::int64_t rows, int features, float epsilon, cudaStream_t stream) {
   if (rows <= 0) return;
-  layer_norm_forward_kernel<<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(x, gamma, beta, y, mean, variance, rows,
-                                                                                features, epsilon);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    layer_norm_forward_kernel<T><<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), gamma, beta, static_cast<T*>(y), mean, variance, rows, features, epsilon);
+  });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
-void layer_norm_backward(const float* x, const float* dy, const float* gamma, const float* mean,
-                         const float* variance, float* dx, float* dgamma, float* dbeta, std::int64_t rows,
+void layer_norm_backward(DType dtype, const void* x, const void* dy, const float* gamma, const float* mean,
+                         const float* variance, void* dx, float* dgamma, float* dbeta, std::int64_t rows,
                          int features, float epsilon, cudaStream_t stream) {
   if (rows <= 0) return;
-  layer_norm_backward_data_kernel<<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(x, dy, gamma, mean, variance, dx,
-                                                                                      rows, features, epsilon);
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
-  const dim3 block(kColumnTile, kRowLanes);
-  const auto tiles = static_cast<unsigned>((features + kColumnTile - 1) / kColumnTile);
-  layer_norm_backward_parameters_kernel<<<tiles, block, 0, stream>>>(x, dy, mean, variance, dgamma, dbeta, rows,
-                                                                     features, epsilon);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    const auto* in = static_cast<const T*>(x);
+    const auto* gradient = static_cast<const T*>(dy);
+    layer_norm_backward_data_kernel<T><<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(
+        in, gradient, gamma, mean, variance, static_cast<T*>(dx), rows, features, epsilon);
+    DLBENCH_CUDA_CHECK(cudaGetLastError());
+    const dim3 block(kColumnTile, kRowLanes);
+    const auto tiles = static_cast<unsigned>((features + kColumnTile - 1) / kColumnTile);
+    layer_norm_backward_parameters_kernel<T><<<tiles, block, 0, stream>>>(in, gradient, mean, variance, dgamma, dbeta,
+                                                                          rows, features, epsilon);
+  });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
-void softmax_forward(const float* x, float* y, std::int64_t rows, int columns, cudaStream_t stream) {
+void softmax_forward(DType dtype, const void* x, void* y, std::int64_t rows, int columns, cudaStream_t stream) {
   if (rows <= 0) return;
-  softmax_forward_kernel<<<blocks_for_rows(rows, kThreads / 32), kThreads, 0, stream>>>(x, y, rows, columns);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    softmax_forward_kernel<T><<<blocks_for_rows(rows, kThreads / 32), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), rows, columns);
+  });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
-void softmax_backward(const float* y, const float* dy, float* dx, std::int64_t rows, int columns,
+void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t rows, int columns,
                       cudaStream_t stream) {
   if (rows <= 0) return;
-  softmax_backward_kernel<<<blocks_for_rows(rows, kThreads / 32), kThreads, 0, stream>>>(y, dy, dx, rows, columns);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    softmax_backward_kernel<T><<<blocks_for_rows(rows, kThreads / 32), kThreads, 0, stream>>>(
+        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), rows, columns);
+  });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
-void gelu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream) {
-  DLBENCH_LAUNCH(gelu_forward_kernel, n, stream, x, y, n);
+void gelu_forward(DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(gelu_forward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
 }
-void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream) {
-  DLBENCH_LAUNCH(gelu_backward_kernel, n, stream, x, dy, dx, n);
+void gelu_backward(DType dtype, const void* x, const void* dy, void* dx, std::int64_t n, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(gelu_backward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<const T*>(dy),
+                   static_cast<T*>(dx), n);
+  });
 }
-void tanh_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream) {
-  DLBENCH_LAUNCH(tanh_forward_kernel, n, stream, x, y, n);
+void tanh_forward(DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(tanh_forward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
 }
-void tanh_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream) {
-  DLBENCH_LAUNCH(tanh_backward_kernel, n, stream, x, dy, dx, n);
+void tanh_backward(DType dtype, const void* x, const void* dy, void* dx, std::int64_t n, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(tanh_backward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<const T*>(dy),
+                   static_cast<T*>(dx), n);
+  });
 }
 
-void swap_axes(const float* x, float* y, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
+void swap_axes(DType dtype, const void* x, void* y, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
                cudaStream_t stream) {
-  DLBENCH_LAUNCH(swap_axes_kernel, a * b * c * d, stream, x, y, a, b, c, d);
+  if (dtype_size(dtype) == 2) {
+    DLBENCH_LAUNCH(swap_axes_kernel<std::uint16_t>, a * b * c * d, stream, static_cast<const std::uint16_t*>(x),
+                   static_cast<std::uint16_t*>(y), a, b, c, d);
+  } else {
+    DLBENCH_LAUNCH(swap_axes_kernel<std::uint32_t>, a * b * c * d, stream, static_cast<const std::uint32_t*>(x),
+                   static_cast<std::uint32_t*>(y), a, b, c, d);
+  }
 }
 
-void gather_rows(const float* table, const std::int32_t* rows, std::int64_t count, int features,
-                 std::int64_t table_rows, float* y, bool accumulate, cudaStream_t stream) {
-  DLBENCH_LAUNCH(gather_rows_kernel, count * features, stream, table, rows, count, features, table_rows, y, accumulate);
+void gather_rows(DType table_dtype, const void* table, const std::int32_t* rows, std::int64_t count, int features,
+                 std::int64_t table_rows, DType y_dtype, void* y, bool accumulate, cudaStream_t stream) {
+  with_float_type(table_dtype, [&](auto table_type) {
+    using TableT = typename decltype(table_type)::type;
+    with_float_type(y_dtype, [&](auto t) {
+      using T = typename decltype(t)::type;
+      if (count * features <= 0) return;
+      gather_rows_kernel<TableT, T><<<blocks_for(count * features), kThreads, 0, stream>>>(
+          static_cast<const TableT*>(table), rows, count, features, table_rows, static_cast<T*>(y), accumulate);
+      DLBENCH_CUDA_CHECK(cudaGetLastError());
+    });
+  });
 }
 
-void scatter_add_rows(const float* dy, const std::int32_t* rows, std::int64_t count, int features,
-                      std::int64_t table_rows, float* table_grad, cudaStream_t stream) {
-  DLBENCH_LAUNCH(scatter_add_rows_kernel, count * features, stream, dy, rows, count, features, table_rows, table_grad);
+void scatter_add_rows(DType dy_dtype, const void* dy, const std::int32_t* rows, std::int64_t count, int features,
+                      std::int64_t table_rows, DType table_dtype, void* table_grad, cudaStream_t stream) {
+  with_float_type(dy_dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    with_float_type(table_dtype, [&](auto table_type) {
+      using TableT = typename decltype(table_type)::type;
+      if (count * features <= 0) return;
+      scatter_add_rows_kernel<T, TableT><<<blocks_for(count * features), kThreads, 0, stream>>>(
+          static_cast<const T*>(dy), rows, count, features, table_rows, static_cast<TableT*>(table_grad));
+      DLBENCH_CUDA_CHECK(cudaGetLastError());
+    });
+  });
 }
 
 void adam_prepare(const float* grads, std::int64_t n, double* squares, const std::uint64_t* update_number,

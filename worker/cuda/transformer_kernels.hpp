@@ -1,42 +1,47 @@
 // dlbench's CUDA kernels for the transformer ops (BERT): layer normalization, row softmax, GELU and
-// tanh, the attention heads' axis swap, embedding rows, and AdamW with global-norm clipping. fp32
-// storage and arithmetic, as the CUDA backend's activations are. Each launcher queues on `stream`
-// and checks the launch. The CPU backend (oneDNN) is the reference they are checked against.
+// tanh, the attention heads' axis swap, embedding rows, and AdamW with global-norm clipping.
+// Activations are `dtype` (fp32, fp16 or bf16), computed in fp32; parameters, statistics and
+// optimizer state are fp32. Each launcher queues on `stream` and checks the launch. The CPU
+// backend (oneDNN) is the reference they are checked against.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "dtype.hpp"
+
 namespace dlbench::worker::kernels {
 
 // Per row of `features` values: mean, biased variance, y = (x - mean) / sqrt(variance + epsilon)
 // · gamma + beta (torch.nn.LayerNorm; oneDNN's statistics).
-void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* variance,
-                        std::int64_t rows, int features, float epsilon, cudaStream_t stream);
+void layer_norm_forward(DType dtype, const void* x, const float* gamma, const float* beta, void* y, float* mean,
+                        float* variance, std::int64_t rows, int features, float epsilon, cudaStream_t stream);
 // dx from the saved statistics; dgamma and dbeta summed over the rows (written, not added).
-void layer_norm_backward(const float* x, const float* dy, const float* gamma, const float* mean,
-                         const float* variance, float* dx, float* dgamma, float* dbeta, std::int64_t rows,
+void layer_norm_backward(DType dtype, const void* x, const void* dy, const float* gamma, const float* mean,
+                         const float* variance, void* dx, float* dgamma, float* dbeta, std::int64_t rows,
                          int features, float epsilon, cudaStream_t stream);
 // Softmax over each row's `columns` values; backward from the output: dx = y (dy - Σ dy y).
-void softmax_forward(const float* x, float* y, std::int64_t rows, int columns, cudaStream_t stream);
-void softmax_backward(const float* y, const float* dy, float* dx, std::int64_t rows, int columns,
+void softmax_forward(DType dtype, const void* x, void* y, std::int64_t rows, int columns, cudaStream_t stream);
+void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t rows, int columns,
                       cudaStream_t stream);
 // GELU with the exact erf, and tanh; backward reads the input.
-void gelu_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream);
-void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
-void tanh_forward(const float* x, float* y, std::int64_t n, cudaStream_t stream);
-void tanh_backward(const float* x, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
-// y[a][c][b][d] = x[a][b][c][d] for x of shape (a, b, c, d).
-void swap_axes(const float* x, float* y, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
+void gelu_forward(DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream);
+void gelu_backward(DType dtype, const void* x, const void* dy, void* dx, std::int64_t n, cudaStream_t stream);
+void tanh_forward(DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream);
+void tanh_backward(DType dtype, const void* x, const void* dy, void* dx, std::int64_t n, cudaStream_t stream);
+// y[a][c][b][d] = x[a][b][c][d] for x of shape (a, b, c, d): a copy, so any element type.
+void swap_axes(DType dtype, const void* x, void* y, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
                cudaStream_t stream);
-// y[i] = table[rows[i]] (or +=) for i < count, rows of `features`; a row index outside
+// y[i] = table[rows[i]] (or +=) for i < count, rows of `features`: embedding lookups (an fp32
+// table) and gathering rows of an activation (the activations' dtype). A row index outside
 // [0, table_rows) leaves y's row as it was (it cannot be an address outside the table).
-void gather_rows(const float* table, const std::int32_t* rows, std::int64_t count, int features,
-                 std::int64_t table_rows, float* y, bool accumulate, cudaStream_t stream);
-// table_grad[rows[i]] += dy[i], rows repeating or not (atomic adds); indices outside the table skipped.
-void scatter_add_rows(const float* dy, const std::int32_t* rows, std::int64_t count, int features,
-                      std::int64_t table_rows, float* table_grad, cudaStream_t stream);
+void gather_rows(DType table_dtype, const void* table, const std::int32_t* rows, std::int64_t count, int features,
+                 std::int64_t table_rows, DType y_dtype, void* y, bool accumulate, cudaStream_t stream);
+// table_grad[rows[i]] += dy[i] (atomic adds in table_grad's type), rows repeating or not; indices
+// outside the table skipped.
+void scatter_add_rows(DType dy_dtype, const void* dy, const std::int32_t* rows, std::int64_t count, int features,
+                      std::int64_t table_rows, DType table_dtype, void* table_grad, cudaStream_t stream);
 
 // AdamW and LAMB after clip_grad_norm_, all on the device so that a captured step replays it
 // right: adam_prepare sums the gradients' squares and, from the update number the device holds,

@@ -1,6 +1,7 @@
 // The CUDA backend's transformer ops (BERT): attention's batched matmuls as cuBLASLt
-// strided-batched GEMMs, the rest in dlbench's kernels (transformer_kernels.cu). fp32
-// activations, TF32 math where the backend's math says. Every op is checked against the CPU
+// strided-batched GEMMs, the rest in dlbench's kernels (transformer_kernels.cu). Activations in
+// the backend's dtype (fp32, with TF32 math where the backend's math says; fp16 or bf16 on tensor
+// cores), computed with fp32 accumulation. Every op is checked against the CPU
 // backend by the self-test (dlbench-worker --self-test) on the user's GPUs.
 #include <algorithm>
 #include <cstddef>
@@ -29,13 +30,15 @@ class CudaBatchedMatmul final : public BatchedMatmulOp {
   CudaBatchedMatmul(CudaBackend& backend, const BatchedMatmulConfig& c)
       : c_(c),
         gemm_(backend, c.transpose_b, c.transpose_a, c.n, c.m, c.k, c.transpose_b ? c.k : c.n,
-              c.transpose_a ? c.m : c.k, c.n, GemmEpilogue::none, c.alpha, GemmBatch{c.batch, c.k * c.n, c.m * c.k, c.m * c.n}) {}
+              c.transpose_a ? c.m : c.k, c.n, GemmEpilogue::none, c.alpha,
+              GemmBatch{c.batch, c.k * c.n, c.m * c.k, c.m * c.n}, cuda_detail::GemmTypes{c.dtype, c.dtype}) {}
 
   void run(const Tensor& a, const Tensor& b, Tensor& c) override {
     require_elements(a, c_.batch * c_.m * c_.k, "batched matmul", "A");
     require_elements(b, c_.batch * c_.k * c_.n, "batched matmul", "B");
     require_elements(c, c_.batch * c_.m * c_.n, "batched matmul", "C");
-    gemm_.run(b.as<float>(), a.as<float>(), c.as<float>());
+    cuda_detail::require_dtype("batched matmul", c_.dtype, {&a, &b, &c});
+    gemm_.run(b.data, a.data, c.data);
   }
 
  private:
@@ -50,15 +53,17 @@ class CudaLayerNorm final : public LayerNormOp {
   void forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
                Tensor& variance) override {
     require_elements(x, c_.rows * c_.features, "layer norm", "x");
-    kernels::layer_norm_forward(x.as<float>(), gamma.as<float>(), beta.as<float>(), y.as<float>(), mean.as<float>(),
+    cuda_detail::require_dtype("layer norm", c_.dtype, {&x, &y});
+    kernels::layer_norm_forward(c_.dtype, x.data, gamma.as<float>(), beta.as<float>(), y.data, mean.as<float>(),
                                 variance.as<float>(), c_.rows, as_int(c_.features), c_.epsilon, backend_.stream());
   }
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& /*beta*/, const Tensor& mean,
                 const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
     require_elements(dy, c_.rows * c_.features, "layer norm", "dy");
-    kernels::layer_norm_backward(x.as<float>(), dy.as<float>(), gamma.as<float>(), mean.as<float>(),
-                                 variance.as<float>(), dx.as<float>(), dgamma.as<float>(), dbeta.as<float>(), c_.rows,
-                                 as_int(c_.features), c_.epsilon, backend_.stream());
+    cuda_detail::require_dtype("layer norm", c_.dtype, {&x, &dy, &dx});
+    kernels::layer_norm_backward(c_.dtype, x.data, dy.data, gamma.as<float>(), mean.as<float>(), variance.as<float>(),
+                                 dx.data, dgamma.as<float>(), dbeta.as<float>(), c_.rows, as_int(c_.features),
+                                 c_.epsilon, backend_.stream());
   }
 
  private:
@@ -68,40 +73,45 @@ class CudaLayerNorm final : public LayerNormOp {
 
 class CudaSoftmax final : public SoftmaxOp {
  public:
-  CudaSoftmax(CudaBackend& backend, std::int64_t rows, std::int64_t columns)
-      : backend_(backend), rows_(rows), columns_(columns) {}
+  CudaSoftmax(CudaBackend& backend, std::int64_t rows, std::int64_t columns, DType dtype)
+      : backend_(backend), rows_(rows), columns_(columns), dtype_(dtype) {}
   void forward(const Tensor& x, Tensor& y) override {
     require_elements(x, rows_ * columns_, "softmax", "x");
-    kernels::softmax_forward(x.as<float>(), y.as<float>(), rows_, as_int(columns_), backend_.stream());
+    cuda_detail::require_dtype("softmax", dtype_, {&x, &y});
+    kernels::softmax_forward(dtype_, x.data, y.data, rows_, as_int(columns_), backend_.stream());
   }
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
     require_elements(dy, rows_ * columns_, "softmax", "dy");
-    kernels::softmax_backward(y.as<float>(), dy.as<float>(), dx.as<float>(), rows_, as_int(columns_), backend_.stream());
+    cuda_detail::require_dtype("softmax", dtype_, {&y, &dy, &dx});
+    kernels::softmax_backward(dtype_, y.data, dy.data, dx.data, rows_, as_int(columns_), backend_.stream());
   }
 
  private:
   CudaBackend& backend_;
   std::int64_t rows_, columns_;
+  DType dtype_;
 };
 
 class CudaActivation final : public ActivationOp {
  public:
-  CudaActivation(CudaBackend& backend, ActivationKind kind, std::int64_t count)
-      : backend_(backend), kind_(kind), count_(count) {}
+  CudaActivation(CudaBackend& backend, ActivationKind kind, std::int64_t count, DType dtype)
+      : backend_(backend), kind_(kind), count_(count), dtype_(dtype) {}
   void forward(const Tensor& x, Tensor& y) override {
     require_elements(x, count_, "activation", "x");
+    cuda_detail::require_dtype("activation", dtype_, {&x, &y});
     if (kind_ == ActivationKind::gelu) {
-      kernels::gelu_forward(x.as<float>(), y.as<float>(), count_, backend_.stream());
+      kernels::gelu_forward(dtype_, x.data, y.data, count_, backend_.stream());
     } else {
-      kernels::tanh_forward(x.as<float>(), y.as<float>(), count_, backend_.stream());
+      kernels::tanh_forward(dtype_, x.data, y.data, count_, backend_.stream());
     }
   }
   void backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
     require_elements(dy, count_, "activation", "dy");
+    cuda_detail::require_dtype("activation", dtype_, {&x, &dy, &dx});
     if (kind_ == ActivationKind::gelu) {
-      kernels::gelu_backward(x.as<float>(), dy.as<float>(), dx.as<float>(), count_, backend_.stream());
+      kernels::gelu_backward(dtype_, x.data, dy.data, dx.data, count_, backend_.stream());
     } else {
-      kernels::tanh_backward(x.as<float>(), dy.as<float>(), dx.as<float>(), count_, backend_.stream());
+      kernels::tanh_backward(dtype_, x.data, dy.data, dx.data, count_, backend_.stream());
     }
   }
 
@@ -109,21 +119,24 @@ class CudaActivation final : public ActivationOp {
   CudaBackend& backend_;
   ActivationKind kind_;
   std::int64_t count_;
+  DType dtype_;
 };
 
 class CudaSwapAxes final : public SwapAxesOp {
  public:
-  CudaSwapAxes(CudaBackend& backend, const Shape& x) : backend_(backend), x_(x) {
+  CudaSwapAxes(CudaBackend& backend, const Shape& x, DType dtype) : backend_(backend), x_(x), dtype_(dtype) {
     if (x.rank != 4) throw std::invalid_argument("swap axes: " + x.to_string() + " is not a 4-D shape");
   }
   void run(const Tensor& x, Tensor& y) override {
     require_elements(x, x_.numel(), "swap axes", "x");
-    kernels::swap_axes(x.as<float>(), y.as<float>(), x_[0], x_[1], x_[2], x_[3], backend_.stream());
+    cuda_detail::require_dtype("swap axes", dtype_, {&x, &y});
+    kernels::swap_axes(dtype_, x.data, y.data, x_[0], x_[1], x_[2], x_[3], backend_.stream());
   }
 
  private:
   CudaBackend& backend_;
   Shape x_;
+  DType dtype_;
 };
 
 // A table's row width and row count: its last dimension, and the rest.
@@ -141,41 +154,43 @@ kernels::AdamWScalars scalars_of(const AdamWConfig& c) {
 }  // namespace
 
 std::unique_ptr<BatchedMatmulOp> CudaBackend::make_batched_matmul(const BatchedMatmulConfig& config) {
-  require_fp32(config.dtype);
+  require_computable(config.dtype);
   return std::make_unique<CudaBatchedMatmul>(*this, config);
 }
 std::unique_ptr<LayerNormOp> CudaBackend::make_layer_norm(const LayerNormConfig& config) {
-  require_fp32(config.dtype);
+  require_computable(config.dtype);
   return std::make_unique<CudaLayerNorm>(*this, config);
 }
 std::unique_ptr<SoftmaxOp> CudaBackend::make_softmax(std::int64_t rows, std::int64_t columns, DType dtype) {
-  require_fp32(dtype);
-  return std::make_unique<CudaSoftmax>(*this, rows, columns);
+  require_computable(dtype);
+  return std::make_unique<CudaSoftmax>(*this, rows, columns, dtype);
 }
 std::unique_ptr<ActivationOp> CudaBackend::make_activation(ActivationKind kind, std::int64_t count, DType dtype) {
-  require_fp32(dtype);
-  return std::make_unique<CudaActivation>(*this, kind, count);
+  require_computable(dtype);
+  return std::make_unique<CudaActivation>(*this, kind, count, dtype);
 }
 std::unique_ptr<SwapAxesOp> CudaBackend::make_swap_axes(const Shape& x, DType dtype) {
-  require_fp32(dtype);
-  return std::make_unique<CudaSwapAxes>(*this, x);
+  require_computable(dtype);
+  return std::make_unique<CudaSwapAxes>(*this, x, dtype);
 }
 
 void CudaBackend::gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
                               bool accumulate) {
-  require_fp32(table.dtype);
-  require_fp32(y.dtype);
+  require_computable(y.dtype);
+  if (table.dtype != DType::fp32) require_computable(table.dtype);  // an activation's rows
   const auto [features, table_rows] = rows_of(table);
   require_elements(y, count * features, "gather rows", "y");
-  kernels::gather_rows(table.as<float>(), rows, count, as_int(features), table_rows, y.as<float>(), accumulate, stream_);
+  kernels::gather_rows(table.dtype, table.data, rows, count, as_int(features), table_rows, y.dtype, y.data, accumulate,
+                       stream_);
 }
 
 void CudaBackend::scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad) {
-  require_fp32(dy.dtype);
-  require_fp32(table_grad.dtype);
+  require_computable(dy.dtype);
+  if (table_grad.dtype != DType::fp32) require_computable(table_grad.dtype);  // an activation's gradient
   const auto [features, table_rows] = rows_of(table_grad);
   require_elements(dy, count * features, "scatter-add rows", "dy");
-  kernels::scatter_add_rows(dy.as<float>(), rows, count, as_int(features), table_rows, table_grad.as<float>(), stream_);
+  kernels::scatter_add_rows(dy.dtype, dy.data, rows, count, as_int(features), table_rows, table_grad.dtype,
+                            table_grad.data, stream_);
 }
 
 void CudaBackend::fill_zero(Tensor& t) { DLBENCH_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_)); }
