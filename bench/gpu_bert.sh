@@ -6,8 +6,8 @@
 #   bench/gpu_bert.sh BIN_DIR [WARMUP MEASURE REPEATS]
 #
 # BIN_DIR holds a dlbench-worker built with CUDA (see bench/gpu_resnet50.sh). Defaults: 20 warm-up,
-# 100 measured steps, 7 repeats. dlbench-worker's amp and bf16 cases end Failed with reason
-# Unsupported until the CUDA backend has the half types; the table says so.
+# 100 measured steps, 7 repeats. A precision the GPU cannot run (bf16 before Ampere) ends as a
+# Failed result with reason Unsupported on both sides; the table shows it as "—".
 # MFU = sequences/s × 69.93 GFLOP (the layer-by-layer training FLOPs of one 128-token sequence,
 # README "BERT-base") over the GPU's dense peak for the precision.
 set -euo pipefail
@@ -23,7 +23,7 @@ trap 'rm -f "$results"' EXIT
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for batch in 32 64; do
-  for precision in fp32 tf32 amp; do
+  for precision in fp32 tf32 amp bf16; do
     rm -f /tmp/dlbench-result.json
     if "$bin/dlbench-worker" --backend cuda --model bert-base --sequence-length 128 --batch-size "$batch" \
          --precision "$precision" --optimizer adamw --learning-rate 0.0001 --weight-decay 0.01 \
@@ -46,7 +46,7 @@ by = gpu_bench.rows(sys.argv[1])
 print("| batch | precision | dlbench sequences/s | PyTorch eager sequences/s | dlbench / eager | MFU dlbench | MFU eager |")
 print("|---|---|---|---|---|---|---|")
 for batch in (32, 64):
-    for precision in ("fp32", "tf32", "amp"):
+    for precision in ("fp32", "tf32", "amp", "bf16"):
         ours, theirs = by.get((batch, precision, "dlbench"), {}), by.get((batch, precision, "pytorch"), {})
         mine, eager = ours.get("median"), theirs.get("median")
         def mfu(speed):

@@ -23,7 +23,7 @@ trap 'rm -f "$results"' EXIT
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for batch in 128 256; do
-  for precision in fp32 tf32 amp; do
+  for precision in fp32 tf32 amp bf16; do
     rm -f /tmp/dlbench-result.json
     if "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size "$batch" --precision "$precision" \
          --warmup-steps "$warmup" --measure-steps "$measure" --repeats "$repeats" --output /tmp/dlbench-result.json \
@@ -46,7 +46,7 @@ by = {key: r.get("median") for key, r in gpu_bench.rows(sys.argv[1]).items()}
 print("| batch | precision | dlbench img/s | PyTorch eager img/s | torch.compile img/s | dlbench / eager | MFU dlbench | MFU eager |")
 print("|---|---|---|---|---|---|---|---|")
 for batch in (128, 256):
-    for precision in ("fp32", "tf32", "amp"):
+    for precision in ("fp32", "tf32", "amp", "bf16"):
         d, e, c = (by.get((batch, precision, k)) for k in ("dlbench", "pytorch", "pytorch-compile"))
         mfu = lambda v: f"{100 * v * 24.5e9 / (peak[precision] * 1e12):.1f}%" if v and peak else "-"
         fmt = lambda v: f"{v:.1f}" if v else "-"
