@@ -119,8 +119,10 @@ class CudaConv final : public Conv2dOp {
     } else {
       // Channels last, dy is a (pixels of every sample) x channels matrix: its column sums.
       const Shape out = config_.output();
-      kernels::column_sums(config_.dtype, dy.data, dbias->as<float>(), out.n() * out.h() * out.w(),
-                           as_int(out.c()), backend_.stream());
+      const std::int64_t rows = out.n() * out.h() * out.w();
+      auto* scratch = static_cast<float*>(backend_.workspace(kernels::column_sums_scratch_bytes(rows, as_int(out.c()))));
+      kernels::column_sums(config_.dtype, dy.data, dbias->as<float>(), rows, as_int(out.c()), scratch,
+                           backend_.stream());
     }
   }
 

@@ -269,23 +269,41 @@ __global__ void sgd_kernel(float* values, const float* grads, float* momentum_bu
   }
 }
 
-// A block of 32 columns × 8 row lanes; the lanes' partial sums added in shared memory in a fixed
-// order (the result does not depend on scheduling). Rows can be many (every pixel of a batch).
+// A block of 32 columns × 8 row lanes sums one chunk of rows; the lanes' partial sums are added
+// in shared memory in a fixed order. With one chunk the block writes the column's sum; with more,
+// its chunk's partial sum, added up by column_sums_of_chunks_kernel in chunk order (so the result
+// does not depend on scheduling).
 constexpr int kColumnTile = 32;
 constexpr int kRowLanes = 8;
+constexpr std::int64_t kRowsPerChunk = 4096;
+constexpr std::int64_t kMaxChunks = 1024;
+
+std::int64_t chunks_for(std::int64_t rows) {
+  return std::clamp<std::int64_t>((rows + kRowsPerChunk - 1) / kRowsPerChunk, 1, kMaxChunks);
+}
 
 template <typename T>
-__global__ void column_sums_kernel(const T* dy, float* sums, std::int64_t rows, int columns) {
+__global__ void column_sums_kernel(const T* dy, float* out, std::int64_t rows, int columns, std::int64_t chunk_rows) {
   __shared__ float part[kRowLanes][kColumnTile + 1];
   const int column = static_cast<int>(blockIdx.x) * kColumnTile + static_cast<int>(threadIdx.x);
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.y) * chunk_rows;
+  const std::int64_t last = first + chunk_rows < rows ? first + chunk_rows : rows;
   float sum = 0.0f;
   if (column < columns) {
-    for (std::int64_t row = threadIdx.y; row < rows; row += kRowLanes) sum += load(dy[row * columns + column]);
+    for (std::int64_t row = first + threadIdx.y; row < last; row += kRowLanes) sum += load(dy[row * columns + column]);
   }
   part[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && column < columns) {
     for (int lane = 1; lane < kRowLanes; ++lane) sum += part[lane][threadIdx.x];
+    out[static_cast<std::int64_t>(blockIdx.y) * columns + column] = sum;
+  }
+}
+
+__global__ void column_sums_of_chunks_kernel(const float* partial, float* sums, int columns, int chunks) {
+  DLBENCH_GRID_STRIDE(column, columns) {
+    float sum = 0.0f;
+    for (int chunk = 0; chunk < chunks; ++chunk) sum += partial[static_cast<std::int64_t>(chunk) * columns + column];
     sums[column] = sum;
   }
 }
@@ -426,15 +444,27 @@ void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t
   DLBENCH_LAUNCH(sgd_kernel, n, stream, values, grads, momentum_buffer, n, learning_rate, momentum, weight_decay,
                  first_step);
 }
-void column_sums(DType dtype, const void* dy, float* sums, std::int64_t rows, int columns, cudaStream_t stream) {
+std::size_t column_sums_scratch_bytes(std::int64_t rows, int columns) {
+  const std::int64_t chunks = chunks_for(rows);
+  return chunks > 1 ? static_cast<std::size_t>(chunks * columns) * sizeof(float) : 0;
+}
+void column_sums(DType dtype, const void* dy, float* sums, std::int64_t rows, int columns, float* scratch,
+                 cudaStream_t stream) {
   if (columns <= 0) return;
+  const std::int64_t chunks = chunks_for(rows);
+  if (chunks > 1 && scratch == nullptr) throw std::invalid_argument("column_sums: many rows need the scratch");
+  const std::int64_t chunk_rows = (rows + chunks - 1) / chunks;
   const dim3 block(kColumnTile, kRowLanes);
-  const auto tiles = static_cast<unsigned>((columns + kColumnTile - 1) / kColumnTile);
+  const dim3 grid(static_cast<unsigned>((columns + kColumnTile - 1) / kColumnTile), static_cast<unsigned>(chunks));
+  float* out = chunks > 1 ? scratch : sums;
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    column_sums_kernel<T><<<tiles, block, 0, stream>>>(static_cast<const T*>(dy), sums, rows, columns);
+    column_sums_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T*>(dy), out, rows, columns, chunk_rows);
   });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
+  if (chunks > 1) {
+    DLBENCH_LAUNCH(column_sums_of_chunks_kernel, columns, stream, scratch, sums, columns, static_cast<int>(chunks));
+  }
 }
 void add_channel_bias(DType dtype, void* y, const float* bias, const ActivationGeometry& geometry, cudaStream_t stream) {
   with_float_type(dtype, [&](auto t) {

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "activation_index.hpp"
@@ -64,9 +65,13 @@ void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t
          float momentum, float weight_decay, bool first_step, cudaStream_t stream);
 // *total = sum of x[0..n) (zeroed here first; summed in fp32, in no fixed order).
 void sum(const float* x, std::int64_t n, float* total, cudaStream_t stream);
-// sums[j] = sum over rows of dy[row][j] (row-major rows x columns), in fp32: a linear layer's
-// bias gradient, and a channels-last convolution's (rows: every pixel of every sample).
-void column_sums(DType dtype, const void* dy, float* sums, std::int64_t rows, int columns, cudaStream_t stream);
+// sums[j] = sum over rows of dy[row][j] (row-major rows x columns), in fp32 and in a fixed order:
+// a linear layer's bias gradient, and a channels-last convolution's (rows: every pixel of every
+// sample, millions for VGG's first layers). Many rows are summed in chunks by separate blocks,
+// whose partial sums go to `scratch` (column_sums_scratch_bytes of it; none for few rows).
+std::size_t column_sums_scratch_bytes(std::int64_t rows, int columns);
+void column_sums(DType dtype, const void* dy, float* sums, std::int64_t rows, int columns, float* scratch,
+                 cudaStream_t stream);
 // y[sample][channel][pixel] += bias[channel]: a convolution's bias on half activations.
 void add_channel_bias(DType dtype, void* y, const float* bias, const ActivationGeometry& geometry, cudaStream_t stream);
 // Element type conversions: fp32 master weights to the activations' type (`to`), and gradients

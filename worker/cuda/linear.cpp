@@ -52,7 +52,9 @@ class CudaLinear final : public LinearOp {
     backward_weights_and_bias_.reset();  // no algorithm with the epilogue here: the plain pair from now on
     backward_weights_.run(x.data, dy.data, dweight.as<float>());
     if (dbias != nullptr) {
-      kernels::column_sums(config_.dtype, dy.data, dbias->as<float>(), config_.batch, as_int(config_.out_features),
+      const int columns = as_int(config_.out_features);
+      auto* scratch = static_cast<float*>(backend_.workspace(kernels::column_sums_scratch_bytes(config_.batch, columns)));
+      kernels::column_sums(config_.dtype, dy.data, dbias->as<float>(), config_.batch, columns, scratch,
                            backend_.stream());
     }
   }
