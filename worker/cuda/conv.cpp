@@ -26,8 +26,7 @@ class CudaConv final : public Conv2dOp {
   CudaConv(CudaBackend& backend, const Conv2dConfig& config)
       : backend_(backend), config_(config), layout_(backend.activation_layout()),
         x_desc_(config.input, config.dtype, layout_), y_desc_(config.output(), config.dtype, layout_),
-        bias_desc_(Shape(1, config.out_channels, 1, 1)),
-        filter_as_given_(config.dtype == DType::fp32 && layout_ == Layout::nchw) {
+        bias_desc_(Shape(1, config.out_channels, 1, 1)) {
     DLBENCH_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_desc_));
     DLBENCH_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_, cudnn_type(config.dtype), channels_last() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
                                                    as_int(config.out_channels), as_int(config.input.c()),
@@ -66,7 +65,7 @@ class CudaConv final : public Conv2dOp {
                                                 backend_.workspace(a.workspace), a.workspace, &kZero, y_desc_.handle,
                                                 y.data));
     if (bias == nullptr) return;
-    if (filter_as_given_) {
+    if (filter_as_given()) {
       DLBENCH_CUDNN_CHECK(
           cudnnAddTensor(backend_.cudnn(), &kOne, bias_desc_.handle, bias->as<float>(), &kOne, y_desc_.handle, y.data));
     } else {
@@ -94,7 +93,7 @@ class CudaConv final : public Conv2dOp {
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
     require_dtype("convolution", config_.dtype, {&x, &dy});
-    void* dw = filter_as_given_ ? dweight.as<float>() : backend_.parameter_scratch(filter_bytes());
+    void* dw = filter_as_given() ? dweight.as<float>() : backend_.parameter_scratch(filter_bytes());
     const AlgorithmChoice& a = choose(ConvPass::backward_filter, [&](void* ws, std::size_t limit) {
       std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
       int count = 0;
@@ -107,13 +106,13 @@ class CudaConv final : public Conv2dOp {
         backend_.cudnn(), &kOne, x_desc_.handle, x.data, y_desc_.handle, dy.data, desc(ConvPass::backward_filter),
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace,
         &kZero, w_desc_, dw));
-    if (!filter_as_given_) {
+    if (!filter_as_given()) {
       kernels::filter_to_fp32(config_.dtype, dw, channels_last(), dweight.as<float>(), as_int(config_.out_channels),
                               as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
                               backend_.stream());
     }
     if (dbias == nullptr) return;
-    if (filter_as_given_) {
+    if (filter_as_given()) {
       DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardBias(backend_.cudnn(), &kOne, y_desc_.handle, dy.data, &kZero,
                                                        bias_desc_.handle, dbias->as<float>()));
     } else {
@@ -128,6 +127,8 @@ class CudaConv final : public Conv2dOp {
 
  private:
   bool channels_last() const { return layout_ == Layout::nhwc; }
+  // fp32 NCHW convolutions read PyTorch's OIHW fp32 filter (and write its gradient) in place.
+  bool filter_as_given() const { return config_.dtype == DType::fp32 && !channels_last(); }
   bool tensor_cores() const { return backend_.math() == CudaMath::tf32 || config_.dtype != DType::fp32; }
   cudnnConvolutionDescriptor_t desc(ConvPass pass) const { return conv_desc_[static_cast<std::size_t>(pass)]; }
   std::size_t filter_bytes() const {
@@ -135,7 +136,7 @@ class CudaConv final : public Conv2dOp {
   }
   // The filter as cuDNN reads it here: the fp32 parameter itself, or its rounded OHWI copy.
   const void* filter(const Tensor& weight) {
-    if (filter_as_given_) return weight.as<float>();
+    if (filter_as_given()) return weight.as<float>();
     void* copy = backend_.parameter_scratch(filter_bytes());
     kernels::filter_from_fp32(weight.as<float>(), config_.dtype, copy, channels_last(), as_int(config_.out_channels),
                               as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
@@ -175,7 +176,6 @@ class CudaConv final : public Conv2dOp {
   Conv2dConfig config_;
   Layout layout_;
   TensorDescriptor x_desc_, y_desc_, bias_desc_;
-  bool filter_as_given_;
   cudnnFilterDescriptor_t w_desc_ = nullptr;
   std::array<cudnnConvolutionDescriptor_t, 3> conv_desc_{};
   std::array<std::optional<AlgorithmChoice>, 3> chosen_;

@@ -35,7 +35,7 @@ class CudaBatchNorm final : public BatchNormOp {
   // x, y, dx and dy are the activations' dtype; scale, shift and statistics fp32.
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                         BatchNormStatistics& s, void*) override {
-    require_dtype(x, y);
+    require_dtype("batch norm", dtype_, {&x, &y});
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
         backend_.cudnn(), mode_, &kOne, &kZero, x_desc_.handle, x.data, x_desc_.handle, y.data,
         parameter_desc_.handle, gamma.as<float>(), beta.as<float>(), static_cast<double>(momentum_),
@@ -44,7 +44,7 @@ class CudaBatchNorm final : public BatchNormOp {
 
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const BatchNormStatistics& s, Tensor& dx,
                 Tensor& dgamma, Tensor& dbeta, const void*) override {
-    require_dtype(dy, dx);
+    require_dtype("batch norm", dtype_, {&dy, &dx});
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackward(
         backend_.cudnn(), mode_, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.data, x_desc_.handle, dy.data,
         x_desc_.handle, dx.data, parameter_desc_.handle, gamma.as<float>(), dgamma.as<float>(), dbeta.as<float>(),
@@ -52,8 +52,6 @@ class CudaBatchNorm final : public BatchNormOp {
   }
 
  private:
-  void require_dtype(const Tensor& a, const Tensor& b) const { cuda_detail::require_dtype("batch norm", dtype_, {&a, &b}); }
-
   CudaBackend& backend_;
   DType dtype_;
   double epsilon_;
@@ -218,8 +216,7 @@ bool cuda_device_usable(std::string* why) {
 }
 
 CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
-    : device_(device), math_(math), activations_(activations),
-      layout_(activations == DType::fp32 ? Layout::nchw : Layout::nhwc) {
+    : device_(device), math_(math), activations_(activations) {
   std::string why;
   if (!cuda_device_usable(&why)) throw CudaError(why);
   DLBENCH_CUDA_CHECK(cudaSetDevice(device_));
@@ -256,7 +253,7 @@ std::string CudaBackend::version_info() const {
       << "." << cudnn % 10000 / 100 << "." << cudnn % 100 << ";cublasLt=" << cublasLtGetVersion()
       << ";gpu=" << properties_.name << ";sm=" << properties_.major << properties_.minor
       << ";math=" << (math_ == CudaMath::tf32 ? "tf32" : "fp32")
-      << ";activations=" << (layout_ == Layout::nhwc ? "nhwc" : "nchw");
+      << ";activations=" << (activation_layout() == Layout::nhwc ? "nhwc" : "nchw");
   return out.str();
 }
 
@@ -396,7 +393,7 @@ void CudaBackend::require_computable(DType dtype) const {
   if (const auto why = cannot_compute(dtype)) throw std::invalid_argument(*why);
   if (dtype != activations_) {
     throw std::invalid_argument("this cuda backend was made for " + std::string(to_string(activations_)) +
-                                " activations (" + (layout_ == Layout::nhwc ? "NHWC" : "NCHW") + "); an op on " +
+                                " activations (" + (activation_layout() == Layout::nhwc ? "NHWC" : "NCHW") + "); an op on " +
                                 std::string(to_string(dtype)) + " needs a backend made for it");
   }
 }
@@ -490,13 +487,13 @@ bool CudaBackend::unscale_and_check_finite(float* grads, std::int64_t count, flo
 
 void CudaBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
   require_dtype("adaptive average pooling", x.dtype, {&x, &y});
-  kernels::adaptive_avg_pool_forward(x.dtype, x.data, y.data, geometry_of(x.shape, layout_), as_int(y.shape.h()),
+  kernels::adaptive_avg_pool_forward(x.dtype, x.data, y.data, geometry_of(x.shape, activation_layout()), as_int(y.shape.h()),
                                      as_int(y.shape.w()), stream_);
 }
 
 void CudaBackend::adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) {
   require_dtype("adaptive average pooling", dy.dtype, {&dy, &dx});
-  kernels::adaptive_avg_pool_backward(dy.dtype, dy.data, dx.data, geometry_of(dx.shape, layout_), as_int(dy.shape.h()),
+  kernels::adaptive_avg_pool_backward(dy.dtype, dy.data, dx.data, geometry_of(dx.shape, activation_layout()), as_int(dy.shape.h()),
                                       as_int(dy.shape.w()), stream_);
 }
 
@@ -551,7 +548,7 @@ void CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t
     auto* valid = static_cast<int*>(loss_scratch_.get());
     DLBENCH_CUDA_CHECK(cudaMemsetAsync(valid, 0, sizeof(int), stream_));
     kernels::pixel_softmax_cross_entropy(logits.dtype, logits.data, labels, dlogits.data, loss_rows, valid,
-                                         geometry_of(logits.shape, layout_), kIgnoreLabel, gradient_scale, term.weight,
+                                         geometry_of(logits.shape, activation_layout()), kIgnoreLabel, gradient_scale, term.weight,
                                          stream_);
   } else {
     kernels::softmax_cross_entropy(logits.dtype, logits.data, labels, dlogits.data, loss_rows,

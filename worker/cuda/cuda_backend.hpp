@@ -54,7 +54,10 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
-  Layout activation_layout() const override { return layout_; }
+  // fp32 NCHW; the half types NHWC.
+  Layout activation_layout() const override {
+    return activations_ == DType::fp32 ? Layout::nchw : Layout::nhwc;
+  }
   std::string version_info() const override;
   // fp32 and fp16 on every GPU CUDA 13 runs on; bf16 from compute capability 8.0 (Ampere).
   std::optional<std::string> cannot_compute(DType dtype) const override;
@@ -152,7 +155,6 @@ class CudaBackend final : public Backend {
   int device_;
   CudaMath math_;
   DType activations_ = DType::fp32;
-  Layout layout_ = Layout::nchw;
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;

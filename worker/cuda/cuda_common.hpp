@@ -64,10 +64,10 @@ struct TensorDescriptor {
   cudnnTensorDescriptor_t handle = nullptr;
   explicit TensorDescriptor(const Shape& s, DType dtype = DType::fp32, Layout layout = Layout::nchw) {
     DLBENCH_CUDNN_CHECK(cudnnCreateTensorDescriptor(&handle));
-    const int h = s.rank >= 3 ? as_int(s.h()) : 1, w = s.rank >= 4 ? as_int(s.w()) : 1;
-    DLBENCH_CUDNN_CHECK(cudnnSetTensor4dDescriptor(handle, layout == Layout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                                   cudnn_type(dtype), as_int(s.n()), as_int(s.rank >= 2 ? s.c() : 1),
-                                                   h, w));
+    const ActivationGeometry g = geometry_of(s, layout);
+    DLBENCH_CUDNN_CHECK(cudnnSetTensor4dDescriptor(handle, g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                                   cudnn_type(dtype), as_int(g.n), as_int(g.c), as_int(g.h),
+                                                   as_int(g.w)));
   }
   ~TensorDescriptor() { cudnnDestroyTensorDescriptor(handle); }
   TensorDescriptor(const TensorDescriptor&) = delete;
