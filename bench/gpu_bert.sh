@@ -12,16 +12,7 @@
 # README "BERT-base") over the GPU's dense peak for the precision.
 set -euo pipefail
 
-bin=${1:?usage: bench/gpu_bert.sh BIN_DIR [WARMUP MEASURE REPEATS]}
-warmup=${2:-20}
-measure=${3:-100}
-repeats=${4:-7}
-here=$(cd "$(dirname "$0")" && pwd)
-export LD_LIBRARY_PATH="$(dirname "$bin")/lib:${LD_LIBRARY_PATH:-}"
-results=$(mktemp)
-trap 'rm -f "$results"' EXIT
-
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+source "$(dirname "$0")/gpu_setup.sh"
 for batch in 32 64; do
   for precision in fp32 tf32 amp bf16; do
     rm -f /tmp/dlbench-result.json
