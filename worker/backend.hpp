@@ -407,6 +407,7 @@ class Backend {
   virtual void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad);
   virtual void fill_zero(Tensor& t);
   // One AdamW step over the flat buffers (`count` values; `ranges` cover them and say which decay).
+  // The gradients are left clipped, as clip_grad_norm_ leaves them.
   // `update_number` counts applied updates from 1 (the bias corrections). A backend that captures
   // steps keeps the number where a replay can advance it: a captured call is one update after the
   // call before it, whatever `update_number` said at capture.

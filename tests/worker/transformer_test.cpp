@@ -194,6 +194,21 @@ TEST(GradientCheck, ScatterAddIsTheAdjointOfGather) {
   EXPECT_NEAR(dot(gathered, dy), dot(table, table_grad), 1e-5);
 }
 
+// Gradients for one optimizer step (drawn from `seed`, doubled so that their norm is above the
+// tests' max_grad_norm of 0.5) and clip_grad_norm_'s factor for them, in double.
+struct ClippedGradients {
+  std::vector<float> g;
+  double clip;
+};
+ClippedGradients gradients_above_the_clip(std::size_t count, std::uint64_t seed) {
+  ClippedGradients out{random_values(count, seed), 0.0};
+  for (float& x : out.g) x *= 2.0f;
+  double norm = 0.0;
+  for (const float x : out.g) norm += static_cast<double>(x) * static_cast<double>(x);
+  out.clip = std::min(1.0, 0.5 / (std::sqrt(norm) + 1e-6));
+  return out;
+}
+
 // torch.optim.AdamW's update (torch/optim/adamw.py, single-tensor path) after
 // clip_grad_norm_, written out in double for three steps over two ranges, one without decay.
 TEST(TransformerOps, AdamWFollowsTorchsUpdateAfterClipping) {
@@ -204,17 +219,14 @@ TEST(TransformerOps, AdamWFollowsTorchsUpdateAfterClipping) {
   const std::vector<ParameterRange> ranges{{0, 6, true}, {6, 4, false}};
   const AdamWConfig c{0.01f, 0.9f, 0.999f, 1e-6f, 0.1f, 0.5f};
   for (std::uint64_t t = 1; t <= 3; ++t) {
-    const std::vector<float> drawn = random_values(count, 10 + t);
-    std::vector<float> g = drawn;
-    for (float& x : g) x *= 2.0f;  // a norm above 0.5: clipping acts
-    double norm = 0.0;
-    for (const float x : g) norm += static_cast<double>(x) * static_cast<double>(x);
-    const double clip = std::min(1.0, 0.5 / (std::sqrt(norm) + 1e-6));
+    auto [g, clip] = gradients_above_the_clip(count, 10 + t);
+    const std::vector<float> unclipped = g;  // the update clips g in place
     backend.adamw_update(w.data(), g.data(), m.data(), v.data(), static_cast<std::int64_t>(count), ranges, c, t);
     const double step_size = 0.01 / (1.0 - std::pow(0.9, static_cast<double>(t)));
     const double root_correction = std::sqrt(1.0 - std::pow(0.999, static_cast<double>(t)));
     for (std::size_t i = 0; i < count; ++i) {
-      const double gi = static_cast<double>(drawn[i]) * 2.0 * clip;
+      const double gi = static_cast<double>(unclipped[i]) * clip;
+      EXPECT_NEAR(g[i], gi, 1e-6 * std::abs(gi)) << "the gradient is left clipped, as clip_grad_norm_ leaves it";
       if (i < 6) ew[i] *= 1.0 - 0.01 * 0.1;
       em[i] = 0.9 * em[i] + 0.1 * gi;
       ev[i] = 0.999 * ev[i] + 0.001 * gi * gi;
@@ -237,12 +249,8 @@ TEST(TransformerOps, LambFollowsApexFusedLambAfterClipping) {
   const std::vector<ParameterRange> tensors{{0, 6, true}, {6, 4, false}, {10, 4, true}};
   const AdamWConfig c{0.01f, 0.9f, 0.999f, 1e-6f, 0.1f, 0.5f};
   for (std::uint64_t t = 1; t <= 3; ++t) {
-    const std::vector<float> drawn = random_values(count, 20 + t);
-    std::vector<float> g = drawn;
-    for (float& x : g) x *= 2.0f;  // a norm above 0.5: clipping acts
-    double norm = 0.0;
-    for (const float x : g) norm += static_cast<double>(x) * static_cast<double>(x);
-    const double clip = std::min(1.0, 0.5 / (std::sqrt(norm) + 1e-6));
+    auto [g, clip] = gradients_above_the_clip(count, 20 + t);
+    const std::vector<float> unclipped = g;  // the update clips g in place
     backend.lamb_update(w.data(), g.data(), m.data(), v.data(), static_cast<std::int64_t>(count), tensors, c, t);
     const double correction1 = 1.0 - std::pow(0.9, static_cast<double>(t));
     const double correction2 = 1.0 - std::pow(0.999, static_cast<double>(t));
@@ -252,7 +260,7 @@ TEST(TransformerOps, LambFollowsApexFusedLambAfterClipping) {
       std::vector<double> u(count, 0.0);
       double weight_norm = 0.0, update_norm = 0.0;
       for (std::size_t i = first; i < end; ++i) {
-        const double gi = static_cast<double>(drawn[i]) * 2.0 * clip;
+        const double gi = static_cast<double>(unclipped[i]) * clip;
         em[i] = 0.9 * em[i] + 0.1 * gi;
         ev[i] = 0.999 * ev[i] + 0.001 * gi * gi;
         u[i] = (em[i] / correction1) / (std::sqrt(ev[i] / correction2) + 1e-6) + decay * ew[i];
