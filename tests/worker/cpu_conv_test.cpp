@@ -1,0 +1,146 @@
+// The CPU backend runs a convolution by one of two routes: oneDNN's convolution primitives,
+// or, for a 1×1, stride-1, unpadded, bias-free fp32 layer, three matrix products over the
+// batch's pixels. A gradient check cannot tell a wrong route that is consistent with itself (say,
+// the weight read transposed in forward and backward alike), so each route is held here to
+// the convolution's definition, written out in loops: forward, input gradient, weight and
+// bias gradients, in fp32 and, where the CPU has it, bf16.
+#include <cmath>
+#include <cstddef>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cpu/cpu_backend.hpp"
+#include "self_test.hpp"
+#include "tensor.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+struct Reference {
+  std::vector<double> y, dx, dw, db;
+};
+
+// NHWC activations, OIHW weights, as the CPU backend keeps them.
+Reference convolve_by_definition(const Conv2dConfig& c, const std::vector<float>& x, const std::vector<float>& w,
+                                 const std::vector<float>& b, const std::vector<float>& dy) {
+  const Shape in = c.input, out = c.output();
+  const std::int64_t kh = c.kernel.h, kw = c.kernel.w;
+  const auto x_at = [&](std::int64_t n, std::int64_t h, std::int64_t v, std::int64_t ch) {
+    return ((n * in.h() + h) * in.w() + v) * in.c() + ch;
+  };
+  const auto y_at = [&](std::int64_t n, std::int64_t h, std::int64_t v, std::int64_t o) {
+    return ((n * out.h() + h) * out.w() + v) * out.c() + o;
+  };
+  const auto w_at = [&](std::int64_t o, std::int64_t ch, std::int64_t i, std::int64_t j) {
+    return ((o * in.c() + ch) * kh + i) * kw + j;
+  };
+  Reference r{std::vector<double>(static_cast<std::size_t>(out.numel())),
+              std::vector<double>(x.size()), std::vector<double>(w.size()),
+              std::vector<double>(static_cast<std::size_t>(c.out_channels))};
+  for (std::int64_t n = 0; n < out.n(); ++n)
+    for (std::int64_t oh = 0; oh < out.h(); ++oh)
+      for (std::int64_t ow = 0; ow < out.w(); ++ow)
+        for (std::int64_t o = 0; o < out.c(); ++o) {
+          const auto yi = static_cast<std::size_t>(y_at(n, oh, ow, o));
+          double sum = c.bias ? static_cast<double>(b[static_cast<std::size_t>(o)]) : 0.0;
+          const double g = dy[yi];
+          r.db[static_cast<std::size_t>(o)] += g;
+          for (std::int64_t i = 0; i < kh; ++i)
+            for (std::int64_t j = 0; j < kw; ++j) {
+              const std::int64_t h = oh * c.stride - c.padding.h + i * c.dilation;
+              const std::int64_t v = ow * c.stride - c.padding.w + j * c.dilation;
+              if (h < 0 || h >= in.h() || v < 0 || v >= in.w()) continue;
+              for (std::int64_t ch = 0; ch < in.c(); ++ch) {
+                const auto xi = static_cast<std::size_t>(x_at(n, h, v, ch));
+                const auto wi = static_cast<std::size_t>(w_at(o, ch, i, j));
+                const double xv = x[xi], wv = w[wi];
+                sum += xv * wv;
+                r.dx[xi] += g * wv;
+                r.dw[wi] += g * xv;
+              }
+            }
+          r.y[yi] = sum;
+        }
+  return r;
+}
+
+std::vector<float> draws(std::size_t count, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(count);
+  for (float& e : v) e = normal(rng);
+  return v;
+}
+
+std::vector<float> as_floats(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+// Runs the backend's op for `c` and compares every output with the definition evaluated on
+// the values the op really saw (inputs rounded to the dtype). Outputs in the dtype carry one
+// rounding (bf16: u = 2^-9); fp32 sums and the fp32 weight gradients only summation error.
+void expect_matches_definition(const Conv2dConfig& c, const std::string& what) {
+  CpuBackend backend(2);
+  if (const auto why = backend.cannot_compute(c.dtype)) GTEST_SKIP() << *why;
+  std::mt19937 rng(5);
+  const Shape out = c.output();
+  const auto round = [&](const std::vector<float>& v) { return decode(encode(v.data(), v.size(), c.dtype).data(), v.size(), c.dtype); };
+  const std::vector<float> x = round(draws(static_cast<std::size_t>(c.input.numel()), rng));
+  const std::vector<float> dy = round(draws(static_cast<std::size_t>(out.numel()), rng));
+  const std::vector<float> w = round(draws(static_cast<std::size_t>(c.weight().numel()), rng));
+  std::vector<float> weight = w;  // the fp32 master copy; the op rounds it to the dtype itself
+  std::vector<float> b = draws(static_cast<std::size_t>(c.out_channels), rng);
+  const Reference r = convolve_by_definition(c, x, w, b, dy);
+
+  auto x_bytes = encode(x.data(), x.size(), c.dtype), dy_bytes = encode(dy.data(), dy.size(), c.dtype);
+  std::vector<std::byte> y_bytes(static_cast<std::size_t>(out.numel()) * dtype_size(c.dtype));
+  std::vector<std::byte> dx_bytes(x_bytes.size());
+  std::vector<float> dw(w.size()), db(b.size());
+  const Tensor tx{x_bytes.data(), c.input, Layout::nhwc, c.dtype}, tdy{dy_bytes.data(), out, Layout::nhwc, c.dtype};
+  Tensor ty{y_bytes.data(), out, Layout::nhwc, c.dtype}, tdx{dx_bytes.data(), c.input, Layout::nhwc, c.dtype};
+  const Tensor tw{weight.data(), c.weight(), Layout::plain, DType::fp32};
+  const Tensor tb{b.data(), Shape(c.out_channels), Layout::plain, DType::fp32};
+  Tensor tdw{dw.data(), c.weight(), Layout::plain, DType::fp32}, tdb{db.data(), Shape(c.out_channels), Layout::plain, DType::fp32};
+
+  const auto op = backend.make_conv2d(c);
+  op->forward(tx, tw, c.bias ? &tb : nullptr, ty);
+  op->backward_data(tdy, tw, tdx);
+  op->backward_weights(tx, tdy, tdw, c.bias ? &tdb : nullptr);
+  backend.synchronize();
+
+  const double rounded = c.dtype == DType::fp32 ? 1e-5 : 8e-3;  // one rounding to the dtype, u = 2^-9 for bf16
+  EXPECT_LT(normwise_relative_error(decode(y_bytes.data(), static_cast<std::size_t>(ty.numel()), c.dtype), as_floats(r.y)), rounded)
+      << what << ": y";
+  EXPECT_LT(normwise_relative_error(decode(dx_bytes.data(), static_cast<std::size_t>(tdx.numel()), c.dtype), as_floats(r.dx)), rounded)
+      << what << ": dx";
+  EXPECT_LT(normwise_relative_error(dw, as_floats(r.dw)), 1e-5) << what << ": dw (fp32)";
+  if (c.bias) {
+    EXPECT_LT(normwise_relative_error(db, as_floats(r.db)), 1e-5) << what << ": db (fp32)";
+  }
+}
+
+Conv2dConfig config(Shape input, std::int64_t out_channels, std::int64_t kernel, std::int64_t stride,
+                    std::int64_t padding, bool bias, DType dtype) {
+  return Conv2dConfig{.input = input, .out_channels = out_channels, .kernel = Extent2{kernel}, .stride = stride,
+                      .padding = Extent2{padding}, .bias = bias, .dtype = dtype};
+}
+
+class CpuConvolution : public ::testing::TestWithParam<DType> {};
+
+// fp32 takes the matrix-product route, bf16 the convolution kernels (see is_pointwise_matmul).
+TEST_P(CpuConvolution, PointwiseStrideOneMatchesTheDefinition) {
+  // Channels that are not multiples of any kernel's block, a batch of 3, a non-square image.
+  expect_matches_definition(config(Shape(3, 12, 5, 7), 20, 1, 1, 0, false, GetParam()), "1x1 stride 1");
+}
+
+TEST_P(CpuConvolution, ConvolutionPrimitivesMatchTheDefinition) {
+  expect_matches_definition(config(Shape(3, 12, 6, 7), 20, 1, 2, 0, false, GetParam()), "1x1 stride 2");
+  expect_matches_definition(config(Shape(2, 12, 5, 7), 20, 1, 1, 0, true, GetParam()), "1x1 with bias");
+  expect_matches_definition(config(Shape(2, 8, 6, 5), 16, 3, 1, 1, true, GetParam()), "3x3 padded");
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CpuConvolution, ::testing::Values(DType::fp32, DType::bf16),
+                         [](const ::testing::TestParamInfo<DType>& dtype) { return std::string(to_string(dtype.param)); });
+
+}  // namespace
+}  // namespace dlbench::worker
