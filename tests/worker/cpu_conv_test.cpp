@@ -84,11 +84,13 @@ void expect_matches_definition(const Conv2dConfig& c, const std::string& what) {
   if (const auto why = backend.cannot_compute(c.dtype)) GTEST_SKIP() << *why;
   std::mt19937 rng(5);
   const Shape out = c.output();
-  const auto round = [&](const std::vector<float>& v) { return decode(encode(v.data(), v.size(), c.dtype).data(), v.size(), c.dtype); };
+  const auto round = [&](const std::vector<float>& v) {
+    return decode(encode(v.data(), v.size(), c.dtype).data(), v.size(), c.dtype);
+  };
   const std::vector<float> x = round(draws(static_cast<std::size_t>(c.input.numel()), rng));
   const std::vector<float> dy = round(draws(static_cast<std::size_t>(out.numel()), rng));
-  const std::vector<float> w = round(draws(static_cast<std::size_t>(c.weight().numel()), rng));
-  std::vector<float> weight = w;  // the fp32 master copy; the op rounds it to the dtype itself
+  // The fp32 master weights, drawn exact in the dtype: the op's own rounding keeps them as they are.
+  std::vector<float> w = round(draws(static_cast<std::size_t>(c.weight().numel()), rng));
   std::vector<float> b = draws(static_cast<std::size_t>(c.out_channels), rng);
   const Reference r = convolve_by_definition(c, x, w, b, dy);
 
@@ -98,9 +100,10 @@ void expect_matches_definition(const Conv2dConfig& c, const std::string& what) {
   std::vector<float> dw(w.size()), db(b.size());
   const Tensor tx{x_bytes.data(), c.input, Layout::nhwc, c.dtype}, tdy{dy_bytes.data(), out, Layout::nhwc, c.dtype};
   Tensor ty{y_bytes.data(), out, Layout::nhwc, c.dtype}, tdx{dx_bytes.data(), c.input, Layout::nhwc, c.dtype};
-  const Tensor tw{weight.data(), c.weight(), Layout::plain, DType::fp32};
+  const Tensor tw{w.data(), c.weight(), Layout::plain, DType::fp32};
   const Tensor tb{b.data(), Shape(c.out_channels), Layout::plain, DType::fp32};
-  Tensor tdw{dw.data(), c.weight(), Layout::plain, DType::fp32}, tdb{db.data(), Shape(c.out_channels), Layout::plain, DType::fp32};
+  Tensor tdw{dw.data(), c.weight(), Layout::plain, DType::fp32};
+  Tensor tdb{db.data(), Shape(c.out_channels), Layout::plain, DType::fp32};
 
   const auto op = backend.make_conv2d(c);
   op->forward(tx, tw, c.bias ? &tb : nullptr, ty);
@@ -109,10 +112,11 @@ void expect_matches_definition(const Conv2dConfig& c, const std::string& what) {
   backend.synchronize();
 
   const double rounded = c.dtype == DType::fp32 ? 1e-5 : 8e-3;  // one rounding to the dtype, u = 2^-9 for bf16
-  EXPECT_LT(normwise_relative_error(decode(y_bytes.data(), static_cast<std::size_t>(ty.numel()), c.dtype), as_floats(r.y)), rounded)
-      << what << ": y";
-  EXPECT_LT(normwise_relative_error(decode(dx_bytes.data(), static_cast<std::size_t>(tdx.numel()), c.dtype), as_floats(r.dx)), rounded)
-      << what << ": dx";
+  const auto values = [&](const std::vector<std::byte>& bytes) {
+    return decode(bytes.data(), bytes.size() / dtype_size(c.dtype), c.dtype);
+  };
+  EXPECT_LT(normwise_relative_error(values(y_bytes), as_floats(r.y)), rounded) << what << ": y";
+  EXPECT_LT(normwise_relative_error(values(dx_bytes), as_floats(r.dx)), rounded) << what << ": dx";
   EXPECT_LT(normwise_relative_error(dw, as_floats(r.dw)), 1e-5) << what << ": dw (fp32)";
   if (c.bias) {
     EXPECT_LT(normwise_relative_error(db, as_floats(r.db)), 1e-5) << what << ": db (fp32)";
