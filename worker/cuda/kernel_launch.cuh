@@ -1,5 +1,6 @@
 // How dlbench's kernel files launch: grid-stride loops over n elements with kThreads per block,
-// and a launch macro that queues on a stream and checks the launch. Internal to worker/cuda's .cu files.
+// a launch macro that queues on a stream and checks the launch, and elementwise maps with their
+// launchers. Internal to worker/cuda's .cu files.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -67,3 +68,37 @@ void with_float_type(DType dtype, F&& f) {
       DLBENCH_CUDA_CHECK(cudaGetLastError());                                  \
     }                                                                          \
   } while (false)
+
+namespace dlbench::worker::kernels {
+
+// Elementwise maps, y[i] = op(x[i]) or op(a[i], b[i]): inputs loaded as float, op computed in
+// float, the result rounded once to T. `Op` is a struct with a __device__ call operator.
+template <typename T, typename Op>
+__global__ void map_kernel(Op op, const T* x, T* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(op(load(x[i]))); }
+}
+
+template <typename T, typename Op>
+__global__ void map2_kernel(Op op, const T* a, const T* b, T* y, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(op(load(a[i]), load(b[i]))); }
+}
+
+template <typename Op>
+void launch_map(Op op, DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    auto* const kernel = &map_kernel<T, Op>;  // named: the template's comma would split the macro's arguments
+    DLBENCH_LAUNCH(kernel, n, stream, op, static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
+}
+
+template <typename Op>
+void launch_map2(Op op, DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    auto* const kernel = &map2_kernel<T, Op>;
+    DLBENCH_LAUNCH(kernel, n, stream, op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n);
+  });
+}
+
+}  // namespace dlbench::worker::kernels

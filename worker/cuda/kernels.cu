@@ -10,25 +10,19 @@
 namespace dlbench::worker::kernels {
 namespace {
 
-template <typename T>
-__global__ void relu_forward_kernel(const T* x, T* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(fmaxf(load(x[i]), 0.0f)); }
-}
-
-template <typename T>
-__global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { dx[i] = load(y[i]) > 0.0f ? dy[i] : store<T>(0.0f); }
-}
-
-template <typename T>
-__global__ void add_kernel(const T* a, const T* b, T* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(load(a[i]) + load(b[i])); }
-}
-
-template <typename T>
-__global__ void add_relu_kernel(const T* a, const T* b, T* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(fmaxf(load(a[i]) + load(b[i]), 0.0f)); }
-}
+struct Relu {
+  __device__ float operator()(float x) const { return fmaxf(x, 0.0f); }
+};
+// dy passes where the output is positive; a T loaded as float and stored back is the same T.
+struct ReluBackward {
+  __device__ float operator()(float y, float dy) const { return y > 0.0f ? dy : 0.0f; }
+};
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct AddRelu {
+  __device__ float operator()(float a, float b) const { return fmaxf(a + b, 0.0f); }
+};
 
 template <typename T>
 __global__ void multiply_by_mask_kernel(const T* a, const float* mask, T* y, std::int64_t n) {
@@ -323,30 +317,16 @@ ActivationGeometry resized(const ActivationGeometry& in, int out_h, int out_w) {
 }  // namespace
 
 void relu_forward(DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream) {
-  with_float_type(dtype, [&](auto t) {
-    using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(relu_forward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<T*>(y), n);
-  });
+  launch_map(Relu{}, dtype, x, y, n, stream);
 }
 void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t n, cudaStream_t stream) {
-  with_float_type(dtype, [&](auto t) {
-    using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(relu_backward_kernel<T>, n, stream, static_cast<const T*>(y), static_cast<const T*>(dy),
-                   static_cast<T*>(dx), n);
-  });
+  launch_map2(ReluBackward{}, dtype, y, dy, dx, n, stream);
 }
 void add(DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream) {
-  with_float_type(dtype, [&](auto t) {
-    using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(add_kernel<T>, n, stream, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n);
-  });
+  launch_map2(Add{}, dtype, a, b, y, n, stream);
 }
 void add_relu(DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream) {
-  with_float_type(dtype, [&](auto t) {
-    using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(add_relu_kernel<T>, n, stream, static_cast<const T*>(a), static_cast<const T*>(b),
-                   static_cast<T*>(y), n);
-  });
+  launch_map2(AddRelu{}, dtype, a, b, y, n, stream);
 }
 void multiply_by_mask(DType dtype, const void* a, const float* mask, void* y, std::int64_t n, cudaStream_t stream) {
   with_float_type(dtype, [&](auto t) {

@@ -160,37 +160,29 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, std::int
 constexpr float kInverseSqrt2 = 0.70710678118654752f;
 constexpr float kInverseSqrt2Pi = 0.39894228040143268f;
 
-template <typename T>
-__global__ void gelu_forward_kernel(const T* x, T* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) {
-    const float v = load(x[i]);
-    y[i] = store<T>(0.5f * v * (1.0f + erff(v * kInverseSqrt2)));
-  }
-}
+struct Gelu {
+  __device__ float operator()(float v) const { return 0.5f * v * (1.0f + erff(v * kInverseSqrt2)); }
+};
 
 // d/dx x Φ(x) = Φ(x) + x φ(x).
-template <typename T>
-__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) {
-    const float v = load(x[i]);
+struct GeluBackward {
+  __device__ float operator()(float v, float dy) const {
     const float cdf = 0.5f * (1.0f + erff(v * kInverseSqrt2));
     const float pdf = expf(-0.5f * v * v) * kInverseSqrt2Pi;
-    dx[i] = store<T>(load(dy[i]) * (cdf + v * pdf));
+    return dy * (cdf + v * pdf);
   }
-}
+};
 
-template <typename T>
-__global__ void tanh_forward_kernel(const T* x, T* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(tanhf(load(x[i]))); }
-}
+struct Tanh {
+  __device__ float operator()(float v) const { return tanhf(v); }
+};
 
-template <typename T>
-__global__ void tanh_backward_kernel(const T* x, const T* dy, T* dx, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) {
-    const float t = tanhf(load(x[i]));
-    dx[i] = store<T>(load(dy[i]) * (1.0f - t * t));
+struct TanhBackward {
+  __device__ float operator()(float v, float dy) const {
+    const float t = tanhf(v);
+    return dy * (1.0f - t * t);
   }
-}
+};
 
 // One thread per output element, y in (a, c, b, d) order; T only has to be copyable.
 template <typename T>
@@ -402,30 +394,16 @@ void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, std:
 }
 
 void gelu_forward(DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream) {
-  with_float_type(dtype, [&](auto t) {
-    using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(gelu_forward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<T*>(y), n);
-  });
+  launch_map(Gelu{}, dtype, x, y, n, stream);
 }
 void gelu_backward(DType dtype, const void* x, const void* dy, void* dx, std::int64_t n, cudaStream_t stream) {
-  with_float_type(dtype, [&](auto t) {
-    using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(gelu_backward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<const T*>(dy),
-                   static_cast<T*>(dx), n);
-  });
+  launch_map2(GeluBackward{}, dtype, x, dy, dx, n, stream);
 }
 void tanh_forward(DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream) {
-  with_float_type(dtype, [&](auto t) {
-    using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(tanh_forward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<T*>(y), n);
-  });
+  launch_map(Tanh{}, dtype, x, y, n, stream);
 }
 void tanh_backward(DType dtype, const void* x, const void* dy, void* dx, std::int64_t n, cudaStream_t stream) {
-  with_float_type(dtype, [&](auto t) {
-    using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(tanh_backward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<const T*>(dy),
-                   static_cast<T*>(dx), n);
-  });
+  launch_map2(TanhBackward{}, dtype, x, dy, dx, n, stream);
 }
 
 void swap_axes(DType dtype, const void* x, void* y, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
