@@ -1,9 +1,11 @@
 """A Kubernetes cluster on this machine for tests and benchmarks: the test API server, the
 simulated kubelet (which runs launcher Jobs as local processes), dlbench-operator with the CPU
 backend and the MPI communicator, and kubectl pointed at them."""
+import http.client
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -43,12 +45,36 @@ class Api:
             if e.code == 404:
                 return None
             raise
+        except http.client.HTTPException as e:
+            # A reply cut off mid-way (the server killed while answering: IncompleteRead, a torn status
+            # line) is a transport failure like a refused connection, and callers retry it as one. CI
+            # once lost its simulated kubelet to an IncompleteRead that escaped every retry loop.
+            raise ConnectionError(f"{method} {path}: {e!r}") from e
 
     def list(self, path):
         return (self.call("GET", path) or {}).get("items", [])
 
     def patch_status(self, path, status):
         return self.call("PATCH", path + "/status", {"status": status}, "application/merge-patch+json")
+
+
+def collapse_repeats(log):
+    """The log with each run of lines that differ only in their details (the operator's watch
+    warnings while the API server is away, the kubelet's retries) cut to its first line and a
+    count, so that a failure's tail shows what happened rather than one message many times."""
+    out, last_key, repeats = [], None, 0
+    for line in log.splitlines():
+        key = re.sub(r'"(error|kind|ms|reconcile)":("[^"]*"|[0-9.]+),?|[0-9]+', "", line)
+        if key == last_key:
+            repeats += 1
+            continue
+        if repeats:
+            out.append(f"    ... and {repeats} more like it")
+        out.append(line)
+        last_key, repeats = key, 0
+    if repeats:
+        out.append(f"    ... and {repeats} more like it")
+    return "\n".join(out) + "\n"
 
 
 def write_kubeconfig(path, server):
@@ -189,7 +215,8 @@ class LocalCluster:
             process.wait()
         if show_logs:
             self.log.seek(0)
-            print("--- operator, API server and kubelet output ---\n" + self.log.read()[-6000:], file=sys.stderr)
+            print("--- operator, API server and kubelet output ---\n" + collapse_repeats(self.log.read())[-12000:],
+                  file=sys.stderr)
         self.log.close()
         if os.environ.get("DLBENCH_KEEP_CLUSTER"):  # pod logs and volumes under node/<namespace>/<pod>/
             print(f"kept {self.tmp}", file=sys.stderr)
