@@ -45,6 +45,18 @@ PyTorch's in every layer alike (probably batch norm's sums: ATen's CPU kernels a
 fp64, oneDNN's in fp32); loss error 1.4e-6. Its bounds are its own, cosine >= 0.99 and normwise
 <= 0.15; PyTorch's fp32 step must meet them too, and the mutation (reflect padding in one 1x7
 convolution) fails 1341 tensors and the loss (1.9e-3) under them.
+A max-pool routes each window's gradient to its largest input. Where two inputs of a window are
+closer than fp32's rounding, either implementation may pick the other one; where a channel has only
+a few windows (VGG16's last pool at 32x32: 2x2 to 1x1), that re-routes the channel's whole gradient
+and every layer below moves by percents. Such a step cannot judge an fp32 implementation: with
+dlbench's seeded VGG16 weights at seed 42, one window's two largest inputs were 2.2e-7 apart
+(relative), fp32's noise there is 5e-7, and oneDNN's summation order on an Intel Xeon with AMX (cache-
+sized blocking) routed it the other way, 4.6e-2 normwise off, where an AMD EPYC and PyTorch fp32 had
+routed it as fp64 does. So every step the test judges or commits must keep the two largest inputs of
+each window of a pool with at most FEW_WINDOWS outputs per channel at least POOL_SEPARATION apart,
+relative to the window's largest (200 times that noise). The live check keeps seed 42 for every model
+and must meet it there; a model's "committed_seed" picks dlbench's own seeded step for the committed
+values where seed 42's does not.
 Bounds, for every gradient and every weight's step (updated - initial):
   loss:            |a - b| / |b|          <= 1e-4
   gradients:       cosine similarity      >= 0.9999
@@ -78,7 +90,9 @@ MODELS = {
                   "committed": ["conv1.weight", "bn1.bias", "layer3.20.bn2.weight", "fc.bias"]},
     # VGG16's classifier holds 120M of its 138M weights: the fp32 peer and the mutation, which
     # the other three show, would double its time and memory.
-    "vgg16": {"image": 32, "batch": 4, "main_comparison_only": True,
+    # Committed at seed 46: dlbench's seeded weights at seeds 42 to 45 leave a window of its last two pools (4 and 1 per channel) with its two
+    # largest inputs closer than POOL_SEPARATION (42: 2.2e-7).
+    "vgg16": {"image": 32, "batch": 4, "main_comparison_only": True, "committed_seed": 46,
               "committed": ["features.0.weight", "features.14.bias", "classifier.0.bias", "classifier.6.bias"]},
     "alexnet": {"image": 64, "batch": 4,
                 "committed": ["features.0.weight", "features.8.bias", "classifier.1.bias", "classifier.6.bias"]},
@@ -114,6 +128,15 @@ def optimizer_of(model):
     """The model's optimizer settings: {name, learning_rate, momentum, weight_decay}."""
     return MODELS[model].get("optimizer", {"name": "sgd", **SGD})
 SEED = 42
+# A max-pool window's two largest inputs must be this far apart, relative to its largest, wherever
+# a channel has at most FEW_WINDOWS of them (see the module's docstring).
+POOL_SEPARATION = 1e-4
+FEW_WINDOWS = 4
+
+
+def committed_seed(model):
+    """The seed of dlbench's own weights and batch that the committed values are for."""
+    return MODELS[model].get("committed_seed", SEED)
 
 
 # ---- safetensors, without torch --------------------------------------------------------------
@@ -215,12 +238,12 @@ def compare_loss(report, actual, expected):
 
 # ---- dlbench --------------------------------------------------------------------------------
 
-def record_step(worker, model, out, init_from=None):
+def record_step(worker, model, out, init_from=None, seed=SEED):
     config, optimizer = MODELS[model], optimizer_of(model)
     size = (["--sequence-length", str(config["sequence_length"])] if "sequence_length" in config
             else ["--image-size", str(config["image"])])
     command = [worker, "--model", model, "--batch-size", str(config["batch"]), *size,
-               "--seed", str(SEED), "--threads", "2", "--optimizer", optimizer["name"],
+               "--seed", str(seed), "--threads", "2", "--optimizer", optimizer["name"],
                "--learning-rate", str(optimizer["learning_rate"]), "--momentum", str(optimizer["momentum"]),
                "--weight-decay", str(optimizer["weight_decay"]), "--record-step", out]
     if init_from:
@@ -233,9 +256,10 @@ def record_step(worker, model, out, init_from=None):
 
 # ---- PyTorch --------------------------------------------------------------------------------
 
-def torch_step(model_name, record, mutate=None, double=True):
+def torch_step(model_name, record, mutate=None, double=True, observe=None):
     """The step in PyTorch from the record's initial weights, batch and dropout masks, in fp64 (or
-    fp32); returns (loss, {name: grad}, {name: updated})."""
+    fp32); returns (loss, {name: grad}, {name: updated}). observe(net), if given, is called on the
+    network ready to run (to hook its modules)."""
     import torch
 
     net = reference_model(model_name)
@@ -262,6 +286,8 @@ def torch_step(model_name, record, mutate=None, double=True):
     if double:
         net.double()
     net.train()
+    if observe:
+        observe(net)
     settings = optimizer_of(model_name)
     if settings["name"] == "adamw":  # BERT's groups: no decay on vectors (biases, LayerNorm)
         groups = [{"params": [p for p in net.parameters() if p.dim() >= 2]},
@@ -421,6 +447,46 @@ MUTATIONS = {"resnet50": move_stride_to_first_conv, "resnet152": move_stride_to_
              "bert-base": unscaled_attention_in_one_layer}
 
 
+class PoolSeparation:
+    """Hooks every nn.MaxPool2d of a network; after its forward, `tight` names each pool with at most
+    FEW_WINDOWS windows per channel whose smallest gap between a window's two largest inputs,
+    relative to the largest, is below POOL_SEPARATION (windows whose largest input is not positive
+    are left out: a ReLU before them makes their gradient 0 either way)."""
+
+    def __init__(self):
+        self.tight = []
+
+    def __call__(self, net):
+        import torch
+        for name, module in net.named_modules():
+            if isinstance(module, torch.nn.MaxPool2d):
+                module.register_forward_hook(lambda m, inputs, output, name=name: self.measure(name, m, inputs[0], output))
+
+    def measure(self, name, pool, x, output):
+        import torch.nn.functional as F
+        windows_per_channel = output.shape[-2] * output.shape[-1]
+        if windows_per_channel > FEW_WINDOWS:
+            return
+        pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
+        (kh, kw), (sh, sw), (ph, pw), dilation = (pair(pool.kernel_size), pair(pool.stride), pair(pool.padding),
+                                                   pair(pool.dilation))
+        x = x.detach()
+        planes = F.pad(x, (pw, pw, ph, ph), value=float("-inf")).reshape(-1, 1, x.shape[-2] + 2 * ph, x.shape[-1] + 2 * pw)
+        top = F.unfold(planes, (kh, kw), dilation=dilation, stride=(sh, sw)).topk(2, dim=1).values
+        live = top[:, 0] > 0
+        if live.any():
+            gap = ((top[:, 0] - top[:, 1]) / top[:, 0])[live].min().item()
+            if gap < POOL_SEPARATION:
+                self.tight.append(f"{name} ({windows_per_channel} windows per channel): two inputs {gap:.1e} apart")
+
+
+def require_separated_pools(model, separation, seed):
+    if separation.tight:
+        sys.exit(f"FAIL: {model}'s step at seed {seed} cannot judge an fp32 implementation: a max-pool "
+                 f"window's two largest inputs are closer than {POOL_SEPARATION:g} ("
+                 + "; ".join(separation.tight) + ")")
+
+
 def torch_available():
     try:
         import torch  # noqa: F401
@@ -466,10 +532,10 @@ def write_torchvision_init(model, path):
 
 def write_seeded_init(worker, model, work):
     """dlbench's own seeded weights (--seed), conditioned: what the committed values are for."""
-    seeded, _ = record_step(worker, model, os.path.join(work, "seeded.safetensors"))
+    seeded, _ = record_step(worker, model, os.path.join(work, "seeded.safetensors"), seed=committed_seed(model))
     tensors = [(n[len("initial."):], d, s, bytes(b)) for n, (d, s, b) in seeded.items() if n.startswith("initial.")]
     path = os.path.join(work, "seeded-init.safetensors")
-    write_init(model, path, tensors, f"dlbench-worker --seed {SEED}")
+    write_init(model, path, tensors, f"dlbench-worker --seed {committed_seed(model)}")
     return path
 
 
@@ -482,7 +548,9 @@ def check_with_torch(worker, model, work):
     for name in record:
         if name.startswith("initial.") and bytes(record[name][2]) != bytes(source[name[len("initial."):]][2]):
             sys.exit(f"FAIL: --init-from: {name} differs from the file's tensor")
-    reference = torch_step(model, record)
+    separation = PoolSeparation()
+    reference = torch_step(model, record, observe=separation)
+    require_separated_pools(model, separation, SEED)
     report = compare_steps(model, record, recorded_step(record), reference)
     print(f"{model}: dlbench loss {tensor_of(record['loss']).item():.7f}, PyTorch (fp64) {reference[0]:.7f}; "
           f"{len(reference[1])} gradients and steps compared; dlbench: {report.summary()}")
@@ -509,7 +577,8 @@ def check_committed(worker, model, work):
     path = os.path.join(HERE, "data", model + ".safetensors")
     golden, metadata = read_safetensors(path)
     init = write_seeded_init(worker, model, work)
-    record, _ = record_step(worker, model, os.path.join(work, "step.safetensors"), init_from=init)
+    record, _ = record_step(worker, model, os.path.join(work, "step.safetensors"), init_from=init,
+                            seed=committed_seed(model))
     first = MODELS[model]["committed"][0]
     if bytes(record["initial." + first][2]) != bytes(golden["initial." + first][2]):
         sys.exit(f"FAIL: dlbench's seeded weights ({first}) are not the ones {path} was made from; "
@@ -535,8 +604,11 @@ def update(worker, model, work):
     import torchvision
 
     init = write_seeded_init(worker, model, work)
-    record, _ = record_step(worker, model, os.path.join(work, "step.safetensors"), init_from=init)
-    loss, grads, updated = torch_step(model, record)
+    record, _ = record_step(worker, model, os.path.join(work, "step.safetensors"), init_from=init,
+                            seed=committed_seed(model))
+    separation = PoolSeparation()
+    loss, grads, updated = torch_step(model, record, observe=separation)
+    require_separated_pools(model, separation, committed_seed(model))
     first = MODELS[model]["committed"][0]
     tensors = [("loss", "F32", [], struct.pack("<f", loss)),  # fp64's values rounded to fp32
                ("initial." + first, "F32", record["initial." + first][1], bytes(record["initial." + first][2]))]
@@ -549,7 +621,7 @@ def update(worker, model, work):
     write_safetensors(path, tensors, {
         "source": f"PyTorch {torch.__version__} in fp64, torchvision {torchvision.__version__}",
         "model": model, "input": str(config.get("image", config.get("sequence_length"))),
-        "batch_size": str(config["batch"]), "seed": str(SEED), **{k: str(v) for k, v in optimizer_of(model).items()}})
+        "batch_size": str(config["batch"]), "seed": str(committed_seed(model)), **{k: str(v) for k, v in optimizer_of(model).items()}})
     print(f"wrote {path} ({os.path.getsize(path)} bytes), loss {loss:.7f}")
 
 
