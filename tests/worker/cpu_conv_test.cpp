@@ -131,7 +131,8 @@ Conv2dConfig config(Shape input, std::int64_t out_channels, std::int64_t kernel,
 
 class CpuConvolution : public ::testing::TestWithParam<DType> {};
 
-// fp32 takes the matrix-product route, bf16 the convolution kernels (see is_pointwise_matmul).
+// A 1×1 stride-1 unpadded bias-free convolution takes the matrix-product route (see
+// is_pointwise_matmul); the next test holds the convolution kernels in the same dtype.
 TEST_P(CpuConvolution, PointwiseStrideOneMatchesTheDefinition) {
   // Channels that are not multiples of any kernel's block, a batch of 3, a non-square image.
   expect_matches_definition(config(Shape(3, 12, 5, 7), 20, 1, 1, 0, false, GetParam()), "1x1 stride 1");

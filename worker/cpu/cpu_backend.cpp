@@ -198,15 +198,16 @@ InnerProductPrimitives make_inner_product_primitives(CpuBackend& backend, const 
 }
 
 // A 1×1 convolution with stride 1 and no padding, on NHWC data, is one matrix product over
-// the batch's pixels: y[p, o] = Σ_i x[p, i] · w[o, i]. In fp32, oneDNN 2.6's brgemm matmul
-// runs these layers' three passes faster than its 1×1 convolution kernels (jit_1x1, not
-// brgemm, for both backward passes) and writes the weight gradient straight into the OI
-// layout the parameters keep, where the convolution's needed a reorder back: ResNet-50
-// trains ~3% faster (bench/RESULTS.md, 2026-11-25). In bf16 the two measured the same, so
-// the convolution kernels stay there.
+// the batch's pixels: y[p, o] = Σ_i x[p, i] · w[o, i]. oneDNN 2.6's brgemm matmul runs these
+// layers' three passes at least as fast as its 1×1 convolution kernels and writes the weight
+// gradient straight into the OI layout the parameters keep, where the convolution's needs a
+// reorder back (bench/RESULTS.md, 2026-11-25). fp32 on an AMD EPYC: ResNet-50 ~3% faster (the
+// convolution's backward passes are jit_1x1 there, not brgemm). bf16 on that EPYC (AVX512_BF16):
+// the same either way. bf16 with AMX (Intel Xeon): the 1×1 layers' three passes take 0.117 s a
+// step as matmuls against 0.196 s as convolutions, the convolution's AMX backward-weights
+// kernel being 2-4 times slower than matmul's.
 bool is_pointwise_matmul(const Conv2dConfig& c) {
-  return c.kernel.h == 1 && c.kernel.w == 1 && c.stride == 1 && c.padding.h == 0 && c.padding.w == 0 && !c.bias &&
-         c.dtype == DType::fp32;
+  return c.kernel.h == 1 && c.kernel.w == 1 && c.stride == 1 && c.padding.h == 0 && c.padding.w == 0 && !c.bias;
 }
 
 class CpuPointwiseConv final : public Conv2dOp {
