@@ -95,8 +95,9 @@ void expect_matches_definition(const Conv2dConfig& c, const std::string& what) {
   const Reference r = convolve_by_definition(c, x, w, b, dy);
 
   auto x_bytes = encode(x.data(), x.size(), c.dtype), dy_bytes = encode(dy.data(), dy.size(), c.dtype);
-  std::vector<std::byte> y_bytes(static_cast<std::size_t>(out.numel()) * dtype_size(c.dtype));
-  std::vector<std::byte> dx_bytes(x_bytes.size());
+  // Outputs start as NaN (all bits set, in fp32 and bf16): an element the op does not write fails.
+  std::vector<std::byte> y_bytes(static_cast<std::size_t>(out.numel()) * dtype_size(c.dtype), std::byte{0xFF});
+  std::vector<std::byte> dx_bytes(x_bytes.size(), std::byte{0xFF});
   std::vector<float> dw(w.size()), db(b.size());
   const Tensor tx{x_bytes.data(), c.input, Layout::nhwc, c.dtype}, tdy{dy_bytes.data(), out, Layout::nhwc, c.dtype};
   Tensor ty{y_bytes.data(), out, Layout::nhwc, c.dtype}, tdx{dx_bytes.data(), c.input, Layout::nhwc, c.dtype};
@@ -131,15 +132,20 @@ Conv2dConfig config(Shape input, std::int64_t out_channels, std::int64_t kernel,
 
 class CpuConvolution : public ::testing::TestWithParam<DType> {};
 
-// A 1×1 stride-1 unpadded bias-free convolution takes the matrix-product route (see
-// is_pointwise_matmul); the next test holds the convolution kernels in the same dtype.
-TEST_P(CpuConvolution, PointwiseStrideOneMatchesTheDefinition) {
+// An unpadded bias-free 1×1 convolution takes the matrix-product route (see
+// is_pointwise_matmul), a strided one through its sampled pixels; the next test holds the
+// convolution kernels in the same dtype.
+TEST_P(CpuConvolution, PointwiseMatchesTheDefinition) {
   // Channels that are not multiples of any kernel's block, a batch of 3, a non-square image.
   expect_matches_definition(config(Shape(3, 12, 5, 7), 20, 1, 1, 0, false, GetParam()), "1x1 stride 1");
+  // Strided: the last row and column of an odd side are read, an even side's last is not; the
+  // gradient of every pixel not read must be written as 0.
+  expect_matches_definition(config(Shape(3, 12, 6, 7), 20, 1, 2, 0, false, GetParam()), "1x1 stride 2");
+  expect_matches_definition(config(Shape(2, 12, 5, 9), 20, 1, 2, 0, false, GetParam()), "1x1 stride 2, odd sides");
+  expect_matches_definition(config(Shape(2, 12, 7, 8), 20, 1, 3, 0, false, GetParam()), "1x1 stride 3");
 }
 
 TEST_P(CpuConvolution, ConvolutionPrimitivesMatchTheDefinition) {
-  expect_matches_definition(config(Shape(3, 12, 6, 7), 20, 1, 2, 0, false, GetParam()), "1x1 stride 2");
   expect_matches_definition(config(Shape(2, 12, 5, 7), 20, 1, 1, 0, true, GetParam()), "1x1 with bias");
   expect_matches_definition(config(Shape(2, 8, 6, 5), 16, 3, 1, 1, true, GetParam()), "3x3 padded");
 }

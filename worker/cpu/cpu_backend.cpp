@@ -197,30 +197,71 @@ InnerProductPrimitives make_inner_product_primitives(CpuBackend& backend, const 
                                 bias);
 }
 
-// A 1×1 convolution with stride 1 and no padding, on NHWC data, is one matrix product over
-// the batch's pixels: y[p, o] = Σ_i x[p, i] · w[o, i]. oneDNN 2.6's brgemm matmul runs these
-// layers' three passes at least as fast as its 1×1 convolution kernels and writes the weight
-// gradient straight into the OI layout the parameters keep, where the convolution's needs a
-// reorder back (bench/RESULTS.md, 2026-11-25). fp32 on an AMD EPYC: ResNet-50 ~3% faster (the
-// convolution's backward passes are jit_1x1 there, not brgemm). bf16 on that EPYC (AVX512_BF16):
-// the same either way. bf16 with AMX (Intel Xeon): the 1×1 layers' three passes take 0.117 s a
-// step as matmuls against 0.196 s as convolutions, the convolution's AMX backward-weights
-// kernel being 2-4 times slower than matmul's.
+// A 1×1 convolution without padding, on NHWC data, is one matrix product over the output
+// pixels: y[p, o] = Σ_i x[q(p), i] · w[o, i], where q(p) is the input pixel output pixel p
+// reads (the same pixel at stride 1, every stride-th row and column otherwise). oneDNN 2.6's
+// brgemm matmul runs these layers' three passes at least as fast as its 1×1 convolution
+// kernels and writes the weight gradient straight into the OI layout the parameters keep,
+// where the convolution's needs a reorder back (bench/RESULTS.md, 2026-11-25). fp32 on an AMD
+// EPYC: ResNet-50 ~3% faster (the convolution's backward passes are jit_1x1 there, not
+// brgemm). bf16 on that EPYC (AVX512_BF16): the same either way. bf16 with AMX (Intel Xeon):
+// the stride-1 layers' three passes take 0.117 s a step as matmuls against 0.196 s as
+// convolutions, the convolution's AMX backward kernels being 2-4 times slower than matmul's.
+// A strided one gathers the pixels it reads into a dense matrix first and scatters their
+// gradient back (zeros elsewhere), each a copy of rows of C values.
 bool is_pointwise_matmul(const Conv2dConfig& c) {
-  return c.kernel.h == 1 && c.kernel.w == 1 && c.stride == 1 && c.padding.h == 0 && c.padding.w == 0 && !c.bias;
+  return c.kernel.h == 1 && c.kernel.w == 1 && c.padding.h == 0 && c.padding.w == 0 && !c.bias;
+}
+
+// The rows of an NHWC tensor that a stride-`stride` 1×1 convolution reads, as dense rows in
+// output-pixel order; and back, where every input pixel is written: its gradient row if the
+// convolution read it, zeros if not.
+void gather_sampled_pixels(const std::byte* x, std::byte* sampled, const Shape& in, const Shape& out,
+                           std::int64_t stride, std::size_t row_bytes) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t n = 0; n < out.n(); ++n) {
+    for (std::int64_t i = 0; i < out.h(); ++i) {
+      for (std::int64_t j = 0; j < out.w(); ++j) {
+        const auto from = static_cast<std::size_t>((n * in.h() + stride * i) * in.w() + stride * j);
+        const auto to = static_cast<std::size_t>((n * out.h() + i) * out.w() + j);
+        std::memcpy(sampled + to * row_bytes, x + from * row_bytes, row_bytes);
+      }
+    }
+  }
+}
+
+void scatter_sampled_pixels(const std::byte* sampled, std::byte* dx, const Shape& in, const Shape& out,
+                            std::int64_t stride, std::size_t row_bytes) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t n = 0; n < in.n(); ++n) {
+    for (std::int64_t h = 0; h < in.h(); ++h) {
+      for (std::int64_t w = 0; w < in.w(); ++w) {
+        std::byte* row = dx + static_cast<std::size_t>((n * in.h() + h) * in.w() + w) * row_bytes;
+        if (h % stride == 0 && w % stride == 0) {
+          const auto from = static_cast<std::size_t>((n * out.h() + h / stride) * out.w() + w / stride);
+          std::memcpy(row, sampled + from * row_bytes, row_bytes);
+        } else {
+          std::memset(row, 0, row_bytes);
+        }
+      }
+    }
+  }
 }
 
 class CpuPointwiseConv final : public Conv2dOp {
  public:
-  CpuPointwiseConv(CpuBackend& backend, const Conv2dConfig& c) : b_(backend) {
+  CpuPointwiseConv(CpuBackend& backend, const Conv2dConfig& c)
+      : b_(backend), input_(c.input), output_(c.output()), stride_(c.stride),
+        row_bytes_(static_cast<std::size_t>(c.input.c()) * dtype_size(c.dtype)) {
     const auto& engine = backend.engine();
-    const std::int64_t pixels = c.input.n() * c.input.h() * c.input.w();
+    const std::int64_t pixels = output_.n() * output_.h() * output_.w();
     const std::int64_t in = c.input.c(), out = c.out_channels;
     const auto data = dnnl_type(c.dtype), f32 = memory::data_type::f32;
     x_ = memory::desc({pixels, in}, data, tag::ab);
     y_ = memory::desc({pixels, out}, data, tag::ab);
     dy_transposed_ = memory::desc({out, pixels}, data, tag::ba);
     dw_ = memory::desc({out, in}, f32, tag::ab);
+    if (stride_ > 1) backend.reserve_activation_scratch(x_.get_size());
     // y = x · wᵀ: the OI parameter read as an [in, out] matrix is its transpose, 'ba'.
     const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(
         dnnl::matmul::desc(x_, memory::desc({in, out}, data, tag::any), y_), engine));
@@ -240,24 +281,42 @@ class CpuPointwiseConv final : public Conv2dOp {
   void forward(const Tensor& x, const Tensor& weight, const Tensor* /*bias: none, see is_pointwise_matmul*/,
                Tensor& y) override {
     auto& s = b_.stream();
-    fwd_.execute(s, {{DNNL_ARG_SRC, mem(x_, b_.engine(), x.data)},
+    fwd_.execute(s, {{DNNL_ARG_SRC, mem(x_, b_.engine(), read_pixels(x))},
                      {DNNL_ARG_WEIGHTS, fwd_weights_->in(s, weight.as<float>())},
                      {DNNL_ARG_DST, mem(y_, b_.engine(), y.data)}});
   }
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
     auto& s = b_.stream();
+    void* dense = stride_ > 1 ? b_.activation_scratch() : dx.data;
     bwd_data_.execute(s, {{DNNL_ARG_SRC, mem(y_, b_.engine(), dy.data)},
                           {DNNL_ARG_WEIGHTS, bwd_data_weights_->in(s, weight.as<float>())},
-                          {DNNL_ARG_DST, mem(x_, b_.engine(), dx.data)}});
+                          {DNNL_ARG_DST, mem(x_, b_.engine(), dense)}});
+    if (stride_ > 1) {
+      scatter_sampled_pixels(static_cast<const std::byte*>(dense), static_cast<std::byte*>(dx.data), input_, output_,
+                             stride_, row_bytes_);
+    }
   }
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* /*dbias*/) override {
     bwd_weights_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(dy_transposed_, b_.engine(), dy.data)},
-                                       {DNNL_ARG_WEIGHTS, mem(x_, b_.engine(), x.data)},
+                                       {DNNL_ARG_WEIGHTS, mem(x_, b_.engine(), read_pixels(x))},
                                        {DNNL_ARG_DST, mem(dw_, b_.engine(), dweight.data)}});
   }
 
  private:
+  // The input pixels the matrix products read, as dense rows: x itself at stride 1, else those
+  // pixels gathered into the activation scratch (valid until the op's next call).
+  const void* read_pixels(const Tensor& x) {
+    if (stride_ == 1) return x.data;
+    void* sampled = b_.activation_scratch();
+    gather_sampled_pixels(static_cast<const std::byte*>(x.data), static_cast<std::byte*>(sampled), input_, output_,
+                          stride_, row_bytes_);
+    return sampled;
+  }
+
   CpuBackend& b_;
+  Shape input_, output_;
+  std::int64_t stride_;
+  std::size_t row_bytes_;
   memory::desc x_, y_, dy_transposed_, dw_;
   dnnl::matmul fwd_, bwd_data_, bwd_weights_;
   std::optional<WeightFormat> fwd_weights_, bwd_data_weights_;
@@ -590,13 +649,6 @@ std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {
              std::to_string(dnnl_version()->minor);
   }
   return "unknown dtype";
-}
-
-void CpuBackend::reserve_weight_scratch(std::size_t bytes) {
-  if (bytes > weight_scratch_bytes_) {
-    weight_scratch_ = allocate(bytes);
-    weight_scratch_bytes_ = bytes;
-  }
 }
 
 int CpuBackend::threads() const { return omp_get_max_threads(); }

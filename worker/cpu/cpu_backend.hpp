@@ -72,14 +72,32 @@ class CpuBackend final : public Backend {
 
   // One buffer for weights (or their gradients) in a kernel's format during one call: ops
   // reserve their size at setup and fetch the pointer each call (it moves while it grows).
-  void reserve_weight_scratch(std::size_t bytes);
-  void* weight_scratch() const { return weight_scratch_.get(); }
+  void reserve_weight_scratch(std::size_t bytes) { weight_scratch_.reserve(*this, bytes); }
+  void* weight_scratch() const { return weight_scratch_.data(); }
+  // The same for activations an op rearranges during one call (a strided 1×1 convolution's
+  // sampled pixels and their gradient).
+  void reserve_activation_scratch(std::size_t bytes) { activation_scratch_.reserve(*this, bytes); }
+  void* activation_scratch() const { return activation_scratch_.data(); }
 
  private:
   double step_loss_ = 0.0;  // the weighted sum of this step's loss terms so far
   std::uint64_t step_ = 0;  // begin_step's
-  std::shared_ptr<void> weight_scratch_;
-  std::size_t weight_scratch_bytes_ = 0;
+  // A buffer that only grows, to the largest size reserved.
+  class Scratch {
+   public:
+    void reserve(CpuBackend& backend, std::size_t bytes) {
+      if (bytes > bytes_) {
+        buffer_ = backend.allocate(bytes);
+        bytes_ = bytes;
+      }
+    }
+    void* data() const { return buffer_.get(); }
+
+   private:
+    std::shared_ptr<void> buffer_;
+    std::size_t bytes_ = 0;
+  };
+  Scratch weight_scratch_, activation_scratch_;
   dnnl::engine engine_;
   dnnl::stream stream_;
 };
