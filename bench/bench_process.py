@@ -37,7 +37,11 @@ def machine():
     with open("/proc/cpuinfo") as f:
         text = f.read()
     cpu = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
-    isa = "AVX-512 with AVX512-BF16" if "avx512_bf16" in text else ("AVX-512" if "avx512f" in text else "AVX2")
+    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    # AMX changes bf16 by several times (oneDNN's avx512_core_amx kernels): name it.
+    isa = ("AVX-512 with AVX512-BF16 and AMX" if {"avx512_bf16", "amx_bf16"} <= flags
+           else "AVX-512 with AVX512-BF16" if "avx512_bf16" in flags
+           else "AVX-512" if "avx512f" in flags else "AVX2")
     which = blas()
     if which.startswith("reference"):
         print(f"warning: PyTorch's fp32 matrix products run on the {which}", file=sys.stderr)
