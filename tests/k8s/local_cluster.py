@@ -47,8 +47,9 @@ class Api:
             raise
         except http.client.HTTPException as e:
             # A reply cut off mid-way (the server killed while answering: IncompleteRead, a torn status
-            # line) is a transport failure like a refused connection, and callers retry it as one. CI
-            # once lost its simulated kubelet to an IncompleteRead that escaped every retry loop.
+            # line) is a transport failure like a refused connection, and callers retry it as one. An
+            # IncompleteRead escaping the simulated kubelet's retry loop is the likely cause of a CI
+            # run whose pods were never run after the API server was killed.
             raise ConnectionError(f"{method} {path}: {e!r}") from e
 
     def list(self, path):
