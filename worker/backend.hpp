@@ -364,11 +364,15 @@ class Backend {
   // backend keeps it on the device: called while a step is captured, the graph advances it by one
   // at each replay, so replayed steps do not repeat the captured step's masks.
   virtual void begin_step(std::uint64_t step) = 0;
-  // Inverted dropout: keeps with probability 1 - p and scales by 1/(1 - p). The mask (fp32,
-  // holding 0 or the scale) is dropout_mask.hpp's function of (dropout_seed(layer_seed, step),
-  // index), so results do not depend on threads or on the backend.
-  virtual void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) = 0;
-  virtual void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;
+  // Inverted dropout: keeps with probability 1 - p and scales by 1/(1 - p). Which elements stay
+  // is dropout_mask.hpp's function of (dropout_key(layer_seed, step), index), so results do not
+  // depend on threads or on the backend. No mask is stored: backward, given the same p and seed
+  // within the same step, hashes the indices again. dx may be dy.
+  virtual void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t layer_seed) = 0;
+  virtual void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t layer_seed) = 0;
+  // The mask this step's dropout_forward(p, layer_seed) applied, as fp32 values 0 or 1/(1 - p):
+  // for another framework to repeat the step (--record-step) and for tests.
+  virtual void dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) = 0;
   // Mean softmax cross-entropy over the batch, computed in fp32 or wider whatever the logits'
   // dtype; writes dlogits = (softmax - onehot) / N · weight · gradient_scale in the logits' dtype
   // (the loss scale is applied before the gradient is rounded, so small gradients survive fp16).

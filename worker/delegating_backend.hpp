@@ -39,10 +39,11 @@ class DelegatingBackend : public Backend {
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override { inner_.adaptive_avg_pool_forward(x, y); }
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override { inner_.adaptive_avg_pool_backward(dy, dx); }
   void begin_step(std::uint64_t step) override { inner_.begin_step(step); }
-  void dropout_forward(const Tensor& x, Tensor& y, Tensor& m, float p, std::uint64_t s) override {
-    inner_.dropout_forward(x, y, m, p, s);
+  void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t s) override { inner_.dropout_forward(x, y, p, s); }
+  void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t s) override {
+    inner_.dropout_backward(dy, dx, p, s);
   }
-  void dropout_backward(const Tensor& dy, const Tensor& m, Tensor& dx) override { inner_.dropout_backward(dy, m, dx); }
+  void dropout_mask(Tensor& mask, float p, std::uint64_t s) override { inner_.dropout_mask(mask, p, s); }
   void softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d, float scale, LossTerm term) override {
     inner_.softmax_cross_entropy(l, y, d, scale, term);
   }

@@ -727,8 +727,12 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
     const float loss = trainer.step_and_loss();
     backend->synchronize();
     record.tensors.push_back(NamedTensor::of_floats("loss", {}, &loss));
-    for (const auto& [name, state] : step_state(trainer.network())) {
-      record.tensors.push_back(NamedTensor::of_floats("state." + name, dims_of(state->shape), download(*backend, *state).data()));
+    for (const DropoutMaskState& state : step_state(trainer.network())) {
+      Tensor mask = activation(state.shape, state.layout, DType::fp32);
+      const std::shared_ptr<void> storage = backend->allocate(mask.bytes());
+      mask.data = storage.get();
+      backend->dropout_mask(mask, state.p, state.layer_seed);
+      record.tensors.push_back(NamedTensor::of_floats("state." + state.name, dims_of(mask.shape), download(*backend, mask).data()));
     }
     for (auto& t : parameter_tensors(trainer.parameters(), *backend, "grad.", true)) record.tensors.push_back(std::move(t));
     for (auto& t : parameter_tensors(trainer.parameters(), *backend, "updated.")) record.tensors.push_back(std::move(t));

@@ -261,11 +261,17 @@ TEST_F(CudaBackendTest, LossDropoutPoolingAndSgdMatchTheCpu) {
 
   const Shape flat(8, 4096);
   auto x = pair(flat, false, 20), y = zeros(flat, false), mask = zeros(flat, false);
-  cpu_->dropout_forward(x.cpu(), y.cpu(), mask.cpu(), 0.5f, 1234);
-  gpu_->dropout_forward(x.gpu(), y.gpu(), mask.gpu(), 0.5f, 1234);
+  auto dy = pair(flat, false, 25), dx = zeros(flat, false);
+  cpu_->dropout_forward(x.cpu(), y.cpu(), 0.5f, 1234);
+  gpu_->dropout_forward(x.gpu(), y.gpu(), 0.5f, 1234);
+  cpu_->dropout_mask(mask.cpu(), 0.5f, 1234);
+  gpu_->dropout_mask(mask.gpu(), 0.5f, 1234);
+  cpu_->dropout_backward(dy.cpu(), dx.cpu(), 0.5f, 1234);
+  gpu_->dropout_backward(dy.gpu(), dx.gpu(), 0.5f, 1234);
   gpu_->synchronize();
   EXPECT_EQ(mask.error(), 0.0) << "the same (seed, index) must keep the same elements";
   EXPECT_EQ(y.error(), 0.0);
+  EXPECT_EQ(dx.error(), 0.0) << "backward hashes the indices forward kept";
 
   const Shape in(2, 64, 7, 7), out(2, 64, 3, 3);
   auto px = pair(in, true, 21), py = zeros(out, true), pdy = pair(out, true, 22), pdx = zeros(in, true);

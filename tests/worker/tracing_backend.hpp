@@ -76,13 +76,17 @@ class TracingBackend final : public Backend {
     inner_.adaptive_avg_pool_backward(dy, dx);
   }
   void begin_step(std::uint64_t step) override { inner_.begin_step(step); }
-  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) override {
-    record({x.data, y.data, mask.data});
-    inner_.dropout_forward(x, y, mask, p, seed);
+  void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed) override {
+    record({x.data, y.data});
+    inner_.dropout_forward(x, y, p, seed);
   }
-  void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override {
-    record({dy.data, mask.data, dx.data});
-    inner_.dropout_backward(dy, mask, dx);
+  void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed) override {
+    record({dy.data, dx.data});
+    inner_.dropout_backward(dy, dx, p, seed);
+  }
+  void dropout_mask(Tensor& mask, float p, std::uint64_t seed) override {
+    record({mask.data});
+    inner_.dropout_mask(mask, p, seed);
   }
   void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, float gradient_scale,
                              LossTerm term) override {

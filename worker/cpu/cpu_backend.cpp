@@ -776,30 +776,80 @@ void adaptive_avg_pool_backward_nhwc(const Tensor& dy, Tensor& dx) {
   }
 }
 
+// y = x · mask for dropout's mask, hashed again for every pass (x null: y = mask), over one
+// chunk of at most 2^32 elements inside one 2^32-element block, so that the loop runs over 32-bit
+// indices, which the compiler vectorises. The chunk functions are cloned for AVX-512 and AVX2
+// (the build targets generic x86-64); the OpenMP loop around them stays outside the clones,
+// because its outlined body would not inherit their target.
 template <typename T>
-void dropout_forward_typed(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t seed) {
-  const std::int64_t n = x.numel();
-  const float keep_scale = 1.0f / (1.0f - p);
-  const auto threshold = static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
-  const T* src = x.as<T>();
-  T* dst = y.as<T>();
-  float* m = mask.as<float>();
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const bool keep = dropout_keeps(seed, static_cast<std::uint64_t>(i), threshold);
-    m[i] = keep ? keep_scale : 0.0f;
-    dst[i] = from_float<T>(to_float(src[i]) * m[i]);
+[[gnu::always_inline]] inline void dropout_chunk(const T* x, T* y, std::uint32_t count, DropoutKey key,
+                                                 std::uint32_t block, std::uint32_t first, std::uint32_t threshold,
+                                                 float keep_scale) {
+  if (x == nullptr) {
+#pragma omp simd
+    for (std::uint32_t j = 0; j < count; ++j) {
+      y[j] = from_float<T>(dropout_hash(key, block, first + j) >= threshold ? keep_scale : 0.0f);
+    }
+    return;
+  }
+#pragma omp simd
+  for (std::uint32_t j = 0; j < count; ++j) {
+    const float m = dropout_hash(key, block, first + j) >= threshold ? keep_scale : 0.0f;
+    y[j] = from_float<T>(to_float(x[j]) * m);
   }
 }
 
+[[gnu::target_clones("avx512f", "avx2", "default")]] void dropout_chunk_fp32(const float* x, float* y,
+                                                                              std::uint32_t count, DropoutKey key,
+                                                                              std::uint32_t block, std::uint32_t first,
+                                                                              std::uint32_t threshold, float keep_scale) {
+  dropout_chunk(x, y, count, key, block, first, threshold, keep_scale);
+}
+
+[[gnu::target_clones("avx512f", "avx2", "default")]] void dropout_chunk_bf16(const bf16* x, bf16* y,
+                                                                              std::uint32_t count, DropoutKey key,
+                                                                              std::uint32_t block, std::uint32_t first,
+                                                                              std::uint32_t threshold, float keep_scale) {
+  dropout_chunk(x, y, count, key, block, first, threshold, keep_scale);
+}
+
 template <typename T>
-void dropout_backward_typed(const Tensor& dy, const Tensor& mask, Tensor& dx) {
-  const std::int64_t n = dy.numel();
-  const T* g = dy.as<T>();
-  const float* m = mask.as<float>();
-  T* out = dx.as<T>();
-#pragma omp parallel for simd schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) out[i] = from_float<T>(to_float(g[i]) * m[i]);
+void dropout_chunk_any(const T* x, T* y, std::uint32_t count, DropoutKey key, std::uint32_t block, std::uint32_t first,
+                       std::uint32_t threshold, float keep_scale) {
+  if constexpr (std::is_same_v<T, float>) {
+    dropout_chunk_fp32(x, y, count, key, block, first, threshold, keep_scale);
+  } else if constexpr (std::is_same_v<T, bf16>) {
+    dropout_chunk_bf16(x, y, count, key, block, first, threshold, keep_scale);
+  } else {
+    dropout_chunk(x, y, count, key, block, first, threshold, keep_scale);
+  }
+}
+
+// Chunks of 2^14 elements: a few per core per 2^20, and never across a 2^32 block.
+constexpr std::int64_t kDropoutChunk = std::int64_t{1} << 14;
+
+template <typename T>
+void dropout_apply(const T* x, T* y, std::int64_t n, DropoutKey key, std::uint32_t threshold, float keep_scale) {
+  const std::int64_t chunks = (n + kDropoutChunk - 1) / kDropoutChunk;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::int64_t begin = c * kDropoutChunk;
+    dropout_chunk_any(x == nullptr ? nullptr : x + begin, y + begin,
+                      static_cast<std::uint32_t>(std::min(kDropoutChunk, n - begin)), key,
+                      static_cast<std::uint32_t>(begin >> 32), static_cast<std::uint32_t>(begin), threshold, keep_scale);
+  }
+}
+
+void dropout_apply(const Tensor* x, Tensor& y, float p, DropoutKey key) {
+  if (x != nullptr && x->numel() != y.numel()) {
+    throw std::invalid_argument("dropout: input of " + std::to_string(x->numel()) + " elements, output of " +
+                                std::to_string(y.numel()));
+  }
+  if (x != nullptr && x->dtype != y.dtype) throw std::invalid_argument("dropout: input and output dtypes differ");
+  with_element_type(y.dtype, [&]<typename T>(T*) {
+    dropout_apply(x == nullptr ? nullptr : x->as<T>(), y.as<T>(), y.numel(), key, dropout_threshold(p),
+                  1.0f / (1.0f - p));
+  });
 }
 
 // Computed in fp64 from the logits as stored (as autocast does: cross-entropy runs in fp32).
@@ -854,13 +904,16 @@ void CpuBackend::adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) {
   with_element_type(dy.dtype, [&]<typename T>(T*) { adaptive_avg_pool_backward_nhwc<T>(dy, dx); });
 }
 
-void CpuBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) {
-  const std::uint64_t seed = dropout_seed(layer_seed, step_);
-  with_element_type(x.dtype, [&]<typename T>(T*) { dropout_forward_typed<T>(x, y, mask, p, seed); });
+void CpuBackend::dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t layer_seed) {
+  dropout_apply(&x, y, p, dropout_key(layer_seed, step_));
 }
 
-void CpuBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
-  with_element_type(dy.dtype, [&]<typename T>(T*) { dropout_backward_typed<T>(dy, mask, dx); });
+void CpuBackend::dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t layer_seed) {
+  dropout_apply(&dy, dx, p, dropout_key(layer_seed, step_));
+}
+
+void CpuBackend::dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) {
+  dropout_apply(nullptr, mask, p, dropout_key(layer_seed, step_));
 }
 
 void CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,

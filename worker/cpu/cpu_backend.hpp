@@ -42,8 +42,9 @@ class CpuBackend final : public Backend {
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void begin_step(std::uint64_t step) override { step_ = step; }
-  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) override;
-  void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
+  void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t layer_seed) override;
+  void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t layer_seed) override;
+  void dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) override;
   void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
                              float gradient_scale, LossTerm term) override;
   float last_loss() override { return static_cast<float>(step_loss_); }

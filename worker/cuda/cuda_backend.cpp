@@ -508,15 +508,22 @@ void CudaBackend::begin_step(std::uint64_t step) {
   }
 }
 
-void CudaBackend::dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) {
+void CudaBackend::dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t layer_seed) {
   require_dtype("dropout", x.dtype, {&x, &y});
-  kernels::dropout_forward(x.dtype, x.data, y.data, mask.as<float>(), x.numel(), p, layer_seed,
-                           static_cast<const std::uint64_t*>(step_.get()), stream_);
+  kernels::dropout(x.dtype, x.data, y.data, x.numel(), p, layer_seed, static_cast<const std::uint64_t*>(step_.get()),
+                   stream_);
 }
 
-void CudaBackend::dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
+void CudaBackend::dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t layer_seed) {
   require_dtype("dropout", dy.dtype, {&dy, &dx});
-  kernels::multiply_by_mask(dy.dtype, dy.data, mask.as<float>(), dx.data, dy.numel(), stream_);
+  kernels::dropout(dy.dtype, dy.data, dx.data, dy.numel(), p, layer_seed,
+                   static_cast<const std::uint64_t*>(step_.get()), stream_);
+}
+
+void CudaBackend::dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) {
+  require_dtype("dropout mask", DType::fp32, {&mask});
+  kernels::dropout(DType::fp32, nullptr, mask.data, mask.numel(), p, layer_seed,
+                   static_cast<const std::uint64_t*>(step_.get()), stream_);
 }
 
 void CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,

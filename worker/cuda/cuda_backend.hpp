@@ -87,8 +87,9 @@ class CudaBackend final : public Backend {
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void begin_step(std::uint64_t step) override;
-  void dropout_forward(const Tensor& x, Tensor& y, Tensor& mask, float p, std::uint64_t layer_seed) override;
-  void dropout_backward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
+  void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t layer_seed) override;
+  void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t layer_seed) override;
+  void dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) override;
   void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, float gradient_scale,
                              LossTerm term) override;
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,

@@ -24,11 +24,6 @@ struct AddRelu {
   __device__ float operator()(float a, float b) const { return fmaxf(a + b, 0.0f); }
 };
 
-template <typename T>
-__global__ void multiply_by_mask_kernel(const T* a, const float* mask, T* y, std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(load(a[i]) * mask[i]); }
-}
-
 __global__ void scale_and_flag_kernel(float* data, std::int64_t n, float factor, int* non_finite) {
   bool bad = false;
   DLBENCH_GRID_STRIDE(i, n) {
@@ -84,14 +79,15 @@ __global__ void adaptive_avg_pool_backward_kernel(const T* dy, T* dx, Activation
 __global__ void set_step_kernel(std::uint64_t* counter, std::uint64_t step) { *counter = step; }
 __global__ void advance_step_kernel(std::uint64_t* counter) { *counter += 1; }
 
+// y = x · mask, the mask hashed from the step on the device (x null: y = mask). Forward and
+// backward both run it: nothing stores the mask.
 template <typename T>
-__global__ void dropout_forward_kernel(const T* x, T* y, float* mask, std::int64_t n, std::uint64_t threshold,
-                                       float keep_scale, std::uint64_t layer_seed, const std::uint64_t* step) {
-  const std::uint64_t seed = dlbench::worker::dropout_seed(layer_seed, *step);
+__global__ void dropout_kernel(const T* x, T* y, std::int64_t n, std::uint32_t threshold, float keep_scale,
+                               std::uint64_t layer_seed, const std::uint64_t* step) {
+  const dlbench::worker::DropoutKey key = dlbench::worker::dropout_key(layer_seed, *step);
   DLBENCH_GRID_STRIDE(i, n) {
-    const bool keep = dlbench::worker::dropout_keeps(seed, static_cast<std::uint64_t>(i), threshold);
-    mask[i] = keep ? keep_scale : 0.0f;
-    y[i] = store<T>(load(x[i]) * mask[i]);
+    const float m = dlbench::worker::dropout_keeps(key, static_cast<std::uint64_t>(i), threshold) ? keep_scale : 0.0f;
+    y[i] = store<T>(x == nullptr ? m : load(x[i]) * m);
   }
 }
 
@@ -328,12 +324,6 @@ void add(DType dtype, const void* a, const void* b, void* y, std::int64_t n, cud
 void add_relu(DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream) {
   launch_map2(AddRelu{}, dtype, a, b, y, n, stream);
 }
-void multiply_by_mask(DType dtype, const void* a, const float* mask, void* y, std::int64_t n, cudaStream_t stream) {
-  with_float_type(dtype, [&](auto t) {
-    using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(multiply_by_mask_kernel<T>, n, stream, static_cast<const T*>(a), mask, static_cast<T*>(y), n);
-  });
-}
 void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream) {
   DLBENCH_LAUNCH(scale_and_flag_kernel, n, stream, data, n, factor, non_finite);
 }
@@ -363,13 +353,13 @@ void advance_step(std::uint64_t* counter, cudaStream_t stream) {
   advance_step_kernel<<<1, 1, 0, stream>>>(counter);
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
-void dropout_forward(DType dtype, const void* x, void* y, float* mask, std::int64_t n, float p,
-                     std::uint64_t layer_seed, const std::uint64_t* step, cudaStream_t stream) {
-  const auto threshold = static_cast<std::uint64_t>(static_cast<double>(p) * 18446744073709551616.0);
+void dropout(DType dtype, const void* x, void* y, std::int64_t n, float p, std::uint64_t layer_seed,
+             const std::uint64_t* step, cudaStream_t stream) {
+  const std::uint32_t threshold = dlbench::worker::dropout_threshold(p);
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(dropout_forward_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<T*>(y), mask, n,
-                   threshold, 1.0f / (1.0f - p), layer_seed, step);
+    DLBENCH_LAUNCH(dropout_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<T*>(y), n, threshold,
+                   1.0f / (1.0f - p), layer_seed, step);
   });
 }
 void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* labels, void* dlogits,

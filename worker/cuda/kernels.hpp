@@ -34,12 +34,10 @@ void adaptive_avg_pool_backward(DType dtype, const void* dy, void* dx, const Act
 // The step counter dropout reads: set to a value, or advanced by one (inside a captured step).
 void set_step(std::uint64_t* counter, std::uint64_t step, cudaStream_t stream);
 void advance_step(std::uint64_t* counter, cudaStream_t stream);
-// Inverted dropout with the CPU backend's mask (dropout_mask.hpp), the seed mixed with *step on
-// the device. The mask is fp32 (0 or the scale, exact).
-void dropout_forward(DType dtype, const void* x, void* y, float* mask, std::int64_t n, float p,
-                     std::uint64_t layer_seed, const std::uint64_t* step, cudaStream_t stream);
-// y = a · mask.
-void multiply_by_mask(DType dtype, const void* a, const float* mask, void* y, std::int64_t n, cudaStream_t stream);
+// y = x · mask, inverted dropout with the CPU backend's mask (dropout_mask.hpp), its key mixing
+// in *step on the device; x null writes the mask itself (0 or the scale, exact) in y's dtype.
+void dropout(DType dtype, const void* x, void* y, std::int64_t n, float p, std::uint64_t layer_seed,
+             const std::uint64_t* step, cudaStream_t stream);
 // One block per row: loss_rows[b] = weight · (logsumexp(z_b) - z_b[label_b]); dlogits =
 // (softmax - onehot) · weight · gradient_scale / rows. Each loss term of a step writes its own rows.
 void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* labels, void* dlogits,

@@ -36,7 +36,7 @@ class BertEmbeddings final : public Layer {
     out.push_back(&token_type_);
     norm_.collect(out);
   }
-  void collect_step_state(const std::string& prefix, std::vector<std::pair<std::string, const Tensor*>>& out) override {
+  void collect_step_state(const std::string& prefix, std::vector<DropoutMaskState>& out) override {
     dropout_.collect(prefix, out);
   }
   // The masked-LM decoder uses the word embeddings as its weights: it writes their gradient
@@ -66,7 +66,7 @@ class BertEmbeddings final : public Layer {
     y_ = matrix(rows, hidden_, dtype_);
     ctx.arena.request(y_, t);
     norm_.setup(ctx, rows, dtype_, t);
-    dropout_.setup(ctx, y_.shape, t);
+    dropout_.setup(y_.shape);
     dnormed_ = matrix(rows, hidden_, dtype_);
     backward_only(ctx, dnormed_, t);
     dsum_ = matrix(rows, hidden_, dtype_);

@@ -77,6 +77,16 @@ struct StepContext {
   }
 };
 
+// A dropout mask a step applied: the backend writes it again on request (Backend::dropout_mask
+// with this p and seed, before the next step begins), since no pass stores it.
+struct DropoutMaskState {
+  std::string name;  // by path: "classifier.2.mask"
+  Shape shape;
+  Layout layout = Layout::plain;
+  float p = 0.0f;
+  std::uint64_t layer_seed = 0;
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -90,7 +100,7 @@ class Layer {
   // branch). Parameter names are these paths (name_parameters).
   virtual void for_each_child(const std::function<void(const std::string&, Layer&)>& visit) { (void)visit; }
   // State a step leaves that another framework needs to repeat the step: dropout masks.
-  virtual void collect_step_state(const std::string& prefix, std::vector<std::pair<std::string, const Tensor*>>& out) {
+  virtual void collect_step_state(const std::string& prefix, std::vector<DropoutMaskState>& out) {
     (void)prefix;
     (void)out;
   }
@@ -130,8 +140,8 @@ inline void name_parameters(Layer& network) {
 }
 
 // The step state of every layer of `network`, named by path ("classifier.2.mask").
-inline std::vector<std::pair<std::string, const Tensor*>> step_state(Layer& network) {
-  std::vector<std::pair<std::string, const Tensor*>> out;
+inline std::vector<DropoutMaskState> step_state(Layer& network) {
+  std::vector<DropoutMaskState> out;
   for_each_leaf(network, "", [&](Layer& leaf, const std::string& prefix) { leaf.collect_step_state(prefix, out); });
   return out;
 }

@@ -135,32 +135,31 @@ class Dropout final : public Layer {
   std::string kind() const override { return "Dropout"; }
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
     for (Tensor* t : {&y_, &dx_}) *t = activation(input.shape, ctx.backend.activation_layout(), input.dtype);
-    mask_ = activation(input.shape, ctx.backend.activation_layout(), DType::fp32);  // 0 or 1/(1-p), exact
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
     ctx.arena.request(y_, t);
-    ctx.arena.request(mask_, t);
-    ctx.arena.read(mask_, t.mirrored());
     ctx.request_input_grad(dx_, t.mirrored());
     return y_;
   }
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
     // The step's part is the backend's (begin_step), so that a replayed graph advances it.
-    ctx.backend.dropout_forward(x, y_, mask_, p_, (ctx.seed * 0x100000001B3ull) ^ salt_);
+    layer_seed_ = (ctx.seed * 0x100000001B3ull) ^ salt_;
+    ctx.backend.dropout_forward(x, y_, p_, layer_seed_);
     return y_;
   }
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
-    ctx.backend.dropout_backward(dy, mask_, dx_);
+    ctx.backend.dropout_backward(dy, dx_, p_, layer_seed_);
     return dx_;
   }
-  void collect_step_state(const std::string& prefix, std::vector<std::pair<std::string, const Tensor*>>& out) override {
-    out.emplace_back(prefix + "mask", &mask_);
+  void collect_step_state(const std::string& prefix, std::vector<DropoutMaskState>& out) override {
+    out.push_back({prefix + "mask", y_.shape, y_.layout, p_, layer_seed_});
   }
 
  private:
   float p_;
   std::uint64_t salt_;
-  Tensor y_, mask_, dx_;
+  std::uint64_t layer_seed_ = 0;  // the last forward's
+  Tensor y_, dx_;
 };
 
 }  // namespace dlbench::worker

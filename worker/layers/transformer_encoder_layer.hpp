@@ -50,7 +50,7 @@ class TransformerEncoderLayer final : public Layer {
     output_.collect(out);
     output_norm_.collect(out);
   }
-  void collect_step_state(const std::string& prefix, std::vector<std::pair<std::string, const Tensor*>>& out) override {
+  void collect_step_state(const std::string& prefix, std::vector<DropoutMaskState>& out) override {
     probabilities_dropout_.collect(prefix, out);
     attention_dropout_.collect(prefix, out);
     output_dropout_.collect(prefix, out);
@@ -111,9 +111,9 @@ class TransformerEncoderLayer final : public Layer {
     ctx.arena.request(y_, t);
     attention_norm_.setup(ctx, rows_, dtype, t);
     output_norm_.setup(ctx, rows_, dtype, t);
-    probabilities_dropout_.setup(ctx, probabilities_.shape, t);
-    attention_dropout_.setup(ctx, y_.shape, t);
-    output_dropout_.setup(ctx, y_.shape, t);
+    probabilities_dropout_.setup(probabilities_.shape);
+    attention_dropout_.setup(y_.shape);
+    output_dropout_.setup(y_.shape);
 
     for (Tensor* g : {&dresidual2_, &dlinear_, &dh_, &dresidual1_, &dcontext_, &dcontext_heads_, &dq_heads_, &dk_heads_,
                       &dv_heads_, &dq_, &dk_, &dv_, &dx_part_}) {
