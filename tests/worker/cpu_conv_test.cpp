@@ -1,6 +1,6 @@
 // The CPU backend runs a convolution by one of two routes: oneDNN's convolution primitives,
-// or, for a 1×1, stride-1, unpadded, bias-free fp32 layer, three matrix products over the
-// batch's pixels. A gradient check cannot tell a wrong route that is consistent with itself (say,
+// or, for a 1×1 unpadded bias-free layer, three matrix products over the batch's pixels; and a
+// linear layer as matrix products (fp32) or oneDNN's inner product (bf16). A gradient check cannot tell a wrong route that is consistent with itself (say,
 // the weight read transposed in forward and backward alike), so each route is held here to
 // the convolution's definition, written out in loops: forward, input gradient, weight and
 // bias gradients, in fp32 and, where the CPU has it, bf16.
@@ -79,7 +79,9 @@ std::vector<float> as_floats(const std::vector<double>& v) { return {v.begin(), 
 // Runs the backend's op for `c` and compares every output with the definition evaluated on
 // the values the op really saw (inputs rounded to the dtype). Outputs in the dtype carry one
 // rounding (bf16: u = 2^-9); fp32 sums and the fp32 weight gradients only summation error.
-void expect_matches_definition(const Conv2dConfig& c, const std::string& what) {
+// linear: the backend's linear op for the same numbers (a 1×1 convolution of an (N, C, 1, 1)
+// input is a linear layer over N rows: the same memory, row-major).
+void expect_matches_definition(const Conv2dConfig& c, const std::string& what, bool linear = false) {
   CpuBackend backend(2);
   if (const auto why = backend.cannot_compute(c.dtype)) GTEST_SKIP() << *why;
   std::mt19937 rng(5);
@@ -106,11 +108,17 @@ void expect_matches_definition(const Conv2dConfig& c, const std::string& what) {
   Tensor tdw{dw.data(), c.weight(), Layout::plain, DType::fp32};
   Tensor tdb{db.data(), Shape(c.out_channels), Layout::plain, DType::fp32};
 
-  const auto op = backend.make_conv2d(c);
-  op->forward(tx, tw, c.bias ? &tb : nullptr, ty);
-  op->backward_data(tdy, tw, tdx);
-  op->backward_weights(tx, tdy, tdw, c.bias ? &tdb : nullptr);
-  backend.synchronize();
+  const auto run = [&](auto op) {
+    op->forward(tx, tw, c.bias ? &tb : nullptr, ty);
+    op->backward_data(tdy, tw, tdx);
+    op->backward_weights(tx, tdy, tdw, c.bias ? &tdb : nullptr);
+    backend.synchronize();
+  };
+  if (linear) {
+    run(backend.make_linear({c.input.n(), c.input.c(), c.out_channels, c.bias, c.dtype}));
+  } else {
+    run(backend.make_conv2d(c));
+  }
 
   const double rounded = c.dtype == DType::fp32 ? 1e-5 : 8e-3;  // one rounding to the dtype, u = 2^-9 for bf16
   const auto values = [&](const std::vector<std::byte>& bytes) {
@@ -148,6 +156,13 @@ TEST_P(CpuConvolution, PointwiseMatchesTheDefinition) {
 TEST_P(CpuConvolution, ConvolutionPrimitivesMatchTheDefinition) {
   expect_matches_definition(config(Shape(2, 12, 5, 7), 20, 1, 1, 0, true, GetParam()), "1x1 with bias");
   expect_matches_definition(config(Shape(2, 8, 6, 5), 16, 3, 1, 1, true, GetParam()), "3x3 padded");
+}
+
+// Linear layers: matrix products in fp32, oneDNN's inner product in bf16 (make_linear says why).
+// 150 outputs: the bias gradient's column blocks of 64 end in a partial one; 37 rows.
+TEST_P(CpuConvolution, LinearMatchesTheDefinition) {
+  expect_matches_definition(config(Shape(37, 19, 1, 1), 150, 1, 1, 0, true, GetParam()), "linear", true);
+  expect_matches_definition(config(Shape(5, 64, 1, 1), 3, 1, 1, 0, true, GetParam()), "linear, 3 outputs", true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CpuConvolution, ::testing::Values(DType::fp32, DType::bf16),

@@ -100,7 +100,7 @@ TEST(Training, BatchNormRunningStatisticsFollowPyTorch) {
   auto net = std::make_unique<Sequential>();
   auto& bn = net->add<BatchNorm2d>(1);
   net->add<Flatten>();
-  net->add<Linear>(4, 2);
+  net->add<Linear>(2, 2);  // a sample is 1 x 1 x 2
   Trainer trainer(backend, std::move(net), Shape(2, 1, 1, 2), 2, {0.1f, 0.0f, 0.0f}, 3);
   const Tensor& x = trainer.input();
   double mean = 0, squares = 0;
@@ -114,6 +114,22 @@ TEST(Training, BatchNormRunningStatisticsFollowPyTorch) {
   // running = 0.9 · initial + 0.1 · batch; the variance is unbiased (n - 1 = 3).
   EXPECT_NEAR(static_cast<double>(bn.running_mean().as<float>()[0]), 0.1 * mean, 1e-6);
   EXPECT_NEAR(static_cast<double>(bn.running_var().as<float>()[0]), 0.9 + 0.1 * squares / 3.0, 1e-5);
+}
+
+// A linear layer whose input has another width is refused at setup, before any kernel reads
+// past the input (oneDNN would: it trusts the shapes it is given).
+TEST(Training, ALinearLayerRefusesAnInputOfAnotherWidth) {
+  CpuBackend backend(1);
+  auto net = std::make_unique<Sequential>();
+  net->add<Flatten>();
+  net->add<Linear>(4, 2);
+  try {
+    Trainer trainer(backend, std::move(net), Shape(2, 1, 1, 2), 2, {0.1f, 0.0f, 0.0f}, 3);
+    ADD_FAILURE() << "a 2-feature input was accepted by Linear(4, 2)";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("Linear(4, 2): input [2, 2] does not have 4 features"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "layers/layer.hpp"
 
@@ -24,6 +26,11 @@ class Linear final : public Layer {
   }
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    if (input.numel() != input.shape.n() * in_) {
+      throw std::invalid_argument("Linear(" + std::to_string(in_) + ", " + std::to_string(out_) + "): input " +
+                                  input.shape.to_string() + " does not have " + std::to_string(in_) +
+                                  " features a sample");
+    }
     op_ = ctx.backend.make_linear({input.shape.n(), in_, out_, true, input.dtype});
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
