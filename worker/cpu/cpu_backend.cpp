@@ -89,7 +89,7 @@ class WeightFormat {
   dnnl::reorder to_user_;
 };
 
-// The three primitives of a layer with weights (convolution, bf16 inner product): forward,
+// The three primitives of a convolution: forward,
 // backward-data and backward-weights, with the weights kept in the user's layout.
 template <typename Forward, typename BackwardData, typename BackwardWeights>
 class WeightedPrimitives {
@@ -178,26 +178,6 @@ ConvPrimitives make_conv_primitives(CpuBackend& backend, const Conv2dConfig& c) 
   return ConvPrimitives(backend, fwd_pd, bwd_data_pd, bwd_weights_pd, src, dst, md_of(c.weight(), Layout::plain), bias);
 }
 
-using InnerProductPrimitives = WeightedPrimitives<dnnl::inner_product_forward, dnnl::inner_product_backward_data,
-                                                  dnnl::inner_product_backward_weights>;
-
-InnerProductPrimitives make_inner_product_primitives(CpuBackend& backend, const LinearConfig& c) {
-  const auto& engine = backend.engine();
-  const memory::desc src = md_of(Shape(c.batch, c.in_features), Layout::plain, c.dtype);
-  const memory::desc dst = md_of(Shape(c.batch, c.out_features), Layout::plain, c.dtype);
-  const Shape weight(c.out_features, c.in_features);
-  const memory::desc bias = c.bias ? md_of(Shape(c.out_features), Layout::plain) : memory::desc();
-  const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_forward::primitive_desc(
-      dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, any_md(weight, c.dtype), bias, dst),
-      engine));
-  const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_data::primitive_desc(
-      dnnl::inner_product_backward_data::desc(src, any_md(weight, c.dtype), dst), engine, fwd_pd));
-  const auto bwd_weights_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_weights::primitive_desc(
-      dnnl::inner_product_backward_weights::desc(src, any_md(weight), bias, dst), engine, fwd_pd));
-  return InnerProductPrimitives(backend, fwd_pd, bwd_data_pd, bwd_weights_pd, src, dst, md_of(weight, Layout::plain),
-                                bias);
-}
-
 // A 1×1 convolution without padding, on NHWC data, is one matrix product over the output
 // pixels: y[p, o] = Σ_i x[q(p), i] · w[o, i], where q(p) is the input pixel output pixel p
 // reads (the same pixel at stride 1, every stride-th row and column otherwise). oneDNN 2.6's
@@ -254,7 +234,9 @@ void scatter_sampled_pixels(const std::byte* sampled, std::byte* dx, const Shape
 // dtype and format each call) and dw accumulated and written straight into it in fp32.
 class MatmulPasses {
  public:
-  MatmulPasses(CpuBackend& backend, std::int64_t rows, std::int64_t in, std::int64_t out, DType dtype, bool bias)
+  // weight_gradient_only: just dw = dyᵀ · x (a layer whose other two passes run elsewhere).
+  MatmulPasses(CpuBackend& backend, std::int64_t rows, std::int64_t in, std::int64_t out, DType dtype, bool bias,
+               bool weight_gradient_only = false)
       : b_(backend) {
     const auto& engine = backend.engine();
     const auto data = dnnl_type(dtype), f32 = memory::data_type::f32;
@@ -263,18 +245,18 @@ class MatmulPasses {
     dy_transposed_ = memory::desc({out, rows}, data, tag::ba);
     dw_ = memory::desc({out, in}, f32, tag::ab);
     if (bias) bias_ = memory::desc({1, out}, f32, tag::ab);
+    // dw = dyᵀ · x, accumulated and written in fp32.
+    bwd_weights_ = dnnl::matmul(
+        DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(dnnl::matmul::desc(dy_transposed_, x_, dw_), engine)));
+    if (weight_gradient_only) return;
     // y = x · wᵀ: the OI parameter read as an [in, out] matrix is its transpose, 'ba'.
     const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(
         dnnl::matmul::desc(x_, memory::desc({in, out}, data, tag::any), bias_, y_), engine));
     // dx = dy · w.
     const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(
         dnnl::matmul::desc(y_, memory::desc({out, in}, data, tag::any), x_), engine));
-    // dw = dyᵀ · x, accumulated and written in fp32.
-    const auto bwd_weights_pd =
-        DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(dnnl::matmul::desc(dy_transposed_, x_, dw_), engine));
     fwd_ = dnnl::matmul(fwd_pd);
     bwd_data_ = dnnl::matmul(bwd_data_pd);
-    bwd_weights_ = dnnl::matmul(bwd_weights_pd);
     fwd_weights_.emplace(backend, memory::desc({in, out}, f32, tag::ba), fwd_pd.weights_desc());
     bwd_data_weights_.emplace(backend, memory::desc({out, in}, f32, tag::ab), bwd_data_pd.weights_desc());
   }
@@ -369,27 +351,84 @@ void column_sums(const T* dy, std::int64_t rows, std::int64_t columns, float* su
   }
 }
 
-// An fp32 linear layer as the same three matrix products. oneDNN 2.6's fp32 inner product ran
-// BERT's weight gradients at about half its forward's rate (brgemm_bwd_w 1.11 s a step against
-// 0.60 s forward, Intel Xeon, 2 cores) and held a larger scratchpad; matmul's dyᵀ · x runs at
-// about the forward's rate: bert-base fp32 +15%. In bf16 with AMX the inner product stays: its
-// passes measured the same, but matmul's backward-data weights need a transposing reorder twice
-// as slow as the inner product's (AlexNet bf16 -4% as matmuls).
-class CpuMatmulLinear final : public LinearOp {
+// oneDNN's inner product forward and backward-data passes, the weights reordered from the fp32
+// master copy into the kernels' format each call.
+class InnerProductPasses {
  public:
-  CpuMatmulLinear(CpuBackend& backend, const LinearConfig& c)
-      : c_(c), passes_(backend, c.batch, c.in_features, c.out_features, c.dtype, c.bias) {}
+  InnerProductPasses(CpuBackend& backend, const LinearConfig& c)
+      : b_(backend),
+        src_(md_of(Shape(c.batch, c.in_features), Layout::plain, c.dtype)),
+        dst_(md_of(Shape(c.batch, c.out_features), Layout::plain, c.dtype)),
+        bias_(c.bias ? md_of(Shape(c.out_features), Layout::plain) : memory::desc()) {
+    const Shape weight(c.out_features, c.in_features);
+    const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_forward::primitive_desc(
+        dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src_, any_md(weight, c.dtype), bias_,
+                                          dst_),
+        backend.engine()));
+    const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_data::primitive_desc(
+        dnnl::inner_product_backward_data::desc(src_, any_md(weight, c.dtype), dst_), backend.engine(), fwd_pd));
+    fwd_ = dnnl::inner_product_forward(fwd_pd);
+    bwd_data_ = dnnl::inner_product_backward_data(bwd_data_pd);
+    fwd_weights_.emplace(backend, md_of(weight, Layout::plain), fwd_pd.weights_desc());
+    bwd_data_weights_.emplace(backend, md_of(weight, Layout::plain), bwd_data_pd.weights_desc());
+  }
+
+  void forward(const void* x, const float* weight, const float* bias, void* y) {
+    auto& s = b_.stream();
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x)},
+                                         {DNNL_ARG_WEIGHTS, fwd_weights_->in(s, weight)},
+                                         {DNNL_ARG_DST, mem(dst_, b_.engine(), y)}};
+    if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias);
+    fwd_.execute(s, args);
+  }
+  void backward_data(const void* dy, const float* weight, void* dx) {
+    auto& s = b_.stream();
+    bwd_data_.execute(s, {{DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy)},
+                          {DNNL_ARG_WEIGHTS, bwd_data_weights_->in(s, weight)},
+                          {DNNL_ARG_DIFF_SRC, mem(src_, b_.engine(), dx)}});
+  }
+
+ private:
+  CpuBackend& b_;
+  memory::desc src_, dst_, bias_;
+  dnnl::inner_product_forward fwd_;
+  dnnl::inner_product_backward_data bwd_data_;
+  std::optional<WeightFormat> fwd_weights_, bwd_data_weights_;
+};
+
+// A linear layer. Its weight gradient is always matmul's dyᵀ · x, written straight into the
+// fp32 parameter layout, and its bias gradient a column sum: oneDNN 2.6's inner product writes
+// the weight gradient in a blocked format that needs a reorder back (62 ms a bf16 bert-base step
+// with AMX), and in fp32 its kernel ran at about half its forward's rate (1.11 s a step against
+// 0.60 s, Intel Xeon, 2 cores). fp32 runs forward and backward-data as matmuls too (bert-base
+// +13%); bf16 keeps the inner product for them, because matmul's backward-data weights need a
+// transposing reorder twice as slow as the inner product's (AlexNet bf16 4% slower as matmuls).
+class CpuLinear final : public LinearOp {
+ public:
+  CpuLinear(CpuBackend& backend, const LinearConfig& c)
+      : c_(c), matmul_(backend, c.batch, c.in_features, c.out_features, c.dtype, c.bias, c.dtype != DType::fp32) {
+    if (c.dtype != DType::fp32) inner_product_.emplace(backend, c);
+  }
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
     require_elements(x, c_.batch * c_.in_features, "linear", "x");
     require_elements(y, c_.batch * c_.out_features, "linear", "y");
-    passes_.forward(x.data, weight.as<float>(), bias == nullptr ? nullptr : bias->as<float>(), y.data);
+    const float* b = bias == nullptr ? nullptr : bias->as<float>();
+    if (inner_product_) {
+      inner_product_->forward(x.data, weight.as<float>(), b, y.data);
+    } else {
+      matmul_.forward(x.data, weight.as<float>(), b, y.data);
+    }
   }
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
-    passes_.backward_data(dy.data, weight.as<float>(), dx.data);
+    if (inner_product_) {
+      inner_product_->backward_data(dy.data, weight.as<float>(), dx.data);
+    } else {
+      matmul_.backward_data(dy.data, weight.as<float>(), dx.data);
+    }
   }
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
-    passes_.backward_weights(x.data, dy.data, dweight.as<float>());
+    matmul_.backward_weights(x.data, dy.data, dweight.as<float>());
     if (dbias != nullptr) {
       with_element_type(dy.dtype, [&]<typename T>(T*) {
         column_sums(dy.as<T>(), c_.batch, c_.out_features, dbias->as<float>());
@@ -399,10 +438,11 @@ class CpuMatmulLinear final : public LinearOp {
 
  private:
   LinearConfig c_;
-  MatmulPasses passes_;
+  MatmulPasses matmul_;
+  std::optional<InnerProductPasses> inner_product_;
 };
 
-// Conv2dOp and LinearOp have the same three operations; one adapter serves both.
+// A convolution through its three oneDNN primitives.
 template <typename Interface, typename Primitives>
 class CpuWeightedOp final : public Interface {
  public:
@@ -762,10 +802,7 @@ std::unique_ptr<ReluOp> CpuBackend::make_relu(const Shape& shape, DType dtype) {
   return std::make_unique<CpuRelu>(*this, shape, dtype);
 }
 std::unique_ptr<PoolOp> CpuBackend::make_pool(const PoolConfig& c) { return std::make_unique<CpuPool>(*this, c); }
-std::unique_ptr<LinearOp> CpuBackend::make_linear(const LinearConfig& c) {
-  if (c.dtype == DType::fp32) return std::make_unique<CpuMatmulLinear>(*this, c);
-  return std::make_unique<CpuWeightedOp<LinearOp, InnerProductPrimitives>>(make_inner_product_primitives(*this, c));
-}
+std::unique_ptr<LinearOp> CpuBackend::make_linear(const LinearConfig& c) { return std::make_unique<CpuLinear>(*this, c); }
 std::unique_ptr<AddOp> CpuBackend::make_add(const Shape& shape, DType dtype) {
   return std::make_unique<CpuAdd>(*this, shape, dtype, false);
 }
