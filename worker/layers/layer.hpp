@@ -87,6 +87,37 @@ struct DropoutMaskState {
   std::uint64_t layer_seed = 0;
 };
 
+// Inverted dropout at one place of a layer (or as a layer of its own). The backend hashes its
+// mask again in backward; the site remembers the seed its last forward used, for the backward
+// and for another framework to repeat the step.
+class DropoutSite {
+ public:
+  // `name`: the site's module path within its layer ("attention.self.dropout"), or "" for a
+  // Dropout layer itself; its mask is recorded as "<layer path><name>.mask".
+  DropoutSite(std::string name, float p, std::uint64_t salt) : name_(std::move(name)), p_(p), salt_(salt) {}
+  void setup(const Shape& shape, Layout layout = Layout::plain) {
+    shape_ = shape;
+    layout_ = layout;
+  }
+  void forward(const Tensor& x, Tensor& y, StepContext& ctx) {
+    // The step's part is the backend's (begin_step), so that a replayed graph advances it.
+    layer_seed_ = (ctx.seed * 0x100000001B3ull) ^ salt_;
+    ctx.backend.dropout_forward(x, y, p_, layer_seed_);
+  }
+  void backward(const Tensor& dy, Tensor& dx, StepContext& ctx) { ctx.backend.dropout_backward(dy, dx, p_, layer_seed_); }
+  void collect(const std::string& prefix, std::vector<DropoutMaskState>& out) const {
+    out.push_back({prefix + (name_.empty() ? "" : name_ + ".") + "mask", shape_, layout_, p_, layer_seed_});
+  }
+
+ private:
+  std::string name_;
+  float p_;
+  std::uint64_t salt_;
+  std::uint64_t layer_seed_ = 0;  // the last forward's
+  Shape shape_;
+  Layout layout_ = Layout::plain;
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;

@@ -138,10 +138,11 @@ class Flatten final : public Layer {
 // Dropout(p) in training mode (inverted: survivors are scaled by 1/(1-p)).
 class Dropout final : public Layer {
  public:
-  explicit Dropout(float p, std::uint64_t salt) : p_(p), salt_(salt) {}
+  explicit Dropout(float p, std::uint64_t salt) : site_("", p, salt) {}
   std::string kind() const override { return "Dropout"; }
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
     for (Tensor* t : {&y_, &dx_}) *t = activation(input.shape, ctx.backend.activation_layout(), input.dtype);
+    site_.setup(y_.shape, y_.layout);
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
     ctx.arena.request(y_, t);
@@ -149,23 +150,19 @@ class Dropout final : public Layer {
     return y_;
   }
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
-    // The step's part is the backend's (begin_step), so that a replayed graph advances it.
-    layer_seed_ = (ctx.seed * 0x100000001B3ull) ^ salt_;
-    ctx.backend.dropout_forward(x, y_, p_, layer_seed_);
+    site_.forward(x, y_, ctx);
     return y_;
   }
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
-    ctx.backend.dropout_backward(dy, dx_, p_, layer_seed_);
+    site_.backward(dy, dx_, ctx);
     return dx_;
   }
   void collect_step_state(const std::string& prefix, std::vector<DropoutMaskState>& out) override {
-    out.push_back({prefix + "mask", y_.shape, y_.layout, p_, layer_seed_});
+    site_.collect(prefix, out);
   }
 
  private:
-  float p_;
-  std::uint64_t salt_;
-  std::uint64_t layer_seed_ = 0;  // the last forward's
+  DropoutSite site_;
   Tensor y_, dx_;
 };
 

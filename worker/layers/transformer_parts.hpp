@@ -113,27 +113,4 @@ class LayerNorm {
   Tensor mean_, variance_;
 };
 
-// Inverted dropout at one place of a layer. The backend hashes its mask again in backward;
-// the site remembers the seed its last forward used, for another framework to repeat the step.
-class DropoutSite {
- public:
-  DropoutSite(std::string name, float p, std::uint64_t salt) : name_(std::move(name)), p_(p), salt_(salt) {}
-  void setup(const Shape& shape) { shape_ = shape; }
-  void forward(const Tensor& x, Tensor& y, StepContext& ctx) {
-    layer_seed_ = (ctx.seed * 0x100000001B3ull) ^ salt_;
-    ctx.backend.dropout_forward(x, y, p_, layer_seed_);
-  }
-  void backward(const Tensor& dy, Tensor& dx, StepContext& ctx) { ctx.backend.dropout_backward(dy, dx, p_, layer_seed_); }
-  void collect(const std::string& prefix, std::vector<DropoutMaskState>& out) const {
-    out.push_back({prefix + name_ + ".mask", shape_, Layout::plain, p_, layer_seed_});
-  }
-
- private:
-  std::string name_;
-  float p_;
-  std::uint64_t salt_;
-  std::uint64_t layer_seed_ = 0;  // the last forward's
-  Shape shape_;
-};
-
 }  // namespace dlbench::worker
