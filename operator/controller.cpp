@@ -45,8 +45,14 @@ bool is_deleting(const json& object) { return object["metadata"].contains("delet
 Controller::Controller(KubeClient& client, ControllerOptions options) : client_(client), options_(std::move(options)) {
   reconciles_ = &registry_.counter("dlbench_operator_reconciles_total",
                                    "Reconciliations, by result: changed, unchanged, queued, stale (the cache has not "
-                                   "seen our last write yet), gone (deleted or being deleted), conflict (409 on the "
-                                   "status write), error.");
+                                   "seen our last write yet), gone (deleted or being deleted), conflict (the status "
+                                   "write refused with 409 on a fresh read too: the run's spec or status moved), "
+                                   "error.");
+  status_conflicts_ = &registry_
+                           .counter("dlbench_operator_status_conflicts_total",
+                                    "Status writes refused with 409 (the run changed since it was read); each is "
+                                    "followed by a fresh read, and written again where only metadata moved.")
+                           .add({});
   api_errors_ = &registry_.counter("dlbench_operator_watch_errors_total",
                                    "Failed lists and watches, by kind and HTTP status (0: no answer; 410: expired, "
                                    "relisted).");
@@ -154,7 +160,7 @@ void Controller::forget(const std::string& ns, const std::string& name) {
   }
   {
     std::lock_guard lock(expectations_mutex_);
-    written_over_.erase(ns + "/" + name);
+    written_.erase(ns + "/" + name);
   }
   std::lock_guard lock(admission_mutex_);
   reservations_.erase(ns + "/" + name);
@@ -259,18 +265,21 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
     return "gone";
   }
   if (cached->deleting) return "gone";  // finalizers of others hold it: no new child, no write
-  const std::string& version = cached->resource_version;
+  const json run = cached->parsed();
   {
     std::lock_guard lock(expectations_mutex_);
-    const auto it = written_over_.find(key);
-    if (it != written_over_.end() && it->second == version) {
+    const auto it = written_.find(key);
+    // As ControllerExpectations do, an expectation expires (5 minutes): a status someone edited
+    // by hand must not stop the run for good.
+    if (it != written_.end() && it->second.uid == cached->uid &&
+        it->second.status != run.value("status", json::object()) &&
+        std::chrono::steady_clock::now() - it->second.at < std::chrono::minutes(5)) {
       // Our last status write is not in the cache yet: acting now could run a finished case again.
       queue_.add_after(key, std::chrono::milliseconds(100));
       return "stale";
     }
-    written_over_.erase(key);
+    if (it != written_.end()) written_.erase(it);
   }
-  const json run = cached->parsed();
   World world;
   world.now = std::chrono::system_clock::now();
   // A scan of compact facts: no index to keep in memory, and microseconds at thousands of children.
@@ -308,21 +317,14 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
   // that a refused write (409) leaves the world as it was, to be judged again on a fresh read.
   std::string outcome = world.admission.admitted ? "unchanged" : "queued";
   if (actions.status) {
-    // Only what changed, with removed fields as null, conditioned on the version this reconcile
-    // read: a write over a status we have not seen is refused (409) and retried on a fresh read.
+    // Only what changed, with removed fields as null.
     json patch = merge_patch_between(run.value("status", json::object()), to_json(*actions.status));
     if (!patch.empty()) {
-      try {
-        client_.merge_patch(resources::kBenchmarkRuns, ns, name,
-                            {{"metadata", {{"resourceVersion", version}}}, {"status", patch}}, "status");
-      } catch (const KubeError& e) {
-        if (e.status == 409) return "conflict";
-        if (e.status == 404) return "gone";
-        throw;
-      }
+      StatusWrite written = write_status(ns, name, run, cached->resource_version, patch);
+      if (!written.refused.empty()) return written.refused;
       {
         std::lock_guard lock(expectations_mutex_);
-        written_over_[key] = version;
+        written_[key] = {cached->uid, std::move(written.stored), std::chrono::steady_clock::now()};
       }
       fields["statusWritten"] = true;
       if (outcome != "queued") outcome = "changed";
@@ -373,6 +375,48 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
   }
   if (actions.requeue_after) queue_.add_after(key, *actions.requeue_after);
   return outcome;
+}
+
+Controller::StatusWrite Controller::write_status(const std::string& ns, const std::string& name, const json& run,
+                                                const std::string& version, const json& patch) {
+  const auto write = [&](const json& metadata) -> StatusWrite {
+    try {
+      const json stored =
+          client_.merge_patch(resources::kBenchmarkRuns, ns, name, {{"metadata", metadata}, {"status", patch}}, "status");
+      return {"", stored.value("status", json::object())};
+    } catch (const KubeError& e) {
+      if (e.status == 404) return {"gone", {}};
+      if (e.status != 409) throw;
+      status_conflicts_->increment();
+      return {"conflict", {}};
+    }
+  };
+  // Conditioned on the version this reconcile read: a write over a status we have not seen (the
+  // cache behind our own last write, or a run changed since) is refused.
+  StatusWrite first = write({{"resourceVersion", version}});
+  if (first.refused != "conflict") return first;
+  // Another writer (kubectl annotate, a GitOps tool) may move the run's version faster than any
+  // cache follows it, and faster than a read and a conditioned write take: with writers back to
+  // back, most of those pairs are refused too. So the fresh run is compared with this
+  // reconcile's read instead. Where they differ in metadata alone, the diff and every decision
+  // made from the read hold, and the diff is written without a condition: only the leading
+  // operator writes a status (a replica that lost the Lease writes nothing), so the status the
+  // fresh read shows is the one the write meets.
+  json live;
+  try {
+    live = client_.get(resources::kBenchmarkRuns, ns, name);
+  } catch (const KubeError& e) {
+    if (e.status == 404) return {"gone", {}};
+    throw;
+  }
+  if (is_deleting(live) || live["metadata"].value("uid", "") != run["metadata"].value("uid", "")) return {"gone", {}};
+  if (live["metadata"].value("generation", 0) != run["metadata"].value("generation", 0) ||
+      live.value("spec", json::object()) != run.value("spec", json::object()) ||
+      live.value("status", json::object()) != run.value("status", json::object())) {
+    return first;  // judged again once the cache has caught up
+  }
+  if (!options_.may_write()) throw std::runtime_error("this replica no longer holds the Lease");
+  return write({{"uid", live["metadata"]["uid"]}});
 }
 
 void Controller::record_metrics(const std::string& ns, const std::string& name, const BenchmarkRunStatus& status,

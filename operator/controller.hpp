@@ -70,6 +70,14 @@ class Controller {
   bool pod_groups_served(const std::string& api_version);
   bool shares_a_node(const std::string& ns, const std::string& name, const std::vector<ObservedPod>& pods) const;
   void forget(const std::string& ns, const std::string& name);
+  // Writes the status diff conditioned on the run's version as this reconcile read it; on a 409
+  // reads the run afresh and writes again where only its metadata moved.
+  struct StatusWrite {
+    std::string refused;    // the reconcile's outcome when not written: conflict or gone
+    nlohmann::json stored;  // else the status as the API server stored it
+  };
+  StatusWrite write_status(const std::string& ns, const std::string& name, const nlohmann::json& run,
+                           const std::string& version, const nlohmann::json& patch);
   void record_metrics(const std::string& ns, const std::string& name, const BenchmarkRunStatus& status,
                       Statistic statistic);
 
@@ -83,10 +91,16 @@ class Controller {
   std::vector<InformerBase*> informers_;  // all of the above
   std::vector<std::thread> workers_;
   std::atomic<std::uint64_t> event_counter_{0}, reconcile_counter_{0};
-  // Expectations: run key → the resourceVersion our last status write replaced. While the cache
-  // still shows it, the cache has not seen our write.
+  // Expectations: run key → the status our last write left on the API server. Only this operator
+  // writes a run's status, so while the cache shows another status of the same run, the cache has
+  // not seen our write (whatever other writers did to the run's metadata meanwhile).
+  struct WrittenStatus {
+    std::string uid;
+    nlohmann::json status;
+    std::chrono::steady_clock::time_point at;
+  };
   mutable std::mutex expectations_mutex_;
-  std::map<std::string, std::string> written_over_;
+  std::map<std::string, WrittenStatus> written_;
   // Admission: runs granted a slot whose Running status the cache does not show yet.
   std::mutex admission_mutex_;
   std::set<std::string> reservations_;
@@ -100,6 +114,7 @@ class Controller {
   metrics::Registry registry_;
   metrics::Family<metrics::Counter>* reconciles_;
   metrics::Family<metrics::Counter>* api_errors_;
+  metrics::Counter* status_conflicts_;
   metrics::Histogram* reconcile_seconds_;
   metrics::Gauge* queue_depth_;
   metrics::Gauge* cases_running_;

@@ -468,6 +468,11 @@ class Handler(BaseHTTPRequestHandler):
             if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
                 return self.status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object '
                                                     "has been modified; please apply your changes to the latest version")
+            wanted_uid = patch.get("metadata", {}).get("uid")
+            if wanted_uid and wanted_uid != current["metadata"]["uid"]:  # a namesake made since the writer's read
+                return self.status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": Precondition '
+                                                    f'failed: UID in precondition: {wanted_uid}, UID in object meta: '
+                                                    f'{current["metadata"]["uid"]}')
             updated = copy.deepcopy(current)
             if merge:
                 merge_patch(updated, patch)

@@ -35,10 +35,10 @@ class ApiServerTest(unittest.TestCase):
             raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
         return result
 
-    def http(self, method, path, body=None):
+    def http(self, method, path, body=None, content_type="application/json"):
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method=method,
                                          data=json.dumps(body).encode() if body is not None else None,
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": content_type})
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return response.status, response.read().decode()
@@ -80,6 +80,12 @@ class ApiServerTest(unittest.TestCase):
         self.assertEqual(json.loads(text)["reason"], "Conflict")
         self.assertEqual(self.http("POST", path, {"apiVersion": "v1", "kind": "ConfigMap",
                                                   "metadata": {"name": "conflict"}})[0], 409)
+        # A uid names one object: a write meant for a deleted namesake is refused.
+        merge = "application/merge-patch+json"
+        self.assertEqual(self.http("PATCH", path + "/conflict", {"metadata": {"uid": "another"}, "data": {"a": "3"}},
+                                   merge)[0], 409)
+        self.assertEqual(self.http("PATCH", path + "/conflict", {"metadata": {"uid": stale["metadata"]["uid"]},
+                                                                 "data": {"a": "3"}}, merge)[0], 200)
 
     def test_label_selectors_and_owner_garbage_collection(self):
         path = "/api/v1/namespaces/default/pods"
