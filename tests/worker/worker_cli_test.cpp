@@ -308,8 +308,11 @@ TEST(WorkerCli, PrecisionsTheCpuBackendCannotRunAreUnsupportedResults) {
 // fp32's memory, with a finite loss.
 TEST(WorkerCli, Bf16TrainsWhereTheCpuHasAvx512Bf16) {
   const Outcome devices = worker("--list-devices");
-  if (devices.out.find("bf16") == std::string::npos) {
-    GTEST_SKIP() << "this CPU has no AVX512_BF16 (oneDNN's avx512_core_bf16): " << devices.out;
+  // The cpu line alone: a CUDA build lists "cuda 0 precisions=...,bf16" on a machine without GPUs.
+  const std::string cpu_line = devices.out.substr(0, devices.out.find('\n'));
+  ASSERT_THAT(cpu_line, ::testing::StartsWith("cpu ")) << devices.out;
+  if (cpu_line.find("bf16") == std::string::npos) {
+    GTEST_SKIP() << "this CPU has no AVX512_BF16 (oneDNN's avx512_core_bf16): " << cpu_line;
   }
   const std::string args =
       "--model resnet50 --image-size 64 --batch-size 4 --warmup-steps 1 --measure-steps 2 --repeats 1 --precision ";
