@@ -5,7 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <set>
+#include <vector>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -39,38 +44,37 @@ std::string result_for(const CaseSpec& c, double throughput) {
   return to_json(doc).dump();
 }
 
-TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
-  const int port = testing::free_port();
-  const testing::ChildProcess server({"python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port)});
-  KubeConfig config;
-  config.server = "http://127.0.0.1:" + std::to_string(port);
-  KubeClient client(make_http_transport(config, 10s));
-  const Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
-  for (int i = 0; i < 100; ++i) {
-    try {
-      client.create(crds, "", load_yaml_file(testing::source_path("crds/benchmarkrun.yaml")).at(0));
-      break;
-    } catch (const std::exception&) {
-      std::this_thread::sleep_for(50ms);
+// The test API server on a free port, with the BenchmarkRun CRD installed.
+struct ApiServer {
+  ApiServer() : port(testing::free_port()), process({"python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port)}) {
+    KubeConfig config;
+    config.server = "http://127.0.0.1:" + std::to_string(port);
+    transport = make_http_transport(config, 10s);
+    KubeClient client(transport);
+    const Resource crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
+    for (int i = 0; i < 100; ++i) {
+      try {
+        client.create(crds, "", load_yaml_file(testing::source_path("crds/benchmarkrun.yaml")).at(0));
+        return;
+      } catch (const std::exception&) {
+        std::this_thread::sleep_for(50ms);
+      }
     }
+    throw std::runtime_error("the test API server did not take the CRD");
   }
-  json run = testing::minimal_run();
-  run["metadata"] = {{"name", "scale"}, {"namespace", "default"}};
-  run["spec"]["matrix"] = {{"nodes", {1, 2}}, {"gpusPerNode", {1}}, {"batchSizePerDevice", {4}}, {"precision", {"fp32"}}};
-  client.create(resources::kBenchmarkRuns, "default", run);
+  int port;
+  testing::ChildProcess process;
+  std::shared_ptr<HttpTransport> transport;
+};
 
-  ControllerOptions options;
-  options.watch_timeout = 2s;
-  options.config.worker_backend = "cpu";
-  options.config.communicator = "mpi";
-  Controller controller(client, options);
-  controller.start();
-
-  // The kubelet: workers become Ready; a launcher Job gets a pod that finishes with a result.
-  const std::map<std::string, double> throughput{{"1x1-bs4-fp32", 10.0}, {"2x1-bs4-fp32", 19.0}};
-  std::set<std::string> launched;
+// The kubelet and the launchers, until `name` ends or `timeout` passes: worker pods become
+// Ready; every launcher Job gets a pod that exits with a result at `throughput` of its case.
+// Returns the run's last status; `launched` gets the case of every Job seen.
+json play_kubelet(KubeClient& client, const std::string& name, const std::map<std::string, double>& throughput,
+                  std::multiset<std::string>& launched, std::chrono::seconds timeout) {
+  std::set<std::string> jobs_seen;
   json status;
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     const json workers = client.list(resources::kPods, "default", "app.kubernetes.io/component=worker");
     for (const auto& pod : workers["items"]) {
@@ -80,20 +84,21 @@ TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
                            "status");
       }
     }
+    const json run = client.get(resources::kBenchmarkRuns, "default", name);
     const json jobs = client.list(resources::kJobs, "default");
     for (const auto& job : jobs["items"]) {
-      const std::string name = job["metadata"]["name"];
-      if (launched.contains(name)) continue;
-      launched.insert(name);
+      const std::string job_name = job["metadata"]["name"];
+      if (!jobs_seen.insert(job_name).second) continue;
       const auto labels = job["spec"]["template"]["metadata"]["labels"];
       const std::string id = labels["dlbench.io/case"];
+      launched.insert(id);
       const CaseSpec c = [&] {
         for (const auto& p : plan_cases(decode_benchmark_run(run).value->spec)) {
           if (p.id == id) return p.spec;
         }
-        throw std::runtime_error(id);
+        throw std::runtime_error("a launcher for a case the run does not plan: " + id);
       }();
-      json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", name + "-pod"}, {"labels", labels}}}};
+      json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", job_name + "-pod"}, {"labels", labels}}}};
       client.create(resources::kPods, "default", pod);
       json terminated;
       terminated["exitCode"] = 0;
@@ -104,12 +109,35 @@ TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
       json patch;
       patch["status"]["phase"] = "Succeeded";
       patch["status"]["containerStatuses"] = json::array({container});
-      client.merge_patch(resources::kPods, "default", name + "-pod", patch, "status");
+      client.merge_patch(resources::kPods, "default", job_name + "-pod", patch, "status");
     }
-    status = client.get(resources::kBenchmarkRuns, "default", "scale").value("status", json::object());
+    status = run.value("status", json::object());
     if (status.value("phase", "") == "Succeeded") break;
     std::this_thread::sleep_for(100ms);
   }
+  return status;
+}
+
+ControllerOptions local_options() {
+  ControllerOptions options;
+  options.watch_timeout = 2s;
+  options.config.worker_backend = "cpu";
+  options.config.communicator = "mpi";
+  return options;
+}
+
+TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
+  ApiServer server;
+  KubeClient client(server.transport);
+  json run = testing::minimal_run();
+  run["metadata"] = {{"name", "scale"}, {"namespace", "default"}};
+  run["spec"]["matrix"] = {{"nodes", {1, 2}}, {"gpusPerNode", {1}}, {"batchSizePerDevice", {4}}, {"precision", {"fp32"}}};
+  client.create(resources::kBenchmarkRuns, "default", run);
+
+  Controller controller(client, local_options());
+  controller.start();
+  std::multiset<std::string> launched;
+  const json status = play_kubelet(client, "scale", {{"1x1-bs4-fp32", 10.0}, {"2x1-bs4-fp32", 19.0}}, launched, 20s);
   controller.stop();
 
   ASSERT_EQ(status.value("phase", ""), "Succeeded")
@@ -130,6 +158,97 @@ TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
   const std::string exposition = controller.registry().serialize();
   EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_operator_reconciles_total{result=\"changed\"}"));
   EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_speedup{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 1.9"));
+}
+
+// Forwards every request; before the first PATCH to a path starting with `path`, runs `before`:
+// another writer's change landing between the operator's read and its write.
+class InterposingTransport : public HttpTransport {
+ public:
+  InterposingTransport(std::shared_ptr<HttpTransport> inner, std::string path, std::function<void()> before)
+      : inner_(std::move(inner)), path_(std::move(path)), before_(std::move(before)) {}
+  HttpResponse request(const std::string& method, const std::string& path, const std::string& body,
+                       const std::string& content_type) override {
+    const bool matches = method == "PATCH" && path.starts_with(path_);
+    if (matches && !fired_.exchange(true)) before_();
+    HttpResponse response = inner_->request(method, path, body, content_type);
+    if (matches && response.status / 100 == 2) {
+      std::lock_guard lock(mutex_);
+      landed_.push_back(json::parse(body));
+    }
+    return response;
+  }
+  int stream(const std::string& path, const std::function<bool(const std::string&)>& on_line) override {
+    return inner_->stream(path, on_line);
+  }
+  bool fired() const { return fired_; }
+  // The bodies of the matching PATCHes the server took, in order.
+  std::vector<json> landed() const {
+    std::lock_guard lock(mutex_);
+    return landed_;
+  }
+
+ private:
+  std::shared_ptr<HttpTransport> inner_;
+  std::string path_;
+  std::function<void()> before_;
+  std::atomic<bool> fired_{false};
+  mutable std::mutex mutex_;
+  std::vector<json> landed_;
+};
+
+double sample_value(const std::string& exposition, const std::string& series) {
+  const auto at = exposition.find("\n" + series + " ");
+  if (at == std::string::npos) return 0.0;
+  return std::stod(exposition.substr(at + series.size() + 2));
+}
+
+// The write-status branch where the fresh read after a 409 shows another spec: the status
+// computed from the old spec must not land, nor children for it, and the run is judged again
+// from the new spec once the cache has it.
+TEST(Controller, AStatusWriteOverAnEditedSpecIsRefusedAndTheRunJudgedAgain) {
+  ApiServer server;
+  KubeClient editor(server.transport);
+  json run = testing::minimal_run();
+  run["metadata"] = {{"name", "edited"}, {"namespace", "default"}};
+  run["spec"]["matrix"] = {{"nodes", {1}}, {"gpusPerNode", {1}}, {"batchSizePerDevice", {4}}, {"precision", {"fp32"}}};
+  editor.create(resources::kBenchmarkRuns, "default", run);
+  // The user changes the batch size (allowed while the run has not started) just as the
+  // operator's first status write leaves.
+  const auto interposer = std::make_shared<InterposingTransport>(
+      server.transport, resources::kBenchmarkRuns.path("default", "edited", "status"), [&] {
+        editor.merge_patch(resources::kBenchmarkRuns, "default", "edited",
+                           {{"spec", {{"matrix", {{"batchSizePerDevice", {8}}}}}}});
+      });
+  KubeClient client(interposer);
+
+  Controller controller(client, local_options());
+  controller.start();
+  std::multiset<std::string> launched;
+  const json status = play_kubelet(editor, "edited", {{"1x1-bs8-fp32", 12.0}}, launched, 20s);
+  controller.stop();
+
+  ASSERT_TRUE(interposer->fired());
+  // Every status the operator wrote was judged from the edited spec (generation 2).
+  const std::vector<json> landed = interposer->landed();
+  ASSERT_FALSE(landed.empty());
+  EXPECT_EQ(landed.front()["status"].value("observedGeneration", 0), 2) << landed.front().dump();
+  for (const json& write : landed) {
+    EXPECT_EQ(write["status"].value("observedGeneration", 2), 2) << write.dump();
+  }
+  ASSERT_EQ(status.value("phase", ""), "Succeeded") << status.dump();
+  EXPECT_EQ(status.value("observedGeneration", 0), 2);
+  const auto decoded = decode_status(status);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  ASSERT_EQ(decoded.value->results.size(), 1u);
+  EXPECT_EQ(case_id(decoded.value->results[0].case_), "1x1-bs8-fp32");
+  // Nothing was started for the batch size the user took back.
+  EXPECT_EQ(launched, (std::multiset<std::string>{"1x1-bs8-fp32"}));
+  for (const auto& e : editor.list(resources::kEvents, "default")["items"]) {
+    EXPECT_EQ(e.value("message", "").find("bs4"), std::string::npos) << e.dump();
+  }
+  const std::string exposition = controller.registry().serialize();
+  EXPECT_GE(sample_value(exposition, "dlbench_operator_status_conflicts_total"), 1.0) << exposition;
+  EXPECT_GE(sample_value(exposition, "dlbench_operator_reconciles_total{result=\"conflict\"}"), 1.0) << exposition;
 }
 
 }  // namespace
