@@ -2,6 +2,7 @@
 // sizes, columns are nodes×GPUs (of every file given, side by side); then the same grid for
 // speed-up and for scaling efficiency; where a run trained on real data (imagefolder), one more
 // for the share of time steps waited for input and the input-bound or compute-bound verdict.
+// Then every case without a measurement, with its reason and message.
 #include "report_command.hpp"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -25,6 +27,7 @@ struct Source {
   std::string label;
   Statistic statistic = Statistic::median;
   BenchmarkRunStatus status;
+  std::optional<Model> model;  // where the file holds the whole BenchmarkRun
 };
 
 struct Column {
@@ -78,6 +81,72 @@ void print_grid(std::ostream& out, ReportFormat format, const std::string& title
   for (const auto& row : rows) line(row);
 }
 
+// The results' own unit for precision p (sequences/s for a sequence model). Where no case of p
+// was measured (every amp case Unsupported on a CPU): another measured case's, else the model's.
+std::string throughput_unit_of(const std::vector<Source>& sources, Precision p) {
+  std::optional<std::string> measured, other;
+  for (const auto& s : sources) {
+    for (const auto& r : s.status.results) {
+      if (!r.throughput) continue;
+      (r.case_.precision == p ? measured : other) = r.throughput->unit;
+    }
+  }
+  if (measured) return *measured;
+  if (other) return *other;
+  for (const auto& s : sources) {
+    if (s.model) return std::string(throughput_unit(*s.model));
+  }
+  return std::string(throughput_unit(Model::resnet50));
+}
+
+// Every case that has no measurement, with its reason and message: the "failed" and "skipped"
+// cells of the grids say that, this says why. Not in csv, whose rows are the grids' cells.
+void print_unmeasured(std::ostream& out, ReportFormat format, const std::vector<Source>& sources) {
+  std::vector<std::pair<std::string, const CaseResult*>> unmeasured;
+  for (const auto& s : sources) {
+    for (const auto& r : s.status.results) {
+      if (r.state != CaseState::Succeeded) {
+        unmeasured.emplace_back((sources.size() > 1 ? s.label + " " : "") + case_id(r.case_), &r);
+      }
+    }
+  }
+  if (unmeasured.empty()) return;
+  const auto attempts = [](const CaseResult& r) {
+    return r.attempts > 1 ? " after " + std::to_string(r.attempts) + " attempts" : std::string();
+  };
+  if (format == ReportFormat::markdown) {
+    // A message is one cell: pipes escaped, lines joined.
+    const auto cell = [](const std::string& text) {
+      std::string escaped;
+      for (const char c : text) {
+        if (c == '|') {
+          escaped += "\\|";
+        } else {
+          escaped += (c == '\n' || c == '\r') ? ' ' : c;
+        }
+      }
+      return escaped;
+    };
+    out << "\n**cases not measured**\n\n| case | state | reason | message |\n|---|---|---|---|\n";
+    for (const auto& [name, r] : unmeasured) {
+      out << "| " << cell(name) << " | " << to_string(r->state) << attempts(*r) << " | " << cell(r->reason) << " | "
+          << cell(r->message) << " |\n";
+    }
+    return;
+  }
+  out << "\ncases not measured\n";
+  for (const auto& [name, r] : unmeasured) {
+    out << "  " << name << ": " << to_string(r->state) << attempts(*r);
+    if (!r->reason.empty()) out << ", " << r->reason;
+    if (!r->message.empty()) {
+      out << ": ";
+      // A command's failure quotes its last lines: indented under the case.
+      for (const char c : r->message) out << (c == '\n' ? std::string("\n      ") : std::string(1, c));
+    }
+    out << "\n";
+  }
+}
+
 }  // namespace
 
 int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err) {
@@ -109,6 +178,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
         }
         s.statistic = run.value->spec.methodology.statistic;
         s.status = *run.value->status;
+        s.model = run.value->spec.model;
       } else {
         const auto status = decode_status(doc);
         if (!status.ok()) {
@@ -204,12 +274,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
       }
       return "";
     };
-    std::string unit = "samples/s";  // the results' own: sequences/s for a sequence model
-    for (const auto& src : sources) {
-      for (const auto& r : src.status.results) {
-        if (r.case_.precision == p && r.throughput) unit = r.throughput->unit;
-      }
-    }
+    const std::string unit = throughput_unit_of(sources, p);
     const std::string throughput_title = "throughput (" + unit + ")";
     const char* titles[] = {throughput_title.c_str(), "speed-up over 1x1", "scaling efficiency",
                             "time waiting for input, and the verdict"};
@@ -245,6 +310,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
       print_grid(out, options.format, title, header, rows);
     }
   }
+  if (options.format != ReportFormat::csv) print_unmeasured(out, options.format, sources);
   return 0;
 }
 

@@ -157,6 +157,7 @@ TEST(CommandResult, SucceededWithTheScriptsFactsInTheEnvironment) {
   ASSERT_EQ(doc.state, CaseState::Succeeded) << doc.reason << ": " << doc.message;
   EXPECT_EQ(doc.engine, Engine::command);
   EXPECT_DOUBLE_EQ(doc.throughput->summary.median, 8.0 * 2 / 1.0);
+  EXPECT_EQ(doc.throughput->unit, "samples/s");
   EXPECT_EQ(doc.environment.framework, "pytorch");
   EXPECT_EQ(doc.environment.framework_version, "1.13.1");
   EXPECT_EQ(doc.environment.backend, "cpu");
@@ -165,6 +166,19 @@ TEST(CommandResult, SucceededWithTheScriptsFactsInTheEnvironment) {
   const auto decoded = decode_result_document(to_json(doc));
   ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
   EXPECT_EQ(*decoded.value, doc);
+}
+
+// Another framework's BERT counts what dlbench-worker's does, so that the two sit in one report.
+TEST(CommandResult, ASequenceModelCountsSequences) {
+  CommandOutcome o;
+  o.exit_code = 0;
+  o.started = true;
+  o.steps = arrivals({1.0, 1.5, 2.0}, 8);
+  CommandCase c = small_case();
+  c.model = Model::bert_base;
+  const ResultDocument doc = command_result(c, o, EnvironmentInfo{}, "t0", "t1");
+  ASSERT_EQ(doc.state, CaseState::Succeeded) << doc.reason << ": " << doc.message;
+  EXPECT_EQ(doc.throughput->unit, "sequences/s");
 }
 
 TEST(CommandResult, FailuresSayWhyWithTheLastLines) {

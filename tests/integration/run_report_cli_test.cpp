@@ -157,6 +157,53 @@ spec:
               HasSubstr("spec.data.imageSize: 300 is not for bert-base: it trains on token sequences"));
 }
 
+// Where a precision has no measured case (amp on a CPU), its grids still count the model's unit,
+// and the report lists every unmeasured case with its state, reason and message, in table and
+// markdown (a message's pipes escaped, its lines kept apart); csv rows stay the grids' cells.
+TEST_F(RunCli, TheReportSaysWhyACaseWasNotMeasured) {
+  BenchmarkRun run;
+  run.metadata.name = "bert";
+  run.spec.model = Model::bert_base;
+  run.spec.cases = {{1, 1, 8, Precision::amp}, {1, 2, 8, Precision::amp}};
+  BenchmarkRunStatus s;
+  s.phase = Phase::Failed;
+  CaseResult unsupported;
+  unsupported.case_ = run.spec.cases[0];
+  unsupported.state = CaseState::Failed;
+  unsupported.reason = "Unsupported";
+  unsupported.message = "fp16 | amp needs a GPU";
+  CaseResult exited = unsupported;
+  exited.case_ = run.spec.cases[1];
+  exited.reason = "WorkerExited";
+  exited.message = "exit code 1; last lines:\nTraceback\nRuntimeError";
+  exited.attempts = 2;
+  s.results = {unsupported, exited};
+  run.status = s;
+  write("bert.json", to_json(run).dump());
+
+  const Outcome table = dlbench("report bert.json");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("amp: throughput (sequences/s)"));
+  EXPECT_THAT(table.out, HasSubstr("\ncases not measured\n"
+                                   "  1x1-bs8-amp: Failed, Unsupported: fp16 | amp needs a GPU\n"
+                                   "  1x2-bs8-amp: Failed after 2 attempts, WorkerExited: exit code 1; last lines:\n"
+                                   "      Traceback\n"
+                                   "      RuntimeError\n"));
+  const Outcome markdown = dlbench("report bert.json --format markdown");
+  ASSERT_EQ(markdown.exit_code, 0) << markdown.err;
+  EXPECT_THAT(markdown.out, HasSubstr("**amp: throughput (sequences/s)**"));
+  EXPECT_THAT(markdown.out, HasSubstr("| case | state | reason | message |\n|---|---|---|---|\n"
+                                      "| 1x1-bs8-amp | Failed | Unsupported | fp16 \\| amp needs a GPU |\n"
+                                      "| 1x2-bs8-amp | Failed after 2 attempts | WorkerExited | "
+                                      "exit code 1; last lines: Traceback RuntimeError |\n"));
+  const Outcome csv = dlbench("report bert.json --format csv");
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  EXPECT_THAT(csv.out, Not(HasSubstr("Unsupported")));
+  // A bare status says nothing of the model: the unit falls back on samples.
+  write("bare.json", to_json(s).dump());
+  EXPECT_THAT(dlbench("report bare.json").out, HasSubstr("amp: throughput (samples/s)"));
+}
+
 // A height × width crop, per-pixel labels; imagefolder data is refused for it, naming the field.
 TEST_F(RunCli, DeepLabV3PlusRunsOnAHeightByWidthCropAndRefusesImageFolder) {
   const std::string text = R"(apiVersion: dlbench.io/v1alpha1
@@ -217,6 +264,7 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("fp32: speed-up over 1x1"));
   EXPECT_THAT(table.out, HasSubstr("skipped"));
+  EXPECT_THAT(table.out, HasSubstr("\ncases not measured\n  2x1-bs2-fp32: Skipped, NeedsMoreNodes: "));
   const Outcome csv = dlbench("report small.status.json --format csv");
   ASSERT_EQ(csv.exit_code, 0);
   std::istringstream lines(csv.out);

@@ -400,7 +400,7 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   doc.state = CaseState::Succeeded;
   doc.reason.clear();
   doc.message.clear();
-  doc.throughput = Throughput{"samples/s", summarize(timing.repeats.throughput), timing.repeats.throughput};
+  doc.throughput = Throughput{std::string(throughput_unit(c.model)), summarize(timing.repeats.throughput), timing.repeats.throughput};
   doc.step_time_seconds = summarize(timing.repeats.step_seconds);
   return doc;
 }

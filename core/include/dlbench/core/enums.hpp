@@ -32,6 +32,9 @@ enum class GangScheduler { kueue, volcano, schedulerPlugins };
 
 // Models that train on token sequences (data.sequenceLength) instead of images (data.imageSize).
 constexpr bool is_sequence_model(Model m) { return m == Model::bert_base; }
+// What a model's throughput counts: sequences for a sequence model (DLPerf's BERT tables count
+// sentences/s), else samples (images). Every engine reports in it; a report falls back on it.
+constexpr std::string_view throughput_unit(Model m) { return is_sequence_model(m) ? "sequences/s" : "samples/s"; }
 
 template <typename E>
 struct EnumSpellings;
