@@ -84,7 +84,8 @@ std::size_t Arena::peak_live_bytes() const {
 
 void Arena::commit(Backend& backend, MemoryReuse reuse) {
   if (committed_) throw std::logic_error("Arena::commit twice");
-  if (reuse == MemoryReuse::none) {
+  reuse_ = reuse;
+  if (reuse != MemoryReuse::lifetime) {
     std::size_t offset = 0;
     for (Buffer& b : buffers_) {
       b.offset = offset;
@@ -129,6 +130,29 @@ void Arena::commit(Backend& backend, MemoryReuse reuse) {
   committed_ = true;
   auto* base = static_cast<unsigned char*>(block_.get());
   for (Tensor* t : requests_) t->data = reinterpret_cast<float*>(base + buffers_[static_cast<std::size_t>(t->buffer)].offset);
+  if (reuse == MemoryReuse::poison) {
+    const std::int64_t step_end = 2 * static_cast<std::int64_t>(ticks_) + 1;
+    for (std::size_t i = 0; i < buffers_.size(); ++i) {
+      if (buffers_[i].bytes > 0 && last_use(buffers_[i]) < step_end) dying_.push_back(i);
+    }
+    std::stable_sort(dying_.begin(), dying_.end(),
+                     [&](std::size_t a, std::size_t b) { return last_use(buffers_[a]) < last_use(buffers_[b]); });
+  }
+}
+
+void Arena::entering(Tick next, Backend& backend) {
+  if (reuse_ != MemoryReuse::poison) return;
+  const std::int64_t now = position(next);
+  if (now < last_entered_) poisoned_this_step_ = 0;  // a new step: every buffer is written again
+  last_entered_ = now;
+  auto* base = static_cast<unsigned char*>(block_.get());
+  while (poisoned_this_step_ < dying_.size()) {
+    const Buffer& b = buffers_[dying_[poisoned_this_step_]];
+    if (last_use(b) >= now) break;
+    backend.poison(base + b.offset, b.bytes);
+    ++poisoned_this_step_;
+    ++poisoned_total_;
+  }
 }
 
 std::vector<Arena::Placement> Arena::placements() const {

@@ -33,6 +33,10 @@ struct Tick {
 enum class MemoryReuse {
   none,      // every buffer has its own memory (layers tested alone, debugging)
   lifetime,  // buffers whose lifetimes do not overlap share memory
+  // Every buffer has its own memory, and is filled with NaN (all bits set) as soon as the step
+  // passes its declared last use: an op that reads past what it declared to the plan then reads
+  // NaN, on any backend, instead of whatever happened to share its memory.
+  poison,
 };
 
 class Arena {
@@ -57,6 +61,19 @@ class Arena {
 
   // Places every buffer, allocates one block on `backend` and points each tensor into it.
   void commit(Backend& backend, MemoryReuse reuse = MemoryReuse::none);
+  MemoryReuse reuse() const { return reuse_; }
+
+  // Under MemoryReuse::poison (otherwise nothing): the step is about to do the work of `next`,
+  // so every buffer whose declared lifetime ended before it is filled with NaN. Called in step
+  // order; a tick earlier than the last one seen starts a new step.
+  void entering(Tick next, Backend& backend);
+  // A step begins: entering() poisons each dying buffer again as the step passes it.
+  void begin_step() {
+    poisoned_this_step_ = 0;
+    last_entered_ = -1;
+  }
+  // How many buffers entering() has poisoned since commit (a test's proof that it ran).
+  std::size_t poisoned_count() const { return poisoned_total_; }
 
   // Bytes of the block (after commit; before it, what no reuse would take).
   std::size_t planned_bytes() const { return committed_ ? block_bytes_ : unshared_bytes(); }
@@ -95,6 +112,13 @@ class Arena {
   std::vector<Tensor*> requests_;  // each with tensor->buffer naming its Buffer
   std::int32_t ticks_ = 0;
   bool committed_ = false;
+  MemoryReuse reuse_ = MemoryReuse::none;
+  // Poison mode: buffers that die within the step, by their last use, and how many of them
+  // this step has poisoned so far.
+  std::vector<std::size_t> dying_;
+  std::size_t poisoned_this_step_ = 0;
+  std::int64_t last_entered_ = -1;
+  std::size_t poisoned_total_ = 0;
   std::size_t block_bytes_ = 0;
   std::shared_ptr<void> block_;
 };

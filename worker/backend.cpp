@@ -67,6 +67,10 @@ void Backend::gather_rows(const Tensor&, const std::int32_t*, std::int64_t, Tens
 void Backend::scatter_add_rows(const Tensor&, const std::int32_t*, std::int64_t, Tensor&) {
   no_transformer_op(*this, "scatter_add_rows");
 }
+void Backend::poison(void* device_dst, std::size_t bytes) {
+  const std::vector<unsigned char> all_ones(bytes, 0xFF);
+  copy_from_host(device_dst, all_ones.data(), bytes);
+}
 void Backend::fill_zero(Tensor&) { no_transformer_op(*this, "fill_zero"); }
 void Backend::adamw_update(float*, float*, float*, float*, std::int64_t, const std::vector<ParameterRange>&,
                            const AdamWConfig&, std::uint64_t) {

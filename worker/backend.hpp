@@ -120,8 +120,12 @@ class PoolOp {
   virtual ~PoolOp() = default;
   // Bytes of state that forward leaves for backward (the arg-max of max pooling).
   virtual std::size_t workspace_bytes() const = 0;
+  // Whether backward reads the forward's x and y again (cuDNN's pooling finds the arg-max that
+  // way, oneDNN's keeps it in the workspace): the layer then keeps both alive until backward.
+  virtual bool backward_reads_activations() const = 0;
   virtual void forward(const Tensor& x, Tensor& y, void* workspace) = 0;
-  virtual void backward(const Tensor& dy, const void* workspace, Tensor& dx) = 0;
+  // x and y are the forward's; an op that does not read them again must not touch them.
+  virtual void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const void* workspace, Tensor& dx) = 0;
 };
 
 struct LinearConfig {
@@ -329,6 +333,9 @@ class Backend {
   virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
   virtual void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
+  // Sets every bit of `bytes` of device memory, queued like any op: NaN in fp32, fp16 and bf16
+  // alike (the memory plan's poison mode). The default copies from the host.
+  virtual void poison(void* device_dst, std::size_t bytes);
   // Waits until every queued operation has finished (a no-op on the CPU).
   virtual void synchronize() = 0;
   // Marks for timing steps in this backend's queue (the CUDA backend's are events on its stream).

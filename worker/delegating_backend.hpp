@@ -17,6 +17,7 @@ class DelegatingBackend : public Backend {
   std::shared_ptr<void> allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
   void copy_from_host(void* d, const void* s, std::size_t n) override { inner_.copy_from_host(d, s, n); }
   void copy_to_host(void* d, const void* s, std::size_t n) override { inner_.copy_to_host(d, s, n); }
+  void poison(void* d, std::size_t n) override { inner_.poison(d, n); }
   void synchronize() override { inner_.synchronize(); }
   std::unique_ptr<StepMarks> make_step_marks() override { return inner_.make_step_marks(); }
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override { return inner_.make_conv2d(c); }

@@ -241,8 +241,9 @@ const Shape kTrainingInput(8, 3, 16, 16);
 
 // With dropout, so that a replayed graph that repeated the captured step's masks would leave
 // the eager trajectory.
-std::vector<float> train_losses(Backend& backend, DType dtype, bool graph = false) {
-  Trainer trainer(backend, small_conv_net(16, 16, 0.2f), kTrainingInput, 10, kSgd, 3, 0, MemoryReuse::lifetime, dtype);
+std::vector<float> train_losses(Backend& backend, DType dtype, bool graph = false,
+                                MemoryReuse reuse = MemoryReuse::lifetime) {
+  Trainer trainer(backend, small_conv_net(16, 16, 0.2f), kTrainingInput, 10, kSgd, 3, 0, reuse, dtype);
   trainer.use_step_graph(graph);
   std::vector<float> losses;
   for (int i = 0; i < kTrainingSteps; ++i) losses.push_back(trainer.step_and_loss());
@@ -329,10 +330,10 @@ BertConfig small_bert() {
 constexpr PretrainingBatchLayout kSmallBertBatch{4, 12};
 constexpr AdamWConfig kSelfTestAdamW{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f};
 
-std::vector<float> bert_losses(Backend& backend, DType dtype) {
+std::vector<float> bert_losses(Backend& backend, DType dtype, MemoryReuse reuse = MemoryReuse::lifetime) {
   const BertConfig config = small_bert();
-  Trainer trainer(backend, bert_for_pretraining(config), kSmallBertBatch, config.vocabulary, SgdConfig{}, 3, 0,
-                  MemoryReuse::lifetime, dtype);
+  Trainer trainer(backend, bert_for_pretraining(config), kSmallBertBatch, config.vocabulary, SgdConfig{}, 3, 0, reuse,
+                  dtype);
   trainer.use_adamw(kSelfTestAdamW);
   std::vector<float> losses;
   for (int i = 0; i < kTrainingSteps; ++i) losses.push_back(trainer.step_and_loss());
@@ -439,6 +440,25 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
     eager = train_losses(*backend, dtype);
     const auto [error, step] = trajectory_error(*eager, *reference_losses);
     return bounded(error, b.training, "the loss, worst at step " + std::to_string(step + 1));
+  });
+  // Every op reads only what it declared to the memory plan: trained with each buffer poisoned
+  // (NaN) from the end of its declared lifetime, the losses are those of unshared memory. An op
+  // that reads a buffer after its declared end reads NaN here, whatever shares its memory.
+  checker.run(precision, "memory plan (buffers poisoned after their last declared use)", [&] {
+    const auto [conv_error, conv_step] = trajectory_error(train_losses(*backend, dtype, false, MemoryReuse::poison),
+                                                          train_losses(*backend, dtype, false, MemoryReuse::none));
+    std::string where = "conv net's loss, worst at step " + std::to_string(conv_step + 1);
+    double error = conv_error;
+    if (!backend->cannot_run_transformers()) {
+      const auto [bert_error, bert_step] = trajectory_error(bert_losses(*backend, dtype, MemoryReuse::poison),
+                                                            bert_losses(*backend, dtype, MemoryReuse::none));
+      if (std::isnan(bert_error) || bert_error > error) {
+        error = bert_error;
+        where = "bert's loss, worst at step " + std::to_string(bert_step + 1);
+      }
+    }
+    // The same kernels on the same data: only algorithms with atomics may reorder sums.
+    return bounded(error, 1e-4, where + " against unshared memory");
   });
   if (backend->can_capture()) {
     checker.run(precision, "step graph replay", [&] {

@@ -68,6 +68,7 @@ void Trainer::setup_network(const Shape& input, DType input_dtype, DType activat
   labels_storage_.dtype = DType::int32;
   arena_.request(labels_storage_);
   arena_.commit(backend_, reuse);
+  if (reuse == MemoryReuse::poison) context_.plan = &arena_;
   network_->reset_state(backend_);
 }
 
@@ -201,7 +202,7 @@ void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<st
 
 void Trainer::forward_and_loss() {
   backend_.begin_step(context_.step);  // inside a capture this becomes "the step after the last"
-  const auto* labels = static_cast<const std::int32_t*>(labels_storage_.data);
+  arena_.begin_step();  const auto* labels = static_cast<const std::int32_t*>(labels_storage_.data);
   const float gradient_scale = scaler_ ? scaler_->scale() : 1.0f;
   context_.labels = labels;
   context_.gradient_scale = gradient_scale;

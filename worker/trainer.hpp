@@ -114,6 +114,9 @@ class Trainer {
     context_.gradients_ready = std::move(hook);
   }
 
+  // Told about every layer a step runs (null: nobody); not with a captured step graph.
+  void set_layer_observer(LayerObserver* observer) { context_.observer = observer; }
+
   ParameterStore& parameters() { return parameters_; }
   Sequential& network() { return *network_; }
   const Tensor& input() const { return input_; }

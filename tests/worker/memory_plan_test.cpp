@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "activation_reading_pool.hpp"
 #include "layers/auxiliary_classifier.hpp"
 #include "layers/batch_norm2d.hpp"
 #include "layers/bottleneck.hpp"
@@ -154,11 +155,17 @@ struct Trajectory {
   std::vector<float> losses;
   std::vector<float> weights;
   std::size_t arena_bytes = 0;
+  std::size_t poisoned = 0;  // buffers the poison mode filled with NaN over the steps
 };
 
-Trajectory train(std::unique_ptr<Sequential> net, const Shape& input, std::int64_t classes, MemoryReuse reuse,
-                 int steps, Arena const** arena_out = nullptr, std::unique_ptr<Trainer>* keep = nullptr) {
+CpuBackend& shared_cpu() {
   static CpuBackend backend(2);
+  return backend;
+}
+
+Trajectory train(std::unique_ptr<Sequential> net, const Shape& input, std::int64_t classes, MemoryReuse reuse,
+                 int steps, Arena const** arena_out = nullptr, std::unique_ptr<Trainer>* keep = nullptr,
+                 Backend& backend = shared_cpu()) {
   auto trainer = std::make_unique<Trainer>(backend, std::move(net), input, classes, SgdConfig{0.001f, 0.9f, 1e-4f}, 5,
                                            0, reuse);
   Trajectory out;
@@ -166,6 +173,7 @@ Trajectory train(std::unique_ptr<Sequential> net, const Shape& input, std::int64
   const float* values = trainer->parameters().values();
   out.weights.assign(values, values + trainer->parameter_count());
   out.arena_bytes = trainer->arena_bytes();
+  out.poisoned = trainer->arena().poisoned_count();
   if (arena_out != nullptr) *arena_out = &trainer->arena();
   if (keep != nullptr) *keep = std::move(trainer);
   return out;
@@ -230,6 +238,73 @@ void expect_plan_respects_real_use(const std::function<std::unique_ptr<Sequentia
   EXPECT_GT(sharing_pairs, 0u);
 }
 
+// The poison mode (every buffer its own memory, NaN from the moment its declared lifetime ends)
+// computes exactly what no reuse computes when every op reads only what it declared.
+void expect_poison_changes_nothing(const std::function<std::unique_ptr<Sequential>()>& build, const Shape& input,
+                                   std::int64_t classes, int steps, const Trajectory& unshared) {
+  const Trajectory poisoned = train(build(), input, classes, MemoryReuse::poison, steps);
+  expect_same_bits(poisoned, unshared);
+  EXPECT_GT(poisoned.poisoned, 0u) << "the poison mode filled no buffer";
+  EXPECT_EQ(poisoned.arena_bytes, unshared.arena_bytes) << "poison gives every buffer its own memory";
+}
+
+TEST(MemoryPlan, PoisonFillsEachBufferWhenItsLifetimeEnds) {
+  CpuBackend backend(1);
+  Arena arena;
+  Tensor a = activation(Shape(16), Layout::plain, DType::fp32), b = a, kept = a;
+  const Tick t0 = arena.next_tick(), t1 = arena.next_tick();
+  arena.request(a, t0);
+  arena.read(a, t1);  // a: forward 0..1
+  arena.request(b, t1);
+  arena.read(b, t0.mirrored());  // b: forward 1 .. backward 0
+  arena.request(kept);           // the whole step
+  arena.commit(backend, MemoryReuse::poison);
+  EXPECT_NE(a.data, b.data);
+  const auto fill = [](Tensor& t, float v) { std::fill(t.as<float>(), t.as<float>() + t.numel(), v); };
+  for (int step = 0; step < 2; ++step) {
+    arena.begin_step();
+    fill(a, 1.0f);
+    fill(kept, 3.0f);
+    arena.entering(t0, backend);
+    EXPECT_EQ(a.as<float>()[15], 1.0f) << "a is live at its writing tick";
+    arena.entering(t1, backend);
+    fill(b, 2.0f);
+    EXPECT_EQ(a.as<float>()[0], 1.0f) << "a is read at t1";
+    arena.entering(t1.mirrored(), backend);
+    EXPECT_TRUE(std::isnan(a.as<float>()[0]) && std::isnan(a.as<float>()[15])) << "step " << step << ": a died at t1";
+    EXPECT_EQ(b.as<float>()[0], 2.0f);
+    arena.entering(t0.mirrored(), backend);
+    EXPECT_EQ(b.as<float>()[0], 2.0f) << "b is read at t0's mirror, the step's last moment";
+    EXPECT_EQ(kept.as<float>()[0], 3.0f) << "a whole-step buffer is never poisoned";
+  }
+  EXPECT_EQ(arena.poisoned_count(), 2u);
+}
+
+// The CUDA pool's bug, planted on the CPU: undeclared, the poison mode catches it (and the
+// shared plan computes something else); declared, the layer keeps x and y alive and every plan
+// computes the same bits.
+TEST(MemoryPlan, APoolThatReadsItsActivationsInBackwardKeepsThemAlive) {
+  CpuBackend cpu(2);
+  const Shape input(4, 3, 16, 16);
+  ActivationReadingPoolBackend undeclared(cpu, false), declared(cpu, true);
+  const Trajectory unshared = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, nullptr, declared);
+  const Trajectory honest = train(every_layer_kind(), input, 10, MemoryReuse::lifetime, 3, nullptr, nullptr, declared);
+  const Trajectory honest_poisoned = train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, declared);
+  expect_same_bits(honest, unshared);
+  expect_same_bits(honest_poisoned, unshared);
+
+  const Trajectory caught = train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, undeclared);
+  ASSERT_EQ(caught.weights.size(), unshared.weights.size());
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < caught.weights.size(); ++i) differing += caught.weights[i] != unshared.weights[i];
+  EXPECT_GT(differing, caught.weights.size() / 10) << "the poison mode did not catch a pool reading dead x and y";
+  // The same op under the reference CPU pool's plan: the pool's x and y die at forward.
+  const Trajectory reference = train(every_layer_kind(), input, 10, MemoryReuse::none, 3);
+  for (std::size_t i = 0; i < unshared.losses.size(); ++i) {
+    EXPECT_NEAR(unshared.losses[i], reference.losses[i], 1e-5f * reference.losses[i]) << "step " << i;
+  }
+}
+
 TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKind) {
   expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10);
 }
@@ -289,6 +364,7 @@ TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_DeepLabV3Plus) {
   const Trajectory shared = train(build_model("deeplabv3plus", 5), input, 5, MemoryReuse::lifetime, 2);
   const Trajectory unshared = train(build_model("deeplabv3plus", 5), input, 5, MemoryReuse::none, 2);
   expect_same_bits(shared, unshared);
+  expect_poison_changes_nothing([] { return build_model("deeplabv3plus", 5); }, input, 5, 2, unshared);
   EXPECT_LT(shared.arena_bytes, unshared.arena_bytes / 2);
   // Per-pixel labels over 5 classes and one ignore value: the first loss is about ln 5.
   EXPECT_NEAR(shared.losses[0], std::log(5.0f), 0.5f);
@@ -301,6 +377,7 @@ TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_Branches) {
   const Trajectory shared = train(branching_layer_kinds(), input, 10, MemoryReuse::lifetime, 3, &arena, &trainer);
   const Trajectory unshared = train(branching_layer_kinds(), input, 10, MemoryReuse::none, 3);
   expect_same_bits(shared, unshared);
+  expect_poison_changes_nothing(branching_layer_kinds, input, 10, 3, unshared);
   expect_no_conflicts(*arena);
   EXPECT_LT(shared.arena_bytes, unshared.arena_bytes);
   // The auxiliary term counts: the first loss is the sum of both heads' (about 1.4 · ln 10).
@@ -312,6 +389,7 @@ TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_InceptionV3) {
   const Trajectory shared = train(build_model("inception_v3", 10), input, 10, MemoryReuse::lifetime, 2);
   const Trajectory unshared = train(build_model("inception_v3", 10), input, 10, MemoryReuse::none, 2);
   expect_same_bits(shared, unshared);
+  expect_poison_changes_nothing([] { return build_model("inception_v3", 10); }, input, 10, 2, unshared);
   EXPECT_LT(shared.arena_bytes, unshared.arena_bytes / 2);
 }
 
@@ -322,6 +400,7 @@ TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_EveryLayerKind) {
   const Trajectory shared = train(every_layer_kind(), input, 10, MemoryReuse::lifetime, 3, &arena, &trainer);
   const Trajectory unshared = train(every_layer_kind(), input, 10, MemoryReuse::none, 3);
   expect_same_bits(shared, unshared);
+  expect_poison_changes_nothing(every_layer_kind, input, 10, 3, unshared);
   expect_no_conflicts(*arena);
   EXPECT_LT(shared.arena_bytes, unshared.arena_bytes);
 }
@@ -333,6 +412,7 @@ TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_ResNet50) {
   const Trajectory shared = train(build_model("resnet50", 10), input, 10, MemoryReuse::lifetime, 3, &arena, &trainer);
   const Trajectory unshared = train(build_model("resnet50", 10), input, 10, MemoryReuse::none, 3);
   expect_same_bits(shared, unshared);
+  expect_poison_changes_nothing([] { return build_model("resnet50", 10); }, input, 10, 3, unshared);
   expect_no_conflicts(*arena);
   // The plan keeps what backward needs (about a third of all buffers) and packs it well.
   EXPECT_LT(shared.arena_bytes, unshared.arena_bytes * 4 / 10);
@@ -344,6 +424,7 @@ TEST(MemoryPlan, SharedMemoryTrainsBitForBitLikeUnshared_AlexNet) {
   const Trajectory shared = train(build_model("alexnet", 10), input, 10, MemoryReuse::lifetime, 2);
   const Trajectory unshared = train(build_model("alexnet", 10), input, 10, MemoryReuse::none, 2);
   expect_same_bits(shared, unshared);
+  expect_poison_changes_nothing([] { return build_model("alexnet", 10); }, input, 10, 2, unshared);
   EXPECT_LT(shared.arena_bytes, unshared.arena_bytes);
 }
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "activation_reading_pool.hpp"
 #include "delegating_backend.hpp"
 #include "self_test.hpp"
 
@@ -32,8 +33,13 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   bool layer_norm_off = false;  // layer normalization outputs 0.1% too large
   bool frozen_adamw_step = false;  // AdamW corrects every update as the first (a frozen graph's)
   bool rounding_noise = false;  // linear and batched-matmul outputs off by up to one ulp (another GPU's sums)
+  bool undeclared_pool_reads = false;  // max pools read x and y in backward without saying so (the CUDA pool's bug)
 
   std::string name() const override { return "faulty"; }
+  std::unique_ptr<PoolOp> make_pool(const PoolConfig& c) override {
+    if (undeclared_pool_reads && c.kind == PoolKind::max) return std::make_unique<ActivationReadingPool>(c, false);
+    return inner_.make_pool(c);
+  }
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override {
     auto op = inner_.make_conv2d(c);
     if (!conv_off) return op;
@@ -170,6 +176,7 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->layer_norm_off = subject_backend.layer_norm_off;
                             b->frozen_adamw_step = subject_backend.frozen_adamw_step;
                             b->rounding_noise = subject_backend.rounding_noise;
+                            b->undeclared_pool_reads = subject_backend.undeclared_pool_reads;
                             return b;
                           },
                           std::move(precisions)};
@@ -189,9 +196,9 @@ TEST(SelfTest, ACorrectBackendPassesEveryCheck) {
   NoCommunicator one;
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
-  // 12 layers, the loss, the encoder layer, BERT, training; SGD, AdamW, LAMB, unscaling, loss
-  // scaling; the communicator.
-  EXPECT_EQ(checks.size(), 22u);
+  // 12 layers, the loss, the encoder layer, BERT, training, the memory plan; SGD, AdamW, LAMB,
+  // unscaling, loss scaling; the communicator.
+  EXPECT_EQ(checks.size(), 23u);
   for (const auto& c : checks) EXPECT_LE(c.error, c.bound == 0 ? 0.0 : c.bound) << c.name;
 }
 
@@ -210,6 +217,18 @@ TEST(SelfTest, RoundingNoiseOfAnotherSummationOrderPasses) {
       EXPECT_LT(c.error, 0.1 * c.bound) << c.name << ": " << c.detail;
     }
   }
+}
+
+// The CUDA pool's bug, planted: every op alone passes (the pooling check runs without memory
+// reuse), training drifts from the second step, and the poisoned memory plan names the cause.
+TEST(SelfTest, AnOpReadingPastItsDeclaredLifetimeFailsTheMemoryPlanCheck) {
+  FaultyBackend backend;
+  backend.undeclared_pool_reads = true;
+  NoCommunicator one;
+  const auto checks = run_on(backend, one);
+  EXPECT_THAT(failed_names(checks),
+              ::testing::UnorderedElementsAre("fp32 training, 5 steps",
+                                              "fp32 memory plan (buffers poisoned after their last declared use)"));
 }
 
 TEST(SelfTest, AConvolutionOffByATenthOfAPercentFailsTheConvolutionChecks) {

@@ -33,6 +33,7 @@ class TracingBackend final : public Backend {
     record({src});
     inner_.copy_to_host(dst, src, bytes);
   }
+  void poison(void* dst, std::size_t bytes) override { inner_.poison(dst, bytes); }  // not a use
   void synchronize() override { inner_.synchronize(); }
 
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override {
@@ -166,13 +167,18 @@ class TracingBackend final : public Backend {
    public:
     Pool(TracingBackend& t, std::unique_ptr<PoolOp> op) : t_(t), op_(std::move(op)) {}
     std::size_t workspace_bytes() const override { return op_->workspace_bytes(); }
+    bool backward_reads_activations() const override { return op_->backward_reads_activations(); }
     void forward(const Tensor& x, Tensor& y, void* workspace) override {
       t_.record({x.data, y.data, workspace});
       op_->forward(x, y, workspace);
     }
-    void backward(const Tensor& dy, const void* workspace, Tensor& dx) override {
-      t_.record({dy.data, workspace, dx.data});
-      op_->backward(dy, workspace, dx);
+    void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const void* workspace, Tensor& dx) override {
+      if (op_->backward_reads_activations()) {
+        t_.record({x.data, y.data, dy.data, workspace, dx.data});
+      } else {
+        t_.record({dy.data, workspace, dx.data});
+      }
+      op_->backward(x, y, dy, workspace, dx);
     }
 
    private:

@@ -637,13 +637,14 @@ class CpuPool final : public PoolOp {
     workspace_ = fwd_pd_.workspace_desc();
   }
   std::size_t workspace_bytes() const override { return workspace_.get_size(); }
+  bool backward_reads_activations() const override { return false; }
   void forward(const Tensor& x, Tensor& y, void* workspace) override {
     const auto& e = b_.engine();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, e, x.data)}, {DNNL_ARG_DST, mem(dst_, e, y.data)}};
     if (workspace_bytes() > 0) args[DNNL_ARG_WORKSPACE] = mem(workspace_, e, workspace);
     fwd_.execute(b_.stream(), args);
   }
-  void backward(const Tensor& dy, const void* workspace, Tensor& dx) override {
+  void backward(const Tensor&, const Tensor&, const Tensor& dy, const void* workspace, Tensor& dx) override {
     const auto& e = b_.engine();
     std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, mem(dst_, e, dy.data)},
                                          {DNNL_ARG_DIFF_SRC, mem(src_, e, dx.data)}};
@@ -788,6 +789,8 @@ void CpuBackend::copy_from_host(void* device_dst, const void* host_src, std::siz
 void CpuBackend::copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) {
   std::memcpy(host_dst, device_src, bytes);
 }
+
+void CpuBackend::poison(void* device_dst, std::size_t bytes) { std::memset(device_dst, 0xFF, bytes); }
 
 void CpuBackend::synchronize() { stream_.wait(); }
 

@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   std::shared_ptr<void> allocate(std::size_t bytes) override;
   void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override;
+  void poison(void* device_dst, std::size_t bytes) override;
   void synchronize() override;
 
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) override;

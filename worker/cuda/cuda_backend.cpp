@@ -167,19 +167,18 @@ class CudaPool final : public PoolOp {
   }
   ~CudaPool() override { cudnnDestroyPoolingDescriptor(pool_desc_); }
 
-  // cuDNN's backward reads x and y again; they stay at their arena addresses, so no copy.
+  // cuDNN's backward finds the arg-max by reading x and y again: the layer keeps both alive.
   std::size_t workspace_bytes() const override { return 0; }
+  bool backward_reads_activations() const override { return true; }
   void forward(const Tensor& x, Tensor& y, void*) override {
     require_dtype("pooling", dtype_, {&x, &y});
-    x_ = x.data;
-    y_ = y.data;
     DLBENCH_CUDNN_CHECK(
         cudnnPoolingForward(backend_.cudnn(), pool_desc_, &kOne, x_desc_.handle, x.data, &kZero, y_desc_.handle, y.data));
   }
-  void backward(const Tensor& dy, const void*, Tensor& dx) override {
-    require_dtype("pooling", dtype_, {&dy, &dx});
-    DLBENCH_CUDNN_CHECK(cudnnPoolingBackward(backend_.cudnn(), pool_desc_, &kOne, y_desc_.handle, y_, y_desc_.handle,
-                                             dy.data, x_desc_.handle, x_, &kZero, x_desc_.handle, dx.data));
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const void*, Tensor& dx) override {
+    require_dtype("pooling", dtype_, {&x, &y, &dy, &dx});
+    DLBENCH_CUDNN_CHECK(cudnnPoolingBackward(backend_.cudnn(), pool_desc_, &kOne, y_desc_.handle, y.data, y_desc_.handle,
+                                             dy.data, x_desc_.handle, x.data, &kZero, x_desc_.handle, dx.data));
   }
 
  private:
@@ -187,8 +186,6 @@ class CudaPool final : public PoolOp {
   DType dtype_;
   TensorDescriptor x_desc_, y_desc_;
   cudnnPoolingDescriptor_t pool_desc_ = nullptr;
-  const void* x_ = nullptr;
-  const void* y_ = nullptr;
 };
 
 std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
@@ -281,6 +278,10 @@ void CudaBackend::copy_from_host(void* device_dst, const void* host_src, std::si
 void CudaBackend::copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) {
   DLBENCH_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, stream_));
   DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::poison(void* device_dst, std::size_t bytes) {
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(device_dst, 0xFF, bytes, stream_));  // queued, so a step graph captures it
 }
 
 void CudaBackend::synchronize() { DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }

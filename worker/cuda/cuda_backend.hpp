@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> allocate(std::size_t bytes) override;
   void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override;
+  void poison(void* device_dst, std::size_t bytes) override;
   void synchronize() override;
   // Events on the stream: each step is timed where the device ran it, the host never waits.
   std::unique_ptr<StepMarks> make_step_marks() override;

@@ -58,6 +58,17 @@ struct SetupContext {
   }
 };
 
+class Layer;
+
+// Told before and after each layer that a Sequential runs, forward and backward: the profiler
+// (--profile) times layers this way. `output` is what the layer returned (its y, or its dx).
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  virtual void before(const Layer& layer, bool backward) = 0;
+  virtual void after(const Layer& layer, bool backward, const Tensor& output) = 0;
+};
+
 struct StepContext {
   Backend& backend;
   std::uint64_t seed = 0;  // dropout masks: seed, step and layer
@@ -71,6 +82,14 @@ struct StepContext {
   const std::int32_t* labels = nullptr;
   float gradient_scale = 1.0f;
   int loss_terms = 0;
+  // The step's memory plan, told as the step reaches each tick (Arena::entering: the poison mode
+  // fills buffers whose declared lifetime has ended); null when nobody listens.
+  Arena* plan = nullptr;
+  LayerObserver* observer = nullptr;
+
+  void entering(Tick next) const {
+    if (plan != nullptr) plan->entering(next, backend);
+  }
 
   void notify(std::initializer_list<Parameter*> params) const {
     if (gradients_ready) gradients_ready(std::vector<Parameter*>(params));

@@ -23,21 +23,27 @@ class Pool2d final : public Layer {
     op_ = ctx.backend.make_pool(config);
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
-    ctx.arena.read(input, t);  // backward needs only the workspace (max) or nothing (average)
+    ctx.arena.read(input, t);
     y_ = activation(config.output(), layout, input.dtype);
     dx_ = activation(input.shape, layout, input.dtype);
     ctx.arena.request(y_, t);
+    // Backward needs the workspace (oneDNN's arg-max), or x and y again (cuDNN's), or nothing.
+    if (op_->backward_reads_activations()) {
+      ctx.arena.read(input, t.mirrored());
+      ctx.arena.read(y_, t.mirrored());
+    }
     ctx.request_input_grad(dx_, t.mirrored());
     ctx.request_saved_state(workspace_, op_->workspace_bytes(), t);
     return y_;
   }
 
   const Tensor& forward(const Tensor& x, StepContext&) override {
+    x_ = &x;
     op_->forward(x, y_, workspace_.data);
     return y_;
   }
   const Tensor& backward(const Tensor& dy, StepContext&) override {
-    op_->backward(dy, workspace_.data, dx_);
+    op_->backward(*x_, y_, dy, workspace_.data, dx_);
     return dx_;
   }
 
@@ -46,6 +52,7 @@ class Pool2d final : public Layer {
   std::int64_t kernel_, stride_, padding_;
   bool global_;
   std::unique_ptr<PoolOp> op_;
+  const Tensor* x_ = nullptr;  // the last forward's input
   Tensor y_, dx_, workspace_;
 };
 

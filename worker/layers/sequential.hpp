@@ -47,11 +47,15 @@ class Sequential final : public Layer {
     // its gradient is wanted only if that one's is.
     std::optional<Tick> reader = outer_reader;
     bool computed = false;
+    ticks_.assign(layers_.size(), std::nullopt);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       ctx.input_grad_needed = computed || first_needs_grad;
       ctx.input_grad_reader = reader;
       const std::optional<Tick> last_before = ctx.arena.last_tick();
       out = layers_[i]->setup(out, ctx);
+      if (ctx.arena.last_tick() != last_before) {
+        ticks_[i] = TickRange{last_before ? last_before->index + 1 : 0, ctx.arena.last_tick()->index};
+      }
       if (ctx.arena.last_tick() != last_before) computed = true;
       if (const std::optional<Tick> named = layers_[i]->output_grad_reader()) {
         reader = named;
@@ -68,14 +72,26 @@ class Sequential final : public Layer {
   void reset_state(Backend& backend) override {
     for (auto& l : layers_) l->reset_state(backend);
   }
+  // Each child is announced to the memory plan (StepContext::entering) before it runs: its
+  // first tick in forward, the mirror of its last in backward; and to the observer, if any.
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
     const Tensor* t = &x;
-    for (auto& l : layers_) t = &l->forward(*t, ctx);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      if (ticks_[i]) ctx.entering(Tick{ticks_[i]->first, false});
+      if (ctx.observer != nullptr) ctx.observer->before(*layers_[i], false);
+      t = &layers_[i]->forward(*t, ctx);
+      if (ctx.observer != nullptr) ctx.observer->after(*layers_[i], false, *t);
+    }
     return *t;
   }
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
     const Tensor* t = &dy;
-    for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) t = &(*it)->backward(*t, ctx);
+    for (std::size_t i = layers_.size(); i-- > 0;) {
+      if (ticks_[i]) ctx.entering(Tick{ticks_[i]->last, true});
+      if (ctx.observer != nullptr) ctx.observer->before(*layers_[i], true);
+      t = &layers_[i]->backward(*t, ctx);
+      if (ctx.observer != nullptr) ctx.observer->after(*layers_[i], true, *t);
+    }
     return *t;
   }
   double forward_macs_per_sample() const override {
@@ -89,6 +105,10 @@ class Sequential final : public Layer {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<std::string> names_;
   std::optional<Tick> output_grad_reader_;
+  struct TickRange {
+    std::int32_t first, last;
+  };
+  std::vector<std::optional<TickRange>> ticks_;  // each child's, none for a view
 };
 
 }  // namespace dlbench::worker
