@@ -40,6 +40,7 @@
 #include "dlbench/core/status.hpp"
 #include "methodology.hpp"
 #include "models/model.hpp"
+#include "layer_profiler.hpp"
 #include "self_test.hpp"
 #include "trainer.hpp"
 #include "weights_file.hpp"
@@ -94,7 +95,12 @@ Usage: dlbench-worker [options]
                           and replay it (the first step runs eagerly; dropout masks are
                           then fixed)                                     (default off)
   --memory-plan P         lifetime: activation and gradient buffers share memory once
-                          their last reader has run; none: each has its own (default lifetime)
+                          their last reader has run; none: each has its own; poison: each
+                          has its own and is filled with NaN once its last declared reader
+                          has run (finds an op reading past its lifetime) (default lifetime)
+  --profile N             after the repeats, time N more steps layer by layer (CUDA events
+                          on a GPU, the host clock on the CPU): a table of where a step
+                          goes, by layer kind and slowest layers, and "profile" in the result
   --init-from FILE        start from the weights in FILE instead of the seed's: a safetensors
                           file with torchvision's state_dict names and shapes (batch-norm
                           running statistics in it are allowed and not used)
@@ -170,6 +176,7 @@ struct Options {
   long metrics_port = -1;  // off
   bool cuda_graph = false;
   std::string memory_plan = "lifetime";
+  long profile_steps = 0;  // --profile: off
   std::string data = "synthetic";
   std::string data_path;
   long decode_threads = defaults::kDecodeThreads;
@@ -280,7 +287,8 @@ std::optional<Options> parse(int argc, char** argv) {
 #ifdef DLBENCH_HAVE_CUDA
       int gpus = 0;
       if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-      std::cout << "cuda " << gpus << " precisions=" << cuda_precisions(",") << "\n";
+      // No GPU here, no precision runs here: a CUDA build on a CPU machine lists none.
+      std::cout << "cuda " << gpus << " precisions=" << (gpus > 0 ? cuda_precisions(",") : "") << "\n";
 #endif
       return std::nullopt;
     } else if (flag == "--self-test") {
@@ -358,8 +366,10 @@ std::optional<Options> parse(int argc, char** argv) {
       o.prefetch_batches = parse_bounded(flag, value, bounds::kPrefetchBatches);
     } else if (flag == "--cuda-graph") {
       o.cuda_graph = choice(flag, value, {"on", "off"}) == "on";
+    } else if (flag == "--profile") {
+      o.profile_steps = parse_bounded(flag, value, 1, 1000);
     } else if (flag == "--memory-plan") {
-      o.memory_plan = choice(flag, value, {"lifetime", "none"});
+      o.memory_plan = choice(flag, value, {"lifetime", "none", "poison"});
     } else {
       throw UsageError{"unknown option " + printable(flag) + " (see --help)"};
     }
@@ -393,6 +403,16 @@ std::optional<Options> parse(int argc, char** argv) {
   }
   if (o.cuda_graph && o.backend != "cuda") {
     throw UsageError{"--cuda-graph: on needs --backend cuda; allowed here: off"};
+  }
+  if (o.cuda_graph && o.profile_steps > 0) {
+    throw UsageError{"--profile: times eager steps layer by layer, and a replayed step graph runs no layer; not with "
+                     "--cuda-graph on"};
+  }
+  if (o.cuda_graph && o.precision == "amp" && !o.self_test) {
+    // Refused here, not after the model is built: a replayed graph applies every step's update,
+    // and amp's loss scaler decides on the host whether a step with an inf or NaN is skipped.
+    throw UsageError{"--cuda-graph: on replays every step's update as captured, and amp's loss scaling skips "
+                     "steps from the host; allowed with --precision amp: off"};
   }
   if (const int ranks = mpirun_ranks(); o.cuda_graph && ranks > 1) {
     throw UsageError{"--cuda-graph: on runs one rank (the gradient allreduce is driven from the host between "
@@ -492,9 +512,12 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
   out << "dlbench-worker: " << to_string(doc.model) << " on " << doc.environment.backend << " ("
       << doc.environment.cpu_model << ", " << doc.environment.cpu_cores << " threads), case " << case_id(doc.case_)
       << (doc.sequence_length > 0 ? ", sequence length " + std::to_string(doc.sequence_length)
-                                  : ", image " + image_size_argument(doc.image_height, doc.image_width))
-      << ", " << parameters << " parameters, activations "
-      << std::fixed << std::setprecision(2) << (doc.memory ? doc.memory->activations : 0.0) / (1 << 30) << " GiB";
+                                  : ", image " + image_size_argument(doc.image_height, doc.image_width));
+  // A case that failed before its model was built (no GPU, say) has no parameters or memory to tell.
+  if (parameters > 0) {
+    out << ", " << parameters << " parameters, activations " << std::fixed << std::setprecision(2)
+        << (doc.memory ? doc.memory->activations : 0.0) / (1 << 30) << " GiB";
+  }
   if (doc.memory && doc.memory->unshared_activations > 0) {
     out << " (" << std::setprecision(0) << 100.0 * doc.memory->activations / doc.memory->unshared_activations
         << "% of unshared)";
@@ -522,9 +545,24 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
     if (doc.mfu) out << ", MFU " << std::setprecision(1) << 100.0 * *doc.mfu << "%";
     out << "\n";
     if (doc.input) out << "  input: " << describe_input(*doc.input) << "\n";
+    if (doc.profile) print_profile(out, *doc.profile);
   } else {
     out << "  FAILED: " << doc.reason << ": " << doc.message << "\n";
   }
+}
+
+// --profile: `steps` more eager steps, every layer timed (after the measurement, so that its
+// marks cost the measured steps nothing). Every rank runs them: the steps' allreduces pair up.
+StepProfile profile_steps(Trainer& trainer, Backend& device, int steps) {
+  LayerProfiler profiler(trainer.network(), device);
+  trainer.set_layer_observer(&profiler);
+  profiler.step_boundary();
+  for (int i = 0; i < steps; ++i) {
+    trainer.step();
+    profiler.step_boundary();
+  }
+  trainer.set_layer_observer(nullptr);
+  return profiler.finish(steps);
 }
 
 // The JSON document to --output (or stdout); the exit code for it.
@@ -641,7 +679,9 @@ class BackendUnavailable : public std::runtime_error {
 std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer = false) {
   const ModelInfo model = model_info(o.model);
   const SgdConfig sgd{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
-  const MemoryReuse reuse = o.memory_plan == "none" || keep_every_buffer ? MemoryReuse::none : MemoryReuse::lifetime;
+  const MemoryReuse reuse = o.memory_plan == "none" || keep_every_buffer ? MemoryReuse::none
+                            : o.memory_plan == "poison"                   ? MemoryReuse::poison
+                                                                          : MemoryReuse::lifetime;
   std::unique_ptr<Trainer> trainer;
   if (model.sequences) {
     if (const auto why = device.cannot_run_transformers()) throw Unsupported(*why);
@@ -905,6 +945,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     }
     doc.throughput = Throughput{unit, summarize(throughputs), throughputs};
     doc.step_time_seconds = summarize(all_steps);
+    if (o.profile_steps > 0) doc.profile = profile_steps(trainer, device, static_cast<int>(o.profile_steps));
     if (real) {
       InputReport report;
       double total_wait = 0;

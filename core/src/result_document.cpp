@@ -104,6 +104,66 @@ void require_schema(Decoder& d, const json& document, const char* expected) {
   }
 }
 
+json layer_time_to_json(const LayerTime& t) {
+  json out{{"kind", t.kind}, {"forwardSeconds", t.forward_seconds}, {"backwardSeconds", t.backward_seconds}};
+  if (!t.name.empty()) out["name"] = t.name;
+  return out;
+}
+
+json profile_to_json(const StepProfile& p) {
+  json layers = json::array(), kinds = json::array();
+  for (const LayerTime& t : p.layers) layers.push_back(layer_time_to_json(t));
+  for (const LayerTime& t : p.kinds) kinds.push_back(layer_time_to_json(t));
+  return {{"steps", p.steps},
+          {"stepSeconds", p.step_seconds},
+          {"outsideLayersSeconds", p.outside_layers_seconds},
+          {"layers", std::move(layers)},
+          {"kinds", std::move(kinds)}};
+}
+
+void read_seconds(Decoder& d, const json& obj, const std::string& path, const char* key, double& out) {
+  if (const json* v = d.require(obj, path, key, "seconds per step")) {
+    if (auto x = d.measurement(*v, path + "." + key)) out = *x;
+  }
+}
+
+// A profile's layers (named) or kinds (not).
+std::vector<LayerTime> decode_layer_times(Decoder& d, const json& list, const std::string& path, bool named) {
+  std::vector<LayerTime> out;
+  if (!list.is_array()) {
+    d.fail(path, "expected a list of {" + std::string(named ? "name, " : "") + "kind, forwardSeconds, backwardSeconds}");
+    return out;
+  }
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    if (!d.expect_object(list[i], at)) continue;
+    if (named) {
+      d.reject_unknown(list[i], at, {"name", "kind", "forwardSeconds", "backwardSeconds"});
+    } else {
+      d.reject_unknown(list[i], at, {"kind", "forwardSeconds", "backwardSeconds"});
+    }
+    LayerTime t;
+    if (named && d.require(list[i], at, "name", "the layer's path")) d.read_string(list[i], at, "name", t.name);
+    if (d.require(list[i], at, "kind", "the layer's kind")) d.read_string(list[i], at, "kind", t.kind);
+    read_seconds(d, list[i], at, "forwardSeconds", t.forward_seconds);
+    read_seconds(d, list[i], at, "backwardSeconds", t.backward_seconds);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::optional<StepProfile> decode_profile(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"steps", "stepSeconds", "outsideLayersSeconds", "layers", "kinds"});
+  StepProfile p;
+  if (d.require(obj, path, "steps", "how many steps were profiled")) d.read_int(obj, path, "steps", {1, 1000000}, p.steps);
+  read_seconds(d, obj, path, "stepSeconds", p.step_seconds);
+  read_seconds(d, obj, path, "outsideLayersSeconds", p.outside_layers_seconds);
+  if (const json* l = d.require(obj, path, "layers", "a list")) p.layers = decode_layer_times(d, *l, path + ".layers", true);
+  if (const json* k = d.require(obj, path, "kinds", "a list")) p.kinds = decode_layer_times(d, *k, path + ".kinds", false);
+  return p;
+}
+
 }  // namespace
 
 EnvironmentInfo host_environment() {
@@ -166,6 +226,7 @@ json to_json(const ResultDocument& doc) {
     if (doc.memory->peak_resident) memory["peakResidentBytes"] = *doc.memory->peak_resident;
     out["memory"] = std::move(memory);
   }
+  if (doc.profile) out["profile"] = profile_to_json(*doc.profile);
   if (doc.peak_flops_per_device) out["peakFlopsPerDevice"] = *doc.peak_flops_per_device;
   if (doc.mfu) out["mfu"] = *doc.mfu;
   if (!doc.start_time.empty()) out["startTime"] = doc.start_time;
@@ -179,8 +240,8 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   if (!d.expect_object(document, "")) return d.finish(std::move(doc));
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "imageHeight", "imageWidth", "sequenceLength", "devices", "globalBatchSize",
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
-                                  "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "environment",
-                                  "startTime", "endTime"});
+                                  "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "profile",
+                                  "environment", "startTime", "endTime"});
   require_schema(d, document, kResultSchema);
   d.read_string(document, "", "run", doc.run);
   if (d.require(document, "", "model", "one of " + allowed_values<Model>())) d.read_enum(document, "", "model", doc.model);
@@ -264,6 +325,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
     }
     doc.memory = memory;
   }
+  if (const json* p = Decoder::find(document, "profile")) doc.profile = decode_profile(d, *p, "profile");
   if (const json* p = Decoder::find(document, "peakFlopsPerDevice")) {
     doc.peak_flops_per_device = d.measurement(*p, "peakFlopsPerDevice");
   }
@@ -354,6 +416,7 @@ class Shrinker {
 std::string compact_result_document(const std::string& json_text, std::size_t limit) {
   Shrinker s(json_text, limit);
   json& doc = s.doc;
+  s.shrink([&] { doc.erase("profile"); });
   s.shrink([&] { doc["environment"].erase("hosts"); });
   s.shrink([&] { doc["environment"].erase("facts"); });
   s.shrink([&] { doc.erase("stepTimeSeconds"); });

@@ -76,6 +76,35 @@ TEST(ResultDocument, MemoryReportRoundTripsAndIsChecked) {
   EXPECT_THAT(errors, ::testing::HasSubstr("memory.spare"));
 }
 
+TEST(ResultDocument, StepProfileRoundTripsIsCheckedAndGoesFirstFromATerminationMessage) {
+  ResultDocument doc = sample_document();
+  doc.profile = StepProfile{5, 0.072, 0.004,
+                            {{"conv1", "Conv2d", 0.001, 0.002}, {"layer1.0", "Bottleneck", 0.0003, 0.0004}},
+                            {{"", "Conv2d", 0.001, 0.002}, {"", "Bottleneck", 0.0003, 0.0004}}};
+  json j = to_json(doc);
+  EXPECT_EQ(j["profile"]["layers"][0]["name"], "conv1");
+  EXPECT_FALSE(j["profile"]["kinds"][0].contains("name"));
+  const auto decoded = decode_result_document(j);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(*decoded.value, doc);
+
+  json bad = j;
+  bad["profile"]["steps"] = 0;
+  bad["profile"]["layers"][1]["backwardSeconds"] = -1.0;
+  bad["profile"]["kinds"][0]["name"] = "conv1";
+  bad["profile"].erase("stepSeconds");
+  EXPECT_THAT(errors_of(bad),
+              ::testing::UnorderedElementsAre("profile.steps: 0 is out of range; allowed: 1 to 1000000",
+                                              "profile.stepSeconds: required; seconds per step",
+                                              "profile.layers[1].backwardSeconds: -1.0 is not a finite, non-negative number",
+                                              ::testing::StartsWith("profile.kinds[0].name: unknown field")));
+
+  const std::string full = j.dump();
+  const json compact = json::parse(compact_result_document(full, full.size() - 10));
+  EXPECT_FALSE(compact.contains("profile"));
+  EXPECT_TRUE(compact["environment"].contains("hosts")) << "the profile goes before anything else";
+}
+
 TEST(ResultDocument, InputReportRoundTripsAndReachesTheStatus) {
   ResultDocument doc = sample_document();
   InputReport input;

@@ -93,7 +93,7 @@ TEST(WorkerCli, ResNet50WritesAValidResultWithThreeRepeats) {
   EXPECT_GT(*doc.memory->peak_resident, doc.memory->activations + doc.memory->parameters);
 }
 
-// --memory-plan none gives every buffer its own memory: the same losses, more memory.
+// --memory-plan none gives every buffer its own memory: the same losses, more memory; poison too.
 TEST(WorkerCli, MemoryPlanNoneTrainsTheSameWithMoreMemory) {
   const std::string args = "--model resnet50 --image-size 32 --batch-size 2 --warmup-steps 1 --measure-steps 2 "
                            "--repeats 1 --output ";
@@ -114,9 +114,16 @@ TEST(WorkerCli, MemoryPlanNoneTrainsTheSameWithMoreMemory) {
   };
   EXPECT_FALSE(loss(planned.out).empty()) << planned.out;
   EXPECT_EQ(loss(planned.out).substr(30), loss(unshared.out).substr(30)) << planned.out << unshared.out;
+  // poison: unshared memory, NaN in each buffer past its declared lifetime; the same loss.
+  const Outcome poisoned = worker(args + "poisoned.json --memory-plan poison");
+  ASSERT_EQ(poisoned.exit_code, 0) << poisoned.err;
+  const ResultDocument c = decoded(slurp(scratch() / "poisoned.json"));
+  ASSERT_TRUE(c.memory);
+  EXPECT_EQ(c.memory->activations, c.memory->unshared_activations);
+  EXPECT_EQ(loss(poisoned.out).substr(30), loss(unshared.out).substr(30)) << poisoned.out << unshared.out;
   const Outcome bad = worker("--memory-plan greedy");
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_THAT(bad.err, HasSubstr("--memory-plan: \"greedy\" is not one of lifetime, none"));
+  EXPECT_THAT(bad.err, HasSubstr("--memory-plan: \"greedy\" is not one of lifetime, none, poison"));
 }
 
 TEST(WorkerCli, ATakenMetricsPortCostsTheMetricsNotTheMeasurement) {
@@ -304,6 +311,54 @@ TEST(WorkerCli, PrecisionsTheCpuBackendCannotRunAreUnsupportedResults) {
   EXPECT_THAT(devices.out, ::testing::ContainsRegex("^cpu [0-9]+ precisions=fp32\n"));  // cores vary by machine
 }
 
+// --profile N: N more steps after the repeats, layer by layer; the table and the document say
+// where a step goes, and the parts add up to the step.
+TEST(WorkerCli, ProfileSaysWhereAStepGoes) {
+  const Outcome o = worker("--model resnet50 --image-size 32 --batch-size 2 --warmup-steps 1 --measure-steps 2 "
+                           "--repeats 1 --profile 2 --output profile.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("profile: "));
+  EXPECT_THAT(o.out, HasSubstr("by kind"));
+  EXPECT_THAT(o.out, HasSubstr("slowest layers"));
+  const ResultDocument doc = decoded(slurp(scratch() / "profile.json"));
+  ASSERT_TRUE(doc.profile.has_value());
+  const StepProfile& p = *doc.profile;
+  EXPECT_EQ(p.steps, 2);
+  EXPECT_GT(p.step_seconds, 0.0);
+  double sum = p.outside_layers_seconds;
+  bool first_conv = false;
+  for (const LayerTime& l : p.layers) {
+    sum += l.forward_seconds + l.backward_seconds;
+    if (l.name == "conv1") first_conv = l.kind == "Conv2d" && l.forward_seconds > 0 && l.backward_seconds > 0;
+  }
+  EXPECT_NEAR(sum, p.step_seconds, 1e-6 * p.step_seconds);
+  EXPECT_TRUE(first_conv) << "ResNet-50's conv1 is timed in both passes";
+  EXPECT_GE(p.layers.size(), 16u + 53u) << "every bottleneck and every convolution has a row";
+  ASSERT_FALSE(p.kinds.empty());
+  EXPECT_EQ(p.kinds.front().kind, "Conv2d") << "ResNet-50's step is mostly convolutions";
+  const Outcome graph = worker("--backend cuda --cuda-graph on --profile 2");
+  EXPECT_EQ(graph.exit_code, 2);
+  EXPECT_THAT(graph.err, ::testing::AnyOf(HasSubstr("--backend: \"cuda\""), HasSubstr("not with --cuda-graph on")));
+  const Outcome zero = worker("--profile 0");
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_THAT(zero.err, HasSubstr("--profile"));
+}
+
+// A CUDA build on a machine without a GPU lists the backend with no device and no precision
+// (it once listed all four, and a case's header then counted 0 parameters).
+TEST(WorkerCli, ListDevicesNamesNoPrecisionWithoutADevice) {
+  const Outcome devices = worker("--list-devices");
+  ASSERT_EQ(devices.exit_code, 0) << devices.err;
+  const auto cuda = devices.out.find("\ncuda ");
+  if (cuda == std::string::npos) GTEST_SKIP() << "built without CUDA: " << devices.out;
+  const std::string line = devices.out.substr(cuda + 1, devices.out.find('\n', cuda + 1) - cuda - 1);
+  if (line.rfind("cuda 0 ", 0) != 0) {
+    EXPECT_THAT(line, ::testing::MatchesRegex("cuda [1-9][0-9]* precisions=fp32,.*")) << devices.out;
+  } else {
+    EXPECT_EQ(line, "cuda 0 precisions=") << devices.out;
+  }
+}
+
 // Where oneDNN finds AVX512_BF16, bf16 trains: a valid result whose activations take half of
 // fp32's memory, with a finite loss.
 TEST(WorkerCli, Bf16TrainsWhereTheCpuHasAvx512Bf16) {
@@ -394,6 +449,11 @@ TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
   const Outcome graph = worker("--backend cpu --cuda-graph on");
   EXPECT_EQ(graph.exit_code, 2);
   EXPECT_THAT(graph.err, HasSubstr("--cuda-graph: on needs --backend cuda"));
+  // A step graph with amp is refused before any model is built (it once failed the case after).
+  const Outcome amp_graph = worker("--backend cuda --cuda-graph on --precision amp");
+  EXPECT_EQ(amp_graph.exit_code, 2);
+  EXPECT_THAT(amp_graph.err, ::testing::AnyOf(HasSubstr("--backend: \"cuda\""),  // built without CUDA
+                                              HasSubstr("allowed with --precision amp: off")));
   const Outcome cuda = worker("--backend cuda --precision amp --batch-size 2 --image-size 32 --repeats 1");
   // Built with CUDA: amp trains on a GPU (fp16, channels last, loss scaling), or, with no GPU
   // here, the case fails saying so; without CUDA: cuda is refused.

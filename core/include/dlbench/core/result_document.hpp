@@ -63,6 +63,27 @@ struct MemoryReport {
   bool operator==(const MemoryReport&) const = default;
 };
 
+// Where one training step's time goes (`dlbench-worker --profile N`): seconds per step, averaged
+// over N eager steps timed layer by layer after the measured repeats (device events on a GPU,
+// the host clock on the CPU). A layer's time is its own: a block's excludes the layers inside
+// it. `outsideLayersSeconds` is the rest of the step: the loss, the optimizer, the allreduce's
+// wait. `kinds` sums the layers by kind.
+struct LayerTime {
+  std::string name;  // the layer's path ("layer1.0.conv1"); for a kind's sum, empty
+  std::string kind;  // Conv2d, BatchNorm2d, Bottleneck, …
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  bool operator==(const LayerTime&) const = default;
+};
+struct StepProfile {
+  int steps = 0;
+  double step_seconds = 0;
+  double outside_layers_seconds = 0;
+  std::vector<LayerTime> layers;  // in the order forward first ran them
+  std::vector<LayerTime> kinds;   // the most time first
+  bool operator==(const StepProfile&) const = default;
+};
+
 struct ResultDocument {
   std::string run;  // the BenchmarkRun's name, when the worker knows it
   Model model = Model::resnet50;
@@ -83,6 +104,7 @@ struct ResultDocument {
   std::optional<SampleSummary> step_time_seconds;  // over every measured step
   std::optional<InputReport> input;                // data.source imagefolder
   std::optional<MemoryReport> memory;              // engine: native
+  std::optional<StepProfile> profile;              // dlbench-worker --profile
   // Model FLOPs utilization on a GPU whose peak is known: modelFlopsPerSample.training × the
   // reported throughput / (peakFlopsPerDevice × devices).
   std::optional<double> peak_flops_per_device;
@@ -101,7 +123,7 @@ nlohmann::json to_json(const ResultDocument& document);
 Decoded<ResultDocument> decode_result_document(const nlohmann::json& document);
 
 // What fits in a Kubernetes termination message (the kubelet keeps 4096 bytes): the document
-// without what matters least (the host list, script facts, step times, input wait per step and
+// without what matters least (the step profile, the host list, script facts, step times, input wait per step and
 // skipped-file examples, environment details, the message), dropped in that order only as far as
 // needed. Throws std::runtime_error when even
 // the smallest form does not fit.

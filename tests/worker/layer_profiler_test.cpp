@@ -1,0 +1,118 @@
+// The profiler gives each interval between two marks to the innermost layer running then: a
+// block's row holds its own work only, what no layer holds is outside the layers, and the parts
+// add up to the step. Marks here tick one second each, so every figure is a count of intervals.
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cpu/cpu_backend.hpp"
+#include "delegating_backend.hpp"
+#include "layer_profiler.hpp"
+#include "layers/bottleneck.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/linear.hpp"
+#include "layers/pool2d.hpp"
+#include "layers/relu.hpp"
+#include "trainer.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+// Every interval between two consecutive marks lasts one second.
+class OneSecondMarks final : public StepMarks {
+ public:
+  void mark() override { ++marks_; }
+  std::vector<double> drain(bool) override {
+    std::vector<double> out(marks_ > 0 ? marks_ - 1 : 0, 1.0);
+    marks_ = 0;
+    return out;
+  }
+
+ private:
+  std::size_t marks_ = 0;
+};
+
+class OneSecondMarksBackend final : public DelegatingBackend {
+ public:
+  using DelegatingBackend::DelegatingBackend;
+  std::unique_ptr<StepMarks> make_step_marks() override { return std::make_unique<OneSecondMarks>(); }
+};
+
+const LayerTime& row(const StepProfile& p, const std::string& name) {
+  for (const LayerTime& l : p.layers) {
+    if (l.name == name) return l;
+  }
+  throw std::runtime_error("no layer " + name);
+}
+
+TEST(LayerProfiler, EachIntervalBelongsToTheInnermostLayer) {
+  CpuBackend cpu(1);
+  OneSecondMarksBackend backend(cpu);
+  auto net = std::make_unique<Sequential>();
+  net->add<Conv2d>(3, 16, 3, 1, 1);
+  net->add<Bottleneck>(16, 8, 1);  // 16 -> 32 channels: a conv + BN shortcut, three conv + BN on the main branch
+  net->add<Pool2d>(PoolKind::average, 0, 1, 0, true);
+  net->add<Flatten>();
+  net->add<Linear>(32, 10);
+  Trainer trainer(backend, std::move(net), Shape(2, 3, 8, 8), 10, SgdConfig{}, 1);
+  name_parameters(trainer.network());
+  LayerProfiler profiler(trainer.network(), backend);
+  trainer.set_layer_observer(&profiler);
+  profiler.step_boundary();
+  for (int i = 0; i < 2; ++i) {
+    trainer.step();
+    profiler.step_boundary();
+  }
+  trainer.set_layer_observer(nullptr);
+  const StepProfile p = profiler.finish(2);
+
+  EXPECT_EQ(p.steps, 2);
+  // Per step, a mark at each layer's start and end in each pass and one at the step's end: the
+  // top level's 5 layers and the bottleneck's 8 (6 on the main branch, 2 on the shortcut).
+  EXPECT_DOUBLE_EQ(p.step_seconds, 2.0 * 2 * (5 + 8) + 1);
+  const LayerTime& conv = row(p, "0");
+  EXPECT_EQ(conv.kind, "Conv2d");
+  EXPECT_DOUBLE_EQ(conv.forward_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(conv.backward_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(row(p, "1.conv2").forward_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(row(p, "1.downsample.0").backward_seconds, 1.0);
+  // The bottleneck's own work (the add and ReLU, dx's sum) lies between its children's marks:
+  // before the first, between each two and after the last, in each pass.
+  const LayerTime& block = row(p, "1");
+  EXPECT_EQ(block.kind, "Bottleneck");
+  EXPECT_DOUBLE_EQ(block.forward_seconds, 9.0);
+  EXPECT_DOUBLE_EQ(block.backward_seconds, 9.0);
+  // The top level's: before the first layer, between each two, and the loss between the passes.
+  EXPECT_DOUBLE_EQ(p.outside_layers_seconds, 1 + 4 + 1 + 4 + 1);
+  // Nothing is lost: the layers and what lies outside them make the step.
+  double sum = p.outside_layers_seconds;
+  for (const LayerTime& l : p.layers) sum += l.forward_seconds + l.backward_seconds;
+  EXPECT_DOUBLE_EQ(sum, p.step_seconds);
+  double by_kind = p.outside_layers_seconds;
+  for (const LayerTime& k : p.kinds) by_kind += k.forward_seconds + k.backward_seconds;
+  EXPECT_DOUBLE_EQ(by_kind, p.step_seconds);
+  // By kind, the most first: the bottleneck's 18, five convolutions' 10 (the first, the
+  // bottleneck's three and its shortcut's), then two batch norms alone and two with a fused ReLU.
+  ASSERT_GE(p.kinds.size(), 4u);
+  EXPECT_EQ(p.kinds[0].kind, "Bottleneck");
+  EXPECT_EQ(p.kinds[1].kind, "Conv2d");
+  EXPECT_DOUBLE_EQ(p.kinds[1].forward_seconds + p.kinds[1].backward_seconds, 2.0 * 5);
+  EXPECT_EQ(p.kinds[2].kind, "BatchNorm2d");
+  EXPECT_DOUBLE_EQ(p.kinds[2].forward_seconds + p.kinds[2].backward_seconds, 2.0 * 2);
+  EXPECT_EQ(p.kinds[3].kind, "BatchNorm2d+ReLU");
+  // Forward's order; a layer that is a view (Flatten) runs too.
+  EXPECT_EQ(p.layers.front().name, "0");
+  EXPECT_EQ(p.layers.back().name, "4");
+
+  std::ostringstream table;
+  print_profile(table, p, 3);
+  EXPECT_THAT(table.str(), ::testing::HasSubstr("by kind"));
+  EXPECT_THAT(table.str(), ::testing::HasSubstr("1 Bottleneck"));
+}
+
+}  // namespace
+}  // namespace dlbench::worker
