@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Everything a lent GPU should show in one device call, in about 6 minutes, building nothing:
+# the self-test in every precision, the `gpu` test programs, a poisoned-memory ResNet-50 run
+# per precision, one --profile per precision, and dlbench against PyTorch eager (ResNet-50 and
+# BERT-base, the shapes of the GPU issue). Each step has its own deadline, so one that hangs
+# costs its own time only. Logs and JSON go to LOG_DIR; a short table ends the output.
+#
+#   bench/gpu_check.sh BUNDLE_DIR LOG_DIR
+#
+# BUNDLE_DIR is scripts/gpu-bundle.sh's output (bin/ and lib/). CUDA's own libraries come from
+# the machine: a PyTorch wheel's nvidia/*/lib folders (found through Python) or the system's.
+set -uo pipefail  # not -e: a failed step is recorded and the next one runs
+
+bundle=$(cd "${1:?usage: $0 BUNDLE_DIR LOG_DIR}" && pwd)
+logs=${2:?usage: $0 BUNDLE_DIR LOG_DIR}
+mkdir -p "$logs"
+logs=$(cd "$logs" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+bin=$bundle/bin
+summary=$logs/summary.txt
+: > "$summary"
+
+wheel_libs=$(python3 - <<'PY' 2>/dev/null
+import glob, os
+try:
+    import nvidia
+except ImportError:
+    raise SystemExit
+print(":".join(sorted({os.path.dirname(p) for root in nvidia.__path__ for p in glob.glob(root + "/*/lib/*.so*")})))
+PY
+)
+export LD_LIBRARY_PATH="$bundle/lib${wheel_libs:+:$wheel_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# step NAME SECONDS COMMAND...: runs COMMAND with its own deadline, output to LOG_DIR/NAME.log,
+# and one line of the summary (exit status, seconds).
+step() {
+  local name=$1 seconds=$2
+  shift 2
+  local start=$SECONDS
+  timeout --kill-after=5 "$seconds" "$@" > "$logs/$name.log" 2>&1
+  local rc=$?
+  local verdict=ok
+  ((rc == 124 || rc == 137)) && verdict="TIMED OUT after ${seconds}s"
+  ((rc != 0 && rc != 124 && rc != 137)) && verdict="exit $rc"
+  printf '%-34s %-22s %4ds\n' "$name" "$verdict" $((SECONDS - start)) | tee -a "$summary"
+  return $rc
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$logs/gpu.txt"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" > "$logs/environment.txt"
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' \
+  >> "$logs/environment.txt" 2>&1
+
+step list-devices 20 "$bin/dlbench-worker" --list-devices
+step self-test 150 "$bin/dlbench-worker" --self-test --backend cuda --precision fp32,tf32,amp,bf16 \
+  --output "$logs/self-test.json"
+step cuda-backend-tests 150 "$bin/dlbench_cuda_backend_tests" --gtest_output="json:$logs/cuda-backend-tests.json"
+step gpu-tests 60 "$bin/dlbench_gpu_tests" --gtest_output="json:$logs/gpu-tests.json"
+
+# ResNet-50 trains in every precision with every buffer poisoned after its declared lifetime: a
+# finite, falling loss, the same as unshared memory would give.
+for precision in fp32 tf32 amp bf16; do
+  step "poisoned-resnet50-$precision" 60 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 32 \
+    --precision "$precision" --memory-plan poison --warmup-steps 2 --measure-steps 10 --repeats 2 \
+    --output "$logs/poisoned-resnet50-$precision.json"
+done
+
+# Where a step goes, per precision, at the comparison's batch sizes.
+declare -A resnet_batch=([fp32]=64 [tf32]=128 [amp]=256 [bf16]=256)
+for precision in fp32 tf32 amp bf16; do
+  step "profile-resnet50-$precision" 60 "$bin/dlbench-worker" --backend cuda --model resnet50 \
+    --batch-size "${resnet_batch[$precision]}" --precision "$precision" --warmup-steps 5 --measure-steps 5 \
+    --repeats 1 --profile 5 --output "$logs/profile-resnet50-$precision.json"
+done
+
+# The comparison: warm-up 10, measure 30, 3 repeats on both sides.
+results=$logs/comparison.jsonl
+: > "$results"
+for precision in fp32 tf32 amp bf16; do
+  batch=${resnet_batch[$precision]}
+  step "dlbench-resnet50-$precision" 90 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size "$batch" \
+    --precision "$precision" --warmup-steps 10 --measure-steps 30 --repeats 3 \
+    --output "$logs/dlbench-resnet50-$precision.json"
+  [[ -s $logs/dlbench-resnet50-$precision.json ]] &&
+    python3 "$here/gpu_bench.py" result "$logs/dlbench-resnet50-$precision.json" "$batch" "$precision" |
+    sed 's/^{/{"model": "resnet50", /' >> "$results"
+  step "pytorch-resnet50-$precision" 90 python3 "$here/pytorch_resnet50.py" --batch "$batch" --precision "$precision" \
+    --warmup 10 --measure 30 --repeats 3
+  grep '^{' "$logs/pytorch-resnet50-$precision.log" | sed 's/^{/{"model": "resnet50", /' >> "$results"
+done
+for precision in amp bf16; do
+  step "dlbench-bert-$precision" 90 "$bin/dlbench-worker" --backend cuda --model bert-base --sequence-length 128 \
+    --batch-size 64 --precision "$precision" --optimizer adamw --learning-rate 0.0001 --weight-decay 0.01 \
+    --warmup-steps 10 --measure-steps 30 --repeats 3 --output "$logs/dlbench-bert-$precision.json"
+  [[ -s $logs/dlbench-bert-$precision.json ]] &&
+    python3 "$here/gpu_bench.py" result "$logs/dlbench-bert-$precision.json" 64 "$precision" |
+    sed 's/^{/{"model": "bert-base", /' >> "$results"
+  step "pytorch-bert-$precision" 90 python3 "$here/pytorch_bert.py" --device cuda --batch 64 \
+    --precision "$precision" --warmup 10 --measure 30 --repeats 3
+  grep '^{' "$logs/pytorch-bert-$precision.log" | sed 's/^{/{"model": "bert-base", /' >> "$results"
+done
+
+echo
+python3 "$here/gpu_check_table.py" "$logs" | tee "$logs/table.md"

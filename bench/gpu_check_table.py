@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""The short table that ends bench/gpu_check.sh, from its LOG_DIR: the self-test's and the gpu
+test programs' verdicts (failures named), the poisoned runs' losses, each precision's profile by
+layer kind, and dlbench against PyTorch eager with the ratio the GPU issue asks for.
+
+    gpu_check_table.py LOG_DIR
+
+Reads only what the steps wrote; a step that wrote nothing shows as "-" with its log's last line.
+"""
+import json
+import os
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def last_line(logs, name):
+    try:
+        with open(os.path.join(logs, name + ".log"), errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+        return lines[-1][:160] if lines else "(empty log)"
+    except OSError:
+        return "(no log)"
+
+
+def self_test(logs):
+    doc = load(os.path.join(logs, "self-test.json"))
+    if not doc:
+        return ["self-test: no document; " + last_line(logs, "self-test")]
+    checks = doc.get("checks", [])
+    failed = [c for c in checks if c.get("outcome") == "failed"]
+    skipped = sum(c.get("outcome") == "skipped" for c in checks)
+    out = [f"self-test: {len(checks) - len(failed) - skipped} of {len(checks)} checks passed, {skipped} skipped"]
+    if doc.get("reason"):
+        out.append(f"  {doc['reason']}: {doc.get('message', '')[:200]}")
+    for c in failed:
+        out.append(f"  FAILED {c.get('precision')} {c.get('name')}: {c.get('detail', '')[:200]}")
+    return out
+
+
+def gtest(logs, name):
+    doc = load(os.path.join(logs, name + ".json"))
+    if not doc:
+        return [f"{name}: no report; " + last_line(logs, name)]
+    tests = [(f"{s['name']}.{t['name']}", t) for s in doc.get("testsuites", []) for t in s.get("testsuite", [])]
+    failed = [n for n, t in tests if t.get("failures")]
+    skipped = [n for n, t in tests if t.get("result") == "SKIPPED"]
+    out = [f"{name}: {len(tests) - len(failed) - len(skipped)} of {len(tests)} passed, {len(skipped)} skipped"]
+    out += [f"  FAILED {n}" for n in failed]
+    return out
+
+
+def poisoned(logs):
+    out = ["poisoned ResNet-50 (--memory-plan poison): state, loss after each repeat"]
+    for precision in ("fp32", "tf32", "amp", "bf16"):
+        doc = load(os.path.join(logs, f"poisoned-resnet50-{precision}.json"))
+        if not doc:
+            out.append(f"  {precision}: - ({last_line(logs, 'poisoned-resnet50-' + precision)})")
+            continue
+        losses = [line.split()[-1] for line in open(os.path.join(logs, f"poisoned-resnet50-{precision}.log"))
+                  if line.strip() and line.split()[0].isdigit()]
+        out.append(f"  {precision}: {doc.get('state')} {doc.get('reason', '')} losses {' '.join(losses)}")
+    return out
+
+
+def profiles(logs):
+    out = ["profile by kind, ms a step (forward + backward), ResNet-50"]
+    for precision in ("fp32", "tf32", "amp", "bf16"):
+        doc = load(os.path.join(logs, f"profile-resnet50-{precision}.json"))
+        profile = (doc or {}).get("profile")
+        if not profile:
+            out.append(f"  {precision}: - ({last_line(logs, 'profile-resnet50-' + precision)})")
+            continue
+        kinds = ", ".join(f"{k['kind']} {1e3 * (k['forwardSeconds'] + k['backwardSeconds']):.1f}"
+                          for k in profile["kinds"][:5])
+        out.append(f"  {precision} batch {doc['case']['batchSizePerDevice']}: step "
+                   f"{1e3 * profile['stepSeconds']:.1f}, outside layers {1e3 * profile['outsideLayersSeconds']:.1f}; {kinds}")
+    return out
+
+
+def comparison(logs):
+    rows = {}
+    try:
+        for line in open(os.path.join(logs, "comparison.jsonl")):
+            if line.startswith("{"):
+                r = json.loads(line)
+                rows[(r["model"], r["precision"], r["engine"])] = r
+    except (OSError, ValueError):
+        pass
+    out = ["| model | batch | precision | dlbench | PyTorch eager | dlbench / eager |", "|---|---|---|---|---|---|"]
+    for model, precisions in (("resnet50", ("fp32", "tf32", "amp", "bf16")), ("bert-base", ("amp", "bf16"))):
+        for precision in precisions:
+            d, e = rows.get((model, precision, "dlbench")), rows.get((model, precision, "pytorch"))
+            dv, ev = (d or {}).get("median"), (e or {}).get("median")
+            batch = (d or e or {}).get("batch", "-")
+            fmt = lambda v, r: f"{v:.1f}" if v else ("-" if not r else f"- ({r.get('reason') or r.get('state')})")
+            ratio = f"{dv / ev:.2f}" if dv and ev else "-"
+            out.append(f"| {model} | {batch} | {precision} | {fmt(dv, d)} | {fmt(ev, e)} | {ratio} |")
+    return out
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    logs = sys.argv[1]
+    lines = []
+    lines += self_test(logs)
+    lines += gtest(logs, "cuda-backend-tests")
+    lines += gtest(logs, "gpu-tests")
+    lines += poisoned(logs)
+    lines += profiles(logs)
+    lines += [""] + comparison(logs)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
