@@ -1,7 +1,6 @@
 #include "layer_profiler.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <iomanip>
 #include <map>
 #include <ostream>
@@ -10,15 +9,10 @@
 namespace dlbench::worker {
 
 LayerProfiler::LayerProfiler(Layer& network, Backend& backend) : marks_(backend.make_step_marks()) {
-  // A child named "" (a bottleneck's main branch) sits at its parent's path.
-  const std::function<void(Layer&, const std::string&)> name = [&](Layer& layer, const std::string& path) {
-    row_of_[&layer] = static_cast<int>(rows_.size());
-    rows_.push_back({path, layer.kind()});
-    layer.for_each_child([&](const std::string& child, Layer& sub) {
-      name(sub, child.empty() ? path : path.empty() ? child : path + "." + child);
-    });
-  };
-  name(network, "");
+  for (const auto& [layer, path] : layer_paths(network)) {
+    row_of_[layer] = static_cast<int>(rows_.size());
+    rows_.push_back({path, layer->kind()});
+  }
 }
 
 void LayerProfiler::mark_then_owner() {
@@ -31,7 +25,7 @@ void LayerProfiler::step_boundary() {
   mark_then_owner();
 }
 
-void LayerProfiler::before(const Layer& layer, bool backward) {
+void LayerProfiler::before(const Layer& layer, bool backward, const Tensor&) {
   const auto it = row_of_.find(&layer);
   if (it == row_of_.end()) throw std::logic_error("LayerProfiler: a " + layer.kind() + " outside the network");
   Row& row = rows_[static_cast<std::size_t>(it->second)];

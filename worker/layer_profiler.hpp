@@ -23,7 +23,7 @@ class LayerProfiler final : public LayerObserver {
 
   // A step boundary: call once before the first profiled step and after each one.
   void step_boundary();
-  void before(const Layer& layer, bool backward) override;
+  void before(const Layer& layer, bool backward, const Tensor& input) override;
   void after(const Layer& layer, bool backward, const Tensor& output) override;
 
   // Waits for the device and returns seconds per step over the `steps` profiled, the layers in

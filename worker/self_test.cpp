@@ -16,6 +16,7 @@
 #include "layers/relu.hpp"
 #include "layers/transformer_encoder_layer.hpp"
 #include "models/bert.hpp"
+#include "models/model.hpp"
 #include "models/small_conv_net.hpp"
 #include "parameters.hpp"
 #include "trainer.hpp"
@@ -315,6 +316,147 @@ SelfTestCheck verdict(bool ok, std::string detail) {
   return c;
 }
 
+// One whole ResNet-50 step, layer by layer, each layer fed what the reference fed its twin: in
+// forward its input is overwritten with the reference's x, in backward with the reference's dy,
+// before it runs; its output is then compared with the reference's. So errors do not compound
+// through the network (a whole untrained step is ill-conditioned: one ulp of noise in every
+// convolution moves a late batch norm's input gradient by 7e-3), and the first layer off is the
+// layer to look at. Then each layer's parameter gradients. Values are fp32 in logical order,
+// backward ones divided by the loss scale.
+struct StepTrace {
+  struct Entry {
+    std::string where;
+    bool backward = false;
+    std::vector<float> input, output;
+  };
+  std::vector<Entry> layers;  // in the order the layers began
+  std::vector<Entry> gradients;  // output: each layer's parameter gradients, weight then bias
+};
+
+class StepRecorder final : public LayerObserver {
+ public:
+  // With `feed`, each layer's input is first overwritten with the one `feed` recorded.
+  StepRecorder(Layer& network, Backend& backend, float gradient_scale, const StepTrace* feed)
+      : paths_(layer_paths(network)), backend_(backend), scale_(gradient_scale), feed_(feed) {}
+  void before(const Layer& layer, bool backward, const Tensor& input) override {
+    const std::string path = paths_.at(&layer);
+    StepTrace::Entry entry{(path.empty() ? "the network" : path) + " (" + layer.kind() + ") " +
+                               (backward ? "backward" : "forward"),
+                           backward, {}, {}};
+    if (usable(input)) {
+      if (feed_ != nullptr) {
+        const StepTrace::Entry& twin = feed_->layers.at(trace.layers.size());
+        if (twin.where != entry.where) throw std::logic_error("the step ran " + entry.where + " where the reference ran " + twin.where);
+        std::vector<float> values = twin.input;
+        if (backward) {
+          for (float& v : values) v *= scale_;
+        }
+        upload(backend_, input, values);
+      }
+      entry.input = unscaled(input, backward);
+    }
+    open_.push_back(trace.layers.size());
+    trace.layers.push_back(std::move(entry));
+  }
+  void after(const Layer&, bool backward, const Tensor& output) override {
+    const std::size_t at = open_.back();
+    open_.pop_back();
+    if (usable(output)) trace.layers[at].output = unscaled(output, backward);
+  }
+  StepTrace trace;
+
+ private:
+  static bool usable(const Tensor& t) { return !t.empty() && t.dtype != DType::int32; }
+  std::vector<float> unscaled(const Tensor& t, bool backward) {
+    std::vector<float> values = download(backend_, t);
+    if (backward) {
+      for (float& v : values) v /= scale_;
+    }
+    return values;
+  }
+  std::unordered_map<const Layer*, std::string> paths_;
+  Backend& backend_;
+  float scale_;
+  const StepTrace* feed_;
+  std::vector<std::size_t> open_;
+};
+
+// Small, so that the check takes about a second on two CPU cores.
+const Shape kModelStepInput(2, 3, 64, 64);
+constexpr float kModelStepLossScale = 1024.0f;  // amp: fp16 gradients need it; a power of two, exact
+
+StepTrace model_step_trace(Backend& backend, DType dtype, bool loss_scaling, const StepTrace* feed) {
+  Trainer trainer(backend, build_model("resnet50", 10), kModelStepInput, 10, kSgd, 3, 0, MemoryReuse::lifetime, dtype);
+  if (loss_scaling) trainer.use_loss_scaling({kModelStepLossScale});
+  StepRecorder recorder(trainer.network(), backend, loss_scaling ? kModelStepLossScale : 1.0f, feed);
+  trainer.set_layer_observer(&recorder);
+  trainer.compute_gradients();  // unscaled on return
+  trainer.set_layer_observer(nullptr);
+  // A layer's parameters together ("conv1", "bn1": weight and bias): a batch norm's bias gradient
+  // (the sum of dy) can cancel to nearly zero where its scale's does not.
+  auto& gradients = recorder.trace.gradients;
+  for (Parameter* p : trainer.parameters().parameters()) {
+    const std::string layer = p->name.substr(0, p->name.rfind('.'));
+    if (gradients.empty() || gradients.back().where != "gradients of " + layer) {
+      gradients.push_back({"gradients of " + layer, true, {}, {}});
+    }
+    const std::vector<float> values = download(backend, p->grad);
+    gradients.back().output.insert(gradients.back().output.end(), values.begin(), values.end());
+  }
+  return std::move(recorder.trace);
+}
+
+// A layer's output against the reference's. In backward a gradient that cancels to nearly zero
+// (a batch norm's dx where dy is nearly constant per channel) is measured against the dy it came
+// from: its rounding is a fraction of that, not of itself.
+double step_entry_error(const StepTrace::Entry& got, const StepTrace::Entry& want) {
+  if (got.output.size() != want.output.size()) return std::numeric_limits<double>::infinity();
+  double diff = 0, norm = 0, input_norm = 0;
+  for (std::size_t i = 0; i < want.output.size(); ++i) {
+    const double d = static_cast<double>(got.output[i]) - static_cast<double>(want.output[i]);
+    diff += d * d;
+    norm += static_cast<double>(want.output[i]) * static_cast<double>(want.output[i]);
+  }
+  if (want.backward) {
+    for (const float v : want.input) input_norm += static_cast<double>(v) * static_cast<double>(v);
+  }
+  const double scale = std::max(norm, input_norm);
+  return scale > 0 ? std::sqrt(diff / scale) : std::sqrt(diff);
+}
+
+SelfTestCheck compare_step_traces(const StepTrace& got, const StepTrace& want, double bound) {
+  std::vector<std::pair<const StepTrace::Entry*, const StepTrace::Entry*>> pairs;
+  for (std::size_t i = 0; i < want.layers.size() && i < got.layers.size(); ++i) pairs.emplace_back(&got.layers[i], &want.layers[i]);
+  for (std::size_t i = 0; i < want.gradients.size() && i < got.gradients.size(); ++i) {
+    pairs.emplace_back(&got.gradients[i], &want.gradients[i]);
+  }
+  if (got.layers.size() != want.layers.size() || got.gradients.size() != want.gradients.size()) {
+    return verdict(false, "the step recorded " + std::to_string(got.layers.size()) + " layers and " +
+                              std::to_string(got.gradients.size()) + " gradients, the reference " +
+                              std::to_string(want.layers.size()) + " and " + std::to_string(want.gradients.size()));
+  }
+  double worst = 0;
+  const StepTrace::Entry* worst_at = nullptr;
+  std::optional<std::pair<const StepTrace::Entry*, double>> first_off;
+  for (const auto& [g, w] : pairs) {
+    if (w->output.empty()) continue;  // the first layer's dx
+    const double e = step_entry_error(*g, *w);
+    if (!first_off && (std::isnan(e) || e > bound)) first_off = {w, e};
+    if (worst_at == nullptr || std::isnan(e) || e > worst) {
+      worst = e;
+      worst_at = w;
+      if (std::isnan(e)) break;
+    }
+  }
+  if (worst_at == nullptr) return verdict(false, "the step recorded nothing");
+  if (first_off) {
+    SelfTestCheck c = bounded(first_off->second, bound, "first off: " + first_off->first->where);
+    c.detail += "; worst: " + worst_at->where + " (" + format_error(worst) + ")";
+    return c;
+  }
+  return bounded(worst, bound, "worst: " + worst_at->where);
+}
+
 // A BERT small enough to check in a second: 2 layers, hidden 32 in 4 heads, a 64-token
 // vocabulary; 4 sequences of 12 tokens.
 BertConfig small_bert() {
@@ -376,7 +518,8 @@ void transformer_checks(Checker& checker, Backend& backend, Backend& reference, 
 
 void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend& reference, const std::string& precision,
                       std::vector<std::optional<LayerOutcome>>& reference_layers,
-                      std::optional<std::vector<float>>& reference_losses, TransformerReference& reference_transformer) {
+                      std::optional<std::vector<float>>& reference_losses, TransformerReference& reference_transformer,
+                      std::optional<StepTrace>& want_step_trace) {
   std::unique_ptr<Backend> backend;
   try {
     backend = subject.make(precision);
@@ -440,6 +583,11 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
     eager = train_losses(*backend, dtype);
     const auto [error, step] = trajectory_error(*eager, *reference_losses);
     return bounded(error, b.training, "the loss, worst at step " + std::to_string(step + 1));
+  });
+  checker.run(precision, "resnet50 step, each layer fed the reference's input", [&] {
+    if (!want_step_trace) want_step_trace = model_step_trace(reference, DType::fp32, false, nullptr);
+    return compare_step_traces(model_step_trace(*backend, dtype, precision == "amp", &*want_step_trace), *want_step_trace,
+                               b.block);
   });
   // Every op reads only what it declared to the memory plan: trained with each buffer poisoned
   // (NaN) from the end of its declared lifetime, the losses are those of unshared memory. An op
@@ -648,8 +796,10 @@ std::vector<SelfTestCheck> run_self_test(const SelfTestSubject& subject, Backend
   std::vector<std::optional<LayerOutcome>> reference_layers(layer_checks().size());
   std::optional<std::vector<float>> reference_losses;
   TransformerReference reference_transformer;
+  std::optional<StepTrace> reference_step_trace;
   for (const std::string& precision : subject.precisions) {
-    precision_checks(checker, subject, reference, precision, reference_layers, reference_losses, reference_transformer);
+    precision_checks(checker, subject, reference, precision, reference_layers, reference_losses, reference_transformer,
+                     reference_step_trace);
   }
   precision_independent_checks(checker, subject.primary, reference);
   communicator_checks(checker, subject.primary, comm);

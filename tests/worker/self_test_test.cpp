@@ -33,6 +33,7 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   bool layer_norm_off = false;  // layer normalization outputs 0.1% too large
   bool frozen_adamw_step = false;  // AdamW corrects every update as the first (a frozen graph's)
   bool rounding_noise = false;  // linear and batched-matmul outputs off by up to one ulp (another GPU's sums)
+  int conv_noise_ulps = 0;  // convolutions' outputs and gradients off by up to this many ulps (other sums)
   bool undeclared_pool_reads = false;  // max pools read x and y in backward without saying so (the CUDA pool's bug)
 
   std::string name() const override { return "faulty"; }
@@ -42,6 +43,7 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   }
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override {
     auto op = inner_.make_conv2d(c);
+    if (conv_noise_ulps > 0) op = std::make_unique<NoisyConv>(std::move(op), conv_noise_ulps);
     if (!conv_off) return op;
     return std::make_unique<OffConv>(std::move(op));
   }
@@ -87,15 +89,38 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
    private:
     std::unique_ptr<Conv2dOp> op_;
   };
-  // Each value moved by -1, 0 or +1 ulp, by a fixed pattern of its index.
-  static void add_rounding_noise(Tensor& y) {
+  // Each value moved by -ulps to +ulps ulps, by a fixed pattern of its index.
+  static void add_rounding_noise(Tensor& y, int ulps = 1) {
     if (y.dtype != DType::fp32) return;
     float* v = y.as<float>();
     for (std::int64_t i = 0; i < y.numel(); ++i) {
-      const auto step = static_cast<int>((static_cast<std::uint64_t>(i) * 2654435761u >> 7) % 3) - 1;
-      if (step != 0) v[i] = std::nextafter(v[i], step > 0 ? INFINITY : -INFINITY);
+      const auto step = static_cast<int>((static_cast<std::uint64_t>(i) * 2654435761u >> 7) %
+                                         static_cast<std::uint64_t>(2 * ulps + 1)) - ulps;
+      for (int k = 0; k < std::abs(step); ++k) v[i] = std::nextafter(v[i], step > 0 ? INFINITY : -INFINITY);
     }
   }
+  // A convolution whose sums come out in another order: every output off by up to `ulps`.
+  class NoisyConv final : public Conv2dOp {
+   public:
+    NoisyConv(std::unique_ptr<Conv2dOp> op, int ulps) : op_(std::move(op)), ulps_(ulps) {}
+    void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
+      op_->forward(x, w, b, y);
+      add_rounding_noise(y, ulps_);
+    }
+    void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+      op_->backward_data(dy, w, dx);
+      add_rounding_noise(dx, ulps_);
+    }
+    void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) override {
+      op_->backward_weights(x, dy, dw, db);
+      add_rounding_noise(dw, ulps_);
+      if (db != nullptr) add_rounding_noise(*db, ulps_);
+    }
+
+   private:
+    std::unique_ptr<Conv2dOp> op_;
+    int ulps_;
+  };
   class NoisyLinear final : public LinearOp {
    public:
     explicit NoisyLinear(std::unique_ptr<LinearOp> op) : op_(std::move(op)) {}
@@ -177,6 +202,7 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->frozen_adamw_step = subject_backend.frozen_adamw_step;
                             b->rounding_noise = subject_backend.rounding_noise;
                             b->undeclared_pool_reads = subject_backend.undeclared_pool_reads;
+                            b->conv_noise_ulps = subject_backend.conv_noise_ulps;
                             return b;
                           },
                           std::move(precisions)};
@@ -196,9 +222,9 @@ TEST(SelfTest, ACorrectBackendPassesEveryCheck) {
   NoCommunicator one;
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
-  // 12 layers, the loss, the encoder layer, BERT, training, the memory plan; SGD, AdamW, LAMB,
-  // unscaling, loss scaling; the communicator.
-  EXPECT_EQ(checks.size(), 23u);
+  // 12 layers, the loss, the encoder layer, BERT, training, the whole ResNet-50 step, the memory
+  // plan; SGD, AdamW, LAMB, unscaling, loss scaling; the communicator.
+  EXPECT_EQ(checks.size(), 24u);
   for (const auto& c : checks) EXPECT_LE(c.error, c.bound == 0 ? 0.0 : c.bound) << c.name;
 }
 
@@ -228,7 +254,32 @@ TEST(SelfTest, AnOpReadingPastItsDeclaredLifetimeFailsTheMemoryPlanCheck) {
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks),
               ::testing::UnorderedElementsAre("fp32 training, 5 steps",
+                                              "fp32 resnet50 step, each layer fed the reference's input",
                                               "fp32 memory plan (buffers poisoned after their last declared use)"));
+  // The whole step names the layer: the max pool's backward, fed the reference's dy.
+  for (const auto& c : checks) {
+    if (c.name.starts_with("resnet50 step")) {
+      EXPECT_THAT(c.detail, ::testing::StartsWith("first off: maxpool (MaxPool2d) backward"));
+    }
+  }
+}
+
+// Each layer of the whole step is fed the reference's input, so rounding does not compound: 64
+// ulps of noise in every convolution's outputs and gradients stay 25 times inside fp32's bound.
+TEST(SelfTest, TheWholeStepCheckTakesAnotherSummationOrderInItsStride) {
+  FaultyBackend backend;
+  backend.conv_noise_ulps = 64;
+  NoCommunicator one;
+  const auto checks = run_on(backend, one);
+  bool ran = false;
+  for (const auto& c : checks) {
+    if (!c.name.starts_with("resnet50 step")) continue;
+    ran = true;
+    EXPECT_EQ(c.outcome, CheckOutcome::passed) << c.detail;
+    EXPECT_GT(c.error, 0.0) << "the noise did not reach it";
+    EXPECT_LT(c.error, c.bound / 10) << c.detail;
+  }
+  EXPECT_TRUE(ran);
 }
 
 TEST(SelfTest, AConvolutionOffByATenthOfAPercentFailsTheConvolutionChecks) {

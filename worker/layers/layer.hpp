@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -61,11 +62,13 @@ struct SetupContext {
 class Layer;
 
 // Told before and after each layer that a Sequential runs, forward and backward: the profiler
-// (--profile) times layers this way. `output` is what the layer returned (its y, or its dx).
+// (--profile) times layers this way, the self-test compares them. `input` is what the layer is
+// about to read (x, or dy), `output` what it returned (y, or dx). An observer may overwrite the
+// input's values before the layer runs (the self-test feeds every layer the reference's).
 class LayerObserver {
  public:
   virtual ~LayerObserver() = default;
-  virtual void before(const Layer& layer, bool backward) = 0;
+  virtual void before(const Layer& layer, bool backward, const Tensor& input) = 0;
   virtual void after(const Layer& layer, bool backward, const Tensor& output) = 0;
 };
 
@@ -187,6 +190,20 @@ inline void name_parameters(Layer& network) {
     leaf.collect_parameters(own);
     for (Parameter* p : own) p->name = prefix + p->name;
   });
+}
+
+// Every layer of `network`, composites too, by its path ("layer1.0.conv1"; the network itself is
+// ""). A child named "" (a bottleneck's main branch) sits at its parent's path.
+inline std::unordered_map<const Layer*, std::string> layer_paths(Layer& network) {
+  std::unordered_map<const Layer*, std::string> out;
+  const std::function<void(Layer&, const std::string&)> visit = [&](Layer& layer, const std::string& path) {
+    out[&layer] = path;
+    layer.for_each_child([&](const std::string& child, Layer& sub) {
+      visit(sub, child.empty() ? path : path.empty() ? child : path + "." + child);
+    });
+  };
+  visit(network, "");
+  return out;
 }
 
 // The step state of every layer of `network`, named by path ("classifier.2.mask").

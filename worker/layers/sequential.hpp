@@ -78,7 +78,7 @@ class Sequential final : public Layer {
     const Tensor* t = &x;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       if (ticks_[i]) ctx.entering(Tick{ticks_[i]->first, false});
-      if (ctx.observer != nullptr) ctx.observer->before(*layers_[i], false);
+      if (ctx.observer != nullptr) ctx.observer->before(*layers_[i], false, *t);
       t = &layers_[i]->forward(*t, ctx);
       if (ctx.observer != nullptr) ctx.observer->after(*layers_[i], false, *t);
     }
@@ -88,7 +88,7 @@ class Sequential final : public Layer {
     const Tensor* t = &dy;
     for (std::size_t i = layers_.size(); i-- > 0;) {
       if (ticks_[i]) ctx.entering(Tick{ticks_[i]->last, true});
-      if (ctx.observer != nullptr) ctx.observer->before(*layers_[i], true);
+      if (ctx.observer != nullptr) ctx.observer->before(*layers_[i], true, *t);
       t = &layers_[i]->backward(*t, ctx);
       if (ctx.observer != nullptr) ctx.observer->after(*layers_[i], true, *t);
     }
