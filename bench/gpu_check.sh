@@ -65,10 +65,11 @@ for precision in fp32 tf32 amp bf16; do
     --output "$logs/poisoned-resnet50-$precision.json"
 done
 
-# Where a step goes, per precision, at the comparison's batch sizes.
+# Where a step goes, per precision, at the comparison's batch sizes; with the convolution
+# algorithms cuDNN's search chose (one stderr line each, in the step's log).
 declare -A resnet_batch=([fp32]=64 [tf32]=128 [amp]=256 [bf16]=256)
 for precision in fp32 tf32 amp bf16; do
-  step "profile-resnet50-$precision" 60 "$bin/dlbench-worker" --backend cuda --model resnet50 \
+  DLBENCH_LOG_ALGORITHMS=1 step "profile-resnet50-$precision" 60 "$bin/dlbench-worker" --backend cuda --model resnet50 \
     --batch-size "${resnet_batch[$precision]}" --precision "$precision" --warmup-steps 5 --measure-steps 5 \
     --repeats 1 --profile 5 --output "$logs/profile-resnet50-$precision.json"
 done

@@ -95,5 +95,32 @@ TEST(ConvAlgorithms, AlignmentIsTheLargestPowerOfTwoUpTo256) {
   EXPECT_EQ(alignment_of(block + 64), 256u);
 }
 
+// DLBENCH_LOG_ALGORITHMS's line: the convolution and what was chosen, in cuDNN's names.
+TEST(ConvAlgorithms, AChoiceIsDescribedInCudnnsNames) {
+  ConvAlgorithmKey key;
+  key.input = {64, 256, 56, 56};
+  key.out_channels = 64;
+  key.kernel = 1;
+  key.stride = 1;
+  key.padding = 0;
+  key.dtype = DType::fp16;
+  key.layout = Layout::nhwc;
+  key.tensor_cores = true;
+  key.pass = ConvPass::backward_filter;
+  EXPECT_EQ(describe_choice(key, {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, 4u << 20, CUDNN_TENSOR_OP_MATH}),
+            "backward-filter fp16 nhwc 64x256x56x56 -> 64 1x1 stride 1 pad 0: ALGO_1, tensor ops, 4.0 MiB workspace");
+  key.pass = ConvPass::forward;
+  key.dtype = DType::fp32;
+  key.layout = Layout::nchw;
+  key.kernel = {3, 1};
+  key.padding = {1, 0};
+  key.dilation = 2;
+  EXPECT_EQ(describe_choice(key, {CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, 1536u << 10, CUDNN_FMA_MATH}),
+            "forward fp32 nchw 64x256x56x56 -> 64 3x1 stride 1 pad 1x0 dilation 2: WINOGRAD_NONFUSED, fma, 1.5 MiB workspace");
+  EXPECT_EQ(algorithm_name(ConvPass::backward_data, CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING), "FFT_TILING");
+  EXPECT_EQ(algorithm_name(ConvPass::backward_filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING), "FFT_TILING");
+  EXPECT_EQ(algorithm_name(ConvPass::forward, 42), "algorithm 42");
+}
+
 }  // namespace
 }  // namespace dlbench::worker

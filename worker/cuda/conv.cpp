@@ -1,6 +1,8 @@
 // cuDNN convolution: descriptors built once per layer, algorithms measured once per distinct
 // convolution in the process (conv_algorithms.hpp holds the rules), run on the backend's stream.
 #include <array>
+#include <cstdlib>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -165,6 +167,10 @@ class CudaConv final : public Conv2dOp {
       const std::size_t bytes = search_workspace_bytes(backend_.workspace_limit(), free);
       const std::shared_ptr<void> borrowed = bytes > 0 ? backend_.allocate(bytes) : nullptr;
       choice = find(borrowed.get(), bytes);
+      // Which algorithms a run took, once each (numerics and speed depend on them): on request.
+      if (const char* log = std::getenv("DLBENCH_LOG_ALGORITHMS"); log != nullptr && *log != '\0' && *log != '0') {
+        std::cerr << "dlbench-worker: cudnn " + describe_choice(key, *choice) + "\n";
+      }
       std::lock_guard lock(algorithm_cache_mutex);
       algorithm_cache[key] = *choice;
     }

@@ -60,6 +60,42 @@ AlgorithmChoice fastest(const Perf* results, int count, bool tensor_cores_allowe
                   (tensor_cores_allowed ? "" : " without tensor cores"));
 }
 
+// cuDNN's name for a pass's algorithm, without its prefix ("IMPLICIT_PRECOMP_GEMM", "ALGO_1").
+inline std::string algorithm_name(ConvPass pass, int algorithm) {
+  static constexpr std::array<const char*, 8> forward{"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
+                                                      "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static constexpr std::array<const char*, 6> data{"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static constexpr std::array<const char*, 7> filter{"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD",
+                                                     "WINOGRAD_NONFUSED", "FFT_TILING"};
+  const auto pick = [&](const auto& names) -> std::string {
+    const auto i = static_cast<std::size_t>(algorithm);
+    return algorithm >= 0 && i < names.size() ? names[i] : "algorithm " + std::to_string(algorithm);
+  };
+  switch (pass) {
+    case ConvPass::forward: return pick(forward);
+    case ConvPass::backward_data: return pick(data);
+    case ConvPass::backward_filter: return pick(filter);
+  }
+  return "algorithm " + std::to_string(algorithm);
+}
+
+// One line for DLBENCH_LOG_ALGORITHMS: the convolution, then what the search chose for it:
+// "backward-filter fp16 nhwc 64x256x56x56 -> 64 1x1 stride 1 pad 0: ALGO_1, tensor ops, 4.0 MiB".
+inline std::string describe_choice(const ConvAlgorithmKey& key, const AlgorithmChoice& choice) {
+  static constexpr std::array<const char*, 3> passes{"forward", "backward-data", "backward-filter"};
+  std::string out = std::string(passes[static_cast<std::size_t>(key.pass)]) + " " + std::string(to_string(key.dtype)) +
+                    (key.layout == Layout::nhwc ? " nhwc " : " nchw ");
+  for (std::size_t i = 0; i < key.input.size(); ++i) out += (i > 0 ? "x" : "") + std::to_string(key.input[i]);
+  out += " -> " + std::to_string(key.out_channels) + " " + std::to_string(key.kernel.h) + "x" +
+         std::to_string(key.kernel.w) + " stride " + std::to_string(key.stride) + " pad " + std::to_string(key.padding.h);
+  if (key.padding.w != key.padding.h) out += "x" + std::to_string(key.padding.w);
+  if (key.dilation != 1) out += " dilation " + std::to_string(key.dilation);
+  const std::size_t tenths_of_mib = (choice.workspace * 10 + (std::size_t{1} << 19)) >> 20;
+  out += ": " + algorithm_name(key.pass, choice.algorithm) + (uses_tensor_cores(choice.math) ? ", tensor ops, " : ", fma, ") +
+         std::to_string(tenths_of_mib / 10) + "." + std::to_string(tenths_of_mib % 10) + " MiB workspace";
+  return out;
+}
+
 // Memory the algorithm search may borrow, returned right after: at most `limit`, at most half
 // of what is free (so that a search near the memory limit measures fewer algorithms instead of
 // failing as OutOfMemory), in whole MiB.
