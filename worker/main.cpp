@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "communicator.hpp"
+#include "cpu_budget.hpp"
 #include "cpu/cpu_backend.hpp"
 #ifdef DLBENCH_HAVE_CUDA
 #include "cuda/cuda_backend.hpp"
@@ -134,17 +135,10 @@ std::optional<double> peak_resident_bytes() {
   return static_cast<double>(usage.ru_maxrss) * 1024.0;
 }
 
-// --threads 0: the cores this process may use, shared evenly by the ranks on this node (under
-// the operator every rank of a worker pod starts with the default).
-int default_threads() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  const int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
-                                                                        : static_cast<int>(std::thread::hardware_concurrency());
-  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int ranks_here = local_size != nullptr ? std::max(1, std::atoi(local_size)) : 1;
-  return std::max(1, cores / ranks_here);
-}
+// --threads 0: the cores this process may use (its affinity mask and its cgroup's CPU quota),
+// shared evenly by the ranks on this node (under the operator every rank of a worker pod starts
+// with the default).
+int default_threads() { return default_thread_budget().threads; }
 
 struct Options;
 
@@ -482,14 +476,17 @@ std::string info_value(const std::string& info, const std::string& key) {
   return "";
 }
 
+// `requested_threads`: --threads, 0 for the default budget.
 EnvironmentInfo environment(const Backend* backend, const std::string& backend_name, Communicator& communicator,
-                            const std::vector<std::string>& hosts) {
+                            const std::vector<std::string>& hosts, long requested_threads) {
   EnvironmentInfo e = host_environment();
   e.hosts = distinct(hosts);
-  e.cpu_cores = default_threads();
+  const ThreadBudget budget = default_thread_budget();
+  e.cpu_cores = budget.threads;
   const std::string info = backend != nullptr ? backend->version_info() : "";
   if (const auto* cpu = dynamic_cast<const CpuBackend*>(backend)) {
     e.cpu_cores = cpu->threads();
+    e.cpu_threads_reason = requested_threads > 0 ? "--threads " + std::to_string(requested_threads) : budget.reason;
     e.onednn_version = info_value(info, "onednn");
   }
 #ifdef DLBENCH_HAVE_CUDA
@@ -806,7 +803,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
   const bool reporter = comm.rank() == 0;
   doc.methodology = {static_cast<int>(o.warmup_steps), static_cast<int>(o.measure_steps), static_cast<int>(o.repeats),
                      *enum_from_string<Statistic>(o.statistic)};
-  doc.environment = environment(backend, o.backend, comm, hosts);
+  doc.environment = environment(backend, o.backend, comm, hosts, o.threads);
   doc.start_time = rfc3339_utc_now();
 
   std::int64_t parameters = 0;
@@ -1035,7 +1032,7 @@ int self_test(const Options& o, Communicator& comm, Backend* backend, const std:
   doc.nodes = static_cast<int>(distinct(hosts).size());
   doc.devices = comm.size();
   doc.precisions = o.self_test_precisions;
-  doc.environment = environment(backend, o.backend, comm, hosts);
+  doc.environment = environment(backend, o.backend, comm, hosts, o.threads);
   doc.start_time = rfc3339_utc_now();
   const bool reporter = comm.rank() == 0;
   std::ostream& table = o.output.empty() ? std::cerr : std::cout;

@@ -33,6 +33,7 @@ json environment_to_json(const EnvironmentInfo& e) {
   put("os", e.os);
   put("cpuModel", e.cpu_model);
   if (e.cpu_cores > 0) out["cpuCores"] = e.cpu_cores;
+  put("cpuThreadsReason", e.cpu_threads_reason);
   put("gpuModel", e.gpu_model);
   if (e.gpu_count > 0) out["gpuCount"] = e.gpu_count;
   put("driverVersion", e.driver_version);
@@ -53,7 +54,7 @@ json environment_to_json(const EnvironmentInfo& e) {
 EnvironmentInfo decode_environment(Decoder& d, const json& obj, const std::string& path) {
   EnvironmentInfo e;
   if (!d.expect_object(obj, path)) return e;
-  d.reject_unknown(obj, path, {"host", "hosts", "os", "cpuModel", "cpuCores", "gpuModel", "gpuCount", "driverVersion",
+  d.reject_unknown(obj, path, {"host", "hosts", "os", "cpuModel", "cpuCores", "cpuThreadsReason", "gpuModel", "gpuCount", "driverVersion",
                                "cudaVersion", "cudnnVersion", "ncclVersion", "mpiVersion", "onednnVersion", "backend",
                                "communicator", "dlbenchVersion", "framework", "frameworkVersion", "facts"});
   d.read_string(obj, path, "host", e.host);
@@ -67,6 +68,7 @@ EnvironmentInfo decode_environment(Decoder& d, const json& obj, const std::strin
   d.read_string(obj, path, "os", e.os);
   d.read_string(obj, path, "cpuModel", e.cpu_model);
   d.read_int(obj, path, "cpuCores", {0, 1 << 20}, e.cpu_cores);
+  d.read_string(obj, path, "cpuThreadsReason", e.cpu_threads_reason);
   d.read_string(obj, path, "gpuModel", e.gpu_model);
   d.read_int(obj, path, "gpuCount", {0, 1 << 20}, e.gpu_count);
   d.read_string(obj, path, "driverVersion", e.driver_version);
@@ -394,7 +396,8 @@ class Shrinker {
   }
   void drop_environment_details() {
     shrink([&] {
-      for (const char* key : {"os", "cpuModel", "driverVersion", "onednnVersion", "dlbenchVersion", "mpiVersion"}) {
+      for (const char* key : {"os", "cpuModel", "cpuThreadsReason", "driverVersion", "onednnVersion", "dlbenchVersion",
+                              "mpiVersion"}) {
         doc["environment"].erase(key);
       }
     });

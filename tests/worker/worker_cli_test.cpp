@@ -11,6 +11,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include "dlbench/core/result_document.hpp"
 
@@ -342,6 +343,41 @@ TEST(WorkerCli, ProfileSaysWhereAStepGoes) {
   const Outcome zero = worker("--profile 0");
   EXPECT_EQ(zero.exit_code, 2);
   EXPECT_THAT(zero.err, HasSubstr("--profile"));
+}
+
+// Under a CPU quota (a pod's CPU limit) the default thread count is what the quota allows, not
+// the cores the affinity mask shows, and the result says why. A real cgroup v1 cpu controller,
+// where this machine lets the test make one (as root); skipped elsewhere, saying why.
+TEST(WorkerCli, TheDefaultThreadsFitTheCgroupsCpuQuota) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) {
+    GTEST_SKIP() << "one core in the affinity mask: a quota of one core changes nothing";
+  }
+  const std::filesystem::path cgroup = "/sys/fs/cgroup/cpu/dlbench-quota-" + std::to_string(::getpid());
+  std::error_code error;
+  if (!std::filesystem::create_directory(cgroup, error) || !std::filesystem::exists(cgroup / "cpu.cfs_quota_us")) {
+    GTEST_SKIP() << "cannot make a cgroup v1 cpu controller group at " << cgroup << " (" << error.message()
+                 << "): not root, or no cgroup v1 cpu controller here";
+  }
+  std::ofstream(cgroup / "cpu.cfs_period_us") << "100000\n";
+  std::ofstream(cgroup / "cpu.cfs_quota_us") << "100000\n";  // one core
+  const auto dir = scratch();
+  const std::string run = "cd " + dir.string() + " && sh -c 'echo $$ > " + (cgroup / "cgroup.procs").string() +
+                          " && exec env -u OMP_NUM_THREADS " + DLBENCH_WORKER_BINARY + " \"$@\"' sh ";
+  const int listed = std::system((run + "--list-devices > quota-devices").c_str());
+  const int ran = std::system((run + "--model alexnet --image-size 64 --batch-size 1 --warmup-steps 0 "
+                                     "--measure-steps 1 --repeats 1 --output quota.json > /dev/null 2>&1").c_str());
+  std::filesystem::remove(cgroup, error);  // empty again: its processes have exited
+  ASSERT_EQ(listed, 0);
+  ASSERT_EQ(ran, 0);
+  EXPECT_THAT(slurp(dir / "quota-devices"), ::testing::StartsWith("cpu 1 precisions="));
+  const ResultDocument doc = decoded(slurp(dir / "quota.json"));
+  EXPECT_EQ(doc.environment.cpu_cores, 1);
+  EXPECT_THAT(doc.environment.cpu_threads_reason, HasSubstr("the CPU quota allows 1 core (cpu.cfs_quota_us 100000"));
+  // Outside the cgroup the same worker takes the mask's cores, and says so.
+  const Outcome free = worker("--list-devices", "env -u OMP_NUM_THREADS");
+  EXPECT_THAT(free.out, ::testing::StartsWith("cpu " + std::to_string(CPU_COUNT(&allowed)) + " "));
 }
 
 // A CUDA build on a machine without a GPU lists the backend with no device and no precision

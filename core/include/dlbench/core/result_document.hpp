@@ -21,7 +21,8 @@ struct EnvironmentInfo {
   std::vector<std::string> hosts;  // every host of the job, from the MPI host list
   std::string os;
   std::string cpu_model;
-  int cpu_cores = 0;
+  int cpu_cores = 0;               // the threads a CPU rank ran (or the cores it may use)
+  std::string cpu_threads_reason;  // why that many: the affinity mask, the cgroup's CPU quota, --threads
   std::string gpu_model;
   int gpu_count = 0;
   std::string driver_version;
