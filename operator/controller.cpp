@@ -56,6 +56,9 @@ Controller::Controller(KubeClient& client, ControllerOptions options) : client_(
   api_errors_ = &registry_.counter("dlbench_operator_watch_errors_total",
                                    "Failed lists and watches, by kind and HTTP status (0: no answer; 410: expired, "
                                    "relisted).");
+  watch_stalls_ = &registry_.counter("dlbench_operator_watch_stalls_total",
+                                     "Watches restarted because the API server sent nothing past their limit (the "
+                                     "watch's timeout + 5 s): a hung API server or a path that drops packets.");
   reconcile_seconds_ = &registry_
                             .histogram("dlbench_operator_reconcile_seconds", "Time of one reconciliation.",
                                        metrics::exponential_buckets(0.0005, 2, 16))
@@ -71,6 +74,11 @@ Controller::Controller(KubeClient& client, ControllerOptions options) : client_(
   case_devices_ = &registry_.gauge("dlbench_case_devices", "Devices (ranks) of a finished case: nodes x gpusPerNode.");
   case_failed_ = &registry_.gauge("dlbench_case_failed", "1 for a case that ended Failed, labelled with its reason.");
   const auto on_error = [this](const std::string& kind, const std::string& what, int status) {
+    if (status == Informer<CachedRun>::kStalledWatch) {
+      watch_stalls_->add({{"kind", kind}}).increment();
+      log_line("warning", "watch stalled, restarting it: the API server sends nothing", {{"kind", kind}, {"error", what}});
+      return;
+    }
     api_errors_->add({{"kind", kind}, {"code", std::to_string(status)}}).increment();
     log_line(status == 410 ? "info" : "warning", status == 410 ? "watch expired, relisting" : "list or watch failed",
              {{"kind", kind}, {"code", status}, {"error", what}});

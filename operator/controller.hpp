@@ -114,6 +114,7 @@ class Controller {
   metrics::Registry registry_;
   metrics::Family<metrics::Counter>* reconciles_;
   metrics::Family<metrics::Counter>* api_errors_;
+  metrics::Family<metrics::Counter>* watch_stalls_;
   metrics::Counter* status_conflicts_;
   metrics::Histogram* reconcile_seconds_;
   metrics::Gauge* queue_depth_;

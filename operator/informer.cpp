@@ -29,6 +29,10 @@ void Informer<T>::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+// Retries double from 200 ms up to this: low, so that readiness returns within a few seconds of
+// the API server coming back (a CRD re-applied after an empty restart answers 404 until then).
+constexpr std::chrono::milliseconds kMaxBackoff{2000};
+
 template <typename T>
 void Informer<T>::run() {
   auto backoff = std::chrono::milliseconds(200);
@@ -92,12 +96,17 @@ void Informer<T>::run() {
       failing_ = true;
       on_error_(kind_, e.what(), e.status);
       std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
+      backoff = std::min(backoff * 2, kMaxBackoff);
+    } catch (const WatchStalled& e) {
+      failing_ = true;  // a hung server: not ready until a list answers again
+      on_error_(kind_, e.what(), kStalledWatch);
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, kMaxBackoff);
     } catch (const std::exception& e) {
       failing_ = true;  // connection refused or dropped, server restarting, an object we cannot read, …
       on_error_(kind_, e.what(), 0);
       std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
+      backoff = std::min(backoff * 2, kMaxBackoff);
     }
   }
 }

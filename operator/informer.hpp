@@ -38,7 +38,10 @@ class Informer final : public InformerBase {
  public:
   using Convert = std::function<T(const nlohmann::json& object)>;
   using Handler = std::function<void(const std::string& type, const T& object)>;
+  // `http_status`: the API's status; 0 for a connection that failed; kStalledWatch for a watch on
+  // which the server went silent past its limit (KubeClient::watch).
   using ErrorHandler = std::function<void(const std::string& kind, const std::string& what, int http_status)>;
+  static constexpr int kStalledWatch = -1;
 
   Informer(KubeClient& client, std::string kind, Resource resource, std::string ns, std::string selector,
            std::chrono::seconds watch_timeout, Convert convert, Handler on_change, ErrorHandler on_error);

@@ -148,18 +148,23 @@ class HttplibTransport final : public HttpTransport {
     return {r->status, r->body};
   }
 
-  int stream(const std::string& path, const std::function<bool(const std::string&)>& on_line) override {
-    auto client = make_client(timeout_ + std::chrono::seconds(3600));
+  int stream(const std::string& path, std::chrono::seconds silence_limit,
+             const std::function<bool(const std::string&)>& on_line) override {
+    // The read timeout bounds each wait for bytes: the silence allowed, not the stream's length.
+    auto client = make_client(silence_limit);
     int status = 0;
     bool stopped = false;
     std::string pending;  // a line not yet ended, or a refusal's whole body
+    auto heard = std::chrono::steady_clock::now();
     const auto r = client->Get(
         path, request_headers(),
         [&](const httplib::Response& response) {
           status = response.status;
+          heard = std::chrono::steady_clock::now();
           return true;
         },
         [&](const char* data, std::size_t size) {
+          heard = std::chrono::steady_clock::now();
           pending.append(data, size);
           if (status != 200) return true;  // said in one piece below
           std::size_t start = 0;
@@ -176,6 +181,12 @@ class HttplibTransport final : public HttpTransport {
           return true;
         });
     if (stopped) return 200;
+    const auto silent = std::chrono::steady_clock::now() - heard;
+    if (!r && r.error() == httplib::Error::Read && silent >= silence_limit - std::chrono::milliseconds(500)) {
+      throw WatchStalled("GET " + path + ": the API server sent nothing for " +
+                         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(silent).count()) +
+                         " s (a watch may be silent for " + std::to_string(silence_limit.count()) + " s)");
+    }
     if (!r && status == 0) throw std::runtime_error("GET " + path + ": " + httplib::to_string(r.error()));
     if (status != 200) {
       on_line(pending);
@@ -387,7 +398,7 @@ std::string KubeClient::watch(const Resource& r, const std::string& ns, const st
   if (!label_selector.empty()) path += "&labelSelector=" + url_encode(label_selector);
   std::string last = resource_version;
   std::string error_body;
-  const int status = http_->stream(path, [&](const std::string& line) {
+  const int status = http_->stream(path, timeout + kWatchSilenceMargin, [&](const std::string& line) {
     const auto event = nlohmann::json::parse(line, nullptr, false);
     if (event.is_discarded() || !event.contains("type")) {
       error_body = line;

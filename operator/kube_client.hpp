@@ -38,9 +38,20 @@ class HttpTransport {
   virtual HttpResponse request(const std::string& method, const std::string& path, const std::string& body = "",
                                const std::string& content_type = "application/json") = 0;
   // A long-lived GET (watch): calls on_line for every line until the server ends the stream
-  // or on_line returns false. Returns the HTTP status.
-  virtual int stream(const std::string& path, const std::function<bool(const std::string&)>& on_line) = 0;
+  // or on_line returns false. Returns the HTTP status. Throws WatchStalled when the server sends
+  // nothing for `silence_limit`.
+  virtual int stream(const std::string& path, std::chrono::seconds silence_limit,
+                     const std::function<bool(const std::string&)>& on_line) = 0;
 };
+
+// A stream on which the API server sent nothing, not even its end, for longer than it was asked
+// to last plus kWatchSilenceMargin: a hung server, or a network path that drops packets. A
+// connection to a stopped server is accepted by its kernel and then waits forever.
+class WatchStalled : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+inline constexpr std::chrono::seconds kWatchSilenceMargin{5};
 
 std::shared_ptr<HttpTransport> make_http_transport(const KubeConfig& config, std::chrono::seconds timeout);
 
@@ -84,7 +95,8 @@ class KubeClient {
     nlohmann::json object;
   };
   // Watches from `resource_version` (bookmarks on) until the server closes the stream after
-  // `timeout`; returns the last resourceVersion seen. Throws KubeError 410 "Expired" when the
+  // `timeout`; returns the last resourceVersion seen. Throws WatchStalled after `timeout` +
+  // kWatchSilenceMargin without a byte from the server. Throws KubeError 410 "Expired" when the
   // version is too old (relist), whether the server says so by status or by an ERROR event.
   std::string watch(const Resource& r, const std::string& ns, const std::string& label_selector,
                     const std::string& resource_version, std::chrono::seconds timeout,

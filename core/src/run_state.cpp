@@ -228,7 +228,10 @@ void mark_invalid(BenchmarkRunStatus& status, const std::string& errors, std::in
   status.progress.current_attempt = 0;
   set_condition(status.conditions, {ConditionType::Invalid, ConditionStatus::True, "InvalidSpec", errors, "", generation},
                 now);
-  set_condition(status.conditions, {ConditionType::Ready, ConditionStatus::False, "InvalidSpec", "", "", generation}, now);
+  // Ready says why too: `kubectl get -o wide` and `kubectl wait` users read Ready, not Invalid.
+  set_condition(status.conditions,
+                {ConditionType::Ready, ConditionStatus::False, "InvalidSpec", "the spec is invalid: " + errors, "", generation},
+                now);
 }
 
 }  // namespace dlbench

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -133,14 +134,52 @@ class OperatorFaultsTest(unittest.TestCase):
         self.assertIn('"msg":"list or watch failed"', log)
         self.assertIn('"msg":"not ready: the API server does not answer"', log)
 
+    def test_api_server_frozen_for_45_seconds_is_noticed_and_the_run_finishes_after(self):
+        """SIGSTOP: the server's kernel still accepts connections and nothing answers, as a hung
+        API server or a path that drops packets. Each watch has a silence limit (its timeout, 10 s
+        here, + 5 s), so /readyz turns not ready within about 15 s and says why in the log."""
+        cluster = self.cluster()
+        wait_for(lambda: self.ready(cluster), 30, "the operator to be ready")
+        self.apply(cluster, benchmark_run("frozen", batches=(2, 4), pause=0.5))
+        wait_for(lambda: self.status(cluster, "frozen").get("results"), 60, "a first result")
+        os.killpg(cluster.apiserver.pid, signal.SIGSTOP)
+        frozen_at = time.time()
+        try:
+            wait_for(lambda: not self.ready(cluster), 30, "/readyz to notice the frozen API server")
+            noticed = time.time() - frozen_at
+            self.assertLess(noticed, 20, f"noticed after {noticed:.1f} s")
+            time.sleep(max(0.0, 45 - (time.time() - frozen_at)))
+            self.assertFalse(self.ready(cluster), "ready while the API server is still frozen")
+        finally:
+            os.killpg(cluster.apiserver.pid, signal.SIGCONT)
+        thawed_at = time.time()
+        wait_for(lambda: self.ready(cluster), 30, "ready again after the thaw")
+        self.assertLess(time.time() - thawed_at, 10, "readiness came back slowly after the thaw")
+        status = self.finished(cluster, "frozen", 180)
+        self.assertEqual(status["phase"], "Succeeded", status)
+        self.assertEqual([r["state"] for r in status["results"]], ["Succeeded"] * 2, status["results"])
+        self.assertGreater(self.counter(cluster, "dlbench_operator_watch_stalls_total"), 0)
+        log = self.operator_log(cluster)
+        self.assertIn('"msg":"watch stalled, restarting it: the API server sends nothing"', log)
+        self.assertIn('"msg":"not ready: the API server does not answer"', log)
+
     def test_api_server_restarted_with_its_state_lost(self):
         cluster = self.cluster()
         self.apply(cluster, benchmark_run("lost", pause=2))
         wait_for(lambda: 'run="lost"' in self.metrics(cluster), 30, "series for the run")
         cluster.stop_apiserver(keep_state=False)
         cluster.start_apiserver()
+        # Without its CRD the API server answers 404: not ready, retrying, for long enough that
+        # a retry backoff without a low cap would have grown past 10 s.
+        wait_for(lambda: not self.ready(cluster), 15, "not ready without the CRD")
+        time.sleep(15)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         cluster.kubectl("apply", "-f", os.path.join(root, "crds", "benchmarkrun.yaml"))
+        # Retries back off to 2 s at most: ready again within a few seconds of the CRD's return.
+        crd_back = time.time()
+        wait_for(lambda: self.ready(cluster), 30, "ready once the CRD is back")
+        back = time.time() - crd_back
+        self.assertLess(back, 4, f"ready {back:.1f} s after the CRD: a long retry backoff")
         # The relist finds no run: its series go, and the operator works on with the new world.
         wait_for(lambda: 'run="lost"' not in self.metrics(cluster), 60, "the lost run's series to go")
         self.apply(cluster, benchmark_run("after"))

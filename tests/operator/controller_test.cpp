@@ -177,8 +177,9 @@ class InterposingTransport : public HttpTransport {
     }
     return response;
   }
-  int stream(const std::string& path, const std::function<bool(const std::string&)>& on_line) override {
-    return inner_->stream(path, on_line);
+  int stream(const std::string& path, std::chrono::seconds silence_limit,
+             const std::function<bool(const std::string&)>& on_line) override {
+    return inner_->stream(path, silence_limit, on_line);
   }
   bool fired() const { return fired_; }
   // The bodies of the matching PATCHes the server took, in order.

@@ -123,6 +123,31 @@ TEST_F(KubeClientTest, WatchDeliversEventsFromAVersionAndSaysWhenItIsGone) {
   }
 }
 
+// A frozen API server (SIGSTOP: its kernel still accepts the connection, nothing answers) ends
+// a watch as WatchStalled once the watch's timeout and the silence margin have passed, instead of
+// the hour a plain read timeout would wait.
+TEST_F(KubeClientTest, AWatchOnAFrozenServerEndsWithinItsSilenceLimit) {
+  KubeClient& k = *client_;
+  const std::string rv = k.list(resources::kSecrets, "default")["metadata"]["resourceVersion"];
+  ASSERT_EQ(kill(server_->pid(), SIGSTOP), 0);
+  const auto start = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    k.watch(resources::kSecrets, "default", "", rv, 1s, [](const KubeClient::WatchEvent&) {});
+  } catch (const WatchStalled& e) {
+    what = e.what();
+  } catch (const std::exception& e) {
+    what = std::string("not WatchStalled: ") + e.what();
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  kill(server_->pid(), SIGCONT);
+  EXPECT_THAT(what, ::testing::HasSubstr("the API server sent nothing for"));
+  EXPECT_GE(waited, 1s + kWatchSilenceMargin - 1s);
+  EXPECT_LE(waited, 1s + kWatchSilenceMargin + 3s);
+  // Thawed, the same client watches again.
+  EXPECT_NO_THROW(k.watch(resources::kSecrets, "default", "", rv, 1s, [](const KubeClient::WatchEvent&) {}));
+}
+
 TEST(KubeConfigTest, KubeconfigWithInlineAndFileCredentials) {
   const auto dir = std::filesystem::temp_directory_path() / ("dlbench-kubeconfig-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);

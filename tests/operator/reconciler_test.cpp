@@ -151,6 +151,11 @@ TEST(Reconciler, InvalidRunIsMarkedAndNothingIsCreated) {
   const Condition* invalid = find_condition(s.conditions, ConditionType::Invalid);
   ASSERT_NE(invalid, nullptr);
   EXPECT_THAT(invalid->message, HasSubstr("spec.matrix.precision[0]: \"fp8\" is not one of fp32, tf32, amp, bf16"));
+  // Ready says why as well: it is the condition `kubectl wait` and most readers look at.
+  const Condition* ready = find_condition(s.conditions, ConditionType::Ready);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->reason, "InvalidSpec");
+  EXPECT_THAT(ready->message, HasSubstr("the spec is invalid: spec.matrix.precision[0]: \"fp8\""));
 }
 
 json command_run(int backoff_limit = 0) {
