@@ -147,6 +147,24 @@ void print_unmeasured(std::ostream& out, ReportFormat format, const std::vector<
   }
 }
 
+// Every case whose speed-up was refused as impossible: the "refused" cells, and why.
+void print_refused_scaling(std::ostream& out, ReportFormat format, const std::vector<Source>& sources) {
+  std::vector<std::pair<std::string, const CaseResult*>> refused;
+  for (const auto& s : sources) {
+    for (const auto& r : s.status.results) {
+      if (!r.scaling_refused.empty()) refused.emplace_back((sources.size() > 1 ? s.label + " " : "") + case_id(r.case_), &r);
+    }
+  }
+  if (refused.empty()) return;
+  if (format == ReportFormat::markdown) {
+    out << "\n**speed-ups refused**\n\n| case | why |\n|---|---|\n";
+    for (const auto& [name, r] : refused) out << "| " << name << " | " << r->scaling_refused << " |\n";
+    return;
+  }
+  out << "\nspeed-ups refused\n";
+  for (const auto& [name, r] : refused) out << "  " << name << ": " << r->scaling_refused << "\n";
+}
+
 }  // namespace
 
 int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err) {
@@ -267,6 +285,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
         }
         if (r.state != CaseState::Succeeded) return r.state == CaseState::Skipped ? "skipped" : "failed";
         if (which == 0) return fixed(reported_value(r.throughput->summary, sources[c.source].statistic), 2);
+        if ((which == 1 || which == 2) && !r.scaling_refused.empty()) return "refused";
         if (which == 1) return r.speedup ? fixed(*r.speedup, 2) : "-";
         if (which == 2) return r.scaling_efficiency ? fixed(100 * *r.scaling_efficiency, 1) + "%" : "-";
         if (!r.input) return "synthetic";
@@ -310,7 +329,10 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
       print_grid(out, options.format, title, header, rows);
     }
   }
-  if (options.format != ReportFormat::csv) print_unmeasured(out, options.format, sources);
+  if (options.format != ReportFormat::csv) {
+    print_unmeasured(out, options.format, sources);
+    print_refused_scaling(out, options.format, sources);
+  }
   return 0;
 }
 

@@ -486,7 +486,8 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "speedup",
-                               "scalingEfficiency", "reason", "message", "attempts", "startTime", "completionTime", "ranAlone"});
+                               "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
+                               "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
   CaseResult r;
   if (const json* c = d.require(obj, path, "case", "{nodes, gpusPerNode, batchSizePerDevice, precision}")) {
@@ -502,6 +503,7 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
   if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
     r.scaling_efficiency = d.measurement(*v, child(path, "scalingEfficiency"));
   }
+  d.read_string(obj, path, "scalingRefused", r.scaling_refused);
   d.read_string(obj, path, "reason", r.reason);
   d.read_string(obj, path, "message", r.message);
   d.read_int(obj, path, "attempts", {0, 1000}, r.attempts);
@@ -880,6 +882,7 @@ json to_json(const CaseResult& r) {
   if (r.input) out["input"] = detail::input_report_to_json(*r.input);
   if (r.speedup) out["speedup"] = *r.speedup;
   if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;
+  if (!r.scaling_refused.empty()) out["scalingRefused"] = r.scaling_refused;
   if (!r.reason.empty()) out["reason"] = r.reason;
   if (!r.message.empty()) out["message"] = r.message;
   if (!r.start_time.empty()) out["startTime"] = r.start_time;

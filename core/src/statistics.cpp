@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <map>
+#include <sstream>
 #include <numeric>
 #include <stdexcept>
 #include <utility>
@@ -70,21 +72,42 @@ Scaling scaling(double baseline_throughput, double throughput, int devices) {
   return s;
 }
 
+double scaling_noise(double case_cv, double baseline_cv) { return 0.05 + 2.0 * (case_cv + baseline_cv); }
+
 void apply_scaling(std::vector<CaseResult>& results, Statistic statistic) {
-  std::map<std::pair<int, Precision>, double> baselines;
+  struct Baseline {
+    double value = 0;
+    double cv = 0;
+    std::string id;
+  };
+  std::map<std::pair<int, Precision>, Baseline> baselines;
   for (const CaseResult& r : results) {
     if (r.state == CaseState::Succeeded && r.throughput && r.case_.is_single_device()) {
       const double value = reported_value(r.throughput->summary, statistic);
-      if (value > 0) baselines[{r.case_.batch_size_per_device, r.case_.precision}] = value;
+      if (value > 0) {
+        baselines[{r.case_.batch_size_per_device, r.case_.precision}] = {value, r.throughput->summary.cv, case_id(r.case_)};
+      }
     }
   }
   for (CaseResult& r : results) {
     r.speedup.reset();
     r.scaling_efficiency.reset();
+    r.scaling_refused.clear();
     if (r.state != CaseState::Succeeded || !r.throughput) continue;
     const auto it = baselines.find({r.case_.batch_size_per_device, r.case_.precision});
     if (it == baselines.end()) continue;
-    const Scaling s = scaling(it->second, reported_value(r.throughput->summary, statistic), r.case_.devices());
+    const Baseline& base = it->second;
+    const Scaling s = scaling(base.value, reported_value(r.throughput->summary, statistic), r.case_.devices());
+    const double noise = scaling_noise(r.throughput->summary.cv, base.cv);
+    if (s.efficiency > 1.0 + noise) {
+      std::ostringstream why;
+      why << std::fixed << std::setprecision(2) << "speed-up " << s.speedup << " over " << base.id << " on "
+          << r.case_.devices() << " devices is above " << r.case_.devices() << " x (1 + " << noise
+          << " noise): efficiency " << s.efficiency << " is impossible, so one of the two cases was disturbed "
+          << "(cv " << 100.0 * r.throughput->summary.cv << "% here, " << 100.0 * base.cv << "% there); measure both again";
+      r.scaling_refused = why.str();
+      continue;
+    }
     r.speedup = s.speedup;
     r.scaling_efficiency = s.efficiency;
   }

@@ -12,6 +12,8 @@
 
 #include "../support/process.hpp"
 #include "dlbench/core/codec.hpp"
+#include "dlbench/core/statistics.hpp"
+#include "dlbench/core/planner.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/status.hpp"
 
@@ -202,6 +204,33 @@ TEST_F(RunCli, TheReportSaysWhyACaseWasNotMeasured) {
   // A bare status says nothing of the model: the unit falls back on samples.
   write("bare.json", to_json(s).dump());
   EXPECT_THAT(dlbench("report bare.json").out, HasSubstr("amp: throughput (samples/s)"));
+}
+
+// An impossible speed-up (a disturbed baseline) is neither in the grids nor lost: its cells say
+// "refused" and the report says why, from the status the operator or dlbench run wrote.
+TEST_F(RunCli, TheReportShowsARefusedSpeedupAndWhy) {
+  BenchmarkRun run;
+  run.metadata.name = "noisy";
+  run.spec.cases = {{1, 1, 2, Precision::fp32}, {1, 2, 2, Precision::fp32}};
+  BenchmarkRunStatus s;
+  s.phase = Phase::Succeeded;
+  for (const auto& [c, repeats] : {std::pair{run.spec.cases[0], std::vector<double>{0.74, 0.30, 1.60}},
+                                   std::pair{run.spec.cases[1], std::vector<double>{5.24, 5.20, 5.30}}}) {
+    CaseResult r;
+    r.case_ = c;
+    r.throughput = Throughput{"samples/s", summarize(repeats), repeats};
+    s.results.push_back(r);
+  }
+  refresh_derived_status(s, plan_cases(run.spec), Statistic::median);
+  ASSERT_FALSE(s.results[1].scaling_refused.empty());
+  run.status = s;
+  write("noisy.json", to_json(run).dump());
+  const Outcome table = dlbench("report noisy.json");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, ::testing::ContainsRegex("speed-up over 1x1\n  batch +1x1 +1x2\n +2 +1.00 +refused\n"));
+  EXPECT_THAT(table.out, HasSubstr("\nspeed-ups refused\n  1x2-bs2-fp32: speed-up 7.08 over 1x1-bs2-fp32 on 2 devices"));
+  const Outcome markdown = dlbench("report noisy.json --format markdown");
+  EXPECT_THAT(markdown.out, HasSubstr("**speed-ups refused**\n\n| case | why |\n|---|---|\n| 1x2-bs2-fp32 | speed-up 7.08"));
 }
 
 // A height × width crop, per-pixel labels; imagefolder data is refused for it, naming the field.

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "dlbench/core/statistics.hpp"
@@ -102,6 +103,33 @@ TEST(Statistics, ApplyScalingMatchesBatchAndPrecision) {
 
   apply_scaling(results, Statistic::mean);  // mean of 7600, 7600, 7700 = 7633.33…
   EXPECT_NEAR(*results[2].speedup, 7633.333333333333 / 1000.0, 1e-9);
+}
+
+// Issue 37's case: a 1-rank baseline measured under another process's load (0.74 samples/s, cv
+// 57%) made 2 ranks on 2 cores look 7x faster. Efficiency above 1 + noise is never published.
+TEST(Statistics, AnImpossibleSpeedupIsRefusedNamingTheFigure) {
+  std::vector<CaseResult> results{
+      succeeded({1, 1, 2, Precision::fp32}, {0.74, 0.30, 1.60}),   // disturbed: cv 0.79
+      succeeded({1, 2, 2, Precision::fp32}, {5.24, 5.20, 5.30}),   // cv 0.01
+      succeeded({1, 1, 4, Precision::fp32}, {10.0, 10.1, 9.9}),
+      succeeded({1, 2, 4, Precision::fp32}, {20.6, 20.5, 20.7}),   // 1.03: within 1 + noise
+  };
+  apply_scaling(results, Statistic::median);
+  EXPECT_FALSE(results[1].speedup.has_value());
+  EXPECT_FALSE(results[1].scaling_efficiency.has_value());
+  EXPECT_THAT(results[1].scaling_refused, ::testing::StartsWith("speed-up 7.08 over 1x1-bs2-fp32 on 2 devices is above 2 x (1 + "));
+  EXPECT_THAT(results[1].scaling_refused, ::testing::HasSubstr("efficiency 3.54 is impossible"));
+  EXPECT_NEAR(*results[3].scaling_efficiency, 1.03, 1e-9);
+  EXPECT_TRUE(results[3].scaling_refused.empty());
+  // The noise allowed grows with the two cases' spread: 5% + twice their cvs.
+  EXPECT_DOUBLE_EQ(scaling_noise(0.0, 0.0), 0.05);
+  EXPECT_DOUBLE_EQ(scaling_noise(0.01, 0.02), 0.11);
+  // Measured again, undisturbed: published, and the refusal is gone.
+  results[0] = succeeded({1, 1, 2, Precision::fp32}, {2.70, 2.72, 2.71});
+  apply_scaling(results, Statistic::median);
+  ASSERT_TRUE(results[1].speedup.has_value());
+  EXPECT_NEAR(*results[1].speedup, 5.24 / 2.71, 1e-9);
+  EXPECT_TRUE(results[1].scaling_refused.empty());
 }
 
 TEST(Statistics, FailedBaselineMeansNoSpeedup) {

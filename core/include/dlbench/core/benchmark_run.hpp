@@ -257,6 +257,7 @@ struct CaseResult {
   std::optional<InputReport> input;                 // imagefolder cases
   std::optional<double> speedup;                    // over the matching 1×1 case
   std::optional<double> scaling_efficiency;         // speedup / devices
+  std::string scaling_refused;  // why speedup and efficiency are not published (an impossible figure)
   std::string reason;   // Failed/Skipped: a CamelCase reason such as OutOfMemory
   std::string message;  // Failed/Skipped: what happened, for people
   int attempts = 1;

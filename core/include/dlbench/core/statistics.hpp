@@ -29,7 +29,15 @@ struct Scaling {
 Scaling scaling(double baseline_throughput, double throughput, int devices);
 
 // Sets speedup and scalingEfficiency on every succeeded result whose 1×1 case with the same
-// batch size and precision also succeeded; clears them on the others.
+// batch size and precision also succeeded; clears them on the others. A scaling efficiency
+// above 1 + scaling_noise(...) is physically impossible (more than linear over the devices) and
+// is never published: speedup and scalingEfficiency stay unset and scalingRefused names the
+// figure (one of the two cases was disturbed: another load, a throttled device).
 void apply_scaling(std::vector<CaseResult>& results, Statistic statistic);
+
+// How far above 1 a measured efficiency may go before it is refused: 5% (caches can make a
+// larger share of the model fit per device) plus twice the two cases' coefficients of variation
+// (each ratio's own noise).
+double scaling_noise(double case_cv, double baseline_cv);
 
 }  // namespace dlbench
