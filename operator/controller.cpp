@@ -73,6 +73,9 @@ Controller::Controller(KubeClient& client, ControllerOptions options) : client_(
   case_efficiency_ = &registry_.gauge("dlbench_case_scaling_efficiency", "Speed-up / devices of a finished case.");
   case_devices_ = &registry_.gauge("dlbench_case_devices", "Devices (ranks) of a finished case: nodes x gpusPerNode.");
   case_failed_ = &registry_.gauge("dlbench_case_failed", "1 for a case that ended Failed, labelled with its reason.");
+  case_cpu_pressure_ = &registry_.gauge("dlbench_case_cpu_pressure_ratio",
+                                        "Share of a finished case's measured time in which some task waited for a CPU "
+                                        "on its busiest node (PSI); `verdict` is clean or interfered (above 0.1).");
   const auto on_error = [this](const std::string& kind, const std::string& what, int status) {
     if (status == Informer<CachedRun>::kStalledWatch) {
       watch_stalls_->add({{"kind", kind}}).increment();
@@ -163,7 +166,8 @@ bool Controller::healthy() const {
 
 void Controller::forget(const std::string& ns, const std::string& name) {
   const metrics::Labels run{{"namespace", ns}, {"run", name}};
-  for (auto* family : {runs_by_phase_, case_throughput_, case_speedup_, case_efficiency_, case_devices_, case_failed_}) {
+  for (auto* family :
+       {runs_by_phase_, case_throughput_, case_speedup_, case_efficiency_, case_devices_, case_failed_, case_cpu_pressure_}) {
     family->remove_matching(run);
   }
   {
@@ -451,6 +455,11 @@ void Controller::record_metrics(const std::string& ns, const std::string& name, 
     case_throughput_->add(with_unit).set(reported_value(r.throughput->summary, statistic));
     if (r.speedup) case_speedup_->add(labels).set(*r.speedup);
     if (r.scaling_efficiency) case_efficiency_->add(labels).set(*r.scaling_efficiency);
+    if (r.interference && r.interference->cpu_pressure) {
+      metrics::Labels with_verdict = labels;
+      with_verdict["verdict"] = std::string(to_string(r.interference->verdict));
+      case_cpu_pressure_->add(with_verdict).set(*r.interference->cpu_pressure);
+    }
   }
 }
 

@@ -24,6 +24,7 @@
 
 #include "communicator.hpp"
 #include "cpu_budget.hpp"
+#include "interference.hpp"
 #include "cpu/cpu_backend.hpp"
 #ifdef DLBENCH_HAVE_CUDA
 #include "cuda/cuda_backend.hpp"
@@ -542,10 +543,27 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
     if (doc.mfu) out << ", MFU " << std::setprecision(1) << 100.0 * *doc.mfu << "%";
     out << "\n";
     if (doc.input) out << "  input: " << describe_input(*doc.input) << "\n";
+    if (doc.interference) {
+      out << "  other load: " << std::setprecision(1);
+      if (doc.interference->cpu_pressure) out << "tasks waited for a CPU " << 100.0 * *doc.interference->cpu_pressure << "% of the time, ";
+      out << "steal " << 100.0 * doc.interference->cpu_steal << "%: " << to_string(doc.interference->verdict) << "\n";
+    }
     if (doc.profile) print_profile(out, *doc.profile);
   } else {
     out << "  FAILED: " << doc.reason << ": " << doc.message << "\n";
   }
+}
+
+// Other load over the measured repeats, as the busiest node saw it (every rank reads its own).
+InterferenceReport node_interference(InterferenceReport mine, Communicator& comm) {
+  if (comm.size() > 1) {
+    std::vector<double> worst{mine.cpu_pressure.value_or(-1.0), mine.cpu_steal};
+    comm.max(worst.data(), static_cast<std::int64_t>(worst.size()));
+    mine.cpu_pressure = worst[0] >= 0 ? std::optional<double>(worst[0]) : std::nullopt;
+    mine.cpu_steal = worst[1];
+    mine.verdict = interference_verdict(mine.cpu_pressure, mine.cpu_steal);
+  }
+  return mine;
 }
 
 // --profile: `steps` more eager steps, every layer timed (after the measurement, so that its
@@ -925,6 +943,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
       };
     }
     std::vector<double> all_steps;
+    const CpuCounters load_before = read_cpu_counters();
     const auto repeats = run_methodology(workload, doc.methodology, doc.global_batch_size,
                                          [&](int r, const RepeatMeasurement& m) {
                                            last_loss = trainer.last_loss();  // after the repeat, untimed
@@ -942,6 +961,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     }
     doc.throughput = Throughput{unit, summarize(throughputs), throughputs};
     doc.step_time_seconds = summarize(all_steps);
+    doc.interference = node_interference(interference_between(load_before, read_cpu_counters()), comm);
     if (o.profile_steps > 0) doc.profile = profile_steps(trainer, device, static_cast<int>(o.profile_steps));
     if (real) {
       InputReport report;

@@ -165,6 +165,29 @@ void print_refused_scaling(std::ostream& out, ReportFormat format, const std::ve
   for (const auto& [name, r] : refused) out << "  " << name << ": " << r->scaling_refused << "\n";
 }
 
+// Every case measured while other load wanted its CPUs (results[].interference): its numbers
+// stand, but they are not the machine's.
+void print_interfered(std::ostream& out, ReportFormat format, const std::vector<Source>& sources) {
+  std::vector<std::pair<std::string, std::string>> interfered;
+  for (const auto& s : sources) {
+    for (const auto& r : s.status.results) {
+      if (!r.interference || r.interference->verdict != InterferenceVerdict::interfered) continue;
+      std::string why;
+      if (r.interference->cpu_pressure) why = "tasks waited for a CPU " + fixed(100 * *r.interference->cpu_pressure, 1) + "% of the time, ";
+      why += "steal " + fixed(100 * r.interference->cpu_steal, 1) + "%";
+      interfered.emplace_back((sources.size() > 1 ? s.label + " " : "") + case_id(r.case_), why);
+    }
+  }
+  if (interfered.empty()) return;
+  if (format == ReportFormat::markdown) {
+    out << "\n**measured under other load**\n\n| case | load |\n|---|---|\n";
+    for (const auto& [name, why] : interfered) out << "| " << name << " | " << why << " |\n";
+    return;
+  }
+  out << "\nmeasured under other load\n";
+  for (const auto& [name, why] : interfered) out << "  " << name << ": " << why << "\n";
+}
+
 }  // namespace
 
 int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err) {
@@ -332,6 +355,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
   if (options.format != ReportFormat::csv) {
     print_unmeasured(out, options.format, sources);
     print_refused_scaling(out, options.format, sources);
+    print_interfered(out, options.format, sources);
   }
   return 0;
 }

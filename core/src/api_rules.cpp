@@ -143,6 +143,7 @@ std::vector<FieldRule> build_rules() {
   r.push_back(enum_rule<Precision>("status.results[].case.precision"));
   r.push_back(enum_rule<DataSource>("status.results[].input.source"));
   r.push_back(enum_rule<InputVerdict>("status.results[].input.verdict"));
+  r.push_back(enum_rule<InterferenceVerdict>("status.results[].interference.verdict"));
   return r;
 }
 

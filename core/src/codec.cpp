@@ -485,7 +485,7 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 // `preflight`: status.preflight, a self-test's outcome (Succeeded without throughput).
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
-  d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "speedup",
+  d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "speedup",
                                "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
                                "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
@@ -499,6 +499,9 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
     r.step_time_seconds = decode_summary(d, *s, child(path, "stepTimeSeconds"), {});
   }
   if (const json* i = Decoder::find(obj, "input")) r.input = decode_input_report(d, *i, child(path, "input"));
+  if (const json* i = Decoder::find(obj, "interference")) {
+    r.interference = decode_interference(d, *i, child(path, "interference"));
+  }
   if (const json* v = Decoder::find(obj, "speedup")) r.speedup = d.measurement(*v, child(path, "speedup"));
   if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
     r.scaling_efficiency = d.measurement(*v, child(path, "scalingEfficiency"));
@@ -749,6 +752,35 @@ std::optional<InputReport> detail::decode_input_report(Decoder& d, const json& o
   return r;
 }
 
+std::optional<InterferenceReport> detail::decode_interference(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"cpuPressure", "cpuSteal", "verdict"});
+  const std::size_t errors_before = d.errors.size();
+  InterferenceReport r;
+  d.read_number(obj, path, "cpuSteal", {0.0, 1.0, false, false}, r.cpu_steal);
+  if (Decoder::find(obj, "cpuPressure") != nullptr) {
+    double pressure = 0;
+    d.read_number(obj, path, "cpuPressure", {0.0, 1.0, false, false}, pressure);
+    r.cpu_pressure = pressure;
+  }
+  if (d.require(obj, path, "verdict", "one of " + allowed_values<InterferenceVerdict>())) {
+    d.read_enum(obj, path, "verdict", r.verdict);
+  }
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return r;
+}
+
+json detail::interference_to_json(const InterferenceReport& r) {
+  json out{{"cpuSteal", r.cpu_steal}, {"verdict", to_string(r.verdict)}};
+  if (r.cpu_pressure) out["cpuPressure"] = *r.cpu_pressure;
+  return out;
+}
+
+InterferenceVerdict interference_verdict(const std::optional<double>& cpu_pressure, double cpu_steal) {
+  const bool pressed = cpu_pressure && *cpu_pressure > kInterferedShare;
+  return pressed || cpu_steal > kInterferedShare ? InterferenceVerdict::interfered : InterferenceVerdict::clean;
+}
+
 json detail::input_report_to_json(const InputReport& r) {
   json out{{"source", to_string(r.source)},
            {"waitSeconds", r.wait_seconds},
@@ -880,6 +912,7 @@ json to_json(const CaseResult& r) {
   if (r.throughput) out["throughput"] = detail::throughput_to_json(*r.throughput);
   if (r.step_time_seconds) out["stepTimeSeconds"] = to_json(*r.step_time_seconds);
   if (r.input) out["input"] = detail::input_report_to_json(*r.input);
+  if (r.interference) out["interference"] = detail::interference_to_json(*r.interference);
   if (r.speedup) out["speedup"] = *r.speedup;
   if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;
   if (!r.scaling_refused.empty()) out["scalingRefused"] = r.scaling_refused;

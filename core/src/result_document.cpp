@@ -221,6 +221,7 @@ json to_json(const ResultDocument& doc) {
   if (doc.throughput) out["throughput"] = throughput_to_json(*doc.throughput);
   if (doc.step_time_seconds) out["stepTimeSeconds"] = to_json(*doc.step_time_seconds);
   if (doc.input) out["input"] = input_report_to_json(*doc.input);
+  if (doc.interference) out["interference"] = interference_to_json(*doc.interference);
   if (doc.memory) {
     json memory{{"activationBytes", doc.memory->activations},
                 {"unsharedActivationBytes", doc.memory->unshared_activations},
@@ -242,7 +243,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   if (!d.expect_object(document, "")) return d.finish(std::move(doc));
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "imageHeight", "imageWidth", "sequenceLength", "devices", "globalBatchSize",
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
-                                  "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "profile",
+                                  "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "profile", "interference",
                                   "environment", "startTime", "endTime"});
   require_schema(d, document, kResultSchema);
   d.read_string(document, "", "run", doc.run);
@@ -310,6 +311,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
     doc.step_time_seconds = decode_summary(d, *s, "stepTimeSeconds", {});
   }
   if (const json* i = Decoder::find(document, "input")) doc.input = decode_input_report(d, *i, "input");
+  if (const json* i = Decoder::find(document, "interference")) doc.interference = decode_interference(d, *i, "interference");
   if (const json* m = Decoder::find(document, "memory"); m != nullptr && d.expect_object(*m, "memory")) {
     d.reject_unknown(*m, "memory", {"activationBytes", "unsharedActivationBytes", "parameterBytes", "peakResidentBytes"});
     MemoryReport memory;
@@ -442,6 +444,7 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
   r.throughput = document.throughput;
   r.step_time_seconds = document.step_time_seconds;
   r.input = document.input;
+  r.interference = document.interference;
   r.reason = document.reason;
   r.message = document.message;
   r.attempts = attempts;

@@ -231,6 +231,12 @@ TEST_F(RunCli, TheReportShowsARefusedSpeedupAndWhy) {
   EXPECT_THAT(table.out, HasSubstr("\nspeed-ups refused\n  1x2-bs2-fp32: speed-up 7.08 over 1x1-bs2-fp32 on 2 devices"));
   const Outcome markdown = dlbench("report noisy.json --format markdown");
   EXPECT_THAT(markdown.out, HasSubstr("**speed-ups refused**\n\n| case | why |\n|---|---|\n| 1x2-bs2-fp32 | speed-up 7.08"));
+  // The disturbed case says what disturbed it, from its result's interference.
+  s.results[0].interference = InterferenceReport{0.57, 0.0, InterferenceVerdict::interfered};
+  run.status = s;
+  write("noisy.json", to_json(run).dump());
+  EXPECT_THAT(dlbench("report noisy.json").out,
+              HasSubstr("\nmeasured under other load\n  1x1-bs2-fp32: tasks waited for a CPU 57.0% of the time, steal 0.0%\n"));
 }
 
 // A height × width crop, per-pixel labels; imagefolder data is refused for it, naming the field.

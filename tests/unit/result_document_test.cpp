@@ -105,6 +105,26 @@ TEST(ResultDocument, StepProfileRoundTripsIsCheckedAndGoesFirstFromATerminationM
   EXPECT_TRUE(compact["environment"].contains("hosts")) << "the profile goes before anything else";
 }
 
+TEST(ResultDocument, InterferenceRoundTripsReachesTheStatusAndIsChecked) {
+  ResultDocument doc = sample_document();
+  doc.interference = InterferenceReport{0.42, 0.01, InterferenceVerdict::interfered};
+  json j = to_json(doc);
+  EXPECT_EQ(j["interference"]["verdict"], "interfered");
+  const auto decoded = decode_result_document(j);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(*decoded.value, doc);
+  const CaseResult r = to_case_result(doc);
+  ASSERT_TRUE(r.interference.has_value());
+  EXPECT_EQ(*r.interference, *doc.interference);
+  EXPECT_EQ(interference_verdict(std::nullopt, 0.0), InterferenceVerdict::clean);
+  EXPECT_EQ(interference_verdict(0.11, 0.0), InterferenceVerdict::interfered);
+  EXPECT_EQ(interference_verdict(std::nullopt, 0.11), InterferenceVerdict::interfered);
+  j["interference"]["cpuPressure"] = 1.5;
+  j["interference"]["verdict"] = "noisy";
+  EXPECT_THAT(errors_of(j), ElementsAre("interference.cpuPressure: 1.5 is out of range; allowed: at least 0 and at most 1",
+                                        R"(interference.verdict: "noisy" is not one of clean, interfered)"));
+}
+
 TEST(ResultDocument, InputReportRoundTripsAndReachesTheStatus) {
   ResultDocument doc = sample_document();
   InputReport input;

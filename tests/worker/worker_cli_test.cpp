@@ -4,10 +4,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -378,6 +380,35 @@ TEST(WorkerCli, TheDefaultThreadsFitTheCgroupsCpuQuota) {
   // Outside the cgroup the same worker takes the mask's cores, and says so.
   const Outcome free = worker("--list-devices", "env -u OMP_NUM_THREADS");
   EXPECT_THAT(free.out, ::testing::StartsWith("cpu " + std::to_string(CPU_COUNT(&allowed)) + " "));
+}
+
+// Other load on the node is recorded, not hidden: a busy loop per core beside the worker makes
+// its tasks wait for CPUs, and the result (and the table) say the case was interfered with.
+TEST(WorkerCli, OtherLoadOnTheNodeIsRecordedAsInterference) {
+  if (!std::filesystem::exists("/proc/pressure/cpu")) GTEST_SKIP() << "this kernel has no CPU pressure information (PSI)";
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  const int cores = CPU_COUNT(&allowed);
+  const auto dir = scratch();
+  std::filesystem::remove(dir / "load-pids");
+  for (int i = 0; i < cores; ++i) {
+    const std::string spin = "sh -c 'echo $$ >> " + (dir / "load-pids").string() +
+                             "; exec timeout 120 sh -c \"while :; do :; done\"' > /dev/null 2>&1 &";
+    ASSERT_EQ(std::system(spin.c_str()), 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const Outcome o = worker("--model alexnet --image-size 64 --batch-size 2 --warmup-steps 1 --measure-steps 10 --repeats 2 "
+                           "--threads " + std::to_string(cores) + " --output interfered.json");
+  std::system(("kill $(cat " + (dir / "load-pids").string() + ") 2> /dev/null").c_str());
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const ResultDocument doc = decoded(slurp(dir / "interfered.json"));
+  ASSERT_TRUE(doc.interference.has_value());
+  ASSERT_TRUE(doc.interference->cpu_pressure.has_value());
+  EXPECT_GT(*doc.interference->cpu_pressure, kInterferedShare);
+  EXPECT_EQ(doc.interference->verdict, InterferenceVerdict::interfered);
+  EXPECT_THAT(o.out, HasSubstr("  other load: tasks waited for a CPU "));
+  EXPECT_THAT(o.out, HasSubstr(": interfered\n"));
 }
 
 // A CUDA build on a machine without a GPU lists the backend with no device and no precision

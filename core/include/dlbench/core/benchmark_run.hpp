@@ -249,12 +249,26 @@ InputVerdict input_verdict(double wait_share);
 // alone 854 images/s per rank with 1 decoding threads[; 2 unreadable files skipped]".
 std::string describe_input(const InputReport& input);
 
+// What else wanted the CPUs while a case was measured, on the busiest of its nodes: the share of
+// the measured time in which some task waited for a CPU (/proc/pressure/cpu, "some"), and the
+// share of CPU time a hypervisor gave to other guests (/proc/stat's steal). ranAlone covers
+// dlbench's own cases only; this covers any load. Interfered above kInterferedShare of either.
+struct InterferenceReport {
+  std::optional<double> cpu_pressure;  // 0 to 1; none where the kernel has no PSI
+  double cpu_steal = 0;                // 0 to 1
+  InterferenceVerdict verdict = InterferenceVerdict::clean;
+  bool operator==(const InterferenceReport&) const = default;
+};
+inline constexpr double kInterferedShare = 0.10;
+InterferenceVerdict interference_verdict(const std::optional<double>& cpu_pressure, double cpu_steal);
+
 struct CaseResult {
   CaseSpec case_;
   CaseState state = CaseState::Succeeded;
   std::optional<Throughput> throughput;             // Succeeded only
   std::optional<SampleSummary> step_time_seconds;   // Succeeded only
   std::optional<InputReport> input;                 // imagefolder cases
+  std::optional<InterferenceReport> interference;   // native cases: other load on the nodes
   std::optional<double> speedup;                    // over the matching 1×1 case
   std::optional<double> scaling_efficiency;         // speedup / devices
   std::string scaling_refused;  // why speedup and efficiency are not published (an impossible figure)

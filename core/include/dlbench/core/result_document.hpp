@@ -105,6 +105,7 @@ struct ResultDocument {
   std::optional<SampleSummary> step_time_seconds;  // over every measured step
   std::optional<InputReport> input;                // data.source imagefolder
   std::optional<MemoryReport> memory;              // engine: native
+  std::optional<InterferenceReport> interference;  // engine: native, over the measured repeats
   std::optional<StepProfile> profile;              // dlbench-worker --profile
   // Model FLOPs utilization on a GPU whose peak is known: modelFlopsPerSample.training × the
   // reported throughput / (peakFlopsPerDevice × devices).
