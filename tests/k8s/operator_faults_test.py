@@ -368,7 +368,9 @@ class OperatorFaultsTest(unittest.TestCase):
         with open(path, "w") as f:
             json.dump(crd, f)
         cluster.kubectl("apply", "-f", path)
-        self.apply(cluster, benchmark_run("with-volcano", worker=volcano))
+        # Steps of 0.5 s: the PodGroup lives as long as the case's pods (it is theirs), and a case of
+        # 0.02 s steps could end between two polls (CI once missed it so).
+        self.apply(cluster, benchmark_run("with-volcano", pause=0.5, worker=volcano))
         groups = wait_for(lambda: Api(cluster.url).list(
             "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups"), 30, "the PodGroup")
         self.assertEqual(groups[0]["spec"]["minMember"], 1)
