@@ -36,6 +36,13 @@ constexpr std::chrono::milliseconds kMaxBackoff{2000};
 template <typename T>
 void Informer<T>::run() {
   auto backoff = std::chrono::milliseconds(200);
+  // Not ready until a list answers again; said, then retried after a doubling pause.
+  const auto retry_later = [&](const char* what, int status) {
+    failing_ = true;
+    on_error_(kind_, what, status);
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  };
   while (!stopping_) {
     try {
       // List: the cache becomes exactly the world, and every object is announced.
@@ -93,20 +100,11 @@ void Informer<T>::run() {
         on_error_(kind_, e.what(), e.status);
         continue;
       }
-      failing_ = true;
-      on_error_(kind_, e.what(), e.status);
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, kMaxBackoff);
+      retry_later(e.what(), e.status);
     } catch (const WatchStalled& e) {
-      failing_ = true;  // a hung server: not ready until a list answers again
-      on_error_(kind_, e.what(), kStalledWatch);
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, kMaxBackoff);
+      retry_later(e.what(), kStalledWatch);  // a hung server: not ready until a list answers again
     } catch (const std::exception& e) {
-      failing_ = true;  // connection refused or dropped, server restarting, an object we cannot read, …
-      on_error_(kind_, e.what(), 0);
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, kMaxBackoff);
+      retry_later(e.what(), 0);  // connection refused or dropped, server restarting, an object we cannot read, …
     }
   }
 }

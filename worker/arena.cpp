@@ -84,7 +84,6 @@ std::size_t Arena::peak_live_bytes() const {
 
 void Arena::commit(Backend& backend, MemoryReuse reuse) {
   if (committed_) throw std::logic_error("Arena::commit twice");
-  reuse_ = reuse;
   if (reuse != MemoryReuse::lifetime) {
     std::size_t offset = 0;
     for (Buffer& b : buffers_) {
@@ -141,10 +140,7 @@ void Arena::commit(Backend& backend, MemoryReuse reuse) {
 }
 
 void Arena::entering(Tick next, Backend& backend) {
-  if (reuse_ != MemoryReuse::poison) return;
   const std::int64_t now = position(next);
-  if (now < last_entered_) poisoned_this_step_ = 0;  // a new step: every buffer is written again
-  last_entered_ = now;
   auto* base = static_cast<unsigned char*>(block_.get());
   while (poisoned_this_step_ < dying_.size()) {
     const Buffer& b = buffers_[dying_[poisoned_this_step_]];

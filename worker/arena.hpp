@@ -61,17 +61,13 @@ class Arena {
 
   // Places every buffer, allocates one block on `backend` and points each tensor into it.
   void commit(Backend& backend, MemoryReuse reuse = MemoryReuse::none);
-  MemoryReuse reuse() const { return reuse_; }
 
   // Under MemoryReuse::poison (otherwise nothing): the step is about to do the work of `next`,
   // so every buffer whose declared lifetime ended before it is filled with NaN. Called in step
-  // order; a tick earlier than the last one seen starts a new step.
+  // order, after begin_step().
   void entering(Tick next, Backend& backend);
   // A step begins: entering() poisons each dying buffer again as the step passes it.
-  void begin_step() {
-    poisoned_this_step_ = 0;
-    last_entered_ = -1;
-  }
+  void begin_step() { poisoned_this_step_ = 0; }
   // How many buffers entering() has poisoned since commit (a test's proof that it ran).
   std::size_t poisoned_count() const { return poisoned_total_; }
 
@@ -112,12 +108,10 @@ class Arena {
   std::vector<Tensor*> requests_;  // each with tensor->buffer naming its Buffer
   std::int32_t ticks_ = 0;
   bool committed_ = false;
-  MemoryReuse reuse_ = MemoryReuse::none;
-  // Poison mode: buffers that die within the step, by their last use, and how many of them
-  // this step has poisoned so far.
+  // Poison mode: buffers that die within the step, by their last use (empty in other modes), and
+  // how many of them this step has poisoned so far.
   std::vector<std::size_t> dying_;
   std::size_t poisoned_this_step_ = 0;
-  std::int64_t last_entered_ = -1;
   std::size_t poisoned_total_ = 0;
   std::size_t block_bytes_ = 0;
   std::shared_ptr<void> block_;

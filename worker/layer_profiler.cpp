@@ -7,6 +7,16 @@
 #include <stdexcept>
 
 namespace dlbench::worker {
+namespace {
+
+// The most time first (forward and backward together).
+void sort_by_time(std::vector<LayerTime>& times) {
+  std::stable_sort(times.begin(), times.end(), [](const LayerTime& a, const LayerTime& b) {
+    return a.forward_seconds + a.backward_seconds > b.forward_seconds + b.backward_seconds;
+  });
+}
+
+}  // namespace
 
 LayerProfiler::LayerProfiler(Layer& network, Backend& backend) : marks_(backend.make_step_marks()) {
   for (const auto& [layer, path] : layer_paths(network)) {
@@ -71,9 +81,7 @@ StepProfile LayerProfiler::finish(int steps) {
     kind.backward_seconds += row.backward * per_step;
   }
   for (auto& [name, time] : kinds) p.kinds.push_back(time);
-  std::stable_sort(p.kinds.begin(), p.kinds.end(), [](const LayerTime& a, const LayerTime& b) {
-    return a.forward_seconds + a.backward_seconds > b.forward_seconds + b.backward_seconds;
-  });
+  sort_by_time(p.kinds);
   owners_.clear();
   return p;
 }
@@ -92,9 +100,7 @@ void print_profile(std::ostream& out, const StepProfile& profile, std::size_t to
       << "bwd ms" << std::setw(10) << "ms" << std::setw(8) << "share" << "\n";
   for (const LayerTime& k : profile.kinds) row(k.kind, k.forward_seconds, k.backward_seconds);
   std::vector<LayerTime> layers = profile.layers;
-  std::stable_sort(layers.begin(), layers.end(), [](const LayerTime& a, const LayerTime& b) {
-    return a.forward_seconds + a.backward_seconds > b.forward_seconds + b.backward_seconds;
-  });
+  sort_by_time(layers);
   layers.resize(std::min(layers.size(), top));
   out << "  " << std::left << std::setw(34) << "slowest layers" << "\n";
   for (const LayerTime& l : layers) row(l.name + " " + l.kind, l.forward_seconds, l.backward_seconds);

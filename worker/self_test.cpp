@@ -425,16 +425,14 @@ double step_entry_error(const StepTrace::Entry& got, const StepTrace::Entry& wan
 }
 
 SelfTestCheck compare_step_traces(const StepTrace& got, const StepTrace& want, double bound) {
-  std::vector<std::pair<const StepTrace::Entry*, const StepTrace::Entry*>> pairs;
-  for (std::size_t i = 0; i < want.layers.size() && i < got.layers.size(); ++i) pairs.emplace_back(&got.layers[i], &want.layers[i]);
-  for (std::size_t i = 0; i < want.gradients.size() && i < got.gradients.size(); ++i) {
-    pairs.emplace_back(&got.gradients[i], &want.gradients[i]);
-  }
   if (got.layers.size() != want.layers.size() || got.gradients.size() != want.gradients.size()) {
     return verdict(false, "the step recorded " + std::to_string(got.layers.size()) + " layers and " +
                               std::to_string(got.gradients.size()) + " gradients, the reference " +
                               std::to_string(want.layers.size()) + " and " + std::to_string(want.gradients.size()));
   }
+  std::vector<std::pair<const StepTrace::Entry*, const StepTrace::Entry*>> pairs;
+  for (std::size_t i = 0; i < want.layers.size(); ++i) pairs.emplace_back(&got.layers[i], &want.layers[i]);
+  for (std::size_t i = 0; i < want.gradients.size(); ++i) pairs.emplace_back(&got.gradients[i], &want.gradients[i]);
   double worst = 0;
   const StepTrace::Entry* worst_at = nullptr;
   std::optional<std::pair<const StepTrace::Entry*, double>> first_off;

@@ -202,7 +202,8 @@ void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<st
 
 void Trainer::forward_and_loss() {
   backend_.begin_step(context_.step);  // inside a capture this becomes "the step after the last"
-  arena_.begin_step();  const auto* labels = static_cast<const std::int32_t*>(labels_storage_.data);
+  arena_.begin_step();  // poison mode: every buffer dies again this step
+  const auto* labels = static_cast<const std::int32_t*>(labels_storage_.data);
   const float gradient_scale = scaler_ ? scaler_->scale() : 1.0f;
   context_.labels = labels;
   context_.gradient_scale = gradient_scale;

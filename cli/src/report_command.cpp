@@ -147,45 +147,36 @@ void print_unmeasured(std::ostream& out, ReportFormat format, const std::vector<
   }
 }
 
-// Every case whose speed-up was refused as impossible: the "refused" cells, and why.
-void print_refused_scaling(std::ostream& out, ReportFormat format, const std::vector<Source>& sources) {
-  std::vector<std::pair<std::string, const CaseResult*>> refused;
-  for (const auto& s : sources) {
-    for (const auto& r : s.status.results) {
-      if (!r.scaling_refused.empty()) refused.emplace_back((sources.size() > 1 ? s.label + " " : "") + case_id(r.case_), &r);
-    }
-  }
-  if (refused.empty()) return;
+// A note for some cases, one per case: a markdown table (`column`: what the note is) or a list.
+void print_case_notes(std::ostream& out, ReportFormat format, const std::string& title, const std::string& column,
+                      const std::vector<std::pair<std::string, std::string>>& notes) {
+  if (notes.empty()) return;
   if (format == ReportFormat::markdown) {
-    out << "\n**speed-ups refused**\n\n| case | why |\n|---|---|\n";
-    for (const auto& [name, r] : refused) out << "| " << name << " | " << r->scaling_refused << " |\n";
+    out << "\n**" << title << "**\n\n| case | " << column << " |\n|---|---|\n";
+    for (const auto& [name, note] : notes) out << "| " << name << " | " << note << " |\n";
     return;
   }
-  out << "\nspeed-ups refused\n";
-  for (const auto& [name, r] : refused) out << "  " << name << ": " << r->scaling_refused << "\n";
+  out << "\n" << title << "\n";
+  for (const auto& [name, note] : notes) out << "  " << name << ": " << note << "\n";
 }
 
-// Every case measured while other load wanted its CPUs (results[].interference): its numbers
-// stand, but they are not the machine's.
-void print_interfered(std::ostream& out, ReportFormat format, const std::vector<Source>& sources) {
-  std::vector<std::pair<std::string, std::string>> interfered;
+// Every case whose speed-up was refused as impossible (the "refused" cells, and why), and every
+// case measured while other load wanted its CPUs (results[].interference: its numbers stand, but
+// they are not the machine's).
+void print_refused_and_interfered(std::ostream& out, ReportFormat format, const std::vector<Source>& sources) {
+  std::vector<std::pair<std::string, std::string>> refused, interfered;
   for (const auto& s : sources) {
     for (const auto& r : s.status.results) {
+      const std::string name = (sources.size() > 1 ? s.label + " " : "") + case_id(r.case_);
+      if (!r.scaling_refused.empty()) refused.emplace_back(name, r.scaling_refused);
       if (!r.interference || r.interference->verdict != InterferenceVerdict::interfered) continue;
       std::string why;
       if (r.interference->cpu_pressure) why = "tasks waited for a CPU " + fixed(100 * *r.interference->cpu_pressure, 1) + "% of the time, ";
-      why += "steal " + fixed(100 * r.interference->cpu_steal, 1) + "%";
-      interfered.emplace_back((sources.size() > 1 ? s.label + " " : "") + case_id(r.case_), why);
+      interfered.emplace_back(name, why + "steal " + fixed(100 * r.interference->cpu_steal, 1) + "%");
     }
   }
-  if (interfered.empty()) return;
-  if (format == ReportFormat::markdown) {
-    out << "\n**measured under other load**\n\n| case | load |\n|---|---|\n";
-    for (const auto& [name, why] : interfered) out << "| " << name << " | " << why << " |\n";
-    return;
-  }
-  out << "\nmeasured under other load\n";
-  for (const auto& [name, why] : interfered) out << "  " << name << ": " << why << "\n";
+  print_case_notes(out, format, "speed-ups refused", "why", refused);
+  print_case_notes(out, format, "measured under other load", "load", interfered);
 }
 
 }  // namespace
@@ -354,8 +345,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
   }
   if (options.format != ReportFormat::csv) {
     print_unmeasured(out, options.format, sources);
-    print_refused_scaling(out, options.format, sources);
-    print_interfered(out, options.format, sources);
+    print_refused_and_interfered(out, options.format, sources);
   }
   return 0;
 }

@@ -55,8 +55,8 @@ class Sequential final : public Layer {
       out = layers_[i]->setup(out, ctx);
       if (ctx.arena.last_tick() != last_before) {
         ticks_[i] = TickRange{last_before ? last_before->index + 1 : 0, ctx.arena.last_tick()->index};
+        computed = true;
       }
-      if (ctx.arena.last_tick() != last_before) computed = true;
       if (const std::optional<Tick> named = layers_[i]->output_grad_reader()) {
         reader = named;
       } else if (ctx.arena.last_tick() != last_before) {
