@@ -73,6 +73,13 @@ Controller::Controller(KubeClient& client, ControllerOptions options) : client_(
   case_efficiency_ = &registry_.gauge("dlbench_case_scaling_efficiency", "Speed-up / devices of a finished case.");
   case_devices_ = &registry_.gauge("dlbench_case_devices", "Devices (ranks) of a finished case: nodes x gpusPerNode.");
   case_failed_ = &registry_.gauge("dlbench_case_failed", "1 for a case that ended Failed, labelled with its reason.");
+  case_scaling_refused_ = &registry_.gauge(
+      "dlbench_case_scaling_refused",
+      "1 for a finished case whose speed-up and efficiency were not published (impossible, or an unstable case or "
+      "baseline: status.results[].scalingRefused says why), else 0.");
+  case_repeats_cv_ = &registry_.gauge("dlbench_case_repeats_cv_ratio",
+                                      "Spread (stddev / mean) of a finished case's reported repeats; `verdict` is stable "
+                                      "or unstable (above methodology.stability.maxCv after the extra repeats).");
   case_cpu_pressure_ = &registry_.gauge("dlbench_case_cpu_pressure_ratio",
                                         "Share of a finished case's measured time in which some task waited for a CPU "
                                         "on its busiest node (PSI); `verdict` is clean or interfered (above 0.1).");
@@ -167,7 +174,8 @@ bool Controller::healthy() const {
 void Controller::forget(const std::string& ns, const std::string& name) {
   const metrics::Labels run{{"namespace", ns}, {"run", name}};
   for (auto* family :
-       {runs_by_phase_, case_throughput_, case_speedup_, case_efficiency_, case_devices_, case_failed_, case_cpu_pressure_}) {
+       {runs_by_phase_, case_throughput_, case_speedup_, case_efficiency_, case_devices_, case_failed_, case_cpu_pressure_,
+        case_repeats_cv_, case_scaling_refused_}) {
     family->remove_matching(run);
   }
   {
@@ -455,6 +463,12 @@ void Controller::record_metrics(const std::string& ns, const std::string& name, 
     case_throughput_->add(with_unit).set(reported_value(r.throughput->summary, statistic));
     if (r.speedup) case_speedup_->add(labels).set(*r.speedup);
     if (r.scaling_efficiency) case_efficiency_->add(labels).set(*r.scaling_efficiency);
+    case_scaling_refused_->add(labels).set(r.scaling_refused.empty() ? 0 : 1);
+    if (r.stability) {
+      metrics::Labels with_verdict = labels;
+      with_verdict["verdict"] = std::string(to_string(r.stability->verdict));
+      case_repeats_cv_->add(with_verdict).set(r.stability->cv);
+    }
     if (r.interference && r.interference->cpu_pressure) {
       metrics::Labels with_verdict = labels;
       with_verdict["verdict"] = std::string(to_string(r.interference->verdict));

@@ -116,6 +116,8 @@ class Controller {
   metrics::Family<metrics::Counter>* api_errors_;
   metrics::Family<metrics::Counter>* watch_stalls_;
   metrics::Family<metrics::Gauge>* case_cpu_pressure_;
+  metrics::Family<metrics::Gauge>* case_repeats_cv_;
+  metrics::Family<metrics::Gauge>* case_scaling_refused_;
   metrics::Counter* status_conflicts_;
   metrics::Histogram* reconcile_seconds_;
   metrics::Gauge* queue_depth_;

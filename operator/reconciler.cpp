@@ -235,7 +235,7 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
     return actions;
   }
   const BenchmarkRun& run = *decoded.value;
-  RunStateMachine machine(previous, plan_cases(run.spec), run.spec.methodology.statistic, generation,
+  RunStateMachine machine(previous, plan_cases(run.spec), run.spec.methodology, generation,
                           1 + run.spec.limits.backoff_limit, now, plan_preflight(run.spec));
 
   if (!machine.finished() && machine.status().phase == Phase::Pending && !world.admission.admitted) {

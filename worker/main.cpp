@@ -72,6 +72,10 @@ Usage: dlbench-worker [options]
   --measure-steps N       timed steps per repeat, >= 1                   (default 100)
   --repeats N             repeats; the median is reported, >= 1          (default 7)
   --statistic S           median | mean                                  (default median)
+  --max-cv X              the spread (stddev / mean) the last --repeats throughputs may have;
+                          0 < x <= 1 (default 0.02 on cuda, 0.05 on cpu)
+  --extra-repeats N       measure again, one repeat at a time, up to N more while the last
+                          --repeats spread more than --max-cv; still so: reason Unstable (default 7)
   --sequence-length N     bert-base: tokens per sequence, 8 to 512       (default 128)
   --optimizer O           sgd | adamw | lamb (AdamW, and LAMB with its per-tensor trust ratio:
                           beta2 0.999, epsilon 1e-6, gradients clipped to a global norm of
@@ -157,6 +161,8 @@ struct Options {
   long measure_steps = 100;
   long repeats = 7;
   std::string statistic = "median";
+  std::optional<double> max_cv;  // unset: the backend's default
+  long extra_repeats = defaults::kExtraRepeats;
   long sequence_length = 0;  // 0: the model's default (sequence models)
   std::string optimizer = "sgd";
   double learning_rate = 0.1;
@@ -318,6 +324,10 @@ std::optional<Options> parse(int argc, char** argv) {
       o.repeats = parse_bounded(flag, value, bounds::kRepeats);
     } else if (flag == "--statistic") {
       o.statistic = choice(flag, value, {"median", "mean"});
+    } else if (flag == "--max-cv") {
+      o.max_cv = parse_real(flag, value, bounds::kMaxCv);
+    } else if (flag == "--extra-repeats") {
+      o.extra_repeats = parse_bounded(flag, value, bounds::kExtraRepeats);
     } else if (flag == "--sequence-length") {
       o.sequence_length = parse_bounded(flag, value, bounds::kSequenceLength);
     } else if (flag == "--optimizer") {
@@ -529,11 +539,16 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
   const std::string unit = doc.throughput ? doc.throughput->unit : "samples/s";
   out << "  repeat  " << std::setw(9) << unit << "   step ms   loss after\n";
   if (doc.throughput) {
-    for (std::size_t i = 0; i < doc.throughput->repeats.size(); ++i) {
-      const double tp = doc.throughput->repeats[i];
+    // Repeats measured again come first (discarded), then the reported ones; one loss per repeat.
+    const std::size_t extra = doc.stability ? static_cast<std::size_t>(doc.stability->extra_repeats) : 0;
+    for (std::size_t i = 0; i < extra + doc.throughput->repeats.size(); ++i) {
+      const bool discarded = i < extra && i < doc.stability->discarded.size();
+      if (i < extra && !discarded) continue;
+      const double tp = discarded ? doc.stability->discarded[i] : doc.throughput->repeats[i - extra];
       out << "  " << std::setw(6) << i + 1 << "  " << std::setw(9) << std::fixed << std::setprecision(2) << tp << "  "
           << std::setw(8) << std::setprecision(2) << 1000.0 * static_cast<double>(doc.global_batch_size) / tp << "  "
-          << std::setw(10) << std::setprecision(4) << (i < losses.size() ? losses[i] : 0.0) << "\n";
+          << std::setw(10) << std::setprecision(4) << (i < losses.size() ? losses[i] : 0.0)
+          << (discarded ? "  (discarded: measured again)" : "") << "\n";
     }
     const auto& s = doc.throughput->summary;
     const double gflops = s.median * doc.flops_per_sample.training / 1e9;
@@ -542,6 +557,17 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
         << " GFLOP/s of training arithmetic";
     if (doc.mfu) out << ", MFU " << std::setprecision(1) << 100.0 * *doc.mfu << "%";
     out << "\n";
+    if (doc.stability) {
+      out << "  stability: ";
+      if (doc.stability->verdict == StabilityVerdict::unstable) {
+        out << "UNSTABLE (" << doc.reason << "): " << doc.message << "\n";
+      } else {
+        out << "stable, cv " << std::setprecision(2) << 100.0 * doc.stability->cv << "% <= " << 100.0 * doc.stability->max_cv
+            << "%";
+        if (doc.stability->extra_repeats > 0) out << " after " << doc.stability->extra_repeats << " more repeats";
+        out << "\n";
+      }
+    }
     if (doc.input) out << "  input: " << describe_input(*doc.input) << "\n";
     if (doc.interference) {
       out << "  other load: " << std::setprecision(1);
@@ -820,7 +846,8 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
   doc.global_batch_size = static_cast<long>(doc.case_.global_batch_size());
   const bool reporter = comm.rank() == 0;
   doc.methodology = {static_cast<int>(o.warmup_steps), static_cast<int>(o.measure_steps), static_cast<int>(o.repeats),
-                     *enum_from_string<Statistic>(o.statistic)};
+                     *enum_from_string<Statistic>(o.statistic),
+                     StabilitySpec{o.max_cv, static_cast<int>(o.extra_repeats), false}};
   doc.environment = environment(backend, o.backend, comm, hosts, o.threads);
   doc.start_time = rfc3339_utc_now();
 
@@ -942,25 +969,35 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
         comm.max(seconds.data(), static_cast<std::int64_t>(seconds.size()));
       };
     }
-    std::vector<double> all_steps;
+    const double bound = max_cv(doc.methodology.stability, o.backend == "cuda");
+    std::vector<double> measured;  // every repeat's throughput, in run order
     const CpuCounters load_before = read_cpu_counters();
-    const auto repeats = run_methodology(workload, doc.methodology, doc.global_batch_size,
-                                         [&](int r, const RepeatMeasurement& m) {
-                                           last_loss = trainer.last_loss();  // after the repeat, untimed
-                                           losses.push_back(last_loss);
-                                           if (live) live->on_repeat(m.throughput, last_loss);
-                                           if (!reporter) return;
-                                           std::cerr << "  case " << case_id(doc.case_) << " repeat " << r + 1 << "/"
-                                                     << o.repeats << ": " << std::fixed << std::setprecision(2)
-                                                     << m.throughput << " " << unit << "\n";
-                                         });
-    std::vector<double> throughputs;
-    for (const auto& r : repeats) {
-      throughputs.push_back(r.throughput);
-      all_steps.insert(all_steps.end(), r.step_seconds.begin(), r.step_seconds.end());
+    const auto repeats = run_methodology(
+        workload, doc.methodology, doc.global_batch_size,
+        [&](int r, const RepeatMeasurement& m) {
+          last_loss = trainer.last_loss();  // after the repeat, untimed
+          losses.push_back(last_loss);
+          measured.push_back(m.throughput);
+          if (live) live->on_repeat(m.throughput, last_loss);
+          if (!reporter) return;
+          std::cerr << "  case " << case_id(doc.case_) << " repeat " << r + 1 << "/" << o.repeats
+                    << (r >= o.repeats ? " (again: the last repeats spread too much)" : "") << ": " << std::fixed
+                    << std::setprecision(2) << m.throughput << " " << unit << "\n";
+        },
+        [&] { return measure_again(measured, doc.methodology.repeats, doc.methodology.stability, bound); });
+    // The last --repeats are reported; the earlier ones, replaced by the re-measurement, are kept.
+    doc.stability = judge_stability(measured, doc.methodology.repeats, bound);
+    const std::vector<double> throughputs(measured.end() - doc.methodology.repeats, measured.end());
+    std::vector<double> all_steps;
+    for (auto r = repeats.end() - doc.methodology.repeats; r != repeats.end(); ++r) {
+      all_steps.insert(all_steps.end(), r->step_seconds.begin(), r->step_seconds.end());
     }
     doc.throughput = Throughput{unit, summarize(throughputs), throughputs};
     doc.step_time_seconds = summarize(all_steps);
+    if (doc.stability->verdict == StabilityVerdict::unstable) {
+      doc.reason = kReasonUnstable;
+      doc.message = describe_unstable(*doc.stability, doc.methodology.repeats, doc.throughput->summary);
+    }
     doc.interference = node_interference(interference_between(load_before, read_cpu_counters()), comm);
     if (o.profile_steps > 0) doc.profile = profile_steps(trainer, device, static_cast<int>(o.profile_steps));
     if (real) {

@@ -9,7 +9,8 @@ namespace dlbench::worker {
 
 std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const Methodology& methodology,
                                                long global_batch_size,
-                                               const std::function<void(int, const RepeatMeasurement&)>& on_repeat) {
+                                               const std::function<void(int, const RepeatMeasurement&)>& on_repeat,
+                                               const std::function<bool()>& measure_again) {
   HostClockMarks host_clock(workload.synchronize);
   StepMarks& marks = workload.marks != nullptr ? *workload.marks : host_clock;
   // One phase (warm-up or measured steps): a mark before it and after every step; the times of
@@ -36,7 +37,7 @@ std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const M
     return seconds;
   };
   std::vector<RepeatMeasurement> repeats;
-  for (int r = 0; r < methodology.repeats; ++r) {
+  for (int r = 0; r < methodology.repeats || (measure_again && measure_again()); ++r) {
     if (workload.on_step) {
       phase(r, false, methodology.warmup_steps);
     } else {

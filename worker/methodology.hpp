@@ -33,9 +33,11 @@ struct Workload {
   StepMarks* marks = nullptr;
 };
 
-// Calls on_repeat after each repeat (for progress and live metrics).
+// Calls on_repeat after each repeat (for progress and live metrics). After methodology.repeats,
+// another repeat runs while measure_again says so (the stability rule: measure_again() in core).
 std::vector<RepeatMeasurement> run_methodology(
     const Workload& workload, const Methodology& methodology, long global_batch_size,
-    const std::function<void(int repeat, const RepeatMeasurement&)>& on_repeat = {});
+    const std::function<void(int repeat, const RepeatMeasurement&)>& on_repeat = {},
+    const std::function<bool()>& measure_again = {});
 
 }  // namespace dlbench::worker

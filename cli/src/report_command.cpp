@@ -26,6 +26,7 @@ namespace {
 struct Source {
   std::string label;
   Statistic statistic = Statistic::median;
+  bool include_unstable = false;  // methodology.stability.includeUnstable of a whole run
   BenchmarkRunStatus status;
   std::optional<Model> model;  // where the file holds the whole BenchmarkRun
 };
@@ -160,14 +161,17 @@ void print_case_notes(std::ostream& out, ReportFormat format, const std::string&
   for (const auto& [name, note] : notes) out << "  " << name << ": " << note << "\n";
 }
 
-// Every case whose speed-up was refused as impossible (the "refused" cells, and why), and every
-// case measured while other load wanted its CPUs (results[].interference: its numbers stand, but
-// they are not the machine's).
-void print_refused_and_interfered(std::ostream& out, ReportFormat format, const std::vector<Source>& sources) {
-  std::vector<std::pair<std::string, std::string>> refused, interfered;
+bool unstable(const CaseResult& r) { return r.stability && r.stability->verdict == StabilityVerdict::unstable; }
+
+// Every case whose repeats did not agree (the "unstable" cells, and the figures), every case whose
+// speed-up was refused (the "refused" cells, and why), and every case measured while other load
+// wanted its CPUs (results[].interference: its numbers stand, but they are not the machine's).
+void print_case_warnings(std::ostream& out, ReportFormat format, const std::vector<Source>& sources) {
+  std::vector<std::pair<std::string, std::string>> unstable_cases, refused, interfered;
   for (const auto& s : sources) {
     for (const auto& r : s.status.results) {
       const std::string name = (sources.size() > 1 ? s.label + " " : "") + case_id(r.case_);
+      if (unstable(r)) unstable_cases.emplace_back(name, r.message);
       if (!r.scaling_refused.empty()) refused.emplace_back(name, r.scaling_refused);
       if (!r.interference || r.interference->verdict != InterferenceVerdict::interfered) continue;
       std::string why;
@@ -175,6 +179,7 @@ void print_refused_and_interfered(std::ostream& out, ReportFormat format, const 
       interfered.emplace_back(name, why + "steal " + fixed(100 * r.interference->cpu_steal, 1) + "%");
     }
   }
+  print_case_notes(out, format, "unstable cases (left out of best and scaling)", "spread", unstable_cases);
   print_case_notes(out, format, "speed-ups refused", "why", refused);
   print_case_notes(out, format, "measured under other load", "load", interfered);
 }
@@ -209,6 +214,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
           s.label += " (" + std::string(to_string(run.value->spec.data.source)) + ")";
         }
         s.statistic = run.value->spec.methodology.statistic;
+        s.include_unstable = run.value->spec.methodology.stability.include_unstable;
         s.status = *run.value->status;
         s.model = run.value->spec.model;
       } else {
@@ -220,7 +226,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
         s.label = file;
         s.status = *status.value;
       }
-      apply_scaling(s.status.results, s.statistic);
+      apply_scaling(s.status.results, s.statistic, s.include_unstable);
       sources.push_back(std::move(s));
     }
   }
@@ -298,7 +304,11 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
           continue;
         }
         if (r.state != CaseState::Succeeded) return r.state == CaseState::Skipped ? "skipped" : "failed";
-        if (which == 0) return fixed(reported_value(r.throughput->summary, sources[c.source].statistic), 2);
+        if (which == 0) {
+          // csv keeps its cells numbers; the json format and the notes below carry the verdict.
+          const bool mark = unstable(r) && options.format != ReportFormat::csv;
+          return fixed(reported_value(r.throughput->summary, sources[c.source].statistic), 2) + (mark ? " unstable" : "");
+        }
         if ((which == 1 || which == 2) && !r.scaling_refused.empty()) return "refused";
         if (which == 1) return r.speedup ? fixed(*r.speedup, 2) : "-";
         if (which == 2) return r.scaling_efficiency ? fixed(100 * *r.scaling_efficiency, 1) + "%" : "-";
@@ -345,7 +355,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
   }
   if (options.format != ReportFormat::csv) {
     print_unmeasured(out, options.format, sources);
-    print_refused_and_interfered(out, options.format, sources);
+    print_case_warnings(out, options.format, sources);
   }
   return 0;
 }

@@ -248,7 +248,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
 
   // The one status machine the operator drives too (core/run_state): same events, same status.
   const auto preflight = plan_preflight(spec);
-  RunStateMachine machine({}, plan, spec.methodology.statistic, run.metadata.generation, 1 + spec.limits.backoff_limit,
+  RunStateMachine machine({}, plan, spec.methodology, run.metadata.generation, 1 + spec.limits.backoff_limit,
                           rfc3339_utc_now(), preflight);
   machine.admit();
   const auto save = [&] {

@@ -84,6 +84,15 @@ int run_validate(const ValidateOptions& options, std::ostream& out, std::ostream
           << ", optimizer " << to_string(run.spec.optimizer.name) << "\n";
       out << "  methodology: warm-up " << m.warmup_steps << " steps, measure " << m.measure_steps << " steps, "
           << m.repeats << " repeats, report the " << to_string(m.statistic) << "\n";
+      out << "  stability: repeats may spread by ";
+      if (m.stability.max_cv) {
+        out << 100.0 * *m.stability.max_cv << "%";
+      } else {
+        out << 100.0 * kDefaultMaxCvGpu << "% on a GPU, " << 100.0 * kDefaultMaxCvCpu << "% on the CPU";
+      }
+      out << " (cv); beyond that up to " << m.stability.extra_repeats << " more repeats, then Unstable"
+          << (m.stability.include_unstable ? ", counted in best and scaling all the same" : ", left out of best and scaling")
+          << "\n";
       if (!decoded.defaults.empty()) {
         out << "  defaults applied:\n";
         for (const auto& d : decoded.defaults) out << "    " << d.path << " = " << d.value.dump() << '\n';

@@ -25,14 +25,14 @@ FieldRule integer_rule(std::string path, IntBounds b, std::optional<nlohmann::js
   return rule;
 }
 
-FieldRule real_rule(std::string path, RealBounds b, double def) {
+FieldRule real_rule(std::string path, RealBounds b, std::optional<double> def) {
   FieldRule rule;
   rule.path = std::move(path);
   rule.minimum = b.min;
   rule.maximum = b.max;
   rule.exclusive_minimum = b.exclusive_min;
   rule.exclusive_maximum = b.exclusive_max;
-  rule.default_value = def;
+  if (def) rule.default_value = *def;
   return rule;
 }
 
@@ -102,6 +102,14 @@ std::vector<FieldRule> build_rules() {
   r.push_back(integer_rule("spec.methodology.measureSteps", bounds::kMeasureSteps, json(defaults::kMeasureSteps)));
   r.push_back(integer_rule("spec.methodology.repeats", bounds::kRepeats, json(defaults::kRepeats)));
   r.push_back(enum_rule<Statistic>("spec.methodology.statistic", json(to_string(Statistic::median))));
+  r.push_back(object_default("spec.methodology.stability"));
+  r.push_back(real_rule("spec.methodology.stability.maxCv", bounds::kMaxCv, std::nullopt));  // by device
+  r.push_back(integer_rule("spec.methodology.stability.extraRepeats", bounds::kExtraRepeats,
+                           json(defaults::kExtraRepeats)));
+  FieldRule include_unstable;
+  include_unstable.path = "spec.methodology.stability.includeUnstable";
+  include_unstable.default_value = false;
+  r.push_back(include_unstable);
 
   r.push_back(object_default("spec.optimizer"));
   r.push_back(enum_rule<OptimizerName>("spec.optimizer.name", json(to_string(OptimizerName::sgd))));
@@ -144,6 +152,7 @@ std::vector<FieldRule> build_rules() {
   r.push_back(enum_rule<DataSource>("status.results[].input.source"));
   r.push_back(enum_rule<InputVerdict>("status.results[].input.verdict"));
   r.push_back(enum_rule<InterferenceVerdict>("status.results[].interference.verdict"));
+  r.push_back(enum_rule<StabilityVerdict>("status.results[].stability.verdict"));
   return r;
 }
 

@@ -180,11 +180,24 @@ void decode_data(Decoder& d, const json& obj, const std::string& path, DataSpec&
 
 void decode_methodology(Decoder& d, const json& obj, const std::string& path, Methodology& out) {
   if (!d.expect_object(obj, path)) return;
-  d.reject_unknown(obj, path, {"warmupSteps", "measureSteps", "repeats", "statistic"});
+  d.reject_unknown(obj, path, {"warmupSteps", "measureSteps", "repeats", "statistic", "stability"});
   d.read_int(obj, path, "warmupSteps", bounds::kWarmupSteps, out.warmup_steps);
   d.read_int(obj, path, "measureSteps", bounds::kMeasureSteps, out.measure_steps);
   d.read_int(obj, path, "repeats", bounds::kRepeats, out.repeats);
   d.read_enum(obj, path, "statistic", out.statistic);
+  const json* stability = Decoder::find(obj, "stability");
+  if (stability == nullptr) return;
+  const std::string s_path = child(path, "stability");
+  if (!d.expect_object(*stability, s_path)) return;
+  d.reject_unknown(*stability, s_path, {"maxCv", "extraRepeats", "includeUnstable"});
+  if (Decoder::find(*stability, "maxCv") != nullptr) {
+    double bound = 0;
+    const std::size_t errors_before = d.errors.size();
+    d.read_number(*stability, s_path, "maxCv", bounds::kMaxCv, bound);
+    if (d.errors.size() == errors_before) out.stability.max_cv = bound;
+  }
+  d.read_int(*stability, s_path, "extraRepeats", bounds::kExtraRepeats, out.stability.extra_repeats);
+  d.read_bool(*stability, s_path, "includeUnstable", out.stability.include_unstable);
 }
 
 void decode_optimizer(Decoder& d, const json& obj, const std::string& path, OptimizerSpec& out) {
@@ -485,7 +498,7 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 // `preflight`: status.preflight, a self-test's outcome (Succeeded without throughput).
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
-  d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "speedup",
+  d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "stability", "speedup",
                                "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
                                "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
@@ -502,6 +515,7 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
   if (const json* i = Decoder::find(obj, "interference")) {
     r.interference = decode_interference(d, *i, child(path, "interference"));
   }
+  if (const json* s = Decoder::find(obj, "stability")) r.stability = decode_stability(d, *s, child(path, "stability"));
   if (const json* v = Decoder::find(obj, "speedup")) r.speedup = d.measurement(*v, child(path, "speedup"));
   if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
     r.scaling_efficiency = d.measurement(*v, child(path, "scalingEfficiency"));
@@ -776,6 +790,42 @@ json detail::interference_to_json(const InterferenceReport& r) {
   return out;
 }
 
+std::optional<StabilityReport> detail::decode_stability(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"verdict", "maxCv", "cv", "extraRepeats", "discarded"});
+  const std::size_t errors_before = d.errors.size();
+  StabilityReport r;
+  if (d.require(obj, path, "verdict", "one of " + allowed_values<StabilityVerdict>())) d.read_enum(obj, path, "verdict", r.verdict);
+  if (d.require(obj, path, "maxCv", "the bound the repeats were judged against")) {
+    d.read_number(obj, path, "maxCv", bounds::kMaxCv, r.max_cv);
+  }
+  if (const json* cv = d.require(obj, path, "cv", "the spread of the reported repeats")) {
+    if (auto v = d.measurement(*cv, child(path, "cv"))) r.cv = *v;
+  }
+  d.read_int(obj, path, "extraRepeats", bounds::kExtraRepeats, r.extra_repeats);
+  if (const json* discarded = Decoder::find(obj, "discarded")) {
+    const std::string l_path = child(path, "discarded");
+    if (const json* items = d.list(*discarded, l_path, 0, bounds::kExtraRepeats.max)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        if (auto v = d.measurement((*items)[i], element(l_path, i))) r.discarded.push_back(*v);
+      }
+    }
+  }
+  if (d.errors.size() != errors_before) return std::nullopt;
+  // Measured again, every earlier repeat is kept (or all are dropped to fit a termination message).
+  if (!r.discarded.empty() && r.discarded.size() != static_cast<std::size_t>(r.extra_repeats)) {
+    d.fail(child(path, "discarded"), std::to_string(r.discarded.size()) + " throughputs for extraRepeats " +
+                                         std::to_string(r.extra_repeats) + "; they must be as many, or none");
+    return std::nullopt;
+  }
+  return r;
+}
+
+json detail::stability_to_json(const StabilityReport& r) {
+  return {{"verdict", to_string(r.verdict)}, {"maxCv", r.max_cv},       {"cv", r.cv},
+          {"extraRepeats", r.extra_repeats}, {"discarded", r.discarded}};
+}
+
 InterferenceVerdict interference_verdict(const std::optional<double>& cpu_pressure, double cpu_steal) {
   const bool pressed = cpu_pressure && *cpu_pressure > kInterferedShare;
   return pressed || cpu_steal > kInterferedShare ? InterferenceVerdict::interfered : InterferenceVerdict::clean;
@@ -913,6 +963,7 @@ json to_json(const CaseResult& r) {
   if (r.step_time_seconds) out["stepTimeSeconds"] = to_json(*r.step_time_seconds);
   if (r.input) out["input"] = detail::input_report_to_json(*r.input);
   if (r.interference) out["interference"] = detail::interference_to_json(*r.interference);
+  if (r.stability) out["stability"] = detail::stability_to_json(*r.stability);
   if (r.speedup) out["speedup"] = *r.speedup;
   if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;
   if (!r.scaling_refused.empty()) out["scalingRefused"] = r.scaling_refused;
@@ -958,10 +1009,14 @@ json to_json(const BenchmarkRunSpec& spec) {
     for (const auto& c : spec.cases) cases.push_back(to_json(c));
     out["cases"] = cases;
   }
+  const StabilitySpec& stability = spec.methodology.stability;
   out["methodology"] = {{"warmupSteps", spec.methodology.warmup_steps},
                         {"measureSteps", spec.methodology.measure_steps},
                         {"repeats", spec.methodology.repeats},
-                        {"statistic", to_string(spec.methodology.statistic)}};
+                        {"statistic", to_string(spec.methodology.statistic)},
+                        {"stability", {{"extraRepeats", stability.extra_repeats},
+                                       {"includeUnstable", stability.include_unstable}}}};
+  if (stability.max_cv) out["methodology"]["stability"]["maxCv"] = *stability.max_cv;
   out["optimizer"] = {{"name", to_string(spec.optimizer.name)},
                       {"learningRate", spec.optimizer.learning_rate},
                       {"momentum", spec.optimizer.momentum},

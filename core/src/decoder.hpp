@@ -325,5 +325,7 @@ std::optional<InputReport> decode_input_report(Decoder& d, const json& obj, cons
 json input_report_to_json(const InputReport& input);
 std::optional<InterferenceReport> decode_interference(Decoder& d, const json& obj, const std::string& path);
 json interference_to_json(const InterferenceReport& report);
+std::optional<StabilityReport> decode_stability(Decoder& d, const json& obj, const std::string& path);
+json stability_to_json(const StabilityReport& report);
 
 }  // namespace dlbench::detail

@@ -222,6 +222,7 @@ json to_json(const ResultDocument& doc) {
   if (doc.step_time_seconds) out["stepTimeSeconds"] = to_json(*doc.step_time_seconds);
   if (doc.input) out["input"] = input_report_to_json(*doc.input);
   if (doc.interference) out["interference"] = interference_to_json(*doc.interference);
+  if (doc.stability) out["stability"] = stability_to_json(*doc.stability);
   if (doc.memory) {
     json memory{{"activationBytes", doc.memory->activations},
                 {"unsharedActivationBytes", doc.memory->unshared_activations},
@@ -243,7 +244,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   if (!d.expect_object(document, "")) return d.finish(std::move(doc));
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "imageHeight", "imageWidth", "sequenceLength", "devices", "globalBatchSize",
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
-                                  "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "profile", "interference",
+                                  "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "profile", "interference", "stability",
                                   "environment", "startTime", "endTime"});
   require_schema(d, document, kResultSchema);
   d.read_string(document, "", "run", doc.run);
@@ -312,6 +313,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   }
   if (const json* i = Decoder::find(document, "input")) doc.input = decode_input_report(d, *i, "input");
   if (const json* i = Decoder::find(document, "interference")) doc.interference = decode_interference(d, *i, "interference");
+  if (const json* s = Decoder::find(document, "stability")) doc.stability = decode_stability(d, *s, "stability");
   if (const json* m = Decoder::find(document, "memory"); m != nullptr && d.expect_object(*m, "memory")) {
     d.reject_unknown(*m, "memory", {"activationBytes", "unsharedActivationBytes", "parameterBytes", "peakResidentBytes"});
     MemoryReport memory;
@@ -362,6 +364,18 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
         }
         if (document["throughput"].contains("mean") && !close(got.mean, expected.mean)) {
           d.fail("throughput.mean", "does not match the repeats (expected " + format_number(expected.mean) + ")");
+        }
+        if (doc.stability) {
+          const StabilityReport& st = *doc.stability;
+          if (!close(st.cv, expected.cv)) {
+            d.fail("stability.cv", "does not match the repeats (expected " + format_number(expected.cv) + ")");
+          } else if ((st.verdict == StabilityVerdict::unstable) != (st.cv > st.max_cv)) {
+            d.fail("stability.verdict", std::string(to_string(st.verdict)) + " does not follow from cv " +
+                                            format_number(st.cv) + " against maxCv " + format_number(st.max_cv));
+          }
+          if ((st.verdict == StabilityVerdict::unstable) != (doc.reason == kReasonUnstable)) {
+            d.fail("reason", "is " + std::string(kReasonUnstable) + " exactly when stability.verdict is unstable");
+          }
         }
       }
     }
@@ -422,6 +436,9 @@ std::string compact_result_document(const std::string& json_text, std::size_t li
   Shrinker s(json_text, limit);
   json& doc = s.doc;
   s.shrink([&] { doc.erase("profile"); });
+  s.shrink([&] {
+    if (doc.contains("stability")) doc["stability"].erase("discarded");  // the worker's log lists every repeat
+  });
   s.shrink([&] { doc["environment"].erase("hosts"); });
   s.shrink([&] { doc["environment"].erase("facts"); });
   s.shrink([&] { doc.erase("stepTimeSeconds"); });
@@ -445,6 +462,7 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
   r.step_time_seconds = document.step_time_seconds;
   r.input = document.input;
   r.interference = document.interference;
+  r.stability = document.stability;
   r.reason = document.reason;
   r.message = document.message;
   r.attempts = attempts;

@@ -46,10 +46,11 @@ std::optional<CaseResult> result_from_document(const std::string& text, const Ca
   return to_case_result(*decoded.value, attempt);
 }
 
-RunStateMachine::RunStateMachine(BenchmarkRunStatus status, std::vector<PlannedCase> plan, Statistic statistic,
+RunStateMachine::RunStateMachine(BenchmarkRunStatus status, std::vector<PlannedCase> plan, const Methodology& methodology,
                                  std::int64_t generation, int max_attempts, std::string now,
                                  std::optional<PlannedCase> preflight)
-    : status_(std::move(status)), plan_(std::move(plan)), preflight_(std::move(preflight)), statistic_(statistic),
+    : status_(std::move(status)), plan_(std::move(plan)), preflight_(std::move(preflight)), statistic_(methodology.statistic),
+      include_unstable_(methodology.stability.include_unstable),
       generation_(generation),
       max_attempts_(std::max(1, max_attempts)), now_(std::move(now)) {
   status_.observed_generation = generation_;
@@ -163,7 +164,7 @@ void RunStateMachine::interrupt() {
 }
 
 void RunStateMachine::refresh() {
-  refresh_derived_status(status_, plan_, statistic_);
+  refresh_derived_status(status_, plan_, statistic_, include_unstable_);
   const PlannedCase* c = current();
   if (interrupted_) {  // ended by a signal: no current case
     status_.progress.current_case.clear();

@@ -29,11 +29,12 @@ const Condition* find_condition(const std::vector<Condition>& conditions, Condit
   return nullptr;
 }
 
-void refresh_derived_status(BenchmarkRunStatus& status, const std::vector<PlannedCase>& plan, Statistic statistic) {
-  apply_scaling(status.results, statistic);
+void refresh_derived_status(BenchmarkRunStatus& status, const std::vector<PlannedCase>& plan, Statistic statistic,
+                            bool include_unstable) {
+  apply_scaling(status.results, statistic, include_unstable);
   status.best.reset();
   for (const CaseResult& r : status.results) {
-    if (r.state != CaseState::Succeeded || !r.throughput) continue;
+    if (!publishable(r, include_unstable)) continue;
     const double value = reported_value(r.throughput->summary, statistic);
     if (!status.best || value > status.best->throughput) status.best = BestResult{case_id(r.case_), value};
   }

@@ -41,12 +41,17 @@ std::vector<std::string> case_arguments(const BenchmarkRun& run, const CaseSpec&
                                 "--measure-steps", std::to_string(m.measure_steps),
                                 "--repeats", std::to_string(m.repeats),
                                 "--statistic", std::string(to_string(m.statistic)),
+                                "--extra-repeats", std::to_string(m.stability.extra_repeats),
                                 "--learning-rate", real(o.learning_rate),
                                 "--momentum", real(o.momentum),
                                 "--weight-decay", real(o.weight_decay),
                                 "--optimizer", std::string(to_string(o.name)),
                                 "--communicator", how.communicator,
                                 "--run", run.metadata.name};
+  if (m.stability.max_cv) {  // unset: the worker's backend knows its default
+    args.push_back("--max-cv");
+    args.push_back(real(*m.stability.max_cv));
+  }
   // A sequence model's input is its sequence length; an image model's, its image size.
   const bool sequences = is_sequence_model(spec.model);
   args.push_back(sequences ? "--sequence-length" : "--image-size");
@@ -128,6 +133,7 @@ std::vector<std::pair<std::string, std::string>> command_environment(const Bench
     env.emplace_back("DLBENCH_PREFETCH_BATCHES", std::to_string(spec.data.prefetch_batches));
   }
   if (!where.home.empty()) env.emplace_back("DLBENCH_HOME", where.home);
+  if (m.stability.max_cv) env.emplace_back("DLBENCH_MAX_CV", real(*m.stability.max_cv));
   return env;
 }
 

@@ -57,7 +57,7 @@ std::vector<StepArrival> arrivals(const std::vector<double>& seconds, long sampl
 // 2 repeats of (1 warm-up + 2 measured): repeat 1 measures steps 2-3 from step 1's arrival,
 // repeat 2 steps 5-6 from step 4's.
 TEST(StepTiming, SlicesRepeatsAsTheNativeWorkerDoes) {
-  const Methodology m{1, 2, 2, Statistic::median};
+  const Methodology m{1, 2, 2, Statistic::median, {}};
   const auto steps = arrivals({5.0, 5.5, 6.5, 7.0, 7.25, 7.75}, 32);
   const StepTimingResult r = time_steps(steps, m, 32);
   ASSERT_TRUE(r.ok) << r.message;
@@ -68,21 +68,21 @@ TEST(StepTiming, SlicesRepeatsAsTheNativeWorkerDoes) {
 }
 
 TEST(StepTiming, WithoutWarmUpTheFirstRepeatStartsWithTheCommand) {
-  const Methodology m{0, 2, 2, Statistic::median};
+  const Methodology m{0, 2, 2, Statistic::median, {}};
   const StepTimingResult r = time_steps(arrivals({1.0, 2.0, 2.5, 3.0}, 4), m, 4);
   ASSERT_TRUE(r.ok);
   EXPECT_THAT(r.repeats.measured_seconds, ElementsAre(2.0, 1.0));
 }
 
 TEST(StepTiming, ExtraMarkersAreIgnored) {
-  const Methodology m{1, 1, 1, Statistic::median};
+  const Methodology m{1, 1, 1, Statistic::median, {}};
   const StepTimingResult r = time_steps(arrivals({1.0, 3.0, 3.1, 3.2}, 4), m, 4);
   ASSERT_TRUE(r.ok);
   EXPECT_THAT(r.repeats.measured_seconds, ElementsAre(2.0));
 }
 
 TEST(StepTiming, MissingOrWrongMarkersAreReasons) {
-  const Methodology m{2, 3, 2, Statistic::median};
+  const Methodology m{2, 3, 2, Statistic::median, {}};
   const StepTimingResult none = time_steps({}, m, 8);
   EXPECT_EQ(none.reason, "NoMeasurements");
   EXPECT_THAT(none.message, HasSubstr("10 were needed (2 repeats x (2 warm-up + 3 measured steps))"));
@@ -104,7 +104,7 @@ TEST(CaseFromEnvironment, RoundTripsTheEnvironmentDlbenchSets) {
   run.metadata.name = "pt";
   run.spec.model = Model::vgg16;
   run.spec.data.image_size = 128;
-  run.spec.methodology = {3, 7, 2, Statistic::mean};
+  run.spec.methodology = {3, 7, 2, Statistic::mean, {}};
   const CaseSpec c{2, 4, 16, Precision::bf16};
   std::map<std::string, std::string> env;
   for (const auto& [k, v] : command_environment(run, c, {1, "node0", 1234, "/dlbench"})) env[k] = v;
@@ -137,13 +137,29 @@ TEST(CaseFromEnvironment, RoundTripsTheEnvironmentDlbenchSets) {
   EXPECT_THAT(fails_with("DLBENCH_PRECISION", "fp8"), HasSubstr("allowed: fp32, tf32, amp, bf16"));
   EXPECT_THAT(fails_with("DLBENCH_NODE_RANK", "2"), HasSubstr("must be below DLBENCH_NODES (2)"));
   EXPECT_THAT(fails_with("DLBENCH_RUN", "Not_A_Name"), HasSubstr("DNS-1123"));
+  EXPECT_THAT(fails_with("DLBENCH_MAX_CV", "0"), HasSubstr("DLBENCH_MAX_CV=\"0\": must be a number in (0, 1]"));
+  EXPECT_THAT(fails_with("DLBENCH_MAX_CV", "2%"), HasSubstr("DLBENCH_MAX_CV=\"2%\""));
+
+  // spec.methodology.stability.maxCv travels as DLBENCH_MAX_CV; a GPU given to the node sets the default.
+  run.spec.methodology.stability.max_cv = 0.03;
+  env.clear();
+  for (const auto& [k, v] : command_environment(run, c, {1, "node0", 1234, "/dlbench"})) env[k] = v;
+  env["NVIDIA_VISIBLE_DEVICES"] = "GPU-1";
+  const auto with_bound = case_from_environment(
+      [&](const char* name) { return env.contains(name) ? env.at(name).c_str() : nullptr; }, error);
+  ASSERT_TRUE(with_bound) << error;
+  EXPECT_EQ(with_bound->methodology.stability.max_cv, 0.03);
+  EXPECT_TRUE(with_bound->gpu);
+  env["NVIDIA_VISIBLE_DEVICES"] = "void";  // the NVIDIA runtime's "no GPU"
+  EXPECT_FALSE(case_from_environment([&](const char* name) { return env.contains(name) ? env.at(name).c_str() : nullptr; },
+                                     error)->gpu);
 }
 
 CommandCase small_case() {
   CommandCase c;
   c.run = "pt";
   c.case_ = {1, 2, 4, Precision::fp32};
-  c.methodology = {1, 2, 1, Statistic::median};
+  c.methodology = {1, 2, 1, Statistic::median, {}};
   return c;
 }
 
@@ -166,6 +182,27 @@ TEST(CommandResult, SucceededWithTheScriptsFactsInTheEnvironment) {
   const auto decoded = decode_result_document(to_json(doc));
   ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
   EXPECT_EQ(*decoded.value, doc);
+  // One repeat cannot spread: stable, against the CPU's default bound, never measured again.
+  EXPECT_EQ(doc.stability, (StabilityReport{StabilityVerdict::stable, kDefaultMaxCvCpu, 0.0, 0, {}}));
+}
+
+// A command's repeats that spread are judged, not measured again (its steps are fixed): Unstable.
+TEST(CommandResult, RepeatsThatSpreadAreUnstableAndSaySo) {
+  CommandOutcome o;
+  o.exit_code = 0;
+  o.started = true;
+  o.steps = arrivals({1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0}, 8);  // 2 repeats of 1 + 2 steps
+  CommandCase c = small_case();
+  c.methodology.repeats = 2;
+  c.gpu = true;  // judged against a GPU's 2%
+  const ResultDocument doc = command_result(c, o, EnvironmentInfo{}, "t0", "t1");
+  ASSERT_EQ(doc.state, CaseState::Succeeded) << doc.reason << ": " << doc.message;
+  ASSERT_TRUE(doc.stability.has_value());
+  EXPECT_EQ(doc.stability->verdict, StabilityVerdict::unstable);
+  EXPECT_DOUBLE_EQ(doc.stability->max_cv, kDefaultMaxCvGpu);
+  EXPECT_EQ(doc.reason, "Unstable");
+  EXPECT_THAT(doc.message, HasSubstr("above the bound 2.0% (not measured again)"));
+  EXPECT_TRUE(decode_result_document(to_json(doc)).ok());
 }
 
 // Another framework's BERT counts what dlbench-worker's does, so that the two sit in one report.

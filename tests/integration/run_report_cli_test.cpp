@@ -55,7 +55,8 @@ spec:
   model: resnet50
   data: {imageSize: 32}
   matrix: {nodes: [1, 2], gpusPerNode: [1, 2], batchSizePerDevice: [2], precision: [fp32]}
-  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 2}
+  # Two steps a repeat spread on a shared machine: scaled all the same, so that speed-ups are there.
+  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 2, stability: {includeUnstable: true}}
 )" + limits;
   }
 
@@ -237,6 +238,25 @@ TEST_F(RunCli, TheReportShowsARefusedSpeedupAndWhy) {
   write("noisy.json", to_json(run).dump());
   EXPECT_THAT(dlbench("report noisy.json").out,
               HasSubstr("\nmeasured under other load\n  1x1-bs2-fp32: tasks waited for a CPU 57.0% of the time, steal 0.0%\n"));
+
+  // Its repeats did not agree after 7 more: its cell says unstable, it is nobody's baseline, and
+  // the report gives the figures; includeUnstable lets it count again.
+  s.results[0].stability = judge_stability(s.results[0].throughput->repeats, 3, 0.05);
+  s.results[0].stability->extra_repeats = 0;
+  s.results[0].reason = kReasonUnstable;
+  s.results[0].message = describe_unstable(*s.results[0].stability, 3, s.results[0].throughput->summary);
+  refresh_derived_status(s, plan_cases(run.spec), Statistic::median);
+  run.status = s;
+  write("noisy.json", to_json(run).dump());
+  const Outcome unstable = dlbench("report noisy.json");
+  EXPECT_THAT(unstable.out, ::testing::ContainsRegex("throughput \\(samples/s\\)\n  batch +1x1 +1x2\n +2 +0.74 unstable +5.24\n"));
+  EXPECT_THAT(unstable.out, HasSubstr("\nunstable cases (left out of best and scaling)\n  1x1-bs2-fp32: cv 75.1% over the last 3 "
+                                      "repeats is above the bound 5.0% (not measured again)"));
+  EXPECT_THAT(unstable.out, HasSubstr("  1x2-bs2-fp32: its baseline 1x1-bs2-fp32 is unstable (Unstable)"));
+  EXPECT_THAT(dlbench("report noisy.json --format csv").out, HasSubstr("throughput,fp32,2,noisy,1,1,0.74\n"));
+  run.spec.methodology.stability.include_unstable = true;
+  write("noisy.json", to_json(run).dump());
+  EXPECT_THAT(dlbench("report noisy.json").out, HasSubstr("speed-up 7.08 over 1x1-bs2-fp32"));  // judged again
 }
 
 // A height × width crop, per-pixel labels; imagefolder data is refused for it, naming the field.

@@ -39,7 +39,9 @@ RUN = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": 
        "spec": {"model": "resnet50", "data": {"source": "imagefolder", "imageSize": 64, "decodeThreads": 1,
                                               "volume": {"persistentVolumeClaim": {"claimName": "images"}}},
                 "matrix": {"nodes": [1], "gpusPerNode": [1, 2, 4], "batchSizePerDevice": [8], "precision": ["fp32"]},
-                "methodology": {"warmupSteps": 2, "measureSteps": 6, "repeats": 3},
+                # Every panel must show data: unstable cases (a shared CI machine) are scaled too.
+                "methodology": {"warmupSteps": 2, "measureSteps": 6, "repeats": 3,
+                                "stability": {"includeUnstable": True}},
                 # 1x4's worker is OOMKilled (the test asks the simulated node): a failure for the
                 # Failures panel.
                 "limits": {"backoffLimit": 0, "caseTimeoutSeconds": 60}}}
@@ -248,6 +250,10 @@ class DashboardsTest(unittest.TestCase):
         results = {r["case"]["id"]: r for r in status["results"]}
         speedup = self.instant('max by (case) (dlbench_case_speedup{namespace="default", run="dash"})')
         self.assertAlmostEqual(float(speedup[LIVE_CASE]), results[LIVE_CASE]["speedup"], places=6)
+        cv = self.instant('max by (case) (dlbench_case_repeats_cv_ratio{namespace="default", run="dash"})')
+        self.assertAlmostEqual(float(cv[LIVE_CASE]), results[LIVE_CASE]["stability"]["cv"], places=6)
+        refused = self.instant('max by (case) (dlbench_case_scaling_refused{namespace="default", run="dash"})')
+        self.assertEqual(refused[LIVE_CASE], "1" if results[LIVE_CASE].get("scalingRefused") else "0")
         failed = self.instant('max by (reason) (dlbench_case_failed{namespace="default", run="dash"})')
         self.assertEqual(list(failed), ["OOMKilled"])
         # The throughput series name their unit as the results do (images: samples/s).

@@ -26,6 +26,11 @@ PROGRAMS = [os.path.abspath(sys.argv.pop(1)) for _ in range(3)] if len(sys.argv)
 TORCH_PYTHON = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else None
 
 
+def stable(result):
+    """Whether a result's repeats agreed within methodology.stability.maxCv."""
+    return result["stability"]["verdict"] == "stable"
+
+
 class EndToEnd(unittest.TestCase):
     def setUp(self):
         bin_dirs = []
@@ -76,14 +81,25 @@ class EndToEnd(unittest.TestCase):
         one, two = results["1x1-bs8-fp32"], results["1x2-bs8-fp32"]
         self.assertEqual((two["case"]["nodes"], two["case"]["gpusPerNode"]), (1, 2))
         self.assertEqual(two["throughput"]["unit"], "samples/s")
-        self.assertAlmostEqual(two["speedup"], two["throughput"]["median"] / one["throughput"]["median"], places=6)
-        self.assertAlmostEqual(two["scalingEfficiency"], two["speedup"] / 2, places=6)
-        self.assertAlmostEqual(one["speedup"], 1.0)
-        self.assertEqual(best, round(max(r["throughput"]["median"] for r in results.values()), 2))
+        # Every result carries its stability verdict (CPU default bound 5%); an unstable case
+        # (a shared machine) is left out of speed-up and best, and says so.
+        for result in results.values():
+            self.assertAlmostEqual(result["stability"]["maxCv"], 0.05)
+            self.assertEqual(result["stability"]["verdict"] == "unstable", result.get("reason") == "Unstable", result)
+        if stable(one) and stable(two):
+            self.assertAlmostEqual(two["speedup"], two["throughput"]["median"] / one["throughput"]["median"], places=6)
+            self.assertAlmostEqual(two["scalingEfficiency"], two["speedup"] / 2, places=6)
+            self.assertAlmostEqual(one["speedup"], 1.0)
+        else:
+            self.assertNotIn("speedup", two)
+            self.assertIn("unstable (Unstable)", two["scalingRefused"])
+        publishable = {k: r for k, r in results.items() if stable(r)}
+        if publishable:
+            self.assertEqual(best, round(max(r["throughput"]["median"] for r in publishable.values()), 2))
+            self.assertEqual(status["best"]["case"], max(publishable, key=lambda k: publishable[k]["throughput"]["median"]))
         # A finished run has no current case: cleared fields are removed, not left behind by merge patches.
         self.assertNotIn("currentCase", status["progress"])
         self.assertEqual(status["progress"]["summary"], "2/2")
-        self.assertEqual(status["best"]["case"], max(results, key=lambda k: results[k]["throughput"]["median"]))
         conditions = {c["type"]: c for c in status["conditions"]}
         self.assertEqual((conditions["Ready"]["status"], conditions["Ready"]["reason"]), ("True", "Succeeded"))
         self.assertEqual(conditions["Progressing"]["status"], "False")
@@ -301,8 +317,12 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(result["state"], "Succeeded", result)
             self.assertEqual(len(result["throughput"]["repeats"]), 2)
         one, two = results["1x1-bs4-fp32"], results["2x1-bs4-fp32"]
-        self.assertAlmostEqual(two["speedup"], two["throughput"]["median"] / one["throughput"]["median"], places=6)
-        self.assertAlmostEqual(two["scalingEfficiency"], two["speedup"] / 2, places=6)
+        if stable(one) and stable(two):  # engine command is judged, never measured again
+            self.assertAlmostEqual(two["speedup"], two["throughput"]["median"] / one["throughput"]["median"], places=6)
+            self.assertAlmostEqual(two["scalingEfficiency"], two["speedup"] / 2, places=6)
+        else:
+            self.assertIn("unstable (Unstable)", two["scalingRefused"])
+        self.assertEqual(one["stability"]["extraRepeats"], 0)
         # No SSH, hostfile or launcher for engine: command; the children are gone at the end.
         events = json.loads(self.kubectl("get", "events", "-o", "json"))["items"]
         reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "pytorch-resnet50"]

@@ -31,7 +31,8 @@ json full_run_json() {
       "model": "vgg16", "engine": "native",
       "data": {"source": "synthetic", "imageSize": 112, "decodeThreads": 4, "prefetchBatches": 2},
       "matrix": {"nodes": [1, 2], "gpusPerNode": [8], "batchSizePerDevice": [64, 128], "precision": ["amp", "bf16"]},
-      "methodology": {"warmupSteps": 5, "measureSteps": 50, "repeats": 3, "statistic": "mean"},
+      "methodology": {"warmupSteps": 5, "measureSteps": 50, "repeats": 3, "statistic": "mean",
+                      "stability": {"maxCv": 0.03, "extraRepeats": 2, "includeUnstable": true}},
       "optimizer": {"name": "sgd", "learningRate": 0.05, "momentum": 0.8, "weightDecay": 0.0005},
       "worker": {"image": "registry.local/dlbench-worker:1", "gpuResource": "nvidia.com/gpu",
                  "rdma": {"resource": "rdma/hca_shared_devices_a", "perNode": 2},
@@ -54,6 +55,7 @@ json full_run_json() {
          "throughput": {"unit": "samples/s", "median": 100.0, "mean": 100.0, "min": 99.0, "max": 101.0, "stddev": 1.0, "cv": 0.01,
                         "repeats": [99.0, 100.0, 101.0]},
          "stepTimeSeconds": {"median": 0.64, "mean": 0.64, "min": 0.63, "max": 0.65, "stddev": 0.01, "cv": 0.015},
+         "stability": {"verdict": "stable", "maxCv": 0.03, "cv": 0.01, "extraRepeats": 1, "discarded": [80.0]},
          "speedup": 1.0, "scalingEfficiency": 1.0, "startTime": "2026-11-21T05:00:00Z", "completionTime": "2026-11-21T05:01:00Z"},
         {"case": {"id": "1x1-bs64-bf16", "nodes": 1, "gpusPerNode": 1, "batchSizePerDevice": 64, "precision": "bf16"},
          "state": "Failed", "attempts": 2, "reason": "OutOfMemory", "message": "asked 80 GiB, 10 GiB free"}
@@ -136,6 +138,40 @@ TEST(Codec, CaseResultRules) {
               ElementsAre(FieldError{"throughput.repeats[1]", "-5.0 is not a finite, non-negative number"}));
 }
 
+// methodology.stability: the bound, the extra repeats and the opt-in are checked where they are
+// read, and a result's stability report must hold together.
+TEST(Codec, StabilitySettingsAndReportsAreChecked) {
+  const auto errors_with = [](const json& stability) {
+    json doc = minimal_run();
+    doc["spec"]["methodology"] = {{"stability", stability}};
+    return decode_benchmark_run(doc).errors;
+  };
+  EXPECT_THAT(errors_with({{"maxCv", 0}}),
+              ElementsAre(FieldError{"spec.methodology.stability.maxCv",
+                                     "0 is out of range; allowed: greater than 0 and at most 1"}));
+  EXPECT_THAT(errors_with({{"maxCv", "2%"}}),
+              ElementsAre(FieldError{"spec.methodology.stability.maxCv",
+                                     R"(expected a number greater than 0 and at most 1, got a string ("2%"))"}));
+  EXPECT_THAT(errors_with({{"extraRepeats", -1}}), ::testing::SizeIs(1));
+  EXPECT_THAT(errors_with({{"includeUnstable", "yes"}}), ::testing::SizeIs(1));
+  EXPECT_THAT(errors_with({{"maxCV", 0.02}}), ::testing::SizeIs(1));  // a misspelt key is refused, not ignored
+  json doc = minimal_run();
+  doc["spec"]["methodology"] = {{"stability", {{"maxCv", 0.1}, {"extraRepeats", 0}}}};
+  const BenchmarkRun run = decode_ok(doc);
+  EXPECT_EQ(run.spec.methodology.stability, (StabilitySpec{0.1, 0, false}));
+
+  json result = full_run_json()["status"]["results"][0];
+  ASSERT_TRUE(decode_case_result(result).ok());
+  result["stability"]["discarded"] = {80.0, 90.0};  // two values for one extra repeat
+  EXPECT_THAT(decode_case_result(result).errors,
+              ElementsAre(FieldError{"stability.discarded",
+                                     "2 throughputs for extraRepeats 1; they must be as many, or none"}));
+  result["stability"]["discarded"] = json::array();  // dropped to fit a termination message
+  EXPECT_TRUE(decode_case_result(result).ok());
+  result["stability"]["verdict"] = "shaky";
+  EXPECT_THAT(decode_case_result(result).errors, ::testing::SizeIs(1));
+}
+
 TEST(Defaults, AppliedAndReportedInOrder) {
   json doc = minimal_run();
   const auto applied = apply_defaults(doc);
@@ -144,11 +180,14 @@ TEST(Defaults, AppliedAndReportedInOrder) {
   EXPECT_THAT(paths, ElementsAre("spec.engine", "spec.data", "spec.data.source", "spec.data.imageSize",
                                  "spec.data.decodeThreads", "spec.data.prefetchBatches", "spec.matrix.nodes", "spec.matrix.gpusPerNode", "spec.methodology",
                                  "spec.methodology.warmupSteps", "spec.methodology.measureSteps",
-                                 "spec.methodology.repeats", "spec.methodology.statistic", "spec.optimizer",
+                                 "spec.methodology.repeats", "spec.methodology.statistic", "spec.methodology.stability",
+                                 "spec.methodology.stability.extraRepeats", "spec.methodology.stability.includeUnstable",
+                                 "spec.optimizer",
                                  "spec.optimizer.name", "spec.optimizer.learningRate", "spec.optimizer.momentum",
                                  "spec.optimizer.weightDecay", "spec.worker", "spec.worker.gpuResource", "spec.limits",
                                  "spec.limits.caseTimeoutSeconds", "spec.limits.backoffLimit"));
-  EXPECT_EQ(doc["spec"]["methodology"], (json{{"warmupSteps", 20}, {"measureSteps", 100}, {"repeats", 7}, {"statistic", "median"}}));
+  EXPECT_EQ(doc["spec"]["methodology"], (json{{"warmupSteps", 20}, {"measureSteps", 100}, {"repeats", 7}, {"statistic", "median"},
+                                              {"stability", {{"extraRepeats", 7}, {"includeUnstable", false}}}}));
   EXPECT_EQ(doc["spec"]["matrix"]["nodes"], json::array({1}));
   EXPECT_EQ(doc["spec"]["worker"]["gpuResource"], "nvidia.com/gpu");
 }
@@ -200,7 +239,8 @@ TEST(Defaults, DecodedDefaultsMatchTheDocumentedValues) {
   EXPECT_EQ(run.spec.matrix->nodes, std::vector<int>{1});
   EXPECT_EQ(run.spec.data.decode_threads, 4);
   EXPECT_EQ(run.spec.data.prefetch_batches, 2);
-  EXPECT_EQ(decode_benchmark_run(minimal_run()).defaults.size(), 23u);
+  EXPECT_EQ(run.spec.methodology.stability, (StabilitySpec{std::nullopt, 7, false}));  // maxCv: the device's
+  EXPECT_EQ(decode_benchmark_run(minimal_run()).defaults.size(), 26u);
 }
 
 }  // namespace

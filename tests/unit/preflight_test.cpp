@@ -140,7 +140,7 @@ CaseResult outcome(const PlannedCase& c, CaseState state, const std::string& rea
 }
 
 RunStateMachine machine_for(const BenchmarkRun& run, int attempts = 2) {
-  RunStateMachine m({}, plan_cases(run.spec), Statistic::median, 1, attempts, "now", plan_preflight(run.spec));
+  RunStateMachine m({}, plan_cases(run.spec), run.spec.methodology, 1, attempts, "now", plan_preflight(run.spec));
   m.admit();
   return m;
 }
@@ -164,7 +164,7 @@ TEST(Preflight, GoesFirstAndThenTheCasesRun) {
   // The status as written and read back resumes after the preflight, as the operator does.
   const auto decoded = decode_status(to_json(m.status()));
   ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
-  RunStateMachine resumed(*decoded.value, plan_cases(run.spec), Statistic::median, 1, 2, "later",
+  RunStateMachine resumed(*decoded.value, plan_cases(run.spec), run.spec.methodology, 1, 2, "later",
                           plan_preflight(run.spec));
   EXPECT_EQ(resumed.current()->id, m.current()->id);
   EXPECT_TRUE(resumed.status().preflight->case_.preflight);

@@ -20,7 +20,7 @@ ResultDocument sample_document() {
   doc.image_size = 224;
   doc.devices = 8;
   doc.global_batch_size = 1024;
-  doc.methodology = {20, 100, 3, Statistic::median};
+  doc.methodology = {20, 100, 3, Statistic::median, {}};
   doc.flops_per_sample = {8.18e9, 24.54e9};
   const std::vector<double> repeats{7600.0, 7650.0, 7580.0};
   doc.throughput = Throughput{"samples/s", summarize(repeats), repeats};
@@ -103,6 +103,40 @@ TEST(ResultDocument, StepProfileRoundTripsIsCheckedAndGoesFirstFromATerminationM
   const json compact = json::parse(compact_result_document(full, full.size() - 10));
   EXPECT_FALSE(compact.contains("profile"));
   EXPECT_TRUE(compact["environment"].contains("hosts")) << "the profile goes before anything else";
+}
+
+// A stability report must follow from the reported repeats: its cv is theirs, its verdict is cv
+// against maxCv, and reason Unstable goes with an unstable verdict and nothing else.
+TEST(ResultDocument, StabilityFollowsFromTheRepeatsAndReachesTheStatus) {
+  ResultDocument doc = sample_document();
+  const std::vector<double> measured{5000.0, 7600.0, 7650.0, 7580.0};  // one repeat measured again
+  doc.stability = judge_stability(measured, 3, 0.02);
+  ASSERT_EQ(doc.stability->verdict, StabilityVerdict::stable);
+  json j = to_json(doc);
+  EXPECT_EQ(j["stability"]["discarded"], json::array({5000.0}));
+  const auto decoded = decode_result_document(j);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(*decoded.value, doc);
+  EXPECT_EQ(*to_case_result(doc).stability, *doc.stability);
+
+  json wrong_cv = j;
+  wrong_cv["stability"]["cv"] = 0.5;
+  EXPECT_THAT(errors_of(wrong_cv), ElementsAre(::testing::StartsWith("stability.cv: does not match the repeats")));
+  json tighter = j;  // the same repeats against a tighter bound are unstable, which the verdict must say
+  tighter["stability"]["maxCv"] = 0.001;
+  EXPECT_THAT(errors_of(tighter), ElementsAre("stability.verdict: stable does not follow from cv 0.004737912319926398 "
+                                              "against maxCv 0.001"));
+  tighter["stability"]["verdict"] = "unstable";
+  EXPECT_THAT(errors_of(tighter), ElementsAre("reason: is Unstable exactly when stability.verdict is unstable"));
+  tighter["reason"] = "Unstable";
+  tighter["message"] = "cv 0.4% over the last 3 repeats is above the bound 0.1%";
+  EXPECT_TRUE(decode_result_document(tighter).ok());
+
+  // A termination message too small for every discarded repeat drops them first (the log keeps them).
+  const std::string full = j.dump();
+  const json compact = json::parse(compact_result_document(full, full.size() - 5));
+  EXPECT_FALSE(compact["stability"].contains("discarded"));
+  EXPECT_TRUE(decode_result_document(compact).ok());
 }
 
 TEST(ResultDocument, InterferenceRoundTripsReachesTheStatusAndIsChecked) {

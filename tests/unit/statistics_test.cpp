@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "dlbench/core/statistics.hpp"
+#include "dlbench/core/status.hpp"
 
 namespace dlbench {
 namespace {
@@ -144,6 +145,77 @@ TEST(Statistics, FailedBaselineMeansNoSpeedup) {
   EXPECT_FALSE(results[0].speedup.has_value());
   EXPECT_FALSE(results[0].scaling_efficiency.has_value());
   EXPECT_FALSE(results[1].speedup.has_value());
+}
+
+// Issue 37: a case whose repeats spread by more than maxCv is measured again, one repeat at a time;
+// the last `repeats` are reported and judged.
+TEST(Stability, AnotherRepeatWhileTheLastOnesSpreadTooMuch) {
+  const StabilitySpec spec{std::nullopt, 3, false};
+  const double bound = max_cv(spec, false);
+  EXPECT_DOUBLE_EQ(bound, kDefaultMaxCvCpu);
+  EXPECT_DOUBLE_EQ(max_cv(spec, true), kDefaultMaxCvGpu);
+  EXPECT_DOUBLE_EQ(max_cv(StabilitySpec{0.2, 3, false}, true), 0.2);
+  std::vector<double> t{10.0, 10.1};
+  EXPECT_FALSE(measure_again(t, 3, spec, bound));  // not all repeats measured yet
+  t.push_back(5.0);                                 // a disturbed repeat: cv 0.35
+  EXPECT_TRUE(measure_again(t, 3, spec, bound));
+  t.push_back(10.0);                                // the disturbed one is still among the last 3
+  EXPECT_TRUE(measure_again(t, 3, spec, bound));
+  t.push_back(10.05);
+  t.push_back(10.1);  // the last 3 agree: no more
+  EXPECT_FALSE(measure_again(t, 3, spec, bound));
+  const StabilityReport stable = judge_stability(t, 3, bound);
+  EXPECT_EQ(stable.verdict, StabilityVerdict::stable);
+  EXPECT_EQ(stable.extra_repeats, 3);
+  EXPECT_EQ(stable.discarded, (std::vector<double>{10.0, 10.1, 5.0}));
+  EXPECT_NEAR(stable.cv, summarize(std::vector<double>{10.0, 10.05, 10.1}).cv, 1e-15);
+
+  // At the limit, it stops and stays unstable; one repeat cannot spread, so it is never judged so.
+  const std::vector<double> noisy{10.0, 5.0, 10.0, 5.0, 10.0, 5.0};
+  EXPECT_FALSE(measure_again(noisy, 3, spec, bound));
+  const StabilityReport unstable = judge_stability(noisy, 3, bound);
+  EXPECT_EQ(unstable.verdict, StabilityVerdict::unstable);
+  EXPECT_EQ(unstable.extra_repeats, 3);
+  EXPECT_FALSE(measure_again(std::vector<double>{1.0, 9.0}, 1, spec, bound));
+  EXPECT_FALSE(measure_again(std::vector<double>{10.0, 5.0, 10.0}, 3, StabilitySpec{std::nullopt, 0, false},
+                             bound));  // extraRepeats 0: judged only
+  const std::string why = describe_unstable(unstable, 3, summarize(std::vector<double>{5.0, 10.0, 5.0}));
+  EXPECT_THAT(why, ::testing::StartsWith("cv 43.3% over the last 3 repeats is above the bound 5.0% after 3 more repeats"));
+  EXPECT_THAT(why, ::testing::HasSubstr("ranged from 5.00 to 10.00"));
+  EXPECT_THROW(judge_stability(std::vector<double>{1.0}, 3, bound), std::invalid_argument);
+}
+
+// An unstable case is neither best, nor a baseline, nor scaled, unless the user includes it.
+TEST(Stability, UnstableCasesAreLeftOutOfBestAndScaling) {
+  const auto unstable = [](CaseResult r) {
+    r.stability = StabilityReport{StabilityVerdict::unstable, 0.02, 0.3, 7, std::vector<double>(7, 1.0)};
+    r.reason = kReasonUnstable;
+    return r;
+  };
+  std::vector<CaseResult> results{
+      unstable(succeeded({1, 1, 8, Precision::fp32}, {100.0, 60.0, 100.0})),
+      succeeded({1, 2, 8, Precision::fp32}, {190.0, 191.0, 192.0}),
+      succeeded({1, 1, 16, Precision::fp32}, {110.0, 110.0, 110.0}),
+      unstable(succeeded({1, 2, 16, Precision::fp32}, {300.0, 150.0, 300.0})),
+  };
+  apply_scaling(results, Statistic::median);
+  EXPECT_FALSE(results[1].speedup.has_value());
+  EXPECT_EQ(results[1].scaling_refused,
+            "its baseline 1x1-bs8-fp32 is unstable (Unstable): measure it again, or set "
+            "methodology.stability.includeUnstable");
+  EXPECT_FALSE(results[3].speedup.has_value());
+  EXPECT_THAT(results[3].scaling_refused, ::testing::StartsWith("this case is unstable (Unstable)"));
+  EXPECT_DOUBLE_EQ(*results[2].speedup, 1.0);
+
+  BenchmarkRunStatus status;
+  status.results = results;
+  refresh_derived_status(status, {}, Statistic::median);
+  ASSERT_TRUE(status.best.has_value());
+  EXPECT_EQ(status.best->case_id, "1x2-bs8-fp32");  // 191; the unstable 300 is left out
+  refresh_derived_status(status, {}, Statistic::median, true);
+  EXPECT_EQ(status.best->case_id, "1x2-bs16-fp32");
+  EXPECT_DOUBLE_EQ(*status.results[1].speedup, 1.91);
+  EXPECT_TRUE(status.results[1].scaling_refused.empty());
 }
 
 }  // namespace

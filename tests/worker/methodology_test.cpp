@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "dlbench/core/statistics.hpp"
 #include "delegating_backend.hpp"
 #include "methodology.hpp"
 #include "models/small_conv_net.hpp"
@@ -61,7 +62,7 @@ TEST(Methodology, QueuesMeasuredStepsAndTimesThemFromTheMarks) {
   workload.on_step = [&](int repeat, bool measured, double s) {
     reported.push_back(std::to_string(repeat) + (measured ? "m" : "w") + std::to_string(s).substr(0, 4));
   };
-  const Methodology methodology{2, 3, 2, Statistic::median};
+  const Methodology methodology{2, 3, 2, Statistic::median, {}};
   const auto repeats = run_methodology(workload, methodology, 64);
   ASSERT_EQ(repeats.size(), 2u);
   EXPECT_EQ(steps, 10);
@@ -82,7 +83,7 @@ TEST(Methodology, WithoutObserversWarmUpIsNotMarked) {
   int steps = 0, synchronizations = 0;
   ScriptedMarks marks(steps, {{0.5, 0.5}});
   Workload workload{[&] { ++steps; }, [&] { ++synchronizations; }, {}, {}, &marks};
-  const auto repeats = run_methodology(workload, Methodology{5, 2, 1, Statistic::median}, 8);
+  const auto repeats = run_methodology(workload, Methodology{5, 2, 1, Statistic::median, {}}, 8);
   EXPECT_EQ(synchronizations, 1);
   EXPECT_THAT(marks.marked_at, ElementsAre(5, 6, 7));
   EXPECT_DOUBLE_EQ(repeats.at(0).throughput, 8 * 2 / 1.0);
@@ -96,7 +97,7 @@ TEST(Methodology, SlowestRankSpeaksForTheJob) {
                       for (double& v : s) v *= 2;
                     },
                     {}, &marks};
-  const auto repeats = run_methodology(workload, Methodology{0, 2, 1, Statistic::median}, 4);
+  const auto repeats = run_methodology(workload, Methodology{0, 2, 1, Statistic::median, {}}, 4);
   EXPECT_THAT(repeats.at(0).step_seconds, ElementsAre(0.2, 0.2));
   EXPECT_DOUBLE_EQ(repeats.at(0).throughput, 4 * 2 / 0.4);
 }
@@ -109,14 +110,34 @@ TEST(Methodology, RefusesMarksThatDoNotMatchTheSteps) {
     std::vector<double> drain(bool wait) override { return wait ? std::vector<double>{0.1} : std::vector<double>{}; }
   } lossy;
   Workload workload{[] {}, [] {}, {}, {}, &lossy};
-  EXPECT_THROW(run_methodology(workload, Methodology{0, 3, 1, Statistic::median}, 1), std::logic_error);
+  EXPECT_THROW(run_methodology(workload, Methodology{0, 3, 1, Statistic::median, {}}, 1), std::logic_error);
+}
+
+// Past methodology.repeats, another whole repeat (warm-up and measured steps) runs while the
+// stability rule asks for one; each is reported like the others.
+TEST(Methodology, MeasuresAgainWhileAsked) {
+  int steps = 0;
+  // 2 repeats of 1 measured step, then up to 3 more: 1 s, 2 s (spread), 2 s, 2 s (agree: stop).
+  ScriptedMarks marks(steps, {{0}, {1.0}, {0}, {2.0}, {0}, {2.0}, {0}, {2.0}, {0}, {9.0}});
+  Workload workload{[&] { ++steps; }, [] {}, {}, [](int, bool, double) {}, &marks};
+  const Methodology m{1, 1, 2, Statistic::median, StabilitySpec{0.01, 3, false}};
+  std::vector<double> measured;
+  const auto repeats = run_methodology(
+      workload, m, 4, [&](int, const RepeatMeasurement& r) { measured.push_back(r.throughput); },
+      [&] { return measure_again(measured, m.repeats, m.stability, *m.stability.max_cv); });
+  EXPECT_THAT(measured, ElementsAre(4.0, 2.0, 2.0));
+  EXPECT_EQ(repeats.size(), 3u);
+  EXPECT_EQ(steps, 6);  // every repeat warms up again
+  const StabilityReport report = judge_stability(measured, m.repeats, *m.stability.max_cv);
+  EXPECT_EQ(report.verdict, StabilityVerdict::stable);
+  EXPECT_THAT(report.discarded, ElementsAre(4.0));
 }
 
 // Without device marks the host clock is read after a wait, once per mark.
 TEST(Methodology, HostClockWaitsBeforeEachMark) {
   int synchronizations = 0;
   Workload workload{[] {}, [&] { ++synchronizations; }, {}, {}};
-  const auto repeats = run_methodology(workload, Methodology{1, 4, 1, Statistic::median}, 2);
+  const auto repeats = run_methodology(workload, Methodology{1, 4, 1, Statistic::median, {}}, 2);
   EXPECT_EQ(synchronizations, 1 + 5);  // before the measured steps, then at each of the 5 marks
   ASSERT_EQ(repeats.at(0).step_seconds.size(), 4u);
   for (const double s : repeats.at(0).step_seconds) EXPECT_GE(s, 0.0);
@@ -129,7 +150,7 @@ TEST(Methodology, FinishedStepsAreReportedWhileTheRepeatRuns) {
   HostClockMarks marks([] {});  // a device that is always done: every mark is reached at once
   Workload workload{[&] { events += 's'; }, [] {}, {}, [&](int, bool measured, double) { events += measured ? 'm' : 'w'; },
                     &marks};
-  run_methodology(workload, Methodology{2, 3, 1, Statistic::median}, 1);
+  run_methodology(workload, Methodology{2, 3, 1, Statistic::median, {}}, 1);
   EXPECT_EQ(events, "swswsmsmsm");
 }
 
@@ -151,7 +172,7 @@ TEST(Methodology, TrainingStepsReadTheLossOnlyWhenAsked) {
   const std::unique_ptr<StepMarks> marks = backend.make_step_marks();
   Workload workload{[&] { trainer.step(); }, [&] { backend.synchronize(); }, {}, {}, marks.get()};
   int repeats_seen = 0;
-  const auto repeats = run_methodology(workload, Methodology{2, 3, 2, Statistic::median}, 4,
+  const auto repeats = run_methodology(workload, Methodology{2, 3, 2, Statistic::median, {}}, 4,
                                        [&](int, const RepeatMeasurement&) {
                                          ++repeats_seen;
                                          EXPECT_TRUE(std::isfinite(trainer.last_loss()));

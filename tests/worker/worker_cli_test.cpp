@@ -413,6 +413,51 @@ TEST(WorkerCli, OtherLoadOnTheNodeIsRecordedAsInterference) {
   EXPECT_THAT(o.out, HasSubstr(": interfered\n"));
 }
 
+// Repeats that spread more than --max-cv are measured again, one at a time, up to --extra-repeats
+// more; the last --repeats are reported, the earlier ones kept as discarded; still spread: Unstable.
+// A bound no real measurement meets (1e-9) makes this certain; a bound of 1 accepts any spread.
+TEST(WorkerCli, RepeatsThatSpreadAreMeasuredAgainAndAnUnstableCaseSaysSo) {
+  const std::string common = "--model alexnet --image-size 64 --batch-size 2 --warmup-steps 0 --measure-steps 2 "
+                             "--repeats 2 --threads 1 ";
+  const Outcome o = worker(common + "--max-cv 1e-9 --extra-repeats 2 --output unstable.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;  // a measurement, with its verdict: not a failure
+  const ResultDocument doc = decoded(slurp(scratch() / "unstable.json"));
+  EXPECT_EQ(doc.state, CaseState::Succeeded);
+  ASSERT_TRUE(doc.stability.has_value());
+  EXPECT_EQ(doc.stability->verdict, StabilityVerdict::unstable);
+  EXPECT_EQ(doc.stability->extra_repeats, 2);
+  EXPECT_EQ(doc.stability->discarded.size(), 2u);
+  EXPECT_DOUBLE_EQ(doc.stability->max_cv, 1e-9);
+  ASSERT_TRUE(doc.throughput.has_value());
+  EXPECT_EQ(doc.throughput->repeats.size(), 2u);
+  EXPECT_EQ(doc.reason, "Unstable");
+  EXPECT_THAT(doc.message, HasSubstr("over the last 2 repeats is above the bound 0.0% after 2 more repeats"));
+  EXPECT_THAT(o.err, HasSubstr("repeat 3/2 (again: the last repeats spread too much)"));
+  EXPECT_THAT(o.err, HasSubstr("repeat 4/2 (again"));
+  EXPECT_THAT(o.err, Not(HasSubstr("repeat 5/2")));
+  EXPECT_THAT(o.out, HasSubstr("(discarded: measured again)"));
+  EXPECT_THAT(o.out, HasSubstr("stability: UNSTABLE (Unstable): cv "));
+
+  const Outcome any = worker(common + "--max-cv 1 --output stable.json");
+  ASSERT_EQ(any.exit_code, 0) << any.err;
+  const ResultDocument calm = decoded(slurp(scratch() / "stable.json"));
+  ASSERT_TRUE(calm.stability.has_value());
+  EXPECT_EQ(calm.stability->verdict, StabilityVerdict::stable);
+  EXPECT_EQ(calm.stability->extra_repeats, 0);
+  EXPECT_TRUE(calm.reason.empty());
+  EXPECT_THAT(any.out, HasSubstr("stability: stable, cv "));
+  EXPECT_THAT(any.err, Not(HasSubstr("repeat 3/2")));
+
+  // Defaults by backend, and bad bounds refused naming the flag.
+  const Outcome plain = worker(common + "--repeats 1 --output plain.json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_DOUBLE_EQ(decoded(slurp(scratch() / "plain.json")).stability->max_cv, kDefaultMaxCvCpu);
+  const Outcome zero = worker("--max-cv 0");
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_THAT(zero.err, HasSubstr("--max-cv"));
+  EXPECT_EQ(worker("--extra-repeats -1").exit_code, 2);
+}
+
 // A CUDA build on a machine without a GPU lists the backend with no device and no precision
 // (it once listed all four, and a case's header then counted 0 parameters).
 TEST(WorkerCli, ListDevicesNamesNoPrecisionWithoutADevice) {

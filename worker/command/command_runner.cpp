@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -178,6 +179,24 @@ std::optional<CommandCase> case_from_environment(const std::function<const char*
   c.node_rank = node_rank;
   if (lookup("DLBENCH_STATISTIC") != nullptr && !read_enum(lookup, "DLBENCH_STATISTIC", c.methodology.statistic, error)) {
     return std::nullopt;
+  }
+  if (const char* text = lookup("DLBENCH_MAX_CV")) {
+    const std::string_view view(text);
+    double bound = 0;
+    const auto [end, ec] = std::from_chars(view.data(), view.data() + view.size(), bound);
+    if (ec != std::errc() || end != view.data() + view.size() || !(bound > bounds::kMaxCv.min) ||
+        bound > bounds::kMaxCv.max) {
+      error = "DLBENCH_MAX_CV=\"" + printable(std::string(view.substr(0, 64))) + "\": must be a number in (0, 1]";
+      return std::nullopt;
+    }
+    c.methodology.stability.max_cv = bound;
+  }
+  for (const char* name : {"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}) {
+    const char* devices = lookup(name);
+    if (devices != nullptr && *devices != '\0' && std::string_view(devices) != "void" && std::string_view(devices) != "none" &&
+        std::string_view(devices) != "-1") {
+      c.gpu = true;
+    }
   }
   return c;
 }
@@ -402,6 +421,13 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   doc.message.clear();
   doc.throughput = Throughput{std::string(throughput_unit(c.model)), summarize(timing.repeats.throughput), timing.repeats.throughput};
   doc.step_time_seconds = summarize(timing.repeats.step_seconds);
+  // The command runs its steps once: judged, never measured again.
+  doc.stability = judge_stability(timing.repeats.throughput, c.methodology.repeats,
+                                  max_cv(c.methodology.stability, c.gpu));
+  if (doc.stability->verdict == StabilityVerdict::unstable) {
+    doc.reason = kReasonUnstable;
+    doc.message = describe_unstable(*doc.stability, c.methodology.repeats, doc.throughput->summary);
+  }
   return doc;
 }
 

@@ -27,8 +27,11 @@ struct CommandCase {
   int image_size = 224;
   int image_height = 0, image_width = 0;  // from DLBENCH_IMAGE_HEIGHT and _WIDTH, when set
   CaseSpec case_;
-  Methodology methodology;
+  Methodology methodology;  // stability.maxCv from DLBENCH_MAX_CV when set
   int node_rank = 0;
+  // A GPU was given to the node (NVIDIA_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES names one): the
+  // default stability bound is a GPU's.
+  bool gpu = false;
 
   long total_steps() const {
     return static_cast<long>(methodology.repeats) * (methodology.warmup_steps + methodology.measure_steps);

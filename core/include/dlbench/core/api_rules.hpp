@@ -44,6 +44,9 @@ inline constexpr IntBounds kSequenceLength{8, 512};
 inline constexpr IntBounds kWarmupSteps{0, 100000};
 inline constexpr IntBounds kMeasureSteps{1, 1000000};
 inline constexpr IntBounds kRepeats{1, 1000};
+// methodology.stability: a cv is a share of the mean; more repeats than that cost more than they tell.
+inline constexpr RealBounds kMaxCv{0.0, 1.0, true, false};
+inline constexpr IntBounds kExtraRepeats{0, 1000};
 inline constexpr IntBounds kCaseTimeoutSeconds{1, 7 * 24 * 3600};
 inline constexpr IntBounds kBackoffLimit{0, 10};
 inline constexpr IntBounds kRdmaPerNode{1, 64};
@@ -74,6 +77,7 @@ inline constexpr int kSequenceLength = 128;  // DLPerf's BERT phase 1
 inline constexpr int kWarmupSteps = 20;
 inline constexpr int kMeasureSteps = 100;
 inline constexpr int kRepeats = 7;
+inline constexpr int kExtraRepeats = 7;
 inline constexpr double kLearningRate = 0.1;
 inline constexpr double kMomentum = 0.9;
 inline constexpr double kWeightDecay = 1e-4;

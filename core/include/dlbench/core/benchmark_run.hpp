@@ -96,11 +96,31 @@ struct Matrix {
   bool operator==(const Matrix&) const = default;
 };
 
+// When a case's repeats count as agreeing (issue 37: a case measured at cv 57% was published as
+// normal). A case whose last `repeats` repeats spread by more than max_cv (stddev / mean of their
+// throughputs) is measured again, one repeat at a time, up to extra_repeats more; the reported
+// repeats are always the last `repeats`, the earlier ones are kept as discarded. A case that stays
+// unstable is recorded with reason Unstable and left out of best, speed-up and efficiency unless
+// include_unstable.
+struct StabilitySpec {
+  std::optional<double> max_cv;  // unset: the device's default (kDefaultMaxCvGpu, kDefaultMaxCvCpu)
+  int extra_repeats = 7;
+  bool include_unstable = false;
+  bool operator==(const StabilitySpec&) const = default;
+};
+// A GPU running alone repeats within about 1% (DLPerf's own tables); 2% leaves room for clocks.
+inline constexpr double kDefaultMaxCvGpu = 0.02;
+// A CPU shares its cores, caches and memory bandwidth with the node's other work and its clock
+// follows the load of every core: alone on a 2-core EPYC VM, quickstart-sized cases spread by up
+// to about 4.5%, and a disturbed repeat gives 10–30% (bench/RESULTS.md).
+inline constexpr double kDefaultMaxCvCpu = 0.05;
+
 struct Methodology {
   int warmup_steps = 20;
   int measure_steps = 100;
   int repeats = 7;
   Statistic statistic = Statistic::median;
+  StabilitySpec stability;
   bool operator==(const Methodology&) const = default;
 };
 
@@ -262,6 +282,20 @@ struct InterferenceReport {
 inline constexpr double kInterferedShare = 0.10;
 InterferenceVerdict interference_verdict(const std::optional<double>& cpu_pressure, double cpu_steal);
 
+// How a case's repeats agreed: the verdict, the bound it was judged against, how many repeats
+// were measured beyond methodology.repeats, and the throughputs of the repeats those replaced
+// (in run order: nothing measured is lost). `remeasured` is false where the executor cannot
+// measure again (engine: command runs its steps once).
+struct StabilityReport {
+  StabilityVerdict verdict = StabilityVerdict::stable;
+  double max_cv = 0;
+  double cv = 0;  // of the reported repeats
+  int extra_repeats = 0;
+  std::vector<double> discarded;
+  bool operator==(const StabilityReport&) const = default;
+};
+inline constexpr const char* kReasonUnstable = "Unstable";
+
 struct CaseResult {
   CaseSpec case_;
   CaseState state = CaseState::Succeeded;
@@ -269,11 +303,12 @@ struct CaseResult {
   std::optional<SampleSummary> step_time_seconds;   // Succeeded only
   std::optional<InputReport> input;                 // imagefolder cases
   std::optional<InterferenceReport> interference;   // native cases: other load on the nodes
+  std::optional<StabilityReport> stability;         // Succeeded: how the repeats agreed
   std::optional<double> speedup;                    // over the matching 1×1 case
   std::optional<double> scaling_efficiency;         // speedup / devices
   std::string scaling_refused;  // why speedup and efficiency are not published (an impossible figure)
-  std::string reason;   // Failed/Skipped: a CamelCase reason such as OutOfMemory
-  std::string message;  // Failed/Skipped: what happened, for people
+  std::string reason;   // Failed/Skipped: a CamelCase reason such as OutOfMemory; Succeeded: Unstable or empty
+  std::string message;  // what happened, for people
   int attempts = 1;
   std::string start_time;
   std::string completion_time;

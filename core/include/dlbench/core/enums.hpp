@@ -16,6 +16,8 @@ enum class DataSource { synthetic, imagefolder };
 // Where a real-data case spent its step: waiting for input, or computing.
 enum class InputVerdict { input_bound, compute_bound };
 enum class InterferenceVerdict { clean, interfered };
+// Whether a case's repeats agreed within methodology.stability.maxCv.
+enum class StabilityVerdict { stable, unstable };
 // fp32 disables TF32 so that it means what it says; amp = fp16 compute + loss scaling.
 enum class Precision { fp32, tf32, amp, bf16 };
 enum class Statistic { median, mean };
@@ -51,6 +53,7 @@ DLBENCH_ENUM_SPELLINGS(Engine, "native", "command");
 DLBENCH_ENUM_SPELLINGS(DataSource, "synthetic", "imagefolder");
 DLBENCH_ENUM_SPELLINGS(InputVerdict, "input-bound", "compute-bound");
 DLBENCH_ENUM_SPELLINGS(InterferenceVerdict, "clean", "interfered");
+DLBENCH_ENUM_SPELLINGS(StabilityVerdict, "stable", "unstable");
 DLBENCH_ENUM_SPELLINGS(Precision, "fp32", "tf32", "amp", "bf16");
 DLBENCH_ENUM_SPELLINGS(Statistic, "median", "mean");
 DLBENCH_ENUM_SPELLINGS(OptimizerName, "sgd", "adamw", "lamb");

@@ -106,6 +106,7 @@ struct ResultDocument {
   std::optional<InputReport> input;                // data.source imagefolder
   std::optional<MemoryReport> memory;              // engine: native
   std::optional<InterferenceReport> interference;  // engine: native, over the measured repeats
+  std::optional<StabilityReport> stability;        // Succeeded: how the repeats agreed (reason Unstable if not)
   std::optional<StepProfile> profile;              // dlbench-worker --profile
   // Model FLOPs utilization on a GPU whose peak is known: modelFlopsPerSample.training × the
   // reported throughput / (peakFlopsPerDevice × devices).

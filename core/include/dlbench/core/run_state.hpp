@@ -38,7 +38,7 @@ std::optional<CaseResult> result_from_document(const std::string& text, const Ca
 class RunStateMachine {
  public:
   // `status` as last written (empty for a new run); `generation` of the spec being run.
-  RunStateMachine(BenchmarkRunStatus status, std::vector<PlannedCase> plan, Statistic statistic,
+  RunStateMachine(BenchmarkRunStatus status, std::vector<PlannedCase> plan, const Methodology& methodology,
                   std::int64_t generation, int max_attempts, std::string now,
                   std::optional<PlannedCase> preflight = std::nullopt);
 
@@ -75,6 +75,7 @@ class RunStateMachine {
   std::vector<PlannedCase> plan_;
   std::optional<PlannedCase> preflight_;
   Statistic statistic_;
+  bool include_unstable_;
   std::int64_t generation_;
   int max_attempts_;
   std::string now_;

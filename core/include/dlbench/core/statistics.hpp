@@ -33,11 +33,31 @@ Scaling scaling(double baseline_throughput, double throughput, int devices);
 // above 1 + scaling_noise(...) is physically impossible (more than linear over the devices) and
 // is never published: speedup and scalingEfficiency stay unset and scalingRefused names the
 // figure (one of the two cases was disturbed: another load, a throttled device).
-void apply_scaling(std::vector<CaseResult>& results, Statistic statistic);
+// Unstable cases (stability.verdict unstable) are neither a baseline nor scaled, unless
+// include_unstable: scalingRefused says why.
+void apply_scaling(std::vector<CaseResult>& results, Statistic statistic, bool include_unstable = false);
+
+// Whether a result may stand in best, speed-up and efficiency: succeeded with a throughput, and
+// stable unless the user asked for unstable cases too.
+bool publishable(const CaseResult& result, bool include_unstable);
 
 // How far above 1 a measured efficiency may go before it is refused: 5% (caches can make a
 // larger share of the model fit per device) plus twice the two cases' coefficients of variation
 // (each ratio's own noise).
 double scaling_noise(double case_cv, double baseline_cv);
+
+// The spread a case's repeats may have: the spec's maxCv, or the device's default.
+double max_cv(const StabilitySpec& spec, bool gpu);
+
+// After each repeat, whether to measure one more: the last `repeats` throughputs spread by more
+// than max_cv, and fewer than repeats + spec.extra_repeats have been measured. Every rank of a
+// data-parallel case sees the same (slowest-rank) throughputs, so all of them agree.
+bool measure_again(std::span<const double> throughputs, int repeats, const StabilitySpec& spec, double max_cv);
+
+// The verdict once measuring stopped: the last `repeats` throughputs are reported, the earlier ones
+// are discarded (kept in the report). Throws std::invalid_argument for fewer than `repeats`.
+StabilityReport judge_stability(std::span<const double> throughputs, int repeats, double max_cv);
+// "cv 5.3% over the last 7 repeats is above the bound 2.0% after 7 more repeats (10.1 to 14.3)".
+std::string describe_unstable(const StabilityReport& report, int repeats, const SampleSummary& reported);
 
 }  // namespace dlbench

@@ -17,7 +17,8 @@ const Condition* find_condition(const std::vector<Condition>& conditions, Condit
 
 // Recomputes what is derived from results: speed-up and efficiency, best throughput, and the
 // progress counters and summary ("5/12"). The current case is left to the caller.
-void refresh_derived_status(BenchmarkRunStatus& status, const std::vector<PlannedCase>& plan, Statistic statistic);
+void refresh_derived_status(BenchmarkRunStatus& status, const std::vector<PlannedCase>& plan, Statistic statistic,
+                            bool include_unstable = false);
 
 // Failure reasons that another attempt cannot change (the worker cannot run this case where it
 // landed: a precision its backend or this CPU lacks). Both executors record such a result at
