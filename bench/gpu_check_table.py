@@ -105,6 +105,27 @@ def comparison(logs):
     return out
 
 
+def gpu_readings(logs):
+    """Issue 37 on a real GPU: each dlbench result's NVML readings and stability verdict."""
+    out = ["", "| case | verdict | other processes | SM clock min / median / max MHz | reasons | max C | median W | "
+                "repeats cv | stability |", "|---|---|---|---|---|---|---|---|---|"]
+    for name in [f"dlbench-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16")] + \
+                [f"dlbench-bert-{p}" for p in ("amp", "bf16")]:
+        doc = load(os.path.join(logs, name + ".json"))
+        if not doc:
+            continue
+        i, s = doc.get("interference", {}), doc.get("stability", {})
+        g = i.get("gpu")
+        if g is None:
+            out.append(f"| {name} | {i.get('verdict', '-')} | NO NVML READINGS (see {name}.log) | | | | | | |")
+            continue
+        out.append(f"| {name} | {i.get('verdict')} | {g['otherProcesses']} | {g['smClockMinMhz']:.0f} / "
+                   f"{g['smClockMedianMhz']:.0f} / {g['smClockMaxMhz']:.0f} | {', '.join(g['throttleReasons']) or '-'} | "
+                   f"{g['temperatureMaxCelsius']:.0f} | {g['powerMedianWatts']:.0f} | "
+                   f"{100 * s.get('cv', 0):.2f}% | {s.get('verdict', '-')} (+{s.get('extraRepeats', 0)}) |")
+    return out
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -116,6 +137,7 @@ def main():
     lines += poisoned(logs)
     lines += profiles(logs)
     lines += [""] + comparison(logs)
+    lines += gpu_readings(logs)
     print("\n".join(lines))
 
 

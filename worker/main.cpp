@@ -24,6 +24,7 @@
 
 #include "communicator.hpp"
 #include "cpu_budget.hpp"
+#include "gpu_monitor.hpp"
 #include "interference.hpp"
 #include "cpu/cpu_backend.hpp"
 #ifdef DLBENCH_HAVE_CUDA
@@ -572,7 +573,14 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
     if (doc.interference) {
       out << "  other load: " << std::setprecision(1);
       if (doc.interference->cpu_pressure) out << "tasks waited for a CPU " << 100.0 * *doc.interference->cpu_pressure << "% of the time, ";
-      out << "steal " << 100.0 * doc.interference->cpu_steal << "%: " << to_string(doc.interference->verdict) << "\n";
+      out << "steal " << 100.0 * doc.interference->cpu_steal << "%";
+      if (const auto& g = doc.interference->gpu) {
+        out << "; GPU: " << g->other_processes << " other processes, SM clock " << std::setprecision(0)
+            << g->sm_clock_min_mhz << "-" << g->sm_clock_median_mhz << " (median) of " << g->sm_clock_max_mhz << " MHz, "
+            << g->temperature_max_c << " C at most, " << g->power_median_w << " W median";
+        for (const GpuThrottleReason r : g->throttle_reasons) out << ", " << to_string(r);
+      }
+      out << ": " << to_string(doc.interference->verdict) << "\n";
     }
     if (doc.profile) print_profile(out, *doc.profile);
   } else {
@@ -580,16 +588,67 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
   }
 }
 
-// Other load over the measured repeats, as the busiest node saw it (every rank reads its own).
-InterferenceReport node_interference(InterferenceReport mine, Communicator& comm) {
+// The worst GPU of the case speaks for it: the most other processes, the lowest clocks, every
+// reason any GPU saw, the hottest, the most power. Ranks without readings (no NVML) send nothing.
+std::optional<GpuReadings> worst_gpu(const std::optional<GpuReadings>& mine, Communicator& comm) {
+  if (comm.size() == 1) return mine;
+  constexpr double kNone = -1e30;  // loses every max
+  constexpr GpuThrottleReason kReasons[] = {GpuThrottleReason::thermal, GpuThrottleReason::hw_slowdown,
+                                            GpuThrottleReason::power_brake, GpuThrottleReason::power_cap};
+  std::vector<double> worst(12, kNone);
+  if (mine) {
+    worst = {1.0, static_cast<double>(mine->other_processes), -mine->sm_clock_min_mhz, -mine->sm_clock_median_mhz,
+             mine->sm_clock_max_mhz, mine->temperature_max_c, mine->power_median_w, static_cast<double>(mine->samples)};
+    for (const GpuThrottleReason r : kReasons) {
+      const auto& seen = mine->throttle_reasons;
+      worst.push_back(std::find(seen.begin(), seen.end(), r) != seen.end() ? 1.0 : 0.0);
+    }
+  }
+  comm.max(worst.data(), static_cast<std::int64_t>(worst.size()));
+  if (worst[0] < 0) return std::nullopt;
+  GpuReadings g;
+  g.other_processes = static_cast<int>(worst[1]);
+  g.sm_clock_min_mhz = -worst[2];
+  g.sm_clock_median_mhz = -worst[3];
+  g.sm_clock_max_mhz = worst[4];
+  g.temperature_max_c = worst[5];
+  g.power_median_w = worst[6];
+  g.samples = static_cast<int>(worst[7]);
+  for (std::size_t i = 0; i < std::size(kReasons); ++i) {
+    if (worst[8 + i] > 0) g.throttle_reasons.push_back(kReasons[i]);
+  }
+  return g;
+}
+
+// Other load over the measured repeats, as the busiest node saw it (every rank reads its own),
+// and the worst GPU's readings where there are any.
+InterferenceReport node_interference(InterferenceReport mine, const std::optional<GpuReadings>& gpu, Communicator& comm) {
   if (comm.size() > 1) {
     std::vector<double> worst{mine.cpu_pressure.value_or(-1.0), mine.cpu_steal};
     comm.max(worst.data(), static_cast<std::int64_t>(worst.size()));
     mine.cpu_pressure = worst[0] >= 0 ? std::optional<double>(worst[0]) : std::nullopt;
     mine.cpu_steal = worst[1];
-    mine.verdict = interference_verdict(mine.cpu_pressure, mine.cpu_steal);
   }
+  mine.gpu = worst_gpu(gpu, comm);
+  mine.verdict = interference_verdict(mine.cpu_pressure, mine.cpu_steal, mine.gpu ? &*mine.gpu : nullptr);
   return mine;
+}
+
+// This rank's GPU through NVML, for a case on the CUDA backend; nullptr (and a note) without it.
+std::unique_ptr<GpuMonitor> open_gpu_monitor([[maybe_unused]] const Backend& device, [[maybe_unused]] int rank) {
+#ifdef DLBENCH_HAVE_CUDA
+  if (const auto* gpu = dynamic_cast<const CudaBackend*>(&device)) {
+    const cudaDeviceProp& p = gpu->properties();
+    char bus_id[32];
+    std::snprintf(bus_id, sizeof bus_id, "%08x:%02x:%02x.0", static_cast<unsigned>(p.pciDomainID),
+                  static_cast<unsigned>(p.pciBusID), static_cast<unsigned>(p.pciDeviceID));
+    std::string why;
+    auto monitor = GpuMonitor::open(bus_id, why);
+    if (!monitor) std::cerr << "dlbench-worker rank " << rank << ": no GPU readings: " << why << "\n";
+    return monitor;
+  }
+#endif
+  return nullptr;
 }
 
 // --profile: `steps` more eager steps, every layer timed (after the measurement, so that its
@@ -971,6 +1030,8 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     }
     const double bound = max_cv(doc.methodology.stability, o.backend == "cuda");
     std::vector<double> measured;  // every repeat's throughput, in run order
+    const std::unique_ptr<GpuMonitor> gpu_monitor = open_gpu_monitor(device, comm.rank());
+    if (gpu_monitor) gpu_monitor->start(std::chrono::milliseconds(100));
     const CpuCounters load_before = read_cpu_counters();
     const auto repeats = run_methodology(
         workload, doc.methodology, doc.global_batch_size,
@@ -998,7 +1059,8 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
       doc.reason = kReasonUnstable;
       doc.message = describe_unstable(*doc.stability, doc.methodology.repeats, doc.throughput->summary);
     }
-    doc.interference = node_interference(interference_between(load_before, read_cpu_counters()), comm);
+    const InterferenceReport cpu_load = interference_between(load_before, read_cpu_counters());
+    doc.interference = node_interference(cpu_load, gpu_monitor ? std::optional(gpu_monitor->stop()) : std::nullopt, comm);
     if (o.profile_steps > 0) doc.profile = profile_steps(trainer, device, static_cast<int>(o.profile_steps));
     if (real) {
       InputReport report;

@@ -173,15 +173,21 @@ void print_case_warnings(std::ostream& out, ReportFormat format, const std::vect
       const std::string name = (sources.size() > 1 ? s.label + " " : "") + case_id(r.case_);
       if (unstable(r)) unstable_cases.emplace_back(name, r.message);
       if (!r.scaling_refused.empty()) refused.emplace_back(name, r.scaling_refused);
-      if (!r.interference || r.interference->verdict != InterferenceVerdict::interfered) continue;
-      std::string why;
-      if (r.interference->cpu_pressure) why = "tasks waited for a CPU " + fixed(100 * *r.interference->cpu_pressure, 1) + "% of the time, ";
-      interfered.emplace_back(name, why + "steal " + fixed(100 * r.interference->cpu_steal, 1) + "%");
+      if (!r.interference || r.interference->verdict == InterferenceVerdict::clean) continue;
+      std::string why = std::string(to_string(r.interference->verdict)) + ": ";
+      if (r.interference->cpu_pressure) why += "tasks waited for a CPU " + fixed(100 * *r.interference->cpu_pressure, 1) + "% of the time, ";
+      why += "steal " + fixed(100 * r.interference->cpu_steal, 1) + "%";
+      if (const auto& g = r.interference->gpu) {
+        why += "; GPU: " + std::to_string(g->other_processes) + " other processes, SM clock median " +
+               fixed(g->sm_clock_median_mhz, 0) + " of " + fixed(g->sm_clock_max_mhz, 0) + " MHz";
+        for (const GpuThrottleReason reason : g->throttle_reasons) why += ", " + std::string(to_string(reason));
+      }
+      interfered.emplace_back(name, why);
     }
   }
   print_case_notes(out, format, "unstable cases (left out of best and scaling)", "spread", unstable_cases);
   print_case_notes(out, format, "speed-ups refused", "why", refused);
-  print_case_notes(out, format, "measured under other load", "load", interfered);
+  print_case_notes(out, format, "measured under other load or throttled", "load", interfered);
 }
 
 }  // namespace

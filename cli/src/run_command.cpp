@@ -20,6 +20,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -34,6 +35,7 @@
 #include "dlbench/core/status.hpp"
 #include "dlbench/core/worker_command.hpp"
 #include "dlbench/core/yaml.hpp"
+#include "run_progress.hpp"
 #include "report_command.hpp"
 
 namespace dlbench::cli {
@@ -92,9 +94,9 @@ struct ChildOutcome {
   std::deque<std::string> last_lines;  // of its stderr, for failure messages
 };
 
-// Runs argv in its own process group, passing its stderr through line by line.
+// Runs argv in its own process group, passing its repeat lines to `on_repeat` as they come.
 ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
-                       int timeout_seconds, std::ostream& progress) {
+                       int timeout_seconds, const std::function<void(const std::string&)>& on_repeat) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   const pid_t pid = fork();
@@ -138,7 +140,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
         for (std::size_t nl; (nl = partial.find('\n')) != std::string::npos;) {
           const std::string line = partial.substr(0, std::min(nl, kTailLineChars));
           partial.erase(0, nl + 1);
-          if (line.find(" repeat ") != std::string::npos) progress << "  " << line << "\n" << std::flush;
+          if (line.find(" repeat ") != std::string::npos) on_repeat(line);
           outcome.last_lines.push_back(line);
           if (outcome.last_lines.size() > 12) outcome.last_lines.pop_front();
         }
@@ -260,6 +262,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       << (wrapped ? ", engine command: " + printable(spec.command.front()) : std::string()) << "), status in "
       << output << "\n";
 
+  RunProgress progress(static_cast<int>(plan.size()), spec.methodology.repeats);
   for (std::size_t i = preflight ? 0 : 1; machine.current() != nullptr && !interrupted; ++i) {
     const PlannedCase& c = *machine.current();
     save();
@@ -274,6 +277,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
                               " nodes; the local executor runs on this host only (use the operator)",
                           0));
       out << "skipped (needs " << c.spec.nodes << " nodes)\n";
+      progress.case_ended();
       continue;
     }
     if (c.spec.devices() > host_devices) {
@@ -282,6 +286,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
                               std::to_string(host_devices),
                           0));
       out << "skipped (needs " << c.spec.devices() << " devices, host has " << host_devices << ")\n";
+      progress.case_ended();
       continue;
     }
     out << c.spec.devices() << (c.spec.devices() == 1 ? " rank" : " ranks") << "\n" << std::flush;
@@ -317,12 +322,18 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       for (auto& a : worker_arguments(run, c.spec, how)) argv.push_back(std::move(a));
     }
     // Attempts until the machine records the case (success, a permanent failure, or no attempts left).
+    if (!c.spec.preflight) progress.case_started(c.id);
     bool retry = true;
     while (retry && !interrupted) {
       const int attempt = machine.attempt();
       std::filesystem::remove(result_file);
       const std::string start = rfc3339_utc_now();
-      const ChildOutcome child = run_child(argv, env, timeout, out);
+      const ChildOutcome child = run_child(argv, env, timeout, [&](const std::string& line) {
+        out << "  " << line << "\n";
+        if (c.spec.preflight) return;
+        progress.repeat_done();
+        out << "    [" << progress.line() << "]\n" << std::flush;
+      });
       if (child.interrupted) break;
       CaseResult result = failed(c, CaseState::Failed, "", "", attempt);
       result.start_time = start;
@@ -368,6 +379,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       out << "\n";
     }
     if (interrupted) break;
+    if (!c.spec.preflight) progress.case_ended();
     save();
   }
 

@@ -544,7 +544,10 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
 BenchmarkRunStatus decode_status_object(Decoder& d, const json& obj, const std::string& path) {
   BenchmarkRunStatus status;
   if (!d.expect_object(obj, path)) return status;
-  d.reject_unknown(obj, path, {"observedGeneration", "phase", "conditions", "progress", "results", "preflight", "best"});
+  d.reject_unknown(obj, path, {"observedGeneration", "phase", "conditions", "progress", "results", "preflight", "best",
+                               "startTime", "completionTime"});
+  d.read_string(obj, path, "startTime", status.start_time);
+  d.read_string(obj, path, "completionTime", status.completion_time);
   d.read_int64(obj, path, "observedGeneration", {0, std::numeric_limits<std::int64_t>::max()},
                status.observed_generation);
   d.read_enum(obj, path, "phase", status.phase);
@@ -599,9 +602,10 @@ BenchmarkRunStatus decode_status_object(Decoder& d, const json& obj, const std::
   if (const json* best = Decoder::find(obj, "best")) {
     const std::string b_path = child(path, "best");
     if (d.expect_object(*best, b_path)) {
-      d.reject_unknown(*best, b_path, {"case", "throughput"});
+      d.reject_unknown(*best, b_path, {"case", "throughput", "unit"});
       BestResult b;
       d.read_string(*best, b_path, "case", b.case_id);
+      d.read_string(*best, b_path, "unit", b.unit);
       if (const json* t = Decoder::find(*best, "throughput")) {
         if (auto v = d.measurement(*t, child(b_path, "throughput"))) b.throughput = *v;
       }
@@ -768,10 +772,11 @@ std::optional<InputReport> detail::decode_input_report(Decoder& d, const json& o
 
 std::optional<InterferenceReport> detail::decode_interference(Decoder& d, const json& obj, const std::string& path) {
   if (!d.expect_object(obj, path)) return std::nullopt;
-  d.reject_unknown(obj, path, {"cpuPressure", "cpuSteal", "verdict"});
+  d.reject_unknown(obj, path, {"cpuPressure", "cpuSteal", "gpu", "verdict"});
   const std::size_t errors_before = d.errors.size();
   InterferenceReport r;
   d.read_number(obj, path, "cpuSteal", {0.0, 1.0, false, false}, r.cpu_steal);
+  if (const json* g = Decoder::find(obj, "gpu")) r.gpu = decode_gpu_readings(d, *g, child(path, "gpu"));
   if (Decoder::find(obj, "cpuPressure") != nullptr) {
     double pressure = 0;
     d.read_number(obj, path, "cpuPressure", {0.0, 1.0, false, false}, pressure);
@@ -787,7 +792,50 @@ std::optional<InterferenceReport> detail::decode_interference(Decoder& d, const 
 json detail::interference_to_json(const InterferenceReport& r) {
   json out{{"cpuSteal", r.cpu_steal}, {"verdict", to_string(r.verdict)}};
   if (r.cpu_pressure) out["cpuPressure"] = *r.cpu_pressure;
+  if (r.gpu) {
+    json reasons = json::array();
+    for (const GpuThrottleReason reason : r.gpu->throttle_reasons) reasons.push_back(to_string(reason));
+    out["gpu"] = {{"otherProcesses", r.gpu->other_processes},     {"smClockMinMhz", r.gpu->sm_clock_min_mhz},
+                  {"smClockMedianMhz", r.gpu->sm_clock_median_mhz}, {"smClockMaxMhz", r.gpu->sm_clock_max_mhz},
+                  {"throttleReasons", reasons},                     {"temperatureMaxCelsius", r.gpu->temperature_max_c},
+                  {"powerMedianWatts", r.gpu->power_median_w},      {"samples", r.gpu->samples}};
+  }
   return out;
+}
+
+std::optional<GpuReadings> detail::decode_gpu_readings(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"otherProcesses", "smClockMinMhz", "smClockMedianMhz", "smClockMaxMhz", "throttleReasons",
+                               "temperatureMaxCelsius", "powerMedianWatts", "samples"});
+  const std::size_t errors_before = d.errors.size();
+  GpuReadings g;
+  d.read_int(obj, path, "otherProcesses", {0, 1 << 20}, g.other_processes);
+  d.read_int(obj, path, "samples", {0, 1 << 30}, g.samples);
+  const auto measured = [&](const char* key, double& out) {
+    if (const json* v = Decoder::find(obj, key)) {
+      if (auto x = d.measurement(*v, child(path, key))) out = *x;
+    }
+  };
+  measured("smClockMinMhz", g.sm_clock_min_mhz);
+  measured("smClockMedianMhz", g.sm_clock_median_mhz);
+  measured("smClockMaxMhz", g.sm_clock_max_mhz);
+  measured("temperatureMaxCelsius", g.temperature_max_c);
+  measured("powerMedianWatts", g.power_median_w);
+  if (const json* reasons = Decoder::find(obj, "throttleReasons")) {
+    const std::string r_path = child(path, "throttleReasons");
+    if (const json* items = d.list(*reasons, r_path, 0, 4)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        if (auto reason = d.enumeration<GpuThrottleReason>((*items)[i], element(r_path, i))) {
+          g.throttle_reasons.push_back(*reason);
+        }
+      }
+    }
+  }
+  if (g.sm_clock_min_mhz > g.sm_clock_median_mhz) {
+    d.fail(child(path, "smClockMinMhz"), "exceeds smClockMedianMhz");
+  }
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return g;
 }
 
 std::optional<StabilityReport> detail::decode_stability(Decoder& d, const json& obj, const std::string& path) {
@@ -826,9 +874,18 @@ json detail::stability_to_json(const StabilityReport& r) {
           {"extraRepeats", r.extra_repeats}, {"discarded", r.discarded}};
 }
 
-InterferenceVerdict interference_verdict(const std::optional<double>& cpu_pressure, double cpu_steal) {
+InterferenceVerdict interference_verdict(const std::optional<double>& cpu_pressure, double cpu_steal,
+                                         const GpuReadings* gpu) {
   const bool pressed = cpu_pressure && *cpu_pressure > kInterferedShare;
-  return pressed || cpu_steal > kInterferedShare ? InterferenceVerdict::interfered : InterferenceVerdict::clean;
+  if (pressed || cpu_steal > kInterferedShare || (gpu != nullptr && gpu->other_processes > 0)) {
+    return InterferenceVerdict::interfered;
+  }
+  if (gpu != nullptr) {
+    for (const GpuThrottleReason r : gpu->throttle_reasons) {
+      if (r != GpuThrottleReason::power_cap) return InterferenceVerdict::throttled;
+    }
+  }
+  return InterferenceVerdict::clean;
 }
 
 json detail::input_report_to_json(const InputReport& r) {
@@ -1070,7 +1127,12 @@ json to_json(const BenchmarkRunStatus& status) {
            {"progress", progress},
            {"results", results}};
   if (status.preflight) out["preflight"] = to_json(*status.preflight);
-  if (status.best) out["best"] = {{"case", status.best->case_id}, {"throughput", status.best->throughput}};
+  if (status.best) {
+    out["best"] = {{"case", status.best->case_id}, {"throughput", status.best->throughput}};
+    if (!status.best->unit.empty()) out["best"]["unit"] = status.best->unit;
+  }
+  if (!status.start_time.empty()) out["startTime"] = status.start_time;
+  if (!status.completion_time.empty()) out["completionTime"] = status.completion_time;
   return out;
 }
 

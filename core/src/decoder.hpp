@@ -323,6 +323,7 @@ std::optional<Throughput> decode_throughput(Decoder& d, const json& obj, const s
 json throughput_to_json(const Throughput& throughput);
 std::optional<InputReport> decode_input_report(Decoder& d, const json& obj, const std::string& path);
 json input_report_to_json(const InputReport& input);
+std::optional<GpuReadings> decode_gpu_readings(Decoder& d, const json& obj, const std::string& path);
 std::optional<InterferenceReport> decode_interference(Decoder& d, const json& obj, const std::string& path);
 json interference_to_json(const InterferenceReport& report);
 std::optional<StabilityReport> decode_stability(Decoder& d, const json& obj, const std::string& path);

@@ -61,6 +61,12 @@ RunStateMachine::RunStateMachine(BenchmarkRunStatus status, std::vector<PlannedC
     set_condition(status_.conditions, {ConditionType::Invalid, ConditionStatus::False, "SpecValid", "", "", generation_},
                   now_);
     if (status_.phase == Phase::Failed) status_.phase = Phase::Pending;
+    if (const Condition* failed = find_condition(status_.conditions, ConditionType::Failed);
+        failed != nullptr && failed->reason == "InvalidSpec") {
+      set_condition(status_.conditions, {ConditionType::Failed, ConditionStatus::False, "SpecValid", "", "", generation_},
+                    now_);
+      status_.completion_time.clear();
+    }
   }
   refresh();
 }
@@ -87,6 +93,7 @@ void RunStateMachine::queue(const std::string& why) {
 void RunStateMachine::admit() {
   if (status_.phase != Phase::Pending) return;
   status_.phase = Phase::Running;
+  if (status_.start_time.empty()) status_.start_time = now_;
   events_.push_back({"Normal", "Started", std::to_string(plan_.size()) + " cases planned"});
   refresh();
 }
@@ -151,6 +158,7 @@ void RunStateMachine::interrupt() {
   if (finished()) return;
   interrupted_ = true;
   status_.phase = Phase::Failed;
+  if (status_.completion_time.empty()) status_.completion_time = now_;
   const std::string message = "stopped by a signal after " + std::to_string(status_.results.size()) + " of " +
                               std::to_string(plan_.size()) + " cases; their results are kept";
   events_.push_back({"Warning", "Interrupted", message});
@@ -203,6 +211,7 @@ void RunStateMachine::refresh() {
                        status_.progress.summary + " cases: " + summary});
   }
   status_.phase = phase;
+  if (status_.completion_time.empty()) status_.completion_time = now_;
   status_.progress.current_case.clear();
   status_.progress.current_attempt = 0;
   set_condition(status_.conditions,
@@ -212,7 +221,12 @@ void RunStateMachine::refresh() {
                 now_);
   set_condition(status_.conditions, {ConditionType::Progressing, ConditionStatus::False, "Finished", "", "", generation_},
                 now_);
-  if (succeeded == 0) {
+  if (succeeded > 0) {
+    set_condition(status_.conditions,
+                  {ConditionType::Complete, ConditionStatus::True, failed > 0 ? "SucceededWithFailures" : "Succeeded",
+                   summary, "", generation_},
+                  now_);
+  } else {
     const bool preflight_failed = status_.preflight && status_.preflight->state == CaseState::Failed;
     set_condition(status_.conditions,
                   {ConditionType::Failed, ConditionStatus::True, preflight_failed ? kReasonPreflightFailed : "NoCaseSucceeded",
@@ -227,7 +241,12 @@ void mark_invalid(BenchmarkRunStatus& status, const std::string& errors, std::in
   status.phase = Phase::Failed;
   status.progress.current_case.clear();
   status.progress.current_attempt = 0;
+  if (status.completion_time.empty()) status.completion_time = now;
   set_condition(status.conditions, {ConditionType::Invalid, ConditionStatus::True, "InvalidSpec", errors, "", generation},
+                now);
+  // A run that cannot run has failed, for `kubectl wait --for=condition=Failed` as for a Job.
+  set_condition(status.conditions,
+                {ConditionType::Failed, ConditionStatus::True, "InvalidSpec", "the spec is invalid: " + errors, "", generation},
                 now);
   // Ready says why too: `kubectl get -o wide` and `kubectl wait` users read Ready, not Invalid.
   set_condition(status.conditions,

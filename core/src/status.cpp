@@ -36,7 +36,7 @@ void refresh_derived_status(BenchmarkRunStatus& status, const std::vector<Planne
   for (const CaseResult& r : status.results) {
     if (!publishable(r, include_unstable)) continue;
     const double value = reported_value(r.throughput->summary, statistic);
-    if (!status.best || value > status.best->throughput) status.best = BestResult{case_id(r.case_), value};
+    if (!status.best || value > status.best->throughput) status.best = BestResult{case_id(r.case_), value, r.throughput->unit};
   }
   // A display value for the BEST printer column; results[] keep full precision.
   if (status.best) status.best->throughput = std::round(status.best->throughput * 100.0) / 100.0;

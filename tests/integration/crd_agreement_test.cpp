@@ -181,8 +181,15 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   result.message = "m";
   result.start_time = "t0";
   result.completion_time = "t1";
+  result.stability = StabilityReport{StabilityVerdict::stable, 0.02, 0.01, 1, {0.5}};
+  result.interference = InterferenceReport{0.01, 0.0, GpuReadings{1, 1400, 1500, 1980, {GpuThrottleReason::thermal}, 90, 700, 10},
+                                           InterferenceVerdict::interfered};
+  result.scaling_refused = "why";
   status.results = {result};
-  status.best = BestResult{"1x1-bs128-amp", 2.0};
+  status.best = BestResult{"1x1-bs128-amp", 2.0, "samples/s"};
+  status.start_time = "2026-11-26T09:00:00Z";
+  status.completion_time = "2026-11-26T09:10:00Z";
+  run.spec.methodology.stability = StabilitySpec{0.03, 2, true};
   CaseResult preflight = result;
   preflight.case_ = {2, 8, 128, Precision::amp, true};
   preflight.throughput.reset();
@@ -190,6 +197,9 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   preflight.speedup.reset();
   preflight.scaling_efficiency.reset();
   preflight.ran_alone.reset();
+  preflight.stability.reset();  // a self-test has no repeats and no load readings
+  preflight.interference.reset();
+  preflight.scaling_refused.clear();
   status.preflight = preflight;
   run.status = status;
 

@@ -233,11 +233,20 @@ TEST_F(RunCli, TheReportShowsARefusedSpeedupAndWhy) {
   const Outcome markdown = dlbench("report noisy.json --format markdown");
   EXPECT_THAT(markdown.out, HasSubstr("**speed-ups refused**\n\n| case | why |\n|---|---|\n| 1x2-bs2-fp32 | speed-up 7.08"));
   // The disturbed case says what disturbed it, from its result's interference.
-  s.results[0].interference = InterferenceReport{0.57, 0.0, InterferenceVerdict::interfered};
+  s.results[0].interference = InterferenceReport{0.57, 0.0, std::nullopt, InterferenceVerdict::interfered};
   run.status = s;
   write("noisy.json", to_json(run).dump());
   EXPECT_THAT(dlbench("report noisy.json").out,
-              HasSubstr("\nmeasured under other load\n  1x1-bs2-fp32: tasks waited for a CPU 57.0% of the time, steal 0.0%\n"));
+              HasSubstr("\nmeasured under other load or throttled\n  1x1-bs2-fp32: interfered: tasks waited for a CPU 57.0% of the "
+                        "time, steal 0.0%\n"));
+  // A GPU that held its clocks down for heat: throttled, with its readings.
+  GpuReadings hot{0, 1410, 1500, 1980, {GpuThrottleReason::thermal}, 91, 650, 40};
+  s.results[1].interference = InterferenceReport{0.01, 0.0, hot, interference_verdict(0.01, 0.0, &hot)};
+  run.status = s;
+  write("noisy.json", to_json(run).dump());
+  EXPECT_THAT(dlbench("report noisy.json").out,
+              HasSubstr("  1x2-bs2-fp32: throttled: tasks waited for a CPU 1.0% of the time, steal 0.0%; GPU: 0 other "
+                        "processes, SM clock median 1500 of 1980 MHz, thermal\n"));
 
   // Its repeats did not agree after 7 more: its cell says unstable, it is nobody's baseline, and
   // the report gives the figures; includeUnstable lets it count again.
@@ -295,6 +304,10 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
   EXPECT_THAT(o.out, HasSubstr("[2/4] 1x2-bs2-fp32: 2 ranks"));
   EXPECT_THAT(o.out, HasSubstr("repeat 2/2"));
+  // After every repeat: where the run stands and the time left.
+  EXPECT_THAT(o.out, HasSubstr("    [case 1/4 1x1-bs2-fp32, repeat 1 of 2; 1 of 8 repeats done in "));
+  EXPECT_THAT(o.out, ::testing::ContainsRegex("\\[case 2/4 1x2-bs2-fp32, repeat 2 of 2; 4 of 8 repeats done in "
+                                              "[0-9]+:[0-9][0-9], about [0-9]+:[0-9][0-9] left\\]"));
   const BenchmarkRun run = status("small.status.json");
   ASSERT_TRUE(run.status.has_value());
   const auto& s = *run.status;

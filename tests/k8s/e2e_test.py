@@ -62,10 +62,9 @@ class EndToEnd(unittest.TestCase):
         wait_for(lambda: self.finished("quickstart"), 300, "quickstart to finish")
 
         table = self.kubectl("get", "br").splitlines()
-        self.assertEqual(table[0].split()[:5], ["NAME", "MODEL", "PHASE", "PROGRESS", "BEST"])
+        self.assertEqual(table[0].split()[:6], ["NAME", "MODEL", "PHASE", "PROGRESS", "BEST", "UNIT"])
         row = table[1].split()
         self.assertEqual(row[:4], ["quickstart", "resnet50", "Succeeded", "2/2"])
-        best = float(row[4])
 
         run = self.run_object("quickstart")
         status = run["status"]
@@ -95,7 +94,7 @@ class EndToEnd(unittest.TestCase):
             self.assertIn("unstable (Unstable)", two["scalingRefused"])
         publishable = {k: r for k, r in results.items() if stable(r)}
         if publishable:
-            self.assertEqual(best, round(max(r["throughput"]["median"] for r in publishable.values()), 2))
+            self.assertEqual(float(row[4]), round(max(r["throughput"]["median"] for r in publishable.values()), 2))
             self.assertEqual(status["best"]["case"], max(publishable, key=lambda k: publishable[k]["throughput"]["median"]))
         # A finished run has no current case: cleared fields are removed, not left behind by merge patches.
         self.assertNotIn("currentCase", status["progress"])
@@ -103,6 +102,13 @@ class EndToEnd(unittest.TestCase):
         conditions = {c["type"]: c for c in status["conditions"]}
         self.assertEqual((conditions["Ready"]["status"], conditions["Ready"]["reason"]), ("True", "Succeeded"))
         self.assertEqual(conditions["Progressing"]["status"], "False")
+        # As a Job: Complete is terminal, with times around the run.
+        self.assertEqual((conditions["Complete"]["status"], conditions["Complete"]["reason"]), ("True", "Succeeded"))
+        self.assertNotIn("Failed", conditions)
+        self.assertLessEqual(run["metadata"]["creationTimestamp"], status["startTime"])
+        self.assertLessEqual(status["startTime"], status["completionTime"])
+        if publishable:
+            self.assertEqual(table[1].split()[5], "samples/s")
 
         # The children are gone once the cases are done; the events tell the story.
         self.assertEqual(self.kubectl("get", "pods", "-l", "app.kubernetes.io/component=worker", "-o", "name"), "")

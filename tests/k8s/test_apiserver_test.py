@@ -49,10 +49,11 @@ class ApiServerTest(unittest.TestCase):
         self.kubectl("apply", "--validate=false", "-f", os.path.join(ROOT, "crds", "examples", "quickstart.yaml"))
         self.kubectl("patch", "br", "quickstart", "--subresource=status", "--type=merge", "-p",
                      json.dumps({"status": {"phase": "Running", "progress": {"summary": "1/2"},
-                                            "best": {"case": "1x1-bs8-fp32", "throughput": 40.8}}}))
+                                            "best": {"case": "1x1-bs8-fp32", "throughput": 40.8,
+                                                     "unit": "samples/s"}}}))
         lines = self.kubectl("get", "br").stdout.splitlines()
-        self.assertEqual(lines[0].split(), ["NAME", "MODEL", "PHASE", "PROGRESS", "BEST", "AGE"])
-        self.assertEqual(lines[1].split()[:5], ["quickstart", "resnet50", "Running", "1/2", "40.8"])
+        self.assertEqual(lines[0].split(), ["NAME", "MODEL", "PHASE", "PROGRESS", "BEST", "UNIT", "AGE"])
+        self.assertEqual(lines[1].split()[:6], ["quickstart", "resnet50", "Running", "1/2", "40.8", "samples/s"])
         wide = self.kubectl("get", "br", "-o", "wide").stdout.splitlines()[0].split()
         self.assertIn("BEST-CASE", wide)
         obj = json.loads(self.kubectl("get", "br", "quickstart", "-o", "json").stdout)

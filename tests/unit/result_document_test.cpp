@@ -141,7 +141,7 @@ TEST(ResultDocument, StabilityFollowsFromTheRepeatsAndReachesTheStatus) {
 
 TEST(ResultDocument, InterferenceRoundTripsReachesTheStatusAndIsChecked) {
   ResultDocument doc = sample_document();
-  doc.interference = InterferenceReport{0.42, 0.01, InterferenceVerdict::interfered};
+  doc.interference = InterferenceReport{0.42, 0.01, std::nullopt, InterferenceVerdict::interfered};
   json j = to_json(doc);
   EXPECT_EQ(j["interference"]["verdict"], "interfered");
   const auto decoded = decode_result_document(j);
@@ -156,7 +156,20 @@ TEST(ResultDocument, InterferenceRoundTripsReachesTheStatusAndIsChecked) {
   j["interference"]["cpuPressure"] = 1.5;
   j["interference"]["verdict"] = "noisy";
   EXPECT_THAT(errors_of(j), ElementsAre("interference.cpuPressure: 1.5 is out of range; allowed: at least 0 and at most 1",
-                                        R"(interference.verdict: "noisy" is not one of clean, interfered)"));
+                                        R"(interference.verdict: "noisy" is not one of clean, interfered, throttled)"));
+
+  // A GPU case's NVML readings travel with it, and are checked as they are read.
+  doc.interference->gpu = GpuReadings{0, 1650, 1755, 1980, {GpuThrottleReason::power_cap}, 78, 690.5, 120};
+  doc.interference->verdict = interference_verdict(0.42, 0.01, &*doc.interference->gpu);
+  j = to_json(doc);
+  EXPECT_EQ(j["interference"]["gpu"]["throttleReasons"], json::array({"power-cap"}));
+  const auto with_gpu = decode_result_document(j);
+  ASSERT_TRUE(with_gpu.ok()) << with_gpu.errors.front().to_string();
+  EXPECT_EQ(*with_gpu.value, doc);
+  j["interference"]["gpu"]["throttleReasons"] = {"too-hot"};
+  j["interference"]["gpu"]["smClockMinMhz"] = 1900;
+  EXPECT_THAT(errors_of(j), ElementsAre(R"(interference.gpu.throttleReasons[0]: "too-hot" is not one of thermal, hw-slowdown, power-brake, power-cap)",
+                                        "interference.gpu.smClockMinMhz: exceeds smClockMedianMhz"));
 }
 
 TEST(ResultDocument, InputReportRoundTripsAndReachesTheStatus) {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "dlbench/core/planner.hpp"
+#include "dlbench/core/run_state.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/status.hpp"
 
@@ -56,6 +58,57 @@ TEST(DerivedStatus, BestProgressAndScaling) {
   EXPECT_EQ(status.best->case_id, "1x2-bs8-fp32");
   EXPECT_DOUBLE_EQ(*status.results[1].speedup, 1.8);
   EXPECT_DOUBLE_EQ(*status.results[1].scaling_efficiency, 0.9);
+}
+
+// The terminal conditions of a Job and a TrainJob, and the run's own start and end.
+TEST(RunConditions, CompleteOrFailedAtTheEndWithStartAndCompletionTimes) {
+  BenchmarkRunSpec spec;
+  spec.matrix = Matrix{{1}, {1}, {8}, {Precision::fp32}};
+  const auto plan = plan_cases(spec);
+  const auto succeeded = [] {
+    CaseResult r;
+    r.case_ = {1, 1, 8, Precision::fp32};
+    r.throughput = Throughput{"sequences/s", summarize(std::vector<double>{10.0}), {10.0}};
+    return r;
+  };
+  RunStateMachine pending({}, plan, spec.methodology, 1, 1, "t0");
+  EXPECT_TRUE(pending.status().start_time.empty());
+  RunStateMachine m({}, plan, spec.methodology, 1, 1, "t1");
+  m.admit();
+  EXPECT_EQ(m.status().start_time, "t1");
+  EXPECT_EQ(find_condition(m.status().conditions, ConditionType::Complete), nullptr);  // not while running
+  m.attempt_ended(succeeded());
+  const Condition* complete = find_condition(m.status().conditions, ConditionType::Complete);
+  ASSERT_NE(complete, nullptr);
+  EXPECT_EQ(complete->status, ConditionStatus::True);
+  EXPECT_EQ(complete->reason, "Succeeded");
+  EXPECT_EQ(find_condition(m.status().conditions, ConditionType::Failed), nullptr);
+  EXPECT_EQ(m.status().completion_time, "t1");
+  EXPECT_EQ(m.status().best->unit, "sequences/s");
+
+  RunStateMachine lost({}, plan, spec.methodology, 1, 1, "t2");
+  lost.admit();
+  CaseResult oom;
+  oom.case_ = {1, 1, 8, Precision::fp32};
+  oom.state = CaseState::Failed;
+  oom.reason = "OutOfMemory";
+  lost.attempt_ended(oom);
+  EXPECT_EQ(find_condition(lost.status().conditions, ConditionType::Complete), nullptr);
+  EXPECT_EQ(find_condition(lost.status().conditions, ConditionType::Failed)->status, ConditionStatus::True);
+  EXPECT_EQ(lost.status().completion_time, "t2");
+
+  // An invalid spec has failed as well; fixed, the run starts again and Failed is over.
+  BenchmarkRunStatus invalid;
+  mark_invalid(invalid, "spec.model: bad", 1, "t3");
+  const Condition* failed = find_condition(invalid.conditions, ConditionType::Failed);
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->status, ConditionStatus::True);
+  EXPECT_EQ(failed->reason, "InvalidSpec");
+  EXPECT_EQ(invalid.completion_time, "t3");
+  RunStateMachine fixed(invalid, plan, spec.methodology, 2, 1, "t4");
+  EXPECT_EQ(fixed.status().phase, Phase::Pending);
+  EXPECT_EQ(find_condition(fixed.status().conditions, ConditionType::Failed)->status, ConditionStatus::False);
+  EXPECT_TRUE(fixed.status().completion_time.empty());
 }
 
 TEST(DerivedStatus, Rfc3339Timestamp) {

@@ -273,14 +273,33 @@ std::string describe_input(const InputReport& input);
 // the measured time in which some task waited for a CPU (/proc/pressure/cpu, "some"), and the
 // share of CPU time a hypervisor gave to other guests (/proc/stat's steal). ranAlone covers
 // dlbench's own cases only; this covers any load. Interfered above kInterferedShare of either.
+// A GPU case's devices over the measured repeats, read through NVML (the worst GPU of the case
+// speaks for it): other compute processes, the SM clock against the device's maximum, the
+// throttle reasons active in more than 10% of the samples, the hottest reading, the median power.
+struct GpuReadings {
+  int other_processes = 0;  // besides the rank's own, the most seen at once
+  double sm_clock_min_mhz = 0;
+  double sm_clock_median_mhz = 0;
+  double sm_clock_max_mhz = 0;  // the device's maximum SM clock
+  std::vector<GpuThrottleReason> throttle_reasons;
+  double temperature_max_c = 0;
+  double power_median_w = 0;
+  int samples = 0;
+  bool operator==(const GpuReadings&) const = default;
+};
+
 struct InterferenceReport {
   std::optional<double> cpu_pressure;  // 0 to 1; none where the kernel has no PSI
   double cpu_steal = 0;                // 0 to 1
+  std::optional<GpuReadings> gpu;      // a GPU case where NVML could be loaded
   InterferenceVerdict verdict = InterferenceVerdict::clean;
   bool operator==(const InterferenceReport&) const = default;
 };
 inline constexpr double kInterferedShare = 0.10;
-InterferenceVerdict interference_verdict(const std::optional<double>& cpu_pressure, double cpu_steal);
+// interfered above kInterferedShare of CPU pressure or steal, or with another process on a GPU;
+// else throttled where a GPU held its clocks down for heat, a hardware slowdown or a power brake.
+InterferenceVerdict interference_verdict(const std::optional<double>& cpu_pressure, double cpu_steal,
+                                         const GpuReadings* gpu = nullptr);
 
 // How a case's repeats agreed: the verdict, the bound it was judged against, how many repeats
 // were measured beyond methodology.repeats, and the throughputs of the repeats those replaced
@@ -321,6 +340,7 @@ struct CaseResult {
 struct BestResult {
   std::string case_id;
   double throughput = 0;
+  std::string unit;  // the throughput's, for the UNIT printer column
   bool operator==(const BestResult&) const = default;
 };
 
@@ -334,6 +354,8 @@ struct BenchmarkRunStatus {
   // Failed, or Skipped where this executor cannot run it), reason, message, attempts, times.
   std::optional<CaseResult> preflight;
   std::optional<BestResult> best;  // highest reported throughput, for the BEST printer column
+  std::string start_time;          // RFC 3339: admitted (Pending became Running)
+  std::string completion_time;     // RFC 3339: ended (Complete or Failed)
   bool operator==(const BenchmarkRunStatus&) const = default;
 };
 

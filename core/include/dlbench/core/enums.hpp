@@ -15,7 +15,12 @@ enum class Engine { native, command };
 enum class DataSource { synthetic, imagefolder };
 // Where a real-data case spent its step: waiting for input, or computing.
 enum class InputVerdict { input_bound, compute_bound };
-enum class InterferenceVerdict { clean, interfered };
+// interfered: other load wanted the case's CPUs or ran on its GPUs; throttled: a GPU slowed its
+// clocks for heat, a hardware slowdown or a power brake.
+enum class InterferenceVerdict { clean, interfered, throttled };
+// Why a GPU held its clocks down (NVML's clocks-event reasons, grouped). power-cap is the normal
+// state of a GPU at full load and is recorded, not judged.
+enum class GpuThrottleReason { thermal, hw_slowdown, power_brake, power_cap };
 // Whether a case's repeats agreed within methodology.stability.maxCv.
 enum class StabilityVerdict { stable, unstable };
 // fp32 disables TF32 so that it means what it says; amp = fp16 compute + loss scaling.
@@ -25,7 +30,9 @@ enum class Statistic { median, mean };
 // lamb: LAMB with the same clipping, as NVIDIA's BERT pretraining runs it (apex FusedLAMB).
 enum class OptimizerName { sgd, adamw, lamb };
 enum class Phase { Pending, Running, Succeeded, Failed };
-enum class ConditionType { Ready, Progressing, Failed, Invalid };
+// Complete and Failed are terminal, as a Job's and a TrainJob's: `kubectl wait
+// --for=condition=Complete` (or Failed) ends when the run does. Ready stays for older clients.
+enum class ConditionType { Ready, Progressing, Complete, Failed, Invalid };
 enum class ConditionStatus { True, False, Unknown };
 enum class CaseState { Succeeded, Failed, Skipped };
 enum class TolerationOperator { Exists, Equal };
@@ -52,13 +59,14 @@ DLBENCH_ENUM_SPELLINGS(Model, "resnet50", "resnet152", "vgg16", "alexnet", "ince
 DLBENCH_ENUM_SPELLINGS(Engine, "native", "command");
 DLBENCH_ENUM_SPELLINGS(DataSource, "synthetic", "imagefolder");
 DLBENCH_ENUM_SPELLINGS(InputVerdict, "input-bound", "compute-bound");
-DLBENCH_ENUM_SPELLINGS(InterferenceVerdict, "clean", "interfered");
+DLBENCH_ENUM_SPELLINGS(InterferenceVerdict, "clean", "interfered", "throttled");
+DLBENCH_ENUM_SPELLINGS(GpuThrottleReason, "thermal", "hw-slowdown", "power-brake", "power-cap");
 DLBENCH_ENUM_SPELLINGS(StabilityVerdict, "stable", "unstable");
 DLBENCH_ENUM_SPELLINGS(Precision, "fp32", "tf32", "amp", "bf16");
 DLBENCH_ENUM_SPELLINGS(Statistic, "median", "mean");
 DLBENCH_ENUM_SPELLINGS(OptimizerName, "sgd", "adamw", "lamb");
 DLBENCH_ENUM_SPELLINGS(Phase, "Pending", "Running", "Succeeded", "Failed");
-DLBENCH_ENUM_SPELLINGS(ConditionType, "Ready", "Progressing", "Failed", "Invalid");
+DLBENCH_ENUM_SPELLINGS(ConditionType, "Ready", "Progressing", "Complete", "Failed", "Invalid");
 DLBENCH_ENUM_SPELLINGS(ConditionStatus, "True", "False", "Unknown");
 DLBENCH_ENUM_SPELLINGS(CaseState, "Succeeded", "Failed", "Skipped");
 DLBENCH_ENUM_SPELLINGS(TolerationOperator, "Exists", "Equal");
