@@ -66,9 +66,13 @@ Controller::Controller(KubeClient& client, ControllerOptions options) : client_(
   queue_depth_ = &registry_.gauge("dlbench_operator_queue_depth", "Runs waiting for reconciliation.").add({});
   cases_running_ = &registry_.gauge("dlbench_operator_cases_running", "Runs holding a case slot (Running).").add({});
   runs_by_phase_ = &registry_.gauge("dlbench_operator_runs", "BenchmarkRuns by phase (1 for the run's phase).");
+  // One family per unit (the name ends in it): images, and a sequence model's sequences.
   case_throughput_ = &registry_.gauge("dlbench_case_throughput_samples_per_second",
-                                      "Reported throughput of a finished case (median unless the run says mean), in the "
-                                      "`unit` label's samples (samples/s: images; sequences/s: bert-base's sequences).");
+                                      "Reported throughput of a finished case (median unless the run says mean), in "
+                                      "samples (images) per second.");
+  case_throughput_sequences_ = &registry_.gauge("dlbench_case_throughput_sequences_per_second",
+                                                "Reported throughput of a finished case of a sequence model (bert-base), "
+                                                "in sequences per second.");
   case_speedup_ = &registry_.gauge("dlbench_case_speedup", "Speed-up of a finished case over its 1x1 case.");
   case_efficiency_ = &registry_.gauge("dlbench_case_scaling_efficiency", "Speed-up / devices of a finished case.");
   case_devices_ = &registry_.gauge("dlbench_case_devices", "Devices (ranks) of a finished case: nodes x gpusPerNode.");
@@ -174,7 +178,7 @@ bool Controller::healthy() const {
 void Controller::forget(const std::string& ns, const std::string& name) {
   const metrics::Labels run{{"namespace", ns}, {"run", name}};
   for (auto* family :
-       {runs_by_phase_, case_throughput_, case_speedup_, case_efficiency_, case_devices_, case_failed_, case_cpu_pressure_,
+       {runs_by_phase_, case_throughput_, case_throughput_sequences_, case_speedup_, case_efficiency_, case_devices_, case_failed_, case_cpu_pressure_,
         case_repeats_cv_, case_scaling_refused_}) {
     family->remove_matching(run);
   }
@@ -460,7 +464,9 @@ void Controller::record_metrics(const std::string& ns, const std::string& name, 
     case_devices_->add(labels).set(r.case_.devices());
     metrics::Labels with_unit = labels;
     with_unit["unit"] = r.throughput->unit;
-    case_throughput_->add(with_unit).set(reported_value(r.throughput->summary, statistic));
+    auto* family = throughput_metric_suffix(r.throughput->unit) == "_sequences_per_second" ? case_throughput_sequences_
+                                                                                          : case_throughput_;
+    family->add(with_unit).set(reported_value(r.throughput->summary, statistic));
     if (r.speedup) case_speedup_->add(labels).set(*r.speedup);
     if (r.scaling_efficiency) case_efficiency_->add(labels).set(*r.scaling_efficiency);
     case_scaling_refused_->add(labels).set(r.scaling_refused.empty() ? 0 : 1);

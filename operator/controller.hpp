@@ -124,6 +124,7 @@ class Controller {
   metrics::Gauge* cases_running_;
   metrics::Family<metrics::Gauge>* runs_by_phase_;
   metrics::Family<metrics::Gauge>* case_throughput_;
+  metrics::Family<metrics::Gauge>* case_throughput_sequences_;
   metrics::Family<metrics::Gauge>* case_speedup_;
   metrics::Family<metrics::Gauge>* case_efficiency_;
   metrics::Family<metrics::Gauge>* case_devices_;

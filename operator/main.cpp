@@ -27,6 +27,7 @@ constexpr const char* kUsage = R"(dlbench-operator — runs BenchmarkRuns (dlben
   --metrics-port N           /metrics, /healthz, /readyz (default 8080)
   --worker-metrics-port N    the workers' /metrics, N + local rank (default 9400)
   --default-worker-image I   for runs that set no spec.worker.image
+  --worker-image-pull-policy P  Always | IfNotPresent | Never for the pods' containers (default: Kubernetes')
   --worker-backend B         cuda (default) | cpu
   --communicator C           nccl (default) | mpi
   --leader-elect true|false  lead through a Lease before reconciling (default false; on with replicas > 1)
@@ -113,6 +114,8 @@ int main(int argc, char** argv) {
       if (!parse_int(flag, value, 1, 65535, options.config.metrics_port)) return 2;
     } else if (flag == "--default-worker-image") {
       options.config.default_worker_image = value;
+    } else if (flag == "--worker-image-pull-policy") {
+      if (!parse_choice(flag, value, {"Always", "IfNotPresent", "Never"}, options.config.image_pull_policy)) return 2;
     } else if (flag == "--leader-elect") {
       std::string choice;
       if (!parse_choice(flag, value, {"true", "false"}, choice)) return 2;

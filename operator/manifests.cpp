@@ -25,6 +25,11 @@ std::string image(const BenchmarkRun& run, const OperatorConfig& config) {
   return run.spec.worker.image.empty() ? config.default_worker_image : run.spec.worker.image;
 }
 
+// --worker-image-pull-policy (the chart's worker.image.pullPolicy) on a container dlbench creates.
+void set_pull_policy(json& container, const OperatorConfig& config) {
+  if (!config.image_pull_policy.empty()) container["imagePullPolicy"] = config.image_pull_policy;
+}
+
 json tolerations(const BenchmarkRun& run) {
   json out = json::array();
   for (const auto& t : run.spec.worker.tolerations) out.push_back(to_json(t));
@@ -253,6 +258,8 @@ json build_command_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int at
                  {"terminationMessagePath", kTerminationLog},
                  {"terminationMessagePolicy", "FallbackToLogsOnError"},
                  {"volumeMounts", json::array({exec_mount, {{"name", "dshm"}, {"mountPath", "/dev/shm"}}})}};
+  set_pull_policy(installer, config);
+  set_pull_policy(container, config);
   json pod_spec{{"hostname", n.worker(index)},
                 {"subdomain", n.service},
                 {"restartPolicy", "Never"},
@@ -294,6 +301,7 @@ json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, i
                  {"readinessProbe", {{"tcpSocket", {{"port", 22}}}, {"periodSeconds", 2}}},
                  {"volumeMounts", json::array({{{"name", "ssh"}, {"mountPath", kSshMount}, {"readOnly", true}},
                                                {{"name", "dshm"}, {"mountPath", "/dev/shm"}}})}};
+  set_pull_policy(container, config);
   json pod_spec{{"hostname", n.worker(index)},
                 {"subdomain", n.service},
                 {"restartPolicy", "Never"},
@@ -347,6 +355,7 @@ json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt,
                  {"volumeMounts", json::array({{{"name", "ssh"}, {"mountPath", kSshMount}, {"readOnly", true}},
                                                {{"name", "hostfile"}, {"mountPath", kConfigMount + std::string("/hostfile")},
                                                 {"subPath", "hostfile"}}})}};
+  set_pull_policy(container, config);
   json pod_spec{{"restartPolicy", "Never"},
                 {"containers", json::array({container})},
                 {"volumes", json::array({{{"name", "ssh"}, {"secret", {{"secretName", n.secret}, {"defaultMode", 0400}}}},

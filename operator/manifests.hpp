@@ -27,6 +27,7 @@ namespace dlbench::operator_ {
 struct OperatorConfig {
   // Also the image of the init container that brings dlbench-exec into engine: command pods.
   std::string default_worker_image = "dlbench-worker:0.1.0";
+  std::string image_pull_policy;  // of every container dlbench creates; empty: Kubernetes' default
   std::string worker_backend = "cuda";
   std::string communicator = "nccl";  // GPU allreduce; "mpi" for CPU-only clusters
   int metrics_port = 9400;

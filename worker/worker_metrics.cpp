@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dlbench/core/enums.hpp"
+
 namespace dlbench::worker {
 
 WorkerMetrics::WorkerMetrics(const WorkerIdentity& id, int port) : global_batch_(id.global_batch_size) {
@@ -15,16 +17,15 @@ WorkerMetrics::WorkerMetrics(const WorkerIdentity& id, int port) : global_batch_
             {"libraries", id.library_versions},
             {"rank", std::to_string(id.rank)}})
       .set(1);
-  // Samples are images, or sequences for a sequence model: the `unit` label says which, as the
-  // result's throughput.unit does (Prometheus names carry base units only, so the name stays).
-  throughput_ = &registry_.gauge("dlbench_worker_throughput_samples_per_second",
-                                 "Live throughput of the whole job from the last step: global batch / step time, in the "
-                                 "`unit` label's samples (samples/s: images; sequences/s: bert-base's sequences).")
+  // Samples are images, or sequences for a sequence model: the name ends in the unit (one unit
+  // per name), and the `unit` label says it as the result's throughput.unit does.
+  const std::string suffix(throughput_metric_suffix(id.throughput_unit));
+  throughput_ = &registry_.gauge("dlbench_worker_throughput" + suffix,
+                                 "Live throughput of the whole job from the last step: global batch / step time.")
                      .add(labels_with("unit", id.throughput_unit));
   repeat_throughput_ = &registry_
-                            .gauge("dlbench_worker_repeat_throughput_samples_per_second",
-                                   "Throughput of the last finished repeat, as the methodology computes it, in the `unit` "
-                                   "label's samples.")
+                            .gauge("dlbench_worker_repeat_throughput" + suffix,
+                                   "Throughput of the last finished repeat, as the methodology computes it.")
                             .add(labels_with("unit", id.throughput_unit));
   step_seconds_ = &registry_
                        .histogram("dlbench_worker_step_seconds", "Wall time of training steps, warm-up included.",

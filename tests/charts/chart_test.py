@@ -136,6 +136,15 @@ class ChartTest(unittest.TestCase):
                     "app.kubernetes.io/managed-by", "app.kubernetes.io/component", "helm.sh/chart"):
             self.assertIn(key, labels)
         self.assertEqual(container["image"], "dlbench-operator:0.1.0")
+        # Every image value has one shape, {repository, tag, pullPolicy}: the worker's reaches the
+        # operator as the default image and the pull policy of the pods it creates.
+        self.assertIn("--default-worker-image=dlbench-worker:0.1.0", container["args"])
+        self.assertIn("--worker-image-pull-policy=IfNotPresent", container["args"])
+        custom = by_kind(render("--set", "worker.image.repository=registry.local/w,worker.image.pullPolicy=Always",
+                                "--set-string", "worker.image.tag=7"))["Deployment"][0]
+        args = custom["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertIn("--default-worker-image=registry.local/w:7", args)
+        self.assertIn("--worker-image-pull-policy=Always", args)
 
     def test_more_than_one_replica_turns_leader_election_on(self):
         args = by_kind(render("--set", "operator.replicas=3"))["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -167,7 +176,8 @@ class ChartTest(unittest.TestCase):
         for setting, field in (("worker.backend=rocm", "backend"), ("operator.replicas=0", "replicas"),
                                ("monitoring.interval=fast", "interval"), ("operator.metricsPort=70000", "metricsPort"),
                                ("operator.unknownKey=1", "unknownKey"),
-                               ("operator.maxConcurrentCases=-1", "maxConcurrentCases")):
+                               ("operator.maxConcurrentCases=-1", "maxConcurrentCases"),
+                               ("worker.image.pullPolicy=Sometimes", "pullPolicy")):
             result = helm("template", "bench", CHART, "--set", setting, check=False)
             self.assertNotEqual(result.returncode, 0, setting)
             self.assertIn(field, result.stderr, setting)
@@ -188,6 +198,7 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(one["metadata"]["annotations"]["helm.sh/hook"], "test")
         container = one["spec"]["containers"][0]
         self.assertEqual(container["image"], "dlbench-worker:0.1.0")
+        self.assertEqual(container["imagePullPolicy"], "IfNotPresent")
         self.assertEqual(container["command"], ["dlbench-worker", "--self-test", "--backend", "cuda", "--communicator",
                                                 "none", "--precision", "fp32,tf32,amp,bf16"])
         self.assertEqual(container["resources"]["limits"], {"nvidia.com/gpu": 1})

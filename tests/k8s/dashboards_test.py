@@ -260,6 +260,9 @@ class DashboardsTest(unittest.TestCase):
         for metric in ("dlbench_case_throughput_samples_per_second", "dlbench_worker_throughput_samples_per_second"):
             units = self.get("/api/v1/label/unit/values", **{"match[]": metric + '{run="dash"}'})["data"]
             self.assertEqual(units, [results[LIVE_CASE]["throughput"]["unit"]], metric)
+        # One unit per name: no images counted under a sequences name.
+        for metric in ("dlbench_case_throughput_sequences_per_second", "dlbench_worker_throughput_sequences_per_second"):
+            self.assertEqual(self.instant(metric + '{run="dash"}'), {}, metric)
 
     # --- Prometheus's HTTP API --------------------------------------------------------------
     def get(self, path, **params):

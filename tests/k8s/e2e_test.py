@@ -105,6 +105,8 @@ class EndToEnd(unittest.TestCase):
         # As a Job: Complete is terminal, with times around the run.
         self.assertEqual((conditions["Complete"]["status"], conditions["Complete"]["reason"]), ("True", "Succeeded"))
         self.assertNotIn("Failed", conditions)
+        waited = self.kubectl("wait", "--for=condition=Complete", "br/quickstart", "--timeout=20s")
+        self.assertIn("condition met", waited)
         self.assertLessEqual(run["metadata"]["creationTimestamp"], status["startTime"])
         self.assertLessEqual(status["startTime"], status["completionTime"])
         if publishable:

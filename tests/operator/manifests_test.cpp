@@ -352,6 +352,24 @@ TEST(Manifests, WorkersKeepOtherCasesOffTheirNodesUnlessTheRunShares) {
   EXPECT_FALSE(build_worker_pod(sharing, k2x8, 1, 0, OperatorConfig{})["spec"].contains("affinity"));
 }
 
+// --worker-image-pull-policy (the chart's worker.image.pullPolicy) reaches every container dlbench
+// creates, for both engines; unset, Kubernetes' own default is left alone.
+TEST(Manifests, ThePullPolicyReachesEveryContainer) {
+  OperatorConfig config;
+  const CaseObjects plain = build_case_objects(sample_run(), k2x8, 1, SshKeyPair{"k", "p"}, config);
+  EXPECT_FALSE(plain.workers[0]["spec"]["containers"][0].contains("imagePullPolicy"));
+  config.image_pull_policy = "Always";
+  const CaseObjects mpi = build_case_objects(sample_run(), k2x8, 1, SshKeyPair{"k", "p"}, config);
+  EXPECT_EQ(mpi.workers[1]["spec"]["containers"][0]["imagePullPolicy"], "Always");
+  EXPECT_EQ(mpi.launcher["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"], "Always");
+  BenchmarkRun command = sample_run(false);
+  command.spec.engine = Engine::command;
+  command.spec.command = {"python3", "train.py"};
+  const CaseObjects wrapped = build_case_objects(command, k2x8, 1, SshKeyPair{"k", "p"}, config);
+  EXPECT_EQ(wrapped.workers[0]["spec"]["initContainers"][0]["imagePullPolicy"], "Always");
+  EXPECT_EQ(wrapped.workers[0]["spec"]["containers"][0]["imagePullPolicy"], "Always");
+}
+
 TEST(Manifests, CpuClustersAreAskedForNoGpus) {
   OperatorConfig cpu;
   cpu.worker_backend = "cpu";

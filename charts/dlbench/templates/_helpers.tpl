@@ -43,3 +43,9 @@ app.kubernetes.io/component: operator
 {{- define "dlbench.monitoring" -}}
 {{- if and .Values.monitoring.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") -}}true{{- end -}}
 {{- end -}}
+
+{{/* An image value, {repository, tag, pullPolicy}, as repository:tag (tag default: appVersion). */}}
+{{- define "dlbench.image" -}}
+{{- $image := index . 0 -}}{{- $root := index . 1 -}}
+{{ $image.repository }}:{{ $image.tag | default $root.Chart.AppVersion }}
+{{- end }}

@@ -45,6 +45,12 @@ constexpr bool is_sequence_model(Model m) { return m == Model::bert_base; }
 // What a model's throughput counts: sequences for a sequence model (DLPerf's BERT tables count
 // sentences/s), else samples (images). Every engine reports in it; a report falls back on it.
 constexpr std::string_view throughput_unit(Model m) { return is_sequence_model(m) ? "sequences/s" : "samples/s"; }
+// A throughput metric's name ends in its unit (Prometheus's rule: one unit per name), so an
+// image model's and a sequence model's throughputs are two families: "_samples_per_second" and
+// "_sequences_per_second".
+constexpr std::string_view throughput_metric_suffix(std::string_view unit) {
+  return unit == "sequences/s" ? "_sequences_per_second" : "_samples_per_second";
+}
 
 template <typename E>
 struct EnumSpellings;
