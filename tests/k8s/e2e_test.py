@@ -107,6 +107,14 @@ class EndToEnd(unittest.TestCase):
         self.assertNotIn("Failed", conditions)
         waited = self.kubectl("wait", "--for=condition=Complete", "br/quickstart", "--timeout=20s")
         self.assertIn("condition met", waited)
+        # The README's path from the cluster to a report: kubectl's JSON straight into dlbench report.
+        run_file = os.path.join(self.tmp, "quickstart.json")
+        with open(run_file, "w") as f:
+            f.write(self.kubectl("get", "br", "quickstart", "-o", "json"))
+        report = subprocess.run([PROGRAMS[1], "report", run_file], capture_output=True, text=True, timeout=60)
+        self.assertEqual(report.returncode, 0, report.stderr)
+        self.assertIn("fp32: throughput (samples/s)\n  batch", report.stdout)
+        self.assertIn("fp32: speed-up over 1x1", report.stdout)
         self.assertLessEqual(run["metadata"]["creationTimestamp"], status["startTime"])
         self.assertLessEqual(status["startTime"], status["completionTime"])
         if publishable:
