@@ -26,7 +26,8 @@ def samples():
     """(file, line number, command, expected lines) of every runnable sample."""
     out = []
     for path in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
-        lines = open(path, encoding="utf-8").read().split("\n")
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
         i = 0
         while i < len(lines):
             if lines[i].strip() == "```text" and i + 1 < len(lines) and lines[i + 1].startswith("$ "):
