@@ -457,21 +457,13 @@ SelfTestCheck compare_step_traces(const StepTrace& got, const StepTrace& want, d
 
 // A BERT small enough to check in a second: 2 layers, hidden 32 in 4 heads, a 64-token
 // vocabulary; 4 sequences of 12 tokens.
-BertConfig small_bert() {
-  BertConfig c;
-  c.vocabulary = 64;
-  c.hidden = 32;
-  c.layers = 2;
-  c.heads = 4;
-  c.intermediate = 64;
-  c.max_positions = 16;
-  return c;
-}
+// The self-test's BERT: the named fields, the rest BERT-base's.
+constexpr BertConfig kSmallBert{.vocabulary = 64, .hidden = 32, .layers = 2, .heads = 4, .intermediate = 64, .max_positions = 16};
 constexpr PretrainingBatchLayout kSmallBertBatch{4, 12};
 constexpr AdamWConfig kSelfTestAdamW{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f};
 
 std::vector<float> bert_losses(Backend& backend, DType dtype, MemoryReuse reuse = MemoryReuse::lifetime) {
-  const BertConfig config = small_bert();
+  const BertConfig config = kSmallBert;
   Trainer trainer(backend, bert_for_pretraining(config), kSmallBertBatch, config.vocabulary, SgdConfig{}, 3, 0, reuse,
                   dtype);
   trainer.use_adamw(kSelfTestAdamW);
@@ -496,8 +488,8 @@ void transformer_checks(Checker& checker, Backend& backend, Backend& reference, 
     return;
   }
   const LayerCheck encoder{"transformer encoder layer",
-                           [] { return std::make_unique<TransformerEncoderLayer>(small_bert(), 1); },
-                           Shape(kSmallBertBatch.sequences * kSmallBertBatch.tokens, small_bert().hidden), Kind::block,
+                           [] { return std::make_unique<TransformerEncoderLayer>(kSmallBert, 1); },
+                           Shape(kSmallBertBatch.sequences * kSmallBertBatch.tokens, kSmallBert.hidden), Kind::block,
                            {3}};  // query weight, query bias, key weight, key bias, ...
   checker.run(precision, encoder.name, [&] {
     const auto run = [&](Backend& on, DType t) {

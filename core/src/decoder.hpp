@@ -16,7 +16,7 @@
 
 #include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/benchmark_run.hpp"
-#include "dlbench/core/codec.hpp"
+#include "dlbench/core/decoded.hpp"
 #include "dlbench/core/names.hpp"
 
 namespace dlbench::detail {

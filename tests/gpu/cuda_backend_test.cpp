@@ -447,20 +447,12 @@ TEST_F(CudaBackendTest, TransformerOpsMatchTheCpu) {
   EXPECT_LT(table_grad.error(), 1e-6) << "scatter-add rows";
 }
 
-BertConfig tiny_bert() {
-  BertConfig c;
-  c.vocabulary = 128;
-  c.hidden = 64;
-  c.layers = 2;
-  c.heads = 4;
-  c.intermediate = 128;
-  c.max_positions = 32;
-  return c;
-}
+// Wide enough for the tensor cores to matter, small enough for ten steps against the CPU.
+constexpr BertConfig kTinyBert{.vocabulary = 128, .hidden = 64, .layers = 2, .heads = 4, .intermediate = 128, .max_positions = 32};
 
 // A small BERT with AdamW, clipping included, follows the CPU for ten steps.
 TEST_F(CudaBackendTest, BertLossFollowsTheCpuWithAdamW) {
-  const BertConfig config = tiny_bert();
+  const BertConfig config = kTinyBert;
   const AdamWConfig adamw{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f};
   Trainer on_cpu(*cpu_, bert_for_pretraining(config), PretrainingBatchLayout{8, 32}, config.vocabulary, SgdConfig{}, 5);
   Trainer on_gpu(*gpu_, bert_for_pretraining(config), PretrainingBatchLayout{8, 32}, config.vocabulary, SgdConfig{}, 5);
@@ -476,7 +468,7 @@ TEST_F(CudaBackendTest, BertLossFollowsTheCpuWithAdamW) {
 // A replayed BERT step keeps counting AdamW's updates on the device (the bias corrections of a
 // frozen update number would leave the eager trajectory) and keeps changing dropout masks.
 TEST_F(CudaBackendTest, ABertStepReplayedAsAGraphTrainsLikeTheEagerStep) {
-  const BertConfig config = tiny_bert();
+  const BertConfig config = kTinyBert;
   const AdamWConfig adamw{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f};
   CudaBackend graph_backend(0, CudaMath::fp32);
   Trainer eager(*gpu_, bert_for_pretraining(config), PretrainingBatchLayout{8, 32}, config.vocabulary, SgdConfig{}, 5);

@@ -278,16 +278,8 @@ TEST(TransformerOps, LambFollowsApexFusedLambAfterClipping) {
   EXPECT_NE(w[12], 0.0f);
 }
 
-BertConfig tiny_bert() {
-  BertConfig c;
-  c.vocabulary = 40;
-  c.hidden = 16;
-  c.layers = 2;
-  c.heads = 2;
-  c.intermediate = 24;
-  c.max_positions = 16;
-  return c;
-}
+// Small enough for finite-difference gradient checks.
+constexpr BertConfig kTinyBert{.vocabulary = 40, .hidden = 16, .layers = 2, .heads = 2, .intermediate = 24, .max_positions = 16};
 
 TEST(Bert, SyntheticBatchIsShapedAsBertsPretrainingData) {
   const PretrainingBatchLayout layout{3, 12};
@@ -325,7 +317,7 @@ TEST(Bert, SyntheticBatchIsShapedAsBertsPretrainingData) {
 // embeddings included (their gradient has the decoder's part and the lookups').
 TEST(GradientCheck, BertForPretrainingWholeModel) {
   CpuBackend backend(1);
-  const BertConfig config = tiny_bert();
+  const BertConfig config = kTinyBert;
   Trainer trainer(backend, bert_for_pretraining(config), PretrainingBatchLayout{2, 8}, config.vocabulary,
                   SgdConfig{}, 5);
   trainer.compute_gradients();
@@ -354,7 +346,7 @@ TEST(GradientCheck, BertForPretrainingWholeModel) {
 
 TEST(Training, BertLossFallsOnAFixedBatch) {
   CpuBackend backend(2);
-  const BertConfig config = tiny_bert();
+  const BertConfig config = kTinyBert;
   Trainer trainer(backend, bert_for_pretraining(config), PretrainingBatchLayout{4, 12}, config.vocabulary,
                   SgdConfig{}, 3);
   trainer.use_adamw({5e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f});
@@ -370,7 +362,7 @@ TEST(Training, BertLossFallsOnAFixedBatch) {
 // so it takes a larger learning rate than AdamW's for the same progress, as LAMB's recipes do.
 TEST(Training, BertLossFallsWithLamb) {
   CpuBackend backend(2);
-  const BertConfig config = tiny_bert();
+  const BertConfig config = kTinyBert;
   Trainer trainer(backend, bert_for_pretraining(config), PretrainingBatchLayout{4, 12}, config.vocabulary,
                   SgdConfig{}, 3);
   trainer.use_lamb({5e-2f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f});
@@ -398,7 +390,7 @@ TEST(Bert, BaseHasBertBasesParameterCount) {
 TEST(Bert, Bf16TrainsWhereTheCpuHasIt) {
   CpuBackend backend(2);
   if (const auto why = backend.cannot_compute(DType::bf16)) GTEST_SKIP() << *why;
-  const BertConfig config = tiny_bert();
+  const BertConfig config = kTinyBert;
   Trainer fp32(backend, bert_for_pretraining(config), PretrainingBatchLayout{4, 12}, config.vocabulary, SgdConfig{}, 3);
   Trainer bf16(backend, bert_for_pretraining(config), PretrainingBatchLayout{4, 12}, config.vocabulary, SgdConfig{}, 3,
                0, MemoryReuse::lifetime, DType::bf16);

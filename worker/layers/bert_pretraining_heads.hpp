@@ -5,7 +5,7 @@
 
 #include "layers/bert_embeddings.hpp"
 #include "layers/transformer_parts.hpp"
-#include "models/bert.hpp"
+#include "layers/bert_config.hpp"
 
 namespace dlbench::worker {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "layers/transformer_parts.hpp"
-#include "models/bert.hpp"
+#include "layers/bert_config.hpp"
 
 namespace dlbench::worker {
 

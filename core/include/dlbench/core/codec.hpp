@@ -9,28 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "dlbench/core/benchmark_run.hpp"
+#include "dlbench/core/decoded.hpp"
 
 namespace dlbench {
-
-struct FieldError {
-  std::string path;     // "spec.matrix.precision[1]"
-  std::string message;  // "\"fp8\" is not one of fp32, tf32, amp, bf16"
-  std::string to_string() const { return path.empty() ? message : path + ": " + message; }
-  bool operator==(const FieldError&) const = default;
-};
-
-struct AppliedDefault {
-  std::string path;  // "spec.methodology.repeats"
-  nlohmann::json value;
-};
-
-template <typename T>
-struct Decoded {
-  std::optional<T> value;  // present exactly when errors is empty
-  std::vector<FieldError> errors;
-  std::vector<AppliedDefault> defaults;  // what apply_defaults filled in, in order
-  bool ok() const { return errors.empty(); }
-};
 
 // Fills every absent field that has a default (api_field_rules()), the way the API server
 // applies the CRD's defaults, and reports each one. Explicit nulls count as absent.
