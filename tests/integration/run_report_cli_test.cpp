@@ -308,17 +308,31 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   EXPECT_THAT(o.out, HasSubstr("    [case 1/4 1x1-bs2-fp32, repeat 1 of 2; 1 of 8 repeats done in "));
   EXPECT_THAT(o.out, ::testing::ContainsRegex("\\[case 2/4 1x2-bs2-fp32, repeat 2 of 2; 4 of 8 repeats done in "
                                               "[0-9]+:[0-9][0-9], about [0-9]+:[0-9][0-9] left\\]"));
-  const BenchmarkRun run = status("small.status.json");
+  BenchmarkRun run = status("small.status.json");
   ASSERT_TRUE(run.status.has_value());
-  const auto& s = *run.status;
+  auto& s = *run.status;
   EXPECT_EQ(s.phase, Phase::Succeeded);
   EXPECT_EQ(s.progress.summary, "4/4");
   ASSERT_EQ(s.results.size(), 4u);
   EXPECT_EQ(case_id(s.results[0].case_), "1x1-bs2-fp32");
   EXPECT_EQ(s.results[0].state, CaseState::Succeeded);
   EXPECT_EQ(s.results[1].state, CaseState::Succeeded);  // 2 ranks under mpirun
-  ASSERT_TRUE(s.results[1].speedup.has_value());
-  EXPECT_NEAR(*s.results[1].scaling_efficiency, *s.results[1].speedup / 2, 1e-12);
+  // Two steps a repeat beside the other tests on two cores: the baseline is sometimes slowed
+  // enough that 2 ranks look more than twice as fast. Then the speed-up is refused, saying why,
+  // and the report below reads a copy whose 1x2 case ran 1.6 times the baseline.
+  if (s.results[1].speedup.has_value()) {
+    EXPECT_NEAR(*s.results[1].scaling_efficiency, *s.results[1].speedup / 2, 1e-12);
+    EXPECT_EQ(s.results[1].scaling_refused, "");
+  } else {
+    EXPECT_THAT(s.results[1].scaling_refused, HasSubstr("is impossible, so one of the two cases was disturbed"));
+    ASSERT_TRUE(s.results[0].throughput && s.results[1].throughput);
+    std::vector<double> scaled = s.results[0].throughput->repeats;
+    for (double& value : scaled) value *= 1.6;
+    s.results[1].throughput = Throughput{"samples/s", summarize(scaled), scaled};
+    refresh_derived_status(s, plan_cases(run.spec), Statistic::median);
+    ASSERT_TRUE(s.results[1].speedup.has_value()) << s.results[1].scaling_refused;
+    write("small.status.json", to_json(run).dump());
+  }
   EXPECT_EQ(s.results[2].state, CaseState::Skipped);  // 2 nodes
   EXPECT_EQ(s.results[2].reason, "NeedsMoreNodes");
   EXPECT_EQ(s.results[3].state, CaseState::Skipped);
