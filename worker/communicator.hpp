@@ -4,8 +4,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "dlbench/core/benchmark_run.hpp"
 
 namespace dlbench::worker {
 
@@ -32,6 +35,9 @@ class Communicator {
   virtual void complete_reductions() = 0;
   // Element-wise maximum over ranks, in place (the slowest rank's times).
   virtual void max(double* data, std::int64_t count) = 0;
+  // The transports this rank's NCCL said it used so far (NCCL only; nullopt elsewhere, or where
+  // the user's own NCCL_DEBUG setting sent NCCL's lines where dlbench does not read them).
+  virtual std::optional<NcclTransport> transport() const { return std::nullopt; }
 };
 
 class NoCommunicator final : public Communicator {

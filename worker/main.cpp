@@ -1061,6 +1061,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     }
     const InterferenceReport cpu_load = interference_between(load_before, read_cpu_counters());
     doc.interference = node_interference(cpu_load, gpu_monitor ? std::optional(gpu_monitor->stop()) : std::nullopt, comm);
+    doc.environment.nccl_transport = comm.transport();  // after the collectives: NCCL connects lazily
     if (o.profile_steps > 0) doc.profile = profile_steps(trainer, device, static_cast<int>(o.profile_steps));
     if (real) {
       InputReport report;

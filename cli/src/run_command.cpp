@@ -344,7 +344,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       } else if (std::filesystem::exists(result_file)) {
         std::ifstream in(result_file);
         const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (auto judged = result_from_document(text, c.spec, attempt)) {
+        if (auto judged = result_from_document(text, c.spec, attempt, spec.worker.rdma)) {
           result = std::move(*judged);
         } else {
           result.reason = "InvalidResult";

@@ -123,6 +123,10 @@ std::vector<FieldRule> build_rules() {
   gpu.default_value = defaults::kGpuResource;
   r.push_back(gpu);
   r.push_back(integer_rule("spec.worker.rdma.perNode", bounds::kRdmaPerNode, json(defaults::kRdmaPerNode)));
+  FieldRule rdma_required;
+  rdma_required.path = "spec.worker.rdma.required";
+  rdma_required.default_value = true;
+  r.push_back(rdma_required);
   r.push_back(enum_rule<TolerationOperator>("spec.worker.tolerations[].operator", json("Equal")));
   r.push_back(enum_rule<TaintEffect>("spec.worker.tolerations[].effect"));
   FieldRule seconds;

@@ -236,12 +236,13 @@ void decode_worker(Decoder& d, const json& obj, const std::string& path, WorkerS
   if (const json* rdma = Decoder::find(obj, "rdma")) {
     const std::string rdma_path = child(path, "rdma");
     if (d.expect_object(*rdma, rdma_path)) {
-      d.reject_unknown(*rdma, rdma_path, {"resource", "perNode"});
+      d.reject_unknown(*rdma, rdma_path, {"resource", "perNode", "required"});
       RdmaSpec spec;
       if (d.require(*rdma, rdma_path, "resource", "an extended resource name such as rdma/hca_shared_devices_a")) {
         decode_resource_name(d, *rdma, rdma_path, "resource", spec.resource);
       }
       d.read_int(*rdma, rdma_path, "perNode", bounds::kRdmaPerNode, spec.per_node);
+      d.read_bool(*rdma, rdma_path, "required", spec.required);
       out.rdma = spec;
     }
   }
@@ -498,7 +499,7 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 // `preflight`: status.preflight, a self-test's outcome (Succeeded without throughput).
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
-  d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "stability", "speedup",
+  d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "stability", "ncclTransport", "speedup",
                                "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
                                "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
@@ -516,6 +517,9 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
     r.interference = decode_interference(d, *i, child(path, "interference"));
   }
   if (const json* s = Decoder::find(obj, "stability")) r.stability = decode_stability(d, *s, child(path, "stability"));
+  if (const json* t = Decoder::find(obj, "ncclTransport")) {
+    r.nccl_transport = decode_nccl_transport(d, *t, child(path, "ncclTransport"));
+  }
   if (const json* v = Decoder::find(obj, "speedup")) r.speedup = d.measurement(*v, child(path, "speedup"));
   if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
     r.scaling_efficiency = d.measurement(*v, child(path, "scalingEfficiency"));
@@ -869,6 +873,31 @@ std::optional<StabilityReport> detail::decode_stability(Decoder& d, const json& 
   return r;
 }
 
+std::optional<NcclTransport> detail::decode_nccl_transport(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"network", "links", "gpuDirectRdma"});
+  const std::size_t errors_before = d.errors.size();
+  NcclTransport t;
+  d.read_string(obj, path, "network", t.network);
+  if (const json* links = Decoder::find(obj, "links")) {
+    const std::string l_path = child(path, "links");
+    if (const json* items = d.list(*links, l_path, 0, 32)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        if (auto l = d.string((*items)[i], element(l_path, i))) t.links.push_back(*l);
+      }
+    }
+  }
+  d.read_bool(obj, path, "gpuDirectRdma", t.gpu_direct_rdma);
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return t;
+}
+
+json detail::nccl_transport_to_json(const NcclTransport& t) {
+  json out{{"links", t.links}, {"gpuDirectRdma", t.gpu_direct_rdma}};
+  if (!t.network.empty()) out["network"] = t.network;
+  return out;
+}
+
 json detail::stability_to_json(const StabilityReport& r) {
   return {{"verdict", to_string(r.verdict)}, {"maxCv", r.max_cv},       {"cv", r.cv},
           {"extraRepeats", r.extra_repeats}, {"discarded", r.discarded}};
@@ -1021,6 +1050,7 @@ json to_json(const CaseResult& r) {
   if (r.input) out["input"] = detail::input_report_to_json(*r.input);
   if (r.interference) out["interference"] = detail::interference_to_json(*r.interference);
   if (r.stability) out["stability"] = detail::stability_to_json(*r.stability);
+  if (r.nccl_transport) out["ncclTransport"] = detail::nccl_transport_to_json(*r.nccl_transport);
   if (r.speedup) out["speedup"] = *r.speedup;
   if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;
   if (!r.scaling_refused.empty()) out["scalingRefused"] = r.scaling_refused;
@@ -1080,7 +1110,10 @@ json to_json(const BenchmarkRunSpec& spec) {
                       {"weightDecay", spec.optimizer.weight_decay}};
   json worker{{"gpuResource", spec.worker.gpu_resource}};
   if (!spec.worker.image.empty()) worker["image"] = spec.worker.image;
-  if (spec.worker.rdma) worker["rdma"] = {{"resource", spec.worker.rdma->resource}, {"perNode", spec.worker.rdma->per_node}};
+  if (spec.worker.rdma) {
+    worker["rdma"] = {{"resource", spec.worker.rdma->resource}, {"perNode", spec.worker.rdma->per_node},
+                      {"required", spec.worker.rdma->required}};
+  }
   if (!spec.worker.node_selector.empty()) worker["nodeSelector"] = spec.worker.node_selector;
   if (!spec.worker.tolerations.empty()) {
     worker["tolerations"] = json::array();

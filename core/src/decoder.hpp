@@ -328,5 +328,7 @@ std::optional<InterferenceReport> decode_interference(Decoder& d, const json& ob
 json interference_to_json(const InterferenceReport& report);
 std::optional<StabilityReport> decode_stability(Decoder& d, const json& obj, const std::string& path);
 json stability_to_json(const StabilityReport& report);
+std::optional<NcclTransport> decode_nccl_transport(Decoder& d, const json& obj, const std::string& path);
+json nccl_transport_to_json(const NcclTransport& transport);
 
 }  // namespace dlbench::detail

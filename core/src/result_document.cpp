@@ -48,6 +48,7 @@ json environment_to_json(const EnvironmentInfo& e) {
   put("framework", e.framework);
   put("frameworkVersion", e.framework_version);
   if (!e.facts.empty()) out["facts"] = e.facts;
+  if (e.nccl_transport) out["ncclTransport"] = nccl_transport_to_json(*e.nccl_transport);
   return out;
 }
 
@@ -56,7 +57,7 @@ EnvironmentInfo decode_environment(Decoder& d, const json& obj, const std::strin
   if (!d.expect_object(obj, path)) return e;
   d.reject_unknown(obj, path, {"host", "hosts", "os", "cpuModel", "cpuCores", "cpuThreadsReason", "gpuModel", "gpuCount", "driverVersion",
                                "cudaVersion", "cudnnVersion", "ncclVersion", "mpiVersion", "onednnVersion", "backend",
-                               "communicator", "dlbenchVersion", "framework", "frameworkVersion", "facts"});
+                               "communicator", "dlbenchVersion", "framework", "frameworkVersion", "facts", "ncclTransport"});
   d.read_string(obj, path, "host", e.host);
   if (const json* hosts = Decoder::find(obj, "hosts")) {
     if (const json* items = d.list(*hosts, child(path, "hosts"), 0, 4096)) {
@@ -91,6 +92,9 @@ EnvironmentInfo decode_environment(Decoder& d, const json& obj, const std::strin
         if (auto text = d.string(value, child(facts_path, key))) e.facts[key] = *text;
       }
     }
+  }
+  if (const json* t = Decoder::find(obj, "ncclTransport")) {
+    e.nccl_transport = decode_nccl_transport(d, *t, child(path, "ncclTransport"));
   }
   return e;
 }
@@ -463,6 +467,7 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
   r.input = document.input;
   r.interference = document.interference;
   r.stability = document.stability;
+  r.nccl_transport = document.environment.nccl_transport;
   r.reason = document.reason;
   r.message = document.message;
   r.attempts = attempts;

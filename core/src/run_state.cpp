@@ -5,12 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include "dlbench/core/codec.hpp"
+#include "dlbench/core/nccl_log.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/status.hpp"
 
 namespace dlbench {
 
-std::optional<CaseResult> result_from_document(const std::string& text, const CaseSpec& expected, int attempt) {
+std::optional<CaseResult> result_from_document(const std::string& text, const CaseSpec& expected, int attempt,
+                                               const std::optional<RdmaSpec>& rdma) {
   nlohmann::json document;
   try {
     document = nlohmann::json::parse(text);
@@ -43,7 +45,9 @@ std::optional<CaseResult> result_from_document(const std::string& text, const Ca
     failure.completion_time = decoded.value->end_time;
     return failure;
   }
-  return to_case_result(*decoded.value, attempt);
+  CaseResult result = to_case_result(*decoded.value, attempt);
+  judge_rdma(result, rdma);
+  return result;
 }
 
 RunStateMachine::RunStateMachine(BenchmarkRunStatus status, std::vector<PlannedCase> plan, const Methodology& methodology,
@@ -140,6 +144,9 @@ void RunStateMachine::record(CaseResult result) {
     }
   } else {
     events_.push_back({succeeded ? "Normal" : "Warning", "Case" + what, c->id + why});
+    if (succeeded && result.reason == kReasonRdmaNotUsed) {  // kept (rdma.required: false), never silent
+      events_.push_back({"Warning", kReasonRdmaNotUsed, c->id + ": " + result.message});
+    }
     status_.results.push_back(std::move(result));
   }
   refresh();

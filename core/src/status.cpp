@@ -62,7 +62,9 @@ std::string rfc3339_utc_now() {
 }
 
 bool failure_is_permanent(const std::string& reason) {
-  return reason == kReasonUnsupported || reason == kReasonGangSchedulerUnavailable || reason == kReasonSelfTestFailed;
+  // RdmaNotUsed: the fabric and NCCL's settings are the same on the next attempt.
+  return reason == kReasonUnsupported || reason == kReasonGangSchedulerUnavailable || reason == kReasonSelfTestFailed ||
+         reason == kReasonRdmaNotUsed;
 }
 
 }  // namespace dlbench

@@ -1,7 +1,9 @@
 #include "dlbench/core/worker_command.hpp"
 
+#include <algorithm>
 #include <sstream>
 
+#include "dlbench/core/nccl_log.hpp"
 #include "dlbench/core/planner.hpp"
 
 namespace dlbench {
@@ -134,6 +136,14 @@ std::vector<std::pair<std::string, std::string>> command_environment(const Bench
   }
   if (!where.home.empty()) env.emplace_back("DLBENCH_HOME", where.home);
   if (m.stability.max_cv) env.emplace_back("DLBENCH_MAX_CV", real(*m.stability.max_cv));
+  // NCCL's own word on its transports, read from the output (a multi-node case that asked for
+  // RDMA is judged on it), unless the user chose NCCL's logging.
+  const bool user_nccl_debug = std::any_of(spec.worker.env.begin(), spec.worker.env.end(),
+                                           [](const EnvVar& e) { return e.name == "NCCL_DEBUG"; });
+  if (c.devices() > 1 && !user_nccl_debug) {
+    env.emplace_back("NCCL_DEBUG", kNcclDebugLevel);
+    env.emplace_back("NCCL_DEBUG_SUBSYS", kNcclDebugSubsystems);
+  }
   return env;
 }
 

@@ -356,6 +356,58 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(failed["results"][0]["reason"], "CommandFailed")
         self.assertIn("ModuleNotFoundError: torch", failed["results"][0]["message"])
 
+    def test_rdma_asked_for_but_nccl_on_sockets_is_never_a_silent_number(self):
+        # A stand-in for a training script under engine: command: it prints what NCCL prints at
+        # NCCL_DEBUG=INFO (which the operator must have set) and one step marker per step.
+        script = ('[ "$DLBENCH_DEVICES" = 1 ] || { [ "$NCCL_DEBUG" = INFO ] && [ "$NCCL_DEBUG_SUBSYS" = INIT,NET ]; } || exit 3; '
+                  'echo "$HOSTNAME:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/$LINK ; OOB eth0:10.0.0.1<0>"; '
+                  'echo "$HOSTNAME:1:1 [0] NCCL INFO Using network $NETWORK"; '
+                  'echo "$HOSTNAME:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/$NETWORK/0"; '
+                  'i=0; while [ $i -lt "$DLBENCH_TOTAL_STEPS" ]; do sleep 0.02; '
+                  'echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; i=$((i + 1)); done')
+
+        def run(name, network, link, required):
+            return {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": name},
+                    "spec": {"model": "resnet50", "engine": "command", "command": ["sh", "-c", script],
+                             "cases": [{"nodes": 2, "gpusPerNode": 1, "batchSizePerDevice": 4, "precision": "fp32"}],
+                             "methodology": {"warmupSteps": 1, "measureSteps": 3, "repeats": 2},
+                             "worker": {"rdma": {"resource": "rdma/hca", "required": required},
+                                        "env": [{"name": "NETWORK", "value": network}, {"name": "LINK", "value": link}],
+                                        "shareNodes": True},
+                             "limits": {"backoffLimit": 2}}}
+
+        self.apply(run("over-sockets", "Socket", "IB", True))
+        self.apply(run("over-roce", "IB", "RoCE", True))
+        self.apply(run("sockets-allowed", "Socket", "IB", False))
+        for name in ("over-sockets", "over-roce", "sockets-allowed"):
+            wait_for(lambda: self.finished(name), 300, f"run {name} to finish")
+
+        failed = self.run_object("over-sockets")["status"]
+        self.assertEqual([r["state"] for r in failed["results"]], ["Succeeded", "Failed"], failed)  # 1x1 added
+        result = failed["results"][1]
+        self.assertEqual((result["state"], result["reason"]), ("Failed", "RdmaNotUsed"), result)
+        self.assertEqual(result["attempts"], 1)  # another attempt meets the same fabric
+        self.assertIn("asked for RDMA (spec.worker.rdma rdma/hca) but NCCL used TCP sockets between the nodes",
+                      result["message"])
+        self.assertEqual(result["ncclTransport"], {"network": "Socket", "links": ["NET/Socket"], "gpuDirectRdma": False})
+        self.assertEqual(len(result["throughput"]["repeats"]), 2)  # measured, kept, not published
+        self.assertEqual(failed["best"]["case"], "1x1-bs4-fp32")
+        self.assertNotIn("speedup", result)
+
+        roce = self.run_object("over-roce")["status"]
+        self.assertEqual(roce["phase"], "Succeeded", roce)
+        self.assertEqual(roce["results"][1]["ncclTransport"]["network"], "RoCE")
+        self.assertNotIn("reason", roce["results"][1])
+
+        allowed = self.run_object("sockets-allowed")["status"]
+        self.assertEqual(allowed["phase"], "Succeeded", allowed)
+        self.assertEqual((allowed["results"][1]["state"], allowed["results"][1]["reason"]), ("Succeeded", "RdmaNotUsed"))
+        self.assertIn("(kept: spec.worker.rdma.required is false)", allowed["results"][1]["message"])
+        events = json.loads(self.kubectl("get", "events", "-o", "json"))["items"]
+        warnings = [e for e in events if e["involvedObject"]["name"] == "sockets-allowed" and e["reason"] == "RdmaNotUsed"]
+        self.assertEqual(len(warnings), 1, events)
+        self.assertEqual(warnings[0]["type"], "Warning")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -35,7 +35,7 @@ json full_run_json() {
                       "stability": {"maxCv": 0.03, "extraRepeats": 2, "includeUnstable": true}},
       "optimizer": {"name": "sgd", "learningRate": 0.05, "momentum": 0.8, "weightDecay": 0.0005},
       "worker": {"image": "registry.local/dlbench-worker:1", "gpuResource": "nvidia.com/gpu",
-                 "rdma": {"resource": "rdma/hca_shared_devices_a", "perNode": 2},
+                 "rdma": {"resource": "rdma/hca_shared_devices_a", "perNode": 2, "required": false},
                  "nodeSelector": {"nvidia.com/gpu.product": "H100"},
                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                                  {"key": "spot", "operator": "Equal", "value": "yes", "effect": "NoExecute", "tolerationSeconds": 60}],
@@ -56,6 +56,7 @@ json full_run_json() {
                         "repeats": [99.0, 100.0, 101.0]},
          "stepTimeSeconds": {"median": 0.64, "mean": 0.64, "min": 0.63, "max": 0.65, "stddev": 0.01, "cv": 0.015},
          "stability": {"verdict": "stable", "maxCv": 0.03, "cv": 0.01, "extraRepeats": 1, "discarded": [80.0]},
+         "ncclTransport": {"network": "RoCE", "links": ["NET/IB", "P2P"], "gpuDirectRdma": true},
          "speedup": 1.0, "scalingEfficiency": 1.0, "startTime": "2026-11-21T05:00:00Z", "completionTime": "2026-11-21T05:01:00Z"},
         {"case": {"id": "1x1-bs64-bf16", "nodes": 1, "gpusPerNode": 1, "batchSizePerDevice": 64, "precision": "bf16"},
          "state": "Failed", "attempts": 2, "reason": "OutOfMemory", "message": "asked 80 GiB, 10 GiB free"}

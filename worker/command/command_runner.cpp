@@ -16,6 +16,7 @@
 #include "command/markers.hpp"
 #include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/names.hpp"
+#include "dlbench/core/nccl_log.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/status.hpp"
 
@@ -245,10 +246,12 @@ CommandOutcome run_command(const RunSettings& settings) {
   std::string partial;      // the line being read, at most kMaxLineBytes
   bool cutting = false;     // inside a line longer than kMaxLineBytes: dropping until its end
   std::vector<char> buffer(64 * 1024);
+  NcclLogReader nccl;  // which network the script's NCCL used (its NCCL_DEBUG=INFO lines)
 
   const auto on_line = [&](std::string_view line, clock::time_point arrived) {
     ++outcome.output_lines;
     const Marker marker = parse_marker(line);
+    if (marker.kind == Marker::Kind::none) nccl.line(line);
     if (marker.kind == Marker::Kind::step) {
       const double seconds = std::chrono::duration<double>(arrived - start).count();
       outcome.steps.push_back({seconds, marker.samples});
@@ -357,6 +360,7 @@ CommandOutcome run_command(const RunSettings& settings) {
   kill(-pid, SIGKILL);  // whatever the command left behind in its group goes with it
   running_group = 0;
   outcome.seconds = std::chrono::duration<double>(clock::now() - start).count();
+  outcome.nccl_transport = nccl.transport();
   // A command that finished cleanly keeps its result even if a stop came as it ended.
   const bool clean_exit = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (stopped_before_exit && !clean_exit) outcome.interrupted = true;
@@ -389,6 +393,7 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   doc.end_time = end_time;
   if (environment.backend.empty()) environment.backend = "unknown";  // until the script says
   for (const auto& [key, value] : o.facts) apply_fact(environment, key, value);
+  environment.nccl_transport = o.nccl_transport;
   doc.environment = std::move(environment);
   doc.state = CaseState::Failed;
 

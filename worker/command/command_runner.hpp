@@ -68,6 +68,7 @@ struct CommandOutcome {
   std::map<std::string, std::string> facts;
   std::string invalid_marker;  // the first malformed marker's error and line
   std::string unsupported;     // the first `@dlbench unsupported` reason
+  std::optional<NcclTransport> nccl_transport;  // from NCCL's INFO lines in the output
   std::deque<std::string> tail;  // last output lines, each cut to kTailLineChars
   long output_lines = 0;
   long cut_lines = 0;  // lines longer than kMaxLineBytes

@@ -2,18 +2,37 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
+#include "dlbench/core/nccl_log.hpp"
 
 namespace dlbench::worker {
 namespace {
 
+// Unless the user chose NCCL's logging: its initialisation and network lines into a file of this
+// process's, read back for the result's ncclTransport (a multi-node run that asked for RDMA is
+// judged on it). Set before the first NCCL call, which reads them. Returns the file, or "".
+std::string log_nccl_transports() {
+  if (std::getenv("NCCL_DEBUG") != nullptr) return "";
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("dlbench-nccl-" + std::to_string(getpid()) + ".log")).string();
+  setenv("NCCL_DEBUG", kNcclDebugLevel, 1);
+  setenv("NCCL_DEBUG_SUBSYS", kNcclDebugSubsystems, 1);
+  setenv("NCCL_DEBUG_FILE", file.c_str(), 1);
+  return file;
+}
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(int* argc, char*** argv, int device, cudaStream_t compute_stream)
-      : host_(make_mpi_communicator(argc, argv)), compute_stream_(compute_stream) {
+      : host_(make_mpi_communicator(argc, argv)), compute_stream_(compute_stream), nccl_log_(log_nccl_transports()) {
     DLBENCH_CUDA_CHECK(cudaSetDevice(device));
     DLBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     DLBENCH_CUDA_CHECK(cudaEventCreateWithFlags(&gradients_written_, cudaEventDisableTiming));
@@ -31,6 +50,15 @@ class NcclCommunicator final : public Communicator {
     cudaEventDestroy(reductions_done_);
     cudaEventDestroy(gradients_written_);
     cudaStreamDestroy(stream_);
+    if (!nccl_log_.empty()) std::filesystem::remove(nccl_log_);
+  }
+
+  std::optional<NcclTransport> transport() const override {
+    if (nccl_log_.empty()) return std::nullopt;
+    std::ifstream in(nccl_log_);
+    NcclLogReader reader;
+    for (std::string line; std::getline(in, line);) reader.line(line);
+    return reader.transport();
   }
 
   std::string name() const override { return "nccl"; }
@@ -65,6 +93,7 @@ class NcclCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> host_;
   cudaStream_t compute_stream_;
+  std::string nccl_log_;  // NCCL's INFO lines; empty where the user set NCCL_DEBUG
   cudaStream_t stream_ = nullptr;
   cudaEvent_t gradients_written_ = nullptr;
   cudaEvent_t reductions_done_ = nullptr;

@@ -135,6 +135,9 @@ struct OptimizerSpec {
 struct RdmaSpec {
   std::string resource;
   int per_node = 1;
+  // true (default): a multi-node case whose NCCL did not use an RDMA network ends Failed with
+  // reason RdmaNotUsed; false: it stays Succeeded with that reason and a Warning event.
+  bool required = true;
   bool operator==(const RdmaSpec&) const = default;
 };
 
@@ -315,6 +318,18 @@ struct StabilityReport {
 };
 inline constexpr const char* kReasonUnstable = "Unstable";
 
+// What NCCL said it used, from its NCCL_DEBUG=INFO lines: the network between nodes ("IB",
+// "RoCE", "Socket", or a net plugin's own name such as "AWS Libfabric"; empty when NCCL did not
+// say) and every channel transport seen ("NET/IB", "NET/Socket", "P2P", "SHM", "NVLS", ...),
+// with whether a NET channel read GPU memory directly (GPUDirect RDMA).
+struct NcclTransport {
+  std::string network;
+  std::vector<std::string> links;  // sorted, distinct
+  bool gpu_direct_rdma = false;
+  bool operator==(const NcclTransport&) const = default;
+};
+inline constexpr const char* kReasonRdmaNotUsed = "RdmaNotUsed";
+
 struct CaseResult {
   CaseSpec case_;
   CaseState state = CaseState::Succeeded;
@@ -323,6 +338,7 @@ struct CaseResult {
   std::optional<InputReport> input;                 // imagefolder cases
   std::optional<InterferenceReport> interference;   // native cases: other load on the nodes
   std::optional<StabilityReport> stability;         // Succeeded: how the repeats agreed
+  std::optional<NcclTransport> nccl_transport;      // what NCCL used, where it said
   std::optional<double> speedup;                    // over the matching 1×1 case
   std::optional<double> scaling_efficiency;         // speedup / devices
   std::string scaling_refused;  // why speedup and efficiency are not published (an impossible figure)

@@ -39,6 +39,7 @@ struct EnvironmentInfo {
   std::string framework;
   std::string framework_version;
   std::map<std::string, std::string> facts;
+  std::optional<NcclTransport> nccl_transport;  // from NCCL's own log lines (NCCL_DEBUG=INFO)
   bool operator==(const EnvironmentInfo&) const = default;
 };
 

@@ -32,8 +32,10 @@ struct RunEvent {
 // What a worker's result document says about the case it was asked to run: its result, or a
 // failure InvalidResult (JSON, not a valid document) or CaseMismatch (a document for another
 // case). nullopt when the text is not JSON at all (a launcher's last words, not a document).
+// A multi-node case that asked for RDMA is judged on the NCCL transport it reports (judge_rdma).
 // Both executors judge a document with this.
-std::optional<CaseResult> result_from_document(const std::string& text, const CaseSpec& expected, int attempt);
+std::optional<CaseResult> result_from_document(const std::string& text, const CaseSpec& expected, int attempt,
+                                               const std::optional<RdmaSpec>& rdma);
 
 class RunStateMachine {
  public:
