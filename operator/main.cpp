@@ -13,6 +13,7 @@
 #include "controller.hpp"
 #include "leader_election.hpp"
 #include "dlbench/core/metrics.hpp"
+#include "dlbench/core/names.hpp"
 
 namespace {
 
@@ -28,6 +29,10 @@ constexpr const char* kUsage = R"(dlbench-operator — runs BenchmarkRuns (dlben
   --worker-metrics-port N    the workers' /metrics, N + local rank (default 9400)
   --default-worker-image I   for runs that set no spec.worker.image
   --worker-image-pull-policy P  Always | IfNotPresent | Never for the pods' containers (default: Kubernetes')
+  --worker-cpu-request Q     every worker container's CPU request (default 1; "" for none)
+  --worker-memory-request Q  every worker container's memory request (default 2Gi; "" for none)
+                             spec.podTemplateOverrides change them per run; qosClass Guaranteed
+                             sets the limits to them
   --worker-backend B         cuda (default) | cpu
   --communicator C           nccl (default) | mpi
   --leader-elect true|false  lead through a Lease before reconciling (default false; on with replicas > 1)
@@ -116,6 +121,13 @@ int main(int argc, char** argv) {
       options.config.default_worker_image = value;
     } else if (flag == "--worker-image-pull-policy") {
       if (!parse_choice(flag, value, {"Always", "IfNotPresent", "Never"}, options.config.image_pull_policy)) return 2;
+    } else if (flag == "--worker-cpu-request" || flag == "--worker-memory-request") {
+      if (!value.empty() && !dlbench::is_resource_quantity(value)) {
+        std::cerr << "dlbench-operator: " << flag << " must be a quantity such as 4, 500m or 16Gi (or empty), got \""
+                  << dlbench::printable(value) << "\"\n";
+        return 2;
+      }
+      (flag == "--worker-cpu-request" ? options.config.worker_cpu_request : options.config.worker_memory_request) = value;
     } else if (flag == "--leader-elect") {
       std::string choice;
       if (!parse_choice(flag, value, {"true", "false"}, choice)) return 2;

@@ -1,5 +1,7 @@
 #include "manifests.hpp"
 
+#include <algorithm>
+
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/worker_command.hpp"
 
@@ -66,6 +68,36 @@ void apply_scheduling(json& pod_spec, const BenchmarkRun& run) {
   if (!w.priority_class_name.empty()) pod_spec["priorityClassName"] = w.priority_class_name;
 }
 
+// The worker container's requests: its devices, and CPU and memory by default. Limits are the
+// devices (extended resources must have limits equal to requests); Guaranteed QoS adds CPU and
+// memory after the overrides (guarantee_qos).
+json worker_resources(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config) {
+  const json devices = device_resources(run, c, config);
+  json requests = devices;
+  if (!config.worker_cpu_request.empty()) requests["cpu"] = config.worker_cpu_request;
+  if (!config.worker_memory_request.empty()) requests["memory"] = config.worker_memory_request;
+  return {{"limits", devices}, {"requests", requests}};
+}
+
+// spec.worker.qosClass Guaranteed: every container of the worker pod gets limits equal to its
+// requests for CPU and memory, so that the kubelet classes the pod Guaranteed (and its static
+// CPU manager may give it whole cores).
+void guarantee_qos(json& pod_spec, const BenchmarkRun& run) {
+  if (run.spec.worker.qos_class != QosClass::Guaranteed) return;
+  for (const char* list : {"initContainers", "containers"}) {
+    if (!pod_spec.contains(list)) continue;
+    for (json& container : pod_spec[list]) {
+      for (const char* resource : {"cpu", "memory"}) {
+        const json& requests = container["resources"]["requests"];
+        if (requests.contains(resource)) container["resources"]["limits"][resource] = requests[resource];
+      }
+    }
+  }
+}
+
+// sshd's port on the worker pods: the node's own sshd has 22 when they share its network.
+int ssh_port(const BenchmarkRun& run) { return uses_host_network(run, kWorkerRole) ? kHostNetworkSshPort : kSshPort; }
+
 // Worker pods only: who admits them together, and which nodes they may share.
 void apply_worker_placement(json& pod_spec, json& meta, const BenchmarkRun& run, const CaseSpec& c, int attempt) {
   const auto& w = run.spec.worker;
@@ -74,14 +106,15 @@ void apply_worker_placement(json& pod_spec, json& meta, const BenchmarkRun& run,
   if (!w.share_nodes) {
     // No worker of another dlbench case on the same node, in any namespace. The scheduler applies
     // it both ways: a sharing case cannot land beside this one either.
-    pod_spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = json::array(
-        {{{"topologyKey", "kubernetes.io/hostname"},
-          {"namespaceSelector", json::object()},
-          {"labelSelector",
-           {{"matchExpressions",
-             json::array({{{"key", "app.kubernetes.io/managed-by"}, {"operator", "In"}, {"values", {"dlbench-operator"}}},
-                          {{"key", "app.kubernetes.io/component"}, {"operator", "In"}, {"values", {"worker"}}},
-                          {{"key", kGroupLabel}, {"operator", "NotIn"}, {"values", {n.prefix}}}})}}}}});
+    // Added to the terms of the user's own affinity (spec.podTemplateOverrides), if any.
+    pod_spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"].push_back(
+        {{"topologyKey", "kubernetes.io/hostname"},
+         {"namespaceSelector", json::object()},
+         {"labelSelector",
+          {{"matchExpressions",
+            json::array({{{"key", "app.kubernetes.io/managed-by"}, {"operator", "In"}, {"values", {"dlbench-operator"}}},
+                         {{"key", "app.kubernetes.io/component"}, {"operator", "In"}, {"values", {"worker"}}},
+                         {{"key", kGroupLabel}, {"operator", "NotIn"}, {"values", {n.prefix}}}})}}}});
   }
   if (!w.gang) return;
   switch (w.gang->scheduler) {
@@ -91,7 +124,7 @@ void apply_worker_placement(json& pod_spec, json& meta, const BenchmarkRun& run,
       meta["labels"]["kueue.x-k8s.io/queue-name"] = w.gang->queue_name;
       meta["labels"]["kueue.x-k8s.io/pod-group-name"] = n.group;
       meta["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = std::to_string(c.nodes);
-      pod_spec["schedulingGates"] = json::array({{{"name", kKueueAdmissionGate}}});
+      pod_spec["schedulingGates"].push_back({{"name", kKueueAdmissionGate}});
       break;
     case GangScheduler::volcano:
       meta["annotations"]["scheduling.k8s.io/group-name"] = n.group;
@@ -105,6 +138,48 @@ void apply_worker_placement(json& pod_spec, json& meta, const BenchmarkRun& run,
 }
 
 }  // namespace
+
+bool uses_host_network(const BenchmarkRun& run, std::string_view role) {
+  bool host = false;
+  for (const PodTemplateOverride& o : run.spec.pod_template_overrides) {
+    const bool targets = std::find(o.target_jobs.begin(), o.target_jobs.end(), role) != o.target_jobs.end();
+    if (targets && o.host_network) host = *o.host_network;
+  }
+  return host;
+}
+
+void apply_pod_template_overrides(json& pod_metadata, json& pod_spec, const BenchmarkRun& run, std::string_view role) {
+  for (const PodTemplateOverride& o : run.spec.pod_template_overrides) {
+    if (std::find(o.target_jobs.begin(), o.target_jobs.end(), role) == o.target_jobs.end()) continue;
+    for (const auto& [key, value] : o.labels) pod_metadata["labels"][key] = value;
+    for (const auto& [key, value] : o.annotations) pod_metadata["annotations"][key] = value;
+    if (!o.service_account_name.empty()) pod_spec["serviceAccountName"] = o.service_account_name;
+    for (const auto& [key, value] : o.node_selector) pod_spec["nodeSelector"][key] = value;
+    if (o.affinity) {
+      for (const auto& [kind, value] : o.affinity->items()) pod_spec["affinity"][kind] = value;
+    }
+    for (const auto& t : o.tolerations) pod_spec["tolerations"].push_back(to_json(t));
+    for (const auto& v : o.volumes) pod_spec["volumes"].push_back(v);
+    for (const auto& name : o.image_pull_secrets) pod_spec["imagePullSecrets"].push_back({{"name", name}});
+    for (const auto& name : o.scheduling_gates) pod_spec["schedulingGates"].push_back({{"name", name}});
+    if (o.host_network) {
+      pod_spec["hostNetwork"] = *o.host_network;
+      // The pods still find each other (and the launcher its workers) through cluster DNS.
+      if (*o.host_network) pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet";
+      else pod_spec.erase("dnsPolicy");
+    }
+    if (o.security_context) pod_spec["securityContext"] = *o.security_context;
+    for (const ContainerOverride& c : o.containers) {
+      for (json& container : pod_spec["containers"]) {
+        if (container["name"] != c.name) continue;
+        for (const auto& e : c.env) container["env"].push_back(to_json(e));  // after dlbench's: the user's word wins
+        for (const auto& m : c.volume_mounts) container["volumeMounts"].push_back(m);
+        for (const auto& [resource, quantity] : c.requests) container["resources"]["requests"][resource] = quantity;
+        for (const auto& [resource, quantity] : c.limits) container["resources"]["limits"][resource] = quantity;
+      }
+    }
+  }
+}
 
 const char* pod_group_api_version(GangScheduler scheduler) {
   switch (scheduler) {
@@ -164,7 +239,8 @@ json build_ssh_secret(const BenchmarkRun& run, const CaseSpec& c, int attempt, c
             {"id_ecdsa.pub", keys.public_key + "\n"},
             {"authorized_keys", keys.public_key + "\n"},
             {"config", "StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\nLogLevel ERROR\n"
-                       "IdentityFile " + std::string(kSshMount) + "/id_ecdsa\n"}}}};
+                       "IdentityFile " + std::string(kSshMount) + "/id_ecdsa\nPort " + std::to_string(ssh_port(run)) +
+                           "\n"}}}};
 }
 
 json build_hostfile(const BenchmarkRun& run, const CaseSpec& c, int attempt) {
@@ -191,7 +267,7 @@ json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attemp
             // Workers must resolve each other before sshd is Ready, or mpirun races DNS.
             {"publishNotReadyAddresses", true},
             {"selector", selector},
-            {"ports", json::array({{{"name", "ssh"}, {"port", 22}, {"targetPort", 22}}})}}}};
+            {"ports", json::array({{{"name", "ssh"}, {"port", kSshPort}, {"targetPort", ssh_port(run)}}})}}}};
 }
 
 namespace {
@@ -252,7 +328,7 @@ json build_command_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int at
                  {"image", image(run, config)},
                  {"command", command},
                  {"env", env},
-                 {"resources", {{"limits", resources}, {"requests", resources}}},
+                 {"resources", worker_resources(run, c, config)},
                  {"securityContext", security},
                  {"ports", ports},
                  {"terminationMessagePath", kTerminationLog},
@@ -271,6 +347,8 @@ json build_command_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int at
   apply_scheduling(pod_spec, run);
   json meta = metadata(run, c, attempt, n.worker(index), "worker");
   if (index == 0) meta["annotations"] = {{"prometheus.io/port", std::to_string(config.metrics_port)}};
+  apply_pod_template_overrides(meta, pod_spec, run, kWorkerRole);
+  guarantee_qos(pod_spec, run);
   apply_worker_placement(pod_spec, meta, run, c, attempt);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
 }
@@ -279,26 +357,27 @@ json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, i
   if (run.spec.engine == Engine::command) return build_command_worker_pod(run, c, attempt, index, config);
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
   const auto& w = run.spec.worker;
-  const json resources = device_resources(run, c, config);
+  const int sshd_port = ssh_port(run);
   json security{{"capabilities", {{"drop", json::array({"ALL"})}, {"add", json::array({"CHOWN", "SETUID", "SETGID",
                                                                                              "SYS_CHROOT", "AUDIT_WRITE"})}}}};
   // RDMA registers (pins) memory: IPC_LOCK only when the case asks for RDMA devices.
   if (w.rdma) security["capabilities"]["add"].push_back("IPC_LOCK");
   // Every rank serves its own /metrics on metrics_port + local rank: one named port each, so
   // that a PodMonitor (or anyone) finds them all.
-  json ports = json::array({{{"name", "ssh"}, {"containerPort", 22}}});
+  json ports = json::array({{{"name", "ssh"}, {"containerPort", sshd_port}}});
   for (int r = 0; r < c.gpus_per_node; ++r) {
     ports.push_back({{"name", "metrics-" + std::to_string(r)}, {"containerPort", config.metrics_port + r}});
   }
   json container{{"name", "worker"},
                  {"image", image(run, config)},
-                 {"command", json::array({"/usr/sbin/sshd", "-De", "-o", "AuthorizedKeysFile=" + std::string(kSshMount) +
-                                                                         "/authorized_keys", "-o", "StrictModes=no"})},
+                 {"command", json::array({"/usr/sbin/sshd", "-De", "-p", std::to_string(sshd_port), "-o",
+                                          "AuthorizedKeysFile=" + std::string(kSshMount) + "/authorized_keys", "-o",
+                                          "StrictModes=no"})},
                  {"env", user_env(run)},
-                 {"resources", {{"limits", resources}, {"requests", resources}}},
+                 {"resources", worker_resources(run, c, config)},
                  {"securityContext", security},
                  {"ports", ports},
-                 {"readinessProbe", {{"tcpSocket", {{"port", 22}}}, {"periodSeconds", 2}}},
+                 {"readinessProbe", {{"tcpSocket", {{"port", sshd_port}}}, {"periodSeconds", 2}}},
                  {"volumeMounts", json::array({{{"name", "ssh"}, {"mountPath", kSshMount}, {"readOnly", true}},
                                                {{"name", "dshm"}, {"mountPath", "/dev/shm"}}})}};
   set_pull_policy(container, config);
@@ -313,6 +392,8 @@ json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, i
   apply_scheduling(pod_spec, run);
   json meta = metadata(run, c, attempt, n.worker(index), "worker");
   meta["annotations"] = {{"prometheus.io/port", std::to_string(config.metrics_port)}};
+  apply_pod_template_overrides(meta, pod_spec, run, kWorkerRole);
+  guarantee_qos(pod_spec, run);
   apply_worker_placement(pod_spec, meta, run, c, attempt);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
 }
@@ -362,13 +443,15 @@ json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt,
                                          {{"name", "hostfile"}, {"configMap", {{"name", n.hostfile}}}}})}};
   apply_scheduling(pod_spec, run);
   pod_spec.erase("nodeSelector");  // the launcher needs no GPU node
+  json pod_meta{{"labels", child_labels(run, c, attempt, "launcher")}};
+  apply_pod_template_overrides(pod_meta, pod_spec, run, kLauncherRole);
   return {{"apiVersion", "batch/v1"},
           {"kind", "Job"},
           {"metadata", metadata(run, c, attempt, n.launcher, "launcher")},
           {"spec",
            {{"backoffLimit", 0},  // retries are the operator's (limits.backoffLimit), with fresh objects
             {"activeDeadlineSeconds", run.spec.limits.case_timeout_seconds},
-            {"template", {{"metadata", {{"labels", child_labels(run, c, attempt, "launcher")}}}, {"spec", pod_spec}}}}}};
+            {"template", {{"metadata", pod_meta}, {"spec", pod_spec}}}}}};
 }
 
 CaseObjects build_case_objects(const BenchmarkRun& run, const CaseSpec& c, int attempt, const SshKeyPair& keys,

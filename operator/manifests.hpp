@@ -14,12 +14,14 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "child_names.hpp"
 #include "dlbench/core/benchmark_run.hpp"
+#include "dlbench/core/pod_ownership.hpp"
 #include "ssh_keys.hpp"
 
 namespace dlbench::operator_ {
@@ -32,15 +34,16 @@ struct OperatorConfig {
   std::string communicator = "nccl";  // GPU allreduce; "mpi" for CPU-only clusters
   int metrics_port = 9400;
   bool run_as_root = true;  // the worker image runs sshd as root
+  // Every worker container's CPU and memory requests (a pod without requests is BestEffort, the
+  // first to be starved or evicted); spec.podTemplateOverrides may change them per run, and
+  // spec.worker.qosClass Guaranteed sets the limits to them.
+  std::string worker_cpu_request = "1";
+  std::string worker_memory_request = "2Gi";
 };
 
-inline constexpr const char* kConfigMount = "/etc/dlbench";
-inline constexpr const char* kSshMount = "/etc/dlbench/ssh";
 inline constexpr const char* kTerminationLog = "/dev/termination-log";
-inline constexpr const char* kExecMount = "/dlbench";  // engine: command — dlbench-exec and examples
 // On every worker pod: its case attempt (the anti-affinity between cases selects on it).
 inline constexpr const char* kGroupLabel = "dlbench.io/group";
-inline constexpr const char* kKueueAdmissionGate = "kueue.x-k8s.io/admission";
 
 
 
@@ -68,6 +71,13 @@ nlohmann::json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int 
 std::optional<nlohmann::json> build_pod_group(const BenchmarkRun& run, const CaseSpec& c, int attempt,
                                               const OperatorConfig& config, const std::string& owner_pod,
                                               const std::string& owner_uid);
+// The user's spec.podTemplateOverrides that target `role` ("worker" or "launcher"), merged into a
+// pod's metadata and spec in list order (see PodTemplateOverride for how each field merges).
+void apply_pod_template_overrides(nlohmann::json& pod_metadata, nlohmann::json& pod_spec, const BenchmarkRun& run,
+                                  std::string_view role);
+// Whether the run's overrides put the `role` pods on the node's network (sshd then listens on
+// kHostNetworkSshPort, and cluster DNS is kept with dnsPolicy ClusterFirstWithHostNet).
+bool uses_host_network(const BenchmarkRun& run, std::string_view role);
 nlohmann::json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config);
 // The launcher's command: mpirun over the hostfile, the case's dlbench-worker arguments.
 std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config);

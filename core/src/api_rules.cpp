@@ -134,6 +134,7 @@ std::vector<FieldRule> build_rules() {
   seconds.minimum = 0.0;
   r.push_back(seconds);
   r.push_back(enum_rule<GangScheduler>("spec.worker.gang.scheduler"));
+  r.push_back(enum_rule<QosClass>("spec.worker.qosClass", json(to_string(QosClass::Burstable))));
 
   r.push_back(object_default("spec.limits"));
   r.push_back(integer_rule("spec.limits.caseTimeoutSeconds", bounds::kCaseTimeoutSeconds,

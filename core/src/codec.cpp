@@ -224,10 +224,88 @@ void read_optional_subdomain(Decoder& d, const json& obj, const std::string& pat
               "a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)", out);
 }
 
+}  // namespace
+
+void detail::decode_tolerations(Decoder& d, const json& list, const std::string& list_path, std::vector<Toleration>& out) {
+  if (const json* items = d.list(list, list_path, 0, 64)) {
+    for (std::size_t i = 0; i < items->size(); ++i) {
+      const json& t = (*items)[i];
+      const std::string t_path = element(list_path, i);
+      if (!d.expect_object(t, t_path)) continue;
+      d.reject_unknown(t, t_path, {"key", "operator", "value", "effect", "tolerationSeconds"});
+      Toleration tol;
+      d.read_name(t, t_path, "key", [](const std::string& k) { return k.empty() || is_qualified_name(k); },
+                  "a taint key ([prefix/]name, as label keys are)", tol.key);
+      d.read_enum(t, t_path, "operator", tol.operator_);
+      d.read_name(t, t_path, "value", is_label_value,
+                  "a taint value (empty, or up to 63 letters, digits, '-', '_' or '.', beginning and ending with a "
+                  "letter or digit)",
+                  tol.value);
+      d.read_enum(t, t_path, "effect", tol.effect);
+      if (const json* seconds = Decoder::find(t, "tolerationSeconds")) {
+        tol.toleration_seconds =
+            d.integer(*seconds, child(t_path, "tolerationSeconds"), {0, std::numeric_limits<std::int64_t>::max()});
+        if (tol.effect != TaintEffect::NoExecute) {
+          d.fail(child(t_path, "tolerationSeconds"), "only allowed with effect: NoExecute");
+        }
+      }
+      if (tol.operator_ == TolerationOperator::Exists && !tol.value.empty()) {
+        d.fail(child(t_path, "value"), "must be empty when operator is Exists");
+      }
+      if (tol.key.empty() && tol.operator_ == TolerationOperator::Equal) {
+        d.fail(child(t_path, "key"), "required when operator is Equal (an empty key needs operator: Exists)");
+      }
+      out.push_back(tol);
+    }
+  }
+}
+
+void detail::decode_env(Decoder& d, const json& list, const std::string& list_path, std::vector<EnvVar>& out) {
+  if (const json* items = d.list(list, list_path, 0, 256)) {
+    for (std::size_t i = 0; i < items->size(); ++i) {
+      const json& e = (*items)[i];
+      const std::string e_path = element(list_path, i);
+      if (!d.expect_object(e, e_path)) continue;
+      d.reject_unknown(e, e_path, {"name", "value", "valueFrom"});
+      EnvVar var;
+      if (d.require(e, e_path, "name", "an environment variable name")) {
+        d.read_name(e, e_path, "name",
+                    [](const std::string& n) { return n.size() <= bounds::kMaxEnvNameLength && is_env_var_name(n); },
+                    "a valid environment variable name (letters, digits, '_', '-' and '.', not beginning with a "
+                    "digit, at most 256 characters)",
+                    var.name);
+      }
+      if (const json* value = Decoder::find(e, "value")) {
+        var.value = d.string(*value, child(e_path, "value"));
+        if (var.value && !d.within_length(*var.value, child(e_path, "value"), bounds::kMaxEnvValueLength)) {
+          var.value.reset();
+        }
+      }
+      if (const json* from = Decoder::find(e, "valueFrom")) {
+        const std::string from_path = child(e_path, "valueFrom");
+        // Exactly one source, as Kubernetes requires; what the reference names is checked by
+        // the API server when the operator creates the pod.
+        if (d.expect_object(*from, from_path)) {
+          d.reject_unknown(*from, from_path, {"fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef"});
+          if (from->size() != 1) {
+            d.fail(from_path, "must set exactly one of fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef");
+          }
+          for (const auto& [source, ref] : from->items()) d.expect_object(ref, child(from_path, source));
+          var.value_from = *from;
+        }
+        if (var.value) d.fail(e_path, "set either value or valueFrom, not both");
+      }
+      out.push_back(var);
+    }
+  }
+}
+
+namespace {
+
 void decode_worker(Decoder& d, const json& obj, const std::string& path, WorkerSpec& out) {
   if (!d.expect_object(obj, path)) return;
   d.reject_unknown(obj, path, {"image", "gpuResource", "rdma", "nodeSelector", "tolerations", "env",
-                               "schedulerName", "priorityClassName", "shareNodes", "gang"});
+                               "schedulerName", "priorityClassName", "shareNodes", "gang", "qosClass"});
   d.read_string(obj, path, "image", bounds::kMaxImageLength, out.image);
   if (out.image.find_first_of(" \t\n\r\f\v") != std::string::npos) {
     d.fail(child(path, "image"), "\"" + printable(out.image) + "\" must not contain whitespace");
@@ -250,82 +328,13 @@ void decode_worker(Decoder& d, const json& obj, const std::string& path, WorkerS
     d.label_map(*selector, child(path, "nodeSelector"), bounds::kMaxNodeSelectorEntries, true, out.node_selector);
   }
   if (const json* tolerations = Decoder::find(obj, "tolerations")) {
-    const std::string list_path = child(path, "tolerations");
-    if (const json* items = d.list(*tolerations, list_path, 0, 64)) {
-      for (std::size_t i = 0; i < items->size(); ++i) {
-        const json& t = (*items)[i];
-        const std::string t_path = element(list_path, i);
-        if (!d.expect_object(t, t_path)) continue;
-        d.reject_unknown(t, t_path, {"key", "operator", "value", "effect", "tolerationSeconds"});
-        Toleration tol;
-        d.read_name(t, t_path, "key", [](const std::string& k) { return k.empty() || is_qualified_name(k); },
-                    "a taint key ([prefix/]name, as label keys are)", tol.key);
-        d.read_enum(t, t_path, "operator", tol.operator_);
-        d.read_name(t, t_path, "value", is_label_value,
-                    "a taint value (empty, or up to 63 letters, digits, '-', '_' or '.', beginning and ending with a "
-                    "letter or digit)",
-                    tol.value);
-        d.read_enum(t, t_path, "effect", tol.effect);
-        if (const json* seconds = Decoder::find(t, "tolerationSeconds")) {
-          tol.toleration_seconds =
-              d.integer(*seconds, child(t_path, "tolerationSeconds"), {0, std::numeric_limits<std::int64_t>::max()});
-          if (tol.effect != TaintEffect::NoExecute) {
-            d.fail(child(t_path, "tolerationSeconds"), "only allowed with effect: NoExecute");
-          }
-        }
-        if (tol.operator_ == TolerationOperator::Exists && !tol.value.empty()) {
-          d.fail(child(t_path, "value"), "must be empty when operator is Exists");
-        }
-        if (tol.key.empty() && tol.operator_ == TolerationOperator::Equal) {
-          d.fail(child(t_path, "key"), "required when operator is Equal (an empty key needs operator: Exists)");
-        }
-        out.tolerations.push_back(tol);
-      }
-    }
+    detail::decode_tolerations(d, *tolerations, child(path, "tolerations"), out.tolerations);
   }
-  if (const json* env = Decoder::find(obj, "env")) {
-    const std::string list_path = child(path, "env");
-    if (const json* items = d.list(*env, list_path, 0, 256)) {
-      for (std::size_t i = 0; i < items->size(); ++i) {
-        const json& e = (*items)[i];
-        const std::string e_path = element(list_path, i);
-        if (!d.expect_object(e, e_path)) continue;
-        d.reject_unknown(e, e_path, {"name", "value", "valueFrom"});
-        EnvVar var;
-        if (d.require(e, e_path, "name", "an environment variable name")) {
-          d.read_name(e, e_path, "name",
-                      [](const std::string& n) { return n.size() <= bounds::kMaxEnvNameLength && is_env_var_name(n); },
-                      "a valid environment variable name (letters, digits, '_', '-' and '.', not beginning with a "
-                      "digit, at most 256 characters)",
-                      var.name);
-        }
-        if (const json* value = Decoder::find(e, "value")) {
-          var.value = d.string(*value, child(e_path, "value"));
-          if (var.value && !d.within_length(*var.value, child(e_path, "value"), bounds::kMaxEnvValueLength)) {
-            var.value.reset();
-          }
-        }
-        if (const json* from = Decoder::find(e, "valueFrom")) {
-          const std::string from_path = child(e_path, "valueFrom");
-          // Exactly one source, as Kubernetes requires; what the reference names is checked by
-          // the API server when the operator creates the pod.
-          if (d.expect_object(*from, from_path)) {
-            d.reject_unknown(*from, from_path, {"fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef"});
-            if (from->size() != 1) {
-              d.fail(from_path, "must set exactly one of fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef");
-            }
-            for (const auto& [source, ref] : from->items()) d.expect_object(ref, child(from_path, source));
-            var.value_from = *from;
-          }
-          if (var.value) d.fail(e_path, "set either value or valueFrom, not both");
-        }
-        out.env.push_back(var);
-      }
-    }
-  }
+  if (const json* env = Decoder::find(obj, "env")) detail::decode_env(d, *env, child(path, "env"), out.env);
   read_optional_subdomain(d, obj, path, "schedulerName", out.scheduler_name);
   read_optional_subdomain(d, obj, path, "priorityClassName", out.priority_class_name);
   d.read_bool(obj, path, "shareNodes", out.share_nodes);
+  d.read_enum(obj, path, "qosClass", out.qos_class);
   if (const json* gang = Decoder::find(obj, "gang")) {
     const std::string g_path = child(path, "gang");
     if (d.expect_object(*gang, g_path)) {
@@ -361,7 +370,7 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
   BenchmarkRunSpec spec;
   if (!d.expect_object(obj, path)) return spec;
   d.reject_unknown(obj, path, {"model", "engine", "command", "data", "matrix", "cases", "methodology", "optimizer",
-                               "worker", "limits", "preflight"});
+                               "worker", "limits", "preflight", "podTemplateOverrides"});
   if (d.require(obj, path, "model", "one of " + allowed_values<Model>())) d.read_enum(obj, path, "model", spec.model);
   d.read_enum(obj, path, "engine", spec.engine);
   const json* command = Decoder::find(obj, "command");
@@ -454,6 +463,11 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
       }
       spec.preflight = preflight;
     }
+  }
+  if (const json* o = Decoder::find(obj, "podTemplateOverrides")) {
+    const std::string o_path = child(path, "podTemplateOverrides");
+    detail::decode_pod_template_overrides(d, *o, o_path, spec.pod_template_overrides);
+    detail::check_pod_template_overrides(d, spec, o_path);
   }
   return spec;
 }
@@ -1130,7 +1144,11 @@ json to_json(const BenchmarkRunSpec& spec) {
     worker["gang"] = {{"scheduler", to_string(spec.worker.gang->scheduler)}};
     if (!spec.worker.gang->queue_name.empty()) worker["gang"]["queueName"] = spec.worker.gang->queue_name;
   }
+  worker["qosClass"] = to_string(spec.worker.qos_class);
   out["worker"] = worker;
+  if (!spec.pod_template_overrides.empty()) {
+    out["podTemplateOverrides"] = detail::pod_template_overrides_to_json(spec.pod_template_overrides);
+  }
   out["limits"] = {{"caseTimeoutSeconds", spec.limits.case_timeout_seconds},
                    {"backoffLimit", spec.limits.backoff_limit}};
   if (spec.preflight) out["preflight"] = {{"selfTest", spec.preflight->self_test}};

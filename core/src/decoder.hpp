@@ -328,6 +328,15 @@ std::optional<InterferenceReport> decode_interference(Decoder& d, const json& ob
 json interference_to_json(const InterferenceReport& report);
 std::optional<StabilityReport> decode_stability(Decoder& d, const json& obj, const std::string& path);
 json stability_to_json(const StabilityReport& report);
+// spec.worker's lists, and the same lists in spec.podTemplateOverrides.
+void decode_tolerations(Decoder& d, const json& list, const std::string& path, std::vector<Toleration>& out);
+void decode_env(Decoder& d, const json& list, const std::string& path, std::vector<EnvVar>& out);
+// spec.podTemplateOverrides (pod_overrides.cpp): each entry on its own, then the rules across
+// fields once the whole spec is read.
+void decode_pod_template_overrides(Decoder& d, const json& list, const std::string& path,
+                                   std::vector<PodTemplateOverride>& out);
+void check_pod_template_overrides(Decoder& d, const BenchmarkRunSpec& spec, const std::string& path);
+json pod_template_overrides_to_json(const std::vector<PodTemplateOverride>& overrides);
 std::optional<NcclTransport> decode_nccl_transport(Decoder& d, const json& obj, const std::string& path);
 json nccl_transport_to_json(const NcclTransport& transport);
 

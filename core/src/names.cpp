@@ -56,6 +56,32 @@ bool has_no_backsteps(std::string_view path) {
   return true;
 }
 
+bool is_resource_quantity(std::string_view text) {
+  std::size_t i = 0;
+  const auto digits = [&] {
+    const std::size_t from = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    return i > from;
+  };
+  if (!digits()) return false;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  }
+  const std::string_view suffix = text.substr(i);
+  for (std::string_view allowed : {"", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"}) {
+    if (suffix == allowed) return true;
+  }
+  return false;
+}
+
+bool is_compute_resource_name(std::string_view text) {
+  if (text == "cpu" || text == "memory" || text == "ephemeral-storage") return true;
+  if (!text.starts_with("hugepages-")) return false;
+  const std::string_view size = text.substr(10);
+  return is_resource_quantity(size) && (size.ends_with("Ki") || size.ends_with("Mi") || size.ends_with("Gi"));
+}
+
 bool is_data_mount_path(std::string_view path) {
   if (path.size() < 2 || path.front() != '/' || !has_no_backsteps(path)) return false;
   if (path.find('\0') != std::string_view::npos) return false;

@@ -82,6 +82,28 @@ def env(items):
     return with_("spec.worker", {"env": items})
 
 
+def overrides(*entries, **spec_fields):
+    """BASE with spec.podTemplateOverrides (and other spec fields, such as engine or worker)."""
+    obj = copy.deepcopy(BASE)
+    obj["spec"]["podTemplateOverrides"] = list(entries)
+    obj["spec"].update(spec_fields)
+    return obj
+
+
+def pod(targets=("worker",), metadata=None, **spec):
+    """One podTemplateOverrides entry."""
+    entry = {"targetJobs": [{"name": t} for t in targets]}
+    if metadata is not None:
+        entry["metadata"] = metadata
+    if spec:
+        entry["spec"] = spec
+    return entry
+
+
+def volume(name):
+    return {"name": name, "emptyDir": {}}
+
+
 def worker(**fields):
     return with_("spec.worker", fields)
 
@@ -310,6 +332,67 @@ PROBES = [
     ("env maxItems", env([{"name": f"A{i}"} for i in range(256)]), env([{"name": f"A{i}"} for i in range(257)])),
     ("worker.schedulerName", worker(schedulerName="volcano"), worker(schedulerName="Volcano")),
     ("worker.priorityClassName", worker(priorityClassName="high-priority.team"), worker(priorityClassName="high_priority")),
+    # spec.podTemplateOverrides: Trainer v2's shape, and what dlbench owns is refused
+    ("overrides target", overrides(pod(("worker", "launcher"))), overrides(pod(("node",)))),
+    ("overrides target listed twice", overrides(pod(("launcher",))), overrides(pod(("worker", "worker")))),
+    ("overrides need a target", overrides(pod(("worker",))), overrides({"spec": {"hostNetwork": True}})),
+    ("overrides maxItems", overrides(*[pod() for _ in range(8)]), overrides(*[pod() for _ in range(9)])),
+    ("overrides unknown field", overrides(pod(hostNetwork=True)), overrides(pod(hostPID=True))),
+    ("overrides label", overrides(pod(metadata={"labels": {"team": "perf"}})),
+     overrides(pod(metadata={"labels": {"dlbench.io/run": "other"}}))),
+    ("overrides app.kubernetes.io label", overrides(pod(metadata={"labels": {"example.com/app": "x"}})),
+     overrides(pod(metadata={"labels": {"app.kubernetes.io/component": "launcher"}}))),
+    ("overrides label value", overrides(pod(metadata={"labels": {"k": "v" * 63}})),
+     overrides(pod(metadata={"labels": {"k": "v" * 64}}))),
+    ("overrides annotation", overrides(pod(metadata={"annotations": {"k8s.v1.cni.cncf.io/networks": "ib-sriov"}})),
+     overrides(pod(metadata={"annotations": {"dlbench.io/attempt": "9"}}))),
+    ("overrides serviceAccountName", overrides(pod(serviceAccountName="bench-runner")),
+     overrides(pod(serviceAccountName="Bench"))),
+    ("overrides volume name", overrides(pod(volumes=[volume("scratch")])), overrides(pod(volumes=[volume("dshm")]))),
+    ("overrides volume listed twice", overrides(pod(volumes=[volume("a"), volume("b")])),
+     overrides(pod(volumes=[volume("a"), volume("a")]))),
+    ("overrides mount path", overrides(pod(volumes=[volume("a")], containers=[{"name": "worker", "volumeMounts": [
+        {"name": "a", "mountPath": "/scratch"}]}])),
+     overrides(pod(volumes=[volume("a")], containers=[{"name": "worker", "volumeMounts": [
+         {"name": "a", "mountPath": "/etc/dlbench/ssh"}]}]))),
+    ("overrides mount path beside dlbench's", overrides(pod(volumes=[volume("a")], containers=[{"name": "worker", "volumeMounts": [
+        {"name": "a", "mountPath": "/dlbench-cache"}]}])),
+     overrides(pod(volumes=[volume("a")], containers=[{"name": "worker", "volumeMounts": [
+         {"name": "a", "mountPath": "/dev/shm"}]}]))),
+    ("overrides mount names a volume of the override", overrides(pod(volumes=[volume("a")], containers=[
+        {"name": "worker", "volumeMounts": [{"name": "a", "mountPath": "/a"}]}])),
+     overrides(pod(volumes=[volume("a")], containers=[{"name": "worker", "volumeMounts": [{"name": "b", "mountPath": "/a"}]}]))),
+    ("overrides mount subPath", overrides(pod(volumes=[volume("a")], containers=[{"name": "worker", "volumeMounts": [
+        {"name": "a", "mountPath": "/a", "subPath": "x/y"}]}])),
+     overrides(pod(volumes=[volume("a")], containers=[{"name": "worker", "volumeMounts": [
+         {"name": "a", "mountPath": "/a", "subPath": "../y"}]}]))),
+    ("overrides container in its own pods", overrides(pod(("worker", "launcher"), containers=[{"name": "launcher"}])),
+     overrides(pod(("worker",), containers=[{"name": "launcher"}]))),
+    ("overrides container name", overrides(pod(containers=[{"name": "worker"}])), overrides(pod(containers=[{"name": "sidecar"}]))),
+    ("overrides resources", overrides(pod(containers=[{"name": "worker", "resources": {
+        "requests": {"cpu": "15500m", "memory": "64Gi", "hugepages-2Mi": "1Gi"}}}])),
+     overrides(pod(containers=[{"name": "worker", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]))),
+    ("overrides quantity", overrides(pod(containers=[{"name": "worker", "resources": {"limits": {"memory": "1.5Gi"}}}])),
+     overrides(pod(containers=[{"name": "worker", "resources": {"limits": {"memory": "1.5 GiB"}}}]))),
+    ("overrides env as worker.env", overrides(pod(containers=[{"name": "worker", "env": [{"name": "NCCL_IB_HCA", "value": "mlx5"}]}])),
+     overrides(pod(containers=[{"name": "worker", "env": [{"name": "1BAD"}]}]))),
+    ("overrides scheduling gate", overrides(pod(schedulingGates=[{"name": "example.com/quota"}])),
+     overrides(pod(schedulingGates=[{"name": "kueue.x-k8s.io/admission"}]))),
+    ("overrides image pull secret", overrides(pod(imagePullSecrets=[{"name": "registry"}])),
+     overrides(pod(imagePullSecrets=[{"name": "registry"}, {"name": "registry"}]))),
+    ("overrides affinity kinds", overrides(pod(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}})),
+     overrides(pod(affinity={"nodeAfinity": {}}))),
+    ("overrides tolerations as worker.tolerations", overrides(pod(tolerations=[{"key": "rdma", "operator": "Exists"}])),
+     overrides(pod(tolerations=[{"key": "rdma", "operator": "Exists", "value": "x"}]))),
+    ("engine command has no launcher",
+     overrides(pod(("worker",)), engine="command", command=["python3", "train.py"]),
+     overrides(pod(("launcher",)), engine="command", command=["python3", "train.py"])),
+    ("Guaranteed takes requests only",
+     overrides(pod(containers=[{"name": "worker", "resources": {"requests": {"cpu": "16"}}}]), worker={"qosClass": "Guaranteed"}),
+     overrides(pod(containers=[{"name": "worker", "resources": {"limits": {"cpu": "16"}}}]), worker={"qosClass": "Guaranteed"})),
+    ("worker.qosClass", worker(qosClass="Guaranteed"), worker(qosClass="BestEffort")),
+    ("worker.rdma.required", worker(rdma={"resource": "rdma/hca", "required": False}),
+     worker(rdma={"resource": "rdma/hca", "required": "no"})),
     ("explicit null is absent", with_("spec.methodology", {"repeats": None}), with_("spec.methodology", {"repeats": "7"})),
 ]
 

@@ -377,7 +377,21 @@ class EndToEnd(unittest.TestCase):
                              "limits": {"backoffLimit": 2}}}
 
         self.apply(run("over-sockets", "Socket", "IB", True))
-        self.apply(run("over-roce", "IB", "RoCE", True))
+        # The same variables through podTemplateOverrides (Trainer v2's shape), with a label and
+        # a Guaranteed worker: what the command sees proves they reached the pods.
+        roce = run("over-roce", "IB", "RoCE", True)
+        roce["spec"]["worker"].pop("env")
+        roce["spec"]["worker"]["qosClass"] = "Guaranteed"
+        roce["spec"]["podTemplateOverrides"] = [{
+            "targetJobs": [{"name": "worker"}], "metadata": {"labels": {"team": "perf"}},
+            "spec": {"containers": [{"name": "worker", "env": [{"name": "NETWORK", "value": "IB"}, {"name": "LINK", "value": "RoCE"}],
+                                     "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]}}]
+        self.apply(roce)
+        pod = wait_for(lambda: json.loads(self.kubectl("get", "pods", "-l", "dlbench.io/run=over-roce,team=perf", "-o", "json"))["items"],
+                       120, "an over-roce worker pod with the override's label")[0]
+        resources = pod["spec"]["containers"][0]["resources"]
+        self.assertEqual(resources["requests"]["cpu"], "2")
+        self.assertEqual((resources["limits"]["cpu"], resources["limits"]["memory"]), ("2", "1Gi"))  # Guaranteed
         self.apply(run("sockets-allowed", "Socket", "IB", False))
         for name in ("over-sockets", "over-roce", "sockets-allowed"):
             wait_for(lambda: self.finished(name), 300, f"run {name} to finish")

@@ -102,7 +102,11 @@ TEST(Manifests, WorkerPodRequestsDevicesAndPassesSchedulingThrough) {
   EXPECT_EQ(c["image"], "registry.local/dlbench-worker:1");
   EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], "8");
   EXPECT_EQ(c["resources"]["limits"]["rdma/hca_shared_devices_a"], "1");
-  EXPECT_EQ(c["resources"]["requests"], c["resources"]["limits"]);
+  // Devices are asked for exactly; CPU and memory are requested by default (never BestEffort)
+  // and left without limits unless the run asks for Guaranteed QoS.
+  EXPECT_EQ(c["resources"]["requests"], json({{"nvidia.com/gpu", "8"}, {"rdma/hca_shared_devices_a", "1"},
+                                              {"cpu", "1"}, {"memory", "2Gi"}}));
+  EXPECT_EQ(c["resources"]["limits"], json({{"nvidia.com/gpu", "8"}, {"rdma/hca_shared_devices_a", "1"}}));
   EXPECT_THAT(c["securityContext"]["capabilities"]["add"].get<std::vector<std::string>>(), Contains("IPC_LOCK"));
   EXPECT_EQ(c["readinessProbe"]["tcpSocket"]["port"], 22);
   EXPECT_EQ(spec["nodeSelector"]["nvidia.com/gpu.product"], "H100");
@@ -432,6 +436,118 @@ TEST(Manifests, VolcanoAndSchedulerPluginsGetAPodGroupOwnedByWorkerZero) {
   EXPECT_EQ((*plugins)["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
   EXPECT_EQ((*plugins)["spec"]["minMember"], 2);
   EXPECT_EQ((*plugins)["spec"]["scheduleTimeoutSeconds"], 900);
+}
+
+// Issue 35: spec.podTemplateOverrides, Trainer v2's shape, merged into the pods of their roles.
+BenchmarkRun run_with_overrides(const json& overrides, const json& worker_fields = json::object()) {
+  json doc = to_json(sample_run());
+  doc.erase("status");
+  doc["spec"]["podTemplateOverrides"] = overrides;
+  for (const auto& [key, value] : worker_fields.items()) doc["spec"]["worker"][key] = value;
+  const auto decoded = decode_benchmark_run(doc);
+  EXPECT_TRUE(decoded.ok()) << (decoded.errors.empty() ? "" : decoded.errors.front().to_string());
+  return decoded.value.value_or(BenchmarkRun{});
+}
+
+TEST(PodTemplateOverrides, MergeIntoTheWorkerPodsAndKeepWhatDlbenchOwns) {
+  const BenchmarkRun run = run_with_overrides(json::parse(R"([
+    {"targetJobs": [{"name": "worker"}],
+     "metadata": {"labels": {"team": "perf"}, "annotations": {"k8s.v1.cni.cncf.io/networks": "ib-sriov"}},
+     "spec": {"serviceAccountName": "bench", "nodeSelector": {"network": "ib"},
+              "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}},
+                           "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone"}]}},
+              "tolerations": [{"key": "rdma", "operator": "Exists"}],
+              "volumes": [{"name": "scratch", "emptyDir": {}}],
+              "imagePullSecrets": [{"name": "registry"}],
+              "schedulingGates": [{"name": "example.com/quota"}],
+              "containers": [{"name": "worker", "env": [{"name": "NCCL_IB_HCA", "value": "mlx5"}],
+                              "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                              "resources": {"requests": {"cpu": "16", "memory": "64Gi"}, "limits": {"memory": "80Gi"}}}]}},
+    {"targetJobs": [{"name": "worker"}, {"name": "launcher"}], "spec": {"nodeSelector": {"network": "roce"}}}
+  ])"));
+  const json pod = build_worker_pod(run, k2x8, 1, 0, OperatorConfig{});
+  const json& meta = pod["metadata"];
+  EXPECT_EQ(meta["labels"]["team"], "perf");
+  EXPECT_EQ(meta["labels"]["app.kubernetes.io/component"], "worker");  // dlbench's, kept
+  EXPECT_EQ(meta["annotations"]["k8s.v1.cni.cncf.io/networks"], "ib-sriov");
+  EXPECT_EQ(meta["annotations"]["prometheus.io/port"], "9400");
+  const json& spec = pod["spec"];
+  EXPECT_EQ(spec["serviceAccountName"], "bench");
+  EXPECT_EQ(spec["nodeSelector"], json({{"nvidia.com/gpu.product", "H100"}, {"network", "roce"}}));  // later wins
+  EXPECT_TRUE(spec["affinity"].contains("nodeAffinity"));
+  const json& anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+  ASSERT_EQ(anti.size(), 2u) << "the user's term and dlbench's keep-other-cases-off term";
+  EXPECT_EQ(anti[0]["topologyKey"], "zone");
+  EXPECT_EQ(anti[1]["topologyKey"], "kubernetes.io/hostname");
+  EXPECT_EQ(spec["tolerations"].size(), 2u);
+  EXPECT_EQ(spec["volumes"].back(), json({{"name", "scratch"}, {"emptyDir", json::object()}}));
+  EXPECT_EQ(spec["volumes"][0]["name"], "ssh");
+  EXPECT_EQ(spec["imagePullSecrets"], json::parse(R"([{"name": "registry"}])"));
+  EXPECT_EQ(spec["schedulingGates"], json::parse(R"([{"name": "example.com/quota"}])"));
+  const json& c = spec["containers"][0];
+  EXPECT_EQ(c["env"].back(), json({{"name", "NCCL_IB_HCA"}, {"value", "mlx5"}}));
+  EXPECT_EQ(c["volumeMounts"].back(), json({{"name", "scratch"}, {"mountPath", "/scratch"}}));
+  EXPECT_EQ(c["resources"]["requests"]["cpu"], "16");
+  EXPECT_EQ(c["resources"]["requests"]["nvidia.com/gpu"], "8");
+  EXPECT_EQ(c["resources"]["limits"], json({{"nvidia.com/gpu", "8"}, {"rdma/hca_shared_devices_a", "1"}, {"memory", "80Gi"}}));
+
+  // The launcher gets only what targets it, in its pod template.
+  const json job = build_launcher_job(run, k2x8, 1, OperatorConfig{});
+  const json& template_ = job["spec"]["template"];
+  EXPECT_FALSE(template_["metadata"]["labels"].contains("team"));
+  EXPECT_EQ(template_["spec"]["nodeSelector"], json({{"network", "roce"}}));
+  EXPECT_FALSE(template_["spec"].contains("serviceAccountName"));
+}
+
+TEST(PodTemplateOverrides, GuaranteedQosSetsLimitsToRequestsInEveryWorkerContainer) {
+  const BenchmarkRun run = run_with_overrides(
+      json::parse(R"([{"targetJobs": [{"name": "worker"}],
+                       "spec": {"containers": [{"name": "worker", "resources": {"requests": {"cpu": "30"}}}]}}])"),
+      {{"qosClass", "Guaranteed"}});
+  const json c = build_worker_pod(run, k2x8, 1, 0, OperatorConfig{})["spec"]["containers"][0];
+  EXPECT_EQ(c["resources"]["limits"], c["resources"]["requests"]);
+  EXPECT_EQ(c["resources"]["limits"]["cpu"], "30");
+  EXPECT_EQ(c["resources"]["limits"]["memory"], "2Gi");  // the operator's default request
+
+  BenchmarkRun command = run;
+  command.spec.engine = Engine::command;
+  command.spec.command = {"python3", "train.py"};
+  const json spec = build_worker_pod(command, k2x8, 1, 0, OperatorConfig{})["spec"];
+  for (const char* list : {"initContainers", "containers"}) {
+    for (const json& container : spec[list]) {
+      EXPECT_EQ(container["resources"]["limits"]["cpu"], container["resources"]["requests"]["cpu"]) << list;
+      EXPECT_EQ(container["resources"]["limits"]["memory"], container["resources"]["requests"]["memory"]) << list;
+    }
+  }
+  // The operator's defaults are its flags' (the chart's worker.resources.requests).
+  OperatorConfig small;
+  small.worker_cpu_request = "500m";
+  small.worker_memory_request = "";
+  const json plain = build_worker_pod(sample_run(), k2x8, 1, 0, small)["spec"]["containers"][0]["resources"];
+  EXPECT_EQ(plain["requests"]["cpu"], "500m");
+  EXPECT_FALSE(plain["requests"].contains("memory"));
+}
+
+TEST(PodTemplateOverrides, HostNetworkMovesSshdOffTheNodesPortAndKeepsClusterDns) {
+  const BenchmarkRun run = run_with_overrides(json::parse(
+      R"([{"targetJobs": [{"name": "worker"}, {"name": "launcher"}], "spec": {"hostNetwork": true}}])"));
+  const CaseObjects objects = build_case_objects(run, k2x8, 1, SshKeyPair{"k", "p"}, OperatorConfig{});
+  for (const json& pod : objects.workers) {
+    const json& spec = pod["spec"];
+    EXPECT_EQ(spec["hostNetwork"], true);
+    EXPECT_EQ(spec["dnsPolicy"], "ClusterFirstWithHostNet");
+    const json& c = spec["containers"][0];
+    EXPECT_THAT(c["command"].get<std::vector<std::string>>(), Contains("2222"));
+    EXPECT_EQ(c["readinessProbe"]["tcpSocket"]["port"], 2222);
+    EXPECT_EQ(c["ports"][0]["containerPort"], 2222);
+  }
+  EXPECT_THAT(objects.secret["stringData"]["config"].get<std::string>(), HasSubstr("\nPort 2222\n"));
+  EXPECT_EQ(objects.service["spec"]["ports"][0]["targetPort"], 2222);
+  EXPECT_EQ(objects.launcher["spec"]["template"]["spec"]["dnsPolicy"], "ClusterFirstWithHostNet");
+  // Without it: port 22 everywhere.
+  const CaseObjects plain = build_case_objects(sample_run(), k2x8, 1, SshKeyPair{"k", "p"}, OperatorConfig{});
+  EXPECT_THAT(plain.secret["stringData"]["config"].get<std::string>(), HasSubstr("\nPort 22\n"));
+  EXPECT_FALSE(plain.workers[0]["spec"].contains("hostNetwork"));
 }
 
 }  // namespace

@@ -178,7 +178,37 @@ struct WorkerSpec {
   // (required pod anti-affinity), so that cases do not measure each other.
   bool share_nodes = false;
   std::optional<GangSpec> gang;
+  QosClass qos_class = QosClass::Burstable;
   bool operator==(const WorkerSpec&) const = default;
+};
+
+// Kubeflow Trainer v2's podTemplateOverrides, for the pods dlbench creates: each entry is merged
+// into the pods its targetJobs name ("worker", "launcher"), in list order. Maps merge (a later
+// key wins), lists append, scalars replace; a container's env comes after dlbench's (the user's
+// word wins) and its requests and limits merge over dlbench's defaults. What dlbench owns (its
+// labels, volumes, mount paths, extended resources, scheduling gate) is refused: pod_ownership.hpp.
+struct ContainerOverride {
+  std::string name;  // the container: "worker" or "launcher"
+  std::vector<EnvVar> env;
+  nlohmann::json volume_mounts = nlohmann::json::array();  // {name, mountPath, readOnly, subPath}
+  std::map<std::string, std::string> requests, limits;    // cpu, memory, ephemeral-storage, hugepages-*
+  bool operator==(const ContainerOverride&) const = default;
+};
+
+struct PodTemplateOverride {
+  std::vector<std::string> target_jobs;  // "worker", "launcher"
+  std::map<std::string, std::string> labels, annotations;
+  std::string service_account_name;
+  std::map<std::string, std::string> node_selector;
+  std::optional<nlohmann::json> affinity;  // a Kubernetes Affinity, passed through
+  std::vector<Toleration> tolerations;
+  nlohmann::json volumes = nlohmann::json::array();  // Kubernetes Volumes, passed through
+  std::vector<std::string> image_pull_secrets;
+  std::vector<std::string> scheduling_gates;
+  std::optional<bool> host_network;
+  std::optional<nlohmann::json> security_context;  // a PodSecurityContext, passed through
+  std::vector<ContainerOverride> containers;
+  bool operator==(const PodTemplateOverride&) const = default;
 };
 
 struct Limits {
@@ -208,6 +238,7 @@ struct BenchmarkRunSpec {
   WorkerSpec worker;
   Limits limits;
   std::optional<PreflightSpec> preflight;
+  std::vector<PodTemplateOverride> pod_template_overrides;
   bool operator==(const BenchmarkRunSpec&) const = default;
 };
 

@@ -39,6 +39,9 @@ enum class TolerationOperator { Exists, Equal };
 enum class TaintEffect { Any, NoSchedule, PreferNoSchedule, NoExecute };
 // Who admits a multi-node case's worker pods all together (gang scheduling).
 enum class GangScheduler { kueue, volcano, schedulerPlugins };
+// The worker pods' Kubernetes QoS class: Guaranteed sets limits equal to requests (CPU and
+// memory), which the kubelet's static CPU manager needs to give whole cores to a pod.
+enum class QosClass { Burstable, Guaranteed };
 
 // Models that train on token sequences (data.sequenceLength) instead of images (data.imageSize).
 constexpr bool is_sequence_model(Model m) { return m == Model::bert_base; }
@@ -79,6 +82,7 @@ DLBENCH_ENUM_SPELLINGS(TolerationOperator, "Exists", "Equal");
 // Kubernetes spells "any effect" as the empty string.
 DLBENCH_ENUM_SPELLINGS(TaintEffect, "", "NoSchedule", "PreferNoSchedule", "NoExecute");
 DLBENCH_ENUM_SPELLINGS(GangScheduler, "kueue", "volcano", "schedulerPlugins");
+DLBENCH_ENUM_SPELLINGS(QosClass, "Burstable", "Guaranteed");
 
 #undef DLBENCH_ENUM_SPELLINGS
 

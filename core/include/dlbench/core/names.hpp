@@ -19,6 +19,12 @@ bool is_qualified_name(std::string_view text);
 bool is_label_value(std::string_view text);
 // Extended resources are domain-qualified: nvidia.com/gpu, rdma/hca_shared_devices_a.
 bool is_extended_resource_name(std::string_view text);
+// A resource quantity as a pod spec writes it: digits, an optional fraction, an optional suffix
+// (m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei): "500m", "1.5", "16Gi". No signs or exponents.
+bool is_resource_quantity(std::string_view text);
+// A resource a podTemplateOverrides container may ask for: cpu, memory, ephemeral-storage,
+// hugepages-<size>. Extended resources (a "/" in the name) are dlbench's: GPUs and RDMA devices.
+bool is_compute_resource_name(std::string_view text);
 // Container environment variable names as Kubernetes validates them: [-._a-zA-Z][-._a-zA-Z0-9]*.
 bool is_env_var_name(std::string_view text);
 // A path that never climbs: no ".." segment (Kubernetes refuses mount and sub paths with one).
