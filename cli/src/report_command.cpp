@@ -167,11 +167,13 @@ bool unstable(const CaseResult& r) { return r.stability && r.stability->verdict 
 // speed-up was refused (the "refused" cells, and why), and every case measured while other load
 // wanted its CPUs (results[].interference: its numbers stand, but they are not the machine's).
 void print_case_warnings(std::ostream& out, ReportFormat format, const std::vector<Source>& sources) {
-  std::vector<std::pair<std::string, std::string>> unstable_cases, refused, interfered;
+  std::vector<std::pair<std::string, std::string>> unstable_cases, refused, interfered, sockets;
   for (const auto& s : sources) {
     for (const auto& r : s.status.results) {
       const std::string name = (sources.size() > 1 ? s.label + " " : "") + case_id(r.case_);
       if (unstable(r)) unstable_cases.emplace_back(name, r.message);
+      // Kept with rdma.required: false (a required one is Failed, listed with the cases not measured).
+      if (r.state == CaseState::Succeeded && r.reason == kReasonRdmaNotUsed) sockets.emplace_back(name, r.message);
       if (!r.scaling_refused.empty()) refused.emplace_back(name, r.scaling_refused);
       if (!r.interference || r.interference->verdict == InterferenceVerdict::clean) continue;
       std::string why = std::string(to_string(r.interference->verdict)) + ": ";
@@ -188,6 +190,7 @@ void print_case_warnings(std::ostream& out, ReportFormat format, const std::vect
   print_case_notes(out, format, "unstable cases (left out of best and scaling)", "spread", unstable_cases);
   print_case_notes(out, format, "speed-ups refused", "why", refused);
   print_case_notes(out, format, "measured under other load or throttled", "load", interfered);
+  print_case_notes(out, format, "measured without the RDMA network asked for", "transport", sockets);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dlbench/core/enums.hpp"
+#include "dlbench/core/pod_ownership.hpp"
 
 namespace dlbench {
 namespace {
@@ -135,6 +136,20 @@ std::vector<FieldRule> build_rules() {
   r.push_back(seconds);
   r.push_back(enum_rule<GangScheduler>("spec.worker.gang.scheduler"));
   r.push_back(enum_rule<QosClass>("spec.worker.qosClass", json(to_string(QosClass::Burstable))));
+
+  // spec.podTemplateOverrides (pod_overrides.cpp): the pods' roles, and the same tolerations.
+  for (const char* path : {"spec.podTemplateOverrides[].targetJobs[].name", "spec.podTemplateOverrides[].spec.containers[].name"}) {
+    FieldRule role;
+    role.path = path;
+    role.allowed = {std::string(kWorkerRole), std::string(kLauncherRole)};
+    r.push_back(role);
+  }
+  r.push_back(enum_rule<TolerationOperator>("spec.podTemplateOverrides[].spec.tolerations[].operator", json("Equal")));
+  r.push_back(enum_rule<TaintEffect>("spec.podTemplateOverrides[].spec.tolerations[].effect"));
+  FieldRule override_seconds;
+  override_seconds.path = "spec.podTemplateOverrides[].spec.tolerations[].tolerationSeconds";
+  override_seconds.minimum = 0.0;
+  r.push_back(override_seconds);
 
   r.push_back(object_default("spec.limits"));
   r.push_back(integer_rule("spec.limits.caseTimeoutSeconds", bounds::kCaseTimeoutSeconds,

@@ -145,6 +145,13 @@ class ChartTest(unittest.TestCase):
         args = custom["spec"]["template"]["spec"]["containers"][0]["args"]
         self.assertIn("--default-worker-image=registry.local/w:7", args)
         self.assertIn("--worker-image-pull-policy=Always", args)
+        # Every worker container requests CPU and memory (never BestEffort); "" requests none.
+        self.assertIn("--worker-cpu-request=1", container["args"])
+        self.assertIn("--worker-memory-request=2Gi", container["args"])
+        sized = by_kind(render("--set-string", "worker.resources.requests.cpu=15500m,worker.resources.requests.memory="))
+        args = sized["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertIn("--worker-cpu-request=15500m", args)
+        self.assertIn("--worker-memory-request=", args)
 
     def test_more_than_one_replica_turns_leader_election_on(self):
         args = by_kind(render("--set", "operator.replicas=3"))["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -155,7 +162,8 @@ class ChartTest(unittest.TestCase):
         if OPERATOR is None:
             self.skipTest("no dlbench-operator given")
         for values in ([], ["--set", "operator.replicas=2,operator.watchNamespace=bench,worker.backend=cpu,"
-                                     "worker.communicator=mpi,operator.maxConcurrentCases=4"]):
+                                     "worker.communicator=mpi,operator.maxConcurrentCases=4",
+                            "--set-string", "worker.resources.requests.cpu=500m,worker.resources.requests.memory="]):
             args = by_kind(render(*values))["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
             # --kubeconfig to a missing file: the flags parse, then the config fails (exit 1, not 2 = usage).
             result = subprocess.run([OPERATOR, *args, "--kubeconfig", "/nonexistent"], capture_output=True, text=True,
@@ -177,7 +185,8 @@ class ChartTest(unittest.TestCase):
                                ("monitoring.interval=fast", "interval"), ("operator.metricsPort=70000", "metricsPort"),
                                ("operator.unknownKey=1", "unknownKey"),
                                ("operator.maxConcurrentCases=-1", "maxConcurrentCases"),
-                               ("worker.image.pullPolicy=Sometimes", "pullPolicy")):
+                               ("worker.image.pullPolicy=Sometimes", "pullPolicy"),
+                               ("worker.resources.requests.memory=2GB", "memory")):
             result = helm("template", "bench", CHART, "--set", setting, check=False)
             self.assertNotEqual(result.returncode, 0, setting)
             self.assertIn(field, result.stderr, setting)

@@ -165,6 +165,28 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   run.spec.worker.priority_class_name = "high";
   run.spec.worker.share_nodes = true;
   run.spec.worker.gang = GangSpec{GangScheduler::kueue, "gpu-queue"};
+  run.spec.worker.qos_class = QosClass::Guaranteed;
+  PodTemplateOverride pod;
+  pod.target_jobs = {"worker"};
+  pod.labels = {{"team", "perf"}};
+  pod.annotations = {{"k8s.v1.cni.cncf.io/networks", "ib"}};
+  pod.service_account_name = "bench";
+  pod.node_selector = {{"net", "ib"}};
+  pod.affinity = json{{"nodeAffinity", json::object()}};
+  pod.tolerations = {{"k", TolerationOperator::Exists, "", TaintEffect::NoSchedule, std::nullopt}};
+  pod.volumes = json::array({{{"name", "scratch"}, {"emptyDir", json::object()}}});
+  pod.image_pull_secrets = {"registry"};
+  pod.scheduling_gates = {"example.com/gate"};
+  pod.host_network = true;
+  pod.security_context = json{{"fsGroup", 1000}};
+  ContainerOverride container;
+  container.name = "worker";
+  container.env = {{"A", "1", std::nullopt}};
+  container.volume_mounts = json::array({{{"name", "scratch"}, {"mountPath", "/scratch"}, {"readOnly", true}, {"subPath", "a"}}});
+  container.requests = {{"cpu", "4"}};
+  container.limits = {{"memory", "8Gi"}};
+  pod.containers = {container};
+  run.spec.pod_template_overrides = {pod};
   BenchmarkRunStatus status;
   status.observed_generation = 1;
   status.phase = Phase::Running;
@@ -185,6 +207,7 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   result.interference = InterferenceReport{0.01, 0.0, GpuReadings{1, 1400, 1500, 1980, {GpuThrottleReason::thermal}, 90, 700, 10},
                                            InterferenceVerdict::interfered};
   result.scaling_refused = "why";
+  result.nccl_transport = NcclTransport{"IB", {"NET/IB", "P2P"}, true};
   status.results = {result};
   status.best = BestResult{"1x1-bs128-amp", 2.0, "samples/s"};
   status.start_time = "2026-11-26T09:00:00Z";
@@ -200,6 +223,7 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   preflight.stability.reset();  // a self-test has no repeats and no load readings
   preflight.interference.reset();
   preflight.scaling_refused.clear();
+  preflight.nccl_transport.reset();
   status.preflight = preflight;
   run.status = status;
 

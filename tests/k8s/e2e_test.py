@@ -421,6 +421,15 @@ class EndToEnd(unittest.TestCase):
         warnings = [e for e in events if e["involvedObject"]["name"] == "sockets-allowed" and e["reason"] == "RdmaNotUsed"]
         self.assertEqual(len(warnings), 1, events)
         self.assertEqual(warnings[0]["type"], "Warning")
+        # dlbench report, fed by kubectl, lists both: the kept case, and the failed one with its reason.
+        for name, line in (("sockets-allowed", "measured without the RDMA network asked for\n  2x1-bs4-fp32: asked for RDMA"),
+                           ("over-sockets", "2x1-bs4-fp32: Failed, RdmaNotUsed: asked for RDMA")):
+            run_file = os.path.join(self.tmp, name + ".status.json")
+            with open(run_file, "w") as f:
+                f.write(self.kubectl("get", "br", name, "-o", "json"))
+            report = subprocess.run([PROGRAMS[1], "report", run_file], capture_output=True, text=True, timeout=60)
+            self.assertEqual(report.returncode, 0, report.stderr)
+            self.assertIn(line, report.stdout)
 
 
 if __name__ == "__main__":

@@ -35,14 +35,26 @@ json full_run_json() {
                       "stability": {"maxCv": 0.03, "extraRepeats": 2, "includeUnstable": true}},
       "optimizer": {"name": "sgd", "learningRate": 0.05, "momentum": 0.8, "weightDecay": 0.0005},
       "worker": {"image": "registry.local/dlbench-worker:1", "gpuResource": "nvidia.com/gpu",
-                 "rdma": {"resource": "rdma/hca_shared_devices_a", "perNode": 2, "required": false},
+                 "rdma": {"resource": "rdma/hca_shared_devices_a", "perNode": 2, "required": false}, "qosClass": "Guaranteed",
                  "nodeSelector": {"nvidia.com/gpu.product": "H100"},
                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                                  {"key": "spot", "operator": "Equal", "value": "yes", "effect": "NoExecute", "tolerationSeconds": 60}],
                  "env": [{"name": "NCCL_DEBUG", "value": "INFO"},
                          {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                  "schedulerName": "volcano", "priorityClassName": "bench"},
-      "limits": {"caseTimeoutSeconds": 600, "backoffLimit": 2}
+      "limits": {"caseTimeoutSeconds": 600, "backoffLimit": 2},
+      "podTemplateOverrides": [
+        {"targetJobs": [{"name": "worker"}, {"name": "launcher"}],
+         "metadata": {"labels": {"team": "perf"}, "annotations": {"k8s.v1.cni.cncf.io/networks": "ib"}},
+         "spec": {"serviceAccountName": "bench", "nodeSelector": {"net": "ib"},
+                  "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+                  "tolerations": [{"key": "rdma", "operator": "Exists"}],
+                  "volumes": [{"name": "scratch", "emptyDir": {"medium": "Memory"}}],
+                  "imagePullSecrets": [{"name": "registry"}], "schedulingGates": [{"name": "example.com/quota"}],
+                  "hostNetwork": true, "securityContext": {"fsGroup": 1000},
+                  "containers": [{"name": "worker", "env": [{"name": "NCCL_IB_HCA", "value": "mlx5"}],
+                                  "volumeMounts": [{"name": "scratch", "mountPath": "/scratch", "readOnly": true, "subPath": "a"}],
+                                  "resources": {"requests": {"cpu": "64", "memory": "256Gi"}}}]}}]
     },
     "status": {
       "observedGeneration": 3, "phase": "Running",
@@ -185,7 +197,7 @@ TEST(Defaults, AppliedAndReportedInOrder) {
                                  "spec.methodology.stability.extraRepeats", "spec.methodology.stability.includeUnstable",
                                  "spec.optimizer",
                                  "spec.optimizer.name", "spec.optimizer.learningRate", "spec.optimizer.momentum",
-                                 "spec.optimizer.weightDecay", "spec.worker", "spec.worker.gpuResource", "spec.limits",
+                                 "spec.optimizer.weightDecay", "spec.worker", "spec.worker.gpuResource", "spec.worker.qosClass", "spec.limits",
                                  "spec.limits.caseTimeoutSeconds", "spec.limits.backoffLimit"));
   EXPECT_EQ(doc["spec"]["methodology"], (json{{"warmupSteps", 20}, {"measureSteps", 100}, {"repeats", 7}, {"statistic", "median"},
                                               {"stability", {{"extraRepeats", 7}, {"includeUnstable", false}}}}));
@@ -241,7 +253,8 @@ TEST(Defaults, DecodedDefaultsMatchTheDocumentedValues) {
   EXPECT_EQ(run.spec.data.decode_threads, 4);
   EXPECT_EQ(run.spec.data.prefetch_batches, 2);
   EXPECT_EQ(run.spec.methodology.stability, (StabilitySpec{std::nullopt, 7, false}));  // maxCv: the device's
-  EXPECT_EQ(decode_benchmark_run(minimal_run()).defaults.size(), 26u);
+  EXPECT_EQ(run.spec.worker.qos_class, QosClass::Burstable);
+  EXPECT_EQ(decode_benchmark_run(minimal_run()).defaults.size(), 27u);
 }
 
 }  // namespace
