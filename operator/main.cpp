@@ -12,7 +12,7 @@
 
 #include "controller.hpp"
 #include "leader_election.hpp"
-#include "dlbench/core/metrics.hpp"
+#include "dlbench/metrics/metrics.hpp"
 #include "dlbench/core/names.hpp"
 
 namespace {

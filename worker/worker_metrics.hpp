@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "dlbench/core/metrics.hpp"
+#include "dlbench/metrics/metrics.hpp"
 
 namespace dlbench::worker {
 

@@ -5,7 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "dlbench/core/metrics.hpp"
+#include "dlbench/metrics/metrics.hpp"
 
 namespace dlbench::metrics {
 namespace {

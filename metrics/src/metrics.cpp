@@ -1,4 +1,4 @@
-#include "dlbench/core/metrics.hpp"
+#include "dlbench/metrics/metrics.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
