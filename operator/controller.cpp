@@ -42,7 +42,22 @@ bool is_deleting(const json& object) { return object["metadata"].contains("delet
 
 }  // namespace
 
-Controller::Controller(KubeClient& client, ControllerOptions options) : client_(client), options_(std::move(options)) {
+std::string_view to_string(ReconcileOutcome outcome) {
+  switch (outcome) {
+    case ReconcileOutcome::changed: return "changed";
+    case ReconcileOutcome::unchanged: return "unchanged";
+    case ReconcileOutcome::queued: return "queued";
+    case ReconcileOutcome::stale: return "stale";
+    case ReconcileOutcome::gone: return "gone";
+    case ReconcileOutcome::conflict: return "conflict";
+    case ReconcileOutcome::error: return "error";
+  }
+  return "error";
+}
+
+Controller::Controller(KubeClient& client, ControllerOptions options)
+    : client_(client), options_(std::move(options)),
+      queue_(std::chrono::milliseconds(5), std::chrono::seconds(300), options_.steady_now) {
   reconciles_ = &registry_.counter("dlbench_operator_reconciles_total",
                                    "Reconciliations, by result: changed, unchanged, queued, stale (the cache has not "
                                    "seen our last write yet), gone (deleted or being deleted), conflict (the status "
@@ -222,7 +237,7 @@ Admission Controller::admission_for(const CachedRun& run) {
 }
 
 bool Controller::pod_groups_served(const std::string& api_version) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = options_.steady_now();
   std::lock_guard lock(discovery_mutex_);
   auto& known = served_[api_version];
   // "Served" is believed for a minute (the CRD may be removed); "not served" is asked again every
@@ -258,37 +273,39 @@ void Controller::work() {
       continue;
     }
     const std::uint64_t id = ++reconcile_counter_;
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = options_.steady_now();
     json fields{{"run", *key}, {"reconcile", id}};
-    std::string outcome;
+    ReconcileOutcome outcome = ReconcileOutcome::error;
     try {
       outcome = process(*key, id, fields);
-      if (outcome != "conflict") queue_.forget(*key);
+      if (outcome != ReconcileOutcome::conflict) queue_.forget(*key);
     } catch (const std::exception& e) {
-      outcome = "error";
+      outcome = ReconcileOutcome::error;
       fields["error"] = e.what();
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = std::chrono::duration<double>(options_.steady_now() - start).count();
     reconcile_seconds_->observe(seconds);
-    reconciles_->add({{"result", outcome}}).increment();
+    const std::string result(to_string(outcome));
+    reconciles_->add({{"result", result}}).increment();
     fields["ms"] = std::round(seconds * 10000) / 10;
-    if (outcome != "unchanged" || options_.log_unchanged) {
-      log_line(outcome == "error" || outcome == "conflict" ? "warning" : "info", "reconciled " + outcome, fields);
+    const bool failed = outcome == ReconcileOutcome::error || outcome == ReconcileOutcome::conflict;
+    if (outcome != ReconcileOutcome::unchanged || options_.log_unchanged) {
+      log_line(failed ? "warning" : "info", "reconciled " + result, fields);
     }
     queue_.done(*key);
-    if (outcome == "error" || outcome == "conflict") queue_.add_rate_limited(*key);
+    if (failed) queue_.add_rate_limited(*key);
   }
 }
 
-std::string Controller::process(const std::string& key, std::uint64_t reconcile_id, json& fields) {
+ReconcileOutcome Controller::process(const std::string& key, std::uint64_t reconcile_id, json& fields) {
   const auto slash = key.find('/');
   const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
   const auto cached = runs_->get(key);
   if (!cached) {
     forget(ns, name);  // deleted: owner references collect its children
-    return "gone";
+    return ReconcileOutcome::gone;
   }
-  if (cached->deleting) return "gone";  // finalizers of others hold it: no new child, no write
+  if (cached->deleting) return ReconcileOutcome::gone;  // finalizers of others hold it: no new child, no write
   const json run = cached->parsed();
   {
     std::lock_guard lock(expectations_mutex_);
@@ -297,15 +314,15 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
     // by hand must not stop the run for good.
     if (it != written_.end() && it->second.uid == cached->uid &&
         it->second.status != run.value("status", json::object()) &&
-        std::chrono::steady_clock::now() - it->second.at < std::chrono::minutes(5)) {
+        options_.steady_now() - it->second.at < std::chrono::minutes(5)) {
       // Our last status write is not in the cache yet: acting now could run a finished case again.
       queue_.add_after(key, std::chrono::milliseconds(100));
-      return "stale";
+      return ReconcileOutcome::stale;
     }
     if (it != written_.end()) written_.erase(it);
   }
   World world;
-  world.now = std::chrono::system_clock::now();
+  world.now = options_.system_now();
   // A scan of compact facts: no index to keep in memory, and microseconds at thousands of children.
   for (auto& p : pods_->matching([&](const CachedPod& c) { return c.owned_by(ns, name); })) {
     world.pods.push_back(std::move(p.facts));
@@ -331,27 +348,27 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
     // The cache may still hold a run that is gone or going: ask the API server itself.
     try {
       const json live = client_.get(resources::kBenchmarkRuns, ns, name);
-      if (is_deleting(live) || live["metadata"].value("uid", "") != cached->uid) return "gone";
+      if (is_deleting(live) || live["metadata"].value("uid", "") != cached->uid) return ReconcileOutcome::gone;
     } catch (const KubeError& e) {
-      if (e.status == 404) return "gone";
+      if (e.status == 404) return ReconcileOutcome::gone;
       throw;
     }
   }
   // The status first: a result is on record before the children that produced it are deleted, so
   // that a refused write (409) leaves the world as it was, to be judged again on a fresh read.
-  std::string outcome = world.admission.admitted ? "unchanged" : "queued";
+  ReconcileOutcome outcome = world.admission.admitted ? ReconcileOutcome::unchanged : ReconcileOutcome::queued;
   if (actions.status) {
     // Only what changed, with removed fields as null.
     json patch = merge_patch_between(run.value("status", json::object()), to_json(*actions.status));
     if (!patch.empty()) {
       StatusWrite written = write_status(ns, name, run, cached->resource_version, patch);
-      if (!written.refused.empty()) return written.refused;
+      if (written.refused) return *written.refused;
       {
         std::lock_guard lock(expectations_mutex_);
-        written_[key] = {cached->uid, std::move(written.stored), std::chrono::steady_clock::now()};
+        written_[key] = {cached->uid, std::move(written.stored), options_.steady_now()};
       }
       fields["statusWritten"] = true;
-      if (outcome != "queued") outcome = "changed";
+      if (outcome != ReconcileOutcome::queued) outcome = ReconcileOutcome::changed;
       const bool ended = actions.status->phase == Phase::Succeeded || actions.status->phase == Phase::Failed;
       if (ended && cached->phase == "Running") enqueue_waiting_runs();  // its case slot is free
     }
@@ -370,7 +387,7 @@ std::string Controller::process(const std::string& key, std::uint64_t reconcile_
   for (const auto& r : actions.remove) deleted += client_.remove(resource_for(r.kind), ns, r.name) ? 1 : 0;
   if (created > 0) fields["created"] = created;
   if (deleted > 0) fields["deleted"] = deleted;
-  if (created + deleted > 0 && outcome != "queued") outcome = "changed";
+  if (created + deleted > 0 && outcome != ReconcileOutcome::queued) outcome = ReconcileOutcome::changed;
   for (const auto& e : actions.events) {
     fields["events"].push_back(e.reason);
     const std::string now = format_rfc3339(world.now);
@@ -407,18 +424,18 @@ Controller::StatusWrite Controller::write_status(const std::string& ns, const st
     try {
       const json stored =
           client_.merge_patch(resources::kBenchmarkRuns, ns, name, {{"metadata", metadata}, {"status", patch}}, "status");
-      return {"", stored.value("status", json::object())};
+      return {std::nullopt, stored.value("status", json::object())};
     } catch (const KubeError& e) {
-      if (e.status == 404) return {"gone", {}};
+      if (e.status == 404) return {ReconcileOutcome::gone, {}};
       if (e.status != 409) throw;
       status_conflicts_->increment();
-      return {"conflict", {}};
+      return {ReconcileOutcome::conflict, {}};
     }
   };
   // Conditioned on the version this reconcile read: a write over a status we have not seen (the
   // cache behind our own last write, or a run changed since) is refused.
   StatusWrite first = write({{"resourceVersion", version}});
-  if (first.refused != "conflict") return first;
+  if (first.refused != ReconcileOutcome::conflict) return first;
   // Another writer (kubectl annotate, a GitOps tool) may move the run's version faster than any
   // cache follows it, and faster than a read and a conditioned write take: with writers back to
   // back, most of those pairs are refused too. So the fresh run is compared with this
@@ -430,10 +447,10 @@ Controller::StatusWrite Controller::write_status(const std::string& ns, const st
   try {
     live = client_.get(resources::kBenchmarkRuns, ns, name);
   } catch (const KubeError& e) {
-    if (e.status == 404) return {"gone", {}};
+    if (e.status == 404) return {ReconcileOutcome::gone, {}};
     throw;
   }
-  if (is_deleting(live) || live["metadata"].value("uid", "") != run["metadata"].value("uid", "")) return {"gone", {}};
+  if (is_deleting(live) || live["metadata"].value("uid", "") != run["metadata"].value("uid", "")) return {ReconcileOutcome::gone, {}};
   if (live["metadata"].value("generation", 0) != run["metadata"].value("generation", 0) ||
       live.value("spec", json::object()) != run.value("spec", json::object()) ||
       live.value("status", json::object()) != run.value("status", json::object())) {

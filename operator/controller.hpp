@@ -17,13 +17,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cached.hpp"
-#include "dlbench/core/metrics.hpp"
+#include "dlbench/metrics/metrics.hpp"
 #include "informer.hpp"
 #include "kube_client.hpp"
 #include "manifests.hpp"
@@ -46,7 +47,23 @@ struct ControllerOptions {
   bool log_unchanged = false;  // also log reconciles that changed nothing (--log-level debug)
   // Whether this replica may still write (it holds the Lease); checked before every write.
   std::function<bool()> may_write = [] { return true; };
+  // The clocks it reads (tests pass their own): steady for delays, expiries and durations; the
+  // system's for the times written into statuses and events.
+  std::function<std::chrono::steady_clock::time_point()> steady_now = std::chrono::steady_clock::now;
+  std::function<std::chrono::system_clock::time_point()> system_now = std::chrono::system_clock::now;
 };
+
+// What one reconcile did, for the log and the dlbench_operator_reconciles_total{result} counter.
+enum class ReconcileOutcome {
+  changed,    // wrote a status, created or deleted children
+  unchanged,  // the world already matched
+  queued,     // waiting for a case slot (--max-concurrent-cases)
+  stale,      // the cache has not seen our last status write yet
+  gone,       // deleted, or being deleted
+  conflict,   // the status write refused with 409 on a fresh read too
+  error,      // an exception: retried with backoff
+};
+std::string_view to_string(ReconcileOutcome outcome);
 
 class Controller {
  public:
@@ -61,8 +78,7 @@ class Controller {
 
  private:
   void work();
-  // The outcome, for the log and the counter: changed, unchanged, queued, stale, gone, conflict.
-  std::string process(const std::string& key, std::uint64_t reconcile_id, nlohmann::json& fields);
+  ReconcileOutcome process(const std::string& key, std::uint64_t reconcile_id, nlohmann::json& fields);
   void enqueue_waiting_runs();
   void enqueue_neighbours(const CachedPod& pod);
   Admission admission_for(const CachedRun& run);
@@ -73,7 +89,7 @@ class Controller {
   // Writes the status diff conditioned on the run's version as this reconcile read it; on a 409
   // reads the run afresh and writes again where only its metadata moved.
   struct StatusWrite {
-    std::string refused;    // the reconcile's outcome when not written: conflict or gone
+    std::optional<ReconcileOutcome> refused;  // when not written: conflict or gone
     nlohmann::json stored;  // else the status as the API server stored it
   };
   StatusWrite write_status(const std::string& ns, const std::string& name, const nlohmann::json& run,

@@ -21,12 +21,12 @@ std::string micro_time(TimePoint t) {
 }  // namespace
 
 LeaderElector::LeaderElector(KubeClient& client, std::string ns, std::string name, std::string identity,
-                             std::chrono::seconds lease_duration)
+                             std::chrono::seconds lease_duration, Now now)
     : client_(client), namespace_(std::move(ns)), name_(std::move(name)), identity_(std::move(identity)),
-      duration_(lease_duration) {}
+      duration_(lease_duration), now_(std::move(now)) {}
 
 bool LeaderElector::try_acquire_or_renew() {
-  const auto now = std::chrono::system_clock::now();
+  const auto now = now_();
   json lease;
   try {
     lease = client_.get(resources::kLeases, namespace_, name_);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "kube_client.hpp"
@@ -12,8 +13,11 @@ namespace dlbench::operator_ {
 
 class LeaderElector {
  public:
+  using Now = std::function<std::chrono::system_clock::time_point()>;
+  // `now`: the clock lease times are written and judged with (tests pass their own).
   LeaderElector(KubeClient& client, std::string ns, std::string name, std::string identity,
-                std::chrono::seconds lease_duration = std::chrono::seconds(15));
+                std::chrono::seconds lease_duration = std::chrono::seconds(15),
+                Now now = std::chrono::system_clock::now);
   // One round: takes the lease if it is free or expired, renews it if ours. True while we lead.
   bool try_acquire_or_renew();
   const std::string& identity() const { return identity_; }
@@ -22,6 +26,7 @@ class LeaderElector {
   KubeClient& client_;
   std::string namespace_, name_, identity_;
   std::chrono::seconds duration_;
+  Now now_;
 };
 
 }  // namespace dlbench::operator_

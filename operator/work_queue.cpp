@@ -4,7 +4,8 @@
 
 namespace dlbench::operator_ {
 
-WorkQueue::WorkQueue(Duration base_delay, Duration max_delay) : base_delay_(base_delay), max_delay_(max_delay) {}
+WorkQueue::WorkQueue(Duration base_delay, Duration max_delay, Now now)
+    : base_delay_(base_delay), max_delay_(max_delay), now_(std::move(now)) {}
 
 void WorkQueue::add_locked(const std::string& key) {
   if (shutting_down_ || dirty_.contains(key)) return;
@@ -28,7 +29,7 @@ void WorkQueue::add_after(const std::string& key, Duration delay) {
   }
   // Once per key, at its earliest time (as client-go's delaying queue): a key requeued on every
   // pass would otherwise pile up copies, one per reconcile, until each came due.
-  const auto at = Clock::now() + delay;
+  const auto at = now_() + delay;
   if (const auto pending = due_.find(key); pending != due_.end()) {
     if (pending->second <= at) return;
     const auto [first, last] = delayed_.equal_range(pending->second);
@@ -84,9 +85,10 @@ void WorkQueue::promote_due_locked(Clock::time_point now) {
 
 std::optional<std::string> WorkQueue::get(Duration timeout) {
   std::unique_lock lock(mutex_);
-  const auto deadline = timeout == Duration::max() ? Clock::time_point::max() : Clock::now() + timeout;
+  const auto deadline = timeout == Duration::max() ? Clock::time_point::max() : now_() + timeout;
   while (true) {
-    promote_due_locked(Clock::now());
+    const auto now = now_();
+    promote_due_locked(now);
     if (!queue_.empty()) {
       std::string key = queue_.front();
       queue_.pop_front();
@@ -94,17 +96,15 @@ std::optional<std::string> WorkQueue::get(Duration timeout) {
       processing_.insert(key);
       return key;
     }
-    if (shutting_down_) return std::nullopt;
+    if (shutting_down_ || now >= deadline) return std::nullopt;
     auto wake = deadline;
     if (!delayed_.empty()) wake = std::min(wake, delayed_.begin()->first);
+    // Waits for the time left on the queue's clock (a test's clock does not move by itself: its
+    // tests ask with get(0s), which returns above).
     if (wake == Clock::time_point::max()) {
       changed_.wait(lock);
     } else {
-      changed_.wait_until(lock, wake);
-    }
-    if (Clock::now() >= deadline && queue_.empty()) {
-      promote_due_locked(Clock::now());
-      if (queue_.empty()) return std::nullopt;
+      changed_.wait_for(lock, wake - now);
     }
   }
 }

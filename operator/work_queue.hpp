@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -25,8 +26,11 @@ class WorkQueue {
  public:
   using Clock = std::chrono::steady_clock;
   using Duration = Clock::duration;
+  // The clock delays are measured on; tests pass their own and move it instead of sleeping.
+  using Now = std::function<Clock::time_point()>;
 
-  explicit WorkQueue(Duration base_delay = std::chrono::milliseconds(5), Duration max_delay = std::chrono::seconds(300));
+  explicit WorkQueue(Duration base_delay = std::chrono::milliseconds(5), Duration max_delay = std::chrono::seconds(300),
+                     Now now = Clock::now);
 
   void add(const std::string& key);
   void add_after(const std::string& key, Duration delay);
@@ -36,7 +40,8 @@ class WorkQueue {
   // The delay add_rate_limited() would use next for this key.
   Duration backoff(const std::string& key) const;
 
-  // Blocks until a key is ready (or `timeout` passes, or shutdown): the caller owns it until done().
+  // Blocks until a key is ready (or `timeout` passes on the queue's clock, or shutdown): the caller
+  // owns it until done(). get(0s) never blocks.
   std::optional<std::string> get(Duration timeout = Duration::max());
   void done(const std::string& key);
   void shut_down();
@@ -49,6 +54,7 @@ class WorkQueue {
   void promote_due_locked(Clock::time_point now);
 
   Duration base_delay_, max_delay_;
+  Now now_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::string> queue_;

@@ -263,12 +263,17 @@ namespace dlbench::operator_ {
 namespace {
 
 TEST_F(KubeClientTest, OneLeaderAtATimeAndTakeoverAfterExpiry) {
-  LeaderElector a(*client_, "default", "dlbench-operator", "replica-a", 1s);
-  LeaderElector b(*client_, "default", "dlbench-operator", "replica-b", 1s);
+  auto now = std::chrono::system_clock::now();
+  const auto clock = [&] { return now; };
+  LeaderElector a(*client_, "default", "dlbench-operator", "replica-a", 1s, clock);
+  LeaderElector b(*client_, "default", "dlbench-operator", "replica-b", 1s, clock);
   EXPECT_TRUE(a.try_acquire_or_renew());
   EXPECT_FALSE(b.try_acquire_or_renew());
+  now += 900ms;
   EXPECT_TRUE(a.try_acquire_or_renew());  // renewal
-  std::this_thread::sleep_for(1500ms);     // a stops renewing
+  now += 900ms;
+  EXPECT_FALSE(b.try_acquire_or_renew()) << "renewed 0.9 s ago: still a's";
+  now += 1100ms;                           // a stops renewing
   EXPECT_TRUE(b.try_acquire_or_renew());
   EXPECT_FALSE(a.try_acquire_or_renew());
   const json lease = client_->get(resources::kLeases, "default", "dlbench-operator");

@@ -50,34 +50,66 @@ TEST(WorkQueue, ExponentialBackoffPerKeyResetByForget) {
   EXPECT_EQ(q.backoff("ns/a"), 10ms);
 }
 
+// A clock the test moves: delays are exact, and nothing sleeps.
+struct TestClock {
+  WorkQueue::Clock::time_point now{};
+  WorkQueue::Now function() {
+    return [this] { return now; };
+  }
+};
+
 TEST(WorkQueue, DelayedKeysComeBackAfterTheirDelay) {
-  WorkQueue q;
-  const auto start = WorkQueue::Clock::now();
+  TestClock clock;
+  WorkQueue q(5ms, 300s, clock.function());
   q.add_after("ns/late", 60ms);
   q.add_after("ns/early", 20ms);
   EXPECT_EQ(q.waiting(), 2u);
-  EXPECT_EQ(q.get(1s), "ns/early");
-  EXPECT_EQ(q.get(1s), "ns/late");
-  EXPECT_GE(WorkQueue::Clock::now() - start, 60ms);
+  clock.now += 19ms;
+  EXPECT_EQ(q.get(0s), std::nullopt);
+  clock.now += 1ms;
+  EXPECT_EQ(q.get(0s), "ns/early");
+  clock.now += 39ms;
+  EXPECT_EQ(q.get(0s), std::nullopt);
+  clock.now += 1ms;
+  EXPECT_EQ(q.get(0s), "ns/late");
 }
 
 TEST(WorkQueue, ADelayedKeyWaitsOnceAtItsEarliestTime) {
-  WorkQueue q;
-  const auto start = WorkQueue::Clock::now();
+  TestClock clock;
+  WorkQueue q(5ms, 300s, clock.function());
   for (int i = 0; i < 100; ++i) q.add_after("ns/run", 10s);  // a requeue on every pass
   EXPECT_EQ(q.waiting(), 1u);
   q.add_after("ns/run", 30ms);  // sooner: replaces the later one
   q.add_after("ns/run", 5s);    // later than what waits: nothing to do
   EXPECT_EQ(q.waiting(), 1u);
-  EXPECT_EQ(q.get(2s), "ns/run");
-  EXPECT_GE(WorkQueue::Clock::now() - start, 30ms);
-  EXPECT_LT(WorkQueue::Clock::now() - start, 2s);
+  clock.now += 29ms;
+  EXPECT_EQ(q.get(0s), std::nullopt);
+  clock.now += 1ms;
+  EXPECT_EQ(q.get(0s), "ns/run");
   q.done("ns/run");
   EXPECT_EQ(q.waiting(), 0u);
-  EXPECT_EQ(q.get(100ms), std::nullopt);  // no copy left behind
+  clock.now += 20s;
+  EXPECT_EQ(q.get(0s), std::nullopt);  // no copy left behind
   q.add_after("ns/run", 10ms);  // and it can wait again
   EXPECT_EQ(q.waiting(), 1u);
-  EXPECT_EQ(q.get(1s), "ns/run");
+  clock.now += 10ms;
+  EXPECT_EQ(q.get(0s), "ns/run");
+}
+
+TEST(WorkQueue, BackoffDelaysComeDueOnTheQueuesClock) {
+  TestClock clock;
+  WorkQueue q(10ms, 80ms, clock.function());
+  q.add_rate_limited("ns/a");  // 10 ms
+  clock.now += 9ms;
+  EXPECT_EQ(q.get(0s), std::nullopt);
+  clock.now += 1ms;
+  EXPECT_EQ(q.get(0s), "ns/a");
+  q.done("ns/a");
+  q.add_rate_limited("ns/a");  // 20 ms
+  clock.now += 19ms;
+  EXPECT_EQ(q.get(0s), std::nullopt);
+  clock.now += 1ms;
+  EXPECT_EQ(q.get(0s), "ns/a");
 }
 
 TEST(WorkQueue, ShutdownWakesBlockedWorkers) {
