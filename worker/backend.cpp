@@ -81,14 +81,18 @@ void Backend::lamb_update(float*, float*, float*, float*, std::int64_t, const st
   no_transformer_op(*this, "lamb_update");
 }
 
-DType activation_dtype(std::string_view precision) {
-  if (precision == "bf16") return DType::bf16;
-  if (precision == "amp") return DType::fp16;
+DType activation_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::bf16: return DType::bf16;
+    case Precision::amp: return DType::fp16;
+    case Precision::fp32:
+    case Precision::tf32: break;
+  }
   return DType::fp32;
 }
 
-std::optional<std::string> cannot_run(std::string_view precision, const Backend& backend) {
-  if (precision == "tf32" && backend.name() != "cuda") {
+std::optional<std::string> cannot_run(Precision precision, const Backend& backend) {
+  if (precision == Precision::tf32 && backend.name() != "cuda") {
     return "tf32 is a math mode of NVIDIA tensor cores (Ampere and later); the " + backend.name() +
            " backend computes fp32";
   }
@@ -97,8 +101,8 @@ std::optional<std::string> cannot_run(std::string_view precision, const Backend&
 
 std::string allowed_precisions(const Backend& backend, const std::string& separator) {
   std::string allowed;
-  for (const std::string_view p : kApiPrecisions) {
-    if (!cannot_run(p, backend)) allowed += (allowed.empty() ? "" : separator) + std::string(p);
+  for (const Precision p : enum_values<Precision>()) {
+    if (!cannot_run(p, backend)) allowed += (allowed.empty() ? "" : separator) + std::string(to_string(p));
   }
   return allowed;
 }

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dlbench/core/enums.hpp"
 #include "tensor.hpp"
 
 namespace dlbench::worker {
@@ -442,16 +443,14 @@ class Backend {
   virtual void replay() {}
 };
 
-// The BenchmarkRun precisions, in the API's order.
-inline constexpr std::array<std::string_view, 4> kApiPrecisions{"fp32", "tf32", "amp", "bf16"};
-
-// A BenchmarkRun precision (fp32 | tf32 | amp | bf16) as the activations' dtype: tf32 is fp32
-// storage with tensor-core math, amp is fp16 with dynamic loss scaling, bf16 needs no loss
-// scaling (fp32's exponent range).
-DType activation_dtype(std::string_view precision);
+// A BenchmarkRun precision as the activations' dtype: tf32 is fp32 storage with tensor-core
+// math, amp is fp16 with dynamic loss scaling, bf16 needs no loss scaling (fp32's exponent range).
+DType activation_dtype(Precision precision);
+// Whether the precision trains with dynamic loss scaling (amp: fp16's narrow exponent range).
+constexpr bool uses_loss_scaling(Precision precision) { return precision == Precision::amp; }
 // Why `backend` cannot run `precision` here (tf32 off NVIDIA tensor cores, a dtype its
-// hardware lacks), or nothing when it can.
-std::optional<std::string> cannot_run(std::string_view precision, const Backend& backend);
+// hardware lacks), or nothing when it can. The one capability check before any op is made.
+std::optional<std::string> cannot_run(Precision precision, const Backend& backend);
 // The precisions `backend` runs here, in the API's order, joined by `separator`.
 std::string allowed_precisions(const Backend& backend, const std::string& separator);
 

@@ -157,7 +157,7 @@ struct Options {
   long batch_size = 32;
   long image_height = 0;  // 0: the model's default
   long image_width = 0;
-  std::string precision = "fp32";
+  Precision precision = Precision::fp32;  // parsed once, with core's spelling table
   long warmup_steps = 20;
   long measure_steps = 100;
   long repeats = 7;
@@ -165,7 +165,7 @@ struct Options {
   std::optional<double> max_cv;  // unset: the backend's default
   long extra_repeats = defaults::kExtraRepeats;
   long sequence_length = 0;  // 0: the model's default (sequence models)
-  std::string optimizer = "sgd";
+  OptimizerName optimizer = OptimizerName::sgd;
   double learning_rate = 0.1;
   double momentum = 0.9;
   double weight_decay = 1e-4;
@@ -186,16 +186,13 @@ struct Options {
   std::string init_from;    // weights file (safetensors, torchvision's names)
   std::string record_step;  // write one step's record there and exit
   bool self_test = false;
-  std::vector<std::string> self_test_precisions;  // --self-test: every one unless --precision says
+  std::vector<Precision> self_test_precisions;  // --self-test: every one unless --precision says
 };
 
 std::string image_size_text(const Options& o) {
   return image_size_argument(static_cast<int>(o.image_height), static_cast<int>(o.image_width));
 }
 
-
-// What --precision takes, in the API's order.
-const std::vector<std::string> kPrecisions(kApiPrecisions.begin(), kApiPrecisions.end());
 
 struct UsageError {
   std::string message;
@@ -244,6 +241,13 @@ std::string choice(const std::string& flag, const std::string& text, const std::
   std::string list;
   for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
   throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + list};
+}
+
+// One of an API enum's spellings (core's one table), parsed once.
+template <typename E>
+E enum_choice(const std::string& flag, const std::string& text) {
+  if (const auto value = enum_from_string<E>(text)) return *value;
+  throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + allowed_values<E>()};
 }
 
 // The job's rank count as mpirun tells it (1 outside mpirun), for options that take one rank.
@@ -314,8 +318,8 @@ std::optional<Options> parse(int argc, char** argv) {
       // One precision for a case; a comma list for --self-test (checked once every flag is read).
       o.self_test_precisions.clear();
       std::istringstream list(value);
-      for (std::string p; std::getline(list, p, ',');) o.self_test_precisions.push_back(choice(flag, p, kPrecisions));
-      if (o.self_test_precisions.empty()) choice(flag, value, kPrecisions);  // "" is none of them: refused, naming them
+      for (std::string p; std::getline(list, p, ',');) o.self_test_precisions.push_back(enum_choice<Precision>(flag, p));
+      if (o.self_test_precisions.empty()) enum_choice<Precision>(flag, value);  // "" is none of them: refused, naming them
       o.precision = o.self_test_precisions.front();
     } else if (flag == "--warmup-steps") {
       o.warmup_steps = parse_bounded(flag, value, bounds::kWarmupSteps);
@@ -332,7 +336,7 @@ std::optional<Options> parse(int argc, char** argv) {
     } else if (flag == "--sequence-length") {
       o.sequence_length = parse_bounded(flag, value, bounds::kSequenceLength);
     } else if (flag == "--optimizer") {
-      o.optimizer = choice(flag, value, {"sgd", "adamw", "lamb"});
+      o.optimizer = enum_choice<OptimizerName>(flag, value);
     } else if (flag == "--learning-rate") {
       o.learning_rate = parse_real(flag, value, bounds::kLearningRate);
     } else if (flag == "--momentum") {
@@ -381,10 +385,13 @@ std::optional<Options> parse(int argc, char** argv) {
     }
   }
   if (o.self_test_precisions.size() > 1 && !o.self_test) {
-    throw UsageError{"--precision: a list (" + o.self_test_precisions.front() + ",...) only with --self-test; a case "
-                     "runs one of fp32, tf32, amp, bf16"};
+    throw UsageError{"--precision: a list (" + std::string(to_string(o.self_test_precisions.front())) +
+                     ",...) only with --self-test; a case runs one of " + allowed_values<Precision>()};
   }
-  if (o.self_test && o.self_test_precisions.empty()) o.self_test_precisions = kPrecisions;
+  if (o.self_test && o.self_test_precisions.empty()) {
+    const auto all = enum_values<Precision>();
+    o.self_test_precisions.assign(all.begin(), all.end());
+  }
   if (!o.init_from.empty()) {
     if (o.self_test) throw UsageError{"--init-from: not with --self-test (it checks ops on its own weights)"};
     if (std::ifstream probe(o.init_from, std::ios::binary); !probe) {
@@ -400,7 +407,7 @@ std::optional<Options> parse(int argc, char** argv) {
                        " ranks)"};
     }
   }
-  if (o.self_test) o.precision = "fp32";  // the primary backend: fp32 math (tf32 gets its own)
+  if (o.self_test) o.precision = Precision::fp32;  // the primary backend: fp32 math (tf32 gets its own)
   if (o.data == "imagefolder" && o.data_path.empty()) {
     throw UsageError{"--data imagefolder needs --data-path DIR (DIR/<class>/<image>.jpg)"};
   }
@@ -414,7 +421,7 @@ std::optional<Options> parse(int argc, char** argv) {
     throw UsageError{"--profile: times eager steps layer by layer, and a replayed step graph runs no layer; not with "
                      "--cuda-graph on"};
   }
-  if (o.cuda_graph && o.precision == "amp" && !o.self_test) {
+  if (o.cuda_graph && uses_loss_scaling(o.precision) && !o.self_test) {
     // Refused here, not after the model is built: a replayed graph applies every step's update,
     // and amp's loss scaler decides on the host whether a step with an inf or NaN is skipped.
     throw UsageError{"--cuda-graph: on replays every step's update as captured, and amp's loss scaling skips "
@@ -712,8 +719,7 @@ std::unique_ptr<Backend> make_backend(const Options& o) {
     if (cudaGetDeviceCount(&devices) != cudaSuccess) cudaGetLastError();
     // With no device the constructor throws, saying why.
     const int device = (local_rank != nullptr ? std::atoi(local_rank) : 0) % std::max(devices, 1);
-    return std::make_unique<CudaBackend>(device, o.precision == "tf32" ? CudaMath::tf32 : CudaMath::fp32,
-                                         activation_dtype(o.precision));
+    return std::make_unique<CudaBackend>(device, cuda_math(o.precision), activation_dtype(o.precision));
   }
 #endif
   return std::make_unique<CpuBackend>(o.threads > 0 ? static_cast<int>(o.threads) : default_threads());
@@ -793,17 +799,17 @@ std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int ran
                                         Shape(o.batch_size, 3, o.image_height, o.image_width), model.classes, sgd, o.seed,
                                         static_cast<std::uint64_t>(rank), reuse, activation_dtype(o.precision));
   }
-  if (o.optimizer == "adamw" || o.optimizer == "lamb") {
-    if (const auto why = device.cannot_run_transformers()) throw Unsupported(o.optimizer + ": " + *why);
+  if (o.optimizer != OptimizerName::sgd) {
+    if (const auto why = device.cannot_run_transformers()) throw Unsupported(std::string(to_string(o.optimizer)) + ": " + *why);
     const AdamWConfig adam{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum), 0.999f, 1e-6f,
                            static_cast<float>(o.weight_decay), 1.0f};
-    if (o.optimizer == "lamb") {
+    if (o.optimizer == OptimizerName::lamb) {
       trainer->use_lamb(adam);
     } else {
       trainer->use_adamw(adam);
     }
   }
-  if (o.precision == "amp") trainer->use_loss_scaling({});
+  if (uses_loss_scaling(o.precision)) trainer->use_loss_scaling({});
   if (!o.init_from.empty()) load_parameters(read_weights_file(o.init_from), o.init_from, trainer->parameters(), device);
   return trainer;
 }
@@ -821,10 +827,10 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
     record.metadata = {{"format", "dlbench.step/v1"},
                        {"model", o.model},
                        {"backend", o.backend},
-                       {"precision", o.precision},
+                       {"precision", std::string(to_string(o.precision))},
                        {"batch_size", std::to_string(o.batch_size)},
                        {"seed", std::to_string(o.seed)},
-                       {"optimizer", o.optimizer},
+                       {"optimizer", std::string(to_string(o.optimizer))},
                        {"learning_rate", std::to_string(o.learning_rate)},
                        {"momentum", std::to_string(o.momentum)},
                        {"weight_decay", std::to_string(o.weight_decay)},
@@ -893,14 +899,12 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
   doc.run = o.run;
   doc.model = *enum_from_string<Model>(o.model);
   // Ranks per node as the job ran them; an uneven spread is recorded as ranks / nodes rounded up.
-  doc.case_ = {nodes, (comm.size() + nodes - 1) / nodes, static_cast<int>(o.batch_size),
-               *enum_from_string<Precision>(o.precision)};
+  doc.case_ = {nodes, (comm.size() + nodes - 1) / nodes, static_cast<int>(o.batch_size), o.precision};
   doc.image_size = static_cast<int>(o.image_height);
   doc.image_height = static_cast<int>(o.image_height);
   doc.image_width = static_cast<int>(o.image_width);
   doc.sequence_length = static_cast<int>(o.sequence_length);
-  // A sequence model's samples are sequences (DLPerf's BERT tables count sentences/s).
-  const std::string unit = o.sequence_length > 0 ? "sequences/s" : "samples/s";
+  const std::string unit(throughput_unit(doc.model));  // core's word: sequences/s for bert-base
   doc.devices = doc.case_.devices();
   doc.global_batch_size = static_cast<long>(doc.case_.global_batch_size());
   const bool reporter = comm.rank() == 0;
@@ -918,7 +922,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
     const int port = o.metrics_port == 0 ? 0 : static_cast<int>(o.metrics_port) + (local_rank ? std::atoi(local_rank) : 0);
     try {
       live = std::make_unique<WorkerMetrics>(
-          WorkerIdentity{o.run, case_id(doc.case_), o.model, o.precision, o.backend, comm.name(), DLBENCH_VERSION,
+          WorkerIdentity{o.run, case_id(doc.case_), o.model, std::string(to_string(o.precision)), o.backend, comm.name(), DLBENCH_VERSION,
                          backend != nullptr ? backend->version_info() : "", comm.rank(), doc.global_batch_size, unit},
           port);
       std::cerr << "dlbench-worker rank " << comm.rank() << ": metrics on port " << live->port() << "\n";
@@ -1095,7 +1099,7 @@ int run(const Options& o, Communicator& comm, Backend* backend, const std::strin
   } catch (const Unsupported& e) {
     doc.state = CaseState::Failed;
     doc.reason = kReasonUnsupported;
-    doc.message = "--precision " + o.precision + " on --backend " + o.backend + ": " + e.what();
+    doc.message = "--precision " + std::string(to_string(o.precision)) + " on --backend " + o.backend + ": " + e.what();
   } catch (const DataUnavailable& e) {
     doc.state = CaseState::Failed;
     doc.reason = "DataUnavailable";
@@ -1151,7 +1155,7 @@ int self_test(const Options& o, Communicator& comm, Backend* backend, const std:
   const std::vector<std::string> hosts = comm.hosts();
   doc.nodes = static_cast<int>(distinct(hosts).size());
   doc.devices = comm.size();
-  doc.precisions = o.self_test_precisions;
+  for (const Precision p : o.self_test_precisions) doc.precisions.emplace_back(to_string(p));
   doc.environment = environment(backend, o.backend, comm, hosts, o.threads);
   doc.start_time = rfc3339_utc_now();
   const bool reporter = comm.rank() == 0;
@@ -1178,7 +1182,7 @@ int self_test(const Options& o, Communicator& comm, Backend* backend, const std:
   Communicator& collectives = any_broken > 0 ? static_cast<Communicator&>(alone) : comm;
   if (error.empty()) {
     try {
-      SelfTestSubject subject{*backend, [&](const std::string& precision) {
+      SelfTestSubject subject{*backend, [&](Precision precision) {
                                 Options one = o;
                                 one.precision = precision;
                                 return make_backend(one);

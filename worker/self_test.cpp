@@ -125,10 +125,13 @@ struct Bounds {
   double training = 1e-4;  // relative difference of the loss, per step
 };
 
-Bounds bounds_for(const std::string& precision) {
-  if (precision == "tf32") return {5e-3, 2e-2, 0, 1e-2};
-  if (precision == "amp") return {5e-3, 5e-2, 2e-5, 1e-2};
-  if (precision == "bf16") return {1.5e-2, 0.2, 2e-4, 2e-2};
+Bounds bounds_for(Precision precision) {
+  switch (precision) {
+    case Precision::tf32: return {5e-3, 2e-2, 0, 1e-2};
+    case Precision::amp: return {5e-3, 5e-2, 2e-5, 1e-2};
+    case Precision::bf16: return {1.5e-2, 0.2, 2e-4, 2e-2};
+    case Precision::fp32: break;
+  }
   return {};
 }
 
@@ -506,23 +509,24 @@ void transformer_checks(Checker& checker, Backend& backend, Backend& reference, 
   });
 }
 
-void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend& reference, const std::string& precision,
+void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend& reference, Precision typed,
                       std::vector<std::optional<LayerOutcome>>& reference_layers,
                       std::optional<std::vector<float>>& reference_losses, TransformerReference& reference_transformer,
                       std::optional<StepTrace>& want_step_trace) {
+  const std::string precision(to_string(typed));  // as the checks' table names it
   std::unique_ptr<Backend> backend;
   try {
-    backend = subject.make(precision);
+    backend = subject.make(typed);
   } catch (const std::exception& e) {
     checker.add({precision, "backend", 0, 0, 0, CheckOutcome::failed, e.what()});
     return;
   }
-  if (const auto why = cannot_run(precision, *backend)) {
+  if (const auto why = cannot_run(typed, *backend)) {
     checker.add({precision, "every check", 0, 0, 0, CheckOutcome::skipped, *why});
     return;
   }
-  const DType dtype = activation_dtype(precision);
-  const Bounds b = bounds_for(precision);
+  const DType dtype = activation_dtype(typed);
+  const Bounds b = bounds_for(typed);
   const auto layers = layer_checks();
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerCheck& lc = layers[i];
@@ -576,7 +580,7 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
   });
   checker.run(precision, "resnet50 step, each layer fed the reference's input", [&] {
     if (!want_step_trace) want_step_trace = model_step_trace(reference, DType::fp32, false, nullptr);
-    return compare_step_traces(model_step_trace(*backend, dtype, precision == "amp", &*want_step_trace), *want_step_trace,
+    return compare_step_traces(model_step_trace(*backend, dtype, uses_loss_scaling(typed), &*want_step_trace), *want_step_trace,
                                b.block);
   });
   // Every op reads only what it declared to the memory plan: trained with each buffer poisoned
@@ -602,7 +606,7 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
     checker.run(precision, "step graph replay", [&] {
       // The same kernels in the same order: only algorithms with atomics may reorder sums.
       if (!eager) eager = train_losses(*backend, dtype);
-      auto graph_backend = subject.make(precision);
+      auto graph_backend = subject.make(typed);
       const auto [error, step] = trajectory_error(train_losses(*graph_backend, dtype, true), *eager);
       return bounded(error, 1e-4, "the loss against eager steps, worst at step " + std::to_string(step + 1));
     });
@@ -787,7 +791,7 @@ std::vector<SelfTestCheck> run_self_test(const SelfTestSubject& subject, Backend
   std::optional<std::vector<float>> reference_losses;
   TransformerReference reference_transformer;
   std::optional<StepTrace> reference_step_trace;
-  for (const std::string& precision : subject.precisions) {
+  for (const Precision precision : subject.precisions) {
     precision_checks(checker, subject, reference, precision, reference_layers, reference_losses, reference_transformer,
                      reference_step_trace);
   }

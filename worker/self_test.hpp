@@ -67,8 +67,8 @@ struct SelfTestSubject {
   Backend& primary;
   // A fresh backend under test for one precision, on the primary's device (tf32 is a CUDA
   // math mode, and a captured step graph needs a backend of its own).
-  std::function<std::unique_ptr<Backend>(const std::string& precision)> make;
-  std::vector<std::string> precisions;
+  std::function<std::unique_ptr<Backend>(Precision precision)> make;
+  std::vector<Precision> precisions;
 };
 
 // Runs every check; `on_check` sees each as it ends (progress for people). Never throws for a

@@ -491,11 +491,10 @@ TEST_F(CudaBackendTest, ABertStepReplayedAsAGraphTrainsLikeTheEagerStep) {
 TEST_F(CudaBackendTest, TheSelfTestPassesOnThisGpu) {
   NoCommunicator one;
   SelfTestSubject subject{*gpu_,
-                          [](const std::string& precision) {
-                            return std::make_unique<CudaBackend>(0, precision == "tf32" ? CudaMath::tf32 : CudaMath::fp32,
-                                                                 activation_dtype(precision));
+                          [](Precision precision) {
+                            return std::make_unique<CudaBackend>(0, cuda_math(precision), activation_dtype(precision));
                           },
-                          {"fp32", "tf32", "amp", "bf16"}};
+                          {Precision::fp32, Precision::tf32, Precision::amp, Precision::bf16}};
   int passed = 0;
   for (const auto& c : run_self_test(subject, *cpu_, one)) {
     EXPECT_NE(c.outcome, CheckOutcome::failed) << c.precision << " " << c.name << ": " << c.detail;

@@ -192,9 +192,9 @@ class TwoRanks final : public Communicator {
 };
 
 std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& comm,
-                                  std::vector<std::string> precisions = {"fp32"}) {
+                                  std::vector<Precision> precisions = {Precision::fp32}) {
   CpuBackend reference(2);
-  SelfTestSubject subject{subject_backend, [&](const std::string&) -> std::unique_ptr<Backend> {
+  SelfTestSubject subject{subject_backend, [&](Precision) -> std::unique_ptr<Backend> {
                             auto b = std::make_unique<FaultyBackend>();
                             b->conv_off = subject_backend.conv_off;
                             b->blind_overflow = subject_backend.blind_overflow;
@@ -350,7 +350,7 @@ TEST(SelfTest, AnAllreduceThatDropsARankFails) {
 TEST(SelfTest, APrecisionTheBackendCannotRunIsSkippedSayingWhy) {
   FaultyBackend backend;
   NoCommunicator one;
-  const auto checks = run_on(backend, one, {"tf32", "amp"});
+  const auto checks = run_on(backend, one, {Precision::tf32, Precision::amp});
   ASSERT_GE(checks.size(), 2u);
   EXPECT_EQ(checks[0].outcome, CheckOutcome::skipped);
   EXPECT_THAT(checks[0].detail, HasSubstr("tensor cores"));
@@ -365,7 +365,7 @@ TEST(SelfTest, Bf16PassesWithinItsBoundsAndAboveItsFloors) {
   FaultyBackend backend;
   if (const auto why = backend.cannot_compute(DType::bf16)) GTEST_SKIP() << *why;
   NoCommunicator one;
-  const auto checks = run_on(backend, one, {"bf16"});
+  const auto checks = run_on(backend, one, {Precision::bf16});
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
   int floored = 0;
   for (const auto& c : checks) {

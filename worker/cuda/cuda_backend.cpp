@@ -374,14 +374,14 @@ std::string cuda_precisions(const std::string& separator) {
     count = 0;
   }
   std::string list;
-  for (const std::string_view precision : kApiPrecisions) {
+  for (const Precision precision : enum_values<Precision>()) {
     bool everywhere = true;
     for (int device = 0; device < count && everywhere; ++device) {
       cudaDeviceProp gpu{};
       everywhere = cudaGetDeviceProperties(&gpu, device) == cudaSuccess &&
                    !cuda_cannot_compute(activation_dtype(precision), gpu);
     }
-    if (everywhere) list += (list.empty() ? "" : separator) + std::string(precision);
+    if (everywhere) list += (list.empty() ? "" : separator) + std::string(to_string(precision));
   }
   return list;
 }

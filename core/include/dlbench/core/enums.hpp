@@ -100,6 +100,14 @@ constexpr std::optional<E> enum_from_string(std::string_view text) {
   return std::nullopt;
 }
 
+// Every value of E, in its spelling table's order.
+template <typename E>
+constexpr auto enum_values() {
+  std::array<E, EnumSpellings<E>::values.size()> out{};
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<E>(i);
+  return out;
+}
+
 // "fp32, tf32, amp, bf16" — for error messages.
 template <typename E>
 std::string allowed_values() {

@@ -1,0 +1,142 @@
+// What the CPU backend's ops share: oneDNN memory descriptors for dlbench's shapes, a parameter
+// kept in its canonical layout and handed to a kernel in the format it asks for, and one layer's
+// three matrix products (a 1×1 convolution's and a linear layer's).
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "cpu/cpu_backend.hpp"
+#include "cpu/dnnl_check.hpp"
+#include "cpu/onednn_memory.hpp"
+
+namespace dlbench::worker::cpu_ops {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+inline memory::desc md_of(const Shape& shape, Layout layout, DType dtype = DType::fp32) {
+  tag t = tag::undef;
+  switch (shape.rank) {
+    case 1: t = tag::a; break;
+    case 2: t = tag::ab; break;
+    case 4: t = layout == Layout::nhwc ? tag::nhwc : tag::nchw; break;  // plain 4-D is OIHW = nchw order
+    default: throw std::invalid_argument("cpu backend: unsupported tensor rank " + std::to_string(shape.rank));
+  }
+  return memory::desc(dims_of(shape), dnnl_type(dtype), t);
+}
+
+inline memory::desc any_md(const Shape& shape, DType dtype = DType::fp32) {
+  return memory::desc(dims_of(shape), dnnl_type(dtype), tag::any);
+}
+
+// Keeps a parameter in its canonical layout and gives a kernel the format it asked for:
+// reorders user → kernel before use (weights) or kernel → user after (weight gradients).
+// The kernel-format copy lives only during one call, so every layer uses the backend's one
+// scratch buffer instead of keeping copies of its own (the model's weights, up to three times).
+class WeightFormat {
+ public:
+  WeightFormat(CpuBackend& backend, const memory::desc& user, const memory::desc& kernel)
+      : backend_(backend), user_(user), kernel_(kernel), needed_(user != kernel) {
+    if (!needed_) return;
+    backend_.reserve_weight_scratch(kernel.get_size());
+    const memory a = mem(user, backend_.engine(), nullptr);
+    const memory b = mem(kernel, backend_.engine(), nullptr);
+    to_kernel_ = DLBENCH_DNNL_CALL(dnnl::reorder(a, b));
+    to_user_ = DLBENCH_DNNL_CALL(dnnl::reorder(b, a));
+  }
+
+  // A kernel-format view of user-format weights, valid until the next use of the scratch.
+  memory in(dnnl::stream& stream, const void* user_data) {
+    if (!needed_) return mem(user_, backend_.engine(), user_data);
+    memory user = mem(user_, backend_.engine(), user_data);
+    memory kernel = mem(kernel_, backend_.engine(), backend_.weight_scratch());
+    to_kernel_.execute(stream, user, kernel);
+    return kernel;
+  }
+  // Where a kernel writes gradients; finish() moves them to user format.
+  memory out(void* user_data) {
+    return needed_ ? mem(kernel_, backend_.engine(), backend_.weight_scratch()) : mem(user_, backend_.engine(), user_data);
+  }
+  void finish(dnnl::stream& stream, void* user_data) {
+    if (!needed_) return;
+    memory kernel = mem(kernel_, backend_.engine(), backend_.weight_scratch());
+    memory user = mem(user_, backend_.engine(), user_data);
+    to_user_.execute(stream, kernel, user);
+  }
+
+ private:
+  CpuBackend& backend_;
+  memory::desc user_;
+  memory::desc kernel_;
+  bool needed_;
+  dnnl::reorder to_kernel_;
+  dnnl::reorder to_user_;
+};
+
+
+// One layer's three matrix products on row-major data: y = x · wᵀ (+ bias), dx = dy · w and
+// dw = dyᵀ · x, w in the parameters' [out, in] layout (the fp32 master, reordered to the kernels'
+// dtype and format each call) and dw accumulated and written straight into it in fp32.
+class MatmulPasses {
+ public:
+  // weight_gradient_only: just dw = dyᵀ · x (a layer whose other two passes run elsewhere).
+  MatmulPasses(CpuBackend& backend, std::int64_t rows, std::int64_t in, std::int64_t out, DType dtype, bool bias,
+               bool weight_gradient_only = false)
+      : b_(backend) {
+    const auto& engine = backend.engine();
+    const auto data = dnnl_type(dtype), f32 = memory::data_type::f32;
+    x_ = memory::desc({rows, in}, data, tag::ab);
+    y_ = memory::desc({rows, out}, data, tag::ab);
+    dy_transposed_ = memory::desc({out, rows}, data, tag::ba);
+    dw_ = memory::desc({out, in}, f32, tag::ab);
+    if (bias) bias_ = memory::desc({1, out}, f32, tag::ab);
+    // dw = dyᵀ · x, accumulated and written in fp32.
+    bwd_weights_ = dnnl::matmul(
+        DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(dnnl::matmul::desc(dy_transposed_, x_, dw_), engine)));
+    if (weight_gradient_only) return;
+    // y = x · wᵀ: the OI parameter read as an [in, out] matrix is its transpose, 'ba'.
+    const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(x_, memory::desc({in, out}, data, tag::any), bias_, y_), engine));
+    // dx = dy · w.
+    const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(y_, memory::desc({out, in}, data, tag::any), x_), engine));
+    fwd_ = dnnl::matmul(fwd_pd);
+    bwd_data_ = dnnl::matmul(bwd_data_pd);
+    fwd_weights_.emplace(backend, memory::desc({in, out}, f32, tag::ba), fwd_pd.weights_desc());
+    bwd_data_weights_.emplace(backend, memory::desc({out, in}, f32, tag::ab), bwd_data_pd.weights_desc());
+  }
+
+  void forward(const void* x, const float* weight, const float* bias, void* y) {
+    auto& s = b_.stream();
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(x_, b_.engine(), x)},
+                                         {DNNL_ARG_WEIGHTS, fwd_weights_->in(s, weight)},
+                                         {DNNL_ARG_DST, mem(y_, b_.engine(), y)}};
+    if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias);
+    fwd_.execute(s, args);
+  }
+  void backward_data(const void* dy, const float* weight, void* dx) {
+    auto& s = b_.stream();
+    bwd_data_.execute(s, {{DNNL_ARG_SRC, mem(y_, b_.engine(), dy)},
+                          {DNNL_ARG_WEIGHTS, bwd_data_weights_->in(s, weight)},
+                          {DNNL_ARG_DST, mem(x_, b_.engine(), dx)}});
+  }
+  void backward_weights(const void* x, const void* dy, float* dweight) {
+    bwd_weights_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(dy_transposed_, b_.engine(), dy)},
+                                       {DNNL_ARG_WEIGHTS, mem(x_, b_.engine(), x)},
+                                       {DNNL_ARG_DST, mem(dw_, b_.engine(), dweight)}});
+  }
+
+ private:
+  CpuBackend& b_;
+  memory::desc x_, y_, dy_transposed_, dw_, bias_;
+  dnnl::matmul fwd_, bwd_data_, bwd_weights_;
+  std::optional<WeightFormat> fwd_weights_, bwd_data_weights_;
+};
+
+
+}  // namespace dlbench::worker::cpu_ops
