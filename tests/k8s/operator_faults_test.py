@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 from local_cluster import Api, LocalCluster, wait_for
@@ -34,11 +35,24 @@ def benchmark_run(name, batches=(2,), pause=0.02, timeout=120, worker=None):
 
 
 class PodWatch(threading.Thread):
-    """Every pod ADDED since the start, from a watch of its own: creations are counted exactly."""
+    """Every pod ADDED since the start, from a watch of its own, by uid: a pod created twice has two."""
 
     def __init__(self, url):
         super().__init__(daemon=True)
-        self.url, self.added, self.stopping = url, [], False
+        self.url, self.added, self.stopping, self.seen = url, [], False, set()
+
+    def record(self, pod):
+        meta = pod["metadata"]
+        if meta["uid"] not in self.seen:
+            self.seen.add(meta["uid"])
+            self.added.append((time.time(), meta["name"], meta.get("labels", {}).get("dlbench.io/run")))
+
+    def relist(self):
+        """The pods there now, and the version to watch from (after a 410: history too short)."""
+        listed = Api(self.url).call("GET", "/api/v1/pods")
+        for pod in listed["items"]:
+            self.record(pod)
+        return listed["metadata"]["resourceVersion"]
 
     def run(self):
         version = Api(self.url).call("GET", "/api/v1/pods")["metadata"]["resourceVersion"]
@@ -54,8 +68,14 @@ class PodWatch(threading.Thread):
                             break
                         version = event["object"]["metadata"]["resourceVersion"]
                         if event["type"] == "ADDED":
-                            self.added.append((time.time(), event["object"]["metadata"]["name"],
-                                               event["object"]["metadata"]["labels"].get("dlbench.io/run")))
+                            self.record(event["object"])
+            except urllib.error.HTTPError as e:
+                # 410 at the start: other writers (--history N) moved the versions past ours. A
+                # relist catches up; a pod made and gone entirely inside the gap goes unseen.
+                if e.code == 410:
+                    version = self.relist()
+                else:
+                    time.sleep(0.2)
             except OSError:
                 time.sleep(0.2)
 
