@@ -9,8 +9,10 @@
 - The scheduler's part, for the one node "node-0": a pod with schedulingGates stays Pending
   (PodScheduled=False, SchedulingGated) until they are removed (Kueue's admission); required pod
   anti-affinity is honoured both ways against the node's running pods (Unschedulable while a
-  match runs there); a scheduled pod is bound through pods/NAME/binding (spec.nodeName), and
-  Pending pods are tried again every period, as the scheduler retries.
+  match runs there); a pod that names a PodGroup (Volcano's annotation, scheduler-plugins' label)
+  waits until the group exists, as those schedulers hold a gang; a scheduled pod is bound through
+  pods/NAME/binding (spec.nodeName), and Pending pods are tried again every period, as the
+  scheduler retries.
 - Failure on request: annotate a pod with `kubelet.dlbench.io/fail=<what>` (kubectl annotate) and it
   fails the way a real node would report it:
     OOMKilled      phase Failed, container terminated with exit code 137, reason OOMKilled
@@ -118,6 +120,21 @@ def anti_affinity_conflict(pod, placed):
     return None
 
 
+# A gang scheduler's pods name their PodGroup; the scheduler holds them until the group exists.
+POD_GROUPS = {"scheduling.k8s.io/group-name": ("annotations", "/apis/scheduling.volcano.sh/v1beta1"),
+              "scheduling.x-k8s.io/pod-group": ("labels", "/apis/scheduling.x-k8s.io/v1alpha1")}
+
+
+def missing_pod_group(api, pod):
+    """Volcano's and scheduler-plugins' word while the pod's PodGroup does not exist yet."""
+    meta = pod["metadata"]
+    for key, (where, group_api) in POD_GROUPS.items():
+        name = meta.get(where, {}).get(key)
+        if name and api.call("GET", f"{group_api}/namespaces/{meta['namespace']}/podgroups/{name}") is None:
+            return f"pod group {name} is not found"
+    return None
+
+
 def runs_sshd(pod):
     return os.path.basename(pod["spec"]["containers"][0].get("command", [""])[0]) == "sshd"
 
@@ -215,7 +232,8 @@ class Kubelet:
                 reason, why = "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates"
             else:
                 reason = "Unschedulable"
-                why = unschedulable_because(pod, self.capacity) or anti_affinity_conflict(pod, placed)
+                why = (unschedulable_because(pod, self.capacity) or anti_affinity_conflict(pod, placed) or
+                       missing_pod_group(self.api, pod))
             if why:
                 if not scheduled or scheduled[0].get("reason") != reason or scheduled[0].get("message") != why:
                     self.api.patch_status(path, {"phase": "Pending", "conditions": [
