@@ -53,6 +53,17 @@ FieldRule object_default(std::string path) {
   return rule;
 }
 
+// A toleration's operator, effect and seconds, wherever a list of them is (`item`: the list's
+// element path, "...tolerations[]").
+void add_toleration_rules(std::vector<FieldRule>& r, const std::string& item) {
+  r.push_back(enum_rule<TolerationOperator>(item + ".operator", nlohmann::json("Equal")));
+  r.push_back(enum_rule<TaintEffect>(item + ".effect"));
+  FieldRule seconds;
+  seconds.path = item + ".tolerationSeconds";
+  seconds.minimum = 0.0;
+  r.push_back(seconds);
+}
+
 // Every list of the spec must have at least one entry when it is given.
 FieldRule list_rule(std::string path, std::int64_t max_items, std::optional<nlohmann::json> def = {}) {
   FieldRule rule;
@@ -128,12 +139,7 @@ std::vector<FieldRule> build_rules() {
   rdma_required.path = "spec.worker.rdma.required";
   rdma_required.default_value = true;
   r.push_back(rdma_required);
-  r.push_back(enum_rule<TolerationOperator>("spec.worker.tolerations[].operator", json("Equal")));
-  r.push_back(enum_rule<TaintEffect>("spec.worker.tolerations[].effect"));
-  FieldRule seconds;
-  seconds.path = "spec.worker.tolerations[].tolerationSeconds";
-  seconds.minimum = 0.0;
-  r.push_back(seconds);
+  add_toleration_rules(r, "spec.worker.tolerations[]");
   r.push_back(enum_rule<GangScheduler>("spec.worker.gang.scheduler"));
   r.push_back(enum_rule<QosClass>("spec.worker.qosClass", json(to_string(QosClass::Burstable))));
 
@@ -144,12 +150,7 @@ std::vector<FieldRule> build_rules() {
     role.allowed = {std::string(kWorkerRole), std::string(kLauncherRole)};
     r.push_back(role);
   }
-  r.push_back(enum_rule<TolerationOperator>("spec.podTemplateOverrides[].spec.tolerations[].operator", json("Equal")));
-  r.push_back(enum_rule<TaintEffect>("spec.podTemplateOverrides[].spec.tolerations[].effect"));
-  FieldRule override_seconds;
-  override_seconds.path = "spec.podTemplateOverrides[].spec.tolerations[].tolerationSeconds";
-  override_seconds.minimum = 0.0;
-  r.push_back(override_seconds);
+  add_toleration_rules(r, "spec.podTemplateOverrides[].spec.tolerations[]");
 
   r.push_back(object_default("spec.limits"));
   r.push_back(integer_rule("spec.limits.caseTimeoutSeconds", bounds::kCaseTimeoutSeconds,

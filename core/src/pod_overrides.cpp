@@ -53,11 +53,11 @@ void decode_metadata(Decoder& d, const json& obj, const std::string& path, PodTe
   }
 }
 
-// [{name}], each name valid and used once.
-std::vector<std::string> decode_names(Decoder& d, const json& list, const std::string& path, bool (*valid)(std::string_view),
-                                      const std::string& what) {
+// [{name}], min_items to max_items of them, each name valid and used once.
+std::vector<std::string> decode_names(Decoder& d, const json& list, const std::string& path, std::int64_t min_items,
+                                      std::int64_t max_items, bool (*valid)(std::string_view), const std::string& what) {
   std::vector<std::string> out;
-  const json* items = d.list(list, path, 0, kMaxNamedRefs);
+  const json* items = d.list(list, path, min_items, max_items);
   if (items == nullptr) return out;
   for (std::size_t i = 0; i < items->size(); ++i) {
     const std::string e_path = element(path, i);
@@ -200,12 +200,12 @@ void decode_pod_spec(Decoder& d, const json& obj, const std::string& path, PodTe
   if (const json* t = Decoder::find(obj, "tolerations")) detail::decode_tolerations(d, *t, child(path, "tolerations"), out.tolerations);
   if (const json* v = Decoder::find(obj, "volumes")) decode_volumes(d, *v, child(path, "volumes"), out.volumes);
   if (const json* s = Decoder::find(obj, "imagePullSecrets")) {
-    out.image_pull_secrets = decode_names(d, *s, child(path, "imagePullSecrets"),
+    out.image_pull_secrets = decode_names(d, *s, child(path, "imagePullSecrets"), 0, kMaxNamedRefs,
                                           [](std::string_view n) { return is_dns1123_subdomain(n); }, "a Secret's name");
   }
   if (const json* g = Decoder::find(obj, "schedulingGates")) {
     const std::string g_path = child(path, "schedulingGates");
-    out.scheduling_gates = decode_names(d, *g, g_path, [](std::string_view n) { return is_qualified_name(n); },
+    out.scheduling_gates = decode_names(d, *g, g_path, 0, kMaxNamedRefs, [](std::string_view n) { return is_qualified_name(n); },
                                         "a scheduling gate ([prefix/]name)");
     for (std::size_t i = 0; i < out.scheduling_gates.size(); ++i) {
       if (out.scheduling_gates[i] == kKueueAdmissionGate) {
@@ -238,23 +238,7 @@ void detail::decode_pod_template_overrides(Decoder& d, const json& list, const s
     d.reject_unknown(o, o_path, {"targetJobs", "metadata", "spec"});
     PodTemplateOverride override_;
     if (const json* targets = d.require(o, o_path, "targetJobs", "[{name: worker}] and/or [{name: launcher}]")) {
-      const std::string t_path = child(o_path, "targetJobs");
-      if (const json* t_items = d.list(*targets, t_path, 1, 2)) {
-        for (std::size_t j = 0; j < t_items->size(); ++j) {
-          const std::string e_path = element(t_path, j);
-          if (!d.expect_object((*t_items)[j], e_path)) continue;
-          d.reject_unknown((*t_items)[j], e_path, {"name"});
-          std::string name;
-          if (d.require((*t_items)[j], e_path, "name", roles_text())) {
-            d.read_name((*t_items)[j], e_path, "name", [](const std::string& n) { return is_role(n); }, roles_text(), name);
-          }
-          if (name.empty()) continue;
-          if (std::find(override_.target_jobs.begin(), override_.target_jobs.end(), name) != override_.target_jobs.end()) {
-            d.fail(child(e_path, "name"), "\"" + name + "\" is listed twice");
-          }
-          override_.target_jobs.push_back(name);
-        }
-      }
+      override_.target_jobs = decode_names(d, *targets, child(o_path, "targetJobs"), 1, 2, is_role, roles_text());
     }
     if (const json* m = Decoder::find(o, "metadata")) decode_metadata(d, *m, child(o_path, "metadata"), override_);
     if (const json* s = Decoder::find(o, "spec")) decode_pod_spec(d, *s, child(o_path, "spec"), override_);
