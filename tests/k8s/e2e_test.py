@@ -370,7 +370,10 @@ class EndToEnd(unittest.TestCase):
             return {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": name},
                     "spec": {"model": "resnet50", "engine": "command", "command": ["sh", "-c", script],
                              "cases": [{"nodes": 2, "gpusPerNode": 1, "batchSizePerDevice": 4, "precision": "fp32"}],
-                             "methodology": {"warmupSteps": 1, "measureSteps": 3, "repeats": 2},
+                             # The transport is under test, not stability: a case slowed by the shared
+                             # machine still counts for best, so best is the 1x1 case on any load.
+                             "methodology": {"warmupSteps": 1, "measureSteps": 3, "repeats": 2,
+                                             "stability": {"includeUnstable": True}},
                              "worker": {"rdma": {"resource": "rdma/hca", "required": required},
                                         "env": [{"name": "NETWORK", "value": network}, {"name": "LINK", "value": link}],
                                         "shareNodes": True},
@@ -405,7 +408,7 @@ class EndToEnd(unittest.TestCase):
                       result["message"])
         self.assertEqual(result["ncclTransport"], {"network": "Socket", "links": ["NET/Socket"], "gpuDirectRdma": False})
         self.assertEqual(len(result["throughput"]["repeats"]), 2)  # measured, kept, not published
-        self.assertEqual(failed["best"]["case"], "1x1-bs4-fp32")
+        self.assertEqual(failed["best"]["case"], "1x1-bs4-fp32")  # the failed 2x1 is never best
         self.assertNotIn("speedup", result)
 
         roce = self.run_object("over-roce")["status"]
