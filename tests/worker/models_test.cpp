@@ -74,7 +74,7 @@ TEST(Models, UnknownModelNamesTheKnownOnes) {
 
 TEST(Models, CatalogAgreesWithTheApi) {
   std::vector<std::string> names;
-  for (const auto& m : model_catalog()) names.push_back(m.name);
+  for (const auto& m : model_catalog()) names.push_back(m.name());
   std::vector<std::string> api;
   for (const auto v : EnumSpellings<dlbench::Model>::values) api.emplace_back(v);
   EXPECT_EQ(names, api);

@@ -5,12 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "dlbench/core/enums.hpp"
 #include "layers/sequential.hpp"
 
 namespace dlbench::worker {
 
 struct ModelInfo {
-  std::string name;         // "resnet50"
+  Model model;              // core's enum: its spelling ("resnet50") is the API's
   std::string description;  // "ResNet-50 v1.5 (torchvision resnet50)"
   std::int64_t default_image_size = 224;  // its height, and its width unless default_image_width says
   std::int64_t min_image_size = 32;       // of the height and of the width
@@ -22,15 +23,20 @@ struct ModelInfo {
   bool sequences = false;
   std::int64_t default_sequence_length = 0;
 
+  std::string name() const { return std::string(to_string(model)); }
   std::int64_t default_height() const { return default_image_size; }
   std::int64_t default_width() const { return default_image_width > 0 ? default_image_width : default_image_size; }
 };
 
-// Builds the named network for `num_classes` outputs; throws std::invalid_argument for an
-// unknown name (see model_names()).
-std::unique_ptr<Sequential> build_model(const std::string& name, std::int64_t num_classes = 1000);
+// Builds the model's network for `num_classes` outputs (a sequence model's are its vocabulary).
+std::unique_ptr<Sequential> build_model(Model model, std::int64_t num_classes = 1000);
+// One entry per Model, in the enum's order.
 std::vector<ModelInfo> model_catalog();
-// The catalog's entry for `name`; throws std::invalid_argument for an unknown name.
+ModelInfo model_info(Model model);
+
+// By the API's spelling ("bert-base"), for tests and tools; throw std::invalid_argument naming
+// the known models for any other text.
+std::unique_ptr<Sequential> build_model(const std::string& name, std::int64_t num_classes = 1000);
 ModelInfo model_info(const std::string& name);
 
 }  // namespace dlbench::worker

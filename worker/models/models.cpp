@@ -89,10 +89,9 @@ std::unique_ptr<Sequential> alexnet(std::int64_t num_classes) {
   return net;
 }
 
-std::invalid_argument unknown_model(const std::string& name) {
-  std::string known;
-  for (const auto& m : model_catalog()) known += (known.empty() ? "" : ", ") + m.name;
-  return std::invalid_argument("unknown model \"" + name + "\"; known models: " + known);
+Model model_named(const std::string& name) {
+  if (const auto model = enum_from_string<Model>(name)) return *model;
+  throw std::invalid_argument("unknown model \"" + name + "\"; known models: " + allowed_values<Model>());
 }
 
 }  // namespace
@@ -109,43 +108,48 @@ void add_resnet_stage(Sequential& net, const std::string& name, std::int64_t& ch
 }
 
 std::vector<ModelInfo> model_catalog() {
-  return {{"resnet50", "ResNet-50 v1.5 (torchvision resnet50)", 224, 32},
-          {"resnet152", "ResNet-152 v1.5 (torchvision resnet152)", 224, 32},
-          {"vgg16", "VGG16 without batch norm (torchvision vgg16)", 224, 32},
-          {"alexnet", "AlexNet (torchvision alexnet)", 224, 64},
+  return {{Model::resnet50, "ResNet-50 v1.5 (torchvision resnet50)", 224, 32},
+          {Model::resnet152, "ResNet-152 v1.5 (torchvision resnet152)", 224, 32},
+          {Model::vgg16, "VGG16 without batch norm (torchvision vgg16)", 224, 32},
+          {Model::alexnet, "AlexNet (torchvision alexnet)", 224, 64},
           // The auxiliary classifier's 5×5 convolution needs Mixed_6e at 17×17 or more: 299×299 images.
-          {"inception_v3", "InceptionV3 (torchvision inception_v3, auxiliary classifier on, loss weight 0.4)", 299,
+          {Model::inception_v3, "InceptionV3 (torchvision inception_v3, auxiliary classifier on, loss weight 0.4)", 299,
            299},
           // Cityscapes' 19 classes on its usual training crop, 512×1024 (height × width).
-          {"deeplabv3plus",
+          {Model::deeplabv3plus,
            "DeepLabV3+ (ResNet-50 backbone, output stride 16, ASPP rates 6/12/18, decoder on layer1 features)", 512, 32,
            19, 1024, true},
-          {"bert-base",
+          {Model::bert_base,
            "BERT-base pretraining (12 layers, hidden 768, 12 heads; masked LM with tied decoder + next sentence)", 0, 0,
            BertConfig{}.vocabulary, 0, false, true, 128}};
 }
 
-ModelInfo model_info(const std::string& name) {
+ModelInfo model_info(Model model) {
   for (auto& m : model_catalog()) {
-    if (m.name == name) return m;
+    if (m.model == model) return m;
   }
-  throw unknown_model(name);
+  throw std::logic_error("model_catalog() has no entry for " + std::string(to_string(model)));
 }
 
-std::unique_ptr<Sequential> build_model(const std::string& name, std::int64_t num_classes) {
+std::unique_ptr<Sequential> build_model(Model model, std::int64_t num_classes) {
   std::unique_ptr<Sequential> net;
-  if (name == "resnet50") net = resnet({3, 4, 6, 3}, num_classes);
-  if (name == "resnet152") net = resnet({3, 8, 36, 3}, num_classes);
-  if (name == "vgg16") net = vgg16(num_classes);
-  if (name == "alexnet") net = alexnet(num_classes);
-  if (name == "inception_v3") net = inception_v3(num_classes);
-  if (name == "deeplabv3plus") net = deeplabv3plus(num_classes);
-  if (name == "bert-base") net = bert_for_pretraining(BertConfig{});  // its vocabulary is its "classes"
-  if (net) {
-    name_parameters(*net);
-    return net;
+  switch (model) {
+    case Model::resnet50: net = resnet({3, 4, 6, 3}, num_classes); break;
+    case Model::resnet152: net = resnet({3, 8, 36, 3}, num_classes); break;
+    case Model::vgg16: net = vgg16(num_classes); break;
+    case Model::alexnet: net = alexnet(num_classes); break;
+    case Model::inception_v3: net = inception_v3(num_classes); break;
+    case Model::deeplabv3plus: net = deeplabv3plus(num_classes); break;
+    case Model::bert_base: net = bert_for_pretraining(BertConfig{}); break;  // its vocabulary is its "classes"
   }
-  throw unknown_model(name);
+  name_parameters(*net);
+  return net;
+}
+
+ModelInfo model_info(const std::string& name) { return model_info(model_named(name)); }
+
+std::unique_ptr<Sequential> build_model(const std::string& name, std::int64_t num_classes) {
+  return build_model(model_named(name), num_classes);
 }
 
 }  // namespace dlbench::worker

@@ -1,0 +1,45 @@
+// What a case is run with: its backend, communicator and trainer, made from the options; and
+// the failures that end a case with a reason rather than a crash.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "backend.hpp"
+#include "communicator.hpp"
+#include "program/options.hpp"
+#include "trainer.hpp"
+
+namespace dlbench::worker {
+
+// The case's precision cannot run on this backend: Failed, reason Unsupported (never retried).
+class Unsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The backend could not be set up (no GPU, say): the case fails with why.
+class BackendUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The backend the options ask for. On the GPU each rank takes the device of its local rank.
+std::unique_ptr<Backend> make_backend(const Options& o);
+
+// auto under mpirun: NCCL when the ranks train on GPUs, MPI otherwise.
+std::unique_ptr<Communicator> make_communicator(const Options& o, int* argc, char*** argv, Backend* backend);
+
+// Why this worker cannot run the case's precision on its backend, or nothing when it can. The API
+// admits every precision; a case that lands where its precision cannot run ends as a Failed
+// result with reason Unsupported, not as a usage error.
+std::optional<std::string> unsupported_precision(const Options& o, const Backend* backend);
+
+// The case's trainer: its model, batch, precision and optimizer, from the seed's weights or
+// --init-from's. Owned by pointer: the trainer's arena holds its buffers' addresses, so it never
+// moves. `keep_every_buffer`: no memory shared between buffers (--record-step reads them after).
+std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer = false);
+
+}  // namespace dlbench::worker

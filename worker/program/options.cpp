@@ -1,0 +1,411 @@
+#include "program/options.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "cpu/cpu_backend.hpp"
+#include "cpu_budget.hpp"
+#include "dlbench/core/api_rules.hpp"
+#include "dlbench/core/names.hpp"
+#include "models/model.hpp"
+#include "backend.hpp"
+#ifdef DLBENCH_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_backend.hpp"
+#endif
+
+namespace dlbench::worker {
+namespace {
+
+constexpr const char* kUsage = R"(dlbench-worker — train a model on synthetic or real data and measure it
+
+Usage: dlbench-worker [options]
+  --model NAME            resnet50 | resnet152 | vgg16 | alexnet | inception_v3 | deeplabv3plus |
+                          bert-base (--list-models says what each is)     (default resnet50)
+  --backend NAME          cpu | cuda (when built with CUDA)                (default cpu)
+  --batch-size N          samples per device and step, >= 1              (default 32)
+  --image-size N|HxW      input size in pixels, square or height x width (default: the model's:
+                          224; 299 for inception_v3; 512x1024 for deeplabv3plus)
+  --precision P           fp32 | tf32 | amp | bf16 (default fp32); one the backend cannot run
+                          ends as a Failed result with reason Unsupported (cpu: fp32, and bf16
+                          where the CPU has AVX512_BF16; cuda: fp32, tf32)
+  --warmup-steps N        untimed steps before each repeat, >= 0         (default 20)
+  --measure-steps N       timed steps per repeat, >= 1                   (default 100)
+  --repeats N             repeats; the median is reported, >= 1          (default 7)
+  --statistic S           median | mean                                  (default median)
+  --max-cv X              the spread (stddev / mean) the last --repeats throughputs may have;
+                          0 < x <= 1 (default 0.02 on cuda, 0.05 on cpu)
+  --extra-repeats N       measure again, one repeat at a time, up to N more while the last
+                          --repeats spread more than --max-cv; still so: reason Unstable (default 7)
+  --sequence-length N     bert-base: tokens per sequence, 8 to 512       (default 128)
+  --optimizer O           sgd | adamw | lamb (AdamW, and LAMB with its per-tensor trust ratio:
+                          beta2 0.999, epsilon 1e-6, gradients clipped to a global norm of
+                          1; no decay on biases and norms)               (default sgd)
+  --learning-rate X       learning rate, > 0                             (default 0.1)
+  --momentum X            SGD momentum, AdamW's and LAMB's beta1; 0 <= x < 1 (default 0.9)
+  --weight-decay X        weight decay, 0 <= x <= 1 (AdamW: decoupled)    (default 0.0001)
+  --threads N             CPU threads per rank; 0 = this process's cores
+                          shared by the ranks on this node               (default 0)
+  --communicator C        auto | none | mpi | nccl (cuda); auto = under
+                          mpirun, nccl on cuda and mpi on cpu            (default auto)
+  --bucket-mb N           gradient bucket size in MiB, >= 1              (default 25)
+  --seed N                weights, synthetic data, shuffling and augmentation (default 42)
+  --data S                synthetic | imagefolder                        (default synthetic)
+  --data-path DIR         imagefolder: DIR/<class>/<image>.jpg, the same on every node
+  --decode-threads N      imagefolder: JPEG decoding threads per rank, 1 to 256 (default 4)
+  --prefetch-batches N    imagefolder: batches prepared ahead per rank, 1 to 64 (default 2)
+  --run NAME              BenchmarkRun name to record in the result
+  --metrics-port N        serve Prometheus /metrics on N + local rank while running;
+                          0 picks a free port (printed); default: off
+  --output FILE           write the JSON result there (default: stdout, table to stderr)
+  --cuda-graph on|off     cuda, one rank: capture the training step once as a CUDA graph
+                          and replay it (the first step runs eagerly; dropout masks are
+                          then fixed)                                     (default off)
+  --memory-plan P         lifetime: activation and gradient buffers share memory once
+                          their last reader has run; none: each has its own; poison: each
+                          has its own and is filled with NaN once its last declared reader
+                          has run (finds an op reading past its lifetime) (default lifetime)
+  --profile N             after the repeats, time N more steps layer by layer (CUDA events
+                          on a GPU, the host clock on the CPU): a table of where a step
+                          goes, by layer kind and slowest layers, and "profile" in the result
+  --init-from FILE        start from the weights in FILE instead of the seed's: a safetensors
+                          file with torchvision's state_dict names and shapes (batch-norm
+                          running statistics in it are allowed and not used)
+  --record-step FILE      run one training step on the synthetic batch and write it to FILE
+                          (safetensors: input, labels, loss, and initial.*, grad.* and
+                          updated.* for every parameter), then exit; one rank
+  --self-test             check this backend against the CPU backend in fp32 (op by op, a few
+                          training steps), loss scaling, step-graph replay and the
+                          communicator across every rank, for each --precision (a comma
+                          list; default every one, those the backend cannot run skipped);
+                          prints a table, writes a dlbench.selftest/v1 document like a
+                          result, exits 1 if a check failed on any rank
+  --list-models           print the models and exit
+  --list-devices          print "cpu <threads> precisions=<what runs here>" and, when built
+                          with CUDA, "cuda <GPUs> precisions=..."
+  --help                  print this and exit
+With imagefolder each step takes the next batch of the rank's shard (a per-epoch shuffle of
+the files; RandomResizedCrop, flip and normalisation as torchvision's); the result adds how
+long steps waited for input, the pipeline's own images/s per rank and an input-bound or
+compute-bound verdict. Unreadable JPEG files are skipped and counted.
+Under mpirun every rank trains on its own synthetic batch with the same initial weights
+(broadcast from rank 0); gradients are averaged in buckets while backward runs; the
+global batch is batch size × ranks; throughput uses the slowest rank's time; rank 0 reports.
+Exit codes: 0 measured, 1 the case failed (a Failed result is still written), 2 bad usage.
+)";
+
+template <typename T>
+T parse_number(const std::string& flag, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc{} || ptr != end) throw UsageError{flag + ": \"" + printable(text) + "\" is not a number"};
+  return value;
+}
+
+long parse_bounded(const std::string& flag, const std::string& text, long lo, long hi) {
+  const long v = parse_number<long>(flag, text);
+  if (v < lo || v > hi) {
+    throw UsageError{flag + ": " + text + " is out of range; allowed: " + std::to_string(lo) + " to " + std::to_string(hi)};
+  }
+  return v;
+}
+
+long parse_bounded(const std::string& flag, const std::string& text, IntBounds b) {
+  return parse_bounded(flag, text, static_cast<long>(b.min), static_cast<long>(b.max));
+}
+
+double parse_real(const std::string& flag, const std::string& text, RealBounds b) {
+  const double v = parse_number<double>(flag, text);
+  // NaN compares false with everything: it must be refused explicitly, as must the infinities.
+  if (!std::isfinite(v) || (b.exclusive_min ? v <= b.min : v < b.min) || (b.exclusive_max ? v >= b.max : v > b.max)) {
+    std::ostringstream range;
+    range << (b.exclusive_min ? "greater than " : "at least ") << b.min << " and "
+          << (b.exclusive_max ? "less than " : "at most ") << b.max;
+    throw UsageError{flag + ": " + text + " is out of range; allowed: " + range.str()};
+  }
+  return v;
+}
+
+std::string choice(const std::string& flag, const std::string& text, const std::vector<std::string>& allowed) {
+  for (const auto& a : allowed) {
+    if (a == text) return text;
+  }
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + list};
+}
+
+// One of an API enum's spellings (core's one table), parsed once.
+template <typename E>
+E enum_choice(const std::string& flag, const std::string& text) {
+  if (const auto value = enum_from_string<E>(text)) return *value;
+  throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + allowed_values<E>()};
+}
+
+// The job's rank count as mpirun tells it (1 outside mpirun), for options that take one rank.
+int mpirun_ranks() {
+  const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return world != nullptr ? std::max(1, std::atoi(world)) : 1;
+}
+
+void print_models() {
+  for (const auto& m : model_catalog()) {
+    std::cout << std::left << std::setw(14) << m.name() << m.description;
+    if (m.sequences) {
+      std::cout << " (sequence length " << m.default_sequence_length << ", 8 to 512)\n";
+      continue;
+    }
+    std::cout << " (image size " << m.default_height();
+    if (m.default_width() != m.default_height()) std::cout << "x" << m.default_width();
+    std::cout << ", >= " << m.min_image_size << ", " << m.classes << " classes" << (m.per_pixel_labels ? " per pixel" : "")
+              << ")\n";
+  }
+}
+
+// What `dlbench run --backend auto` reads: one "backend count" line per backend built in. After
+// the count, the precisions that run here (older readers take the first two fields).
+void print_devices() {
+  std::cout << "cpu " << default_threads() << " precisions=" << allowed_precisions(CpuBackend(1), ",") << "\n";
+#ifdef DLBENCH_HAVE_CUDA
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+  // No GPU here, no precision runs here: a CUDA build on a CPU machine lists none.
+  std::cout << "cuda " << gpus << " precisions=" << (gpus > 0 ? cuda_precisions(",") : "") << "\n";
+#endif
+}
+
+// One precision for a case; a comma list for --self-test (checked once every flag is read).
+void read_precisions(Options& o, const std::string& flag, const std::string& value) {
+  o.self_test_precisions.clear();
+  std::istringstream list(value);
+  for (std::string p; std::getline(list, p, ',');) o.self_test_precisions.push_back(enum_choice<Precision>(flag, p));
+  if (o.self_test_precisions.empty()) enum_choice<Precision>(flag, value);  // "" is none of them: refused, naming them
+  o.precision = o.self_test_precisions.front();
+}
+
+// N (square) or HxW, each side within the API's bounds.
+void read_image_size(Options& o, const std::string& flag, const std::string& value) {
+  const std::size_t x = value.find('x');
+  o.image_height = parse_bounded(flag, value.substr(0, x), bounds::kImageSize);
+  o.image_width = x == std::string::npos ? o.image_height : parse_bounded(flag, value.substr(x + 1), bounds::kImageSize);
+}
+
+// The BenchmarkRun's name: it goes into metric labels and the result document.
+std::string run_name(const std::string& value) {
+  if (!value.empty() && !is_dns1123_label(value)) {
+    throw UsageError{"--run: \"" + printable(value) +
+                     "\" is not a BenchmarkRun name (a DNS-1123 label: lowercase letters, digits and '-', at most 63)"};
+  }
+  return value;
+}
+
+MemoryReuse memory_plan(const std::string& flag, const std::string& value) {
+  const std::string plan = choice(flag, value, {"lifetime", "none", "poison"});
+  return plan == "none" ? MemoryReuse::none : plan == "poison" ? MemoryReuse::poison : MemoryReuse::lifetime;
+}
+
+using FlagReader = std::function<void(Options&, const std::string& flag, const std::string& value)>;
+
+// Every option that takes a value, and how its value is read.
+const std::map<std::string, FlagReader>& flag_readers() {
+  static const std::map<std::string, FlagReader> readers{
+      {"--model", [](Options& o, auto& f, auto& v) { o.model = enum_choice<Model>(f, v); }},
+#ifdef DLBENCH_HAVE_CUDA
+      {"--backend", [](Options& o, auto& f, auto& v) { o.backend = choice(f, v, {"cpu", "cuda"}); }},
+#else
+      {"--backend", [](Options& o, auto& f, auto& v) { o.backend = choice(f, v, {"cpu"}); }},
+#endif
+      {"--batch-size", [](Options& o, auto& f, auto& v) { o.batch_size = parse_bounded(f, v, bounds::kBatchSizePerDevice); }},
+      {"--image-size", read_image_size},
+      {"--precision", read_precisions},
+      {"--warmup-steps", [](Options& o, auto& f, auto& v) { o.warmup_steps = parse_bounded(f, v, bounds::kWarmupSteps); }},
+      {"--measure-steps", [](Options& o, auto& f, auto& v) { o.measure_steps = parse_bounded(f, v, bounds::kMeasureSteps); }},
+      {"--repeats", [](Options& o, auto& f, auto& v) { o.repeats = parse_bounded(f, v, bounds::kRepeats); }},
+      {"--statistic", [](Options& o, auto& f, auto& v) { o.statistic = enum_choice<Statistic>(f, v); }},
+      {"--max-cv", [](Options& o, auto& f, auto& v) { o.max_cv = parse_real(f, v, bounds::kMaxCv); }},
+      {"--extra-repeats", [](Options& o, auto& f, auto& v) { o.extra_repeats = parse_bounded(f, v, bounds::kExtraRepeats); }},
+      {"--sequence-length",
+       [](Options& o, auto& f, auto& v) { o.sequence_length = parse_bounded(f, v, bounds::kSequenceLength); }},
+      {"--optimizer", [](Options& o, auto& f, auto& v) { o.optimizer = enum_choice<OptimizerName>(f, v); }},
+      {"--learning-rate", [](Options& o, auto& f, auto& v) { o.learning_rate = parse_real(f, v, bounds::kLearningRate); }},
+      {"--momentum", [](Options& o, auto& f, auto& v) { o.momentum = parse_real(f, v, bounds::kMomentum); }},
+      {"--weight-decay", [](Options& o, auto& f, auto& v) { o.weight_decay = parse_real(f, v, bounds::kWeightDecay); }},
+      {"--threads", [](Options& o, auto& f, auto& v) { o.threads = parse_bounded(f, v, 0, 4096); }},
+      {"--communicator",
+       [](Options& o, auto& f, auto& v) { o.communicator = choice(f, v, {"auto", "none", "mpi", "nccl"}); }},
+      {"--bucket-mb", [](Options& o, auto& f, auto& v) { o.bucket_mb = parse_bounded(f, v, 1, 4096); }},
+      {"--seed", [](Options& o, auto& f, auto& v) { o.seed = parse_number<unsigned long long>(f, v); }},
+      {"--run", [](Options& o, auto&, auto& v) { o.run = run_name(v); }},
+      {"--metrics-port", [](Options& o, auto& f, auto& v) { o.metrics_port = parse_bounded(f, v, 0, 65535); }},
+      {"--output", [](Options& o, auto&, auto& v) { o.output = v; }},
+      {"--init-from", [](Options& o, auto&, auto& v) { o.init_from = v; }},
+      {"--record-step", [](Options& o, auto&, auto& v) { o.record_step = v; }},
+      {"--data", [](Options& o, auto& f, auto& v) { o.data = choice(f, v, {"synthetic", "imagefolder"}); }},
+      {"--data-path", [](Options& o, auto&, auto& v) { o.data_path = v; }},
+      {"--decode-threads", [](Options& o, auto& f, auto& v) { o.decode_threads = parse_bounded(f, v, bounds::kDecodeThreads); }},
+      {"--prefetch-batches",
+       [](Options& o, auto& f, auto& v) { o.prefetch_batches = parse_bounded(f, v, bounds::kPrefetchBatches); }},
+      {"--cuda-graph", [](Options& o, auto& f, auto& v) { o.cuda_graph = choice(f, v, {"on", "off"}) == "on"; }},
+      {"--profile", [](Options& o, auto& f, auto& v) { o.profile_steps = parse_bounded(f, v, 1, 1000); }},
+      {"--memory-plan", [](Options& o, auto& f, auto& v) { o.memory_plan = memory_plan(f, v); }},
+  };
+  return readers;
+}
+
+// --self-test, --init-from and --record-step, and what each excludes.
+void check_modes(Options& o) {
+  if (o.self_test_precisions.size() > 1 && !o.self_test) {
+    throw UsageError{"--precision: a list (" + std::string(to_string(o.self_test_precisions.front())) +
+                     ",...) only with --self-test; a case runs one of " + allowed_values<Precision>()};
+  }
+  if (o.self_test && o.self_test_precisions.empty()) {
+    const auto all = enum_values<Precision>();
+    o.self_test_precisions.assign(all.begin(), all.end());
+  }
+  if (!o.init_from.empty()) {
+    if (o.self_test) throw UsageError{"--init-from: not with --self-test (it checks ops on its own weights)"};
+    if (std::ifstream probe(o.init_from, std::ios::binary); !probe) {
+      throw UsageError{"--init-from: cannot read " + printable(o.init_from)};
+    }
+  }
+  if (!o.record_step.empty()) {
+    if (o.self_test) throw UsageError{"--record-step: not with --self-test"};
+    if (o.data != "synthetic") throw UsageError{"--record-step: records a step on synthetic data; --data is " + o.data};
+    if (o.cuda_graph) throw UsageError{"--record-step: runs one eager step; not with --cuda-graph on"};
+    if (const int ranks = mpirun_ranks(); ranks > 1) {
+      throw UsageError{"--record-step: records one rank's step; run it without mpirun (here " + std::to_string(ranks) +
+                       " ranks)"};
+    }
+  }
+  if (o.self_test) o.precision = Precision::fp32;  // the primary backend: fp32 math (tf32 gets its own)
+}
+
+// The backend, its communicator, step graphs and the data source: which go together.
+void check_execution(const Options& o) {
+  if (o.data == "imagefolder" && o.data_path.empty()) {
+    throw UsageError{"--data imagefolder needs --data-path DIR (DIR/<class>/<image>.jpg)"};
+  }
+  if (o.data != "imagefolder" && !o.data_path.empty()) {
+    throw UsageError{"--data-path: only with --data imagefolder (--data is " + o.data + ")"};
+  }
+  if (o.cuda_graph && o.backend != "cuda") throw UsageError{"--cuda-graph: on needs --backend cuda; allowed here: off"};
+  if (o.cuda_graph && o.profile_steps > 0) {
+    throw UsageError{"--profile: times eager steps layer by layer, and a replayed step graph runs no layer; not with "
+                     "--cuda-graph on"};
+  }
+  if (o.cuda_graph && uses_loss_scaling(o.precision) && !o.self_test) {
+    // Refused here, not after the model is built: a replayed graph applies every step's update,
+    // and amp's loss scaler decides on the host whether a step with an inf or NaN is skipped.
+    throw UsageError{"--cuda-graph: on replays every step's update as captured, and amp's loss scaling skips "
+                     "steps from the host; allowed with --precision amp: off"};
+  }
+  if (const int ranks = mpirun_ranks(); o.cuda_graph && ranks > 1) {
+    throw UsageError{"--cuda-graph: on runs one rank (the gradient allreduce is driven from the host between "
+                     "backward and the update); allowed with " + std::to_string(ranks) + " ranks: off"};
+  }
+  if (o.communicator == "mpi" && o.backend == "cuda") {
+    // The MPI communicator reduces host buffers; device pointers would need a CUDA-aware MPI.
+    throw UsageError{"--communicator: mpi reduces host memory and the cuda backend keeps gradients on the GPU; "
+                     "allowed with --backend cuda: auto, none, nccl"};
+  }
+  if (o.communicator == "nccl" && o.backend != "cuda") {
+    throw UsageError{"--communicator: nccl reduces device buffers and needs --backend cuda; allowed here: auto, none, mpi"};
+  }
+#ifndef DLBENCH_HAVE_NCCL
+  if (o.communicator == "nccl") throw UsageError{"--communicator: nccl is not built in (needs CUDA and MPI); allowed: auto, none, mpi"};
+#endif
+#ifndef DLBENCH_HAVE_MPI
+  if (o.communicator == "mpi") throw UsageError{"--communicator: mpi is not built in (DLBENCH_WITH_MPI=OFF); allowed: none"};
+#endif
+}
+
+// The model's input: token sequences or images, its default size, and what its data may be.
+void apply_model(Options& o) {
+  const ModelInfo model = model_info(o.model);
+  const std::string name = model.name();
+  if (model.sequences) {
+    if (o.data != "synthetic") {
+      throw UsageError{"--data " + o.data + ": " + name + " trains on synthetic token sequences; allowed: synthetic"};
+    }
+    if (o.image_height != 0) throw UsageError{"--image-size: " + name + " takes token sequences; use --sequence-length"};
+    if (o.sequence_length == 0) o.sequence_length = model.default_sequence_length;
+    return;
+  }
+  if (o.sequence_length != 0) {
+    throw UsageError{"--sequence-length: " + name + " takes images (--image-size); sequence models: bert-base"};
+  }
+  if (o.image_height == 0) {
+    o.image_height = model.default_height();
+    o.image_width = model.default_width();
+  }
+  if (std::min(o.image_height, o.image_width) < model.min_image_size) {
+    throw UsageError{"--image-size: " + image_size_text(o) + " is too small for " + name + "; allowed: " +
+                     std::to_string(model.min_image_size) + " to " + std::to_string(bounds::kImageSize.max) +
+                     " on each side"};
+  }
+  if (o.data == "imagefolder" && model.per_pixel_labels) {
+    throw UsageError{"--data imagefolder: " + name +
+                     " trains on a label per pixel and imagefolder gives one per image; allowed: synthetic"};
+  }
+  if (o.data == "imagefolder" && o.image_height != o.image_width) {
+    throw UsageError{"--data imagefolder: crops are square; --image-size " + image_size_text(o) + " needs synthetic data"};
+  }
+}
+
+}  // namespace
+
+int default_threads() { return default_thread_budget().threads; }
+
+std::string image_size_text(const Options& o) {
+  return image_size_argument(static_cast<int>(o.image_height), static_cast<int>(o.image_width));
+}
+
+std::optional<Options> parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--help") {
+      std::cout << kUsage;
+      return std::nullopt;
+    }
+    if (flag == "--list-models") {
+      print_models();
+      return std::nullopt;
+    }
+    if (flag == "--list-devices") {
+      print_devices();
+      return std::nullopt;
+    }
+    if (flag == "--self-test") {
+      o.self_test = true;
+      continue;
+    }
+    std::string value;
+    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else {
+      if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
+      value = argv[++i];
+    }
+    const auto reader = flag_readers().find(flag);
+    if (reader == flag_readers().end()) throw UsageError{"unknown option " + printable(flag) + " (see --help)"};
+    reader->second(o, flag, value);
+  }
+  check_modes(o);
+  check_execution(o);
+  apply_model(o);
+  return o;
+}
+
+}  // namespace dlbench::worker

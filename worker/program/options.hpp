@@ -1,0 +1,73 @@
+// dlbench-worker's command line: the options of one invocation, parsed and checked once.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arena.hpp"
+#include "dlbench/core/api_rules.hpp"
+#include "dlbench/core/benchmark_run.hpp"
+#include "dlbench/core/enums.hpp"
+
+namespace dlbench::worker {
+
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitFailed = 1;
+
+// A command line that cannot run: said on stderr, exit code kExitUsage.
+struct UsageError {
+  std::string message;
+};
+
+// Every enum below is parsed with core's one spelling table; every number within the API's bounds.
+struct Options {
+  Model model = Model::resnet50;
+  std::string backend = "cpu";
+  long batch_size = 32;
+  long image_height = 0;  // 0: the model's default
+  long image_width = 0;
+  Precision precision = Precision::fp32;
+  long warmup_steps = 20;
+  long measure_steps = 100;
+  long repeats = 7;
+  Statistic statistic = Statistic::median;
+  std::optional<double> max_cv;  // unset: the backend's default
+  long extra_repeats = defaults::kExtraRepeats;
+  long sequence_length = 0;  // 0: the model's default (sequence models)
+  OptimizerName optimizer = OptimizerName::sgd;
+  double learning_rate = 0.1;
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  long threads = 0;
+  std::string communicator = "auto";
+  long bucket_mb = 25;
+  unsigned long long seed = 42;
+  std::string run;
+  std::string output;
+  long metrics_port = -1;  // off
+  bool cuda_graph = false;
+  MemoryReuse memory_plan = MemoryReuse::lifetime;
+  long profile_steps = 0;  // --profile: off
+  std::string data = "synthetic";
+  std::string data_path;
+  long decode_threads = defaults::kDecodeThreads;
+  long prefetch_batches = defaults::kPrefetchBatches;
+  std::string init_from;    // weights file (safetensors, torchvision's names)
+  std::string record_step;  // write one step's record there and exit
+  bool self_test = false;
+  std::vector<Precision> self_test_precisions;  // --self-test: every one unless --precision says
+};
+
+// The options, or nothing when the command line only asked for --help, --list-models or
+// --list-devices (printed here). Throws UsageError.
+std::optional<Options> parse_options(int argc, char** argv);
+
+// --threads 0: the cores this process may use (its affinity mask and its cgroup's CPU quota),
+// shared evenly by the ranks on this node.
+int default_threads();
+
+// "224" or "512x1024", as --image-size takes it.
+std::string image_size_text(const Options& o);
+
+}  // namespace dlbench::worker

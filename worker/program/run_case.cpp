@@ -1,0 +1,436 @@
+// A case from start to finish: set up, measure, and write what was measured or why it failed.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <iomanip>
+#include <iostream>
+#include <new>
+
+#include "dlbench/core/device_peaks.hpp"
+#include "dlbench/core/names.hpp"
+#include "dlbench/core/statistics.hpp"
+#include "dlbench/core/status.hpp"
+#include "gpu_monitor.hpp"
+#include "gradient_buckets.hpp"
+#include "input/input_pipeline.hpp"
+#include "interference.hpp"
+#include "layer_profiler.hpp"
+#include "methodology.hpp"
+#include "program/case_output.hpp"
+#include "program/case_setup.hpp"
+#include "program/commands.hpp"
+#include "worker_metrics.hpp"
+#ifdef DLBENCH_HAVE_CUDA
+#include "cuda/cuda_backend.hpp"
+#endif
+
+namespace dlbench::worker {
+namespace {
+
+// Every model here ends in ImageNet's 1,000 classes; an imagefolder data set may not have more.
+constexpr std::int64_t kModelClasses = 1000;
+
+class DataUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The process's peak resident set, as the kernel counts it (Linux: KiB).
+std::optional<double> peak_resident_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return std::nullopt;
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;
+}
+
+// The real-data side of a case: the pipeline and what the steps waited for it.
+struct RealData {
+  input::ImageFolder folder;
+  std::unique_ptr<input::InputPipeline> pipeline;
+  std::deque<double> waits;  // each step's, until the methodology reports its time
+  std::vector<double> measured_waits;
+  double measured_seconds = 0;     // this rank's own measured time
+  double pipeline_throughput = 0;  // images/s, training idle
+};
+
+// The pipeline alone: the batches prefetched while the model was set up are drained, then
+// batches are timed until a second has passed (at least two, at most fifty).
+double measure_pipeline_alone(input::InputPipeline& pipeline, int prefetch_batches, long batch_size) {
+  using clock = std::chrono::steady_clock;
+  for (int i = 0; i <= prefetch_batches; ++i) pipeline.next();
+  const auto start = clock::now();
+  long batches = 0;
+  double seconds = 0;
+  do {
+    pipeline.next();
+    ++batches;
+    seconds = std::chrono::duration<double>(clock::now() - start).count();
+  } while (batches < 50 && (batches < 2 || seconds < 1.0));
+  return static_cast<double>(batches * batch_size) / seconds;
+}
+
+// The worst GPU of the case speaks for it: the most other processes, the lowest clocks, every
+// reason any GPU saw, the hottest, the most power. Ranks without readings (no NVML) send nothing.
+std::optional<GpuReadings> worst_gpu(const std::optional<GpuReadings>& mine, Communicator& comm) {
+  if (comm.size() == 1) return mine;
+  constexpr double kNone = -1e30;  // loses every max
+  constexpr GpuThrottleReason kReasons[] = {GpuThrottleReason::thermal, GpuThrottleReason::hw_slowdown,
+                                            GpuThrottleReason::power_brake, GpuThrottleReason::power_cap};
+  std::vector<double> worst(12, kNone);
+  if (mine) {
+    worst = {1.0, static_cast<double>(mine->other_processes), -mine->sm_clock_min_mhz, -mine->sm_clock_median_mhz,
+             mine->sm_clock_max_mhz, mine->temperature_max_c, mine->power_median_w, static_cast<double>(mine->samples)};
+    for (const GpuThrottleReason r : kReasons) {
+      const auto& seen = mine->throttle_reasons;
+      worst.push_back(std::find(seen.begin(), seen.end(), r) != seen.end() ? 1.0 : 0.0);
+    }
+  }
+  comm.max(worst.data(), static_cast<std::int64_t>(worst.size()));
+  if (worst[0] < 0) return std::nullopt;
+  GpuReadings g;
+  g.other_processes = static_cast<int>(worst[1]);
+  g.sm_clock_min_mhz = -worst[2];
+  g.sm_clock_median_mhz = -worst[3];
+  g.sm_clock_max_mhz = worst[4];
+  g.temperature_max_c = worst[5];
+  g.power_median_w = worst[6];
+  g.samples = static_cast<int>(worst[7]);
+  for (std::size_t i = 0; i < std::size(kReasons); ++i) {
+    if (worst[8 + i] > 0) g.throttle_reasons.push_back(kReasons[i]);
+  }
+  return g;
+}
+
+// Other load over the measured repeats, as the busiest node saw it (every rank reads its own),
+// and the worst GPU's readings where there are any.
+InterferenceReport node_interference(InterferenceReport mine, const std::optional<GpuReadings>& gpu, Communicator& comm) {
+  if (comm.size() > 1) {
+    std::vector<double> worst{mine.cpu_pressure.value_or(-1.0), mine.cpu_steal};
+    comm.max(worst.data(), static_cast<std::int64_t>(worst.size()));
+    mine.cpu_pressure = worst[0] >= 0 ? std::optional<double>(worst[0]) : std::nullopt;
+    mine.cpu_steal = worst[1];
+  }
+  mine.gpu = worst_gpu(gpu, comm);
+  mine.verdict = interference_verdict(mine.cpu_pressure, mine.cpu_steal, mine.gpu ? &*mine.gpu : nullptr);
+  return mine;
+}
+
+// This rank's GPU through NVML, for a case on the CUDA backend; nullptr (and a note) without it.
+std::unique_ptr<GpuMonitor> open_gpu_monitor([[maybe_unused]] const Backend& device, [[maybe_unused]] int rank) {
+#ifdef DLBENCH_HAVE_CUDA
+  if (const auto* gpu = dynamic_cast<const CudaBackend*>(&device)) {
+    const cudaDeviceProp& p = gpu->properties();
+    char bus_id[32];
+    std::snprintf(bus_id, sizeof bus_id, "%08x:%02x:%02x.0", static_cast<unsigned>(p.pciDomainID),
+                  static_cast<unsigned>(p.pciBusID), static_cast<unsigned>(p.pciDeviceID));
+    std::string why;
+    auto monitor = GpuMonitor::open(bus_id, why);
+    if (!monitor) std::cerr << "dlbench-worker rank " << rank << ": no GPU readings: " << why << "\n";
+    return monitor;
+  }
+#endif
+  return nullptr;
+}
+
+// --profile: `steps` more eager steps, every layer timed (after the measurement, so that its
+// marks cost the measured steps nothing). Every rank runs them: the steps' allreduces pair up.
+StepProfile profile_steps(Trainer& trainer, Backend& device, int steps) {
+  LayerProfiler profiler(trainer.network(), device);
+  trainer.set_layer_observer(&profiler);
+  profiler.step_boundary();
+  for (int i = 0; i < steps; ++i) {
+    trainer.step();
+    profiler.step_boundary();
+  }
+  trainer.set_layer_observer(nullptr);
+  return profiler.finish(steps);
+}
+
+// One case on one rank. The steps in order: describe the case, serve live metrics, open the
+// data, build the trainer, measure, and report; a failure anywhere is the case's reason.
+class CaseRun {
+ public:
+  CaseRun(const Options& o, Communicator& comm, Backend* backend)
+      : o_(o), comm_(comm), backend_(backend), unit_(throughput_unit(o.model)) {}
+
+  int run(const std::string& backend_error) {
+    describe();
+    start_live_metrics();
+    try {
+      if (const auto why = unsupported_precision(o_, backend_)) throw Unsupported(*why);
+      if (backend_ == nullptr) throw BackendUnavailable(backend_error);
+      measure(*backend_);
+    } catch (const Unsupported& e) {
+      fail(kReasonUnsupported,
+           "--precision " + std::string(to_string(o_.precision)) + " on --backend " + o_.backend + ": " + e.what());
+    } catch (const DataUnavailable& e) {
+      fail("DataUnavailable", e.what());
+    } catch (const BackendUnavailable& e) {
+      fail("BackendUnavailable", "--backend " + o_.backend + ": " + e.what());
+#ifdef DLBENCH_HAVE_CUDA
+    } catch (const CudaOutOfMemory& e) {
+      fail("OutOfMemory", "device memory exhausted at batch size " + std::to_string(o_.batch_size) + ": asked for " +
+                              std::to_string(e.requested) + " bytes, " + std::to_string(e.free) + " of " +
+                              std::to_string(e.total) + " free");
+#endif
+    } catch (const std::bad_alloc&) {
+      fail("OutOfMemory", "host memory exhausted at batch size " + std::to_string(o_.batch_size));
+    } catch (const std::exception& e) {
+      fail("WorkerError", e.what());
+    }
+    return finish();
+  }
+
+ private:
+  // The case as this job runs it: ranks per node as they ran (an uneven spread is recorded as
+  // ranks / nodes rounded up), the methodology, the environment.
+  void describe() {
+    const std::vector<std::string> hosts = comm_.hosts();
+    const auto nodes = static_cast<int>(distinct(hosts).size());
+    doc_.run = o_.run;
+    doc_.model = o_.model;
+    doc_.case_ = {nodes, (comm_.size() + nodes - 1) / nodes, static_cast<int>(o_.batch_size), o_.precision};
+    doc_.image_size = static_cast<int>(o_.image_height);
+    doc_.image_height = static_cast<int>(o_.image_height);
+    doc_.image_width = static_cast<int>(o_.image_width);
+    doc_.sequence_length = static_cast<int>(o_.sequence_length);
+    doc_.devices = doc_.case_.devices();
+    doc_.global_batch_size = static_cast<long>(doc_.case_.global_batch_size());
+    doc_.methodology = {static_cast<int>(o_.warmup_steps), static_cast<int>(o_.measure_steps),
+                        static_cast<int>(o_.repeats), o_.statistic,
+                        StabilitySpec{o_.max_cv, static_cast<int>(o_.extra_repeats), false}};
+    doc_.environment = environment(backend_, o_, comm_, hosts);
+    doc_.start_time = rfc3339_utc_now();
+  }
+
+  // Live metrics are an aid: without them the measurement goes on rather than being lost.
+  void start_live_metrics() {
+    if (o_.metrics_port < 0) return;
+    const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    const int port = o_.metrics_port == 0 ? 0 : static_cast<int>(o_.metrics_port) + (local_rank ? std::atoi(local_rank) : 0);
+    try {
+      live_ = std::make_unique<WorkerMetrics>(
+          WorkerIdentity{o_.run, case_id(doc_.case_), std::string(to_string(o_.model)), std::string(to_string(o_.precision)),
+                         o_.backend, comm_.name(), DLBENCH_VERSION, backend_ != nullptr ? backend_->version_info() : "",
+                         comm_.rank(), doc_.global_batch_size, std::string(unit_)},
+          port);
+      std::cerr << "dlbench-worker rank " << comm_.rank() << ": metrics on port " << live_->port() << "\n";
+    } catch (const std::exception& e) {
+      std::cerr << "dlbench-worker rank " << comm_.rank() << ": warning: no live metrics: " << e.what() << "\n";
+    }
+  }
+
+  // Every rank must agree that the data can be used before any of them enters a collective: a
+  // node without the path must not leave the others waiting in an allreduce.
+  void agree_on_data(std::string error) {
+    if (comm_.size() > 1) {
+      double failed = error.empty() ? 0.0 : 1.0;
+      comm_.max(&failed, 1);
+      if (failed > 0 && error.empty()) error = "another rank cannot use data.path " + o_.data_path + " (see its log)";
+    }
+    if (!error.empty()) throw DataUnavailable(error);
+  }
+
+  void open_image_folder() {
+    real_ = std::make_unique<RealData>();
+    std::string error;
+    try {
+      real_->folder = input::scan_image_folder(o_.data_path);
+      if (real_->folder.classes.size() > static_cast<std::size_t>(kModelClasses)) {
+        error = "data.path " + o_.data_path + " has " + std::to_string(real_->folder.classes.size()) +
+                " class folders; the models have " + std::to_string(kModelClasses) + " outputs";
+      }
+    } catch (const input::DataUnavailable& e) {
+      error = e.what();
+    }
+    agree_on_data(error);
+  }
+
+  // The pipeline for this rank's shard, timed alone; each step then waits for its next batch,
+  // and the wait is part of the step: the methodology times it with the rest.
+  void start_pipeline(Trainer& trainer, Workload& workload) {
+    input::InputPipelineConfig config;
+    config.batch_size = static_cast<int>(o_.batch_size);
+    config.image_size = static_cast<int>(o_.image_height);  // square: checked with the options
+    config.threads = static_cast<int>(o_.decode_threads);
+    config.prefetch_batches = static_cast<int>(o_.prefetch_batches);
+    config.seed = o_.seed;
+    config.rank = comm_.rank();
+    config.world = comm_.size();
+    config.layout = trainer.input().layout == Layout::nhwc ? input::PixelLayout::nhwc : input::PixelLayout::nchw;
+    std::string error;
+    try {
+      real_->pipeline = std::make_unique<input::InputPipeline>(real_->folder, config);
+      real_->pipeline_throughput = measure_pipeline_alone(*real_->pipeline, config.prefetch_batches, o_.batch_size);
+    } catch (const input::DataUnavailable& e) {
+      error = e.what();
+    }
+    agree_on_data(error);
+    if (live_) live_->set_input_pipeline_throughput(real_->pipeline_throughput);
+    workload.step = [this, &trainer] {
+      const auto begin = std::chrono::steady_clock::now();
+      const input::Batch batch = real_->pipeline->next();
+      real_->waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+      trainer.load_batch(batch.pixels, batch.labels);
+      trainer.step();
+    };
+  }
+
+  // Steps are reported in the order they ran, once their repeat's marks are read.
+  void on_step(int repeat, bool measured, double seconds) {
+    double wait = 0;
+    if (real_) {
+      wait = real_->waits.front();
+      real_->waits.pop_front();
+      if (measured) {
+        real_->measured_waits.push_back(wait);
+        real_->measured_seconds += seconds;
+      }
+    }
+    if (!live_) return;
+    if (real_) live_->on_input_wait(wait);
+    live_->on_step(repeat, measured, seconds);
+  }
+
+  void measure(Backend& device) {
+    if (o_.data == "imagefolder") open_image_folder();
+    const std::unique_ptr<Trainer> owner = make_trainer(o_, device, comm_.rank());
+    Trainer& trainer = *owner;
+    ParameterStore& store = trainer.parameters();
+    comm_.broadcast(store.values(), store.count(), 0);  // identical start on every rank
+    GradientBuckets buckets(comm_, store, static_cast<std::size_t>(o_.bucket_mb) << 20);
+    if (comm_.size() > 1) {
+      trainer.set_gradients_ready([&](const std::vector<Parameter*>& ready) { buckets.gradients_ready(ready); });
+      trainer.set_before_update([&] { buckets.finish(); });
+    }
+    parameters_ = trainer.parameter_count();
+    doc_.memory = MemoryReport{static_cast<double>(trainer.arena().planned_bytes()),
+                               static_cast<double>(trainer.arena().unshared_bytes()), static_cast<double>(store.bytes()),
+                               std::nullopt};
+    if (live_) live_->set_memory(doc_.memory->activations, doc_.memory->parameters);
+    const double macs = trainer.forward_macs_per_sample();
+    doc_.flops_per_sample = {2.0 * macs, 6.0 * macs};  // backward ≈ 2 × forward
+    trainer.use_step_graph(o_.cuda_graph);
+    const std::unique_ptr<StepMarks> marks = device.make_step_marks();
+    Workload workload{[&] { trainer.step(); }, [&] { device.synchronize(); }, {}, {}, marks.get()};
+    if (live_ || real_) workload.on_step = [this](int repeat, bool measured, double s) { on_step(repeat, measured, s); };
+    if (real_) start_pipeline(trainer, workload);
+    if (comm_.size() > 1) {
+      workload.slowest_rank = [&](std::vector<double>& seconds) {
+        comm_.max(seconds.data(), static_cast<std::int64_t>(seconds.size()));
+      };
+    }
+    measure_repeats(trainer, device, workload);
+    doc_.environment.nccl_transport = comm_.transport();  // after the collectives: NCCL connects lazily
+    if (o_.profile_steps > 0) doc_.profile = profile_steps(trainer, device, static_cast<int>(o_.profile_steps));
+    if (real_) report_input();
+    doc_.state = CaseState::Succeeded;
+    if (const auto peak = peak_flops_per_second(doc_.environment.gpu_model, doc_.case_.precision)) {
+      doc_.peak_flops_per_device = *peak;
+      doc_.mfu = model_flops_utilization(doc_.flops_per_sample.training,
+                                         reported_value(doc_.throughput->summary, doc_.methodology.statistic), *peak,
+                                         doc_.devices);
+    }
+  }
+
+  // The repeats, measured again while they spread too much; the last --repeats are reported, the
+  // earlier ones kept as discarded. Other load on the node and the GPU is read around them.
+  void measure_repeats(Trainer& trainer, Backend& device, const Workload& workload) {
+    const double bound = max_cv(doc_.methodology.stability, o_.backend == "cuda");
+    std::vector<double> measured;  // every repeat's throughput, in run order
+    const std::unique_ptr<GpuMonitor> gpu_monitor = open_gpu_monitor(device, comm_.rank());
+    if (gpu_monitor) gpu_monitor->start(std::chrono::milliseconds(100));
+    const CpuCounters load_before = read_cpu_counters();
+    const auto repeats = run_methodology(
+        workload, doc_.methodology, doc_.global_batch_size,
+        [&](int r, const RepeatMeasurement& m) {
+          const float loss = trainer.last_loss();  // after the repeat, untimed
+          losses_.push_back(loss);
+          measured.push_back(m.throughput);
+          if (live_) live_->on_repeat(m.throughput, loss);
+          if (comm_.rank() != 0) return;
+          std::cerr << "  case " << case_id(doc_.case_) << " repeat " << r + 1 << "/" << o_.repeats
+                    << (r >= o_.repeats ? " (again: the last repeats spread too much)" : "") << ": " << std::fixed
+                    << std::setprecision(2) << m.throughput << " " << unit_ << "\n";
+        },
+        [&] { return measure_again(measured, doc_.methodology.repeats, doc_.methodology.stability, bound); });
+    doc_.stability = judge_stability(measured, doc_.methodology.repeats, bound);
+    const std::vector<double> throughputs(measured.end() - doc_.methodology.repeats, measured.end());
+    std::vector<double> all_steps;
+    for (auto r = repeats.end() - doc_.methodology.repeats; r != repeats.end(); ++r) {
+      all_steps.insert(all_steps.end(), r->step_seconds.begin(), r->step_seconds.end());
+    }
+    doc_.throughput = Throughput{std::string(unit_), summarize(throughputs), throughputs};
+    doc_.step_time_seconds = summarize(all_steps);
+    if (doc_.stability->verdict == StabilityVerdict::unstable) {
+      doc_.reason = kReasonUnstable;
+      doc_.message = describe_unstable(*doc_.stability, doc_.methodology.repeats, doc_.throughput->summary);
+    }
+    const InterferenceReport cpu_load = interference_between(load_before, read_cpu_counters());
+    doc_.interference = node_interference(cpu_load, gpu_monitor ? std::optional(gpu_monitor->stop()) : std::nullopt, comm_);
+  }
+
+  // The rank that waited longest and the slowest pipeline speak for the job.
+  void report_input() {
+    InputReport report;
+    double total_wait = 0;
+    for (const double w : real_->measured_waits) total_wait += w;
+    std::vector<double> worst{total_wait, real_->measured_seconds > 0 ? total_wait / real_->measured_seconds : 0.0,
+                              -real_->pipeline_throughput, static_cast<double>(real_->pipeline->skipped_count())};
+    if (comm_.size() > 1) comm_.max(worst.data(), static_cast<std::int64_t>(worst.size()));
+    report.wait_seconds = worst[0];
+    report.wait_share = std::clamp(worst[1], 0.0, 1.0);
+    report.wait_seconds_per_step = summarize(real_->measured_waits);
+    report.pipeline_throughput = -worst[2];
+    report.verdict = input_verdict(report.wait_share);
+    report.decode_threads = static_cast<int>(o_.decode_threads);
+    report.files = static_cast<long>(real_->folder.files.size());
+    report.skipped_files = static_cast<long>(worst[3]);
+    for (const auto& skipped : real_->pipeline->skipped_examples()) {
+      report.skipped_examples.push_back(printable(skipped.path + ": " + skipped.why, 300));
+    }
+    doc_.input = report;
+    if (live_) live_->set_input_verdict(report.wait_share, report.verdict == InputVerdict::input_bound);
+  }
+
+  void fail(const std::string& reason, const std::string& message) {
+    doc_.state = CaseState::Failed;
+    doc_.reason = reason;
+    doc_.message = message;
+  }
+
+  // Rank 0 prints the table and writes the document; the others say why they failed, if they did.
+  int finish() {
+    doc_.end_time = rfc3339_utc_now();
+    if (doc_.memory) doc_.memory->peak_resident = peak_resident_bytes();
+    if (live_) live_->finished(doc_.state == CaseState::Succeeded);
+    const bool succeeded = doc_.state == CaseState::Succeeded;
+    if (comm_.rank() != 0) {
+      if (!succeeded) std::cerr << "dlbench-worker rank " << comm_.rank() << ": " << doc_.message << "\n";
+      return succeeded ? 0 : kExitFailed;
+    }
+    print_table(o_.output.empty() ? std::cerr : std::cout, doc_, parameters_, losses_);
+    return write_document(o_, to_json(doc_), succeeded);
+  }
+
+  const Options& o_;
+  Communicator& comm_;
+  Backend* backend_;
+  const std::string_view unit_;  // core's word: sequences/s for bert-base
+  ResultDocument doc_;
+  std::unique_ptr<WorkerMetrics> live_;
+  std::unique_ptr<RealData> real_;
+  std::int64_t parameters_ = 0;
+  std::vector<double> losses_;  // after each repeat
+};
+
+}  // namespace
+
+int run_case(const Options& o, Communicator& comm, Backend* backend, const std::string& backend_error) {
+  return CaseRun(o, comm, backend).run(backend_error);
+}
+
+}  // namespace dlbench::worker
