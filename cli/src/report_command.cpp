@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <variant>
 #include <sstream>
 
 #include "dlbench/core/codec.hpp"
@@ -193,85 +194,176 @@ void print_case_warnings(std::ostream& out, ReportFormat format, const std::vect
   print_case_notes(out, format, "measured without the RDMA network asked for", "transport", sockets);
 }
 
+// A file's documents as report sources: a BenchmarkRun with its status, or a bare status. Its
+// exit code when a file cannot be used (2 unreadable or empty, 1 invalid).
+std::variant<std::vector<Source>, int> load_sources(const std::string& file, std::ostream& err) {
+  std::vector<nlohmann::json> docs;
+  try {
+    docs = load_yaml_file(file);
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << "\n";
+    return 2;
+  }
+  if (docs.empty()) {
+    err << "error: " << file << ": holds no document (expected a BenchmarkRun or a status written by dlbench run)\n";
+    return 2;
+  }
+  std::vector<Source> sources;
+  for (const auto& doc : docs) {
+    Source s;
+    if (doc.is_object() && doc.contains("spec")) {
+      const auto run = decode_benchmark_run(doc);
+      if (!run.ok() || !run.value->status) {
+        err << "error: " << file << ": " << (run.ok() ? "no status" : run.errors.front().to_string()) << "\n";
+        return 1;
+      }
+      s.label = run.value->metadata.name;
+      // Real and synthetic runs side by side: the label says which data each one trained on.
+      if (run.value->spec.data.source != DataSource::synthetic) {
+        s.label += " (" + std::string(to_string(run.value->spec.data.source)) + ")";
+      }
+      s.statistic = run.value->spec.methodology.statistic;
+      s.include_unstable = run.value->spec.methodology.stability.include_unstable;
+      s.status = *run.value->status;
+      s.model = run.value->spec.model;
+    } else {
+      const auto status = decode_status(doc);
+      if (!status.ok()) {
+        err << "error: " << file << ": " << status.errors.front().to_string() << "\n";
+        return 1;
+      }
+      s.label = file;
+      s.status = *status.value;
+    }
+    apply_scaling(s.status.results, s.statistic, s.include_unstable);
+    sources.push_back(std::move(s));
+  }
+  return sources;
+}
+
+// One line per run × precision × batch; where a device count ran with several node splits (1x8
+// and 2x4), the one with the fewest nodes.
+std::vector<ScalingSeries> scaling_series(const std::vector<Source>& sources) {
+  std::vector<ScalingSeries> series;
+  for (const auto& s : sources) {
+    std::map<std::pair<int, int>, std::map<int, const CaseResult*>> grouped;  // (precision, batch) → devices
+    for (const auto& r : s.status.results) {
+      if (r.state != CaseState::Succeeded) continue;
+      auto& slot = grouped[{static_cast<int>(r.case_.precision), r.case_.batch_size_per_device}][r.case_.devices()];
+      if (slot == nullptr || r.case_.nodes < slot->case_.nodes) slot = &r;
+    }
+    for (const auto& [key, by_devices] : grouped) {
+      ScalingSeries line;
+      line.label =
+          s.label + " " + std::string(to_string(static_cast<Precision>(key.first))) + " bs" + std::to_string(key.second);
+      for (const auto& [devices, r] : by_devices) {
+        line.unit = r->throughput->unit;
+        line.devices.push_back(devices);
+        line.throughput.push_back(reported_value(r->throughput->summary, s.statistic));
+        line.speedup.push_back(r->speedup ? *r->speedup : std::numeric_limits<double>::quiet_NaN());
+      }
+      series.push_back(std::move(line));
+    }
+  }
+  return series;
+}
+
+// The tables a report prints for each precision: throughput, speed-up, efficiency, input wait.
+enum class Table { throughput, speedup, efficiency, input_wait };
+
+// One cell of a table: the case of this batch and column, or "" where none ran.
+std::string table_cell(const std::vector<Source>& sources, ReportFormat format, Precision p, int batch, const Column& c,
+                       Table table) {
+  for (const auto& r : sources[c.source].status.results) {
+    if (r.case_.precision != p || r.case_.batch_size_per_device != batch || r.case_.nodes != c.nodes ||
+        r.case_.gpus_per_node != c.gpus) {
+      continue;
+    }
+    if (r.state != CaseState::Succeeded) return r.state == CaseState::Skipped ? "skipped" : "failed";
+    switch (table) {
+      case Table::throughput: {
+        // csv keeps its cells numbers; the json format and the notes below carry the verdict.
+        const bool mark = unstable(r) && format != ReportFormat::csv;
+        return fixed(reported_value(r.throughput->summary, sources[c.source].statistic), 2) + (mark ? " unstable" : "");
+      }
+      case Table::speedup:
+        if (!r.scaling_refused.empty()) return "refused";
+        return r.speedup ? fixed(*r.speedup, 2) : "-";
+      case Table::efficiency:
+        if (!r.scaling_refused.empty()) return "refused";
+        return r.scaling_efficiency ? fixed(100 * *r.scaling_efficiency, 1) + "%" : "-";
+      case Table::input_wait:
+        if (!r.input) return "synthetic";
+        return fixed(100 * r.input->wait_share, 1) + "% " + std::string(to_string(r.input->verdict));
+    }
+  }
+  return "";
+}
+
+// A precision's tables: one column per run and node × GPU split, one row per batch size.
+void print_precision_tables(std::ostream& out, ReportFormat format, const std::vector<Source>& sources, Precision p) {
+  std::set<int> batches;
+  std::set<Column> columns;
+  bool real_data = false;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    for (const auto& r : sources[i].status.results) {
+      if (r.case_.precision != p) continue;
+      batches.insert(r.case_.batch_size_per_device);
+      columns.insert({i, r.case_.nodes, r.case_.gpus_per_node});
+      real_data = real_data || r.input;
+    }
+  }
+  std::vector<Column> ordered(columns.begin(), columns.end());
+  std::stable_sort(ordered.begin(), ordered.end(), [](const Column& a, const Column& b) {
+    return std::make_tuple(a.source, a.nodes * a.gpus, a.nodes) < std::make_tuple(b.source, b.nodes * b.gpus, b.nodes);
+  });
+  const std::string throughput_title = "throughput (" + throughput_unit_of(sources, p) + ")";
+  const std::string titles[] = {throughput_title, "speed-up over 1x1", "scaling efficiency",
+                                "time waiting for input, and the verdict"};
+  const char* csv_titles[] = {"throughput", "speedup", "efficiency", "inputwait"};
+  for (int which = 0; which < (real_data ? 4 : 3); ++which) {
+    const auto table = static_cast<Table>(which);
+    std::vector<std::string> header{"batch"};
+    for (const auto& c : ordered) {
+      header.push_back((sources.size() > 1 ? sources[c.source].label + " " : "") + std::to_string(c.nodes) + "x" +
+                       std::to_string(c.gpus));
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const int b : batches) {
+      if (format == ReportFormat::csv) {
+        for (const auto& c : ordered) {
+          rows.push_back({std::string(to_string(p)), std::to_string(b), sources[c.source].label, std::to_string(c.nodes),
+                          std::to_string(c.gpus), table_cell(sources, format, p, b, c, table)});
+        }
+        continue;
+      }
+      std::vector<std::string> row{std::to_string(b)};
+      for (const auto& c : ordered) row.push_back(table_cell(sources, format, p, b, c, table));
+      rows.push_back(row);
+    }
+    const std::string title =
+        format == ReportFormat::csv ? csv_titles[which] : std::string(to_string(p)) + ": " + titles[which];
+    print_grid(out, format, title, header, rows);
+  }
+}
+
 }  // namespace
 
 int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err) {
   std::vector<Source> sources;
   for (const auto& file : options.files) {
-    std::vector<nlohmann::json> docs;
-    try {
-      docs = load_yaml_file(file);
-    } catch (const std::exception& e) {
-      err << "error: " << e.what() << "\n";
-      return 2;
-    }
-    if (docs.empty()) {
-      err << "error: " << file << ": holds no document (expected a BenchmarkRun or a status written by dlbench run)\n";
-      return 2;
-    }
-    for (const auto& doc : docs) {
-      Source s;
-      if (doc.is_object() && doc.contains("spec")) {
-        const auto run = decode_benchmark_run(doc);
-        if (!run.ok() || !run.value->status) {
-          err << "error: " << file << ": " << (run.ok() ? "no status" : run.errors.front().to_string()) << "\n";
-          return 1;
-        }
-        s.label = run.value->metadata.name;
-        // Real and synthetic runs side by side: the label says which data each one trained on.
-        if (run.value->spec.data.source != DataSource::synthetic) {
-          s.label += " (" + std::string(to_string(run.value->spec.data.source)) + ")";
-        }
-        s.statistic = run.value->spec.methodology.statistic;
-        s.include_unstable = run.value->spec.methodology.stability.include_unstable;
-        s.status = *run.value->status;
-        s.model = run.value->spec.model;
-      } else {
-        const auto status = decode_status(doc);
-        if (!status.ok()) {
-          err << "error: " << file << ": " << status.errors.front().to_string() << "\n";
-          return 1;
-        }
-        s.label = file;
-        s.status = *status.value;
-      }
-      apply_scaling(s.status.results, s.statistic, s.include_unstable);
-      sources.push_back(std::move(s));
-    }
+    auto loaded = load_sources(file, err);
+    if (const int* exit_code = std::get_if<int>(&loaded)) return *exit_code;
+    for (auto& s : std::get<std::vector<Source>>(loaded)) sources.push_back(std::move(s));
   }
-
   if (!options.plot.empty()) {
-    // One line per run × precision × batch; where a device count ran with several node
-    // splits (1x8 and 2x4), the one with the fewest nodes.
-    std::vector<ScalingSeries> series;
-    for (const auto& s : sources) {
-      std::map<std::pair<int, int>, std::map<int, const CaseResult*>> grouped;  // (precision, batch) → devices
-      for (const auto& r : s.status.results) {
-        if (r.state != CaseState::Succeeded) continue;
-        auto& slot = grouped[{static_cast<int>(r.case_.precision), r.case_.batch_size_per_device}][r.case_.devices()];
-        if (slot == nullptr || r.case_.nodes < slot->case_.nodes) slot = &r;
-      }
-      for (const auto& [key, by_devices] : grouped) {
-        ScalingSeries line;
-        line.label = s.label + " " + std::string(to_string(static_cast<Precision>(key.first))) + " bs" +
-                     std::to_string(key.second);
-        for (const auto& [devices, r] : by_devices) {
-          line.unit = r->throughput->unit;
-          line.devices.push_back(devices);
-          line.throughput.push_back(reported_value(r->throughput->summary, s.statistic));
-          line.speedup.push_back(r->speedup ? *r->speedup : std::numeric_limits<double>::quiet_NaN());
-        }
-        series.push_back(std::move(line));
-      }
-    }
     std::ofstream plot(options.plot);
-    plot << render_scaling_svg(series);
+    plot << render_scaling_svg(scaling_series(sources));
     if (!plot) {
       err << "error: cannot write " << options.plot << "\n";
       return 2;
     }
   }
-
   if (options.format == ReportFormat::json) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& s : sources) {
@@ -284,84 +376,12 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
     out << j.dump(2) << "\n";
     return 0;
   }
-  if (options.format == ReportFormat::csv) {
-    out << "table,precision,batchSizePerDevice,run,nodes,gpusPerNode,value\n";
-  }
-
+  if (options.format == ReportFormat::csv) out << "table,precision,batchSizePerDevice,run,nodes,gpusPerNode,value\n";
   std::set<Precision> precisions;
   for (const auto& s : sources) {
     for (const auto& r : s.status.results) precisions.insert(r.case_.precision);
   }
-  for (const Precision p : precisions) {
-    std::set<int> batches;
-    std::set<Column> columns;
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-      for (const auto& r : sources[i].status.results) {
-        if (r.case_.precision != p) continue;
-        batches.insert(r.case_.batch_size_per_device);
-        columns.insert({i, r.case_.nodes, r.case_.gpus_per_node});
-      }
-    }
-    std::vector<Column> ordered(columns.begin(), columns.end());
-    std::stable_sort(ordered.begin(), ordered.end(), [](const Column& a, const Column& b) {
-      return std::make_tuple(a.source, a.nodes * a.gpus, a.nodes) < std::make_tuple(b.source, b.nodes * b.gpus, b.nodes);
-    });
-    const auto cell = [&](int batch, const Column& c, int which) -> std::string {
-      for (const auto& r : sources[c.source].status.results) {
-        if (r.case_.precision != p || r.case_.batch_size_per_device != batch || r.case_.nodes != c.nodes ||
-            r.case_.gpus_per_node != c.gpus) {
-          continue;
-        }
-        if (r.state != CaseState::Succeeded) return r.state == CaseState::Skipped ? "skipped" : "failed";
-        if (which == 0) {
-          // csv keeps its cells numbers; the json format and the notes below carry the verdict.
-          const bool mark = unstable(r) && options.format != ReportFormat::csv;
-          return fixed(reported_value(r.throughput->summary, sources[c.source].statistic), 2) + (mark ? " unstable" : "");
-        }
-        if ((which == 1 || which == 2) && !r.scaling_refused.empty()) return "refused";
-        if (which == 1) return r.speedup ? fixed(*r.speedup, 2) : "-";
-        if (which == 2) return r.scaling_efficiency ? fixed(100 * *r.scaling_efficiency, 1) + "%" : "-";
-        if (!r.input) return "synthetic";
-        return fixed(100 * r.input->wait_share, 1) + "% " + std::string(to_string(r.input->verdict));
-      }
-      return "";
-    };
-    const std::string unit = throughput_unit_of(sources, p);
-    const std::string throughput_title = "throughput (" + unit + ")";
-    const char* titles[] = {throughput_title.c_str(), "speed-up over 1x1", "scaling efficiency",
-                            "time waiting for input, and the verdict"};
-    bool real_data = false;
-    for (const auto& src : sources) {
-      for (const auto& r : src.status.results) real_data = real_data || (r.case_.precision == p && r.input);
-    }
-    for (int which = 0; which < (real_data ? 4 : 3); ++which) {
-      std::vector<std::string> header{"batch"};
-      for (const auto& c : ordered) {
-        header.push_back((sources.size() > 1 ? sources[c.source].label + " " : "") + std::to_string(c.nodes) + "x" +
-                         std::to_string(c.gpus));
-      }
-      std::vector<std::vector<std::string>> rows;
-      for (const int b : batches) {
-        if (options.format == ReportFormat::csv) {
-          for (const auto& c : ordered) {
-            rows.push_back({std::string(to_string(p)), std::to_string(b), sources[c.source].label,
-                            std::to_string(c.nodes), std::to_string(c.gpus), cell(b, c, which)});
-          }
-          continue;
-        }
-        std::vector<std::string> row{std::to_string(b)};
-        for (const auto& c : ordered) row.push_back(cell(b, c, which));
-        rows.push_back(row);
-      }
-      const std::string title = options.format == ReportFormat::csv
-                                    ? std::string(which == 0   ? "throughput"
-                                                  : which == 1 ? "speedup"
-                                                  : which == 2 ? "efficiency"
-                                                               : "inputwait")
-                                    : std::string(to_string(p)) + ": " + titles[which];
-      print_grid(out, options.format, title, header, rows);
-    }
-  }
+  for (const Precision p : precisions) print_precision_tables(out, options.format, sources, p);
   if (options.format != ReportFormat::csv) {
     print_unmeasured(out, options.format, sources);
     print_case_warnings(out, options.format, sources);

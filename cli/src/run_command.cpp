@@ -25,6 +25,8 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <tuple>
+#include <variant>
 
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/names.hpp"
@@ -196,57 +198,206 @@ CaseResult failed(const PlannedCase& c, CaseState state, std::string reason, std
   return r;
 }
 
-}  // namespace
-
-int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
+// The one BenchmarkRun in the file, decoded; or the exit code that says why not (2 unreadable,
+// 1 invalid).
+std::variant<BenchmarkRun, int> load_run(const std::string& file, std::ostream& err) {
   std::vector<nlohmann::json> documents;
   try {
-    documents = load_yaml_file(options.file);
+    documents = load_yaml_file(file);
   } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";
     return 2;
   }
   if (documents.size() != 1) {
-    err << "error: " << options.file << " holds " << documents.size()
-        << " documents; dlbench run takes exactly one BenchmarkRun\n";
+    err << "error: " << file << " holds " << documents.size() << " documents; dlbench run takes exactly one BenchmarkRun\n";
     return 2;
   }
   const auto decoded = decode_benchmark_run(documents[0]);
   if (!decoded.ok()) {
-    err << options.file << ": invalid, " << decoded.errors.size() << " errors\n";
+    err << file << ": invalid, " << decoded.errors.size() << " errors\n";
     for (const auto& e : decoded.errors) err << "  " << e.to_string() << "\n";
     return 1;
   }
-  BenchmarkRun run = *decoded.value;
-  const BenchmarkRunSpec& spec = run.spec;
-  const std::string output = options.output.empty() ? run.metadata.name + ".status.json" : options.output;
-  const std::string worker = options.worker.empty() ? self_directory() + "/dlbench-worker" : options.worker;
-  const bool wrapped = spec.engine == Engine::command;
-  const std::string exec = options.exec.empty() ? self_directory() + "/dlbench-exec" : options.exec;
-  struct sigaction action {};
-  action.sa_handler = on_interrupt;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  return *decoded.value;
+}
 
-  // Which backend, and how many devices: dlbench-worker knows what it was built with and sees.
+// Which backend, and how many devices: dlbench-worker knows what it was built with and sees.
+// Nothing (and why, on err) when the backend asked for has no device here.
+std::optional<std::pair<std::string, int>> choose_backend(const RunOptions& options, const std::string& worker,
+                                                          std::ostream& err) {
   std::map<std::string, int> devices = list_devices(worker);
   if (!devices.contains("cpu")) {  // a worker that does not say (a wrapper script): the CPU backend
     devices["cpu"] = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
+  const bool gpus = devices.contains("cuda") && devices.at("cuda") > 0;
   std::string backend = options.backend;
-  if (backend == "auto") backend = devices.contains("cuda") && devices.at("cuda") > 0 ? "cuda" : "cpu";
+  if (backend == "auto") backend = gpus ? "cuda" : "cpu";
   if (!devices.contains(backend) || devices.at(backend) < 1) {
     err << "error: --backend " << backend << ": `" << worker << " --list-devices` finds "
         << (devices.contains(backend) ? "no " + backend + " device on this host" : "no such backend built in")
-        << "; allowed here: cpu" << (devices.contains("cuda") && devices.at("cuda") > 0 ? ", cuda" : "") << "\n";
-    return 1;
+        << "; allowed here: cpu" << (gpus ? ", cuda" : "") << "\n";
+    return std::nullopt;
   }
-  const int host_devices = options.max_devices > 0 ? options.max_devices : devices.at(backend);
-  const auto plan = plan_cases(spec);
-  const std::string scratch =
-      (std::filesystem::temp_directory_path() / ("dlbench-run-" + std::to_string(getpid()))).string();
-  std::filesystem::create_directories(scratch);
+  return std::pair{backend, options.max_devices > 0 ? options.max_devices : devices.at(backend)};
+}
 
+// Why this host cannot run the case, as a Skipped result; nothing when it can.
+std::optional<CaseResult> cannot_run_here(const PlannedCase& c, int host_devices) {
+  if (c.spec.nodes > 1) {
+    return failed(c, CaseState::Skipped, "NeedsMoreNodes",
+                  "needs " + std::to_string(c.spec.nodes) +
+                      " nodes; the local executor runs on this host only (use the operator)",
+                  0);
+  }
+  if (c.spec.devices() > host_devices) {
+    return failed(c, CaseState::Skipped, "NotEnoughDevices",
+                  "needs " + std::to_string(c.spec.devices()) + " devices; this host has " + std::to_string(host_devices),
+                  0);
+  }
+  return std::nullopt;
+}
+
+// Where the programs are and what the case runs on, for every case of the run.
+struct LocalExecutor {
+  const BenchmarkRun& run;
+  const RunOptions& options;
+  std::string worker;
+  std::string exec;
+  std::string backend;
+  int host_devices = 0;
+  std::string scratch;  // the cases' result files
+};
+
+// How one case is started: its command line, its environment and its time limit.
+struct CaseCommand {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  int timeout_seconds = 0;
+};
+
+CaseCommand case_command(const LocalExecutor& x, const PlannedCase& c, const std::string& result_file) {
+  const BenchmarkRunSpec& spec = x.run.spec;
+  // CPU ranks share the cores; GPU ranks each drive one device and need few threads.
+  const int threads = x.backend == "cpu" ? std::max(1, x.host_devices / c.spec.devices()) : 0;
+  CaseCommand command{{}, {"OMP_NUM_THREADS=" + std::to_string(std::max(1, threads))}, spec.limits.case_timeout_seconds};
+  if (spec.engine == Engine::command) {
+    // One node: the command starts its own processes per device (torchrun --nproc-per-node).
+    command.argv = {x.exec, "--output", result_file, "--timeout", std::to_string(spec.limits.case_timeout_seconds), "--"};
+    command.argv.insert(command.argv.end(), spec.command.begin(), spec.command.end());
+    const std::string home = std::filesystem::path(x.exec).parent_path().parent_path() / "share" / "dlbench";
+    for (const auto& [name, value] : command_environment(x.run, c.spec, {0, "127.0.0.1", free_port(), home})) {
+      command.env.push_back(name + "=" + value);
+    }
+    command.timeout_seconds += 30;  // dlbench-exec stops the command itself and reports Timeout with its last lines
+    return command;
+  }
+  if (c.spec.devices() > 1) {
+    command.argv = {x.options.mpirun, "-np", std::to_string(c.spec.devices()), "--bind-to", "none", "-x", "OMP_NUM_THREADS"};
+    if (geteuid() == 0) {  // Open MPI refuses root unless told
+      command.env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+      command.env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+    }
+  }
+  WorkerInvocation how;
+  how.program = x.worker;
+  how.backend = x.backend;
+  how.communicator = c.spec.devices() > 1 ? (x.backend == "cuda" ? "nccl" : "mpi") : "none";
+  how.threads = threads;
+  how.output = result_file;
+  for (auto& a : worker_arguments(x.run, c.spec, how)) command.argv.push_back(std::move(a));
+  return command;
+}
+
+// One attempt's result: the worker's document judged, or why there is none. `start`: when it began.
+CaseResult judge_attempt(const LocalExecutor& x, const PlannedCase& c, const ChildOutcome& child,
+                         const std::string& result_file, int attempt, const std::string& start) {
+  const BenchmarkRunSpec& spec = x.run.spec;
+  CaseResult result = failed(c, CaseState::Failed, "", "", attempt);
+  result.start_time = start;  // a document's result brings its own
+  if (child.timed_out) {
+    result.reason = "Timeout";
+    result.message =
+        "no result within limits.caseTimeoutSeconds (" + std::to_string(spec.limits.case_timeout_seconds) + " s)";
+  } else if (std::filesystem::exists(result_file)) {
+    std::ifstream in(result_file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (auto judged = result_from_document(text, c.spec, attempt, spec.worker.rdma)) {
+      result = std::move(*judged);
+    } else {
+      result.reason = "InvalidResult";
+      result.message = result_file + " is not JSON";
+    }
+  } else {
+    result.reason = "WorkerExited";
+    result.message = "exit code " + std::to_string(child.exit_code) + " without a result: " + join_lines(child.last_lines);
+  }
+  return result;
+}
+
+// A measured case's line: its figure, and its speed-up as the status now has it.
+void print_measured(std::ostream& out, const BenchmarkRunSpec& spec, const CaseResult& reported, const CaseResult& stored) {
+  const double value = reported_value(reported.throughput->summary, spec.methodology.statistic);
+  out << "  " << std::fixed << std::setprecision(2) << value << " " << reported.throughput->unit << " ("
+      << to_string(spec.methodology.statistic) << " of " << reported.throughput->repeats.size() << ")";
+  if (stored.speedup) {
+    out << ", speed-up " << std::setprecision(2) << *stored.speedup << ", efficiency " << std::setprecision(0)
+        << 100 * *stored.scaling_efficiency << "%";
+  }
+  if (reported.input) out << "\n  input: " << describe_input(*reported.input);
+  out << "\n";
+}
+
+// Attempts until the machine records the case (success, a permanent failure, or no attempts left).
+void run_attempts(const LocalExecutor& x, RunStateMachine& machine, RunProgress& progress, std::ostream& out) {
+  const PlannedCase& c = *machine.current();
+  const std::string result_file = x.scratch + "/" + c.id + ".json";
+  const CaseCommand command = case_command(x, c, result_file);
+  bool retry = true;
+  while (retry && !interrupted) {
+    const int attempt = machine.attempt();
+    std::filesystem::remove(result_file);
+    const std::string start = rfc3339_utc_now();
+    const ChildOutcome child = run_child(command.argv, command.env, command.timeout_seconds, [&](const std::string& line) {
+      out << "  " << line << "\n";
+      if (c.spec.preflight) return;
+      progress.repeat_done();
+      out << "    [" << progress.line() << "]\n" << std::flush;
+    });
+    if (child.interrupted) break;
+    CaseResult result = judge_attempt(x, c, child, result_file, attempt, start);
+    const CaseResult reported = result;
+    retry = machine.attempt_ended(std::move(result));
+    if (reported.state != CaseState::Succeeded) {
+      out << "  attempt " << attempt << "/" << 1 + x.run.spec.limits.backoff_limit << " failed: " << reported.reason
+          << ": " << reported.message.substr(0, 200) << "\n";
+    } else if (c.spec.preflight) {
+      out << "  " << reported.message << "\n";
+    } else {
+      print_measured(out, x.run.spec, reported, machine.status().results.back());  // with its speed-up, just derived
+    }
+  }
+}
+
+}  // namespace
+
+int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
+  auto loaded = load_run(options.file, err);
+  if (const int* exit_code = std::get_if<int>(&loaded)) return *exit_code;
+  BenchmarkRun run = std::get<BenchmarkRun>(std::move(loaded));
+  const BenchmarkRunSpec& spec = run.spec;
+  const std::string output = options.output.empty() ? run.metadata.name + ".status.json" : options.output;
+  LocalExecutor x{run, options, options.worker.empty() ? self_directory() + "/dlbench-worker" : options.worker,
+                  options.exec.empty() ? self_directory() + "/dlbench-exec" : options.exec, "", 0, ""};
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  const auto backend = choose_backend(options, x.worker, err);
+  if (!backend) return 1;
+  std::tie(x.backend, x.host_devices) = *backend;
+  const auto plan = plan_cases(spec);
+  x.scratch = (std::filesystem::temp_directory_path() / ("dlbench-run-" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(x.scratch);
 
   // The one status machine the operator drives too (core/run_state): same events, same status.
   const auto preflight = plan_preflight(spec);
@@ -258,9 +409,9 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
     write_status_file(output, run);
   };
   out << "dlbench run " << run.metadata.name << ": " << to_string(spec.model) << ", " << plan.size()
-      << " cases on this host (" << backend << " backend, " << host_devices << " devices"
-      << (wrapped ? ", engine command: " + printable(spec.command.front()) : std::string()) << "), status in "
-      << output << "\n";
+      << " cases on this host (" << x.backend << " backend, " << x.host_devices << " devices"
+      << (spec.engine == Engine::command ? ", engine command: " + printable(spec.command.front()) : std::string())
+      << "), status in " << output << "\n";
 
   RunProgress progress(static_cast<int>(plan.size()), spec.methodology.repeats);
   for (std::size_t i = preflight ? 0 : 1; machine.current() != nullptr && !interrupted; ++i) {
@@ -271,119 +422,24 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
     } else {
       out << "[" << i << "/" << plan.size() << "] " << c.id << ": ";
     }
-    if (c.spec.nodes > 1) {
-      machine.skip(failed(c, CaseState::Skipped, "NeedsMoreNodes",
-                          "needs " + std::to_string(c.spec.nodes) +
-                              " nodes; the local executor runs on this host only (use the operator)",
-                          0));
-      out << "skipped (needs " << c.spec.nodes << " nodes)\n";
-      progress.case_ended();
-      continue;
-    }
-    if (c.spec.devices() > host_devices) {
-      machine.skip(failed(c, CaseState::Skipped, "NotEnoughDevices",
-                          "needs " + std::to_string(c.spec.devices()) + " devices; this host has " +
-                              std::to_string(host_devices),
-                          0));
-      out << "skipped (needs " << c.spec.devices() << " devices, host has " << host_devices << ")\n";
+    if (auto skipped = cannot_run_here(c, x.host_devices)) {
+      out << "skipped (" << (c.spec.nodes > 1 ? "needs " + std::to_string(c.spec.nodes) + " nodes"
+                                              : "needs " + std::to_string(c.spec.devices()) + " devices, host has " +
+                                                    std::to_string(x.host_devices))
+          << ")\n";
+      machine.skip(std::move(*skipped));
       progress.case_ended();
       continue;
     }
     out << c.spec.devices() << (c.spec.devices() == 1 ? " rank" : " ranks") << "\n" << std::flush;
-    // CPU ranks share the cores; GPU ranks each drive one device and need few threads.
-    const int threads = backend == "cpu" ? std::max(1, host_devices / c.spec.devices()) : 0;
-    const std::string result_file = scratch + "/" + c.id + ".json";
-    std::vector<std::string> argv;
-    std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(std::max(1, threads))};
-    int timeout = spec.limits.case_timeout_seconds;
-    if (wrapped) {
-      // One node: the command starts its own processes per device (torchrun --nproc-per-node).
-      argv = {exec, "--output", result_file, "--timeout", std::to_string(spec.limits.case_timeout_seconds), "--"};
-      argv.insert(argv.end(), spec.command.begin(), spec.command.end());
-      const std::string home = std::filesystem::path(exec).parent_path().parent_path() / "share" / "dlbench";
-      for (const auto& [name, value] : command_environment(run, c.spec, {0, "127.0.0.1", free_port(), home})) {
-        env.push_back(name + "=" + value);
-      }
-      timeout += 30;  // dlbench-exec stops the command itself and reports Timeout with its last lines
-    } else {
-      if (c.spec.devices() > 1) {
-        argv = {options.mpirun, "-np", std::to_string(c.spec.devices()), "--bind-to", "none", "-x", "OMP_NUM_THREADS"};
-        if (geteuid() == 0) {  // Open MPI refuses root unless told
-          env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
-          env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
-        }
-      }
-      WorkerInvocation how;
-      how.program = worker;
-      how.backend = backend;
-      how.communicator = c.spec.devices() > 1 ? (backend == "cuda" ? "nccl" : "mpi") : "none";
-      how.threads = threads;
-      how.output = result_file;
-      for (auto& a : worker_arguments(run, c.spec, how)) argv.push_back(std::move(a));
-    }
-    // Attempts until the machine records the case (success, a permanent failure, or no attempts left).
     if (!c.spec.preflight) progress.case_started(c.id);
-    bool retry = true;
-    while (retry && !interrupted) {
-      const int attempt = machine.attempt();
-      std::filesystem::remove(result_file);
-      const std::string start = rfc3339_utc_now();
-      const ChildOutcome child = run_child(argv, env, timeout, [&](const std::string& line) {
-        out << "  " << line << "\n";
-        if (c.spec.preflight) return;
-        progress.repeat_done();
-        out << "    [" << progress.line() << "]\n" << std::flush;
-      });
-      if (child.interrupted) break;
-      CaseResult result = failed(c, CaseState::Failed, "", "", attempt);
-      result.start_time = start;
-      if (child.timed_out) {
-        result.reason = "Timeout";
-        result.message = "no result within limits.caseTimeoutSeconds (" +
-                         std::to_string(spec.limits.case_timeout_seconds) + " s)";
-      } else if (std::filesystem::exists(result_file)) {
-        std::ifstream in(result_file);
-        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (auto judged = result_from_document(text, c.spec, attempt, spec.worker.rdma)) {
-          result = std::move(*judged);
-        } else {
-          result.reason = "InvalidResult";
-          result.message = result_file + " is not JSON";
-        }
-      } else {
-        result.reason = "WorkerExited";
-        result.message = "exit code " + std::to_string(child.exit_code) + " without a result: " +
-                         join_lines(child.last_lines);
-      }
-      const bool succeeded = result.state == CaseState::Succeeded;
-      const CaseResult reported = result;
-      retry = machine.attempt_ended(std::move(result));
-      if (!succeeded) {
-        out << "  attempt " << attempt << "/" << 1 + spec.limits.backoff_limit << " failed: " << reported.reason << ": "
-            << reported.message.substr(0, 200) << "\n";
-        continue;
-      }
-      if (c.spec.preflight) {
-        out << "  " << reported.message << "\n";
-        continue;
-      }
-      const double value = reported_value(reported.throughput->summary, spec.methodology.statistic);
-      const CaseResult& stored = machine.status().results.back();  // with its speed-up, just derived
-      out << "  " << std::fixed << std::setprecision(2) << value << " " << reported.throughput->unit << " (" << to_string(spec.methodology.statistic)
-          << " of " << reported.throughput->repeats.size() << ")";
-      if (stored.speedup) {
-        out << ", speed-up " << std::setprecision(2) << *stored.speedup << ", efficiency " << std::setprecision(0)
-            << 100 * *stored.scaling_efficiency << "%";
-      }
-      if (reported.input) out << "\n  input: " << describe_input(*reported.input);
-      out << "\n";
-    }
+    run_attempts(x, machine, progress, out);
     if (interrupted) break;
     if (!c.spec.preflight) progress.case_ended();
     save();
   }
 
-  std::filesystem::remove_all(scratch);
+  std::filesystem::remove_all(x.scratch);
   if (interrupted) machine.interrupt();
   save();
   const BenchmarkRunStatus& status = machine.status();
