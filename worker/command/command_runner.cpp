@@ -210,6 +210,178 @@ void install_signal_forwarding() {
   signal(SIGPIPE, SIG_IGN);  // a closed passthrough must not end the measurement
 }
 
+namespace {
+
+// Starts argv in its own process group (so that a stop reaches everything it starts), stdout and
+// stderr into `output_fd`, stdin from /dev/null. In the child, a failed exec says why and exits 127.
+pid_t start_in_own_group(const std::vector<std::string>& argv, int output_fd) {
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid > 0) {
+    setpgid(pid, pid);
+    return pid;
+  }
+  setpgid(0, 0);
+  dup2(output_fd, STDOUT_FILENO);
+  dup2(output_fd, STDERR_FILENO);
+  const int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+  signal(SIGPIPE, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  const std::string why = "dlbench-exec: cannot start " + argv[0] + ": " + std::strerror(errno) + "\n";
+  write_all(STDERR_FILENO, why.data(), why.size());
+  _exit(127);
+}
+
+// The command's output, line by line as it arrives: its step, fact and unsupported markers, the
+// NCCL lines that say which network it used, and its last lines for a failure's message. Lines
+// longer than kMaxLineBytes are cut, counted, and never read as markers.
+class OutputReader {
+ public:
+  OutputReader(CommandOutcome& outcome, const RunSettings& settings, clock::time_point start)
+      : outcome_(outcome), settings_(settings), start_(start) {}
+
+  // A chunk read at `now`: every line it ends is read with that arrival time.
+  void chunk(std::string_view chunk, clock::time_point now) {
+    std::size_t begin = 0;
+    for (std::size_t nl; (nl = chunk.find('\n', begin)) != std::string_view::npos; begin = nl + 1) {
+      const std::string_view piece = chunk.substr(begin, nl - begin);
+      if (cutting_) {
+        cutting_ = false;  // the end of an overlong line, already counted
+      } else if (partial_.empty()) {
+        line(piece, now);
+      } else {
+        partial_.append(piece);
+        line(partial_, now);
+      }
+      partial_.clear();
+    }
+    if (cutting_) return;
+    partial_.append(chunk.substr(begin));
+    if (partial_.size() > kMaxLineBytes) {
+      ++outcome_.cut_lines;
+      partial_.resize(kTailLineChars);
+      line(partial_, now);  // as far as it went; never a marker at this length
+      partial_.clear();
+      cutting_ = true;
+    }
+  }
+
+  // The output ended: a last line without a newline is still a line.
+  void end(clock::time_point now) {
+    if (!partial_.empty() && !cutting_) line(partial_, now);
+    partial_.clear();
+  }
+
+  std::optional<NcclTransport> transport() const { return nccl_.transport(); }
+
+ private:
+  void line(std::string_view line, clock::time_point arrived) {
+    ++outcome_.output_lines;
+    const Marker marker = parse_marker(line);
+    switch (marker.kind) {
+      case Marker::Kind::step: {
+        const double seconds = std::chrono::duration<double>(arrived - start_).count();
+        outcome_.steps.push_back({seconds, marker.samples});
+        if (settings_.on_step) settings_.on_step(static_cast<long>(outcome_.steps.size()) - 1, seconds);
+        return;  // markers are not output worth keeping for failure messages
+      }
+      case Marker::Kind::fact:
+        if (outcome_.facts.size() < kMaxFacts || outcome_.facts.contains(marker.key)) {
+          outcome_.facts[marker.key] = marker.value;
+        }
+        return;
+      case Marker::Kind::unsupported:
+        if (outcome_.unsupported.empty()) outcome_.unsupported = marker.value;
+        return;
+      case Marker::Kind::invalid:
+        if (outcome_.invalid_marker.empty()) outcome_.invalid_marker = marker.error + " (line: \"" + cut(line) + "\")";
+        break;
+      case Marker::Kind::none:
+        nccl_.line(line);
+        break;
+    }
+    outcome_.tail.push_back(cut(line));
+    if (outcome_.tail.size() > kTailLines) outcome_.tail.pop_front();
+  }
+
+  CommandOutcome& outcome_;
+  const RunSettings& settings_;
+  const clock::time_point start_;
+  std::string partial_;  // the line being read, at most kMaxLineBytes
+  bool cutting_ = false;  // inside a line longer than kMaxLineBytes: dropping until its end
+  NcclLogReader nccl_;
+};
+
+// Ends the command's group when a stop comes or the deadline passes: SIGTERM, then SIGKILL once
+// the grace is over.
+class Stopper {
+ public:
+  Stopper(pid_t group, const RunSettings& settings, clock::time_point deadline)
+      : group_(group), settings_(settings), deadline_(deadline) {}
+
+  // While the command runs and its output is open.
+  void check(CommandOutcome& outcome, clock::time_point now) {
+    if (stop_requested && !outcome.interrupted) {
+      outcome.interrupted = true;
+      terminate(now);
+    }
+    if (!outcome.timed_out && now > deadline_) {
+      outcome.timed_out = true;
+      terminate(now);
+    }
+    if (now > kill_at_) {
+      kill(-group_, SIGKILL);
+      kill_at_ = clock::time_point::max();
+    }
+  }
+
+  // Once the command closed its output but still runs: the deadline and signals still apply.
+  void check_after_output(CommandOutcome& outcome, clock::time_point now) {
+    if ((stop_requested || now > deadline_) && kill_at_ == clock::time_point::max()) {
+      outcome.timed_out = outcome.timed_out || now > deadline_;
+      outcome.interrupted = outcome.interrupted || stop_requested;
+      terminate(now);
+    }
+    if (now > kill_at_) kill(-group_, SIGKILL);
+  }
+
+ private:
+  void terminate(clock::time_point now) {
+    kill(-group_, SIGTERM);
+    kill_at_ = now + settings_.kill_grace;
+  }
+
+  const pid_t group_;
+  const RunSettings& settings_;
+  const clock::time_point deadline_;
+  clock::time_point kill_at_ = clock::time_point::max();  // when SIGKILL follows SIGTERM
+};
+
+// The exit status as the outcome says it: the code (128 + signal for a signal), whether a stop
+// came first, whether the command ever started, whether the kernel killed something for memory.
+void record_exit(CommandOutcome& outcome, int status, bool stopped_before_exit, long oom_before) {
+  // A command that finished cleanly keeps its result even if a stop came as it ended.
+  const bool clean_exit = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (stopped_before_exit && !clean_exit) outcome.interrupted = true;
+  if (WIFEXITED(status)) {
+    outcome.exit_code = WEXITSTATUS(status);
+  } else {
+    outcome.signal = WTERMSIG(status);
+    outcome.exit_code = 128 + outcome.signal;
+  }
+  if (outcome.exit_code == 127 && outcome.steps.empty() && outcome.output_lines <= 1) outcome.started = false;
+  const long oom_after = oom_kill_count();
+  outcome.out_of_memory = oom_before >= 0 && oom_after > oom_before;
+}
+
+}  // namespace
+
 CommandOutcome run_command(const RunSettings& settings) {
   CommandOutcome outcome;
   if (settings.argv.empty()) throw std::invalid_argument("run_command: no command");
@@ -217,62 +389,14 @@ CommandOutcome run_command(const RunSettings& settings) {
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   const long oom_before = oom_kill_count();
   const auto start = clock::now();
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    setpgid(0, 0);
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    dup2(pipe_fds[1], STDERR_FILENO);
-    const int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    signal(SIGPIPE, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    std::vector<char*> args;
-    for (const auto& a : settings.argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    const std::string why = "dlbench-exec: cannot start " + settings.argv[0] + ": " + std::strerror(errno) + "\n";
-    write_all(STDERR_FILENO, why.data(), why.size());
-    _exit(127);
-  }
-  setpgid(pid, pid);
+  const pid_t pid = start_in_own_group(settings.argv, pipe_fds[1]);
   running_group = pid;
   close(pipe_fds[1]);
   outcome.started = true;
 
-  const auto deadline = start + settings.timeout;
-  clock::time_point kill_at = clock::time_point::max();  // when SIGKILL follows SIGTERM
-  std::string partial;      // the line being read, at most kMaxLineBytes
-  bool cutting = false;     // inside a line longer than kMaxLineBytes: dropping until its end
+  OutputReader reader(outcome, settings, start);
+  Stopper stopper(pid, settings, start + settings.timeout);
   std::vector<char> buffer(64 * 1024);
-  NcclLogReader nccl;  // which network the script's NCCL used (its NCCL_DEBUG=INFO lines)
-
-  const auto on_line = [&](std::string_view line, clock::time_point arrived) {
-    ++outcome.output_lines;
-    const Marker marker = parse_marker(line);
-    if (marker.kind == Marker::Kind::none) nccl.line(line);
-    if (marker.kind == Marker::Kind::step) {
-      const double seconds = std::chrono::duration<double>(arrived - start).count();
-      outcome.steps.push_back({seconds, marker.samples});
-      if (settings.on_step) settings.on_step(static_cast<long>(outcome.steps.size()) - 1, seconds);
-      return;  // markers are not output worth keeping for failure messages
-    }
-    if (marker.kind == Marker::Kind::fact) {
-      if (outcome.facts.size() < kMaxFacts || outcome.facts.contains(marker.key)) outcome.facts[marker.key] = marker.value;
-      return;
-    }
-    if (marker.kind == Marker::Kind::unsupported) {
-      if (outcome.unsupported.empty()) outcome.unsupported = marker.value;
-      return;
-    }
-    if (marker.kind == Marker::Kind::invalid && outcome.invalid_marker.empty()) {
-      outcome.invalid_marker = marker.error + " (line: \"" + cut(line) + "\")";
-    }
-    outcome.tail.push_back(cut(line));
-    if (outcome.tail.size() > kTailLines) outcome.tail.pop_front();
-  };
-
   int status = 0;
   std::optional<clock::time_point> exited_at;
   // The handler forwards a signal at once, so the command can die of it before this loop sees
@@ -288,31 +412,8 @@ CommandOutcome run_command(const RunSettings& settings) {
       if (n <= 0) {
         open_pipe = false;
       } else {
-        const std::string_view chunk(buffer.data(), static_cast<std::size_t>(n));
-        write_all(settings.passthrough_fd, chunk.data(), chunk.size());
-        std::size_t begin = 0;
-        for (std::size_t nl; (nl = chunk.find('\n', begin)) != std::string_view::npos; begin = nl + 1) {
-          const std::string_view piece = chunk.substr(begin, nl - begin);
-          if (cutting) {
-            cutting = false;  // the end of an overlong line, already counted
-          } else if (partial.empty()) {
-            on_line(piece, now);
-          } else {
-            partial.append(piece);
-            on_line(partial, now);
-          }
-          partial.clear();
-        }
-        if (!cutting) {
-          partial.append(chunk.substr(begin));
-          if (partial.size() > kMaxLineBytes) {
-            ++outcome.cut_lines;
-            partial.resize(kTailLineChars);
-            on_line(partial, now);  // as far as it went; never a marker at this length
-            partial.clear();
-            cutting = true;
-          }
-        }
+        write_all(settings.passthrough_fd, buffer.data(), static_cast<std::size_t>(n));
+        reader.chunk(std::string_view(buffer.data(), static_cast<std::size_t>(n)), now);
       }
     }
     if (!exited_at && waitpid(pid, &status, WNOHANG) == pid) {
@@ -322,57 +423,24 @@ CommandOutcome run_command(const RunSettings& settings) {
     // Output still arriving after the command exited comes from processes it left behind: read
     // what is already there, then stop listening to them.
     if (exited_at && now - *exited_at > std::chrono::seconds(2)) open_pipe = false;
-    if (exited_at) continue;
-    if (stop_requested && !outcome.interrupted) {
-      outcome.interrupted = true;
-      kill(-pid, SIGTERM);
-      kill_at = now + settings.kill_grace;
-    }
-    if (!outcome.timed_out && now > deadline) {
-      outcome.timed_out = true;
-      kill(-pid, SIGTERM);
-      kill_at = now + settings.kill_grace;
-    }
-    if (now > kill_at) {
-      kill(-pid, SIGKILL);
-      kill_at = clock::time_point::max();
-    }
+    if (!exited_at) stopper.check(outcome, now);
   }
-  if (!partial.empty() && !cutting) on_line(partial, clock::now());  // a last line without newline
+  reader.end(clock::now());
   close(pipe_fds[0]);
-  // The command closed its output but may still run: the deadline and signals still apply.
   while (!exited_at) {
     const pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid || (done < 0 && errno != EINTR)) {
       stopped_before_exit = stop_requested.load();
       break;
     }
-    const auto now = clock::now();
-    if ((stop_requested || now > deadline) && kill_at == clock::time_point::max()) {
-      outcome.timed_out = outcome.timed_out || now > deadline;
-      outcome.interrupted = outcome.interrupted || stop_requested;
-      kill(-pid, SIGTERM);
-      kill_at = now + settings.kill_grace;
-    }
-    if (now > kill_at) kill(-pid, SIGKILL);
+    stopper.check_after_output(outcome, clock::now());
     usleep(20'000);
   }
   kill(-pid, SIGKILL);  // whatever the command left behind in its group goes with it
   running_group = 0;
   outcome.seconds = std::chrono::duration<double>(clock::now() - start).count();
-  outcome.nccl_transport = nccl.transport();
-  // A command that finished cleanly keeps its result even if a stop came as it ended.
-  const bool clean_exit = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (stopped_before_exit && !clean_exit) outcome.interrupted = true;
-  if (WIFEXITED(status)) {
-    outcome.exit_code = WEXITSTATUS(status);
-  } else {
-    outcome.signal = WTERMSIG(status);
-    outcome.exit_code = 128 + outcome.signal;
-  }
-  if (outcome.exit_code == 127 && outcome.steps.empty() && outcome.output_lines <= 1) outcome.started = false;
-  const long oom_after = oom_kill_count();
-  outcome.out_of_memory = oom_before >= 0 && oom_after > oom_before;
+  outcome.nccl_transport = reader.transport();
+  record_exit(outcome, status, stopped_before_exit, oom_before);
   return outcome;
 }
 
