@@ -2,10 +2,13 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <functional>
 #include <initializer_list>
 #include <iostream>
+#include <map>
 #include <string>
 #include <thread>
+#include <variant>
 
 #include <malloc.h>
 #include <unistd.h>
@@ -74,23 +77,75 @@ bool parse_choice(const std::string& flag, const std::string& value, std::initia
   return false;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace dlbench::operator_;
-  // One malloc arena: glibc gives each allocating thread its own, and each keeps its freed
-  // pieces; the operator's threads mostly wait on the network, so contention costs nothing
-  // and memory at scale is lower (bench/operator_scale.py). MALLOC_ARENA_MAX still overrides.
-  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 1);
-  // OpenSSL writes to its socket with write(): an API server that closes a TLS connection
-  // under a request must be an error for that request, not SIGPIPE for the operator.
-  std::signal(SIGPIPE, SIG_IGN);
+// What the command line sets.
+struct OperatorFlags {
   std::string kubeconfig;
-  ControllerOptions options;
-  options.watch_timeout = std::chrono::seconds(10);  // bounds how long SIGTERM waits for the informers
+  dlbench::operator_::ControllerOptions options;
   int metrics_port = 8080;
   bool leader_elect = false;
   std::string lease_namespace = "default";
+};
+
+// A flag's value read into the flags; false (after saying why on stderr) for a value it refuses.
+using FlagReader = std::function<bool(OperatorFlags&, const std::string& flag, const std::string& value)>;
+
+bool read_quantity(const std::string& flag, const std::string& value, std::string& out) {
+  if (!value.empty() && !dlbench::is_resource_quantity(value)) {
+    std::cerr << "dlbench-operator: " << flag << " must be a quantity such as 4, 500m or 16Gi (or empty), got \""
+              << dlbench::printable(value) << "\"\n";
+    return false;
+  }
+  out = value;
+  return true;
+}
+
+bool read_switch(const std::string& flag, const std::string& value, std::initializer_list<const char*> allowed,
+                 const char* on, bool& out) {
+  std::string choice;
+  if (!parse_choice(flag, value, allowed, choice)) return false;
+  out = choice == on;
+  return true;
+}
+
+const std::map<std::string, FlagReader>& flag_readers() {
+  static const std::map<std::string, FlagReader> readers{
+      {"--kubeconfig", [](OperatorFlags& f, auto&, auto& v) { return f.kubeconfig = v, true; }},
+      {"--namespace", [](OperatorFlags& f, auto&, auto& v) { return f.options.namespace_ = v, true; }},
+      {"--workers", [](OperatorFlags& f, auto& n, auto& v) { return parse_int(n, v, 1, 64, f.options.workers); }},
+      {"--metrics-port", [](OperatorFlags& f, auto& n, auto& v) { return parse_int(n, v, 0, 65535, f.metrics_port); }},
+      {"--worker-metrics-port",
+       [](OperatorFlags& f, auto& n, auto& v) { return parse_int(n, v, 1, 65535, f.options.config.metrics_port); }},
+      {"--default-worker-image",
+       [](OperatorFlags& f, auto&, auto& v) { return f.options.config.default_worker_image = v, true; }},
+      {"--worker-image-pull-policy",
+       [](OperatorFlags& f, auto& n, auto& v) {
+         return parse_choice(n, v, {"Always", "IfNotPresent", "Never"}, f.options.config.image_pull_policy);
+       }},
+      {"--worker-cpu-request",
+       [](OperatorFlags& f, auto& n, auto& v) { return read_quantity(n, v, f.options.config.worker_cpu_request); }},
+      {"--worker-memory-request",
+       [](OperatorFlags& f, auto& n, auto& v) { return read_quantity(n, v, f.options.config.worker_memory_request); }},
+      {"--leader-elect",
+       [](OperatorFlags& f, auto& n, auto& v) { return read_switch(n, v, {"true", "false"}, "true", f.leader_elect); }},
+      {"--max-concurrent-cases",
+       [](OperatorFlags& f, auto& n, auto& v) { return parse_int(n, v, 0, 100000, f.options.max_concurrent_cases); }},
+      {"--log-level",
+       [](OperatorFlags& f, auto& n, auto& v) {
+         return read_switch(n, v, {"info", "debug"}, "debug", f.options.log_unchanged);
+       }},
+      {"--lease-namespace", [](OperatorFlags& f, auto&, auto& v) { return f.lease_namespace = v, true; }},
+      {"--worker-backend",
+       [](OperatorFlags& f, auto& n, auto& v) { return parse_choice(n, v, {"cuda", "cpu"}, f.options.config.worker_backend); }},
+      {"--communicator",
+       [](OperatorFlags& f, auto& n, auto& v) { return parse_choice(n, v, {"nccl", "mpi"}, f.options.config.communicator); }},
+  };
+  return readers;
+}
+
+// The flags, or the exit code: 0 after --help, 2 for a usage error (said on stderr).
+std::variant<OperatorFlags, int> parse_flags(int argc, char** argv) {
+  OperatorFlags flags;
+  flags.options.watch_timeout = std::chrono::seconds(10);  // bounds how long SIGTERM waits for the informers
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--help") {
@@ -107,126 +162,125 @@ int main(int argc, char** argv) {
       std::cerr << "dlbench-operator: " << flag << " needs a value\n" << kUsage;
       return 2;
     }
-    if (flag == "--kubeconfig") {
-      kubeconfig = value;
-    } else if (flag == "--namespace") {
-      options.namespace_ = value;
-    } else if (flag == "--workers") {
-      if (!parse_int(flag, value, 1, 64, options.workers)) return 2;
-    } else if (flag == "--metrics-port") {
-      if (!parse_int(flag, value, 0, 65535, metrics_port)) return 2;
-    } else if (flag == "--worker-metrics-port") {
-      if (!parse_int(flag, value, 1, 65535, options.config.metrics_port)) return 2;
-    } else if (flag == "--default-worker-image") {
-      options.config.default_worker_image = value;
-    } else if (flag == "--worker-image-pull-policy") {
-      if (!parse_choice(flag, value, {"Always", "IfNotPresent", "Never"}, options.config.image_pull_policy)) return 2;
-    } else if (flag == "--worker-cpu-request" || flag == "--worker-memory-request") {
-      if (!value.empty() && !dlbench::is_resource_quantity(value)) {
-        std::cerr << "dlbench-operator: " << flag << " must be a quantity such as 4, 500m or 16Gi (or empty), got \""
-                  << dlbench::printable(value) << "\"\n";
-        return 2;
-      }
-      (flag == "--worker-cpu-request" ? options.config.worker_cpu_request : options.config.worker_memory_request) = value;
-    } else if (flag == "--leader-elect") {
-      std::string choice;
-      if (!parse_choice(flag, value, {"true", "false"}, choice)) return 2;
-      leader_elect = choice == "true";
-    } else if (flag == "--max-concurrent-cases") {
-      if (!parse_int(flag, value, 0, 100000, options.max_concurrent_cases)) return 2;
-    } else if (flag == "--log-level") {
-      std::string level;
-      if (!parse_choice(flag, value, {"info", "debug"}, level)) return 2;
-      options.log_unchanged = level == "debug";
-    } else if (flag == "--lease-namespace") {
-      lease_namespace = value;
-    } else if (flag == "--worker-backend") {
-      if (!parse_choice(flag, value, {"cuda", "cpu"}, options.config.worker_backend)) return 2;
-    } else if (flag == "--communicator") {
-      if (!parse_choice(flag, value, {"nccl", "mpi"}, options.config.communicator)) return 2;
-    } else {
+    const auto reader = flag_readers().find(flag);
+    if (reader == flag_readers().end()) {
       std::cerr << "dlbench-operator: unknown option " << flag << "\n" << kUsage;
       return 2;
     }
+    if (!reader->second(flags, flag, value)) return 2;
   }
-  if (options.config.worker_backend == "cuda" && options.config.communicator == "mpi") {
+  if (flags.options.config.worker_backend == "cuda" && flags.options.config.communicator == "mpi") {
     std::cerr << "dlbench-operator: --communicator mpi reduces host memory and --worker-backend cuda keeps gradients "
                  "on the GPU; allowed with cuda: nccl\n";
     return 2;
   }
-  try {
-    const KubeConfig config = resolve_kube_config(kubeconfig);
-    KubeClient client(make_http_transport(config, std::chrono::seconds(30)));
-    // With leader election, a replica writes only while its last renewal is younger than the
-    // lease: once another replica may have taken over, a reconcile in flight must not write.
-    std::atomic<std::int64_t> renewed_at{0};
-    const auto steady_ms = [] {
-      return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count();
-    };
-    if (leader_elect) {
-      options.may_write = [&renewed_at, steady_ms] { return steady_ms() - renewed_at.load() < 15000; };
+  return flags;
+}
+
+std::int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// With leader election, a replica writes only while its last renewal is younger than the lease:
+// once another replica may have taken over, a reconcile in flight must not write.
+struct Lease {
+  dlbench::operator_::LeaderElector& elector;
+  std::atomic<std::int64_t> renewed_at{0};
+  std::chrono::steady_clock::time_point last_renewal = std::chrono::steady_clock::now();
+
+  bool fresh() const { return steady_ms() - renewed_at.load() < 15000; }
+
+  // Every 5 s: false once another replica may lead (renewal refused, or unanswered past the lease).
+  bool renew_when_due() {
+    using dlbench::operator_::log_line;
+    if (std::chrono::steady_clock::now() - last_renewal <= std::chrono::seconds(5)) return true;
+    bool renewed = false, unanswered = false;
+    try {
+      renewed = elector.try_acquire_or_renew();
+    } catch (const std::exception& e) {
+      unanswered = true;  // retried until the lease runs out
+      log_line("warning", "lease renewal failed", {{"error", e.what()}});
     }
-    Controller controller(client, options);
-    dlbench::metrics::MetricsServer server(controller.registry(), metrics_port);
-    server.set_ready(false);
-    std::signal(SIGTERM, on_signal);
-    std::signal(SIGINT, on_signal);
+    if (renewed) renewed_at = steady_ms();
+    last_renewal = std::chrono::steady_clock::now();
+    return renewed || (unanswered && fresh());
+  }
+};
+
+// Ready while the caches are synced and the API server answers (an operator that cannot reach it
+// cannot do its job), until a signal or a lost lease. The exit code.
+int serve(dlbench::operator_::Controller& controller, dlbench::metrics::MetricsServer& server, Lease* lease) {
+  using dlbench::operator_::log_line;
+  bool was_healthy = false;
+  while (stop_requested == 0) {
+    const bool healthy = controller.healthy();
+    if (healthy != was_healthy) {
+      log_line(healthy ? "info" : "warning", healthy ? "ready" : "not ready: the API server does not answer");
+    }
+    was_healthy = healthy;
+    server.set_ready(healthy);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (lease != nullptr && !lease->renew_when_due()) {
+      // Another replica may lead now: stop at once and let Kubernetes restart us as a follower.
+      log_line("error", "lost the lease");
+      controller.stop();
+      return 1;
+    }
+  }
+  server.set_ready(false);
+  log_line("info", "stopping");
+  controller.stop();  // finishes the reconciles in flight, then the informers
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dlbench::operator_;
+  // One malloc arena: glibc gives each allocating thread its own, and each keeps its freed
+  // pieces; the operator's threads mostly wait on the network, so contention costs nothing
+  // and memory at scale is lower (bench/operator_scale.py). MALLOC_ARENA_MAX still overrides.
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 1);
+  // OpenSSL writes to its socket with write(): an API server that closes a TLS connection
+  // under a request must be an error for that request, not SIGPIPE for the operator.
+  std::signal(SIGPIPE, SIG_IGN);
+  auto parsed = parse_flags(argc, argv);
+  if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
+  OperatorFlags& flags = std::get<OperatorFlags>(parsed);
+  try {
+    const KubeConfig config = resolve_kube_config(flags.kubeconfig);
+    KubeClient client(make_http_transport(config, std::chrono::seconds(30)));
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     // Unique per process, not per host: two replicas may share a node (or a test machine).
     const std::string identity = std::string(host) + "_" + std::to_string(getpid());
-    LeaderElector elector(client, lease_namespace, "dlbench-operator", identity);
+    LeaderElector elector(client, flags.lease_namespace, "dlbench-operator", identity);
+    Lease lease{elector};
+    if (flags.leader_elect) flags.options.may_write = [&lease] { return lease.fresh(); };
+    Controller controller(client, flags.options);
+    dlbench::metrics::MetricsServer server(controller.registry(), flags.metrics_port);
+    server.set_ready(false);
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
     auto& leading = controller.registry()
                         .gauge("dlbench_operator_leader", "1 while this replica holds the Lease and reconciles.")
                         .add({});
-    if (leader_elect) {
+    if (flags.leader_elect) {
       // A standby replica is healthy and ready (a Deployment rollout must not wait for the Lease);
       // dlbench_operator_leader says which replica works.
       server.set_ready(true);
       while (stop_requested == 0 && !elector.try_acquire_or_renew()) std::this_thread::sleep_for(std::chrono::seconds(2));
       if (stop_requested != 0) return 0;
-      renewed_at = steady_ms();
+      lease.renewed_at = steady_ms();
+      lease.last_renewal = std::chrono::steady_clock::now();
       log_line("info", "leading", {{"identity", identity}});
     }
     leading.set(1);
     controller.start();
     log_line("info", "started", {{"server", config.server}, {"metricsPort", server.port()},
-                                 {"maxConcurrentCases", options.max_concurrent_cases}});
-    auto last_renewal = std::chrono::steady_clock::now();
-    bool was_healthy = false;
-    while (stop_requested == 0) {
-      // Ready while the caches are synced and the API server answers: an operator that cannot
-      // reach it cannot do its job.
-      const bool healthy = controller.healthy();
-      if (healthy != was_healthy) {
-        log_line(healthy ? "info" : "warning", healthy ? "ready" : "not ready: the API server does not answer");
-      }
-      was_healthy = healthy;
-      server.set_ready(healthy);
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      if (leader_elect && std::chrono::steady_clock::now() - last_renewal > std::chrono::seconds(5)) {
-        bool renewed = false, unanswered = false;
-        try {
-          renewed = elector.try_acquire_or_renew();
-        } catch (const std::exception& e) {
-          unanswered = true;  // retried until the lease runs out
-          log_line("warning", "lease renewal failed", {{"error", e.what()}});
-        }
-        if (renewed) renewed_at = steady_ms();
-        if (!renewed && (!unanswered || !options.may_write())) {
-          // Another replica may lead now: stop at once and let Kubernetes restart us as a follower.
-          log_line("error", "lost the lease");
-          controller.stop();
-          return 1;
-        }
-        last_renewal = std::chrono::steady_clock::now();
-      }
-    }
-    server.set_ready(false);
-    log_line("info", "stopping");
-    controller.stop();  // finishes the reconciles in flight, then the informers
-    return 0;
+                                 {"maxConcurrentCases", flags.options.max_concurrent_cases}});
+    return serve(controller, server, flags.leader_elect ? &lease : nullptr);
   } catch (const std::exception& e) {
     log_line("error", e.what());
     return 1;
