@@ -297,30 +297,20 @@ void Controller::work() {
   }
 }
 
-ReconcileOutcome Controller::process(const std::string& key, std::uint64_t reconcile_id, json& fields) {
-  const auto slash = key.find('/');
-  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
-  const auto cached = runs_->get(key);
-  if (!cached) {
-    forget(ns, name);  // deleted: owner references collect its children
-    return ReconcileOutcome::gone;
+bool Controller::own_write_pending(const std::string& key, const CachedRun& cached, const json& run) {
+  std::lock_guard lock(expectations_mutex_);
+  const auto it = written_.find(key);
+  // As ControllerExpectations do, an expectation expires (5 minutes): a status someone edited
+  // by hand must not stop the run for good.
+  if (it != written_.end() && it->second.uid == cached.uid && it->second.status != run.value("status", json::object()) &&
+      options_.steady_now() - it->second.at < std::chrono::minutes(5)) {
+    return true;
   }
-  if (cached->deleting) return ReconcileOutcome::gone;  // finalizers of others hold it: no new child, no write
-  const json run = cached->parsed();
-  {
-    std::lock_guard lock(expectations_mutex_);
-    const auto it = written_.find(key);
-    // As ControllerExpectations do, an expectation expires (5 minutes): a status someone edited
-    // by hand must not stop the run for good.
-    if (it != written_.end() && it->second.uid == cached->uid &&
-        it->second.status != run.value("status", json::object()) &&
-        options_.steady_now() - it->second.at < std::chrono::minutes(5)) {
-      // Our last status write is not in the cache yet: acting now could run a finished case again.
-      queue_.add_after(key, std::chrono::milliseconds(100));
-      return ReconcileOutcome::stale;
-    }
-    if (it != written_.end()) written_.erase(it);
-  }
+  if (it != written_.end()) written_.erase(it);
+  return false;
+}
+
+World Controller::observe(const std::string& ns, const std::string& name, const CachedRun& cached) {
   World world;
   world.now = options_.system_now();
   // A scan of compact facts: no index to keep in memory, and microseconds at thousands of children.
@@ -335,14 +325,73 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
       world.others.push_back(std::move(o.facts));
     }
   }
-  world.admission = admission_for(*cached);
+  world.admission = admission_for(cached);
   world.shared_node = shares_a_node(ns, name, world.pods);
   world.pod_groups_served = [this](const std::string& api_version) { return pod_groups_served(api_version); };
+  return world;
+}
+
+bool Controller::apply_children(const std::string& ns, const Actions& actions, json& fields) {
+  int created = 0, deleted = 0;
+  for (const auto& object : actions.create) {
+    try {
+      client_.create(resource_for(object["kind"], object.value("apiVersion", "")), ns, object);
+      ++created;
+    } catch (const KubeError& e) {
+      if (e.status != 409) throw;  // AlreadyExists: the world is ahead of the cache
+    }
+  }
+  for (const auto& r : actions.remove) deleted += client_.remove(resource_for(r.kind), ns, r.name) ? 1 : 0;
+  if (created > 0) fields["created"] = created;
+  if (deleted > 0) fields["deleted"] = deleted;
+  return created + deleted > 0;
+}
+
+void Controller::record_event(const CachedRun& cached, const Event& event, TimePoint now, std::uint64_t reconcile_id) {
+  const std::string time = format_rfc3339(now);
+  // Unique across operator restarts (as Kubernetes names them: <object>.<hex>).
+  char suffix[32];
+  std::snprintf(suffix, sizeof suffix, "%llx",
+                static_cast<unsigned long long>(now.time_since_epoch().count()) + ++event_counter_);
+  try {
+    client_.create(resources::kEvents, cached.ns,
+                   {{"apiVersion", "v1"},
+                    {"kind", "Event"},
+                    {"metadata", {{"name", cached.name + "." + suffix}, {"namespace", cached.ns}}},
+                    {"involvedObject", {{"apiVersion", kApiVersion}, {"kind", kKind}, {"name", cached.name},
+                                        {"namespace", cached.ns}, {"uid", cached.uid}}},
+                    {"type", event.type},
+                    {"reason", event.reason},
+                    {"message", event.message},
+                    {"firstTimestamp", time},
+                    {"lastTimestamp", time},
+                    {"count", 1},
+                    {"source", {{"component", "dlbench-operator"}}}});
+  } catch (const KubeError& error) {
+    log_line("warning", "event not recorded",
+             {{"run", cached.ns + "/" + cached.name}, {"reconcile", reconcile_id}, {"error", error.what()}});
+  }
+}
+
+ReconcileOutcome Controller::process(const std::string& key, std::uint64_t reconcile_id, json& fields) {
+  const auto slash = key.find('/');
+  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const auto cached = runs_->get(key);
+  if (!cached) {
+    forget(ns, name);  // deleted: owner references collect its children
+    return ReconcileOutcome::gone;
+  }
+  if (cached->deleting) return ReconcileOutcome::gone;  // finalizers of others hold it: no new child, no write
+  const json run = cached->parsed();
+  if (own_write_pending(key, *cached, run)) {
+    // Our last status write is not in the cache yet: acting now could run a finished case again.
+    queue_.add_after(key, std::chrono::milliseconds(100));
+    return ReconcileOutcome::stale;
+  }
+  const World world = observe(ns, name, *cached);
   Actions actions = reconcile(run, world, options_.config, [] { return generate_ssh_key_pair(); });
   fields["phase"] = std::string(to_string(actions.current.phase));
-  if (!world.admission.admitted) {
-    fields["queued"] = world.admission.why;
-  }
+  if (!world.admission.admitted) fields["queued"] = world.admission.why;
   if (!options_.may_write()) throw std::runtime_error("this replica no longer holds the Lease");
   if (!actions.create.empty()) {
     // The cache may still hold a run that is gone or going: ask the API server itself.
@@ -375,44 +424,10 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   }
   // The series follow the status even when this replica did not write it (after a restart).
   record_metrics(ns, name, actions.current, actions.statistic);
-  int created = 0, deleted = 0;
-  for (const auto& object : actions.create) {
-    try {
-      client_.create(resource_for(object["kind"], object.value("apiVersion", "")), ns, object);
-      ++created;
-    } catch (const KubeError& e) {
-      if (e.status != 409) throw;  // AlreadyExists: the world is ahead of the cache
-    }
-  }
-  for (const auto& r : actions.remove) deleted += client_.remove(resource_for(r.kind), ns, r.name) ? 1 : 0;
-  if (created > 0) fields["created"] = created;
-  if (deleted > 0) fields["deleted"] = deleted;
-  if (created + deleted > 0 && outcome != ReconcileOutcome::queued) outcome = ReconcileOutcome::changed;
+  if (apply_children(ns, actions, fields) && outcome != ReconcileOutcome::queued) outcome = ReconcileOutcome::changed;
   for (const auto& e : actions.events) {
     fields["events"].push_back(e.reason);
-    const std::string now = format_rfc3339(world.now);
-    // Unique across operator restarts (as Kubernetes names them: <object>.<hex>), and best effort:
-    // an Event that cannot be written must not fail the reconcile that already changed the world.
-    char suffix[32];
-    std::snprintf(suffix, sizeof suffix, "%llx",
-                  static_cast<unsigned long long>(world.now.time_since_epoch().count()) + ++event_counter_);
-    try {
-      client_.create(resources::kEvents, ns,
-                     {{"apiVersion", "v1"},
-                      {"kind", "Event"},
-                      {"metadata", {{"name", name + "." + suffix}, {"namespace", ns}}},
-                      {"involvedObject", {{"apiVersion", kApiVersion}, {"kind", kKind}, {"name", name}, {"namespace", ns},
-                                          {"uid", cached->uid}}},
-                      {"type", e.type},
-                      {"reason", e.reason},
-                      {"message", e.message},
-                      {"firstTimestamp", now},
-                      {"lastTimestamp", now},
-                      {"count", 1},
-                      {"source", {{"component", "dlbench-operator"}}}});
-    } catch (const KubeError& error) {
-      log_line("warning", "event not recorded", {{"run", key}, {"reconcile", reconcile_id}, {"error", error.what()}});
-    }
+    record_event(*cached, e, world.now, reconcile_id);
   }
   if (actions.requeue_after) queue_.add_after(key, *actions.requeue_after);
   return outcome;

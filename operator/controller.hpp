@@ -79,6 +79,14 @@ class Controller {
  private:
   void work();
   ReconcileOutcome process(const std::string& key, std::uint64_t reconcile_id, nlohmann::json& fields);
+  // Whether our last status write for `key` is not yet in the cache (`run` as cached).
+  bool own_write_pending(const std::string& key, const CachedRun& cached, const nlohmann::json& run);
+  // The run's children and neighbours as the caches hold them now.
+  World observe(const std::string& ns, const std::string& name, const CachedRun& cached);
+  // Creates and deletes what the reconcile asked for; fills `fields` with the counts; whether any.
+  bool apply_children(const std::string& ns, const Actions& actions, nlohmann::json& fields);
+  // Best effort: an Event that cannot be written must not fail a reconcile that changed the world.
+  void record_event(const CachedRun& cached, const Event& event, TimePoint now, std::uint64_t reconcile_id);
   void enqueue_waiting_runs();
   void enqueue_neighbours(const CachedPod& pod);
   Admission admission_for(const CachedRun& run);

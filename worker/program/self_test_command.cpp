@@ -12,6 +12,71 @@
 
 namespace dlbench::worker {
 
+namespace {
+
+// Every rank learns every rank's counts and whether it failed or could not check; the document
+// gets the totals, the failed ranks, and this rank's failed and skipped checks (the first few).
+void tally_across_ranks(SelfTestDocument& doc, const std::vector<SelfTestCheck>& checks, bool broken,
+                        Communicator& comm) {
+  int passed = 0, failed = 0, skipped = 0;
+  for (const auto& c : checks) {
+    (c.outcome == CheckOutcome::passed ? passed : c.outcome == CheckOutcome::failed ? failed : skipped) += 1;
+  }
+  // [failed or broken per rank..., then passed, failed, skipped per rank...]
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  std::vector<double> counts(4 * ranks, 0.0);
+  const auto me = static_cast<std::size_t>(comm.rank());
+  counts[me] = (failed > 0 || broken) ? 1.0 : 0.0;
+  counts[ranks + 3 * me] = passed;
+  counts[ranks + 3 * me + 1] = failed;
+  counts[ranks + 3 * me + 2] = skipped;
+  comm.max(counts.data(), static_cast<std::int64_t>(counts.size()));
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (counts[r] > 0) doc.failed_ranks.push_back(static_cast<int>(r));
+    doc.passed += static_cast<int>(counts[ranks + 3 * r]);
+    doc.failed += static_cast<int>(counts[ranks + 3 * r + 1]);
+    doc.skipped += static_cast<int>(counts[ranks + 3 * r + 2]);
+  }
+  for (const CheckOutcome kind : {CheckOutcome::failed, CheckOutcome::skipped}) {
+    for (const auto& c : checks) {
+      if (c.outcome != kind || doc.checks.size() >= kSelfTestListedChecks) continue;
+      doc.checks.push_back({comm.rank(), c.precision, c.name, std::string(to_string(c.outcome)), c.error, c.bound,
+                            printable(c.detail, 200)});
+    }
+  }
+}
+
+// The verdict: why the self-test could not run, which ranks failed and the first failure, or the
+// counts that passed.
+void judge(SelfTestDocument& doc, const std::vector<SelfTestCheck>& checks, const std::string& error,
+           const std::string& where) {
+  if (!error.empty()) {
+    doc.state = CaseState::Failed;
+    doc.message = error;
+    return;
+  }
+  if (doc.failed_ranks.empty()) {
+    doc.state = CaseState::Succeeded;
+    doc.message = std::to_string(doc.passed) + " checks passed, " + std::to_string(doc.skipped) + " skipped" + where;
+    return;
+  }
+  doc.state = CaseState::Failed;
+  doc.reason = kReasonSelfTestFailed;
+  std::string first;
+  for (const auto& c : checks) {
+    if (c.outcome == CheckOutcome::failed) {
+      first = "; first: " + c.precision + " " + c.name + ": " + c.detail;
+      break;
+    }
+  }
+  std::string ranks_failed;
+  for (const int r : doc.failed_ranks) ranks_failed += (ranks_failed.empty() ? "" : ",") + std::to_string(r);
+  doc.message = std::to_string(doc.failed) + " of " + std::to_string(doc.passed + doc.failed + doc.skipped) +
+                " checks failed" + where + ", on ranks " + ranks_failed + printable(first, 300);
+}
+
+}  // namespace
+
 int self_test_command(const Options& o, Communicator& comm, Backend* backend, const std::string& backend_error) {
   SelfTestDocument doc;
   doc.run = o.run;
@@ -66,53 +131,10 @@ int self_test_command(const Options& o, Communicator& comm, Backend* backend, co
       error = e.what();
     }
   }
-  int passed = 0, failed = 0, skipped = 0;
-  for (const auto& c : checks) (c.outcome == CheckOutcome::passed ? passed : c.outcome == CheckOutcome::failed ? failed : skipped) += 1;
-  // Every rank learns every rank's counts: [failed or broken per rank..., passed, failed, skipped per rank...].
-  const auto ranks = static_cast<std::size_t>(comm.size());
-  std::vector<double> counts(4 * ranks, 0.0);
-  const auto me = static_cast<std::size_t>(comm.rank());
-  counts[me] = (failed > 0 || !error.empty()) ? 1.0 : 0.0;
-  counts[ranks + 3 * me] = passed;
-  counts[ranks + 3 * me + 1] = failed;
-  counts[ranks + 3 * me + 2] = skipped;
-  comm.max(counts.data(), static_cast<std::int64_t>(counts.size()));
-  for (std::size_t r = 0; r < ranks; ++r) {
-    if (counts[r] > 0) doc.failed_ranks.push_back(static_cast<int>(r));
-    doc.passed += static_cast<int>(counts[ranks + 3 * r]);
-    doc.failed += static_cast<int>(counts[ranks + 3 * r + 1]);
-    doc.skipped += static_cast<int>(counts[ranks + 3 * r + 2]);
-  }
-  for (const CheckOutcome kind : {CheckOutcome::failed, CheckOutcome::skipped}) {
-    for (const auto& c : checks) {
-      if (c.outcome != kind || doc.checks.size() >= kSelfTestListedChecks) continue;
-      doc.checks.push_back({comm.rank(), c.precision, c.name, std::string(to_string(c.outcome)), c.error, c.bound,
-                            printable(c.detail, 200)});
-    }
-  }
+  tally_across_ranks(doc, checks, !error.empty(), comm);
   const std::string where = " on " + std::to_string(doc.devices) + (doc.devices == 1 ? " device" : " devices") + " (" +
                             o.backend + ", " + comm.name() + ")";
-  if (!error.empty()) {
-    doc.state = CaseState::Failed;
-    doc.message = error;
-  } else if (!doc.failed_ranks.empty()) {
-    doc.state = CaseState::Failed;
-    doc.reason = kReasonSelfTestFailed;
-    std::string first;
-    for (const auto& c : checks) {
-      if (c.outcome == CheckOutcome::failed) {
-        first = "; first: " + c.precision + " " + c.name + ": " + c.detail;
-        break;
-      }
-    }
-    std::string ranks_failed;
-    for (const int r : doc.failed_ranks) ranks_failed += (ranks_failed.empty() ? "" : ",") + std::to_string(r);
-    doc.message = std::to_string(doc.failed) + " of " + std::to_string(doc.passed + doc.failed + doc.skipped) +
-                  " checks failed" + where + ", on ranks " + ranks_failed + printable(first, 300);
-  } else {
-    doc.state = CaseState::Succeeded;
-    doc.message = std::to_string(doc.passed) + " checks passed, " + std::to_string(doc.skipped) + " skipped" + where;
-  }
+  judge(doc, checks, error, where);
   doc.end_time = rfc3339_utc_now();
   if (!reporter) return doc.state == CaseState::Succeeded ? 0 : kExitFailed;
   table << "self-test " << (doc.state == CaseState::Succeeded ? "passed" : "FAILED") << ": " << doc.message << "\n";
