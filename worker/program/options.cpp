@@ -8,12 +8,12 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
-#include <map>
 #include <sstream>
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu_budget.hpp"
 #include "dlbench/core/api_rules.hpp"
+#include "dlbench/core/command_line.hpp"
 #include "dlbench/core/names.hpp"
 #include "models/model.hpp"
 #include "backend.hpp"
@@ -26,82 +26,15 @@
 namespace dlbench::worker {
 namespace {
 
-constexpr const char* kUsage = R"(dlbench-worker — train a model on synthetic or real data and measure it
-
-Usage: dlbench-worker [options]
-  --model NAME            resnet50 | resnet152 | vgg16 | alexnet | inception_v3 | deeplabv3plus |
-                          bert-base (--list-models says what each is)     (default resnet50)
-  --backend NAME          cpu | cuda (when built with CUDA)                (default cpu)
-  --batch-size N          samples per device and step, >= 1              (default 32)
-  --image-size N|HxW      input size in pixels, square or height x width (default: the model's:
-                          224; 299 for inception_v3; 512x1024 for deeplabv3plus)
-  --precision P           fp32 | tf32 | amp | bf16 (default fp32); one the backend cannot run
-                          ends as a Failed result with reason Unsupported (cpu: fp32, and bf16
-                          where the CPU has AVX512_BF16; cuda: fp32, tf32)
-  --warmup-steps N        untimed steps before each repeat, >= 0         (default 20)
-  --measure-steps N       timed steps per repeat, >= 1                   (default 100)
-  --repeats N             repeats; the median is reported, >= 1          (default 7)
-  --statistic S           median | mean                                  (default median)
-  --max-cv X              the spread (stddev / mean) the last --repeats throughputs may have;
-                          0 < x <= 1 (default 0.02 on cuda, 0.05 on cpu)
-  --extra-repeats N       measure again, one repeat at a time, up to N more while the last
-                          --repeats spread more than --max-cv; still so: reason Unstable (default 7)
-  --sequence-length N     bert-base: tokens per sequence, 8 to 512       (default 128)
-  --optimizer O           sgd | adamw | lamb (AdamW, and LAMB with its per-tensor trust ratio:
-                          beta2 0.999, epsilon 1e-6, gradients clipped to a global norm of
-                          1; no decay on biases and norms)               (default sgd)
-  --learning-rate X       learning rate, > 0                             (default 0.1)
-  --momentum X            SGD momentum, AdamW's and LAMB's beta1; 0 <= x < 1 (default 0.9)
-  --weight-decay X        weight decay, 0 <= x <= 1 (AdamW: decoupled)    (default 0.0001)
-  --threads N             CPU threads per rank; 0 = this process's cores
-                          shared by the ranks on this node               (default 0)
-  --communicator C        auto | none | mpi | nccl (cuda); auto = under
-                          mpirun, nccl on cuda and mpi on cpu            (default auto)
-  --bucket-mb N           gradient bucket size in MiB, >= 1              (default 25)
-  --seed N                weights, synthetic data, shuffling and augmentation (default 42)
-  --data S                synthetic | imagefolder                        (default synthetic)
-  --data-path DIR         imagefolder: DIR/<class>/<image>.jpg, the same on every node
-  --decode-threads N      imagefolder: JPEG decoding threads per rank, 1 to 256 (default 4)
-  --prefetch-batches N    imagefolder: batches prepared ahead per rank, 1 to 64 (default 2)
-  --run NAME              BenchmarkRun name to record in the result
-  --metrics-port N        serve Prometheus /metrics on N + local rank while running;
-                          0 picks a free port (printed); default: off
-  --output FILE           write the JSON result there (default: stdout, table to stderr)
-  --cuda-graph on|off     cuda, one rank: capture the training step once as a CUDA graph
-                          and replay it (the first step runs eagerly; dropout masks are
-                          then fixed)                                     (default off)
-  --memory-plan P         lifetime: activation and gradient buffers share memory once
-                          their last reader has run; none: each has its own; poison: each
-                          has its own and is filled with NaN once its last declared reader
-                          has run (finds an op reading past its lifetime) (default lifetime)
-  --profile N             after the repeats, time N more steps layer by layer (CUDA events
-                          on a GPU, the host clock on the CPU): a table of where a step
-                          goes, by layer kind and slowest layers, and "profile" in the result
-  --init-from FILE        start from the weights in FILE instead of the seed's: a safetensors
-                          file with torchvision's state_dict names and shapes (batch-norm
-                          running statistics in it are allowed and not used)
-  --record-step FILE      run one training step on the synthetic batch and write it to FILE
-                          (safetensors: input, labels, loss, and initial.*, grad.* and
-                          updated.* for every parameter), then exit; one rank
-  --self-test             check this backend against the CPU backend in fp32 (op by op, a few
-                          training steps), loss scaling, step-graph replay and the
-                          communicator across every rank, for each --precision (a comma
-                          list; default every one, those the backend cannot run skipped);
-                          prints a table, writes a dlbench.selftest/v1 document like a
-                          result, exits 1 if a check failed on any rank
-  --list-models           print the models and exit
-  --list-devices          print "cpu <threads> precisions=<what runs here>" and, when built
-                          with CUDA, "cuda <GPUs> precisions=..."
-  --help                  print this and exit
-With imagefolder each step takes the next batch of the rank's shard (a per-epoch shuffle of
+// After the options in --help: what the options do together.
+constexpr const char* kFooter = R"(With imagefolder each step takes the next batch of the rank's shard (a per-epoch shuffle of
 the files; RandomResizedCrop, flip and normalisation as torchvision's); the result adds how
 long steps waited for input, the pipeline's own images/s per rank and an input-bound or
 compute-bound verdict. Unreadable JPEG files are skipped and counted.
 Under mpirun every rank trains on its own synthetic batch with the same initial weights
 (broadcast from rank 0); gradients are averaged in buckets while backward runs; the
 global batch is batch size × ranks; throughput uses the slowest rank's time; rank 0 reports.
-Exit codes: 0 measured, 1 the case failed (a Failed result is still written), 2 bad usage.
-)";
+Exit codes: 0 measured, 1 the case failed (a Failed result is still written), 2 bad usage.)";
 
 template <typename T>
 T parse_number(const std::string& flag, const std::string& text) {
@@ -216,50 +149,112 @@ MemoryReuse memory_plan(const std::string& flag, const std::string& value) {
 
 using FlagReader = std::function<void(Options&, const std::string& flag, const std::string& value)>;
 
-// Every option that takes a value, and how its value is read.
-const std::map<std::string, FlagReader>& flag_readers() {
-  static const std::map<std::string, FlagReader> readers{
-      {"--model", [](Options& o, auto& f, auto& v) { o.model = enum_choice<Model>(f, v); }},
+// An option that takes a value: its flag, what --help calls the value and says of it, and how
+// its text is read.
+struct ValueOption {
+  const char* flag;
+  const char* value_name;
+  const char* description;
+  FlagReader read;
+};
+
+const std::vector<ValueOption>& value_options() {
+  static const std::vector<ValueOption> options{
+      {"--model", "NAME",
+       "resnet50 | resnet152 | vgg16 | alexnet | inception_v3 | deeplabv3plus | bert-base (--list-models says what "
+       "each is; default resnet50)",
+       [](Options& o, auto& f, auto& v) { o.model = enum_choice<Model>(f, v); }},
 #ifdef DLBENCH_HAVE_CUDA
-      {"--backend", [](Options& o, auto& f, auto& v) { o.backend = choice(f, v, {"cpu", "cuda"}); }},
+      {"--backend", "NAME", "cpu | cuda (default cpu)",
+       [](Options& o, auto& f, auto& v) { o.backend = choice(f, v, {"cpu", "cuda"}); }},
 #else
-      {"--backend", [](Options& o, auto& f, auto& v) { o.backend = choice(f, v, {"cpu"}); }},
+      {"--backend", "NAME", "cpu (cuda when built with CUDA; default cpu)",
+       [](Options& o, auto& f, auto& v) { o.backend = choice(f, v, {"cpu"}); }},
 #endif
-      {"--batch-size", [](Options& o, auto& f, auto& v) { o.batch_size = parse_bounded(f, v, bounds::kBatchSizePerDevice); }},
-      {"--image-size", read_image_size},
-      {"--precision", read_precisions},
-      {"--warmup-steps", [](Options& o, auto& f, auto& v) { o.warmup_steps = parse_bounded(f, v, bounds::kWarmupSteps); }},
-      {"--measure-steps", [](Options& o, auto& f, auto& v) { o.measure_steps = parse_bounded(f, v, bounds::kMeasureSteps); }},
-      {"--repeats", [](Options& o, auto& f, auto& v) { o.repeats = parse_bounded(f, v, bounds::kRepeats); }},
-      {"--statistic", [](Options& o, auto& f, auto& v) { o.statistic = enum_choice<Statistic>(f, v); }},
-      {"--max-cv", [](Options& o, auto& f, auto& v) { o.max_cv = parse_real(f, v, bounds::kMaxCv); }},
-      {"--extra-repeats", [](Options& o, auto& f, auto& v) { o.extra_repeats = parse_bounded(f, v, bounds::kExtraRepeats); }},
-      {"--sequence-length",
+      {"--batch-size", "N", "samples per device and step, >= 1 (default 32)",
+       [](Options& o, auto& f, auto& v) { o.batch_size = parse_bounded(f, v, bounds::kBatchSizePerDevice); }},
+      {"--image-size", "N|HxW",
+       "input size in pixels, square or height x width (default: the model's: 224; 299 for inception_v3; 512x1024 "
+       "for deeplabv3plus)",
+       read_image_size},
+      {"--precision", "P",
+       "fp32 | tf32 | amp | bf16 (default fp32); one the backend cannot run ends as a Failed result with reason "
+       "Unsupported (cpu: fp32, and bf16 where the CPU has AVX512_BF16; cuda: all four). With --self-test a comma list",
+       read_precisions},
+      {"--warmup-steps", "N", "untimed steps before each repeat, >= 0 (default 20)",
+       [](Options& o, auto& f, auto& v) { o.warmup_steps = parse_bounded(f, v, bounds::kWarmupSteps); }},
+      {"--measure-steps", "N", "timed steps per repeat, >= 1 (default 100)",
+       [](Options& o, auto& f, auto& v) { o.measure_steps = parse_bounded(f, v, bounds::kMeasureSteps); }},
+      {"--repeats", "N", "repeats; the median is reported, >= 1 (default 7)",
+       [](Options& o, auto& f, auto& v) { o.repeats = parse_bounded(f, v, bounds::kRepeats); }},
+      {"--statistic", "S", "median | mean (default median)",
+       [](Options& o, auto& f, auto& v) { o.statistic = enum_choice<Statistic>(f, v); }},
+      {"--max-cv", "X",
+       "the spread (stddev / mean) the last --repeats throughputs may have; 0 < x <= 1 (default 0.02 on cuda, 0.05 "
+       "on cpu)",
+       [](Options& o, auto& f, auto& v) { o.max_cv = parse_real(f, v, bounds::kMaxCv); }},
+      {"--extra-repeats", "N",
+       "measure again, one repeat at a time, up to N more while the last --repeats spread more than --max-cv; still "
+       "so: reason Unstable (default 7)",
+       [](Options& o, auto& f, auto& v) { o.extra_repeats = parse_bounded(f, v, bounds::kExtraRepeats); }},
+      {"--sequence-length", "N", "bert-base: tokens per sequence, 8 to 512 (default 128)",
        [](Options& o, auto& f, auto& v) { o.sequence_length = parse_bounded(f, v, bounds::kSequenceLength); }},
-      {"--optimizer", [](Options& o, auto& f, auto& v) { o.optimizer = enum_choice<OptimizerName>(f, v); }},
-      {"--learning-rate", [](Options& o, auto& f, auto& v) { o.learning_rate = parse_real(f, v, bounds::kLearningRate); }},
-      {"--momentum", [](Options& o, auto& f, auto& v) { o.momentum = parse_real(f, v, bounds::kMomentum); }},
-      {"--weight-decay", [](Options& o, auto& f, auto& v) { o.weight_decay = parse_real(f, v, bounds::kWeightDecay); }},
-      {"--threads", [](Options& o, auto& f, auto& v) { o.threads = parse_bounded(f, v, 0, 4096); }},
-      {"--communicator",
+      {"--optimizer", "O",
+       "sgd | adamw | lamb (AdamW, and LAMB with its per-tensor trust ratio: beta2 0.999, epsilon 1e-6, gradients "
+       "clipped to a global norm of 1; no decay on biases and norms; default sgd)",
+       [](Options& o, auto& f, auto& v) { o.optimizer = enum_choice<OptimizerName>(f, v); }},
+      {"--learning-rate", "X", "learning rate, > 0 (default 0.1)",
+       [](Options& o, auto& f, auto& v) { o.learning_rate = parse_real(f, v, bounds::kLearningRate); }},
+      {"--momentum", "X", "SGD momentum, AdamW's and LAMB's beta1; 0 <= x < 1 (default 0.9)",
+       [](Options& o, auto& f, auto& v) { o.momentum = parse_real(f, v, bounds::kMomentum); }},
+      {"--weight-decay", "X", "weight decay, 0 <= x <= 1 (AdamW: decoupled; default 0.0001)",
+       [](Options& o, auto& f, auto& v) { o.weight_decay = parse_real(f, v, bounds::kWeightDecay); }},
+      {"--threads", "N", "CPU threads per rank; 0 = this process's cores shared by the ranks on this node (default 0)",
+       [](Options& o, auto& f, auto& v) { o.threads = parse_bounded(f, v, 0, 4096); }},
+      {"--communicator", "C", "auto | none | mpi | nccl (cuda); auto = under mpirun, nccl on cuda and mpi on cpu "
+                              "(default auto)",
        [](Options& o, auto& f, auto& v) { o.communicator = choice(f, v, {"auto", "none", "mpi", "nccl"}); }},
-      {"--bucket-mb", [](Options& o, auto& f, auto& v) { o.bucket_mb = parse_bounded(f, v, 1, 4096); }},
-      {"--seed", [](Options& o, auto& f, auto& v) { o.seed = parse_number<unsigned long long>(f, v); }},
-      {"--run", [](Options& o, auto&, auto& v) { o.run = run_name(v); }},
-      {"--metrics-port", [](Options& o, auto& f, auto& v) { o.metrics_port = parse_bounded(f, v, 0, 65535); }},
-      {"--output", [](Options& o, auto&, auto& v) { o.output = v; }},
-      {"--init-from", [](Options& o, auto&, auto& v) { o.init_from = v; }},
-      {"--record-step", [](Options& o, auto&, auto& v) { o.record_step = v; }},
-      {"--data", [](Options& o, auto& f, auto& v) { o.data = choice(f, v, {"synthetic", "imagefolder"}); }},
-      {"--data-path", [](Options& o, auto&, auto& v) { o.data_path = v; }},
-      {"--decode-threads", [](Options& o, auto& f, auto& v) { o.decode_threads = parse_bounded(f, v, bounds::kDecodeThreads); }},
-      {"--prefetch-batches",
+      {"--bucket-mb", "N", "gradient bucket size in MiB, >= 1 (default 25)",
+       [](Options& o, auto& f, auto& v) { o.bucket_mb = parse_bounded(f, v, 1, 4096); }},
+      {"--seed", "N", "weights, synthetic data, shuffling and augmentation (default 42)",
+       [](Options& o, auto& f, auto& v) { o.seed = parse_number<unsigned long long>(f, v); }},
+      {"--data", "S", "synthetic | imagefolder (default synthetic)",
+       [](Options& o, auto& f, auto& v) { o.data = choice(f, v, {"synthetic", "imagefolder"}); }},
+      {"--data-path", "DIR", "imagefolder: DIR/<class>/<image>.jpg, the same on every node",
+       [](Options& o, auto&, auto& v) { o.data_path = v; }},
+      {"--decode-threads", "N", "imagefolder: JPEG decoding threads per rank, 1 to 256 (default 4)",
+       [](Options& o, auto& f, auto& v) { o.decode_threads = parse_bounded(f, v, bounds::kDecodeThreads); }},
+      {"--prefetch-batches", "N", "imagefolder: batches prepared ahead per rank, 1 to 64 (default 2)",
        [](Options& o, auto& f, auto& v) { o.prefetch_batches = parse_bounded(f, v, bounds::kPrefetchBatches); }},
-      {"--cuda-graph", [](Options& o, auto& f, auto& v) { o.cuda_graph = choice(f, v, {"on", "off"}) == "on"; }},
-      {"--profile", [](Options& o, auto& f, auto& v) { o.profile_steps = parse_bounded(f, v, 1, 1000); }},
-      {"--memory-plan", [](Options& o, auto& f, auto& v) { o.memory_plan = memory_plan(f, v); }},
+      {"--run", "NAME", "BenchmarkRun name to record in the result", [](Options& o, auto&, auto& v) { o.run = run_name(v); }},
+      {"--metrics-port", "N",
+       "serve Prometheus /metrics on N + local rank while running; 0 picks a free port (printed); default: off",
+       [](Options& o, auto& f, auto& v) { o.metrics_port = parse_bounded(f, v, 0, 65535); }},
+      {"--output", "FILE", "write the JSON result there (default: stdout, table to stderr)",
+       [](Options& o, auto&, auto& v) { o.output = v; }},
+      {"--cuda-graph", "on|off",
+       "cuda, one rank: capture the training step once as a CUDA graph and replay it (the first step runs eagerly; "
+       "dropout masks are then fixed; default off)",
+       [](Options& o, auto& f, auto& v) { o.cuda_graph = choice(f, v, {"on", "off"}) == "on"; }},
+      {"--memory-plan", "P",
+       "lifetime: activation and gradient buffers share memory once their last reader has run; none: each has its "
+       "own; poison: each has its own and is filled with NaN once its last declared reader has run (finds an op "
+       "reading past its lifetime; default lifetime)",
+       [](Options& o, auto& f, auto& v) { o.memory_plan = memory_plan(f, v); }},
+      {"--profile", "N",
+       "after the repeats, time N more steps layer by layer (CUDA events on a GPU, the host clock on the CPU): a "
+       "table of where a step goes, by layer kind and slowest layers, and \"profile\" in the result",
+       [](Options& o, auto& f, auto& v) { o.profile_steps = parse_bounded(f, v, 1, 1000); }},
+      {"--init-from", "FILE",
+       "start from the weights in FILE instead of the seed's: a safetensors file with torchvision's state_dict "
+       "names and shapes (batch-norm running statistics in it are allowed and not used)",
+       [](Options& o, auto&, auto& v) { o.init_from = v; }},
+      {"--record-step", "FILE",
+       "run one training step on the synthetic batch and write it to FILE (safetensors: input, labels, loss, and "
+       "initial.*, grad.* and updated.* for every parameter), then exit; one rank",
+       [](Options& o, auto&, auto& v) { o.record_step = v; }},
   };
-  return readers;
+  return options;
 }
 
 // --self-test, --init-from and --record-step, and what each excludes.
@@ -372,36 +367,34 @@ std::string image_size_text(const Options& o) {
 
 std::optional<Options> parse_options(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--help") {
-      std::cout << kUsage;
-      return std::nullopt;
-    }
-    if (flag == "--list-models") {
-      print_models();
-      return std::nullopt;
-    }
-    if (flag == "--list-devices") {
-      print_devices();
-      return std::nullopt;
-    }
-    if (flag == "--self-test") {
-      o.self_test = true;
-      continue;
-    }
-    std::string value;
-    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else {
-      if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
-      value = argv[++i];
-    }
-    const auto reader = flag_readers().find(flag);
-    if (reader == flag_readers().end()) throw UsageError{"unknown option " + printable(flag) + " (see --help)"};
-    reader->second(o, flag, value);
+  CLI::App app{"dlbench-worker — train a model on synthetic or real data and measure it", "dlbench-worker"};
+  app.set_help_flag("--help", "print this and exit");
+  app.footer(kFooter);
+  use_dlbench_help(app);
+  for (const ValueOption& option : value_options()) {
+    const std::string flag = option.flag;
+    add_text_option(app, flag, [&o, flag, read = option.read](const std::string& v) { read(o, flag, v); },
+                    option.description, option.value_name);
   }
+  app.add_flag("--self-test", o.self_test,
+               "check this backend against the CPU backend in fp32 (op by op, a few training steps), loss scaling, "
+               "step-graph replay and the communicator across every rank, for each --precision (a comma list; "
+               "default every one, those the backend cannot run skipped); prints a table, writes a "
+               "dlbench.selftest/v1 document like a result, exits 1 if a check failed on any rank");
+  bool list_models = false, list_devices = false;
+  app.add_flag("--list-models", list_models, "print the models and exit");
+  app.add_flag("--list-devices", list_devices,
+               "print \"cpu <threads> precisions=<what runs here>\" and, when built with CUDA, \"cuda <GPUs> "
+               "precisions=...\"");
+  try {
+    if (const auto error = parse_command_line(app, {argv + 1, argv + argc})) throw UsageError{*error};
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return std::nullopt;
+  }
+  if (list_models) print_models();
+  if (list_devices) print_devices();
+  if (list_models || list_devices) return std::nullopt;
   check_modes(o);
   check_execution(o);
   apply_model(o);
