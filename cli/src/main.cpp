@@ -1,9 +1,11 @@
 // dlbench: the command-line front end of the dlbench benchmark.
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "dlbench/core/command_line.hpp"
 #include "dlbench/core/names.hpp"
 #include "launch_command.hpp"
 #include "report_command.hpp"
@@ -12,181 +14,189 @@
 
 namespace {
 
-constexpr std::string_view kUsage = R"(dlbench — deep-learning training benchmarks, the DLPerf methodology as a service
+using dlbench::printable;
 
-Usage:
+// After the commands in `dlbench help`: how each is called, at a glance.
+constexpr const char* kSynopsis = R"(Usage:
   dlbench validate -f FILE [-f FILE ...] [-o table|json|yaml] [-q]
-      Check BenchmarkRun documents (YAML or JSON, several per file, "-" for stdin).
-      Prints the planned cases of each valid run, or every error with its field path.
       Exit code: 0 valid, 1 invalid, 2 unreadable input or bad usage.
   dlbench run -f run.yaml [--output STATUS.json] [--backend auto|cpu|cuda] [--max-devices N] [--worker PATH]
               [--mpirun PATH] [--exec PATH]
-      Run a BenchmarkRun on this host, case by case, as mpirun -np DEVICES dlbench-worker, or
-      with engine: command as dlbench-exec -- COMMAND (the command starts its own processes).
-      Cases needing more nodes or devices than this host has are recorded as skipped.
-      Writes the status (as the operator would) after every case; Ctrl-C keeps what finished.
       Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable, 130 interrupted.
   dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg]
-      DLPerf-style tables: per precision, batch sizes by nodes x GPUs, then speed-up and
-      scaling efficiency; several files side by side. --plot draws throughput and speed-up
-      against devices, with the ideal line.
   dlbench launch [--termination-log FILE] -- mpirun ... dlbench-worker ...
-      The operator's launcher: runs the command, validates rank 0's result document and
-      writes it compactly (under 4 KiB) to the termination log (default /dev/termination-log).
   dlbench version
   dlbench help
-)";
+`dlbench COMMAND --help` says more about each.)";
 
-int usage_error(const std::string& message) {  // callers quote user text through printable()
-  std::cerr << "error: " << message << "\n\n" << kUsage;
-  return dlbench::cli::kExitUnreadable;
+constexpr std::string_view kCommands = "validate, run, report, launch, version, help";
+
+// A value the command line cannot take; exit code 2.
+struct UsageError {
+  std::string message;
+};
+
+// `text` if it is one of `allowed`, else a usage error naming the flag and the allowed values.
+template <typename E>
+E one_of(const std::string& flag, const std::string& text, std::initializer_list<std::pair<const char*, E>> allowed) {
+  std::string listed;
+  for (const auto& [name, value] : allowed) {
+    if (text == name) return value;
+    listed += (listed.empty() ? "" : ", ") + std::string(name);
+  }
+  throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + listed};
 }
 
-int validate_main(const std::vector<std::string>& args) {
-  dlbench::cli::ValidateOptions options;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    const auto value = [&](const std::string& flag) -> const std::string* {
-      if (i + 1 >= args.size()) return nullptr;
-      (void)flag;
-      return &args[++i];
-    };
-    if (arg == "-f" || arg == "--filename") {
-      const std::string* file = value(arg);
-      if (file == nullptr) return usage_error(arg + " needs a file name");
-      options.files.push_back(*file);
-    } else if (arg.starts_with("--filename=")) {
-      options.files.push_back(arg.substr(11));
-    } else if (arg == "-o" || arg == "--output") {
-      const std::string* format = value(arg);
-      if (format == nullptr) return usage_error(arg + " needs one of table, json, yaml");
-      if (*format == "table") {
-        options.format = dlbench::cli::OutputFormat::table;
-      } else if (*format == "json") {
-        options.format = dlbench::cli::OutputFormat::json;
-      } else if (*format == "yaml") {
-        options.format = dlbench::cli::OutputFormat::yaml;
-      } else {
-        return usage_error("--output: \"" + *format + "\" is not one of table, json, yaml");
-      }
-    } else if (arg == "-q" || arg == "--quiet") {
-      options.quiet = true;
-    } else if (arg == "-h" || arg == "--help") {
-      std::cout << kUsage;
-      return 0;
-    } else {
-      return usage_error("validate: unknown argument \"" + dlbench::printable(arg) + "\"");
-    }
-  }
-  if (options.files.empty()) return usage_error("validate needs -f FILE");
-  return dlbench::cli::run_validate(options, std::cout, std::cerr);
+int usage_error(const std::string& message, const CLI::App& help) {  // callers quote user text through printable()
+  std::cerr << "error: " << message << "\n\n" << help.help();
+  return dlbench::kExitUsageError;
 }
 
-int run_main(const std::vector<std::string>& args) {
-  dlbench::cli::RunOptions options;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    const auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
-    const std::string* v = nullptr;
-    if (arg == "-f" || arg == "--filename" || arg == "--output" || arg == "-o" || arg == "--worker" ||
-        arg == "--mpirun" || arg == "--max-devices" || arg == "--backend" || arg == "--exec") {
-      v = value();
-      if (v == nullptr) return usage_error(arg + " needs a value");
-    }
-    if (arg == "-f" || arg == "--filename") {
-      options.file = *v;
-    } else if (arg == "--output" || arg == "-o") {
-      options.output = *v;
-    } else if (arg == "--worker") {
-      options.worker = *v;
-    } else if (arg == "--mpirun") {
-      options.mpirun = *v;
-    } else if (arg == "--exec") {
-      options.exec = *v;
-    } else if (arg == "--backend") {
-      if (*v != "auto" && *v != "cpu" && *v != "cuda") {
-        return usage_error("--backend: \"" + *v + "\" is not one of auto, cpu, cuda");
-      }
-      options.backend = *v;
-    } else if (arg == "--max-devices") {
-      try {
-        options.max_devices = std::stoi(*v);
-      } catch (const std::exception&) {
-        options.max_devices = 0;
-      }
-      if (options.max_devices < 1) return usage_error("--max-devices: \"" + *v + "\" is not a whole number >= 1");
-    } else {
-      return usage_error("run: unknown argument \"" + dlbench::printable(arg) + "\"");
-    }
-  }
-  if (options.file.empty()) return usage_error("run needs -f FILE");
-  return dlbench::cli::run_run(options, std::cout, std::cerr);
+void add_validate(CLI::App& app, dlbench::cli::ValidateOptions& o) {
+  auto* c = app.add_subcommand("validate",
+                               "Check BenchmarkRun documents (YAML or JSON, several per file, \"-\" for stdin). Prints "
+                               "the planned cases of each valid run, or every error with its field path.");
+  dlbench::add_text_option(*c, "-f,--filename", [&o](const std::string& v) { o.files.push_back(v); },
+                           "a file to check (repeat -f for more)", "FILE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  dlbench::add_text_option(
+      *c, "-o,--output",
+      [&o](const std::string& v) {
+        using dlbench::cli::OutputFormat;
+        o.format = one_of<OutputFormat>(
+            "--output", v, {{"table", OutputFormat::table}, {"json", OutputFormat::json}, {"yaml", OutputFormat::yaml}});
+      },
+      "table | json | yaml (default table)", "FORMAT");
+  c->add_flag("-q,--quiet", o.quiet, "print only the errors");
 }
 
-int report_main(const std::vector<std::string>& args) {
-  dlbench::cli::ReportOptions options;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--format") {
-      if (i + 1 >= args.size()) return usage_error("--format needs one of table, markdown, csv, json");
-      const std::string& f = args[++i];
-      if (f == "table") {
-        options.format = dlbench::cli::ReportFormat::table;
-      } else if (f == "markdown") {
-        options.format = dlbench::cli::ReportFormat::markdown;
-      } else if (f == "csv") {
-        options.format = dlbench::cli::ReportFormat::csv;
-      } else if (f == "json") {
-        options.format = dlbench::cli::ReportFormat::json;
-      } else {
-        return usage_error("--format: \"" + f + "\" is not one of table, markdown, csv, json");
-      }
-    } else if (arg == "--plot") {
-      if (i + 1 >= args.size()) return usage_error("--plot needs a file name");
-      options.plot = args[++i];
-    } else if (arg.starts_with("-")) {
-      return usage_error("report: unknown option \"" + dlbench::printable(arg) + "\"");
-    } else {
-      options.files.push_back(arg);
-    }
-  }
-  if (options.files.empty()) return usage_error("report needs at least one status file");
-  return dlbench::cli::run_report(options, std::cout, std::cerr);
+void add_run(CLI::App& app, dlbench::cli::RunOptions& o) {
+  auto* c = app.add_subcommand(
+      "run",
+      "Run a BenchmarkRun on this host, case by case, as mpirun -np DEVICES dlbench-worker, or with engine: command "
+      "as dlbench-exec -- COMMAND (the command starts its own processes). Cases needing more nodes or devices than "
+      "this host has are recorded as skipped. Writes the status (as the operator would) after every case; Ctrl-C "
+      "keeps what finished.");
+  using dlbench::add_text_option;
+  add_text_option(*c, "-f,--filename", [&o](const std::string& v) { o.file = v; }, "the BenchmarkRun", "FILE");
+  add_text_option(*c, "-o,--output", [&o](const std::string& v) { o.output = v; },
+                  "where the status goes (default NAME.status.json)", "STATUS.json");
+  add_text_option(
+      *c, "--backend",
+      [&o](const std::string& v) { o.backend = one_of<std::string>("--backend", v, {{"auto", "auto"}, {"cpu", "cpu"}, {"cuda", "cuda"}}); },
+      "auto | cpu | cuda; auto: cuda when dlbench-worker sees a GPU (default auto)", "B");
+  add_text_option(
+      *c, "--max-devices",
+      [&o](const std::string& v) {
+        try {
+          std::size_t used = 0;
+          o.max_devices = std::stoi(v, &used);
+          if (used != v.size()) o.max_devices = 0;
+        } catch (const std::exception&) {
+          o.max_devices = 0;
+        }
+        if (o.max_devices < 1) throw UsageError{"--max-devices: \"" + printable(v) + "\" is not a whole number >= 1"};
+      },
+      "devices this host offers (default: its GPUs, or its hardware threads on the CPU)", "N");
+  add_text_option(*c, "--worker", [&o](const std::string& v) { o.worker = v; },
+                  "dlbench-worker to run (default: the one beside dlbench)", "PATH");
+  add_text_option(*c, "--mpirun", [&o](const std::string& v) { o.mpirun = v; }, "mpirun to start ranks with", "PATH");
+  add_text_option(*c, "--exec", [&o](const std::string& v) { o.exec = v; },
+                  "dlbench-exec for engine: command (default: the one beside dlbench)", "PATH");
 }
 
-int launch_main(const std::vector<std::string>& args) {
-  dlbench::cli::LaunchOptions options;
-  std::size_t i = 0;
-  for (; i < args.size() && args[i] != "--"; ++i) {
-    if (args[i] == "--termination-log" && i + 1 < args.size()) {
-      options.termination_log = args[++i];
-    } else {
-      return usage_error("launch: unknown argument \"" + args[i] + "\" (the command goes after --)");
-    }
-  }
-  if (i < args.size()) options.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
-  return dlbench::cli::run_launch(options, std::cout, std::cerr);
+void add_report(CLI::App& app, dlbench::cli::ReportOptions& o) {
+  auto* c = app.add_subcommand("report",
+                               "DLPerf-style tables: per precision, batch sizes by nodes x GPUs, then speed-up and "
+                               "scaling efficiency; several files side by side.");
+  c->add_option("files", o.files, "status files: a BenchmarkRun with its status, or a status written by dlbench run")
+      ->type_name("STATUS.json");
+  dlbench::add_text_option(
+      *c, "--format",
+      [&o](const std::string& v) {
+        using dlbench::cli::ReportFormat;
+        o.format = one_of<ReportFormat>("--format", v,
+                                        {{"table", ReportFormat::table}, {"markdown", ReportFormat::markdown},
+                                         {"csv", ReportFormat::csv}, {"json", ReportFormat::json}});
+      },
+      "table | markdown | csv | json (default table)", "FORMAT");
+  dlbench::add_text_option(*c, "--plot", [&o](const std::string& v) { o.plot = v; },
+                           "also draw throughput and speed-up against devices, with the ideal line", "scaling.svg");
+}
+
+void add_launch(CLI::App& app, dlbench::cli::LaunchOptions& o) {
+  auto* c = app.add_subcommand("launch",
+                               "The operator's launcher: runs the command after --, validates rank 0's result "
+                               "document and writes it compactly (under 4 KiB) to the termination log.");
+  dlbench::add_text_option(*c, "--termination-log", [&o](const std::string& v) { o.termination_log = v; },
+                           "where the result goes (default /dev/termination-log)", "FILE");
 }
 
 int dispatch(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) return usage_error("no command given");
-  const std::string command = args.front();
-  args.erase(args.begin());
-  if (command == "validate") return validate_main(args);
-  if (command == "run") return run_main(args);
-  if (command == "report") return report_main(args);
-  if (command == "launch") return launch_main(args);
-  if (command == "version" || command == "--version") {
+  dlbench::cli::ValidateOptions validate;
+  dlbench::cli::RunOptions run;
+  dlbench::cli::ReportOptions report;
+  dlbench::cli::LaunchOptions launch;
+  CLI::App app{"dlbench — deep-learning training benchmarks, the DLPerf methodology as a service", "dlbench"};
+  dlbench::use_dlbench_help(app);
+  app.set_help_flag("-h,--help", "print this and exit");
+  bool version = false;
+  app.add_flag("--version", version, "print dlbench's version");
+  add_validate(app, validate);
+  add_run(app, run);
+  add_report(app, report);
+  add_launch(app, launch);
+  app.add_subcommand("help", "print this and exit");
+  auto* version_command = app.add_subcommand("version", "print dlbench's version");
+  app.footer(kSynopsis);  // after the subcommands: theirs is their own help
+  if (args.empty()) return usage_error("no command given", app);
+  const std::string& command = args.front();
+  if (command == "help") {
+    std::cout << app.help();
+    return 0;
+  }
+  const auto subcommands = app.get_subcommands({});
+  const bool known = std::any_of(subcommands.begin(), subcommands.end(), [&](const CLI::App* c) { return c->get_name() == command; });
+  if (!command.starts_with("-") && !known) {
+    return usage_error("unknown command \"" + printable(command) + "\"; commands: " + std::string(kCommands), app);
+  }
+  if (command == "launch") {  // everything after -- is the command, whatever it looks like
+    const auto dashes = std::find(args.begin(), args.end(), "--");
+    if (dashes != args.end()) launch.command.assign(dashes + 1, args.end());
+    args.erase(dashes, args.end());
+  }
+  const CLI::App* chosen = &app;
+  try {
+    if (const auto error = dlbench::parse_command_line(app, args)) {
+      if (!app.get_subcommands().empty()) chosen = app.get_subcommands().front();
+      return usage_error(*error, *chosen);
+    }
+  } catch (const CLI::CallForHelp&) {
+    std::cout << (app.get_subcommands().empty() ? app.help() : app.get_subcommands().front()->help());
+    return 0;
+  } catch (const UsageError& e) {
+    return usage_error(e.message, app.get_subcommands().empty() ? app : *app.get_subcommands().front());
+  }
+  if (version || version_command->parsed()) {
     std::cout << "dlbench " << DLBENCH_VERSION << '\n';
     return 0;
   }
-  if (command == "help" || command == "-h" || command == "--help") {
-    std::cout << kUsage;
-    return 0;
+  if (app.get_subcommands().empty()) return usage_error("no command given", app);
+  const CLI::App& sub = *app.get_subcommands().front();
+  if (sub.get_name() == "validate") {
+    if (validate.files.empty()) return usage_error("validate needs -f FILE", sub);
+    return dlbench::cli::run_validate(validate, std::cout, std::cerr);
   }
-  return usage_error("unknown command \"" + dlbench::printable(command) +
-                     "\"; commands: validate, run, report, launch, version, help");
+  if (sub.get_name() == "run") {
+    if (run.file.empty()) return usage_error("run needs -f FILE", sub);
+    return dlbench::cli::run_run(run, std::cout, std::cerr);
+  }
+  if (sub.get_name() == "report") {
+    if (report.files.empty()) return usage_error("report needs at least one status file", sub);
+    return dlbench::cli::run_report(report, std::cout, std::cerr);
+  }
+  return dlbench::cli::run_launch(launch, std::cout, std::cerr);
 }
 
 }  // namespace

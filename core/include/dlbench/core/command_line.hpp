@@ -25,7 +25,15 @@ class WrappedHelp : public CLI::Formatter {
   static constexpr std::size_t kWidth = 100;
 
   std::string make_option(const CLI::Option* opt, bool is_positional) const override {
-    const std::string left = "  " + make_option_name(opt, is_positional) + make_option_opts(opt);
+    return two_columns("  " + make_option_name(opt, is_positional) + make_option_opts(opt), make_option_desc(opt));
+  }
+
+  std::string make_subcommand(const CLI::App* sub) const override {
+    return two_columns("  " + sub->get_display_name(true), sub->get_description());
+  }
+
+ private:
+  std::string two_columns(const std::string& left, const std::string& description) const {
     std::string out = left;
     std::size_t column = left.size();
     if (column + 2 > column_width_) {
@@ -35,7 +43,7 @@ class WrappedHelp : public CLI::Formatter {
     const std::string indent(column_width_, ' ');
     out += std::string(column_width_ - column, ' ');
     column = column_width_;
-    std::istringstream words(make_option_desc(opt));
+    std::istringstream words(description);
     bool first = true;
     for (std::string word; words >> word; first = false) {
       // A line never starts with "|": an alternative stays between spaces (" vgg16 ").
@@ -85,6 +93,7 @@ inline std::string usage_message(const CLI::ParseError& e) {
 // option or positional takes is an error naming it.
 inline std::optional<std::string> parse_command_line(CLI::App& app, const std::vector<std::string>& args) {
   app.allow_extras(true);
+  for (CLI::App* sub : app.get_subcommands({})) sub->allow_extras(true);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
   try {
     app.parse(reversed);
@@ -93,7 +102,7 @@ inline std::optional<std::string> parse_command_line(CLI::App& app, const std::v
   } catch (const CLI::ParseError& e) {
     return usage_message(e);
   }
-  for (const std::string& extra : app.remaining()) {
+  for (const std::string& extra : app.remaining(true)) {
     if (extra.starts_with("-") && extra.size() > 1) return "unknown option " + printable(extra) + " (see --help)";
     return "unexpected argument \"" + printable(extra) + "\" (see --help)";
   }
