@@ -4,6 +4,7 @@
 // copies it into the user's pods with an init container (`dlbench-exec --install DIR`).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 
 #include "command/command_runner.hpp"
 #include "dlbench/core/api_rules.hpp"
+#include "dlbench/core/command_line.hpp"
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
@@ -30,28 +32,15 @@ using namespace dlbench::command;
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 
-constexpr const char* kUsage = R"(dlbench-exec — run a training command as one node of a dlbench case, timed by dlbench
-
-Usage: dlbench-exec [options] -- COMMAND [ARG...]
-       dlbench-exec --install DIR
-  --output FILE            node 0: write the result document here (default: stdout)
-  --termination-log FILE   node 0: also write it, compacted under 4096 bytes, here
-  --timeout SECONDS        stop the command (SIGTERM, SIGKILL 10 s later) after this long (default 3600)
-  --metrics-port N         node 0: serve live dlbench_worker_* metrics on port N (0: any free port)
-  --quiet                  do not pass the command's output through to stderr
-  --install DIR            copy this self-contained program to DIR/dlbench-exec (and dlbench's
-                           examples with the Python marker helper to DIR/examples) and exit
-  --version, --help
-
-The case comes from the environment dlbench sets on every node: DLBENCH_MODEL, DLBENCH_NODES,
-DLBENCH_NODE_RANK, DLBENCH_GPUS_PER_NODE, DLBENCH_BATCH_SIZE, DLBENCH_PRECISION, DLBENCH_WARMUP_STEPS,
-DLBENCH_MEASURE_STEPS, DLBENCH_REPEATS, DLBENCH_IMAGE_SIZE (and DLBENCH_RUN). The command prints
-"@dlbench step <global samples>" after every training step (from one process, global rank 0) and
-may print "@dlbench fact <key> <value>"; dlbench timestamps the markers as they arrive.
+constexpr const char* kFooter = R"(The command goes after --. The case comes from the environment dlbench sets on every node:
+DLBENCH_MODEL, DLBENCH_NODES, DLBENCH_NODE_RANK, DLBENCH_GPUS_PER_NODE, DLBENCH_BATCH_SIZE,
+DLBENCH_PRECISION, DLBENCH_WARMUP_STEPS, DLBENCH_MEASURE_STEPS, DLBENCH_REPEATS, DLBENCH_IMAGE_SIZE
+(and DLBENCH_RUN). The command prints "@dlbench step <global samples>" after every training step
+(from one process, global rank 0) and may print "@dlbench fact <key> <value>"; dlbench timestamps
+the markers as they arrive.
 
 Exit status: node 0: 0 when the case succeeded, 1 when its result says why it failed, 2 on a usage
-error; other nodes: the command's own exit status.
-)";
+error; other nodes: the command's own exit status.)";
 
 struct Options {
   std::string output, termination_log, install_dir;
@@ -76,34 +65,47 @@ long parse_number(const std::string& flag, const std::string& text, IntBounds bo
 
 std::optional<Options> parse(int argc, char** argv) {
   Options o;
-  int i = 1;
-  const auto value = [&](const std::string& flag) -> std::string {
-    if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
-    return argv[++i];
-  };
-  for (; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return std::nullopt;
-    }
-    if (arg == "--version") {
-      std::cout << "dlbench-exec " << DLBENCH_VERSION << "\n";
-      return std::nullopt;
-    }
-    if (arg == "--output") o.output = value(arg);
-    else if (arg == "--termination-log") o.termination_log = value(arg);
-    else if (arg == "--install") o.install_dir = value(arg);
-    else if (arg == "--timeout") o.timeout_seconds = parse_number(arg, value(arg), {1, 30L * 24 * 3600});
-    else if (arg == "--metrics-port") o.metrics_port = static_cast<int>(parse_number(arg, value(arg), {0, 65535}));
-    else if (arg == "--quiet") o.quiet = true;
-    else throw UsageError{"unknown option \"" + printable(arg.substr(0, 64)) + "\" (the command goes after --)"};
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // Everything after -- is the command, whatever it looks like.
+  if (const auto dashes = std::find(args.begin(), args.end(), "--"); dashes != args.end()) {
+    o.command.assign(dashes + 1, args.end());
+    args.erase(dashes, args.end());
   }
-  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  CLI::App app{"dlbench-exec — run a training command as one node of a dlbench case, timed by dlbench",
+               "dlbench-exec"};
+  use_dlbench_help(app);
+  app.set_help_flag("-h,--help", "print this and exit");
+  app.footer(kFooter);
+  bool version = false;
+  add_text_option(app, "--output", [&o](const std::string& v) { o.output = v; },
+                  "node 0: write the result document here (default: stdout)", "FILE");
+  add_text_option(app, "--termination-log", [&o](const std::string& v) { o.termination_log = v; },
+                  "node 0: also write it, compacted under 4096 bytes, here", "FILE");
+  add_text_option(
+      app, "--timeout", [&o](const std::string& v) { o.timeout_seconds = parse_number("--timeout", v, {1, 30L * 24 * 3600}); },
+      "stop the command (SIGTERM, SIGKILL 10 s later) after this long (default 3600)", "SECONDS");
+  add_text_option(
+      app, "--metrics-port",
+      [&o](const std::string& v) { o.metrics_port = static_cast<int>(parse_number("--metrics-port", v, {0, 65535})); },
+      "node 0: serve live dlbench_worker_* metrics on port N (0: any free port)", "N");
+  app.add_flag("--quiet", o.quiet, "do not pass the command's output through to stderr");
+  add_text_option(app, "--install", [&o](const std::string& v) { o.install_dir = v; },
+                  "copy this self-contained program to DIR/dlbench-exec (and dlbench's examples with the Python "
+                  "marker helper to DIR/examples) and exit",
+                  "DIR");
+  app.add_flag("--version", version, "print the version and exit");
+  try {
+    if (const auto error = parse_command_line(app, args)) {
+      throw UsageError{*error + (error->starts_with("unexpected") ? "; the command goes after --" : "")};
+    }
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return std::nullopt;
+  }
+  if (version) {
+    std::cout << "dlbench-exec " << DLBENCH_VERSION << "\n";
+    return std::nullopt;
+  }
   if (o.install_dir.empty() && o.command.empty()) throw UsageError{"no command given after --"};
   return o;
 }
