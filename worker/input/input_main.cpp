@@ -17,6 +17,7 @@
 #include <turbojpeg.h>
 
 #include "input/image_folder.hpp"
+#include "dlbench/core/command_line.hpp"
 #include "input/image_transform.hpp"
 #include "input/input_pipeline.hpp"
 
@@ -25,24 +26,7 @@ namespace {
 using namespace dlbench;
 using namespace dlbench::input;
 
-constexpr const char* kUsage = R"(dlbench-input — the worker's ImageFolder input pipeline on its own
-
-Usage:
-  dlbench-input generate DIR [--classes N] [--per-class N] [--broken N] [--seed S]
-                                                  writes an ImageFolder data set of JPEGs (ImageNet-like
-                                                  sizes, 500 × 375 and the like) to try the real-data path
-  dlbench-input scan DIR                          classes, files and ignored files, as JSON
-  dlbench-input shard DIR [--rank R] [--world W] [--epoch E] [--seed S]
-                                                  the files rank R reads in epoch E, one per line
-  dlbench-input transform FILE --top T --left L --height H --width W [--flip 0|1]
-                [--image-size N] [--dct-scaling on|off] --output RAW
-                                                  one sample as float32 (3, N, N): decode, crop,
-                                                  resize, flip, normalise
-  dlbench-input measure DIR [--batch-size B] [--image-size N] [--threads T] [--prefetch-batches P]
-                [--batches K] [--rank R] [--world W] [--seed S] [--dct-scaling on|off]
-                [--dump-first RAW]                images per second the pipeline prepares, as JSON
-Exit codes: 0 done, 1 the data could not be used, 2 bad usage.
-)";
+constexpr const char* kFooter = "Exit codes: 0 done, 1 the data could not be used, 2 bad usage.";
 
 struct Usage {
   std::string message;
@@ -70,22 +54,6 @@ struct Args {
     return it == options.end() ? "" : it->second;
   }
 };
-
-Args parse(int argc, char** argv, const std::vector<std::string>& known) {
-  Args a;
-  for (int i = 2; i < argc; ++i) {
-    std::string word = argv[i];
-    if (!word.starts_with("--")) {
-      a.positional.push_back(word);
-      continue;
-    }
-    word = word.substr(2);
-    if (std::find(known.begin(), known.end(), word) == known.end()) throw Usage{"unknown option --" + word + " (see --help)"};
-    if (i + 1 >= argc) throw Usage{"--" + word + " needs a value"};
-    a.options[word] = argv[++i];
-  }
-  return a;
-}
 
 std::string one_directory(const Args& a, const char* command) {
   if (a.positional.size() != 1) throw Usage{std::string(command) + " takes one directory"};
@@ -230,26 +198,97 @@ int measure(const Args& a) {
   return 0;
 }
 
+// A subcommand: what --help says of it, of its operands and of each option, and what runs it.
+struct Command {
+  const char* name;
+  const char* description;
+  const char* operands;  // what the positional arguments are
+  std::vector<std::pair<const char*, const char*>> options;  // name without "--", what it is
+  int (*run)(const Args&);
+};
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> all{
+      {"generate",
+       "writes an ImageFolder data set of JPEGs (ImageNet-like sizes, 500 x 375 and the like) to try the real-data path",
+       "DIR",
+       {{"classes", "class folders (default 4)"},
+        {"per-class", "JPEGs per class (default 32)"},
+        {"broken", "files that are not JPEGs, to be skipped and counted (default 0)"},
+        {"seed", "the pictures' seed (default 7)"}},
+       generate},
+      {"scan", "classes, files and ignored files, as JSON", "DIR", {}, scan},
+      {"shard",
+       "the files rank R reads in epoch E, one per line",
+       "DIR",
+       {{"rank", "R (default 0)"}, {"world", "W ranks (default 1)"}, {"epoch", "E (default 0)"}, {"seed", "S (default 42)"}},
+       shard},
+      {"transform",
+       "one sample as float32 (3, N, N): decode, crop, resize, flip, normalise",
+       "FILE",
+       {{"top", "the crop's top row"},
+        {"left", "the crop's left column"},
+        {"height", "the crop's height"},
+        {"width", "the crop's width"},
+        {"flip", "0 | 1 (default 0)"},
+        {"image-size", "N (default 224)"},
+        {"dct-scaling", "on | off (default off)"},
+        {"output", "RAW: where the floats go"}},
+       transform},
+      {"measure",
+       "images per second the pipeline prepares, as JSON",
+       "DIR",
+       {{"batch-size", "B (default 32)"},
+        {"image-size", "N (default 224)"},
+        {"threads", "T decoding threads (default 1)"},
+        {"prefetch-batches", "P (default 2)"},
+        {"batches", "K timed batches (default 20)"},
+        {"rank", "R (default 0)"},
+        {"world", "W (default 1)"},
+        {"seed", "S (default 42)"},
+        {"dct-scaling", "on | off (default on)"},
+        {"dump-first", "RAW: the first batch's floats, and its labels beside"}},
+       measure},
+  };
+  return all;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    const std::string command = argc > 1 ? argv[1] : "--help";
-    if (command == "--help" || command == "-h") {
-      std::cout << kUsage;
+    Args args;
+    CLI::App app{"dlbench-input — the worker's ImageFolder input pipeline on its own", "dlbench-input"};
+    use_dlbench_help(app);
+    app.set_help_flag("-h,--help", "print this and exit");
+    app.require_subcommand(0, 1);
+    std::map<const CLI::App*, const Command*> by_app;
+    for (const Command& c : commands()) {
+      CLI::App* sub = app.add_subcommand(c.name, c.description);
+      sub->add_option("operands", args.positional, c.operands)->type_name(c.operands);
+      for (const auto& [name, what] : c.options) {
+        const std::string key = name;
+        add_text_option(*sub, "--" + key, [&args, key](const std::string& v) { args.options[key] = v; }, what, "VALUE");
+      }
+      by_app[sub] = &c;
+    }
+    app.footer(kFooter);
+    const std::vector<std::string> words(argv + 1, argv + argc);
+    if (!words.empty() && !words.front().starts_with("-") &&
+        std::none_of(commands().begin(), commands().end(), [&](const Command& c) { return words.front() == c.name; })) {
+      throw Usage{"unknown command \"" + printable(words.front()) + "\"; allowed: generate, scan, shard, transform, measure"};
+    }
+    try {
+      if (const auto error = parse_command_line(app, words)) throw Usage{*error};
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app.help();
       return 0;
     }
-    if (command == "generate") return generate(parse(argc, argv, {"classes", "per-class", "broken", "seed"}));
-    if (command == "scan") return scan(parse(argc, argv, {}));
-    if (command == "shard") return shard(parse(argc, argv, {"rank", "world", "epoch", "seed"}));
-    if (command == "transform") {
-      return transform(parse(argc, argv, {"top", "left", "height", "width", "flip", "image-size", "dct-scaling", "output"}));
+    if (app.get_subcommands().empty()) {
+      std::cout << app.help();
+      return 0;
     }
-    if (command == "measure") {
-      return measure(parse(argc, argv, {"batch-size", "image-size", "threads", "prefetch-batches", "batches", "rank",
-                                        "world", "seed", "dct-scaling", "dump-first"}));
-    }
-    throw Usage{"unknown command \"" + command + "\"; allowed: generate, scan, shard, transform, measure"};
+    return by_app.at(app.get_subcommands().front())->run(args);
   } catch (const Usage& u) {
     std::cerr << "dlbench-input: " << u.message << "\n";
     return 2;
