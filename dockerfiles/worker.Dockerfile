@@ -23,7 +23,7 @@ FROM debian:${DEBIAN} AS build-base
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config ca-certificates \
-      nlohmann-json3-dev libyaml-cpp-dev libssl-dev libcpp-httplib-dev \
+      nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libssl-dev libcpp-httplib-dev \
       libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libturbojpeg0-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

@@ -2,10 +2,8 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
-#include <functional>
 #include <initializer_list>
 #include <iostream>
-#include <map>
 #include <string>
 #include <thread>
 #include <variant>
@@ -15,6 +13,7 @@
 
 #include "controller.hpp"
 #include "leader_election.hpp"
+#include "dlbench/core/command_line.hpp"
 #include "dlbench/metrics/metrics.hpp"
 #include "dlbench/core/names.hpp"
 
@@ -23,58 +22,41 @@ namespace {
 volatile std::sig_atomic_t stop_requested = 0;
 void on_signal(int) { stop_requested = 1; }
 
-constexpr const char* kUsage = R"(dlbench-operator — runs BenchmarkRuns (dlbench.io/v1alpha1) as MPI jobs
+constexpr const char* kDescription = "dlbench-operator — runs BenchmarkRuns (dlbench.io/v1alpha1) as MPI jobs";
 
-  --kubeconfig PATH          default: $KUBECONFIG, ~/.kube/config, then in-cluster
-  --namespace NS             watch one namespace (default: all)
-  --workers N                concurrent reconciles (default 2)
-  --metrics-port N           /metrics, /healthz, /readyz (default 8080)
-  --worker-metrics-port N    the workers' /metrics, N + local rank (default 9400)
-  --default-worker-image I   for runs that set no spec.worker.image
-  --worker-image-pull-policy P  Always | IfNotPresent | Never for the pods' containers (default: Kubernetes')
-  --worker-cpu-request Q     every worker container's CPU request (default 1; "" for none)
-  --worker-memory-request Q  every worker container's memory request (default 2Gi; "" for none)
-                             spec.podTemplateOverrides change them per run; qosClass Guaranteed
-                             sets the limits to them
-  --worker-backend B         cuda (default) | cpu
-  --communicator C           nccl (default) | mpi
-  --leader-elect true|false  lead through a Lease before reconciling (default false; on with replicas > 1)
-  --lease-namespace NS       where the Lease "dlbench-operator" lives (default: default)
-  --max-concurrent-cases N   cases running at once, operator-wide (default 1; 0: no limit). Each run
-                             runs its cases one at a time; more runs wait, Pending, oldest first
-  --log-level L              info (default): every reconcile that changed something, every error |
-                             debug: also those that changed nothing
-)";
+// A value the command line cannot take: said on stderr, exit code 2.
+struct UsageError {
+  std::string message;
+};
 
 // A whole number in [low, high], or an error naming the flag and the range.
-bool parse_int(const std::string& flag, const std::string& value, int low, int high, int& out) {
+int parse_int(const std::string& flag, const std::string& value, int low, int high) {
   try {
     std::size_t used = 0;
     const long parsed = std::stol(value, &used);
-    if (used == value.size() && parsed >= low && parsed <= high) {
-      out = static_cast<int>(parsed);
-      return true;
-    }
+    if (used == value.size() && parsed >= low && parsed <= high) return static_cast<int>(parsed);
   } catch (const std::exception&) {
   }
-  std::cerr << "dlbench-operator: " << flag << " must be a whole number from " << low << " to " << high << ", got \""
-            << value << "\"\n";
-  return false;
+  throw UsageError{flag + " must be a whole number from " + std::to_string(low) + " to " + std::to_string(high) +
+                   ", got \"" + dlbench::printable(value) + "\""};
 }
 
 // One of `allowed`, or an error naming the flag and the allowed values.
-bool parse_choice(const std::string& flag, const std::string& value, std::initializer_list<const char*> allowed,
-                  std::string& out) {
+std::string parse_choice(const std::string& flag, const std::string& value, std::initializer_list<const char*> allowed) {
   std::string listed;
   for (const char* a : allowed) {
-    if (value == a) {
-      out = value;
-      return true;
-    }
+    if (value == a) return value;
     listed += (listed.empty() ? "" : ", ") + std::string(a);
   }
-  std::cerr << "dlbench-operator: " << flag << " must be one of " << listed << ", got \"" << value << "\"\n";
-  return false;
+  throw UsageError{flag + " must be one of " + listed + ", got \"" + dlbench::printable(value) + "\""};
+}
+
+std::string parse_quantity(const std::string& flag, const std::string& value) {
+  if (!value.empty() && !dlbench::is_resource_quantity(value)) {
+    throw UsageError{flag + " must be a quantity such as 4, 500m or 16Gi (or empty), got \"" +
+                     dlbench::printable(value) + "\""};
+  }
+  return value;
 }
 
 // What the command line sets.
@@ -86,93 +68,86 @@ struct OperatorFlags {
   std::string lease_namespace = "default";
 };
 
-// A flag's value read into the flags; false (after saying why on stderr) for a value it refuses.
-using FlagReader = std::function<bool(OperatorFlags&, const std::string& flag, const std::string& value)>;
-
-bool read_quantity(const std::string& flag, const std::string& value, std::string& out) {
-  if (!value.empty() && !dlbench::is_resource_quantity(value)) {
-    std::cerr << "dlbench-operator: " << flag << " must be a quantity such as 4, 500m or 16Gi (or empty), got \""
-              << dlbench::printable(value) << "\"\n";
-    return false;
-  }
-  out = value;
-  return true;
-}
-
-bool read_switch(const std::string& flag, const std::string& value, std::initializer_list<const char*> allowed,
-                 const char* on, bool& out) {
-  std::string choice;
-  if (!parse_choice(flag, value, allowed, choice)) return false;
-  out = choice == on;
-  return true;
-}
-
-const std::map<std::string, FlagReader>& flag_readers() {
-  static const std::map<std::string, FlagReader> readers{
-      {"--kubeconfig", [](OperatorFlags& f, auto&, auto& v) { return f.kubeconfig = v, true; }},
-      {"--namespace", [](OperatorFlags& f, auto&, auto& v) { return f.options.namespace_ = v, true; }},
-      {"--workers", [](OperatorFlags& f, auto& n, auto& v) { return parse_int(n, v, 1, 64, f.options.workers); }},
-      {"--metrics-port", [](OperatorFlags& f, auto& n, auto& v) { return parse_int(n, v, 0, 65535, f.metrics_port); }},
-      {"--worker-metrics-port",
-       [](OperatorFlags& f, auto& n, auto& v) { return parse_int(n, v, 1, 65535, f.options.config.metrics_port); }},
-      {"--default-worker-image",
-       [](OperatorFlags& f, auto&, auto& v) { return f.options.config.default_worker_image = v, true; }},
-      {"--worker-image-pull-policy",
-       [](OperatorFlags& f, auto& n, auto& v) {
-         return parse_choice(n, v, {"Always", "IfNotPresent", "Never"}, f.options.config.image_pull_policy);
-       }},
-      {"--worker-cpu-request",
-       [](OperatorFlags& f, auto& n, auto& v) { return read_quantity(n, v, f.options.config.worker_cpu_request); }},
-      {"--worker-memory-request",
-       [](OperatorFlags& f, auto& n, auto& v) { return read_quantity(n, v, f.options.config.worker_memory_request); }},
-      {"--leader-elect",
-       [](OperatorFlags& f, auto& n, auto& v) { return read_switch(n, v, {"true", "false"}, "true", f.leader_elect); }},
-      {"--max-concurrent-cases",
-       [](OperatorFlags& f, auto& n, auto& v) { return parse_int(n, v, 0, 100000, f.options.max_concurrent_cases); }},
-      {"--log-level",
-       [](OperatorFlags& f, auto& n, auto& v) {
-         return read_switch(n, v, {"info", "debug"}, "debug", f.options.log_unchanged);
-       }},
-      {"--lease-namespace", [](OperatorFlags& f, auto&, auto& v) { return f.lease_namespace = v, true; }},
-      {"--worker-backend",
-       [](OperatorFlags& f, auto& n, auto& v) { return parse_choice(n, v, {"cuda", "cpu"}, f.options.config.worker_backend); }},
-      {"--communicator",
-       [](OperatorFlags& f, auto& n, auto& v) { return parse_choice(n, v, {"nccl", "mpi"}, f.options.config.communicator); }},
-  };
-  return readers;
+void add_flags(CLI::App& app, OperatorFlags& f) {
+  using dlbench::add_text_option;
+  auto& config = f.options.config;
+  add_text_option(app, "--kubeconfig", [&f](const std::string& v) { f.kubeconfig = v; },
+                  "default: $KUBECONFIG, ~/.kube/config, then in-cluster", "PATH");
+  add_text_option(app, "--namespace", [&f](const std::string& v) { f.options.namespace_ = v; },
+                  "watch one namespace (default: all)", "NS");
+  add_text_option(app, "--workers", [&f](const std::string& v) { f.options.workers = parse_int("--workers", v, 1, 64); },
+                  "concurrent reconciles (default 2)", "N");
+  add_text_option(app, "--metrics-port", [&f](const std::string& v) { f.metrics_port = parse_int("--metrics-port", v, 0, 65535); },
+                  "/metrics, /healthz, /readyz (default 8080)", "N");
+  add_text_option(
+      app, "--worker-metrics-port",
+      [&config](const std::string& v) { config.metrics_port = parse_int("--worker-metrics-port", v, 1, 65535); },
+      "the workers' /metrics, N + local rank (default 9400)", "N");
+  add_text_option(app, "--default-worker-image", [&config](const std::string& v) { config.default_worker_image = v; },
+                  "for runs that set no spec.worker.image", "IMAGE");
+  add_text_option(
+      app, "--worker-image-pull-policy",
+      [&config](const std::string& v) {
+        config.image_pull_policy = parse_choice("--worker-image-pull-policy", v, {"Always", "IfNotPresent", "Never"});
+      },
+      "Always | IfNotPresent | Never for the pods' containers (default: Kubernetes')", "P");
+  add_text_option(
+      app, "--worker-cpu-request",
+      [&config](const std::string& v) { config.worker_cpu_request = parse_quantity("--worker-cpu-request", v); },
+      "every worker container's CPU request (default 1; \"\" for none)", "Q");
+  add_text_option(
+      app, "--worker-memory-request",
+      [&config](const std::string& v) { config.worker_memory_request = parse_quantity("--worker-memory-request", v); },
+      "every worker container's memory request (default 2Gi; \"\" for none); spec.podTemplateOverrides change "
+      "them per run; qosClass Guaranteed sets the limits to them",
+      "Q");
+  add_text_option(
+      app, "--worker-backend",
+      [&config](const std::string& v) { config.worker_backend = parse_choice("--worker-backend", v, {"cuda", "cpu"}); },
+      "cuda (default) | cpu", "B");
+  add_text_option(
+      app, "--communicator",
+      [&config](const std::string& v) { config.communicator = parse_choice("--communicator", v, {"nccl", "mpi"}); },
+      "nccl (default) | mpi", "C");
+  add_text_option(
+      app, "--leader-elect",
+      [&f](const std::string& v) { f.leader_elect = parse_choice("--leader-elect", v, {"true", "false"}) == "true"; },
+      "lead through a Lease before reconciling (default false; on with replicas > 1)", "true|false");
+  add_text_option(app, "--lease-namespace", [&f](const std::string& v) { f.lease_namespace = v; },
+                  "where the Lease \"dlbench-operator\" lives (default: default)", "NS");
+  add_text_option(
+      app, "--max-concurrent-cases",
+      [&f](const std::string& v) { f.options.max_concurrent_cases = parse_int("--max-concurrent-cases", v, 0, 100000); },
+      "cases running at once, operator-wide (default 1; 0: no limit). Each run runs its cases one at a time; more "
+      "runs wait, Pending, oldest first",
+      "N");
+  add_text_option(
+      app, "--log-level",
+      [&f](const std::string& v) { f.options.log_unchanged = parse_choice("--log-level", v, {"info", "debug"}) == "debug"; },
+      "info (default): every reconcile that changed something, every error | debug: also those that changed nothing",
+      "L");
 }
 
 // The flags, or the exit code: 0 after --help, 2 for a usage error (said on stderr).
 std::variant<OperatorFlags, int> parse_flags(int argc, char** argv) {
   OperatorFlags flags;
   flags.options.watch_timeout = std::chrono::seconds(10);  // bounds how long SIGTERM waits for the informers
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "--help") {
-      std::cout << kUsage;
-      return 0;
+  CLI::App app{kDescription, "dlbench-operator"};
+  dlbench::use_dlbench_help(app);
+  app.set_help_flag("--help", "print this and exit");
+  add_flags(app, flags);
+  try {
+    if (const auto error = dlbench::parse_command_line(app, {argv + 1, argv + argc})) throw UsageError{*error};
+    if (flags.options.config.worker_backend == "cuda" && flags.options.config.communicator == "mpi") {
+      throw UsageError{"--communicator mpi reduces host memory and --worker-backend cuda keeps gradients on the GPU; "
+                       "allowed with cuda: nccl"};
     }
-    std::string value;
-    if (const auto equals = flag.find('='); equals != std::string::npos) {  // --flag=value, as manifests write it
-      value = flag.substr(equals + 1);
-      flag.resize(equals);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      std::cerr << "dlbench-operator: " << flag << " needs a value\n" << kUsage;
-      return 2;
-    }
-    const auto reader = flag_readers().find(flag);
-    if (reader == flag_readers().end()) {
-      std::cerr << "dlbench-operator: unknown option " << flag << "\n" << kUsage;
-      return 2;
-    }
-    if (!reader->second(flags, flag, value)) return 2;
-  }
-  if (flags.options.config.worker_backend == "cuda" && flags.options.config.communicator == "mpi") {
-    std::cerr << "dlbench-operator: --communicator mpi reduces host memory and --worker-backend cuda keeps gradients "
-                 "on the GPU; allowed with cuda: nccl\n";
-    return 2;
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const UsageError& e) {
+    std::cerr << "dlbench-operator: " << e.message << "\n";
+    return dlbench::kExitUsageError;
   }
   return flags;
 }

@@ -23,6 +23,7 @@ esac
 packages=(
   build-essential cmake ninja-build pkg-config       # toolchain (CMake >= 3.25 for workflow presets)
   nlohmann-json3-dev libyaml-cpp-dev                 # core/: JSON and YAML
+  libcli11-dev                                       # every program's command line (CLI11, header only)
   libssl-dev openssh-client                          # operator/: SSH keys for the MPI launcher (ssh-keygen checks them)
   libcpp-httplib-dev                                 # operator/: the Kubernetes client's HTTP(S)
   libdnnl-dev ocl-icd-opencl-dev                     # worker/: oneDNN, the CPU backend; dnnl-config.cmake finds OpenCL

@@ -94,7 +94,16 @@ inline std::string usage_message(const CLI::ParseError& e) {
 inline std::optional<std::string> parse_command_line(CLI::App& app, const std::vector<std::string>& args) {
   app.allow_extras(true);
   for (CLI::App* sub : app.get_subcommands({})) sub->allow_extras(true);
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  std::vector<std::string> reversed;  // CLI11 takes them last first
+  for (auto arg = args.rbegin(); arg != args.rend(); ++arg) {
+    // "--flag=" is an empty value (a chart's empty setting), never a flag that takes the next word.
+    if (arg->starts_with("--") && arg->find('=') == arg->size() - 1) {
+      reversed.emplace_back();
+      reversed.push_back(arg->substr(0, arg->size() - 1));
+      continue;
+    }
+    reversed.push_back(*arg);
+  }
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
