@@ -179,7 +179,8 @@ const std::vector<ValueOption>& value_options() {
        read_image_size},
       {"--precision", "P",
        "fp32 | tf32 | amp | bf16 (default fp32); one the backend cannot run ends as a Failed result with reason "
-       "Unsupported (cpu: fp32, and bf16 where the CPU has AVX512_BF16; cuda: all four). With --self-test a comma list",
+       "Unsupported (cpu: fp32, and bf16 where the CPU has AVX512_BF16; cuda: fp32, tf32 and amp, and bf16 on "
+       "compute capability 8.0 or newer). With --self-test a comma list",
        read_precisions},
       {"--warmup-steps", "N", "untimed steps before each repeat, >= 0 (default 20)",
        [](Options& o, auto& f, auto& v) { o.warmup_steps = parse_bounded(f, v, bounds::kWarmupSteps); }},
