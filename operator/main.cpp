@@ -19,15 +19,12 @@
 
 namespace {
 
+using dlbench::UsageError;
+
 volatile std::sig_atomic_t stop_requested = 0;
 void on_signal(int) { stop_requested = 1; }
 
 constexpr const char* kDescription = "dlbench-operator — runs BenchmarkRuns (dlbench.io/v1alpha1) as MPI jobs";
-
-// A value the command line cannot take: said on stderr, exit code 2.
-struct UsageError {
-  std::string message;
-};
 
 // A whole number in [low, high], or an error naming the flag and the range.
 int parse_int(const std::string& flag, const std::string& value, int low, int high) {
@@ -137,7 +134,7 @@ std::variant<OperatorFlags, int> parse_flags(int argc, char** argv) {
   app.set_help_flag("--help", "print this and exit");
   add_flags(app, flags);
   try {
-    if (const auto error = dlbench::parse_command_line(app, {argv + 1, argv + argc})) throw UsageError{*error};
+    dlbench::parse_command_line(app, {argv + 1, argv + argc});
     if (flags.options.config.worker_backend == "cuda" && flags.options.config.communicator == "mpi") {
       throw UsageError{"--communicator mpi reduces host memory and --worker-backend cuda keeps gradients on the GPU; "
                        "allowed with cuda: nccl"};

@@ -24,9 +24,9 @@ int main(int argc, char** argv) {
     if (options->self_test) return self_test_command(*options, *communicator, backend.get(), backend_error);
     if (!options->record_step.empty()) return record_step(*options, backend.get(), backend_error);
     return run_case(*options, *communicator, backend.get(), backend_error);
-  } catch (const UsageError& e) {
+  } catch (const dlbench::UsageError& e) {
     std::cerr << "dlbench-worker: " << e.message << "\n";
-    return kExitUsage;
+    return dlbench::kExitUsageError;
   } catch (const std::exception& e) {
     // Whatever escaped the case's own handling: said, and a failure exit, never an abort.
     std::cerr << "dlbench-worker: " << e.what() << "\n";

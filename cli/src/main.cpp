@@ -14,7 +14,9 @@
 
 namespace {
 
+using dlbench::one_of;
 using dlbench::printable;
+using dlbench::UsageError;
 
 // After the commands in `dlbench help`: how each is called, at a glance.
 constexpr const char* kSynopsis = R"(Usage:
@@ -30,22 +32,6 @@ constexpr const char* kSynopsis = R"(Usage:
 `dlbench COMMAND --help` says more about each.)";
 
 constexpr std::string_view kCommands = "validate, run, report, launch, version, help";
-
-// A value the command line cannot take; exit code 2.
-struct UsageError {
-  std::string message;
-};
-
-// `text` if it is one of `allowed`, else a usage error naming the flag and the allowed values.
-template <typename E>
-E one_of(const std::string& flag, const std::string& text, std::initializer_list<std::pair<const char*, E>> allowed) {
-  std::string listed;
-  for (const auto& [name, value] : allowed) {
-    if (text == name) return value;
-    listed += (listed.empty() ? "" : ", ") + std::string(name);
-  }
-  throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + listed};
-}
 
 int usage_error(const std::string& message, const CLI::App& help) {  // callers quote user text through printable()
   std::cerr << "error: " << message << "\n\n" << help.help();
@@ -83,7 +69,7 @@ void add_run(CLI::App& app, dlbench::cli::RunOptions& o) {
                   "where the status goes (default NAME.status.json)", "STATUS.json");
   add_text_option(
       *c, "--backend",
-      [&o](const std::string& v) { o.backend = one_of<std::string>("--backend", v, {{"auto", "auto"}, {"cpu", "cpu"}, {"cuda", "cuda"}}); },
+      [&o](const std::string& v) { o.backend = one_of("--backend", v, {"auto", "cpu", "cuda"}); },
       "auto | cpu | cuda; auto: cuda when dlbench-worker sees a GPU (default auto)", "B");
   add_text_option(
       *c, "--max-devices",
@@ -166,12 +152,8 @@ int dispatch(int argc, char** argv) {
     if (dashes != args.end()) launch.command.assign(dashes + 1, args.end());
     args.erase(dashes, args.end());
   }
-  const CLI::App* chosen = &app;
   try {
-    if (const auto error = dlbench::parse_command_line(app, args)) {
-      if (!app.get_subcommands().empty()) chosen = app.get_subcommands().front();
-      return usage_error(*error, *chosen);
-    }
+    dlbench::parse_command_line(app, args);
   } catch (const CLI::CallForHelp&) {
     std::cout << (app.get_subcommands().empty() ? app.help() : app.get_subcommands().front()->help());
     return 0;

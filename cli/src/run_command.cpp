@@ -241,18 +241,23 @@ std::optional<std::pair<std::string, int>> choose_backend(const RunOptions& opti
   return std::pair{backend, options.max_devices > 0 ? options.max_devices : devices.at(backend)};
 }
 
-// Why this host cannot run the case, as a Skipped result; nothing when it can.
-std::optional<CaseResult> cannot_run_here(const PlannedCase& c, int host_devices) {
+// A case this host cannot run: its Skipped result, and the short reason the progress line gives.
+struct Skip {
+  CaseResult result;
+  std::string summary;
+};
+
+std::optional<Skip> cannot_run_here(const PlannedCase& c, int host_devices) {
   if (c.spec.nodes > 1) {
-    return failed(c, CaseState::Skipped, "NeedsMoreNodes",
-                  "needs " + std::to_string(c.spec.nodes) +
-                      " nodes; the local executor runs on this host only (use the operator)",
-                  0);
+    const std::string needs = "needs " + std::to_string(c.spec.nodes) + " nodes";
+    return Skip{failed(c, CaseState::Skipped, "NeedsMoreNodes",
+                       needs + "; the local executor runs on this host only (use the operator)", 0),
+                needs};
   }
   if (c.spec.devices() > host_devices) {
-    return failed(c, CaseState::Skipped, "NotEnoughDevices",
-                  "needs " + std::to_string(c.spec.devices()) + " devices; this host has " + std::to_string(host_devices),
-                  0);
+    const std::string needs = "needs " + std::to_string(c.spec.devices()) + " devices";
+    return Skip{failed(c, CaseState::Skipped, "NotEnoughDevices", needs + "; this host has " + std::to_string(host_devices), 0),
+                needs + ", host has " + std::to_string(host_devices)};
   }
   return std::nullopt;
 }
@@ -422,12 +427,9 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
     } else {
       out << "[" << i << "/" << plan.size() << "] " << c.id << ": ";
     }
-    if (auto skipped = cannot_run_here(c, x.host_devices)) {
-      out << "skipped (" << (c.spec.nodes > 1 ? "needs " + std::to_string(c.spec.nodes) + " nodes"
-                                              : "needs " + std::to_string(c.spec.devices()) + " devices, host has " +
-                                                    std::to_string(x.host_devices))
-          << ")\n";
-      machine.skip(std::move(*skipped));
+    if (auto skip = cannot_run_here(c, x.host_devices)) {
+      out << "skipped (" << skip->summary << ")\n";
+      machine.skip(std::move(skip->result));
       progress.case_ended();
       continue;
     }

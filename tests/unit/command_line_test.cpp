@@ -17,14 +17,18 @@ struct Parsed {
   bool quiet = false;
 };
 
-Parsed parse(const std::vector<std::string>& args) {
+Parsed parse(const std::vector<std::string>& args, const std::string& bare_word_hint = "") {
   Parsed p;
   CLI::App app{"test", "test"};
   use_dlbench_help(app);
   add_text_option(app, "--model", [&p](const std::string& v) { p.model = v; }, "the model", "NAME");
   add_text_option(app, "--output", [&p](const std::string& v) { p.output = v; }, "the file", "FILE");
   app.add_flag("--quiet", p.quiet, "less");
-  p.error = parse_command_line(app, args);
+  try {
+    parse_command_line(app, args, bare_word_hint);
+  } catch (const UsageError& e) {
+    p.error = e.message;
+  }
   return p;
 }
 
@@ -54,8 +58,23 @@ TEST(CommandLine, UsageErrorsNameTheFlagOrTheWord) {
   EXPECT_EQ(parse({"--model"}).error, "--model needs a value");
   EXPECT_EQ(parse({"--frobnicate", "1"}).error, "unknown option --frobnicate (see --help)");
   EXPECT_EQ(parse({"stray"}).error, "unexpected argument \"stray\" (see --help)");
+  EXPECT_EQ(parse({"stray"}, "; the command goes after --").error,
+            "unexpected argument \"stray\" (see --help); the command goes after --");
+  EXPECT_EQ(parse({"--frobnicate"}, "; the command goes after --").error, "unknown option --frobnicate (see --help)");
   // Control bytes in what the user typed are quoted, never written to the terminal raw.
   EXPECT_THAT(*parse({"--\x1b[31m"}).error, HasSubstr("\\x1b"));
+}
+
+TEST(CommandLine, OneOfNamesTheFlagAndTheAllowedValues) {
+  EXPECT_EQ(one_of("--data", "imagefolder", {"synthetic", "imagefolder"}), "imagefolder");
+  try {
+    one_of("--data", "tfrecord", {"synthetic", "imagefolder"});
+    FAIL() << "tfrecord was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(e.message, "--data: \"tfrecord\" is not one of synthetic, imagefolder");
+  }
+  EXPECT_EQ(one_of<int>("--n", "two", {{"one", 1}, {"two", 2}}), 2);
+  EXPECT_THROW(one_of<int>("--n", "three", {{"one", 1}, {"two", 2}}), UsageError);
 }
 
 TEST(CommandLine, HelpIsThrownForTheCallerAndWrappedUnderItsColumn) {

@@ -30,7 +30,6 @@ using namespace dlbench;
 using namespace dlbench::command;
 
 constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
 constexpr const char* kFooter = R"(The command goes after --. The case comes from the environment dlbench sets on every node:
 DLBENCH_MODEL, DLBENCH_NODES, DLBENCH_NODE_RANK, DLBENCH_GPUS_PER_NODE, DLBENCH_BATCH_SIZE,
@@ -48,10 +47,6 @@ struct Options {
   int metrics_port = -1;
   bool quiet = false;
   std::vector<std::string> command;
-};
-
-struct UsageError {
-  std::string message;
 };
 
 long parse_number(const std::string& flag, const std::string& text, IntBounds bounds) {
@@ -95,9 +90,7 @@ std::optional<Options> parse(int argc, char** argv) {
                   "DIR");
   app.add_flag("--version", version, "print the version and exit");
   try {
-    if (const auto error = parse_command_line(app, args)) {
-      throw UsageError{*error + (error->starts_with("unexpected") ? "; the command goes after --" : "")};
-    }
+    parse_command_line(app, args, "; the command goes after --");
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return std::nullopt;
@@ -232,7 +225,7 @@ int main(int argc, char** argv) {
     return run(*options);
   } catch (const UsageError& e) {
     std::cerr << "dlbench-exec: " << e.message << "\n";
-    return kExitUsage;
+    return kExitUsageError;
   } catch (const std::exception& e) {
     std::cerr << "dlbench-exec: " << e.what() << "\n";
     return kExitFailed;

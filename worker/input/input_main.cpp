@@ -28,10 +28,6 @@ using namespace dlbench::input;
 
 constexpr const char* kFooter = "Exit codes: 0 done, 1 the data could not be used, 2 bad usage.";
 
-struct Usage {
-  std::string message;
-};
-
 struct Args {
   std::vector<std::string> positional;
   std::map<std::string, std::string> options;
@@ -40,14 +36,13 @@ struct Args {
     const auto it = options.find(key);
     if (it == options.end()) return fallback;
     const auto v = whole_number(it->second, {lo, hi});
-    if (!v) throw Usage{"--" + key + ": \"" + it->second + "\" is not a whole number from " + std::to_string(lo) + " to " + std::to_string(hi)};
+    if (!v) throw UsageError{"--" + key + ": \"" + it->second + "\" is not a whole number from " + std::to_string(lo) + " to " + std::to_string(hi)};
     return static_cast<long>(*v);
   }
   bool on_off(const std::string& key, bool fallback) const {
     const auto it = options.find(key);
     if (it == options.end()) return fallback;
-    if (it->second != "on" && it->second != "off") throw Usage{"--" + key + ": \"" + it->second + "\" is not one of on, off"};
-    return it->second == "on";
+    return one_of("--" + key, it->second, {"on", "off"}) == "on";
   }
   std::string text(const std::string& key) const {
     const auto it = options.find(key);
@@ -56,7 +51,7 @@ struct Args {
 };
 
 std::string one_directory(const Args& a, const char* command) {
-  if (a.positional.size() != 1) throw Usage{std::string(command) + " takes one directory"};
+  if (a.positional.size() != 1) throw UsageError{std::string(command) + " takes one directory"};
   return a.positional[0];
 }
 
@@ -69,7 +64,7 @@ void write_floats(const std::string& path, const float* data, std::size_t count)
 // Pictures with structure at every scale (gradients, stripes, noise), so that crops and
 // resampling have something to change; sizes as ImageNet's training images run.
 int generate(const Args& a) {
-  if (a.positional.size() != 1) throw Usage{"generate takes one directory"};
+  if (a.positional.size() != 1) throw UsageError{"generate takes one directory"};
   const std::filesystem::path root = a.positional[0];
   const long classes = a.number("classes", 4, 1, 1000);
   const long per_class = a.number("per-class", 32, 1, 1 << 20);
@@ -139,13 +134,13 @@ int shard(const Args& a) {
 }
 
 int transform(const Args& a) {
-  if (a.positional.size() != 1) throw Usage{"transform takes one JPEG file"};
+  if (a.positional.size() != 1) throw UsageError{"transform takes one JPEG file"};
   const int size = static_cast<int>(a.number("image-size", 224, 1, 4096));
   const CropBox crop{static_cast<int>(a.number("top", -1, 0, 1 << 20)), static_cast<int>(a.number("left", -1, 0, 1 << 20)),
                      static_cast<int>(a.number("height", -1, 1, 1 << 20)), static_cast<int>(a.number("width", -1, 1, 1 << 20))};
-  if (crop.top < 0 || crop.left < 0 || crop.height < 0 || crop.width < 0) throw Usage{"transform needs --top, --left, --height and --width"};
+  if (crop.top < 0 || crop.left < 0 || crop.height < 0 || crop.width < 0) throw UsageError{"transform needs --top, --left, --height and --width"};
   const std::string output = a.text("output");
-  if (output.empty()) throw Usage{"transform needs --output"};
+  if (output.empty()) throw UsageError{"transform needs --output"};
   std::ifstream in(a.positional[0], std::ios::binary);
   const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   TransformScratch scratch;
@@ -276,10 +271,10 @@ int main(int argc, char** argv) {
     const std::vector<std::string> words(argv + 1, argv + argc);
     if (!words.empty() && !words.front().starts_with("-") &&
         std::none_of(commands().begin(), commands().end(), [&](const Command& c) { return words.front() == c.name; })) {
-      throw Usage{"unknown command \"" + printable(words.front()) + "\"; allowed: generate, scan, shard, transform, measure"};
+      throw UsageError{"unknown command \"" + printable(words.front()) + "\"; allowed: generate, scan, shard, transform, measure"};
     }
     try {
-      if (const auto error = parse_command_line(app, words)) throw Usage{*error};
+      parse_command_line(app, words);
     } catch (const CLI::CallForHelp&) {
       std::cout << app.help();
       return 0;
@@ -289,9 +284,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     return by_app.at(app.get_subcommands().front())->run(args);
-  } catch (const Usage& u) {
+  } catch (const UsageError& u) {
     std::cerr << "dlbench-input: " << u.message << "\n";
-    return 2;
+    return kExitUsageError;
   } catch (const std::exception& e) {
     std::cerr << "dlbench-input: " << e.what() << "\n";
     return 1;

@@ -69,15 +69,6 @@ double parse_real(const std::string& flag, const std::string& text, RealBounds b
   return v;
 }
 
-std::string choice(const std::string& flag, const std::string& text, const std::vector<std::string>& allowed) {
-  for (const auto& a : allowed) {
-    if (a == text) return text;
-  }
-  std::string list;
-  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-  throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + list};
-}
-
 // One of an API enum's spellings (core's one table), parsed once.
 template <typename E>
 E enum_choice(const std::string& flag, const std::string& text) {
@@ -143,7 +134,7 @@ std::string run_name(const std::string& value) {
 }
 
 MemoryReuse memory_plan(const std::string& flag, const std::string& value) {
-  const std::string plan = choice(flag, value, {"lifetime", "none", "poison"});
+  const std::string plan = one_of(flag, value, {"lifetime", "none", "poison"});
   return plan == "none" ? MemoryReuse::none : plan == "poison" ? MemoryReuse::poison : MemoryReuse::lifetime;
 }
 
@@ -166,10 +157,10 @@ const std::vector<ValueOption>& value_options() {
        [](Options& o, auto& f, auto& v) { o.model = enum_choice<Model>(f, v); }},
 #ifdef DLBENCH_HAVE_CUDA
       {"--backend", "NAME", "cpu | cuda (default cpu)",
-       [](Options& o, auto& f, auto& v) { o.backend = choice(f, v, {"cpu", "cuda"}); }},
+       [](Options& o, auto& f, auto& v) { o.backend = one_of(f, v, {"cpu", "cuda"}); }},
 #else
       {"--backend", "NAME", "cpu (cuda when built with CUDA; default cpu)",
-       [](Options& o, auto& f, auto& v) { o.backend = choice(f, v, {"cpu"}); }},
+       [](Options& o, auto& f, auto& v) { o.backend = one_of(f, v, {"cpu"}); }},
 #endif
       {"--batch-size", "N", "samples per device and step, >= 1 (default 32)",
        [](Options& o, auto& f, auto& v) { o.batch_size = parse_bounded(f, v, bounds::kBatchSizePerDevice); }},
@@ -214,13 +205,13 @@ const std::vector<ValueOption>& value_options() {
        [](Options& o, auto& f, auto& v) { o.threads = parse_bounded(f, v, 0, 4096); }},
       {"--communicator", "C", "auto | none | mpi | nccl (cuda); auto = under mpirun, nccl on cuda and mpi on cpu "
                               "(default auto)",
-       [](Options& o, auto& f, auto& v) { o.communicator = choice(f, v, {"auto", "none", "mpi", "nccl"}); }},
+       [](Options& o, auto& f, auto& v) { o.communicator = one_of(f, v, {"auto", "none", "mpi", "nccl"}); }},
       {"--bucket-mb", "N", "gradient bucket size in MiB, >= 1 (default 25)",
        [](Options& o, auto& f, auto& v) { o.bucket_mb = parse_bounded(f, v, 1, 4096); }},
       {"--seed", "N", "weights, synthetic data, shuffling and augmentation (default 42)",
        [](Options& o, auto& f, auto& v) { o.seed = parse_number<unsigned long long>(f, v); }},
       {"--data", "S", "synthetic | imagefolder (default synthetic)",
-       [](Options& o, auto& f, auto& v) { o.data = choice(f, v, {"synthetic", "imagefolder"}); }},
+       [](Options& o, auto& f, auto& v) { o.data = one_of(f, v, {"synthetic", "imagefolder"}); }},
       {"--data-path", "DIR", "imagefolder: DIR/<class>/<image>.jpg, the same on every node",
        [](Options& o, auto&, auto& v) { o.data_path = v; }},
       {"--decode-threads", "N", "imagefolder: JPEG decoding threads per rank, 1 to 256 (default 4)",
@@ -236,7 +227,7 @@ const std::vector<ValueOption>& value_options() {
       {"--cuda-graph", "on|off",
        "cuda, one rank: capture the training step once as a CUDA graph and replay it (the first step runs eagerly; "
        "dropout masks are then fixed; default off)",
-       [](Options& o, auto& f, auto& v) { o.cuda_graph = choice(f, v, {"on", "off"}) == "on"; }},
+       [](Options& o, auto& f, auto& v) { o.cuda_graph = one_of(f, v, {"on", "off"}) == "on"; }},
       {"--memory-plan", "P",
        "lifetime: activation and gradient buffers share memory once their last reader has run; none: each has its "
        "own; poison: each has its own and is filled with NaN once its last declared reader has run (finds an op "
@@ -388,7 +379,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
                "print \"cpu <threads> precisions=<what runs here>\" and, when built with CUDA, \"cuda <GPUs> "
                "precisions=...\"");
   try {
-    if (const auto error = parse_command_line(app, {argv + 1, argv + argc})) throw UsageError{*error};
+    parse_command_line(app, {argv + 1, argv + argc});
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return std::nullopt;

@@ -9,16 +9,11 @@
 #include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/benchmark_run.hpp"
 #include "dlbench/core/enums.hpp"
+#include "dlbench/core/usage_error.hpp"
 
 namespace dlbench::worker {
 
-inline constexpr int kExitUsage = 2;
 inline constexpr int kExitFailed = 1;
-
-// A command line that cannot run: said on stderr, exit code kExitUsage.
-struct UsageError {
-  std::string message;
-};
 
 // Every enum below is parsed with core's one spelling table; every number within the API's bounds.
 struct Options {
@@ -60,7 +55,7 @@ struct Options {
 };
 
 // The options, or nothing when the command line only asked for --help, --list-models or
-// --list-devices (printed here). Throws UsageError.
+// --list-devices (printed here). Throws dlbench::UsageError.
 std::optional<Options> parse_options(int argc, char** argv);
 
 // --threads 0: the cores this process may use (its affinity mask and its cgroup's CPU quota),

@@ -7,16 +7,14 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "dlbench/core/names.hpp"
+#include "dlbench/core/usage_error.hpp"
 
 namespace dlbench {
-
-inline constexpr int kExitUsageError = 2;
 
 // --help as CLI11 lays it out, with each description wrapped to the terminal's usual width under
 // its own column (CLI11 2.1 prints a long description on one line).
@@ -88,10 +86,12 @@ inline std::string usage_message(const CLI::ParseError& e) {
   return what;
 }
 
-// Parses `args` (without the program's name) into `app`. Returns the usage error in dlbench's
-// words, or nothing; --help throws CLI::CallForHelp for the caller to print. An argument that no
-// option or positional takes is an error naming it.
-inline std::optional<std::string> parse_command_line(CLI::App& app, const std::vector<std::string>& args) {
+// Parses `args` (without the program's name) into `app`. Throws UsageError in dlbench's words
+// (an argument that no option or positional takes is one, naming it; `bare_word_hint` is added for
+// a bare word, where a program has something to say about them); --help throws CLI::CallForHelp
+// for the caller to print.
+inline void parse_command_line(CLI::App& app, const std::vector<std::string>& args,
+                               const std::string& bare_word_hint = "") {
   app.allow_extras(true);
   for (CLI::App* sub : app.get_subcommands({})) sub->allow_extras(true);
   std::vector<std::string> reversed;  // CLI11 takes them last first
@@ -109,13 +109,12 @@ inline std::optional<std::string> parse_command_line(CLI::App& app, const std::v
   } catch (const CLI::CallForHelp&) {
     throw;
   } catch (const CLI::ParseError& e) {
-    return usage_message(e);
+    throw UsageError{usage_message(e)};
   }
   for (const std::string& extra : app.remaining(true)) {
-    if (extra.starts_with("-") && extra.size() > 1) return "unknown option " + printable(extra) + " (see --help)";
-    return "unexpected argument \"" + printable(extra) + "\" (see --help)";
+    if (extra.starts_with("-") && extra.size() > 1) throw UsageError{"unknown option " + printable(extra) + " (see --help)"};
+    throw UsageError{"unexpected argument \"" + printable(extra) + "\" (see --help)" + bare_word_hint};
   }
-  return std::nullopt;
 }
 
 }  // namespace dlbench

@@ -1,0 +1,48 @@
+// A usage error, the same in the five programs: a message naming the flag and what is allowed,
+// said on stderr, exit code 2. Apart from command_line.hpp so that code which throws it need not
+// see CLI11.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "dlbench/core/names.hpp"
+
+namespace dlbench {
+
+inline constexpr int kExitUsageError = 2;
+
+// A command line that cannot run, in dlbench's words: each program says it on stderr and exits
+// kExitUsageError.
+struct UsageError {
+  std::string message;
+};
+
+// A value that is none of the allowed ones: the usage error names the flag and what is allowed.
+[[noreturn]] inline void refuse_choice(const std::string& flag, const std::string& text, const std::string& allowed) {
+  throw UsageError{flag + ": \"" + printable(text) + "\" is not one of " + allowed};
+}
+
+// `text` if it is one of `allowed`, else a usage error naming the flag and the allowed values.
+inline std::string one_of(const std::string& flag, const std::string& text, std::initializer_list<const char*> allowed) {
+  std::string listed;
+  for (const char* a : allowed) {
+    if (text == a) return text;
+    listed += (listed.empty() ? "" : ", ") + std::string(a);
+  }
+  refuse_choice(flag, text, listed);
+}
+
+// The value of the name `text` is, else a usage error naming the flag and the allowed names.
+template <typename T>
+T one_of(const std::string& flag, const std::string& text, std::initializer_list<std::pair<const char*, T>> allowed) {
+  std::string listed;
+  for (const auto& [name, value] : allowed) {
+    if (text == name) return value;
+    listed += (listed.empty() ? "" : ", ") + std::string(name);
+  }
+  refuse_choice(flag, text, listed);
+}
+
+}  // namespace dlbench
