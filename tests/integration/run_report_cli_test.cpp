@@ -222,7 +222,8 @@ TEST_F(RunCli, TheReportShowsARefusedSpeedupAndWhy) {
     r.throughput = Throughput{"samples/s", summarize(repeats), repeats};
     s.results.push_back(r);
   }
-  refresh_derived_status(s, plan_cases(run.spec), Statistic::median);
+  refresh_derived_status(s, plan_cases(run.spec), run.spec.methodology.statistic,
+                           run.spec.methodology.stability.include_unstable);
   ASSERT_FALSE(s.results[1].scaling_refused.empty());
   run.status = s;
   write("noisy.json", to_json(run).dump());
@@ -254,7 +255,8 @@ TEST_F(RunCli, TheReportShowsARefusedSpeedupAndWhy) {
   s.results[0].stability->extra_repeats = 0;
   s.results[0].reason = kReasonUnstable;
   s.results[0].message = describe_unstable(*s.results[0].stability, 3, s.results[0].throughput->summary);
-  refresh_derived_status(s, plan_cases(run.spec), Statistic::median);
+  refresh_derived_status(s, plan_cases(run.spec), run.spec.methodology.statistic,
+                           run.spec.methodology.stability.include_unstable);
   run.status = s;
   write("noisy.json", to_json(run).dump());
   const Outcome unstable = dlbench("report noisy.json");
@@ -329,7 +331,8 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
     std::vector<double> scaled = s.results[0].throughput->repeats;
     for (double& value : scaled) value *= 1.6;
     s.results[1].throughput = Throughput{"samples/s", summarize(scaled), scaled};
-    refresh_derived_status(s, plan_cases(run.spec), Statistic::median);
+    refresh_derived_status(s, plan_cases(run.spec), run.spec.methodology.statistic,
+                           run.spec.methodology.stability.include_unstable);
     ASSERT_TRUE(s.results[1].speedup.has_value()) << s.results[1].scaling_refused;
     write("small.status.json", to_json(run).dump());
   }

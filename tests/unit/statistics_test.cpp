@@ -209,7 +209,7 @@ TEST(Stability, UnstableCasesAreLeftOutOfBestAndScaling) {
 
   BenchmarkRunStatus status;
   status.results = results;
-  refresh_derived_status(status, {}, Statistic::median);
+  refresh_derived_status(status, {}, Statistic::median, false);
   ASSERT_TRUE(status.best.has_value());
   EXPECT_EQ(status.best->case_id, "1x2-bs8-fp32");  // 191; the unstable 300 is left out
   refresh_derived_status(status, {}, Statistic::median, true);

@@ -41,7 +41,7 @@ TEST(DerivedStatus, BestProgressAndScaling) {
   base.case_ = {1, 1, 8, Precision::fp32};
   base.throughput = Throughput{"samples/s", summarize(std::vector<double>{10.0, 11.0, 12.0}), {10.0, 11.0, 12.0}};
   status.results.push_back(base);
-  refresh_derived_status(status, plan, Statistic::median);
+  refresh_derived_status(status, plan, Statistic::median, false);
   EXPECT_EQ(status.progress.completed_cases, 1);
   EXPECT_EQ(status.progress.total_cases, 2);
   EXPECT_EQ(status.progress.summary, "1/2");
@@ -53,7 +53,7 @@ TEST(DerivedStatus, BestProgressAndScaling) {
   two.case_ = {1, 2, 8, Precision::fp32};
   two.throughput = Throughput{"samples/s", summarize(std::vector<double>{19.8}), {19.8}};
   status.results.push_back(two);
-  refresh_derived_status(status, plan, Statistic::median);
+  refresh_derived_status(status, plan, Statistic::median, false);
   EXPECT_EQ(status.progress.summary, "2/2");
   EXPECT_EQ(status.best->case_id, "1x2-bs8-fp32");
   EXPECT_DOUBLE_EQ(*status.results[1].speedup, 1.8);

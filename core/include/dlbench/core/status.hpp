@@ -16,9 +16,11 @@ bool set_condition(std::vector<Condition>& conditions, Condition condition, cons
 const Condition* find_condition(const std::vector<Condition>& conditions, ConditionType type);
 
 // Recomputes what is derived from results: speed-up and efficiency, best throughput, and the
-// progress counters and summary ("5/12"). The current case is left to the caller.
+// progress counters and summary ("5/12"). The current case is left to the caller. `statistic` and
+// `include_unstable` are the run's methodology: no default, so that no caller judges a run by
+// other rules than its spec's.
 void refresh_derived_status(BenchmarkRunStatus& status, const std::vector<PlannedCase>& plan, Statistic statistic,
-                            bool include_unstable = false);
+                            bool include_unstable);
 
 // Failure reasons that another attempt cannot change (the worker cannot run this case where it
 // landed: a precision its backend or this CPU lacks). Both executors record such a result at
