@@ -93,15 +93,18 @@ def comparison(logs):
                 rows[(r["model"], r["precision"], r["engine"])] = r
     except (OSError, ValueError):
         pass
-    out = ["| model | batch | precision | dlbench | PyTorch eager | dlbench / eager |", "|---|---|---|---|---|---|"]
+    out = ["| model | batch | precision | dlbench | dlbench graph | PyTorch eager | dlbench / eager | graph / eager |",
+           "|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v, r: f"{v:.1f}" if v else ("-" if not r else f"- ({r.get('reason') or r.get('state')})")
+    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
     for model, precisions in (("resnet50", ("fp32", "tf32", "amp", "bf16")), ("bert-base", ("amp", "bf16"))):
         for precision in precisions:
             d, e = rows.get((model, precision, "dlbench")), rows.get((model, precision, "pytorch"))
-            dv, ev = (d or {}).get("median"), (e or {}).get("median")
+            g = rows.get((model, precision, "dlbench-graph"))
+            dv, ev, gv = (d or {}).get("median"), (e or {}).get("median"), (g or {}).get("median")
             batch = (d or e or {}).get("batch", "-")
-            fmt = lambda v, r: f"{v:.1f}" if v else ("-" if not r else f"- ({r.get('reason') or r.get('state')})")
-            ratio = f"{dv / ev:.2f}" if dv and ev else "-"
-            out.append(f"| {model} | {batch} | {precision} | {fmt(dv, d)} | {fmt(ev, e)} | {ratio} |")
+            out.append(f"| {model} | {batch} | {precision} | {fmt(dv, d)} | {fmt(gv, g)} | {fmt(ev, e)} | "
+                       f"{ratio(dv, ev)} | {ratio(gv, ev)} |")
     return out
 
 
@@ -109,8 +112,8 @@ def gpu_readings(logs):
     """Issue 37 on a real GPU: each dlbench result's NVML readings and stability verdict."""
     out = ["", "| case | verdict | other processes | SM clock min / median / max MHz | reasons | max C | median W | "
                 "repeats cv | stability |", "|---|---|---|---|---|---|---|---|---|"]
-    for name in [f"dlbench-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16")] + \
-                [f"dlbench-bert-{p}" for p in ("amp", "bf16")]:
+    for name in [f"dlbench-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16", "amp-graph")] + \
+                [f"dlbench-bert-{p}" for p in ("amp", "bf16", "amp-graph")]:
         doc = load(os.path.join(logs, name + ".json"))
         if not doc:
             continue

@@ -73,11 +73,11 @@ void Backend::poison(void* device_dst, std::size_t bytes) {
 }
 void Backend::fill_zero(Tensor&) { no_transformer_op(*this, "fill_zero"); }
 void Backend::adamw_update(float*, float*, float*, float*, std::int64_t, const std::vector<ParameterRange>&,
-                           const AdamWConfig&, std::uint64_t) {
+                           const AdamWConfig&, std::uint64_t, const LossScaleState*) {
   no_transformer_op(*this, "adamw_update");
 }
 void Backend::lamb_update(float*, float*, float*, float*, std::int64_t, const std::vector<ParameterRange>&,
-                          const AdamWConfig&, std::uint64_t) {
+                          const AdamWConfig&, std::uint64_t, const LossScaleState*) {
   no_transformer_op(*this, "lamb_update");
 }
 

@@ -18,6 +18,7 @@
 
 #include "dlbench/core/enums.hpp"
 #include "tensor.hpp"
+#include "loss_scaler.hpp"
 
 namespace dlbench::worker {
 
@@ -362,9 +363,13 @@ class Backend {
                                                              std::int64_t offset, DType dtype) = 0;
   virtual std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& config) = 0;
 
-  // Loss scaling: grads *= inverse_scale, and whether every result is finite (the answer waits
-  // for the device, as PyTorch's GradScaler.step does).
-  virtual bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) = 0;
+  // Dynamic loss scaling's check, queued like any op: grads *= 1 / state->scale, then `state`
+  // (in this backend's memory) moves on by next_loss_scale: whether the step overflowed, the next
+  // scale, the clean streak and the skipped count. Nothing waits for the device; the update that
+  // follows, given the same state, skips itself when the step overflowed. So a captured step
+  // graph replays the whole of it.
+  virtual void unscale_and_check_finite(float* grads, std::int64_t count, LossScaleState* state,
+                                        const LossScalingConfig& config) = 0;
   // Adaptive average pooling to (out_h, out_w), PyTorch's window rule.
   virtual void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
   virtual void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;
@@ -382,8 +387,10 @@ class Backend {
   // for another framework to repeat the step (--record-step) and for tests.
   virtual void dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) = 0;
   // Mean softmax cross-entropy over the batch, computed in fp32 or wider whatever the logits'
-  // dtype; writes dlogits = (softmax - onehot) / N · weight · gradient_scale in the logits' dtype
+  // dtype; writes dlogits = (softmax - onehot) / N · weight · *gradient_scale in the logits' dtype
   // (the loss scale is applied before the gradient is rounded, so small gradients survive fp16).
+  // gradient_scale points into this backend's memory (a LossScaleState's scale, read when the op
+  // runs, so a replayed graph uses the current one); null means 1.
   // Logits (N, classes) take one label per sample. Logits (N, classes, H, W), in
   // activation_layout(), take one label per pixel in (N, H, W) order: the mean is over the pixels
   // whose label is not kIgnoreLabel (N counts those), and the others get a zero gradient; with
@@ -392,12 +399,15 @@ class Backend {
   // them) stays with the backend until last_loss() reads it: reading it on a GPU waits for the
   // device, which a timed loop does once per repeat, not once per step.
   virtual void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                                     float gradient_scale, LossTerm term) = 0;
+                                     const float* gradient_scale, LossTerm term) = 0;
   // The loss of the last step that ran (eager or replayed): waits for the device.
   virtual float last_loss() = 0;
   // PyTorch SGD: g += wd·w; buf = momentum·buf + g (buf = g on the first step); w -= lr·buf.
+  // Every update takes `loss_scale`, the state unscale_and_check_finite left in this backend's
+  // memory (null: no loss scaling), and changes nothing when that step overflowed.
   virtual void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
-                          float learning_rate, float momentum, float weight_decay, bool first_step) = 0;
+                          float learning_rate, float momentum, float weight_decay, bool first_step,
+                          const LossScaleState* loss_scale) = 0;
 
   // Transformer ops. Why this backend cannot train a transformer (BERT), or nothing when it can;
   // the ops below are only made, and the row and optimizer calls only made, when it can.
@@ -420,12 +430,13 @@ class Backend {
   virtual void fill_zero(Tensor& t);
   // One AdamW step over the flat buffers (`count` values; `ranges` cover them and say which decay).
   // The gradients are left clipped, as clip_grad_norm_ leaves them.
-  // `update_number` counts applied updates from 1 (the bias corrections). A backend that captures
+  // `update_number` counts update calls from 1; the bias corrections use the applied ones
+  // (applied_update_number: less the steps loss scaling skipped). A backend that captures
   // steps keeps the number where a replay can advance it: a captured call is one update after the
   // call before it, whatever `update_number` said at capture.
   virtual void adamw_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                             const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
-                            std::uint64_t update_number);
+                            std::uint64_t update_number, const LossScaleState* loss_scale);
   // One LAMB step (You et al., 2019, as NVIDIA's BERT pretraining runs it: apex's FusedLAMB in
   // AdamW mode), with AdamW's hyper-parameters and the same global-norm clipping: per tensor,
   // u = m̂ / (√v̂ + ε) + λ·w, and w -= lr · r · u with the trust ratio r = ‖w‖ / ‖u‖ (1 when
@@ -433,7 +444,7 @@ class Backend {
   // tensor: the trust ratio is a tensor's. The same capture rule as adamw_update.
   virtual void lamb_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                            const std::vector<ParameterRange>& tensors, const AdamWConfig& config,
-                           std::uint64_t update_number);
+                           std::uint64_t update_number, const LossScaleState* loss_scale);
 
   // Step capture (CUDA graphs): record the work one step queues, then replay it with one launch.
   // Backends that cannot capture keep these defaults.

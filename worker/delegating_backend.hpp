@@ -36,7 +36,9 @@ class DelegatingBackend : public Backend {
     return inner_.make_channel_slice(part, whole_channels, offset, d);
   }
   std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& c) override { return inner_.make_bilinear_resize(c); }
-  bool unscale_and_check_finite(float* g, std::int64_t n, float f) override { return inner_.unscale_and_check_finite(g, n, f); }
+  void unscale_and_check_finite(float* g, std::int64_t n, LossScaleState* s, const LossScalingConfig& c) override {
+    inner_.unscale_and_check_finite(g, n, s, c);
+  }
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override { inner_.adaptive_avg_pool_forward(x, y); }
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override { inner_.adaptive_avg_pool_backward(dy, dx); }
   void begin_step(std::uint64_t step) override { inner_.begin_step(step); }
@@ -45,11 +47,12 @@ class DelegatingBackend : public Backend {
     inner_.dropout_backward(dy, dx, p, s);
   }
   void dropout_mask(Tensor& mask, float p, std::uint64_t s) override { inner_.dropout_mask(mask, p, s); }
-  void softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d, float scale, LossTerm term) override {
+  void softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d, const float* scale, LossTerm term) override {
     inner_.softmax_cross_entropy(l, y, d, scale, term);
   }
-  void sgd_update(float* v, const float* g, float* b, std::int64_t n, float lr, float m, float wd, bool f) override {
-    inner_.sgd_update(v, g, b, n, lr, m, wd, f);
+  void sgd_update(float* v, const float* g, float* b, std::int64_t n, float lr, float m, float wd, bool f,
+                  const LossScaleState* s) override {
+    inner_.sgd_update(v, g, b, n, lr, m, wd, f, s);
   }
   std::optional<std::string> cannot_run_transformers() const override { return inner_.cannot_run_transformers(); }
   std::unique_ptr<BatchedMatmulOp> make_batched_matmul(const BatchedMatmulConfig& c) override {
@@ -71,12 +74,12 @@ class DelegatingBackend : public Backend {
   }
   void fill_zero(Tensor& t) override { inner_.fill_zero(t); }
   void adamw_update(float* v, float* g, float* m1, float* m2, std::int64_t n, const std::vector<ParameterRange>& r,
-                    const AdamWConfig& c, std::uint64_t t) override {
-    inner_.adamw_update(v, g, m1, m2, n, r, c, t);
+                    const AdamWConfig& c, std::uint64_t t, const LossScaleState* s) override {
+    inner_.adamw_update(v, g, m1, m2, n, r, c, t, s);
   }
   void lamb_update(float* v, float* g, float* m1, float* m2, std::int64_t n, const std::vector<ParameterRange>& r,
-                    const AdamWConfig& c, std::uint64_t t) override {
-    inner_.lamb_update(v, g, m1, m2, n, r, c, t);
+                    const AdamWConfig& c, std::uint64_t t, const LossScaleState* s) override {
+    inner_.lamb_update(v, g, m1, m2, n, r, c, t, s);
   }
   bool can_capture() const override { return inner_.can_capture(); }
   void begin_capture() override { inner_.begin_capture(); }

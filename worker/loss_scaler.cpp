@@ -1,12 +1,11 @@
 #include "loss_scaler.hpp"
 
 #include <cmath>
-#include <limits>
 #include <stdexcept>
 
 namespace dlbench::worker {
 
-LossScaler::LossScaler(LossScalingConfig config) : config_(config), scale_(config.initial_scale) {
+void check_loss_scaling(const LossScalingConfig& config) {
   const auto require = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument("loss scaling: " + what);
   };
@@ -16,20 +15,14 @@ LossScaler::LossScaler(LossScalingConfig config) : config_(config), scale_(confi
   require(config.growth_interval >= 1, "growthInterval must be >= 1");
 }
 
+LossScaler::LossScaler(LossScalingConfig config) : config_(config) {
+  check_loss_scaling(config);
+  state_.scale = config.initial_scale;
+}
+
 bool LossScaler::record_step(bool gradients_finite) {
-  if (!gradients_finite) {
-    // Backs off without falling to zero: the smallest normal float still scales.
-    scale_ = std::fmax(scale_ * config_.backoff_factor, std::numeric_limits<float>::min());
-    streak_ = 0;
-    ++skipped_;
-    return false;
-  }
-  if (++streak_ >= config_.growth_interval) {
-    const float grown = scale_ * config_.growth_factor;
-    if (std::isfinite(grown)) scale_ = grown;  // never grows into inf
-    streak_ = 0;
-  }
-  return true;
+  next_loss_scale(state_, gradients_finite, config_.growth_factor, config_.backoff_factor, config_.growth_interval);
+  return gradients_finite;
 }
 
 }  // namespace dlbench::worker

@@ -4,12 +4,17 @@
 // is skipped (weights and optimizer state untouched) and the scale backs off; after
 // `growth_interval` clean steps in a row the scale grows. bf16 has fp32's range and needs none.
 //
-// The logic is here, apart from any backend, so that it is tested on the CPU; a backend only
-// provides the unscale-and-check pass over the flat gradient buffer.
+// The rule (next_loss_scale) is written once, for the host and the device: the trainer keeps a
+// LossScaleState in the backend's memory and the backend applies the rule there, so that a step
+// needs no decision from the host and a captured step graph scales, checks, skips and backs off
+// by itself at every replay. LossScaler is the same rule on the host, the reference in tests.
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 #include <string>
+
+#include "host_device.hpp"
 
 namespace dlbench::worker {
 
@@ -20,25 +25,60 @@ struct LossScalingConfig {
   std::int64_t growth_interval = 2000;
 };
 
+// Throws std::invalid_argument naming the field when a value is out of range.
+void check_loss_scaling(const LossScalingConfig& config);
+
+// Loss scaling's state as the backend keeps it (plain data: the same bytes on the host and a GPU).
+struct LossScaleState {
+  float scale = 65536.0f;       // what the next step's loss gradient is multiplied by
+  std::int32_t overflowed = 0;  // the last checked step's gradients held an inf or NaN: its update is skipped
+  std::int64_t clean_streak = 0;
+  std::int64_t skipped = 0;     // steps skipped so far, the last one included
+};
+
+// The state after a step was checked (`gradients_finite`): GradScaler's update rule. Backs off
+// without falling to zero (the smallest normal float still scales) and never grows into inf.
+DLBENCH_HOST_DEVICE inline void next_loss_scale(LossScaleState& s, bool gradients_finite, float growth_factor,
+                                                float backoff_factor, std::int64_t growth_interval) {
+  s.overflowed = gradients_finite ? 0 : 1;
+  if (!gradients_finite) {
+    const float backed_off = s.scale * backoff_factor;
+    s.scale = backed_off < FLT_MIN ? FLT_MIN : backed_off;
+    s.clean_streak = 0;
+    ++s.skipped;
+    return;
+  }
+  if (++s.clean_streak >= growth_interval) {
+    const float grown = s.scale * growth_factor;
+    if (grown <= FLT_MAX) s.scale = grown;  // plain comparisons: the same code on both sides
+    s.clean_streak = 0;
+  }
+}
+
+// Adam's bias corrections count applied updates: the `queued`-th update call, after `skipped`
+// skipped steps (this one among them or not), is update number queued − skipped.
+DLBENCH_HOST_DEVICE inline std::uint64_t applied_update_number(std::uint64_t queued, const LossScaleState* s) {
+  return s == nullptr ? queued : queued - static_cast<std::uint64_t>(s->skipped);
+}
+
 class LossScaler {
  public:
   // Throws std::invalid_argument naming the field when a value is out of range.
   explicit LossScaler(LossScalingConfig config = {});
 
-  float scale() const { return scale_; }
-  float inverse_scale() const { return 1.0f / scale_; }
+  float scale() const { return state_.scale; }
+  float inverse_scale() const { return 1.0f / state_.scale; }
   // Records the outcome of one step's check; returns whether the step's update may be applied.
   bool record_step(bool gradients_finite);
 
-  std::int64_t skipped_steps() const { return skipped_; }
-  std::int64_t clean_streak() const { return streak_; }
+  std::int64_t skipped_steps() const { return state_.skipped; }
+  std::int64_t clean_streak() const { return state_.clean_streak; }
+  const LossScaleState& state() const { return state_; }
   const LossScalingConfig& config() const { return config_; }
 
  private:
   LossScalingConfig config_;
-  float scale_;
-  std::int64_t streak_ = 0;
-  std::int64_t skipped_ = 0;
+  LossScaleState state_;
 };
 
 }  // namespace dlbench::worker

@@ -255,6 +255,27 @@ std::vector<float> train_losses(Backend& backend, DType dtype, bool graph = fals
   return losses;
 }
 
+// amp's step graph: loss scaling moves on inside the graph. Started far too high (2^24: a
+// gradient of 0.004 already passes fp16's largest, 65504), the first steps overflow and are
+// skipped and the scale backs off until steps apply; a replayed graph must skip, back off and
+// apply as the eager steps did.
+constexpr int kScaledSteps = 12;
+struct ScaledTrajectory {
+  std::vector<float> losses;
+  LossScaleState state;
+};
+
+ScaledTrajectory scaled_losses(Backend& backend, DType dtype, bool graph) {
+  Trainer trainer(backend, small_conv_net(16, 16, 0.2f), kTrainingInput, 10, kSgd, 3, 0, MemoryReuse::lifetime, dtype);
+  trainer.use_loss_scaling({16777216.0f, 2.0f, 0.5f, 1000});
+  trainer.use_step_graph(graph);
+  ScaledTrajectory run;
+  for (int i = 0; i < kScaledSteps; ++i) run.losses.push_back(trainer.step_and_loss());
+  if (graph && !trainer.step_graph_active()) throw std::runtime_error("the step was not captured as a graph");
+  run.state = *trainer.loss_scale();
+  return run;
+}
+
 // The largest relative difference of two loss trajectories, and at which step.
 std::pair<double, int> trajectory_error(const std::vector<float>& got, const std::vector<float>& want) {
   double worst = 0;
@@ -559,7 +580,7 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
       dlogits.data = grad_memory.get();
       upload(on, logits, z);
       on.copy_from_host(label_memory.get(), labels.data(), labels.size() * sizeof(std::int32_t));
-      on.softmax_cross_entropy(logits, static_cast<const std::int32_t*>(label_memory.get()), dlogits, 1.0f, LossTerm{});
+      on.softmax_cross_entropy(logits, static_cast<const std::int32_t*>(label_memory.get()), dlogits, nullptr, LossTerm{});
       const float loss = on.last_loss();
       return std::make_pair(loss, download(on, dlogits));
     };
@@ -605,8 +626,25 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
   if (backend->can_capture()) {
     checker.run(precision, "step graph replay", [&] {
       // The same kernels in the same order: only algorithms with atomics may reorder sums.
-      if (!eager) eager = train_losses(*backend, dtype);
       auto graph_backend = subject.make(typed);
+      if (uses_loss_scaling(typed)) {
+        const ScaledTrajectory want = scaled_losses(*backend, dtype, false);
+        const ScaledTrajectory got = scaled_losses(*graph_backend, dtype, true);
+        if (want.state.skipped < 1 || want.state.skipped >= kScaledSteps) {
+          return verdict(false, "the eager steps skipped " + std::to_string(want.state.skipped) + " of " +
+                                    std::to_string(kScaledSteps) + ": the check needs both skipped and applied steps");
+        }
+        if (got.state.skipped != want.state.skipped || got.state.scale != want.state.scale) {
+          return verdict(false, "the graph skipped " + std::to_string(got.state.skipped) + " steps and left the scale at " +
+                                    std::to_string(got.state.scale) + "; eager steps: " + std::to_string(want.state.skipped) +
+                                    " and " + std::to_string(want.state.scale));
+        }
+        const auto [error, step] = trajectory_error(got.losses, want.losses);
+        return bounded(error, 1e-4, "the loss against eager steps with loss scaling (" +
+                                        std::to_string(want.state.skipped) + " skipped), worst at step " +
+                                        std::to_string(step + 1));
+      }
+      if (!eager) eager = train_losses(*backend, dtype);
       const auto [error, step] = trajectory_error(train_losses(*graph_backend, dtype, true), *eager);
       return bounded(error, 1e-4, "the loss against eager steps, worst at step " + std::to_string(step + 1));
     });
@@ -629,7 +667,7 @@ void optimizer_checks(Checker& checker, Backend& primary, Backend& reference) {
       float* momentum = grads + n;
       on.copy_from_host(values, w.data(), w.size() * sizeof(float));
       on.copy_from_host(grads, g.data(), g.size() * sizeof(float));
-      for (const bool first : {true, false}) on.sgd_update(values, grads, momentum, n, 0.1f, 0.9f, 1e-4f, first);
+      for (const bool first : {true, false}) on.sgd_update(values, grads, momentum, n, 0.1f, 0.9f, 1e-4f, first, nullptr);
       return std::make_pair(download(on, values, n), download(on, momentum, n));
     };
     const auto [want_w, want_m] = run(reference);
@@ -666,9 +704,9 @@ void optimizer_checks(Checker& checker, Backend& primary, Backend& reference) {
         for (std::uint64_t update = 1; update <= 2; ++update) {
           on.copy_from_host(grads, g.data(), g.size() * sizeof(float));
           if (lamb) {
-            on.lamb_update(values, grads, first, second, n, ranges, config, update);
+            on.lamb_update(values, grads, first, second, n, ranges, config, update, nullptr);
           } else {
-            on.adamw_update(values, grads, first, second, n, ranges, config, update);
+            on.adamw_update(values, grads, first, second, n, ranges, config, update, nullptr);
           }
         }
         return std::make_pair(download(on, values, n), download(on, second, n));
@@ -686,20 +724,36 @@ void loss_scaling_checks(Checker& checker, Backend& primary) {
   checker.run("-", "unscale and overflow check", [&] {
     std::vector<float> g{1024.0f, -2048.0f, 3072.0f, 0.5f, 0.0f};
     auto memory = primary.allocate(g.size() * sizeof(float));
+    auto state_memory = primary.allocate(sizeof(LossScaleState));
     float* grads = static_cast<float*>(memory.get());
+    auto* state = static_cast<LossScaleState*>(state_memory.get());
     const auto n = static_cast<std::int64_t>(g.size());
-    primary.copy_from_host(grads, g.data(), g.size() * sizeof(float));
-    const bool clean = primary.unscale_and_check_finite(grads, n, 1.0f / 1024.0f);
+    const LossScalingConfig config{1024.0f, 2.0f, 0.5f, 1000};
+    // Checks g with the scale at 1024 and reads back the state the device moved on.
+    const auto check = [&] {
+      primary.copy_from_host(grads, g.data(), g.size() * sizeof(float));
+      LossScaleState start;
+      start.scale = config.initial_scale;
+      primary.copy_from_host(state, &start, sizeof start);
+      primary.unscale_and_check_finite(grads, n, state, config);
+      LossScaleState after;
+      primary.copy_to_host(&after, state, sizeof after);
+      return after;
+    };
+    const LossScaleState clean = check();
     const auto unscaled = download(primary, grads, n);
     const std::vector<float> expected{1.0f, -2.0f, 3.0f, 0.5f / 1024.0f, 0.0f};
-    if (!clean) return verdict(false, "finite gradients reported as overflowing");
+    if (clean.overflowed != 0) return verdict(false, "finite gradients reported as overflowing");
     if (!same_bits(unscaled, expected)) return verdict(false, "gradients not divided exactly by the scale");
+    if (clean.scale != 1024.0f || clean.clean_streak != 1 || clean.skipped != 0) {
+      return verdict(false, "a clean step did not leave the scale and count one more clean step");
+    }
     for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
       g[2] = bad;
-      primary.copy_from_host(grads, g.data(), g.size() * sizeof(float));
-      if (primary.unscale_and_check_finite(grads, n, 1.0f)) {
-        return verdict(false, std::string("a gradient of ") + (std::isnan(bad) ? "NaN" : "inf") + " was not reported");
-      }
+      const LossScaleState after = check();
+      const std::string what = std::string("a gradient of ") + (std::isnan(bad) ? "NaN" : "inf");
+      if (after.overflowed == 0) return verdict(false, what + " was not reported");
+      if (after.scale != 512.0f || after.skipped != 1) return verdict(false, what + " did not halve the scale and count a skip");
     }
     return verdict(true, "");
   });
@@ -718,7 +772,7 @@ void loss_scaling_checks(Checker& checker, Backend& primary) {
     trainer.step();  // the poisoned one
     if (!trainer.last_step_skipped()) return verdict(false, "a step with an inf gradient was applied");
     if (!same_bits(before, weights_of(primary, trainer))) return verdict(false, "a skipped step changed the weights");
-    if (trainer.loss_scaler()->scale() != 32768.0f) return verdict(false, "the scale did not back off to 32768");
+    if (trainer.loss_scale()->scale != 32768.0f) return verdict(false, "the scale did not back off to 32768");
     trainer.step();
     const auto after = weights_of(primary, trainer);
     if (trainer.last_step_skipped() || same_bits(before, after)) return verdict(false, "the next clean step was not applied");

@@ -204,7 +204,8 @@ void Trainer::forward_and_loss() {
   backend_.begin_step(context_.step);  // inside a capture this becomes "the step after the last"
   arena_.begin_step();  // poison mode: every buffer dies again this step
   const auto* labels = static_cast<const std::int32_t*>(labels_storage_.data);
-  const float gradient_scale = scaler_ ? scaler_->scale() : 1.0f;
+  // The scale as the backend holds it: a replayed step reads the current one.
+  const float* gradient_scale = loss_scaling_ ? &loss_scale_state()->scale : nullptr;
   context_.labels = labels;
   context_.gradient_scale = gradient_scale;
   context_.loss_terms = 0;
@@ -227,15 +228,31 @@ void Trainer::queue_gradients() {
   forward_and_loss();  // with loss scaling, dlogits is already scaled
   network_->backward(loss_.dlogits(), context_);
   if (before_update_) before_update_();
-  if (scaler_) {
-    gradients_finite_ =
-        backend_.unscale_and_check_finite(parameters_.grads(), parameters_.count(), scaler_->inverse_scale());
+  if (loss_scaling_) {
+    backend_.unscale_and_check_finite(parameters_.grads(), parameters_.count(), loss_scale_state(), *loss_scaling_);
   }
 }
 
 void Trainer::use_loss_scaling(LossScalingConfig config) {
-  if (use_graph_) throw std::invalid_argument("loss scaling decides on the host whether a step applies; not with step graphs");
-  scaler_.emplace(config);
+  check_loss_scaling(config);
+  if (graph_captured_) throw std::logic_error("use_loss_scaling: a step graph is already captured without it");
+  if (!loss_scale_memory_) loss_scale_memory_ = backend_.allocate(sizeof(LossScaleState));
+  LossScaleState initial;
+  initial.scale = config.initial_scale;
+  backend_.copy_from_host(loss_scale_memory_.get(), &initial, sizeof initial);
+  loss_scaling_ = config;
+}
+
+std::optional<LossScaleState> Trainer::loss_scale() {
+  if (!loss_scaling_) return std::nullopt;
+  LossScaleState state;
+  backend_.copy_to_host(&state, loss_scale_memory_.get(), sizeof state);
+  return state;
+}
+
+bool Trainer::last_step_skipped() {
+  const auto state = loss_scale();
+  return state && state->overflowed != 0;
 }
 
 void Trainer::step() {
@@ -247,23 +264,21 @@ void Trainer::step() {
   const bool capture = use_graph_ && context_.step >= 1;  // the first step runs eagerly: algorithms, workspace
   if (capture) backend_.begin_capture();
   queue_gradients();
-  last_step_skipped_ = scaler_ && !scaler_->record_step(gradients_finite_);
-  if (!last_step_skipped_) {
-    // Captured at step >= 1, so the recorded update is never the first (momentum buffer = grad).
-    if (adamw_ && lamb_) {
-      backend_.lamb_update(parameters_.values(), parameters_.grads(), parameters_.momentum(),
-                           parameters_.second_moment(), parameters_.count(), decay_ranges_, *adamw_,
-                           updates_applied_ + 1);
-    } else if (adamw_) {
-      backend_.adamw_update(parameters_.values(), parameters_.grads(), parameters_.momentum(),
-                            parameters_.second_moment(), parameters_.count(), decay_ranges_, *adamw_,
-                            updates_applied_ + 1);
-    } else {
-      backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.count(),
-                          sgd_.learning_rate, sgd_.momentum, sgd_.weight_decay, updates_applied_ == 0);
-    }
-    ++updates_applied_;
+  // Whether the update applies is the backend's to decide, on the device (loss scaling's state):
+  // the host queues it either way.
+  const LossScaleState* loss_scale = loss_scaling_ ? loss_scale_state() : nullptr;
+  // Captured at step >= 1, so the recorded update is never the first (momentum buffer = grad).
+  if (adamw_ && lamb_) {
+    backend_.lamb_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.second_moment(),
+                         parameters_.count(), decay_ranges_, *adamw_, updates_queued_ + 1, loss_scale);
+  } else if (adamw_) {
+    backend_.adamw_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.second_moment(),
+                          parameters_.count(), decay_ranges_, *adamw_, updates_queued_ + 1, loss_scale);
+  } else {
+    backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.count(),
+                        sgd_.learning_rate, sgd_.momentum, sgd_.weight_decay, updates_queued_ == 0, loss_scale);
   }
+  ++updates_queued_;
   if (capture) {
     backend_.end_capture();
     graph_captured_ = true;
@@ -302,7 +317,6 @@ void Trainer::copy_sequences_to_host(std::vector<std::int32_t>& token_ids, std::
 }
 
 void Trainer::use_step_graph(bool on) {
-  if (on && scaler_) throw std::invalid_argument("step graphs cannot skip steps: not with loss scaling");
   if (on && !backend_.can_capture()) {
     throw std::invalid_argument("the " + backend_.name() + " backend cannot capture a step as a graph");
   }

@@ -92,11 +92,14 @@ class Trainer {
   float compute_gradients();
   // Dynamic loss scaling (for fp16): the loss gradient is multiplied by the scale, the
   // gradients divided by it after the before-update hook and checked; a step with an inf or
-  // NaN leaves the weights and momentum untouched. Not with step graphs (the skip is decided
-  // on the host).
+  // NaN leaves the weights and optimizer state untouched. The state lives in the backend's
+  // memory and moves on there (LossScaleState, next_loss_scale), so no step waits for the host's
+  // decision and a captured step graph skips and backs off by itself. Before any step is captured.
   void use_loss_scaling(LossScalingConfig config);
-  const LossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
-  bool last_step_skipped() const { return last_step_skipped_; }
+  // The loss scaling state after the last step (waits for the device), or nothing without.
+  std::optional<LossScaleState> loss_scale();
+  // Whether the last step's update was skipped (waits for the device).
+  bool last_step_skipped();
   // Forward and loss only (gradients and weights untouched).
   float loss();
   // AdamW with global-norm clipping instead of SGD, from the next step on (BERT's optimizer).
@@ -149,10 +152,13 @@ class Trainer {
   std::int64_t label_count_ = 0;  // batch, or batch × height × width for per-pixel labels
   StepContext context_;
   std::function<void()> before_update_;
-  std::optional<LossScaler> scaler_;
-  bool gradients_finite_ = true;
-  bool last_step_skipped_ = false;
-  std::uint64_t updates_applied_ = 0;  // the first applied update starts the momentum buffers
+  std::optional<LossScalingConfig> loss_scaling_;
+  std::shared_ptr<void> loss_scale_memory_;  // one LossScaleState in the backend's memory
+  LossScaleState* loss_scale_state() { return static_cast<LossScaleState*>(loss_scale_memory_.get()); }
+  // Update calls queued, skipped or not: the first starts the momentum buffers (a skipped first
+  // step leaves them zero, from which the next update starts them alike), and Adam counts its
+  // applied updates from it less the skipped steps (applied_update_number).
+  std::uint64_t updates_queued_ = 0;
   std::optional<AdamWConfig> adamw_;  // AdamW's, or LAMB's with lamb_
   bool lamb_ = false;
   std::vector<ParameterRange> decay_ranges_;  // runs of tensors for AdamW, one per tensor for LAMB

@@ -235,6 +235,11 @@ json to_json(const ResultDocument& doc) {
     out["memory"] = std::move(memory);
   }
   if (doc.profile) out["profile"] = profile_to_json(*doc.profile);
+  if (doc.loss_scaling) {
+    out["lossScaling"] = json{{"finalScale", doc.loss_scaling->final_scale},
+                              {"skippedSteps", doc.loss_scaling->skipped_steps},
+                              {"steps", doc.loss_scaling->steps}};
+  }
   if (doc.peak_flops_per_device) out["peakFlopsPerDevice"] = *doc.peak_flops_per_device;
   if (doc.mfu) out["mfu"] = *doc.mfu;
   if (!doc.start_time.empty()) out["startTime"] = doc.start_time;
@@ -248,7 +253,8 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   if (!d.expect_object(document, "")) return d.finish(std::move(doc));
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "imageHeight", "imageWidth", "sequenceLength", "devices", "globalBatchSize",
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
-                                  "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "profile", "interference", "stability",
+                                  "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "profile", "lossScaling",
+                                  "interference", "stability",
                                   "environment", "startTime", "endTime"});
   require_schema(d, document, kResultSchema);
   d.read_string(document, "", "run", doc.run);
@@ -336,6 +342,24 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
     doc.memory = memory;
   }
   if (const json* p = Decoder::find(document, "profile")) doc.profile = decode_profile(d, *p, "profile");
+  if (const json* l = Decoder::find(document, "lossScaling"); l != nullptr && d.expect_object(*l, "lossScaling")) {
+    d.reject_unknown(*l, "lossScaling", {"finalScale", "skippedSteps", "steps"});
+    LossScalingReport report;
+    if (const json* v = d.require(*l, "lossScaling", "finalScale", "the scale the case ended at")) {
+      if (auto x = d.measurement(*v, "lossScaling.finalScale")) {
+        report.final_scale = *x;
+        if (*x <= 0.0) d.fail("lossScaling.finalScale", "must be > 0");
+      }
+    }
+    if (d.require(*l, "lossScaling", "steps", "the case's steps")) {
+      d.read_int64(*l, "lossScaling", "steps", {1, std::numeric_limits<std::int64_t>::max()}, report.steps);
+    }
+    if (d.require(*l, "lossScaling", "skippedSteps", "steps skipped for an inf or NaN gradient")) {
+      d.read_int64(*l, "lossScaling", "skippedSteps", {0, std::numeric_limits<std::int64_t>::max()}, report.skipped_steps);
+    }
+    if (report.steps > 0 && report.skipped_steps > report.steps) d.fail("lossScaling.skippedSteps", "exceeds steps");
+    doc.loss_scaling = report;
+  }
   if (const json* p = Decoder::find(document, "peakFlopsPerDevice")) {
     doc.peak_flops_per_device = d.measurement(*p, "peakFlopsPerDevice");
   }

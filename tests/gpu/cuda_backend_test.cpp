@@ -241,18 +241,18 @@ TEST_F(CudaBackendTest, LossDropoutPoolingAndSgdMatchTheCpu) {
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i * 61 % 1000);
   auto gpu_labels = gpu_->allocate(labels.size() * sizeof(std::int32_t));
   gpu_->copy_from_host(gpu_labels.get(), labels.data(), labels.size() * sizeof(std::int32_t));
-  cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, LossTerm{});
+  cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), nullptr, LossTerm{});
   const float cpu_loss = cpu_->last_loss();
   const auto* device_labels = static_cast<const std::int32_t*>(gpu_labels.get());
-  gpu_->softmax_cross_entropy(logits.gpu(), device_labels, dlogits.gpu(), 1.0f, LossTerm{});
+  gpu_->softmax_cross_entropy(logits.gpu(), device_labels, dlogits.gpu(), nullptr, LossTerm{});
   const float gpu_loss = gpu_->last_loss();
   EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
   EXPECT_LT(dlogits.error(), 1e-5);
   // A second, weighted term adds to the step's loss on the device (InceptionV3's main head after its auxiliary one).
   const LossTerm main_term{0.5f, true};
-  cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, main_term);
+  cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), nullptr, main_term);
   const float cpu_total = cpu_->last_loss();
-  gpu_->softmax_cross_entropy(logits.gpu(), device_labels, dlogits.gpu(), 1.0f, main_term);
+  gpu_->softmax_cross_entropy(logits.gpu(), device_labels, dlogits.gpu(), nullptr, main_term);
   const float gpu_total = gpu_->last_loss();
   EXPECT_NEAR(cpu_total, 1.5f * cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
   EXPECT_NEAR(gpu_total, cpu_total, 1e-5 * std::fabs(static_cast<double>(cpu_total)));
@@ -286,8 +286,8 @@ TEST_F(CudaBackendTest, LossDropoutPoolingAndSgdMatchTheCpu) {
   const std::int64_t n = 100003;
   auto w = pair(Shape(n), false, 23), g = pair(Shape(n), false, 24), buffer = zeros(Shape(n), false);
   for (const bool first : {true, false}) {
-    cpu_->sgd_update(w.cpu().as<float>(), g.cpu().as<float>(), buffer.cpu().as<float>(), n, 0.1f, 0.9f, 1e-4f, first);
-    gpu_->sgd_update(w.gpu().as<float>(), g.gpu().as<float>(), buffer.gpu().as<float>(), n, 0.1f, 0.9f, 1e-4f, first);
+    cpu_->sgd_update(w.cpu().as<float>(), g.cpu().as<float>(), buffer.cpu().as<float>(), n, 0.1f, 0.9f, 1e-4f, first, nullptr);
+    gpu_->sgd_update(w.gpu().as<float>(), g.gpu().as<float>(), buffer.gpu().as<float>(), n, 0.1f, 0.9f, 1e-4f, first, nullptr);
   }
   gpu_->synchronize();
   EXPECT_LT(w.error(), 1e-6);
@@ -322,10 +322,10 @@ TEST_F(CudaBackendTest, BilinearResizeAndPerPixelLossMatchTheCpu) {
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = i % 7 == 3 ? kIgnoreLabel : static_cast<std::int32_t>(i * 13 % 19);
   auto gpu_labels = gpu_->allocate(labels.size() * sizeof(std::int32_t));
   gpu_->copy_from_host(gpu_labels.get(), labels.data(), labels.size() * sizeof(std::int32_t));
-  cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), 1.0f, LossTerm{});
+  cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), nullptr, LossTerm{});
   const float cpu_loss = cpu_->last_loss();
   gpu_->softmax_cross_entropy(logits.gpu(), static_cast<const std::int32_t*>(gpu_labels.get()),
-                                                     dlogits.gpu(), 1.0f, LossTerm{});
+                                                     dlogits.gpu(), nullptr, LossTerm{});
   const float gpu_loss = gpu_->last_loss();
   EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
   EXPECT_NEAR(gpu_->last_loss(), cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));

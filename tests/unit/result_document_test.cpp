@@ -105,6 +105,29 @@ TEST(ResultDocument, StepProfileRoundTripsIsCheckedAndGoesFirstFromATerminationM
   EXPECT_TRUE(compact["environment"].contains("hosts")) << "the profile goes before anything else";
 }
 
+// amp's loss scaling outcome: how many of the case's steps were skipped and the scale it ended at.
+TEST(ResultDocument, LossScalingRoundTripsAndIsChecked) {
+  ResultDocument doc = sample_document();
+  doc.loss_scaling = LossScalingReport{32768.0, 3, 130};
+  json j = to_json(doc);
+  EXPECT_EQ(j["lossScaling"]["skippedSteps"], 3);
+  EXPECT_EQ(j["lossScaling"]["finalScale"], 32768.0);
+  const auto decoded = decode_result_document(j);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(*decoded.value, doc);
+
+  json bad = j;
+  bad["lossScaling"]["skippedSteps"] = 131;
+  bad["lossScaling"]["finalScale"] = 0.0;
+  bad["lossScaling"]["growth"] = 2;
+  EXPECT_THAT(errors_of(bad), ::testing::UnorderedElementsAre("lossScaling.skippedSteps: exceeds steps",
+                                                              "lossScaling.finalScale: must be > 0",
+                                                              ::testing::StartsWith("lossScaling.growth: unknown field")));
+  bad = j;
+  bad["lossScaling"].erase("steps");
+  EXPECT_THAT(errors_of(bad), ::testing::ElementsAre(::testing::StartsWith("lossScaling.steps: required")));
+}
+
 // A stability report must follow from the reported repeats: its cv is theirs, its verdict is cv
 // against maxCv, and reason Unstable goes with an unstable verdict and nothing else.
 TEST(ResultDocument, StabilityFollowsFromTheRepeatsAndReachesTheStatus) {

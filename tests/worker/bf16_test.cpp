@@ -134,7 +134,7 @@ TEST(Bf16, CrossEntropyFromBf16Logits) {
     logits.dtype = dlogits.dtype = dtype;
     logits.data = logits_bytes.data();
     dlogits.data = grad_bytes.data();
-    backend.softmax_cross_entropy(logits, labels.data(), dlogits, scale, LossTerm{});
+    backend.softmax_cross_entropy(logits, labels.data(), dlogits, &scale, LossTerm{});
     const float loss = backend.last_loss();
     return std::make_pair(loss, decode(grad_bytes.data(), z.size(), dtype));
   };

@@ -1,10 +1,12 @@
-// Dynamic loss scaling, on the CPU: the scaler's rules, and the trainer under it — scaling by
-// a power of two changes no bit of a clean trajectory; a step whose gradients hold an inf or
-// NaN is skipped with the weights and momentum untouched and the scale halved; clean steps
-// grow the scale back.
+// Dynamic loss scaling, on the CPU: the scaler's rules, the backend's check moving the state on
+// by the same rules, and the trainer under it — scaling by a power of two changes no bit of a
+// clean trajectory; a step whose gradients hold an inf or NaN is skipped with the weights and
+// optimizer state untouched and the scale halved; clean steps grow the scale back; Adam's bias
+// corrections count applied updates only.
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -90,7 +92,7 @@ TEST(LossScaling, APowerOfTwoScaleChangesNoBitOfACleanTrajectory) {
     EXPECT_EQ(a, b) << "step " << i;
     EXPECT_FALSE(scaled.trainer.last_step_skipped());
   }
-  EXPECT_EQ(scaled.trainer.loss_scaler()->scale(), 4096.0f);
+  EXPECT_EQ(scaled.trainer.loss_scale()->scale, 4096.0f);
   EXPECT_TRUE(same_bits(plain.weights(), scaled.weights()));
   EXPECT_TRUE(same_bits(plain.momentum(), scaled.momentum()));
 }
@@ -118,8 +120,8 @@ TEST(LossScaling, AnInfOrNanGradientSkipsTheStepAndHalvesTheScale) {
     EXPECT_TRUE(run.trainer.last_step_skipped()) << bad;
     EXPECT_TRUE(same_bits(weights, run.weights())) << "weights changed by a skipped step (" << bad << ")";
     EXPECT_TRUE(same_bits(momentum, run.momentum())) << "momentum changed by a skipped step (" << bad << ")";
-    EXPECT_EQ(run.trainer.loss_scaler()->scale(), 32768.0f);
-    EXPECT_EQ(run.trainer.loss_scaler()->skipped_steps(), 1);
+    EXPECT_EQ(run.trainer.loss_scale()->scale, 32768.0f);
+    EXPECT_EQ(run.trainer.loss_scale()->skipped, 1);
     run.trainer.step();
     EXPECT_FALSE(run.trainer.last_step_skipped());
     EXPECT_FALSE(same_bits(weights, run.weights()));
@@ -143,10 +145,57 @@ TEST(LossScaling, ASkippedFirstStepLeavesTheFirstUpdateToTheNext) {
   EXPECT_TRUE(same_bits(clean.momentum(), skipped.momentum()));
 }
 
-TEST(LossScaling, NotWithStepGraphs) {
-  TrainingRun run;
-  run.trainer.use_loss_scaling({});
-  EXPECT_THROW(run.trainer.use_step_graph(true), std::invalid_argument);
+// The backend's check (the state in its memory, moved on where it lives) against the host's
+// rule, over a long run of clean and overflowing steps: the same scale, streak, skips and verdict.
+TEST(LossScaling, TheBackendMovesTheStateOnByTheHostsRule) {
+  CpuBackend backend(2);
+  const LossScalingConfig config{1024.0f, 2.0f, 0.5f, 3};
+  LossScaler reference(config);
+  auto memory = backend.allocate(sizeof(LossScaleState) + 64 * sizeof(float));
+  auto* state = static_cast<LossScaleState*>(memory.get());
+  auto* grads = reinterpret_cast<float*>(state + 1);
+  state->scale = config.initial_scale;
+  std::mt19937 rng(7);
+  for (int step = 0; step < 200; ++step) {
+    for (int i = 0; i < 64; ++i) grads[i] = static_cast<float>(i) * reference.scale();
+    const bool overflows = rng() % 4 == 0;
+    if (overflows) grads[rng() % 64] = rng() % 2 ? std::numeric_limits<float>::infinity() : std::nanf("");
+    backend.unscale_and_check_finite(grads, 64, state, config);
+    const bool applies = reference.record_step(!overflows);
+    ASSERT_EQ(state->overflowed != 0, !applies) << "step " << step;
+    ASSERT_EQ(state->scale, reference.scale()) << "step " << step;
+    ASSERT_EQ(state->clean_streak, reference.clean_streak()) << "step " << step;
+    ASSERT_EQ(state->skipped, reference.skipped_steps()) << "step " << step;
+    if (!overflows) {
+      for (int i = 0; i < 64; ++i) ASSERT_EQ(grads[i], static_cast<float>(i)) << "step " << step;
+    }
+  }
+  EXPECT_GT(reference.skipped_steps(), 20);
+  EXPECT_GT(reference.scale(), 0.0f);
+}
+
+// A skipped step in the middle of AdamW or LAMB training: the run goes on as the clean one, one
+// step late, bit for bit. Bias corrections counted by update calls instead of applied updates
+// would correct the next update as the fourth, not the third, and leave that trajectory.
+TEST(LossScaling, AdamCountsAppliedUpdatesOnlyAfterASkippedStep) {
+  for (const bool lamb : {false, true}) {
+    TrainingRun clean, skipped;
+    const AdamWConfig adam{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f};
+    for (TrainingRun* run : {&clean, &skipped}) {
+      if (lamb) {
+        run->trainer.use_lamb(adam);
+      } else {
+        run->trainer.use_adamw(adam);
+      }
+      run->trainer.use_loss_scaling({256.0f, 2.0f, 0.5f, 1000});
+    }
+    inject(skipped.trainer, std::numeric_limits<float>::infinity(), {2});
+    for (int i = 0; i < 3; ++i) clean.trainer.step();
+    for (int i = 0; i < 4; ++i) skipped.trainer.step();
+    EXPECT_EQ(skipped.trainer.loss_scale()->skipped, 1) << (lamb ? "lamb" : "adamw");
+    EXPECT_TRUE(same_bits(clean.weights(), skipped.weights())) << (lamb ? "lamb" : "adamw");
+    EXPECT_TRUE(same_bits(clean.momentum(), skipped.momentum())) << (lamb ? "lamb" : "adamw");
+  }
 }
 
 }  // namespace

@@ -64,12 +64,18 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   }
   void adamw_update(float* values, float* grads, float* first, float* second, std::int64_t count,
                     const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
-                    std::uint64_t update_number) override {
-    inner_.adamw_update(values, grads, first, second, count, ranges, config, frozen_adamw_step ? 1 : update_number);
+                    std::uint64_t update_number, const LossScaleState* loss_scale) override {
+    inner_.adamw_update(values, grads, first, second, count, ranges, config, frozen_adamw_step ? 1 : update_number,
+                        loss_scale);
   }
-  bool unscale_and_check_finite(float* g, std::int64_t n, float inverse_scale) override {
-    const bool finite = inner_.unscale_and_check_finite(g, n, inverse_scale);
-    return blind_overflow || finite;
+  // The state is in host memory here: a blind check moves it on as if every gradient were finite.
+  void unscale_and_check_finite(float* g, std::int64_t n, LossScaleState* state, const LossScalingConfig& c) override {
+    LossScaleState before = *state;
+    inner_.unscale_and_check_finite(g, n, state, c);
+    if (blind_overflow) {
+      next_loss_scale(before, true, c.growth_factor, c.backoff_factor, c.growth_interval);
+      *state = before;
+    }
   }
 
  private:

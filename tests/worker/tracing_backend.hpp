@@ -64,9 +64,10 @@ class TracingBackend final : public Backend {
     return std::make_unique<Resize>(*this, inner_.make_bilinear_resize(c));
   }
 
-  bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override {
+  void unscale_and_check_finite(float* grads, std::int64_t count, LossScaleState* state,
+                                const LossScalingConfig& config) override {
     record({grads});
-    return inner_.unscale_and_check_finite(grads, count, inverse_scale);
+    inner_.unscale_and_check_finite(grads, count, state, config);
   }
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override {
     record({x.data, y.data});
@@ -89,16 +90,17 @@ class TracingBackend final : public Backend {
     record({mask.data});
     inner_.dropout_mask(mask, p, seed);
   }
-  void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, float gradient_scale,
-                             LossTerm term) override {
+  void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
+                             const float* gradient_scale, LossTerm term) override {
     record({logits.data, labels, dlogits.data});
     inner_.softmax_cross_entropy(logits, labels, dlogits, gradient_scale, term);
   }
   float last_loss() override { return inner_.last_loss(); }
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
-                  float momentum, float weight_decay, bool first_step) override {
+                  float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale) override {
     record({values, grads, momentum_buffer});
-    inner_.sgd_update(values, grads, momentum_buffer, count, learning_rate, momentum, weight_decay, first_step);
+    inner_.sgd_update(values, grads, momentum_buffer, count, learning_rate, momentum, weight_decay, first_step,
+                      loss_scale);
   }
 
  private:

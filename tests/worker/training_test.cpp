@@ -84,12 +84,12 @@ TEST(Training, SgdMatchesPyTorchRule) {
   float w[] = {1.0f, -2.0f};
   const float g[] = {0.5f, 0.25f};
   float buf[] = {0.0f, 0.0f};
-  backend.sgd_update(w, g, buf, 2, 0.1f, 0.9f, 0.01f, true);
+  backend.sgd_update(w, g, buf, 2, 0.1f, 0.9f, 0.01f, true, nullptr);
   // d = g + wd·w = {0.51, 0.23}; buf = d; w -= 0.1·buf
   EXPECT_FLOAT_EQ(buf[0], 0.51f);
   EXPECT_FLOAT_EQ(w[0], 1.0f - 0.051f);
   EXPECT_FLOAT_EQ(w[1], -2.0f - 0.023f);
-  backend.sgd_update(w, g, buf, 2, 0.1f, 0.9f, 0.01f, false);
+  backend.sgd_update(w, g, buf, 2, 0.1f, 0.9f, 0.01f, false, nullptr);
   const float d0 = 0.5f + 0.01f * 0.949f;
   EXPECT_FLOAT_EQ(buf[0], 0.9f * 0.51f + d0);
   EXPECT_FLOAT_EQ(w[0], 0.949f - 0.1f * (0.9f * 0.51f + d0));

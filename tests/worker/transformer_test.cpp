@@ -221,7 +221,7 @@ TEST(TransformerOps, AdamWFollowsTorchsUpdateAfterClipping) {
   for (std::uint64_t t = 1; t <= 3; ++t) {
     auto [g, clip] = gradients_above_the_clip(count, 10 + t);
     const std::vector<float> unclipped = g;  // the update clips g in place
-    backend.adamw_update(w.data(), g.data(), m.data(), v.data(), static_cast<std::int64_t>(count), ranges, c, t);
+    backend.adamw_update(w.data(), g.data(), m.data(), v.data(), static_cast<std::int64_t>(count), ranges, c, t, nullptr);
     const double step_size = 0.01 / (1.0 - std::pow(0.9, static_cast<double>(t)));
     const double root_correction = std::sqrt(1.0 - std::pow(0.999, static_cast<double>(t)));
     for (std::size_t i = 0; i < count; ++i) {
@@ -251,7 +251,7 @@ TEST(TransformerOps, LambFollowsApexFusedLambAfterClipping) {
   for (std::uint64_t t = 1; t <= 3; ++t) {
     auto [g, clip] = gradients_above_the_clip(count, 20 + t);
     const std::vector<float> unclipped = g;  // the update clips g in place
-    backend.lamb_update(w.data(), g.data(), m.data(), v.data(), static_cast<std::int64_t>(count), tensors, c, t);
+    backend.lamb_update(w.data(), g.data(), m.data(), v.data(), static_cast<std::int64_t>(count), tensors, c, t, nullptr);
     const double correction1 = 1.0 - std::pow(0.9, static_cast<double>(t));
     const double correction2 = 1.0 - std::pow(0.999, static_cast<double>(t));
     for (const ParameterRange& tensor : tensors) {

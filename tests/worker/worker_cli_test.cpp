@@ -563,21 +563,22 @@ TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
   const Outcome graph = worker("--backend cpu --cuda-graph on");
   EXPECT_EQ(graph.exit_code, 2);
   EXPECT_THAT(graph.err, HasSubstr("--cuda-graph: on needs --backend cuda"));
-  // A step graph with amp is refused before any model is built (it once failed the case after).
-  const Outcome amp_graph = worker("--backend cuda --cuda-graph on --precision amp");
-  EXPECT_EQ(amp_graph.exit_code, 2);
-  EXPECT_THAT(amp_graph.err, ::testing::AnyOf(HasSubstr("--backend: \"cuda\""),  // built without CUDA
-                                              HasSubstr("allowed with --precision amp: off")));
-  const Outcome cuda = worker("--backend cuda --precision amp --batch-size 2 --image-size 32 --repeats 1");
-  // Built with CUDA: amp trains on a GPU (fp16, channels last, loss scaling), or, with no GPU
-  // here, the case fails saying so; without CUDA: cuda is refused.
-  if (cuda.exit_code == 2) {
-    EXPECT_THAT(cuda.err, HasSubstr("--backend: \"cuda\""));
-  } else if (decoded(cuda.out).reason == "BackendUnavailable") {
-    EXPECT_THAT(decoded(cuda.out).message, HasSubstr("no usable CUDA device"));
-  } else {
-    EXPECT_EQ(cuda.exit_code, 0) << cuda.err;
-    EXPECT_EQ(decoded(cuda.out).state, CaseState::Succeeded) << cuda.out;
+  // Built with CUDA: amp trains on a GPU (fp16, channels last, loss scaling), eagerly or as a
+  // replayed step graph (the loss scale moves on on the device: no longer refused), or, with no
+  // GPU here, the case fails saying so; without CUDA: cuda is refused.
+  for (const std::string step_graph : {"off", "on"}) {
+    const Outcome cuda =
+        worker("--backend cuda --precision amp --batch-size 2 --image-size 32 --repeats 1 --cuda-graph " + step_graph);
+    if (cuda.exit_code == 2) {
+      EXPECT_THAT(cuda.err, HasSubstr("--backend: \"cuda\"")) << step_graph;
+    } else if (decoded(cuda.out).reason == "BackendUnavailable") {
+      EXPECT_THAT(decoded(cuda.out).message, HasSubstr("no usable CUDA device")) << step_graph;
+    } else {
+      EXPECT_EQ(cuda.exit_code, 0) << cuda.err;
+      EXPECT_EQ(decoded(cuda.out).state, CaseState::Succeeded) << step_graph << ": " << cuda.out;
+      ASSERT_TRUE(decoded(cuda.out).loss_scaling) << "amp's result says how many steps it skipped";
+      EXPECT_LE(decoded(cuda.out).loss_scaling->skipped_steps, decoded(cuda.out).loss_scaling->steps);
+    }
   }
   const Outcome mpi = worker("--backend cuda --communicator mpi");
   EXPECT_EQ(mpi.exit_code, 2);

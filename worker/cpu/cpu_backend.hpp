@@ -39,7 +39,8 @@ class CpuBackend final : public Backend {
                                                      std::int64_t offset, DType dtype) override;
   std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& config) override;
 
-  bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override;
+  void unscale_and_check_finite(float* grads, std::int64_t count, LossScaleState* state,
+                                const LossScalingConfig& config) override;
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void begin_step(std::uint64_t step) override { step_ = step; }
@@ -47,10 +48,10 @@ class CpuBackend final : public Backend {
   void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t layer_seed) override;
   void dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) override;
   void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                             float gradient_scale, LossTerm term) override;
+                             const float* gradient_scale, LossTerm term) override;
   float last_loss() override { return static_cast<float>(step_loss_); }
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
-                  float momentum, float weight_decay, bool first_step) override;
+                  float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale) override;
 
   std::optional<std::string> cannot_run_transformers() const override { return std::nullopt; }
   std::unique_ptr<BatchedMatmulOp> make_batched_matmul(const BatchedMatmulConfig& config) override;
@@ -64,10 +65,10 @@ class CpuBackend final : public Backend {
   void fill_zero(Tensor& t) override;
   void adamw_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                     const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
-                    std::uint64_t update_number) override;
+                    std::uint64_t update_number, const LossScaleState* loss_scale) override;
   void lamb_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                     const std::vector<ParameterRange>& tensors, const AdamWConfig& config,
-                    std::uint64_t update_number) override;
+                    std::uint64_t update_number, const LossScaleState* loss_scale) override;
 
   const dnnl::engine& engine() const { return engine_; }
   dnnl::stream& stream() { return stream_; }

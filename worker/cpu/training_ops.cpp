@@ -23,14 +23,17 @@
 
 namespace dlbench::worker {
 
-bool CpuBackend::unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) {
+// The CPU's memory is the host's: the state is read and moved on in place.
+void CpuBackend::unscale_and_check_finite(float* grads, std::int64_t count, LossScaleState* state,
+                                          const LossScalingConfig& config) {
+  const float inverse_scale = 1.0f / state->scale;
   int non_finite = 0;
 #pragma omp parallel for simd schedule(static) reduction(| : non_finite)
   for (std::int64_t i = 0; i < count; ++i) {
     grads[i] *= inverse_scale;
     non_finite |= !std::isfinite(grads[i]);
   }
-  return non_finite == 0;
+  next_loss_scale(*state, non_finite == 0, config.growth_factor, config.backoff_factor, config.growth_interval);
 }
 
 namespace {
@@ -234,17 +237,20 @@ void CpuBackend::dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) {
 }
 
 void CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                                        float gradient_scale, LossTerm term) {
+                                        const float* gradient_scale, LossTerm term) {
   float loss = 0;
+  const float scale = gradient_scale != nullptr ? *gradient_scale : 1.0f;
   with_element_type(logits.dtype, [&]<typename T>(T*) {
-    loss = softmax_cross_entropy_typed<T>(logits, labels, dlogits, gradient_scale * term.weight);
+    loss = softmax_cross_entropy_typed<T>(logits, labels, dlogits, scale * term.weight);
   });
   const double weighted = static_cast<double>(term.weight) * static_cast<double>(loss);
   step_loss_ = term.adds_to_step_loss ? step_loss_ + weighted : weighted;
 }
 
 void CpuBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
-                            float learning_rate, float momentum, float weight_decay, bool first_step) {
+                            float learning_rate, float momentum, float weight_decay, bool first_step,
+                            const LossScaleState* loss_scale) {
+  if (loss_scale != nullptr && loss_scale->overflowed != 0) return;
   float* __restrict w = values;
   const float* __restrict g = grads;
   float* __restrict buf = momentum_buffer;

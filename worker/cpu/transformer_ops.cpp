@@ -304,9 +304,10 @@ void clip_to_global_norm(float* grads, std::int64_t count, float max_norm) {
 
 void CpuBackend::adamw_update(float* values, float* grads, float* first_moment, float* second_moment,
                               std::int64_t count, const std::vector<ParameterRange>& ranges, const AdamWConfig& c,
-                              std::uint64_t update_number) {
+                              std::uint64_t update_number, const LossScaleState* loss_scale) {
+  if (loss_scale != nullptr && loss_scale->overflowed != 0) return;
   clip_to_global_norm(grads, count, c.max_grad_norm);
-  const auto t = static_cast<double>(update_number);
+  const auto t = static_cast<double>(applied_update_number(update_number, loss_scale));
   const auto step_size = static_cast<float>(static_cast<double>(c.learning_rate) / (1.0 - std::pow(static_cast<double>(c.beta1), t)));
   const auto root_correction = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(c.beta2), t)));
   for (const ParameterRange& range : ranges) {
@@ -328,9 +329,10 @@ void CpuBackend::adamw_update(float* values, float* grads, float* first_moment, 
 // stored moments rather than kept: no scratch as large as the model).
 void CpuBackend::lamb_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                              const std::vector<ParameterRange>& tensors, const AdamWConfig& c,
-                             std::uint64_t update_number) {
+                             std::uint64_t update_number, const LossScaleState* loss_scale) {
+  if (loss_scale != nullptr && loss_scale->overflowed != 0) return;
   clip_to_global_norm(grads, count, c.max_grad_norm);
-  const auto t = static_cast<double>(update_number);
+  const auto t = static_cast<double>(applied_update_number(update_number, loss_scale));
   const auto correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(c.beta1), t));
   const auto correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(c.beta2), t));
   for (const ParameterRange& tensor : tensors) {

@@ -476,14 +476,10 @@ std::unique_ptr<ResizeOp> CudaBackend::make_bilinear_resize(const ResizeConfig& 
 }
 
 
-bool CudaBackend::unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) {
-  if (!non_finite_flag_) non_finite_flag_ = allocate(sizeof(int));
-  auto* flag = static_cast<int*>(non_finite_flag_.get());
-  DLBENCH_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream_));
-  kernels::scale_and_flag_non_finite(grads, count, inverse_scale, flag, stream_);
-  int non_finite = 0;
-  copy_to_host(&non_finite, flag, sizeof non_finite);  // waits for backward and the allreduce
-  return non_finite == 0;
+// Queued, not waited for: the update reads the verdict on the device.
+void CudaBackend::unscale_and_check_finite(float* grads, std::int64_t count, LossScaleState* state,
+                                           const LossScalingConfig& config) {
+  kernels::unscale_and_check_finite(grads, count, state, config, stream_);
 }
 
 void CudaBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
@@ -528,7 +524,7 @@ void CudaBackend::dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) 
 }
 
 void CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
-                                         float gradient_scale, LossTerm term) {
+                                         const float* gradient_scale, LossTerm term) {
   const bool per_pixel = logits.shape.rank == 4;
   const auto rows = static_cast<std::size_t>(per_pixel ? logits.numel() / logits.shape.c() : logits.shape.n());
   if (term.adds_to_step_loss && loss_segments_.empty()) {
@@ -608,8 +604,10 @@ void CudaBackend::replay() {
 }
 
 void CudaBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
-                             float learning_rate, float momentum, float weight_decay, bool first_step) {
-  kernels::sgd(values, grads, momentum_buffer, count, learning_rate, momentum, weight_decay, first_step, stream_);
+                             float learning_rate, float momentum, float weight_decay, bool first_step,
+                             const LossScaleState* loss_scale) {
+  kernels::sgd(values, grads, momentum_buffer, count, learning_rate, momentum, weight_decay, first_step, loss_scale,
+               stream_);
 }
 
 }  // namespace dlbench::worker

@@ -86,17 +86,18 @@ class CudaBackend final : public Backend {
                                                      std::int64_t offset, DType dtype) override;
   std::unique_ptr<ResizeOp> make_bilinear_resize(const ResizeConfig& config) override;
 
-  bool unscale_and_check_finite(float* grads, std::int64_t count, float inverse_scale) override;
+  void unscale_and_check_finite(float* grads, std::int64_t count, LossScaleState* state,
+                                const LossScalingConfig& config) override;
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void begin_step(std::uint64_t step) override;
   void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t layer_seed) override;
   void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t layer_seed) override;
   void dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) override;
-  void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, float gradient_scale,
+  void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, const float* gradient_scale,
                              LossTerm term) override;
   void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
-                  float momentum, float weight_decay, bool first_step) override;
+                  float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale) override;
 
   // Transformer ops (worker/cuda/transformer_ops.cpp): cuBLASLt strided-batched GEMMs and
   // dlbench's kernels (transformer_kernels.cu); AdamW runs on the device, bias corrections included.
@@ -112,10 +113,10 @@ class CudaBackend final : public Backend {
   void fill_zero(Tensor& t) override;
   void adamw_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                     const std::vector<ParameterRange>& ranges, const AdamWConfig& config,
-                    std::uint64_t update_number) override;
+                    std::uint64_t update_number, const LossScaleState* loss_scale) override;
   void lamb_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                    const std::vector<ParameterRange>& tensors, const AdamWConfig& config,
-                   std::uint64_t update_number) override;
+                   std::uint64_t update_number, const LossScaleState* loss_scale) override;
 
   bool can_capture() const override { return true; }
   void begin_capture() override;
@@ -155,7 +156,8 @@ class CudaBackend final : public Backend {
   };
   DeviceRanges device_ranges(const std::vector<ParameterRange>& ranges);
   // Counts the update on the device, sums the gradients' squares; returns the coefficients.
-  float* prepare_adam_step(const float* grads, std::int64_t count, const AdamWConfig& config, std::uint64_t update_number);
+  float* prepare_adam_step(const float* grads, std::int64_t count, const AdamWConfig& config, std::uint64_t update_number,
+                           const LossScaleState* loss_scale);
   int device_;
   CudaMath math_;
   DType activations_ = DType::fp32;
@@ -180,7 +182,6 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> loss_sums_;       // one sum per segment, when the loss is read
   std::vector<LossSegment> loss_segments_;
   std::size_t loss_sums_capacity_ = 0;
-  std::shared_ptr<void> non_finite_flag_;  // one int on the device, for loss scaling
   std::shared_ptr<void> step_;             // begin_step's, on the device: what dropout masks mix in
   // AdamW's and LAMB's device state: the update number (set eagerly, advanced by a replayed
   // graph), the sum of squares, the clip factor and bias corrections; and the parameter ranges,

@@ -24,13 +24,20 @@ struct AddRelu {
   __device__ float operator()(float a, float b) const { return fmaxf(a + b, 0.0f); }
 };
 
-__global__ void scale_and_flag_kernel(float* data, std::int64_t n, float factor, int* non_finite) {
+// The same division the host reference does (1.0f / scale, IEEE-rounded), once per thread.
+__global__ void unscale_and_flag_kernel(float* data, std::int64_t n, LossScaleState* state) {
+  const float factor = 1.0f / state->scale;
   bool bad = false;
   DLBENCH_GRID_STRIDE(i, n) {
     data[i] *= factor;
     bad |= !isfinite(data[i]);
   }
-  if (bad) *non_finite = 1;  // a benign race: every writer writes 1
+  if (bad) state->overflowed = 1;  // a benign race: every writer writes 1
+}
+
+__global__ void next_loss_scale_kernel(LossScaleState* state, float growth_factor, float backoff_factor,
+                                       std::int64_t growth_interval) {
+  next_loss_scale(*state, state->overflowed == 0, growth_factor, backoff_factor, growth_interval);
 }
 
 __device__ inline int window_start(int i, int in, int out) { return i * in / out; }
@@ -91,10 +98,15 @@ __global__ void dropout_kernel(const T* x, T* y, std::int64_t n, std::uint32_t t
   }
 }
 
+__device__ inline float loaded_scale(const float* gradient_scale) { return gradient_scale != nullptr ? *gradient_scale : 1.0f; }
+
 // One block per row; the row's max and sum of exponentials by block reductions, in fp32.
 template <typename T>
 __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t* labels, T* dlogits,
-                                             float* loss_rows, int classes, float gradient_factor, float weight) {
+                                             float* loss_rows, int classes, int rows, const float* gradient_scale,
+                                             float weight) {
+  // The loss scale is read here, not when the step was queued: a replayed graph uses the current one.
+  const float gradient_factor = loaded_scale(gradient_scale) * weight / static_cast<float>(rows);
   __shared__ float reduce[kThreads];
   const int row = blockIdx.x;
   const T* z = logits + static_cast<std::int64_t>(row) * classes;
@@ -139,8 +151,9 @@ __global__ void count_valid_labels_kernel(const std::int32_t* labels, std::int64
 template <typename T>
 __global__ void pixel_softmax_cross_entropy_kernel(const T* logits, const std::int32_t* labels, T* dlogits,
                                                    float* loss_pixels, const int* valid_count, ActivationGeometry l,
-                                                   std::int32_t ignore_label, float gradient_scale, float weight) {
+                                                   std::int32_t ignore_label, const float* gradient_scale, float weight) {
   const std::int64_t total = l.n * l.pixels();
+  const float scale = loaded_scale(gradient_scale);
   const std::int64_t step = l.channel_stride();
   const int classes = static_cast<int>(l.c);
   DLBENCH_GRID_STRIDE(i, total) {
@@ -158,7 +171,7 @@ __global__ void pixel_softmax_cross_entropy_kernel(const T* logits, const std::i
       float sum = 0.0f;
       for (int j = 0; j < classes; ++j) sum += expf(load(z[j * step]) - z_max);
       const float log_sum = logf(sum);
-      const float factor = weight * gradient_scale / valid;
+      const float factor = weight * scale / valid;
       for (int j = 0; j < classes; ++j) {
         g[j * step] = store<T>((expf(load(z[j * step]) - z_max - log_sum) - (j == label ? 1.0f : 0.0f)) * factor);
       }
@@ -250,7 +263,8 @@ __global__ void sum_kernel(const float* x, std::int64_t n, float* total) {
 }
 
 __global__ void sgd_kernel(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
-                           float momentum, float weight_decay, bool first_step) {
+                           float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale) {
+  if (loss_scale != nullptr && loss_scale->overflowed != 0) return;
   DLBENCH_GRID_STRIDE(i, n) {
     const float d = grads[i] + weight_decay * values[i];
     const float buffer = first_step ? d : momentum * momentum_buffer[i] + d;
@@ -324,8 +338,12 @@ void add(DType dtype, const void* a, const void* b, void* y, std::int64_t n, cud
 void add_relu(DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream) {
   launch_map2(AddRelu{}, dtype, a, b, y, n, stream);
 }
-void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream) {
-  DLBENCH_LAUNCH(scale_and_flag_kernel, n, stream, data, n, factor, non_finite);
+void unscale_and_check_finite(float* data, std::int64_t n, LossScaleState* state, const LossScalingConfig& config,
+                              cudaStream_t stream) {
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(&state->overflowed, 0, sizeof state->overflowed, stream));
+  DLBENCH_LAUNCH(unscale_and_flag_kernel, n, stream, data, n, state);
+  next_loss_scale_kernel<<<1, 1, 0, stream>>>(state, config.growth_factor, config.backoff_factor, config.growth_interval);
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 void adaptive_avg_pool_forward(DType dtype, const void* x, void* y, const ActivationGeometry& in, int out_h, int out_w,
                                cudaStream_t stream) {
@@ -363,20 +381,21 @@ void dropout(DType dtype, const void* x, void* y, std::int64_t n, float p, std::
   });
 }
 void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* labels, void* dlogits,
-                           float* loss_rows, int rows, int classes, float gradient_scale, float weight,
+                           float* loss_rows, int rows, int classes, const float* gradient_scale, float weight,
                            cudaStream_t stream) {
   if (rows <= 0) return;
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
     softmax_cross_entropy_kernel<T><<<rows, kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), labels, static_cast<T*>(dlogits), loss_rows, classes,
-        gradient_scale * weight / static_cast<float>(rows), weight);
+        static_cast<const T*>(logits), labels, static_cast<T*>(dlogits), loss_rows, classes, rows, gradient_scale,
+        weight);
   });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 void pixel_softmax_cross_entropy(DType dtype, const void* logits_data, const std::int32_t* labels, void* dlogits,
                                  float* loss_pixels, int* valid_count, const ActivationGeometry& logits,
-                                 std::int32_t ignore_label, float gradient_scale, float weight, cudaStream_t stream) {
+                                 std::int32_t ignore_label, const float* gradient_scale, float weight,
+                                 cudaStream_t stream) {
   const std::int64_t total = logits.n * logits.pixels();
   DLBENCH_LAUNCH(count_valid_labels_kernel, total, stream, labels, total, ignore_label, valid_count);
   with_float_type(dtype, [&](auto t) {
@@ -410,9 +429,9 @@ void sum(const float* x, std::int64_t n, float* total, cudaStream_t stream) {
   DLBENCH_LAUNCH(sum_kernel, n, stream, x, n, total);
 }
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
-         float momentum, float weight_decay, bool first_step, cudaStream_t stream) {
+         float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale, cudaStream_t stream) {
   DLBENCH_LAUNCH(sgd_kernel, n, stream, values, grads, momentum_buffer, n, learning_rate, momentum, weight_decay,
-                 first_step);
+                 first_step, loss_scale);
 }
 std::size_t column_sums_scratch_bytes(std::int64_t rows, int columns) {
   const std::int64_t chunks = chunks_for(rows);

@@ -13,6 +13,7 @@
 
 #include "activation_index.hpp"
 #include "dtype.hpp"
+#include "loss_scaler.hpp"
 
 namespace dlbench::worker::kernels {
 
@@ -23,8 +24,10 @@ void relu_backward(DType dtype, const void* y, const void* dy, void* dx, std::in
 void add(DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream);
 // y = max(a + b, 0) (y may be a): a residual block's tail in one pass.
 void add_relu(DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream);
-// data *= factor; sets *non_finite to 1 if any result is inf or NaN (never clears it).
-void scale_and_flag_non_finite(float* data, std::int64_t n, float factor, int* non_finite, cudaStream_t stream);
+// Dynamic loss scaling's check on the device: data *= 1 / state->scale, then `state` moves on by
+// next_loss_scale (overflowed when any result is inf or NaN). Three launches, no host decision.
+void unscale_and_check_finite(float* data, std::int64_t n, LossScaleState* state, const LossScalingConfig& config,
+                              cudaStream_t stream);
 // Adaptive average pooling with PyTorch's windows [floor(i·in/out), ceil((i+1)·in/out)); x and y
 // in the same memory order.
 void adaptive_avg_pool_forward(DType dtype, const void* x, void* y, const ActivationGeometry& in, int out_h, int out_w,
@@ -39,18 +42,19 @@ void advance_step(std::uint64_t* counter, cudaStream_t stream);
 void dropout(DType dtype, const void* x, void* y, std::int64_t n, float p, std::uint64_t layer_seed,
              const std::uint64_t* step, cudaStream_t stream);
 // One block per row: loss_rows[b] = weight · (logsumexp(z_b) - z_b[label_b]); dlogits =
-// (softmax - onehot) · weight · gradient_scale / rows. Each loss term of a step writes its own rows.
+// (softmax - onehot) · weight · *gradient_scale / rows (on the device; null: 1). Each loss term of
+// a step writes its own rows.
 void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* labels, void* dlogits,
-                           float* loss_rows, int rows, int classes, float gradient_scale, float weight,
+                           float* loss_rows, int rows, int classes, const float* gradient_scale, float weight,
                            cudaStream_t stream);
 // Per-pixel softmax cross-entropy over (n, classes, pixels) logits (`logits` says their memory
 // order): valid_count[0] (zeroed by the caller) becomes the number of labels that are not
 // `ignore_label`; then loss_pixels[p] = weight · loss_p · n·pixels / valid (0 where ignored), so
-// that their mean is the term's loss, and dlogits = (softmax - onehot) · weight · gradient_scale
+// that their mean is the term's loss, and dlogits = (softmax - onehot) · weight · *gradient_scale
 // / valid.
 void pixel_softmax_cross_entropy(DType dtype, const void* logits_data, const std::int32_t* labels, void* dlogits,
                                  float* loss_pixels, int* valid_count, const ActivationGeometry& logits,
-                                 std::int32_t ignore_label, float gradient_scale, float weight, cudaStream_t stream);
+                                 std::int32_t ignore_label, const float* gradient_scale, float weight, cudaStream_t stream);
 // Bilinear resize of every (sample, channel) plane of `in` to out_h x out_w, PyTorch's
 // align_corners=False rule (bilinear_taps.hpp). Backward adds each output gradient into its four
 // taps in `accumulator` (fp32, in.numel() values, zeroed here) and then writes dx from it.
@@ -58,9 +62,10 @@ void bilinear_resize_forward(DType dtype, const void* x, void* y, const Activati
                              cudaStream_t stream);
 void bilinear_resize_backward(DType dtype, const void* dy, void* dx, float* accumulator, const ActivationGeometry& in,
                               int out_h, int out_w, cudaStream_t stream);
-// PyTorch's SGD over the flat parameter buffer (every tensor at once: one launch per step).
+// PyTorch's SGD over the flat parameter buffer (every tensor at once: one launch per step);
+// nothing changes when loss_scale (null: none) says the step overflowed.
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
-         float momentum, float weight_decay, bool first_step, cudaStream_t stream);
+         float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale, cudaStream_t stream);
 // *total = sum of x[0..n) (zeroed here first; summed in fp32, in no fixed order).
 void sum(const float* x, std::int64_t n, float* total, cudaStream_t stream);
 // sums[j] = sum over rows of dy[row][j] (row-major rows x columns), in fp32 and in a fixed order:

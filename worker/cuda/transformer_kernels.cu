@@ -9,6 +9,7 @@ namespace dlbench::worker::kernels {
 namespace {
 
 constexpr unsigned kFullWarp = 0xffffffffu;
+constexpr int kSkipUpdate = 5;  // the coefficients' slot that says the step overflowed (1) and updates nothing
 
 __device__ inline float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullWarp, v, offset);
@@ -236,16 +237,17 @@ __global__ void sum_of_squares_kernel(const float* g, std::int64_t n, double* to
 }
 
 // torch's clip factor and AdamW's bias corrections, in fp64 as the CPU backend computes them.
-__global__ void adamw_coefficients_kernel(const double* squares, const std::uint64_t* update_number, AdamWScalars s,
-                                          float* coefficients) {
+__global__ void adamw_coefficients_kernel(const double* squares, const std::uint64_t* update_number,
+                                          const LossScaleState* loss_scale, AdamWScalars s, float* coefficients) {
   const double factor =
       s.max_grad_norm > 0.0f ? fmin(1.0, static_cast<double>(s.max_grad_norm) / (sqrt(*squares) + 1e-6)) : 1.0;
-  const auto t = static_cast<double>(*update_number);
+  const auto t = static_cast<double>(applied_update_number(*update_number, loss_scale));
   coefficients[0] = static_cast<float>(factor);
   coefficients[1] = static_cast<float>(static_cast<double>(s.learning_rate) / (1.0 - pow(static_cast<double>(s.beta1), t)));
   coefficients[2] = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(s.beta2), t)));
   coefficients[3] = static_cast<float>(1.0 - pow(static_cast<double>(s.beta1), t));
   coefficients[4] = static_cast<float>(1.0 - pow(static_cast<double>(s.beta2), t));
+  coefficients[kSkipUpdate] = loss_scale != nullptr && loss_scale->overflowed != 0 ? 1.0f : 0.0f;
 }
 
 // Every gradient is clipped; the elements inside a range are updated (the last range starting at
@@ -254,6 +256,7 @@ __global__ void adamw_apply_kernel(float* values, float* grads, float* first_mom
                                    std::int64_t n, const std::int64_t* range_offsets, const std::int64_t* range_counts,
                                    const std::int32_t* range_decays, int ranges, AdamWScalars s,
                                    const float* coefficients) {
+  if (coefficients[kSkipUpdate] != 0.0f) return;
   const float factor = coefficients[0], step_size = coefficients[1], root_correction = coefficients[2];
   const float decayed = 1.0f - s.learning_rate * s.weight_decay;
   DLBENCH_GRID_STRIDE(i, n) {
@@ -289,6 +292,7 @@ __device__ inline float lamb_direction(float m, float v, float w, float decay, c
 __global__ void lamb_moments_kernel(const float* values, float* grads, float* first_moment, float* second_moment,
                                     const std::int64_t* offsets, const std::int64_t* counts, const std::int32_t* decays,
                                     AdamWScalars s, const float* coefficients, double* norms) {
+  if (coefficients[kSkipUpdate] != 0.0f) return;
   const int tensor = static_cast<int>(blockIdx.y);
   const std::int64_t base = offsets[tensor], n = counts[tensor];
   const float factor = coefficients[0];
@@ -317,6 +321,7 @@ __global__ void lamb_moments_kernel(const float* values, float* grads, float* fi
 __global__ void lamb_apply_kernel(float* values, const float* first_moment, const float* second_moment,
                                   const std::int64_t* offsets, const std::int64_t* counts, const std::int32_t* decays,
                                   AdamWScalars s, const float* coefficients, const double* norms) {
+  if (coefficients[kSkipUpdate] != 0.0f) return;
   const int tensor = static_cast<int>(blockIdx.y);
   const std::int64_t base = offsets[tensor], n = counts[tensor];
   const bool decays_here = decays[tensor] != 0;
@@ -446,10 +451,10 @@ void scatter_add_rows(DType dy_dtype, const void* dy, const std::int32_t* rows, 
 }
 
 void adam_prepare(const float* grads, std::int64_t n, double* squares, const std::uint64_t* update_number,
-                   const AdamWScalars& s, float* coefficients, cudaStream_t stream) {
+                  const LossScaleState* loss_scale, const AdamWScalars& s, float* coefficients, cudaStream_t stream) {
   DLBENCH_CUDA_CHECK(cudaMemsetAsync(squares, 0, sizeof(double), stream));
   DLBENCH_LAUNCH(sum_of_squares_kernel, n, stream, grads, n, squares);
-  adamw_coefficients_kernel<<<1, 1, 0, stream>>>(squares, update_number, s, coefficients);
+  adamw_coefficients_kernel<<<1, 1, 0, stream>>>(squares, update_number, loss_scale, s, coefficients);
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -145,7 +145,7 @@ std::pair<std::int64_t, std::int64_t> rows_of(const Tensor& table) {
   return {features, table.numel() / features};
 }
 
-constexpr std::size_t kAdamScalarBytes = 64;  // update number (8), sum of squares (8), 5 coefficients (20)
+constexpr std::size_t kAdamScalarBytes = 64;  // update number (8), sum of squares (8), 6 coefficients (24)
 
 kernels::AdamWScalars scalars_of(const AdamWConfig& c) {
   return {c.learning_rate, c.beta1, c.beta2, c.epsilon, c.weight_decay, c.max_grad_norm};
@@ -223,7 +223,7 @@ CudaBackend::DeviceRanges CudaBackend::device_ranges(const std::vector<Parameter
 }
 
 float* CudaBackend::prepare_adam_step(const float* grads, std::int64_t count, const AdamWConfig& c,
-                                      std::uint64_t update_number) {
+                                      std::uint64_t update_number, const LossScaleState* loss_scale) {
   if (!adam_scalars_) adam_scalars_ = allocate(kAdamScalarBytes);
   auto* scalars = static_cast<std::byte*>(adam_scalars_.get());
   auto* update = reinterpret_cast<std::uint64_t*>(scalars);
@@ -236,22 +236,22 @@ float* CudaBackend::prepare_adam_step(const float* grads, std::int64_t count, co
   } else {
     kernels::set_step(update, update_number, stream_);
   }
-  kernels::adam_prepare(grads, count, squares, update, scalars_of(c), coefficients, stream_);
+  kernels::adam_prepare(grads, count, squares, update, loss_scale, scalars_of(c), coefficients, stream_);
   return coefficients;
 }
 
 void CudaBackend::adamw_update(float* values, float* grads, float* first_moment, float* second_moment,
                                std::int64_t count, const std::vector<ParameterRange>& ranges, const AdamWConfig& c,
-                               std::uint64_t update_number) {
+                               std::uint64_t update_number, const LossScaleState* loss_scale) {
   const DeviceRanges r = device_ranges(ranges);
-  const float* coefficients = prepare_adam_step(grads, count, c, update_number);
+  const float* coefficients = prepare_adam_step(grads, count, c, update_number, loss_scale);
   kernels::adamw_apply(values, grads, first_moment, second_moment, count, r.offsets, r.counts, r.decays, r.count,
                        scalars_of(c), coefficients, stream_);
 }
 
 void CudaBackend::lamb_update(float* values, float* grads, float* first_moment, float* second_moment,
                               std::int64_t count, const std::vector<ParameterRange>& tensors, const AdamWConfig& c,
-                              std::uint64_t update_number) {
+                              std::uint64_t update_number, const LossScaleState* loss_scale) {
   const DeviceRanges r = device_ranges(tensors);
   if (static_cast<std::size_t>(r.count) > lamb_norms_capacity_) {
     if (capturing_) throw CudaError("LAMB's per-tensor norms would have to grow while a step is captured");
@@ -259,7 +259,7 @@ void CudaBackend::lamb_update(float* values, float* grads, float* first_moment, 
     lamb_norms_capacity_ = static_cast<std::size_t>(r.count);
   }
   auto* norms = static_cast<double*>(lamb_norms_.get());
-  const float* coefficients = prepare_adam_step(grads, count, c, update_number);
+  const float* coefficients = prepare_adam_step(grads, count, c, update_number, loss_scale);
   kernels::lamb_moments(values, grads, first_moment, second_moment, r.offsets, r.counts, r.decays, r.count,
                         scalars_of(c), coefficients, norms, stream_);
   kernels::lamb_apply(values, first_moment, second_moment, r.offsets, r.counts, r.decays, r.count, scalars_of(c),

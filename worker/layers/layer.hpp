@@ -80,10 +80,11 @@ struct StepContext {
   // buckets can be reduced while the rest of backward runs.
   std::function<void(const std::vector<Parameter*>&)> gradients_ready;
   // For layers with a loss term of their own (an auxiliary classifier): the batch's labels on
-  // the device, the loss scale, and how many terms this step's forward has computed so far.
+  // the device, the loss scale (in the backend's memory; null: 1), and how many terms this
+  // step's forward has computed so far.
   // A sequence model's labels block holds its other per-batch data too (PretrainingBatchLayout).
   const std::int32_t* labels = nullptr;
-  float gradient_scale = 1.0f;
+  const float* gradient_scale = nullptr;
   int loss_terms = 0;
   // The step's memory plan, told as the step reaches each tick (Arena::entering: the poison mode
   // fills buffers whose declared lifetime has ended); null when nobody listens.

@@ -24,9 +24,10 @@ class SoftmaxCrossEntropy {
       ctx.arena.keep_until_step_end(dlogits_);
     }
   }
-  // dlogits is multiplied by `gradient_scale` (loss scaling) before it is rounded to its dtype.
+  // dlogits is multiplied by `*gradient_scale` (loss scaling, in the backend's memory; null: 1)
+  // before it is rounded to its dtype.
   // The step's loss so far stays with the backend (Backend::last_loss reads it).
-  void forward_backward(const Tensor& logits, const std::int32_t* labels, Backend& backend, float gradient_scale,
+  void forward_backward(const Tensor& logits, const std::int32_t* labels, Backend& backend, const float* gradient_scale,
                         LossTerm term) {
     backend.softmax_cross_entropy(logits, labels, dlogits_, gradient_scale, term);
   }

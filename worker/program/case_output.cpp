@@ -131,6 +131,11 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
       }
       out << ": " << to_string(doc.interference->verdict) << "\n";
     }
+    if (const auto& l = doc.loss_scaling) {
+      out << "  loss scaling: " << l->skipped_steps << " of " << l->steps
+          << " steps skipped for an inf or NaN gradient, scale now " << std::defaultfloat << std::setprecision(6)
+          << l->final_scale << std::fixed << "\n";
+    }
     if (doc.profile) print_profile(out, *doc.profile);
   } else {
     out << "  FAILED: " << doc.reason << ": " << doc.message << "\n";

@@ -225,8 +225,8 @@ const std::vector<ValueOption>& value_options() {
       {"--output", "FILE", "write the JSON result there (default: stdout, table to stderr)",
        [](Options& o, auto&, auto& v) { o.output = v; }},
       {"--cuda-graph", "on|off",
-       "cuda, one rank: capture the training step once as a CUDA graph and replay it (the first step runs eagerly; "
-       "dropout masks are then fixed; default off)",
+       "cuda, one rank: capture the training step once as a CUDA graph and replay it, in every precision (the "
+       "first step runs eagerly; amp's loss scaling skips and backs off on the device; default off)",
        [](Options& o, auto& f, auto& v) { o.cuda_graph = one_of(f, v, {"on", "off"}) == "on"; }},
       {"--memory-plan", "P",
        "lifetime: activation and gradient buffers share memory once their last reader has run; none: each has its "
@@ -289,12 +289,6 @@ void check_execution(const Options& o) {
   if (o.cuda_graph && o.profile_steps > 0) {
     throw UsageError{"--profile: times eager steps layer by layer, and a replayed step graph runs no layer; not with "
                      "--cuda-graph on"};
-  }
-  if (o.cuda_graph && uses_loss_scaling(o.precision) && !o.self_test) {
-    // Refused here, not after the model is built: a replayed graph applies every step's update,
-    // and amp's loss scaler decides on the host whether a step with an inf or NaN is skipped.
-    throw UsageError{"--cuda-graph: on replays every step's update as captured, and amp's loss scaling skips "
-                     "steps from the host; allowed with --precision amp: off"};
   }
   if (const int ranks = mpirun_ranks(); o.cuda_graph && ranks > 1) {
     throw UsageError{"--cuda-graph: on runs one rank (the gradient allreduce is driven from the host between "

@@ -324,6 +324,9 @@ class CaseRun {
       };
     }
     measure_repeats(trainer, device, workload);
+    if (const auto state = trainer.loss_scale()) {  // amp: what the device decided, read once
+      doc_.loss_scaling = LossScalingReport{state->scale, state->skipped, static_cast<std::int64_t>(trainer.steps_done())};
+    }
     doc_.environment.nccl_transport = comm_.transport();  // after the collectives: NCCL connects lazily
     if (o_.profile_steps > 0) doc_.profile = profile_steps(trainer, device, static_cast<int>(o_.profile_steps));
     if (real_) report_input();

@@ -86,6 +86,17 @@ struct StepProfile {
   bool operator==(const StepProfile&) const = default;
 };
 
+// amp's dynamic loss scaling over all of a case's steps, warm-up and extra repeats included: the
+// scale it ended at, and how many steps were skipped for an inf or NaN gradient (timed like any
+// other step; their update changed nothing). A throughput whose steps were mostly skipped trained
+// little: readers can see it.
+struct LossScalingReport {
+  double final_scale = 0;
+  std::int64_t skipped_steps = 0;
+  std::int64_t steps = 0;
+  bool operator==(const LossScalingReport&) const = default;
+};
+
 struct ResultDocument {
   std::string run;  // the BenchmarkRun's name, when the worker knows it
   Model model = Model::resnet50;
@@ -109,6 +120,7 @@ struct ResultDocument {
   std::optional<InterferenceReport> interference;  // engine: native, over the measured repeats
   std::optional<StabilityReport> stability;        // Succeeded: how the repeats agreed (reason Unstable if not)
   std::optional<StepProfile> profile;              // dlbench-worker --profile
+  std::optional<LossScalingReport> loss_scaling;   // precision amp, engine native
   // Model FLOPs utilization on a GPU whose peak is known: modelFlopsPerSample.training × the
   // reported throughput / (peakFlopsPerDevice × devices).
   std::optional<double> peak_flops_per_device;
