@@ -34,6 +34,7 @@ packages=(
 if [[ $profile == test ]]; then
   packages+=(
     ca-certificates curl openssl git                 # npm and HTTPS; the test API server's TLS; clean clones
+    ccache                                           # CI's clean clones do not compile unchanged sources again
     python3-yaml                                     # tests/charts: reads what helm renders
     prometheus                                       # tests: a real Prometheus scrapes the worker; promtool
     mmdebstrap                                       # tests/fresh: a minimal bookworm root for the README's first command
