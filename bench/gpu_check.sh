@@ -74,6 +74,12 @@ for precision in fp32 tf32 amp bf16; do
     --repeats 1 --profile 5 --output "$logs/profile-resnet50-$precision.json"
 done
 
+# Batch norm through cuDNN's plain calls instead of the *Ex calls (the channels-last half
+# default), the amp profile again: the BatchNorm2d row of the two profiles is the A/B.
+DLBENCH_CUDA_BATCH_NORM=plain step profile-resnet50-amp-plain-bn 60 "$bin/dlbench-worker" --backend cuda \
+  --model resnet50 --batch-size "${resnet_batch[amp]}" --precision amp --warmup-steps 5 --measure-steps 5 \
+  --repeats 1 --profile 5 --output "$logs/profile-resnet50-amp-plain-bn.json"
+
 # The comparison: warm-up 10, measure 30, 3 repeats on both sides.
 results=$logs/comparison.jsonl
 : > "$results"

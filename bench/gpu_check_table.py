@@ -70,8 +70,8 @@ def poisoned(logs):
 
 
 def profiles(logs):
-    out = ["profile by kind, ms a step (forward + backward), ResNet-50"]
-    for precision in ("fp32", "tf32", "amp", "bf16"):
+    out = ["profile by kind, ms a step (forward + backward), ResNet-50 (amp-plain-bn: batch norm's plain cuDNN calls)"]
+    for precision in ("fp32", "tf32", "amp", "amp-plain-bn", "bf16"):
         doc = load(os.path.join(logs, f"profile-resnet50-{precision}.json"))
         profile = (doc or {}).get("profile")
         if not profile:

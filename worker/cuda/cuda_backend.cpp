@@ -3,11 +3,13 @@
 #include "cuda/cuda_backend.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <sstream>
 #include <vector>
 
+#include "cuda/batch_norm_calls.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/kernels.hpp"
 
@@ -18,6 +20,8 @@ using namespace cuda_detail;
 
 // ---- batch norm ---------------------------------------------------------------------------
 
+// The plain cuDNN calls, or the *Ex calls with a workspace and a reserve space kept from forward
+// to backward (cuda/batch_norm_calls.hpp says which and why).
 class CudaBatchNorm final : public BatchNormOp {
  public:
   CudaBatchNorm(CudaBackend& backend, const BatchNormConfig& config)
@@ -28,14 +32,38 @@ class CudaBatchNorm final : public BatchNormOp {
         // Channels-last half activations take cuDNN's persistent kernels, as PyTorch's channels_last
         // batch norm does; the statistics and their meaning are the same.
         mode_(backend.activation_layout() == Layout::nhwc && config.dtype != DType::fp32 ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
-                                                                                        : CUDNN_BATCHNORM_SPATIAL) {}
+                                                                                        : CUDNN_BATCHNORM_SPATIAL),
+        ex_(batch_norm_calls(backend.activation_layout(), config.dtype, std::getenv("DLBENCH_CUDA_BATCH_NORM")) ==
+            BatchNormCalls::ex) {
+    if (!ex_) return;
+    const cudnnTensorDescriptor_t x = x_desc_.handle;
+    DLBENCH_CUDNN_CHECK(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+        backend.cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, x, x, x, parameter_desc_.handle, nullptr, &forward_workspace_));
+    DLBENCH_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+        backend.cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, x, x, x, nullptr, x, parameter_desc_.handle, nullptr,
+        &backward_workspace_));
+    DLBENCH_CUDNN_CHECK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(backend.cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN,
+                                                                             nullptr, x, &reserve_));
+  }
+
+  // The reserve space: planned memory from this forward to its backward.
+  std::size_t workspace_bytes() const override { return reserve_; }
 
   // One cuDNN call: the batch's mean and inverse std kept for backward, the running statistics
   // updated with the unbiased variance (PyTorch's rule, which its cuDNN path relies on too).
   // x, y, dx and dy are the activations' dtype; scale, shift and statistics fp32.
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
-                        BatchNormStatistics& s, void*) override {
+                        BatchNormStatistics& s, void* reserve) override {
     require_dtype("batch norm", dtype_, {&x, &y});
+    if (ex_) {
+      DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
+          backend_.cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, &kOne, &kZero, x_desc_.handle, x.data, nullptr, nullptr,
+          x_desc_.handle, y.data, parameter_desc_.handle, gamma.as<float>(), beta.as<float>(),
+          static_cast<double>(momentum_), s.running_mean.as<float>(), s.running_var.as<float>(), epsilon_,
+          s.mean.as<float>(), s.spread.as<float>(), nullptr, scratch(forward_workspace_), forward_workspace_, reserve,
+          reserve_));
+      return;
+    }
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
         backend_.cudnn(), mode_, &kOne, &kZero, x_desc_.handle, x.data, x_desc_.handle, y.data,
         parameter_desc_.handle, gamma.as<float>(), beta.as<float>(), static_cast<double>(momentum_),
@@ -43,8 +71,18 @@ class CudaBatchNorm final : public BatchNormOp {
   }
 
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const BatchNormStatistics& s, Tensor& dx,
-                Tensor& dgamma, Tensor& dbeta, const void*) override {
+                Tensor& dgamma, Tensor& dbeta, const void* reserve) override {
     require_dtype("batch norm", dtype_, {&dy, &dx});
+    if (ex_) {
+      // cuDNN takes the reserve space as writable; backward only reads what forward left there.
+      DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+          backend_.cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.data, nullptr,
+          nullptr, x_desc_.handle, dy.data, nullptr, nullptr, x_desc_.handle, dx.data, parameter_desc_.handle,
+          gamma.as<float>(), nullptr, dgamma.as<float>(), dbeta.as<float>(), epsilon_, s.mean.as<float>(),
+          s.spread.as<float>(), nullptr, scratch(backward_workspace_), backward_workspace_, const_cast<void*>(reserve),
+          reserve_));
+      return;
+    }
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackward(
         backend_.cudnn(), mode_, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.data, x_desc_.handle, dy.data,
         x_desc_.handle, dx.data, parameter_desc_.handle, gamma.as<float>(), dgamma.as<float>(), dbeta.as<float>(),
@@ -52,12 +90,16 @@ class CudaBatchNorm final : public BatchNormOp {
   }
 
  private:
+  void* scratch(std::size_t bytes) { return bytes > 0 ? backend_.workspace(bytes) : nullptr; }
+
   CudaBackend& backend_;
   DType dtype_;
   double epsilon_;
   TensorDescriptor x_desc_, parameter_desc_;
   float momentum_;
   cudnnBatchNormMode_t mode_;
+  bool ex_;
+  std::size_t forward_workspace_ = 0, backward_workspace_ = 0, reserve_ = 0;
 };
 
 // ---- element-wise ------------------------------------------------------------------------
