@@ -2,7 +2,8 @@
 """What bench/gpu_resnet50.sh and bench/gpu_bert.sh share: the line a dlbench-worker result gives the
 comparison, and the GPU's dense peak for an MFU.
 
-    gpu_bench.py result RESULT_JSON BATCH PRECISION   # one JSON line for the comparison's rows
+    gpu_bench.py result RESULT_JSON BATCH PRECISION [ENGINE]   # one JSON line for the comparison's rows
+                                                              # (ENGINE: dlbench unless said, as dlbench-graph)
 
 Imported by the scripts' tables for peaks() and rows().
 """
@@ -29,14 +30,14 @@ def rows(path):
     return {(r["batch"], r["precision"], r["engine"]): r for r in lines}
 
 
-def result_line(path, batch, precision):
+def result_line(path, batch, precision, engine="dlbench"):
     r = json.load(open(path))
     t = r.get("throughput", {})
-    return json.dumps({"engine": "dlbench", "batch": batch, "precision": precision, "median": t.get("median"),
+    return json.dumps({"engine": engine, "batch": batch, "precision": precision, "median": t.get("median"),
                        "state": r["state"], "reason": r.get("reason", "")})
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 5 or sys.argv[1] != "result":
+    if len(sys.argv) not in (5, 6) or sys.argv[1] != "result":
         sys.exit(__doc__)
-    print(result_line(sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+    print(result_line(sys.argv[2], int(sys.argv[3]), sys.argv[4], *sys.argv[5:]))

@@ -97,18 +97,18 @@ for precision in fp32 tf32 amp bf16; do
 done
 # amp's training step replayed as a CUDA graph (the loss scale moves on on the device), next to
 # the eager rows above: what launch overhead costs at these shapes.
-step dlbench-resnet50-amp-graph 90 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 256 \
+step dlbench-resnet50-amp-graph 90 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size "${resnet_batch[amp]}" \
   --precision amp --cuda-graph on --warmup-steps 10 --measure-steps 30 --repeats 3 \
   --output "$logs/dlbench-resnet50-amp-graph.json"
 [[ -s $logs/dlbench-resnet50-amp-graph.json ]] &&
-  python3 "$here/gpu_bench.py" result "$logs/dlbench-resnet50-amp-graph.json" 256 amp |
-  sed 's/^{"engine": "dlbench"/{"model": "resnet50", "engine": "dlbench-graph"/' >> "$results"
+  python3 "$here/gpu_bench.py" result "$logs/dlbench-resnet50-amp-graph.json" "${resnet_batch[amp]}" amp dlbench-graph |
+  sed 's/^{/{"model": "resnet50", /' >> "$results"
 step dlbench-bert-amp-graph 90 "$bin/dlbench-worker" --backend cuda --model bert-base --sequence-length 128 \
   --batch-size 64 --precision amp --optimizer adamw --learning-rate 0.0001 --weight-decay 0.01 --cuda-graph on \
   --warmup-steps 10 --measure-steps 30 --repeats 3 --output "$logs/dlbench-bert-amp-graph.json"
 [[ -s $logs/dlbench-bert-amp-graph.json ]] &&
-  python3 "$here/gpu_bench.py" result "$logs/dlbench-bert-amp-graph.json" 64 amp |
-  sed 's/^{"engine": "dlbench"/{"model": "bert-base", "engine": "dlbench-graph"/' >> "$results"
+  python3 "$here/gpu_bench.py" result "$logs/dlbench-bert-amp-graph.json" 64 amp dlbench-graph |
+  sed 's/^{/{"model": "bert-base", /' >> "$results"
 for precision in amp bf16; do
   step "dlbench-bert-$precision" 90 "$bin/dlbench-worker" --backend cuda --model bert-base --sequence-length 128 \
     --batch-size 64 --precision "$precision" --optimizer adamw --learning-rate 0.0001 --weight-decay 0.01 \

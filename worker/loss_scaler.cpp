@@ -15,9 +15,8 @@ void check_loss_scaling(const LossScalingConfig& config) {
   require(config.growth_interval >= 1, "growthInterval must be >= 1");
 }
 
-LossScaler::LossScaler(LossScalingConfig config) : config_(config) {
+LossScaler::LossScaler(LossScalingConfig config) : config_(config), state_(starting_loss_scale(config)) {
   check_loss_scaling(config);
-  state_.scale = config.initial_scale;
 }
 
 bool LossScaler::record_step(bool gradients_finite) {

@@ -30,11 +30,27 @@ void check_loss_scaling(const LossScalingConfig& config);
 
 // Loss scaling's state as the backend keeps it (plain data: the same bytes on the host and a GPU).
 struct LossScaleState {
-  float scale = 65536.0f;       // what the next step's loss gradient is multiplied by
+  float scale = LossScalingConfig{}.initial_scale;  // what the next step's loss gradient is multiplied by
   std::int32_t overflowed = 0;  // the last checked step's gradients held an inf or NaN: its update is skipped
   std::int64_t clean_streak = 0;
   std::int64_t skipped = 0;     // steps skipped so far, the last one included
 };
+
+// The state a run starts from.
+inline LossScaleState starting_loss_scale(const LossScalingConfig& config) {
+  LossScaleState state;
+  state.scale = config.initial_scale;
+  return state;
+}
+
+// What a loss gradient is multiplied by: the scale a backend holds (null: no loss scaling).
+DLBENCH_HOST_DEVICE inline float scale_or_one(const float* gradient_scale) {
+  return gradient_scale != nullptr ? *gradient_scale : 1.0f;
+}
+
+// Whether an update given this state changes nothing: the step it follows overflowed (null: no
+// loss scaling, every update applies).
+DLBENCH_HOST_DEVICE inline bool update_skipped(const LossScaleState* s) { return s != nullptr && s->overflowed != 0; }
 
 // The state after a step was checked (`gradients_finite`): GradScaler's update rule. Backs off
 // without falling to zero (the smallest normal float still scales) and never grows into inf.
@@ -67,7 +83,6 @@ class LossScaler {
   explicit LossScaler(LossScalingConfig config = {});
 
   float scale() const { return state_.scale; }
-  float inverse_scale() const { return 1.0f / state_.scale; }
   // Records the outcome of one step's check; returns whether the step's update may be applied.
   bool record_step(bool gradients_finite);
 

@@ -243,16 +243,29 @@ constexpr SgdConfig kSgd{0.01f, 0.9f, 1e-4f};
 constexpr int kTrainingSteps = 5;
 const Shape kTrainingInput(8, 3, 16, 16);
 
-// With dropout, so that a replayed graph that repeated the captured step's masks would leave
-// the eager trajectory.
+// The small net's losses over `steps` steps, and with loss scaling its state at the end. With
+// dropout, so that a replayed graph that repeated the captured step's masks would leave the eager
+// trajectory.
+struct Trajectory {
+  std::vector<float> losses;
+  std::optional<LossScaleState> loss_scale;
+};
+
+Trajectory train(Backend& backend, DType dtype, bool graph, MemoryReuse reuse,
+                 const std::optional<LossScalingConfig>& scaling, int steps) {
+  Trainer trainer(backend, small_conv_net(16, 16, 0.2f), kTrainingInput, 10, kSgd, 3, 0, reuse, dtype);
+  if (scaling) trainer.use_loss_scaling(*scaling);
+  trainer.use_step_graph(graph);
+  Trajectory run;
+  for (int i = 0; i < steps; ++i) run.losses.push_back(trainer.step_and_loss());
+  if (graph && !trainer.step_graph_active()) throw std::runtime_error("the step was not captured as a graph");
+  run.loss_scale = trainer.loss_scale();
+  return run;
+}
+
 std::vector<float> train_losses(Backend& backend, DType dtype, bool graph = false,
                                 MemoryReuse reuse = MemoryReuse::lifetime) {
-  Trainer trainer(backend, small_conv_net(16, 16, 0.2f), kTrainingInput, 10, kSgd, 3, 0, reuse, dtype);
-  trainer.use_step_graph(graph);
-  std::vector<float> losses;
-  for (int i = 0; i < kTrainingSteps; ++i) losses.push_back(trainer.step_and_loss());
-  if (graph && !trainer.step_graph_active()) throw std::runtime_error("the step was not captured as a graph");
-  return losses;
+  return train(backend, dtype, graph, reuse, std::nullopt, kTrainingSteps).losses;
 }
 
 // amp's step graph: loss scaling moves on inside the graph. Started far too high (2^24: a
@@ -260,21 +273,7 @@ std::vector<float> train_losses(Backend& backend, DType dtype, bool graph = fals
 // skipped and the scale backs off until steps apply; a replayed graph must skip, back off and
 // apply as the eager steps did.
 constexpr int kScaledSteps = 12;
-struct ScaledTrajectory {
-  std::vector<float> losses;
-  LossScaleState state;
-};
-
-ScaledTrajectory scaled_losses(Backend& backend, DType dtype, bool graph) {
-  Trainer trainer(backend, small_conv_net(16, 16, 0.2f), kTrainingInput, 10, kSgd, 3, 0, MemoryReuse::lifetime, dtype);
-  trainer.use_loss_scaling({16777216.0f, 2.0f, 0.5f, 1000});
-  trainer.use_step_graph(graph);
-  ScaledTrajectory run;
-  for (int i = 0; i < kScaledSteps; ++i) run.losses.push_back(trainer.step_and_loss());
-  if (graph && !trainer.step_graph_active()) throw std::runtime_error("the step was not captured as a graph");
-  run.state = *trainer.loss_scale();
-  return run;
-}
+constexpr LossScalingConfig kScaledFromTooHigh{16777216.0f, 2.0f, 0.5f, 1000};
 
 // The largest relative difference of two loss trajectories, and at which step.
 std::pair<double, int> trajectory_error(const std::vector<float>& got, const std::vector<float>& want) {
@@ -628,20 +627,22 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
       // The same kernels in the same order: only algorithms with atomics may reorder sums.
       auto graph_backend = subject.make(typed);
       if (uses_loss_scaling(typed)) {
-        const ScaledTrajectory want = scaled_losses(*backend, dtype, false);
-        const ScaledTrajectory got = scaled_losses(*graph_backend, dtype, true);
-        if (want.state.skipped < 1 || want.state.skipped >= kScaledSteps) {
-          return verdict(false, "the eager steps skipped " + std::to_string(want.state.skipped) + " of " +
+        const Trajectory want = train(*backend, dtype, false, MemoryReuse::lifetime, kScaledFromTooHigh, kScaledSteps);
+        const Trajectory got = train(*graph_backend, dtype, true, MemoryReuse::lifetime, kScaledFromTooHigh, kScaledSteps);
+        const LossScaleState& eager_state = *want.loss_scale;
+        const LossScaleState& graph_state = *got.loss_scale;
+        if (eager_state.skipped < 1 || eager_state.skipped >= kScaledSteps) {
+          return verdict(false, "the eager steps skipped " + std::to_string(eager_state.skipped) + " of " +
                                     std::to_string(kScaledSteps) + ": the check needs both skipped and applied steps");
         }
-        if (got.state.skipped != want.state.skipped || got.state.scale != want.state.scale) {
-          return verdict(false, "the graph skipped " + std::to_string(got.state.skipped) + " steps and left the scale at " +
-                                    std::to_string(got.state.scale) + "; eager steps: " + std::to_string(want.state.skipped) +
-                                    " and " + std::to_string(want.state.scale));
+        if (graph_state.skipped != eager_state.skipped || graph_state.scale != eager_state.scale) {
+          return verdict(false, "the graph skipped " + std::to_string(graph_state.skipped) + " steps and left the scale at " +
+                                    std::to_string(graph_state.scale) + "; eager steps: " +
+                                    std::to_string(eager_state.skipped) + " and " + std::to_string(eager_state.scale));
         }
         const auto [error, step] = trajectory_error(got.losses, want.losses);
         return bounded(error, 1e-4, "the loss against eager steps with loss scaling (" +
-                                        std::to_string(want.state.skipped) + " skipped), worst at step " +
+                                        std::to_string(eager_state.skipped) + " skipped), worst at step " +
                                         std::to_string(step + 1));
       }
       if (!eager) eager = train_losses(*backend, dtype);
@@ -732,8 +733,7 @@ void loss_scaling_checks(Checker& checker, Backend& primary) {
     // Checks g with the scale at 1024 and reads back the state the device moved on.
     const auto check = [&] {
       primary.copy_from_host(grads, g.data(), g.size() * sizeof(float));
-      LossScaleState start;
-      start.scale = config.initial_scale;
+      const LossScaleState start = starting_loss_scale(config);
       primary.copy_from_host(state, &start, sizeof start);
       primary.unscale_and_check_finite(grads, n, state, config);
       LossScaleState after;

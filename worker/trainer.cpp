@@ -237,8 +237,7 @@ void Trainer::use_loss_scaling(LossScalingConfig config) {
   check_loss_scaling(config);
   if (graph_captured_) throw std::logic_error("use_loss_scaling: a step graph is already captured without it");
   if (!loss_scale_memory_) loss_scale_memory_ = backend_.allocate(sizeof(LossScaleState));
-  LossScaleState initial;
-  initial.scale = config.initial_scale;
+  const LossScaleState initial = starting_loss_scale(config);
   backend_.copy_from_host(loss_scale_memory_.get(), &initial, sizeof initial);
   loss_scaling_ = config;
 }
@@ -252,7 +251,7 @@ std::optional<LossScaleState> Trainer::loss_scale() {
 
 bool Trainer::last_step_skipped() {
   const auto state = loss_scale();
-  return state && state->overflowed != 0;
+  return state && update_skipped(&*state);
 }
 
 void Trainer::step() {

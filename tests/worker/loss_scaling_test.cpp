@@ -154,7 +154,7 @@ TEST(LossScaling, TheBackendMovesTheStateOnByTheHostsRule) {
   auto memory = backend.allocate(sizeof(LossScaleState) + 64 * sizeof(float));
   auto* state = static_cast<LossScaleState*>(memory.get());
   auto* grads = reinterpret_cast<float*>(state + 1);
-  state->scale = config.initial_scale;
+  *state = starting_loss_scale(config);
   std::mt19937 rng(7);
   for (int step = 0; step < 200; ++step) {
     for (int i = 0; i < 64; ++i) grads[i] = static_cast<float>(i) * reference.scale();

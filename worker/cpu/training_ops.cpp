@@ -239,9 +239,8 @@ void CpuBackend::dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) {
 void CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
                                         const float* gradient_scale, LossTerm term) {
   float loss = 0;
-  const float scale = gradient_scale != nullptr ? *gradient_scale : 1.0f;
   with_element_type(logits.dtype, [&]<typename T>(T*) {
-    loss = softmax_cross_entropy_typed<T>(logits, labels, dlogits, scale * term.weight);
+    loss = softmax_cross_entropy_typed<T>(logits, labels, dlogits, scale_or_one(gradient_scale) * term.weight);
   });
   const double weighted = static_cast<double>(term.weight) * static_cast<double>(loss);
   step_loss_ = term.adds_to_step_loss ? step_loss_ + weighted : weighted;
@@ -250,7 +249,7 @@ void CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t*
 void CpuBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
                             float learning_rate, float momentum, float weight_decay, bool first_step,
                             const LossScaleState* loss_scale) {
-  if (loss_scale != nullptr && loss_scale->overflowed != 0) return;
+  if (update_skipped(loss_scale)) return;
   float* __restrict w = values;
   const float* __restrict g = grads;
   float* __restrict buf = momentum_buffer;

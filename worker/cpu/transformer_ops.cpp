@@ -305,7 +305,7 @@ void clip_to_global_norm(float* grads, std::int64_t count, float max_norm) {
 void CpuBackend::adamw_update(float* values, float* grads, float* first_moment, float* second_moment,
                               std::int64_t count, const std::vector<ParameterRange>& ranges, const AdamWConfig& c,
                               std::uint64_t update_number, const LossScaleState* loss_scale) {
-  if (loss_scale != nullptr && loss_scale->overflowed != 0) return;
+  if (update_skipped(loss_scale)) return;
   clip_to_global_norm(grads, count, c.max_grad_norm);
   const auto t = static_cast<double>(applied_update_number(update_number, loss_scale));
   const auto step_size = static_cast<float>(static_cast<double>(c.learning_rate) / (1.0 - std::pow(static_cast<double>(c.beta1), t)));
@@ -330,7 +330,7 @@ void CpuBackend::adamw_update(float* values, float* grads, float* first_moment, 
 void CpuBackend::lamb_update(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t count,
                              const std::vector<ParameterRange>& tensors, const AdamWConfig& c,
                              std::uint64_t update_number, const LossScaleState* loss_scale) {
-  if (loss_scale != nullptr && loss_scale->overflowed != 0) return;
+  if (update_skipped(loss_scale)) return;
   clip_to_global_norm(grads, count, c.max_grad_norm);
   const auto t = static_cast<double>(applied_update_number(update_number, loss_scale));
   const auto correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(c.beta1), t));

@@ -17,6 +17,9 @@ namespace dlbench::worker {
 
 enum class BatchNormCalls { plain, ex };
 
+// Channels-last half activations: cuDNN's persistent batch-norm mode, and its *Ex calls.
+inline bool half_channels_last(Layout layout, DType dtype) { return layout == Layout::nhwc && dtype != DType::fp32; }
+
 // `choice` is DLBENCH_CUDA_BATCH_NORM's value (null or empty: unset). Throws std::invalid_argument
 // naming the variable and its allowed values for anything else.
 inline BatchNormCalls batch_norm_calls(Layout layout, DType dtype, const char* choice) {
@@ -25,8 +28,7 @@ inline BatchNormCalls batch_norm_calls(Layout layout, DType dtype, const char* c
     throw std::invalid_argument("DLBENCH_CUDA_BATCH_NORM: \"" + std::string(chosen) + "\" is not one of plain, ex");
   }
   // The semi-persistent kernels are for channels-last half tensors; fp32 (NCHW) keeps the plain calls.
-  const bool half_channels_last = layout == Layout::nhwc && dtype != DType::fp32;
-  return half_channels_last && chosen != "plain" ? BatchNormCalls::ex : BatchNormCalls::plain;
+  return half_channels_last(layout, dtype) && chosen != "plain" ? BatchNormCalls::ex : BatchNormCalls::plain;
 }
 
 }  // namespace dlbench::worker

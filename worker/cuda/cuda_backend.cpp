@@ -31,8 +31,8 @@ class CudaBatchNorm final : public BatchNormOp {
         momentum_(config.momentum),
         // Channels-last half activations take cuDNN's persistent kernels, as PyTorch's channels_last
         // batch norm does; the statistics and their meaning are the same.
-        mode_(backend.activation_layout() == Layout::nhwc && config.dtype != DType::fp32 ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
-                                                                                        : CUDNN_BATCHNORM_SPATIAL),
+        mode_(half_channels_last(backend.activation_layout(), config.dtype) ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
+                                                                             : CUDNN_BATCHNORM_SPATIAL),
         ex_(batch_norm_calls(backend.activation_layout(), config.dtype, std::getenv("DLBENCH_CUDA_BATCH_NORM")) ==
             BatchNormCalls::ex) {
     if (!ex_) return;

@@ -98,15 +98,13 @@ __global__ void dropout_kernel(const T* x, T* y, std::int64_t n, std::uint32_t t
   }
 }
 
-__device__ inline float loaded_scale(const float* gradient_scale) { return gradient_scale != nullptr ? *gradient_scale : 1.0f; }
-
 // One block per row; the row's max and sum of exponentials by block reductions, in fp32.
 template <typename T>
 __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t* labels, T* dlogits,
                                              float* loss_rows, int classes, int rows, const float* gradient_scale,
                                              float weight) {
   // The loss scale is read here, not when the step was queued: a replayed graph uses the current one.
-  const float gradient_factor = loaded_scale(gradient_scale) * weight / static_cast<float>(rows);
+  const float gradient_factor = scale_or_one(gradient_scale) * weight / static_cast<float>(rows);
   __shared__ float reduce[kThreads];
   const int row = blockIdx.x;
   const T* z = logits + static_cast<std::int64_t>(row) * classes;
@@ -153,7 +151,7 @@ __global__ void pixel_softmax_cross_entropy_kernel(const T* logits, const std::i
                                                    float* loss_pixels, const int* valid_count, ActivationGeometry l,
                                                    std::int32_t ignore_label, const float* gradient_scale, float weight) {
   const std::int64_t total = l.n * l.pixels();
-  const float scale = loaded_scale(gradient_scale);
+  const float scale = scale_or_one(gradient_scale);
   const std::int64_t step = l.channel_stride();
   const int classes = static_cast<int>(l.c);
   DLBENCH_GRID_STRIDE(i, total) {
@@ -264,7 +262,7 @@ __global__ void sum_kernel(const float* x, std::int64_t n, float* total) {
 
 __global__ void sgd_kernel(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
                            float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale) {
-  if (loss_scale != nullptr && loss_scale->overflowed != 0) return;
+  if (update_skipped(loss_scale)) return;
   DLBENCH_GRID_STRIDE(i, n) {
     const float d = grads[i] + weight_decay * values[i];
     const float buffer = first_step ? d : momentum * momentum_buffer[i] + d;

@@ -247,7 +247,7 @@ __global__ void adamw_coefficients_kernel(const double* squares, const std::uint
   coefficients[2] = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(s.beta2), t)));
   coefficients[3] = static_cast<float>(1.0 - pow(static_cast<double>(s.beta1), t));
   coefficients[4] = static_cast<float>(1.0 - pow(static_cast<double>(s.beta2), t));
-  coefficients[kSkipUpdate] = loss_scale != nullptr && loss_scale->overflowed != 0 ? 1.0f : 0.0f;
+  coefficients[kSkipUpdate] = update_skipped(loss_scale) ? 1.0f : 0.0f;
 }
 
 // Every gradient is clipped; the elements inside a range are updated (the last range starting at
