@@ -16,6 +16,7 @@
 #include "models/model.hpp"
 #include "models/small_conv_net.hpp"
 #include "trainer.hpp"
+#include "same_state_steps.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -132,9 +133,6 @@ TEST(Training, ALinearLayerRefusesAnInputOfAnotherWidth) {
   }
 }
 
-}  // namespace
-}  // namespace dlbench::worker
-
 namespace dlbench::worker {
 namespace {
 
@@ -183,6 +181,44 @@ TEST(Training, DropoutMasksFollowTheStepTheBackendIsGiven) {
   for (int i = 0; i < 3; ++i) trainer.step();
   trainer.loss();  // forward only: the step it would be
   EXPECT_EQ(backend.steps, (std::vector<std::uint64_t>{0, 1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace dlbench::worker
+
+// A backend whose SGD forgets the momentum it was handed from the second step on (as a trainer
+// whose momentum buffer another allocation overwrote between steps would).
+class MomentumForgettingBackend final : public DelegatingBackend {
+ public:
+  using DelegatingBackend::DelegatingBackend;
+  void sgd_update(float* v, const float* g, float* b, std::int64_t n, float lr, float m, float wd, bool first,
+                  const LossScaleState* s) override {
+    DelegatingBackend::sgd_update(v, g, b, n, lr, m, wd, true, s);  // "first": the buffer restarts from g
+    (void)first;
+  }
+};
+
+// The GPU tests' harness (same_state_steps.hpp) on two CPU trainers: identical backends agree
+// bit for bit; a backend that mishandles the state carried between steps is caught by the update
+// it takes, though every single step's forward and backward are right.
+TEST(Training, StepsFromTheSameStateAgreeAndCatchStateCarriedWrongly) {
+  CpuBackend reference_backend(2), backend(2);
+  const Shape input(8, 3, 16, 16);
+  const SgdConfig sgd{0.05f, 0.9f, 1e-4f};
+  {
+    Trainer reference(reference_backend, small_conv_net(), input, 10, sgd, 3);
+    Trainer twin(backend, small_conv_net(), input, 10, sgd, 3);
+    const testing::SameStateSteps same = testing::step_from_the_same_state(reference_backend, reference, backend, twin, 4);
+    EXPECT_EQ(same.worst_loss, 0.0);
+    EXPECT_EQ(same.worst_update, 0.0);
+  }
+  MomentumForgettingBackend forgetting(backend);
+  Trainer reference(reference_backend, small_conv_net(), input, 10, sgd, 3);
+  Trainer faulty(forgetting, small_conv_net(), input, 10, sgd, 3);
+  const testing::SameStateSteps steps = testing::step_from_the_same_state(reference_backend, reference, forgetting, faulty, 4);
+  EXPECT_EQ(steps.worst_loss, 0.0);  // each step starts from the reference's weights
+  EXPECT_GT(steps.worst_update, 0.5);  // the momentum it dropped is most of a later update
+  EXPECT_GE(steps.worst_update_step, 1);
 }
 
 }  // namespace
