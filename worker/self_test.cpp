@@ -121,21 +121,27 @@ namespace {
 struct Bounds {
   double layer = 1e-5;
   double block = 1e-4;
+  double relu_block = 1e-4;  // a block whose backward goes through ReLU masks that rounding can flip
   double floor = 0;
   double training = 1e-4;  // relative difference of the loss, per step
 };
 
+// A bottleneck's backward in a half type is dominated by ReLU masks that rounding flips, so its
+// error grows as the square root of the unit roundoff, not with it: with every value rounded at each op's
+// boundary and nothing else wrong, the bottleneck check's gradients in fp64 arithmetic are off by
+// up to 8.7e-2 in fp16 and 0.18 in bf16 over three draws (bench/bottleneck_half_numerics.py), and
+// an H200 gave 9.1e-2 and 0.16. A wrong block is off by its whole size.
 Bounds bounds_for(Precision precision) {
   switch (precision) {
-    case Precision::tf32: return {5e-3, 2e-2, 0, 1e-2};
-    case Precision::amp: return {5e-3, 5e-2, 2e-5, 1e-2};
-    case Precision::bf16: return {1.5e-2, 0.2, 2e-4, 2e-2};
+    case Precision::tf32: return {5e-3, 2e-2, 2e-2, 0, 1e-2};
+    case Precision::amp: return {5e-3, 5e-2, 0.15, 2e-5, 1e-2};
+    case Precision::bf16: return {1.5e-2, 0.2, 0.3, 2e-4, 2e-2};
     case Precision::fp32: break;
   }
   return {};
 }
 
-enum class Kind { rounding, exact, block };
+enum class Kind { rounding, exact, block, relu_block };
 
 struct LayerCheck {
   std::string name;
@@ -163,7 +169,7 @@ std::vector<LayerCheck> layer_checks() {
       {"linear", [] { return std::make_unique<Linear>(64, 10); }, Shape(8, 64)},
       {"dropout p=0.5", [] { return std::make_unique<Dropout>(0.5f, 3); }, Shape(4, 64), Kind::exact},
       {"bottleneck with projection", [] { return std::make_unique<Bottleneck>(32, 16, 2); }, Shape(8, 32, 16, 16),
-       Kind::block},
+       Kind::relu_block},
   };
 }
 
@@ -180,7 +186,7 @@ SelfTestCheck compare_layer(const LayerCheck& lc, const LayerOutcome& got, const
   check.precision = precision;
   check.name = lc.name;
   const bool exact = lc.kind == Kind::exact;
-  check.bound = exact ? 0.0 : (lc.kind == Kind::block ? b.block : b.layer);
+  check.bound = exact ? 0.0 : lc.kind == Kind::block ? b.block : lc.kind == Kind::relu_block ? b.relu_block : b.layer;
   check.floor = exact ? 0.0 : b.floor;
   std::vector<std::pair<std::string, double>> errors{{"y", normwise_relative_error(got.y, want.y)}};
   if (!want.dx.empty()) errors.emplace_back("dx", normwise_relative_error(got.dx, want.dx));
@@ -222,8 +228,11 @@ SelfTestCheck compare_layer(const LayerCheck& lc, const LayerOutcome& got, const
   } else if (std::any_of(got.grad_dtypes.begin(), got.grad_dtypes.end(), [](DType t) { return t != DType::fp32; })) {
     fail("parameter gradients must stay fp32 (master weights)");
   } else if (std::isnan(check.error) || (exact ? check.error != 0.0 : check.error > check.bound)) {
+    // Every output's error, so that one failed run says whether the rest are near the bound too.
+    std::string all;
+    for (const auto& [what, error] : errors) all += (all.empty() ? "" : ", ") + what + " " + format_error(error);
     fail(worst->first + " off by " + format_error(check.error) +
-         (exact ? " where the result must be exact" : ", bound " + format_error(check.bound)));
+         (exact ? " where the result must be exact" : ", bound " + format_error(check.bound)) + " (" + all + ")");
   } else if (check.floor > 0 && least->second <= check.floor) {
     fail(least->first + " within " + format_error(least->second) + " of fp32: not computed in " +
          std::string(to_string(dtype)) + "?");
@@ -406,12 +415,16 @@ class StepRecorder final : public LayerObserver {
 
 // Small, so that the check takes about a second on two CPU cores.
 const Shape kModelStepInput(2, 3, 64, 64);
-constexpr float kModelStepLossScale = 1024.0f;  // amp: fp16 gradients need it; a power of two, exact
+// amp: fp16 gradients need a loss scale, and the check starts at this one (a power of two, exact)
+// and halves it while the step's gradients overflow, as dynamic loss scaling would: an untrained
+// ResNet-50's conv1 gradient reaches about 110 here (PyTorch's too), past 65504 / 1024.
+constexpr float kModelStepLossScale = 1024.0f;
 
-StepTrace model_step_trace(Backend& backend, DType dtype, bool loss_scaling, const StepTrace* feed) {
+// `loss_scale`: none, or the scale the step's loss gradient is multiplied by.
+StepTrace model_step_trace(Backend& backend, DType dtype, std::optional<float> loss_scale, const StepTrace* feed) {
   Trainer trainer(backend, build_model("resnet50", 10), kModelStepInput, 10, kSgd, 3, 0, MemoryReuse::lifetime, dtype);
-  if (loss_scaling) trainer.use_loss_scaling({kModelStepLossScale});
-  StepRecorder recorder(trainer.network(), backend, loss_scaling ? kModelStepLossScale : 1.0f, feed);
+  if (loss_scale) trainer.use_loss_scaling({*loss_scale});
+  StepRecorder recorder(trainer.network(), backend, loss_scale.value_or(1.0f), feed);
   trainer.set_layer_observer(&recorder);
   trainer.compute_gradients();  // unscaled on return
   trainer.set_layer_observer(nullptr);
@@ -445,6 +458,15 @@ double step_entry_error(const StepTrace::Entry& got, const StepTrace::Entry& wan
   }
   const double scale = std::max(norm, input_norm);
   return scale > 0 ? std::sqrt(diff / scale) : std::sqrt(diff);
+}
+
+// Whether every gradient a step recorded is finite (else its loss scale overflowed fp16).
+bool backward_finite(const StepTrace& t) {
+  const auto finite = [](const StepTrace::Entry& e) {
+    return std::all_of(e.output.begin(), e.output.end(), [](float v) { return std::isfinite(v); });
+  };
+  return std::all_of(t.gradients.begin(), t.gradients.end(), finite) &&
+         std::all_of(t.layers.begin(), t.layers.end(), [&](const StepTrace::Entry& e) { return !e.backward || finite(e); });
 }
 
 SelfTestCheck compare_step_traces(const StepTrace& got, const StepTrace& want, double bound) {
@@ -599,9 +621,16 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
     return bounded(error, b.training, "the loss, worst at step " + std::to_string(step + 1));
   });
   checker.run(precision, "resnet50 step, each layer fed the reference's input", [&] {
-    if (!want_step_trace) want_step_trace = model_step_trace(reference, DType::fp32, false, nullptr);
-    return compare_step_traces(model_step_trace(*backend, dtype, uses_loss_scaling(typed), &*want_step_trace), *want_step_trace,
-                               b.block);
+    if (!want_step_trace) want_step_trace = model_step_trace(reference, DType::fp32, std::nullopt, nullptr);
+    if (!uses_loss_scaling(typed)) {
+      return compare_step_traces(model_step_trace(*backend, dtype, std::nullopt, &*want_step_trace), *want_step_trace, b.block);
+    }
+    float scale = kModelStepLossScale;
+    StepTrace got = model_step_trace(*backend, dtype, scale, &*want_step_trace);
+    while (scale > 1.0f && !backward_finite(got)) got = model_step_trace(*backend, dtype, scale /= 2.0f, &*want_step_trace);
+    SelfTestCheck c = compare_step_traces(got, *want_step_trace, b.block);
+    c.detail += "; loss scale " + std::to_string(static_cast<long>(scale));
+    return c;
   });
   // Every op reads only what it declared to the memory plan: trained with each buffer poisoned
   // (NaN) from the end of its declared lifetime, the losses are those of unshared memory. An op
