@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/vector_split.hpp"
 #include "dtype.hpp"
 
 namespace dlbench::worker::kernels {
@@ -72,7 +73,9 @@ void with_float_type(DType dtype, F&& f) {
 namespace dlbench::worker::kernels {
 
 // Elementwise maps, y[i] = op(x[i]) or op(a[i], b[i]): inputs loaded as float, op computed in
-// float, the result rounded once to T. `Op` is a struct with a __device__ call operator.
+// float, the result rounded once to T. `Op` is a struct with a __device__ call operator. Where
+// the pointers allow (vector_split), elements go in 16-byte packs, each thread a pack, and the
+// rest one by one.
 template <typename T, typename Op>
 __global__ void map_kernel(Op op, const T* x, T* y, std::int64_t n) {
   DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(op(load(x[i]))); }
@@ -83,12 +86,49 @@ __global__ void map2_kernel(Op op, const T* a, const T* b, T* y, std::int64_t n)
   DLBENCH_GRID_STRIDE(i, n) { y[i] = store<T>(op(load(a[i]), load(b[i]))); }
 }
 
+template <typename T>
+struct alignas(kVectorBytes) Pack {
+  static constexpr int kWidth = static_cast<int>(kVectorBytes / sizeof(T));
+  T v[kWidth];
+};
+
+template <typename T, typename Op>
+__global__ void map_packs_kernel(Op op, const Pack<T>* x, Pack<T>* y, std::int64_t packs) {
+  DLBENCH_GRID_STRIDE(i, packs) {
+    const Pack<T> in = x[i];
+    Pack<T> out;
+#pragma unroll
+    for (int k = 0; k < Pack<T>::kWidth; ++k) out.v[k] = store<T>(op(load(in.v[k])));
+    y[i] = out;
+  }
+}
+
+template <typename T, typename Op>
+__global__ void map2_packs_kernel(Op op, const Pack<T>* a, const Pack<T>* b, Pack<T>* y, std::int64_t packs) {
+  DLBENCH_GRID_STRIDE(i, packs) {
+    const Pack<T> in_a = a[i];
+    const Pack<T> in_b = b[i];
+    Pack<T> out;
+#pragma unroll
+    for (int k = 0; k < Pack<T>::kWidth; ++k) out.v[k] = store<T>(op(load(in_a.v[k]), load(in_b.v[k])));
+    y[i] = out;
+  }
+}
+
 template <typename Op>
 void launch_map(Op op, DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream) {
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    auto* const kernel = &map_kernel<T, Op>;  // named: the template's comma would split the macro's arguments
-    DLBENCH_LAUNCH(kernel, n, stream, op, static_cast<const T*>(x), static_cast<T*>(y), n);
+    const auto* const in = static_cast<const T*>(x);
+    auto* const out = static_cast<T*>(y);
+    const VectorSplit split = vector_split(n, sizeof(T), {x, y});
+    // Named: a template's comma would split the macro's arguments.
+    auto* const packs_kernel = &map_packs_kernel<T, Op>;
+    DLBENCH_LAUNCH(packs_kernel, split.packs, stream, op, reinterpret_cast<const Pack<T>*>(in),
+                   reinterpret_cast<Pack<T>*>(out), split.packs);
+    auto* const kernel = &map_kernel<T, Op>;
+    DLBENCH_LAUNCH(kernel, n - split.tail_start, stream, op, in + split.tail_start, out + split.tail_start,
+                   n - split.tail_start);
   });
 }
 
@@ -96,8 +136,16 @@ template <typename Op>
 void launch_map2(Op op, DType dtype, const void* a, const void* b, void* y, std::int64_t n, cudaStream_t stream) {
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
+    const auto* const in_a = static_cast<const T*>(a);
+    const auto* const in_b = static_cast<const T*>(b);
+    auto* const out = static_cast<T*>(y);
+    const VectorSplit split = vector_split(n, sizeof(T), {a, b, y});
+    auto* const packs_kernel = &map2_packs_kernel<T, Op>;
+    DLBENCH_LAUNCH(packs_kernel, split.packs, stream, op, reinterpret_cast<const Pack<T>*>(in_a),
+                   reinterpret_cast<const Pack<T>*>(in_b), reinterpret_cast<Pack<T>*>(out), split.packs);
     auto* const kernel = &map2_kernel<T, Op>;
-    DLBENCH_LAUNCH(kernel, n, stream, op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n);
+    DLBENCH_LAUNCH(kernel, n - split.tail_start, stream, op, in_a + split.tail_start, in_b + split.tail_start,
+                   out + split.tail_start, n - split.tail_start);
   });
 }
 
