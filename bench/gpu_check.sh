@@ -79,6 +79,9 @@ step self-test 150 "$bin/dlbench-worker" --self-test --backend cuda --precision 
 step cuda-backend-tests 150 "$bin/dlbench_cuda_backend_tests" --gtest_output="json:$logs/cuda-backend-tests.json" &
 correctness+=($!)
 step gpu-tests 60 "$bin/dlbench_gpu_tests" --gtest_output="json:$logs/gpu-tests.json" & correctness+=($!)
+# fp32 and tf32 with channels-last activations (DLBENCH_CUDA_LAYOUT=nhwc), before they are timed.
+DLBENCH_CUDA_LAYOUT=nhwc step self-test-nhwc 150 "$bin/dlbench-worker" --self-test --backend cuda --precision fp32,tf32 \
+  --output "$logs/self-test-nhwc.json" & correctness+=($!)
 for precision in fp32 tf32 amp bf16; do
   step "poisoned-resnet50-$precision" 90 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 32 \
     --precision "$precision" --memory-plan poison --warmup-steps 2 --measure-steps 10 --repeats 2 \
@@ -93,15 +96,22 @@ declare -A resnet_batch=([fp32]=64 [tf32]=128 [amp]=256 [bf16]=256)
 results=$logs/comparison.jsonl
 : > "$results"
 
+# time_dlbench_resnet50 PRECISION NAME ENGINE [FLAGS...]: dlbench-worker, warm-up 10, measure 30,
+# 3 repeats, as the comparison's row ENGINE (dlbench, dlbench-graph, dlbench-nhwc).
+time_dlbench_resnet50() {
+  local precision=$1 name=$2 engine=$3 batch=${resnet_batch[$1]}
+  shift 3
+  step "$name" 90 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size "$batch" \
+    --precision "$precision" --warmup-steps 10 --measure-steps 30 --repeats 3 --output "$logs/$name.json" "$@"
+  [[ -s $logs/$name.json ]] &&
+    python3 "$here/gpu_bench.py" result "$logs/$name.json" "$batch" "$precision" "$engine" |
+    sed 's/^{/{"model": "resnet50", /' >> "$results"
+}
+
 # compare_resnet50 PRECISION: dlbench and PyTorch eager, warm-up 10, measure 30, 3 repeats each.
 compare_resnet50() {
   local precision=$1 batch=${resnet_batch[$1]}
-  step "dlbench-resnet50-$precision" 90 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size "$batch" \
-    --precision "$precision" --warmup-steps 10 --measure-steps 30 --repeats 3 \
-    --output "$logs/dlbench-resnet50-$precision.json"
-  [[ -s $logs/dlbench-resnet50-$precision.json ]] &&
-    python3 "$here/gpu_bench.py" result "$logs/dlbench-resnet50-$precision.json" "$batch" "$precision" |
-    sed 's/^{/{"model": "resnet50", /' >> "$results"
+  time_dlbench_resnet50 "$precision" "dlbench-resnet50-$precision" dlbench
   step "pytorch-resnet50-$precision" 90 python3 "$here/pytorch_resnet50.py" --batch "$batch" --precision "$precision" \
     --warmup 10 --measure 30 --repeats 3
   grep -hs '^{' "$logs/pytorch-resnet50-$precision.log" | sed 's/^{/{"model": "resnet50", /' >> "$results"
@@ -119,18 +129,17 @@ profile_resnet50() {
 compare_resnet50 amp
 # amp's training step replayed as a CUDA graph (the loss scale moves on on the device), next to
 # the eager rows: what launch overhead costs at these shapes.
-step dlbench-resnet50-amp-graph 90 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size "${resnet_batch[amp]}" \
-  --precision amp --cuda-graph on --warmup-steps 10 --measure-steps 30 --repeats 3 \
-  --output "$logs/dlbench-resnet50-amp-graph.json"
-[[ -s $logs/dlbench-resnet50-amp-graph.json ]] &&
-  python3 "$here/gpu_bench.py" result "$logs/dlbench-resnet50-amp-graph.json" "${resnet_batch[amp]}" amp dlbench-graph |
-  sed 's/^{/{"model": "resnet50", /' >> "$results"
+time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
 profile_resnet50 amp
 # Batch norm through cuDNN's plain calls instead of the *Ex calls (the channels-last half
 # default): the BatchNorm2d row of the two amp profiles is the A/B.
 DLBENCH_CUDA_BATCH_NORM=plain profile_resnet50 amp profile-resnet50-amp-plain-bn
 
 for precision in bf16 tf32 fp32; do compare_resnet50 "$precision"; done
+# fp32 and tf32 with channels-last activations, as PyTorch's rows run: the A/B that decides their default.
+for precision in tf32 fp32; do
+  DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 "$precision" "dlbench-resnet50-$precision-nhwc" dlbench-nhwc
+done
 
 for precision in amp bf16; do
   step "dlbench-bert-$precision" 90 "$bin/dlbench-worker" --backend cuda --model bert-base --sequence-length 128 \
@@ -151,6 +160,7 @@ step dlbench-bert-amp-graph 90 "$bin/dlbench-worker" --backend cuda --model bert
   sed 's/^{/{"model": "bert-base", /' >> "$results"
 
 for precision in bf16 tf32 fp32; do profile_resnet50 "$precision"; done
+DLBENCH_CUDA_LAYOUT=nhwc profile_resnet50 tf32 profile-resnet50-tf32-nhwc
 
 
 # Last, where the budget allows: one small amp step under compute-sanitizer's memcheck, which

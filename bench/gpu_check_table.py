@@ -29,17 +29,17 @@ def last_line(logs, name):
         return "(no log)"
 
 
-def self_test(logs):
-    doc = load(os.path.join(logs, "self-test.json"))
+def self_test(logs, name="self-test"):
+    doc = load(os.path.join(logs, name + ".json"))
     if not doc:
-        return ["self-test: no document; " + last_line(logs, "self-test")]
+        return [f"{name}: no document; " + last_line(logs, name)]
     # The document counts every check in its summary and lists only those that did not pass.
     checks = doc.get("checks", [])
     failed = [c for c in checks if c.get("outcome") == "failed"]
     summary = doc.get("summary", {})
     passed, skipped = summary.get("passed", 0), summary.get("skipped", 0)
     total = passed + skipped + summary.get("failed", len(failed))
-    out = [f"self-test: {passed} of {total} checks passed, {skipped} skipped"]
+    out = [f"{name}: {passed} of {total} checks passed, {skipped} skipped"]
     if doc.get("reason"):
         out.append(f"  {doc['reason']}: {doc.get('message', '')[:200]}")
     for c in failed:
@@ -73,8 +73,9 @@ def poisoned(logs):
 
 
 def profiles(logs):
-    out = ["profile by kind, ms a step (forward + backward), ResNet-50 (amp-plain-bn: batch norm's plain cuDNN calls)"]
-    for precision in ("fp32", "tf32", "amp", "amp-plain-bn", "bf16"):
+    out = ["profile by kind, ms a step (forward + backward), ResNet-50 (amp-plain-bn: batch norm's plain cuDNN calls;"
+           " tf32-nhwc: channels-last activations)"]
+    for precision in ("fp32", "tf32", "tf32-nhwc", "amp", "amp-plain-bn", "bf16"):
         doc = load(os.path.join(logs, f"profile-resnet50-{precision}.json"))
         profile = (doc or {}).get("profile")
         if not profile:
@@ -96,18 +97,22 @@ def comparison(logs):
                 rows[(r["model"], r["precision"], r["engine"])] = r
     except (OSError, ValueError):
         pass
-    out = ["| model | batch | precision | dlbench | dlbench graph | PyTorch eager | dlbench / eager | graph / eager |",
-           "|---|---|---|---|---|---|---|---|"]
+    # dlbench eager, as a replayed step graph, and with channels-last activations (fp32, tf32).
+    variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-nhwc", "nhwc"))
+    out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
+           " | ".join(f"{label} / eager" for _, label in variants) + " |",
+           "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
     fmt = lambda v, r: f"{v:.1f}" if v else ("-" if not r else f"- ({r.get('reason') or r.get('state')})")
     ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
     for model, precisions in (("resnet50", ("fp32", "tf32", "amp", "bf16")), ("bert-base", ("amp", "bf16"))):
         for precision in precisions:
-            d, e = rows.get((model, precision, "dlbench")), rows.get((model, precision, "pytorch"))
-            g = rows.get((model, precision, "dlbench-graph"))
-            dv, ev, gv = (d or {}).get("median"), (e or {}).get("median"), (g or {}).get("median")
-            batch = (d or e or {}).get("batch", "-")
-            out.append(f"| {model} | {batch} | {precision} | {fmt(dv, d)} | {fmt(gv, g)} | {fmt(ev, e)} | "
-                       f"{ratio(dv, ev)} | {ratio(gv, ev)} |")
+            e = rows.get((model, precision, "pytorch"))
+            ev = (e or {}).get("median")
+            ours = [rows.get((model, precision, engine)) for engine, _ in variants]
+            values = [(r or {}).get("median") for r in ours]
+            batch = (ours[0] or e or {}).get("batch", "-")
+            out.append(f"| {model} | {batch} | {precision} | " + " | ".join(fmt(v, r) for v, r in zip(values, ours)) +
+                       f" | {fmt(ev, e)} | " + " | ".join(ratio(v, ev) for v in values) + " |")
     return out
 
 
@@ -115,7 +120,7 @@ def gpu_readings(logs):
     """Issue 37 on a real GPU: each dlbench result's NVML readings and stability verdict."""
     out = ["", "| case | verdict | other processes | SM clock min / median / max MHz | reasons | max C | median W | "
                 "repeats cv | stability |", "|---|---|---|---|---|---|---|---|---|"]
-    for name in [f"dlbench-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16", "amp-graph")] + \
+    for name in [f"dlbench-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16", "amp-graph", "tf32-nhwc", "fp32-nhwc")] + \
                 [f"dlbench-bert-{p}" for p in ("amp", "bf16", "amp-graph")]:
         doc = load(os.path.join(logs, name + ".json"))
         if not doc:
@@ -138,6 +143,7 @@ def main():
     logs = sys.argv[1]
     lines = []
     lines += self_test(logs)
+    lines += self_test(logs, "self-test-nhwc")
     lines += gtest(logs, "cuda-backend-tests")
     lines += gtest(logs, "gpu-tests")
     lines += poisoned(logs)

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cuda/activation_layout.hpp"
 #include "cuda/batch_norm_calls.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/kernels.hpp"
@@ -29,11 +30,11 @@ class CudaBatchNorm final : public BatchNormOp {
         epsilon_(std::max(static_cast<double>(config.epsilon), CUDNN_BN_MIN_EPSILON)),
         x_desc_(config.input, config.dtype, backend.activation_layout()), parameter_desc_(Shape(1, config.input.c(), 1, 1)),
         momentum_(config.momentum),
-        // Channels-last half activations take cuDNN's persistent kernels, as PyTorch's channels_last
+        // Channels-last activations take cuDNN's persistent kernels, as PyTorch's channels_last
         // batch norm does; the statistics and their meaning are the same.
-        mode_(half_channels_last(backend.activation_layout(), config.dtype) ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
-                                                                             : CUDNN_BATCHNORM_SPATIAL),
-        ex_(batch_norm_calls(backend.activation_layout(), config.dtype, std::getenv("DLBENCH_CUDA_BATCH_NORM")) ==
+        mode_(persistent_batch_norm(backend.activation_layout()) ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
+                                                                  : CUDNN_BATCHNORM_SPATIAL),
+        ex_(batch_norm_calls(backend.activation_layout(), std::getenv("DLBENCH_CUDA_BATCH_NORM")) ==
             BatchNormCalls::ex) {
     if (!ex_) return;
     const cudnnTensorDescriptor_t x = x_desc_.handle;
@@ -255,7 +256,8 @@ bool cuda_device_usable(std::string* why) {
 }
 
 CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
-    : device_(device), math_(math), activations_(activations) {
+    : device_(device), math_(math), activations_(activations),
+      layout_(cuda_activation_layout(activations, std::getenv("DLBENCH_CUDA_LAYOUT"))) {
   std::string why;
   if (!cuda_device_usable(&why)) throw CudaError(why);
   DLBENCH_CUDA_CHECK(cudaSetDevice(device_));

@@ -1,7 +1,8 @@
 // The CUDA backend: convolution, batch norm and pooling through cuDNN 9, linear layers through
 // cuBLASLt, everything else in dlbench's own kernels (worker/cuda/kernels.cu), all on one
 // stream. fp32 activations are NCHW (the layout every fp32 cuDNN algorithm takes with PyTorch's
-// OIHW weights), and `math` chooses whether cuDNN and cuBLAS may use TF32 tensor cores. fp16
+// OIHW weights; DLBENCH_CUDA_LAYOUT=nhwc makes them channels-last, for timing both), and `math`
+// chooses whether cuDNN and cuBLAS may use TF32 tensor cores. fp16
 // (amp) and bf16 activations are NHWC, the order cuDNN's tensor-core kernels work in, as
 // PyTorch's channels_last; they compute on tensor cores with fp32 accumulation. Parameters stay
 // fp32: ops round them to the activations' type as they run (a scratch copy per op call, as
@@ -56,10 +57,8 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
-  // fp32 NCHW; the half types NHWC.
-  Layout activation_layout() const override {
-    return activations_ == DType::fp32 ? Layout::nchw : Layout::nhwc;
-  }
+  // The half types NHWC; fp32 NCHW unless DLBENCH_CUDA_LAYOUT=nhwc (cuda/activation_layout.hpp).
+  Layout activation_layout() const override { return layout_; }
   std::string version_info() const override;
   // fp32 and fp16 on every GPU CUDA 13 runs on; bf16 from compute capability 8.0 (Ampere).
   std::optional<std::string> cannot_compute(DType dtype) const override;
@@ -161,6 +160,7 @@ class CudaBackend final : public Backend {
   int device_;
   CudaMath math_;
   DType activations_ = DType::fp32;
+  Layout layout_ = Layout::nchw;
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
