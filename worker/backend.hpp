@@ -85,12 +85,17 @@ class BatchNormOp {
   virtual ~BatchNormOp() = default;
   // Bytes of state that forward leaves for backward (the ReLU's mask when fused), or 0.
   virtual std::size_t workspace_bytes() const { return 0; }
+  // Whether backward reads forward's output y (cuDNN's fused ReLU finds its mask there), so that
+  // the layer keeps y alive until then.
+  virtual bool backward_reads_output() const { return false; }
   // Normalises with the batch's statistics, keeps them for backward and updates the running
   // ones, in one pass where the library can.
   virtual void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                                 BatchNormStatistics& statistics, void* workspace) = 0;
-  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const BatchNormStatistics& statistics,
-                        Tensor& dx, Tensor& dgamma, Tensor& dbeta, const void* workspace) = 0;
+  // y is forward's output and beta its shift: read only by an op that says so (a fused ReLU).
+  virtual void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                        const BatchNormStatistics& statistics, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                        const void* workspace) = 0;
 };
 
 class ReluOp {

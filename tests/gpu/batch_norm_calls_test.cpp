@@ -14,10 +14,12 @@ TEST(BatchNormCalls, ChannelsLastTakesTheExCallsUnlessToldPlain) {
   EXPECT_EQ(batch_norm_calls(Layout::nhwc, ""), BatchNormCalls::ex);
   EXPECT_EQ(batch_norm_calls(Layout::nhwc, "ex"), BatchNormCalls::ex);
   EXPECT_EQ(batch_norm_calls(Layout::nhwc, "plain"), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, "ex-relu"), BatchNormCalls::ex_relu);
   EXPECT_TRUE(persistent_batch_norm(Layout::nhwc));
   // NCHW keeps the plain calls and the plain spatial mode, whatever is asked.
   EXPECT_EQ(batch_norm_calls(Layout::nchw, nullptr), BatchNormCalls::plain);
   EXPECT_EQ(batch_norm_calls(Layout::nchw, "ex"), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, "ex-relu"), BatchNormCalls::plain);
   EXPECT_FALSE(persistent_batch_norm(Layout::nchw));
 }
 
@@ -26,7 +28,7 @@ TEST(BatchNormCalls, AnUnknownChoiceIsRefusedNamingTheAllowedOnes) {
     batch_norm_calls(Layout::nhwc, "fast");
     FAIL() << "accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_BATCH_NORM: \"fast\" is not one of plain, ex"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_BATCH_NORM: \"fast\" is not one of plain, ex, ex-relu"));
   }
 }
 

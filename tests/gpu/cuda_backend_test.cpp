@@ -159,8 +159,10 @@ TEST_F(CudaBackendTest, BatchNormMatchesTheCpu) {
     cpu_op->forward_training(x.cpu(), gamma.cpu(), beta.cpu(), y.cpu(), on_cpu, nullptr);
     gpu_op->forward_training(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), on_gpu, nullptr);
   }
-  cpu_op->backward(x.cpu(), dy.cpu(), gamma.cpu(), on_cpu, dx.cpu(), dgamma.cpu(), dbeta.cpu(), nullptr);
-  gpu_op->backward(x.gpu(), dy.gpu(), gamma.gpu(), on_gpu, dx.gpu(), dgamma.gpu(), dbeta.gpu(), nullptr);
+  cpu_op->backward(x.cpu(), y.cpu(), dy.cpu(), gamma.cpu(), beta.cpu(), on_cpu, dx.cpu(), dgamma.cpu(), dbeta.cpu(),
+                   nullptr);
+  gpu_op->backward(x.gpu(), y.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), on_gpu, dx.gpu(), dgamma.gpu(), dbeta.gpu(),
+                   nullptr);
   gpu_->synchronize();
   EXPECT_LT(y.error(), 1e-5);
   EXPECT_LT(mean.error(), 1e-5);

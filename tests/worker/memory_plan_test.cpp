@@ -13,6 +13,7 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "activation_reading_pool.hpp"
+#include "output_reading_batch_norm.hpp"
 #include "layers/auxiliary_classifier.hpp"
 #include "layers/batch_norm2d.hpp"
 #include "layers/bottleneck.hpp"
@@ -299,6 +300,30 @@ TEST(MemoryPlan, APoolThatReadsItsActivationsInBackwardKeepsThemAlive) {
   for (std::size_t i = 0; i < caught.weights.size(); ++i) differing += caught.weights[i] != unshared.weights[i];
   EXPECT_GT(differing, caught.weights.size() / 10) << "the poison mode did not catch a pool reading dead x and y";
   // The same op under the reference CPU pool's plan: the pool's x and y die at forward.
+  const Trajectory reference = train(every_layer_kind(), input, 10, MemoryReuse::none, 3);
+  for (std::size_t i = 0; i < unshared.losses.size(); ++i) {
+    EXPECT_NEAR(unshared.losses[i], reference.losses[i], 1e-5f * reference.losses[i]) << "step " << i;
+  }
+}
+
+// cuDNN's fused batch norm + ReLU, planted on the CPU: its backward reads forward's output.
+// Undeclared, the poison mode catches it; declared, the layer keeps y alive and every plan
+// computes the same bits, and the same training as the backend's own fused op.
+TEST(MemoryPlan, ABatchNormThatReadsItsOutputInBackwardKeepsItAlive) {
+  CpuBackend cpu(2);
+  const Shape input(4, 3, 16, 16);
+  OutputReadingBatchNormBackend undeclared(cpu, false), declared(cpu, true);
+  const Trajectory unshared = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, nullptr, declared);
+  const Trajectory honest = train(every_layer_kind(), input, 10, MemoryReuse::lifetime, 3, nullptr, nullptr, declared);
+  const Trajectory honest_poisoned = train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, declared);
+  expect_same_bits(honest, unshared);
+  expect_same_bits(honest_poisoned, unshared);
+
+  const Trajectory caught = train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, undeclared);
+  ASSERT_EQ(caught.weights.size(), unshared.weights.size());
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < caught.weights.size(); ++i) differing += caught.weights[i] != unshared.weights[i];
+  EXPECT_GT(differing, caught.weights.size() / 10) << "the poison mode did not catch a batch norm reading a dead y";
   const Trajectory reference = train(every_layer_kind(), input, 10, MemoryReuse::none, 3);
   for (std::size_t i = 0; i < unshared.losses.size(); ++i) {
     EXPECT_NEAR(unshared.losses[i], reference.losses[i], 1e-5f * reference.losses[i]) << "step " << i;

@@ -137,10 +137,15 @@ class TracingBackend final : public Backend {
       t_.record({x.data, y.data, s.mean.data, s.spread.data, s.running_mean.data, s.running_var.data, ws});
       op_->forward_training(x, g, b, y, s, ws);
     }
-    void backward(const Tensor& x, const Tensor& dy, const Tensor& g, const BatchNormStatistics& s, Tensor& dx,
-                  Tensor& dg, Tensor& db, const void* ws) override {
-      t_.record({x.data, dy.data, s.mean.data, s.spread.data, dx.data, ws});
-      op_->backward(x, dy, g, s, dx, dg, db, ws);
+    bool backward_reads_output() const override { return op_->backward_reads_output(); }
+    void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& g, const Tensor& b,
+                  const BatchNormStatistics& s, Tensor& dx, Tensor& dg, Tensor& db, const void* ws) override {
+      if (op_->backward_reads_output()) {
+        t_.record({x.data, y.data, dy.data, s.mean.data, s.spread.data, dx.data, ws});
+      } else {
+        t_.record({x.data, dy.data, s.mean.data, s.spread.data, dx.data, ws});
+      }
+      op_->backward(x, y, dy, g, b, s, dx, dg, db, ws);
     }
 
    private:

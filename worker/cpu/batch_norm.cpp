@@ -67,8 +67,9 @@ class CpuBatchNorm final : public BatchNormOp {
     }
   }
 
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const BatchNormStatistics& statistics,
-                Tensor& dx, Tensor& dgamma, Tensor& dbeta, const void* workspace) override {
+  void backward(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor& gamma, const Tensor&,
+                const BatchNormStatistics& statistics, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                const void* workspace) override {
     const Tensor& mean = statistics.mean;
     const Tensor& variance = statistics.spread;
     const auto& e = b_.engine();

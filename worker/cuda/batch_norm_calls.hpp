@@ -14,7 +14,9 @@
 
 namespace dlbench::worker {
 
-enum class BatchNormCalls { plain, ex };
+// ex_relu: the *Ex calls with a layer's ReLU fused in (CUDNN_BATCHNORM_OPS_BN_ACTIVATION), which
+// saves a ReLU's read and write of the activation each way; backward then reads forward's output.
+enum class BatchNormCalls { plain, ex, ex_relu };
 
 // Channels-last activations (the half types, and fp32 under DLBENCH_CUDA_LAYOUT=nhwc): cuDNN's
 // persistent batch-norm mode, and its *Ex calls, as PyTorch's channels_last batch norm takes.
@@ -24,11 +26,12 @@ inline bool persistent_batch_norm(Layout layout) { return layout == Layout::nhwc
 // naming the variable and its allowed values for anything else.
 inline BatchNormCalls batch_norm_calls(Layout layout, const char* choice) {
   const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
-  if (!chosen.empty() && chosen != "plain" && chosen != "ex") {
-    throw std::invalid_argument("DLBENCH_CUDA_BATCH_NORM: \"" + std::string(chosen) + "\" is not one of plain, ex");
+  if (!chosen.empty() && chosen != "plain" && chosen != "ex" && chosen != "ex-relu") {
+    throw std::invalid_argument("DLBENCH_CUDA_BATCH_NORM: \"" + std::string(chosen) + "\" is not one of plain, ex, ex-relu");
   }
   // The semi-persistent kernels are for channels-last tensors; NCHW keeps the plain calls.
-  return persistent_batch_norm(layout) && chosen != "plain" ? BatchNormCalls::ex : BatchNormCalls::plain;
+  if (!persistent_batch_norm(layout) || chosen == "plain") return BatchNormCalls::plain;
+  return chosen == "ex-relu" ? BatchNormCalls::ex_relu : BatchNormCalls::ex;
 }
 
 }  // namespace dlbench::worker

@@ -34,18 +34,33 @@ class CudaBatchNorm final : public BatchNormOp {
         // batch norm does; the statistics and their meaning are the same.
         mode_(persistent_batch_norm(backend.activation_layout()) ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
                                                                   : CUDNN_BATCHNORM_SPATIAL),
-        ex_(batch_norm_calls(backend.activation_layout(), std::getenv("DLBENCH_CUDA_BATCH_NORM")) ==
-            BatchNormCalls::ex) {
+        ex_(batch_norm_calls(backend.activation_layout(), std::getenv("DLBENCH_CUDA_BATCH_NORM")) !=
+            BatchNormCalls::plain),
+        relu_(config.relu),
+        ops_(config.relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN) {
+    if (relu_ && !ex_) throw std::invalid_argument("batch norm with a fused ReLU needs cuDNN's *Ex calls");
     if (!ex_) return;
+    if (relu_) {
+      DLBENCH_CUDNN_CHECK(cudnnCreateActivationDescriptor(&activation_));
+      DLBENCH_CUDNN_CHECK(cudnnSetActivationDescriptor(activation_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    }
     const cudnnTensorDescriptor_t x = x_desc_.handle;
     DLBENCH_CUDNN_CHECK(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-        backend.cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, x, x, x, parameter_desc_.handle, nullptr, &forward_workspace_));
+        backend.cudnn(), mode_, ops_, x, x, x, parameter_desc_.handle, activation_, &forward_workspace_));
     DLBENCH_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-        backend.cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, x, x, x, nullptr, x, parameter_desc_.handle, nullptr,
+        backend.cudnn(), mode_, ops_, x, x, x, nullptr, x, parameter_desc_.handle, activation_,
         &backward_workspace_));
-    DLBENCH_CUDNN_CHECK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(backend.cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN,
-                                                                             nullptr, x, &reserve_));
+    DLBENCH_CUDNN_CHECK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(backend.cudnn(), mode_, ops_, activation_, x,
+                                                                             &reserve_));
   }
+  ~CudaBatchNorm() override {
+    if (activation_ != nullptr) cudnnDestroyActivationDescriptor(activation_);
+  }
+  CudaBatchNorm(const CudaBatchNorm&) = delete;
+  CudaBatchNorm& operator=(const CudaBatchNorm&) = delete;
+
+  // The fused ReLU's backward finds its mask in forward's output.
+  bool backward_reads_output() const override { return relu_; }
 
   // The reserve space: planned memory from this forward to its backward.
   std::size_t workspace_bytes() const override { return reserve_; }
@@ -58,11 +73,10 @@ class CudaBatchNorm final : public BatchNormOp {
     require_dtype("batch norm", dtype_, {&x, &y});
     if (ex_) {
       DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
-          backend_.cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, &kOne, &kZero, x_desc_.handle, x.data, nullptr, nullptr,
-          x_desc_.handle, y.data, parameter_desc_.handle, gamma.as<float>(), beta.as<float>(),
-          static_cast<double>(momentum_), s.running_mean.as<float>(), s.running_var.as<float>(), epsilon_,
-          s.mean.as<float>(), s.spread.as<float>(), nullptr, scratch(forward_workspace_), forward_workspace_, reserve,
-          reserve_));
+          backend_.cudnn(), mode_, ops_, &kOne, &kZero, x_desc_.handle, x.data, nullptr, nullptr, x_desc_.handle,
+          y.data, parameter_desc_.handle, gamma.as<float>(), beta.as<float>(), static_cast<double>(momentum_),
+          s.running_mean.as<float>(), s.running_var.as<float>(), epsilon_, s.mean.as<float>(), s.spread.as<float>(),
+          activation_, scratch(forward_workspace_), forward_workspace_, reserve, reserve_));
       return;
     }
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
@@ -71,17 +85,18 @@ class CudaBatchNorm final : public BatchNormOp {
         s.running_mean.as<float>(), s.running_var.as<float>(), epsilon_, s.mean.as<float>(), s.spread.as<float>()));
   }
 
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const BatchNormStatistics& s, Tensor& dx,
-                Tensor& dgamma, Tensor& dbeta, const void* reserve) override {
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta, const void* reserve) override {
     require_dtype("batch norm", dtype_, {&dy, &dx});
     if (ex_) {
       // cuDNN takes the reserve space as writable; backward only reads what forward left there.
+      // With the ReLU fused it also reads y and the shift.
       DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-          backend_.cudnn(), mode_, CUDNN_BATCHNORM_OPS_BN, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.data, nullptr,
-          nullptr, x_desc_.handle, dy.data, nullptr, nullptr, x_desc_.handle, dx.data, parameter_desc_.handle,
-          gamma.as<float>(), nullptr, dgamma.as<float>(), dbeta.as<float>(), epsilon_, s.mean.as<float>(),
-          s.spread.as<float>(), nullptr, scratch(backward_workspace_), backward_workspace_, const_cast<void*>(reserve),
-          reserve_));
+          backend_.cudnn(), mode_, ops_, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.data,
+          relu_ ? x_desc_.handle : nullptr, relu_ ? y.data : nullptr, x_desc_.handle, dy.data, nullptr, nullptr,
+          x_desc_.handle, dx.data, parameter_desc_.handle, gamma.as<float>(), relu_ ? beta.as<float>() : nullptr,
+          dgamma.as<float>(), dbeta.as<float>(), epsilon_, s.mean.as<float>(), s.spread.as<float>(), activation_,
+          scratch(backward_workspace_), backward_workspace_, const_cast<void*>(reserve), reserve_));
       return;
     }
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackward(
@@ -100,6 +115,9 @@ class CudaBatchNorm final : public BatchNormOp {
   float momentum_;
   cudnnBatchNormMode_t mode_;
   bool ex_;
+  bool relu_;
+  cudnnBatchNormOps_t ops_;
+  cudnnActivationDescriptor_t activation_ = nullptr;  // the fused ReLU's, or none
   std::size_t forward_workspace_ = 0, backward_workspace_ = 0, reserve_ = 0;
 };
 
@@ -449,8 +467,13 @@ std::unique_ptr<Conv2dOp> CudaBackend::make_conv2d(const Conv2dConfig& c) {
 }
 std::unique_ptr<BatchNormOp> CudaBackend::make_batch_norm(const BatchNormConfig& c) {
   require_computable(c.dtype);
-  if (c.relu) throw std::invalid_argument("the cuda backend does not fuse batch norm and ReLU (fuses_batch_norm_relu)");
+  if (c.relu && !fuses_batch_norm_relu()) {
+    throw std::invalid_argument("this cuda backend does not fuse batch norm and ReLU (fuses_batch_norm_relu)");
+  }
   return std::make_unique<CudaBatchNorm>(*this, c);
+}
+bool CudaBackend::fuses_batch_norm_relu() const {
+  return batch_norm_calls(layout_, std::getenv("DLBENCH_CUDA_BATCH_NORM")) == BatchNormCalls::ex_relu;
 }
 std::unique_ptr<ReluOp> CudaBackend::make_relu(const Shape& shape, DType dtype) {
   require_computable(dtype);

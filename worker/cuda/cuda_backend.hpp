@@ -75,6 +75,8 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) override;
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) override;
+  // Under DLBENCH_CUDA_BATCH_NORM=ex-relu with channels-last activations (cuda/batch_norm_calls.hpp).
+  bool fuses_batch_norm_relu() const override;
   std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) override;
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) override;
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;

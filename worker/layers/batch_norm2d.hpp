@@ -39,6 +39,7 @@ class BatchNorm2d final : public Layer {
     ctx.request_saved_state(workspace_, op_->workspace_bytes(), t);
     for (Tensor* s : {&stats_.mean, &stats_.spread, &stats_.running_mean, &stats_.running_var}) s->shape = Shape(channels_);
     ctx.arena.request(y_, t);
+    if (op_->backward_reads_output()) ctx.arena.read(y_, t.mirrored());  // after y_ has its buffer
     if (relu_ && !fused) {
       // ReLU in place on y; its backward reads y and writes the gradient batch norm reads.
       relu_op_ = ctx.backend.make_relu(input.shape, input.dtype);
@@ -75,7 +76,7 @@ class BatchNorm2d final : public Layer {
       relu_op_->backward(y_, dy, drelu_);
       grad = &drelu_;
     }
-    op_->backward(*x_, *grad, gamma_.value, stats_, dx_, gamma_.grad, beta_.grad, workspace_.data);
+    op_->backward(*x_, y_, *grad, gamma_.value, beta_.value, stats_, dx_, gamma_.grad, beta_.grad, workspace_.data);
     ctx.notify({&gamma_, &beta_});
     return dx_;
   }
