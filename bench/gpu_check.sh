@@ -82,6 +82,9 @@ step gpu-tests 60 "$bin/dlbench_gpu_tests" --gtest_output="json:$logs/gpu-tests.
 # fp32 and tf32 with channels-last activations (DLBENCH_CUDA_LAYOUT=nhwc), before they are timed.
 DLBENCH_CUDA_LAYOUT=nhwc step self-test-nhwc 150 "$bin/dlbench-worker" --self-test --backend cuda --precision fp32,tf32 \
   --output "$logs/self-test-nhwc.json" & correctness+=($!)
+# amp and bf16 with batch norm and its ReLU fused in cuDNN (DLBENCH_CUDA_BATCH_NORM=ex-relu).
+DLBENCH_CUDA_BATCH_NORM=ex-relu step self-test-ex-relu 150 "$bin/dlbench-worker" --self-test --backend cuda \
+  --precision amp,bf16 --output "$logs/self-test-ex-relu.json" & correctness+=($!)
 for precision in fp32 tf32 amp bf16; do
   step "poisoned-resnet50-$precision" 90 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 32 \
     --precision "$precision" --memory-plan poison --warmup-steps 2 --measure-steps 10 --repeats 2 \
@@ -97,7 +100,7 @@ results=$logs/comparison.jsonl
 : > "$results"
 
 # time_dlbench_resnet50 PRECISION NAME ENGINE [FLAGS...]: dlbench-worker, warm-up 10, measure 30,
-# 3 repeats, as the comparison's row ENGINE (dlbench, dlbench-graph, dlbench-nhwc).
+# 3 repeats, as the comparison's row ENGINE (dlbench, dlbench-graph, dlbench-nhwc, dlbench-ex-relu).
 time_dlbench_resnet50() {
   local precision=$1 name=$2 engine=$3 batch=${resnet_batch[$1]}
   shift 3
@@ -134,8 +137,12 @@ profile_resnet50 amp
 # Batch norm through cuDNN's plain calls instead of the *Ex calls (the channels-last half
 # default): the BatchNorm2d row of the two amp profiles is the A/B.
 DLBENCH_CUDA_BATCH_NORM=plain profile_resnet50 amp profile-resnet50-amp-plain-bn
+# And with the ReLU fused into the *Ex calls: timed, and its profile.
+DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 amp dlbench-resnet50-amp-ex-relu dlbench-ex-relu
+DLBENCH_CUDA_BATCH_NORM=ex-relu profile_resnet50 amp profile-resnet50-amp-ex-relu
 
 for precision in bf16 tf32 fp32; do compare_resnet50 "$precision"; done
+DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 bf16 dlbench-resnet50-bf16-ex-relu dlbench-ex-relu
 # fp32 and tf32 with channels-last activations, as PyTorch's rows run: the A/B that decides their default.
 for precision in tf32 fp32; do
   DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 "$precision" "dlbench-resnet50-$precision-nhwc" dlbench-nhwc

@@ -74,8 +74,8 @@ def poisoned(logs):
 
 def profiles(logs):
     out = ["profile by kind, ms a step (forward + backward), ResNet-50 (amp-plain-bn: batch norm's plain cuDNN calls;"
-           " tf32-nhwc: channels-last activations)"]
-    for precision in ("fp32", "tf32", "tf32-nhwc", "amp", "amp-plain-bn", "bf16"):
+           " amp-ex-relu: its ReLU fused in cuDNN; tf32-nhwc: channels-last activations)"]
+    for precision in ("fp32", "tf32", "tf32-nhwc", "amp", "amp-plain-bn", "amp-ex-relu", "bf16"):
         doc = load(os.path.join(logs, f"profile-resnet50-{precision}.json"))
         profile = (doc or {}).get("profile")
         if not profile:
@@ -97,8 +97,10 @@ def comparison(logs):
                 rows[(r["model"], r["precision"], r["engine"])] = r
     except (OSError, ValueError):
         pass
-    # dlbench eager, as a replayed step graph, and with channels-last activations (fp32, tf32).
-    variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-nhwc", "nhwc"))
+    # dlbench eager, as a replayed step graph, with channels-last activations (fp32, tf32), and
+    # with batch norm's ReLU fused in cuDNN (amp, bf16).
+    variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-nhwc", "nhwc"),
+                ("dlbench-ex-relu", "bn+relu"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
@@ -120,7 +122,8 @@ def gpu_readings(logs):
     """Issue 37 on a real GPU: each dlbench result's NVML readings and stability verdict."""
     out = ["", "| case | verdict | other processes | SM clock min / median / max MHz | reasons | max C | median W | "
                 "repeats cv | stability |", "|---|---|---|---|---|---|---|---|---|"]
-    for name in [f"dlbench-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16", "amp-graph", "tf32-nhwc", "fp32-nhwc")] + \
+    for name in [f"dlbench-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16", "amp-graph", "tf32-nhwc", "fp32-nhwc",
+                                                       "amp-ex-relu", "bf16-ex-relu")] + \
                 [f"dlbench-bert-{p}" for p in ("amp", "bf16", "amp-graph")]:
         doc = load(os.path.join(logs, name + ".json"))
         if not doc:
@@ -144,6 +147,7 @@ def main():
     lines = []
     lines += self_test(logs)
     lines += self_test(logs, "self-test-nhwc")
+    lines += self_test(logs, "self-test-ex-relu")
     lines += gtest(logs, "cuda-backend-tests")
     lines += gtest(logs, "gpu-tests")
     lines += poisoned(logs)
