@@ -172,7 +172,12 @@ class Images(unittest.TestCase):
             doc = json.loads(result.stdout)
             self.assertEqual(doc["state"], "Succeeded", doc)
             self.assertEqual(doc["engine"], "command")
-            self.assertGreater(doc["stepTimeSeconds"]["min"], 0.049)
+            # sleep never returns early, so no step takes under 50 ms; a marker that reaches the shim
+            # late (a loaded machine) makes the next step look shorter by that delay (48.4 ms once in
+            # CI), never the median: as tests/command/exec_test.py holds its 100 ms steps.
+            steps = doc["stepTimeSeconds"]
+            self.assertGreaterEqual(steps["median"], 0.049)
+            self.assertGreater(steps["min"], 0.025)
         finally:
             shutil.rmtree(volume, ignore_errors=True)
 
