@@ -281,13 +281,12 @@ TEST(MemoryPlan, PoisonFillsEachBufferWhenItsLifetimeEnds) {
   EXPECT_EQ(arena.poisoned_count(), 2u);
 }
 
-// The CUDA pool's bug, planted on the CPU: undeclared, the poison mode catches it (and the
-// shared plan computes something else); declared, the layer keeps x and y alive and every plan
-// computes the same bits.
-TEST(MemoryPlan, APoolThatReadsItsActivationsInBackwardKeepsThemAlive) {
-  CpuBackend cpu(2);
+// An op planted on the CPU that reads memory in backward which the reference op does not, in two
+// backends: one whose op declares it, one whose op does not. Declared, the layer keeps that memory
+// alive and every plan computes the same bits, the same training as the reference CPU ops;
+// undeclared, the poison mode catches it.
+void expect_declared_reads_are_kept(Backend& declared, Backend& undeclared, const char* what) {
   const Shape input(4, 3, 16, 16);
-  ActivationReadingPoolBackend undeclared(cpu, false), declared(cpu, true);
   const Trajectory unshared = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, nullptr, declared);
   const Trajectory honest = train(every_layer_kind(), input, 10, MemoryReuse::lifetime, 3, nullptr, nullptr, declared);
   const Trajectory honest_poisoned = train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, declared);
@@ -298,36 +297,25 @@ TEST(MemoryPlan, APoolThatReadsItsActivationsInBackwardKeepsThemAlive) {
   ASSERT_EQ(caught.weights.size(), unshared.weights.size());
   std::size_t differing = 0;
   for (std::size_t i = 0; i < caught.weights.size(); ++i) differing += caught.weights[i] != unshared.weights[i];
-  EXPECT_GT(differing, caught.weights.size() / 10) << "the poison mode did not catch a pool reading dead x and y";
-  // The same op under the reference CPU pool's plan: the pool's x and y die at forward.
+  EXPECT_GT(differing, caught.weights.size() / 10) << "the poison mode did not catch " << what;
   const Trajectory reference = train(every_layer_kind(), input, 10, MemoryReuse::none, 3);
   for (std::size_t i = 0; i < unshared.losses.size(); ++i) {
     EXPECT_NEAR(unshared.losses[i], reference.losses[i], 1e-5f * reference.losses[i]) << "step " << i;
   }
 }
 
-// cuDNN's fused batch norm + ReLU, planted on the CPU: its backward reads forward's output.
-// Undeclared, the poison mode catches it; declared, the layer keeps y alive and every plan
-// computes the same bits, and the same training as the backend's own fused op.
+// The CUDA pool's bug: its backward reads x and y, which the reference CPU pool lets die at forward.
+TEST(MemoryPlan, APoolThatReadsItsActivationsInBackwardKeepsThemAlive) {
+  CpuBackend cpu(2);
+  ActivationReadingPoolBackend undeclared(cpu, false), declared(cpu, true);
+  expect_declared_reads_are_kept(declared, undeclared, "a pool reading dead x and y");
+}
+
+// cuDNN's fused batch norm + ReLU: its backward reads forward's output.
 TEST(MemoryPlan, ABatchNormThatReadsItsOutputInBackwardKeepsItAlive) {
   CpuBackend cpu(2);
-  const Shape input(4, 3, 16, 16);
   OutputReadingBatchNormBackend undeclared(cpu, false), declared(cpu, true);
-  const Trajectory unshared = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, nullptr, declared);
-  const Trajectory honest = train(every_layer_kind(), input, 10, MemoryReuse::lifetime, 3, nullptr, nullptr, declared);
-  const Trajectory honest_poisoned = train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, declared);
-  expect_same_bits(honest, unshared);
-  expect_same_bits(honest_poisoned, unshared);
-
-  const Trajectory caught = train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, undeclared);
-  ASSERT_EQ(caught.weights.size(), unshared.weights.size());
-  std::size_t differing = 0;
-  for (std::size_t i = 0; i < caught.weights.size(); ++i) differing += caught.weights[i] != unshared.weights[i];
-  EXPECT_GT(differing, caught.weights.size() / 10) << "the poison mode did not catch a batch norm reading a dead y";
-  const Trajectory reference = train(every_layer_kind(), input, 10, MemoryReuse::none, 3);
-  for (std::size_t i = 0; i < unshared.losses.size(); ++i) {
-    EXPECT_NEAR(unshared.losses[i], reference.losses[i], 1e-5f * reference.losses[i]) << "step " << i;
-  }
+  expect_declared_reads_are_kept(declared, undeclared, "a batch norm reading a dead y");
 }
 
 TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKind) {
