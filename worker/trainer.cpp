@@ -48,6 +48,12 @@ std::vector<float> download(Backend& backend, const Tensor& t) {
   return from_layout(decode(bytes.data(), static_cast<std::size_t>(t.numel()), t.dtype), t.shape, t.layout);
 }
 
+std::vector<float> download(Backend& backend, const float* device, std::int64_t count) {
+  std::vector<float> host(static_cast<std::size_t>(count));
+  backend.copy_to_host(host.data(), device, host.size() * sizeof(float));
+  return host;
+}
+
 void Trainer::setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
                               const std::function<std::int64_t(const Tensor&)>& label_count_for_output) {
   if (const auto why = backend_.cannot_compute(activations)) throw std::invalid_argument(*why);

@@ -28,6 +28,8 @@ std::vector<float> to_layout(const std::vector<float>& nchw, const Shape& shape,
 std::vector<float> from_layout(const std::vector<float>& stored, const Shape& shape, Layout layout);
 // A tensor's values on the host as fp32, in logical (N, C, H, W) order whatever its dtype and layout.
 std::vector<float> download(Backend& backend, const Tensor& t);
+// `count` fp32 values from the device (a flat parameter buffer, say).
+std::vector<float> download(Backend& backend, const float* device, std::int64_t count);
 
 // The fewest tokens a pretraining sequence can have: [CLS] A [SEP] B [SEP] with a word in each.
 inline constexpr std::int64_t kMinimumPretrainingTokens = 5;

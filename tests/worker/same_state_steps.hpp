@@ -24,19 +24,13 @@ struct SameStateSteps {
   int worst_update_step = -1;
 };
 
-inline std::vector<float> host_copy(Backend& backend, const float* device, std::int64_t count) {
-  std::vector<float> host(static_cast<std::size_t>(count));
-  backend.copy_to_host(host.data(), device, host.size() * sizeof(float));
-  return host;
-}
-
 inline SameStateSteps step_from_the_same_state(Backend& reference_backend, Trainer& reference, Backend& backend,
                                                Trainer& trainer, int steps) {
   SameStateSteps out;
   const std::int64_t n = reference.parameter_count();
   for (int step = 0; step < steps; ++step) {
-    const std::vector<float> weights = host_copy(reference_backend, reference.parameters().values(), n);
-    const std::vector<float> momentum = host_copy(reference_backend, reference.parameters().momentum(), n);
+    const std::vector<float> weights = download(reference_backend, reference.parameters().values(), n);
+    const std::vector<float> momentum = download(reference_backend, reference.parameters().momentum(), n);
     backend.copy_from_host(trainer.parameters().values(), weights.data(), weights.size() * sizeof(float));
     backend.copy_from_host(trainer.parameters().momentum(), momentum.data(), momentum.size() * sizeof(float));
     const double want = reference.step_and_loss();
@@ -46,8 +40,8 @@ inline SameStateSteps step_from_the_same_state(Backend& reference_backend, Train
       out.worst_loss = loss_error;
       out.worst_loss_step = step;
     }
-    const std::vector<float> want_after = host_copy(reference_backend, reference.parameters().values(), n);
-    const std::vector<float> got_after = host_copy(backend, trainer.parameters().values(), n);
+    const std::vector<float> want_after = download(reference_backend, reference.parameters().values(), n);
+    const std::vector<float> got_after = download(backend, trainer.parameters().values(), n);
     double difference = 0, norm = 0;
     for (std::size_t i = 0; i < weights.size(); ++i) {
       const double want_update = static_cast<double>(want_after[i]) - static_cast<double>(weights[i]);
