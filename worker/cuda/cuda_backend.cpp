@@ -34,8 +34,7 @@ class CudaBatchNorm final : public BatchNormOp {
         // batch norm does; the statistics and their meaning are the same.
         mode_(persistent_batch_norm(backend.activation_layout()) ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
                                                                   : CUDNN_BATCHNORM_SPATIAL),
-        ex_(batch_norm_calls(backend.activation_layout(), std::getenv("DLBENCH_CUDA_BATCH_NORM")) !=
-            BatchNormCalls::plain),
+        ex_(backend.batch_norm_route() != BatchNormCalls::plain),
         relu_(config.relu),
         ops_(config.relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN) {
     if (relu_ && !ex_) throw std::invalid_argument("batch norm with a fused ReLU needs cuDNN's *Ex calls");
@@ -275,7 +274,8 @@ bool cuda_device_usable(std::string* why) {
 
 CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
     : device_(device), math_(math), activations_(activations),
-      layout_(cuda_activation_layout(activations, std::getenv("DLBENCH_CUDA_LAYOUT"))) {
+      layout_(cuda_activation_layout(activations, std::getenv("DLBENCH_CUDA_LAYOUT"))),
+      batch_norm_route_(batch_norm_calls(layout_, std::getenv("DLBENCH_CUDA_BATCH_NORM"))) {
   std::string why;
   if (!cuda_device_usable(&why)) throw CudaError(why);
   DLBENCH_CUDA_CHECK(cudaSetDevice(device_));
@@ -471,9 +471,6 @@ std::unique_ptr<BatchNormOp> CudaBackend::make_batch_norm(const BatchNormConfig&
     throw std::invalid_argument("this cuda backend does not fuse batch norm and ReLU (fuses_batch_norm_relu)");
   }
   return std::make_unique<CudaBatchNorm>(*this, c);
-}
-bool CudaBackend::fuses_batch_norm_relu() const {
-  return batch_norm_calls(layout_, std::getenv("DLBENCH_CUDA_BATCH_NORM")) == BatchNormCalls::ex_relu;
 }
 std::unique_ptr<ReluOp> CudaBackend::make_relu(const Shape& shape, DType dtype) {
   require_computable(dtype);

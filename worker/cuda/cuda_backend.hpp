@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "cuda/batch_norm_calls.hpp"
 #include "cuda/cuda_check.hpp"
 
 namespace dlbench::worker {
@@ -76,7 +77,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) override;
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) override;
   // Under DLBENCH_CUDA_BATCH_NORM=ex-relu with channels-last activations (cuda/batch_norm_calls.hpp).
-  bool fuses_batch_norm_relu() const override;
+  bool fuses_batch_norm_relu() const override { return batch_norm_route_ == BatchNormCalls::ex_relu; }
+  // Which cuDNN calls this backend's batch norms take: DLBENCH_CUDA_BATCH_NORM, read once.
+  BatchNormCalls batch_norm_route() const { return batch_norm_route_; }
   std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) override;
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) override;
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;
@@ -163,6 +166,7 @@ class CudaBackend final : public Backend {
   CudaMath math_;
   DType activations_ = DType::fp32;
   Layout layout_ = Layout::nchw;
+  BatchNormCalls batch_norm_route_ = BatchNormCalls::plain;  // after layout_, which it depends on
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;

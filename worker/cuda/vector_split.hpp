@@ -1,7 +1,8 @@
 // How an elementwise map splits its n elements between 16-byte vector loads and a scalar tail,
 // apart from the kernels so that the rule is tested without a GPU. A 2-byte element loaded alone
-// leaves most of a memory transaction unused: the scalar maps reached about a third of an H200's
-// bandwidth, and ResNet-50's ReLUs and residual adds were a third of an amp step.
+// leaves most of a memory transaction unused: with one element a thread, ResNet-50's ReLUs and
+// residual adds were a third of an amp step's GPU time on an H200 (ncu); with packs the step
+// went from 48.1 to 41.0 ms.
 #pragma once
 
 #include <cstddef>
