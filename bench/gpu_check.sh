@@ -99,17 +99,27 @@ declare -A resnet_batch=([fp32]=64 [tf32]=128 [amp]=256 [bf16]=256)
 results=$logs/comparison.jsonl
 : > "$results"
 
-# time_dlbench_resnet50 PRECISION NAME ENGINE [FLAGS...]: dlbench-worker, warm-up 10, measure 30,
+# time_dlbench MODEL BATCH PRECISION NAME ENGINE [FLAGS...]: dlbench-worker, warm-up 10, measure 30,
 # 3 repeats, as the comparison's row ENGINE (dlbench, dlbench-graph, dlbench-nhwc, dlbench-ex-relu).
-time_dlbench_resnet50() {
-  local precision=$1 name=$2 engine=$3 batch=${resnet_batch[$1]}
-  shift 3
-  step "$name" 90 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size "$batch" \
+time_dlbench() {
+  local model=$1 batch=$2 precision=$3 name=$4 engine=$5
+  shift 5
+  step "$name" 90 "$bin/dlbench-worker" --backend cuda --model "$model" --batch-size "$batch" \
     --precision "$precision" --warmup-steps 10 --measure-steps 30 --repeats 3 --output "$logs/$name.json" "$@"
   [[ -s $logs/$name.json ]] &&
     python3 "$here/gpu_bench.py" result "$logs/$name.json" "$batch" "$precision" "$engine" |
-    sed 's/^{/{"model": "resnet50", /' >> "$results"
+    sed "s/^{/{\"model\": \"$model\", /" >> "$results"
 }
+
+# time_dlbench_resnet50 PRECISION NAME ENGINE [FLAGS...]: at the comparison's batch size.
+time_dlbench_resnet50() {
+  local precision=$1
+  shift
+  time_dlbench resnet50 "${resnet_batch[$precision]}" "$precision" "$@"
+}
+
+# BERT-base as the GPU issue measured it: batch 64, sequence 128, AdamW.
+bert_flags=(--sequence-length 128 --optimizer adamw --learning-rate 0.0001 --weight-decay 0.01)
 
 # compare_resnet50 PRECISION: dlbench and PyTorch eager, warm-up 10, measure 30, 3 repeats each.
 compare_resnet50() {
@@ -149,22 +159,12 @@ for precision in tf32 fp32; do
 done
 
 for precision in amp bf16; do
-  step "dlbench-bert-$precision" 90 "$bin/dlbench-worker" --backend cuda --model bert-base --sequence-length 128 \
-    --batch-size 64 --precision "$precision" --optimizer adamw --learning-rate 0.0001 --weight-decay 0.01 \
-    --warmup-steps 10 --measure-steps 30 --repeats 3 --output "$logs/dlbench-bert-$precision.json"
-  [[ -s $logs/dlbench-bert-$precision.json ]] &&
-    python3 "$here/gpu_bench.py" result "$logs/dlbench-bert-$precision.json" 64 "$precision" |
-    sed 's/^{/{"model": "bert-base", /' >> "$results"
+  time_dlbench bert-base 64 "$precision" "dlbench-bert-$precision" dlbench "${bert_flags[@]}"
   step "pytorch-bert-$precision" 90 python3 "$here/pytorch_bert.py" --device cuda --batch 64 \
     --precision "$precision" --warmup 10 --measure 30 --repeats 3
   grep -hs '^{' "$logs/pytorch-bert-$precision.log" | sed 's/^{/{"model": "bert-base", /' >> "$results"
 done
-step dlbench-bert-amp-graph 90 "$bin/dlbench-worker" --backend cuda --model bert-base --sequence-length 128 \
-  --batch-size 64 --precision amp --optimizer adamw --learning-rate 0.0001 --weight-decay 0.01 --cuda-graph on \
-  --warmup-steps 10 --measure-steps 30 --repeats 3 --output "$logs/dlbench-bert-amp-graph.json"
-[[ -s $logs/dlbench-bert-amp-graph.json ]] &&
-  python3 "$here/gpu_bench.py" result "$logs/dlbench-bert-amp-graph.json" 64 amp dlbench-graph |
-  sed 's/^{/{"model": "bert-base", /' >> "$results"
+time_dlbench bert-base 64 amp dlbench-bert-amp-graph dlbench-graph "${bert_flags[@]}" --cuda-graph on
 
 for precision in bf16 tf32 fp32; do profile_resnet50 "$precision"; done
 DLBENCH_CUDA_LAYOUT=nhwc profile_resnet50 tf32 profile-resnet50-tf32-nhwc
