@@ -9,50 +9,59 @@
 namespace dlbench::worker {
 namespace {
 
-TEST(BatchNormCalls, ChannelsLastTakesTheExCallsUnlessToldPlain) {
-  EXPECT_EQ(batch_norm_calls(Layout::nhwc, nullptr), BatchNormCalls::ex);
-  EXPECT_EQ(batch_norm_calls(Layout::nhwc, ""), BatchNormCalls::ex);
-  EXPECT_EQ(batch_norm_calls(Layout::nhwc, "ex"), BatchNormCalls::ex);
-  EXPECT_EQ(batch_norm_calls(Layout::nhwc, "plain"), BatchNormCalls::plain);
-  EXPECT_EQ(batch_norm_calls(Layout::nhwc, "ex-relu"), BatchNormCalls::ex_relu);
+TEST(BatchNormCalls, ChannelsLastHalvesFuseTheReluAndFp32TakesTheExCallsUnlessTold) {
+  for (const DType half : {DType::fp16, DType::bf16}) {
+    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, nullptr), BatchNormCalls::ex_relu);
+    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, ""), BatchNormCalls::ex_relu);
+    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "ex-relu"), BatchNormCalls::ex_relu);
+    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "ex"), BatchNormCalls::ex);
+    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "plain"), BatchNormCalls::plain);
+  }
+  // fp32 activations in NHWC (tf32): the *Ex calls, the ReLU apart unless asked.
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, nullptr), BatchNormCalls::ex);
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, "ex-relu"), BatchNormCalls::ex_relu);
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, "plain"), BatchNormCalls::plain);
   EXPECT_TRUE(persistent_batch_norm(Layout::nhwc));
   // NCHW keeps the plain calls and the plain spatial mode, whatever is asked.
-  EXPECT_EQ(batch_norm_calls(Layout::nchw, nullptr), BatchNormCalls::plain);
-  EXPECT_EQ(batch_norm_calls(Layout::nchw, "ex"), BatchNormCalls::plain);
-  EXPECT_EQ(batch_norm_calls(Layout::nchw, "ex-relu"), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, nullptr), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex"), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex-relu"), BatchNormCalls::plain);
   EXPECT_FALSE(persistent_batch_norm(Layout::nchw));
 }
 
 TEST(BatchNormCalls, AnUnknownChoiceIsRefusedNamingTheAllowedOnes) {
   try {
-    batch_norm_calls(Layout::nhwc, "fast");
+    batch_norm_calls(Layout::nhwc, DType::fp16, "fast");
     FAIL() << "accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_BATCH_NORM: \"fast\" is not one of plain, ex, ex-relu"));
   }
 }
 
-TEST(CudaActivationLayout, HalfTypesAreChannelsLastAndFp32IsNchwUnlessToldNhwc) {
+TEST(CudaActivationLayout, TensorCoreMathIsChannelsLastAndFp32IsNchwUnlessTold) {
   for (const DType half : {DType::fp16, DType::bf16}) {
-    EXPECT_EQ(cuda_activation_layout(half, nullptr), Layout::nhwc);
-    EXPECT_EQ(cuda_activation_layout(half, ""), Layout::nhwc);
-    EXPECT_EQ(cuda_activation_layout(half, "nhwc"), Layout::nhwc);
+    EXPECT_EQ(cuda_activation_layout(half, CudaMath::fp32, nullptr), Layout::nhwc);
+    EXPECT_EQ(cuda_activation_layout(half, CudaMath::fp32, ""), Layout::nhwc);
+    EXPECT_EQ(cuda_activation_layout(half, CudaMath::fp32, "nhwc"), Layout::nhwc);
   }
-  EXPECT_EQ(cuda_activation_layout(DType::fp32, nullptr), Layout::nchw);
-  EXPECT_EQ(cuda_activation_layout(DType::fp32, ""), Layout::nchw);
-  EXPECT_EQ(cuda_activation_layout(DType::fp32, "nchw"), Layout::nchw);
-  EXPECT_EQ(cuda_activation_layout(DType::fp32, "nhwc"), Layout::nhwc);
+  EXPECT_EQ(cuda_activation_layout(DType::fp32, CudaMath::tf32, nullptr), Layout::nhwc);
+  EXPECT_EQ(cuda_activation_layout(DType::fp32, CudaMath::tf32, ""), Layout::nhwc);
+  EXPECT_EQ(cuda_activation_layout(DType::fp32, CudaMath::tf32, "nchw"), Layout::nchw);
+  EXPECT_EQ(cuda_activation_layout(DType::fp32, CudaMath::fp32, nullptr), Layout::nchw);
+  EXPECT_EQ(cuda_activation_layout(DType::fp32, CudaMath::fp32, ""), Layout::nchw);
+  EXPECT_EQ(cuda_activation_layout(DType::fp32, CudaMath::fp32, "nchw"), Layout::nchw);
+  EXPECT_EQ(cuda_activation_layout(DType::fp32, CudaMath::fp32, "nhwc"), Layout::nhwc);
 }
 
 TEST(CudaActivationLayout, AnUnknownOrderAndNchwHalvesAreRefusedSayingWhy) {
   try {
-    cuda_activation_layout(DType::fp32, "NHWC");
+    cuda_activation_layout(DType::fp32, CudaMath::fp32, "NHWC");
     FAIL() << "accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_LAYOUT: \"NHWC\" is not one of nchw, nhwc"));
   }
   try {
-    cuda_activation_layout(DType::bf16, "nchw");
+    cuda_activation_layout(DType::bf16, CudaMath::fp32, "nchw");
     FAIL() << "accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("nchw is for fp32 and tf32 activations; bf16 activations are nhwc only"));

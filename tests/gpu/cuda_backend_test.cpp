@@ -51,13 +51,15 @@ class Pair {
     cpu_memory_ = cpu.allocate(bytes);
     gpu_memory_ = gpu.allocate(bytes);
     cpu_ = {static_cast<float*>(cpu_memory_.get()), shape, activation_ ? Layout::nhwc : Layout::plain};
-    gpu_ = {static_cast<float*>(gpu_memory_.get()), shape, activation_ ? Layout::nchw : Layout::plain};
+    // Activations in the GPU backend's own order (tf32 is channels-last, fp32 NCHW).
+    gpu_ = {static_cast<float*>(gpu_memory_.get()), shape, activation_ ? gpu.activation_layout() : Layout::plain};
     if (!nchw.empty()) set(nchw);
   }
   void set(const std::vector<float>& nchw) {
     const std::vector<float> host = activation_ ? nchw_to_nhwc(nchw, shape_) : nchw;
     cpu_backend_.copy_from_host(cpu_.as<float>(), host.data(), cpu_.bytes());
-    gpu_backend_.copy_from_host(gpu_.as<float>(), nchw.data(), gpu_.bytes());
+    const std::vector<float> device = gpu_.layout == Layout::nhwc ? host : nchw;
+    gpu_backend_.copy_from_host(gpu_.as<float>(), device.data(), gpu_.bytes());
   }
   std::vector<float> cpu_values() {
     std::vector<float> v(static_cast<std::size_t>(shape_.numel()));
@@ -67,7 +69,7 @@ class Pair {
   std::vector<float> gpu_values() {
     std::vector<float> v(static_cast<std::size_t>(shape_.numel()));
     gpu_backend_.copy_to_host(v.data(), gpu_.as<float>(), gpu_.bytes());
-    return v;
+    return gpu_.layout == Layout::nhwc ? nhwc_to_nchw(v, shape_) : v;
   }
   double error() { return relative_error(gpu_values(), cpu_values()); }
   Tensor& cpu() { return cpu_; }

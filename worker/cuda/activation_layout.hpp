@@ -1,9 +1,9 @@
 // The memory order of the CUDA backend's activations, apart from the backend so that the rule is
-// tested without a GPU. fp16 and bf16 are channels-last (NHWC), the order cuDNN's tensor-core
-// kernels and its semi-persistent batch norm work in. fp32 and tf32 stay NCHW unless
-// DLBENCH_CUDA_LAYOUT=nhwc: on an H200 PyTorch's channels_last tf32 ResNet-50 ran 1.47x dlbench's
-// NCHW one (bench/RESULTS.md, 2026-11-26), and the variable lets one device call time both before
-// the default moves.
+// tested without a GPU. Whatever computes on tensor cores (fp16, bf16 and tf32) is channels-last
+// (NHWC), the order cuDNN's tensor-core kernels and its semi-persistent batch norm work in; true
+// fp32 stays NCHW. Measured on an H200 (bench/RESULTS.md, 2026-11-27), ResNet-50 images/s:
+// tf32 3,100 NHWC against 2,138 NCHW; fp32 705 NHWC against 884 NCHW. DLBENCH_CUDA_LAYOUT=nchw|nhwc
+// overrides the fp32-storage default, so that one device call can time both again.
 #pragma once
 
 #include <stdexcept>
@@ -15,9 +15,13 @@
 
 namespace dlbench::worker {
 
+// fp32: true fp32 arithmetic (cuDNN FMA math, cuBLAS 32F compute, no TF32).
+// tf32: tensor cores with TF32 inputs and fp32 accumulation, as PyTorch's allow_tf32.
+enum class CudaMath { fp32, tf32 };
+
 // `choice` is DLBENCH_CUDA_LAYOUT's value (null or empty: unset). Throws std::invalid_argument
 // naming the variable and its allowed values for anything else, and for nchw with half activations.
-inline Layout cuda_activation_layout(DType activations, const char* choice) {
+inline Layout cuda_activation_layout(DType activations, CudaMath math, const char* choice) {
   const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
   if (!chosen.empty() && chosen != "nchw" && chosen != "nhwc") {
     throw std::invalid_argument("DLBENCH_CUDA_LAYOUT: \"" + std::string(chosen) + "\" is not one of nchw, nhwc");
@@ -29,7 +33,8 @@ inline Layout cuda_activation_layout(DType activations, const char* choice) {
     }
     return Layout::nhwc;
   }
-  return chosen == "nhwc" ? Layout::nhwc : Layout::nchw;
+  if (!chosen.empty()) return chosen == "nhwc" ? Layout::nhwc : Layout::nchw;
+  return math == CudaMath::tf32 ? Layout::nhwc : Layout::nchw;
 }
 
 }  // namespace dlbench::worker

@@ -4,12 +4,18 @@
 // (what PyTorch calls); the plain calls fall back to slower kernels: on an H200 an amp ResNet-50
 // step took 670.9 ms with them and 48.1 ms with the *Ex calls. DLBENCH_CUDA_BATCH_NORM=plain keeps
 // the plain calls, so that one GPU run can time both.
+//
+// Half activations fuse the ReLU that follows a batch norm into it (ex_relu): on an H200 that took
+// an amp ResNet-50 from 6,410 to 6,806 images/s and bf16 from 6,093 to 6,430 (bench/RESULTS.md,
+// 2026-11-27). fp32 activations in NHWC (tf32) keep it apart until it is measured there:
+// DLBENCH_CUDA_BATCH_NORM=ex-relu asks for it.
 #pragma once
 
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
+#include "dtype.hpp"
 #include "tensor.hpp"
 
 namespace dlbench::worker {
@@ -22,16 +28,18 @@ enum class BatchNormCalls { plain, ex, ex_relu };
 // persistent batch-norm mode, and its *Ex calls, as PyTorch's channels_last batch norm takes.
 inline bool persistent_batch_norm(Layout layout) { return layout == Layout::nhwc; }
 
-// `choice` is DLBENCH_CUDA_BATCH_NORM's value (null or empty: unset). Throws std::invalid_argument
+// `activations` is their dtype; `choice` is DLBENCH_CUDA_BATCH_NORM's value (null or empty: unset). Throws std::invalid_argument
 // naming the variable and its allowed values for anything else.
-inline BatchNormCalls batch_norm_calls(Layout layout, const char* choice) {
+inline BatchNormCalls batch_norm_calls(Layout layout, DType activations, const char* choice) {
   const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
   if (!chosen.empty() && chosen != "plain" && chosen != "ex" && chosen != "ex-relu") {
     throw std::invalid_argument("DLBENCH_CUDA_BATCH_NORM: \"" + std::string(chosen) + "\" is not one of plain, ex, ex-relu");
   }
   // The semi-persistent kernels are for channels-last tensors; NCHW keeps the plain calls.
   if (!persistent_batch_norm(layout) || chosen == "plain") return BatchNormCalls::plain;
-  return chosen == "ex-relu" ? BatchNormCalls::ex_relu : BatchNormCalls::ex;
+  if (chosen == "ex-relu") return BatchNormCalls::ex_relu;
+  if (chosen == "ex") return BatchNormCalls::ex;
+  return activations == DType::fp32 ? BatchNormCalls::ex : BatchNormCalls::ex_relu;
 }
 
 }  // namespace dlbench::worker

@@ -274,8 +274,8 @@ bool cuda_device_usable(std::string* why) {
 
 CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
     : device_(device), math_(math), activations_(activations),
-      layout_(cuda_activation_layout(activations, std::getenv("DLBENCH_CUDA_LAYOUT"))),
-      batch_norm_route_(batch_norm_calls(layout_, std::getenv("DLBENCH_CUDA_BATCH_NORM"))) {
+      layout_(cuda_activation_layout(activations, math, std::getenv("DLBENCH_CUDA_LAYOUT"))),
+      batch_norm_route_(batch_norm_calls(layout_, activations, std::getenv("DLBENCH_CUDA_BATCH_NORM"))) {
   std::string why;
   if (!cuda_device_usable(&why)) throw CudaError(why);
   DLBENCH_CUDA_CHECK(cudaSetDevice(device_));

@@ -21,14 +21,12 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "cuda/activation_layout.hpp"
 #include "cuda/batch_norm_calls.hpp"
 #include "cuda/cuda_check.hpp"
 
 namespace dlbench::worker {
 
-// fp32: true fp32 arithmetic (cuDNN FMA math, cuBLAS 32F compute, no TF32).
-// tf32: tensor cores with TF32 inputs and fp32 accumulation, as PyTorch's allow_tf32.
-enum class CudaMath { fp32, tf32 };
 // tf32 computes with tensor-core math on fp32 storage; every other precision computes as it stores.
 constexpr CudaMath cuda_math(Precision precision) { return precision == Precision::tf32 ? CudaMath::tf32 : CudaMath::fp32; }
 
