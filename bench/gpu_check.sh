@@ -79,17 +79,21 @@ step self-test 150 "$bin/dlbench-worker" --self-test --backend cuda --precision 
 step cuda-backend-tests 150 "$bin/dlbench_cuda_backend_tests" --gtest_output="json:$logs/cuda-backend-tests.json" &
 correctness+=($!)
 step gpu-tests 60 "$bin/dlbench_gpu_tests" --gtest_output="json:$logs/gpu-tests.json" & correctness+=($!)
-# fp32 and tf32 with channels-last activations (DLBENCH_CUDA_LAYOUT=nhwc), before they are timed.
-DLBENCH_CUDA_LAYOUT=nhwc step self-test-nhwc 150 "$bin/dlbench-worker" --self-test --backend cuda --precision fp32,tf32 \
-  --output "$logs/self-test-nhwc.json" & correctness+=($!)
-# amp and bf16 with batch norm and its ReLU fused in cuDNN (DLBENCH_CUDA_BATCH_NORM=ex-relu).
-DLBENCH_CUDA_BATCH_NORM=ex-relu step self-test-ex-relu 150 "$bin/dlbench-worker" --self-test --backend cuda \
-  --precision amp,bf16 --output "$logs/self-test-ex-relu.json" & correctness+=($!)
-for precision in fp32 tf32 amp bf16; do
-  step "poisoned-resnet50-$precision" 90 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 32 \
+# The A/Bs before they are timed: tf32 (channels-last) with batch norm's ReLU fused in cuDNN, and
+# amp and bf16 with the bottleneck's add and ReLU fused into its last batch norm as well.
+DLBENCH_CUDA_BATCH_NORM=ex-relu step self-test-tf32-ex-relu 150 "$bin/dlbench-worker" --self-test --backend cuda \
+  --precision tf32 --output "$logs/self-test-tf32-ex-relu.json" & correctness+=($!)
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu step self-test-ex-add-relu 150 "$bin/dlbench-worker" --self-test --backend cuda \
+  --precision amp,bf16 --output "$logs/self-test-ex-add-relu.json" & correctness+=($!)
+# poisoned PRECISION [NAME]: ResNet-50 with every buffer poisoned after its declared lifetime.
+poisoned() {
+  local precision=$1 name=${2:-poisoned-resnet50-$1}
+  step "$name" 90 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 32 \
     --precision "$precision" --memory-plan poison --warmup-steps 2 --measure-steps 10 --repeats 2 \
-    --output "$logs/poisoned-resnet50-$precision.json" & correctness+=($!)
-done
+    --output "$logs/$name.json"
+}
+for precision in fp32 tf32 amp bf16; do poisoned "$precision" & correctness+=($!); done
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu poisoned amp poisoned-resnet50-amp-ex-add-relu & correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done
 
 # The timed steps run one at a time, most telling first, so a spent budget loses the least:
@@ -100,7 +104,7 @@ results=$logs/comparison.jsonl
 : > "$results"
 
 # time_dlbench MODEL BATCH PRECISION NAME ENGINE [FLAGS...]: dlbench-worker, warm-up 10, measure 30,
-# 3 repeats, as the comparison's row ENGINE (dlbench, dlbench-graph, dlbench-nhwc, dlbench-ex-relu).
+# 3 repeats, as the comparison's row ENGINE (dlbench, dlbench-graph, dlbench-ex-relu, ...).
 time_dlbench() {
   local model=$1 batch=$2 precision=$3 name=$4 engine=$5
   shift 5
@@ -144,18 +148,21 @@ compare_resnet50 amp
 # the eager rows: what launch overhead costs at these shapes.
 time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
 profile_resnet50 amp
-# (The plain-calls A/B, DLBENCH_CUDA_BATCH_NORM=plain, is settled: 670.9 ms against 48.1 ms with
-# the *Ex calls on an H200, bench/RESULTS.md. Run it by hand when cuDNN changes.)
-# And with the ReLU fused into the *Ex calls: timed, and its profile.
-DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 amp dlbench-resnet50-amp-ex-relu dlbench-ex-relu
-DLBENCH_CUDA_BATCH_NORM=ex-relu profile_resnet50 amp profile-resnet50-amp-ex-relu
+# (Settled A/Bs, bench/RESULTS.md, run by hand when cuDNN changes: DLBENCH_CUDA_BATCH_NORM=plain,
+# 670.9 ms against 48.1 ms with the *Ex calls; ex against ex-relu for the half types; and
+# DLBENCH_CUDA_LAYOUT=nchw|nhwc for fp32 and tf32.)
+# The bottleneck's add and ReLU fused into its last batch norm: timed eager and as a graph, profiled.
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu time_dlbench_resnet50 amp dlbench-resnet50-amp-ex-add-relu dlbench-ex-add-relu
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu time_dlbench_resnet50 amp dlbench-resnet50-amp-ex-add-relu-graph \
+  dlbench-ex-add-relu-graph --cuda-graph on
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu profile_resnet50 amp profile-resnet50-amp-ex-add-relu
 
-for precision in bf16 tf32 fp32; do compare_resnet50 "$precision"; done
-DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 bf16 dlbench-resnet50-bf16-ex-relu dlbench-ex-relu
-# fp32 and tf32 with channels-last activations, as PyTorch's rows run: the A/B that decides their default.
-for precision in tf32 fp32; do
-  DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 "$precision" "dlbench-resnet50-$precision-nhwc" dlbench-nhwc
-done
+compare_resnet50 tf32
+# tf32 with batch norm's ReLU fused (fp32 activations in NHWC).
+DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-ex-relu dlbench-ex-relu
+compare_resnet50 bf16
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu time_dlbench_resnet50 bf16 dlbench-resnet50-bf16-ex-add-relu dlbench-ex-add-relu
+compare_resnet50 fp32
 
 for precision in amp bf16; do
   time_dlbench bert-base 64 "$precision" "dlbench-bert-$precision" dlbench "${bert_flags[@]}"
@@ -165,16 +172,21 @@ for precision in amp bf16; do
 done
 time_dlbench bert-base 64 amp dlbench-bert-amp-graph dlbench-graph "${bert_flags[@]}" --cuda-graph on
 
-for precision in bf16 tf32 fp32; do profile_resnet50 "$precision"; done
-DLBENCH_CUDA_LAYOUT=nhwc profile_resnet50 tf32 profile-resnet50-tf32-nhwc
+for precision in tf32 bf16 fp32; do profile_resnet50 "$precision"; done
+DLBENCH_CUDA_BATCH_NORM=ex-relu profile_resnet50 tf32 profile-resnet50-tf32-ex-relu
 
 
 # Last, where the budget allows: one small amp step under compute-sanitizer's memcheck, which
 # names any out-of-bounds or misaligned device access with its kernel.
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-[[ -n $sanitizer ]] && step memcheck-resnet50-amp 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
-  "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 4 --image-size 64 --precision amp \
-  --warmup-steps 1 --measure-steps 1 --repeats 1
+# memcheck NAME: that step, with the environment it is given.
+memcheck() {
+  [[ -n $sanitizer ]] && step "$1" 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 4 --image-size 64 --precision amp \
+    --warmup-steps 1 --measure-steps 1 --repeats 1
+}
+memcheck memcheck-resnet50-amp
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu memcheck memcheck-resnet50-amp-ex-add-relu
 
 echo
 python3 "$here/gpu_check_table.py" "$logs" | tee "$logs/table.md"

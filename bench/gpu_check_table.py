@@ -7,6 +7,7 @@ layer kind, and dlbench against PyTorch eager with the ratio the GPU issue asks 
 
 Reads only what the steps wrote; a step that wrote nothing shows as "-" with its log's last line.
 """
+import glob
 import json
 import os
 import sys
@@ -61,22 +62,27 @@ def gtest(logs, name):
 
 def poisoned(logs):
     out = ["poisoned ResNet-50 (--memory-plan poison): state, loss after each repeat"]
-    for precision in ("fp32", "tf32", "amp", "bf16"):
+    for precision in ("fp32", "tf32", "amp", "bf16", "amp-ex-add-relu"):
         doc = load(os.path.join(logs, f"poisoned-resnet50-{precision}.json"))
+        if not doc and precision.endswith("relu"):
+            continue  # an A/B this call did not run
         if not doc:
             out.append(f"  {precision}: - ({last_line(logs, 'poisoned-resnet50-' + precision)})")
             continue
-        losses = [line.split()[-1] for line in open(os.path.join(logs, f"poisoned-resnet50-{precision}.log"))
-                  if line.strip() and line.split()[0].isdigit()]
+        # The result table's rows: repeat, samples/s, step ms, loss after (then a note, if any).
+        losses = [line.split()[3] for line in open(os.path.join(logs, f"poisoned-resnet50-{precision}.log"))
+                  if len(line.split()) >= 4 and line.split()[0].isdigit()]
         out.append(f"  {precision}: {doc.get('state')} {doc.get('reason', '')} losses {' '.join(losses)}")
     return out
 
 
 def profiles(logs):
-    out = ["profile by kind, ms a step (forward + backward), ResNet-50 (amp-plain-bn: batch norm's plain cuDNN calls;"
-           " amp-ex-relu: its ReLU fused in cuDNN; tf32-nhwc: channels-last activations)"]
-    for precision in ("fp32", "tf32", "tf32-nhwc", "amp", "amp-plain-bn", "amp-ex-relu", "bf16"):
+    out = ["profile by kind, ms a step (forward + backward), ResNet-50 (-ex-relu: batch norm's ReLU fused in cuDNN;"
+           " -ex-add-relu: the bottleneck's add and ReLU fused into its last batch norm too)"]
+    for precision in ("fp32", "tf32", "tf32-ex-relu", "amp", "amp-ex-add-relu", "bf16"):
         doc = load(os.path.join(logs, f"profile-resnet50-{precision}.json"))
+        if not doc and precision.endswith("relu"):
+            continue  # an A/B this call did not run
         profile = (doc or {}).get("profile")
         if not profile:
             out.append(f"  {precision}: - ({last_line(logs, 'profile-resnet50-' + precision)})")
@@ -97,10 +103,11 @@ def comparison(logs):
                 rows[(r["model"], r["precision"], r["engine"])] = r
     except (OSError, ValueError):
         pass
-    # dlbench eager, as a replayed step graph, with channels-last activations (fp32, tf32), and
-    # with batch norm's ReLU fused in cuDNN (amp, bf16).
-    variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-nhwc", "nhwc"),
-                ("dlbench-ex-relu", "bn+relu"))
+    # dlbench eager with its defaults, as a replayed step graph, with batch norm's ReLU fused in
+    # cuDNN (tf32; amp and bf16 do by default), and with the bottleneck's add and ReLU fused into
+    # its last batch norm as well (amp, bf16), eager and as a graph.
+    variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex-relu", "bn+relu"),
+                ("dlbench-ex-add-relu", "bn+add+relu"), ("dlbench-ex-add-relu-graph", "bn+add+relu graph"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
@@ -122,9 +129,7 @@ def gpu_readings(logs):
     """Issue 37 on a real GPU: each dlbench result's NVML readings and stability verdict."""
     out = ["", "| case | verdict | other processes | SM clock min / median / max MHz | reasons | max C | median W | "
                 "repeats cv | stability |", "|---|---|---|---|---|---|---|---|---|"]
-    for name in [f"dlbench-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16", "amp-graph", "tf32-nhwc", "fp32-nhwc",
-                                                       "amp-ex-relu", "bf16-ex-relu")] + \
-                [f"dlbench-bert-{p}" for p in ("amp", "bf16", "amp-graph")]:
+    for name in sorted(os.path.basename(p)[:-len(".json")] for p in glob.glob(os.path.join(logs, "dlbench-*.json"))):
         doc = load(os.path.join(logs, name + ".json"))
         if not doc:
             continue
@@ -146,8 +151,8 @@ def main():
     logs = sys.argv[1]
     lines = []
     lines += self_test(logs)
-    lines += self_test(logs, "self-test-nhwc")
-    lines += self_test(logs, "self-test-ex-relu")
+    lines += self_test(logs, "self-test-tf32-ex-relu")
+    lines += self_test(logs, "self-test-ex-add-relu")
     lines += gtest(logs, "cuda-backend-tests")
     lines += gtest(logs, "gpu-tests")
     lines += poisoned(logs)

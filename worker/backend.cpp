@@ -67,6 +67,15 @@ void Backend::gather_rows(const Tensor&, const std::int32_t*, std::int64_t, Tens
 void Backend::scatter_add_rows(const Tensor&, const std::int32_t*, std::int64_t, Tensor&) {
   no_transformer_op(*this, "scatter_add_rows");
 }
+void BatchNormOp::forward_training_add_relu(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
+                                            BatchNormStatistics&, void*) {
+  throw std::logic_error("this batch norm was not made with add_relu (BatchNormConfig::add_relu)");
+}
+void BatchNormOp::backward_add_relu(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                    const BatchNormStatistics&, Tensor&, Tensor&, Tensor&, Tensor&, const void*) {
+  throw std::logic_error("this batch norm was not made with add_relu (BatchNormConfig::add_relu)");
+}
+
 void Backend::poison(void* device_dst, std::size_t bytes) {
   const std::vector<unsigned char> all_ones(bytes, 0xFF);
   copy_from_host(device_dst, all_ones.data(), bytes);

@@ -67,6 +67,9 @@ struct BatchNormConfig {
   // y = relu(bn(x)) in one pass, and backward through both (only where fuses_batch_norm_relu()).
   bool relu = false;
   float momentum = 0.1f;  // of the running statistics, PyTorch's
+  // y = relu(bn(x) + z): a residual block's add and ReLU in the batch norm's pass, through
+  // forward_training_add_relu and backward_add_relu (only where fuses_batch_norm_add_relu()).
+  bool add_relu = false;
 };
 
 // A batch norm's per-channel fp32 statistics, C values each.
@@ -96,6 +99,14 @@ class BatchNormOp {
   virtual void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                         const BatchNormStatistics& statistics, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                         const void* workspace) = 0;
+  // With BatchNormConfig::add_relu: y = relu(bn(x) + z), and backward's dz = dy where y > 0 (the
+  // residual's gradient) with dx through the batch norm from the same masked gradient. Backward
+  // reads y (backward_reads_output()). Ops made without add_relu refuse both.
+  virtual void forward_training_add_relu(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta,
+                                         Tensor& y, BatchNormStatistics& statistics, void* workspace);
+  virtual void backward_add_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma,
+                                 const Tensor& beta, const BatchNormStatistics& statistics, Tensor& dx, Tensor& dz,
+                                 Tensor& dgamma, Tensor& dbeta, const void* workspace);
 };
 
 class ReluOp {
@@ -354,6 +365,8 @@ class Backend {
   virtual std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) = 0;
   // Whether make_batch_norm takes relu = true; where not, layers run a ReluOp after it.
   virtual bool fuses_batch_norm_relu() const { return false; }
+  // Whether make_batch_norm takes add_relu = true; where not, residual blocks add and ReLU apart.
+  virtual bool fuses_batch_norm_add_relu() const { return false; }
   virtual std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) = 0;
   virtual std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) = 0;
   virtual std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) = 0;

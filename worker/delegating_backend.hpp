@@ -23,6 +23,7 @@ class DelegatingBackend : public Backend {
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override { return inner_.make_conv2d(c); }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override { return inner_.make_batch_norm(c); }
   bool fuses_batch_norm_relu() const override { return inner_.fuses_batch_norm_relu(); }
+  bool fuses_batch_norm_add_relu() const override { return inner_.fuses_batch_norm_add_relu(); }
   std::unique_ptr<ReluOp> make_relu(const Shape& s, DType d) override { return inner_.make_relu(s, d); }
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& c) override { return inner_.make_pool(c); }
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& c) override { return inner_.make_linear(c); }

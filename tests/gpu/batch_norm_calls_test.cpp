@@ -16,6 +16,7 @@ TEST(BatchNormCalls, ChannelsLastHalvesFuseTheReluAndFp32TakesTheExCallsUnlessTo
     EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "ex-relu"), BatchNormCalls::ex_relu);
     EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "ex"), BatchNormCalls::ex);
     EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "plain"), BatchNormCalls::plain);
+    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "ex-add-relu"), BatchNormCalls::ex_add_relu);
   }
   // fp32 activations in NHWC (tf32): the *Ex calls, the ReLU apart unless asked.
   EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, nullptr), BatchNormCalls::ex);
@@ -26,6 +27,7 @@ TEST(BatchNormCalls, ChannelsLastHalvesFuseTheReluAndFp32TakesTheExCallsUnlessTo
   EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, nullptr), BatchNormCalls::plain);
   EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex"), BatchNormCalls::plain);
   EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex-relu"), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex-add-relu"), BatchNormCalls::plain);
   EXPECT_FALSE(persistent_batch_norm(Layout::nchw));
 }
 
@@ -34,7 +36,7 @@ TEST(BatchNormCalls, AnUnknownChoiceIsRefusedNamingTheAllowedOnes) {
     batch_norm_calls(Layout::nhwc, DType::fp16, "fast");
     FAIL() << "accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_BATCH_NORM: \"fast\" is not one of plain, ex, ex-relu"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_BATCH_NORM: \"fast\" is not one of plain, ex, ex-relu, ex-add-relu"));
   }
 }
 

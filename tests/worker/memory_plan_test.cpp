@@ -318,6 +318,15 @@ TEST(MemoryPlan, ABatchNormThatReadsItsOutputInBackwardKeepsItAlive) {
   expect_declared_reads_are_kept(declared, undeclared, "a batch norm reading a dead y");
 }
 
+// cuDNN's batch norm + add + ReLU in a bottleneck's last batch norm: it reads the shortcut's
+// output in forward and writes the shortcut's gradient in backward, lifetimes the block declares.
+TEST(MemoryPlan, ABottleneckThatFusesItsResidualIntoBatchNormKeepsWhatItReads) {
+  CpuBackend cpu(2);
+  OutputReadingBatchNormBackend undeclared(cpu, false, true), declared(cpu, true, true);
+  expect_declared_reads_are_kept(declared, undeclared, "a batch norm + add + ReLU reading a dead y");
+  EXPECT_GT(declared.residual_forwards, 0) << "no bottleneck fused its residual";
+}
+
 TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKind) {
   expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10);
 }
@@ -351,6 +360,21 @@ TEST(Fusion, BatchNormReluFusedTrainsLikeSeparateOps) {
   // more for each in each of the three steps.
   EXPECT_EQ(separate.calls.size(), fused.calls.size() + 5 * 2 * 3) << "the unfused path did not run";
 }
+// A bottleneck whose last batch norm adds the shortcut and applies the ReLU trains as the block's
+// own add + ReLU after it: the same values in another order of calls (bit for bit on the CPU).
+TEST(Fusion, BottleneckResidualFusedIntoBatchNormTrainsLikeTheBlocksOwnAdd) {
+  CpuBackend cpu(2);
+  OutputReadingBatchNormBackend fused(cpu, true, true), separate(cpu, true, false);
+  const Shape input(4, 3, 16, 16);
+  for (const MemoryReuse reuse : {MemoryReuse::none, MemoryReuse::lifetime}) {
+    const Trajectory a = train(every_layer_kind(), input, 10, reuse, 3, nullptr, nullptr, fused);
+    const Trajectory b = train(every_layer_kind(), input, 10, reuse, 3, nullptr, nullptr, separate);
+    expect_same_bits(a, b);
+  }
+  EXPECT_GT(fused.residual_forwards, 0) << "no bottleneck fused its residual";
+  EXPECT_EQ(separate.residual_forwards, 0);
+}
+
 TEST(MemoryPlan, PlanRespectsRealUse_ResNet50) {
   expect_plan_respects_real_use([] { return build_model("resnet50", 10); }, Shape(2, 3, 32, 32), 10);
 }

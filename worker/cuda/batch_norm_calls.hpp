@@ -22,7 +22,9 @@ namespace dlbench::worker {
 
 // ex_relu: the *Ex calls with a layer's ReLU fused in (CUDNN_BATCHNORM_OPS_BN_ACTIVATION), which
 // saves a ReLU's read and write of the activation each way; backward then reads forward's output.
-enum class BatchNormCalls { plain, ex, ex_relu };
+// ex_add_relu: ex_relu, and a residual block's add and ReLU fused into its last batch norm
+// (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION), whose backward also writes the shortcut's gradient.
+enum class BatchNormCalls { plain, ex, ex_relu, ex_add_relu };
 
 // Channels-last activations (the half types, and fp32 under DLBENCH_CUDA_LAYOUT=nhwc): cuDNN's
 // persistent batch-norm mode, and its *Ex calls, as PyTorch's channels_last batch norm takes.
@@ -32,12 +34,14 @@ inline bool persistent_batch_norm(Layout layout) { return layout == Layout::nhwc
 // naming the variable and its allowed values for anything else.
 inline BatchNormCalls batch_norm_calls(Layout layout, DType activations, const char* choice) {
   const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
-  if (!chosen.empty() && chosen != "plain" && chosen != "ex" && chosen != "ex-relu") {
-    throw std::invalid_argument("DLBENCH_CUDA_BATCH_NORM: \"" + std::string(chosen) + "\" is not one of plain, ex, ex-relu");
+  if (!chosen.empty() && chosen != "plain" && chosen != "ex" && chosen != "ex-relu" && chosen != "ex-add-relu") {
+    throw std::invalid_argument("DLBENCH_CUDA_BATCH_NORM: \"" + std::string(chosen) +
+                                "\" is not one of plain, ex, ex-relu, ex-add-relu");
   }
   // The semi-persistent kernels are for channels-last tensors; NCHW keeps the plain calls.
   if (!persistent_batch_norm(layout) || chosen == "plain") return BatchNormCalls::plain;
   if (chosen == "ex-relu") return BatchNormCalls::ex_relu;
+  if (chosen == "ex-add-relu") return BatchNormCalls::ex_add_relu;
   if (chosen == "ex") return BatchNormCalls::ex;
   return activations == DType::fp32 ? BatchNormCalls::ex : BatchNormCalls::ex_relu;
 }

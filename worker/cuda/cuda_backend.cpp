@@ -35,8 +35,9 @@ class CudaBatchNorm final : public BatchNormOp {
         mode_(persistent_batch_norm(backend.activation_layout()) ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
                                                                   : CUDNN_BATCHNORM_SPATIAL),
         ex_(backend.batch_norm_route() != BatchNormCalls::plain),
-        relu_(config.relu),
-        ops_(config.relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN) {
+        relu_(config.relu || config.add_relu), add_(config.add_relu),
+        ops_(add_ ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
+             : relu_ ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN) {
     if (relu_ && !ex_) throw std::invalid_argument("batch norm with a fused ReLU needs cuDNN's *Ex calls");
     if (!ex_) return;
     if (relu_) {
@@ -44,11 +45,11 @@ class CudaBatchNorm final : public BatchNormOp {
       DLBENCH_CUDNN_CHECK(cudnnSetActivationDescriptor(activation_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
     }
     const cudnnTensorDescriptor_t x = x_desc_.handle;
+    const cudnnTensorDescriptor_t z = add_ ? x : nullptr;  // the residual and its gradient
     DLBENCH_CUDNN_CHECK(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-        backend.cudnn(), mode_, ops_, x, x, x, parameter_desc_.handle, activation_, &forward_workspace_));
+        backend.cudnn(), mode_, ops_, x, z, x, parameter_desc_.handle, activation_, &forward_workspace_));
     DLBENCH_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
-        backend.cudnn(), mode_, ops_, x, x, x, nullptr, x, parameter_desc_.handle, activation_,
-        &backward_workspace_));
+        backend.cudnn(), mode_, ops_, x, x, x, z, x, parameter_desc_.handle, activation_, &backward_workspace_));
     DLBENCH_CUDNN_CHECK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(backend.cudnn(), mode_, ops_, activation_, x,
                                                                              &reserve_));
   }
@@ -61,6 +62,21 @@ class CudaBatchNorm final : public BatchNormOp {
   // The fused ReLU's backward finds its mask in forward's output.
   bool backward_reads_output() const override { return relu_; }
 
+  void forward_training_add_relu(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                                 BatchNormStatistics& s, void* reserve) override {
+    if (!add_) BatchNormOp::forward_training_add_relu(x, z, gamma, beta, y, s, reserve);  // refuses
+    require_dtype("batch norm", dtype_, {&x, &z, &y});
+    forward_ex(x, &z, gamma, beta, y, s, reserve);
+  }
+
+  void backward_add_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                         const BatchNormStatistics& s, Tensor& dx, Tensor& dz, Tensor& dgamma, Tensor& dbeta,
+                         const void* reserve) override {
+    if (!add_) BatchNormOp::backward_add_relu(x, y, dy, gamma, beta, s, dx, dz, dgamma, dbeta, reserve);  // refuses
+    require_dtype("batch norm", dtype_, {&dy, &dx, &dz});
+    backward_ex(x, y, dy, gamma, beta, s, dx, &dz, dgamma, dbeta, reserve);
+  }
+
   // The reserve space: planned memory from this forward to its backward.
   std::size_t workspace_bytes() const override { return reserve_; }
 
@@ -70,12 +86,9 @@ class CudaBatchNorm final : public BatchNormOp {
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                         BatchNormStatistics& s, void* reserve) override {
     require_dtype("batch norm", dtype_, {&x, &y});
+    if (add_) throw std::logic_error("this batch norm was made with add_relu: forward_training_add_relu runs it");
     if (ex_) {
-      DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
-          backend_.cudnn(), mode_, ops_, &kOne, &kZero, x_desc_.handle, x.data, nullptr, nullptr, x_desc_.handle,
-          y.data, parameter_desc_.handle, gamma.as<float>(), beta.as<float>(), static_cast<double>(momentum_),
-          s.running_mean.as<float>(), s.running_var.as<float>(), epsilon_, s.mean.as<float>(), s.spread.as<float>(),
-          activation_, scratch(forward_workspace_), forward_workspace_, reserve, reserve_));
+      forward_ex(x, nullptr, gamma, beta, y, s, reserve);
       return;
     }
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
@@ -87,15 +100,9 @@ class CudaBatchNorm final : public BatchNormOp {
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                 const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta, const void* reserve) override {
     require_dtype("batch norm", dtype_, {&dy, &dx});
+    if (add_) throw std::logic_error("this batch norm was made with add_relu: backward_add_relu runs it");
     if (ex_) {
-      // cuDNN takes the reserve space as writable; backward only reads what forward left there.
-      // With the ReLU fused it also reads y and the shift.
-      DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-          backend_.cudnn(), mode_, ops_, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.data,
-          relu_ ? x_desc_.handle : nullptr, relu_ ? y.data : nullptr, x_desc_.handle, dy.data, nullptr, nullptr,
-          x_desc_.handle, dx.data, parameter_desc_.handle, gamma.as<float>(), relu_ ? beta.as<float>() : nullptr,
-          dgamma.as<float>(), dbeta.as<float>(), epsilon_, s.mean.as<float>(), s.spread.as<float>(), activation_,
-          scratch(backward_workspace_), backward_workspace_, const_cast<void*>(reserve), reserve_));
+      backward_ex(x, y, dy, gamma, beta, s, dx, nullptr, dgamma, dbeta, reserve);
       return;
     }
     DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackward(
@@ -107,6 +114,31 @@ class CudaBatchNorm final : public BatchNormOp {
  private:
   void* scratch(std::size_t bytes) { return bytes > 0 ? backend_.workspace(bytes) : nullptr; }
 
+  // z: the residual added before the ReLU, or null.
+  void forward_ex(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                  BatchNormStatistics& s, void* reserve) {
+    DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
+        backend_.cudnn(), mode_, ops_, &kOne, &kZero, x_desc_.handle, x.data, z ? x_desc_.handle : nullptr,
+        z ? z->data : nullptr, x_desc_.handle, y.data, parameter_desc_.handle, gamma.as<float>(), beta.as<float>(),
+        static_cast<double>(momentum_), s.running_mean.as<float>(), s.running_var.as<float>(), epsilon_,
+        s.mean.as<float>(), s.spread.as<float>(), activation_, scratch(forward_workspace_), forward_workspace_, reserve,
+        reserve_));
+  }
+
+  // cuDNN takes the reserve space as writable; backward only reads what forward left there. With
+  // the ReLU fused it also reads y and the shift; with the residual it also writes dz.
+  void backward_ex(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                   const BatchNormStatistics& s, Tensor& dx, Tensor* dz, Tensor& dgamma, Tensor& dbeta,
+                   const void* reserve) {
+    DLBENCH_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+        backend_.cudnn(), mode_, ops_, &kOne, &kZero, &kOne, &kZero, x_desc_.handle, x.data,
+        relu_ ? x_desc_.handle : nullptr, relu_ ? y.data : nullptr, x_desc_.handle, dy.data,
+        dz ? x_desc_.handle : nullptr, dz ? dz->data : nullptr, x_desc_.handle, dx.data, parameter_desc_.handle,
+        gamma.as<float>(), relu_ ? beta.as<float>() : nullptr, dgamma.as<float>(), dbeta.as<float>(), epsilon_,
+        s.mean.as<float>(), s.spread.as<float>(), activation_, scratch(backward_workspace_), backward_workspace_,
+        const_cast<void*>(reserve), reserve_));
+  }
+
   CudaBackend& backend_;
   DType dtype_;
   double epsilon_;
@@ -114,7 +146,8 @@ class CudaBatchNorm final : public BatchNormOp {
   float momentum_;
   cudnnBatchNormMode_t mode_;
   bool ex_;
-  bool relu_;
+  bool relu_;  // the ReLU fused, with or without the residual add
+  bool add_;
   cudnnBatchNormOps_t ops_;
   cudnnActivationDescriptor_t activation_ = nullptr;  // the fused ReLU's, or none
   std::size_t forward_workspace_ = 0, backward_workspace_ = 0, reserve_ = 0;
@@ -469,6 +502,9 @@ std::unique_ptr<BatchNormOp> CudaBackend::make_batch_norm(const BatchNormConfig&
   require_computable(c.dtype);
   if (c.relu && !fuses_batch_norm_relu()) {
     throw std::invalid_argument("this cuda backend does not fuse batch norm and ReLU (fuses_batch_norm_relu)");
+  }
+  if (c.add_relu && !fuses_batch_norm_add_relu()) {
+    throw std::invalid_argument("this cuda backend does not fuse batch norm, add and ReLU (fuses_batch_norm_add_relu)");
   }
   return std::make_unique<CudaBatchNorm>(*this, c);
 }

@@ -75,7 +75,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) override;
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) override;
   // Under DLBENCH_CUDA_BATCH_NORM=ex-relu with channels-last activations (cuda/batch_norm_calls.hpp).
-  bool fuses_batch_norm_relu() const override { return batch_norm_route_ == BatchNormCalls::ex_relu; }
+  bool fuses_batch_norm_relu() const override {
+    return batch_norm_route_ == BatchNormCalls::ex_relu || batch_norm_route_ == BatchNormCalls::ex_add_relu;
+  }
+  bool fuses_batch_norm_add_relu() const override { return batch_norm_route_ == BatchNormCalls::ex_add_relu; }
   // Which cuDNN calls this backend's batch norms take: DLBENCH_CUDA_BATCH_NORM, read once.
   BatchNormCalls batch_norm_route() const { return batch_norm_route_; }
   std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) override;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "layers/layer.hpp"
@@ -21,7 +22,19 @@ class BatchNorm2d final : public Layer {
     beta_ = make_parameter("bias", Shape(channels), ParameterInit::zeros);
   }
 
-  std::string kind() const override { return relu_ ? "BatchNorm2d+ReLU" : "BatchNorm2d"; }
+  std::string kind() const override {
+    return residual_grad_ != nullptr ? "BatchNorm2d+Add+ReLU" : relu_ ? "BatchNorm2d+ReLU" : "BatchNorm2d";
+  }
+
+  // A residual block's last batch norm, where the backend fuses the block's add and ReLU into it
+  // (Backend::fuses_batch_norm_add_relu): y = relu(bn(x) + z). Called before setup; the block gives
+  // z before each forward (residual_input) and plans `dz`, where backward writes z's gradient:
+  // their lifetimes are the block's, which knows who else reads them.
+  void fuse_residual_add_relu(Tensor& dz) {
+    if (relu_) throw std::logic_error("a batch norm with its own ReLU cannot also take a residual");
+    residual_grad_ = &dz;
+  }
+  void residual_input(const Tensor& z) { residual_ = &z; }
   void collect_parameters(std::vector<Parameter*>& out) override {
     out.push_back(&gamma_);
     out.push_back(&beta_);
@@ -29,7 +42,7 @@ class BatchNorm2d final : public Layer {
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
     const bool fused = relu_ && ctx.backend.fuses_batch_norm_relu();
-    op_ = ctx.backend.make_batch_norm({input.shape, epsilon_, input.dtype, fused, momentum_});
+    op_ = ctx.backend.make_batch_norm({input.shape, epsilon_, input.dtype, fused, momentum_, residual_grad_ != nullptr});
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
@@ -65,12 +78,22 @@ class BatchNorm2d final : public Layer {
 
   const Tensor& forward(const Tensor& x, StepContext&) override {
     x_ = &x;
+    if (residual_grad_ != nullptr) {
+      op_->forward_training_add_relu(x, *residual_, gamma_.value, beta_.value, y_, stats_, workspace_.data);
+      return y_;
+    }
     op_->forward_training(x, gamma_.value, beta_.value, y_, stats_, workspace_.data);
     if (relu_op_) relu_op_->forward(y_, y_);
     return y_;
   }
 
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
+    if (residual_grad_ != nullptr) {
+      op_->backward_add_relu(*x_, y_, dy, gamma_.value, beta_.value, stats_, dx_, *residual_grad_, gamma_.grad,
+                             beta_.grad, workspace_.data);
+      ctx.notify({&gamma_, &beta_});
+      return dx_;
+    }
     const Tensor* grad = &dy;
     if (relu_op_) {
       relu_op_->backward(y_, dy, drelu_);
@@ -92,6 +115,8 @@ class BatchNorm2d final : public Layer {
   std::unique_ptr<BatchNormOp> op_;
   std::unique_ptr<ReluOp> relu_op_;  // ReLU after batch norm where the backend does not fuse them
   const Tensor* x_ = nullptr;
+  const Tensor* residual_ = nullptr;  // z, with a fused residual
+  Tensor* residual_grad_ = nullptr;   // dz: the block's, set by fuse_residual_add_relu
   Tensor y_, dx_, drelu_, workspace_;
   BatchNormStatistics stats_;
 };

@@ -27,7 +27,7 @@ class Bottleneck final : public Layer {
                             ConvSpec{.kernel = 3, .stride = stride, .padding = dilation, .dilation = dilation});
     main_.add_named<BatchNorm2d>("bn2", width, Then::relu);
     main_.add_named<Conv2d>("conv3", width, out_channels, 1);
-    main_.add_named<BatchNorm2d>("bn3", out_channels);
+    bn3_ = &main_.add_named<BatchNorm2d>("bn3", out_channels);
     if (stride != 1 || in_channels != out_channels) {
       shortcut_ = std::make_unique<Sequential>();
       shortcut_->add<Conv2d>(in_channels, out_channels, 1, stride);
@@ -45,8 +45,12 @@ class Bottleneck final : public Layer {
 
   // Ticks: head h (its backward sums the branches' input gradients), the shortcut's, the main
   // branch's, then tail t (add and ReLU; its backward is the ReLU's). Forward runs the
-  // shortcut first so that backward, which mirrors it, runs the main branch first.
+  // shortcut first so that backward, which mirrors it, runs the main branch first. Where the
+  // backend fuses batch norm + add + ReLU, bn3 does the tail's work at its own tick t3 and
+  // writes the shortcut's gradient dz in its backward; there is no tail tick.
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    fused_ = ctx.backend.fuses_batch_norm_add_relu();
+    if (fused_) bn3_->fuse_residual_add_relu(dsum_);
     const std::optional<Tick> outer_reader = ctx.input_grad_reader;
     const bool outer_needs_grad = ctx.input_grad_needed;
     const Tick h = ctx.arena.next_tick();
@@ -63,10 +67,22 @@ class Bottleneck final : public Layer {
     ctx.input_grad_reader = outer_reader;
 
     const Shape out = main_out.shape;
-    add_relu_ = ctx.backend.make_add_relu(out, input.dtype);
-    add_grad_ = ctx.backend.make_add(input.shape, input.dtype);
-    relu_ = ctx.backend.make_relu(out, input.dtype);  // its backward
     const Layout layout = ctx.backend.activation_layout();
+    add_grad_ = ctx.backend.make_add(input.shape, input.dtype);
+    const Tick dsum_reader = shortcut_last ? shortcut_last->mirrored() : h.mirrored();
+    if (fused_) {
+      // bn3 (the main branch's last tick) reads z forward and writes dz backward; bn3's y is ours.
+      const Tick t3 = *ctx.arena.last_tick();
+      ctx.arena.read(short_out, t3);
+      dsum_ = activation(out, layout, input.dtype);
+      ctx.arena.request(dsum_, t3.mirrored());
+      ctx.arena.read(dsum_, dsum_reader);
+      dx_ = activation(input.shape, layout, input.dtype);
+      ctx.request_input_grad(dx_, h.mirrored());
+      return main_out;
+    }
+    add_relu_ = ctx.backend.make_add_relu(out, input.dtype);
+    relu_ = ctx.backend.make_relu(out, input.dtype);  // its backward
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(main_out, t);
     ctx.arena.read(short_out, t);
@@ -77,7 +93,7 @@ class Bottleneck final : public Layer {
     // last reader is the shortcut's last layer, or the sum at h when the shortcut is x.
     dsum_ = activation(out, layout, input.dtype);
     ctx.arena.request(dsum_, t.mirrored());
-    ctx.arena.read(dsum_, shortcut_last ? shortcut_last->mirrored() : h.mirrored());
+    ctx.arena.read(dsum_, dsum_reader);
     dx_ = activation(input.shape, layout, input.dtype);
     ctx.request_input_grad(dx_, h.mirrored());
     return y_;
@@ -89,15 +105,20 @@ class Bottleneck final : public Layer {
 
   const Tensor& forward(const Tensor& x, StepContext& ctx) override {
     const Tensor& short_out = shortcut_ ? shortcut_->forward(x, ctx) : x;
+    if (fused_) {
+      bn3_->residual_input(short_out);
+      return main_.forward(x, ctx);
+    }
     const Tensor& main_out = main_.forward(x, ctx);
     add_relu_->forward(main_out, short_out, y_);
     return y_;
   }
 
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
-    relu_->backward(y_, dy, dsum_);
     // Both branches read dsum; their input gradients are summed. The reverse of forward's order.
-    const Tensor& dx_main = main_.backward(dsum_, ctx);
+    // Fused, bn3 takes dy itself and writes dsum (the shortcut's gradient) as it goes.
+    if (!fused_) relu_->backward(y_, dy, dsum_);
+    const Tensor& dx_main = main_.backward(fused_ ? dy : dsum_, ctx);
     const Tensor& dx_short = shortcut_ ? shortcut_->backward(dsum_, ctx) : dsum_;
     add_grad_->forward(dx_main, dx_short, dx_);
     return dx_;
@@ -109,6 +130,8 @@ class Bottleneck final : public Layer {
 
  private:
   Sequential main_;
+  BatchNorm2d* bn3_ = nullptr;  // main_'s last layer
+  bool fused_ = false;          // bn3 adds the shortcut and applies the ReLU
   std::unique_ptr<Sequential> shortcut_;
   std::unique_ptr<AddOp> add_relu_, add_grad_;
   std::unique_ptr<ReluOp> relu_;
