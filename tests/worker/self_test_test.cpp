@@ -13,6 +13,7 @@
 #include "cpu/cpu_backend.hpp"
 #include "activation_reading_pool.hpp"
 #include "delegating_backend.hpp"
+#include "residual_composing_backend.hpp"
 #include "self_test.hpp"
 
 namespace dlbench::worker {
@@ -35,8 +36,13 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   bool rounding_noise = false;  // linear and batched-matmul outputs off by up to one ulp (another GPU's sums)
   int conv_noise_ulps = 0;  // convolutions' outputs and gradients off by up to this many ulps (other sums)
   bool undeclared_pool_reads = false;  // max pools read x and y in backward without saying so (the CUDA pool's bug)
+  bool fuses_residual = false;  // bottlenecks add and ReLU inside their last batch norm (cuDNN's BN_ADD_ACTIVATION)
 
   std::string name() const override { return "faulty"; }
+  bool fuses_batch_norm_add_relu() const override { return fuses_residual; }
+  std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override {
+    return make_composed_batch_norm(inner_, c);
+  }
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& c) override {
     if (undeclared_pool_reads && c.kind == PoolKind::max) return std::make_unique<ActivationReadingPool>(c, false);
     return inner_.make_pool(c);
@@ -209,6 +215,7 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->rounding_noise = subject_backend.rounding_noise;
                             b->undeclared_pool_reads = subject_backend.undeclared_pool_reads;
                             b->conv_noise_ulps = subject_backend.conv_noise_ulps;
+                            b->fuses_residual = subject_backend.fuses_residual;
                             return b;
                           },
                           std::move(precisions)};
@@ -232,6 +239,17 @@ TEST(SelfTest, ACorrectBackendPassesEveryCheck) {
   // plan; SGD, AdamW, LAMB, unscaling, loss scaling; the communicator.
   EXPECT_EQ(checks.size(), 24u);
   for (const auto& c : checks) EXPECT_LE(c.error, c.bound == 0 ? 0.0 : c.bound) << c.name;
+}
+
+// A device that fuses each bottleneck's add and ReLU into its last batch norm runs other layers
+// than the CPU's: the whole-step check's reference runs the same ones, composed from its own ops.
+TEST(SelfTest, ADeviceThatFusesTheResidualIntoBatchNormPassesEveryCheck) {
+  FaultyBackend backend;
+  backend.fuses_residual = true;
+  NoCommunicator one;
+  const auto checks = run_on(backend, one);
+  EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
+  EXPECT_EQ(checks.size(), 24u);
 }
 
 // A correct GPU rounds differently: one-ulp noise in every matmul's result (what another

@@ -43,6 +43,7 @@ class TracingBackend final : public Backend {
     return std::make_unique<Weighted<LinearOp>>(*this, inner_.make_linear(c));
   }
   bool fuses_batch_norm_relu() const override { return allow_fusion && inner_.fuses_batch_norm_relu(); }
+  bool fuses_batch_norm_add_relu() const override { return allow_fusion && inner_.fuses_batch_norm_add_relu(); }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override {
     return std::make_unique<BatchNorm>(*this, inner_.make_batch_norm(c));
   }
@@ -146,6 +147,17 @@ class TracingBackend final : public Backend {
         t_.record({x.data, dy.data, s.mean.data, s.spread.data, dx.data, ws});
       }
       op_->backward(x, y, dy, g, b, s, dx, dg, db, ws);
+    }
+    void forward_training_add_relu(const Tensor& x, const Tensor& z, const Tensor& g, const Tensor& b, Tensor& y,
+                                   BatchNormStatistics& s, void* ws) override {
+      t_.record({x.data, z.data, y.data, s.mean.data, s.spread.data, s.running_mean.data, s.running_var.data, ws});
+      op_->forward_training_add_relu(x, z, g, b, y, s, ws);
+    }
+    void backward_add_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& g, const Tensor& b,
+                           const BatchNormStatistics& s, Tensor& dx, Tensor& dz, Tensor& dg, Tensor& db,
+                           const void* ws) override {
+      t_.record({x.data, y.data, dy.data, s.mean.data, s.spread.data, dx.data, dz.data, ws});
+      op_->backward_add_relu(x, y, dy, g, b, s, dx, dz, dg, db, ws);
     }
 
    private:
