@@ -79,12 +79,10 @@ step self-test 150 "$bin/dlbench-worker" --self-test --backend cuda --precision 
 step cuda-backend-tests 150 "$bin/dlbench_cuda_backend_tests" --gtest_output="json:$logs/cuda-backend-tests.json" &
 correctness+=($!)
 step gpu-tests 60 "$bin/dlbench_gpu_tests" --gtest_output="json:$logs/gpu-tests.json" & correctness+=($!)
-# The A/Bs before they are timed: tf32 (channels-last) with batch norm's ReLU fused in cuDNN, and
-# amp and bf16 with the bottleneck's add and ReLU fused into its last batch norm as well.
-DLBENCH_CUDA_BATCH_NORM=ex-relu step self-test-tf32-ex-relu 150 "$bin/dlbench-worker" --self-test --backend cuda \
-  --precision tf32 --output "$logs/self-test-tf32-ex-relu.json" & correctness+=($!)
-DLBENCH_CUDA_BATCH_NORM=ex-add-relu step self-test-ex-add-relu 150 "$bin/dlbench-worker" --self-test --backend cuda \
-  --precision amp,bf16 --output "$logs/self-test-ex-add-relu.json" & correctness+=($!)
+# The open A/B before it is timed: tf32 with the bottleneck's add and ReLU fused into its last batch
+# norm too, as amp and bf16 do by default (DLBENCH_CUDA_BATCH_NORM=ex-add-relu).
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu step self-test-tf32-ex-add-relu 150 "$bin/dlbench-worker" --self-test \
+  --backend cuda --precision tf32 --output "$logs/self-test-tf32-ex-add-relu.json" & correctness+=($!)
 # poisoned PRECISION [NAME]: ResNet-50 with every buffer poisoned after its declared lifetime.
 poisoned() {
   local precision=$1 name=${2:-poisoned-resnet50-$1}
@@ -93,7 +91,7 @@ poisoned() {
     --output "$logs/$name.json"
 }
 for precision in fp32 tf32 amp bf16; do poisoned "$precision" & correctness+=($!); done
-DLBENCH_CUDA_BATCH_NORM=ex-add-relu poisoned amp poisoned-resnet50-amp-ex-add-relu & correctness+=($!)
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu poisoned tf32 poisoned-resnet50-tf32-ex-add-relu & correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done
 
 # The timed steps run one at a time, most telling first, so a spent budget loses the least:
@@ -149,19 +147,14 @@ compare_resnet50 amp
 time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
 profile_resnet50 amp
 # (Settled A/Bs, bench/RESULTS.md, run by hand when cuDNN changes: DLBENCH_CUDA_BATCH_NORM=plain,
-# 670.9 ms against 48.1 ms with the *Ex calls; ex against ex-relu for the half types; and
+# 670.9 ms against 48.1 ms with the *Ex calls; ex, ex-relu and ex-add-relu for amp; and
 # DLBENCH_CUDA_LAYOUT=nchw|nhwc for fp32 and tf32.)
-# The bottleneck's add and ReLU fused into its last batch norm: timed eager and as a graph, profiled.
-DLBENCH_CUDA_BATCH_NORM=ex-add-relu time_dlbench_resnet50 amp dlbench-resnet50-amp-ex-add-relu dlbench-ex-add-relu
-DLBENCH_CUDA_BATCH_NORM=ex-add-relu time_dlbench_resnet50 amp dlbench-resnet50-amp-ex-add-relu-graph \
-  dlbench-ex-add-relu-graph --cuda-graph on
-DLBENCH_CUDA_BATCH_NORM=ex-add-relu profile_resnet50 amp profile-resnet50-amp-ex-add-relu
-
-compare_resnet50 tf32
-# tf32 with batch norm's ReLU fused (fp32 activations in NHWC).
-DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-ex-relu dlbench-ex-relu
+# bf16 without the residual fused (ex-relu), the default it replaced before bf16 was timed with it.
 compare_resnet50 bf16
-DLBENCH_CUDA_BATCH_NORM=ex-add-relu time_dlbench_resnet50 bf16 dlbench-resnet50-bf16-ex-add-relu dlbench-ex-add-relu
+DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 bf16 dlbench-resnet50-bf16-ex-relu dlbench-ex-relu
+compare_resnet50 tf32
+# tf32 with the residual fused as well (fp32 activations in NHWC): the open A/B.
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-ex-add-relu dlbench-ex-add-relu
 compare_resnet50 fp32
 
 for precision in amp bf16; do
@@ -173,7 +166,7 @@ done
 time_dlbench bert-base 64 amp dlbench-bert-amp-graph dlbench-graph "${bert_flags[@]}" --cuda-graph on
 
 for precision in tf32 bf16 fp32; do profile_resnet50 "$precision"; done
-DLBENCH_CUDA_BATCH_NORM=ex-relu profile_resnet50 tf32 profile-resnet50-tf32-ex-relu
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu profile_resnet50 tf32 profile-resnet50-tf32-ex-add-relu
 
 
 # Last, where the budget allows: one small amp step under compute-sanitizer's memcheck, which
@@ -186,7 +179,6 @@ memcheck() {
     --warmup-steps 1 --measure-steps 1 --repeats 1
 }
 memcheck memcheck-resnet50-amp
-DLBENCH_CUDA_BATCH_NORM=ex-add-relu memcheck memcheck-resnet50-amp-ex-add-relu
 
 echo
 python3 "$here/gpu_check_table.py" "$logs" | tee "$logs/table.md"

@@ -62,7 +62,7 @@ def gtest(logs, name):
 
 def poisoned(logs):
     out = ["poisoned ResNet-50 (--memory-plan poison): state, loss after each repeat"]
-    for precision in ("fp32", "tf32", "amp", "bf16", "amp-ex-add-relu"):
+    for precision in ("fp32", "tf32", "amp", "bf16", "tf32-ex-add-relu"):
         doc = load(os.path.join(logs, f"poisoned-resnet50-{precision}.json"))
         if not doc and precision.endswith("relu"):
             continue  # an A/B this call did not run
@@ -77,9 +77,9 @@ def poisoned(logs):
 
 
 def profiles(logs):
-    out = ["profile by kind, ms a step (forward + backward), ResNet-50 (-ex-relu: batch norm's ReLU fused in cuDNN;"
-           " -ex-add-relu: the bottleneck's add and ReLU fused into its last batch norm too)"]
-    for precision in ("fp32", "tf32", "tf32-ex-relu", "amp", "amp-ex-add-relu", "bf16"):
+    out = ["profile by kind, ms a step (forward + backward), ResNet-50 (tf32-ex-add-relu: the bottleneck's add and"
+           " ReLU fused into its last batch norm, as amp and bf16 do)"]
+    for precision in ("fp32", "tf32", "tf32-ex-add-relu", "amp", "bf16"):
         doc = load(os.path.join(logs, f"profile-resnet50-{precision}.json"))
         if not doc and precision.endswith("relu"):
             continue  # an A/B this call did not run
@@ -104,10 +104,10 @@ def comparison(logs):
     except (OSError, ValueError):
         pass
     # dlbench eager with its defaults, as a replayed step graph, with batch norm's ReLU fused in
-    # cuDNN (tf32; amp and bf16 do by default), and with the bottleneck's add and ReLU fused into
-    # its last batch norm as well (amp, bf16), eager and as a graph.
+    # cuDNN but not the bottleneck's add (tf32's default; bf16's A/B), and with the add and ReLU
+    # fused into the bottleneck's last batch norm too (amp's and bf16's default; tf32's A/B).
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex-relu", "bn+relu"),
-                ("dlbench-ex-add-relu", "bn+add+relu"), ("dlbench-ex-add-relu-graph", "bn+add+relu graph"))
+                ("dlbench-ex-add-relu", "bn+add+relu"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
@@ -151,8 +151,7 @@ def main():
     logs = sys.argv[1]
     lines = []
     lines += self_test(logs)
-    lines += self_test(logs, "self-test-tf32-ex-relu")
-    lines += self_test(logs, "self-test-ex-add-relu")
+    lines += self_test(logs, "self-test-tf32-ex-add-relu")
     lines += gtest(logs, "cuda-backend-tests")
     lines += gtest(logs, "gpu-tests")
     lines += poisoned(logs)

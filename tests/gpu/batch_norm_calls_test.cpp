@@ -9,18 +9,19 @@
 namespace dlbench::worker {
 namespace {
 
-TEST(BatchNormCalls, ChannelsLastHalvesFuseTheReluAndFp32TakesTheExCallsUnlessTold) {
+TEST(BatchNormCalls, ChannelsLastFusesTheReluAndHalvesTheResidualTooUnlessTold) {
   for (const DType half : {DType::fp16, DType::bf16}) {
-    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, nullptr), BatchNormCalls::ex_relu);
-    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, ""), BatchNormCalls::ex_relu);
+    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, nullptr), BatchNormCalls::ex_add_relu);
+    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, ""), BatchNormCalls::ex_add_relu);
     EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "ex-relu"), BatchNormCalls::ex_relu);
     EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "ex"), BatchNormCalls::ex);
     EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "plain"), BatchNormCalls::plain);
     EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "ex-add-relu"), BatchNormCalls::ex_add_relu);
   }
-  // fp32 activations in NHWC (tf32): the *Ex calls, the ReLU apart unless asked.
-  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, nullptr), BatchNormCalls::ex);
-  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, "ex-relu"), BatchNormCalls::ex_relu);
+  // fp32 activations in NHWC (tf32): the ReLU fused, the residual apart unless asked.
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, nullptr), BatchNormCalls::ex_relu);
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, "ex"), BatchNormCalls::ex);
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, "ex-add-relu"), BatchNormCalls::ex_add_relu);
   EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, "plain"), BatchNormCalls::plain);
   EXPECT_TRUE(persistent_batch_norm(Layout::nhwc));
   // NCHW keeps the plain calls and the plain spatial mode, whatever is asked.

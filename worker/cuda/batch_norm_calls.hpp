@@ -5,10 +5,12 @@
 // step took 670.9 ms with them and 48.1 ms with the *Ex calls. DLBENCH_CUDA_BATCH_NORM=plain keeps
 // the plain calls, so that one GPU run can time both.
 //
-// Half activations fuse the ReLU that follows a batch norm into it (ex_relu): on an H200 that took
-// an amp ResNet-50 from 6,410 to 6,806 images/s and bf16 from 6,093 to 6,430 (bench/RESULTS.md,
-// 2026-11-27). fp32 activations in NHWC (tf32) keep it apart until it is measured there:
-// DLBENCH_CUDA_BATCH_NORM=ex-relu asks for it.
+// By default channels-last batch norms fuse the ReLU that follows them, and half activations also
+// fuse a bottleneck's add and ReLU into its last batch norm. Measured on an H200 (bench/RESULTS.md,
+// 2026-11-27), ResNet-50 images/s: amp 6,410 (ex), 6,806 (ex_relu) and, in another call, 6,633
+// (ex_relu) against 7,094 (ex_add_relu); bf16 6,093 (ex) against 6,430 (ex_relu); tf32 3,104 (ex)
+// against 3,311 (ex_relu). ex_add_relu has not run in fp32 on a GPU: tf32 stops at ex_relu until
+// it has (DLBENCH_CUDA_BATCH_NORM=ex-add-relu asks for it).
 #pragma once
 
 #include <stdexcept>
@@ -30,8 +32,8 @@ enum class BatchNormCalls { plain, ex, ex_relu, ex_add_relu };
 // persistent batch-norm mode, and its *Ex calls, as PyTorch's channels_last batch norm takes.
 inline bool persistent_batch_norm(Layout layout) { return layout == Layout::nhwc; }
 
-// `activations` is their dtype; `choice` is DLBENCH_CUDA_BATCH_NORM's value (null or empty: unset). Throws std::invalid_argument
-// naming the variable and its allowed values for anything else.
+// `activations` is their dtype; `choice` is DLBENCH_CUDA_BATCH_NORM's value (null or empty: unset).
+// Throws std::invalid_argument naming the variable and its allowed values for anything else.
 inline BatchNormCalls batch_norm_calls(Layout layout, DType activations, const char* choice) {
   const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
   if (!chosen.empty() && chosen != "plain" && chosen != "ex" && chosen != "ex-relu" && chosen != "ex-add-relu") {
@@ -43,7 +45,7 @@ inline BatchNormCalls batch_norm_calls(Layout layout, DType activations, const c
   if (chosen == "ex-relu") return BatchNormCalls::ex_relu;
   if (chosen == "ex-add-relu") return BatchNormCalls::ex_add_relu;
   if (chosen == "ex") return BatchNormCalls::ex;
-  return activations == DType::fp32 ? BatchNormCalls::ex : BatchNormCalls::ex_relu;
+  return activations == DType::fp32 ? BatchNormCalls::ex_relu : BatchNormCalls::ex_add_relu;
 }
 
 }  // namespace dlbench::worker
