@@ -83,6 +83,10 @@ step gpu-tests 60 "$bin/dlbench_gpu_tests" --gtest_output="json:$logs/gpu-tests.
 # norm too, as amp and bf16 do by default (DLBENCH_CUDA_BATCH_NORM=ex-add-relu).
 DLBENCH_CUDA_BATCH_NORM=ex-add-relu step self-test-tf32-ex-add-relu 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision tf32 --output "$logs/self-test-tf32-ex-add-relu.json" & correctness+=($!)
+# fp32 (NCHW) batch norm through the *Ex calls with its ReLU fused, in cuDNN's spatial mode: an A/B
+# for fp32's last 4% (cuDNN may refuse the fused ReLU in NCHW: the log then says so).
+DLBENCH_CUDA_BATCH_NORM=ex-relu step self-test-fp32-ex-relu 150 "$bin/dlbench-worker" --self-test \
+  --backend cuda --precision fp32 --output "$logs/self-test-fp32-ex-relu.json" & correctness+=($!)
 # poisoned PRECISION [NAME]: ResNet-50 with every buffer poisoned after its declared lifetime.
 poisoned() {
   local precision=$1 name=${2:-poisoned-resnet50-$1}
@@ -156,6 +160,8 @@ compare_resnet50 tf32
 # tf32 with the residual fused as well (fp32 activations in NHWC): the open A/B.
 DLBENCH_CUDA_BATCH_NORM=ex-add-relu time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-ex-add-relu dlbench-ex-add-relu
 compare_resnet50 fp32
+DLBENCH_CUDA_BATCH_NORM=ex time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-ex dlbench-ex
+DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-ex-relu dlbench-ex-relu
 
 for precision in amp bf16; do
   time_dlbench bert-base 64 "$precision" "dlbench-bert-$precision" dlbench "${bert_flags[@]}"

@@ -103,11 +103,12 @@ def comparison(logs):
                 rows[(r["model"], r["precision"], r["engine"])] = r
     except (OSError, ValueError):
         pass
-    # dlbench eager with its defaults, as a replayed step graph, with batch norm's ReLU fused in
+    # dlbench eager with its defaults, as a replayed step graph, with batch norm through the *Ex
+    # calls without fusion (fp32's A/B, in NCHW), with batch norm's ReLU fused in
     # cuDNN but not the bottleneck's add (tf32's default; bf16's A/B), and with the add and ReLU
     # fused into the bottleneck's last batch norm too (amp's and bf16's default; tf32's A/B).
-    variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex-relu", "bn+relu"),
-                ("dlbench-ex-add-relu", "bn+add+relu"))
+    variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
+                ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
@@ -152,6 +153,7 @@ def main():
     lines = []
     lines += self_test(logs)
     lines += self_test(logs, "self-test-tf32-ex-add-relu")
+    lines += self_test(logs, "self-test-fp32-ex-relu")
     lines += gtest(logs, "cuda-backend-tests")
     lines += gtest(logs, "gpu-tests")
     lines += poisoned(logs)

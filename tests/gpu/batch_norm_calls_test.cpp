@@ -24,11 +24,12 @@ TEST(BatchNormCalls, ChannelsLastFusesTheReluAndHalvesTheResidualTooUnlessTold) 
   EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, "ex-add-relu"), BatchNormCalls::ex_add_relu);
   EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, "plain"), BatchNormCalls::plain);
   EXPECT_TRUE(persistent_batch_norm(Layout::nhwc));
-  // NCHW keeps the plain calls and the plain spatial mode, whatever is asked.
+  // NCHW takes the plain calls and the plain spatial mode unless told otherwise (an A/B).
   EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, nullptr), BatchNormCalls::plain);
-  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex"), BatchNormCalls::plain);
-  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex-relu"), BatchNormCalls::plain);
-  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex-add-relu"), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, ""), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex"), BatchNormCalls::ex);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex-relu"), BatchNormCalls::ex_relu);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex-add-relu"), BatchNormCalls::ex_add_relu);
   EXPECT_FALSE(persistent_batch_norm(Layout::nchw));
 }
 

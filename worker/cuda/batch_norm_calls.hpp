@@ -28,8 +28,8 @@ namespace dlbench::worker {
 // (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION), whose backward also writes the shortcut's gradient.
 enum class BatchNormCalls { plain, ex, ex_relu, ex_add_relu };
 
-// Channels-last activations (the half types, and fp32 under DLBENCH_CUDA_LAYOUT=nhwc): cuDNN's
-// persistent batch-norm mode, and its *Ex calls, as PyTorch's channels_last batch norm takes.
+// Channels-last activations (tf32 and the half types; fp32 under DLBENCH_CUDA_LAYOUT=nhwc): cuDNN's
+// persistent batch-norm mode, as PyTorch's channels_last batch norm takes; NCHW the spatial mode.
 inline bool persistent_batch_norm(Layout layout) { return layout == Layout::nhwc; }
 
 // `activations` is their dtype; `choice` is DLBENCH_CUDA_BATCH_NORM's value (null or empty: unset).
@@ -40,8 +40,10 @@ inline BatchNormCalls batch_norm_calls(Layout layout, DType activations, const c
     throw std::invalid_argument("DLBENCH_CUDA_BATCH_NORM: \"" + std::string(chosen) +
                                 "\" is not one of plain, ex, ex-relu, ex-add-relu");
   }
-  // The semi-persistent kernels are for channels-last tensors; NCHW keeps the plain calls.
-  if (!persistent_batch_norm(layout) || chosen == "plain") return BatchNormCalls::plain;
+  if (chosen == "plain") return BatchNormCalls::plain;
+  // NCHW (true fp32) takes the plain calls unless told: the *Ex calls there are an A/B that has not
+  // run on a GPU yet (the spatial mode, as PyTorch's NCHW batch norm calls them).
+  if (!persistent_batch_norm(layout) && chosen.empty()) return BatchNormCalls::plain;
   if (chosen == "ex-relu") return BatchNormCalls::ex_relu;
   if (chosen == "ex-add-relu") return BatchNormCalls::ex_add_relu;
   if (chosen == "ex") return BatchNormCalls::ex;
