@@ -123,6 +123,11 @@ def comparison(logs):
             batch = (ours[0] or e or {}).get("batch", "-")
             out.append(f"| {model} | {batch} | {precision} | " + " | ".join(fmt(v, r) for v, r in zip(values, ours)) +
                        f" | {fmt(ev, e)} | " + " | ".join(ratio(v, ev) for v in values) + " |")
+    # PyTorch's rows under the worker's stability rule (bench/stability.py): their spread and verdict.
+    spreads = [f"{model} {precision} cv {100 * r['cv']:.2f}% {r['stability']} (+{len(r.get('discarded', []))})"
+               for (model, precision, engine), r in sorted(rows.items()) if engine == "pytorch" and "cv" in r]
+    if spreads:
+        out.append("PyTorch's repeats: " + "; ".join(spreads))
     return out
 
 

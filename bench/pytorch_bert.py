@@ -4,11 +4,13 @@
 The plain-PyTorch BertForPreTraining of tests/golden/reference_models.py (HuggingFace's layout,
 masked LM on the masked positions only, next sentence), synthetic batches shaped as dlbench's
 (15% of positions masked, rounded up), AdamW (lr 1e-4, betas 0.9/0.999, eps 1e-6, decay 0.01 on
-matrices only) after clip_grad_norm_(1.0); warm up W steps, time M steps, R repeats, report the
-median sequences/s. On CUDA the timed steps sit between two torch.cuda.synchronize().
+matrices only) after clip_grad_norm_(1.0); warm up W steps, time M steps, R repeats, measured again
+while the last R spread as dlbench-worker would (bench/stability.py), report the median
+sequences/s. On CUDA the timed steps sit between two torch.cuda.synchronize().
 
     pytorch_bert.py --device cpu|cuda --batch 32 --precision fp32|tf32|amp|bf16 [--sequence-length 128]
-                    [--warmup 20 --measure 100 --repeats 7] [--threads N] [--compile] [--profile]
+                    [--warmup 20 --measure 100 --repeats 7] [--max-cv C --extra-repeats 7] [--threads N]
+                    [--compile] [--profile]
 
 amp: fp16 autocast with a GradScaler; bf16: bf16 autocast. On the CPU, PyTorch 1.13's layer_norm
 refuses a bf16 input with fp32 weights and its CPU autocast does not cast for it, so layer norms
@@ -17,12 +19,11 @@ run in fp32 there, as later versions' autocast policy has it.
 aten::addmm/mm/bmm (self time) to the line.
 
 Prints one JSON line: {"engine": "pytorch" | "pytorch-compile", "device", "batch", "sequence_length",
-"precision", "repeats": [...], "median", "torch"}.
+"precision", "repeats": [...], "median", "discarded": [...], "cv", "max_cv", "stability", "torch"}.
 """
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -30,6 +31,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
 import reference_models  # noqa: E402
+import stability  # noqa: E402
 
 VOCABULARY = 30522
 
@@ -46,6 +48,7 @@ def main():
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--profile", action="store_true")
+    stability.add_arguments(parser)
     args = parser.parse_args()
 
     cuda = args.device == "cuda"
@@ -97,8 +100,8 @@ def main():
 
     line = {"engine": "pytorch-compile" if args.compile else "pytorch", "device": args.device, "batch": batch,
             "sequence_length": length, "precision": args.precision, "torch": torch.__version__}
-    repeats = []
-    for _ in range(1 if args.profile else args.repeats):
+
+    def repeat():
         for _ in range(args.warmup):
             step()
         synchronize()
@@ -118,8 +121,12 @@ def main():
                 step()
             synchronize()
             seconds = time.perf_counter() - start
-        repeats.append(batch * args.measure / seconds)
-    line.update(repeats=repeats, median=statistics.median(repeats))
+        return batch * args.measure / seconds
+
+    max_cv = stability.DEFAULT_MAX_CV["gpu" if cuda else "cpu"] if args.max_cv is None else args.max_cv
+    # One profiled repeat is a profile, not a measurement to judge.
+    line.update(stability.measure(repeat, 1, 0, max_cv) if args.profile else
+                stability.measure(repeat, args.repeats, args.extra_repeats, max_cv))
     if cuda:
         line["gpu"] = torch.cuda.get_device_name()
     print(json.dumps(line))

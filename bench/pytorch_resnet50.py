@@ -2,20 +2,24 @@
 """PyTorch's ResNet-50 under dlbench's methodology, for side-by-side runs with dlbench-worker.
 
 torchvision resnet50 (v1.5, as dlbench's), channels_last, synthetic data, SGD with momentum 0.9,
-weight decay 1e-4, learning rate 0.1; warm up W steps, time M steps, R repeats, report the median
-images/s. Timing: torch.cuda.synchronize() before and after the M steps, perf_counter between.
+weight decay 1e-4, learning rate 0.1; warm up W steps, time M steps, R repeats, measured again
+while the last R spread as dlbench-worker would (bench/stability.py), report the median images/s.
+Timing: torch.cuda.synchronize() before and after the M steps, perf_counter between.
 
     pytorch_resnet50.py --batch 256 --precision amp [--compile] [--warmup 20 --measure 100 --repeats 7]
+                        [--max-cv 0.02 --extra-repeats 7]
 
-Prints one JSON line: {"engine": "pytorch" | "pytorch-compile", "batch", "precision", "repeats": [...], "median"}.
+Prints one JSON line: {"engine": "pytorch" | "pytorch-compile", "batch", "precision", "repeats": [...],
+"median", "discarded": [...], "cv", "max_cv", "stability"}.
 """
 import argparse
 import json
-import statistics
 import time
 
 import torch
 import torchvision
+
+import stability
 
 
 def main():
@@ -27,6 +31,7 @@ def main():
     parser.add_argument("--measure", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    stability.add_arguments(parser)
     args = parser.parse_args()
 
     torch.backends.cudnn.benchmark = True  # measured algorithm choice, as dlbench does
@@ -53,8 +58,7 @@ def main():
         scaler.step(optimizer)
         scaler.update()
 
-    repeats = []
-    for _ in range(args.repeats):
+    def repeat():
         for _ in range(args.warmup):
             step()
         torch.cuda.synchronize()
@@ -62,10 +66,13 @@ def main():
         for _ in range(args.measure):
             step()
         torch.cuda.synchronize()
-        repeats.append(args.batch * args.measure / (time.perf_counter() - start))
-    print(json.dumps({"engine": "pytorch-compile" if args.compile else "pytorch", "batch": args.batch,
-                      "precision": args.precision, "repeats": repeats, "median": statistics.median(repeats),
-                      "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}))
+        return args.batch * args.measure / (time.perf_counter() - start)
+
+    max_cv = stability.DEFAULT_MAX_CV["gpu"] if args.max_cv is None else args.max_cv
+    line = {"engine": "pytorch-compile" if args.compile else "pytorch", "batch": args.batch, "precision": args.precision}
+    line.update(stability.measure(repeat, args.repeats, args.extra_repeats, max_cv))
+    line.update(torch=torch.__version__, gpu=torch.cuda.get_device_name())
+    print(json.dumps(line))
 
 
 if __name__ == "__main__":
