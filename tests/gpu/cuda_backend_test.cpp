@@ -46,7 +46,8 @@ double relative_error(const std::vector<float>& actual, const std::vector<float>
   return scale > 0 ? diff / scale : diff;
 }
 
-// One logical tensor on both backends: NHWC on the CPU, NCHW on the GPU for 4-D activations.
+// One logical tensor on both backends: 4-D activations NHWC on the CPU and in the GPU backend's own
+// order on the GPU (NCHW in fp32, NHWC otherwise).
 class Pair {
  public:
   Pair(CpuBackend& cpu, CudaBackend& gpu, const Shape& shape, bool activation, const std::vector<float>& nchw = {})
