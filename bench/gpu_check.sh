@@ -178,13 +178,9 @@ DLBENCH_CUDA_BATCH_NORM=ex-add-relu profile_resnet50 tf32 profile-resnet50-tf32-
 # Last, where the budget allows: one small amp step under compute-sanitizer's memcheck, which
 # names any out-of-bounds or misaligned device access with its kernel.
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-# memcheck NAME: that step, with the environment it is given.
-memcheck() {
-  [[ -n $sanitizer ]] && step "$1" 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
-    "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 4 --image-size 64 --precision amp \
-    --warmup-steps 1 --measure-steps 1 --repeats 1
-}
-memcheck memcheck-resnet50-amp
+[[ -n $sanitizer ]] && step memcheck-resnet50-amp 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
+  "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 4 --image-size 64 --precision amp \
+  --warmup-steps 1 --measure-steps 1 --repeats 1
 
 echo
 python3 "$here/gpu_check_table.py" "$logs" | tee "$logs/table.md"
