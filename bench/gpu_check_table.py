@@ -53,10 +53,13 @@ def gtest(logs, name):
     if not doc:
         return [f"{name}: no report; " + last_line(logs, name)]
     tests = [(f"{s['name']}.{t['name']}", t) for s in doc.get("testsuites", []) for t in s.get("testsuite", [])]
-    failed = [n for n, t in tests if t.get("failures")]
+    failed = [(n, t) for n, t in tests if t.get("failures")]
     skipped = [n for n, t in tests if t.get("result") == "SKIPPED"]
     out = [f"{name}: {len(tests) - len(failed) - len(skipped)} of {len(tests)} passed, {len(skipped)} skipped"]
-    out += [f"  FAILED {n}" for n in failed]
+    for n, t in failed:
+        # The first failure's own words, on one line: what the next session needs first.
+        first = " ".join(t["failures"][0].get("failure", "").split())
+        out.append(f"  FAILED {n}: {first[:300]}")
     return out
 
 
