@@ -27,12 +27,12 @@ class BatchNorm2d final : public Layer {
   }
 
   // A residual block's last batch norm, where the backend fuses the block's add and ReLU into it
-  // (Backend::fuses_batch_norm_add_relu): y = relu(bn(x) + z). Called before setup; the block gives
-  // z before each forward (residual_input) and plans `dz`, where backward writes z's gradient:
-  // their lifetimes are the block's, which knows who else reads them.
-  void fuse_residual_add_relu(Tensor& dz) {
-    if (relu_) throw std::logic_error("a batch norm with its own ReLU cannot also take a residual");
-    residual_grad_ = &dz;
+  // (Backend::fuses_batch_norm_add_relu): y = relu(bn(x) + z). Called before each setup (null: not
+  // fused); the block gives z before each forward (residual_input) and plans `dz`, where backward
+  // writes z's gradient: their lifetimes are the block's, which knows who else reads them.
+  void fuse_residual_add_relu(Tensor* dz) {
+    if (dz != nullptr && relu_) throw std::logic_error("a batch norm with its own ReLU cannot also take a residual");
+    residual_grad_ = dz;
   }
   void residual_input(const Tensor& z) { residual_ = &z; }
   void collect_parameters(std::vector<Parameter*>& out) override {

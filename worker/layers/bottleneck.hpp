@@ -50,7 +50,7 @@ class Bottleneck final : public Layer {
   // writes the shortcut's gradient dz in its backward; there is no tail tick.
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
     fused_ = ctx.backend.fuses_batch_norm_add_relu();
-    if (fused_) bn3_->fuse_residual_add_relu(dsum_);
+    bn3_->fuse_residual_add_relu(fused_ ? &dsum_ : nullptr);
     const std::optional<Tick> outer_reader = ctx.input_grad_reader;
     const bool outer_needs_grad = ctx.input_grad_needed;
     const Tick h = ctx.arena.next_tick();
