@@ -69,34 +69,33 @@ class Bottleneck final : public Layer {
     const Shape out = main_out.shape;
     const Layout layout = ctx.backend.activation_layout();
     add_grad_ = ctx.backend.make_add(input.shape, input.dtype);
+    // dsum is read by both branches' last layers; backward runs the main branch first, so the
+    // last reader is the shortcut's last layer, or the sum at h when the shortcut is x. It is
+    // written by the tail's ReLU backward, or fused by bn3's backward (the main branch's last tick).
     const Tick dsum_reader = shortcut_last ? shortcut_last->mirrored() : h.mirrored();
+    Tick dsum_written;
     if (fused_) {
-      // bn3 (the main branch's last tick) reads z forward and writes dz backward; bn3's y is ours.
+      // bn3 reads z forward; bn3's y is ours.
       const Tick t3 = *ctx.arena.last_tick();
       ctx.arena.read(short_out, t3);
-      dsum_ = activation(out, layout, input.dtype);
-      ctx.arena.request(dsum_, t3.mirrored());
-      ctx.arena.read(dsum_, dsum_reader);
-      dx_ = activation(input.shape, layout, input.dtype);
-      ctx.request_input_grad(dx_, h.mirrored());
-      return main_out;
+      dsum_written = t3.mirrored();
+    } else {
+      add_relu_ = ctx.backend.make_add_relu(out, input.dtype);
+      relu_ = ctx.backend.make_relu(out, input.dtype);  // its backward
+      const Tick t = ctx.arena.next_tick();
+      ctx.arena.read(main_out, t);
+      ctx.arena.read(short_out, t);
+      y_ = activation(out, layout, input.dtype);
+      ctx.arena.request(y_, t);
+      ctx.arena.read(y_, t.mirrored());  // the ReLU's backward reads its output
+      dsum_written = t.mirrored();
     }
-    add_relu_ = ctx.backend.make_add_relu(out, input.dtype);
-    relu_ = ctx.backend.make_relu(out, input.dtype);  // its backward
-    const Tick t = ctx.arena.next_tick();
-    ctx.arena.read(main_out, t);
-    ctx.arena.read(short_out, t);
-    y_ = activation(out, layout, input.dtype);
-    ctx.arena.request(y_, t);
-    ctx.arena.read(y_, t.mirrored());  // the ReLU's backward reads its output
-    // dsum is read by both branches' last layers; backward runs the main branch first, so the
-    // last reader is the shortcut's last layer, or the sum at h when the shortcut is x.
     dsum_ = activation(out, layout, input.dtype);
-    ctx.arena.request(dsum_, t.mirrored());
+    ctx.arena.request(dsum_, dsum_written);
     ctx.arena.read(dsum_, dsum_reader);
     dx_ = activation(input.shape, layout, input.dtype);
     ctx.request_input_grad(dx_, h.mirrored());
-    return y_;
+    return fused_ ? main_out : y_;
   }
   void reset_state(Backend& backend) override {
     main_.reset_state(backend);
