@@ -36,17 +36,17 @@ inline bool persistent_batch_norm(Layout layout) { return layout == Layout::nhwc
 // Throws std::invalid_argument naming the variable and its allowed values for anything else.
 inline BatchNormCalls batch_norm_calls(Layout layout, DType activations, const char* choice) {
   const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
-  if (!chosen.empty() && chosen != "plain" && chosen != "ex" && chosen != "ex-relu" && chosen != "ex-add-relu") {
+  if (chosen == "plain") return BatchNormCalls::plain;
+  if (chosen == "ex") return BatchNormCalls::ex;
+  if (chosen == "ex-relu") return BatchNormCalls::ex_relu;
+  if (chosen == "ex-add-relu") return BatchNormCalls::ex_add_relu;
+  if (!chosen.empty()) {
     throw std::invalid_argument("DLBENCH_CUDA_BATCH_NORM: \"" + std::string(chosen) +
                                 "\" is not one of plain, ex, ex-relu, ex-add-relu");
   }
-  if (chosen == "plain") return BatchNormCalls::plain;
-  // NCHW (true fp32) takes the plain calls unless told: the *Ex calls there are an A/B that has not
-  // run on a GPU yet (the spatial mode, as PyTorch's NCHW batch norm calls them).
-  if (!persistent_batch_norm(layout) && chosen.empty()) return BatchNormCalls::plain;
-  if (chosen == "ex-relu") return BatchNormCalls::ex_relu;
-  if (chosen == "ex-add-relu") return BatchNormCalls::ex_add_relu;
-  if (chosen == "ex") return BatchNormCalls::ex;
+  // Unset. NCHW (true fp32) takes the plain calls: the *Ex calls there (the spatial mode, as
+  // PyTorch's NCHW batch norm calls them) are an A/B that has not run on a GPU yet.
+  if (!persistent_batch_norm(layout)) return BatchNormCalls::plain;
   return activations == DType::fp32 ? BatchNormCalls::ex_relu : BatchNormCalls::ex_add_relu;
 }
 

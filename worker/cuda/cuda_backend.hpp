@@ -74,7 +74,8 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) override;
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) override;
-  // Under DLBENCH_CUDA_BATCH_NORM=ex-relu with channels-last activations (cuda/batch_norm_calls.hpp).
+  // By the batch-norm route (cuda/batch_norm_calls.hpp): channels-last by default, or as
+  // DLBENCH_CUDA_BATCH_NORM says.
   bool fuses_batch_norm_relu() const override {
     return batch_norm_route_ == BatchNormCalls::ex_relu || batch_norm_route_ == BatchNormCalls::ex_add_relu;
   }
