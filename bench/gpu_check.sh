@@ -76,11 +76,21 @@ step list-devices 20 "$bin/dlbench-worker" --list-devices
 correctness=()
 step self-test 150 "$bin/dlbench-worker" --self-test --backend cuda --precision fp32,tf32,amp,bf16 \
   --output "$logs/self-test.json" & correctness+=($!)
-step cuda-backend-tests 150 "$bin/dlbench_cuda_backend_tests" --gtest_output="json:$logs/cuda-backend-tests.json" &
-correctness+=($!)
+# The backend tests log each convolution algorithm cuDNN chose (Tf32ConvolutionStaysWithinItsBound
+# read an error of exactly 0 after tf32 moved to NHWC: its message and its algorithm come first).
+DLBENCH_LOG_ALGORITHMS=1 step cuda-backend-tests 150 "$bin/dlbench_cuda_backend_tests" \
+  --gtest_output="json:$logs/cuda-backend-tests.json" & correctness+=($!)
 step gpu-tests 60 "$bin/dlbench_gpu_tests" --gtest_output="json:$logs/gpu-tests.json" & correctness+=($!)
-# The open A/B before it is timed: tf32 with the bottleneck's add and ReLU fused into its last batch
-# norm too, as amp and bf16 do by default (DLBENCH_CUDA_BATCH_NORM=ex-add-relu).
+# The open A/Bs before they are timed. Convolutions through cuDNN's graph API (DLBENCH_CUDA_CONV=graph,
+# worker/cuda/conv_graph.cpp: never yet run on a GPU): the self-test in every precision, and the
+# backend tests that run convolutions, against the CPU.
+DLBENCH_CUDA_CONV=graph step self-test-conv-graph 150 "$bin/dlbench-worker" --self-test --backend cuda \
+  --precision fp32,tf32,amp,bf16 --output "$logs/self-test-conv-graph.json" & correctness+=($!)
+DLBENCH_CUDA_CONV=graph DLBENCH_LOG_ALGORITHMS=1 step cuda-backend-tests-conv-graph 150 \
+  "$bin/dlbench_cuda_backend_tests" --gtest_filter='*Convolution*:*ResNet50*:*AStepReplayed*' \
+  --gtest_output="json:$logs/cuda-backend-tests-conv-graph.json" & correctness+=($!)
+# tf32 with the bottleneck's add and ReLU fused into its last batch norm too, as amp and bf16 do by
+# default (DLBENCH_CUDA_BATCH_NORM=ex-add-relu).
 DLBENCH_CUDA_BATCH_NORM=ex-add-relu step self-test-tf32-ex-add-relu 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision tf32 --output "$logs/self-test-tf32-ex-add-relu.json" & correctness+=($!)
 # fp32 (NCHW) batch norm through the *Ex calls with its ReLU fused, in cuDNN's spatial mode: an A/B
@@ -145,23 +155,30 @@ profile_resnet50() {
     --repeats 1 --profile 5 --output "$logs/$name.json"
 }
 
+# fp32 first: the one precision under the floor (0.96x). Its A/Bs: the graph API's
+# convolutions, NCHW and channels-last (PyTorch runs fp32 channels-last through the graph API at
+# 920 images/s where the legacy calls gave 705), and batch norm's ReLU fused through the *Ex calls.
+compare_resnet50 fp32
+DLBENCH_CUDA_CONV=graph time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-conv-graph dlbench-conv-graph
+DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-conv-graph-nhwc \
+  dlbench-conv-graph-nhwc
+DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-ex-relu dlbench-ex-relu
 compare_resnet50 amp
+DLBENCH_CUDA_CONV=graph time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-graph dlbench-conv-graph
 # amp's training step replayed as a CUDA graph (the loss scale moves on on the device), next to
 # the eager rows: what launch overhead costs at these shapes.
 time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
 profile_resnet50 amp
 # (Settled A/Bs, bench/RESULTS.md, run by hand when cuDNN changes: DLBENCH_CUDA_BATCH_NORM=plain,
 # 670.9 ms against 48.1 ms with the *Ex calls; ex, ex-relu and ex-add-relu for amp; and
-# DLBENCH_CUDA_LAYOUT=nchw|nhwc for fp32 and tf32.)
+# DLBENCH_CUDA_LAYOUT=nchw|nhwc for fp32 and tf32 with the legacy calls.)
+compare_resnet50 tf32
+DLBENCH_CUDA_CONV=graph time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-conv-graph dlbench-conv-graph
+# tf32 with the residual fused as well (fp32 activations in NHWC).
+DLBENCH_CUDA_BATCH_NORM=ex-add-relu time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-ex-add-relu dlbench-ex-add-relu
 # bf16 without the residual fused (ex-relu), the default it replaced before bf16 was timed with it.
 compare_resnet50 bf16
 DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 bf16 dlbench-resnet50-bf16-ex-relu dlbench-ex-relu
-compare_resnet50 tf32
-# tf32 with the residual fused as well (fp32 activations in NHWC): the open A/B.
-DLBENCH_CUDA_BATCH_NORM=ex-add-relu time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-ex-add-relu dlbench-ex-add-relu
-compare_resnet50 fp32
-DLBENCH_CUDA_BATCH_NORM=ex time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-ex dlbench-ex
-DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-ex-relu dlbench-ex-relu
 
 for precision in amp bf16; do
   time_dlbench bert-base 64 "$precision" "dlbench-bert-$precision" dlbench "${bert_flags[@]}"
@@ -171,7 +188,8 @@ for precision in amp bf16; do
 done
 time_dlbench bert-base 64 amp dlbench-bert-amp-graph dlbench-graph "${bert_flags[@]}" --cuda-graph on
 
-for precision in tf32 bf16 fp32; do profile_resnet50 "$precision"; done
+for precision in fp32 tf32 bf16; do profile_resnet50 "$precision"; done
+DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc profile_resnet50 fp32 profile-resnet50-fp32-conv-graph-nhwc
 DLBENCH_CUDA_BATCH_NORM=ex-add-relu profile_resnet50 tf32 profile-resnet50-tf32-ex-add-relu
 
 

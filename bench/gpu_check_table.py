@@ -82,9 +82,9 @@ def poisoned(logs):
 def profiles(logs):
     out = ["profile by kind, ms a step (forward + backward), ResNet-50 (tf32-ex-add-relu: the bottleneck's add and"
            " ReLU fused into its last batch norm, as amp and bf16 do)"]
-    for precision in ("fp32", "tf32", "tf32-ex-add-relu", "amp", "bf16"):
+    for precision in ("fp32", "fp32-conv-graph-nhwc", "tf32", "tf32-ex-add-relu", "amp", "bf16"):
         doc = load(os.path.join(logs, f"profile-resnet50-{precision}.json"))
-        if not doc and precision.endswith("relu"):
+        if not doc and precision.endswith(("relu", "nhwc")):
             continue  # an A/B this call did not run
         profile = (doc or {}).get("profile")
         if not profile:
@@ -110,8 +110,11 @@ def comparison(logs):
     # calls without fusion (fp32's A/B, in NCHW), with batch norm's ReLU fused in
     # cuDNN but not the bottleneck's add (tf32's default; bf16's A/B), and with the add and ReLU
     # fused into the bottleneck's last batch norm too (amp's and bf16's default; tf32's A/B).
+    # And convolutions through cuDNN's graph API (DLBENCH_CUDA_CONV=graph), in the backend's layout
+    # and, for fp32, channels-last.
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
-                ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"))
+                ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"),
+                ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
@@ -160,9 +163,11 @@ def main():
     logs = sys.argv[1]
     lines = []
     lines += self_test(logs)
+    lines += self_test(logs, "self-test-conv-graph")
     lines += self_test(logs, "self-test-tf32-ex-add-relu")
     lines += self_test(logs, "self-test-fp32-ex-relu")
     lines += gtest(logs, "cuda-backend-tests")
+    lines += gtest(logs, "cuda-backend-tests-conv-graph")
     lines += gtest(logs, "gpu-tests")
     lines += poisoned(logs)
     lines += profiles(logs)

@@ -1,5 +1,6 @@
 // cuDNN convolution: descriptors built once per layer, algorithms measured once per distinct
-// convolution in the process (conv_algorithms.hpp holds the rules), run on the backend's stream.
+// convolution (conv_algorithms.hpp and conv_engines.hpp hold the rules), run on the backend's
+// stream through the legacy calls or the graph API (conv_graph.cpp).
 #include <array>
 #include <cstdlib>
 #include <iostream>
@@ -8,6 +9,8 @@
 #include <optional>
 
 #include "cuda/conv_algorithms.hpp"
+#include "cuda/conv_engines.hpp"
+#include "cuda/conv_graph.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/kernels.hpp"
@@ -19,18 +22,16 @@ namespace {
 std::mutex algorithm_cache_mutex;
 std::map<ConvAlgorithmKey, AlgorithmChoice> algorithm_cache;
 
-// fp32 activations are NCHW and take PyTorch's OIHW fp32 filter as it is. Half activations are
-// NHWC: the filter is rounded into the backend's parameter scratch as OHWI (cuDNN's NHWC filter)
-// before each pass that reads it, and the filter gradient, computed there in the half type, is
-// widened back into the fp32 OIHW gradient.
-class CudaConv final : public Conv2dOp {
+// The legacy calls: each pass's algorithm measured by cudnnFind*AlgorithmEx on the pass's own
+// buffers (once per distinct convolution in the process), then run by cudnnConvolution*.
+class LegacyConvPasses {
  public:
-  CudaConv(CudaBackend& backend, const Conv2dConfig& config)
-      : backend_(backend), config_(config), layout_(backend.activation_layout()),
-        x_desc_(config.input, config.dtype, layout_), y_desc_(config.output(), config.dtype, layout_),
-        bias_desc_(Shape(1, config.out_channels, 1, 1)) {
+  LegacyConvPasses(CudaBackend& backend, const Conv2dConfig& config, Layout layout, bool tensor_cores)
+      : backend_(backend), config_(config), layout_(layout), tensor_cores_(tensor_cores),
+        x_desc_(config.input, config.dtype, layout), y_desc_(config.output(), config.dtype, layout) {
     DLBENCH_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_desc_));
-    DLBENCH_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_, cudnn_type(config.dtype), channels_last() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+    DLBENCH_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_, cudnn_type(config.dtype),
+                                                   layout == Layout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
                                                    as_int(config.out_channels), as_int(config.input.c()),
                                                    as_int(config.kernel.h), as_int(config.kernel.w)));
     // One descriptor per pass: each runs with the math type its algorithm was measured with.
@@ -42,109 +43,68 @@ class CudaConv final : public Conv2dOp {
                                                           as_int(config.dilation), as_int(config.dilation),
                                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
       // fp32 means fp32: FMA math keeps cuDNN off TF32 tensor cores, which its default allows.
-      DLBENCH_CUDNN_CHECK(cudnnSetConvolutionMathType(desc, tensor_cores() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+      DLBENCH_CUDNN_CHECK(cudnnSetConvolutionMathType(desc, tensor_cores ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
     }
   }
-  ~CudaConv() override {
+  ~LegacyConvPasses() {
     for (cudnnConvolutionDescriptor_t desc : conv_desc_) cudnnDestroyConvolutionDescriptor(desc);
     cudnnDestroyFilterDescriptor(w_desc_);
   }
+  LegacyConvPasses(const LegacyConvPasses&) = delete;
+  LegacyConvPasses& operator=(const LegacyConvPasses&) = delete;
 
-  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
-    require_dtype("convolution", config_.dtype, {&x, &y});
-    const void* w = filter(weight);
-    const AlgorithmChoice& a = choose(ConvPass::forward, [&](void* ws, std::size_t limit) {
-      std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
-      int count = 0;
-      DLBENCH_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-          backend_.cudnn(), x_desc_.handle, x.data, w_desc_, w, desc(ConvPass::forward), y_desc_.handle, y.data,
-          static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-      return fastest(perf.data(), count, tensor_cores(), "forward");
-    });
-    DLBENCH_CUDNN_CHECK(cudnnConvolutionForward(backend_.cudnn(), &kOne, x_desc_.handle, x.data, w_desc_, w,
-                                                desc(ConvPass::forward),
-                                                static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm),
-                                                backend_.workspace(a.workspace), a.workspace, &kZero, y_desc_.handle,
-                                                y.data));
-    if (bias == nullptr) return;
-    if (filter_as_given()) {
-      DLBENCH_CUDNN_CHECK(
-          cudnnAddTensor(backend_.cudnn(), &kOne, bias_desc_.handle, bias->as<float>(), &kOne, y_desc_.handle, y.data));
-    } else {
-      kernels::add_channel_bias(config_.dtype, y.data, bias->as<float>(), geometry_of(y.shape, layout_),
-                                backend_.stream());
-    }
-  }
-
-  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
-    require_dtype("convolution", config_.dtype, {&dy, &dx});
-    const void* w = filter(weight);
-    const AlgorithmChoice& a = choose(ConvPass::backward_data, [&](void* ws, std::size_t limit) {
-      std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
-      int count = 0;
-      DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-          backend_.cudnn(), w_desc_, w, y_desc_.handle, dy.data, desc(ConvPass::backward_data), x_desc_.handle,
-          dx.data, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-      return fastest(perf.data(), count, tensor_cores(), "backward-data");
-    });
-    DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardData(
-        backend_.cudnn(), &kOne, w_desc_, w, y_desc_.handle, dy.data, desc(ConvPass::backward_data),
-        static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace, &kZero,
-        x_desc_.handle, dx.data));
-  }
-
-  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
-    require_dtype("convolution", config_.dtype, {&x, &dy});
-    void* dw = filter_as_given() ? dweight.as<float>() : backend_.parameter_scratch(filter_bytes());
-    const AlgorithmChoice& a = choose(ConvPass::backward_filter, [&](void* ws, std::size_t limit) {
-      std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
-      int count = 0;
-      DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-          backend_.cudnn(), x_desc_.handle, x.data, y_desc_.handle, dy.data, desc(ConvPass::backward_filter), w_desc_,
-          dw, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-      return fastest(perf.data(), count, tensor_cores(), "backward-filter");
-    });
-    DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-        backend_.cudnn(), &kOne, x_desc_.handle, x.data, y_desc_.handle, dy.data, desc(ConvPass::backward_filter),
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace,
-        &kZero, w_desc_, dw));
-    if (!filter_as_given()) {
-      kernels::filter_to_fp32(config_.dtype, dw, channels_last(), dweight.as<float>(), as_int(config_.out_channels),
-                              as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
-                              backend_.stream());
-    }
-    if (dbias == nullptr) return;
-    if (filter_as_given()) {
-      DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardBias(backend_.cudnn(), &kOne, y_desc_.handle, dy.data, &kZero,
-                                                       bias_desc_.handle, dbias->as<float>()));
-    } else {
-      // Channels last, dy is a (pixels of every sample) x channels matrix: its column sums.
-      const Shape out = config_.output();
-      const std::int64_t rows = out.n() * out.h() * out.w();
-      auto* scratch = static_cast<float*>(backend_.workspace(kernels::column_sums_scratch_bytes(rows, as_int(out.c()))));
-      kernels::column_sums(config_.dtype, dy.data, dbias->as<float>(), rows, as_int(out.c()), scratch,
-                           backend_.stream());
+  void run(ConvPass pass, const ConvOperands& o) {
+    switch (pass) {
+      case ConvPass::forward: {
+        const AlgorithmChoice& a = choose(pass, [&](void* ws, std::size_t limit) {
+          std::array<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT> perf{};
+          int count = 0;
+          DLBENCH_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+              backend_.cudnn(), x_desc_.handle, o.input, w_desc_, o.filter, desc(pass), y_desc_.handle, o.output,
+              static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+          return fastest(perf.data(), count, tensor_cores_, "forward");
+        });
+        DLBENCH_CUDNN_CHECK(cudnnConvolutionForward(backend_.cudnn(), &kOne, x_desc_.handle, o.input, w_desc_, o.filter,
+                                                    desc(pass), static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm),
+                                                    backend_.workspace(a.workspace), a.workspace, &kZero,
+                                                    y_desc_.handle, o.output));
+        return;
+      }
+      case ConvPass::backward_data: {
+        const AlgorithmChoice& a = choose(pass, [&](void* ws, std::size_t limit) {
+          std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
+          int count = 0;
+          DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+              backend_.cudnn(), w_desc_, o.filter, y_desc_.handle, o.output, desc(pass), x_desc_.handle, o.input,
+              static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+          return fastest(perf.data(), count, tensor_cores_, "backward-data");
+        });
+        DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardData(
+            backend_.cudnn(), &kOne, w_desc_, o.filter, y_desc_.handle, o.output, desc(pass),
+            static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace,
+            &kZero, x_desc_.handle, o.input));
+        return;
+      }
+      case ConvPass::backward_filter: {
+        const AlgorithmChoice& a = choose(pass, [&](void* ws, std::size_t limit) {
+          std::array<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT> perf{};
+          int count = 0;
+          DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+              backend_.cudnn(), x_desc_.handle, o.input, y_desc_.handle, o.output, desc(pass), w_desc_, o.filter,
+              static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+          return fastest(perf.data(), count, tensor_cores_, "backward-filter");
+        });
+        DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+            backend_.cudnn(), &kOne, x_desc_.handle, o.input, y_desc_.handle, o.output, desc(pass),
+            static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace,
+            &kZero, w_desc_, o.filter));
+        return;
+      }
     }
   }
 
  private:
-  bool channels_last() const { return layout_ == Layout::nhwc; }
-  // fp32 NCHW convolutions read PyTorch's OIHW fp32 filter (and write its gradient) in place.
-  bool filter_as_given() const { return config_.dtype == DType::fp32 && !channels_last(); }
-  bool tensor_cores() const { return backend_.math() == CudaMath::tf32 || config_.dtype != DType::fp32; }
   cudnnConvolutionDescriptor_t desc(ConvPass pass) const { return conv_desc_[static_cast<std::size_t>(pass)]; }
-  std::size_t filter_bytes() const {
-    return static_cast<std::size_t>(config_.weight().numel()) * dtype_size(config_.dtype);
-  }
-  // The filter as cuDNN reads it here: the fp32 parameter itself, or its rounded OHWI copy.
-  const void* filter(const Tensor& weight) {
-    if (filter_as_given()) return weight.as<float>();
-    void* copy = backend_.parameter_scratch(filter_bytes());
-    kernels::filter_from_fp32(weight.as<float>(), config_.dtype, copy, channels_last(), as_int(config_.out_channels),
-                              as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
-                              backend_.stream());
-    return copy;
-  }
 
   // The algorithm for one pass: measured once (on the real buffers, in the first step) and
   // cached for every convolution with the same key. The search borrows its workspace and gives
@@ -155,7 +115,7 @@ class CudaConv final : public Conv2dOp {
     if (mine) return *mine;
     const ConvAlgorithmKey key{config_.input.dims, config_.out_channels, config_.kernel,  config_.stride,
                                config_.padding,    config_.dilation,     config_.dtype,   layout_,
-                               tensor_cores(),     pass};
+                               tensor_cores_,      pass};
     std::optional<AlgorithmChoice> choice;
     {
       std::lock_guard lock(algorithm_cache_mutex);
@@ -181,10 +141,102 @@ class CudaConv final : public Conv2dOp {
   CudaBackend& backend_;
   Conv2dConfig config_;
   Layout layout_;
-  TensorDescriptor x_desc_, y_desc_, bias_desc_;
+  bool tensor_cores_;
+  TensorDescriptor x_desc_, y_desc_;
   cudnnFilterDescriptor_t w_desc_ = nullptr;
   std::array<cudnnConvolutionDescriptor_t, 3> conv_desc_{};
   std::array<std::optional<AlgorithmChoice>, 3> chosen_;
+};
+
+// fp32 activations are NCHW and take PyTorch's OIHW fp32 filter as it is. Half activations are
+// NHWC: the filter is rounded into the backend's parameter scratch as OHWI (cuDNN's NHWC filter)
+// before each pass that reads it, and the filter gradient, computed there in the half type, is
+// widened back into the fp32 OIHW gradient. The passes themselves take the legacy calls or the
+// graph API's engines, as the backend says (cuda/conv_engines.hpp).
+class CudaConv final : public Conv2dOp {
+ public:
+  CudaConv(CudaBackend& backend, const Conv2dConfig& config)
+      : backend_(backend), config_(config), layout_(backend.activation_layout()),
+        y_desc_(config.output(), config.dtype, layout_), bias_desc_(Shape(1, config.out_channels, 1, 1)) {
+    if (backend.conv_calls_api() == ConvCallsApi::graph) {
+      graph_ = std::make_unique<GraphConvPasses>(backend, config, layout_, tensor_cores());
+    } else {
+      legacy_ = std::make_unique<LegacyConvPasses>(backend, config, layout_, tensor_cores());
+    }
+  }
+
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    require_dtype("convolution", config_.dtype, {&x, &y});
+    run(ConvPass::forward, {x.data, filter(weight), y.data});
+    if (bias == nullptr) return;
+    if (filter_as_given()) {
+      DLBENCH_CUDNN_CHECK(
+          cudnnAddTensor(backend_.cudnn(), &kOne, bias_desc_.handle, bias->as<float>(), &kOne, y_desc_.handle, y.data));
+    } else {
+      kernels::add_channel_bias(config_.dtype, y.data, bias->as<float>(), geometry_of(y.shape, layout_),
+                                backend_.stream());
+    }
+  }
+
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    require_dtype("convolution", config_.dtype, {&dy, &dx});
+    run(ConvPass::backward_data, {dx.data, filter(weight), dy.data});
+  }
+
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    require_dtype("convolution", config_.dtype, {&x, &dy});
+    void* dw = filter_as_given() ? dweight.as<float>() : backend_.parameter_scratch(filter_bytes());
+    run(ConvPass::backward_filter, {x.data, dw, dy.data});
+    if (!filter_as_given()) {
+      kernels::filter_to_fp32(config_.dtype, dw, channels_last(), dweight.as<float>(), as_int(config_.out_channels),
+                              as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
+                              backend_.stream());
+    }
+    if (dbias == nullptr) return;
+    if (filter_as_given()) {
+      DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardBias(backend_.cudnn(), &kOne, y_desc_.handle, dy.data, &kZero,
+                                                       bias_desc_.handle, dbias->as<float>()));
+    } else {
+      // Channels last, dy is a (pixels of every sample) x channels matrix: its column sums.
+      const Shape out = config_.output();
+      const std::int64_t rows = out.n() * out.h() * out.w();
+      auto* scratch = static_cast<float*>(backend_.workspace(kernels::column_sums_scratch_bytes(rows, as_int(out.c()))));
+      kernels::column_sums(config_.dtype, dy.data, dbias->as<float>(), rows, as_int(out.c()), scratch,
+                           backend_.stream());
+    }
+  }
+
+ private:
+  void run(ConvPass pass, const ConvOperands& operands) {
+    if (graph_) {
+      graph_->run(pass, operands);
+    } else {
+      legacy_->run(pass, operands);
+    }
+  }
+  bool channels_last() const { return layout_ == Layout::nhwc; }
+  // fp32 NCHW convolutions read PyTorch's OIHW fp32 filter (and write its gradient) in place.
+  bool filter_as_given() const { return config_.dtype == DType::fp32 && !channels_last(); }
+  bool tensor_cores() const { return backend_.math() == CudaMath::tf32 || config_.dtype != DType::fp32; }
+  std::size_t filter_bytes() const {
+    return static_cast<std::size_t>(config_.weight().numel()) * dtype_size(config_.dtype);
+  }
+  // The filter as cuDNN reads it here: the fp32 parameter itself, or its rounded OHWI copy.
+  void* filter(const Tensor& weight) {
+    if (filter_as_given()) return weight.as<float>();
+    void* copy = backend_.parameter_scratch(filter_bytes());
+    kernels::filter_from_fp32(weight.as<float>(), config_.dtype, copy, channels_last(), as_int(config_.out_channels),
+                              as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
+                              backend_.stream());
+    return copy;
+  }
+
+  CudaBackend& backend_;
+  Conv2dConfig config_;
+  Layout layout_;
+  TensorDescriptor y_desc_, bias_desc_;
+  std::unique_ptr<LegacyConvPasses> legacy_;
+  std::unique_ptr<GraphConvPasses> graph_;
 };
 
 }  // namespace

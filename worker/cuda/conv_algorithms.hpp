@@ -79,9 +79,9 @@ inline std::string algorithm_name(ConvPass pass, int algorithm) {
   return "algorithm " + std::to_string(algorithm);
 }
 
-// One line for DLBENCH_LOG_ALGORITHMS: the convolution, then what the search chose for it:
-// "backward-filter fp16 nhwc 64x256x56x56 -> 64 1x1 stride 1 pad 0: ALGO_1, tensor ops, 4.0 MiB".
-inline std::string describe_choice(const ConvAlgorithmKey& key, const AlgorithmChoice& choice) {
+// The convolution a pass belongs to, as the logs name it: "backward-filter fp16 nhwc 64x256x56x56
+// -> 64 1x1 stride 1 pad 0".
+inline std::string describe_convolution(const ConvAlgorithmKey& key) {
   static constexpr std::array<const char*, 3> passes{"forward", "backward-data", "backward-filter"};
   std::string out = std::string(passes[static_cast<std::size_t>(key.pass)]) + " " + std::string(to_string(key.dtype)) +
                     (key.layout == Layout::nhwc ? " nhwc " : " nchw ");
@@ -90,10 +90,20 @@ inline std::string describe_choice(const ConvAlgorithmKey& key, const AlgorithmC
          std::to_string(key.kernel.w) + " stride " + std::to_string(key.stride) + " pad " + std::to_string(key.padding.h);
   if (key.padding.w != key.padding.h) out += "x" + std::to_string(key.padding.w);
   if (key.dilation != 1) out += " dilation " + std::to_string(key.dilation);
-  const std::size_t tenths_of_mib = (choice.workspace * 10 + (std::size_t{1} << 19)) >> 20;
-  out += ": " + algorithm_name(key.pass, choice.algorithm) + (uses_tensor_cores(choice.math) ? ", tensor ops, " : ", fma, ") +
-         std::to_string(tenths_of_mib / 10) + "." + std::to_string(tenths_of_mib % 10) + " MiB workspace";
   return out;
+}
+
+// Bytes as the logs give them: "4.0 MiB".
+inline std::string mebibytes(std::size_t bytes) {
+  const std::size_t tenths_of_mib = (bytes * 10 + (std::size_t{1} << 19)) >> 20;
+  return std::to_string(tenths_of_mib / 10) + "." + std::to_string(tenths_of_mib % 10) + " MiB";
+}
+
+// One line for DLBENCH_LOG_ALGORITHMS: the convolution, then what the search chose for it:
+// "backward-filter fp16 nhwc 64x256x56x56 -> 64 1x1 stride 1 pad 0: ALGO_1, tensor ops, 4.0 MiB workspace".
+inline std::string describe_choice(const ConvAlgorithmKey& key, const AlgorithmChoice& choice) {
+  return describe_convolution(key) + ": " + algorithm_name(key.pass, choice.algorithm) +
+         (uses_tensor_cores(choice.math) ? ", tensor ops, " : ", fma, ") + mebibytes(choice.workspace) + " workspace";
 }
 
 // Memory the algorithm search may borrow, returned right after: at most `limit`, at most half

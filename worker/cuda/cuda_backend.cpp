@@ -11,6 +11,7 @@
 
 #include "cuda/activation_layout.hpp"
 #include "cuda/batch_norm_calls.hpp"
+#include "cuda/conv_graph.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/kernels.hpp"
 
@@ -308,7 +309,9 @@ bool cuda_device_usable(std::string* why) {
 CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
     : device_(device), math_(math), activations_(activations),
       layout_(cuda_activation_layout(activations, math, std::getenv("DLBENCH_CUDA_LAYOUT"))),
-      batch_norm_route_(batch_norm_calls(layout_, activations, std::getenv("DLBENCH_CUDA_BATCH_NORM"))) {
+      batch_norm_route_(batch_norm_calls(layout_, activations, std::getenv("DLBENCH_CUDA_BATCH_NORM"))),
+      conv_calls_api_(worker::conv_calls_api(std::getenv("DLBENCH_CUDA_CONV"))),
+      conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()) {
   std::string why;
   if (!cuda_device_usable(&why)) throw CudaError(why);
   DLBENCH_CUDA_CHECK(cudaSetDevice(device_));
@@ -327,6 +330,7 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
   if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  conv_plans_.reset();
   workspace_.reset();
   parameter_scratch_.reset();
   loss_rows_.reset();
@@ -345,7 +349,8 @@ std::string CudaBackend::version_info() const {
       << "." << cudnn % 10000 / 100 << "." << cudnn % 100 << ";cublasLt=" << cublasLtGetVersion()
       << ";gpu=" << properties_.name << ";sm=" << properties_.major << properties_.minor
       << ";math=" << (math_ == CudaMath::tf32 ? "tf32" : "fp32")
-      << ";activations=" << (activation_layout() == Layout::nhwc ? "nhwc" : "nchw");
+      << ";activations=" << (activation_layout() == Layout::nhwc ? "nhwc" : "nchw")
+      << ";conv=" << (conv_calls_api_ == ConvCallsApi::graph ? "graph" : "legacy");
   return out.str();
 }
 

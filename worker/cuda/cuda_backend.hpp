@@ -22,10 +22,15 @@
 
 #include "backend.hpp"
 #include "cuda/activation_layout.hpp"
+#include "cuda/conv_engines.hpp"
 #include "cuda/batch_norm_calls.hpp"
 #include "cuda/cuda_check.hpp"
 
 namespace dlbench::worker {
+
+namespace cuda_detail {
+struct ConvPlanCache;  // cuda/conv_graph.hpp
+}
 
 // tf32 computes with tensor-core math on fp32 storage; every other precision computes as it stores.
 constexpr CudaMath cuda_math(Precision precision) { return precision == Precision::tf32 ? CudaMath::tf32 : CudaMath::fp32; }
@@ -82,6 +87,11 @@ class CudaBackend final : public Backend {
   bool fuses_batch_norm_add_relu() const override { return batch_norm_route_ == BatchNormCalls::ex_add_relu; }
   // Which cuDNN calls this backend's batch norms take: DLBENCH_CUDA_BATCH_NORM, read once.
   BatchNormCalls batch_norm_route() const { return batch_norm_route_; }
+  // Which cuDNN API this backend's convolutions take: DLBENCH_CUDA_CONV, read once
+  // (cuda/conv_engines.hpp).
+  ConvCallsApi conv_calls_api() const { return conv_calls_api_; }
+  // The graph API's plans this backend has chosen, one per distinct convolution pass.
+  cuda_detail::ConvPlanCache& conv_plans() { return *conv_plans_; }
   std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) override;
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) override;
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;
@@ -169,6 +179,8 @@ class CudaBackend final : public Backend {
   DType activations_ = DType::fp32;
   Layout layout_ = Layout::nchw;
   BatchNormCalls batch_norm_route_ = BatchNormCalls::plain;  // after layout_, which it depends on
+  ConvCallsApi conv_calls_api_ = ConvCallsApi::legacy;
+  std::unique_ptr<cuda_detail::ConvPlanCache> conv_plans_;  // destroyed before the cuDNN handle
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;

@@ -1,0 +1,133 @@
+// The graph-API convolution's rules and graphs, checked without a GPU: which API the variable
+// picks, which engines may run, the strides that describe each memory order (against the index
+// math the kernels use), and cuDNN's own acceptance of every pass's operation graph (cuDNN
+// finalizes a graph without a device; only the heuristics and plans need one).
+#include <array>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "activation_index.hpp"
+#include "cuda/conv_engines.hpp"
+#include "cuda/conv_graph.hpp"
+#include "cuda/cuda_check.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+TEST(ConvEngines, TheVariablePicksTheApiAndNamesItsValuesWhenWrong) {
+  EXPECT_EQ(conv_calls_api(nullptr), ConvCallsApi::legacy);
+  EXPECT_EQ(conv_calls_api(""), ConvCallsApi::legacy);
+  EXPECT_EQ(conv_calls_api("legacy"), ConvCallsApi::legacy);
+  EXPECT_EQ(conv_calls_api("graph"), ConvCallsApi::graph);
+  try {
+    conv_calls_api("v8");
+    FAIL() << "an unknown value must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_CONV: \"v8\" is not one of legacy, graph"));
+  }
+}
+
+TEST(ConvEngines, Fp32RefusesTensorCoresAndNoRunTakesNarrowerArithmetic) {
+  const std::vector<cudnnBackendNumericalNote_t> tensor_cores{CUDNN_NUMERICAL_NOTE_TENSOR_CORE};
+  const std::vector<cudnnBackendNumericalNote_t> plain{CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC,
+                                                       CUDNN_NUMERICAL_NOTE_WINOGRAD};
+  EXPECT_FALSE(engine_admitted(tensor_cores, /*fp32_data=*/true, /*tensor_cores_allowed=*/false));  // fp32
+  EXPECT_TRUE(engine_admitted(tensor_cores, true, true));                                          // tf32
+  EXPECT_TRUE(engine_admitted(tensor_cores, false, true));                                         // fp16, bf16
+  EXPECT_TRUE(engine_admitted(plain, true, false));
+  EXPECT_TRUE(engine_admitted({}, true, false));
+  for (const cudnnBackendNumericalNote_t narrower :
+       {CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS, CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION}) {
+    for (const bool fp32_data : {true, false}) {
+      EXPECT_FALSE(engine_admitted({CUDNN_NUMERICAL_NOTE_TENSOR_CORE, narrower}, fp32_data, true)) << narrower;
+      EXPECT_FALSE(engine_admitted({narrower}, fp32_data, false)) << narrower;
+    }
+  }
+}
+
+// The graph's strides must put every element where the kernels and the filter copy put it.
+TEST(ConvEngines, StridesDescribeTheBackendsOwnMemoryOrders) {
+  const std::array<std::int64_t, 4> dims{2, 5, 3, 4};
+  for (const bool channels_last : {false, true}) {
+    const std::array<std::int64_t, 4> stride = graph_strides(dims, channels_last);
+    const ActivationGeometry activation{dims[0], dims[1], dims[2], dims[3], channels_last};
+    for (std::int64_t n = 0; n < dims[0]; ++n) {
+      for (std::int64_t c = 0; c < dims[1]; ++c) {
+        for (std::int64_t y = 0; y < dims[2]; ++y) {
+          for (std::int64_t x = 0; x < dims[3]; ++x) {
+            const std::int64_t at = n * stride[0] + c * stride[1] + y * stride[2] + x * stride[3];
+            ASSERT_EQ(at, activation.offset(n, c, y * dims[3] + x)) << (channels_last ? "NHWC" : "NCHW");
+            // A filter (K, C, R, S) has the same strides: OIHW, or cuDNN's NHWC filter (OHWI).
+            ASSERT_EQ(at, filter_offset(channels_last, dims[1], dims[2], dims[3], n, c, y, x));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ConvEngines, EveryPassLayoutAndTypeMakesAGraphCuDnnAccepts) {
+  const std::vector<Conv2dConfig> convolutions{
+      {Shape(2, 16, 14, 14), 32, 3, 1, 1, false},
+      {Shape(2, 64, 14, 14), 128, 1, 2, 0, false},
+      {Shape(2, 3, 32, 32), 16, 7, 2, 3, true},
+      {Shape(2, 16, 17, 17), 24, {1, 7}, 1, {0, 3}, false},  // InceptionV3's asymmetric kernels
+      {Shape(2, 16, 15, 15), 16, 3, 1, 2, false, DType::fp32, 2},  // DeepLab's atrous convolution
+  };
+  for (Conv2dConfig config : convolutions) {
+    for (const DType dtype : {DType::fp32, DType::fp16, DType::bf16}) {
+      config.dtype = dtype;
+      for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
+        for (const ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_filter}) {
+          const std::string what = config.input.to_string() + " " + std::string(to_string(dtype)) +
+                                   (layout == Layout::nhwc ? " nhwc" : " nchw") + " pass " +
+                                   std::to_string(static_cast<int>(pass));
+          EXPECT_NO_THROW(cuda_detail::ConvOperationGraph(config, cuda_detail::conv_graph_shapes(config), layout, pass,
+                                                          nullptr))
+              << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(ConvEngines, AGraphWhoseShapesDisagreeIsRefusedWithCuDnnsReasonAndTheOperation) {
+  const Conv2dConfig config{Shape(2, 16, 14, 14), 32, 3, 1, 1, false};
+  cuda_detail::ConvGraphShapes shapes = cuda_detail::conv_graph_shapes(config);
+  EXPECT_EQ(shapes.output, (std::array<std::int64_t, 4>{2, 32, 14, 14}));
+  EXPECT_EQ(shapes.filter, (std::array<std::int64_t, 4>{32, 16, 3, 3}));
+  shapes.output[2] = 13;  // a 3x3 convolution padded by 1 keeps 14 rows
+  try {
+    cuda_detail::ConvOperationGraph(config, shapes, Layout::nchw, ConvPass::backward_data, nullptr);
+    FAIL() << "cuDNN must refuse an output of the wrong height";
+  } catch (const CudaError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("conv_graph.cpp:"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("finalizing the backward-data operation: CUDNN_STATUS_"));
+  }
+}
+
+TEST(ConvEngines, AGraphChoiceIsLoggedWithItsSearch) {
+  ConvAlgorithmKey key;
+  key.input = {64, 64, 56, 56};
+  key.out_channels = 64;
+  key.kernel = {3, 3};
+  key.stride = 1;
+  key.padding = {1, 1};
+  GraphSearch search;
+  search.ranked = 20;
+  search.refused = 3;
+  search.unbuildable = 1;
+  search.timed = 8;
+  EXPECT_EQ(describe_graph_choice(key, 12, false, 0, 0.1534, search),
+            "forward fp32 nchw 64x64x56x56 -> 64 3x3 stride 1 pad 1: graph engine 12, fma, 0.0 MiB workspace, "
+            "0.153 ms; 8 timed of 20 ranked (3 refused by numerical notes, 1 not buildable, 0 over the workspace "
+            "limit, 0 failed to run)");
+}
+
+}  // namespace
+}  // namespace dlbench::worker

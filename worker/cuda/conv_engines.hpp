@@ -1,0 +1,94 @@
+// How a convolution reaches cuDNN, apart from the calls themselves so that the rules are tested
+// without a GPU: the legacy API (cudnnFind*AlgorithmEx, then cudnnConvolution*), or the graph API's
+// engines (a one-operation graph, the engines cuDNN's heuristics rank first, timed here on the real
+// buffers, the fastest kept), which is how PyTorch 2 reaches cuDNN 9.
+//
+// Why both: on an H200 (bench/RESULTS.md, 2026-11-27) the legacy calls ran fp32 ResNet-50 at 884
+// images/s NCHW and 705 channels-last, where PyTorch, through the graph API, ran 920 channels-last.
+// The legacy calls stay the default until the graph API has been timed against them on a GPU:
+// DLBENCH_CUDA_CONV=graph asks for it, so that one device call can time both.
+#pragma once
+
+#include <cudnn.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cuda/conv_algorithms.hpp"
+#include "tensor.hpp"
+
+namespace dlbench::worker {
+
+enum class ConvCallsApi { legacy, graph };
+
+// `choice` is DLBENCH_CUDA_CONV's value (null or empty: unset, the legacy calls). Throws
+// std::invalid_argument naming the variable and its allowed values for anything else.
+inline ConvCallsApi conv_calls_api(const char* choice) {
+  const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
+  if (chosen.empty() || chosen == "legacy") return ConvCallsApi::legacy;
+  if (chosen == "graph") return ConvCallsApi::graph;
+  throw std::invalid_argument("DLBENCH_CUDA_CONV: \"" + std::string(chosen) + "\" is not one of legacy, graph");
+}
+
+// Whether an engine with these numerical notes may run a convolution here. Never one that rounds
+// its inputs to a narrower type or reduces in one (products accumulate in fp32, as with the legacy
+// calls); on fp32 data, tensor cores (TF32) only where the run allows them (tf32, not fp32), the
+// filter PyTorch applies for allow_tf32.
+inline bool engine_admitted(const std::vector<cudnnBackendNumericalNote_t>& notes, bool fp32_data,
+                            bool tensor_cores_allowed) {
+  for (const cudnnBackendNumericalNote_t note : notes) {
+    if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) return false;
+    if (note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) return false;
+    if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && fp32_data && !tensor_cores_allowed) return false;
+  }
+  return true;
+}
+
+// The graph API describes every tensor by its dimensions in N, C, H, W order (a filter's in K, C,
+// R, S) and element strides that give the memory order: NCHW, or channels-last (NHWC; a filter's
+// KRSC, cuDNN's NHWC filter).
+inline std::array<std::int64_t, 4> graph_strides(const std::array<std::int64_t, 4>& dims, bool channels_last) {
+  const std::int64_t c = dims[1], h = dims[2], w = dims[3];
+  if (channels_last) return {h * w * c, 1, w * c, c};
+  return {c * h * w, h * w, w, 1};
+}
+
+// How many of the heuristics' best-ranked engines are built and timed for each convolution
+// (PyTorch's cudnn benchmark limit is 10): enough to reach the fastest in practice, few enough
+// that the first step of a ResNet-50 does not spend minutes timing.
+inline constexpr int kTimedEngines = 8;
+
+// What the search for one pass's plan met, for its log line and its error.
+struct GraphSearch {
+  int ranked = 0;       // engine configurations the heuristics returned
+  int refused = 0;      // by engine_admitted
+  int unbuildable = 0;  // whose plan cuDNN would not finalize here
+  int too_large = 0;    // whose workspace is more than the search may borrow
+  int failed = 0;       // that built but did not run
+  int timed = 0;
+};
+
+inline std::string describe_search(const GraphSearch& s) {
+  return std::to_string(s.timed) + " timed of " + std::to_string(s.ranked) + " ranked (" + std::to_string(s.refused) +
+         " refused by numerical notes, " + std::to_string(s.unbuildable) + " not buildable, " +
+         std::to_string(s.too_large) + " over the workspace limit, " + std::to_string(s.failed) + " failed to run)";
+}
+
+// One line for DLBENCH_LOG_ALGORITHMS, as describe_choice gives for the legacy calls: "forward fp32
+// nchw 64x64x56x56 -> 64 3x3 stride 1 pad 1: graph engine 12, fma, 0.0 MiB workspace, 0.153 ms;
+// 8 timed of 20 ranked (...)".
+inline std::string describe_graph_choice(const ConvAlgorithmKey& key, std::int64_t engine, bool tensor_cores,
+                                         std::size_t workspace, double milliseconds, const GraphSearch& search) {
+  char time[32];
+  std::snprintf(time, sizeof time, "%.3f ms", milliseconds);
+  return describe_convolution(key) + ": graph engine " + std::to_string(engine) +
+         (tensor_cores ? ", tensor ops, " : ", fma, ") + mebibytes(workspace) + " workspace, " + time + "; " +
+         describe_search(search);
+}
+
+}  // namespace dlbench::worker

@@ -1,0 +1,384 @@
+// A convolution pass through cuDNN's graph API: the graph is described once, the heuristics rank
+// engines for it, the best-ranked admitted ones are made into plans and timed on the pass's own
+// buffers in the first step, and the fastest runs from then on (cuda/conv_engines.hpp has the rules).
+#include "cuda/conv_graph.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <source_location>
+#include <utility>
+#include <vector>
+
+#include "cuda/conv_engines.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/cuda_common.hpp"
+
+namespace dlbench::worker::cuda_detail {
+
+namespace {
+
+[[noreturn]] void throw_cudnn(const std::string& what, cudnnStatus_t status, const std::source_location& where) {
+  std::array<char, 1024> reason{};
+  cudnnGetLastErrorString(reason.data(), reason.size());
+  std::string message = what + ": " + cudnnGetErrorString(status);
+  if (reason[0] != '\0') message += " (" + std::string(reason.data()) + ")";
+  throw_gpu_error("cuDNN", "graph API", message.c_str(), where.file_name(), static_cast<int>(where.line()));
+}
+
+void check(cudnnStatus_t status, const std::string& what,
+           const std::source_location& where = std::source_location::current()) {
+  if (status != CUDNN_STATUS_SUCCESS) throw_cudnn(what, status, where);
+}
+
+std::int64_t get_int64(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t name, const char* what) {
+  std::int64_t value = 0, count = 0;
+  check(cudnnBackendGetAttribute(descriptor, name, CUDNN_TYPE_INT64, 1, &count, &value), what);
+  return value;
+}
+
+// Channels-last tensors here are NHWC activations and KRSC filters (cuda/conv.cpp's OHWI copy).
+BackendDescriptor make_tensor(std::int64_t uid, const std::array<std::int64_t, 4>& dims, DType dtype, Layout layout) {
+  BackendDescriptor tensor(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const cudnnDataType_t type = cudnn_type(dtype);
+  const std::array<std::int64_t, 4> strides = graph_strides(dims, layout == Layout::nhwc);
+  // Every buffer the backend hands a convolution starts on 64 bytes (the arena's) or more
+  // (cudaMalloc's 256): 16 is what vectorised engines ask for.
+  const std::int64_t alignment = 16;
+  tensor.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &type);
+  tensor.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims.data(), 4);
+  tensor.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides.data(), 4);
+  tensor.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, &uid);
+  tensor.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, &alignment);
+  tensor.finalize("tensor " + std::to_string(uid));
+  return tensor;
+}
+
+BackendDescriptor make_variant_pack(const ConvOperands& operands, void* workspace) {
+  BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  const std::array<std::int64_t, 3> uids{kInputUid, kFilterUid, kOutputUid};
+  std::array<void*, 3> pointers{operands.input, operands.filter, operands.output};
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), 3);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(), 3);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
+  pack.finalize("variant pack");
+  return pack;
+}
+
+// The engine configurations the heuristics rank for `graph`, best first.
+std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph, cudnnBackendHeurMode_t mode) {
+  BackendDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  const cudnnBackendDescriptor_t raw_graph = graph.get();
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_graph);
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
+  heuristics.finalize(mode == CUDNN_HEUR_MODE_FALLBACK ? "fallback heuristics" : "engine heuristics");
+  std::int64_t count = 0;
+  check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                 &count, nullptr),
+        "how many engines the heuristics rank");
+  std::vector<BackendDescriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (std::int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
+  }
+  std::int64_t returned = 0;
+  check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                 &returned, raw.data()),
+        "the engines the heuristics rank");
+  configs.erase(configs.begin() + static_cast<std::ptrdiff_t>(std::clamp<std::int64_t>(returned, 0, count)), configs.end());
+  return configs;
+}
+
+struct EngineFacts {
+  std::int64_t index = -1;
+  std::vector<cudnnBackendNumericalNote_t> notes;
+};
+
+EngineFacts engine_of(const BackendDescriptor& config) {
+  BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t raw = engine.get();
+  std::int64_t count = 0;
+  check(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
+                                 &raw),
+        "an engine configuration's engine");
+  EngineFacts facts;
+  facts.index = get_int64(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, "an engine's index");
+  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
+  check(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 static_cast<std::int64_t>(notes.size()), &count, notes.data()),
+        "an engine's numerical notes");
+  facts.notes.assign(notes.begin(), notes.begin() + std::clamp<std::ptrdiff_t>(count, 0, std::ssize(notes)));
+  return facts;
+}
+
+class Events {
+ public:
+  Events() {
+    DLBENCH_CUDA_CHECK(cudaEventCreate(&start));
+    DLBENCH_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~Events() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  cudaEvent_t start = nullptr, stop = nullptr;
+};
+
+// The engine configuration a plan was made from and the graph it was made for: kept as long as
+// the plan, which cuDNN builds from them.
+struct ChosenPlan : ConvPlan {
+  ChosenPlan(std::shared_ptr<const ConvOperationGraph> graph_, BackendDescriptor config_, BackendDescriptor plan_)
+      : ConvPlan{std::move(plan_)}, graph(std::move(graph_)), config(std::move(config_)) {}
+  std::shared_ptr<const ConvOperationGraph> graph;
+  BackendDescriptor config;
+};
+
+}  // namespace
+
+BackendDescriptor::BackendDescriptor(cudnnBackendDescriptorType_t type) {
+  check(cudnnBackendCreateDescriptor(type, &handle_), "creating a descriptor of type " + std::to_string(static_cast<int>(type)));
+}
+BackendDescriptor::~BackendDescriptor() {
+  if (handle_ != nullptr) cudnnBackendDestroyDescriptor(handle_);
+}
+BackendDescriptor::BackendDescriptor(BackendDescriptor&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+BackendDescriptor& BackendDescriptor::operator=(BackendDescriptor&& other) noexcept {
+  if (this != &other) {
+    if (handle_ != nullptr) cudnnBackendDestroyDescriptor(handle_);
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
+  return *this;
+}
+void BackendDescriptor::set_raw(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, std::int64_t count,
+                                const void* values, const std::source_location& where) {
+  check(cudnnBackendSetAttribute(handle_, name, type, count, values),
+        "setting attribute " + std::to_string(static_cast<int>(name)), where);
+}
+void BackendDescriptor::finalize(const std::string& what, const std::source_location& where) {
+  check(cudnnBackendFinalize(handle_), "finalizing " + what, where);
+}
+
+ConvGraphShapes conv_graph_shapes(const Conv2dConfig& config) {
+  const Shape out = config.output();
+  return {config.input.dims, {config.out_channels, config.input.c(), config.kernel.h, config.kernel.w},
+          {out.n(), out.c(), out.h(), out.w()}};
+}
+
+ConvOperationGraph::ConvOperationGraph(const Conv2dConfig& config, const ConvGraphShapes& shapes, Layout layout,
+                                       ConvPass pass, cudnnHandle_t handle)
+    : input(make_tensor(kInputUid, shapes.input, config.dtype, layout)),
+      filter(make_tensor(kFilterUid, shapes.filter, config.dtype, layout)),
+      output(make_tensor(kOutputUid, shapes.output, config.dtype, layout)),
+      convolution(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR),
+      operation(pass == ConvPass::forward         ? CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR
+                : pass == ConvPass::backward_data ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR
+                                                  : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR),
+      graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR) {
+  // Products accumulate in fp32 whatever the data type, as with the legacy calls.
+  const cudnnDataType_t accumulate = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const std::int64_t spatial_dims = 2;
+  const std::array<std::int64_t, 2> dilations{config.dilation, config.dilation};
+  const std::array<std::int64_t, 2> strides{config.stride, config.stride};
+  const std::array<std::int64_t, 2> padding{config.padding.h, config.padding.w};
+  convolution.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &accumulate);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, &mode);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, &spatial_dims);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dilations.data(), 2);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, strides.data(), 2);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, padding.data(), 2);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, padding.data(), 2);
+  convolution.finalize("the convolution");
+
+  const float alpha = 1.0f, beta = 0.0f;  // each pass overwrites its output
+  const cudnnBackendDescriptor_t x = input.get(), w = filter.get(), y = output.get(), conv = convolution.get();
+  const auto set = [&](cudnnBackendAttributeName_t name, const cudnnBackendDescriptor_t& d) {
+    operation.set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, &d);
+  };
+  switch (pass) {
+    case ConvPass::forward:
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x);
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w);
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y);
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv);
+      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, &alpha);
+      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, &beta);
+      break;
+    case ConvPass::backward_data:
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x);
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w);
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, y);
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv);
+      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, &alpha);
+      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, &beta);
+      break;
+    case ConvPass::backward_filter:
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x);
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, w);
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, y);
+      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv);
+      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, &alpha);
+      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, &beta);
+      break;
+  }
+  static constexpr std::array<const char*, 3> names{"the forward operation", "the backward-data operation",
+                                                    "the backward-filter operation"};
+  operation.finalize(names[static_cast<std::size_t>(pass)]);
+
+  const cudnnBackendDescriptor_t op = operation.get();
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, &op);
+  if (handle != nullptr) graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle);
+  graph.finalize("the operation graph");
+}
+
+// A pass's chosen plan and, while its buffers stay where they are (the arena's do, step after
+// step), the variant pack that names them.
+struct GraphConvPasses::Pass {
+  std::shared_ptr<const ConvPlan> plan;
+  std::optional<BackendDescriptor> variant_pack;
+  ConvOperands operands;
+  void* workspace = nullptr;
+};
+
+GraphConvPasses::GraphConvPasses(CudaBackend& backend, const Conv2dConfig& config, Layout layout, bool tensor_cores)
+    : backend_(backend), config_(config), layout_(layout), tensor_cores_(tensor_cores) {
+  for (auto& pass : passes_) pass = std::make_unique<Pass>();
+}
+GraphConvPasses::~GraphConvPasses() = default;
+
+void GraphConvPasses::run(ConvPass pass, const ConvOperands& operands) {
+  const ConvPlan& plan = plan_for(pass, operands);
+  void* workspace = plan.workspace > 0 ? backend_.workspace(plan.workspace) : nullptr;
+  Pass& mine = *passes_[static_cast<std::size_t>(pass)];
+  if (!mine.variant_pack || !(mine.operands == operands) || mine.workspace != workspace) {
+    mine.variant_pack = make_variant_pack(operands, workspace);
+    mine.operands = operands;
+    mine.workspace = workspace;
+  }
+  check(cudnnBackendExecute(backend_.cudnn(), plan.plan.get(), mine.variant_pack->get()),
+        "running engine " + std::to_string(plan.engine));
+}
+
+const ConvPlan& GraphConvPasses::plan_for(ConvPass pass, const ConvOperands& operands) {
+  Pass& mine = *passes_[static_cast<std::size_t>(pass)];
+  if (mine.plan) return *mine.plan;
+  const ConvAlgorithmKey key{config_.input.dims, config_.out_channels, config_.kernel, config_.stride,
+                             config_.padding,    config_.dilation,     config_.dtype,  layout_,
+                             tensor_cores_,      pass};
+  ConvPlanCache& cache = backend_.conv_plans();
+  {
+    std::lock_guard lock(cache.mutex);
+    if (const auto it = cache.plans.find(key); it != cache.plans.end()) mine.plan = it->second;
+  }
+  if (!mine.plan) {
+    mine.plan = choose(pass, key, operands);
+    std::lock_guard lock(cache.mutex);
+    cache.plans.emplace(key, mine.plan);
+  }
+  return *mine.plan;
+}
+
+std::shared_ptr<const ConvPlan> GraphConvPasses::choose(ConvPass pass, const ConvAlgorithmKey& key,
+                                                        const ConvOperands& operands) {
+  // Building a plan may compile a kernel at run time: past this, no more are built once one is.
+  constexpr auto kBuildBudget = std::chrono::seconds(1);
+  const auto started = std::chrono::steady_clock::now();
+  auto graph = std::make_shared<const ConvOperationGraph>(config_, conv_graph_shapes(config_), layout_, pass,
+                                                          backend_.cudnn());
+  std::size_t free = 0, total = 0;
+  DLBENCH_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  const std::size_t borrowable = search_workspace_bytes(backend_.workspace_limit(), free);
+  const bool fp32_data = config_.dtype == DType::fp32;
+
+  GraphSearch search;
+  std::vector<std::unique_ptr<ChosenPlan>> built;
+  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    if (!built.empty()) break;  // the fallback list only where the ranked engines gave nothing
+    std::vector<BackendDescriptor> configs = ranked_configs(graph->graph, mode);
+    search.ranked += static_cast<int>(configs.size());
+    for (BackendDescriptor& config : configs) {
+      if (static_cast<int>(built.size()) == kTimedEngines) break;
+      if (!built.empty() && std::chrono::steady_clock::now() - started > kBuildBudget) break;
+      const EngineFacts engine = engine_of(config);
+      if (!engine_admitted(engine.notes, fp32_data, tensor_cores_)) {
+        ++search.refused;
+        continue;
+      }
+      BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      const cudnnHandle_t handle = backend_.cudnn();
+      const cudnnBackendDescriptor_t raw_config = config.get();
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle);
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_config);
+      if (cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS) {
+        ++search.unbuildable;
+        continue;
+      }
+      const auto workspace = static_cast<std::size_t>(
+          get_int64(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, "a plan's workspace size"));
+      if (workspace > borrowable) {
+        ++search.too_large;
+        continue;
+      }
+      auto chosen = std::make_unique<ChosenPlan>(graph, std::move(config), std::move(plan));
+      chosen->workspace = workspace;
+      chosen->engine = engine.index;
+      chosen->tensor_cores =
+          std::find(engine.notes.begin(), engine.notes.end(), CUDNN_NUMERICAL_NOTE_TENSOR_CORE) != engine.notes.end();
+      built.push_back(std::move(chosen));
+    }
+  }
+  if (built.empty()) {
+    throw CudaError("cuDNN graph API: no engine can run " + describe_convolution(key) + ": " + describe_search(search));
+  }
+
+  // Each candidate runs once (which also shows it runs), then three times between two events.
+  std::size_t largest = 0;
+  for (const auto& candidate : built) largest = std::max(largest, candidate->workspace);
+  const std::shared_ptr<void> borrowed = largest > 0 ? backend_.allocate(largest) : nullptr;
+  const Events events;
+  const cudaStream_t stream = backend_.stream();
+  ChosenPlan* fastest = nullptr;
+  for (auto& candidate : built) {
+    const BackendDescriptor pack = make_variant_pack(operands, candidate->workspace > 0 ? borrowed.get() : nullptr);
+    if (cudnnBackendExecute(backend_.cudnn(), candidate->plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS) {
+      ++search.failed;
+      cudaGetLastError();  // a launch that failed leaves its error behind
+      continue;
+    }
+    constexpr int kRuns = 3;
+    DLBENCH_CUDA_CHECK(cudaEventRecord(events.start, stream));
+    for (int run = 0; run < kRuns; ++run) {
+      check(cudnnBackendExecute(backend_.cudnn(), candidate->plan.get(), pack.get()),
+            "timing engine " + std::to_string(candidate->engine));
+    }
+    DLBENCH_CUDA_CHECK(cudaEventRecord(events.stop, stream));
+    DLBENCH_CUDA_CHECK(cudaEventSynchronize(events.stop));
+    float milliseconds = 0;
+    DLBENCH_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, events.start, events.stop));
+    candidate->milliseconds = milliseconds / kRuns;
+    ++search.timed;
+    if (fastest == nullptr || candidate->milliseconds < fastest->milliseconds) fastest = candidate.get();
+  }
+  if (fastest == nullptr) {
+    throw CudaError("cuDNN graph API: no engine ran " + describe_convolution(key) + ": " + describe_search(search));
+  }
+  if (const char* log = std::getenv("DLBENCH_LOG_ALGORITHMS"); log != nullptr && *log != '\0' && *log != '0') {
+    std::cerr << "dlbench-worker: cudnn " +
+                     describe_graph_choice(key, fastest->engine, fastest->tensor_cores, fastest->workspace,
+                                           fastest->milliseconds, search) +
+                     "\n";
+  }
+  for (auto& candidate : built) {
+    if (candidate.get() == fastest) return std::shared_ptr<const ConvPlan>(std::move(candidate));
+  }
+  throw std::logic_error("the fastest plan is not among those built");
+}
+
+}  // namespace dlbench::worker::cuda_detail

@@ -1,0 +1,115 @@
+// A convolution pass through cuDNN's graph API (cuda/conv_engines.hpp says when and why): the
+// one-operation graph, built without a device so that it is tested on any machine, and the plans
+// cuDNN's engines make of it, chosen by timing on the device. Internal to worker/cuda.
+#pragma once
+
+#include <cudnn.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <source_location>
+#include <string>
+
+#include "backend.hpp"
+#include "cuda/conv_algorithms.hpp"
+
+namespace dlbench::worker {
+class CudaBackend;
+}
+
+namespace dlbench::worker::cuda_detail {
+
+// One cuDNN backend descriptor, destroyed with its owner.
+class BackendDescriptor {
+ public:
+  explicit BackendDescriptor(cudnnBackendDescriptorType_t type);
+  ~BackendDescriptor();
+  BackendDescriptor(BackendDescriptor&& other) noexcept;
+  BackendDescriptor& operator=(BackendDescriptor&& other) noexcept;
+  BackendDescriptor(const BackendDescriptor&) = delete;
+  BackendDescriptor& operator=(const BackendDescriptor&) = delete;
+
+  // Both throw CudaError with cuDNN's own reason and the caller's file:line.
+  template <typename T>
+  void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, const T* values, std::int64_t count = 1,
+           const std::source_location& where = std::source_location::current()) {
+    set_raw(name, type, count, values, where);
+  }
+  void finalize(const std::string& what, const std::source_location& where = std::source_location::current());
+  cudnnBackendDescriptor_t get() const { return handle_; }
+
+ private:
+  void set_raw(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, std::int64_t count,
+               const void* values, const std::source_location& where);
+  cudnnBackendDescriptor_t handle_ = nullptr;
+};
+
+// The graph's names for a pass's three tensors, by shape: the input's (x, or dx), the filter's
+// (w, or dw) and the output's (y, or dy).
+inline constexpr std::int64_t kInputUid = 1, kFilterUid = 2, kOutputUid = 3;
+
+// The dimensions the graph describes each of a pass's tensors with, N, C, H, W (a filter's K, C, R,
+// S), and the layout they lie in.
+struct ConvGraphShapes {
+  std::array<std::int64_t, 4> input{}, filter{}, output{};
+};
+ConvGraphShapes conv_graph_shapes(const Conv2dConfig& config);
+
+// One pass of one convolution as a finalized operation graph. `handle` may be null (a graph
+// built without a device, which is all the tests without a GPU can do).
+struct ConvOperationGraph {
+  ConvOperationGraph(const Conv2dConfig& config, const ConvGraphShapes& shapes, Layout layout, ConvPass pass,
+                     cudnnHandle_t handle);
+  BackendDescriptor input, filter, output, convolution, operation, graph;
+};
+
+// The plan an engine made of one pass, and the workspace it runs with.
+struct ConvPlan {
+  BackendDescriptor plan;
+  std::size_t workspace = 0;
+  std::int64_t engine = -1;  // cuDNN's global engine index
+  bool tensor_cores = false;
+  double milliseconds = 0;  // as timed when chosen
+};
+
+// The plans a backend has chosen, one per distinct convolution pass: each is timed once.
+struct ConvPlanCache {
+  std::mutex mutex;
+  std::map<ConvAlgorithmKey, std::shared_ptr<const ConvPlan>> plans;
+};
+
+// The three pointers one pass runs on, by the uids above.
+struct ConvOperands {
+  void* input = nullptr;
+  void* filter = nullptr;
+  void* output = nullptr;
+  bool operator==(const ConvOperands&) const = default;
+};
+
+// Runs one convolution's passes through the graph API on `backend`'s stream: the first call of
+// each pass chooses its plan (or takes the one the backend chose for the same key) by timing the
+// heuristics' best-ranked admitted engines on the call's own buffers.
+class GraphConvPasses {
+ public:
+  GraphConvPasses(CudaBackend& backend, const Conv2dConfig& config, Layout layout, bool tensor_cores);
+  ~GraphConvPasses();
+  GraphConvPasses(const GraphConvPasses&) = delete;
+  GraphConvPasses& operator=(const GraphConvPasses&) = delete;
+  void run(ConvPass pass, const ConvOperands& operands);
+
+ private:
+  struct Pass;
+  const ConvPlan& plan_for(ConvPass pass, const ConvOperands& operands);
+  std::shared_ptr<const ConvPlan> choose(ConvPass pass, const ConvAlgorithmKey& key, const ConvOperands& operands);
+  CudaBackend& backend_;
+  Conv2dConfig config_;
+  Layout layout_;
+  bool tensor_cores_;
+  std::array<std::unique_ptr<Pass>, 3> passes_;
+};
+
+}  // namespace dlbench::worker::cuda_detail
