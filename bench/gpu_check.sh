@@ -89,6 +89,11 @@ DLBENCH_CUDA_CONV=graph step self-test-conv-graph 150 "$bin/dlbench-worker" --se
 DLBENCH_CUDA_CONV=graph DLBENCH_LOG_ALGORITHMS=1 step cuda-backend-tests-conv-graph 150 \
   "$bin/dlbench_cuda_backend_tests" --gtest_filter='*Convolution*:*ResNet50*:*AStepReplayed*' \
   --gtest_output="json:$logs/cuda-backend-tests-conv-graph.json" & correctness+=($!)
+# Bottlenecks whose branch gradients meet in a convolution's backward data (beta = 1) instead of an
+# add apart (DLBENCH_CUDA_RESIDUAL_GRAD=accumulate: never yet run on a GPU), in every precision.
+DLBENCH_CUDA_RESIDUAL_GRAD=accumulate step self-test-residual-accumulate 150 "$bin/dlbench-worker" --self-test \
+  --backend cuda --precision fp32,tf32,amp,bf16 --output "$logs/self-test-residual-accumulate.json" &
+correctness+=($!)
 # tf32 with the bottleneck's add and ReLU fused into its last batch norm too, as amp and bf16 do by
 # default (DLBENCH_CUDA_BATCH_NORM=ex-add-relu).
 DLBENCH_CUDA_BATCH_NORM=ex-add-relu step self-test-tf32-ex-add-relu 150 "$bin/dlbench-worker" --self-test \
@@ -106,6 +111,7 @@ poisoned() {
 }
 for precision in fp32 tf32 amp bf16; do poisoned "$precision" & correctness+=($!); done
 DLBENCH_CUDA_BATCH_NORM=ex-add-relu poisoned tf32 poisoned-resnet50-tf32-ex-add-relu & correctness+=($!)
+DLBENCH_CUDA_RESIDUAL_GRAD=accumulate poisoned amp poisoned-resnet50-amp-accumulate & correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done
 
 # The timed steps run one at a time, most telling first, so a spent budget loses the least:
@@ -165,6 +171,8 @@ DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 dlbe
 DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-ex-relu dlbench-ex-relu
 compare_resnet50 amp
 DLBENCH_CUDA_CONV=graph time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-graph dlbench-conv-graph
+# The bottlenecks' branch gradients meeting in a convolution (an add of 2.4 ms a step less).
+DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 amp dlbench-resnet50-amp-accumulate dlbench-accumulate
 # amp's training step replayed as a CUDA graph (the loss scale moves on on the device), next to
 # the eager rows: what launch overhead costs at these shapes.
 time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
@@ -174,11 +182,13 @@ profile_resnet50 amp
 # DLBENCH_CUDA_LAYOUT=nchw|nhwc for fp32 and tf32 with the legacy calls.)
 compare_resnet50 tf32
 DLBENCH_CUDA_CONV=graph time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-conv-graph dlbench-conv-graph
+DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-accumulate dlbench-accumulate
 # tf32 with the residual fused as well (fp32 activations in NHWC).
 DLBENCH_CUDA_BATCH_NORM=ex-add-relu time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-ex-add-relu dlbench-ex-add-relu
 # bf16 without the residual fused (ex-relu), the default it replaced before bf16 was timed with it.
 compare_resnet50 bf16
 DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 bf16 dlbench-resnet50-bf16-ex-relu dlbench-ex-relu
+DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 bf16 dlbench-resnet50-bf16-accumulate dlbench-accumulate
 
 for precision in amp bf16; do
   time_dlbench bert-base 64 "$precision" "dlbench-bert-$precision" dlbench "${bert_flags[@]}"

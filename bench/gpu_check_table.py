@@ -65,9 +65,9 @@ def gtest(logs, name):
 
 def poisoned(logs):
     out = ["poisoned ResNet-50 (--memory-plan poison): state, loss after each repeat"]
-    for precision in ("fp32", "tf32", "amp", "bf16", "tf32-ex-add-relu"):
+    for precision in ("fp32", "tf32", "amp", "bf16", "tf32-ex-add-relu", "amp-accumulate"):
         doc = load(os.path.join(logs, f"poisoned-resnet50-{precision}.json"))
-        if not doc and precision.endswith("relu"):
+        if not doc and precision.endswith(("relu", "accumulate")):
             continue  # an A/B this call did not run
         if not doc:
             out.append(f"  {precision}: - ({last_line(logs, 'poisoned-resnet50-' + precision)})")
@@ -111,10 +111,12 @@ def comparison(logs):
     # cuDNN but not the bottleneck's add (tf32's default; bf16's A/B), and with the add and ReLU
     # fused into the bottleneck's last batch norm too (amp's and bf16's default; tf32's A/B).
     # And convolutions through cuDNN's graph API (DLBENCH_CUDA_CONV=graph), in the backend's layout
-    # and, for fp32, channels-last.
+    # and, for fp32, channels-last; and the bottlenecks' branch gradients meeting in a convolution's
+    # backward (DLBENCH_CUDA_RESIDUAL_GRAD=accumulate).
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"),
-                ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"))
+                ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"),
+                ("dlbench-accumulate", "grad accumulate"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
@@ -164,6 +166,7 @@ def main():
     lines = []
     lines += self_test(logs)
     lines += self_test(logs, "self-test-conv-graph")
+    lines += self_test(logs, "self-test-residual-accumulate")
     lines += self_test(logs, "self-test-tf32-ex-add-relu")
     lines += self_test(logs, "self-test-fp32-ex-relu")
     lines += gtest(logs, "cuda-backend-tests")

@@ -67,6 +67,10 @@ void Backend::gather_rows(const Tensor&, const std::int32_t*, std::int64_t, Tens
 void Backend::scatter_add_rows(const Tensor&, const std::int32_t*, std::int64_t, Tensor&) {
   no_transformer_op(*this, "scatter_add_rows");
 }
+void Conv2dOp::backward_data_accumulate(const Tensor&, const Tensor&, Tensor&) {
+  throw std::logic_error("this backend does not accumulate convolution input gradients "
+                         "(Backend::accumulates_conv_input_grad)");
+}
 void BatchNormOp::forward_training_add_relu(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
                                             BatchNormStatistics&, void*) {
   throw std::logic_error("this batch norm was not made with add_relu (BatchNormConfig::add_relu)");

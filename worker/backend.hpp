@@ -57,6 +57,9 @@ class Conv2dOp {
   virtual ~Conv2dOp() = default;
   virtual void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) = 0;
   virtual void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) = 0;
+  // dx += the input gradient, in the same pass (only where Backend::accumulates_conv_input_grad()):
+  // a residual block's branch adds its gradient into the other branch's instead of a sum apart.
+  virtual void backward_data_accumulate(const Tensor& dy, const Tensor& weight, Tensor& dx);
   virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) = 0;
 };
 
@@ -367,6 +370,9 @@ class Backend {
   virtual bool fuses_batch_norm_relu() const { return false; }
   // Whether make_batch_norm takes add_relu = true; where not, residual blocks add and ReLU apart.
   virtual bool fuses_batch_norm_add_relu() const { return false; }
+  // Whether Conv2dOp::backward_data_accumulate runs; where not, residual blocks sum their
+  // branches' input gradients with an AddOp.
+  virtual bool accumulates_conv_input_grad() const { return false; }
   virtual std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) = 0;
   virtual std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) = 0;
   virtual std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) = 0;

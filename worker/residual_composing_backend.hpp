@@ -1,8 +1,10 @@
-// A backend that takes BatchNormConfig::add_relu by composing its inner backend's own unfused ops:
-// batch norm, then add + ReLU in place; backward the ReLU's (dz) and then batch norm's from dz.
-// The same function as a residual block's own add and ReLU, in the same layers as a device that
-// fuses them (cuDNN's CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION), so that the self-test's reference can
-// run the device's layers one for one.
+// A backend that does what a device fuses in a residual block by composing its inner backend's own
+// unfused ops, so that the same layers run on the CPU (tests) and in the self-test's reference:
+// - BatchNormConfig::add_relu (cuDNN's CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION): batch norm, then add
+//   + ReLU in place; backward the ReLU's (dz) and then batch norm's from dz;
+// - Conv2dOp::backward_data_accumulate (a convolution's backward data with beta = 1): the input
+//   gradient into scratch memory of the op's own, then added into dx.
+// Each is the same function as the block's own add, in the layers of a device that fuses it.
 #pragma once
 
 #include <memory>
@@ -53,13 +55,44 @@ inline std::unique_ptr<BatchNormOp> make_composed_batch_norm(Backend& ops, const
                                                     ops.make_relu(c.input, c.dtype));
 }
 
+class ComposedConvAccumulate final : public Conv2dOp {
+ public:
+  ComposedConvAccumulate(Backend& ops, const Conv2dConfig& c)
+      : conv_(ops.make_conv2d(c)), add_(ops.make_add(c.input, c.dtype)),
+        scratch_memory_(ops.allocate(static_cast<std::size_t>(c.input.numel()) * dtype_size(c.dtype))) {}
+  void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override { conv_->forward(x, w, b, y); }
+  void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override { conv_->backward_data(dy, w, dx); }
+  void backward_data_accumulate(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+    Tensor scratch{scratch_memory_.get(), dx.shape, dx.layout, dx.dtype};
+    conv_->backward_data(dy, w, scratch);
+    add_->forward(dx, scratch, dx);
+  }
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) override {
+    conv_->backward_weights(x, dy, dw, db);
+  }
+
+ private:
+  std::unique_ptr<Conv2dOp> conv_;
+  std::unique_ptr<AddOp> add_;
+  std::shared_ptr<void> scratch_memory_;
+};
+
 class ResidualComposingBackend final : public DelegatingBackend {
  public:
-  explicit ResidualComposingBackend(Backend& inner) : DelegatingBackend(inner) {}
-  bool fuses_batch_norm_add_relu() const override { return true; }
+  explicit ResidualComposingBackend(Backend& inner, bool batch_norm_add_relu = true, bool accumulate_conv_grads = false)
+      : DelegatingBackend(inner), batch_norm_add_relu_(batch_norm_add_relu), accumulate_conv_grads_(accumulate_conv_grads) {}
+  bool fuses_batch_norm_add_relu() const override { return batch_norm_add_relu_; }
+  bool accumulates_conv_input_grad() const override { return accumulate_conv_grads_; }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override {
     return make_composed_batch_norm(inner_, c);
   }
+  std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override {
+    if (!accumulate_conv_grads_) return inner_.make_conv2d(c);
+    return std::make_unique<ComposedConvAccumulate>(inner_, c);
+  }
+
+ private:
+  bool batch_norm_add_relu_, accumulate_conv_grads_;
 };
 
 }  // namespace dlbench::worker

@@ -552,7 +552,7 @@ void transformer_checks(Checker& checker, Backend& backend, Backend& reference, 
 void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend& reference, Precision typed,
                       std::vector<std::optional<LayerOutcome>>& reference_layers,
                       std::optional<std::vector<float>>& reference_losses, TransformerReference& reference_transformer,
-                      std::array<std::optional<StepTrace>, 2>& want_step_traces) {
+                      std::array<std::optional<StepTrace>, 4>& want_step_traces) {
   const std::string precision(to_string(typed));  // as the checks' table names it
   std::unique_ptr<Backend> backend;
   try {
@@ -620,13 +620,15 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
   });
   checker.run(precision, "resnet50 step, each layer fed the reference's input", [&] {
     // The reference runs the layers the device runs: where the device fuses a bottleneck's add
-    // and ReLU into its last batch norm, the reference composes the same from its own ops.
+    // and ReLU into its last batch norm, or adds a branch's input gradient into the other's in a
+    // convolution's backward, the reference composes the same from its own ops.
     const bool residual_fused = backend->fuses_batch_norm_add_relu();
-    std::optional<StepTrace>& want_step_trace = want_step_traces[residual_fused ? 1 : 0];
+    const bool accumulated = backend->accumulates_conv_input_grad();
+    std::optional<StepTrace>& want_step_trace = want_step_traces[(residual_fused ? 1u : 0u) + (accumulated ? 2u : 0u)];
     if (!want_step_trace) {
-      ResidualComposingBackend composed(reference);
-      want_step_trace = model_step_trace(residual_fused ? static_cast<Backend&>(composed) : reference, DType::fp32,
-                                         std::nullopt, nullptr);
+      ResidualComposingBackend composed(reference, residual_fused, accumulated);
+      want_step_trace = model_step_trace(residual_fused || accumulated ? static_cast<Backend&>(composed) : reference,
+                                         DType::fp32, std::nullopt, nullptr);
     }
     std::optional<float> scale;
     if (uses_loss_scaling(typed)) scale = kModelStepLossScale;
@@ -890,7 +892,8 @@ std::vector<SelfTestCheck> run_self_test(const SelfTestSubject& subject, Backend
   std::vector<std::optional<LayerOutcome>> reference_layers(layer_checks().size());
   std::optional<std::vector<float>> reference_losses;
   TransformerReference reference_transformer;
-  std::array<std::optional<StepTrace>, 2> reference_step_traces;  // the device's bottlenecks unfused, fused
+  // By the device's bottlenecks: residual add unfused or fused, branch gradients summed or accumulated.
+  std::array<std::optional<StepTrace>, 4> reference_step_traces;
   for (const Precision precision : subject.precisions) {
     precision_checks(checker, subject, reference, precision, reference_layers, reference_losses, reference_transformer,
                      reference_step_traces);

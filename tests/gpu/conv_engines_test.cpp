@@ -32,6 +32,19 @@ TEST(ConvEngines, TheVariablePicksTheApiAndNamesItsValuesWhenWrong) {
   }
 }
 
+TEST(ConvEngines, TheResidualGradientVariableSaysHowBranchGradientsMeet) {
+  EXPECT_EQ(residual_gradient(nullptr), ResidualGradient::sum);
+  EXPECT_EQ(residual_gradient(""), ResidualGradient::sum);
+  EXPECT_EQ(residual_gradient("sum"), ResidualGradient::sum);
+  EXPECT_EQ(residual_gradient("accumulate"), ResidualGradient::accumulate);
+  try {
+    residual_gradient("add");
+    FAIL() << "an unknown value must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_RESIDUAL_GRAD: \"add\" is not one of sum, accumulate"));
+  }
+}
+
 TEST(ConvEngines, Fp32RefusesTensorCoresAndNoRunTakesNarrowerArithmetic) {
   const std::vector<cudnnBackendNumericalNote_t> tensor_cores{CUDNN_NUMERICAL_NOTE_TENSOR_CORE};
   const std::vector<cudnnBackendNumericalNote_t> plain{CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC,
@@ -83,7 +96,8 @@ TEST(ConvEngines, EveryPassLayoutAndTypeMakesAGraphCuDnnAccepts) {
     for (const DType dtype : {DType::fp32, DType::fp16, DType::bf16}) {
       config.dtype = dtype;
       for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
-        for (const ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_filter}) {
+        for (const ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_filter,
+                                    ConvPass::backward_data_accumulate}) {
           const std::string what = config.input.to_string() + " " + std::string(to_string(dtype)) +
                                    (layout == Layout::nhwc ? " nhwc" : " nchw") + " pass " +
                                    std::to_string(static_cast<int>(pass));

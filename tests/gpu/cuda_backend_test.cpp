@@ -63,7 +63,10 @@ class Pair {
   void set(const std::vector<float>& nchw) {
     const std::vector<float> host = activation_ ? nchw_to_nhwc(nchw, shape_) : nchw;
     cpu_backend_.copy_from_host(cpu_.as<float>(), host.data(), cpu_.bytes());
-    const std::vector<float> device = gpu_.layout == Layout::nhwc ? host : nchw;
+    set_gpu(nchw);
+  }
+  void set_gpu(const std::vector<float>& nchw) {
+    const std::vector<float> device = gpu_.layout == Layout::nhwc ? nchw_to_nhwc(nchw, shape_) : nchw;
     gpu_backend_.copy_from_host(gpu_.as<float>(), device.data(), gpu_.bytes());
   }
   std::vector<float> cpu_values() {
@@ -134,6 +137,26 @@ TEST_F(CudaBackendTest, ConvolutionMatchesTheCpuInFp32) {
     if (c.bias) {
       EXPECT_LT(db.error(), 1e-5) << what;
     }
+  }
+}
+
+// A residual block's branch gradients meeting in a convolution (beta = 1): dx holds the other
+// branch's gradient before the call and the sum after it (fp32; with DLBENCH_CUDA_CONV=graph,
+// through the graph API).
+TEST_F(CudaBackendTest, ConvolutionAccumulatesItsInputGradientIntoDx) {
+  const Conv2dConfig c{Shape(2, 32, 14, 14), 64, 1, 2, 0, false};
+  const std::vector<float> other = random_values(c.input.numel(), 24);  // the other branch's gradient
+  auto w = pair(c.weight(), false, 22), dy = pair(c.output(), true, 23), dx = zeros(c.input, true);
+  auto on_cpu = Pair(*cpu_, *gpu_, c.input, true, other);
+  auto cpu_op = cpu_->make_conv2d(c);
+  auto gpu_op = gpu_->make_conv2d(c);
+  cpu_op->backward_data(dy.cpu(), w.cpu(), dx.cpu());
+  cpu_->make_add(c.input, DType::fp32)->forward(dx.cpu(), on_cpu.cpu(), dx.cpu());
+  for (int call = 0; call < 2; ++call) {  // the first call chooses the algorithm: it must not touch dx
+    dx.set_gpu(other);
+    gpu_op->backward_data_accumulate(dy.gpu(), w.gpu(), dx.gpu());
+    gpu_->synchronize();
+    EXPECT_LT(dx.error(), 1e-5) << "call " << call;
   }
 }
 

@@ -197,11 +197,14 @@ void expect_same_bits(const Trajectory& shared, const Trajectory& unshared) {
 // each buffer is really first and last touched; any two buffers the plan puts in the same
 // memory must never be in use at the same time. This checks every lifetime declaration,
 // including those whose mistakes happen not to change the numbers.
+// `residual_fused`, `accumulated`: bottlenecks as a device runs them that fuses their add and ReLU into
+// the last batch norm, or adds one branch's input gradient into the other's in a convolution's backward.
 void expect_plan_respects_real_use(const std::function<std::unique_ptr<Sequential>()>& build, const Shape& input,
-                                   std::int64_t classes, bool fusion = true, bool residual_fused = false) {
+                                   std::int64_t classes, bool fusion = true, bool residual_fused = false,
+                                   bool accumulated = false) {
   CpuBackend cpu_backend(2);
-  ResidualComposingBackend composed(cpu_backend);  // batch norm + add + ReLU, as cuDNN can
-  Backend& cpu = residual_fused ? static_cast<Backend&>(composed) : cpu_backend;
+  ResidualComposingBackend composed(cpu_backend, residual_fused, accumulated);  // as cuDNN can
+  Backend& cpu = residual_fused || accumulated ? static_cast<Backend&>(composed) : cpu_backend;
   TracingBackend tracer(cpu);
   tracer.allow_fusion = fusion;
   Trainer traced(tracer, build(), input, classes, SgdConfig{}, 5, 0, MemoryReuse::none);
@@ -333,6 +336,24 @@ TEST(MemoryPlan, ABottleneckThatFusesItsResidualIntoBatchNormKeepsWhatItReads) {
   expect_same_bits(train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, fused), unshared);
 }
 
+// A bottleneck whose last convolution in backward adds its input gradient into the other branch's
+// (cuDNN's backward data with beta = 1): conv1 into the identity shortcut's gradient, the
+// projection into conv1's. Those buffers live on as the block's input gradient, as it declares;
+// with the residual add fused into batch norm too, as amp and bf16 would run it.
+TEST(MemoryPlan, ABottleneckThatAccumulatesItsBranchGradientsKeepsWhatItReads) {
+  CpuBackend cpu(2);
+  const Shape input(4, 3, 16, 16);
+  for (const bool residual_fused : {false, true}) {
+    ResidualComposingBackend accumulating(cpu, residual_fused, true);
+    const Trajectory unshared =
+        train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, nullptr, accumulating);
+    expect_same_bits(train(every_layer_kind(), input, 10, MemoryReuse::lifetime, 3, nullptr, nullptr, accumulating),
+                     unshared);
+    expect_same_bits(train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, accumulating),
+                     unshared);
+  }
+}
+
 TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKind) {
   expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10);
 }
@@ -341,6 +362,13 @@ TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKindUnfused) {
 }
 TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKindResidualFused) {
   expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, true);
+}
+TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKindGradientsAccumulated) {
+  expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, false, true);
+  expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, true, true);
+}
+TEST(MemoryPlan, PlanRespectsRealUse_ResNet50GradientsAccumulated) {
+  expect_plan_respects_real_use([] { return build_model("resnet50", 10); }, Shape(2, 3, 32, 32), 10, true, true, true);
 }
 
 // Batch norm with its ReLU fused trains like batch norm followed by a ReLU op (the backend's
@@ -385,6 +413,27 @@ TEST(Fusion, BottleneckResidualFusedIntoBatchNormTrainsLikeTheBlocksOwnAdd) {
     // Two bottlenecks: each block's add and ReLU forward (two calls: the tracer composes add_relu
     // from both) and its ReLU backward are now inside the batch norm, in each of the three steps.
     EXPECT_EQ(separate.calls.size(), fused.calls.size() + 2 * 3 * 3) << "the fused path did not run";
+  }
+}
+
+// A bottleneck whose branches' input gradients meet in a convolution's backward (beta = 1) trains as
+// the block's own sum: the same additions in another order of calls (bit for bit on the CPU).
+TEST(Fusion, BottleneckGradientsAccumulatedInAConvolutionTrainLikeTheBlocksOwnSum) {
+  CpuBackend cpu(2);
+  for (const bool residual_fused : {false, true}) {
+    ResidualComposingBackend accumulating_backend(cpu, residual_fused, true), summing_backend(cpu, residual_fused, false);
+    TracingBackend accumulated(accumulating_backend), summed(summing_backend);
+    const Shape input(4, 3, 16, 16);
+    for (const MemoryReuse reuse : {MemoryReuse::none, MemoryReuse::lifetime}) {
+      accumulated.calls.clear();
+      summed.calls.clear();
+      const Trajectory a = train(every_layer_kind(), input, 10, reuse, 3, nullptr, nullptr, accumulated);
+      const Trajectory b = train(every_layer_kind(), input, 10, reuse, 3, nullptr, nullptr, summed);
+      expect_same_bits(a, b);
+      // Two bottlenecks: each block's sum of its branches' gradients is now inside a convolution's
+      // backward, in each of the three steps.
+      EXPECT_EQ(summed.calls.size(), accumulated.calls.size() + 2 * 3) << "the accumulating path did not run";
+    }
   }
 }
 

@@ -37,9 +37,11 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   int conv_noise_ulps = 0;  // convolutions' outputs and gradients off by up to this many ulps (other sums)
   bool undeclared_pool_reads = false;  // max pools read x and y in backward without saying so (the CUDA pool's bug)
   bool fuses_residual = false;  // bottlenecks add and ReLU inside their last batch norm (cuDNN's BN_ADD_ACTIVATION)
+  bool accumulates = false;     // bottlenecks add a branch's input gradient into the other's in a conv's backward
 
   std::string name() const override { return "faulty"; }
   bool fuses_batch_norm_add_relu() const override { return fuses_residual; }
+  bool accumulates_conv_input_grad() const override { return accumulates; }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override {
     return make_composed_batch_norm(inner_, c);
   }
@@ -48,7 +50,12 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
     return inner_.make_pool(c);
   }
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override {
-    auto op = inner_.make_conv2d(c);
+    std::unique_ptr<Conv2dOp> op;
+    if (accumulates) {
+      op = std::make_unique<ComposedConvAccumulate>(inner_, c);
+    } else {
+      op = inner_.make_conv2d(c);
+    }
     if (conv_noise_ulps > 0) op = std::make_unique<NoisyConv>(std::move(op), conv_noise_ulps);
     if (!conv_off) return op;
     return std::make_unique<OffConv>(std::move(op));
@@ -216,6 +223,7 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->undeclared_pool_reads = subject_backend.undeclared_pool_reads;
                             b->conv_noise_ulps = subject_backend.conv_noise_ulps;
                             b->fuses_residual = subject_backend.fuses_residual;
+                            b->accumulates = subject_backend.accumulates;
                             return b;
                           },
                           std::move(precisions)};
@@ -250,6 +258,20 @@ TEST(SelfTest, ADeviceThatFusesTheResidualIntoBatchNormPassesEveryCheck) {
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
   EXPECT_EQ(checks.size(), 24u);
+}
+
+// A device whose bottlenecks add one branch's input gradient into the other's in a convolution's
+// backward (with the residual add fused too, as amp would run): the reference composes the same.
+TEST(SelfTest, ADeviceThatAccumulatesBranchGradientsInAConvolutionPassesEveryCheck) {
+  for (const bool fused : {false, true}) {
+    FaultyBackend backend;
+    backend.fuses_residual = fused;
+    backend.accumulates = true;
+    NoCommunicator one;
+    const auto checks = run_on(backend, one);
+    EXPECT_THAT(failed_names(checks), ::testing::IsEmpty()) << (fused ? "residual fused" : "residual apart");
+    EXPECT_EQ(checks.size(), 24u);
+  }
 }
 
 // A correct GPU rounds differently: one-ulp noise in every matmul's result (what another

@@ -37,13 +37,14 @@ class TracingBackend final : public Backend {
   void synchronize() override { inner_.synchronize(); }
 
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override {
-    return std::make_unique<Weighted<Conv2dOp>>(*this, inner_.make_conv2d(c));
+    return std::make_unique<Conv>(*this, inner_.make_conv2d(c));
   }
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& c) override {
     return std::make_unique<Weighted<LinearOp>>(*this, inner_.make_linear(c));
   }
   bool fuses_batch_norm_relu() const override { return allow_fusion && inner_.fuses_batch_norm_relu(); }
   bool fuses_batch_norm_add_relu() const override { return allow_fusion && inner_.fuses_batch_norm_add_relu(); }
+  bool accumulates_conv_input_grad() const override { return allow_fusion && inner_.accumulates_conv_input_grad(); }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override {
     return std::make_unique<BatchNorm>(*this, inner_.make_batch_norm(c));
   }
@@ -127,6 +128,31 @@ class TracingBackend final : public Backend {
    private:
     TracingBackend& t_;
     std::unique_ptr<Interface> op_;
+  };
+
+  class Conv final : public Conv2dOp {
+   public:
+    Conv(TracingBackend& t, std::unique_ptr<Conv2dOp> op) : t_(t), op_(std::move(op)) {}
+    void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
+      t_.record({x.data, w.data, y.data});
+      op_->forward(x, w, b, y);
+    }
+    void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+      t_.record({dy.data, w.data, dx.data});
+      op_->backward_data(dy, w, dx);
+    }
+    void backward_data_accumulate(const Tensor& dy, const Tensor& w, Tensor& dx) override {
+      t_.record({dy.data, w.data, dx.data});
+      op_->backward_data_accumulate(dy, w, dx);
+    }
+    void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) override {
+      t_.record({x.data, dy.data, dw.data});
+      op_->backward_weights(x, dy, dw, db);
+    }
+
+   private:
+    TracingBackend& t_;
+    std::unique_ptr<Conv2dOp> op_;
   };
 
   class BatchNorm final : public BatchNormOp {

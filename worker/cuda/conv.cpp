@@ -70,19 +70,26 @@ class LegacyConvPasses {
                                                     y_desc_.handle, o.output));
         return;
       }
-      case ConvPass::backward_data: {
+      case ConvPass::backward_data:
+      case ConvPass::backward_data_accumulate: {
+        const bool accumulate = pass == ConvPass::backward_data_accumulate;
         const AlgorithmChoice& a = choose(pass, [&](void* ws, std::size_t limit) {
+          // The search overwrites its output: accumulating, dx holds the other branch's gradient,
+          // so the search writes scratch memory instead.
+          const std::shared_ptr<void> scratch =
+              accumulate ? backend_.allocate(static_cast<std::size_t>(config_.input.numel()) * dtype_size(config_.dtype))
+                         : nullptr;
           std::array<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT> perf{};
           int count = 0;
           DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-              backend_.cudnn(), w_desc_, o.filter, y_desc_.handle, o.output, desc(pass), x_desc_.handle, o.input,
-              static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
+              backend_.cudnn(), w_desc_, o.filter, y_desc_.handle, o.output, desc(pass), x_desc_.handle,
+              accumulate ? scratch.get() : o.input, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
           return fastest(perf.data(), count, tensor_cores_, "backward-data");
         });
         DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardData(
             backend_.cudnn(), &kOne, w_desc_, o.filter, y_desc_.handle, o.output, desc(pass),
             static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algorithm), backend_.workspace(a.workspace), a.workspace,
-            &kZero, x_desc_.handle, o.input));
+            accumulate ? &kOne : &kZero, x_desc_.handle, o.input));
         return;
       }
       case ConvPass::backward_filter: {
@@ -144,8 +151,8 @@ class LegacyConvPasses {
   bool tensor_cores_;
   TensorDescriptor x_desc_, y_desc_;
   cudnnFilterDescriptor_t w_desc_ = nullptr;
-  std::array<cudnnConvolutionDescriptor_t, 3> conv_desc_{};
-  std::array<std::optional<AlgorithmChoice>, 3> chosen_;
+  std::array<cudnnConvolutionDescriptor_t, kConvPasses> conv_desc_{};
+  std::array<std::optional<AlgorithmChoice>, kConvPasses> chosen_;
 };
 
 // fp32 activations are NCHW and take PyTorch's OIHW fp32 filter as it is. Half activations are
@@ -181,6 +188,10 @@ class CudaConv final : public Conv2dOp {
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
     require_dtype("convolution", config_.dtype, {&dy, &dx});
     run(ConvPass::backward_data, {dx.data, filter(weight), dy.data});
+  }
+  void backward_data_accumulate(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    require_dtype("convolution", config_.dtype, {&dy, &dx});
+    run(ConvPass::backward_data_accumulate, {dx.data, filter(weight), dy.data});
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {

@@ -18,7 +18,10 @@
 
 namespace dlbench::worker {
 
-enum class ConvPass { forward, backward_data, backward_filter };
+// backward_data_accumulate: backward data adding into dx (beta = 1), a residual block's branch
+// gradients meeting in the convolution (Conv2dOp::backward_data_accumulate).
+enum class ConvPass { forward, backward_data, backward_filter, backward_data_accumulate };
+inline constexpr std::size_t kConvPasses = 4;
 
 // Everything that changes which algorithm is fastest (or allowed): the shapes, the data type and
 // memory order of the tensors, the math the run allows (FMA only, or tensor cores) and the pass.
@@ -73,7 +76,8 @@ inline std::string algorithm_name(ConvPass pass, int algorithm) {
   };
   switch (pass) {
     case ConvPass::forward: return pick(forward);
-    case ConvPass::backward_data: return pick(data);
+    case ConvPass::backward_data:
+    case ConvPass::backward_data_accumulate: return pick(data);
     case ConvPass::backward_filter: return pick(filter);
   }
   return "algorithm " + std::to_string(algorithm);
@@ -82,7 +86,8 @@ inline std::string algorithm_name(ConvPass pass, int algorithm) {
 // The convolution a pass belongs to, as the logs name it: "backward-filter fp16 nhwc 64x256x56x56
 // -> 64 1x1 stride 1 pad 0".
 inline std::string describe_convolution(const ConvAlgorithmKey& key) {
-  static constexpr std::array<const char*, 3> passes{"forward", "backward-data", "backward-filter"};
+  static constexpr std::array<const char*, kConvPasses> passes{"forward", "backward-data", "backward-filter",
+                                                               "backward-data-accumulate"};
   std::string out = std::string(passes[static_cast<std::size_t>(key.pass)]) + " " + std::string(to_string(key.dtype)) +
                     (key.layout == Layout::nhwc ? " nhwc " : " nchw ");
   for (std::size_t i = 0; i < key.input.size(); ++i) out += (i > 0 ? "x" : "") + std::to_string(key.input[i]);

@@ -35,6 +35,22 @@ inline ConvCallsApi conv_calls_api(const char* choice) {
   throw std::invalid_argument("DLBENCH_CUDA_CONV: \"" + std::string(chosen) + "\" is not one of legacy, graph");
 }
 
+// How a residual block's two branch gradients meet on this backend: an AddOp apart (sum), or the
+// branch that runs last adding its gradient in its convolution's backward data (accumulate: beta
+// = 1), which saves a read and a write of the block's input gradient. Tested on the CPU with the
+// same op composed (worker/residual_composing_backend.hpp); not yet run on a GPU, so sum stays
+// the default and DLBENCH_CUDA_RESIDUAL_GRAD=accumulate asks for it.
+enum class ResidualGradient { sum, accumulate };
+
+// `choice` is DLBENCH_CUDA_RESIDUAL_GRAD's value (null or empty: unset). Throws
+// std::invalid_argument naming the variable and its allowed values for anything else.
+inline ResidualGradient residual_gradient(const char* choice) {
+  const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
+  if (chosen.empty() || chosen == "sum") return ResidualGradient::sum;
+  if (chosen == "accumulate") return ResidualGradient::accumulate;
+  throw std::invalid_argument("DLBENCH_CUDA_RESIDUAL_GRAD: \"" + std::string(chosen) + "\" is not one of sum, accumulate");
+}
+
 // Whether an engine with these numerical notes may run a convolution here. Never one that rounds
 // its inputs to a narrower type or reduces in one (products accumulate in fp32, as with the legacy
 // calls); on fp32 data, tensor cores (TF32) only where the run allows them (tf32, not fp32), the

@@ -177,9 +177,9 @@ ConvOperationGraph::ConvOperationGraph(const Conv2dConfig& config, const ConvGra
       filter(make_tensor(kFilterUid, shapes.filter, config.dtype, layout)),
       output(make_tensor(kOutputUid, shapes.output, config.dtype, layout)),
       convolution(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR),
-      operation(pass == ConvPass::forward         ? CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR
-                : pass == ConvPass::backward_data ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR
-                                                  : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR),
+      operation(pass == ConvPass::forward           ? CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR
+                : pass == ConvPass::backward_filter ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR
+                                                    : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR),
       graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR) {
   // Products accumulate in fp32 whatever the data type, as with the legacy calls.
   const cudnnDataType_t accumulate = CUDNN_DATA_FLOAT;
@@ -197,7 +197,8 @@ ConvOperationGraph::ConvOperationGraph(const Conv2dConfig& config, const ConvGra
   convolution.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, padding.data(), 2);
   convolution.finalize("the convolution");
 
-  const float alpha = 1.0f, beta = 0.0f;  // each pass overwrites its output
+  // Each pass overwrites its output but the accumulating one, which adds into dx.
+  const float alpha = 1.0f, beta = pass == ConvPass::backward_data_accumulate ? 1.0f : 0.0f;
   const cudnnBackendDescriptor_t x = input.get(), w = filter.get(), y = output.get(), conv = convolution.get();
   const auto set = [&](cudnnBackendAttributeName_t name, const cudnnBackendDescriptor_t& d) {
     operation.set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, &d);
@@ -212,6 +213,7 @@ ConvOperationGraph::ConvOperationGraph(const Conv2dConfig& config, const ConvGra
       operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, &beta);
       break;
     case ConvPass::backward_data:
+    case ConvPass::backward_data_accumulate:
       set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x);
       set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w);
       set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, y);
@@ -228,8 +230,9 @@ ConvOperationGraph::ConvOperationGraph(const Conv2dConfig& config, const ConvGra
       operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, &beta);
       break;
   }
-  static constexpr std::array<const char*, 3> names{"the forward operation", "the backward-data operation",
-                                                    "the backward-filter operation"};
+  static constexpr std::array<const char*, kConvPasses> names{
+      "the forward operation", "the backward-data operation", "the backward-filter operation",
+      "the accumulating backward-data operation"};
   operation.finalize(names[static_cast<std::size_t>(pass)]);
 
   const cudnnBackendDescriptor_t op = operation.get();
@@ -339,14 +342,21 @@ std::shared_ptr<const ConvPlan> GraphConvPasses::choose(ConvPass pass, const Con
   }
 
   // Each candidate runs once (which also shows it runs), then three times between two events.
+  // Accumulating, dx holds the other branch's gradient: the timed runs add into scratch instead.
   std::size_t largest = 0;
   for (const auto& candidate : built) largest = std::max(largest, candidate->workspace);
   const std::shared_ptr<void> borrowed = largest > 0 ? backend_.allocate(largest) : nullptr;
+  ConvOperands timed = operands;
+  std::shared_ptr<void> scratch_dx;
+  if (pass == ConvPass::backward_data_accumulate) {
+    scratch_dx = backend_.allocate(static_cast<std::size_t>(config_.input.numel()) * dtype_size(config_.dtype));
+    timed.input = scratch_dx.get();
+  }
   const Events events;
   const cudaStream_t stream = backend_.stream();
   ChosenPlan* fastest = nullptr;
   for (auto& candidate : built) {
-    const BackendDescriptor pack = make_variant_pack(operands, candidate->workspace > 0 ? borrowed.get() : nullptr);
+    const BackendDescriptor pack = make_variant_pack(timed, candidate->workspace > 0 ? borrowed.get() : nullptr);
     if (cudnnBackendExecute(backend_.cudnn(), candidate->plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS) {
       ++search.failed;
       cudaGetLastError();  // a launch that failed leaves its error behind

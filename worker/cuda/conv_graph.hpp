@@ -109,7 +109,7 @@ class GraphConvPasses {
   Conv2dConfig config_;
   Layout layout_;
   bool tensor_cores_;
-  std::array<std::unique_ptr<Pass>, 3> passes_;
+  std::array<std::unique_ptr<Pass>, kConvPasses> passes_;
 };
 
 }  // namespace dlbench::worker::cuda_detail

@@ -311,6 +311,7 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
       layout_(cuda_activation_layout(activations, math, std::getenv("DLBENCH_CUDA_LAYOUT"))),
       batch_norm_route_(batch_norm_calls(layout_, activations, std::getenv("DLBENCH_CUDA_BATCH_NORM"))),
       conv_calls_api_(worker::conv_calls_api(std::getenv("DLBENCH_CUDA_CONV"))),
+      residual_gradient_(residual_gradient(std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
       conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()) {
   std::string why;
   if (!cuda_device_usable(&why)) throw CudaError(why);
@@ -350,7 +351,8 @@ std::string CudaBackend::version_info() const {
       << ";gpu=" << properties_.name << ";sm=" << properties_.major << properties_.minor
       << ";math=" << (math_ == CudaMath::tf32 ? "tf32" : "fp32")
       << ";activations=" << (activation_layout() == Layout::nhwc ? "nhwc" : "nchw")
-      << ";conv=" << (conv_calls_api_ == ConvCallsApi::graph ? "graph" : "legacy");
+      << ";conv=" << (conv_calls_api_ == ConvCallsApi::graph ? "graph" : "legacy")
+      << ";residualGrad=" << (residual_gradient_ == ResidualGradient::accumulate ? "accumulate" : "sum");
   return out.str();
 }
 

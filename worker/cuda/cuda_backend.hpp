@@ -90,6 +90,8 @@ class CudaBackend final : public Backend {
   // Which cuDNN API this backend's convolutions take: DLBENCH_CUDA_CONV, read once
   // (cuda/conv_engines.hpp).
   ConvCallsApi conv_calls_api() const { return conv_calls_api_; }
+  // DLBENCH_CUDA_RESIDUAL_GRAD, read once (cuda/conv_engines.hpp).
+  bool accumulates_conv_input_grad() const override { return residual_gradient_ == ResidualGradient::accumulate; }
   // The graph API's plans this backend has chosen, one per distinct convolution pass.
   cuda_detail::ConvPlanCache& conv_plans() { return *conv_plans_; }
   std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) override;
@@ -180,6 +182,7 @@ class CudaBackend final : public Backend {
   Layout layout_ = Layout::nchw;
   BatchNormCalls batch_norm_route_ = BatchNormCalls::plain;  // after layout_, which it depends on
   ConvCallsApi conv_calls_api_ = ConvCallsApi::legacy;
+  ResidualGradient residual_gradient_ = ResidualGradient::sum;
   std::unique_ptr<cuda_detail::ConvPlanCache> conv_plans_;  // destroyed before the cuDNN handle
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;

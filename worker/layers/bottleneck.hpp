@@ -21,7 +21,7 @@ class Bottleneck final : public Layer {
   // DeepLab's backbone keeps the resolution and widens the receptive field instead).
   Bottleneck(std::int64_t in_channels, std::int64_t width, std::int64_t stride, std::int64_t dilation = 1) {
     const std::int64_t out_channels = width * kExpansion;
-    main_.add_named<Conv2d>("conv1", in_channels, width, 1);
+    conv1_ = &main_.add_named<Conv2d>("conv1", in_channels, width, 1);
     main_.add_named<BatchNorm2d>("bn1", width, Then::relu);
     main_.add_named<Conv2d>("conv2", width, width,
                             ConvSpec{.kernel = 3, .stride = stride, .padding = dilation, .dilation = dilation});
@@ -30,7 +30,7 @@ class Bottleneck final : public Layer {
     bn3_ = &main_.add_named<BatchNorm2d>("bn3", out_channels);
     if (stride != 1 || in_channels != out_channels) {
       shortcut_ = std::make_unique<Sequential>();
-      shortcut_->add<Conv2d>(in_channels, out_channels, 1, stride);
+      shortcut_conv_ = &shortcut_->add<Conv2d>(in_channels, out_channels, 1, stride);
       shortcut_->add<BatchNorm2d>(out_channels);
     }
   }
@@ -48,14 +48,24 @@ class Bottleneck final : public Layer {
   // shortcut first so that backward, which mirrors it, runs the main branch first. Where the
   // backend fuses batch norm + add + ReLU, bn3 does the tail's work at its own tick t3 and
   // writes the shortcut's gradient dz in its backward; there is no tail tick.
+  //
+  // Where the backend accumulates convolution input gradients, there is no sum at h either: the
+  // branch whose backward runs last adds its gradient into the other's in its first convolution's
+  // backward. Without a projection that is conv1, into dsum (the identity shortcut's gradient);
+  // with one, the projection's convolution, into conv1's input gradient. Either buffer is then the
+  // block's input gradient.
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
     fused_ = ctx.backend.fuses_batch_norm_add_relu();
     bn3_->fuse_residual_add_relu(fused_ ? &dsum_ : nullptr);
+    accumulated_ = ctx.backend.accumulates_conv_input_grad();
+    conv1_->accumulate_input_grad_into(accumulated_ && !shortcut_ ? &dsum_ : nullptr);
+    if (shortcut_) shortcut_conv_->accumulate_input_grad_into(accumulated_ ? &conv1_->input_grad_buffer() : nullptr);
     const std::optional<Tick> outer_reader = ctx.input_grad_reader;
     const bool outer_needs_grad = ctx.input_grad_needed;
     const Tick h = ctx.arena.next_tick();
     ctx.input_grad_needed = true;
-    ctx.input_grad_reader = h.mirrored();
+    // Accumulated, conv1's input gradient (where it has its own) is the block's.
+    ctx.input_grad_reader = accumulated_ ? outer_reader : std::optional<Tick>(h.mirrored());
     Tensor short_out = input;
     std::optional<Tick> shortcut_last;
     if (shortcut_) {
@@ -68,7 +78,6 @@ class Bottleneck final : public Layer {
 
     const Shape out = main_out.shape;
     const Layout layout = ctx.backend.activation_layout();
-    add_grad_ = ctx.backend.make_add(input.shape, input.dtype);
     // dsum is read by both branches' last layers; backward runs the main branch first, so the
     // last reader is the shortcut's last layer, or the sum at h when the shortcut is x. It is
     // written by the tail's ReLU backward, or fused by bn3's backward (the main branch's last tick).
@@ -91,10 +100,22 @@ class Bottleneck final : public Layer {
       dsum_written = t.mirrored();
     }
     dsum_ = activation(out, layout, input.dtype);
-    ctx.arena.request(dsum_, dsum_written);
-    ctx.arena.read(dsum_, dsum_reader);
-    dx_ = activation(input.shape, layout, input.dtype);
-    ctx.request_input_grad(dx_, h.mirrored());
+    if (!accumulated_) {
+      ctx.arena.request(dsum_, dsum_written);
+      ctx.arena.read(dsum_, dsum_reader);
+      add_grad_ = ctx.backend.make_add(input.shape, input.dtype);
+      dx_ = activation(input.shape, layout, input.dtype);
+      ctx.request_input_grad(dx_, h.mirrored());
+    } else if (!shortcut_) {
+      // dsum: the shortcut's gradient, then conv1 adds the main branch's: the block's.
+      ctx.request_input_grad(dsum_, dsum_written);
+      ctx.arena.read(dsum_, conv1_->tick().mirrored());
+    } else {
+      // conv1's input gradient lives on to the outer reader; the projection adds into it.
+      ctx.arena.request(dsum_, dsum_written);
+      ctx.arena.read(dsum_, dsum_reader);
+      ctx.arena.read(conv1_->input_grad_buffer(), shortcut_conv_->tick().mirrored());
+    }
     return fused_ ? main_out : y_;
   }
   void reset_state(Backend& backend) override {
@@ -116,9 +137,11 @@ class Bottleneck final : public Layer {
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
     // Both branches read dsum; their input gradients are summed. The reverse of forward's order.
     // Fused, bn3 takes dy itself and writes dsum (the shortcut's gradient) as it goes.
+    // Accumulated, the branch that runs last has added its gradient into the other's.
     if (!fused_) relu_->backward(y_, dy, dsum_);
     const Tensor& dx_main = main_.backward(fused_ ? dy : dsum_, ctx);
     const Tensor& dx_short = shortcut_ ? shortcut_->backward(dsum_, ctx) : dsum_;
+    if (accumulated_) return shortcut_ ? dx_short : dx_main;
     add_grad_->forward(dx_main, dx_short, dx_);
     return dx_;
   }
@@ -129,8 +152,11 @@ class Bottleneck final : public Layer {
 
  private:
   Sequential main_;
-  BatchNorm2d* bn3_ = nullptr;  // main_'s last layer
-  bool fused_ = false;          // bn3 adds the shortcut and applies the ReLU
+  Conv2d* conv1_ = nullptr;          // main_'s first layer
+  BatchNorm2d* bn3_ = nullptr;       // main_'s last layer
+  Conv2d* shortcut_conv_ = nullptr;  // the projection's convolution, if any
+  bool fused_ = false;               // bn3 adds the shortcut and applies the ReLU
+  bool accumulated_ = false;         // a branch's convolution adds its input gradient into the other's
   std::unique_ptr<Sequential> shortcut_;
   std::unique_ptr<AddOp> add_relu_, add_grad_;
   std::unique_ptr<ReluOp> relu_;

@@ -52,12 +52,14 @@ class Conv2d final : public Layer {
     op_ = ctx.backend.make_conv2d(config_);
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
+    tick_ = t;
     ctx.arena.read(input, t);
     ctx.arena.read(input, t.mirrored());  // weight gradients
     y_ = activation(config_.output(), layout, input.dtype);
     ctx.arena.request(y_, t);
     input_grad_ = ctx.input_grad_needed;
-    if (input_grad_) {
+    // Accumulating, the input gradient goes into a buffer its owner plans (a residual block's).
+    if (input_grad_ && accumulate_into_ == nullptr) {
       dx_ = activation(input.shape, layout, input.dtype);
       ctx.request_input_grad(dx_, t.mirrored());
     }
@@ -77,9 +79,24 @@ class Conv2d final : public Layer {
     } else {
       ctx.notify({&weight_});
     }
-    if (input_grad_) op_->backward_data(dy, weight_.value, dx_);
+    if (!input_grad_) return dx_;
+    if (accumulate_into_ != nullptr) {
+      op_->backward_data_accumulate(dy, weight_.value, *accumulate_into_);
+      return *accumulate_into_;
+    }
+    op_->backward_data(dy, weight_.value, dx_);
     return dx_;
   }
+
+  // From the next setup on, backward adds the input gradient into `target` (another branch's
+  // gradient of the same input, which the caller plans and which must be written before this
+  // layer's backward) instead of writing a buffer of its own; null: its own again. Only where
+  // the backend accumulates_conv_input_grad().
+  void accumulate_input_grad_into(Tensor* target) { accumulate_into_ = target; }
+  // The buffer backward writes the input gradient into when it does not accumulate.
+  Tensor& input_grad_buffer() { return dx_; }
+  // Its tick (after setup): forward runs at it, backward at its mirror.
+  Tick tick() const { return tick_; }
 
   double forward_macs_per_sample() const override {
     const Shape o = config_.output();
@@ -98,6 +115,8 @@ class Conv2d final : public Layer {
   std::unique_ptr<Conv2dOp> op_;
   const Tensor* x_ = nullptr;
   Tensor y_, dx_;
+  Tensor* accumulate_into_ = nullptr;
+  Tick tick_;
 };
 
 }  // namespace dlbench::worker
