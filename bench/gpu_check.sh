@@ -173,6 +173,9 @@ compare_resnet50 amp
 DLBENCH_CUDA_CONV=graph time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-graph dlbench-conv-graph
 # The bottlenecks' branch gradients meeting in a convolution (an add of 2.4 ms a step less).
 DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 amp dlbench-resnet50-amp-accumulate dlbench-accumulate
+# ... and replayed as a step graph: everything this build has for amp at once.
+DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 amp dlbench-resnet50-amp-accumulate-graph \
+  dlbench-accumulate-graph --cuda-graph on
 # amp's training step replayed as a CUDA graph (the loss scale moves on on the device), next to
 # the eager rows: what launch overhead costs at these shapes.
 time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on

@@ -116,7 +116,7 @@ def comparison(logs):
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"),
                 ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"),
-                ("dlbench-accumulate", "grad accumulate"))
+                ("dlbench-accumulate", "grad accumulate"), ("dlbench-accumulate-graph", "accumulate + graph"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
