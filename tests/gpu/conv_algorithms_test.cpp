@@ -49,14 +49,16 @@ TEST(ConvAlgorithms, Fp32NeverTakesATensorCoreResult) {
   }
 }
 
-// Tensor cores on fp32 data mean TF32; a result measured with ALLOW_CONVERSION rounded the inputs
-// to fp16 instead (and bf16 data to fp16, whose range is smaller): no run takes one.
-TEST(ConvAlgorithms, NoRunTakesAResultThatConvertsItsInputsToANarrowerType) {
+// Tensor cores on fp32 data mean TF32; a result measured with ALLOW_CONVERSION may have rounded
+// the inputs to fp16 instead (and bf16 data to fp16, whose range is smaller): only fp16 data,
+// which has nothing to convert, takes one.
+TEST(ConvAlgorithms, OnlyFp16DataTakesAResultThatMayConvertItsInputsToFp16) {
   const cudnnConvolutionFwdAlgoPerf_t results[] = {
       perf(CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD, CUDNN_STATUS_SUCCESS, 0.1f, 0, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION),
       perf(CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_STATUS_SUCCESS, 0.2f, 0, CUDNN_TENSOR_OP_MATH)};
   EXPECT_EQ(fastest(results, 2, true, "forward").algorithm, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
   EXPECT_THROW(fastest(results, 1, true, "forward"), CudaError);
+  EXPECT_EQ(fastest(results, 2, true, "forward", /*fp16_data=*/true).algorithm, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD);
 }
 
 TEST(ConvAlgorithms, TheCacheKeyTellsGeometryDtypeLayoutMathAndPassApart) {

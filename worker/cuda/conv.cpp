@@ -62,7 +62,7 @@ class LegacyConvPasses {
           DLBENCH_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
               backend_.cudnn(), x_desc_.handle, o.input, w_desc_, o.filter, desc(pass), y_desc_.handle, o.output,
               static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-          return fastest(perf.data(), count, tensor_cores_, "forward");
+          return fastest(perf.data(), count, tensor_cores_, "forward", config_.dtype == DType::fp16);
         });
         DLBENCH_CUDNN_CHECK(cudnnConvolutionForward(backend_.cudnn(), &kOne, x_desc_.handle, o.input, w_desc_, o.filter,
                                                     desc(pass), static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm),
@@ -84,7 +84,7 @@ class LegacyConvPasses {
           DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
               backend_.cudnn(), w_desc_, o.filter, y_desc_.handle, o.output, desc(pass), x_desc_.handle,
               accumulate ? scratch.get() : o.input, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-          return fastest(perf.data(), count, tensor_cores_, "backward-data");
+          return fastest(perf.data(), count, tensor_cores_, "backward-data", config_.dtype == DType::fp16);
         });
         DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardData(
             backend_.cudnn(), &kOne, w_desc_, o.filter, y_desc_.handle, o.output, desc(pass),
@@ -99,7 +99,7 @@ class LegacyConvPasses {
           DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
               backend_.cudnn(), x_desc_.handle, o.input, y_desc_.handle, o.output, desc(pass), w_desc_, o.filter,
               static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-          return fastest(perf.data(), count, tensor_cores_, "backward-filter");
+          return fastest(perf.data(), count, tensor_cores_, "backward-filter", config_.dtype == DType::fp16);
         });
         DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
             backend_.cudnn(), &kOne, x_desc_.handle, o.input, y_desc_.handle, o.output, desc(pass),

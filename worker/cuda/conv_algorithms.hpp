@@ -50,16 +50,17 @@ inline bool uses_tensor_cores(cudnnMathType_t math) {
   return math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
-// The fastest measured result (cuDNN sorts them by time) that succeeded, never one that converts
-// its inputs to a narrower type (TENSOR_OP_MATH_ALLOW_CONVERSION: fp32 or bf16 data computed in
-// fp16, which is neither TF32 nor what bf16 asked for; the graph API's engines are held to the
-// same, cuda/conv_engines.hpp) and, where the run forbids tensor cores (fp32 means fp32), not one
+// The fastest measured result (cuDNN sorts them by time) that succeeded; unless the data is fp16
+// already, not one that may convert its inputs to fp16 (TENSOR_OP_MATH_ALLOW_CONVERSION: fp32 data
+// so computed is not TF32, and bf16 data loses range; the graph API's engines are held to the
+// same, cuda/conv_engines.hpp); and where the run forbids tensor cores (fp32 means fp32), not one
 // that uses them.
 template <typename Perf>
-AlgorithmChoice fastest(const Perf* results, int count, bool tensor_cores_allowed, const char* what) {
+AlgorithmChoice fastest(const Perf* results, int count, bool tensor_cores_allowed, const char* what,
+                        bool fp16_data = false) {
   for (int i = 0; i < count; ++i) {
     if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if (results[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+    if (!fp16_data && results[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
     if (!tensor_cores_allowed && uses_tensor_cores(results[i].mathType)) continue;
     return {static_cast<int>(results[i].algo), results[i].memory, results[i].mathType};
   }
