@@ -397,12 +397,10 @@ TEST(Fusion, BatchNormReluFusedTrainsLikeSeparateOps) {
   // more for each in each of the three steps.
   EXPECT_EQ(separate.calls.size(), fused.calls.size() + 5 * 2 * 3) << "the unfused path did not run";
 }
-// A bottleneck whose last batch norm adds the shortcut and applies the ReLU trains as the block's
-// own add + ReLU after it: the same values in another order of calls (bit for bit on the CPU).
-TEST(Fusion, BottleneckResidualFusedIntoBatchNormTrainsLikeTheBlocksOwnAdd) {
-  CpuBackend cpu(2);
-  ResidualComposingBackend fused_backend(cpu);
-  TracingBackend fused(fused_backend), separate(cpu);
+// Three steps of every layer kind, with and without memory reuse: `fused` trains bit for bit as
+// `separate` does, in `fewer_calls` fewer backend calls.
+void expect_same_training_in_fewer_calls(TracingBackend& fused, TracingBackend& separate, std::size_t fewer_calls,
+                                         const char* what) {
   const Shape input(4, 3, 16, 16);
   for (const MemoryReuse reuse : {MemoryReuse::none, MemoryReuse::lifetime}) {
     fused.calls.clear();
@@ -410,10 +408,19 @@ TEST(Fusion, BottleneckResidualFusedIntoBatchNormTrainsLikeTheBlocksOwnAdd) {
     const Trajectory a = train(every_layer_kind(), input, 10, reuse, 3, nullptr, nullptr, fused);
     const Trajectory b = train(every_layer_kind(), input, 10, reuse, 3, nullptr, nullptr, separate);
     expect_same_bits(a, b);
-    // Two bottlenecks: each block's add and ReLU forward (two calls: the tracer composes add_relu
-    // from both) and its ReLU backward are now inside the batch norm, in each of the three steps.
-    EXPECT_EQ(separate.calls.size(), fused.calls.size() + 2 * 3 * 3) << "the fused path did not run";
+    EXPECT_EQ(separate.calls.size(), fused.calls.size() + fewer_calls) << what;
   }
+}
+
+// A bottleneck whose last batch norm adds the shortcut and applies the ReLU trains as the block's
+// own add + ReLU after it: the same values in another order of calls (bit for bit on the CPU).
+TEST(Fusion, BottleneckResidualFusedIntoBatchNormTrainsLikeTheBlocksOwnAdd) {
+  CpuBackend cpu(2);
+  ResidualComposingBackend fused_backend(cpu);
+  TracingBackend fused(fused_backend), separate(cpu);
+  // Two bottlenecks: each block's add and ReLU forward (two calls: the tracer composes add_relu
+  // from both) and its ReLU backward are now inside the batch norm, in each of the three steps.
+  expect_same_training_in_fewer_calls(fused, separate, 2 * 3 * 3, "the fused path did not run");
 }
 
 // A bottleneck whose branches' input gradients meet in a convolution's backward (beta = 1) trains as
@@ -423,17 +430,9 @@ TEST(Fusion, BottleneckGradientsAccumulatedInAConvolutionTrainLikeTheBlocksOwnSu
   for (const bool residual_fused : {false, true}) {
     ResidualComposingBackend accumulating_backend(cpu, residual_fused, true), summing_backend(cpu, residual_fused, false);
     TracingBackend accumulated(accumulating_backend), summed(summing_backend);
-    const Shape input(4, 3, 16, 16);
-    for (const MemoryReuse reuse : {MemoryReuse::none, MemoryReuse::lifetime}) {
-      accumulated.calls.clear();
-      summed.calls.clear();
-      const Trajectory a = train(every_layer_kind(), input, 10, reuse, 3, nullptr, nullptr, accumulated);
-      const Trajectory b = train(every_layer_kind(), input, 10, reuse, 3, nullptr, nullptr, summed);
-      expect_same_bits(a, b);
-      // Two bottlenecks: each block's sum of its branches' gradients is now inside a convolution's
-      // backward, in each of the three steps.
-      EXPECT_EQ(summed.calls.size(), accumulated.calls.size() + 2 * 3) << "the accumulating path did not run";
-    }
+    // Two bottlenecks: each block's sum of its branches' gradients is now inside a convolution's
+    // backward, in each of the three steps.
+    expect_same_training_in_fewer_calls(accumulated, summed, 2 * 3, "the accumulating path did not run");
   }
 }
 

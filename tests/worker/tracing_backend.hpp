@@ -109,7 +109,7 @@ class TracingBackend final : public Backend {
   void record(std::vector<const void*> addresses) { calls.push_back(std::move(addresses)); }
 
   template <typename Interface>
-  class Weighted final : public Interface {
+  class Weighted : public Interface {
    public:
     Weighted(TracingBackend& t, std::unique_ptr<Interface> op) : t_(t), op_(std::move(op)) {}
     void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
@@ -125,34 +125,19 @@ class TracingBackend final : public Backend {
       op_->backward_weights(x, dy, dw, db);
     }
 
-   private:
+   protected:
     TracingBackend& t_;
     std::unique_ptr<Interface> op_;
   };
 
-  class Conv final : public Conv2dOp {
+  // A convolution is a weighted op that may also accumulate its input gradient.
+  class Conv final : public Weighted<Conv2dOp> {
    public:
-    Conv(TracingBackend& t, std::unique_ptr<Conv2dOp> op) : t_(t), op_(std::move(op)) {}
-    void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
-      t_.record({x.data, w.data, y.data});
-      op_->forward(x, w, b, y);
-    }
-    void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override {
-      t_.record({dy.data, w.data, dx.data});
-      op_->backward_data(dy, w, dx);
-    }
+    using Weighted<Conv2dOp>::Weighted;
     void backward_data_accumulate(const Tensor& dy, const Tensor& w, Tensor& dx) override {
       t_.record({dy.data, w.data, dx.data});
       op_->backward_data_accumulate(dy, w, dx);
     }
-    void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) override {
-      t_.record({x.data, dy.data, dw.data});
-      op_->backward_weights(x, dy, dw, db);
-    }
-
-   private:
-    TracingBackend& t_;
-    std::unique_ptr<Conv2dOp> op_;
   };
 
   class BatchNorm final : public BatchNormOp {

@@ -6,10 +6,11 @@
 // overrides the fp32-storage default, so that one device call can time both again.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 
+#include "cuda/env_choice.hpp"
 #include "dtype.hpp"
 #include "tensor.hpp"
 
@@ -22,18 +23,16 @@ enum class CudaMath { fp32, tf32 };
 // `choice` is DLBENCH_CUDA_LAYOUT's value (null or empty: unset). Throws std::invalid_argument
 // naming the variable and its allowed values for anything else, and for nchw with half activations.
 inline Layout cuda_activation_layout(DType activations, CudaMath math, const char* choice) {
-  const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
-  if (!chosen.empty() && chosen != "nchw" && chosen != "nhwc") {
-    throw std::invalid_argument("DLBENCH_CUDA_LAYOUT: \"" + std::string(chosen) + "\" is not one of nchw, nhwc");
-  }
+  const std::optional<Layout> chosen =
+      env_choice<Layout>("DLBENCH_CUDA_LAYOUT", choice, {{"nchw", Layout::nchw}, {"nhwc", Layout::nhwc}});
   if (activations != DType::fp32) {
-    if (chosen == "nchw") {
+    if (chosen == Layout::nchw) {
       throw std::invalid_argument("DLBENCH_CUDA_LAYOUT: nchw is for fp32 and tf32 activations; " +
                                   std::string(to_string(activations)) + " activations are nhwc only");
     }
     return Layout::nhwc;
   }
-  if (!chosen.empty()) return chosen == "nhwc" ? Layout::nhwc : Layout::nchw;
+  if (chosen) return *chosen;
   return math == CudaMath::tf32 ? Layout::nhwc : Layout::nchw;
 }
 

@@ -13,10 +13,9 @@
 // it has (DLBENCH_CUDA_BATCH_NORM=ex-add-relu asks for it).
 #pragma once
 
-#include <stdexcept>
-#include <string>
-#include <string_view>
+#include <optional>
 
+#include "cuda/env_choice.hpp"
 #include "dtype.hpp"
 #include "tensor.hpp"
 
@@ -35,14 +34,11 @@ inline bool persistent_batch_norm(Layout layout) { return layout == Layout::nhwc
 // `activations` is their dtype; `choice` is DLBENCH_CUDA_BATCH_NORM's value (null or empty: unset).
 // Throws std::invalid_argument naming the variable and its allowed values for anything else.
 inline BatchNormCalls batch_norm_calls(Layout layout, DType activations, const char* choice) {
-  const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
-  if (chosen == "plain") return BatchNormCalls::plain;
-  if (chosen == "ex") return BatchNormCalls::ex;
-  if (chosen == "ex-relu") return BatchNormCalls::ex_relu;
-  if (chosen == "ex-add-relu") return BatchNormCalls::ex_add_relu;
-  if (!chosen.empty()) {
-    throw std::invalid_argument("DLBENCH_CUDA_BATCH_NORM: \"" + std::string(chosen) +
-                                "\" is not one of plain, ex, ex-relu, ex-add-relu");
+  if (const std::optional<BatchNormCalls> chosen = env_choice<BatchNormCalls>(
+          "DLBENCH_CUDA_BATCH_NORM", choice,
+          {{"plain", BatchNormCalls::plain}, {"ex", BatchNormCalls::ex}, {"ex-relu", BatchNormCalls::ex_relu},
+           {"ex-add-relu", BatchNormCalls::ex_add_relu}})) {
+    return *chosen;
   }
   // Unset. NCHW (true fp32) takes the plain calls: the *Ex calls there (the spatial mode, as
   // PyTorch's NCHW batch norm calls them) are an A/B that has not run on a GPU yet.

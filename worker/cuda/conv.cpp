@@ -120,9 +120,7 @@ class LegacyConvPasses {
   const AlgorithmChoice& choose(ConvPass pass, Find&& find) {
     auto& mine = chosen_[static_cast<std::size_t>(pass)];
     if (mine) return *mine;
-    const ConvAlgorithmKey key{config_.input.dims, config_.out_channels, config_.kernel,  config_.stride,
-                               config_.padding,    config_.dilation,     config_.dtype,   layout_,
-                               tensor_cores_,      pass};
+    const ConvAlgorithmKey key = conv_algorithm_key(config_, layout_, tensor_cores_, pass);
     std::optional<AlgorithmChoice> choice;
     {
       std::lock_guard lock(algorithm_cache_mutex);
@@ -135,7 +133,7 @@ class LegacyConvPasses {
       const std::shared_ptr<void> borrowed = bytes > 0 ? backend_.allocate(bytes) : nullptr;
       choice = find(borrowed.get(), bytes);
       // Which algorithms a run took, once each (numerics and speed depend on them): on request.
-      if (const char* log = std::getenv("DLBENCH_LOG_ALGORITHMS"); log != nullptr && *log != '\0' && *log != '0') {
+      if (log_algorithms()) {
         std::cerr << "dlbench-worker: cudnn " + describe_choice(key, *choice) + "\n";
       }
       std::lock_guard lock(algorithm_cache_mutex);

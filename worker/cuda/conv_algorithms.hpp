@@ -10,6 +10,7 @@
 #include <compare>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "backend.hpp"
@@ -38,6 +39,16 @@ struct ConvAlgorithmKey {
   ConvPass pass = ConvPass::forward;
   auto operator<=>(const ConvAlgorithmKey&) const = default;
 };
+
+inline ConvAlgorithmKey conv_algorithm_key(const Conv2dConfig& c, Layout layout, bool tensor_cores, ConvPass pass) {
+  return {c.input.dims, c.out_channels, c.kernel, c.stride, c.padding, c.dilation, c.dtype, layout, tensor_cores, pass};
+}
+
+// Whether DLBENCH_LOG_ALGORITHMS asks for one line per choice (set, not empty, not 0).
+inline bool log_algorithms() {
+  const char* log = std::getenv("DLBENCH_LOG_ALGORITHMS");
+  return log != nullptr && *log != '\0' && *log != '0';
+}
 
 struct AlgorithmChoice {
   int algorithm = 0;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cuda/conv_algorithms.hpp"
+#include "cuda/env_choice.hpp"
 #include "tensor.hpp"
 
 namespace dlbench::worker {
@@ -29,10 +30,9 @@ enum class ConvCallsApi { legacy, graph };
 // `choice` is DLBENCH_CUDA_CONV's value (null or empty: unset, the legacy calls). Throws
 // std::invalid_argument naming the variable and its allowed values for anything else.
 inline ConvCallsApi conv_calls_api(const char* choice) {
-  const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
-  if (chosen.empty() || chosen == "legacy") return ConvCallsApi::legacy;
-  if (chosen == "graph") return ConvCallsApi::graph;
-  throw std::invalid_argument("DLBENCH_CUDA_CONV: \"" + std::string(chosen) + "\" is not one of legacy, graph");
+  return env_choice<ConvCallsApi>("DLBENCH_CUDA_CONV", choice,
+                                  {{"legacy", ConvCallsApi::legacy}, {"graph", ConvCallsApi::graph}})
+      .value_or(ConvCallsApi::legacy);
 }
 
 // How a residual block's two branch gradients meet on this backend: an AddOp apart (sum), or the
@@ -45,10 +45,9 @@ enum class ResidualGradient { sum, accumulate };
 // `choice` is DLBENCH_CUDA_RESIDUAL_GRAD's value (null or empty: unset). Throws
 // std::invalid_argument naming the variable and its allowed values for anything else.
 inline ResidualGradient residual_gradient(const char* choice) {
-  const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
-  if (chosen.empty() || chosen == "sum") return ResidualGradient::sum;
-  if (chosen == "accumulate") return ResidualGradient::accumulate;
-  throw std::invalid_argument("DLBENCH_CUDA_RESIDUAL_GRAD: \"" + std::string(chosen) + "\" is not one of sum, accumulate");
+  return env_choice<ResidualGradient>("DLBENCH_CUDA_RESIDUAL_GRAD", choice,
+                                      {{"sum", ResidualGradient::sum}, {"accumulate", ResidualGradient::accumulate}})
+      .value_or(ResidualGradient::sum);
 }
 
 // Whether an engine with these numerical notes may run a convolution here. Never one that rounds

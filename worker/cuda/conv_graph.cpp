@@ -199,37 +199,37 @@ ConvOperationGraph::ConvOperationGraph(const Conv2dConfig& config, const ConvGra
 
   // Each pass overwrites its output but the accumulating one, which adds into dx.
   const float alpha = 1.0f, beta = pass == ConvPass::backward_data_accumulate ? 1.0f : 0.0f;
-  const cudnnBackendDescriptor_t x = input.get(), w = filter.get(), y = output.get(), conv = convolution.get();
-  const auto set = [&](cudnnBackendAttributeName_t name, const cudnnBackendDescriptor_t& d) {
-    operation.set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, &d);
+  // The operation's attributes for its input-, filter- and output-shaped tensors (x or dx, w or
+  // dw, y or dy), its convolution and its scales, by pass.
+  struct OperationAttributes {
+    cudnnBackendAttributeName_t input, filter, output, convolution, alpha, beta;
   };
-  switch (pass) {
-    case ConvPass::forward:
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x);
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w);
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y);
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, &alpha);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, &beta);
-      break;
-    case ConvPass::backward_data:
-    case ConvPass::backward_data_accumulate:
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x);
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w);
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, y);
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, &alpha);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, &beta);
-      break;
-    case ConvPass::backward_filter:
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x);
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, w);
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, y);
-      set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, &alpha);
-      operation.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, &beta);
-      break;
-  }
+  const OperationAttributes names_of =
+      pass == ConvPass::forward
+          ? OperationAttributes{CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA}
+      : pass == ConvPass::backward_filter
+          ? OperationAttributes{CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA}
+          : OperationAttributes{CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                                CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+  const cudnnBackendDescriptor_t x = input.get(), w = filter.get(), y = output.get(), conv = convolution.get();
+  operation.set(names_of.input, CUDNN_TYPE_BACKEND_DESCRIPTOR, &x);
+  operation.set(names_of.filter, CUDNN_TYPE_BACKEND_DESCRIPTOR, &w);
+  operation.set(names_of.output, CUDNN_TYPE_BACKEND_DESCRIPTOR, &y);
+  operation.set(names_of.convolution, CUDNN_TYPE_BACKEND_DESCRIPTOR, &conv);
+  operation.set(names_of.alpha, CUDNN_TYPE_FLOAT, &alpha);
+  operation.set(names_of.beta, CUDNN_TYPE_FLOAT, &beta);
   static constexpr std::array<const char*, kConvPasses> names{
       "the forward operation", "the backward-data operation", "the backward-filter operation",
       "the accumulating backward-data operation"};
@@ -272,9 +272,7 @@ void GraphConvPasses::run(ConvPass pass, const ConvOperands& operands) {
 const ConvPlan& GraphConvPasses::plan_for(ConvPass pass, const ConvOperands& operands) {
   Pass& mine = *passes_[static_cast<std::size_t>(pass)];
   if (mine.plan) return *mine.plan;
-  const ConvAlgorithmKey key{config_.input.dims, config_.out_channels, config_.kernel, config_.stride,
-                             config_.padding,    config_.dilation,     config_.dtype,  layout_,
-                             tensor_cores_,      pass};
+  const ConvAlgorithmKey key = conv_algorithm_key(config_, layout_, tensor_cores_, pass);
   ConvPlanCache& cache = backend_.conv_plans();
   {
     std::lock_guard lock(cache.mutex);
@@ -379,7 +377,7 @@ std::shared_ptr<const ConvPlan> GraphConvPasses::choose(ConvPass pass, const Con
   if (fastest == nullptr) {
     throw CudaError("cuDNN graph API: no engine ran " + describe_convolution(key) + ": " + describe_search(search));
   }
-  if (const char* log = std::getenv("DLBENCH_LOG_ALGORITHMS"); log != nullptr && *log != '\0' && *log != '0') {
+  if (log_algorithms()) {
     std::cerr << "dlbench-worker: cudnn " +
                      describe_graph_choice(key, fastest->engine, fastest->tensor_cores, fastest->workspace,
                                            fastest->milliseconds, search) +

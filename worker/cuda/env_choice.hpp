@@ -1,0 +1,30 @@
+// The value of one of the CUDA backend's developer switches (DLBENCH_CUDA_LAYOUT, _BATCH_NORM,
+// _CONV, _RESIDUAL_GRAD): each is read once, and a wrong value is refused naming the variable and
+// what it allows, whichever switch it is.
+#pragma once
+
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace dlbench::worker {
+
+// `value` (null or empty: unset, nullopt) as the one of `allowed` it names. Throws
+// std::invalid_argument for anything else: `VARIABLE: "value" is not one of a, b`.
+template <typename T>
+std::optional<T> env_choice(const char* variable, const char* value,
+                            std::initializer_list<std::pair<std::string_view, T>> allowed) {
+  const std::string_view chosen = value == nullptr ? std::string_view() : std::string_view(value);
+  if (chosen.empty()) return std::nullopt;
+  std::string names;
+  for (const auto& [name, meaning] : allowed) {
+    if (name == chosen) return meaning;
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  throw std::invalid_argument(std::string(variable) + ": \"" + std::string(chosen) + "\" is not one of " + names);
+}
+
+}  // namespace dlbench::worker
