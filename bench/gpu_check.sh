@@ -201,6 +201,17 @@ for precision in amp bf16; do
   grep -hs '^{' "$logs/pytorch-bert-$precision.log" | sed 's/^{/{"model": "bert-base", /' >> "$results"
 done
 time_dlbench bert-base 64 amp dlbench-bert-amp-graph dlbench-graph "${bert_flags[@]}" --cuda-graph on
+# Where a BERT step goes, which no GPU session has yet seen: the layers (--profile), then kernel by
+# kernel under Nsight Compute (two steps, one time metric; bench/ncu_summary.py makes the table).
+step profile-bert-amp 60 "$bin/dlbench-worker" --backend cuda --model bert-base --batch-size 64 --precision amp \
+  --warmup-steps 5 --measure-steps 5 --repeats 1 --profile 5 --output "$logs/profile-bert-amp.json" "${bert_flags[@]}"
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+if [[ -n $ncu ]]; then
+  step ncu-bert-amp 150 "$ncu" --csv --log-file "$logs/ncu-bert-amp.csv" --print-units base \
+    --print-kernel-base function --metrics gpu__time_duration.sum "$bin/dlbench-worker" --backend cuda \
+    --model bert-base --batch-size 64 --precision amp --warmup-steps 1 --measure-steps 1 --repeats 1 "${bert_flags[@]}"
+  python3 "$here/ncu_summary.py" "$logs/ncu-bert-amp.csv" > "$logs/ncu-bert-amp.md" 2>&1
+fi
 
 for precision in fp32 tf32 bf16; do profile_resnet50 "$precision"; done
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc profile_resnet50 fp32 profile-resnet50-fp32-conv-graph-nhwc

@@ -82,19 +82,31 @@ def poisoned(logs):
 def profiles(logs):
     out = ["profile by kind, ms a step (forward + backward), ResNet-50 (tf32-ex-add-relu: the bottleneck's add and"
            " ReLU fused into its last batch norm, as amp and bf16 do)"]
-    for precision in ("fp32", "fp32-conv-graph-nhwc", "tf32", "tf32-ex-add-relu", "amp", "bf16"):
-        doc = load(os.path.join(logs, f"profile-resnet50-{precision}.json"))
+    names = [f"resnet50-{p}" for p in ("fp32", "fp32-conv-graph-nhwc", "tf32", "tf32-ex-add-relu", "amp", "bf16")]
+    for name in names + ["bert-amp"]:
+        precision = name.removeprefix("resnet50-")
+        doc = load(os.path.join(logs, f"profile-{name}.json"))
         if not doc and precision.endswith(("relu", "nhwc")):
             continue  # an A/B this call did not run
         profile = (doc or {}).get("profile")
         if not profile:
-            out.append(f"  {precision}: - ({last_line(logs, 'profile-resnet50-' + precision)})")
+            out.append(f"  {precision}: - ({last_line(logs, 'profile-' + name)})")
             continue
         kinds = ", ".join(f"{k['kind']} {1e3 * (k['forwardSeconds'] + k['backwardSeconds']):.1f}"
                           for k in profile["kinds"][:5])
         out.append(f"  {precision} batch {doc['case']['batchSizePerDevice']}: step "
                    f"{1e3 * profile['stepSeconds']:.1f}, outside layers {1e3 * profile['outsideLayersSeconds']:.1f}; {kinds}")
     return out
+
+
+def kernels(logs):
+    """The head of bench/ncu_summary.py's table for BERT, where ncu ran."""
+    path = os.path.join(logs, "ncu-bert-amp.md")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        head = f.read().splitlines()[:14]
+    return ["", "BERT-base amp, batch 64, two steps under ncu (ncu-bert-amp.md has the rest):"] + head
 
 
 def comparison(logs):
@@ -174,6 +186,7 @@ def main():
     lines += gtest(logs, "gpu-tests")
     lines += poisoned(logs)
     lines += profiles(logs)
+    lines += kernels(logs)
     lines += [""] + comparison(logs)
     lines += gpu_readings(logs)
     print("\n".join(lines))

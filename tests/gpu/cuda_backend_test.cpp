@@ -7,6 +7,8 @@
 // on the loss after ten SGD steps in fp32 (ten steps of differently ordered fp32 sums through
 // 53 batch norms, each step amplified by the learning rate).
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -17,7 +19,10 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "cuda/column_reduction.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/swap_axes_plan.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
 #include "self_test.hpp"
@@ -298,7 +303,7 @@ TEST_F(CudaBackendTest, LossDropoutPoolingAndSgdMatchTheCpu) {
   EXPECT_NEAR(gpu_->last_loss(), cpu_total, 1e-5 * std::fabs(static_cast<double>(cpu_total)));
   EXPECT_LT(dlogits.error(), 1e-5);
 
-  const Shape flat(8, 4096);
+  const Shape flat(7, 4097);  // 16-byte packs of 4 and a tail of 3, hashed by their index in the whole
   auto x = pair(flat, false, 20), y = zeros(flat, false), mask = zeros(flat, false);
   auto dy = pair(flat, false, 25), dx = zeros(flat, false);
   cpu_->dropout_forward(x.cpu(), y.cpu(), 0.5f, 1234);
@@ -490,6 +495,97 @@ TEST_F(CudaBackendTest, TransformerOpsMatchTheCpu) {
   gpu_->synchronize();
   EXPECT_EQ(gathered.error(), 0.0) << "gather rows";
   EXPECT_LT(table_grad.error(), 1e-6) << "scatter-add rows";
+}
+
+// At BERT's widths: layer norm's dγ and dβ, and a bias gradient, over more rows than one chunk
+// of blocks sums (column_reduction.hpp: 1,000 rows of 768 features are 15 chunks; the 24 rows
+// above are one), and softmax over attention's 128 tokens (a row in registers) and over 768
+// (rows too long for registers).
+TEST_F(CudaBackendTest, TransformerKernelsAtBertsWidthsMatchTheCpu) {
+  const std::int64_t rows = 1000, features = 768;
+  const ColumnChunks plan = column_chunks(rows, features);
+  ASSERT_GT(plan.chunks, 1) << "the shape must take the chunked path";
+  const Shape matrix(rows, features);
+  auto x = pair(matrix, false, 61), dy = pair(matrix, false, 62), y = zeros(matrix, false), dx = zeros(matrix, false);
+  auto gamma = pair(Shape(features), false, 63), beta = pair(Shape(features), false, 64);
+  auto mean = zeros(Shape(rows), false), variance = zeros(Shape(rows), false);
+  auto dgamma = zeros(Shape(features), false), dbeta = zeros(Shape(features), false);
+  const LayerNormConfig norm{rows, features, 1e-12f};
+  auto cpu_norm = cpu_->make_layer_norm(norm);
+  auto gpu_norm = gpu_->make_layer_norm(norm);
+  cpu_norm->forward(x.cpu(), gamma.cpu(), beta.cpu(), y.cpu(), mean.cpu(), variance.cpu());
+  gpu_norm->forward(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), mean.gpu(), variance.gpu());
+  cpu_norm->backward(x.cpu(), dy.cpu(), gamma.cpu(), beta.cpu(), mean.cpu(), variance.cpu(), dx.cpu(), dgamma.cpu(),
+                     dbeta.cpu());
+  gpu_norm->backward(x.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), mean.gpu(), variance.gpu(), dx.gpu(), dgamma.gpu(),
+                     dbeta.gpu());
+  gpu_->synchronize();
+  EXPECT_LT(y.error(), 1e-5) << "layer norm";
+  EXPECT_LT(dx.error(), 1e-5) << "layer norm dx";
+  EXPECT_LT(dgamma.error(), 1e-5) << "layer norm dgamma";
+  EXPECT_LT(dbeta.error(), 1e-5) << "layer norm dbeta";
+
+  // dy's column sums against the host's, in fp64.
+  const std::vector<float> gradient = dy.gpu_values();
+  std::vector<float> expected(static_cast<std::size_t>(features), 0.0f);
+  for (std::int64_t j = 0; j < features; ++j) {
+    double sum = 0.0;
+    for (std::int64_t r = 0; r < rows; ++r) sum += static_cast<double>(gradient[static_cast<std::size_t>(r * features + j)]);
+    expected[static_cast<std::size_t>(j)] = static_cast<float>(sum);
+  }
+  auto sums = zeros(Shape(features), false);
+  auto scratch = gpu_->allocate(kernels::column_sums_scratch_bytes(rows, static_cast<int>(features)));
+  kernels::column_sums(DType::fp32, dy.gpu().data, sums.gpu().as<float>(), rows, static_cast<int>(features),
+                       static_cast<float*>(scratch.get()), gpu_->stream());
+  gpu_->synchronize();
+  EXPECT_LT(relative_error(sums.gpu_values(), expected), 1e-5) << "column sums";
+
+  for (const std::int64_t columns : {128, 768}) {
+    const Shape scores(rows, columns);
+    auto in = pair(scores, false, 65), dprobabilities = pair(scores, false, 66);
+    auto probabilities = zeros(scores, false), dscores = zeros(scores, false);
+    auto cpu_softmax = cpu_->make_softmax(rows, columns, DType::fp32);
+    auto gpu_softmax = gpu_->make_softmax(rows, columns, DType::fp32);
+    cpu_softmax->forward(in.cpu(), probabilities.cpu());
+    gpu_softmax->forward(in.gpu(), probabilities.gpu());
+    cpu_softmax->backward(probabilities.cpu(), dprobabilities.cpu(), dscores.cpu());
+    gpu_softmax->backward(probabilities.gpu(), dprobabilities.gpu(), dscores.gpu());
+    gpu_->synchronize();
+    EXPECT_LT(probabilities.error(), 1e-5) << "softmax over " << columns;
+    EXPECT_LT(dscores.error(), 1e-5) << "softmax dx over " << columns;
+  }
+}
+
+// The heads' axis swap moves 2-byte values in 16-, 8-, 4- and 2-byte packs (swap_axes_plan.hpp):
+// the same bits as the definition y[a][c][b][d] = x[a][b][c][d], at BERT's head size and at an
+// odd one, with y offset from 16-byte alignment.
+TEST_F(CudaBackendTest, HalfHeadsSwapBitForBitWhateverThePackWidth) {
+  CudaBackend half(0, CudaMath::fp32, DType::fp16);
+  for (const std::int64_t d : {64, 3}) {
+    const std::int64_t a = 3, b = 128, c = 12, n = a * b * c * d;
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(n)), expected(x.size()), actual(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<std::uint16_t>(i * 2654435761u >> 7);
+    for (std::int64_t ai = 0; ai < a; ++ai)
+      for (std::int64_t bi = 0; bi < b; ++bi)
+        for (std::int64_t ci = 0; ci < c; ++ci)
+          for (std::int64_t di = 0; di < d; ++di) {
+            expected[static_cast<std::size_t>(((ai * c + ci) * b + bi) * d + di)] =
+                x[static_cast<std::size_t>(((ai * b + bi) * c + ci) * d + di)];
+          }
+    const std::size_t bytes = x.size() * sizeof(std::uint16_t);
+    auto from = half.allocate(bytes), to = half.allocate(bytes + 16);
+    half.copy_from_host(from.get(), x.data(), bytes);
+    for (const std::size_t offset : {0u, 8u, 4u, 2u}) {
+      void* y = static_cast<std::byte*>(to.get()) + offset;
+      const SwapAxesPlan plan = swap_axes_plan(a, b, c, d, 2, from.get(), y);
+      const Tensor in{from.get(), Shape(a, b, c, d), Layout::plain, DType::fp16};
+      Tensor out{y, Shape(a, c, b, d), Layout::plain, DType::fp16};
+      half.make_swap_axes(in.shape, DType::fp16)->run(in, out);
+      half.copy_to_host(actual.data(), y, bytes);
+      EXPECT_EQ(actual, expected) << "head size " << d << ", y " << offset << " bytes past 16-byte alignment, "
+                                  << plan.pack_bytes << "-byte packs";
+    }
+  }
 }
 
 // Wide enough for the tensor cores to matter, small enough for ten steps against the CPU.

@@ -5,6 +5,7 @@
 #include "bilinear_taps.hpp"
 #include "dropout_mask.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/column_reduction.hpp"
 #include "cuda/kernel_launch.cuh"
 
 namespace dlbench::worker::kernels {
@@ -87,14 +88,36 @@ __global__ void set_step_kernel(std::uint64_t* counter, std::uint64_t step) { *c
 __global__ void advance_step_kernel(std::uint64_t* counter) { *counter += 1; }
 
 // y = x · mask, the mask hashed from the step on the device (x null: y = mask). Forward and
-// backward both run it: nothing stores the mask.
+// backward both run it: nothing stores the mask. Elements from `first` on (a tail after packs):
+// an element's mask depends on its index in the whole tensor only.
 template <typename T>
-__global__ void dropout_kernel(const T* x, T* y, std::int64_t n, std::uint32_t threshold, float keep_scale,
-                               std::uint64_t layer_seed, const std::uint64_t* step) {
+__global__ void dropout_kernel(const T* x, T* y, std::int64_t n, std::int64_t first, std::uint32_t threshold,
+                               float keep_scale, std::uint64_t layer_seed, const std::uint64_t* step) {
   const dlbench::worker::DropoutKey key = dlbench::worker::dropout_key(layer_seed, *step);
   DLBENCH_GRID_STRIDE(i, n) {
-    const float m = dlbench::worker::dropout_keeps(key, static_cast<std::uint64_t>(i), threshold) ? keep_scale : 0.0f;
+    const auto element = static_cast<std::uint64_t>(first + i);
+    const float m = dlbench::worker::dropout_keeps(key, element, threshold) ? keep_scale : 0.0f;
     y[i] = store<T>(x == nullptr ? m : load(x[i]) * m);
+  }
+}
+
+// The same in 16-byte packs (vector_split.hpp): attention's dropout runs over BERT's
+// (sequences, heads, tokens, tokens) probabilities twice a step, 2-byte elements in fp16.
+template <typename T>
+__global__ void dropout_packs_kernel(const Pack<T>* x, Pack<T>* y, std::int64_t packs, std::uint32_t threshold,
+                                     float keep_scale, std::uint64_t layer_seed, const std::uint64_t* step) {
+  const dlbench::worker::DropoutKey key = dlbench::worker::dropout_key(layer_seed, *step);
+  DLBENCH_GRID_STRIDE(i, packs) {
+    Pack<T> in{};
+    if (x != nullptr) in = x[i];
+    Pack<T> out;
+#pragma unroll
+    for (int k = 0; k < Pack<T>::kWidth; ++k) {
+      const auto element = static_cast<std::uint64_t>(i * Pack<T>::kWidth + k);
+      const float m = dlbench::worker::dropout_keeps(key, element, threshold) ? keep_scale : 0.0f;
+      out.v[k] = store<T>(x == nullptr ? m : load(in.v[k]) * m);
+    }
+    y[i] = out;
   }
 }
 
@@ -271,33 +294,26 @@ __global__ void sgd_kernel(float* values, const float* grads, float* momentum_bu
   }
 }
 
-// A block of 32 columns × 8 row lanes sums one chunk of rows; the lanes' partial sums are added
-// in shared memory in a fixed order. With one chunk the block writes the column's sum; with more,
-// its chunk's partial sum, added up by column_sums_of_chunks_kernel in chunk order (so the result
-// does not depend on scheduling).
-constexpr int kColumnTile = 32;
-constexpr int kRowLanes = 8;
-constexpr std::int64_t kRowsPerChunk = 4096;
-constexpr std::int64_t kMaxChunks = 1024;
-
-std::int64_t chunks_for(std::int64_t rows) {
-  return std::clamp<std::int64_t>((rows + kRowsPerChunk - 1) / kRowsPerChunk, 1, kMaxChunks);
-}
-
+// A block of kColumnTile columns × kColumnRowLanes row lanes sums one chunk of rows
+// (column_reduction.hpp); the lanes' partial sums are added in shared memory in a fixed order.
+// With one chunk the block writes the column's sum; with more, its chunk's partial sum, added up
+// by column_sums_of_chunks_kernel in chunk order (so the result does not depend on scheduling).
 template <typename T>
 __global__ void column_sums_kernel(const T* dy, float* out, std::int64_t rows, int columns, std::int64_t chunk_rows) {
-  __shared__ float part[kRowLanes][kColumnTile + 1];
+  __shared__ float part[kColumnRowLanes][kColumnTile + 1];
   const int column = static_cast<int>(blockIdx.x) * kColumnTile + static_cast<int>(threadIdx.x);
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.y) * chunk_rows;
   const std::int64_t last = first + chunk_rows < rows ? first + chunk_rows : rows;
   float sum = 0.0f;
   if (column < columns) {
-    for (std::int64_t row = first + threadIdx.y; row < last; row += kRowLanes) sum += load(dy[row * columns + column]);
+    for (std::int64_t row = first + threadIdx.y; row < last; row += kColumnRowLanes) {
+      sum += load(dy[row * columns + column]);
+    }
   }
   part[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && column < columns) {
-    for (int lane = 1; lane < kRowLanes; ++lane) sum += part[lane][threadIdx.x];
+    for (int lane = 1; lane < kColumnRowLanes; ++lane) sum += part[lane][threadIdx.x];
     out[static_cast<std::int64_t>(blockIdx.y) * columns + column] = sum;
   }
 }
@@ -372,10 +388,17 @@ void advance_step(std::uint64_t* counter, cudaStream_t stream) {
 void dropout(DType dtype, const void* x, void* y, std::int64_t n, float p, std::uint64_t layer_seed,
              const std::uint64_t* step, cudaStream_t stream) {
   const std::uint32_t threshold = dlbench::worker::dropout_threshold(p);
+  const float keep_scale = 1.0f / (1.0f - p);
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(dropout_kernel<T>, n, stream, static_cast<const T*>(x), static_cast<T*>(y), n, threshold,
-                   1.0f / (1.0f - p), layer_seed, step);
+    const auto* const in = static_cast<const T*>(x);
+    auto* const out = static_cast<T*>(y);
+    const VectorSplit split = x != nullptr ? vector_split(n, sizeof(T), {x, y}) : vector_split(n, sizeof(T), {y});
+    DLBENCH_LAUNCH(dropout_packs_kernel<T>, split.packs, stream, reinterpret_cast<const Pack<T>*>(in),
+                   reinterpret_cast<Pack<T>*>(out), split.packs, threshold, keep_scale, layer_seed, step);
+    const std::int64_t tail = n - split.tail_start;
+    DLBENCH_LAUNCH(dropout_kernel<T>, tail, stream, in != nullptr ? in + split.tail_start : nullptr,
+                   out + split.tail_start, tail, split.tail_start, threshold, keep_scale, layer_seed, step);
   });
 }
 void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* labels, void* dlogits,
@@ -432,26 +455,25 @@ void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t
                  first_step, loss_scale);
 }
 std::size_t column_sums_scratch_bytes(std::int64_t rows, int columns) {
-  const std::int64_t chunks = chunks_for(rows);
-  return chunks > 1 ? static_cast<std::size_t>(chunks * columns) * sizeof(float) : 0;
+  return column_chunks_scratch_bytes(column_chunks(rows, columns), columns, 1);
 }
 void column_sums(DType dtype, const void* dy, float* sums, std::int64_t rows, int columns, float* scratch,
                  cudaStream_t stream) {
   if (columns <= 0) return;
-  const std::int64_t chunks = chunks_for(rows);
-  if (chunks > 1 && scratch == nullptr) throw std::invalid_argument("column_sums: many rows need the scratch");
-  const std::int64_t chunk_rows = (rows + chunks - 1) / chunks;
-  const dim3 block(kColumnTile, kRowLanes);
-  const dim3 grid(static_cast<unsigned>((columns + kColumnTile - 1) / kColumnTile), static_cast<unsigned>(chunks));
-  float* out = chunks > 1 ? scratch : sums;
+  const ColumnChunks plan = column_chunks(rows, columns);
+  if (plan.chunks > 1 && scratch == nullptr) throw std::invalid_argument("column_sums: many rows need the scratch");
+  const dim3 block(kColumnTile, kColumnRowLanes);
+  const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.chunks));
+  float* out = plan.chunks > 1 ? scratch : sums;
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    column_sums_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T*>(dy), out, rows, columns, chunk_rows);
+    column_sums_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T*>(dy), out, rows, columns, plan.chunk_rows);
   });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
-  if (chunks > 1) {
-    DLBENCH_LAUNCH(column_sums_of_chunks_kernel, columns, stream, scratch, sums, columns, static_cast<int>(chunks));
-  }
+  if (plan.chunks > 1) add_column_chunks(scratch, sums, columns, plan.chunks, stream);
+}
+void add_column_chunks(const float* partial, float* sums, int columns, std::int64_t chunks, cudaStream_t stream) {
+  DLBENCH_LAUNCH(column_sums_of_chunks_kernel, columns, stream, partial, sums, columns, static_cast<int>(chunks));
 }
 void add_channel_bias(DType dtype, void* y, const float* bias, const ActivationGeometry& geometry, cudaStream_t stream) {
   with_float_type(dtype, [&](auto t) {

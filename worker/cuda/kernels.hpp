@@ -75,6 +75,9 @@ void sum(const float* x, std::int64_t n, float* total, cudaStream_t stream);
 std::size_t column_sums_scratch_bytes(std::int64_t rows, int columns);
 void column_sums(DType dtype, const void* dy, float* sums, std::int64_t rows, int columns, float* scratch,
                  cudaStream_t stream);
+// sums[j] = Σ over chunks of partial[chunk][j], in chunk order: the second pass of a chunked
+// column reduction (column_reduction.hpp), for reductions of their own such as layer norm's.
+void add_column_chunks(const float* partial, float* sums, int columns, std::int64_t chunks, cudaStream_t stream);
 // y[sample][channel][pixel] += bias[channel]: a convolution's bias on half activations.
 void add_channel_bias(DType dtype, void* y, const float* bias, const ActivationGeometry& geometry, cudaStream_t stream);
 // Element type conversions: fp32 master weights to the activations' type (`to`), and gradients

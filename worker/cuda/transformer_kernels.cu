@@ -1,9 +1,14 @@
 #include "cuda/transformer_kernels.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
+#include "cuda/column_reduction.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/kernels.hpp"
 #include "cuda/kernel_launch.cuh"
+#include "cuda/swap_axes_plan.hpp"
 
 namespace dlbench::worker::kernels {
 namespace {
@@ -88,25 +93,27 @@ __global__ void layer_norm_backward_data_kernel(const T* x, const T* dy, const f
   }
 }
 
-constexpr int kColumnTile = 32;
-constexpr int kRowLanes = 8;
-
-// dgamma = Σ_rows dy · x̂, dbeta = Σ_rows dy: a block of 32 columns × 8 row lanes, the lanes
-// summed in shared memory (a fixed order: the result does not depend on scheduling).
+// dgamma = Σ_rows dy · x̂, dbeta = Σ_rows dy over one chunk of rows (column_reduction.hpp): a
+// block of kColumnTile columns × kColumnRowLanes row lanes, the lanes summed in shared memory in a
+// fixed order. It writes row `blockIdx.y` of gamma_out and beta_out: the sums themselves with one
+// chunk, the chunk's partial sums with more.
 template <typename T>
 __global__ void layer_norm_backward_parameters_kernel(const T* x, const T* dy, const float* mean,
-                                                      const float* variance, float* dgamma, float* dbeta,
-                                                      std::int64_t rows, int features, float epsilon) {
-  __shared__ float gamma_part[kRowLanes][kColumnTile + 1];
-  __shared__ float beta_part[kRowLanes][kColumnTile + 1];
+                                                      const float* variance, float* gamma_out, float* beta_out,
+                                                      std::int64_t rows, int features, float epsilon,
+                                                      std::int64_t chunk_rows) {
+  __shared__ float gamma_part[kColumnRowLanes][kColumnTile + 1];
+  __shared__ float beta_part[kColumnRowLanes][kColumnTile + 1];
   const int column = static_cast<int>(blockIdx.x) * kColumnTile + static_cast<int>(threadIdx.x);
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.y) * chunk_rows;
+  const std::int64_t last = first + chunk_rows < rows ? first + chunk_rows : rows;
   float g = 0.0f, b = 0.0f;
   if (column < features) {
-    for (std::int64_t row = threadIdx.y; row < rows; row += kRowLanes) {
+    for (std::int64_t row = first + threadIdx.y; row < last; row += kColumnRowLanes) {
       const std::int64_t at = row * features + column;
-      const float xhat = (load(x[at]) - mean[row]) / sqrtf(variance[row] + epsilon);
+      const float inverse_std = 1.0f / sqrtf(variance[row] + epsilon);
       const float gradient = load(dy[at]);
-      g += gradient * xhat;
+      g += gradient * (load(x[at]) - mean[row]) * inverse_std;
       b += gradient;
     }
   }
@@ -114,12 +121,13 @@ __global__ void layer_norm_backward_parameters_kernel(const T* x, const T* dy, c
   beta_part[threadIdx.y][threadIdx.x] = b;
   __syncthreads();
   if (threadIdx.y == 0 && column < features) {
-    for (int lane = 1; lane < kRowLanes; ++lane) {
+    for (int lane = 1; lane < kColumnRowLanes; ++lane) {
       g += gamma_part[lane][threadIdx.x];
       b += beta_part[lane][threadIdx.x];
     }
-    dgamma[column] = g;
-    dbeta[column] = b;
+    const std::int64_t out = static_cast<std::int64_t>(blockIdx.y) * features + column;
+    gamma_out[out] = g;
+    beta_out[out] = b;
   }
 }
 
@@ -158,6 +166,77 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, std::int
   }
 }
 
+// The same with the row in registers, kPerLane values a lane (columns ≤ 32 · kPerLane, BERT's
+// 128 tokens are 4): x is read once and each exponential computed once, in the order the loops
+// above use, so the results are the same bits.
+template <typename T, int kPerLane>
+__global__ void softmax_forward_registers_kernel(const T* x, T* y, std::int64_t rows, int columns) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps_in_grid) {
+    const T* in = x + row * columns;
+    T* out = y + row * columns;
+    float v[kPerLane];
+    float highest = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int j = lane + 32 * k;
+      v[k] = j < columns ? load(in[j]) : -INFINITY;
+      highest = fmaxf(highest, v[k]);
+    }
+    highest = warp_max(highest);
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      v[k] = lane + 32 * k < columns ? expf(v[k] - highest) : 0.0f;
+      sum += v[k];
+    }
+    const float inverse = 1.0f / warp_sum(sum);
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int j = lane + 32 * k;
+      if (j < columns) out[j] = store<T>(v[k] * inverse);
+    }
+  }
+}
+
+template <typename T, int kPerLane>
+__global__ void softmax_backward_registers_kernel(const T* y, const T* dy, T* dx, std::int64_t rows, int columns) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps_in_grid) {
+    const T* p_row = y + row * columns;
+    const T* g_row = dy + row * columns;
+    T* out = dx + row * columns;
+    float p[kPerLane], g[kPerLane];
+    float dot = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int j = lane + 32 * k;
+      p[k] = j < columns ? load(p_row[j]) : 0.0f;
+      g[k] = j < columns ? load(g_row[j]) : 0.0f;
+      dot += g[k] * p[k];
+    }
+    dot = warp_sum(dot);
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int j = lane + 32 * k;
+      if (j < columns) out[j] = store<T>(p[k] * (g[k] - dot));
+    }
+  }
+}
+
+// Values a lane holds for a row of `columns` in the register kernels: 1, 2, 4, 8 or 16, or 0 for
+// rows too long for them (the looping kernels then).
+int softmax_values_per_lane(int columns) {
+  for (const int per_lane : {1, 2, 4, 8, 16}) {
+    if (columns <= 32 * per_lane) return per_lane;
+  }
+  return 0;
+}
+
 constexpr float kInverseSqrt2 = 0.70710678118654752f;
 constexpr float kInverseSqrt2Pi = 0.39894228040143268f;
 
@@ -185,20 +264,31 @@ struct TanhBackward {
   }
 };
 
-// One thread per output element, y in (a, c, b, d) order; T only has to be copyable.
-template <typename T>
-__global__ void swap_axes_kernel(const T* x, T* y, std::int64_t a, std::int64_t b, std::int64_t c,
-                                 std::int64_t d) {
-  const std::int64_t n = a * b * c * d;
-  DLBENCH_GRID_STRIDE(i, n) {
-    const std::int64_t di = i % d;
-    std::int64_t rest = i / d;
-    const std::int64_t bi = rest % b;
-    rest /= b;
-    const std::int64_t ci = rest % c;
-    const std::int64_t ai = rest / c;
-    y[i] = x[((ai * b + bi) * c + ci) * d + di];
+// A pack of y (a, c, b, units order) a thread, copied from x (swap_axes_plan.hpp); Pack only has
+// to be copyable, Index is 32 bits where the plan allows.
+template <typename Pack, typename Index>
+__global__ void swap_axes_kernel(const Pack* x, Pack* y, Index b, Index c, Index units, Index count) {
+  const Index stride = static_cast<Index>(blockDim.x) * static_cast<Index>(gridDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) + static_cast<Index>(threadIdx.x);
+       i < count; i += stride) {
+    y[i] = x[swap_axes_source(i, b, c, units)];
   }
+}
+
+template <typename Pack>
+void launch_swap_axes(const SwapAxesPlan& plan, const void* x, void* y, std::int64_t b, std::int64_t c,
+                      cudaStream_t stream) {
+  const auto* from = static_cast<const Pack*>(x);
+  auto* to = static_cast<Pack*>(y);
+  if (plan.narrow) {
+    swap_axes_kernel<Pack, std::int32_t><<<blocks_for(plan.count), kThreads, 0, stream>>>(
+        from, to, static_cast<std::int32_t>(b), static_cast<std::int32_t>(c), static_cast<std::int32_t>(plan.units),
+        static_cast<std::int32_t>(plan.count));
+  } else {
+    swap_axes_kernel<Pack, std::int64_t><<<blocks_for(plan.count), kThreads, 0, stream>>>(from, to, b, c, plan.units,
+                                                                                            plan.count);
+  }
+  DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename TableT, typename T>
@@ -358,10 +448,19 @@ void layer_norm_forward(DType dtype, const void* x, const float* gamma, const fl
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
+std::size_t layer_norm_backward_scratch_bytes(std::int64_t rows, int features) {
+  return column_chunks_scratch_bytes(column_chunks(rows, features), features, 2);
+}
+
 void layer_norm_backward(DType dtype, const void* x, const void* dy, const float* gamma, const float* mean,
                          const float* variance, void* dx, float* dgamma, float* dbeta, std::int64_t rows,
-                         int features, float epsilon, cudaStream_t stream) {
+                         int features, float epsilon, float* scratch, cudaStream_t stream) {
   if (rows <= 0) return;
+  const ColumnChunks plan = column_chunks(rows, features);
+  if (plan.chunks > 1 && scratch == nullptr) throw std::invalid_argument("layer_norm_backward: many rows need the scratch");
+  // With chunks, dgamma's partial sums first, then dbeta's.
+  float* gamma_out = plan.chunks > 1 ? scratch : dgamma;
+  float* beta_out = plan.chunks > 1 ? scratch + plan.chunks * features : dbeta;
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
     const auto* in = static_cast<const T*>(x);
@@ -369,20 +468,34 @@ void layer_norm_backward(DType dtype, const void* x, const void* dy, const float
     layer_norm_backward_data_kernel<T><<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(
         in, gradient, gamma, mean, variance, static_cast<T*>(dx), rows, features, epsilon);
     DLBENCH_CUDA_CHECK(cudaGetLastError());
-    const dim3 block(kColumnTile, kRowLanes);
-    const auto tiles = static_cast<unsigned>((features + kColumnTile - 1) / kColumnTile);
-    layer_norm_backward_parameters_kernel<T><<<tiles, block, 0, stream>>>(in, gradient, mean, variance, dgamma, dbeta,
-                                                                          rows, features, epsilon);
+    const dim3 block(kColumnTile, kColumnRowLanes);
+    const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.chunks));
+    layer_norm_backward_parameters_kernel<T><<<grid, block, 0, stream>>>(in, gradient, mean, variance, gamma_out,
+                                                                         beta_out, rows, features, epsilon,
+                                                                         plan.chunk_rows);
   });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
+  if (plan.chunks > 1) {
+    add_column_chunks(gamma_out, dgamma, features, plan.chunks, stream);
+    add_column_chunks(beta_out, dbeta, features, plan.chunks, stream);
+  }
 }
 
 void softmax_forward(DType dtype, const void* x, void* y, std::int64_t rows, int columns, cudaStream_t stream) {
   if (rows <= 0) return;
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    softmax_forward_kernel<T><<<blocks_for_rows(rows, kThreads / 32), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), rows, columns);
+    const auto* in = static_cast<const T*>(x);
+    auto* out = static_cast<T*>(y);
+    const unsigned blocks = blocks_for_rows(rows, kThreads / 32);
+    switch (softmax_values_per_lane(columns)) {
+      case 1: softmax_forward_registers_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
+      case 2: softmax_forward_registers_kernel<T, 2><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
+      case 4: softmax_forward_registers_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
+      case 8: softmax_forward_registers_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
+      case 16: softmax_forward_registers_kernel<T, 16><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
+      default: softmax_forward_kernel<T><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
+    }
   });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
@@ -392,8 +505,20 @@ void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, std:
   if (rows <= 0) return;
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    softmax_backward_kernel<T><<<blocks_for_rows(rows, kThreads / 32), kThreads, 0, stream>>>(
-        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), rows, columns);
+    const auto* p = static_cast<const T*>(y);
+    const auto* g = static_cast<const T*>(dy);
+    auto* out = static_cast<T*>(dx);
+    const unsigned blocks = blocks_for_rows(rows, kThreads / 32);
+    switch (softmax_values_per_lane(columns)) {
+      case 1: softmax_backward_registers_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns); break;
+      case 2: softmax_backward_registers_kernel<T, 2><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns); break;
+      case 4: softmax_backward_registers_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns); break;
+      case 8: softmax_backward_registers_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns); break;
+      case 16:
+        softmax_backward_registers_kernel<T, 16><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns);
+        break;
+      default: softmax_backward_kernel<T><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns); break;
+    }
   });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
@@ -413,13 +538,16 @@ void tanh_backward(DType dtype, const void* x, const void* dy, void* dx, std::in
 
 void swap_axes(DType dtype, const void* x, void* y, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
                cudaStream_t stream) {
-  if (dtype_size(dtype) == 2) {
-    DLBENCH_LAUNCH(swap_axes_kernel<std::uint16_t>, a * b * c * d, stream, static_cast<const std::uint16_t*>(x),
-                   static_cast<std::uint16_t*>(y), a, b, c, d);
-  } else {
-    DLBENCH_LAUNCH(swap_axes_kernel<std::uint32_t>, a * b * c * d, stream, static_cast<const std::uint32_t*>(x),
-                   static_cast<std::uint32_t*>(y), a, b, c, d);
+  const SwapAxesPlan plan = swap_axes_plan(a, b, c, d, dtype_size(dtype), x, y);
+  if (plan.count <= 0) return;
+  switch (plan.pack_bytes) {
+    case 16: launch_swap_axes<uint4>(plan, x, y, b, c, stream); return;
+    case 8: launch_swap_axes<uint2>(plan, x, y, b, c, stream); return;
+    case 4: launch_swap_axes<std::uint32_t>(plan, x, y, b, c, stream); return;
+    case 2: launch_swap_axes<std::uint16_t>(plan, x, y, b, c, stream); return;
+    default: break;
   }
+  throw std::invalid_argument("swap_axes: no kernel moves " + std::to_string(plan.pack_bytes) + "-byte packs");
 }
 
 void gather_rows(DType table_dtype, const void* table, const std::int32_t* rows, std::int64_t count, int features,

@@ -18,10 +18,13 @@ namespace dlbench::worker::kernels {
 // · gamma + beta (torch.nn.LayerNorm; oneDNN's statistics).
 void layer_norm_forward(DType dtype, const void* x, const float* gamma, const float* beta, void* y, float* mean,
                         float* variance, std::int64_t rows, int features, float epsilon, cudaStream_t stream);
-// dx from the saved statistics; dgamma and dbeta summed over the rows (written, not added).
+// dx from the saved statistics; dgamma and dbeta summed over the rows (written, not added), in
+// chunks of rows (column_reduction.hpp) whose partial sums go to `scratch`
+// (layer_norm_backward_scratch_bytes of it; none for few rows), added in a fixed order.
+std::size_t layer_norm_backward_scratch_bytes(std::int64_t rows, int features);
 void layer_norm_backward(DType dtype, const void* x, const void* dy, const float* gamma, const float* mean,
                          const float* variance, void* dx, float* dgamma, float* dbeta, std::int64_t rows,
-                         int features, float epsilon, cudaStream_t stream);
+                         int features, float epsilon, float* scratch, cudaStream_t stream);
 // Softmax over each row's `columns` values; backward from the output: dx = y (dy - Σ dy y).
 void softmax_forward(DType dtype, const void* x, void* y, std::int64_t rows, int columns, cudaStream_t stream);
 void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t rows, int columns,

@@ -61,9 +61,12 @@ class CudaLayerNorm final : public LayerNormOp {
                 const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
     require_elements(dy, c_.rows * c_.features, "layer norm", "dy");
     cuda_detail::require_dtype("layer norm", c_.dtype, {&x, &dy, &dx});
+    const int features = as_int(c_.features);
+    auto* scratch =
+        static_cast<float*>(backend_.workspace(kernels::layer_norm_backward_scratch_bytes(c_.rows, features)));
     kernels::layer_norm_backward(c_.dtype, x.data, dy.data, gamma.as<float>(), mean.as<float>(), variance.as<float>(),
-                                 dx.data, dgamma.as<float>(), dbeta.as<float>(), c_.rows, as_int(c_.features),
-                                 c_.epsilon, backend_.stream());
+                                 dx.data, dgamma.as<float>(), dbeta.as<float>(), c_.rows, features, c_.epsilon,
+                                 scratch, backend_.stream());
   }
 
  private:
