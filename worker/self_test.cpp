@@ -549,6 +549,59 @@ void transformer_checks(Checker& checker, Backend& backend, Backend& reference, 
   });
 }
 
+// Layer norm at BERT-base's width over enough rows that its dγ and dβ are summed in chunks of
+// rows (the encoder layer's check is 32 wide and 48 rows: one chunk, one value a lane), in the
+// device's type; the inputs are rounded to that type first, so both sides normalize the same values.
+SelfTestCheck layer_norm_at_bert_width(Backend& backend, Backend& reference, DType dtype, const Bounds& b) {
+  const LayerNormConfig config{256, 768, 1e-12f, dtype};
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const auto draw = [&](std::int64_t n, bool round) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& e : v) e = u(rng);
+    return round ? decode(encode(v.data(), v.size(), dtype).data(), v.size(), dtype) : v;
+  };
+  const std::vector<float> x = draw(config.rows * config.features, true), dy = draw(config.rows * config.features, true);
+  const std::vector<float> gamma = draw(config.features, false), beta = draw(config.features, false);
+  const auto run = [&](Backend& on, DType t) {
+    std::vector<std::shared_ptr<void>> memory;
+    const auto tensor = [&](std::int64_t n, DType type, const std::vector<float>* values) {
+      Tensor made{nullptr, Shape(n), Layout::plain, type};
+      memory.push_back(on.allocate(made.bytes()));
+      made.data = memory.back().get();
+      if (values != nullptr) upload(on, made, *values);
+      return made;
+    };
+    const std::int64_t n = config.rows * config.features;
+    Tensor in = tensor(n, t, &x), gradient = tensor(n, t, &dy), y = tensor(n, t, nullptr), dx = tensor(n, t, nullptr);
+    Tensor g = tensor(config.features, DType::fp32, &gamma), bias = tensor(config.features, DType::fp32, &beta);
+    Tensor mean = tensor(config.rows, DType::fp32, nullptr), variance = tensor(config.rows, DType::fp32, nullptr);
+    Tensor dg = tensor(config.features, DType::fp32, nullptr), dbias = tensor(config.features, DType::fp32, nullptr);
+    LayerNormConfig typed = config;
+    typed.dtype = t;
+    auto op = on.make_layer_norm(typed);
+    op->forward(in, g, bias, y, mean, variance);
+    op->backward(in, gradient, g, bias, mean, variance, dx, dg, dbias);
+    std::vector<std::vector<float>> out{download(on, y), download(on, dx), download(on, dg), download(on, dbias)};
+    on.synchronize();
+    return out;
+  };
+  const auto want = run(reference, DType::fp32);
+  const auto got = run(backend, dtype);
+  const char* names[] = {"y", "dx", "dgamma", "dbeta"};
+  double worst = 0.0;
+  std::string where = names[0];
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double error = normwise_relative_error(got[i], want[i]);
+    if (std::isnan(error) || error > worst) {
+      worst = error;
+      where = names[i];
+      if (std::isnan(error)) break;
+    }
+  }
+  return bounded(worst, b.layer, "worst: " + where);
+}
+
 void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend& reference, Precision typed,
                       std::vector<std::optional<LayerOutcome>>& reference_layers,
                       std::optional<std::vector<float>>& reference_losses, TransformerReference& reference_transformer,
@@ -609,6 +662,9 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
     const double grad_error = normwise_relative_error(got_grad, want_grad);
     return loss_error >= grad_error || std::isnan(loss_error) ? bounded(loss_error, b.layer, "worst: loss")
                                                               : bounded(grad_error, b.layer, "worst: dlogits");
+  });
+  checker.run(precision, "layer norm, 256 rows of 768 (bert-base's width)", [&] {
+    return layer_norm_at_bert_width(*backend, reference, dtype, b);
   });
   transformer_checks(checker, *backend, reference, precision, dtype, b, reference_transformer);
   std::optional<std::vector<float>> eager;  // this backend's own trajectory, for graph replay too

@@ -109,6 +109,31 @@ class CudaBackendTest : public ::testing::Test {
     return Pair(*cpu_, *gpu_, shape, activation, random_values(shape.numel(), seed));
   }
   Pair zeros(const Shape& shape, bool activation) { return Pair(*cpu_, *gpu_, shape, activation); }
+  // Layer norm forward and backward (dx, dgamma, dbeta) against the CPU's, in fp32.
+  void expect_layer_norm_matches_the_cpu(std::int64_t rows, std::int64_t features, std::uint64_t seed) {
+    SCOPED_TRACE(::testing::Message() << "layer norm of " << rows << " rows, " << features << " features");
+    const Shape matrix(rows, features);
+    auto x = pair(matrix, false, seed), dy = pair(matrix, false, seed + 1);
+    auto y = zeros(matrix, false), dx = zeros(matrix, false);
+    auto gamma = pair(Shape(features), false, seed + 2), beta = pair(Shape(features), false, seed + 3);
+    auto mean = zeros(Shape(rows), false), variance = zeros(Shape(rows), false);
+    auto dgamma = zeros(Shape(features), false), dbeta = zeros(Shape(features), false);
+    const LayerNormConfig norm{rows, features, 1e-12f};
+    auto cpu_norm = cpu_->make_layer_norm(norm);
+    auto gpu_norm = gpu_->make_layer_norm(norm);
+    cpu_norm->forward(x.cpu(), gamma.cpu(), beta.cpu(), y.cpu(), mean.cpu(), variance.cpu());
+    gpu_norm->forward(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), mean.gpu(), variance.gpu());
+    cpu_norm->backward(x.cpu(), dy.cpu(), gamma.cpu(), beta.cpu(), mean.cpu(), variance.cpu(), dx.cpu(), dgamma.cpu(),
+                       dbeta.cpu());
+    gpu_norm->backward(x.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), mean.gpu(), variance.gpu(), dx.gpu(), dgamma.gpu(),
+                       dbeta.gpu());
+    gpu_->synchronize();
+    EXPECT_LT(y.error(), 1e-5) << "y";
+    EXPECT_LT(variance.error(), 1e-5) << "variance";
+    EXPECT_LT(dx.error(), 1e-5) << "dx";
+    EXPECT_LT(dgamma.error(), 1e-5) << "dgamma";
+    EXPECT_LT(dbeta.error(), 1e-5) << "dbeta";
+  }
   std::unique_ptr<CudaBackend> gpu_;
   std::unique_ptr<CpuBackend> cpu_;
 };
@@ -430,26 +455,9 @@ TEST_F(CudaBackendTest, BatchedMatmulsMatchTheCpu) {
 // forward and backward, against the CPU backend.
 TEST_F(CudaBackendTest, TransformerOpsMatchTheCpu) {
   const std::int64_t rows = 24, features = 96;
+  expect_layer_norm_matches_the_cpu(rows, features, 51);
   const Shape matrix(rows, features);
   auto x = pair(matrix, false, 51), dy = pair(matrix, false, 52), y = zeros(matrix, false), dx = zeros(matrix, false);
-  auto gamma = pair(Shape(features), false, 53), beta = pair(Shape(features), false, 54);
-  auto mean = zeros(Shape(rows), false), variance = zeros(Shape(rows), false);
-  auto dgamma = zeros(Shape(features), false), dbeta = zeros(Shape(features), false);
-  const LayerNormConfig norm{rows, features, 1e-12f};
-  auto cpu_norm = cpu_->make_layer_norm(norm);
-  auto gpu_norm = gpu_->make_layer_norm(norm);
-  cpu_norm->forward(x.cpu(), gamma.cpu(), beta.cpu(), y.cpu(), mean.cpu(), variance.cpu());
-  gpu_norm->forward(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), mean.gpu(), variance.gpu());
-  cpu_norm->backward(x.cpu(), dy.cpu(), gamma.cpu(), beta.cpu(), mean.cpu(), variance.cpu(), dx.cpu(), dgamma.cpu(),
-                     dbeta.cpu());
-  gpu_norm->backward(x.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), mean.gpu(), variance.gpu(), dx.gpu(), dgamma.gpu(),
-                     dbeta.gpu());
-  gpu_->synchronize();
-  EXPECT_LT(y.error(), 1e-5) << "layer norm";
-  EXPECT_LT(variance.error(), 1e-5) << "layer norm variance";
-  EXPECT_LT(dx.error(), 1e-5) << "layer norm dx";
-  EXPECT_LT(dgamma.error(), 1e-5) << "layer norm dgamma";
-  EXPECT_LT(dbeta.error(), 1e-5) << "layer norm dbeta";
 
   auto cpu_softmax = cpu_->make_softmax(rows, features, DType::fp32);
   auto gpu_softmax = gpu_->make_softmax(rows, features, DType::fp32);
@@ -497,35 +505,18 @@ TEST_F(CudaBackendTest, TransformerOpsMatchTheCpu) {
   EXPECT_LT(table_grad.error(), 1e-6) << "scatter-add rows";
 }
 
-// At BERT's widths: layer norm's dγ and dβ, and a bias gradient, over more rows than one chunk
-// of blocks sums (column_reduction.hpp: 1,000 rows of 768 features are 15 chunks; the 24 rows
-// above are one), and softmax over attention's 128 tokens (a row in registers) and over 768
-// (rows too long for registers).
+// At BERT's widths: layer norm (a row in a warp's registers, and longer rows a block each) with
+// its dγ and dβ, and a bias gradient, over more rows than one chunk of blocks sums
+// (column_reduction.hpp: 1,000 rows of 768 features are 15 chunks; the 24 rows above are one),
+// and softmax over attention's 128 tokens (a row in registers) and over 768 (too long for them).
 TEST_F(CudaBackendTest, TransformerKernelsAtBertsWidthsMatchTheCpu) {
   const std::int64_t rows = 1000, features = 768;
-  const ColumnChunks plan = column_chunks(rows, features);
-  ASSERT_GT(plan.chunks, 1) << "the shape must take the chunked path";
-  const Shape matrix(rows, features);
-  auto x = pair(matrix, false, 61), dy = pair(matrix, false, 62), y = zeros(matrix, false), dx = zeros(matrix, false);
-  auto gamma = pair(Shape(features), false, 63), beta = pair(Shape(features), false, 64);
-  auto mean = zeros(Shape(rows), false), variance = zeros(Shape(rows), false);
-  auto dgamma = zeros(Shape(features), false), dbeta = zeros(Shape(features), false);
-  const LayerNormConfig norm{rows, features, 1e-12f};
-  auto cpu_norm = cpu_->make_layer_norm(norm);
-  auto gpu_norm = gpu_->make_layer_norm(norm);
-  cpu_norm->forward(x.cpu(), gamma.cpu(), beta.cpu(), y.cpu(), mean.cpu(), variance.cpu());
-  gpu_norm->forward(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), mean.gpu(), variance.gpu());
-  cpu_norm->backward(x.cpu(), dy.cpu(), gamma.cpu(), beta.cpu(), mean.cpu(), variance.cpu(), dx.cpu(), dgamma.cpu(),
-                     dbeta.cpu());
-  gpu_norm->backward(x.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), mean.gpu(), variance.gpu(), dx.gpu(), dgamma.gpu(),
-                     dbeta.gpu());
-  gpu_->synchronize();
-  EXPECT_LT(y.error(), 1e-5) << "layer norm";
-  EXPECT_LT(dx.error(), 1e-5) << "layer norm dx";
-  EXPECT_LT(dgamma.error(), 1e-5) << "layer norm dgamma";
-  EXPECT_LT(dbeta.error(), 1e-5) << "layer norm dbeta";
+  ASSERT_GT(column_chunks(rows, features).chunks, 1) << "the shape must take the chunked path";
+  expect_layer_norm_matches_the_cpu(rows, features, 61);  // a warp a row, 24 values a lane
+  expect_layer_norm_matches_the_cpu(200, 1100, 71);        // too long for a warp's registers: a block a row
 
-  // dy's column sums against the host's, in fp64.
+  // A gradient's column sums against the host's, in fp64.
+  auto dy = pair(Shape(rows, features), false, 62);
   const std::vector<float> gradient = dy.gpu_values();
   std::vector<float> expected(static_cast<std::size_t>(features), 0.0f);
   for (std::int64_t j = 0; j < features; ++j) {

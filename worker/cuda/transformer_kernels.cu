@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda/column_reduction.hpp"
 #include "cuda/cuda_check.hpp"
@@ -63,6 +64,80 @@ __global__ void layer_norm_forward_kernel(const T* x, const float* gamma, const 
     if (threadIdx.x == 0) {
       mean[row] = mu;
       variance[row] = var;
+    }
+  }
+}
+
+// The same with one warp per row, the row in registers (kPerLane values a lane, features ≤
+// 32 · kPerLane: BERT-base's 768 are 24): x read once, no block barriers. The block kernels
+// above take longer rows.
+template <typename T, int kPerLane>
+__global__ void layer_norm_forward_warp_kernel(const T* x, const float* gamma, const float* beta, T* y, float* mean,
+                                               float* variance, std::int64_t rows, int features, float epsilon) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps_in_grid) {
+    const T* in = x + row * features;
+    T* out = y + row * features;
+    float v[kPerLane];
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int j = lane + 32 * k;
+      v[k] = j < features ? load(in[j]) : 0.0f;
+      sum += v[k];
+    }
+    const float mu = warp_sum(sum) / static_cast<float>(features);
+    float squares = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const float d = lane + 32 * k < features ? v[k] - mu : 0.0f;
+      squares += d * d;
+    }
+    const float var = warp_sum(squares) / static_cast<float>(features);
+    const float inverse_std = 1.0f / sqrtf(var + epsilon);
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int j = lane + 32 * k;
+      if (j < features) out[j] = store<T>((v[k] - mu) * inverse_std * gamma[j] + beta[j]);
+    }
+    if (lane == 0) {
+      mean[row] = mu;
+      variance[row] = var;
+    }
+  }
+}
+
+template <typename T, int kPerLane>
+__global__ void layer_norm_backward_data_warp_kernel(const T* x, const T* dy, const float* gamma, const float* mean,
+                                                     const float* variance, T* dx, std::int64_t rows, int features,
+                                                     float epsilon) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps_in_grid) {
+    const T* in = x + row * features;
+    const T* g_out = dy + row * features;
+    T* g_in = dx + row * features;
+    const float mu = mean[row];
+    const float inverse_std = 1.0f / sqrtf(variance[row] + epsilon);
+    float g[kPerLane], xhat[kPerLane];
+    float sum_g = 0.0f, sum_g_xhat = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int j = lane + 32 * k;
+      g[k] = j < features ? load(g_out[j]) * gamma[j] : 0.0f;
+      xhat[k] = j < features ? (load(in[j]) - mu) * inverse_std : 0.0f;
+      sum_g += g[k];
+      sum_g_xhat += g[k] * xhat[k];
+    }
+    const float mean_g = warp_sum(sum_g) / static_cast<float>(features);
+    const float mean_g_xhat = warp_sum(sum_g_xhat) / static_cast<float>(features);
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int j = lane + 32 * k;
+      if (j < features) g_in[j] = store<T>(inverse_std * (g[k] - mean_g - xhat[k] * mean_g_xhat));
     }
   }
 }
@@ -226,15 +301,6 @@ __global__ void softmax_backward_registers_kernel(const T* y, const T* dy, T* dx
       if (j < columns) out[j] = store<T>(p[k] * (g[k] - dot));
     }
   }
-}
-
-// Values a lane holds for a row of `columns` in the register kernels: 1, 2, 4, 8 or 16, or 0 for
-// rows too long for them (the looping kernels then).
-int softmax_values_per_lane(int columns) {
-  for (const int per_lane : {1, 2, 4, 8, 16}) {
-    if (columns <= 32 * per_lane) return per_lane;
-  }
-  return 0;
 }
 
 constexpr float kInverseSqrt2 = 0.70710678118654752f;
@@ -430,6 +496,13 @@ __global__ void lamb_apply_kernel(float* values, const float* first_moment, cons
 // word embeddings) without launching many idle blocks for its 768-value vectors.
 constexpr unsigned kLambBlocksPerTensor = 64;
 
+// Calls f(std::integral_constant<int, P>{}) with the first P of Ps for which 32 · P values (P a
+// lane of a warp) hold a row of `length`; returns false, not calling f, when none does.
+template <int... Ps, typename F>
+bool with_values_per_lane(int length, F&& f) {
+  return ((length <= 32 * Ps ? (f(std::integral_constant<int, Ps>{}), true) : false) || ...);
+}
+
 // Enough blocks of kThreads for one block (or warp) per row, within the grid's limit.
 unsigned blocks_for_rows(std::int64_t rows, int rows_per_block) {
   return static_cast<unsigned>(std::clamp<std::int64_t>((rows + rows_per_block - 1) / rows_per_block, 1, 65535));
@@ -442,8 +515,17 @@ void layer_norm_forward(DType dtype, const void* x, const float* gamma, const fl
   if (rows <= 0) return;
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    layer_norm_forward_kernel<T><<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), gamma, beta, static_cast<T*>(y), mean, variance, rows, features, epsilon);
+    const auto* in = static_cast<const T*>(x);
+    auto* out = static_cast<T*>(y);
+    const bool by_warps = with_values_per_lane<8, 16, 24, 32>(features, [&](auto per_lane) {
+      layer_norm_forward_warp_kernel<T, decltype(per_lane)::value><<<blocks_for_rows(rows, kThreads / 32), kThreads, 0,
+                                                                     stream>>>(in, gamma, beta, out, mean, variance,
+                                                                               rows, features, epsilon);
+    });
+    if (!by_warps) {
+      layer_norm_forward_kernel<T><<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(in, gamma, beta, out, mean,
+                                                                                      variance, rows, features, epsilon);
+    }
   });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
@@ -465,8 +547,16 @@ void layer_norm_backward(DType dtype, const void* x, const void* dy, const float
     using T = typename decltype(t)::type;
     const auto* in = static_cast<const T*>(x);
     const auto* gradient = static_cast<const T*>(dy);
-    layer_norm_backward_data_kernel<T><<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(
-        in, gradient, gamma, mean, variance, static_cast<T*>(dx), rows, features, epsilon);
+    auto* out = static_cast<T*>(dx);
+    const bool by_warps = with_values_per_lane<8, 16, 24, 32>(features, [&](auto per_lane) {
+      layer_norm_backward_data_warp_kernel<T, decltype(per_lane)::value><<<blocks_for_rows(rows, kThreads / 32),
+                                                                           kThreads, 0, stream>>>(
+          in, gradient, gamma, mean, variance, out, rows, features, epsilon);
+    });
+    if (!by_warps) {
+      layer_norm_backward_data_kernel<T><<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(
+          in, gradient, gamma, mean, variance, out, rows, features, epsilon);
+    }
     DLBENCH_CUDA_CHECK(cudaGetLastError());
     const dim3 block(kColumnTile, kColumnRowLanes);
     const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.chunks));
@@ -488,14 +578,11 @@ void softmax_forward(DType dtype, const void* x, void* y, std::int64_t rows, int
     const auto* in = static_cast<const T*>(x);
     auto* out = static_cast<T*>(y);
     const unsigned blocks = blocks_for_rows(rows, kThreads / 32);
-    switch (softmax_values_per_lane(columns)) {
-      case 1: softmax_forward_registers_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
-      case 2: softmax_forward_registers_kernel<T, 2><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
-      case 4: softmax_forward_registers_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
-      case 8: softmax_forward_registers_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
-      case 16: softmax_forward_registers_kernel<T, 16><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
-      default: softmax_forward_kernel<T><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns); break;
-    }
+    const bool in_registers = with_values_per_lane<1, 2, 4, 8, 16>(columns, [&](auto per_lane) {
+      softmax_forward_registers_kernel<T, decltype(per_lane)::value><<<blocks, kThreads, 0, stream>>>(in, out, rows,
+                                                                                                     columns);
+    });
+    if (!in_registers) softmax_forward_kernel<T><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns);
   });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
@@ -509,16 +596,11 @@ void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, std:
     const auto* g = static_cast<const T*>(dy);
     auto* out = static_cast<T*>(dx);
     const unsigned blocks = blocks_for_rows(rows, kThreads / 32);
-    switch (softmax_values_per_lane(columns)) {
-      case 1: softmax_backward_registers_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns); break;
-      case 2: softmax_backward_registers_kernel<T, 2><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns); break;
-      case 4: softmax_backward_registers_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns); break;
-      case 8: softmax_backward_registers_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns); break;
-      case 16:
-        softmax_backward_registers_kernel<T, 16><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns);
-        break;
-      default: softmax_backward_kernel<T><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns); break;
-    }
+    const bool in_registers = with_values_per_lane<1, 2, 4, 8, 16>(columns, [&](auto per_lane) {
+      softmax_backward_registers_kernel<T, decltype(per_lane)::value><<<blocks, kThreads, 0, stream>>>(p, g, out, rows,
+                                                                                                      columns);
+    });
+    if (!in_registers) softmax_backward_kernel<T><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns);
   });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
