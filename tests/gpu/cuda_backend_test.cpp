@@ -26,6 +26,7 @@
 #include "models/bert.hpp"
 #include "models/model.hpp"
 #include "self_test.hpp"
+#include "swapped_axes.hpp"
 #include "trainer.hpp"
 #include "../worker/same_state_steps.hpp"
 
@@ -554,15 +555,9 @@ TEST_F(CudaBackendTest, HalfHeadsSwapBitForBitWhateverThePackWidth) {
   CudaBackend half(0, CudaMath::fp32, DType::fp16);
   for (const std::int64_t d : {64, 3}) {
     const std::int64_t a = 3, b = 128, c = 12, n = a * b * c * d;
-    std::vector<std::uint16_t> x(static_cast<std::size_t>(n)), expected(x.size()), actual(x.size());
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(n)), actual(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<std::uint16_t>(i * 2654435761u >> 7);
-    for (std::int64_t ai = 0; ai < a; ++ai)
-      for (std::int64_t bi = 0; bi < b; ++bi)
-        for (std::int64_t ci = 0; ci < c; ++ci)
-          for (std::int64_t di = 0; di < d; ++di) {
-            expected[static_cast<std::size_t>(((ai * c + ci) * b + bi) * d + di)] =
-                x[static_cast<std::size_t>(((ai * b + bi) * c + ci) * d + di)];
-          }
+    const std::vector<std::uint16_t> expected = swapped_axes(x, a, b, c, d);
     const std::size_t bytes = x.size() * sizeof(std::uint16_t);
     auto from = half.allocate(bytes), to = half.allocate(bytes + 16);
     half.copy_from_host(from.get(), x.data(), bytes);

@@ -10,6 +10,7 @@
 
 #include "cuda/column_reduction.hpp"
 #include "cuda/swap_axes_plan.hpp"
+#include "swapped_axes.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -123,14 +124,7 @@ void expect_the_packs_make_the_swap(std::int64_t a, std::int64_t b, std::int64_t
   const std::int64_t n = a * b * c * d;
   std::vector<std::uint32_t> x(static_cast<std::size_t>(n));
   std::iota(x.begin(), x.end(), 1u);
-  std::vector<std::uint32_t> expected(x.size());
-  for (std::int64_t ai = 0; ai < a; ++ai)
-    for (std::int64_t bi = 0; bi < b; ++bi)
-      for (std::int64_t ci = 0; ci < c; ++ci)
-        for (std::int64_t di = 0; di < d; ++di) {
-          expected[static_cast<std::size_t>(((ai * c + ci) * b + bi) * d + di)] =
-              x[static_cast<std::size_t>(((ai * b + bi) * c + ci) * d + di)];
-        }
+  const std::vector<std::uint32_t> expected = swapped_axes(x, a, b, c, d);
   // Elements of `element` bytes as bytes (the low bytes of each value), copied pack by pack.
   std::vector<unsigned char> from(static_cast<std::size_t>(n) * element), to(from.size(), 0);
   for (std::size_t i = 0; i < x.size(); ++i) std::memcpy(&from[i * element], &x[i], element);
