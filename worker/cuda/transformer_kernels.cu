@@ -28,6 +28,12 @@ __device__ inline float warp_max(float v) {
   return v;
 }
 
+// A warp a row: `row` strides over [0, rows) by the grid's warps, the same rows for every lane
+// of a warp, so the warp reductions inside see all 32 lanes.
+#define DLBENCH_WARP_ROWS(row, rows)                                                                     \
+  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; \
+       row < (rows); row += static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32))
+
 // The sum over the block (a multiple of 32 threads), returned to every thread. The first barrier
 // keeps a second call from overwriting partial sums the first is still reading.
 __device__ float block_sum(float v) {
@@ -76,9 +82,7 @@ template <typename T, int kPerLane>
 __global__ void layer_norm_forward_warp_kernel(const T* x, const float* gamma, const float* beta, T* y, float* mean,
                                                float* variance, std::int64_t rows, int features, float epsilon) {
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += warps_in_grid) {
+  DLBENCH_WARP_ROWS(row, rows) {
     const T* in = x + row * features;
     T* out = y + row * features;
     float v[kPerLane];
@@ -115,9 +119,7 @@ __global__ void layer_norm_backward_data_warp_kernel(const T* x, const T* dy, co
                                                      const float* variance, T* dx, std::int64_t rows, int features,
                                                      float epsilon) {
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += warps_in_grid) {
+  DLBENCH_WARP_ROWS(row, rows) {
     const T* in = x + row * features;
     const T* g_out = dy + row * features;
     T* g_in = dx + row * features;
@@ -211,9 +213,7 @@ __global__ void layer_norm_backward_parameters_kernel(const T* x, const T* dy, c
 template <typename T>
 __global__ void softmax_forward_kernel(const T* x, T* y, std::int64_t rows, int columns) {
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += warps_in_grid) {
+  DLBENCH_WARP_ROWS(row, rows) {
     const T* in = x + row * columns;
     T* out = y + row * columns;
     float highest = -INFINITY;
@@ -229,9 +229,7 @@ __global__ void softmax_forward_kernel(const T* x, T* y, std::int64_t rows, int 
 template <typename T>
 __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, std::int64_t rows, int columns) {
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += warps_in_grid) {
+  DLBENCH_WARP_ROWS(row, rows) {
     const T* p = y + row * columns;
     const T* g = dy + row * columns;
     T* out = dx + row * columns;
@@ -248,9 +246,7 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, std::int
 template <typename T, int kPerLane>
 __global__ void softmax_forward_registers_kernel(const T* x, T* y, std::int64_t rows, int columns) {
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += warps_in_grid) {
+  DLBENCH_WARP_ROWS(row, rows) {
     const T* in = x + row * columns;
     T* out = y + row * columns;
     float v[kPerLane];
@@ -280,9 +276,7 @@ __global__ void softmax_forward_registers_kernel(const T* x, T* y, std::int64_t 
 template <typename T, int kPerLane>
 __global__ void softmax_backward_registers_kernel(const T* y, const T* dy, T* dx, std::int64_t rows, int columns) {
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const std::int64_t warps_in_grid = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += warps_in_grid) {
+  DLBENCH_WARP_ROWS(row, rows) {
     const T* p_row = y + row * columns;
     const T* g_row = dy + row * columns;
     T* out = dx + row * columns;
