@@ -287,6 +287,30 @@ class SwapAxesOp {
   virtual void run(const Tensor& x, Tensor& y) = 0;
 };
 
+// Multi-head scaled dot-product attention as one op, dropout on the probabilities included
+// (BERT's self-attention; no mask: every token is real): per sequence and head,
+//   context = dropout(softmax(Q Kᵀ / √head_size)) V.
+// q, k, v, context and their gradients are (sequences · tokens, heads · head_size), row-major, as
+// the projections write them: a head's columns are contiguous and nothing swaps axes. Forward
+// writes `statistics` (fp32, (sequences, heads, tokens)): each query row's log-sum-exp of its
+// scaled scores, from which backward recomputes the probabilities instead of keeping them. The
+// dropout mask is dropout_mask.hpp's over the (sequences, heads, tokens, tokens) probabilities
+// with the step's key: the one the composed path (batched matmuls, softmax, dropout) applies.
+struct AttentionConfig {
+  std::int64_t sequences = 0, tokens = 0, heads = 0, head_size = 0;
+  DType dtype = DType::fp32;
+};
+
+class AttentionOp {
+ public:
+  virtual ~AttentionOp() = default;
+  virtual void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics,
+                       float dropout, std::uint64_t layer_seed) = 0;
+  virtual void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext,
+                        const Tensor& statistics, float dropout, std::uint64_t layer_seed, Tensor& dq, Tensor& dk,
+                        Tensor& dv) = 0;
+};
+
 // A contiguous range of the parameters' flat buffers and whether weight decay applies to it
 // (BERT decays matrices and embeddings, not biases or LayerNorm's scale and shift).
 struct ParameterRange {
@@ -444,6 +468,12 @@ class Backend {
   virtual std::unique_ptr<SoftmaxOp> make_softmax(std::int64_t rows, std::int64_t columns, DType dtype);
   virtual std::unique_ptr<ActivationOp> make_activation(ActivationKind kind, std::int64_t count, DType dtype);
   virtual std::unique_ptr<SwapAxesOp> make_swap_axes(const Shape& x, DType dtype);
+  // Fused attention where this backend has it for this shape and dtype (and its switch asks for
+  // it), or null: the layer then composes attention from the ops above.
+  virtual std::unique_ptr<AttentionOp> make_fused_attention(const AttentionConfig& config) {
+    (void)config;
+    return nullptr;
+  }
   // y[i] = table[rows[i]] for i < count, or y[i] += table[rows[i]] with `accumulate`: embedding
   // lookups (an fp32 parameter table, y in the activations' dtype) and gathering rows of an
   // activation. y is (count, F) for a table of F columns.

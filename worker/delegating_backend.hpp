@@ -68,6 +68,9 @@ class DelegatingBackend : public Backend {
     return inner_.make_activation(k, n, d);
   }
   std::unique_ptr<SwapAxesOp> make_swap_axes(const Shape& s, DType d) override { return inner_.make_swap_axes(s, d); }
+  std::unique_ptr<AttentionOp> make_fused_attention(const AttentionConfig& c) override {
+    return inner_.make_fused_attention(c);
+  }
   void gather_rows(const Tensor& t, const std::int32_t* r, std::int64_t n, Tensor& y, bool a) override {
     inner_.gather_rows(t, r, n, y, a);
   }

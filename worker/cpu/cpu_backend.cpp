@@ -4,8 +4,8 @@
 // kernel wants, so that the optimizer and the tests see PyTorch's layout.
 //
 // This file holds the backend itself (its engine, memory and what it can compute); the ops are
-// in conv.cpp, linear.cpp, batch_norm.cpp, elementwise.cpp, training_ops.cpp and
-// transformer_ops.cpp, as worker/cuda/ splits its own.
+// in conv.cpp, linear.cpp, batch_norm.cpp, elementwise.cpp, training_ops.cpp,
+// transformer_ops.cpp and attention.cpp, as worker/cuda/ splits its own.
 #include "cpu/cpu_backend.hpp"
 
 #include <omp.h>
@@ -48,7 +48,10 @@ std::string isa_name(dnnl::cpu_isa isa) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+CpuBackend::CpuBackend(int threads)
+    : attention_route_(attention_route("DLBENCH_CPU_ATTENTION", std::getenv("DLBENCH_CPU_ATTENTION"))),
+      engine_(dnnl::engine::kind::cpu, 0),
+      stream_(engine_) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 

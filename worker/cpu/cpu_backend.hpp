@@ -2,6 +2,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "attention_route.hpp"
 #include "backend.hpp"
 
 namespace dlbench::worker {
@@ -59,6 +60,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<SoftmaxOp> make_softmax(std::int64_t rows, std::int64_t columns, DType dtype) override;
   std::unique_ptr<ActivationOp> make_activation(ActivationKind kind, std::int64_t count, DType dtype) override;
   std::unique_ptr<SwapAxesOp> make_swap_axes(const Shape& x, DType dtype) override;
+  // DLBENCH_CPU_ATTENTION=fused: worker/cpu/attention.cpp's op; composed otherwise.
+  std::unique_ptr<AttentionOp> make_fused_attention(const AttentionConfig& config) override;
   void gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
                    bool accumulate) override;
   void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad) override;
@@ -85,6 +88,7 @@ class CpuBackend final : public Backend {
  private:
   double step_loss_ = 0.0;  // the weighted sum of this step's loss terms so far
   std::uint64_t step_ = 0;  // begin_step's
+  AttentionRoute attention_route_;
   // A buffer that only grows, to the largest size reserved.
   class Scratch {
    public:

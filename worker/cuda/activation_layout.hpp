@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/env_choice.hpp"
+#include "env_choice.hpp"
 #include "dtype.hpp"
 #include "tensor.hpp"
 

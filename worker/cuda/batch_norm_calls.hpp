@@ -15,7 +15,7 @@
 
 #include <optional>
 
-#include "cuda/env_choice.hpp"
+#include "env_choice.hpp"
 #include "dtype.hpp"
 #include "tensor.hpp"
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "cuda/conv_algorithms.hpp"
-#include "cuda/env_choice.hpp"
+#include "env_choice.hpp"
 #include "tensor.hpp"
 
 namespace dlbench::worker {

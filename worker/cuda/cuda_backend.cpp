@@ -312,6 +312,7 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
       batch_norm_route_(batch_norm_calls(layout_, activations, std::getenv("DLBENCH_CUDA_BATCH_NORM"))),
       conv_calls_api_(worker::conv_calls_api(std::getenv("DLBENCH_CUDA_CONV"))),
       residual_gradient_(residual_gradient(std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
+      attention_route_(attention_route("DLBENCH_CUDA_ATTENTION", std::getenv("DLBENCH_CUDA_ATTENTION"))),
       conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()) {
   std::string why;
   if (!cuda_device_usable(&why)) throw CudaError(why);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_route.hpp"
 #include "backend.hpp"
 #include "cuda/activation_layout.hpp"
 #include "cuda/conv_engines.hpp"
@@ -125,6 +126,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<SoftmaxOp> make_softmax(std::int64_t rows, std::int64_t columns, DType dtype) override;
   std::unique_ptr<ActivationOp> make_activation(ActivationKind kind, std::int64_t count, DType dtype) override;
   std::unique_ptr<SwapAxesOp> make_swap_axes(const Shape& x, DType dtype) override;
+  // DLBENCH_CUDA_ATTENTION=fused: attention_kernels.cu's op where attention_plan.hpp takes the
+  // shape on this GPU (otherwise null, saying why on stderr); composed by default until timed.
+  std::unique_ptr<AttentionOp> make_fused_attention(const AttentionConfig& config) override;
   void gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
                    bool accumulate) override;
   void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad) override;
@@ -145,6 +149,8 @@ class CudaBackend final : public Backend {
   DType activations() const { return activations_; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  // begin_step's step number on the device (what dropout masks mix in).
+  const std::uint64_t* device_step() const { return static_cast<const std::uint64_t*>(step_.get()); }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasLtHandle_t cublas_lt() const { return cublas_lt_; }
   const cudaDeviceProp& properties() const { return properties_; }
@@ -183,6 +189,7 @@ class CudaBackend final : public Backend {
   BatchNormCalls batch_norm_route_ = BatchNormCalls::plain;  // after layout_, which it depends on
   ConvCallsApi conv_calls_api_ = ConvCallsApi::legacy;
   ResidualGradient residual_gradient_ = ResidualGradient::sum;
+  AttentionRoute attention_route_ = AttentionRoute::composed;
   std::unique_ptr<cuda_detail::ConvPlanCache> conv_plans_;  // destroyed before the cuDNN handle
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;

@@ -5,9 +5,14 @@
 // backend by the self-test (dlbench-worker --self-test) on the user's GPUs.
 #include <algorithm>
 #include <cstddef>
+#include <iostream>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <variant>
 
+#include "cuda/attention_kernels.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/gemm.hpp"
@@ -95,6 +100,54 @@ class CudaSoftmax final : public SoftmaxOp {
   DType dtype_;
 };
 
+// Attention in two kernels (attention_kernels.cu), on the projections' rows as they are.
+class CudaFusedAttention final : public AttentionOp {
+ public:
+  CudaFusedAttention(CudaBackend& backend, const AttentionConfig& c, const FusedAttentionPlan& plan)
+      : backend_(backend), c_(c), plan_(plan) {
+    kernels::prepare_fused_attention(c.dtype, plan_);
+  }
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float dropout,
+               std::uint64_t layer_seed) override {
+    require_rows({&q, &k, &v, &context});
+    require_elements(statistics, c_.sequences * c_.heads * c_.tokens, "fused attention", "statistics");
+    cuda_detail::require_dtype("fused attention", DType::fp32, {&statistics});
+    kernels::fused_attention_forward(call(dropout, layer_seed), q.data, k.data, v.data, context.data,
+                                     statistics.as<float>(), backend_.stream());
+  }
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext, const Tensor& statistics,
+                float dropout, std::uint64_t layer_seed, Tensor& dq, Tensor& dk, Tensor& dv) override {
+    require_rows({&q, &k, &v, &dcontext, &dq, &dk, &dv});
+    require_elements(statistics, c_.sequences * c_.heads * c_.tokens, "fused attention", "statistics");
+    cuda_detail::require_dtype("fused attention", DType::fp32, {&statistics});
+    kernels::fused_attention_backward(call(dropout, layer_seed), q.data, k.data, v.data, dcontext.data,
+                                      statistics.as<float>(), dq.data, dk.data, dv.data, backend_.stream());
+  }
+
+ private:
+  void require_rows(std::initializer_list<const Tensor*> tensors) const {
+    for (const Tensor* t : tensors) {
+      require_elements(*t, c_.sequences * c_.tokens * c_.heads * c_.head_size, "fused attention", "q, k, v or a gradient");
+    }
+    cuda_detail::require_dtype("fused attention", c_.dtype, tensors);
+  }
+  kernels::FusedAttentionCall call(float dropout, std::uint64_t layer_seed) const {
+    kernels::FusedAttentionCall call;
+    call.plan = &plan_;
+    call.dtype = c_.dtype;
+    call.sequences = as_int(c_.sequences);
+    call.heads = as_int(c_.heads);
+    call.dropout = dropout;
+    call.layer_seed = layer_seed;
+    call.step = backend_.device_step();
+    return call;
+  }
+
+  CudaBackend& backend_;
+  AttentionConfig c_;
+  FusedAttentionPlan plan_;
+};
+
 class CudaActivation final : public ActivationOp {
  public:
   CudaActivation(CudaBackend& backend, ActivationKind kind, std::int64_t count, DType dtype)
@@ -156,6 +209,20 @@ kernels::AdamWScalars scalars_of(const AdamWConfig& c) {
 
 }  // namespace
 
+std::unique_ptr<AttentionOp> CudaBackend::make_fused_attention(const AttentionConfig& config) {
+  if (attention_route_ != AttentionRoute::fused) return nullptr;
+  const auto plan = fused_attention_plan({config.sequences, config.tokens, config.heads, config.head_size, config.dtype},
+                                         properties_.sharedMemPerBlockOptin);
+  if (const auto* why = std::get_if<std::string>(&plan)) {
+    // Once per reason, not once per layer.
+    static std::mutex mutex;
+    static std::set<std::string> said;
+    const std::lock_guard lock(mutex);
+    if (said.insert(*why).second) std::cerr << "dlbench-worker: DLBENCH_CUDA_ATTENTION=fused: " + *why + "; composing it\n";
+    return nullptr;
+  }
+  return std::make_unique<CudaFusedAttention>(*this, config, std::get<FusedAttentionPlan>(plan));
+}
 std::unique_ptr<BatchedMatmulOp> CudaBackend::make_batched_matmul(const BatchedMatmulConfig& config) {
   require_computable(config.dtype);
   return std::make_unique<CudaBatchedMatmul>(*this, config);

@@ -122,11 +122,16 @@ class DropoutSite {
     shape_ = shape;
     layout_ = layout;
   }
-  void forward(const Tensor& x, Tensor& y, StepContext& ctx) {
-    // The step's part is the backend's (begin_step), so that a replayed graph advances it.
+  void forward(const Tensor& x, Tensor& y, StepContext& ctx) { ctx.backend.dropout_forward(x, y, p_, next_seed(ctx)); }
+  // The seed this step's forward masks with, for an op that applies the mask itself (fused
+  // attention): call once per forward. The step's part is the backend's (begin_step), so that a
+  // replayed graph advances it.
+  std::uint64_t next_seed(const StepContext& ctx) {
     layer_seed_ = (ctx.seed * 0x100000001B3ull) ^ salt_;
-    ctx.backend.dropout_forward(x, y, p_, layer_seed_);
+    return layer_seed_;
   }
+  std::uint64_t seed() const { return layer_seed_; }
+  float p() const { return p_; }
   void backward(const Tensor& dy, Tensor& dx, StepContext& ctx) { ctx.backend.dropout_backward(dy, dx, p_, layer_seed_); }
   void collect(const std::string& prefix, std::vector<DropoutMaskState>& out) const {
     out.push_back({prefix + (name_.empty() ? "" : name_ + ".") + "mask", shape_, layout_, p_, layer_seed_});

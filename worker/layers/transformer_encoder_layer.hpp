@@ -14,8 +14,11 @@ namespace dlbench::worker {
 //   y = LayerNorm(h + dropout(GELU(h W1ᵀ + b1) W2ᵀ + b2))
 // with self_attention the multi-head scaled dot product over each whole sequence (no padding
 // mask: every token of a synthetic sequence is real) and dropout on the attention
-// probabilities. Activations are (sequences · tokens, hidden); the heads' matrices are
-// (sequences, heads, tokens, head size), made by swapping axes.
+// probabilities. Activations are (sequences · tokens, hidden). Attention is one op where the
+// backend fuses it (Backend::make_fused_attention: it reads the heads from the projections' rows
+// and keeps only each row's log-sum-exp); otherwise it is composed: the heads' matrices
+// (sequences, heads, tokens, head size) made by swapping axes, batched matmuls, softmax and
+// dropout, with the probabilities kept for backward.
 class TransformerEncoderLayer final : public Layer {
  public:
   TransformerEncoderLayer(const BertConfig& c, std::uint64_t salt)
@@ -67,20 +70,8 @@ class TransformerEncoderLayer final : public Layer {
     const DType dtype = input.dtype;
     Backend& b = ctx.backend;
     for (Dense* d : {&query_, &key_, &value_, &attention_output_, &intermediate_, &output_}) d->setup(b, rows_, dtype);
-    const Shape by_token(sequences_, tokens_, heads_, head_size_);
-    const Shape by_head(sequences_, heads_, tokens_, head_size_);
-    to_heads_ = b.make_swap_axes(by_token, dtype);
-    to_tokens_ = b.make_swap_axes(by_head, dtype);
-    const std::int64_t batch = sequences_ * heads_;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(head_size_));
-    // scores = Q Kᵀ/√d; context = P V; and for backward: dP = dC Vᵀ, dV = Pᵀ dC, dQ = dS K/√d, dK = dSᵀ Q/√d.
-    scores_op_ = b.make_batched_matmul({batch, tokens_, tokens_, head_size_, false, true, scale, dtype});
-    context_op_ = b.make_batched_matmul({batch, tokens_, head_size_, tokens_, false, false, 1.0f, dtype});
-    dprobabilities_op_ = b.make_batched_matmul({batch, tokens_, tokens_, head_size_, false, true, 1.0f, dtype});
-    dvalue_op_ = b.make_batched_matmul({batch, tokens_, head_size_, tokens_, true, false, 1.0f, dtype});
-    dquery_op_ = b.make_batched_matmul({batch, tokens_, head_size_, tokens_, false, false, scale, dtype});
-    dkey_op_ = b.make_batched_matmul({batch, tokens_, head_size_, tokens_, true, false, scale, dtype});
-    softmax_ = b.make_softmax(batch * tokens_, tokens_, dtype);
+    attention_ = b.make_fused_attention({sequences_, tokens_, heads_, head_size_, dtype});
+    if (!attention_) make_composed_attention(b, dtype);
     gelu_ = b.make_activation(ActivationKind::gelu, rows_ * intermediate_.out_features(), dtype);
     add_ = b.make_add(Shape(rows_, hidden_), dtype);
 
@@ -88,43 +79,67 @@ class TransformerEncoderLayer final : public Layer {
     ctx.arena.read(input, t);
     ctx.arena.read(input, t.mirrored());  // the projections' weight gradients
     const auto hidden = [&] { return matrix(rows_, hidden_, dtype); };
-    const auto attention = [&] { return activation(Shape(sequences_, heads_, tokens_, tokens_), Layout::plain, dtype); };
-    for (Tensor* k : {&q_heads_, &k_heads_, &v_heads_, &context_, &residual1_, &h_, &residual2_}) {
+    const Shape by_query(sequences_, heads_, tokens_, tokens_);
+    const auto attention = [&] { return activation(by_query, Layout::plain, dtype); };
+    for (Tensor* k : {&context_, &residual1_, &h_, &residual2_}) {
       *k = hidden();
       keep(ctx, *k, t);
     }
-    probabilities_ = attention();
-    keep(ctx, probabilities_, t);
-    dropped_probabilities_ = attention();
-    keep(ctx, dropped_probabilities_, t);
+    if (attention_) {
+      // The projections' rows are the fused op's inputs, kept for its backward with the statistics.
+      for (Tensor* k : {&q_, &k_, &v_}) {
+        *k = hidden();
+        keep(ctx, *k, t);
+      }
+      statistics_ = activation(Shape(sequences_ * heads_ * tokens_), Layout::plain, DType::fp32);  // (sequences, heads, tokens)
+      keep(ctx, statistics_, t);
+    } else {
+      for (Tensor* k : {&q_heads_, &k_heads_, &v_heads_}) {
+        *k = hidden();
+        keep(ctx, *k, t);
+      }
+      probabilities_ = attention();
+      keep(ctx, probabilities_, t);
+      dropped_probabilities_ = attention();
+      keep(ctx, dropped_probabilities_, t);
+      for (Tensor* f : {&q_, &k_, &v_, &context_heads_}) {
+        *f = hidden();
+        forward_only(ctx, *f, t);
+      }
+      scores_ = attention();
+      forward_only(ctx, scores_, t);
+    }
     intermediate_in_ = matrix(rows_, intermediate_.out_features(), dtype);
     keep(ctx, intermediate_in_, t);
     intermediate_out_ = matrix(rows_, intermediate_.out_features(), dtype);
     keep(ctx, intermediate_out_, t);
-    for (Tensor* f : {&q_, &k_, &v_, &context_heads_, &projected_, &dropped_}) {
+    for (Tensor* f : {&projected_, &dropped_}) {
       *f = hidden();
       forward_only(ctx, *f, t);
     }
-    scores_ = attention();
-    forward_only(ctx, scores_, t);
     y_ = hidden();
     ctx.arena.request(y_, t);
     attention_norm_.setup(ctx, rows_, dtype, t);
     output_norm_.setup(ctx, rows_, dtype, t);
-    probabilities_dropout_.setup(probabilities_.shape);
+    probabilities_dropout_.setup(by_query);
     attention_dropout_.setup(y_.shape);
     output_dropout_.setup(y_.shape);
 
-    for (Tensor* g : {&dresidual2_, &dlinear_, &dh_, &dresidual1_, &dcontext_, &dcontext_heads_, &dq_heads_, &dk_heads_,
-                      &dv_heads_, &dq_, &dk_, &dv_, &dx_part_}) {
+    for (Tensor* g : {&dresidual2_, &dlinear_, &dh_, &dresidual1_, &dcontext_, &dq_, &dk_, &dv_, &dx_part_}) {
       *g = hidden();
       backward_only(ctx, *g, t);
     }
     dintermediate_ = matrix(rows_, intermediate_.out_features(), dtype);
     backward_only(ctx, dintermediate_, t);
-    for (Tensor* g : {&dprobabilities_, &dscores_}) {
-      *g = attention();
-      backward_only(ctx, *g, t);
+    if (!attention_) {
+      for (Tensor* g : {&dcontext_heads_, &dq_heads_, &dk_heads_, &dv_heads_}) {
+        *g = hidden();
+        backward_only(ctx, *g, t);
+      }
+      for (Tensor* g : {&dprobabilities_, &dscores_}) {
+        *g = attention();
+        backward_only(ctx, *g, t);
+      }
     }
     input_grad_ = ctx.input_grad_needed;
     dx_ = hidden();
@@ -137,14 +152,19 @@ class TransformerEncoderLayer final : public Layer {
     query_.forward(x, q_);
     key_.forward(x, k_);
     value_.forward(x, v_);
-    to_heads_->run(q_, q_heads_);
-    to_heads_->run(k_, k_heads_);
-    to_heads_->run(v_, v_heads_);
-    scores_op_->run(q_heads_, k_heads_, scores_);
-    softmax_->forward(scores_, probabilities_);
-    probabilities_dropout_.forward(probabilities_, dropped_probabilities_, ctx);
-    context_op_->run(dropped_probabilities_, v_heads_, context_heads_);
-    to_tokens_->run(context_heads_, context_);
+    if (attention_) {
+      attention_->forward(q_, k_, v_, context_, statistics_, probabilities_dropout_.p(),
+                          probabilities_dropout_.next_seed(ctx));
+    } else {
+      to_heads_->run(q_, q_heads_);
+      to_heads_->run(k_, k_heads_);
+      to_heads_->run(v_, v_heads_);
+      scores_op_->run(q_heads_, k_heads_, scores_);
+      softmax_->forward(scores_, probabilities_);
+      probabilities_dropout_.forward(probabilities_, dropped_probabilities_, ctx);
+      context_op_->run(dropped_probabilities_, v_heads_, context_heads_);
+      to_tokens_->run(context_heads_, context_);
+    }
     attention_output_.forward(context_, projected_);
     attention_dropout_.forward(projected_, dropped_, ctx);
     add_->forward(dropped_, x, residual1_);
@@ -170,16 +190,21 @@ class TransformerEncoderLayer final : public Layer {
     attention_norm_.backward(residual1_, dh_, dresidual1_, ctx);
     attention_dropout_.backward(dresidual1_, dlinear_, ctx);
     attention_output_.backward(context_, dlinear_, &dcontext_, ctx);
-    to_heads_->run(dcontext_, dcontext_heads_);
-    dprobabilities_op_->run(dcontext_heads_, v_heads_, dprobabilities_);
-    dvalue_op_->run(dropped_probabilities_, dcontext_heads_, dv_heads_);
-    probabilities_dropout_.backward(dprobabilities_, dprobabilities_, ctx);
-    softmax_->backward(probabilities_, dprobabilities_, dscores_);
-    dquery_op_->run(dscores_, k_heads_, dq_heads_);
-    dkey_op_->run(dscores_, q_heads_, dk_heads_);
-    to_tokens_->run(dq_heads_, dq_);
-    to_tokens_->run(dk_heads_, dk_);
-    to_tokens_->run(dv_heads_, dv_);
+    if (attention_) {
+      attention_->backward(q_, k_, v_, dcontext_, statistics_, probabilities_dropout_.p(), probabilities_dropout_.seed(),
+                           dq_, dk_, dv_);
+    } else {
+      to_heads_->run(dcontext_, dcontext_heads_);
+      dprobabilities_op_->run(dcontext_heads_, v_heads_, dprobabilities_);
+      dvalue_op_->run(dropped_probabilities_, dcontext_heads_, dv_heads_);
+      probabilities_dropout_.backward(dprobabilities_, dprobabilities_, ctx);
+      softmax_->backward(probabilities_, dprobabilities_, dscores_);
+      dquery_op_->run(dscores_, k_heads_, dq_heads_);
+      dkey_op_->run(dscores_, q_heads_, dk_heads_);
+      to_tokens_->run(dq_heads_, dq_);
+      to_tokens_->run(dk_heads_, dk_);
+      to_tokens_->run(dv_heads_, dv_);
+    }
     // x feeds the three projections and the first residual.
     query_.backward(x_, dq_, input_grad_ ? &dx_ : nullptr, ctx);
     key_.backward(x_, dk_, input_grad_ ? &dx_part_ : nullptr, ctx);
@@ -201,6 +226,21 @@ class TransformerEncoderLayer final : public Layer {
   }
 
  private:
+  void make_composed_attention(Backend& b, DType dtype) {
+    to_heads_ = b.make_swap_axes(Shape(sequences_, tokens_, heads_, head_size_), dtype);
+    to_tokens_ = b.make_swap_axes(Shape(sequences_, heads_, tokens_, head_size_), dtype);
+    const std::int64_t batch = sequences_ * heads_;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_size_));
+    // scores = Q Kᵀ/√d; context = P V; and for backward: dP = dC Vᵀ, dV = Pᵀ dC, dQ = dS K/√d, dK = dSᵀ Q/√d.
+    scores_op_ = b.make_batched_matmul({batch, tokens_, tokens_, head_size_, false, true, scale, dtype});
+    context_op_ = b.make_batched_matmul({batch, tokens_, head_size_, tokens_, false, false, 1.0f, dtype});
+    dprobabilities_op_ = b.make_batched_matmul({batch, tokens_, tokens_, head_size_, false, true, 1.0f, dtype});
+    dvalue_op_ = b.make_batched_matmul({batch, tokens_, head_size_, tokens_, true, false, 1.0f, dtype});
+    dquery_op_ = b.make_batched_matmul({batch, tokens_, head_size_, tokens_, false, false, scale, dtype});
+    dkey_op_ = b.make_batched_matmul({batch, tokens_, head_size_, tokens_, true, false, scale, dtype});
+    softmax_ = b.make_softmax(batch * tokens_, tokens_, dtype);
+  }
+
   std::int64_t hidden_, heads_, head_size_;
   std::int64_t tokens_ = 0, rows_ = 0, sequences_ = 0;
   bool input_grad_ = true;
@@ -212,12 +252,13 @@ class TransformerEncoderLayer final : public Layer {
   std::unique_ptr<SwapAxesOp> to_heads_, to_tokens_;
   std::unique_ptr<BatchedMatmulOp> scores_op_, context_op_, dprobabilities_op_, dvalue_op_, dquery_op_, dkey_op_;
   std::unique_ptr<SoftmaxOp> softmax_;
+  std::unique_ptr<AttentionOp> attention_;  // null: composed from the ops above
   std::unique_ptr<ActivationOp> gelu_;
   std::unique_ptr<AddOp> add_;
   Tensor x_;
   // Kept for backward.
   Tensor q_heads_, k_heads_, v_heads_, probabilities_, dropped_probabilities_, context_, residual1_, h_,
-      intermediate_in_, intermediate_out_, residual2_;
+      intermediate_in_, intermediate_out_, residual2_, statistics_;
   // Forward only.
   Tensor q_, k_, v_, scores_, context_heads_, projected_, dropped_, y_;
   // Backward only.

@@ -1,6 +1,6 @@
-// The value of one of the CUDA backend's developer switches (DLBENCH_CUDA_LAYOUT, _BATCH_NORM,
-// _CONV, _RESIDUAL_GRAD): each is read once, and a wrong value is refused naming the variable and
-// what it allows, whichever switch it is.
+// The value of one of the backends' developer switches (DLBENCH_CUDA_LAYOUT, _BATCH_NORM, _CONV,
+// _RESIDUAL_GRAD, _ATTENTION; DLBENCH_CPU_ATTENTION): each is read once, and a wrong value is
+// refused naming the variable and what it allows, whichever switch it is.
 #pragma once
 
 #include <initializer_list>
