@@ -104,6 +104,16 @@ DLBENCH_CUDA_BATCH_NORM=ex-add-relu step self-test-tf32-ex-add-relu 150 "$bin/dl
 # for fp32's last 4% (cuDNN may refuse the fused ReLU in NCHW: the log then says so).
 DLBENCH_CUDA_BATCH_NORM=ex-relu step self-test-fp32-ex-relu 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision fp32 --output "$logs/self-test-fp32-ex-relu.json" & correctness+=($!)
+# Attention fused into two tensor-core kernels (DLBENCH_CUDA_ATTENTION=fused, attention_kernels.cu:
+# never yet run on a GPU; cuda-backend-tests hold them to the CPU op by op and in a half BERT): the
+# self-test in the precisions it takes, and one BERT-base amp step under memcheck, which names any
+# shared- or global-memory access out of bounds with its kernel.
+DLBENCH_CUDA_ATTENTION=fused step self-test-attention-fused 150 "$bin/dlbench-worker" --self-test --backend cuda \
+  --precision amp,bf16 --output "$logs/self-test-attention-fused.json" & correctness+=($!)
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+[[ -n $sanitizer ]] && { DLBENCH_CUDA_ATTENTION=fused step memcheck-bert-amp-attention-fused 150 "$sanitizer" \
+  --tool memcheck --error-exitcode 9 "$bin/dlbench-worker" --backend cuda --model bert-base --batch-size 2 \
+  --sequence-length 128 --precision amp --warmup-steps 1 --measure-steps 1 --repeats 1 & correctness+=($!); }
 # poisoned PRECISION [NAME]: ResNet-50 with every buffer poisoned after its declared lifetime.
 poisoned() {
   local precision=$1 name=${2:-poisoned-resnet50-$1}
@@ -182,10 +192,21 @@ for precision in amp bf16; do
   grep -hs '^{' "$logs/pytorch-bert-$precision.log" | sed 's/^{/{"model": "bert-base", /' >> "$results"
 done
 time_dlbench bert-base 64 amp dlbench-bert-amp-graph dlbench-graph "${bert_flags[@]}" --cuda-graph on
+# Attention in two fused kernels instead of swaps, batched GEMMs, softmax and dropout over kept
+# probabilities: eager in both half precisions, and with the step graph.
+for precision in amp bf16; do
+  DLBENCH_CUDA_ATTENTION=fused time_dlbench bert-base 64 "$precision" "dlbench-bert-$precision-attention-fused" \
+    dlbench-attention-fused "${bert_flags[@]}"
+done
+DLBENCH_CUDA_ATTENTION=fused time_dlbench bert-base 64 amp dlbench-bert-amp-attention-fused-graph \
+  dlbench-attention-fused-graph "${bert_flags[@]}" --cuda-graph on
 # Where a BERT step goes, which no GPU session has yet seen: the layers (--profile), then kernel by
 # kernel under Nsight Compute (two steps, one time metric; bench/ncu_summary.py makes the table).
 step profile-bert-amp 60 "$bin/dlbench-worker" --backend cuda --model bert-base --batch-size 64 --precision amp \
   --warmup-steps 5 --measure-steps 5 --repeats 1 --profile 5 --output "$logs/profile-bert-amp.json" "${bert_flags[@]}"
+DLBENCH_CUDA_ATTENTION=fused step profile-bert-amp-attention-fused 60 "$bin/dlbench-worker" --backend cuda \
+  --model bert-base --batch-size 64 --precision amp --warmup-steps 5 --measure-steps 5 --repeats 1 --profile 5 \
+  --output "$logs/profile-bert-amp-attention-fused.json" "${bert_flags[@]}"
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 if [[ -n $ncu ]]; then
   step ncu-bert-amp 150 "$ncu" --csv --log-file "$logs/ncu-bert-amp.csv" --print-units base \
@@ -225,7 +246,6 @@ DLBENCH_CUDA_BATCH_NORM=ex-add-relu profile_resnet50 tf32 profile-resnet50-tf32-
 
 # Last, where the budget allows: one small amp step under compute-sanitizer's memcheck, which
 # names any out-of-bounds or misaligned device access with its kernel.
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 [[ -n $sanitizer ]] && step memcheck-resnet50-amp 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
   "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 4 --image-size 64 --precision amp \
   --warmup-steps 1 --measure-steps 1 --repeats 1

@@ -83,10 +83,10 @@ def profiles(logs):
     out = ["profile by kind, ms a step (forward + backward), ResNet-50 (tf32-ex-add-relu: the bottleneck's add and"
            " ReLU fused into its last batch norm, as amp and bf16 do)"]
     names = [f"resnet50-{p}" for p in ("fp32", "fp32-conv-graph-nhwc", "tf32", "tf32-ex-add-relu", "amp", "bf16")]
-    for name in names + ["bert-amp"]:
+    for name in names + ["bert-amp", "bert-amp-attention-fused"]:
         precision = name.removeprefix("resnet50-")
         doc = load(os.path.join(logs, f"profile-{name}.json"))
-        if not doc and precision.endswith(("relu", "nhwc")):
+        if not doc and precision.endswith(("relu", "nhwc", "fused")):
             continue  # an A/B this call did not run
         profile = (doc or {}).get("profile")
         if not profile:
@@ -124,11 +124,14 @@ def comparison(logs):
     # fused into the bottleneck's last batch norm too (amp's and bf16's default; tf32's A/B).
     # And convolutions through cuDNN's graph API (DLBENCH_CUDA_CONV=graph), in the backend's layout
     # and, for fp32, channels-last; and the bottlenecks' branch gradients meeting in a convolution's
-    # backward (DLBENCH_CUDA_RESIDUAL_GRAD=accumulate).
+    # backward (DLBENCH_CUDA_RESIDUAL_GRAD=accumulate); and BERT's attention in fused kernels
+    # (DLBENCH_CUDA_ATTENTION=fused), eager and replayed.
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"),
                 ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"),
-                ("dlbench-accumulate", "grad accumulate"), ("dlbench-accumulate-graph", "accumulate + graph"))
+                ("dlbench-accumulate", "grad accumulate"), ("dlbench-accumulate-graph", "accumulate + graph"),
+                ("dlbench-attention-fused", "fused attention"),
+                ("dlbench-attention-fused-graph", "fused attention + graph"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
@@ -181,6 +184,7 @@ def main():
     lines += self_test(logs, "self-test-residual-accumulate")
     lines += self_test(logs, "self-test-tf32-ex-add-relu")
     lines += self_test(logs, "self-test-fp32-ex-relu")
+    lines += self_test(logs, "self-test-attention-fused")
     lines += gtest(logs, "cuda-backend-tests")
     lines += gtest(logs, "cuda-backend-tests-conv-graph")
     lines += gtest(logs, "gpu-tests")

@@ -515,15 +515,24 @@ std::vector<float> bert_losses(Backend& backend, DType dtype, MemoryReuse reuse 
   return losses;
 }
 
+// An encoder layer whose heads a fused attention kernel takes (head size a multiple of 16), over
+// a sequence length that is not a multiple of 16 (partial tiles): 2 sequences of 40 tokens, 2 heads
+// of 32. On a backend that composes attention it checks the composed ops at another shape.
+constexpr BertConfig kWideHeadsBert{.vocabulary = 64, .hidden = 64, .layers = 1, .heads = 2, .intermediate = 128,
+                                    .max_positions = 64};
+constexpr std::int64_t kWideHeadsSequences = 2, kWideHeadsTokens = 40;
+
 // The CPU's fp32 answers, computed once for every precision.
 struct TransformerReference {
   std::optional<LayerOutcome> encoder_layer;
+  std::optional<LayerOutcome> wide_heads_encoder_layer;
   std::optional<std::vector<float>> bert_losses;
 };
 
 // The encoder layer (attention's batched matmuls, softmax, axis swaps, GELU, layer norms,
-// dropout, residuals) against the CPU, then a small BERT's loss over a few AdamW steps
-// (embedding gathers and scatters, the pretraining heads, tanh, clipping, AdamW).
+// dropout, residuals) against the CPU, at two shapes (the second one fused attention takes),
+// then a small BERT's loss over a few AdamW steps (embedding gathers and scatters, the
+// pretraining heads, tanh, clipping, AdamW). The CPU reference composes attention.
 void transformer_checks(Checker& checker, Backend& backend, Backend& reference, const std::string& precision, DType dtype,
                         const Bounds& b, TransformerReference& want) {
   if (const auto why = backend.cannot_run_transformers()) {
@@ -541,6 +550,18 @@ void transformer_checks(Checker& checker, Backend& backend, Backend& reference, 
     };
     if (!want.encoder_layer) want.encoder_layer = run(reference, DType::fp32);
     return compare_layer(encoder, run(backend, dtype), *want.encoder_layer, precision, dtype, b);
+  });
+  const LayerCheck wide_heads{"transformer encoder layer, heads of 32 over 40 tokens",
+                              [] { return std::make_unique<TransformerEncoderLayer>(kWideHeadsBert, 2); },
+                              Shape(kWideHeadsSequences * kWideHeadsTokens, kWideHeadsBert.hidden), Kind::block,
+                              {3}};
+  checker.run(precision, wide_heads.name, [&] {
+    const auto run = [&](Backend& on, DType t) {
+      auto layer = wide_heads.make();
+      return run_layer_once(on, *layer, wide_heads.input, t, 17, false, kWideHeadsTokens);
+    };
+    if (!want.wide_heads_encoder_layer) want.wide_heads_encoder_layer = run(reference, DType::fp32);
+    return compare_layer(wide_heads, run(backend, dtype), *want.wide_heads_encoder_layer, precision, dtype, b);
   });
   checker.run(precision, "bert pretraining, " + std::to_string(kTrainingSteps) + " AdamW steps", [&] {
     if (!want.bert_losses) want.bert_losses = bert_losses(reference, DType::fp32);

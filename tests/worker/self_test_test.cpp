@@ -38,6 +38,8 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   bool undeclared_pool_reads = false;  // max pools read x and y in backward without saying so (the CUDA pool's bug)
   bool fuses_residual = false;  // bottlenecks add and ReLU inside their last batch norm (cuDNN's BN_ADD_ACTIVATION)
   bool accumulates = false;     // bottlenecks add a branch's input gradient into the other's in a conv's backward
+  bool fused_attention = false;  // attention as the CPU's fused op (DLBENCH_CPU_ATTENTION=fused)
+  bool attention_off = false;    // ... whose dK comes out 1% too large
 
   std::string name() const override { return "faulty"; }
   bool fuses_batch_norm_add_relu() const override { return fuses_residual; }
@@ -70,6 +72,12 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
     if (!rounding_noise) return op;
     return std::make_unique<NoisyMatmul>(std::move(op));
   }
+  std::unique_ptr<AttentionOp> make_fused_attention(const AttentionConfig& c) override {
+    cpu.set_attention_route(fused_attention ? AttentionRoute::fused : AttentionRoute::composed);
+    auto op = inner_.make_fused_attention(c);
+    if (!op || !attention_off) return op;
+    return std::make_unique<OffAttention>(std::move(op));
+  }
   std::unique_ptr<LayerNormOp> make_layer_norm(const LayerNormConfig& c) override {
     auto op = inner_.make_layer_norm(c);
     if (!layer_norm_off) return op;
@@ -92,6 +100,23 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   }
 
  private:
+  class OffAttention final : public AttentionOp {
+   public:
+    explicit OffAttention(std::unique_ptr<AttentionOp> op) : op_(std::move(op)) {}
+    void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float p,
+                 std::uint64_t seed) override {
+      op_->forward(q, k, v, context, statistics, p, seed);
+    }
+    void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext, const Tensor& statistics,
+                  float p, std::uint64_t seed, Tensor& dq, Tensor& dk, Tensor& dv) override {
+      op_->backward(q, k, v, dcontext, statistics, p, seed, dq, dk, dv);
+      if (dk.dtype != DType::fp32) return;
+      for (std::int64_t i = 0; i < dk.numel(); ++i) dk.as<float>()[i] *= 1.01f;
+    }
+
+   private:
+    std::unique_ptr<AttentionOp> op_;
+  };
   class OffConv final : public Conv2dOp {
    public:
     explicit OffConv(std::unique_ptr<Conv2dOp> op) : op_(std::move(op)) {}
@@ -224,6 +249,8 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->conv_noise_ulps = subject_backend.conv_noise_ulps;
                             b->fuses_residual = subject_backend.fuses_residual;
                             b->accumulates = subject_backend.accumulates;
+                            b->fused_attention = subject_backend.fused_attention;
+                            b->attention_off = subject_backend.attention_off;
                             return b;
                           },
                           std::move(precisions)};
@@ -243,10 +270,33 @@ TEST(SelfTest, ACorrectBackendPassesEveryCheck) {
   NoCommunicator one;
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
-  // 12 layers, the loss, layer norm at BERT-base's width, the encoder layer, BERT, training, the
+  // 12 layers, the loss, layer norm at BERT-base's width, the encoder layer at two shapes, BERT, training, the
   // whole ResNet-50 step, the memory plan; SGD, AdamW, LAMB, unscaling, loss scaling; the communicator.
-  EXPECT_EQ(checks.size(), 25u);
+  EXPECT_EQ(checks.size(), 26u);
   for (const auto& c : checks) EXPECT_LE(c.error, c.bound == 0 ? 0.0 : c.bound) << c.name;
+}
+
+// A device whose attention is one fused op passes; one whose fused op's dK is 1% off fails the two
+// encoder-layer checks, which name it, and BERT's training check.
+TEST(SelfTest, FusedAttentionPassesAndAFusedOpOffFailsTheEncoderLayerChecks) {
+  NoCommunicator one;
+  FaultyBackend fused;
+  fused.fused_attention = true;
+  EXPECT_THAT(failed_names(run_on(fused, one)), ::testing::IsEmpty());
+  FaultyBackend off;
+  off.fused_attention = true;
+  off.attention_off = true;
+  const auto checks = run_on(off, one);
+  EXPECT_THAT(failed_names(checks), ::testing::IsSupersetOf({"fp32 transformer encoder layer",
+                                                             "fp32 transformer encoder layer, heads of 32 over 40 tokens"}));
+  for (const auto& c : checks) {
+    if (c.name.starts_with("transformer encoder layer")) {
+      EXPECT_THAT(c.detail, HasSubstr("gradient")) << c.name;
+    }
+    if (c.name == "linear" || c.name.starts_with("layer norm")) {
+      EXPECT_EQ(c.outcome, CheckOutcome::passed) << c.name;
+    }
+  }
 }
 
 // A device that fuses each bottleneck's add and ReLU into its last batch norm runs other layers
@@ -257,7 +307,7 @@ TEST(SelfTest, ADeviceThatFusesTheResidualIntoBatchNormPassesEveryCheck) {
   NoCommunicator one;
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
-  EXPECT_EQ(checks.size(), 25u);
+  EXPECT_EQ(checks.size(), 26u);
 }
 
 // A device whose bottlenecks add one branch's input gradient into the other's in a convolution's
@@ -270,7 +320,7 @@ TEST(SelfTest, ADeviceThatAccumulatesBranchGradientsInAConvolutionPassesEveryChe
     NoCommunicator one;
     const auto checks = run_on(backend, one);
     EXPECT_THAT(failed_names(checks), ::testing::IsEmpty()) << (fused ? "residual fused" : "residual apart");
-    EXPECT_EQ(checks.size(), 25u);
+    EXPECT_EQ(checks.size(), 26u);
   }
 }
 
@@ -370,8 +420,10 @@ TEST(SelfTest, ALayerNormOffOrAFrozenAdamWStepFailsTheTransformerChecks) {
   const auto norm_checks = run_on(off_norm, one);
   // A small BERT's logits are near zero at initialization: the loss barely notices a 0.1% scale,
   // the layer norm's and the encoder layer's outputs do.
-  EXPECT_THAT(failed_names(norm_checks), ::testing::ElementsAre("fp32 layer norm, 256 rows of 768 (bert-base's width)",
-                                                                "fp32 transformer encoder layer"));
+  EXPECT_THAT(failed_names(norm_checks),
+              ::testing::ElementsAre("fp32 layer norm, 256 rows of 768 (bert-base's width)",
+                                     "fp32 transformer encoder layer",
+                                     "fp32 transformer encoder layer, heads of 32 over 40 tokens"));
   FaultyBackend frozen;
   frozen.frozen_adamw_step = true;
   const auto adamw_checks = run_on(frozen, one);
@@ -421,7 +473,7 @@ TEST(SelfTest, Bf16PassesWithinItsBoundsAndAboveItsFloors) {
       EXPECT_GT(c.error, c.floor) << c.name;
     }
   }
-  EXPECT_EQ(floored, 10);  // every layer but the three exact ones, and the encoder layer
+  EXPECT_EQ(floored, 11);  // every layer but the three exact ones, and the encoder layer at both shapes
 }
 
 }  // namespace

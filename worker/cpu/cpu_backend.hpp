@@ -60,8 +60,10 @@ class CpuBackend final : public Backend {
   std::unique_ptr<SoftmaxOp> make_softmax(std::int64_t rows, std::int64_t columns, DType dtype) override;
   std::unique_ptr<ActivationOp> make_activation(ActivationKind kind, std::int64_t count, DType dtype) override;
   std::unique_ptr<SwapAxesOp> make_swap_axes(const Shape& x, DType dtype) override;
-  // DLBENCH_CPU_ATTENTION=fused: worker/cpu/attention.cpp's op; composed otherwise.
+  // DLBENCH_CPU_ATTENTION=fused (or set_attention_route): worker/cpu/attention.cpp's op;
+  // composed otherwise.
   std::unique_ptr<AttentionOp> make_fused_attention(const AttentionConfig& config) override;
+  void set_attention_route(AttentionRoute route) { attention_route_ = route; }
   void gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
                    bool accumulate) override;
   void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad) override;
