@@ -20,16 +20,22 @@
 namespace dlbench::worker {
 namespace {
 
-float dot(const float* a, const float* b, std::int64_t n) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (std::int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 void add_scaled(float* y, float a, const float* x, std::int64_t n) {
 #pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// out[j] = Σ_c x[c] · m_t[c · n + j] for j < n: a row times a matrix kept transposed (d × n), so
+// that the inner loop runs along j over contiguous values instead of one dot product per j.
+void row_times(const float* x, const float* m_t, std::int64_t n, std::int64_t d, float* out) {
+  std::fill(out, out + n, 0.0f);
+  for (std::int64_t c = 0; c < d; ++c) add_scaled(out, x[c], m_t + c * n, n);
+}
+
+void transpose(const float* m, std::int64_t n, std::int64_t d, float* m_t) {
+  for (std::int64_t j = 0; j < n; ++j) {
+    for (std::int64_t c = 0; c < d; ++c) m_t[c * n + j] = m[j * d + c];
+  }
 }
 
 class CpuFusedAttention final : public AttentionOp {
@@ -99,23 +105,26 @@ class CpuFusedAttention final : public AttentionOp {
     const float keep_scale = 1.0f / (1.0f - dropout), alpha = scale();
 #pragma omp parallel
     {
-      std::vector<float> scratch(static_cast<std::size_t>(4 * matrix + n));
+      std::vector<float> scratch(static_cast<std::size_t>(5 * matrix + n));
       float* qh = scratch.data();
       float* kh = qh + matrix;
       float* vh = kh + matrix;
       float* out = vh + matrix;
-      float* row = out + matrix;
+      float* k_t = out + matrix;
+      float* row = k_t + matrix;
 #pragma omp for schedule(static)
       for (std::int64_t sh = 0; sh < c_.sequences * c_.heads; ++sh) {
         const std::int64_t s = sh / c_.heads, h = sh % c_.heads;
         gather_head(q, s, h, qh);
         gather_head(k, s, h, kh);
         gather_head(v, s, h, vh);
+        transpose(kh, n, d, k_t);
         std::fill(out, out + matrix, 0.0f);
         for (std::int64_t i = 0; i < n; ++i) {
+          row_times(&qh[i * d], k_t, n, d, row);
           float top = -std::numeric_limits<float>::infinity();
           for (std::int64_t j = 0; j < n; ++j) {
-            row[j] = alpha * dot(&qh[i * d], &kh[j * d], d);
+            row[j] *= alpha;
             top = std::max(top, row[j]);
           }
           float sum = 0.0f;
@@ -141,7 +150,7 @@ class CpuFusedAttention final : public AttentionOp {
     const float keep_scale = 1.0f / (1.0f - dropout), alpha = scale();
 #pragma omp parallel
     {
-      std::vector<float> scratch(static_cast<std::size_t>(7 * matrix + 2 * n));
+      std::vector<float> scratch(static_cast<std::size_t>(9 * matrix + 2 * n));
       float* qh = scratch.data();
       float* kh = qh + matrix;
       float* vh = kh + matrix;
@@ -149,7 +158,9 @@ class CpuFusedAttention final : public AttentionOp {
       float* dqh = doh + matrix;
       float* dkh = dqh + matrix;
       float* dvh = dkh + matrix;
-      float* p = dvh + matrix;
+      float* k_t = dvh + matrix;
+      float* v_t = k_t + matrix;
+      float* p = v_t + matrix;
       float* dp = p + n;
 #pragma omp for schedule(static)
       for (std::int64_t sh = 0; sh < c_.sequences * c_.heads; ++sh) {
@@ -159,14 +170,18 @@ class CpuFusedAttention final : public AttentionOp {
         gather_head(v, s, h, vh);
         gather_head(dcontext, s, h, doh);
         std::fill(dqh, dqh + 3 * matrix, 0.0f);  // dQ, dK and dV
+        transpose(kh, n, d, k_t);
+        transpose(vh, n, d, v_t);
         for (std::int64_t i = 0; i < n; ++i) {
           const float log_sum = statistics[sh * n + i];
           const std::uint64_t first = static_cast<std::uint64_t>((sh * n + i) * n);
           float softmax_dot = 0.0f;  // Σ_j P·dP over the row, dP after the mask
+          row_times(&qh[i * d], k_t, n, d, p);
+          row_times(&doh[i * d], v_t, n, d, dp);
           for (std::int64_t j = 0; j < n; ++j) {
-            p[j] = std::exp(alpha * dot(&qh[i * d], &kh[j * d], d) - log_sum);
+            p[j] = std::exp(alpha * p[j] - log_sum);
             const float mask = dropout_keeps(key, first + static_cast<std::uint64_t>(j), threshold) ? keep_scale : 0.0f;
-            dp[j] = mask * dot(&doh[i * d], &vh[j * d], d);
+            dp[j] *= mask;
             if (mask != 0.0f) add_scaled(&dvh[j * d], p[j] * mask, &doh[i * d], d);
             softmax_dot += p[j] * dp[j];
           }
