@@ -319,13 +319,16 @@ void require_16_byte_aligned(std::initializer_list<const void*> pointers) {
 
 }  // namespace
 
-void prepare_fused_attention(DType dtype, const FusedAttentionPlan& plan) {
+// The limit is the device's, not one plan's: ops of other shapes share the kernels, and a limit
+// lowered for a smaller plan would refuse a larger one's launch.
+void prepare_fused_attention(DType dtype, std::size_t shared_bytes_per_block) {
   with_half_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    DLBENCH_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(plan.forward_bytes)));
-    DLBENCH_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(plan.backward_bytes)));
+    const int limit = static_cast<int>(shared_bytes_per_block);
+    DLBENCH_CUDA_CHECK(
+        cudaFuncSetAttribute(attention_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
+    DLBENCH_CUDA_CHECK(
+        cudaFuncSetAttribute(attention_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
   });
 }
 

@@ -24,8 +24,9 @@ struct FusedAttentionCall {
   const std::uint64_t* step = nullptr;  // on the device, read when the kernel runs (graph replays)
 };
 
-// Lets the kernels for `dtype` take `plan`'s shared memory (once per op, before any launch).
-void prepare_fused_attention(DType dtype, const FusedAttentionPlan& plan);
+// Lets the kernels for `dtype` take up to the device's shared memory a block (once per op, before
+// any launch; a plan never asks for more, fused_attention_plan sees to that).
+void prepare_fused_attention(DType dtype, std::size_t shared_bytes_per_block);
 void fused_attention_forward(const FusedAttentionCall& call, const void* q, const void* k, const void* v,
                              void* context, float* statistics, cudaStream_t stream);
 void fused_attention_backward(const FusedAttentionCall& call, const void* q, const void* k, const void* v,

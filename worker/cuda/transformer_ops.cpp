@@ -105,7 +105,7 @@ class CudaFusedAttention final : public AttentionOp {
  public:
   CudaFusedAttention(CudaBackend& backend, const AttentionConfig& c, const FusedAttentionPlan& plan)
       : backend_(backend), c_(c), plan_(plan) {
-    kernels::prepare_fused_attention(c.dtype, plan_);
+    kernels::prepare_fused_attention(c.dtype, backend.properties().sharedMemPerBlockOptin);
   }
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float dropout,
                std::uint64_t layer_seed) override {
