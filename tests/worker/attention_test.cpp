@@ -120,6 +120,9 @@ TEST(FusedAttention, CpuOpMatchesTheComposedOpsWithAndWithoutDropout) {
   auto with_fused = backend_with("fused");
   auto with_composed = backend_with("composed");
   EXPECT_EQ(with_composed->make_fused_attention({kSequences, kTokens, kHeads, kHeadSize, DType::fp32}), nullptr);
+  // The result's backend versions say which attention ran.
+  EXPECT_TRUE(with_fused->version_info().ends_with(";attention=fused")) << with_fused->version_info();
+  EXPECT_TRUE(with_composed->version_info().ends_with(";attention=composed")) << with_composed->version_info();
   HostTensor q(kRows * kWidth, 1), k(kRows * kWidth, 2), v(kRows * kWidth, 3), dcontext(kRows * kWidth, 4);
   for (const float p : {0.0f, 0.25f}) {
     for (CpuBackend* b : {with_fused.get(), with_composed.get()}) b->begin_step(7);

@@ -59,7 +59,8 @@ CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::version_info() const {
   const dnnl_version_t* v = dnnl_version();
-  return "onednn=" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  return "onednn=" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
+         ";attention=" + (attention_route_ == AttentionRoute::fused ? "fused" : "composed");
 }
 
 std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {

@@ -353,7 +353,8 @@ std::string CudaBackend::version_info() const {
       << ";math=" << (math_ == CudaMath::tf32 ? "tf32" : "fp32")
       << ";activations=" << (activation_layout() == Layout::nhwc ? "nhwc" : "nchw")
       << ";conv=" << (conv_calls_api_ == ConvCallsApi::graph ? "graph" : "legacy")
-      << ";residualGrad=" << (residual_gradient_ == ResidualGradient::accumulate ? "accumulate" : "sum");
+      << ";residualGrad=" << (residual_gradient_ == ResidualGradient::accumulate ? "accumulate" : "sum")
+      << ";attention=" << (attention_route_ == AttentionRoute::fused ? "fused" : "composed");
   return out.str();
 }
 
