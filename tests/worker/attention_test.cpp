@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "cpu/vector_exp.hpp"
 #include "models/bert.hpp"
 #include "trainer.hpp"
 
@@ -139,6 +140,24 @@ TEST(FusedAttention, CpuOpMatchesTheComposedOpsWithAndWithoutDropout) {
   with_composed->begin_step(7);
   const AttentionResult before = composed(*with_composed, q, k, v, dcontext, 0.25f, 99);
   EXPECT_NE(next.context, before.context);
+}
+
+// The CPU op's exponential (cpu/vector_exp.hpp) over the arguments a softmax row gives it.
+TEST(FusedAttention, TheVectorExponentialStaysWithinThreeTenMillionthsOfExp) {
+  double worst = 0.0, worst_at = 0.0;
+  for (int i = 0; i <= 2'000'000; ++i) {
+    const double x = -87.0 + 88.0 * i / 2'000'000.0;  // [-87, 1]
+    const double exact = std::exp(static_cast<double>(static_cast<float>(x)));
+    const double error = std::fabs(static_cast<double>(exp_of_small(static_cast<float>(x))) - exact) / exact;
+    if (error > worst) {
+      worst = error;
+      worst_at = x;
+    }
+  }
+  EXPECT_LT(worst, 3e-7) << "at " << worst_at;  // a few float roundings
+  EXPECT_EQ(exp_of_small(0.0f), 1.0f);
+  EXPECT_LT(exp_of_small(-1000.0f), 1e-37f);
+  EXPECT_GE(exp_of_small(-1000.0f), 0.0f);
 }
 
 TEST(FusedAttention, TheSwitchRefusesAnythingElseNamingWhatItAllows) {

@@ -15,21 +15,131 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu/onednn_memory.hpp"
+#include "cpu/vector_exp.hpp"
 #include "dropout_mask.hpp"
 
 namespace dlbench::worker {
 namespace {
 
-void add_scaled(float* y, float a, const float* x, std::int64_t n) {
+// A head's forward and backward are cloned for AVX-512 and AVX2 (the build targets generic
+// x86-64), as the dropout loops are, with the row loops inlined into them (a call a 64-value row
+// cost more than its arithmetic); the OpenMP loop over heads stays outside the clones.
+#define DLBENCH_VECTOR_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
+#define DLBENCH_INLINE [[gnu::always_inline]] inline
+
+DLBENCH_INLINE void add_scaled(float* y, float a, const float* x, std::int64_t n) {
 #pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
 // out[j] = Σ_c x[c] · m_t[c · n + j] for j < n: a row times a matrix kept transposed (d × n), so
 // that the inner loop runs along j over contiguous values instead of one dot product per j.
-void row_times(const float* x, const float* m_t, std::int64_t n, std::int64_t d, float* out) {
+DLBENCH_INLINE void row_times(const float* x, const float* m_t, std::int64_t n, std::int64_t d, float* out) {
   std::fill(out, out + n, 0.0f);
-  for (std::int64_t c = 0; c < d; ++c) add_scaled(out, x[c], m_t + c * n, n);
+  for (std::int64_t c = 0; c < d; ++c) {
+    const float a = x[c];
+    const float* m = m_t + c * n;
+#pragma omp simd
+    for (std::int64_t j = 0; j < n; ++j) out[j] += a * m[j];
+  }
+}
+
+// mask[j] = keep_scale where dropout keeps element first + j of the probabilities, 0 where not.
+DLBENCH_INLINE void dropout_row(float* mask, std::int64_t n, DropoutKey key, std::uint64_t first,
+                                       std::uint32_t threshold, float keep_scale) {
+  const auto block = static_cast<std::uint32_t>(first >> 32);
+  if (block != static_cast<std::uint32_t>((first + static_cast<std::uint64_t>(n) - 1) >> 32)) {
+    for (std::int64_t j = 0; j < n; ++j) {  // the row crosses a 2^32-element block: 64-bit indices
+      mask[j] = dropout_keeps(key, first + static_cast<std::uint64_t>(j), threshold) ? keep_scale : 0.0f;
+    }
+    return;
+  }
+  const auto low = static_cast<std::uint32_t>(first);
+  const auto count = static_cast<std::uint32_t>(n);
+#pragma omp simd
+  for (std::uint32_t j = 0; j < count; ++j) mask[j] = dropout_hash(key, block, low + j) >= threshold ? keep_scale : 0.0f;
+}
+
+// row = softmax(alpha · row) in place; returns the row's log-sum-exp of alpha · row.
+DLBENCH_INLINE float softmax_row(float* row, std::int64_t n, float alpha) {
+  float top = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : top)
+  for (std::int64_t j = 0; j < n; ++j) {
+    row[j] *= alpha;
+    top = std::max(top, row[j]);
+  }
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t j = 0; j < n; ++j) {
+    row[j] = exp_of_small(row[j] - top);
+    sum += row[j];
+  }
+  const float inverse = 1.0f / sum;
+#pragma omp simd
+  for (std::int64_t j = 0; j < n; ++j) row[j] *= inverse;
+  return top + std::log(sum);
+}
+
+// Backward's row: p = e^(alpha · p - log_sum) (the probabilities again), dp *= mask; returns
+// Σ p · dp, softmax's backward term.
+DLBENCH_INLINE float recompute_row(float* p, float* dp, const float* mask, std::int64_t n, float alpha,
+                                         float log_sum) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (std::int64_t j = 0; j < n; ++j) {
+    p[j] = exp_of_small(alpha * p[j] - log_sum);
+    dp[j] *= mask[j];
+    dot += p[j] * dp[j];
+  }
+  return dot;
+}
+
+// What a head's passes are told: its size, the scores' scale and dropout's key and threshold.
+struct HeadPass {
+  std::int64_t n, d;  // tokens, head size
+  float alpha, keep_scale;
+  DropoutKey key;
+  std::uint32_t threshold;
+  std::uint64_t first;  // the head's first probability's index in the (sequences, heads, tokens, tokens) mask
+};
+
+// out = dropout(softmax(alpha · Q Kᵀ)) V for one head (out zeroed here); statistics[i] = row i's
+// log-sum-exp. row and mask: n floats of scratch each.
+DLBENCH_VECTOR_CLONES void head_forward(const HeadPass& h, const float* q, const float* k_t, const float* v, float* out,
+                                        float* statistics, float* row, float* mask) {
+  const std::int64_t n = h.n, d = h.d;
+  std::fill(out, out + n * d, 0.0f);
+  for (std::int64_t i = 0; i < n; ++i) {
+    row_times(&q[i * d], k_t, n, d, row);
+    statistics[i] = softmax_row(row, n, h.alpha);
+    dropout_row(mask, n, h.key, h.first + static_cast<std::uint64_t>(i * n), h.threshold, h.keep_scale);
+    for (std::int64_t j = 0; j < n; ++j) {
+      if (mask[j] != 0.0f) add_scaled(&out[i * d], row[j] * mask[j], &v[j * d], d);
+    }
+  }
+}
+
+// dq, dk, dv (zeroed here) for one head from dout, the probabilities recomputed from statistics.
+// p, dp and mask: n floats of scratch each.
+DLBENCH_VECTOR_CLONES void head_backward(const HeadPass& h, const float* q, const float* k, const float* k_t,
+                                         const float* v_t, const float* dout, const float* statistics, float* dq,
+                                         float* dk, float* dv, float* p, float* dp, float* mask) {
+  const std::int64_t n = h.n, d = h.d;
+  std::fill(dq, dq + n * d, 0.0f);
+  std::fill(dk, dk + n * d, 0.0f);
+  std::fill(dv, dv + n * d, 0.0f);
+  for (std::int64_t i = 0; i < n; ++i) {
+    row_times(&q[i * d], k_t, n, d, p);
+    row_times(&dout[i * d], v_t, n, d, dp);
+    dropout_row(mask, n, h.key, h.first + static_cast<std::uint64_t>(i * n), h.threshold, h.keep_scale);
+    const float softmax_dot = recompute_row(p, dp, mask, n, h.alpha, statistics[i]);  // Σ_j P·dP, dP masked
+    for (std::int64_t j = 0; j < n; ++j) {
+      if (mask[j] != 0.0f) add_scaled(&dv[j * d], p[j] * mask[j], &dout[i * d], d);
+      const float ds = h.alpha * p[j] * (dp[j] - softmax_dot);
+      add_scaled(&dq[i * d], ds, &k[j * d], d);
+      add_scaled(&dk[j * d], ds, &q[i * d], d);
+    }
+  }
 }
 
 void transpose(const float* m, std::int64_t n, std::int64_t d, float* m_t) {
@@ -105,13 +215,14 @@ class CpuFusedAttention final : public AttentionOp {
     const float keep_scale = 1.0f / (1.0f - dropout), alpha = scale();
 #pragma omp parallel
     {
-      std::vector<float> scratch(static_cast<std::size_t>(5 * matrix + n));
+      std::vector<float> scratch(static_cast<std::size_t>(5 * matrix + 2 * n));
       float* qh = scratch.data();
       float* kh = qh + matrix;
       float* vh = kh + matrix;
       float* out = vh + matrix;
       float* k_t = out + matrix;
       float* row = k_t + matrix;
+      float* mask = row + n;
 #pragma omp for schedule(static)
       for (std::int64_t sh = 0; sh < c_.sequences * c_.heads; ++sh) {
         const std::int64_t s = sh / c_.heads, h = sh % c_.heads;
@@ -119,23 +230,8 @@ class CpuFusedAttention final : public AttentionOp {
         gather_head(k, s, h, kh);
         gather_head(v, s, h, vh);
         transpose(kh, n, d, k_t);
-        std::fill(out, out + matrix, 0.0f);
-        for (std::int64_t i = 0; i < n; ++i) {
-          row_times(&qh[i * d], k_t, n, d, row);
-          float top = -std::numeric_limits<float>::infinity();
-          for (std::int64_t j = 0; j < n; ++j) {
-            row[j] *= alpha;
-            top = std::max(top, row[j]);
-          }
-          float sum = 0.0f;
-          for (std::int64_t j = 0; j < n; ++j) sum += row[j] = std::exp(row[j] - top);
-          statistics[sh * n + i] = top + std::log(sum);
-          const std::uint64_t first = static_cast<std::uint64_t>((sh * n + i) * n);
-          for (std::int64_t j = 0; j < n; ++j) {
-            if (!dropout_keeps(key, first + static_cast<std::uint64_t>(j), threshold)) continue;
-            add_scaled(&out[i * d], row[j] / sum * keep_scale, &vh[j * d], d);
-          }
-        }
+        const HeadPass pass{n, d, alpha, keep_scale, key, threshold, static_cast<std::uint64_t>(sh * n * n)};
+        head_forward(pass, qh, k_t, vh, out, statistics + sh * n, row, mask);
         scatter_head(out, s, h, context);
       }
     }
@@ -150,7 +246,7 @@ class CpuFusedAttention final : public AttentionOp {
     const float keep_scale = 1.0f / (1.0f - dropout), alpha = scale();
 #pragma omp parallel
     {
-      std::vector<float> scratch(static_cast<std::size_t>(9 * matrix + 2 * n));
+      std::vector<float> scratch(static_cast<std::size_t>(9 * matrix + 3 * n));
       float* qh = scratch.data();
       float* kh = qh + matrix;
       float* vh = kh + matrix;
@@ -162,6 +258,7 @@ class CpuFusedAttention final : public AttentionOp {
       float* v_t = k_t + matrix;
       float* p = v_t + matrix;
       float* dp = p + n;
+      float* mask = dp + n;
 #pragma omp for schedule(static)
       for (std::int64_t sh = 0; sh < c_.sequences * c_.heads; ++sh) {
         const std::int64_t s = sh / c_.heads, h = sh % c_.heads;
@@ -169,28 +266,10 @@ class CpuFusedAttention final : public AttentionOp {
         gather_head(k, s, h, kh);
         gather_head(v, s, h, vh);
         gather_head(dcontext, s, h, doh);
-        std::fill(dqh, dqh + 3 * matrix, 0.0f);  // dQ, dK and dV
         transpose(kh, n, d, k_t);
         transpose(vh, n, d, v_t);
-        for (std::int64_t i = 0; i < n; ++i) {
-          const float log_sum = statistics[sh * n + i];
-          const std::uint64_t first = static_cast<std::uint64_t>((sh * n + i) * n);
-          float softmax_dot = 0.0f;  // Σ_j P·dP over the row, dP after the mask
-          row_times(&qh[i * d], k_t, n, d, p);
-          row_times(&doh[i * d], v_t, n, d, dp);
-          for (std::int64_t j = 0; j < n; ++j) {
-            p[j] = std::exp(alpha * p[j] - log_sum);
-            const float mask = dropout_keeps(key, first + static_cast<std::uint64_t>(j), threshold) ? keep_scale : 0.0f;
-            dp[j] *= mask;
-            if (mask != 0.0f) add_scaled(&dvh[j * d], p[j] * mask, &doh[i * d], d);
-            softmax_dot += p[j] * dp[j];
-          }
-          for (std::int64_t j = 0; j < n; ++j) {
-            const float ds = alpha * p[j] * (dp[j] - softmax_dot);
-            add_scaled(&dqh[i * d], ds, &kh[j * d], d);
-            add_scaled(&dkh[j * d], ds, &qh[i * d], d);
-          }
-        }
+        const HeadPass pass{n, d, alpha, keep_scale, key, threshold, static_cast<std::uint64_t>(sh * n * n)};
+        head_backward(pass, qh, kh, k_t, v_t, doh, statistics + sh * n, dqh, dkh, dvh, p, dp, mask);
         scatter_head(dqh, s, h, dq);
         scatter_head(dkh, s, h, dk);
         scatter_head(dvh, s, h, dv);
