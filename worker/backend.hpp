@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -370,6 +371,9 @@ class Backend {
   virtual Layout activation_layout() const = 0;
   // Library versions etc. for the result's environment, as "key=value;…".
   virtual std::string version_info() const = 0;
+  // The choices this backend made that change what runs or how fast (its developer switches'
+  // values, defaults included), by name: the result's environment.backendOptions.
+  virtual std::map<std::string, std::string> options() const { return {}; }
   // Why this backend cannot compute with activations of `dtype` here (the missing ISA, say), or
   // nothing when it can. Ops must not be made for a dtype it cannot compute.
   virtual std::optional<std::string> cannot_compute(DType dtype) const = 0;

@@ -68,6 +68,7 @@ class DelegatingBackend : public Backend {
     return inner_.make_activation(k, n, d);
   }
   std::unique_ptr<SwapAxesOp> make_swap_axes(const Shape& s, DType d) override { return inner_.make_swap_axes(s, d); }
+  std::map<std::string, std::string> options() const override { return inner_.options(); }
   std::unique_ptr<AttentionOp> make_fused_attention(const AttentionConfig& c) override {
     return inner_.make_fused_attention(c);
   }

@@ -48,6 +48,7 @@ json environment_to_json(const EnvironmentInfo& e) {
   put("framework", e.framework);
   put("frameworkVersion", e.framework_version);
   if (!e.facts.empty()) out["facts"] = e.facts;
+  if (!e.backend_options.empty()) out["backendOptions"] = e.backend_options;
   if (e.nccl_transport) out["ncclTransport"] = nccl_transport_to_json(*e.nccl_transport);
   return out;
 }
@@ -57,7 +58,8 @@ EnvironmentInfo decode_environment(Decoder& d, const json& obj, const std::strin
   if (!d.expect_object(obj, path)) return e;
   d.reject_unknown(obj, path, {"host", "hosts", "os", "cpuModel", "cpuCores", "cpuThreadsReason", "gpuModel", "gpuCount", "driverVersion",
                                "cudaVersion", "cudnnVersion", "ncclVersion", "mpiVersion", "onednnVersion", "backend",
-                               "communicator", "dlbenchVersion", "framework", "frameworkVersion", "facts", "ncclTransport"});
+                               "communicator", "dlbenchVersion", "framework", "frameworkVersion", "facts", "backendOptions",
+                               "ncclTransport"});
   d.read_string(obj, path, "host", e.host);
   if (const json* hosts = Decoder::find(obj, "hosts")) {
     if (const json* items = d.list(*hosts, child(path, "hosts"), 0, 4096)) {
@@ -90,6 +92,14 @@ EnvironmentInfo decode_environment(Decoder& d, const json& obj, const std::strin
     if (d.expect_object(*facts, facts_path)) {
       for (const auto& [key, value] : facts->items()) {
         if (auto text = d.string(value, child(facts_path, key))) e.facts[key] = *text;
+      }
+    }
+  }
+  if (const json* options = Decoder::find(obj, "backendOptions")) {
+    const std::string options_path = child(path, "backendOptions");
+    if (d.expect_object(*options, options_path)) {
+      for (const auto& [key, value] : options->items()) {
+        if (auto text = d.string(value, child(options_path, key))) e.backend_options[key] = *text;
       }
     }
   }

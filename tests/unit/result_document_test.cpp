@@ -32,6 +32,7 @@ ResultDocument sample_document() {
   doc.environment.cuda_version = "13.0";
   doc.environment.backend = "cuda";
   doc.environment.communicator = "nccl";
+  doc.environment.backend_options = {{"attention", "fused"}, {"conv", "graph"}};
   doc.start_time = "2026-11-21T05:00:00Z";
   doc.end_time = "2026-11-21T05:02:00Z";
   return doc;
@@ -48,6 +49,7 @@ TEST(ResultDocument, RoundTrip) {
   const json j = to_json(doc);
   EXPECT_EQ(j["schema"], "dlbench.result/v1");
   EXPECT_EQ(j["case"]["id"], "1x8-bs128-amp");
+  EXPECT_EQ(j["environment"]["backendOptions"]["attention"], "fused");
   const auto decoded = decode_result_document(j);
   ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
   EXPECT_EQ(*decoded.value, doc);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -209,10 +210,20 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
   EXPECT_EQ(doc.throughput->repeats.size(), 2u);
   EXPECT_THAT(o.out, Not(HasSubstr("imageSize")));
   EXPECT_THAT(o.err, HasSubstr("sequence length 16, 110106428 parameters"));
+  // The result says which attention ran: composed by default, fused on request (LAMB's run).
+  EXPECT_EQ(doc.environment.backend_options, (std::map<std::string, std::string>{{"attention", "composed"}}));
   const Outcome lamb = worker("--model bert-base --sequence-length 8 --batch-size 1 --optimizer lamb "
-                              "--learning-rate 0.001 --warmup-steps 0 --measure-steps 2 --repeats 1");
+                              "--learning-rate 0.001 --warmup-steps 0 --measure-steps 2 --repeats 1",
+                              "DLBENCH_CPU_ATTENTION=fused");
   ASSERT_EQ(lamb.exit_code, 0) << lamb.err;
   EXPECT_EQ(decoded(lamb.out).state, CaseState::Succeeded);
+  EXPECT_EQ(decoded(lamb.out).environment.backend_options.at("attention"), "fused");
+  // A switch's value it does not know fails the case, naming the variable and what it allows.
+  const Outcome unknown = worker("--model bert-base --sequence-length 8 --batch-size 1 --measure-steps 1 --repeats 1",
+                                 "DLBENCH_CPU_ATTENTION=flash");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_EQ(decoded(unknown.out).state, CaseState::Failed);
+  EXPECT_THAT(unknown.err, HasSubstr("DLBENCH_CPU_ATTENTION: \"flash\" is not one of composed, fused"));
   const Outcome image = worker("--model bert-base --image-size 224");
   EXPECT_EQ(image.exit_code, 2);
   EXPECT_THAT(image.err, HasSubstr("--image-size: bert-base takes token sequences; use --sequence-length"));

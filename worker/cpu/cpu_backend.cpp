@@ -60,7 +60,11 @@ CpuBackend::~CpuBackend() = default;
 std::string CpuBackend::version_info() const {
   const dnnl_version_t* v = dnnl_version();
   return "onednn=" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
-         ";attention=" + (attention_route_ == AttentionRoute::fused ? "fused" : "composed");
+         ";attention=" + options().at("attention");
+}
+
+std::map<std::string, std::string> CpuBackend::options() const {
+  return {{"attention", attention_route_ == AttentionRoute::fused ? "fused" : "composed"}};
 }
 
 std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {

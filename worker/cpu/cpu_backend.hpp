@@ -16,6 +16,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   Layout activation_layout() const override { return Layout::nhwc; }
   std::string version_info() const override;
+  std::map<std::string, std::string> options() const override;
   // fp32 everywhere; bf16 where oneDNN finds AVX512_BF16 (or AMX); fp16 nowhere (oneDNN 2.6 has
   // no fp16 training kernels for x86).
   std::optional<std::string> cannot_compute(DType dtype) const override;

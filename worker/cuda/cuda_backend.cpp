@@ -349,13 +349,25 @@ std::string CudaBackend::version_info() const {
   std::ostringstream out;
   out << "cuda=" << version_string(runtime) << ";driver=" << version_string(driver) << ";cudnn=" << cudnn / 10000
       << "." << cudnn % 10000 / 100 << "." << cudnn % 100 << ";cublasLt=" << cublasLtGetVersion()
-      << ";gpu=" << properties_.name << ";sm=" << properties_.major << properties_.minor
-      << ";math=" << (math_ == CudaMath::tf32 ? "tf32" : "fp32")
-      << ";activations=" << (activation_layout() == Layout::nhwc ? "nhwc" : "nchw")
-      << ";conv=" << (conv_calls_api_ == ConvCallsApi::graph ? "graph" : "legacy")
-      << ";residualGrad=" << (residual_gradient_ == ResidualGradient::accumulate ? "accumulate" : "sum")
-      << ";attention=" << (attention_route_ == AttentionRoute::fused ? "fused" : "composed");
+      << ";gpu=" << properties_.name << ";sm=" << properties_.major << properties_.minor;
+  for (const auto& [name, value] : options()) out << ";" << name << "=" << value;
   return out.str();
+}
+
+std::map<std::string, std::string> CudaBackend::options() const {
+  const char* batch_norm = "plain";
+  switch (batch_norm_route_) {
+    case BatchNormCalls::plain: batch_norm = "plain"; break;
+    case BatchNormCalls::ex: batch_norm = "ex"; break;
+    case BatchNormCalls::ex_relu: batch_norm = "ex-relu"; break;
+    case BatchNormCalls::ex_add_relu: batch_norm = "ex-add-relu"; break;
+  }
+  return {{"math", math_ == CudaMath::tf32 ? "tf32" : "fp32"},
+          {"activations", activation_layout() == Layout::nhwc ? "nhwc" : "nchw"},
+          {"batchNorm", batch_norm},
+          {"conv", conv_calls_api_ == ConvCallsApi::graph ? "graph" : "legacy"},
+          {"residualGrad", residual_gradient_ == ResidualGradient::accumulate ? "accumulate" : "sum"},
+          {"attention", attention_route_ == AttentionRoute::fused ? "fused" : "composed"}};
 }
 
 std::shared_ptr<void> CudaBackend::allocate(std::size_t bytes) {

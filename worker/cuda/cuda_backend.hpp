@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
   // The half types NHWC; fp32 NCHW unless DLBENCH_CUDA_LAYOUT=nhwc (cuda/activation_layout.hpp).
   Layout activation_layout() const override { return layout_; }
   std::string version_info() const override;
+  std::map<std::string, std::string> options() const override;
   // fp32 and fp16 on every GPU CUDA 13 runs on; bf16 from compute capability 8.0 (Ampere).
   std::optional<std::string> cannot_compute(DType dtype) const override;
 

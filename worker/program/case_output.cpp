@@ -59,6 +59,7 @@ EnvironmentInfo environment(const Backend* backend, const Options& o, Communicat
     e.cudnn_version = info_value(info, "cudnn");
   }
 #endif
+  if (backend != nullptr) e.backend_options = backend->options();
   e.backend = o.backend;
   e.communicator = communicator.name();
   e.dlbench_version = DLBENCH_VERSION;

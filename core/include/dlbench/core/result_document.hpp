@@ -39,6 +39,9 @@ struct EnvironmentInfo {
   std::string framework;
   std::string framework_version;
   std::map<std::string, std::string> facts;
+  // The worker backend's choices that change what runs (its developer switches, defaults
+  // included): {"attention": "fused"}, the CUDA convolution calls, layout, batch-norm calls...
+  std::map<std::string, std::string> backend_options;
   std::optional<NcclTransport> nccl_transport;  // from NCCL's own log lines (NCCL_DEBUG=INFO)
   bool operator==(const EnvironmentInfo&) const = default;
 };
