@@ -10,10 +10,11 @@ namespace dlbench::worker {
 
 enum class AttentionRoute { composed, fused };
 
+inline constexpr Choices<AttentionRoute, 2> kAttentionRoutes{
+    {{"composed", AttentionRoute::composed}, {"fused", AttentionRoute::fused}}};
+
 inline AttentionRoute attention_route(const char* variable, const char* value) {
-  return env_choice<AttentionRoute>(variable, value,
-                                    {{"composed", AttentionRoute::composed}, {"fused", AttentionRoute::fused}})
-      .value_or(AttentionRoute::composed);
+  return env_choice(variable, value, kAttentionRoutes).value_or(AttentionRoute::composed);
 }
 
 }  // namespace dlbench::worker

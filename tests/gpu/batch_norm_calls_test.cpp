@@ -1,10 +1,15 @@
-// Which cuDNN calls the CUDA batch norm takes, and the activations' memory order that decides it,
-// checked without a GPU.
+// Which cuDNN calls the CUDA batch norm takes, the activations' memory order that decides it, and
+// the backends' switches' names, checked without a GPU.
+#include <cstddef>
+#include <string>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "attention_route.hpp"
 #include "cuda/activation_layout.hpp"
 #include "cuda/batch_norm_calls.hpp"
+#include "cuda/conv_engines.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -70,6 +75,33 @@ TEST(CudaActivationLayout, AnUnknownOrderAndNchwHalvesAreRefusedSayingWhy) {
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("nchw is for fp32 and tf32 activations; bf16 activations are nhwc only"));
   }
+}
+
+}  // namespace
+}  // namespace dlbench::worker
+
+namespace dlbench::worker {
+namespace {
+
+// Each switch's names are one table: whatever a name chooses, the result names back
+// (Backend::options, environment.backendOptions), for every switch.
+template <typename T, std::size_t N>
+void expect_names_round_trip(const char* variable, const Choices<T, N>& table) {
+  for (const auto& [name, value] : table) {
+    const std::string text(name);
+    EXPECT_EQ(env_choice(variable, text.c_str(), table), value) << variable << "=" << text;
+    EXPECT_EQ(choice_name(table, value), name) << variable;
+  }
+}
+
+TEST(BackendSwitches, EveryNameAResultGivesChoosesWhatItNames) {
+  expect_names_round_trip("DLBENCH_CUDA_BATCH_NORM", kBatchNormCalls);
+  expect_names_round_trip("DLBENCH_CUDA_LAYOUT", kCudaLayouts);
+  expect_names_round_trip("DLBENCH_CUDA_CONV", kConvCallsApis);
+  expect_names_round_trip("DLBENCH_CUDA_RESIDUAL_GRAD", kResidualGradients);
+  expect_names_round_trip("DLBENCH_CUDA_ATTENTION", kAttentionRoutes);
+  EXPECT_EQ(attention_route("DLBENCH_CUDA_ATTENTION", nullptr), AttentionRoute::composed);
+  EXPECT_EQ(attention_route("DLBENCH_CUDA_ATTENTION", ""), AttentionRoute::composed);
 }
 
 }  // namespace

@@ -64,7 +64,7 @@ std::string CpuBackend::version_info() const {
 }
 
 std::map<std::string, std::string> CpuBackend::options() const {
-  return {{"attention", attention_route_ == AttentionRoute::fused ? "fused" : "composed"}};
+  return {{"attention", std::string(choice_name(kAttentionRoutes, attention_route_))}};
 }
 
 std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {

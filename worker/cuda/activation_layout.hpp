@@ -22,9 +22,10 @@ enum class CudaMath { fp32, tf32 };
 
 // `choice` is DLBENCH_CUDA_LAYOUT's value (null or empty: unset). Throws std::invalid_argument
 // naming the variable and its allowed values for anything else, and for nchw with half activations.
+inline constexpr Choices<Layout, 2> kCudaLayouts{{{"nchw", Layout::nchw}, {"nhwc", Layout::nhwc}}};
+
 inline Layout cuda_activation_layout(DType activations, CudaMath math, const char* choice) {
-  const std::optional<Layout> chosen =
-      env_choice<Layout>("DLBENCH_CUDA_LAYOUT", choice, {{"nchw", Layout::nchw}, {"nhwc", Layout::nhwc}});
+  const std::optional<Layout> chosen = env_choice("DLBENCH_CUDA_LAYOUT", choice, kCudaLayouts);
   if (activations != DType::fp32) {
     if (chosen == Layout::nchw) {
       throw std::invalid_argument("DLBENCH_CUDA_LAYOUT: nchw is for fp32 and tf32 activations; " +

@@ -27,6 +27,11 @@ namespace dlbench::worker {
 // (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION), whose backward also writes the shortcut's gradient.
 enum class BatchNormCalls { plain, ex, ex_relu, ex_add_relu };
 
+inline constexpr Choices<BatchNormCalls, 4> kBatchNormCalls{{{"plain", BatchNormCalls::plain},
+                                                              {"ex", BatchNormCalls::ex},
+                                                              {"ex-relu", BatchNormCalls::ex_relu},
+                                                              {"ex-add-relu", BatchNormCalls::ex_add_relu}}};
+
 // Channels-last activations (tf32 and the half types; fp32 under DLBENCH_CUDA_LAYOUT=nhwc): cuDNN's
 // persistent batch-norm mode, as PyTorch's channels_last batch norm takes; NCHW the spatial mode.
 inline bool persistent_batch_norm(Layout layout) { return layout == Layout::nhwc; }
@@ -34,10 +39,7 @@ inline bool persistent_batch_norm(Layout layout) { return layout == Layout::nhwc
 // `activations` is their dtype; `choice` is DLBENCH_CUDA_BATCH_NORM's value (null or empty: unset).
 // Throws std::invalid_argument naming the variable and its allowed values for anything else.
 inline BatchNormCalls batch_norm_calls(Layout layout, DType activations, const char* choice) {
-  if (const std::optional<BatchNormCalls> chosen = env_choice<BatchNormCalls>(
-          "DLBENCH_CUDA_BATCH_NORM", choice,
-          {{"plain", BatchNormCalls::plain}, {"ex", BatchNormCalls::ex}, {"ex-relu", BatchNormCalls::ex_relu},
-           {"ex-add-relu", BatchNormCalls::ex_add_relu}})) {
+  if (const std::optional<BatchNormCalls> chosen = env_choice("DLBENCH_CUDA_BATCH_NORM", choice, kBatchNormCalls)) {
     return *chosen;
   }
   // Unset. NCHW (true fp32) takes the plain calls: the *Ex calls there (the spatial mode, as

@@ -29,10 +29,11 @@ enum class ConvCallsApi { legacy, graph };
 
 // `choice` is DLBENCH_CUDA_CONV's value (null or empty: unset, the legacy calls). Throws
 // std::invalid_argument naming the variable and its allowed values for anything else.
+inline constexpr Choices<ConvCallsApi, 2> kConvCallsApis{
+    {{"legacy", ConvCallsApi::legacy}, {"graph", ConvCallsApi::graph}}};
+
 inline ConvCallsApi conv_calls_api(const char* choice) {
-  return env_choice<ConvCallsApi>("DLBENCH_CUDA_CONV", choice,
-                                  {{"legacy", ConvCallsApi::legacy}, {"graph", ConvCallsApi::graph}})
-      .value_or(ConvCallsApi::legacy);
+  return env_choice("DLBENCH_CUDA_CONV", choice, kConvCallsApis).value_or(ConvCallsApi::legacy);
 }
 
 // How a residual block's two branch gradients meet on this backend: an AddOp apart (sum), or the
@@ -44,10 +45,11 @@ enum class ResidualGradient { sum, accumulate };
 
 // `choice` is DLBENCH_CUDA_RESIDUAL_GRAD's value (null or empty: unset). Throws
 // std::invalid_argument naming the variable and its allowed values for anything else.
+inline constexpr Choices<ResidualGradient, 2> kResidualGradients{
+    {{"sum", ResidualGradient::sum}, {"accumulate", ResidualGradient::accumulate}}};
+
 inline ResidualGradient residual_gradient(const char* choice) {
-  return env_choice<ResidualGradient>("DLBENCH_CUDA_RESIDUAL_GRAD", choice,
-                                      {{"sum", ResidualGradient::sum}, {"accumulate", ResidualGradient::accumulate}})
-      .value_or(ResidualGradient::sum);
+  return env_choice("DLBENCH_CUDA_RESIDUAL_GRAD", choice, kResidualGradients).value_or(ResidualGradient::sum);
 }
 
 // Whether an engine with these numerical notes may run a convolution here. Never one that rounds

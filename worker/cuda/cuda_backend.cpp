@@ -355,19 +355,13 @@ std::string CudaBackend::version_info() const {
 }
 
 std::map<std::string, std::string> CudaBackend::options() const {
-  const char* batch_norm = "plain";
-  switch (batch_norm_route_) {
-    case BatchNormCalls::plain: batch_norm = "plain"; break;
-    case BatchNormCalls::ex: batch_norm = "ex"; break;
-    case BatchNormCalls::ex_relu: batch_norm = "ex-relu"; break;
-    case BatchNormCalls::ex_add_relu: batch_norm = "ex-add-relu"; break;
-  }
+  const auto name = [](auto& table, auto value) { return std::string(choice_name(table, value)); };
   return {{"math", math_ == CudaMath::tf32 ? "tf32" : "fp32"},
-          {"activations", activation_layout() == Layout::nhwc ? "nhwc" : "nchw"},
-          {"batchNorm", batch_norm},
-          {"conv", conv_calls_api_ == ConvCallsApi::graph ? "graph" : "legacy"},
-          {"residualGrad", residual_gradient_ == ResidualGradient::accumulate ? "accumulate" : "sum"},
-          {"attention", attention_route_ == AttentionRoute::fused ? "fused" : "composed"}};
+          {"activations", name(kCudaLayouts, activation_layout())},
+          {"batchNorm", name(kBatchNormCalls, batch_norm_route_)},
+          {"conv", name(kConvCallsApis, conv_calls_api_)},
+          {"residualGrad", name(kResidualGradients, residual_gradient_)},
+          {"attention", name(kAttentionRoutes, attention_route_)}};
 }
 
 std::shared_ptr<void> CudaBackend::allocate(std::size_t bytes) {
