@@ -9,6 +9,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernel_launch.cuh"
+#include "cuda/warp_reduce.cuh"
 #include "dropout_mask.hpp"
 
 namespace dlbench::worker::kernels {
@@ -17,7 +18,6 @@ namespace {
 namespace wmma = nvcuda::wmma;
 using Accumulator = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-constexpr unsigned kFullWarp = 0xffffffffu;
 constexpr int kBlockThreads = kAttentionWarps * 32;
 constexpr int kScoresPerLane = kAttentionMaxTokens / 32;
 
@@ -40,15 +40,6 @@ struct AttentionArgs {
   std::uint64_t layer_seed;
   const std::uint64_t* step;
 };
-
-__device__ inline float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullWarp, v, offset);
-  return v;
-}
-__device__ inline float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kFullWarp, v, offset));
-  return v;
-}
 
 // One head's (tokens, head_size) matrix from the rows into shared memory (rows of half_stride),
 // 16 bytes a thread at a time; the padding rows are zeros.

@@ -10,23 +10,13 @@
 #include "cuda/kernels.hpp"
 #include "cuda/kernel_launch.cuh"
 #include "cuda/swap_axes_plan.hpp"
+#include "cuda/warp_reduce.cuh"
 
 namespace dlbench::worker::kernels {
 namespace {
 
-constexpr unsigned kFullWarp = 0xffffffffu;
 constexpr unsigned kSquaresBlocks = 1024;  // about one resident wave on an H100 or H200
 constexpr int kSkipUpdate = 5;  // the coefficients' slot that says the step overflowed (1) and updates nothing
-
-__device__ inline float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullWarp, v, offset);
-  return v;
-}
-
-__device__ inline float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kFullWarp, v, offset));
-  return v;
-}
 
 // A warp a row: `row` strides over [0, rows) by the grid's warps, the same rows for every lane
 // of a warp, so the warp reductions inside see all 32 lanes.
