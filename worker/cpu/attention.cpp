@@ -204,15 +204,17 @@ class CpuFusedAttention final : public AttentionOp {
       for (std::int64_t d = 0; d < c_.head_size; ++d) to[d] = from_float<T>(head[t * c_.head_size + d]);
     }
   }
-  float scale() const { return 1.0f / std::sqrt(static_cast<float>(c_.head_size)); }
+  // What every head's pass of one call shares; `first` is set per head.
+  HeadPass head_pass(float dropout, std::uint64_t layer_seed) const {
+    return {c_.tokens, c_.head_size, 1.0f / std::sqrt(static_cast<float>(c_.head_size)), 1.0f / (1.0f - dropout),
+            dropout_key(layer_seed, *step_), dropout_threshold(dropout), 0};
+  }
 
   template <typename T>
   void forward_typed(const T* q, const T* k, const T* v, T* context, float* statistics, float dropout,
                      std::uint64_t layer_seed) const {
     const std::int64_t n = c_.tokens, d = c_.head_size, matrix = n * d;
-    const DropoutKey key = dropout_key(layer_seed, *step_);
-    const std::uint32_t threshold = dropout_threshold(dropout);
-    const float keep_scale = 1.0f / (1.0f - dropout), alpha = scale();
+    const HeadPass call = head_pass(dropout, layer_seed);
 #pragma omp parallel
     {
       std::vector<float> scratch(static_cast<std::size_t>(5 * matrix + 2 * n));
@@ -230,7 +232,8 @@ class CpuFusedAttention final : public AttentionOp {
         gather_head(k, s, h, kh);
         gather_head(v, s, h, vh);
         transpose(kh, n, d, k_t);
-        const HeadPass pass{n, d, alpha, keep_scale, key, threshold, static_cast<std::uint64_t>(sh * n * n)};
+        HeadPass pass = call;
+        pass.first = static_cast<std::uint64_t>(sh * n * n);
         head_forward(pass, qh, k_t, vh, out, statistics + sh * n, row, mask);
         scatter_head(out, s, h, context);
       }
@@ -241,9 +244,7 @@ class CpuFusedAttention final : public AttentionOp {
   void backward_typed(const T* q, const T* k, const T* v, const T* dcontext, const float* statistics, float dropout,
                       std::uint64_t layer_seed, T* dq, T* dk, T* dv) const {
     const std::int64_t n = c_.tokens, d = c_.head_size, matrix = n * d;
-    const DropoutKey key = dropout_key(layer_seed, *step_);
-    const std::uint32_t threshold = dropout_threshold(dropout);
-    const float keep_scale = 1.0f / (1.0f - dropout), alpha = scale();
+    const HeadPass call = head_pass(dropout, layer_seed);
 #pragma omp parallel
     {
       std::vector<float> scratch(static_cast<std::size_t>(9 * matrix + 3 * n));
@@ -268,7 +269,8 @@ class CpuFusedAttention final : public AttentionOp {
         gather_head(dcontext, s, h, doh);
         transpose(kh, n, d, k_t);
         transpose(vh, n, d, v_t);
-        const HeadPass pass{n, d, alpha, keep_scale, key, threshold, static_cast<std::uint64_t>(sh * n * n)};
+        HeadPass pass = call;
+        pass.first = static_cast<std::uint64_t>(sh * n * n);
         head_backward(pass, qh, kh, k_t, v_t, doh, statistics + sh * n, dqh, dkh, dvh, p, dp, mask);
         scatter_head(dqh, s, h, dq);
         scatter_head(dkh, s, h, dk);
