@@ -539,30 +539,27 @@ void transformer_checks(Checker& checker, Backend& backend, Backend& reference, 
     checker.add({precision, "transformer checks", 0, 0, 0, CheckOutcome::skipped, *why});
     return;
   }
-  const LayerCheck encoder{"transformer encoder layer",
-                           [] { return std::make_unique<TransformerEncoderLayer>(kSmallBert, 1); },
-                           Shape(kSmallBertBatch.sequences * kSmallBertBatch.tokens, kSmallBert.hidden), Kind::block,
-                           {3}};  // query weight, query bias, key weight, key bias, ...
-  checker.run(precision, encoder.name, [&] {
-    const auto run = [&](Backend& on, DType t) {
-      auto layer = encoder.make();
-      return run_layer_once(on, *layer, encoder.input, t, 13, false, kSmallBertBatch.tokens);
-    };
-    if (!want.encoder_layer) want.encoder_layer = run(reference, DType::fp32);
-    return compare_layer(encoder, run(backend, dtype), *want.encoder_layer, precision, dtype, b);
-  });
-  const LayerCheck wide_heads{"transformer encoder layer, heads of 32 over 40 tokens",
-                              [] { return std::make_unique<TransformerEncoderLayer>(kWideHeadsBert, 2); },
-                              Shape(kWideHeadsSequences * kWideHeadsTokens, kWideHeadsBert.hidden), Kind::block,
-                              {3}};
-  checker.run(precision, wide_heads.name, [&] {
-    const auto run = [&](Backend& on, DType t) {
-      auto layer = wide_heads.make();
-      return run_layer_once(on, *layer, wide_heads.input, t, 17, false, kWideHeadsTokens);
-    };
-    if (!want.wide_heads_encoder_layer) want.wide_heads_encoder_layer = run(reference, DType::fp32);
-    return compare_layer(wide_heads, run(backend, dtype), *want.wide_heads_encoder_layer, precision, dtype, b);
-  });
+  // One encoder layer of `config` over `sequences` of `tokens`, against the CPU's answer (kept in
+  // `cached` for the other precisions). Its gradients: query weight, query bias, key weight, key
+  // bias (3, zero in exact arithmetic), ...
+  const auto encoder_check = [&](const std::string& name, const BertConfig& config, std::uint64_t salt,
+                                 std::int64_t sequences, std::int64_t tokens, std::uint64_t seed,
+                                 std::optional<LayerOutcome>& cached) {
+    const LayerCheck check{name, [&config, salt] { return std::make_unique<TransformerEncoderLayer>(config, salt); },
+                           Shape(sequences * tokens, config.hidden), Kind::block, {3}};
+    checker.run(precision, check.name, [&] {
+      const auto run = [&](Backend& on, DType t) {
+        auto layer = check.make();
+        return run_layer_once(on, *layer, check.input, t, seed, false, tokens);
+      };
+      if (!cached) cached = run(reference, DType::fp32);
+      return compare_layer(check, run(backend, dtype), *cached, precision, dtype, b);
+    });
+  };
+  encoder_check("transformer encoder layer", kSmallBert, 1, kSmallBertBatch.sequences, kSmallBertBatch.tokens, 13,
+                want.encoder_layer);
+  encoder_check("transformer encoder layer, heads of 32 over 40 tokens", kWideHeadsBert, 2, kWideHeadsSequences,
+                kWideHeadsTokens, 17, want.wide_heads_encoder_layer);
   checker.run(precision, "bert pretraining, " + std::to_string(kTrainingSteps) + " AdamW steps", [&] {
     if (!want.bert_losses) want.bert_losses = bert_losses(reference, DType::fp32);
     const auto [error, step] = trajectory_error(bert_losses(backend, dtype), *want.bert_losses);

@@ -7,7 +7,6 @@
 // on the loss after ten SGD steps in fp32 (ten steps of differently ordered fp32 sums through
 // 53 batch norms, each step amplified by the learning rate).
 #include <algorithm>
-#include <cstdlib>
 #include <cstddef>
 #include <cstdint>
 #include <cmath>
@@ -30,6 +29,7 @@
 #include "swapped_axes.hpp"
 #include "trainer.hpp"
 #include "../worker/same_state_steps.hpp"
+#include "../worker/scoped_env.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -575,18 +575,6 @@ TEST_F(CudaBackendTest, HalfHeadsSwapBitForBitWhateverThePackWidth) {
   }
 }
 
-// A backend's switch (DLBENCH_CPU_ATTENTION, DLBENCH_CUDA_ATTENTION) for the backends made while it lives.
-class ScopedSwitch {
- public:
-  ScopedSwitch(const char* variable, const char* value) : variable_(variable) { setenv(variable, value, 1); }
-  ~ScopedSwitch() { unsetenv(variable_); }
-  ScopedSwitch(const ScopedSwitch&) = delete;
-  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
-
- private:
-  const char* variable_;
-};
-
 // `values` rounded to T's precision, as the host sees them, and T's bits for the device.
 template <typename T>
 std::vector<float> rounded(const std::vector<float>& values, std::vector<std::uint16_t>& bits) {
@@ -607,8 +595,8 @@ std::vector<float> rounded(const std::vector<float>& values, std::vector<std::ui
 // bf16 8 (the self-test's bounds for half attention).
 template <typename T>
 void expect_fused_attention_matches_the_cpu(DType dtype, double bound) {
-  const ScopedSwitch gpu_switch("DLBENCH_CUDA_ATTENTION", "fused");
-  const ScopedSwitch cpu_switch("DLBENCH_CPU_ATTENTION", "fused");
+  const ScopedEnv gpu_switch("DLBENCH_CUDA_ATTENTION", "fused");
+  const ScopedEnv cpu_switch("DLBENCH_CPU_ATTENTION", "fused");
   CudaBackend gpu(0, CudaMath::fp32, dtype);
   CpuBackend cpu(0);
   for (const AttentionConfig shape : {AttentionConfig{2, 40, 3, 32}, AttentionConfig{3, 128, 4, 64}}) {
@@ -740,7 +728,7 @@ TEST_F(CudaBackendTest, AHalfBertFollowsTheComposedOneWithFusedAttention) {
     CudaBackend composed_backend(0, CudaMath::fp32, dtype);
     std::unique_ptr<CudaBackend> fused_backend;
     {
-      const ScopedSwitch fused("DLBENCH_CUDA_ATTENTION", "fused");
+      const ScopedEnv fused("DLBENCH_CUDA_ATTENTION", "fused");
       fused_backend = std::make_unique<CudaBackend>(0, CudaMath::fp32, dtype);
     }
     Trainer composed(composed_backend, bert_for_pretraining(config), PretrainingBatchLayout{8, 32}, config.vocabulary,

@@ -2,7 +2,6 @@
 // runs the CUDA kernels' algorithm, against the composed ops it replaces, alone and inside BERT.
 // The CUDA kernels' plan is tested in tests/gpu/attention_plan_test.cpp, the kernels on a GPU.
 #include <cmath>
-#include <cstdlib>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -14,22 +13,14 @@
 #include "cpu/cpu_backend.hpp"
 #include "cpu/vector_exp.hpp"
 #include "models/bert.hpp"
+#include "scoped_env.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
 namespace {
 
-// DLBENCH_CPU_ATTENTION for the backends made while it lives.
-class AttentionSwitch {
- public:
-  explicit AttentionSwitch(const char* value) { setenv("DLBENCH_CPU_ATTENTION", value, 1); }
-  ~AttentionSwitch() { unsetenv("DLBENCH_CPU_ATTENTION"); }
-  AttentionSwitch(const AttentionSwitch&) = delete;
-  AttentionSwitch& operator=(const AttentionSwitch&) = delete;
-};
-
 std::unique_ptr<CpuBackend> backend_with(const char* route) {
-  const AttentionSwitch with(route);
+  const ScopedEnv with("DLBENCH_CPU_ATTENTION", route);
   return std::make_unique<CpuBackend>(2);
 }
 
