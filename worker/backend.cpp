@@ -120,4 +120,18 @@ std::string allowed_precisions(const Backend& backend, const std::string& separa
   return allowed;
 }
 
+void require_attention_tensors(const AttentionConfig& config, std::initializer_list<const Tensor*> rows,
+                               const Tensor& statistics) {
+  for (const Tensor* t : rows) {
+    require_elements(*t, config.sequences * config.tokens * config.heads * config.head_size, "fused attention",
+                     "q, k, v, the context or a gradient");
+    if (t->dtype != config.dtype) {
+      throw std::invalid_argument("fused attention: a " + std::string(to_string(t->dtype)) + " tensor where " +
+                                  std::string(to_string(config.dtype)) + " was expected");
+    }
+  }
+  require_elements(statistics, config.sequences * config.heads * config.tokens, "fused attention", "statistics");
+  if (statistics.dtype != DType::fp32) throw std::invalid_argument("fused attention: statistics must be fp32");
+}
+
 }  // namespace dlbench::worker

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -301,6 +302,12 @@ struct AttentionConfig {
   std::int64_t sequences = 0, tokens = 0, heads = 0, head_size = 0;
   DType dtype = DType::fp32;
 };
+
+// The checks every AttentionOp makes: each of `rows` holds (sequences · tokens, heads · head_size)
+// values in config.dtype, and `statistics` (sequences · heads · tokens) fp32 values. Throws
+// std::invalid_argument naming the tensor otherwise.
+void require_attention_tensors(const AttentionConfig& config, std::initializer_list<const Tensor*> rows,
+                               const Tensor& statistics);
 
 class AttentionOp {
  public:

@@ -2,6 +2,7 @@
 // runs the CUDA kernels' algorithm, against the composed ops it replaces, alone and inside BERT.
 // The CUDA kernels' plan is tested in tests/gpu/attention_plan_test.cpp, the kernels on a GPU.
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -149,6 +150,32 @@ TEST(FusedAttention, TheVectorExponentialStaysWithinThreeTenMillionthsOfExp) {
   EXPECT_EQ(exp_of_small(0.0f), 1.0f);
   EXPECT_LT(exp_of_small(-1000.0f), 1e-37f);
   EXPECT_GE(exp_of_small(-1000.0f), 0.0f);
+}
+
+// Both backends' ops check their tensors with require_attention_tensors: a wrong size or dtype is
+// refused naming the tensor, before anything is computed.
+TEST(FusedAttention, TheOpRefusesTensorsOfAnotherShapeOrDtype) {
+  auto backend = backend_with("fused");
+  auto op = backend->make_fused_attention({kSequences, kTokens, kHeads, kHeadSize, DType::fp32});
+  ASSERT_NE(op, nullptr);
+  HostTensor q(kRows * kWidth, 1), k(kRows * kWidth, 2), v(kRows * kWidth, 3), context(kRows * kWidth, 0);
+  HostTensor statistics(kSequences * kHeads * kTokens, 0), short_statistics(kSequences * kHeads, 0), short_v(kRows, 3);
+  const auto message = [&](const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message([&] { op->forward(q.tensor, k.tensor, v.tensor, context.tensor, short_statistics.tensor, 0, 1); }),
+            "fused attention: statistics has 6 elements, expected 78");
+  EXPECT_EQ(message([&] { op->forward(q.tensor, k.tensor, short_v.tensor, context.tensor, statistics.tensor, 0, 1); }),
+            "fused attention: q, k, v, the context or a gradient has 26 elements, expected 624");
+  Tensor bf16_q = q.tensor;
+  bf16_q.dtype = DType::bf16;
+  EXPECT_EQ(message([&] { op->forward(bf16_q, k.tensor, v.tensor, context.tensor, statistics.tensor, 0, 1); }),
+            "fused attention: a bf16 tensor where fp32 was expected");
 }
 
 TEST(FusedAttention, TheSwitchRefusesAnythingElseNamingWhatItAllows) {

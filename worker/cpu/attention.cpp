@@ -6,11 +6,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <initializer_list>
 #include <cmath>
 #include <limits>
-#include <stdexcept>
-#include <string>
 #include <vector>
 
 #include "cpu/cpu_backend.hpp"
@@ -154,8 +151,7 @@ class CpuFusedAttention final : public AttentionOp {
 
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float dropout,
                std::uint64_t layer_seed) override {
-    for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &context}) require_rows(*t, "q, k, v and context");
-    require_statistics(statistics);
+    require_attention_tensors(c_, {&q, &k, &v, &context}, statistics);
     with_element_type(c_.dtype, [&]<typename T>(T*) {
       forward_typed(q.as<T>(), k.as<T>(), v.as<T>(), context.as<T>(), statistics.as<float>(), dropout, layer_seed);
     });
@@ -163,8 +159,7 @@ class CpuFusedAttention final : public AttentionOp {
 
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext, const Tensor& statistics,
                 float dropout, std::uint64_t layer_seed, Tensor& dq, Tensor& dk, Tensor& dv) override {
-    for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &dcontext, &dq, &dk, &dv}) require_rows(*t, "q, k, v and their gradients");
-    require_statistics(statistics);
+    require_attention_tensors(c_, {&q, &k, &v, &dcontext, &dq, &dk, &dv}, statistics);
     with_element_type(c_.dtype, [&]<typename T>(T*) {
       backward_typed(q.as<T>(), k.as<T>(), v.as<T>(), dcontext.as<T>(), statistics.as<float>(), dropout, layer_seed,
                      dq.as<T>(), dk.as<T>(), dv.as<T>());
@@ -172,21 +167,6 @@ class CpuFusedAttention final : public AttentionOp {
   }
 
  private:
-  void require_rows(const Tensor& t, const char* what) const {
-    const std::int64_t want = c_.sequences * c_.tokens * c_.heads * c_.head_size;
-    if (t.numel() != want || t.dtype != c_.dtype) {
-      throw std::invalid_argument(std::string("fused attention: ") + what + " must be " + std::to_string(want) + " " +
-                                  std::string(to_string(c_.dtype)) + " values; one is " + std::to_string(t.numel()) +
-                                  " " + std::string(to_string(t.dtype)));
-    }
-  }
-  void require_statistics(const Tensor& t) const {
-    const std::int64_t want = c_.sequences * c_.heads * c_.tokens;
-    if (t.numel() != want || t.dtype != DType::fp32) {
-      throw std::invalid_argument("fused attention: statistics must be " + std::to_string(want) + " fp32 values");
-    }
-  }
-
   // One head's (tokens, head_size) matrix out of the rows, as floats.
   template <typename T>
   void gather_head(const T* rows, std::int64_t s, std::int64_t h, float* out) const {

@@ -109,28 +109,18 @@ class CudaFusedAttention final : public AttentionOp {
   }
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float dropout,
                std::uint64_t layer_seed) override {
-    require_rows({&q, &k, &v, &context});
-    require_elements(statistics, c_.sequences * c_.heads * c_.tokens, "fused attention", "statistics");
-    cuda_detail::require_dtype("fused attention", DType::fp32, {&statistics});
+    require_attention_tensors(c_, {&q, &k, &v, &context}, statistics);
     kernels::fused_attention_forward(call(dropout, layer_seed), q.data, k.data, v.data, context.data,
                                      statistics.as<float>(), backend_.stream());
   }
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext, const Tensor& statistics,
                 float dropout, std::uint64_t layer_seed, Tensor& dq, Tensor& dk, Tensor& dv) override {
-    require_rows({&q, &k, &v, &dcontext, &dq, &dk, &dv});
-    require_elements(statistics, c_.sequences * c_.heads * c_.tokens, "fused attention", "statistics");
-    cuda_detail::require_dtype("fused attention", DType::fp32, {&statistics});
+    require_attention_tensors(c_, {&q, &k, &v, &dcontext, &dq, &dk, &dv}, statistics);
     kernels::fused_attention_backward(call(dropout, layer_seed), q.data, k.data, v.data, dcontext.data,
                                       statistics.as<float>(), dq.data, dk.data, dv.data, backend_.stream());
   }
 
  private:
-  void require_rows(std::initializer_list<const Tensor*> tensors) const {
-    for (const Tensor* t : tensors) {
-      require_elements(*t, c_.sequences * c_.tokens * c_.heads * c_.head_size, "fused attention", "q, k, v or a gradient");
-    }
-    cuda_detail::require_dtype("fused attention", c_.dtype, tensors);
-  }
   kernels::FusedAttentionCall call(float dropout, std::uint64_t layer_seed) const {
     kernels::FusedAttentionCall call;
     call.plan = &plan_;
