@@ -1,16 +1,24 @@
 // The CPU backend's fused attention (DLBENCH_CPU_ATTENTION=fused): the algorithm of the CUDA
 // kernel, one sequence and head at a time in fp32, so that the layer's fused route, the
 // recomputation from log-sum-exp and the dropout mask's indices are tested on every machine.
-// Backward recomputes each probability row from the scores and the row's log-sum-exp, and takes
-// softmax's Σ P·dP from the recomputed row, not from the context.
+// As the kernel keeps a head's whole score matrix in shared memory, a thread keeps it in its cache
+// (n × n floats), so the products are whole-matrix GEMMs (oneDNN's sgemm) and only the row passes
+// are dlbench's. Backward recomputes each probability row from the scores and the row's
+// log-sum-exp, and takes softmax's Σ P·dP from the recomputed row, not from the context.
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <type_traits>
 #include <vector>
 
+#include <oneapi/dnnl/dnnl.h>
+
 #include "cpu/cpu_backend.hpp"
+#include "cpu/dnnl_check.hpp"
 #include "cpu/onednn_memory.hpp"
 #include "cpu/vector_exp.hpp"
 #include "dropout_mask.hpp"
@@ -18,28 +26,11 @@
 namespace dlbench::worker {
 namespace {
 
-// A head's forward and backward are cloned for AVX-512 and AVX2 (the build targets generic
-// x86-64), as the dropout loops are, with the row loops inlined into them (a call a 64-value row
-// cost more than its arithmetic); the OpenMP loop over heads stays outside the clones.
+// A head's row passes are cloned for AVX-512 and AVX2 (the build targets generic x86-64), as the
+// dropout loops are, with the row loops inlined into them (a call a 64-value row cost more than
+// its arithmetic); the OpenMP loop over heads stays outside the clones.
 #define DLBENCH_VECTOR_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
 #define DLBENCH_INLINE [[gnu::always_inline]] inline
-
-DLBENCH_INLINE void add_scaled(float* y, float a, const float* x, std::int64_t n) {
-#pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-// out[j] = Σ_c x[c] · m_t[c · n + j] for j < n: a row times a matrix kept transposed (d × n), so
-// that the inner loop runs along j over contiguous values instead of one dot product per j.
-DLBENCH_INLINE void row_times(const float* x, const float* m_t, std::int64_t n, std::int64_t d, float* out) {
-  std::fill(out, out + n, 0.0f);
-  for (std::int64_t c = 0; c < d; ++c) {
-    const float a = x[c];
-    const float* m = m_t + c * n;
-#pragma omp simd
-    for (std::int64_t j = 0; j < n; ++j) out[j] += a * m[j];
-  }
-}
 
 // mask[j] = keep_scale where dropout keeps element first + j of the probabilities, 0 where not.
 DLBENCH_INLINE void dropout_row(float* mask, std::int64_t n, DropoutKey key, std::uint64_t first,
@@ -100,48 +91,54 @@ struct HeadPass {
   std::uint64_t first;  // the head's first probability's index in the (sequences, heads, tokens, tokens) mask
 };
 
-// out = dropout(softmax(alpha · Q Kᵀ)) V for one head (out zeroed here); statistics[i] = row i's
-// log-sum-exp. row and mask: n floats of scratch each.
-DLBENCH_VECTOR_CLONES void head_forward(const HeadPass& h, const float* q, const float* k_t, const float* v, float* out,
-                                        float* statistics, float* row, float* mask) {
-  const std::int64_t n = h.n, d = h.d;
-  std::fill(out, out + n * d, 0.0f);
+// A head's matrix: its first value and the distance between its rows. fp32 heads are read and
+// written in place in the projections' rows (rows = heads · head size apart); other types go
+// through an fp32 copy of n contiguous rows.
+struct HeadMatrix {
+  float* at;
+  std::int64_t rows_apart;
+};
+
+// C (m × n) = op(A) · op(B) + beta · C, row-major, through oneDNN's sgemm. Inside the parallel
+// loop over heads it runs on its caller's thread. Its only failure is a bad argument, which an
+// exception cannot report from inside the parallel region: the first is kept for after it.
+void gemm(char trans_a, char trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const HeadMatrix& a,
+          const HeadMatrix& b, float beta, const HeadMatrix& c, std::atomic<int>& failure) {
+  const dnnl_status_t status =
+      dnnl_sgemm(trans_a, trans_b, m, n, k, 1.0f, a.at, a.rows_apart, b.at, b.rows_apart, beta, c.at, c.rows_apart);
+  if (status != dnnl_success) {
+    int none = dnnl_success;
+    failure.compare_exchange_strong(none, static_cast<int>(status));
+  }
+}
+
+// Forward's rows of one head: scores (n × n, Q Kᵀ) become dropout(softmax(alpha · scores)) in
+// place; statistics[i] = row i's log-sum-exp. mask: n floats of scratch.
+DLBENCH_VECTOR_CLONES void forward_rows(const HeadPass& h, float* scores, float* statistics, float* mask) {
+  const std::int64_t n = h.n;
   for (std::int64_t i = 0; i < n; ++i) {
-    row_times(&q[i * d], k_t, n, d, row);
+    float* row = &scores[i * n];
     statistics[i] = softmax_row(row, n, h.alpha);
     dropout_row(mask, n, h.key, h.first + static_cast<std::uint64_t>(i * n), h.threshold, h.keep_scale);
-    for (std::int64_t j = 0; j < n; ++j) {
-      if (mask[j] != 0.0f) add_scaled(&out[i * d], row[j] * mask[j], &v[j * d], d);
-    }
+#pragma omp simd
+    for (std::int64_t j = 0; j < n; ++j) row[j] *= mask[j];
   }
 }
 
-// dq, dk, dv (zeroed here) for one head from dout, the probabilities recomputed from statistics.
-// p, dp and mask: n floats of scratch each.
-DLBENCH_VECTOR_CLONES void head_backward(const HeadPass& h, const float* q, const float* k, const float* k_t,
-                                         const float* v_t, const float* dout, const float* statistics, float* dq,
-                                         float* dk, float* dv, float* p, float* dp, float* mask) {
-  const std::int64_t n = h.n, d = h.d;
-  std::fill(dq, dq + n * d, 0.0f);
-  std::fill(dk, dk + n * d, 0.0f);
-  std::fill(dv, dv + n * d, 0.0f);
+// Backward's rows of one head: from the scores again (p, Q Kᵀ) and dP (dContext Vᵀ), p becomes
+// the probabilities as dropout kept them (for dV) and dp becomes dS (for dQ and dK). mask: n floats.
+DLBENCH_VECTOR_CLONES void backward_rows(const HeadPass& h, const float* statistics, float* p, float* dp, float* mask) {
+  const std::int64_t n = h.n;
   for (std::int64_t i = 0; i < n; ++i) {
-    row_times(&q[i * d], k_t, n, d, p);
-    row_times(&dout[i * d], v_t, n, d, dp);
+    float* p_row = &p[i * n];
+    float* dp_row = &dp[i * n];
     dropout_row(mask, n, h.key, h.first + static_cast<std::uint64_t>(i * n), h.threshold, h.keep_scale);
-    const float softmax_dot = recompute_row(p, dp, mask, n, h.alpha, statistics[i]);  // Σ_j P·dP, dP masked
+    const float softmax_dot = recompute_row(p_row, dp_row, mask, n, h.alpha, statistics[i]);  // Σ_j P·dP, dP masked
+#pragma omp simd
     for (std::int64_t j = 0; j < n; ++j) {
-      if (mask[j] != 0.0f) add_scaled(&dv[j * d], p[j] * mask[j], &dout[i * d], d);
-      const float ds = h.alpha * p[j] * (dp[j] - softmax_dot);
-      add_scaled(&dq[i * d], ds, &k[j * d], d);
-      add_scaled(&dk[j * d], ds, &q[i * d], d);
+      dp_row[j] = h.alpha * p_row[j] * (dp_row[j] - softmax_dot);
+      p_row[j] *= mask[j];
     }
-  }
-}
-
-void transpose(const float* m, std::int64_t n, std::int64_t d, float* m_t) {
-  for (std::int64_t j = 0; j < n; ++j) {
-    for (std::int64_t c = 0; c < d; ++c) m_t[c * n + j] = m[j * d + c];
   }
 }
 
@@ -167,21 +164,30 @@ class CpuFusedAttention final : public AttentionOp {
   }
 
  private:
-  // One head's (tokens, head_size) matrix out of the rows, as floats.
+  // One head's rows within a (sequences · tokens, heads · head size) tensor: in place for fp32;
+  // for other types an fp32 copy in `copy` (filled by `read` when the op reads the head).
   template <typename T>
-  void gather_head(const T* rows, std::int64_t s, std::int64_t h, float* out) const {
+  HeadMatrix head(T* rows, std::int64_t s, std::int64_t h, float* copy, bool read) const {
     const std::int64_t width = c_.heads * c_.head_size;
-    for (std::int64_t t = 0; t < c_.tokens; ++t) {
-      const T* from = rows + (s * c_.tokens + t) * width + h * c_.head_size;
-      for (std::int64_t d = 0; d < c_.head_size; ++d) out[t * c_.head_size + d] = to_float(from[d]);
+    T* first = rows + s * c_.tokens * width + h * c_.head_size;
+    if constexpr (std::is_same_v<std::remove_const_t<T>, float>) {
+      return {const_cast<float*>(first), width};
+    } else {
+      for (std::int64_t t = 0; read && t < c_.tokens; ++t) {
+        for (std::int64_t d = 0; d < c_.head_size; ++d) copy[t * c_.head_size + d] = to_float(first[t * width + d]);
+      }
+      return {copy, c_.head_size};
     }
   }
+  // Writes a head computed in an fp32 copy back into the rows (nothing to do for fp32).
   template <typename T>
-  void scatter_head(const float* head, std::int64_t s, std::int64_t h, T* rows) const {
-    const std::int64_t width = c_.heads * c_.head_size;
-    for (std::int64_t t = 0; t < c_.tokens; ++t) {
-      T* to = rows + (s * c_.tokens + t) * width + h * c_.head_size;
-      for (std::int64_t d = 0; d < c_.head_size; ++d) to[d] = from_float<T>(head[t * c_.head_size + d]);
+  void write_back(const HeadMatrix& head, T* rows, std::int64_t s, std::int64_t h) const {
+    if constexpr (!std::is_same_v<T, float>) {
+      const std::int64_t width = c_.heads * c_.head_size;
+      T* first = rows + s * c_.tokens * width + h * c_.head_size;
+      for (std::int64_t t = 0; t < c_.tokens; ++t) {
+        for (std::int64_t d = 0; d < c_.head_size; ++d) first[t * width + d] = from_float<T>(head.at[t * c_.head_size + d]);
+      }
     }
   }
   // What every head's pass of one call shares; `first` is set per head.
@@ -189,35 +195,42 @@ class CpuFusedAttention final : public AttentionOp {
     return {c_.tokens, c_.head_size, 1.0f / std::sqrt(static_cast<float>(c_.head_size)), 1.0f / (1.0f - dropout),
             dropout_key(layer_seed, *step_), dropout_threshold(dropout), 0};
   }
+  static void throw_if_failed(const std::atomic<int>& failure, const char* pass) {
+    if (failure.load() != dnnl_success) {
+      throw BackendError(std::string("cpu fused attention ") + pass + ": oneDNN's sgemm failed with status " +
+                         std::to_string(failure.load()));
+    }
+  }
 
   template <typename T>
   void forward_typed(const T* q, const T* k, const T* v, T* context, float* statistics, float dropout,
                      std::uint64_t layer_seed) const {
     const std::int64_t n = c_.tokens, d = c_.head_size, matrix = n * d;
     const HeadPass call = head_pass(dropout, layer_seed);
+    constexpr bool copies = !std::is_same_v<T, float>;
+    std::atomic<int> failure{dnnl_success};
 #pragma omp parallel
     {
-      std::vector<float> scratch(static_cast<std::size_t>(5 * matrix + 2 * n));
-      float* qh = scratch.data();
-      float* kh = qh + matrix;
-      float* vh = kh + matrix;
-      float* out = vh + matrix;
-      float* k_t = out + matrix;
-      float* row = k_t + matrix;
-      float* mask = row + n;
+      // per thread: the scores (n × n), a mask row and, for other types than fp32, Q, K, V and
+      // the context as fp32
+      std::vector<float> scratch(static_cast<std::size_t>(n * n + n + (copies ? 4 * matrix : 0)));
+      float* scores = scratch.data();
+      float* mask = scores + n * n;
+      float* copy = mask + n;
 #pragma omp for schedule(static)
       for (std::int64_t sh = 0; sh < c_.sequences * c_.heads; ++sh) {
         const std::int64_t s = sh / c_.heads, h = sh % c_.heads;
-        gather_head(q, s, h, qh);
-        gather_head(k, s, h, kh);
-        gather_head(v, s, h, vh);
-        transpose(kh, n, d, k_t);
+        const HeadMatrix qh = head(q, s, h, copy, true), kh = head(k, s, h, copy + matrix, true),
+                         vh = head(v, s, h, copy + 2 * matrix, true), out = head(context, s, h, copy + 3 * matrix, false);
         HeadPass pass = call;
         pass.first = static_cast<std::uint64_t>(sh * n * n);
-        head_forward(pass, qh, k_t, vh, out, statistics + sh * n, row, mask);
-        scatter_head(out, s, h, context);
+        gemm('N', 'T', n, n, d, qh, kh, 0.0f, {scores, n}, failure);  // Q Kᵀ
+        forward_rows(pass, scores, statistics + sh * n, mask);
+        gemm('N', 'N', n, d, n, {scores, n}, vh, 0.0f, out, failure);  // dropout(P) V
+        write_back(out, context, s, h);
       }
     }
+    throw_if_failed(failure, "forward");
   }
 
   template <typename T>
@@ -225,38 +238,38 @@ class CpuFusedAttention final : public AttentionOp {
                       std::uint64_t layer_seed, T* dq, T* dk, T* dv) const {
     const std::int64_t n = c_.tokens, d = c_.head_size, matrix = n * d;
     const HeadPass call = head_pass(dropout, layer_seed);
+    constexpr bool copies = !std::is_same_v<T, float>;
+    std::atomic<int> failure{dnnl_success};
 #pragma omp parallel
     {
-      std::vector<float> scratch(static_cast<std::size_t>(9 * matrix + 3 * n));
-      float* qh = scratch.data();
-      float* kh = qh + matrix;
-      float* vh = kh + matrix;
-      float* doh = vh + matrix;
-      float* dqh = doh + matrix;
-      float* dkh = dqh + matrix;
-      float* dvh = dkh + matrix;
-      float* k_t = dvh + matrix;
-      float* v_t = k_t + matrix;
-      float* p = v_t + matrix;
-      float* dp = p + n;
-      float* mask = dp + n;
+      // per thread: P and dP (n × n each), a mask row and, for other types than fp32, the seven
+      // heads as fp32
+      std::vector<float> scratch(static_cast<std::size_t>(2 * n * n + n + (copies ? 7 * matrix : 0)));
+      float* p = scratch.data();
+      float* dp = p + n * n;
+      float* mask = dp + n * n;
+      float* copy = mask + n;
 #pragma omp for schedule(static)
       for (std::int64_t sh = 0; sh < c_.sequences * c_.heads; ++sh) {
         const std::int64_t s = sh / c_.heads, h = sh % c_.heads;
-        gather_head(q, s, h, qh);
-        gather_head(k, s, h, kh);
-        gather_head(v, s, h, vh);
-        gather_head(dcontext, s, h, doh);
-        transpose(kh, n, d, k_t);
-        transpose(vh, n, d, v_t);
+        const HeadMatrix qh = head(q, s, h, copy, true), kh = head(k, s, h, copy + matrix, true),
+                         vh = head(v, s, h, copy + 2 * matrix, true), doh = head(dcontext, s, h, copy + 3 * matrix, true),
+                         dqh = head(dq, s, h, copy + 4 * matrix, false), dkh = head(dk, s, h, copy + 5 * matrix, false),
+                         dvh = head(dv, s, h, copy + 6 * matrix, false);
         HeadPass pass = call;
         pass.first = static_cast<std::uint64_t>(sh * n * n);
-        head_backward(pass, qh, kh, k_t, v_t, doh, statistics + sh * n, dqh, dkh, dvh, p, dp, mask);
-        scatter_head(dqh, s, h, dq);
-        scatter_head(dkh, s, h, dk);
-        scatter_head(dvh, s, h, dv);
+        gemm('N', 'T', n, n, d, qh, kh, 0.0f, {p, n}, failure);    // the scores again
+        gemm('N', 'T', n, n, d, doh, vh, 0.0f, {dp, n}, failure);  // dP = dContext Vᵀ
+        backward_rows(pass, statistics + sh * n, p, dp, mask);      // p: dropout(P), dp: dS
+        gemm('T', 'N', n, d, n, {p, n}, doh, 0.0f, dvh, failure);   // dV = dropout(P)ᵀ dContext
+        gemm('N', 'N', n, d, n, {dp, n}, kh, 0.0f, dqh, failure);   // dQ = dS K
+        gemm('T', 'N', n, d, n, {dp, n}, qh, 0.0f, dkh, failure);   // dK = dSᵀ Q
+        write_back(dqh, dq, s, h);
+        write_back(dkh, dk, s, h);
+        write_back(dvh, dv, s, h);
       }
     }
+    throw_if_failed(failure, "backward");
   }
 
   AttentionConfig c_;
