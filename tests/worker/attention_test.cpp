@@ -134,6 +134,56 @@ TEST(FusedAttention, CpuOpMatchesTheComposedOpsWithAndWithoutDropout) {
   EXPECT_NE(next.context, before.context);
 }
 
+// The bf16 op (fp32 arithmetic on fp32 copies of the heads, where fp32 reads the rows in place)
+// computes what the fp32 op computes from the same rounded inputs, each output then rounded once:
+// element by element within half a unit in bf16's last place. (The op converts in software, so
+// this runs on CPUs without AVX512_BF16 too; the CPU backend has no fp16.)
+TEST(FusedAttention, TheBf16OpRoundsTheFp32OpsResults) {
+  using T = bf16;
+  const DType dtype = DType::bf16;
+  const double half_ulp = std::ldexp(1.0, -8);
+  auto b = backend_with("fused");
+  const std::int64_t n = kRows * kWidth, rows = kSequences * kHeads * kTokens;
+  std::vector<HostTensor> fp32_inputs;
+  std::vector<std::vector<T>> half_inputs;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    HostTensor& rounded = fp32_inputs.emplace_back(n, seed);
+    std::vector<T>& half = half_inputs.emplace_back();
+    for (float& v : rounded.values) {
+      half.push_back(from_float<T>(v));
+      v = to_float(half.back());
+    }
+  }
+  std::vector<std::vector<T>> half_outputs(4, std::vector<T>(static_cast<std::size_t>(n)));
+  std::vector<float> statistics(static_cast<std::size_t>(rows));
+  const auto half_tensor = [&](std::vector<T>& values) { return Tensor{values.data(), Shape(n), Layout::plain, dtype}; };
+  Tensor q = half_tensor(half_inputs[0]), k = half_tensor(half_inputs[1]), v = half_tensor(half_inputs[2]),
+         dcontext = half_tensor(half_inputs[3]), context = half_tensor(half_outputs[0]), dq = half_tensor(half_outputs[1]),
+         dk = half_tensor(half_outputs[2]), dv = half_tensor(half_outputs[3]);
+  Tensor saved{statistics.data(), Shape(rows), Layout::plain, DType::fp32};
+  const float p = 0.25f;
+  b->begin_step(5);
+  auto op = b->make_fused_attention({kSequences, kTokens, kHeads, kHeadSize, dtype});
+  ASSERT_NE(op, nullptr);
+  op->forward(q, k, v, context, saved, p, 42);
+  op->backward(q, k, v, dcontext, saved, p, 42, dq, dk, dv);
+  const AttentionResult want = fused(*b, fp32_inputs[0], fp32_inputs[1], fp32_inputs[2], fp32_inputs[3], p, 42);
+  const std::vector<const std::vector<float>*> wanted{&want.context, &want.dq, &want.dk, &want.dv};
+  for (std::size_t output = 0; output < wanted.size(); ++output) {
+    const std::vector<float>& expected = *wanted[output];
+    double largest = 0.0;
+    for (float e : expected) largest = std::max(largest, std::fabs(static_cast<double>(e)));
+    ASSERT_GT(largest, 1e-3) << "output " << output << ": a result of zeros proves nothing";
+    int outside = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const double got = to_float(half_outputs[output][i]), e = expected[i];
+      outside += std::fabs(got - e) > half_ulp * std::fabs(e) + 1e-6 * largest ? 1 : 0;
+    }
+    EXPECT_EQ(outside, 0) << "output " << output << " (context, dQ, dK, dV): values further than rounding from fp32's";
+  }
+}
+
+
 // The CPU op's exponential (cpu/vector_exp.hpp) over the arguments a softmax row gives it.
 TEST(FusedAttention, TheVectorExponentialStaysWithinThreeTenMillionthsOfExp) {
   double worst = 0.0, worst_at = 0.0;
