@@ -82,9 +82,9 @@ DLBENCH_INLINE float recompute_row(float* p, float* dp, const float* mask, std::
   return dot;
 }
 
-// What a head's passes are told: its size, the scores' scale and dropout's key and threshold.
+// What a head's row passes are told: its tokens, the scores' scale and dropout's key and threshold.
 struct HeadPass {
-  std::int64_t n, d;  // tokens, head size
+  std::int64_t n;  // tokens
   float alpha, keep_scale;
   DropoutKey key;
   std::uint32_t threshold;
@@ -192,7 +192,7 @@ class CpuFusedAttention final : public AttentionOp {
   }
   // What every head's pass of one call shares; `first` is set per head.
   HeadPass head_pass(float dropout, std::uint64_t layer_seed) const {
-    return {c_.tokens, c_.head_size, 1.0f / std::sqrt(static_cast<float>(c_.head_size)), 1.0f / (1.0f - dropout),
+    return {c_.tokens, 1.0f / std::sqrt(static_cast<float>(c_.head_size)), 1.0f / (1.0f - dropout),
             dropout_key(layer_seed, *step_), dropout_threshold(dropout), 0};
   }
   static void throw_if_failed(const std::atomic<int>& failure, const char* pass) {
