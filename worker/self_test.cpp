@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <optional>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "layers/batch_norm2d.hpp"
 #include "layers/bottleneck.hpp"
@@ -15,6 +17,7 @@
 #include "layers/linear.hpp"
 #include "layers/pool2d.hpp"
 #include "layers/relu.hpp"
+#include "layers/sequential.hpp"
 #include "layers/transformer_encoder_layer.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
@@ -157,12 +160,25 @@ std::vector<LayerCheck> layer_checks() {
       {"conv 3x3 stride 1 with bias", [] { return std::make_unique<Conv2d>(16, 32, 3, 1, 1, true); }, Shape(2, 16, 9, 9)},
       {"conv 1x1 stride 2", [] { return std::make_unique<Conv2d>(32, 16, 1, 2, 0); }, Shape(2, 32, 8, 8)},
       {"conv 7x7 stride 2 (stem)", [] { return std::make_unique<Conv2d>(3, 16, 7, 2, 3); }, Shape(2, 3, 32, 32)},
+      // DeepLabV3+'s atrous convolutions and InceptionV3's factorised 7×7 (1×7, padding 0×3).
+      {"conv 3x3 dilation 2",
+       [] { return std::make_unique<Conv2d>(16, 16, ConvSpec{.kernel = 3, .padding = 2, .dilation = 2}); },
+       Shape(2, 16, 9, 9)},
+      {"conv 1x7 padding 0x3",
+       [] { return std::make_unique<Conv2d>(16, 24, ConvSpec{.kernel = {1, 7}, .padding = {0, 3}}); },
+       Shape(2, 16, 9, 9)},
       {"batch norm", [] { return std::make_unique<BatchNorm2d>(24); }, Shape(4, 24, 6, 6)},
       {"batch norm + relu", [] { return std::make_unique<BatchNorm2d>(24, Then::relu); }, Shape(4, 24, 6, 6)},
       {"relu", [] { return std::make_unique<ReLU>(); }, Shape(2, 8, 4, 4), Kind::exact},
       {"max pool 3x3 stride 2", [] { return std::make_unique<Pool2d>(PoolKind::max, 3, 2, 1); }, Shape(1, 8, 5, 5),
        Kind::exact},
+      // AlexNet's and InceptionV3's: unpadded, a window left over at the edge.
+      {"max pool 3x3 stride 2 unpadded", [] { return std::make_unique<Pool2d>(PoolKind::max, 3, 2); },
+       Shape(1, 4, 8, 8), Kind::exact},
       {"average pool 2x2", [] { return std::make_unique<Pool2d>(PoolKind::average, 2, 2); }, Shape(2, 16, 8, 8)},
+      // InceptionV3's pooling branches: padding counted in the average (PyTorch's default).
+      {"average pool 3x3 stride 1 padded", [] { return std::make_unique<Pool2d>(PoolKind::average, 3, 1, 1); },
+       Shape(2, 16, 8, 8)},
       {"adaptive average pool", [] { return std::make_unique<AdaptiveAvgPool2d>(3, 3); }, Shape(2, 16, 7, 7)},
       {"linear", [] { return std::make_unique<Linear>(64, 10); }, Shape(8, 64)},
       {"dropout p=0.5", [] { return std::make_unique<Dropout>(0.5f, 3); }, Shape(4, 64), Kind::exact},
@@ -358,22 +374,30 @@ struct StepTrace {
     std::string where;
     bool backward = false;
     std::vector<float> input, output;
+    // A fed step compares each layer as it ends, against the reference's, and keeps only this:
+    // the output's error (step_entry_error) and whether every value was finite.
+    std::optional<double> error;
+    bool finite = true;
   };
   std::vector<Entry> layers;  // in the order the layers began
   std::vector<Entry> gradients;  // output: each layer's parameter gradients, weight then bias
 };
 
+double step_entry_error(const std::vector<float>& got, const StepTrace::Entry& want);
+
 class StepRecorder final : public LayerObserver {
  public:
   // With `feed`, each layer's input is first overwritten with the one `feed` recorded.
   StepRecorder(Layer& network, Backend& backend, float gradient_scale, const StepTrace* feed)
-      : paths_(layer_paths(network)), backend_(backend), scale_(gradient_scale), feed_(feed) {}
+      : network_(&network), paths_(layer_paths(network)), backend_(backend), scale_(gradient_scale), feed_(feed) {}
   void before(const Layer& layer, bool backward, const Tensor& input) override {
+    // An unnamed layer sits at its parent's path: at the network's own, it is at the top level.
     const std::string path = paths_.at(&layer);
-    StepTrace::Entry entry{(path.empty() ? "the network" : path) + " (" + layer.kind() + ") " +
+    const std::string where = !path.empty() ? path : &layer == network_ ? "the network" : "top level";
+    StepTrace::Entry entry{where + " (" + layer.kind() + ") " +
                                (backward ? "backward" : "forward"),
-                           backward, {}, {}};
-    if (usable(input)) {
+                           backward, {}, {}, std::nullopt, true};
+    if (usable(input) && !composes_only(layer)) {
       if (feed_ != nullptr) {
         const StepTrace::Entry& twin = feed_->layers.at(trace.layers.size());
         if (twin.where != entry.where) throw std::logic_error("the step ran " + entry.where + " where the reference ran " + twin.where);
@@ -382,20 +406,32 @@ class StepRecorder final : public LayerObserver {
           for (float& v : values) v *= scale_;
         }
         upload(backend_, input, values);
+      } else {
+        entry.input = unscaled(input, backward);
       }
-      entry.input = unscaled(input, backward);
     }
     open_.push_back(trace.layers.size());
     trace.layers.push_back(std::move(entry));
   }
-  void after(const Layer&, bool backward, const Tensor& output) override {
+  void after(const Layer& layer, bool backward, const Tensor& output) override {
     const std::size_t at = open_.back();
     open_.pop_back();
-    if (usable(output)) trace.layers[at].output = unscaled(output, backward);
+    if (!usable(output) || composes_only(layer)) return;
+    StepTrace::Entry& entry = trace.layers[at];
+    std::vector<float> values = unscaled(output, backward);
+    if (feed_ == nullptr) {
+      entry.output = std::move(values);
+      return;
+    }
+    entry.error = step_entry_error(values, feed_->layers.at(at));
+    entry.finite = std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
   }
   StepTrace trace;
 
  private:
+  // A Sequential computes nothing of its own: its input is its first child's and its output its
+  // last child's. It is neither fed nor compared, which keeps a deep model's trace to about half.
+  static bool composes_only(const Layer& layer) { return dynamic_cast<const Sequential*>(&layer) != nullptr; }
   static bool usable(const Tensor& t) { return !t.empty() && t.dtype != DType::int32; }
   std::vector<float> unscaled(const Tensor& t, bool backward) {
     std::vector<float> values = download(backend_, t);
@@ -404,6 +440,7 @@ class StepRecorder final : public LayerObserver {
     }
     return values;
   }
+  const Layer* network_;
   std::unordered_map<const Layer*, std::string> paths_;
   Backend& backend_;
   float scale_;
@@ -411,16 +448,71 @@ class StepRecorder final : public LayerObserver {
   std::vector<std::size_t> open_;
 };
 
-// Small, so that the check takes about a second on two CPU cores.
-const Shape kModelStepInput(2, 3, 64, 64);
+// The reference's traces, by model and by what the device fuses (the residual into batch norm,
+// branch gradients into a convolution's backward data).
+using StepTraceCache = std::map<std::tuple<Model, bool, bool>, std::optional<StepTrace>>;
+
+// One whole step of a model, small, so that each check takes a second or a few on two CPU cores:
+// ResNet-50's always (the reference model), and the model the worker trains, whose layers may
+// have their own ops (DeepLabV3+'s dilated convolutions, concatenated ASPP branches, bilinear
+// resizes and per-pixel loss; InceptionV3's 1×7 and 7×1 convolutions, padded average pools,
+// concats within concats and auxiliary classifier).
+struct ModelStep {
+  Model model;
+  Shape input;
+  std::int64_t classes;
+};
+
+// 64×64 images or the model's least (InceptionV3's 299: its auxiliary head needs it), 2 of them;
+// 3 where a batch norm sees a 1×1 map (the ASPP's pooling branch, InceptionV3's auxiliary head):
+// over 2 values its input gradient is zero in exact arithmetic (each normalised value is ±1), so
+// what either side computes is rounding, which no bound can judge.
+ModelStep model_step(Model model) {
+  const ModelInfo info = model_info(model);
+  const bool batch_norm_over_one_pixel = model == Model::deeplabv3plus || model == Model::inception_v3;
+  const std::int64_t size = std::max<std::int64_t>(64, info.min_image_size);
+  return {model, Shape(batch_norm_over_one_pixel ? 3 : 2, 3, size, size), info.per_pixel_labels ? info.classes : 10};
+}
+
+// The models whose whole step the self-test checks: ResNet-50 and each image model of `models`.
+std::vector<ModelStep> model_steps(const std::vector<Model>& models) {
+  std::vector<ModelStep> steps{model_step(Model::resnet50)};
+  for (const Model model : models) {
+    const bool listed = std::any_of(steps.begin(), steps.end(), [&](const ModelStep& s) { return s.model == model; });
+    if (!listed && !model_info(model).sequences) steps.push_back(model_step(model));
+  }
+  return steps;
+}
+
 // amp: fp16 gradients need a loss scale, and the check starts at this one (a power of two, exact)
 // and halves it while the step's gradients overflow, as dynamic loss scaling would: an untrained
 // ResNet-50's conv1 gradient reaches about 110 here (PyTorch's too), past 65504 / 1024.
 constexpr float kModelStepLossScale = 1024.0f;
 
+// Images of i.i.d. noise all average to nearly the same value: a globally pooled feature then
+// barely differs between the samples, and a batch norm over a 1×1 map divides rounding by that
+// difference. So each image gets its own contrast and brightness, as real ones have: in bf16 on
+// the CPU, the input gradients of DeepLabV3+'s ASPP pooling batch norm and InceptionV3's auxiliary
+// one are then off by 9.5e-3 and 3.8e-3 instead of 2.2e-2 and 2.7e-2 (3 images; with 2, 0.63).
+void spread_images_apart(Trainer& trainer) {
+  std::vector<float> pixels;
+  std::vector<std::int32_t> labels;
+  trainer.copy_batch_to_host(pixels, labels);
+  const Tensor& x = trainer.input();
+  const auto per_image = static_cast<std::size_t>(x.shape.numel() / x.shape.n());
+  for (std::size_t i = 0; i < pixels.size(); ++i) {
+    const auto image = static_cast<float>(i / per_image);
+    pixels[i] = pixels[i] * (0.5f + image) + (static_cast<int>(image) % 2 == 0 ? -0.5f : 0.5f);
+  }
+  trainer.load_batch(to_layout(pixels, x.shape, x.layout).data(), labels.data());
+}
+
 // `loss_scale`: none, or the scale the step's loss gradient is multiplied by.
-StepTrace model_step_trace(Backend& backend, DType dtype, std::optional<float> loss_scale, const StepTrace* feed) {
-  Trainer trainer(backend, build_model("resnet50", 10), kModelStepInput, 10, kSgd, 3, 0, MemoryReuse::lifetime, dtype);
+StepTrace model_step_trace(const ModelStep& model, Backend& backend, DType dtype, std::optional<float> loss_scale,
+                           const StepTrace* feed) {
+  Trainer trainer(backend, build_model(model.model, model.classes), model.input, model.classes, kSgd, 3, 0,
+                  MemoryReuse::lifetime, dtype);
+  spread_images_apart(trainer);
   if (loss_scale) trainer.use_loss_scaling({*loss_scale});
   StepRecorder recorder(trainer.network(), backend, loss_scale.value_or(1.0f), feed);
   trainer.set_layer_observer(&recorder);
@@ -432,7 +524,7 @@ StepTrace model_step_trace(Backend& backend, DType dtype, std::optional<float> l
   for (Parameter* p : trainer.parameters().parameters()) {
     const std::string layer = p->name.substr(0, p->name.rfind('.'));
     if (gradients.empty() || gradients.back().where != "gradients of " + layer) {
-      gradients.push_back({"gradients of " + layer, true, {}, {}});
+      gradients.push_back({"gradients of " + layer, true, {}, {}, std::nullopt, true});
     }
     const std::vector<float> values = download(backend, p->grad);
     gradients.back().output.insert(gradients.back().output.end(), values.begin(), values.end());
@@ -443,11 +535,11 @@ StepTrace model_step_trace(Backend& backend, DType dtype, std::optional<float> l
 // A layer's output against the reference's. In backward a gradient that cancels to nearly zero
 // (a batch norm's dx where dy is nearly constant per channel) is measured against the dy it came
 // from: its rounding is a fraction of that, not of itself.
-double step_entry_error(const StepTrace::Entry& got, const StepTrace::Entry& want) {
-  if (got.output.size() != want.output.size()) return std::numeric_limits<double>::infinity();
+double step_entry_error(const std::vector<float>& got, const StepTrace::Entry& want) {
+  if (got.size() != want.output.size()) return std::numeric_limits<double>::infinity();
   double diff = 0, norm = 0, input_norm = 0;
   for (std::size_t i = 0; i < want.output.size(); ++i) {
-    const double d = static_cast<double>(got.output[i]) - static_cast<double>(want.output[i]);
+    const double d = static_cast<double>(got[i]) - static_cast<double>(want.output[i]);
     diff += d * d;
     norm += static_cast<double>(want.output[i]) * static_cast<double>(want.output[i]);
   }
@@ -461,7 +553,7 @@ double step_entry_error(const StepTrace::Entry& got, const StepTrace::Entry& wan
 // Whether every gradient a step recorded is finite (else its loss scale overflowed fp16).
 bool backward_finite(const StepTrace& t) {
   const auto finite = [](const StepTrace::Entry& e) {
-    return std::all_of(e.output.begin(), e.output.end(), [](float v) { return std::isfinite(v); });
+    return e.finite && std::all_of(e.output.begin(), e.output.end(), [](float v) { return std::isfinite(v); });
   };
   return std::all_of(t.gradients.begin(), t.gradients.end(), finite) &&
          std::all_of(t.layers.begin(), t.layers.end(), [&](const StepTrace::Entry& e) { return !e.backward || finite(e); });
@@ -480,8 +572,8 @@ SelfTestCheck compare_step_traces(const StepTrace& got, const StepTrace& want, d
   const StepTrace::Entry* worst_at = nullptr;
   std::optional<std::pair<const StepTrace::Entry*, double>> first_off;
   for (const auto& [g, w] : pairs) {
-    if (w->output.empty()) continue;  // the first layer's dx
-    const double e = step_entry_error(*g, *w);
+    if (w->output.empty()) continue;  // the first layer's dx, and what a Sequential passes on
+    const double e = g->error ? *g->error : step_entry_error(g->output, *w);
     if (!first_off && (std::isnan(e) || e > bound)) first_off = {w, e};
     if (worst_at == nullptr || std::isnan(e) || e > worst) {
       worst = e;
@@ -623,7 +715,7 @@ SelfTestCheck layer_norm_at_bert_width(Backend& backend, Backend& reference, DTy
 void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend& reference, Precision typed,
                       std::vector<std::optional<LayerOutcome>>& reference_layers,
                       std::optional<std::vector<float>>& reference_losses, TransformerReference& reference_transformer,
-                      std::array<std::optional<StepTrace>, 4>& want_step_traces) {
+                      StepTraceCache& want_step_traces) {
   const std::string precision(to_string(typed));  // as the checks' table names it
   std::unique_ptr<Backend> backend;
   try {
@@ -692,29 +784,32 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
     const auto [error, step] = trajectory_error(*eager, *reference_losses);
     return bounded(error, b.training, "the loss, worst at step " + std::to_string(step + 1));
   });
-  checker.run(precision, "resnet50 step, each layer fed the reference's input", [&] {
-    // The reference runs the layers the device runs: where the device fuses a bottleneck's add
-    // and ReLU into its last batch norm, or adds a branch's input gradient into the other's in a
-    // convolution's backward, the reference composes the same from its own ops.
-    const bool residual_fused = backend->fuses_batch_norm_add_relu();
-    const bool accumulated = backend->accumulates_conv_input_grad();
-    std::optional<StepTrace>& want_step_trace = want_step_traces[(residual_fused ? 1u : 0u) + (accumulated ? 2u : 0u)];
-    if (!want_step_trace) {
-      ResidualComposingBackend composed(reference, residual_fused, accumulated);
-      want_step_trace = model_step_trace(residual_fused || accumulated ? static_cast<Backend&>(composed) : reference,
-                                         DType::fp32, std::nullopt, nullptr);
-    }
-    std::optional<float> scale;
-    if (uses_loss_scaling(typed)) scale = kModelStepLossScale;
-    StepTrace got = model_step_trace(*backend, dtype, scale, &*want_step_trace);
-    while (scale && *scale > 1.0f && !backward_finite(got)) {
-      *scale /= 2.0f;
-      got = model_step_trace(*backend, dtype, scale, &*want_step_trace);
-    }
-    SelfTestCheck c = compare_step_traces(got, *want_step_trace, b.block);
-    if (scale) c.detail += "; loss scale " + std::to_string(static_cast<long>(*scale));
-    return c;
-  });
+  for (const ModelStep& model : model_steps(subject.models)) {
+    checker.run(precision, std::string(to_string(model.model)) + " step, each layer fed the reference's input", [&] {
+      // The reference runs the layers the device runs: where the device fuses a bottleneck's add
+      // and ReLU into its last batch norm, or adds a branch's input gradient into the other's in a
+      // convolution's backward, the reference composes the same from its own ops.
+      const bool residual_fused = backend->fuses_batch_norm_add_relu();
+      const bool accumulated = backend->accumulates_conv_input_grad();
+      std::optional<StepTrace>& want_step_trace = want_step_traces[{model.model, residual_fused, accumulated}];
+      if (!want_step_trace) {
+        ResidualComposingBackend composed(reference, residual_fused, accumulated);
+        want_step_trace = model_step_trace(
+            model, residual_fused || accumulated ? static_cast<Backend&>(composed) : reference, DType::fp32,
+            std::nullopt, nullptr);
+      }
+      std::optional<float> scale;
+      if (uses_loss_scaling(typed)) scale = kModelStepLossScale;
+      StepTrace got = model_step_trace(model, *backend, dtype, scale, &*want_step_trace);
+      while (scale && *scale > 1.0f && !backward_finite(got)) {
+        *scale /= 2.0f;
+        got = model_step_trace(model, *backend, dtype, scale, &*want_step_trace);
+      }
+      SelfTestCheck c = compare_step_traces(got, *want_step_trace, b.block);
+      if (scale) c.detail += "; loss scale " + std::to_string(static_cast<long>(*scale));
+      return c;
+    });
+  }
   // Every op reads only what it declared to the memory plan: trained with each buffer poisoned
   // (NaN) from the end of its declared lifetime, the losses are those of unshared memory. An op
   // that reads a buffer after its declared end reads NaN here, whatever shares its memory.
@@ -967,7 +1062,7 @@ std::vector<SelfTestCheck> run_self_test(const SelfTestSubject& subject, Backend
   std::optional<std::vector<float>> reference_losses;
   TransformerReference reference_transformer;
   // By the device's bottlenecks: residual add unfused or fused, branch gradients summed or accumulated.
-  std::array<std::optional<StepTrace>, 4> reference_step_traces;
+  StepTraceCache reference_step_traces;
   for (const Precision precision : subject.precisions) {
     precision_checks(checker, subject, reference, precision, reference_layers, reference_losses, reference_transformer,
                      reference_step_traces);

@@ -16,7 +16,9 @@
 //         equal terms: PyTorch's own bf16 autocast is 5% off its fp32 on a Bottleneck); and
 //         above 2e-4.
 // Layers that only select or scale by powers of two (ReLU, max pooling, dropout) get inputs
-// exact in every type and must agree exactly. Whole steps are compared on the loss.
+// exact in every type and must agree exactly. Training steps are compared on the loss; one whole
+// step of ResNet-50, and of each image model the worker trains (--model), layer by layer, each
+// layer fed the reference's input, against the block bound, naming the first layer off.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,7 @@
 
 #include "backend.hpp"
 #include "communicator.hpp"
+#include "dlbench/core/enums.hpp"
 #include "layers/layer.hpp"
 
 namespace dlbench::worker {
@@ -69,6 +72,9 @@ struct SelfTestSubject {
   // math mode, and a captured step graph needs a backend of its own).
   std::function<std::unique_ptr<Backend>(Precision precision)> make;
   std::vector<Precision> precisions;
+  // The models the worker trains: each image model's whole step is checked layer by layer, with
+  // ResNet-50's (a sequence model's layers are the transformer checks').
+  std::vector<Model> models = {};
 };
 
 // Runs every check; `on_check` sees each as it ends (progress for people). Never throws for a

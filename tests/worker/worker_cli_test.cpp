@@ -567,6 +567,22 @@ TEST(WorkerCli, SelfTestTakesAListOfPrecisionsAndACaseDoesNot) {
   EXPECT_THAT(bad.err, HasSubstr("--precision: \"fp8\" is not one of fp32, tf32, amp, bf16"));
 }
 
+// --model with --self-test: a list, each image model's whole step checked beside ResNet-50's (a
+// sequence model's layers are the transformer checks); a case trains one model.
+TEST(WorkerCli, SelfTestTakesAListOfModelsAndACaseDoesNot) {
+  const Outcome o = worker("--self-test --precision fp32 --model alexnet,bert-base --output st.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_THAT(o.out, ::testing::ContainsRegex("fp32 +resnet50 step, each layer fed the reference's input .* passed"));
+  EXPECT_THAT(o.out, ::testing::ContainsRegex("fp32 +alexnet step, each layer fed the reference's input .* passed"));
+  EXPECT_THAT(o.out, ::testing::Not(HasSubstr("bert-base step")));
+  const Outcome list = worker("--model resnet50,vgg16");
+  EXPECT_EQ(list.exit_code, 2);
+  EXPECT_THAT(list.err, HasSubstr("--model: a list (resnet50,...) only with --self-test"));
+  const Outcome bad = worker("--self-test --model resnet50,lenet");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--model: \"lenet\" is not one of resnet50, resnet152"));
+}
+
 TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
   const Outcome nccl = worker("--backend cpu --communicator nccl");
   EXPECT_EQ(nccl.exit_code, 2);

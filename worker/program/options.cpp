@@ -117,6 +117,15 @@ void read_precisions(Options& o, const std::string& flag, const std::string& val
   o.precision = o.self_test_precisions.front();
 }
 
+// One model for a case; a comma list for --self-test (checked once every flag is read).
+void read_models(Options& o, const std::string& flag, const std::string& value) {
+  o.self_test_models.clear();
+  std::istringstream list(value);
+  for (std::string m; std::getline(list, m, ',');) o.self_test_models.push_back(enum_choice<Model>(flag, m));
+  if (o.self_test_models.empty()) enum_choice<Model>(flag, value);  // "" is none of them: refused, naming them
+  o.model = o.self_test_models.front();
+}
+
 // N (square) or HxW, each side within the API's bounds.
 void read_image_size(Options& o, const std::string& flag, const std::string& value) {
   const std::size_t x = value.find('x');
@@ -153,8 +162,9 @@ const std::vector<ValueOption>& value_options() {
   static const std::vector<ValueOption> options{
       {"--model", "NAME",
        "resnet50 | resnet152 | vgg16 | alexnet | inception_v3 | deeplabv3plus | bert-base (--list-models says what "
-       "each is; default resnet50)",
-       [](Options& o, auto& f, auto& v) { o.model = enum_choice<Model>(f, v); }},
+       "each is; default resnet50). With --self-test a comma list: each image model's whole step is checked layer by "
+       "layer, with resnet50's",
+       read_models},
 #ifdef DLBENCH_HAVE_CUDA
       {"--backend", "NAME", "cpu | cuda (default cpu)",
        [](Options& o, auto& f, auto& v) { o.backend = one_of(f, v, {"cpu", "cuda"}); }},
@@ -255,6 +265,11 @@ void check_modes(Options& o) {
     throw UsageError{"--precision: a list (" + std::string(to_string(o.self_test_precisions.front())) +
                      ",...) only with --self-test; a case runs one of " + allowed_values<Precision>()};
   }
+  if (o.self_test_models.size() > 1 && !o.self_test) {
+    throw UsageError{"--model: a list (" + std::string(to_string(o.self_test_models.front())) +
+                     ",...) only with --self-test; a case trains one of " + allowed_values<Model>()};
+  }
+  if (o.self_test && o.self_test_models.empty()) o.self_test_models.push_back(o.model);
   if (o.self_test && o.self_test_precisions.empty()) {
     const auto all = enum_values<Precision>();
     o.self_test_precisions.assign(all.begin(), all.end());

@@ -52,6 +52,7 @@ struct Options {
   std::string record_step;  // write one step's record there and exit
   bool self_test = false;
   std::vector<Precision> self_test_precisions;  // --self-test: every one unless --precision says
+  std::vector<Model> self_test_models;  // --self-test: whose whole step is checked, with ResNet-50's
 };
 
 // The options, or nothing when the command line only asked for --help, --list-models or

@@ -115,7 +115,7 @@ int self_test_command(const Options& o, Communicator& comm, Backend* backend, co
                                 one.precision = precision;
                                 return make_backend(one);
                               },
-                              o.self_test_precisions};
+                              o.self_test_precisions, o.self_test_models};
       if (reporter) {
         table << "dlbench-worker --self-test: " << o.backend << " against cpu fp32 (oneDNN), " << comm.size()
               << (comm.size() == 1 ? " rank" : " ranks") << " (" << comm.name() << ")\n"
