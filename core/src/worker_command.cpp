@@ -20,14 +20,16 @@ std::string real(double v) {
 
 namespace {
 
-// The self-test of every precision the run measures, on the backend and communicator the cases use.
+// The self-test of every precision the run measures, on the backend and communicator the cases use,
+// with the whole step of the run's model checked layer by layer (an image model's).
 std::vector<std::string> self_test_arguments(const BenchmarkRun& run, const WorkerInvocation& how) {
   std::string precisions;
   for (const Precision p : planned_precisions(run.spec)) {
     precisions += (precisions.empty() ? "" : ",") + std::string(to_string(p));
   }
   return {how.program, "--self-test", "--backend", how.backend, "--precision", precisions,
-          "--communicator", how.communicator, "--run", run.metadata.name};
+          "--model", std::string(to_string(run.spec.model)), "--communicator", how.communicator,
+          "--run", run.metadata.name};
 }
 
 std::vector<std::string> case_arguments(const BenchmarkRun& run, const CaseSpec& c, const WorkerInvocation& how) {

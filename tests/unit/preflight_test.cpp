@@ -52,7 +52,8 @@ TEST(Preflight, RunsTheWorkersSelfTestForEveryPrecisionOfTheRun) {
   how.output = "/tmp/out.json";
   const auto args = worker_arguments(run, plan_preflight(run.spec)->spec, how);
   EXPECT_EQ(args, (std::vector<std::string>{"dlbench-worker", "--self-test", "--backend", "cuda", "--precision",
-                                            "fp32,bf16", "--communicator", "nccl", "--run", "checked", "--output",
+                                            "fp32,bf16", "--model", "resnet50", "--communicator", "nccl", "--run",
+                                            "checked", "--output",
                                             "/tmp/out.json"}));
   // A case of the same topology is still a case.
   EXPECT_EQ(worker_arguments(run, CaseSpec{2, 8, 32, Precision::fp32}, how)[1], "--model");
