@@ -79,6 +79,24 @@ def poisoned(logs):
     return out
 
 
+def trained_models(logs):
+    """The other models' few amp steps at their own image sizes: state, loss after each repeat."""
+    out = ["other models, a few amp steps each at their own image size: state, samples/s, loss after each repeat"]
+    for model in ("resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus"):
+        name = f"train-{model}-amp"
+        doc = load(os.path.join(logs, name + ".json"))
+        if not doc:
+            out.append(f"  {model}: - ({last_line(logs, name)})")
+            continue
+        rows = [line.split() for line in open(os.path.join(logs, name + ".log"), errors="replace")]
+        rows = [r for r in rows if len(r) >= 4 and r[0].isdigit()]
+        median = (doc.get("throughput") or {}).get("median")
+        rate = f"{median:.0f}" if median else "-"
+        out.append(f"  {model} batch {doc['case']['batchSizePerDevice']}: {doc.get('state')} {doc.get('reason', '')} "
+                   f"{rate} losses {' '.join(r[3] for r in rows)}")
+    return out
+
+
 def profiles(logs):
     out = ["profile by kind, ms a step (forward + backward), ResNet-50 (tf32-ex-add-relu: the bottleneck's add and"
            " ReLU fused into its last batch norm, as amp and bf16 do)"]
@@ -185,10 +203,12 @@ def main():
     lines += self_test(logs, "self-test-tf32-ex-add-relu")
     lines += self_test(logs, "self-test-fp32-ex-relu")
     lines += self_test(logs, "self-test-attention-fused")
+    lines += self_test(logs, "self-test-models")
     lines += gtest(logs, "cuda-backend-tests")
     lines += gtest(logs, "cuda-backend-tests-conv-graph")
     lines += gtest(logs, "gpu-tests")
     lines += poisoned(logs)
+    lines += trained_models(logs)
     lines += profiles(logs)
     lines += kernels(logs)
     lines += [""] + comparison(logs)
