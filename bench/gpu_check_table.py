@@ -91,9 +91,10 @@ def trained_models(logs):
         rows = [line.split() for line in open(os.path.join(logs, name + ".log"), errors="replace")]
         rows = [r for r in rows if len(r) >= 4 and r[0].isdigit()]
         median = (doc.get("throughput") or {}).get("median")
-        rate = f"{median:.0f}" if median else "-"
-        out.append(f"  {model} batch {doc['case']['batchSizePerDevice']}: {doc.get('state')} {doc.get('reason', '')} "
-                   f"{rate} losses {' '.join(r[3] for r in rows)}")
+        state = " ".join(filter(None, (doc.get("state"), doc.get("reason"))))
+        rate = f"{median:.0f} samples/s" if median else "no rate"
+        out.append(f"  {model} batch {doc['case']['batchSizePerDevice']}: {state}, {rate}, "
+                   f"losses {' '.join(r[3] for r in rows) or '-'}")
     return out
 
 

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""bench/gpu_check_table.py reads a LOG_DIR as bench/gpu_check.sh leaves it on a GPU machine: the
+self-tests' documents (counts, failures named), the other models' few amp steps (state, rate,
+losses from the result table), and steps that wrote nothing (their log's last line). What a
+GPU session reads first must not need a GPU to be checked."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TABLE = os.path.join(HERE, "..", "..", "bench", "gpu_check_table.py")
+
+
+def write(folder, name, text):
+    with open(os.path.join(folder, name), "w") as f:
+        f.write(text)
+
+
+class GpuCheckTable(unittest.TestCase):
+    def table(self, logs):
+        done = subprocess.run([sys.executable, TABLE, logs], capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout.splitlines()
+
+    def test_an_empty_log_folder_gives_a_table_of_dashes(self):
+        with tempfile.TemporaryDirectory() as logs:
+            lines = self.table(logs)
+        self.assertIn("self-test-models: no document; (no log)", lines)
+        self.assertIn("  alexnet: - ((no log))", lines)
+
+    def test_the_models_self_test_and_their_amp_steps(self):
+        with tempfile.TemporaryDirectory() as logs:
+            # The document counts every check and lists only those that did not pass.
+            write(logs, "self-test-models.json", json.dumps({
+                "state": "Failed", "reason": "SelfTestFailed", "message": "1 of 140 checks failed",
+                "summary": {"passed": 137, "skipped": 2, "failed": 1},
+                "checks": [{"precision": "amp", "name": "inception_v3 step, each layer fed the reference's input",
+                            "outcome": "failed", "detail": "first off: Mixed_6b.branch7x7_2.conv (Conv2d) forward"},
+                           {"precision": "tf32", "name": "every check", "outcome": "skipped", "detail": "no"}]}))
+            write(logs, "train-alexnet-amp.json", json.dumps({
+                "state": "Succeeded", "case": {"batchSizePerDevice": 64},
+                "throughput": {"median": 9876.7, "unit": "samples/s"}}))
+            write(logs, "train-alexnet-amp.log", "\n".join([
+                "dlbench-worker: alexnet on cuda (NVIDIA H200), case 1x1-bs64-amp, image 224x224",
+                "  repeat  samples/s   step ms   loss after",
+                "       1    9800.10      6.53      6.9012",
+                "       2    9952.90      6.43      6.8120",
+                "  median 9876.50 samples/s (min 9800.10, max 9952.90, cv 1.09%)"]))
+            write(logs, "train-vgg16-amp.log", "dlbench-worker: cuda: out of memory\n")
+            lines = self.table(logs)
+        self.assertIn("self-test-models: 137 of 140 checks passed, 2 skipped", lines)
+        self.assertIn("  SelfTestFailed: 1 of 140 checks failed", lines)
+        self.assertIn("  FAILED amp inception_v3 step, each layer fed the reference's input: "
+                      "first off: Mixed_6b.branch7x7_2.conv (Conv2d) forward", lines)
+        self.assertIn("  alexnet batch 64: Succeeded, 9877 samples/s, losses 6.9012 6.8120", lines)
+        self.assertIn("  vgg16: - (dlbench-worker: cuda: out of memory)", lines)
+
+
+if __name__ == "__main__":
+    unittest.main()
