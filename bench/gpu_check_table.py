@@ -30,6 +30,13 @@ def last_line(logs, name):
         return "(no log)"
 
 
+def losses_in_log(logs, name):
+    """The result table's "loss after" column: its rows are repeat, samples/s, step ms, loss after."""
+    with open(os.path.join(logs, name + ".log"), errors="replace") as f:
+        rows = [line.split() for line in f]
+    return [r[3] for r in rows if len(r) >= 4 and r[0].isdigit()]
+
+
 def self_test(logs, name="self-test"):
     doc = load(os.path.join(logs, name + ".json"))
     if not doc:
@@ -72,9 +79,7 @@ def poisoned(logs):
         if not doc:
             out.append(f"  {precision}: - ({last_line(logs, 'poisoned-resnet50-' + precision)})")
             continue
-        # The result table's rows: repeat, samples/s, step ms, loss after (then a note, if any).
-        losses = [line.split()[3] for line in open(os.path.join(logs, f"poisoned-resnet50-{precision}.log"))
-                  if len(line.split()) >= 4 and line.split()[0].isdigit()]
+        losses = losses_in_log(logs, f"poisoned-resnet50-{precision}")
         out.append(f"  {precision}: {doc.get('state')} {doc.get('reason', '')} losses {' '.join(losses)}")
     return out
 
@@ -88,13 +93,11 @@ def trained_models(logs):
         if not doc:
             out.append(f"  {model}: - ({last_line(logs, name)})")
             continue
-        rows = [line.split() for line in open(os.path.join(logs, name + ".log"), errors="replace")]
-        rows = [r for r in rows if len(r) >= 4 and r[0].isdigit()]
         median = (doc.get("throughput") or {}).get("median")
         state = " ".join(filter(None, (doc.get("state"), doc.get("reason"))))
         rate = f"{median:.0f} samples/s" if median else "no rate"
         out.append(f"  {model} batch {doc['case']['batchSizePerDevice']}: {state}, {rate}, "
-                   f"losses {' '.join(r[3] for r in rows) or '-'}")
+                   f"losses {' '.join(losses_in_log(logs, name)) or '-'}")
     return out
 
 

@@ -108,22 +108,31 @@ void print_devices() {
 #endif
 }
 
-// One precision for a case; a comma list for --self-test (checked once every flag is read).
-void read_precisions(Options& o, const std::string& flag, const std::string& value) {
-  o.self_test_precisions.clear();
-  std::istringstream list(value);
-  for (std::string p; std::getline(list, p, ',');) o.self_test_precisions.push_back(enum_choice<Precision>(flag, p));
-  if (o.self_test_precisions.empty()) enum_choice<Precision>(flag, value);  // "" is none of them: refused, naming them
-  o.precision = o.self_test_precisions.front();
+// One value for a case, the first; a comma list for --self-test (refused_as_list checks which, once
+// every flag is read).
+template <typename Enum>
+void read_list(const std::string& flag, const std::string& value, std::vector<Enum>& list, Enum& first) {
+  list.clear();
+  std::istringstream items(value);
+  for (std::string item; std::getline(items, item, ',');) list.push_back(enum_choice<Enum>(flag, item));
+  if (list.empty()) enum_choice<Enum>(flag, value);  // "" is none of them: refused, naming them
+  first = list.front();
 }
 
-// One model for a case; a comma list for --self-test (checked once every flag is read).
+void read_precisions(Options& o, const std::string& flag, const std::string& value) {
+  read_list(flag, value, o.self_test_precisions, o.precision);
+}
 void read_models(Options& o, const std::string& flag, const std::string& value) {
-  o.self_test_models.clear();
-  std::istringstream list(value);
-  for (std::string m; std::getline(list, m, ',');) o.self_test_models.push_back(enum_choice<Model>(flag, m));
-  if (o.self_test_models.empty()) enum_choice<Model>(flag, value);  // "" is none of them: refused, naming them
-  o.model = o.self_test_models.front();
+  read_list(flag, value, o.self_test_models, o.model);
+}
+
+// A list is for --self-test: a case `does` one of the values.
+template <typename Enum>
+void refuse_list_without_self_test(const Options& o, const std::string& flag, const std::vector<Enum>& list,
+                                   const std::string& does) {
+  if (list.size() <= 1 || o.self_test) return;
+  throw UsageError{flag + ": a list (" + std::string(to_string(list.front())) + ",...) only with --self-test; a case " +
+                   does + " one of " + allowed_values<Enum>()};
 }
 
 // N (square) or HxW, each side within the API's bounds.
@@ -261,14 +270,8 @@ const std::vector<ValueOption>& value_options() {
 
 // --self-test, --init-from and --record-step, and what each excludes.
 void check_modes(Options& o) {
-  if (o.self_test_precisions.size() > 1 && !o.self_test) {
-    throw UsageError{"--precision: a list (" + std::string(to_string(o.self_test_precisions.front())) +
-                     ",...) only with --self-test; a case runs one of " + allowed_values<Precision>()};
-  }
-  if (o.self_test_models.size() > 1 && !o.self_test) {
-    throw UsageError{"--model: a list (" + std::string(to_string(o.self_test_models.front())) +
-                     ",...) only with --self-test; a case trains one of " + allowed_values<Model>()};
-  }
+  refuse_list_without_self_test(o, "--precision", o.self_test_precisions, "runs");
+  refuse_list_without_self_test(o, "--model", o.self_test_models, "trains");
   if (o.self_test && o.self_test_models.empty()) o.self_test_models.push_back(o.model);
   if (o.self_test && o.self_test_precisions.empty()) {
     const auto all = enum_values<Precision>();
