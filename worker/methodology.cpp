@@ -9,7 +9,7 @@ namespace dlbench::worker {
 
 std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const Methodology& methodology,
                                                long global_batch_size,
-                                               const std::function<void(int, const RepeatMeasurement&)>& on_repeat,
+                                               const std::function<AfterRepeat(int, const RepeatMeasurement&)>& on_repeat,
                                                const std::function<bool()>& measure_again) {
   HostClockMarks host_clock(workload.synchronize);
   StepMarks& marks = workload.marks != nullptr ? *workload.marks : host_clock;
@@ -57,8 +57,9 @@ std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const M
       m.step_seconds = std::move(times);
     }
     m.throughput = repeat_throughput(global_batch_size, methodology.measure_steps, m.measured_seconds);
-    if (on_repeat) on_repeat(r, m);
+    const AfterRepeat next = on_repeat ? on_repeat(r, m) : AfterRepeat::go_on;
     repeats.push_back(std::move(m));
+    if (next == AfterRepeat::stop) break;
   }
   return repeats;
 }

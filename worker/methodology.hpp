@@ -33,11 +33,16 @@ struct Workload {
   StepMarks* marks = nullptr;
 };
 
-// Calls on_repeat after each repeat (for progress and live metrics). After methodology.repeats,
-// another repeat runs while measure_again says so (the stability rule: measure_again() in core).
+// What the caller of run_methodology says after a repeat: whether the repeats go on. `stop`
+// ends them there (the training diverged: more repeats would time steps that train nothing).
+enum class AfterRepeat { go_on, stop };
+
+// Calls on_repeat after each repeat (for progress, live metrics and the loss). After
+// methodology.repeats, another repeat runs while measure_again says so (the stability rule:
+// measure_again() in core). The repeats run are returned, fewer where on_repeat said stop.
 std::vector<RepeatMeasurement> run_methodology(
     const Workload& workload, const Methodology& methodology, long global_batch_size,
-    const std::function<void(int repeat, const RepeatMeasurement&)>& on_repeat = {},
+    const std::function<AfterRepeat(int repeat, const RepeatMeasurement&)>& on_repeat = {},
     const std::function<bool()>& measure_again = {});
 
 }  // namespace dlbench::worker

@@ -4,8 +4,10 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -120,6 +122,28 @@ void require_schema(Decoder& d, const json& document, const char* expected) {
   }
 }
 
+// Every repeat a case can run: its repeats and as many extra ones.
+constexpr std::int64_t kMaxLossesAfterRepeats = bounds::kRepeats.max + bounds::kExtraRepeats.max;
+
+// A loss as JSON: a number, or protobuf's JSON spelling of a value JSON numbers cannot hold.
+json loss_to_json(double loss) {
+  if (std::isnan(loss)) return "NaN";
+  if (std::isinf(loss)) return loss > 0 ? "Infinity" : "-Infinity";
+  return loss;
+}
+
+std::optional<double> decode_loss(Decoder& d, const json& value, const std::string& path) {
+  if (value.is_number()) return value.get<double>();
+  if (value.is_string()) {
+    const std::string text = value.get<std::string>();
+    if (text == "NaN") return std::numeric_limits<double>::quiet_NaN();
+    if (text == "Infinity") return std::numeric_limits<double>::infinity();
+    if (text == "-Infinity") return -std::numeric_limits<double>::infinity();
+  }
+  d.fail(path, "expected a number, \"NaN\", \"Infinity\" or \"-Infinity\", got " + describe_type(value));
+  return std::nullopt;
+}
+
 json layer_time_to_json(const LayerTime& t) {
   json out{{"kind", t.kind}, {"forwardSeconds", t.forward_seconds}, {"backwardSeconds", t.backward_seconds}};
   if (!t.name.empty()) out["name"] = t.name;
@@ -135,6 +159,27 @@ json profile_to_json(const StepProfile& p) {
           {"outsideLayersSeconds", p.outside_layers_seconds},
           {"layers", std::move(layers)},
           {"kinds", std::move(kinds)}};
+}
+
+// lossAfterRepeats, where present (a compacted document may lack it), agrees with the rest: one
+// loss per repeat run (the reported ones and the extra ones), and a loss that is not finite
+// exactly when the reason is LossNotFinite.
+void check_losses(Decoder& d, const ResultDocument& doc) {
+  const auto& losses = doc.loss_after_repeats;
+  if (losses.empty()) return;
+  const bool diverged = std::any_of(losses.begin(), losses.end(), [](double l) { return !std::isfinite(l); });
+  if (diverged != (doc.reason == kReasonLossNotFinite)) {
+    d.fail(diverged ? "lossAfterRepeats" : "reason",
+           "is " + std::string(kReasonLossNotFinite) + " exactly when a loss after a repeat is NaN or infinite");
+  }
+  if (diverged && doc.state == CaseState::Succeeded) d.fail("state", "cannot be Succeeded when the loss is not finite");
+  if (!doc.throughput) return;
+  const std::size_t run =
+      doc.throughput->repeats.size() + (doc.stability ? static_cast<std::size_t>(doc.stability->extra_repeats) : 0);
+  if (losses.size() != run) {
+    d.fail("lossAfterRepeats", "has " + std::to_string(losses.size()) + " entries for " + std::to_string(run) +
+                                   " repeats run (throughput.repeats and stability.extraRepeats)");
+  }
 }
 
 void read_seconds(Decoder& d, const json& obj, const std::string& path, const char* key, double& out) {
@@ -250,6 +295,11 @@ json to_json(const ResultDocument& doc) {
                               {"skippedSteps", doc.loss_scaling->skipped_steps},
                               {"steps", doc.loss_scaling->steps}};
   }
+  if (!doc.loss_after_repeats.empty()) {
+    json losses = json::array();
+    for (const double loss : doc.loss_after_repeats) losses.push_back(loss_to_json(loss));
+    out["lossAfterRepeats"] = std::move(losses);
+  }
   if (doc.peak_flops_per_device) out["peakFlopsPerDevice"] = *doc.peak_flops_per_device;
   if (doc.mfu) out["mfu"] = *doc.mfu;
   if (!doc.start_time.empty()) out["startTime"] = doc.start_time;
@@ -264,7 +314,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "imageHeight", "imageWidth", "sequenceLength", "devices", "globalBatchSize",
                                   "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
                                   "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "profile", "lossScaling",
-                                  "interference", "stability",
+                                  "lossAfterRepeats", "interference", "stability",
                                   "environment", "startTime", "endTime"});
   require_schema(d, document, kResultSchema);
   d.read_string(document, "", "run", doc.run);
@@ -370,6 +420,13 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
     if (report.steps > 0 && report.skipped_steps > report.steps) d.fail("lossScaling.skippedSteps", "exceeds steps");
     doc.loss_scaling = report;
   }
+  if (const json* l = Decoder::find(document, "lossAfterRepeats")) {
+    if (const json* items = d.list(*l, "lossAfterRepeats", 1, kMaxLossesAfterRepeats)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        if (auto loss = decode_loss(d, (*items)[i], element("lossAfterRepeats", i))) doc.loss_after_repeats.push_back(*loss);
+      }
+    }
+  }
   if (const json* p = Decoder::find(document, "peakFlopsPerDevice")) {
     doc.peak_flops_per_device = d.measurement(*p, "peakFlopsPerDevice");
   }
@@ -429,6 +486,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   } else if (doc.reason.empty() && Decoder::find(document, "state") != nullptr) {
     d.fail("reason", "required when state is " + std::string(to_string(doc.state)));
   }
+  check_losses(d, doc);
 
   return d.finish(std::move(doc));
 }
@@ -477,6 +535,7 @@ std::string compact_result_document(const std::string& json_text, std::size_t li
   s.shrink([&] {
     if (doc.contains("stability")) doc["stability"].erase("discarded");  // the worker's log lists every repeat
   });
+  s.shrink([&] { doc.erase("lossAfterRepeats"); });  // and every loss; a LossNotFinite message says which
   s.shrink([&] { doc["environment"].erase("hosts"); });
   s.shrink([&] { doc["environment"].erase("facts"); });
   s.shrink([&] { doc.erase("stepTimeSeconds"); });

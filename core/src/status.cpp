@@ -62,9 +62,10 @@ std::string rfc3339_utc_now() {
 }
 
 bool failure_is_permanent(const std::string& reason) {
-  // RdmaNotUsed: the fabric and NCCL's settings are the same on the next attempt.
+  // RdmaNotUsed: the fabric and NCCL's settings are the same on the next attempt. LossNotFinite:
+  // the same spec starts from the same weights and data, and diverges again.
   return reason == kReasonUnsupported || reason == kReasonGangSchedulerUnavailable || reason == kReasonSelfTestFailed ||
-         reason == kReasonRdmaNotUsed;
+         reason == kReasonRdmaNotUsed || reason == kReasonLossNotFinite;
 }
 
 }  // namespace dlbench

@@ -95,6 +95,43 @@ spec:
   }
 }
 
+// A learning rate that makes the loss NaN fails each case with LossNotFinite, on one rank and on
+// two (both ranks stop after the same repeat), on the first attempt: the same spec diverges again.
+TEST_F(RunCli, ADivergedCaseIsAFailedResultNotARetry) {
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: diverges}
+spec:
+  model: alexnet
+  data: {imageSize: 64}
+  matrix: {gpusPerNode: [1, 2], batchSizePerDevice: [2], precision: [fp32]}
+  optimizer: {learningRate: 100}
+  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 5}
+  limits: {backoffLimit: 2}
+)";
+  const Outcome o = dlbench("run -f " + write("run.yaml", text) + " --backend cpu");
+  ASSERT_EQ(o.exit_code, 1) << o.out << o.err;  // no case succeeded
+  EXPECT_THAT(o.out, HasSubstr("attempt 1/3 failed: LossNotFinite"));
+  EXPECT_THAT(o.out, Not(HasSubstr("attempt 2/3")));
+  const BenchmarkRun run = status("diverges.status.json");
+  ASSERT_TRUE(run.status.has_value());
+  EXPECT_EQ(run.status->phase, Phase::Failed);
+  EXPECT_FALSE(run.status->best.has_value());
+  ASSERT_EQ(run.status->results.size(), 2u);
+  for (const auto& r : run.status->results) {
+    EXPECT_EQ(r.state, CaseState::Failed) << r.case_.gpus_per_node;
+    EXPECT_EQ(r.reason, "LossNotFinite") << r.message;
+    EXPECT_EQ(r.attempts, 1);
+    EXPECT_THAT(r.message, HasSubstr("was NaN"));
+    ASSERT_TRUE(r.throughput.has_value());  // kept, not published
+    EXPECT_LT(r.throughput->repeats.size(), 5u);
+    EXPECT_FALSE(r.speedup.has_value());
+  }
+  const Outcome report = dlbench("report diverges.status.json");
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("LossNotFinite"));
+}
+
 // InceptionV3 runs at its 299 pixels and `dlbench report` reads its status; below 299 the run is
 // refused before anything starts, naming the field.
 TEST_F(RunCli, InceptionV3RunsAt299PixelsAndIsRefusedBelow) {

@@ -1,9 +1,13 @@
+#include <cmath>
+#include <limits>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "dlbench/core/device_peaks.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
+#include "dlbench/core/status.hpp"
 
 namespace dlbench {
 namespace {
@@ -128,6 +132,73 @@ TEST(ResultDocument, LossScalingRoundTripsAndIsChecked) {
   bad = j;
   bad["lossScaling"].erase("steps");
   EXPECT_THAT(errors_of(bad), ::testing::ElementsAre(::testing::StartsWith("lossScaling.steps: required")));
+}
+
+// The loss after each repeat goes into the document, NaN and infinity in protobuf's JSON words;
+// a loss that is not finite goes with reason LossNotFinite and a Failed state, and nothing else
+// does; there is one loss per repeat run.
+TEST(ResultDocument, LossAfterRepeatsRoundTripsAndIsChecked) {
+  ResultDocument doc = sample_document();
+  doc.loss_after_repeats = {6.9, 6.1, 5.4};
+  json j = to_json(doc);
+  EXPECT_EQ(j["lossAfterRepeats"], json::parse("[6.9, 6.1, 5.4]"));
+  const auto decoded = decode_result_document(j);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(*decoded.value, doc);
+
+  ResultDocument diverged = sample_document();
+  diverged.state = CaseState::Failed;
+  diverged.reason = kReasonLossNotFinite;
+  diverged.message = "the loss after repeat 3 was NaN";
+  diverged.loss_after_repeats = {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                                 std::numeric_limits<double>::quiet_NaN()};
+  j = to_json(diverged);
+  EXPECT_EQ(j["lossAfterRepeats"], json::parse(R"(["Infinity", "-Infinity", "NaN"])"));
+  const auto back = decode_result_document(j);
+  ASSERT_TRUE(back.ok()) << back.errors.front().to_string();
+  const std::vector<double>& losses = back.value->loss_after_repeats;
+  ASSERT_EQ(losses.size(), 3u);
+  EXPECT_EQ(losses[0], std::numeric_limits<double>::infinity());
+  EXPECT_EQ(losses[1], -std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(losses[2]));
+  EXPECT_TRUE(failure_is_permanent(back.value->reason));
+
+  json bad = j;
+  bad["state"] = "Succeeded";
+  bad.erase("reason");
+  EXPECT_THAT(errors_of(bad),
+              ::testing::UnorderedElementsAre(
+                  "lossAfterRepeats: is LossNotFinite exactly when a loss after a repeat is NaN or infinite",
+                  "state: cannot be Succeeded when the loss is not finite"));
+  bad = to_json(doc);
+  bad["reason"] = "LossNotFinite";
+  bad["lossAfterRepeats"] = json::parse(R"([6.9, "nan"])");
+  EXPECT_THAT(errors_of(bad),
+              ::testing::UnorderedElementsAre(
+                  R"(lossAfterRepeats[1]: expected a number, "NaN", "Infinity" or "-Infinity", got a string)",
+                  "reason: is LossNotFinite exactly when a loss after a repeat is NaN or infinite",
+                  "lossAfterRepeats: has 1 entries for 3 repeats run (throughput.repeats and stability.extraRepeats)"));
+  bad = to_json(doc);
+  bad["lossAfterRepeats"] = json::array();
+  EXPECT_THAT(errors_of(bad), ::testing::ElementsAre(::testing::StartsWith("lossAfterRepeats:")));
+}
+
+// A document too long for a termination message drops its losses after stability's discarded
+// repeats and keeps the rest valid; a diverged one still says why in its reason and message.
+TEST(ResultDocument, CompactingDropsTheLossesAndStaysValid) {
+  ResultDocument doc = sample_document();
+  doc.state = CaseState::Failed;
+  doc.reason = kReasonLossNotFinite;
+  doc.message = "the loss after repeat 3 was NaN";
+  doc.loss_after_repeats = {2.5, 2.5e30, std::numeric_limits<double>::quiet_NaN()};
+  doc.environment.hosts.assign(300, "a-host-name-long-enough-to-push-the-document-over-its-limit");
+  const std::string compact = compact_result_document(to_json(doc).dump(), 4096);
+  ASSERT_LE(compact.size(), 4096u);
+  const json j = json::parse(compact);
+  EXPECT_FALSE(j.contains("lossAfterRepeats"));
+  const auto decoded = decode_result_document(j);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(decoded.value->reason, "LossNotFinite");
 }
 
 // A stability report must follow from the reported repeats: its cv is theirs, its verdict is cv

@@ -123,7 +123,11 @@ TEST(Methodology, MeasuresAgainWhileAsked) {
   const Methodology m{1, 1, 2, Statistic::median, StabilitySpec{0.01, 3, false}};
   std::vector<double> measured;
   const auto repeats = run_methodology(
-      workload, m, 4, [&](int, const RepeatMeasurement& r) { measured.push_back(r.throughput); },
+      workload, m, 4,
+      [&](int, const RepeatMeasurement& r) {
+        measured.push_back(r.throughput);
+        return AfterRepeat::go_on;
+      },
       [&] { return measure_again(measured, m.repeats, m.stability, *m.stability.max_cv); });
   EXPECT_THAT(measured, ElementsAre(4.0, 2.0, 2.0));
   EXPECT_EQ(repeats.size(), 3u);
@@ -131,6 +135,24 @@ TEST(Methodology, MeasuresAgainWhileAsked) {
   const StabilityReport report = judge_stability(measured, m.repeats, *m.stability.max_cv);
   EXPECT_EQ(report.verdict, StabilityVerdict::stable);
   EXPECT_THAT(report.discarded, ElementsAre(4.0));
+}
+
+// A caller that says stop after a repeat ends the repeats there, extra ones included: the
+// repeats run so far are returned, and no step runs after them.
+TEST(Methodology, StopsWhereTheCallerSaysStop) {
+  int steps = 0;
+  Workload workload{[&] { ++steps; }, [] {}, {}, {}};
+  int seen = 0;
+  const auto repeats = run_methodology(
+      workload, Methodology{2, 3, 5, Statistic::median, StabilitySpec{0.01, 3, false}}, 1,
+      [&](int r, const RepeatMeasurement&) {
+        ++seen;
+        return r == 1 ? AfterRepeat::stop : AfterRepeat::go_on;
+      },
+      [] { return true; });
+  EXPECT_EQ(seen, 2);
+  EXPECT_EQ(repeats.size(), 2u);
+  EXPECT_EQ(steps, 2 * (2 + 3));
 }
 
 // Without device marks the host clock is read after a wait, once per mark.
@@ -176,6 +198,7 @@ TEST(Methodology, TrainingStepsReadTheLossOnlyWhenAsked) {
                                        [&](int, const RepeatMeasurement&) {
                                          ++repeats_seen;
                                          EXPECT_TRUE(std::isfinite(trainer.last_loss()));
+                                         return AfterRepeat::go_on;
                                        });
   EXPECT_EQ(trainer.steps_done(), 10u);
   EXPECT_EQ(backend.reads, repeats_seen);  // once per repeat, by the caller

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -95,6 +96,34 @@ TEST(WorkerCli, ResNet50WritesAValidResultWithThreeRepeats) {
   EXPECT_LT(doc.memory->activations, 0.4 * doc.memory->unshared_activations);
   ASSERT_TRUE(doc.memory->peak_resident.has_value());
   EXPECT_GT(*doc.memory->peak_resident, doc.memory->activations + doc.memory->parameters);
+  // The loss after each repeat run, as the table prints it (repeats measured again included).
+  ASSERT_TRUE(doc.stability.has_value());
+  ASSERT_EQ(doc.loss_after_repeats.size(), 3u + static_cast<std::size_t>(doc.stability->extra_repeats));
+  for (const double loss : doc.loss_after_repeats) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
+}
+
+// AlexNet at a learning rate of 100 reaches a NaN loss in its first repeat: the case stops there
+// and fails with LossNotFinite, keeping the repeat it timed and saying what to change.
+TEST(WorkerCli, ADivergedTrainingStopsAndFailsWithItsRepeatsKept) {
+  const Outcome o = worker(
+      "--model alexnet --image-size 64 --batch-size 2 --warmup-steps 1 --measure-steps 2 --repeats 4 "
+      "--learning-rate 100 --output diverged.json");
+  EXPECT_EQ(o.exit_code, 1) << o.err;
+  EXPECT_THAT(o.err, HasSubstr("loss not finite: stopping"));
+  EXPECT_THAT(o.out, HasSubstr("FAILED: LossNotFinite"));
+  const ResultDocument doc = decoded(slurp(scratch() / "diverged.json"));
+  EXPECT_EQ(doc.state, CaseState::Failed);
+  EXPECT_EQ(doc.reason, "LossNotFinite");
+  ASSERT_FALSE(doc.loss_after_repeats.empty());
+  EXPECT_LT(doc.loss_after_repeats.size(), 4u);  // stopped before the last repeat
+  EXPECT_FALSE(std::isfinite(doc.loss_after_repeats.back()));
+  ASSERT_TRUE(doc.throughput.has_value());  // nothing measured is lost
+  EXPECT_EQ(doc.throughput->repeats.size(), doc.loss_after_repeats.size());
+  EXPECT_GT(doc.throughput->summary.median, 0.0);
+  EXPECT_FALSE(doc.stability.has_value());  // not judged: not a result
+  EXPECT_FALSE(doc.mfu.has_value());
+  EXPECT_THAT(doc.message, HasSubstr("training diverged"));
+  EXPECT_THAT(doc.message, HasSubstr("Lower the learning rate (100 here: spec.optimizer.learningRate"));
 }
 
 // --memory-plan none gives every buffer its own memory: the same losses, more memory; poison too.

@@ -66,8 +66,8 @@ EnvironmentInfo environment(const Backend* backend, const Options& o, Communicat
   return e;
 }
 
-void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t parameters,
-                 const std::vector<double>& losses) {
+void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t parameters) {
+  const std::vector<double>& losses = doc.loss_after_repeats;
   out << "dlbench-worker: " << to_string(doc.model) << " on " << doc.environment.backend << " ("
       << doc.environment.cpu_model << ", " << doc.environment.cpu_cores << " threads), case " << case_id(doc.case_)
       << (doc.sequence_length > 0 ? ", sequence length " + std::to_string(doc.sequence_length)
@@ -138,9 +138,9 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
           << l->final_scale << std::fixed << "\n";
     }
     if (doc.profile) print_profile(out, *doc.profile);
-  } else {
-    out << "  FAILED: " << doc.reason << ": " << doc.message << "\n";
   }
+  // A diverged case (LossNotFinite) measured its repeats and still failed.
+  if (doc.state != CaseState::Succeeded) out << "  FAILED: " << doc.reason << ": " << doc.message << "\n";
 }
 
 void print_check(std::ostream& out, const SelfTestCheck& c) {

@@ -25,7 +25,7 @@ EnvironmentInfo environment(const Backend* backend, const Options& o, Communicat
                             const std::vector<std::string>& hosts);
 
 // The case's table: its repeats, median, stability, input, other load and profile, or why it failed.
-void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t parameters, const std::vector<double>& losses);
+void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t parameters);
 
 // One line of the self-test's table.
 void print_check(std::ostream& out, const SelfTestCheck& c);

@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <new>
+#include <sstream>
 
 #include "dlbench/core/device_peaks.hpp"
 #include "dlbench/core/names.hpp"
@@ -328,8 +331,12 @@ class CaseRun {
       doc_.loss_scaling = LossScalingReport{state->scale, state->skipped, static_cast<std::int64_t>(trainer.steps_done())};
     }
     doc_.environment.nccl_transport = comm_.transport();  // after the collectives: NCCL connects lazily
-    if (o_.profile_steps > 0) doc_.profile = profile_steps(trainer, device, static_cast<int>(o_.profile_steps));
     if (real_) report_input();
+    if (diverged()) {
+      fail(kReasonLossNotFinite, describe_divergence());
+      return;
+    }
+    if (o_.profile_steps > 0) doc_.profile = profile_steps(trainer, device, static_cast<int>(o_.profile_steps));
     doc_.state = CaseState::Succeeded;
     if (const auto peak = peak_flops_per_second(doc_.environment.gpu_model, doc_.case_.precision)) {
       doc_.peak_flops_per_device = *peak;
@@ -350,30 +357,74 @@ class CaseRun {
     const auto repeats = run_methodology(
         workload, doc_.methodology, doc_.global_batch_size,
         [&](int r, const RepeatMeasurement& m) {
-          const float loss = trainer.last_loss();  // after the repeat, untimed
+          const double loss = loss_after_repeat(trainer);  // untimed
           losses_.push_back(loss);
           measured.push_back(m.throughput);
           if (live_) live_->on_repeat(m.throughput, loss);
-          if (comm_.rank() != 0) return;
-          std::cerr << "  case " << case_id(doc_.case_) << " repeat " << r + 1 << "/" << o_.repeats
-                    << (r >= o_.repeats ? " (again: the last repeats spread too much)" : "") << ": " << std::fixed
-                    << std::setprecision(2) << m.throughput << " " << unit_ << "\n";
+          if (comm_.rank() == 0) {
+            std::cerr << "  case " << case_id(doc_.case_) << " repeat " << r + 1 << "/" << o_.repeats
+                      << (r >= o_.repeats ? " (again: the last repeats spread too much)" : "") << ": " << std::fixed
+                      << std::setprecision(2) << m.throughput << " " << unit_
+                      << (std::isfinite(loss) ? "" : ", loss not finite: stopping") << "\n";
+          }
+          // More repeats would time steps that train nothing (an amp step that overflows is skipped).
+          return std::isfinite(loss) ? AfterRepeat::go_on : AfterRepeat::stop;
         },
         [&] { return measure_again(measured, doc_.methodology.repeats, doc_.methodology.stability, bound); });
-    doc_.stability = judge_stability(measured, doc_.methodology.repeats, bound);
-    const std::vector<double> throughputs(measured.end() - doc_.methodology.repeats, measured.end());
+    doc_.loss_after_repeats = losses_;
+    // A diverged case keeps every repeat it ran, unjudged; otherwise the last `repeats` are reported.
+    const auto reported = diverged() ? static_cast<std::ptrdiff_t>(measured.size()) : std::ptrdiff_t{doc_.methodology.repeats};
+    if (!diverged()) doc_.stability = judge_stability(measured, doc_.methodology.repeats, bound);
+    const std::vector<double> throughputs(measured.end() - reported, measured.end());
     std::vector<double> all_steps;
-    for (auto r = repeats.end() - doc_.methodology.repeats; r != repeats.end(); ++r) {
+    for (auto r = repeats.end() - reported; r != repeats.end(); ++r) {
       all_steps.insert(all_steps.end(), r->step_seconds.begin(), r->step_seconds.end());
     }
     doc_.throughput = Throughput{std::string(unit_), summarize(throughputs), throughputs};
     doc_.step_time_seconds = summarize(all_steps);
-    if (doc_.stability->verdict == StabilityVerdict::unstable) {
+    if (doc_.stability && doc_.stability->verdict == StabilityVerdict::unstable) {
       doc_.reason = kReasonUnstable;
       doc_.message = describe_unstable(*doc_.stability, doc_.methodology.repeats, doc_.throughput->summary);
     }
     const InterferenceReport cpu_load = interference_between(load_before, read_cpu_counters());
     doc_.interference = node_interference(cpu_load, gpu_monitor ? std::optional(gpu_monitor->stop()) : std::nullopt, comm_);
+  }
+
+  // The loss after a repeat, the same on every rank: the highest rank's, or NaN where any rank's
+  // was NaN. So every rank stops after the same repeat, and the result shows what stopped it.
+  double loss_after_repeat(Trainer& trainer) {
+    const double own = trainer.last_loss();
+    if (comm_.size() == 1) return own;
+    double worst[2] = {std::isnan(own) ? 1.0 : 0.0, std::isnan(own) ? -std::numeric_limits<double>::infinity() : own};
+    comm_.max(worst, 2);
+    return worst[0] > 0 ? std::numeric_limits<double>::quiet_NaN() : worst[1];
+  }
+
+  bool diverged() const { return !losses_.empty() && !std::isfinite(losses_.back()); }
+
+  // Why a diverged case is not a result, what was kept, and what a user changes.
+  std::string describe_divergence() const {
+    std::ostringstream m;
+    m << "the loss after repeat " << losses_.size() << " was " << printable_loss(losses_.back());
+    if (losses_.size() > 1) m << " (after repeat 1: " << printable_loss(losses_.front()) << ")";
+    m << ": training diverged, so the steps timed did not train the model and the case stopped there ("
+      << (losses_.size() == 1 ? "the repeat run is" : "the " + std::to_string(losses_.size()) + " repeats run are")
+      << " kept in the result, not published). Lower the learning rate ("
+      << o_.learning_rate << " here: spec.optimizer.learningRate, --learning-rate; torchvision trains AlexNet and VGG "
+      << "at 0.01)";
+    if (doc_.loss_scaling) {
+      m << "; loss scaling skipped " << doc_.loss_scaling->skipped_steps << " of " << doc_.loss_scaling->steps
+        << " steps, ending at scale " << doc_.loss_scaling->final_scale;
+    }
+    return m.str();
+  }
+
+  static std::string printable_loss(double loss) {
+    if (std::isnan(loss)) return "NaN";
+    if (std::isinf(loss)) return loss > 0 ? "+infinity" : "-infinity";
+    std::ostringstream out;
+    out << std::setprecision(4) << loss;
+    return out.str();
   }
 
   // The rank that waited longest and the slowest pipeline speak for the job.
@@ -415,7 +466,7 @@ class CaseRun {
       if (!succeeded) std::cerr << "dlbench-worker rank " << comm_.rank() << ": " << doc_.message << "\n";
       return succeeded ? 0 : kExitFailed;
     }
-    print_table(o_.output.empty() ? std::cerr : std::cout, doc_, parameters_, losses_);
+    print_table(o_.output.empty() ? std::cerr : std::cout, doc_, parameters_);
     return write_document(o_, to_json(doc_), succeeded);
   }
 

@@ -348,6 +348,10 @@ struct StabilityReport {
   bool operator==(const StabilityReport&) const = default;
 };
 inline constexpr const char* kReasonUnstable = "Unstable";
+// The loss after a repeat was NaN or infinite: training diverged (too high a learning rate, an
+// overflow), so the steps timed were not the model's training. The repeats measured up to then
+// are kept in the result, never published; the case stops there and is never retried.
+inline constexpr const char* kReasonLossNotFinite = "LossNotFinite";
 
 // What NCCL said it used, from its NCCL_DEBUG=INFO lines: the network between nodes ("IB",
 // "RoCE", "Socket", or a net plugin's own name such as "AWS Libfabric"; empty when NCCL did not

@@ -124,6 +124,10 @@ struct ResultDocument {
   std::optional<StabilityReport> stability;        // Succeeded: how the repeats agreed (reason Unstable if not)
   std::optional<StepProfile> profile;              // dlbench-worker --profile
   std::optional<LossScalingReport> loss_scaling;   // precision amp, engine native
+  // engine native: the training loss after each repeat, in run order (discarded repeats too);
+  // NaN or infinite only with reason LossNotFinite. JSON writes those as "NaN", "Infinity" and
+  // "-Infinity", as protobuf's JSON mapping does, since JSON numbers cannot hold them.
+  std::vector<double> loss_after_repeats;
   // Model FLOPs utilization on a GPU whose peak is known: modelFlopsPerSample.training × the
   // reported throughput / (peakFlopsPerDevice × devices).
   std::optional<double> peak_flops_per_device;

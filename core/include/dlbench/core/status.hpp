@@ -34,7 +34,8 @@ inline constexpr const char* kReasonGangSchedulerUnavailable = "GangSchedulerUna
 // kReasonPreflightFailed.
 inline constexpr const char* kReasonSelfTestFailed = "SelfTestFailed";
 inline constexpr const char* kReasonPreflightFailed = "PreflightFailed";
-// RdmaNotUsed (nccl_log.hpp) is permanent too: the next attempt meets the same fabric.
+// RdmaNotUsed (nccl_log.hpp) is permanent too: the next attempt meets the same fabric; and so
+// is LossNotFinite (benchmark_run.hpp): the next attempt diverges the same way.
 bool failure_is_permanent(const std::string& reason);
 
 // "2026-11-21T05:10:00Z"
