@@ -30,10 +30,16 @@ def last_line(logs, name):
         return "(no log)"
 
 
-def losses_in_log(logs, name):
-    """The result table's "loss after" column: its rows are repeat, samples/s, step ms, loss after."""
-    with open(os.path.join(logs, name + ".log"), errors="replace") as f:
-        rows = [line.split() for line in f]
+def losses_of(doc, logs, name):
+    """The loss after each repeat: the document's lossAfterRepeats (NaN spelled "NaN"), else the
+    result table's "loss after" column (rows: repeat, samples/s, step ms, loss after)."""
+    if doc.get("lossAfterRepeats"):
+        return [v if isinstance(v, str) else f"{v:.4f}" for v in doc["lossAfterRepeats"]]
+    try:
+        with open(os.path.join(logs, name + ".log"), errors="replace") as f:
+            rows = [line.split() for line in f]
+    except OSError:
+        return []
     return [r[3] for r in rows if len(r) >= 4 and r[0].isdigit()]
 
 
@@ -79,7 +85,7 @@ def poisoned(logs):
         if not doc:
             out.append(f"  {precision}: - ({last_line(logs, 'poisoned-resnet50-' + precision)})")
             continue
-        losses = losses_in_log(logs, f"poisoned-resnet50-{precision}")
+        losses = losses_of(doc, logs, f"poisoned-resnet50-{precision}")
         out.append(f"  {precision}: {doc.get('state')} {doc.get('reason', '')} losses {' '.join(losses)}")
     return out
 
@@ -97,7 +103,7 @@ def trained_models(logs):
         state = " ".join(filter(None, (doc.get("state"), doc.get("reason"))))
         rate = f"{median:.0f} samples/s" if median else "no rate"
         out.append(f"  {model} batch {doc['case']['batchSizePerDevice']}: {state}, {rate}, "
-                   f"losses {' '.join(losses_in_log(logs, name)) or '-'}")
+                   f"losses {' '.join(losses_of(doc, logs, name)) or '-'}")
     return out
 
 

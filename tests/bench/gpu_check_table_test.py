@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/gpu_check_table.py reads a LOG_DIR as bench/gpu_check.sh leaves it on a GPU machine: the
 self-tests' documents (counts, failures named), the other models' few amp steps (state, rate,
-losses from the result table), and steps that wrote nothing (their log's last line). What a
+losses from the document, else from the result table), and steps that wrote nothing (their log's last line). What a
 GPU session reads first must not need a GPU to be checked."""
 import json
 import os
@@ -50,6 +50,10 @@ class GpuCheckTable(unittest.TestCase):
                 "       2    9952.90      6.43      6.8120",
                 "  median 9876.50 samples/s (min 9800.10, max 9952.90, cv 1.09%)"]))
             write(logs, "train-vgg16-amp.log", "dlbench-worker: cuda: out of memory\n")
+            # A diverged case: Failed, LossNotFinite; its losses come from the document.
+            write(logs, "train-resnet152-amp.json", json.dumps({
+                "state": "Failed", "reason": "LossNotFinite", "case": {"batchSizePerDevice": 32},
+                "throughput": {"median": 2100.4, "unit": "samples/s"}, "lossAfterRepeats": [7.25, "NaN"]}))
             lines = self.table(logs)
         self.assertIn("self-test-models: 137 of 140 checks passed, 2 skipped", lines)
         self.assertIn("  SelfTestFailed: 1 of 140 checks failed", lines)
@@ -57,6 +61,7 @@ class GpuCheckTable(unittest.TestCase):
                       "first off: Mixed_6b.branch7x7_2.conv (Conv2d) forward", lines)
         self.assertIn("  alexnet batch 64: Succeeded, 9877 samples/s, losses 6.9012 6.8120", lines)
         self.assertIn("  vgg16: - (dlbench-worker: cuda: out of memory)", lines)
+        self.assertIn("  resnet152 batch 32: Failed LossNotFinite, 2100 samples/s, losses 7.2500 NaN", lines)
 
 
 if __name__ == "__main__":
