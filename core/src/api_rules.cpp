@@ -125,7 +125,7 @@ std::vector<FieldRule> build_rules() {
 
   r.push_back(object_default("spec.optimizer"));
   r.push_back(enum_rule<OptimizerName>("spec.optimizer.name", json(to_string(OptimizerName::sgd))));
-  r.push_back(real_rule("spec.optimizer.learningRate", bounds::kLearningRate, defaults::kLearningRate));
+  r.push_back(real_rule("spec.optimizer.learningRate", bounds::kLearningRate, std::nullopt));  // by model
   r.push_back(real_rule("spec.optimizer.momentum", bounds::kMomentum, defaults::kMomentum));
   r.push_back(real_rule("spec.optimizer.weightDecay", bounds::kWeightDecay, defaults::kWeightDecay));
 
@@ -193,6 +193,30 @@ std::optional<std::int64_t> whole_number(std::string_view text, IntBounds bounds
     return std::nullopt;
   }
   return value;
+}
+
+double default_learning_rate(Model model, OptimizerName optimizer) {
+  switch (optimizer) {
+    case OptimizerName::sgd:
+      switch (model) {
+        case Model::alexnet:
+        case Model::vgg16:
+        case Model::bert_base:
+          return 0.01;
+        case Model::deeplabv3plus:
+          return 0.007;
+        case Model::resnet50:
+        case Model::resnet152:
+        case Model::inception_v3:
+          return 0.1;
+      }
+      break;
+    case OptimizerName::adamw:
+      return model == Model::bert_base ? 1e-4 : 1e-3;
+    case OptimizerName::lamb:
+      return 1e-3;
+  }
+  return 0.1;  // not reached: every enumerator is handled above
 }
 
 }  // namespace dlbench

@@ -947,10 +947,32 @@ json detail::input_report_to_json(const InputReport& r) {
 
 // ---- public decode ---------------------------------------------------------------------
 
+namespace {
+
+// spec.optimizer.learningRate, unset, is the model's recipe for the optimizer (no one CRD
+// default fits them all); where the model or optimizer is not valid, decoding says so instead.
+void apply_learning_rate_default(json& benchmark_run, std::vector<AppliedDefault>& applied) {
+  json* spec = benchmark_run.contains("spec") ? &benchmark_run["spec"] : nullptr;
+  if (spec == nullptr || !spec->is_object() || !spec->contains("optimizer")) return;
+  json& optimizer = (*spec)["optimizer"];
+  if (!optimizer.is_object() || (optimizer.contains("learningRate") && !optimizer["learningRate"].is_null())) return;
+  const json* model = Decoder::find(*spec, "model");
+  const json* name = Decoder::find(optimizer, "name");
+  if (model == nullptr || !model->is_string() || name == nullptr || !name->is_string()) return;
+  const auto m = enum_from_string<Model>(model->get<std::string>());
+  const auto o = enum_from_string<OptimizerName>(name->get<std::string>());
+  if (!m || !o) return;
+  optimizer["learningRate"] = default_learning_rate(*m, *o);
+  applied.push_back({"spec.optimizer.learningRate", optimizer["learningRate"]});
+}
+
+}  // namespace
+
 std::vector<AppliedDefault> apply_defaults(json& benchmark_run) {
   std::vector<AppliedDefault> applied;
   if (!benchmark_run.is_object()) return applied;
   for (const FieldRule& rule : api_field_rules()) {
+    if (rule.path == "spec.optimizer.learningRate") apply_learning_rate_default(benchmark_run, applied);  // in order
     if (!rule.default_value) continue;
     walk_rule_path(benchmark_run, rule.path, "", [&](json& parent, const std::string& key, const std::string& where) {
       auto it = parent.find(key);

@@ -235,6 +235,34 @@ TEST(Defaults, NestedOptionalObjectsAndListItems) {
   EXPECT_FALSE(plain["spec"]["worker"].contains("rdma"));
 }
 
+// An unset learning rate is the model's recipe for its optimizer, never one rate for all; a set
+// one is kept, and the status's copy of the spec says which rate ran.
+TEST(Defaults, TheLearningRateFollowsTheModelAndOptimizer) {
+  const auto rate = [](const std::string& model, const json& optimizer) {
+    json doc = minimal_run();
+    doc["spec"]["model"] = model;
+    if (model == "inception_v3") doc["spec"]["data"] = {{"imageSize", 299}};
+    if (!optimizer.is_null()) doc["spec"]["optimizer"] = optimizer;
+    return decode_ok(doc).spec.optimizer.learning_rate;
+  };
+  EXPECT_DOUBLE_EQ(rate("resnet50", nullptr), 0.1);
+  EXPECT_DOUBLE_EQ(rate("resnet152", nullptr), 0.1);
+  EXPECT_DOUBLE_EQ(rate("inception_v3", nullptr), 0.1);
+  EXPECT_DOUBLE_EQ(rate("alexnet", nullptr), 0.01);
+  EXPECT_DOUBLE_EQ(rate("vgg16", {{"momentum", 0.8}}), 0.01);
+  EXPECT_DOUBLE_EQ(rate("deeplabv3plus", nullptr), 0.007);
+  EXPECT_DOUBLE_EQ(rate("bert-base", nullptr), 0.01);
+  EXPECT_DOUBLE_EQ(rate("bert-base", {{"name", "adamw"}}), 1e-4);
+  EXPECT_DOUBLE_EQ(rate("resnet50", {{"name", "adamw"}}), 1e-3);
+  EXPECT_DOUBLE_EQ(rate("bert-base", {{"name", "lamb"}}), 1e-3);
+  EXPECT_DOUBLE_EQ(rate("alexnet", {{"learningRate", 0.1}}), 0.1);
+  json doc = minimal_run();
+  doc["spec"]["model"] = "vgg16";
+  const json written = to_json(decode_ok(doc));
+  EXPECT_EQ(written["spec"]["optimizer"]["learningRate"], 0.01);
+  EXPECT_DOUBLE_EQ(decode_ok(written).spec.optimizer.learning_rate, 0.01);
+}
+
 TEST(Defaults, DecodedDefaultsMatchTheDocumentedValues) {
   const BenchmarkRun run = decode_ok(minimal_run());
   EXPECT_EQ(run.spec.engine, Engine::native);
@@ -243,7 +271,7 @@ TEST(Defaults, DecodedDefaultsMatchTheDocumentedValues) {
   EXPECT_EQ(run.spec.methodology.measure_steps, 100);
   EXPECT_EQ(run.spec.methodology.repeats, 7);
   EXPECT_EQ(run.spec.methodology.statistic, Statistic::median);
-  EXPECT_DOUBLE_EQ(run.spec.optimizer.learning_rate, 0.1);
+  EXPECT_DOUBLE_EQ(run.spec.optimizer.learning_rate, 0.1);  // resnet50 with sgd
   EXPECT_DOUBLE_EQ(run.spec.optimizer.momentum, 0.9);
   EXPECT_DOUBLE_EQ(run.spec.optimizer.weight_decay, 0.0001);
   EXPECT_EQ(run.spec.worker.gpu_resource, "nvidia.com/gpu");

@@ -102,6 +102,19 @@ TEST(WorkerCli, ResNet50WritesAValidResultWithThreeRepeats) {
   for (const double loss : doc.loss_after_repeats) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
 }
 
+// Without --learning-rate a model trains at its own recipe's rate: AlexNet at 0.01, where the
+// rate once shared by every model (0.1) took its loss to 1e33 within ten steps.
+TEST(WorkerCli, AModelTrainsAtItsOwnDefaultLearningRate) {
+  const Outcome o = worker(
+      "--model alexnet --image-size 64 --batch-size 8 --warmup-steps 2 --measure-steps 8 --repeats 3 --max-cv 1 "
+      "--output alexnet.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const ResultDocument doc = decoded(slurp(scratch() / "alexnet.json"));
+  ASSERT_EQ(doc.loss_after_repeats.size(), 3u);
+  for (const double loss : doc.loss_after_repeats) EXPECT_LT(loss, std::log(1000.0)) << "above an untrained model's";
+  EXPECT_LT(doc.loss_after_repeats.back(), doc.loss_after_repeats.front());
+}
+
 // AlexNet at a learning rate of 100 reaches a NaN loss in its first repeat: the case stops there
 // and fails with LossNotFinite, keeping the repeat it timed and saying what to change.
 TEST(WorkerCli, ADivergedTrainingStopsAndFailsWithItsRepeatsKept) {

@@ -31,7 +31,7 @@ struct Options {
   long extra_repeats = defaults::kExtraRepeats;
   long sequence_length = 0;  // 0: the model's default (sequence models)
   OptimizerName optimizer = OptimizerName::sgd;
-  double learning_rate = 0.1;
+  double learning_rate = 0;  // 0: the model's default for the optimizer (default_learning_rate)
   double momentum = 0.9;
   double weight_decay = 1e-4;
   long threads = 0;

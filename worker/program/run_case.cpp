@@ -410,8 +410,7 @@ class CaseRun {
     m << ": training diverged, so the steps timed did not train the model and the case stopped there ("
       << (losses_.size() == 1 ? "the repeat run is" : "the " + std::to_string(losses_.size()) + " repeats run are")
       << " kept in the result, not published). Lower the learning rate ("
-      << o_.learning_rate << " here: spec.optimizer.learningRate, --learning-rate; torchvision trains AlexNet and VGG "
-      << "at 0.01)";
+      << o_.learning_rate << " here: spec.optimizer.learningRate, --learning-rate)";
     if (doc_.loss_scaling) {
       m << "; loss scaling skipped " << doc_.loss_scaling->skipped_steps << " of " << doc_.loss_scaling->steps
         << " steps, ending at scale " << doc_.loss_scaling->final_scale;

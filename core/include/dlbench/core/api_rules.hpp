@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dlbench/core/enums.hpp"
+
 namespace dlbench {
 
 struct IntBounds {
@@ -78,7 +80,7 @@ inline constexpr int kWarmupSteps = 20;
 inline constexpr int kMeasureSteps = 100;
 inline constexpr int kRepeats = 7;
 inline constexpr int kExtraRepeats = 7;
-inline constexpr double kLearningRate = 0.1;
+// The learning rate has no single default: see default_learning_rate.
 inline constexpr double kMomentum = 0.9;
 inline constexpr double kWeightDecay = 1e-4;
 inline constexpr const char* kGpuResource = "nvidia.com/gpu";
@@ -107,5 +109,14 @@ struct FieldRule {
 
 // Every enum, bound and default of the spec, parents before children.
 const std::vector<FieldRule>& api_field_rules();
+
+// spec.optimizer.learningRate when unset (and dlbench-worker's --learning-rate): the model's own
+// recipe for that optimizer, so that the embedded default trains instead of diverging (at one
+// rate for all, 0.1, VGG16's loss turned NaN within ten steps and BERT's rose above its start).
+//   sgd:   ResNets and InceptionV3 0.1 (Goyal et al.; torchvision's recipe), AlexNet and VGG16
+//          0.01 (torchvision's recipe), DeepLabV3+ 0.007 (its paper), BERT-base 0.01;
+//   adamw: BERT-base 1e-4 (BERT's paper), the CNNs 1e-3 (Adam's paper and PyTorch's default);
+//   lamb:  1e-3 (apex FusedLAMB's and torch-optimizer's default).
+double default_learning_rate(Model model, OptimizerName optimizer);
 
 }  // namespace dlbench

@@ -126,7 +126,7 @@ struct Methodology {
 
 struct OptimizerSpec {
   OptimizerName name = OptimizerName::sgd;
-  double learning_rate = 0.1;
+  double learning_rate = 0.1;  // unset in a spec: default_learning_rate(model, name), filled in by decoding
   double momentum = 0.9;
   double weight_decay = 1e-4;
   bool operator==(const OptimizerSpec&) const = default;
