@@ -28,6 +28,7 @@
 #include <tuple>
 #include <variant>
 
+#include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/planner.hpp"
@@ -413,7 +414,8 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
     run.status = machine.status();
     write_status_file(output, run);
   };
-  out << "dlbench run " << run.metadata.name << ": " << to_string(spec.model) << ", " << plan.size()
+  out << "dlbench run " << run.metadata.name << ": " << to_string(spec.model) << " ("
+      << describe_optimizer(spec.optimizer.name, spec.optimizer.learning_rate) << "), " << plan.size()
       << " cases on this host (" << x.backend << " backend, " << x.host_devices << " devices"
       << (spec.engine == Engine::command ? ", engine command: " + printable(spec.command.front()) : std::string())
       << "), status in " << output << "\n";

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "case_table.hpp"
+#include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/planner.hpp"
 #include "dlbench/core/yaml.hpp"
@@ -81,8 +82,7 @@ int run_validate(const ValidateOptions& options, std::ostream& out, std::ostream
           << (run.spec.model == Model::bert_base
                   ? "of " + std::to_string(sequence_length(run.spec.data)) + "-token sequences"
                   : "at " + std::to_string(run.spec.data.height()) + "x" + std::to_string(run.spec.data.width()))
-          << ", optimizer " << to_string(run.spec.optimizer.name) << " at learning rate "
-          << nlohmann::json(run.spec.optimizer.learning_rate).dump() << "\n";
+          << ", optimizer " << describe_optimizer(run.spec.optimizer.name, run.spec.optimizer.learning_rate) << "\n";
       out << "  methodology: warm-up " << m.warmup_steps << " steps, measure " << m.measure_steps << " steps, "
           << m.repeats << " repeats, report the " << to_string(m.statistic) << "\n";
       out << "  stability: repeats may spread by ";

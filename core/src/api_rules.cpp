@@ -1,6 +1,8 @@
 #include "dlbench/core/api_rules.hpp"
 
 #include <charconv>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -193,6 +195,12 @@ std::optional<std::int64_t> whole_number(std::string_view text, IntBounds bounds
     return std::nullopt;
   }
   return value;
+}
+
+std::string describe_optimizer(OptimizerName optimizer, double learning_rate) {
+  std::ostringstream out;
+  out << to_string(optimizer) << " at learning rate " << std::setprecision(6) << learning_rate;
+  return out.str();
 }
 
 double default_learning_rate(Model model, OptimizerName optimizer) {

@@ -200,15 +200,6 @@ void decode_methodology(Decoder& d, const json& obj, const std::string& path, Me
   d.read_bool(*stability, s_path, "includeUnstable", out.stability.include_unstable);
 }
 
-void decode_optimizer(Decoder& d, const json& obj, const std::string& path, OptimizerSpec& out) {
-  if (!d.expect_object(obj, path)) return;
-  d.reject_unknown(obj, path, {"name", "learningRate", "momentum", "weightDecay"});
-  d.read_enum(obj, path, "name", out.name);
-  d.read_number(obj, path, "learningRate", bounds::kLearningRate, out.learning_rate);
-  d.read_number(obj, path, "momentum", bounds::kMomentum, out.momentum);
-  d.read_number(obj, path, "weightDecay", bounds::kWeightDecay, out.weight_decay);
-}
-
 void decode_resource_name(Decoder& d, const json& obj, const std::string& path, std::string_view key,
                           std::string& out) {
   d.read_name(obj, path, key, [](const std::string& t) { return t.size() <= 253 && is_extended_resource_name(t); },
@@ -448,7 +439,7 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
   if (const json* m = Decoder::find(obj, "methodology")) {
     decode_methodology(d, *m, child(path, "methodology"), spec.methodology);
   }
-  if (const json* o = Decoder::find(obj, "optimizer")) decode_optimizer(d, *o, child(path, "optimizer"), spec.optimizer);
+  if (const json* o = Decoder::find(obj, "optimizer")) detail::decode_optimizer(d, *o, child(path, "optimizer"), spec.optimizer);
   if (const json* w = Decoder::find(obj, "worker")) decode_worker(d, *w, child(path, "worker"), spec.worker);
   if (const json* l = Decoder::find(obj, "limits")) decode_limits(d, *l, child(path, "limits"), spec.limits);
   if (const json* p = Decoder::find(obj, "preflight")) {
@@ -722,6 +713,22 @@ std::optional<SampleSummary> detail::decode_summary(Decoder& d, const json& obj,
   read("cv", s.cv, false);
   if (d.errors.size() != errors_before) return std::nullopt;
   return s;
+}
+
+void detail::decode_optimizer(Decoder& d, const json& obj, const std::string& path, OptimizerSpec& out) {
+  if (!d.expect_object(obj, path)) return;
+  d.reject_unknown(obj, path, {"name", "learningRate", "momentum", "weightDecay"});
+  d.read_enum(obj, path, "name", out.name);
+  d.read_number(obj, path, "learningRate", bounds::kLearningRate, out.learning_rate);
+  d.read_number(obj, path, "momentum", bounds::kMomentum, out.momentum);
+  d.read_number(obj, path, "weightDecay", bounds::kWeightDecay, out.weight_decay);
+}
+
+json detail::optimizer_to_json(const OptimizerSpec& optimizer) {
+  return {{"name", to_string(optimizer.name)},
+          {"learningRate", optimizer.learning_rate},
+          {"momentum", optimizer.momentum},
+          {"weightDecay", optimizer.weight_decay}};
 }
 
 std::optional<Throughput> detail::decode_throughput(Decoder& d, const json& obj, const std::string& path) {
@@ -1140,10 +1147,7 @@ json to_json(const BenchmarkRunSpec& spec) {
                         {"stability", {{"extraRepeats", stability.extra_repeats},
                                        {"includeUnstable", stability.include_unstable}}}};
   if (stability.max_cv) out["methodology"]["stability"]["maxCv"] = *stability.max_cv;
-  out["optimizer"] = {{"name", to_string(spec.optimizer.name)},
-                      {"learningRate", spec.optimizer.learning_rate},
-                      {"momentum", spec.optimizer.momentum},
-                      {"weightDecay", spec.optimizer.weight_decay}};
+  out["optimizer"] = detail::optimizer_to_json(spec.optimizer);
   json worker{{"gpuResource", spec.worker.gpu_resource}};
   if (!spec.worker.image.empty()) worker["image"] = spec.worker.image;
   if (spec.worker.rdma) {

@@ -319,6 +319,9 @@ class Decoder {
 std::optional<CaseSpec> decode_case(Decoder& d, const json& obj, const std::string& path, bool allow_id);
 std::optional<SampleSummary> decode_summary(Decoder& d, const json& obj, const std::string& path,
                                             std::initializer_list<std::string_view> extra_fields);
+// spec.optimizer, and a result's optimizer (where every field is there, none defaulted).
+void decode_optimizer(Decoder& d, const json& obj, const std::string& path, OptimizerSpec& out);
+json optimizer_to_json(const OptimizerSpec& optimizer);
 std::optional<Throughput> decode_throughput(Decoder& d, const json& obj, const std::string& path);
 json throughput_to_json(const Throughput& throughput);
 std::optional<InputReport> decode_input_report(Decoder& d, const json& obj, const std::string& path);

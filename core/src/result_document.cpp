@@ -275,6 +275,7 @@ json to_json(const ResultDocument& doc) {
     out["imageSize"] = doc.image_height > 0 ? doc.image_height : doc.image_size;
   }
   if (!doc.run.empty()) out["run"] = doc.run;
+  if (doc.optimizer) out["optimizer"] = optimizer_to_json(*doc.optimizer);
   if (!doc.reason.empty()) out["reason"] = doc.reason;
   if (!doc.message.empty()) out["message"] = doc.message;
   if (doc.throughput) out["throughput"] = throughput_to_json(*doc.throughput);
@@ -312,7 +313,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   ResultDocument doc;
   if (!d.expect_object(document, "")) return d.finish(std::move(doc));
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "imageHeight", "imageWidth", "sequenceLength", "devices", "globalBatchSize",
-                                  "methodology", "modelFlopsPerSample", "state", "reason", "message", "throughput",
+                                  "methodology", "optimizer", "modelFlopsPerSample", "state", "reason", "message", "throughput",
                                   "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "profile", "lossScaling",
                                   "lossAfterRepeats", "interference", "stability",
                                   "environment", "startTime", "endTime"});
@@ -349,6 +350,12 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   if (case_ok && doc.global_batch_size != doc.case_.global_batch_size()) {
     d.fail("globalBatchSize", std::to_string(doc.global_batch_size) + " does not match the case (" +
                                   std::to_string(doc.case_.global_batch_size()) + " = batchSizePerDevice × devices)");
+  }
+  if (const json* o = Decoder::find(document, "optimizer"); o != nullptr && d.expect_object(*o, "optimizer")) {
+    for (const char* key : {"name", "learningRate", "momentum", "weightDecay"}) d.require(*o, "optimizer", key, "what ran");
+    OptimizerSpec optimizer;
+    decode_optimizer(d, *o, "optimizer", optimizer);
+    doc.optimizer = optimizer;
   }
   if (const json* m = Decoder::find(document, "methodology")) {
     if (d.expect_object(*m, "methodology")) {

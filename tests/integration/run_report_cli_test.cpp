@@ -111,6 +111,7 @@ spec:
 )";
   const Outcome o = dlbench("run -f " + write("run.yaml", text) + " --backend cpu");
   ASSERT_EQ(o.exit_code, 1) << o.out << o.err;  // no case succeeded
+  EXPECT_THAT(o.out, HasSubstr("dlbench run diverges: alexnet (sgd at learning rate 100), 2 cases"));
   EXPECT_THAT(o.out, HasSubstr("attempt 1/3 failed: LossNotFinite"));
   EXPECT_THAT(o.out, Not(HasSubstr("attempt 2/3")));
   const BenchmarkRun run = status("diverges.status.json");

@@ -25,6 +25,7 @@ ResultDocument sample_document() {
   doc.devices = 8;
   doc.global_batch_size = 1024;
   doc.methodology = {20, 100, 3, Statistic::median, {}};
+  doc.optimizer = OptimizerSpec{OptimizerName::sgd, 0.01, 0.9, 1e-4};
   doc.flops_per_sample = {8.18e9, 24.54e9};
   const std::vector<double> repeats{7600.0, 7650.0, 7580.0};
   doc.throughput = Throughput{"samples/s", summarize(repeats), repeats};
@@ -54,10 +55,23 @@ TEST(ResultDocument, RoundTrip) {
   EXPECT_EQ(j["schema"], "dlbench.result/v1");
   EXPECT_EQ(j["case"]["id"], "1x8-bs128-amp");
   EXPECT_EQ(j["environment"]["backendOptions"]["attention"], "fused");
+  EXPECT_EQ(j["optimizer"], json::parse(R"({"name": "sgd", "learningRate": 0.01, "momentum": 0.9, "weightDecay": 0.0001})"));
   const auto decoded = decode_result_document(j);
   ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
   EXPECT_EQ(*decoded.value, doc);
   EXPECT_EQ(to_json(*decoded.value), j);
+}
+
+// A result says how it trained, every field there (none defaulted), within the spec's bounds.
+TEST(ResultDocument, TheOptimizerThatRanIsCheckedLikeTheSpecs) {
+  json j = to_json(sample_document());
+  j["optimizer"].erase("momentum");
+  j["optimizer"]["learningRate"] = 0;
+  EXPECT_THAT(errors_of(j), ::testing::UnorderedElementsAre(
+                                "optimizer.momentum: required; what ran",
+                                "optimizer.learningRate: 0 is out of range; allowed: greater than 0 and at most 100"));
+  j.erase("optimizer");  // engine: command results cannot say
+  EXPECT_THAT(errors_of(j), IsEmpty());
 }
 
 TEST(ResultDocument, MemoryReportRoundTripsAndIsChecked) {

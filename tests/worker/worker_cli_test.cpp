@@ -110,6 +110,9 @@ TEST(WorkerCli, AModelTrainsAtItsOwnDefaultLearningRate) {
       "--output alexnet.json");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const ResultDocument doc = decoded(slurp(scratch() / "alexnet.json"));
+  ASSERT_TRUE(doc.optimizer.has_value());  // the result says which rate ran
+  EXPECT_EQ(*doc.optimizer, (OptimizerSpec{OptimizerName::sgd, 0.01, 0.9, 1e-4}));
+  EXPECT_THAT(o.out, HasSubstr("; sgd at learning rate 0.01\n"));
   ASSERT_EQ(doc.loss_after_repeats.size(), 3u);
   for (const double loss : doc.loss_after_repeats) EXPECT_LT(loss, std::log(1000.0)) << "above an untrained model's";
   EXPECT_LT(doc.loss_after_repeats.back(), doc.loss_after_repeats.front());

@@ -8,6 +8,7 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu_budget.hpp"
+#include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/status.hpp"
 #include "layer_profiler.hpp"
@@ -86,7 +87,11 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
   }
   out << "\n";
   out << "  methodology: warm-up " << doc.methodology.warmup_steps << ", measure " << doc.methodology.measure_steps
-      << ", repeats " << doc.methodology.repeats << "\n";
+      << ", repeats " << doc.methodology.repeats;
+  if (const auto& t = doc.optimizer) {
+    out << "; " << describe_optimizer(t->name, t->learning_rate);
+  }
+  out << "\n";
   const std::string unit = doc.throughput ? doc.throughput->unit : "samples/s";
   out << "  repeat  " << std::setw(9) << unit << "   step ms   loss after\n";
   if (doc.throughput) {

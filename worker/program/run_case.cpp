@@ -205,6 +205,7 @@ class CaseRun {
     doc_.methodology = {static_cast<int>(o_.warmup_steps), static_cast<int>(o_.measure_steps),
                         static_cast<int>(o_.repeats), o_.statistic,
                         StabilitySpec{o_.max_cv, static_cast<int>(o_.extra_repeats), false}};
+    doc_.optimizer = OptimizerSpec{o_.optimizer, o_.learning_rate, o_.momentum, o_.weight_decay};
     doc_.environment = environment(backend_, o_, comm_, hosts);
     doc_.start_time = rfc3339_utc_now();
   }

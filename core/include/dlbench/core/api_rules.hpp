@@ -119,4 +119,7 @@ const std::vector<FieldRule>& api_field_rules();
 //   lamb:  1e-3 (apex FusedLAMB's and torch-optimizer's default).
 double default_learning_rate(Model model, OptimizerName optimizer);
 
+// "sgd at learning rate 0.01": how a run or a case trains, in the CLI's and the worker's words.
+std::string describe_optimizer(OptimizerName optimizer, double learning_rate);
+
 }  // namespace dlbench

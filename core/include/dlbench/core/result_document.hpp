@@ -112,6 +112,9 @@ struct ResultDocument {
   int devices = 1;             // must equal case nodes × gpusPerNode
   long global_batch_size = 1;  // must equal batchSizePerDevice × devices
   Methodology methodology;
+  // engine native: how the case trained, the model's default learning rate resolved (the
+  // spec may leave it unset; the result says what ran).
+  std::optional<OptimizerSpec> optimizer;
   FlopsPerSample flops_per_sample;
   CaseState state = CaseState::Succeeded;
   std::string reason;
