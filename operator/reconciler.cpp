@@ -5,6 +5,7 @@
 #include <set>
 
 #include "child_names.hpp"
+#include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/planner.hpp"
 #include "dlbench/core/result_document.hpp"
@@ -246,7 +247,8 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
     remove_all_children();
     actions.requeue_after = std::chrono::seconds(2);
   } else if (!machine.finished()) {
-    machine.admit();
+    // The stored spec may leave the learning rate to the model: the event says which one runs.
+    machine.admit(describe_optimizer(run.spec.optimizer.name, run.spec.optimizer.learning_rate));
     const PlannedCase& current = *machine.current();
     const int attempt = machine.attempt();
 

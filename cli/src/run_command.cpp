@@ -409,7 +409,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   const auto preflight = plan_preflight(spec);
   RunStateMachine machine({}, plan, spec.methodology, run.metadata.generation, 1 + spec.limits.backoff_limit,
                           rfc3339_utc_now(), preflight);
-  machine.admit();
+  machine.admit(describe_optimizer(spec.optimizer.name, spec.optimizer.learning_rate));
   const auto save = [&] {
     run.status = machine.status();
     write_status_file(output, run);

@@ -94,11 +94,12 @@ void RunStateMachine::queue(const std::string& why) {
                 now_);
 }
 
-void RunStateMachine::admit() {
+void RunStateMachine::admit(const std::string& training) {
   if (status_.phase != Phase::Pending) return;
   status_.phase = Phase::Running;
   if (status_.start_time.empty()) status_.start_time = now_;
-  events_.push_back({"Normal", "Started", std::to_string(plan_.size()) + " cases planned"});
+  events_.push_back(
+      {"Normal", "Started", std::to_string(plan_.size()) + " cases planned" + (training.empty() ? "" : ", " + training)});
   refresh();
 }
 

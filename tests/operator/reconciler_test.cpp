@@ -278,6 +278,18 @@ TEST(Reconciler, CommandEngineFailuresKeepTheirReasons) {
   }
 }
 
+// The Started event says how the cases train: a spec that leaves the learning rate to the model
+// (AlexNet's 0.01 here) no longer shows it in the stored object.
+TEST(Reconciler, TheStartedEventNamesTheLearningRateThatRuns) {
+  json doc = testing::minimal_run();
+  doc["spec"]["model"] = "alexnet";
+  FakeCluster cluster(doc);
+  const Actions a = cluster.step();
+  const auto started = std::find_if(a.events.begin(), a.events.end(), [](const Event& e) { return e.reason == "Started"; });
+  ASSERT_NE(started, a.events.end());
+  EXPECT_THAT(started->message, HasSubstr("cases planned, sgd at learning rate 0.01"));
+}
+
 TEST(Reconciler, RunsEveryCaseInOrderWithTheLauncherAfterItsWorkers) {
   FakeCluster cluster(scaling_run());
   const std::vector<std::pair<std::string, double>> cases{

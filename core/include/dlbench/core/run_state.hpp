@@ -52,8 +52,10 @@ class RunStateMachine {
 
   // Waiting for the executor to let the run start (the operator's limit on concurrent cases).
   void queue(const std::string& why);
-  // The run may run: Pending becomes Running (event Started) and the current case is announced.
-  void admit();
+  // The run may run: Pending becomes Running (event Started, which says how the cases train:
+  // `training`, the spec's optimizer in describe_optimizer's words) and the current case is
+  // announced.
+  void admit(const std::string& training = "");
   // The current attempt ended with `result` (Succeeded, or Failed with a reason). A failure that
   // another attempt may change is retried while attempts are left; otherwise the result is
   // recorded (with attempts) and the next case becomes current. Returns true for a retry.
