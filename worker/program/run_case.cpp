@@ -359,7 +359,7 @@ class CaseRun {
         workload, doc_.methodology, doc_.global_batch_size,
         [&](int r, const RepeatMeasurement& m) {
           const double loss = loss_after_repeat(trainer);  // untimed
-          losses_.push_back(loss);
+          doc_.loss_after_repeats.push_back(loss);
           measured.push_back(m.throughput);
           if (live_) live_->on_repeat(m.throughput, loss);
           if (comm_.rank() == 0) {
@@ -372,7 +372,6 @@ class CaseRun {
           return std::isfinite(loss) ? AfterRepeat::go_on : AfterRepeat::stop;
         },
         [&] { return measure_again(measured, doc_.methodology.repeats, doc_.methodology.stability, bound); });
-    doc_.loss_after_repeats = losses_;
     // A diverged case keeps every repeat it ran, unjudged; otherwise the last `repeats` are reported.
     const auto reported = diverged() ? static_cast<std::ptrdiff_t>(measured.size()) : std::ptrdiff_t{doc_.methodology.repeats};
     if (!diverged()) doc_.stability = judge_stability(measured, doc_.methodology.repeats, bound);
@@ -401,15 +400,19 @@ class CaseRun {
     return worst[0] > 0 ? std::numeric_limits<double>::quiet_NaN() : worst[1];
   }
 
-  bool diverged() const { return !losses_.empty() && !std::isfinite(losses_.back()); }
+  bool diverged() const {
+    const std::vector<double>& losses = doc_.loss_after_repeats;
+    return !losses.empty() && !std::isfinite(losses.back());
+  }
 
   // Why a diverged case is not a result, what was kept, and what a user changes.
   std::string describe_divergence() const {
+    const std::vector<double>& losses = doc_.loss_after_repeats;
     std::ostringstream m;
-    m << "the loss after repeat " << losses_.size() << " was " << printable_loss(losses_.back());
-    if (losses_.size() > 1) m << " (after repeat 1: " << printable_loss(losses_.front()) << ")";
+    m << "the loss after repeat " << losses.size() << " was " << printable_loss(losses.back());
+    if (losses.size() > 1) m << " (after repeat 1: " << printable_loss(losses.front()) << ")";
     m << ": training diverged, so the steps timed did not train the model and the case stopped there ("
-      << (losses_.size() == 1 ? "the repeat run is" : "the " + std::to_string(losses_.size()) + " repeats run are")
+      << (losses.size() == 1 ? "the repeat run is" : "the " + std::to_string(losses.size()) + " repeats run are")
       << " kept in the result, not published). Lower the learning rate ("
       << o_.learning_rate << " here: spec.optimizer.learningRate, --learning-rate)";
     if (doc_.loss_scaling) {
@@ -478,7 +481,6 @@ class CaseRun {
   std::unique_ptr<WorkerMetrics> live_;
   std::unique_ptr<RealData> real_;
   std::int64_t parameters_ = 0;
-  std::vector<double> losses_;  // after each repeat
 };
 
 }  // namespace
