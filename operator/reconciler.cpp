@@ -110,7 +110,7 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   if (launcher_done && !launcher_pod->termination_message.empty()) {
     // Not JSON: the launcher's last words, used below.
     if (auto result = result_from_document(launcher_pod->termination_message, current.spec, attempt,
-                                               run.spec.worker.rdma)) {
+                                               run.spec.worker.rdma, run.spec.optimizer)) {
       outcome.finished = true;
       outcome.result = std::move(*result);
       if (outcome.result.state == CaseState::Succeeded || failed_worker == nullptr) return outcome;

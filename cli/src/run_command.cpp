@@ -327,7 +327,7 @@ CaseResult judge_attempt(const LocalExecutor& x, const PlannedCase& c, const Chi
   } else if (std::filesystem::exists(result_file)) {
     std::ifstream in(result_file);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (auto judged = result_from_document(text, c.spec, attempt, spec.worker.rdma)) {
+    if (auto judged = result_from_document(text, c.spec, attempt, spec.worker.rdma, spec.optimizer)) {
       result = std::move(*judged);
     } else {
       result.reason = "InvalidResult";

@@ -504,8 +504,8 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 // `preflight`: status.preflight, a self-test's outcome (Succeeded without throughput).
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
-  d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "stability", "ncclTransport", "speedup",
-                               "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
+  d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "stability", "ncclTransport", "optimizer",
+                               "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
                                "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
   CaseResult r;
@@ -525,6 +525,7 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
   if (const json* t = Decoder::find(obj, "ncclTransport")) {
     r.nccl_transport = decode_nccl_transport(d, *t, child(path, "ncclTransport"));
   }
+  if (const json* o = Decoder::find(obj, "optimizer")) r.optimizer = decode_optimizer_that_ran(d, *o, child(path, "optimizer"));
   if (const json* v = Decoder::find(obj, "speedup")) r.speedup = d.measurement(*v, child(path, "speedup"));
   if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
     r.scaling_efficiency = d.measurement(*v, child(path, "scalingEfficiency"));
@@ -722,6 +723,16 @@ void detail::decode_optimizer(Decoder& d, const json& obj, const std::string& pa
   d.read_number(obj, path, "learningRate", bounds::kLearningRate, out.learning_rate);
   d.read_number(obj, path, "momentum", bounds::kMomentum, out.momentum);
   d.read_number(obj, path, "weightDecay", bounds::kWeightDecay, out.weight_decay);
+}
+
+std::optional<OptimizerSpec> detail::decode_optimizer_that_ran(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  const std::size_t errors_before = d.errors.size();
+  for (const char* key : {"name", "learningRate", "momentum", "weightDecay"}) d.require(obj, path, key, "what ran");
+  OptimizerSpec optimizer;
+  decode_optimizer(d, obj, path, optimizer);
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return optimizer;
 }
 
 json detail::optimizer_to_json(const OptimizerSpec& optimizer) {
@@ -1094,6 +1105,7 @@ json to_json(const CaseResult& r) {
   if (r.interference) out["interference"] = detail::interference_to_json(*r.interference);
   if (r.stability) out["stability"] = detail::stability_to_json(*r.stability);
   if (r.nccl_transport) out["ncclTransport"] = detail::nccl_transport_to_json(*r.nccl_transport);
+  if (r.optimizer) out["optimizer"] = detail::optimizer_to_json(*r.optimizer);
   if (r.speedup) out["speedup"] = *r.speedup;
   if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;
   if (!r.scaling_refused.empty()) out["scalingRefused"] = r.scaling_refused;

@@ -319,8 +319,11 @@ class Decoder {
 std::optional<CaseSpec> decode_case(Decoder& d, const json& obj, const std::string& path, bool allow_id);
 std::optional<SampleSummary> decode_summary(Decoder& d, const json& obj, const std::string& path,
                                             std::initializer_list<std::string_view> extra_fields);
-// spec.optimizer, and a result's optimizer (where every field is there, none defaulted).
+// spec.optimizer (unset fields keep `out`'s values).
 void decode_optimizer(Decoder& d, const json& obj, const std::string& path, OptimizerSpec& out);
+// The optimizer a case trained with (a result document's, a status result's): every field
+// required, none defaulted, each within the spec's bounds. nullopt with errors where not.
+std::optional<OptimizerSpec> decode_optimizer_that_ran(Decoder& d, const json& obj, const std::string& path);
 json optimizer_to_json(const OptimizerSpec& optimizer);
 std::optional<Throughput> decode_throughput(Decoder& d, const json& obj, const std::string& path);
 json throughput_to_json(const Throughput& throughput);

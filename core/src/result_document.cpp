@@ -351,12 +351,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
     d.fail("globalBatchSize", std::to_string(doc.global_batch_size) + " does not match the case (" +
                                   std::to_string(doc.case_.global_batch_size()) + " = batchSizePerDevice × devices)");
   }
-  if (const json* o = Decoder::find(document, "optimizer"); o != nullptr && d.expect_object(*o, "optimizer")) {
-    for (const char* key : {"name", "learningRate", "momentum", "weightDecay"}) d.require(*o, "optimizer", key, "what ran");
-    OptimizerSpec optimizer;
-    decode_optimizer(d, *o, "optimizer", optimizer);
-    doc.optimizer = optimizer;
-  }
+  if (const json* o = Decoder::find(document, "optimizer")) doc.optimizer = decode_optimizer_that_ran(d, *o, "optimizer");
   if (const json* m = Decoder::find(document, "methodology")) {
     if (d.expect_object(*m, "methodology")) {
       d.reject_unknown(*m, "methodology", {"warmupSteps", "measureSteps", "repeats", "statistic"});
@@ -568,6 +563,7 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
   r.interference = document.interference;
   r.stability = document.stability;
   r.nccl_transport = document.environment.nccl_transport;
+  r.optimizer = document.optimizer;
   r.reason = document.reason;
   r.message = document.message;
   r.attempts = attempts;

@@ -86,6 +86,8 @@ spec:
   for (const auto& r : run.status->results) {
     if (r.case_.precision == Precision::fp32) {
       EXPECT_EQ(r.state, CaseState::Succeeded);
+      // The real worker's word on how it trained: alexnet's own rate, the spec having none.
+      EXPECT_EQ(r.optimizer, (OptimizerSpec{OptimizerName::sgd, 0.01, 0.9, 1e-4}));
     } else {
       EXPECT_EQ(r.state, CaseState::Failed);
       EXPECT_EQ(r.reason, "Unsupported");
@@ -127,6 +129,8 @@ spec:
     ASSERT_TRUE(r.throughput.has_value());  // kept, not published
     EXPECT_LT(r.throughput->repeats.size(), 5u);
     EXPECT_FALSE(r.speedup.has_value());
+    ASSERT_TRUE(r.optimizer.has_value());
+    EXPECT_EQ(r.optimizer->learning_rate, 100);
   }
   const Outcome report = dlbench("report diverges.status.json");
   EXPECT_EQ(report.exit_code, 0) << report.err;

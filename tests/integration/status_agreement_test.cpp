@@ -30,11 +30,18 @@ spec:
   limits: {backoffLimit: 1}
 )";
 
+constexpr const char* kAskedJson = R"({"name": "sgd", "learningRate": 0.1, "momentum": 0.9, "weightDecay": 0.0001})";
+
 CaseSpec case_with_batch(int batch) { return {1, 1, batch, Precision::fp32}; }
 
-std::string document(const CaseSpec& c, double throughput, const std::string& reason = "") {
+// What the worker says it trained with: the spec's optimizer, resnet50's default rate resolved.
+constexpr OptimizerSpec kAsked{OptimizerName::sgd, 0.1, 0.9, 1e-4};
+
+std::string document(const CaseSpec& c, double throughput, const std::string& reason = "",
+                     const OptimizerSpec& optimizer = kAsked) {
   ResultDocument doc;
   doc.case_ = c;
+  doc.optimizer = optimizer;
   doc.devices = c.devices();
   doc.global_batch_size = c.global_batch_size();
   doc.methodology.repeats = 3;
@@ -51,11 +58,13 @@ std::string document(const CaseSpec& c, double throughput, const std::string& re
 }
 
 // What each worker invocation reports, in order: bs4 fails once (retried) then succeeds; bs8
-// twice reports another case (CaseMismatch, retried, then recorded); bs16 is Unsupported
-// (recorded at once, no retry).
+// reports another case, then says it trained at another learning rate (CaseMismatch twice:
+// retried, then recorded); bs16 is Unsupported (recorded at once, no retry).
 std::vector<std::string> invocations() {
+  OptimizerSpec other = kAsked;
+  other.learning_rate = 0.01;
   return {document(case_with_batch(4), 0, "OutOfMemory"), document(case_with_batch(4), 40.0),
-          document(case_with_batch(4), 41.0), document(case_with_batch(4), 42.0),
+          document(case_with_batch(4), 41.0), document(case_with_batch(8), 42.0, "", other),
           document(case_with_batch(16), 0, "Unsupported")};
 }
 
@@ -131,7 +140,10 @@ TEST(StatusAgreement, SameOutcomesGiveTheSameStatusThroughBothExecutors) {
   EXPECT_EQ(op["phase"], "Succeeded");
   EXPECT_EQ(op["results"][0]["state"], "Succeeded");
   EXPECT_EQ(op["results"][0]["attempts"], 2);
+  EXPECT_EQ(op["results"][0]["optimizer"], json::parse(kAskedJson)) << "the rate that ran, resolved, in the status";
   EXPECT_EQ(op["results"][1]["reason"], "CaseMismatch");
+  EXPECT_EQ(op["results"][1]["message"],
+            "the worker trained 1x1-bs8-fp32 with another optimizer than the spec's: learningRate 0.01 instead of 0.1");
   EXPECT_EQ(op["results"][1]["attempts"], 2);
   EXPECT_EQ(op["results"][2]["reason"], "Unsupported");
   EXPECT_EQ(op["results"][2]["attempts"], 1);

@@ -146,13 +146,13 @@ TEST(RdmaVerdict, ResultDocumentsCarryTheTransportIntoTheStatus) {
   doc.environment.nccl_transport = NcclTransport{"Socket", {"NET/Socket"}, false};
   const std::string text = to_json(doc).dump();
   EXPECT_THAT(text, HasSubstr(R"("ncclTransport":{"gpuDirectRdma":false,"links":["NET/Socket"],"network":"Socket"})"));
-  const auto judged = result_from_document(text, doc.case_, 1, RdmaSpec{"rdma/hca", 1, true});
+  const auto judged = result_from_document(text, doc.case_, 1, RdmaSpec{"rdma/hca", 1, true}, {});
   ASSERT_TRUE(judged.has_value());
   EXPECT_EQ(judged->state, CaseState::Failed);
   EXPECT_EQ(judged->reason, "RdmaNotUsed") << judged->message;
   ASSERT_TRUE(judged->nccl_transport.has_value());
   EXPECT_EQ(judged->nccl_transport->network, "Socket");
-  const auto plain = result_from_document(text, doc.case_, 1, std::nullopt);
+  const auto plain = result_from_document(text, doc.case_, 1, std::nullopt, {});
   ASSERT_TRUE(plain.has_value());
   EXPECT_EQ(plain->state, CaseState::Succeeded) << plain->message;
 

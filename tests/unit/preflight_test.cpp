@@ -88,7 +88,7 @@ TEST(Preflight, ItsDocumentRoundTripsAndIsJudgedAsThePreflights) {
     const auto decoded = decode_self_test_document(to_json(doc));
     ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
     EXPECT_EQ(*decoded.value, doc);
-    const auto judged = result_from_document(to_json(doc).dump(), preflight.spec, 2, std::nullopt);
+    const auto judged = result_from_document(to_json(doc).dump(), preflight.spec, 2, std::nullopt, {});
     ASSERT_TRUE(judged);
     EXPECT_EQ(judged->state, state);
     EXPECT_EQ(judged->case_, preflight.spec);
@@ -96,7 +96,7 @@ TEST(Preflight, ItsDocumentRoundTripsAndIsJudgedAsThePreflights) {
     EXPECT_EQ(judged->message, doc.message);
   }
   // A case's result document is no self-test, and a self-test is no case's result.
-  const auto wrong = result_from_document(R"({"schema": "dlbench.result/v1"})", preflight.spec, 1, std::nullopt);
+  const auto wrong = result_from_document(R"({"schema": "dlbench.result/v1"})", preflight.spec, 1, std::nullopt, {});
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->reason, "InvalidResult");
   EXPECT_THAT(wrong->message, HasSubstr("dlbench.selftest/v1"));

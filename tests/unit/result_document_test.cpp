@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "dlbench/core/device_peaks.hpp"
+#include "dlbench/core/codec.hpp"
 #include "dlbench/core/result_document.hpp"
+#include "dlbench/core/run_state.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/status.hpp"
 
@@ -72,6 +74,59 @@ TEST(ResultDocument, TheOptimizerThatRanIsCheckedLikeTheSpecs) {
                                 "optimizer.learningRate: 0 is out of range; allowed: greater than 0 and at most 100"));
   j.erase("optimizer");  // engine: command results cannot say
   EXPECT_THAT(errors_of(j), IsEmpty());
+}
+
+// The optimizer a worker says it trained with goes into the status (where a cluster keeps it:
+// the stored spec may leave the learning rate to the model), and a worker that trained with
+// another one than the spec asks is CaseMismatch: its figures time other work.
+TEST(ResultDocument, TheOptimizerThatRanGoesIntoTheStatusAndIsJudged) {
+  const ResultDocument doc = sample_document();
+  const std::string text = to_json(doc).dump();
+  const OptimizerSpec asked = *doc.optimizer;
+
+  const auto judged = result_from_document(text, doc.case_, 1, std::nullopt, asked);
+  ASSERT_TRUE(judged.has_value());
+  EXPECT_EQ(judged->state, CaseState::Succeeded) << judged->message;
+  EXPECT_EQ(judged->optimizer, asked);
+  BenchmarkRunStatus status;
+  status.results.push_back(*judged);
+  const json written = to_json(status);
+  EXPECT_EQ(written["results"][0]["optimizer"],
+            json::parse(R"({"name": "sgd", "learningRate": 0.01, "momentum": 0.9, "weightDecay": 0.0001})"));
+  const auto read = decode_status(written);
+  ASSERT_TRUE(read.ok()) << read.errors.front().to_string();
+  EXPECT_EQ(*read.value, status);
+
+  OptimizerSpec other = asked;
+  other.learning_rate = 0.0100000001;
+  const auto off = result_from_document(text, doc.case_, 1, std::nullopt, other);
+  ASSERT_TRUE(off.has_value());
+  EXPECT_EQ(off->state, CaseState::Failed);
+  EXPECT_EQ(off->reason, "CaseMismatch");
+  EXPECT_EQ(off->message, "the worker trained 1x8-bs128-amp with another optimizer than the spec's: "
+                          "learningRate 0.01 instead of 0.0100000001");
+  EXPECT_EQ(off->optimizer, asked) << "the status says what ran";
+  other = {OptimizerName::adamw, 0.01, 0.9, 0.01};
+  EXPECT_EQ(result_from_document(text, doc.case_, 1, std::nullopt, other)->message,
+            "the worker trained 1x8-bs128-amp with another optimizer than the spec's: "
+            "name sgd instead of adamw, weightDecay 0.0001 instead of 0.01");
+
+  json no_optimizer = json::parse(text);  // engine: command's documents cannot say
+  no_optimizer.erase("optimizer");
+  const auto command = result_from_document(no_optimizer.dump(), doc.case_, 1, std::nullopt, other);
+  ASSERT_TRUE(command.has_value());
+  EXPECT_EQ(command->state, CaseState::Succeeded) << command->message;
+  EXPECT_FALSE(command->optimizer.has_value());
+  EXPECT_FALSE(to_json(*command).contains("optimizer"));
+
+  json partial = written;
+  partial["results"][0]["optimizer"].erase("learningRate");
+  partial["results"][0]["optimizer"]["momentum"] = 1;
+  std::vector<std::string> errors;
+  for (const auto& e : decode_status(partial).errors) errors.push_back(e.to_string());
+  EXPECT_THAT(errors, ::testing::UnorderedElementsAre(
+                          "status.results[0].optimizer.learningRate: required; what ran",
+                          "status.results[0].optimizer.momentum: 1 is out of range; allowed: at least 0 and less than 1"));
 }
 
 TEST(ResultDocument, MemoryReportRoundTripsAndIsChecked) {

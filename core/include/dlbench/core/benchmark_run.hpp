@@ -374,6 +374,7 @@ struct CaseResult {
   std::optional<InterferenceReport> interference;   // native cases: other load on the nodes
   std::optional<StabilityReport> stability;         // Succeeded: how the repeats agreed
   std::optional<NcclTransport> nccl_transport;      // what NCCL used, where it said
+  std::optional<OptimizerSpec> optimizer;           // native cases: how the worker says it trained
   std::optional<double> speedup;                    // over the matching 1×1 case
   std::optional<double> scaling_efficiency;         // speedup / devices
   std::string scaling_refused;  // why speedup and efficiency are not published (an impossible figure)

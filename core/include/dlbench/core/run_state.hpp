@@ -31,11 +31,13 @@ struct RunEvent {
 
 // What a worker's result document says about the case it was asked to run: its result, or a
 // failure InvalidResult (JSON, not a valid document) or CaseMismatch (a document for another
-// case). nullopt when the text is not JSON at all (a launcher's last words, not a document).
-// A multi-node case that asked for RDMA is judged on the NCCL transport it reports (judge_rdma).
+// case, or one that says it trained with another optimizer than `optimizer`, the spec's with
+// its defaults resolved; a document without one, engine: command's, is not judged on it).
+// nullopt when the text is not JSON at all (a launcher's last words, not a document). A
+// multi-node case that asked for RDMA is judged on the NCCL transport it reports (judge_rdma).
 // Both executors judge a document with this.
 std::optional<CaseResult> result_from_document(const std::string& text, const CaseSpec& expected, int attempt,
-                                               const std::optional<RdmaSpec>& rdma);
+                                               const std::optional<RdmaSpec>& rdma, const OptimizerSpec& optimizer);
 
 class RunStateMachine {
  public:
