@@ -92,6 +92,11 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(len(result["throughput"]["repeats"]), 3)  # methodology.repeats
             self.assertGreater(result["throughput"]["median"], 0.5)  # images/s on any CPU at 64x64
             self.assertLess(result["throughput"]["median"], 5000)
+            # The stored spec leaves the rate to the model; the status says which ran, from the
+            # worker's document through the launcher's termination message.
+            self.assertEqual(result["optimizer"], {"name": "sgd", "learningRate": 0.1, "momentum": 0.9,
+                                                   "weightDecay": 0.0001}, result)
+        self.assertNotIn("learningRate", run["spec"].get("optimizer", {}))
         one, two = results["1x1-bs8-fp32"], results["1x2-bs8-fp32"]
         self.assertEqual((two["case"]["nodes"], two["case"]["gpusPerNode"]), (1, 2))
         self.assertEqual(two["throughput"]["unit"], "samples/s")
