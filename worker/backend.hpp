@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,21 @@ struct Extent2 {
   auto operator<=>(const Extent2&) const = default;
 };
 
+// How many positions a window (a convolution's kernel with its dilation, a pool's) takes along one
+// axis, floor mode, as torch computes it; std::invalid_argument naming `what` and the sizes where
+// the window does not fit the padded input at all (C++'s division truncates toward zero, so the
+// formula alone would give a 3-wide window over 2 pixels one position, where torch refuses).
+inline std::int64_t window_positions(std::int64_t input, std::int64_t padding, std::int64_t window, std::int64_t stride,
+                                     std::string_view what) {
+  const std::int64_t room = input + 2 * padding - window;
+  if (room < 0 || stride < 1) {
+    throw std::invalid_argument(std::string(what) + ": a window of " + std::to_string(window) +
+                                " does not fit an input of " + std::to_string(input) + " with padding " +
+                                std::to_string(padding) + " on each side (stride " + std::to_string(stride) + ")");
+  }
+  return room / stride + 1;
+}
+
 // torch.nn.Conv2d's geometry: rectangular kernels (InceptionV3's 1×7 and 7×1) and padding, one
 // stride and one dilation for both axes (DeepLab's atrous convolutions).
 struct Conv2dConfig {
@@ -47,9 +63,11 @@ struct Conv2dConfig {
   DType dtype = DType::fp32;
   std::int64_t dilation = 1;
 
+  // Throws std::invalid_argument where the kernel does not fit the padded input.
   Shape output() const {
-    return {input.n(), out_channels, (input.h() + 2 * padding.h - dilation * (kernel.h - 1) - 1) / stride + 1,
-            (input.w() + 2 * padding.w - dilation * (kernel.w - 1) - 1) / stride + 1};
+    return {input.n(), out_channels,
+            window_positions(input.h(), padding.h, dilation * (kernel.h - 1) + 1, stride, "convolution (height)"),
+            window_positions(input.w(), padding.w, dilation * (kernel.w - 1) + 1, stride, "convolution (width)")};
   }
   Shape weight() const { return {out_channels, input.c(), kernel.h, kernel.w}; }
 };
@@ -132,9 +150,10 @@ struct PoolConfig {
   std::int64_t padding = 0;
   DType dtype = DType::fp32;
 
+  // Throws std::invalid_argument where the window does not fit the padded input.
   Shape output() const {
-    return {input.n(), input.c(), (input.h() + 2 * padding - kernel.h) / stride + 1,
-            (input.w() + 2 * padding - kernel.w) / stride + 1};
+    return {input.n(), input.c(), window_positions(input.h(), padding, kernel.h, stride, "pooling (height)"),
+            window_positions(input.w(), padding, kernel.w, stride, "pooling (width)")};
   }
 };
 

@@ -198,6 +198,19 @@ std::optional<std::int64_t> whole_number(std::string_view text, IntBounds bounds
   return value;
 }
 
+MinImageSize min_image_size(Model model) {
+  switch (model) {
+    case Model::inception_v3: return {bounds::kInceptionV3MinImageSize, "its auxiliary classifier"};
+    case Model::alexnet: return {bounds::kAlexNetMinImageSize, "its last max pool"};
+    case Model::bert_base: return {0, "nothing (it reads token sequences)"};
+    case Model::resnet50:
+    case Model::resnet152:
+    case Model::vgg16:
+    case Model::deeplabv3plus: break;
+  }
+  return {bounds::kImageSize.min, "its five halvings"};
+}
+
 std::string describe_optimizer(OptimizerName optimizer, double learning_rate) {
   std::ostringstream out;
   out << to_string(optimizer) << " at learning rate " << std::setprecision(6) << learning_rate;

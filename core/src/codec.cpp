@@ -390,12 +390,14 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
   if (const json* data = Decoder::find(obj, "data")) decode_data(d, *data, child(path, "data"), spec.data);
   const std::string data_path = child(path, "data");
   const int shorter_side = std::min(spec.data.height(), spec.data.width());
-  if (spec.model == Model::inception_v3 && shorter_side < bounds::kInceptionV3MinImageSize) {
+  // Within the field's bounds, a model may need more.
+  if (const MinImageSize least = min_image_size(spec.model); !is_sequence_model(spec.model) && shorter_side < least.pixels) {
     const std::string field =
         spec.data.image_height == 0 ? "imageSize" : (spec.data.height() == shorter_side ? "imageHeight" : "imageWidth");
-    d.fail(child(data_path, field),
-           std::to_string(shorter_side) + " is too small for inception_v3: its auxiliary classifier needs " +
-               std::to_string(bounds::kInceptionV3MinImageSize) + " or more (set data.imageSize: 299)");
+    d.fail(child(data_path, field), std::to_string(shorter_side) + " is too small for " +
+                                        std::string(to_string(spec.model)) + ": " + std::string(least.needed_by) +
+                                        " needs " + std::to_string(least.pixels) + " or more (set data.imageSize: " +
+                                        std::to_string(least.pixels) + ")");
   }
   if (spec.model == Model::deeplabv3plus && spec.data.source == DataSource::imagefolder) {
     d.fail(child(data_path, "source"), "imagefolder is not allowed for deeplabv3plus: it trains on a label per pixel and "

@@ -96,6 +96,18 @@ TEST(Validation, InceptionV3NeedsImagesOf299PixelsOrMore) {
   EXPECT_THAT(errors_with({{"spec", {{"model", "alexnet"}, {"data", {{"imageSize", 224}}}}}}), IsEmpty());
 }
 
+// What the API admits the worker runs: AlexNet's last max pool needs 63 pixels (the worker used
+// to refuse below 64 after the API had admitted 32, and the case failed twice as WorkerExited).
+TEST(Validation, AlexNetNeedsImagesOf63PixelsOrMore) {
+  EXPECT_THAT(errors_with({{"spec", {{"model", "alexnet"}, {"data", {{"imageSize", 62}}}}}}),
+              ElementsAre("spec.data.imageSize: 62 is too small for alexnet: its last max pool needs 63 or more (set "
+                          "data.imageSize: 63)"));
+  EXPECT_THAT(errors_with({{"spec", {{"model", "alexnet"}, {"data", {{"imageSize", 63}}}}}}), IsEmpty());
+  EXPECT_THAT(errors_with({{"spec", {{"model", "alexnet"}, {"data", {{"imageHeight", 63}, {"imageWidth", 40}}}}}}),
+              ElementsAre(HasSubstr("spec.data.imageWidth: 40 is too small for alexnet")));
+  EXPECT_THAT(errors_with({{"spec", {{"model", "vgg16"}, {"data", {{"imageSize", 32}}}}}}), IsEmpty());
+}
+
 TEST(Validation, EngineAndCommand) {
   EXPECT_THAT(errors_with({{"spec", {{"engine", "pytorch"}}}}),
               ElementsAre(R"(spec.engine: "pytorch" is not one of native, command)"));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/enums.hpp"
 #include "models/model.hpp"
 
@@ -38,6 +39,44 @@ TEST(Models, ParameterCountsMatchTorchvision) {
   // Against tests/golden/reference_models.py's DeepLabV3Plus (torchvision's resnet50 and ASPP
   // with the paper's decoder), 19 classes.
   EXPECT_EQ(parameter_count(*build_model("deeplabv3plus", 19)), 40'351'667);
+}
+
+// The API admits each image model down to core's min_image_size: every model sets up there, and
+// where a model needs more than the API's 32 pixels (AlexNet, InceptionV3) one pixel less is
+// too few for its layers, so the bound is the network's own, not a guess.
+TEST(Models, EveryImageModelSetsUpAtTheSmallestSideTheApiAdmits) {
+  for (const ModelInfo& info : model_catalog()) {
+    if (info.sequences) continue;
+    const MinImageSize least = min_image_size(info.model);
+    EXPECT_EQ(info.min_image_size, least.pixels) << info.name();
+    EXPECT_NO_THROW(macs(info.name(), least.pixels)) << info.name();
+    if (least.pixels > bounds::kImageSize.min) {
+      EXPECT_ANY_THROW(macs(info.name(), least.pixels - 1)) << info.name();
+      EXPECT_ANY_THROW(macs(info.name(), least.pixels, least.pixels - 1)) << info.name();
+    }
+  }
+}
+
+// A window that does not fit its padded input is refused, as torch refuses it, instead of the
+// truncating division's one position ((2 - 3) / 2 + 1 == 1 in C++): AlexNet at 62 pixels gave
+// its last max pool a 2×2 input and a 1×1 output.
+TEST(Geometry, AWindowThatDoesNotFitItsInputIsRefused) {
+  const PoolConfig pool{Shape(1, 256, 2, 2), PoolKind::max, 3, 2, 0};
+  try {
+    (void)pool.output();
+    ADD_FAILURE() << "a 3-wide window over 2 pixels";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "pooling (height): a window of 3 does not fit an input of 2 with padding 0 on each side (stride 2)");
+  }
+  EXPECT_EQ((PoolConfig{Shape(1, 256, 3, 3), PoolKind::max, 3, 2, 0}.output()), Shape(1, 256, 1, 1));
+  EXPECT_EQ((PoolConfig{Shape(1, 64, 112, 112), PoolKind::max, 3, 2, 1}.output()), Shape(1, 64, 56, 56));
+
+  Conv2dConfig conv{Shape(1, 8, 8, 16), 4, 5, 1, 0};
+  conv.dilation = 2;  // a 9-wide footprint
+  EXPECT_THROW((void)conv.output(), std::invalid_argument);
+  conv.padding = Extent2(1);
+  EXPECT_EQ(conv.output(), Shape(1, 4, 2, 10));
+  EXPECT_EQ((Conv2dConfig{Shape(2, 3, 224, 224), 64, 11, 4, 2}.output()), Shape(2, 64, 55, 55));  // AlexNet's first
 }
 
 TEST(Models, NumClassesChangesOnlyTheClassifier) {

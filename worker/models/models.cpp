@@ -2,6 +2,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "dlbench/core/api_rules.hpp"
 #include "layers/batch_norm2d.hpp"
 #include "layers/bottleneck.hpp"
 #include "layers/conv2d.hpp"
@@ -108,20 +109,21 @@ void add_resnet_stage(Sequential& net, const std::string& name, std::int64_t& ch
 }
 
 std::vector<ModelInfo> model_catalog() {
-  return {{Model::resnet50, "ResNet-50 v1.5 (torchvision resnet50)", 224, 32},
-          {Model::resnet152, "ResNet-152 v1.5 (torchvision resnet152)", 224, 32},
-          {Model::vgg16, "VGG16 without batch norm (torchvision vgg16)", 224, 32},
-          {Model::alexnet, "AlexNet (torchvision alexnet)", 224, 64},
-          // The auxiliary classifier's 5×5 convolution needs Mixed_6e at 17×17 or more: 299×299 images.
+  // The smallest sides are core's (min_image_size), which refuses a spec below them.
+  const auto least = [](Model m) -> std::int64_t { return min_image_size(m).pixels; };
+  return {{Model::resnet50, "ResNet-50 v1.5 (torchvision resnet50)", 224, least(Model::resnet50)},
+          {Model::resnet152, "ResNet-152 v1.5 (torchvision resnet152)", 224, least(Model::resnet152)},
+          {Model::vgg16, "VGG16 without batch norm (torchvision vgg16)", 224, least(Model::vgg16)},
+          {Model::alexnet, "AlexNet (torchvision alexnet)", 224, least(Model::alexnet)},
           {Model::inception_v3, "InceptionV3 (torchvision inception_v3, auxiliary classifier on, loss weight 0.4)", 299,
-           299},
+           least(Model::inception_v3)},
           // Cityscapes' 19 classes on its usual training crop, 512×1024 (height × width).
           {Model::deeplabv3plus,
-           "DeepLabV3+ (ResNet-50 backbone, output stride 16, ASPP rates 6/12/18, decoder on layer1 features)", 512, 32,
-           19, 1024, true},
+           "DeepLabV3+ (ResNet-50 backbone, output stride 16, ASPP rates 6/12/18, decoder on layer1 features)", 512,
+           least(Model::deeplabv3plus), 19, 1024, true},
           {Model::bert_base,
-           "BERT-base pretraining (12 layers, hidden 768, 12 heads; masked LM with tied decoder + next sentence)", 0, 0,
-           BertConfig{}.vocabulary, 0, false, true, 128}};
+           "BERT-base pretraining (12 layers, hidden 768, 12 heads; masked LM with tied decoder + next sentence)", 0,
+           least(Model::bert_base), BertConfig{}.vocabulary, 0, false, true, 128}};
 }
 
 ModelInfo model_info(Model model) {

@@ -40,6 +40,9 @@ inline constexpr IntBounds kBatchSizePerDevice{1, 65536};
 inline constexpr IntBounds kImageSize{32, 2048};
 // InceptionV3's auxiliary classifier (a 5×5 convolution on Mixed_6e's output) needs 299×299 images.
 inline constexpr int kInceptionV3MinImageSize = 299;
+// AlexNet's 11×11 stride-4 convolution and first two max pools leave 2×2 of a 62-pixel image to
+// its last 3×3 max pool: 63 is its smallest side (as torchvision's alexnet).
+inline constexpr int kAlexNetMinImageSize = 63;
 // Tokens per sequence of a transformer (bert-base): its position table has 512 rows; 8 leaves
 // [CLS] A [SEP] B [SEP] room for the masked words.
 inline constexpr IntBounds kSequenceLength{8, 512};
@@ -118,6 +121,15 @@ const std::vector<FieldRule>& api_field_rules();
 //   adamw: BERT-base 1e-4 (BERT's paper), the CNNs 1e-3 (Adam's paper and PyTorch's default);
 //   lamb:  1e-3 (apex FusedLAMB's and torch-optimizer's default).
 double default_learning_rate(Model model, OptimizerName optimizer);
+
+// The smallest side (of the height and of the width) an image model trains on: what its layers
+// leave to pool (bounds::kImageSize.min for most; 0 for a sequence model, which has no image).
+// Core refuses a spec below it, the CRD's rules do, and the worker's model catalog takes it.
+struct MinImageSize {
+  int pixels;
+  std::string_view needed_by;  // "its auxiliary classifier": what needs the size, for messages
+};
+MinImageSize min_image_size(Model model);
 
 // "sgd at learning rate 0.01": how a run or a case trains, in the CLI's and the worker's words.
 std::string describe_optimizer(OptimizerName optimizer, double learning_rate);
