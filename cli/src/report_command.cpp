@@ -25,7 +25,8 @@ namespace dlbench::cli {
 namespace {
 
 struct Source {
-  std::string label;
+  std::string label;  // the run's name, unique among the sources (distinguish_labels)
+  std::string file;   // as given on the command line
   Statistic statistic = Statistic::median;
   bool include_unstable = false;  // methodology.stability.includeUnstable of a whole run
   BenchmarkRunStatus status;
@@ -211,6 +212,7 @@ std::variant<std::vector<Source>, int> load_sources(const std::string& file, std
   std::vector<Source> sources;
   for (const auto& doc : docs) {
     Source s;
+    s.file = file;
     if (doc.is_object() && doc.contains("spec")) {
       const auto run = decode_benchmark_run(doc);
       if (!run.ok() || !run.value->status) {
@@ -347,6 +349,28 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   }
 }
 
+// Runs of one name side by side (the same spec measured before and after a driver update, kept
+// in two files) would give columns no one can tell apart: a clashing label says its file where
+// the files differ ("quick in before.json"), and an index where even that repeats ("#2").
+void distinguish_labels(std::vector<Source>& sources) {
+  std::map<std::string, int> count;
+  std::map<std::string, std::set<std::string>> files;
+  for (const Source& s : sources) {
+    ++count[s.label];
+    files[s.label].insert(s.file);
+  }
+  for (Source& s : sources) {
+    if (count[s.label] > 1 && files[s.label].size() > 1) s.label += " in " + s.file;
+  }
+  count.clear();
+  for (const Source& s : sources) ++count[s.label];
+  std::map<std::string, int> seen;
+  for (Source& s : sources) {
+    const std::string label = s.label;
+    if (count[label] > 1) s.label += " #" + std::to_string(++seen[label]);
+  }
+}
+
 }  // namespace
 
 int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err) {
@@ -356,6 +380,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
     if (const int* exit_code = std::get_if<int>(&loaded)) return *exit_code;
     for (auto& s : std::get<std::vector<Source>>(loaded)) sources.push_back(std::move(s));
   }
+  distinguish_labels(sources);
   if (!options.plot.empty()) {
     std::ofstream plot(options.plot);
     plot << render_scaling_svg(scaling_series(sources));

@@ -406,8 +406,15 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   EXPECT_EQ(rows, 3 * 4);  // throughput, speed-up, efficiency × 4 cases
   const Outcome json = dlbench("report small.status.json --format json");
   EXPECT_EQ(nlohmann::json::parse(json.out).size(), 4u);
-  const Outcome both = dlbench("report small.status.json small.status.json --format markdown");
-  EXPECT_THAT(both.out, HasSubstr("| batch | small 1x1 | small 1x2 |"));
+  // One run's name twice side by side: each column says which file, or which copy, it is.
+  std::filesystem::copy_file(dir_ / "small.status.json", dir_ / "again.json");
+  const Outcome both = dlbench("report small.status.json again.json --format markdown");
+  EXPECT_THAT(both.out, HasSubstr("| batch | small in small.status.json 1x1 | small in small.status.json 1x2 |"));
+  EXPECT_THAT(both.out, HasSubstr("| small in again.json 1x1 | small in again.json 1x2 |"));
+  const Outcome twice = dlbench("report small.status.json small.status.json --format csv");
+  EXPECT_THAT(twice.out, HasSubstr("throughput,fp32,2,small #1,1,1,"));
+  EXPECT_THAT(twice.out, HasSubstr("throughput,fp32,2,small #2,1,1,"));
+  EXPECT_THAT(dlbench("report small.status.json again.json --format json").out, HasSubstr("\"run\": \"small in again.json\""));
 
   // The scaling plot: one line per run × precision × batch in each panel, plus the ideal.
   const Outcome plot = dlbench("report small.status.json --plot scaling.svg");
