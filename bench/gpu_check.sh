@@ -5,7 +5,7 @@
 # BERT-base, the shapes of the GPU issue). Each step has its own deadline, so one that hangs
 # costs its own time only. Logs and JSON go to LOG_DIR; a short table ends the output.
 #
-#   bench/gpu_check.sh BUNDLE_DIR LOG_DIR
+#   bench/gpu_check.sh BUNDLE_DIR LOG_DIR      (or BUNDLE_DIR.tar.xz, as scripts/gpu-bundle.sh packs it)
 #
 # GPU_CHECK_BUDGET (seconds, default 540) bounds the whole script: a step's deadline is cut to
 # what is left, and a step with under 15 s left is skipped (and says so), so the table and the
@@ -16,8 +16,20 @@
 # the machine: a PyTorch wheel's nvidia/*/lib folders (found through Python) or the system's.
 set -uo pipefail  # not -e: a failed step is recorded and the next one runs
 
-bundle=$(cd "${1:?usage: $0 BUNDLE_DIR LOG_DIR}" && pwd)
-logs=${2:?usage: $0 BUNDLE_DIR LOG_DIR}
+bundle=${1:?usage: $0 BUNDLE_DIR|BUNDLE.tar.xz LOG_DIR}
+if [[ -f $bundle && $bundle == *.tar.xz ]]; then
+  # The packed bundle (a fifth of the size the device tool carries): unpacked with Python's
+  # tarfile, since a GPU image need not have xz.
+  unpacked=$(mktemp -d /tmp/dlbench-bundle.XXXXXX)
+  trap 'rm -rf "$unpacked"' EXIT
+  python3 -c 'import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    t.extractall(sys.argv[2], **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))' "$bundle" "$unpacked" ||
+    { echo "gpu_check: cannot unpack $bundle" >&2; exit 2; }
+  bundle=$(echo "$unpacked"/*)
+fi
+bundle=$(cd "$bundle" && pwd)
+logs=${2:?usage: $0 BUNDLE_DIR|BUNDLE.tar.xz LOG_DIR}
 mkdir -p "$logs"
 logs=$(cd "$logs" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)

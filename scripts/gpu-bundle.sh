@@ -6,7 +6,10 @@
 #   scripts/gpu-bundle.sh [BUILD_DIR] [OUT_DIR]      (defaults: build/default, build/gpu-bundle)
 #
 # On the GPU machine: LD_LIBRARY_PATH=OUT_DIR/lib OUT_DIR/bin/dlbench_cuda_backend_tests, and
-# bench/gpu_resnet50.sh OUT_DIR/bin. The device tool carries at most 64 MiB: the sizes are printed.
+# bench/gpu_check.sh OUT_DIR LOG_DIR. The device tool carries at most 64 MiB with the working tree
+# (about 4 MiB), and the bundle is near 60 MiB, most of it oneDNN: OUT_DIR.tar.xz holds the same
+# files in about a fifth of that, and bench/gpu_check.sh takes it in OUT_DIR's place (it unpacks
+# with Python's tarfile, which every GPU image with PyTorch has). The sizes are printed.
 set -euo pipefail
 
 build=${1:-build/default}
@@ -37,3 +40,5 @@ missing=$(for program in "$out"/bin/*; do LD_LIBRARY_PATH="$out/lib" ldd "$progr
 [[ -z "$missing" ]] || { echo "gpu-bundle: unresolved: $missing" >&2; exit 1; }
 du -sh "$out/bin" "$out/lib"
 du -sb "$out" | awk '{printf "gpu-bundle: %.1f MiB in %s\n", $1 / 1048576, $2}'
+tar -C "$(dirname "$out")" -cf - "$(basename "$out")" | xz -T0 -6 > "$out.tar.xz"
+du -sb "$out.tar.xz" | awk '{printf "gpu-bundle: %.1f MiB in %s (carry this one)\n", $1 / 1048576, $2}'
