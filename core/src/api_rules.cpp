@@ -198,6 +198,16 @@ std::optional<std::int64_t> whole_number(std::string_view text, IntBounds bounds
   return value;
 }
 
+std::string RealBounds::describe() const {
+  const auto number = [](double v) {
+    std::ostringstream out;
+    out << v;
+    return out.str();
+  };
+  return (exclusive_min ? "greater than " : "at least ") + number(min) + " and " +
+         (exclusive_max ? "less than " : "at most ") + number(max);
+}
+
 MinImageSize min_image_size(Model model) {
   switch (model) {
     case Model::inception_v3: return {bounds::kInceptionV3MinImageSize, "its auxiliary classifier"};

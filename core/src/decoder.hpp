@@ -147,16 +147,13 @@ class Decoder {
     const json* value = find(obj, key);
     if (value == nullptr) return;
     const std::string where = child(path, key);
-    const std::string range = (b.exclusive_min ? "greater than " : "at least ") + format_number(b.min) + " and " +
-                              (b.exclusive_max ? "less than " : "at most ") + format_number(b.max);
+    const std::string range = b.describe();
     if (!value->is_number()) {
       fail(where, "expected a number " + range + ", got " + describe_type(*value) + " (" + quote(*value) + ")");
       return;
     }
     const double number = value->get<double>();
-    const bool low_ok = b.exclusive_min ? number > b.min : number >= b.min;
-    const bool high_ok = b.exclusive_max ? number < b.max : number <= b.max;
-    if (!std::isfinite(number) || !low_ok || !high_ok) {
+    if (!std::isfinite(number) || !b.contains(number)) {
       fail(where, quote(*value) + " is out of range; allowed: " + range);
       return;
     }

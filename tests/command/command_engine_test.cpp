@@ -9,6 +9,7 @@
 #include "command/markers.hpp"
 #include "command/step_timing.hpp"
 #include "dlbench/core/result_document.hpp"
+#include "dlbench/core/run_state.hpp"
 #include "dlbench/core/worker_command.hpp"
 
 namespace dlbench::command {
@@ -184,6 +185,45 @@ TEST(CommandResult, SucceededWithTheScriptsFactsInTheEnvironment) {
   EXPECT_EQ(*decoded.value, doc);
   // One repeat cannot spread: stable, against the CPU's default bound, never measured again.
   EXPECT_EQ(doc.stability, (StabilityReport{StabilityVerdict::stable, kDefaultMaxCvCpu, 0.0, 0, {}}));
+}
+
+// A command may say how it trained, with four facts; the result then carries the optimizer, which
+// `dlbench run` and the operator judge against the spec as they judge dlbench-worker's.
+TEST(CommandResult, TheOptimizerACommandStatesIsTheResultsAndIsChecked) {
+  const auto with_facts = [](std::map<std::string, std::string> facts) {
+    CommandOutcome o;
+    o.exit_code = 0;
+    o.started = true;
+    o.steps = arrivals({1.0, 1.5, 2.0}, 8);
+    o.facts = std::move(facts);
+    o.facts["framework"] = "pytorch";
+    return command_result(small_case(), o, EnvironmentInfo{}, "t0", "t1");
+  };
+  const ResultDocument doc = with_facts({{"optimizer", "adamw"}, {"learningRate", "0.0001"}, {"momentum", "0.9"},
+                                         {"weightDecay", "0.01"}});
+  ASSERT_EQ(doc.state, CaseState::Succeeded) << doc.reason << ": " << doc.message;
+  EXPECT_EQ(doc.optimizer, (OptimizerSpec{OptimizerName::adamw, 0.0001, 0.9, 0.01}));
+  EXPECT_EQ(doc.environment.facts, (std::map<std::string, std::string>{})) << "taken out of the facts";
+  EXPECT_TRUE(decode_result_document(to_json(doc)).ok());
+  const auto judged = result_from_document(to_json(doc).dump(), doc.case_, 1, std::nullopt,
+                                           OptimizerSpec{OptimizerName::adamw, 0.001, 0.9, 0.01});
+  EXPECT_EQ(judged->reason, "CaseMismatch");
+  EXPECT_THAT(judged->message, HasSubstr("learningRate 0.0001 instead of 0.001"));
+
+  EXPECT_FALSE(with_facts({}).optimizer.has_value()) << "a command that says nothing is not judged on it";
+  const ResultDocument partial = with_facts({{"optimizer", "sgd"}, {"learningRate", "0.1"}});
+  EXPECT_EQ(partial.state, CaseState::Failed);
+  EXPECT_EQ(partial.reason, "InvalidMarker");
+  EXPECT_THAT(partial.message, HasSubstr("fact momentum is missing (a command states how it trained with all four facts"));
+  const ResultDocument bad_name = with_facts({{"optimizer", "adam"}, {"learningRate", "0.1"}, {"momentum", "0.9"},
+                                              {"weightDecay", "0"}});
+  EXPECT_THAT(bad_name.message, HasSubstr("fact optimizer: \"adam\" is not one of sgd, adamw, lamb"));
+  const ResultDocument bad_rate = with_facts({{"optimizer", "sgd"}, {"learningRate", "0"}, {"momentum", "0.9"},
+                                              {"weightDecay", "0"}});
+  EXPECT_THAT(bad_rate.message, HasSubstr("fact learningRate: \"0\" is not a number greater than 0 and at most 100"));
+  EXPECT_THAT(with_facts({{"optimizer", "sgd"}, {"learningRate", "0.1"}, {"momentum", "0.9x"}, {"weightDecay", "0"}})
+                  .message,
+              HasSubstr("fact momentum: \"0.9x\" is not a number at least 0 and less than 1"));
 }
 
 // A command's repeats that spread are judged, not measured again (its steps are fixed): Unstable.

@@ -6,12 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 
 #include "command/markers.hpp"
 #include "dlbench/core/api_rules.hpp"
@@ -131,6 +134,49 @@ void apply_fact(EnvironmentInfo& e, const std::string& key, const std::string& v
   else if (key == "mpiVersion") e.mpi_version = value;
   else if (key == "onednnVersion") e.onednn_version = value;
   else e.facts[key] = value;
+}
+
+// The facts that say how the command trained (all four or none).
+constexpr std::array<const char*, 4> kOptimizerFacts{"optimizer", "learningRate", "momentum", "weightDecay"};
+
+// How the command says it trained, taken out of `facts`: nullopt where it says nothing; an error
+// naming the fact where it says part of it, or something the spec could not have asked for.
+std::optional<OptimizerSpec> optimizer_from_facts(std::map<std::string, std::string>& facts, std::string& error) {
+  const auto given = std::count_if(kOptimizerFacts.begin(), kOptimizerFacts.end(),
+                                   [&](const char* key) { return facts.contains(key); });
+  if (given == 0) return std::nullopt;
+  OptimizerSpec optimizer;
+  const auto fail = [&](const std::string& why) {
+    error = why + " (a command states how it trained with all four facts: optimizer, learningRate, momentum, "
+                  "weightDecay)";
+    return std::nullopt;
+  };
+  for (const char* key : kOptimizerFacts) {
+    if (!facts.contains(key)) return fail("fact " + std::string(key) + " is missing");
+  }
+  const std::string name = facts.at("optimizer");
+  if (const auto parsed = enum_from_string<OptimizerName>(name)) {
+    optimizer.name = *parsed;
+  } else {
+    return fail("fact optimizer: \"" + printable(name.substr(0, 64)) + "\" is not one of " +
+                allowed_values<OptimizerName>());
+  }
+  const std::array<std::pair<const char*, std::pair<RealBounds, double*>>, 3> numbers{
+      {{"learningRate", {bounds::kLearningRate, &optimizer.learning_rate}},
+       {"momentum", {bounds::kMomentum, &optimizer.momentum}},
+       {"weightDecay", {bounds::kWeightDecay, &optimizer.weight_decay}}}};
+  for (const auto& [key, where] : numbers) {
+    const std::string& text = facts.at(key);
+    double value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || !where.first.contains(value)) {
+      return fail("fact " + std::string(key) + ": \"" + printable(text.substr(0, 64)) + "\" is not a number " +
+                  where.first.describe());
+    }
+    *where.second = value;
+  }
+  for (const char* key : kOptimizerFacts) facts.erase(key);
+  return optimizer;
 }
 
 }  // namespace
@@ -460,7 +506,10 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   doc.start_time = start_time;
   doc.end_time = end_time;
   if (environment.backend.empty()) environment.backend = "unknown";  // until the script says
-  for (const auto& [key, value] : o.facts) apply_fact(environment, key, value);
+  std::map<std::string, std::string> facts = o.facts;
+  std::string optimizer_error;
+  doc.optimizer = optimizer_from_facts(facts, optimizer_error);  // judged against the spec as the worker's is
+  for (const auto& [key, value] : facts) apply_fact(environment, key, value);
   environment.nccl_transport = o.nccl_transport;
   doc.environment = std::move(environment);
   doc.state = CaseState::Failed;
@@ -473,6 +522,7 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
     return doc;
   };
   if (!o.invalid_marker.empty()) return fail("InvalidMarker", o.invalid_marker);
+  if (!optimizer_error.empty()) return fail("InvalidMarker", optimizer_error);
   if (!o.unsupported.empty()) return fail(kReasonUnsupported, "the command says it cannot run this case: " + o.unsupported);
   if (o.interrupted) return fail("Interrupted", "stopped by a signal after " + seen + tail);
   if (o.timed_out) return fail("Timeout", "no end within limits.caseTimeoutSeconds; " + seen + tail);

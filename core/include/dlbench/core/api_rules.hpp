@@ -30,6 +30,12 @@ struct RealBounds {
   double max;
   bool exclusive_min = false;
   bool exclusive_max = false;
+
+  bool contains(double v) const {
+    return (exclusive_min ? v > min : v >= min) && (exclusive_max ? v < max : v <= max);  // false for NaN
+  }
+  // "greater than 0 and at most 100", as errors give the allowed range.
+  std::string describe() const;
 };
 
 namespace bounds {
