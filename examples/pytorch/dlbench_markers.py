@@ -63,6 +63,7 @@ class Case:
         self.model = env.get("DLBENCH_MODEL", "resnet50")
         self.precision = env.get("DLBENCH_PRECISION", "fp32")
         self.image_size = number("DLBENCH_IMAGE_SIZE")
+        self.sequence_length = int(env.get("DLBENCH_SEQUENCE_LENGTH", "0"))  # a sequence model's (bert-base)
         self.nodes = number("DLBENCH_NODES")
         self.node_rank = number("DLBENCH_NODE_RANK")
         self.gpus_per_node = number("DLBENCH_GPUS_PER_NODE")
@@ -70,6 +71,8 @@ class Case:
         self.warmup_steps = number("DLBENCH_WARMUP_STEPS")
         self.measure_steps = number("DLBENCH_MEASURE_STEPS")
         self.repeats = number("DLBENCH_REPEATS")
+        # spec.optimizer, the model's default learning rate resolved by dlbench.
+        self.optimizer = env.get("DLBENCH_OPTIMIZER", "sgd")
         self.learning_rate = float(env.get("DLBENCH_LEARNING_RATE", "0.1"))
         self.momentum = float(env.get("DLBENCH_MOMENTUM", "0.9"))
         self.weight_decay = float(env.get("DLBENCH_WEIGHT_DECAY", "0.0001"))

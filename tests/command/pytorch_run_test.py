@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""engine: command with a real peer: examples/pytorch/train_resnet50.py (Debian's PyTorch 1.13)
-through `dlbench run` with 1 and 2 processes (gloo), and failing commands as results with reasons.
+"""engine: command with a real peer: examples/pytorch/train_resnet50.py and train_bert.py (Debian's
+PyTorch 1.13) through `dlbench run` with 1 and 2 processes (gloo), the optimizer they state judged
+against the spec, and failing commands as results with reasons.
 
     pytorch_run_test.py DLBENCH_BINARY TORCH_PYTHON
 """
@@ -58,6 +59,9 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
             step_mean = r["stepTimeSeconds"]["mean"]
             self.assertAlmostEqual(implied_seconds, step_mean * measured * len(repeats), delta=1e-6 * implied_seconds)
             self.assertGreater(r["throughput"]["median"], 0)
+            # The script states how it trained, read back from torch.optim: resnet50's default rate.
+            self.assertEqual(r["optimizer"], {"name": "sgd", "learningRate": 0.1, "momentum": 0.9,
+                                              "weightDecay": 0.0001})
         one, two = results[1]["throughput"]["median"], results[2]["throughput"]["median"]
         # A command runs its steps once: its repeats are judged (CPU bound 5%), never measured again.
         verdicts = [results[d]["stability"]["verdict"] for d in (1, 2)]
@@ -92,6 +96,74 @@ spec:
         result = status["results"][0]
         self.assertEqual(result["state"], "Succeeded", result.get("message"))
         self.assertEqual(len(result["throughput"]["repeats"]), 2)
+
+    def test_bert_base_with_adamw_on_one_and_two_processes(self):
+        with open(os.path.join(SOURCE, "crds", "examples", "pytorch-bert-base.yaml")) as f:
+            example = f.read()
+        # The shipped example, made small enough for two cores (the CPU has no amp).
+        small = (example.replace("sequenceLength: 128", "sequenceLength: 16")
+                 .replace("gpusPerNode: [1, 8]", "gpusPerNode: [1, 2]")
+                 .replace("batchSizePerDevice: [64]", "batchSizePerDevice: [2]")
+                 .replace("precision: [amp]", "precision: [fp32]")
+                 .replace("warmupSteps: 20, measureSteps: 100, repeats: 7", "warmupSteps: 1, measureSteps: 2, repeats: 2"))
+        self.assertEqual(small.count("sequenceLength: 16") + small.count("[1, 2]") + small.count("[2]")
+                         + small.count("[fp32]") + small.count("measureSteps: 2,"), 5,
+                         "the example's shape changed; update this test")
+        with tempfile.TemporaryDirectory() as tmp:
+            p, status = run(small, tmp)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        results = {r["case"]["gpusPerNode"]: r for r in status["results"]}
+        self.assertEqual(sorted(results), [1, 2])
+        for r in results.values():
+            self.assertEqual(r["state"], "Succeeded", r.get("message"))
+            self.assertEqual(r["throughput"]["unit"], "sequences/s")
+            self.assertEqual(len(r["throughput"]["repeats"]), 2)
+            self.assertEqual(r["optimizer"], {"name": "adamw", "learningRate": 0.0001, "momentum": 0.9,
+                                              "weightDecay": 0.01})
+
+    def test_what_pytorch_cannot_train_and_what_trained_otherwise_are_no_figures(self):
+        # lamb: torch.optim has none, so the example says so instead of training with another one.
+        # A command that states another learning rate than the spec's timed other work.
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "other-rate.sh"), "w") as f:
+                f.write("""for fact in "optimizer sgd" "learningRate 0.5" "momentum 0.9" "weightDecay 0.0001"; do
+  echo "@dlbench fact $fact"
+done
+i=0
+while [ $i -lt "$DLBENCH_TOTAL_STEPS" ]; do sleep 0.02; echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; i=$((i + 1)); done
+""")
+            lamb, lamb_status = run("""apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: pytorch-lamb}
+spec:
+  model: resnet50
+  engine: command
+  command: [sh, -c, 'exec python3 "$DLBENCH_HOME/examples/pytorch/train_resnet50.py"']
+  data: {imageSize: 64}
+  cases: [{batchSizePerDevice: 2, precision: fp32}]
+  optimizer: {name: lamb}
+  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 1}
+""", tmp)
+            other, other_status = run(f"""apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {{name: other-rate}}
+spec:
+  model: resnet50
+  engine: command
+  command: [sh, {os.path.join(tmp, "other-rate.sh")}]
+  cases: [{{batchSizePerDevice: 2, precision: fp32}}]
+  methodology: {{warmupSteps: 1, measureSteps: 2, repeats: 1}}
+  limits: {{backoffLimit: 0}}
+""", tmp)
+        self.assertEqual(lamb.returncode, 1, lamb.stdout + lamb.stderr)
+        result = lamb_status["results"][0]
+        self.assertEqual((result["state"], result["reason"]), ("Failed", "Unsupported"), result)
+        self.assertIn("optimizer lamb: torch.optim has no such optimizer (allowed here: sgd, adamw)", result["message"])
+        self.assertEqual(other.returncode, 1, other.stdout + other.stderr)
+        result = other_status["results"][0]
+        self.assertEqual((result["state"], result["reason"]), ("Failed", "CaseMismatch"), result)
+        self.assertIn("learningRate 0.5 instead of 0.1", result["message"])
+        self.assertEqual(result["optimizer"]["learningRate"], 0.5, "the status says what ran")
 
     def test_failing_commands_are_results_with_reasons(self):
         # One run, one failure per case (chosen by the batch size the case gives the command).

@@ -1,0 +1,179 @@
+"""What the PyTorch example scripts share: one process per device, the checks every case needs,
+and dlbench-worker's optimizers in torch.optim's terms, so that a spec trains the same way in
+PyTorch as in dlbench's own engine and the two engines' figures time the same work.
+
+    launch(train)      runs train(case, process) once per device of this node: as started by
+                       torchrun, or spawning the processes itself (torch.multiprocessing), which
+                       keeps the examples independent of torchrun's version (Debian 12's PyTorch
+                       1.13 on Python 3.11 cannot parse torchrun's default --redirects/--tee "0").
+    optimizer_for      sgd: torch.optim.SGD(lr, momentum, weight_decay) over every parameter;
+                       adamw: torch.optim.AdamW(lr, betas=(momentum, 0.999), eps=1e-6), weight
+                       decay on matrices only (dim >= 2: not biases and norms), after
+                       clip_grad_norm_(1.0) (BERT's recipe, and dlbench-worker's:
+                       worker/program/case_setup.cpp); lamb: torch.optim has none, so such a case
+                       is reported unsupported rather than trained with another optimizer.
+
+Distributed: DistributedDataParallel over NCCL on GPUs, gloo on CPUs. Precision: fp32 (TF32 off),
+tf32 (CUDA), amp (CUDA: fp16 autocast + GradScaler), bf16 (autocast; on the CPU only where oneDNN
+has bfloat16 instructions). What a device cannot run is reported as unsupported.
+"""
+import os
+
+import torch
+import torch.distributed as dist
+
+from dlbench_markers import Case, fact, unsupported
+
+__all__ = ["Process", "launch", "Optimizer", "optimizer_for", "why_unsupported"]
+
+
+def launch(train):
+    """Runs `train(case, process)` in one process per device of this node (a module-level
+    function: spawned processes find it by name); returns the exit code."""
+    case = Case.from_environment()
+    if "LOCAL_RANK" not in os.environ and case.gpus_per_node > 1:
+        # Not under torchrun: one process per device on this node, ranks numbered node by node.
+        torch.multiprocessing.spawn(_device_process, args=(train, case), nprocs=case.gpus_per_node, join=True)
+        return 0
+    if "LOCAL_RANK" not in os.environ:
+        os.environ.update(LOCAL_RANK="0", RANK=str(case.node_rank), WORLD_SIZE=str(case.devices))
+    return _run(train, case)
+
+
+def _device_process(local_rank, train, case):
+    os.environ.update(LOCAL_RANK=str(local_rank), RANK=str(case.node_rank * case.gpus_per_node + local_rank),
+                      WORLD_SIZE=str(case.devices))
+    _run(train, case)
+
+
+def _run(train, case):
+    process = Process(case)
+    why = process.why_unsupported(case)
+    if why:
+        if process.reporter:  # one voice for the case
+            unsupported(why)
+        return 0
+    process.start(case)
+    try:
+        train(case, process)
+    finally:
+        if process.world_size > 1:
+            dist.destroy_process_group()
+    return 0
+
+
+class Process:
+    """This process's place in the case: its rank, its device, and whether it speaks for the case."""
+
+    def __init__(self, case):
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        self.rank = int(os.environ["RANK"])
+        self.local_rank = int(os.environ["LOCAL_RANK"])
+        self.cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda", self.local_rank) if self.cuda else torch.device("cpu")
+        self.reporter = self.rank == 0
+        if self.world_size != case.devices:
+            raise SystemExit(f"{self.world_size} processes for a case of {case.devices} devices: start one per device "
+                             f"(torchrun --nproc_per_node $DLBENCH_GPUS_PER_NODE, or no torchrun at all)")
+
+    def why_unsupported(self, case):
+        """Why this case cannot run here, or None."""
+        if case.precision in ("tf32", "amp") and not self.cuda:
+            return f"{case.precision} needs a CUDA device; PyTorch sees none"
+        if case.precision == "bf16" and not self.cuda and not torch.backends.mkldnn.is_available():
+            return "bf16 on the CPU needs oneDNN (mkldnn) in this PyTorch build"
+        return why_unsupported(case)
+
+    def start(self, case):
+        """Joins the process group, sets the device's math for the precision, and states the facts."""
+        if self.world_size > 1:
+            dist.init_process_group("nccl" if self.cuda else "gloo")
+        if self.cuda:
+            torch.cuda.set_device(self.device)
+            torch.backends.cudnn.benchmark = True
+            torch.backends.cuda.matmul.allow_tf32 = case.precision == "tf32"
+            torch.backends.cudnn.allow_tf32 = case.precision == "tf32"
+        if not self.reporter:
+            return
+        fact("framework", "pytorch")
+        fact("frameworkVersion", torch.__version__)
+        fact("backend", "cuda" if self.cuda else "cpu")
+        fact("communicator", ("nccl" if self.cuda else "gloo") if self.world_size > 1 else "none")
+        if self.cuda:
+            fact("gpuModel", torch.cuda.get_device_name(self.device))
+            fact("gpuCount", torch.cuda.device_count())
+            fact("cudaVersion", torch.version.cuda)
+            fact("cudnnVersion", torch.backends.cudnn.version())
+        fact("threads", torch.get_num_threads())
+        fact("dataSource", case.data_source)
+
+    def parallel(self, model):
+        """`model` on every device of the case, its gradients averaged (DistributedDataParallel)."""
+        if self.world_size == 1:
+            return model
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=[self.local_rank] if self.cuda else None)
+
+    def finish_step(self):
+        """The step is over when the device says so."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+
+def why_unsupported(case):
+    """Why PyTorch cannot train with the case's optimizer, or None."""
+    if case.optimizer in ("sgd", "adamw"):
+        return None
+    return f"optimizer {case.optimizer}: torch.optim has no such optimizer (allowed here: sgd, adamw)"
+
+
+class Optimizer:
+    """The torch optimizer, and the global gradient norm to clip to before each step (or None)."""
+
+    def __init__(self, optimizer, max_grad_norm=None):
+        self.optimizer = optimizer
+        self.max_grad_norm = max_grad_norm
+
+    def zero_grad(self):
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def report(self):
+        """States how this process trains, read back from the torch optimizer (its first group, the
+        one that decays), as four facts: dlbench puts them in the result and judges them against
+        the spec, as it does dlbench-worker's."""
+        group = self.optimizer.param_groups[0]
+        adamw = isinstance(self.optimizer, torch.optim.AdamW)
+        fact("optimizer", "adamw" if adamw else "sgd")
+        fact("learningRate", repr(float(group["lr"])))  # repr: the shortest text of the same double
+        fact("momentum", repr(float(group["betas"][0] if adamw else group["momentum"])))
+        fact("weightDecay", repr(float(group["weight_decay"])))
+
+    def step(self, model, scaler=None):
+        """Clips (unscaled gradients, where a GradScaler scaled them) and steps."""
+        if self.max_grad_norm is not None:
+            if scaler is not None:
+                scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
+        if scaler is not None:
+            scaler.step(self.optimizer)
+            scaler.update()
+        else:
+            self.optimizer.step()
+
+
+def optimizer_for(case, model, process):
+    """The case's optimizer (DLBENCH_OPTIMIZER and its numbers) for `model`, stated by the process
+    that speaks for the case; ValueError where PyTorch has none (ask why_unsupported first)."""
+    if case.optimizer == "sgd":
+        optimizer = Optimizer(torch.optim.SGD(model.parameters(), lr=case.learning_rate, momentum=case.momentum,
+                                              weight_decay=case.weight_decay))
+    elif case.optimizer == "adamw":
+        parameters = list(model.parameters())
+        groups = [{"params": [p for p in parameters if p.dim() >= 2]},
+                  {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}]
+        optimizer = Optimizer(torch.optim.AdamW(groups, lr=case.learning_rate, betas=(case.momentum, 0.999),
+                                                eps=1e-6, weight_decay=case.weight_decay), max_grad_norm=1.0)
+    else:
+        raise ValueError(why_unsupported(case))
+    if process.reporter:
+        optimizer.report()
+    return optimizer
