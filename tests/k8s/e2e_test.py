@@ -346,6 +346,9 @@ class EndToEnd(unittest.TestCase):
         for result in results.values():
             self.assertEqual(result["state"], "Succeeded", result)
             self.assertEqual(len(result["throughput"]["repeats"]), 2)
+            # What the script says torch.optim ran, from worker 0's termination message.
+            self.assertEqual(result["optimizer"], {"name": "sgd", "learningRate": 0.1, "momentum": 0.9,
+                                                   "weightDecay": 0.0001}, result)
         one, two = results["1x1-bs4-fp32"], results["2x1-bs4-fp32"]
         check_scaling(self, one, two)  # engine command is judged, never measured again
         self.assertEqual(one["stability"]["extraRepeats"], 0)
