@@ -143,7 +143,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
         for (std::size_t nl; (nl = partial.find('\n')) != std::string::npos;) {
           const std::string line = partial.substr(0, std::min(nl, kTailLineChars));
           partial.erase(0, nl + 1);
-          if (line.find(" repeat ") != std::string::npos) on_repeat(line);
+          if (is_repeat_line(line)) on_repeat(line);
           outcome.last_lines.push_back(line);
           if (outcome.last_lines.size() > 12) outcome.last_lines.pop_front();
         }

@@ -53,6 +53,18 @@ std::string RunProgress::line() const {
   return out;
 }
 
+bool is_repeat_line(std::string_view line) {
+  const auto begin = line.find_first_not_of(' ');
+  if (begin == std::string_view::npos) return false;
+  line.remove_prefix(begin);
+  if (!line.starts_with("case ")) return false;
+  const auto at = line.find(" repeat ");
+  if (at == std::string_view::npos) return false;
+  const std::string_view count = line.substr(at + 8);  // "3/7: …"
+  const auto digits = count.find_first_not_of("0123456789");
+  return digits != 0 && digits != std::string_view::npos && count[digits] == '/';
+}
+
 std::string clock_time(double seconds) {
   const long total = std::lround(std::max(0.0, seconds));
   char buffer[32];

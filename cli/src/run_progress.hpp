@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace dlbench::cli {
 
@@ -33,6 +34,11 @@ class RunProgress {
   int repeats_this_case_ = 0;   // may exceed repeats_per_case when measured again
   std::string current_;
 };
+
+// Whether a line of the worker's (or dlbench-exec's) output says a repeat finished:
+// "  case 1x2-bs8-fp32 repeat 3/7: 41.41 samples/s", not a message that mentions a repeat
+// ("… Failed: LossNotFinite: the loss after repeat 3 was NaN …").
+bool is_repeat_line(std::string_view line);
 
 // 75 s → "1:15"; an hour or more → "1:02:03".
 std::string clock_time(double seconds);

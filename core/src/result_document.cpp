@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -551,6 +553,22 @@ std::string compact_result_document(const std::string& json_text, std::size_t li
   s.drop_environment_details();
   s.shrink([&] { doc.erase("message"); });
   return s.finish("result document");
+}
+
+std::string describe_divergence(const std::vector<double>& losses) {
+  const auto printable = [](double loss) -> std::string {
+    if (std::isnan(loss)) return "NaN";
+    if (std::isinf(loss)) return loss > 0 ? "+infinity" : "-infinity";
+    std::ostringstream out;
+    out << std::setprecision(4) << loss;
+    return out.str();
+  };
+  const auto first = std::find_if(losses.begin(), losses.end(), [](double l) { return !std::isfinite(l); });
+  if (first == losses.end()) return "every loss after a repeat was finite";
+  const auto repeat = first - losses.begin() + 1;
+  std::string m = "the loss after repeat " + std::to_string(repeat) + " was " + printable(*first);
+  if (repeat > 1) m += " (after repeat 1: " + printable(losses.front()) + ")";
+  return m + ": training diverged, so the steps timed did not train the model";
 }
 
 CaseResult to_case_result(const ResultDocument& document, int attempts) {

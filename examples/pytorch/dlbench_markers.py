@@ -17,7 +17,7 @@ Plain `print("@dlbench step 256", flush=True)` does the same; this module only s
 import os
 import sys
 
-__all__ = ["Case", "step", "fact", "unsupported"]
+__all__ = ["Case", "step", "fact", "loss", "unsupported"]
 
 
 def _emit(line):
@@ -32,6 +32,13 @@ def step(samples):
     if samples < 1:
         raise ValueError("samples must be >= 1")
     _emit(f"@dlbench step {samples}")
+
+
+def loss(value):
+    """The training loss after the last step reported: dlbench keeps the last one of each repeat
+    (the result's lossAfterRepeats) and fails a case whose loss is NaN or infinite (LossNotFinite),
+    as for its own engine. Print it after the step's marker, so that reading it is not timed."""
+    _emit(f"@dlbench loss {float(value)!r}")  # repr: nan, inf, -inf, or the shortest exact digits
 
 
 def fact(key, value):

@@ -22,7 +22,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from dlbench_markers import Case, fact, unsupported
+from dlbench_markers import Case, fact, loss, step, unsupported
 
 __all__ = ["Process", "launch", "Optimizer", "optimizer_for", "why_unsupported"]
 
@@ -113,10 +113,19 @@ class Process:
             return model
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=[self.local_rank] if self.cuda else None)
 
-    def finish_step(self):
-        """The step is over when the device says so."""
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
+    def run_steps(self, case, train_step):
+        """The case's steps, back to back (`train_step()` returns its loss): each one's marker once
+        the device has finished it, and after each repeat's last step its loss, read after the
+        marker (untimed, as dlbench-worker reads it)."""
+        per_repeat = case.warmup_steps + case.measure_steps
+        for done in range(1, case.total_steps + 1):
+            last = train_step()
+            if self.cuda:
+                torch.cuda.synchronize(self.device)  # the step is over when the device says so
+            if self.reporter:
+                step(case.global_batch_size)
+                if done % per_repeat == 0:
+                    loss(float(last))
 
 
 def why_unsupported(case):

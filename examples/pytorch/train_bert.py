@@ -22,7 +22,7 @@ import sys
 import torch
 from torch import nn
 
-from dlbench_markers import fact, step, unsupported
+from dlbench_markers import fact, unsupported
 from dlbench_torch import launch, optimizer_for
 
 VOCABULARY = 30522
@@ -102,12 +102,9 @@ def train(case, process):
                     + nn.functional.cross_entropy(nsp, next_sentence))
         (scaler.scale(loss) if scaler is not None else loss).backward()
         optimizer.step(model, scaler)
+        return loss
 
-    for _ in range(case.total_steps):
-        train_step()
-        process.finish_step()
-        if process.reporter:
-            step(case.global_batch_size)
+    process.run_steps(case, train_step)
 
 
 if __name__ == "__main__":

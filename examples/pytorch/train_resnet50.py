@@ -21,7 +21,6 @@ import sys
 import torch
 import torchvision
 
-from dlbench_markers import step
 from dlbench_torch import launch, optimizer_for
 
 
@@ -58,12 +57,9 @@ def train(case, process):
             loss = criterion(model(images), labels)
         (scaler.scale(loss) if scaler is not None else loss).backward()
         optimizer.step(model, scaler)
+        return loss
 
-    for _ in range(case.total_steps):
-        train_step()
-        process.finish_step()
-        if process.reporter:
-            step(case.global_batch_size)
+    process.run_steps(case, train_step)
 
 
 class SkippingBrokenFiles(torch.utils.data.Dataset):

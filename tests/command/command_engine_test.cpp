@@ -1,5 +1,7 @@
 // engine: command's pure parts: the marker protocol, the methodology over marker arrival times,
 // the case read back from the environment, and the reasons a result ends with.
+#include <cmath>
+#include <limits>
 #include <map>
 
 #include <gmock/gmock.h>
@@ -31,6 +33,23 @@ TEST(Markers, StepFactUnsupportedAndOrdinaryLines) {
   EXPECT_EQ(unsupported.value, "bf16 needs Ampere");
   for (const char* ordinary : {"", "step 256", "Epoch 1: loss 6.9", " @dlbench step 1", "@dlbenchmark step 1"}) {
     EXPECT_EQ(parse_marker(ordinary).kind, Marker::Kind::none) << ordinary;
+  }
+}
+
+// The loss as Python prints a float: a number, or nan, inf and -inf.
+TEST(Markers, LossTakesNumbersAndTheValuesThatAreNotFinite) {
+  EXPECT_EQ(parse_marker("@dlbench loss 6.9078").kind, Marker::Kind::loss);
+  EXPECT_DOUBLE_EQ(parse_marker("@dlbench loss 6.9078").loss, 6.9078);
+  EXPECT_DOUBLE_EQ(parse_marker("@dlbench loss 1e-05").loss, 1e-05);
+  EXPECT_TRUE(std::isnan(parse_marker("@dlbench loss nan").loss));
+  EXPECT_TRUE(std::isnan(parse_marker("@dlbench loss NaN").loss));
+  EXPECT_EQ(parse_marker("@dlbench loss inf").loss, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(parse_marker("@dlbench loss -inf").loss, -std::numeric_limits<double>::infinity());
+  for (const char* bad : {"@dlbench loss", "@dlbench loss six", "@dlbench loss 1.5x", "@dlbench loss 1 2",
+                          "@dlbench loss 1e999"}) {
+    const Marker m = parse_marker(bad);
+    EXPECT_EQ(m.kind, Marker::Kind::invalid) << bad;
+    EXPECT_THAT(m.error, HasSubstr("loss:")) << bad;
   }
 }
 
@@ -224,6 +243,44 @@ TEST(CommandResult, TheOptimizerACommandStatesIsTheResultsAndIsChecked) {
   EXPECT_THAT(with_facts({{"optimizer", "sgd"}, {"learningRate", "0.1"}, {"momentum", "0.9x"}, {"weightDecay", "0"}})
                   .message,
               HasSubstr("fact momentum: \"0.9x\" is not a number at least 0 and less than 1"));
+}
+
+// The loss a command reports after the last step of each repeat is the result's lossAfterRepeats;
+// one that is not finite fails the case as dlbench-worker's does (LossNotFinite, repeats kept).
+TEST(CommandResult, TheLossAfterEachRepeatIsKeptAndADivergedOneFailsTheCase) {
+  const auto with_losses = [](std::vector<std::pair<long, double>> losses) {
+    CommandOutcome o;
+    o.exit_code = 0;
+    o.started = true;
+    o.steps = arrivals({1.0, 1.5, 2.0, 2.5, 3.0, 3.5}, 8);  // 2 repeats of 1 + 2 steps
+    o.losses = std::move(losses);
+    CommandCase c = small_case();
+    c.methodology.repeats = 2;
+    return command_result(c, o, EnvironmentInfo{}, "t0", "t1");
+  };
+  // Every step's loss (the last one of each repeat counts), or each repeat's last: the same.
+  const ResultDocument every = with_losses({{1, 6.9}, {2, 6.5}, {3, 6.1}, {4, 5.8}, {5, 5.2}, {6, 4.9}});
+  ASSERT_EQ(every.state, CaseState::Succeeded) << every.reason << ": " << every.message;
+  EXPECT_EQ(every.loss_after_repeats, (std::vector<double>{6.1, 4.9}));
+  EXPECT_TRUE(decode_result_document(to_json(every)).ok());
+  EXPECT_EQ(with_losses({{0, 7.0}, {3, 6.1}, {6, 4.9}}).loss_after_repeats, (std::vector<double>{6.1, 4.9}));
+  EXPECT_TRUE(with_losses({}).loss_after_repeats.empty()) << "a command that reports none";
+
+  const ResultDocument diverged = with_losses({{3, 6.1}, {6, std::numeric_limits<double>::quiet_NaN()}});
+  EXPECT_EQ(diverged.state, CaseState::Failed);
+  EXPECT_EQ(diverged.reason, "LossNotFinite");
+  EXPECT_EQ(diverged.message, "the loss after repeat 2 was NaN (after repeat 1: 6.1): training diverged, so the steps "
+                              "timed did not train the model (the 2 repeats run are kept in the result, not published). "
+                              "Lower the learning rate (spec.optimizer.learningRate)");
+  ASSERT_TRUE(diverged.throughput.has_value());
+  EXPECT_EQ(diverged.throughput->repeats.size(), 2u);
+  EXPECT_FALSE(diverged.stability.has_value());
+  const auto decoded = decode_result_document(to_json(diverged));
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+
+  const ResultDocument partial = with_losses({{3, 6.1}});
+  EXPECT_EQ(partial.reason, "InvalidMarker");
+  EXPECT_THAT(partial.message, HasSubstr("loss: reported in some repeats but not in repeat 2 of 2"));
 }
 
 // A command's repeats that spread are judged, not measured again (its steps are fixed): Unstable.

@@ -123,7 +123,9 @@ spec:
 
     def test_what_pytorch_cannot_train_and_what_trained_otherwise_are_no_figures(self):
         # lamb: torch.optim has none, so the example says so instead of training with another one.
-        # A command that states another learning rate than the spec's timed other work.
+        # A command that states another learning rate than the spec's timed other work. A rate at
+        # which PyTorch's loss turns NaN is LossNotFinite, as for dlbench-worker: the example
+        # reports the loss after each repeat.
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "other-rate.sh"), "w") as f:
                 f.write("""for fact in "optimizer sgd" "learningRate 0.5" "momentum 0.9" "weightDecay 0.0001"; do
@@ -155,6 +157,26 @@ spec:
   methodology: {{warmupSteps: 1, measureSteps: 2, repeats: 1}}
   limits: {{backoffLimit: 0}}
 """, tmp)
+            diverged, diverged_status = run("""apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: pytorch-diverges}
+spec:
+  model: resnet50
+  engine: command
+  command: [sh, -c, 'exec python3 "$DLBENCH_HOME/examples/pytorch/train_resnet50.py"']
+  data: {imageSize: 64}
+  cases: [{batchSizePerDevice: 4, precision: fp32}]
+  optimizer: {learningRate: 100}
+  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 3}
+  limits: {backoffLimit: 1}
+""", tmp)
+        self.assertEqual(diverged.returncode, 1, diverged.stdout + diverged.stderr)
+        result = diverged_status["results"][0]
+        self.assertEqual((result["state"], result["reason"], result["attempts"]), ("Failed", "LossNotFinite", 1), result)
+        self.assertRegex(result["message"], r"the loss after repeat \d was (NaN|[+-]infinity)")
+        self.assertEqual(len(result["throughput"]["repeats"]), 3, "kept, not published")
+        self.assertNotIn("stability", result)
+        self.assertNotIn("measured again", diverged.stdout)
         self.assertEqual(lamb.returncode, 1, lamb.stdout + lamb.stderr)
         result = lamb_status["results"][0]
         self.assertEqual((result["state"], result["reason"]), ("Failed", "Unsupported"), result)

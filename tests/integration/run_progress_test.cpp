@@ -35,6 +35,18 @@ TEST(RunProgress, CountsCasesAndRepeatsAndEstimatesWhatIsLeft) {
   EXPECT_EQ(p.line(), "case 4/4; 12 of 12 repeats done in 0:30, about 0:00 left");
 }
 
+// Only a finished repeat's line moves the count: a LossNotFinite message that names a repeat once
+// made `dlbench run` print "repeat 4 of 3 (measured again)".
+TEST(RunProgress, ARepeatLineIsTheWorkersNotAMessageNamingARepeat) {
+  EXPECT_TRUE(is_repeat_line("    case 1x2-bs8-fp32 repeat 3/7: 41.41 samples/s"));
+  EXPECT_TRUE(is_repeat_line("case 1x1-bs2-fp32 repeat 4/3 (again: the last repeats spread too much): 6.12 samples/s"));
+  EXPECT_TRUE(is_repeat_line("  case 1x1-bs2-fp32 repeat 1/5: 2.87 samples/s, loss not finite: stopping"));
+  EXPECT_FALSE(is_repeat_line("  dlbench-exec: case 1x1-bs4-fp32 Failed: LossNotFinite: the loss after repeat 3 was NaN"));
+  EXPECT_FALSE(is_repeat_line("case 1x1 repeat after repeat"));
+  EXPECT_FALSE(is_repeat_line("case 1x1 repeat 12"));
+  EXPECT_FALSE(is_repeat_line(""));
+}
+
 TEST(RunProgress, ClockTime) {
   EXPECT_EQ(clock_time(0), "0:00");
   EXPECT_EQ(clock_time(75.4), "1:15");

@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <charconv>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -179,6 +180,37 @@ std::optional<OptimizerSpec> optimizer_from_facts(std::map<std::string, std::str
   return optimizer;
 }
 
+// The loss after each repeat from the command's `@dlbench loss` lines: the last one reported
+// after one of the repeat's steps. Empty where the command reports none; an error where it
+// reports some repeats' and not others'.
+std::vector<double> losses_after_repeats(const std::vector<std::pair<long, double>>& reported,
+                                         const Methodology& methodology, std::string& error) {
+  if (reported.empty()) return {};
+  const long per_repeat = methodology.warmup_steps + methodology.measure_steps;
+  std::vector<std::optional<double>> after(static_cast<std::size_t>(methodology.repeats));
+  for (const auto& [steps_before, loss] : reported) {
+    if (steps_before < 1) continue;  // before the first step: no repeat's
+    const long repeat = (steps_before - 1) / per_repeat;
+    if (repeat < methodology.repeats) after[static_cast<std::size_t>(repeat)] = loss;
+  }
+  std::vector<double> losses;
+  std::string missing;
+  for (std::size_t r = 0; r < after.size(); ++r) {
+    if (after[r]) {
+      losses.push_back(*after[r]);
+    } else {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r + 1);
+    }
+  }
+  if (!missing.empty()) {
+    error = "loss: reported in some repeats but not in repeat " + missing + " of " +
+            std::to_string(methodology.repeats) + " (a command that reports the loss reports it after the last step "
+            "of every repeat, or after every step)";
+    return {};
+  }
+  return losses;
+}
+
 }  // namespace
 
 std::optional<CommandCase> case_from_environment(const std::function<const char*(const char*)>& lookup,
@@ -345,6 +377,15 @@ class OutputReader {
       case Marker::Kind::unsupported:
         if (outcome_.unsupported.empty()) outcome_.unsupported = marker.value;
         return;
+      case Marker::Kind::loss: {
+        const long after = static_cast<long>(outcome_.steps.size());
+        if (!outcome_.losses.empty() && outcome_.losses.back().first == after) {
+          outcome_.losses.back().second = marker.loss;
+        } else {
+          outcome_.losses.emplace_back(after, marker.loss);
+        }
+        return;
+      }
       case Marker::Kind::invalid:
         if (outcome_.invalid_marker.empty()) outcome_.invalid_marker = marker.error + " (line: \"" + cut(line) + "\")";
         break;
@@ -539,11 +580,21 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   }
   const StepTimingResult timing = time_steps(o.steps, c.methodology, doc.global_batch_size);
   if (!timing.ok) return fail(timing.reason, timing.message + tail);
+  std::string loss_error;
+  doc.loss_after_repeats = losses_after_repeats(o.losses, c.methodology, loss_error);
+  if (!loss_error.empty()) return fail("InvalidMarker", loss_error);
+  doc.throughput = Throughput{std::string(throughput_unit(c.model)), summarize(timing.repeats.throughput), timing.repeats.throughput};
+  doc.step_time_seconds = summarize(timing.repeats.step_seconds);
+  if (std::any_of(doc.loss_after_repeats.begin(), doc.loss_after_repeats.end(), [](double l) { return !std::isfinite(l); })) {
+    // As dlbench-worker's: the repeats are kept, unjudged and never published.
+    return fail(kReasonLossNotFinite, describe_divergence(doc.loss_after_repeats) + " (the " +
+                                          std::to_string(doc.loss_after_repeats.size()) +
+                                          " repeats run are kept in the result, not published). Lower the learning "
+                                          "rate (spec.optimizer.learningRate)");
+  }
   doc.state = CaseState::Succeeded;
   doc.reason.clear();
   doc.message.clear();
-  doc.throughput = Throughput{std::string(throughput_unit(c.model)), summarize(timing.repeats.throughput), timing.repeats.throughput};
-  doc.step_time_seconds = summarize(timing.repeats.step_seconds);
   // The command runs its steps once: judged, never measured again.
   doc.stability = judge_stability(timing.repeats.throughput, c.methodology.repeats,
                                   max_cv(c.methodology.stability, c.gpu));

@@ -11,6 +11,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "command/step_timing.hpp"
@@ -66,6 +67,9 @@ struct CommandOutcome {
   bool out_of_memory = false;  // the kernel's OOM killer killed something in our cgroup meanwhile
   std::vector<StepArrival> steps;
   std::map<std::string, std::string> facts;
+  // `@dlbench loss` values with the number of step markers seen before each (the last one per
+  // step kept: a script may print a loss every step).
+  std::vector<std::pair<long, double>> losses;
   std::string invalid_marker;  // the first malformed marker's error and line
   std::string unsupported;     // the first `@dlbench unsupported` reason
   std::optional<NcclTransport> nccl_transport;  // from NCCL's INFO lines in the output

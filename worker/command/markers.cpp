@@ -1,6 +1,11 @@
 #include "command/markers.hpp"
 
+#include <cctype>
+#include <charconv>
+#include <cmath>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "dlbench/core/api_rules.hpp"
 
@@ -8,7 +13,24 @@ namespace dlbench::command {
 namespace {
 
 constexpr const char* kForms =
-    "expected \"@dlbench step <samples>\", \"@dlbench fact <key> <value>\" or \"@dlbench unsupported <why>\"";
+    "expected \"@dlbench step <samples>\", \"@dlbench fact <key> <value>\", \"@dlbench loss <value>\" or "
+    "\"@dlbench unsupported <why>\"";
+
+// A loss as scripts print it: a number, or Python's and C's words for the values that are not
+// finite (nan, inf, -inf, in any case, as float() accepts them).
+std::optional<double> loss_value(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "nan" || lower == "+nan" || lower == "-nan") return std::numeric_limits<double>::quiet_NaN();
+  if (lower == "inf" || lower == "+inf" || lower == "infinity" || lower == "+infinity") {
+    return std::numeric_limits<double>::infinity();
+  }
+  if (lower == "-inf" || lower == "-infinity") return -std::numeric_limits<double>::infinity();
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
 
 std::string_view next_word(std::string_view& rest) {
   const auto begin = rest.find_first_not_of(' ');
@@ -76,6 +98,18 @@ Marker parse_marker(std::string_view line) {
     m.kind = Marker::Kind::fact;
     m.key = key;
     m.value = value.substr(0, kMaxFactValueLength);
+    return m;
+  }
+  if (kind == "loss") {
+    const std::string_view text = next_word(rest);
+    const auto value = loss_value(text);
+    if (!value) {
+      return invalid("loss: <value> must be a number (or nan, inf, -inf), got \"" + std::string(text.substr(0, 32)) + "\"");
+    }
+    if (!next_word(rest).empty()) return invalid("loss: takes one argument, <value>");
+    Marker m;
+    m.kind = Marker::Kind::loss;
+    m.loss = *value;
     return m;
   }
   if (kind == "unsupported") {

@@ -7,6 +7,10 @@
 //                                 gpuModel, … (<value> is the rest of the line)
 //   @dlbench unsupported <why>    this case cannot run here (a precision the device lacks, …):
 //                                 the case is Failed with reason Unsupported and never retried
+//   @dlbench loss <value>         the training loss after the last step marker (a number, or
+//                                 nan, inf, -inf): the last one in each repeat is the loss after
+//                                 that repeat, and one that is not finite fails the case
+//                                 (LossNotFinite), as dlbench-worker's does
 //
 // dlbench timestamps a step marker when it arrives; nothing in a marker is a time.
 #pragma once
@@ -21,9 +25,10 @@ inline constexpr std::size_t kMaxFactKeyLength = 63;
 inline constexpr std::size_t kMaxFactValueLength = 256;
 
 struct Marker {
-  enum class Kind { none, step, fact, unsupported, invalid };
+  enum class Kind { none, step, fact, unsupported, loss, invalid };
   Kind kind = Kind::none;
   long samples = 0;          // step
+  double loss = 0;           // loss
   std::string key, value;    // fact; unsupported: value is the reason
   std::string error;         // invalid: what is wrong, naming the allowed forms
 };

@@ -409,9 +409,7 @@ class CaseRun {
   std::string describe_divergence() const {
     const std::vector<double>& losses = doc_.loss_after_repeats;
     std::ostringstream m;
-    m << "the loss after repeat " << losses.size() << " was " << printable_loss(losses.back());
-    if (losses.size() > 1) m << " (after repeat 1: " << printable_loss(losses.front()) << ")";
-    m << ": training diverged, so the steps timed did not train the model and the case stopped there ("
+    m << dlbench::describe_divergence(losses) << " and the case stopped there ("
       << (losses.size() == 1 ? "the repeat run is" : "the " + std::to_string(losses.size()) + " repeats run are")
       << " kept in the result, not published). Lower the learning rate ("
       << o_.learning_rate << " here: spec.optimizer.learningRate, --learning-rate)";
@@ -420,14 +418,6 @@ class CaseRun {
         << " steps, ending at scale " << doc_.loss_scaling->final_scale;
     }
     return m.str();
-  }
-
-  static std::string printable_loss(double loss) {
-    if (std::isnan(loss)) return "NaN";
-    if (std::isinf(loss)) return loss > 0 ? "+infinity" : "-infinity";
-    std::ostringstream out;
-    out << std::setprecision(4) << loss;
-    return out.str();
   }
 
   // The rank that waited longest and the slowest pipeline speak for the job.

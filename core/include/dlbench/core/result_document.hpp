@@ -159,6 +159,12 @@ std::string compact_result_document(const std::string& json_text, std::size_t li
 // The entry that goes into status.results (speed-up is filled in later, across cases).
 CaseResult to_case_result(const ResultDocument& document, int attempts = 1);
 
+// Why a case whose loss after a repeat was NaN or infinite is not a result (LossNotFinite), as
+// both engines say it: "the loss after repeat 3 was NaN (after repeat 1: 6.91): training
+// diverged, so the steps timed did not train the model". `losses`: after each repeat run; the
+// first that is not finite is named.
+std::string describe_divergence(const std::vector<double>& losses);
+
 // What `dlbench-worker --self-test` prints: the "dlbench.selftest/v1" document. The full table
 // of checks goes to the log; the document carries the counts and what did not pass, so that it
 // fits a termination message.
