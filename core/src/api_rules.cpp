@@ -198,6 +198,15 @@ std::optional<std::int64_t> whole_number(std::string_view text, IntBounds bounds
   return value;
 }
 
+std::optional<double> real_number(std::string_view text, RealBounds bounds) {
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !bounds.contains(value)) {
+    return std::nullopt;  // contains() is false for NaN; the bounds are finite, so are the values inside
+  }
+  return value;
+}
+
 std::string RealBounds::describe() const {
   const auto number = [](double v) {
     std::ostringstream out;

@@ -1,12 +1,11 @@
 #include "dlbench/core/run_state.hpp"
 
 #include <algorithm>
-#include <array>
-#include <charconv>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "decoder.hpp"
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/nccl_log.hpp"
 #include "dlbench/core/result_document.hpp"
@@ -16,22 +15,16 @@ namespace dlbench {
 
 namespace {
 
-// The shortest text that reads back as the same double: a mismatch of 0.1 against 0.1000001
-// must not print as "0.1 instead of 0.1".
-std::string exact(double value) {
-  std::array<char, 32> text{};
-  const auto end = std::to_chars(text.data(), text.data() + text.size(), value, std::chars_format::general).ptr;
-  return std::string(text.data(), end);
-}
-
-// The optimizer's fields a worker ran otherwise than asked: "learningRate 0.01 instead of 0.1".
+// The optimizer's fields a worker ran otherwise than asked: "learningRate 0.01 instead of 0.1",
+// each number in its shortest exact digits (detail::format_number), so that 0.1 against 0.1000001 does not
+// print as "0.1 instead of 0.1".
 std::string optimizer_differences(const OptimizerSpec& ran, const OptimizerSpec& asked) {
   std::vector<std::string> differences;
   if (ran.name != asked.name) {
     differences.push_back("name " + std::string(to_string(ran.name)) + " instead of " + std::string(to_string(asked.name)));
   }
   const auto compare = [&](const char* field, double r, double a) {
-    if (r != a) differences.push_back(std::string(field) + " " + exact(r) + " instead of " + exact(a));
+    if (r != a) differences.push_back(std::string(field) + " " + detail::format_number(r) + " instead of " + detail::format_number(a));
   };
   compare("learningRate", ran.learning_rate, asked.learning_rate);
   compare("momentum", ran.momentum, asked.momentum);
@@ -70,23 +63,22 @@ std::optional<CaseResult> result_from_document(const std::string& text, const Ca
     failure.message = decoded.errors.front().to_string();
     return failure;
   }
+  // A document for other work (another case; or another optimizer: another image's defaults, a
+  // flag lost on the way): its figures are not this case's.
+  const auto mismatch = [&](std::string message) {
+    failure.reason = "CaseMismatch";
+    failure.message = std::move(message);
+    failure.start_time = decoded.value->start_time;
+    failure.completion_time = decoded.value->end_time;
+    return failure;
+  };
   if (decoded.value->case_ != expected) {
-    failure.reason = "CaseMismatch";
-    failure.message = "the worker ran " + case_id(decoded.value->case_) + " instead of " + case_id(expected);
-    failure.start_time = decoded.value->start_time;
-    failure.completion_time = decoded.value->end_time;
-    return failure;
+    return mismatch("the worker ran " + case_id(decoded.value->case_) + " instead of " + case_id(expected));
   }
-  // A worker that trained otherwise (another image's defaults, a flag lost on the way) timed
-  // other work: its figures are not this case's.
   if (decoded.value->optimizer && *decoded.value->optimizer != optimizer) {
-    failure.reason = "CaseMismatch";
-    failure.message = "the worker trained " + case_id(expected) + " with another optimizer than the spec's: " +
-                      optimizer_differences(*decoded.value->optimizer, optimizer);
-    failure.optimizer = decoded.value->optimizer;
-    failure.start_time = decoded.value->start_time;
-    failure.completion_time = decoded.value->end_time;
-    return failure;
+    failure.optimizer = decoded.value->optimizer;  // the status says what ran
+    return mismatch("the worker trained " + case_id(expected) + " with another optimizer than the spec's: " +
+                    optimizer_differences(*decoded.value->optimizer, optimizer));
   }
   CaseResult result = to_case_result(*decoded.value, attempt);
   judge_rdma(result, rdma);

@@ -16,6 +16,15 @@ DLBENCH = TORCH_PYTHON = None
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+RESNET_EXAMPLE = """[sh, -c, 'exec python3 "$DLBENCH_HOME/examples/pytorch/train_resnet50.py"']"""
+
+
+def command_run(name, command, rest):
+    """A resnet50 BenchmarkRun under engine: command; `rest` is the rest of its spec, indented."""
+    return (f"apiVersion: dlbench.io/v1alpha1\nkind: BenchmarkRun\nmetadata: {{name: {name}}}\nspec:\n"
+            f"  model: resnet50\n  engine: command\n  command: {command}\n" + rest)
+
+
 def run(spec_yaml, tmp):
     """`dlbench run` on a BenchmarkRun; python3 on PATH is the one with PyTorch."""
     bin_dir = os.path.join(tmp, "bin")
@@ -83,18 +92,12 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
             images = os.path.join(tmp, "images")
             subprocess.run([os.path.join(os.path.dirname(DLBENCH), "dlbench-input"), "generate", images,
                             "--classes", "2", "--per-class", "6", "--broken", "1"], check=True, capture_output=True)
-            p, status = run(f"""apiVersion: dlbench.io/v1alpha1
-kind: BenchmarkRun
-metadata: {{name: pytorch-real}}
-spec:
-  model: resnet50
-  engine: command
-  command: [sh, -c, 'exec python3 "$DLBENCH_HOME/examples/pytorch/train_resnet50.py"']
+            p, status = run(command_run("pytorch-real", RESNET_EXAMPLE, f"""\
   data: {{source: imagefolder, imageSize: 64, path: {images}, decodeThreads: 1}}
   cases: [{{batchSizePerDevice: 4, precision: fp32}}]
   methodology: {{warmupSteps: 2, measureSteps: 3, repeats: 2}}
   limits: {{backoffLimit: 0}}
-""", tmp)
+"""), tmp)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         result = status["results"][0]
         self.assertEqual(result["state"], "Succeeded", result.get("message"))
@@ -137,42 +140,24 @@ done
 i=0
 while [ $i -lt "$DLBENCH_TOTAL_STEPS" ]; do sleep 0.02; echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; i=$((i + 1)); done
 """)
-            lamb, lamb_status = run("""apiVersion: dlbench.io/v1alpha1
-kind: BenchmarkRun
-metadata: {name: pytorch-lamb}
-spec:
-  model: resnet50
-  engine: command
-  command: [sh, -c, 'exec python3 "$DLBENCH_HOME/examples/pytorch/train_resnet50.py"']
+            lamb, lamb_status = run(command_run("pytorch-lamb", RESNET_EXAMPLE, """\
   data: {imageSize: 64}
   cases: [{batchSizePerDevice: 2, precision: fp32}]
   optimizer: {name: lamb}
   methodology: {warmupSteps: 1, measureSteps: 2, repeats: 1}
-""", tmp)
-            other, other_status = run(f"""apiVersion: dlbench.io/v1alpha1
-kind: BenchmarkRun
-metadata: {{name: other-rate}}
-spec:
-  model: resnet50
-  engine: command
-  command: [sh, {os.path.join(tmp, "other-rate.sh")}]
-  cases: [{{batchSizePerDevice: 2, precision: fp32}}]
-  methodology: {{warmupSteps: 1, measureSteps: 2, repeats: 1}}
-  limits: {{backoffLimit: 0}}
-""", tmp)
-            diverged, diverged_status = run("""apiVersion: dlbench.io/v1alpha1
-kind: BenchmarkRun
-metadata: {name: pytorch-diverges}
-spec:
-  model: resnet50
-  engine: command
-  command: [sh, -c, 'exec python3 "$DLBENCH_HOME/examples/pytorch/train_resnet50.py"']
+"""), tmp)
+            other, other_status = run(command_run("other-rate", f"[sh, {os.path.join(tmp, 'other-rate.sh')}]", """\
+  cases: [{batchSizePerDevice: 2, precision: fp32}]
+  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 1}
+  limits: {backoffLimit: 0}
+"""), tmp)
+            diverged, diverged_status = run(command_run("pytorch-diverges", RESNET_EXAMPLE, """\
   data: {imageSize: 64}
   cases: [{batchSizePerDevice: 4, precision: fp32}]
   optimizer: {learningRate: 100}
   methodology: {warmupSteps: 1, measureSteps: 2, repeats: 3}
   limits: {backoffLimit: 1}
-""", tmp)
+"""), tmp)
         self.assertEqual(diverged.returncode, 1, diverged.stdout + diverged.stderr)
         result = diverged_status["results"][0]
         self.assertEqual((result["state"], result["reason"], result["attempts"]), ("Failed", "LossNotFinite", 1), result)
@@ -201,20 +186,14 @@ esac
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "failing.sh"), "w") as f:
                 f.write(script)
-            spec = f"""apiVersion: dlbench.io/v1alpha1
-kind: BenchmarkRun
-metadata: {{name: failing-commands}}
-spec:
-  model: resnet50
-  engine: command
-  command: [sh, {os.path.join(tmp, "failing.sh")}]
+            spec = command_run("failing-commands", f"[sh, {os.path.join(tmp, 'failing.sh')}]", """\
   cases:
-  - {{nodes: 1, gpusPerNode: 1, batchSizePerDevice: 1, precision: fp32}}
-  - {{nodes: 1, gpusPerNode: 1, batchSizePerDevice: 2, precision: fp32}}
-  - {{nodes: 1, gpusPerNode: 1, batchSizePerDevice: 3, precision: fp32}}
-  methodology: {{warmupSteps: 1, measureSteps: 2, repeats: 1}}
-  limits: {{backoffLimit: 1}}
-"""
+  - {nodes: 1, gpusPerNode: 1, batchSizePerDevice: 1, precision: fp32}
+  - {nodes: 1, gpusPerNode: 1, batchSizePerDevice: 2, precision: fp32}
+  - {nodes: 1, gpusPerNode: 1, batchSizePerDevice: 3, precision: fp32}
+  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 1}
+  limits: {backoffLimit: 1}
+""")
             p, status = run(spec, tmp)
         self.assertEqual(p.returncode, 1, "no case succeeded")
         self.assertEqual(status["phase"], "Failed")

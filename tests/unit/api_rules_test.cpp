@@ -85,5 +85,18 @@ TEST(WholeNumber, DecimalDigitsWithinBoundsOnly) {
   }
 }
 
+TEST(RealNumber, FiniteNumbersWithinBoundsWhoseEndsMayBeExclusive) {
+  EXPECT_EQ(real_number("0.0001", bounds::kLearningRate), 0.0001);
+  EXPECT_EQ(real_number("1e-3", bounds::kLearningRate), 0.001);
+  EXPECT_EQ(real_number("100", bounds::kLearningRate), 100.0);
+  EXPECT_EQ(real_number("0", bounds::kMomentum), 0.0);
+  for (const char* bad : {"", "0", "100.5", " 0.1", "0.1 ", "+0.1", "0.1x", "nan", "inf", "1e999"}) {
+    EXPECT_FALSE(real_number(bad, bounds::kLearningRate)) << bad;
+  }
+  EXPECT_FALSE(real_number("1", bounds::kMomentum)) << "an exclusive maximum";
+  EXPECT_EQ(bounds::kLearningRate.describe(), "greater than 0 and at most 100");
+  EXPECT_EQ(bounds::kMomentum.describe(), "at least 0 and less than 1");
+}
+
 }  // namespace
 }  // namespace dlbench

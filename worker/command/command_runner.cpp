@@ -168,13 +168,12 @@ std::optional<OptimizerSpec> optimizer_from_facts(std::map<std::string, std::str
        {"weightDecay", {bounds::kWeightDecay, &optimizer.weight_decay}}}};
   for (const auto& [key, where] : numbers) {
     const std::string& text = facts.at(key);
-    double value = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size() || !where.first.contains(value)) {
+    const auto value = real_number(text, where.first);
+    if (!value) {
       return fail("fact " + std::string(key) + ": \"" + printable(text.substr(0, 64)) + "\" is not a number " +
                   where.first.describe());
     }
-    *where.second = value;
+    *where.second = *value;
   }
   for (const char* key : kOptimizerFacts) facts.erase(key);
   return optimizer;
@@ -261,14 +260,12 @@ std::optional<CommandCase> case_from_environment(const std::function<const char*
   }
   if (const char* text = lookup("DLBENCH_MAX_CV")) {
     const std::string_view view(text);
-    double bound = 0;
-    const auto [end, ec] = std::from_chars(view.data(), view.data() + view.size(), bound);
-    if (ec != std::errc() || end != view.data() + view.size() || !(bound > bounds::kMaxCv.min) ||
-        bound > bounds::kMaxCv.max) {
+    const auto bound = real_number(view, bounds::kMaxCv);
+    if (!bound) {
       error = "DLBENCH_MAX_CV=\"" + printable(std::string(view.substr(0, 64))) + "\": must be a number in (0, 1]";
       return std::nullopt;
     }
-    c.methodology.stability.max_cv = bound;
+    c.methodology.stability.max_cv = *bound;
   }
   for (const char* name : {"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}) {
     const char* devices = lookup(name);

@@ -60,11 +60,8 @@ long parse_bounded(const std::string& flag, const std::string& text, IntBounds b
 double parse_real(const std::string& flag, const std::string& text, RealBounds b) {
   const double v = parse_number<double>(flag, text);
   // NaN compares false with everything: it must be refused explicitly, as must the infinities.
-  if (!std::isfinite(v) || (b.exclusive_min ? v <= b.min : v < b.min) || (b.exclusive_max ? v >= b.max : v > b.max)) {
-    std::ostringstream range;
-    range << (b.exclusive_min ? "greater than " : "at least ") << b.min << " and "
-          << (b.exclusive_max ? "less than " : "at most ") << b.max;
-    throw UsageError{flag + ": " + text + " is out of range; allowed: " + range.str()};
+  if (!std::isfinite(v) || !b.contains(v)) {
+    throw UsageError{flag + ": " + text + " is out of range; allowed: " + b.describe()};
   }
   return v;
 }

@@ -38,6 +38,10 @@ struct RealBounds {
   std::string describe() const;
 };
 
+// `text` as a finite number within `bounds` (from_chars' reading: no spaces, no sign but '-'), or
+// nullopt: whole_number's twin for the reals that arrive as text (environment variables, facts).
+std::optional<double> real_number(std::string_view text, RealBounds bounds);
+
 namespace bounds {
 inline constexpr IntBounds kNodes{1, 1024};
 inline constexpr IntBounds kGpusPerNode{1, 64};
