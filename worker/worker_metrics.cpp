@@ -69,6 +69,8 @@ void WorkerMetrics::on_repeat(double throughput, double loss) {
   if (!std::isnan(loss)) loss_->set(loss);  // NaN: a wrapped script whose loss dlbench does not see
 }
 
+void WorkerMetrics::set_loss(double loss) { loss_->set(loss); }
+
 void WorkerMetrics::set_memory(double activation_bytes, double parameter_bytes) {
   activation_bytes_->set(activation_bytes);
   parameter_bytes_->set(parameter_bytes);

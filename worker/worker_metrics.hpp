@@ -25,6 +25,9 @@ class WorkerMetrics {
 
   void on_step(int repeat, bool measured, double seconds);
   void on_repeat(double throughput, double loss);
+  // A loss known apart from the repeat's throughput (a wrapped command's `@dlbench loss`), set as
+  // it is: NaN or infinite when the training diverged.
+  void set_loss(double loss);
   void set_memory(double activation_bytes, double parameter_bytes);
   // imagefolder: the pipeline's own images/s, each step's wait for input, the case's verdict.
   void set_input_pipeline_throughput(double images_per_second);

@@ -4,12 +4,14 @@
     exec_test.py PATH/TO/dlbench-exec
 """
 import json
+import math
 import os
 import resource
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -144,6 +146,81 @@ class Failures(unittest.TestCase):
         self.assertEqual(doc["state"], "Succeeded")
         peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         self.assertLess(max(peak_kib, before), 64 * 1024, "dlbench-exec (or the flood) held more than 64 MiB")
+
+
+def scrape(port):
+    """The samples of a /metrics page: {(name, frozenset of label pairs): value}."""
+    import re
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)', line)
+        assert m, f"not a sample line: {line!r}"
+        labels = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        samples[(m.group(1), labels)] = float(m.group(3))
+    return samples
+
+
+def sample(samples, name, **labels):
+    found = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    assert len(found) == 1, f"{name} {labels}: {len(found)} samples"
+    return found[0]
+
+
+class LiveMetrics(unittest.TestCase):
+    def test_the_loss_gauge_holds_the_loss_after_the_last_finished_repeat(self):
+        # Each repeat is 2 + 5 steps. The script prints a loss mid-repeat (not a repeat's), then the
+        # loss after the repeat's last step, and waits for the test to scrape before going on.
+        with tempfile.TemporaryDirectory() as tmp:
+            def steps(n):
+                return f"i=0; while [ $i -lt {n} ]; do sleep 0.01; echo '@dlbench step 8'; i=$((i+1)); done; "
+
+            def pause(name):
+                return (f"touch {tmp}/{name}.ready; n=0; while [ ! -e {tmp}/{name}.go ] && [ $n -lt 600 ]; "
+                        "do sleep 0.05; n=$((n+1)); done; ")
+            script = (steps(3) + "echo '@dlbench loss 99'; " + steps(4) + "echo '@dlbench loss 6.5'; " + pause("one") +
+                      steps(7) + "echo '@dlbench loss nan'; " + pause("two") + steps(7) + "echo '@dlbench loss 5'")
+            out = os.path.join(tmp, "result.json")
+            p = subprocess.Popen([EXEC, "--output", out, "--metrics-port", "0", "--", "sh", "-c", script],
+                                 env=case_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                port = None
+                for line in p.stderr:
+                    if line.startswith("dlbench-exec: metrics on port "):
+                        port = int(line.split()[-1])
+                        break
+                self.assertIsNotNone(port, "dlbench-exec never said its metrics port")
+                threading.Thread(target=p.stderr.read, daemon=True).start()  # keep the pipe drained
+
+                def at(name):
+                    deadline = time.monotonic() + 30
+                    while not os.path.exists(f"{tmp}/{name}.ready"):
+                        self.assertLess(time.monotonic(), deadline, f"the script never reached {name}")
+                        time.sleep(0.05)
+                    time.sleep(0.3)  # the marker before the pause has been read by now
+                    return scrape(port)
+
+                first = at("one")
+                self.assertEqual(sample(first, "dlbench_worker_loss", case="1x2-bs4-fp32", run="exec-test"), 6.5)
+                self.assertEqual(sample(first, "dlbench_worker_steps_total", phase="measure"), 5)
+                self.assertGreater(sample(first, "dlbench_worker_repeat_throughput_samples_per_second"), 0)
+                open(f"{tmp}/one.go", "w").close()
+                second = at("two")
+                self.assertTrue(math.isnan(sample(second, "dlbench_worker_loss")), "a diverged loss is shown as it is")
+                self.assertEqual(sample(second, "dlbench_worker_repeat"), 2)
+                open(f"{tmp}/two.go", "w").close()
+                self.assertEqual(p.wait(timeout=30), 1)
+            finally:
+                p.kill()
+                p.wait()
+            with open(out) as f:
+                doc = json.load(f)
+            self.assertEqual(doc["reason"], "LossNotFinite", doc)
+            self.assertEqual(doc["lossAfterRepeats"], [6.5, "NaN", 5])
 
 
 class Nodes(unittest.TestCase):

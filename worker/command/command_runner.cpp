@@ -381,6 +381,7 @@ class OutputReader {
         } else {
           outcome_.losses.emplace_back(after, marker.loss);
         }
+        if (settings_.on_loss) settings_.on_loss(after, marker.loss);
         return;
       }
       case Marker::Kind::invalid:

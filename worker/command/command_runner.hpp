@@ -56,6 +56,8 @@ struct RunSettings {
   int passthrough_fd = 2;               // the command's output goes on here; -1: dropped
   // Called for every step marker as it arrives (index from 0, its arrival time): live metrics.
   std::function<void(long index, double seconds)> on_step;
+  // Called for every `@dlbench loss` marker as it arrives, with the step markers seen before it.
+  std::function<void(long steps_before, double loss)> on_loss;
 };
 
 struct CommandOutcome {

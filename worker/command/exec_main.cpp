@@ -170,6 +170,13 @@ int run(const Options& o) {
                   << std::fixed << std::setprecision(2) << throughput << " samples/s\n";
       }
     };
+    // The gauge holds the loss after the last finished repeat, as dlbench-worker's does: the one a
+    // command reports after a repeat's last step (what becomes the result's lossAfterRepeats).
+    settings.on_loss = [&](long steps_before, double loss) {
+      if (live && steps_before > 0 && steps_before <= c->total_steps() && steps_before % per_repeat == 0) {
+        live->set_loss(loss);
+      }
+    };
   }
   install_signal_forwarding();
   const std::string start_time = rfc3339_utc_now();
