@@ -270,8 +270,16 @@ std::vector<ScalingSeries> scaling_series(const std::vector<Source>& sources) {
   return series;
 }
 
-// The tables a report prints for each precision: throughput, speed-up, efficiency, input wait.
-enum class Table { throughput, speedup, efficiency, input_wait };
+// The tables a report prints for each precision: throughput, speed-up, efficiency, and where
+// some case has them, input wait and the loss (whether the cases compared trained alike).
+enum class Table { throughput, speedup, efficiency, input_wait, loss };
+
+// A loss with four significant digits: losses span 0.001 to 10.
+std::string significant(double v) {
+  std::ostringstream s;
+  s << std::setprecision(4) << v;
+  return s.str();
+}
 
 // One cell of a table: the case of this batch and column, or "" where none ran.
 std::string table_cell(const std::vector<Source>& sources, ReportFormat format, Precision p, int batch, const Column& c,
@@ -297,6 +305,8 @@ std::string table_cell(const std::vector<Source>& sources, ReportFormat format, 
       case Table::input_wait:
         if (!r.input) return "synthetic";
         return fixed(100 * r.input->wait_share, 1) + "% " + std::string(to_string(r.input->verdict));
+      case Table::loss:
+        return r.loss_after_repeats.empty() ? "-" : significant(r.loss_after_repeats.back());
     }
   }
   return "";
@@ -306,25 +316,29 @@ std::string table_cell(const std::vector<Source>& sources, ReportFormat format, 
 void print_precision_tables(std::ostream& out, ReportFormat format, const std::vector<Source>& sources, Precision p) {
   std::set<int> batches;
   std::set<Column> columns;
-  bool real_data = false;
+  std::vector<Table> tables{Table::throughput, Table::speedup, Table::efficiency};
+  bool real_data = false, losses = false;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     for (const auto& r : sources[i].status.results) {
       if (r.case_.precision != p) continue;
       batches.insert(r.case_.batch_size_per_device);
       columns.insert({i, r.case_.nodes, r.case_.gpus_per_node});
       real_data = real_data || r.input;
+      losses = losses || !r.loss_after_repeats.empty();
     }
   }
+  if (real_data) tables.push_back(Table::input_wait);
+  if (losses) tables.push_back(Table::loss);
   std::vector<Column> ordered(columns.begin(), columns.end());
   std::stable_sort(ordered.begin(), ordered.end(), [](const Column& a, const Column& b) {
     return std::make_tuple(a.source, a.nodes * a.gpus, a.nodes) < std::make_tuple(b.source, b.nodes * b.gpus, b.nodes);
   });
   const std::string throughput_title = "throughput (" + throughput_unit_of(sources, p) + ")";
   const std::string titles[] = {throughput_title, "speed-up over 1x1", "scaling efficiency",
-                                "time waiting for input, and the verdict"};
-  const char* csv_titles[] = {"throughput", "speedup", "efficiency", "inputwait"};
-  for (int which = 0; which < (real_data ? 4 : 3); ++which) {
-    const auto table = static_cast<Table>(which);
+                                "time waiting for input, and the verdict", "loss after the last repeat"};
+  const char* csv_titles[] = {"throughput", "speedup", "efficiency", "inputwait", "loss"};
+  for (const Table table : tables) {
+    const auto which = static_cast<std::size_t>(table);
     std::vector<std::string> header{"batch"};
     for (const auto& c : ordered) {
       header.push_back((sources.size() > 1 ? sources[c.source].label + " " : "") + std::to_string(c.nodes) + "x" +

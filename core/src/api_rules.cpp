@@ -178,6 +178,7 @@ std::vector<FieldRule> build_rules() {
   r.push_back(enum_rule<StabilityVerdict>("status.results[].stability.verdict"));
   r.push_back(enum_rule<GpuThrottleReason>("status.results[].interference.gpu.throttleReasons[]"));
   r.push_back(enum_rule<OptimizerName>("status.results[].optimizer.name"));
+  r.push_back(list_rule("status.results[].lossAfterRepeats", bounds::kMaxRepeatsRun));
   return r;
 }
 

@@ -507,7 +507,7 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "stability", "ncclTransport", "optimizer",
-                               "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
+                               "lossAfterRepeats", "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
                                "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
   CaseResult r;
@@ -528,6 +528,19 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
     r.nccl_transport = decode_nccl_transport(d, *t, child(path, "ncclTransport"));
   }
   if (const json* o = Decoder::find(obj, "optimizer")) r.optimizer = decode_optimizer_that_ran(d, *o, child(path, "optimizer"));
+  if (const json* l = Decoder::find(obj, "lossAfterRepeats")) {
+    const std::string at = child(path, "lossAfterRepeats");
+    if (const json* items = d.list(*l, at, 1, bounds::kMaxRepeatsRun)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        const json& loss = (*items)[i];
+        if (loss.is_number()) {
+          r.loss_after_repeats.push_back(loss.get<double>());
+        } else {
+          d.fail(element(at, i), "expected a number, got " + describe_type(loss));
+        }
+      }
+    }
+  }
   if (const json* v = Decoder::find(obj, "speedup")) r.speedup = d.measurement(*v, child(path, "speedup"));
   if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
     r.scaling_efficiency = d.measurement(*v, child(path, "scalingEfficiency"));
@@ -1108,6 +1121,7 @@ json to_json(const CaseResult& r) {
   if (r.stability) out["stability"] = detail::stability_to_json(*r.stability);
   if (r.nccl_transport) out["ncclTransport"] = detail::nccl_transport_to_json(*r.nccl_transport);
   if (r.optimizer) out["optimizer"] = detail::optimizer_to_json(*r.optimizer);
+  if (!r.loss_after_repeats.empty()) out["lossAfterRepeats"] = r.loss_after_repeats;
   if (r.speedup) out["speedup"] = *r.speedup;
   if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;
   if (!r.scaling_refused.empty()) out["scalingRefused"] = r.scaling_refused;

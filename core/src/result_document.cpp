@@ -124,8 +124,6 @@ void require_schema(Decoder& d, const json& document, const char* expected) {
   }
 }
 
-// Every repeat a case can run: its repeats and as many extra ones.
-constexpr std::int64_t kMaxLossesAfterRepeats = bounds::kRepeats.max + bounds::kExtraRepeats.max;
 
 // A loss as JSON: a number, or protobuf's JSON spelling of a value JSON numbers cannot hold.
 json loss_to_json(double loss) {
@@ -425,7 +423,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
     doc.loss_scaling = report;
   }
   if (const json* l = Decoder::find(document, "lossAfterRepeats")) {
-    if (const json* items = d.list(*l, "lossAfterRepeats", 1, kMaxLossesAfterRepeats)) {
+    if (const json* items = d.list(*l, "lossAfterRepeats", 1, bounds::kMaxRepeatsRun)) {
       for (std::size_t i = 0; i < items->size(); ++i) {
         if (auto loss = decode_loss(d, (*items)[i], element("lossAfterRepeats", i))) doc.loss_after_repeats.push_back(*loss);
       }
@@ -582,6 +580,10 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
   r.stability = document.stability;
   r.nccl_transport = document.environment.nccl_transport;
   r.optimizer = document.optimizer;
+  if (std::all_of(document.loss_after_repeats.begin(), document.loss_after_repeats.end(),
+                  [](double loss) { return std::isfinite(loss); })) {
+    r.loss_after_repeats = document.loss_after_repeats;
+  }
   r.reason = document.reason;
   r.message = document.message;
   r.attempts = attempts;

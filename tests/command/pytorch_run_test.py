@@ -53,9 +53,19 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
         self.assertNotEqual(small, example, "the example's shape changed; update this test")
         with tempfile.TemporaryDirectory() as tmp:
             p, status = run(small, tmp)
+            report = subprocess.run([DLBENCH, "report", os.path.join(tmp, "status.json"), "--format", "csv"],
+                                    capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertEqual(status["phase"], "Succeeded")
         results = {r["case"]["gpusPerNode"]: r for r in status["results"]}
+        # The loss the script printed after each repeat is in the status, and its last in the report.
+        for devices, r in results.items():
+            self.assertEqual(len(r["lossAfterRepeats"]), 3, r)
+            self.assertTrue(all(0 < loss < 1000 for loss in r["lossAfterRepeats"]), r)
+            row = f"loss,fp32,4,pytorch-resnet50,1,{devices},"
+            cell = [line[len(row):] for line in report.stdout.splitlines() if line.startswith(row)]
+            self.assertEqual(len(cell), 1, report.stdout)
+            self.assertAlmostEqual(float(cell[0]), r["lossAfterRepeats"][-1], delta=1e-3 * r["lossAfterRepeats"][-1])
         self.assertEqual(sorted(results), [1, 2])
         for devices, r in results.items():
             self.assertEqual(r["state"], "Succeeded", r.get("message"))

@@ -208,6 +208,8 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
                                            InterferenceVerdict::interfered};
   result.scaling_refused = "why";
   result.nccl_transport = NcclTransport{"IB", {"NET/IB", "P2P"}, true};
+  result.optimizer = OptimizerSpec{OptimizerName::adamw, 1e-4, 0.9, 0.01};
+  result.loss_after_repeats = {6.5, 6.25};
   status.results = {result};
   status.best = BestResult{"1x1-bs128-amp", 2.0, "samples/s"};
   status.start_time = "2026-11-26T09:00:00Z";
@@ -224,6 +226,8 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   preflight.interference.reset();
   preflight.scaling_refused.clear();
   preflight.nccl_transport.reset();
+  preflight.optimizer.reset();  // nor training
+  preflight.loss_after_repeats.clear();
   status.preflight = preflight;
   run.status = status;
 

@@ -88,6 +88,10 @@ spec:
       EXPECT_EQ(r.state, CaseState::Succeeded);
       // The real worker's word on how it trained: alexnet's own rate, the spec having none.
       EXPECT_EQ(r.optimizer, (OptimizerSpec{OptimizerName::sgd, 0.01, 0.9, 1e-4}));
+      // And the loss after its one repeat, a finite cross-entropy over 1000 classes.
+      ASSERT_EQ(r.loss_after_repeats.size(), 1u);
+      EXPECT_GT(r.loss_after_repeats[0], 0);
+      EXPECT_LT(r.loss_after_repeats[0], 100);
     } else {
       EXPECT_EQ(r.state, CaseState::Failed);
       EXPECT_EQ(r.reason, "Unsupported");
@@ -131,6 +135,7 @@ spec:
     EXPECT_FALSE(r.speedup.has_value());
     ASSERT_TRUE(r.optimizer.has_value());
     EXPECT_EQ(r.optimizer->learning_rate, 100);
+    EXPECT_TRUE(r.loss_after_repeats.empty()) << "a NaN has no place in the status; the message says it";
   }
   const Outcome report = dlbench("report diverges.status.json");
   EXPECT_EQ(report.exit_code, 0) << report.err;
@@ -402,8 +407,18 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   while (std::getline(lines, line)) {
     EXPECT_EQ(std::count(line.begin(), line.end(), ','), 6) << line;
     ++rows;
+    // The loss after the last repeat of each case measured: the worker's own, from the status.
+    for (const int gpus : {1, 2}) {
+      const std::string prefix = "loss,fp32,2,small,1," + std::to_string(gpus) + ",";
+      if (!line.starts_with(prefix)) continue;
+      const auto& losses = s.results[static_cast<std::size_t>(gpus - 1)].loss_after_repeats;
+      ASSERT_FALSE(losses.empty());
+      EXPECT_NEAR(std::stod(line.substr(prefix.size())), losses.back(), 1e-3 * losses.back()) << line;
+    }
   }
-  EXPECT_EQ(rows, 3 * 4);  // throughput, speed-up, efficiency × 4 cases
+  EXPECT_EQ(rows, 4 * 4);  // throughput, speed-up, efficiency, loss × 4 cases
+  EXPECT_THAT(csv.out, HasSubstr("\nloss,fp32,2,small,2,1,skipped\n"));
+  EXPECT_THAT(table.out, HasSubstr("fp32: loss after the last repeat"));
   const Outcome json = dlbench("report small.status.json --format json");
   EXPECT_EQ(nlohmann::json::parse(json.out).size(), 4u);
   // One run's name twice side by side: each column says which file, or which copy, it is.

@@ -49,6 +49,7 @@ std::string document(const CaseSpec& c, double throughput, const std::string& re
   if (reason.empty()) {
     const std::vector<double> repeats{throughput, throughput * 1.01, throughput * 0.99};
     doc.throughput = Throughput{"samples/s", summarize(repeats), repeats};
+    doc.loss_after_repeats = {6.5, 6.25, 6};
   } else {
     doc.state = CaseState::Failed;
     doc.reason = reason;
@@ -141,6 +142,7 @@ TEST(StatusAgreement, SameOutcomesGiveTheSameStatusThroughBothExecutors) {
   EXPECT_EQ(op["results"][0]["state"], "Succeeded");
   EXPECT_EQ(op["results"][0]["attempts"], 2);
   EXPECT_EQ(op["results"][0]["optimizer"], json::parse(kAskedJson)) << "the rate that ran, resolved, in the status";
+  EXPECT_EQ(op["results"][0]["lossAfterRepeats"], json::parse("[6.5, 6.25, 6]"));
   EXPECT_EQ(op["results"][1]["reason"], "CaseMismatch");
   EXPECT_EQ(op["results"][1]["message"],
             "the worker trained 1x1-bs8-fp32 with another optimizer than the spec's: learningRate 0.01 instead of 0.1");

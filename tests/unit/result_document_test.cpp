@@ -129,6 +129,39 @@ TEST(ResultDocument, TheOptimizerThatRanGoesIntoTheStatusAndIsJudged) {
                           "status.results[0].optimizer.momentum: 1 is out of range; allowed: at least 0 and less than 1"));
 }
 
+// The status keeps the loss after each repeat where every one is finite (JSON numbers only),
+// and a diverged case none: its message says which loss was not finite.
+TEST(ResultDocument, TheStatusKeepsTheLossesAfterRepeatsWhenAllAreFinite) {
+  ResultDocument doc = sample_document();
+  doc.loss_after_repeats = {6.9, 6.1, 5.4};
+  const CaseResult trained = to_case_result(doc);
+  EXPECT_EQ(trained.loss_after_repeats, doc.loss_after_repeats);
+  BenchmarkRunStatus status;
+  status.results.push_back(trained);
+  const json written = to_json(status);
+  EXPECT_EQ(written["results"][0]["lossAfterRepeats"], json::parse("[6.9, 6.1, 5.4]"));
+  const auto read = decode_status(written);
+  ASSERT_TRUE(read.ok()) << read.errors.front().to_string();
+  EXPECT_EQ(read.value->results[0].loss_after_repeats, doc.loss_after_repeats);
+
+  doc.state = CaseState::Failed;
+  doc.reason = kReasonLossNotFinite;
+  doc.loss_after_repeats = {6.9, std::numeric_limits<double>::quiet_NaN(), 5.4};
+  const CaseResult diverged = to_case_result(doc);
+  EXPECT_TRUE(diverged.loss_after_repeats.empty());
+  EXPECT_FALSE(to_json(diverged).contains("lossAfterRepeats"));
+
+  json bad = written;
+  bad["results"][0]["lossAfterRepeats"] = json::parse(R"([6.9, "NaN"])");
+  std::vector<std::string> errors;
+  for (const auto& e : decode_status(bad).errors) errors.push_back(e.to_string());
+  EXPECT_THAT(errors, ::testing::ElementsAre("status.results[0].lossAfterRepeats[1]: expected a number, got a string"));
+  bad["results"][0]["lossAfterRepeats"] = json::array();
+  errors.clear();
+  for (const auto& e : decode_status(bad).errors) errors.push_back(e.to_string());
+  EXPECT_THAT(errors, ::testing::ElementsAre(::testing::StartsWith("status.results[0].lossAfterRepeats:")));
+}
+
 TEST(ResultDocument, MemoryReportRoundTripsAndIsChecked) {
   ResultDocument doc = sample_document();
   doc.memory = MemoryReport{1.25e9, 4.0e9, 3.0e8, 2.1e9};

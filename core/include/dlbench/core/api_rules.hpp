@@ -62,6 +62,8 @@ inline constexpr IntBounds kRepeats{1, 1000};
 // methodology.stability: a cv is a share of the mean; more repeats than that cost more than they tell.
 inline constexpr RealBounds kMaxCv{0.0, 1.0, true, false};
 inline constexpr IntBounds kExtraRepeats{0, 1000};
+// Every repeat a case can run: its repeats and as many extra ones (a loss after each).
+inline constexpr std::int64_t kMaxRepeatsRun = kRepeats.max + kExtraRepeats.max;
 inline constexpr IntBounds kCaseTimeoutSeconds{1, 7 * 24 * 3600};
 inline constexpr IntBounds kBackoffLimit{0, 10};
 inline constexpr IntBounds kRdmaPerNode{1, 64};

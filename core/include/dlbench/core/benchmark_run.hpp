@@ -375,6 +375,9 @@ struct CaseResult {
   std::optional<StabilityReport> stability;         // Succeeded: how the repeats agreed
   std::optional<NcclTransport> nccl_transport;      // what NCCL used, where it said
   std::optional<OptimizerSpec> optimizer;           // native cases: how the worker says it trained
+  // The loss after each repeat run, in order, where the worker or command reported it and every
+  // one is finite (a LossNotFinite case's message names the one that was not).
+  std::vector<double> loss_after_repeats;
   std::optional<double> speedup;                    // over the matching 1×1 case
   std::optional<double> scaling_efficiency;         // speedup / devices
   std::string scaling_refused;  // why speedup and efficiency are not published (an impossible figure)
