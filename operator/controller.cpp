@@ -102,6 +102,9 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
   case_cpu_pressure_ = &registry_.gauge("dlbench_case_cpu_pressure_ratio",
                                         "Share of a finished case's measured time in which some task waited for a CPU "
                                         "on its busiest node (PSI); `verdict` is clean or interfered (above 0.1).");
+  case_loss_ = &registry_.gauge("dlbench_case_loss",
+                                "Training loss after the last repeat of a finished case (status.results[]."
+                                "lossAfterRepeats), where the worker or the command reported it.");
   const auto on_error = [this](const std::string& kind, const std::string& what, int status) {
     if (status == Informer<CachedRun>::kStalledWatch) {
       watch_stalls_->add({{"kind", kind}}).increment();
@@ -194,7 +197,7 @@ void Controller::forget(const std::string& ns, const std::string& name) {
   const metrics::Labels run{{"namespace", ns}, {"run", name}};
   for (auto* family :
        {runs_by_phase_, case_throughput_, case_throughput_sequences_, case_speedup_, case_efficiency_, case_devices_, case_failed_, case_cpu_pressure_,
-        case_repeats_cv_, case_scaling_refused_}) {
+        case_repeats_cv_, case_scaling_refused_, case_loss_}) {
     family->remove_matching(run);
   }
   {
@@ -502,6 +505,7 @@ void Controller::record_metrics(const std::string& ns, const std::string& name, 
     if (r.speedup) case_speedup_->add(labels).set(*r.speedup);
     if (r.scaling_efficiency) case_efficiency_->add(labels).set(*r.scaling_efficiency);
     case_scaling_refused_->add(labels).set(r.scaling_refused.empty() ? 0 : 1);
+    if (!r.loss_after_repeats.empty()) case_loss_->add(labels).set(r.loss_after_repeats.back());
     if (r.stability) {
       metrics::Labels with_verdict = labels;
       with_verdict["verdict"] = std::string(to_string(r.stability->verdict));

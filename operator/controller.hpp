@@ -142,6 +142,7 @@ class Controller {
   metrics::Family<metrics::Gauge>* case_cpu_pressure_;
   metrics::Family<metrics::Gauge>* case_repeats_cv_;
   metrics::Family<metrics::Gauge>* case_scaling_refused_;
+  metrics::Family<metrics::Gauge>* case_loss_;
   metrics::Counter* status_conflicts_;
   metrics::Histogram* reconcile_seconds_;
   metrics::Gauge* queue_depth_;

@@ -40,6 +40,7 @@ std::string result_for(const CaseSpec& c, double throughput) {
   doc.methodology.repeats = 3;
   const std::vector<double> repeats{throughput, throughput, throughput};
   doc.throughput = Throughput{"samples/s", summarize(repeats), repeats};
+  doc.loss_after_repeats = {6.5, 6.25, throughput / 4};  // a last loss to tell the cases apart
   doc.environment.backend = "cpu";
   return to_json(doc).dump();
 }
@@ -158,6 +159,10 @@ TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
   const std::string exposition = controller.registry().serialize();
   EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_operator_reconciles_total{result=\"changed\"}"));
   EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_speedup{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 1.9"));
+  // The loss after each case's last repeat, from its status.
+  EXPECT_EQ(decoded.value->results[1].loss_after_repeats, (std::vector<double>{6.5, 6.25, 4.75}));
+  EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_loss{case=\"1x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 2.5"));
+  EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_loss{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 4.75"));
 }
 
 // Forwards every request; before the first PATCH to a path starting with `path`, runs `before`:
