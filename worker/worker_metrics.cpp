@@ -1,7 +1,6 @@
 #include "worker_metrics.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 #include "dlbench/core/enums.hpp"
 
@@ -64,10 +63,7 @@ void WorkerMetrics::on_step(int repeat, bool measured, double seconds) {
   if (seconds > 0) throughput_->set(static_cast<double>(global_batch_) / seconds);
 }
 
-void WorkerMetrics::on_repeat(double throughput, double loss) {
-  repeat_throughput_->set(throughput);
-  if (!std::isnan(loss)) loss_->set(loss);  // NaN: a wrapped script whose loss dlbench does not see
-}
+void WorkerMetrics::on_repeat(double throughput) { repeat_throughput_->set(throughput); }
 
 void WorkerMetrics::set_loss(double loss) { loss_->set(loss); }
 

@@ -22,11 +22,12 @@ class WorkerMetrics {
  public:
   WorkerMetrics(const WorkerIdentity& id, int port);
   int port() const { return server_->port(); }
+  const metrics::Registry& registry() const { return registry_; }
 
   void on_step(int repeat, bool measured, double seconds);
-  void on_repeat(double throughput, double loss);
-  // A loss known apart from the repeat's throughput (a wrapped command's `@dlbench loss`), set as
-  // it is: NaN or infinite when the training diverged.
+  void on_repeat(double throughput);
+  // The loss after the repeat that just ended, set as it is: NaN or infinite when the training
+  // diverged (the case then ends LossNotFinite).
   void set_loss(double loss);
   void set_memory(double activation_bytes, double parameter_bytes);
   // imagefolder: the pipeline's own images/s, each step's wait for input, the case's verdict.

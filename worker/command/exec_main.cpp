@@ -165,7 +165,7 @@ int run(const Options& o) {
       if (within + 1 == per_repeat && seconds > repeat_start) {
         const double throughput = repeat_throughput(c->case_.global_batch_size(), c->methodology.measure_steps,
                                                     seconds - repeat_start);
-        if (live) live->on_repeat(throughput, std::nan(""));
+        if (live) live->on_repeat(throughput);
         std::cerr << "  case " << id << " repeat " << repeat + 1 << "/" << c->methodology.repeats << ": "
                   << std::fixed << std::setprecision(2) << throughput << " samples/s\n";
       }

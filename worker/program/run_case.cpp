@@ -361,7 +361,10 @@ class CaseRun {
           const double loss = loss_after_repeat(trainer);  // untimed
           doc_.loss_after_repeats.push_back(loss);
           measured.push_back(m.throughput);
-          if (live_) live_->on_repeat(m.throughput, loss);
+          if (live_) {
+            live_->on_repeat(m.throughput);
+            live_->set_loss(loss);
+          }
           if (comm_.rank() == 0) {
             std::cerr << "  case " << case_id(doc_.case_) << " repeat " << r + 1 << "/" << o_.repeats
                       << (r >= o_.repeats ? " (again: the last repeats spread too much)" : "") << ": " << std::fixed
