@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # BERT-base the way a user compares engines: one spec, run by dlbench-worker (engine: native) and
 # by examples/pytorch/train_bert.py (engine: command), through `dlbench run`, side by side in
-# `dlbench report`. Same model shape (110,106,428 parameters), synthetic batch, AdamW recipe and
+# `dlbench report --relative`. Same model shape (110,106,428 parameters), synthetic batch, AdamW recipe and
 # methodology; alternated ROUNDS times (this machine is shared and noisy), each round's report
 # printed, then each engine's median of the rounds' medians per case.
 #
@@ -44,7 +44,8 @@ for round in $(seq "$rounds"); do
       > "$scratch/$engine-$round.log" 2>&1 || { cat "$scratch/$engine-$round.log" >&2; exit 1; }
   done
   echo "## round $round"
-  "$dlbench" report "$scratch/native-$round.json" "$scratch/pytorch-$round.json" --format markdown
+  # PyTorch first: the relative table is then dlbench-worker's throughput as a multiple of PyTorch's.
+  "$dlbench" report "$scratch/pytorch-$round.json" "$scratch/native-$round.json" --relative --format markdown
 done
 
 python3 - "$scratch" "$rounds" <<'PY'

@@ -25,7 +25,7 @@ constexpr const char* kSynopsis = R"(Usage:
   dlbench run -f run.yaml [--output STATUS.json] [--backend auto|cpu|cuda] [--max-devices N] [--worker PATH]
               [--mpirun PATH] [--exec PATH]
       Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable, 130 interrupted.
-  dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg]
+  dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg] [--relative]
   dlbench launch [--termination-log FILE] -- mpirun ... dlbench-worker ...
   dlbench version
   dlbench help
@@ -108,6 +108,9 @@ void add_report(CLI::App& app, dlbench::cli::ReportOptions& o) {
       "table | markdown | csv | json (default table)", "FORMAT");
   dlbench::add_text_option(*c, "--plot", [&o](const std::string& v) { o.plot = v; },
                            "also draw throughput and speed-up against devices, with the ideal line", "scaling.svg");
+  c->add_flag("--relative", o.relative,
+              "after each throughput table, every later run's throughput as a multiple of the first run's in the same "
+              "cell (batch, nodes x GPUs); json: relativeThroughput");
 }
 
 void add_launch(CLI::App& app, dlbench::cli::LaunchOptions& o) {

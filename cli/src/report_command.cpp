@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <limits>
 #include <iomanip>
 #include <map>
@@ -281,14 +283,51 @@ std::string significant(double v) {
   return s.str();
 }
 
+// The result of a source's case of this precision, batch and nodes × GPUs, if it ran.
+const CaseResult* find_result(const Source& s, Precision p, int batch, int nodes, int gpus) {
+  for (const auto& r : s.status.results) {
+    if (r.case_.precision == p && r.case_.batch_size_per_device == batch && r.case_.nodes == nodes &&
+        r.case_.gpus_per_node == gpus) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+// --relative: the case's reported throughput over the first run's in the same cell, where both
+// were measured in one unit.
+std::optional<double> relative_throughput(const std::vector<Source>& sources, const Source& s, const CaseResult& r) {
+  if (r.state != CaseState::Succeeded || !r.throughput) return std::nullopt;
+  const CaseResult* base = find_result(sources.front(), r.case_.precision, r.case_.batch_size_per_device, r.case_.nodes,
+                                       r.case_.gpus_per_node);
+  if (base == nullptr || base->state != CaseState::Succeeded || !base->throughput ||
+      base->throughput->unit != r.throughput->unit) {
+    return std::nullopt;
+  }
+  const double reference = reported_value(base->throughput->summary, sources.front().statistic);
+  if (!(reference > 0)) return std::nullopt;
+  return reported_value(r.throughput->summary, s.statistic) / reference;
+}
+
+// A cell of the --relative table: "1.66x" ("unstable" where either figure is), "failed" or
+// "skipped" as the run's own case, "-" where the first run has no figure to compare with.
+std::string relative_cell(const std::vector<Source>& sources, ReportFormat format, Precision p, int batch,
+                          const Column& c) {
+  const CaseResult* r = find_result(sources[c.source], p, batch, c.nodes, c.gpus);
+  if (r == nullptr) return "";
+  if (r->state != CaseState::Succeeded) return r->state == CaseState::Skipped ? "skipped" : "failed";
+  const auto ratio = relative_throughput(sources, sources[c.source], *r);
+  if (!ratio) return "-";
+  if (format == ReportFormat::csv) return fixed(*ratio, 3);
+  const CaseResult* base = find_result(sources.front(), p, batch, c.nodes, c.gpus);
+  return fixed(*ratio, 2) + "x" + (unstable(*r) || unstable(*base) ? " unstable" : "");
+}
+
 // One cell of a table: the case of this batch and column, or "" where none ran.
 std::string table_cell(const std::vector<Source>& sources, ReportFormat format, Precision p, int batch, const Column& c,
                        Table table) {
-  for (const auto& r : sources[c.source].status.results) {
-    if (r.case_.precision != p || r.case_.batch_size_per_device != batch || r.case_.nodes != c.nodes ||
-        r.case_.gpus_per_node != c.gpus) {
-      continue;
-    }
+  if (const CaseResult* found = find_result(sources[c.source], p, batch, c.nodes, c.gpus)) {
+    const CaseResult& r = *found;
     if (r.state != CaseState::Succeeded) return r.state == CaseState::Skipped ? "skipped" : "failed";
     switch (table) {
       case Table::throughput: {
@@ -312,8 +351,10 @@ std::string table_cell(const std::vector<Source>& sources, ReportFormat format, 
   return "";
 }
 
-// A precision's tables: one column per run and node × GPU split, one row per batch size.
-void print_precision_tables(std::ostream& out, ReportFormat format, const std::vector<Source>& sources, Precision p) {
+// A precision's tables: one column per run and node × GPU split, one row per batch size; with
+// `relative`, after the throughput, the later runs' columns as multiples of the first run's.
+void print_precision_tables(std::ostream& out, ReportFormat format, const std::vector<Source>& sources, Precision p,
+                            bool relative) {
   std::set<int> batches;
   std::set<Column> columns;
   std::vector<Table> tables{Table::throughput, Table::speedup, Table::efficiency};
@@ -337,29 +378,38 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   const std::string titles[] = {throughput_title, "speed-up over 1x1", "scaling efficiency",
                                 "time waiting for input, and the verdict", "loss after the last repeat"};
   const char* csv_titles[] = {"throughput", "speedup", "efficiency", "inputwait", "loss"};
-  for (const Table table : tables) {
-    const auto which = static_cast<std::size_t>(table);
+  const auto print_table = [&](const std::string& title, const std::string& csv_title, const std::vector<Column>& shown,
+                               const std::function<std::string(int, const Column&)>& cell) {
     std::vector<std::string> header{"batch"};
-    for (const auto& c : ordered) {
+    for (const auto& c : shown) {
       header.push_back((sources.size() > 1 ? sources[c.source].label + " " : "") + std::to_string(c.nodes) + "x" +
                        std::to_string(c.gpus));
     }
     std::vector<std::vector<std::string>> rows;
     for (const int b : batches) {
       if (format == ReportFormat::csv) {
-        for (const auto& c : ordered) {
+        for (const auto& c : shown) {
           rows.push_back({std::string(to_string(p)), std::to_string(b), sources[c.source].label, std::to_string(c.nodes),
-                          std::to_string(c.gpus), table_cell(sources, format, p, b, c, table)});
+                          std::to_string(c.gpus), cell(b, c)});
         }
         continue;
       }
       std::vector<std::string> row{std::to_string(b)};
-      for (const auto& c : ordered) row.push_back(table_cell(sources, format, p, b, c, table));
+      for (const auto& c : shown) row.push_back(cell(b, c));
       rows.push_back(row);
     }
-    const std::string title =
-        format == ReportFormat::csv ? csv_titles[which] : std::string(to_string(p)) + ": " + titles[which];
-    print_grid(out, format, title, header, rows);
+    print_grid(out, format, format == ReportFormat::csv ? csv_title : std::string(to_string(p)) + ": " + title, header,
+               rows);
+  };
+  for (const Table table : tables) {
+    const auto which = static_cast<std::size_t>(table);
+    print_table(titles[which], csv_titles[which], ordered,
+                [&](int b, const Column& c) { return table_cell(sources, format, p, b, c, table); });
+    if (table != Table::throughput || !relative) continue;
+    std::vector<Column> later;
+    std::copy_if(ordered.begin(), ordered.end(), std::back_inserter(later), [](const Column& c) { return c.source > 0; });
+    print_table("throughput relative to " + sources.front().label + " (the first run)", "relative", later,
+                [&](int b, const Column& c) { return relative_cell(sources, format, p, b, c); });
   }
 }
 
@@ -395,6 +445,19 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
     for (auto& s : std::get<std::vector<Source>>(loaded)) sources.push_back(std::move(s));
   }
   distinguish_labels(sources);
+  if (options.relative) {
+    if (sources.size() < 2) {
+      err << "error: --relative needs two or more runs: the first is the one the others are compared with\n";
+      return 2;
+    }
+    for (const Source& s : sources) {
+      if (s.model && sources.front().model && *s.model != *sources.front().model) {
+        err << "error: --relative compares runs of one model: " << sources.front().label << " trained "
+            << to_string(*sources.front().model) << ", " << s.label << " " << to_string(*s.model) << "\n";
+        return 2;
+      }
+    }
+  }
   if (!options.plot.empty()) {
     std::ofstream plot(options.plot);
     plot << render_scaling_svg(scaling_series(sources));
@@ -409,6 +472,9 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
       for (const auto& r : s.status.results) {
         nlohmann::json row = to_json(r);
         row["run"] = s.label;
+        if (options.relative && &s != &sources.front()) {
+          if (const auto ratio = relative_throughput(sources, s, r)) row["relativeThroughput"] = *ratio;
+        }
         j.push_back(row);
       }
     }
@@ -420,7 +486,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
   for (const auto& s : sources) {
     for (const auto& r : s.status.results) precisions.insert(r.case_.precision);
   }
-  for (const Precision p : precisions) print_precision_tables(out, options.format, sources, p);
+  for (const Precision p : precisions) print_precision_tables(out, options.format, sources, p, options.relative);
   if (options.format != ReportFormat::csv) {
     print_unmeasured(out, options.format, sources);
     print_case_warnings(out, options.format, sources);

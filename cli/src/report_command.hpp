@@ -12,6 +12,9 @@ struct ReportOptions {
   std::vector<std::string> files;  // status files (a BenchmarkRun with status, or a bare status)
   ReportFormat format = ReportFormat::table;
   std::string plot;  // also write the scaling plot (SVG) here
+  // Each later run's throughput as a multiple of the first run's in the same cell (batch,
+  // nodes × GPUs): dlbench's engine against a framework's script, a driver before and after.
+  bool relative = false;
 };
 
 int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err);

@@ -431,6 +431,42 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   EXPECT_THAT(twice.out, HasSubstr("throughput,fp32,2,small #2,1,1,"));
   EXPECT_THAT(dlbench("report small.status.json again.json --format json").out, HasSubstr("\"run\": \"small in again.json\""));
 
+  // --relative: a copy of the run whose every throughput is 1.5 times the first run's.
+  BenchmarkRun faster = status("small.status.json");
+  faster.metadata.name = "faster";
+  for (auto& r : faster.status->results) {
+    if (!r.throughput) continue;
+    for (double& t : r.throughput->repeats) t *= 1.5;
+    r.throughput->summary = summarize(r.throughput->repeats);
+  }
+  write("faster.json", to_json(faster).dump());
+  const Outcome relative = dlbench("report small.status.json faster.json --relative --format csv");
+  ASSERT_EQ(relative.exit_code, 0) << relative.err;
+  EXPECT_THAT(relative.out, HasSubstr("\nrelative,fp32,2,faster,1,1,1.500\n"));
+  EXPECT_THAT(relative.out, HasSubstr("\nrelative,fp32,2,faster,1,2,1.500\n"));
+  EXPECT_THAT(relative.out, HasSubstr("\nrelative,fp32,2,faster,2,1,skipped\n"));
+  EXPECT_THAT(relative.out, Not(HasSubstr("relative,fp32,2,small,")));  // the first run is the reference
+  const Outcome relative_table = dlbench("report small.status.json faster.json --relative");
+  EXPECT_THAT(relative_table.out, HasSubstr("fp32: throughput relative to small (the first run)\n  batch  faster 1x1  faster 1x2"));
+  EXPECT_THAT(relative_table.out, HasSubstr("1.50x"));
+  const auto rows_json = nlohmann::json::parse(dlbench("report small.status.json faster.json --relative --format json").out);
+  int compared = 0;
+  for (const auto& row : rows_json) {
+    if (!row.contains("relativeThroughput")) continue;
+    EXPECT_EQ(row["run"], "faster");
+    EXPECT_NEAR(row["relativeThroughput"].get<double>(), 1.5, 1e-12);
+    ++compared;
+  }
+  EXPECT_EQ(compared, 2);
+  const Outcome alone = dlbench("report small.status.json --relative");
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_THAT(alone.err, HasSubstr("--relative needs two or more runs"));
+  faster.spec.model = Model::resnet152;
+  write("other-model.json", to_json(faster).dump());
+  const Outcome other_model = dlbench("report small.status.json other-model.json --relative");
+  EXPECT_EQ(other_model.exit_code, 2);
+  EXPECT_THAT(other_model.err, HasSubstr("--relative compares runs of one model: small trained resnet50, faster resnet152"));
+
   // The scaling plot: one line per run × precision × batch in each panel, plus the ideal.
   const Outcome plot = dlbench("report small.status.json --plot scaling.svg");
   ASSERT_EQ(plot.exit_code, 0) << plot.err;
