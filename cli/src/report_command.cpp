@@ -1,8 +1,10 @@
 // `dlbench report`: DLPerf-style tables from status files. For each precision: rows are batch
 // sizes, columns are nodes×GPUs (of every file given, side by side); then the same grid for
 // speed-up and for scaling efficiency; where a run trained on real data (imagefolder), one more
-// for the share of time steps waited for input and the input-bound or compute-bound verdict.
-// Then every case without a measurement, with its reason and message.
+// for the share of time steps waited for input and the input-bound or compute-bound verdict;
+// where cases reported their loss, the loss after the last repeat; with --relative, the later
+// runs' throughput as multiples of the first's. Then every case without a measurement, with its
+// reason and message.
 #include "report_command.hpp"
 
 #include <algorithm>
