@@ -105,6 +105,12 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
   case_loss_ = &registry_.gauge("dlbench_case_loss",
                                 "Training loss after the last repeat of a finished case (status.results[]."
                                 "lossAfterRepeats), where the worker or the command reported it.");
+  case_flops_ = &registry_.gauge("dlbench_case_training_flops_per_second",
+                                 "Training arithmetic of a finished case per device: the worker's FLOPs per sample "
+                                 "x the reported throughput / devices (status.results[].flops).");
+  case_mfu_ = &registry_.gauge("dlbench_case_mfu_ratio",
+                               "Model FLOPs utilisation of a finished case: its training FLOP/s per device over the "
+                               "device's dense peak for the precision, where dlbench knows the peak.");
   const auto on_error = [this](const std::string& kind, const std::string& what, int status) {
     if (status == Informer<CachedRun>::kStalledWatch) {
       watch_stalls_->add({{"kind", kind}}).increment();
@@ -197,7 +203,7 @@ void Controller::forget(const std::string& ns, const std::string& name) {
   const metrics::Labels run{{"namespace", ns}, {"run", name}};
   for (auto* family :
        {runs_by_phase_, case_throughput_, case_throughput_sequences_, case_speedup_, case_efficiency_, case_devices_, case_failed_, case_cpu_pressure_,
-        case_repeats_cv_, case_scaling_refused_, case_loss_}) {
+        case_repeats_cv_, case_scaling_refused_, case_loss_, case_flops_, case_mfu_}) {
     family->remove_matching(run);
   }
   {
@@ -506,6 +512,10 @@ void Controller::record_metrics(const std::string& ns, const std::string& name, 
     if (r.scaling_efficiency) case_efficiency_->add(labels).set(*r.scaling_efficiency);
     case_scaling_refused_->add(labels).set(r.scaling_refused.empty() ? 0 : 1);
     if (!r.loss_after_repeats.empty()) case_loss_->add(labels).set(r.loss_after_repeats.back());
+    if (r.flops) {
+      case_flops_->add(labels).set(r.flops->per_second_per_device);
+      if (r.flops->mfu) case_mfu_->add(labels).set(*r.flops->mfu);
+    }
     if (r.stability) {
       metrics::Labels with_verdict = labels;
       with_verdict["verdict"] = std::string(to_string(r.stability->verdict));

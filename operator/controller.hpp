@@ -143,6 +143,8 @@ class Controller {
   metrics::Family<metrics::Gauge>* case_repeats_cv_;
   metrics::Family<metrics::Gauge>* case_scaling_refused_;
   metrics::Family<metrics::Gauge>* case_loss_;
+  metrics::Family<metrics::Gauge>* case_flops_;
+  metrics::Family<metrics::Gauge>* case_mfu_;
   metrics::Counter* status_conflicts_;
   metrics::Histogram* reconcile_seconds_;
   metrics::Gauge* queue_depth_;

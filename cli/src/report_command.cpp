@@ -2,7 +2,8 @@
 // sizes, columns are nodes×GPUs (of every file given, side by side); then the same grid for
 // speed-up and for scaling efficiency; where a run trained on real data (imagefolder), one more
 // for the share of time steps waited for input and the input-bound or compute-bound verdict;
-// where cases reported their loss, the loss after the last repeat; with --relative, the later
+// where cases reported their loss, the loss after the last repeat; where the worker counted its
+// FLOPs, the training TFLOP/s per device, and its share of the device's peak where known; with --relative, the later
 // runs' throughput as multiples of the first's. Then every case without a measurement, with its
 // reason and message.
 #include "report_command.hpp"
@@ -275,8 +276,9 @@ std::vector<ScalingSeries> scaling_series(const std::vector<Source>& sources) {
 }
 
 // The tables a report prints for each precision: throughput, speed-up, efficiency, and where
-// some case has them, input wait and the loss (whether the cases compared trained alike).
-enum class Table { throughput, speedup, efficiency, input_wait, loss };
+// some case has them, input wait, the loss (whether the cases compared trained alike), the
+// training arithmetic per device and its share of the device's peak.
+enum class Table { throughput, speedup, efficiency, input_wait, loss, flops, mfu };
 
 // A loss with four significant digits: losses span 0.001 to 10.
 std::string significant(double v) {
@@ -348,6 +350,10 @@ std::string table_cell(const std::vector<Source>& sources, ReportFormat format, 
         return fixed(100 * r.input->wait_share, 1) + "% " + std::string(to_string(r.input->verdict));
       case Table::loss:
         return r.loss_after_repeats.empty() ? "-" : significant(r.loss_after_repeats.back());
+      case Table::flops:
+        return r.flops ? significant(r.flops->per_second_per_device / 1e12) : "-";
+      case Table::mfu:
+        return r.flops && r.flops->mfu ? fixed(100 * *r.flops->mfu, 1) + "%" : "-";
     }
   }
   return "";
@@ -360,7 +366,7 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   std::set<int> batches;
   std::set<Column> columns;
   std::vector<Table> tables{Table::throughput, Table::speedup, Table::efficiency};
-  bool real_data = false, losses = false;
+  bool real_data = false, losses = false, flops = false, mfu = false;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     for (const auto& r : sources[i].status.results) {
       if (r.case_.precision != p) continue;
@@ -368,18 +374,24 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
       columns.insert({i, r.case_.nodes, r.case_.gpus_per_node});
       real_data = real_data || r.input;
       losses = losses || !r.loss_after_repeats.empty();
+      flops = flops || r.flops;
+      mfu = mfu || (r.flops && r.flops->mfu);
     }
   }
   if (real_data) tables.push_back(Table::input_wait);
   if (losses) tables.push_back(Table::loss);
+  if (flops) tables.push_back(Table::flops);
+  if (mfu) tables.push_back(Table::mfu);
   std::vector<Column> ordered(columns.begin(), columns.end());
   std::stable_sort(ordered.begin(), ordered.end(), [](const Column& a, const Column& b) {
     return std::make_tuple(a.source, a.nodes * a.gpus, a.nodes) < std::make_tuple(b.source, b.nodes * b.gpus, b.nodes);
   });
   const std::string throughput_title = "throughput (" + throughput_unit_of(sources, p) + ")";
   const std::string titles[] = {throughput_title, "speed-up over 1x1", "scaling efficiency",
-                                "time waiting for input, and the verdict", "loss after the last repeat"};
-  const char* csv_titles[] = {"throughput", "speedup", "efficiency", "inputwait", "loss"};
+                                "time waiting for input, and the verdict", "loss after the last repeat",
+                                "training arithmetic per device (TFLOP/s)",
+                                "model FLOPs utilisation (of the device's dense peak)"};
+  const char* csv_titles[] = {"throughput", "speedup", "efficiency", "inputwait", "loss", "tflops", "mfu"};
   const auto print_table = [&](const std::string& title, const std::string& csv_title, const std::vector<Column>& shown,
                                const std::function<std::string(int, const Column&)>& cell) {
     std::vector<std::string> header{"batch"};

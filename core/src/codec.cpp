@@ -507,7 +507,7 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "stability", "ncclTransport", "optimizer",
-                               "lossAfterRepeats", "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
+                               "lossAfterRepeats", "flops", "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
                                "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
   CaseResult r;
@@ -541,6 +541,7 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
       }
     }
   }
+  if (const json* f = Decoder::find(obj, "flops")) r.flops = decode_flops(d, *f, child(path, "flops"));
   if (const json* v = Decoder::find(obj, "speedup")) r.speedup = d.measurement(*v, child(path, "speedup"));
   if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
     r.scaling_efficiency = d.measurement(*v, child(path, "scalingEfficiency"));
@@ -920,6 +921,34 @@ std::optional<StabilityReport> detail::decode_stability(Decoder& d, const json& 
   return r;
 }
 
+std::optional<FlopsReport> detail::decode_flops(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"trainingPerSample", "perSecondPerDevice", "peakPerDevice", "mfu"});
+  const std::size_t errors_before = d.errors.size();
+  FlopsReport f;
+  if (const json* v = d.require(obj, path, "trainingPerSample", "FLOPs of one sample's training step")) {
+    if (auto x = d.measurement(*v, child(path, "trainingPerSample"))) f.training_per_sample = *x;
+  }
+  if (const json* v = d.require(obj, path, "perSecondPerDevice", "training FLOP/s per device")) {
+    if (auto x = d.measurement(*v, child(path, "perSecondPerDevice"))) f.per_second_per_device = *x;
+  }
+  if (const json* v = Decoder::find(obj, "peakPerDevice")) f.peak_per_device = d.measurement(*v, child(path, "peakPerDevice"));
+  if (const json* v = Decoder::find(obj, "mfu")) f.mfu = d.measurement(*v, child(path, "mfu"));
+  if (d.errors.size() != errors_before) return std::nullopt;
+  if (f.mfu.has_value() != f.peak_per_device.has_value()) {
+    d.fail(child(path, f.mfu ? "peakPerDevice" : "mfu"), "mfu and peakPerDevice come together");
+    return std::nullopt;
+  }
+  return f;
+}
+
+json detail::flops_to_json(const FlopsReport& f) {
+  json out{{"trainingPerSample", f.training_per_sample}, {"perSecondPerDevice", f.per_second_per_device}};
+  if (f.peak_per_device) out["peakPerDevice"] = *f.peak_per_device;
+  if (f.mfu) out["mfu"] = *f.mfu;
+  return out;
+}
+
 std::optional<NcclTransport> detail::decode_nccl_transport(Decoder& d, const json& obj, const std::string& path) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"network", "links", "gpuDirectRdma"});
@@ -1122,6 +1151,7 @@ json to_json(const CaseResult& r) {
   if (r.nccl_transport) out["ncclTransport"] = detail::nccl_transport_to_json(*r.nccl_transport);
   if (r.optimizer) out["optimizer"] = detail::optimizer_to_json(*r.optimizer);
   if (!r.loss_after_repeats.empty()) out["lossAfterRepeats"] = r.loss_after_repeats;
+  if (r.flops) out["flops"] = detail::flops_to_json(*r.flops);
   if (r.speedup) out["speedup"] = *r.speedup;
   if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;
   if (!r.scaling_refused.empty()) out["scalingRefused"] = r.scaling_refused;

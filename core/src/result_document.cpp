@@ -584,6 +584,17 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
                   [](double loss) { return std::isfinite(loss); })) {
     r.loss_after_repeats = document.loss_after_repeats;
   }
+  // The arithmetic of a measured case whose worker counted it (engine: command's cannot).
+  if (document.state == CaseState::Succeeded && document.throughput && document.flops_per_sample.training > 0) {
+    FlopsReport flops;
+    flops.training_per_sample = document.flops_per_sample.training;
+    flops.per_second_per_device = document.flops_per_sample.training *
+                                  reported_value(document.throughput->summary, document.methodology.statistic) /
+                                  static_cast<double>(document.devices);
+    flops.peak_per_device = document.peak_flops_per_device;
+    flops.mfu = document.mfu;
+    r.flops = flops;
+  }
   r.reason = document.reason;
   r.message = document.message;
   r.attempts = attempts;

@@ -210,6 +210,7 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   result.nccl_transport = NcclTransport{"IB", {"NET/IB", "P2P"}, true};
   result.optimizer = OptimizerSpec{OptimizerName::adamw, 1e-4, 0.9, 0.01};
   result.loss_after_repeats = {6.5, 6.25};
+  result.flops = FlopsReport{24.5e9, 1.2e14, 9.894e14, 0.12};
   status.results = {result};
   status.best = BestResult{"1x1-bs128-amp", 2.0, "samples/s"};
   status.start_time = "2026-11-26T09:00:00Z";
@@ -228,6 +229,7 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   preflight.nccl_transport.reset();
   preflight.optimizer.reset();  // nor training
   preflight.loss_after_repeats.clear();
+  preflight.flops.reset();
   status.preflight = preflight;
   run.status = status;
 

@@ -88,6 +88,12 @@ spec:
       EXPECT_EQ(r.state, CaseState::Succeeded);
       // The real worker's word on how it trained: alexnet's own rate, the spec having none.
       EXPECT_EQ(r.optimizer, (OptimizerSpec{OptimizerName::sgd, 0.01, 0.9, 1e-4}));
+      // Its training arithmetic: alexnet's FLOPs x the one repeat's throughput, no peak on a CPU.
+      ASSERT_TRUE(r.flops.has_value());
+      EXPECT_GT(r.flops->training_per_sample, 1e8);
+      EXPECT_NEAR(r.flops->per_second_per_device, r.flops->training_per_sample * r.throughput->summary.median,
+                  1e-9 * r.flops->per_second_per_device);
+      EXPECT_FALSE(r.flops->mfu.has_value());
       // And the loss after its one repeat, a finite cross-entropy over 1000 classes.
       ASSERT_EQ(r.loss_after_repeats.size(), 1u);
       EXPECT_GT(r.loss_after_repeats[0], 0);
@@ -416,7 +422,14 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
       EXPECT_NEAR(std::stod(line.substr(prefix.size())), losses.back(), 1e-3 * losses.back()) << line;
     }
   }
-  EXPECT_EQ(rows, 4 * 4);  // throughput, speed-up, efficiency, loss × 4 cases
+  EXPECT_EQ(rows, 5 * 4);  // throughput, speed-up, efficiency, loss, training TFLOP/s × 4 cases
+  const double tflops = s.results[0].flops->per_second_per_device / 1e12;
+  EXPECT_THAT(csv.out, ::testing::ContainsRegex("\ntflops,fp32,2,small,1,1,[0-9.e-]+\n"));
+  EXPECT_THAT(table.out, HasSubstr("fp32: training arithmetic per device (TFLOP/s)"));
+  EXPECT_THAT(table.out, Not(HasSubstr("model FLOPs utilisation"))) << "no peak is known for a CPU";
+  const std::string tflops_prefix = "\ntflops,fp32,2,small,1,1,";
+  const std::string tflops_row = csv.out.substr(csv.out.find(tflops_prefix) + tflops_prefix.size());
+  EXPECT_NEAR(std::stod(tflops_row), tflops, 1e-3 * tflops);
   EXPECT_THAT(csv.out, HasSubstr("\nloss,fp32,2,small,2,1,skipped\n"));
   EXPECT_THAT(table.out, HasSubstr("fp32: loss after the last repeat"));
   const Outcome json = dlbench("report small.status.json --format json");
@@ -447,7 +460,8 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   EXPECT_THAT(relative.out, HasSubstr("\nrelative,fp32,2,faster,2,1,skipped\n"));
   EXPECT_THAT(relative.out, Not(HasSubstr("relative,fp32,2,small,")));  // the first run is the reference
   const Outcome relative_table = dlbench("report small.status.json faster.json --relative");
-  EXPECT_THAT(relative_table.out, HasSubstr("fp32: throughput relative to small (the first run)\n  batch  faster 1x1  faster 1x2"));
+  EXPECT_THAT(relative_table.out, ::testing::ContainsRegex("fp32: throughput relative to small \\(the first run\\)\n"
+                                                           "  batch +faster 1x1 +faster 1x2 +faster 2x1 +faster 2x2\n"));
   EXPECT_THAT(relative_table.out, HasSubstr("1.50x"));
   const auto rows_json = nlohmann::json::parse(dlbench("report small.status.json faster.json --relative --format json").out);
   int compared = 0;

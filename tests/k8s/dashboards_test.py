@@ -258,6 +258,8 @@ class DashboardsTest(unittest.TestCase):
         self.assertAlmostEqual(float(cv[LIVE_CASE]), results[LIVE_CASE]["stability"]["cv"], places=6)
         refused = self.instant('max by (case) (dlbench_case_scaling_refused{namespace="default", run="dash"})')
         self.assertEqual(refused[LIVE_CASE], "1" if results[LIVE_CASE].get("scalingRefused") else "0")
+        flops = self.instant('max by (case) (dlbench_case_training_flops_per_second{namespace="default", run="dash"})')
+        self.assertAlmostEqual(float(flops[LIVE_CASE]) / results[LIVE_CASE]["flops"]["perSecondPerDevice"], 1, places=9)
         loss = self.instant('max by (case) (dlbench_case_loss{namespace="default", run="dash"})')
         self.assertAlmostEqual(float(loss[LIVE_CASE]), results[LIVE_CASE]["lossAfterRepeats"][-1], places=6)
         failed = self.instant('max by (reason) (dlbench_case_failed{namespace="default", run="dash"})')

@@ -20,6 +20,7 @@
 #include "../support/test_support.hpp"
 #include "controller.hpp"
 #include "dlbench/core/codec.hpp"
+#include "dlbench/core/device_peaks.hpp"
 #include "dlbench/core/planner.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
@@ -41,6 +42,9 @@ std::string result_for(const CaseSpec& c, double throughput) {
   const std::vector<double> repeats{throughput, throughput, throughput};
   doc.throughput = Throughput{"samples/s", summarize(repeats), repeats};
   doc.loss_after_repeats = {6.5, 6.25, throughput / 4};  // a last loss to tell the cases apart
+  doc.flops_per_sample = {1e12, 3e12};
+  doc.peak_flops_per_device = 1e14;  // as on a GPU whose peak dlbench knows
+  doc.mfu = model_flops_utilization(3e12, throughput, 1e14, c.devices());
   doc.environment.backend = "cpu";
   return to_json(doc).dump();
 }
@@ -163,6 +167,10 @@ TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
   EXPECT_EQ(decoded.value->results[1].loss_after_repeats, (std::vector<double>{6.5, 6.25, 4.75}));
   EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_loss{case=\"1x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 2.5"));
   EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_loss{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 4.75"));
+  // And its arithmetic: 3 TFLOPs a sample x 19 samples/s over 2 devices, 28.5% of a 100 TFLOP/s peak.
+  EXPECT_THAT(exposition, ::testing::HasSubstr(
+                              "dlbench_case_training_flops_per_second{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 2.85e+13"));
+  EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_mfu_ratio{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 0.285"));
 }
 
 // Forwards every request; before the first PATCH to a path starting with `path`, runs `before`:

@@ -4,8 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "dlbench/core/device_peaks.hpp"
 #include "dlbench/core/codec.hpp"
+#include "dlbench/core/device_peaks.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/run_state.hpp"
 #include "dlbench/core/statistics.hpp"
@@ -160,6 +160,50 @@ TEST(ResultDocument, TheStatusKeepsTheLossesAfterRepeatsWhenAllAreFinite) {
   errors.clear();
   for (const auto& e : decode_status(bad).errors) errors.push_back(e.to_string());
   EXPECT_THAT(errors, ::testing::ElementsAre(::testing::StartsWith("status.results[0].lossAfterRepeats:")));
+}
+
+// A measured case's training arithmetic goes into the status: the worker's FLOPs per sample,
+// what the reported throughput makes of them per device, and the peak and MFU where known.
+TEST(ResultDocument, TheStatusSaysTheTrainingArithmeticPerDeviceAndTheMfuWhereThePeakIsKnown) {
+  ResultDocument doc = sample_document();  // 8 H100s, median 7600 images/s, 24.54 GFLOPs a sample
+  const CaseResult cpu_like = to_case_result(doc);
+  ASSERT_TRUE(cpu_like.flops.has_value());
+  EXPECT_EQ(cpu_like.flops->training_per_sample, 24.54e9);
+  EXPECT_DOUBLE_EQ(cpu_like.flops->per_second_per_device, 24.54e9 * 7600.0 / 8);
+  EXPECT_FALSE(cpu_like.flops->mfu.has_value());
+  EXPECT_FALSE(to_json(cpu_like)["flops"].contains("mfu"));
+
+  doc.peak_flops_per_device = 989.4e12;
+  doc.mfu = model_flops_utilization(24.54e9, 7600.0, 989.4e12, 8);
+  const CaseResult gpu = to_case_result(doc);
+  ASSERT_TRUE(gpu.flops.has_value());
+  EXPECT_EQ(gpu.flops->peak_per_device, 989.4e12);
+  EXPECT_NEAR(*gpu.flops->mfu, gpu.flops->per_second_per_device / 989.4e12, 1e-15);
+  BenchmarkRunStatus status;
+  status.results.push_back(gpu);
+  const json written = to_json(status);
+  EXPECT_EQ(written["results"][0]["flops"]["peakPerDevice"], 989.4e12);
+  const auto read = decode_status(written);
+  ASSERT_TRUE(read.ok()) << read.errors.front().to_string();
+  EXPECT_EQ(read.value->results[0].flops, gpu.flops);
+
+  json bad = written;
+  bad["results"][0]["flops"].erase("peakPerDevice");
+  bad["results"][0]["flops"].erase("trainingPerSample");
+  std::vector<std::string> errors;
+  for (const auto& e : decode_status(bad).errors) errors.push_back(e.to_string());
+  EXPECT_THAT(errors, ::testing::ElementsAre(::testing::StartsWith("status.results[0].flops.trainingPerSample: required")));
+  bad["results"][0]["flops"]["trainingPerSample"] = 24.54e9;
+  errors.clear();
+  for (const auto& e : decode_status(bad).errors) errors.push_back(e.to_string());
+  EXPECT_THAT(errors, ::testing::ElementsAre("status.results[0].flops.peakPerDevice: mfu and peakPerDevice come together"));
+
+  doc.state = CaseState::Failed;  // nothing published, no arithmetic claimed
+  doc.reason = "LossNotFinite";
+  EXPECT_FALSE(to_case_result(doc).flops.has_value());
+  doc = sample_document();
+  doc.flops_per_sample = {};  // engine: command's documents do not count
+  EXPECT_FALSE(to_case_result(doc).flops.has_value());
 }
 
 TEST(ResultDocument, MemoryReportRoundTripsAndIsChecked) {

@@ -365,6 +365,18 @@ struct NcclTransport {
 };
 inline constexpr const char* kReasonRdmaNotUsed = "RdmaNotUsed";
 
+// The training arithmetic a measured case did: the FLOPs of one sample's forward and backward
+// pass (the worker's count of its layers), what the reported throughput makes of them per device
+// and second, and where the device's dense peak for the precision is known, the model FLOPs
+// utilisation (per second per device / peak).
+struct FlopsReport {
+  double training_per_sample = 0;
+  double per_second_per_device = 0;
+  std::optional<double> peak_per_device;
+  std::optional<double> mfu;
+  bool operator==(const FlopsReport&) const = default;
+};
+
 struct CaseResult {
   CaseSpec case_;
   CaseState state = CaseState::Succeeded;
@@ -378,6 +390,7 @@ struct CaseResult {
   // The loss after each repeat run, in order, where the worker or command reported it and every
   // one is finite (a LossNotFinite case's message names the one that was not).
   std::vector<double> loss_after_repeats;
+  std::optional<FlopsReport> flops;  // native cases measured: the training arithmetic per device
   std::optional<double> speedup;                    // over the matching 1×1 case
   std::optional<double> scaling_efficiency;         // speedup / devices
   std::string scaling_refused;  // why speedup and efficiency are not published (an impossible figure)
