@@ -3,9 +3,9 @@
 // speed-up and for scaling efficiency; where a run trained on real data (imagefolder), one more
 // for the share of time steps waited for input and the input-bound or compute-bound verdict;
 // where cases reported their loss, the loss after the last repeat; where the worker counted its
-// FLOPs, the training TFLOP/s per device, and its share of the device's peak where known; with --relative, the later
-// runs' throughput as multiples of the first's. Then every case without a measurement, with its
-// reason and message.
+// FLOPs, the training TFLOP/s per device, and its share of the device's peak where known; with
+// --relative, the later runs' throughput as multiples of the first's. Then every case without a
+// measurement, with its reason and message.
 #include "report_command.hpp"
 
 #include <algorithm>
@@ -298,12 +298,17 @@ const CaseResult* find_result(const Source& s, Precision p, int batch, int nodes
   return nullptr;
 }
 
-// --relative: the case's reported throughput over the first run's in the same cell, where both
-// were measured in one unit.
-std::optional<double> relative_throughput(const std::vector<Source>& sources, const Source& s, const CaseResult& r) {
+// --relative: the first run's case in the same cell as r, if it ran.
+const CaseResult* baseline_of(const std::vector<Source>& sources, const CaseResult& r) {
+  return find_result(sources.front(), r.case_.precision, r.case_.batch_size_per_device, r.case_.nodes,
+                     r.case_.gpus_per_node);
+}
+
+// --relative: the case's reported throughput over its baseline's (the first run's case in the
+// same cell), where both were measured in one unit.
+std::optional<double> relative_throughput(const std::vector<Source>& sources, const Source& s, const CaseResult& r,
+                                          const CaseResult* base) {
   if (r.state != CaseState::Succeeded || !r.throughput) return std::nullopt;
-  const CaseResult* base = find_result(sources.front(), r.case_.precision, r.case_.batch_size_per_device, r.case_.nodes,
-                                       r.case_.gpus_per_node);
   if (base == nullptr || base->state != CaseState::Succeeded || !base->throughput ||
       base->throughput->unit != r.throughput->unit) {
     return std::nullopt;
@@ -320,10 +325,10 @@ std::string relative_cell(const std::vector<Source>& sources, ReportFormat forma
   const CaseResult* r = find_result(sources[c.source], p, batch, c.nodes, c.gpus);
   if (r == nullptr) return "";
   if (r->state != CaseState::Succeeded) return r->state == CaseState::Skipped ? "skipped" : "failed";
-  const auto ratio = relative_throughput(sources, sources[c.source], *r);
+  const CaseResult* base = baseline_of(sources, *r);
+  const auto ratio = relative_throughput(sources, sources[c.source], *r, base);
   if (!ratio) return "-";
   if (format == ReportFormat::csv) return fixed(*ratio, 3);
-  const CaseResult* base = find_result(sources.front(), p, batch, c.nodes, c.gpus);
   return fixed(*ratio, 2) + "x" + (unstable(*r) || unstable(*base) ? " unstable" : "");
 }
 
@@ -487,7 +492,9 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
         nlohmann::json row = to_json(r);
         row["run"] = s.label;
         if (options.relative && &s != &sources.front()) {
-          if (const auto ratio = relative_throughput(sources, s, r)) row["relativeThroughput"] = *ratio;
+          if (const auto ratio = relative_throughput(sources, s, r, baseline_of(sources, r))) {
+            row["relativeThroughput"] = *ratio;
+          }
         }
         j.push_back(row);
       }

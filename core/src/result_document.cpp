@@ -124,7 +124,6 @@ void require_schema(Decoder& d, const json& document, const char* expected) {
   }
 }
 
-
 // A loss as JSON: a number, or protobuf's JSON spelling of a value JSON numbers cannot hold.
 json loss_to_json(double loss) {
   if (std::isnan(loss)) return "NaN";
