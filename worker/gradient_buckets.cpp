@@ -12,17 +12,19 @@ GradientBuckets::GradientBuckets(Communicator& communicator, const ParameterStor
   const auto& params = parameters.parameters();
   const auto limit = static_cast<std::int64_t>(bucket_bytes / sizeof(float));
   // Backward produces gradients from the last parameter to the first; those are contiguous
-  // at the end of the flat buffer, so each bucket is one slice.
+  // at the end of the flat buffer, so each bucket is one slice (the zero padding between its
+  // parameters included).
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
     const Parameter* p = *it;
-    const std::int64_t n = p->value.numel();
-    if (buckets_.empty() || (buckets_.back().count > 0 && buckets_.back().count + n > limit)) buckets_.push_back({});
+    const std::int64_t extent = padded_parameter_elements(p->value.numel());
+    if (buckets_.empty() || (buckets_.back().count > 0 && buckets_.back().count + extent > limit)) buckets_.push_back({});
     Bucket& b = buckets_.back();
     b.offset = p->offset;  // moves down as earlier parameters join
-    b.count += n;
+    b.count += extent;
+    b.parameter_elements += p->value.numel();
     bucket_of_[p] = buckets_.size() - 1;
   }
-  for (Bucket& b : buckets_) b.pending = b.count;
+  for (Bucket& b : buckets_) b.pending = b.parameter_elements;
 }
 
 void GradientBuckets::gradients_ready(const std::vector<Parameter*>& parameters) {
@@ -47,7 +49,7 @@ void GradientBuckets::finish() {
   }
   communicator_.complete_reductions();  // the mean, in the reduction itself: no second pass
   for (Bucket& b : buckets_) {
-    b.pending = b.count;
+    b.pending = b.parameter_elements;
     b.started = false;
   }
   started_ = 0;

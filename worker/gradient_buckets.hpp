@@ -27,8 +27,9 @@ class GradientBuckets {
 
   struct Bucket {
     std::int64_t offset = 0;  // elements into the flat gradient buffer
-    std::int64_t count = 0;
-    std::int64_t pending = 0;  // elements whose gradients are not ready yet this step
+    std::int64_t count = 0;               // elements of the slice, padding included
+    std::int64_t parameter_elements = 0;  // of which the parameters' own
+    std::int64_t pending = 0;  // parameters' elements whose gradients are not ready yet this step
     bool started = false;
   };
   const std::vector<Bucket>& buckets() const { return buckets_; }

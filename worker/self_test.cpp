@@ -255,7 +255,7 @@ SelfTestCheck compare_layer(const LayerCheck& lc, const LayerOutcome& got, const
 }
 
 std::vector<float> weights_of(Backend& backend, Trainer& trainer) {
-  return download(backend, trainer.parameters().values(), trainer.parameter_count());
+  return download(backend, trainer.parameters().values(), trainer.parameters().elements());
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -971,7 +971,8 @@ void loss_scaling_checks(Checker& checker, Backend& primary) {
     trainer.set_before_update([&] {
       if (step++ != 2) return;
       const float inf = std::numeric_limits<float>::infinity();
-      primary.copy_from_host(trainer.parameters().grads() + trainer.parameter_count() / 2, &inf, sizeof inf);
+      const auto& parameters = trainer.parameters().parameters();
+      primary.copy_from_host(trainer.parameters().grads() + parameters[parameters.size() / 2]->offset, &inf, sizeof inf);
     });
     trainer.step();
     trainer.step();

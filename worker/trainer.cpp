@@ -235,7 +235,7 @@ void Trainer::queue_gradients() {
   network_->backward(loss_.dlogits(), context_);
   if (before_update_) before_update_();
   if (loss_scaling_) {
-    backend_.unscale_and_check_finite(parameters_.grads(), parameters_.count(), loss_scale_state(), *loss_scaling_);
+    backend_.unscale_and_check_finite(parameters_.grads(), parameters_.elements(), loss_scale_state(), *loss_scaling_);
   }
 }
 
@@ -275,12 +275,12 @@ void Trainer::step() {
   // Captured at step >= 1, so the recorded update is never the first (momentum buffer = grad).
   if (adamw_ && lamb_) {
     backend_.lamb_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.second_moment(),
-                         parameters_.count(), decay_ranges_, *adamw_, updates_queued_ + 1, loss_scale);
+                         parameters_.elements(), decay_ranges_, *adamw_, updates_queued_ + 1, loss_scale);
   } else if (adamw_) {
     backend_.adamw_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.second_moment(),
-                          parameters_.count(), decay_ranges_, *adamw_, updates_queued_ + 1, loss_scale);
+                          parameters_.elements(), decay_ranges_, *adamw_, updates_queued_ + 1, loss_scale);
   } else {
-    backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.count(),
+    backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.elements(),
                         sgd_.learning_rate, sgd_.momentum, sgd_.weight_decay, updates_queued_ == 0, loss_scale);
   }
   ++updates_queued_;
@@ -302,13 +302,16 @@ void Trainer::use_adam_family(AdamWConfig config, bool lamb) {
   adamw_ = config;
   lamb_ = lamb;
   decay_ranges_.clear();
+  // Each range takes its parameters' padding too (zeros, which stay zero), so neighbours alike in
+  // decay still make one range.
   for (const Parameter* p : parameters_.parameters()) {
     const bool decays = p->value.shape.rank >= 2;
+    const std::int64_t extent = padded_parameter_elements(p->value.numel());
     if (!lamb && !decay_ranges_.empty() && decay_ranges_.back().decays == decays &&
         decay_ranges_.back().offset + decay_ranges_.back().count == p->offset) {
-      decay_ranges_.back().count += p->value.numel();
+      decay_ranges_.back().count += extent;
     } else {
-      decay_ranges_.push_back({p->offset, p->value.numel(), decays});
+      decay_ranges_.push_back({p->offset, extent, decays});
     }
   }
 }

@@ -123,6 +123,7 @@ class Trainer {
   void set_layer_observer(LayerObserver* observer) { context_.observer = observer; }
 
   ParameterStore& parameters() { return parameters_; }
+  const ParameterStore& parameters() const { return parameters_; }
   Sequential& network() { return *network_; }
   const Tensor& input() const { return input_; }
   std::int64_t parameter_count() const { return parameters_.count(); }

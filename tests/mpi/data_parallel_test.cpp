@@ -44,7 +44,7 @@ struct DataParallel {
   explicit DataParallel(std::size_t bucket_bytes, bool reduce = true)
       : trainer(backend, small_net(), Shape(4, 3, 8, 8), 10, {0.05f, 0.9f, 1e-4f}, 5,
                 static_cast<std::uint64_t>(world->rank())) {
-    world->broadcast(trainer.parameters().values(), trainer.parameters().count(), 0);
+    world->broadcast(trainer.parameters().values(), trainer.parameters().elements(), 0);
     if (!reduce) return;
     buckets = std::make_unique<GradientBuckets>(*world, trainer.parameters(), bucket_bytes);
     trainer.set_gradients_ready([this](const std::vector<Parameter*>& ready) { buckets->gradients_ready(ready); });
@@ -52,11 +52,11 @@ struct DataParallel {
   }
   std::vector<float> values() const {
     const auto& p = const_cast<Trainer&>(trainer).parameters();
-    return std::vector<float>(p.values(), p.values() + p.count());
+    return std::vector<float>(p.values(), p.values() + p.elements());
   }
   std::vector<float> grads() const {
     const auto& p = const_cast<Trainer&>(trainer).parameters();
-    return std::vector<float>(p.grads(), p.grads() + p.count());
+    return std::vector<float>(p.grads(), p.grads() + p.elements());
   }
 };
 
@@ -122,7 +122,7 @@ TEST(DataParallel, BucketSizeDoesNotChangeTheResult) {
 TEST(DataParallel, BucketsCoverTheGradientsExactlyLastLayerFirst) {
   DataParallel dp(3000);
   const auto& buckets = dp.buckets->buckets();
-  const std::int64_t total = dp.trainer.parameters().count();
+  const std::int64_t total = dp.trainer.parameters().elements();
   std::int64_t end = total;
   for (const auto& b : buckets) {  // contiguous slices from the end of the flat buffer
     EXPECT_EQ(b.offset + b.count, end);

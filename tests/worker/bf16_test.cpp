@@ -161,7 +161,7 @@ Trajectory train(std::unique_ptr<Sequential> net, const Shape& input, std::int64
   Trajectory t;
   for (int i = 0; i < steps; ++i) t.losses.push_back(trainer.step_and_loss());
   const ParameterStore& store = trainer.parameters();
-  t.weights.assign(store.values(), store.values() + store.count());
+  t.weights.assign(store.values(), store.values() + store.elements());
   t.activation_bytes = trainer.arena().unshared_bytes();
   return t;
 }

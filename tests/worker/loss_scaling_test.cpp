@@ -72,11 +72,11 @@ struct TrainingRun {
 
   std::vector<float> weights() const {
     const float* v = const_cast<Trainer&>(trainer).parameters().values();
-    return {v, v + trainer.parameter_count()};
+    return {v, v + trainer.parameters().elements()};
   }
   std::vector<float> momentum() const {
     const float* m = const_cast<Trainer&>(trainer).parameters().momentum();
-    return {m, m + trainer.parameter_count()};
+    return {m, m + trainer.parameters().elements()};
   }
 };
 
@@ -102,7 +102,10 @@ void inject(Trainer& trainer, float bad, std::vector<int> steps) {
   auto counter = std::make_shared<int>(0);
   trainer.set_before_update([&trainer, bad, steps, counter] {
     for (const int s : steps) {
-      if (s == *counter) trainer.parameters().grads()[trainer.parameter_count() / 2] = bad;
+      if (s == *counter) {
+        const auto& parameters = trainer.parameters().parameters();
+        trainer.parameters().grads()[parameters[parameters.size() / 2]->offset] = bad;
+      }
     }
     ++*counter;
   });

@@ -173,7 +173,7 @@ Trajectory train(std::unique_ptr<Sequential> net, const Shape& input, std::int64
   Trajectory out;
   for (int i = 0; i < steps; ++i) out.losses.push_back(trainer->step_and_loss());
   const float* values = trainer->parameters().values();
-  out.weights.assign(values, values + trainer->parameter_count());
+  out.weights.assign(values, values + trainer->parameters().elements());
   out.arena_bytes = trainer->arena_bytes();
   out.poisoned = trainer->arena().poisoned_count();
   if (arena_out != nullptr) *arena_out = &trainer->arena();
@@ -382,7 +382,7 @@ TEST(Fusion, BatchNormReluFusedTrainsLikeSeparateOps) {
     Trainer trainer(backend, every_layer_kind(), Shape(4, 3, 16, 16), 10, SgdConfig{0.001f, 0.9f, 1e-4f}, 5);
     Trajectory out;
     for (int i = 0; i < 3; ++i) out.losses.push_back(trainer.step_and_loss());
-    out.weights.assign(trainer.parameters().values(), trainer.parameters().values() + trainer.parameter_count());
+    out.weights.assign(trainer.parameters().values(), trainer.parameters().values() + trainer.parameters().elements());
     return out;
   };
   const Trajectory a = run(fused), b = run(separate);

@@ -27,7 +27,7 @@ struct SameStateSteps {
 inline SameStateSteps step_from_the_same_state(Backend& reference_backend, Trainer& reference, Backend& backend,
                                                Trainer& trainer, int steps) {
   SameStateSteps out;
-  const std::int64_t n = reference.parameter_count();
+  const std::int64_t n = reference.parameters().elements();  // the flat buffers, padding included
   for (int step = 0; step < steps; ++step) {
     const std::vector<float> weights = download(reference_backend, reference.parameters().values(), n);
     const std::vector<float> momentum = download(reference_backend, reference.parameters().momentum(), n);

@@ -182,7 +182,7 @@ TEST(LoadParameters, LoadsByNameAndRefusesAnotherModelsFile) {
   BoundModel other("alexnet", 10, backend, 2);
   EXPECT_EQ(load_error(path, other, backend), "");
   EXPECT_EQ(std::memcmp(source.store.values(), other.store.values(),
-                        static_cast<std::size_t>(source.store.count()) * sizeof(float)),
+                        static_cast<std::size_t>(source.store.elements()) * sizeof(float)),
             0);
   // The same file against a model with 1000 classes: the classifier's shape is named.
   BoundModel big("alexnet", 1000, backend, std::nullopt);

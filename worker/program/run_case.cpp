@@ -304,7 +304,7 @@ class CaseRun {
     const std::unique_ptr<Trainer> owner = make_trainer(o_, device, comm_.rank());
     Trainer& trainer = *owner;
     ParameterStore& store = trainer.parameters();
-    comm_.broadcast(store.values(), store.count(), 0);  // identical start on every rank
+    comm_.broadcast(store.values(), store.elements(), 0);  // identical start on every rank
     GradientBuckets buckets(comm_, store, static_cast<std::size_t>(o_.bucket_mb) << 20);
     if (comm_.size() > 1) {
       trainer.set_gradients_ready([&](const std::vector<Parameter*>& ready) { buckets.gradients_ready(ready); });
