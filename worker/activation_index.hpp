@@ -31,6 +31,14 @@ struct ActivationGeometry {
     if (channels_last) return {at / (pixels() * c), at % c, (at / c) % pixels()};
     return {at / (c * pixels()), (at / pixels()) % c, at % pixels()};
   }
+  // The index of the element at `offset` in the logical (N, C, H, W) order, whatever the memory
+  // order: what a per-element choice that must not depend on the layout is keyed on (dropout's
+  // mask: the CPU keeps NHWC, CUDA's fp32 NCHW, and both must drop the same elements).
+  DLBENCH_HOST_DEVICE std::int64_t logical_index(std::int64_t at) const {
+    if (!channels_last) return at;
+    const Element e = element(at);
+    return (e.sample * c + e.channel) * pixels() + e.pixel;
+  }
 };
 
 // A filter (O, I, KH, KW) as PyTorch keeps it (OIHW), or channels last (OHWI: cuDNN's NHWC

@@ -37,6 +37,7 @@ TEST(ActivationGeometry, OffsetsAgreeWithTheLayoutsDataIsUploadedIn) {
           EXPECT_EQ(e.sample, n);
           EXPECT_EQ(e.channel, c);
           EXPECT_EQ(e.pixel, p);
+          EXPECT_EQ(g.logical_index(at), (n * 3 + c) * 20 + p);
         }
       }
     }

@@ -19,6 +19,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cpu/onednn_memory.hpp"
+#include "activation_index.hpp"
 #include "dropout_mask.hpp"
 
 namespace dlbench::worker {
@@ -160,15 +161,37 @@ void dropout_apply(const T* x, T* y, std::int64_t n, DropoutKey key, std::uint32
   }
 }
 
+// Channels-last activations: each element keyed on its logical (N, C, H, W) index, so that the
+// mask is the one a backend keeping NCHW applies (activation_index.hpp's logical_index).
+template <typename T>
+void dropout_apply_channels_last(const T* x, T* y, const ActivationGeometry& g, DropoutKey key,
+                                 std::uint32_t threshold, float keep_scale) {
+  const std::int64_t rows = g.n * g.pixels();  // a pixel's channels, contiguous
+#pragma omp parallel for schedule(static)
+  for (std::int64_t row = 0; row < rows; ++row) {
+    for (std::int64_t channel = 0; channel < g.c; ++channel) {
+      const std::int64_t at = row * g.c + channel;
+      const float m = dropout_keeps(key, static_cast<std::uint64_t>(g.logical_index(at)), threshold) ? keep_scale : 0.0f;
+      y[at] = from_float<T>(x == nullptr ? m : to_float(x[at]) * m);
+    }
+  }
+}
+
 void dropout_apply(const Tensor* x, Tensor& y, float p, DropoutKey key) {
   if (x != nullptr && x->numel() != y.numel()) {
     throw std::invalid_argument("dropout: input of " + std::to_string(x->numel()) + " elements, output of " +
                                 std::to_string(y.numel()));
   }
   if (x != nullptr && x->dtype != y.dtype) throw std::invalid_argument("dropout: input and output dtypes differ");
+  const bool channels_last = y.shape.rank == 4 && y.layout == Layout::nhwc;
   with_element_type(y.dtype, [&]<typename T>(T*) {
-    dropout_apply(x == nullptr ? nullptr : x->as<T>(), y.as<T>(), y.numel(), key, dropout_threshold(p),
-                  1.0f / (1.0f - p));
+    const T* in = x == nullptr ? nullptr : x->as<T>();
+    if (channels_last) {
+      const ActivationGeometry g{y.shape.n(), y.shape.c(), y.shape.h(), y.shape.w(), true};
+      dropout_apply_channels_last(in, y.as<T>(), g, key, dropout_threshold(p), 1.0f / (1.0f - p));
+    } else {
+      dropout_apply(in, y.as<T>(), y.numel(), key, dropout_threshold(p), 1.0f / (1.0f - p));
+    }
   });
 }
 

@@ -101,6 +101,18 @@ __global__ void dropout_kernel(const T* x, T* y, std::int64_t n, std::int64_t fi
   }
 }
 
+// The same for a channels-last activation: each element keyed on its logical NCHW index.
+template <typename T>
+__global__ void dropout_channels_last_kernel(const T* x, T* y, ActivationGeometry g, std::uint32_t threshold,
+                                             float keep_scale, std::uint64_t layer_seed, const std::uint64_t* step) {
+  const dlbench::worker::DropoutKey key = dlbench::worker::dropout_key(layer_seed, *step);
+  DLBENCH_GRID_STRIDE(i, g.numel()) {
+    const auto logical = static_cast<std::uint64_t>(g.logical_index(i));
+    const float m = dlbench::worker::dropout_keeps(key, logical, threshold) ? keep_scale : 0.0f;
+    y[i] = store<T>(x == nullptr ? m : load(x[i]) * m);
+  }
+}
+
 // The same in 16-byte packs (vector_split.hpp): attention's dropout runs over BERT's
 // (sequences, heads, tokens, tokens) probabilities twice a step, 2-byte elements in fp16.
 template <typename T>
@@ -399,6 +411,16 @@ void dropout(DType dtype, const void* x, void* y, std::int64_t n, float p, std::
     const std::int64_t tail = n - split.tail_start;
     DLBENCH_LAUNCH(dropout_kernel<T>, tail, stream, in != nullptr ? in + split.tail_start : nullptr,
                    out + split.tail_start, tail, split.tail_start, threshold, keep_scale, layer_seed, step);
+  });
+}
+void dropout_channels_last(DType dtype, const void* x, void* y, const ActivationGeometry& g, float p,
+                           std::uint64_t layer_seed, const std::uint64_t* step, cudaStream_t stream) {
+  const std::uint32_t threshold = dlbench::worker::dropout_threshold(p);
+  const float keep_scale = 1.0f / (1.0f - p);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(dropout_channels_last_kernel<T>, g.numel(), stream, static_cast<const T*>(x), static_cast<T*>(y),
+                   g, threshold, keep_scale, layer_seed, step);
   });
 }
 void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* labels, void* dlogits,

@@ -41,6 +41,10 @@ void advance_step(std::uint64_t* counter, cudaStream_t stream);
 // in *step on the device; x null writes the mask itself (0 or the scale, exact) in y's dtype.
 void dropout(DType dtype, const void* x, void* y, std::int64_t n, float p, std::uint64_t layer_seed,
              const std::uint64_t* step, cudaStream_t stream);
+// The same over a channels-last activation, each element keyed on its logical NCHW index
+// (ActivationGeometry::logical_index), so that NHWC and NCHW drop the same elements.
+void dropout_channels_last(DType dtype, const void* x, void* y, const ActivationGeometry& g, float p,
+                           std::uint64_t layer_seed, const std::uint64_t* step, cudaStream_t stream);
 // One block per row: loss_rows[b] = weight · (logsumexp(z_b) - z_b[label_b]); dlogits =
 // (softmax - onehot) · weight · *gradient_scale / rows (on the device; null: 1). Each loss term of
 // a step writes its own rows.
