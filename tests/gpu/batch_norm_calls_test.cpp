@@ -14,33 +14,41 @@
 namespace dlbench::worker {
 namespace {
 
-TEST(BatchNormCalls, ChannelsLastFusesTheReluAndHalvesTheResidualTooUnlessTold) {
-  for (const DType half : {DType::fp16, DType::bf16}) {
-    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, nullptr), BatchNormCalls::ex_add_relu);
-    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, ""), BatchNormCalls::ex_add_relu);
-    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "ex-relu"), BatchNormCalls::ex_relu);
-    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "ex"), BatchNormCalls::ex);
-    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "plain"), BatchNormCalls::plain);
-    EXPECT_EQ(batch_norm_calls(Layout::nhwc, half, "ex-add-relu"), BatchNormCalls::ex_add_relu);
-  }
-  // fp32 activations in NHWC (tf32): the ReLU fused, the residual apart unless asked.
-  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, nullptr), BatchNormCalls::ex_relu);
-  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, "ex"), BatchNormCalls::ex);
-  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, "ex-add-relu"), BatchNormCalls::ex_add_relu);
-  EXPECT_EQ(batch_norm_calls(Layout::nhwc, DType::fp32, "plain"), BatchNormCalls::plain);
+TEST(BatchNormCalls, ChannelsLastFusesTheReluAndTheResidualUnlessTold) {
+  // Channels last (tf32 and the half types): the ReLU and the residual fused (tf32: 3,514 images/s
+  // against 3,303 with the ReLU alone on an H200).
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, nullptr), BatchNormCalls::ex_add_relu);
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, ""), BatchNormCalls::ex_add_relu);
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, "ex-relu"), BatchNormCalls::ex_relu);
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, "ex"), BatchNormCalls::ex);
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, "plain"), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, "ex-add-relu"), BatchNormCalls::ex_add_relu);
   EXPECT_TRUE(persistent_batch_norm(Layout::nhwc));
   // NCHW takes the plain calls and the plain spatial mode unless told otherwise (an A/B).
-  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, nullptr), BatchNormCalls::plain);
-  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, ""), BatchNormCalls::plain);
-  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex"), BatchNormCalls::ex);
-  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex-relu"), BatchNormCalls::ex_relu);
-  EXPECT_EQ(batch_norm_calls(Layout::nchw, DType::fp32, "ex-add-relu"), BatchNormCalls::ex_add_relu);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, nullptr), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, ""), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, "ex"), BatchNormCalls::ex);
   EXPECT_FALSE(persistent_batch_norm(Layout::nchw));
+}
+
+// cuDNN fuses a batch norm's activation only for channels-last activations: in NCHW it answered
+// CUDNN_STATUS_NOT_SUPPORTED at the first forward on an H200. Refused before any step, naming what runs.
+TEST(BatchNormCalls, AFusedActivationOverNchwIsRefusedUpFront) {
+  for (const char* fused : {"ex-relu", "ex-add-relu"}) {
+    try {
+      batch_norm_calls(Layout::nchw, fused);
+      FAIL() << fused << " accepted for NCHW";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string("DLBENCH_CUDA_BATCH_NORM: \"") + fused +
+                                                 "\" fuses an activation"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("use plain or ex, or DLBENCH_CUDA_LAYOUT=nhwc"));
+    }
+  }
 }
 
 TEST(BatchNormCalls, AnUnknownChoiceIsRefusedNamingTheAllowedOnes) {
   try {
-    batch_norm_calls(Layout::nhwc, DType::fp16, "fast");
+    batch_norm_calls(Layout::nhwc, "fast");
     FAIL() << "accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_BATCH_NORM: \"fast\" is not one of plain, ex, ex-relu, ex-add-relu"));

@@ -33,12 +33,18 @@ TEST(ConvEngines, TheVariablePicksTheApiAndNamesItsValuesWhenWrong) {
 }
 
 TEST(ConvEngines, TheResidualGradientVariableSaysHowBranchGradientsMeet) {
-  EXPECT_EQ(residual_gradient(nullptr), ResidualGradient::sum);
-  EXPECT_EQ(residual_gradient(""), ResidualGradient::sum);
-  EXPECT_EQ(residual_gradient("sum"), ResidualGradient::sum);
-  EXPECT_EQ(residual_gradient("accumulate"), ResidualGradient::accumulate);
+  // Unset: accumulated where activations are channels last (tf32 and the half types, timed on an
+  // H200), summed apart in NCHW (fp32, not timed).
+  EXPECT_EQ(residual_gradient(Layout::nhwc, nullptr), ResidualGradient::accumulate);
+  EXPECT_EQ(residual_gradient(Layout::nhwc, ""), ResidualGradient::accumulate);
+  EXPECT_EQ(residual_gradient(Layout::nchw, nullptr), ResidualGradient::sum);
+  EXPECT_EQ(residual_gradient(Layout::nchw, ""), ResidualGradient::sum);
+  for (const Layout layout : {Layout::nhwc, Layout::nchw}) {
+    EXPECT_EQ(residual_gradient(layout, "sum"), ResidualGradient::sum);
+    EXPECT_EQ(residual_gradient(layout, "accumulate"), ResidualGradient::accumulate);
+  }
   try {
-    residual_gradient("add");
+    residual_gradient(Layout::nhwc, "add");
     FAIL() << "an unknown value must be refused";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_RESIDUAL_GRAD: \"add\" is not one of sum, accumulate"));

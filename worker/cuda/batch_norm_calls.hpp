@@ -5,15 +5,20 @@
 // step took 670.9 ms with them and 48.1 ms with the *Ex calls. DLBENCH_CUDA_BATCH_NORM=plain keeps
 // the plain calls, so that one GPU run can time both.
 //
-// By default channels-last batch norms fuse the ReLU that follows them, and half activations also
-// fuse a bottleneck's add and ReLU into its last batch norm. Measured on an H200 (bench/RESULTS.md,
-// 2026-11-27), ResNet-50 images/s: amp 6,410 (ex), 6,806 (ex_relu) and, in another call, 6,633
-// (ex_relu) against 7,094 (ex_add_relu); bf16 6,093 (ex) against 6,430 (ex_relu); tf32 3,104 (ex)
-// against 3,311 (ex_relu). ex_add_relu has not run in fp32 on a GPU: tf32 stops at ex_relu until
-// it has (DLBENCH_CUDA_BATCH_NORM=ex-add-relu asks for it).
+// By default channels-last batch norms fuse the ReLU that follows them and a bottleneck's add and
+// ReLU into its last batch norm. Measured on an H200 (bench/RESULTS.md), ResNet-50 images/s:
+// 2026-11-27, amp 6,410 (ex), 6,806 (ex_relu) and, in another call, 6,633 (ex_relu) against 7,094
+// (ex_add_relu); bf16 6,093 (ex) against 6,430 (ex_relu); tf32 3,104 (ex) against 3,311 (ex_relu);
+// 2026-11-28, bf16 6,447 (ex_relu) against 6,685 (ex_add_relu), and tf32 3,303 (ex_relu) against
+// 3,514 (ex_add_relu), its self-test passing.
+//
+// NCHW: cuDNN 9.19 refuses a fused activation (CUDNN_STATUS_NOT_SUPPORTED on an H200, 2026-11-28)
+// and runs the *Ex calls without one, so ex-relu and ex-add-relu are refused there up front.
 #pragma once
 
 #include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "env_choice.hpp"
 #include "dtype.hpp"
@@ -36,16 +41,22 @@ inline constexpr Choices<BatchNormCalls, 4> kBatchNormCalls{{{"plain", BatchNorm
 // persistent batch-norm mode, as PyTorch's channels_last batch norm takes; NCHW the spatial mode.
 inline bool persistent_batch_norm(Layout layout) { return layout == Layout::nhwc; }
 
-// `activations` is their dtype; `choice` is DLBENCH_CUDA_BATCH_NORM's value (null or empty: unset).
-// Throws std::invalid_argument naming the variable and its allowed values for anything else.
-inline BatchNormCalls batch_norm_calls(Layout layout, DType activations, const char* choice) {
+// `layout` is the activations' memory order; `choice` is DLBENCH_CUDA_BATCH_NORM's value (null or empty: unset).
+// Throws std::invalid_argument naming the variable and its allowed values for anything else, and
+// for a fused activation over NCHW activations.
+inline BatchNormCalls batch_norm_calls(Layout layout, const char* choice) {
   if (const std::optional<BatchNormCalls> chosen = env_choice("DLBENCH_CUDA_BATCH_NORM", choice, kBatchNormCalls)) {
+    if (!persistent_batch_norm(layout) && (*chosen == BatchNormCalls::ex_relu || *chosen == BatchNormCalls::ex_add_relu)) {
+      throw std::invalid_argument(std::string("DLBENCH_CUDA_BATCH_NORM: \"") + choice +
+                                  "\" fuses an activation, which cuDNN does only for channels-last activations; these "
+                                  "are NCHW (fp32): use plain or ex, or DLBENCH_CUDA_LAYOUT=nhwc");
+    }
     return *chosen;
   }
   // Unset. NCHW (true fp32) takes the plain calls: the *Ex calls there (the spatial mode, as
-  // PyTorch's NCHW batch norm calls them) are an A/B that has not run on a GPU yet.
+  // PyTorch's NCHW batch norm calls them) are an A/B that has not been timed on a GPU yet.
   if (!persistent_batch_norm(layout)) return BatchNormCalls::plain;
-  return activations == DType::fp32 ? BatchNormCalls::ex_relu : BatchNormCalls::ex_add_relu;
+  return BatchNormCalls::ex_add_relu;
 }
 
 }  // namespace dlbench::worker

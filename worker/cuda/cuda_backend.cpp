@@ -309,9 +309,9 @@ bool cuda_device_usable(std::string* why) {
 CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
     : device_(device), math_(math), activations_(activations),
       layout_(cuda_activation_layout(activations, math, std::getenv("DLBENCH_CUDA_LAYOUT"))),
-      batch_norm_route_(batch_norm_calls(layout_, activations, std::getenv("DLBENCH_CUDA_BATCH_NORM"))),
+      batch_norm_route_(batch_norm_calls(layout_, std::getenv("DLBENCH_CUDA_BATCH_NORM"))),
       conv_calls_api_(worker::conv_calls_api(std::getenv("DLBENCH_CUDA_CONV"))),
-      residual_gradient_(residual_gradient(std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
+      residual_gradient_(residual_gradient(layout_, std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
       attention_route_(attention_route("DLBENCH_CUDA_ATTENTION", std::getenv("DLBENCH_CUDA_ATTENTION"))),
       conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()) {
   std::string why;
