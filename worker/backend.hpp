@@ -403,6 +403,10 @@ class Backend {
   // Why this backend cannot compute with activations of `dtype` here (the missing ISA, say), or
   // nothing when it can. Ops must not be made for a dtype it cannot compute.
   virtual std::optional<std::string> cannot_compute(DType dtype) const = 0;
+  // Why this backend's device can run nothing more in this process (a fault that poisons a CUDA
+  // context: every later call fails with it), or nothing. The self-test stops running checks
+  // then, rather than report each later one failing with the first one's error.
+  virtual std::optional<std::string> device_lost() const { return std::nullopt; }
 
   // Device memory, zero-filled.
   virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;

@@ -14,6 +14,7 @@ class DelegatingBackend : public Backend {
   Layout activation_layout() const override { return inner_.activation_layout(); }
   std::string version_info() const override { return inner_.version_info(); }
   std::optional<std::string> cannot_compute(DType d) const override { return inner_.cannot_compute(d); }
+  std::optional<std::string> device_lost() const override { return inner_.device_lost(); }
   std::shared_ptr<void> allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
   void copy_from_host(void* d, const void* s, std::size_t n) override { inner_.copy_from_host(d, s, n); }
   void copy_to_host(void* d, const void* s, std::size_t n) override { inner_.copy_to_host(d, s, n); }

@@ -316,11 +316,16 @@ std::pair<double, int> trajectory_error(const std::vector<float>& got, const std
 
 class Checker {
  public:
-  Checker(std::vector<SelfTestCheck>& out, const std::function<void(const SelfTestCheck&)>& on_check)
-      : out_(out), on_check_(on_check) {}
+  // `device`: the backend under test's device, asked after each check whether it is lost.
+  Checker(std::vector<SelfTestCheck>& out, const std::function<void(const SelfTestCheck&)>& on_check,
+          const Backend& device)
+      : out_(out), on_check_(on_check), device_(device) {}
 
-  // Runs one check; an exception is the check failing with its message.
+  // Runs one check; an exception is the check failing with its message. Once a check has left
+  // the device lost (a CUDA fault poisons the process's context), later checks are not run: each
+  // is skipped naming the check that lost it, instead of failing with that check's error.
   void run(const std::string& precision, const std::string& name, const std::function<SelfTestCheck()>& body) {
+    if (skipped_for_lost_device(precision, name)) return;
     SelfTestCheck check;
     try {
       check = body();
@@ -330,7 +335,16 @@ class Checker {
     }
     check.precision = precision;
     check.name = name;
+    if (const std::optional<std::string> why = device_.device_lost()) {
+      lost_ = "the device was lost in \"" + (precision == "-" ? "" : precision + " ") + name + "\" (" + *why + ")";
+    }
     add(std::move(check));
+  }
+  // Adds `name` as skipped if the device is lost; says whether it did.
+  bool skipped_for_lost_device(const std::string& precision, const std::string& name) {
+    if (!lost_) return false;
+    add({precision, name, 0, 0, 0, CheckOutcome::skipped, "not run: " + *lost_ + "; run the self-test again"});
+    return true;
   }
   void add(SelfTestCheck check) {
     out_.push_back(std::move(check));
@@ -340,6 +354,8 @@ class Checker {
  private:
   std::vector<SelfTestCheck>& out_;
   const std::function<void(const SelfTestCheck&)>& on_check_;
+  const Backend& device_;
+  std::optional<std::string> lost_;
 };
 
 SelfTestCheck bounded(double error, double bound, std::string detail) {
@@ -717,6 +733,7 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
                       std::optional<std::vector<float>>& reference_losses, TransformerReference& reference_transformer,
                       StepTraceCache& want_step_traces) {
   const std::string precision(to_string(typed));  // as the checks' table names it
+  if (checker.skipped_for_lost_device(precision, "every check")) return;
   std::unique_ptr<Backend> backend;
   try {
     backend = subject.make(typed);
@@ -1058,7 +1075,7 @@ void communicator_checks(Checker& checker, Backend& primary, Communicator& comm)
 std::vector<SelfTestCheck> run_self_test(const SelfTestSubject& subject, Backend& reference, Communicator& comm,
                                          const std::function<void(const SelfTestCheck&)>& on_check) {
   std::vector<SelfTestCheck> checks;
-  Checker checker(checks, on_check);
+  Checker checker(checks, on_check, subject.primary);
   std::vector<std::optional<LayerOutcome>> reference_layers(layer_checks().size());
   std::optional<std::vector<float>> reference_losses;
   TransformerReference reference_transformer;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/conv_algorithms.hpp"
+#include "cuda/cuda_check.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -132,6 +133,25 @@ TEST(ConvAlgorithms, AChoiceIsDescribedInCudnnsNames) {
   EXPECT_EQ(algorithm_name(ConvPass::backward_data, CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING), "FFT_TILING");
   EXPECT_EQ(algorithm_name(ConvPass::backward_filter, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING), "FFT_TILING");
   EXPECT_EQ(algorithm_name(ConvPass::forward, 42), "algorithm 42");
+}
+
+}  // namespace
+}  // namespace dlbench::worker
+
+namespace dlbench::worker {
+namespace {
+
+// The self-test stops at a fault that poisons the CUDA context (every later call fails with it),
+// and goes on after an error that leaves the context usable.
+TEST(CudaErrors, AKernelsFaultPoisonsTheContextAndABadCallDoesNot) {
+  for (const cudaError_t fault : {cudaErrorMisalignedAddress, cudaErrorIllegalAddress, cudaErrorLaunchFailure,
+                                  cudaErrorIllegalInstruction, cudaErrorAssert}) {
+    EXPECT_TRUE(cuda_error_poisons_context(fault)) << cudaGetErrorName(fault);
+  }
+  for (const cudaError_t usable : {cudaSuccess, cudaErrorNotReady, cudaErrorInvalidValue, cudaErrorMemoryAllocation,
+                                   cudaErrorNoDevice, cudaErrorInvalidConfiguration}) {
+    EXPECT_FALSE(cuda_error_poisons_context(usable)) << cudaGetErrorName(usable);
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,12 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   bool accumulates = false;     // bottlenecks add a branch's input gradient into the other's in a conv's backward
   bool fused_attention = false;  // attention as the CPU's fused op (DLBENCH_CPU_ATTENTION=fused)
   bool attention_off = false;    // ... whose dK comes out 1% too large
+  // Making a layer norm faults the device for the rest of the process (a CUDA kernel's misaligned
+  // address poisons its context): shared with the backends made from this one.
+  bool layer_norm_loses_device = false;
+  std::shared_ptr<std::optional<std::string>> lost = std::make_shared<std::optional<std::string>>();
+
+  std::optional<std::string> device_lost() const override { return *lost; }
 
   std::string name() const override { return "faulty"; }
   bool fuses_batch_norm_add_relu() const override { return fuses_residual; }
@@ -82,6 +89,10 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
     return std::make_unique<OffAttention>(std::move(op));
   }
   std::unique_ptr<LayerNormOp> make_layer_norm(const LayerNormConfig& c) override {
+    if (layer_norm_loses_device) {
+      *lost = "cudaErrorMisalignedAddress: misaligned address";
+      throw std::runtime_error("cuda_backend.cpp:389: CUDA: cudaMemcpyAsync(...): misaligned address");
+    }
     auto op = inner_.make_layer_norm(c);
     if (!layer_norm_off) return op;
     return std::make_unique<OffLayerNorm>(std::move(op));
@@ -257,6 +268,8 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->accumulates = subject_backend.accumulates;
                             b->fused_attention = subject_backend.fused_attention;
                             b->attention_off = subject_backend.attention_off;
+                            b->layer_norm_loses_device = subject_backend.layer_norm_loses_device;
+                            b->lost = subject_backend.lost;
                             return b;
                           },
                           std::move(precisions), std::move(models)};
@@ -280,6 +293,32 @@ TEST(SelfTest, ACorrectBackendPassesEveryCheck) {
   // whole ResNet-50 step, the memory plan; SGD, AdamW, LAMB, unscaling, loss scaling; the communicator.
   EXPECT_EQ(checks.size(), 30u);
   for (const auto& c : checks) EXPECT_LE(c.error, c.bound == 0 ? 0.0 : c.bound) << c.name;
+}
+
+// A fault that loses the device (on a GPU, a kernel's misaligned address poisons the process's CUDA
+// context) fails its own check; every later one is then skipped naming it, in this precision and
+// the next and among the precision-independent checks, instead of failing with its error (an
+// H200's self-test once reported 13 failures for one such fault).
+TEST(SelfTest, AfterTheDeviceIsLostTheRestIsSkippedNamingTheCheckThatLostIt) {
+  FaultyBackend backend;
+  backend.layer_norm_loses_device = true;
+  NoCommunicator one;
+  const auto checks = run_on(backend, one, {Precision::fp32, Precision::fp32});
+  const std::string lost_in = "layer norm, 256 rows of 768 (bert-base's width)";
+  EXPECT_THAT(failed_names(checks), ::testing::ElementsAre("fp32 " + lost_in));
+  const auto at = std::find_if(checks.begin(), checks.end(), [&](const SelfTestCheck& c) { return c.name == lost_in; });
+  ASSERT_NE(at, checks.end());
+  EXPECT_THAT(at->detail, HasSubstr("misaligned address"));
+  for (auto c = checks.begin(); c != at; ++c) EXPECT_EQ(c->outcome, CheckOutcome::passed) << c->name;
+  ASSERT_GT(checks.end() - at, 3) << "the premise: checks come after the lost one";
+  for (auto c = at + 1; c != checks.end(); ++c) {
+    EXPECT_EQ(c->outcome, CheckOutcome::skipped) << c->precision << " " << c->name;
+    EXPECT_THAT(c->detail, HasSubstr("not run: the device was lost in \"fp32 " + lost_in +
+                                     "\" (cudaErrorMisalignedAddress: misaligned address)"));
+  }
+  // The second precision's checks are one line, and the precision-independent ones each their own.
+  EXPECT_TRUE(std::any_of(at + 1, checks.end(), [](const SelfTestCheck& c) { return c.name == "every check"; }));
+  EXPECT_TRUE(std::any_of(at + 1, checks.end(), [](const SelfTestCheck& c) { return c.name == "sgd update"; }));
 }
 
 // A device whose attention is one fused op passes; one whose fused op's dK is 1% off fails the two

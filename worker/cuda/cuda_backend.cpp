@@ -306,6 +306,14 @@ bool cuda_device_usable(std::string* why) {
   return true;
 }
 
+std::optional<std::string> CudaBackend::device_lost() const {
+  // A poisoned context answers every call with its error; a healthy stream may be busy (not ready).
+  cudaError_t e = cudaPeekAtLastError();
+  if (!cuda_error_poisons_context(e)) e = cudaStreamQuery(stream_);
+  if (!cuda_error_poisons_context(e)) return std::nullopt;
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
 CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
     : device_(device), math_(math), activations_(activations),
       layout_(cuda_activation_layout(activations, math, std::getenv("DLBENCH_CUDA_LAYOUT"))),

@@ -68,6 +68,7 @@ class CudaBackend final : public Backend {
   std::map<std::string, std::string> options() const override;
   // fp32 and fp16 on every GPU CUDA 13 runs on; bf16 from compute capability 8.0 (Ampere).
   std::optional<std::string> cannot_compute(DType dtype) const override;
+  std::optional<std::string> device_lost() const override;
 
   std::shared_ptr<void> allocate(std::size_t bytes) override;
   void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) override;

@@ -17,6 +17,27 @@ class CudaError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Whether a CUDA error poisons the context: a kernel's fault (a misaligned or illegal address, a
+// trap, an assert), after which every later call in the process fails with the same error. The
+// others (a bad argument, out of memory, not ready) leave the context usable.
+inline bool cuda_error_poisons_context(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
 [[noreturn]] inline void throw_gpu_error(const char* library, const char* call, const char* message, const char* file,
                                          int line) {
   throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + library + ": " + call + ": " + message);
