@@ -439,8 +439,15 @@ class StepRecorder final : public LayerObserver {
       entry.output = std::move(values);
       return;
     }
-    entry.error = step_entry_error(values, feed_->layers.at(at));
+    const StepTrace::Entry& twin = feed_->layers.at(at);
+    entry.error = step_entry_error(values, twin);
     entry.finite = std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
+    // Then the output is the reference's, as the next layer's fed input makes it anyway, so that
+    // what this layer's backward reads of its own forward is the reference's too. A branch's last
+    // layer has no next layer to feed it: InceptionV3's Mixed_6e.branch_pool.bn on an H200 kept a
+    // ReLU output that one side computed a rounding above zero and the other at zero, and its input
+    // gradient was off by 1/sqrt(166,464) = 2.5e-3, all of it that one element.
+    if (!backward) upload(backend_, output, twin.output);
   }
   StepTrace trace;
 
