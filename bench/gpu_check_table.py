@@ -61,6 +61,17 @@ def self_test(logs, name="self-test"):
     return out
 
 
+def memcheck(logs):
+    """compute-sanitizer's verdict for each memcheck step that ran: its error summary line."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(logs, "memcheck-*.log"))):
+        name = os.path.basename(path)[:-len(".log")]
+        with open(path, errors="replace") as f:
+            summary = [line.strip() for line in f if "ERROR SUMMARY" in line]
+        out.append(f"{name}: {summary[-1] if summary else last_line(logs, name)}")
+    return out
+
+
 def gtest(logs, name):
     doc = load(os.path.join(logs, name + ".json"))
     if not doc:
@@ -78,7 +89,7 @@ def gtest(logs, name):
 
 def poisoned(logs):
     out = ["poisoned ResNet-50 (--memory-plan poison): state, loss after each repeat"]
-    for precision in ("fp32", "tf32", "amp", "bf16", "tf32-ex-add-relu", "amp-accumulate"):
+    for precision in ("fp32", "tf32", "amp", "bf16", "fp32-accumulate"):
         doc = load(os.path.join(logs, f"poisoned-resnet50-{precision}.json"))
         if not doc and precision.endswith(("relu", "accumulate")):
             continue  # an A/B this call did not run
@@ -108,10 +119,9 @@ def trained_models(logs):
 
 
 def profiles(logs):
-    out = ["profile by kind, ms a step (forward + backward), ResNet-50 (tf32-ex-add-relu: the bottleneck's add and"
-           " ReLU fused into its last batch norm, as amp and bf16 do)"]
-    names = [f"resnet50-{p}" for p in ("fp32", "fp32-conv-graph-nhwc", "tf32", "tf32-ex-add-relu", "amp", "bf16")]
-    for name in names + ["bert-amp", "bert-amp-attention-fused"]:
+    out = ["profile by kind, ms a step (forward + backward), ResNet-50 and BERT-base"]
+    names = [f"resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16")]
+    for name in names + ["bert-amp"]:
         precision = name.removeprefix("resnet50-")
         doc = load(os.path.join(logs, f"profile-{name}.json"))
         if not doc and precision.endswith(("relu", "nhwc", "fused")):
@@ -152,12 +162,14 @@ def comparison(logs):
     # fused into the bottleneck's last batch norm too (amp's and bf16's default; tf32's A/B).
     # And convolutions through cuDNN's graph API (DLBENCH_CUDA_CONV=graph), in the backend's layout
     # and, for fp32, channels-last; and the bottlenecks' branch gradients meeting in a convolution's
-    # backward (DLBENCH_CUDA_RESIDUAL_GRAD=accumulate); and BERT's attention in fused kernels
+    # backward (DLBENCH_CUDA_RESIDUAL_GRAD=accumulate, the default in channels last since
+    # 2026-11-28) or summed apart (=sum, fp32's default); and BERT's attention in fused kernels
     # (DLBENCH_CUDA_ATTENTION=fused), eager and replayed.
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"),
                 ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"),
                 ("dlbench-accumulate", "grad accumulate"), ("dlbench-accumulate-graph", "accumulate + graph"),
+                ("dlbench-sum", "grad sum"),
                 ("dlbench-attention-fused", "fused attention"),
                 ("dlbench-attention-fused-graph", "fused attention + graph"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
@@ -208,15 +220,13 @@ def main():
     logs = sys.argv[1]
     lines = []
     lines += self_test(logs)
-    lines += self_test(logs, "self-test-conv-graph")
-    lines += self_test(logs, "self-test-residual-accumulate")
-    lines += self_test(logs, "self-test-tf32-ex-add-relu")
-    lines += self_test(logs, "self-test-fp32-ex-relu")
-    lines += self_test(logs, "self-test-attention-fused")
-    lines += self_test(logs, "self-test-models")
+    for name in ("self-test-fp32-accumulate", "self-test-fp32-ex", "self-test-attention-fused"):
+        lines += self_test(logs, name)
+    for precision in ("fp32", "tf32", "amp", "bf16"):
+        lines += self_test(logs, f"self-test-models-{precision}")
     lines += gtest(logs, "cuda-backend-tests")
-    lines += gtest(logs, "cuda-backend-tests-conv-graph")
     lines += gtest(logs, "gpu-tests")
+    lines += memcheck(logs)
     lines += poisoned(logs)
     lines += trained_models(logs)
     lines += profiles(logs)

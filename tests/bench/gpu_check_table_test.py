@@ -28,13 +28,13 @@ class GpuCheckTable(unittest.TestCase):
     def test_an_empty_log_folder_gives_a_table_of_dashes(self):
         with tempfile.TemporaryDirectory() as logs:
             lines = self.table(logs)
-        self.assertIn("self-test-models: no document; (no log)", lines)
+        self.assertIn("self-test-models-tf32: no document; (no log)", lines)
         self.assertIn("  alexnet: - ((no log))", lines)
 
     def test_the_models_self_test_and_their_amp_steps(self):
         with tempfile.TemporaryDirectory() as logs:
             # The document counts every check and lists only those that did not pass.
-            write(logs, "self-test-models.json", json.dumps({
+            write(logs, "self-test-models-amp.json", json.dumps({
                 "state": "Failed", "reason": "SelfTestFailed", "message": "1 of 140 checks failed",
                 "summary": {"passed": 137, "skipped": 2, "failed": 1},
                 "checks": [{"precision": "amp", "name": "inception_v3 step, each layer fed the reference's input",
@@ -54,8 +54,14 @@ class GpuCheckTable(unittest.TestCase):
             write(logs, "train-resnet152-amp.json", json.dumps({
                 "state": "Failed", "reason": "LossNotFinite", "case": {"batchSizePerDevice": 32},
                 "throughput": {"median": 2100.4, "unit": "samples/s"}, "lossAfterRepeats": [7.25, "NaN"]}))
+            # compute-sanitizer's last summary line, or the log's last line where it wrote none.
+            write(logs, "memcheck-resnet50-amp.log", "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
+            write(logs, "memcheck-self-test-inception-tf32.log", "========= Invalid __global__ read of size 16\n"
+                  "=========     at kernel_x\n========= ERROR SUMMARY: 3 errors\n")
             lines = self.table(logs)
-        self.assertIn("self-test-models: 137 of 140 checks passed, 2 skipped", lines)
+        self.assertIn("memcheck-resnet50-amp: ========= ERROR SUMMARY: 0 errors", lines)
+        self.assertIn("memcheck-self-test-inception-tf32: ========= ERROR SUMMARY: 3 errors", lines)
+        self.assertIn("self-test-models-amp: 137 of 140 checks passed, 2 skipped", lines)
         self.assertIn("  SelfTestFailed: 1 of 140 checks failed", lines)
         self.assertIn("  FAILED amp inception_v3 step, each layer fed the reference's input: "
                       "first off: Mixed_6b.branch7x7_2.conv (Conv2d) forward", lines)
