@@ -105,6 +105,11 @@ DLBENCH_CUDA_RESIDUAL_GRAD=accumulate step self-test-fp32-accumulate 150 "$bin/d
   --backend cuda --precision fp32 --output "$logs/self-test-fp32-accumulate.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM=ex step self-test-fp32-ex 150 "$bin/dlbench-worker" --self-test --backend cuda \
   --precision fp32 --output "$logs/self-test-fp32-ex.json" & correctness+=($!)
+# And fp32 channels last through the graph API's convolutions, where it now takes the channels-last
+# defaults (the residual fused into batch norm, branch gradients accumulated): 883 images/s with
+# only the ReLU fused on 2026-11-28, against NCHW's 881.
+DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc step self-test-fp32-graph-nhwc 150 "$bin/dlbench-worker" --self-test \
+  --backend cuda --precision fp32 --output "$logs/self-test-fp32-graph-nhwc.json" & correctness+=($!)
 # Attention fused into two tensor-core kernels (DLBENCH_CUDA_ATTENTION=fused: 106 of 106 and 56 of 56
 # on 2026-11-28, but slower than the composed ops): the self-test, and one BERT-base amp step under
 # memcheck, which names any shared- or global-memory access out of bounds with its kernel.
@@ -196,11 +201,14 @@ profile_resnet50() {
 
 # fp32 first: the one precision under the issue's floor (0.96x on 2026-11-27 and 2026-11-28, its
 # step 73 ms, 55 of them in cuDNN's FMA convolutions). Its A/Bs: branch gradients meeting in a
-# convolution (the bottlenecks' sums were 3.6 ms of the step) and batch norm through the *Ex calls.
-# (Settled, bench/RESULTS.md 2026-11-28: the graph API's convolutions, 842 NCHW and 883 channels
-# last against 881; the *Ex calls' fused ReLU, which cuDNN refuses in NCHW.)
+# convolution (the bottlenecks' sums were 3.6 ms of the step), channels last through the graph API
+# with the channels-last batch norms, and batch norm through the *Ex calls. (Settled, bench/RESULTS.md
+# 2026-11-28: the graph API's convolutions in NCHW, 842 against 881; the *Ex calls' fused ReLU,
+# which cuDNN refuses in NCHW.)
 compare_resnet50 fp32
 DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-accumulate dlbench-accumulate
+DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-conv-graph-nhwc \
+  dlbench-conv-graph-nhwc
 DLBENCH_CUDA_BATCH_NORM=ex time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-ex dlbench-ex
 # BERT-base: 3.03x PyTorch eager in amp and 2.42x in bf16 on 2026-11-28, PyTorch's amp repeats
 # unstable (cv 14%). (Settled then: attention fused into two kernels was slower, 3,134 against 3,349.)
@@ -225,6 +233,7 @@ DLBENCH_CUDA_RESIDUAL_GRAD=sum time_dlbench_resnet50 bf16 dlbench-resnet50-bf16-
 # Where a step goes: ResNet-50 in each precision, then BERT's layers and, kernel by kernel, under
 # Nsight Compute (two steps, one time metric; bench/ncu_summary.py makes the table).
 for precision in fp32 tf32 amp bf16; do profile_resnet50 "$precision"; done
+DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc profile_resnet50 fp32 profile-resnet50-fp32-graph-nhwc
 step profile-bert-amp 60 "$bin/dlbench-worker" --backend cuda --model bert-base --batch-size 64 --precision amp \
   --warmup-steps 5 --measure-steps 5 --repeats 1 --profile 5 --output "$logs/profile-bert-amp.json" "${bert_flags[@]}"
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)

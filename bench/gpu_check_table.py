@@ -120,7 +120,7 @@ def trained_models(logs):
 
 def profiles(logs):
     out = ["profile by kind, ms a step (forward + backward), ResNet-50 and BERT-base"]
-    names = [f"resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16")]
+    names = [f"resnet50-{p}" for p in ("fp32", "fp32-graph-nhwc", "tf32", "amp", "bf16")]
     for name in names + ["bert-amp"]:
         precision = name.removeprefix("resnet50-")
         doc = load(os.path.join(logs, f"profile-{name}.json"))
@@ -220,7 +220,8 @@ def main():
     logs = sys.argv[1]
     lines = []
     lines += self_test(logs)
-    for name in ("self-test-fp32-accumulate", "self-test-fp32-ex", "self-test-attention-fused"):
+    for name in ("self-test-fp32-accumulate", "self-test-fp32-ex", "self-test-fp32-graph-nhwc",
+                 "self-test-attention-fused"):
         lines += self_test(logs, name)
     for precision in ("fp32", "tf32", "amp", "bf16"):
         lines += self_test(logs, f"self-test-models-{precision}")
