@@ -91,7 +91,10 @@ TEST(WorkerCli, ResNet50WritesAValidResultWithThreeRepeats) {
   EXPECT_FALSE(doc.environment.onednn_version.empty());
   EXPECT_NEAR(doc.flops_per_sample.forward, 2 * 4.09e9 * (64.0 * 64.0) / (224.0 * 224.0), 0.05e9);
   ASSERT_TRUE(doc.memory.has_value());
-  EXPECT_EQ(doc.memory->parameters, 3.0 * 25'557'032 * 4);
+  // Values, gradients and momentum in fp32, each of ResNet-50's 161 tensors starting on a 256-byte
+  // boundary: at most 63 elements of padding each.
+  EXPECT_GE(doc.memory->parameters, 3.0 * 25'557'032 * 4);
+  EXPECT_LE(doc.memory->parameters, 3.0 * (25'557'032 + 161 * 63) * 4);
   EXPECT_GT(doc.memory->activations, 0.0);
   EXPECT_LT(doc.memory->activations, 0.4 * doc.memory->unshared_activations);
   ASSERT_TRUE(doc.memory->peak_resident.has_value());
