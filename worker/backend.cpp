@@ -1,7 +1,5 @@
 #include "backend.hpp"
 
-#include <algorithm>
-
 #include <memory>
 #include <stdexcept>
 
@@ -86,15 +84,7 @@ void Backend::poison(void* device_dst, std::size_t bytes) {
   const std::vector<unsigned char> all_ones(bytes, 0xFF);
   copy_from_host(device_dst, all_ones.data(), bytes);
 }
-// In bounded pieces from the host: a backend with a device memset overrides it.
-void Backend::fill_zero(Tensor& t) {
-  constexpr std::size_t kPiece = std::size_t{1} << 20;
-  const std::size_t bytes = t.bytes();
-  const std::vector<unsigned char> zeros(std::min(bytes, kPiece), 0);
-  for (std::size_t done = 0; done < bytes; done += kPiece) {
-    copy_from_host(static_cast<unsigned char*>(t.data) + done, zeros.data(), std::min(kPiece, bytes - done));
-  }
-}
+void Backend::fill_zero(Tensor&) { no_transformer_op(*this, "fill_zero"); }
 void Backend::adamw_update(float*, float*, float*, float*, std::int64_t, const std::vector<ParameterRange>&,
                            const AdamWConfig&, std::uint64_t, const LossScaleState*) {
   no_transformer_op(*this, "adamw_update");

@@ -515,7 +515,6 @@ class Backend {
                            bool accumulate);
   // table_grad[rows[i]] += dy[i] for i < count, rows repeating or not; the backward of gather_rows.
   virtual void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad);
-  // t = 0; by default in bounded pieces copied from the host (a backend with a memset overrides it).
   virtual void fill_zero(Tensor& t);
   // One AdamW step over the flat buffers (`count` values; `ranges` cover them and say which decay).
   // The gradients are left clipped, as clip_grad_norm_ leaves them.

@@ -9,19 +9,6 @@
 
 namespace dlbench::worker {
 
-namespace {
-
-std::shared_ptr<float> allocate_zeroed(Backend& backend, std::int64_t elements) {
-  auto memory = std::static_pointer_cast<float>(backend.allocate(static_cast<std::size_t>(elements) * sizeof(float)));
-  Tensor all;
-  all.data = memory.get();
-  all.shape = Shape(elements);
-  backend.fill_zero(all);
-  return memory;
-}
-
-}  // namespace
-
 void ParameterStore::bind(std::vector<Parameter*> parameters, Backend& backend) {
   parameters_ = std::move(parameters);
   count_ = 0;
@@ -31,9 +18,11 @@ void ParameterStore::bind(std::vector<Parameter*> parameters, Backend& backend) 
     count_ += p->value.numel();
     elements_ += padded_parameter_elements(p->value.numel());
   }
-  values_ = allocate_zeroed(backend, elements_);
-  grads_ = allocate_zeroed(backend, elements_);
-  momentum_ = allocate_zeroed(backend, elements_);
+  // Backend::allocate zero-fills: the padding starts, and stays, zero.
+  const auto bytes = static_cast<std::size_t>(elements_) * sizeof(float);
+  values_ = std::static_pointer_cast<float>(backend.allocate(bytes));
+  grads_ = std::static_pointer_cast<float>(backend.allocate(bytes));
+  momentum_ = std::static_pointer_cast<float>(backend.allocate(bytes));
   for (Parameter* p : parameters_) {
     p->value.data = values_.get() + p->offset;
     p->grad = p->value;
@@ -42,7 +31,9 @@ void ParameterStore::bind(std::vector<Parameter*> parameters, Backend& backend) 
 }
 
 void ParameterStore::allocate_second_moment(Backend& backend) {
-  if (!second_moment_) second_moment_ = allocate_zeroed(backend, elements_);
+  if (!second_moment_) {
+    second_moment_ = std::static_pointer_cast<float>(backend.allocate(static_cast<std::size_t>(elements_) * sizeof(float)));
+  }
 }
 
 void ParameterStore::initialize(std::uint64_t seed, Backend& backend) {

@@ -630,28 +630,28 @@ void CudaBackend::begin_step(std::uint64_t step) {
 
 // A channels-last activation's mask is keyed on logical NCHW indices: the CPU's (NHWC) and
 // fp32's (NCHW) drop the same elements.
-void CudaBackend::dropout(const Tensor& x, const void* in, Tensor& y, float p, std::uint64_t layer_seed) {
+void CudaBackend::dropout(const void* in, Tensor& y, float p, std::uint64_t layer_seed) {
   const auto* step = static_cast<const std::uint64_t*>(step_.get());
   if (y.shape.rank == 4 && y.layout == Layout::nhwc) {
-    kernels::dropout_channels_last(x.dtype, in, y.data, geometry_of(y.shape, Layout::nhwc), p, layer_seed, step, stream_);
+    kernels::dropout_channels_last(y.dtype, in, y.data, geometry_of(y.shape, Layout::nhwc), p, layer_seed, step, stream_);
   } else {
-    kernels::dropout(x.dtype, in, y.data, y.numel(), p, layer_seed, step, stream_);
+    kernels::dropout(y.dtype, in, y.data, y.numel(), p, layer_seed, step, stream_);
   }
 }
 
 void CudaBackend::dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t layer_seed) {
   require_dtype("dropout", x.dtype, {&x, &y});
-  dropout(x, x.data, y, p, layer_seed);
+  dropout(x.data, y, p, layer_seed);
 }
 
 void CudaBackend::dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t layer_seed) {
   require_dtype("dropout", dy.dtype, {&dy, &dx});
-  dropout(dy, dy.data, dx, p, layer_seed);
+  dropout(dy.data, dx, p, layer_seed);
 }
 
 void CudaBackend::dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) {
   require_dtype("dropout mask", DType::fp32, {&mask});
-  dropout(mask, nullptr, mask, p, layer_seed);
+  dropout(nullptr, mask, p, layer_seed);
 }
 
 void CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,

@@ -168,8 +168,9 @@ class CudaBackend final : public Backend {
   void* parameter_scratch(std::size_t bytes);
 
  private:
-  // y = in · dropout's mask for y's shape (in null: y is the mask itself), in y's memory order.
-  void dropout(const Tensor& x, const void* in, Tensor& y, float p, std::uint64_t layer_seed);
+  // y = in · dropout's mask for y's shape (in null: y is the mask itself), in y's memory order;
+  // `in` holds y's dtype (require_dtype checked).
+  void dropout(const void* in, Tensor& y, float p, std::uint64_t layer_seed);
   // Throws, saying why, unless ops can compute on `dtype` here and `dtype` is the activations'
   // (whose memory order the backend chose for them).
   void require_computable(DType dtype) const;
