@@ -110,7 +110,7 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   if (launcher_done && !launcher_pod->termination_message.empty()) {
     // Not JSON: the launcher's last words, used below.
     if (auto result = result_from_document(launcher_pod->termination_message, current.spec, attempt,
-                                               run.spec.worker.rdma, run.spec.optimizer)) {
+                                               run.spec.worker.rdma, optimizer_for_case(run.spec, current.spec))) {
       outcome.finished = true;
       outcome.result = std::move(*result);
       if (outcome.result.state == CaseState::Succeeded || failed_worker == nullptr) return outcome;
@@ -248,7 +248,7 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
     actions.requeue_after = std::chrono::seconds(2);
   } else if (!machine.finished()) {
     // The stored spec may leave the learning rate to the model: the event says which one runs.
-    machine.admit(describe_optimizer(run.spec.optimizer.name, run.spec.optimizer.learning_rate));
+    machine.admit(describe_optimizer(run.spec));
     const PlannedCase& current = *machine.current();
     const int attempt = machine.attempt();
 

@@ -11,7 +11,7 @@
 int main(int argc, char** argv) {
   using namespace dlbench::worker;
   try {
-    const auto options = parse_options(argc, argv);
+    auto options = parse_options(argc, argv);
     if (!options) return 0;  // --help, --list-models, --list-devices
     std::unique_ptr<Backend> backend;
     std::string backend_error;  // no backend: the case fails saying why, rather than the process
@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
       backend_error = e.what();
     }
     auto communicator = make_communicator(*options, &argc, &argv, backend.get());
+    resolve_learning_rate(*options, communicator->size());
     if (options->self_test) return self_test_command(*options, *communicator, backend.get(), backend_error);
     if (!options->record_step.empty()) return record_step(*options, backend.get(), backend_error);
     return run_case(*options, *communicator, backend.get(), backend_error);

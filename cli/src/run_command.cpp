@@ -327,7 +327,7 @@ CaseResult judge_attempt(const LocalExecutor& x, const PlannedCase& c, const Chi
   } else if (std::filesystem::exists(result_file)) {
     std::ifstream in(result_file);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (auto judged = result_from_document(text, c.spec, attempt, spec.worker.rdma, spec.optimizer)) {
+    if (auto judged = result_from_document(text, c.spec, attempt, spec.worker.rdma, optimizer_for_case(spec, c.spec))) {
       result = std::move(*judged);
     } else {
       result.reason = "InvalidResult";
@@ -409,13 +409,13 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   const auto preflight = plan_preflight(spec);
   RunStateMachine machine({}, plan, spec.methodology, run.metadata.generation, 1 + spec.limits.backoff_limit,
                           rfc3339_utc_now(), preflight);
-  machine.admit(describe_optimizer(spec.optimizer.name, spec.optimizer.learning_rate));
+  machine.admit(describe_optimizer(spec));
   const auto save = [&] {
     run.status = machine.status();
     write_status_file(output, run);
   };
   out << "dlbench run " << run.metadata.name << ": " << to_string(spec.model) << " ("
-      << describe_optimizer(spec.optimizer.name, spec.optimizer.learning_rate) << "), " << plan.size()
+      << describe_optimizer(spec) << "), " << plan.size()
       << " cases on this host (" << x.backend << " backend, " << x.host_devices << " devices"
       << (spec.engine == Engine::command ? ", engine command: " + printable(spec.command.front()) : std::string())
       << "), status in " << output << "\n";

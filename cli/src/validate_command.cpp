@@ -21,13 +21,14 @@ std::string document_label(const std::string& file, std::size_t index, std::size
   return label;
 }
 
-nlohmann::json plan_to_json(const std::vector<PlannedCase>& plan) {
+nlohmann::json plan_to_json(const BenchmarkRunSpec& spec, const std::vector<PlannedCase>& plan) {
   nlohmann::json cases = nlohmann::json::array();
   for (const PlannedCase& c : plan) {
     nlohmann::json entry = to_json(c.spec);
     entry["id"] = c.id;
     entry["devices"] = c.spec.devices();
     entry["globalBatchSize"] = c.spec.global_batch_size();
+    entry["optimizer"] = to_json(optimizer_for_case(spec, c.spec));
     entry["baseline"] = c.baseline;
     entry["addedAsBaseline"] = c.added_as_baseline;
     cases.push_back(entry);
@@ -71,7 +72,7 @@ int run_validate(const ValidateOptions& options, std::ostream& out, std::ostream
       const BenchmarkRun& run = *decoded.value;
       const auto plan = plan_cases(run.spec);
       if (options.format != OutputFormat::table) {
-        machine_output.push_back({{"benchmarkRun", to_json(run)}, {"cases", plan_to_json(plan)}});
+        machine_output.push_back({{"benchmarkRun", to_json(run)}, {"cases", plan_to_json(run.spec, plan)}});
         continue;
       }
       if (options.quiet) continue;
@@ -82,7 +83,7 @@ int run_validate(const ValidateOptions& options, std::ostream& out, std::ostream
           << (run.spec.model == Model::bert_base
                   ? "of " + std::to_string(sequence_length(run.spec.data)) + "-token sequences"
                   : "at " + std::to_string(run.spec.data.height()) + "x" + std::to_string(run.spec.data.width()))
-          << ", optimizer " << describe_optimizer(run.spec.optimizer.name, run.spec.optimizer.learning_rate) << "\n";
+          << ", optimizer " << describe_optimizer(run.spec) << "\n";
       out << "  methodology: warm-up " << m.warmup_steps << " steps, measure " << m.measure_steps << " steps, "
           << m.repeats << " repeats, report the " << to_string(m.statistic) << "\n";
       out << "  stability: repeats may spread by ";
@@ -100,7 +101,7 @@ int run_validate(const ValidateOptions& options, std::ostream& out, std::ostream
       }
       out << "  " << plan.size() << (plan.size() == 1 ? " case" : " cases")
           << ", run one at a time in this order:\n";
-      print_case_table(out, plan);
+      print_case_table(out, run.spec, plan);
     }
   }
   if (options.format == OutputFormat::json) {

@@ -237,28 +237,43 @@ std::string describe_optimizer(OptimizerName optimizer, double learning_rate) {
   return out.str();
 }
 
-double default_learning_rate(Model model, OptimizerName optimizer) {
+LearningRateRecipe learning_rate_recipe(Model model, OptimizerName optimizer) {
+  constexpr std::int64_t kImageNetBatch = 256;  // torchvision's 8 GPUs x 32; He et al.'s and Goyal et al.'s base
   switch (optimizer) {
     case OptimizerName::sgd:
       switch (model) {
         case Model::alexnet:
         case Model::vgg16:
         case Model::bert_base:
-          return 0.01;
+          return {0.01, kImageNetBatch};
         case Model::deeplabv3plus:
-          return 0.007;
+          return {0.007, 16};
         case Model::resnet50:
         case Model::resnet152:
         case Model::inception_v3:
-          return 0.1;
+          return {0.1, kImageNetBatch};
       }
       break;
     case OptimizerName::adamw:
-      return model == Model::bert_base ? 1e-4 : 1e-3;
+      return {model == Model::bert_base ? 1e-4 : 1e-3, 0};
     case OptimizerName::lamb:
-      return 1e-3;
+      return {1e-3, 0};
   }
-  return 0.1;  // not reached: every enumerator is handled above
+  return {0.1, kImageNetBatch};  // not reached: every enumerator is handled above
+}
+
+double default_learning_rate(Model model, OptimizerName optimizer, std::int64_t global_batch) {
+  const LearningRateRecipe recipe = learning_rate_recipe(model, optimizer);
+  if (recipe.global_batch == 0 || global_batch >= recipe.global_batch || global_batch <= 0) return recipe.rate;
+  return recipe.rate * static_cast<double>(global_batch) / static_cast<double>(recipe.global_batch);
+}
+
+std::string describe_learning_rate_recipe(const LearningRateRecipe& recipe) {
+  std::ostringstream out;
+  out << std::setprecision(6) << recipe.rate;
+  if (recipe.global_batch == 0) return out.str() + " at every batch";
+  out << " at a global batch of " << recipe.global_batch << " and linearly less below it";
+  return out.str();
 }
 
 }  // namespace dlbench

@@ -25,6 +25,19 @@ std::string case_id(const CaseSpec& c) {
          std::to_string(c.batch_size_per_device) + "-" + std::string(to_string(c.precision));
 }
 
+OptimizerSpec optimizer_for_case(const BenchmarkRunSpec& spec, const CaseSpec& c) {
+  const OptimizerRequest& o = spec.optimizer;
+  const double rate = o.learning_rate ? *o.learning_rate : default_learning_rate(spec.model, o.name, c.global_batch_size());
+  return {o.name, rate, o.momentum, o.weight_decay};
+}
+
+std::string describe_optimizer(const BenchmarkRunSpec& spec) {
+  const OptimizerRequest& o = spec.optimizer;
+  if (o.learning_rate) return describe_optimizer(o.name, *o.learning_rate);
+  return std::string(to_string(o.name)) + " at the model's learning rate, " +
+         describe_learning_rate_recipe(learning_rate_recipe(spec.model, o.name));
+}
+
 InputVerdict input_verdict(double wait_share) {
   return wait_share > kInputBoundWaitShare ? InputVerdict::input_bound : InputVerdict::compute_bound;
 }

@@ -732,11 +732,16 @@ std::optional<SampleSummary> detail::decode_summary(Decoder& d, const json& obj,
   return s;
 }
 
-void detail::decode_optimizer(Decoder& d, const json& obj, const std::string& path, OptimizerSpec& out) {
+void detail::decode_optimizer(Decoder& d, const json& obj, const std::string& path, OptimizerRequest& out) {
   if (!d.expect_object(obj, path)) return;
   d.reject_unknown(obj, path, {"name", "learningRate", "momentum", "weightDecay"});
   d.read_enum(obj, path, "name", out.name);
-  d.read_number(obj, path, "learningRate", bounds::kLearningRate, out.learning_rate);
+  if (Decoder::find(obj, "learningRate") != nullptr) {
+    double value = 0;
+    const std::size_t errors_before = d.errors.size();
+    d.read_number(obj, path, "learningRate", bounds::kLearningRate, value);
+    if (d.errors.size() == errors_before) out.learning_rate = value;
+  }
   d.read_number(obj, path, "momentum", bounds::kMomentum, out.momentum);
   d.read_number(obj, path, "weightDecay", bounds::kWeightDecay, out.weight_decay);
 }
@@ -745,10 +750,10 @@ std::optional<OptimizerSpec> detail::decode_optimizer_that_ran(Decoder& d, const
   if (!d.expect_object(obj, path)) return std::nullopt;
   const std::size_t errors_before = d.errors.size();
   for (const char* key : {"name", "learningRate", "momentum", "weightDecay"}) d.require(obj, path, key, "what ran");
-  OptimizerSpec optimizer;
-  decode_optimizer(d, obj, path, optimizer);
-  if (d.errors.size() != errors_before) return std::nullopt;
-  return optimizer;
+  OptimizerRequest read;
+  decode_optimizer(d, obj, path, read);
+  if (d.errors.size() != errors_before || !read.learning_rate) return std::nullopt;  // required above
+  return OptimizerSpec{read.name, *read.learning_rate, read.momentum, read.weight_decay};
 }
 
 json detail::optimizer_to_json(const OptimizerSpec& optimizer) {
@@ -756,6 +761,12 @@ json detail::optimizer_to_json(const OptimizerSpec& optimizer) {
           {"learningRate", optimizer.learning_rate},
           {"momentum", optimizer.momentum},
           {"weightDecay", optimizer.weight_decay}};
+}
+
+json detail::optimizer_to_json(const OptimizerRequest& optimizer) {
+  json out{{"name", to_string(optimizer.name)}, {"momentum", optimizer.momentum}, {"weightDecay", optimizer.weight_decay}};
+  if (optimizer.learning_rate) out["learningRate"] = *optimizer.learning_rate;
+  return out;
 }
 
 std::optional<Throughput> detail::decode_throughput(Decoder& d, const json& obj, const std::string& path) {
@@ -1009,32 +1020,10 @@ json detail::input_report_to_json(const InputReport& r) {
 
 // ---- public decode ---------------------------------------------------------------------
 
-namespace {
-
-// spec.optimizer.learningRate, unset, is the model's recipe for the optimizer (no one CRD
-// default fits them all); where the model or optimizer is not valid, decoding says so instead.
-void apply_learning_rate_default(json& benchmark_run, std::vector<AppliedDefault>& applied) {
-  json* spec = benchmark_run.contains("spec") ? &benchmark_run["spec"] : nullptr;
-  if (spec == nullptr || !spec->is_object() || !spec->contains("optimizer")) return;
-  json& optimizer = (*spec)["optimizer"];
-  if (!optimizer.is_object() || (optimizer.contains("learningRate") && !optimizer["learningRate"].is_null())) return;
-  const json* model = Decoder::find(*spec, "model");
-  const json* name = Decoder::find(optimizer, "name");
-  if (model == nullptr || !model->is_string() || name == nullptr || !name->is_string()) return;
-  const auto m = enum_from_string<Model>(model->get<std::string>());
-  const auto o = enum_from_string<OptimizerName>(name->get<std::string>());
-  if (!m || !o) return;
-  optimizer["learningRate"] = default_learning_rate(*m, *o);
-  applied.push_back({"spec.optimizer.learningRate", optimizer["learningRate"]});
-}
-
-}  // namespace
-
 std::vector<AppliedDefault> apply_defaults(json& benchmark_run) {
   std::vector<AppliedDefault> applied;
   if (!benchmark_run.is_object()) return applied;
   for (const FieldRule& rule : api_field_rules()) {
-    if (rule.path == "spec.optimizer.learningRate") apply_learning_rate_default(benchmark_run, applied);  // in order
     if (!rule.default_value) continue;
     walk_rule_path(benchmark_run, rule.path, "", [&](json& parent, const std::string& key, const std::string& where) {
       auto it = parent.find(key);
@@ -1108,6 +1097,8 @@ Decoded<CaseResult> decode_case_result(const json& result) {
 }
 
 // ---- encode ----------------------------------------------------------------------------
+
+json to_json(const OptimizerSpec& optimizer) { return detail::optimizer_to_json(optimizer); }
 
 json to_json(const CaseSpec& c) {
   json out{{"nodes", c.nodes},

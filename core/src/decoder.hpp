@@ -316,12 +316,13 @@ class Decoder {
 std::optional<CaseSpec> decode_case(Decoder& d, const json& obj, const std::string& path, bool allow_id);
 std::optional<SampleSummary> decode_summary(Decoder& d, const json& obj, const std::string& path,
                                             std::initializer_list<std::string_view> extra_fields);
-// spec.optimizer (unset fields keep `out`'s values).
-void decode_optimizer(Decoder& d, const json& obj, const std::string& path, OptimizerSpec& out);
+// spec.optimizer (unset fields keep `out`'s values; an unset or null learning rate stays unset).
+void decode_optimizer(Decoder& d, const json& obj, const std::string& path, OptimizerRequest& out);
 // The optimizer a case trained with (a result document's, a status result's): every field
 // required, none defaulted, each within the spec's bounds. nullopt with errors where not.
 std::optional<OptimizerSpec> decode_optimizer_that_ran(Decoder& d, const json& obj, const std::string& path);
 json optimizer_to_json(const OptimizerSpec& optimizer);
+json optimizer_to_json(const OptimizerRequest& optimizer);  // without learningRate where unset
 std::optional<Throughput> decode_throughput(Decoder& d, const json& obj, const std::string& path);
 json throughput_to_json(const Throughput& throughput);
 std::optional<InputReport> decode_input_report(Decoder& d, const json& obj, const std::string& path);

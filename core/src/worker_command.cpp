@@ -35,7 +35,7 @@ std::vector<std::string> self_test_arguments(const BenchmarkRun& run, const Work
 std::vector<std::string> case_arguments(const BenchmarkRun& run, const CaseSpec& c, const WorkerInvocation& how) {
   const auto& spec = run.spec;
   const auto& m = spec.methodology;
-  const auto& o = spec.optimizer;
+  const OptimizerSpec o = optimizer_for_case(spec, c);
   std::vector<std::string> args{how.program,
                                 "--model", std::string(to_string(spec.model)),
                                 "--backend", how.backend,
@@ -94,6 +94,7 @@ std::vector<std::pair<std::string, std::string>> command_environment(const Bench
   const auto& spec = run.spec;
   const auto& m = spec.methodology;
   const long total_steps = static_cast<long>(m.repeats) * (m.warmup_steps + m.measure_steps);
+  const OptimizerSpec optimizer = optimizer_for_case(spec, c);
   std::vector<std::pair<std::string, std::string>> env{{"DLBENCH_RUN", run.metadata.name},
           {"DLBENCH_CASE", case_id(c)},
           {"DLBENCH_MODEL", std::string(to_string(spec.model))},
@@ -114,10 +115,10 @@ std::vector<std::pair<std::string, std::string>> command_environment(const Bench
           {"DLBENCH_REPEATS", std::to_string(m.repeats)},
           {"DLBENCH_TOTAL_STEPS", std::to_string(total_steps)},
           {"DLBENCH_STATISTIC", std::string(to_string(m.statistic))},
-          {"DLBENCH_LEARNING_RATE", real(spec.optimizer.learning_rate)},
-          {"DLBENCH_MOMENTUM", real(spec.optimizer.momentum)},
-          {"DLBENCH_WEIGHT_DECAY", real(spec.optimizer.weight_decay)},
-          {"DLBENCH_OPTIMIZER", std::string(to_string(spec.optimizer.name))},
+          {"DLBENCH_LEARNING_RATE", real(optimizer.learning_rate)},
+          {"DLBENCH_MOMENTUM", real(optimizer.momentum)},
+          {"DLBENCH_WEIGHT_DECAY", real(optimizer.weight_decay)},
+          {"DLBENCH_OPTIMIZER", std::string(to_string(optimizer.name))},
           {"MASTER_ADDR", where.master_addr},
           {"MASTER_PORT", std::to_string(where.master_port)},
           {"WORLD_SIZE", std::to_string(c.nodes)},

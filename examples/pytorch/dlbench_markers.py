@@ -78,7 +78,7 @@ class Case:
         self.warmup_steps = number("DLBENCH_WARMUP_STEPS")
         self.measure_steps = number("DLBENCH_MEASURE_STEPS")
         self.repeats = number("DLBENCH_REPEATS")
-        # spec.optimizer, the model's default learning rate resolved by dlbench.
+        # spec.optimizer, the model's learning rate at the case's global batch resolved by dlbench.
         self.optimizer = env.get("DLBENCH_OPTIMIZER", "sgd")
         self.learning_rate = float(env.get("DLBENCH_LEARNING_RATE", "0.1"))
         self.momentum = float(env.get("DLBENCH_MOMENTUM", "0.9"))

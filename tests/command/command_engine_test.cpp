@@ -130,6 +130,8 @@ TEST(CaseFromEnvironment, RoundTripsTheEnvironmentDlbenchSets) {
   for (const auto& [k, v] : command_environment(run, c, {1, "node0", 1234, "/dlbench"})) env[k] = v;
   EXPECT_EQ(env.at("DLBENCH_TOTAL_STEPS"), "20");
   EXPECT_EQ(env.at("DLBENCH_GLOBAL_BATCH_SIZE"), "128");
+  // No learning rate in the spec: VGG16's 0.01 at a global batch of 256, halved at 128.
+  EXPECT_DOUBLE_EQ(std::stod(env.at("DLBENCH_LEARNING_RATE")), 0.005);
   EXPECT_EQ(env.at("WORLD_SIZE"), "2");
   EXPECT_EQ(env.at("PET_NPROC_PER_NODE"), "4");
   std::string error;

@@ -86,8 +86,8 @@ spec:
   for (const auto& r : run.status->results) {
     if (r.case_.precision == Precision::fp32) {
       EXPECT_EQ(r.state, CaseState::Succeeded);
-      // The real worker's word on how it trained: alexnet's own rate, the spec having none.
-      EXPECT_EQ(r.optimizer, (OptimizerSpec{OptimizerName::sgd, 0.01, 0.9, 1e-4}));
+      // The real worker's word on how it trained: alexnet's own rate at batch 1, the spec having none.
+      EXPECT_EQ(r.optimizer, (OptimizerSpec{OptimizerName::sgd, 0.01 / 256, 0.9, 1e-4}));
       // Its training arithmetic: alexnet's FLOPs x the one repeat's throughput, no peak on a CPU.
       ASSERT_TRUE(r.flops.has_value());
       EXPECT_GT(r.flops->training_per_sample, 1e8);
@@ -372,6 +372,11 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   EXPECT_EQ(case_id(s.results[0].case_), "1x1-bs2-fp32");
   EXPECT_EQ(s.results[0].state, CaseState::Succeeded);
   EXPECT_EQ(s.results[1].state, CaseState::Succeeded);  // 2 ranks under mpirun
+  // No learning rate in the spec: ResNet-50's 0.1 at a global batch of 256, linearly less at the
+  // case's, which 2 ranks double.
+  ASSERT_TRUE(s.results[0].optimizer && s.results[1].optimizer);
+  EXPECT_DOUBLE_EQ(s.results[0].optimizer->learning_rate, 0.1 * 2 / 256);
+  EXPECT_DOUBLE_EQ(s.results[1].optimizer->learning_rate, 0.1 * 4 / 256);
   // Two steps a repeat beside the other tests on two cores: the baseline is sometimes slowed
   // enough that 2 ranks look more than twice as fast. Then the speed-up is refused, saying why,
   // and the report below reads a copy whose 1x2 case ran 1.6 times the baseline.

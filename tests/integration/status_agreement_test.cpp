@@ -30,18 +30,20 @@ spec:
   limits: {backoffLimit: 1}
 )";
 
-constexpr const char* kAskedJson = R"({"name": "sgd", "learningRate": 0.1, "momentum": 0.9, "weightDecay": 0.0001})";
+// bs4's: resnet50's 0.1 at a global batch of 256, linearly less at 4.
+constexpr const char* kAskedJson = R"({"name": "sgd", "learningRate": 0.0015625, "momentum": 0.9, "weightDecay": 0.0001})";
 
 CaseSpec case_with_batch(int batch) { return {1, 1, batch, Precision::fp32}; }
 
-// What the worker says it trained with: the spec's optimizer, resnet50's default rate resolved.
-constexpr OptimizerSpec kAsked{OptimizerName::sgd, 0.1, 0.9, 1e-4};
+// What the worker says it trained with: the spec's optimizer, resnet50's default rate resolved
+// at the case's global batch.
+OptimizerSpec asked(const CaseSpec& c) { return {OptimizerName::sgd, 0.1 * c.global_batch_size() / 256, 0.9, 1e-4}; }
 
 std::string document(const CaseSpec& c, double throughput, const std::string& reason = "",
-                     const OptimizerSpec& optimizer = kAsked) {
+                     const std::optional<OptimizerSpec>& optimizer = std::nullopt) {
   ResultDocument doc;
   doc.case_ = c;
-  doc.optimizer = optimizer;
+  doc.optimizer = optimizer.value_or(asked(c));
   doc.devices = c.devices();
   doc.global_batch_size = c.global_batch_size();
   doc.methodology.repeats = 3;
@@ -62,7 +64,7 @@ std::string document(const CaseSpec& c, double throughput, const std::string& re
 // reports another case, then says it trained at another learning rate (CaseMismatch twice:
 // retried, then recorded); bs16 is Unsupported (recorded at once, no retry).
 std::vector<std::string> invocations() {
-  OptimizerSpec other = kAsked;
+  OptimizerSpec other = asked(case_with_batch(8));
   other.learning_rate = 0.01;
   return {document(case_with_batch(4), 0, "OutOfMemory"), document(case_with_batch(4), 40.0),
           document(case_with_batch(4), 41.0), document(case_with_batch(8), 42.0, "", other),
@@ -145,7 +147,7 @@ TEST(StatusAgreement, SameOutcomesGiveTheSameStatusThroughBothExecutors) {
   EXPECT_EQ(op["results"][0]["lossAfterRepeats"], json::parse("[6.5, 6.25, 6]"));
   EXPECT_EQ(op["results"][1]["reason"], "CaseMismatch");
   EXPECT_EQ(op["results"][1]["message"],
-            "the worker trained 1x1-bs8-fp32 with another optimizer than the spec's: learningRate 0.01 instead of 0.1");
+            "the worker trained 1x1-bs8-fp32 with another optimizer than the spec's: learningRate 0.01 instead of 0.003125");
   EXPECT_EQ(op["results"][1]["attempts"], 2);
   EXPECT_EQ(op["results"][2]["reason"], "Unsupported");
   EXPECT_EQ(op["results"][2]["attempts"], 1);

@@ -39,6 +39,16 @@ TEST(ValidateCli, ValidSweepPrintsEveryPlannedCase) {
   for (const auto& c : plan_cases(decode_benchmark_run(doc).value->spec)) EXPECT_THAT(o.out, HasSubstr(c.id));
   // Baselines come first in the printed order.
   EXPECT_LT(o.out.find("1x1-bs128-amp"), o.out.find("1x8-bs32-fp32"));
+  // No learning rate in the spec: VGG16's recipe, each case's rate in its row.
+  EXPECT_THAT(o.out, HasSubstr("optimizer sgd at the model's learning rate, 0.01 at a global batch of 256 and linearly less below it"));
+  EXPECT_THAT(o.out, HasSubstr("LEARNING RATE"));
+  const auto row = [&](const std::string& id) {
+    const auto at = o.out.find(" " + id + " ");
+    return at == std::string::npos ? std::string() : o.out.substr(at, o.out.find('\n', at) - at) + " ";
+  };
+  EXPECT_THAT(row("1x1-bs128-amp"), HasSubstr(" 0.005 "));  // 128 of 256
+  EXPECT_THAT(row("1x8-bs32-fp32"), HasSubstr(" 0.01 "));   // 256: the recipe's batch
+  EXPECT_THAT(row("4x8-bs128-fp32"), HasSubstr(" 0.01 "));  // 4,096: never above the recipe's rate
 }
 
 TEST(ValidateCli, InvalidExamplePrintsFieldPathsAndExitsOne) {
@@ -84,11 +94,16 @@ TEST(ValidateCli, JsonOutputIsMachineReadable) {
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const auto parsed = nlohmann::json::parse(o.out);
   ASSERT_EQ(parsed.size(), 1u);
-  EXPECT_EQ(parsed[0]["benchmarkRun"]["spec"]["optimizer"]["learningRate"], 0.1);  // defaults materialised
+  EXPECT_EQ(parsed[0]["benchmarkRun"]["spec"]["optimizer"]["momentum"], 0.9);  // defaults materialised
+  // The learning rate is the model's recipe at each case's global batch: left to the cases.
+  EXPECT_FALSE(parsed[0]["benchmarkRun"]["spec"]["optimizer"].contains("learningRate"));
   ASSERT_EQ(parsed[0]["cases"].size(), 2u);
   EXPECT_EQ(parsed[0]["cases"][0]["id"], "1x1-bs8-fp32");
   EXPECT_EQ(parsed[0]["cases"][0]["baseline"], true);
+  EXPECT_EQ(parsed[0]["cases"][0]["optimizer"],
+            nlohmann::json::parse(R"({"name": "sgd", "learningRate": 0.003125, "momentum": 0.9, "weightDecay": 0.0001})"));
   EXPECT_EQ(parsed[0]["cases"][1]["globalBatchSize"], 16);
+  EXPECT_EQ(parsed[0]["cases"][1]["optimizer"]["learningRate"], 0.00625);
 }
 
 TEST(ValidateCli, YamlOutputReadsBack) {

@@ -93,9 +93,11 @@ class EndToEnd(unittest.TestCase):
             self.assertGreater(result["throughput"]["median"], 0.5)  # images/s on any CPU at 64x64
             self.assertLess(result["throughput"]["median"], 5000)
             # The stored spec leaves the rate to the model; the status says which ran, from the
-            # worker's document through the launcher's termination message.
-            self.assertEqual(result["optimizer"], {"name": "sgd", "learningRate": 0.1, "momentum": 0.9,
-                                                   "weightDecay": 0.0001}, result)
+            # worker's document through the launcher's termination message: resnet50's 0.1 at a
+            # global batch of 256, linearly less at the case's.
+            global_batch = 8 * result["case"]["nodes"] * result["case"]["gpusPerNode"]
+            self.assertEqual(result["optimizer"], {"name": "sgd", "learningRate": 0.1 * global_batch / 256,
+                                                   "momentum": 0.9, "weightDecay": 0.0001}, result)
             # And the loss after each repeat run (an extra one where the repeats spread): finite
             # numbers that survive the API server.
             self.assertEqual(len(result["lossAfterRepeats"]), 3 + result["stability"]["extraRepeats"], result)
@@ -356,9 +358,11 @@ class EndToEnd(unittest.TestCase):
         for result in results.values():
             self.assertEqual(result["state"], "Succeeded", result)
             self.assertEqual(len(result["throughput"]["repeats"]), 2)
-            # What the script says torch.optim ran, from worker 0's termination message.
-            self.assertEqual(result["optimizer"], {"name": "sgd", "learningRate": 0.1, "momentum": 0.9,
-                                                   "weightDecay": 0.0001}, result)
+            # What the script says torch.optim ran, from worker 0's termination message: the
+            # model's rate at the case's global batch.
+            global_batch = 4 * result["case"]["nodes"] * result["case"]["gpusPerNode"]
+            self.assertEqual(result["optimizer"], {"name": "sgd", "learningRate": 0.1 * global_batch / 256,
+                                                   "momentum": 0.9, "weightDecay": 0.0001}, result)
             # And the loss the script printed after each repeat (`@dlbench loss`).
             self.assertEqual(len(result["lossAfterRepeats"]), 2, result)
             self.assertTrue(all(0 < loss < 1000 for loss in result["lossAfterRepeats"]), result)

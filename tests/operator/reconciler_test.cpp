@@ -279,7 +279,7 @@ TEST(Reconciler, CommandEngineFailuresKeepTheirReasons) {
 }
 
 // The Started event says how the cases train: a spec that leaves the learning rate to the model
-// (AlexNet's 0.01 here) no longer shows it in the stored object.
+// (AlexNet's 0.01 at a global batch of 256 here) does not show it in the stored object.
 TEST(Reconciler, TheStartedEventNamesTheLearningRateThatRuns) {
   json doc = testing::minimal_run();
   doc["spec"]["model"] = "alexnet";
@@ -287,7 +287,8 @@ TEST(Reconciler, TheStartedEventNamesTheLearningRateThatRuns) {
   const Actions a = cluster.step();
   const auto started = std::find_if(a.events.begin(), a.events.end(), [](const Event& e) { return e.reason == "Started"; });
   ASSERT_NE(started, a.events.end());
-  EXPECT_THAT(started->message, HasSubstr("cases planned, sgd at learning rate 0.01"));
+  EXPECT_THAT(started->message,
+              HasSubstr("cases planned, sgd at the model's learning rate, 0.01 at a global batch of 256 and linearly less below it"));
 }
 
 TEST(Reconciler, RunsEveryCaseInOrderWithTheLauncherAfterItsWorkers) {

@@ -99,4 +99,30 @@ TEST(RealNumber, FiniteNumbersWithinBoundsWhoseEndsMayBeExclusive) {
 }
 
 }  // namespace
+// SGD's default follows the linear scaling rule below the recipe's global batch and stops at
+// the recipe's rate above it; AdamW and LAMB keep the recipe's rate at every batch.
+TEST(LearningRateRecipe, SgdScalesDownLinearlyAndNeverUpAdaptiveOptimizersNever) {
+  EXPECT_DOUBLE_EQ(default_learning_rate(Model::resnet152, OptimizerName::sgd, 256), 0.1);
+  EXPECT_DOUBLE_EQ(default_learning_rate(Model::resnet152, OptimizerName::sgd, 255), 0.1 * 255 / 256);
+  EXPECT_DOUBLE_EQ(default_learning_rate(Model::resnet152, OptimizerName::sgd, 1), 0.1 / 256);
+  EXPECT_DOUBLE_EQ(default_learning_rate(Model::resnet152, OptimizerName::sgd, 65536), 0.1);
+  EXPECT_DOUBLE_EQ(default_learning_rate(Model::deeplabv3plus, OptimizerName::sgd, 4), 0.007 / 4);
+  EXPECT_DOUBLE_EQ(default_learning_rate(Model::bert_base, OptimizerName::adamw, 1), 1e-4);
+  EXPECT_DOUBLE_EQ(default_learning_rate(Model::vgg16, OptimizerName::lamb, 4096), 1e-3);
+  EXPECT_EQ(describe_learning_rate_recipe(learning_rate_recipe(Model::resnet50, OptimizerName::sgd)),
+            "0.1 at a global batch of 256 and linearly less below it");
+  EXPECT_EQ(describe_learning_rate_recipe(learning_rate_recipe(Model::bert_base, OptimizerName::adamw)),
+            "0.0001 at every batch");
+  // Every model and optimizer has a recipe within the API's bounds, at any batch it admits.
+  for (const Model model : {Model::resnet50, Model::resnet152, Model::vgg16, Model::alexnet, Model::inception_v3,
+                            Model::deeplabv3plus, Model::bert_base}) {
+    for (const OptimizerName optimizer : {OptimizerName::sgd, OptimizerName::adamw, OptimizerName::lamb}) {
+      for (const std::int64_t batch : {std::int64_t{1}, std::int64_t{256}, std::int64_t{1} << 30}) {
+        const double rate = default_learning_rate(model, optimizer, batch);
+        EXPECT_TRUE(bounds::kLearningRate.contains(rate)) << to_string(model) << " " << to_string(optimizer) << " " << batch;
+      }
+    }
+  }
+}
+
 }  // namespace dlbench

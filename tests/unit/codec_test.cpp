@@ -196,7 +196,7 @@ TEST(Defaults, AppliedAndReportedInOrder) {
                                  "spec.methodology.repeats", "spec.methodology.statistic", "spec.methodology.stability",
                                  "spec.methodology.stability.extraRepeats", "spec.methodology.stability.includeUnstable",
                                  "spec.optimizer",
-                                 "spec.optimizer.name", "spec.optimizer.learningRate", "spec.optimizer.momentum",
+                                 "spec.optimizer.name", "spec.optimizer.momentum",
                                  "spec.optimizer.weightDecay", "spec.worker", "spec.worker.gpuResource", "spec.worker.qosClass", "spec.limits",
                                  "spec.limits.caseTimeoutSeconds", "spec.limits.backoffLimit"));
   EXPECT_EQ(doc["spec"]["methodology"], (json{{"warmupSteps", 20}, {"measureSteps", 100}, {"repeats", 7}, {"statistic", "median"},
@@ -235,32 +235,46 @@ TEST(Defaults, NestedOptionalObjectsAndListItems) {
   EXPECT_FALSE(plain["spec"]["worker"].contains("rdma"));
 }
 
-// An unset learning rate is the model's recipe for its optimizer, never one rate for all; a set
-// one is kept, and the status's copy of the spec says which rate ran.
-TEST(Defaults, TheLearningRateFollowsTheModelAndOptimizer) {
-  const auto rate = [](const std::string& model, const json& optimizer) {
+// An unset learning rate is the model's recipe for its optimizer at each case's global batch,
+// never one rate for all: SGD's linearly less below the recipe's batch and the recipe's at or
+// above it, AdamW's and LAMB's the same at every batch. A set one is kept for every case, and
+// the spec written back leaves an unset rate unset.
+TEST(Defaults, TheLearningRateFollowsTheModelOptimizerAndGlobalBatch) {
+  const auto rate = [](const std::string& model, const json& optimizer, int batch, int gpus = 1) {
     json doc = minimal_run();
     doc["spec"]["model"] = model;
     if (model == "inception_v3") doc["spec"]["data"] = {{"imageSize", 299}};
     if (!optimizer.is_null()) doc["spec"]["optimizer"] = optimizer;
-    return decode_ok(doc).spec.optimizer.learning_rate;
+    const BenchmarkRun run = decode_ok(doc);
+    return optimizer_for_case(run.spec, CaseSpec{1, gpus, batch, Precision::fp32}).learning_rate;
   };
-  EXPECT_DOUBLE_EQ(rate("resnet50", nullptr), 0.1);
-  EXPECT_DOUBLE_EQ(rate("resnet152", nullptr), 0.1);
-  EXPECT_DOUBLE_EQ(rate("inception_v3", nullptr), 0.1);
-  EXPECT_DOUBLE_EQ(rate("alexnet", nullptr), 0.01);
-  EXPECT_DOUBLE_EQ(rate("vgg16", {{"momentum", 0.8}}), 0.01);
-  EXPECT_DOUBLE_EQ(rate("deeplabv3plus", nullptr), 0.007);
-  EXPECT_DOUBLE_EQ(rate("bert-base", nullptr), 0.01);
-  EXPECT_DOUBLE_EQ(rate("bert-base", {{"name", "adamw"}}), 1e-4);
-  EXPECT_DOUBLE_EQ(rate("resnet50", {{"name", "adamw"}}), 1e-3);
-  EXPECT_DOUBLE_EQ(rate("bert-base", {{"name", "lamb"}}), 1e-3);
-  EXPECT_DOUBLE_EQ(rate("alexnet", {{"learningRate", 0.1}}), 0.1);
+  EXPECT_DOUBLE_EQ(rate("resnet50", nullptr, 256), 0.1);
+  EXPECT_DOUBLE_EQ(rate("resnet50", nullptr, 64), 0.025);
+  EXPECT_DOUBLE_EQ(rate("resnet50", nullptr, 64, 4), 0.1);   // the global batch, not the device's
+  EXPECT_DOUBLE_EQ(rate("resnet50", nullptr, 256, 8), 0.1);  // never above the recipe's rate
+  EXPECT_DOUBLE_EQ(rate("resnet152", nullptr, 32), 0.0125);
+  EXPECT_DOUBLE_EQ(rate("inception_v3", nullptr, 128), 0.05);
+  EXPECT_DOUBLE_EQ(rate("alexnet", nullptr, 512), 0.01);
+  EXPECT_DOUBLE_EQ(rate("vgg16", {{"momentum", 0.8}}, 128), 0.005);
+  EXPECT_DOUBLE_EQ(rate("deeplabv3plus", nullptr, 16), 0.007);
+  EXPECT_DOUBLE_EQ(rate("deeplabv3plus", nullptr, 8), 0.0035);
+  EXPECT_DOUBLE_EQ(rate("bert-base", nullptr, 64), 0.0025);
+  EXPECT_DOUBLE_EQ(rate("bert-base", {{"name", "adamw"}}, 8), 1e-4);
+  EXPECT_DOUBLE_EQ(rate("resnet50", {{"name", "adamw"}}, 8), 1e-3);
+  EXPECT_DOUBLE_EQ(rate("bert-base", {{"name", "lamb"}}, 8), 1e-3);
+  EXPECT_DOUBLE_EQ(rate("alexnet", {{"learningRate", 0.1}}, 8), 0.1);
+  EXPECT_DOUBLE_EQ(rate("alexnet", {{"learningRate", 0.1}}, 1024), 0.1);
   json doc = minimal_run();
   doc["spec"]["model"] = "vgg16";
-  const json written = to_json(decode_ok(doc));
-  EXPECT_EQ(written["spec"]["optimizer"]["learningRate"], 0.01);
-  EXPECT_DOUBLE_EQ(decode_ok(written).spec.optimizer.learning_rate, 0.01);
+  const BenchmarkRun run = decode_ok(doc);
+  EXPECT_FALSE(run.spec.optimizer.learning_rate.has_value());
+  const json written = to_json(run);
+  EXPECT_FALSE(written["spec"]["optimizer"].contains("learningRate"));
+  EXPECT_EQ(decode_ok(written).spec.optimizer, run.spec.optimizer);
+  doc["spec"]["optimizer"] = {{"learningRate", 0.02}};
+  EXPECT_EQ(to_json(decode_ok(doc))["spec"]["optimizer"]["learningRate"], 0.02);
+  EXPECT_EQ(describe_optimizer(run.spec), "sgd at the model's learning rate, 0.01 at a global batch of 256 and linearly less below it");
+  EXPECT_EQ(describe_optimizer(decode_ok(doc).spec), "sgd at learning rate 0.02");
 }
 
 TEST(Defaults, DecodedDefaultsMatchTheDocumentedValues) {
@@ -271,7 +285,7 @@ TEST(Defaults, DecodedDefaultsMatchTheDocumentedValues) {
   EXPECT_EQ(run.spec.methodology.measure_steps, 100);
   EXPECT_EQ(run.spec.methodology.repeats, 7);
   EXPECT_EQ(run.spec.methodology.statistic, Statistic::median);
-  EXPECT_DOUBLE_EQ(run.spec.optimizer.learning_rate, 0.1);  // resnet50 with sgd
+  EXPECT_FALSE(run.spec.optimizer.learning_rate.has_value());  // the model's, resolved per case
   EXPECT_DOUBLE_EQ(run.spec.optimizer.momentum, 0.9);
   EXPECT_DOUBLE_EQ(run.spec.optimizer.weight_decay, 0.0001);
   EXPECT_EQ(run.spec.worker.gpu_resource, "nvidia.com/gpu");
@@ -282,7 +296,7 @@ TEST(Defaults, DecodedDefaultsMatchTheDocumentedValues) {
   EXPECT_EQ(run.spec.data.prefetch_batches, 2);
   EXPECT_EQ(run.spec.methodology.stability, (StabilitySpec{std::nullopt, 7, false}));  // maxCv: the device's
   EXPECT_EQ(run.spec.worker.qos_class, QosClass::Burstable);
-  EXPECT_EQ(decode_benchmark_run(minimal_run()).defaults.size(), 27u);
+  EXPECT_EQ(decode_benchmark_run(minimal_run()).defaults.size(), 26u);
 }
 
 }  // namespace

@@ -105,8 +105,9 @@ TEST(WorkerCli, ResNet50WritesAValidResultWithThreeRepeats) {
   for (const double loss : doc.loss_after_repeats) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
 }
 
-// Without --learning-rate a model trains at its own recipe's rate: AlexNet at 0.01, where the
-// rate once shared by every model (0.1) took its loss to 1e33 within ten steps.
+// Without --learning-rate a model trains at its own recipe's rate: AlexNet's 0.01 at a global
+// batch of 256, linearly less at 8 (0.0003125), where the rate once shared by every model (0.1)
+// took its loss to 1e33 within ten steps.
 TEST(WorkerCli, AModelTrainsAtItsOwnDefaultLearningRate) {
   const Outcome o = worker(
       "--model alexnet --image-size 64 --batch-size 8 --warmup-steps 2 --measure-steps 8 --repeats 3 --max-cv 1 "
@@ -114,8 +115,8 @@ TEST(WorkerCli, AModelTrainsAtItsOwnDefaultLearningRate) {
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const ResultDocument doc = decoded(slurp(scratch() / "alexnet.json"));
   ASSERT_TRUE(doc.optimizer.has_value());  // the result says which rate ran
-  EXPECT_EQ(*doc.optimizer, (OptimizerSpec{OptimizerName::sgd, 0.01, 0.9, 1e-4}));
-  EXPECT_THAT(o.out, HasSubstr("; sgd at learning rate 0.01\n"));
+  EXPECT_EQ(*doc.optimizer, (OptimizerSpec{OptimizerName::sgd, 0.01 * 8 / 256, 0.9, 1e-4}));
+  EXPECT_THAT(o.out, HasSubstr("; sgd at learning rate 0.0003125\n"));
   ASSERT_EQ(doc.loss_after_repeats.size(), 3u);
   for (const double loss : doc.loss_after_repeats) EXPECT_LT(loss, std::log(1000.0)) << "above an untrained model's";
   EXPECT_LT(doc.loss_after_repeats.back(), doc.loss_after_repeats.front());

@@ -213,7 +213,8 @@ const std::vector<ValueOption>& value_options() {
        [](Options& o, auto& f, auto& v) { o.optimizer = enum_choice<OptimizerName>(f, v); }},
       {"--learning-rate", "X",
        "learning rate, > 0 (default: the model's recipe for the optimizer; sgd: 0.1 ResNets and inception_v3, 0.01 "
-       "alexnet, vgg16 and bert-base, 0.007 deeplabv3plus; adamw: 1e-4 bert-base, 1e-3 the others; lamb: 1e-3)",
+       "alexnet, vgg16 and bert-base, each at a global batch of 256, 0.007 deeplabv3plus at 16, linearly less below "
+       "it; adamw: 1e-4 bert-base, 1e-3 the others; lamb: 1e-3)",
        [](Options& o, auto& f, auto& v) { o.learning_rate = parse_real(f, v, bounds::kLearningRate); }},
       {"--momentum", "X", "SGD momentum, AdamW's and LAMB's beta1; 0 <= x < 1 (default 0.9)",
        [](Options& o, auto& f, auto& v) { o.momentum = parse_real(f, v, bounds::kMomentum); }},
@@ -331,7 +332,6 @@ void check_execution(const Options& o) {
 void apply_model(Options& o) {
   const ModelInfo model = model_info(o.model);
   const std::string name = model.name();
-  if (o.learning_rate == 0) o.learning_rate = default_learning_rate(o.model, o.optimizer);
   if (model.sequences) {
     if (o.data != "synthetic") {
       throw UsageError{"--data " + o.data + ": " + name + " trains on synthetic token sequences; allowed: synthetic"};
@@ -403,6 +403,10 @@ std::optional<Options> parse_options(int argc, char** argv) {
   check_execution(o);
   apply_model(o);
   return o;
+}
+
+void resolve_learning_rate(Options& o, int ranks) {
+  if (o.learning_rate == 0) o.learning_rate = default_learning_rate(o.model, o.optimizer, o.batch_size * ranks);
 }
 
 }  // namespace dlbench::worker

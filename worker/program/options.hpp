@@ -31,7 +31,7 @@ struct Options {
   long extra_repeats = defaults::kExtraRepeats;
   long sequence_length = 0;  // 0: the model's default (sequence models)
   OptimizerName optimizer = OptimizerName::sgd;
-  double learning_rate = 0;  // 0: the model's default for the optimizer (default_learning_rate)
+  double learning_rate = 0;  // 0: the model's recipe at the global batch (resolve_learning_rate)
   double momentum = 0.9;
   double weight_decay = 1e-4;
   long threads = 0;
@@ -58,6 +58,10 @@ struct Options {
 // The options, or nothing when the command line only asked for --help, --list-models or
 // --list-devices (printed here). Throws dlbench::UsageError.
 std::optional<Options> parse_options(int argc, char** argv);
+
+// No --learning-rate: the model's recipe for the optimizer at this job's global batch (the batch
+// per rank times `ranks`), as core resolves a spec that leaves it unset (default_learning_rate).
+void resolve_learning_rate(Options& o, int ranks);
 
 // --threads 0: the cores this process may use (its affinity mask and its cgroup's CPU quota),
 // shared evenly by the ranks on this node.

@@ -129,10 +129,23 @@ const std::vector<FieldRule>& api_field_rules();
 // recipe for that optimizer, so that the embedded default trains instead of diverging (at one
 // rate for all, 0.1, VGG16's loss turned NaN within ten steps and BERT's rose above its start).
 //   sgd:   ResNets and InceptionV3 0.1 (Goyal et al.; torchvision's recipe), AlexNet and VGG16
-//          0.01 (torchvision's recipe), DeepLabV3+ 0.007 (its paper), BERT-base 0.01;
+//          0.01 (torchvision's recipe), BERT-base 0.01, each at a global batch of 256;
+//          DeepLabV3+ 0.007 at 16 (its paper);
 //   adamw: BERT-base 1e-4 (BERT's paper), the CNNs 1e-3 (Adam's paper and PyTorch's default);
 //   lamb:  1e-3 (apex FusedLAMB's and torch-optimizer's default).
-double default_learning_rate(Model model, OptimizerName optimizer);
+// SGD's rate follows the linear scaling rule (Goyal et al.) below the recipe's global batch: at
+// 32 samples ResNet-152 at 0.1 went from a loss of 7.1 to 20.1 on an H200, and ResNet-152 at 8 on
+// the CPU to 19.7. Above the recipe's batch it stays the recipe's rate: scaling up needs a warm-up
+// schedule a benchmark's few steps do not have, and a diverged case publishes nothing. AdamW and
+// LAMB normalise their steps and keep the recipe's rate at every batch.
+struct LearningRateRecipe {
+  double rate = 0;
+  std::int64_t global_batch = 0;  // the batch `rate` is for; 0: the same rate at every batch
+};
+LearningRateRecipe learning_rate_recipe(Model model, OptimizerName optimizer);
+double default_learning_rate(Model model, OptimizerName optimizer, std::int64_t global_batch);
+// "0.1 at a global batch of 256 and linearly less below it" or "0.001 at every batch".
+std::string describe_learning_rate_recipe(const LearningRateRecipe& recipe);
 
 // The smallest side (of the height and of the width) an image model trains on: what its layers
 // leave to pool (bounds::kImageSize.min for most; 0 for a sequence model, which has no image).

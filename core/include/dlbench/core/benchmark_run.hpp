@@ -124,12 +124,24 @@ struct Methodology {
   bool operator==(const Methodology&) const = default;
 };
 
+// The optimizer a case trains with, every field resolved: what a worker is asked for and what
+// its result document says ran.
 struct OptimizerSpec {
   OptimizerName name = OptimizerName::sgd;
-  double learning_rate = 0.1;  // unset in a spec: default_learning_rate(model, name), filled in by decoding
+  double learning_rate = 0.1;
   double momentum = 0.9;
   double weight_decay = 1e-4;
   bool operator==(const OptimizerSpec&) const = default;
+};
+
+// spec.optimizer as written: an unset learning rate is the model's recipe at each case's global
+// batch (optimizer_for_case; api_rules.hpp's default_learning_rate).
+struct OptimizerRequest {
+  OptimizerName name = OptimizerName::sgd;
+  std::optional<double> learning_rate;
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  bool operator==(const OptimizerRequest&) const = default;
 };
 
 struct RdmaSpec {
@@ -234,13 +246,20 @@ struct BenchmarkRunSpec {
   std::optional<Matrix> matrix;  // exactly one of matrix and cases
   std::vector<CaseSpec> cases;
   Methodology methodology;
-  OptimizerSpec optimizer;
+  OptimizerRequest optimizer;
   WorkerSpec worker;
   Limits limits;
   std::optional<PreflightSpec> preflight;
   std::vector<PodTemplateOverride> pod_template_overrides;
   bool operator==(const BenchmarkRunSpec&) const = default;
 };
+
+// The optimizer case `c` of `spec` trains with: spec.optimizer, its learning rate resolved to
+// the model's recipe at the case's global batch where the spec leaves it unset.
+OptimizerSpec optimizer_for_case(const BenchmarkRunSpec& spec, const CaseSpec& c);
+// How a run's cases train, for its one-line summaries: "sgd at learning rate 0.05", or "sgd at
+// the model's learning rate, 0.1 at a global batch of 256 and linearly less below it".
+std::string describe_optimizer(const BenchmarkRunSpec& spec);
 
 struct Condition {
   ConditionType type = ConditionType::Ready;

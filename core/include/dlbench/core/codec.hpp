@@ -27,6 +27,7 @@ nlohmann::json to_json(const BenchmarkRun& run);
 nlohmann::json to_json(const BenchmarkRunSpec& spec);
 nlohmann::json to_json(const BenchmarkRunStatus& status);
 nlohmann::json to_json(const CaseSpec& c);
+nlohmann::json to_json(const OptimizerSpec& optimizer);  // {name, learningRate, momentum, weightDecay}
 nlohmann::json to_json(const CaseResult& result);
 nlohmann::json to_json(const SampleSummary& summary);
 // spec.worker's tolerations and env are Kubernetes' own shapes: the operator puts these into pods.
