@@ -191,6 +191,14 @@ def comparison(logs):
                for (model, precision, engine), r in sorted(rows.items()) if engine == "pytorch" and "cv" in r]
     if spreads:
         out.append("PyTorch's repeats: " + "; ".join(spreads))
+    # BERT against PyTorch's fastest eager path too (pytorch_bert.py --tuned: fused AdamW, its
+    # scaled_dot_product_attention), dlbench's default eager figure over it.
+    tuned = [f"{model} {precision} {fmt(r.get('median'), r)}, dlbench / tuned "
+             f"{ratio((rows.get((model, precision, 'dlbench')) or {}).get('median'), r.get('median'))}"
+             + (f" (cv {100 * r['cv']:.2f}% {r['stability']})" if "cv" in r else "")
+             for (model, precision, engine), r in sorted(rows.items()) if engine == "pytorch-tuned"]
+    if tuned:
+        out.append("PyTorch tuned (fused AdamW, scaled_dot_product_attention): " + "; ".join(tuned))
     return out
 
 

@@ -10,15 +10,19 @@ sequences/s. On CUDA the timed steps sit between two torch.cuda.synchronize().
 
     pytorch_bert.py --device cpu|cuda --batch 32 --precision fp32|tf32|amp|bf16 [--sequence-length 128]
                     [--warmup 20 --measure 100 --repeats 7] [--max-cv C --extra-repeats 7] [--threads N]
-                    [--compile] [--profile]
+                    [--compile] [--tuned] [--profile]
 
 amp: fp16 autocast with a GradScaler; bf16: bf16 autocast. On the CPU, PyTorch 1.13's layer_norm
 refuses a bf16 input with fp32 weights and its CPU autocast does not cast for it, so layer norms
 run in fp32 there, as later versions' autocast policy has it.
+--tuned: PyTorch's fastest eager path, as dlbench's own is fused: AdamW with fused=True (one
+kernel for the update, and under amp the GradScaler's inf check stays on the device instead of a
+host sync every step) and attention through F.scaled_dot_product_attention (flash or
+memory-efficient kernels, dropout inside). Needs PyTorch 2 on CUDA; refused otherwise, saying why.
 --profile: one repeat under torch.profiler; adds the timed seconds and the seconds in
 aten::addmm/mm/bmm (self time) to the line.
 
-Prints one JSON line: {"engine": "pytorch" | "pytorch-compile", "device", "batch", "sequence_length",
+Prints one JSON line: {"engine": "pytorch" | "pytorch-compile" | "pytorch-tuned", "device", "batch", "sequence_length",
 "precision", "repeats": [...], "median", "discarded": [...], "cv", "max_cv", "stability", "torch"}.
 """
 import argparse
@@ -36,6 +40,25 @@ import stability  # noqa: E402
 VOCABULARY = 30522
 
 
+def tuned_refusal(cuda):
+    """Why --tuned cannot run here (None where it can): it needs scaled_dot_product_attention
+    (PyTorch 2.0) and AdamW's fused kernel, which this PyTorch has for CUDA only."""
+    if not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        return f"needs torch.nn.functional.scaled_dot_product_attention (PyTorch 2.0 or later; this is {torch.__version__})"
+    if not cuda:
+        return "needs --device cuda (AdamW's fused kernel)"
+    return None
+
+
+def attention_through_sdpa(self, x):
+    """BertSelfAttention.forward with PyTorch's fused attention: the same scale (1/sqrt(head
+    size), SDPA's default) and dropout on the probabilities while training."""
+    q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
+    context = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, dropout_p=self.dropout.p if self.training else 0.0)
+    return context.transpose(1, 2).reshape(x.shape)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
@@ -47,6 +70,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--tuned", action="store_true", help="fused AdamW and scaled_dot_product_attention")
     parser.add_argument("--profile", action="store_true")
     stability.add_arguments(parser)
     args = parser.parse_args()
@@ -63,6 +87,11 @@ def main():
         if args.precision == "bf16":
             torch.nn.LayerNorm.forward = lambda self, x: torch.nn.functional.layer_norm(
                 x.float(), self.normalized_shape, self.weight, self.bias, self.eps)
+    if args.tuned:
+        why_not = tuned_refusal(cuda)
+        if why_not:
+            sys.exit(f"pytorch_bert.py: --tuned {why_not}")
+        reference_models.BertSelfAttention.forward = attention_through_sdpa
     device = torch.device(args.device)
     torch.manual_seed(42)
     model = reference_models.BertForPreTraining().to(device)
@@ -78,7 +107,8 @@ def main():
     next_sentence = torch.randint(0, 2, (batch,), device=device)
     groups = [{"params": [p for p in model.parameters() if p.dim() >= 2]},
               {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
+                                  **({"fused": True} if args.tuned else {}))
     autocast_dtype = {"amp": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
     scaler = torch.cuda.amp.GradScaler(enabled=args.precision == "amp")
 
@@ -98,7 +128,8 @@ def main():
         if cuda:
             torch.cuda.synchronize()
 
-    line = {"engine": "pytorch-compile" if args.compile else "pytorch", "device": args.device, "batch": batch,
+    engine = "pytorch-compile" if args.compile else "pytorch-tuned" if args.tuned else "pytorch"
+    line = {"engine": engine, "device": args.device, "batch": batch,
             "sequence_length": length, "precision": args.precision, "torch": torch.__version__}
 
     def repeat():

@@ -69,6 +69,24 @@ class GpuCheckTable(unittest.TestCase):
         self.assertIn("  vgg16: - (dlbench-worker: cuda: out of memory)", lines)
         self.assertIn("  resnet152 batch 32: Failed LossNotFinite, 2100 samples/s, losses 7.2500 NaN", lines)
 
+    def test_bert_against_pytorch_eager_and_its_tuned_path(self):
+        # comparison.jsonl as gpu_check.sh appends it: dlbench's result lines and pytorch_bert.py's.
+        with tempfile.TemporaryDirectory() as logs:
+            write(logs, "comparison.jsonl", "\n".join(json.dumps(r) for r in [
+                {"model": "bert-base", "precision": "amp", "engine": "dlbench", "batch": 64, "median": 3349.0},
+                {"model": "bert-base", "precision": "amp", "engine": "pytorch", "batch": 64, "median": 1105.0,
+                 "cv": 0.14, "stability": "unstable", "discarded": [1401.0]},
+                {"model": "bert-base", "precision": "amp", "engine": "pytorch-tuned", "batch": 64, "median": 2232.7,
+                 "cv": 0.01, "stability": "stable"}]) + "\n")
+            lines = self.table(logs)
+        row = [line for line in lines if line.startswith("| bert-base | 64 | amp |")]
+        self.assertEqual(len(row), 1, lines)
+        self.assertIn("| 3349.0 |", row[0])
+        self.assertIn("| 1105.0 | 3.03 |", row[0])
+        self.assertIn("PyTorch tuned (fused AdamW, scaled_dot_product_attention): "
+                      "bert-base amp 2232.7, dlbench / tuned 1.50 (cv 1.00% stable)", lines)
+        self.assertIn("PyTorch's repeats: bert-base amp cv 14.00% unstable (+1)", lines)
+
 
 if __name__ == "__main__":
     unittest.main()
