@@ -227,6 +227,10 @@ time_dlbench bert-base 64 amp dlbench-bert-amp-graph dlbench-graph "${bert_flags
 # amp, tf32 and bf16 at their defaults since 2026-11-28 (branch gradients accumulated; tf32's residual
 # fused into batch norm), each against the variant it replaced, and amp replayed as a step graph.
 compare_resnet50 amp
+# PyTorch with SGD's fused kernel as well (no host sync for amp's inf check): never run before.
+step "pytorch-resnet50-amp-tuned" 90 python3 "$here/pytorch_resnet50.py" --batch "${resnet_batch[amp]}" --precision amp \
+  --warmup 10 --measure 30 --repeats 3 --tuned
+grep -hs '^{' "$logs/pytorch-resnet50-amp-tuned.log" | sed 's/^{/{"model": "resnet50", /' >> "$results"
 DLBENCH_CUDA_RESIDUAL_GRAD=sum time_dlbench_resnet50 amp dlbench-resnet50-amp-sum dlbench-sum
 time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
 compare_resnet50 tf32

@@ -191,14 +191,15 @@ def comparison(logs):
                for (model, precision, engine), r in sorted(rows.items()) if engine == "pytorch" and "cv" in r]
     if spreads:
         out.append("PyTorch's repeats: " + "; ".join(spreads))
-    # BERT against PyTorch's fastest eager path too (pytorch_bert.py --tuned: fused AdamW, its
-    # scaled_dot_product_attention), dlbench's default eager figure over it.
+    # Against PyTorch's fastest eager path too (--tuned: the optimizer's fused kernel, and BERT's
+    # attention through scaled_dot_product_attention), dlbench's default eager figure over it.
     tuned = [f"{model} {precision} {fmt(r.get('median'), r)}, dlbench / tuned "
              f"{ratio((rows.get((model, precision, 'dlbench')) or {}).get('median'), r.get('median'))}"
              + (f" (cv {100 * r['cv']:.2f}% {r['stability']})" if "cv" in r else "")
              for (model, precision, engine), r in sorted(rows.items()) if engine == "pytorch-tuned"]
     if tuned:
-        out.append("PyTorch tuned (fused AdamW, scaled_dot_product_attention): " + "; ".join(tuned))
+        out.append("PyTorch tuned (fused optimizer; BERT's attention through scaled_dot_product_attention): " +
+                   "; ".join(tuned))
     return out
 
 

@@ -6,14 +6,20 @@ weight decay 1e-4, learning rate 0.1; warm up W steps, time M steps, R repeats, 
 while the last R spread as dlbench-worker would (bench/stability.py), report the median images/s.
 Timing: torch.cuda.synchronize() before and after the M steps, perf_counter between.
 
-    pytorch_resnet50.py --batch 256 --precision amp [--compile] [--warmup 20 --measure 100 --repeats 7]
+    pytorch_resnet50.py --batch 256 --precision amp [--compile] [--tuned] [--warmup 20 --measure 100 --repeats 7]
                         [--max-cv 0.02 --extra-repeats 7]
 
-Prints one JSON line: {"engine": "pytorch" | "pytorch-compile", "batch", "precision", "repeats": [...],
+--tuned: SGD with fused=True, PyTorch's one-kernel update, under which amp's GradScaler keeps its
+inf check on the device instead of a host sync every step; refused, saying why, by a PyTorch
+without it.
+
+Prints one JSON line: {"engine": "pytorch" | "pytorch-compile" | "pytorch-tuned", "batch", "precision", "repeats": [...],
 "median", "discarded": [...], "cv", "max_cv", "stability"}.
 """
 import argparse
+import inspect
 import json
+import sys
 import time
 
 import torch
@@ -31,9 +37,12 @@ def main():
     parser.add_argument("--measure", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--tuned", action="store_true", help="SGD's fused kernel")
     stability.add_arguments(parser)
     args = parser.parse_args()
 
+    if args.tuned and "fused" not in inspect.signature(torch.optim.SGD).parameters:
+        sys.exit(f"pytorch_resnet50.py: --tuned needs torch.optim.SGD's fused kernel, which PyTorch {torch.__version__} lacks")
     torch.backends.cudnn.benchmark = True  # measured algorithm choice, as dlbench does
     tf32 = args.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -42,7 +51,8 @@ def main():
     model = torchvision.models.resnet50().to(device).to(memory_format=torch.channels_last)
     if args.compile:
         model = torch.compile(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4,
+                                **({"fused": True} if args.tuned else {}))
     criterion = torch.nn.CrossEntropyLoss()
     images = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device).to(
         memory_format=torch.channels_last)
@@ -69,7 +79,8 @@ def main():
         return args.batch * args.measure / (time.perf_counter() - start)
 
     max_cv = stability.DEFAULT_MAX_CV["gpu"] if args.max_cv is None else args.max_cv
-    line = {"engine": "pytorch-compile" if args.compile else "pytorch", "batch": args.batch, "precision": args.precision}
+    engine = "pytorch-compile" if args.compile else "pytorch-tuned" if args.tuned else "pytorch"
+    line = {"engine": engine, "batch": args.batch, "precision": args.precision}
     line.update(stability.measure(repeat, args.repeats, args.extra_repeats, max_cv))
     line.update(torch=torch.__version__, gpu=torch.cuda.get_device_name())
     print(json.dumps(line))

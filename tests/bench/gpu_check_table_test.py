@@ -83,7 +83,7 @@ class GpuCheckTable(unittest.TestCase):
         self.assertEqual(len(row), 1, lines)
         self.assertIn("| 3349.0 |", row[0])
         self.assertIn("| 1105.0 | 3.03 |", row[0])
-        self.assertIn("PyTorch tuned (fused AdamW, scaled_dot_product_attention): "
+        self.assertIn("PyTorch tuned (fused optimizer; BERT's attention through scaled_dot_product_attention): "
                       "bert-base amp 2232.7, dlbench / tuned 1.50 (cv 1.00% stable)", lines)
         self.assertIn("PyTorch's repeats: bert-base amp cv 14.00% unstable (+1)", lines)
 
