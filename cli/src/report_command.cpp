@@ -276,9 +276,10 @@ std::vector<ScalingSeries> scaling_series(const std::vector<Source>& sources) {
 }
 
 // The tables a report prints for each precision: throughput, speed-up, efficiency, and where
-// some case has them, input wait, the loss (whether the cases compared trained alike), the
+// some case has them, input wait, the loss (whether the cases compared trained alike) with the
+// learning rate each case trained at (the model's default differs with the global batch), the
 // training arithmetic per device and its share of the device's peak.
-enum class Table { throughput, speedup, efficiency, input_wait, loss, flops, mfu };
+enum class Table { throughput, speedup, efficiency, input_wait, learning_rate, loss, flops, mfu };
 
 // A loss with four significant digits: losses span 0.001 to 10.
 std::string significant(double v) {
@@ -353,6 +354,12 @@ std::string table_cell(const std::vector<Source>& sources, ReportFormat format, 
       case Table::input_wait:
         if (!r.input) return "synthetic";
         return fixed(100 * r.input->wait_share, 1) + "% " + std::string(to_string(r.input->verdict));
+      case Table::learning_rate: {
+        if (!r.optimizer) return "-";
+        std::ostringstream rate;
+        rate << std::setprecision(6) << r.optimizer->learning_rate;
+        return rate.str();
+      }
       case Table::loss:
         return r.loss_after_repeats.empty() ? "-" : significant(r.loss_after_repeats.back());
       case Table::flops:
@@ -371,7 +378,7 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   std::set<int> batches;
   std::set<Column> columns;
   std::vector<Table> tables{Table::throughput, Table::speedup, Table::efficiency};
-  bool real_data = false, losses = false, flops = false, mfu = false;
+  bool real_data = false, losses = false, rates = false, flops = false, mfu = false;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     for (const auto& r : sources[i].status.results) {
       if (r.case_.precision != p) continue;
@@ -379,11 +386,13 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
       columns.insert({i, r.case_.nodes, r.case_.gpus_per_node});
       real_data = real_data || r.input;
       losses = losses || !r.loss_after_repeats.empty();
+      rates = rates || r.optimizer;
       flops = flops || r.flops;
       mfu = mfu || (r.flops && r.flops->mfu);
     }
   }
   if (real_data) tables.push_back(Table::input_wait);
+  if (losses && rates) tables.push_back(Table::learning_rate);
   if (losses) tables.push_back(Table::loss);
   if (flops) tables.push_back(Table::flops);
   if (mfu) tables.push_back(Table::mfu);
@@ -393,10 +402,11 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   });
   const std::string throughput_title = "throughput (" + throughput_unit_of(sources, p) + ")";
   const std::string titles[] = {throughput_title, "speed-up over 1x1", "scaling efficiency",
-                                "time waiting for input, and the verdict", "loss after the last repeat",
+                                "time waiting for input, and the verdict", "learning rate it trained at",
+                                "loss after the last repeat",
                                 "training arithmetic per device (TFLOP/s)",
                                 "model FLOPs utilisation (of the device's dense peak)"};
-  const char* csv_titles[] = {"throughput", "speedup", "efficiency", "inputwait", "loss", "tflops", "mfu"};
+  const char* csv_titles[] = {"throughput", "speedup", "efficiency", "inputwait", "learningrate", "loss", "tflops", "mfu"};
   const auto print_table = [&](const std::string& title, const std::string& csv_title, const std::vector<Column>& shown,
                                const std::function<std::string(int, const Column&)>& cell) {
     std::vector<std::string> header{"batch"};

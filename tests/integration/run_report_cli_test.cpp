@@ -427,7 +427,11 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
       EXPECT_NEAR(std::stod(line.substr(prefix.size())), losses.back(), 1e-3 * losses.back()) << line;
     }
   }
-  EXPECT_EQ(rows, 5 * 4);  // throughput, speed-up, efficiency, loss, training TFLOP/s × 4 cases
+  EXPECT_EQ(rows, 6 * 4);  // throughput, speed-up, efficiency, learning rate, loss, training TFLOP/s × 4 cases
+  // Beside the loss, the rate each case trained at: resnet50's default at its global batch.
+  EXPECT_THAT(csv.out, HasSubstr("\nlearningrate,fp32,2,small,1,1,0.00078125\n"));
+  EXPECT_THAT(csv.out, HasSubstr("\nlearningrate,fp32,2,small,1,2,0.0015625\n"));
+  EXPECT_THAT(table.out, HasSubstr("fp32: learning rate it trained at"));
   const double tflops = s.results[0].flops->per_second_per_device / 1e12;
   EXPECT_THAT(csv.out, ::testing::ContainsRegex("\ntflops,fp32,2,small,1,1,[0-9.e-]+\n"));
   EXPECT_THAT(table.out, HasSubstr("fp32: training arithmetic per device (TFLOP/s)"));
