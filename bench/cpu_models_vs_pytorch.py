@@ -6,10 +6,9 @@ autocast). Rounds alternate the engines (A B A B ...) so that the machine's drif
 run is its own process (warm-up steps, then timed steps: samples/s) and its peak resident set comes
 from wait4()'s ru_maxrss. The medians over the rounds are reported.
 
-InceptionV3 trains as torchvision trains it, with its auxiliary classifier: PyTorch's loss is
-main + 0.4 * aux, as dlbench's is. DeepLabV3+ is tests/golden/reference_models.py's network (built
-from torchvision's resnet50 and ASPP), 19 classes, per-pixel labels with ignore index 255, at a
-height x width crop (--image-size 256x512).
+The PyTorch models and losses are bench/pytorch_image_models.py's: InceptionV3 with its auxiliary
+classifier (main + 0.4 * aux, as dlbench's), DeepLabV3+ the golden test's network at a height x
+width crop (--image-size 256x512).
 
     bench/cpu_models_vs_pytorch.py --model inception_v3 [--build build/default] [--batch 8]
                                    [--image-size 299] [--rounds 3] [--warmup 1] [--measure 4]
@@ -28,37 +27,23 @@ import tempfile
 from bench_process import machine, run_measured
 
 PYTORCH_STEP = r"""
-import sys, time, torch, torchvision
+import sys, time, torch
 model_name, batch, image, precision, warmup, measure, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3], \
     sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+sys.path.insert(0, sys.argv[8])
+import pytorch_image_models
 height, _, width = image.partition("x")
 height, width = int(height), int(width or height)
 torch.set_num_threads(threads)
 torch.manual_seed(42)
-if model_name == "deeplabv3plus":
-    sys.path.insert(0, sys.argv[8])
-    import reference_models
-    model = reference_models.DeepLabV3Plus()
-    y = torch.randint(0, 20, (batch, height, width))
-    y[y == 19] = 255  # as dlbench's synthetic labels: about 1 pixel in 20 ignored
-else:
-    kwargs = {"aux_logits": True, "init_weights": True} if model_name == "inception_v3" else {}
-    model = getattr(torchvision.models, model_name)(**kwargs)
-    y = torch.randint(0, 1000, (batch,))
+model, y, loss_of = pytorch_image_models.build(model_name, batch, height, width, "cpu")
 model = model.to(memory_format=torch.channels_last)
-model.train()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
 x = torch.randn(batch, 3, height, width).to(memory_format=torch.channels_last)
 def step():
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-        out = model(x)
-        if model_name == "deeplabv3plus":
-            loss = torch.nn.functional.cross_entropy(out, y, ignore_index=255)
-        elif model_name == "inception_v3":
-            loss = torch.nn.functional.cross_entropy(out.logits, y) + 0.4 * torch.nn.functional.cross_entropy(out.aux_logits, y)
-        else:
-            loss = torch.nn.functional.cross_entropy(out, y)
+        loss = loss_of(model(x), y)
     loss.backward()
     optimizer.step()
 for _ in range(warmup):
@@ -86,7 +71,7 @@ def dlbench(worker, args, precision, work):
 def pytorch(python, args, precision):
     out, rss = run_measured([python, "-c", PYTORCH_STEP, args.model, str(args.batch), str(args.image_size), precision,
                              str(args.warmup), str(args.measure), str(args.threads),
-                             os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden")])
+                             os.path.dirname(os.path.abspath(__file__))])
     return float(out.strip().splitlines()[-1]), rss
 
 

@@ -4,16 +4,19 @@
 torchvision resnet50 (v1.5, as dlbench's), channels_last, synthetic data, SGD with momentum 0.9,
 weight decay 1e-4, learning rate 0.1; warm up W steps, time M steps, R repeats, measured again
 while the last R spread as dlbench-worker would (bench/stability.py), report the median images/s.
-Timing: torch.cuda.synchronize() before and after the M steps, perf_counter between.
+Timing: torch.cuda.synchronize() before and after the M steps, perf_counter between. --model
+trains dlbench's other image models the same way (bench/pytorch_image_models.py: torchvision's,
+InceptionV3 with its auxiliary loss, DeepLabV3+ the golden test's with per-pixel labels; give
+InceptionV3 --image-size 299).
 
-    pytorch_resnet50.py --batch 256 --precision amp [--compile] [--tuned] [--warmup 20 --measure 100 --repeats 7]
-                        [--max-cv 0.02 --extra-repeats 7]
+    pytorch_resnet50.py --batch 256 --precision amp [--model resnet50] [--image-size 224] [--compile] [--tuned]
+                        [--warmup 20 --measure 100 --repeats 7] [--max-cv 0.02 --extra-repeats 7]
 
 --tuned: SGD with fused=True, PyTorch's one-kernel update, under which amp's GradScaler keeps its
 inf check on the device instead of a host sync every step; refused, saying why, by a PyTorch
 without it.
 
-Prints one JSON line: {"engine": "pytorch" | "pytorch-compile" | "pytorch-tuned", "batch", "precision", "repeats": [...],
+Prints one JSON line: {"engine": "pytorch" | "pytorch-compile" | "pytorch-tuned", "model", "batch", "precision", "repeats": [...],
 "median", "discarded": [...], "cv", "max_cv", "stability"}.
 """
 import argparse
@@ -23,8 +26,8 @@ import sys
 import time
 
 import torch
-import torchvision
 
+import pytorch_image_models
 import stability
 
 
@@ -32,6 +35,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--precision", choices=["fp32", "tf32", "amp", "bf16"], required=True)
+    parser.add_argument("--model", choices=pytorch_image_models.MODELS, default="resnet50")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--measure", type=int, default=100)
@@ -48,22 +52,21 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     device = torch.device("cuda")
-    model = torchvision.models.resnet50().to(device).to(memory_format=torch.channels_last)
+    model, labels, loss_of = pytorch_image_models.build(args.model, args.batch, args.image_size, args.image_size, device)
+    model = model.to(memory_format=torch.channels_last)
     if args.compile:
         model = torch.compile(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4,
                                 **({"fused": True} if args.tuned else {}))
-    criterion = torch.nn.CrossEntropyLoss()
     images = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device).to(
         memory_format=torch.channels_last)
-    labels = torch.randint(0, 1000, (args.batch,), device=device)
     autocast_dtype = {"amp": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
     scaler = torch.amp.GradScaler("cuda", enabled=args.precision == "amp")
 
     def step():
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            loss = criterion(model(images), labels)
+            loss = loss_of(model(images), labels)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
@@ -80,7 +83,7 @@ def main():
 
     max_cv = stability.DEFAULT_MAX_CV["gpu"] if args.max_cv is None else args.max_cv
     engine = "pytorch-compile" if args.compile else "pytorch-tuned" if args.tuned else "pytorch"
-    line = {"engine": engine, "batch": args.batch, "precision": args.precision}
+    line = {"engine": engine, "model": args.model, "batch": args.batch, "precision": args.precision}
     line.update(stability.measure(repeat, args.repeats, args.extra_repeats, max_cv))
     line.update(torch=torch.__version__, gpu=torch.cuda.get_device_name())
     print(json.dumps(line))

@@ -77,7 +77,11 @@ class GpuCheckTable(unittest.TestCase):
                 {"model": "bert-base", "precision": "amp", "engine": "pytorch", "batch": 64, "median": 1105.0,
                  "cv": 0.14, "stability": "unstable", "discarded": [1401.0]},
                 {"model": "bert-base", "precision": "amp", "engine": "pytorch-tuned", "batch": 64, "median": 2232.7,
-                 "cv": 0.01, "stability": "stable"}]) + "\n")
+                 "cv": 0.01, "stability": "stable"},
+                # Another image model's amp row: dlbench's result and pytorch_resnet50.py --model's line.
+                {"model": "inception_v3", "precision": "amp", "engine": "dlbench", "batch": 128, "median": 2600.0},
+                {"model": "inception_v3", "precision": "amp", "engine": "pytorch", "batch": 128, "median": 2000.0,
+                 "cv": 0.005, "stability": "stable"}]) + "\n")
             lines = self.table(logs)
         row = [line for line in lines if line.startswith("| bert-base | 64 | amp |")]
         self.assertEqual(len(row), 1, lines)
@@ -85,7 +89,12 @@ class GpuCheckTable(unittest.TestCase):
         self.assertIn("| 1105.0 | 3.03 |", row[0])
         self.assertIn("PyTorch tuned (fused optimizer; BERT's attention through scaled_dot_product_attention): "
                       "bert-base amp 2232.7, dlbench / tuned 1.50 (cv 1.00% stable)", lines)
-        self.assertIn("PyTorch's repeats: bert-base amp cv 14.00% unstable (+1)", lines)
+        self.assertIn("PyTorch's repeats: bert-base amp cv 14.00% unstable (+1); inception_v3 amp cv 0.50% stable (+0)",
+                      lines)
+        inception = [line for line in lines if line.startswith("| inception_v3 | 128 | amp |")]
+        self.assertEqual(len(inception), 1, lines)
+        self.assertIn("| 2600.0 |", inception[0])
+        self.assertIn("| 2000.0 | 1.30 |", inception[0])
 
 
 if __name__ == "__main__":
