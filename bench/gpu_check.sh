@@ -51,7 +51,10 @@ export LD_LIBRARY_PATH="$bundle/lib${wheel_libs:+:$wheel_libs}${LD_LIBRARY_PATH:
 # step NAME SECONDS COMMAND...: runs COMMAND with its own deadline, output to LOG_DIR/NAME.log,
 # and one line of the summary (exit status, seconds).
 budget=${GPU_CHECK_BUDGET:-540}
-unreached=()  # steps the budget did not reach, for a second call's GPU_CHECK_ONLY
+# Steps the budget did not reach, for a second call's GPU_CHECK_ONLY: a file, since the correctness
+# steps run in background subshells, whose variables the script never sees.
+unreached=$logs/unreached.txt
+: > "$unreached"
 step() {
   local name=$1 seconds=$2
   shift 2
@@ -62,7 +65,7 @@ step() {
   fi
   if ((left < 15)); then
     printf '%-34s %-22s %4ds\n' "$name" "SKIPPED (budget spent)" 0 | tee -a "$summary"
-    unreached+=("$name")
+    echo "$name" >> "$unreached"
     return 125
   fi
   ((seconds > left)) && seconds=$left
@@ -273,8 +276,8 @@ done
 
 echo
 python3 "$here/gpu_check_table.py" "$logs" | tee "$logs/table.md"
-if ((${#unreached[@]} > 0)); then
-  only=$(IFS='|'; echo "${unreached[*]}")
-  echo "the budget did not reach ${#unreached[@]} steps; a second call runs them with GPU_CHECK_ONLY='^($only)\$'" |
+if [[ -s $unreached ]]; then
+  only=$(paste -sd '|' "$unreached")
+  echo "the budget did not reach $(wc -l < "$unreached") steps; a second call runs them with GPU_CHECK_ONLY='^($only)\$'" |
     tee -a "$logs/table.md"
 fi

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""bench/gpu_check.sh rehearsed without a GPU: a lent GPU gives a session about 15 minutes, and
+a script that stops on a shell error, or never reaches a step it names, wastes them. Run against
+this build's programs (which fail fast with BackendUnavailable where no GPU is), the script must
+go from its first step to its table, every step must say how it ended, and a spent budget must
+name the steps a second call runs, which that call then runs and nothing else.
+
+    gpu_check_rehearsal_test.py BIN_DIR
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BIN = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else sys.exit(__doc__)
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+SCRIPT = os.path.join(ROOT, "bench", "gpu_check.sh")
+VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|budget spent)\))$")
+# Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
+EXPECTED = (["list-devices", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
+             "pytorch-bert-amp-tuned", "pytorch-bert-bf16-tuned", "pytorch-resnet50-amp-tuned",
+             "dlbench-resnet50-amp-graph", "dlbench-resnet50-tf32-ex-relu", "dlbench-resnet50-tf32-sum",
+             "dlbench-resnet50-fp32-accumulate", "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-ex"]
+            + [f"self-test-models-{p}" for p in ("fp32", "tf32", "amp", "bf16")]
+            + [f"poisoned-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16")]
+            + [f"{side}-resnet50-{p}" for side in ("dlbench", "pytorch") for p in ("fp32", "tf32", "amp", "bf16")]
+            + [f"{side}-bert-{p}" for side in ("dlbench", "pytorch") for p in ("amp", "bf16")]
+            + [f"train-{m}-amp" for m in ("resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus")]
+            + [f"{side}-{m}-amp" for side in ("dlbench", "pytorch")
+               for m in ("resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus")])
+
+
+def summary(logs):
+    """{step: verdict} from LOG_DIR/summary.txt (name, verdict, seconds per line)."""
+    steps = {}
+    with open(os.path.join(logs, "summary.txt")) as f:
+        for line in f:
+            found = re.match(r"^(\S+)\s+(.*?)\s+\d+s$", line.rstrip("\n"))
+            if found is None:
+                raise AssertionError(f"a summary line that says no verdict: {line!r}")
+            steps[found.group(1)] = found.group(2)
+    return steps
+
+
+class GpuCheckRehearsal(unittest.TestCase):
+    def rehearse(self, work, logs, **env):
+        bundle = os.path.join(work, "bundle")
+        if not os.path.exists(bundle):
+            os.makedirs(os.path.join(bundle, "lib"))
+            os.symlink(BIN, os.path.join(bundle, "bin"))
+        done = subprocess.run(["bash", SCRIPT, bundle, os.path.join(work, logs)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=600, env={**os.environ, **env})
+        output = done.stdout + done.stderr
+        self.assertEqual(done.returncode, 0, output)
+        for broken in ("unbound variable", "syntax error", "bad substitution", "bad array subscript"):
+            self.assertNotIn(broken, output)
+        return output, summary(os.path.join(work, logs))
+
+    def test_every_step_is_reached_and_says_how_it_ended(self):
+        with tempfile.TemporaryDirectory() as work:
+            output, steps = self.rehearse(work, "logs", GPU_CHECK_BUDGET="600")
+            with open(os.path.join(work, "logs", "table.md")) as f:
+                table = f.read()
+        for name in EXPECTED:
+            self.assertIn(name, steps, output)
+        for name, verdict in steps.items():
+            self.assertRegex(verdict, VERDICT, name)
+            self.assertFalse(verdict.startswith("SKIPPED"), f"{name}: {verdict} with the whole budget left")
+        for model in ("resnet50", "bert-base", "resnet152", "inception_v3", "vgg16", "alexnet", "deeplabv3plus"):
+            self.assertRegex(table, rf"\n\| {re.escape(model)} \| \d+ \| ", model)
+        self.assertNotIn("the budget did not reach", output)
+
+    def test_a_spent_budget_names_the_steps_a_second_call_runs(self):
+        with tempfile.TemporaryDirectory() as work:
+            output, first = self.rehearse(work, "first", GPU_CHECK_BUDGET="15")
+            found = re.search(r"a second call runs them with GPU_CHECK_ONLY='([^']+)'", output)
+            self.assertIsNotNone(found, output)
+            unreached = [name for name, verdict in first.items() if verdict == "SKIPPED (budget spent)"]
+            self.assertTrue(unreached)
+            self.assertIn(f"the budget did not reach {len(unreached)} steps", output)
+            _, second = self.rehearse(work, "second", GPU_CHECK_BUDGET="600", GPU_CHECK_ONLY=found.group(1))
+        for name, verdict in second.items():
+            if name in unreached:
+                self.assertFalse(verdict.startswith("SKIPPED"), f"{name}: {verdict}")
+            else:
+                self.assertEqual(verdict, "SKIPPED (not chosen)", name)
+        self.assertEqual(set(second), set(first))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
