@@ -20,7 +20,7 @@ SCRIPT = os.path.join(ROOT, "bench", "gpu_check.sh")
 VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|budget spent)\))$")
 # Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
 EXPECTED = (["list-devices", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
-             "pytorch-bert-amp-tuned", "pytorch-bert-bf16-tuned", "pytorch-resnet50-amp-tuned",
+             "pytorch-bert-amp-tuned", "pytorch-resnet50-amp-tuned",
              "dlbench-resnet50-amp-graph", "dlbench-resnet50-tf32-ex-relu", "dlbench-resnet50-tf32-sum",
              "dlbench-resnet50-fp32-accumulate", "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-ex"]
             + [f"self-test-models-{p}" for p in ("fp32", "tf32", "amp", "bf16")]
