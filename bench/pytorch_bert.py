@@ -22,7 +22,7 @@ memory-efficient kernels, dropout inside). Needs PyTorch 2 on CUDA; refused othe
 --profile: one repeat under torch.profiler; adds the timed seconds and the seconds in
 aten::addmm/mm/bmm (self time) to the line.
 
-Prints one JSON line: {"engine": "pytorch" | "pytorch-compile" | "pytorch-tuned", "device", "batch", "sequence_length",
+Prints one JSON line: {"engine": "pytorch" | "pytorch-compile" | "pytorch-tuned" | "pytorch-compile-tuned", "device", "batch", "sequence_length",
 "precision", "repeats": [...], "median", "discarded": [...], "cv", "max_cv", "stability", "torch"}.
 """
 import argparse
@@ -128,7 +128,7 @@ def main():
         if cuda:
             torch.cuda.synchronize()
 
-    engine = "pytorch-compile" if args.compile else "pytorch-tuned" if args.tuned else "pytorch"
+    engine = "pytorch" + ("-compile" if args.compile else "") + ("-tuned" if args.tuned else "")
     line = {"engine": engine, "device": args.device, "batch": batch,
             "sequence_length": length, "precision": args.precision, "torch": torch.__version__}
 

@@ -16,7 +16,7 @@ InceptionV3 --image-size 299).
 inf check on the device instead of a host sync every step; refused, saying why, by a PyTorch
 without it.
 
-Prints one JSON line: {"engine": "pytorch" | "pytorch-compile" | "pytorch-tuned", "model", "batch", "precision", "repeats": [...],
+Prints one JSON line: {"engine": "pytorch" | "pytorch-compile" | "pytorch-tuned" | "pytorch-compile-tuned", "model", "batch", "precision", "repeats": [...],
 "median", "discarded": [...], "cv", "max_cv", "stability"}.
 """
 import argparse
@@ -82,7 +82,7 @@ def main():
         return args.batch * args.measure / (time.perf_counter() - start)
 
     max_cv = stability.DEFAULT_MAX_CV["gpu"] if args.max_cv is None else args.max_cv
-    engine = "pytorch-compile" if args.compile else "pytorch-tuned" if args.tuned else "pytorch"
+    engine = "pytorch" + ("-compile" if args.compile else "") + ("-tuned" if args.tuned else "")
     line = {"engine": engine, "model": args.model, "batch": args.batch, "precision": args.precision}
     line.update(stability.measure(repeat, args.repeats, args.extra_repeats, max_cv))
     line.update(torch=torch.__version__, gpu=torch.cuda.get_device_name())

@@ -1,21 +1,16 @@
 #include "case_table.hpp"
 
 #include <algorithm>
-#include <iomanip>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "dlbench/core/api_rules.hpp"
 
 namespace dlbench::cli {
 
 void print_case_table(std::ostream& out, const BenchmarkRunSpec& spec, const std::vector<PlannedCase>& cases) {
   const std::vector<std::string> header{"#", "CASE", "NODES", "GPUS/NODE", "DEVICES", "BATCH/DEVICE", "GLOBAL BATCH",
                                         "PRECISION", "LEARNING RATE", "NOTE"};
-  const auto learning_rate = [&](const CaseSpec& c) {
-    std::ostringstream rate;
-    rate << std::setprecision(6) << optimizer_for_case(spec, c).learning_rate;
-    return rate.str();
-  };
   std::vector<std::vector<std::string>> rows;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const PlannedCase& c = cases[i];
@@ -23,7 +18,7 @@ void print_case_table(std::ostream& out, const BenchmarkRunSpec& spec, const std
     rows.push_back({std::to_string(i + 1), c.id, std::to_string(c.spec.nodes), std::to_string(c.spec.gpus_per_node),
                     std::to_string(c.spec.devices()), std::to_string(c.spec.batch_size_per_device),
                     std::to_string(c.spec.global_batch_size()), std::string(to_string(c.spec.precision)),
-                    learning_rate(c.spec), note});
+                    format_learning_rate(optimizer_for_case(spec, c.spec).learning_rate), note});
   }
   std::vector<std::size_t> widths(header.size());
   for (std::size_t col = 0; col < header.size(); ++col) {

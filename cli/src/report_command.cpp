@@ -21,6 +21,7 @@
 #include <variant>
 #include <sstream>
 
+#include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/yaml.hpp"
@@ -354,12 +355,8 @@ std::string table_cell(const std::vector<Source>& sources, ReportFormat format, 
       case Table::input_wait:
         if (!r.input) return "synthetic";
         return fixed(100 * r.input->wait_share, 1) + "% " + std::string(to_string(r.input->verdict));
-      case Table::learning_rate: {
-        if (!r.optimizer) return "-";
-        std::ostringstream rate;
-        rate << std::setprecision(6) << r.optimizer->learning_rate;
-        return rate.str();
-      }
+      case Table::learning_rate:
+        return r.optimizer ? format_learning_rate(r.optimizer->learning_rate) : "-";
       case Table::loss:
         return r.loss_after_repeats.empty() ? "-" : significant(r.loss_after_repeats.back());
       case Table::flops:

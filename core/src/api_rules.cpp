@@ -231,10 +231,14 @@ MinImageSize min_image_size(Model model) {
   return {bounds::kImageSize.min, "its five halvings"};
 }
 
-std::string describe_optimizer(OptimizerName optimizer, double learning_rate) {
+std::string format_learning_rate(double learning_rate) {
   std::ostringstream out;
-  out << to_string(optimizer) << " at learning rate " << std::setprecision(6) << learning_rate;
+  out << std::setprecision(6) << learning_rate;
   return out.str();
+}
+
+std::string describe_optimizer(OptimizerName optimizer, double learning_rate) {
+  return std::string(to_string(optimizer)) + " at learning rate " + format_learning_rate(learning_rate);
 }
 
 LearningRateRecipe learning_rate_recipe(Model model, OptimizerName optimizer) {
@@ -269,11 +273,9 @@ double default_learning_rate(Model model, OptimizerName optimizer, std::int64_t 
 }
 
 std::string describe_learning_rate_recipe(const LearningRateRecipe& recipe) {
-  std::ostringstream out;
-  out << std::setprecision(6) << recipe.rate;
-  if (recipe.global_batch == 0) return out.str() + " at every batch";
-  out << " at a global batch of " << recipe.global_batch << " and linearly less below it";
-  return out.str();
+  const std::string rate = format_learning_rate(recipe.rate);
+  if (recipe.global_batch == 0) return rate + " at every batch";
+  return rate + " at a global batch of " + std::to_string(recipe.global_batch) + " and linearly less below it";
 }
 
 }  // namespace dlbench

@@ -190,12 +190,7 @@ void decode_methodology(Decoder& d, const json& obj, const std::string& path, Me
   const std::string s_path = child(path, "stability");
   if (!d.expect_object(*stability, s_path)) return;
   d.reject_unknown(*stability, s_path, {"maxCv", "extraRepeats", "includeUnstable"});
-  if (Decoder::find(*stability, "maxCv") != nullptr) {
-    double bound = 0;
-    const std::size_t errors_before = d.errors.size();
-    d.read_number(*stability, s_path, "maxCv", bounds::kMaxCv, bound);
-    if (d.errors.size() == errors_before) out.stability.max_cv = bound;
-  }
+  d.read_number(*stability, s_path, "maxCv", bounds::kMaxCv, out.stability.max_cv);
   d.read_int(*stability, s_path, "extraRepeats", bounds::kExtraRepeats, out.stability.extra_repeats);
   d.read_bool(*stability, s_path, "includeUnstable", out.stability.include_unstable);
 }
@@ -736,12 +731,7 @@ void detail::decode_optimizer(Decoder& d, const json& obj, const std::string& pa
   if (!d.expect_object(obj, path)) return;
   d.reject_unknown(obj, path, {"name", "learningRate", "momentum", "weightDecay"});
   d.read_enum(obj, path, "name", out.name);
-  if (Decoder::find(obj, "learningRate") != nullptr) {
-    double value = 0;
-    const std::size_t errors_before = d.errors.size();
-    d.read_number(obj, path, "learningRate", bounds::kLearningRate, value);
-    if (d.errors.size() == errors_before) out.learning_rate = value;
-  }
+  d.read_number(obj, path, "learningRate", bounds::kLearningRate, out.learning_rate);
   d.read_number(obj, path, "momentum", bounds::kMomentum, out.momentum);
   d.read_number(obj, path, "weightDecay", bounds::kWeightDecay, out.weight_decay);
 }

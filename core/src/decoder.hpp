@@ -160,6 +160,15 @@ class Decoder {
     out = number;
   }
 
+  // An optional real number: set where the key is present and valid, left unset where absent.
+  void read_number(const json& obj, const std::string& path, std::string_view key, RealBounds b,
+                   std::optional<double>& out) {
+    double number = 0;
+    const std::size_t errors_before = errors.size();
+    read_number(obj, path, key, b, number);
+    if (find(obj, key) != nullptr && errors.size() == errors_before) out = number;
+  }
+
   // Moves the collected errors into a Decoded<T>, with the value only when there are none.
   template <typename T>
   Decoded<T> finish(T&& value) {

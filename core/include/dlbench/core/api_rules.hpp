@@ -157,6 +157,9 @@ struct MinImageSize {
 MinImageSize min_image_size(Model model);
 
 // "sgd at learning rate 0.01": how a run or a case trains, in the CLI's and the worker's words.
+// A learning rate as every summary, table and message prints it: 6 significant digits
+// ("0.003125", "3.90625e-05").
+std::string format_learning_rate(double learning_rate);
 std::string describe_optimizer(OptimizerName optimizer, double learning_rate);
 
 }  // namespace dlbench
