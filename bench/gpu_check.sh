@@ -214,6 +214,11 @@ DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 fp32 dlbench-resnet5
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-conv-graph-nhwc \
   dlbench-conv-graph-nhwc
 DLBENCH_CUDA_BATCH_NORM=ex time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-ex dlbench-ex
+# Where an fp32 step goes on each side, one after the other: dlbench's layers by kind, and PyTorch's
+# kernels charged to its ops by kind (never seen before), with the kernels cuDNN chose for each.
+profile_resnet50 fp32
+step pytorch-profile-resnet50-fp32 90 python3 "$here/pytorch_resnet50.py" --batch "${resnet_batch[fp32]}" \
+  --precision fp32 --warmup 10 --measure 5 --repeats 1 --profile 5
 # BERT-base: 3.03x PyTorch eager in amp and 2.42x in bf16 on 2026-11-28, PyTorch's amp repeats
 # unstable (cv 14%). (Settled then: attention fused into two kernels was slower, 3,134 against 3,349.)
 for precision in amp bf16; do
@@ -242,9 +247,9 @@ DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 tf32 dlbench-resnet50-tf32
 DLBENCH_CUDA_RESIDUAL_GRAD=sum time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-sum dlbench-sum
 compare_resnet50 bf16
 
-# Where a step goes: ResNet-50 in each precision, then BERT's layers and, kernel by kernel, under
-# Nsight Compute (two steps, one time metric; bench/ncu_summary.py makes the table).
-for precision in fp32 tf32 amp bf16; do profile_resnet50 "$precision"; done
+# Where a step goes: ResNet-50 in the other precisions (fp32's is above), then BERT's layers and,
+# kernel by kernel, under Nsight Compute (two steps, one time metric; bench/ncu_summary.py makes the table).
+for precision in tf32 amp bf16; do profile_resnet50 "$precision"; done
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc profile_resnet50 fp32 profile-resnet50-fp32-graph-nhwc
 step profile-bert-amp 60 "$bin/dlbench-worker" --backend cuda --model bert-base --batch-size 64 --precision amp \
   --warmup-steps 5 --measure-steps 5 --repeats 1 --profile 5 --output "$logs/profile-bert-amp.json" "${bert_flags[@]}"

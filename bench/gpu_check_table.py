@@ -12,6 +12,8 @@ import json
 import os
 import sys
 
+import pytorch_profile  # beside this script; formats without torch
+
 
 def load(path):
     try:
@@ -134,7 +136,26 @@ def profiles(logs):
                           for k in profile["kinds"][:5])
         out.append(f"  {precision} batch {doc['case']['batchSizePerDevice']}: step "
                    f"{1e3 * profile['stepSeconds']:.1f}, outside layers {1e3 * profile['outsideLayersSeconds']:.1f}; {kinds}")
+        if name == "resnet50-fp32":
+            out += pytorch_profile_lines(logs, "pytorch-profile-resnet50-fp32")
     return out
+
+
+def pytorch_profile_lines(logs, name):
+    """PyTorch's side of a profile (bench/pytorch_resnet50.py --profile): its kinds, then its
+    largest kernels, which name the convolutions cuDNN chose for it."""
+    line = None
+    try:
+        with open(os.path.join(logs, name + ".log"), errors="replace") as f:
+            line = next((json.loads(text) for text in reversed(f.readlines()) if text.startswith("{")), None)
+    except (OSError, ValueError):
+        pass
+    profile = (line or {}).get("profile")
+    if not profile:
+        return [f"  {name}: - ({last_line(logs, name)})"]
+    kernels = ", ".join(f"{k['kernel'][:60]} {1e3 * k['seconds']:.1f}" for k in profile["kernels"][:4])
+    return [f"  pytorch {line['precision']} batch {line['batch']}: {pytorch_profile.format_kinds(profile)}",
+            f"    its largest kernels, ms a step: {kernels or '-'}"]
 
 
 def kernels(logs):

@@ -11,23 +11,31 @@ InceptionV3 --image-size 299).
 
     pytorch_resnet50.py --batch 256 --precision amp [--model resnet50] [--image-size 224] [--compile] [--tuned]
                         [--warmup 20 --measure 100 --repeats 7] [--max-cv 0.02 --extra-repeats 7]
+                        [--profile STEPS] [--device cuda|cpu]
+
+--profile STEPS: after the repeats, STEPS more steps under PyTorch's profiler, and where they went
+by op kind in the line's "profile" (bench/pytorch_profile.py), the side gpu_check.sh sets beside
+dlbench-worker's --profile. --device cpu runs the same on the CPU (fp32 or bf16), as the tests do.
 
 --tuned: SGD with fused=True, PyTorch's one-kernel update, under which amp's GradScaler keeps its
 inf check on the device instead of a host sync every step; refused, saying why, by a PyTorch
 without it.
 
 Prints one JSON line: {"engine": "pytorch" | "pytorch-compile" | "pytorch-tuned" | "pytorch-compile-tuned", "model", "batch", "precision", "repeats": [...],
-"median", "discarded": [...], "cv", "max_cv", "stability"}.
+"median", "discarded": [...], "cv", "max_cv", "stability", "torch", "gpu", ["profile"]}.
 """
 import argparse
+import contextlib
 import inspect
 import json
+import os
 import sys
 import time
 
 import torch
 
 import pytorch_image_models
+import pytorch_profile
 import stability
 
 
@@ -42,16 +50,28 @@ def main():
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--tuned", action="store_true", help="SGD's fused kernel")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="this many more steps under PyTorch's profiler, by op kind")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     stability.add_arguments(parser)
     args = parser.parse_args()
 
     if args.tuned and "fused" not in inspect.signature(torch.optim.SGD).parameters:
         sys.exit(f"pytorch_resnet50.py: --tuned needs torch.optim.SGD's fused kernel, which PyTorch {torch.__version__} lacks")
+    if args.device == "cpu" and args.precision not in ("fp32", "bf16"):
+        sys.exit(f"pytorch_resnet50.py: --precision {args.precision} needs --device cuda; the CPU runs fp32 or bf16")
+    if args.profile < 0:
+        sys.exit(f"pytorch_resnet50.py: --profile {args.profile}: a number of steps, 0 (none) or more")
     torch.backends.cudnn.benchmark = True  # measured algorithm choice, as dlbench does
     tf32 = args.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-    device = torch.device("cuda")
+    device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+    if not on_gpu:
+        # A thread per CPU it may run on, as dlbench-worker's default; PyTorch's own default is the
+        # physical cores, one on a 2-vCPU VM, where it also sends small 1x1 convolutions to im2col.
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
     model, labels, loss_of = pytorch_image_models.build(args.model, args.batch, args.image_size, args.image_size, device)
     model = model.to(memory_format=torch.channels_last)
     if args.compile:
@@ -61,31 +81,42 @@ def main():
     images = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device).to(
         memory_format=torch.channels_last)
     autocast_dtype = {"amp": torch.float16, "bf16": torch.bfloat16}.get(args.precision)
-    scaler = torch.amp.GradScaler("cuda", enabled=args.precision == "amp")
+    # Only amp scales its loss (and only on a GPU), so the CPU's PyTorch 1.13 needs no torch.amp.GradScaler.
+    scaler = torch.amp.GradScaler("cuda") if args.precision == "amp" else None
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+        with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext():
             loss = loss_of(model(images), labels)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+    def synchronize():
+        if on_gpu:
+            torch.cuda.synchronize()
 
     def repeat():
         for _ in range(args.warmup):
             step()
-        torch.cuda.synchronize()
+        synchronize()
         start = time.perf_counter()
         for _ in range(args.measure):
             step()
-        torch.cuda.synchronize()
+        synchronize()
         return args.batch * args.measure / (time.perf_counter() - start)
 
-    max_cv = stability.DEFAULT_MAX_CV["gpu"] if args.max_cv is None else args.max_cv
+    max_cv = stability.DEFAULT_MAX_CV["gpu" if on_gpu else "cpu"] if args.max_cv is None else args.max_cv
     engine = "pytorch" + ("-compile" if args.compile else "") + ("-tuned" if args.tuned else "")
     line = {"engine": engine, "model": args.model, "batch": args.batch, "precision": args.precision}
     line.update(stability.measure(repeat, args.repeats, args.extra_repeats, max_cv))
-    line.update(torch=torch.__version__, gpu=torch.cuda.get_device_name())
+    line.update(torch=torch.__version__, gpu=torch.cuda.get_device_name() if on_gpu else None)
+    if args.profile:
+        line["profile"] = pytorch_profile.profile_steps(step, args.profile, device)
     print(json.dumps(line))
 
 

@@ -96,6 +96,36 @@ class GpuCheckTable(unittest.TestCase):
         self.assertIn("| 2600.0 |", inception[0])
         self.assertIn("| 2000.0 | 1.30 |", inception[0])
 
+    def test_fp32_profile_beside_pytorchs(self):
+        # dlbench-worker --profile's document, and pytorch_resnet50.py --profile's line in its log.
+        with tempfile.TemporaryDirectory() as logs:
+            write(logs, "profile-resnet50-fp32.json", json.dumps({
+                "case": {"batchSizePerDevice": 64},
+                "profile": {"steps": 5, "stepSeconds": 0.0729, "outsideLayersSeconds": 0.0012, "kinds": [
+                    {"kind": "Conv2d", "forwardSeconds": 0.0201, "backwardSeconds": 0.0347},
+                    {"kind": "BatchNorm2d+ReLU", "forwardSeconds": 0.003, "backwardSeconds": 0.0048}]}}))
+            write(logs, "pytorch-profile-resnet50-fp32.log", "a warning on stderr\n" + json.dumps({
+                "engine": "pytorch", "model": "resnet50", "batch": 64, "precision": "fp32", "median": 922.0,
+                "profile": {"steps": 5, "stepSeconds": 0.0712, "attributedSeconds": 0.0688, "kernelSeconds": 0.0690,
+                            "kinds": [{"kind": "convolution", "seconds": 0.0521}, {"kind": "batch norm", "seconds": 0.0102}],
+                            "ops": [], "kernels": [{"kernel": "sm90_xmma_dgrad_implicit_gemm_f32f32", "seconds": 0.0101},
+                                                   {"kernel": "cudnn::bn_bw_1C11_kernel_new", "seconds": 0.004}]}}) + "\n")
+            lines = self.table(logs)
+        at = lines.index("  fp32 batch 64: step 72.9, outside layers 1.2; Conv2d 54.8, BatchNorm2d+ReLU 7.8")
+        self.assertEqual(lines[at + 1], "  pytorch fp32 batch 64: step 71.2 under the profiler, charged 68.8 of kernels "
+                                        "69.0; convolution 52.1, batch norm 10.2")
+        self.assertEqual(lines[at + 2], "    its largest kernels, ms a step: sm90_xmma_dgrad_implicit_gemm_f32f32 10.1, "
+                                        "cudnn::bn_bw_1C11_kernel_new 4.0")
+
+    def test_a_pytorch_profile_that_did_not_run_says_why(self):
+        with tempfile.TemporaryDirectory() as logs:
+            write(logs, "profile-resnet50-fp32.json", json.dumps({
+                "case": {"batchSizePerDevice": 64},
+                "profile": {"steps": 5, "stepSeconds": 0.07, "outsideLayersSeconds": 0.001, "kinds": []}}))
+            write(logs, "pytorch-profile-resnet50-fp32.log", "RuntimeError: CUDA error: out of memory\n")
+            lines = self.table(logs)
+        self.assertIn("  pytorch-profile-resnet50-fp32: - (RuntimeError: CUDA error: out of memory)", lines)
+
 
 if __name__ == "__main__":
     unittest.main()
