@@ -113,6 +113,10 @@ DLBENCH_CUDA_BATCH_NORM=ex step self-test-fp32-ex 150 "$bin/dlbench-worker" --se
 # only the ReLU fused on 2026-11-28, against NCHW's 881.
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc step self-test-fp32-graph-nhwc 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision fp32 --output "$logs/self-test-fp32-graph-nhwc.json" & correctness+=($!)
+# fp32 with the convolution search allowed 16 GiB (timed below), whose FFT and Winograd algorithms
+# compute otherwise.
+DLBENCH_CUDA_WORKSPACE_MIB=16384 step self-test-fp32-workspace-16g 150 "$bin/dlbench-worker" --self-test \
+  --backend cuda --precision fp32 --output "$logs/self-test-fp32-workspace-16g.json" & correctness+=($!)
 # Attention fused into two tensor-core kernels (DLBENCH_CUDA_ATTENTION=fused: 106 of 106 and 56 of 56
 # on 2026-11-28, but slower than the composed ops): the self-test, and one BERT-base amp step under
 # memcheck, which names any shared- or global-memory access out of bounds with its kernel.
@@ -214,6 +218,10 @@ DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 fp32 dlbench-resnet5
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-conv-graph-nhwc \
   dlbench-conv-graph-nhwc
 DLBENCH_CUDA_BATCH_NORM=ex time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-ex dlbench-ex
+# And a search that may borrow 16 GiB instead of 1 (PyTorch's may take what its allocator has free),
+# logging what it chose: fp32's FFT and Winograd algorithms want workspace.
+DLBENCH_CUDA_WORKSPACE_MIB=16384 DLBENCH_LOG_ALGORITHMS=1 time_dlbench_resnet50 fp32 \
+  dlbench-resnet50-fp32-workspace-16g dlbench-workspace-16g
 # Where an fp32 step goes on each side, one after the other: dlbench's layers by kind, and PyTorch's
 # kernels charged to its ops by kind (never seen before), with the kernels cuDNN chose for each.
 profile_resnet50 fp32

@@ -185,12 +185,13 @@ def comparison(logs):
     # and, for fp32, channels-last; and the bottlenecks' branch gradients meeting in a convolution's
     # backward (DLBENCH_CUDA_RESIDUAL_GRAD=accumulate, the default in channels last since
     # 2026-11-28) or summed apart (=sum, fp32's default); and BERT's attention in fused kernels
-    # (DLBENCH_CUDA_ATTENTION=fused), eager and replayed.
+    # (DLBENCH_CUDA_ATTENTION=fused), eager and replayed; and fp32's convolution search allowed 16 GiB
+    # of workspace instead of 1 (DLBENCH_CUDA_WORKSPACE_MIB=16384).
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"),
                 ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"),
                 ("dlbench-accumulate", "grad accumulate"), ("dlbench-accumulate-graph", "accumulate + graph"),
-                ("dlbench-sum", "grad sum"),
+                ("dlbench-sum", "grad sum"), ("dlbench-workspace-16g", "16 GiB search"),
                 ("dlbench-attention-fused", "fused attention"),
                 ("dlbench-attention-fused-graph", "fused attention + graph"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
@@ -253,7 +254,7 @@ def main():
     lines = []
     lines += self_test(logs)
     for name in ("self-test-fp32-accumulate", "self-test-fp32-ex", "self-test-fp32-graph-nhwc",
-                 "self-test-attention-fused"):
+                 "self-test-fp32-workspace-16g", "self-test-attention-fused"):
         lines += self_test(logs, name)
     for precision in ("fp32", "tf32", "amp", "bf16"):
         lines += self_test(logs, f"self-test-models-{precision}")

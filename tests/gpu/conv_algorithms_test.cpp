@@ -2,6 +2,9 @@
 // structs are cuDNN's own, filled as cudnnFind*AlgorithmEx fills them.
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -97,6 +100,27 @@ TEST(ConvAlgorithms, TheSearchBorrowsAtMostHalfOfWhatIsFree) {
   EXPECT_EQ(search_workspace_bytes(GiB, 600 * MiB), 300 * MiB);        // near the memory limit: half the rest
   EXPECT_EQ(search_workspace_bytes(GiB, 3 * MiB + 12345), MiB);        // whole MiB
   EXPECT_EQ(search_workspace_bytes(GiB, MiB), 0u);                     // nothing to borrow: measure without
+}
+
+TEST(ConvAlgorithms, TheWorkspaceLimitIsAGibibyteOrAnEighthOfTheDeviceUnlessAsked) {
+  constexpr std::size_t MiB = std::size_t{1} << 20, GiB = std::size_t{1} << 30;
+  EXPECT_EQ(conv_workspace_limit(141 * GiB, std::nullopt), GiB);        // an H200: the gibibyte
+  EXPECT_EQ(conv_workspace_limit(4 * GiB, std::nullopt), 512 * MiB);    // a small device: an eighth of it
+  EXPECT_EQ(requested_workspace_limit(nullptr), std::nullopt);
+  EXPECT_EQ(requested_workspace_limit(""), std::nullopt);
+  EXPECT_EQ(requested_workspace_limit("16384"), 16 * GiB);
+  EXPECT_EQ(conv_workspace_limit(141 * GiB, requested_workspace_limit("16384")), 16 * GiB);  // asked: taken as is
+  EXPECT_EQ(requested_workspace_limit("1"), MiB);
+  EXPECT_EQ(requested_workspace_limit("1048576"), kMaxWorkspaceMiB * MiB);
+  for (const char* wrong : {"0", "-1", "1.5", "16G", " 64", "64 ", "1048577", "99999999999999999999999"}) {
+    try {
+      requested_workspace_limit(wrong);
+      ADD_FAILURE() << wrong << " was taken";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), "DLBENCH_CUDA_WORKSPACE_MIB: \"" + std::string(wrong) +
+                                           "\" is not a whole number of MiB from 1 to 1048576");
+    }
+  }
 }
 
 TEST(ConvAlgorithms, AlignmentIsTheLargestPowerOfTwoUpTo256) {

@@ -7,11 +7,16 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <system_error>
 
 #include "backend.hpp"
 #include "tensor.hpp"
@@ -125,6 +130,32 @@ inline std::string mebibytes(std::size_t bytes) {
 inline std::string describe_choice(const ConvAlgorithmKey& key, const AlgorithmChoice& choice) {
   return describe_convolution(key) + ": " + algorithm_name(key.pass, choice.algorithm) +
          (uses_tensor_cores(choice.math) ? ", tensor ops, " : ", fma, ") + mebibytes(choice.workspace) + " workspace";
+}
+
+// The most a convolution algorithm search may borrow (and a chosen algorithm use): 1 GiB or an
+// eighth of the device, whichever is less; or DLBENCH_CUDA_WORKSPACE_MIB, so that one device call
+// can time a larger search against the default. PyTorch's cudnn.benchmark lets its search take
+// what its allocator has free, where fp32's FFT and Winograd algorithms, hungry for workspace,
+// may fit when they do not fit ours.
+inline constexpr std::size_t kMaxWorkspaceMiB = std::size_t{1} << 20;
+
+// DLBENCH_CUDA_WORKSPACE_MIB's value (`choice`; null or empty: unset, nullopt) in bytes: a whole
+// number of MiB from 1 to kMaxWorkspaceMiB. Throws std::invalid_argument naming the variable and
+// its range for anything else.
+inline std::optional<std::size_t> requested_workspace_limit(const char* choice) {
+  const std::string_view chosen = choice == nullptr ? std::string_view() : std::string_view(choice);
+  if (chosen.empty()) return std::nullopt;
+  std::size_t mib = 0;
+  const auto [end, error] = std::from_chars(chosen.data(), chosen.data() + chosen.size(), mib);
+  if (error != std::errc() || end != chosen.data() + chosen.size() || mib < 1 || mib > kMaxWorkspaceMiB) {
+    throw std::invalid_argument("DLBENCH_CUDA_WORKSPACE_MIB: \"" + std::string(chosen) +
+                                "\" is not a whole number of MiB from 1 to " + std::to_string(kMaxWorkspaceMiB));
+  }
+  return mib << 20;
+}
+
+inline std::size_t conv_workspace_limit(std::size_t device_bytes, std::optional<std::size_t> requested) {
+  return requested.value_or(std::min<std::size_t>(std::size_t{1} << 30, device_bytes / 8));
 }
 
 // Memory the algorithm search may borrow, returned right after: at most `limit`, at most half

@@ -11,6 +11,7 @@
 
 #include "cuda/activation_layout.hpp"
 #include "cuda/batch_norm_calls.hpp"
+#include "cuda/conv_algorithms.hpp"
 #include "cuda/conv_graph.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/kernels.hpp"
@@ -321,6 +322,7 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
       conv_calls_api_(worker::conv_calls_api(std::getenv("DLBENCH_CUDA_CONV"))),
       residual_gradient_(residual_gradient(layout_, std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
       attention_route_(attention_route("DLBENCH_CUDA_ATTENTION", std::getenv("DLBENCH_CUDA_ATTENTION"))),
+      requested_workspace_limit_(requested_workspace_limit(std::getenv("DLBENCH_CUDA_WORKSPACE_MIB"))),
       conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()) {
   std::string why;
   if (!cuda_device_usable(&why)) throw CudaError(why);
@@ -330,8 +332,8 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
   DLBENCH_CUDNN_CHECK(cudnnCreate(&cudnn_));
   DLBENCH_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   DLBENCH_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
-  // Room for the search of convolution algorithms: up to 1 GiB or an eighth of the device.
-  workspace_limit_ = std::min<std::size_t>(std::size_t{1} << 30, properties_.totalGlobalMem / 8);
+  // Room for the search of convolution algorithms (cuda/conv_algorithms.hpp).
+  workspace_limit_ = conv_workspace_limit(properties_.totalGlobalMem, requested_workspace_limit_);
   // Here, not on first use: allocating synchronises, which a captured first step could not.
   step_ = allocate(sizeof(std::uint64_t));
 }
@@ -369,7 +371,8 @@ std::map<std::string, std::string> CudaBackend::options() const {
           {"batchNorm", name(kBatchNormCalls, batch_norm_route_)},
           {"conv", name(kConvCallsApis, conv_calls_api_)},
           {"residualGrad", name(kResidualGradients, residual_gradient_)},
-          {"attention", name(kAttentionRoutes, attention_route_)}};
+          {"attention", name(kAttentionRoutes, attention_route_)},
+          {"workspaceMiB", std::to_string(workspace_limit_ >> 20)}};
 }
 
 std::shared_ptr<void> CudaBackend::allocate(std::size_t bytes) {
