@@ -58,7 +58,7 @@ def pytorch(python, args, profile=False):
     command = [python, os.path.join(HERE, "pytorch_bert.py"), "--device", "cpu", "--batch", str(args.batch),
                "--sequence-length", str(args.sequence_length), "--precision", args.precision, "--warmup",
                str(args.warmup), "--measure", str(args.measure), "--repeats", "1", "--threads", str(args.threads)]
-    out, rss = run_measured(command + (["--profile"] if profile else []))
+    out, rss = run_measured(command + (["--profile", str(args.measure)] if profile else []))
     return json.loads(out.strip().splitlines()[-1]), rss
 
 
@@ -110,7 +110,9 @@ def main():
             print(f"round {round_ + 1}: dlbench {speed:.2f}, PyTorch {line['median']:.2f} sequences/s", file=sys.stderr)
         measured, by_kind = dlbench_time_split(worker, args, work)
         profiled = pytorch(args.python, args, profile=True)[0]
-        torch_wall, torch_matmul = profiled["profiled_seconds"], profiled["matmul_seconds"]
+        kinds = {k["kind"]: k["seconds"] for k in profiled["profile"]["kinds"]}
+        torch_wall, torch_matmul = (profiled["profile"]["stepSeconds"] * args.measure,
+                                   kinds.get("linear", 0.0) * args.measure)
 
     print(f"### bert-base on the CPU, dlbench-worker vs PyTorch — {datetime.date.today().isoformat()}\n")
     print(f"Machine: {machine()}, {args.threads} threads each. Sequence length {args.sequence_length}, "
@@ -133,7 +135,8 @@ def main():
           f"inner_product) {100 * matmul / measured:.0f}%, other oneDNN primitives {100 * (onednn - matmul) / measured:.0f}% "
           f"({', '.join(f'{k} {100 * v / measured:.0f}%' for k, v in by_kind.most_common() if k not in ('matmul', 'inner_product'))}), "
           f"dlbench's own loops and the rest {100 * (measured - onednn) / measured:.0f}%.")
-    print(f"- PyTorch's timed steps ({torch_wall:.2f} s, profiled): aten::addmm/mm/bmm {100 * torch_matmul / torch_wall:.0f}%.")
+    print(f"- PyTorch's timed steps ({torch_wall:.2f} s, profiled): matrix products (aten::addmm/mm/bmm) "
+          f"{100 * torch_matmul / torch_wall:.0f}%.")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ sequences/s. On CUDA the timed steps sit between two torch.cuda.synchronize().
 
     pytorch_bert.py --device cpu|cuda --batch 32 --precision fp32|tf32|amp|bf16 [--sequence-length 128]
                     [--warmup 20 --measure 100 --repeats 7] [--max-cv C --extra-repeats 7] [--threads N]
-                    [--compile] [--tuned] [--profile]
+                    [--compile] [--tuned] [--profile STEPS]
 
 amp: fp16 autocast with a GradScaler; bf16: bf16 autocast. On the CPU, PyTorch 1.13's layer_norm
 refuses a bf16 input with fp32 weights and its CPU autocast does not cast for it, so layer norms
@@ -19,11 +19,12 @@ run in fp32 there, as later versions' autocast policy has it.
 kernel for the update, and under amp the GradScaler's inf check stays on the device instead of a
 host sync every step) and attention through F.scaled_dot_product_attention (flash or
 memory-efficient kernels, dropout inside). Needs PyTorch 2 on CUDA; refused otherwise, saying why.
---profile: one repeat under torch.profiler; adds the timed seconds and the seconds in
-aten::addmm/mm/bmm (self time) to the line.
+--profile STEPS: after the repeats, STEPS more steps under PyTorch's profiler, and where they went
+by op kind in the line's "profile" (bench/pytorch_profile.py, as pytorch_resnet50.py --profile;
+its "linear" kind is the matrix products, aten::addmm/mm/bmm).
 
 Prints one JSON line: {"engine": "pytorch" | "pytorch-compile" | "pytorch-tuned" | "pytorch-compile-tuned", "device", "batch", "sequence_length",
-"precision", "repeats": [...], "median", "discarded": [...], "cv", "max_cv", "stability", "torch"}.
+"precision", "repeats": [...], "median", "discarded": [...], "cv", "max_cv", "stability", "torch", ["gpu"], ["profile"]}.
 """
 import argparse
 import json
@@ -34,6 +35,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
+import pytorch_profile  # noqa: E402
 import reference_models  # noqa: E402
 import stability  # noqa: E402
 
@@ -71,7 +73,8 @@ def main():
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--tuned", action="store_true", help="fused AdamW and scaled_dot_product_attention")
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="this many more steps under PyTorch's profiler, by op kind")
     stability.add_arguments(parser)
     args = parser.parse_args()
 
@@ -136,30 +139,18 @@ def main():
         for _ in range(args.warmup):
             step()
         synchronize()
-        if args.profile:
-            with torch.profiler.profile() as profile:
-                start = time.perf_counter()
-                for _ in range(args.measure):
-                    step()
-                synchronize()
-                seconds = time.perf_counter() - start
-            line["profiled_seconds"] = seconds
-            line["matmul_seconds"] = sum(e.self_cpu_time_total for e in profile.key_averages()
-                                         if e.key in ("aten::addmm", "aten::mm", "aten::bmm")) / 1e6
-        else:
-            start = time.perf_counter()
-            for _ in range(args.measure):
-                step()
-            synchronize()
-            seconds = time.perf_counter() - start
-        return batch * args.measure / seconds
+        start = time.perf_counter()
+        for _ in range(args.measure):
+            step()
+        synchronize()
+        return batch * args.measure / (time.perf_counter() - start)
 
     max_cv = stability.DEFAULT_MAX_CV["gpu" if cuda else "cpu"] if args.max_cv is None else args.max_cv
-    # One profiled repeat is a profile, not a measurement to judge.
-    line.update(stability.measure(repeat, 1, 0, max_cv) if args.profile else
-                stability.measure(repeat, args.repeats, args.extra_repeats, max_cv))
+    line.update(stability.measure(repeat, args.repeats, args.extra_repeats, max_cv))
     if cuda:
         line["gpu"] = torch.cuda.get_device_name()
+    if args.profile:
+        line["profile"] = pytorch_profile.profile_steps(step, args.profile, torch.device(args.device))
     print(json.dumps(line))
 
 

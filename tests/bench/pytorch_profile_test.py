@@ -44,6 +44,8 @@ class Kinds(unittest.TestCase):
             "aten::_amp_foreach_non_finite_check_and_unscale_": "optimizer",
             "Optimizer.step: aten::mul_": "optimizer", "aten::copy_": "casts and copies",
             "aten::fill_": "fill", "aten::native_layer_norm": "layer norm", "aten::empty": "other",
+            "aten::gelu_backward": "gelu", "aten::native_dropout": "dropout", "aten::bernoulli_": "dropout",
+            "aten::embedding_dense_backward": "embedding", "aten::sum": "reductions", "aten::bmm": "linear",
         }
         for op, kind in expected.items():
             self.assertEqual(pytorch_profile.kind_of(op), kind, op)
