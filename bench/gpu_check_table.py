@@ -158,6 +158,38 @@ def pytorch_profile_lines(logs, name):
             f"    its largest kernels, ms a step: {kernels or '-'}"]
 
 
+def algorithm_choices(logs, name):
+    """{convolution: choice} from a log's DLBENCH_LOG_ALGORITHMS lines ("dlbench-worker: cudnn
+    forward fp32 nchw 64x64x56x56 -> 64 3x3 stride 1 pad 1: IMPLICIT_PRECOMP_GEMM, fma, 0.0 MiB workspace")."""
+    prefix = "dlbench-worker: cudnn "
+    choices = {}
+    try:
+        with open(os.path.join(logs, name + ".log"), errors="replace") as f:
+            for line in f:
+                if line.startswith(prefix) and ": " in line[len(prefix):]:
+                    convolution, choice = line[len(prefix):].rstrip("\n").rsplit(": ", 1)
+                    choices[convolution] = choice
+    except OSError:
+        pass
+    return choices
+
+
+def workspace_choices(logs):
+    """What fp32's 16 GiB search chose differently from the default's 1 GiB (the fp32 profile's log
+    has the default's choices at the same batch)."""
+    default = algorithm_choices(logs, "profile-resnet50-fp32")
+    larger = algorithm_choices(logs, "dlbench-resnet50-fp32-workspace-16g")
+    if not default or not larger:
+        return []
+    changed = [(c, default[c], larger[c]) for c in sorted(larger) if c in default and default[c] != larger[c]]
+    out = [f"fp32's 16 GiB search: {len(changed)} of {len(set(default) & set(larger))} convolution passes chose "
+           "otherwise than with 1 GiB"]
+    out += [f"  {convolution}: {before} -> {after}" for convolution, before, after in changed[:12]]
+    if len(changed) > 12:
+        out.append(f"  ... {len(changed) - 12} more in dlbench-resnet50-fp32-workspace-16g.log")
+    return out
+
+
 def kernels(logs):
     """The head of bench/ncu_summary.py's table for BERT, where ncu ran."""
     path = os.path.join(logs, "ncu-bert-amp.md")
@@ -264,6 +296,7 @@ def main():
     lines += poisoned(logs)
     lines += trained_models(logs)
     lines += profiles(logs)
+    lines += workspace_choices(logs)
     lines += kernels(logs)
     lines += [""] + comparison(logs)
     lines += gpu_readings(logs)

@@ -117,6 +117,27 @@ class GpuCheckTable(unittest.TestCase):
         self.assertEqual(lines[at + 2], "    its largest kernels, ms a step: sm90_xmma_dgrad_implicit_gemm_f32f32 10.1, "
                                         "cudnn::bn_bw_1C11_kernel_new 4.0")
 
+    def test_the_choices_a_larger_workspace_changed(self):
+        prefix = "dlbench-worker: cudnn "
+        fwd = "forward fp32 nchw 64x64x56x56 -> 64 3x3 stride 1 pad 1"
+        bwd = "backward-data fp32 nchw 64x64x56x56 -> 64 3x3 stride 1 pad 1"
+        one = "forward fp32 nchw 64x256x56x56 -> 64 1x1 stride 1 pad 0"
+        with tempfile.TemporaryDirectory() as logs:
+            write(logs, "profile-resnet50-fp32.log", "\n".join([
+                prefix + fwd + ": IMPLICIT_PRECOMP_GEMM, fma, 0.0 MiB workspace",
+                prefix + bwd + ": ALGO_1, fma, 0.0 MiB workspace",
+                prefix + one + ": IMPLICIT_PRECOMP_GEMM, fma, 0.0 MiB workspace",
+                "dlbench-worker: resnet50 on cuda"]) + "\n")
+            write(logs, "dlbench-resnet50-fp32-workspace-16g.log", "\n".join([
+                prefix + fwd + ": WINOGRAD_NONFUSED, fma, 1536.0 MiB workspace",
+                prefix + bwd + ": ALGO_1, fma, 0.0 MiB workspace",
+                prefix + one + ": IMPLICIT_PRECOMP_GEMM, fma, 0.0 MiB workspace"]) + "\n")
+            lines = self.table(logs)
+        at = lines.index("fp32's 16 GiB search: 1 of 3 convolution passes chose otherwise than with 1 GiB")
+        self.assertEqual(lines[at + 1], f"  {fwd}: IMPLICIT_PRECOMP_GEMM, fma, 0.0 MiB workspace -> "
+                                        "WINOGRAD_NONFUSED, fma, 1536.0 MiB workspace")
+        self.assertFalse(lines[at + 2].startswith("  backward-data"), lines)
+
     def test_a_pytorch_profile_that_did_not_run_says_why(self):
         with tempfile.TemporaryDirectory() as logs:
             write(logs, "profile-resnet50-fp32.json", json.dumps({
