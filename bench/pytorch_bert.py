@@ -30,14 +30,12 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
-import pytorch_profile  # noqa: E402
+import pytorch_measure  # noqa: E402
 import reference_models  # noqa: E402
-import stability  # noqa: E402
 
 VOCABULARY = 30522
 
@@ -67,16 +65,13 @@ def main():
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--sequence-length", type=int, default=128)
     parser.add_argument("--precision", choices=["fp32", "tf32", "amp", "bf16"], required=True)
-    parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--measure", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--tuned", action="store_true", help="fused AdamW and scaled_dot_product_attention")
-    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                        help="this many more steps under PyTorch's profiler, by op kind")
-    stability.add_arguments(parser)
+    pytorch_measure.add_arguments(parser)
     args = parser.parse_args()
+    if pytorch_measure.refusal(args):
+        sys.exit(f"pytorch_bert.py: {pytorch_measure.refusal(args)}")
 
     cuda = args.device == "cuda"
     if cuda:
@@ -127,30 +122,10 @@ def main():
         scaler.step(optimizer)
         scaler.update()
 
-    def synchronize():
-        if cuda:
-            torch.cuda.synchronize()
-
     engine = "pytorch" + ("-compile" if args.compile else "") + ("-tuned" if args.tuned else "")
     line = {"engine": engine, "device": args.device, "batch": batch,
-            "sequence_length": length, "precision": args.precision, "torch": torch.__version__}
-
-    def repeat():
-        for _ in range(args.warmup):
-            step()
-        synchronize()
-        start = time.perf_counter()
-        for _ in range(args.measure):
-            step()
-        synchronize()
-        return batch * args.measure / (time.perf_counter() - start)
-
-    max_cv = stability.DEFAULT_MAX_CV["gpu" if cuda else "cpu"] if args.max_cv is None else args.max_cv
-    line.update(stability.measure(repeat, args.repeats, args.extra_repeats, max_cv))
-    if cuda:
-        line["gpu"] = torch.cuda.get_device_name()
-    if args.profile:
-        line["profile"] = pytorch_profile.profile_steps(step, args.profile, torch.device(args.device))
+            "sequence_length": length, "precision": args.precision}
+    line.update(pytorch_measure.measure(step, device, batch, args))
     print(json.dumps(line))
 
 

@@ -30,13 +30,11 @@ import inspect
 import json
 import os
 import sys
-import time
 
 import torch
 
 import pytorch_image_models
-import pytorch_profile
-import stability
+import pytorch_measure
 
 
 def main():
@@ -45,15 +43,10 @@ def main():
     parser.add_argument("--precision", choices=["fp32", "tf32", "amp", "bf16"], required=True)
     parser.add_argument("--model", choices=pytorch_image_models.MODELS, default="resnet50")
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--measure", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--tuned", action="store_true", help="SGD's fused kernel")
-    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                        help="this many more steps under PyTorch's profiler, by op kind")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    stability.add_arguments(parser)
+    pytorch_measure.add_arguments(parser)
     args = parser.parse_args()
 
     if args.tuned and "fused" not in inspect.signature(torch.optim.SGD).parameters:
@@ -62,8 +55,8 @@ def main():
         sys.exit(f"pytorch_resnet50.py: --compile needs torch.compile, which PyTorch {torch.__version__} lacks")
     if args.device == "cpu" and args.precision not in ("fp32", "bf16"):
         sys.exit(f"pytorch_resnet50.py: --precision {args.precision} needs --device cuda; the CPU runs fp32 or bf16")
-    if args.profile < 0:
-        sys.exit(f"pytorch_resnet50.py: --profile {args.profile}: a number of steps, 0 (none) or more")
+    if pytorch_measure.refusal(args):
+        sys.exit(f"pytorch_resnet50.py: {pytorch_measure.refusal(args)}")
     torch.backends.cudnn.benchmark = True  # measured algorithm choice, as dlbench does
     tf32 = args.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -98,27 +91,9 @@ def main():
             scaler.step(optimizer)
             scaler.update()
 
-    def synchronize():
-        if on_gpu:
-            torch.cuda.synchronize()
-
-    def repeat():
-        for _ in range(args.warmup):
-            step()
-        synchronize()
-        start = time.perf_counter()
-        for _ in range(args.measure):
-            step()
-        synchronize()
-        return args.batch * args.measure / (time.perf_counter() - start)
-
-    max_cv = stability.DEFAULT_MAX_CV["gpu" if on_gpu else "cpu"] if args.max_cv is None else args.max_cv
     engine = "pytorch" + ("-compile" if args.compile else "") + ("-tuned" if args.tuned else "")
     line = {"engine": engine, "model": args.model, "batch": args.batch, "precision": args.precision}
-    line.update(stability.measure(repeat, args.repeats, args.extra_repeats, max_cv))
-    line.update(torch=torch.__version__, gpu=torch.cuda.get_device_name() if on_gpu else None)
-    if args.profile:
-        line["profile"] = pytorch_profile.profile_steps(step, args.profile, device)
+    line.update(pytorch_measure.measure(step, device, args.batch, args))
     print(json.dumps(line))
 
 

@@ -1,0 +1,60 @@
+"""dlbench-worker's methodology around a PyTorch training step, for bench/'s PyTorch scripts
+(pytorch_resnet50.py, pytorch_bert.py): warm up W steps, time M steps between two device
+synchronisations, R repeats measured again while they spread (bench/stability.py), then, where
+asked, more steps under PyTorch's profiler (bench/pytorch_profile.py).
+
+    add_arguments(parser)                        --warmup, --measure, --repeats, --profile, --max-cv, --extra-repeats
+    measure(step, device, samples_per_step, args) -> the JSON line's fields
+"""
+import time
+
+import pytorch_profile
+import stability
+
+
+def add_arguments(parser):
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--measure", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="after the repeats, this many more steps under PyTorch's profiler, by op kind")
+    stability.add_arguments(parser)
+
+
+def refusal(args):
+    """Why the methodology's arguments cannot run (None: they can)."""
+    for name in ("warmup", "measure", "repeats", "profile"):
+        least = 1 if name in ("measure", "repeats") else 0
+        if getattr(args, name) < least:
+            return f"--{name} {getattr(args, name)}: at least {least}"
+    return None
+
+
+def measure(step, device, samples_per_step, args):
+    """Runs the methodology over `step()` on `device` (a torch.device) and returns the result's
+    fields: stability.measure's (repeats, median, ...), torch, gpu (None on the CPU) and, with
+    --profile, profile."""
+    import torch  # here, as pytorch_profile: the module loads where torch is not installed
+
+    on_gpu = device.type == "cuda"
+
+    def synchronize():
+        if on_gpu:
+            torch.cuda.synchronize()
+
+    def repeat():
+        for _ in range(args.warmup):
+            step()
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(args.measure):
+            step()
+        synchronize()
+        return samples_per_step * args.measure / (time.perf_counter() - start)
+
+    max_cv = stability.DEFAULT_MAX_CV["gpu" if on_gpu else "cpu"] if args.max_cv is None else args.max_cv
+    fields = stability.measure(repeat, args.repeats, args.extra_repeats, max_cv)
+    fields.update(torch=torch.__version__, gpu=torch.cuda.get_device_name() if on_gpu else None)
+    if args.profile:
+        fields["profile"] = pytorch_profile.profile_steps(step, args.profile, device)
+    return fields
