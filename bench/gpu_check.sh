@@ -258,6 +258,9 @@ compare_resnet50 bf16
 # Where a step goes: ResNet-50 in the other precisions (fp32's is above), then BERT's layers and,
 # kernel by kernel, under Nsight Compute (two steps, one time metric; bench/ncu_summary.py makes the table).
 for precision in tf32 amp bf16; do profile_resnet50 "$precision"; done
+# PyTorch's amp step by kind as well, beside dlbench's (amp is the issue's 1.3x target precision).
+step pytorch-profile-resnet50-amp 90 python3 "$here/pytorch_resnet50.py" --batch "${resnet_batch[amp]}" \
+  --precision amp --warmup 10 --measure 5 --repeats 1 --profile 5
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc profile_resnet50 fp32 profile-resnet50-fp32-graph-nhwc
 step profile-bert-amp 60 "$bin/dlbench-worker" --backend cuda --model bert-base --batch-size 64 --precision amp \
   --warmup-steps 5 --measure-steps 5 --repeats 1 --profile 5 --output "$logs/profile-bert-amp.json" "${bert_flags[@]}"

@@ -136,8 +136,8 @@ def profiles(logs):
                           for k in profile["kinds"][:5])
         out.append(f"  {precision} batch {doc['case']['batchSizePerDevice']}: step "
                    f"{1e3 * profile['stepSeconds']:.1f}, outside layers {1e3 * profile['outsideLayersSeconds']:.1f}; {kinds}")
-        if name == "resnet50-fp32":
-            out += pytorch_profile_lines(logs, "pytorch-profile-resnet50-fp32")
+        if name in ("resnet50-fp32", "resnet50-amp"):
+            out += pytorch_profile_lines(logs, f"pytorch-profile-{name}")
     return out
 
 

@@ -23,7 +23,8 @@ EXPECTED = (["list-devices", "self-test", "gpu-tests", "cuda-backend-tests", "pr
              "pytorch-bert-amp-tuned", "pytorch-resnet50-amp-tuned",
              "dlbench-resnet50-amp-graph", "dlbench-resnet50-tf32-ex-relu", "dlbench-resnet50-tf32-sum",
              "dlbench-resnet50-fp32-accumulate", "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-ex",
-             "dlbench-resnet50-fp32-workspace-16g", "self-test-fp32-workspace-16g", "profile-resnet50-fp32", "pytorch-profile-resnet50-fp32"]
+             "dlbench-resnet50-fp32-workspace-16g", "self-test-fp32-workspace-16g", "profile-resnet50-fp32",
+             "pytorch-profile-resnet50-fp32", "pytorch-profile-resnet50-amp"]
             + [f"self-test-models-{p}" for p in ("fp32", "tf32", "amp", "bf16")]
             + [f"poisoned-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16")]
             + [f"{side}-resnet50-{p}" for side in ("dlbench", "pytorch") for p in ("fp32", "tf32", "amp", "bf16")]

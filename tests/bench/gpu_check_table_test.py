@@ -138,6 +138,25 @@ class GpuCheckTable(unittest.TestCase):
                                         "WINOGRAD_NONFUSED, fma, 1536.0 MiB workspace")
         self.assertFalse(lines[at + 2].startswith("  backward-data"), lines)
 
+    def test_amps_profile_beside_pytorchs_and_none_under_tf32(self):
+        with tempfile.TemporaryDirectory() as logs:
+            for precision, batch in (("amp", 256), ("tf32", 128)):
+                write(logs, f"profile-resnet50-{precision}.json", json.dumps({
+                    "case": {"batchSizePerDevice": batch},
+                    "profile": {"steps": 5, "stepSeconds": 0.037, "outsideLayersSeconds": 0.001,
+                                "kinds": [{"kind": "Conv2d", "forwardSeconds": 0.005, "backwardSeconds": 0.0105}]}}))
+            write(logs, "pytorch-profile-resnet50-amp.log", json.dumps({
+                "engine": "pytorch", "model": "resnet50", "batch": 256, "precision": "amp", "median": 5560.0,
+                "profile": {"steps": 5, "stepSeconds": 0.046, "attributedSeconds": 0.045, "kernelSeconds": 0.0452,
+                            "kinds": [{"kind": "convolution", "seconds": 0.021}], "ops": [],
+                            "kernels": [{"kernel": "sm90_xmma_fprop_implicit_gemm_f16f16", "seconds": 0.004}]}}) + "\n")
+            lines = self.table(logs)
+        at = lines.index("  amp batch 256: step 37.0, outside layers 1.0; Conv2d 15.5")
+        self.assertEqual(lines[at + 1], "  pytorch amp batch 256: step 46.0 under the profiler, charged 45.0 of kernels "
+                                        "45.2; convolution 21.0")
+        tf32 = lines.index("  tf32 batch 128: step 37.0, outside layers 1.0; Conv2d 15.5")
+        self.assertFalse(lines[tf32 + 1].startswith(("  pytorch", "  pytorch-profile")), lines[tf32 + 1])
+
     def test_a_pytorch_profile_that_did_not_run_says_why(self):
         with tempfile.TemporaryDirectory() as logs:
             write(logs, "profile-resnet50-fp32.json", json.dumps({
