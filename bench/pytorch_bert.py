@@ -70,8 +70,8 @@ def main():
     parser.add_argument("--tuned", action="store_true", help="fused AdamW and scaled_dot_product_attention")
     pytorch_measure.add_arguments(parser)
     args = parser.parse_args()
-    if pytorch_measure.refusal(args):
-        sys.exit(f"pytorch_bert.py: {pytorch_measure.refusal(args)}")
+    if why_not := pytorch_measure.refusal(args):
+        sys.exit(f"pytorch_bert.py: {why_not}")
 
     cuda = args.device == "cuda"
     if cuda:
@@ -122,8 +122,7 @@ def main():
         scaler.step(optimizer)
         scaler.update()
 
-    engine = "pytorch" + ("-compile" if args.compile else "") + ("-tuned" if args.tuned else "")
-    line = {"engine": engine, "device": args.device, "batch": batch,
+    line = {"engine": pytorch_measure.engine(args), "device": args.device, "batch": batch,
             "sequence_length": length, "precision": args.precision}
     line.update(pytorch_measure.measure(step, device, batch, args))
     print(json.dumps(line))

@@ -4,6 +4,7 @@ synchronisations, R repeats measured again while they spread (bench/stability.py
 asked, more steps under PyTorch's profiler (bench/pytorch_profile.py).
 
     add_arguments(parser)                        --warmup, --measure, --repeats, --profile, --max-cv, --extra-repeats
+    engine(args)                                 the line's engine, from --compile and --tuned
     measure(step, device, samples_per_step, args) -> the JSON line's fields
 """
 import time
@@ -19,6 +20,11 @@ def add_arguments(parser):
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
                         help="after the repeats, this many more steps under PyTorch's profiler, by op kind")
     stability.add_arguments(parser)
+
+
+def engine(args):
+    """The line's engine: "pytorch", with "-compile" and "-tuned" as the script's flags say."""
+    return "pytorch" + ("-compile" if args.compile else "") + ("-tuned" if args.tuned else "")
 
 
 def refusal(args):

@@ -55,8 +55,8 @@ def main():
         sys.exit(f"pytorch_resnet50.py: --compile needs torch.compile, which PyTorch {torch.__version__} lacks")
     if args.device == "cpu" and args.precision not in ("fp32", "bf16"):
         sys.exit(f"pytorch_resnet50.py: --precision {args.precision} needs --device cuda; the CPU runs fp32 or bf16")
-    if pytorch_measure.refusal(args):
-        sys.exit(f"pytorch_resnet50.py: {pytorch_measure.refusal(args)}")
+    if why_not := pytorch_measure.refusal(args):
+        sys.exit(f"pytorch_resnet50.py: {why_not}")
     torch.backends.cudnn.benchmark = True  # measured algorithm choice, as dlbench does
     tf32 = args.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -91,8 +91,7 @@ def main():
             scaler.step(optimizer)
             scaler.update()
 
-    engine = "pytorch" + ("-compile" if args.compile else "") + ("-tuned" if args.tuned else "")
-    line = {"engine": engine, "model": args.model, "batch": args.batch, "precision": args.precision}
+    line = {"engine": pytorch_measure.engine(args), "model": args.model, "batch": args.batch, "precision": args.precision}
     line.update(pytorch_measure.measure(step, device, args.batch, args))
     print(json.dumps(line))
 

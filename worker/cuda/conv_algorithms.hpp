@@ -132,11 +132,6 @@ inline std::string describe_choice(const ConvAlgorithmKey& key, const AlgorithmC
          (uses_tensor_cores(choice.math) ? ", tensor ops, " : ", fma, ") + mebibytes(choice.workspace) + " workspace";
 }
 
-// The most a convolution algorithm search may borrow (and a chosen algorithm use): 1 GiB or an
-// eighth of the device, whichever is less; or DLBENCH_CUDA_WORKSPACE_MIB, so that one device call
-// can time a larger search against the default. PyTorch's cudnn.benchmark lets its search take
-// what its allocator has free, where fp32's FFT and Winograd algorithms, hungry for workspace,
-// may fit when they do not fit ours.
 inline constexpr std::size_t kMaxWorkspaceMiB = std::size_t{1} << 20;
 
 // DLBENCH_CUDA_WORKSPACE_MIB's value (`choice`; null or empty: unset, nullopt) in bytes: a whole
@@ -154,6 +149,11 @@ inline std::optional<std::size_t> requested_workspace_limit(const char* choice) 
   return mib << 20;
 }
 
+// The most a convolution algorithm search may borrow (and a chosen algorithm use): 1 GiB or an
+// eighth of the device, whichever is less; or what DLBENCH_CUDA_WORKSPACE_MIB requested, so that
+// one device call can time a larger search against the default. PyTorch's cudnn.benchmark lets its
+// search take what its allocator has free, where fp32's FFT and Winograd algorithms, hungry for
+// workspace, may fit when they do not fit ours.
 inline std::size_t conv_workspace_limit(std::size_t device_bytes, std::optional<std::size_t> requested) {
   return requested.value_or(std::min<std::size_t>(std::size_t{1} << 30, device_bytes / 8));
 }

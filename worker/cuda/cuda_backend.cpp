@@ -322,8 +322,10 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
       conv_calls_api_(worker::conv_calls_api(std::getenv("DLBENCH_CUDA_CONV"))),
       residual_gradient_(residual_gradient(layout_, std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
       attention_route_(attention_route("DLBENCH_CUDA_ATTENTION", std::getenv("DLBENCH_CUDA_ATTENTION"))),
-      requested_workspace_limit_(requested_workspace_limit(std::getenv("DLBENCH_CUDA_WORKSPACE_MIB"))),
       conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()) {
+  // Read before any CUDA resource, as the switches above are: a wrong value costs nothing to refuse.
+  const std::optional<std::size_t> requested_workspace =
+      requested_workspace_limit(std::getenv("DLBENCH_CUDA_WORKSPACE_MIB"));
   std::string why;
   if (!cuda_device_usable(&why)) throw CudaError(why);
   DLBENCH_CUDA_CHECK(cudaSetDevice(device_));
@@ -333,7 +335,7 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
   DLBENCH_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   DLBENCH_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
   // Room for the search of convolution algorithms (cuda/conv_algorithms.hpp).
-  workspace_limit_ = conv_workspace_limit(properties_.totalGlobalMem, requested_workspace_limit_);
+  workspace_limit_ = conv_workspace_limit(properties_.totalGlobalMem, requested_workspace);
   // Here, not on first use: allocating synchronises, which a captured first step could not.
   step_ = allocate(sizeof(std::uint64_t));
 }

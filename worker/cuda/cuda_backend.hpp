@@ -195,7 +195,6 @@ class CudaBackend final : public Backend {
   ConvCallsApi conv_calls_api_ = ConvCallsApi::legacy;
   ResidualGradient residual_gradient_ = ResidualGradient::sum;
   AttentionRoute attention_route_ = AttentionRoute::composed;
-  std::optional<std::size_t> requested_workspace_limit_;  // DLBENCH_CUDA_WORKSPACE_MIB, read before any resource
   std::unique_ptr<cuda_detail::ConvPlanCache> conv_plans_;  // destroyed before the cuDNN handle
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
