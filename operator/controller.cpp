@@ -59,9 +59,10 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
     : client_(client), options_(std::move(options)),
       queue_(std::chrono::milliseconds(5), std::chrono::seconds(300), options_.steady_now) {
   reconciles_ = &registry_.counter("dlbench_operator_reconciles_total",
-                                   "Reconciliations, by result: changed, unchanged, queued, stale (the cache has not "
-                                   "seen our last write yet), gone (deleted or being deleted), conflict (the status "
-                                   "write refused with 409 on a fresh read too: the run's spec or status moved), "
+                                   "Reconciliations, by result: changed, unchanged, queued, stale (the caches have not "
+                                   "seen our last status write or the children we created yet), gone (deleted or being "
+                                   "deleted), conflict (the status write refused with 409 on a fresh read too: the "
+                                   "run's spec or status moved), "
                                    "error.");
   status_conflicts_ = &registry_
                            .counter("dlbench_operator_status_conflicts_total",
@@ -138,18 +139,27 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
   pods_ = std::make_unique<Informer<CachedPod>>(
       client_, "Pod", resources::kPods, options_.namespace_, kChildSelector, options_.watch_timeout, cache_pod,
       [this, owner](const std::string&, const CachedPod& pod) {
+        child_seen(pod.run_key(), "Pod/" + pod.facts.name);
         owner(pod.ns, pod.run);
         enqueue_neighbours(pod);
       },
       on_error);
   jobs_ = std::make_unique<Informer<CachedJob>>(
       client_, "Job", resources::kJobs, options_.namespace_, kChildSelector, options_.watch_timeout, cache_job,
-      [owner](const std::string&, const CachedJob& job) { owner(job.ns, job.run); }, on_error);
+      [this, owner](const std::string&, const CachedJob& job) {
+        child_seen(job.run_key(), "Job/" + job.facts.name);
+        owner(job.ns, job.run);
+      },
+      on_error);
   for (const auto& [kind, resource] : std::initializer_list<std::pair<const char*, const Resource*>>{
            {"Secret", &resources::kSecrets}, {"ConfigMap", &resources::kConfigMaps}, {"Service", &resources::kServices}}) {
     others_.push_back(std::make_unique<Informer<CachedObject>>(
         client_, kind, *resource, options_.namespace_, kChildSelector, options_.watch_timeout, cache_object,
-        [owner](const std::string&, const CachedObject& o) { owner(o.ns, o.run); }, on_error));
+        [this, owner, kind](const std::string&, const CachedObject& o) {
+          child_seen(o.run_key(), std::string(kind) + "/" + o.facts.name);
+          owner(o.ns, o.run);
+        },
+        on_error));
   }
   informers_ = {runs_.get(), pods_.get(), jobs_.get()};
   for (const auto& o : others_) informers_.push_back(o.get());
@@ -209,6 +219,7 @@ void Controller::forget(const std::string& ns, const std::string& name) {
   {
     std::lock_guard lock(expectations_mutex_);
     written_.erase(ns + "/" + name);
+    awaited_.erase(ns + "/" + name);
   }
   std::lock_guard lock(admission_mutex_);
   reservations_.erase(ns + "/" + name);
@@ -340,20 +351,75 @@ World Controller::observe(const std::string& ns, const std::string& name, const 
   return world;
 }
 
-bool Controller::apply_children(const std::string& ns, const Actions& actions, json& fields) {
-  int created = 0, deleted = 0;
+namespace {
+
+// The kinds an informer caches: a created child of another kind (a PodGroup) is never shown, so
+// it is not awaited.
+bool cached_kind(const std::string& kind) {
+  return kind == "Pod" || kind == "Job" || kind == "Secret" || kind == "ConfigMap" || kind == "Service";
+}
+
+}  // namespace
+
+std::set<std::string> Controller::apply_children(const CachedRun& cached, const Actions& actions, json& fields) {
+  const std::string key = cached.key();
+  std::set<std::string> created;
+  int deleted = 0;
   for (const auto& object : actions.create) {
+    const std::string kind = object.value("kind", "");
+    const std::string child = kind + "/" + object["metadata"].value("name", "");
+    // Awaited before it is asked for: the watch may show it before create() returns.
+    const bool awaited = cached_kind(kind);
+    if (awaited) {
+      std::lock_guard lock(expectations_mutex_);
+      auto& entry = awaited_[key];
+      if (entry.uid != cached.uid || entry.unseen.empty()) entry = {cached.uid, {}, options_.steady_now()};
+      entry.unseen.insert(child);
+    }
+    const auto not_awaited = [&] {
+      if (!awaited) return;
+      std::lock_guard lock(expectations_mutex_);
+      if (auto it = awaited_.find(key); it != awaited_.end()) it->second.unseen.erase(child);
+    };
     try {
-      client_.create(resource_for(object["kind"], object.value("apiVersion", "")), ns, object);
-      ++created;
+      client_.create(resource_for(kind, object.value("apiVersion", "")), cached.ns, object);
+      created.insert(child);
     } catch (const KubeError& e) {
+      not_awaited();
       if (e.status != 409) throw;  // AlreadyExists: the world is ahead of the cache
+    } catch (...) {
+      not_awaited();
+      throw;
     }
   }
-  for (const auto& r : actions.remove) deleted += client_.remove(resource_for(r.kind), ns, r.name) ? 1 : 0;
-  if (created > 0) fields["created"] = created;
+  for (const auto& r : actions.remove) deleted += client_.remove(resource_for(r.kind), cached.ns, r.name) ? 1 : 0;
+  if (!created.empty()) fields["created"] = created.size();
   if (deleted > 0) fields["deleted"] = deleted;
-  return created + deleted > 0;
+  return created;
+}
+
+bool Controller::creations_pending(const std::string& key, const CachedRun& cached) {
+  std::lock_guard lock(expectations_mutex_);
+  const auto it = awaited_.find(key);
+  if (it == awaited_.end()) return false;
+  if (it->second.uid != cached.uid || it->second.unseen.empty()) {
+    awaited_.erase(it);
+    return false;
+  }
+  // As ControllerExpectations do, an expectation expires (5 minutes): a child deleted before any
+  // informer saw it, during a relist, must not hold the run for good.
+  if (options_.steady_now() - it->second.since >= std::chrono::minutes(5)) {
+    log_line("warning", "created children never appeared in the cache; acting without them",
+             {{"run", key}, {"children", it->second.unseen}});
+    awaited_.erase(it);
+    return false;
+  }
+  return true;
+}
+
+void Controller::child_seen(const std::string& run_key, const std::string& child) {
+  std::lock_guard lock(expectations_mutex_);
+  if (auto it = awaited_.find(run_key); it != awaited_.end()) it->second.unseen.erase(child);
 }
 
 void Controller::record_event(const CachedRun& cached, const Event& event, TimePoint now, std::uint64_t reconcile_id) {
@@ -397,6 +463,11 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
     queue_.add_after(key, std::chrono::milliseconds(100));
     return ReconcileOutcome::stale;
   }
+  if (creations_pending(key, *cached)) {
+    // Children we created are not in the caches yet: without them it would create them again.
+    queue_.add_after(key, std::chrono::milliseconds(100));
+    return ReconcileOutcome::stale;
+  }
   const World world = observe(ns, name, *cached);
   Actions actions = reconcile(run, world, options_.config, [] { return generate_ssh_key_pair(); });
   fields["phase"] = std::string(to_string(actions.current.phase));
@@ -433,8 +504,12 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   }
   // The series follow the status even when this replica did not write it (after a restart).
   record_metrics(ns, name, actions.current, actions.statistic);
-  if (apply_children(ns, actions, fields) && outcome != ReconcileOutcome::queued) outcome = ReconcileOutcome::changed;
+  const std::set<std::string> created = apply_children(*cached, actions, fields);
+  if ((!created.empty() || fields.contains("deleted")) && outcome != ReconcileOutcome::queued) {
+    outcome = ReconcileOutcome::changed;
+  }
   for (const auto& e : actions.events) {
+    if (!e.announces.empty() && !created.contains(e.announces)) continue;  // it existed already
     fields["events"].push_back(e.reason);
     record_event(*cached, e, world.now, reconcile_id);
   }

@@ -3,8 +3,9 @@
 // queue, call reconcile() on the cached world, and apply its actions through the client.
 //
 // Against a stale cache: a status write is conditioned on the resourceVersion the reconcile
-// read (409 → requeue), and after a write the run is not reconciled again until the cache shows
-// a newer version (expectations, as controller-runtime's ReplicaSet controller keeps them).
+// read (409 → requeue), and after a write, or after creating children, the run is not reconciled
+// again until the caches show the write and the children (expectations, as Kubernetes'
+// ReplicaSet controller keeps them): a cache without them would have it create them again.
 // Before creating children the run is read from the API server itself: a run being deleted, or
 // gone, gets no new child. Every reconcile outcome and every list/watch error is logged (one
 // JSON line, with the run and a reconcile id) and counted.
@@ -83,8 +84,13 @@ class Controller {
   bool own_write_pending(const std::string& key, const CachedRun& cached, const nlohmann::json& run);
   // The run's children and neighbours as the caches hold them now.
   World observe(const std::string& ns, const std::string& name, const CachedRun& cached);
-  // Creates and deletes what the reconcile asked for; fills `fields` with the counts; whether any.
-  bool apply_children(const std::string& ns, const Actions& actions, nlohmann::json& fields);
+  // Whether children this operator created for the run are not in the caches yet.
+  bool creations_pending(const std::string& key, const CachedRun& cached);
+  // An informer showed (or dropped) a child: it is no longer awaited.
+  void child_seen(const std::string& run_key, const std::string& child);
+  // Creates and deletes what the reconcile asked for; fills `fields` with the counts. Returns the
+  // children it created ("Kind/name"); those the API server already held are not among them.
+  std::set<std::string> apply_children(const CachedRun& cached, const Actions& actions, nlohmann::json& fields);
   // Best effort: an Event that cannot be written must not fail a reconcile that changed the world.
   void record_event(const CachedRun& cached, const Event& event, TimePoint now, std::uint64_t reconcile_id);
   void enqueue_waiting_runs();
@@ -125,6 +131,13 @@ class Controller {
   };
   mutable std::mutex expectations_mutex_;
   std::map<std::string, WrittenStatus> written_;
+  // And run key → the children it created ("Kind/name") that no informer has shown yet.
+  struct AwaitedChildren {
+    std::string uid;
+    std::set<std::string> unseen;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<std::string, AwaitedChildren> awaited_;
   // Admission: runs granted a slot whose Running status the cache does not show yet.
   std::mutex admission_mutex_;
   std::set<std::string> reservations_;

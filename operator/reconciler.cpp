@@ -202,7 +202,8 @@ void create_missing(const BenchmarkRun& run, const PlannedCase& current, int att
   // The launcher must not race its workers: it starts when every sshd answers.
   if (!wrapped && ready == current.spec.nodes && !present.contains("Job/" + names.launcher)) {
     actions.create.push_back(build_launcher_job(run, current.spec, attempt, config));
-    actions.events.push_back({"Normal", "LauncherCreated", current.id + " attempt " + std::to_string(attempt)});
+    actions.events.push_back(
+        {"Normal", "LauncherCreated", current.id + " attempt " + std::to_string(attempt), "Job/" + names.launcher});
   }
 }
 
@@ -232,7 +233,7 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
     remove_all_children();
     if (actions.current != previous) {
       actions.status = actions.current;
-      actions.events.push_back({"Warning", "InvalidSpec", message});
+      actions.events.push_back({"Warning", "InvalidSpec", message, {}});
     }
     return actions;
   }
@@ -293,7 +294,7 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
     remove_all_children();
     actions.requeue_after.reset();
   }
-  for (auto& e : machine.take_events()) actions.events.push_back({e.type, e.reason, e.message});
+  for (auto& e : machine.take_events()) actions.events.push_back({e.type, e.reason, e.message, {}});
   // A removal asked for twice is asked for once.
   std::vector<ObjectRef> unique;
   for (const auto& r : actions.remove) {

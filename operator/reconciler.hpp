@@ -51,6 +51,9 @@ struct ObjectRef {
 struct Event {
   std::string type;  // Normal | Warning
   std::string reason, message;
+  // "Kind/name" of the child whose creation the event announces: recorded only where this
+  // reconcile created it (not where the API server answered that it exists already).
+  std::string announces;
 };
 
 struct Actions {

@@ -51,7 +51,12 @@ std::string result_for(const CaseSpec& c, double throughput) {
 
 // The test API server on a free port, with the BenchmarkRun CRD installed.
 struct ApiServer {
-  ApiServer() : port(testing::free_port()), process({"python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port)}) {
+  explicit ApiServer(std::vector<std::string> extra_args = {})
+      : port(testing::free_port()), process([&] {
+          std::vector<std::string> argv{"python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port)};
+          argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+          return argv;
+        }()) {
     KubeConfig config;
     config.server = "http://127.0.0.1:" + std::to_string(port);
     transport = make_http_transport(config, 10s);
@@ -257,12 +262,152 @@ TEST(Controller, AStatusWriteOverAnEditedSpecIsRefusedAndTheRunJudgedAgain) {
   EXPECT_EQ(case_id(decoded.value->results[0].case_), "1x1-bs8-fp32");
   // Nothing was started for the batch size the user took back.
   EXPECT_EQ(launched, (std::multiset<std::string>{"1x1-bs8-fp32"}));
-  for (const auto& e : editor.list(resources::kEvents, "default")["items"]) {
+  const json events = editor.list(resources::kEvents, "default");  // bound: items refers into it
+  ASSERT_FALSE(events["items"].empty());
+  for (const auto& e : events["items"]) {
     EXPECT_EQ(e.value("message", "").find("bs4"), std::string::npos) << e.dump();
   }
   const std::string exposition = controller.registry().serialize();
   EXPECT_GE(sample_value(exposition, "dlbench_operator_status_conflicts_total"), 1.0) << exposition;
   EXPECT_GE(sample_value(exposition, "dlbench_operator_reconciles_total{result=\"conflict\"}"), 1.0) << exposition;
+}
+
+// Counts the operator's creations, by the API's answer: 201, or 409 (it asked for what exists).
+class CountingTransport : public HttpTransport {
+ public:
+  explicit CountingTransport(std::shared_ptr<HttpTransport> inner) : inner_(std::move(inner)) {}
+  HttpResponse request(const std::string& method, const std::string& path, const std::string& body,
+                       const std::string& content_type) override {
+    HttpResponse response = inner_->request(method, path, body, content_type);
+    if (method == "POST" && path.find("/events") == std::string::npos) {
+      std::lock_guard lock(mutex_);
+      ++creates_[response.status];
+    }
+    return response;
+  }
+  int stream(const std::string& path, std::chrono::seconds silence_limit,
+             const std::function<bool(const std::string&)>& on_line) override {
+    return inner_->stream(path, silence_limit, on_line);
+  }
+  int creates(int status) const {
+    std::lock_guard lock(mutex_);
+    const auto it = creates_.find(status);
+    return it == creates_.end() ? 0 : it->second;
+  }
+
+ private:
+  std::shared_ptr<HttpTransport> inner_;
+  mutable std::mutex mutex_;
+  std::map<int, int> creates_;
+};
+
+// A watch cache that lags (as an API server's does under load): the operator must not take
+// children it created a moment ago, and not yet seen, for missing. It waits for its informers
+// to show them (expectations, as controller-runtime's ReplicaSet controller keeps them) instead
+// of creating them again, and announces each launcher once.
+TEST(Controller, ChildrenItCreatedAreAwaitedInTheCacheNotCreatedAgain) {
+  ApiServer server({"--watch-delay", "0.6"});
+  KubeClient kubelet(server.transport);
+  json run = testing::minimal_run();
+  run["metadata"] = {{"name", "lagging"}, {"namespace", "default"}};
+  run["spec"]["matrix"] = {{"nodes", {1, 2}}, {"gpusPerNode", {1}}, {"batchSizePerDevice", {4}}, {"precision", {"fp32"}}};
+  kubelet.create(resources::kBenchmarkRuns, "default", run);
+  const auto counting = std::make_shared<CountingTransport>(server.transport);
+  KubeClient client(counting);
+
+  Controller controller(client, local_options());
+  controller.start();
+  std::multiset<std::string> launched;
+  const json status = play_kubelet(kubelet, "lagging", {{"1x1-bs4-fp32", 10.0}, {"2x1-bs4-fp32", 19.0}}, launched, 60s);
+  controller.stop();
+
+  ASSERT_EQ(status.value("phase", ""), "Succeeded") << status.dump();
+  EXPECT_EQ(launched, (std::multiset<std::string>{"1x1-bs4-fp32", "2x1-bs4-fp32"}));
+  std::multiset<std::string> announced;
+  const json events = kubelet.list(resources::kEvents, "default");  // bound: items refers into it
+  for (const auto& e : events["items"]) {
+    if (e.value("reason", "") == "LauncherCreated") announced.insert(e.value("message", ""));
+  }
+  EXPECT_EQ(announced, (std::multiset<std::string>{"1x1-bs4-fp32 attempt 1", "2x1-bs4-fp32 attempt 1"}));
+  // Per case a Secret, a hostfile, a Service, its workers and a launcher: 5 + 6.
+  EXPECT_EQ(counting->creates(201), 11);
+  EXPECT_EQ(counting->creates(409), 0);
+  // It did wait for its cache, and said so.
+  const std::string exposition = controller.registry().serialize();
+  EXPECT_GE(sample_value(exposition, "dlbench_operator_reconciles_total{result=\"stale\"}"), 1.0) << exposition;
+}
+
+// Hides from the operator's lists and watches every object whose name ends in `suffix`: a child
+// that no informer ever shows (deleted before it was seen, during a relist).
+class HidingTransport : public CountingTransport {
+ public:
+  HidingTransport(std::shared_ptr<HttpTransport> inner, std::string suffix)
+      : CountingTransport(std::move(inner)), suffix_(std::move(suffix)) {}
+  HttpResponse request(const std::string& method, const std::string& path, const std::string& body,
+                       const std::string& content_type) override {
+    HttpResponse response = CountingTransport::request(method, path, body, content_type);
+    if (method != "GET" || response.status != 200) return response;
+    json listed = json::parse(response.body, nullptr, false);
+    if (!listed.is_object() || !listed.contains("items")) return response;
+    json kept = json::array();
+    for (auto& item : listed["items"]) {
+      if (!hidden(item)) kept.push_back(std::move(item));
+    }
+    listed["items"] = std::move(kept);
+    response.body = listed.dump();
+    return response;
+  }
+  int stream(const std::string& path, std::chrono::seconds silence_limit,
+             const std::function<bool(const std::string&)>& on_line) override {
+    return CountingTransport::stream(path, silence_limit, [&](const std::string& line) {
+      const json event = json::parse(line, nullptr, false);
+      if (event.is_object() && event.contains("object") && hidden(event["object"])) return true;
+      return on_line(line);
+    });
+  }
+
+ private:
+  bool hidden(const json& object) const {
+    const std::string name = object.value("metadata", json::object()).value("name", "");
+    return name.ends_with(suffix_);
+  }
+  std::string suffix_;
+};
+
+// An awaited child may never be shown: after 5 minutes the expectation lapses and the run is
+// judged on what the caches hold (here: the worker missing, so it asks for it again).
+TEST(Controller, AnAwaitedChildLapsesAfterFiveMinutes) {
+  ApiServer server;
+  KubeClient kubelet(server.transport);
+  json run = testing::minimal_run();
+  run["metadata"] = {{"name", "unseen"}, {"namespace", "default"}};
+  kubelet.create(resources::kBenchmarkRuns, "default", run);
+  const auto hiding = std::make_shared<HidingTransport>(server.transport, "-worker-0");
+  KubeClient client(hiding);
+  std::atomic<int> minutes_later{0};
+  ControllerOptions options = local_options();
+  options.steady_now = [&] { return std::chrono::steady_clock::now() + std::chrono::minutes(minutes_later.load()); };
+
+  Controller controller(client, options);
+  controller.start();
+  const auto wait_until = [](const std::function<bool()>& done, std::chrono::milliseconds limit) {
+    for (const auto deadline = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < deadline;) {
+      if (done()) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return done();
+  };
+  const auto stale = [&] {
+    return sample_value(controller.registry().serialize(), "dlbench_operator_reconciles_total{result=\"stale\"}");
+  };
+  // Its first children go out; the others show, the worker never does, and it waits for it.
+  ASSERT_TRUE(wait_until([&] { return hiding->creates(201) >= 4 && stale() >= 3; }, 10000ms));
+  EXPECT_EQ(hiding->creates(409), 0);
+  // Five minutes on by its clock: it acts on the caches as they are, and the API server answers
+  // that the worker exists.
+  minutes_later = 5;
+  EXPECT_TRUE(wait_until([&] { return hiding->creates(409) > 0; }, 5000ms));
+  controller.stop();
 }
 
 }  // namespace
