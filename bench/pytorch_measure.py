@@ -28,11 +28,15 @@ def engine(args):
 
 
 def refusal(args):
-    """Why the methodology's arguments cannot run (None: they can)."""
+    """Why the methodology's arguments, or --compile, cannot run here (None: they can)."""
     for name in ("warmup", "measure", "repeats", "profile"):
         least = 1 if name in ("measure", "repeats") else 0
         if getattr(args, name) < least:
             return f"--{name} {getattr(args, name)}: at least {least}"
+    if getattr(args, "compile", False):
+        import torch
+        if not hasattr(torch, "compile"):
+            return f"--compile needs torch.compile, which PyTorch {torch.__version__} lacks"
     return None
 
 

@@ -51,8 +51,6 @@ def main():
 
     if args.tuned and "fused" not in inspect.signature(torch.optim.SGD).parameters:
         sys.exit(f"pytorch_resnet50.py: --tuned needs torch.optim.SGD's fused kernel, which PyTorch {torch.__version__} lacks")
-    if args.compile and not hasattr(torch, "compile"):
-        sys.exit(f"pytorch_resnet50.py: --compile needs torch.compile, which PyTorch {torch.__version__} lacks")
     if args.device == "cpu" and args.precision not in ("fp32", "bf16"):
         sys.exit(f"pytorch_resnet50.py: --precision {args.precision} needs --device cuda; the CPU runs fp32 or bf16")
     if why_not := pytorch_measure.refusal(args):

@@ -137,6 +137,15 @@ class ResNet50OnTheCpu(unittest.TestCase):
         done = self.run_script("--batch", "2", "--precision", "fp32", "--profile", "-1")
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("--profile -1", done.stderr)
+        import torch
+        if not hasattr(torch, "compile"):  # PyTorch 1.13, Debian's: both scripts say so, not an AttributeError
+            for script in ("pytorch_resnet50.py", "pytorch_bert.py"):
+                done = subprocess.run([sys.executable, os.path.join(BENCH, script), "--device", "cpu", "--batch", "2",
+                                       "--precision", "fp32", "--compile"],
+                                      capture_output=True, text=True, timeout=120, cwd=BENCH)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn(f"{script}: --compile needs torch.compile, which PyTorch {torch.__version__} lacks",
+                              done.stderr)
 
 
 if __name__ == "__main__":
