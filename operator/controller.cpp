@@ -130,36 +130,29 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
     }
     queue_.add(run.key());
   };
-  // A child's change wakes its owner run.
-  const auto owner = [this](const std::string& ns, const std::string& run) {
-    if (!run.empty()) queue_.add(ns + "/" + run);
+  // A child's change wakes its owner run, and the child is no longer awaited.
+  const auto owner = [this](const std::string& kind, const auto& child) {
+    if (child.run.empty()) return;
+    child_seen(child.run_key(), kind + "/" + child.facts.name);
+    queue_.add(child.run_key());
   };
   runs_ = std::make_unique<Informer<CachedRun>>(client_, kKind, resources::kBenchmarkRuns, options_.namespace_, "",
                                                 options_.watch_timeout, cache_run, on_run, on_error);
   pods_ = std::make_unique<Informer<CachedPod>>(
       client_, "Pod", resources::kPods, options_.namespace_, kChildSelector, options_.watch_timeout, cache_pod,
       [this, owner](const std::string&, const CachedPod& pod) {
-        child_seen(pod.run_key(), "Pod/" + pod.facts.name);
-        owner(pod.ns, pod.run);
+        owner("Pod", pod);
         enqueue_neighbours(pod);
       },
       on_error);
   jobs_ = std::make_unique<Informer<CachedJob>>(
       client_, "Job", resources::kJobs, options_.namespace_, kChildSelector, options_.watch_timeout, cache_job,
-      [this, owner](const std::string&, const CachedJob& job) {
-        child_seen(job.run_key(), "Job/" + job.facts.name);
-        owner(job.ns, job.run);
-      },
-      on_error);
+      [owner](const std::string&, const CachedJob& job) { owner("Job", job); }, on_error);
   for (const auto& [kind, resource] : std::initializer_list<std::pair<const char*, const Resource*>>{
            {"Secret", &resources::kSecrets}, {"ConfigMap", &resources::kConfigMaps}, {"Service", &resources::kServices}}) {
     others_.push_back(std::make_unique<Informer<CachedObject>>(
         client_, kind, *resource, options_.namespace_, kChildSelector, options_.watch_timeout, cache_object,
-        [this, owner, kind](const std::string&, const CachedObject& o) {
-          child_seen(o.run_key(), std::string(kind) + "/" + o.facts.name);
-          owner(o.ns, o.run);
-        },
-        on_error));
+        [owner, kind](const std::string&, const CachedObject& o) { owner(kind, o); }, on_error));
   }
   informers_ = {runs_.get(), pods_.get(), jobs_.get()};
   for (const auto& o : others_) informers_.push_back(o.get());
@@ -351,24 +344,18 @@ World Controller::observe(const std::string& ns, const std::string& name, const 
   return world;
 }
 
-namespace {
-
-// The kinds an informer caches: a created child of another kind (a PodGroup) is never shown, so
-// it is not awaited.
-bool cached_kind(const std::string& kind) {
-  return kind == "Pod" || kind == "Job" || kind == "Secret" || kind == "ConfigMap" || kind == "Service";
+bool Controller::cached_kind(const std::string& kind) const {
+  return std::any_of(informers_.begin(), informers_.end(), [&](const auto* i) { return i->kind() == kind; });
 }
 
-}  // namespace
-
-std::set<std::string> Controller::apply_children(const CachedRun& cached, const Actions& actions, json& fields) {
+Controller::Applied Controller::apply_children(const CachedRun& cached, const Actions& actions, json& fields) {
   const std::string key = cached.key();
-  std::set<std::string> created;
-  int deleted = 0;
+  Applied applied;
   for (const auto& object : actions.create) {
     const std::string kind = object.value("kind", "");
     const std::string child = kind + "/" + object["metadata"].value("name", "");
-    // Awaited before it is asked for: the watch may show it before create() returns.
+    // Awaited before it is asked for: the watch may show it before create() returns. A kind no
+    // informer caches (a PodGroup) is never shown, so it is not awaited.
     const bool awaited = cached_kind(kind);
     if (awaited) {
       std::lock_guard lock(expectations_mutex_);
@@ -383,7 +370,7 @@ std::set<std::string> Controller::apply_children(const CachedRun& cached, const 
     };
     try {
       client_.create(resource_for(kind, object.value("apiVersion", "")), cached.ns, object);
-      created.insert(child);
+      applied.created.insert(child);
     } catch (const KubeError& e) {
       not_awaited();
       if (e.status != 409) throw;  // AlreadyExists: the world is ahead of the cache
@@ -392,10 +379,10 @@ std::set<std::string> Controller::apply_children(const CachedRun& cached, const 
       throw;
     }
   }
-  for (const auto& r : actions.remove) deleted += client_.remove(resource_for(r.kind), cached.ns, r.name) ? 1 : 0;
-  if (!created.empty()) fields["created"] = created.size();
-  if (deleted > 0) fields["deleted"] = deleted;
-  return created;
+  for (const auto& r : actions.remove) applied.deleted += client_.remove(resource_for(r.kind), cached.ns, r.name) ? 1 : 0;
+  if (!applied.created.empty()) fields["created"] = applied.created.size();
+  if (applied.deleted > 0) fields["deleted"] = applied.deleted;
+  return applied;
 }
 
 bool Controller::creations_pending(const std::string& key, const CachedRun& cached) {
@@ -504,12 +491,12 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   }
   // The series follow the status even when this replica did not write it (after a restart).
   record_metrics(ns, name, actions.current, actions.statistic);
-  const std::set<std::string> created = apply_children(*cached, actions, fields);
-  if ((!created.empty() || fields.contains("deleted")) && outcome != ReconcileOutcome::queued) {
+  const Applied applied = apply_children(*cached, actions, fields);
+  if ((!applied.created.empty() || applied.deleted > 0) && outcome != ReconcileOutcome::queued) {
     outcome = ReconcileOutcome::changed;
   }
   for (const auto& e : actions.events) {
-    if (!e.announces.empty() && !created.contains(e.announces)) continue;  // it existed already
+    if (!e.announces.empty() && !applied.created.contains(e.announces)) continue;  // it existed already
     fields["events"].push_back(e.reason);
     record_event(*cached, e, world.now, reconcile_id);
   }

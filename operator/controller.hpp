@@ -88,9 +88,14 @@ class Controller {
   bool creations_pending(const std::string& key, const CachedRun& cached);
   // An informer showed (or dropped) a child: it is no longer awaited.
   void child_seen(const std::string& run_key, const std::string& child);
-  // Creates and deletes what the reconcile asked for; fills `fields` with the counts. Returns the
-  // children it created ("Kind/name"); those the API server already held are not among them.
-  std::set<std::string> apply_children(const CachedRun& cached, const Actions& actions, nlohmann::json& fields);
+  // Whether an informer caches objects of `kind`.
+  bool cached_kind(const std::string& kind) const;
+  // Creates and deletes what the reconcile asked for; fills `fields` with the counts.
+  struct Applied {
+    std::set<std::string> created;  // "Kind/name"; not those the API server already held
+    int deleted = 0;
+  };
+  Applied apply_children(const CachedRun& cached, const Actions& actions, nlohmann::json& fields);
   // Best effort: an Event that cannot be written must not fail a reconcile that changed the world.
   void record_event(const CachedRun& cached, const Event& event, TimePoint now, std::uint64_t reconcile_id);
   void enqueue_waiting_runs();
