@@ -21,6 +21,7 @@
 
 #include "dlbench/core/enums.hpp"
 #include "tensor.hpp"
+#include "learning_rate_warmup.hpp"
 #include "loss_scaler.hpp"
 
 namespace dlbench::worker {
@@ -357,6 +358,15 @@ struct AdamWConfig {
   float epsilon = 1e-6f;  // BERT's
   float weight_decay = 0.01f;
   float max_grad_norm = 1.0f;
+  std::uint64_t warmup_updates = 0;  // warmed_up_rate's: the decoupled decay takes the warmed-up rate too
+};
+
+// torch.optim.SGD's hyper-parameters, and the updates its rate warms up over (warmed_up_rate).
+struct SgdConfig {
+  float learning_rate = 0.1f;
+  float momentum = 0.9f;
+  float weight_decay = 1e-4f;
+  std::uint64_t warmup_updates = 0;
 };
 
 // Marks in a backend's queue of work, to time steps without waiting for each one: the host
@@ -484,12 +494,13 @@ class Backend {
                                      const float* gradient_scale, LossTerm term) = 0;
   // The loss of the last step that ran (eager or replayed): waits for the device.
   virtual float last_loss() = 0;
-  // PyTorch SGD: g += wd·w; buf = momentum·buf + g (buf = g on the first step); w -= lr·buf.
-  // Every update takes `loss_scale`, the state unscale_and_check_finite left in this backend's
-  // memory (null: no loss scaling), and changes nothing when that step overflowed.
+  // PyTorch SGD: g += wd·w; buf = momentum·buf + g (buf = g on update call 1); w -= lr·buf, lr
+  // warmed up (warmed_up_rate) by the applied update's number. `update_number` counts update calls
+  // from 1, as adamw_update's, under the same capture rule. Every update takes `loss_scale`, the
+  // state unscale_and_check_finite left in this backend's memory (null: no loss scaling), and
+  // changes nothing when that step overflowed.
   virtual void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
-                          float learning_rate, float momentum, float weight_decay, bool first_step,
-                          const LossScaleState* loss_scale) = 0;
+                          const SgdConfig& config, std::uint64_t update_number, const LossScaleState* loss_scale) = 0;
 
   // Transformer ops. Why this backend cannot train a transformer (BERT), or nothing when it can;
   // the ops below are only made, and the row and optimizer calls only made, when it can.

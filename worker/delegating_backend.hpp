@@ -53,9 +53,9 @@ class DelegatingBackend : public Backend {
   void softmax_cross_entropy(const Tensor& l, const std::int32_t* y, Tensor& d, const float* scale, LossTerm term) override {
     inner_.softmax_cross_entropy(l, y, d, scale, term);
   }
-  void sgd_update(float* v, const float* g, float* b, std::int64_t n, float lr, float m, float wd, bool f,
+  void sgd_update(float* v, const float* g, float* b, std::int64_t n, const SgdConfig& c, std::uint64_t t,
                   const LossScaleState* s) override {
-    inner_.sgd_update(v, g, b, n, lr, m, wd, f, s);
+    inner_.sgd_update(v, g, b, n, c, t, s);
   }
   std::optional<std::string> cannot_run_transformers() const override { return inner_.cannot_run_transformers(); }
   std::unique_ptr<BatchedMatmulOp> make_batched_matmul(const BatchedMatmulConfig& c) override {

@@ -280,8 +280,8 @@ void Trainer::step() {
     backend_.adamw_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.second_moment(),
                           parameters_.elements(), decay_ranges_, *adamw_, updates_queued_ + 1, loss_scale);
   } else {
-    backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.elements(),
-                        sgd_.learning_rate, sgd_.momentum, sgd_.weight_decay, updates_queued_ == 0, loss_scale);
+    backend_.sgd_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.elements(), sgd_,
+                        updates_queued_ + 1, loss_scale);
   }
   ++updates_queued_;
   if (capture) {

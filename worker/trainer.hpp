@@ -42,12 +42,6 @@ inline constexpr std::int64_t kMinimumPretrainingTokens = 5;
 void synthesize_pretraining_batch(const PretrainingBatchLayout& batch, std::int64_t vocabulary, std::uint64_t seed,
                                   std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& labels);
 
-struct SgdConfig {
-  float learning_rate = 0.1f;
-  float momentum = 0.9f;
-  float weight_decay = 1e-4f;
-};
-
 class Trainer {
  public:
   // input: (batch, 3, height, width). The network ends in (batch, num_classes) logits with a

@@ -98,11 +98,10 @@ class TracingBackend final : public Backend {
     inner_.softmax_cross_entropy(logits, labels, dlogits, gradient_scale, term);
   }
   float last_loss() override { return inner_.last_loss(); }
-  void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
-                  float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale) override {
+  void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, const SgdConfig& config,
+                  std::uint64_t update_number, const LossScaleState* loss_scale) override {
     record({values, grads, momentum_buffer});
-    inner_.sgd_update(values, grads, momentum_buffer, count, learning_rate, momentum, weight_decay, first_step,
-                      loss_scale);
+    inner_.sgd_update(values, grads, momentum_buffer, count, config, update_number, loss_scale);
   }
 
  private:

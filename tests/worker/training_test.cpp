@@ -128,12 +128,12 @@ TEST(Training, SgdMatchesPyTorchRule) {
   float w[] = {1.0f, -2.0f};
   const float g[] = {0.5f, 0.25f};
   float buf[] = {0.0f, 0.0f};
-  backend.sgd_update(w, g, buf, 2, 0.1f, 0.9f, 0.01f, true, nullptr);
+  backend.sgd_update(w, g, buf, 2, SgdConfig{0.1f, 0.9f, 0.01f}, 1, nullptr);
   // d = g + wd·w = {0.51, 0.23}; buf = d; w -= 0.1·buf
   EXPECT_FLOAT_EQ(buf[0], 0.51f);
   EXPECT_FLOAT_EQ(w[0], 1.0f - 0.051f);
   EXPECT_FLOAT_EQ(w[1], -2.0f - 0.023f);
-  backend.sgd_update(w, g, buf, 2, 0.1f, 0.9f, 0.01f, false, nullptr);
+  backend.sgd_update(w, g, buf, 2, SgdConfig{0.1f, 0.9f, 0.01f}, 2, nullptr);
   const float d0 = 0.5f + 0.01f * 0.949f;
   EXPECT_FLOAT_EQ(buf[0], 0.9f * 0.51f + d0);
   EXPECT_FLOAT_EQ(w[0], 0.949f - 0.1f * (0.9f * 0.51f + d0));
@@ -234,10 +234,10 @@ TEST(Training, DropoutMasksFollowTheStepTheBackendIsGiven) {
 class MomentumForgettingBackend final : public DelegatingBackend {
  public:
   using DelegatingBackend::DelegatingBackend;
-  void sgd_update(float* v, const float* g, float* b, std::int64_t n, float lr, float m, float wd, bool first,
+  void sgd_update(float* v, const float* g, float* b, std::int64_t n, const SgdConfig& c, std::uint64_t t,
                   const LossScaleState* s) override {
-    DelegatingBackend::sgd_update(v, g, b, n, lr, m, wd, true, s);  // "first": the buffer restarts from g
-    (void)first;
+    DelegatingBackend::sgd_update(v, g, b, n, c, 1, s);  // "update 1": the buffer restarts from g
+    (void)t;
   }
 };
 

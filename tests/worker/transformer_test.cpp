@@ -281,6 +281,72 @@ TEST(TransformerOps, LambFollowsApexFusedLambAfterClipping) {
 // Small enough for finite-difference gradient checks.
 constexpr BertConfig kTinyBert{.vocabulary = 40, .hidden = 16, .layers = 2, .heads = 2, .intermediate = 24, .max_positions = 16};
 
+// The warm-up's rates are torch.optim.lr_scheduler.LambdaLR's with lambda t: min(1, t / N), as
+// base_lr * factor in Python floats: a quarter, a half, three quarters, then the rate itself.
+TEST(LearningRateWarmup, TheRateRisesLinearlyOverTheFirstUpdatesAsLambdaLR) {
+  const float rate = 0.1f;
+  for (std::uint64_t t = 1; t <= 3; ++t) {
+    EXPECT_EQ(warmed_up_rate(rate, t, 4), static_cast<float>(static_cast<double>(rate) * (static_cast<double>(t) / 4.0)));
+  }
+  EXPECT_EQ(warmed_up_rate(rate, 1, 4), 0.025f);
+  EXPECT_EQ(warmed_up_rate(rate, 4, 4), rate) << "reached at the N-th update";
+  EXPECT_EQ(warmed_up_rate(rate, 9, 4), rate);
+  EXPECT_EQ(warmed_up_rate(rate, 1, 0), rate) << "0: no warm-up";
+  EXPECT_EQ(warmed_up_rate(rate, 1, 1), rate);
+}
+
+// Every optimizer warms up the same way: each update with a warm-up is, bit for bit, the update
+// without one at the warmed-up rate (the decoupled decay included), counted by applied updates:
+// a step loss scaling skipped does not advance the warm-up.
+TEST(LearningRateWarmup, EveryOptimizerTrainsEachUpdateAtItsWarmedUpRate) {
+  CpuBackend backend(2);
+  const std::size_t count = 14;
+  const auto n = static_cast<std::int64_t>(count);
+  const std::vector<ParameterRange> tensors{{0, 6, true}, {6, 4, false}, {10, 4, true}};
+  constexpr std::uint64_t kWarmup = 4;
+  // One skipped step before update call 3: calls 3 to 6 are applied updates 2 to 5.
+  LossScaleState one_skipped;
+  one_skipped.skipped = 1;
+  enum class Kind { sgd, adamw, lamb };
+  for (const Kind kind : {Kind::sgd, Kind::adamw, Kind::lamb}) {
+    struct State {
+      std::vector<float> w, m, v;
+    };
+    State warmed{random_values(count, 3), std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f)};
+    State by_hand = warmed;
+    const auto update = [&](State& s, float rate, std::uint64_t warmup, std::uint64_t call, const LossScaleState* scale) {
+      std::vector<float> g = random_values(count, 100 + call);
+      if (kind == Kind::sgd) {
+        backend.sgd_update(s.w.data(), g.data(), s.m.data(), n, SgdConfig{rate, 0.9f, 0.01f, warmup}, call, scale);
+        return;
+      }
+      const AdamWConfig c{rate, 0.9f, 0.999f, 1e-6f, 0.1f, 0.5f, warmup};
+      if (kind == Kind::adamw) {
+        backend.adamw_update(s.w.data(), g.data(), s.m.data(), s.v.data(), n, tensors, c, call, scale);
+      } else {
+        backend.lamb_update(s.w.data(), g.data(), s.m.data(), s.v.data(), n, tensors, c, call, scale);
+      }
+    };
+    const char* name = kind == Kind::sgd ? "sgd" : kind == Kind::adamw ? "adamw" : "lamb";
+    for (std::uint64_t call = 1; call <= 6; ++call) {
+      const LossScaleState* scale = call >= 3 ? &one_skipped : nullptr;
+      const std::uint64_t applied = call >= 3 ? call - 1 : call;
+      update(warmed, 0.01f, kWarmup, call, scale);
+      update(by_hand, static_cast<float>(0.01 * std::min(1.0, static_cast<double>(applied) / kWarmup)), 0, call, scale);
+      for (std::size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(warmed.w[i], by_hand.w[i]) << name << ", update call " << call << ", element " << i;
+        ASSERT_EQ(warmed.m[i], by_hand.m[i]) << name << ", update call " << call << ", element " << i;
+      }
+    }
+    // And the warm-up changed the trajectory: at the full rate from the first update it differs.
+    State full{random_values(count, 3), std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f)};
+    update(full, 0.01f, 0, 1, nullptr);
+    State first{random_values(count, 3), std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f)};
+    update(first, 0.01f, kWarmup, 1, nullptr);
+    EXPECT_NE(full.w, first.w) << name;
+  }
+}
+
 TEST(Bert, SyntheticBatchIsShapedAsBertsPretrainingData) {
   const PretrainingBatchLayout layout{3, 12};
   ASSERT_EQ(layout.predictions(), 2);  // 15% of 12, rounded up

@@ -52,8 +52,8 @@ class CpuBackend final : public Backend {
   void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits,
                              const float* gradient_scale, LossTerm term) override;
   float last_loss() override { return static_cast<float>(step_loss_); }
-  void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
-                  float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale) override;
+  void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, const SgdConfig& config,
+                  std::uint64_t update_number, const LossScaleState* loss_scale) override;
 
   std::optional<std::string> cannot_run_transformers() const override { return std::nullopt; }
   std::unique_ptr<BatchedMatmulOp> make_batched_matmul(const BatchedMatmulConfig& config) override;

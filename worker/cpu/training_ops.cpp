@@ -270,9 +270,12 @@ void CpuBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t*
 }
 
 void CpuBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
-                            float learning_rate, float momentum, float weight_decay, bool first_step,
-                            const LossScaleState* loss_scale) {
+                            const SgdConfig& config, std::uint64_t update_number, const LossScaleState* loss_scale) {
   if (update_skipped(loss_scale)) return;
+  const bool first_step = update_number == 1;
+  const float momentum = config.momentum, weight_decay = config.weight_decay;
+  const float learning_rate =
+      warmed_up_rate(config.learning_rate, applied_update_number(update_number, loss_scale), config.warmup_updates);
   float* __restrict w = values;
   const float* __restrict g = grads;
   float* __restrict buf = momentum_buffer;

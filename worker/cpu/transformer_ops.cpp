@@ -307,11 +307,13 @@ void CpuBackend::adamw_update(float* values, float* grads, float* first_moment, 
                               std::uint64_t update_number, const LossScaleState* loss_scale) {
   if (update_skipped(loss_scale)) return;
   clip_to_global_norm(grads, count, c.max_grad_norm);
-  const auto t = static_cast<double>(applied_update_number(update_number, loss_scale));
-  const auto step_size = static_cast<float>(static_cast<double>(c.learning_rate) / (1.0 - std::pow(static_cast<double>(c.beta1), t)));
+  const std::uint64_t applied = applied_update_number(update_number, loss_scale);
+  const auto t = static_cast<double>(applied);
+  const float rate = warmed_up_rate(c.learning_rate, applied, c.warmup_updates);
+  const auto step_size = static_cast<float>(static_cast<double>(rate) / (1.0 - std::pow(static_cast<double>(c.beta1), t)));
   const auto root_correction = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(c.beta2), t)));
   for (const ParameterRange& range : ranges) {
-    const float decay = range.decays ? 1.0f - c.learning_rate * c.weight_decay : 1.0f;
+    const float decay = range.decays ? 1.0f - rate * c.weight_decay : 1.0f;
     float* __restrict w = values + range.offset;
     const float* __restrict g = grads + range.offset;
     float* __restrict m = first_moment + range.offset;
@@ -332,7 +334,9 @@ void CpuBackend::lamb_update(float* values, float* grads, float* first_moment, f
                              std::uint64_t update_number, const LossScaleState* loss_scale) {
   if (update_skipped(loss_scale)) return;
   clip_to_global_norm(grads, count, c.max_grad_norm);
-  const auto t = static_cast<double>(applied_update_number(update_number, loss_scale));
+  const std::uint64_t applied = applied_update_number(update_number, loss_scale);
+  const auto t = static_cast<double>(applied);
+  const float rate = warmed_up_rate(c.learning_rate, applied, c.warmup_updates);
   const auto correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(c.beta1), t));
   const auto correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(c.beta2), t));
   for (const ParameterRange& tensor : tensors) {
@@ -356,7 +360,7 @@ void CpuBackend::lamb_update(float* values, float* grads, float* first_moment, f
     const double ratio = tensor.decays && weight_squares > 0.0 && update_squares > 0.0
                              ? std::sqrt(weight_squares) / std::sqrt(update_squares)
                              : 1.0;
-    const auto step = static_cast<float>(static_cast<double>(c.learning_rate) * ratio);
+    const auto step = static_cast<float>(static_cast<double>(rate) * ratio);
 #pragma omp parallel for simd schedule(static)
     for (std::int64_t i = 0; i < tensor.count; ++i) w[i] -= step * update(i);
   }

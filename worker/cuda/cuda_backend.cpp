@@ -740,10 +740,12 @@ void CudaBackend::replay() {
 }
 
 void CudaBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
-                             float learning_rate, float momentum, float weight_decay, bool first_step,
-                             const LossScaleState* loss_scale) {
-  kernels::sgd(values, grads, momentum_buffer, count, learning_rate, momentum, weight_decay, first_step, loss_scale,
-               stream_);
+                             const SgdConfig& c, std::uint64_t update_number, const LossScaleState* loss_scale) {
+  // Without a warm-up the rate is one number at every replay; with one, the kernel reads the
+  // update's number where a replayed step advances it.
+  const std::uint64_t* update = c.warmup_updates > 0 ? queue_update_number(update_number) : nullptr;
+  kernels::sgd(values, grads, momentum_buffer, count, c.learning_rate, c.momentum, c.weight_decay, update_number == 1,
+               c.warmup_updates, update, loss_scale, stream_);
 }
 
 }  // namespace dlbench::worker

@@ -117,8 +117,8 @@ class CudaBackend final : public Backend {
   void dropout_mask(Tensor& mask, float p, std::uint64_t layer_seed) override;
   void softmax_cross_entropy(const Tensor& logits, const std::int32_t* labels, Tensor& dlogits, const float* gradient_scale,
                              LossTerm term) override;
-  void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, float learning_rate,
-                  float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale) override;
+  void sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count, const SgdConfig& config,
+                  std::uint64_t update_number, const LossScaleState* loss_scale) override;
 
   // Transformer ops (worker/cuda/transformer_ops.cpp): cuBLASLt strided-batched GEMMs and
   // dlbench's kernels (transformer_kernels.cu); AdamW runs on the device, bias corrections included.
@@ -185,6 +185,9 @@ class CudaBackend final : public Backend {
   };
   DeviceRanges device_ranges(const std::vector<ParameterRange>& ranges);
   // Counts the update on the device, sums the gradients' squares; returns the coefficients.
+  // The optimizer's update number in device memory, set to `update_number` by an eager call and
+  // advanced by one by a captured call (so that each replay counts its own update).
+  std::uint64_t* queue_update_number(std::uint64_t update_number);
   float* prepare_adam_step(const float* grads, std::int64_t count, const AdamWConfig& config, std::uint64_t update_number,
                            const LossScaleState* loss_scale);
   int device_;

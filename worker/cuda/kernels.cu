@@ -4,6 +4,7 @@
 
 #include "bilinear_taps.hpp"
 #include "dropout_mask.hpp"
+#include "learning_rate_warmup.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/column_reduction.hpp"
 #include "cuda/kernel_launch.cuh"
@@ -296,8 +297,13 @@ __global__ void sum_kernel(const float* x, std::int64_t n, float* total) {
 }
 
 __global__ void sgd_kernel(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
-                           float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale) {
+                           float momentum, float weight_decay, bool first_step, std::uint64_t warmup_updates,
+                           const std::uint64_t* update_number, const LossScaleState* loss_scale) {
   if (update_skipped(loss_scale)) return;
+  if (update_number != nullptr) {
+    learning_rate =
+        warmed_up_rate(learning_rate, applied_update_number(*update_number, loss_scale), warmup_updates);
+  }
   DLBENCH_GRID_STRIDE(i, n) {
     const float d = grads[i] + weight_decay * values[i];
     const float buffer = first_step ? d : momentum * momentum_buffer[i] + d;
@@ -472,9 +478,10 @@ void sum(const float* x, std::int64_t n, float* total, cudaStream_t stream) {
   DLBENCH_LAUNCH(sum_kernel, n, stream, x, n, total);
 }
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
-         float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale, cudaStream_t stream) {
+         float momentum, float weight_decay, bool first_step, std::uint64_t warmup_updates,
+         const std::uint64_t* update_number, const LossScaleState* loss_scale, cudaStream_t stream) {
   DLBENCH_LAUNCH(sgd_kernel, n, stream, values, grads, momentum_buffer, n, learning_rate, momentum, weight_decay,
-                 first_step, loss_scale);
+                 first_step, warmup_updates, update_number, loss_scale);
 }
 std::size_t column_sums_scratch_bytes(std::int64_t rows, int columns) {
   return column_chunks_scratch_bytes(column_chunks(rows, columns), columns, 1);

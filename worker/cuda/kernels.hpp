@@ -67,9 +67,12 @@ void bilinear_resize_forward(DType dtype, const void* x, void* y, const Activati
 void bilinear_resize_backward(DType dtype, const void* dy, void* dx, float* accumulator, const ActivationGeometry& in,
                               int out_h, int out_w, cudaStream_t stream);
 // PyTorch's SGD over the flat parameter buffer (every tensor at once: one launch per step);
-// nothing changes when loss_scale (null: none) says the step overflowed.
+// nothing changes when loss_scale (null: none) says the step overflowed. With `update_number` (the
+// update call's number in device memory, where a replayed step advances it) the rate is warmed up
+// over `warmup_updates` (warmed_up_rate); without, it is `learning_rate` at every replay.
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
-         float momentum, float weight_decay, bool first_step, const LossScaleState* loss_scale, cudaStream_t stream);
+         float momentum, float weight_decay, bool first_step, std::uint64_t warmup_updates,
+         const std::uint64_t* update_number, const LossScaleState* loss_scale, cudaStream_t stream);
 // *total = sum of x[0..n) (zeroed here first; summed in fp32, in no fixed order).
 void sum(const float* x, std::int64_t n, float* total, cudaStream_t stream);
 // sums[j] = sum over rows of dy[row][j] (row-major rows x columns), in fp32 and in a fixed order:

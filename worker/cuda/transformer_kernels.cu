@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "learning_rate_warmup.hpp"
 #include "cuda/column_reduction.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels.hpp"
@@ -17,6 +18,7 @@ namespace {
 
 constexpr unsigned kSquaresBlocks = 1024;  // about one resident wave on an H100 or H200
 constexpr int kSkipUpdate = 5;  // the coefficients' slot that says the step overflowed (1) and updates nothing
+constexpr int kWarmedUpRate = 6;  // the update's learning rate (warmed_up_rate)
 
 // A warp a row: `row` strides over [0, rows) by the grid's warps, the same rows for every lane
 // of a warp, so the warp reductions inside see all 32 lanes.
@@ -384,13 +386,16 @@ __global__ void adamw_coefficients_kernel(const double* squares, const std::uint
                                           const LossScaleState* loss_scale, AdamWScalars s, float* coefficients) {
   const double factor =
       s.max_grad_norm > 0.0f ? fmin(1.0, static_cast<double>(s.max_grad_norm) / (sqrt(*squares) + 1e-6)) : 1.0;
-  const auto t = static_cast<double>(applied_update_number(*update_number, loss_scale));
+  const std::uint64_t applied = applied_update_number(*update_number, loss_scale);
+  const auto t = static_cast<double>(applied);
+  const float rate = warmed_up_rate(s.learning_rate, applied, s.warmup_updates);
   coefficients[0] = static_cast<float>(factor);
-  coefficients[1] = static_cast<float>(static_cast<double>(s.learning_rate) / (1.0 - pow(static_cast<double>(s.beta1), t)));
+  coefficients[1] = static_cast<float>(static_cast<double>(rate) / (1.0 - pow(static_cast<double>(s.beta1), t)));
   coefficients[2] = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(s.beta2), t)));
   coefficients[3] = static_cast<float>(1.0 - pow(static_cast<double>(s.beta1), t));
   coefficients[4] = static_cast<float>(1.0 - pow(static_cast<double>(s.beta2), t));
   coefficients[kSkipUpdate] = update_skipped(loss_scale) ? 1.0f : 0.0f;
+  coefficients[kWarmedUpRate] = rate;
 }
 
 // Every gradient is clipped; the elements inside a range are updated (the last range starting at
@@ -401,7 +406,7 @@ __global__ void adamw_apply_kernel(float* values, float* grads, float* first_mom
                                    const float* coefficients) {
   if (coefficients[kSkipUpdate] != 0.0f) return;
   const float factor = coefficients[0], step_size = coefficients[1], root_correction = coefficients[2];
-  const float decayed = 1.0f - s.learning_rate * s.weight_decay;
+  const float decayed = 1.0f - coefficients[kWarmedUpRate] * s.weight_decay;
   DLBENCH_GRID_STRIDE(i, n) {
     const float g = factor < 1.0f ? grads[i] * factor : grads[i];
     grads[i] = g;
@@ -471,7 +476,7 @@ __global__ void lamb_apply_kernel(float* values, const float* first_moment, cons
   const double weight_squares = norms[2 * tensor], update_squares = norms[2 * tensor + 1];
   const double ratio =
       decays_here && weight_squares > 0.0 && update_squares > 0.0 ? sqrt(weight_squares) / sqrt(update_squares) : 1.0;
-  const auto step = static_cast<float>(static_cast<double>(s.learning_rate) * ratio);
+  const auto step = static_cast<float>(static_cast<double>(coefficients[kWarmedUpRate]) * ratio);
   const float decay = decays_here ? s.weight_decay : 0.0f;
   DLBENCH_GRID_STRIDE(k, n) {
     const std::int64_t i = base + k;

@@ -191,10 +191,10 @@ std::pair<std::int64_t, std::int64_t> rows_of(const Tensor& table) {
   return {features, table.numel() / features};
 }
 
-constexpr std::size_t kAdamScalarBytes = 64;  // update number (8), sum of squares (8), 6 coefficients (24)
+constexpr std::size_t kAdamScalarBytes = 64;  // update number (8), sum of squares (8), 7 coefficients (28)
 
 kernels::AdamWScalars scalars_of(const AdamWConfig& c) {
-  return {c.learning_rate, c.beta1, c.beta2, c.epsilon, c.weight_decay, c.max_grad_norm};
+  return {c.learning_rate, c.beta1, c.beta2, c.epsilon, c.weight_decay, c.max_grad_norm, c.warmup_updates};
 }
 
 }  // namespace
@@ -282,20 +282,25 @@ CudaBackend::DeviceRanges CudaBackend::device_ranges(const std::vector<Parameter
   return {offsets, offsets + n, decays, static_cast<int>(n)};
 }
 
-float* CudaBackend::prepare_adam_step(const float* grads, std::int64_t count, const AdamWConfig& c,
-                                      std::uint64_t update_number, const LossScaleState* loss_scale) {
+std::uint64_t* CudaBackend::queue_update_number(std::uint64_t update_number) {
   if (!adam_scalars_) adam_scalars_ = allocate(kAdamScalarBytes);
-  auto* scalars = static_cast<std::byte*>(adam_scalars_.get());
-  auto* update = reinterpret_cast<std::uint64_t*>(scalars);
-  auto* squares = reinterpret_cast<double*>(scalars + 8);
-  auto* coefficients = reinterpret_cast<float*>(scalars + 16);
+  auto* update = static_cast<std::uint64_t*>(adam_scalars_.get());
   // As begin_step's counter: a captured step holds "one more update", so each replay corrects
-  // its moments for its own update number.
+  // its moments (and warms its rate up) for its own update number.
   if (capturing_) {
     kernels::advance_step(update, stream_);
   } else {
     kernels::set_step(update, update_number, stream_);
   }
+  return update;
+}
+
+float* CudaBackend::prepare_adam_step(const float* grads, std::int64_t count, const AdamWConfig& c,
+                                      std::uint64_t update_number, const LossScaleState* loss_scale) {
+  std::uint64_t* update = queue_update_number(update_number);
+  auto* scalars = static_cast<std::byte*>(adam_scalars_.get());
+  auto* squares = reinterpret_cast<double*>(scalars + 8);
+  auto* coefficients = reinterpret_cast<float*>(scalars + 16);
   kernels::adam_prepare(grads, count, squares, update, loss_scale, scalars_of(c), coefficients, stream_);
   return coefficients;
 }
