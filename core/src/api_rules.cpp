@@ -130,6 +130,7 @@ std::vector<FieldRule> build_rules() {
   r.push_back(real_rule("spec.optimizer.learningRate", bounds::kLearningRate, std::nullopt));  // by model
   r.push_back(real_rule("spec.optimizer.momentum", bounds::kMomentum, defaults::kMomentum));
   r.push_back(real_rule("spec.optimizer.weightDecay", bounds::kWeightDecay, defaults::kWeightDecay));
+  r.push_back(integer_rule("spec.optimizer.learningRateWarmupSteps", bounds::kLearningRateWarmupSteps, json(0)));
 
   r.push_back(object_default("spec.worker"));
   FieldRule gpu;
@@ -239,6 +240,15 @@ std::string format_learning_rate(double learning_rate) {
 
 std::string describe_optimizer(OptimizerName optimizer, double learning_rate) {
   return std::string(to_string(optimizer)) + " at learning rate " + format_learning_rate(learning_rate);
+}
+
+std::string describe_learning_rate_warmup(std::int64_t warmup_steps) {
+  if (warmup_steps == 0) return "";
+  return ", reached linearly over the first " + std::to_string(warmup_steps) + (warmup_steps == 1 ? " update" : " updates");
+}
+
+std::string describe_optimizer(OptimizerName optimizer, double learning_rate, std::int64_t warmup_steps) {
+  return describe_optimizer(optimizer, learning_rate) + describe_learning_rate_warmup(warmup_steps);
 }
 
 LearningRateRecipe learning_rate_recipe(Model model, OptimizerName optimizer) {

@@ -28,14 +28,15 @@ std::string case_id(const CaseSpec& c) {
 OptimizerSpec optimizer_for_case(const BenchmarkRunSpec& spec, const CaseSpec& c) {
   const OptimizerRequest& o = spec.optimizer;
   const double rate = o.learning_rate ? *o.learning_rate : default_learning_rate(spec.model, o.name, c.global_batch_size());
-  return {o.name, rate, o.momentum, o.weight_decay};
+  return {o.name, rate, o.momentum, o.weight_decay, o.learning_rate_warmup_steps};
 }
 
 std::string describe_optimizer(const BenchmarkRunSpec& spec) {
   const OptimizerRequest& o = spec.optimizer;
-  if (o.learning_rate) return describe_optimizer(o.name, *o.learning_rate);
+  if (o.learning_rate) return describe_optimizer(o.name, *o.learning_rate, o.learning_rate_warmup_steps);
   return std::string(to_string(o.name)) + " at the model's learning rate, " +
-         describe_learning_rate_recipe(learning_rate_recipe(spec.model, o.name));
+         describe_learning_rate_recipe(learning_rate_recipe(spec.model, o.name)) +
+         describe_learning_rate_warmup(o.learning_rate_warmup_steps);
 }
 
 InputVerdict input_verdict(double wait_share) {

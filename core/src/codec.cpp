@@ -729,11 +729,12 @@ std::optional<SampleSummary> detail::decode_summary(Decoder& d, const json& obj,
 
 void detail::decode_optimizer(Decoder& d, const json& obj, const std::string& path, OptimizerRequest& out) {
   if (!d.expect_object(obj, path)) return;
-  d.reject_unknown(obj, path, {"name", "learningRate", "momentum", "weightDecay"});
+  d.reject_unknown(obj, path, {"name", "learningRate", "momentum", "weightDecay", "learningRateWarmupSteps"});
   d.read_enum(obj, path, "name", out.name);
   d.read_number(obj, path, "learningRate", bounds::kLearningRate, out.learning_rate);
   d.read_number(obj, path, "momentum", bounds::kMomentum, out.momentum);
   d.read_number(obj, path, "weightDecay", bounds::kWeightDecay, out.weight_decay);
+  d.read_int64(obj, path, "learningRateWarmupSteps", bounds::kLearningRateWarmupSteps, out.learning_rate_warmup_steps);
 }
 
 std::optional<OptimizerSpec> detail::decode_optimizer_that_ran(Decoder& d, const json& obj, const std::string& path) {
@@ -743,19 +744,25 @@ std::optional<OptimizerSpec> detail::decode_optimizer_that_ran(Decoder& d, const
   OptimizerRequest read;
   decode_optimizer(d, obj, path, read);
   if (d.errors.size() != errors_before || !read.learning_rate) return std::nullopt;  // required above
-  return OptimizerSpec{read.name, *read.learning_rate, read.momentum, read.weight_decay};
+  // A warm-up unstated is none: what a worker or a script from before the field trained with.
+  return OptimizerSpec{read.name, *read.learning_rate, read.momentum, read.weight_decay, read.learning_rate_warmup_steps};
 }
 
+// learningRateWarmupSteps only where there is a warm-up: unstated is none, as documents and
+// statuses written before the field say.
 json detail::optimizer_to_json(const OptimizerSpec& optimizer) {
-  return {{"name", to_string(optimizer.name)},
-          {"learningRate", optimizer.learning_rate},
-          {"momentum", optimizer.momentum},
-          {"weightDecay", optimizer.weight_decay}};
+  json out{{"name", to_string(optimizer.name)},
+           {"learningRate", optimizer.learning_rate},
+           {"momentum", optimizer.momentum},
+           {"weightDecay", optimizer.weight_decay}};
+  if (optimizer.learning_rate_warmup_steps > 0) out["learningRateWarmupSteps"] = optimizer.learning_rate_warmup_steps;
+  return out;
 }
 
 json detail::optimizer_to_json(const OptimizerRequest& optimizer) {
   json out{{"name", to_string(optimizer.name)}, {"momentum", optimizer.momentum}, {"weightDecay", optimizer.weight_decay}};
   if (optimizer.learning_rate) out["learningRate"] = *optimizer.learning_rate;
+  if (optimizer.learning_rate_warmup_steps > 0) out["learningRateWarmupSteps"] = optimizer.learning_rate_warmup_steps;
   return out;
 }
 

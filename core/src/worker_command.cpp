@@ -52,6 +52,10 @@ std::vector<std::string> case_arguments(const BenchmarkRun& run, const CaseSpec&
                                 "--optimizer", std::string(to_string(o.name)),
                                 "--communicator", how.communicator,
                                 "--run", run.metadata.name};
+  if (o.learning_rate_warmup_steps > 0) {  // the worker's default is none
+    args.push_back("--learning-rate-warmup-steps");
+    args.push_back(std::to_string(o.learning_rate_warmup_steps));
+  }
   if (m.stability.max_cv) {  // unset: the worker's backend knows its default
     args.push_back("--max-cv");
     args.push_back(real(*m.stability.max_cv));
@@ -118,6 +122,7 @@ std::vector<std::pair<std::string, std::string>> command_environment(const Bench
           {"DLBENCH_LEARNING_RATE", real(optimizer.learning_rate)},
           {"DLBENCH_MOMENTUM", real(optimizer.momentum)},
           {"DLBENCH_WEIGHT_DECAY", real(optimizer.weight_decay)},
+          {"DLBENCH_LEARNING_RATE_WARMUP_STEPS", std::to_string(optimizer.learning_rate_warmup_steps)},
           {"DLBENCH_OPTIMIZER", std::string(to_string(optimizer.name))},
           {"MASTER_ADDR", where.master_addr},
           {"MASTER_PORT", std::to_string(where.master_port)},

@@ -83,6 +83,8 @@ class Case:
         self.learning_rate = float(env.get("DLBENCH_LEARNING_RATE", "0.1"))
         self.momentum = float(env.get("DLBENCH_MOMENTUM", "0.9"))
         self.weight_decay = float(env.get("DLBENCH_WEIGHT_DECAY", "0.0001"))
+        # Updates over which the rate rises linearly to learning_rate (0: none).
+        self.learning_rate_warmup_steps = int(env.get("DLBENCH_LEARNING_RATE_WARMUP_STEPS", "0"))
         # data.source: synthetic, or imagefolder with its directory and the pipeline's size.
         self.data_source = env.get("DLBENCH_DATA_SOURCE", "synthetic")
         self.data_path = env.get("DLBENCH_DATA_PATH", "")

@@ -7,6 +7,9 @@ PyTorch as in dlbench's own engine and the two engines' figures time the same wo
                        keeps the examples independent of torchrun's version (Debian 12's PyTorch
                        1.13 on Python 3.11 cannot parse torchrun's default --redirects/--tee "0").
     optimizer_for      sgd: torch.optim.SGD(lr, momentum, weight_decay) over every parameter;
+                       either optimizer with its rate warmed up linearly over the first
+                       DLBENCH_LEARNING_RATE_WARMUP_STEPS applied updates (t / N of it at the t-th,
+                       as dlbench-worker; a step GradScaler skipped does not count);
                        adamw: torch.optim.AdamW(lr, betas=(momentum, 0.999), eps=1e-6), weight
                        decay on matrices only (dim >= 2: not biases and norms), after
                        clip_grad_norm_(1.0) (BERT's recipe, and dlbench-worker's:
@@ -136,11 +139,15 @@ def why_unsupported(case):
 
 
 class Optimizer:
-    """The torch optimizer, and the global gradient norm to clip to before each step (or None)."""
+    """The torch optimizer, the global gradient norm to clip to before each step (or None), and the
+    updates its rate warms up over (0: none)."""
 
-    def __init__(self, optimizer, max_grad_norm=None):
+    def __init__(self, optimizer, max_grad_norm=None, warmup_steps=0):
         self.optimizer = optimizer
         self.max_grad_norm = max_grad_norm
+        self.warmup_steps = warmup_steps
+        self.rates = [group["lr"] for group in optimizer.param_groups]
+        self.applied = 0  # updates applied so far
 
     def zero_grad(self):
         self.optimizer.zero_grad(set_to_none=True)
@@ -152,21 +159,34 @@ class Optimizer:
         group = self.optimizer.param_groups[0]
         adamw = isinstance(self.optimizer, torch.optim.AdamW)
         fact("optimizer", "adamw" if adamw else "sgd")
-        fact("learningRate", repr(float(group["lr"])))  # repr: the shortest text of the same double
+        fact("learningRate", repr(float(self.rates[0])))  # repr: the shortest text of the same double
         fact("momentum", repr(float(group["betas"][0] if adamw else group["momentum"])))
         fact("weightDecay", repr(float(group["weight_decay"])))
+        fact("learningRateWarmupSteps", str(self.warmup_steps))
 
     def step(self, model, scaler=None):
-        """Clips (unscaled gradients, where a GradScaler scaled them) and steps."""
+        """Clips (unscaled gradients, where a GradScaler scaled them) and steps, at the rate warmed
+        up to this update."""
+        warming = self.applied < self.warmup_steps
+        if warming:  # the last warm-up update sets the rate itself
+            factor = (self.applied + 1) / self.warmup_steps
+            for group, rate in zip(self.optimizer.param_groups, self.rates):
+                group["lr"] = rate * factor
         if self.max_grad_norm is not None:
             if scaler is not None:
                 scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
         if scaler is not None:
+            # A step GradScaler skips backs its scale off; reading the scale waits for the device,
+            # so it is read only while the rate warms up.
+            before = scaler.get_scale() if warming and scaler.is_enabled() else None
             scaler.step(self.optimizer)
             scaler.update()
+            if before is None or scaler.get_scale() >= before:
+                self.applied += 1
         else:
             self.optimizer.step()
+            self.applied += 1
 
 
 def optimizer_for(case, model, process):
@@ -174,13 +194,15 @@ def optimizer_for(case, model, process):
     that speaks for the case; ValueError where PyTorch has none (ask why_unsupported first)."""
     if case.optimizer == "sgd":
         optimizer = Optimizer(torch.optim.SGD(model.parameters(), lr=case.learning_rate, momentum=case.momentum,
-                                              weight_decay=case.weight_decay))
+                                              weight_decay=case.weight_decay),
+                              warmup_steps=case.learning_rate_warmup_steps)
     elif case.optimizer == "adamw":
         parameters = list(model.parameters())
         groups = [{"params": [p for p in parameters if p.dim() >= 2]},
                   {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}]
         optimizer = Optimizer(torch.optim.AdamW(groups, lr=case.learning_rate, betas=(case.momentum, 0.999),
-                                                eps=1e-6, weight_decay=case.weight_decay), max_grad_norm=1.0)
+                                                eps=1e-6, weight_decay=case.weight_decay), max_grad_norm=1.0,
+                              warmup_steps=case.learning_rate_warmup_steps)
     else:
         raise ValueError(why_unsupported(case))
     if process.reporter:

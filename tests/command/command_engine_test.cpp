@@ -132,6 +132,7 @@ TEST(CaseFromEnvironment, RoundTripsTheEnvironmentDlbenchSets) {
   EXPECT_EQ(env.at("DLBENCH_GLOBAL_BATCH_SIZE"), "128");
   // No learning rate in the spec: VGG16's 0.01 at a global batch of 256, halved at 128.
   EXPECT_DOUBLE_EQ(std::stod(env.at("DLBENCH_LEARNING_RATE")), 0.005);
+  EXPECT_EQ(env.at("DLBENCH_LEARNING_RATE_WARMUP_STEPS"), "0");
   EXPECT_EQ(env.at("WORLD_SIZE"), "2");
   EXPECT_EQ(env.at("PET_NPROC_PER_NODE"), "4");
   std::string error;
@@ -245,6 +246,19 @@ TEST(CommandResult, TheOptimizerACommandStatesIsTheResultsAndIsChecked) {
   EXPECT_THAT(with_facts({{"optimizer", "sgd"}, {"learningRate", "0.1"}, {"momentum", "0.9x"}, {"weightDecay", "0"}})
                   .message,
               HasSubstr("fact momentum: \"0.9x\" is not a number at least 0 and less than 1"));
+  // A fifth fact may say how the rate warmed up; unstated, it is none.
+  const ResultDocument warmed = with_facts({{"optimizer", "sgd"}, {"learningRate", "0.1"}, {"momentum", "0.9"},
+                                            {"weightDecay", "0"}, {"learningRateWarmupSteps", "25"}});
+  ASSERT_EQ(warmed.state, CaseState::Succeeded) << warmed.message;
+  EXPECT_EQ(warmed.optimizer, (OptimizerSpec{OptimizerName::sgd, 0.1, 0.9, 0.0, 25}));
+  EXPECT_EQ(warmed.environment.facts, (std::map<std::string, std::string>{}));
+  EXPECT_EQ(doc.optimizer->learning_rate_warmup_steps, 0);
+  EXPECT_THAT(with_facts({{"optimizer", "sgd"}, {"learningRate", "0.1"}, {"momentum", "0.9"}, {"weightDecay", "0"},
+                          {"learningRateWarmupSteps", "2.5"}})
+                  .message,
+              HasSubstr("fact learningRateWarmupSteps: \"2.5\" is not a whole number in [0, 1000000]"));
+  EXPECT_THAT(with_facts({{"learningRateWarmupSteps", "25"}}).message, HasSubstr("fact optimizer is missing"))
+      << "a warm-up alone does not say how the command trained";
 }
 
 // The loss a command reports after the last step of each repeat is the result's lossAfterRepeats;
@@ -273,7 +287,8 @@ TEST(CommandResult, TheLossAfterEachRepeatIsKeptAndADivergedOneFailsTheCase) {
   EXPECT_EQ(diverged.reason, "LossNotFinite");
   EXPECT_EQ(diverged.message, "the loss after repeat 2 was NaN (after repeat 1: 6.1): training diverged, so the steps "
                               "timed did not train the model (the 2 repeats run are kept in the result, not published). "
-                              "Lower the learning rate (spec.optimizer.learningRate)");
+                              "Lower the learning rate (spec.optimizer.learningRate) or warm it up "
+                              "(spec.optimizer.learningRateWarmupSteps)");
   ASSERT_TRUE(diverged.throughput.has_value());
   EXPECT_EQ(diverged.throughput->repeats.size(), 2u);
   EXPECT_FALSE(diverged.stability.has_value());

@@ -122,9 +122,11 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
                  .replace("gpusPerNode: [1, 8]", "gpusPerNode: [1, 2]")
                  .replace("batchSizePerDevice: [64]", "batchSizePerDevice: [2]")
                  .replace("precision: [amp]", "precision: [fp32]")
-                 .replace("warmupSteps: 20, measureSteps: 100, repeats: 7", "warmupSteps: 1, measureSteps: 2, repeats: 2"))
+                 .replace("warmupSteps: 20, measureSteps: 100, repeats: 7", "warmupSteps: 1, measureSteps: 2, repeats: 2")
+                 .replace("weightDecay: 0.01}", "weightDecay: 0.01, learningRateWarmupSteps: 3}"))
         self.assertEqual(small.count("sequenceLength: 16") + small.count("[1, 2]") + small.count("[2]")
-                         + small.count("[fp32]") + small.count("measureSteps: 2,"), 5,
+                         + small.count("[fp32]") + small.count("measureSteps: 2,")
+                         + small.count("learningRateWarmupSteps: 3"), 6,
                          "the example's shape changed; update this test")
         with tempfile.TemporaryDirectory() as tmp:
             p, status = run(small, tmp)
@@ -135,8 +137,62 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
             self.assertEqual(r["state"], "Succeeded", r.get("message"))
             self.assertEqual(r["throughput"]["unit"], "sequences/s")
             self.assertEqual(len(r["throughput"]["repeats"]), 2)
+            # The script warmed the rate up as the spec asked, and said so.
             self.assertEqual(r["optimizer"], {"name": "adamw", "learningRate": 0.0001, "momentum": 0.9,
-                                              "weightDecay": 0.01})
+                                              "weightDecay": 0.01, "learningRateWarmupSteps": 3})
+
+    def test_the_scripts_warm_the_rate_up_by_applied_updates(self):
+        """dlbench_torch.Optimizer's rates, update by update, as dlbench-worker's warmed_up_rate: t / N
+        of the rate at the t-th applied update; a step a GradScaler skipped (its scale backed off)
+        does not count. Debian's PyTorch has no CUDA GradScaler, so a stand-in skips the third step."""
+        program = r'''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+from dlbench_torch import Optimizer
+
+class SkipsThirdStep:
+    def __init__(self):
+        self.calls, self.scale = 0, 65536.0
+    def is_enabled(self):
+        return True
+    def get_scale(self):
+        return self.scale
+    def step(self, optimizer):
+        self.calls += 1
+        if self.calls != 3:
+            optimizer.step()
+    def update(self):
+        self.scale = self.scale / 2 if self.calls == 3 else self.scale
+
+out = {}
+for name in ("sgd", "adamw"):
+    model = torch.nn.Linear(3, 2)
+    inner = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if name == "sgd"
+             else torch.optim.AdamW(model.parameters(), lr=0.1))
+    for scaler in (None, SkipsThirdStep()):
+        optimizer = Optimizer(inner, warmup_steps=4)
+        for group in inner.param_groups:
+            group["lr"] = 0.1
+        rates = []
+        for _ in range(6):
+            model(torch.ones(1, 3)).sum().backward()
+            optimizer.step(model, scaler)
+            rates.append(inner.param_groups[0]["lr"])
+        out[name + (" scaled" if scaler else "")] = rates
+print(json.dumps(out))
+'''
+        p = subprocess.run([TORCH_PYTHON, "-c", program, os.path.join(SOURCE, "examples", "pytorch")],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rates = json.loads(p.stdout.strip().splitlines()[-1])
+        plain = [0.025, 0.05, 0.075, 0.1, 0.1, 0.1]
+        skipped = [0.025, 0.05, 0.075, 0.075, 0.1, 0.1]  # the third step skipped: its rate is tried again
+        for name in ("sgd", "adamw"):
+            for got, want in zip(rates[name], plain):
+                self.assertAlmostEqual(got, want, delta=1e-12, msg=(name, rates[name]))
+            for got, want in zip(rates[name + " scaled"], skipped):
+                self.assertAlmostEqual(got, want, delta=1e-12, msg=(name, rates[name + " scaled"]))
 
     def test_what_pytorch_cannot_train_and_what_trained_otherwise_are_no_figures(self):
         # lamb: torch.optim has none, so the example says so instead of training with another one.

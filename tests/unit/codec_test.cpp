@@ -197,7 +197,7 @@ TEST(Defaults, AppliedAndReportedInOrder) {
                                  "spec.methodology.stability.extraRepeats", "spec.methodology.stability.includeUnstable",
                                  "spec.optimizer",
                                  "spec.optimizer.name", "spec.optimizer.momentum",
-                                 "spec.optimizer.weightDecay", "spec.worker", "spec.worker.gpuResource", "spec.worker.qosClass", "spec.limits",
+                                 "spec.optimizer.weightDecay", "spec.optimizer.learningRateWarmupSteps", "spec.worker", "spec.worker.gpuResource", "spec.worker.qosClass", "spec.limits",
                                  "spec.limits.caseTimeoutSeconds", "spec.limits.backoffLimit"));
   EXPECT_EQ(doc["spec"]["methodology"], (json{{"warmupSteps", 20}, {"measureSteps", 100}, {"repeats", 7}, {"statistic", "median"},
                                               {"stability", {{"extraRepeats", 7}, {"includeUnstable", false}}}}));
@@ -296,7 +296,8 @@ TEST(Defaults, DecodedDefaultsMatchTheDocumentedValues) {
   EXPECT_EQ(run.spec.data.prefetch_batches, 2);
   EXPECT_EQ(run.spec.methodology.stability, (StabilitySpec{std::nullopt, 7, false}));  // maxCv: the device's
   EXPECT_EQ(run.spec.worker.qos_class, QosClass::Burstable);
-  EXPECT_EQ(decode_benchmark_run(minimal_run()).defaults.size(), 26u);
+  EXPECT_EQ(run.spec.optimizer.learning_rate_warmup_steps, 0);
+  EXPECT_EQ(decode_benchmark_run(minimal_run()).defaults.size(), 27u);
 }
 
 }  // namespace

@@ -110,6 +110,26 @@ TEST(ResultDocument, TheOptimizerThatRanGoesIntoTheStatusAndIsJudged) {
   EXPECT_EQ(result_from_document(text, doc.case_, 1, std::nullopt, other)->message,
             "the worker trained 1x8-bs128-amp with another optimizer than the spec's: "
             "name sgd instead of adamw, weightDecay 0.0001 instead of 0.01");
+  // A warm-up is part of how a case trains: one the worker did not run (its document states
+  // none, as a document from before the field does) is a mismatch; one it ran is in the status.
+  other = asked;
+  other.learning_rate_warmup_steps = 100;
+  EXPECT_EQ(result_from_document(text, doc.case_, 1, std::nullopt, other)->message,
+            "the worker trained 1x8-bs128-amp with another optimizer than the spec's: "
+            "learningRateWarmupSteps 0 instead of 100");
+  ResultDocument warmed = doc;
+  warmed.optimizer->learning_rate_warmup_steps = 100;
+  const auto warmed_judged = result_from_document(to_json(warmed).dump(), doc.case_, 1, std::nullopt, other);
+  ASSERT_TRUE(warmed_judged.has_value());
+  EXPECT_EQ(warmed_judged->state, CaseState::Succeeded) << warmed_judged->message;
+  BenchmarkRunStatus warmed_status;
+  warmed_status.results.push_back(*warmed_judged);
+  EXPECT_EQ(to_json(warmed_status)["results"][0]["optimizer"]["learningRateWarmupSteps"], 100);
+  EXPECT_EQ(*decode_status(to_json(warmed_status)).value, warmed_status);
+  json negative = to_json(warmed_status);
+  negative["results"][0]["optimizer"]["learningRateWarmupSteps"] = -1;
+  EXPECT_THAT(decode_status(negative).errors.front().to_string(),
+              ::testing::HasSubstr("status.results[0].optimizer.learningRateWarmupSteps"));
 
   json no_optimizer = json::parse(text);  // engine: command's documents cannot say
   no_optimizer.erase("optimizer");

@@ -187,6 +187,16 @@ TEST(Validation, SequenceLengthAndAdamW) {
   const std::vector<std::string> image_args =
       worker_arguments(*image_run.value, CaseSpec{1, 1, 8, Precision::fp32}, WorkerInvocation{});
   EXPECT_EQ(std::find(image_args.begin(), image_args.end(), "--sequence-length"), image_args.end());
+  // A warm-up travels to the worker; none is the worker's default and is not spelled out.
+  EXPECT_EQ(std::find(image_args.begin(), image_args.end(), "--learning-rate-warmup-steps"), image_args.end());
+  plain["spec"]["optimizer"] = {{"learningRateWarmupSteps", 50}};
+  const auto warmed_run = decode_benchmark_run(plain);
+  ASSERT_TRUE(warmed_run.ok());
+  const std::vector<std::string> warmed_args =
+      worker_arguments(*warmed_run.value, CaseSpec{1, 1, 8, Precision::fp32}, WorkerInvocation{});
+  const auto warmup = std::find(warmed_args.begin(), warmed_args.end(), "--learning-rate-warmup-steps");
+  ASSERT_NE(warmup, warmed_args.end());
+  EXPECT_EQ(*(warmup + 1), "50");
 }
 
 // Cityscapes-like crops: height × width, both or neither, each within imageSize's bounds.
@@ -340,6 +350,11 @@ TEST(Validation, Optimizer) {
   EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"learningRate", "0.1"}}}}}}),
               ElementsAre(HasSubstr("spec.optimizer.learningRate: expected a number greater than 0")));
   EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"momentum", 0}}}}}}), IsEmpty());
+  EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"learningRateWarmupSteps", 1000001}}}}}}),
+              ElementsAre("spec.optimizer.learningRateWarmupSteps: 1000001 is out of range; allowed: 0 to 1000000"));
+  EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"learningRateWarmupSteps", 2.5}}}}}}),
+              ElementsAre(HasSubstr("spec.optimizer.learningRateWarmupSteps")));
+  EXPECT_THAT(errors_with({{"spec", {{"optimizer", {{"learningRateWarmupSteps", 500}}}}}}), IsEmpty());
 }
 
 TEST(Validation, WorkerResources) {

@@ -122,6 +122,31 @@ TEST(WorkerCli, AModelTrainsAtItsOwnDefaultLearningRate) {
   EXPECT_LT(doc.loss_after_repeats.back(), doc.loss_after_repeats.front());
 }
 
+// --learning-rate-warmup-steps: the result and the table say it, and the first updates train at
+// less than the rate (the same seed and threads train bit for bit alike, so any change is its).
+TEST(WorkerCli, TheLearningRateWarmsUpOverTheUpdatesAsked) {
+  const std::string common =
+      "--model alexnet --image-size 64 --batch-size 4 --warmup-steps 1 --measure-steps 2 --repeats 1 --max-cv 1 "
+      "--threads 2 --learning-rate 0.001 ";
+  const Outcome plain = worker(common + "--output plain.json");
+  const Outcome warmed = worker(common + "--learning-rate-warmup-steps 10 --output warmed.json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(warmed.exit_code, 0) << warmed.err;
+  const ResultDocument p = decoded(slurp(scratch() / "plain.json"));
+  const ResultDocument w = decoded(slurp(scratch() / "warmed.json"));
+  ASSERT_TRUE(p.optimizer && w.optimizer);
+  EXPECT_EQ(p.optimizer->learning_rate_warmup_steps, 0);
+  EXPECT_EQ(*w.optimizer, (OptimizerSpec{OptimizerName::sgd, 0.001, 0.9, 1e-4, 10}));
+  EXPECT_THAT(warmed.out, HasSubstr("; sgd at learning rate 0.001, reached linearly over the first 10 updates\n"));
+  EXPECT_THAT(plain.out, HasSubstr("; sgd at learning rate 0.001\n"));
+  ASSERT_EQ(p.loss_after_repeats.size(), 1u);
+  ASSERT_EQ(w.loss_after_repeats.size(), 1u);
+  EXPECT_NE(p.loss_after_repeats[0], w.loss_after_repeats[0]);
+  const Outcome bad = worker("--learning-rate-warmup-steps -1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--learning-rate-warmup-steps"));
+}
+
 // AlexNet at a learning rate of 100 reaches a NaN loss in its first repeat: the case stops there
 // and fails with LossNotFinite, keeping the repeat it timed and saying what to change.
 TEST(WorkerCli, ADivergedTrainingStopsAndFailsWithItsRepeatsKept) {

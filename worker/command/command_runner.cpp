@@ -137,19 +137,21 @@ void apply_fact(EnvironmentInfo& e, const std::string& key, const std::string& v
   else e.facts[key] = value;
 }
 
-// The facts that say how the command trained (all four or none).
+// The facts that say how the command trained (all four or none), and the one it may add: a
+// warm-up it does not state is none.
 constexpr std::array<const char*, 4> kOptimizerFacts{"optimizer", "learningRate", "momentum", "weightDecay"};
+constexpr const char* kWarmupFact = "learningRateWarmupSteps";
 
 // How the command says it trained, taken out of `facts`: nullopt where it says nothing; an error
 // naming the fact where it says part of it, or something the spec could not have asked for.
 std::optional<OptimizerSpec> optimizer_from_facts(std::map<std::string, std::string>& facts, std::string& error) {
   const auto given = std::count_if(kOptimizerFacts.begin(), kOptimizerFacts.end(),
                                    [&](const char* key) { return facts.contains(key); });
-  if (given == 0) return std::nullopt;
+  if (given == 0 && !facts.contains(kWarmupFact)) return std::nullopt;
   OptimizerSpec optimizer;
   const auto fail = [&](const std::string& why) {
     error = why + " (a command states how it trained with all four facts: optimizer, learningRate, momentum, "
-                  "weightDecay)";
+                  "weightDecay; and learningRateWarmupSteps where it warms the rate up)";
     return std::nullopt;
   };
   for (const char* key : kOptimizerFacts) {
@@ -174,6 +176,15 @@ std::optional<OptimizerSpec> optimizer_from_facts(std::map<std::string, std::str
                   where.first.describe());
     }
     *where.second = *value;
+  }
+  if (const auto warmup = facts.find(kWarmupFact); warmup != facts.end()) {
+    const auto steps = whole_number(warmup->second, bounds::kLearningRateWarmupSteps);
+    if (!steps) {
+      return fail("fact " + std::string(kWarmupFact) + ": \"" + printable(warmup->second.substr(0, 64)) +
+                  "\" is not a whole number in [0, " + std::to_string(bounds::kLearningRateWarmupSteps.max) + "]");
+    }
+    optimizer.learning_rate_warmup_steps = *steps;
+    facts.erase(warmup);
   }
   for (const char* key : kOptimizerFacts) facts.erase(key);
   return optimizer;
@@ -588,7 +599,7 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
     return fail(kReasonLossNotFinite, describe_divergence(doc.loss_after_repeats) + " (the " +
                                           std::to_string(doc.loss_after_repeats.size()) +
                                           " repeats run are kept in the result, not published). Lower the learning "
-                                          "rate (spec.optimizer.learningRate)");
+                                          "rate (spec.optimizer.learningRate) or warm it up (spec.optimizer.learningRateWarmupSteps)");
   }
   doc.state = CaseState::Succeeded;
   doc.reason.clear();

@@ -36,7 +36,8 @@ DLBENCH_MODEL, DLBENCH_NODES, DLBENCH_NODE_RANK, DLBENCH_GPUS_PER_NODE, DLBENCH_
 DLBENCH_PRECISION, DLBENCH_WARMUP_STEPS, DLBENCH_MEASURE_STEPS, DLBENCH_REPEATS, DLBENCH_IMAGE_SIZE
 (and DLBENCH_RUN). The command prints "@dlbench step <global samples>" after every training step
 (from one process, global rank 0) and may print "@dlbench fact <key> <value>" (the facts optimizer,
-learningRate, momentum and weightDecay say how it trained) and "@dlbench loss <value>" (the last in
+learningRate, momentum and weightDecay say how it trained, learningRateWarmupSteps how it warmed
+the rate up) and "@dlbench loss <value>" (the last in
 each repeat is the loss after it; NaN or infinite fails the case, LossNotFinite); dlbench timestamps
 the markers as they arrive.
 

@@ -89,7 +89,7 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
   out << "  methodology: warm-up " << doc.methodology.warmup_steps << ", measure " << doc.methodology.measure_steps
       << ", repeats " << doc.methodology.repeats;
   if (const auto& t = doc.optimizer) {
-    out << "; " << describe_optimizer(t->name, t->learning_rate);
+    out << "; " << describe_optimizer(t->name, t->learning_rate, t->learning_rate_warmup_steps);
   }
   out << "\n";
   const std::string unit = doc.throughput ? doc.throughput->unit : "samples/s";

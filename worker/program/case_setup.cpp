@@ -60,7 +60,9 @@ std::optional<std::string> unsupported_precision(const Options& o, const Backend
 
 std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer) {
   const ModelInfo model = model_info(o.model);
-  const SgdConfig sgd{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
+  const auto warmup = static_cast<std::uint64_t>(o.learning_rate_warmup_steps);
+  const SgdConfig sgd{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
+                      static_cast<float>(o.weight_decay), warmup};
   const MemoryReuse reuse = keep_every_buffer ? MemoryReuse::none : o.memory_plan;
   std::unique_ptr<Trainer> trainer;
   if (model.sequences) {
@@ -76,7 +78,7 @@ std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int ran
   if (o.optimizer != OptimizerName::sgd) {
     if (const auto why = device.cannot_run_transformers()) throw Unsupported(std::string(to_string(o.optimizer)) + ": " + *why);
     const AdamWConfig adam{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum), 0.999f, 1e-6f,
-                           static_cast<float>(o.weight_decay), 1.0f};
+                           static_cast<float>(o.weight_decay), 1.0f, warmup};
     if (o.optimizer == OptimizerName::lamb) {
       trainer->use_lamb(adam);
     } else {

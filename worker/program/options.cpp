@@ -216,6 +216,12 @@ const std::vector<ValueOption>& value_options() {
        "alexnet, vgg16 and bert-base, each at a global batch of 256, 0.007 deeplabv3plus at 16, linearly less below "
        "it; adamw: 1e-4 bert-base, 1e-3 the others; lamb: 1e-3)",
        [](Options& o, auto& f, auto& v) { o.learning_rate = parse_real(f, v, bounds::kLearningRate); }},
+      {"--learning-rate-warmup-steps", "N",
+       "raise the learning rate linearly over the first N updates: the t-th trains at rate · t / N; 0 to 1000000 "
+       "(default 0: at the rate from the first)",
+       [](Options& o, auto& f, auto& v) {
+         o.learning_rate_warmup_steps = parse_bounded(f, v, bounds::kLearningRateWarmupSteps);
+       }},
       {"--momentum", "X", "SGD momentum, AdamW's and LAMB's beta1; 0 <= x < 1 (default 0.9)",
        [](Options& o, auto& f, auto& v) { o.momentum = parse_real(f, v, bounds::kMomentum); }},
       {"--weight-decay", "X", "weight decay, 0 <= x <= 1 (AdamW: decoupled; default 0.0001)",

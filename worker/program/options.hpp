@@ -34,6 +34,7 @@ struct Options {
   double learning_rate = 0;  // 0: the model's recipe at the global batch (resolve_learning_rate)
   double momentum = 0.9;
   double weight_decay = 1e-4;
+  long learning_rate_warmup_steps = 0;
   long threads = 0;
   std::string communicator = "auto";
   long bucket_mb = 25;

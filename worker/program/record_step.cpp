@@ -25,6 +25,7 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
                        {"learning_rate", std::to_string(o.learning_rate)},
                        {"momentum", std::to_string(o.momentum)},
                        {"weight_decay", std::to_string(o.weight_decay)},
+                       {"learning_rate_warmup_steps", std::to_string(o.learning_rate_warmup_steps)},
                        {"init_from", o.init_from},
                        {"dlbench_version", DLBENCH_VERSION}};
     const auto ints = [](const std::vector<std::int32_t>& from, std::int64_t offset, std::int64_t count) {

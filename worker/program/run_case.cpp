@@ -205,7 +205,7 @@ class CaseRun {
     doc_.methodology = {static_cast<int>(o_.warmup_steps), static_cast<int>(o_.measure_steps),
                         static_cast<int>(o_.repeats), o_.statistic,
                         StabilitySpec{o_.max_cv, static_cast<int>(o_.extra_repeats), false}};
-    doc_.optimizer = OptimizerSpec{o_.optimizer, o_.learning_rate, o_.momentum, o_.weight_decay};
+    doc_.optimizer = OptimizerSpec{o_.optimizer, o_.learning_rate, o_.momentum, o_.weight_decay, o_.learning_rate_warmup_steps};
     doc_.environment = environment(backend_, o_, comm_, hosts);
     doc_.start_time = rfc3339_utc_now();
   }
@@ -415,7 +415,8 @@ class CaseRun {
     m << dlbench::describe_divergence(losses) << " and the case stopped there ("
       << (losses.size() == 1 ? "the repeat run is" : "the " + std::to_string(losses.size()) + " repeats run are")
       << " kept in the result, not published). Lower the learning rate ("
-      << o_.learning_rate << " here: spec.optimizer.learningRate, --learning-rate)";
+      << o_.learning_rate << " here: spec.optimizer.learningRate, --learning-rate) or warm it up (spec.optimizer."
+      << "learningRateWarmupSteps, --learning-rate-warmup-steps)";
     if (doc_.loss_scaling) {
       m << "; loss scaling skipped " << doc_.loss_scaling->skipped_steps << " of " << doc_.loss_scaling->steps
         << " steps, ending at scale " << doc_.loss_scaling->final_scale;

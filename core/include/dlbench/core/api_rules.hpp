@@ -73,6 +73,8 @@ inline constexpr std::size_t kMaxDataPathLength = 4096;
 inline constexpr RealBounds kLearningRate{0.0, 100.0, true, false};
 inline constexpr RealBounds kMomentum{0.0, 1.0, false, true};  // 1 would never forget a gradient
 inline constexpr RealBounds kWeightDecay{0.0, 1.0};
+// Updates over which the learning rate rises linearly to its value (0: from the first update on).
+inline constexpr IntBounds kLearningRateWarmupSteps{0, 1000000};
 inline constexpr std::int64_t kMaxMatrixValues = 32;  // per matrix axis
 // Each explicit case adds at most one baseline, so 500 cases never plan more than 1,000; the
 // CRD can then check the planned count of a matrix with one CEL rule and of cases with maxItems.
@@ -161,5 +163,8 @@ MinImageSize min_image_size(Model model);
 // ("0.003125", "3.90625e-05").
 std::string format_learning_rate(double learning_rate);
 std::string describe_optimizer(OptimizerName optimizer, double learning_rate);
+// ", reached linearly over the first 100 updates" (nothing without a warm-up), and the two together.
+std::string describe_learning_rate_warmup(std::int64_t warmup_steps);
+std::string describe_optimizer(OptimizerName optimizer, double learning_rate, std::int64_t warmup_steps);
 
 }  // namespace dlbench

@@ -131,6 +131,9 @@ struct OptimizerSpec {
   double learning_rate = 0.1;
   double momentum = 0.9;
   double weight_decay = 1e-4;
+  // Linear warm-up (Goyal et al.): the t-th applied update trains at learning_rate · min(1, t /
+  // learning_rate_warmup_steps), t counted from 1; 0: at learning_rate from the first update.
+  std::int64_t learning_rate_warmup_steps = 0;
   bool operator==(const OptimizerSpec&) const = default;
 };
 
@@ -141,6 +144,7 @@ struct OptimizerRequest {
   std::optional<double> learning_rate;
   double momentum = 0.9;
   double weight_decay = 1e-4;
+  std::int64_t learning_rate_warmup_steps = 0;
   bool operator==(const OptimizerRequest&) const = default;
 };
 
