@@ -355,8 +355,13 @@ std::string table_cell(const std::vector<Source>& sources, ReportFormat format, 
       case Table::input_wait:
         if (!r.input) return "synthetic";
         return fixed(100 * r.input->wait_share, 1) + "% " + std::string(to_string(r.input->verdict));
-      case Table::learning_rate:
-        return r.optimizer ? format_learning_rate(r.optimizer->learning_rate) : "-";
+      case Table::learning_rate: {
+        if (!r.optimizer) return "-";
+        // csv keeps its cells numbers; the json format carries the warm-up in each result.
+        const std::int64_t warmup = r.optimizer->learning_rate_warmup_steps;
+        return format_learning_rate(r.optimizer->learning_rate) +
+               (warmup > 0 && format != ReportFormat::csv ? ", warm-up " + std::to_string(warmup) : "");
+      }
       case Table::loss:
         return r.loss_after_repeats.empty() ? "-" : significant(r.loss_after_repeats.back());
       case Table::flops:

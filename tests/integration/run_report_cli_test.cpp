@@ -443,6 +443,16 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   EXPECT_THAT(table.out, HasSubstr("fp32: loss after the last repeat"));
   const Outcome json = dlbench("report small.status.json --format json");
   EXPECT_EQ(nlohmann::json::parse(json.out).size(), 4u);
+  // A case that warmed its rate up says so beside the rate; csv keeps its cells numbers.
+  nlohmann::json warmed = nlohmann::json::parse(testing::slurp(dir_ / "small.status.json"));
+  warmed["status"]["results"][0]["optimizer"]["learningRateWarmupSteps"] = 50;
+  write("warmed.status.json", warmed.dump());
+  const Outcome warmed_table = dlbench("report warmed.status.json");
+  ASSERT_EQ(warmed_table.exit_code, 0) << warmed_table.err;
+  EXPECT_THAT(warmed_table.out, HasSubstr("0.00078125, warm-up 50"));
+  EXPECT_THAT(warmed_table.out, Not(HasSubstr("0.0015625, warm-up")));
+  EXPECT_THAT(dlbench("report warmed.status.json --format csv").out,
+              HasSubstr("\nlearningrate,fp32,2,small,1,1,0.00078125\n"));
   // One run's name twice side by side: each column says which file, or which copy, it is.
   std::filesystem::copy_file(dir_ / "small.status.json", dir_ / "again.json");
   const Outcome both = dlbench("report small.status.json again.json --format markdown");
