@@ -442,8 +442,10 @@ TEST_F(CudaBackendTest, ResNet50StepsFollowTheCpuFromTheSameState) {
 TEST_F(CudaBackendTest, AStepReplayedAsAGraphTrainsLikeTheEagerStep) {
   const Shape input(8, 3, 64, 64);
   CudaBackend graph_backend(0, CudaMath::fp32);
-  Trainer eager(*gpu_, build_model("resnet50"), input, 1000, SgdConfig{0.01f, 0.9f, 1e-4f}, 7, 0);
-  Trainer graphed(graph_backend, build_model("resnet50"), input, 1000, SgdConfig{0.01f, 0.9f, 1e-4f}, 7, 0);
+  // The rate warms up over 5 of the 6 steps: a replay must read its update's number on the device.
+  const SgdConfig sgd{0.01f, 0.9f, 1e-4f, 5};
+  Trainer eager(*gpu_, build_model("resnet50"), input, 1000, sgd, 7, 0);
+  Trainer graphed(graph_backend, build_model("resnet50"), input, 1000, sgd, 7, 0);
   graphed.use_step_graph(true);
   const testing::SameStateSteps steps = testing::step_from_the_same_state(*gpu_, eager, graph_backend, graphed, 6);
   RecordProperty("worst_loss_error", std::to_string(steps.worst_loss));
@@ -712,11 +714,12 @@ TEST_F(CudaBackendTest, BertLossFollowsTheCpuWithAdamW) {
   }
 }
 
-// A replayed BERT step keeps counting AdamW's updates on the device (the bias corrections of a
-// frozen update number would leave the eager trajectory) and keeps changing dropout masks.
+// A replayed BERT step keeps counting AdamW's updates on the device (the bias corrections and the
+// warmed-up rate of a frozen update number would leave the eager trajectory) and keeps changing
+// dropout masks.
 TEST_F(CudaBackendTest, ABertStepReplayedAsAGraphTrainsLikeTheEagerStep) {
   const BertConfig config = kTinyBert;
-  const AdamWConfig adamw{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f};
+  const AdamWConfig adamw{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f, 6};
   CudaBackend graph_backend(0, CudaMath::fp32);
   Trainer eager(*gpu_, bert_for_pretraining(config), PretrainingBatchLayout{8, 32}, config.vocabulary, SgdConfig{}, 5);
   Trainer graphed(graph_backend, bert_for_pretraining(config), PretrainingBatchLayout{8, 32}, config.vocabulary,
