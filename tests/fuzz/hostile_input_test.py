@@ -76,6 +76,8 @@ def corpus():
         "huge-int.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [99999999999999999999999999], precision: [fp32]}}\n"),
         "huge-negative.yaml": spec("spec: {model: resnet50, matrix: {nodes: [-1e400], batchSizePerDevice: [8], precision: [fp32]}}\n"),
         "huge-json-number.json": b'{"spec": {"model": "resnet50", "matrix": {"batchSizePerDevice": [1e99999], "precision": ["fp32"]}}}',
+        "huge-warmup.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, optimizer: {learningRateWarmupSteps: 1e30}}\n"),
+        "fractional-warmup.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, optimizer: {learningRateWarmupSteps: 0.5}}\n"),
         "tiny-lr.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, optimizer: {learningRate: 1e-400}}\n"),
         "nan-lr.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, optimizer: {learningRate: .nan}}\n"),
         "inf-repeats.yaml": spec("spec: {model: resnet50, matrix: {batchSizePerDevice: [8], precision: [fp32]}, methodology: {repeats: .inf}}\n"),
@@ -125,6 +127,8 @@ WORKER_FLAGS = [
     ["--seed", "-1"], ["--seed", "abc"], ["--metrics-port", "70000"], ["--threads", "-1"],
     ["--precision", "fp8"], ["--communicator", "gloo"], ["--\xff\xfe"], ["--repeats", "0"],
     ["--output"], ["--bucket-mb", "0"],
+    ["--learning-rate-warmup-steps", "-1"], ["--learning-rate-warmup-steps", "1000001"],
+    ["--learning-rate-warmup-steps", "1e99"], ["--learning-rate-warmup-steps", "99999999999999999999"],
 ]
 
 
