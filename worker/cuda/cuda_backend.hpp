@@ -184,10 +184,10 @@ class CudaBackend final : public Backend {
     int count;
   };
   DeviceRanges device_ranges(const std::vector<ParameterRange>& ranges);
-  // Counts the update on the device, sums the gradients' squares; returns the coefficients.
   // The optimizer's update number in device memory, set to `update_number` by an eager call and
   // advanced by one by a captured call (so that each replay counts its own update).
   std::uint64_t* queue_update_number(std::uint64_t update_number);
+  // Counts the update on the device, sums the gradients' squares; returns the coefficients.
   float* prepare_adam_step(const float* grads, std::int64_t count, const AdamWConfig& config, std::uint64_t update_number,
                            const LossScaleState* loss_scale);
   int device_;
