@@ -29,10 +29,9 @@ std::string optimizer_differences(const OptimizerSpec& ran, const OptimizerSpec&
   compare("learningRate", ran.learning_rate, asked.learning_rate);
   compare("momentum", ran.momentum, asked.momentum);
   compare("weightDecay", ran.weight_decay, asked.weight_decay);
-  if (ran.learning_rate_warmup_steps != asked.learning_rate_warmup_steps) {
-    differences.push_back("learningRateWarmupSteps " + std::to_string(ran.learning_rate_warmup_steps) + " instead of " +
-                          std::to_string(asked.learning_rate_warmup_steps));
-  }
+  // Whole numbers up to a million: exact as doubles, and format_number prints them without a point.
+  compare("learningRateWarmupSteps", static_cast<double>(ran.learning_rate_warmup_steps),
+          static_cast<double>(asked.learning_rate_warmup_steps));
   std::string out;
   for (const auto& d : differences) out += (out.empty() ? "" : ", ") + d;
   return out;
