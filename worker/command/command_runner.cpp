@@ -181,7 +181,8 @@ std::optional<OptimizerSpec> optimizer_from_facts(std::map<std::string, std::str
     const auto steps = whole_number(warmup->second, bounds::kLearningRateWarmupSteps);
     if (!steps) {
       return fail("fact " + std::string(kWarmupFact) + ": \"" + printable(warmup->second.substr(0, 64)) +
-                  "\" is not a whole number in [0, " + std::to_string(bounds::kLearningRateWarmupSteps.max) + "]");
+                  "\" is not a whole number in [" + std::to_string(bounds::kLearningRateWarmupSteps.min) + ", " +
+                  std::to_string(bounds::kLearningRateWarmupSteps.max) + "]");
     }
     optimizer.learning_rate_warmup_steps = *steps;
     facts.erase(warmup);
