@@ -28,6 +28,7 @@ packages=(
   libcpp-httplib-dev                                 # operator/: the Kubernetes client's HTTP(S)
   libdnnl-dev ocl-icd-opencl-dev                     # worker/: oneDNN, the CPU backend; dnnl-config.cmake finds OpenCL
   libturbojpeg0-dev                                  # worker/input: JPEG decoding for data.source imagefolder
+  libpng-dev                                         # worker/input: PNG images and labels for data.source cityscapes
   libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)
   googletest libgtest-dev libgmock-dev python3       # tests/ are built by every preset
 )

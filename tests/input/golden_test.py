@@ -180,7 +180,7 @@ class Refusals(unittest.TestCase):
                 f.write(b"garbage")
             p = tool("measure", tmp, check=False)
             self.assertEqual(p.returncode, 1)
-            self.assertIn("none of the 1 files of rank 0's share", p.stderr)
+            self.assertIn("none of the 1 JPEG files of rank 0's share", p.stderr)
             self.assertIn("a.jpg", p.stderr)
 
 

@@ -9,9 +9,11 @@
 #include <random>
 #include <set>
 
+#include "input/cityscapes.hpp"
 #include "input/image_folder.hpp"
 #include "input/image_transform.hpp"
 #include "input/input_pipeline.hpp"
+#include "input/png_codec.hpp"
 
 namespace dlbench::input {
 namespace {
@@ -48,6 +50,120 @@ TEST(RandomResizedCrop, StaysInsideTheImageWithinTheAreaAndRatio) {
   }
 }
 
+TEST(BilinearResampler, AWindowIsWhatTheWholeResizeHoldsThere) {
+  std::mt19937 rng(11);
+  std::vector<std::uint8_t> image(53 * 31 * 3);
+  for (auto& v : image) v = static_cast<std::uint8_t>(rng());
+  BilinearResampler whole_resampler, window_resampler;
+  // Down, up, one axis only, and not at all: each takes its own passes.
+  for (const auto& [out_w, out_h] : std::vector<std::pair<int, int>>{{26, 15}, {120, 77}, {53, 70}, {90, 31}, {53, 31}}) {
+    std::vector<std::uint8_t> whole(static_cast<std::size_t>(out_w * out_h * 3));
+    whole_resampler.resize(image.data(), 53, 31, 53 * 3, 0, 0, 53, 31, out_w, out_h, whole.data());
+    for (int trial = 0; trial < 20; ++trial) {
+      const int w = 1 + static_cast<int>(rng() % static_cast<unsigned>(out_w));
+      const int h = 1 + static_cast<int>(rng() % static_cast<unsigned>(out_h));
+      const int left = static_cast<int>(rng() % static_cast<unsigned>(out_w - w + 1));
+      const int top = static_cast<int>(rng() % static_cast<unsigned>(out_h - h + 1));
+      std::vector<std::uint8_t> window(static_cast<std::size_t>(w * h * 3));
+      window_resampler.resize_window(image.data(), 53, 31, 53 * 3, out_w, out_h, CropBox{top, left, h, w}, window.data());
+      for (int y = 0; y < h; ++y) {
+        for (int x = 0; x < w * 3; ++x) {
+          ASSERT_EQ(window[static_cast<std::size_t>(y * w * 3 + x)],
+                    whole[static_cast<std::size_t>((top + y) * out_w * 3 + left * 3 + x)])
+              << out_w << "x" << out_h << " window " << left << "," << top << " " << w << "x" << h;
+        }
+      }
+    }
+  }
+  std::vector<std::uint8_t> out(3);
+  EXPECT_THROW(window_resampler.resize_window(image.data(), 53, 31, 53 * 3, 20, 20, CropBox{0, 20, 1, 1}, out.data()),
+               std::invalid_argument);
+}
+
+TEST(Cityscapes, LabelIdsBecomeTheNineteenTrainingIds) {
+  // cityscapesScripts' labels.py, class by class.
+  const std::vector<std::pair<int, int>> training{{7, 0},   {8, 1},   {11, 2},  {12, 3},  {13, 4},  {17, 5},  {19, 6},
+                                                  {20, 7},  {21, 8},  {22, 9},  {23, 10}, {24, 11}, {25, 12}, {26, 13},
+                                                  {27, 14}, {28, 15}, {31, 16}, {32, 17}, {33, 18}};
+  std::set<int> seen;
+  for (int id = 0; id < 256; ++id) {
+    const std::int32_t train = cityscapes_train_id(static_cast<std::uint8_t>(id));
+    const auto it = std::find_if(training.begin(), training.end(), [&](const auto& p) { return p.first == id; });
+    EXPECT_EQ(train, it == training.end() ? 255 : it->second) << "label id " << id;
+    seen.insert(train);
+  }
+  EXPECT_EQ(seen.size(), 20u);  // 0 to 18, and 255
+}
+
+TEST(Cityscapes, DrawsResizeTheShorterSideAsTorchvisionAndCropInsideThePaddedImage) {
+  std::mt19937_64 rng(3);
+  std::set<int> sizes;
+  for (int i = 0; i < 40000; ++i) {  // 1,537 sizes: each end missed with odds of e^-26
+    const SegmentationDraw d = draw_segmentation(1024, 2048, 512, 1024, rng);
+    ASSERT_GE(d.resized_height, 512);
+    ASSERT_LE(d.resized_height, 2048);
+    // torchvision: int(size * long / short), here exactly twice the shorter side.
+    ASSERT_EQ(d.resized_width, 2 * d.resized_height);
+    ASSERT_LE(d.top, std::max(d.resized_height, 512) - 512);
+    ASSERT_LE(d.left, std::max(d.resized_width, 1024) - 1024);
+    sizes.insert(d.resized_height);
+  }
+  EXPECT_TRUE(sizes.contains(512) && sizes.contains(2048)) << "both ends of randint are drawn";
+  // A portrait image and an uneven ratio: the width is the shorter side; int() truncates.
+  for (int i = 0; i < 200; ++i) {
+    const SegmentationDraw d = draw_segmentation(500, 333, 64, 64, rng);
+    ASSERT_GE(d.resized_width, 166);
+    ASSERT_LE(d.resized_width, 666);
+    ASSERT_EQ(d.resized_height, static_cast<int>(static_cast<double>(d.resized_width) * 500 / 333));
+  }
+}
+
+TEST(Cityscapes, NearestPositionsArePillowsSteppedOnes) {
+  // Pillow steps the position by in / out in double: at 2048 → 1027 that drifts from (x + 0.5) · step.
+  const std::vector<int> p = nearest_positions(2048, 1027);
+  const double step = 2048.0 / 1027;
+  double position = step * 0.5;
+  int drifted = 0;
+  for (int x = 0; x < 1027; ++x, position += step) {
+    ASSERT_EQ(p[static_cast<std::size_t>(x)], static_cast<int>(position));
+    drifted += static_cast<int>((x + 0.5) * step) != static_cast<int>(position) ? 1 : 0;
+  }
+  EXPECT_GT(drifted, 0);
+  EXPECT_EQ(nearest_positions(5, 5), (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+TEST(Png, DecodesWhatItWroteAndRefusesColourLabels) {
+  const fs::path dir = fs::temp_directory_path() / ("dlbench_png_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<std::uint8_t> rgb(7 * 5 * 3), grey(7 * 5);
+  std::mt19937 rng(2);
+  for (auto& v : rgb) v = static_cast<std::uint8_t>(rng());
+  for (auto& v : grey) v = static_cast<std::uint8_t>(rng() % 34);
+  write_png((dir / "rgb.png").string(), 7, 5, 3, rgb.data());
+  write_png((dir / "grey.png").string(), 7, 5, 1, grey.data());
+  PngDecoder decoder;
+  std::vector<std::uint8_t> bytes;
+  std::string why;
+  int w = 0, h = 0;
+  ASSERT_TRUE(read_file((dir / "rgb.png").string(), bytes, why));
+  ASSERT_TRUE(decoder.decode(bytes, PngPixels::rgb8, w, h, why)) << why;
+  EXPECT_EQ(std::vector<std::uint8_t>(decoder.pixels(), decoder.pixels() + rgb.size()), rgb);
+  EXPECT_FALSE(decoder.decode(bytes, PngPixels::grey8, w, h, why));
+  EXPECT_NE(why.find("not an 8-bit greyscale PNG"), std::string::npos) << why;
+  ASSERT_TRUE(read_file((dir / "grey.png").string(), bytes, why));
+  ASSERT_TRUE(decoder.decode(bytes, PngPixels::grey8, w, h, why)) << why;
+  EXPECT_EQ(std::vector<std::uint8_t>(decoder.pixels(), decoder.pixels() + grey.size()), grey);
+  ASSERT_TRUE(decoder.decode(bytes, PngPixels::rgb8, w, h, why)) << why;  // grey to RGB, as PIL's convert("RGB")
+  EXPECT_EQ(decoder.pixels()[3 * 4 + 2], grey[4]);
+  bytes.resize(bytes.size() / 2);
+  EXPECT_FALSE(decoder.decode(bytes, PngPixels::grey8, w, h, why));
+  EXPECT_FALSE(why.empty());
+  const std::vector<std::uint8_t> junk{'n', 'o', 't'};
+  EXPECT_FALSE(decoder.decode(junk, PngPixels::rgb8, w, h, why));
+  EXPECT_EQ(why, "not a PNG file");
+  fs::remove_all(dir);
+}
+
 TEST(BilinearResampler, CopiesAtTheSameSizeAndKeepsAFlatImageFlat) {
   std::vector<std::uint8_t> image(37 * 29 * 3);
   std::mt19937 rng(5);
@@ -66,9 +182,9 @@ TEST(Normalizer, FlipsAndWritesBothLayouts) {
   std::vector<std::uint8_t> rgb = {0, 0, 0, 255, 255, 255,   // row 0: black, white
                                    10, 20, 30, 40, 50, 60};  // row 1
   std::vector<float> chw(12), hwc(12), flipped(12);
-  n.write(rgb.data(), 2, false, PixelLayout::nchw, chw.data());
-  n.write(rgb.data(), 2, false, PixelLayout::nhwc, hwc.data());
-  n.write(rgb.data(), 2, true, PixelLayout::nchw, flipped.data());
+  n.write(rgb.data(), 2, 2, false, PixelLayout::nchw, chw.data());
+  n.write(rgb.data(), 2, 2, false, PixelLayout::nhwc, hwc.data());
+  n.write(rgb.data(), 2, 2, true, PixelLayout::nchw, flipped.data());
   EXPECT_FLOAT_EQ(chw[0], (0.0f - 0.485f) / 0.229f);
   EXPECT_FLOAT_EQ(chw[1], (1.0f - 0.485f) / 0.229f);
   EXPECT_FLOAT_EQ(chw[4 + 2], (20.0f / 255.0f - 0.456f) / 0.224f);  // green plane, row 1, column 0
@@ -136,14 +252,14 @@ TEST_F(JpegFolder, ScansClassesInOrder) {
 
 TEST_F(JpegFolder, BatchesAreTheSameWithOneOrFourThreadsAndSkipTheBrokenFile) {
   const ImageFolder f = scan_image_folder(root_.string());
+  const ImageFolderSource source(f, 32, PixelLayout::nchw);
   InputPipelineConfig config;
   config.batch_size = 5;
-  config.image_size = 32;
   config.prefetch_batches = 2;
   std::vector<std::vector<float>> runs;
   for (const int threads : {1, 4}) {
     config.threads = threads;
-    InputPipeline p(f, config);
+    InputPipeline p(source, config);
     std::vector<float> all;
     for (int b = 0; b < 14; ++b) {  // 70 images: over two epochs of 31 files
       const Batch batch = p.next();
@@ -164,17 +280,98 @@ TEST_F(JpegFolder, BatchesAreTheSameWithOneOrFourThreadsAndSkipTheBrokenFile) {
 
 TEST_F(JpegFolder, ASmallShardPerRankStillFillsBatches) {
   const ImageFolder f = scan_image_folder(root_.string());
+  const ImageFolderSource source(f, 16, PixelLayout::nchw);
   InputPipelineConfig config;
   config.batch_size = 16;  // larger than the shard: the stream wraps into the next epoch
-  config.image_size = 16;
   config.world = 3;
   config.rank = 2;
-  InputPipeline p(f, config);
+  InputPipeline p(source, config);
   EXPECT_EQ(p.shard_size(), 10u);
   for (int b = 0; b < 3; ++b) p.next();
   config.world = 40;
   config.rank = 35;  // 31 files: ranks 31 to 39 get none
-  EXPECT_THROW(InputPipeline(f, config), DataUnavailable);
+  EXPECT_THROW(InputPipeline(source, config), DataUnavailable);
+}
+
+// A Cityscapes tree of small pairs, one of them broken.
+class CityscapesTree : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("dlbench_cityscapes_" + std::to_string(::getpid()));
+    std::mt19937 rng(4);
+    std::vector<std::uint8_t> rgb(40 * 24 * 3), ids(40 * 24);
+    for (const char* city : {"aachen", "bonn"}) {
+      fs::create_directories(root_ / "leftImg8bit" / "train" / city);
+      fs::create_directories(root_ / "gtFine" / "train" / city);
+      for (int i = 0; i < 5; ++i) {
+        for (auto& v : rgb) v = static_cast<std::uint8_t>(rng());
+        for (auto& v : ids) v = static_cast<std::uint8_t>(rng() % 40);
+        const std::string stem = std::string(city) + "_00000" + std::to_string(i) + "_000019";
+        write_png((root_ / "leftImg8bit" / "train" / city / (stem + "_leftImg8bit.png")).string(), 40, 24, 3, rgb.data());
+        write_png((root_ / "gtFine" / "train" / city / (stem + "_gtFine_labelIds.png")).string(), 40, 24, 1, ids.data());
+      }
+    }
+    std::ofstream(root_ / "leftImg8bit" / "train" / "bonn" / "bonn_broken_leftImg8bit.png") << "not a png";
+    std::ofstream(root_ / "gtFine" / "train" / "bonn" / "bonn_broken_gtFine_labelIds.png") << "not a png";
+    std::ofstream(root_ / "leftImg8bit" / "train" / "bonn" / "bonn_alone_leftImg8bit.png") << "no labels beside it";
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_;
+};
+
+TEST_F(CityscapesTree, PairsImagesWithTheirLabelsCityByCity) {
+  const CityscapesSet set = scan_cityscapes(root_.string());
+  EXPECT_EQ(set.cities, (std::vector<std::string>{"aachen", "bonn"}));
+  ASSERT_EQ(set.pairs.size(), 11u);
+  EXPECT_EQ(set.unpaired_images, 1);
+  EXPECT_NE(set.pairs.front().image.find("aachen_000000_000019_leftImg8bit.png"), std::string::npos);
+  EXPECT_NE(set.pairs.front().labels.find("gtFine/train/aachen/aachen_000000_000019_gtFine_labelIds.png"),
+            std::string::npos);
+  EXPECT_THROW(scan_cityscapes((root_ / "leftImg8bit").string()), DataUnavailable);
+}
+
+TEST_F(CityscapesTree, BatchesAreTheSameWithOneOrThreeThreadsAndHoldTrainingIds) {
+  const CityscapesSet set = scan_cityscapes(root_.string());
+  InputPipelineConfig config;
+  config.batch_size = 3;
+  std::vector<std::vector<float>> pixel_runs;
+  std::vector<std::vector<std::int32_t>> label_runs;
+  for (const auto& [threads, layout] : std::vector<std::pair<int, PixelLayout>>{{1, PixelLayout::nchw},
+                                                                                 {3, PixelLayout::nchw},
+                                                                                 {2, PixelLayout::nhwc}}) {
+    const CityscapesSource source(set, 16, 32, layout);
+    EXPECT_EQ(source.pixel_floats(), 3u * 16 * 32);
+    EXPECT_EQ(source.label_count(), 16u * 32);
+    config.threads = threads;
+    InputPipeline p(source, config);
+    std::vector<float> pixels;
+    std::vector<std::int32_t> labels;
+    for (int b = 0; b < 9; ++b) {  // 27 samples: over two epochs of 11 pairs
+      const Batch batch = p.next();
+      pixels.insert(pixels.end(), batch.pixels, batch.pixels + 3 * 3 * 16 * 32);
+      labels.insert(labels.end(), batch.labels, batch.labels + 3 * 16 * 32);
+    }
+    EXPECT_EQ(p.skipped_count(), 1);
+    for (const std::int32_t l : labels) ASSERT_TRUE((l >= 0 && l < kCityscapesClasses) || l == kIgnoredPixel) << l;
+    EXPECT_GT(std::count(labels.begin(), labels.end(), kIgnoredPixel), 0);
+    EXPECT_LT(std::count(labels.begin(), labels.end(), kIgnoredPixel), static_cast<long>(labels.size()));
+    if (layout == PixelLayout::nhwc) {
+      // The same samples, channels interleaved.
+      std::vector<float> planar(pixels.size());
+      for (std::size_t s = 0; s < 27; ++s) {
+        for (std::size_t i = 0; i < 16 * 32; ++i) {
+          for (std::size_t c = 0; c < 3; ++c) planar[s * 3 * 512 + c * 512 + i] = pixels[s * 3 * 512 + i * 3 + c];
+        }
+      }
+      pixels = planar;
+    }
+    pixel_runs.push_back(std::move(pixels));
+    label_runs.push_back(std::move(labels));
+  }
+  EXPECT_EQ(pixel_runs[0], pixel_runs[1]);
+  EXPECT_EQ(pixel_runs[0], pixel_runs[2]);
+  EXPECT_EQ(label_runs[0], label_runs[1]);
+  EXPECT_EQ(label_runs[0], label_runs[2]);
 }
 
 }  // namespace

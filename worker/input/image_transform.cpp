@@ -100,24 +100,41 @@ void BilinearResampler::resize(const std::uint8_t* region, int region_width, int
   const bool need_vertical = out_height != region_height || box_y0 != 0 || box_y1 != out_height;
   compute_taps(region_width, box_x0, box_x1, out_width, horizontal_);
   compute_taps(region_height, box_y0, box_y1, out_height, vertical_);
+  run_passes(region, stride, need_horizontal, need_vertical, {0, 0, out_height, out_width}, out);
+}
 
+void BilinearResampler::resize_window(const std::uint8_t* image, int width, int height, std::size_t stride,
+                                      int full_width, int full_height, const CropBox& window, std::uint8_t* out) {
+  if (window.left < 0 || window.top < 0 || window.width < 1 || window.height < 1 ||
+      window.left + window.width > full_width || window.top + window.height > full_height) {
+    throw std::invalid_argument("resize_window: the window is outside the resized image");
+  }
+  compute_taps(width, 0, width, full_width, horizontal_);
+  compute_taps(height, 0, height, full_height, vertical_);
+  run_passes(image, stride, full_width != width, full_height != height, window, out);
+}
+
+void BilinearResampler::run_passes(const std::uint8_t* region, std::size_t stride,
+                                   bool need_horizontal, bool need_vertical, const CropBox& window, std::uint8_t* out) {
+  const int x0 = window.left, out_width = window.width;
+  const int y0 = window.top, out_height = window.height;
   const std::uint8_t* source = region;
   std::size_t source_stride = stride;
   int row_offset = 0;  // the first source row the vertical pass reads, as stored in `source`
   if (need_horizontal) {
-    // Only the rows the vertical pass will read.
-    const int first_row = vertical_.first.front();
-    const int last_row = vertical_.first.back() + vertical_.count.back();
-    const int rows = need_vertical ? last_row - first_row : region_height;
-    const int row0 = need_vertical ? first_row : 0;
+    // Only the rows the vertical pass will read (or, without one, the window's rows).
+    const auto first_out_row = static_cast<std::size_t>(y0), last_out_row = static_cast<std::size_t>(y0 + out_height - 1);
+    const int row0 = need_vertical ? vertical_.first[first_out_row] : y0;
+    const int rows = need_vertical ? vertical_.first[last_out_row] + vertical_.count[last_out_row] - row0 : out_height;
     temp_.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(out_width) * 3);
     for (int y = 0; y < rows; ++y) {
       const std::uint8_t* in = region + static_cast<std::size_t>(y + row0) * stride;
       std::uint8_t* row_out = temp_.data() + static_cast<std::size_t>(y) * static_cast<std::size_t>(out_width) * 3;
       for (int xx = 0; xx < out_width; ++xx) {
-        const int xmin = horizontal_.first[static_cast<std::size_t>(xx)];
-        const int n = horizontal_.count[static_cast<std::size_t>(xx)];
-        const std::int32_t* k = &horizontal_.weights[static_cast<std::size_t>(xx) * static_cast<std::size_t>(horizontal_.size)];
+        const auto tap = static_cast<std::size_t>(x0 + xx);
+        const int xmin = horizontal_.first[tap];
+        const int n = horizontal_.count[tap];
+        const std::int32_t* k = &horizontal_.weights[tap * static_cast<std::size_t>(horizontal_.size)];
         std::int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
         const std::uint8_t* p = in + static_cast<std::size_t>(xmin) * 3;
         for (int x = 0; x < n; ++x, p += 3) {
@@ -133,23 +150,26 @@ void BilinearResampler::resize(const std::uint8_t* region, int region_width, int
     source = temp_.data();
     source_stride = static_cast<std::size_t>(out_width) * 3;
     row_offset = row0;
+  } else {
+    source = region + static_cast<std::size_t>(x0) * 3;  // no horizontal pass: the window's columns as they are
   }
-  const int width = need_horizontal ? out_width : region_width;
+  const std::size_t row_values = static_cast<std::size_t>(out_width) * 3;
   if (!need_vertical) {
     for (int y = 0; y < out_height; ++y) {
-      std::memcpy(out + static_cast<std::size_t>(y) * static_cast<std::size_t>(width) * 3,
-                  source + static_cast<std::size_t>(y) * source_stride, static_cast<std::size_t>(width) * 3);
+      const int source_row = need_horizontal ? y : y0 + y;
+      std::memcpy(out + static_cast<std::size_t>(y) * row_values, source + static_cast<std::size_t>(source_row) * source_stride,
+                  row_values);
     }
     return;
   }
   // Row by row, tap by tap over a whole row of sums: the same sums as Pillow's pixel-by-pixel
   // loop (integer addition in another order), in a form the compiler vectorises.
-  const std::size_t row_values = static_cast<std::size_t>(width) * 3;
   sums_.resize(row_values);
   for (int yy = 0; yy < out_height; ++yy) {
-    const int ymin = vertical_.first[static_cast<std::size_t>(yy)] - row_offset;
-    const int n = vertical_.count[static_cast<std::size_t>(yy)];
-    const std::int32_t* k = &vertical_.weights[static_cast<std::size_t>(yy) * static_cast<std::size_t>(vertical_.size)];
+    const auto tap = static_cast<std::size_t>(y0 + yy);
+    const int ymin = vertical_.first[tap] - row_offset;
+    const int n = vertical_.count[tap];
+    const std::int32_t* k = &vertical_.weights[tap * static_cast<std::size_t>(vertical_.size)];
     std::int32_t* sums = sums_.data();
     std::fill(sums, sums + row_values, 1 << (kPrecisionBits - 1));
     for (int y = 0; y < n; ++y) {
@@ -175,13 +195,13 @@ Normalizer::Normalizer() {
   }
 }
 
-void Normalizer::write(const std::uint8_t* rgb, int size, bool flip, PixelLayout layout, float* out) const {
-  const std::size_t plane = static_cast<std::size_t>(size) * static_cast<std::size_t>(size);
-  for (int y = 0; y < size; ++y) {
-    const std::uint8_t* row = rgb + static_cast<std::size_t>(y) * static_cast<std::size_t>(size) * 3;
-    for (int x = 0; x < size; ++x) {
-      const std::uint8_t* px = row + static_cast<std::size_t>(flip ? size - 1 - x : x) * 3;
-      const std::size_t at = static_cast<std::size_t>(y) * static_cast<std::size_t>(size) + static_cast<std::size_t>(x);
+void Normalizer::write(const std::uint8_t* rgb, int height, int width, bool flip, PixelLayout layout, float* out) const {
+  const std::size_t plane = static_cast<std::size_t>(height) * static_cast<std::size_t>(width);
+  for (int y = 0; y < height; ++y) {
+    const std::uint8_t* row = rgb + static_cast<std::size_t>(y) * static_cast<std::size_t>(width) * 3;
+    for (int x = 0; x < width; ++x) {
+      const std::uint8_t* px = row + static_cast<std::size_t>(flip ? width - 1 - x : x) * 3;
+      const std::size_t at = static_cast<std::size_t>(y) * static_cast<std::size_t>(width) + static_cast<std::size_t>(x);
       if (layout == PixelLayout::nchw) {
         out[at] = table_[0][px[0]];
         out[plane + at] = table_[1][px[1]];
@@ -289,7 +309,7 @@ bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, boo
     scratch.resampler.resize(region, rx1 - rx0, ry1 - ry0, stride, x0 - rx0, y0 - ry0, x1 - rx0, y1 - ry0, out_size,
                              out_size, scratch.resized.data());
   }
-  normalizer.write(scratch.resized.data(), out_size, flip, layout, out);
+  normalizer.write(scratch.resized.data(), out_size, out_size, flip, layout, out);
   return true;
 }
 

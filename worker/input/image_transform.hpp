@@ -36,6 +36,11 @@ class BilinearResampler {
  public:
   void resize(const std::uint8_t* region, int region_width, int region_height, std::size_t stride, double box_x0,
               double box_y0, double box_x1, double box_y1, int out_width, int out_height, std::uint8_t* out);
+  // The window of PIL's Image.resize((full_width, full_height), BILINEAR) of a whole RGB8 image
+  // (`window` in the resized image's pixels): only the window is computed, bit for bit what the
+  // whole resize holds there. The segmentation crop of a randomly rescaled image needs no more.
+  void resize_window(const std::uint8_t* image, int width, int height, std::size_t stride, int full_width,
+                     int full_height, const CropBox& window, std::uint8_t* out);
 
  private:
   struct Taps {
@@ -44,6 +49,9 @@ class BilinearResampler {
     std::vector<std::int32_t> weights;  // per output pixel, `size` of them, fixed point
   };
   static void compute_taps(int in_size, double in0, double in1, int out_size, Taps& taps);
+  // Both passes over the output pixels in `window`, with the taps computed for the whole output.
+  void run_passes(const std::uint8_t* region, std::size_t stride, bool need_horizontal, bool need_vertical,
+                  const CropBox& window, std::uint8_t* out);
   Taps horizontal_, vertical_;
   std::vector<std::uint8_t> temp_;
   std::vector<std::int32_t> sums_;  // one output row of the vertical pass
@@ -53,8 +61,8 @@ class BilinearResampler {
 class Normalizer {
  public:
   Normalizer();
-  // An RGB8 size × size image into `out` (one sample), mirrored left to right when `flip`.
-  void write(const std::uint8_t* rgb, int size, bool flip, PixelLayout layout, float* out) const;
+  // An RGB8 height × width image into `out` (one sample), mirrored left to right when `flip`.
+  void write(const std::uint8_t* rgb, int height, int width, bool flip, PixelLayout layout, float* out) const;
 
  private:
   float table_[3][256];

@@ -1,6 +1,7 @@
-// dlbench-input: the worker's real-data pipeline on its own. It lists a data set and its shards,
-// transforms one image with given crop parameters (the golden test against torchvision reads
-// this), and measures how many images per second the pipeline prepares with N threads.
+// dlbench-input: the worker's real-data pipeline on its own. It writes and lists a data set
+// (ImageFolder JPEGs, or Cityscapes' PNG images and labels) and its shards, transforms one sample
+// with given draws (the golden tests against torchvision read this), and measures how many
+// images per second the pipeline prepares with N threads.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "dlbench/core/api_rules.hpp"
 #include <turbojpeg.h>
 
+#include "input/cityscapes.hpp"
 #include "input/image_folder.hpp"
 #include "dlbench/core/command_line.hpp"
 #include "input/image_transform.hpp"
@@ -50,6 +52,11 @@ struct Args {
   }
 };
 
+bool cityscapes(const Args& a) {
+  const std::string data = a.text("data");
+  return !data.empty() && one_of("--data", data, {"imagefolder", "cityscapes"}) == "cityscapes";
+}
+
 std::string one_directory(const Args& a, const char* command) {
   if (a.positional.size() != 1) throw UsageError{std::string(command) + " takes one directory"};
   return a.positional[0];
@@ -63,8 +70,74 @@ void write_floats(const std::string& path, const float* data, std::size_t count)
 
 // Pictures with structure at every scale (gradients, stripes, noise), so that crops and
 // resampling have something to change; sizes as ImageNet's training images run.
+// Cityscapes' layout: street-like scenes, bands of sky, buildings, vegetation and road with
+// cars and people in front, each label id painted in its own colour with some texture; label ids
+// as gtFine's labelIds (some outside the 19 training classes, some 0).
+int generate_cityscapes(const Args& a) {
+  const std::filesystem::path root = a.positional[0];
+  const long cities = a.number("cities", 2, 1, 1000);
+  const long per_city = a.number("per-city", 8, 1, 1 << 20);
+  const int width = static_cast<int>(a.number("width", 2048, 1, 1 << 15));
+  const int height = static_cast<int>(a.number("height", 1024, 1, 1 << 15));
+  const long broken = a.number("broken", 0, 0, 1 << 20);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(a.number("seed", 7, 0, 1L << 62)));
+  constexpr std::uint8_t kIds[] = {23, 11, 21, 7, 8, 26, 24, 17, 20, 0, 4, 33, 13, 22, 27, 19};
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(width) * static_cast<std::size_t>(height) * 3);
+  std::vector<std::uint8_t> ids(static_cast<std::size_t>(width) * static_cast<std::size_t>(height));
+  long written = 0;
+  for (long c = 0; c < cities; ++c) {
+    char city[32];
+    std::snprintf(city, sizeof city, "city%02ld", c);
+    const auto images = root / "leftImg8bit" / "train" / city, labels = root / "gtFine" / "train" / city;
+    std::filesystem::create_directories(images);
+    std::filesystem::create_directories(labels);
+    for (long i = 0; i < per_city; ++i) {
+      // Bands from top to bottom, then boxes of objects.
+      const int sky = height / 4 + static_cast<int>(rng() % static_cast<std::uint64_t>(height / 8 + 1));
+      const int road = height / 2 + static_cast<int>(rng() % static_cast<std::uint64_t>(height / 8 + 1));
+      for (int y = 0; y < height; ++y) {
+        const std::uint8_t band = y < sky ? 23 : y < road ? (((y / 7) % 3 == 0) ? 21 : 11) : 7;
+        std::fill_n(ids.begin() + static_cast<std::ptrdiff_t>(y) * width, width, band);
+      }
+      for (int box = 0; box < 12; ++box) {
+        const std::uint8_t id = kIds[rng() % std::size(kIds)];
+        const int w = 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(width / 4 + 1));
+        const int h = 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(height / 4 + 1));
+        const int x0 = static_cast<int>(rng() % static_cast<std::uint64_t>(width));
+        const int y0 = static_cast<int>(rng() % static_cast<std::uint64_t>(height));
+        for (int y = y0; y < std::min(height, y0 + h); ++y) {
+          std::fill_n(ids.begin() + static_cast<std::ptrdiff_t>(y) * width + x0, std::min(width, x0 + w) - x0, id);
+        }
+      }
+      for (std::size_t p = 0; p < ids.size(); ++p) {
+        const unsigned id = ids[p];
+        const unsigned noise = static_cast<unsigned>(rng() & 31u);
+        rgb[p * 3 + 0] = static_cast<std::uint8_t>((id * 53u + noise) & 255u);
+        rgb[p * 3 + 1] = static_cast<std::uint8_t>((id * 97u + noise + static_cast<unsigned>(p % static_cast<std::size_t>(width)) / 16u) & 255u);
+        rgb[p * 3 + 2] = static_cast<std::uint8_t>((id * 151u + noise) & 255u);
+      }
+      char stem[64];
+      std::snprintf(stem, sizeof stem, "%s_%06ld_000019", city, i);
+      write_png((images / (std::string(stem) + "_leftImg8bit.png")).string(), width, height, 3, rgb.data());
+      write_png((labels / (std::string(stem) + "_gtFine_labelIds.png")).string(), width, height, 1, ids.data());
+      ++written;
+    }
+  }
+  for (long b = 0; b < broken; ++b) {
+    char stem[64];
+    std::snprintf(stem, sizeof stem, "city%02ld_broken_%06ld", b % cities, b);
+    const auto city = std::string(stem).substr(0, 6);
+    std::ofstream(root / "leftImg8bit" / "train" / city / (std::string(stem) + "_leftImg8bit.png"))
+        << "not a PNG: a broken file, to be skipped and counted";
+    std::ofstream(root / "gtFine" / "train" / city / (std::string(stem) + "_gtFine_labelIds.png")) << "not a PNG either";
+  }
+  std::cout << nlohmann::json{{"cities", cities}, {"pairs", written + broken}, {"broken", broken}}.dump() << "\n";
+  return 0;
+}
+
 int generate(const Args& a) {
   if (a.positional.size() != 1) throw UsageError{"generate takes one directory"};
+  if (cityscapes(a)) return generate_cityscapes(a);
   const std::filesystem::path root = a.positional[0];
   const long classes = a.number("classes", 4, 1, 1000);
   const long per_class = a.number("per-class", 32, 1, 1 << 20);
@@ -115,6 +188,12 @@ int generate(const Args& a) {
 }
 
 int scan(const Args& a) {
+  if (cityscapes(a)) {
+    const CityscapesSet set = scan_cityscapes(one_directory(a, "scan"));
+    std::cout << nlohmann::json{{"cities", set.cities}, {"pairs", set.pairs.size()}, {"unpairedImages", set.unpaired_images}}.dump()
+              << "\n";
+    return 0;
+  }
   const ImageFolder folder = scan_image_folder(one_directory(a, "scan"));
   nlohmann::json out{{"classes", folder.classes}, {"files", folder.files.size()}, {"ignoredFiles", folder.ignored_files}};
   std::cout << out.dump() << "\n";
@@ -122,11 +201,19 @@ int scan(const Args& a) {
 }
 
 int shard(const Args& a) {
-  const ImageFolder folder = scan_image_folder(one_directory(a, "shard"));
+  const std::string root = one_directory(a, "shard");
   const int world = static_cast<int>(a.number("world", 1, 1, 1 << 20));
   const int rank = static_cast<int>(a.number("rank", 0, 0, world - 1));
   const auto epoch = static_cast<std::uint64_t>(a.number("epoch", 0, 0, 1L << 40));
   const auto seed = static_cast<std::uint64_t>(a.number("seed", 42, 0, 1L << 62));
+  if (cityscapes(a)) {
+    const CityscapesSet set = scan_cityscapes(root);
+    for (const auto index : epoch_shard(set.pairs.size(), seed, epoch, rank, world)) {
+      std::cout << set.pairs[index].image << "\t" << set.pairs[index].labels << "\n";
+    }
+    return 0;
+  }
+  const ImageFolder folder = scan_image_folder(root);
   for (const auto index : epoch_shard(folder.files.size(), seed, epoch, rank, world)) {
     std::cout << folder.files[index].path << "\t" << folder.files[index].label << "\n";
   }
@@ -156,26 +243,78 @@ int transform(const Args& a) {
   return 0;
 }
 
+std::vector<std::uint8_t> read_all(const std::string& path) {
+  std::vector<std::uint8_t> bytes;
+  std::string why;
+  if (!read_file(path, bytes, why)) throw std::runtime_error(path + " " + why);
+  return bytes;
+}
+
+int transform_segmentation_sample(const Args& a) {
+  if (a.positional.size() != 2) throw UsageError{"transform-segmentation takes an image PNG and its label PNG"};
+  const int crop_height = static_cast<int>(a.number("crop-height", 512, 1, 1 << 15));
+  const int crop_width = static_cast<int>(a.number("crop-width", 1024, 1, 1 << 15));
+  SegmentationDraw draw;
+  draw.resized_height = static_cast<int>(a.number("resized-height", -1, 1, 1 << 16));
+  draw.resized_width = static_cast<int>(a.number("resized-width", -1, 1, 1 << 16));
+  draw.top = static_cast<int>(a.number("top", -1, 0, 1 << 16));
+  draw.left = static_cast<int>(a.number("left", -1, 0, 1 << 16));
+  draw.flip = a.number("flip", 0, 0, 1) == 1;
+  if (draw.resized_height < 0 || draw.resized_width < 0 || draw.top < 0 || draw.left < 0) {
+    throw UsageError{"transform-segmentation needs --resized-height, --resized-width, --top and --left"};
+  }
+  const std::string output = a.text("output");
+  if (output.empty()) throw UsageError{"transform-segmentation needs --output"};
+  SegmentationScratch scratch;
+  Normalizer normalizer;
+  const auto pixels = static_cast<std::size_t>(crop_height) * static_cast<std::size_t>(crop_width);
+  std::vector<float> sample(3 * pixels);
+  std::vector<std::int32_t> labels(pixels);
+  std::string why;
+  if (!transform_segmentation(read_all(a.positional[0]), read_all(a.positional[1]), draw, crop_height, crop_width,
+                              PixelLayout::nchw, normalizer, scratch, sample.data(), labels.data(), why)) {
+    std::cerr << "dlbench-input: " << a.positional[0] << ": " << why << "\n";
+    return 1;
+  }
+  write_floats(output, sample.data(), sample.size());
+  std::ofstream out(output + ".labels", std::ios::binary);
+  out.write(reinterpret_cast<const char*>(labels.data()), static_cast<std::streamsize>(labels.size() * sizeof(std::int32_t)));
+  if (!out) throw std::runtime_error("cannot write " + output + ".labels");
+  return 0;
+}
+
 int measure(const Args& a) {
-  const ImageFolder folder = scan_image_folder(one_directory(a, "measure"));
+  const std::string root = one_directory(a, "measure");
   InputPipelineConfig config;
   config.batch_size = static_cast<int>(a.number("batch-size", 32, 1, 65536));
-  config.image_size = static_cast<int>(a.number("image-size", 224, 1, 4096));
   config.threads = static_cast<int>(a.number("threads", 1, bounds::kDecodeThreads.min, bounds::kDecodeThreads.max));
   config.prefetch_batches = static_cast<int>(a.number("prefetch-batches", 2, bounds::kPrefetchBatches.min, bounds::kPrefetchBatches.max));
   config.world = static_cast<int>(a.number("world", 1, 1, 1 << 20));
   config.rank = static_cast<int>(a.number("rank", 0, 0, config.world - 1));
   config.seed = static_cast<std::uint64_t>(a.number("seed", 42, 0, 1L << 62));
-  config.dct_scaling = a.on_off("dct-scaling", true);
   const long batches = a.number("batches", 20, 1, 1 << 30);
-  InputPipeline pipeline(folder, config);
+  ImageFolder folder;
+  CityscapesSet set;
+  std::unique_ptr<SampleSource> source;
+  if (cityscapes(a)) {
+    set = scan_cityscapes(root);
+    source = std::make_unique<CityscapesSource>(set, static_cast<int>(a.number("crop-height", 512, 1, 1 << 15)),
+                                                static_cast<int>(a.number("crop-width", 1024, 1, 1 << 15)),
+                                                PixelLayout::nchw);
+  } else {
+    folder = scan_image_folder(root);
+    source = std::make_unique<ImageFolderSource>(folder, static_cast<int>(a.number("image-size", 224, 1, 4096)),
+                                                 PixelLayout::nchw, a.on_off("dct-scaling", true));
+  }
+  InputPipeline pipeline(*source, config);
   // The first batch includes starting the threads and filling the ring: not timed.
   const Batch first = pipeline.next();
   if (const std::string dump = a.text("dump-first"); !dump.empty()) {
-    const auto side = static_cast<std::size_t>(config.image_size);
-    write_floats(dump, first.pixels, 3 * side * side * static_cast<std::size_t>(config.batch_size));
+    write_floats(dump, first.pixels, source->pixel_floats() * static_cast<std::size_t>(config.batch_size));
     std::ofstream labels(dump + ".labels");
-    for (int i = 0; i < config.batch_size; ++i) labels << first.labels[i] << "\n";
+    for (std::size_t i = 0; i < source->label_count() * static_cast<std::size_t>(config.batch_size); ++i) {
+      labels << first.labels[i] << "\n";
+    }
   }
   const auto start = std::chrono::steady_clock::now();
   for (long b = 0; b < batches; ++b) pipeline.next();
@@ -184,7 +323,7 @@ int measure(const Args& a) {
                      {"seconds", seconds},
                      {"images", batches * config.batch_size},
                      {"threads", config.threads},
-                     {"files", folder.files.size()},
+                     {"files", source->samples()},
                      {"shardFiles", pipeline.shard_size()},
                      {"skippedFiles", pipeline.skipped_count()}};
   out["skipped"] = nlohmann::json::array();
@@ -205,18 +344,29 @@ struct Command {
 const std::vector<Command>& commands() {
   static const std::vector<Command> all{
       {"generate",
-       "writes an ImageFolder data set of JPEGs (ImageNet-like sizes, 500 x 375 and the like) to try the real-data path",
+       "writes a data set to try the real-data path: an ImageFolder of JPEGs (ImageNet-like sizes, 500 x 375 and the "
+       "like), or with --data cityscapes Cityscapes' layout of image and label PNGs",
        "DIR",
-       {{"classes", "class folders (default 4)"},
-        {"per-class", "JPEGs per class (default 32)"},
-        {"broken", "files that are not JPEGs, to be skipped and counted (default 0)"},
+       {{"data", "imagefolder | cityscapes (default imagefolder)"},
+        {"classes", "imagefolder: class folders (default 4)"},
+        {"per-class", "imagefolder: JPEGs per class (default 32)"},
+        {"cities", "cityscapes: city folders (default 2)"},
+        {"per-city", "cityscapes: image and label pairs per city (default 8)"},
+        {"width", "cityscapes: pixels (default 2048)"},
+        {"height", "cityscapes: pixels (default 1024)"},
+        {"broken", "files that cannot be decoded, to be skipped and counted (default 0)"},
         {"seed", "the pictures' seed (default 7)"}},
        generate},
-      {"scan", "classes, files and ignored files, as JSON", "DIR", {}, scan},
+      {"scan", "what the data set holds, as JSON (imagefolder: classes, files and ignored files; cityscapes: cities, "
+               "pairs and images without labels)", "DIR", {{"data", "imagefolder | cityscapes (default imagefolder)"}}, scan},
       {"shard",
        "the files rank R reads in epoch E, one per line",
        "DIR",
-       {{"rank", "R (default 0)"}, {"world", "W ranks (default 1)"}, {"epoch", "E (default 0)"}, {"seed", "S (default 42)"}},
+       {{"data", "imagefolder | cityscapes (default imagefolder)"},
+        {"rank", "R (default 0)"},
+        {"world", "W ranks (default 1)"},
+        {"epoch", "E (default 0)"},
+        {"seed", "S (default 42)"}},
        shard},
       {"transform",
        "one sample as float32 (3, N, N): decode, crop, resize, flip, normalise",
@@ -230,18 +380,33 @@ const std::vector<Command>& commands() {
         {"dct-scaling", "on | off (default off)"},
         {"output", "RAW: where the floats go"}},
        transform},
+      {"transform-segmentation",
+       "one Cityscapes sample with given draws: float32 (3, H, W) to RAW and int32 (H, W) training ids to RAW.labels",
+       "IMAGE LABELS",
+       {{"resized-height", "RandomResize's height"},
+        {"resized-width", "RandomResize's width"},
+        {"flip", "0 | 1 (default 0)"},
+        {"top", "the crop's top row in the flipped, padded image"},
+        {"left", "the crop's left column there"},
+        {"crop-height", "H (default 512)"},
+        {"crop-width", "W (default 1024)"},
+        {"output", "RAW: where the floats go"}},
+       transform_segmentation_sample},
       {"measure",
        "images per second the pipeline prepares, as JSON",
        "DIR",
-       {{"batch-size", "B (default 32)"},
-        {"image-size", "N (default 224)"},
+       {{"data", "imagefolder | cityscapes (default imagefolder)"},
+        {"batch-size", "B (default 32)"},
+        {"image-size", "imagefolder: N (default 224)"},
+        {"crop-height", "cityscapes: H (default 512)"},
+        {"crop-width", "cityscapes: W (default 1024)"},
         {"threads", "T decoding threads (default 1)"},
         {"prefetch-batches", "P (default 2)"},
         {"batches", "K timed batches (default 20)"},
         {"rank", "R (default 0)"},
         {"world", "W (default 1)"},
         {"seed", "S (default 42)"},
-        {"dct-scaling", "on | off (default on)"},
+        {"dct-scaling", "imagefolder: on | off (default on)"},
         {"dump-first", "RAW: the first batch's floats, and its labels beside"}},
        measure},
   };
@@ -253,7 +418,7 @@ const std::vector<Command>& commands() {
 int main(int argc, char** argv) {
   try {
     Args args;
-    CLI::App app{"dlbench-input — the worker's ImageFolder input pipeline on its own", "dlbench-input"};
+    CLI::App app{"dlbench-input — the worker's real-data input pipeline on its own", "dlbench-input"};
     use_dlbench_help(app);
     app.set_help_flag("-h,--help", "print this and exit");
     app.require_subcommand(0, 1);
@@ -271,7 +436,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> words(argv + 1, argv + argc);
     if (!words.empty() && !words.front().starts_with("-") &&
         std::none_of(commands().begin(), commands().end(), [&](const Command& c) { return words.front() == c.name; })) {
-      throw UsageError{"unknown command \"" + printable(words.front()) + "\"; allowed: generate, scan, shard, transform, measure"};
+      throw UsageError{"unknown command \"" + printable(words.front()) + "\"; allowed: generate, scan, shard, transform, transform-segmentation, measure"};
     }
     try {
       parse_command_line(app, words);

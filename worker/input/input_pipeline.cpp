@@ -1,52 +1,26 @@
 #include "input/input_pipeline.hpp"
 
 #include <algorithm>
-#include <fstream>
 
 namespace dlbench::input {
-namespace {
-
-constexpr std::size_t kMaxFileBytes = std::size_t{256} << 20;  // larger is not a photo worth decoding
-
-bool read_file(const std::string& path, std::vector<std::uint8_t>& bytes, std::string& why) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) {
-    why = "cannot be opened";
-    return false;
-  }
-  const std::streamoff size = in.tellg();
-  if (size < 0 || static_cast<std::size_t>(size) > kMaxFileBytes) {
-    why = size < 0 ? "cannot be read" : "is larger than 256 MiB";
-    return false;
-  }
-  bytes.resize(static_cast<std::size_t>(size));
-  in.seekg(0);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) {
-    why = "cannot be read";
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
-
-InputPipeline::InputPipeline(const ImageFolder& folder, InputPipelineConfig config)
-    : folder_(folder),
+InputPipeline::InputPipeline(const SampleSource& source, InputPipelineConfig config)
+    : source_(source),
       config_(config),
-      sample_floats_(3 * static_cast<std::size_t>(config.image_size) * static_cast<std::size_t>(config.image_size)),
+      sample_floats_(source.pixel_floats()),
+      sample_labels_(source.label_count()),
       slots_(config.prefetch_batches + 1) {
-  if (config_.batch_size < 1 || config_.threads < 1 || config_.prefetch_batches < 1 || config_.image_size < 1) {
-    throw std::invalid_argument("InputPipeline: batch size, threads, prefetch batches and image size must be >= 1");
+  if (config_.batch_size < 1 || config_.threads < 1 || config_.prefetch_batches < 1) {
+    throw std::invalid_argument("InputPipeline: batch size, threads and prefetch batches must be >= 1");
   }
-  shard_size_ = epoch_shard(folder_.files.size(), config_.seed, 0, config_.rank, config_.world).size();
+  shard_size_ = epoch_shard(source_.samples(), config_.seed, 0, config_.rank, config_.world).size();
   if (shard_size_ == 0) {
-    throw DataUnavailable("data.path " + folder_.root + " has " + std::to_string(folder_.files.size()) +
-                          " JPEG files, fewer than the " + std::to_string(config_.world) +
+    throw DataUnavailable("data.path " + source_.root() + " has " + std::to_string(source_.samples()) + " " +
+                          source_.samples_are() + ", fewer than the " + std::to_string(config_.world) +
                           " ranks that each read their own share of them");
   }
   for (int s = 0; s < slots_; ++s) {
     pixels_.emplace_back(sample_floats_ * static_cast<std::size_t>(config_.batch_size));
-    labels_.emplace_back(static_cast<std::size_t>(config_.batch_size));
+    labels_.emplace_back(sample_labels_ * static_cast<std::size_t>(config_.batch_size));
   }
   filled_.assign(static_cast<std::size_t>(slots_), 0);
   for (int t = 0; t < config_.threads; ++t) threads_.emplace_back([this] { run_thread(); });
@@ -67,7 +41,7 @@ std::shared_ptr<const std::vector<std::uint32_t>> InputPipeline::shard_of_epoch(
     if (e == epoch) return shard;
   }
   auto shard = std::make_shared<const std::vector<std::uint32_t>>(
-      epoch_shard(folder_.files.size(), config_.seed, epoch, config_.rank, config_.world));
+      epoch_shard(source_.samples(), config_.seed, epoch, config_.rank, config_.world));
   epochs_.emplace_back(epoch, shard);
   if (epochs_.size() > 3) epochs_.pop_front();  // threads straddle at most two epochs
   return shard;
@@ -81,7 +55,7 @@ bool InputPipeline::known_bad(std::uint32_t file) const {
 void InputPipeline::skip(std::uint32_t file, const std::string& why) {
   std::lock_guard lock(skipped_mutex_);
   if (bad_files_.insert(file).second && skipped_examples_.size() < kSkippedExamples) {
-    skipped_examples_.push_back({folder_.files[file].path, why});
+    skipped_examples_.push_back({source_.sample_path(file), why});
   }
 }
 
@@ -95,7 +69,7 @@ std::vector<SkippedFile> InputPipeline::skipped_examples() const {
   return skipped_examples_;
 }
 
-void InputPipeline::produce(std::int64_t image, TransformScratch& scratch, std::vector<std::uint8_t>& bytes) {
+void InputPipeline::produce(std::int64_t image, SampleScratch& scratch) {
   const auto n = static_cast<std::int64_t>(shard_size_);
   const auto shard = shard_of_epoch(static_cast<std::uint64_t>(image / n));
   const std::int64_t position = image % n;
@@ -103,37 +77,27 @@ void InputPipeline::produce(std::int64_t image, TransformScratch& scratch, std::
   const auto slot = static_cast<std::size_t>(batch % slots_);
   const auto index = static_cast<std::size_t>(image % config_.batch_size);
   float* out = pixels_[slot].data() + index * sample_floats_;
+  std::int32_t* labels = labels_[slot].data() + index * sample_labels_;
   std::string first_error;
   for (std::int64_t attempt = 0; attempt < n; ++attempt) {
     const std::uint32_t file = (*shard)[static_cast<std::size_t>((position + attempt) % n)];
     if (known_bad(file)) continue;
-    // The image's randomness: its place in the rank's stream and the attempt, nothing else.
+    // The sample's randomness: its place in the rank's stream and the attempt, nothing else.
     std::mt19937_64 rng(mix_bits(config_.seed) ^
                         mix_bits(static_cast<std::uint64_t>(config_.rank) << 40 ^ static_cast<std::uint64_t>(image)) ^
                         mix_bits(static_cast<std::uint64_t>(attempt) + 7));
-    const std::string& path = folder_.files[file].path;
     std::string why;
-    int width = 0, height = 0;
-    if (read_file(path, bytes, why) && scratch.decoder.header(bytes, width, height, why)) {
-      const CropBox crop = random_resized_crop(height, width, rng);
-      const bool flip = (rng() >> 63) != 0;
-      if (transform_jpeg(bytes, crop, flip, config_.image_size, config_.dct_scaling, config_.layout, normalizer_,
-                         scratch, out, why)) {
-        labels_[slot][index] = folder_.files[file].label;
-        return;
-      }
-    }
+    if (source_.make(file, rng, scratch, out, labels, why)) return;
     skip(file, why);
-    if (first_error.empty()) first_error = path + ": " + why;
+    if (first_error.empty()) first_error = source_.sample_path(file) + ": " + why;
   }
-  throw DataUnavailable("none of the " + std::to_string(n) + " files of rank " + std::to_string(config_.rank) +
-                        "'s share of " + folder_.root + " decodes as a JPEG" +
+  throw DataUnavailable("none of the " + std::to_string(n) + " " + source_.samples_are() + " of rank " +
+                        std::to_string(config_.rank) + "'s share of " + source_.root() + " can be decoded" +
                         (first_error.empty() ? std::string() : "; for example " + first_error));
 }
 
 void InputPipeline::run_thread() {
-  TransformScratch scratch;
-  std::vector<std::uint8_t> bytes;
+  const std::unique_ptr<SampleScratch> scratch = source_.scratch();
   const int batch_size = config_.batch_size;
   for (;;) {
     std::int64_t image = 0;
@@ -148,7 +112,7 @@ void InputPipeline::run_thread() {
       image = next_image_++;
     }
     try {
-      produce(image, scratch, bytes);
+      produce(image, *scratch);
     } catch (...) {
       std::lock_guard lock(mutex_);
       if (!error_) error_ = std::current_exception();

@@ -17,25 +17,22 @@
 #include <vector>
 
 #include "input/image_folder.hpp"
-#include "input/image_transform.hpp"
+#include "input/sample_source.hpp"
 
 namespace dlbench::input {
 
 struct InputPipelineConfig {
   int batch_size = 32;
-  int image_size = 224;
   int threads = 4;
   int prefetch_batches = 2;
   std::uint64_t seed = 42;
   int rank = 0;
   int world = 1;
-  PixelLayout layout = PixelLayout::nchw;
-  bool dct_scaling = true;
 };
 
 struct Batch {
-  const float* pixels = nullptr;         // batch × 3 × size × size floats in the configured layout
-  const std::int32_t* labels = nullptr;  // batch class indices
+  const float* pixels = nullptr;         // batch samples of the source's pixel_floats(), in its layout
+  const std::int32_t* labels = nullptr;  // batch samples of its label_count(): class indices, or one per pixel
 };
 
 // A file that could not be read or decoded; its slot took the next file of the shard instead.
@@ -46,8 +43,8 @@ struct SkippedFile {
 
 class InputPipeline {
  public:
-  // The folder must outlive the pipeline. Starts the threads at once: prefetching begins now.
-  InputPipeline(const ImageFolder& folder, InputPipelineConfig config);
+  // The source must outlive the pipeline. Starts the threads at once: prefetching begins now.
+  InputPipeline(const SampleSource& source, InputPipelineConfig config);
   ~InputPipeline();
   InputPipeline(const InputPipeline&) = delete;
   InputPipeline& operator=(const InputPipeline&) = delete;
@@ -67,17 +64,17 @@ class InputPipeline {
 
  private:
   void run_thread();
-  void produce(std::int64_t image, TransformScratch& scratch, std::vector<std::uint8_t>& bytes);
+  void produce(std::int64_t image, SampleScratch& scratch);
   std::shared_ptr<const std::vector<std::uint32_t>> shard_of_epoch(std::uint64_t epoch);
   void skip(std::uint32_t file, const std::string& why);
   bool known_bad(std::uint32_t file) const;
 
-  const ImageFolder& folder_;
+  const SampleSource& source_;
   const InputPipelineConfig config_;
   const std::size_t sample_floats_;
+  const std::size_t sample_labels_;
   const int slots_;
   std::size_t shard_size_ = 0;
-  Normalizer normalizer_;
   std::vector<std::vector<float>> pixels_;         // per slot
   std::vector<std::vector<std::int32_t>> labels_;  // per slot
 

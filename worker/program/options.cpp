@@ -30,7 +30,9 @@ namespace {
 constexpr const char* kFooter = R"(With imagefolder each step takes the next batch of the rank's shard (a per-epoch shuffle of
 the files; RandomResizedCrop, flip and normalisation as torchvision's); the result adds how
 long steps waited for input, the pipeline's own images/s per rank and an input-bound or
-compute-bound verdict. Unreadable JPEG files are skipped and counted.
+compute-bound verdict. Unreadable JPEG files are skipped and counted. cityscapes (deeplabv3plus)
+does the same with Cityscapes' image and label PNGs (random rescale 0.5-2x, flip, crop padded
+with ignored pixels, as torchvision's segmentation reference; labels to the 19 training ids).
 Under mpirun every rank trains on its own synthetic batch with the same initial weights
 (broadcast from rank 0); gradients are averaged in buckets while backward runs; the
 global batch is batch size × ranks; throughput uses the slowest rank's time; rank 0 reports.
@@ -235,13 +237,15 @@ const std::vector<ValueOption>& value_options() {
        [](Options& o, auto& f, auto& v) { o.bucket_mb = parse_bounded(f, v, 1, 4096); }},
       {"--seed", "N", "weights, synthetic data, shuffling and augmentation (default 42)",
        [](Options& o, auto& f, auto& v) { o.seed = parse_number<unsigned long long>(f, v); }},
-      {"--data", "S", "synthetic | imagefolder (default synthetic)",
-       [](Options& o, auto& f, auto& v) { o.data = one_of(f, v, {"synthetic", "imagefolder"}); }},
-      {"--data-path", "DIR", "imagefolder: DIR/<class>/<image>.jpg, the same on every node",
+      {"--data", "S", "synthetic | imagefolder (image classifiers) | cityscapes (deeplabv3plus) (default synthetic)",
+       [](Options& o, auto& f, auto& v) { o.data = one_of(f, v, {"synthetic", "imagefolder", "cityscapes"}); }},
+      {"--data-path", "DIR",
+       "imagefolder: DIR/<class>/<image>.jpg; cityscapes: DIR/leftImg8bit/train/<city>/<name>_leftImg8bit.png and "
+       "DIR/gtFine/train/<city>/<name>_gtFine_labelIds.png; the same on every node",
        [](Options& o, auto&, auto& v) { o.data_path = v; }},
-      {"--decode-threads", "N", "imagefolder: JPEG decoding threads per rank, 1 to 256 (default 4)",
+      {"--decode-threads", "N", "imagefolder, cityscapes: decoding threads per rank, 1 to 256 (default 4)",
        [](Options& o, auto& f, auto& v) { o.decode_threads = parse_bounded(f, v, bounds::kDecodeThreads); }},
-      {"--prefetch-batches", "N", "imagefolder: batches prepared ahead per rank, 1 to 64 (default 2)",
+      {"--prefetch-batches", "N", "imagefolder, cityscapes: batches prepared ahead per rank, 1 to 64 (default 2)",
        [](Options& o, auto& f, auto& v) { o.prefetch_batches = parse_bounded(f, v, bounds::kPrefetchBatches); }},
       {"--run", "NAME", "BenchmarkRun name to record in the result", [](Options& o, auto&, auto& v) { o.run = run_name(v); }},
       {"--metrics-port", "N",
@@ -306,8 +310,11 @@ void check_execution(const Options& o) {
   if (o.data == "imagefolder" && o.data_path.empty()) {
     throw UsageError{"--data imagefolder needs --data-path DIR (DIR/<class>/<image>.jpg)"};
   }
-  if (o.data != "imagefolder" && !o.data_path.empty()) {
-    throw UsageError{"--data-path: only with --data imagefolder (--data is " + o.data + ")"};
+  if (o.data == "cityscapes" && o.data_path.empty()) {
+    throw UsageError{"--data cityscapes needs --data-path DIR (DIR/leftImg8bit/train and DIR/gtFine/train)"};
+  }
+  if (o.data == "synthetic" && !o.data_path.empty()) {
+    throw UsageError{"--data-path: only with --data imagefolder or cityscapes (--data is synthetic)"};
   }
   if (o.cuda_graph && o.backend != "cuda") throw UsageError{"--cuda-graph: on needs --backend cuda; allowed here: off"};
   if (o.cuda_graph && o.profile_steps > 0) {
@@ -360,7 +367,11 @@ void apply_model(Options& o) {
   }
   if (o.data == "imagefolder" && model.per_pixel_labels) {
     throw UsageError{"--data imagefolder: " + name +
-                     " trains on a label per pixel and imagefolder gives one per image; allowed: synthetic"};
+                     " trains on a label per pixel and imagefolder gives one per image; allowed: synthetic, cityscapes"};
+  }
+  if (o.data == "cityscapes" && !model.per_pixel_labels) {
+    throw UsageError{"--data cityscapes: " + name +
+                     " trains on a label per image and cityscapes gives one per pixel; allowed: synthetic, imagefolder"};
   }
   if (o.data == "imagefolder" && o.image_height != o.image_width) {
     throw UsageError{"--data imagefolder: crops are square; --image-size " + image_size_text(o) + " needs synthetic data"};

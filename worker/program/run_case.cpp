@@ -19,6 +19,7 @@
 #include "dlbench/core/status.hpp"
 #include "gpu_monitor.hpp"
 #include "gradient_buckets.hpp"
+#include "input/cityscapes.hpp"
 #include "input/input_pipeline.hpp"
 #include "interference.hpp"
 #include "layer_profiler.hpp"
@@ -51,7 +52,10 @@ std::optional<double> peak_resident_bytes() {
 
 // The real-data side of a case: the pipeline and what the steps waited for it.
 struct RealData {
-  input::ImageFolder folder;
+  input::ImageFolder folder;          // imagefolder
+  input::CityscapesSet cityscapes;    // cityscapes
+  long files = 0;                     // samples in the data set
+  std::unique_ptr<input::SampleSource> source;
   std::unique_ptr<input::InputPipeline> pipeline;
   std::deque<double> waits;  // each step's, until the methodology reports its time
   std::vector<double> measured_waits;
@@ -238,14 +242,20 @@ class CaseRun {
     if (!error.empty()) throw DataUnavailable(error);
   }
 
-  void open_image_folder() {
+  void open_data_set() {
     real_ = std::make_unique<RealData>();
     std::string error;
     try {
-      real_->folder = input::scan_image_folder(o_.data_path);
-      if (real_->folder.classes.size() > static_cast<std::size_t>(kModelClasses)) {
-        error = "data.path " + o_.data_path + " has " + std::to_string(real_->folder.classes.size()) +
-                " class folders; the models have " + std::to_string(kModelClasses) + " outputs";
+      if (o_.data == "cityscapes") {
+        real_->cityscapes = input::scan_cityscapes(o_.data_path);
+        real_->files = static_cast<long>(real_->cityscapes.pairs.size());
+      } else {
+        real_->folder = input::scan_image_folder(o_.data_path);
+        real_->files = static_cast<long>(real_->folder.files.size());
+        if (real_->folder.classes.size() > static_cast<std::size_t>(kModelClasses)) {
+          error = "data.path " + o_.data_path + " has " + std::to_string(real_->folder.classes.size()) +
+                  " class folders; the models have " + std::to_string(kModelClasses) + " outputs";
+        }
       }
     } catch (const input::DataUnavailable& e) {
       error = e.what();
@@ -256,18 +266,23 @@ class CaseRun {
   // The pipeline for this rank's shard, timed alone; each step then waits for its next batch,
   // and the wait is part of the step: the methodology times it with the rest.
   void start_pipeline(Trainer& trainer, Workload& workload) {
+    const auto layout = trainer.input().layout == Layout::nhwc ? input::PixelLayout::nhwc : input::PixelLayout::nchw;
+    if (o_.data == "cityscapes") {
+      real_->source = std::make_unique<input::CityscapesSource>(real_->cityscapes, static_cast<int>(o_.image_height),
+                                                                static_cast<int>(o_.image_width), layout);
+    } else {  // square: checked with the options
+      real_->source = std::make_unique<input::ImageFolderSource>(real_->folder, static_cast<int>(o_.image_height), layout);
+    }
     input::InputPipelineConfig config;
     config.batch_size = static_cast<int>(o_.batch_size);
-    config.image_size = static_cast<int>(o_.image_height);  // square: checked with the options
     config.threads = static_cast<int>(o_.decode_threads);
     config.prefetch_batches = static_cast<int>(o_.prefetch_batches);
     config.seed = o_.seed;
     config.rank = comm_.rank();
     config.world = comm_.size();
-    config.layout = trainer.input().layout == Layout::nhwc ? input::PixelLayout::nhwc : input::PixelLayout::nchw;
     std::string error;
     try {
-      real_->pipeline = std::make_unique<input::InputPipeline>(real_->folder, config);
+      real_->pipeline = std::make_unique<input::InputPipeline>(*real_->source, config);
       real_->pipeline_throughput = measure_pipeline_alone(*real_->pipeline, config.prefetch_batches, o_.batch_size);
     } catch (const input::DataUnavailable& e) {
       error = e.what();
@@ -300,7 +315,7 @@ class CaseRun {
   }
 
   void measure(Backend& device) {
-    if (o_.data == "imagefolder") open_image_folder();
+    if (o_.data != "synthetic") open_data_set();
     const std::unique_ptr<Trainer> owner = make_trainer(o_, device, comm_.rank());
     Trainer& trainer = *owner;
     ParameterStore& store = trainer.parameters();
@@ -438,7 +453,8 @@ class CaseRun {
     report.pipeline_throughput = -worst[2];
     report.verdict = input_verdict(report.wait_share);
     report.decode_threads = static_cast<int>(o_.decode_threads);
-    report.files = static_cast<long>(real_->folder.files.size());
+    report.source = enum_from_string<DataSource>(o_.data).value_or(DataSource::imagefolder);
+    report.files = real_->files;
     report.skipped_files = static_cast<long>(worst[3]);
     for (const auto& skipped : real_->pipeline->skipped_examples()) {
       report.skipped_examples.push_back(printable(skipped.path + ": " + skipped.why, 300));

@@ -1,0 +1,55 @@
+#include "input/sample_source.hpp"
+
+#include <fstream>
+
+namespace dlbench::input {
+namespace {
+
+constexpr std::size_t kMaxFileBytes = std::size_t{256} << 20;  // larger is not a photo worth decoding
+
+struct ImageFolderScratch final : SampleScratch {
+  TransformScratch transform;
+  std::vector<std::uint8_t> bytes;
+};
+
+}  // namespace
+
+bool read_file(const std::string& path, std::vector<std::uint8_t>& bytes, std::string& why) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) {
+    why = "cannot be opened";
+    return false;
+  }
+  const std::streamoff size = in.tellg();
+  if (size < 0 || static_cast<std::size_t>(size) > kMaxFileBytes) {
+    why = size < 0 ? "cannot be read" : "is larger than 256 MiB";
+    return false;
+  }
+  bytes.resize(static_cast<std::size_t>(size));
+  in.seekg(0);
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) {
+    why = "cannot be read";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<SampleScratch> ImageFolderSource::scratch() const { return std::make_unique<ImageFolderScratch>(); }
+
+bool ImageFolderSource::make(std::uint32_t sample, std::mt19937_64& rng, SampleScratch& scratch, float* pixels,
+                             std::int32_t* labels, std::string& why) const {
+  auto& s = static_cast<ImageFolderScratch&>(scratch);
+  int width = 0, height = 0;
+  if (!read_file(folder_.files[sample].path, s.bytes, why) || !s.transform.decoder.header(s.bytes, width, height, why)) {
+    return false;
+  }
+  const CropBox crop = random_resized_crop(height, width, rng);
+  const bool flip = (rng() >> 63) != 0;
+  if (!transform_jpeg(s.bytes, crop, flip, image_size_, dct_scaling_, layout_, normalizer_, s.transform, pixels, why)) {
+    return false;
+  }
+  labels[0] = folder_.files[sample].label;
+  return true;
+}
+
+}  // namespace dlbench::input
