@@ -272,11 +272,11 @@ json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attemp
 
 namespace {
 
-// imagefolder with a volume: the volume, read-only, at data.path in the worker container (the
+// Real data (imagefolder, cityscapes) with a volume: the volume, read-only, at data.path in the worker container (the
 // same path on every node, where the worker or the wrapped script reads it).
 void mount_data_volume(json& pod_spec, json& container, const BenchmarkRun& run) {
   const DataSpec& data = run.spec.data;
-  if (data.source != DataSource::imagefolder || !data.volume) return;
+  if (data.source == DataSource::synthetic || !data.volume) return;
   const DataVolume& v = *data.volume;
   json volume{{"name", "data"}};
   if (!v.claim_name.empty()) volume["persistentVolumeClaim"] = {{"claimName", v.claim_name}, {"readOnly", true}};

@@ -161,9 +161,12 @@ void decode_data(Decoder& d, const json& obj, const std::string& path, DataSpec&
   d.read_int(obj, path, "prefetchBatches", bounds::kPrefetchBatches, out.prefetch_batches);
   const json* data_path = Decoder::find(obj, "path");
   const json* volume = Decoder::find(obj, "volume");
-  if (out.source == DataSource::imagefolder) {
+  if (out.source != DataSource::synthetic) {
     if (d.require(obj, path, "path",
-                  "the directory of class folders of JPEG files, the same absolute path on every node")) {
+                  out.source == DataSource::imagefolder
+                      ? "the directory of class folders of JPEG files, the same absolute path on every node"
+                      : "Cityscapes' root (leftImg8bit/train and gtFine/train inside), the same absolute path on every "
+                        "node")) {
       d.read_name(obj, path, "path",
                   [](const std::string& t) { return t.size() <= bounds::kMaxDataPathLength && is_data_mount_path(t); },
                   "an absolute directory path of at most 4096 characters, not '/', without '..' segments and "
@@ -173,8 +176,12 @@ void decode_data(Decoder& d, const json& obj, const std::string& path, DataSpec&
     if (volume != nullptr) out.volume = decode_data_volume(d, *volume, child(path, "volume"));
   } else {
     const std::string source(to_string(out.source));
-    if (data_path != nullptr) d.fail(child(path, "path"), "only allowed when source is imagefolder (source is " + source + ")");
-    if (volume != nullptr) d.fail(child(path, "volume"), "only allowed when source is imagefolder (source is " + source + ")");
+    if (data_path != nullptr) {
+      d.fail(child(path, "path"), "only allowed when source is imagefolder or cityscapes (source is " + source + ")");
+    }
+    if (volume != nullptr) {
+      d.fail(child(path, "volume"), "only allowed when source is imagefolder or cityscapes (source is " + source + ")");
+    }
   }
 }
 
@@ -396,11 +403,17 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
   }
   if (spec.model == Model::deeplabv3plus && spec.data.source == DataSource::imagefolder) {
     d.fail(child(data_path, "source"), "imagefolder is not allowed for deeplabv3plus: it trains on a label per pixel and "
-                                       "imagefolder data has one per image; allowed: synthetic");
+                                       "imagefolder data has one per image; allowed: synthetic, cityscapes");
   }
-  if (spec.model == Model::bert_base && spec.data.source == DataSource::imagefolder) {
-    d.fail(child(data_path, "source"), "imagefolder is not allowed for bert-base: it trains on token sequences (synthetic "
-                                       "pretraining data); allowed: synthetic");
+  if (spec.model == Model::bert_base && spec.data.source != DataSource::synthetic) {
+    d.fail(child(data_path, "source"), std::string(to_string(spec.data.source)) +
+                                           " is not allowed for bert-base: it trains on token sequences (synthetic "
+                                           "pretraining data); allowed: synthetic");
+  }
+  if (spec.data.source == DataSource::cityscapes && spec.model != Model::deeplabv3plus && !is_sequence_model(spec.model)) {
+    d.fail(child(data_path, "source"), "cityscapes is not allowed for " + std::string(to_string(spec.model)) +
+                                           ": it trains on a label per image and cityscapes has one per pixel "
+                                           "(a segmentation data set, for deeplabv3plus); allowed: synthetic, imagefolder");
   }
   // A sequence model has no image size. imageSize keeps its default (224) because defaulting
   // writes it into every BenchmarkRun, the API server's as well as ours.

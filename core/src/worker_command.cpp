@@ -64,8 +64,8 @@ std::vector<std::string> case_arguments(const BenchmarkRun& run, const CaseSpec&
   const bool sequences = is_sequence_model(spec.model);
   args.push_back(sequences ? "--sequence-length" : "--image-size");
   args.push_back(sequences ? std::to_string(sequence_length(spec.data)) : image_size_argument(spec.data));
-  if (spec.data.source == DataSource::imagefolder) {
-    for (const std::string& a : {std::string("--data"), std::string("imagefolder"), std::string("--data-path"), spec.data.path,
+  if (spec.data.source != DataSource::synthetic) {
+    for (const std::string& a : {std::string("--data"), std::string(to_string(spec.data.source)), std::string("--data-path"), spec.data.path,
                                  std::string("--decode-threads"), std::to_string(spec.data.decode_threads),
                                  std::string("--prefetch-batches"), std::to_string(spec.data.prefetch_batches)}) {
       args.push_back(a);
@@ -137,7 +137,7 @@ std::vector<std::pair<std::string, std::string>> command_environment(const Bench
           {"PET_MASTER_PORT", std::to_string(where.master_port)},
           // Markers must arrive when they are printed, not when a pipe buffer fills.
           {"PYTHONUNBUFFERED", "1"}};
-  if (spec.data.source == DataSource::imagefolder) {
+  if (spec.data.source != DataSource::synthetic) {
     env.emplace_back("DLBENCH_DATA_PATH", spec.data.path);
     env.emplace_back("DLBENCH_DECODE_THREADS", std::to_string(spec.data.decode_threads));
     env.emplace_back("DLBENCH_PREFETCH_BATCHES", std::to_string(spec.data.prefetch_batches));

@@ -151,6 +151,13 @@ class Images(unittest.TestCase):
         doc = json.loads(real.stdout)
         self.assertEqual(doc["state"], "Succeeded", doc)
         self.assertEqual(doc["input"]["files"], 12)
+        # Cityscapes' PNGs decode in the image too (libpng16-16 beside libturbojpeg).
+        streets = run_in(WORKER, "/bin/sh", "-c",
+                         "dlbench-input generate /tmp/streets --data cityscapes --cities 1 --per-city 3 --width 96 "
+                         "--height 48 >/dev/null && dlbench-input measure /tmp/streets --data cityscapes --batch-size 2 "
+                         "--batches 2 --crop-height 32 --crop-width 64")
+        measured = json.loads(streets.stdout)
+        self.assertEqual((measured["files"], measured["skippedFiles"]), (3, 0), measured)
 
     def test_dlbench_exec_runs_in_an_image_that_is_not_dlbenchs(self):
         volume = tempfile.mkdtemp(prefix="dlbench-exec-volume-")

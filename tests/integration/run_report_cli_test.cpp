@@ -354,6 +354,54 @@ spec:
   EXPECT_THAT(refused.err + refused.out, HasSubstr("spec.data.source: imagefolder is not allowed for deeplabv3plus"));
 }
 
+// data.source cityscapes through `dlbench run` with real mpirun, on 1 and 2 ranks: DeepLabV3+ trains
+// on the generated Cityscapes tree's crops, the status carries the input report, a broken pair is
+// skipped and counted, and a classifier is refused the data set.
+TEST_F(RunCli, DeepLabV3PlusTrainsOnCityscapesOnOneAndTwoRanks) {
+  const std::string input = (std::filesystem::path(DLBENCH_CLI_BINARY).parent_path() / "dlbench-input").string();
+  const std::string root = (dir_ / "cityscapes").string();
+  const Outcome generated = testing::run_shell(input + " generate " + root +
+                                                   " --data cityscapes --cities 2 --per-city 4 --width 160 "
+                                                   "--height 80 --broken 1",
+                                               dir_.string());
+  ASSERT_EQ(generated.exit_code, 0) << generated.err;
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: streets}
+spec:
+  model: deeplabv3plus
+  data: {source: cityscapes, path: )" + root + R"(, imageHeight: 64, imageWidth: 96, decodeThreads: 2}
+  matrix: {gpusPerNode: [1, 2], batchSizePerDevice: [2], precision: [fp32]}
+  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 2, stability: {includeUnstable: true}}
+  limits: {backoffLimit: 0}
+)";
+  const Outcome o = dlbench("run -f " + write("streets.yaml", text) + " --backend cpu");
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("input: waited"));
+  const BenchmarkRun run = status("streets.status.json");
+  ASSERT_EQ(run.status->results.size(), 2u);
+  for (const CaseResult& r : run.status->results) {
+    ASSERT_EQ(r.state, CaseState::Succeeded) << r.case_.devices() << " devices: " << r.message;
+    ASSERT_TRUE(r.input.has_value());
+    EXPECT_EQ(r.input->source, DataSource::cityscapes);
+    EXPECT_EQ(r.input->files, 9);  // 8 pairs and the broken one
+    EXPECT_EQ(r.input->skipped_files, 1);
+    ASSERT_FALSE(r.input->skipped_examples.empty());
+    EXPECT_THAT(r.input->skipped_examples[0], HasSubstr("broken"));
+    EXPECT_EQ(r.input->decode_threads, 2);
+    EXPECT_GT(r.input->pipeline_throughput, 0);
+  }
+  const Outcome report = dlbench("report streets.status.json");
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("fp32: time waiting for input, and the verdict"));
+
+  std::string classifier = text;
+  classifier.replace(classifier.find("model: deeplabv3plus"), 20, "model: resnet50");
+  const Outcome refused = dlbench("run -f " + write("classifier.yaml", classifier) + " --backend cpu");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err + refused.out, HasSubstr("spec.data.source: cityscapes is not allowed for resnet50"));
+}
+
 TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   const Outcome o = dlbench("run -f " + write("run.yaml", sweep()) + " --max-devices 2");
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;

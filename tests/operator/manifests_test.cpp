@@ -267,7 +267,7 @@ TEST(Manifests, CommandEnginePodsRunTheUsersImageUnderDlbenchExec) {
   }
 }
 
-TEST(Manifests, ImageFolderVolumeIsMountedReadOnlyAtTheDataPathForBothEngines) {
+TEST(Manifests, RealDataVolumeIsMountedReadOnlyAtTheDataPathForBothEngines) {
   BenchmarkRun run = sample_run(false);
   run.spec.data.source = DataSource::imagefolder;
   run.spec.data.path = "/data/imagenet";
@@ -325,6 +325,22 @@ TEST(Manifests, ImageFolderVolumeIsMountedReadOnlyAtTheDataPathForBothEngines) {
   run.spec.data.volume = nfs;
   EXPECT_EQ(data_mount(build_worker_pod(run, k2x8, 1, 0, config)).second,
             json({{"name", "data"}, {"nfs", {{"server", "10.0.0.5"}, {"path", "/exports/imagenet"}, {"readOnly", true}}}}));
+  // Cityscapes (DeepLabV3+'s real data) comes from its volume the same way.
+  run.spec.model = Model::deeplabv3plus;
+  run.spec.data.source = DataSource::cityscapes;
+  run.spec.data.path = "/data/cityscapes";
+  run.spec.data.volume = claim;
+  EXPECT_EQ(data_mount(build_worker_pod(run, k2x8, 1, 0, config)).first,
+            json({{"name", "data"}, {"mountPath", "/data/cityscapes"}, {"readOnly", true}, {"subPath", "train"}}));
+  std::map<std::string, std::string> streets;
+  const json streets_pod = build_worker_pod(run, k2x8, 1, 0, config);
+  for (const auto& e : streets_pod["spec"]["containers"][0]["env"]) streets[e["name"]] = e["value"];
+  EXPECT_EQ(streets["DLBENCH_DATA_SOURCE"], "cityscapes");
+  EXPECT_EQ(streets["DLBENCH_DATA_PATH"], "/data/cityscapes");
+  run.spec.engine = Engine::native;
+  run.spec.command.clear();
+  const auto streets_command = launcher_command(run, k2x8, config);
+  EXPECT_EQ(*(std::find(streets_command.begin(), streets_command.end(), "--data") + 1), "cityscapes");
   const BenchmarkRun synthetic = sample_run(false);
   const auto [mount, volume] = data_mount(build_worker_pod(synthetic, k2x8, 1, 0, config));
   EXPECT_TRUE(mount.is_null());

@@ -11,6 +11,7 @@
 namespace dlbench {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -128,7 +129,7 @@ TEST(Validation, EngineAndCommand) {
 
 TEST(Validation, Data) {
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"source", "imagenet"}}}}}}),
-              ElementsAre(R"(spec.data.source: "imagenet" is not one of synthetic, imagefolder)"));
+              ElementsAre(R"(spec.data.source: "imagenet" is not one of synthetic, imagefolder, cityscapes)"));
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"imageSize", 31}}}}}}),
               ElementsAre("spec.data.imageSize: 31 is out of range; allowed: 32 to 2048"));
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"imageSize", 2049}}}}}}),
@@ -238,9 +239,9 @@ TEST(Validation, ImageFolderData) {
   EXPECT_THAT(data({{"source", "imagefolder"}}),
               ElementsAre(HasSubstr("spec.data.path: required; the directory of class folders of JPEG files")));
   EXPECT_THAT(data({{"path", "/data"}}),
-              ElementsAre("spec.data.path: only allowed when source is imagefolder (source is synthetic)"));
+              ElementsAre("spec.data.path: only allowed when source is imagefolder or cityscapes (source is synthetic)"));
   EXPECT_THAT(data({{"volume", {{"hostPath", {{"path", "/srv"}}}}}}),
-              ElementsAre("spec.data.volume: only allowed when source is imagefolder (source is synthetic)"));
+              ElementsAre("spec.data.volume: only allowed when source is imagefolder or cityscapes (source is synthetic)"));
   for (const char* bad : {"data", "/", "/a/../b", "/..", "/dlbench", "/dlbench/x"}) {
     EXPECT_THAT(data({{"source", "imagefolder"}, {"path", bad}}),
                 ElementsAre(HasSubstr("spec.data.path: \"" + std::string(bad) + "\" is not an absolute directory path")))
@@ -266,6 +267,40 @@ TEST(Validation, ImageFolderData) {
   EXPECT_THAT(data({{"decodeThreads", 0}}), ElementsAre("spec.data.decodeThreads: 0 is out of range; allowed: 1 to 256"));
   EXPECT_THAT(data({{"prefetchBatches", 65}}),
               ElementsAre("spec.data.prefetchBatches: 65 is out of range; allowed: 1 to 64"));
+}
+
+// Cityscapes is DeepLabV3+'s real data: a label per pixel, so no classifier or BERT takes it, and
+// its crops may be height x width; it needs its root and may come from a volume.
+TEST(Validation, CityscapesDataIsForDeepLabV3Plus) {
+  const auto with = [](const std::string& model, json d) {
+    return errors_with({{"spec", {{"model", model}, {"data", std::move(d)}}}});
+  };
+  const json streets{{"source", "cityscapes"}, {"path", "/data/cityscapes"}, {"imageHeight", 512}, {"imageWidth", 1024}};
+  EXPECT_THAT(with("deeplabv3plus", streets), IsEmpty());
+  json from_volume = streets;
+  from_volume["volume"] = {{"persistentVolumeClaim", {{"claimName", "cityscapes"}}}};
+  EXPECT_THAT(with("deeplabv3plus", from_volume), IsEmpty());
+  EXPECT_THAT(with("deeplabv3plus", {{"source", "cityscapes"}}),
+              ElementsAre(HasSubstr("spec.data.path: required; Cityscapes' root (leftImg8bit/train and gtFine/train")));
+  EXPECT_THAT(with("resnet50", {{"source", "cityscapes"}, {"path", "/data/cityscapes"}}),
+              ElementsAre("spec.data.source: cityscapes is not allowed for resnet50: it trains on a label per image and "
+                          "cityscapes has one per pixel (a segmentation data set, for deeplabv3plus); allowed: synthetic, "
+                          "imagefolder"));
+  EXPECT_THAT(with("bert-base", {{"source", "cityscapes"}, {"path", "/data/cityscapes"}}),
+              Contains(HasSubstr("spec.data.source: cityscapes is not allowed for bert-base")));
+  EXPECT_THAT(with("deeplabv3plus", {{"source", "imagefolder"}, {"path", "/data/train"}}),
+              Contains(HasSubstr("allowed: synthetic, cityscapes")));
+
+  json doc = minimal_run();
+  doc.merge_patch({{"spec", {{"model", "deeplabv3plus"}, {"data", streets}}}});
+  const auto run = decode_benchmark_run(doc);
+  ASSERT_TRUE(run.ok());
+  const auto args = worker_arguments(*run.value, CaseSpec{1, 1, 8, Precision::fp32}, WorkerInvocation{});
+  const auto at = std::find(args.begin(), args.end(), "--data");
+  ASSERT_NE(at, args.end());
+  EXPECT_EQ(*(at + 1), "cityscapes");
+  EXPECT_EQ(*(at + 3), "/data/cityscapes");
+  EXPECT_NE(std::find(args.begin(), args.end(), "512x1024"), args.end());
 }
 
 TEST(Validation, MatrixOrCasesExactlyOne) {

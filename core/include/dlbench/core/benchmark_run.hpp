@@ -405,7 +405,7 @@ struct CaseResult {
   CaseState state = CaseState::Succeeded;
   std::optional<Throughput> throughput;             // Succeeded only
   std::optional<SampleSummary> step_time_seconds;   // Succeeded only
-  std::optional<InputReport> input;                 // imagefolder cases
+  std::optional<InputReport> input;                 // real-data cases (imagefolder, cityscapes)
   std::optional<InterferenceReport> interference;   // native cases: other load on the nodes
   std::optional<StabilityReport> stability;         // Succeeded: how the repeats agreed
   std::optional<NcclTransport> nccl_transport;      // what NCCL used, where it said
