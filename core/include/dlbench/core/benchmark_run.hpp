@@ -313,7 +313,7 @@ struct InputReport {
   double pipeline_throughput = 0;  // images/s one rank's pipeline prepares with training idle (slowest rank)
   InputVerdict verdict = InputVerdict::compute_bound;
   int decode_threads = 0;  // per rank
-  long files = 0;          // JPEG files in the data set
+  long files = 0;          // JPEG files (imagefolder) or image and label pairs (cityscapes) in the data set
   long skipped_files = 0;  // unreadable or undecodable files met, each counted once per rank
   std::vector<std::string> skipped_examples;  // "path: why", the first few of rank 0
   bool operator==(const InputReport&) const = default;
