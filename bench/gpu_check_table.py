@@ -279,6 +279,28 @@ def gpu_readings(logs):
     return out
 
 
+def real_data(logs):
+    """The CPU input pipeline feeding the GPU: each real-data case beside its synthetic row."""
+    out = []
+    for name, synthetic in (("dlbench-resnet50-amp-imagefolder", "dlbench-resnet50-amp"),
+                            ("dlbench-deeplabv3plus-amp-cityscapes", "dlbench-deeplabv3plus-amp")):
+        doc = load(os.path.join(logs, name + ".json"))
+        if not doc:
+            out.append(f"  {name}: no document; {last_line(logs, name)}")
+            continue
+        if doc.get("state") != "Succeeded" or "input" not in doc:
+            out.append(f"  {name}: {doc.get('state')} {doc.get('reason', '')}: {doc.get('message', '')}")
+            continue
+        i = doc["input"]
+        rate = doc["throughput"]["median"]
+        plain = ((load(os.path.join(logs, synthetic + ".json")) or {}).get("throughput") or {}).get("median")
+        against = f", {rate / plain:.2f} of synthetic's {plain:.1f}" if plain else ""
+        out.append(f"  {name}: {rate:.1f}/s{against}; {i['verdict']}, waited {100 * i['waitShare']:.1f}% of the "
+                   f"measured time; the pipeline alone {i['pipelineThroughput']:.0f}/s with {i['decodeThreads']} "
+                   f"threads, {i['files']} files, {i['skippedFiles']} skipped")
+    return ["", "Real data through the CPU pipeline (input-bound: the case for nvJPEG and more threads):"] + out
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -299,6 +321,7 @@ def main():
     lines += workspace_choices(logs)
     lines += kernels(logs)
     lines += [""] + comparison(logs)
+    lines += real_data(logs)
     lines += gpu_readings(logs)
     print("\n".join(lines))
 

@@ -96,6 +96,22 @@ class GpuCheckTable(unittest.TestCase):
         self.assertIn("| 2600.0 |", inception[0])
         self.assertIn("| 2000.0 | 1.30 |", inception[0])
 
+    def test_real_data_beside_its_synthetic_row(self):
+        # The real-data cases' result documents, and a synthetic one to compare with.
+        with tempfile.TemporaryDirectory() as logs:
+            write(logs, "dlbench-resnet50-amp.json", json.dumps({"state": "Succeeded", "throughput": {"median": 7268.0}}))
+            write(logs, "dlbench-resnet50-amp-imagefolder.json", json.dumps({
+                "state": "Succeeded", "throughput": {"median": 3634.0},
+                "input": {"verdict": "input-bound", "waitShare": 0.5, "pipelineThroughput": 3700.0,
+                          "decodeThreads": 14, "files": 1024, "skippedFiles": 0}}))
+            write(logs, "dlbench-deeplabv3plus-amp-cityscapes.json", json.dumps({
+                "state": "Failed", "reason": "DataUnavailable", "message": "data.path /x does not exist on this node"}))
+            lines = self.table(logs)
+        self.assertIn("  dlbench-resnet50-amp-imagefolder: 3634.0/s, 0.50 of synthetic's 7268.0; input-bound, waited "
+                      "50.0% of the measured time; the pipeline alone 3700/s with 14 threads, 1024 files, 0 skipped", lines)
+        self.assertIn("  dlbench-deeplabv3plus-amp-cityscapes: Failed DataUnavailable: data.path /x does not exist on "
+                      "this node", lines)
+
     def test_fp32_profile_beside_pytorchs(self):
         # dlbench-worker --profile's document, and pytorch_resnet50.py --profile's line in its log.
         with tempfile.TemporaryDirectory() as logs:
