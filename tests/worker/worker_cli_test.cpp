@@ -268,6 +268,19 @@ TEST(WorkerCli, DeepLabV3PlusRunsOnAHeightByWidthCrop) {
   const Outcome folder = worker("--model deeplabv3plus --data imagefolder --data-path /nonexistent");
   EXPECT_EQ(folder.exit_code, 2);
   EXPECT_THAT(folder.err, HasSubstr("--data imagefolder: deeplabv3plus trains on a label per pixel"));
+  EXPECT_THAT(folder.err, HasSubstr("allowed: synthetic, cityscapes"));
+  // Cityscapes is its real data, and no classifier's; a missing tree is a Failed result naming it.
+  const Outcome classifier = worker("--model resnet50 --data cityscapes --data-path /nonexistent");
+  EXPECT_EQ(classifier.exit_code, 2);
+  EXPECT_THAT(classifier.err, HasSubstr("--data cityscapes: resnet50 trains on a label per image"));
+  EXPECT_EQ(worker("--model deeplabv3plus --data cityscapes").exit_code, 2);
+  const Outcome missing = worker("--model deeplabv3plus --image-size 64x96 --batch-size 1 --warmup-steps 0 "
+                                 "--measure-steps 1 --repeats 1 --data cityscapes --data-path /nonexistent-cityscapes");
+  EXPECT_EQ(missing.exit_code, 1) << missing.err;
+  const ResultDocument failed = decoded(missing.out);
+  EXPECT_EQ(failed.state, CaseState::Failed);
+  EXPECT_EQ(failed.reason, "DataUnavailable");
+  EXPECT_THAT(failed.message, HasSubstr("/nonexistent-cityscapes does not exist"));
 }
 
 // bert-base: sequences instead of images (its length in the result, sequences/s as the unit),
