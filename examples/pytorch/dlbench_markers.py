@@ -69,7 +69,15 @@ class Case:
         self.case = env.get("DLBENCH_CASE", "")
         self.model = env.get("DLBENCH_MODEL", "resnet50")
         self.precision = env.get("DLBENCH_PRECISION", "fp32")
-        self.image_size = number("DLBENCH_IMAGE_SIZE")
+        # "224", or "512x1024" (height x width) where the spec sets data.imageHeight and imageWidth.
+        size = env.get("DLBENCH_IMAGE_SIZE")
+        if size is None:
+            raise SystemExit("DLBENCH_IMAGE_SIZE is not set: run this script through dlbench (dlbench run or the operator)")
+        sides = size.split("x")
+        if len(sides) > 2 or not all(side.isdigit() for side in sides):
+            raise SystemExit(f"DLBENCH_IMAGE_SIZE={size!r} is neither a whole number nor HEIGHTxWIDTH")
+        self.image_height, self.image_width = int(sides[0]), int(sides[-1])
+        self.image_size = self.image_height  # square inputs' side (imagefolder's crops are square)
         self.sequence_length = int(env.get("DLBENCH_SEQUENCE_LENGTH", "0"))  # a sequence model's (bert-base)
         self.nodes = number("DLBENCH_NODES")
         self.node_rank = number("DLBENCH_NODE_RANK")
@@ -85,7 +93,7 @@ class Case:
         self.weight_decay = float(env.get("DLBENCH_WEIGHT_DECAY", "0.0001"))
         # Updates over which the rate rises linearly to learning_rate (0: none).
         self.learning_rate_warmup_steps = int(env.get("DLBENCH_LEARNING_RATE_WARMUP_STEPS", "0"))
-        # data.source: synthetic, or imagefolder with its directory and the pipeline's size.
+        # data.source: synthetic, or imagefolder / cityscapes with its directory and the pipeline's size.
         self.data_source = env.get("DLBENCH_DATA_SOURCE", "synthetic")
         self.data_path = env.get("DLBENCH_DATA_PATH", "")
         self.decode_threads = int(env.get("DLBENCH_DECODE_THREADS", "4"))

@@ -34,7 +34,7 @@ def train(case, process):
     model = process.parallel(torchvision.models.resnet50().to(device).to(memory_format=torch.channels_last))
     optimizer = optimizer_for(case, model, process)
     criterion = torch.nn.CrossEntropyLoss()
-    images = torch.randn(case.batch_size, 3, case.image_size, case.image_size, device=device)
+    images = torch.randn(case.batch_size, 3, case.image_height, case.image_width, device=device)
     images = images.contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, 1000, (case.batch_size,), device=device)
     batches = (real_batches(case, process.rank, process.world_size, process.cuda)
@@ -81,6 +81,12 @@ class SkippingBrokenFiles(torch.utils.data.Dataset):
         raise SystemExit("no file of the data set can be read as an image")
 
 
+def one_torch_thread(_worker):
+    """A DataLoader worker's start. Module-level, so that processes started by spawn (one per
+    device) can pickle it: a lambda cannot be."""
+    torch.set_num_threads(1)
+
+
 def real_batches(case, rank, world_size, cuda):
     """Endless batches of this rank's shard of the ImageFolder, epoch after epoch."""
     from torch.utils.data import DataLoader, DistributedSampler
@@ -92,7 +98,7 @@ def real_batches(case, rank, world_size, cuda):
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=42, drop_last=True)
     loader = DataLoader(dataset, batch_size=case.batch_size, sampler=sampler, num_workers=case.decode_threads,
                         prefetch_factor=case.prefetch_batches, persistent_workers=True, pin_memory=cuda,
-                        drop_last=True, worker_init_fn=lambda _: torch.set_num_threads(1))
+                        drop_last=True, worker_init_fn=one_torch_thread)
     epoch = 0
     while True:
         sampler.set_epoch(epoch)
