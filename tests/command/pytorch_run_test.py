@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""engine: command with a real peer: examples/pytorch/train_resnet50.py and train_bert.py (Debian's
+"""engine: command with a real peer: examples/pytorch/train_resnet50.py, train_bert.py and train_deeplabv3plus.py (Debian's
 PyTorch 1.13) through `dlbench run` with 1 and 2 processes (gloo), the optimizer they state judged
 against the spec, and failing commands as results with reasons.
 
@@ -105,14 +105,16 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
                             "--classes", "2", "--per-class", "6", "--broken", "1"], check=True, capture_output=True)
             p, status = run(command_run("pytorch-real", RESNET_EXAMPLE, f"""\
   data: {{source: imagefolder, imageSize: 64, path: {images}, decodeThreads: 1}}
-  cases: [{{batchSizePerDevice: 4, precision: fp32}}]
+  matrix: {{gpusPerNode: [1, 2], batchSizePerDevice: [4], precision: [fp32]}}
   methodology: {{warmupSteps: 2, measureSteps: 3, repeats: 2}}
   limits: {{backoffLimit: 0}}
 """), tmp)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        result = status["results"][0]
-        self.assertEqual(result["state"], "Succeeded", result.get("message"))
-        self.assertEqual(len(result["throughput"]["repeats"]), 2)
+        # Two processes as well: their DataLoaders start workers from spawned processes.
+        self.assertEqual(len(status["results"]), 2)
+        for result in status["results"]:
+            self.assertEqual(result["state"], "Succeeded", result.get("message"))
+            self.assertEqual(len(result["throughput"]["repeats"]), 2)
 
     def test_bert_base_with_adamw_on_one_and_two_processes(self):
         with open(os.path.join(SOURCE, "crds", "examples", "pytorch-bert-base.yaml")) as f:
@@ -140,6 +142,45 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
             # The script warmed the rate up as the spec asked, and said so.
             self.assertEqual(r["optimizer"], {"name": "adamw", "learningRate": 0.0001, "momentum": 0.9,
                                               "weightDecay": 0.01, "learningRateWarmupSteps": 3})
+
+    def test_deeplabv3plus_on_synthetic_crops_and_on_cityscapes(self):
+        with open(os.path.join(SOURCE, "crds", "examples", "pytorch-deeplabv3plus.yaml")) as f:
+            example = f.read()
+        with tempfile.TemporaryDirectory() as tmp:
+            # The Cityscapes tree dlbench-worker would read, with a broken pair the script skips as it does.
+            streets = os.path.join(tmp, "cityscapes")
+            subprocess.run([os.path.join(os.path.dirname(DLBENCH), "dlbench-input"), "generate", streets, "--data",
+                            "cityscapes", "--cities", "2", "--per-city", "3", "--width", "96", "--height", "48",
+                            "--broken", "1"], check=True, capture_output=True)
+            # The shipped example, made small enough for two cores (the CPU has no amp).
+            small = (example.replace("imageHeight: 512", "imageHeight: 32").replace("imageWidth: 1024", "imageWidth: 64")
+                     .replace("path: /data/cityscapes", f"path: {streets}")
+                     .replace("decodeThreads: 8", "decodeThreads: 1")
+                     .replace("gpusPerNode: [1, 8]", "gpusPerNode: [1, 2]")
+                     .replace("batchSizePerDevice: [8]", "batchSizePerDevice: [2]")
+                     .replace("precision: [amp]", "precision: [fp32]")
+                     .replace("warmupSteps: 20, measureSteps: 100, repeats: 7",
+                              "warmupSteps: 1, measureSteps: 2, repeats: 2"))
+            self.assertEqual(sum(small.count(t) for t in ("imageHeight: 32", "imageWidth: 64", streets, "decodeThreads: 1",
+                                                          "[1, 2]", "[2]", "[fp32]", "measureSteps: 2,")), 8,
+                             "the example's shape changed; update this test")
+            p, status = run(small, tmp)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            results = {r["case"]["gpusPerNode"]: r for r in status["results"]}
+            self.assertEqual(sorted(results), [1, 2])
+            for devices, r in results.items():
+                self.assertEqual(r["state"], "Succeeded", r.get("message"))
+                self.assertEqual(len(r["throughput"]["repeats"]), 2)
+                self.assertTrue(all(0 < loss < 10 for loss in r["lossAfterRepeats"]), r)
+                # DeepLabV3+'s recipe, 0.007 at a global batch of 16, linearly less at the case's.
+                self.assertEqual(r["optimizer"], {"name": "sgd", "learningRate": 0.007 * 2 * devices / 16,
+                                                  "momentum": 0.9, "weightDecay": 0.0001})
+            # Synthetic height x width crops reach the script as DLBENCH_IMAGE_SIZE=32x64.
+            synthetic = small[:small.index("  data:")] + "  data: {source: synthetic, imageHeight: 32, imageWidth: 64}\n" + \
+                small[small.index("  matrix:"):].replace("gpusPerNode: [1, 2]", "gpusPerNode: [1]")
+            p, status = run(synthetic, tmp)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(status["results"][0]["state"], "Succeeded", status["results"][0].get("message"))
 
     def test_the_scripts_warm_the_rate_up_by_applied_updates(self):
         """dlbench_torch.Optimizer's rates, update by update, as dlbench-worker's warmed_up_rate: t / N
