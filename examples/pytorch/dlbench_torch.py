@@ -27,7 +27,8 @@ import torch.distributed as dist
 
 from dlbench_markers import Case, fact, loss, step, unsupported
 
-__all__ = ["Process", "launch", "Optimizer", "optimizer_for", "why_unsupported"]
+__all__ = ["Process", "launch", "Optimizer", "optimizer_for", "why_unsupported", "SkippingUnreadable",
+           "endless_batches"]
 
 
 def launch(train):
@@ -208,3 +209,50 @@ def optimizer_for(case, model, process):
     if process.reporter:
         optimizer.report()
     return optimizer
+
+
+class SkippingUnreadable(torch.utils.data.Dataset):
+    """A sample whose file PIL cannot read gives its place to the next one, as in dlbench-worker's
+    pipeline (torchvision alone would end the run with the first broken file)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        for attempt in range(len(self.dataset)):
+            try:
+                return self.dataset[(index + attempt) % len(self.dataset)]
+            except OSError:  # PIL's UnidentifiedImageError and truncated files are OSErrors
+                continue
+        raise SystemExit("no sample of the data set can be read")
+
+
+def _one_torch_thread(_worker):
+    # A DataLoader worker's start, module-level: processes started by spawn (one per device) pickle
+    # it, which they cannot do with a lambda.
+    torch.set_num_threads(1)
+
+
+def endless_batches(dataset, case, process):
+    """Endless batches of this process's shard of `dataset`, epoch after epoch: a DistributedSampler
+    (seed 42, reshuffled each epoch), DLBENCH_DECODE_THREADS loader processes at one torch thread
+    each, DLBENCH_PREFETCH_BATCHES batches ahead of the step."""
+    from torch.utils.data import DataLoader, DistributedSampler
+    sampler = DistributedSampler(dataset, num_replicas=process.world_size, rank=process.rank, shuffle=True, seed=42,
+                                 drop_last=True)
+    loader = DataLoader(dataset, batch_size=case.batch_size, sampler=sampler, num_workers=case.decode_threads,
+                        prefetch_factor=case.prefetch_batches, persistent_workers=True, pin_memory=process.cuda,
+                        drop_last=True, worker_init_fn=_one_torch_thread)
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        yielded = False
+        for batch in loader:
+            yielded = True
+            yield batch
+        if not yielded:
+            raise SystemExit(f"{case.data_path}: fewer than {case.batch_size} samples per rank, no full batch")
+        epoch += 1

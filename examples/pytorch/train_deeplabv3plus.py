@@ -17,48 +17,13 @@ It prints "@dlbench step <global samples>" after every step. One command per nod
 
 Processes, devices, precisions and optimizers as dlbench_torch.py describes.
 """
-import functools
-import glob
-import os
-import random
 import sys
 
-import numpy as np
 import torch
-import torch.nn.functional as F
-import torchvision
 from torch import nn
-from torchvision.models._utils import IntermediateLayerGetter
-from torchvision.models.segmentation.deeplabv3 import ASPP
 
-from dlbench_torch import launch, optimizer_for
-
-CLASSES = 19
-IGNORED = 255
-# cityscapesScripts' labels.py: label id -> training id; every other id is ignored.
-TRAIN_IDS = {7: 0, 8: 1, 11: 2, 12: 3, 13: 4, 17: 5, 19: 6, 20: 7, 21: 8, 22: 9, 23: 10, 24: 11, 25: 12, 26: 13,
-             27: 14, 28: 15, 31: 16, 32: 17, 33: 18}
-
-
-class DeepLabV3Plus(nn.Module):
-    def __init__(self, num_classes=CLASSES, rates=(6, 12, 18)):
-        super().__init__()
-        resnet = torchvision.models.resnet50(replace_stride_with_dilation=[False, False, True])
-        self.backbone = IntermediateLayerGetter(resnet, {"layer1": "low_level", "layer4": "out"})
-        self.aspp = ASPP(2048, list(rates), 256)
-        self.project = nn.Sequential(nn.Conv2d(256, 48, 1, bias=False), nn.BatchNorm2d(48), nn.ReLU())
-        self.classifier = nn.Sequential(
-            nn.Conv2d(304, 256, 3, padding=1, bias=False), nn.BatchNorm2d(256), nn.ReLU(),
-            nn.Conv2d(256, 256, 3, padding=1, bias=False), nn.BatchNorm2d(256), nn.ReLU(),
-            nn.Conv2d(256, num_classes, 1))
-
-    def forward(self, x):
-        features = self.backbone(x)
-        low_level = features["low_level"]
-        encoded = F.interpolate(self.aspp(features["out"]), size=low_level.shape[-2:], mode="bilinear",
-                                align_corners=False)
-        logits = self.classifier(torch.cat([encoded, self.project(low_level)], dim=1))
-        return F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
+from deeplabv3plus import CLASSES, IGNORED, CityscapesTrain, DeepLabV3Plus, cityscapes_pairs
+from dlbench_torch import SkippingUnreadable, endless_batches, launch, optimizer_for
 
 
 def main():
@@ -77,7 +42,8 @@ def train(case, process):
     images = torch.randn(case.batch_size, 3, case.image_height, case.image_width, device=device)
     labels = torch.randint(0, CLASSES + 1, (case.batch_size, case.image_height, case.image_width), device=device)
     labels[labels == CLASSES] = IGNORED  # about 1 in 20
-    batches = (real_batches(case, process.rank, process.world_size, process.cuda)
+    batches = (endless_batches(SkippingUnreadable(CityscapesTrain(cityscapes_pairs(case.data_path), case.image_height,
+                                                                  case.image_width)), case, process)
                if case.data_source == "cityscapes" else None)
 
     half = {"amp": torch.float16, "bf16": torch.bfloat16}.get(case.precision)
@@ -102,88 +68,6 @@ def train(case, process):
         return loss
 
     process.run_steps(case, train_step)
-
-
-def cityscapes_pairs(root):
-    """leftImg8bit/train's images with their gtFine/train labelIds, sorted, as dlbench-worker pairs them."""
-    pairs = []
-    for image in sorted(glob.glob(os.path.join(root, "leftImg8bit", "train", "*", "*_leftImg8bit.png"))):
-        city, name = os.path.basename(os.path.dirname(image)), os.path.basename(image)
-        labels = os.path.join(root, "gtFine", "train", city, name[:-len("_leftImg8bit.png")] + "_gtFine_labelIds.png")
-        if os.path.isfile(labels):
-            pairs.append((image, labels))
-    if not pairs:
-        raise SystemExit(f"{root}: no leftImg8bit/train image with its gtFine/train labelIds")
-    return pairs
-
-
-class CityscapesTrain(torch.utils.data.Dataset):
-    """torchvision's references/segmentation training transforms on PIL images, with crops of
-    height x width; a pair PIL cannot read gives its place to the next one, as in dlbench-worker."""
-
-    def __init__(self, pairs, height, width):
-        self.pairs, self.crop = pairs, (height, width)
-        self.train_ids = np.full(256, IGNORED, dtype=np.int64)
-        for label_id, train_id in TRAIN_IDS.items():
-            self.train_ids[label_id] = train_id
-
-    def __len__(self):
-        return len(self.pairs)
-
-    def __getitem__(self, index):
-        for attempt in range(len(self.pairs)):
-            try:
-                return self.sample(*self.pairs[(index + attempt) % len(self.pairs)])
-            except OSError:  # PIL's UnidentifiedImageError and truncated files are OSErrors
-                continue
-        raise SystemExit("no pair of the data set can be read")
-
-    def sample(self, image_path, label_path):
-        from PIL import Image
-        from torchvision.transforms import InterpolationMode
-        from torchvision.transforms import functional as TF
-        image, target = Image.open(image_path).convert("RGB"), Image.open(label_path)
-        size = random.randint(int(0.5 * min(image.size)), int(2.0 * min(image.size)))
-        image = TF.resize(image, size)
-        target = TF.resize(target, size, interpolation=InterpolationMode.NEAREST)
-        if random.random() < 0.5:
-            image, target = TF.hflip(image), TF.hflip(target)
-        height, width = self.crop
-        pad_h, pad_w = max(height - image.size[1], 0), max(width - image.size[0], 0)
-        if pad_h or pad_w:
-            image = TF.pad(image, [0, 0, pad_w, pad_h], fill=0)
-            target = TF.pad(target, [0, 0, pad_w, pad_h], fill=IGNORED)
-        top, left = random.randint(0, image.size[1] - height), random.randint(0, image.size[0] - width)
-        image, target = TF.crop(image, top, left, height, width), TF.crop(target, top, left, height, width)
-        pixels = TF.normalize(TF.to_tensor(image), [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
-        return pixels, torch.from_numpy(self.train_ids[np.asarray(target, dtype=np.uint8)])
-
-
-def start_loader_worker(rank, worker):
-    """A DataLoader worker: one torch thread, and its own draws. Module-level, so that processes
-    started by spawn (one per device) can pickle it."""
-    torch.set_num_threads(1)
-    random.seed(42 + 1000 * rank + worker)
-
-
-def real_batches(case, rank, world_size, cuda):
-    """Endless batches of this rank's shard of Cityscapes' training pairs, epoch after epoch."""
-    from torch.utils.data import DataLoader, DistributedSampler
-    dataset = CityscapesTrain(cityscapes_pairs(case.data_path), case.image_height, case.image_width)
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=42, drop_last=True)
-    loader = DataLoader(dataset, batch_size=case.batch_size, sampler=sampler, num_workers=case.decode_threads,
-                        prefetch_factor=case.prefetch_batches, persistent_workers=True, pin_memory=cuda,
-                        drop_last=True, worker_init_fn=functools.partial(start_loader_worker, rank))
-    epoch = 0
-    while True:
-        sampler.set_epoch(epoch)
-        yielded = False
-        for batch in loader:
-            yielded = True
-            yield batch
-        if not yielded:
-            raise SystemExit(f"{case.data_path}: fewer than {case.batch_size} pairs per rank, no full batch")
-        epoch += 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import sys
 import torch
 import torchvision
 
-from dlbench_torch import launch, optimizer_for
+from dlbench_torch import SkippingUnreadable, endless_batches, launch, optimizer_for
 
 
 def main():
@@ -37,8 +37,7 @@ def train(case, process):
     images = torch.randn(case.batch_size, 3, case.image_height, case.image_width, device=device)
     images = images.contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, 1000, (case.batch_size,), device=device)
-    batches = (real_batches(case, process.rank, process.world_size, process.cuda)
-               if case.data_source == "imagefolder" else None)
+    batches = real_batches(case, process) if case.data_source == "imagefolder" else None
 
     half = {"amp": torch.float16, "bf16": torch.bfloat16}.get(case.precision)
     scaler = torch.cuda.amp.GradScaler() if case.precision == "amp" else None
@@ -62,53 +61,13 @@ def train(case, process):
     process.run_steps(case, train_step)
 
 
-class SkippingBrokenFiles(torch.utils.data.Dataset):
-    """A file PIL cannot read gives its place to the next one, as in dlbench-worker's pipeline
-    (torchvision alone would end the run with the first broken JPEG)."""
-
-    def __init__(self, dataset):
-        self.dataset = dataset
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def __getitem__(self, index):
-        for attempt in range(len(self.dataset)):
-            try:
-                return self.dataset[(index + attempt) % len(self.dataset)]
-            except OSError:  # PIL's UnidentifiedImageError and truncated files are OSErrors
-                continue
-        raise SystemExit("no file of the data set can be read as an image")
-
-
-def one_torch_thread(_worker):
-    """A DataLoader worker's start. Module-level, so that processes started by spawn (one per
-    device) can pickle it: a lambda cannot be."""
-    torch.set_num_threads(1)
-
-
-def real_batches(case, rank, world_size, cuda):
-    """Endless batches of this rank's shard of the ImageFolder, epoch after epoch."""
-    from torch.utils.data import DataLoader, DistributedSampler
+def real_batches(case, process):
+    """Endless batches of this process's shard of the ImageFolder."""
     from torchvision import transforms
     transform = transforms.Compose([transforms.RandomResizedCrop(case.image_size), transforms.RandomHorizontalFlip(),
                                     transforms.ToTensor(),
                                     transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
-    dataset = SkippingBrokenFiles(torchvision.datasets.ImageFolder(case.data_path, transform))
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=42, drop_last=True)
-    loader = DataLoader(dataset, batch_size=case.batch_size, sampler=sampler, num_workers=case.decode_threads,
-                        prefetch_factor=case.prefetch_batches, persistent_workers=True, pin_memory=cuda,
-                        drop_last=True, worker_init_fn=one_torch_thread)
-    epoch = 0
-    while True:
-        sampler.set_epoch(epoch)
-        yielded = False
-        for batch in loader:
-            yielded = True
-            yield batch
-        if not yielded:
-            raise SystemExit(f"{case.data_path}: fewer than {case.batch_size} images per rank, no full batch")
-        epoch += 1
+    return endless_batches(SkippingUnreadable(torchvision.datasets.ImageFolder(case.data_path, transform)), case, process)
 
 
 if __name__ == "__main__":

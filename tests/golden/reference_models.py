@@ -1,11 +1,8 @@
 """Reference networks for dlbench's models that torchvision does not ship whole, assembled from
 torchvision's own parts (Debian's python3-torchvision 0.14).
 
-DeepLabV3+ (Chen et al., 2018) with a ResNet-50 backbone: torchvision's resnet50 with layer4
-dilated (output stride 16), torchvision's ASPP with rates 6/12/18, the paper's decoder (layer1's
-features projected to 48 channels, concatenated with the ASPP output upsampled to their size, two
-3x3 convolutions of 256, a 1x1 convolution to the classes) and bilinear upsampling to the input.
-Module names are dlbench's parameter names.
+DeepLabV3+ is examples/pytorch/deeplabv3plus.py's, the network the PyTorch example trains under
+engine: command (one definition: the golden tests check it against dlbench-worker's).
 
 BERT for pretraining (Devlin et al., 2019) in plain PyTorch, with HuggingFace's BertForPreTraining
 module names: post-LayerNorm encoder layers with erf GELU, the masked-LM head (transform, then the
@@ -14,37 +11,15 @@ the next-sentence classifier on the first token. Initialised as BERT is: N(0, 0.
 embeddings, zero biases, LayerNorm 1 and 0.
 """
 import math
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import nn
-from torchvision.models._utils import IntermediateLayerGetter
-from torchvision.models.segmentation.deeplabv3 import ASPP
 
-CITYSCAPES_CLASSES = 19
-IGNORE_LABEL = 255
-
-
-class DeepLabV3Plus(nn.Module):
-    def __init__(self, num_classes=CITYSCAPES_CLASSES, rates=(6, 12, 18)):
-        super().__init__()
-        resnet = torchvision.models.resnet50(replace_stride_with_dilation=[False, False, True])
-        self.backbone = IntermediateLayerGetter(resnet, {"layer1": "low_level", "layer4": "out"})
-        self.aspp = ASPP(2048, list(rates), 256)
-        self.project = nn.Sequential(nn.Conv2d(256, 48, 1, bias=False), nn.BatchNorm2d(48), nn.ReLU())
-        self.classifier = nn.Sequential(
-            nn.Conv2d(304, 256, 3, padding=1, bias=False), nn.BatchNorm2d(256), nn.ReLU(),
-            nn.Conv2d(256, 256, 3, padding=1, bias=False), nn.BatchNorm2d(256), nn.ReLU(),
-            nn.Conv2d(256, num_classes, 1))
-
-    def forward(self, x):
-        features = self.backbone(x)
-        low_level = features["low_level"]
-        encoded = F.interpolate(self.aspp(features["out"]), size=low_level.shape[-2:], mode="bilinear",
-                                align_corners=False)
-        logits = self.classifier(torch.cat([encoded, self.project(low_level)], dim=1))
-        return F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "pytorch"))
+from deeplabv3plus import CLASSES as CITYSCAPES_CLASSES, IGNORED as IGNORE_LABEL, DeepLabV3Plus  # noqa: E402,F401
 
 
 class BertConfig:
