@@ -5,8 +5,10 @@ never a crash, a hang or a blow-up.
 
 The corpus: YAML and JSON syntax errors, alias cycles and alias bombs, deep nesting, huge and tiny
 numbers, invalid UTF-8, control characters and NUL, binary garbage, empty and enormous files,
-wrong types at the top, tags, and hostile worker flags. Targets: `dlbench validate -f`,
-`dlbench run -f`, `dlbench report`, and `dlbench-worker` flags.
+wrong types at the top, tags, hostile worker flags, and hostile Cityscapes trees (PNG headers that
+claim 30000 x 30000 pixels, truncated and mislabelled files, labels of another size). Targets:
+`dlbench validate -f`, `dlbench run -f`, `dlbench report`, `dlbench-worker` flags and
+`dlbench-input measure --data cityscapes`.
 
 Bounds (core/include/dlbench/core/yaml.hpp documents the limits that keep them): at most
 2 s of CPU time per input, and a peak RSS at most 256 MiB above what the program takes to start
@@ -132,6 +134,34 @@ WORKER_FLAGS = [
 ]
 
 
+def png(width, height, colour, rows=b""):
+    """A PNG whose header says width x height (colour type 2: RGB, 0: grey) and whose data is `rows`
+    compressed, whatever their size: checksums right, so that only the claim is hostile."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, colour, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def small_png(width, height, colour):
+    channels = 3 if colour == 2 else 1
+    return png(width, height, colour, (b"\x00" + b"\x40" * (width * channels)) * height)
+
+
+# Cityscapes trees of one pair each: (image bytes, label bytes), the trouble named by the pair.
+CITYSCAPES_TREES = {
+    "image-bomb": (png(30000, 30000, 2), small_png(30000, 30000, 0)),
+    "label-bomb": (small_png(16, 16, 2), png(30000, 30000, 0)),
+    "truncated": (small_png(64, 64, 2)[:60], small_png(64, 64, 0)),
+    "other-size": (small_png(16, 16, 2), small_png(17, 16, 0)),
+    "jpeg-named-png": (b"\xff\xd8\xff\xe0" + b"\x00" * 64, small_png(16, 16, 0)),
+    "colour-label": (small_png(16, 16, 2), small_png(16, 16, 2)),
+}
+
+
 def run_bounded(argv, cwd):
     """Runs argv; returns (exit code or -signal, stderr text, CPU seconds, peak RSS MiB, wall seconds)."""
     err_path = os.path.join(cwd, "stderr.txt")
@@ -188,12 +218,13 @@ def main():
         return runner()
     bounded = Runner()  # before the corpus exists: its own footprint stays small
     dlbench, worker = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    inputs = os.path.join(os.path.dirname(worker), "dlbench-input")
     # A runaway allocation must fail inside the test, not take the machine down.
     data_limit = 1 << 30
     failures, checked = [], 0
     worst_cpu = worst_rss = 0.0
     with tempfile.TemporaryDirectory() as tmp:
-        baseline = {program: bounded.run([program, "--help"], tmp)[3] for program in (dlbench, worker)}
+        baseline = {program: bounded.run([program, "--help"], tmp)[3] for program in (dlbench, worker, inputs)}
         print(f"peak RSS to start: dlbench {baseline[dlbench]:.0f} MiB, dlbench-worker {baseline[worker]:.0f} MiB")
 
         def check(label, argv, must_mention):
@@ -233,6 +264,16 @@ def main():
             check(f"report {name}", [dlbench, "report", name], name)
         check("validate a directory", [dlbench, "validate", "-f", tmp], tmp)
         check("validate a missing file", [dlbench, "validate", "-f", os.path.join(tmp, "missing.yaml")], "missing.yaml")
+        for trouble, (image, label) in CITYSCAPES_TREES.items():
+            root = os.path.join(tmp, "cityscapes-" + trouble)
+            for folder, name, content in (("leftImg8bit", f"{trouble}_leftImg8bit.png", image),
+                                          ("gtFine", f"{trouble}_gtFine_labelIds.png", label)):
+                os.makedirs(os.path.join(root, folder, "train", "city"), exist_ok=True)
+                with open(os.path.join(root, folder, "train", "city", name), "wb") as f:
+                    f.write(content)
+            check(f"cityscapes {trouble}", [inputs, "measure", root, "--data", "cityscapes", "--batch-size", "1",
+                                            "--batches", "1", "--crop-height", "8", "--crop-width", "8"],
+                  f"{trouble}_leftImg8bit.png")
         for flags in WORKER_FLAGS:
             named = flags[0].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
             named = named if "\ufffd" not in named else "unknown option"

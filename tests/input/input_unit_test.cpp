@@ -158,6 +158,11 @@ TEST(Png, DecodesWhatItWroteAndRefusesColourLabels) {
   bytes.resize(bytes.size() / 2);
   EXPECT_FALSE(decoder.decode(bytes, PngPixels::grey8, w, h, why));
   EXPECT_FALSE(why.empty());
+  // A header larger than the decoder takes is refused before any pixel is allocated.
+  PngDecoder small(7 * 5 - 1);
+  ASSERT_TRUE(read_file((dir / "rgb.png").string(), bytes, why));
+  EXPECT_FALSE(small.decode(bytes, PngPixels::rgb8, w, h, why));
+  EXPECT_EQ(why, "is 7 x 5 pixels, more than the 34 a sample may have");
   const std::vector<std::uint8_t> junk{'n', 'o', 't'};
   EXPECT_FALSE(decoder.decode(junk, PngPixels::rgb8, w, h, why));
   EXPECT_EQ(why, "not a PNG file");

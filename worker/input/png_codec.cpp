@@ -39,13 +39,19 @@ void read_bytes(png_structp png, png_bytep out, png_size_t count) {
 
 // The part between setjmp and the last libpng call holds only trivially destructible locals, so
 // the longjmp of an error skips no destructor.
-bool decode_rows(png_structp png, png_infop info, PngPixels want, std::vector<std::uint8_t>& pixels,
-                 std::vector<std::uint8_t*>& rows, int& width, int& height, ErrorText& error) {
+bool decode_rows(png_structp png, png_infop info, PngPixels want, std::uint64_t max_pixels,
+                 std::vector<std::uint8_t>& pixels, std::vector<std::uint8_t*>& rows, int& width, int& height,
+                 ErrorText& error) {
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_user_limits(png, kMaxSide, kMaxSide);
   png_read_info(png, info);
   const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   const int depth = png_get_bit_depth(png, info), colour = png_get_color_type(png, info);
+  if (std::uint64_t{w} * h > max_pixels) {
+    std::snprintf(error.text, sizeof error.text, "is %u x %u pixels, more than the %llu a sample may have", w, h,
+                  static_cast<unsigned long long>(max_pixels));
+    return false;
+  }
   if (depth == 16) {
     std::snprintf(error.text, sizeof error.text, "16-bit PNG (8-bit expected)");
     return false;
@@ -102,7 +108,7 @@ bool PngDecoder::decode(std::span<const std::uint8_t> png_bytes, PngPixels want,
   }
   Reader reader{png_bytes, 0};
   png_set_read_fn(png, &reader, read_bytes);
-  const bool ok = decode_rows(png, info, want, pixels_, rows_, width, height, text);
+  const bool ok = decode_rows(png, info, want, max_pixels_, pixels_, rows_, width, height, text);
   png_destroy_read_struct(&png, &info, nullptr);
   if (!ok) error = text.text[0] != '\0' ? text.text : "cannot be decoded as a PNG";
   return ok;

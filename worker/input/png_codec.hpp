@@ -16,15 +16,21 @@ enum class PngPixels {
   grey8,  // 8-bit greyscale only (a label image: its values are ids, never converted)
 };
 
+// The most pixels a PNG may have (8192 × 8192): a damaged or hostile header cannot make a
+// decoding thread allocate more than 192 MiB (RGB).
+inline constexpr std::uint64_t kMaxPngPixels = std::uint64_t{1} << 26;
+
 // One thread's decoder; the pixels stay valid until the next call.
 class PngDecoder {
  public:
-  // False (and why) for a file that is not a PNG, is damaged, is 16-bit, or (grey8) is not
-  // 8-bit greyscale without alpha.
+  explicit PngDecoder(std::uint64_t max_pixels = kMaxPngPixels) : max_pixels_(max_pixels) {}
+  // False (and why) for a file that is not a PNG, is damaged, is 16-bit, has more than
+  // max_pixels, or (grey8) is not 8-bit greyscale without alpha.
   bool decode(std::span<const std::uint8_t> png, PngPixels want, int& width, int& height, std::string& error);
   const std::uint8_t* pixels() const { return pixels_.data(); }
 
  private:
+  std::uint64_t max_pixels_;
   std::vector<std::uint8_t> pixels_;
   std::vector<std::uint8_t*> rows_;
 };
