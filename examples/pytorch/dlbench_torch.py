@@ -16,9 +16,14 @@ PyTorch as in dlbench's own engine and the two engines' figures time the same wo
                        worker/program/case_setup.cpp); lamb: torch.optim has none, so such a case
                        is reported unsupported rather than trained with another optimizer.
 
-Distributed: DistributedDataParallel over NCCL on GPUs, gloo on CPUs. Precision: fp32 (TF32 off),
-tf32 (CUDA), amp (CUDA: fp16 autocast + GradScaler), bf16 (autocast; on the CPU only where oneDNN
-has bfloat16 instructions). What a device cannot run is reported as unsupported.
+    Precision          one training step in the case's precision: fp32 (TF32 off), tf32 (CUDA),
+                       amp (CUDA: fp16 autocast + GradScaler), bf16 (autocast; on the CPU only
+                       where oneDNN has bfloat16 instructions).
+    endless_batches    a sharded DataLoader, epoch after epoch (SkippingUnreadable: a broken
+                       file gives its place to the next, as in dlbench-worker's pipeline).
+
+Distributed: DistributedDataParallel over NCCL on GPUs, gloo on CPUs. What a device cannot run is
+reported as unsupported.
 """
 import os
 
@@ -27,7 +32,7 @@ import torch.distributed as dist
 
 from dlbench_markers import Case, fact, loss, step, unsupported
 
-__all__ = ["Process", "launch", "Optimizer", "optimizer_for", "why_unsupported", "SkippingUnreadable",
+__all__ = ["Process", "launch", "Optimizer", "optimizer_for", "why_unsupported", "Precision", "SkippingUnreadable",
            "endless_batches"]
 
 
@@ -256,3 +261,24 @@ def endless_batches(dataset, case, process):
         if not yielded:
             raise SystemExit(f"{case.data_path}: fewer than {case.batch_size} samples per rank, no full batch")
         epoch += 1
+
+
+class Precision:
+    """One training step in the case's precision: the loss under autocast (fp16 for amp, bf16),
+    its backward scaled by a GradScaler for amp, then the update (which skips a step the scaler
+    found overflowing)."""
+
+    def __init__(self, case, device):
+        self.device_type = device.type
+        self.half = {"amp": torch.float16, "bf16": torch.bfloat16}.get(case.precision)
+        self.scaler = torch.cuda.amp.GradScaler() if case.precision == "amp" else None
+
+    def step(self, model, optimizer, compute_loss):
+        """compute_loss() is the forward and the loss; returns the loss."""
+        optimizer.zero_grad()
+        with torch.autocast(device_type=self.device_type, dtype=self.half or torch.bfloat16,
+                            enabled=self.half is not None):
+            loss = compute_loss()
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        optimizer.step(model, self.scaler)
+        return loss

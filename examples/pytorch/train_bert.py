@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from dlbench_markers import fact, unsupported
-from dlbench_torch import launch, optimizer_for
+from dlbench_torch import Precision, launch, optimizer_for
 
 VOCABULARY = 30522
 
@@ -91,18 +91,15 @@ def train(case, process):
     masked_words = torch.randint(999, VOCABULARY, (batch, predictions), device=device)
     next_sentence = torch.randint(0, 2, (batch,), device=device)
 
-    half = {"amp": torch.float16, "bf16": torch.bfloat16}.get(case.precision)
-    scaler = torch.cuda.amp.GradScaler() if case.precision == "amp" else None
+    precision = Precision(case, device)
+
+    def compute_loss():
+        masked_lm, nsp = model(words, segments, predicted)
+        return (nn.functional.cross_entropy(masked_lm.reshape(-1, VOCABULARY), masked_words.flatten())
+                + nn.functional.cross_entropy(nsp, next_sentence))
 
     def train_step():
-        optimizer.zero_grad()
-        with torch.autocast(device_type=device.type, dtype=half or torch.bfloat16, enabled=half is not None):
-            masked_lm, nsp = model(words, segments, predicted)
-            loss = (nn.functional.cross_entropy(masked_lm.reshape(-1, VOCABULARY), masked_words.flatten())
-                    + nn.functional.cross_entropy(nsp, next_sentence))
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-        optimizer.step(model, scaler)
-        return loss
+        return precision.step(model, optimizer, compute_loss)
 
     process.run_steps(case, train_step)
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from deeplabv3plus import CLASSES, IGNORED, CityscapesTrain, DeepLabV3Plus, cityscapes_pairs
-from dlbench_torch import SkippingUnreadable, endless_batches, launch, optimizer_for
+from dlbench_torch import Precision, SkippingUnreadable, endless_batches, launch, optimizer_for
 
 
 def main():
@@ -46,8 +46,7 @@ def train(case, process):
                                                                   case.image_width)), case, process)
                if case.data_source == "cityscapes" else None)
 
-    half = {"amp": torch.float16, "bf16": torch.bfloat16}.get(case.precision)
-    scaler = torch.cuda.amp.GradScaler() if case.precision == "amp" else None
+    precision = Precision(case, device)
 
     def train_step():
         nonlocal images, labels
@@ -57,15 +56,7 @@ def train(case, process):
             labels = labels.to(device, non_blocking=True)
         if process.cuda:
             images = images.contiguous(memory_format=torch.channels_last)
-        optimizer.zero_grad()
-        if half is not None:
-            with torch.autocast(device_type=device.type, dtype=half):
-                loss = criterion(model(images), labels)
-        else:
-            loss = criterion(model(images), labels)
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-        optimizer.step(model, scaler)
-        return loss
+        return precision.step(model, optimizer, lambda: criterion(model(images), labels))
 
     process.run_steps(case, train_step)
 

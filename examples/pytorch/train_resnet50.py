@@ -21,7 +21,7 @@ import sys
 import torch
 import torchvision
 
-from dlbench_torch import SkippingUnreadable, endless_batches, launch, optimizer_for
+from dlbench_torch import Precision, SkippingUnreadable, endless_batches, launch, optimizer_for
 
 
 def main():
@@ -39,8 +39,7 @@ def train(case, process):
     labels = torch.randint(0, 1000, (case.batch_size,), device=device)
     batches = real_batches(case, process) if case.data_source == "imagefolder" else None
 
-    half = {"amp": torch.float16, "bf16": torch.bfloat16}.get(case.precision)
-    scaler = torch.cuda.amp.GradScaler() if case.precision == "amp" else None
+    precision = Precision(case, device)
 
     def train_step():
         nonlocal images, labels
@@ -48,15 +47,7 @@ def train(case, process):
             images, labels = next(batches)
             images = images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
             labels = labels.to(device, non_blocking=True)
-        optimizer.zero_grad()
-        if half is not None:
-            with torch.autocast(device_type=device.type, dtype=half):
-                loss = criterion(model(images), labels)
-        else:
-            loss = criterion(model(images), labels)
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-        optimizer.step(model, scaler)
-        return loss
+        return precision.step(model, optimizer, lambda: criterion(model(images), labels))
 
     process.run_steps(case, train_step)
 
