@@ -11,14 +11,6 @@ namespace {
 constexpr const char* kImageSuffix = "_leftImg8bit.png";
 constexpr const char* kLabelSuffix = "_gtFine_labelIds.png";
 
-int uniform_int(std::mt19937_64& rng, int lo, int hi_exclusive) {
-  return lo + static_cast<int>(rng() % static_cast<std::uint64_t>(hi_exclusive - lo));
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 struct CityscapesScratch final : SampleScratch {
   SegmentationScratch transform;
 };
@@ -36,10 +28,8 @@ std::int32_t cityscapes_train_id(std::uint8_t label_id) {
 }
 
 CityscapesSet scan_cityscapes(const std::string& root) {
+  require_data_directory(root);
   std::error_code ec;
-  const fs::file_status status = fs::status(root, ec);
-  if (ec || !fs::exists(status)) throw DataUnavailable("data.path " + root + " does not exist on this node");
-  if (!fs::is_directory(status)) throw DataUnavailable("data.path " + root + " is not a directory");
   const fs::path images = fs::path(root) / "leftImg8bit" / "train";
   const fs::path labels = fs::path(root) / "gtFine" / "train";
   for (const fs::path& needed : {images, labels}) {
@@ -65,7 +55,7 @@ CityscapesSet scan_cityscapes(const std::string& root) {
          !ec && it != end; it.increment(ec)) {
       std::error_code file_error;
       const std::string name = it->path().filename().string();
-      if (it->is_regular_file(file_error) && ends_with(name, kImageSuffix)) names.push_back(name);
+      if (it->is_regular_file(file_error) && name.ends_with(kImageSuffix)) names.push_back(name);
     }
     if (ec) throw DataUnavailable("data.path " + (images / city).string() + " cannot be read: " + ec.message());
     std::sort(names.begin(), names.end());
@@ -117,35 +107,26 @@ std::vector<int> nearest_positions(int in_size, int out_size) {
   return positions;
 }
 
-bool png_size(std::span<const std::uint8_t> png, int& width, int& height) {
-  // The signature (8 bytes), then IHDR's length and type (8), then its width and height, big-endian.
-  if (png.size() < 24) return false;
-  const auto read32 = [&](std::size_t at) {
-    return static_cast<std::uint32_t>(png[at]) << 24 | static_cast<std::uint32_t>(png[at + 1]) << 16 |
-           static_cast<std::uint32_t>(png[at + 2]) << 8 | png[at + 3];
-  };
-  const std::uint32_t w = read32(16), h = read32(20);
-  if (w < 1 || h < 1 || w > (1u << 15) || h > (1u << 15)) return false;
-  width = static_cast<int>(w);
-  height = static_cast<int>(h);
-  return true;
-}
-
-bool transform_segmentation(std::span<const std::uint8_t> image_png, std::span<const std::uint8_t> label_png,
-                            const SegmentationDraw& draw, int crop_height, int crop_width, PixelLayout layout,
-                            const Normalizer& normalizer, SegmentationScratch& scratch, float* pixels,
-                            std::int32_t* labels, std::string& error) {
-  int width = 0, height = 0, label_width = 0, label_height = 0;
-  if (!scratch.image_decoder.decode(image_png, PngPixels::rgb8, width, height, error)) return false;
+bool decode_segmentation_pair(std::span<const std::uint8_t> image_png, std::span<const std::uint8_t> label_png,
+                              SegmentationScratch& scratch, std::string& error) {
+  int label_width = 0, label_height = 0;
+  if (!scratch.image_decoder.decode(image_png, PngPixels::rgb8, scratch.width, scratch.height, error)) return false;
   if (!scratch.label_decoder.decode(label_png, PngPixels::grey8, label_width, label_height, error)) {
     error = "its label image: " + error;
     return false;
   }
-  if (label_width != width || label_height != height) {
+  if (label_width != scratch.width || label_height != scratch.height) {
     error = "its label image is " + std::to_string(label_width) + "x" + std::to_string(label_height) +
-            " pixels and the image " + std::to_string(width) + "x" + std::to_string(height);
+            " pixels and the image " + std::to_string(scratch.width) + "x" + std::to_string(scratch.height);
     return false;
   }
+  return true;
+}
+
+bool transform_segmentation(const SegmentationDraw& draw, int crop_height, int crop_width, PixelLayout layout,
+                            const Normalizer& normalizer, SegmentationScratch& scratch, float* pixels,
+                            std::int32_t* labels, std::string& error) {
+  const int width = scratch.width, height = scratch.height;
   const int resized_width = draw.resized_width, resized_height = draw.resized_height;
   if (resized_width < 1 || resized_height < 1 || draw.top < 0 || draw.left < 0 ||
       draw.top > std::max(resized_height, crop_height) - crop_height ||
@@ -208,14 +189,9 @@ bool CityscapesSource::make(std::uint32_t sample, std::mt19937_64& rng, SampleSc
     why = "its label file " + pair.labels + " " + why;
     return false;
   }
-  int width = 0, height = 0;
-  if (!png_size(s.image_bytes, width, height)) {
-    why = "not a PNG file";
-    return false;
-  }
-  const SegmentationDraw draw = draw_segmentation(height, width, crop_height_, crop_width_, rng);
-  return transform_segmentation(s.image_bytes, s.label_bytes, draw, crop_height_, crop_width_, layout_, normalizer_, s,
-                                pixels, labels, why);
+  if (!decode_segmentation_pair(s.image_bytes, s.label_bytes, s, why)) return false;
+  const SegmentationDraw draw = draw_segmentation(s.height, s.width, crop_height_, crop_width_, rng);
+  return transform_segmentation(draw, crop_height_, crop_width_, layout_, normalizer_, s, pixels, labels, why);
 }
 
 }  // namespace dlbench::input

@@ -66,20 +66,22 @@ std::vector<int> nearest_positions(int in_size, int out_size);
 struct SegmentationScratch {
   PngDecoder image_decoder;
   PngDecoder label_decoder;
+  int width = 0, height = 0;  // the pair decode_segmentation_pair decoded last
   BilinearResampler resampler;
   std::vector<std::uint8_t> image_bytes, label_bytes;
   std::vector<std::uint8_t> window, crop;  // RGB8
   std::vector<int> columns, rows;
 };
 
-// The whole sample from its two PNG files' bytes: pixels crop_height × crop_width × 3 floats in
-// `layout`, labels crop_height × crop_width training ids (255: ignored, padding included).
-bool transform_segmentation(std::span<const std::uint8_t> image_png, std::span<const std::uint8_t> label_png,
-                            const SegmentationDraw& draw, int crop_height, int crop_width, PixelLayout layout,
+// Decodes a pair's two PNG files into the scratch; false (and why) for either file, or for a
+// label image of another size than the image.
+bool decode_segmentation_pair(std::span<const std::uint8_t> image_png, std::span<const std::uint8_t> label_png,
+                              SegmentationScratch& scratch, std::string& error);
+// The sample from the pair decoded last and the draws: pixels crop_height × crop_width × 3 floats
+// in `layout`, labels crop_height × crop_width training ids (255: ignored, padding included).
+bool transform_segmentation(const SegmentationDraw& draw, int crop_height, int crop_width, PixelLayout layout,
                             const Normalizer& normalizer, SegmentationScratch& scratch, float* pixels,
                             std::int32_t* labels, std::string& error);
-// The image and label sizes, for the draw (PNG headers are at fixed offsets).
-bool png_size(std::span<const std::uint8_t> png, int& width, int& height);
 
 class CityscapesSource final : public SampleSource {
  public:

@@ -26,11 +26,16 @@ std::uint64_t mix_bits(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-ImageFolder scan_image_folder(const std::string& root) {
+void require_data_directory(const std::string& root) {
   std::error_code ec;
   const fs::file_status status = fs::status(root, ec);
   if (ec || !fs::exists(status)) throw DataUnavailable("data.path " + root + " does not exist on this node");
   if (!fs::is_directory(status)) throw DataUnavailable("data.path " + root + " is not a directory");
+}
+
+ImageFolder scan_image_folder(const std::string& root) {
+  require_data_directory(root);
+  std::error_code ec;
   ImageFolder folder;
   folder.root = root;
   fs::directory_iterator top(root, fs::directory_options::skip_permission_denied, ec);

@@ -31,6 +31,9 @@ struct ImageFolder {
 // Throws DataUnavailable naming the path and what is wrong.
 ImageFolder scan_image_folder(const std::string& root);
 
+// Throws DataUnavailable unless data.path `root` is a directory on this node.
+void require_data_directory(const std::string& root);
+
 // SplitMix64's finaliser: neighbouring inputs (epochs, image positions) to unrelated seeds.
 std::uint64_t mix_bits(std::uint64_t x);
 

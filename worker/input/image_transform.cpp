@@ -16,10 +16,6 @@ double uniform(std::mt19937_64& rng, double lo, double hi) {
   return lo + (hi - lo) * unit;
 }
 
-int uniform_int(std::mt19937_64& rng, int lo, int hi_exclusive) {
-  return lo + static_cast<int>(rng() % static_cast<std::uint64_t>(hi_exclusive - lo));
-}
-
 // Python's round(): halves to even, as torchvision's int(round(x)) rounds.
 int round_half_even(double x) { return static_cast<int>(std::nearbyint(x)); }
 
@@ -30,6 +26,10 @@ std::uint8_t clip8(std::int32_t sum) {
 }
 
 }  // namespace
+
+int uniform_int(std::mt19937_64& rng, int lo, int hi_exclusive) {
+  return lo + static_cast<int>(rng() % static_cast<std::uint64_t>(hi_exclusive - lo));
+}
 
 CropBox random_resized_crop(int image_height, int image_width, std::mt19937_64& rng) {
   constexpr double kMinScale = 0.08, kMaxScale = 1.0;

@@ -22,6 +22,9 @@ struct CropBox {
   int width = 0;
 };
 
+// A whole number in [lo, hi_exclusive): the draws every augmentation makes.
+int uniform_int(std::mt19937_64& rng, int lo, int hi_exclusive);
+
 // RandomResizedCrop.get_params: ten tries at a random area (8 % to 100 %) and aspect ratio
 // (3/4 to 4/3, log-uniform), else the largest centred crop within the ratio.
 CropBox random_resized_crop(int image_height, int image_width, std::mt19937_64& rng);

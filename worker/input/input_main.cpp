@@ -271,8 +271,9 @@ int transform_segmentation_sample(const Args& a) {
   std::vector<float> sample(3 * pixels);
   std::vector<std::int32_t> labels(pixels);
   std::string why;
-  if (!transform_segmentation(read_all(a.positional[0]), read_all(a.positional[1]), draw, crop_height, crop_width,
-                              PixelLayout::nchw, normalizer, scratch, sample.data(), labels.data(), why)) {
+  if (!decode_segmentation_pair(read_all(a.positional[0]), read_all(a.positional[1]), scratch, why) ||
+      !transform_segmentation(draw, crop_height, crop_width, PixelLayout::nchw, normalizer, scratch, sample.data(),
+                              labels.data(), why)) {
     std::cerr << "dlbench-input: " << a.positional[0] << ": " << why << "\n";
     return 1;
   }

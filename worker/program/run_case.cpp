@@ -54,7 +54,6 @@ std::optional<double> peak_resident_bytes() {
 struct RealData {
   input::ImageFolder folder;          // imagefolder
   input::CityscapesSet cityscapes;    // cityscapes
-  long files = 0;                     // samples in the data set
   std::unique_ptr<input::SampleSource> source;
   std::unique_ptr<input::InputPipeline> pipeline;
   std::deque<double> waits;  // each step's, until the methodology reports its time
@@ -248,10 +247,8 @@ class CaseRun {
     try {
       if (o_.data == "cityscapes") {
         real_->cityscapes = input::scan_cityscapes(o_.data_path);
-        real_->files = static_cast<long>(real_->cityscapes.pairs.size());
       } else {
         real_->folder = input::scan_image_folder(o_.data_path);
-        real_->files = static_cast<long>(real_->folder.files.size());
         if (real_->folder.classes.size() > static_cast<std::size_t>(kModelClasses)) {
           error = "data.path " + o_.data_path + " has " + std::to_string(real_->folder.classes.size()) +
                   " class folders; the models have " + std::to_string(kModelClasses) + " outputs";
@@ -454,7 +451,7 @@ class CaseRun {
     report.verdict = input_verdict(report.wait_share);
     report.decode_threads = static_cast<int>(o_.decode_threads);
     report.source = enum_from_string<DataSource>(o_.data).value_or(DataSource::imagefolder);
-    report.files = real_->files;
+    report.files = static_cast<long>(real_->source->samples());
     report.skipped_files = static_cast<long>(worst[3]);
     for (const auto& skipped : real_->pipeline->skipped_examples()) {
       report.skipped_examples.push_back(printable(skipped.path + ": " + skipped.why, 300));
