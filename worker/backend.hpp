@@ -279,11 +279,20 @@ class LayerNormOp {
                         const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
 };
 
+// Where each row's softmax covers only its first columns: row r covers lengths[r / rows_per_length]
+// of them, and the rest get probability 0 (attention over a padded sequence: no key past its real
+// tokens; the lengths are the labels block's, 1 to columns).
+struct RowLengths {
+  const std::int32_t* lengths = nullptr;  // in the backend's memory; null: every row covers every column
+  std::int64_t rows_per_length = 1;
+};
+
 // Softmax over each row's `columns` values (attention probabilities).
 class SoftmaxOp {
  public:
   virtual ~SoftmaxOp() = default;
-  virtual void forward(const Tensor& x, Tensor& y) = 0;
+  virtual void forward(const Tensor& x, Tensor& y, RowLengths lengths) = 0;
+  void forward(const Tensor& x, Tensor& y) { forward(x, y, RowLengths{}); }
   // From the output: dx = y ⊙ (dy − Σ dy ⊙ y) per row.
   virtual void backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
 };
@@ -310,8 +319,12 @@ class SwapAxesOp {
 };
 
 // Multi-head scaled dot-product attention as one op, dropout on the probabilities included
-// (BERT's self-attention; no mask: every token is real): per sequence and head,
-//   context = dropout(softmax(Q Kᵀ / √head_size)) V.
+// (BERT's self-attention): per sequence and head,
+//   context = dropout(softmax(Q Kᵀ / √head_size)) V,
+// the softmax over the sequence's real tokens only where `real_tokens` (one per sequence, 1 to
+// tokens, in the backend's memory) says where its padding starts: BERT's attention mask, whose
+// -10000 added to a padding key's score leaves it e^-10000 = 0 in fp32. Every query row, padding
+// included, attends so.
 // q, k, v, context and their gradients are (sequences · tokens, heads · head_size), row-major, as
 // the projections write them: a head's columns are contiguous and nothing swaps axes. Forward
 // writes `statistics` (fp32, (sequences, heads, tokens)): each query row's log-sum-exp of its
@@ -332,11 +345,20 @@ void require_attention_tensors(const AttentionConfig& config, std::initializer_l
 class AttentionOp {
  public:
   virtual ~AttentionOp() = default;
+  // real_tokens: null when every token is real.
   virtual void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics,
-                       float dropout, std::uint64_t layer_seed) = 0;
+                       float dropout, std::uint64_t layer_seed, const std::int32_t* real_tokens) = 0;
   virtual void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext,
-                        const Tensor& statistics, float dropout, std::uint64_t layer_seed, Tensor& dq, Tensor& dk,
-                        Tensor& dv) = 0;
+                        const Tensor& statistics, float dropout, std::uint64_t layer_seed, const std::int32_t* real_tokens,
+                        Tensor& dq, Tensor& dk, Tensor& dv) = 0;
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float dropout,
+               std::uint64_t layer_seed) {
+    forward(q, k, v, context, statistics, dropout, layer_seed, nullptr);
+  }
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext, const Tensor& statistics,
+                float dropout, std::uint64_t layer_seed, Tensor& dq, Tensor& dk, Tensor& dv) {
+    backward(q, k, v, dcontext, statistics, dropout, layer_seed, nullptr, dq, dk, dv);
+  }
 };
 
 // A contiguous range of the parameters' flat buffers and whether weight decay applies to it
@@ -483,10 +505,11 @@ class Backend {
   // (the loss scale is applied before the gradient is rounded, so small gradients survive fp16).
   // gradient_scale points into this backend's memory (a LossScaleState's scale, read when the op
   // runs, so a replayed graph uses the current one); null means 1.
-  // Logits (N, classes) take one label per sample. Logits (N, classes, H, W), in
-  // activation_layout(), take one label per pixel in (N, H, W) order: the mean is over the pixels
-  // whose label is not kIgnoreLabel (N counts those), and the others get a zero gradient; with
-  // none left the loss is 0, where PyTorch gives NaN.
+  // Logits (N, classes) take one label per sample; a label below 0 (BERT's kNoPrediction) leaves
+  // its row out. Logits (N, classes, H, W), in activation_layout(), take one label per pixel in
+  // (N, H, W) order, and kIgnoreLabel leaves a pixel out. The mean is over the rows not left out
+  // (N counts those), and the others get a zero gradient; with none left the loss is 0, where
+  // PyTorch gives NaN.
   // The step's loss so far (this term's weight · loss, plus the earlier terms' when it adds to
   // them) stays with the backend until last_loss() reads it: reading it on a GPU waits for the
   // device, which a timed loop does once per repeat, not once per step.

@@ -55,7 +55,8 @@ std::vector<float> download(Backend& backend, const float* device, std::int64_t 
 }
 
 void Trainer::setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
-                              const std::function<std::int64_t(const Tensor&)>& label_count_for_output) {
+                              const std::function<std::int64_t(const Tensor&)>& label_count_for_output,
+                              std::int64_t max_predictions) {
   if (const auto why = backend_.cannot_compute(activations)) throw std::invalid_argument(*why);
   std::vector<Parameter*> params;
   network_->collect_parameters(params);
@@ -67,6 +68,7 @@ void Trainer::setup_network(const Shape& input, DType input_dtype, DType activat
   arena_.request(input_);  // the batch lives across steps
   SetupContext setup{backend_, arena_, false};
   setup.compute = activations;
+  setup.max_predictions = max_predictions;
   const Tensor logits = network_->setup(input_, setup);
   label_count_ = label_count_for_output(logits);
   loss_.setup(logits, setup);
@@ -131,7 +133,8 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, Pretrain
       throw std::invalid_argument("network output " + logits.shape.to_string() + " is not (sequences, 2) next-sentence logits");
     }
     return batch.total();
-  });
+  }, batch.max_predictions);
+  context_.real_tokens = static_cast<const std::int32_t*>(labels_storage_.data) + batch.real_tokens();
   std::vector<std::int32_t> tokens, labels;
   synthesize_pretraining_batch(batch, vocabulary, seed ^ (0xD1B54A32D192ED03ull * (data_rank + 1)), tokens, labels);
   backend_.copy_from_host(input_.data, tokens.data(), tokens.size() * sizeof(std::int32_t));
@@ -163,17 +166,24 @@ void synthesize_pretraining_batch(const PretrainingBatchLayout& batch, std::int6
       at(labels, batch.token_types() + s * length + i) = i <= a + 1 ? 0 : 1;
     }
     at(labels, batch.next_sentence_labels() + s) = static_cast<std::int32_t>(rng() & 1u);
+    at(labels, batch.real_tokens() + s) = static_cast<std::int32_t>(length);  // no padding
     // Masked positions: distinct, never a special token, in increasing order.
     candidates.clear();
     for (std::int64_t i = 1; i < length - 1; ++i) {
       if (i != a + 1) candidates.push_back(i);
     }
-    for (std::int64_t k = 0; k < predictions; ++k) {
+    // Slots past the candidates (a short sequence) predict nothing, as padding slots of real data.
+    const auto masked = std::min<std::int64_t>(predictions, static_cast<std::int64_t>(candidates.size()));
+    for (std::int64_t k = 0; k < masked; ++k) {
       const auto pick = std::uniform_int_distribution<std::size_t>(static_cast<std::size_t>(k), candidates.size() - 1)(rng);
       std::swap(candidates[static_cast<std::size_t>(k)], candidates[pick]);
     }
-    std::sort(candidates.begin(), candidates.begin() + predictions);
-    for (std::int64_t k = 0; k < predictions; ++k) {
+    std::sort(candidates.begin(), candidates.begin() + masked);
+    for (std::int64_t k = masked; k < predictions; ++k) {
+      at(labels, batch.masked_rows() + s * predictions + k) = static_cast<std::int32_t>(s * length);
+      at(labels, batch.masked_tokens() + s * predictions + k) = kNoPrediction;
+    }
+    for (std::int64_t k = 0; k < masked; ++k) {
       const std::int64_t position = candidates[static_cast<std::size_t>(k)];
       at(labels, batch.masked_rows() + s * predictions + k) = static_cast<std::int32_t>(s * length + position);
       at(labels, batch.masked_tokens() + s * predictions + k) = ids[position];
@@ -196,6 +206,12 @@ void Trainer::load_batch(const float* pixels, const std::int32_t* labels) {
     const std::vector<std::byte> converted = encode(pixels, static_cast<std::size_t>(input_.numel()), input_.dtype);
     backend_.copy_from_host(input_.data, converted.data(), input_.bytes());
   }
+  backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t));
+}
+
+void Trainer::load_sequences(const std::int32_t* token_ids, const std::int32_t* labels) {
+  if (input_.dtype != DType::int32) throw std::logic_error("load_sequences: this trainer's input is images");
+  backend_.copy_from_host(input_.data, token_ids, input_.bytes());
   backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t));
 }
 

@@ -38,7 +38,8 @@ inline constexpr std::int64_t kMinimumPretrainingTokens = 5;
 // [CLS] A [SEP] B [SEP] over random words (sentence A 1 to tokens − 4 long; token types 0 up to
 // its [SEP], 1 after), P = masked_positions_per_sequence(tokens) distinct masked positions among
 // the words (their tokens become [MASK] 80% of the time, a random word 10%, themselves 10%),
-// and a random next-sentence label. `tokens` is (sequences, tokens) ids, `labels` the block.
+// and a random next-sentence label; no padding (every token real). `tokens` is (sequences, tokens)
+// ids, `labels` the block.
 void synthesize_pretraining_batch(const PretrainingBatchLayout& batch, std::int64_t vocabulary, std::uint64_t seed,
                                   std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& labels);
 
@@ -56,7 +57,8 @@ class Trainer {
   // Pretraining on token sequences (BERT): the network takes int32 (sequences, tokens) token ids
   // and the labels block `batch` describes, and ends in (sequences, 2) next-sentence logits; its
   // masked-LM loss is a term of its own. The synthetic batch is drawn as NVIDIA's and Google's
-  // pretraining data is made, over a `vocabulary` of token ids.
+  // pretraining data is made, over a `vocabulary` of token ids; batch.max_predictions sets the
+  // masked-LM slots per sequence (real data's max_predictions_per_seq).
   Trainer(Backend& backend, std::unique_ptr<Sequential> network, PretrainingBatchLayout batch,
           std::int64_t vocabulary, SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0,
           MemoryReuse reuse = MemoryReuse::lifetime, DType activations = DType::fp32);
@@ -65,6 +67,9 @@ class Trainer {
   // floats, converted to the activations' dtype) and one class index per sample, copied to
   // the device before the next step (one per pixel, (N, H, W) order, for a segmentation network).
   void load_batch(const float* pixels, const std::int32_t* labels);
+  // Replaces a pretraining batch with real data: (sequences, tokens) token ids and the labels block
+  // as PretrainingBatchLayout lays it out, copied to the device before the next step.
+  void load_sequences(const std::int32_t* token_ids, const std::int32_t* labels);
   // The batch the next step trains on, as fp32 pixels in (N, C, H, W) order and class indices
   // (one per sample, or per pixel in (N, H, W) order).
   void copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<std::int32_t>& labels);
@@ -133,7 +138,8 @@ class Trainer {
   // what the network outputs decides the number of labels (label_count_for_output, which
   // throws for an output the trainer cannot train).
   void setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
-                       const std::function<std::int64_t(const Tensor&)>& label_count_for_output);
+                       const std::function<std::int64_t(const Tensor&)>& label_count_for_output,
+                       std::int64_t max_predictions = 0);
   void forward_and_loss();
   void queue_gradients();  // forward, loss, backward, the hook and unscaling; waits for nothing else
   void use_adam_family(AdamWConfig config, bool lamb);

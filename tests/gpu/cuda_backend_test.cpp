@@ -28,6 +28,7 @@
 #include "self_test.hpp"
 #include "swapped_axes.hpp"
 #include "trainer.hpp"
+#include "../worker/padded_batch.hpp"
 #include "../worker/same_state_steps.hpp"
 #include "../worker/scoped_env.hpp"
 
@@ -418,6 +419,22 @@ TEST_F(CudaBackendTest, BilinearResizeAndPerPixelLossMatchTheCpu) {
   EXPECT_LT(dlogits.error(), 1e-5);
 }
 
+// (N, K) logits with masked-LM slots that predict nothing (kNoPrediction): both backends leave
+// those rows out of the mean and give them a zero gradient.
+TEST_F(CudaBackendTest, CrossEntropyLeavesOutRowsWithoutAPredictionAsTheCpuDoes) {
+  const Shape shape(6, 300);
+  auto logits = pair(shape, false, 33), dlogits = zeros(shape, false);
+  const std::vector<std::int32_t> labels{7, kNoPrediction, 255, kNoPrediction, 0, 299};
+  auto gpu_labels = gpu_->allocate(labels.size() * sizeof(std::int32_t));
+  gpu_->copy_from_host(gpu_labels.get(), labels.data(), labels.size() * sizeof(std::int32_t));
+  cpu_->softmax_cross_entropy(logits.cpu(), labels.data(), dlogits.cpu(), nullptr, LossTerm{});
+  const float cpu_loss = cpu_->last_loss();
+  gpu_->softmax_cross_entropy(logits.gpu(), static_cast<const std::int32_t*>(gpu_labels.get()), dlogits.gpu(), nullptr,
+                              LossTerm{});
+  EXPECT_NEAR(gpu_->last_loss(), cpu_loss, 1e-5 * std::fabs(static_cast<double>(cpu_loss)));
+  EXPECT_LT(dlogits.error(), 1e-5);
+}
+
 // Ten ResNet-50 steps, each started from the CPU's weights and momentum (same_state_steps.hpp
 // says why not a free-running trajectory): what the GPU trainer carries from step to step still
 // acts. The loss is a forward from the same weights; the update is the gradient through SGD, and
@@ -663,12 +680,23 @@ void expect_fused_attention_matches_the_cpu(DType dtype, double bound) {
          &dk = both(n, 0, dtype), &dv = both(n, 0, dtype);
     const float p = 0.1f;
     const std::uint64_t seed = 1234;
+    // Without padding, then with the sequences' real tokens (real data's attention mask).
+    std::vector<std::int32_t> real_tokens(static_cast<std::size_t>(shape.sequences));
+    for (std::size_t s = 0; s < real_tokens.size(); ++s) {
+      real_tokens[s] = static_cast<std::int32_t>(std::max<std::int64_t>(1, shape.tokens - static_cast<std::int64_t>(s) * 17));
+    }
+    const auto gpu_real_tokens = gpu.allocate(real_tokens.size() * sizeof(std::int32_t));
+    gpu.copy_from_host(gpu_real_tokens.get(), real_tokens.data(), real_tokens.size() * sizeof(std::int32_t));
+    for (const bool padded : {false, true}) {
+    SCOPED_TRACE(padded ? "padded" : "no padding");
+    const std::int32_t* cpu_tokens = padded ? real_tokens.data() : nullptr;
+    const auto* gpu_tokens = padded ? static_cast<const std::int32_t*>(gpu_real_tokens.get()) : nullptr;
     cpu.begin_step(3);
     gpu.begin_step(3);
-    cpu_op->forward(q.cpu, k.cpu, v.cpu, context.cpu, statistics.cpu, p, seed);
-    gpu_op->forward(q.gpu, k.gpu, v.gpu, context.gpu, statistics.gpu, p, seed);
-    cpu_op->backward(q.cpu, k.cpu, v.cpu, dcontext.cpu, statistics.cpu, p, seed, dq.cpu, dk.cpu, dv.cpu);
-    gpu_op->backward(q.gpu, k.gpu, v.gpu, dcontext.gpu, statistics.gpu, p, seed, dq.gpu, dk.gpu, dv.gpu);
+    cpu_op->forward(q.cpu, k.cpu, v.cpu, context.cpu, statistics.cpu, p, seed, cpu_tokens);
+    gpu_op->forward(q.gpu, k.gpu, v.gpu, context.gpu, statistics.gpu, p, seed, gpu_tokens);
+    cpu_op->backward(q.cpu, k.cpu, v.cpu, dcontext.cpu, statistics.cpu, p, seed, cpu_tokens, dq.cpu, dk.cpu, dv.cpu);
+    gpu_op->backward(q.gpu, k.gpu, v.gpu, dcontext.gpu, statistics.gpu, p, seed, gpu_tokens, dq.gpu, dk.gpu, dv.gpu);
     gpu.synchronize();
     const auto device_values = [&](Both& b) {
       std::vector<float> out(b.host.size());
@@ -686,6 +714,7 @@ void expect_fused_attention_matches_the_cpu(DType dtype, double bound) {
     EXPECT_LT(relative_error(device_values(dq), dq.host), bound) << "dQ";
     EXPECT_LT(relative_error(device_values(dk), dk.host), bound) << "dK";
     EXPECT_LT(relative_error(device_values(dv), dv.host), bound) << "dV";
+    }
   }
 }
 
@@ -711,6 +740,35 @@ TEST_F(CudaBackendTest, BertLossFollowsTheCpuWithAdamW) {
     const float expected = on_cpu.step_and_loss();
     const float actual = on_gpu.step_and_loss();
     EXPECT_NEAR(actual, expected, 1e-4 * std::fabs(static_cast<double>(expected))) << "step " << step;
+  }
+}
+
+// Real data's batches: padded sequences (attention's softmax over each sequence's real tokens, on
+// the composed route and the fused one) and masked-LM slots without a prediction (left out of the
+// loss). The GPU follows the CPU on the same padded batch for ten steps.
+TEST_F(CudaBackendTest, BertOnPaddedSequencesFollowsTheCpu) {
+  const BertConfig config = kTinyBert;
+  const AdamWConfig adamw{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f};
+  const PretrainingBatchLayout layout{8, 32};
+  const std::vector<std::int32_t> real_tokens{32, 5, 17, 31, 9, 32, 24, 12};
+  // The fused kernels run fp16 and bf16 only: that route trains in fp16 against the CPU's fp32.
+  for (const char* route : {"composed", "fused"}) {
+    SCOPED_TRACE(route);
+    const bool fused = std::string(route) == "fused";
+    const ScopedEnv attention("DLBENCH_CUDA_ATTENTION", route);
+    CudaBackend gpu(0, CudaMath::fp32, fused ? DType::fp16 : DType::fp32);
+    Trainer on_cpu(*cpu_, bert_for_pretraining(config), layout, config.vocabulary, SgdConfig{}, 5);
+    Trainer on_gpu(gpu, bert_for_pretraining(config), layout, config.vocabulary, SgdConfig{}, 5, 0,
+                   MemoryReuse::lifetime, fused ? DType::fp16 : DType::fp32);
+    pad_trainer_batch(on_cpu, layout, real_tokens);
+    pad_trainer_batch(on_gpu, layout, real_tokens);
+    on_cpu.use_adamw(adamw);
+    on_gpu.use_adamw(adamw);
+    for (int step = 0; step < 10; ++step) {
+      const float expected = on_cpu.step_and_loss();
+      const float actual = on_gpu.step_and_loss();
+      EXPECT_NEAR(actual, expected, (fused ? 1e-2 : 1e-4) * std::fabs(static_cast<double>(expected))) << "step " << step;
+    }
   }
 }
 

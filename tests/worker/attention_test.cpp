@@ -14,6 +14,7 @@
 #include "cpu/cpu_backend.hpp"
 #include "cpu/vector_exp.hpp"
 #include "models/bert.hpp"
+#include "padded_batch.hpp"
 #include "scoped_env.hpp"
 #include "trainer.hpp"
 
@@ -45,8 +46,9 @@ constexpr std::int64_t kSequences = 2, kTokens = 13, kHeads = 3, kHeadSize = 8;
 constexpr std::int64_t kRows = kSequences * kTokens, kWidth = kHeads * kHeadSize;
 
 // Attention as TransformerEncoderLayer composes it: swaps, batched matmuls, softmax and dropout.
+// real_tokens: each sequence's tokens before its padding (null: none).
 AttentionResult composed(CpuBackend& b, HostTensor& q, HostTensor& k, HostTensor& v, HostTensor& dcontext, float p,
-                         std::uint64_t seed) {
+                         std::uint64_t seed, const std::int32_t* real_tokens = nullptr) {
   const std::int64_t batch = kSequences * kHeads, n = kRows * kWidth, scores = batch * kTokens * kTokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadSize));
   auto to_heads = b.make_swap_axes(Shape(kSequences, kTokens, kHeads, kHeadSize), DType::fp32);
@@ -65,7 +67,7 @@ AttentionResult composed(CpuBackend& b, HostTensor& q, HostTensor& k, HostTensor
   to_heads->run(k.tensor, kh);
   to_heads->run(v.tensor, vh);
   matmul(kTokens, kTokens, kHeadSize, false, true, scale)->run(qh, kh, s);
-  softmax->forward(s, pr);
+  softmax->forward(s, pr, RowLengths{real_tokens, kHeads * kTokens});
   b.dropout_forward(pr, dropped, p, seed);
   matmul(kTokens, kHeadSize, kTokens, false, false, 1.0f)->run(dropped, vh, ch);
   to_tokens->run(ch, context);
@@ -87,14 +89,14 @@ AttentionResult composed(CpuBackend& b, HostTensor& q, HostTensor& k, HostTensor
 }
 
 AttentionResult fused(CpuBackend& b, HostTensor& q, HostTensor& k, HostTensor& v, HostTensor& dcontext, float p,
-                      std::uint64_t seed) {
+                      std::uint64_t seed, const std::int32_t* real_tokens = nullptr) {
   auto op = b.make_fused_attention({kSequences, kTokens, kHeads, kHeadSize, DType::fp32});
   if (!op) throw std::logic_error("DLBENCH_CPU_ATTENTION=fused made no fused op");
   HostTensor context(kRows * kWidth, 0), statistics(kSequences * kHeads * kTokens, 0), dq(kRows * kWidth, 0),
       dk(kRows * kWidth, 0), dv(kRows * kWidth, 0);
-  op->forward(q.tensor, k.tensor, v.tensor, context.tensor, statistics.tensor, p, seed);
-  op->backward(q.tensor, k.tensor, v.tensor, dcontext.tensor, statistics.tensor, p, seed, dq.tensor, dk.tensor,
-               dv.tensor);
+  op->forward(q.tensor, k.tensor, v.tensor, context.tensor, statistics.tensor, p, seed, real_tokens);
+  op->backward(q.tensor, k.tensor, v.tensor, dcontext.tensor, statistics.tensor, p, seed, real_tokens, dq.tensor,
+               dk.tensor, dv.tensor);
   return {context.values, dq.values, dk.values, dv.values};
 }
 
@@ -132,6 +134,88 @@ TEST(FusedAttention, CpuOpMatchesTheComposedOpsWithAndWithoutDropout) {
   with_composed->begin_step(7);
   const AttentionResult before = composed(*with_composed, q, k, v, dcontext, 0.25f, 99);
   EXPECT_NE(next.context, before.context);
+}
+
+// A padded sequence (real data): no query attends to a key past the sequence's real tokens. The
+// fused op and the composed ops (softmax over each row's first columns) agree with and without
+// dropout; the padding's keys and values change no context, and their dK and dV are exactly 0.
+// Measured against attention in fp64 with BERT's additive mask (-10000 on padding scores).
+TEST(FusedAttention, PaddingKeysGetNoAttentionOnEitherRoute) {
+  auto with_fused = backend_with("fused");
+  auto with_composed = backend_with("composed");
+  HostTensor q(kRows * kWidth, 1), k(kRows * kWidth, 2), v(kRows * kWidth, 3), dcontext(kRows * kWidth, 4);
+  const std::vector<std::int32_t> real_tokens{kTokens, 5};  // the second sequence: 8 padding tokens
+  for (const float p : {0.0f, 0.25f}) {
+    for (CpuBackend* b : {with_fused.get(), with_composed.get()}) b->begin_step(3);
+    const AttentionResult want = composed(*with_composed, q, k, v, dcontext, p, 7, real_tokens.data());
+    const AttentionResult got = fused(*with_fused, q, k, v, dcontext, p, 7, real_tokens.data());
+    expect_close(got.context, want.context, "context", p);
+    expect_close(got.dq, want.dq, "dQ", p);
+    expect_close(got.dk, want.dk, "dK", p);
+    expect_close(got.dv, want.dv, "dV", p);
+    const AttentionResult unpadded = fused(*with_fused, q, k, v, dcontext, p, 7);
+    EXPECT_NE(got.context, unpadded.context) << "the padding changed nothing: the mask was not applied";
+  }
+  // fp64 with BERT's additive mask, no dropout: context[s, i, head] = Σ_j softmax_j(q·k/√d − 10000·[j padding]) v_j.
+  with_fused->begin_step(3);
+  const AttentionResult got = fused(*with_fused, q, k, v, dcontext, 0.0f, 7, real_tokens.data());
+  double worst = 0.0;
+  for (std::int64_t s = 0; s < kSequences; ++s) {
+    for (std::int64_t h = 0; h < kHeads; ++h) {
+      for (std::int64_t i = 0; i < kTokens; ++i) {
+        std::vector<double> weights(kTokens);
+        double top = -1e300, sum = 0.0;
+        for (std::int64_t j = 0; j < kTokens; ++j) {
+          double dot = 0.0;
+          for (std::int64_t d = 0; d < kHeadSize; ++d) {
+            dot += static_cast<double>(q.values[static_cast<std::size_t>((s * kTokens + i) * kWidth + h * kHeadSize + d)]) *
+                   static_cast<double>(k.values[static_cast<std::size_t>((s * kTokens + j) * kWidth + h * kHeadSize + d)]);
+          }
+          weights[static_cast<std::size_t>(j)] = dot / std::sqrt(static_cast<double>(kHeadSize)) -
+                                                 (j < real_tokens[static_cast<std::size_t>(s)] ? 0.0 : 10000.0);
+          top = std::max(top, weights[static_cast<std::size_t>(j)]);
+        }
+        for (double& w : weights) sum += w = std::exp(w - top);
+        for (std::int64_t d = 0; d < kHeadSize; ++d) {
+          double context = 0.0;
+          for (std::int64_t j = 0; j < kTokens; ++j) {
+            context += weights[static_cast<std::size_t>(j)] / sum *
+                       static_cast<double>(v.values[static_cast<std::size_t>((s * kTokens + j) * kWidth + h * kHeadSize + d)]);
+          }
+          const std::size_t at = static_cast<std::size_t>((s * kTokens + i) * kWidth + h * kHeadSize + d);
+          worst = std::max(worst, std::fabs(context - static_cast<double>(got.context[at])));
+        }
+      }
+    }
+  }
+  EXPECT_LT(worst, 1e-5);
+  // The padding's keys and values: changing them changes no context; their gradients are 0.
+  HostTensor other_k = k, other_v = v;
+  other_k.tensor.data = other_k.values.data();
+  other_v.tensor.data = other_v.values.data();
+  for (std::int64_t t = real_tokens[1]; t < kTokens; ++t) {
+    for (std::int64_t c = 0; c < kWidth; ++c) {
+      other_k.values[static_cast<std::size_t>((kTokens + t) * kWidth + c)] += 3.0f;
+      other_v.values[static_cast<std::size_t>((kTokens + t) * kWidth + c)] -= 5.0f;
+    }
+  }
+  for (CpuBackend* b : {with_fused.get(), with_composed.get()}) {
+    b->begin_step(3);
+    const AttentionResult moved = b == with_fused.get()
+                                      ? fused(*b, q, other_k, other_v, dcontext, 0.25f, 7, real_tokens.data())
+                                      : composed(*b, q, other_k, other_v, dcontext, 0.25f, 7, real_tokens.data());
+    b->begin_step(3);
+    const AttentionResult before = b == with_fused.get() ? fused(*b, q, k, v, dcontext, 0.25f, 7, real_tokens.data())
+                                                         : composed(*b, q, k, v, dcontext, 0.25f, 7, real_tokens.data());
+    EXPECT_EQ(moved.context, before.context) << b->version_info();
+    for (std::int64_t t = real_tokens[1]; t < kTokens; ++t) {
+      for (std::int64_t c = 0; c < kWidth; ++c) {
+        const auto at = static_cast<std::size_t>((kTokens + t) * kWidth + c);
+        ASSERT_EQ(moved.dk[at], 0.0f) << "token " << t << " " << b->version_info();
+        ASSERT_EQ(moved.dv[at], 0.0f) << "token " << t << " " << b->version_info();
+      }
+    }
+  }
 }
 
 // The bf16 op (fp32 arithmetic on fp32 copies of the heads, where fp32 reads the rows in place)
@@ -249,11 +333,17 @@ std::unique_ptr<Trainer> bert_trainer(CpuBackend& backend, MemoryReuse reuse, DT
 
 // Both routes give BERT the same gradients, dropout on: the fused op's masks are the composed
 // path's, and its recomputed probabilities its kept ones.
+// With padded sequences (real data) as well: both routes mask the same keys.
 TEST(FusedAttention, BertHasTheSameGradientsFusedOrComposed) {
+  for (const bool padded : {false, true}) {
+  SCOPED_TRACE(padded ? "padded" : "no padding");
   auto with_fused = backend_with("fused");
   auto with_composed = backend_with("composed");
   auto fused_bert = bert_trainer(*with_fused, MemoryReuse::lifetime);
   auto composed_bert = bert_trainer(*with_composed, MemoryReuse::lifetime);
+  if (padded) {
+    for (Trainer* t : {fused_bert.get(), composed_bert.get()}) pad_trainer_batch(*t, PretrainingBatchLayout{3, 11}, {11, 6, 3});
+  }
   EXPECT_NEAR(fused_bert->compute_gradients(), composed_bert->compute_gradients(), 1e-5f);
   const auto& a = fused_bert->parameters().parameters();
   const auto& b = composed_bert->parameters().parameters();
@@ -274,6 +364,7 @@ TEST(FusedAttention, BertHasTheSameGradientsFusedOrComposed) {
     composed_loss = composed_bert->step_and_loss();
   }
   EXPECT_NEAR(fused_loss, composed_loss, 1e-4f * composed_loss);
+  }
 }
 
 // The buffers the fused route keeps (the projections' rows, the statistics) are declared for as

@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include "layers/bert_config.hpp"
+
 #include "bilinear_taps.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "layers/auxiliary_classifier.hpp"
@@ -449,6 +451,51 @@ TEST(GradientCheck, TransformerEncoderLayer) {
   const auto make = [&] { return std::make_unique<TransformerEncoderLayer>(config, 1); };
   LayerProbe(make(), Shape(10, 8), 3, 5).check_input_gradient();
   LayerProbe(make(), Shape(10, 8), 4, 5).check_parameter_gradients();
+}
+
+// (N, K) logits with masked-LM slots that predict nothing (kNoPrediction, NVIDIA's padding): the
+// mean over the other rows, as torch.nn.CrossEntropyLoss(ignore_index=-1); zero gradient there,
+// finite differences elsewhere. 255 is a class like any other here (a vocabulary holds it).
+TEST(GradientCheck, SoftmaxCrossEntropyLeavesOutRowsLabelledBelowZero) {
+  CpuBackend backend(1);
+  Arena arena;
+  const std::int64_t classes = 300;
+  Tensor logits = activation(Shape(5, classes), Layout::plain, DType::fp32);
+  arena.request(logits);
+  SetupContext setup{backend, arena, true};
+  SoftmaxCrossEntropy loss;
+  loss.setup(logits, setup);
+  arena.commit(backend);
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (std::int64_t i = 0; i < logits.numel(); ++i) logits.as<float>()[i] = u(rng);
+  const std::vector<std::int32_t> labels{7, kNoPrediction, 255, kNoPrediction, 0};
+  const auto run = [&] { return static_cast<double>(loss_value(loss, logits, labels.data(), backend, LossTerm{})); };
+  // The loss by hand: the mean of -log softmax over rows 0, 2 and 4.
+  double expected = 0.0;
+  for (const std::int64_t row : {0, 2, 4}) {
+    const float* z = logits.as<float>() + row * classes;
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < classes; ++j) sum += std::exp(static_cast<double>(z[j]));
+    expected += std::log(sum) - static_cast<double>(z[labels[static_cast<std::size_t>(row)]]);
+  }
+  EXPECT_NEAR(run(), expected / 3.0, 1e-6);
+  const std::vector<float> analytic(loss.dlogits().as<float>(), loss.dlogits().as<float>() + loss.dlogits().numel());
+  for (const std::int64_t row : {1, 3}) {
+    for (std::int64_t j = 0; j < classes; ++j) ASSERT_EQ(analytic[static_cast<std::size_t>(row * classes + j)], 0.0f) << row;
+  }
+  for (const std::int64_t i : {std::int64_t{7}, 2 * classes + 255, 2 * classes + 1, 4 * classes, 4 * classes + 299}) {
+    float& v = logits.as<float>()[i];
+    const float saved = v;
+    v = saved + 1e-2f;
+    const double plus = run();
+    v = saved - 1e-2f;
+    const double minus = run();
+    v = saved;
+    EXPECT_NEAR((plus - minus) / 2e-2, analytic[static_cast<std::size_t>(i)], 1e-4) << i;
+  }
+  const std::vector<std::int32_t> none(5, kNoPrediction);
+  EXPECT_EQ(loss_value(loss, logits, none.data(), backend, LossTerm{}), 0.0f);
 }
 
 }  // namespace

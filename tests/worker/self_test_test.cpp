@@ -126,12 +126,13 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
    public:
     explicit OffAttention(std::unique_ptr<AttentionOp> op) : op_(std::move(op)) {}
     void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float p,
-                 std::uint64_t seed) override {
-      op_->forward(q, k, v, context, statistics, p, seed);
+                 std::uint64_t seed, const std::int32_t* real_tokens) override {
+      op_->forward(q, k, v, context, statistics, p, seed, real_tokens);
     }
     void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext, const Tensor& statistics,
-                  float p, std::uint64_t seed, Tensor& dq, Tensor& dk, Tensor& dv) override {
-      op_->backward(q, k, v, dcontext, statistics, p, seed, dq, dk, dv);
+                  float p, std::uint64_t seed, const std::int32_t* real_tokens, Tensor& dq, Tensor& dk,
+                  Tensor& dv) override {
+      op_->backward(q, k, v, dcontext, statistics, p, seed, real_tokens, dq, dk, dv);
       if (dk.dtype != DType::fp32) return;
       for (std::int64_t i = 0; i < dk.numel(); ++i) dk.as<float>()[i] *= 1.01f;
     }

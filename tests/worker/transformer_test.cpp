@@ -14,6 +14,7 @@
 #include "cpu/cpu_backend.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
+#include "padded_batch.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
@@ -375,7 +376,47 @@ TEST(Bert, SyntheticBatchIsShapedAsBertsPretrainingData) {
       rows.insert(row);
     }
     EXPECT_EQ(rows.size(), 2u) << "masked positions repeat";
+    EXPECT_EQ(labels[static_cast<std::size_t>(layout.real_tokens() + s)], 12) << "a synthetic sequence has no padding";
   }
+  // Real data's max_predictions_per_seq sets the slots; past a short sequence's candidates they
+  // predict nothing.
+  const PretrainingBatchLayout wide{2, 8, 6};
+  ASSERT_EQ(wide.predictions(), 6);
+  synthesize_pretraining_batch(wide, 40, 9, tokens, labels);
+  ASSERT_EQ(labels.size(), static_cast<std::size_t>(wide.total()));
+  for (std::int64_t s = 0; s < 2; ++s) {
+    int without = 0;
+    for (std::int64_t k = 0; k < 6; ++k) {
+      const std::int32_t label = labels[static_cast<std::size_t>(wide.masked_tokens() + s * 6 + k)];
+      const std::int32_t row = labels[static_cast<std::size_t>(wide.masked_rows() + s * 6 + k)];
+      if (label == kNoPrediction) {
+        ++without;
+        EXPECT_EQ(row, s * 8);
+      }
+    }
+    EXPECT_EQ(without, 1) << "8 tokens leave 5 maskable positions for 6 slots";
+  }
+}
+
+// Padding (real data) leaves the loss as it is whatever the padding's ids are: no real token
+// attends to it, and no prediction reads it. Without the mask, it would not.
+TEST(Bert, PaddingTokensChangeNothingTheLossReads) {
+  CpuBackend backend(1);
+  const BertConfig config = kTinyBert;
+  const PretrainingBatchLayout layout{3, 12};
+  Trainer trainer(backend, bert_for_pretraining(config), layout, config.vocabulary, SgdConfig{}, 5);
+  const std::vector<std::int32_t> real_tokens{12, 7, 5};
+  pad_trainer_batch(trainer, layout, real_tokens, 0);
+  const float with_pad_ids = trainer.loss();
+  pad_trainer_batch(trainer, layout, real_tokens, 17);
+  const float with_other_ids = trainer.loss();
+  EXPECT_EQ(with_pad_ids, with_other_ids);
+  // The same ids past the real tokens, now attended to: the loss moves.
+  std::vector<std::int32_t> tokens, labels;
+  trainer.copy_sequences_to_host(tokens, labels);
+  for (std::int64_t s = 0; s < 3; ++s) labels[static_cast<std::size_t>(layout.real_tokens() + s)] = 12;
+  trainer.load_sequences(tokens.data(), labels.data());
+  EXPECT_GT(std::fabs(trainer.loss() - with_other_ids), 1e-6f);  // small at initialisation, but not 0
 }
 
 // The whole model's gradient by central differences of the step's loss (masked-LM plus
@@ -408,6 +449,41 @@ TEST(GradientCheck, BertForPretrainingWholeModel) {
     }
   }
   EXPECT_EQ(checked, 4 * static_cast<int>(trainer.parameters().parameters().size()));
+}
+
+// The same with padded sequences and slots without a prediction (real data): the masked softmax
+// and the loss that leaves those slots out have the gradient their loss has.
+TEST(GradientCheck, BertForPretrainingWithPaddedSequences) {
+  CpuBackend backend(1);
+  const BertConfig config = kTinyBert;
+  const PretrainingBatchLayout layout{2, 10};
+  Trainer trainer(backend, bert_for_pretraining(config), layout, config.vocabulary, SgdConfig{}, 6);
+  pad_trainer_batch(trainer, layout, {6, 10});
+  std::vector<std::int32_t> tokens, labels;
+  trainer.copy_sequences_to_host(tokens, labels);
+  ASSERT_EQ(labels[static_cast<std::size_t>(layout.real_tokens())], 6);
+  trainer.compute_gradients();
+  std::mt19937_64 rng(12);
+  int checked = 0;
+  for (Parameter* p : trainer.parameters().parameters()) {
+    const std::vector<float> analytic(p->grad.as<float>(), p->grad.as<float>() + p->grad.numel());
+    for (int sample = 0; sample < 3; ++sample) {
+      const auto i = std::uniform_int_distribution<std::int64_t>(0, p->value.numel() - 1)(rng);
+      float& value = p->value.as<float>()[i];
+      const float saved = value;
+      const float epsilon = 1e-2f;
+      value = saved + epsilon;
+      const double plus = trainer.loss();
+      value = saved - epsilon;
+      const double minus = trainer.loss();
+      value = saved;
+      const double numeric = (plus - minus) / (2.0 * static_cast<double>(epsilon));
+      EXPECT_NEAR(numeric, analytic[static_cast<std::size_t>(i)], 2e-3 + 2e-2 * std::fabs(numeric))
+          << p->name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3 * static_cast<int>(trainer.parameters().parameters().size()));
 }
 
 TEST(Training, BertLossFallsOnAFixedBatch) {

@@ -84,7 +84,8 @@ DLBENCH_INLINE float recompute_row(float* p, float* dp, const float* mask, std::
 
 // What a head's row passes are told: its tokens, the scores' scale and dropout's key and threshold.
 struct HeadPass {
-  std::int64_t n;  // tokens
+  std::int64_t n;     // tokens
+  std::int64_t keys;  // the sequence's real tokens: the columns a row's softmax covers (the rest are 0)
   float alpha, keep_scale;
   DropoutKey key;
   std::uint32_t threshold;
@@ -118,7 +119,8 @@ DLBENCH_VECTOR_CLONES void forward_rows(const HeadPass& h, float* scores, float*
   const std::int64_t n = h.n;
   for (std::int64_t i = 0; i < n; ++i) {
     float* row = &scores[i * n];
-    statistics[i] = softmax_row(row, n, h.alpha);
+    statistics[i] = softmax_row(row, h.keys, h.alpha);
+    for (std::int64_t j = h.keys; j < n; ++j) row[j] = 0.0f;
     dropout_row(mask, n, h.key, h.first + static_cast<std::uint64_t>(i * n), h.threshold, h.keep_scale);
 #pragma omp simd
     for (std::int64_t j = 0; j < n; ++j) row[j] *= mask[j];
@@ -133,7 +135,8 @@ DLBENCH_VECTOR_CLONES void backward_rows(const HeadPass& h, const float* statist
     float* p_row = &p[i * n];
     float* dp_row = &dp[i * n];
     dropout_row(mask, n, h.key, h.first + static_cast<std::uint64_t>(i * n), h.threshold, h.keep_scale);
-    const float softmax_dot = recompute_row(p_row, dp_row, mask, n, h.alpha, statistics[i]);  // Σ_j P·dP, dP masked
+    const float softmax_dot = recompute_row(p_row, dp_row, mask, h.keys, h.alpha, statistics[i]);  // Σ_j P·dP, dP masked
+    for (std::int64_t j = h.keys; j < n; ++j) p_row[j] = 0.0f;  // padding keys: P = 0, so dS = 0
 #pragma omp simd
     for (std::int64_t j = 0; j < n; ++j) {
       dp_row[j] = h.alpha * p_row[j] * (dp_row[j] - softmax_dot);
@@ -147,19 +150,21 @@ class CpuFusedAttention final : public AttentionOp {
   CpuFusedAttention(const AttentionConfig& c, const std::uint64_t* step) : c_(c), step_(step) {}
 
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float dropout,
-               std::uint64_t layer_seed) override {
+               std::uint64_t layer_seed, const std::int32_t* real_tokens) override {
     require_attention_tensors(c_, {&q, &k, &v, &context}, statistics);
     with_element_type(c_.dtype, [&]<typename T>(T*) {
-      forward_typed(q.as<T>(), k.as<T>(), v.as<T>(), context.as<T>(), statistics.as<float>(), dropout, layer_seed);
+      forward_typed(q.as<T>(), k.as<T>(), v.as<T>(), context.as<T>(), statistics.as<float>(), dropout, layer_seed,
+                    real_tokens);
     });
   }
 
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext, const Tensor& statistics,
-                float dropout, std::uint64_t layer_seed, Tensor& dq, Tensor& dk, Tensor& dv) override {
+                float dropout, std::uint64_t layer_seed, const std::int32_t* real_tokens, Tensor& dq, Tensor& dk,
+                Tensor& dv) override {
     require_attention_tensors(c_, {&q, &k, &v, &dcontext, &dq, &dk, &dv}, statistics);
     with_element_type(c_.dtype, [&]<typename T>(T*) {
       backward_typed(q.as<T>(), k.as<T>(), v.as<T>(), dcontext.as<T>(), statistics.as<float>(), dropout, layer_seed,
-                     dq.as<T>(), dk.as<T>(), dv.as<T>());
+                     real_tokens, dq.as<T>(), dk.as<T>(), dv.as<T>());
     });
   }
 
@@ -192,8 +197,12 @@ class CpuFusedAttention final : public AttentionOp {
   }
   // What every head's pass of one call shares; `first` is set per head.
   HeadPass head_pass(float dropout, std::uint64_t layer_seed) const {
-    return {c_.tokens, 1.0f / std::sqrt(static_cast<float>(c_.head_size)), 1.0f / (1.0f - dropout),
+    return {c_.tokens, c_.tokens, 1.0f / std::sqrt(static_cast<float>(c_.head_size)), 1.0f / (1.0f - dropout),
             dropout_key(layer_seed, *step_), dropout_threshold(dropout), 0};
+  }
+  // Sequence s's real tokens (all of them without `real_tokens`), within 1 to tokens.
+  std::int64_t keys_of(const std::int32_t* real_tokens, std::int64_t s) const {
+    return real_tokens == nullptr ? c_.tokens : std::clamp<std::int64_t>(real_tokens[s], 1, c_.tokens);
   }
   static void throw_if_failed(const std::atomic<int>& failure, const char* pass) {
     if (failure.load() != dnnl_success) {
@@ -204,7 +213,7 @@ class CpuFusedAttention final : public AttentionOp {
 
   template <typename T>
   void forward_typed(const T* q, const T* k, const T* v, T* context, float* statistics, float dropout,
-                     std::uint64_t layer_seed) const {
+                     std::uint64_t layer_seed, const std::int32_t* real_tokens) const {
     const std::int64_t n = c_.tokens, d = c_.head_size, matrix = n * d;
     const HeadPass call = head_pass(dropout, layer_seed);
     constexpr bool copies = !std::is_same_v<T, float>;
@@ -224,6 +233,7 @@ class CpuFusedAttention final : public AttentionOp {
                          vh = head(v, s, h, copy + 2 * matrix, true), out = head(context, s, h, copy + 3 * matrix, false);
         HeadPass pass = call;
         pass.first = static_cast<std::uint64_t>(sh * n * n);
+        pass.keys = keys_of(real_tokens, s);
         gemm('N', 'T', n, n, d, qh, kh, 0.0f, {scores, n}, failure);  // Q Kᵀ
         forward_rows(pass, scores, statistics + sh * n, mask);
         gemm('N', 'N', n, d, n, {scores, n}, vh, 0.0f, out, failure);  // dropout(P) V
@@ -235,7 +245,7 @@ class CpuFusedAttention final : public AttentionOp {
 
   template <typename T>
   void backward_typed(const T* q, const T* k, const T* v, const T* dcontext, const float* statistics, float dropout,
-                      std::uint64_t layer_seed, T* dq, T* dk, T* dv) const {
+                      std::uint64_t layer_seed, const std::int32_t* real_tokens, T* dq, T* dk, T* dv) const {
     const std::int64_t n = c_.tokens, d = c_.head_size, matrix = n * d;
     const HeadPass call = head_pass(dropout, layer_seed);
     constexpr bool copies = !std::is_same_v<T, float>;
@@ -258,6 +268,7 @@ class CpuFusedAttention final : public AttentionOp {
                          dvh = head(dv, s, h, copy + 6 * matrix, false);
         HeadPass pass = call;
         pass.first = static_cast<std::uint64_t>(sh * n * n);
+        pass.keys = keys_of(real_tokens, s);
         gemm('N', 'T', n, n, d, qh, kh, 0.0f, {p, n}, failure);    // the scores again
         gemm('N', 'T', n, n, d, doh, vh, 0.0f, {dp, n}, failure);  // dP = dContext Vᵀ
         backward_rows(pass, statistics + sh * n, p, dp, mask);      // p: dropout(P), dp: dS

@@ -205,12 +205,11 @@ float softmax_cross_entropy_typed(const Tensor& logits, const std::int32_t* labe
   const std::int64_t k = logits.shape.c(), rows = logits.numel() / k;
   const T* all_z = logits.as<T>();
   T* all_g = dlogits.as<T>();
-  std::int64_t counted = rows;
-  if (per_pixel) {
-    counted = 0;
+  // Left out: a pixel labelled kIgnoreLabel, and any row labelled below 0 (kNoPrediction).
+  const auto ignored = [per_pixel](std::int32_t label) { return label < 0 || (per_pixel && label == kIgnoreLabel); };
+  std::int64_t counted = 0;
 #pragma omp parallel for reduction(+ : counted) schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) counted += labels[r] != kIgnoreLabel ? 1 : 0;
-  }
+  for (std::int64_t r = 0; r < rows; ++r) counted += ignored(labels[r]) ? 0 : 1;
   const double divisor = static_cast<double>(std::max<std::int64_t>(counted, 1));
   double loss = 0.0;
 #pragma omp parallel for reduction(+ : loss) schedule(static)
@@ -218,7 +217,7 @@ float softmax_cross_entropy_typed(const Tensor& logits, const std::int32_t* labe
     const T* z = all_z + r * k;
     T* g = all_g + r * k;
     const std::int32_t label = labels[r];
-    if (per_pixel && label == kIgnoreLabel) {
+    if (ignored(label)) {
       for (std::int64_t j = 0; j < k; ++j) g[j] = from_float<T>(0.0f);
       continue;
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -109,7 +110,8 @@ class CpuLayerNorm final : public LayerNormOp {
 
 class CpuSoftmax final : public SoftmaxOp {
  public:
-  CpuSoftmax(CpuBackend& backend, std::int64_t rows, std::int64_t columns, DType dtype) : b_(backend) {
+  CpuSoftmax(CpuBackend& backend, std::int64_t rows, std::int64_t columns, DType dtype)
+      : b_(backend), rows_(rows), columns_(columns), dtype_(dtype) {
     data_ = row_major({rows, columns}, dtype);
     const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::softmax_forward::primitive_desc(
         dnnl::softmax_forward::desc(dnnl::prop_kind::forward_training, data_, 1), backend.engine()));
@@ -118,9 +120,12 @@ class CpuSoftmax final : public SoftmaxOp {
     forward_ = dnnl::softmax_forward(fwd_pd);
     backward_ = dnnl::softmax_backward(bwd_pd);
   }
-  void forward(const Tensor& x, Tensor& y) override {
+  void forward(const Tensor& x, Tensor& y, RowLengths lengths) override {
     const auto& e = b_.engine();
     forward_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, e, x.data)}, {DNNL_ARG_DST, mem(data_, e, y.data)}});
+    if (lengths.lengths != nullptr) {
+      with_element_type(dtype_, [&]<typename T>(T*) { shorten_rows(x.as<T>(), y.as<T>(), lengths); });
+    }
   }
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
     const auto& e = b_.engine();
@@ -130,7 +135,29 @@ class CpuSoftmax final : public SoftmaxOp {
   }
 
  private:
+  // oneDNN's softmax covers whole rows; a row with fewer columns than that is computed again over
+  // its own (in fp32, as oneDNN's), the others left as they are.
+  template <typename T>
+  void shorten_rows(const T* x, T* y, RowLengths lengths) const {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      const std::int64_t length = std::clamp<std::int64_t>(lengths.lengths[r / lengths.rows_per_length], 1, columns_);
+      if (length == columns_) continue;
+      const T* in = x + r * columns_;
+      T* out = y + r * columns_;
+      float top = -std::numeric_limits<float>::infinity();
+      for (std::int64_t j = 0; j < length; ++j) top = std::max(top, to_float(in[j]));
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < length; ++j) sum += std::exp(to_float(in[j]) - top);
+      for (std::int64_t j = 0; j < columns_; ++j) {
+        out[j] = from_float<T>(j < length ? std::exp(to_float(in[j]) - top) / sum : 0.0f);
+      }
+    }
+  }
+
   CpuBackend& b_;
+  std::int64_t rows_, columns_;
+  DType dtype_;
   memory::desc data_;
   dnnl::softmax_forward forward_;
   dnnl::softmax_backward backward_;

@@ -33,6 +33,7 @@ struct AttentionArgs {
   void* dv;
   float* statistics;             // forward writes it
   const float* saved_statistics;  // backward reads it
+  const std::int32_t* real_tokens;  // per sequence, the keys a row attends to; null: all of them
   int heads, tokens, padded_tokens, head_size, half_stride, score_stride;
   unsigned half_matrix_bytes, score_matrix_bytes;
   float scale, keep_scale;
@@ -40,6 +41,11 @@ struct AttentionArgs {
   std::uint64_t layer_seed;
   const std::uint64_t* step;
 };
+
+// The keys sequence `sequence`'s rows attend to: its real tokens, within 1 to tokens.
+__device__ int real_keys(const AttentionArgs& a, int sequence) {
+  return a.real_tokens == nullptr ? a.tokens : min(max(a.real_tokens[sequence], 1), a.tokens);
+}
 
 // One head's (tokens, head_size) matrix from the rows into shared memory (rows of half_stride),
 // 16 bytes a thread at a time; the padding rows are zeros.
@@ -108,6 +114,7 @@ __global__ void __launch_bounds__(kBlockThreads) attention_forward_kernel(Attent
   float* staging = reinterpret_cast<float*>(shared + 3 * a.half_matrix_bytes + a.score_matrix_bytes) + warp * 256;
   const int head_index = static_cast<int>(blockIdx.x);  // sequence · heads + head
   const int sequence = head_index / a.heads, head = head_index % a.heads;
+  const int keys = real_keys(a, sequence);
   load_head(static_cast<const T*>(a.q), q, a, sequence, head);
   load_head(static_cast<const T*>(a.k), k, a, sequence, head);
   load_head(static_cast<const T*>(a.v), v, a, sequence, head);
@@ -137,7 +144,7 @@ __global__ void __launch_bounds__(kBlockThreads) attention_forward_kernel(Attent
 #pragma unroll
     for (int c = 0; c < kScoresPerLane; ++c) {
       const int j = lane + 32 * c;
-      x[c] = real_row && j < a.tokens ? scores[row * a.score_stride + j] * a.scale : -INFINITY;
+      x[c] = real_row && j < keys ? scores[row * a.score_stride + j] * a.scale : -INFINITY;
       top = fmaxf(top, x[c]);
     }
     top = warp_max(top);
@@ -187,6 +194,7 @@ __global__ void __launch_bounds__(kBlockThreads) attention_backward_kernel(Atten
       reinterpret_cast<float*>(shared + 4 * a.half_matrix_bytes + 2 * a.score_matrix_bytes) + warp * 256;
   const int head_index = static_cast<int>(blockIdx.x);
   const int sequence = head_index / a.heads, head = head_index % a.heads;
+  const int keys = real_keys(a, sequence);
   load_head(static_cast<const T*>(a.q), q, a, sequence, head);
   load_head(static_cast<const T*>(a.k), k, a, sequence, head);
   load_head(static_cast<const T*>(a.v), v, a, sequence, head);
@@ -226,7 +234,7 @@ __global__ void __launch_bounds__(kBlockThreads) attention_backward_kernel(Atten
 #pragma unroll
     for (int c = 0; c < kScoresPerLane; ++c) {
       const int j = lane + 32 * c;
-      const bool valid = real_row && j < a.tokens;
+      const bool valid = real_row && j < keys;
       p[c] = valid ? __expf(scores[row * a.score_stride + j] * a.scale - log_sum) : 0.0f;
       mask[c] = valid && dropout_keeps(key, first + static_cast<std::uint64_t>(j), a.threshold) ? a.keep_scale : 0.0f;
       dp[c] = valid ? dprobabilities[row * a.score_stride + j] * mask[c] : 0.0f;
@@ -295,6 +303,7 @@ AttentionArgs arguments(const FusedAttentionCall& call) {
   a.threshold = dropout_threshold(call.dropout);
   a.layer_seed = call.layer_seed;
   a.step = call.step;
+  a.real_tokens = call.real_tokens;
   return a;
 }
 

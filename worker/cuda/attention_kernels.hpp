@@ -22,6 +22,7 @@ struct FusedAttentionCall {
   float dropout = 0.0f;
   std::uint64_t layer_seed = 0;
   const std::uint64_t* step = nullptr;  // on the device, read when the kernel runs (graph replays)
+  const std::int32_t* real_tokens = nullptr;  // on the device, one per sequence; null: no padding
 };
 
 // Lets the kernels for `dtype` take up to the device's shared memory a block (once per op, before

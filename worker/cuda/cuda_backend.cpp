@@ -684,14 +684,14 @@ void CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t
   // Each row's weighted loss is written on the device and stays there: an eager step and a
   // graph replay alike leave the step's whole loss in loss_rows for last_loss().
   require_dtype("softmax cross-entropy", logits.dtype, {&logits, &dlogits});
+  auto* valid = static_cast<int*>(loss_scratch_.get());
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(valid, 0, sizeof(int), stream_));
   if (per_pixel) {
-    auto* valid = static_cast<int*>(loss_scratch_.get());
-    DLBENCH_CUDA_CHECK(cudaMemsetAsync(valid, 0, sizeof(int), stream_));
     kernels::pixel_softmax_cross_entropy(logits.dtype, logits.data, labels, dlogits.data, loss_rows, valid,
                                          geometry_of(logits.shape, activation_layout()), kIgnoreLabel, gradient_scale, term.weight,
                                          stream_);
   } else {
-    kernels::softmax_cross_entropy(logits.dtype, logits.data, labels, dlogits.data, loss_rows,
+    kernels::softmax_cross_entropy(logits.dtype, logits.data, labels, dlogits.data, loss_rows, valid,
                                    as_int(static_cast<std::int64_t>(rows)), as_int(logits.shape.c()), gradient_scale,
                                    term.weight, stream_);
   }

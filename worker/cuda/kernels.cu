@@ -137,14 +137,21 @@ __global__ void dropout_packs_kernel(const Pack<T>* x, Pack<T>* y, std::int64_t 
 // One block per row; the row's max and sum of exponentials by block reductions, in fp32.
 template <typename T>
 __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t* labels, T* dlogits,
-                                             float* loss_rows, int classes, int rows, const float* gradient_scale,
-                                             float weight) {
+                                             float* loss_rows, const int* valid_count, int classes, int rows,
+                                             const float* gradient_scale, float weight) {
   // The loss scale is read here, not when the step was queued: a replayed graph uses the current one.
-  const float gradient_factor = scale_or_one(gradient_scale) * weight / static_cast<float>(rows);
+  const float valid = static_cast<float>(valid_count[0] > 0 ? valid_count[0] : 1);
+  const float gradient_factor = scale_or_one(gradient_scale) * weight / valid;
   __shared__ float reduce[kThreads];
   const int row = blockIdx.x;
   const T* z = logits + static_cast<std::int64_t>(row) * classes;
   T* g = dlogits + static_cast<std::int64_t>(row) * classes;
+  const int label = labels[row];
+  if (label < 0) {  // left out (kNoPrediction): no loss, no gradient
+    for (int j = threadIdx.x; j < classes; j += blockDim.x) g[j] = store<T>(0.0f);
+    if (threadIdx.x == 0) loss_rows[row] = 0.0f;
+    return;
+  }
 
   float local_max = -INFINITY;
   for (int j = threadIdx.x; j < classes; j += blockDim.x) local_max = fmaxf(local_max, load(z[j]));
@@ -166,18 +173,18 @@ __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t
     __syncthreads();
   }
   const float log_sum = logf(reduce[0]);
-  const int label = labels[row];
   for (int j = threadIdx.x; j < classes; j += blockDim.x) {
     const float probability = expf(load(z[j]) - row_max - log_sum);
     g[j] = store<T>((probability - (j == label ? 1.0f : 0.0f)) * gradient_factor);
   }
-  if (threadIdx.x == 0) loss_rows[row] = weight * (log_sum - (load(z[label]) - row_max));
+  // Scaled so that the mean over all rows is the mean over the rows not left out.
+  if (threadIdx.x == 0) loss_rows[row] = weight * (log_sum - (load(z[label]) - row_max)) * static_cast<float>(rows) / valid;
 }
 
 __global__ void count_valid_labels_kernel(const std::int32_t* labels, std::int64_t n, std::int32_t ignore_label,
                                           int* valid_count) {
   int local = 0;
-  DLBENCH_GRID_STRIDE(i, n) { local += labels[i] != ignore_label ? 1 : 0; }
+  DLBENCH_GRID_STRIDE(i, n) { local += labels[i] >= 0 && labels[i] != ignore_label ? 1 : 0; }
   if (local > 0) atomicAdd(valid_count, local);
 }
 
@@ -197,7 +204,7 @@ __global__ void pixel_softmax_cross_entropy_kernel(const T* logits, const std::i
     const std::int32_t label = labels[i];
     const float valid = static_cast<float>(valid_count[0] > 0 ? valid_count[0] : 1);
     float loss = 0.0f;
-    if (label == ignore_label) {
+    if (label < 0 || label == ignore_label) {
       for (int j = 0; j < classes; ++j) g[j * step] = store<T>(0.0f);
     } else {
       float z_max = -INFINITY;
@@ -430,14 +437,16 @@ void dropout_channels_last(DType dtype, const void* x, void* y, const Activation
   });
 }
 void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* labels, void* dlogits,
-                           float* loss_rows, int rows, int classes, const float* gradient_scale, float weight,
-                           cudaStream_t stream) {
+                           float* loss_rows, int* valid_count, int rows, int classes, const float* gradient_scale,
+                           float weight, cudaStream_t stream) {
   if (rows <= 0) return;
+  DLBENCH_LAUNCH(count_valid_labels_kernel, rows, stream, labels, static_cast<std::int64_t>(rows), std::int32_t{-1},
+                 valid_count);
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
     softmax_cross_entropy_kernel<T><<<rows, kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), labels, static_cast<T*>(dlogits), loss_rows, classes, rows, gradient_scale,
-        weight);
+        static_cast<const T*>(logits), labels, static_cast<T*>(dlogits), loss_rows, valid_count, classes, rows,
+        gradient_scale, weight);
   });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }

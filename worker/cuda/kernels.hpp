@@ -45,15 +45,17 @@ void dropout(DType dtype, const void* x, void* y, std::int64_t n, float p, std::
 // (ActivationGeometry::logical_index), so that NHWC and NCHW drop the same elements.
 void dropout_channels_last(DType dtype, const void* x, void* y, const ActivationGeometry& g, float p,
                            std::uint64_t layer_seed, const std::uint64_t* step, cudaStream_t stream);
-// One block per row: loss_rows[b] = weight · (logsumexp(z_b) - z_b[label_b]); dlogits =
-// (softmax - onehot) · weight · *gradient_scale / rows (on the device; null: 1). Each loss term of
-// a step writes its own rows.
+// One block per row: valid_count[0] (zeroed by the caller) becomes the number of labels not below
+// 0; loss_rows[b] = weight · (logsumexp(z_b) - z_b[label_b]) · rows / valid (0 for a label below
+// 0), so that their mean is the term's loss; dlogits = (softmax - onehot) · weight ·
+// *gradient_scale / valid (on the device; null: 1), 0 for a label below 0. Each loss term of a step
+// writes its own rows.
 void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* labels, void* dlogits,
-                           float* loss_rows, int rows, int classes, const float* gradient_scale, float weight,
-                           cudaStream_t stream);
+                           float* loss_rows, int* valid_count, int rows, int classes, const float* gradient_scale,
+                           float weight, cudaStream_t stream);
 // Per-pixel softmax cross-entropy over (n, classes, pixels) logits (`logits` says their memory
-// order): valid_count[0] (zeroed by the caller) becomes the number of labels that are not
-// `ignore_label`; then loss_pixels[p] = weight · loss_p · n·pixels / valid (0 where ignored), so
+// order): valid_count[0] (zeroed by the caller) becomes the number of labels that are neither
+// `ignore_label` nor below 0; then loss_pixels[p] = weight · loss_p · n·pixels / valid (0 where ignored), so
 // that their mean is the term's loss, and dlogits = (softmax - onehot) · weight · *gradient_scale
 // / valid.
 void pixel_softmax_cross_entropy(DType dtype, const void* logits_data, const std::int32_t* labels, void* dlogits,

@@ -201,20 +201,28 @@ __global__ void layer_norm_backward_parameters_kernel(const T* x, const T* dy, c
   }
 }
 
+// The columns row `row`'s softmax covers: all, or its group's length (1 to columns).
+__device__ int row_length(std::int64_t row, int columns, const std::int32_t* lengths, std::int64_t rows_per_length) {
+  return lengths == nullptr ? columns : min(max(lengths[row / rows_per_length], 1), columns);
+}
+
 // One warp per row: attention rows are short (the sequence length), so no block-wide barriers.
+// Columns past the row's length get probability 0.
 template <typename T>
-__global__ void softmax_forward_kernel(const T* x, T* y, std::int64_t rows, int columns) {
+__global__ void softmax_forward_kernel(const T* x, T* y, std::int64_t rows, int columns, const std::int32_t* lengths,
+                                       std::int64_t rows_per_length) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   DLBENCH_WARP_ROWS(row, rows) {
     const T* in = x + row * columns;
     T* out = y + row * columns;
+    const int length = row_length(row, columns, lengths, rows_per_length);
     float highest = -INFINITY;
-    for (int j = lane; j < columns; j += 32) highest = fmaxf(highest, load(in[j]));
+    for (int j = lane; j < length; j += 32) highest = fmaxf(highest, load(in[j]));
     highest = warp_max(highest);
     float sum = 0.0f;
-    for (int j = lane; j < columns; j += 32) sum += expf(load(in[j]) - highest);
+    for (int j = lane; j < length; j += 32) sum += expf(load(in[j]) - highest);
     const float inverse = 1.0f / warp_sum(sum);
-    for (int j = lane; j < columns; j += 32) out[j] = store<T>(expf(load(in[j]) - highest) * inverse);
+    for (int j = lane; j < columns; j += 32) out[j] = store<T>(j < length ? expf(load(in[j]) - highest) * inverse : 0.0f);
   }
 }
 
@@ -236,24 +244,26 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, std::int
 // 128 tokens are 4): x is read once and each exponential computed once, in the order the loops
 // above use, so the results are the same bits.
 template <typename T, int kPerLane>
-__global__ void softmax_forward_registers_kernel(const T* x, T* y, std::int64_t rows, int columns) {
+__global__ void softmax_forward_registers_kernel(const T* x, T* y, std::int64_t rows, int columns,
+                                                 const std::int32_t* lengths, std::int64_t rows_per_length) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   DLBENCH_WARP_ROWS(row, rows) {
     const T* in = x + row * columns;
     T* out = y + row * columns;
+    const int length = row_length(row, columns, lengths, rows_per_length);
     float v[kPerLane];
     float highest = -INFINITY;
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       const int j = lane + 32 * k;
-      v[k] = j < columns ? load(in[j]) : -INFINITY;
+      v[k] = j < length ? load(in[j]) : -INFINITY;
       highest = fmaxf(highest, v[k]);
     }
     highest = warp_max(highest);
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
-      v[k] = lane + 32 * k < columns ? expf(v[k] - highest) : 0.0f;
+      v[k] = lane + 32 * k < length ? expf(v[k] - highest) : 0.0f;
       sum += v[k];
     }
     const float inverse = 1.0f / warp_sum(sum);
@@ -563,7 +573,8 @@ void layer_norm_backward(DType dtype, const void* x, const void* dy, const float
   }
 }
 
-void softmax_forward(DType dtype, const void* x, void* y, std::int64_t rows, int columns, cudaStream_t stream) {
+void softmax_forward(DType dtype, const void* x, void* y, std::int64_t rows, int columns, const std::int32_t* lengths,
+                     std::int64_t rows_per_length, cudaStream_t stream) {
   if (rows <= 0) return;
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
@@ -571,10 +582,12 @@ void softmax_forward(DType dtype, const void* x, void* y, std::int64_t rows, int
     auto* out = static_cast<T*>(y);
     const unsigned blocks = blocks_for_rows(rows, kThreads / 32);
     const bool in_registers = with_values_per_lane<1, 2, 4, 8, 16>(columns, [&](auto per_lane) {
-      softmax_forward_registers_kernel<T, decltype(per_lane)::value><<<blocks, kThreads, 0, stream>>>(in, out, rows,
-                                                                                                     columns);
+      softmax_forward_registers_kernel<T, decltype(per_lane)::value><<<blocks, kThreads, 0, stream>>>(
+          in, out, rows, columns, lengths, rows_per_length);
     });
-    if (!in_registers) softmax_forward_kernel<T><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns);
+    if (!in_registers) {
+      softmax_forward_kernel<T><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns, lengths, rows_per_length);
+    }
   });
   DLBENCH_CUDA_CHECK(cudaGetLastError());
 }

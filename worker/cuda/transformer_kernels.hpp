@@ -25,8 +25,10 @@ std::size_t layer_norm_backward_scratch_bytes(std::int64_t rows, int features);
 void layer_norm_backward(DType dtype, const void* x, const void* dy, const float* gamma, const float* mean,
                          const float* variance, void* dx, float* dgamma, float* dbeta, std::int64_t rows,
                          int features, float epsilon, float* scratch, cudaStream_t stream);
-// Softmax over each row's `columns` values; backward from the output: dx = y (dy - Σ dy y).
-void softmax_forward(DType dtype, const void* x, void* y, std::int64_t rows, int columns, cudaStream_t stream);
+// Softmax over each row's `columns` values, or over the first lengths[row / rows_per_length] of
+// them (on the device; null: all) with 0 after; backward from the output: dx = y (dy - Σ dy y).
+void softmax_forward(DType dtype, const void* x, void* y, std::int64_t rows, int columns, const std::int32_t* lengths,
+                     std::int64_t rows_per_length, cudaStream_t stream);
 void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t rows, int columns,
                       cudaStream_t stream);
 // GELU with the exact erf, and tanh; backward reads the input.

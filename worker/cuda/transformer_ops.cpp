@@ -83,10 +83,11 @@ class CudaSoftmax final : public SoftmaxOp {
  public:
   CudaSoftmax(CudaBackend& backend, std::int64_t rows, std::int64_t columns, DType dtype)
       : backend_(backend), rows_(rows), columns_(columns), dtype_(dtype) {}
-  void forward(const Tensor& x, Tensor& y) override {
+  void forward(const Tensor& x, Tensor& y, RowLengths lengths) override {
     require_elements(x, rows_ * columns_, "softmax", "x");
     cuda_detail::require_dtype("softmax", dtype_, {&x, &y});
-    kernels::softmax_forward(dtype_, x.data, y.data, rows_, as_int(columns_), backend_.stream());
+    kernels::softmax_forward(dtype_, x.data, y.data, rows_, as_int(columns_), lengths.lengths, lengths.rows_per_length,
+                             backend_.stream());
   }
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
     require_elements(dy, rows_ * columns_, "softmax", "dy");
@@ -108,20 +109,21 @@ class CudaFusedAttention final : public AttentionOp {
     kernels::prepare_fused_attention(c.dtype, backend.properties().sharedMemPerBlockOptin);
   }
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float dropout,
-               std::uint64_t layer_seed) override {
+               std::uint64_t layer_seed, const std::int32_t* real_tokens) override {
     require_attention_tensors(c_, {&q, &k, &v, &context}, statistics);
-    kernels::fused_attention_forward(call(dropout, layer_seed), q.data, k.data, v.data, context.data,
+    kernels::fused_attention_forward(call(dropout, layer_seed, real_tokens), q.data, k.data, v.data, context.data,
                                      statistics.as<float>(), backend_.stream());
   }
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext, const Tensor& statistics,
-                float dropout, std::uint64_t layer_seed, Tensor& dq, Tensor& dk, Tensor& dv) override {
+                float dropout, std::uint64_t layer_seed, const std::int32_t* real_tokens, Tensor& dq, Tensor& dk,
+                Tensor& dv) override {
     require_attention_tensors(c_, {&q, &k, &v, &dcontext, &dq, &dk, &dv}, statistics);
-    kernels::fused_attention_backward(call(dropout, layer_seed), q.data, k.data, v.data, dcontext.data,
+    kernels::fused_attention_backward(call(dropout, layer_seed, real_tokens), q.data, k.data, v.data, dcontext.data,
                                       statistics.as<float>(), dq.data, dk.data, dv.data, backend_.stream());
   }
 
  private:
-  kernels::FusedAttentionCall call(float dropout, std::uint64_t layer_seed) const {
+  kernels::FusedAttentionCall call(float dropout, std::uint64_t layer_seed, const std::int32_t* real_tokens) const {
     kernels::FusedAttentionCall call;
     call.plan = &plan_;
     call.dtype = c_.dtype;
@@ -130,6 +132,7 @@ class CudaFusedAttention final : public AttentionOp {
     call.dropout = dropout;
     call.layer_seed = layer_seed;
     call.step = backend_.device_step();
+    call.real_tokens = real_tokens;
     return call;
   }
 

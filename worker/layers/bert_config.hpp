@@ -24,25 +24,38 @@ struct BertConfig {
 // and Google's max_predictions_per_seq; 77 at 512, where those scripts use 80).
 constexpr std::int64_t masked_positions_per_sequence(std::int64_t tokens) { return (tokens * 15 + 99) / 100; }
 
+// A masked-LM slot without a prediction: NVIDIA's pretraining shards hold fewer masked positions
+// than max_predictions_per_seq in a short sequence and pad the rest; the loss leaves such a slot out
+// (torch.nn.CrossEntropyLoss(ignore_index=-1), as NVIDIA's BertPretrainingCriterion).
+inline constexpr std::int32_t kNoPrediction = -1;
+
 // A pretraining batch of `sequences` × `tokens` token ids is the network's input, int32
 // (sequences, tokens). Everything else the step reads is one int32 block (the trainer's labels),
 // in this order, each part contiguous:
 //   next-sentence labels      sequences               0 (is next) or 1
 //   masked rows               sequences · P           row of the (sequences · tokens) token matrix
-//   masked token ids          sequences · P           the original tokens there: the MLM labels
+//   masked token ids          sequences · P           the original tokens there: the MLM labels, or
+//                                                      kNoPrediction for a padding slot
 //   token type ids            sequences · tokens      0 (sentence A) or 1 (sentence B)
-// with P = masked_positions_per_sequence(tokens). The next-sentence labels come first so that
-// the trainer's cross-entropy on the network's output, (sequences, 2) logits, reads them.
+//   real tokens               sequences               1 to tokens: the sequence's tokens before its
+//                                                      padding, the keys attention may look at
+// with P = predictions(): masked_positions_per_sequence(tokens) for synthetic data, the shards'
+// max_predictions_per_seq for real data. The next-sentence labels come first so that the
+// trainer's cross-entropy on the network's output, (sequences, 2) logits, reads them.
 struct PretrainingBatchLayout {
   std::int64_t sequences = 0;
   std::int64_t tokens = 0;
+  std::int64_t max_predictions = 0;  // 0: masked_positions_per_sequence(tokens)
 
-  std::int64_t predictions() const { return masked_positions_per_sequence(tokens); }
+  std::int64_t predictions() const {
+    return max_predictions > 0 ? max_predictions : masked_positions_per_sequence(tokens);
+  }
   std::int64_t next_sentence_labels() const { return 0; }
   std::int64_t masked_rows() const { return sequences; }
   std::int64_t masked_tokens() const { return masked_rows() + sequences * predictions(); }
   std::int64_t token_types() const { return masked_tokens() + sequences * predictions(); }
-  std::int64_t total() const { return token_types() + sequences * tokens; }
+  std::int64_t real_tokens() const { return token_types() + sequences * tokens; }
+  std::int64_t total() const { return real_tokens() + sequences; }
 };
 
 }  // namespace dlbench::worker

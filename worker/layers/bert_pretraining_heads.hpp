@@ -16,7 +16,9 @@ namespace dlbench::worker {
 //   next sentence: the first token's state → pooler (dense, tanh: "bert.pooler.dense") → two
 //     logits ("cls.seq_relationship"), the layer's output, whose loss the trainer adds.
 // Only the masked positions reach the vocabulary projection, as in Google's and NVIDIA's
-// scripts (the largest matrix product of the step otherwise).
+// scripts (the largest matrix product of the step otherwise). A slot without a prediction (real
+// data's padding slots: label kNoPrediction) still runs through the head, on its sequence's first
+// row, and is left out of the loss, so every batch has the same shapes.
 class BertPretrainingHeads final : public Layer {
  public:
   BertPretrainingHeads(const BertConfig& c, BertEmbeddings& embeddings)
@@ -42,7 +44,8 @@ class BertPretrainingHeads final : public Layer {
   }
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
-    layout_ = {ctx.tokens_per_sequence > 0 ? input.shape.n() / ctx.tokens_per_sequence : 0, ctx.tokens_per_sequence};
+    layout_ = {ctx.tokens_per_sequence > 0 ? input.shape.n() / ctx.tokens_per_sequence : 0, ctx.tokens_per_sequence,
+               ctx.max_predictions};
     if (layout_.tokens <= 0 || input.shape.rank != 2 || input.shape.c() != hidden_) {
       throw std::invalid_argument("BertPretrainingHeads: input " + input.shape.to_string() +
                                   " is not (sequences · tokens, " + std::to_string(hidden_) + ") after an embedding layer");

@@ -38,6 +38,9 @@ struct SetupContext {
   // Tokens per sequence, for the layers of a sequence model after its embedding layer, whose
   // activations are (sequences · tokens, features) matrices.
   std::int64_t tokens_per_sequence = 0;
+  // A pretraining batch's masked-LM slots per sequence (PretrainingBatchLayout::max_predictions):
+  // 0 takes masked_positions_per_sequence(tokens).
+  std::int64_t max_predictions = 0;
 
   // Room for `bytes` of state an op's forward (at tick t) leaves for its backward (its mirror):
   // a max pool's arg-max, a fused ReLU's mask. Nothing is requested when the op needs none.
@@ -84,6 +87,9 @@ struct StepContext {
   // step's forward has computed so far.
   // A sequence model's labels block holds its other per-batch data too (PretrainingBatchLayout).
   const std::int32_t* labels = nullptr;
+  // A sequence model's real tokens per sequence (the labels block's part; null: every token is
+  // real): attention looks at no key past them.
+  const std::int32_t* real_tokens = nullptr;
   const float* gradient_scale = nullptr;
   int loss_terms = 0;
   // The step's memory plan, told as the step reaches each tick (Arena::entering: the poison mode

@@ -12,8 +12,9 @@ namespace dlbench::worker {
 // One post-LayerNorm transformer encoder layer as BERT's (HuggingFace's BertLayer names):
 //   h = LayerNorm(x + dropout(self_attention(x) Woᵀ + bo))
 //   y = LayerNorm(h + dropout(GELU(h W1ᵀ + b1) W2ᵀ + b2))
-// with self_attention the multi-head scaled dot product over each whole sequence (no padding
-// mask: every token of a synthetic sequence is real) and dropout on the attention
+// with self_attention the multi-head scaled dot product over each sequence's real tokens (the
+// step's real_tokens: keys past them, a real-data sequence's padding, get probability 0, as BERT's
+// attention mask gives them; synthetic sequences have none) and dropout on the attention
 // probabilities. Activations are (sequences · tokens, hidden). Attention is one op where the
 // backend fuses it (Backend::make_fused_attention: it reads the heads from the projections' rows
 // and keeps only each row's log-sum-exp); otherwise it is composed: the heads' matrices
@@ -154,13 +155,13 @@ class TransformerEncoderLayer final : public Layer {
     value_.forward(x, v_);
     if (attention_) {
       attention_->forward(q_, k_, v_, context_, statistics_, probabilities_dropout_.p(),
-                          probabilities_dropout_.next_seed(ctx));
+                          probabilities_dropout_.next_seed(ctx), ctx.real_tokens);
     } else {
       to_heads_->run(q_, q_heads_);
       to_heads_->run(k_, k_heads_);
       to_heads_->run(v_, v_heads_);
       scores_op_->run(q_heads_, k_heads_, scores_);
-      softmax_->forward(scores_, probabilities_);
+      softmax_->forward(scores_, probabilities_, RowLengths{ctx.real_tokens, heads_ * tokens_});
       probabilities_dropout_.forward(probabilities_, dropped_probabilities_, ctx);
       context_op_->run(dropped_probabilities_, v_heads_, context_heads_);
       to_tokens_->run(context_heads_, context_);
@@ -192,7 +193,7 @@ class TransformerEncoderLayer final : public Layer {
     attention_output_.backward(context_, dlinear_, &dcontext_, ctx);
     if (attention_) {
       attention_->backward(q_, k_, v_, dcontext_, statistics_, probabilities_dropout_.p(), probabilities_dropout_.seed(),
-                           dq_, dk_, dv_);
+                           ctx.real_tokens, dq_, dk_, dv_);
     } else {
       to_heads_->run(dcontext_, dcontext_heads_);
       dprobabilities_op_->run(dcontext_heads_, v_heads_, dprobabilities_);
