@@ -272,7 +272,7 @@ json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attemp
 
 namespace {
 
-// Real data (imagefolder, cityscapes) with a volume: the volume, read-only, at data.path in the worker container (the
+// Real data (imagefolder, cityscapes, bertpretraining) with a volume: the volume, read-only, at data.path in the worker container (the
 // same path on every node, where the worker or the wrapped script reads it).
 void mount_data_volume(json& pod_spec, json& container, const BenchmarkRun& run) {
   const DataSpec& data = run.spec.data;

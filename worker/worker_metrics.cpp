@@ -72,7 +72,7 @@ void WorkerMetrics::set_memory(double activation_bytes, double parameter_bytes) 
   parameter_bytes_->set(parameter_bytes);
 }
 
-// Registered on first use: only real-data cases (imagefolder, cityscapes) have input series.
+// Registered on first use: only real-data cases (imagefolder, cityscapes, bertpretraining) have input series.
 void WorkerMetrics::set_input_pipeline_throughput(double images_per_second) {
   if (input_pipeline_throughput_ == nullptr) {
     input_pipeline_throughput_ = &registry_

@@ -30,7 +30,7 @@ class WorkerMetrics {
   // diverged (the case then ends LossNotFinite).
   void set_loss(double loss);
   void set_memory(double activation_bytes, double parameter_bytes);
-  // Real data (imagefolder, cityscapes): the pipeline's own images/s, each step's wait for input, the case's verdict.
+  // Real data (imagefolder, cityscapes, bertpretraining): the pipeline's own images/s, each step's wait for input, the case's verdict.
   void set_input_pipeline_throughput(double images_per_second);
   void on_input_wait(double seconds);
   void set_input_verdict(double wait_share, bool input_bound);

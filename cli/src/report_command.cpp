@@ -1,6 +1,6 @@
 // `dlbench report`: DLPerf-style tables from status files. For each precision: rows are batch
 // sizes, columns are nodes×GPUs (of every file given, side by side); then the same grid for
-// speed-up and for scaling efficiency; where a run trained on real data (imagefolder, cityscapes), one more
+// speed-up and for scaling efficiency; where a run trained on real data (imagefolder, cityscapes, bertpretraining), one more
 // for the share of time steps waited for input and the input-bound or compute-bound verdict;
 // where cases reported their loss, the loss after the last repeat; where the worker counted its
 // FLOPs, the training TFLOP/s per device, and its share of the device's peak where known; with

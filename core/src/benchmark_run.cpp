@@ -47,8 +47,13 @@ std::string describe_input(const InputReport& input) {
   std::ostringstream out;
   out << std::fixed << "waited " << std::setprecision(1) << 100.0 * input.wait_share << "% of the measured time ("
       << std::setprecision(3) << input.wait_seconds << " s), " << to_string(input.verdict) << "; the pipeline alone "
-      << std::setprecision(0) << input.pipeline_throughput << " images/s per rank with " << input.decode_threads
-      << " decoding threads";
+      << std::setprecision(0) << input.pipeline_throughput;
+  if (input.source == DataSource::bertpretraining) {
+    out << " sequences/s per rank, shard by shard";
+    if (input.skipped_files > 0) out << "; " << input.skipped_files << " unreadable shards or sequences skipped";
+    return out.str();
+  }
+  out << " images/s per rank with " << input.decode_threads << " decoding threads";
   if (input.skipped_files > 0) out << "; " << input.skipped_files << " unreadable files skipped";
   return out.str();
 }

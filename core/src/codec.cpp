@@ -162,11 +162,14 @@ void decode_data(Decoder& d, const json& obj, const std::string& path, DataSpec&
   const json* data_path = Decoder::find(obj, "path");
   const json* volume = Decoder::find(obj, "volume");
   if (out.source != DataSource::synthetic) {
-    if (d.require(obj, path, "path",
-                  out.source == DataSource::imagefolder
-                      ? "the directory of class folders of JPEG files, the same absolute path on every node"
-                      : "Cityscapes' root (leftImg8bit/train and gtFine/train inside), the same absolute path on every "
-                        "node")) {
+    const char* what_path =
+        out.source == DataSource::imagefolder
+            ? "the directory of class folders of JPEG files, the same absolute path on every node"
+        : out.source == DataSource::cityscapes
+            ? "Cityscapes' root (leftImg8bit/train and gtFine/train inside), the same absolute path on every node"
+            : "the directory of BERT pretraining shards (NVIDIA's HDF5 files) or one shard, the same absolute path on "
+              "every node";
+    if (d.require(obj, path, "path", what_path)) {
       d.read_name(obj, path, "path",
                   [](const std::string& t) { return t.size() <= bounds::kMaxDataPathLength && is_data_mount_path(t); },
                   "an absolute directory path of at most 4096 characters, not '/', without '..' segments and "
@@ -177,10 +180,12 @@ void decode_data(Decoder& d, const json& obj, const std::string& path, DataSpec&
   } else {
     const std::string source(to_string(out.source));
     if (data_path != nullptr) {
-      d.fail(child(path, "path"), "only allowed when source is imagefolder or cityscapes (source is " + source + ")");
+      d.fail(child(path, "path"),
+             "only allowed when source is imagefolder, cityscapes or bertpretraining (source is " + source + ")");
     }
     if (volume != nullptr) {
-      d.fail(child(path, "volume"), "only allowed when source is imagefolder or cityscapes (source is " + source + ")");
+      d.fail(child(path, "volume"),
+             "only allowed when source is imagefolder, cityscapes or bertpretraining (source is " + source + ")");
     }
   }
 }
@@ -405,10 +410,17 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
     d.fail(child(data_path, "source"), "imagefolder is not allowed for deeplabv3plus: it trains on a label per pixel and "
                                        "imagefolder data has one per image; allowed: synthetic, cityscapes");
   }
-  if (spec.model == Model::bert_base && spec.data.source != DataSource::synthetic) {
+  if (spec.model == Model::bert_base && spec.data.source != DataSource::synthetic &&
+      spec.data.source != DataSource::bertpretraining) {
     d.fail(child(data_path, "source"), std::string(to_string(spec.data.source)) +
-                                           " is not allowed for bert-base: it trains on token sequences (synthetic "
-                                           "pretraining data); allowed: synthetic");
+                                           " is not allowed for bert-base: it trains on token sequences; allowed: "
+                                           "synthetic, bertpretraining");
+  }
+  if (spec.data.source == DataSource::bertpretraining && !is_sequence_model(spec.model)) {
+    d.fail(child(data_path, "source"), "bertpretraining is not allowed for " + std::string(to_string(spec.model)) +
+                                           ": it trains on images and bertpretraining holds token sequences (for "
+                                           "bert-base); allowed: synthetic, " +
+                                           (spec.model == Model::deeplabv3plus ? "cityscapes" : "imagefolder"));
   }
   if (spec.data.source == DataSource::cityscapes && spec.model != Model::deeplabv3plus && !is_sequence_model(spec.model)) {
     d.fail(child(data_path, "source"), "cityscapes is not allowed for " + std::string(to_string(spec.model)) +

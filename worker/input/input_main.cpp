@@ -1,5 +1,5 @@
 // dlbench-input: the worker's real-data pipeline on its own. It writes and lists a data set
-// (ImageFolder JPEGs, or Cityscapes' PNG images and labels) and its shards, transforms one sample
+// (ImageFolder JPEGs, Cityscapes' PNG images and labels, or BERT's HDF5 pretraining shards) and its shards, transforms one sample
 // with given draws (the golden tests against torchvision read this), and measures how many
 // images per second the pipeline prepares with N threads.
 #include <chrono>
@@ -22,6 +22,7 @@
 #include "dlbench/core/command_line.hpp"
 #include "input/image_transform.hpp"
 #include "input/input_pipeline.hpp"
+#include "input/pretraining_shards.hpp"
 
 namespace {
 
@@ -52,9 +53,44 @@ struct Args {
   }
 };
 
-bool cityscapes(const Args& a) {
+// --data: imagefolder (the default), cityscapes or bertpretraining.
+std::string data_source(const Args& a) {
   const std::string data = a.text("data");
-  return !data.empty() && one_of("--data", data, {"imagefolder", "cityscapes"}) == "cityscapes";
+  return data.empty() ? "imagefolder" : one_of("--data", data, {"imagefolder", "cityscapes", "bertpretraining"});
+}
+bool cityscapes(const Args& a) { return data_source(a) == "cityscapes"; }
+bool pretraining(const Args& a) { return data_source(a) == "bertpretraining"; }
+
+// BERT's pretraining shards, NVIDIA's HDF5 format: `shards` files of `per-shard` sequences, and
+// --broken files that are not HDF5 and --bad-sequences sequences that break the format (ids past
+// the vocabulary) in the first shard, to be skipped and counted.
+int generate_pretraining(const Args& a) {
+  const std::filesystem::path root = a.positional[0];
+  const long shards = a.number("shards", 2, 1, 100000);
+  const long per_shard = a.number("per-shard", 256, 1, 1 << 24);
+  const long length = a.number("sequence-length", 128, 5, 512);
+  const long predictions = a.number("max-predictions", length >= 512 ? 80 : 20, 1, length);
+  const long vocabulary = a.number("vocabulary", 30522, 1000, 1 << 24);
+  const long broken = a.number("broken", 0, 0, 1000);
+  const long bad = a.number("bad-sequences", 0, 0, per_shard);
+  const auto seed = static_cast<std::uint64_t>(a.number("seed", 7, 0, 1L << 62));
+  std::filesystem::create_directories(root);
+  for (long i = 0; i < shards; ++i) {
+    LoadedShard shard = synthesize_pretraining_shard(per_shard, length, predictions, vocabulary, seed + static_cast<std::uint64_t>(i));
+    for (long b = 0; i == 0 && b < bad; ++b) shard.input_ids[static_cast<std::size_t>(b * length + 1)] = static_cast<std::int32_t>(vocabulary);
+    char name[64];
+    std::snprintf(name, sizeof(name), "pretraining_shard_%05ld.hdf5", i);
+    write_pretraining_shard((root / name).string(), shard);
+  }
+  for (long i = 0; i < broken; ++i) {
+    std::ofstream out(root / ("broken_" + std::to_string(i) + ".hdf5"), std::ios::binary);
+    out << "this is not an HDF5 file";
+  }
+  std::cout << nlohmann::json{{"shards", shards + broken}, {"sequences", shards * per_shard}, {"broken", broken},
+                              {"badSequences", bad}, {"sequenceLength", length}, {"maxPredictions", predictions}}
+                   .dump()
+            << "\n";
+  return 0;
 }
 
 std::string one_directory(const Args& a, const char* command) {
@@ -138,6 +174,7 @@ int generate_cityscapes(const Args& a) {
 int generate(const Args& a) {
   if (a.positional.size() != 1) throw UsageError{"generate takes one directory"};
   if (cityscapes(a)) return generate_cityscapes(a);
+  if (pretraining(a)) return generate_pretraining(a);
   const std::filesystem::path root = a.positional[0];
   const long classes = a.number("classes", 4, 1, 1000);
   const long per_class = a.number("per-class", 32, 1, 1 << 20);
@@ -188,6 +225,17 @@ int generate(const Args& a) {
 }
 
 int scan(const Args& a) {
+  if (pretraining(a)) {
+    const PretrainingShards set = scan_pretraining_shards(one_directory(a, "scan"));
+    nlohmann::json unreadable = nlohmann::json::array();
+    for (const auto& u : set.unreadable) unreadable.push_back({{"path", u.path}, {"why", u.why}});
+    std::cout << nlohmann::json{{"shards", set.shards.size()}, {"sequences", set.sequences},
+                                {"sequenceLength", set.sequence_length}, {"maxPredictions", set.max_predictions},
+                                {"unreadable", unreadable}}
+                     .dump()
+              << "\n";
+    return 0;
+  }
   if (cityscapes(a)) {
     const CityscapesSet set = scan_cityscapes(one_directory(a, "scan"));
     std::cout << nlohmann::json{{"cities", set.cities}, {"pairs", set.pairs.size()}, {"unpairedImages", set.unpaired_images}}.dump()
@@ -206,6 +254,14 @@ int shard(const Args& a) {
   const int rank = static_cast<int>(a.number("rank", 0, 0, world - 1));
   const auto epoch = static_cast<std::uint64_t>(a.number("epoch", 0, 0, 1L << 40));
   const auto seed = static_cast<std::uint64_t>(a.number("seed", 42, 0, 1L << 62));
+  if (pretraining(a)) {  // shards dealt out, or every shard to every rank when there are fewer
+    const PretrainingShards set = scan_pretraining_shards(root);
+    const bool dealt = set.shards.size() >= static_cast<std::size_t>(world);
+    for (const auto index : epoch_shard(set.shards.size(), seed, epoch, dealt ? rank : 0, dealt ? world : 1)) {
+      std::cout << set.shards[index].path << "\t" << set.shards[index].sequences << "\n";
+    }
+    return 0;
+  }
   if (cityscapes(a)) {
     const CityscapesSet set = scan_cityscapes(root);
     for (const auto index : epoch_shard(set.pairs.size(), seed, epoch, rank, world)) {
@@ -284,6 +340,37 @@ int transform_segmentation_sample(const Args& a) {
   return 0;
 }
 
+// The reader alone: sequences per second into the trainer's batch layout, after the first batch
+// (which waits for the first shard's load).
+int measure_pretraining(const Args& a, const std::string& root, const InputPipelineConfig& pipeline, long batches) {
+  const PretrainingShards set = scan_pretraining_shards(root);
+  PretrainingReaderConfig config;
+  config.batch_size = pipeline.batch_size;
+  config.vocabulary = a.number("vocabulary", 30522, 1000, 1 << 24);
+  config.seed = pipeline.seed;
+  config.rank = pipeline.rank;
+  config.world = pipeline.world;
+  PretrainingReader reader(set, config);
+  const SequenceBatch& first = reader.next();
+  if (const std::string dump = a.text("dump-first"); !dump.empty()) {
+    std::ofstream out(dump);
+    out << nlohmann::json{{"tokenIds", first.token_ids}, {"block", first.block}}.dump() << "\n";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (long b = 0; b < batches; ++b) reader.next();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  nlohmann::json out{{"sequencesPerSecond", static_cast<double>(batches) * config.batch_size / seconds},
+                     {"seconds", seconds},
+                     {"sequences", batches * config.batch_size},
+                     {"shards", set.shards.size()},
+                     {"datasetSequences", set.sequences},
+                     {"skipped", reader.skipped_count()}};
+  out["skippedExamples"] = nlohmann::json::array();
+  for (const auto& s : reader.skipped_examples()) out["skippedExamples"].push_back({{"path", s.path}, {"why", s.why}});
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
 int measure(const Args& a) {
   const std::string root = one_directory(a, "measure");
   InputPipelineConfig config;
@@ -294,6 +381,7 @@ int measure(const Args& a) {
   config.rank = static_cast<int>(a.number("rank", 0, 0, config.world - 1));
   config.seed = static_cast<std::uint64_t>(a.number("seed", 42, 0, 1L << 62));
   const long batches = a.number("batches", 20, 1, 1 << 30);
+  if (pretraining(a)) return measure_pretraining(a, root, config, batches);
   ImageFolder folder;
   CityscapesSet set;
   std::unique_ptr<SampleSource> source;
@@ -346,24 +434,32 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> all{
       {"generate",
        "writes a data set to try the real-data path: an ImageFolder of JPEGs (ImageNet-like sizes, 500 x 375 and the "
-       "like), or with --data cityscapes Cityscapes' layout of image and label PNGs",
+       "like), with --data cityscapes Cityscapes' layout of image and label PNGs, or with --data bertpretraining "
+       "BERT pretraining shards in NVIDIA's HDF5 format",
        "DIR",
-       {{"data", "imagefolder | cityscapes (default imagefolder)"},
+       {{"data", "imagefolder | cityscapes | bertpretraining (default imagefolder)"},
         {"classes", "imagefolder: class folders (default 4)"},
         {"per-class", "imagefolder: JPEGs per class (default 32)"},
         {"cities", "cityscapes: city folders (default 2)"},
         {"per-city", "cityscapes: image and label pairs per city (default 8)"},
         {"width", "cityscapes: pixels (default 2048)"},
         {"height", "cityscapes: pixels (default 1024)"},
+        {"shards", "bertpretraining: HDF5 files (default 2)"},
+        {"per-shard", "bertpretraining: sequences per shard (default 256)"},
+        {"sequence-length", "bertpretraining: tokens per sequence (default 128)"},
+        {"max-predictions", "bertpretraining: masked positions per sequence at most (default 20, 80 at 512 tokens)"},
+        {"vocabulary", "bertpretraining: token ids (default 30522)"},
+        {"bad-sequences", "bertpretraining: sequences in the first shard with an id past the vocabulary (default 0)"},
         {"broken", "files that cannot be decoded, to be skipped and counted (default 0)"},
-        {"seed", "the pictures' seed (default 7)"}},
+        {"seed", "the data's seed (default 7)"}},
        generate},
       {"scan", "what the data set holds, as JSON (imagefolder: classes, files and ignored files; cityscapes: cities, "
-               "pairs and images without labels)", "DIR", {{"data", "imagefolder | cityscapes (default imagefolder)"}}, scan},
+               "pairs and images without labels; bertpretraining: shards, sequences, their length and predictions, "
+               "unreadable shards)", "DIR", {{"data", "imagefolder | cityscapes | bertpretraining (default imagefolder)"}}, scan},
       {"shard",
-       "the files rank R reads in epoch E, one per line",
+       "the files rank R reads in epoch E, one per line (bertpretraining: its shards and their sequences)",
        "DIR",
-       {{"data", "imagefolder | cityscapes (default imagefolder)"},
+       {{"data", "imagefolder | cityscapes | bertpretraining (default imagefolder)"},
         {"rank", "R (default 0)"},
         {"world", "W ranks (default 1)"},
         {"epoch", "E (default 0)"},
@@ -394,9 +490,9 @@ const std::vector<Command>& commands() {
         {"output", "RAW: where the floats go"}},
        transform_segmentation_sample},
       {"measure",
-       "images per second the pipeline prepares, as JSON",
+       "images (bertpretraining: sequences) per second the pipeline prepares, as JSON",
        "DIR",
-       {{"data", "imagefolder | cityscapes (default imagefolder)"},
+       {{"data", "imagefolder | cityscapes | bertpretraining (default imagefolder)"},
         {"batch-size", "B (default 32)"},
         {"image-size", "imagefolder: N (default 224)"},
         {"crop-height", "cityscapes: H (default 512)"},
@@ -408,7 +504,9 @@ const std::vector<Command>& commands() {
         {"world", "W (default 1)"},
         {"seed", "S (default 42)"},
         {"dct-scaling", "imagefolder: on | off (default on)"},
-        {"dump-first", "RAW: the first batch's floats, and its labels beside"}},
+        {"vocabulary", "bertpretraining: token ids a sequence may hold (default 30522)"},
+        {"dump-first", "RAW: the first batch's floats, and its labels beside (bertpretraining: JSON of its token ids and "
+                       "block)"}},
        measure},
   };
   return all;

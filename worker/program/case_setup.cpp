@@ -58,7 +58,8 @@ std::optional<std::string> unsupported_precision(const Options& o, const Backend
   return *why + ". Allowed on the " + o.backend + " backend here: " + allowed_precisions(*backend, ", ");
 }
 
-std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer) {
+std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer,
+                                      std::int64_t max_predictions) {
   const ModelInfo model = model_info(o.model);
   const auto warmup = static_cast<std::uint64_t>(o.learning_rate_warmup_steps);
   const SgdConfig sgd{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
@@ -67,7 +68,7 @@ std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int ran
   std::unique_ptr<Trainer> trainer;
   if (model.sequences) {
     if (const auto why = device.cannot_run_transformers()) throw Unsupported(*why);
-    trainer = std::make_unique<Trainer>(device, build_model(o.model), PretrainingBatchLayout{o.batch_size, o.sequence_length},
+    trainer = std::make_unique<Trainer>(device, build_model(o.model), PretrainingBatchLayout{o.batch_size, o.sequence_length, max_predictions},
                                         model.classes, sgd, o.seed, static_cast<std::uint64_t>(rank), reuse,
                                         activation_dtype(o.precision));
   } else {
@@ -88,6 +89,18 @@ std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int ran
   if (uses_loss_scaling(o.precision)) trainer->use_loss_scaling({});
   if (!o.init_from.empty()) load_parameters(read_weights_file(o.init_from), o.init_from, trainer->parameters(), device);
   return trainer;
+}
+
+input::PretrainingShards open_pretraining_shards(const Options& o) {
+  input::PretrainingShards shards = input::scan_pretraining_shards(o.data_path);
+  if (shards.sequence_length != o.sequence_length) {
+    throw input::DataUnavailable("data.path " + o.data_path + " holds sequences of " +
+                                 std::to_string(shards.sequence_length) + " tokens; the case's sequenceLength is " +
+                                 std::to_string(o.sequence_length) + " (set it to " +
+                                 std::to_string(shards.sequence_length) + ", or use shards made for " +
+                                 std::to_string(o.sequence_length) + ")");
+  }
+  return shards;
 }
 
 }  // namespace dlbench::worker

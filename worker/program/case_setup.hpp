@@ -9,6 +9,7 @@
 
 #include "backend.hpp"
 #include "communicator.hpp"
+#include "input/pretraining_shards.hpp"
 #include "program/options.hpp"
 #include "trainer.hpp"
 
@@ -40,6 +41,13 @@ std::optional<std::string> unsupported_precision(const Options& o, const Backend
 // The case's trainer: its model, batch, precision and optimizer, from the seed's weights or
 // --init-from's. Owned by pointer: the trainer's arena holds its buffers' addresses, so it never
 // moves. `keep_every_buffer`: no memory shared between buffers (--record-step reads them after).
-std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer = false);
+// `max_predictions`: BERT's masked-LM slots per sequence, the pretraining shards' (0: the
+// synthetic batch's 15% of the tokens).
+std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer = false,
+                                      std::int64_t max_predictions = 0);
+
+// --data bertpretraining: the shards at --data-path, checked against the case's sequence length.
+// Throws input::DataUnavailable naming the path and what is wrong.
+input::PretrainingShards open_pretraining_shards(const Options& o);
 
 }  // namespace dlbench::worker

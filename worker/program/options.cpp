@@ -237,11 +237,16 @@ const std::vector<ValueOption>& value_options() {
        [](Options& o, auto& f, auto& v) { o.bucket_mb = parse_bounded(f, v, 1, 4096); }},
       {"--seed", "N", "weights, synthetic data, shuffling and augmentation (default 42)",
        [](Options& o, auto& f, auto& v) { o.seed = parse_number<unsigned long long>(f, v); }},
-      {"--data", "S", "synthetic | imagefolder (image classifiers) | cityscapes (deeplabv3plus) (default synthetic)",
-       [](Options& o, auto& f, auto& v) { o.data = one_of(f, v, {"synthetic", "imagefolder", "cityscapes"}); }},
+      {"--data", "S",
+       "synthetic | imagefolder (image classifiers) | cityscapes (deeplabv3plus) | bertpretraining (bert-base) "
+       "(default synthetic)",
+       [](Options& o, auto& f, auto& v) {
+         o.data = one_of(f, v, {"synthetic", "imagefolder", "cityscapes", "bertpretraining"});
+       }},
       {"--data-path", "DIR",
        "imagefolder: DIR/<class>/<image>.jpg; cityscapes: DIR/leftImg8bit/train/<city>/<name>_leftImg8bit.png and "
-       "DIR/gtFine/train/<city>/<name>_gtFine_labelIds.png; the same on every node",
+       "DIR/gtFine/train/<city>/<name>_gtFine_labelIds.png; bertpretraining: DIR/*.hdf5 shards (NVIDIA's format) or "
+       "one shard; the same on every node",
        [](Options& o, auto&, auto& v) { o.data_path = v; }},
       {"--decode-threads", "N", "imagefolder, cityscapes: decoding threads per rank, 1 to 256 (default 4)",
        [](Options& o, auto& f, auto& v) { o.decode_threads = parse_bounded(f, v, bounds::kDecodeThreads); }},
@@ -295,7 +300,9 @@ void check_modes(Options& o) {
   }
   if (!o.record_step.empty()) {
     if (o.self_test) throw UsageError{"--record-step: not with --self-test"};
-    if (o.data != "synthetic") throw UsageError{"--record-step: records a step on synthetic data; --data is " + o.data};
+    if (o.data != "synthetic" && o.data != "bertpretraining") {
+      throw UsageError{"--record-step: records a step on synthetic data or BERT's pretraining shards; --data is " + o.data};
+    }
     if (o.cuda_graph) throw UsageError{"--record-step: runs one eager step; not with --cuda-graph on"};
     if (const int ranks = mpirun_ranks(); ranks > 1) {
       throw UsageError{"--record-step: records one rank's step; run it without mpirun (here " + std::to_string(ranks) +
@@ -313,8 +320,11 @@ void check_execution(const Options& o) {
   if (o.data == "cityscapes" && o.data_path.empty()) {
     throw UsageError{"--data cityscapes needs --data-path DIR (DIR/leftImg8bit/train and DIR/gtFine/train)"};
   }
+  if (o.data == "bertpretraining" && o.data_path.empty()) {
+    throw UsageError{"--data bertpretraining needs --data-path DIR (DIR/*.hdf5, NVIDIA's pretraining shards)"};
+  }
   if (o.data == "synthetic" && !o.data_path.empty()) {
-    throw UsageError{"--data-path: only with --data imagefolder or cityscapes (--data is synthetic)"};
+    throw UsageError{"--data-path: only with --data imagefolder, cityscapes or bertpretraining (--data is synthetic)"};
   }
   if (o.cuda_graph && o.backend != "cuda") throw UsageError{"--cuda-graph: on needs --backend cuda; allowed here: off"};
   if (o.cuda_graph && o.profile_steps > 0) {
@@ -346,8 +356,8 @@ void apply_model(Options& o) {
   const ModelInfo model = model_info(o.model);
   const std::string name = model.name();
   if (model.sequences) {
-    if (o.data != "synthetic") {
-      throw UsageError{"--data " + o.data + ": " + name + " trains on synthetic token sequences; allowed: synthetic"};
+    if (o.data != "synthetic" && o.data != "bertpretraining") {
+      throw UsageError{"--data " + o.data + ": " + name + " trains on token sequences; allowed: synthetic, bertpretraining"};
     }
     if (o.image_height != 0) throw UsageError{"--image-size: " + name + " takes token sequences; use --sequence-length"};
     if (o.sequence_length == 0) o.sequence_length = model.default_sequence_length;
@@ -372,6 +382,10 @@ void apply_model(Options& o) {
   if (o.data == "cityscapes" && !model.per_pixel_labels) {
     throw UsageError{"--data cityscapes: " + name +
                      " trains on a label per image and cityscapes gives one per pixel; allowed: synthetic, imagefolder"};
+  }
+  if (o.data == "bertpretraining") {
+    throw UsageError{"--data bertpretraining: " + name + " trains on images and bertpretraining holds token sequences; "
+                     "allowed: synthetic, " + (model.per_pixel_labels ? "cityscapes" : "imagefolder")};
   }
   if (o.data == "imagefolder" && o.image_height != o.image_width) {
     throw UsageError{"--data imagefolder: crops are square; --image-size " + image_size_text(o) + " needs synthetic data"};

@@ -1,6 +1,9 @@
 #include <iostream>
+#include <optional>
 
+#include "input/pretraining_shards.hpp"
 #include "models/bert.hpp"
+#include "models/model.hpp"
 #include "program/case_setup.hpp"
 #include "program/commands.hpp"
 #include "weights_file.hpp"
@@ -11,9 +14,22 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
   try {
     if (backend == nullptr) throw BackendUnavailable(backend_error);
     if (const auto why = unsupported_precision(o, backend)) throw Unsupported(*why);
+    // BERT's pretraining shards: the step trains on the reader's first batch (rank 0 of 1).
+    std::optional<input::PretrainingShards> shards;
+    if (o.data == "bertpretraining") shards = open_pretraining_shards(o);
+    const std::int64_t max_predictions = shards ? shards->max_predictions : 0;
     // Every buffer its own memory, so that the step's dropout masks are still there after it.
-    const std::unique_ptr<Trainer> owner = make_trainer(o, *backend, 0, true);
+    const std::unique_ptr<Trainer> owner = make_trainer(o, *backend, 0, true, max_predictions);
     Trainer& trainer = *owner;
+    if (shards) {
+      input::PretrainingReaderConfig config;
+      config.batch_size = static_cast<int>(o.batch_size);
+      config.vocabulary = model_info(o.model).classes;
+      config.seed = o.seed;
+      input::PretrainingReader reader(*shards, config);
+      const input::SequenceBatch& batch = reader.next();
+      trainer.load_sequences(batch.token_ids.data(), batch.block.data());
+    }
     WeightsFile record;
     record.metadata = {{"format", "dlbench.step/v1"},
                        {"model", std::string(to_string(o.model))},
@@ -27,6 +43,8 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
                        {"weight_decay", std::to_string(o.weight_decay)},
                        {"learning_rate_warmup_steps", std::to_string(o.learning_rate_warmup_steps)},
                        {"init_from", o.init_from},
+                       {"data", o.data},
+                       {"data_path", o.data_path},
                        {"dlbench_version", DLBENCH_VERSION}};
     const auto ints = [](const std::vector<std::int32_t>& from, std::int64_t offset, std::int64_t count) {
       const auto begin = from.begin() + offset;
@@ -34,11 +52,12 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
     };
     if (trainer.input().dtype == DType::int32) {
       // A pretraining batch: token ids, token types, the masked positions (within each sequence)
-      // with their original tokens, and the next-sentence labels.
+      // with their original tokens (-1: the slot predicts nothing), the next-sentence labels and
+      // each sequence's real tokens (the rest is padding, which attention leaves out).
       record.metadata["sequence_length"] = std::to_string(o.sequence_length);
       std::vector<std::int32_t> tokens, block;
       trainer.copy_sequences_to_host(tokens, block);
-      const PretrainingBatchLayout layout{o.batch_size, o.sequence_length};
+      const PretrainingBatchLayout layout{o.batch_size, o.sequence_length, max_predictions};
       const std::int64_t n = layout.sequences, length = layout.tokens, p = layout.predictions();
       std::vector<std::int64_t> positions = ints(block, layout.masked_rows(), n * p);
       for (std::size_t i = 0; i < positions.size(); ++i) positions[i] -= static_cast<std::int64_t>(i) / p * length;
@@ -47,6 +66,7 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
       record.tensors.push_back(NamedTensor::of_ints("masked_positions", {n, p}, positions.data()));
       record.tensors.push_back(NamedTensor::of_ints("masked_tokens", {n, p}, ints(block, layout.masked_tokens(), n * p).data()));
       record.tensors.push_back(NamedTensor::of_ints("labels", {n}, ints(block, layout.next_sentence_labels(), n).data()));
+      record.tensors.push_back(NamedTensor::of_ints("real_tokens", {n}, ints(block, layout.real_tokens(), n).data()));
     } else {
       record.metadata["image_size"] = image_size_text(o);
       std::vector<float> pixels;

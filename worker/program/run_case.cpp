@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <functional>
+#include <optional>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -24,6 +26,7 @@
 #include "interference.hpp"
 #include "layer_profiler.hpp"
 #include "methodology.hpp"
+#include "models/model.hpp"
 #include "program/case_output.hpp"
 #include "program/case_setup.hpp"
 #include "program/commands.hpp"
@@ -56,6 +59,8 @@ struct RealData {
   input::CityscapesSet cityscapes;    // cityscapes
   std::unique_ptr<input::SampleSource> source;
   std::unique_ptr<input::InputPipeline> pipeline;
+  std::optional<input::PretrainingShards> shards;        // bertpretraining
+  std::unique_ptr<input::PretrainingReader> reader;
   std::deque<double> waits;  // each step's, until the methodology reports its time
   std::vector<double> measured_waits;
   double measured_seconds = 0;     // this rank's own measured time
@@ -64,14 +69,14 @@ struct RealData {
 
 // The pipeline alone: the batches prefetched while the model was set up are drained, then
 // batches are timed until a second has passed (at least two, at most fifty).
-double measure_pipeline_alone(input::InputPipeline& pipeline, int prefetch_batches, long batch_size) {
+double measure_pipeline_alone(const std::function<void()>& next, int prefetch_batches, long batch_size) {
   using clock = std::chrono::steady_clock;
-  for (int i = 0; i <= prefetch_batches; ++i) pipeline.next();
+  for (int i = 0; i <= prefetch_batches; ++i) next();
   const auto start = clock::now();
   long batches = 0;
   double seconds = 0;
   do {
-    pipeline.next();
+    next();
     ++batches;
     seconds = std::chrono::duration<double>(clock::now() - start).count();
   } while (batches < 50 && (batches < 2 || seconds < 1.0));
@@ -245,7 +250,9 @@ class CaseRun {
     real_ = std::make_unique<RealData>();
     std::string error;
     try {
-      if (o_.data == "cityscapes") {
+      if (o_.data == "bertpretraining") {
+        real_->shards = open_pretraining_shards(o_);
+      } else if (o_.data == "cityscapes") {
         real_->cityscapes = input::scan_cityscapes(o_.data_path);
       } else {
         real_->folder = input::scan_image_folder(o_.data_path);
@@ -263,6 +270,7 @@ class CaseRun {
   // The pipeline for this rank's shard, timed alone; each step then waits for its next batch,
   // and the wait is part of the step: the methodology times it with the rest.
   void start_pipeline(Trainer& trainer, Workload& workload) {
+    if (real_->shards) return start_reader(trainer, workload);
     const auto layout = trainer.input().layout == Layout::nhwc ? input::PixelLayout::nhwc : input::PixelLayout::nchw;
     if (o_.data == "cityscapes") {
       real_->source = std::make_unique<input::CityscapesSource>(real_->cityscapes, static_cast<int>(o_.image_height),
@@ -280,7 +288,8 @@ class CaseRun {
     std::string error;
     try {
       real_->pipeline = std::make_unique<input::InputPipeline>(*real_->source, config);
-      real_->pipeline_throughput = measure_pipeline_alone(*real_->pipeline, config.prefetch_batches, o_.batch_size);
+      real_->pipeline_throughput =
+          measure_pipeline_alone([this] { real_->pipeline->next(); }, config.prefetch_batches, o_.batch_size);
     } catch (const input::DataUnavailable& e) {
       error = e.what();
     }
@@ -291,6 +300,33 @@ class CaseRun {
       const input::Batch batch = real_->pipeline->next();
       real_->waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
       trainer.load_batch(batch.pixels, batch.labels);
+      trainer.step();
+    };
+  }
+
+  // BERT's shards: the reader loads the rank's next shard while this one is read; each step waits
+  // for its batch (only a shard's load ever makes it wait) and copies it to the device.
+  void start_reader(Trainer& trainer, Workload& workload) {
+    input::PretrainingReaderConfig config;
+    config.batch_size = static_cast<int>(o_.batch_size);
+    config.vocabulary = model_info(o_.model).classes;
+    config.seed = o_.seed;
+    config.rank = comm_.rank();
+    config.world = comm_.size();
+    std::string error;
+    try {
+      real_->reader = std::make_unique<input::PretrainingReader>(*real_->shards, config);
+      real_->pipeline_throughput = measure_pipeline_alone([this] { real_->reader->next(); }, 0, o_.batch_size);
+    } catch (const input::DataUnavailable& e) {
+      error = e.what();
+    }
+    agree_on_data(error);
+    if (live_) live_->set_input_pipeline_throughput(real_->pipeline_throughput);
+    workload.step = [this, &trainer] {
+      const auto begin = std::chrono::steady_clock::now();
+      const input::SequenceBatch& batch = real_->reader->next();
+      real_->waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+      trainer.load_sequences(batch.token_ids.data(), batch.block.data());
       trainer.step();
     };
   }
@@ -313,7 +349,8 @@ class CaseRun {
 
   void measure(Backend& device) {
     if (o_.data != "synthetic") open_data_set();
-    const std::unique_ptr<Trainer> owner = make_trainer(o_, device, comm_.rank());
+    const std::unique_ptr<Trainer> owner =
+        make_trainer(o_, device, comm_.rank(), false, real_ && real_->shards ? real_->shards->max_predictions : 0);
     Trainer& trainer = *owner;
     ParameterStore& store = trainer.parameters();
     comm_.broadcast(store.values(), store.elements(), 0);  // identical start on every rank
@@ -441,19 +478,21 @@ class CaseRun {
     InputReport report;
     double total_wait = 0;
     for (const double w : real_->measured_waits) total_wait += w;
+    const bool sequences = real_->reader != nullptr;
+    const long skipped_count = sequences ? real_->reader->skipped_count() : real_->pipeline->skipped_count();
     std::vector<double> worst{total_wait, real_->measured_seconds > 0 ? total_wait / real_->measured_seconds : 0.0,
-                              -real_->pipeline_throughput, static_cast<double>(real_->pipeline->skipped_count())};
+                              -real_->pipeline_throughput, static_cast<double>(skipped_count)};
     if (comm_.size() > 1) comm_.max(worst.data(), static_cast<std::int64_t>(worst.size()));
     report.wait_seconds = worst[0];
     report.wait_share = std::clamp(worst[1], 0.0, 1.0);
     report.wait_seconds_per_step = summarize(real_->measured_waits);
     report.pipeline_throughput = -worst[2];
     report.verdict = input_verdict(report.wait_share);
-    report.decode_threads = static_cast<int>(o_.decode_threads);
+    report.decode_threads = sequences ? 1 : static_cast<int>(o_.decode_threads);  // the reader's one loading thread
     report.source = enum_from_string<DataSource>(o_.data).value_or(DataSource::imagefolder);
-    report.files = static_cast<long>(real_->source->samples());
+    report.files = sequences ? static_cast<long>(real_->shards->sequences) : static_cast<long>(real_->source->samples());
     report.skipped_files = static_cast<long>(worst[3]);
-    for (const auto& skipped : real_->pipeline->skipped_examples()) {
+    for (const auto& skipped : sequences ? real_->reader->skipped_examples() : real_->pipeline->skipped_examples()) {
       report.skipped_examples.push_back(printable(skipped.path + ": " + skipped.why, 300));
     }
     doc_.input = report;

@@ -310,11 +310,11 @@ struct InputReport {
   double wait_seconds = 0;  // over every measured step, on the rank that waited longest
   double wait_share = 0;    // wait_seconds / that rank's measured time, 0 to 1
   std::optional<SampleSummary> wait_seconds_per_step;  // over the measured steps of that rank
-  double pipeline_throughput = 0;  // images/s one rank's pipeline prepares with training idle (slowest rank)
+  double pipeline_throughput = 0;  // images (sequences) /s one rank's pipeline prepares with training idle (slowest rank)
   InputVerdict verdict = InputVerdict::compute_bound;
   int decode_threads = 0;  // per rank
-  long files = 0;          // JPEG files (imagefolder) or image and label pairs (cityscapes) in the data set
-  long skipped_files = 0;  // unreadable or undecodable files met, each counted once per rank
+  long files = 0;          // JPEG files (imagefolder), image and label pairs (cityscapes) or sequences (bertpretraining) in the data set
+  long skipped_files = 0;  // unreadable or undecodable files (bertpretraining: shards and sequences) met, each counted once per rank
   std::vector<std::string> skipped_examples;  // "path: why", the first few of rank 0
   bool operator==(const InputReport&) const = default;
 };
@@ -323,7 +323,9 @@ struct InputReport {
 inline constexpr double kInputBoundWaitShare = 0.10;
 InputVerdict input_verdict(double wait_share);
 // One line for people: "waited 0.6% of the measured time (0.018 s), compute-bound; the pipeline
-// alone 854 images/s per rank with 1 decoding threads[; 2 unreadable files skipped]".
+// alone 854 images/s per rank with 1 decoding threads[; 2 unreadable files skipped]" (BERT's shards:
+// "… the pipeline alone 143485 sequences/s per rank, shard by shard[; 3 unreadable shards or
+// sequences skipped]").
 std::string describe_input(const InputReport& input);
 
 // What else wanted the CPUs while a case was measured, on the busiest of its nodes: the share of
@@ -405,7 +407,7 @@ struct CaseResult {
   CaseState state = CaseState::Succeeded;
   std::optional<Throughput> throughput;             // Succeeded only
   std::optional<SampleSummary> step_time_seconds;   // Succeeded only
-  std::optional<InputReport> input;                 // real-data cases (imagefolder, cityscapes)
+  std::optional<InputReport> input;                 // real-data cases (imagefolder, cityscapes, bertpretraining)
   std::optional<InterferenceReport> interference;   // native cases: other load on the nodes
   std::optional<StabilityReport> stability;         // Succeeded: how the repeats agreed
   std::optional<NcclTransport> nccl_transport;      // what NCCL used, where it said

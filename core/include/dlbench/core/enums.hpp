@@ -12,7 +12,7 @@ namespace dlbench {
 
 enum class Model { resnet50, resnet152, vgg16, alexnet, inception_v3, deeplabv3plus, bert_base };
 enum class Engine { native, command };
-enum class DataSource { synthetic, imagefolder, cityscapes };
+enum class DataSource { synthetic, imagefolder, cityscapes, bertpretraining };
 // Where a real-data case spent its step: waiting for input, or computing.
 enum class InputVerdict { input_bound, compute_bound };
 // interfered: other load wanted the case's CPUs or ran on its GPUs; throttled: a GPU slowed its
@@ -66,7 +66,7 @@ struct EnumSpellings;
 
 DLBENCH_ENUM_SPELLINGS(Model, "resnet50", "resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus", "bert-base");
 DLBENCH_ENUM_SPELLINGS(Engine, "native", "command");
-DLBENCH_ENUM_SPELLINGS(DataSource, "synthetic", "imagefolder", "cityscapes");
+DLBENCH_ENUM_SPELLINGS(DataSource, "synthetic", "imagefolder", "cityscapes", "bertpretraining");
 DLBENCH_ENUM_SPELLINGS(InputVerdict, "input-bound", "compute-bound");
 DLBENCH_ENUM_SPELLINGS(InterferenceVerdict, "clean", "interfered", "throttled");
 DLBENCH_ENUM_SPELLINGS(GpuThrottleReason, "thermal", "hw-slowdown", "power-brake", "power-cap");

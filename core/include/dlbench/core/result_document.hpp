@@ -121,7 +121,7 @@ struct ResultDocument {
   std::string message;
   std::optional<Throughput> throughput;            // Succeeded: one entry per repeat
   std::optional<SampleSummary> step_time_seconds;  // over every measured step
-  std::optional<InputReport> input;                // data.source imagefolder or cityscapes
+  std::optional<InputReport> input;                // data.source imagefolder, cityscapes or bertpretraining
   std::optional<MemoryReport> memory;              // engine: native
   std::optional<InterferenceReport> interference;  // engine: native, over the measured repeats
   std::optional<StabilityReport> stability;        // Succeeded: how the repeats agreed (reason Unstable if not)
