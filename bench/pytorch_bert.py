@@ -50,12 +50,13 @@ def tuned_refusal(cuda):
     return None
 
 
-def attention_through_sdpa(self, x):
+def attention_through_sdpa(self, x, mask=None):
     """BertSelfAttention.forward with PyTorch's fused attention: the same scale (1/sqrt(head
-    size), SDPA's default) and dropout on the probabilities while training."""
+    size), SDPA's default), the same additive padding mask and dropout on the probabilities while
+    training."""
     q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
     context = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, dropout_p=self.dropout.p if self.training else 0.0)
+        q, k, v, attn_mask=mask, dropout_p=self.dropout.p if self.training else 0.0)
     return context.transpose(1, 2).reshape(x.shape)
 
 

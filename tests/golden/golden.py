@@ -121,6 +121,16 @@ MODELS = {
                   "committed": ["bert.embeddings.LayerNorm.weight", "bert.encoder.layer.5.attention.self.query.bias",
                                 "bert.encoder.layer.11.output.LayerNorm.bias", "bert.pooler.dense.bias",
                                 "cls.seq_relationship.bias"]},
+    # The same BERT-base step on real data: a pretraining shard written as NVIDIA's
+    # create_pretraining_data.py writes one (h5py; int32 ids, int8 masks, gzip), with padded
+    # sequences and shorter prediction lists, read by the worker's shard reader. The batch it
+    # recorded must be the shard's rows as NVIDIA's loader turns them into a batch, and PyTorch's
+    # step masks the padding out of attention with BERT's extended attention mask (-10000). The
+    # mutation attends to the padding.
+    "bert-base-shards": {"model": "bert-base", "data": "bertpretraining", "sequence_length": 16, "batch": 4,
+                         "max_predictions": 4, "reference": "BertForPreTraining",
+                         "zero_in_exact_arithmetic": ["attention.self.key.bias"],
+                         "optimizer": {"name": "adamw", "learning_rate": 1e-4, "momentum": 0.9, "weight_decay": 0.01}},
 }
 SGD = {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 1e-4}
 
@@ -239,16 +249,86 @@ def compare_loss(report, actual, expected):
 
 # ---- dlbench --------------------------------------------------------------------------------
 
+def write_nvidia_shard(path, length, predictions):
+    """Six sequences as NVIDIA's create_pretraining_data.py stores them (its dtypes and gzip):
+    [CLS] A [SEP] B [SEP], padded with 0 past the real tokens, masked positions and their original
+    ids padded with 0 past the prediction count. Returns the arrays as written."""
+    import h5py
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    rows = [(16, 4), (9, 2), (12, 3), (6, 1), (16, 3), (11, 2)]  # (real tokens, predictions)
+    n = len(rows)
+    data = {"input_ids": np.zeros((n, length), np.int32), "input_mask": np.zeros((n, length), np.int8),
+            "segment_ids": np.zeros((n, length), np.int8), "masked_lm_positions": np.zeros((n, predictions), np.int32),
+            "masked_lm_ids": np.zeros((n, predictions), np.int32), "next_sentence_labels": np.zeros(n, np.int8)}
+    for i, (real, count) in enumerate(rows):
+        a = int(rng.integers(1, real - 3))
+        ids = rng.integers(999, 30522, real).astype(np.int32)
+        ids[0], ids[a + 1], ids[real - 1] = 101, 102, 102
+        candidates = [j for j in range(1, real - 1) if j != a + 1]
+        positions = sorted(rng.choice(candidates, count, replace=False).tolist())
+        data["masked_lm_positions"][i, :count] = positions
+        data["masked_lm_ids"][i, :count] = ids[positions]
+        ids[positions] = 103  # [MASK]
+        data["input_ids"][i, :real] = ids
+        data["input_mask"][i, :real] = 1
+        data["segment_ids"][i, a + 2:real] = 1
+        data["next_sentence_labels"][i] = int(rng.integers(0, 2))
+    with h5py.File(path, "w") as f:
+        for name, values in data.items():
+            f.create_dataset(name, data=values, dtype=values.dtype, compression="gzip")
+    return data
+
+
+def require_nvidia_batch(record, shard):
+    """Each recorded sequence is a row of the shard as NVIDIA's pretraining_dataset makes a sample
+    of it: the ids, segment ids and next-sentence label as stored, the padding where input_mask is 0,
+    and masked-LM labels at the positions before the first 0 (-1, ignored, elsewhere)."""
+    import numpy as np
+
+    ids, types = np.array(ints_of(record["input"])), np.array(ints_of(record["token_type_ids"]))
+    positions, tokens = np.array(ints_of(record["masked_positions"])), np.array(ints_of(record["masked_tokens"]))
+    labels, real = np.array(ints_of(record["labels"])), np.array(ints_of(record["real_tokens"]))
+    used = set()
+    for i in range(ids.shape[0]):
+        matches = [r for r in range(shard["input_ids"].shape[0]) if np.array_equal(shard["input_ids"][r], ids[i])]
+        if len(matches) != 1 or matches[0] in used:
+            sys.exit(f"FAIL: recorded sequence {i} is not one row of the shard: {ids[i].tolist()}")
+        r = matches[0]
+        used.add(r)
+        count = int(np.argmax(shard["masked_lm_positions"][r] == 0)) if 0 in shard["masked_lm_positions"][r] \
+            else shard["masked_lm_positions"].shape[1]
+        expected = {"token types": (types[i], shard["segment_ids"][r]),
+                    "real tokens": (real[i], int(shard["input_mask"][r].sum())),
+                    "next sentence": (labels[i], shard["next_sentence_labels"][r]),
+                    "positions": (positions[i][:count], shard["masked_lm_positions"][r][:count]),
+                    "masked tokens": (tokens[i][:count], shard["masked_lm_ids"][r][:count]),
+                    "slots without a prediction": (tokens[i][count:], np.full(len(tokens[i]) - count, -1))}
+        for what, (got, want) in expected.items():
+            if not np.array_equal(np.asarray(got), np.asarray(want)):
+                sys.exit(f"FAIL: recorded sequence {i} (shard row {r}): {what} {np.asarray(got).tolist()}, "
+                         f"NVIDIA's loader gives {np.asarray(want).tolist()}")
+    print(f"the recorded batch is shard rows {sorted(used)} as NVIDIA's loader gives them "
+          f"({int((real < ids.shape[1]).sum())} padded, {int((tokens == -1).sum())} slots without a prediction)")
+
+
 def record_step(worker, model, out, init_from=None, seed=SEED):
     config, optimizer = MODELS[model], optimizer_of(model)
     size = (["--sequence-length", str(config["sequence_length"])] if "sequence_length" in config
             else ["--image-size", str(config["image"])])
-    command = [worker, "--model", model, "--batch-size", str(config["batch"]), *size,
+    command = [worker, "--model", config.get("model", model), "--batch-size", str(config["batch"]), *size,
                "--seed", str(seed), "--threads", "2", "--optimizer", optimizer["name"],
                "--learning-rate", str(optimizer["learning_rate"]), "--momentum", str(optimizer["momentum"]),
                "--weight-decay", str(optimizer["weight_decay"]), "--record-step", out]
     if init_from:
         command += ["--init-from", init_from]
+    if config.get("data") == "bertpretraining":
+        shard_dir = os.path.join(os.path.dirname(out), "shards")
+        os.makedirs(shard_dir, exist_ok=True)
+        record_step.shard = write_nvidia_shard(os.path.join(shard_dir, "part_00000.hdf5"), config["sequence_length"],
+                                               config["max_predictions"])
+        command += ["--data", "bertpretraining", "--data-path", shard_dir]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"FAIL: {' '.join(command)} exited {done.returncode}: {done.stderr.strip()}")
@@ -301,8 +381,12 @@ def torch_step(model_name, record, mutate=None, double=True, observe=None):
     labels = ints_of(record["labels"])
     optimizer.zero_grad()
     if "sequence_length" in MODELS[model_name]:  # masked LM + next sentence, as the worker's step
-        mlm, nsp = net(ints_of(record["input"]), ints_of(record["token_type_ids"]), ints_of(record["masked_positions"]))
-        loss = (torch.nn.functional.cross_entropy(mlm.reshape(-1, mlm.shape[-1]), ints_of(record["masked_tokens"]).flatten())
+        real = ints_of(record["real_tokens"]) if "real_tokens" in record else None
+        mlm, nsp = net(ints_of(record["input"]), ints_of(record["token_type_ids"]), ints_of(record["masked_positions"]),
+                       None if getattr(net, "attends_to_padding", False) else real)
+        # NVIDIA's criterion: slots without a prediction (-1) are left out of the masked-LM mean.
+        loss = (torch.nn.functional.cross_entropy(mlm.reshape(-1, mlm.shape[-1]),
+                                                  ints_of(record["masked_tokens"]).flatten(), ignore_index=-1)
                 + torch.nn.functional.cross_entropy(nsp, labels))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
@@ -442,10 +526,15 @@ def unscaled_attention_in_one_layer(net):
     attention.scale = 1.0 / attention.head_size
 
 
+def attention_to_padding(net):
+    """Attention over every token, the padding included (no input_mask)."""
+    net.attends_to_padding = True
+
+
 MUTATIONS = {"resnet50": move_stride_to_first_conv, "resnet152": move_stride_to_first_conv,
              "vgg16": reflect_last_conv_padding, "alexnet": reflect_last_conv_padding,
              "inception_v3": reflect_one_by_seven_padding, "deeplabv3plus": undilate_one_block,
-             "bert-base": unscaled_attention_in_one_layer}
+             "bert-base": unscaled_attention_in_one_layer, "bert-base-shards": attention_to_padding}
 
 
 class PoolSeparation:
@@ -549,6 +638,8 @@ def check_with_torch(worker, model, work):
     for name in record:
         if name.startswith("initial.") and bytes(record[name][2]) != bytes(source[name[len("initial."):]][2]):
             sys.exit(f"FAIL: --init-from: {name} differs from the file's tensor")
+    if MODELS[model].get("data") == "bertpretraining":
+        require_nvidia_batch(record, record_step.shard)
     separation = PoolSeparation()
     reference = torch_step(model, record, observe=separation)
     require_separated_pools(model, separation, SEED)

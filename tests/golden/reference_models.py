@@ -42,9 +42,12 @@ class BertSelfAttention(nn.Module):
         n, length, _ = x.shape
         return x.view(n, length, self.heads, self.head_size).transpose(1, 2)
 
-    def forward(self, x):
+    def forward(self, x, mask=None):  # mask: (N, 1, 1, L), 0 on real tokens and -10000 on padding
         q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
-        probabilities = self.dropout(torch.softmax(q @ k.transpose(-1, -2) * self.scale, dim=-1))
+        scores = q @ k.transpose(-1, -2) * self.scale
+        if mask is not None:
+            scores = scores + mask
+        probabilities = self.dropout(torch.softmax(scores, dim=-1))
         context = probabilities @ v
         return context.transpose(1, 2).reshape(x.shape)
 
@@ -66,8 +69,8 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(c)
         self.output = BertSelfOutput(c, c.hidden)
 
-    def forward(self, x):
-        return self.output(self.self(x), x)
+    def forward(self, x, mask=None):
+        return self.output(self.self(x, mask), x)
 
 
 class BertIntermediate(nn.Module):
@@ -86,8 +89,8 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(c)
         self.output = BertSelfOutput(c, c.intermediate)
 
-    def forward(self, x):
-        h = self.attention(x)
+    def forward(self, x, mask=None):
+        h = self.attention(x, mask)
         return self.output(self.intermediate(h), h)
 
 
@@ -96,9 +99,9 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(c) for _ in range(c.layers))
 
-    def forward(self, x):
+    def forward(self, x, mask=None):
         for layer in self.layer:
-            x = layer(x)
+            x = layer(x, mask)
         return x
 
 
@@ -164,8 +167,9 @@ class BertPreTrainingHeads(nn.Module):
 
 
 class BertForPreTraining(nn.Module):
-    """forward(input_ids, token_type_ids, masked_positions) -> (masked-LM logits (N, P, vocabulary),
-    next-sentence logits (N, 2)); masked_positions (N, P) index each sequence's tokens."""
+    """forward(input_ids, token_type_ids, masked_positions[, real_tokens]) -> (masked-LM logits (N, P,
+    vocabulary), next-sentence logits (N, 2)); masked_positions (N, P) index each sequence's tokens;
+    real_tokens (N) where padding starts, masked out of attention as BERT's input_mask does."""
 
     def __init__(self, config=None):
         super().__init__()
@@ -178,8 +182,12 @@ class BertForPreTraining(nn.Module):
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, input_ids, token_type_ids, masked_positions):
-        states = self.bert.encoder(self.bert.embeddings(input_ids, token_type_ids))
+    def forward(self, input_ids, token_type_ids, masked_positions, real_tokens=None):
+        mask = None
+        if real_tokens is not None:  # BERT's extended attention mask: (1 - input_mask) * -10000
+            input_mask = torch.arange(input_ids.shape[1]).unsqueeze(0) < real_tokens.unsqueeze(1)
+            mask = (1.0 - input_mask.to(self.bert.embeddings.word_embeddings.weight.dtype))[:, None, None, :] * -10000.0
+        states = self.bert.encoder(self.bert.embeddings(input_ids, token_type_ids), mask)
         index = masked_positions.unsqueeze(-1).expand(-1, -1, states.shape[-1])
         masked = torch.gather(states, 1, index)
         return self.cls.predictions(masked), self.cls.seq_relationship(self.bert.pooler(states))

@@ -403,7 +403,9 @@ TEST(Bert, SyntheticBatchIsShapedAsBertsPretrainingData) {
 TEST(Bert, PaddingTokensChangeNothingTheLossReads) {
   CpuBackend backend(1);
   const BertConfig config = kTinyBert;
-  const PretrainingBatchLayout layout{3, 12};
+  // Four masked-LM slots where synthetic data has two: real data's max_predictions moves every part
+  // of the labels block after the slots, and each layer must read its part where it now is.
+  const PretrainingBatchLayout layout{3, 12, 4};
   Trainer trainer(backend, bert_for_pretraining(config), layout, config.vocabulary, SgdConfig{}, 5);
   const std::vector<std::int32_t> real_tokens{12, 7, 5};
   pad_trainer_batch(trainer, layout, real_tokens, 0);

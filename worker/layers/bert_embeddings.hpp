@@ -49,7 +49,7 @@ class BertEmbeddings final : public Layer {
       throw std::invalid_argument("BertEmbeddings: the input must be int32 (sequences, tokens) token ids, not " +
                                   std::string(to_string(input.dtype)) + " " + input.shape.to_string());
     }
-    layout_ = {input.shape.n(), input.shape.c()};
+    layout_ = {input.shape.n(), input.shape.c(), ctx.max_predictions};
     if (layout_.tokens > max_positions_) {
       throw std::invalid_argument("BertEmbeddings: " + std::to_string(layout_.tokens) + " tokens per sequence; at most " +
                                   std::to_string(max_positions_) + " positions");
