@@ -129,7 +129,7 @@ TEST(Validation, EngineAndCommand) {
 
 TEST(Validation, Data) {
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"source", "imagenet"}}}}}}),
-              ElementsAre(R"(spec.data.source: "imagenet" is not one of synthetic, imagefolder, cityscapes)"));
+              ElementsAre(R"(spec.data.source: "imagenet" is not one of synthetic, imagefolder, cityscapes, bertpretraining)"));
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"imageSize", 31}}}}}}),
               ElementsAre("spec.data.imageSize: 31 is out of range; allowed: 32 to 2048"));
   EXPECT_THAT(errors_with({{"spec", {{"data", {{"imageSize", 2049}}}}}}),
@@ -239,9 +239,9 @@ TEST(Validation, ImageFolderData) {
   EXPECT_THAT(data({{"source", "imagefolder"}}),
               ElementsAre(HasSubstr("spec.data.path: required; the directory of class folders of JPEG files")));
   EXPECT_THAT(data({{"path", "/data"}}),
-              ElementsAre("spec.data.path: only allowed when source is imagefolder or cityscapes (source is synthetic)"));
+              ElementsAre("spec.data.path: only allowed when source is imagefolder, cityscapes or bertpretraining (source is synthetic)"));
   EXPECT_THAT(data({{"volume", {{"hostPath", {{"path", "/srv"}}}}}}),
-              ElementsAre("spec.data.volume: only allowed when source is imagefolder or cityscapes (source is synthetic)"));
+              ElementsAre("spec.data.volume: only allowed when source is imagefolder, cityscapes or bertpretraining (source is synthetic)"));
   for (const char* bad : {"data", "/", "/a/../b", "/..", "/dlbench", "/dlbench/x"}) {
     EXPECT_THAT(data({{"source", "imagefolder"}, {"path", bad}}),
                 ElementsAre(HasSubstr("spec.data.path: \"" + std::string(bad) + "\" is not an absolute directory path")))
@@ -301,6 +301,39 @@ TEST(Validation, CityscapesDataIsForDeepLabV3Plus) {
   EXPECT_EQ(*(at + 1), "cityscapes");
   EXPECT_EQ(*(at + 3), "/data/cityscapes");
   EXPECT_NE(std::find(args.begin(), args.end(), "512x1024"), args.end());
+}
+
+// BERT's pretraining shards are bert-base's real data and no image model's; they need their
+// directory and may come from a volume.
+TEST(Validation, BertPretrainingDataIsForBertBase) {
+  const auto with = [](const std::string& model, json d) {
+    return errors_with({{"spec", {{"model", model}, {"data", std::move(d)}}}});
+  };
+  const json shards{{"source", "bertpretraining"}, {"path", "/data/hdf5_lower_case_1_seq_len_128"}, {"sequenceLength", 128}};
+  EXPECT_THAT(with("bert-base", shards), IsEmpty());
+  json from_volume = shards;
+  from_volume["volume"] = {{"persistentVolumeClaim", {{"claimName", "wikipedia"}}}};
+  EXPECT_THAT(with("bert-base", from_volume), IsEmpty());
+  EXPECT_THAT(with("bert-base", {{"source", "bertpretraining"}}),
+              ElementsAre(HasSubstr("spec.data.path: required; the directory of BERT pretraining shards")));
+  EXPECT_THAT(with("resnet50", {{"source", "bertpretraining"}, {"path", "/data/shards"}}),
+              ElementsAre("spec.data.source: bertpretraining is not allowed for resnet50: it trains on images and "
+                          "bertpretraining holds token sequences (for bert-base); allowed: synthetic, imagefolder"));
+  EXPECT_THAT(with("deeplabv3plus", {{"source", "bertpretraining"}, {"path", "/data/shards"}}),
+              Contains(HasSubstr("allowed: synthetic, cityscapes")));
+  EXPECT_THAT(with("bert-base", {{"source", "imagefolder"}, {"path", "/data/train"}}),
+              ElementsAre("spec.data.source: imagefolder is not allowed for bert-base: it trains on token sequences; "
+                          "allowed: synthetic, bertpretraining"));
+
+  json doc = minimal_run();
+  doc.merge_patch({{"spec", {{"model", "bert-base"}, {"data", shards}}}});
+  const auto run = decode_benchmark_run(doc);
+  ASSERT_TRUE(run.ok());
+  const auto args = worker_arguments(*run.value, CaseSpec{1, 1, 8, Precision::fp32}, WorkerInvocation{});
+  const auto at = std::find(args.begin(), args.end(), "--data");
+  ASSERT_NE(at, args.end());
+  EXPECT_EQ(*(at + 1), "bertpretraining");
+  EXPECT_EQ(*(at + 3), "/data/hdf5_lower_case_1_seq_len_128");
 }
 
 TEST(Validation, MatrixOrCasesExactlyOne) {

@@ -283,6 +283,36 @@ TEST(WorkerCli, DeepLabV3PlusRunsOnAHeightByWidthCrop) {
   EXPECT_THAT(failed.message, HasSubstr("/nonexistent-cityscapes does not exist"));
 }
 
+// bert-base's real data is BERT's pretraining shards, and no image model's; shards of another
+// sequence length, or none at the path, are a Failed DataUnavailable result naming them.
+TEST(WorkerCli, BertPretrainingShardsAreBertBasesData) {
+  const Outcome image = worker("--model resnet50 --data bertpretraining --data-path /nonexistent");
+  EXPECT_EQ(image.exit_code, 2);
+  EXPECT_THAT(image.err, HasSubstr("--data bertpretraining: resnet50 trains on images"));
+  EXPECT_THAT(image.err, HasSubstr("allowed: synthetic, imagefolder"));
+  const Outcome folder = worker("--model bert-base --data imagefolder --data-path /nonexistent");
+  EXPECT_EQ(folder.exit_code, 2);
+  EXPECT_THAT(folder.err, HasSubstr("allowed: synthetic, bertpretraining"));
+  EXPECT_EQ(worker("--model bert-base --data bertpretraining").exit_code, 2);
+  const Outcome missing = worker("--model bert-base --sequence-length 16 --batch-size 1 --warmup-steps 0 "
+                                 "--measure-steps 1 --repeats 1 --data bertpretraining --data-path /nonexistent-shards");
+  EXPECT_EQ(missing.exit_code, 1) << missing.err;
+  const ResultDocument failed = decoded(missing.out);
+  EXPECT_EQ(failed.state, CaseState::Failed);
+  EXPECT_EQ(failed.reason, "DataUnavailable");
+  EXPECT_THAT(failed.message, HasSubstr("/nonexistent-shards does not exist"));
+  // Shards of 32 tokens for a case of 16.
+  const std::string dir = (scratch() / "shards").string();
+  const std::string generate = std::string(DLBENCH_INPUT_BINARY) + " generate " + dir +
+                               " --data bertpretraining --shards 1 --per-shard 8 --sequence-length 32 > /dev/null";
+  ASSERT_EQ(std::system(generate.c_str()), 0);
+  const Outcome longer = worker("--model bert-base --sequence-length 16 --batch-size 1 --warmup-steps 0 "
+                                "--measure-steps 1 --repeats 1 --data bertpretraining --data-path " + dir);
+  EXPECT_EQ(longer.exit_code, 1) << longer.err;
+  EXPECT_THAT(decoded(longer.out).message,
+              HasSubstr("holds sequences of 32 tokens; the case's sequenceLength is 16 (set it to 32"));
+}
+
 // bert-base: sequences instead of images (its length in the result, sequences/s as the unit),
 // AdamW; image flags are refused for it and the sequence length for image models.
 TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
@@ -320,9 +350,6 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
   const Outcome too_long = worker("--model bert-base --sequence-length 513");
   EXPECT_EQ(too_long.exit_code, 2);
   EXPECT_THAT(too_long.err, HasSubstr("--sequence-length: 513 is out of range; allowed: 8 to 512"));
-  const Outcome folder = worker("--model bert-base --data imagefolder --data-path /nonexistent");
-  EXPECT_EQ(folder.exit_code, 2);
-  EXPECT_THAT(folder.err, HasSubstr("bert-base trains on synthetic token sequences"));
 }
 
 TEST(WorkerCli, BadInputExitsTwoNamingTheFlag) {
