@@ -402,6 +402,52 @@ spec:
   EXPECT_THAT(refused.err + refused.out, HasSubstr("spec.data.source: cityscapes is not allowed for resnet50"));
 }
 
+// BERT-base on its real data: NVIDIA-format shards (one broken file, one sequence past the
+// vocabulary), shards dealt out to two ranks; each case reports its input.
+TEST_F(RunCli, BertBaseTrainsOnPretrainingShardsOnOneAndTwoRanks) {
+  const std::string input = (std::filesystem::path(DLBENCH_CLI_BINARY).parent_path() / "dlbench-input").string();
+  const std::string root = (dir_ / "shards").string();
+  const Outcome generated = testing::run_shell(input + " generate " + root +
+                                                   " --data bertpretraining --shards 2 --per-shard 6 "
+                                                   "--sequence-length 16 --max-predictions 3 --broken 1 --bad-sequences 1",
+                                               dir_.string());
+  ASSERT_EQ(generated.exit_code, 0) << generated.err;
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: wiki}
+spec:
+  model: bert-base
+  data: {source: bertpretraining, path: )" + root + R"(, sequenceLength: 16}
+  optimizer: {name: adamw, learningRate: 0.0001, weightDecay: 0.01}
+  matrix: {gpusPerNode: [1, 2], batchSizePerDevice: [2], precision: [fp32]}
+  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 2, stability: {includeUnstable: true}}
+  limits: {backoffLimit: 0}
+)";
+  const Outcome o = dlbench("run -f " + write("wiki.yaml", text) + " --backend cpu");
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("sequences/s per rank, shard by shard; 2 unreadable shards or sequences skipped"));
+  const BenchmarkRun run = status("wiki.status.json");
+  ASSERT_EQ(run.status->results.size(), 2u);
+  for (const CaseResult& r : run.status->results) {
+    ASSERT_EQ(r.state, CaseState::Succeeded) << r.case_.devices() << " devices: " << r.message;
+    ASSERT_TRUE(r.input.has_value());
+    EXPECT_EQ(r.input->source, DataSource::bertpretraining);
+    EXPECT_EQ(r.input->files, 12);  // sequences in the two readable shards
+    EXPECT_EQ(r.input->skipped_files, 2) << "the broken shard and the sequence past the vocabulary";
+    ASSERT_EQ(r.input->skipped_examples.size(), 2u);
+    EXPECT_THAT(r.input->skipped_examples[0], HasSubstr("broken_0.hdf5: "));
+    EXPECT_THAT(r.input->skipped_examples[1], HasSubstr("sequence 0: input_ids holds 30522 at token 1"));
+    EXPECT_GT(r.input->pipeline_throughput, 0);
+    ASSERT_TRUE(r.throughput.has_value());
+    EXPECT_EQ(r.throughput->unit, "sequences/s");
+  }
+  std::string images = text;
+  images.replace(images.find("model: bert-base"), 16, "model: resnet50");
+  const Outcome refused = dlbench("run -f " + write("images.yaml", images) + " --backend cpu");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err + refused.out, HasSubstr("spec.data.source: bertpretraining is not allowed for resnet50"));
+}
+
 TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   const Outcome o = dlbench("run -f " + write("run.yaml", sweep()) + " --max-devices 2");
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
