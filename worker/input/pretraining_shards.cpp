@@ -115,6 +115,11 @@ void read_ints(hid_t file, const char* name, std::vector<std::int32_t>& out, std
   }
 }
 
+// A shard's failure as a skipped entry says it: its message without the path in front.
+std::string why_of(const std::string& path, const std::string& message) {
+  return message.starts_with(path + ": ") ? message.substr(path.size() + 2) : message;
+}
+
 bool is_shard_name(const fs::path& p) {
   const std::string extension = p.extension().string();
   return extension == ".hdf5" || extension == ".h5" || extension == ".hdf";
@@ -166,11 +171,12 @@ PretrainingShards scan_pretraining_shards(const std::string& path) {
       first = &result.shards.front();
     } catch (const DataUnavailable& e) {
       if (first != nullptr && std::string(e.what()).starts_with("data.path ")) throw;
-      result.unreadable.push_back({candidate, e.what()});
+      result.unreadable.push_back({candidate, why_of(candidate, e.what())});
     }
   }
   if (result.shards.empty()) {
-    throw DataUnavailable("data.path " + path + ": no shard can be read; the first: " + result.unreadable.front().why);
+    throw DataUnavailable("data.path " + path + ": no shard can be read; the first: " + result.unreadable.front().path +
+                          ": " + result.unreadable.front().why);
   }
   return result;
 }
@@ -400,7 +406,7 @@ void PretrainingReader::open_next_shard() {
   try {
     loaded = loading_.get();
   } catch (const DataUnavailable& e) {
-    skip_shard(share.shard, e.what());
+    skip_shard(share.shard, why_of(path, e.what()));
   }
   start_load(next_share());  // the next shard loads while this one is read
   current_ = loaded;
@@ -430,10 +436,13 @@ void PretrainingReader::open_next_shard() {
   if (order_.empty()) {
     // Every shard of an epoch's share tried without a sequence: nothing will ever come.
     if (++empty_in_a_row_ > shards_.shards.size()) {
+      const auto skipped = skipped_examples();
       throw DataUnavailable("data.path " + shards_.root + ": rank " + std::to_string(config_.rank) + " of " +
                             std::to_string(config_.world) + " has no usable sequence in its share (" +
                             std::to_string(shards_.sequences) + " sequences in " +
-                            std::to_string(shards_.shards.size()) + " shards; see the skipped ones)");
+                            std::to_string(shards_.shards.size()) + " shards)" +
+                            (skipped.empty() ? "" : "; the first skipped: " + skipped.front().path + ": " +
+                                                        skipped.front().why));
     }
   } else {
     empty_in_a_row_ = 0;
