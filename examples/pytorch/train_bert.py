@@ -5,8 +5,13 @@ The script trains BERT-base (12 layers, hidden 768, 12 heads, feed-forward 3072,
 a 30,522-word vocabulary tied to the masked-LM decoder, next-sentence head) built from
 torch.nn.TransformerEncoderLayer, on a fixed synthetic batch shaped as dlbench-worker's: random
 words, the second half of each sequence segment B, 15% of the positions (rounded up) predicted
-as masked words, a random next-sentence label. The loss is the masked-LM loss over the predicted
-positions plus the next-sentence loss, as in BERT's pretraining. The optimizer is the spec's, as
+as masked words, a random next-sentence label. With DLBENCH_DATA_SOURCE=bertpretraining it reads
+NVIDIA's HDF5 pretraining shards at DLBENCH_DATA_PATH (h5py) as NVIDIA's run_pretraining.py does:
+shards shuffled each epoch and dealt out to the processes (or every world-th sequence of each,
+with fewer shards than processes), one shard loaded at a time and its sequences shuffled, the
+padding masked out of attention (src_key_padding_mask) and the masked-LM labels -1 (ignored)
+past each prediction list's end. The loss is the masked-LM loss over the predicted positions
+plus the next-sentence loss, as in BERT's pretraining. The optimizer is the spec's, as
 dlbench-worker runs it (dlbench_torch.py: adamw is BERT's recipe; sgd; lamb is reported
 unsupported). It prints "@dlbench step <global sequences>" after every step. One command per
 node:
@@ -17,6 +22,8 @@ node:
 Processes, devices and precisions as dlbench_torch.py describes; bf16 on the CPU needs PyTorch 2
 (1.13's CPU autocast hands layer_norm a bf16 input with fp32 weights, which it refuses).
 """
+import itertools
+import os
 import sys
 
 import torch
@@ -54,11 +61,12 @@ class BertForPreTraining(nn.Module):
             nn.init.normal_(layer.self_attn.in_proj_weight, std=0.02)
             nn.init.zeros_(layer.self_attn.in_proj_bias)
 
-    def forward(self, words, segments, predicted):
-        """Masked-LM logits at the `predicted` positions, and next-sentence logits."""
+    def forward(self, words, segments, predicted, padding=None):
+        """Masked-LM logits at the `predicted` positions, and next-sentence logits; `padding`
+        (batch, length) is True where a token is padding, which no token attends to."""
         length = words.shape[1]
         x = self.words(words) + self.positions.weight[:length] + self.segments(segments)
-        x = self.encoder(self.dropout(self.embedding_norm(x)))
+        x = self.encoder(self.dropout(self.embedding_norm(x)), src_key_padding_mask=padding)
         at = torch.gather(x, 1, predicted.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
         masked_lm = self.transform(at) @ self.words.weight.t() + self.decoder_bias
         return masked_lm, self.next_sentence(torch.tanh(self.pooler(x[:, 0])))
@@ -83,25 +91,79 @@ def train(case, process):
     optimizer = optimizer_for(case, model, process)
 
     batch, length = case.batch_size, case.sequence_length
-    predictions = (length * 15 + 99) // 100
-    words = torch.randint(999, VOCABULARY, (batch, length), device=device)
-    segments = (torch.arange(length, device=device) >= length // 2).long().expand(batch, length)
-    predicted = torch.stack([torch.randperm(length - 2)[:predictions].sort().values + 1 for _ in range(batch)])
-    predicted = predicted.to(device)
-    masked_words = torch.randint(999, VOCABULARY, (batch, predictions), device=device)
-    next_sentence = torch.randint(0, 2, (batch,), device=device)
+    if case.data_source == "bertpretraining":
+        batches = shard_batches(case, process)
+    else:
+        predictions = (length * 15 + 99) // 100
+        words = torch.randint(999, VOCABULARY, (batch, length), device=device)
+        segments = (torch.arange(length, device=device) >= length // 2).long().expand(batch, length)
+        predicted = torch.stack([torch.randperm(length - 2)[:predictions].sort().values + 1 for _ in range(batch)])
+        predicted = predicted.to(device)
+        masked_words = torch.randint(999, VOCABULARY, (batch, predictions), device=device)
+        next_sentence = torch.randint(0, 2, (batch,), device=device)
+        fixed = (words, segments, predicted, masked_words, next_sentence, None)
+        batches = iter(lambda: fixed, None)
 
     precision = Precision(case, device)
+    current = {}
 
     def compute_loss():
-        masked_lm, nsp = model(words, segments, predicted)
-        return (nn.functional.cross_entropy(masked_lm.reshape(-1, VOCABULARY), masked_words.flatten())
+        words, segments, predicted, masked_words, next_sentence, padding = current["batch"]
+        masked_lm, nsp = model(words, segments, predicted, padding)
+        return (nn.functional.cross_entropy(masked_lm.reshape(-1, VOCABULARY), masked_words.flatten(), ignore_index=-1)
                 + nn.functional.cross_entropy(nsp, next_sentence))
 
     def train_step():
+        current["batch"] = [t.to(device, non_blocking=True) if t is not None else None for t in next(batches)]
         return precision.step(model, optimizer, compute_loss)
 
     process.run_steps(case, train_step)
+
+
+def shard_batches(case, process):
+    """Endless batches from NVIDIA's pretraining shards, as its run_pretraining.py reads them:
+    (ids, segment ids, masked positions, masked-LM labels with -1 past each list's end,
+    next-sentence labels, padding)."""
+    import h5py
+    import numpy as np
+
+    root = case.data_path
+    files = sorted(os.path.join(root, f) for f in os.listdir(root) if f.endswith((".hdf5", ".h5", ".hdf"))) \
+        if os.path.isdir(root) else [root]
+    rng = np.random.default_rng(42)  # the same shard order on every process
+    world, rank = process.world_size, process.rank
+    pending = []
+    for epoch in itertools.count():
+        order = rng.permutation(len(files))
+        dealt = len(files) >= world
+        for position, index in enumerate(order):
+            if dealt and position % world != rank:
+                continue
+            try:
+                with h5py.File(files[index], "r") as f:
+                    shard = {key: np.asarray(f[key][:]) for key in (
+                        "input_ids", "segment_ids", "input_mask", "masked_lm_positions", "masked_lm_ids",
+                        "next_sentence_labels")}
+            except OSError:  # not a shard h5py can read: skipped, as dlbench-worker skips it
+                continue
+            rows = np.random.default_rng(epoch * 7919 + int(index)).permutation(len(shard["input_ids"]))
+            if not dealt:
+                rows = rows[rank::world]
+            for row in rows:
+                ids = shard["input_ids"][row]
+                if ids.min() < 0 or ids.max() >= VOCABULARY:  # dlbench-worker skips such a sequence too
+                    continue
+                positions = shard["masked_lm_positions"][row]
+                count = int(np.argmax(positions == 0)) if (positions == 0).any() else len(positions)
+                labels = np.full(len(positions), -1, np.int64)
+                labels[:count] = shard["masked_lm_ids"][row][:count]
+                pending.append((ids, shard["segment_ids"][row], positions, labels, shard["next_sentence_labels"][row],
+                                shard["input_mask"][row] == 0))
+                if len(pending) == case.batch_size:
+                    columns = list(zip(*pending))
+                    pending = []
+                    yield [torch.as_tensor(np.stack(c)).long() if i < 5 else torch.as_tensor(np.stack(c))
+                           for i, c in enumerate(columns)]
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""engine: command with a real peer: examples/pytorch/train_resnet50.py, train_bert.py and train_deeplabv3plus.py (Debian's
-PyTorch 1.13) through `dlbench run` with 1 and 2 processes (gloo), the optimizer they state judged
+"""engine: command with a real peer: examples/pytorch/train_resnet50.py, train_bert.py (synthetic and on NVIDIA's
+shards) and train_deeplabv3plus.py (Debian's PyTorch 1.13) through `dlbench run` with 1 and 2 processes (gloo), the optimizer they state judged
 against the spec, and failing commands as results with reasons.
 
     pytorch_run_test.py DLBENCH_BINARY TORCH_PYTHON
@@ -142,6 +142,33 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
             # The script warmed the rate up as the spec asked, and said so.
             self.assertEqual(r["optimizer"], {"name": "adamw", "learningRate": 0.0001, "momentum": 0.9,
                                               "weightDecay": 0.01, "learningRateWarmupSteps": 3})
+
+    def test_bert_base_on_nvidia_pretraining_shards(self):
+        with open(os.path.join(SOURCE, "crds", "examples", "pytorch-bert-base.yaml")) as f:
+            example = f.read()
+        with tempfile.TemporaryDirectory() as tmp:
+            # The shards dlbench-worker would read (NVIDIA's format), with a broken one the script skips too.
+            shards = os.path.join(tmp, "shards")
+            subprocess.run([os.path.join(os.path.dirname(DLBENCH), "dlbench-input"), "generate", shards, "--data",
+                            "bertpretraining", "--shards", "3", "--per-shard", "8", "--sequence-length", "16",
+                            "--max-predictions", "3", "--broken", "1"], check=True, capture_output=True)
+            small = (example.replace("data: {source: synthetic, sequenceLength: 128}",
+                                     f"data: {{source: bertpretraining, sequenceLength: 16, path: {shards}}}")
+                     .replace("gpusPerNode: [1, 8]", "gpusPerNode: [1, 2]")
+                     .replace("batchSizePerDevice: [64]", "batchSizePerDevice: [2]")
+                     .replace("precision: [amp]", "precision: [fp32]")
+                     .replace("warmupSteps: 20, measureSteps: 100, repeats: 7", "warmupSteps: 1, measureSteps: 2, repeats: 2"))
+            self.assertEqual(sum(small.count(t) for t in (shards, "[1, 2]", "[2]", "[fp32]", "measureSteps: 2,")), 5,
+                             "the example's shape changed; update this test")
+            p, status = run(small, tmp)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        results = {r["case"]["gpusPerNode"]: r for r in status["results"]}
+        self.assertEqual(sorted(results), [1, 2])
+        for r in results.values():
+            self.assertEqual(r["state"], "Succeeded", r.get("message"))
+            self.assertEqual(r["throughput"]["unit"], "sequences/s")
+            # About chance at the start: ln(30522) for the masked tokens plus ln 2.
+            self.assertTrue(all(8 < loss < 13 for loss in r["lossAfterRepeats"]), r)
 
     def test_deeplabv3plus_on_synthetic_crops_and_on_cityscapes(self):
         with open(os.path.join(SOURCE, "crds", "examples", "pytorch-deeplabv3plus.yaml")) as f:
