@@ -625,11 +625,17 @@ constexpr PretrainingBatchLayout kSmallBertBatch{4, 12};
 // smaller ones leave it below the loss's own rounding, where it would test nothing.
 constexpr AdamWConfig kSelfTestAdamW{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f};
 
-std::vector<float> bert_losses(Backend& backend, DType dtype, MemoryReuse reuse = MemoryReuse::lifetime) {
+// Real data's batch (a shard's): sequences padded after these many tokens, their masked-LM slots
+// past them predicting nothing.
+const std::vector<std::int32_t> kPaddedRealTokens{12, 7, 3, 10};
+
+std::vector<float> bert_losses(Backend& backend, DType dtype, MemoryReuse reuse = MemoryReuse::lifetime,
+                               bool padded = false) {
   const BertConfig config = kSmallBert;
   Trainer trainer(backend, bert_for_pretraining(config), kSmallBertBatch, config.vocabulary, SgdConfig{}, 3, 0, reuse,
                   dtype);
   trainer.use_adamw(kSelfTestAdamW);
+  if (padded) trainer.pad_sequences(kSmallBertBatch, kPaddedRealTokens);
   std::vector<float> losses;
   for (int i = 0; i < kTrainingSteps; ++i) losses.push_back(trainer.step_and_loss());
   return losses;
@@ -647,6 +653,7 @@ struct TransformerReference {
   std::optional<LayerOutcome> encoder_layer;
   std::optional<LayerOutcome> wide_heads_encoder_layer;
   std::optional<std::vector<float>> bert_losses;
+  std::optional<std::vector<float>> padded_bert_losses;
 };
 
 // The encoder layer (attention's batched matmuls, softmax, axis swaps, GELU, layer norms,
@@ -683,6 +690,15 @@ void transformer_checks(Checker& checker, Backend& backend, Backend& reference, 
   checker.run(precision, "bert pretraining, " + std::to_string(kTrainingSteps) + " AdamW steps", [&] {
     if (!want.bert_losses) want.bert_losses = bert_losses(reference, DType::fp32);
     const auto [error, step] = trajectory_error(bert_losses(backend, dtype), *want.bert_losses);
+    return bounded(error, b.training, "the loss, worst at step " + std::to_string(step + 1));
+  });
+  // Real data's padding: attention over each sequence's real tokens, empty masked-LM slots left out.
+  checker.run(precision, "padded bert, " + std::to_string(kTrainingSteps) + " AdamW steps", [&] {
+    if (!want.padded_bert_losses) {
+      want.padded_bert_losses = bert_losses(reference, DType::fp32, MemoryReuse::lifetime, true);
+    }
+    const auto [error, step] =
+        trajectory_error(bert_losses(backend, dtype, MemoryReuse::lifetime, true), *want.padded_bert_losses);
     return bounded(error, b.training, "the loss, worst at step " + std::to_string(step + 1));
   });
 }

@@ -215,6 +215,36 @@ void Trainer::load_sequences(const std::int32_t* token_ids, const std::int32_t* 
   backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t));
 }
 
+void pad_pretraining_batch(const PretrainingBatchLayout& batch, const std::vector<std::int32_t>& real_tokens,
+                           std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& labels,
+                           std::int32_t padding_id) {
+  const std::int64_t length = batch.tokens, p = batch.predictions();
+  const auto at = [](std::vector<std::int32_t>& v, std::int64_t i) -> std::int32_t& { return v[static_cast<std::size_t>(i)]; };
+  for (std::int64_t s = 0; s < batch.sequences; ++s) {
+    const std::int32_t real = real_tokens.at(static_cast<std::size_t>(s));
+    at(labels, batch.real_tokens() + s) = real;
+    for (std::int64_t j = real; j < length; ++j) {
+      at(tokens, s * length + j) = padding_id;
+      at(labels, batch.token_types() + s * length + j) = 0;
+    }
+    for (std::int64_t k = 0; k < p; ++k) {
+      std::int32_t& row = at(labels, batch.masked_rows() + s * p + k);
+      if (row - s * length >= real) {
+        row = static_cast<std::int32_t>(s * length);
+        at(labels, batch.masked_tokens() + s * p + k) = kNoPrediction;
+      }
+    }
+  }
+}
+
+void Trainer::pad_sequences(const PretrainingBatchLayout& batch, const std::vector<std::int32_t>& real_tokens,
+                            std::int32_t padding_id) {
+  std::vector<std::int32_t> tokens, labels;
+  copy_sequences_to_host(tokens, labels);
+  pad_pretraining_batch(batch, real_tokens, tokens, labels, padding_id);
+  load_sequences(tokens.data(), labels.data());
+}
+
 void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<std::int32_t>& labels) {
   if (input_.dtype == DType::int32) throw std::logic_error("copy_batch_to_host: this trainer's input is token ids");
   pixels_nchw = download(backend_, input_);

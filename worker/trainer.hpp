@@ -43,6 +43,14 @@ inline constexpr std::int64_t kMinimumPretrainingTokens = 5;
 void synthesize_pretraining_batch(const PretrainingBatchLayout& batch, std::int64_t vocabulary, std::uint64_t seed,
                                   std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& labels);
 
+// Makes a batch what real data's is: each sequence padded after its first real_tokens[s] tokens
+// (`padding_id`, token type 0), and its masked-LM slots at padding positions turned into slots
+// without a prediction (kNoPrediction, reading the sequence's first row), as NVIDIA's shards pad
+// them. For checks of the padded path (the self-test, the tests) without a shard at hand.
+void pad_pretraining_batch(const PretrainingBatchLayout& batch, const std::vector<std::int32_t>& real_tokens,
+                           std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& labels,
+                           std::int32_t padding_id = 0);
+
 class Trainer {
  public:
   // input: (batch, 3, height, width). The network ends in (batch, num_classes) logits with a
@@ -70,6 +78,9 @@ class Trainer {
   // Replaces a pretraining batch with real data: (sequences, tokens) token ids and the labels block
   // as PretrainingBatchLayout lays it out, copied to the device before the next step.
   void load_sequences(const std::int32_t* token_ids, const std::int32_t* labels);
+  // The current pretraining batch, padded by pad_pretraining_batch, for the next step.
+  void pad_sequences(const PretrainingBatchLayout& batch, const std::vector<std::int32_t>& real_tokens,
+                     std::int32_t padding_id = 0);
   // The batch the next step trains on, as fp32 pixels in (N, C, H, W) order and class indices
   // (one per sample, or per pixel in (N, H, W) order).
   void copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<std::int32_t>& labels);

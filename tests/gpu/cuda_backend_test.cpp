@@ -28,7 +28,6 @@
 #include "self_test.hpp"
 #include "swapped_axes.hpp"
 #include "trainer.hpp"
-#include "../worker/padded_batch.hpp"
 #include "../worker/same_state_steps.hpp"
 #include "../worker/scoped_env.hpp"
 
@@ -760,8 +759,8 @@ TEST_F(CudaBackendTest, BertOnPaddedSequencesFollowsTheCpu) {
     Trainer on_cpu(*cpu_, bert_for_pretraining(config), layout, config.vocabulary, SgdConfig{}, 5);
     Trainer on_gpu(gpu, bert_for_pretraining(config), layout, config.vocabulary, SgdConfig{}, 5, 0,
                    MemoryReuse::lifetime, fused ? DType::fp16 : DType::fp32);
-    pad_trainer_batch(on_cpu, layout, real_tokens);
-    pad_trainer_batch(on_gpu, layout, real_tokens);
+    on_cpu.pad_sequences(layout, real_tokens);
+    on_gpu.pad_sequences(layout, real_tokens);
     on_cpu.use_adamw(adamw);
     on_gpu.use_adamw(adamw);
     for (int step = 0; step < 10; ++step) {

@@ -14,7 +14,6 @@
 #include "cpu/cpu_backend.hpp"
 #include "cpu/vector_exp.hpp"
 #include "models/bert.hpp"
-#include "padded_batch.hpp"
 #include "scoped_env.hpp"
 #include "trainer.hpp"
 
@@ -342,7 +341,7 @@ TEST(FusedAttention, BertHasTheSameGradientsFusedOrComposed) {
   auto fused_bert = bert_trainer(*with_fused, MemoryReuse::lifetime);
   auto composed_bert = bert_trainer(*with_composed, MemoryReuse::lifetime);
   if (padded) {
-    for (Trainer* t : {fused_bert.get(), composed_bert.get()}) pad_trainer_batch(*t, PretrainingBatchLayout{3, 11}, {11, 6, 3});
+    for (Trainer* t : {fused_bert.get(), composed_bert.get()}) t->pad_sequences(PretrainingBatchLayout{3, 11}, {11, 6, 3});
   }
   EXPECT_NEAR(fused_bert->compute_gradients(), composed_bert->compute_gradients(), 1e-5f);
   const auto& a = fused_bert->parameters().parameters();

@@ -14,7 +14,6 @@
 #include "cpu/cpu_backend.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
-#include "padded_batch.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
@@ -408,9 +407,9 @@ TEST(Bert, PaddingTokensChangeNothingTheLossReads) {
   const PretrainingBatchLayout layout{3, 12, 4};
   Trainer trainer(backend, bert_for_pretraining(config), layout, config.vocabulary, SgdConfig{}, 5);
   const std::vector<std::int32_t> real_tokens{12, 7, 5};
-  pad_trainer_batch(trainer, layout, real_tokens, 0);
+  trainer.pad_sequences(layout, real_tokens, 0);
   const float with_pad_ids = trainer.loss();
-  pad_trainer_batch(trainer, layout, real_tokens, 17);
+  trainer.pad_sequences(layout, real_tokens, 17);
   const float with_other_ids = trainer.loss();
   EXPECT_EQ(with_pad_ids, with_other_ids);
   // The same ids past the real tokens, now attended to: the loss moves.
@@ -460,7 +459,7 @@ TEST(GradientCheck, BertForPretrainingWithPaddedSequences) {
   const BertConfig config = kTinyBert;
   const PretrainingBatchLayout layout{2, 10};
   Trainer trainer(backend, bert_for_pretraining(config), layout, config.vocabulary, SgdConfig{}, 6);
-  pad_trainer_batch(trainer, layout, {6, 10});
+  trainer.pad_sequences(layout, {6, 10});
   std::vector<std::int32_t> tokens, labels;
   trainer.copy_sequences_to_host(tokens, labels);
   ASSERT_EQ(labels[static_cast<std::size_t>(layout.real_tokens())], 6);
