@@ -291,13 +291,15 @@ for model in resnet152 inception_v3 vgg16 alexnet deeplabv3plus; do
 done
 
 # Real data on a GPU, never run there before: the CPU pipeline feeding the device, ImageNet-like
-# JPEGs for ResNet-50 amp and Cityscapes-like 2048 x 1024 PNG pairs for DeepLabV3+ amp, with the
+# JPEGs for ResNet-50 amp, Cityscapes-like 2048 x 1024 PNG pairs for DeepLabV3+ amp and BERT's
+# shards for BERT-base amp, with the
 # node's cores less two as decoding threads. Their input blocks say how long the steps waited
 # (the case for nvJPEG, or for more cores per GPU); the table puts each beside its synthetic row.
 real_data=$(mktemp -d /tmp/dlbench-real-data.XXXXXX)
 decode_threads=$(($(nproc) > 3 ? $(nproc) - 2 : 1))
 step real-data-generate 60 sh -c "'$bin/dlbench-input' generate '$real_data/images' --classes 16 --per-class 64 &&
-  '$bin/dlbench-input' generate '$real_data/cityscapes' --data cityscapes --cities 2 --per-city 12"
+  '$bin/dlbench-input' generate '$real_data/cityscapes' --data cityscapes --cities 2 --per-city 12 &&
+  '$bin/dlbench-input' generate '$real_data/shards' --data bertpretraining --shards 4 --per-shard 2048"
 step input-measure-imagefolder 30 "$bin/dlbench-input" measure "$real_data/images" --threads "$decode_threads" \
   --batch-size 256 --batches 8
 step input-measure-cityscapes 30 "$bin/dlbench-input" measure "$real_data/cityscapes" --data cityscapes \
@@ -306,6 +308,10 @@ time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder dlbench-imagefold
   --data-path "$real_data/images" --decode-threads "$decode_threads"
 time_dlbench deeplabv3plus 8 amp dlbench-deeplabv3plus-amp-cityscapes dlbench-cityscapes --image-size 512x1024 \
   --data cityscapes --data-path "$real_data/cityscapes" --decode-threads "$decode_threads"
+# BERT-base amp on NVIDIA-format shards (padded sequences: attention masked on the device, never run
+# there before) beside its synthetic row.
+time_dlbench bert-base 64 amp dlbench-bert-amp-bertpretraining dlbench-bertpretraining "${bert_flags[@]}" \
+  --data bertpretraining --data-path "$real_data/shards"
 rm -rf "$real_data"
 
 echo

@@ -283,7 +283,8 @@ def real_data(logs):
     """The CPU input pipeline feeding the GPU: each real-data case beside its synthetic row."""
     out = []
     for name, synthetic in (("dlbench-resnet50-amp-imagefolder", "dlbench-resnet50-amp"),
-                            ("dlbench-deeplabv3plus-amp-cityscapes", "dlbench-deeplabv3plus-amp")):
+                            ("dlbench-deeplabv3plus-amp-cityscapes", "dlbench-deeplabv3plus-amp"),
+                            ("dlbench-bert-amp-bertpretraining", "dlbench-bert-amp")):
         doc = load(os.path.join(logs, name + ".json"))
         if not doc:
             out.append(f"  {name}: no document; {last_line(logs, name)}")

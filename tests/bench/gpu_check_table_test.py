@@ -106,7 +106,15 @@ class GpuCheckTable(unittest.TestCase):
                           "decodeThreads": 14, "files": 1024, "skippedFiles": 0}}))
             write(logs, "dlbench-deeplabv3plus-amp-cityscapes.json", json.dumps({
                 "state": "Failed", "reason": "DataUnavailable", "message": "data.path /x does not exist on this node"}))
+            write(logs, "dlbench-bert-amp.json", json.dumps({"state": "Succeeded", "throughput": {"median": 3349.0}}))
+            write(logs, "dlbench-bert-amp-bertpretraining.json", json.dumps({
+                "state": "Succeeded", "throughput": {"median": 3300.0},
+                "input": {"verdict": "compute-bound", "waitShare": 0.001, "pipelineThroughput": 150000.0,
+                          "decodeThreads": 1, "files": 8192, "skippedFiles": 0}}))
             lines = self.table(logs)
+        self.assertIn("  dlbench-bert-amp-bertpretraining: 3300.0/s, 0.99 of synthetic's 3349.0; compute-bound, waited "
+                      "0.1% of the measured time; the pipeline alone 150000/s with 1 threads, 8192 files, 0 skipped",
+                      lines)
         self.assertIn("  dlbench-resnet50-amp-imagefolder: 3634.0/s, 0.50 of synthetic's 7268.0; input-bound, waited "
                       "50.0% of the measured time; the pipeline alone 3700/s with 14 threads, 1024 files, 0 skipped", lines)
         self.assertIn("  dlbench-deeplabv3plus-amp-cityscapes: Failed DataUnavailable: data.path /x does not exist on "
