@@ -271,6 +271,8 @@ def main():
                 problems.append(f"the message does not name {must_mention!r}")
             if len(err.strip()) == 0:
                 problems.append("no message")
+            if "HDF5-DIAG" in err:
+                problems.append("the HDF5 library's own error stack reached stderr")
             if problems:
                 failures.append(f"{label}: {', '.join(problems)}; stderr: {err.strip()[:300]!r}")
 

@@ -39,10 +39,12 @@ class Handle {
   herr_t (*close_)(hid_t);
 };
 
-// HDF5 prints its error stack to stderr by default; dlbench reports the failure itself.
+// HDF5 prints its error stack to stderr by default; dlbench reports the failure itself. A
+// thread-safe HDF5 (Debian's) keeps that setting per thread: each thread that opens a shard says so.
 void silence_hdf5() {
-  static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  thread_local bool silenced = false;
+  if (!silenced) H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  silenced = true;
 }
 
 struct DatasetShape {
