@@ -270,7 +270,24 @@ class CaseRun {
   // The pipeline for this rank's shard, timed alone; each step then waits for its next batch,
   // and the wait is part of the step: the methodology times it with the rest.
   void start_pipeline(Trainer& trainer, Workload& workload) {
-    if (real_->shards) return start_reader(trainer, workload);
+    if (real_->shards) {
+      // BERT's shards: the reader loads the rank's next shard while this one is read; only a
+      // shard's load ever makes a step wait. Nothing is prefetched beyond that.
+      input::PretrainingReaderConfig config;
+      config.batch_size = static_cast<int>(o_.batch_size);
+      config.vocabulary = model_info(o_.model).classes;
+      config.seed = o_.seed;
+      config.rank = comm_.rank();
+      config.world = comm_.size();
+      start_feed(
+          trainer, workload, 0, [&] { real_->reader = std::make_unique<input::PretrainingReader>(*real_->shards, config); },
+          [this] { real_->reader->next(); },
+          [this](Trainer& t) {
+            const input::SequenceBatch& batch = real_->reader->next();
+            return [&t, &batch] { t.load_sequences(batch.token_ids.data(), batch.block.data()); };
+          });
+      return;
+    }
     const auto layout = trainer.input().layout == Layout::nhwc ? input::PixelLayout::nhwc : input::PixelLayout::nchw;
     if (o_.data == "cityscapes") {
       real_->source = std::make_unique<input::CityscapesSource>(real_->cityscapes, static_cast<int>(o_.image_height),
@@ -285,48 +302,37 @@ class CaseRun {
     config.seed = o_.seed;
     config.rank = comm_.rank();
     config.world = comm_.size();
-    std::string error;
-    try {
-      real_->pipeline = std::make_unique<input::InputPipeline>(*real_->source, config);
-      real_->pipeline_throughput =
-          measure_pipeline_alone([this] { real_->pipeline->next(); }, config.prefetch_batches, o_.batch_size);
-    } catch (const input::DataUnavailable& e) {
-      error = e.what();
-    }
-    agree_on_data(error);
-    if (live_) live_->set_input_pipeline_throughput(real_->pipeline_throughput);
-    workload.step = [this, &trainer] {
-      const auto begin = std::chrono::steady_clock::now();
-      const input::Batch batch = real_->pipeline->next();
-      real_->waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
-      trainer.load_batch(batch.pixels, batch.labels);
-      trainer.step();
-    };
+    start_feed(
+        trainer, workload, config.prefetch_batches,
+        [&] { real_->pipeline = std::make_unique<input::InputPipeline>(*real_->source, config); },
+        [this] { real_->pipeline->next(); },
+        [this](Trainer& t) {
+          const input::Batch batch = real_->pipeline->next();
+          return [&t, batch] { t.load_batch(batch.pixels, batch.labels); };
+        });
   }
 
-  // BERT's shards: the reader loads the rank's next shard while this one is read; each step waits
-  // for its batch (only a shard's load ever makes it wait) and copies it to the device.
-  void start_reader(Trainer& trainer, Workload& workload) {
-    input::PretrainingReaderConfig config;
-    config.batch_size = static_cast<int>(o_.batch_size);
-    config.vocabulary = model_info(o_.model).classes;
-    config.seed = o_.seed;
-    config.rank = comm_.rank();
-    config.world = comm_.size();
+  // What both feeds share: `open` makes the feed and `skip` takes a batch from it, to time it
+  // alone (after `prefetched` batches made while the model was set up), a DataUnavailable agreed
+  // on by every rank; then each step takes its batch with `take` (the wait is timed: it is part of
+  // the step) and loads it with what `take` returns.
+  void start_feed(Trainer& trainer, Workload& workload, int prefetched, const std::function<void()>& open,
+                  const std::function<void()>& skip,
+                  std::function<std::function<void()>(Trainer&)> take) {
     std::string error;
     try {
-      real_->reader = std::make_unique<input::PretrainingReader>(*real_->shards, config);
-      real_->pipeline_throughput = measure_pipeline_alone([this] { real_->reader->next(); }, 0, o_.batch_size);
+      open();
+      real_->pipeline_throughput = measure_pipeline_alone(skip, prefetched, o_.batch_size);
     } catch (const input::DataUnavailable& e) {
       error = e.what();
     }
     agree_on_data(error);
     if (live_) live_->set_input_pipeline_throughput(real_->pipeline_throughput);
-    workload.step = [this, &trainer] {
+    workload.step = [this, &trainer, take = std::move(take)] {
       const auto begin = std::chrono::steady_clock::now();
-      const input::SequenceBatch& batch = real_->reader->next();
+      const std::function<void()> load = take(trainer);
       real_->waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
-      trainer.load_sequences(batch.token_ids.data(), batch.block.data());
+      load();
       trainer.step();
     };
   }
