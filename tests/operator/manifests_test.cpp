@@ -341,6 +341,15 @@ TEST(Manifests, RealDataVolumeIsMountedReadOnlyAtTheDataPathForBothEngines) {
   run.spec.command.clear();
   const auto streets_command = launcher_command(run, k2x8, config);
   EXPECT_EQ(*(std::find(streets_command.begin(), streets_command.end(), "--data") + 1), "cityscapes");
+  // And BERT's pretraining shards (bert-base's).
+  run.spec.model = Model::bert_base;
+  run.spec.data.source = DataSource::bertpretraining;
+  run.spec.data.path = "/data/shards";
+  EXPECT_EQ(data_mount(build_worker_pod(run, k2x8, 1, 0, config)).first,
+            json({{"name", "data"}, {"mountPath", "/data/shards"}, {"readOnly", true}, {"subPath", "train"}}));
+  const auto shards_command = launcher_command(run, k2x8, config);
+  EXPECT_EQ(*(std::find(shards_command.begin(), shards_command.end(), "--data") + 1), "bertpretraining");
+  EXPECT_EQ(*(std::find(shards_command.begin(), shards_command.end(), "--data-path") + 1), "/data/shards");
   const BenchmarkRun synthetic = sample_run(false);
   const auto [mount, volume] = data_mount(build_worker_pod(synthetic, k2x8, 1, 0, config));
   EXPECT_TRUE(mount.is_null());

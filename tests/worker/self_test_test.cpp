@@ -43,6 +43,7 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   bool accumulates = false;     // bottlenecks add a branch's input gradient into the other's in a conv's backward
   bool fused_attention = false;  // attention as the CPU's fused op (DLBENCH_CPU_ATTENTION=fused)
   bool attention_off = false;    // ... whose dK comes out 1% too large
+  bool attends_to_padding = false;  // attention's softmax (either route) over every token, padding included
   double relu_ties = -1;         // step-sized ReLUs zero their smallest positive outputs: this fraction (0: one)
   // Making a layer norm faults the device for the rest of the process (a CUDA kernel's misaligned
   // address poisons its context): shared with the backends made from this one.
@@ -88,8 +89,13 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   std::unique_ptr<AttentionOp> make_fused_attention(const AttentionConfig& c) override {
     cpu.set_attention_route(fused_attention ? AttentionRoute::fused : AttentionRoute::composed);
     auto op = inner_.make_fused_attention(c);
-    if (!op || !attention_off) return op;
-    return std::make_unique<OffAttention>(std::move(op));
+    if (!op || (!attention_off && !attends_to_padding)) return op;
+    return std::make_unique<OffAttention>(std::move(op), attention_off);
+  }
+  std::unique_ptr<SoftmaxOp> make_softmax(std::int64_t rows, std::int64_t columns, DType dtype) override {
+    auto op = inner_.make_softmax(rows, columns, dtype);
+    if (!attends_to_padding) return op;
+    return std::make_unique<WholeRowSoftmax>(std::move(op));
   }
   std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) override {
     auto op = inner_.make_relu(shape, dtype);
@@ -122,23 +128,34 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   }
 
  private:
+  // dK 1% too large (`off`), or the padding attended to (`off` false: real_tokens dropped).
   class OffAttention final : public AttentionOp {
    public:
-    explicit OffAttention(std::unique_ptr<AttentionOp> op) : op_(std::move(op)) {}
+    OffAttention(std::unique_ptr<AttentionOp> op, bool off) : op_(std::move(op)), off_(off) {}
     void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float p,
                  std::uint64_t seed, const std::int32_t* real_tokens) override {
-      op_->forward(q, k, v, context, statistics, p, seed, real_tokens);
+      op_->forward(q, k, v, context, statistics, p, seed, off_ ? real_tokens : nullptr);
     }
     void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext, const Tensor& statistics,
                   float p, std::uint64_t seed, const std::int32_t* real_tokens, Tensor& dq, Tensor& dk,
                   Tensor& dv) override {
-      op_->backward(q, k, v, dcontext, statistics, p, seed, real_tokens, dq, dk, dv);
-      if (dk.dtype != DType::fp32) return;
+      op_->backward(q, k, v, dcontext, statistics, p, seed, off_ ? real_tokens : nullptr, dq, dk, dv);
+      if (!off_ || dk.dtype != DType::fp32) return;
       for (std::int64_t i = 0; i < dk.numel(); ++i) dk.as<float>()[i] *= 1.01f;
     }
 
    private:
     std::unique_ptr<AttentionOp> op_;
+    bool off_;
+  };
+  class WholeRowSoftmax final : public SoftmaxOp {
+   public:
+    explicit WholeRowSoftmax(std::unique_ptr<SoftmaxOp> op) : op_(std::move(op)) {}
+    void forward(const Tensor& x, Tensor& y, RowLengths) override { op_->forward(x, y, RowLengths{}); }
+    void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override { op_->backward(y, dy, dx); }
+
+   private:
+    std::unique_ptr<SoftmaxOp> op_;
   };
   class OffConv final : public Conv2dOp {
    public:
@@ -304,6 +321,7 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->accumulates = subject_backend.accumulates;
                             b->fused_attention = subject_backend.fused_attention;
                             b->attention_off = subject_backend.attention_off;
+                            b->attends_to_padding = subject_backend.attends_to_padding;
                             b->layer_norm_loses_device = subject_backend.layer_norm_loses_device;
                             b->relu_ties = subject_backend.relu_ties;
                             b->lost = subject_backend.lost;
@@ -326,9 +344,10 @@ TEST(SelfTest, ACorrectBackendPassesEveryCheck) {
   NoCommunicator one;
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
-  // 16 layers, the loss, layer norm at BERT-base's width, the encoder layer at two shapes, BERT, training, the
+  // 16 layers, the loss, layer norm at BERT-base's width, the encoder layer at two shapes, BERT on whole and on
+  // padded sequences, training, the
   // whole ResNet-50 step, the memory plan; SGD, AdamW, LAMB, unscaling, loss scaling; the communicator.
-  EXPECT_EQ(checks.size(), 30u);
+  EXPECT_EQ(checks.size(), 31u);
   for (const auto& c : checks) EXPECT_LE(c.error, c.bound == 0 ? 0.0 : c.bound) << c.name;
 }
 
@@ -381,6 +400,19 @@ TEST(SelfTest, FusedAttentionPassesAndAFusedOpOffFailsTheEncoderLayerChecks) {
   }
 }
 
+// A device whose attention looks past a sequence's real tokens (real data's padding) passes every
+// check on whole sequences and fails the padded BERT's, on either attention route.
+TEST(SelfTest, AttentionThatLooksAtThePaddingFailsThePaddedBertCheck) {
+  NoCommunicator one;
+  for (const bool fused : {false, true}) {
+    FaultyBackend backend;
+    backend.fused_attention = fused;
+    backend.attends_to_padding = true;
+    EXPECT_THAT(failed_names(run_on(backend, one)), ::testing::ElementsAre("fp32 padded bert, 5 AdamW steps"))
+        << (fused ? "fused" : "composed");
+  }
+}
+
 // A device that fuses each bottleneck's add and ReLU into its last batch norm runs other layers
 // than the CPU's: the whole-step check's reference runs the same ones, composed from its own ops.
 TEST(SelfTest, ADeviceThatFusesTheResidualIntoBatchNormPassesEveryCheck) {
@@ -389,7 +421,7 @@ TEST(SelfTest, ADeviceThatFusesTheResidualIntoBatchNormPassesEveryCheck) {
   NoCommunicator one;
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
-  EXPECT_EQ(checks.size(), 30u);
+  EXPECT_EQ(checks.size(), 31u);
 }
 
 // A device whose bottlenecks add one branch's input gradient into the other's in a convolution's
@@ -402,7 +434,7 @@ TEST(SelfTest, ADeviceThatAccumulatesBranchGradientsInAConvolutionPassesEveryChe
     NoCommunicator one;
     const auto checks = run_on(backend, one);
     EXPECT_THAT(failed_names(checks), ::testing::IsEmpty()) << (fused ? "residual fused" : "residual apart");
-    EXPECT_EQ(checks.size(), 30u);
+    EXPECT_EQ(checks.size(), 31u);
   }
 }
 
@@ -473,7 +505,7 @@ TEST(SelfTest, TheWorkersModelsStepNamesItsFirstLayerOff) {
   EXPECT_THAT(failed_names(checks),
               ::testing::UnorderedElementsAre("fp32 conv 3x3 dilation 2",
                                               "fp32 deeplabv3plus step, each layer fed the reference's input"));
-  EXPECT_EQ(checks.size(), 31u);  // bert-base adds none: its layers are the transformer checks'
+  EXPECT_EQ(checks.size(), 32u);  // bert-base adds none: its layers are the transformer checks'
   for (const auto& c : checks) {
     if (c.name.starts_with("deeplabv3plus step")) {
       EXPECT_THAT(c.detail, ::testing::StartsWith("first off: backbone.layer4.1.conv2 (Conv2d) forward")) << c.detail;
@@ -565,7 +597,8 @@ TEST(SelfTest, ALayerNormOffOrAFrozenAdamWStepFailsTheTransformerChecks) {
   frozen.frozen_adamw_step = true;
   const auto adamw_checks = run_on(frozen, one);
   EXPECT_THAT(failed_names(adamw_checks), ::testing::UnorderedElementsAre("- adamw update",
-                                                                         "fp32 bert pretraining, 5 AdamW steps"));
+                                                                         "fp32 bert pretraining, 5 AdamW steps",
+                                                                         "fp32 padded bert, 5 AdamW steps"));
   for (const auto& c : adamw_checks) {
     if (c.name == "adamw update") {
       EXPECT_THAT(c.detail, HasSubstr("off by"));
