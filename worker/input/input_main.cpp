@@ -364,6 +364,7 @@ int measure_pretraining(const Args& a, const std::string& root, const InputPipel
                      {"sequences", batches * config.batch_size},
                      {"shards", set.shards.size()},
                      {"datasetSequences", set.sequences},
+                     {"loadSequencesPerSecond", reader.load_rate()},
                      {"skipped", reader.skipped_count()}};
   out["skippedExamples"] = nlohmann::json::array();
   for (const auto& s : reader.skipped_examples()) out["skippedExamples"].push_back({{"path", s.path}, {"why", s.why}});

@@ -396,8 +396,13 @@ void PretrainingReader::start_load(const Share& share) {
   const PretrainingShard& shard = shards_.shards[share.shard];
   const std::int64_t length = shards_.sequence_length, predictions = shards_.max_predictions;
   const std::int64_t vocabulary = config_.vocabulary;
-  loading_ = std::async(std::launch::async, [path = shard.path, length, predictions, vocabulary] {
-    return std::make_shared<LoadedShard>(load_pretraining_shard(path, length, predictions, vocabulary));
+  loading_ = std::async(std::launch::async, [this, path = shard.path, length, predictions, vocabulary] {
+    const auto begin = std::chrono::steady_clock::now();
+    auto loaded = std::make_shared<LoadedShard>(load_pretraining_shard(path, length, predictions, vocabulary));
+    const std::lock_guard lock(load_mutex_);
+    load_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    loaded_rows_ += loaded->rows;
+    return loaded;
   });
 }
 
@@ -468,6 +473,11 @@ void PretrainingReader::skip_shard(std::size_t shard, const std::string& why) {
   if (skipped_examples_.size() < InputPipeline::kSkippedExamples) {
     skipped_examples_.push_back({shards_.shards[shard].path, why});
   }
+}
+
+double PretrainingReader::load_rate() const {
+  const std::lock_guard lock(load_mutex_);
+  return load_seconds_ > 0 ? static_cast<double>(loaded_rows_) / load_seconds_ : 0.0;
 }
 
 long PretrainingReader::skipped_count() const {

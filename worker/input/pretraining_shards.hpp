@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -120,6 +121,9 @@ class PretrainingReader {
   long skipped_count() const;
   std::vector<SkippedFile> skipped_examples() const;
   std::int64_t sequences_done() const { return sequences_done_; }
+  // Sequences per second the background thread loads (read, decompress, check) over the shards
+  // loaded so far, 0 before the first: beside the batches' assembly, what bounds the reader.
+  double load_rate() const;
 
  private:
   struct Share {
@@ -146,6 +150,9 @@ class PretrainingReader {
 
   SequenceBatch batch_;
   std::int64_t sequences_done_ = 0;
+  mutable std::mutex load_mutex_;
+  double load_seconds_ = 0;       // spent in finished loads
+  std::int64_t loaded_rows_ = 0;  // sequences they read
 
   mutable std::mutex skipped_mutex_;
   std::set<std::size_t> counted_shards_;  // shards counted: unreadable, or their rejected sequences

@@ -286,6 +286,11 @@ class CaseRun {
             const input::SequenceBatch& batch = real_->reader->next();
             return [&t, &batch] { t.load_sequences(batch.token_ids.data(), batch.block.data()); };
           });
+      // The batches timed came from a shard in memory; its load, in the background, bounds the rate too.
+      if (const double loads = real_->reader->load_rate(); loads > 0) {
+        real_->pipeline_throughput = std::min(real_->pipeline_throughput, loads);
+        if (live_) live_->set_input_pipeline_throughput(real_->pipeline_throughput);
+      }
       return;
     }
     const auto layout = trainer.input().layout == Layout::nhwc ? input::PixelLayout::nhwc : input::PixelLayout::nchw;
