@@ -331,6 +331,34 @@ class EndToEnd(unittest.TestCase):
         self.assertGreaterEqual(data["waitShare"], 0)
         self.assertLessEqual(data["waitShare"], 1)
 
+    def test_bert_pretraining_shards_on_a_claim_are_read_by_every_rank(self):
+        # Three NVIDIA-format shards and a broken one: dealt out to the two ranks epoch by epoch.
+        generator = os.path.join(os.path.dirname(PROGRAMS[2]), "dlbench-input")
+        subprocess.run([generator, "generate", self.claim_dir, "--data", "bertpretraining", "--shards", "3",
+                        "--per-shard", "8", "--sequence-length", "16", "--max-predictions", "3", "--broken", "1"],
+                       check=True, capture_output=True)
+        run = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "shards"},
+               "spec": {"model": "bert-base",
+                        "data": {"source": "bertpretraining", "sequenceLength": 16, "path": self.claim_dir,
+                                 "volume": {"persistentVolumeClaim": {"claimName": "imagenet-train"}}},
+                        "optimizer": {"name": "adamw", "learningRate": 0.0001, "weightDecay": 0.01},
+                        "cases": [{"nodes": 1, "gpusPerNode": 2, "batchSizePerDevice": 2, "precision": "fp32"}],
+                        "methodology": {"warmupSteps": 1, "measureSteps": 2, "repeats": 2},
+                        "limits": {"backoffLimit": 0, "caseTimeoutSeconds": 300}}}
+        self.apply(run)
+        wait_for(lambda: self.finished("shards"), 300, "the BERT shards run to finish")
+        status = self.run_object("shards")["status"]
+        self.assertEqual(status["phase"], "Succeeded", status)
+        result = status["results"][0]
+        self.assertEqual(result["state"], "Succeeded", result)
+        self.assertEqual(result["throughput"]["unit"], "sequences/s")
+        data = result["input"]
+        self.assertEqual(data["source"], "bertpretraining")
+        self.assertEqual(data["files"], 24)  # sequences in the readable shards
+        self.assertEqual(data["skippedFiles"], 1)
+        self.assertIn("broken_0.hdf5", data["skippedExamples"][0])
+        self.assertGreater(data["pipelineThroughput"], 0)
+
     def test_pytorch_under_engine_command_on_one_and_two_nodes(self):
         if not TORCH_PYTHON:
             self.skipTest("needs a python3 with torch and torchvision (python3-torch, python3-torchvision)")
