@@ -22,6 +22,7 @@
 #include "cpu/onednn_memory.hpp"
 #include "cpu/vector_exp.hpp"
 #include "dropout_mask.hpp"
+#include "real_length.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -200,10 +201,7 @@ class CpuFusedAttention final : public AttentionOp {
     return {c_.tokens, c_.tokens, 1.0f / std::sqrt(static_cast<float>(c_.head_size)), 1.0f / (1.0f - dropout),
             dropout_key(layer_seed, *step_), dropout_threshold(dropout), 0};
   }
-  // Sequence s's real tokens (all of them without `real_tokens`), within 1 to tokens.
-  std::int64_t keys_of(const std::int32_t* real_tokens, std::int64_t s) const {
-    return real_tokens == nullptr ? c_.tokens : std::clamp<std::int64_t>(real_tokens[s], 1, c_.tokens);
-  }
+
   static void throw_if_failed(const std::atomic<int>& failure, const char* pass) {
     if (failure.load() != dnnl_success) {
       throw BackendError(std::string("cpu fused attention ") + pass + ": oneDNN's sgemm failed with status " +
@@ -233,7 +231,7 @@ class CpuFusedAttention final : public AttentionOp {
                          vh = head(v, s, h, copy + 2 * matrix, true), out = head(context, s, h, copy + 3 * matrix, false);
         HeadPass pass = call;
         pass.first = static_cast<std::uint64_t>(sh * n * n);
-        pass.keys = keys_of(real_tokens, s);
+        pass.keys = real_length(real_tokens, s, n);
         gemm('N', 'T', n, n, d, qh, kh, 0.0f, {scores, n}, failure);  // Q Kᵀ
         forward_rows(pass, scores, statistics + sh * n, mask);
         gemm('N', 'N', n, d, n, {scores, n}, vh, 0.0f, out, failure);  // dropout(P) V
@@ -268,7 +266,7 @@ class CpuFusedAttention final : public AttentionOp {
                          dvh = head(dv, s, h, copy + 6 * matrix, false);
         HeadPass pass = call;
         pass.first = static_cast<std::uint64_t>(sh * n * n);
-        pass.keys = keys_of(real_tokens, s);
+        pass.keys = real_length(real_tokens, s, n);
         gemm('N', 'T', n, n, d, qh, kh, 0.0f, {p, n}, failure);    // the scores again
         gemm('N', 'T', n, n, d, doh, vh, 0.0f, {dp, n}, failure);  // dP = dContext Vᵀ
         backward_rows(pass, statistics + sh * n, p, dp, mask);      // p: dropout(P), dp: dS

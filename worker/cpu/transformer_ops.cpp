@@ -15,6 +15,7 @@
 #include "cpu/cpu_backend.hpp"
 #include "cpu/dnnl_check.hpp"
 #include "cpu/onednn_memory.hpp"
+#include "real_length.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -141,7 +142,7 @@ class CpuSoftmax final : public SoftmaxOp {
   void shorten_rows(const T* x, T* y, RowLengths lengths) const {
 #pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < rows_; ++r) {
-      const std::int64_t length = std::clamp<std::int64_t>(lengths.lengths[r / lengths.rows_per_length], 1, columns_);
+      const std::int64_t length = real_length(lengths.lengths, r / lengths.rows_per_length, columns_);
       if (length == columns_) continue;
       const T* in = x + r * columns_;
       T* out = y + r * columns_;

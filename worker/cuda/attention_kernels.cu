@@ -11,6 +11,7 @@
 #include "cuda/kernel_launch.cuh"
 #include "cuda/warp_reduce.cuh"
 #include "dropout_mask.hpp"
+#include "real_length.hpp"
 
 namespace dlbench::worker::kernels {
 namespace {
@@ -44,7 +45,7 @@ struct AttentionArgs {
 
 // The keys sequence `sequence`'s rows attend to: its real tokens, within 1 to tokens.
 __device__ int real_keys(const AttentionArgs& a, int sequence) {
-  return a.real_tokens == nullptr ? a.tokens : min(max(a.real_tokens[sequence], 1), a.tokens);
+  return static_cast<int>(real_length(a.real_tokens, sequence, a.tokens));
 }
 
 // One head's (tokens, head_size) matrix from the rows into shared memory (rows of half_stride),

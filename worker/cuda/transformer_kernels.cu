@@ -10,6 +10,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/kernel_launch.cuh"
+#include "real_length.hpp"
 #include "cuda/swap_axes_plan.hpp"
 #include "cuda/warp_reduce.cuh"
 
@@ -203,7 +204,7 @@ __global__ void layer_norm_backward_parameters_kernel(const T* x, const T* dy, c
 
 // The columns row `row`'s softmax covers: all, or its group's length (1 to columns).
 __device__ int row_length(std::int64_t row, int columns, const std::int32_t* lengths, std::int64_t rows_per_length) {
-  return lengths == nullptr ? columns : min(max(lengths[row / rows_per_length], 1), columns);
+  return static_cast<int>(real_length(lengths, lengths == nullptr ? 0 : row / rows_per_length, columns));
 }
 
 // One warp per row: attention rows are short (the sequence length), so no block-wide barriers.

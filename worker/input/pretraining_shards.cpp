@@ -100,6 +100,15 @@ ShardShape read_shard_shape(hid_t file, const std::string& path) {
   return {rows, length, predictions};
 }
 
+// A shard's datasets as int32, loaded whole; refused over kMaxShardBytes before anything is read.
+void require_loadable(const ShardShape& shape, const std::string& path) {
+  const std::int64_t bytes = shape.rows * (3 * shape.length + 2 * shape.predictions + 1) * 4;
+  if (bytes > kMaxShardBytes) {
+    throw DataUnavailable(path + ": " + std::to_string(shape.rows) + " sequences take " + std::to_string(bytes >> 20) +
+                          " MiB loaded, over the 4096 MiB a shard may take; split it");
+  }
+}
+
 Handle open_shard(const std::string& path) {
   silence_hdf5();
   Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
@@ -148,33 +157,28 @@ PretrainingShards scan_pretraining_shards(const std::string& path) {
                             "as NVIDIA's create_datasets_from_start.sh writes them)");
     }
   }
-  const PretrainingShard* first = nullptr;
   for (const std::string& candidate : candidates) {
+    ShardShape shape;
     try {
       const Handle file = open_shard(candidate);
-      const ShardShape shape = read_shard_shape(file.get(), candidate);
-      const std::int64_t bytes = shape.rows * (3 * shape.length + 2 * shape.predictions + 1) * 4;
-      if (bytes > kMaxShardBytes) {
-        throw DataUnavailable(candidate + ": " + std::to_string(shape.rows) + " sequences take " +
-                              std::to_string(bytes >> 20) + " MiB loaded, over the 4096 MiB a shard may take; split it");
-      }
-      if (first == nullptr) {
-        result.sequence_length = shape.length;
-        result.max_predictions = shape.predictions;
-      } else if (shape.length != result.sequence_length || shape.predictions != result.max_predictions) {
-        throw DataUnavailable("data.path " + path + ": " + first->path + " holds sequences of " +
-                              std::to_string(result.sequence_length) + " tokens with " +
-                              std::to_string(result.max_predictions) + " predictions, " + candidate + " of " +
-                              std::to_string(shape.length) + " with " + std::to_string(shape.predictions) +
-                              "; a data set has one sequence length");
-      }
-      result.shards.push_back({candidate, shape.rows});
-      result.sequences += shape.rows;
-      first = &result.shards.front();
+      shape = read_shard_shape(file.get(), candidate);
+      require_loadable(shape, candidate);
     } catch (const DataUnavailable& e) {
-      if (first != nullptr && std::string(e.what()).starts_with("data.path ")) throw;
       result.unreadable.push_back({candidate, why_of(candidate, e.what())});
+      continue;
     }
+    if (result.shards.empty()) {
+      result.sequence_length = shape.length;
+      result.max_predictions = shape.predictions;
+    } else if (shape.length != result.sequence_length || shape.predictions != result.max_predictions) {
+      throw DataUnavailable("data.path " + path + ": " + result.shards.front().path + " holds sequences of " +
+                            std::to_string(result.sequence_length) + " tokens with " +
+                            std::to_string(result.max_predictions) + " predictions, " + candidate + " of " +
+                            std::to_string(shape.length) + " with " + std::to_string(shape.predictions) +
+                            "; a data set has one sequence length");
+    }
+    result.shards.push_back({candidate, shape.rows});
+    result.sequences += shape.rows;
   }
   if (result.shards.empty()) {
     throw DataUnavailable("data.path " + path + ": no shard can be read; the first: " + result.unreadable.front().path +
@@ -192,9 +196,7 @@ LoadedShard load_pretraining_shard(const std::string& path, std::int64_t length,
                           std::to_string(shape.predictions) + " predictions, not " + std::to_string(length) +
                           " with " + std::to_string(predictions));
   }
-  if (shape.rows * (3 * length + 2 * predictions + 1) * 4 > kMaxShardBytes) {
-    throw DataUnavailable(path + ": over the 4096 MiB a shard may take loaded");
-  }
+  require_loadable(shape, path);
   LoadedShard shard;
   shard.rows = shape.rows;
   shard.length = length;

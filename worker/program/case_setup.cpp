@@ -91,6 +91,16 @@ std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int ran
   return trainer;
 }
 
+input::PretrainingReaderConfig pretraining_reader_config(const Options& o, int rank, int world) {
+  input::PretrainingReaderConfig config;
+  config.batch_size = static_cast<int>(o.batch_size);
+  config.vocabulary = model_info(o.model).classes;
+  config.seed = o.seed;
+  config.rank = rank;
+  config.world = world;
+  return config;
+}
+
 input::PretrainingShards open_pretraining_shards(const Options& o) {
   input::PretrainingShards shards = input::scan_pretraining_shards(o.data_path);
   if (shards.sequence_length != o.sequence_length) {

@@ -49,5 +49,7 @@ std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int ran
 // --data bertpretraining: the shards at --data-path, checked against the case's sequence length.
 // Throws input::DataUnavailable naming the path and what is wrong.
 input::PretrainingShards open_pretraining_shards(const Options& o);
+// The shard reader's settings for `rank` of `world`: the case's batch, seed and model's vocabulary.
+input::PretrainingReaderConfig pretraining_reader_config(const Options& o, int rank = 0, int world = 1);
 
 }  // namespace dlbench::worker

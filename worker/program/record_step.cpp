@@ -3,7 +3,6 @@
 
 #include "input/pretraining_shards.hpp"
 #include "models/bert.hpp"
-#include "models/model.hpp"
 #include "program/case_setup.hpp"
 #include "program/commands.hpp"
 #include "weights_file.hpp"
@@ -22,11 +21,7 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
     const std::unique_ptr<Trainer> owner = make_trainer(o, *backend, 0, true, max_predictions);
     Trainer& trainer = *owner;
     if (shards) {
-      input::PretrainingReaderConfig config;
-      config.batch_size = static_cast<int>(o.batch_size);
-      config.vocabulary = model_info(o.model).classes;
-      config.seed = o.seed;
-      input::PretrainingReader reader(*shards, config);
+      input::PretrainingReader reader(*shards, pretraining_reader_config(o));
       const input::SequenceBatch& batch = reader.next();
       trainer.load_sequences(batch.token_ids.data(), batch.block.data());
     }

@@ -26,7 +26,6 @@
 #include "interference.hpp"
 #include "layer_profiler.hpp"
 #include "methodology.hpp"
-#include "models/model.hpp"
 #include "program/case_output.hpp"
 #include "program/case_setup.hpp"
 #include "program/commands.hpp"
@@ -273,12 +272,7 @@ class CaseRun {
     if (real_->shards) {
       // BERT's shards: the reader loads the rank's next shard while this one is read; only a
       // shard's load ever makes a step wait. Nothing is prefetched beyond that.
-      input::PretrainingReaderConfig config;
-      config.batch_size = static_cast<int>(o_.batch_size);
-      config.vocabulary = model_info(o_.model).classes;
-      config.seed = o_.seed;
-      config.rank = comm_.rank();
-      config.world = comm_.size();
+      const input::PretrainingReaderConfig config = pretraining_reader_config(o_, comm_.rank(), comm_.size());
       start_feed(
           trainer, workload, 0, [&] { real_->reader = std::make_unique<input::PretrainingReader>(*real_->shards, config); },
           [this] { real_->reader->next(); },
