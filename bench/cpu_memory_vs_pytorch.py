@@ -56,7 +56,7 @@ def main():
     args = parser.parse_args()
     worker = os.path.join(args.build, "bin", "dlbench-worker")
     if not os.access(worker, os.X_OK):
-        sys.exit(f"no {worker}: build first (cmake --workflow --preset default)")
+        sys.exit(f"no {worker}: build first (cmake --workflow --preset programs)")
 
     configs = [
         ("dlbench-worker fp32, memory planned", "dlbench", ["--memory-plan", "lifetime"], "fp32"),

@@ -11,7 +11,7 @@ measure=${2:-3}
 repeats=${3:-3}
 worker="$build/bin/dlbench-worker"
 conv="$build/bin/conv_throughput"
-[[ -x $worker && -x $conv ]] || { echo "build first: cmake --workflow --preset default" >&2; exit 2; }
+[[ -x $worker && -x $conv ]] || { echo "build first: cmake --workflow --preset programs" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

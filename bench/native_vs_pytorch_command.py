@@ -51,7 +51,7 @@ def main():
     args = parser.parse_args()
     dlbench = os.path.join(args.build, "bin", "dlbench")
     if not os.access(dlbench, os.X_OK):
-        sys.exit(f"build first: {dlbench} not found (cmake --workflow --preset default)")
+        sys.exit(f"build first: {dlbench} not found (cmake --workflow --preset programs)")
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
