@@ -21,6 +21,9 @@ import urllib.request
 from local_cluster import Api, LocalCluster, wait_for
 
 PROGRAMS = [os.path.abspath(sys.argv.pop(1)) for _ in range(3)] if len(sys.argv) > 3 else sys.exit(__doc__)
+# An operator built with AddressSanitizer (the debug preset) keeps its shadow memory resident: its
+# RSS is not the operator's.
+SANITIZED = b"__asan_init" in open(PROGRAMS[0], "rb").read()
 STEPS = 'for i in $(seq $DLBENCH_TOTAL_STEPS); do sleep {pause}; echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; done'
 
 
@@ -311,7 +314,8 @@ class OperatorFaultsTest(unittest.TestCase):
         wait_for(lambda: "dlbench_operator_queue_depth 0" in self.metrics(cluster), 10, "the queue to drain")
         with open(f"/proc/{cluster.operator.pid}/status") as f:
             rss_mib = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
-        self.assertLess(rss_mib, 64)
+        if not SANITIZED:
+            self.assertLess(rss_mib, 64)
         self.assert_created_once()
         relists = {kind: float(n) for kind, n in re.findall(
             r'dlbench_operator_watch_errors_total\{code="410",kind="(\w+)"\} (\S+)', self.metrics(cluster))}
