@@ -3,7 +3,8 @@
 where they copy from, the operator's runtime stage installs every shared library `ldd` finds in
 the real binary, and both run as the chart expects. tests/images builds the operator image and
 the worker's cpu target for real; the worker's cuda target needs NVIDIA's repository, so its
-shape is checked here.
+shape is checked here. And the shim the images copy into other images, dlbench-exec, links
+statically, except in a sanitizer build (a scratch configure of this tree each way).
 
     dockerfiles_test.py BUILD_BIN_DIR
 """
@@ -134,6 +135,28 @@ class DockerfilesTest(unittest.TestCase):
             header = text.split("\nARG", 1)[0]
             for argument in re.findall(r"^ARG (\w+)", text, re.M):
                 self.assertRegex(header, rf"#\s+{argument}\s", f"{dockerfile}: document ARG {argument} in the header")
+
+
+def shim_link_flags(cxx_flags):
+    """dlbench-exec's link flags in a scratch configure of this tree (programs only) with these flags."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="dlbench-shim-") as build:
+        subprocess.run(["cmake", "-S", ROOT, "-B", build, "-G", "Ninja", f"-DCMAKE_CXX_FLAGS={cxx_flags}",
+                        "-DDLBENCH_BUILD_TESTS=OFF", "-DDLBENCH_WITH_CUDA=OFF", "-DDLBENCH_WITH_MPI=OFF"],
+                       check=True, capture_output=True)
+        with open(os.path.join(build, "build.ninja")) as f:
+            block = f.read().split("\nbuild bin/dlbench-exec:", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"^\s+LINK_FLAGS = (.*)$", block, re.M)
+
+
+class ShimLinkTest(unittest.TestCase):
+    """The images copy dlbench-exec into images that are not dlbench's: it links statically. A
+    sanitizer's runtime cannot, so a build with -fsanitize (the debug preset) links it dynamically;
+    when it did not, that build failed to link for six days unnoticed."""
+
+    def test_static_by_default_and_dynamic_under_a_sanitizer(self):
+        self.assertIn("-static", " ".join(shim_link_flags("")).split())
+        self.assertNotIn("-static", " ".join(shim_link_flags("-fsanitize=address,undefined")).split())
 
 
 if __name__ == "__main__":
