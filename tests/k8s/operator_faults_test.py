@@ -23,7 +23,8 @@ from local_cluster import Api, LocalCluster, wait_for
 PROGRAMS = [os.path.abspath(sys.argv.pop(1)) for _ in range(3)] if len(sys.argv) > 3 else sys.exit(__doc__)
 # An operator built with AddressSanitizer (the debug preset) keeps its shadow memory resident: its
 # RSS is not the operator's.
-SANITIZED = b"__asan_init" in open(PROGRAMS[0], "rb").read()
+with open(PROGRAMS[0], "rb") as operator_binary:
+    SANITIZED = b"__asan_init" in operator_binary.read()
 STEPS = 'for i in $(seq $DLBENCH_TOTAL_STEPS); do sleep {pause}; echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; done'
 
 
