@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -139,7 +140,6 @@ class DockerfilesTest(unittest.TestCase):
 
 def shim_link_flags(cxx_flags):
     """dlbench-exec's link flags in a scratch configure of this tree (programs only) with these flags."""
-    import tempfile
     with tempfile.TemporaryDirectory(prefix="dlbench-shim-") as build:
         subprocess.run(["cmake", "-S", ROOT, "-B", build, "-G", "Ninja", f"-DCMAKE_CXX_FLAGS={cxx_flags}",
                         "-DDLBENCH_BUILD_TESTS=OFF", "-DDLBENCH_WITH_CUDA=OFF", "-DDLBENCH_WITH_MPI=OFF"],
