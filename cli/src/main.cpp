@@ -22,8 +22,8 @@ using dlbench::UsageError;
 constexpr const char* kSynopsis = R"(Usage:
   dlbench validate -f FILE [-f FILE ...] [-o table|json|yaml] [-q]
       Exit code: 0 valid, 1 invalid, 2 unreadable input or bad usage.
-  dlbench run -f run.yaml [--output STATUS.json] [--backend auto|cpu|cuda] [--max-devices N] [--worker PATH]
-              [--mpirun PATH] [--exec PATH]
+  dlbench run -f run.yaml [--output STATUS.json] [--resume] [--backend auto|cpu|cuda] [--max-devices N]
+              [--worker PATH] [--mpirun PATH] [--exec PATH]
       Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable, 130 interrupted.
   dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg] [--relative]
   dlbench launch [--termination-log FILE] -- mpirun ... dlbench-worker ...
@@ -62,7 +62,7 @@ void add_run(CLI::App& app, dlbench::cli::RunOptions& o) {
       "Run a BenchmarkRun on this host, case by case, as mpirun -np DEVICES dlbench-worker, or with engine: command "
       "as dlbench-exec -- COMMAND (the command starts its own processes). Cases needing more nodes or devices than "
       "this host has are recorded as skipped. Writes the status (as the operator would) after every case; Ctrl-C "
-      "keeps what finished.");
+      "keeps what finished, and --resume goes on from it.");
   using dlbench::add_text_option;
   add_text_option(*c, "-f,--filename", [&o](const std::string& v) { o.file = v; }, "the BenchmarkRun", "FILE");
   add_text_option(*c, "-o,--output", [&o](const std::string& v) { o.output = v; },
@@ -89,6 +89,9 @@ void add_run(CLI::App& app, dlbench::cli::RunOptions& o) {
   add_text_option(*c, "--mpirun", [&o](const std::string& v) { o.mpirun = v; }, "mpirun to start ranks with", "PATH");
   add_text_option(*c, "--exec", [&o](const std::string& v) { o.exec = v; },
                   "dlbench-exec for engine: command (default: the one beside dlbench)", "PATH");
+  c->add_flag("--resume", o.resume,
+              "go on from the status at --output: run only the cases without a result (the same spec but for "
+              "matrix, cases, limits and preflight, measured by the same dlbench, backend and devices)");
 }
 
 void add_report(CLI::App& app, dlbench::cli::ReportOptions& o) {

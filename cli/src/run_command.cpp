@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -25,7 +26,6 @@
 #include <map>
 #include <sstream>
 #include <thread>
-#include <tuple>
 #include <variant>
 
 #include "dlbench/core/api_rules.hpp"
@@ -33,6 +33,7 @@
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/planner.hpp"
 #include "dlbench/core/result_document.hpp"
+#include "dlbench/core/resume.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/run_state.hpp"
 #include "dlbench/core/status.hpp"
@@ -44,9 +45,15 @@
 namespace dlbench::cli {
 namespace {
 
-// `dlbench-worker --list-devices`: "cpu 8", "cuda 4" lines -> {"cpu": 8, "cuda": 4}.
-std::map<std::string, int> list_devices(const std::string& worker) {
-  std::map<std::string, int> devices;
+struct DeviceKind {
+  int count = 0;
+  std::string name;  // the GPU's model, where the worker says
+};
+
+// `dlbench-worker --list-devices`: "cpu 8 precisions=…", "cuda 4 precisions=… name=NVIDIA H200"
+// lines -> {"cpu": {8}, "cuda": {4, "NVIDIA H200"}}.
+std::map<std::string, DeviceKind> list_devices(const std::string& worker) {
+  std::map<std::string, DeviceKind> devices;
   // Bounded: a worker that does not know the flag must not hold the run up.
   FILE* pipe = popen(("timeout 5 '" + worker + "' --list-devices 2>/dev/null").c_str(), "r");
   if (pipe == nullptr) return devices;
@@ -55,7 +62,11 @@ std::map<std::string, int> list_devices(const std::string& worker) {
     std::istringstream in(line);
     std::string name;
     int count = 0;
-    if (in >> name >> count) devices[name] = count;
+    if (!(in >> name >> count)) continue;
+    std::string text(line);
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    const std::size_t model = text.find(" name=");
+    devices[name] = {count, model == std::string::npos ? "" : text.substr(model + 6)};
   }
   pclose(pipe);
   return devices;
@@ -222,24 +233,31 @@ std::variant<BenchmarkRun, int> load_run(const std::string& file, std::ostream& 
   return *decoded.value;
 }
 
+struct BackendChoice {
+  std::string backend;
+  int devices = 0;
+  std::string device_name;  // the GPU's model; empty on the CPU
+};
+
 // Which backend, and how many devices: dlbench-worker knows what it was built with and sees.
 // Nothing (and why, on err) when the backend asked for has no device here.
-std::optional<std::pair<std::string, int>> choose_backend(const RunOptions& options, const std::string& worker,
+std::optional<BackendChoice> choose_backend(const RunOptions& options, const std::string& worker,
                                                           std::ostream& err) {
-  std::map<std::string, int> devices = list_devices(worker);
+  std::map<std::string, DeviceKind> devices = list_devices(worker);
   if (!devices.contains("cpu")) {  // a worker that does not say (a wrapper script): the CPU backend
-    devices["cpu"] = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    devices["cpu"] = {static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), ""};
   }
-  const bool gpus = devices.contains("cuda") && devices.at("cuda") > 0;
+  const bool gpus = devices.contains("cuda") && devices.at("cuda").count > 0;
   std::string backend = options.backend;
   if (backend == "auto") backend = gpus ? "cuda" : "cpu";
-  if (!devices.contains(backend) || devices.at(backend) < 1) {
+  if (!devices.contains(backend) || devices.at(backend).count < 1) {
     err << "error: --backend " << backend << ": `" << worker << " --list-devices` finds "
         << (devices.contains(backend) ? "no " + backend + " device on this host" : "no such backend built in")
         << "; allowed here: cpu" << (gpus ? ", cuda" : "") << "\n";
     return std::nullopt;
   }
-  return std::pair{backend, options.max_devices > 0 ? options.max_devices : devices.at(backend)};
+  return BackendChoice{backend, options.max_devices > 0 ? options.max_devices : devices.at(backend).count,
+                       devices.at(backend).name};
 }
 
 // A case this host cannot run: its Skipped result, and the short reason the progress line gives.
@@ -271,8 +289,85 @@ struct LocalExecutor {
   std::string exec;
   std::string backend;
   int host_devices = 0;
+  std::string device_name;  // the GPUs' model; empty on the CPU
   std::string scratch;  // the cases' result files
 };
+
+// What measures this run's cases, as its status records it (kMeasuredByAnnotation): --resume
+// keeps results only where the same would measure them again.
+std::string measured_by(const LocalExecutor& x) {
+  std::string devices = std::to_string(x.host_devices) + (x.host_devices == 1 ? " device" : " devices");
+  if (!x.device_name.empty()) devices += " (" + x.device_name + ")";
+  const std::string cpu = host_environment().cpu_model;
+  return "dlbench " DLBENCH_VERSION ": " + x.backend + " backend, " + devices + "; CPU " +
+         (cpu.empty() ? "unnamed" : cpu);
+}
+
+// --resume: the status at `path` carried into this run (resume.hpp), or the exit code that says
+// why it cannot be (2 unreadable, 1 not this run's results). No file: the run starts anew.
+std::variant<Resumption, int> status_to_resume(const std::string& path, const BenchmarkRun& run,
+                                               const std::vector<PlannedCase>& plan, bool preflight_planned,
+                                               const std::string& executor, std::ostream& out, std::ostream& err) {
+  if (!std::filesystem::exists(path)) {
+    out << "--resume: no status at " << path << " yet; the run starts anew\n";
+    Resumption fresh;
+    fresh.to_run = static_cast<int>(plan.size());
+    fresh.preflight_to_run = preflight_planned;
+    return fresh;
+  }
+  const auto refuse = [&](const std::string& why) {
+    err << "error: --resume: " << path << " " << why
+        << "; its results are kept as they are. Run without --resume to measure anew (it replaces them), or choose "
+           "another --output\n";
+    return 1;
+  };
+  std::vector<nlohmann::json> documents;
+  try {
+    documents = load_yaml_file(path);
+  } catch (const std::exception& e) {
+    err << "error: --resume: " << e.what() << "\n";
+    return 2;
+  }
+  if (documents.size() != 1) {
+    err << "error: --resume: " << path << " holds " << documents.size() << " documents, not one status\n";
+    return 2;
+  }
+  const auto earlier = decode_benchmark_run(documents[0]);
+  if (!earlier.ok()) {
+    err << "error: --resume: " << path << " is not a BenchmarkRun with its status: " << earlier.errors.front().to_string()
+        << "\n";
+    return 2;
+  }
+  if (earlier.value->metadata.name != run.metadata.name) {
+    return refuse("is the status of run \"" + printable(earlier.value->metadata.name) + "\", not \"" +
+                  run.metadata.name + "\"");
+  }
+  const auto& annotations = earlier.value->metadata.annotations;
+  const auto recorded = annotations.find(kMeasuredByAnnotation);
+  if (recorded == annotations.end()) {
+    return refuse(std::string("does not say what measured its results (no ") + kMeasuredByAnnotation + " annotation)");
+  }
+  if (recorded->second != executor) {
+    return refuse("holds results measured by \"" + printable(recorded->second) +
+                  "\", and this run would measure with \"" + executor + "\"");
+  }
+  if (const auto differences = measurement_differences(earlier.value->spec, run.spec); !differences.empty()) {
+    std::string fields;
+    for (const auto& d : differences) {
+      fields += (fields.empty() ? "" : ", ") + d.path + " " + printable(d.earlier) + " there, " + printable(d.now) + " here";
+    }
+    return refuse("was measured under another spec (" + fields +
+                  "): only matrix, cases, limits and preflight may change between a run and its resumption");
+  }
+  Resumption resumed = resume_from(earlier.value->status.value_or(BenchmarkRunStatus{}), plan, preflight_planned,
+                                   run.metadata.generation, rfc3339_utc_now());
+  if (!resumed.unplanned.empty()) {
+    std::string ids;
+    for (const auto& id : resumed.unplanned) ids += (ids.empty() ? "" : ", ") + id;
+    return refuse("holds results of cases this spec no longer plans (" + ids + ")");
+  }
+  return resumed;
+}
 
 // How one case is started: its command line, its environment and its time limit.
 struct CaseCommand {
@@ -393,22 +488,40 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   const BenchmarkRunSpec& spec = run.spec;
   const std::string output = options.output.empty() ? run.metadata.name + ".status.json" : options.output;
   LocalExecutor x{run, options, options.worker.empty() ? self_directory() + "/dlbench-worker" : options.worker,
-                  options.exec.empty() ? self_directory() + "/dlbench-exec" : options.exec, "", 0, ""};
+                  options.exec.empty() ? self_directory() + "/dlbench-exec" : options.exec, "", 0, "", ""};
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   const auto backend = choose_backend(options, x.worker, err);
   if (!backend) return 1;
-  std::tie(x.backend, x.host_devices) = *backend;
+  x.backend = backend->backend;
+  x.host_devices = backend->devices;
+  x.device_name = backend->device_name;
   const auto plan = plan_cases(spec);
+  const auto preflight = plan_preflight(spec);
+  const std::string executor = measured_by(x);
+  Resumption start;  // a new run: nothing kept, everything to run
+  start.to_run = static_cast<int>(plan.size());
+  start.preflight_to_run = preflight.has_value();
+  if (options.resume) {
+    auto resumed = status_to_resume(output, run, plan, preflight.has_value(), executor, out, err);
+    if (const int* exit_code = std::get_if<int>(&resumed)) return *exit_code;
+    start = std::get<Resumption>(std::move(resumed));
+    if (start.to_run == 0 && !start.preflight_to_run) {
+      out << "dlbench run " << run.metadata.name << ": nothing left to run, every one of its " << plan.size()
+          << " cases has its result in " << output << "\n";
+      if (start.kept > 0) run_report({{output}, ReportFormat::table, ""}, out, err);
+      return start.status.phase == Phase::Succeeded ? 0 : 1;
+    }
+  }
+  run.metadata.annotations[kMeasuredByAnnotation] = executor;
   x.scratch = (std::filesystem::temp_directory_path() / ("dlbench-run-" + std::to_string(getpid()))).string();
   std::filesystem::create_directories(x.scratch);
 
   // The one status machine the operator drives too (core/run_state): same events, same status.
-  const auto preflight = plan_preflight(spec);
-  RunStateMachine machine({}, plan, spec.methodology, run.metadata.generation, 1 + spec.limits.backoff_limit,
-                          rfc3339_utc_now(), preflight);
+  RunStateMachine machine(std::move(start.status), plan, spec.methodology, run.metadata.generation,
+                          1 + spec.limits.backoff_limit, rfc3339_utc_now(), preflight);
   machine.admit(describe_optimizer(spec));
   const auto save = [&] {
     run.status = machine.status();
@@ -419,15 +532,20 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       << " cases on this host (" << x.backend << " backend, " << x.host_devices << " devices"
       << (spec.engine == Engine::command ? ", engine command: " + printable(spec.command.front()) : std::string())
       << "), status in " << output << "\n";
+  if (options.resume && start.kept > 0) {
+    out << "resuming from " << output << ": " << start.kept << " of " << plan.size() << " cases have their result, "
+        << start.to_run << " to run" << (start.preflight_to_run ? " after the preflight" : "") << "\n";
+  }
 
-  RunProgress progress(static_cast<int>(plan.size()), spec.methodology.repeats);
-  for (std::size_t i = preflight ? 0 : 1; machine.current() != nullptr && !interrupted; ++i) {
+  RunProgress progress(start.to_run, spec.methodology.repeats);
+  while (machine.current() != nullptr && !interrupted) {
     const PlannedCase& c = *machine.current();
     save();
     if (c.spec.preflight) {
       out << "[preflight] self-test of " << c.spec.devices() << (c.spec.devices() == 1 ? " device" : " devices") << ": ";
     } else {
-      out << "[" << i << "/" << plan.size() << "] " << c.id << ": ";
+      const auto position = std::find_if(plan.begin(), plan.end(), [&](const PlannedCase& p) { return p.id == c.id; });
+      out << "[" << 1 + (position - plan.begin()) << "/" << plan.size() << "] " << c.id << ": ";
     }
     if (auto skip = cannot_run_here(c, x.host_devices)) {
       out << "skipped (" << skip->summary << ")\n";

@@ -13,6 +13,7 @@ struct RunOptions {
   std::string mpirun = "mpirun";
   int max_devices = 0;            // default: the GPUs (cuda) or hardware threads (cpu) of this host
   std::string backend = "auto";   // auto: cuda when dlbench-worker sees a GPU, else cpu
+  bool resume = false;            // go on from the status at `output`: run only cases without a result
 };
 
 // Exit codes: 0 at least one case succeeded, 1 none did or the run is invalid, 2 unreadable

@@ -784,6 +784,120 @@ TEST_F(RunCli, InterruptKeepsFinishedResults) {
   EXPECT_TRUE(s.results.empty());  // the interrupted case is not recorded as a result
 }
 
+// --resume after Ctrl-C: the finished case is kept as measured, only the cases without a result
+// run (the stand-in worker logs which), and a resume with nothing left changes nothing.
+TEST_F(RunCli, AnInterruptedRunResumesWithTheCasesItHadNotMeasured) {
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: resumed}
+spec:
+  model: resnet50
+  data: {imageSize: 32}
+  matrix: {gpusPerNode: [1], batchSizePerDevice: [1, 2, 3], precision: [fp32]}
+  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1, stability: {includeUnstable: true}}
+)";
+  // Batch 2 stops dlbench (its parent) as Ctrl-C would, while the file `stop` is there.
+  const std::string worker = write(
+      "worker.sh", "#!/bin/sh\necho \"$*\" | grep -o -- '--batch-size [0-9]*' >> '" + (dir_ / "calls").string() +
+                       "'\ncase \" $* \" in *\" --batch-size 2 \"*) [ -f '" + (dir_ / "stop").string() +
+                       "' ] && { kill -INT $PPID; sleep 5; exit 1; } ;; esac\nexec " + DLBENCH_WORKER_BINARY + " \"$@\"\n");
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const std::string run = "run -f " + write("run.yaml", text) + " --max-devices 1 --worker " + worker;
+  write("stop", "");
+  const Outcome first = dlbench(run);
+  ASSERT_EQ(first.exit_code, 130) << first.out << first.err;
+  const BenchmarkRun stopped = status("resumed.status.json");
+  ASSERT_EQ(stopped.status->results.size(), 1u);
+  EXPECT_EQ(find_condition(stopped.status->conditions, ConditionType::Failed)->reason, "Interrupted");
+  const std::string measured_by = stopped.metadata.annotations.at("dlbench.io/measured-by");
+  EXPECT_THAT(measured_by, ::testing::StartsWith("dlbench "));
+  EXPECT_THAT(measured_by, HasSubstr(": cpu backend, 1 device; CPU "));
+
+  std::filesystem::remove(dir_ / "stop");
+  std::filesystem::remove(dir_ / "calls");
+  const Outcome resumed = dlbench(run + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_EQ(testing::slurp(dir_ / "calls"), "--batch-size 2\n--batch-size 3\n");
+  EXPECT_THAT(resumed.out, HasSubstr("resuming from resumed.status.json: 1 of 3 cases have their result, 2 to run"));
+  EXPECT_THAT(resumed.out, HasSubstr("[2/3] 1x1-bs2-fp32: 1 rank"));
+  EXPECT_THAT(resumed.out, Not(HasSubstr("[1/3]")));
+  const BenchmarkRun finished = status("resumed.status.json");
+  const BenchmarkRunStatus& s = *finished.status;
+  EXPECT_EQ(s.phase, Phase::Succeeded);
+  ASSERT_EQ(s.results.size(), 3u);
+  EXPECT_EQ(s.results[0], stopped.status->results[0]);  // as measured before, not again
+  EXPECT_EQ(s.results[2].state, CaseState::Succeeded);
+  EXPECT_EQ(s.start_time, stopped.status->start_time);
+  const Condition* failed = find_condition(s.conditions, ConditionType::Failed);
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->status, ConditionStatus::False);
+  EXPECT_EQ(failed->reason, "Resumed");
+  EXPECT_EQ(find_condition(s.conditions, ConditionType::Complete)->status, ConditionStatus::True);
+  EXPECT_EQ(finished.metadata.annotations.at("dlbench.io/measured-by"), measured_by);
+
+  std::filesystem::remove(dir_ / "calls");
+  const std::string before = testing::slurp(dir_ / "resumed.status.json");
+  const Outcome again = dlbench(run + " --resume");
+  EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_THAT(again.out, HasSubstr("nothing left to run, every one of its 3 cases has its result in resumed.status.json"));
+  EXPECT_EQ(testing::slurp(dir_ / "calls"), "");  // the worker was asked only for its devices
+  EXPECT_EQ(testing::slurp(dir_ / "resumed.status.json"), before);
+}
+
+// What --resume refuses, each time naming why and leaving the status as it was; and what it
+// takes: a matrix that grew runs only its new cases.
+TEST_F(RunCli, ResumeKeepsOnlyResultsMeasuredTheSameWay) {
+  const std::string worker = write("worker.sh", "#!/bin/sh\necho \"$*\" | grep -o -- '--batch-size [0-9]*' >> '" +
+                                                    (dir_ / "calls").string() + "'\nexit 1\n");
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const auto spec = [](const std::string& name, const std::string& batches, int measure_steps) {
+    return "apiVersion: dlbench.io/v1alpha1\nkind: BenchmarkRun\nmetadata: {name: " + name +
+           "}\nspec:\n  model: resnet50\n  matrix: {batchSizePerDevice: [" + batches +
+           "], precision: [fp32]}\n  methodology: {measureSteps: " + std::to_string(measure_steps) +
+           "}\n  limits: {backoffLimit: 0}\n";
+  };
+  const auto run = [&](const std::string& text, const std::string& flags) {
+    return dlbench("run -f " + write("run.yaml", text) + " --worker " + worker + " --output s.json " + flags);
+  };
+  ASSERT_EQ(run(spec("r", "1, 2", 1), "--max-devices 1").exit_code, 1);  // every case failed: WorkerExited
+  const std::string before = testing::slurp(dir_ / "s.json");
+  const auto refused = [&](const Outcome& o, const std::string& why) {
+    EXPECT_EQ(o.exit_code, 1) << o.out << o.err;
+    EXPECT_THAT(o.err, HasSubstr("error: --resume: s.json " + why)) << o.err;
+    EXPECT_THAT(o.err, HasSubstr("its results are kept as they are"));
+    EXPECT_EQ(testing::slurp(dir_ / "s.json"), before);
+  };
+  std::filesystem::remove(dir_ / "calls");
+  refused(run(spec("r", "1, 2", 1), "--max-devices 2 --resume"), "holds results measured by \"dlbench ");
+  refused(run(spec("r", "1, 2", 2), "--max-devices 1 --resume"),
+          "was measured under another spec (spec.methodology.measureSteps 1 there, 2 here)");
+  refused(run(spec("r", "2", 1), "--max-devices 1 --resume"), "holds results of cases this spec no longer plans (1x1-bs1-fp32)");
+  refused(run(spec("other", "1, 2", 1), "--max-devices 1 --resume"), "is the status of run \"r\", not \"other\"");
+  EXPECT_EQ(testing::slurp(dir_ / "calls"), "");  // no case ran (the worker was asked only for its devices)
+
+  // A status from before dlbench recorded what measured it.
+  nlohmann::json unsigned_status = nlohmann::json::parse(before);
+  unsigned_status["metadata"].erase("annotations");
+  write("unsigned.json", unsigned_status.dump());
+  const Outcome old = dlbench("run -f " + write("run.yaml", spec("r", "1, 2", 1)) + " --worker " + worker +
+                              " --max-devices 1 --output unsigned.json --resume");
+  EXPECT_EQ(old.exit_code, 1);
+  EXPECT_THAT(old.err, HasSubstr("does not say what measured its results (no dlbench.io/measured-by annotation)"));
+  write("garbage.json", "{");
+  EXPECT_EQ(dlbench("run -f " + (dir_ / "run.yaml").string() + " --max-devices 1 --output garbage.json --resume").exit_code, 2);
+
+  const Outcome grown = run(spec("r", "1, 2, 4", 1), "--max-devices 1 --resume");
+  EXPECT_EQ(grown.exit_code, 1) << grown.out << grown.err;  // the new case fails too, with this worker
+  EXPECT_EQ(testing::slurp(dir_ / "calls"), "--batch-size 4\n");
+  EXPECT_EQ(status("s.json").status->results.size(), 3u);
+
+  std::filesystem::remove(dir_ / "calls");
+  const Outcome none = dlbench("run -f " + (dir_ / "run.yaml").string() + " --worker " + worker +
+                               " --max-devices 1 --output fresh.json --resume");
+  EXPECT_THAT(none.out, HasSubstr("--resume: no status at fresh.json yet; the run starts anew"));
+  EXPECT_EQ(testing::slurp(dir_ / "calls"), "--batch-size 1\n--batch-size 2\n--batch-size 4\n");
+}
+
 TEST_F(RunCli, BadInput) {
   EXPECT_EQ(dlbench("run").exit_code, 2);
   EXPECT_EQ(dlbench("run -f missing.yaml").exit_code, 2);

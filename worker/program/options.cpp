@@ -103,7 +103,12 @@ void print_devices() {
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
   // No GPU here, no precision runs here: a CUDA build on a CPU machine lists none.
-  std::cout << "cuda " << gpus << " precisions=" << (gpus > 0 ? cuda_precisions(",") : "") << "\n";
+  std::cout << "cuda " << gpus << " precisions=" << (gpus > 0 ? cuda_precisions(",") : "");
+  // The model, last on the line (it has spaces): what `dlbench run` records as having measured.
+  if (cudaDeviceProp properties{}; gpus > 0 && cudaGetDeviceProperties(&properties, 0) == cudaSuccess) {
+    std::cout << " name=" << properties.name;
+  }
+  std::cout << "\n";
 #endif
 }
 
