@@ -211,22 +211,23 @@ CaseResult failed(const PlannedCase& c, CaseState state, std::string reason, std
 }
 
 // The one BenchmarkRun in the file, decoded; or the exit code that says why not (2 unreadable,
-// 1 invalid).
-std::variant<BenchmarkRun, int> load_run(const std::string& file, std::ostream& err) {
+// 1 invalid). `flag`: the option that named the file, where -f did not ("--resume: ").
+std::variant<BenchmarkRun, int> load_run(const std::string& file, std::ostream& err, const std::string& flag = "") {
   std::vector<nlohmann::json> documents;
   try {
     documents = load_yaml_file(file);
   } catch (const std::exception& e) {
-    err << "error: " << e.what() << "\n";
+    err << "error: " << flag << e.what() << "\n";
     return 2;
   }
   if (documents.size() != 1) {
-    err << "error: " << file << " holds " << documents.size() << " documents; dlbench run takes exactly one BenchmarkRun\n";
+    err << "error: " << flag << file << " holds " << documents.size()
+        << " documents; dlbench run takes exactly one BenchmarkRun\n";
     return 2;
   }
   const auto decoded = decode_benchmark_run(documents[0]);
   if (!decoded.ok()) {
-    err << file << ": invalid, " << decoded.errors.size() << " errors\n";
+    err << flag << file << ": invalid, " << decoded.errors.size() << " errors\n";
     for (const auto& e : decoded.errors) err << "  " << e.to_string() << "\n";
     return 1;
   }
@@ -321,28 +322,13 @@ std::variant<Resumption, int> status_to_resume(const std::string& path, const Be
            "another --output\n";
     return 1;
   };
-  std::vector<nlohmann::json> documents;
-  try {
-    documents = load_yaml_file(path);
-  } catch (const std::exception& e) {
-    err << "error: --resume: " << e.what() << "\n";
-    return 2;
+  auto loaded = load_run(path, err, "--resume: ");
+  if (const int* exit_code = std::get_if<int>(&loaded)) return *exit_code;
+  const BenchmarkRun earlier = std::get<BenchmarkRun>(std::move(loaded));
+  if (earlier.metadata.name != run.metadata.name) {
+    return refuse("is the status of run \"" + printable(earlier.metadata.name) + "\", not \"" + run.metadata.name + "\"");
   }
-  if (documents.size() != 1) {
-    err << "error: --resume: " << path << " holds " << documents.size() << " documents, not one status\n";
-    return 2;
-  }
-  const auto earlier = decode_benchmark_run(documents[0]);
-  if (!earlier.ok()) {
-    err << "error: --resume: " << path << " is not a BenchmarkRun with its status: " << earlier.errors.front().to_string()
-        << "\n";
-    return 2;
-  }
-  if (earlier.value->metadata.name != run.metadata.name) {
-    return refuse("is the status of run \"" + printable(earlier.value->metadata.name) + "\", not \"" +
-                  run.metadata.name + "\"");
-  }
-  const auto& annotations = earlier.value->metadata.annotations;
+  const auto& annotations = earlier.metadata.annotations;
   const auto recorded = annotations.find(kMeasuredByAnnotation);
   if (recorded == annotations.end()) {
     return refuse(std::string("does not say what measured its results (no ") + kMeasuredByAnnotation + " annotation)");
@@ -351,7 +337,7 @@ std::variant<Resumption, int> status_to_resume(const std::string& path, const Be
     return refuse("holds results measured by \"" + printable(recorded->second) +
                   "\", and this run would measure with \"" + executor + "\"");
   }
-  if (const auto differences = measurement_differences(earlier.value->spec, run.spec); !differences.empty()) {
+  if (const auto differences = measurement_differences(earlier.spec, run.spec); !differences.empty()) {
     std::string fields;
     for (const auto& d : differences) {
       fields += (fields.empty() ? "" : ", ") + d.path + " " + printable(d.earlier) + " there, " + printable(d.now) + " here";
@@ -359,7 +345,7 @@ std::variant<Resumption, int> status_to_resume(const std::string& path, const Be
     return refuse("was measured under another spec (" + fields +
                   "): only matrix, cases, limits and preflight may change between a run and its resumption");
   }
-  Resumption resumed = resume_from(earlier.value->status.value_or(BenchmarkRunStatus{}), plan, preflight_planned,
+  Resumption resumed = resume_from(earlier.status.value_or(BenchmarkRunStatus{}), plan, preflight_planned,
                                    run.metadata.generation, rfc3339_utc_now());
   if (!resumed.unplanned.empty()) {
     std::string ids;

@@ -885,6 +885,10 @@ TEST_F(RunCli, ResumeKeepsOnlyResultsMeasuredTheSameWay) {
   EXPECT_THAT(old.err, HasSubstr("does not say what measured its results (no dlbench.io/measured-by annotation)"));
   write("garbage.json", "{");
   EXPECT_EQ(dlbench("run -f " + (dir_ / "run.yaml").string() + " --max-devices 1 --output garbage.json --resume").exit_code, 2);
+  write("pod.json", R"({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "r"}, "spec": {}})");
+  const Outcome pod = dlbench("run -f " + (dir_ / "run.yaml").string() + " --max-devices 1 --output pod.json --resume");
+  EXPECT_EQ(pod.exit_code, 1);
+  EXPECT_THAT(pod.err, HasSubstr("--resume: pod.json: invalid, "));
 
   const Outcome grown = run(spec("r", "1, 2, 4", 1), "--max-devices 1 --resume");
   EXPECT_EQ(grown.exit_code, 1) << grown.out << grown.err;  // the new case fails too, with this worker
