@@ -24,7 +24,7 @@ constexpr const char* kSynopsis = R"(Usage:
       Exit code: 0 valid, 1 invalid, 2 unreadable input or bad usage.
   dlbench run -f run.yaml [--output STATUS.json] [--resume] [--backend auto|cpu|cuda] [--max-devices N]
               [--worker PATH] [--mpirun PATH] [--exec PATH]
-      Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable, 130 interrupted.
+      Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable or busy, 130 interrupted.
   dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg] [--relative]
   dlbench launch [--termination-log FILE] -- mpirun ... dlbench-worker ...
   dlbench version

@@ -8,7 +8,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@
 #include <functional>
 #include <iomanip>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <variant>
@@ -176,6 +179,52 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
   outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return outcome;
 }
+
+// One `dlbench run` writes a status file at a time: a second one would measure beside the first,
+// each disturbing the other's figures, and replace its status (with --resume, run the same
+// cases again). The lock is flock(2) on STATUS.lock beside it, so it ends with the process
+// however that ends; the file is removed while still locked, and a taker that opened a removed
+// file tries again.
+class StatusFileLock {
+ public:
+  // The lock, or why it cannot be had.
+  static std::variant<std::unique_ptr<StatusFileLock>, std::string> take(const std::string& status_path) {
+    const std::string path = status_path + ".lock";
+    for (int tries = 0; tries < 100; ++tries) {
+      const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);  // not inherited by the ranks
+      if (fd < 0) return "cannot write " + path + " beside the status: " + std::strerror(errno);
+      if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char holder[32] = {};
+        const ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        close(fd);
+        const std::string pid = n > 0 ? std::string(holder, static_cast<std::size_t>(n)) : "unknown";
+        return "another dlbench run (pid " + pid + ") is writing " + status_path +
+               "; wait for it to end, or choose another --output";
+      }
+      struct stat held {}, named {};
+      if (fstat(fd, &held) == 0 && stat(path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+          held.st_dev == named.st_dev) {
+        const std::string pid = std::to_string(getpid());
+        const bool recorded = ftruncate(fd, 0) == 0 && pwrite(fd, pid.data(), pid.size(), 0) > 0;
+        static_cast<void>(recorded);  // without the pid a second run says "pid unknown"; the lock holds all the same
+        return std::unique_ptr<StatusFileLock>(new StatusFileLock(fd, path));
+      }
+      close(fd);  // locked a file its holder had just removed: take the new one
+    }
+    return "cannot lock " + path + ": it keeps being replaced";
+  }
+  ~StatusFileLock() {
+    unlink(path_.c_str());
+    close(fd_);
+  }
+  StatusFileLock(const StatusFileLock&) = delete;
+  StatusFileLock& operator=(const StatusFileLock&) = delete;
+
+ private:
+  StatusFileLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_;
+  std::string path_;
+};
 
 std::string self_directory() {
   std::error_code ec;
@@ -487,6 +536,11 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   const auto plan = plan_cases(spec);
   const auto preflight = plan_preflight(spec);
   const std::string executor = measured_by(x);
+  auto lock = StatusFileLock::take(output);
+  if (const std::string* why = std::get_if<std::string>(&lock)) {
+    err << "error: " << *why << "\n";
+    return 2;
+  }
   Resumption start;  // a new run: nothing kept, everything to run
   start.to_run = static_cast<int>(plan.size());
   start.preflight_to_run = preflight.has_value();

@@ -16,8 +16,9 @@ struct RunOptions {
   bool resume = false;            // go on from the status at `output`: run only cases without a result
 };
 
-// Exit codes: 0 at least one case succeeded, 1 none did or the run is invalid, 2 unreadable
-// input, 130 interrupted (finished results are kept in the status file).
+// Exit codes: 0 at least one case succeeded, 1 none did, the run is invalid or --resume refused
+// the status, 2 unreadable input or a status file another dlbench run is writing, 130
+// interrupted (finished results are kept in the status file).
 int run_run(const RunOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace dlbench::cli

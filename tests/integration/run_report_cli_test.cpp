@@ -1,5 +1,8 @@
 // `dlbench run` (the local executor, with the real worker and mpirun) and `dlbench report`.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -900,6 +903,32 @@ TEST_F(RunCli, ResumeKeepsOnlyResultsMeasuredTheSameWay) {
                                " --max-devices 1 --output fresh.json --resume");
   EXPECT_THAT(none.out, HasSubstr("--resume: no status at fresh.json yet; the run starts anew"));
   EXPECT_EQ(testing::slurp(dir_ / "calls"), "--batch-size 1\n--batch-size 2\n--batch-size 4\n");
+}
+
+// One dlbench run writes a status at a time: a second is refused before it measures anything,
+// naming the first; a status nobody could write is refused before anything runs too.
+TEST_F(RunCli, ASecondRunWritingTheSameStatusIsRefused) {
+  const std::string run = "run -f " + write("run.yaml", sweep()) + " --max-devices 1 --worker /bin/false";
+  const int held = ::open((dir_ / "s.json.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  ASSERT_EQ(::write(held, "4242", 4), 4);
+  const Outcome refused = dlbench(run + " --output s.json");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_THAT(refused.err, HasSubstr("another dlbench run (pid 4242) is writing s.json; wait for it to end"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "s.json"));
+  ::close(held);  // the first run ended (or died: the kernel lets go of its lock all the same)
+
+  const Outcome ran = dlbench(run + " --output s.json");
+  EXPECT_EQ(ran.exit_code, 1) << ran.out << ran.err;  // /bin/false: every case Failed, WorkerExited
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "s.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "s.json.lock"));  // removed when the run ended
+
+  const Outcome nowhere = dlbench(run + " --output " + (dir_ / "missing" / "s.json").string());
+  EXPECT_EQ(nowhere.exit_code, 2);
+  EXPECT_THAT(nowhere.err, HasSubstr("cannot write " + (dir_ / "missing" / "s.json.lock").string() +
+                                     " beside the status: No such file or directory"));
+  EXPECT_THAT(nowhere.out, Not(HasSubstr("[1/")));
 }
 
 TEST_F(RunCli, BadInput) {
