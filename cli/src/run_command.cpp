@@ -48,6 +48,9 @@
 namespace dlbench::cli {
 namespace {
 
+// "1 device", "8 devices".
+std::string devices_phrase(int count) { return std::to_string(count) + (count == 1 ? " device" : " devices"); }
+
 struct DeviceKind {
   int count = 0;
   std::string name;  // the GPU's model, where the worker says
@@ -346,7 +349,7 @@ struct LocalExecutor {
 // What measures this run's cases, as its status records it (kMeasuredByAnnotation): --resume
 // keeps results only where the same would measure them again.
 std::string measured_by(const LocalExecutor& x) {
-  std::string devices = std::to_string(x.host_devices) + (x.host_devices == 1 ? " device" : " devices");
+  std::string devices = devices_phrase(x.host_devices);
   if (!x.device_name.empty()) devices += " (" + x.device_name + ")";
   const std::string cpu = host_environment().cpu_model;
   return "dlbench " DLBENCH_VERSION ": " + x.backend + " backend, " + devices + "; CPU " +
@@ -569,7 +572,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   };
   out << "dlbench run " << run.metadata.name << ": " << to_string(spec.model) << " ("
       << describe_optimizer(spec) << "), " << plan.size()
-      << " cases on this host (" << x.backend << " backend, " << x.host_devices << " devices"
+      << " cases on this host (" << x.backend << " backend, " << devices_phrase(x.host_devices)
       << (spec.engine == Engine::command ? ", engine command: " + printable(spec.command.front()) : std::string())
       << "), status in " << output << "\n";
   if (options.resume && start.kept > 0) {
@@ -582,7 +585,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
     const PlannedCase& c = *machine.current();
     save();
     if (c.spec.preflight) {
-      out << "[preflight] self-test of " << c.spec.devices() << (c.spec.devices() == 1 ? " device" : " devices") << ": ";
+      out << "[preflight] self-test of " << devices_phrase(c.spec.devices()) << ": ";
     } else {
       const auto position = std::find_if(plan.begin(), plan.end(), [&](const PlannedCase& p) { return p.id == c.id; });
       out << "[" << 1 + (position - plan.begin()) << "/" << plan.size() << "] " << c.id << ": ";
