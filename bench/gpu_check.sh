@@ -97,6 +97,13 @@ correctness=()
 export OMP_WAIT_POLICY=PASSIVE
 step self-test 150 "$bin/dlbench-worker" --self-test --backend cuda --precision fp32,tf32,amp,bf16 \
   --output "$logs/self-test.json" & correctness+=($!)
+# The local executor on a GPU, never run on one before: `dlbench run` with the CUDA backend (the
+# quickstart's 1x1 case; its 1x2 case is skipped on a one-GPU machine), its status annotated with
+# the GPU's model, then --resume, which finds nothing left to run.
+quickstart=$here/../crds/examples/quickstart.yaml
+step dlbench-run-cuda 90 sh -c "cd '$logs' && '$bin/dlbench' run -f '$quickstart' --backend cuda \
+  --output quickstart-cuda.status.json && '$bin/dlbench' run -f '$quickstart' --backend cuda \
+  --output quickstart-cuda.status.json --resume" & correctness+=($!)
 # The backend tests log each convolution algorithm cuDNN chose.
 DLBENCH_LOG_ALGORITHMS=1 step cuda-backend-tests 150 "$bin/dlbench_cuda_backend_tests" \
   --gtest_output="json:$logs/cuda-backend-tests.json" & correctness+=($!)

@@ -14,7 +14,9 @@ set -euo pipefail
 
 build=${1:-build/default}
 out=${2:-build/gpu-bundle}
-programs=(dlbench-worker dlbench dlbench_cuda_backend_tests dlbench_gpu_tests)
+# Every program bench/gpu_check.sh runs from the bundle (bench.GpuCheckRehearsal rehearses the check
+# with exactly these).
+programs=(dlbench-worker dlbench dlbench-input dlbench_cuda_backend_tests dlbench_gpu_tests)
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

@@ -5,6 +5,10 @@ this build's programs (which fail fast with BackendUnavailable where no GPU is),
 go from its first step to its table, every step must say how it ended, and a spent budget must
 name the steps a second call runs, which that call then runs and nothing else.
 
+The rehearsal's bundle holds exactly the programs scripts/gpu-bundle.sh packs, so a program the
+check runs and the bundle lacks fails here (exit 127), not on the GPU; and the steps that need
+no GPU (generating and reading the real data sets) must succeed.
+
     gpu_check_rehearsal_test.py BIN_DIR
 """
 import os
@@ -17,9 +21,12 @@ import unittest
 BIN = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else sys.exit(__doc__)
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SCRIPT = os.path.join(ROOT, "bench", "gpu_check.sh")
+BUNDLE_SCRIPT = os.path.join(ROOT, "scripts", "gpu-bundle.sh")
 VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|budget spent)\))$")
+# Steps that need no GPU: they succeed here as on the device.
+CPU_ONLY = ["real-data-generate", "input-measure-imagefolder", "input-measure-cityscapes"]
 # Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
-EXPECTED = (["list-devices", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
+EXPECTED = CPU_ONLY + (["list-devices", "dlbench-run-cuda", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
              "pytorch-bert-amp-tuned", "pytorch-resnet50-amp-tuned",
              "dlbench-resnet50-amp-graph", "dlbench-resnet50-tf32-ex-relu", "dlbench-resnet50-tf32-sum",
              "dlbench-resnet50-fp32-accumulate", "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-ex",
@@ -32,6 +39,15 @@ EXPECTED = (["list-devices", "self-test", "gpu-tests", "cuda-backend-tests", "pr
             + [f"train-{m}-amp" for m in ("resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus")]
             + [f"{side}-{m}-amp" for side in ("dlbench", "pytorch")
                for m in ("resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus")])
+
+
+def bundled_programs():
+    """The programs scripts/gpu-bundle.sh packs, from its `programs=(...)` line."""
+    with open(BUNDLE_SCRIPT) as f:
+        found = re.search(r"^programs=\(([^)]*)\)$", f.read(), re.M)
+    if found is None:
+        raise AssertionError(f"{BUNDLE_SCRIPT} has no programs=(...) line")
+    return found.group(1).split()
 
 
 def summary(logs):
@@ -51,7 +67,10 @@ class GpuCheckRehearsal(unittest.TestCase):
         bundle = os.path.join(work, "bundle")
         if not os.path.exists(bundle):
             os.makedirs(os.path.join(bundle, "lib"))
-            os.symlink(BIN, os.path.join(bundle, "bin"))
+            os.makedirs(os.path.join(bundle, "bin"))
+            for program in bundled_programs():
+                self.assertTrue(os.path.exists(os.path.join(BIN, program)), f"{program} is not built in {BIN}")
+                os.symlink(os.path.join(BIN, program), os.path.join(bundle, "bin", program))
         done = subprocess.run(["bash", SCRIPT, bundle, os.path.join(work, logs)], cwd=ROOT, capture_output=True,
                               text=True, timeout=600, env={**os.environ, **env})
         output = done.stdout + done.stderr
@@ -70,6 +89,10 @@ class GpuCheckRehearsal(unittest.TestCase):
         for name, verdict in steps.items():
             self.assertRegex(verdict, VERDICT, name)
             self.assertFalse(verdict.startswith("SKIPPED"), f"{name}: {verdict} with the whole budget left")
+            # 126/127: a program the bundle lacks, or cannot run.
+            self.assertNotIn(verdict, ("exit 126", "exit 127"), f"{name}: a program the bundle lacks?\n{output}")
+        for name in CPU_ONLY:
+            self.assertEqual(steps[name], "ok", name)
         for model in ("resnet50", "bert-base", "resnet152", "inception_v3", "vgg16", "alexnet", "deeplabv3plus"):
             self.assertRegex(table, rf"\n\| {re.escape(model)} \| \d+ \| ", model)
         self.assertNotIn("the budget did not reach", output)
