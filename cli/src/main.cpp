@@ -22,8 +22,8 @@ using dlbench::UsageError;
 constexpr const char* kSynopsis = R"(Usage:
   dlbench validate -f FILE [-f FILE ...] [-o table|json|yaml] [-q]
       Exit code: 0 valid, 1 invalid, 2 unreadable input or bad usage.
-  dlbench run -f run.yaml [--output STATUS.json] [--resume] [--backend auto|cpu|cuda] [--max-devices N]
-              [--worker PATH] [--mpirun PATH] [--exec PATH]
+  dlbench run -f run.yaml [--output STATUS.json] [--resume] [--logs DIR] [--backend auto|cpu|cuda]
+              [--max-devices N] [--worker PATH] [--mpirun PATH] [--exec PATH]
       Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable or busy, 130 interrupted.
   dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg] [--relative]
   dlbench launch [--termination-log FILE] -- mpirun ... dlbench-worker ...
@@ -67,6 +67,10 @@ void add_run(CLI::App& app, dlbench::cli::RunOptions& o) {
   add_text_option(*c, "-f,--filename", [&o](const std::string& v) { o.file = v; }, "the BenchmarkRun", "FILE");
   add_text_option(*c, "-o,--output", [&o](const std::string& v) { o.output = v; },
                   "where the status goes (default NAME.status.json)", "STATUS.json");
+  add_text_option(*c, "--logs", [&o](const std::string& v) { o.logs = v; },
+                  "where each attempt's whole output goes, as CASE-aN.log (default: beside the status, "
+                  "NAME.status.json -> NAME.logs)",
+                  "DIR");
   add_text_option(
       *c, "--backend",
       [&o](const std::string& v) { o.backend = one_of("--backend", v, {"auto", "cpu", "cuda"}); },

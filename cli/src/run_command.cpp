@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <variant>
 
@@ -80,6 +81,8 @@ std::map<std::string, DeviceKind> list_devices(const std::string& worker) {
 
 constexpr std::size_t kMaxLineBytes = 64 * 1024;
 constexpr std::size_t kTailLineChars = 240;
+// An attempt's log keeps this much of its output: a worker that floods cannot fill the disk.
+constexpr std::size_t kMaxLogBytes = 64 * 1024 * 1024;
 
 // A port nobody listens on now, for the command's rendezvous (MASTER_PORT).
 int free_port() {
@@ -114,9 +117,11 @@ struct ChildOutcome {
   std::deque<std::string> last_lines;  // of its stderr, for failure messages
 };
 
-// Runs argv in its own process group, passing its repeat lines to `on_repeat` as they come.
+// Runs argv in its own process group, passing its repeat lines to `on_repeat` as they come and
+// all it writes to stderr, up to kMaxLogBytes, to `log` (none: nullptr).
 ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
-                       int timeout_seconds, const std::function<void(const std::string&)>& on_repeat) {
+                       int timeout_seconds, const std::function<void(const std::string&)>& on_repeat,
+                       std::ostream* log) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   const pid_t pid = fork();
@@ -142,6 +147,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
   ChildOutcome outcome;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
   std::string partial;
+  std::size_t logged = 0;
   char buffer[4096];
   bool open_pipe = true;
   while (open_pipe) {
@@ -152,6 +158,12 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
       if (n <= 0) {
         open_pipe = false;
       } else {
+        if (log != nullptr && logged < kMaxLogBytes) {
+          const std::size_t keep = std::min(static_cast<std::size_t>(n), kMaxLogBytes - logged);
+          log->write(buffer, static_cast<std::streamsize>(keep));
+          logged += keep;
+          if (logged == kMaxLogBytes) *log << "\n[dlbench run: the log ends here, at 64 MiB; the output went on]\n";
+        }
         partial.append(buffer, static_cast<std::size_t>(n));
         if (partial.size() > kMaxLineBytes && partial.find('\n') == std::string::npos) {
           partial.resize(kTailLineChars);  // a flood without newlines: keep its start, never all of it
@@ -228,6 +240,15 @@ class StatusFileLock {
   int fd_;
   std::string path_;
 };
+
+// The cases' logs beside their status: quickstart.status.json -> quickstart.logs.
+std::string logs_beside(const std::string& status_path) {
+  std::string stem = status_path;
+  for (const std::string_view suffix : {".json", ".status"}) {
+    if (stem.size() > suffix.size() && stem.ends_with(suffix)) stem.resize(stem.size() - suffix.size());
+  }
+  return stem + ".logs";
+}
 
 std::string self_directory() {
   std::error_code ec;
@@ -344,6 +365,7 @@ struct LocalExecutor {
   int host_devices = 0;
   std::string device_name;  // the GPUs' model; empty on the CPU
   std::string scratch;  // the cases' result files
+  std::string logs;     // each attempt's output, kept
 };
 
 // What measures this run's cases, as its status records it (kMeasuredByAnnotation): --resume
@@ -496,19 +518,25 @@ void run_attempts(const LocalExecutor& x, RunStateMachine& machine, RunProgress&
     const int attempt = machine.attempt();
     std::filesystem::remove(result_file);
     const std::string start = rfc3339_utc_now();
-    const ChildOutcome child = run_child(command.argv, command.env, command.timeout_seconds, [&](const std::string& line) {
-      out << "  " << line << "\n";
-      if (c.spec.preflight) return;
-      progress.repeat_done();
-      out << "    [" << progress.line() << "]\n" << std::flush;
-    });
+    const std::string log_file = x.logs + "/" + (c.spec.preflight ? "preflight" : c.id) + "-a" + std::to_string(attempt) + ".log";
+    std::ofstream log(log_file, std::ios::binary | std::ios::trunc);
+    const ChildOutcome child = run_child(
+        command.argv, command.env, command.timeout_seconds,
+        [&](const std::string& line) {
+          out << "  " << line << "\n";
+          if (c.spec.preflight) return;
+          progress.repeat_done();
+          out << "    [" << progress.line() << "]\n" << std::flush;
+        },
+        log ? &log : nullptr);
+    log.close();
     if (child.interrupted) break;
     CaseResult result = judge_attempt(x, c, child, result_file, attempt, start);
     const CaseResult reported = result;
     retry = machine.attempt_ended(std::move(result));
     if (reported.state != CaseState::Succeeded) {
       out << "  attempt " << attempt << "/" << 1 + x.run.spec.limits.backoff_limit << " failed: " << reported.reason
-          << ": " << reported.message.substr(0, 200) << "\n";
+          << ": " << reported.message.substr(0, 200) << "\n  its whole output: " << log_file << "\n";
     } else if (c.spec.preflight) {
       out << "  " << reported.message << "\n";
     } else {
@@ -526,7 +554,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   const BenchmarkRunSpec& spec = run.spec;
   const std::string output = options.output.empty() ? run.metadata.name + ".status.json" : options.output;
   LocalExecutor x{run, options, options.worker.empty() ? self_directory() + "/dlbench-worker" : options.worker,
-                  options.exec.empty() ? self_directory() + "/dlbench-exec" : options.exec, "", 0, "", ""};
+                  options.exec.empty() ? self_directory() + "/dlbench-exec" : options.exec, "", 0, "", "", ""};
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigaction(SIGINT, &action, nullptr);
@@ -559,6 +587,11 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
     }
   }
   run.metadata.annotations[kMeasuredByAnnotation] = executor;
+  x.logs = options.logs.empty() ? logs_beside(output) : options.logs;
+  if (std::error_code ec; !std::filesystem::create_directories(x.logs, ec) && ec) {
+    err << "error: cannot make " << x.logs << " for the cases' logs: " << ec.message() << "\n";
+    return 2;
+  }
   x.scratch = (std::filesystem::temp_directory_path() / ("dlbench-run-" + std::to_string(getpid()))).string();
   std::filesystem::create_directories(x.scratch);
 
@@ -574,7 +607,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       << describe_optimizer(spec) << "), " << plan.size()
       << " cases on this host (" << x.backend << " backend, " << devices_phrase(x.host_devices)
       << (spec.engine == Engine::command ? ", engine command: " + printable(spec.command.front()) : std::string())
-      << "), status in " << output << "\n";
+      << "), status in " << output << ", logs in " << x.logs << "/\n";
   if (options.resume && start.kept > 0) {
     out << "resuming from " << output << ": " << start.kept << " of " << plan.size() << " cases have their result, "
         << start.to_run << " to run" << (start.preflight_to_run ? " after the preflight" : "") << "\n";

@@ -931,6 +931,48 @@ TEST_F(RunCli, ASecondRunWritingTheSameStatusIsRefused) {
   EXPECT_THAT(nowhere.out, Not(HasSubstr("[1/")));
 }
 
+// Each attempt's whole output (the worker's stderr, or dlbench-exec's) is kept beside the status:
+// the status's message keeps only the last lines, cut short, and the line that says why may be
+// neither. A flood is kept up to 64 MiB.
+TEST_F(RunCli, EachAttemptsWholeOutputIsKeptBesideTheStatus) {
+  const std::string first_line(300, 'w');
+  std::string script = "#!/bin/sh\necho '" + first_line + "' >&2\necho 'the real reason: out of cheese' >&2\n";
+  for (int i = 0; i < 20; ++i) script += "echo 'noise " + std::to_string(i) + "' >&2\n";
+  script += "exit 3\n";
+  const std::string worker = write("worker.sh", script);
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const std::string run = "run -f " + write("run.yaml", sweep()) + " --max-devices 1 --worker " + worker;
+  const Outcome o = dlbench(run + " --output s.status.json");
+  EXPECT_EQ(o.exit_code, 1) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("status in s.status.json, logs in s.logs/"));
+  EXPECT_THAT(o.out, HasSubstr("its whole output: s.logs/1x1-bs2-fp32-a1.log"));
+  EXPECT_THAT(o.out, HasSubstr("its whole output: s.logs/1x1-bs2-fp32-a2.log"));
+  const std::string message = status("s.status.json").status->results.at(0).message;
+  EXPECT_THAT(message, Not(HasSubstr("out of cheese")));  // the last 12 lines only
+  for (const char* attempt : {"a1", "a2"}) {
+    const std::string log = testing::slurp(dir_ / "s.logs" / ("1x1-bs2-fp32-" + std::string(attempt) + ".log"));
+    EXPECT_THAT(log, ::testing::StartsWith(first_line + "\nthe real reason: out of cheese\nnoise 0\n"));
+    EXPECT_THAT(log, ::testing::EndsWith("noise 19\n"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "s.logs" / "1x2-bs2-fp32-a1.log"));  // skipped: nothing ran
+
+  const std::string flood = write("flood.sh", "#!/bin/sh\nhead -c 70000000 /dev/zero | tr '\\0' x >&2\nexit 3\n");
+  std::filesystem::permissions(flood, std::filesystem::perms::owner_all);
+  const Outcome flooded = dlbench("run -f " + (dir_ / "run.yaml").string() + " --max-devices 1 --worker " + flood +
+                                  " --output f.json --logs flood-logs");
+  EXPECT_EQ(flooded.exit_code, 1) << flooded.out << flooded.err;
+  const auto size = std::filesystem::file_size(dir_ / "flood-logs" / "1x1-bs2-fp32-a1.log");
+  EXPECT_GT(size, 64u * 1024 * 1024);
+  EXPECT_LT(size, 64u * 1024 * 1024 + 200);
+  EXPECT_THAT(testing::slurp(dir_ / "flood-logs" / "1x1-bs2-fp32-a1.log"),
+              ::testing::EndsWith("[dlbench run: the log ends here, at 64 MiB; the output went on]\n"));
+
+  write("a-file", "");
+  const Outcome nowhere = dlbench(run + " --output n.json --logs a-file/logs");
+  EXPECT_EQ(nowhere.exit_code, 2);
+  EXPECT_THAT(nowhere.err, HasSubstr("cannot make a-file/logs for the cases' logs"));
+}
+
 TEST_F(RunCli, BadInput) {
   EXPECT_EQ(dlbench("run").exit_code, 2);
   EXPECT_EQ(dlbench("run -f missing.yaml").exit_code, 2);
