@@ -520,6 +520,7 @@ void run_attempts(const LocalExecutor& x, RunStateMachine& machine, RunProgress&
     const std::string start = rfc3339_utc_now();
     const std::string log_file = x.logs + "/" + (c.spec.preflight ? "preflight" : c.id) + "-a" + std::to_string(attempt) + ".log";
     std::ofstream log(log_file, std::ios::binary | std::ios::trunc);
+    const bool logged = static_cast<bool>(log);  // a full disk costs the log, not the case
     const ChildOutcome child = run_child(
         command.argv, command.env, command.timeout_seconds,
         [&](const std::string& line) {
@@ -528,7 +529,7 @@ void run_attempts(const LocalExecutor& x, RunStateMachine& machine, RunProgress&
           progress.repeat_done();
           out << "    [" << progress.line() << "]\n" << std::flush;
         },
-        log ? &log : nullptr);
+        logged ? &log : nullptr);
     log.close();
     if (child.interrupted) break;
     CaseResult result = judge_attempt(x, c, child, result_file, attempt, start);
@@ -536,7 +537,8 @@ void run_attempts(const LocalExecutor& x, RunStateMachine& machine, RunProgress&
     retry = machine.attempt_ended(std::move(result));
     if (reported.state != CaseState::Succeeded) {
       out << "  attempt " << attempt << "/" << 1 + x.run.spec.limits.backoff_limit << " failed: " << reported.reason
-          << ": " << reported.message.substr(0, 200) << "\n  its whole output: " << log_file << "\n";
+          << ": " << reported.message.substr(0, 200) << "\n";
+      if (logged) out << "  its whole output: " << log_file << "\n";
     } else if (c.spec.preflight) {
       out << "  " << reported.message << "\n";
     } else {
