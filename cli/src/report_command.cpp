@@ -23,6 +23,8 @@
 
 #include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/codec.hpp"
+#include "dlbench/core/names.hpp"
+#include "dlbench/core/resume.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/yaml.hpp"
 #include "scaling_plot.hpp"
@@ -37,6 +39,7 @@ struct Source {
   bool include_unstable = false;  // methodology.stability.includeUnstable of a whole run
   BenchmarkRunStatus status;
   std::optional<Model> model;  // where the file holds the whole BenchmarkRun
+  std::string measured_by;     // dlbench run's record of what measured it (kMeasuredByAnnotation)
 };
 
 struct Column {
@@ -158,10 +161,10 @@ void print_unmeasured(std::ostream& out, ReportFormat format, const std::vector<
 
 // A note for some cases, one per case: a markdown table (`column`: what the note is) or a list.
 void print_case_notes(std::ostream& out, ReportFormat format, const std::string& title, const std::string& column,
-                      const std::vector<std::pair<std::string, std::string>>& notes) {
+                      const std::vector<std::pair<std::string, std::string>>& notes, const std::string& first = "case") {
   if (notes.empty()) return;
   if (format == ReportFormat::markdown) {
-    out << "\n**" << title << "**\n\n| case | " << column << " |\n|---|---|\n";
+    out << "\n**" << title << "**\n\n| " << first << " | " << column << " |\n|---|---|\n";
     for (const auto& [name, note] : notes) out << "| " << name << " | " << note << " |\n";
     return;
   }
@@ -234,6 +237,10 @@ std::variant<std::vector<Source>, int> load_sources(const std::string& file, std
       s.include_unstable = run.value->spec.methodology.stability.include_unstable;
       s.status = *run.value->status;
       s.model = run.value->spec.model;
+      if (const auto it = run.value->metadata.annotations.find(kMeasuredByAnnotation);
+          it != run.value->metadata.annotations.end()) {
+        s.measured_by = printable(it->second, 200);
+      }
     } else {
       const auto status = decode_status(doc);
       if (!status.ok()) {
@@ -503,6 +510,7 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
       for (const auto& r : s.status.results) {
         nlohmann::json row = to_json(r);
         row["run"] = s.label;
+        if (!s.measured_by.empty()) row["measuredBy"] = s.measured_by;
         if (options.relative && &s != &sources.front()) {
           if (const auto ratio = relative_throughput(sources, s, r, baseline_of(sources, r))) {
             row["relativeThroughput"] = *ratio;
@@ -523,6 +531,13 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
   if (options.format != ReportFormat::csv) {
     print_unmeasured(out, options.format, sources);
     print_case_warnings(out, options.format, sources);
+    // What measured each run, where dlbench run recorded it: runs side by side may come from
+    // different machines.
+    std::vector<std::pair<std::string, std::string>> measured_by;
+    for (const auto& s : sources) {
+      if (!s.measured_by.empty()) measured_by.emplace_back(s.label, s.measured_by);
+    }
+    print_case_notes(out, options.format, "measured by", "dlbench, backend, devices", measured_by, "run");
   }
   return 0;
 }

@@ -837,6 +837,13 @@ spec:
   EXPECT_EQ(failed->reason, "Resumed");
   EXPECT_EQ(find_condition(s.conditions, ConditionType::Complete)->status, ConditionStatus::True);
   EXPECT_EQ(finished.metadata.annotations.at("dlbench.io/measured-by"), measured_by);
+  // The report says what measured the run, in every format but csv.
+  EXPECT_THAT(dlbench("report resumed.status.json").out, HasSubstr("\nmeasured by\n  resumed: " + measured_by + "\n"));
+  EXPECT_THAT(dlbench("report resumed.status.json --format markdown").out,
+              HasSubstr("| run | dlbench, backend, devices |\n|---|---|\n| resumed | " + measured_by + " |\n"));
+  const auto rows = nlohmann::json::parse(dlbench("report resumed.status.json --format json").out);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].at("measuredBy"), measured_by);
 
   std::filesystem::remove(dir_ / "calls");
   const std::string before = testing::slurp(dir_ / "resumed.status.json");
