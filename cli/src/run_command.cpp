@@ -61,8 +61,10 @@ struct DeviceKind {
 // lines -> {"cpu": {8}, "cuda": {4, "NVIDIA H200"}}.
 std::map<std::string, DeviceKind> list_devices(const std::string& worker) {
   std::map<std::string, DeviceKind> devices;
-  // Bounded: a worker that does not know the flag must not hold the run up.
-  FILE* pipe = popen(("timeout 5 '" + worker + "' --list-devices 2>/dev/null").c_str(), "r");
+  // Bounded, so that a worker that hangs cannot hold the run up; but not tight: the first CUDA
+  // call initialises the driver, which takes seconds on a node of eight GPUs without persistence
+  // mode, and a GPU host cut off at 5 s would be refused its CUDA backend.
+  FILE* pipe = popen(("timeout 60 '" + worker + "' --list-devices 2>/dev/null").c_str(), "r");
   if (pipe == nullptr) return devices;
   char line[256];
   while (std::fgets(line, sizeof line, pipe) != nullptr) {
