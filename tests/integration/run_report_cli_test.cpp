@@ -980,6 +980,22 @@ TEST_F(RunCli, EachAttemptsWholeOutputIsKeptBesideTheStatus) {
   EXPECT_THAT(nowhere.err, HasSubstr("cannot make a-file/logs for the cases' logs"));
 }
 
+// What the worker lists is what runs: a GPU it sees (after a slow first driver initialisation)
+// makes the CUDA backend the default, and the GPU's model goes into the status's record of what
+// measured it. The stand-in lists one GPU and fails every case.
+TEST_F(RunCli, AGpuTheWorkerListsIsTheBackendAndItsModelIsRecorded) {
+  const std::string worker = write("worker.sh",
+                                   "#!/bin/sh\ncase \" $* \" in *\" --list-devices \"*) sleep 6; echo 'cpu 2 precisions=fp32'; "
+                                   "echo 'cuda 1 precisions=fp32,amp name=NVIDIA Fake 80GB'; exit 0;; esac\nexit 1\n");
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const std::string limits = "  limits: {backoffLimit: 0}\n";
+  const Outcome o = dlbench("run -f " + write("run.yaml", sweep(limits)) + " --worker " + worker + " --output g.json");
+  EXPECT_EQ(o.exit_code, 1) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("cases on this host (cuda backend, 1 device), status in g.json"));
+  EXPECT_THAT(status("g.json").metadata.annotations.at("dlbench.io/measured-by"),
+              ::testing::MatchesRegex("dlbench [0-9.]+: cuda backend, 1 device \\(NVIDIA Fake 80GB\\); CPU .+"));
+}
+
 TEST_F(RunCli, BadInput) {
   EXPECT_EQ(dlbench("run").exit_code, 2);
   EXPECT_EQ(dlbench("run -f missing.yaml").exit_code, 2);
