@@ -57,29 +57,6 @@ struct DeviceKind {
   std::string name;  // the GPU's model, where the worker says
 };
 
-// `dlbench-worker --list-devices`: "cpu 8 precisions=…", "cuda 4 precisions=… name=NVIDIA H200"
-// lines -> {"cpu": {8}, "cuda": {4, "NVIDIA H200"}}.
-std::map<std::string, DeviceKind> list_devices(const std::string& worker) {
-  std::map<std::string, DeviceKind> devices;
-  // Bounded, so that a worker that hangs cannot hold the run up; but not tight: the first CUDA
-  // call initialises the driver, which takes seconds on a node of eight GPUs without persistence
-  // mode, and a GPU host cut off at 5 s would be refused its CUDA backend.
-  FILE* pipe = popen(("timeout 60 '" + worker + "' --list-devices 2>/dev/null").c_str(), "r");
-  if (pipe == nullptr) return devices;
-  char line[256];
-  while (std::fgets(line, sizeof line, pipe) != nullptr) {
-    std::istringstream in(line);
-    std::string name;
-    int count = 0;
-    if (!(in >> name >> count)) continue;
-    std::string text(line);
-    if (!text.empty() && text.back() == '\n') text.pop_back();
-    const std::size_t model = text.find(" name=");
-    devices[name] = {count, model == std::string::npos ? "" : text.substr(model + 6)};
-  }
-  pclose(pipe);
-  return devices;
-}
 
 constexpr std::size_t kMaxLineBytes = 64 * 1024;
 constexpr std::size_t kTailLineChars = 240;
@@ -119,22 +96,23 @@ struct ChildOutcome {
   std::deque<std::string> last_lines;  // of its stderr, for failure messages
 };
 
-// Runs argv in its own process group, passing its repeat lines to `on_repeat` as they come and
-// all it writes to stderr, up to kMaxLogBytes, to `log` (none: nullptr).
+// Runs argv in its own process group until it ends, `timeout_seconds` pass or Ctrl-C, passing
+// each line it writes to `captured` (stderr; the other stream goes to /dev/null) to `on_line` as
+// it comes, and all of it, up to kMaxLogBytes, to `log` (none: nullptr).
 ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
-                       int timeout_seconds, const std::function<void(const std::string&)>& on_repeat,
-                       std::ostream* log) {
+                       int timeout_seconds, const std::function<void(const std::string&)>& on_line,
+                       std::ostream* log, int captured = STDERR_FILENO) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
     setpgid(0, 0);
-    dup2(pipe_fds[1], STDERR_FILENO);
+    dup2(pipe_fds[1], captured);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
     const int devnull = open("/dev/null", O_WRONLY);
-    if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
+    if (devnull >= 0) dup2(devnull, captured == STDERR_FILENO ? STDOUT_FILENO : STDERR_FILENO);
     for (const auto& kv : extra_env) putenv(const_cast<char*>(kv.c_str()));
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -174,7 +152,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
         for (std::size_t nl; (nl = partial.find('\n')) != std::string::npos;) {
           const std::string line = partial.substr(0, std::min(nl, kTailLineChars));
           partial.erase(0, nl + 1);
-          if (is_repeat_line(line)) on_repeat(line);
+          on_line(line);
           outcome.last_lines.push_back(line);
           if (outcome.last_lines.size() > 12) outcome.last_lines.pop_front();
         }
@@ -195,6 +173,25 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
   running_child = 0;
   outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return outcome;
+}
+
+// `dlbench-worker --list-devices`: "cpu 8 precisions=…", "cuda 4 precisions=… name=NVIDIA H200"
+// lines -> {"cpu": {8}, "cuda": {4, "NVIDIA H200"}}. Bounded, so that a worker that hangs cannot
+// hold the run up; but not tight: the first CUDA call starts the driver, which takes seconds on a
+// node of eight GPUs without persistence mode, and a GPU host cut off at 5 s would be refused its
+// CUDA backend. Ctrl-C stops it at once (`interrupted`).
+std::map<std::string, DeviceKind> list_devices(const std::string& worker) {
+  std::map<std::string, DeviceKind> devices;
+  const auto on_line = [&](const std::string& line) {
+    std::istringstream in(line);
+    std::string name;
+    int count = 0;
+    if (!(in >> name >> count)) return;
+    const std::size_t model = line.find(" name=");
+    devices[name] = {count, model == std::string::npos ? "" : line.substr(model + 6)};
+  };
+  run_child({worker, "--list-devices"}, {}, 60, on_line, nullptr, STDOUT_FILENO);
+  return devices;
 }
 
 // One `dlbench run` writes a status file at a time: a second one would measure beside the first,
@@ -526,6 +523,7 @@ void run_attempts(const LocalExecutor& x, RunStateMachine& machine, RunProgress&
     const ChildOutcome child = run_child(
         command.argv, command.env, command.timeout_seconds,
         [&](const std::string& line) {
+          if (!is_repeat_line(line)) return;
           out << "  " << line << "\n";
           if (c.spec.preflight) return;
           progress.repeat_done();
@@ -564,6 +562,10 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   const auto backend = choose_backend(options, x.worker, err);
+  if (interrupted) {  // during the device probe: nothing ran, nothing to keep
+    err << "dlbench run " << run.metadata.name << ": interrupted before the first case\n";
+    return 130;
+  }
   if (!backend) return 1;
   x.backend = backend->backend;
   x.host_devices = backend->devices;

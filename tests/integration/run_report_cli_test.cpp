@@ -755,8 +755,12 @@ spec:
   EXPECT_EQ(find_condition(s.conditions, ConditionType::Failed)->reason, "PreflightFailed");
 }
 
+// A stand-in worker that lists its devices at once, as dlbench-worker does, and never ends a case.
+constexpr const char* kSlowWorker =
+    "#!/bin/sh\ncase \" $* \" in *\" --list-devices \"*) echo 'cpu 1 precisions=fp32'; exit 0;; esac\nsleep 30\n";
+
 TEST_F(RunCli, TimeoutIsRecorded) {
-  const std::string worker = write("slow-worker.sh", "#!/bin/sh\nsleep 30\n");
+  const std::string worker = write("slow-worker.sh", kSlowWorker);
   std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
   const std::string limits = "  limits: {caseTimeoutSeconds: 1, backoffLimit: 0}\n";
   const auto start = std::chrono::steady_clock::now();
@@ -768,7 +772,7 @@ TEST_F(RunCli, TimeoutIsRecorded) {
 }
 
 TEST_F(RunCli, InterruptKeepsFinishedResults) {
-  const std::string worker = write("slow-worker.sh", "#!/bin/sh\nsleep 30\n");
+  const std::string worker = write("slow-worker.sh", kSlowWorker);
   std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
   const std::string command = "cd " + dir_.string() + " && { " + DLBENCH_CLI_BINARY + " run -f " +
                               write("run.yaml", sweep()) + " --max-devices 1 --worker " + worker +
@@ -994,6 +998,28 @@ TEST_F(RunCli, AGpuTheWorkerListsIsTheBackendAndItsModelIsRecorded) {
   EXPECT_THAT(o.out, HasSubstr("cases on this host (cuda backend, 1 device), status in g.json"));
   EXPECT_THAT(status("g.json").metadata.annotations.at("dlbench.io/measured-by"),
               ::testing::MatchesRegex("dlbench [0-9.]+: cuda backend, 1 device \\(NVIDIA Fake 80GB\\); CPU .+"));
+}
+
+// Ctrl-C while the worker lists its devices (a GPU driver can take long to start) stops dlbench
+// at once: nothing ran, so there is nothing to keep and no status is written.
+TEST_F(RunCli, InterruptWhileTheDevicesAreListedStopsAtOnce) {
+  const std::string worker = write("hung-worker.sh", "#!/bin/sh\nsleep 30\n");
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const std::string command = "cd " + dir_.string() + " && ( " + DLBENCH_CLI_BINARY + " run -f " +
+                              write("run.yaml", sweep()) + " --worker " + worker +
+                              " > out.txt 2>&1 & echo $! > pid.tmp; mv pid.tmp pid; wait $!; echo $? > rc.tmp; mv rc.tmp rc ) &";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ASSERT_TRUE(std::filesystem::exists(dir_ / "pid"));
+  ASSERT_EQ(kill(std::stoi(testing::slurp(dir_ / "pid")), SIGINT), 0);
+  const auto interrupted = std::chrono::steady_clock::now();
+  while (!std::filesystem::exists(dir_ / "rc") && std::chrono::steady_clock::now() - interrupted < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - interrupted, std::chrono::seconds(3));
+  EXPECT_EQ(testing::slurp(dir_ / "rc"), "130\n");
+  EXPECT_THAT(testing::slurp(dir_ / "out.txt"), HasSubstr("dlbench run small: interrupted before the first case"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "small.status.json"));
 }
 
 TEST_F(RunCli, BadInput) {
