@@ -57,7 +57,6 @@ struct DeviceKind {
   std::string name;  // the GPU's model, where the worker says
 };
 
-
 constexpr std::size_t kMaxLineBytes = 64 * 1024;
 constexpr std::size_t kTailLineChars = 240;
 // An attempt's log keeps this much of its output: a worker that floods cannot fill the disk.
