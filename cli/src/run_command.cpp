@@ -383,10 +383,7 @@ std::variant<Resumption, int> status_to_resume(const std::string& path, const Be
                                                const std::string& executor, std::ostream& out, std::ostream& err) {
   if (!std::filesystem::exists(path)) {
     out << "--resume: no status at " << path << " yet; the run starts anew\n";
-    Resumption fresh;
-    fresh.to_run = static_cast<int>(plan.size());
-    fresh.preflight_to_run = preflight_planned;
-    return fresh;
+    return resume_from({}, plan, preflight_planned, run.metadata.generation, rfc3339_utc_now());
   }
   const auto refuse = [&](const std::string& why) {
     err << "error: --resume: " << path << " " << why
@@ -577,14 +574,13 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
     err << "error: " << *why << "\n";
     return 2;
   }
-  Resumption start;  // a new run: nothing kept, everything to run
-  start.to_run = static_cast<int>(plan.size());
-  start.preflight_to_run = preflight.has_value();
+  // A new run goes on from an empty status: nothing kept, everything to run.
+  Resumption start = resume_from({}, plan, preflight.has_value(), run.metadata.generation, rfc3339_utc_now());
   if (options.resume) {
     auto resumed = status_to_resume(output, run, plan, preflight.has_value(), executor, out, err);
     if (const int* exit_code = std::get_if<int>(&resumed)) return *exit_code;
     start = std::get<Resumption>(std::move(resumed));
-    if (start.to_run == 0 && !start.preflight_to_run) {
+    if (start.nothing_to_run()) {
       out << "dlbench run " << run.metadata.name << ": nothing left to run, every one of its " << plan.size()
           << " cases has its result in " << output << "\n";
       if (start.kept > 0) run_report({{output}, ReportFormat::table, ""}, out, err);

@@ -82,7 +82,7 @@ Resumption resume_from(const BenchmarkRunStatus& previous, const std::vector<Pla
   r.kept = static_cast<int>(status.results.size());
   r.to_run = static_cast<int>(std::count_if(plan.begin(), plan.end(),
                                             [&](const PlannedCase& c) { return !with_result.contains(c.id); }));
-  if (r.to_run == 0 && !r.preflight_to_run) return r;  // nothing to go on with: the status stands as written
+  if (r.nothing_to_run()) return r;
 
   status.phase = Phase::Pending;
   status.completion_time.clear();

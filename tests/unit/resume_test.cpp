@@ -72,6 +72,19 @@ TEST(Resume, OnlyWhatChoosesTheCasesMayChange) {
                           SpecDifference{"spec.worker.env", "absent", "[{\"name\":\"NCCL_ALGO\",\"value\":\"Ring\"}]"}));
 }
 
+// dlbench run starts every run this way: from nothing, everything to run, the status untouched.
+TEST(Resume, ANewRunGoesOnFromAnEmptyStatus) {
+  BenchmarkRunSpec spec = two_batches();
+  spec.preflight = PreflightSpec{true};
+  const Resumption r = resume_from({}, plan_cases(spec), true, 1, "t0");
+  EXPECT_EQ(r.kept, 0);
+  EXPECT_EQ(r.to_run, 2);
+  EXPECT_TRUE(r.preflight_to_run);
+  EXPECT_FALSE(r.nothing_to_run());
+  EXPECT_THAT(r.unplanned, IsEmpty());
+  EXPECT_EQ(r.status, BenchmarkRunStatus{});
+}
+
 TEST(Resume, AnInterruptedRunGoesOnFromItsFirstCaseWithoutAResult) {
   const BenchmarkRunSpec spec = two_batches();
   const auto plan = plan_cases(spec);
@@ -121,6 +134,7 @@ TEST(Resume, AFinishedRunStandsUnlessItsMatrixGrew) {
 
   const Resumption same = resume_from(finished, plan_cases(spec), false, 1, "t1");
   EXPECT_EQ(same.to_run, 0);
+  EXPECT_TRUE(same.nothing_to_run());
   EXPECT_EQ(same.kept, 2);
   EXPECT_EQ(same.status, finished);  // nothing to go on with: not reopened
 

@@ -40,10 +40,14 @@ struct Resumption {
   int to_run = 0;                      // planned cases without one
   bool preflight_to_run = false;       // the planned preflight has no outcome to keep
   std::vector<std::string> unplanned;  // ids of results for cases the plan no longer has
+
+  // Every planned case has its result, and the preflight its outcome: the status stands as written.
+  bool nothing_to_run() const { return to_run == 0 && !preflight_to_run; }
 };
 
-// `previous`: the status last written; `plan` and `preflight_planned`: the spec's now. When
-// `unplanned` is not empty the run must not resume: going on would drop those results.
+// `previous`: the status last written (a new run goes on from an empty one); `plan` and
+// `preflight_planned`: the spec's now. When `unplanned` is not empty the run must not resume:
+// going on would drop those results.
 Resumption resume_from(const BenchmarkRunStatus& previous, const std::vector<PlannedCase>& plan,
                        bool preflight_planned, std::int64_t generation, const std::string& now);
 
