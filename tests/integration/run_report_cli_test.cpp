@@ -44,6 +44,18 @@ class RunCli : public ::testing::Test {
   Outcome dlbench(const std::string& args) {
     return testing::run_shell("OMP_NUM_THREADS=1 " + std::string(DLBENCH_CLI_BINARY) + " " + args, dir_.string());
   }
+  // `dlbench ARGS` started in the background, for a test to signal: its pid. Its output goes to
+  // out.txt, and its exit status to the file rc once it has ended.
+  pid_t dlbench_in_background(const std::string& args) {
+    const std::string command = "cd " + dir_.string() + " && ( " + DLBENCH_CLI_BINARY + " " + args +
+                                " > out.txt 2>&1 & echo $! > pid.tmp; mv pid.tmp pid; wait $!; echo $? > rc.tmp; "
+                                "mv rc.tmp rc ) &";
+    EXPECT_EQ(std::system(command.c_str()), 0);
+    for (int i = 0; i < 100 && !std::filesystem::exists(dir_ / "pid"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::stoi(testing::slurp(dir_ / "pid"));
+  }
   BenchmarkRun status(const std::string& name) {
     const auto decoded = decode_benchmark_run(nlohmann::json::parse(testing::slurp(dir_ / name)));
     EXPECT_TRUE(decoded.ok()) << (decoded.errors.empty() ? "" : decoded.errors.front().to_string());
@@ -774,12 +786,8 @@ TEST_F(RunCli, TimeoutIsRecorded) {
 TEST_F(RunCli, InterruptKeepsFinishedResults) {
   const std::string worker = write("slow-worker.sh", kSlowWorker);
   std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
-  const std::string command = "cd " + dir_.string() + " && { " + DLBENCH_CLI_BINARY + " run -f " +
-                              write("run.yaml", sweep()) + " --max-devices 1 --worker " + worker +
-                              " > out.txt 2>&1 & echo $! > pid; }";
-  ASSERT_EQ(std::system(command.c_str()), 0);
+  const pid_t pid = dlbench_in_background("run -f " + write("run.yaml", sweep()) + " --max-devices 1 --worker " + worker);
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  const pid_t pid = std::stoi(testing::slurp(dir_ / "pid"));
   kill(pid, SIGINT);
   for (int i = 0; i < 100 && kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_NE(kill(pid, 0), 0) << "dlbench run did not stop";
@@ -1005,13 +1013,9 @@ TEST_F(RunCli, AGpuTheWorkerListsIsTheBackendAndItsModelIsRecorded) {
 TEST_F(RunCli, InterruptWhileTheDevicesAreListedStopsAtOnce) {
   const std::string worker = write("hung-worker.sh", "#!/bin/sh\nsleep 30\n");
   std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
-  const std::string command = "cd " + dir_.string() + " && ( " + DLBENCH_CLI_BINARY + " run -f " +
-                              write("run.yaml", sweep()) + " --worker " + worker +
-                              " > out.txt 2>&1 & echo $! > pid.tmp; mv pid.tmp pid; wait $!; echo $? > rc.tmp; mv rc.tmp rc ) &";
-  ASSERT_EQ(std::system(command.c_str()), 0);
+  const pid_t pid = dlbench_in_background("run -f " + write("run.yaml", sweep()) + " --worker " + worker);
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  ASSERT_TRUE(std::filesystem::exists(dir_ / "pid"));
-  ASSERT_EQ(kill(std::stoi(testing::slurp(dir_ / "pid")), SIGINT), 0);
+  ASSERT_EQ(kill(pid, SIGINT), 0);
   const auto interrupted = std::chrono::steady_clock::now();
   while (!std::filesystem::exists(dir_ / "rc") && std::chrono::steady_clock::now() - interrupted < std::chrono::seconds(20)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
