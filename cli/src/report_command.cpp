@@ -159,7 +159,8 @@ void print_unmeasured(std::ostream& out, ReportFormat format, const std::vector<
   }
 }
 
-// A note for some cases, one per case: a markdown table (`column`: what the note is) or a list.
+// A note for some cases, one per case (or runs, with `first` "run"): a markdown table (`column`:
+// what the note is) or a list.
 void print_case_notes(std::ostream& out, ReportFormat format, const std::string& title, const std::string& column,
                       const std::vector<std::pair<std::string, std::string>>& notes, const std::string& first = "case") {
   if (notes.empty()) return;
