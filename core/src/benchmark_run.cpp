@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace dlbench {
 
@@ -56,6 +57,52 @@ std::string describe_input(const InputReport& input) {
   out << " images/s per rank with " << input.decode_threads << " decoding threads";
   if (input.skipped_files > 0) out << "; " << input.skipped_files << " unreadable files skipped";
   return out.str();
+}
+
+std::span<const EnvironmentField> case_environment_fields() {
+  static constexpr EnvironmentField kFields[] = {
+      {"dlbenchVersion", &CaseEnvironment::dlbench_version},
+      {"backend", &CaseEnvironment::backend},
+      {"communicator", &CaseEnvironment::communicator},
+      {"cpuModel", &CaseEnvironment::cpu_model},
+      {"gpuModel", &CaseEnvironment::gpu_model},
+      {"driverVersion", &CaseEnvironment::driver_version},
+      {"cudaVersion", &CaseEnvironment::cuda_version},
+      {"cudnnVersion", &CaseEnvironment::cudnn_version},
+      {"ncclVersion", &CaseEnvironment::nccl_version},
+      {"mpiVersion", &CaseEnvironment::mpi_version},
+      {"onednnVersion", &CaseEnvironment::onednn_version},
+      {"framework", &CaseEnvironment::framework},
+      {"frameworkVersion", &CaseEnvironment::framework_version},
+  };
+  return kFields;
+}
+
+std::string describe(const CaseEnvironment& e) {
+  std::vector<std::string> groups;
+  const auto joined = [](const std::vector<std::string>& items, const char* separator) {
+    std::string out;
+    for (const std::string& item : items) {
+      if (item.empty()) continue;
+      out += (out.empty() ? "" : separator) + item;
+    }
+    return out;
+  };
+  const auto named = [](const char* name, const std::string& version) {
+    return version.empty() ? std::string() : std::string(name) + " " + version;
+  };
+  groups.push_back(joined({e.framework, e.framework_version}, " "));
+  groups.push_back(joined({e.backend.empty() ? "" : e.backend + " backend", e.gpu_model,
+                           named("driver", e.driver_version), named("CUDA", e.cuda_version),
+                           named("cuDNN", e.cudnn_version), named("NCCL", e.nccl_version),
+                           named("oneDNN", e.onednn_version), e.mpi_version},
+                          ", "));
+  groups.push_back(named("CPU", e.cpu_model));
+  std::vector<std::string> options;
+  for (const auto& [key, value] : e.backend_options) options.push_back(key + "=" + value);
+  if (!options.empty()) groups.push_back("options " + joined(options, " "));
+  groups.push_back(named("dlbench", e.dlbench_version));
+  return joined(groups, "; ");
 }
 
 }  // namespace dlbench

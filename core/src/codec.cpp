@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/planner.hpp"
@@ -527,7 +528,7 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "stability", "ncclTransport", "optimizer",
-                               "lossAfterRepeats", "flops", "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
+                               "environment", "lossAfterRepeats", "flops", "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
                                "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
   CaseResult r;
@@ -548,6 +549,9 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
     r.nccl_transport = decode_nccl_transport(d, *t, child(path, "ncclTransport"));
   }
   if (const json* o = Decoder::find(obj, "optimizer")) r.optimizer = decode_optimizer_that_ran(d, *o, child(path, "optimizer"));
+  if (const json* e = Decoder::find(obj, "environment")) {
+    r.environment = decode_case_environment(d, *e, child(path, "environment"));
+  }
   if (const json* l = Decoder::find(obj, "lossAfterRepeats")) {
     const std::string at = child(path, "lossAfterRepeats");
     if (const json* items = d.list(*l, at, 1, bounds::kMaxRepeatsRun)) {
@@ -1007,6 +1011,47 @@ json detail::nccl_transport_to_json(const NcclTransport& t) {
   return out;
 }
 
+namespace {
+constexpr std::size_t kMaxEnvironmentText = 1024;
+constexpr std::size_t kMaxBackendOptions = 64;
+}  // namespace
+
+std::optional<CaseEnvironment> detail::decode_case_environment(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"dlbenchVersion", "backend", "communicator", "cpuModel", "gpuModel", "driverVersion",
+                               "cudaVersion", "cudnnVersion", "ncclVersion", "mpiVersion", "onednnVersion", "framework",
+                               "frameworkVersion", "backendOptions"});
+  const std::size_t errors_before = d.errors.size();
+  CaseEnvironment e;
+  for (const auto& [key, member] : case_environment_fields()) d.read_string(obj, path, key, kMaxEnvironmentText, e.*member);
+  if (const json* options = Decoder::find(obj, "backendOptions")) {
+    const std::string options_path = child(path, "backendOptions");
+    if (d.expect_object(*options, options_path)) {
+      if (options->size() > kMaxBackendOptions) {
+        d.fail(options_path, "has " + std::to_string(options->size()) + " entries; at most " +
+                                 std::to_string(kMaxBackendOptions));
+      } else {
+        for (const auto& [key, value] : options->items()) {
+          std::string text;
+          d.read_string(*options, options_path, key, kMaxEnvironmentText, text);
+          e.backend_options[key] = text;
+        }
+      }
+    }
+  }
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return e;
+}
+
+json detail::case_environment_to_json(const CaseEnvironment& e) {
+  json out = json::object();
+  for (const auto& [key, member] : case_environment_fields()) {
+    if (!(e.*member).empty()) out[key] = e.*member;
+  }
+  if (!e.backend_options.empty()) out["backendOptions"] = e.backend_options;
+  return out;
+}
+
 json detail::stability_to_json(const StabilityReport& r) {
   return {{"verdict", to_string(r.verdict)}, {"maxCv", r.max_cv},       {"cv", r.cv},
           {"extraRepeats", r.extra_repeats}, {"discarded", r.discarded}};
@@ -1163,6 +1208,7 @@ json to_json(const CaseResult& r) {
   if (r.stability) out["stability"] = detail::stability_to_json(*r.stability);
   if (r.nccl_transport) out["ncclTransport"] = detail::nccl_transport_to_json(*r.nccl_transport);
   if (r.optimizer) out["optimizer"] = detail::optimizer_to_json(*r.optimizer);
+  if (r.environment) out["environment"] = detail::case_environment_to_json(*r.environment);
   if (!r.loss_after_repeats.empty()) out["lossAfterRepeats"] = r.loss_after_repeats;
   if (r.flops) out["flops"] = detail::flops_to_json(*r.flops);
   if (r.speedup) out["speedup"] = *r.speedup;

@@ -354,5 +354,7 @@ void check_pod_template_overrides(Decoder& d, const BenchmarkRunSpec& spec, cons
 json pod_template_overrides_to_json(const std::vector<PodTemplateOverride>& overrides);
 std::optional<NcclTransport> decode_nccl_transport(Decoder& d, const json& obj, const std::string& path);
 json nccl_transport_to_json(const NcclTransport& transport);
+std::optional<CaseEnvironment> decode_case_environment(Decoder& d, const json& obj, const std::string& path);
+json case_environment_to_json(const CaseEnvironment& environment);
 
 }  // namespace dlbench::detail

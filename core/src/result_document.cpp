@@ -507,10 +507,13 @@ class Shrinker {
     drop();
     text_ = doc.dump();
   }
+  // What the status does not keep goes first; then what it does (status.results[].environment).
   void drop_environment_details() {
     shrink([&] {
-      for (const char* key : {"os", "cpuModel", "cpuThreadsReason", "driverVersion", "onednnVersion", "dlbenchVersion",
-                              "mpiVersion"}) {
+      for (const char* key : {"os", "cpuThreadsReason"}) doc["environment"].erase(key);
+    });
+    shrink([&] {
+      for (const char* key : {"cpuModel", "driverVersion", "onednnVersion", "dlbenchVersion", "mpiVersion"}) {
         doc["environment"].erase(key);
       }
     });
@@ -568,6 +571,12 @@ std::string describe_divergence(const std::vector<double>& losses) {
   return m + ": training diverged, so the steps timed did not train the model";
 }
 
+CaseEnvironment case_environment(const EnvironmentInfo& e) {
+  return {e.dlbench_version, e.backend,        e.communicator,  e.cpu_model,     e.gpu_model,
+          e.driver_version,  e.cuda_version,   e.cudnn_version, e.nccl_version,  e.mpi_version,
+          e.onednn_version,  e.framework,      e.framework_version, e.backend_options};
+}
+
 CaseResult to_case_result(const ResultDocument& document, int attempts) {
   CaseResult r;
   r.case_ = document.case_;
@@ -579,6 +588,7 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
   r.stability = document.stability;
   r.nccl_transport = document.environment.nccl_transport;
   r.optimizer = document.optimizer;
+  r.environment = case_environment(document.environment);
   if (std::all_of(document.loss_after_repeats.begin(), document.loss_after_repeats.end(),
                   [](double loss) { return std::isfinite(loss); })) {
     r.loss_after_repeats = document.loss_after_repeats;
@@ -730,6 +740,7 @@ CaseResult to_case_result(const SelfTestDocument& document, const CaseSpec& pref
   CaseResult r;
   r.case_ = preflight;
   r.state = document.state;
+  r.environment = case_environment(document.environment);
   r.reason = document.reason;
   r.message = document.message;
   r.attempts = attempts;

@@ -211,6 +211,8 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   result.optimizer = OptimizerSpec{OptimizerName::adamw, 1e-4, 0.9, 0.01};
   result.loss_after_repeats = {6.5, 6.25};
   result.flops = FlopsReport{24.5e9, 1.2e14, 9.894e14, 0.12};
+  result.environment = CaseEnvironment{"0.1.0", "cuda", "nccl", "cpu", "NVIDIA H200", "580.159", "13.0", "9.10.2",
+                                       "2.27.3", "4.1.4", "2.6.3", "pytorch", "2.11.0", {{"layout", "nhwc"}}};
   status.results = {result};
   status.best = BestResult{"1x1-bs128-amp", 2.0, "samples/s"};
   status.start_time = "2026-11-26T09:00:00Z";
@@ -230,6 +232,7 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   preflight.optimizer.reset();  // nor training
   preflight.loss_after_repeats.clear();
   preflight.flops.reset();
+  // preflight.environment stays: what the self-test ran on.
   status.preflight = preflight;
   run.status = status;
 

@@ -478,6 +478,26 @@ TEST(ResultDocument, CompactingDropsTheInputDetailsBeforeTheEnvironment) {
   EXPECT_EQ(compact["input"]["verdict"], "compute-bound");
 }
 
+// What the status keeps of the environment (the driver, the CPU's model, dlbench's version) is
+// dropped from a termination message only after what it does not (the OS, why so many threads).
+TEST(ResultDocument, CompactingKeepsWhatTheStatusShowsOfTheEnvironmentLongest) {
+  ResultDocument doc = sample_document();
+  doc.environment.os = "Linux " + std::string(600, 'k');
+  doc.environment.cpu_threads_reason = std::string(600, 'r');
+  doc.environment.cpu_model = "Intel Xeon Platinum 8480C";
+  doc.environment.driver_version = "580.159";
+  doc.environment.dlbench_version = "0.1.0";
+  doc.step_time_seconds.reset();
+  const std::string full = to_json(doc).dump();
+  const json compact = json::parse(compact_result_document(full, full.size() - 1000));
+  EXPECT_FALSE(compact["environment"].contains("os"));
+  EXPECT_FALSE(compact["environment"].contains("cpuThreadsReason"));
+  EXPECT_EQ(compact["environment"]["driverVersion"], "580.159");
+  EXPECT_EQ(compact["environment"]["cpuModel"], "Intel Xeon Platinum 8480C");
+  const CaseResult r = to_case_result(decode_result_document(compact).value.value());
+  EXPECT_EQ(r.environment->dlbench_version, "0.1.0");
+}
+
 TEST(DevicePeaks, DatasheetFiguresByNameAndPrecision) {
   EXPECT_DOUBLE_EQ(*peak_flops_per_second("NVIDIA H100 80GB HBM3", Precision::amp), 989.4e12);
   EXPECT_DOUBLE_EQ(*peak_flops_per_second("NVIDIA H100 80GB HBM3", Precision::tf32), 494.7e12);
@@ -567,6 +587,69 @@ TEST(ResultDocument, ToCaseResult) {
   EXPECT_DOUBLE_EQ(r.throughput->summary.median, 7600.0);
   EXPECT_EQ(r.start_time, "2026-11-21T05:00:00Z");
   EXPECT_EQ(r.completion_time, "2026-11-21T05:02:00Z");
+}
+
+// A published figure names what measured it: the result document's environment reaches the
+// status without the hosts, the OS or the thread counts, round-trips through the status codec,
+// and is checked there like every other field.
+TEST(ResultDocument, TheStatusSaysWhatMeasuredTheCase) {
+  ResultDocument doc = sample_document();
+  doc.environment.driver_version = "580.159";
+  doc.environment.cudnn_version = "9.10.2";
+  doc.environment.nccl_version = "2.27.3";
+  doc.environment.cpu_model = "Intel Xeon Platinum 8480C";
+  doc.environment.cpu_threads_reason = "2 cores in the affinity mask";
+  doc.environment.dlbench_version = "0.1.0";
+  const CaseResult r = to_case_result(doc);
+  ASSERT_TRUE(r.environment.has_value());
+  EXPECT_EQ(r.environment->gpu_model, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(r.environment->driver_version, "580.159");
+  EXPECT_EQ(r.environment->backend_options.at("conv"), "graph");
+
+  const json j = to_json(r);
+  EXPECT_EQ(j["environment"], json::parse(R"({"dlbenchVersion": "0.1.0", "backend": "cuda", "communicator": "nccl",
+      "cpuModel": "Intel Xeon Platinum 8480C", "gpuModel": "NVIDIA H100 80GB HBM3", "driverVersion": "580.159",
+      "cudaVersion": "13.0", "cudnnVersion": "9.10.2", "ncclVersion": "2.27.3",
+      "backendOptions": {"attention": "fused", "conv": "graph"}})"));
+  EXPECT_EQ(describe(*r.environment),
+            "cuda backend, NVIDIA H100 80GB HBM3, driver 580.159, CUDA 13.0, cuDNN 9.10.2, NCCL 2.27.3; CPU Intel "
+            "Xeon Platinum 8480C; options attention=fused conv=graph; dlbench 0.1.0");
+
+  BenchmarkRun run;
+  run.metadata.name = "r";
+  run.spec.cases = {r.case_};
+  run.status = BenchmarkRunStatus{};
+  run.status->results.push_back(r);
+  const json written = to_json(run);
+  const Decoded<BenchmarkRun> read = decode_benchmark_run(written);
+  ASSERT_TRUE(read.ok()) << read.errors.front().to_string();
+  EXPECT_EQ(read.value->status->results.at(0).environment, r.environment);
+
+  json bad = written;
+  bad["status"]["results"][0]["environment"]["gpuName"] = "x";
+  bad["status"]["results"][0]["environment"]["backendOptions"]["layout"] = 3;
+  bad["status"]["results"][0]["environment"]["driverVersion"] = std::string(1025, 'v');
+  std::vector<std::string> errors;
+  for (const auto& e : decode_benchmark_run(bad).errors) errors.push_back(e.to_string());
+  EXPECT_THAT(errors, ::testing::UnorderedElementsAre(
+                          ::testing::HasSubstr("status.results[0].environment.gpuName: unknown field"),
+                          ::testing::HasSubstr("status.results[0].environment.backendOptions.layout: expected a string"),
+                          ::testing::HasSubstr("status.results[0].environment.driverVersion: is 1025 characters long")));
+}
+
+// A script's framework leads the line; what was not reported is left out.
+TEST(ResultDocument, AWrappedScriptsEnvironmentNamesItsFrameworkFirst) {
+  EnvironmentInfo e;
+  e.backend = "cuda";
+  e.framework = "pytorch";
+  e.framework_version = "2.11.0";
+  e.gpu_model = "NVIDIA H200";
+  e.host = "node-a";
+  const CaseEnvironment c = case_environment(e);
+  EXPECT_EQ(describe(c), "pytorch 2.11.0; cuda backend, NVIDIA H200");
+  CaseResult r;
+  r.environment = c;
+  EXPECT_EQ(to_json(r)["environment"].size(), 4u);  // no host
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -390,6 +391,39 @@ struct NcclTransport {
 };
 inline constexpr const char* kReasonRdmaNotUsed = "RdmaNotUsed";
 
+// What measured a case, from its worker's (or wrapped script's) result document: the software
+// and hardware a published figure must name, as DLPerf's tables do (GPU, driver, CUDA, cuDNN,
+// NCCL), and the backend's choices that change what runs. Host names are left out: they say
+// where, not with what, and a container's changes with every start.
+struct CaseEnvironment {
+  std::string dlbench_version;
+  std::string backend;       // cpu | cuda
+  std::string communicator;  // none | mpi | nccl
+  std::string cpu_model;
+  std::string gpu_model;
+  std::string driver_version;
+  std::string cuda_version;
+  std::string cudnn_version;
+  std::string nccl_version;
+  std::string mpi_version;
+  std::string onednn_version;
+  std::string framework;  // engine: command — what the script said it ran on
+  std::string framework_version;
+  std::map<std::string, std::string> backend_options;
+  bool operator==(const CaseEnvironment&) const = default;
+};
+// CaseEnvironment's text fields by their names in the API (status.results[].environment), in order.
+struct EnvironmentField {
+  const char* name;
+  std::string CaseEnvironment::*member;
+};
+std::span<const EnvironmentField> case_environment_fields();
+// One line for people, empty fields left out: "cuda backend, NVIDIA H200, driver 580.159,
+// CUDA 13.0, cuDNN 9.10.2, NCCL 2.27.3, Open MPI v4.1.4; CPU …; options layout=nhwc;
+// dlbench 0.1.0", with the framework and its version first where a script ran. Not the
+// communicator: it follows from the case (one rank talks to nobody), not from the machine.
+std::string describe(const CaseEnvironment& environment);
+
 // The training arithmetic a measured case did: the FLOPs of one sample's forward and backward
 // pass (the worker's count of its layers), what the reported throughput makes of them per device
 // and second, and where the device's dense peak for the precision is known, the model FLOPs
@@ -412,6 +446,7 @@ struct CaseResult {
   std::optional<StabilityReport> stability;         // Succeeded: how the repeats agreed
   std::optional<NcclTransport> nccl_transport;      // what NCCL used, where it said
   std::optional<OptimizerSpec> optimizer;           // native cases: how the worker says it trained
+  std::optional<CaseEnvironment> environment;       // what the worker or script said measured it
   // The loss after each repeat run, in order, where the worker or command reported it and every
   // one is finite (a LossNotFinite case's message names the one that was not).
   std::vector<double> loss_after_repeats;

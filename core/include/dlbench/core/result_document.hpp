@@ -156,6 +156,10 @@ Decoded<ResultDocument> decode_result_document(const nlohmann::json& document);
 inline constexpr std::size_t kTerminationMessageLimit = 4096;
 std::string compact_result_document(const std::string& json_text, std::size_t limit = kTerminationMessageLimit);
 
+// What of a result document's environment goes into status (hosts, OS, thread counts and script
+// facts stay in the document and the logs).
+CaseEnvironment case_environment(const EnvironmentInfo& environment);
+
 // The entry that goes into status.results (speed-up is filled in later, across cases).
 CaseResult to_case_result(const ResultDocument& document, int attempts = 1);
 
