@@ -38,7 +38,17 @@ class Communicator {
   // The transports this rank's NCCL said it used so far (NCCL only; nullopt elsewhere, or where
   // the user's own NCCL_DEBUG setting sent NCCL's lines where dlbench does not read them).
   virtual std::optional<NcclTransport> transport() const { return std::nullopt; }
+  // The libraries the ranks talk through, for the result's environment ("Open MPI v4.1.4",
+  // "2.27.3"); empty where none is used (one rank talks to nobody).
+  virtual std::string mpi_version() const { return {}; }
+  virtual std::string nccl_version() const { return {}; }
 };
+
+// MPI_Get_library_version's text cut to its name and version: its first line up to the first
+// comma ("Open MPI v4.1.4, package: Debian OpenMPI, ..." is "Open MPI v4.1.4").
+std::string mpi_library_name(const std::string& library_version);
+// NCCL's version code (ncclGetVersion: major × 10000 + minor × 100 + patch since 2.9) as text.
+std::string nccl_version_text(int code);
 
 class NoCommunicator final : public Communicator {
  public:

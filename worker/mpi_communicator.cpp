@@ -43,6 +43,12 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::string name() const override { return "mpi"; }
+  std::string mpi_version() const override {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int length = 0;
+    if (MPI_Get_library_version(text, &length) != MPI_SUCCESS) return {};
+    return mpi_library_name(std::string(text, static_cast<std::size_t>(length)));
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 

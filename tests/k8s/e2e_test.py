@@ -108,6 +108,18 @@ class EndToEnd(unittest.TestCase):
                                    result["flops"]["trainingPerSample"] * result["throughput"]["median"] / devices,
                                    delta=1e-9 * result["flops"]["perSecondPerDevice"])
             self.assertNotIn("mfu", result["flops"])
+            # What measured it, from the worker's document, kept by the API server (the CRD's
+            # schema has every field): the backend, its library, the CPU, dlbench's version.
+            environment = result["environment"]
+            self.assertEqual(environment["backend"], "cpu", result)
+            self.assertEqual(environment["communicator"], "none" if devices == 1 else "mpi", result)
+            if devices > 1:  # mpirun's ranks say their MPI library
+                self.assertRegex(environment["mpiVersion"], r"^Open MPI v\d", result)
+            self.assertRegex(environment["onednnVersion"], r"^\d+\.\d+", result)
+            self.assertRegex(environment["dlbenchVersion"], r"^\d+\.\d+\.\d+", result)
+            self.assertTrue(environment["cpuModel"], result)
+            self.assertIn("attention", environment["backendOptions"], result)
+            self.assertNotIn("gpuModel", environment, result)
         self.assertNotIn("learningRate", run["spec"].get("optimizer", {}))
         one, two = results["1x1-bs8-fp32"], results["1x2-bs8-fp32"]
         self.assertEqual((two["case"]["nodes"], two["case"]["gpusPerNode"]), (1, 2))

@@ -327,8 +327,17 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
   EXPECT_EQ(doc.throughput->repeats.size(), 2u);
   EXPECT_THAT(o.out, Not(HasSubstr("imageSize")));
   EXPECT_THAT(o.err, HasSubstr("sequence length 16, 110106428 parameters"));
-  // The result says which attention ran: composed by default, fused on request (LAMB's run).
-  EXPECT_EQ(doc.environment.backend_options, (std::map<std::string, std::string>{{"attention", "composed"}}));
+  // The result says which attention ran: composed by default, fused on request (LAMB's run); and
+  // which ISA oneDNN's kernels ran, this CPU's best (avx2 on some machines, avx512_core_bf16 on
+  // others) or less where DNNL_MAX_CPU_ISA says.
+  EXPECT_EQ(doc.environment.backend_options.size(), 2u);
+  EXPECT_EQ(doc.environment.backend_options.at("attention"), "composed");
+  EXPECT_THAT(doc.environment.backend_options.at("isa"), ::testing::MatchesRegex("(sse41|avx|avx2|avx512).*"));
+  const Outcome limited = worker("--model resnet50 --image-size 32 --batch-size 1 --warmup-steps 0 --measure-steps 1 "
+                                 "--repeats 1",
+                                 "DNNL_MAX_CPU_ISA=SSE41");
+  ASSERT_EQ(limited.exit_code, 0) << limited.err;
+  EXPECT_EQ(decoded(limited.out).environment.backend_options.at("isa"), "sse41");
   const Outcome lamb = worker("--model bert-base --sequence-length 8 --batch-size 1 --optimizer lamb "
                               "--learning-rate 0.001 --warmup-steps 0 --measure-steps 2 --repeats 1",
                               "DLBENCH_CPU_ATTENTION=fused");

@@ -63,8 +63,11 @@ std::string CpuBackend::version_info() const {
          ";attention=" + options().at("attention");
 }
 
+// The ISA oneDNN's kernels run (the CPU's best, or less under DNNL_MAX_CPU_ISA): the same CPU
+// model times differently with avx2 and with avx512_core_bf16 kernels.
 std::map<std::string, std::string> CpuBackend::options() const {
-  return {{"attention", std::string(choice_name(kAttentionRoutes, attention_route_))}};
+  return {{"attention", std::string(choice_name(kAttentionRoutes, attention_route_))},
+          {"isa", isa_name(dnnl::get_effective_cpu_isa())}};
 }
 
 std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {

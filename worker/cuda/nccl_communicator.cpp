@@ -62,6 +62,11 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::string name() const override { return "nccl"; }
+  std::string mpi_version() const override { return host_->mpi_version(); }  // NCCL's bootstrap
+  std::string nccl_version() const override {
+    int code = 0;
+    return ncclGetVersion(&code) == ncclSuccess ? nccl_version_text(code) : std::string();
+  }
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
   std::vector<std::string> hosts() override { return host_->hosts(); }

@@ -63,6 +63,8 @@ EnvironmentInfo environment(const Backend* backend, const Options& o, Communicat
   if (backend != nullptr) e.backend_options = backend->options();
   e.backend = o.backend;
   e.communicator = communicator.name();
+  e.mpi_version = communicator.mpi_version();
+  e.nccl_version = communicator.nccl_version();
   e.dlbench_version = DLBENCH_VERSION;
   return e;
 }

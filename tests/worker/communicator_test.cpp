@@ -1,0 +1,32 @@
+// What the result's environment says of the libraries the ranks talk through.
+#include <gtest/gtest.h>
+
+#include "communicator.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+TEST(Communicator, TheMpiLibraryIsItsNameAndVersion) {
+  EXPECT_EQ(mpi_library_name("Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4, May 26, 2022\n"),
+            "Open MPI v4.1.4");
+  EXPECT_EQ(mpi_library_name("MPICH Version:\t4.0\nMPICH Release date:\tFri Jan 21 2022\n"), "MPICH Version: 4.0");
+  EXPECT_EQ(mpi_library_name("  \n"), "");
+  EXPECT_EQ(mpi_library_name(""), "");
+}
+
+TEST(Communicator, NcclsVersionCodeReadsInBothItsForms) {
+  EXPECT_EQ(nccl_version_text(22703), "2.27.3");  // 2.9 and later
+  EXPECT_EQ(nccl_version_text(21805), "2.18.5");
+  EXPECT_EQ(nccl_version_text(2708), "2.7.8");  // before 2.9
+  EXPECT_EQ(nccl_version_text(0), "");
+}
+
+// None says no library: one rank talks to nobody.
+TEST(Communicator, OneRankNamesNoLibrary) {
+  NoCommunicator none;
+  EXPECT_EQ(none.mpi_version(), "");
+  EXPECT_EQ(none.nccl_version(), "");
+}
+
+}  // namespace
+}  // namespace dlbench::worker
