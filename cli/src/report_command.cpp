@@ -205,6 +205,57 @@ void print_case_warnings(std::ostream& out, ReportFormat format, const std::vect
   print_case_notes(out, format, "measured without the RDMA network asked for", "transport", sockets);
 }
 
+// Whether two cases' environments can be one machine's: no field that both state differs. A
+// 1-rank case states no MPI, and the communicator follows from the case, not the machine.
+bool one_machine(const CaseEnvironment& a, const CaseEnvironment& b) {
+  for (const auto& [name, member] : case_environment_fields()) {
+    if (member == &CaseEnvironment::communicator) continue;
+    if (!(a.*member).empty() && !(b.*member).empty() && a.*member != b.*member) return false;
+  }
+  for (const auto& [key, value] : a.backend_options) {
+    if (const auto it = b.backend_options.find(key); it != b.backend_options.end() && it->second != value) return false;
+  }
+  return true;
+}
+
+// `into` with what `from` states and it does not.
+void fill_in(CaseEnvironment& into, const CaseEnvironment& from) {
+  for (const auto& [name, member] : case_environment_fields()) {
+    if ((into.*member).empty()) into.*member = from.*member;
+  }
+  into.backend_options.insert(from.backend_options.begin(), from.backend_options.end());
+}
+
+// What measured each run, so that runs side by side from different machines say which is which:
+// its results' environments, one line where they can be one machine's, else one per machine
+// naming its cases (a cluster can hold H100 and H200 nodes); where no result says (a status from
+// before results carried it), dlbench run's annotation.
+std::vector<std::pair<std::string, std::string>> measured_by_notes(const std::vector<Source>& sources) {
+  std::vector<std::pair<std::string, std::string>> notes;
+  for (const auto& s : sources) {
+    std::vector<std::pair<CaseEnvironment, std::vector<std::string>>> machines;  // and their cases
+    for (const auto& r : s.status.results) {
+      if (!r.environment) continue;
+      auto it = std::find_if(machines.begin(), machines.end(),
+                             [&](const auto& m) { return one_machine(m.first, *r.environment); });
+      if (it == machines.end()) it = machines.insert(machines.end(), {CaseEnvironment{}, {}});
+      fill_in(it->first, *r.environment);
+      it->second.push_back(case_id(r.case_));
+    }
+    if (machines.empty() && !s.measured_by.empty()) notes.emplace_back(s.label, s.measured_by);
+    for (const auto& [environment, cases] : machines) {
+      std::string label = s.label;
+      if (machines.size() > 1) {
+        label += " (";
+        for (std::size_t i = 0; i < cases.size(); ++i) label += (i > 0 ? ", " : "") + cases[i];
+        label += ")";
+      }
+      notes.emplace_back(label, printable(describe(environment), 400));
+    }
+  }
+  return notes;
+}
+
 // A file's documents as report sources: a BenchmarkRun with its status, or a bare status. Its
 // exit code when a file cannot be used (2 unreadable or empty, 1 invalid).
 std::variant<std::vector<Source>, int> load_sources(const std::string& file, std::ostream& err) {
@@ -532,13 +583,8 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
   if (options.format != ReportFormat::csv) {
     print_unmeasured(out, options.format, sources);
     print_case_warnings(out, options.format, sources);
-    // What measured each run, where dlbench run recorded it: runs side by side may come from
-    // different machines.
-    std::vector<std::pair<std::string, std::string>> measured_by;
-    for (const auto& s : sources) {
-      if (!s.measured_by.empty()) measured_by.emplace_back(s.label, s.measured_by);
-    }
-    print_case_notes(out, options.format, "measured by", "dlbench, backend, devices", measured_by, "run");
+    print_case_notes(out, options.format, "measured by", "software and hardware", measured_by_notes(sources),
+                     "run");
   }
   return 0;
 }

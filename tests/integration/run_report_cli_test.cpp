@@ -338,6 +338,77 @@ TEST_F(RunCli, TheReportShowsARefusedSpeedupAndWhy) {
   EXPECT_THAT(dlbench("report noisy.json").out, HasSubstr("speed-up 7.08 over 1x1-bs2-fp32"));  // judged again
 }
 
+// A cluster's run whose cases landed on two GPU generations says which case ran on which, from
+// its results' environments; a status from before results carried them falls back on the
+// annotation dlbench run wrote; a result with no environment (skipped on the host) says nothing.
+TEST_F(RunCli, TheReportSaysWhatMeasuredEachRunAndWhichCasesWhereTheyDiffer) {
+  BenchmarkRun run;
+  run.metadata.name = "mixed";
+  run.spec.cases = {{1, 1, 64, Precision::amp}, {1, 8, 64, Precision::amp}, {2, 8, 64, Precision::amp}};
+  BenchmarkRunStatus s;
+  s.phase = Phase::Succeeded;
+  CaseEnvironment h200;
+  h200.dlbench_version = "0.1.0";
+  h200.backend = "cuda";
+  h200.communicator = "nccl";
+  h200.gpu_model = "NVIDIA H200";
+  h200.driver_version = "580.159";
+  h200.cuda_version = "13.0";
+  h200.cudnn_version = "9.10.2";
+  h200.nccl_version = "2.27.3";
+  CaseEnvironment h100 = h200;
+  h100.gpu_model = "NVIDIA H100 80GB HBM3";
+  for (const auto& [c, environment] : {std::pair{run.spec.cases[0], h200}, std::pair{run.spec.cases[1], h100},
+                                       std::pair{run.spec.cases[2], h200}}) {
+    CaseResult r;
+    r.case_ = c;
+    const std::vector<double> repeats{1000.0, 1001.0, 999.0};
+    r.throughput = Throughput{"samples/s", summarize(repeats), repeats};
+    r.environment = environment;
+    s.results.push_back(r);
+  }
+  run.status = s;
+  write("mixed.json", to_json(run).dump());
+  const Outcome table = dlbench("report mixed.json");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("\nmeasured by\n"
+                                   "  mixed (1x1-bs64-amp, 2x8-bs64-amp): cuda backend, NVIDIA H200, driver 580.159, "
+                                   "CUDA 13.0, cuDNN 9.10.2, NCCL 2.27.3; dlbench 0.1.0\n"
+                                   "  mixed (1x8-bs64-amp): cuda backend, NVIDIA H100 80GB HBM3, driver 580.159"));
+  const auto rows = nlohmann::json::parse(dlbench("report mixed.json --format json").out);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[1].at("environment").at("gpuModel"), "NVIDIA H100 80GB HBM3");
+
+  // One machine for every case: one line, without the cases. A case on one GPU states no NCCL and
+  // talks to nobody, and its line is the others' (the line has what any case states). A case
+  // skipped on the host has no environment and changes nothing.
+  s.results[1].environment = h200;
+  s.results[2].environment->mpi_version = "Open MPI v4.1.4";
+  s.results[0].environment->nccl_version.clear();
+  s.results[0].environment->communicator = "none";
+  CaseResult skipped;
+  skipped.case_ = {4, 8, 64, Precision::amp};
+  skipped.state = CaseState::Skipped;
+  skipped.reason = "InsufficientDevices";
+  s.results.push_back(skipped);
+  run.status = s;
+  write("mixed.json", to_json(run).dump());
+  EXPECT_THAT(dlbench("report mixed.json").out,
+              HasSubstr("\nmeasured by\n  mixed: cuda backend, NVIDIA H200, driver 580.159, CUDA 13.0, cuDNN 9.10.2, "
+                        "NCCL 2.27.3, Open MPI v4.1.4; dlbench 0.1.0\n"));
+
+  // Older statuses: no environment in any result, the annotation speaks; with neither, no section.
+  for (auto& r : s.results) r.environment.reset();
+  run.status = s;
+  run.metadata.annotations["dlbench.io/measured-by"] = "dlbench 0.1.0: cuda backend, 8 devices (NVIDIA H200); CPU x";
+  write("mixed.json", to_json(run).dump());
+  EXPECT_THAT(dlbench("report mixed.json").out,
+              HasSubstr("\nmeasured by\n  mixed: dlbench 0.1.0: cuda backend, 8 devices (NVIDIA H200); CPU x\n"));
+  run.metadata.annotations.clear();
+  write("mixed.json", to_json(run).dump());
+  EXPECT_THAT(dlbench("report mixed.json").out, Not(HasSubstr("measured by")));
+}
+
 // A height × width crop, per-pixel labels; imagefolder data is refused for it, naming the field.
 TEST_F(RunCli, DeepLabV3PlusRunsOnAHeightByWidthCropAndRefusesImageFolder) {
   const std::string text = R"(apiVersion: dlbench.io/v1alpha1
@@ -481,6 +552,14 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   EXPECT_EQ(case_id(s.results[0].case_), "1x1-bs2-fp32");
   EXPECT_EQ(s.results[0].state, CaseState::Succeeded);
   EXPECT_EQ(s.results[1].state, CaseState::Succeeded);  // 2 ranks under mpirun
+  // What measured each: one rank talks to nobody; two talk through Open MPI, which says its version.
+  ASSERT_TRUE(s.results[0].environment && s.results[1].environment);
+  EXPECT_EQ(s.results[0].environment->communicator, "none");
+  EXPECT_EQ(s.results[0].environment->mpi_version, "");
+  EXPECT_EQ(s.results[1].environment->communicator, "mpi");
+  EXPECT_THAT(s.results[1].environment->mpi_version, ::testing::MatchesRegex("Open MPI v[0-9]+\\.[0-9]+.*"));
+  EXPECT_EQ(s.results[1].environment->nccl_version, "");  // no GPU
+  EXPECT_FALSE(s.results[2].environment.has_value());   // skipped: nothing measured it
   // No learning rate in the spec: ResNet-50's 0.1 at a global batch of 256, linearly less at the
   // case's, which 2 ranks double.
   ASSERT_TRUE(s.results[0].optimizer && s.results[1].optimizer);
@@ -849,13 +928,23 @@ spec:
   EXPECT_EQ(failed->reason, "Resumed");
   EXPECT_EQ(find_condition(s.conditions, ConditionType::Complete)->status, ConditionStatus::True);
   EXPECT_EQ(finished.metadata.annotations.at("dlbench.io/measured-by"), measured_by);
-  // The report says what measured the run, in every format but csv.
-  EXPECT_THAT(dlbench("report resumed.status.json").out, HasSubstr("\nmeasured by\n  resumed: " + measured_by + "\n"));
+  // Each result says what measured it, and all three say the same; the report says it once, in
+  // every format but csv.
+  ASSERT_TRUE(s.results[0].environment.has_value());
+  EXPECT_EQ(s.results[0].environment->backend, "cpu");
+  EXPECT_EQ(s.results[0].environment->dlbench_version, measured_by.substr(8, measured_by.find(':') - 8));
+  EXPECT_FALSE(s.results[0].environment->onednn_version.empty());
+  EXPECT_EQ(s.results[1].environment, s.results[0].environment);
+  EXPECT_EQ(s.results[2].environment, s.results[0].environment);
+  const std::string environment = describe(*s.results[0].environment);
+  EXPECT_THAT(environment, ::testing::StartsWith("cpu backend, oneDNN "));
+  EXPECT_THAT(dlbench("report resumed.status.json").out, HasSubstr("\nmeasured by\n  resumed: " + environment + "\n"));
   EXPECT_THAT(dlbench("report resumed.status.json --format markdown").out,
-              HasSubstr("| run | dlbench, backend, devices |\n|---|---|\n| resumed | " + measured_by + " |\n"));
+              HasSubstr("| run | software and hardware |\n|---|---|\n| resumed | " + environment + " |\n"));
   const auto rows = nlohmann::json::parse(dlbench("report resumed.status.json --format json").out);
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].at("measuredBy"), measured_by);
+  EXPECT_EQ(rows[0].at("environment").at("backend"), "cpu");
 
   std::filesystem::remove(dir_ / "calls");
   const std::string before = testing::slurp(dir_ / "resumed.status.json");
