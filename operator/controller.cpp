@@ -112,6 +112,9 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
   case_mfu_ = &registry_.gauge("dlbench_case_mfu_ratio",
                                "Model FLOPs utilisation of a finished case: its training FLOP/s per device over the "
                                "device's dense peak for the precision, where dlbench knows the peak.");
+  case_info_ = &registry_.gauge("dlbench_case_info",
+                                "What measured a finished case (status.results[].environment): the backend, the GPU "
+                                "and CPU models, driver and library versions, dlbench's version; always 1.");
   const auto on_error = [this](const std::string& kind, const std::string& what, int status) {
     if (status == Informer<CachedRun>::kStalledWatch) {
       watch_stalls_->add({{"kind", kind}}).increment();
@@ -206,7 +209,7 @@ void Controller::forget(const std::string& ns, const std::string& name) {
   const metrics::Labels run{{"namespace", ns}, {"run", name}};
   for (auto* family :
        {runs_by_phase_, case_throughput_, case_throughput_sequences_, case_speedup_, case_efficiency_, case_devices_, case_failed_, case_cpu_pressure_,
-        case_repeats_cv_, case_scaling_refused_, case_loss_, case_flops_, case_mfu_}) {
+        case_repeats_cv_, case_scaling_refused_, case_loss_, case_flops_, case_mfu_, case_info_}) {
     family->remove_matching(run);
   }
   {
@@ -560,6 +563,21 @@ void Controller::record_metrics(const std::string& ns, const std::string& name, 
   }
   for (const auto& r : status.results) {
     const metrics::Labels labels{{"namespace", ns}, {"run", name}, {"case", case_id(r.case_)}};
+    if (r.environment) {
+      // One series per case: a case measured again elsewhere replaces its labels.
+      case_info_->remove_matching(labels);
+      const CaseEnvironment& e = *r.environment;
+      metrics::Labels info = labels;
+      for (const auto& [key, value] :
+           {std::pair{"backend", e.backend}, {"communicator", e.communicator}, {"gpu_model", e.gpu_model},
+            {"cpu_model", e.cpu_model}, {"driver_version", e.driver_version}, {"cuda_version", e.cuda_version},
+            {"cudnn_version", e.cudnn_version}, {"nccl_version", e.nccl_version}, {"mpi_version", e.mpi_version},
+            {"onednn_version", e.onednn_version}, {"framework", e.framework},
+            {"framework_version", e.framework_version}, {"dlbench_version", e.dlbench_version}}) {
+        if (!value.empty()) info[key] = value;
+      }
+      case_info_->add(info).set(1);
+    }
     if (r.state == CaseState::Failed) {
       case_failed_->add({{"namespace", ns}, {"run", name}, {"case", case_id(r.case_)}, {"reason", r.reason}}).set(1);
     }

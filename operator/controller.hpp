@@ -163,6 +163,7 @@ class Controller {
   metrics::Family<metrics::Gauge>* case_loss_;
   metrics::Family<metrics::Gauge>* case_flops_;
   metrics::Family<metrics::Gauge>* case_mfu_;
+  metrics::Family<metrics::Gauge>* case_info_;
   metrics::Counter* status_conflicts_;
   metrics::Histogram* reconcile_seconds_;
   metrics::Gauge* queue_depth_;

@@ -46,6 +46,11 @@ std::string result_for(const CaseSpec& c, double throughput) {
   doc.peak_flops_per_device = 1e14;  // as on a GPU whose peak dlbench knows
   doc.mfu = model_flops_utilization(3e12, throughput, 1e14, c.devices());
   doc.environment.backend = "cpu";
+  doc.environment.communicator = c.devices() > 1 ? "mpi" : "none";
+  doc.environment.cpu_model = "AMD EPYC \"Milan\"";  // a label value to escape
+  doc.environment.onednn_version = "2.6.3";
+  doc.environment.dlbench_version = "0.1.0";
+  doc.environment.host = "node-a";
   return to_json(doc).dump();
 }
 
@@ -176,6 +181,16 @@ TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
   EXPECT_THAT(exposition, ::testing::HasSubstr(
                               "dlbench_case_training_flops_per_second{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 2.85e+13"));
   EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_mfu_ratio{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 0.285"));
+  // What measured each case, in its status (through the API server's schema) and as an info series.
+  ASSERT_TRUE(decoded.value->results[1].environment.has_value());
+  EXPECT_EQ(decoded.value->results[1].environment->communicator, "mpi");
+  EXPECT_EQ(decoded.value->results[1].environment->onednn_version, "2.6.3");
+  EXPECT_FALSE(status["results"][1]["environment"].contains("host"));
+  EXPECT_THAT(exposition, ::testing::HasSubstr(
+                              "dlbench_case_info{backend=\"cpu\",case=\"2x1-bs4-fp32\",communicator=\"mpi\","
+                              "cpu_model=\"AMD EPYC \\\"Milan\\\"\",dlbench_version=\"0.1.0\",namespace=\"default\","
+                              "onednn_version=\"2.6.3\",run=\"scale\"} 1\n"));
+  EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_info{backend=\"cpu\",case=\"1x1-bs4-fp32\",communicator=\"none\""));
 }
 
 // Forwards every request; before the first PATCH to a path starting with `path`, runs `before`:
