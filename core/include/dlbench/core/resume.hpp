@@ -3,8 +3,9 @@
 //
 // A result carries over only where it would be measured the same way today: the same spec in
 // everything but which cases run and how often they are tried (matrix, cases, limits, preflight),
-// and the same executor (host, backend, devices, dlbench version: kMeasuredByAnnotation). The
-// status itself is the state machine's (run_state.hpp): resuming only reopens it.
+// and the same executor (backend, devices and their models, CPU, dlbench version:
+// kMeasuredByAnnotation). The status itself is the state machine's (run_state.hpp): resuming
+// only reopens it.
 #pragma once
 
 #include <string>
@@ -15,8 +16,9 @@
 
 namespace dlbench {
 
-// metadata.annotations key that `dlbench run` writes into its status file: what measured the
-// results ("dlbench 0.1.0 run on HOST, cpu backend, 2 devices").
+// metadata.annotations key that `dlbench run` writes into its status file: what measures the
+// run's cases ("dlbench 0.1.0: cuda backend, 8 devices (NVIDIA H200); CPU …"), which --resume
+// compares. Each result's own environment (status.results[].environment) says more, per case.
 inline constexpr const char* kMeasuredByAnnotation = "dlbench.io/measured-by";
 
 struct SpecDifference {
