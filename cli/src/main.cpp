@@ -22,8 +22,8 @@ using dlbench::UsageError;
 constexpr const char* kSynopsis = R"(Usage:
   dlbench validate -f FILE [-f FILE ...] [-o table|json|yaml] [-q]
       Exit code: 0 valid, 1 invalid, 2 unreadable input or bad usage.
-  dlbench run -f run.yaml [--output STATUS.json] [--resume] [--logs DIR] [--backend auto|cpu|cuda]
-              [--max-devices N] [--worker PATH] [--mpirun PATH] [--exec PATH]
+  dlbench run -f run.yaml [--output STATUS.json] [--resume [--retry-failed]] [--logs DIR]
+              [--backend auto|cpu|cuda] [--max-devices N] [--worker PATH] [--mpirun PATH] [--exec PATH]
       Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable or busy, 130 interrupted.
   dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg] [--relative]
   dlbench launch [--termination-log FILE] -- mpirun ... dlbench-worker ...
@@ -93,9 +93,14 @@ void add_run(CLI::App& app, dlbench::cli::RunOptions& o) {
   add_text_option(*c, "--mpirun", [&o](const std::string& v) { o.mpirun = v; }, "mpirun to start ranks with", "PATH");
   add_text_option(*c, "--exec", [&o](const std::string& v) { o.exec = v; },
                   "dlbench-exec for engine: command (default: the one beside dlbench)", "PATH");
-  c->add_flag("--resume", o.resume,
-              "go on from the status at --output: run only the cases without a result (the same spec but for "
-              "matrix, cases, limits and preflight, measured by the same dlbench, backend and devices)");
+  auto* resume = c->add_flag("--resume", o.resume,
+                             "go on from the status at --output: run only the cases without a result (the same spec "
+                             "but for matrix, cases, limits and preflight, measured by the same dlbench, backend and "
+                             "devices)");
+  c->add_flag("--retry-failed", o.retry_failed,
+              "with --resume: run the cases whose result is Failed again too, with all their attempts (their old "
+              "results are replaced; Succeeded and Skipped ones are kept)")
+      ->needs(resume);
 }
 
 void add_report(CLI::App& app, dlbench::cli::ReportOptions& o) {

@@ -380,7 +380,8 @@ std::string measured_by(const LocalExecutor& x) {
 // why it cannot be (2 unreadable, 1 not this run's results). No file: the run starts anew.
 std::variant<Resumption, int> status_to_resume(const std::string& path, const BenchmarkRun& run,
                                                const std::vector<PlannedCase>& plan, bool preflight_planned,
-                                               const std::string& executor, std::ostream& out, std::ostream& err) {
+                                               const std::string& executor, bool retry_failed, std::ostream& out,
+                                               std::ostream& err) {
   if (!std::filesystem::exists(path)) {
     out << "--resume: no status at " << path << " yet; the run starts anew\n";
     return resume_from({}, plan, preflight_planned, run.metadata.generation, rfc3339_utc_now());
@@ -415,7 +416,7 @@ std::variant<Resumption, int> status_to_resume(const std::string& path, const Be
                   "): only matrix, cases, limits and preflight may change between a run and its resumption");
   }
   Resumption resumed = resume_from(earlier.status.value_or(BenchmarkRunStatus{}), plan, preflight_planned,
-                                   run.metadata.generation, rfc3339_utc_now());
+                                   run.metadata.generation, rfc3339_utc_now(), retry_failed);
   if (!resumed.unplanned.empty()) {
     std::string ids;
     for (const auto& id : resumed.unplanned) ids += (ids.empty() ? "" : ", ") + id;
@@ -577,7 +578,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
   // A new run goes on from an empty status: nothing kept, everything to run.
   Resumption start = resume_from({}, plan, preflight.has_value(), run.metadata.generation, rfc3339_utc_now());
   if (options.resume) {
-    auto resumed = status_to_resume(output, run, plan, preflight.has_value(), executor, out, err);
+    auto resumed = status_to_resume(output, run, plan, preflight.has_value(), executor, options.retry_failed, out, err);
     if (const int* exit_code = std::get_if<int>(&resumed)) return *exit_code;
     start = std::get<Resumption>(std::move(resumed));
     if (start.nothing_to_run()) {
@@ -609,9 +610,10 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       << " cases on this host (" << x.backend << " backend, " << devices_phrase(x.host_devices)
       << (spec.engine == Engine::command ? ", engine command: " + printable(spec.command.front()) : std::string())
       << "), status in " << output << ", logs in " << x.logs << "/\n";
-  if (options.resume && start.kept > 0) {
+  if (options.resume && (start.kept > 0 || start.retried > 0)) {
     out << "resuming from " << output << ": " << start.kept << " of " << plan.size() << " cases have their result, "
-        << start.to_run << " to run" << (start.preflight_to_run ? " after the preflight" : "") << "\n";
+        << start.to_run << " to run" << (start.retried > 0 ? " (" + std::to_string(start.retried) + " that failed, again)" : "")
+        << (start.preflight_to_run ? " after the preflight" : "") << "\n";
   }
 
   RunProgress progress(start.to_run, spec.methodology.repeats);

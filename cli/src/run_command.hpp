@@ -14,6 +14,7 @@ struct RunOptions {
   int max_devices = 0;            // default: the GPUs (cuda) or hardware threads (cpu) of this host
   std::string backend = "auto";   // auto: cuda when dlbench-worker sees a GPU, else cpu
   bool resume = false;            // go on from the status at `output`: run only cases without a result
+  bool retry_failed = false;      // with resume: and the cases whose result is Failed, again
   std::string logs;               // each attempt's output; default: beside the status (NAME.logs)
 };
 

@@ -58,7 +58,8 @@ std::vector<SpecDifference> measurement_differences(const BenchmarkRunSpec& earl
 }
 
 Resumption resume_from(const BenchmarkRunStatus& previous, const std::vector<PlannedCase>& plan,
-                       bool preflight_planned, std::int64_t generation, const std::string& now) {
+                       bool preflight_planned, std::int64_t generation, const std::string& now,
+                       bool retry_failed) {
   Resumption r;
   r.status = previous;
   BenchmarkRunStatus& status = r.status;
@@ -70,6 +71,10 @@ Resumption resume_from(const BenchmarkRunStatus& previous, const std::vector<Pla
     std::erase_if(status.results, skipped_by_a_failed_preflight);
   }
   r.preflight_to_run = preflight_planned && !status.preflight;
+  if (retry_failed) {
+    r.retried = static_cast<int>(
+        std::erase_if(status.results, [](const CaseResult& result) { return result.state == CaseState::Failed; }));
+  }
 
   std::set<std::string> planned;
   for (const PlannedCase& c : plan) planned.insert(c.id);
@@ -90,7 +95,8 @@ Resumption resume_from(const BenchmarkRunStatus& previous, const std::vector<Pla
   status.progress.current_attempt = 0;
   status.progress.shared_node = false;
   const std::string message = "dlbench run --resume: " + std::to_string(r.kept) + " case results kept, " +
-                              std::to_string(r.to_run) + " cases to run";
+                              std::to_string(r.to_run) + " cases to run" +
+                              (r.retried > 0 ? " (" + std::to_string(r.retried) + " that failed, again)" : "");
   for (const ConditionType type : {ConditionType::Failed, ConditionType::Complete}) {
     if (const Condition* c = find_condition(status.conditions, type); c != nullptr && c->status == ConditionStatus::True) {
       set_condition(status.conditions, {type, ConditionStatus::False, "Resumed", message, "", generation}, now);

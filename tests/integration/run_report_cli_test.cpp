@@ -955,6 +955,64 @@ spec:
   EXPECT_EQ(testing::slurp(dir_ / "resumed.status.json"), before);
 }
 
+// --resume --retry-failed: a case that failed (here, its worker exits 1 while the file `broken`
+// is there) runs again with all its attempts, and its new result replaces the old; the
+// succeeded cases are kept as measured. Without --resume the flag is a usage error.
+TEST_F(RunCli, RetryFailedRunsTheFailedCasesAgainAndKeepsTheRest) {
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: flaky}
+spec:
+  model: resnet50
+  data: {imageSize: 32}
+  matrix: {gpusPerNode: [1], batchSizePerDevice: [1, 2, 3], precision: [fp32]}
+  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1, stability: {includeUnstable: true}}
+  limits: {backoffLimit: 1}
+)";
+  const std::string worker = write(
+      "worker.sh", "#!/bin/sh\necho \"$*\" | grep -o -- '--batch-size [0-9]*' >> '" + (dir_ / "calls").string() +
+                       "'\ncase \" $* \" in *\" --batch-size 2 \"*) [ -f '" + (dir_ / "broken").string() +
+                       "' ] && { echo 'device lost' >&2; exit 1; } ;; esac\nexec " + DLBENCH_WORKER_BINARY + " \"$@\"\n");
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const std::string run = "run -f " + write("run.yaml", text) + " --max-devices 1 --worker " + worker;
+  write("broken", "");
+  const Outcome first = dlbench(run);
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;  // two cases succeeded
+  const BenchmarkRunStatus before = *status("flaky.status.json").status;
+  ASSERT_EQ(before.results.size(), 3u);
+  ASSERT_EQ(before.results[1].state, CaseState::Failed);
+  EXPECT_EQ(before.results[1].attempts, 2);
+
+  // The flag needs --resume.
+  const Outcome alone = dlbench(run + " --retry-failed");
+  EXPECT_EQ(alone.exit_code, 2) << alone.out << alone.err;
+  EXPECT_THAT(alone.err, HasSubstr("--retry-failed requires --resume"));
+  // Plain --resume keeps the failure: nothing left to run.
+  std::filesystem::remove(dir_ / "calls");
+  EXPECT_THAT(dlbench(run + " --resume").out, HasSubstr("nothing left to run"));
+
+  std::filesystem::remove(dir_ / "broken");
+  std::filesystem::remove(dir_ / "calls");
+  const Outcome retried = dlbench(run + " --resume --retry-failed");
+  ASSERT_EQ(retried.exit_code, 0) << retried.out << retried.err;
+  EXPECT_EQ(testing::slurp(dir_ / "calls"), "--batch-size 2\n");  // only the failed case
+  EXPECT_THAT(retried.out, HasSubstr("resuming from flaky.status.json: 2 of 3 cases have their result, 1 to run "
+                                     "(1 that failed, again)"));
+  const BenchmarkRunStatus after = *status("flaky.status.json").status;
+  EXPECT_EQ(after.phase, Phase::Succeeded);
+  ASSERT_EQ(after.results.size(), 3u);
+  EXPECT_EQ(after.results[0], before.results[0]);  // kept as measured
+  EXPECT_EQ(after.results[1], before.results[2]);
+  EXPECT_EQ(case_id(after.results[2].case_), "1x1-bs2-fp32");
+  EXPECT_EQ(after.results[2].state, CaseState::Succeeded);
+  EXPECT_EQ(after.results[2].attempts, 1);  // its attempts counted anew
+  EXPECT_EQ(after.progress.summary, "3/3");
+  // Nothing failed any more: the flag finds nothing to run.
+  std::filesystem::remove(dir_ / "calls");
+  EXPECT_THAT(dlbench(run + " --resume --retry-failed").out, HasSubstr("nothing left to run"));
+  EXPECT_EQ(testing::slurp(dir_ / "calls"), "");
+}
+
 // What --resume refuses, each time naming why and leaving the status as it was; and what it
 // takes: a matrix that grew runs only its new cases.
 TEST_F(RunCli, ResumeKeepsOnlyResultsMeasuredTheSameWay) {

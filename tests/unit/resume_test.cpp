@@ -154,6 +154,49 @@ TEST(Resume, AFinishedRunStandsUnlessItsMatrixGrew) {
   EXPECT_EQ(again.status().progress.summary, "3/3");
 }
 
+// retry_failed: a Failed result is dropped and its case runs again, after the cases without one,
+// with its attempts counted anew; a run whose cases all succeeded or were skipped has nothing to
+// retry and stands as written.
+TEST(Resume, RetryFailedRunsTheFailedCasesAgain) {
+  const BenchmarkRunSpec spec = two_batches();
+  RunStateMachine m({}, plan_cases(spec), spec.methodology, 1, 1, "t0");
+  m.admit();
+  CaseResult oom;
+  oom.case_ = {1, 1, 8, Precision::fp32};
+  oom.state = CaseState::Failed;
+  oom.reason = "OutOfMemory";
+  oom.message = "asked 2 GiB, 1 GiB free";
+  m.attempt_ended(oom);
+  m.attempt_ended(measured({1, 1, 16, Precision::fp32}, 18));
+  const BenchmarkRunStatus finished = m.status();
+  ASSERT_EQ(finished.phase, Phase::Succeeded);  // one case succeeded
+
+  EXPECT_TRUE(resume_from(finished, plan_cases(spec), false, 1, "t1").nothing_to_run());  // the failure stays
+  const Resumption r = resume_from(finished, plan_cases(spec), false, 1, "t1", true);
+  EXPECT_EQ(r.retried, 1);
+  EXPECT_EQ(r.kept, 1);
+  EXPECT_EQ(r.to_run, 1);
+  EXPECT_EQ(r.status.phase, Phase::Pending);
+  EXPECT_THAT(find_condition(r.status.conditions, ConditionType::Complete)->message,
+              HasSubstr("1 case results kept, 1 cases to run (1 that failed, again)"));
+  RunStateMachine again(r.status, plan_cases(spec), spec.methodology, 1, 2, "t1");
+  again.admit();
+  ASSERT_NE(again.current(), nullptr);
+  EXPECT_EQ(again.current()->id, "1x1-bs8-fp32");
+  EXPECT_EQ(again.attempt(), 1);
+  again.attempt_ended(measured({1, 1, 8, Precision::fp32}, 10));
+  const BenchmarkRunStatus& s = again.status();
+  EXPECT_EQ(s.phase, Phase::Succeeded);
+  ASSERT_EQ(s.results.size(), 2u);
+  EXPECT_EQ(s.results[1].state, CaseState::Succeeded);
+  EXPECT_EQ(s.progress.summary, "2/2");
+
+  const Resumption none = resume_from(s, plan_cases(spec), false, 1, "t2", true);
+  EXPECT_EQ(none.retried, 0);
+  EXPECT_TRUE(none.nothing_to_run());
+  EXPECT_EQ(none.status, s);
+}
+
 TEST(Resume, ResultsOfCasesNoLongerPlannedAreNamedNotDropped) {
   const BenchmarkRunSpec spec = two_batches();
   const BenchmarkRunStatus stopped = interrupted_after_the_first(spec);

@@ -40,6 +40,7 @@ struct Resumption {
   BenchmarkRunStatus status;
   int kept = 0;                        // case results carried over
   int to_run = 0;                      // planned cases without one
+  int retried = 0;                     // of those, cases whose Failed result was dropped (retry_failed)
   bool preflight_to_run = false;       // the planned preflight has no outcome to keep
   std::vector<std::string> unplanned;  // ids of results for cases the plan no longer has
 
@@ -49,8 +50,11 @@ struct Resumption {
 
 // `previous`: the status last written (a new run goes on from an empty one); `plan` and
 // `preflight_planned`: the spec's now. When `unplanned` is not empty the run must not resume:
-// going on would drop those results.
+// going on would drop those results. `retry_failed`: every Failed case result is dropped too, so
+// that its case runs again with all its attempts (an out-of-memory fixed by a smaller neighbour,
+// a node back); Succeeded and Skipped ones stay.
 Resumption resume_from(const BenchmarkRunStatus& previous, const std::vector<PlannedCase>& plan,
-                       bool preflight_planned, std::int64_t generation, const std::string& now);
+                       bool preflight_planned, std::int64_t generation, const std::string& now,
+                       bool retry_failed = false);
 
 }  // namespace dlbench
