@@ -56,6 +56,17 @@ class RunCli : public ::testing::Test {
     }
     return std::stoi(testing::slurp(dir_ / "pid"));
   }
+  // A stand-in dlbench-worker that logs each call's --batch-size to the file `calls`, and for
+  // batch 2, while the file `trigger` is there, runs `batch_2` (a shell command list) instead
+  // of the real worker.
+  std::string batch_2_stand_in(const std::string& trigger, const std::string& batch_2) {
+    const std::string worker =
+        write("worker.sh", "#!/bin/sh\necho \"$*\" | grep -o -- '--batch-size [0-9]*' >> '" + (dir_ / "calls").string() +
+                               "'\ncase \" $* \" in *\" --batch-size 2 \"*) [ -f '" + (dir_ / trigger).string() +
+                               "' ] && { " + batch_2 + " } ;; esac\nexec " + DLBENCH_WORKER_BINARY + " \"$@\"\n");
+    std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+    return worker;
+  }
   BenchmarkRun status(const std::string& name) {
     const auto decoded = decode_benchmark_run(nlohmann::json::parse(testing::slurp(dir_ / name)));
     EXPECT_TRUE(decoded.ok()) << (decoded.errors.empty() ? "" : decoded.errors.front().to_string());
@@ -891,11 +902,7 @@ spec:
   methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1, stability: {includeUnstable: true}}
 )";
   // Batch 2 stops dlbench (its parent) as Ctrl-C would, while the file `stop` is there.
-  const std::string worker = write(
-      "worker.sh", "#!/bin/sh\necho \"$*\" | grep -o -- '--batch-size [0-9]*' >> '" + (dir_ / "calls").string() +
-                       "'\ncase \" $* \" in *\" --batch-size 2 \"*) [ -f '" + (dir_ / "stop").string() +
-                       "' ] && { kill -INT $PPID; sleep 5; exit 1; } ;; esac\nexec " + DLBENCH_WORKER_BINARY + " \"$@\"\n");
-  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const std::string worker = batch_2_stand_in("stop", "kill -INT $PPID; sleep 5; exit 1;");
   const std::string run = "run -f " + write("run.yaml", text) + " --max-devices 1 --worker " + worker;
   write("stop", "");
   const Outcome first = dlbench(run);
@@ -969,11 +976,7 @@ spec:
   methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1, stability: {includeUnstable: true}}
   limits: {backoffLimit: 1}
 )";
-  const std::string worker = write(
-      "worker.sh", "#!/bin/sh\necho \"$*\" | grep -o -- '--batch-size [0-9]*' >> '" + (dir_ / "calls").string() +
-                       "'\ncase \" $* \" in *\" --batch-size 2 \"*) [ -f '" + (dir_ / "broken").string() +
-                       "' ] && { echo 'device lost' >&2; exit 1; } ;; esac\nexec " + DLBENCH_WORKER_BINARY + " \"$@\"\n");
-  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const std::string worker = batch_2_stand_in("broken", "echo 'device lost' >&2; exit 1;");
   const std::string run = "run -f " + write("run.yaml", text) + " --max-devices 1 --worker " + worker;
   write("broken", "");
   const Outcome first = dlbench(run);
