@@ -572,9 +572,20 @@ std::string describe_divergence(const std::vector<double>& losses) {
 }
 
 CaseEnvironment case_environment(const EnvironmentInfo& e) {
-  return {e.dlbench_version, e.backend,        e.communicator,  e.cpu_model,     e.gpu_model,
-          e.driver_version,  e.cuda_version,   e.cudnn_version, e.nccl_version,  e.mpi_version,
-          e.onednn_version,  e.framework,      e.framework_version, e.backend_options};
+  return {.dlbench_version = e.dlbench_version,
+          .backend = e.backend,
+          .communicator = e.communicator,
+          .cpu_model = e.cpu_model,
+          .gpu_model = e.gpu_model,
+          .driver_version = e.driver_version,
+          .cuda_version = e.cuda_version,
+          .cudnn_version = e.cudnn_version,
+          .nccl_version = e.nccl_version,
+          .mpi_version = e.mpi_version,
+          .onednn_version = e.onednn_version,
+          .framework = e.framework,
+          .framework_version = e.framework_version,
+          .backend_options = e.backend_options};
 }
 
 CaseResult to_case_result(const ResultDocument& document, int attempts) {
