@@ -86,6 +86,20 @@ spec:
 )" + limits;
   }
 
+  // One rank, batches 1, 2 and 3, one timed step each: the smallest run with a case in the
+  // middle for batch_2_stand_in to act on.
+  static std::string three_batches(const std::string& name, const std::string& more = "") {
+    return R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: )" + name + R"(}
+spec:
+  model: resnet50
+  data: {imageSize: 32}
+  matrix: {gpusPerNode: [1], batchSizePerDevice: [1, 2, 3], precision: [fp32]}
+  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1, stability: {includeUnstable: true}}
+)" + more;
+  }
+
   std::filesystem::path dir_;
 };
 
@@ -892,15 +906,7 @@ TEST_F(RunCli, InterruptKeepsFinishedResults) {
 // --resume after Ctrl-C: the finished case is kept as measured, only the cases without a result
 // run (the stand-in worker logs which), and a resume with nothing left changes nothing.
 TEST_F(RunCli, AnInterruptedRunResumesWithTheCasesItHadNotMeasured) {
-  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
-kind: BenchmarkRun
-metadata: {name: resumed}
-spec:
-  model: resnet50
-  data: {imageSize: 32}
-  matrix: {gpusPerNode: [1], batchSizePerDevice: [1, 2, 3], precision: [fp32]}
-  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1, stability: {includeUnstable: true}}
-)";
+  const std::string text = three_batches("resumed");
   // Batch 2 stops dlbench (its parent) as Ctrl-C would, while the file `stop` is there.
   const std::string worker = batch_2_stand_in("stop", "kill -INT $PPID; sleep 5; exit 1;");
   const std::string run = "run -f " + write("run.yaml", text) + " --max-devices 1 --worker " + worker;
@@ -966,16 +972,7 @@ spec:
 // is there) runs again with all its attempts, and its new result replaces the old; the
 // succeeded cases are kept as measured. Without --resume the flag is a usage error.
 TEST_F(RunCli, RetryFailedRunsTheFailedCasesAgainAndKeepsTheRest) {
-  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
-kind: BenchmarkRun
-metadata: {name: flaky}
-spec:
-  model: resnet50
-  data: {imageSize: 32}
-  matrix: {gpusPerNode: [1], batchSizePerDevice: [1, 2, 3], precision: [fp32]}
-  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1, stability: {includeUnstable: true}}
-  limits: {backoffLimit: 1}
-)";
+  const std::string text = three_batches("flaky", "  limits: {backoffLimit: 1}\n");
   const std::string worker = batch_2_stand_in("broken", "echo 'device lost' >&2; exit 1;");
   const std::string run = "run -f " + write("run.yaml", text) + " --max-devices 1 --worker " + worker;
   write("broken", "");
