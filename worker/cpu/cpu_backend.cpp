@@ -60,7 +60,7 @@ CpuBackend::~CpuBackend() = default;
 std::string CpuBackend::version_info() const {
   const dnnl_version_t* v = dnnl_version();
   return "onednn=" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
-         ";attention=" + options().at("attention") + ";isa=" + options().at("isa");
+         ";isa=" + options().at("isa") + ";attention=" + options().at("attention");
 }
 
 // The ISA oneDNN's kernels run (the CPU's best, or less under DNNL_MAX_CPU_ISA): the same CPU
