@@ -561,11 +561,12 @@ void Controller::record_metrics(const std::string& ns, const std::string& name, 
       runs_by_phase_->remove(labels);
     }
   }
+  // One info series per case, rebuilt from the status: a case measured again elsewhere replaces
+  // its labels. One pass over the family per status, not one per case.
+  case_info_->remove_matching({{"namespace", ns}, {"run", name}});
   for (const auto& r : status.results) {
     const metrics::Labels labels{{"namespace", ns}, {"run", name}, {"case", case_id(r.case_)}};
     if (r.environment) {
-      // One series per case: a case measured again elsewhere replaces its labels.
-      case_info_->remove_matching(labels);
       const CaseEnvironment& e = *r.environment;
       metrics::Labels info = labels;
       for (const auto& [key, value] :
