@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -60,6 +61,92 @@ double repeat_throughput(long global_batch_size, long measured_steps, double sec
     throw std::invalid_argument("throughput needs a positive, finite measured time");
   }
   return static_cast<double>(global_batch_size) * static_cast<double>(measured_steps) / seconds;
+}
+
+double least_p_value(std::size_t n1, std::size_t n2) {
+  if (n1 == 0 || n2 == 0) return 1.0;
+  if (n1 + n2 <= 60) {  // C(60, 30) < 2^63: exact
+    std::uint64_t arrangements = 1;
+    for (std::size_t i = 1; i <= std::min(n1, n2); ++i) arrangements = arrangements * (n1 + n2 + 1 - i) / i;
+    return std::min(1.0, 2.0 / static_cast<double>(arrangements));
+  }
+  // C(n1 + n2, n1) in logarithms: 1,000 repeats against 1,000 overflow a double (and the p-value
+  // underflows to 0).
+  const double log_arrangements = std::lgamma(static_cast<double>(n1 + n2) + 1) -
+                                  std::lgamma(static_cast<double>(n1) + 1) - std::lgamma(static_cast<double>(n2) + 1);
+  return std::min(1.0, 2.0 * std::exp(-log_arrangements));
+}
+
+RankTest mann_whitney(std::span<const double> a, std::span<const double> b) {
+  require_finite(a);
+  require_finite(b);
+  const std::size_t n = a.size() + b.size();
+  std::vector<std::pair<double, bool>> pooled;  // value, from a
+  pooled.reserve(n);
+  for (const double v : a) pooled.emplace_back(v, true);
+  for (const double v : b) pooled.emplace_back(v, false);
+  std::sort(pooled.begin(), pooled.end());
+  // Twice each value's mid-rank, an integer: a tie over 1-based ranks i+1..j shares (i+1+j)/2.
+  std::vector<long> doubled_rank(n);
+  double tie_term = 0;  // the sum of t³ - t over the groups of t tied values
+  for (std::size_t i = 0; i < n;) {
+    std::size_t j = i;
+    while (j < n && pooled[j].first == pooled[i].first) ++j;
+    for (std::size_t k = i; k < j; ++k) doubled_rank[k] = static_cast<long>(i + 1 + j);
+    const auto t = static_cast<double>(j - i);
+    tie_term += t * t * t - t;
+    i = j;
+  }
+  long doubled_rank_sum_a = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (pooled[i].second) doubled_rank_sum_a += doubled_rank[i];
+  }
+  const auto n1 = static_cast<double>(a.size());
+  const auto n2 = static_cast<double>(b.size());
+  RankTest test;
+  test.u = static_cast<double>(doubled_rank_sum_a) / 2.0 - n1 * (n1 + 1) / 2.0;
+
+  // Exact: count the subsets of the smaller sample's size by their doubled rank sum (the
+  // permutation distribution given these ranks, ties included); the two tails meet at the
+  // observed sum. The smaller sample's sum is the total less the other's, so the tails swap and
+  // the two-sided p-value is the same.
+  const bool a_smaller = a.size() <= b.size();
+  const std::size_t k = std::min(a.size(), b.size());
+  long observed = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (pooled[i].second == a_smaller) observed += doubled_rank[i];
+  }
+  const long most = static_cast<long>(k * (2 * n - k + 1));  // the k largest ranks, doubled
+  if (static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(most) <= 5e7) {
+    std::vector<std::vector<double>> subsets(k + 1, std::vector<double>(static_cast<std::size_t>(most) + 1, 0.0));
+    subsets[0][0] = 1;
+    for (std::size_t i = 0; i < n; ++i) {
+      const long rank = doubled_rank[i];
+      for (std::size_t chosen = std::min(i + 1, k); chosen >= 1; --chosen) {
+        const auto& fewer = subsets[chosen - 1];
+        auto& row = subsets[chosen];
+        for (long sum = most - rank; sum >= 0; --sum) {
+          if (fewer[static_cast<std::size_t>(sum)] != 0) row[static_cast<std::size_t>(sum + rank)] += fewer[static_cast<std::size_t>(sum)];
+        }
+      }
+    }
+    double all = 0, at_most = 0, at_least = 0;
+    for (long sum = 0; sum <= most; ++sum) {
+      const double count = subsets[k][static_cast<std::size_t>(sum)];
+      all += count;
+      if (sum <= observed) at_most += count;
+      if (sum >= observed) at_least += count;
+    }
+    test.p_value = std::min(1.0, 2.0 * std::min(at_most, at_least) / all);
+    return test;
+  }
+  test.exact = false;
+  const double mean_u = n1 * n2 / 2.0;
+  const double variance = n1 * n2 / 12.0 * ((static_cast<double>(n) + 1) - tie_term / (static_cast<double>(n) * (static_cast<double>(n) - 1)));
+  if (!(variance > 0)) return test;  // every value tied: nothing tells the samples apart
+  const double z = std::max(0.0, std::abs(test.u - mean_u) - 0.5) / std::sqrt(variance);
+  test.p_value = std::min(1.0, std::erfc(z / std::sqrt(2.0)));
+  return test;
 }
 
 Scaling scaling(double baseline_throughput, double throughput, int devices) {

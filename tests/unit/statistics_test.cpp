@@ -1,4 +1,5 @@
 // Statistics against values computed by hand.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -216,6 +217,101 @@ TEST(Stability, UnstableCasesAreLeftOutOfBestAndScaling) {
   EXPECT_EQ(status.best->case_id, "1x2-bs16-fp32");
   EXPECT_DOUBLE_EQ(*status.results[1].speedup, 1.91);
   EXPECT_TRUE(status.results[1].scaling_refused.empty());
+}
+
+// The U test against its definition: every way of splitting the pooled values into samples of
+// the same sizes, each counted by comparing pairs (a tie counts a half), as no rank enters.
+double enumerated_p_value(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> pooled(a);
+  pooled.insert(pooled.end(), b.begin(), b.end());
+  const auto u_of = [](const std::vector<double>& x, const std::vector<double>& y) {
+    double u = 0;
+    for (const double xi : x) {
+      for (const double yi : y) u += xi > yi ? 1.0 : (xi == yi ? 0.5 : 0.0);
+    }
+    return u;
+  };
+  const double observed = u_of(a, b);
+  double all = 0, at_most = 0, at_least = 0;
+  const std::size_t n = pooled.size();
+  for (unsigned mask = 0; mask < (1u << n); ++mask) {
+    if (static_cast<std::size_t>(__builtin_popcount(mask)) != a.size()) continue;
+    std::vector<double> x, y;
+    for (std::size_t i = 0; i < n; ++i) ((mask >> i) & 1u ? x : y).push_back(pooled[i]);
+    const double u = u_of(x, y);
+    all += 1;
+    at_most += u <= observed + 1e-9 ? 1 : 0;
+    at_least += u >= observed - 1e-9 ? 1 : 0;
+  }
+  return std::min(1.0, 2.0 * std::min(at_most, at_least) / all);
+}
+
+TEST(RankTest, SeparatedSamplesReachTheLeastPValueTheirSizesAllow) {
+  const std::vector<double> before{10.0, 10.2, 10.1}, after{9.0, 9.1, 9.2};
+  const RankTest test = mann_whitney(before, after);
+  EXPECT_TRUE(test.exact);
+  EXPECT_DOUBLE_EQ(test.u, 9.0);  // every pair has before's value the larger
+  EXPECT_DOUBLE_EQ(test.p_value, 0.1);
+  EXPECT_DOUBLE_EQ(least_p_value(3, 3), 0.1);  // 2 of C(6, 3) = 20 arrangements
+  EXPECT_DOUBLE_EQ(mann_whitney(after, before).u, 0.0);
+  EXPECT_DOUBLE_EQ(mann_whitney(after, before).p_value, 0.1);
+
+  const std::vector<double> four{1, 2, 3, 4}, higher{5, 6, 7, 8};
+  EXPECT_NEAR(mann_whitney(four, higher).p_value, 2.0 / 70.0, 1e-15);
+  EXPECT_NEAR(least_p_value(4, 4), 2.0 / 70.0, 1e-15);
+  EXPECT_NEAR(least_p_value(7, 7), 2.0 / 3432.0, 1e-15);
+  EXPECT_DOUBLE_EQ(least_p_value(1, 1), 1.0);
+  EXPECT_DOUBLE_EQ(least_p_value(0, 5), 1.0);
+  EXPECT_NEAR(least_p_value(30, 30), 2.0 / 118264581564861424.0, 1e-30);
+  EXPECT_NEAR(least_p_value(40, 30), 2.0 * std::exp(std::lgamma(41.0) + std::lgamma(31.0) - std::lgamma(71.0)), 1e-30);
+  EXPECT_GE(least_p_value(1000, 1000), 0.0);  // 2e-600 underflows; no overflow to infinity
+  EXPECT_LT(least_p_value(1000, 1000), 1e-300);
+}
+
+TEST(RankTest, ExactPValuesMatchEveryArrangementCountedIncludingTies) {
+  // Values on a coarse grid tie often; sizes up to 7 against 7 (3,432 arrangements).
+  unsigned state = 12345;
+  const auto next = [&] { return state = state * 1103515245u + 12345u, (state >> 16) % 6; };
+  for (int trial = 0; trial < 60; ++trial) {
+    const auto n1 = static_cast<std::size_t>(1 + trial % 7), n2 = static_cast<std::size_t>(1 + (trial / 7) % 7);
+    std::vector<double> a, b;
+    for (std::size_t i = 0; i < n1; ++i) a.push_back(100.0 + static_cast<double>(next()));
+    for (std::size_t i = 0; i < n2; ++i) b.push_back(101.0 + static_cast<double>(next()));
+    const RankTest test = mann_whitney(a, b);
+    ASSERT_TRUE(test.exact);
+    EXPECT_NEAR(test.p_value, enumerated_p_value(a, b), 1e-12) << "trial " << trial;
+    EXPECT_GE(test.p_value + 1e-15, least_p_value(n1, n2)) << "trial " << trial;
+  }
+}
+
+TEST(RankTest, AllTiedOrIdenticalSamplesShowNoDifference) {
+  const std::vector<double> same{5.0, 5.0, 5.0, 5.0};
+  EXPECT_DOUBLE_EQ(mann_whitney(same, same).p_value, 1.0);
+  EXPECT_DOUBLE_EQ(mann_whitney(same, same).u, 8.0);
+  std::vector<double> many(80, 5.0);  // past the exact bound: the approximation with every value tied
+  const RankTest test = mann_whitney(many, many);
+  EXPECT_FALSE(test.exact);
+  EXPECT_DOUBLE_EQ(test.p_value, 1.0);
+  EXPECT_THROW(mann_whitney(std::vector<double>{}, same), std::invalid_argument);
+  EXPECT_THROW(mann_whitney(same, std::vector<double>{1.0, std::nan("")}), std::invalid_argument);
+}
+
+TEST(RankTest, LargeSamplesUseTheNormalApproximation) {
+  // 80 against 80, the second shifted by a little more than the spread within: the exact count
+  // would take 2e8 steps, the approximation gives a p-value below any usual level.
+  std::vector<double> a, b;
+  for (int i = 0; i < 80; ++i) {
+    a.push_back(100.0 + (i * 37 % 80) / 10.0);
+    b.push_back(103.0 + (i * 53 % 80) / 10.0);
+  }
+  const RankTest test = mann_whitney(a, b);
+  EXPECT_FALSE(test.exact);
+  EXPECT_LT(test.p_value, 1e-6);
+  EXPECT_LT(test.u, 80.0 * 80.0 / 2.0);
+  // Interleaved samples of one grid are the same distribution: a p-value near 1.
+  std::vector<double> odd, even;
+  for (int i = 0; i < 160; ++i) (i % 2 == 0 ? even : odd).push_back(i);
+  EXPECT_GT(mann_whitney(odd, even).p_value, 0.8);
 }
 
 }  // namespace

@@ -22,6 +22,24 @@ double reported_value(const SampleSummary& summary, Statistic statistic);
 // Throws std::invalid_argument when seconds is not positive or the counts are not positive.
 double repeat_throughput(long global_batch_size, long measured_steps, double seconds);
 
+// The two-sided Mann–Whitney U test of whether two samples' repeats come from one distribution,
+// which assumes nothing of their shape (throughput repeats are skewed: a disturbance only slows).
+// `u` is the first sample's statistic (pairs in which its value is the larger, ties counting a
+// half). The p-value is exact (the permutation distribution of the pooled ranks, ties as mid-ranks)
+// while that takes at most about 5e7 steps (two samples of 50 repeats), else the normal
+// approximation with the tie and continuity corrections. Throws std::invalid_argument as
+// summarize does.
+struct RankTest {
+  double u = 0;
+  double p_value = 1;
+  bool exact = true;
+};
+RankTest mann_whitney(std::span<const double> a, std::span<const double> b);
+
+// The smallest two-sided p-value the test can give two samples of these sizes, whatever their
+// values: 2 / C(n1 + n2, n1), at most 1. Three repeats against three can never go below 0.1.
+double least_p_value(std::size_t n1, std::size_t n2);
+
 struct Scaling {
   double speedup = 0;
   double efficiency = 0;  // speedup / devices
