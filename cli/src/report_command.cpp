@@ -28,19 +28,10 @@
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/yaml.hpp"
 #include "scaling_plot.hpp"
+#include "status_sources.hpp"
 
 namespace dlbench::cli {
 namespace {
-
-struct Source {
-  std::string label;  // the run's name, unique among the sources (distinguish_labels)
-  std::string file;   // as given on the command line
-  Statistic statistic = Statistic::median;
-  bool include_unstable = false;  // methodology.stability.includeUnstable of a whole run
-  BenchmarkRunStatus status;
-  std::optional<Model> model;  // where the file holds the whole BenchmarkRun
-  std::string measured_by;     // dlbench run's record of what measured it (kMeasuredByAnnotation)
-};
 
 struct Column {
   std::size_t source;
@@ -49,49 +40,6 @@ struct Column {
     return std::tie(source, nodes, gpus) < std::tie(o.source, o.nodes, o.gpus);
   }
 };
-
-std::string fixed(double v, int digits) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(digits) << v;
-  return s.str();
-}
-
-void print_grid(std::ostream& out, ReportFormat format, const std::string& title, const std::vector<std::string>& header,
-                const std::vector<std::vector<std::string>>& rows) {
-  if (format == ReportFormat::csv) {
-    for (const auto& row : rows) {
-      out << title;
-      for (const auto& cell : row) out << "," << cell;
-      out << "\n";
-    }
-    return;
-  }
-  if (format == ReportFormat::markdown) {
-    out << "\n**" << title << "**\n\n|";
-    for (const auto& h : header) out << " " << h << " |";
-    out << "\n|";
-    for (std::size_t i = 0; i < header.size(); ++i) out << "---|";
-    out << "\n";
-    for (const auto& row : rows) {
-      out << "|";
-      for (const auto& cell : row) out << " " << cell << " |";
-      out << "\n";
-    }
-    return;
-  }
-  std::vector<std::size_t> width(header.size());
-  for (std::size_t i = 0; i < header.size(); ++i) {
-    width[i] = header[i].size();
-    for (const auto& row : rows) width[i] = std::max(width[i], row[i].size());
-  }
-  out << "\n" << title << "\n";
-  const auto line = [&](const std::vector<std::string>& cells) {
-    for (std::size_t i = 0; i < cells.size(); ++i) out << "  " << std::setw(static_cast<int>(width[i])) << cells[i];
-    out << "\n";
-  };
-  line(header);
-  for (const auto& row : rows) line(row);
-}
 
 // The results' own unit for precision p (sequences/s for a sequence model). Where no case of p
 // was measured (every amp case Unsupported on a CPU): another measured case's, else the model's.
@@ -157,20 +105,6 @@ void print_unmeasured(std::ostream& out, ReportFormat format, const std::vector<
     }
     out << "\n";
   }
-}
-
-// A note for some cases, one per case (or runs, with `first` "run"): a markdown table (`column`:
-// what the note is) or a list.
-void print_case_notes(std::ostream& out, ReportFormat format, const std::string& title, const std::string& column,
-                      const std::vector<std::pair<std::string, std::string>>& notes, const std::string& first = "case") {
-  if (notes.empty()) return;
-  if (format == ReportFormat::markdown) {
-    out << "\n**" << title << "**\n\n| " << first << " | " << column << " |\n|---|---|\n";
-    for (const auto& [name, note] : notes) out << "| " << name << " | " << note << " |\n";
-    return;
-  }
-  out << "\n" << title << "\n";
-  for (const auto& [name, note] : notes) out << "  " << name << ": " << note << "\n";
 }
 
 bool unstable(const CaseResult& r) { return r.stability && r.stability->verdict == StabilityVerdict::unstable; }
@@ -254,58 +188,6 @@ std::vector<std::pair<std::string, std::string>> measured_by_notes(const std::ve
     }
   }
   return notes;
-}
-
-// A file's documents as report sources: a BenchmarkRun with its status, or a bare status. Its
-// exit code when a file cannot be used (2 unreadable or empty, 1 invalid).
-std::variant<std::vector<Source>, int> load_sources(const std::string& file, std::ostream& err) {
-  std::vector<nlohmann::json> docs;
-  try {
-    docs = load_yaml_file(file);
-  } catch (const std::exception& e) {
-    err << "error: " << e.what() << "\n";
-    return 2;
-  }
-  if (docs.empty()) {
-    err << "error: " << file << ": holds no document (expected a BenchmarkRun or a status written by dlbench run)\n";
-    return 2;
-  }
-  std::vector<Source> sources;
-  for (const auto& doc : docs) {
-    Source s;
-    s.file = file;
-    if (doc.is_object() && doc.contains("spec")) {
-      const auto run = decode_benchmark_run(doc);
-      if (!run.ok() || !run.value->status) {
-        err << "error: " << file << ": " << (run.ok() ? "no status" : run.errors.front().to_string()) << "\n";
-        return 1;
-      }
-      s.label = run.value->metadata.name;
-      // Real and synthetic runs side by side: the label says which data each one trained on.
-      if (run.value->spec.data.source != DataSource::synthetic) {
-        s.label += " (" + std::string(to_string(run.value->spec.data.source)) + ")";
-      }
-      s.statistic = run.value->spec.methodology.statistic;
-      s.include_unstable = run.value->spec.methodology.stability.include_unstable;
-      s.status = *run.value->status;
-      s.model = run.value->spec.model;
-      if (const auto it = run.value->metadata.annotations.find(kMeasuredByAnnotation);
-          it != run.value->metadata.annotations.end()) {
-        s.measured_by = printable(it->second, 200);
-      }
-    } else {
-      const auto status = decode_status(doc);
-      if (!status.ok()) {
-        err << "error: " << file << ": " << status.errors.front().to_string() << "\n";
-        return 1;
-      }
-      s.label = file;
-      s.status = *status.value;
-    }
-    apply_scaling(s.status.results, s.statistic, s.include_unstable);
-    sources.push_back(std::move(s));
-  }
-  return sources;
 }
 
 // One line per run × precision × batch; where a device count ran with several node splits (1x8
@@ -500,28 +382,6 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
     std::copy_if(ordered.begin(), ordered.end(), std::back_inserter(later), [](const Column& c) { return c.source > 0; });
     print_table("throughput relative to " + sources.front().label + " (the first run)", "relative", later,
                 [&](int b, const Column& c) { return relative_cell(sources, format, p, b, c); });
-  }
-}
-
-// Runs of one name side by side (the same spec measured before and after a driver update, kept
-// in two files) would give columns no one can tell apart: a clashing label says its file where
-// the files differ ("quick in before.json"), and an index where even that repeats ("#2").
-void distinguish_labels(std::vector<Source>& sources) {
-  std::map<std::string, int> count;
-  std::map<std::string, std::set<std::string>> files;
-  for (const Source& s : sources) {
-    ++count[s.label];
-    files[s.label].insert(s.file);
-  }
-  for (Source& s : sources) {
-    if (count[s.label] > 1 && files[s.label].size() > 1) s.label += " in " + s.file;
-  }
-  count.clear();
-  for (const Source& s : sources) ++count[s.label];
-  std::map<std::string, int> seen;
-  for (Source& s : sources) {
-    const std::string label = s.label;
-    if (count[label] > 1) s.label += " #" + std::to_string(++seen[label]);
   }
 }
 

@@ -1,0 +1,141 @@
+#include "status_sources.hpp"
+
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "dlbench/core/codec.hpp"
+#include "dlbench/core/names.hpp"
+#include "dlbench/core/resume.hpp"
+#include "dlbench/core/statistics.hpp"
+#include "dlbench/core/yaml.hpp"
+
+namespace dlbench::cli {
+
+std::variant<std::vector<Source>, int> load_sources(const std::string& file, std::ostream& err) {
+  std::vector<nlohmann::json> docs;
+  try {
+    docs = load_yaml_file(file);
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << "\n";
+    return 2;
+  }
+  if (docs.empty()) {
+    err << "error: " << file << ": holds no document (expected a BenchmarkRun or a status written by dlbench run)\n";
+    return 2;
+  }
+  std::vector<Source> sources;
+  for (const auto& doc : docs) {
+    Source s;
+    s.file = file;
+    if (doc.is_object() && doc.contains("spec")) {
+      const auto run = decode_benchmark_run(doc);
+      if (!run.ok() || !run.value->status) {
+        err << "error: " << file << ": " << (run.ok() ? "no status" : run.errors.front().to_string()) << "\n";
+        return 1;
+      }
+      s.label = run.value->metadata.name;
+      // Real and synthetic runs side by side: the label says which data each one trained on.
+      if (run.value->spec.data.source != DataSource::synthetic) {
+        s.label += " (" + std::string(to_string(run.value->spec.data.source)) + ")";
+      }
+      s.statistic = run.value->spec.methodology.statistic;
+      s.include_unstable = run.value->spec.methodology.stability.include_unstable;
+      s.status = *run.value->status;
+      s.model = run.value->spec.model;
+      s.spec = run.value->spec;
+      if (const auto it = run.value->metadata.annotations.find(kMeasuredByAnnotation);
+          it != run.value->metadata.annotations.end()) {
+        s.measured_by = printable(it->second, 200);
+      }
+    } else {
+      const auto status = decode_status(doc);
+      if (!status.ok()) {
+        err << "error: " << file << ": " << status.errors.front().to_string() << "\n";
+        return 1;
+      }
+      s.label = file;
+      s.status = *status.value;
+    }
+    apply_scaling(s.status.results, s.statistic, s.include_unstable);
+    sources.push_back(std::move(s));
+  }
+  return sources;
+}
+
+void distinguish_labels(std::vector<Source>& sources) {
+  std::map<std::string, int> count;
+  std::map<std::string, std::set<std::string>> files;
+  for (const Source& s : sources) {
+    ++count[s.label];
+    files[s.label].insert(s.file);
+  }
+  for (Source& s : sources) {
+    if (count[s.label] > 1 && files[s.label].size() > 1) s.label += " in " + s.file;
+  }
+  count.clear();
+  for (const Source& s : sources) ++count[s.label];
+  std::map<std::string, int> seen;
+  for (Source& s : sources) {
+    const std::string label = s.label;
+    if (count[label] > 1) s.label += " #" + std::to_string(++seen[label]);
+  }
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+void print_grid(std::ostream& out, ReportFormat format, const std::string& title, const std::vector<std::string>& header,
+                const std::vector<std::vector<std::string>>& rows) {
+  if (format == ReportFormat::csv) {
+    for (const auto& row : rows) {
+      out << title;
+      for (const auto& cell : row) out << "," << cell;
+      out << "\n";
+    }
+    return;
+  }
+  if (format == ReportFormat::markdown) {
+    out << "\n**" << title << "**\n\n|";
+    for (const auto& h : header) out << " " << h << " |";
+    out << "\n|";
+    for (std::size_t i = 0; i < header.size(); ++i) out << "---|";
+    out << "\n";
+    for (const auto& row : rows) {
+      out << "|";
+      for (const auto& cell : row) out << " " << cell << " |";
+      out << "\n";
+    }
+    return;
+  }
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    width[i] = header[i].size();
+    for (const auto& row : rows) width[i] = std::max(width[i], row[i].size());
+  }
+  out << "\n" << title << "\n";
+  const auto line = [&](const std::vector<std::string>& cells) {
+    for (std::size_t i = 0; i < cells.size(); ++i) out << "  " << std::setw(static_cast<int>(width[i])) << cells[i];
+    out << "\n";
+  };
+  line(header);
+  for (const auto& row : rows) line(row);
+}
+
+void print_case_notes(std::ostream& out, ReportFormat format, const std::string& title, const std::string& column,
+                      const std::vector<std::pair<std::string, std::string>>& notes, const std::string& first) {
+  if (notes.empty()) return;
+  if (format == ReportFormat::markdown) {
+    out << "\n**" << title << "**\n\n| " << first << " | " << column << " |\n|---|---|\n";
+    for (const auto& [name, note] : notes) out << "| " << name << " | " << note << " |\n";
+    return;
+  }
+  out << "\n" << title << "\n";
+  for (const auto& [name, note] : notes) out << "  " << name << ": " << note << "\n";
+}
+
+}  // namespace dlbench::cli
