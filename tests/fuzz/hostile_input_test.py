@@ -8,7 +8,7 @@ numbers, invalid UTF-8, control characters and NUL, binary garbage, empty and en
 wrong types at the top, tags, hostile worker flags, and hostile Cityscapes trees (PNG headers that
 claim 30000 x 30000 pixels, truncated and mislabelled files, labels of another size), and damaged
 BERT pretraining shards (HDF5 truncated, bit-flipped, zeroed). Targets: `dlbench validate -f`,
-`dlbench run -f`, `dlbench report`, `dlbench-worker` flags and `dlbench-input measure --data
+`dlbench run -f`, `dlbench report`, `dlbench compare`, `dlbench-worker` flags and `dlbench-input measure --data
 cityscapes` and `--data bertpretraining`.
 
 Bounds (core/include/dlbench/core/yaml.hpp documents the limits that keep them): at most
@@ -292,12 +292,14 @@ def main():
             check(f"validate {name}", [dlbench, "validate", "-f", path], name)
             check(f"run {name}", [dlbench, "run", "-f", path, "--output", os.path.join(tmp, "out.status.json")], name)
             check(f"report {name}", [dlbench, "report", path], name)
+            check(f"compare {name}", [dlbench, "compare", path, path], name)
             if os.path.exists(os.path.join(tmp, "out.status.json")):
                 failures.append(f"run {name}: wrote a status for input it should have refused")
                 os.remove(os.path.join(tmp, "out.status.json"))
         for name in ["/dev/zero", "/dev/urandom"]:
             check(f"validate {name}", [dlbench, "validate", "-f", name], name)
             check(f"report {name}", [dlbench, "report", name], name)
+            check(f"compare {name}", [dlbench, "compare", name, name], name)
         check("validate a directory", [dlbench, "validate", "-f", tmp], tmp)
         check("validate a missing file", [dlbench, "validate", "-f", os.path.join(tmp, "missing.yaml")], "missing.yaml")
         for trouble, (image, label) in CITYSCAPES_TREES.items():

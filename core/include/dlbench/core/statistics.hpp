@@ -26,7 +26,7 @@ double repeat_throughput(long global_batch_size, long measured_steps, double sec
 // which assumes nothing of their shape (throughput repeats are skewed: a disturbance only slows).
 // `u` is the first sample's statistic (pairs in which its value is the larger, ties counting a
 // half). The p-value is exact (the permutation distribution of the pooled ranks, ties as mid-ranks)
-// while that takes at most about 5e7 steps (two samples of 50 repeats), else the normal
+// while that takes at most a million steps (two samples of 20 repeats), else the normal
 // approximation with the tie and continuity corrections. Throws std::invalid_argument as
 // summarize does.
 struct RankTest {
