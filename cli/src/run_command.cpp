@@ -432,8 +432,24 @@ struct CaseCommand {
   int timeout_seconds = 0;
 };
 
+// spec.worker.env as this host can set it: the entries with a value. One that takes its value
+// from a Kubernetes source (a secret, a field of the pod) has none here: run_run says so.
+std::vector<std::pair<std::string, std::string>> local_worker_env(const BenchmarkRunSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (const EnvVar& v : spec.worker.env) {
+    if (!v.value_from) env.emplace_back(v.name, v.value.value_or(""));  // a name alone is empty, as in a pod
+  }
+  return env;
+}
+
 CaseCommand case_command(const LocalExecutor& x, const PlannedCase& c, const std::string& result_file) {
   const BenchmarkRunSpec& spec = x.run.spec;
+  // After dlbench's own variables, as a container's env comes after dlbench's on a cluster: the
+  // user's win (putenv in the child, in this order).
+  const auto with_user_env = [&](CaseCommand command) {
+    for (const auto& [name, value] : local_worker_env(spec)) command.env.push_back(name + "=" + value);
+    return command;
+  };
   // CPU ranks share the cores; GPU ranks each drive one device and need few threads.
   const int threads = x.backend == "cpu" ? std::max(1, x.host_devices / c.spec.devices()) : 0;
   CaseCommand command{{}, {"OMP_NUM_THREADS=" + std::to_string(std::max(1, threads))}, spec.limits.case_timeout_seconds};
@@ -446,10 +462,14 @@ CaseCommand case_command(const LocalExecutor& x, const PlannedCase& c, const std
       command.env.push_back(name + "=" + value);
     }
     command.timeout_seconds += 30;  // dlbench-exec stops the command itself and reports Timeout with its last lines
-    return command;
+    return with_user_env(std::move(command));
   }
   if (c.spec.devices() > 1) {
     command.argv = {x.options.mpirun, "-np", std::to_string(c.spec.devices()), "--bind-to", "none", "-x", "OMP_NUM_THREADS"};
+    for (const auto& [name, value] : local_worker_env(spec)) {
+      command.argv.push_back("-x");  // every rank, as every worker pod gets it
+      command.argv.push_back(name);
+    }
     if (geteuid() == 0) {  // Open MPI refuses root unless told
       command.env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
       command.env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
@@ -462,7 +482,7 @@ CaseCommand case_command(const LocalExecutor& x, const PlannedCase& c, const std
   how.threads = threads;
   how.output = result_file;
   for (auto& a : worker_arguments(x.run, c.spec, how)) command.argv.push_back(std::move(a));
-  return command;
+  return with_user_env(std::move(command));
 }
 
 // One attempt's result: the worker's document judged, or why there is none. `start`: when it began.
@@ -610,6 +630,12 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       << " cases on this host (" << x.backend << " backend, " << devices_phrase(x.host_devices)
       << (spec.engine == Engine::command ? ", engine command: " + printable(spec.command.front()) : std::string())
       << "), status in " << output << ", logs in " << x.logs << "/\n";
+  for (std::size_t i = 0; i < spec.worker.env.size(); ++i) {
+    if (spec.worker.env[i].value_from) {
+      out << "note: spec.worker.env[" << i << "] (" << spec.worker.env[i].name
+          << ") takes its value from a Kubernetes source (valueFrom), which this host does not have: left unset\n";
+    }
+  }
   if (options.resume && (start.kept > 0 || start.retried > 0)) {
     out << "resuming from " << output << ": " << start.kept << " of " << plan.size() << " cases have their result, "
         << start.to_run << " to run" << (start.retried > 0 ? " (" + std::to_string(start.retried) + " that failed, again)" : "")

@@ -434,6 +434,38 @@ TEST_F(RunCli, TheReportSaysWhatMeasuredEachRunAndWhichCasesWhereTheyDiffer) {
   EXPECT_THAT(dlbench("report mixed.json").out, Not(HasSubstr("measured by")));
 }
 
+// spec.worker.env reaches every rank on this host as on a cluster's pods (the 2-rank case through
+// mpirun -x): oneDNN held to SSE4.1 says so in each result. An entry whose value comes from a
+// Kubernetes source cannot be set here, and the run says so before its first case.
+TEST_F(RunCli, WorkerEnvReachesEveryRankAndAKubernetesSourceIsNamed) {
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: held}
+spec:
+  model: resnet50
+  data: {imageSize: 32}
+  matrix: {gpusPerNode: [1, 2], batchSizePerDevice: [1], precision: [fp32]}
+  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1}
+  worker:
+    env:
+    - {name: DNNL_MAX_CPU_ISA, value: SSE41}
+    - name: HF_TOKEN
+      valueFrom: {secretKeyRef: {name: tokens, key: hf}}
+)";
+  const Outcome o = dlbench("run -f " + write("run.yaml", text) + " --backend cpu");
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("\nnote: spec.worker.env[1] (HF_TOKEN) takes its value from a Kubernetes source "
+                               "(valueFrom), which this host does not have: left unset\n[1/2] "));
+  const BenchmarkRun run = status("held.status.json");
+  ASSERT_TRUE(run.status.has_value());
+  ASSERT_EQ(run.status->results.size(), 2u);
+  for (const auto& r : run.status->results) {
+    ASSERT_EQ(r.state, CaseState::Succeeded) << r.message;
+    ASSERT_TRUE(r.environment.has_value());
+    EXPECT_EQ(r.environment->backend_options.at("isa"), "sse41") << case_id(r.case_);
+  }
+}
+
 // A height × width crop, per-pixel labels; imagefolder data is refused for it, naming the field.
 TEST_F(RunCli, DeepLabV3PlusRunsOnAHeightByWidthCropAndRefusesImageFolder) {
   const std::string text = R"(apiVersion: dlbench.io/v1alpha1
