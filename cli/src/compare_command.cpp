@@ -385,7 +385,7 @@ int compare(const CompareOptions& o, const Source& baseline, const Source& candi
   for (const auto& d : measured_by) {
     std::string cases;
     if (d.cases.size() == compared) {
-      cases = "every case both measured";
+      cases = "every case";
     } else {
       for (std::size_t i = 0; i < d.cases.size(); ++i) cases += (i > 0 ? ", " : "") + d.cases[i];
     }
