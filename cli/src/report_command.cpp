@@ -75,18 +75,7 @@ void print_unmeasured(std::ostream& out, ReportFormat format, const std::vector<
     return r.attempts > 1 ? " after " + std::to_string(r.attempts) + " attempts" : std::string();
   };
   if (format == ReportFormat::markdown) {
-    // A message is one cell: pipes escaped, lines joined.
-    const auto cell = [](const std::string& text) {
-      std::string escaped;
-      for (const char c : text) {
-        if (c == '|') {
-          escaped += "\\|";
-        } else {
-          escaped += (c == '\n' || c == '\r') ? ' ' : c;
-        }
-      }
-      return escaped;
-    };
+    const auto cell = markdown_cell;
     out << "\n**cases not measured**\n\n| case | state | reason | message |\n|---|---|---|---|\n";
     for (const auto& [name, r] : unmeasured) {
       out << "| " << cell(name) << " | " << to_string(r->state) << attempts(*r) << " | " << cell(r->reason) << " | "

@@ -126,12 +126,24 @@ void print_grid(std::ostream& out, ReportFormat format, const std::string& title
   for (const auto& row : rows) line(row);
 }
 
+std::string markdown_cell(const std::string& text) {
+  std::string escaped;
+  for (const char c : text) {
+    if (c == '|') {
+      escaped += "\\|";
+    } else {
+      escaped += (c == '\n' || c == '\r') ? ' ' : c;
+    }
+  }
+  return escaped;
+}
+
 void print_case_notes(std::ostream& out, ReportFormat format, const std::string& title, const std::string& column,
                       const std::vector<std::pair<std::string, std::string>>& notes, const std::string& first) {
   if (notes.empty()) return;
   if (format == ReportFormat::markdown) {
     out << "\n**" << title << "**\n\n| " << first << " | " << column << " |\n|---|---|\n";
-    for (const auto& [name, note] : notes) out << "| " << name << " | " << note << " |\n";
+    for (const auto& [name, note] : notes) out << "| " << markdown_cell(name) << " | " << markdown_cell(note) << " |\n";
     return;
   }
   out << "\n" << title << "\n";

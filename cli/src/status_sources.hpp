@@ -41,6 +41,9 @@ std::string fixed(double v, int digits);
 void print_grid(std::ostream& out, ReportFormat format, const std::string& title, const std::vector<std::string>& header,
                 const std::vector<std::vector<std::string>>& rows);
 
+// Text as one markdown table cell: pipes escaped, lines joined.
+std::string markdown_cell(const std::string& text);
+
 // A note for some cases, one per case (or runs, with `first` "run"): a markdown table (`column`:
 // what the note is) or a list.
 void print_case_notes(std::ostream& out, ReportFormat format, const std::string& title, const std::string& column,

@@ -195,6 +195,13 @@ TEST_F(CompareCli, EachVerdictSaysWhyAndStrictFailsOnWhatCouldNotBeJudged) {
               HasSubstr("| 1x8-bs64-amp | 7600.00 | 7600.00 | +0.0% | 7 / 7 | 1 | disturbed |\n"));
   EXPECT_THAT(dlbench("compare before.json after.json --format csv").out,
               HasSubstr("\n1x8-bs64-amp,7600.0000,7600.0000,0.000000,1,disturbed,\"after was measured interfered"));
+  // A message with a pipe stays in its markdown cell.
+  fails_now.message = "rank 1 | rank 0 out of memory";
+  after.status->results[1] = fails_now;
+  write("after.json", after);
+  EXPECT_THAT(dlbench("compare before.json after.json --format markdown").out,
+              HasSubstr("| 1x8-bs64-amp | failed now: measured before, now Failed, OutOfMemory: rank 1 \\| rank 0 out "
+                        "of memory |\n"));
 }
 
 // What cannot be compared is refused with exit 2, naming the file, the field or the option.
