@@ -107,21 +107,26 @@ void add_run(CLI::App& app, dlbench::cli::RunOptions& o) {
       ->needs(resume);
 }
 
+// report's and compare's --format.
+void add_format_option(CLI::App& c, dlbench::cli::ReportFormat& format) {
+  dlbench::add_text_option(
+      c, "--format",
+      [&format](const std::string& v) {
+        using dlbench::cli::ReportFormat;
+        format = one_of<ReportFormat>("--format", v,
+                                      {{"table", ReportFormat::table}, {"markdown", ReportFormat::markdown},
+                                       {"csv", ReportFormat::csv}, {"json", ReportFormat::json}});
+      },
+      "table | markdown | csv | json (default table)", "FORMAT");
+}
+
 void add_report(CLI::App& app, dlbench::cli::ReportOptions& o) {
   auto* c = app.add_subcommand("report",
                                "DLPerf-style tables: per precision, batch sizes by nodes x GPUs, then speed-up and "
                                "scaling efficiency; several files side by side.");
   c->add_option("files", o.files, "status files: a BenchmarkRun with its status, or a status written by dlbench run")
       ->type_name("STATUS.json");
-  dlbench::add_text_option(
-      *c, "--format",
-      [&o](const std::string& v) {
-        using dlbench::cli::ReportFormat;
-        o.format = one_of<ReportFormat>("--format", v,
-                                        {{"table", ReportFormat::table}, {"markdown", ReportFormat::markdown},
-                                         {"csv", ReportFormat::csv}, {"json", ReportFormat::json}});
-      },
-      "table | markdown | csv | json (default table)", "FORMAT");
+  add_format_option(*c, o.format);
   dlbench::add_text_option(*c, "--plot", [&o](const std::string& v) { o.plot = v; },
                            "also draw throughput and speed-up against devices, with the ideal line", "scaling.svg");
   c->add_flag("--relative", o.relative,
@@ -172,15 +177,7 @@ void add_compare(CLI::App& app, dlbench::cli::CompareOptions& o) {
   c->add_flag("--strict", o.strict,
               "also fail (exit 1) where a case measured in the baseline cannot be judged: too few repeats, unstable or "
               "disturbed on either side, or missing from the candidate");
-  dlbench::add_text_option(
-      *c, "--format",
-      [&o](const std::string& v) {
-        using dlbench::cli::ReportFormat;
-        o.format = one_of<ReportFormat>("--format", v,
-                                        {{"table", ReportFormat::table}, {"markdown", ReportFormat::markdown},
-                                         {"csv", ReportFormat::csv}, {"json", ReportFormat::json}});
-      },
-      "table | markdown | csv | json (default table)", "FORMAT");
+  add_format_option(*c, o.format);
 }
 
 void add_launch(CLI::App& app, dlbench::cli::LaunchOptions& o) {
