@@ -25,10 +25,35 @@ std::variant<std::vector<Source>, int> load_sources(const std::string& file, std
     err << "error: " << file << ": holds no document (expected a BenchmarkRun or a status written by dlbench run)\n";
     return 2;
   }
+  // `kubectl get benchmarkruns -o json` (or yaml) without a name prints a List: its items are the runs.
+  std::vector<nlohmann::json> runs;
+  for (auto& doc : docs) {
+    const bool list = doc.is_object() && doc.contains("items") && doc.value("kind", nlohmann::json("")).is_string() &&
+                      doc.value("kind", std::string()).ends_with("List");
+    if (!list) {
+      runs.push_back(std::move(doc));
+      continue;
+    }
+    if (!doc.at("items").is_array()) {
+      err << "error: " << file << ": items of a " << printable(doc.value("kind", std::string())) << " is not a list\n";
+      return 1;
+    }
+    for (auto& item : doc.at("items")) runs.push_back(std::move(item));
+  }
+  if (runs.empty()) {
+    err << "error: " << file << ": a list without items (no BenchmarkRun matched what kubectl was asked for?)\n";
+    return 2;
+  }
   std::vector<Source> sources;
-  for (const auto& doc : docs) {
+  for (const auto& doc : runs) {
     Source s;
     s.file = file;
+    // Another kind of object (a Pod, a Job) is named as such, not read as a status with odd fields.
+    if (doc.is_object() && doc.contains("kind") && doc.at("kind").is_string() && doc.at("kind") != "BenchmarkRun") {
+      err << "error: " << file << ": a " << printable(doc.at("kind").get<std::string>())
+          << ", not a BenchmarkRun or a status written by dlbench run\n";
+      return 1;
+    }
     if (doc.is_object() && doc.contains("spec")) {
       const auto run = decode_benchmark_run(doc);
       if (!run.ok() || !run.value->status) {

@@ -245,6 +245,47 @@ TEST_F(CompareCli, RefusesWhatCannotBeCompared) {
   EXPECT_THAT(o.err, HasSubstr("compare needs two status files: the baseline, then the candidate"));
 }
 
+// `kubectl get benchmarkruns -o json` without a name prints a List of the runs: report reads each
+// item, compare one from a list of one. Another kind of object is named, not read as a status.
+TEST_F(CompareCli, ReadsTheListsKubectlPrints) {
+  BenchmarkRun tuesday = run_of("tuesday", {measured(one_gpu, 1000)});
+  BenchmarkRun wednesday = run_of("wednesday", {measured(one_gpu, 800)});
+  const auto list = [](std::vector<BenchmarkRun> runs) {
+    nlohmann::json items = nlohmann::json::array();
+    for (const auto& r : runs) {
+      nlohmann::json item = to_json(r);
+      item["apiVersion"] = "dlbench.io/v1alpha1";
+      item["kind"] = "BenchmarkRun";
+      items.push_back(item);
+    }
+    return nlohmann::json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", items}, {"metadata", {{"resourceVersion", ""}}}}.dump();
+  };
+  write("both.json", list({tuesday, wednesday}));
+  const Outcome report = dlbench("report both.json --format csv");
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("throughput,amp,64,tuesday,1,1,1000.00\n"));
+  EXPECT_THAT(report.out, HasSubstr("throughput,amp,64,wednesday,1,1,800.00\n"));
+  write("tuesday.json", list({tuesday}));
+  write("wednesday.json", list({wednesday}));
+  const Outcome o = dlbench("compare tuesday.json wednesday.json");
+  EXPECT_EQ(o.exit_code, 1) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("1x1-bs64-amp: slower: -20.0% (p 0.00058)\n"));
+  EXPECT_EQ(dlbench("compare both.json wednesday.json").exit_code, 2);
+
+  write("pod.json", R"({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}})");
+  Outcome refused = dlbench("report pod.json");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("error: pod.json: a Pod, not a BenchmarkRun or a status written by dlbench run"));
+  write("none.json", R"({"apiVersion": "v1", "kind": "List", "items": []})");
+  refused = dlbench("compare none.json none.json");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_THAT(refused.err, HasSubstr("none.json: a list without items"));
+  write("odd.json", R"({"kind": "BenchmarkRunList", "items": {"a": 1}})");
+  refused = dlbench("report odd.json");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("odd.json: items of a BenchmarkRunList is not a list"));
+}
+
 // Two statuses the real `dlbench run` wrote with the real worker: the larger images train slower
 // (about 4x the arithmetic), which compare calls slower unless the machine's other load made
 // either run's figures untrustworthy; it never calls them unchanged or faster. The spec's one

@@ -153,6 +153,21 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(report.returncode, 0, report.stderr)
         self.assertIn("fp32: throughput (samples/s)\n  batch", report.stdout)
         self.assertIn("fp32: speed-up over 1x1", report.stdout)
+        # Without a name kubectl prints a List: its items are the runs, for report and compare alike.
+        list_file = os.path.join(self.tmp, "runs.yaml")
+        with open(list_file, "w") as f:
+            f.write(self.kubectl("get", "br", "-o", "yaml"))
+        listed = subprocess.run([PROGRAMS[1], "report", list_file], capture_output=True, text=True, timeout=60)
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        self.assertIn("fp32: throughput (samples/s)\n  batch", listed.stdout)
+        self.assertIn("\nmeasured by\n  quickstart", listed.stdout)
+        compared = subprocess.run([PROGRAMS[1], "compare", run_file, run_file, "--format", "json"],
+                                  capture_output=True, text=True, timeout=60)
+        self.assertEqual(compared.returncode, 0, compared.stderr)
+        verdicts = {c["case"]: c["verdict"] for c in json.loads(compared.stdout)["cases"]}
+        self.assertEqual(set(verdicts), {r["case"]["id"] for r in status["results"]})
+        # The same repeats on both sides: never a change; 3 a side cannot show one anyway.
+        self.assertTrue(set(verdicts.values()) <= {"inconclusive", "disturbed", "unstable", "notMeasured"}, verdicts)
         self.assertLessEqual(run["metadata"]["creationTimestamp"], status["startTime"])
         self.assertLessEqual(status["startTime"], status["completionTime"])
         if publishable:
