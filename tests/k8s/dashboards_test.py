@@ -47,6 +47,14 @@ RUN = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": 
                 # over 60 s for the 1x1 case's repeats.
                 "limits": {"backoffLimit": 0, "caseTimeoutSeconds": 180}}}
 LIVE_CASE = "1x2-bs8-fp32"
+# The run the "Against the baseline run" panel compares dash with: one case dash has too, on
+# synthetic data, measured before it.
+BASELINE = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "dash-before"},
+            "spec": {"model": "resnet50", "data": {"imageSize": 64},
+                     "matrix": {"gpusPerNode": [1], "batchSizePerDevice": [8], "precision": ["fp32"]},
+                     "methodology": {"warmupSteps": 1, "measureSteps": 3, "repeats": 2,
+                                     "stability": {"includeUnstable": True}},
+                     "limits": {"backoffLimit": 0, "caseTimeoutSeconds": 180}}}
 
 
 class FakeDcgmExporter(http.server.BaseHTTPRequestHandler):
@@ -208,10 +216,11 @@ class DashboardsTest(unittest.TestCase):
         wait_for(lambda: self.get("/-/ready") is not None, 60, "Prometheus to be ready")
 
         started = time.time()
-        run_file = os.path.join(cluster.tmp, "run.json")
-        with open(run_file, "w") as f:
-            json.dump(RUN, f)
-        cluster.kubectl("apply", "-f", run_file)
+        for name, run in (("baseline.json", BASELINE), ("run.json", RUN)):
+            run_file = os.path.join(cluster.tmp, name)
+            with open(run_file, "w") as f:
+                json.dump(run, f)
+            cluster.kubectl("apply", "-f", run_file)
 
         def worker_pods():
             pods = json.loads(cluster.kubectl("get", "pods", "-l", "app.kubernetes.io/component=worker", "-o", "json"))
@@ -225,13 +234,16 @@ class DashboardsTest(unittest.TestCase):
             return phase in ("Succeeded", "Failed")
 
         wait_for(worker_pods, 400, "the run to finish")
+        wait_for(lambda: json.loads(cluster.kubectl("get", "br", "dash-before", "-o", "json")).get("status", {})
+                 .get("phase") in ("Succeeded", "Failed"), 200, "the baseline run to finish")
+        before = json.loads(cluster.kubectl("get", "br", "dash-before", "-o", "json"))["status"]
         status = json.loads(cluster.kubectl("get", "br", "dash", "-o", "json"))["status"]
         states = {r["case"]["id"]: r["state"] for r in status["results"]}
         self.assertEqual(states, {"1x1-bs8-fp32": "Succeeded", "1x2-bs8-fp32": "Succeeded", "1x4-bs8-fp32": "Failed"},
                          json.dumps(status["results"], indent=1)[-3000:])
         time.sleep(4)  # the operator's final gauges and the last DCGM samples are scraped
         self.window = (started, time.time())
-        self.variables = {"namespace": "default", "run": "dash", "case": LIVE_CASE}
+        self.variables = {"namespace": "default", "run": "dash", "baseline": "dash-before", "case": LIVE_CASE}
 
         problems = []
         for name, dashboard in self.dashboards.items():
@@ -262,6 +274,13 @@ class DashboardsTest(unittest.TestCase):
         self.assertAlmostEqual(float(flops[LIVE_CASE]) / results[LIVE_CASE]["flops"]["perSecondPerDevice"], 1, places=9)
         loss = self.instant('max by (case) (dlbench_case_loss{namespace="default", run="dash"})')
         self.assertAlmostEqual(float(loss[LIVE_CASE]), results[LIVE_CASE]["lossAfterRepeats"][-1], places=6)
+        # Against the baseline run: the ratio of the two runs' reported throughputs for the case they share.
+        panel = next(p for p in self.dashboards["runs.json"]["panels"] if p["title"] == "Against the baseline run")
+        ratio = self.instant(next(t["expr"] for t in panel["targets"] if t["refId"] == "C"))
+        self.assertEqual(list(ratio), ["1x1-bs8-fp32"])
+        self.assertEqual(before["results"][0]["state"], "Succeeded", before["results"])
+        self.assertAlmostEqual(float(ratio["1x1-bs8-fp32"]), results["1x1-bs8-fp32"]["throughput"]["median"] /
+                               before["results"][0]["throughput"]["median"], places=6)
         failed = self.instant('max by (reason) (dlbench_case_failed{namespace="default", run="dash"})')
         self.assertEqual(list(failed), ["OOMKilled"])
         # The throughput series name their unit as the results do (images: samples/s).
