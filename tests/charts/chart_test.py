@@ -6,6 +6,7 @@
 import filecmp
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -170,6 +171,113 @@ class ChartTest(unittest.TestCase):
                                     timeout=30)
             self.assertEqual(result.returncode, 1, result.stderr)
             self.assertIn("nonexistent", result.stderr)
+
+    def test_alerts_fire_as_promtool_evaluates_them(self):
+        """The PrometheusRule's rules through the real promtool: they parse, and on series shaped as
+        the operator exports them each alert fires where it should, with its labels and text, and
+        only there (an Unsupported case, a clean case, an operator that is up: none)."""
+        kinds = by_kind(render("--api-versions", "monitoring.coreos.com/v1",
+                               "--set", "monitoring.labels.release=kube-prometheus-stack"))
+        rule, = kinds["PrometheusRule"]
+        self.assertEqual(rule["metadata"]["labels"]["release"], "kube-prometheus-stack")
+        self.assertNotIn("PrometheusRule", by_kind(render("--api-versions", "monitoring.coreos.com/v1",
+                                                          "--set", "monitoring.prometheusRule=false")))
+        if not shutil.which("promtool"):
+            self.skipTest("promtool (Debian's prometheus) is not installed")
+        tmp = tempfile.mkdtemp(prefix="dlbench-alerts-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        with open(os.path.join(tmp, "rules.yaml"), "w") as f:
+            yaml.safe_dump(rule["spec"], f)
+        checked = subprocess.run(["promtool", "check", "rules", os.path.join(tmp, "rules.yaml")],
+                                 capture_output=True, text=True, timeout=60)
+        self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
+        self.assertIn("SUCCESS: 6 rules found", checked.stdout)
+
+        ml = {"namespace": "ml", "run": "nightly"}
+        series = lambda name, labels: name + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+        trouble = [  # 30 one-minute samples each
+            {"series": series("up", {"job": "bench-dlbench", "namespace": "dlbench-system"}), "values": "0x30"},
+            {"series": series("dlbench_operator_runs", {**ml, "phase": "Failed"}), "values": "1x30"},
+            {"series": series("dlbench_operator_runs", {"namespace": "ml", "run": "fine", "phase": "Succeeded"}),
+             "values": "1x30"},
+            {"series": series("dlbench_case_failed", {**ml, "case": "1x8-bs256-amp", "reason": "OOMKilled"}),
+             "values": "1x30"},
+            {"series": series("dlbench_case_failed", {"namespace": "ml", "run": "cpu", "case": "1x1-bs8-amp",
+                                                      "reason": "Unsupported"}), "values": "1x30"},
+            {"series": series("dlbench_operator_reconciles_total", {"namespace": "dlbench-system", "result": "error"}),
+             "values": "0+1x30"},
+            {"series": series("dlbench_operator_reconciles_total",
+                              {"namespace": "dlbench-system", "result": "changed"}), "values": "0+5x30"},
+            {"series": series("dlbench_case_cpu_pressure_ratio", {**ml, "case": "1x1-bs256-amp",
+                                                                  "verdict": "interfered"}), "values": "0.42x30"},
+            {"series": series("dlbench_case_cpu_pressure_ratio", {**ml, "case": "1x8-bs256-amp", "verdict": "clean"}),
+             "values": "0.01x30"},
+            {"series": series("dlbench_case_repeats_cv_ratio", {**ml, "case": "1x1-bs256-amp", "verdict": "unstable"}),
+             "values": "0.07x30"},
+            {"series": series("dlbench_case_repeats_cv_ratio", {**ml, "case": "1x8-bs256-amp", "verdict": "stable"}),
+             "values": "0.01x30"},
+        ]
+        warning = {"severity": "warning"}
+        expected = [
+            (5, "DlbenchOperatorDown", []),  # for: 10m
+            (15, "DlbenchOperatorDown", [{"exp_labels": warning,  # absent() of a comparison keeps no labels
+                                          "exp_annotations": {
+                                              "summary": "dlbench-operator has not been scraped for 10 minutes",
+                                              "description": "No BenchmarkRun is reconciled while the operator is "
+                                                             "down. Check its pod in dlbench-system, and that the "
+                                                             "Prometheus selects the ServiceMonitor's labels."}}]),
+            (10, "DlbenchReconcileErrors", []),  # for: 15m
+            (28, "DlbenchReconcileErrors", [{"exp_labels": {**warning, "namespace": "dlbench-system"},
+                                             "exp_annotations": {
+                                                 "summary": "dlbench-operator's reconciles have been failing for 15 "
+                                                            "minutes",
+                                                 "description": "The operator's log says why (each error is logged "
+                                                                "with its run)."}}]),
+            (1, "DlbenchRunFailed", [{"exp_labels": {**warning, **ml},
+                                      "exp_annotations": {
+                                          "summary": "BenchmarkRun ml/nightly failed",
+                                          "description": "kubectl describe benchmarkrun nightly -n ml shows the "
+                                                         "Failed condition's reason and each case's."}}]),
+            (1, "DlbenchCaseFailed", [{"exp_labels": {**warning, **ml, "case": "1x8-bs256-amp", "reason": "OOMKilled"},
+                                       "exp_annotations": {
+                                           "summary": "Case 1x8-bs256-amp of BenchmarkRun ml/nightly failed: OOMKilled",
+                                           "description": "The result's message in the run's status says what "
+                                                          "happened, with the worker's last lines."}}]),
+            (1, "DlbenchCaseMeasuredUnderLoad", [{"exp_labels": {"severity": "info", **ml, "case": "1x1-bs256-amp"},
+                                                  "exp_annotations": {
+                                                      "summary": "Case 1x1-bs256-amp of ml/nightly was measured while "
+                                                                 "tasks waited for a CPU 42% of the time",
+                                                      "description": "Its figures stand but are not the machine's; "
+                                                                     "measure it again on quiet nodes."}}]),
+            (1, "DlbenchCaseUnstable", [{"exp_labels": {"severity": "info", **ml, "case": "1x1-bs256-amp"},
+                                         "exp_annotations": {
+                                             "summary": "Case 1x1-bs256-amp of ml/nightly stayed unstable (repeats cv "
+                                                        "7%)",
+                                             "description": "It is left out of best and scaling; measure it again."}}]),
+        ]
+        quiet = [{"series": series("up", {"job": "bench-dlbench", "namespace": "dlbench-system"}), "values": "1x30"},
+                 {"series": series("dlbench_operator_reconciles_total",
+                                   {"namespace": "dlbench-system", "result": "changed"}), "values": "0+5x30"}]
+
+        def promtool_test(cases):
+            tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+                     "tests": [{"interval": "1m", "input_series": trouble,
+                                "alert_rule_test": [{"eval_time": f"{m}m", "alertname": name, "exp_alerts": alerts}
+                                                    for m, name, alerts in cases]},
+                               {"interval": "1m", "input_series": quiet,
+                                "alert_rule_test": [{"eval_time": "20m", "alertname": name, "exp_alerts": []}
+                                                    for name in ("DlbenchOperatorDown", "DlbenchReconcileErrors")]}]}
+            with open(os.path.join(tmp, "tests.yaml"), "w") as f:
+                yaml.safe_dump(tests, f)
+            return subprocess.run(["promtool", "test", "rules", os.path.join(tmp, "tests.yaml")],
+                                  capture_output=True, text=True, timeout=60)
+
+        tested = promtool_test(expected)
+        self.assertEqual(tested.returncode, 0, tested.stdout + tested.stderr)
+        # The same test fails where it should: the Unsupported case expected to alert too.
+        wrong = expected + [(1, "DlbenchCaseFailed", [{"exp_labels": {**warning, "namespace": "ml", "run": "cpu",
+                                                                      "case": "1x1-bs8-amp", "reason": "Unsupported"}}])]
+        self.assertNotEqual(promtool_test(wrong).returncode, 0)
 
     def test_dashboards_are_configmaps_for_the_grafana_sidecar(self):
         maps = {c["metadata"]["name"]: c for c in by_kind(render())["ConfigMap"]}
