@@ -247,6 +247,23 @@ std::vector<Difference> environment_differences(const std::vector<Row>& rows) {
   return out;
 }
 
+// Text for an XML attribute or element: the five markup characters as entities, and control
+// characters XML 1.0 cannot hold as a space.
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out += (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') ? ' ' : c;
+    }
+  }
+  return out;
+}
+
 std::string shown(const std::string& value) { return value.empty() ? "(not set)" : printable(value, 120); }
 
 int compare(const CompareOptions& o, const Source& baseline, const Source& candidate, std::ostream& out) {
@@ -343,6 +360,55 @@ int compare(const CompareOptions& o, const Source& baseline, const Source& candi
     j["summary"] = summary;
     j["exitCode"] = exit_code;
     out << j.dump(2) << "\n";
+    return exit_code;
+  }
+
+  if (o.format == ReportFormat::junit) {
+    // One test case a case: a failure where the gate fails on it, skipped where it was not judged
+    // (and the gate passes), passed otherwise; the why in the message or the output.
+    int failures = 0, skipped = 0;
+    for (const Row& row : rows) {
+      const bool fails = regressed(row.verdict) || (o.strict && not_judged(row.verdict));
+      failures += fails ? 1 : 0;
+      skipped += !fails && not_judged(row.verdict) ? 1 : 0;
+    }
+    const std::string suite = (baseline.model ? std::string(to_string(*baseline.model)) + ": " : std::string()) +
+                              baseline.label + " (" + baseline.file + ") against " + candidate.label + " (" +
+                              candidate.file + ")";
+    const std::string counts_attributes = " tests=\"" + std::to_string(rows.size()) + "\" failures=\"" +
+                                          std::to_string(failures) + "\" errors=\"0\" skipped=\"" +
+                                          std::to_string(skipped) + "\"";
+    out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dlbench compare\"" << counts_attributes
+        << ">\n  <testsuite name=\"" << xml_escape(suite) << "\"" << counts_attributes << ">\n";
+    // What differs between the runs, as the suite's properties: where a regression's cause is.
+    if (!differences.empty() || !measured_by.empty()) {
+      out << "    <properties>\n";
+      for (const auto& d : differences) {
+        out << "      <property name=\"" << xml_escape(d.field) << "\" value=\""
+            << xml_escape(shown(d.before) + " -> " + shown(d.after)) << "\"/>\n";
+      }
+      for (const auto& d : measured_by) {
+        out << "      <property name=\"environment." << xml_escape(d.field) << "\" value=\""
+            << xml_escape(shown(d.before) + " -> " + shown(d.after)) << "\"/>\n";
+      }
+      out << "    </properties>\n";
+    }
+    for (const Row& row : rows) {
+      const std::string verdict = name_of(row.verdict).text;
+      const std::string why = xml_escape(verdict + ": " + row.why);
+      out << "    <testcase classname=\"dlbench.compare"
+          << (baseline.model ? "." + std::string(to_string(*baseline.model)) : std::string()) << "\" name=\""
+          << xml_escape(row.case_id) << "\" time=\"0\">";
+      if (regressed(row.verdict) || (o.strict && not_judged(row.verdict))) {
+        out << "<failure type=\"" << xml_escape(verdict) << "\" message=\"" << why << "\"/>";
+      } else if (not_judged(row.verdict)) {
+        out << "<skipped message=\"" << why << "\"/>";
+      } else {
+        out << "<system-out>" << why << "</system-out>";
+      }
+      out << "</testcase>\n";
+    }
+    out << "  </testsuite>\n</testsuites>\n";
     return exit_code;
   }
 

@@ -28,7 +28,7 @@ constexpr const char* kSynopsis = R"(Usage:
               [--backend auto|cpu|cuda] [--max-devices N] [--worker PATH] [--mpirun PATH] [--exec PATH]
       Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable or busy, 130 interrupted.
   dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg] [--relative]
-  dlbench compare BASELINE.json CANDIDATE.json [--threshold PCT] [--alpha P] [--strict] [--format table|markdown|csv|json]
+  dlbench compare BASELINE.json CANDIDATE.json [--threshold PCT] [--alpha P] [--strict] [--format table|markdown|csv|json|junit]
       Exit code: 0 no case slower, 1 a case slower or failed now (--strict: or not judged), 2 cannot compare.
   dlbench launch [--termination-log FILE] -- mpirun ... dlbench-worker ...
   dlbench version
@@ -107,17 +107,29 @@ void add_run(CLI::App& app, dlbench::cli::RunOptions& o) {
       ->needs(resume);
 }
 
-// report's and compare's --format.
-void add_format_option(CLI::App& c, dlbench::cli::ReportFormat& format) {
+// report's and compare's --format; compare's also junit.
+void add_format_option(CLI::App& c, dlbench::cli::ReportFormat& format, bool junit = false) {
+  using dlbench::cli::ReportFormat;
+  std::vector<std::pair<std::string, ReportFormat>> formats{{"table", ReportFormat::table},
+                                                            {"markdown", ReportFormat::markdown},
+                                                            {"csv", ReportFormat::csv},
+                                                            {"json", ReportFormat::json}};
+  if (junit) formats.emplace_back("junit", ReportFormat::junit);
   dlbench::add_text_option(
       c, "--format",
-      [&format](const std::string& v) {
-        using dlbench::cli::ReportFormat;
-        format = one_of<ReportFormat>("--format", v,
-                                      {{"table", ReportFormat::table}, {"markdown", ReportFormat::markdown},
-                                       {"csv", ReportFormat::csv}, {"json", ReportFormat::json}});
+      [&format, formats](const std::string& v) {
+        std::string listed;
+        for (const auto& [name, value] : formats) {
+          if (v == name) {
+            format = value;
+            return;
+          }
+          listed += (listed.empty() ? "" : ", ") + name;
+        }
+        dlbench::refuse_choice("--format", v, listed);
       },
-      "table | markdown | csv | json (default table)", "FORMAT");
+      junit ? "table | markdown | csv | json | junit (default table)" : "table | markdown | csv | json (default table)",
+      "FORMAT");
 }
 
 void add_report(CLI::App& app, dlbench::cli::ReportOptions& o) {
@@ -177,7 +189,7 @@ void add_compare(CLI::App& app, dlbench::cli::CompareOptions& o) {
   c->add_flag("--strict", o.strict,
               "also fail (exit 1) where a case measured in the baseline cannot be judged: too few repeats, unstable or "
               "disturbed on either side, or missing from the candidate");
-  add_format_option(*c, o.format);
+  add_format_option(*c, o.format, true);
 }
 
 void add_launch(CLI::App& app, dlbench::cli::LaunchOptions& o) {

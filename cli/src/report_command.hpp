@@ -6,7 +6,8 @@
 
 namespace dlbench::cli {
 
-enum class ReportFormat { table, markdown, csv, json };
+// junit: dlbench compare only, for CI systems that show JUnit XML (a case is a test).
+enum class ReportFormat { table, markdown, csv, json, junit };
 
 struct ReportOptions {
   std::vector<std::string> files;  // status files (a BenchmarkRun with status, or a bare status)
