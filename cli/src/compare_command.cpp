@@ -497,13 +497,38 @@ std::variant<Source, int> one_run(const std::string& file, const char* role, std
 
 }  // namespace
 
+// One file of exactly two runs (`kubectl get br before after -o json`, two YAML documents): the
+// first is the baseline. Or the exit code (2) having said why not.
+std::variant<std::vector<Source>, int> two_runs(const std::string& file, std::ostream& err) {
+  auto loaded = load_sources(file, err);
+  if (std::get_if<int>(&loaded)) return 2;
+  auto& sources = std::get<std::vector<Source>>(loaded);
+  if (sources.size() != 2) {
+    err << "error: " << file << " holds " << sources.size()
+        << (sources.size() == 1 ? " run" : " runs")
+        << "; compare takes two: a baseline file and a candidate file, or one file of exactly two runs (the first "
+           "the baseline)\n";
+    return 2;
+  }
+  return std::move(sources);
+}
+
 int run_compare(const CompareOptions& options, std::ostream& out, std::ostream& err) {
-  auto baseline = one_run(options.baseline, "baseline", err);
-  if (const int* code = std::get_if<int>(&baseline)) return *code;
-  auto candidate = one_run(options.candidate, "candidate", err);
-  if (const int* code = std::get_if<int>(&candidate)) return *code;
-  // Each run is named with its file, so no label needs to say which file it came from.
-  std::vector<Source> sources{std::move(std::get<Source>(baseline)), std::move(std::get<Source>(candidate))};
+  std::vector<Source> sources;
+  if (options.candidate.empty()) {
+    auto both = two_runs(options.baseline, err);
+    if (const int* code = std::get_if<int>(&both)) return *code;
+    sources = std::move(std::get<std::vector<Source>>(both));
+    distinguish_labels(sources);  // two runs of one name in one file: #1 and #2
+  } else {
+    auto baseline = one_run(options.baseline, "baseline", err);
+    if (const int* code = std::get_if<int>(&baseline)) return *code;
+    auto candidate = one_run(options.candidate, "candidate", err);
+    if (const int* code = std::get_if<int>(&candidate)) return *code;
+    // Each run is named with its file, so no label needs to say which file it came from.
+    sources.push_back(std::move(std::get<Source>(baseline)));
+    sources.push_back(std::move(std::get<Source>(candidate)));
+  }
   if (sources[0].model && sources[1].model && *sources[0].model != *sources[1].model) {
     err << "error: compare takes two runs of one model: " << sources[0].label << " trained "
         << to_string(*sources[0].model) << ", " << sources[1].label << " " << to_string(*sources[1].model) << "\n";

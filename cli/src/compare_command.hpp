@@ -11,8 +11,8 @@ namespace dlbench::cli {
 // driver, an image or a cluster before and after. A case is slower (or faster) only when its
 // throughput moved by at least `threshold` and its repeats show the move at p < alpha.
 struct CompareOptions {
-  std::string baseline;   // a status file with one run
-  std::string candidate;  // likewise, measured after
+  std::string baseline;   // a status file with one run (or, without a candidate, two: the first the baseline)
+  std::string candidate;  // likewise, measured after; empty: the baseline file's second run
   double threshold = 0.05;  // the least relative change that counts, 0 to < 1
   double alpha = 0.05;      // the significance level of the rank test, 0 < alpha < 1
   // Also fail when a case measured in the baseline cannot be judged: too few repeats, unstable or

@@ -28,7 +28,7 @@ constexpr const char* kSynopsis = R"(Usage:
               [--backend auto|cpu|cuda] [--max-devices N] [--worker PATH] [--mpirun PATH] [--exec PATH]
       Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable or busy, 130 interrupted.
   dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg] [--relative]
-  dlbench compare BASELINE.json CANDIDATE.json [--threshold PCT] [--alpha P] [--strict] [--format table|markdown|csv|json|junit]
+  dlbench compare BASELINE.json [CANDIDATE.json] [--threshold PCT] [--alpha P] [--strict] [--format table|markdown|csv|json|junit]
       Exit code: 0 no case slower, 1 a case slower or failed now (--strict: or not judged), 2 cannot compare.
   dlbench launch [--termination-log FILE] -- mpirun ... dlbench-worker ...
   dlbench version
@@ -175,7 +175,10 @@ void add_compare(CLI::App& app, dlbench::cli::CompareOptions& o) {
       "case slower, 1 a case slower or failed now (--strict: or not judged), 2 the files cannot be compared.");
   c->add_option("baseline", o.baseline, "the run measured before: a BenchmarkRun with its status, or a status")
       ->type_name("BASELINE.json");
-  c->add_option("candidate", o.candidate, "the run measured after")->type_name("CANDIDATE.json");
+  c->add_option("candidate", o.candidate,
+                "the run measured after (left out: BASELINE.json holds both runs, the baseline first, as "
+                "kubectl get br BEFORE AFTER -o json prints them)")
+      ->type_name("CANDIDATE.json");
   dlbench::add_text_option(
       *c, "--threshold",
       [&o](const std::string& v) {
@@ -263,8 +266,8 @@ int dispatch(int argc, char** argv) {
     return dlbench::cli::run_report(report, std::cout, std::cerr);
   }
   if (sub.get_name() == "compare") {
-    if (compare.baseline.empty() || compare.candidate.empty()) {
-      return usage_error("compare needs two status files: the baseline, then the candidate", sub);
+    if (compare.baseline.empty()) {
+      return usage_error("compare needs two status files (the baseline, then the candidate), or one of two runs", sub);
     }
     return dlbench::cli::run_compare(compare, std::cout, std::cerr);
   }

@@ -269,7 +269,11 @@ TEST_F(CompareCli, RefusesWhatCannotBeCompared) {
   }
   o = dlbench("compare resnet.json");
   EXPECT_EQ(o.exit_code, 2);
-  EXPECT_THAT(o.err, HasSubstr("compare needs two status files: the baseline, then the candidate"));
+  EXPECT_THAT(o.err, HasSubstr("resnet.json holds 1 run; compare takes two: a baseline file and a candidate file, "
+                               "or one file of exactly two runs (the first the baseline)"));
+  o = dlbench("compare");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_THAT(o.err, HasSubstr("compare needs two status files (the baseline, then the candidate), or one of two runs"));
 }
 
 // `kubectl get benchmarkruns -o json` without a name prints a List of the runs: report reads each
@@ -298,6 +302,13 @@ TEST_F(CompareCli, ReadsTheListsKubectlPrints) {
   EXPECT_EQ(o.exit_code, 1) << o.out << o.err;
   EXPECT_THAT(o.out, HasSubstr("1x1-bs64-amp: slower: -20.0% (p 0.00058)\n"));
   EXPECT_EQ(dlbench("compare both.json wednesday.json").exit_code, 2);
+  // One file of two runs, as `kubectl get br tuesday wednesday -o json` prints them: the first is
+  // the baseline.
+  const Outcome one_file = dlbench("compare both.json");
+  EXPECT_EQ(one_file.exit_code, 1) << one_file.err;
+  EXPECT_THAT(one_file.out, HasSubstr("compare resnet50: tuesday (both.json, the baseline) against wednesday "
+                                      "(both.json)\n"));
+  EXPECT_THAT(one_file.out, HasSubstr("1x1-bs64-amp: slower: -20.0% (p 0.00058)\n"));
 
   write("pod.json", R"({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}})");
   Outcome refused = dlbench("report pod.json");
