@@ -133,7 +133,8 @@ void judge(Row& row, const CompareOptions& o, const Source& baseline, const Sour
     return;
   }
   if (!measured(a)) {
-    row.verdict = Verdict::failed_now;
+    // Skipped (a smaller cluster, a preflight that failed) was not measured; Failed ran and failed.
+    row.verdict = a->state == CaseState::Skipped ? Verdict::missing : Verdict::failed_now;
     row.why = "measured before, now " + state_text(*a);
     return;
   }
@@ -151,13 +152,17 @@ void judge(Row& row, const CompareOptions& o, const Source& baseline, const Sour
   const auto& before_repeats = b->throughput->repeats;
   const auto& after_repeats = a->throughput->repeats;
   if (!before_repeats.empty() && !after_repeats.empty()) row.test = mann_whitney(after_repeats, before_repeats);
+  std::string disturbed;  // both sides' reasons, where both have one
   for (const auto& [r, side] : {std::pair{b, "before"}, std::pair{a, "after"}}) {
     if (const std::string why = disturbance(*r, side); !why.empty()) {
-      row.verdict = r->stability && r->stability->verdict == StabilityVerdict::unstable ? Verdict::unstable
-                                                                                        : Verdict::disturbed;
-      row.why = why + ": measure it again";
-      return;
+      disturbed += (disturbed.empty() ? "" : "; ") + why;
+      if (r->stability && r->stability->verdict == StabilityVerdict::unstable) row.verdict = Verdict::unstable;
+      if (row.verdict != Verdict::unstable) row.verdict = Verdict::disturbed;
     }
+  }
+  if (!disturbed.empty()) {
+    row.why = disturbed + ": measure it again";
+    return;
   }
   const double least = least_p_value(after_repeats.size(), before_repeats.size());
   if (!row.test || least >= o.alpha) {

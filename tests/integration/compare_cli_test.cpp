@@ -197,6 +197,26 @@ TEST_F(CompareCli, EachVerdictSaysWhyAndStrictFailsOnWhatCouldNotBeJudged) {
                                        "CPU 40.0% of the time): measure it again\n"));
   EXPECT_THAT(disturbed.out, HasSubstr("1x1-bs128-amp: unstable: after's repeats spread (cv 5.0% above its bound "
                                        "2.0%): measure it again\n"));
+  // Both sides' reasons where both have one; unstable wins the verdict.
+  BenchmarkRun both_disturbed = before;
+  both_disturbed.status->results[2].interference =
+      InterferenceReport{0.3, 0.0, std::nullopt, InterferenceVerdict::interfered};
+  write("before-disturbed.json", both_disturbed);
+  EXPECT_THAT(dlbench("compare before-disturbed.json after.json").out,
+              HasSubstr("1x1-bs128-amp: unstable: before was measured interfered (tasks waited for a CPU 30.0% of the "
+                        "time); after's repeats spread (cv 5.0% above its bound 2.0%): measure it again\n"));
+  // A case skipped in the candidate (a smaller cluster) was not measured: missing, not failed now.
+  CaseResult skipped{};
+  skipped.case_ = eight_gpus;
+  skipped.state = CaseState::Skipped;
+  skipped.reason = "NeedsMoreNodes";
+  BenchmarkRun smaller = after;
+  smaller.status->results[1] = skipped;
+  write("smaller.json", smaller);
+  const Outcome skipped_now = dlbench("compare before.json smaller.json");
+  EXPECT_EQ(skipped_now.exit_code, 0) << skipped_now.out;
+  EXPECT_THAT(skipped_now.out, HasSubstr("1x8-bs64-amp: missing: measured before, now Skipped, NeedsMoreNodes\n"));
+  EXPECT_EQ(dlbench("compare before.json smaller.json --strict").exit_code, 1);
 
   // Markdown and csv carry the same verdicts.
   EXPECT_THAT(dlbench("compare before.json after.json --format markdown").out,
