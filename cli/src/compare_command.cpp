@@ -55,6 +55,7 @@ bool regressed(Verdict v) { return v == Verdict::slower || v == Verdict::failed_
 bool not_judged(Verdict v) {
   return v == Verdict::inconclusive || v == Verdict::unstable || v == Verdict::disturbed || v == Verdict::missing;
 }
+bool fails_gate(Verdict v, bool strict) { return regressed(v) || (strict && not_judged(v)); }
 
 struct Row {
   std::string case_id;
@@ -271,8 +272,26 @@ std::string xml_escape(const std::string& text) {
 
 std::string shown(const std::string& value) { return value.empty() ? "(not set)" : printable(value, 120); }
 
-int compare(const CompareOptions& o, const Source& baseline, const Source& candidate, std::ostream& out) {
-  std::vector<Row> rows;
+// Two runs judged case by case, and what differs between them: what every format prints.
+struct Comparison {
+  Comparison(const CompareOptions& o, const Source& b, const Source& a) : options(o), baseline(b), candidate(a) {}
+  const CompareOptions& options;
+  const Source& baseline;
+  const Source& candidate;
+  std::vector<Row> rows;  // the baseline's cases in its order, then the candidate's new ones
+  std::map<Verdict, int> counts;
+  std::vector<std::string> failing;  // "CASE VERDICT" of each case the gate fails on
+  int exit_code = 0;
+  std::vector<Difference> differences;  // in the specs
+  std::vector<Difference> measured_by;  // in the results' environments
+  std::size_t compared = 0;             // cases both runs have an environment for
+  std::string unit = "samples/s";
+  std::string statistic;  // the baseline's
+};
+
+Comparison compare_runs(const CompareOptions& o, const Source& baseline, const Source& candidate) {
+  Comparison c{o, baseline, candidate};
+  std::vector<Row>& rows = c.rows;
   std::map<std::string, std::size_t> index;
   for (const auto& r : baseline.status.results) {
     const std::string id = case_id(r.case_);
@@ -297,139 +316,167 @@ int compare(const CompareOptions& o, const Source& baseline, const Source& candi
     }
   }
   for (Row& row : rows) judge(row, o, baseline, candidate);
-
-  std::map<Verdict, int> counts;
-  std::vector<std::string> failing;
   for (const Row& row : rows) {
-    ++counts[row.verdict];
-    if (regressed(row.verdict) || (o.strict && not_judged(row.verdict))) {
-      failing.push_back(row.case_id + " " + name_of(row.verdict).text);
+    ++c.counts[row.verdict];
+    if (fails_gate(row.verdict, o.strict)) {
+      c.failing.push_back(row.case_id + " " + name_of(row.verdict).text);
     }
   }
-  const int exit_code = failing.empty() ? 0 : 1;
-  std::vector<Difference> differences = spec_differences(baseline, candidate);
-  const std::vector<Difference> measured_by = environment_differences(rows);
-  std::size_t compared = 0;  // cases both runs have an environment for
+  c.exit_code = c.failing.empty() ? 0 : 1;
+  c.differences = spec_differences(baseline, candidate);
+  c.measured_by = environment_differences(rows);
   for (const Row& row : rows) {
-    if (row.before && row.after && row.before->environment && row.after->environment) ++compared;
+    if (row.before && row.after && row.before->environment && row.after->environment) ++c.compared;
   }
-  std::string unit = "samples/s";
   for (const Row& row : rows) {
     for (const CaseResult* r : {row.before, row.after}) {
-      if (measured(r)) unit = r->throughput->unit;
+      if (measured(r)) c.unit = r->throughput->unit;
     }
   }
-  const std::string statistic = std::string(to_string(baseline.statistic));
+  c.statistic = std::string(to_string(baseline.statistic));
+  return c;
+}
 
-  if (o.format == ReportFormat::json) {
-    nlohmann::json j;
-    const auto side = [](const Source& s) {
-      nlohmann::json run{{"run", s.label}, {"file", s.file}, {"statistic", to_string(s.statistic)}};
-      if (s.model) run["model"] = to_string(*s.model);
-      return run;
-    };
-    j["baseline"] = side(baseline);
-    j["candidate"] = side(candidate);
-    j["threshold"] = o.threshold;
-    j["alpha"] = o.alpha;
-    j["strict"] = o.strict;
-    j["unit"] = unit;
-    j["cases"] = nlohmann::json::array();
-    for (const Row& row : rows) {
-      nlohmann::json c{{"case", row.case_id}, {"verdict", name_of(row.verdict).json}, {"why", row.why}};
-      for (const auto& [r, value, key] : {std::tuple{row.before, row.before_value, "before"},
-                                          std::tuple{row.after, row.after_value, "after"}}) {
-        if (r == nullptr) continue;
-        nlohmann::json s{{"state", to_string(r->state)}};
-        if (!r->reason.empty()) s["reason"] = r->reason;
-        if (value) s["throughput"] = *value;
-        if (r->throughput) s["repeats"] = r->throughput->repeats;
-        c[key] = s;
-      }
-      if (row.change) c["change"] = *row.change;
-      if (row.test) {
-        c["pValue"] = row.test->p_value;
-        c["u"] = row.test->u;
-        c["exactTest"] = row.test->exact;
-      }
-      j["cases"].push_back(c);
+// Every case with both sides' states, figures and repeats, the test, the differences and the exit code.
+void print_json(const Comparison& c, std::ostream& out) {
+  const CompareOptions& o = c.options;
+  const Source& baseline = c.baseline;
+  const Source& candidate = c.candidate;
+  const std::vector<Row>& rows = c.rows;
+  const std::vector<Difference>& differences = c.differences;
+  const std::vector<Difference>& measured_by = c.measured_by;
+  std::map<Verdict, int> counts = c.counts;  // operator[] below
+  const int exit_code = c.exit_code;
+  const std::string& unit = c.unit;
+  nlohmann::json j;
+  const auto side = [](const Source& s) {
+    nlohmann::json run{{"run", s.label}, {"file", s.file}, {"statistic", to_string(s.statistic)}};
+    if (s.model) run["model"] = to_string(*s.model);
+    return run;
+  };
+  j["baseline"] = side(baseline);
+  j["candidate"] = side(candidate);
+  j["threshold"] = o.threshold;
+  j["alpha"] = o.alpha;
+  j["strict"] = o.strict;
+  j["unit"] = unit;
+  j["cases"] = nlohmann::json::array();
+  for (const Row& row : rows) {
+    nlohmann::json entry{{"case", row.case_id}, {"verdict", name_of(row.verdict).json}, {"why", row.why}};
+    for (const auto& [r, value, key] : {std::tuple{row.before, row.before_value, "before"},
+                                        std::tuple{row.after, row.after_value, "after"}}) {
+      if (r == nullptr) continue;
+      nlohmann::json s{{"state", to_string(r->state)}};
+      if (!r->reason.empty()) s["reason"] = r->reason;
+      if (value) s["throughput"] = *value;
+      if (r->throughput) s["repeats"] = r->throughput->repeats;
+      entry[key] = s;
     }
-    j["differences"] = nlohmann::json::array();
-    for (const auto& d : differences) j["differences"].push_back({{"field", d.field}, {"before", d.before}, {"after", d.after}});
+    if (row.change) entry["change"] = *row.change;
+    if (row.test) {
+      entry["pValue"] = row.test->p_value;
+      entry["u"] = row.test->u;
+      entry["exactTest"] = row.test->exact;
+    }
+    j["cases"].push_back(entry);
+  }
+  j["differences"] = nlohmann::json::array();
+  for (const auto& d : differences) j["differences"].push_back({{"field", d.field}, {"before", d.before}, {"after", d.after}});
+  for (const auto& d : measured_by) {
+    j["differences"].push_back(
+        {{"field", "environment." + d.field}, {"before", d.before}, {"after", d.after}, {"cases", d.cases}});
+  }
+  nlohmann::json summary = nlohmann::json::object();
+  for (const auto& [verdict, count] : counts) summary[name_of(verdict).json] = count;
+  j["summary"] = summary;
+  j["exitCode"] = exit_code;
+  out << j.dump(2) << "\n";
+}
+
+// JUnit XML: one test case a case, a failure where the gate fails on it, skipped where it was not
+// judged, what differs as the suite's properties.
+void print_junit(const Comparison& c, std::ostream& out) {
+  const CompareOptions& o = c.options;
+  const Source& baseline = c.baseline;
+  const Source& candidate = c.candidate;
+  const std::vector<Row>& rows = c.rows;
+  const std::vector<Difference>& differences = c.differences;
+  const std::vector<Difference>& measured_by = c.measured_by;
+  // One test case a case: a failure where the gate fails on it, skipped where it was not judged
+  // (and the gate passes), passed otherwise; the why in the message or the output.
+  int failures = 0, skipped = 0;
+  for (const Row& row : rows) {
+    const bool fails = fails_gate(row.verdict, o.strict);
+    failures += fails ? 1 : 0;
+    skipped += !fails && not_judged(row.verdict) ? 1 : 0;
+  }
+  const std::string suite = (baseline.model ? std::string(to_string(*baseline.model)) + ": " : std::string()) +
+                            baseline.label + " (" + baseline.file + ") against " + candidate.label + " (" +
+                            candidate.file + ")";
+  const std::string counts_attributes = " tests=\"" + std::to_string(rows.size()) + "\" failures=\"" +
+                                        std::to_string(failures) + "\" errors=\"0\" skipped=\"" +
+                                        std::to_string(skipped) + "\"";
+  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dlbench compare\"" << counts_attributes
+      << ">\n  <testsuite name=\"" << xml_escape(suite) << "\"" << counts_attributes << ">\n";
+  // What differs between the runs, as the suite's properties: where a regression's cause is.
+  if (!differences.empty() || !measured_by.empty()) {
+    out << "    <properties>\n";
+    for (const auto& d : differences) {
+      out << "      <property name=\"" << xml_escape(d.field) << "\" value=\""
+          << xml_escape(shown(d.before) + " -> " + shown(d.after)) << "\"/>\n";
+    }
     for (const auto& d : measured_by) {
-      j["differences"].push_back(
-          {{"field", "environment." + d.field}, {"before", d.before}, {"after", d.after}, {"cases", d.cases}});
+      out << "      <property name=\"environment." << xml_escape(d.field) << "\" value=\""
+          << xml_escape(shown(d.before) + " -> " + shown(d.after)) << "\"/>\n";
     }
-    nlohmann::json summary = nlohmann::json::object();
-    for (const auto& [verdict, count] : counts) summary[name_of(verdict).json] = count;
-    j["summary"] = summary;
-    j["exitCode"] = exit_code;
-    out << j.dump(2) << "\n";
-    return exit_code;
+    out << "    </properties>\n";
   }
-
-  if (o.format == ReportFormat::junit) {
-    // One test case a case: a failure where the gate fails on it, skipped where it was not judged
-    // (and the gate passes), passed otherwise; the why in the message or the output.
-    int failures = 0, skipped = 0;
-    for (const Row& row : rows) {
-      const bool fails = regressed(row.verdict) || (o.strict && not_judged(row.verdict));
-      failures += fails ? 1 : 0;
-      skipped += !fails && not_judged(row.verdict) ? 1 : 0;
+  for (const Row& row : rows) {
+    const std::string verdict = name_of(row.verdict).text;
+    const std::string why = xml_escape(verdict + ": " + row.why);
+    out << "    <testcase classname=\"dlbench.compare"
+        << (baseline.model ? "." + std::string(to_string(*baseline.model)) : std::string()) << "\" name=\""
+        << xml_escape(row.case_id) << "\" time=\"0\">";
+    if (fails_gate(row.verdict, o.strict)) {
+      out << "<failure type=\"" << xml_escape(verdict) << "\" message=\"" << why << "\"/>";
+    } else if (not_judged(row.verdict)) {
+      out << "<skipped message=\"" << why << "\"/>";
+    } else {
+      out << "<system-out>" << why << "</system-out>";
     }
-    const std::string suite = (baseline.model ? std::string(to_string(*baseline.model)) + ": " : std::string()) +
-                              baseline.label + " (" + baseline.file + ") against " + candidate.label + " (" +
-                              candidate.file + ")";
-    const std::string counts_attributes = " tests=\"" + std::to_string(rows.size()) + "\" failures=\"" +
-                                          std::to_string(failures) + "\" errors=\"0\" skipped=\"" +
-                                          std::to_string(skipped) + "\"";
-    out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dlbench compare\"" << counts_attributes
-        << ">\n  <testsuite name=\"" << xml_escape(suite) << "\"" << counts_attributes << ">\n";
-    // What differs between the runs, as the suite's properties: where a regression's cause is.
-    if (!differences.empty() || !measured_by.empty()) {
-      out << "    <properties>\n";
-      for (const auto& d : differences) {
-        out << "      <property name=\"" << xml_escape(d.field) << "\" value=\""
-            << xml_escape(shown(d.before) + " -> " + shown(d.after)) << "\"/>\n";
-      }
-      for (const auto& d : measured_by) {
-        out << "      <property name=\"environment." << xml_escape(d.field) << "\" value=\""
-            << xml_escape(shown(d.before) + " -> " + shown(d.after)) << "\"/>\n";
-      }
-      out << "    </properties>\n";
-    }
-    for (const Row& row : rows) {
-      const std::string verdict = name_of(row.verdict).text;
-      const std::string why = xml_escape(verdict + ": " + row.why);
-      out << "    <testcase classname=\"dlbench.compare"
-          << (baseline.model ? "." + std::string(to_string(*baseline.model)) : std::string()) << "\" name=\""
-          << xml_escape(row.case_id) << "\" time=\"0\">";
-      if (regressed(row.verdict) || (o.strict && not_judged(row.verdict))) {
-        out << "<failure type=\"" << xml_escape(verdict) << "\" message=\"" << why << "\"/>";
-      } else if (not_judged(row.verdict)) {
-        out << "<skipped message=\"" << why << "\"/>";
-      } else {
-        out << "<system-out>" << why << "</system-out>";
-      }
-      out << "</testcase>\n";
-    }
-    out << "  </testsuite>\n</testsuites>\n";
-    return exit_code;
+    out << "</testcase>\n";
   }
+  out << "  </testsuite>\n</testsuites>\n";
+}
 
-  if (o.format == ReportFormat::csv) {
-    out << "case,before,after,change,pValue,verdict,why\n";
-    for (const Row& row : rows) {
-      std::string why = row.why;
-      std::replace(why.begin(), why.end(), '"', '\'');
-      out << row.case_id << "," << (row.before_value ? fixed(*row.before_value, 4) : "") << ","
-          << (row.after_value ? fixed(*row.after_value, 4) : "") << "," << (row.change ? fixed(*row.change, 6) : "")
-          << "," << (row.test ? p_text(row.test->p_value) : "") << "," << name_of(row.verdict).json << ",\"" << why
-          << "\"\n";
-    }
-    return exit_code;
+// One row a case.
+void print_csv(const Comparison& c, std::ostream& out) {
+  const std::vector<Row>& rows = c.rows;
+  out << "case,before,after,change,pValue,verdict,why\n";
+  for (const Row& row : rows) {
+    std::string why = row.why;
+    std::replace(why.begin(), why.end(), '"', '\'');
+    out << row.case_id << "," << (row.before_value ? fixed(*row.before_value, 4) : "") << ","
+        << (row.after_value ? fixed(*row.after_value, 4) : "") << "," << (row.change ? fixed(*row.change, 6) : "")
+        << "," << (row.test ? p_text(row.test->p_value) : "") << "," << name_of(row.verdict).json << ",\"" << why
+        << "\"\n";
   }
+}
 
+// The table (or markdown): the cases, each verdict's why, what differs, and the tally.
+void print_table(const Comparison& c, std::ostream& out) {
+  const CompareOptions& o = c.options;
+  const Source& baseline = c.baseline;
+  const Source& candidate = c.candidate;
+  const std::vector<Row>& rows = c.rows;
+  const std::vector<Difference>& differences = c.differences;
+  const std::vector<Difference>& measured_by = c.measured_by;
+  std::map<Verdict, int> counts = c.counts;  // operator[] below
+  const std::vector<std::string>& failing = c.failing;
+  const int exit_code = c.exit_code;
+  const std::size_t compared = c.compared;
+  const std::string& unit = c.unit;
+  const std::string& statistic = c.statistic;
   const bool markdown = o.format == ReportFormat::markdown;
   out << (markdown ? "**" : "") << "compare" << (baseline.model ? " " + std::string(to_string(*baseline.model)) : "")
       << ": " << baseline.label << " (" << baseline.file << ", the baseline) against " << candidate.label << " ("
@@ -484,7 +531,18 @@ int compare(const CompareOptions& o, const Source& baseline, const Source& candi
     for (std::size_t i = 0; i < failing.size(); ++i) out << (i > 0 ? ", " : "") << failing[i];
   }
   out << (markdown ? "**" : "") << "\n";
-  return exit_code;
+}
+
+int compare(const CompareOptions& o, const Source& baseline, const Source& candidate, std::ostream& out) {
+  const Comparison c = compare_runs(o, baseline, candidate);
+  switch (o.format) {
+    case ReportFormat::json: print_json(c, out); break;
+    case ReportFormat::junit: print_junit(c, out); break;
+    case ReportFormat::csv: print_csv(c, out); break;
+    case ReportFormat::table:
+    case ReportFormat::markdown: print_table(c, out); break;
+  }
+  return c.exit_code;
 }
 
 // The file's one run, or the exit code (2) having said why.
