@@ -191,6 +191,28 @@ void judge(Row& row, const CompareOptions& o, const Source& baseline, const Sour
   row.why = percent(*row.change) + " (p " + p_text(p) + ")";
 }
 
+// Where both sides trained the same steps with the same optimizer, a loss after the last repeat
+// that differs by more than a factor of 2 and by more than 0.1 says the two did not train alike
+// (a numerics change: a library, a kernel), whatever their speed. Losses near zero differ by
+// large factors between GPU runs' non-deterministic sums; the 0.1 keeps those out.
+void note_training(Row& row, const Source& baseline, const Source& candidate) {
+  if (!measured(row.before) || !measured(row.after)) return;
+  const auto& b = row.before->loss_after_repeats;
+  const auto& a = row.after->loss_after_repeats;
+  if (b.empty() || b.size() != a.size() || row.before->optimizer != row.after->optimizer) return;
+  if (baseline.spec && candidate.spec &&
+      (baseline.spec->methodology.warmup_steps != candidate.spec->methodology.warmup_steps ||
+       baseline.spec->methodology.measure_steps != candidate.spec->methodology.measure_steps)) {
+    return;
+  }
+  const double before = b.back(), after = a.back();
+  const double larger = std::max(before, after), smaller = std::min(before, after);
+  if (larger - smaller > 0.1 && (smaller <= 0 || larger / smaller > 2)) {
+    row.why += "; the loss after the last repeat was " + p_text(before) + " before and " + p_text(after) +
+               " after, with the same optimizer and steps: the two did not train alike";
+  }
+}
+
 // Leaf values of a JSON document by path ("spec.worker.image"); arrays are leaves.
 void flatten(const nlohmann::json& j, const std::string& path, std::map<std::string, std::string>& leaves) {
   if (j.is_object()) {
@@ -315,7 +337,10 @@ Comparison compare_runs(const CompareOptions& o, const Source& baseline, const S
       rows[it->second].after = &r;
     }
   }
-  for (Row& row : rows) judge(row, o, baseline, candidate);
+  for (Row& row : rows) {
+    judge(row, o, baseline, candidate);
+    note_training(row, baseline, candidate);
+  }
   for (const Row& row : rows) {
     ++c.counts[row.verdict];
     if (fails_gate(row.verdict, o.strict)) {
@@ -370,6 +395,7 @@ void print_json(const Comparison& c, std::ostream& out) {
       if (!r->reason.empty()) s["reason"] = r->reason;
       if (value) s["throughput"] = *value;
       if (r->throughput) s["repeats"] = r->throughput->repeats;
+      if (!r->loss_after_repeats.empty()) s["lossAfterLastRepeat"] = r->loss_after_repeats.back();
       entry[key] = s;
     }
     if (row.change) entry["change"] = *row.change;
