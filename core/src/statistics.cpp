@@ -112,10 +112,8 @@ RankTest mann_whitney(std::span<const double> a, std::span<const double> b) {
   // the two-sided p-value is the same.
   const bool a_smaller = a.size() <= b.size();
   const std::size_t k = std::min(a.size(), b.size());
-  long observed = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (pooled[i].second == a_smaller) observed += doubled_rank[i];
-  }
+  // The doubled ranks sum to n(n + 1) whatever the ties.
+  const long observed = a_smaller ? doubled_rank_sum_a : static_cast<long>(n * (n + 1)) - doubled_rank_sum_a;
   const long most = static_cast<long>(k * (2 * n - k + 1));  // the k largest ranks, doubled
   // A million steps (20 repeats against 20) bounds a status of 1,000 such cases to about a second;
   // past it the approximation is within 0.004 of the exact p-value (21 against 21, 300 draws in SciPy).
