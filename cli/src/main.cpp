@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -110,24 +111,14 @@ void add_run(CLI::App& app, dlbench::cli::RunOptions& o) {
 // report's and compare's --format; compare's also junit.
 void add_format_option(CLI::App& c, dlbench::cli::ReportFormat& format, bool junit = false) {
   using dlbench::cli::ReportFormat;
-  std::vector<std::pair<std::string, ReportFormat>> formats{{"table", ReportFormat::table},
-                                                            {"markdown", ReportFormat::markdown},
-                                                            {"csv", ReportFormat::csv},
-                                                            {"json", ReportFormat::json}};
-  if (junit) formats.emplace_back("junit", ReportFormat::junit);
+  static constexpr std::pair<const char*, ReportFormat> kFormats[] = {{"table", ReportFormat::table},
+                                                                      {"markdown", ReportFormat::markdown},
+                                                                      {"csv", ReportFormat::csv},
+                                                                      {"json", ReportFormat::json},
+                                                                      {"junit", ReportFormat::junit}};
+  const std::span<const std::pair<const char*, ReportFormat>> formats(kFormats, junit ? 5 : 4);
   dlbench::add_text_option(
-      c, "--format",
-      [&format, formats](const std::string& v) {
-        std::string listed;
-        for (const auto& [name, value] : formats) {
-          if (v == name) {
-            format = value;
-            return;
-          }
-          listed += (listed.empty() ? "" : ", ") + name;
-        }
-        dlbench::refuse_choice("--format", v, listed);
-      },
+      c, "--format", [&format, formats](const std::string& v) { format = one_of("--format", v, formats); },
       junit ? "table | markdown | csv | json | junit (default table)" : "table | markdown | csv | json (default table)",
       "FORMAT");
 }

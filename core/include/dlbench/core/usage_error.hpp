@@ -4,6 +4,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -36,13 +37,17 @@ inline std::string one_of(const std::string& flag, const std::string& text, std:
 
 // The value of the name `text` is, else a usage error naming the flag and the allowed names.
 template <typename T>
-T one_of(const std::string& flag, const std::string& text, std::initializer_list<std::pair<const char*, T>> allowed) {
+T one_of(const std::string& flag, const std::string& text, std::span<const std::pair<const char*, T>> allowed) {
   std::string listed;
   for (const auto& [name, value] : allowed) {
     if (text == name) return value;
     listed += (listed.empty() ? "" : ", ") + std::string(name);
   }
   refuse_choice(flag, text, listed);
+}
+template <typename T>
+T one_of(const std::string& flag, const std::string& text, std::initializer_list<std::pair<const char*, T>> allowed) {
+  return one_of(flag, text, std::span<const std::pair<const char*, T>>(allowed.begin(), allowed.size()));
 }
 
 }  // namespace dlbench
