@@ -75,11 +75,10 @@ void print_unmeasured(std::ostream& out, ReportFormat format, const std::vector<
     return r.attempts > 1 ? " after " + std::to_string(r.attempts) + " attempts" : std::string();
   };
   if (format == ReportFormat::markdown) {
-    const auto cell = markdown_cell;
     out << "\n**cases not measured**\n\n| case | state | reason | message |\n|---|---|---|---|\n";
     for (const auto& [name, r] : unmeasured) {
-      out << "| " << cell(name) << " | " << to_string(r->state) << attempts(*r) << " | " << cell(r->reason) << " | "
-          << cell(r->message) << " |\n";
+      out << "| " << markdown_cell(name) << " | " << to_string(r->state) << attempts(*r) << " | "
+          << markdown_cell(r->reason) << " | " << markdown_cell(r->message) << " |\n";
     }
     return;
   }

@@ -13,6 +13,16 @@
 
 namespace dlbench::cli {
 
+namespace {
+
+// A Kubernetes object's kind, or empty where the document has none (a bare status).
+std::string kind_of(const nlohmann::json& doc) {
+  if (!doc.is_object() || !doc.contains("kind") || !doc.at("kind").is_string()) return "";
+  return doc.at("kind").get<std::string>();
+}
+
+}  // namespace
+
 std::variant<std::vector<Source>, int> load_sources(const std::string& file, std::ostream& err) {
   std::vector<nlohmann::json> docs;
   try {
@@ -28,14 +38,13 @@ std::variant<std::vector<Source>, int> load_sources(const std::string& file, std
   // `kubectl get benchmarkruns -o json` (or yaml) without a name prints a List: its items are the runs.
   std::vector<nlohmann::json> runs;
   for (auto& doc : docs) {
-    const bool list = doc.is_object() && doc.contains("items") && doc.value("kind", nlohmann::json("")).is_string() &&
-                      doc.value("kind", std::string()).ends_with("List");
-    if (!list) {
+    const std::string kind = kind_of(doc);
+    if (!kind.ends_with("List") || !doc.contains("items")) {
       runs.push_back(std::move(doc));
       continue;
     }
     if (!doc.at("items").is_array()) {
-      err << "error: " << file << ": items of a " << printable(doc.value("kind", std::string())) << " is not a list\n";
+      err << "error: " << file << ": items of a " << printable(kind) << " is not a list\n";
       return 1;
     }
     for (auto& item : doc.at("items")) runs.push_back(std::move(item));
@@ -49,9 +58,8 @@ std::variant<std::vector<Source>, int> load_sources(const std::string& file, std
     Source s;
     s.file = file;
     // Another kind of object (a Pod, a Job) is named as such, not read as a status with odd fields.
-    if (doc.is_object() && doc.contains("kind") && doc.at("kind").is_string() && doc.at("kind") != "BenchmarkRun") {
-      err << "error: " << file << ": a " << printable(doc.at("kind").get<std::string>())
-          << ", not a BenchmarkRun or a status written by dlbench run\n";
+    if (const std::string kind = kind_of(doc); !kind.empty() && kind != "BenchmarkRun") {
+      err << "error: " << file << ": a " << printable(kind) << ", not a BenchmarkRun or a status written by dlbench run\n";
       return 1;
     }
     if (doc.is_object() && doc.contains("spec")) {
