@@ -303,6 +303,7 @@ struct Comparison {
   std::vector<Row> rows;  // the baseline's cases in its order, then the candidate's new ones
   std::map<Verdict, int> counts;
   std::vector<std::string> failing;  // "CASE VERDICT" of each case the gate fails on
+  int passed_unjudged = 0;           // cases not judged that the gate lets pass (none with --strict)
   int exit_code = 0;
   std::vector<Difference> differences;  // in the specs
   std::vector<Difference> measured_by;  // in the results' environments
@@ -340,53 +341,40 @@ Comparison compare_runs(const CompareOptions& o, const Source& baseline, const S
   for (Row& row : rows) {
     judge(row, o, baseline, candidate);
     note_training(row, baseline, candidate);
-  }
-  for (const Row& row : rows) {
     ++c.counts[row.verdict];
     if (fails_gate(row.verdict, o.strict)) {
       c.failing.push_back(row.case_id + " " + name_of(row.verdict).text);
+    } else if (not_judged(row.verdict)) {
+      ++c.passed_unjudged;
+    }
+    if (row.before && row.after && row.before->environment && row.after->environment) ++c.compared;
+    for (const CaseResult* r : {row.before, row.after}) {
+      if (measured(r)) c.unit = r->throughput->unit;
     }
   }
   c.exit_code = c.failing.empty() ? 0 : 1;
   c.differences = spec_differences(baseline, candidate);
   c.measured_by = environment_differences(rows);
-  for (const Row& row : rows) {
-    if (row.before && row.after && row.before->environment && row.after->environment) ++c.compared;
-  }
-  for (const Row& row : rows) {
-    for (const CaseResult* r : {row.before, row.after}) {
-      if (measured(r)) c.unit = r->throughput->unit;
-    }
-  }
   c.statistic = std::string(to_string(baseline.statistic));
   return c;
 }
 
 // Every case with both sides' states, figures and repeats, the test, the differences and the exit code.
 void print_json(const Comparison& c, std::ostream& out) {
-  const CompareOptions& o = c.options;
-  const Source& baseline = c.baseline;
-  const Source& candidate = c.candidate;
-  const std::vector<Row>& rows = c.rows;
-  const std::vector<Difference>& differences = c.differences;
-  const std::vector<Difference>& measured_by = c.measured_by;
-  std::map<Verdict, int> counts = c.counts;  // operator[] below
-  const int exit_code = c.exit_code;
-  const std::string& unit = c.unit;
   nlohmann::json j;
   const auto side = [](const Source& s) {
     nlohmann::json run{{"run", s.label}, {"file", s.file}, {"statistic", to_string(s.statistic)}};
     if (s.model) run["model"] = to_string(*s.model);
     return run;
   };
-  j["baseline"] = side(baseline);
-  j["candidate"] = side(candidate);
-  j["threshold"] = o.threshold;
-  j["alpha"] = o.alpha;
-  j["strict"] = o.strict;
-  j["unit"] = unit;
+  j["baseline"] = side(c.baseline);
+  j["candidate"] = side(c.candidate);
+  j["threshold"] = c.options.threshold;
+  j["alpha"] = c.options.alpha;
+  j["strict"] = c.options.strict;
+  j["unit"] = c.unit;
   j["cases"] = nlohmann::json::array();
-  for (const Row& row : rows) {
+  for (const Row& row : c.rows) {
     nlohmann::json entry{{"case", row.case_id}, {"verdict", name_of(row.verdict).json}, {"why", row.why}};
     for (const auto& [r, value, key] : {std::tuple{row.before, row.before_value, "before"},
                                         std::tuple{row.after, row.after_value, "after"}}) {
@@ -407,15 +395,15 @@ void print_json(const Comparison& c, std::ostream& out) {
     j["cases"].push_back(entry);
   }
   j["differences"] = nlohmann::json::array();
-  for (const auto& d : differences) j["differences"].push_back({{"field", d.field}, {"before", d.before}, {"after", d.after}});
-  for (const auto& d : measured_by) {
+  for (const auto& d : c.differences) j["differences"].push_back({{"field", d.field}, {"before", d.before}, {"after", d.after}});
+  for (const auto& d : c.measured_by) {
     j["differences"].push_back(
         {{"field", "environment." + d.field}, {"before", d.before}, {"after", d.after}, {"cases", d.cases}});
   }
   nlohmann::json summary = nlohmann::json::object();
-  for (const auto& [verdict, count] : counts) summary[name_of(verdict).json] = count;
+  for (const auto& [verdict, count] : c.counts) summary[name_of(verdict).json] = count;
   j["summary"] = summary;
-  j["exitCode"] = exit_code;
+  j["exitCode"] = c.exit_code;
   out << j.dump(2) << "\n";
 }
 
@@ -424,40 +412,28 @@ void print_json(const Comparison& c, std::ostream& out) {
 void print_junit(const Comparison& c, std::ostream& out) {
   const CompareOptions& o = c.options;
   const Source& baseline = c.baseline;
-  const Source& candidate = c.candidate;
-  const std::vector<Row>& rows = c.rows;
-  const std::vector<Difference>& differences = c.differences;
-  const std::vector<Difference>& measured_by = c.measured_by;
-  // One test case a case: a failure where the gate fails on it, skipped where it was not judged
-  // (and the gate passes), passed otherwise; the why in the message or the output.
-  int failures = 0, skipped = 0;
-  for (const Row& row : rows) {
-    const bool fails = fails_gate(row.verdict, o.strict);
-    failures += fails ? 1 : 0;
-    skipped += !fails && not_judged(row.verdict) ? 1 : 0;
-  }
   const std::string suite = (baseline.model ? std::string(to_string(*baseline.model)) + ": " : std::string()) +
-                            baseline.label + " (" + baseline.file + ") against " + candidate.label + " (" +
-                            candidate.file + ")";
-  const std::string counts_attributes = " tests=\"" + std::to_string(rows.size()) + "\" failures=\"" +
-                                        std::to_string(failures) + "\" errors=\"0\" skipped=\"" +
-                                        std::to_string(skipped) + "\"";
+                            baseline.label + " (" + baseline.file + ") against " + c.candidate.label + " (" +
+                            c.candidate.file + ")";
+  const std::string counts_attributes = " tests=\"" + std::to_string(c.rows.size()) + "\" failures=\"" +
+                                        std::to_string(c.failing.size()) + "\" errors=\"0\" skipped=\"" +
+                                        std::to_string(c.passed_unjudged) + "\"";
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dlbench compare\"" << counts_attributes
       << ">\n  <testsuite name=\"" << xml_escape(suite) << "\"" << counts_attributes << ">\n";
   // What differs between the runs, as the suite's properties: where a regression's cause is.
-  if (!differences.empty() || !measured_by.empty()) {
+  if (!c.differences.empty() || !c.measured_by.empty()) {
     out << "    <properties>\n";
-    for (const auto& d : differences) {
+    for (const auto& d : c.differences) {
       out << "      <property name=\"" << xml_escape(d.field) << "\" value=\""
           << xml_escape(shown(d.before) + " -> " + shown(d.after)) << "\"/>\n";
     }
-    for (const auto& d : measured_by) {
+    for (const auto& d : c.measured_by) {
       out << "      <property name=\"environment." << xml_escape(d.field) << "\" value=\""
           << xml_escape(shown(d.before) + " -> " + shown(d.after)) << "\"/>\n";
     }
     out << "    </properties>\n";
   }
-  for (const Row& row : rows) {
+  for (const Row& row : c.rows) {
     const std::string verdict = name_of(row.verdict).text;
     const std::string why = xml_escape(verdict + ": " + row.why);
     out << "    <testcase classname=\"dlbench.compare"
@@ -477,9 +453,8 @@ void print_junit(const Comparison& c, std::ostream& out) {
 
 // One row a case.
 void print_csv(const Comparison& c, std::ostream& out) {
-  const std::vector<Row>& rows = c.rows;
   out << "case,before,after,change,pValue,verdict,why\n";
-  for (const Row& row : rows) {
+  for (const Row& row : c.rows) {
     std::string why = row.why;
     std::replace(why.begin(), why.end(), '"', '\'');
     out << row.case_id << "," << (row.before_value ? fixed(*row.before_value, 4) : "") << ","
@@ -494,24 +469,15 @@ void print_table(const Comparison& c, std::ostream& out) {
   const CompareOptions& o = c.options;
   const Source& baseline = c.baseline;
   const Source& candidate = c.candidate;
-  const std::vector<Row>& rows = c.rows;
-  const std::vector<Difference>& differences = c.differences;
-  const std::vector<Difference>& measured_by = c.measured_by;
-  std::map<Verdict, int> counts = c.counts;  // operator[] below
-  const std::vector<std::string>& failing = c.failing;
-  const int exit_code = c.exit_code;
-  const std::size_t compared = c.compared;
-  const std::string& unit = c.unit;
-  const std::string& statistic = c.statistic;
   const bool markdown = o.format == ReportFormat::markdown;
   out << (markdown ? "**" : "") << "compare" << (baseline.model ? " " + std::string(to_string(*baseline.model)) : "")
       << ": " << baseline.label << " (" << baseline.file << ", the baseline) against " << candidate.label << " ("
       << candidate.file << ")" << (markdown ? "**\n" : "\n");
-  out << (markdown ? "\n" : "  ") << "Slower or faster: a change of the " << statistic << " by " << fixed(100 * o.threshold, 1)
+  out << (markdown ? "\n" : "  ") << "Slower or faster: a change of the " << c.statistic << " by " << fixed(100 * o.threshold, 1)
       << "% or more that the repeats show at p < " << p_text(o.alpha)
       << " (two-sided Mann-Whitney U test over each case's repeats).\n";
   std::vector<std::vector<std::string>> cells;
-  for (const Row& row : rows) {
+  for (const Row& row : c.rows) {
     cells.push_back({row.case_id, row.before_value ? fixed(*row.before_value, 2) : "-",
                      row.after_value ? fixed(*row.after_value, 2) : "-", row.change ? percent(*row.change) : "-",
                      (row.before && row.before->throughput ? std::to_string(row.before->throughput->repeats.size()) : "-") +
@@ -519,16 +485,16 @@ void print_table(const Comparison& c, std::ostream& out) {
                          (row.after && row.after->throughput ? std::to_string(row.after->throughput->repeats.size()) : "-"),
                      row.test ? p_text(row.test->p_value) : "-", name_of(row.verdict).text});
   }
-  print_grid(out, o.format, "throughput (" + unit + ", " + statistic + ")",
+  print_grid(out, o.format, "throughput (" + c.unit + ", " + c.statistic + ")",
              {"case", "before", "after", "change", "repeats", "p", "verdict"}, cells);
   std::vector<std::pair<std::string, std::string>> why;
-  for (const Row& row : rows) why.emplace_back(row.case_id, std::string(name_of(row.verdict).text) + ": " + row.why);
+  for (const Row& row : c.rows) why.emplace_back(row.case_id, std::string(name_of(row.verdict).text) + ": " + row.why);
   print_case_notes(out, o.format, "why", "verdict", why);
   std::vector<std::pair<std::string, std::string>> changed;
-  for (const auto& d : differences) changed.emplace_back(d.field, shown(d.before) + " -> " + shown(d.after));
-  for (const auto& d : measured_by) {
+  for (const auto& d : c.differences) changed.emplace_back(d.field, shown(d.before) + " -> " + shown(d.after));
+  for (const auto& d : c.measured_by) {
     std::string cases;
-    if (d.cases.size() == compared) {
+    if (d.cases.size() == c.compared) {
       cases = "every case";
     } else {
       for (std::size_t i = 0; i < d.cases.size(); ++i) cases += (i > 0 ? ", " : "") + d.cases[i];
@@ -542,19 +508,18 @@ void print_table(const Comparison& c, std::ostream& out) {
     print_case_notes(out, o.format, "what differs between the runs", "before -> after", changed, "field");
   }
   std::string tally;
-  for (const auto& [verdict, count] : counts) {
+  for (const auto& [verdict, count] : c.counts) {
     tally += (tally.empty() ? "" : ", ") + std::to_string(count) + " " + name_of(verdict).text;
   }
-  out << "\n" << (markdown ? "**" : "") << rows.size() << (rows.size() == 1 ? " case: " : " cases: ") << tally;
-  if (exit_code == 0) {
+  out << "\n" << (markdown ? "**" : "") << c.rows.size() << (c.rows.size() == 1 ? " case: " : " cases: ") << tally;
+  if (c.exit_code == 0) {
     out << "; no case slower";
-    if (!o.strict && (counts[Verdict::inconclusive] + counts[Verdict::unstable] + counts[Verdict::disturbed] +
-                      counts[Verdict::missing]) > 0) {
+    if (c.passed_unjudged > 0) {
       out << " (some not judged: --strict fails on those)";
     }
   } else {
     out << "; failing: ";
-    for (std::size_t i = 0; i < failing.size(); ++i) out << (i > 0 ? ", " : "") << failing[i];
+    for (std::size_t i = 0; i < c.failing.size(); ++i) out << (i > 0 ? ", " : "") << c.failing[i];
   }
   out << (markdown ? "**" : "") << "\n";
 }
@@ -571,52 +536,42 @@ int compare(const CompareOptions& o, const Source& baseline, const Source& candi
   return c.exit_code;
 }
 
-// The file's one run, or the exit code (2) having said why.
-std::variant<Source, int> one_run(const std::string& file, const char* role, std::ostream& err) {
+// The file's runs where it holds `count` of them, or the exit code (2) having said why (`role`:
+// which file it is, where compare takes one run from each).
+std::variant<std::vector<Source>, int> runs_in(const std::string& file, std::size_t count, const std::string& role,
+                                               std::ostream& err) {
   auto loaded = load_sources(file, err);
   if (std::get_if<int>(&loaded)) return 2;  // invalid or unreadable: said; the runs cannot be compared
   auto& sources = std::get<std::vector<Source>>(loaded);
-  if (sources.size() != 1) {
-    err << "error: " << file << " (the " << role << ") holds " << sources.size()
-        << " runs; compare takes one run from each file\n";
-    return 2;
-  }
-  return std::move(sources.front());
-}
-
-}  // namespace
-
-// One file of exactly two runs (`kubectl get br before after -o json`, two YAML documents): the
-// first is the baseline. Or the exit code (2) having said why not.
-std::variant<std::vector<Source>, int> two_runs(const std::string& file, std::ostream& err) {
-  auto loaded = load_sources(file, err);
-  if (std::get_if<int>(&loaded)) return 2;
-  auto& sources = std::get<std::vector<Source>>(loaded);
-  if (sources.size() != 2) {
-    err << "error: " << file << " holds " << sources.size()
+  if (sources.size() != count) {
+    err << "error: " << file << (role.empty() ? "" : " (the " + role + ")") << " holds " << sources.size()
         << (sources.size() == 1 ? " run" : " runs")
-        << "; compare takes two: a baseline file and a candidate file, or one file of exactly two runs (the first "
-           "the baseline)\n";
+        << (count == 1 ? "; compare takes one run from each file\n"
+                       : "; compare takes two: a baseline file and a candidate file, or one file of exactly two runs "
+                         "(the first the baseline)\n");
     return 2;
   }
   return std::move(sources);
 }
 
+}  // namespace
+
 int run_compare(const CompareOptions& options, std::ostream& out, std::ostream& err) {
   std::vector<Source> sources;
+  const auto take = [&](const std::string& file, std::size_t count, const std::string& role) {
+    auto runs = runs_in(file, count, role, err);
+    if (const int* code = std::get_if<int>(&runs)) return *code;
+    for (auto& s : std::get<std::vector<Source>>(runs)) sources.push_back(std::move(s));
+    return 0;
+  };
   if (options.candidate.empty()) {
-    auto both = two_runs(options.baseline, err);
-    if (const int* code = std::get_if<int>(&both)) return *code;
-    sources = std::move(std::get<std::vector<Source>>(both));
+    // One file of exactly two runs (`kubectl get br before after -o json`): the first is the baseline.
+    if (const int code = take(options.baseline, 2, "")) return code;
     distinguish_labels(sources);  // two runs of one name in one file: #1 and #2
   } else {
-    auto baseline = one_run(options.baseline, "baseline", err);
-    if (const int* code = std::get_if<int>(&baseline)) return *code;
-    auto candidate = one_run(options.candidate, "candidate", err);
-    if (const int* code = std::get_if<int>(&candidate)) return *code;
-    // Each run is named with its file, so no label needs to say which file it came from.
-    sources.push_back(std::move(std::get<Source>(baseline)));
-    sources.push_back(std::move(std::get<Source>(candidate)));
+    // One run from each file, each named with its file.
+    if (const int code = take(options.baseline, 1, "baseline")) return code;
+    if (const int code = take(options.candidate, 1, "candidate")) return code;
   }
   if (sources[0].model && sources[1].model && *sources[0].model != *sources[1].model) {
     err << "error: compare takes two runs of one model: " << sources[0].label << " trained "
