@@ -275,23 +275,6 @@ std::vector<Difference> environment_differences(const std::vector<Row>& rows) {
   return out;
 }
 
-// Text for an XML attribute or element: the five markup characters as entities, and control
-// characters XML 1.0 cannot hold as a space.
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') ? ' ' : c;
-    }
-  }
-  return out;
-}
-
 std::string shown(const std::string& value) { return value.empty() ? "(not set)" : printable(value, 120); }
 
 // Two runs judged case by case, and what differs between them: what every format prints.

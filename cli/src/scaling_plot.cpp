@@ -6,26 +6,14 @@
 #include <set>
 #include <sstream>
 
+#include "status_sources.hpp"
+
 namespace dlbench::cli {
 namespace {
 
 constexpr double kPanelWidth = 460, kPanelHeight = 320, kMarginLeft = 70, kMarginTop = 40, kMarginBottom = 50,
                  kGap = 90, kLegendHeight = 22;
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-
-std::string escape(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string number(double v) {
   std::ostringstream s;
@@ -69,7 +57,7 @@ struct Panel {
 void axes(std::ostringstream& svg, const Panel& p, const std::set<int>& ticks, double step, const std::string& title,
           const std::string& y_label) {
   svg << "<text x=\"" << p.x0 + kPanelWidth / 2 << "\" y=\"" << p.y0 - 14
-      << "\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">" << escape(title) << "</text>\n";
+      << "\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">" << xml_escape(title) << "</text>\n";
   for (double v = 0; v <= p.y_max + 1e-9; v += step) {
     svg << "<line x1=\"" << p.x0 << "\" x2=\"" << p.x0 + kPanelWidth << "\" y1=\"" << p.y(v) << "\" y2=\"" << p.y(v)
         << "\" stroke=\"#e0e0e0\"/>\n";
@@ -89,7 +77,7 @@ void axes(std::ostringstream& svg, const Panel& p, const std::set<int>& ticks, d
   svg << "<text x=\"" << p.x0 + kPanelWidth / 2 << "\" y=\"" << p.y0 + kPanelHeight + 40
       << "\" text-anchor=\"middle\" font-size=\"12\">devices (nodes × GPUs)</text>\n";
   svg << "<text transform=\"translate(" << p.x0 - 52 << "," << p.y0 + kPanelHeight / 2
-      << ") rotate(-90)\" text-anchor=\"middle\" font-size=\"12\">" << escape(y_label) << "</text>\n";
+      << ") rotate(-90)\" text-anchor=\"middle\" font-size=\"12\">" << xml_escape(y_label) << "</text>\n";
 }
 
 void line(std::ostringstream& svg, const Panel& p, const std::vector<int>& devices, const std::vector<double>& values,
@@ -146,7 +134,7 @@ std::string render_scaling_svg(const std::vector<ScalingSeries>& series) {
     const char* color = kColors[i % (sizeof kColors / sizeof kColors[0])];
     svg << "<line x1=\"" << kMarginLeft << "\" x2=\"" << kMarginLeft + 24 << "\" y1=\"" << legend_y - 4 << "\" y2=\""
         << legend_y - 4 << "\" stroke=\"" << color << "\" stroke-width=\"3\"/>\n";
-    svg << "<text x=\"" << kMarginLeft + 32 << "\" y=\"" << legend_y << "\" font-size=\"12\">" << escape(series[i].label)
+    svg << "<text x=\"" << kMarginLeft + 32 << "\" y=\"" << legend_y << "\" font-size=\"12\">" << xml_escape(series[i].label)
         << "</text>\n";
   }
   svg << "<line x1=\"" << kMarginLeft << "\" x2=\"" << kMarginLeft + 24 << "\" y1=\"" << legend_y - 4 << "\" y2=\""

@@ -159,6 +159,21 @@ void print_grid(std::ostream& out, ReportFormat format, const std::string& title
   for (const auto& row : rows) line(row);
 }
 
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out += (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') ? ' ' : c;
+    }
+  }
+  return out;
+}
+
 std::string markdown_cell(const std::string& text) {
   std::string escaped;
   for (const char c : text) {

@@ -1,5 +1,5 @@
 // What `dlbench report` and `dlbench compare` share: status files read as runs, and the few ways
-// they print a table or a list of notes.
+// they print a table, a list of notes or escaped text.
 #pragma once
 
 #include <optional>
@@ -40,6 +40,10 @@ std::string fixed(double v, int digits);
 // A titled table: aligned columns (table), a markdown table, or one csv line per row led by the title.
 void print_grid(std::ostream& out, ReportFormat format, const std::string& title, const std::vector<std::string>& header,
                 const std::vector<std::vector<std::string>>& rows);
+
+// Text for an XML attribute or element (compare's JUnit, report's SVG plot): the five markup
+// characters as entities, and control characters XML 1.0 cannot hold as a space.
+std::string xml_escape(const std::string& text);
 
 // Text as one markdown table cell: pipes escaped, lines joined.
 std::string markdown_cell(const std::string& text);
