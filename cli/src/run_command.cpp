@@ -446,8 +446,9 @@ CaseCommand case_command(const LocalExecutor& x, const PlannedCase& c, const std
   const BenchmarkRunSpec& spec = x.run.spec;
   // After dlbench's own variables, as a container's env comes after dlbench's on a cluster: the
   // user's win (putenv in the child, in this order).
+  const auto user_env = local_worker_env(spec);
   const auto with_user_env = [&](CaseCommand command) {
-    for (const auto& [name, value] : local_worker_env(spec)) command.env.push_back(name + "=" + value);
+    for (const auto& [name, value] : user_env) command.env.push_back(name + "=" + value);
     return command;
   };
   // CPU ranks share the cores; GPU ranks each drive one device and need few threads.
@@ -466,7 +467,7 @@ CaseCommand case_command(const LocalExecutor& x, const PlannedCase& c, const std
   }
   if (c.spec.devices() > 1) {
     command.argv = {x.options.mpirun, "-np", std::to_string(c.spec.devices()), "--bind-to", "none", "-x", "OMP_NUM_THREADS"};
-    for (const auto& [name, value] : local_worker_env(spec)) {
+    for (const auto& [name, value] : user_env) {
       command.argv.push_back("-x");  // every rank, as every worker pod gets it
       command.argv.push_back(name);
     }
