@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -673,6 +674,45 @@ TEST(WorkerCli, SelfTestWithoutItsBackendFailsSayingWhy) {
   EXPECT_EQ(doc.reason, "BackendUnavailable");
   EXPECT_THAT(doc.message, HasSubstr("--backend cuda: "));
   EXPECT_EQ(doc.failed_ranks, std::vector<int>{0});
+}
+
+// A self-test stopped at its deadline (bench/gpu_check.sh's `timeout`) keeps every check it printed:
+// each line reaches a file as it is printed, not when a 4 KiB buffer fills or the process exits. On
+// an H200 the amp models' self-test ran past its 150 s and left an empty log.
+TEST(WorkerCli, ASelfTestKilledAtItsDeadlineKeepsTheChecksItPrinted) {
+  const auto table = scratch() / "killed-self-test.txt";
+  std::filesystem::remove(table);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const std::string command = std::string("exec env OMP_NUM_THREADS=2 ") + DLBENCH_WORKER_BINARY +
+                                " --self-test --precision fp32,bf16 --output " + (scratch() / "killed.json").string() +
+                                " > " + table.string() + " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // The first bytes to reach the file, while the self-test still runs (it takes seconds, most of
+  // its checks tens of milliseconds): a block buffer's first write would be a whole 4 KiB at once.
+  std::string first;
+  bool still_running = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (first.empty() && std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    still_running = ::waitpid(child, &status, WNOHANG) == 0;
+    first = slurp(table);
+    if (!still_running) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (still_running) {
+    ::kill(child, SIGTERM);  // as timeout(1) does: no exit handlers, no flush
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  }
+  EXPECT_TRUE(still_running) << "nothing reached the file before the self-test ended:\n" << first;
+  EXPECT_THAT(first, HasSubstr("dlbench-worker --self-test: cpu against cpu fp32 (oneDNN)"));
+  EXPECT_LT(first.size(), 4096u) << first;
+  EXPECT_THAT(slurp(table), Not(HasSubstr("self-test passed")));  // it was stopped first
 }
 
 TEST(WorkerCli, SelfTestTakesAListOfPrecisionsAndACaseDoesNot) {

@@ -158,6 +158,7 @@ void print_check(std::ostream& out, const SelfTestCheck& c) {
   out << "  " << std::left << std::setw(5) << c.precision << " " << std::setw(40) << c.name << std::right << " "
       << std::setw(9) << (measured ? error.str() : "-") << " " << std::setw(9) << (measured ? bound.str() : "-") << "  "
       << std::left << std::setw(7) << to_string(c.outcome) << std::right << " " << c.detail << "\n";
+  out.flush();  // line by line: a self-test killed at its deadline keeps the checks it printed
 }
 
 int write_document(const Options& o, const nlohmann::json& document, bool succeeded) {

@@ -120,7 +120,7 @@ int self_test_command(const Options& o, Communicator& comm, Backend* backend, co
         table << "dlbench-worker --self-test: " << o.backend << " against cpu fp32 (oneDNN), " << comm.size()
               << (comm.size() == 1 ? " rank" : " ranks") << " (" << comm.name() << ")\n"
               << "  " << std::left << std::setw(5) << "prec" << " " << std::setw(40) << "check" << std::right << " "
-              << std::setw(9) << "error" << " " << std::setw(9) << "bound" << "  result  detail\n";
+              << std::setw(9) << "error" << " " << std::setw(9) << "bound" << "  result  detail" << std::endl;
       }
       checks = run_self_test(subject, *reference, collectives, [&](const SelfTestCheck& c) {
         if (reporter) print_check(table, c);
