@@ -137,10 +137,15 @@ sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanit
 # that poisons the CUDA context (tf32's misaligned address in InceptionV3's step on 2026-11-28)
 # then costs its own precision's checks only. And InceptionV3's tf32 step under memcheck, which
 # names the kernel if that fault outlived the parameters' 256-byte alignment.
+# Two processes a precision: amp's five models in one ran past 150 s on 2026-11-29 (beside twenty
+# other processes), and its table was lost with it.
+declare -A model_groups=([resnet152-vgg16-alexnet]=resnet152,vgg16,alexnet [inception-deeplab]=inception_v3,deeplabv3plus)
 for precision in fp32 tf32 amp bf16; do
-  step "self-test-models-$precision" 150 "$bin/dlbench-worker" --self-test --backend cuda --precision "$precision" \
-    --model resnet152,vgg16,alexnet,inception_v3,deeplabv3plus --output "$logs/self-test-models-$precision.json" &
-  correctness+=($!)
+  for group in "${!model_groups[@]}"; do
+    step "self-test-$group-$precision" 150 "$bin/dlbench-worker" --self-test --backend cuda --precision "$precision" \
+      --model "${model_groups[$group]}" --output "$logs/self-test-$group-$precision.json" &
+    correctness+=($!)
+  done
 done
 [[ -n $sanitizer ]] && { step memcheck-self-test-inception-tf32 150 "$sanitizer" --tool memcheck --error-exitcode 9 \
   "$bin/dlbench-worker" --self-test --backend cuda --precision tf32 --model inception_v3 & correctness+=($!); }

@@ -10,6 +10,7 @@ Reads only what the steps wrote; a step that wrote nothing shows as "-" with its
 import glob
 import json
 import os
+import re
 import sys
 
 import pytorch_profile  # beside this script; formats without torch
@@ -48,7 +49,8 @@ def losses_of(doc, logs, name):
 def self_test(logs, name="self-test"):
     doc = load(os.path.join(logs, name + ".json"))
     if not doc:
-        return [f"{name}: no document; " + last_line(logs, name)]
+        said = printed_checks(logs, name)
+        return [f"{name}: no document; " + said[0]] + said[1:]
     # The document counts every check in its summary and lists only those that did not pass.
     checks = doc.get("checks", [])
     failed = [c for c in checks if c.get("outcome") == "failed"]
@@ -61,6 +63,29 @@ def self_test(logs, name="self-test"):
     for c in failed:
         out.append(f"  FAILED {c.get('precision')} {c.get('name')}: {c.get('detail', '')[:200]}")
     return out
+
+
+def printed_checks(logs, name):
+    """What a self-test that wrote no document (stopped at its deadline, or crashed) printed: its
+    checks line by line ("  prec  check  error  bound  result  detail"), the failed ones named."""
+    try:
+        with open(os.path.join(logs, name + ".log"), errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ["(no log)"]
+    outcomes = {"passed": 0, "failed": 0, "skipped": 0}
+    failed = []
+    for line in lines:
+        found = re.match(r"^  (fp32|tf32|amp|bf16|-)\s+(.*?)\s+(\S+)\s+(\S+)\s+(passed|failed|skipped)\b\s*(.*)$", line)
+        if found:
+            outcomes[found.group(5)] += 1
+            if found.group(5) == "failed":
+                failed.append(f"{found.group(1)} {found.group(2)}: {found.group(6)[:160]}")
+    if not any(outcomes.values()):
+        return [last_line(logs, name)]
+    said = (f"stopped after {sum(outcomes.values())} checks ({outcomes['passed']} passed, "
+            f"{outcomes['failed']} failed, {outcomes['skipped']} skipped); last: {last_line(logs, name)}")
+    return [said] + [f"  FAILED {f}" for f in failed]
 
 
 def memcheck(logs):
@@ -312,7 +337,8 @@ def main():
                  "self-test-fp32-workspace-16g", "self-test-attention-fused"):
         lines += self_test(logs, name)
     for precision in ("fp32", "tf32", "amp", "bf16"):
-        lines += self_test(logs, f"self-test-models-{precision}")
+        for group in ("resnet152-vgg16-alexnet", "inception-deeplab"):
+            lines += self_test(logs, f"self-test-{group}-{precision}")
     lines += gtest(logs, "cuda-backend-tests")
     lines += gtest(logs, "gpu-tests")
     lines += memcheck(logs)

@@ -32,7 +32,8 @@ EXPECTED = CPU_ONLY + (["list-devices", "dlbench-run-cuda", "self-test", "gpu-te
              "dlbench-resnet50-fp32-accumulate", "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-ex",
              "dlbench-resnet50-fp32-workspace-16g", "self-test-fp32-workspace-16g", "profile-resnet50-fp32",
              "pytorch-profile-resnet50-fp32", "pytorch-profile-resnet50-amp"]
-            + [f"self-test-models-{p}" for p in ("fp32", "tf32", "amp", "bf16")]
+            + [f"self-test-{g}-{p}" for g in ("resnet152-vgg16-alexnet", "inception-deeplab")
+               for p in ("fp32", "tf32", "amp", "bf16")]
             + [f"poisoned-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16")]
             + [f"{side}-resnet50-{p}" for side in ("dlbench", "pytorch") for p in ("fp32", "tf32", "amp", "bf16")]
             + [f"{side}-bert-{p}" for side in ("dlbench", "pytorch") for p in ("amp", "bf16")]

@@ -28,13 +28,13 @@ class GpuCheckTable(unittest.TestCase):
     def test_an_empty_log_folder_gives_a_table_of_dashes(self):
         with tempfile.TemporaryDirectory() as logs:
             lines = self.table(logs)
-        self.assertIn("self-test-models-tf32: no document; (no log)", lines)
+        self.assertIn("self-test-inception-deeplab-tf32: no document; (no log)", lines)
         self.assertIn("  alexnet: - ((no log))", lines)
 
     def test_the_models_self_test_and_their_amp_steps(self):
         with tempfile.TemporaryDirectory() as logs:
             # The document counts every check and lists only those that did not pass.
-            write(logs, "self-test-models-amp.json", json.dumps({
+            write(logs, "self-test-inception-deeplab-amp.json", json.dumps({
                 "state": "Failed", "reason": "SelfTestFailed", "message": "1 of 140 checks failed",
                 "summary": {"passed": 137, "skipped": 2, "failed": 1},
                 "checks": [{"precision": "amp", "name": "inception_v3 step, each layer fed the reference's input",
@@ -58,11 +58,24 @@ class GpuCheckTable(unittest.TestCase):
             write(logs, "memcheck-resnet50-amp.log", "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
             write(logs, "memcheck-self-test-inception-tf32.log", "========= Invalid __global__ read of size 16\n"
                   "=========     at kernel_x\n========= ERROR SUMMARY: 3 errors\n")
+            # A self-test stopped at its deadline: no document, the checks its log printed line by line.
+            write(logs, "self-test-resnet152-vgg16-alexnet-amp.log", "\n".join([
+                "dlbench-worker --self-test: cuda against cpu fp32 (oneDNN), 1 rank (none)",
+                "  prec  check                                        error     bound  result  detail",
+                "  amp   resnet152 step, each layer fed the reference's input  1.20e-02  5.00e-02  passed  worst: fc",
+                "  amp   vgg16 step, each layer fed the reference's input  9.10e-02  5.00e-02  failed  first off: "
+                "features.0 (Conv2d) forward",
+                "  -     loss scaling skips an overflowing step           -         -  passed  skipped, scale halved"]))
             lines = self.table(logs)
         self.assertIn("memcheck-resnet50-amp: ========= ERROR SUMMARY: 0 errors", lines)
         self.assertIn("memcheck-self-test-inception-tf32: ========= ERROR SUMMARY: 3 errors", lines)
-        self.assertIn("self-test-models-amp: 137 of 140 checks passed, 2 skipped", lines)
+        self.assertIn("self-test-inception-deeplab-amp: 137 of 140 checks passed, 2 skipped", lines)
         self.assertIn("  SelfTestFailed: 1 of 140 checks failed", lines)
+        self.assertIn("self-test-resnet152-vgg16-alexnet-amp: no document; stopped after 3 checks (2 passed, 1 failed, "
+                      "0 skipped); last: -     loss scaling skips an overflowing step           -         -  passed  "
+                      "skipped, scale halved", lines)
+        self.assertIn("  FAILED amp vgg16 step, each layer fed the reference's input: first off: features.0 (Conv2d) "
+                      "forward", lines)
         self.assertIn("  FAILED amp inception_v3 step, each layer fed the reference's input: "
                       "first off: Mixed_6b.branch7x7_2.conv (Conv2d) forward", lines)
         self.assertIn("  alexnet batch 64: Succeeded, 9877 samples/s, losses 6.9012 6.8120", lines)
