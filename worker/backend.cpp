@@ -1,6 +1,7 @@
 #include "backend.hpp"
 
 #include <memory>
+#include <new>
 #include <stdexcept>
 
 namespace dlbench::worker {
@@ -78,6 +79,10 @@ void BatchNormOp::forward_training_add_relu(const Tensor&, const Tensor&, const 
 void BatchNormOp::backward_add_relu(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                     const BatchNormStatistics&, Tensor&, Tensor&, Tensor&, Tensor&, const void*) {
   throw std::logic_error("this batch norm was not made with add_relu (BatchNormConfig::add_relu)");
+}
+
+std::shared_ptr<void> Backend::allocate_host(std::size_t bytes) {
+  return {::operator new(bytes, std::align_val_t{64}), [](void* p) { ::operator delete(p, std::align_val_t{64}); }};
 }
 
 void Backend::poison(void* device_dst, std::size_t bytes) {

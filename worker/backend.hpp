@@ -443,6 +443,10 @@ class Backend {
   // Device memory, zero-filled.
   virtual std::shared_ptr<void> allocate(std::size_t bytes) = 0;
   virtual void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) = 0;
+  // Host memory this backend copies from fastest, for what goes to the device every step (the
+  // input pipeline's batches): page-locked on a GPU, where a copy from ordinary memory goes through
+  // a staging buffer at a fraction of the bus's rate. The default is ordinary memory.
+  virtual std::shared_ptr<void> allocate_host(std::size_t bytes);
   virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
   // Sets every bit of `bytes` of device memory, queued like any op: NaN in fp32, fp16 and bf16
   // alike (the memory plan's poison mode). The default copies from the host.

@@ -17,6 +17,7 @@ class DelegatingBackend : public Backend {
   std::optional<std::string> device_lost() const override { return inner_.device_lost(); }
   std::shared_ptr<void> allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
   void copy_from_host(void* d, const void* s, std::size_t n) override { inner_.copy_from_host(d, s, n); }
+  std::shared_ptr<void> allocate_host(std::size_t bytes) override { return inner_.allocate_host(bytes); }
   void copy_to_host(void* d, const void* s, std::size_t n) override { inner_.copy_to_host(d, s, n); }
   void poison(void* d, std::size_t n) override { inner_.poison(d, n); }
   void synchronize() override { inner_.synchronize(); }

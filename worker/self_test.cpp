@@ -529,7 +529,7 @@ void spread_images_apart(Trainer& trainer) {
     const auto image = static_cast<float>(i / per_image);
     pixels[i] = pixels[i] * (0.5f + image) + (static_cast<int>(image) % 2 == 0 ? -0.5f : 0.5f);
   }
-  trainer.load_batch(to_layout(pixels, x.shape, x.layout).data(), labels.data());
+  trainer.load_batch(to_layout(pixels, x.shape, x.layout).data(), DType::fp32, labels.data());
 }
 
 // `loss_scale`: none, or the scale the step's loss gradient is multiplied by.

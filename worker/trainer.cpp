@@ -198,13 +198,17 @@ void synthesize_pretraining_batch(const PretrainingBatchLayout& batch, std::int6
   }
 }
 
-void Trainer::load_batch(const float* pixels, const std::int32_t* labels) {
+void Trainer::load_batch(const void* pixels, DType pixel_type, const std::int32_t* labels) {
   if (input_.dtype == DType::int32) throw std::logic_error("load_batch: this trainer's input is token ids, not pixels");
-  if (input_.dtype == DType::fp32) {
+  if (pixel_type == input_.dtype) {
     backend_.copy_from_host(input_.data, pixels, input_.bytes());
-  } else {
-    const std::vector<std::byte> converted = encode(pixels, static_cast<std::size_t>(input_.numel()), input_.dtype);
+  } else if (pixel_type == DType::fp32) {
+    const std::vector<std::byte> converted =
+        encode(static_cast<const float*>(pixels), static_cast<std::size_t>(input_.numel()), input_.dtype);
     backend_.copy_from_host(input_.data, converted.data(), input_.bytes());
+  } else {
+    throw std::logic_error(std::string("load_batch: pixels of ") + std::string(to_string(pixel_type)) +
+                           " for an input of " + std::string(to_string(input_.dtype)));
   }
   backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t));
 }

@@ -71,10 +71,11 @@ class Trainer {
           std::int64_t vocabulary, SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0,
           MemoryReuse reuse = MemoryReuse::lifetime, DType activations = DType::fp32);
 
-  // Replaces the batch with real data: pixels in input().layout (batch × 3 × image × image
-  // floats, converted to the activations' dtype) and one class index per sample, copied to
-  // the device before the next step (one per pixel, (N, H, W) order, for a segmentation network).
-  void load_batch(const float* pixels, const std::int32_t* labels);
+  // Replaces the batch with real data: pixels in input().layout (batch × 3 × image × image values
+  // of `pixel_type`: input().dtype is copied as it is, fp32 converted to it first) and one class
+  // index per sample, copied to the device before the next step (one per pixel, (N, H, W) order,
+  // for a segmentation network).
+  void load_batch(const void* pixels, DType pixel_type, const std::int32_t* labels);
   // Replaces a pretraining batch with real data: (sequences, tokens) token ids and the labels block
   // as PretrainingBatchLayout lays it out, copied to the device before the next step.
   void load_sequences(const std::int32_t* token_ids, const std::int32_t* labels);
@@ -136,6 +137,7 @@ class Trainer {
   const ParameterStore& parameters() const { return parameters_; }
   Sequential& network() { return *network_; }
   const Tensor& input() const { return input_; }
+  Backend& backend() { return backend_; }
   std::int64_t parameter_count() const { return parameters_.count(); }
   double forward_macs_per_sample() const { return network_->forward_macs_per_sample(); }
   // Activation and gradient memory: what the plan allocates (its placements, bytes unshared).

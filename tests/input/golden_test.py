@@ -163,6 +163,23 @@ class Golden(unittest.TestCase):
             self.assertEqual(f1.read(), f3.read())
 
 
+    def test_measure_hands_out_the_pixel_type_a_precision_asks_for(self):
+        # amp's fp16 and bf16's bf16, converted by the threads (the bits are checked against the
+        # float batch in input_unit_test.cpp); the pipeline's rate then includes the conversion.
+        for pixel_type in ("fp32", "fp16", "bf16"):
+            out = json.loads(tool("measure", self.data, "--batch-size", 8, "--batches", 4, "--threads", 3,
+                                  "--pixel-type", pixel_type).stdout)
+            self.assertEqual(out["pixelType"], pixel_type)
+            self.assertEqual(out["images"], 32)
+            self.assertGreater(out["imagesPerSecond"], 0)
+        p = tool("measure", self.data, "--pixel-type", "fp8", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn('--pixel-type: "fp8" is not one of fp32, fp16, bf16', p.stderr)
+        p = tool("measure", self.data, "--pixel-type", "fp16", "--dump-first",
+                 os.path.join(self.tmp.name, "x.raw"), check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--dump-first writes floats: not with --pixel-type fp16", p.stderr)
+
 class Refusals(unittest.TestCase):
     def test_unusable_data_is_named(self):
         with tempfile.TemporaryDirectory() as tmp:

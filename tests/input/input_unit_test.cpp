@@ -13,6 +13,7 @@
 #include "input/image_folder.hpp"
 #include "input/image_transform.hpp"
 #include "input/input_pipeline.hpp"
+#include "precision.hpp"
 #include "input/png_codec.hpp"
 
 namespace dlbench::input {
@@ -268,7 +269,7 @@ TEST_F(JpegFolder, BatchesAreTheSameWithOneOrFourThreadsAndSkipTheBrokenFile) {
     std::vector<float> all;
     for (int b = 0; b < 14; ++b) {  // 70 images: over two epochs of 31 files
       const Batch batch = p.next();
-      all.insert(all.end(), batch.pixels, batch.pixels + 5 * 3 * 32 * 32);
+      all.insert(all.end(), batch.floats(), batch.floats() + 5 * 3 * 32 * 32);
       for (int i = 0; i < 5; ++i) {
         ASSERT_GE(batch.labels[i], 0);
         ASSERT_LE(batch.labels[i], 2);
@@ -281,6 +282,51 @@ TEST_F(JpegFolder, BatchesAreTheSameWithOneOrFourThreadsAndSkipTheBrokenFile) {
     runs.push_back(std::move(all));
   }
   EXPECT_EQ(runs[0], runs[1]);
+}
+
+// A model that computes in fp16 or bf16 gets its batches in that type from the decoding threads,
+// bit for bit what converting the float batch would give (round to nearest even), in memory the
+// caller's allocator gave (page-locked, from a GPU backend), one batch of bytes per slot.
+TEST_F(JpegFolder, HalfPrecisionBatchesAreTheFloatBatchesConvertedInTheCallersMemory) {
+  const ImageFolder f = scan_image_folder(root_.string());
+  const ImageFolderSource source(f, 32, PixelLayout::nhwc);
+  constexpr std::size_t kBatchValues = 5 * 3 * 32 * 32;
+  InputPipelineConfig config;
+  config.batch_size = 5;
+  config.threads = 3;
+  std::vector<std::vector<float>> floats;
+  {
+    InputPipeline p(source, config);
+    for (int b = 0; b < 8; ++b) {
+      const Batch batch = p.next();
+      EXPECT_EQ(batch.pixel_type, PixelType::fp32);
+      floats.emplace_back(batch.floats(), batch.floats() + kBatchValues);
+    }
+  }
+  for (const PixelType type : {PixelType::fp16, PixelType::bf16}) {
+    std::vector<std::size_t> allocated;
+    config.pixel_type = type;
+    config.allocate_pixels = [&](std::size_t bytes) {
+      allocated.push_back(bytes);
+      return std::shared_ptr<void>(new std::uint16_t[bytes / 2], [](void* q) { delete[] static_cast<std::uint16_t*>(q); });
+    };
+    InputPipeline p(source, config);
+    EXPECT_EQ(allocated, std::vector<std::size_t>(static_cast<std::size_t>(config.prefetch_batches) + 1, kBatchValues * 2));
+    for (int b = 0; b < 8; ++b) {
+      const Batch batch = p.next();
+      ASSERT_EQ(batch.pixel_type, type);
+      EXPECT_THROW((void)batch.floats(), std::logic_error);
+      const auto* bits = static_cast<const std::uint16_t*>(batch.pixels);
+      std::size_t differing = 0;
+      for (std::size_t i = 0; i < kBatchValues; ++i) {
+        const float v = floats[static_cast<std::size_t>(b)][i];
+        const std::uint16_t expected =
+            type == PixelType::fp16 ? dlbench::worker::fp16::from_float(v).bits : dlbench::worker::bf16::from_float(v).bits;
+        differing += bits[i] != expected;
+      }
+      EXPECT_EQ(differing, 0u) << "batch " << b << (type == PixelType::fp16 ? " fp16" : " bf16");
+    }
+  }
 }
 
 TEST_F(JpegFolder, ASmallShardPerRankStillFillsBatches) {
@@ -353,7 +399,7 @@ TEST_F(CityscapesTree, BatchesAreTheSameWithOneOrThreeThreadsAndHoldTrainingIds)
     std::vector<std::int32_t> labels;
     for (int b = 0; b < 9; ++b) {  // 27 samples: over two epochs of 11 pairs
       const Batch batch = p.next();
-      pixels.insert(pixels.end(), batch.pixels, batch.pixels + 3 * 3 * 16 * 32);
+      pixels.insert(pixels.end(), batch.floats(), batch.floats() + 3 * 3 * 16 * 32);
       labels.insert(labels.end(), batch.labels, batch.labels + 3 * 16 * 32);
     }
     EXPECT_EQ(p.skipped_count(), 1);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "layers/relu.hpp"
 #include "models/model.hpp"
 #include "models/small_conv_net.hpp"
+#include "precision.hpp"
 #include "trainer.hpp"
 #include "same_state_steps.hpp"
 
@@ -31,6 +33,47 @@ TEST(Training, SmallConvNetLearnsItsBatch) {
   int steps = 1;
   for (; steps < 200 && last > 0.1f * first; ++steps) last = trainer.step_and_loss();
   EXPECT_LE(last, 0.1f * first) << "loss " << first << " → " << last << " after " << steps << " steps";
+}
+
+// Real data reaches the device in the input's own type (the pipeline's threads converted it) and
+// is copied as it is; floats are still converted, to the same bits; any other pairing is a bug.
+TEST(Training, ABatchLoadsInTheInputsOwnTypeOrAsFloatsConvertedToTheSameBits) {
+  CpuBackend backend(2);
+  const Shape shape(4, 3, 16, 16);
+  std::vector<float> pixels(static_cast<std::size_t>(shape.numel()));
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = std::sin(0.37f * static_cast<float>(i)) * 2.1f + 1e-3f;
+  const std::vector<std::int32_t> labels{3, 1, 4, 1};
+  std::vector<std::uint16_t> bf16_bits(pixels.size());
+  for (std::size_t i = 0; i < pixels.size(); ++i) bf16_bits[i] = bf16::from_float(pixels[i]).bits;
+
+  Trainer fp32(backend, small_conv_net(), shape, 10, {0.05f, 0.9f, 0.0f}, 1);
+  fp32.load_batch(pixels.data(), DType::fp32, labels.data());
+  std::vector<float> back;
+  std::vector<std::int32_t> back_labels;
+  fp32.copy_batch_to_host(back, back_labels);
+  EXPECT_EQ(back_labels, labels);
+  std::vector<float> sorted_in = pixels, sorted_back = back;  // the same values, whatever the layout
+  std::sort(sorted_in.begin(), sorted_in.end());
+  std::sort(sorted_back.begin(), sorted_back.end());
+  EXPECT_EQ(sorted_back, sorted_in);
+  try {
+    fp32.load_batch(bf16_bits.data(), DType::bf16, labels.data());
+    ADD_FAILURE() << "a bf16 batch loaded into an fp32 input";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "load_batch: pixels of bf16 for an input of fp32");
+  }
+
+  if (const auto why = backend.cannot_compute(DType::bf16)) GTEST_SKIP() << *why;
+  Trainer half(backend, small_conv_net(), shape, 10, {0.05f, 0.9f, 0.0f}, 1, 0, MemoryReuse::lifetime, DType::bf16);
+  half.load_batch(pixels.data(), DType::fp32, labels.data());
+  std::vector<float> converted_here, converted_before;
+  half.copy_batch_to_host(converted_here, back_labels);
+  half.load_batch(bf16_bits.data(), DType::bf16, labels.data());
+  half.copy_batch_to_host(converted_before, back_labels);
+  EXPECT_EQ(converted_before, converted_here);
+  std::size_t rounded = 0;
+  for (std::size_t i = 0; i < pixels.size(); ++i) rounded += converted_here[i] != pixels[i];
+  EXPECT_GT(rounded, pixels.size() / 2);  // it is bf16 on the device, not the floats
 }
 
 TEST(Training, ResNet50LossDecreasesAtSmallImages) {

@@ -398,6 +398,15 @@ void CudaBackend::copy_from_host(void* device_dst, const void* host_src, std::si
   DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may go away on return
 }
 
+std::shared_ptr<void> CudaBackend::allocate_host(std::size_t bytes) {
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();  // clear it: ordinary memory still works, only slower to copy from
+    return Backend::allocate_host(bytes);
+  }
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+}
+
 void CudaBackend::copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) {
   DLBENCH_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, stream_));
   DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));

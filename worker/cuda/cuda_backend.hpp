@@ -72,6 +72,7 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<void> allocate(std::size_t bytes) override;
   void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) override;
+  std::shared_ptr<void> allocate_host(std::size_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override;
   void poison(void* device_dst, std::size_t bytes) override;
   void synchronize() override;

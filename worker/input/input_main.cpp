@@ -383,6 +383,12 @@ int measure(const Args& a) {
   config.seed = static_cast<std::uint64_t>(a.number("seed", 42, 0, 1L << 62));
   const long batches = a.number("batches", 20, 1, 1 << 30);
   if (pretraining(a)) return measure_pretraining(a, root, config, batches);
+  // As the worker asks for them: fp16 for amp, bf16 for bf16 (the threads convert).
+  const std::string pixel_type = a.text("pixel-type").empty() ? "fp32" : one_of("--pixel-type", a.text("pixel-type"), {"fp32", "fp16", "bf16"});
+  config.pixel_type = pixel_type == "fp16" ? PixelType::fp16 : pixel_type == "bf16" ? PixelType::bf16 : PixelType::fp32;
+  if (config.pixel_type != PixelType::fp32 && !a.text("dump-first").empty()) {
+    throw UsageError{"--dump-first writes floats: not with --pixel-type " + pixel_type};
+  }
   ImageFolder folder;
   CityscapesSet set;
   std::unique_ptr<SampleSource> source;
@@ -400,7 +406,7 @@ int measure(const Args& a) {
   // The first batch includes starting the threads and filling the ring: not timed.
   const Batch first = pipeline.next();
   if (const std::string dump = a.text("dump-first"); !dump.empty()) {
-    write_floats(dump, first.pixels, source->pixel_floats() * static_cast<std::size_t>(config.batch_size));
+    write_floats(dump, first.floats(), source->pixel_floats() * static_cast<std::size_t>(config.batch_size));
     std::ofstream labels(dump + ".labels");
     for (std::size_t i = 0; i < source->label_count() * static_cast<std::size_t>(config.batch_size); ++i) {
       labels << first.labels[i] << "\n";
@@ -413,6 +419,7 @@ int measure(const Args& a) {
                      {"seconds", seconds},
                      {"images", batches * config.batch_size},
                      {"threads", config.threads},
+                     {"pixelType", pixel_type},
                      {"files", source->samples()},
                      {"shardFiles", pipeline.shard_size()},
                      {"skippedFiles", pipeline.skipped_count()}};
@@ -505,6 +512,8 @@ const std::vector<Command>& commands() {
         {"world", "W (default 1)"},
         {"seed", "S (default 42)"},
         {"dct-scaling", "imagefolder: on | off (default on)"},
+        {"pixel-type", "imagefolder, cityscapes: fp32 | fp16 | bf16, what the threads hand out (amp's fp16, bf16's "
+                       "bf16; default fp32)"},
         {"vocabulary", "bertpretraining: token ids a sequence may hold (default 30522)"},
         {"dump-first", "RAW: the first batch's floats, and its labels beside (bertpretraining: JSON of its token ids and "
                        "block)"}},

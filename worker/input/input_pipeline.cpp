@@ -1,13 +1,40 @@
 #include "input/input_pipeline.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "precision.hpp"
 
 namespace dlbench::input {
+
+std::size_t pixel_type_size(PixelType type) { return type == PixelType::fp32 ? 4 : 2; }
+
+const float* Batch::floats() const {
+  if (pixel_type != PixelType::fp32) throw std::logic_error("Batch::floats: this batch's pixels are 16-bit");
+  return static_cast<const float*>(pixels);
+}
+
+namespace {
+
+// Rounds to nearest even, as Trainer's conversion of a float batch does: the same bits either way.
+template <typename Half>
+void convert(const float* from, std::size_t count, void* to) {
+  auto* out = static_cast<std::uint16_t*>(to);
+  for (std::size_t i = 0; i < count; ++i) out[i] = Half::from_float(from[i]).bits;
+}
+
+std::shared_ptr<void> ordinary_memory(std::size_t bytes) {
+  return {::operator new(bytes, std::align_val_t{64}), [](void* p) { ::operator delete(p, std::align_val_t{64}); }};
+}
+
+}  // namespace
 InputPipeline::InputPipeline(const SampleSource& source, InputPipelineConfig config)
     : source_(source),
       config_(config),
       sample_floats_(source.pixel_floats()),
       sample_labels_(source.label_count()),
+      sample_bytes_(sample_floats_ * pixel_type_size(config.pixel_type)),
       slots_(config.prefetch_batches + 1) {
   if (config_.batch_size < 1 || config_.threads < 1 || config_.prefetch_batches < 1) {
     throw std::invalid_argument("InputPipeline: batch size, threads and prefetch batches must be >= 1");
@@ -18,8 +45,10 @@ InputPipeline::InputPipeline(const SampleSource& source, InputPipelineConfig con
                           source_.samples_are() + ", fewer than the " + std::to_string(config_.world) +
                           " ranks that each read their own share of them");
   }
+  const std::size_t batch_bytes = sample_bytes_ * static_cast<std::size_t>(config_.batch_size);
   for (int s = 0; s < slots_; ++s) {
-    pixels_.emplace_back(sample_floats_ * static_cast<std::size_t>(config_.batch_size));
+    pixels_.push_back(config_.allocate_pixels ? config_.allocate_pixels(batch_bytes) : ordinary_memory(batch_bytes));
+    if (!pixels_.back()) throw std::bad_alloc();
     labels_.emplace_back(sample_labels_ * static_cast<std::size_t>(config_.batch_size));
   }
   filled_.assign(static_cast<std::size_t>(slots_), 0);
@@ -69,14 +98,16 @@ std::vector<SkippedFile> InputPipeline::skipped_examples() const {
   return skipped_examples_;
 }
 
-void InputPipeline::produce(std::int64_t image, SampleScratch& scratch) {
+void InputPipeline::produce(std::int64_t image, SampleScratch& scratch, std::vector<float>& staging) {
   const auto n = static_cast<std::int64_t>(shard_size_);
   const auto shard = shard_of_epoch(static_cast<std::uint64_t>(image / n));
   const std::int64_t position = image % n;
   const std::int64_t batch = image / config_.batch_size;
   const auto slot = static_cast<std::size_t>(batch % slots_);
   const auto index = static_cast<std::size_t>(image % config_.batch_size);
-  float* out = pixels_[slot].data() + index * sample_floats_;
+  void* out = static_cast<std::byte*>(pixels_[slot].get()) + index * sample_bytes_;
+  // fp32 is made in place; a 16-bit type is made in floats, then converted.
+  float* made = config_.pixel_type == PixelType::fp32 ? static_cast<float*>(out) : staging.data();
   std::int32_t* labels = labels_[slot].data() + index * sample_labels_;
   std::string first_error;
   for (std::int64_t attempt = 0; attempt < n; ++attempt) {
@@ -87,7 +118,11 @@ void InputPipeline::produce(std::int64_t image, SampleScratch& scratch) {
                         mix_bits(static_cast<std::uint64_t>(config_.rank) << 40 ^ static_cast<std::uint64_t>(image)) ^
                         mix_bits(static_cast<std::uint64_t>(attempt) + 7));
     std::string why;
-    if (source_.make(file, rng, scratch, out, labels, why)) return;
+    if (source_.make(file, rng, scratch, made, labels, why)) {
+      if (config_.pixel_type == PixelType::fp16) convert<worker::fp16>(made, sample_floats_, out);
+      if (config_.pixel_type == PixelType::bf16) convert<worker::bf16>(made, sample_floats_, out);
+      return;
+    }
     skip(file, why);
     if (first_error.empty()) first_error = source_.sample_path(file) + ": " + why;
   }
@@ -98,6 +133,7 @@ void InputPipeline::produce(std::int64_t image, SampleScratch& scratch) {
 
 void InputPipeline::run_thread() {
   const std::unique_ptr<SampleScratch> scratch = source_.scratch();
+  std::vector<float> staging(config_.pixel_type == PixelType::fp32 ? 0 : sample_floats_);
   const int batch_size = config_.batch_size;
   for (;;) {
     std::int64_t image = 0;
@@ -112,7 +148,7 @@ void InputPipeline::run_thread() {
       image = next_image_++;
     }
     try {
-      produce(image, *scratch);
+      produce(image, *scratch, staging);
     } catch (...) {
       std::lock_guard lock(mutex_);
       if (!error_) error_ = std::current_exception();
@@ -135,7 +171,7 @@ Batch InputPipeline::next() {
   const auto slot = static_cast<std::size_t>(batch % slots_);
   consumer_.wait(lock, [&] { return error_ || filled_[slot] == config_.batch_size; });
   if (filled_[slot] != config_.batch_size) std::rethrow_exception(error_);
-  return {pixels_[slot].data(), labels_[slot].data()};
+  return {pixels_[slot].get(), config_.pixel_type, labels_[slot].data()};
 }
 
 }  // namespace dlbench::input

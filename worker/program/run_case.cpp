@@ -301,13 +301,22 @@ class CaseRun {
     config.seed = o_.seed;
     config.rank = comm_.rank();
     config.world = comm_.size();
+    // The decoding threads convert to the input's type and write where the device copies from fastest.
+    const DType input_type = trainer.input().dtype;
+    config.pixel_type = input_type == DType::fp16   ? input::PixelType::fp16
+                        : input_type == DType::bf16 ? input::PixelType::bf16
+                                                    : input::PixelType::fp32;
+    config.allocate_pixels = [&device = trainer.backend()](std::size_t bytes) { return device.allocate_host(bytes); };
     start_feed(
         trainer, workload, config.prefetch_batches,
         [&] { real_->pipeline = std::make_unique<input::InputPipeline>(*real_->source, config); },
         [this] { real_->pipeline->next(); },
         [this](Trainer& t) {
           const input::Batch batch = real_->pipeline->next();
-          return [&t, batch] { t.load_batch(batch.pixels, batch.labels); };
+          const DType type = batch.pixel_type == input::PixelType::fp16   ? DType::fp16
+                             : batch.pixel_type == input::PixelType::bf16 ? DType::bf16
+                                                                          : DType::fp32;
+          return [&t, batch, type] { t.load_batch(batch.pixels, type, batch.labels); };
         });
   }
 
