@@ -37,6 +37,7 @@ struct GpuMonitor::Api {
   NvmlReturn (*temperature)(NvmlDevice, int, unsigned*) = nullptr;
   NvmlReturn (*power)(NvmlDevice, unsigned*) = nullptr;
   NvmlReturn (*processes)(NvmlDevice, unsigned*, NvmlProcessInfo*) = nullptr;
+  NvmlReturn (*driver_version)(char*, unsigned) = nullptr;  // optional: only the environment's driverVersion needs it
 
   std::string describe(NvmlReturn code) const {
     const char* text = error_string != nullptr ? error_string(code) : nullptr;
@@ -83,6 +84,7 @@ std::unique_ptr<GpuMonitor> GpuMonitor::open(const std::string& pci_bus_id, std:
       resolve(lib, {"nvmlDeviceGetTemperature"}, api->temperature) && resolve(lib, {"nvmlDeviceGetPowerUsage"}, api->power) &&
       resolve(lib, {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"},
               api->processes);
+  resolve(lib, {"nvmlSystemGetDriverVersion"}, api->driver_version);
   if (!complete) {
     why = library + " lacks an NVML entry point this needs";
     api->shutdown = nullptr;  // never initialised
@@ -103,11 +105,19 @@ std::unique_ptr<GpuMonitor> GpuMonitor::open(const std::string& pci_bus_id, std:
     why = "nvmlDeviceGetMaxClockInfo: " + api->describe(r);
     return nullptr;
   }
-  return std::unique_ptr<GpuMonitor>(new GpuMonitor(std::move(api), device, max_clock));
+  std::string driver_version;
+  if (api->driver_version != nullptr) {
+    char text[96] = {};  // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE is 80
+    if (api->driver_version(text, sizeof text - 1) == kNvmlSuccess) driver_version = text;
+  }
+  return std::unique_ptr<GpuMonitor>(new GpuMonitor(std::move(api), device, max_clock, std::move(driver_version)));
 }
 
-GpuMonitor::GpuMonitor(std::unique_ptr<Api> api, void* device, unsigned max_sm_clock_mhz)
-    : api_(std::move(api)), device_(device), max_sm_clock_mhz_(max_sm_clock_mhz) {}
+GpuMonitor::GpuMonitor(std::unique_ptr<Api> api, void* device, unsigned max_sm_clock_mhz, std::string driver_version)
+    : api_(std::move(api)),
+      device_(device),
+      max_sm_clock_mhz_(max_sm_clock_mhz),
+      driver_version_(std::move(driver_version)) {}
 
 GpuMonitor::~GpuMonitor() {
   if (sampler_.joinable()) stop();

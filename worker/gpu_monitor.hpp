@@ -54,6 +54,10 @@ class GpuMonitor {
   GpuMonitor& operator=(const GpuMonitor&) = delete;
 
   GpuSample sample() const;  // one reading now
+  // The driver's own version ("580.159.04", nvmlSystemGetDriverVersion), which CUDA's
+  // cudaDriverGetVersion reduces to the CUDA version it supports ("13.0"); empty where this NVML
+  // cannot say.
+  const std::string& driver_version() const { return driver_version_; }
   // Samples every `period` on a thread of its own until stop(), which returns what was seen.
   void start(std::chrono::milliseconds period);
   GpuReadings stop();
@@ -61,10 +65,11 @@ class GpuMonitor {
   struct Api;  // NVML's entry points, resolved with dlsym
 
  private:
-  GpuMonitor(std::unique_ptr<Api> api, void* device, unsigned max_sm_clock_mhz);
+  GpuMonitor(std::unique_ptr<Api> api, void* device, unsigned max_sm_clock_mhz, std::string driver_version);
   std::unique_ptr<Api> api_;
   void* device_;
   unsigned max_sm_clock_mhz_;
+  std::string driver_version_;
   std::thread sampler_;
   std::atomic<bool> running_{false};
   std::mutex mutex_;

@@ -2,7 +2,8 @@
 // summarizing run on machines without a GPU. One device, at the PCI bus id FAKE_NVML_BUS_ID
 // (default 00000000:3B:00.0); each reading comes from an environment variable read at the call, so
 // a test changes the device while it is sampled: FAKE_NVML_SM_CLOCK, FAKE_NVML_MAX_CLOCK,
-// FAKE_NVML_REASONS, FAKE_NVML_PROCESSES, FAKE_NVML_TEMPERATURE, FAKE_NVML_POWER_MW. Only the older
+// FAKE_NVML_REASONS, FAKE_NVML_PROCESSES, FAKE_NVML_TEMPERATURE, FAKE_NVML_POWER_MW; the driver is
+// 580.159.04 unless FAKE_NVML_NO_DRIVER_VERSION is set. Only the older
 // names of two entry points are exported, as an older driver has them.
 #include <cstdlib>
 #include <cstring>
@@ -15,7 +16,7 @@ unsigned long long setting(const char* name, unsigned long long fallback) {
 }
 
 int device_token = 0;
-constexpr int kSuccess = 0, kInvalidArgument = 2, kNotFound = 6, kInsufficientSize = 7;
+constexpr int kSuccess = 0, kInvalidArgument = 2, kNotSupported = 3, kNotFound = 6, kInsufficientSize = 7;
 
 struct ProcessInfo {
   unsigned pid;
@@ -30,6 +31,15 @@ extern "C" {
 
 int nvmlInit_v2() { return kSuccess; }
 int nvmlShutdown() { return kSuccess; }
+
+// Absent from a driver's NVML only in the test that sets FAKE_NVML_NO_DRIVER_VERSION.
+int nvmlSystemGetDriverVersion(char* text, unsigned length) {
+  if (std::getenv("FAKE_NVML_NO_DRIVER_VERSION") != nullptr) return kNotSupported;
+  const char* version = "580.159.04";
+  if (length < std::strlen(version) + 1) return kInsufficientSize;
+  std::strcpy(text, version);
+  return kSuccess;
+}
 const char* nvmlErrorString(int code) { return code == kNotFound ? "Not Found" : "Unknown Error"; }
 
 int nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, void** device) {

@@ -19,7 +19,8 @@ class GpuMonitorTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (const char* name : {"FAKE_NVML_SM_CLOCK", "FAKE_NVML_MAX_CLOCK", "FAKE_NVML_REASONS", "FAKE_NVML_PROCESSES",
-                             "FAKE_NVML_TEMPERATURE", "FAKE_NVML_POWER_MW", "FAKE_NVML_BUS_ID"}) {
+                             "FAKE_NVML_TEMPERATURE", "FAKE_NVML_POWER_MW", "FAKE_NVML_BUS_ID",
+                             "FAKE_NVML_NO_DRIVER_VERSION"}) {
       unsetenv(name);
     }
   }
@@ -43,6 +44,17 @@ TEST_F(GpuMonitorTest, ReadsTheDeviceThroughOlderEntryPointsToo) {
   EXPECT_EQ(s.reasons, 0x24u);
   EXPECT_EQ(s.temperature_c, 60u);
   EXPECT_EQ(s.power_mw, 500000u);
+}
+
+// The environment's driverVersion: the driver's own version from NVML (an H200's status said
+// "13.0", the CUDA version its driver supports); empty where NVML cannot say, and the monitor works.
+TEST_F(GpuMonitorTest, TellsTheDriversOwnVersionWhereNvmlCan) {
+  EXPECT_EQ(open()->driver_version(), "580.159.04");
+  setenv("FAKE_NVML_NO_DRIVER_VERSION", "1", 1);
+  const auto monitor = open();
+  ASSERT_NE(monitor, nullptr);
+  EXPECT_EQ(monitor->driver_version(), "");
+  EXPECT_EQ(monitor->sample().sm_clock_mhz, 1980u);
 }
 
 TEST_F(GpuMonitorTest, NoLibraryOrNoDeviceSaysWhy) {

@@ -416,6 +416,10 @@ class CaseRun {
     const double bound = max_cv(doc_.methodology.stability, o_.backend == "cuda");
     std::vector<double> measured;  // every repeat's throughput, in run order
     const std::unique_ptr<GpuMonitor> gpu_monitor = open_gpu_monitor(device, comm_.rank());
+    // The driver's own version where NVML tells it; CUDA's runtime knows only the CUDA version it supports.
+    if (gpu_monitor && !gpu_monitor->driver_version().empty()) {
+      doc_.environment.driver_version = gpu_monitor->driver_version();
+    }
     if (gpu_monitor) gpu_monitor->start(std::chrono::milliseconds(100));
     const CpuCounters load_before = read_cpu_counters();
     const auto repeats = run_methodology(
