@@ -133,17 +133,19 @@ sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanit
 [[ -n $sanitizer ]] && { DLBENCH_CUDA_ATTENTION=fused step memcheck-bert-amp-attention-fused 150 "$sanitizer" \
   --tool memcheck --error-exitcode 9 "$bin/dlbench-worker" --backend cuda --model bert-base --batch-size 2 \
   --sequence-length 128 --precision amp --warmup-steps 1 --measure-steps 1 --repeats 1 & correctness+=($!); }
-# The other models' whole steps layer by layer against the CPU, one process a precision: a fault
+# The other models' whole steps layer by layer against the CPU, in processes of their own: a fault
 # that poisons the CUDA context (tf32's misaligned address in InceptionV3's step on 2026-11-28)
-# then costs its own precision's checks only. And InceptionV3's tf32 step under memcheck, which
+# then costs its own process's checks only. And InceptionV3's tf32 step under memcheck, which
 # names the kernel if that fault outlived the parameters' 256-byte alignment.
 # Two processes a precision: amp's five models in one ran past 150 s on 2026-11-29 (beside twenty
 # other processes), and its table was lost with it.
 declare -A model_groups=([resnet152-vgg16-alexnet]=resnet152,vgg16,alexnet [inception-deeplab]=inception_v3,deeplabv3plus)
 for precision in fp32 tf32 amp bf16; do
   for group in "${!model_groups[@]}"; do
-    step "self-test-$group-$precision" 150 "$bin/dlbench-worker" --self-test --backend cuda --precision "$precision" \
-      --model "${model_groups[$group]}" --output "$logs/self-test-$group-$precision.json" &
+    # The convolution algorithms cuDNN chose, one stderr line each (fp32's 5x5 AuxLogits.conv1 was
+    # 2.91e-4 off on 2026-11-29: an FFT or Winograd algorithm, or not).
+    DLBENCH_LOG_ALGORITHMS=1 step "self-test-$group-$precision" 150 "$bin/dlbench-worker" --self-test --backend cuda \
+      --precision "$precision" --model "${model_groups[$group]}" --output "$logs/self-test-$group-$precision.json" &
     correctness+=($!)
   done
 done

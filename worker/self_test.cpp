@@ -123,6 +123,11 @@ struct Bounds {
   double relu_block = 1e-4;  // a block whose backward goes through ReLU masks that rounding can flip
   double floor = 0;
   double training = 1e-4;  // relative difference of the loss, per step
+  // Each layer of a model's whole step, fed the reference's input. In fp32 cuDNN's search may
+  // take an FFT or Winograd algorithm (FMA only, as PyTorch's benchmark mode may): an H200 gave
+  // InceptionV3's 5x5 AuxLogits.conv1 (3,200 products an output) 2.91e-4 where every other layer
+  // of five models kept under 1e-4. A wrong index or stale memory is off by 1e-2 and more.
+  double model_step = 5e-4;
 };
 
 // A bottleneck's backward in a half type is dominated by ReLU masks that rounding flips, so its
@@ -134,9 +139,9 @@ struct Bounds {
 // by its whole size.
 Bounds bounds_for(Precision precision) {
   switch (precision) {
-    case Precision::tf32: return {5e-3, 2e-2, 0.15, 0, 1e-2};
-    case Precision::amp: return {5e-3, 5e-2, 0.15, 2e-5, 1e-2};
-    case Precision::bf16: return {1.5e-2, 0.2, 0.3, 2e-4, 2e-2};
+    case Precision::tf32: return {5e-3, 2e-2, 0.15, 0, 1e-2, 2e-2};
+    case Precision::amp: return {5e-3, 5e-2, 0.15, 2e-5, 1e-2, 5e-2};
+    case Precision::bf16: return {1.5e-2, 0.2, 0.3, 2e-4, 2e-2, 0.2};
     case Precision::fp32: break;
   }
   return {};
@@ -887,7 +892,7 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
         *scale /= 2.0f;
         got = model_step_trace(model, *backend, dtype, scale, &*want_step_trace);
       }
-      SelfTestCheck c = compare_step_traces(got, *want_step_trace, b.block);
+      SelfTestCheck c = compare_step_traces(got, *want_step_trace, b.model_step);
       if (scale) c.detail += "; loss scale " + std::to_string(static_cast<long>(*scale));
       return c;
     });

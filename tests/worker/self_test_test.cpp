@@ -475,7 +475,7 @@ TEST(SelfTest, AnOpReadingPastItsDeclaredLifetimeFailsTheMemoryPlanCheck) {
 }
 
 // Each layer of the whole step is fed the reference's input, so rounding does not compound: 64
-// ulps of noise in every convolution's outputs and gradients stay 25 times inside fp32's bound.
+// ulps of noise in every convolution's outputs and gradients stay over 100 times inside fp32's bound.
 TEST(SelfTest, TheWholeStepCheckTakesAnotherSummationOrderInItsStride) {
   FaultyBackend backend;
   backend.conv_noise_ulps = 64;
