@@ -318,6 +318,12 @@ step input-measure-imagefolder 30 "$bin/dlbench-input" measure "$real_data/image
   --batch-size 256 --batches 8
 step input-measure-cityscapes 30 "$bin/dlbench-input" measure "$real_data/cityscapes" --data cityscapes \
   --threads "$decode_threads" --batch-size 8 --batches 8
+# Why the real-data amp run of 2026-11-29 skipped 42 of 400 steps and its loss scale fell to 1.5e-8:
+# each skipped step with its loss and the gradients that overflowed (every step waits: not timed).
+DLBENCH_LOG_LOSS_SCALE=1 step real-data-amp-loss-scale 60 "$bin/dlbench-worker" --backend cuda --model resnet50 \
+  --batch-size 256 --precision amp --warmup-steps 0 --measure-steps 50 --repeats 2 --extra-repeats 0 \
+  --data imagefolder --data-path "$real_data/images" --decode-threads "$decode_threads" \
+  --output "$logs/real-data-amp-loss-scale.json"
 time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder dlbench-imagefolder --data imagefolder \
   --data-path "$real_data/images" --decode-threads "$decode_threads"
 time_dlbench deeplabv3plus 8 amp dlbench-deeplabv3plus-amp-cityscapes dlbench-cityscapes --image-size 512x1024 \

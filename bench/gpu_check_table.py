@@ -324,6 +324,14 @@ def real_data(logs):
         out.append(f"  {name}: {rate:.1f}/s{against}; {i['verdict']}, waited {100 * i['waitShare']:.1f}% of the "
                    f"measured time; the pipeline alone {i['pipelineThroughput']:.0f}/s with {i['decodeThreads']} "
                    f"threads, {i['files']} files, {i['skippedFiles']} skipped")
+    # The loss scale on real data in amp (DLBENCH_LOG_LOSS_SCALE): how many steps skipped, the first two said.
+    try:
+        with open(os.path.join(logs, "real-data-amp-loss-scale.log"), errors="replace") as f:
+            skips = [line.strip() for line in f if re.match(r"^dlbench-worker: step \d+ skipped", line)]
+        out.append(f"  real-data-amp-loss-scale: {len(skips)} steps skipped" + ("; " if skips else "") +
+                   "; ".join(line[len("dlbench-worker: "):][:220] for line in skips[:2]))
+    except OSError:
+        out.append("  real-data-amp-loss-scale: (no log)")
     return ["", "Real data through the CPU pipeline (input-bound: the case for nvJPEG and more threads):"] + out
 
 

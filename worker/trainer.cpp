@@ -1,7 +1,10 @@
 #include "trainer.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <ostream>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 
 namespace dlbench::worker {
@@ -310,10 +313,38 @@ bool Trainer::last_step_skipped() {
   return state && update_skipped(&*state);
 }
 
+std::string Trainer::describe_skipped_step() {
+  std::vector<float> grads(static_cast<std::size_t>(parameters_.elements()));
+  backend_.copy_to_host(grads.data(), parameters_.grads(), grads.size() * sizeof(float));
+  const float loss = backend_.last_loss();
+  const std::vector<Parameter*>& all = parameters_.parameters();
+  std::vector<std::string> overflowed;
+  for (auto p = all.rbegin(); p != all.rend(); ++p) {  // backward's order: nearest the loss first
+    long infinite = 0, nan = 0;
+    const std::int64_t count = (*p)->value.numel();
+    for (std::int64_t i = 0; i < count; ++i) {
+      const float g = grads[static_cast<std::size_t>((*p)->offset + i)];
+      infinite += std::isinf(g) ? 1 : 0;
+      nan += std::isnan(g) ? 1 : 0;
+    }
+    if (infinite + nan > 0) {
+      overflowed.push_back((*p)->name + " (" + std::to_string(infinite) + " inf, " + std::to_string(nan) + " NaN of " +
+                           std::to_string(count) + ")");
+    }
+  }
+  std::ostringstream out;
+  out << "loss " << loss << (std::isfinite(loss) ? "" : " (not finite: the forward pass overflowed)") << "; "
+      << overflowed.size() << " of " << all.size() << " parameters' gradients not finite";
+  for (std::size_t i = 0; i < overflowed.size() && i < 3; ++i) out << (i == 0 ? ", nearest the loss first: " : ", ") << overflowed[i];
+  if (overflowed.size() > 3) out << ", ...";
+  return out.str();
+}
+
 void Trainer::step() {
   if (graph_captured_) {
     backend_.replay();
     ++context_.step;
+    say_if_skipped();
     return;
   }
   const bool capture = use_graph_ && context_.step >= 1;  // the first step runs eagerly: algorithms, workspace
@@ -340,6 +371,14 @@ void Trainer::step() {
     backend_.replay();  // capturing recorded the step without running it
   }
   ++context_.step;
+  say_if_skipped();
+}
+
+void Trainer::say_if_skipped() {
+  if (skip_log_ == nullptr || !last_step_skipped()) return;
+  const auto state = loss_scale();
+  *skip_log_ << "dlbench-worker: step " << context_.step << " skipped, loss scale now " << state->scale << ": "
+             << describe_skipped_step() << std::endl;
 }
 
 void Trainer::use_adamw(AdamWConfig config) { use_adam_family(config, false); }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -113,6 +114,13 @@ class Trainer {
   std::optional<LossScaleState> loss_scale();
   // Whether the last step's update was skipped (waits for the device).
   bool last_step_skipped();
+  // Why the last step was skipped, for a person: its loss, and the parameters whose gradients hold
+  // an inf or NaN, nearest the loss first (where backward met the overflow first). A non-finite
+  // loss says the forward pass overflowed. Downloads every gradient: a diagnosis, never timed.
+  std::string describe_skipped_step();
+  // From the next step on, every skipped step is described on `out` as it happens (null: not);
+  // each step then waits for the device (DLBENCH_LOG_LOSS_SCALE=1).
+  void log_skipped_steps(std::ostream* out) { skip_log_ = out; }
   // Forward and loss only (gradients and weights untouched).
   float loss();
   // AdamW with global-norm clipping instead of SGD, from the next step on (BERT's optimizer).
@@ -170,6 +178,8 @@ class Trainer {
   std::function<void()> before_update_;
   std::optional<LossScalingConfig> loss_scaling_;
   std::shared_ptr<void> loss_scale_memory_;  // one LossScaleState in the backend's memory
+  std::ostream* skip_log_ = nullptr;
+  void say_if_skipped();
   LossScaleState* loss_scale_state() { return static_cast<LossScaleState*>(loss_scale_memory_.get()); }
   // Update calls queued, skipped or not: the first starts the momentum buffers (a skipped first
   // step leaves them zero, from which the next update starts them alike), and Adam counts its

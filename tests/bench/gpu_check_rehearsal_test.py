@@ -26,7 +26,7 @@ VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|
 # Steps that need no GPU: they succeed here as on the device.
 CPU_ONLY = ["real-data-generate", "input-measure-imagefolder", "input-measure-cityscapes"]
 # Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
-EXPECTED = CPU_ONLY + (["list-devices", "dlbench-run-cuda", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
+EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "dlbench-run-cuda", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
              "pytorch-bert-amp-tuned", "pytorch-resnet50-amp-tuned",
              "dlbench-resnet50-amp-graph", "dlbench-resnet50-tf32-ex-relu", "dlbench-resnet50-tf32-sum",
              "dlbench-resnet50-fp32-accumulate", "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-ex",

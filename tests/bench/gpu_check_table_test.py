@@ -66,11 +66,22 @@ class GpuCheckTable(unittest.TestCase):
                 "  amp   vgg16 step, each layer fed the reference's input  9.10e-02  5.00e-02  failed  first off: "
                 "features.0 (Conv2d) forward",
                 "  -     loss scaling skips an overflowing step           -         -  passed  skipped, scale halved"]))
+            write(logs, "real-data-amp-loss-scale.log", "\n".join([
+                "  case 1x1-bs256-amp repeat 1/2: 5800.00 samples/s",
+                "dlbench-worker: step 3 skipped, loss scale now 32768: loss 6.9; 1 of 161 parameters' gradients "
+                "not finite, nearest the loss first: fc.weight (3 inf, 0 NaN of 2048000)",
+                "dlbench-worker: step 9 skipped, loss scale now 16384: loss inf (not finite: the forward pass "
+                "overflowed); 0 of 161 parameters' gradients not finite",
+                "dlbench-worker: step 12 skipped, loss scale now 8192: loss 6.8; 2 of 161 parameters' gradients"]))
             lines = self.table(logs)
         self.assertIn("memcheck-resnet50-amp: ========= ERROR SUMMARY: 0 errors", lines)
         self.assertIn("memcheck-self-test-inception-tf32: ========= ERROR SUMMARY: 3 errors", lines)
         self.assertIn("self-test-inception-deeplab-amp: 137 of 140 checks passed, 2 skipped", lines)
         self.assertIn("  SelfTestFailed: 1 of 140 checks failed", lines)
+        self.assertIn("  real-data-amp-loss-scale: 3 steps skipped; step 3 skipped, loss scale now 32768: loss 6.9; 1 of "
+                      "161 parameters' gradients not finite, nearest the loss first: fc.weight (3 inf, 0 NaN of 2048000); "
+                      "step 9 skipped, loss scale now 16384: loss inf (not finite: the forward pass overflowed); 0 of "
+                      "161 parameters' gradients not finite", lines)
         self.assertIn("self-test-resnet152-vgg16-alexnet-amp: no document; stopped after 3 checks (2 passed, 1 failed, "
                       "0 skipped); last: -     loss scaling skips an overflowing step           -         -  passed  "
                       "skipped, scale halved", lines)

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -19,6 +20,9 @@
 
 namespace dlbench::worker {
 namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(LossScaler, GrowsAfterTheIntervalOfCleanStepsAndBacksOffOnOverflow) {
   LossScaler scaler({1024.0f, 2.0f, 0.5f, 3});
@@ -130,6 +134,30 @@ TEST(LossScaling, AnInfOrNanGradientSkipsTheStepAndHalvesTheScale) {
     EXPECT_FALSE(same_bits(weights, run.weights()));
     for (const float w : run.weights()) ASSERT_TRUE(std::isfinite(w));
   }
+}
+
+// A skipped step says why as it happens (DLBENCH_LOG_LOSS_SCALE): the loss, and the parameters whose
+// gradients overflowed, nearest the loss first. A real-data amp run on an H200 skipped 42 of 400
+// steps and its scale fell to 1.5e-8 with no word on where the overflows came from.
+TEST(LossScaling, ASkippedStepNamesTheGradientsThatOverflowed) {
+  TrainingRun run;
+  run.trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
+  const auto& parameters = run.trainer.parameters().parameters();
+  const Parameter& poisoned = *parameters[parameters.size() / 2];
+  inject(run.trainer, std::numeric_limits<float>::infinity(), {1});
+  std::ostringstream log;
+  run.trainer.log_skipped_steps(&log);
+  run.trainer.step();
+  EXPECT_EQ(log.str(), "");  // a clean step says nothing
+  run.trainer.step();
+  EXPECT_THAT(log.str(), ::testing::StartsWith("dlbench-worker: step 2 skipped, loss scale now 32768: loss "));
+  EXPECT_THAT(log.str(), HasSubstr("; 1 of " + std::to_string(parameters.size()) +
+                                   " parameters' gradients not finite, nearest the loss first: " + poisoned.name +
+                                   " (1 inf, 0 NaN of " + std::to_string(poisoned.value.numel()) + ")\n"));
+  EXPECT_THAT(log.str(), Not(HasSubstr("the forward pass overflowed")));
+  run.trainer.log_skipped_steps(nullptr);
+  run.trainer.step();
+  EXPECT_THAT(log.str(), Not(HasSubstr("step 3")));
 }
 
 // A skipped first step leaves the momentum buffers unstarted: the first applied update starts

@@ -366,6 +366,11 @@ class CaseRun {
     const std::unique_ptr<Trainer> owner =
         make_trainer(o_, device, comm_.rank(), false, real_ && real_->shards ? real_->shards->max_predictions : 0);
     Trainer& trainer = *owner;
+    // DLBENCH_LOG_LOSS_SCALE (set, not empty, not 0): each skipped step said as it happens, with
+    // the loss and the gradients that overflowed (every step then waits for the device).
+    if (const char* log = std::getenv("DLBENCH_LOG_LOSS_SCALE"); log != nullptr && *log != '\0' && *log != '0') {
+      trainer.log_skipped_steps(&std::cerr);
+    }
     ParameterStore& store = trainer.parameters();
     comm_.broadcast(store.values(), store.elements(), 0);  // identical start on every rank
     GradientBuckets buckets(comm_, store, static_cast<std::size_t>(o_.bucket_mb) << 20);
