@@ -174,8 +174,8 @@ unset OMP_WAIT_POLICY
 
 # The timed steps run one at a time, most telling first, so a spent budget loses the least:
 # ResNet-50 fp32 (the one precision under the issue's floor) against PyTorch with its A/Bs, then
-# BERT, amp, tf32 and bf16 each against PyTorch with the A/B that its default replaced, then the
-# profiles and BERT's kernels. With every A/B in, the later rows may not fit one call: the script
+# BERT, amp and real data (amp's), tf32 and bf16 each against PyTorch with the A/B that its default
+# replaced, then the profiles and BERT's kernels. With every A/B in, the later rows may not fit one call: the script
 # ends by printing the GPU_CHECK_ONLY that runs, in a second call, the steps the budget did not reach.
 declare -A resnet_batch=([fp32]=64 [tf32]=128 [amp]=256 [bf16]=256)
 results=$logs/comparison.jsonl
@@ -264,6 +264,37 @@ step "pytorch-resnet50-amp-tuned" 90 python3 "$here/pytorch_resnet50.py" --batch
   --warmup 10 --measure 30 --repeats 3 --tuned
 grep -hs '^{' "$logs/pytorch-resnet50-amp-tuned.log" >> "$results"
 time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
+# Real data on a GPU, right after amp's synthetic row (first run 2026-11-29: ResNet-50's JPEGs at
+# 0.22x synthetic, the step converting each batch to fp16 itself, since moved into the decoding
+# threads): the CPU pipeline feeding the device, ImageNet-like JPEGs for ResNet-50 amp,
+# Cityscapes-like 2048 x 1024 PNG pairs for DeepLabV3+ amp and BERT's shards for BERT-base amp,
+# with the node's cores less two as decoding threads. Their input blocks say how long the steps
+# waited (the case for nvJPEG, or for more cores per GPU); the table puts each beside its
+# synthetic row. The pipeline alone is measured handing out fp16, as amp asks for it.
+real_data=$(mktemp -d /tmp/dlbench-real-data.XXXXXX)
+decode_threads=$(($(nproc) > 3 ? $(nproc) - 2 : 1))
+step real-data-generate 60 sh -c "'$bin/dlbench-input' generate '$real_data/images' --classes 16 --per-class 64 &&
+  '$bin/dlbench-input' generate '$real_data/cityscapes' --data cityscapes --cities 2 --per-city 12 &&
+  '$bin/dlbench-input' generate '$real_data/shards' --data bertpretraining --shards 4 --per-shard 2048"
+step input-measure-imagefolder 30 "$bin/dlbench-input" measure "$real_data/images" --threads "$decode_threads" \
+  --batch-size 256 --batches 8 --pixel-type fp16
+step input-measure-cityscapes 30 "$bin/dlbench-input" measure "$real_data/cityscapes" --data cityscapes \
+  --threads "$decode_threads" --batch-size 8 --batches 8 --pixel-type fp16
+# Why the real-data amp run of 2026-11-29 skipped 42 of 400 steps and its loss scale fell to 1.5e-8:
+# each skipped step with its loss and the gradients that overflowed (every step waits: not timed).
+DLBENCH_LOG_LOSS_SCALE=1 step real-data-amp-loss-scale 60 "$bin/dlbench-worker" --backend cuda --model resnet50 \
+  --batch-size 256 --precision amp --warmup-steps 0 --measure-steps 50 --repeats 2 --extra-repeats 0 \
+  --data imagefolder --data-path "$real_data/images" --decode-threads "$decode_threads" \
+  --output "$logs/real-data-amp-loss-scale.json"
+time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder dlbench-imagefolder --data imagefolder \
+  --data-path "$real_data/images" --decode-threads "$decode_threads"
+time_dlbench deeplabv3plus 8 amp dlbench-deeplabv3plus-amp-cityscapes dlbench-cityscapes --image-size 512x1024 \
+  --data cityscapes --data-path "$real_data/cityscapes" --decode-threads "$decode_threads"
+# BERT-base amp on NVIDIA-format shards (padded sequences: attention masked on the device, never run
+# there before) beside its synthetic row.
+time_dlbench bert-base 64 amp dlbench-bert-amp-bertpretraining dlbench-bertpretraining "${bert_flags[@]}" \
+  --data bertpretraining --data-path "$real_data/shards"
+rm -rf "$real_data"
 compare_resnet50 tf32
 DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-ex-relu dlbench-ex-relu
 DLBENCH_CUDA_RESIDUAL_GRAD=sum time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-sum dlbench-sum
@@ -304,35 +335,6 @@ for model in resnet152 inception_v3 vgg16 alexnet deeplabv3plus; do
   grep -hs '^{' "$logs/pytorch-$model-amp.log" >> "$results"
 done
 
-# Real data on a GPU, never run there before: the CPU pipeline feeding the device, ImageNet-like
-# JPEGs for ResNet-50 amp, Cityscapes-like 2048 x 1024 PNG pairs for DeepLabV3+ amp and BERT's
-# shards for BERT-base amp, with the
-# node's cores less two as decoding threads. Their input blocks say how long the steps waited
-# (the case for nvJPEG, or for more cores per GPU); the table puts each beside its synthetic row.
-real_data=$(mktemp -d /tmp/dlbench-real-data.XXXXXX)
-decode_threads=$(($(nproc) > 3 ? $(nproc) - 2 : 1))
-step real-data-generate 60 sh -c "'$bin/dlbench-input' generate '$real_data/images' --classes 16 --per-class 64 &&
-  '$bin/dlbench-input' generate '$real_data/cityscapes' --data cityscapes --cities 2 --per-city 12 &&
-  '$bin/dlbench-input' generate '$real_data/shards' --data bertpretraining --shards 4 --per-shard 2048"
-step input-measure-imagefolder 30 "$bin/dlbench-input" measure "$real_data/images" --threads "$decode_threads" \
-  --batch-size 256 --batches 8
-step input-measure-cityscapes 30 "$bin/dlbench-input" measure "$real_data/cityscapes" --data cityscapes \
-  --threads "$decode_threads" --batch-size 8 --batches 8
-# Why the real-data amp run of 2026-11-29 skipped 42 of 400 steps and its loss scale fell to 1.5e-8:
-# each skipped step with its loss and the gradients that overflowed (every step waits: not timed).
-DLBENCH_LOG_LOSS_SCALE=1 step real-data-amp-loss-scale 60 "$bin/dlbench-worker" --backend cuda --model resnet50 \
-  --batch-size 256 --precision amp --warmup-steps 0 --measure-steps 50 --repeats 2 --extra-repeats 0 \
-  --data imagefolder --data-path "$real_data/images" --decode-threads "$decode_threads" \
-  --output "$logs/real-data-amp-loss-scale.json"
-time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder dlbench-imagefolder --data imagefolder \
-  --data-path "$real_data/images" --decode-threads "$decode_threads"
-time_dlbench deeplabv3plus 8 amp dlbench-deeplabv3plus-amp-cityscapes dlbench-cityscapes --image-size 512x1024 \
-  --data cityscapes --data-path "$real_data/cityscapes" --decode-threads "$decode_threads"
-# BERT-base amp on NVIDIA-format shards (padded sequences: attention masked on the device, never run
-# there before) beside its synthetic row.
-time_dlbench bert-base 64 amp dlbench-bert-amp-bertpretraining dlbench-bertpretraining "${bert_flags[@]}" \
-  --data bertpretraining --data-path "$real_data/shards"
-rm -rf "$real_data"
 
 echo
 python3 "$here/gpu_check_table.py" "$logs" | tee "$logs/table.md"
