@@ -115,6 +115,9 @@ DLBENCH_CUDA_RESIDUAL_GRAD=accumulate step self-test-fp32-accumulate 150 "$bin/d
   --backend cuda --precision fp32 --output "$logs/self-test-fp32-accumulate.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM=ex step self-test-fp32-ex 150 "$bin/dlbench-worker" --self-test --backend cuda \
   --precision fp32 --output "$logs/self-test-fp32-ex.json" & correctness+=($!)
+# And fp32's batch norms in cuDNN's persistent mode, never run in NCHW (timed below).
+DLBENCH_CUDA_BATCH_NORM_MODE=persistent step self-test-fp32-persistent 150 "$bin/dlbench-worker" --self-test \
+  --backend cuda --precision fp32 --output "$logs/self-test-fp32-persistent.json" & correctness+=($!)
 # And fp32 channels last through the graph API's convolutions, where it now takes the channels-last
 # defaults (the residual fused into batch norm, branch gradients accumulated): 883 images/s with
 # only the ReLU fused on 2026-11-28, against NCHW's 881.
@@ -232,6 +235,9 @@ DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 fp32 dlbench-resnet5
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-conv-graph-nhwc \
   dlbench-conv-graph-nhwc
 DLBENCH_CUDA_BATCH_NORM=ex time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-ex dlbench-ex
+# Batch norm in cuDNN's persistent mode (the plain calls), where fp32's step lost 3 ms to PyTorch's
+# batch norm and ReLU on 2026-11-29.
+DLBENCH_CUDA_BATCH_NORM_MODE=persistent time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-persistent dlbench-persistent
 # And a search that may borrow 16 GiB instead of 1 (PyTorch's may take what its allocator has free),
 # logging what it chose: fp32's FFT and Winograd algorithms want workspace.
 DLBENCH_CUDA_WORKSPACE_MIB=16384 DLBENCH_LOG_ALGORITHMS=1 time_dlbench_resnet50 fp32 \

@@ -245,6 +245,7 @@ def comparison(logs):
     # (DLBENCH_CUDA_ATTENTION=fused), eager and replayed; and fp32's convolution search allowed 16 GiB
     # of workspace instead of 1 (DLBENCH_CUDA_WORKSPACE_MIB=16384).
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
+                ("dlbench-persistent", "bn persistent"),
                 ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"),
                 ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"),
                 ("dlbench-accumulate", "grad accumulate"), ("dlbench-accumulate-graph", "accumulate + graph"),
@@ -341,7 +342,7 @@ def main():
     logs = sys.argv[1]
     lines = []
     lines += self_test(logs)
-    for name in ("self-test-fp32-accumulate", "self-test-fp32-ex", "self-test-fp32-graph-nhwc",
+    for name in ("self-test-fp32-accumulate", "self-test-fp32-ex", "self-test-fp32-persistent", "self-test-fp32-graph-nhwc",
                  "self-test-fp32-workspace-16g", "self-test-attention-fused"):
         lines += self_test(logs, name)
     for precision in ("fp32", "tf32", "amp", "bf16"):

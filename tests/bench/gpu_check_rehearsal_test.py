@@ -30,6 +30,7 @@ EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "dlbench-run
              "pytorch-bert-amp-tuned", "pytorch-resnet50-amp-tuned",
              "dlbench-resnet50-amp-graph", "dlbench-resnet50-tf32-ex-relu", "dlbench-resnet50-tf32-sum",
              "dlbench-resnet50-fp32-accumulate", "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-ex",
+             "dlbench-resnet50-fp32-persistent", "self-test-fp32-persistent",
              "dlbench-resnet50-fp32-workspace-16g", "self-test-fp32-workspace-16g", "profile-resnet50-fp32",
              "pytorch-profile-resnet50-fp32", "pytorch-profile-resnet50-amp"]
             + [f"self-test-{g}-{p}" for g in ("resnet152-vgg16-alexnet", "inception-deeplab")

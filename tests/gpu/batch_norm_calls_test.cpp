@@ -46,6 +46,22 @@ TEST(BatchNormCalls, AFusedActivationOverNchwIsRefusedUpFront) {
   }
 }
 
+// The mode follows the layout (persistent in channels last, spatial in NCHW) unless told: fp32's
+// persistent batch norm in NCHW is an A/B for an H200.
+TEST(BatchNormCalls, TheModeFollowsTheLayoutUnlessToldAndAWrongOneIsRefused) {
+  EXPECT_EQ(batch_norm_mode(Layout::nhwc, nullptr), BatchNormMode::persistent);
+  EXPECT_EQ(batch_norm_mode(Layout::nchw, nullptr), BatchNormMode::spatial);
+  EXPECT_EQ(batch_norm_mode(Layout::nchw, ""), BatchNormMode::spatial);
+  EXPECT_EQ(batch_norm_mode(Layout::nchw, "persistent"), BatchNormMode::persistent);
+  EXPECT_EQ(batch_norm_mode(Layout::nhwc, "spatial"), BatchNormMode::spatial);
+  try {
+    batch_norm_mode(Layout::nchw, "PERSISTENT");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_BATCH_NORM_MODE: \"PERSISTENT\" is not one of spatial, persistent"));
+  }
+}
+
 TEST(BatchNormCalls, AnUnknownChoiceIsRefusedNamingTheAllowedOnes) {
   try {
     batch_norm_calls(Layout::nhwc, "fast");
@@ -104,6 +120,7 @@ void expect_names_round_trip(const char* variable, const Choices<T, N>& table) {
 
 TEST(BackendSwitches, EveryNameAResultGivesChoosesWhatItNames) {
   expect_names_round_trip("DLBENCH_CUDA_BATCH_NORM", kBatchNormCalls);
+  expect_names_round_trip("DLBENCH_CUDA_BATCH_NORM_MODE", kBatchNormModes);
   expect_names_round_trip("DLBENCH_CUDA_LAYOUT", kCudaLayouts);
   expect_names_round_trip("DLBENCH_CUDA_CONV", kConvCallsApis);
   expect_names_round_trip("DLBENCH_CUDA_RESIDUAL_GRAD", kResidualGradients);

@@ -41,6 +41,23 @@ inline constexpr Choices<BatchNormCalls, 4> kBatchNormCalls{{{"plain", BatchNorm
 // persistent batch-norm mode, as PyTorch's channels_last batch norm takes; NCHW the spatial mode.
 inline bool persistent_batch_norm(Layout layout) { return layout == Layout::nhwc; }
 
+// cuDNN's batch-norm mode, DLBENCH_CUDA_BATCH_NORM_MODE, by default persistent_batch_norm's. An
+// A/B for fp32 (NCHW), whose batch norms and ReLUs took 12.6 ms of a 73.4 ms ResNet-50 step on an
+// H200 (2026-11-29) against PyTorch's 9.6: NVIDIA's memory-limited layers guide times the
+// persistent kernels faster than the spatial ones over part of NCHW's range too (Caffe2 took
+// them for every training batch norm). They may overflow to inf where the spatial ones do not.
+enum class BatchNormMode { spatial, persistent };
+
+inline constexpr Choices<BatchNormMode, 2> kBatchNormModes{{{"spatial", BatchNormMode::spatial},
+                                                             {"persistent", BatchNormMode::persistent}}};
+
+inline BatchNormMode batch_norm_mode(Layout layout, const char* choice) {
+  if (const std::optional<BatchNormMode> chosen = env_choice("DLBENCH_CUDA_BATCH_NORM_MODE", choice, kBatchNormModes)) {
+    return *chosen;
+  }
+  return persistent_batch_norm(layout) ? BatchNormMode::persistent : BatchNormMode::spatial;
+}
+
 // `layout` is the activations' memory order; `choice` is DLBENCH_CUDA_BATCH_NORM's value (null or empty: unset).
 // Throws std::invalid_argument naming the variable and its allowed values for anything else, and
 // for a fused activation over NCHW activations.

@@ -33,9 +33,10 @@ class CudaBatchNorm final : public BatchNormOp {
         x_desc_(config.input, config.dtype, backend.activation_layout()), parameter_desc_(Shape(1, config.input.c(), 1, 1)),
         momentum_(config.momentum),
         // Channels-last activations take cuDNN's persistent kernels, as PyTorch's channels_last
-        // batch norm does; the statistics and their meaning are the same.
-        mode_(persistent_batch_norm(backend.activation_layout()) ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
-                                                                  : CUDNN_BATCHNORM_SPATIAL),
+        // batch norm does, NCHW the spatial ones unless told (cuda/batch_norm_calls.hpp); the
+        // statistics and their meaning are the same.
+        mode_(backend.batch_norm_mode() == BatchNormMode::persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
+                                                                      : CUDNN_BATCHNORM_SPATIAL),
         ex_(backend.batch_norm_route() != BatchNormCalls::plain),
         relu_(config.relu || config.add_relu), add_(config.add_relu),
         ops_(add_ ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
@@ -319,6 +320,7 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
     : device_(device), math_(math), activations_(activations),
       layout_(cuda_activation_layout(activations, math, std::getenv("DLBENCH_CUDA_LAYOUT"))),
       batch_norm_route_(batch_norm_calls(layout_, std::getenv("DLBENCH_CUDA_BATCH_NORM"))),
+      batch_norm_mode_(worker::batch_norm_mode(layout_, std::getenv("DLBENCH_CUDA_BATCH_NORM_MODE"))),
       conv_calls_api_(worker::conv_calls_api(std::getenv("DLBENCH_CUDA_CONV"))),
       residual_gradient_(residual_gradient(layout_, std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
       attention_route_(attention_route("DLBENCH_CUDA_ATTENTION", std::getenv("DLBENCH_CUDA_ATTENTION"))),
@@ -371,6 +373,7 @@ std::map<std::string, std::string> CudaBackend::options() const {
   return {{"math", math_ == CudaMath::tf32 ? "tf32" : "fp32"},
           {"activations", name(kCudaLayouts, activation_layout())},
           {"batchNorm", name(kBatchNormCalls, batch_norm_route_)},
+          {"batchNormMode", name(kBatchNormModes, batch_norm_mode_)},
           {"conv", name(kConvCallsApis, conv_calls_api_)},
           {"residualGrad", name(kResidualGradients, residual_gradient_)},
           {"attention", name(kAttentionRoutes, attention_route_)},

@@ -91,6 +91,7 @@ class CudaBackend final : public Backend {
   bool fuses_batch_norm_add_relu() const override { return batch_norm_route_ == BatchNormCalls::ex_add_relu; }
   // Which cuDNN calls this backend's batch norms take: DLBENCH_CUDA_BATCH_NORM, read once.
   BatchNormCalls batch_norm_route() const { return batch_norm_route_; }
+  BatchNormMode batch_norm_mode() const { return batch_norm_mode_; }
   // Which cuDNN API this backend's convolutions take: DLBENCH_CUDA_CONV, read once
   // (cuda/conv_engines.hpp).
   ConvCallsApi conv_calls_api() const { return conv_calls_api_; }
@@ -196,6 +197,7 @@ class CudaBackend final : public Backend {
   DType activations_ = DType::fp32;
   Layout layout_ = Layout::nchw;
   BatchNormCalls batch_norm_route_ = BatchNormCalls::plain;  // after layout_, which it depends on
+  BatchNormMode batch_norm_mode_ = BatchNormMode::spatial;    // likewise
   ConvCallsApi conv_calls_api_ = ConvCallsApi::legacy;
   ResidualGradient residual_gradient_ = ResidualGradient::sum;
   AttentionRoute attention_route_ = AttentionRoute::composed;
