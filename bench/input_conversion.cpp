@@ -42,12 +42,12 @@ int main(int argc, char** argv) {
   const std::size_t values = source.pixel_floats() * static_cast<std::size_t>(batch);
   struct Mode {
     const char* name;
-    input::PixelType type;
+    worker::DType type;
     bool step_converts;
   };
-  for (const Mode mode : {Mode{"fp32-then-step-converts", input::PixelType::fp32, true},
-                          Mode{"fp16", input::PixelType::fp16, false}, Mode{"bf16", input::PixelType::bf16, false},
-                          Mode{"fp32", input::PixelType::fp32, false}}) {
+  using worker::DType;
+  for (const Mode mode : {Mode{"fp32-then-step-converts", DType::fp32, true}, Mode{"fp16", DType::fp16, false},
+                          Mode{"bf16", DType::bf16, false}, Mode{"fp32", DType::fp32, false}}) {
     input::InputPipelineConfig config;
     config.batch_size = batch;
     config.threads = threads;

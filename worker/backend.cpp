@@ -1,8 +1,9 @@
 #include "backend.hpp"
 
 #include <memory>
-#include <new>
 #include <stdexcept>
+
+#include "host_memory.hpp"
 
 namespace dlbench::worker {
 
@@ -81,9 +82,7 @@ void BatchNormOp::backward_add_relu(const Tensor&, const Tensor&, const Tensor&,
   throw std::logic_error("this batch norm was not made with add_relu (BatchNormConfig::add_relu)");
 }
 
-std::shared_ptr<void> Backend::allocate_host(std::size_t bytes) {
-  return {::operator new(bytes, std::align_val_t{64}), [](void* p) { ::operator delete(p, std::align_val_t{64}); }};
-}
+std::shared_ptr<void> Backend::allocate_host(std::size_t bytes) { return aligned_host_memory(bytes); }
 
 void Backend::poison(void* device_dst, std::size_t bytes) {
   const std::vector<unsigned char> all_ones(bytes, 0xFF);

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
 #include <string_view>
 #include <type_traits>
 
@@ -87,6 +89,25 @@ T from_float(float v) {
   } else {
     return T::from_float(v);
   }
+}
+
+// `count` floats stored as `to` (fp32, bf16 or fp16: rounded to nearest even) at `out`: what a
+// tensor's host data becomes (encode) and what the input pipeline's threads hand out.
+inline void store_floats(const float* from, std::size_t count, DType to, void* out) {
+  switch (to) {
+    case DType::fp32:
+      std::memcpy(out, from, count * sizeof(float));
+      return;
+    case DType::bf16:
+      for (std::size_t i = 0; i < count; ++i) static_cast<std::uint16_t*>(out)[i] = bf16::from_float(from[i]).bits;
+      return;
+    case DType::fp16:
+      for (std::size_t i = 0; i < count; ++i) static_cast<std::uint16_t*>(out)[i] = fp16::from_float(from[i]).bits;
+      return;
+    case DType::int32:
+      break;
+  }
+  throw std::invalid_argument("store_floats: int32 holds indices, not values");
 }
 
 }  // namespace dlbench::worker

@@ -18,26 +18,16 @@ std::string Shape::to_string() const {
 std::vector<std::byte> encode(const float* values, std::size_t count, DType dtype) {
   std::vector<std::byte> out(count * dtype_size(dtype));
   switch (dtype) {
-    case DType::fp32:
-      std::memcpy(out.data(), values, out.size());
-      break;
     case DType::int32:
       for (std::size_t i = 0; i < count; ++i) {
         const auto index = static_cast<std::int32_t>(values[i]);
         std::memcpy(&out[4 * i], &index, 4);
       }
       break;
+    case DType::fp32:
     case DType::bf16:
-      for (std::size_t i = 0; i < count; ++i) {
-        const std::uint16_t bits = bf16::from_float(values[i]).bits;
-        std::memcpy(&out[2 * i], &bits, 2);
-      }
-      break;
     case DType::fp16:
-      for (std::size_t i = 0; i < count; ++i) {
-        const std::uint16_t bits = fp16::from_float(values[i]).bits;
-        std::memcpy(&out[2 * i], &bits, 2);
-      }
+      store_floats(values, count, dtype, out.data());
       break;
   }
   return out;

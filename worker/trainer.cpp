@@ -375,8 +375,9 @@ void Trainer::step() {
 }
 
 void Trainer::say_if_skipped() {
-  if (skip_log_ == nullptr || !last_step_skipped()) return;
-  const auto state = loss_scale();
+  if (skip_log_ == nullptr) return;
+  const auto state = loss_scale();  // one read of the device's state: skipped, and the scale it left
+  if (!state || !update_skipped(&*state)) return;
   *skip_log_ << "dlbench-worker: step " << context_.step << " skipped, loss scale now " << state->scale << ": "
              << describe_skipped_step() << std::endl;
 }

@@ -19,6 +19,7 @@
 namespace dlbench::input {
 namespace {
 namespace fs = std::filesystem;
+using worker::DType;
 
 TEST(RandomResizedCrop, StaysInsideTheImageWithinTheAreaAndRatio) {
   std::mt19937_64 rng(1);
@@ -299,11 +300,11 @@ TEST_F(JpegFolder, HalfPrecisionBatchesAreTheFloatBatchesConvertedInTheCallersMe
     InputPipeline p(source, config);
     for (int b = 0; b < 8; ++b) {
       const Batch batch = p.next();
-      EXPECT_EQ(batch.pixel_type, PixelType::fp32);
+      EXPECT_EQ(batch.pixel_type, DType::fp32);
       floats.emplace_back(batch.floats(), batch.floats() + kBatchValues);
     }
   }
-  for (const PixelType type : {PixelType::fp16, PixelType::bf16}) {
+  for (const DType type : {DType::fp16, DType::bf16}) {
     std::vector<std::size_t> allocated;
     config.pixel_type = type;
     config.allocate_pixels = [&](std::size_t bytes) {
@@ -321,10 +322,10 @@ TEST_F(JpegFolder, HalfPrecisionBatchesAreTheFloatBatchesConvertedInTheCallersMe
       for (std::size_t i = 0; i < kBatchValues; ++i) {
         const float v = floats[static_cast<std::size_t>(b)][i];
         const std::uint16_t expected =
-            type == PixelType::fp16 ? dlbench::worker::fp16::from_float(v).bits : dlbench::worker::bf16::from_float(v).bits;
+            type == DType::fp16 ? dlbench::worker::fp16::from_float(v).bits : dlbench::worker::bf16::from_float(v).bits;
         differing += bits[i] != expected;
       }
-      EXPECT_EQ(differing, 0u) << "batch " << b << (type == PixelType::fp16 ? " fp16" : " bf16");
+      EXPECT_EQ(differing, 0u) << "batch " << b << " " << dlbench::worker::to_string(type);
     }
   }
 }

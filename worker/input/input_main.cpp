@@ -384,9 +384,12 @@ int measure(const Args& a) {
   const long batches = a.number("batches", 20, 1, 1 << 30);
   if (pretraining(a)) return measure_pretraining(a, root, config, batches);
   // As the worker asks for them: fp16 for amp, bf16 for bf16 (the threads convert).
-  const std::string pixel_type = a.text("pixel-type").empty() ? "fp32" : one_of("--pixel-type", a.text("pixel-type"), {"fp32", "fp16", "bf16"});
-  config.pixel_type = pixel_type == "fp16" ? PixelType::fp16 : pixel_type == "bf16" ? PixelType::bf16 : PixelType::fp32;
-  if (config.pixel_type != PixelType::fp32 && !a.text("dump-first").empty()) {
+  if (const std::string chosen = a.text("pixel-type"); !chosen.empty()) {
+    using worker::DType;
+    config.pixel_type = one_of<DType>("--pixel-type", chosen, {{"fp32", DType::fp32}, {"fp16", DType::fp16}, {"bf16", DType::bf16}});
+  }
+  const std::string pixel_type(worker::to_string(config.pixel_type));
+  if (config.pixel_type != worker::DType::fp32 && !a.text("dump-first").empty()) {
     throw UsageError{"--dump-first writes floats: not with --pixel-type " + pixel_type};
   }
   ImageFolder folder;

@@ -1,44 +1,30 @@
 #include "input/input_pipeline.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <new>
 
+#include "host_memory.hpp"
 #include "precision.hpp"
 
 namespace dlbench::input {
 
-std::size_t pixel_type_size(PixelType type) { return type == PixelType::fp32 ? 4 : 2; }
+using worker::DType;
 
 const float* Batch::floats() const {
-  if (pixel_type != PixelType::fp32) throw std::logic_error("Batch::floats: this batch's pixels are 16-bit");
+  if (pixel_type != DType::fp32) throw std::logic_error("Batch::floats: this batch's pixels are 16-bit");
   return static_cast<const float*>(pixels);
 }
-
-namespace {
-
-// Rounds to nearest even, as Trainer's conversion of a float batch does: the same bits either way.
-template <typename Half>
-void convert(const float* from, std::size_t count, void* to) {
-  auto* out = static_cast<std::uint16_t*>(to);
-  for (std::size_t i = 0; i < count; ++i) out[i] = Half::from_float(from[i]).bits;
-}
-
-std::shared_ptr<void> ordinary_memory(std::size_t bytes) {
-  return {::operator new(bytes, std::align_val_t{64}), [](void* p) { ::operator delete(p, std::align_val_t{64}); }};
-}
-
-}  // namespace
 InputPipeline::InputPipeline(const SampleSource& source, InputPipelineConfig config)
     : source_(source),
       config_(config),
       sample_floats_(source.pixel_floats()),
       sample_labels_(source.label_count()),
-      sample_bytes_(sample_floats_ * pixel_type_size(config.pixel_type)),
+      sample_bytes_(sample_floats_ * worker::dtype_size(config.pixel_type)),
       slots_(config.prefetch_batches + 1) {
   if (config_.batch_size < 1 || config_.threads < 1 || config_.prefetch_batches < 1) {
     throw std::invalid_argument("InputPipeline: batch size, threads and prefetch batches must be >= 1");
   }
+  if (config_.pixel_type == DType::int32) throw std::invalid_argument("InputPipeline: pixels are fp32, fp16 or bf16");
   shard_size_ = epoch_shard(source_.samples(), config_.seed, 0, config_.rank, config_.world).size();
   if (shard_size_ == 0) {
     throw DataUnavailable("data.path " + source_.root() + " has " + std::to_string(source_.samples()) + " " +
@@ -47,7 +33,7 @@ InputPipeline::InputPipeline(const SampleSource& source, InputPipelineConfig con
   }
   const std::size_t batch_bytes = sample_bytes_ * static_cast<std::size_t>(config_.batch_size);
   for (int s = 0; s < slots_; ++s) {
-    pixels_.push_back(config_.allocate_pixels ? config_.allocate_pixels(batch_bytes) : ordinary_memory(batch_bytes));
+    pixels_.push_back(config_.allocate_pixels ? config_.allocate_pixels(batch_bytes) : worker::aligned_host_memory(batch_bytes));
     if (!pixels_.back()) throw std::bad_alloc();
     labels_.emplace_back(sample_labels_ * static_cast<std::size_t>(config_.batch_size));
   }
@@ -107,7 +93,7 @@ void InputPipeline::produce(std::int64_t image, SampleScratch& scratch, std::vec
   const auto index = static_cast<std::size_t>(image % config_.batch_size);
   void* out = static_cast<std::byte*>(pixels_[slot].get()) + index * sample_bytes_;
   // fp32 is made in place; a 16-bit type is made in floats, then converted.
-  float* made = config_.pixel_type == PixelType::fp32 ? static_cast<float*>(out) : staging.data();
+  float* made = config_.pixel_type == DType::fp32 ? static_cast<float*>(out) : staging.data();
   std::int32_t* labels = labels_[slot].data() + index * sample_labels_;
   std::string first_error;
   for (std::int64_t attempt = 0; attempt < n; ++attempt) {
@@ -119,8 +105,8 @@ void InputPipeline::produce(std::int64_t image, SampleScratch& scratch, std::vec
                         mix_bits(static_cast<std::uint64_t>(attempt) + 7));
     std::string why;
     if (source_.make(file, rng, scratch, made, labels, why)) {
-      if (config_.pixel_type == PixelType::fp16) convert<worker::fp16>(made, sample_floats_, out);
-      if (config_.pixel_type == PixelType::bf16) convert<worker::bf16>(made, sample_floats_, out);
+      // Rounded as a float batch's encode rounds it: the same bits either way.
+      if (made != out) worker::store_floats(made, sample_floats_, config_.pixel_type, out);
       return;
     }
     skip(file, why);
@@ -133,7 +119,7 @@ void InputPipeline::produce(std::int64_t image, SampleScratch& scratch, std::vec
 
 void InputPipeline::run_thread() {
   const std::unique_ptr<SampleScratch> scratch = source_.scratch();
-  std::vector<float> staging(config_.pixel_type == PixelType::fp32 ? 0 : sample_floats_);
+  std::vector<float> staging(config_.pixel_type == DType::fp32 ? 0 : sample_floats_);
   const int batch_size = config_.batch_size;
   for (;;) {
     std::int64_t image = 0;

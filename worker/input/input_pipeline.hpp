@@ -17,16 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include "dtype.hpp"
 #include "input/image_folder.hpp"
 #include "input/sample_source.hpp"
 
 namespace dlbench::input {
-
-// The element type a batch's pixels are handed out in: the model's input type, so that the
-// decoding threads convert, not the step (fp16 for 256 images at 224: 86 ms a batch on one EPYC
-// core; on an H200 the real-data amp step, converting and copying, took 163 ms against 35).
-enum class PixelType { fp32, fp16, bf16 };
-std::size_t pixel_type_size(PixelType type);
 
 struct InputPipelineConfig {
   int batch_size = 32;
@@ -35,7 +30,10 @@ struct InputPipelineConfig {
   std::uint64_t seed = 42;
   int rank = 0;
   int world = 1;
-  PixelType pixel_type = PixelType::fp32;
+  // What a batch's pixels are handed out as: the model's input type (fp32, fp16 or bf16), so that
+  // the decoding threads convert, not the step (fp16 for 256 images at 224: 86 ms a batch on one
+  // EPYC core; on an H200 the real-data amp step, converting and copying, took 163 ms against 35).
+  worker::DType pixel_type = worker::DType::fp32;
   // Host memory for one batch's pixels, `bytes` long: page-locked where a GPU copies from it (a
   // backend's allocate_host). Ordinary memory when unset.
   std::function<std::shared_ptr<void>(std::size_t bytes)> allocate_pixels;
@@ -43,7 +41,7 @@ struct InputPipelineConfig {
 
 struct Batch {
   const void* pixels = nullptr;  // batch samples of the source's pixel_floats() values of pixel_type, in its layout
-  PixelType pixel_type = PixelType::fp32;
+  worker::DType pixel_type = worker::DType::fp32;
   const std::int32_t* labels = nullptr;  // batch samples of its label_count(): class indices, or one per pixel
   // The pixels as floats; throws unless pixel_type is fp32.
   const float* floats() const;

@@ -302,10 +302,7 @@ class CaseRun {
     config.rank = comm_.rank();
     config.world = comm_.size();
     // The decoding threads convert to the input's type and write where the device copies from fastest.
-    const DType input_type = trainer.input().dtype;
-    config.pixel_type = input_type == DType::fp16   ? input::PixelType::fp16
-                        : input_type == DType::bf16 ? input::PixelType::bf16
-                                                    : input::PixelType::fp32;
+    config.pixel_type = trainer.input().dtype;
     config.allocate_pixels = [&device = trainer.backend()](std::size_t bytes) { return device.allocate_host(bytes); };
     start_feed(
         trainer, workload, config.prefetch_batches,
@@ -313,10 +310,7 @@ class CaseRun {
         [this] { real_->pipeline->next(); },
         [this](Trainer& t) {
           const input::Batch batch = real_->pipeline->next();
-          const DType type = batch.pixel_type == input::PixelType::fp16   ? DType::fp16
-                             : batch.pixel_type == input::PixelType::bf16 ? DType::bf16
-                                                                          : DType::fp32;
-          return [&t, batch, type] { t.load_batch(batch.pixels, type, batch.labels); };
+          return [&t, batch] { t.load_batch(batch.pixels, batch.pixel_type, batch.labels); };
         });
   }
 
