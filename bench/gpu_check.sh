@@ -108,14 +108,14 @@ step dlbench-run-cuda 90 sh -c "cd '$logs' && '$bin/dlbench' run -f '$quickstart
 DLBENCH_LOG_ALGORITHMS=1 step cuda-backend-tests 150 "$bin/dlbench_cuda_backend_tests" \
   --gtest_output="json:$logs/cuda-backend-tests.json" & correctness+=($!)
 step gpu-tests 60 "$bin/dlbench_gpu_tests" --gtest_output="json:$logs/gpu-tests.json" & correctness+=($!)
-# fp32's open A/Bs before they are timed (NCHW, the one precision under the issue's floor): branch
-# gradients meeting in a convolution's backward data, the default in channels last since 2026-11-28,
-# and batch norm through the *Ex calls without a fused activation (cuDNN refuses one in NCHW).
-DLBENCH_CUDA_RESIDUAL_GRAD=accumulate step self-test-fp32-accumulate 150 "$bin/dlbench-worker" --self-test \
-  --backend cuda --precision fp32 --output "$logs/self-test-fp32-accumulate.json" & correctness+=($!)
-DLBENCH_CUDA_BATCH_NORM=ex step self-test-fp32-ex 150 "$bin/dlbench-worker" --self-test --backend cuda \
-  --precision fp32 --output "$logs/self-test-fp32-ex.json" & correctness+=($!)
-# And fp32's batch norms in cuDNN's persistent mode, never run in NCHW (timed below).
+# fp32's open A/Bs before they are timed (NCHW, the one precision under the issue's floor): batch
+# norm through dlbench's own NCHW kernels with the ReLU and the bottleneck's add and ReLU fused in
+# (never run on a GPU: the self-test, every buffer poisoned after its lifetime, and one small step
+# under memcheck, which names any access out of bounds with its kernel), and cuDNN's persistent mode.
+# (Settled on 2026-11-29 and not run again: branch gradients accumulated, 890.8 against 898.3; the
+# *Ex calls, 882.6; the 16 GiB search, 886.4. Each passed its self-test.)
+DLBENCH_CUDA_BATCH_NORM=own step self-test-fp32-own 150 "$bin/dlbench-worker" --self-test --backend cuda \
+  --precision fp32 --output "$logs/self-test-fp32-own.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM_MODE=persistent step self-test-fp32-persistent 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision fp32 --output "$logs/self-test-fp32-persistent.json" & correctness+=($!)
 # And fp32 channels last through the graph API's convolutions, where it now takes the channels-last
@@ -123,10 +123,6 @@ DLBENCH_CUDA_BATCH_NORM_MODE=persistent step self-test-fp32-persistent 150 "$bin
 # only the ReLU fused on 2026-11-28, against NCHW's 881.
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc step self-test-fp32-graph-nhwc 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision fp32 --output "$logs/self-test-fp32-graph-nhwc.json" & correctness+=($!)
-# fp32 with the convolution search allowed 16 GiB (timed below), whose FFT and Winograd algorithms
-# compute otherwise.
-DLBENCH_CUDA_WORKSPACE_MIB=16384 step self-test-fp32-workspace-16g 150 "$bin/dlbench-worker" --self-test \
-  --backend cuda --precision fp32 --output "$logs/self-test-fp32-workspace-16g.json" & correctness+=($!)
 # Attention fused into two tensor-core kernels (DLBENCH_CUDA_ATTENTION=fused: 106 of 106 and 56 of 56
 # on 2026-11-28, but slower than the composed ops): the self-test, and one BERT-base amp step under
 # memcheck, which names any shared- or global-memory access out of bounds with its kernel.
@@ -152,6 +148,9 @@ for precision in fp32 tf32 amp bf16; do
     correctness+=($!)
   done
 done
+[[ -n $sanitizer ]] && { DLBENCH_CUDA_BATCH_NORM=own step memcheck-resnet50-fp32-own 150 "$sanitizer" --tool memcheck \
+  --error-exitcode 9 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 4 --image-size 64 \
+  --precision fp32 --warmup-steps 1 --measure-steps 1 --repeats 1 & correctness+=($!); }
 [[ -n $sanitizer ]] && { step memcheck-self-test-inception-tf32 150 "$sanitizer" --tool memcheck --error-exitcode 9 \
   "$bin/dlbench-worker" --self-test --backend cuda --precision tf32 --model inception_v3 & correctness+=($!); }
 # Each at its own default learning rate (its recipe's at these global batches: ResNet-152 and
@@ -171,7 +170,7 @@ poisoned() {
     --output "$logs/$name.json"
 }
 for precision in fp32 tf32 amp bf16; do poisoned "$precision" & correctness+=($!); done
-DLBENCH_CUDA_RESIDUAL_GRAD=accumulate poisoned fp32 poisoned-resnet50-fp32-accumulate & correctness+=($!)
+DLBENCH_CUDA_BATCH_NORM=own poisoned fp32 poisoned-resnet50-fp32-own & correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done
 unset OMP_WAIT_POLICY
 
@@ -224,27 +223,21 @@ profile_resnet50() {
     --repeats 1 --profile 5 --output "$logs/$name.json"
 }
 
-# fp32 first: the one precision under the issue's floor (0.96x on 2026-11-27 and 2026-11-28, its
-# step 73 ms, 55 of them in cuDNN's FMA convolutions). Its A/Bs: branch gradients meeting in a
-# convolution (the bottlenecks' sums were 3.6 ms of the step), channels last through the graph API
-# with the channels-last batch norms, and batch norm through the *Ex calls. (Settled, bench/RESULTS.md
-# 2026-11-28: the graph API's convolutions in NCHW, 842 against 881; the *Ex calls' fused ReLU,
-# which cuDNN refuses in NCHW.)
+# fp32 first: the one precision under the issue's floor (0.97x on 2026-11-29, its step 73 ms: the
+# convolutions level with PyTorch's, batch norm, ReLU and the bottleneck sums 17.4 ms against
+# 12.3). Its A/Bs: batch norm through dlbench's own NCHW kernels with the ReLU and the residual add
+# fused in, cuDNN's persistent batch-norm mode, and channels last through the graph API with the
+# channels-last batch norms (0.99x on 2026-11-29). (Settled, bench/RESULTS.md: the graph API's
+# convolutions in NCHW; the *Ex calls; branch gradients accumulated; the 16 GiB search.)
 compare_resnet50 fp32
-DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-accumulate dlbench-accumulate
+DLBENCH_CUDA_BATCH_NORM=own time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-own dlbench-own
+DLBENCH_CUDA_BATCH_NORM_MODE=persistent time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-persistent dlbench-persistent
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-conv-graph-nhwc \
   dlbench-conv-graph-nhwc
-DLBENCH_CUDA_BATCH_NORM=ex time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-ex dlbench-ex
-# Batch norm in cuDNN's persistent mode (the plain calls), where fp32's step lost 3 ms to PyTorch's
-# batch norm and ReLU on 2026-11-29.
-DLBENCH_CUDA_BATCH_NORM_MODE=persistent time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-persistent dlbench-persistent
-# And a search that may borrow 16 GiB instead of 1 (PyTorch's may take what its allocator has free),
-# logging what it chose: fp32's FFT and Winograd algorithms want workspace.
-DLBENCH_CUDA_WORKSPACE_MIB=16384 DLBENCH_LOG_ALGORITHMS=1 time_dlbench_resnet50 fp32 \
-  dlbench-resnet50-fp32-workspace-16g dlbench-workspace-16g
 # Where an fp32 step goes on each side, one after the other: dlbench's layers by kind, and PyTorch's
 # kernels charged to its ops by kind (never seen before), with the kernels cuDNN chose for each.
 profile_resnet50 fp32
+DLBENCH_CUDA_BATCH_NORM=own profile_resnet50 fp32 profile-resnet50-fp32-own
 step pytorch-profile-resnet50-fp32 90 python3 "$here/pytorch_resnet50.py" --batch "${resnet_batch[fp32]}" \
   --precision fp32 --warmup 10 --measure 5 --repeats 1 --profile 5
 # BERT-base: 3.03x PyTorch eager in amp and 2.42x in bf16 on 2026-11-28, PyTorch's amp repeats

@@ -29,9 +29,9 @@ CPU_ONLY = ["real-data-generate", "input-measure-imagefolder", "input-measure-ci
 EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "dlbench-run-cuda", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
              "pytorch-bert-amp-tuned", "pytorch-resnet50-amp-tuned",
              "dlbench-resnet50-amp-graph", "dlbench-resnet50-tf32-ex-relu", "dlbench-resnet50-tf32-sum",
-             "dlbench-resnet50-fp32-accumulate", "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-ex",
-             "dlbench-resnet50-fp32-persistent", "self-test-fp32-persistent",
-             "dlbench-resnet50-fp32-workspace-16g", "self-test-fp32-workspace-16g", "profile-resnet50-fp32",
+             "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-own", "self-test-fp32-own",
+             "poisoned-resnet50-fp32-own", "profile-resnet50-fp32-own",
+             "dlbench-resnet50-fp32-persistent", "self-test-fp32-persistent", "profile-resnet50-fp32",
              "pytorch-profile-resnet50-fp32", "pytorch-profile-resnet50-amp"]
             + [f"self-test-{g}-{p}" for g in ("resnet152-vgg16-alexnet", "inception-deeplab")
                for p in ("fp32", "tf32", "amp", "bf16")]

@@ -165,26 +165,20 @@ class GpuCheckTable(unittest.TestCase):
         self.assertEqual(lines[at + 2], "    its largest kernels, ms a step: sm90_xmma_dgrad_implicit_gemm_f32f32 10.1, "
                                         "cudnn::bn_bw_1C11_kernel_new 4.0")
 
-    def test_the_choices_a_larger_workspace_changed(self):
+    def test_the_algorithms_inceptions_aux_logits_took(self):
         prefix = "dlbench-worker: cudnn "
-        fwd = "forward fp32 nchw 64x64x56x56 -> 64 3x3 stride 1 pad 1"
-        bwd = "backward-data fp32 nchw 64x64x56x56 -> 64 3x3 stride 1 pad 1"
-        one = "forward fp32 nchw 64x256x56x56 -> 64 1x1 stride 1 pad 0"
+        aux = "forward fp32 nchw 3x128x5x5 -> 768 5x5 stride 1 pad 0"
+        other = "forward fp32 nchw 3x768x17x17 -> 128 1x1 stride 1 pad 0"
         with tempfile.TemporaryDirectory() as logs:
-            write(logs, "profile-resnet50-fp32.log", "\n".join([
-                prefix + fwd + ": IMPLICIT_PRECOMP_GEMM, fma, 0.0 MiB workspace",
-                prefix + bwd + ": ALGO_1, fma, 0.0 MiB workspace",
-                prefix + one + ": IMPLICIT_PRECOMP_GEMM, fma, 0.0 MiB workspace",
-                "dlbench-worker: resnet50 on cuda"]) + "\n")
-            write(logs, "dlbench-resnet50-fp32-workspace-16g.log", "\n".join([
-                prefix + fwd + ": WINOGRAD_NONFUSED, fma, 1536.0 MiB workspace",
-                prefix + bwd + ": ALGO_1, fma, 0.0 MiB workspace",
-                prefix + one + ": IMPLICIT_PRECOMP_GEMM, fma, 0.0 MiB workspace"]) + "\n")
+            self.assertNotIn("InceptionV3's AuxLogits.conv1 in fp32's self-test, as cuDNN chose:", self.table(logs))
+            write(logs, "self-test-inception-deeplab-fp32.log", "\n".join([
+                prefix + aux + ": FFT_TILING, fma, 12.0 MiB workspace",
+                prefix + other + ": IMPLICIT_PRECOMP_GEMM, fma, 0.0 MiB workspace",
+                "inception_v3 AuxLogits.conv1.conv forward  2.91e-04  1.0e-04  FAIL"]) + "\n")
             lines = self.table(logs)
-        at = lines.index("fp32's 16 GiB search: 1 of 3 convolution passes chose otherwise than with 1 GiB")
-        self.assertEqual(lines[at + 1], f"  {fwd}: IMPLICIT_PRECOMP_GEMM, fma, 0.0 MiB workspace -> "
-                                        "WINOGRAD_NONFUSED, fma, 1536.0 MiB workspace")
-        self.assertFalse(lines[at + 2].startswith("  backward-data"), lines)
+        at = lines.index("InceptionV3's AuxLogits.conv1 in fp32's self-test, as cuDNN chose:")
+        self.assertEqual(lines[at + 1], f"  {aux}: FFT_TILING, fma, 12.0 MiB workspace")
+        self.assertFalse(lines[at + 2].startswith("  forward fp32 nchw 3x768x17x17"), lines)
 
     def test_amps_profile_beside_pytorchs_and_none_under_tf32(self):
         with tempfile.TemporaryDirectory() as logs:

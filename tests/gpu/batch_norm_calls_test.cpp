@@ -41,8 +41,21 @@ TEST(BatchNormCalls, AFusedActivationOverNchwIsRefusedUpFront) {
     } catch (const std::invalid_argument& e) {
       EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string("DLBENCH_CUDA_BATCH_NORM: \"") + fused +
                                                  "\" fuses an activation"));
-      EXPECT_THAT(e.what(), ::testing::HasSubstr("use plain or ex, or DLBENCH_CUDA_LAYOUT=nhwc"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("use plain, ex or own, or DLBENCH_CUDA_LAYOUT=nhwc"));
     }
+  }
+}
+
+// dlbench's own kernels fuse the same over NCHW, and only there: channels-last activations have
+// cuDNN's persistent kernels, and the kernels index NCHW.
+TEST(BatchNormCalls, OwnKernelsRunOverNchwAndAreRefusedOverChannelsLast) {
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, "own"), BatchNormCalls::own);
+  try {
+    batch_norm_calls(Layout::nhwc, "own");
+    FAIL() << "own accepted for channels-last activations";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_BATCH_NORM: \"own\" takes dlbench's NCHW kernels"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("or DLBENCH_CUDA_LAYOUT=nchw"));
   }
 }
 
@@ -67,7 +80,7 @@ TEST(BatchNormCalls, AnUnknownChoiceIsRefusedNamingTheAllowedOnes) {
     batch_norm_calls(Layout::nhwc, "fast");
     FAIL() << "accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_BATCH_NORM: \"fast\" is not one of plain, ex, ex-relu, ex-add-relu"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_BATCH_NORM: \"fast\" is not one of plain, ex, ex-relu, ex-add-relu, own"));
   }
 }
 

@@ -37,7 +37,7 @@ class CudaBatchNorm final : public BatchNormOp {
         // statistics and their meaning are the same.
         mode_(backend.batch_norm_mode() == BatchNormMode::persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
                                                                       : CUDNN_BATCHNORM_SPATIAL),
-        ex_(backend.batch_norm_route() != BatchNormCalls::plain),
+        ex_(backend.batch_norm_route() != BatchNormCalls::plain),  // own never makes this op
         relu_(config.relu || config.add_relu), add_(config.add_relu),
         ops_(add_ ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
              : relu_ ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN) {
@@ -546,6 +546,7 @@ std::unique_ptr<BatchNormOp> CudaBackend::make_batch_norm(const BatchNormConfig&
   if (c.add_relu && !fuses_batch_norm_add_relu()) {
     throw std::invalid_argument("this cuda backend does not fuse batch norm, add and ReLU (fuses_batch_norm_add_relu)");
   }
+  if (batch_norm_route_ == BatchNormCalls::own) return cuda_detail::make_kernel_batch_norm(*this, c);
   return std::make_unique<CudaBatchNorm>(*this, c);
 }
 std::unique_ptr<ReluOp> CudaBackend::make_relu(const Shape& shape, DType dtype) {

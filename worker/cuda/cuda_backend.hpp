@@ -86,9 +86,12 @@ class CudaBackend final : public Backend {
   // By the batch-norm route (cuda/batch_norm_calls.hpp): channels-last by default, or as
   // DLBENCH_CUDA_BATCH_NORM says.
   bool fuses_batch_norm_relu() const override {
-    return batch_norm_route_ == BatchNormCalls::ex_relu || batch_norm_route_ == BatchNormCalls::ex_add_relu;
+    return batch_norm_route_ == BatchNormCalls::ex_relu || batch_norm_route_ == BatchNormCalls::ex_add_relu ||
+           batch_norm_route_ == BatchNormCalls::own;
   }
-  bool fuses_batch_norm_add_relu() const override { return batch_norm_route_ == BatchNormCalls::ex_add_relu; }
+  bool fuses_batch_norm_add_relu() const override {
+    return batch_norm_route_ == BatchNormCalls::ex_add_relu || batch_norm_route_ == BatchNormCalls::own;
+  }
   // Which cuDNN calls this backend's batch norms take: DLBENCH_CUDA_BATCH_NORM, read once.
   BatchNormCalls batch_norm_route() const { return batch_norm_route_; }
   BatchNormMode batch_norm_mode() const { return batch_norm_mode_; }

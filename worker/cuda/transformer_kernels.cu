@@ -27,19 +27,6 @@ constexpr int kWarmedUpRate = 6;  // the update's learning rate (warmed_up_rate)
   for (std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; \
        row < (rows); row += static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32))
 
-// The sum over the block (a multiple of 32 threads), returned to every thread. The first barrier
-// keeps a second call from overwriting partial sums the first is still reading.
-__device__ float block_sum(float v) {
-  __shared__ float partial[32];
-  v = warp_sum(v);
-  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  __syncthreads();
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  const int warps = static_cast<int>(blockDim.x / 32);
-  return warp_sum(lane < warps ? partial[lane] : 0.0f);
-}
-
 // One block per row (grid-stride over rows): two passes for the statistics, as oneDNN's
 // reference does, so the variance never comes from E[x²] - mean².
 template <typename T>

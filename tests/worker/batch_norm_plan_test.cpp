@@ -1,0 +1,334 @@
+// dlbench's NCHW batch-norm kernels (DLBENCH_CUDA_BATCH_NORM=own) without a GPU: how they split a
+// channel between blocks and threads, and their arithmetic, run here over every block and thread
+// exactly as cuda/batch_norm_kernels.cu runs it (the same functions from batch_norm_plan.hpp; only
+// the block's last sum goes in thread order here and in a tree there), against batch norm in fp64.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "batch_norm_plan.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+constexpr unsigned kThreads = 256;  // the kernels' block (kernel_launch.cuh)
+
+TEST(BatchNormPlan, ChunksSplitSmallChannelCountsAndCoverEverySample) {
+  // ResNet-50 at batch 64: the stem's 64 channels of 112x112 get 16 chunks (1,024 blocks), the
+  // last stage's 2,048 channels of 7x7 one each, already 2,048 blocks.
+  const BatchNormChunks stem = batch_norm_chunks({64, 64, 112 * 112});
+  EXPECT_EQ(stem.chunks, 16);
+  EXPECT_EQ(stem.samples_per_chunk, 4);
+  const BatchNormChunks last = batch_norm_chunks({64, 2048, 49});
+  EXPECT_EQ(last.chunks, 1);
+  EXPECT_EQ(last.samples_per_chunk, 64);
+  // No chunk under kBatchNormMinChunkElements values unless the whole channel is: 64 channels of
+  // 14x14 get 3 chunks (12,544 values each), not the 16 that would make 1,024 blocks; of 7x7, one.
+  EXPECT_EQ(batch_norm_chunks({64, 64, 196}).chunks, 3);
+  EXPECT_EQ(batch_norm_chunks({64, 64, 49}).chunks, 1);
+  EXPECT_EQ(batch_norm_chunks({2, 3, 1}).chunks, 1);
+  for (const BatchNormShape s : {BatchNormShape{1, 1, 1}, BatchNormShape{3, 16, 36}, BatchNormShape{256, 64, 3136},
+                                 BatchNormShape{7, 5, 4096}, BatchNormShape{65, 8, 10000}, BatchNormShape{5000, 1, 4096}}) {
+    SCOPED_TRACE(::testing::Message() << s.samples << "x" << s.channels << "x" << s.pixels);
+    const BatchNormChunks plan = batch_norm_chunks(s);
+    EXPECT_GE(plan.chunks, 1);
+    EXPECT_LE(plan.chunks, kBatchNormMaxChunks);
+    EXPECT_GE(plan.chunks * plan.samples_per_chunk, s.samples) << "every sample in a chunk";
+    EXPECT_GT(plan.samples_in(plan.chunks - 1, s.samples), 0) << "no chunk left empty";
+  }
+}
+
+// Every element is read exactly once, by a block of its own channel and of the chunk its sample
+// is in; the elementwise passes find the same channel at each unit's start, in 32 and 64 bits.
+TEST(BatchNormPlan, EveryElementIsReadOnceByABlockOfItsChannel) {
+  for (const BatchNormShape s : {BatchNormShape{5, 3, 49}, BatchNormShape{64, 4, 36}, BatchNormShape{3, 2, 1},
+                                 BatchNormShape{70, 2, 64}, BatchNormShape{9, 1, 8 * 8 * 3}}) {
+    for (const int pack : {1, 4, 8}) {
+      const int width = batch_norm_unit_width(s.pixels, pack);
+      SCOPED_TRACE(::testing::Message() << s.samples << "x" << s.channels << "x" << s.pixels << " width " << width);
+      const BatchNormChunks plan = batch_norm_chunks(s);
+      std::vector<int> reads(static_cast<std::size_t>(s.numel()), 0);
+      for (std::int64_t channel = 0; channel < s.channels; ++channel) {
+        for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
+          for (unsigned thread = 0; thread < kThreads; ++thread) {
+            for_chunk_units(s, plan, channel, chunk, width, thread, kThreads, [&](std::int64_t at) {
+              ASSERT_EQ(at % width, 0);
+              const std::int64_t sample = at / (s.channels * s.pixels);
+              EXPECT_GE(sample, plan.first_sample(chunk));
+              EXPECT_LT(sample, plan.first_sample(chunk) + plan.samples_in(chunk, s.samples));
+              EXPECT_EQ(channel_of(at, static_cast<std::uint32_t>(s.pixels), static_cast<std::uint32_t>(s.channels)),
+                        channel);
+              EXPECT_EQ(channel_of(at, s.pixels, s.channels), channel);
+              for (int k = 0; k < width; ++k) ++reads[static_cast<std::size_t>(at + k)];
+            });
+          }
+        }
+      }
+      for (std::size_t i = 0; i < reads.size(); ++i) ASSERT_EQ(reads[i], 1) << "element " << i;
+    }
+  }
+}
+
+// The kernels' passes on the host: fp32 sums a thread, a block's threads added up, the chunks
+// merged in fp64 per channel, then the elementwise passes. `tail` 0: none, 1: ReLU, 2: add and ReLU.
+struct EmulatedBatchNorm {
+  BatchNormShape s;
+  int width = 4;
+  int tail = 0;
+  float epsilon = 1e-5f, momentum = 0.1f;
+  std::vector<float> mean, inverse_std, running_mean, running_var;
+
+  template <typename F>
+  void each_block(F&& f) const {
+    const BatchNormChunks plan = batch_norm_chunks(s);
+    for (std::int64_t channel = 0; channel < s.channels; ++channel) {
+      for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) f(plan, channel, chunk);
+    }
+  }
+
+  std::vector<float> forward(const std::vector<float>& x, const std::vector<float>& z, const std::vector<float>& gamma,
+                             const std::vector<float>& beta) {
+    const BatchNormChunks plan = batch_norm_chunks(s);
+    std::vector<float> partial(static_cast<std::size_t>(3 * s.channels * plan.chunks));
+    each_block([&](const BatchNormChunks&, std::int64_t channel, std::int64_t chunk) {
+      const float shift = x[static_cast<std::size_t>(chunk_first_offset(s, plan, channel, chunk))];
+      float block_sum = 0.0f, block_squares = 0.0f;
+      for (unsigned thread = 0; thread < kThreads; ++thread) {
+        float sum = 0.0f, squares = 0.0f;
+        for_chunk_units(s, plan, channel, chunk, width, thread, kThreads, [&](std::int64_t at) {
+          for (int k = 0; k < width; ++k) {
+            const float d = x[static_cast<std::size_t>(at + k)] - shift;
+            sum += d;
+            squares += d * d;
+          }
+        });
+        block_sum += sum;
+        block_squares += squares;
+      }
+      float* out = &partial[static_cast<std::size_t>((chunk * s.channels + channel) * 3)];
+      out[0] = shift;
+      out[1] = block_sum;
+      out[2] = block_squares;
+    });
+    std::vector<float> scale(static_cast<std::size_t>(s.channels)), shift(scale.size());
+    mean.resize(scale.size());
+    inverse_std.resize(scale.size());
+    for (std::int64_t c = 0; c < s.channels; ++c) {
+      Moments m;
+      for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
+        const float* p = &partial[static_cast<std::size_t>((chunk * s.channels + c) * 3)];
+        m = merge(m, moments_from_shifted_sums(static_cast<double>(plan.samples_in(chunk, s.samples) * s.pixels), p[0],
+                                               p[1], p[2]));
+      }
+      const auto i = static_cast<std::size_t>(c);
+      const BatchNormForwardChannel f =
+          batch_norm_forward_channel(m, gamma[i], beta[i], epsilon, momentum, running_mean[i], running_var[i]);
+      mean[i] = f.mean;
+      inverse_std[i] = f.inverse_std;
+      running_mean[i] = f.running_mean;
+      running_var[i] = f.running_var;
+      scale[i] = f.scale;
+      shift[i] = f.shift;
+    }
+    std::vector<float> y(x.size());
+    for (std::int64_t at = 0; at < s.numel(); ++at) {
+      const auto c = static_cast<std::size_t>(channel_of(at, s.pixels, s.channels));
+      float v = x[static_cast<std::size_t>(at)] * scale[c] + shift[c];
+      if (tail == 2) v += z[static_cast<std::size_t>(at)];
+      y[static_cast<std::size_t>(at)] = tail > 0 ? std::fmax(v, 0.0f) : v;
+    }
+    return y;
+  }
+
+  // dx, and dz (add and ReLU) and dγ, dβ through the out-parameters.
+  std::vector<float> backward(const std::vector<float>& x, const std::vector<float>& y, const std::vector<float>& dy,
+                              const std::vector<float>& gamma, std::vector<float>& dz, std::vector<float>& dgamma,
+                              std::vector<float>& dbeta) const {
+    const BatchNormChunks plan = batch_norm_chunks(s);
+    const auto gradient = [&](std::int64_t at) {
+      const auto i = static_cast<std::size_t>(at);
+      return tail > 0 && !(y[i] > 0.0f) ? 0.0f : dy[i];
+    };
+    std::vector<float> partial(static_cast<std::size_t>(2 * s.channels * plan.chunks));
+    dz.assign(x.size(), 0.0f);
+    each_block([&](const BatchNormChunks&, std::int64_t channel, std::int64_t chunk) {
+      const float m = mean[static_cast<std::size_t>(channel)];
+      float block_sum = 0.0f, block_centered = 0.0f;
+      for (unsigned thread = 0; thread < kThreads; ++thread) {
+        float sum = 0.0f, centered = 0.0f;
+        for_chunk_units(s, plan, channel, chunk, width, thread, kThreads, [&](std::int64_t at) {
+          for (int k = 0; k < width; ++k) {
+            const float g = gradient(at + k);
+            if (tail == 2) dz[static_cast<std::size_t>(at + k)] = g;
+            sum += g;
+            centered += g * (x[static_cast<std::size_t>(at + k)] - m);
+          }
+        });
+        block_sum += sum;
+        block_centered += centered;
+      }
+      partial[static_cast<std::size_t>((chunk * s.channels + channel) * 2)] = block_sum;
+      partial[static_cast<std::size_t>((chunk * s.channels + channel) * 2 + 1)] = block_centered;
+    });
+    std::vector<BatchNormBackwardChannel> coefficients;
+    dgamma.resize(static_cast<std::size_t>(s.channels));
+    dbeta.resize(dgamma.size());
+    for (std::int64_t c = 0; c < s.channels; ++c) {
+      double sum = 0.0, centered = 0.0;
+      for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
+        sum += static_cast<double>(partial[static_cast<std::size_t>((chunk * s.channels + c) * 2)]);
+        centered += static_cast<double>(partial[static_cast<std::size_t>((chunk * s.channels + c) * 2 + 1)]);
+      }
+      const auto i = static_cast<std::size_t>(c);
+      coefficients.push_back(
+          batch_norm_backward_channel(static_cast<double>(s.per_channel()), sum, centered, gamma[i], inverse_std[i]));
+      dgamma[i] = coefficients.back().dgamma;
+      dbeta[i] = coefficients.back().dbeta;
+    }
+    std::vector<float> dx(x.size());
+    for (std::int64_t at = 0; at < s.numel(); ++at) {
+      const auto c = static_cast<std::size_t>(channel_of(at, s.pixels, s.channels));
+      const BatchNormBackwardChannel& k = coefficients[c];
+      const auto i = static_cast<std::size_t>(at);
+      const float g = tail == 2 ? dz[i] : gradient(at);
+      dx[i] = k.a * g + k.b * (x[i] - mean[c]) + k.e;
+    }
+    return dx;
+  }
+};
+
+std::vector<float> normal_values(std::size_t n, std::uint64_t seed, double mean, double spread) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(mean, spread);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(normal(rng));
+  return v;
+}
+
+// max |a − b| / max |b| (norm-wise, as the GPU tests measure).
+double relative_error(const std::vector<float>& actual, const std::vector<double>& expected) {
+  double diff = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (!std::isfinite(actual[i])) return std::numeric_limits<double>::infinity();
+    diff = std::max(diff, std::fabs(static_cast<double>(actual[i]) - expected[i]));
+    scale = std::max(scale, std::fabs(expected[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// Training batch norm in fp64, the textbook way: what the emulated kernels must reproduce.
+struct Reference {
+  std::vector<double> y, mean, variance, dx, dz, dgamma, dbeta;
+};
+
+Reference reference(const BatchNormShape& s, int tail, float eps, const std::vector<float>& x32,
+                    const std::vector<float>& z32, const std::vector<float>& gamma32,
+                    const std::vector<float>& beta32, const std::vector<float>& dy32) {
+  const std::vector<double> x(x32.begin(), x32.end()), z(z32.begin(), z32.end()), gamma(gamma32.begin(), gamma32.end()),
+      beta(beta32.begin(), beta32.end()), dy(dy32.begin(), dy32.end());
+  const auto epsilon = static_cast<double>(eps);
+  Reference r;
+  const auto n = static_cast<std::size_t>(s.numel()), channels = static_cast<std::size_t>(s.channels);
+  const double count = static_cast<double>(s.per_channel());
+  r.mean.assign(channels, 0.0);
+  r.variance.assign(channels, 0.0);
+  const auto channel = [&](std::size_t i) { return static_cast<std::size_t>((static_cast<std::int64_t>(i) / s.pixels) % s.channels); };
+  for (std::size_t i = 0; i < n; ++i) r.mean[channel(i)] += x[i] / count;
+  for (std::size_t i = 0; i < n; ++i) r.variance[channel(i)] += std::pow(x[i] - r.mean[channel(i)], 2) / count;
+  r.y.resize(n);
+  std::vector<double> xhat(n), g(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t c = channel(i);
+    xhat[i] = (x[i] - r.mean[c]) / std::sqrt(r.variance[c] + epsilon);
+    double v = gamma[c] * xhat[i] + beta[c];
+    if (tail == 2) v += z[i];
+    r.y[i] = tail > 0 ? std::max(v, 0.0) : v;
+    g[i] = tail > 0 && !(r.y[i] > 0.0) ? 0.0 : dy[i];
+  }
+  r.dgamma.assign(channels, 0.0);
+  r.dbeta.assign(channels, 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    r.dbeta[channel(i)] += g[i];
+    r.dgamma[channel(i)] += g[i] * xhat[i];
+  }
+  r.dx.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t c = channel(i);
+    r.dx[i] = gamma[c] / std::sqrt(r.variance[c] + epsilon) *
+              (g[i] - r.dbeta[c] / count - xhat[i] * r.dgamma[c] / count);
+  }
+  r.dz = g;
+  return r;
+}
+
+// Forward and backward with each tail, over shapes that take packs and shapes that do not, one
+// with several chunks a channel: the kernels' split and formulas give batch norm to fp32's
+// rounding, and the running statistics follow PyTorch's rule (unbiased variance).
+TEST(BatchNormPlan, TheKernelsArithmeticIsBatchNormForEveryTail) {
+  for (const BatchNormShape s : {BatchNormShape{4, 24, 36}, BatchNormShape{3, 8, 49}, BatchNormShape{32, 2, 784},
+                                 BatchNormShape{3, 5, 1}}) {
+    for (const int tail : {0, 1, 2}) {
+      SCOPED_TRACE(::testing::Message() << s.samples << "x" << s.channels << "x" << s.pixels << " tail " << tail);
+      const auto n = static_cast<std::size_t>(s.numel()), channels = static_cast<std::size_t>(s.channels);
+      const std::vector<float> x = normal_values(n, 1, 0.5, 2.0), z = normal_values(n, 2, 0.0, 1.0),
+                               dy = normal_values(n, 3, 0.0, 1.0), gamma = normal_values(channels, 4, 1.0, 0.3),
+                               beta = normal_values(channels, 5, 0.0, 0.3);
+      EmulatedBatchNorm bn{s, batch_norm_unit_width(s.pixels, 4), tail, 1e-5f, 0.1f, {}, {}, {}, {}};
+      bn.running_mean.assign(channels, 0.25f);
+      bn.running_var.assign(channels, 2.0f);
+      const std::vector<float> y = bn.forward(x, z, gamma, beta);
+      std::vector<float> dz, dgamma, dbeta;
+      const std::vector<float> dx = bn.backward(x, y, dy, gamma, dz, dgamma, dbeta);
+      const Reference r = reference(s, tail, bn.epsilon, x, z, gamma, beta, dy);
+      EXPECT_LT(relative_error(y, r.y), 1e-5) << "y";
+      EXPECT_LT(relative_error(bn.mean, r.mean), 1e-5) << "mean";
+      std::vector<double> inverse_std, running_mean, running_var;
+      const double count = static_cast<double>(s.per_channel());
+      for (std::size_t c = 0; c < channels; ++c) {
+        inverse_std.push_back(1.0 / std::sqrt(r.variance[c] + static_cast<double>(bn.epsilon)));
+        running_mean.push_back(0.9 * 0.25 + 0.1 * r.mean[c]);
+        running_var.push_back(0.9 * 2.0 + 0.1 * (count > 1 ? r.variance[c] * count / (count - 1) : r.variance[c]));
+      }
+      EXPECT_LT(relative_error(bn.inverse_std, inverse_std), 1e-5) << "inverse std";
+      EXPECT_LT(relative_error(bn.running_mean, running_mean), 1e-5) << "running mean";
+      EXPECT_LT(relative_error(bn.running_var, running_var), 1e-5) << "running variance";
+      EXPECT_LT(relative_error(dx, r.dx), 1e-5) << "dx";
+      EXPECT_LT(relative_error(dgamma, r.dgamma), 1e-5) << "dgamma";
+      EXPECT_LT(relative_error(dbeta, r.dbeta), 1e-5) << "dbeta";
+      if (tail == 2) {
+        EXPECT_LT(relative_error(dz, r.dz), 1e-7) << "dz: dy where y > 0, exactly";
+      }
+    }
+  }
+}
+
+// A channel whose mean is far from zero against its spread (300 ± 0.5 here): the sums of
+// squares about each chunk's first value keep the variance; about zero, fp32 would lose it.
+TEST(BatchNormPlan, ShiftedSumsKeepTheVarianceOfAChannelFarFromZero) {
+  const BatchNormShape s{64, 1, 3136};
+  const std::vector<float> x = normal_values(static_cast<std::size_t>(s.numel()), 6, 300.0, 0.5);
+  EmulatedBatchNorm bn{s, 4, 0, 1e-5f, 0.1f, {}, {}, {}, {}};
+  bn.running_mean.assign(1, 0.0f);
+  bn.running_var.assign(1, 1.0f);
+  bn.forward(x, {}, {1.0f}, {0.0f});
+  const Reference r = reference(s, 0, bn.epsilon, x, {}, {1.0f}, {0.0f}, std::vector<float>(x.size(), 0.0f));
+  const double inverse_std = static_cast<double>(bn.inverse_std[0]);
+  const double variance = 1.0 / (inverse_std * inverse_std) - static_cast<double>(bn.epsilon);
+  EXPECT_NEAR(variance / r.variance[0], 1.0, 1e-4);
+  // The same sums about zero, as E[x²] − mean² in fp32 a thread: the test's data would catch that.
+  float sum = 0.0f, squares = 0.0f;
+  for (const float v : x) {
+    sum += v;
+    squares += v * v;
+  }
+  const double count = static_cast<double>(x.size());
+  const double naive = (static_cast<double>(squares) - static_cast<double>(sum) * static_cast<double>(sum) / count) / count;
+  EXPECT_GT(std::fabs(naive / r.variance[0] - 1.0), 1e-2) << "unshifted fp32 sums lose the variance here";
+}
+
+}  // namespace
+}  // namespace dlbench::worker

@@ -1,0 +1,310 @@
+#include "cuda/batch_norm_kernels.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <type_traits>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernel_launch.cuh"
+#include "cuda/warp_reduce.cuh"
+
+namespace dlbench::worker::kernels {
+namespace {
+
+// A unit of W values from element `at`: one value, or a 16-byte pack (W = Pack<T>::kWidth).
+template <int W, typename T>
+__device__ inline void load_unit(const T* p, std::int64_t at, float (&v)[W]) {
+  if constexpr (W == 1) {
+    v[0] = load(p[at]);
+  } else {
+    static_assert(W == Pack<T>::kWidth, "a unit is one value or one pack");
+    const Pack<T> pack = *reinterpret_cast<const Pack<T>*>(p + at);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = load(pack.v[k]);
+  }
+}
+
+template <int W, typename T>
+__device__ inline void store_unit(T* p, std::int64_t at, const float (&v)[W]) {
+  if constexpr (W == 1) {
+    p[at] = store<T>(v[0]);
+  } else {
+    Pack<T> pack;
+#pragma unroll
+    for (int k = 0; k < W; ++k) pack.v[k] = store<T>(v[k]);
+    *reinterpret_cast<Pack<T>*>(p + at) = pack;
+  }
+}
+
+// g = dy, masked where the output is not positive with a ReLU tail.
+template <int W, bool kMasked, typename T>
+__device__ inline void load_gradient(const T* y, const T* dy, std::int64_t at, float (&g)[W]) {
+  load_unit<W>(dy, at, g);
+  if constexpr (kMasked) {
+    float out[W];
+    load_unit<W>(y, at, out);
+#pragma unroll
+    for (int k = 0; k < W; ++k) g[k] = out[k] > 0.0f ? g[k] : 0.0f;
+  }
+}
+
+// Block (channel, chunk): Σ(x − shift) and Σ(x − shift)² over its chunk, shift its first value.
+template <typename T, int W>
+__global__ void moments_kernel(const T* x, float* partial, BatchNormShape s, BatchNormChunks plan) {
+  const std::int64_t channel = blockIdx.x, chunk = blockIdx.y;
+  const float shift = load(x[chunk_first_offset(s, plan, channel, chunk)]);
+  float sum = 0.0f, squares = 0.0f;
+  for_chunk_units(s, plan, channel, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
+    float v[W];
+    load_unit<W>(x, at, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float d = v[k] - shift;
+      sum += d;
+      squares += d * d;
+    }
+  });
+  sum = block_sum(sum);
+  squares = block_sum(squares);
+  if (threadIdx.x == 0) {
+    float* out = partial + (chunk * s.channels + channel) * 3;
+    out[0] = shift;
+    out[1] = sum;
+    out[2] = squares;
+  }
+}
+
+// A thread a channel: the chunks' moments merged in chunk order, the statistics, the running
+// ones moved, and the normalising pass's scale and shift.
+__global__ void statistics_kernel(const float* partial, BatchNormShape s, BatchNormChunks plan, const float* gamma,
+                                  const float* beta, float epsilon, float momentum, float* mean, float* inverse_std,
+                                  float* running_mean, float* running_var, float2* scale_shift) {
+  DLBENCH_GRID_STRIDE(channel, s.channels) {
+    Moments m;
+    for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
+      const float* p = partial + (chunk * s.channels + channel) * 3;
+      const double count = static_cast<double>(plan.samples_in(chunk, s.samples) * s.pixels);
+      m = merge(m, moments_from_shifted_sums(count, p[0], p[1], p[2]));
+    }
+    const BatchNormForwardChannel f = batch_norm_forward_channel(m, gamma[channel], beta[channel], epsilon, momentum,
+                                                                 running_mean[channel], running_var[channel]);
+    mean[channel] = f.mean;
+    inverse_std[channel] = f.inverse_std;
+    running_mean[channel] = f.running_mean;
+    running_var[channel] = f.running_var;
+    scale_shift[channel] = make_float2(f.scale, f.shift);
+  }
+}
+
+// y = tail(x · scale + shift [+ z]), unit by unit over the whole tensor.
+template <typename T, int W, BatchNormTail kTail, typename Index>
+__global__ void normalize_kernel(const T* x, const T* z, T* y, const float2* scale_shift, BatchNormShape s,
+                                 std::int64_t units) {
+  const auto pixels = static_cast<Index>(s.pixels), channels = static_cast<Index>(s.channels);
+  DLBENCH_GRID_STRIDE(u, units) {
+    const std::int64_t at = u * W;
+    const float2 k = scale_shift[channel_of(at, pixels, channels)];
+    float v[W];
+    load_unit<W>(x, at, v);
+    if constexpr (kTail == BatchNormTail::add_relu) {
+      float r[W];
+      load_unit<W>(z, at, r);
+#pragma unroll
+      for (int i = 0; i < W; ++i) v[i] = fmaxf(v[i] * k.x + k.y + r[i], 0.0f);
+    } else {
+#pragma unroll
+      for (int i = 0; i < W; ++i) {
+        v[i] = v[i] * k.x + k.y;
+        if constexpr (kTail == BatchNormTail::relu) v[i] = fmaxf(v[i], 0.0f);
+      }
+    }
+    store_unit<W>(y, at, v);
+  }
+}
+
+// Block (channel, chunk): Σg and Σg · (x − mean) over its chunk; with add_relu it also writes
+// dz = g, which the input-gradient pass then reads instead of dy and y.
+template <typename T, int W, BatchNormTail kTail>
+__global__ void gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz, const float* mean, float* partial,
+                                     BatchNormShape s, BatchNormChunks plan) {
+  const std::int64_t channel = blockIdx.x, chunk = blockIdx.y;
+  const float m = mean[channel];
+  float sum = 0.0f, centered = 0.0f;
+  for_chunk_units(s, plan, channel, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
+    float g[W], v[W];
+    load_gradient<W, kTail != BatchNormTail::none>(y, dy, at, g);
+    if constexpr (kTail == BatchNormTail::add_relu) store_unit<W>(dz, at, g);
+    load_unit<W>(x, at, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      sum += g[k];
+      centered += g[k] * (v[k] - m);
+    }
+  });
+  sum = block_sum(sum);
+  centered = block_sum(centered);
+  if (threadIdx.x == 0) {
+    float* out = partial + (chunk * s.channels + channel) * 2;
+    out[0] = sum;
+    out[1] = centered;
+  }
+}
+
+// A thread a channel: the chunks' sums added in chunk order (fp64), dγ, dβ and the input
+// gradient's coefficients (a, b, e, mean).
+__global__ void gradient_channels_kernel(const float* partial, BatchNormShape s, BatchNormChunks plan,
+                                         const float* gamma, const float* mean, const float* inverse_std,
+                                         float* dgamma, float* dbeta, float4* coefficients) {
+  DLBENCH_GRID_STRIDE(channel, s.channels) {
+    double sum = 0.0, centered = 0.0;
+    for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
+      const float* p = partial + (chunk * s.channels + channel) * 2;
+      sum += p[0];
+      centered += p[1];
+    }
+    const BatchNormBackwardChannel b = batch_norm_backward_channel(static_cast<double>(s.per_channel()), sum, centered,
+                                                                   gamma[channel], inverse_std[channel]);
+    dgamma[channel] = b.dgamma;
+    dbeta[channel] = b.dbeta;
+    coefficients[channel] = make_float4(b.a, b.b, b.e, mean[channel]);
+  }
+}
+
+// dx = a · g + b · (x − mean) + e, g from dz (add_relu) or from dy and y.
+template <typename T, int W, BatchNormTail kTail, typename Index>
+__global__ void input_gradient_kernel(const T* x, const T* y, const T* dy, const T* dz, T* dx,
+                                      const float4* coefficients, BatchNormShape s, std::int64_t units) {
+  const auto pixels = static_cast<Index>(s.pixels), channels = static_cast<Index>(s.channels);
+  DLBENCH_GRID_STRIDE(u, units) {
+    const std::int64_t at = u * W;
+    const float4 k = coefficients[channel_of(at, pixels, channels)];
+    float g[W], v[W];
+    if constexpr (kTail == BatchNormTail::add_relu) {
+      load_unit<W>(dz, at, g);
+    } else {
+      load_gradient<W, kTail == BatchNormTail::relu>(y, dy, at, g);
+    }
+    load_unit<W>(x, at, v);
+#pragma unroll
+    for (int i = 0; i < W; ++i) v[i] = k.x * g[i] + k.y * (v[i] - k.w) + k.z;
+    store_unit<W>(dx, at, v);
+  }
+}
+
+// The scratch's layout: the per-channel coefficients first (16-byte aligned for float4), then the
+// chunks' partial sums.
+std::int64_t coefficient_floats(const BatchNormShape& s) { return 4 * s.channels; }
+std::int64_t partial_floats(const BatchNormShape& s) { return 3 * s.channels * batch_norm_chunks(s).chunks; }
+
+// Calls f(Type<T>{}, width, index32) for the kernels' element type, their unit width (a pack where
+// every plane divides into packs and every pointer is aligned) and whether 32-bit offsets reach.
+template <typename F>
+void dispatch(DType dtype, const BatchNormShape& s, std::initializer_list<const void*> pointers, F&& f) {
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    const VectorSplit split = vector_split(s.pixels, sizeof(T), pointers);
+    const int width = split.packs > 0 ? batch_norm_unit_width(s.pixels, split.width) : 1;
+    const bool index32 = s.numel() <= static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max());
+    if (width == 1) {
+      f(t, std::integral_constant<int, 1>{}, index32);
+    } else {
+      f(t, std::integral_constant<int, Pack<T>::kWidth>{}, index32);
+    }
+  });
+}
+
+template <typename F>
+void with_tail(BatchNormTail tail, F&& f) {
+  switch (tail) {
+    case BatchNormTail::none: f(std::integral_constant<BatchNormTail, BatchNormTail::none>{}); return;
+    case BatchNormTail::relu: f(std::integral_constant<BatchNormTail, BatchNormTail::relu>{}); return;
+    case BatchNormTail::add_relu: f(std::integral_constant<BatchNormTail, BatchNormTail::add_relu>{}); return;
+  }
+  throw std::invalid_argument("batch norm: an unknown tail");
+}
+
+void check_shape(const BatchNormShape& s, const void* scratch) {
+  if (s.samples <= 0 || s.channels <= 0 || s.pixels <= 0) {
+    throw std::invalid_argument("batch norm kernels: an empty activation");
+  }
+  if (scratch == nullptr) throw std::invalid_argument("batch norm kernels: no scratch");
+  // A chunk's units are numbered in 32 bits (for_chunk_units), with room for the last stride.
+  if (batch_norm_chunks(s).samples_per_chunk * s.pixels > std::numeric_limits<std::int32_t>::max()) {
+    throw std::invalid_argument("batch norm kernels: a chunk of more than 2^31 values");
+  }
+}
+
+}  // namespace
+
+std::size_t batch_norm_scratch_bytes(const BatchNormShape& shape) {
+  return static_cast<std::size_t>(coefficient_floats(shape) + partial_floats(shape)) * sizeof(float);
+}
+
+void batch_norm_forward_training(DType dtype, const BatchNormShape& s, BatchNormTail tail, const void* x,
+                                 const void* z, void* y, const float* gamma, const float* beta, float epsilon,
+                                 float momentum, float* mean, float* inverse_std, float* running_mean,
+                                 float* running_var, float* scratch, cudaStream_t stream) {
+  check_shape(s, scratch);
+  if ((tail == BatchNormTail::add_relu) != (z != nullptr)) {
+    throw std::invalid_argument("batch norm kernels: a residual z goes with the add_relu tail, and only with it");
+  }
+  const BatchNormChunks plan = batch_norm_chunks(s);
+  auto* const scale_shift = reinterpret_cast<float2*>(scratch);
+  float* const partial = scratch + coefficient_floats(s);
+  dispatch(dtype, s, {x, z == nullptr ? x : z, y}, [&](auto t, auto width, bool index32) {
+    using T = typename decltype(t)::type;
+    constexpr int W = decltype(width)::value;
+    const auto* const in = static_cast<const T*>(x);
+    moments_kernel<T, W><<<dim3(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks)), kThreads, 0,
+                           stream>>>(in, partial, s, plan);
+    DLBENCH_CUDA_CHECK(cudaGetLastError());
+    DLBENCH_LAUNCH(statistics_kernel, s.channels, stream, partial, s, plan, gamma, beta, epsilon, momentum, mean,
+                   inverse_std, running_mean, running_var, scale_shift);
+    const std::int64_t units = s.numel() / W;
+    with_tail(tail, [&](auto kind) {
+      constexpr BatchNormTail kTail = decltype(kind)::value;
+      auto* const kernel = index32 ? &normalize_kernel<T, W, kTail, std::uint32_t>
+                                   : &normalize_kernel<T, W, kTail, std::int64_t>;
+      DLBENCH_LAUNCH(kernel, units, stream, in, static_cast<const T*>(z), static_cast<T*>(y),
+                     scale_shift, s, units);
+    });
+  });
+}
+
+void batch_norm_backward(DType dtype, const BatchNormShape& s, BatchNormTail tail, const void* x, const void* y,
+                         const void* dy, void* dz, void* dx, const float* gamma, const float* mean,
+                         const float* inverse_std, float* dgamma, float* dbeta, float* scratch, cudaStream_t stream) {
+  check_shape(s, scratch);
+  if ((tail == BatchNormTail::add_relu) != (dz != nullptr)) {
+    throw std::invalid_argument("batch norm kernels: the residual's gradient dz goes with the add_relu tail, and only with it");
+  }
+  if (tail != BatchNormTail::none && y == nullptr) throw std::invalid_argument("batch norm kernels: a ReLU tail reads y");
+  const BatchNormChunks plan = batch_norm_chunks(s);
+  auto* const coefficients = reinterpret_cast<float4*>(scratch);
+  float* const partial = scratch + coefficient_floats(s);
+  const void* const masked_by = y == nullptr ? x : y;
+  dispatch(dtype, s, {x, masked_by, dy, dz == nullptr ? dx : dz, dx}, [&](auto t, auto width, bool index32) {
+    using T = typename decltype(t)::type;
+    constexpr int W = decltype(width)::value;
+    const auto* const in = static_cast<const T*>(x);
+    const auto* const out = static_cast<const T*>(y);
+    const auto* const grad = static_cast<const T*>(dy);
+    auto* const residual_grad = static_cast<T*>(dz);
+    with_tail(tail, [&](auto kind) {
+      constexpr BatchNormTail kTail = decltype(kind)::value;
+      gradient_sums_kernel<T, W, kTail><<<dim3(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks)),
+                                          kThreads, 0, stream>>>(in, out, grad, residual_grad, mean, partial, s, plan);
+      DLBENCH_CUDA_CHECK(cudaGetLastError());
+      DLBENCH_LAUNCH(gradient_channels_kernel, s.channels, stream, partial, s, plan, gamma, mean, inverse_std, dgamma,
+                     dbeta, coefficients);
+      const std::int64_t units = s.numel() / W;
+      auto* const kernel = index32 ? &input_gradient_kernel<T, W, kTail, std::uint32_t>
+                                   : &input_gradient_kernel<T, W, kTail, std::int64_t>;
+      DLBENCH_LAUNCH(kernel, units, stream, in, out, grad, residual_grad, static_cast<T*>(dx),
+                     coefficients, s, units);
+    });
+  });
+}
+
+}  // namespace dlbench::worker::kernels

@@ -1,0 +1,105 @@
+// Batch norm through dlbench's own kernels (cuda/batch_norm_kernels.hpp), for NCHW activations:
+// DLBENCH_CUDA_BATCH_NORM=own, which fuses the ReLU after a batch norm and a residual block's add
+// and ReLU into it, as cuDNN does only for channels-last activations (cuda/batch_norm_calls.hpp).
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+
+#include "cuda/batch_norm_kernels.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/cuda_common.hpp"
+
+namespace dlbench::worker::cuda_detail {
+namespace {
+
+class KernelBatchNorm final : public BatchNormOp {
+ public:
+  KernelBatchNorm(CudaBackend& backend, const BatchNormConfig& config)
+      : backend_(backend), dtype_(config.dtype), shape_(batch_norm_shape(config.input)), epsilon_(config.epsilon),
+        momentum_(config.momentum),
+        tail_(config.add_relu ? kernels::BatchNormTail::add_relu
+              : config.relu   ? kernels::BatchNormTail::relu
+                              : kernels::BatchNormTail::none),
+        scratch_bytes_(kernels::batch_norm_scratch_bytes(shape_)) {
+    if (backend.activation_layout() != Layout::nchw) {
+      throw std::invalid_argument("dlbench's batch-norm kernels (DLBENCH_CUDA_BATCH_NORM=own) index NCHW activations; "
+                                  "these are channels-last, where cuDNN's persistent kernels run (ex, ex-relu, ex-add-relu)");
+    }
+  }
+
+  // The fused ReLU's backward finds its mask in forward's output.
+  bool backward_reads_output() const override { return tail_ != kernels::BatchNormTail::none; }
+
+  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, BatchNormStatistics& s,
+                        void*) override {
+    if (tail_ == kernels::BatchNormTail::add_relu) {
+      throw std::logic_error("this batch norm was made with add_relu: forward_training_add_relu runs it");
+    }
+    require_dtype("batch norm", dtype_, {&x, &y});
+    forward(x, nullptr, gamma, beta, y, s);
+  }
+
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor&,
+                const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta, const void*) override {
+    if (tail_ == kernels::BatchNormTail::add_relu) {
+      throw std::logic_error("this batch norm was made with add_relu: backward_add_relu runs it");
+    }
+    require_dtype("batch norm", dtype_, {&x, &dy, &dx});
+    backward_pass(x, y, dy, nullptr, gamma, s, dx, dgamma, dbeta);
+  }
+
+  void forward_training_add_relu(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                                 BatchNormStatistics& s, void* workspace) override {
+    if (tail_ != kernels::BatchNormTail::add_relu) BatchNormOp::forward_training_add_relu(x, z, gamma, beta, y, s, workspace);
+    require_dtype("batch norm", dtype_, {&x, &z, &y});
+    forward(x, &z, gamma, beta, y, s);
+  }
+
+  void backward_add_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                         const BatchNormStatistics& s, Tensor& dx, Tensor& dz, Tensor& dgamma, Tensor& dbeta,
+                         const void* workspace) override {
+    if (tail_ != kernels::BatchNormTail::add_relu) {
+      BatchNormOp::backward_add_relu(x, y, dy, gamma, beta, s, dx, dz, dgamma, dbeta, workspace);
+    }
+    require_dtype("batch norm", dtype_, {&x, &y, &dy, &dx, &dz});
+    backward_pass(x, y, dy, &dz, gamma, s, dx, dgamma, dbeta);
+  }
+
+ private:
+  static BatchNormShape batch_norm_shape(const Shape& s) {
+    return {s.n(), s.rank >= 2 ? s.c() : 1, (s.rank >= 3 ? s.h() : 1) * (s.rank >= 4 ? s.w() : 1)};
+  }
+  float* scratch() { return static_cast<float*>(backend_.workspace(scratch_bytes_)); }
+
+  void forward(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta, Tensor& y,
+               BatchNormStatistics& s) {
+    kernels::batch_norm_forward_training(dtype_, shape_, tail_, x.data, z != nullptr ? z->data : nullptr, y.data,
+                                         gamma.as<float>(), beta.as<float>(), epsilon_, momentum_, s.mean.as<float>(),
+                                         s.spread.as<float>(), s.running_mean.as<float>(), s.running_var.as<float>(),
+                                         scratch(), backend_.stream());
+  }
+
+  void backward_pass(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dz, const Tensor& gamma,
+                     const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+    const bool masked = tail_ != kernels::BatchNormTail::none;
+    kernels::batch_norm_backward(dtype_, shape_, tail_, x.data, masked ? y.data : nullptr, dy.data,
+                                 dz != nullptr ? dz->data : nullptr, dx.data, gamma.as<float>(), s.mean.as<float>(),
+                                 s.spread.as<float>(), dgamma.as<float>(), dbeta.as<float>(), scratch(),
+                                 backend_.stream());
+  }
+
+  CudaBackend& backend_;
+  DType dtype_;
+  BatchNormShape shape_;
+  float epsilon_, momentum_;
+  kernels::BatchNormTail tail_;
+  std::size_t scratch_bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchNormOp> make_kernel_batch_norm(CudaBackend& backend, const BatchNormConfig& config) {
+  return std::make_unique<KernelBatchNorm>(backend, config);
+}
+
+}  // namespace dlbench::worker::cuda_detail
