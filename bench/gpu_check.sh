@@ -231,6 +231,10 @@ profile_resnet50() {
 # convolutions in NCHW; the *Ex calls; branch gradients accumulated; the 16 GiB search.)
 compare_resnet50 fp32
 DLBENCH_CUDA_BATCH_NORM=own time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-own dlbench-own
+# And with the branch gradients meeting in a convolution's backward: with the add and ReLU in the
+# batch norm, the bottleneck's last separate kernel (the gradients' sum) goes too.
+DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 fp32 \
+  dlbench-resnet50-fp32-own-accumulate dlbench-own-accumulate
 DLBENCH_CUDA_BATCH_NORM_MODE=persistent time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-persistent dlbench-persistent
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-conv-graph-nhwc \
   dlbench-conv-graph-nhwc

@@ -242,6 +242,7 @@ def comparison(logs):
     # persistent mode, or through dlbench's own NCHW kernels with the ReLU and residual fused (=own).
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-persistent", "bn persistent"), ("dlbench-own", "bn own kernels"),
+                ("dlbench-own-accumulate", "own + accumulate"),
                 ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"),
                 ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"),
                 ("dlbench-accumulate", "grad accumulate"), ("dlbench-accumulate-graph", "accumulate + graph"),
