@@ -115,14 +115,15 @@ DLBENCH_HOST_DEVICE inline Moments merge(const Moments& a, const Moments& b) {
   return {count, a.mean + delta * (b.count / count), a.m2 + b.m2 + delta * delta * (a.count * b.count / count)};
 }
 
-// A channel's batch statistics and what forward's normalising pass multiplies and adds: y = x ·
-// scale + shift, scale = γ / sqrt(var + ε), shift = β − mean · scale. The running variance takes
-// the unbiased variance (PyTorch's rule; one value a channel: the biased one, as there is no other).
+// A channel's batch statistics and what forward's normalising pass multiplies by: y = (x − mean) ·
+// scale + β, scale = γ / sqrt(var + ε) (x − mean first: x · scale + (β − mean · scale) would lose a
+// channel far from zero to cancellation). The running variance takes the unbiased variance
+// (PyTorch's rule; one value a channel: the biased one, as there is no other).
 struct BatchNormForwardChannel {
-  float mean, inverse_std, scale, shift, running_mean, running_var;
+  float mean, inverse_std, scale, running_mean, running_var;
 };
 
-DLBENCH_HOST_DEVICE inline BatchNormForwardChannel batch_norm_forward_channel(const Moments& m, float gamma, float beta,
+DLBENCH_HOST_DEVICE inline BatchNormForwardChannel batch_norm_forward_channel(const Moments& m, float gamma,
                                                                               float epsilon, float momentum,
                                                                               float running_mean, float running_var) {
   const double variance = m.count > 0 ? m.m2 / m.count : 0.0;
@@ -132,7 +133,6 @@ DLBENCH_HOST_DEVICE inline BatchNormForwardChannel batch_norm_forward_channel(co
   return {static_cast<float>(m.mean),
           static_cast<float>(inverse_std),
           static_cast<float>(scale),
-          static_cast<float>(static_cast<double>(beta) - m.mean * scale),
           static_cast<float>((1.0 - rate) * static_cast<double>(running_mean) + rate * m.mean),
           static_cast<float>((1.0 - rate) * static_cast<double>(running_var) + rate * unbiased)};
 }

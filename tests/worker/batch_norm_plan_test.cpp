@@ -114,7 +114,7 @@ struct EmulatedBatchNorm {
       out[1] = block_sum;
       out[2] = block_squares;
     });
-    std::vector<float> scale(static_cast<std::size_t>(s.channels)), shift(scale.size());
+    std::vector<float> scale(static_cast<std::size_t>(s.channels));
     mean.resize(scale.size());
     inverse_std.resize(scale.size());
     for (std::int64_t c = 0; c < s.channels; ++c) {
@@ -126,18 +126,17 @@ struct EmulatedBatchNorm {
       }
       const auto i = static_cast<std::size_t>(c);
       const BatchNormForwardChannel f =
-          batch_norm_forward_channel(m, gamma[i], beta[i], epsilon, momentum, running_mean[i], running_var[i]);
+          batch_norm_forward_channel(m, gamma[i], epsilon, momentum, running_mean[i], running_var[i]);
       mean[i] = f.mean;
       inverse_std[i] = f.inverse_std;
       running_mean[i] = f.running_mean;
       running_var[i] = f.running_var;
       scale[i] = f.scale;
-      shift[i] = f.shift;
     }
     std::vector<float> y(x.size());
     for (std::int64_t at = 0; at < s.numel(); ++at) {
       const auto c = static_cast<std::size_t>(channel_of(at, s.pixels, s.channels));
-      float v = x[static_cast<std::size_t>(at)] * scale[c] + shift[c];
+      float v = (x[static_cast<std::size_t>(at)] - mean[c]) * scale[c] + beta[c];
       if (tail == 2) v += z[static_cast<std::size_t>(at)];
       y[static_cast<std::size_t>(at)] = tail > 0 ? std::fmax(v, 0.0f) : v;
     }
@@ -306,20 +305,23 @@ TEST(BatchNormPlan, TheKernelsArithmeticIsBatchNormForEveryTail) {
   }
 }
 
-// A channel whose mean is far from zero against its spread (300 ± 0.5 here): the sums of
-// squares about each chunk's first value keep the variance; about zero, fp32 would lose it.
-TEST(BatchNormPlan, ShiftedSumsKeepTheVarianceOfAChannelFarFromZero) {
+// A channel whose mean is far from zero against its spread (1000 ± 0.5 here): the sums of
+// squares about each chunk's first value keep the variance, where about zero fp32 would lose it,
+// and y subtracts the mean before it scales, where x · scale + (β − mean · scale) would cancel.
+TEST(BatchNormPlan, AChannelFarFromZeroKeepsItsVarianceAndItsNormalisedValues) {
   const BatchNormShape s{64, 1, 3136};
-  const std::vector<float> x = normal_values(static_cast<std::size_t>(s.numel()), 6, 300.0, 0.5);
+  const std::vector<float> x = normal_values(static_cast<std::size_t>(s.numel()), 6, 1000.0, 0.5);
   EmulatedBatchNorm bn{s, 4, 0, 1e-5f, 0.1f, {}, {}, {}, {}};
   bn.running_mean.assign(1, 0.0f);
   bn.running_var.assign(1, 1.0f);
-  bn.forward(x, {}, {1.0f}, {0.0f});
+  const std::vector<float> y = bn.forward(x, {}, {1.0f}, {0.0f});
   const Reference r = reference(s, 0, bn.epsilon, x, {}, {1.0f}, {0.0f}, std::vector<float>(x.size(), 0.0f));
   const double inverse_std = static_cast<double>(bn.inverse_std[0]);
   const double variance = 1.0 / (inverse_std * inverse_std) - static_cast<double>(bn.epsilon);
   EXPECT_NEAR(variance / r.variance[0], 1.0, 1e-4);
-  // The same sums about zero, as E[x²] − mean² in fp32 a thread: the test's data would catch that.
+  EXPECT_LT(relative_error(y, r.y), 1e-5);
+  // What the test's data would catch: the variance from sums about zero, E[x²] − mean² in fp32,
+  // and y as x · scale + (β − mean · scale).
   float sum = 0.0f, squares = 0.0f;
   for (const float v : x) {
     sum += v;
@@ -328,6 +330,10 @@ TEST(BatchNormPlan, ShiftedSumsKeepTheVarianceOfAChannelFarFromZero) {
   const double count = static_cast<double>(x.size());
   const double naive = (static_cast<double>(squares) - static_cast<double>(sum) * static_cast<double>(sum) / count) / count;
   EXPECT_GT(std::fabs(naive / r.variance[0] - 1.0), 1e-2) << "unshifted fp32 sums lose the variance here";
+  std::vector<float> folded(x.size());
+  const float scale = bn.inverse_std[0], shift = -bn.mean[0] * scale;
+  for (std::size_t i = 0; i < x.size(); ++i) folded[i] = x[i] * scale + shift;
+  EXPECT_GT(relative_error(folded, r.y), 1e-5) << "a folded shift cancels here";
 }
 
 }  // namespace

@@ -76,10 +76,10 @@ __global__ void moments_kernel(const T* x, float* partial, BatchNormShape s, Bat
 }
 
 // A thread a channel: the chunks' moments merged in chunk order, the statistics, the running
-// ones moved, and the normalising pass's scale and shift.
+// ones moved, and what the normalising pass needs (scale, β, mean).
 __global__ void statistics_kernel(const float* partial, BatchNormShape s, BatchNormChunks plan, const float* gamma,
                                   const float* beta, float epsilon, float momentum, float* mean, float* inverse_std,
-                                  float* running_mean, float* running_var, float2* scale_shift) {
+                                  float* running_mean, float* running_var, float4* normalizing) {
   DLBENCH_GRID_STRIDE(channel, s.channels) {
     Moments m;
     for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
@@ -87,35 +87,35 @@ __global__ void statistics_kernel(const float* partial, BatchNormShape s, BatchN
       const double count = static_cast<double>(plan.samples_in(chunk, s.samples) * s.pixels);
       m = merge(m, moments_from_shifted_sums(count, p[0], p[1], p[2]));
     }
-    const BatchNormForwardChannel f = batch_norm_forward_channel(m, gamma[channel], beta[channel], epsilon, momentum,
-                                                                 running_mean[channel], running_var[channel]);
+    const BatchNormForwardChannel f =
+        batch_norm_forward_channel(m, gamma[channel], epsilon, momentum, running_mean[channel], running_var[channel]);
     mean[channel] = f.mean;
     inverse_std[channel] = f.inverse_std;
     running_mean[channel] = f.running_mean;
     running_var[channel] = f.running_var;
-    scale_shift[channel] = make_float2(f.scale, f.shift);
+    normalizing[channel] = make_float4(f.scale, beta[channel], f.mean, 0.0f);
   }
 }
 
-// y = tail(x · scale + shift [+ z]), unit by unit over the whole tensor.
+// y = tail((x − mean) · scale + β [+ z]), unit by unit over the whole tensor.
 template <typename T, int W, BatchNormTail kTail, typename Index>
-__global__ void normalize_kernel(const T* x, const T* z, T* y, const float2* scale_shift, BatchNormShape s,
+__global__ void normalize_kernel(const T* x, const T* z, T* y, const float4* normalizing, BatchNormShape s,
                                  std::int64_t units) {
   const auto pixels = static_cast<Index>(s.pixels), channels = static_cast<Index>(s.channels);
   DLBENCH_GRID_STRIDE(u, units) {
     const std::int64_t at = u * W;
-    const float2 k = scale_shift[channel_of(at, pixels, channels)];
+    const float4 k = normalizing[channel_of(at, pixels, channels)];  // scale, β, mean
     float v[W];
     load_unit<W>(x, at, v);
     if constexpr (kTail == BatchNormTail::add_relu) {
       float r[W];
       load_unit<W>(z, at, r);
 #pragma unroll
-      for (int i = 0; i < W; ++i) v[i] = fmaxf(v[i] * k.x + k.y + r[i], 0.0f);
+      for (int i = 0; i < W; ++i) v[i] = fmaxf((v[i] - k.z) * k.x + k.y + r[i], 0.0f);
     } else {
 #pragma unroll
       for (int i = 0; i < W; ++i) {
-        v[i] = v[i] * k.x + k.y;
+        v[i] = (v[i] - k.z) * k.x + k.y;
         if constexpr (kTail == BatchNormTail::relu) v[i] = fmaxf(v[i], 0.0f);
       }
     }
@@ -250,7 +250,7 @@ void batch_norm_forward_training(DType dtype, const BatchNormShape& s, BatchNorm
     throw std::invalid_argument("batch norm kernels: a residual z goes with the add_relu tail, and only with it");
   }
   const BatchNormChunks plan = batch_norm_chunks(s);
-  auto* const scale_shift = reinterpret_cast<float2*>(scratch);
+  auto* const normalizing = reinterpret_cast<float4*>(scratch);
   float* const partial = scratch + coefficient_floats(s);
   dispatch(dtype, s, {x, z == nullptr ? x : z, y}, [&](auto t, auto width, bool index32) {
     using T = typename decltype(t)::type;
@@ -260,14 +260,14 @@ void batch_norm_forward_training(DType dtype, const BatchNormShape& s, BatchNorm
                            stream>>>(in, partial, s, plan);
     DLBENCH_CUDA_CHECK(cudaGetLastError());
     DLBENCH_LAUNCH(statistics_kernel, s.channels, stream, partial, s, plan, gamma, beta, epsilon, momentum, mean,
-                   inverse_std, running_mean, running_var, scale_shift);
+                   inverse_std, running_mean, running_var, normalizing);
     const std::int64_t units = s.numel() / W;
     with_tail(tail, [&](auto kind) {
       constexpr BatchNormTail kTail = decltype(kind)::value;
       auto* const kernel = index32 ? &normalize_kernel<T, W, kTail, std::uint32_t>
                                    : &normalize_kernel<T, W, kTail, std::int64_t>;
       DLBENCH_LAUNCH(kernel, units, stream, in, static_cast<const T*>(z), static_cast<T*>(y),
-                     scale_shift, s, units);
+                     normalizing, s, units);
     });
   });
 }
