@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 #include "host_memory.hpp"
 
@@ -83,6 +84,17 @@ void BatchNormOp::backward_add_relu(const Tensor&, const Tensor&, const Tensor&,
 }
 
 std::shared_ptr<void> Backend::allocate_host(std::size_t bytes) { return aligned_host_memory(bytes); }
+
+namespace {
+[[noreturn]] void no_overlapped_copies(const Backend& backend, const char* call) {
+  throw std::logic_error(std::string(call) + ": the " + backend.name() +
+                         " backend does not overlap host copies with its steps (overlaps_host_copies)");
+}
+}  // namespace
+
+void Backend::stage_from_host(void*, const void*, std::size_t) { no_overlapped_copies(*this, "stage_from_host"); }
+void Backend::take_staged(void*, const void*, std::size_t) { no_overlapped_copies(*this, "take_staged"); }
+void Backend::wait_staged_reads() { no_overlapped_copies(*this, "wait_staged_reads"); }
 
 void Backend::poison(void* device_dst, std::size_t bytes) {
   const std::vector<unsigned char> all_ones(bytes, 0xFF);

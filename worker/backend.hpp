@@ -448,6 +448,17 @@ class Backend {
   // a staging buffer at a fraction of the bus's rate. The default is ordinary memory.
   virtual std::shared_ptr<void> allocate_host(std::size_t bytes);
   virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
+  // Input batches copied to the device while the step before them runs (Trainer::stage_batch),
+  // where this backend can overlap them with its steps: stage_from_host queues host_src → staging
+  // (device memory of the batch's own) behind every earlier take_staged, and returns; take_staged
+  // queues staging → device_dst in the steps' own order, behind the staged copies; and
+  // wait_staged_reads returns once every staged copy has read its host memory, which may then be
+  // reused. A backend that does not overlap (the default: the CPU's, whose steps are done when
+  // they return) is never given these calls, which then refuse.
+  virtual bool overlaps_host_copies() const { return false; }
+  virtual void stage_from_host(void* staging, const void* host_src, std::size_t bytes);
+  virtual void take_staged(void* device_dst, const void* staging, std::size_t bytes);
+  virtual void wait_staged_reads();
   // Sets every bit of `bytes` of device memory, queued like any op: NaN in fp32, fp16 and bf16
   // alike (the memory plan's poison mode). The default copies from the host.
   virtual void poison(void* device_dst, std::size_t bytes);

@@ -19,6 +19,10 @@ class DelegatingBackend : public Backend {
   void copy_from_host(void* d, const void* s, std::size_t n) override { inner_.copy_from_host(d, s, n); }
   std::shared_ptr<void> allocate_host(std::size_t bytes) override { return inner_.allocate_host(bytes); }
   void copy_to_host(void* d, const void* s, std::size_t n) override { inner_.copy_to_host(d, s, n); }
+  bool overlaps_host_copies() const override { return inner_.overlaps_host_copies(); }
+  void stage_from_host(void* d, const void* s, std::size_t n) override { inner_.stage_from_host(d, s, n); }
+  void take_staged(void* d, const void* s, std::size_t n) override { inner_.take_staged(d, s, n); }
+  void wait_staged_reads() override { inner_.wait_staged_reads(); }
   void poison(void* d, std::size_t n) override { inner_.poison(d, n); }
   void synchronize() override { inner_.synchronize(); }
   std::unique_ptr<StepMarks> make_step_marks() override { return inner_.make_step_marks(); }

@@ -222,6 +222,60 @@ void Trainer::load_sequences(const std::int32_t* token_ids, const std::int32_t* 
   backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t));
 }
 
+void Trainer::stage_batch(const void* pixels, DType pixel_type, const std::int32_t* labels) {
+  if (!backend_.overlaps_host_copies()) {
+    load_batch(pixels, pixel_type, labels);
+    return;
+  }
+  if (input_.dtype == DType::int32) throw std::logic_error("stage_batch: this trainer's input is token ids, not pixels");
+  const void* from = pixels;
+  if (pixel_type != input_.dtype) {
+    if (pixel_type != DType::fp32) {
+      throw std::logic_error(std::string("stage_batch: pixels of ") + std::string(to_string(pixel_type)) +
+                             " for an input of " + std::string(to_string(input_.dtype)));
+    }
+    // Released only with the batch (release_staged_host_memory), as the pipeline's own memory is.
+    converted_ = encode(static_cast<const float*>(pixels), static_cast<std::size_t>(input_.numel()), input_.dtype);
+    from = converted_.data();
+  }
+  stage(0, from, input_.bytes(), input_.data);
+  stage(1, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t), labels_storage_.data);
+  staged_pending_ = staged_unread_ = true;
+}
+
+void Trainer::stage_sequences(const std::int32_t* token_ids, const std::int32_t* labels) {
+  if (!backend_.overlaps_host_copies()) {
+    load_sequences(token_ids, labels);
+    return;
+  }
+  if (input_.dtype != DType::int32) throw std::logic_error("stage_sequences: this trainer's input is images");
+  stage(0, token_ids, input_.bytes(), input_.data);
+  stage(1, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t), labels_storage_.data);
+  staged_pending_ = staged_unread_ = true;
+}
+
+void Trainer::stage(std::size_t slot, const void* host, std::size_t bytes, void* destination) {
+  if (staged_pending_ && slot == 0) throw std::logic_error("stage_batch: the batch staged before has not been trained on");
+  if (staged_.size() <= slot) staged_.resize(slot + 1);
+  StagedCopy& copy = staged_[slot];
+  if (!copy.staging || copy.bytes != bytes) copy.staging = backend_.allocate(bytes);
+  copy.bytes = bytes;
+  copy.destination = destination;
+  backend_.stage_from_host(copy.staging.get(), host, bytes);
+}
+
+void Trainer::take_staged_batch() {
+  if (!staged_pending_) return;
+  for (const StagedCopy& copy : staged_) backend_.take_staged(copy.destination, copy.staging.get(), copy.bytes);
+  staged_pending_ = false;
+}
+
+void Trainer::release_staged_host_memory() {
+  if (!staged_unread_) return;
+  backend_.wait_staged_reads();
+  staged_unread_ = false;
+}
+
 void pad_pretraining_batch(const PretrainingBatchLayout& batch, const std::vector<std::int32_t>& real_tokens,
                            std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& labels,
                            std::int32_t padding_id) {
@@ -254,6 +308,7 @@ void Trainer::pad_sequences(const PretrainingBatchLayout& batch, const std::vect
 
 void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<std::int32_t>& labels) {
   if (input_.dtype == DType::int32) throw std::logic_error("copy_batch_to_host: this trainer's input is token ids");
+  take_staged_batch();  // a staged batch is the next step's
   pixels_nchw = download(backend_, input_);
   labels.resize(static_cast<std::size_t>(label_count_));
   backend_.copy_to_host(labels.data(), labels_storage_.data, labels.size() * sizeof(std::int32_t));
@@ -279,6 +334,7 @@ float Trainer::loss() {
 }
 
 float Trainer::compute_gradients() {
+  take_staged_batch();
   queue_gradients();
   return backend_.last_loss();
 }
@@ -341,6 +397,7 @@ std::string Trainer::describe_skipped_step() {
 }
 
 void Trainer::step() {
+  take_staged_batch();  // outside the step graph: the copy it waits for is not part of the step
   if (graph_captured_) {
     backend_.replay();
     ++context_.step;
@@ -408,6 +465,7 @@ void Trainer::use_adam_family(AdamWConfig config, bool lamb) {
 
 void Trainer::copy_sequences_to_host(std::vector<std::int32_t>& token_ids, std::vector<std::int32_t>& labels) {
   if (input_.dtype != DType::int32) throw std::logic_error("copy_sequences_to_host: this trainer's input is images");
+  take_staged_batch();  // a staged batch is the next step's
   token_ids.resize(static_cast<std::size_t>(input_.numel()));
   backend_.copy_to_host(token_ids.data(), input_.data, input_.bytes());
   labels.resize(static_cast<std::size_t>(label_count_));

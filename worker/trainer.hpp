@@ -80,6 +80,16 @@ class Trainer {
   // Replaces a pretraining batch with real data: (sequences, tokens) token ids and the labels block
   // as PretrainingBatchLayout lays it out, copied to the device before the next step.
   void load_sequences(const std::int32_t* token_ids, const std::int32_t* labels);
+  // The next step's batch, given while the last step may still run (an input pipeline's, after
+  // Trainer::step returned): where the backend overlaps host copies with its steps it is copied
+  // now, into device memory of its own, and moved into place as the next step begins, so the copy
+  // runs beside the step before; elsewhere it is loaded now (load_batch, load_sequences), the last
+  // step being done. The host memory must stay as it is until release_staged_host_memory().
+  void stage_batch(const void* pixels, DType pixel_type, const std::int32_t* labels);
+  void stage_sequences(const std::int32_t* token_ids, const std::int32_t* labels);
+  // Returns once the staged batch's host memory has been read (its copy done): the pipeline may
+  // then reuse it. A no-op where nothing is staged or the backend does not overlap.
+  void release_staged_host_memory();
   // The current pretraining batch, padded by pad_pretraining_batch, for the next step.
   void pad_sequences(const PretrainingBatchLayout& batch, const std::vector<std::int32_t>& real_tokens,
                      std::int32_t padding_id = 0);
@@ -190,6 +200,20 @@ class Trainer {
   std::vector<ParameterRange> decay_ranges_;  // runs of tensors for AdamW, one per tensor for LAMB
   bool use_graph_ = false;
   bool graph_captured_ = false;
+
+  // stage_batch's copies in flight: each device buffer of its own (made at the first), and where
+  // the next step moves it.
+  struct StagedCopy {
+    std::shared_ptr<void> staging;
+    std::size_t bytes = 0;
+    void* destination = nullptr;
+  };
+  void stage(std::size_t slot, const void* host, std::size_t bytes, void* destination);
+  void take_staged_batch();  // as a step begins, before any capture or replay
+  std::vector<StagedCopy> staged_;     // pixels or token ids, then labels
+  bool staged_pending_ = false;        // a batch staged and not yet taken by a step
+  bool staged_unread_ = false;         // a staged copy whose host memory is not yet released
+  std::vector<std::byte> converted_;   // fp32 pixels converted to the input's type, for a staged copy
 };
 
 }  // namespace dlbench::worker

@@ -76,6 +76,93 @@ TEST(Training, ABatchLoadsInTheInputsOwnTypeOrAsFloatsConvertedToTheSameBits) {
   EXPECT_GT(rounded, pixels.size() / 2);  // it is bf16 on the device, not the floats
 }
 
+// A CPU backend that overlaps host copies as a GPU's does: a staged copy reads its host memory
+// only when it "completes", at take_staged or wait_staged_reads, whichever comes first, so a
+// trainer that let the host memory go before waiting would train on what was written there next.
+class OverlappingCopies final : public DelegatingBackend {
+ public:
+  explicit OverlappingCopies(Backend& inner) : DelegatingBackend(inner) {}
+  bool overlaps_host_copies() const override { return true; }
+  void stage_from_host(void* staging, const void* host, std::size_t bytes) override {
+    calls.push_back("stage");
+    pending_.push_back({staging, host, bytes});
+  }
+  void take_staged(void* device, const void* staging, std::size_t bytes) override {
+    calls.push_back("take");
+    complete();
+    std::memcpy(device, staging, bytes);
+  }
+  void wait_staged_reads() override {
+    calls.push_back("wait");
+    complete();
+  }
+  std::vector<std::string> calls;
+
+ private:
+  struct Copy {
+    void* staging;
+    const void* host;
+    std::size_t bytes;
+  };
+  void complete() {
+    for (const Copy& c : pending_) std::memcpy(c.staging, c.host, c.bytes);
+    pending_.clear();
+  }
+  std::vector<Copy> pending_;
+};
+
+// A batch staged while the step before runs (real data on a GPU) trains the step it was staged
+// for, bit for bit as a batch loaded before it, though the pipeline writes the next batch into
+// the same host memory as soon as release_staged_host_memory returns; each batch is taken by its
+// step before the next is staged. Where the backend does not overlap, staging loads at once.
+TEST(Training, AStagedBatchTrainsTheStepItWasStagedForAsALoadedOneDoes) {
+  CpuBackend cpu(2);
+  const Shape shape(4, 3, 16, 16);
+  const auto batch = [&](int k) {
+    std::vector<float> pixels(static_cast<std::size_t>(shape.numel()));
+    for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k));
+    return std::make_pair(pixels, std::vector<std::int32_t>{k % 10, (k + 3) % 10, (k + 5) % 10, (k + 7) % 10});
+  };
+  constexpr int kSteps = 4;
+  std::vector<float> loaded;
+  {
+    Trainer trainer(cpu, small_conv_net(), shape, 10, {0.05f, 0.9f, 0.0f}, 1);
+    for (int k = 0; k < kSteps; ++k) {
+      const auto [pixels, labels] = batch(k);
+      trainer.load_batch(pixels.data(), DType::fp32, labels.data());
+      loaded.push_back(trainer.step_and_loss());
+    }
+  }
+  for (const bool overlapping : {true, false}) {
+    SCOPED_TRACE(overlapping ? "overlapping copies" : "the CPU's own");
+    OverlappingCopies overlap(cpu);
+    Backend& backend = overlapping ? static_cast<Backend&>(overlap) : cpu;
+    Trainer trainer(backend, small_conv_net(), shape, 10, {0.05f, 0.9f, 0.0f}, 1);
+    auto ring = batch(0);  // the pipeline's one slot, rewritten for every batch
+    trainer.stage_batch(ring.first.data(), DType::fp32, ring.second.data());
+    std::vector<float> staged;
+    for (int k = 0; k < kSteps; ++k) {
+      staged.push_back(trainer.step_and_loss());
+      trainer.release_staged_host_memory();
+      ring = batch(k + 1);
+      trainer.stage_batch(ring.first.data(), DType::fp32, ring.second.data());
+    }
+    EXPECT_EQ(staged, loaded);
+    if (overlapping) {
+      const std::vector<std::string> step{"take", "take", "wait", "stage", "stage"};  // pixels and labels
+      std::vector<std::string> expected{"stage", "stage"};
+      for (int k = 0; k < kSteps; ++k) expected.insert(expected.end(), step.begin(), step.end());
+      EXPECT_EQ(overlap.calls, expected);
+      try {
+        trainer.stage_batch(ring.first.data(), DType::fp32, ring.second.data());
+        ADD_FAILURE() << "a second batch staged before a step took the first";
+      } catch (const std::logic_error& e) {
+        EXPECT_STREQ(e.what(), "stage_batch: the batch staged before has not been trained on");
+      }
+    }
+  }
+}
+
 TEST(Training, ResNet50LossDecreasesAtSmallImages) {
   CpuBackend backend(2);
   // lr 0.1 × batch/256 (Goyal et al.) would be 0.0016 at batch 4; 0.1 makes the first steps diverge.

@@ -333,6 +333,9 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
   DLBENCH_CUDA_CHECK(cudaSetDevice(device_));
   DLBENCH_CUDA_CHECK(cudaGetDeviceProperties(&properties_, device_));
   DLBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  DLBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  DLBENCH_CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
+  DLBENCH_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
   DLBENCH_CUDNN_CHECK(cudnnCreate(&cudnn_));
   DLBENCH_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
   DLBENCH_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
@@ -352,6 +355,10 @@ CudaBackend::~CudaBackend() {
   loss_rows_.reset();
   if (cublas_lt_ != nullptr) cublasLtDestroy(cublas_lt_);
   if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
+  if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
+  if (staged_ != nullptr) cudaEventDestroy(staged_);
+  if (staging_free_ != nullptr) cudaEventDestroy(staging_free_);
+  if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -409,6 +416,21 @@ std::shared_ptr<void> CudaBackend::allocate_host(std::size_t bytes) {
   }
   return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
 }
+
+// An event never recorded is complete: the first staged copy waits for nothing.
+void CudaBackend::stage_from_host(void* staging, const void* host_src, std::size_t bytes) {
+  DLBENCH_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, staging_free_, 0));
+  DLBENCH_CUDA_CHECK(cudaMemcpyAsync(staging, host_src, bytes, cudaMemcpyHostToDevice, copy_stream_));
+  DLBENCH_CUDA_CHECK(cudaEventRecord(staged_, copy_stream_));
+}
+
+void CudaBackend::take_staged(void* device_dst, const void* staging, std::size_t bytes) {
+  DLBENCH_CUDA_CHECK(cudaStreamWaitEvent(stream_, staged_, 0));
+  DLBENCH_CUDA_CHECK(cudaMemcpyAsync(device_dst, staging, bytes, cudaMemcpyDeviceToDevice, stream_));
+  DLBENCH_CUDA_CHECK(cudaEventRecord(staging_free_, stream_));
+}
+
+void CudaBackend::wait_staged_reads() { DLBENCH_CUDA_CHECK(cudaEventSynchronize(staged_)); }
 
 void CudaBackend::copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) {
   DLBENCH_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, stream_));

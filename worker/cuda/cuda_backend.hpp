@@ -74,6 +74,13 @@ class CudaBackend final : public Backend {
   void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) override;
   std::shared_ptr<void> allocate_host(std::size_t bytes) override;
   void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override;
+  // A batch's copy from the host runs on a stream of its own while the step before it computes;
+  // an event orders the step after it and another the next copy after the step took the batch
+  // (a real-data step used to wait for the whole previous step, then copy, on one stream).
+  bool overlaps_host_copies() const override { return true; }
+  void stage_from_host(void* staging, const void* host_src, std::size_t bytes) override;
+  void take_staged(void* device_dst, const void* staging, std::size_t bytes) override;
+  void wait_staged_reads() override;
   void poison(void* device_dst, std::size_t bytes) override;
   void synchronize() override;
   // Events on the stream: each step is timed where the device ran it, the host never waits.
@@ -207,6 +214,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda_detail::ConvPlanCache> conv_plans_;  // destroyed before the cuDNN handle
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // staged input copies (stage_from_host)
+  cudaEvent_t staged_ = nullptr;        // recorded after the last staged copy
+  cudaEvent_t staging_free_ = nullptr;  // recorded after the last take_staged
   cudnnHandle_t cudnn_ = nullptr;
   cublasLtHandle_t cublas_lt_ = nullptr;
   std::shared_ptr<void> workspace_;

@@ -278,7 +278,7 @@ class CaseRun {
           [this] { real_->reader->next(); },
           [this](Trainer& t) {
             const input::SequenceBatch& batch = real_->reader->next();
-            return [&t, &batch] { t.load_sequences(batch.token_ids.data(), batch.block.data()); };
+            return [&t, &batch] { t.stage_sequences(batch.token_ids.data(), batch.block.data()); };
           });
       // The batches timed came from a shard in memory; its load, in the background, bounds the rate too.
       if (const double loads = real_->reader->load_rate(); loads > 0) {
@@ -310,14 +310,16 @@ class CaseRun {
         [this] { real_->pipeline->next(); },
         [this](Trainer& t) {
           const input::Batch batch = real_->pipeline->next();
-          return [&t, batch] { t.load_batch(batch.pixels, batch.pixel_type, batch.labels); };
+          return [&t, batch] { t.stage_batch(batch.pixels, batch.pixel_type, batch.labels); };
         });
   }
 
   // What both feeds share: `open` makes the feed and `skip` takes a batch from it, to time it
   // alone (after `prefetched` batches made while the model was set up), a DataUnavailable agreed
-  // on by every rank; then each step takes its batch with `take` (the wait is timed: it is part of
-  // the step) and loads it with what `take` returns.
+  // on by every rank; then the first batch is staged, and each step trains on the batch staged
+  // before it and, once queued, takes the next with `take` and stages it with what `take`
+  // returns (Trainer::stage_batch: on a GPU its copy runs beside the step). The wait for the next
+  // batch is timed: it is part of the step, whose time it overlaps on a GPU.
   void start_feed(Trainer& trainer, Workload& workload, int prefetched, const std::function<void()>& open,
                   const std::function<void()>& skip,
                   std::function<std::function<void()>(Trainer&)> take) {
@@ -330,12 +332,15 @@ class CaseRun {
     }
     agree_on_data(error);
     if (live_) live_->set_input_pipeline_throughput(real_->pipeline_throughput);
+    take(trainer)();
     workload.step = [this, &trainer, take = std::move(take)] {
-      const auto begin = std::chrono::steady_clock::now();
-      const std::function<void()> load = take(trainer);
-      real_->waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
-      load();
       trainer.step();
+      // The staged batch's memory goes back to the pipeline when the next is taken.
+      trainer.release_staged_host_memory();
+      const auto begin = std::chrono::steady_clock::now();
+      const std::function<void()> stage = take(trainer);
+      real_->waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+      stage();
     };
   }
 
