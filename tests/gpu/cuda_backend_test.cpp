@@ -25,6 +25,7 @@
 #include "cuda/swap_axes_plan.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
+#include "models/small_conv_net.hpp"
 #include "self_test.hpp"
 #include "swapped_axes.hpp"
 #include "trainer.hpp"
@@ -539,6 +540,51 @@ TEST_F(CudaBackendTest, AStepReplayedAsAGraphTrainsLikeTheEagerStep) {
   EXPECT_LT(steps.worst_loss, 1e-5) << "step " << steps.worst_loss_step;
   EXPECT_LT(steps.worst_update, 0.1) << "step " << steps.worst_update_step;
   EXPECT_TRUE(graphed.step_graph_active());
+}
+
+// Real data's batches copied on their own stream while the step before runs (Trainer::stage_batch)
+// train each its own step, as batches loaded before them do, eager and replayed as a step graph
+// (the batch is moved into place outside the graph), from page-locked memory the next batch is
+// written into as soon as the copy has read it.
+TEST_F(CudaBackendTest, BatchesStagedBesideTheStepBeforeTrainLikeLoadedOnes) {
+  ASSERT_TRUE(gpu_->overlaps_host_copies());
+  const Shape shape(8, 3, 16, 16);
+  const auto batch = [&](int k, float* pixels, std::int32_t* labels) {
+    for (std::int64_t i = 0; i < shape.numel(); ++i) pixels[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k));
+    for (int b = 0; b < 8; ++b) labels[b] = (k + 3 * b) % 10;
+  };
+  constexpr int kSteps = 5;
+  const SgdConfig sgd{0.05f, 0.9f, 0.0f};
+  std::vector<float> pixels(static_cast<std::size_t>(shape.numel()));
+  std::vector<std::int32_t> labels(8);
+  std::vector<float> loaded;
+  Trainer reference(*gpu_, small_conv_net(), shape, 10, sgd, 1);
+  for (int k = 0; k < kSteps; ++k) {
+    batch(k, pixels.data(), labels.data());
+    reference.load_batch(pixels.data(), DType::fp32, labels.data());
+    loaded.push_back(reference.step_and_loss());
+  }
+  for (const bool graph : {false, true}) {
+    SCOPED_TRACE(graph ? "step graph" : "eager");
+    CudaBackend backend(0, CudaMath::fp32);
+    Trainer staged(backend, small_conv_net(), shape, 10, sgd, 1);
+    staged.use_step_graph(graph);
+    const std::shared_ptr<void> ring = backend.allocate_host(static_cast<std::size_t>(shape.numel()) * sizeof(float) + 64);
+    auto* const ring_pixels = static_cast<float*>(ring.get());
+    auto* const ring_labels = reinterpret_cast<std::int32_t*>(ring_pixels + shape.numel());
+    batch(0, ring_pixels, ring_labels);
+    staged.stage_batch(ring_pixels, DType::fp32, ring_labels);
+    for (int k = 0; k < kSteps; ++k) {
+      staged.step();
+      staged.release_staged_host_memory();
+      batch(k + 1, ring_pixels, ring_labels);
+      staged.stage_batch(ring_pixels, DType::fp32, ring_labels);
+      const float loss = staged.last_loss();
+      EXPECT_NEAR(loss, loaded[static_cast<std::size_t>(k)], 1e-5f * std::fabs(loaded[static_cast<std::size_t>(k)]))
+          << "step " << k;
+    }
+    EXPECT_EQ(staged.step_graph_active(), graph);
+  }
 }
 
 // Attention's batched matmuls in every transpose combination, with alpha, against oneDNN.
