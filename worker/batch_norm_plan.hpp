@@ -115,6 +115,42 @@ DLBENCH_HOST_DEVICE inline Moments merge(const Moments& a, const Moments& b) {
   return {count, a.mean + delta * (b.count / count), a.m2 + b.m2 + delta * delta * (a.count * b.count / count)};
 }
 
+// The chunks' partial sums, `values` floats a (chunk, channel): forward's (shift, Σ(x − shift),
+// Σ(x − shift)²), backward's (Σg, Σg · (x − mean)).
+DLBENCH_HOST_DEVICE inline std::int64_t partial_offset(const BatchNormShape& s, std::int64_t chunk, std::int64_t channel,
+                                                       int values) {
+  return (chunk * s.channels + channel) * values;
+}
+
+// A channel's moments, its chunks' merged in chunk order (so the result does not depend on which
+// block finished first).
+DLBENCH_HOST_DEVICE inline Moments channel_moments(const float* partial, const BatchNormShape& s,
+                                                   const BatchNormChunks& plan, std::int64_t channel) {
+  Moments m;
+  for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
+    const float* p = partial + partial_offset(s, chunk, channel, 3);
+    const double count = static_cast<double>(plan.samples_in(chunk, s.samples) * s.pixels);
+    m = merge(m, moments_from_shifted_sums(count, p[0], p[1], p[2]));
+  }
+  return m;
+}
+
+// A channel's Σg and Σg · (x − mean), its chunks' added in chunk order in fp64.
+struct GradientSums {
+  double sum = 0.0, centered = 0.0;
+};
+
+DLBENCH_HOST_DEVICE inline GradientSums channel_gradient_sums(const float* partial, const BatchNormShape& s,
+                                                              const BatchNormChunks& plan, std::int64_t channel) {
+  GradientSums g;
+  for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
+    const float* p = partial + partial_offset(s, chunk, channel, 2);
+    g.sum += static_cast<double>(p[0]);
+    g.centered += static_cast<double>(p[1]);
+  }
+  return g;
+}
+
 // A channel's batch statistics and what forward's normalising pass multiplies by: y = (x − mean) ·
 // scale + β, scale = γ / sqrt(var + ε) (x − mean first: x · scale + (β − mean · scale) would lose a
 // channel far from zero to cancellation). The running variance takes the unbiased variance

@@ -109,7 +109,7 @@ struct EmulatedBatchNorm {
         block_sum += sum;
         block_squares += squares;
       }
-      float* out = &partial[static_cast<std::size_t>((chunk * s.channels + channel) * 3)];
+      float* out = &partial[static_cast<std::size_t>(partial_offset(s, chunk, channel, 3))];
       out[0] = shift;
       out[1] = block_sum;
       out[2] = block_squares;
@@ -118,12 +118,7 @@ struct EmulatedBatchNorm {
     mean.resize(scale.size());
     inverse_std.resize(scale.size());
     for (std::int64_t c = 0; c < s.channels; ++c) {
-      Moments m;
-      for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
-        const float* p = &partial[static_cast<std::size_t>((chunk * s.channels + c) * 3)];
-        m = merge(m, moments_from_shifted_sums(static_cast<double>(plan.samples_in(chunk, s.samples) * s.pixels), p[0],
-                                               p[1], p[2]));
-      }
+      const Moments m = channel_moments(partial.data(), s, plan, c);
       const auto i = static_cast<std::size_t>(c);
       const BatchNormForwardChannel f =
           batch_norm_forward_channel(m, gamma[i], epsilon, momentum, running_mean[i], running_var[i]);
@@ -170,21 +165,17 @@ struct EmulatedBatchNorm {
         block_sum += sum;
         block_centered += centered;
       }
-      partial[static_cast<std::size_t>((chunk * s.channels + channel) * 2)] = block_sum;
-      partial[static_cast<std::size_t>((chunk * s.channels + channel) * 2 + 1)] = block_centered;
+      partial[static_cast<std::size_t>(partial_offset(s, chunk, channel, 2))] = block_sum;
+      partial[static_cast<std::size_t>(partial_offset(s, chunk, channel, 2) + 1)] = block_centered;
     });
     std::vector<BatchNormBackwardChannel> coefficients;
     dgamma.resize(static_cast<std::size_t>(s.channels));
     dbeta.resize(dgamma.size());
     for (std::int64_t c = 0; c < s.channels; ++c) {
-      double sum = 0.0, centered = 0.0;
-      for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
-        sum += static_cast<double>(partial[static_cast<std::size_t>((chunk * s.channels + c) * 2)]);
-        centered += static_cast<double>(partial[static_cast<std::size_t>((chunk * s.channels + c) * 2 + 1)]);
-      }
+      const GradientSums g = channel_gradient_sums(partial.data(), s, plan, c);
       const auto i = static_cast<std::size_t>(c);
       coefficients.push_back(
-          batch_norm_backward_channel(static_cast<double>(s.per_channel()), sum, centered, gamma[i], inverse_std[i]));
+          batch_norm_backward_channel(static_cast<double>(s.per_channel()), g.sum, g.centered, gamma[i], inverse_std[i]));
       dgamma[i] = coefficients.back().dgamma;
       dbeta[i] = coefficients.back().dbeta;
     }

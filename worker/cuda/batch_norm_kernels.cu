@@ -68,7 +68,7 @@ __global__ void moments_kernel(const T* x, float* partial, BatchNormShape s, Bat
   sum = block_sum(sum);
   squares = block_sum(squares);
   if (threadIdx.x == 0) {
-    float* out = partial + (chunk * s.channels + channel) * 3;
+    float* out = partial + partial_offset(s, chunk, channel, 3);
     out[0] = shift;
     out[1] = sum;
     out[2] = squares;
@@ -81,12 +81,7 @@ __global__ void statistics_kernel(const float* partial, BatchNormShape s, BatchN
                                   const float* beta, float epsilon, float momentum, float* mean, float* inverse_std,
                                   float* running_mean, float* running_var, float4* normalizing) {
   DLBENCH_GRID_STRIDE(channel, s.channels) {
-    Moments m;
-    for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
-      const float* p = partial + (chunk * s.channels + channel) * 3;
-      const double count = static_cast<double>(plan.samples_in(chunk, s.samples) * s.pixels);
-      m = merge(m, moments_from_shifted_sums(count, p[0], p[1], p[2]));
-    }
+    const Moments m = channel_moments(partial, s, plan, channel);
     const BatchNormForwardChannel f =
         batch_norm_forward_channel(m, gamma[channel], epsilon, momentum, running_mean[channel], running_var[channel]);
     mean[channel] = f.mean;
@@ -145,7 +140,7 @@ __global__ void gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz,
   sum = block_sum(sum);
   centered = block_sum(centered);
   if (threadIdx.x == 0) {
-    float* out = partial + (chunk * s.channels + channel) * 2;
+    float* out = partial + partial_offset(s, chunk, channel, 2);
     out[0] = sum;
     out[1] = centered;
   }
@@ -157,14 +152,9 @@ __global__ void gradient_channels_kernel(const float* partial, BatchNormShape s,
                                          const float* gamma, const float* mean, const float* inverse_std,
                                          float* dgamma, float* dbeta, float4* coefficients) {
   DLBENCH_GRID_STRIDE(channel, s.channels) {
-    double sum = 0.0, centered = 0.0;
-    for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
-      const float* p = partial + (chunk * s.channels + channel) * 2;
-      sum += p[0];
-      centered += p[1];
-    }
-    const BatchNormBackwardChannel b = batch_norm_backward_channel(static_cast<double>(s.per_channel()), sum, centered,
-                                                                   gamma[channel], inverse_std[channel]);
+    const GradientSums g = channel_gradient_sums(partial, s, plan, channel);
+    const BatchNormBackwardChannel b = batch_norm_backward_channel(static_cast<double>(s.per_channel()), g.sum,
+                                                                   g.centered, gamma[channel], inverse_std[channel]);
     dgamma[channel] = b.dgamma;
     dbeta[channel] = b.dbeta;
     coefficients[channel] = make_float4(b.a, b.b, b.e, mean[channel]);
