@@ -5,7 +5,8 @@
 //   fp16 / bf16              the decoding threads convert each sample (the pipeline now);
 //   fp32                     floats, no conversion anywhere (fp32 and tf32 runs).
 // Each mode: images/s over BATCHES batches after the first, and the consuming thread's
-// milliseconds per batch spent converting (the part a training step paid).
+// milliseconds per batch spent converting (the part a training step paid). Halves come from the
+// CPU's F16C unit, or under DLBENCH_CPU_HALVES=software one by one (the modes then say so).
 //
 //   input_conversion DIR [THREADS=2] [BATCH=256] [BATCHES=8] [IMAGE=224]      (JSON lines)
 #include <chrono>
@@ -67,7 +68,10 @@ int main(int argc, char** argv) {
       }
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    std::printf("%s\n", nlohmann::json{{"mode", mode.name},
+    // Halves come from the CPU's F16C unit unless DLBENCH_CPU_HALVES=software (before 2026-11-29).
+    const bool halves = mode.type == DType::fp16 || mode.step_converts;
+    const std::string name = std::string(mode.name) + (halves && !worker::halves_convert_on_f16c() ? " (software)" : "");
+    std::printf("%s\n", nlohmann::json{{"mode", name},
                                        {"threads", threads},
                                        {"batch", batch},
                                        {"image", image},

@@ -30,7 +30,8 @@ struct bf16 {
   float to_float() const { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 };
 
-// IEEE binary16, converted in software (host-side only: tests, loading data).
+// IEEE binary16, converted one value at a time in software (host-side: tests, loading data;
+// store_floats converts arrays on the CPU's F16C unit where there is one, to the same bits).
 struct fp16 {
   std::uint16_t bits = 0;
 
@@ -38,7 +39,9 @@ struct fp16 {
     const auto u = std::bit_cast<std::uint32_t>(f);
     const std::uint32_t sign = (u >> 16) & 0x8000u;
     const std::uint32_t abs = u & 0x7FFFFFFFu;
-    if (abs > 0x7F800000u) return {static_cast<std::uint16_t>(sign | 0x7E00u)};  // NaN
+    if (abs > 0x7F800000u) {  // NaN: quiet, the payload's top bits kept (as F16C's conversion does)
+      return {static_cast<std::uint16_t>(sign | 0x7E00u | ((abs >> 13) & 0x3FFu))};
+    }
     if (abs >= 0x477FF000u) return {static_cast<std::uint16_t>(sign | 0x7C00u)};  // rounds to inf
     if (abs < 0x38800000u) {  // a subnormal half (or zero): round |f| · 2^24 to an integer
       const float scaled = std::bit_cast<float>(abs) * 16777216.0f;
@@ -91,6 +94,18 @@ T from_float(float v) {
   }
 }
 
+// `count` floats as halves at `out`, fp16::from_float's bits: 8 at a time on the CPU's F16C unit
+// (every x86-64 CPU with AVX2 has one) and one by one in software elsewhere, or where
+// DLBENCH_CPU_HALVES=software says (f16c: the default where the CPU has it). The input
+// pipeline's threads hand amp's batches out so: in software the conversion took a decoding
+// thread 13.6% of its time (perf, AMD EPYC).
+void store_halves(const float* from, std::size_t count, std::uint16_t* out);
+// Whether store_halves runs on F16C here: DLBENCH_CPU_HALVES, read once. Throws
+// std::invalid_argument for a value other than software or f16c, and for f16c on a CPU without.
+bool halves_convert_on_f16c();
+// Whether this CPU has F16C (and AVX), whatever DLBENCH_CPU_HALVES says.
+bool cpu_has_f16c();
+
 // `count` floats stored as `to` (fp32, bf16 or fp16: rounded to nearest even) at `out`: what a
 // tensor's host data becomes (encode) and what the input pipeline's threads hand out.
 inline void store_floats(const float* from, std::size_t count, DType to, void* out) {
@@ -102,7 +117,7 @@ inline void store_floats(const float* from, std::size_t count, DType to, void* o
       for (std::size_t i = 0; i < count; ++i) static_cast<std::uint16_t*>(out)[i] = bf16::from_float(from[i]).bits;
       return;
     case DType::fp16:
-      for (std::size_t i = 0; i < count; ++i) static_cast<std::uint16_t*>(out)[i] = fp16::from_float(from[i]).bits;
+      store_halves(from, count, static_cast<std::uint16_t*>(out));
       return;
     case DType::int32:
       break;

@@ -30,8 +30,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SIZE = 224
 
 
-def tool(*args, check=True):
-    p = subprocess.run([TOOL, *map(str, args)], capture_output=True, text=True, timeout=300)
+def tool(*args, check=True, env=None):
+    p = subprocess.run([TOOL, *map(str, args)], capture_output=True, text=True, timeout=300,
+                       env=None if env is None else {**os.environ, **env})
     if check and p.returncode != 0:
         raise AssertionError(f"dlbench-input {' '.join(map(str, args))}: exit {p.returncode}: {p.stderr}")
     return p
@@ -179,6 +180,14 @@ class Golden(unittest.TestCase):
                  os.path.join(self.tmp.name, "x.raw"), check=False)
         self.assertEqual(p.returncode, 2)
         self.assertIn("--dump-first writes floats: not with --pixel-type fp16", p.stderr)
+        # Halves from the CPU's F16C unit or, told so, in software (the same bits: precision_test);
+        # a wrong switch is refused before any thread starts.
+        one = json.loads(tool("measure", self.data, "--batch-size", 8, "--batches", 2, "--threads", 2,
+                              "--pixel-type", "fp16", env={"DLBENCH_CPU_HALVES": "software"}).stdout)
+        self.assertEqual(one["images"], 16)
+        p = tool("measure", self.data, "--pixel-type", "fp16", check=False, env={"DLBENCH_CPU_HALVES": "fast"})
+        self.assertEqual(p.returncode, 1)
+        self.assertIn('DLBENCH_CPU_HALVES: "fast" is not one of software, f16c', p.stderr)
 
 class Refusals(unittest.TestCase):
     def test_unusable_data_is_named(self):

@@ -1,5 +1,6 @@
 // Element types as data: conversions round as the libraries do, and a tensor refuses to be
 // read as a type it does not hold.
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -63,6 +64,45 @@ TEST(Precision, Fp16RoundsToNearestEvenWithSubnormalsAndOverflow) {
     const float f = h.to_float();
     if (std::isnan(f)) continue;
     ASSERT_EQ(fp16::from_float(f).bits, h.bits) << std::hex << bits;
+  }
+}
+
+// store_halves on the CPU's F16C unit gives fp16::from_float's bits: every half, the float
+// halfway to its neighbour and one float either side of that (ties to even, in the subnormals,
+// at the overflow to infinity), infinities, NaNs with payloads, and counts that leave a tail.
+TEST(Precision, HalvesOnF16cAreTheSoftwareConversionsBits) {
+  if (!halves_convert_on_f16c()) GTEST_SKIP() << "needs F16C (and AVX); this CPU converts halves in software";
+  std::vector<float> values;
+  for (std::uint32_t bits = 0; bits <= 0xFFFF; ++bits) {
+    const float h = fp16{static_cast<std::uint16_t>(bits)}.to_float();
+    values.push_back(h);
+    if (!std::isfinite(h)) continue;
+    // Halfway to the next half up in magnitude: the float whose bits sit between the two.
+    const auto u = std::bit_cast<std::uint32_t>(h);
+    const std::uint32_t up = std::bit_cast<std::uint32_t>(fp16{static_cast<std::uint16_t>(bits + 1)}.to_float());
+    if ((bits & 0x7FFFu) == 0x7BFFu) {  // the largest finite half: halfway to 2^16
+      values.push_back(std::copysign(65520.0f, h));
+    } else if ((bits & 0x7FFFu) < 0x7C00u) {
+      const float mid = (h + std::bit_cast<float>(up)) / 2.0f;  // exact: both are halves
+      values.push_back(mid);
+      values.push_back(std::nextafter(mid, 0.0f));
+      values.push_back(std::nextafter(mid, std::copysign(INFINITY, mid)));
+    }
+    values.push_back(std::bit_cast<float>(u + 1));
+  }
+  for (const std::uint32_t nan : {0x7FC00000u, 0x7FC12345u, 0xFFFFFFFFu, 0x7F800001u, 0xFFA00000u}) {
+    values.push_back(std::bit_cast<float>(nan));
+  }
+  values.push_back(1e30f);
+  values.push_back(-1e-30f);
+  values.push_back(65536.0f);
+  for (const std::size_t count : {values.size(), values.size() - 3, std::size_t{5}}) {
+    std::vector<std::uint16_t> out(count);
+    store_halves(values.data(), count, out.data());
+    for (std::size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(out[i], fp16::from_float(values[i]).bits)
+          << std::hex << std::bit_cast<std::uint32_t>(values[i]) << " (" << values[i] << "), of " << std::dec << count;
+    }
   }
 }
 

@@ -25,6 +25,8 @@ InputPipeline::InputPipeline(const SampleSource& source, InputPipelineConfig con
     throw std::invalid_argument("InputPipeline: batch size, threads and prefetch batches must be >= 1");
   }
   if (config_.pixel_type == DType::int32) throw std::invalid_argument("InputPipeline: pixels are fp32, fp16 or bf16");
+  // How the threads will make halves: a wrong DLBENCH_CPU_HALVES is refused here, not in a thread.
+  if (config_.pixel_type == DType::fp16) worker::halves_convert_on_f16c();
   shard_size_ = epoch_shard(source_.samples(), config_.seed, 0, config_.rank, config_.world).size();
   if (shard_size_ == 0) {
     throw DataUnavailable("data.path " + source_.root() + " has " + std::to_string(source_.samples()) + " " +
