@@ -270,6 +270,13 @@ void Trainer::take_staged_batch() {
   staged_pending_ = false;
 }
 
+Trainer::~Trainer() {
+  try {
+    release_staged_host_memory();
+  } catch (...) {  // a lost device has nothing left to read; a destructor must not throw
+  }
+}
+
 void Trainer::release_staged_host_memory() {
   if (!staged_unread_) return;
   backend_.wait_staged_reads();

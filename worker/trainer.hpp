@@ -71,6 +71,10 @@ class Trainer {
   Trainer(Backend& backend, std::unique_ptr<Sequential> network, PretrainingBatchLayout batch,
           std::int64_t vocabulary, SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0,
           MemoryReuse reuse = MemoryReuse::lifetime, DType activations = DType::fp32);
+  // Waits for a staged copy still reading host memory, which its owner may free next.
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // Replaces the batch with real data: pixels in input().layout (batch × 3 × image × image values
   // of `pixel_type`: input().dtype is copied as it is, fp32 converted to it first) and one class
