@@ -201,25 +201,30 @@ void synthesize_pretraining_batch(const PretrainingBatchLayout& batch, std::int6
   }
 }
 
-void Trainer::load_batch(const void* pixels, DType pixel_type, const std::int32_t* labels) {
-  if (input_.dtype == DType::int32) throw std::logic_error("load_batch: this trainer's input is token ids, not pixels");
-  if (pixel_type == input_.dtype) {
-    backend_.copy_from_host(input_.data, pixels, input_.bytes());
-  } else if (pixel_type == DType::fp32) {
-    const std::vector<std::byte> converted =
-        encode(static_cast<const float*>(pixels), static_cast<std::size_t>(input_.numel()), input_.dtype);
-    backend_.copy_from_host(input_.data, converted.data(), input_.bytes());
-  } else {
-    throw std::logic_error(std::string("load_batch: pixels of ") + std::string(to_string(pixel_type)) +
+const void* Trainer::pixels_as_input(const char* caller, const void* pixels, DType pixel_type,
+                                     std::vector<std::byte>& converted) const {
+  if (input_.dtype == DType::int32) {
+    throw std::logic_error(std::string(caller) + ": this trainer's input is token ids, not pixels");
+  }
+  if (pixel_type == input_.dtype) return pixels;
+  if (pixel_type != DType::fp32) {
+    throw std::logic_error(std::string(caller) + ": pixels of " + std::string(to_string(pixel_type)) +
                            " for an input of " + std::string(to_string(input_.dtype)));
   }
-  backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t));
+  converted = encode(static_cast<const float*>(pixels), static_cast<std::size_t>(input_.numel()), input_.dtype);
+  return converted.data();
+}
+
+void Trainer::load_batch(const void* pixels, DType pixel_type, const std::int32_t* labels) {
+  std::vector<std::byte> converted;
+  backend_.copy_from_host(input_.data, pixels_as_input("load_batch", pixels, pixel_type, converted), input_.bytes());
+  backend_.copy_from_host(labels_storage_.data, labels, label_bytes());
 }
 
 void Trainer::load_sequences(const std::int32_t* token_ids, const std::int32_t* labels) {
   if (input_.dtype != DType::int32) throw std::logic_error("load_sequences: this trainer's input is images");
   backend_.copy_from_host(input_.data, token_ids, input_.bytes());
-  backend_.copy_from_host(labels_storage_.data, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t));
+  backend_.copy_from_host(labels_storage_.data, labels, label_bytes());
 }
 
 void Trainer::stage_batch(const void* pixels, DType pixel_type, const std::int32_t* labels) {
@@ -227,20 +232,8 @@ void Trainer::stage_batch(const void* pixels, DType pixel_type, const std::int32
     load_batch(pixels, pixel_type, labels);
     return;
   }
-  if (input_.dtype == DType::int32) throw std::logic_error("stage_batch: this trainer's input is token ids, not pixels");
-  const void* from = pixels;
-  if (pixel_type != input_.dtype) {
-    if (pixel_type != DType::fp32) {
-      throw std::logic_error(std::string("stage_batch: pixels of ") + std::string(to_string(pixel_type)) +
-                             " for an input of " + std::string(to_string(input_.dtype)));
-    }
-    // Released only with the batch (release_staged_host_memory), as the pipeline's own memory is.
-    converted_ = encode(static_cast<const float*>(pixels), static_cast<std::size_t>(input_.numel()), input_.dtype);
-    from = converted_.data();
-  }
-  stage(0, from, input_.bytes(), input_.data);
-  stage(1, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t), labels_storage_.data);
-  staged_pending_ = staged_unread_ = true;
+  // Released only with the batch (release_staged_host_memory), as the pipeline's own memory is.
+  stage_input_and_labels(pixels_as_input("stage_batch", pixels, pixel_type, converted_), labels);
 }
 
 void Trainer::stage_sequences(const std::int32_t* token_ids, const std::int32_t* labels) {
@@ -249,24 +242,24 @@ void Trainer::stage_sequences(const std::int32_t* token_ids, const std::int32_t*
     return;
   }
   if (input_.dtype != DType::int32) throw std::logic_error("stage_sequences: this trainer's input is images");
-  stage(0, token_ids, input_.bytes(), input_.data);
-  stage(1, labels, static_cast<std::size_t>(label_count_) * sizeof(std::int32_t), labels_storage_.data);
-  staged_pending_ = staged_unread_ = true;
+  stage_input_and_labels(token_ids, labels);
 }
 
-void Trainer::stage(std::size_t slot, const void* host, std::size_t bytes, void* destination) {
-  if (staged_pending_ && slot == 0) throw std::logic_error("stage_batch: the batch staged before has not been trained on");
-  if (staged_.size() <= slot) staged_.resize(slot + 1);
-  StagedCopy& copy = staged_[slot];
-  if (!copy.staging || copy.bytes != bytes) copy.staging = backend_.allocate(bytes);
-  copy.bytes = bytes;
-  copy.destination = destination;
-  backend_.stage_from_host(copy.staging.get(), host, bytes);
+void Trainer::stage_input_and_labels(const void* input, const std::int32_t* labels) {
+  if (staged_pending_) throw std::logic_error("stage_batch: the batch staged before has not been trained on");
+  if (!staged_input_) {
+    staged_input_ = backend_.allocate(input_.bytes());
+    staged_labels_ = backend_.allocate(label_bytes());
+  }
+  backend_.stage_from_host(staged_input_.get(), input, input_.bytes());
+  backend_.stage_from_host(staged_labels_.get(), labels, label_bytes());
+  staged_pending_ = staged_unread_ = true;
 }
 
 void Trainer::take_staged_batch() {
   if (!staged_pending_) return;
-  for (const StagedCopy& copy : staged_) backend_.take_staged(copy.destination, copy.staging.get(), copy.bytes);
+  backend_.take_staged(input_.data, staged_input_.get(), input_.bytes());
+  backend_.take_staged(labels_storage_.data, staged_labels_.get(), label_bytes());
   staged_pending_ = false;
 }
 

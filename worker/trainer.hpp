@@ -205,16 +205,16 @@ class Trainer {
   bool use_graph_ = false;
   bool graph_captured_ = false;
 
-  // stage_batch's copies in flight: each device buffer of its own (made at the first), and where
-  // the next step moves it.
-  struct StagedCopy {
-    std::shared_ptr<void> staging;
-    std::size_t bytes = 0;
-    void* destination = nullptr;
-  };
-  void stage(std::size_t slot, const void* host, std::size_t bytes, void* destination);
+  // Real data's batch in the input's type: `pixels` itself, or fp32 pixels converted into
+  // `converted`; refuses token-id inputs and any other pairing, naming `caller`.
+  const void* pixels_as_input(const char* caller, const void* pixels, DType pixel_type,
+                              std::vector<std::byte>& converted) const;
+  std::size_t label_bytes() const { return static_cast<std::size_t>(label_count_) * sizeof(std::int32_t); }
+  // stage_batch's and stage_sequences's copies, into device buffers of their own (made at the
+  // first), which the next step moves into input_ and labels_storage_.
+  void stage_input_and_labels(const void* input, const std::int32_t* labels);
   void take_staged_batch();  // as a step begins, before any capture or replay
-  std::vector<StagedCopy> staged_;     // pixels or token ids, then labels
+  std::shared_ptr<void> staged_input_, staged_labels_;
   bool staged_pending_ = false;        // a batch staged and not yet taken by a step
   bool staged_unread_ = false;         // a staged copy whose host memory is not yet released
   std::vector<std::byte> converted_;   // fp32 pixels converted to the input's type, for a staged copy

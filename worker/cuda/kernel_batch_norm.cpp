@@ -67,7 +67,8 @@ class KernelBatchNorm final : public BatchNormOp {
 
  private:
   static BatchNormShape batch_norm_shape(const Shape& s) {
-    return {s.n(), s.rank >= 2 ? s.c() : 1, (s.rank >= 3 ? s.h() : 1) * (s.rank >= 4 ? s.w() : 1)};
+    const ActivationGeometry g = geometry_of(s, Layout::nchw);
+    return {g.n, g.c, g.pixels()};
   }
   float* scratch() { return static_cast<float*>(backend_.workspace(scratch_bytes_)); }
 
