@@ -123,6 +123,11 @@ DLBENCH_CUDA_BATCH_NORM_MODE=persistent step self-test-fp32-persistent 150 "$bin
 # only the ReLU fused on 2026-11-28, against NCHW's 881.
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc step self-test-fp32-graph-nhwc 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision fp32 --output "$logs/self-test-fp32-graph-nhwc.json" & correctness+=($!)
+# Weight copies kept as long as the values they came from (DLBENCH_CUDA_WEIGHT_COPIES=kept, never
+# run on a GPU): the self-test in every precision it changes, whose five training steps would drift
+# from the CPU's on a copy left stale by an update.
+DLBENCH_CUDA_WEIGHT_COPIES=kept step self-test-weight-copies-kept 150 "$bin/dlbench-worker" --self-test --backend cuda \
+  --precision tf32,amp,bf16 --output "$logs/self-test-weight-copies-kept.json" & correctness+=($!)
 # Attention fused into two tensor-core kernels (DLBENCH_CUDA_ATTENTION=fused: 106 of 106 and 56 of 56
 # on 2026-11-28, but slower than the composed ops): the self-test, and one BERT-base amp step under
 # memcheck, which names any shared- or global-memory access out of bounds with its kernel.
@@ -252,6 +257,9 @@ for precision in amp bf16; do
     --precision "$precision" --warmup 10 --measure 30 --repeats 3
   grep -hs '^{' "$logs/pytorch-bert-$precision.log" | sed 's/^{/{"model": "bert-base", /' >> "$results"
 done
+# Weight copies kept: BERT-base amp's 228 per-pass weight roundings a step (5.3% of its kernel time
+# under Nsight Compute on 2026-11-28) become one pass over the flat values after each update.
+DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench bert-base 64 amp dlbench-bert-amp-kept dlbench-kept "${bert_flags[@]}"
 # PyTorch's fastest eager path as well where its eager baseline spread (amp): fused AdamW (no host
 # sync for amp's inf check) and scaled_dot_product_attention. Never run before: its row says whether it ran.
 step pytorch-bert-amp-tuned 90 python3 "$here/pytorch_bert.py" --device cuda --batch 64 --precision amp \
@@ -262,6 +270,9 @@ grep -hs '^{' "$logs/pytorch-bert-amp-tuned.log" | sed 's/^{/{"model": "bert-bas
 # amp's and bf16's summed branch gradients (7,085 and 6,685 against 7,268 and 6,835) and BERT's step
 # graph (3,615 against 3,349). tf32's two defaults have not been timed together: each against it.
 compare_resnet50 amp
+# Weight copies kept: 106 filter roundings a step become one pass and 17 transpositions (1.28x of the
+# 1.3x target on 2026-11-29).
+DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench_resnet50 amp dlbench-resnet50-amp-kept dlbench-kept
 # PyTorch with SGD's fused kernel as well (no host sync for amp's inf check): never run before.
 step "pytorch-resnet50-amp-tuned" 90 python3 "$here/pytorch_resnet50.py" --batch "${resnet_batch[amp]}" --precision amp \
   --warmup 10 --measure 30 --repeats 3 --tuned
@@ -301,6 +312,8 @@ rm -rf "$real_data"
 compare_resnet50 tf32
 DLBENCH_CUDA_BATCH_NORM=ex-relu time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-ex-relu dlbench-ex-relu
 DLBENCH_CUDA_RESIDUAL_GRAD=sum time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-sum dlbench-sum
+# tf32 with weight copies kept: its 1x1 filters read and their gradients written in place, no copy at all.
+DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-kept dlbench-kept
 compare_resnet50 bf16
 
 # Where a step goes: ResNet-50 in the other precisions (fp32's is above), then BERT's layers and,

@@ -239,7 +239,8 @@ def comparison(logs):
     # 2026-11-28) or summed apart (=sum, fp32's default); and BERT's attention in fused kernels
     # (DLBENCH_CUDA_ATTENTION=fused), eager and replayed; and fp32's convolution search allowed 16 GiB
     # of workspace instead of 1 (DLBENCH_CUDA_WORKSPACE_MIB=16384); and fp32's batch norms in cuDNN's
-    # persistent mode, or through dlbench's own NCHW kernels with the ReLU and residual fused (=own).
+    # persistent mode, or through dlbench's own NCHW kernels with the ReLU and residual fused (=own);
+    # and the weights' half (or transposed) copies kept until the values change (DLBENCH_CUDA_WEIGHT_COPIES=kept).
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-persistent", "bn persistent"), ("dlbench-own", "bn own kernels"),
                 ("dlbench-own-accumulate", "own + accumulate"),
@@ -248,7 +249,8 @@ def comparison(logs):
                 ("dlbench-accumulate", "grad accumulate"), ("dlbench-accumulate-graph", "accumulate + graph"),
                 ("dlbench-sum", "grad sum"), ("dlbench-workspace-16g", "16 GiB search"),
                 ("dlbench-attention-fused", "fused attention"),
-                ("dlbench-attention-fused-graph", "fused attention + graph"))
+                ("dlbench-attention-fused-graph", "fused attention + graph"),
+                ("dlbench-kept", "weights kept"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
@@ -340,7 +342,7 @@ def main():
     lines = []
     lines += self_test(logs)
     for name in ("self-test-fp32-own", "self-test-fp32-persistent", "self-test-fp32-graph-nhwc",
-                 "self-test-attention-fused"):
+                 "self-test-weight-copies-kept", "self-test-attention-fused"):
         lines += self_test(logs, name)
     for precision in ("fp32", "tf32", "amp", "bf16"):
         for group in ("resnet152-vgg16-alexnet", "inception-deeplab"):

@@ -459,6 +459,11 @@ class Backend {
   virtual void stage_from_host(void* staging, const void* host_src, std::size_t bytes);
   virtual void take_staged(void* device_dst, const void* staging, std::size_t bytes);
   virtual void wait_staged_reads();
+  // The parameters' flat fp32 values (ParameterStore::bind), of which a backend may keep copies in
+  // the types its ops compute in (the CUDA backend's DLBENCH_CUDA_WEIGHT_COPIES=kept). It sees its
+  // own calls write them; parameters_written tells it of any other writer (a broadcast).
+  virtual void bind_parameters(const std::shared_ptr<const void>& /*values*/, std::int64_t /*elements*/) {}
+  virtual void parameters_written() {}
   // Sets every bit of `bytes` of device memory, queued like any op: NaN in fp32, fp16 and bf16
   // alike (the memory plan's poison mode). The default copies from the host.
   virtual void poison(void* device_dst, std::size_t bytes);

@@ -24,6 +24,10 @@ class DelegatingBackend : public Backend {
   void take_staged(void* d, const void* s, std::size_t n) override { inner_.take_staged(d, s, n); }
   void wait_staged_reads() override { inner_.wait_staged_reads(); }
   void poison(void* d, std::size_t n) override { inner_.poison(d, n); }
+  void bind_parameters(const std::shared_ptr<const void>& values, std::int64_t elements) override {
+    inner_.bind_parameters(values, elements);
+  }
+  void parameters_written() override { inner_.parameters_written(); }
   void synchronize() override { inner_.synchronize(); }
   std::unique_ptr<StepMarks> make_step_marks() override { return inner_.make_step_marks(); }
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override { return inner_.make_conv2d(c); }

@@ -28,6 +28,7 @@ void ParameterStore::bind(std::vector<Parameter*> parameters, Backend& backend) 
     p->grad = p->value;
     p->grad.data = grads_.get() + p->offset;
   }
+  backend.bind_parameters(values_, elements_);
 }
 
 void ParameterStore::allocate_second_moment(Backend& backend) {

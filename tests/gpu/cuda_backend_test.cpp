@@ -23,6 +23,8 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/swap_axes_plan.hpp"
+#include "parameters.hpp"
+#include "precision.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
 #include "models/small_conv_net.hpp"
@@ -982,6 +984,127 @@ TEST_F(CudaBackendTest, OutOfMemoryIsReportedWithTheBytesAskedAndFree) {
     EXPECT_NE(std::string(e.what()).find("device memory exhausted"), std::string::npos);
   }
   gpu_->allocate(1 << 20);  // the backend is still usable afterwards
+}
+
+// What weight_copy_phases gives back: each phase's pass outputs, in the same order.
+using PhaseOutputs = std::vector<std::vector<std::vector<float>>>;
+
+// A 3x3 convolution, a 1x1 convolution and a linear layer with a bias, their parameters bound in one
+// store on `backend`, run forward, backward-data and backward-weights in five phases: after values
+// copied from the host; again with nothing written; after new values from the host; after an SGD
+// update; after values written behind the backend's back and announced (parameters_written, as
+// after a broadcast). The inputs are the same bits on every backend.
+PhaseOutputs weight_copy_phases(CudaBackend& backend, DType dtype) {
+  const Conv2dConfig three{Shape(2, 16, 8, 8), 32, 3, 1, 1, false, dtype};
+  const Conv2dConfig one{Shape(2, 32, 8, 8), 16, 1, 1, 0, false, dtype};
+  const LinearConfig linear{4, 48, 24, true, dtype};
+  std::vector<std::shared_ptr<void>> memory;
+  const auto upload = [&](const Shape& shape, Layout layout, DType type, std::uint64_t seed) {
+    const std::vector<float> drawn = random_values(shape.numel(), seed);
+    memory.push_back(backend.allocate(static_cast<std::size_t>(shape.numel()) * dtype_size(type)));
+    std::vector<std::uint16_t> bits;
+    if (type == DType::fp16) rounded<fp16>(drawn, bits);
+    backend.copy_from_host(memory.back().get(), type == DType::fp16 ? static_cast<const void*>(bits.data()) : drawn.data(),
+                           static_cast<std::size_t>(shape.numel()) * dtype_size(type));
+    return Tensor{memory.back().get(), shape, layout, type};
+  };
+  const auto download = [&](const Tensor& t) {
+    std::vector<float> out(static_cast<std::size_t>(t.numel()));
+    if (t.dtype == DType::fp32) {
+      backend.copy_to_host(out.data(), t.data, t.bytes());
+      return out;
+    }
+    std::vector<std::uint16_t> bits(out.size());
+    backend.copy_to_host(bits.data(), t.data, t.bytes());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = fp16{bits[i]}.to_float();
+    return out;
+  };
+  Parameter w3, w1, wl, bl;
+  w3.value = Tensor{nullptr, three.weight()};
+  w1.value = Tensor{nullptr, one.weight()};
+  wl.value = Tensor{nullptr, Shape(linear.out_features, linear.in_features)};
+  bl.value = Tensor{nullptr, Shape(linear.out_features)};
+  ParameterStore store;
+  store.bind({&w3, &w1, &wl, &bl}, backend);
+  const auto bytes = static_cast<std::size_t>(store.elements()) * sizeof(float);
+  const auto host_values = [&](std::uint64_t seed) { return random_values(store.elements(), seed); };
+
+  const Tensor x3 = upload(three.input, Layout::nhwc, dtype, 31), dy3 = upload(three.output(), Layout::nhwc, dtype, 32);
+  const Tensor x1 = upload(one.input, Layout::nhwc, dtype, 33), dy1 = upload(one.output(), Layout::nhwc, dtype, 34);
+  const Tensor xl = upload(Shape(linear.batch, linear.in_features), Layout::plain, dtype, 35);
+  const Tensor dyl = upload(Shape(linear.batch, linear.out_features), Layout::plain, dtype, 36);
+  Tensor y3 = upload(three.output(), Layout::nhwc, dtype, 37), dx3 = upload(three.input, Layout::nhwc, dtype, 38);
+  Tensor y1 = upload(one.output(), Layout::nhwc, dtype, 39), dx1 = upload(one.input, Layout::nhwc, dtype, 40);
+  Tensor yl = upload(Shape(linear.batch, linear.out_features), Layout::plain, dtype, 41);
+  Tensor dxl = upload(Shape(linear.batch, linear.in_features), Layout::plain, dtype, 42);
+  auto conv3 = backend.make_conv2d(three);
+  auto conv1 = backend.make_conv2d(one);
+  auto dense = backend.make_linear(linear);
+
+  PhaseOutputs phases;
+  const auto passes = [&] {
+    std::vector<std::vector<float>>& out = phases.emplace_back();
+    conv3->forward(x3, w3.value, nullptr, y3);
+    conv3->backward_data(dy3, w3.value, dx3);
+    conv3->backward_weights(x3, dy3, w3.grad, nullptr);
+    conv1->forward(x1, w1.value, nullptr, y1);
+    conv1->backward_data(dy1, w1.value, dx1);
+    conv1->backward_weights(x1, dy1, w1.grad, nullptr);
+    dense->forward(xl, wl.value, &bl.value, yl);
+    dense->backward_data(dyl, wl.value, dxl);
+    for (const Tensor* t : {&y3, &dx3, &w3.grad, &y1, &dx1, &w1.grad, &yl, &dxl}) out.push_back(download(*t));
+  };
+  backend.copy_from_host(store.values(), host_values(100).data(), bytes);
+  passes();
+  passes();
+  backend.copy_from_host(store.values(), host_values(101).data(), bytes);
+  passes();
+  backend.copy_from_host(store.grads(), host_values(102).data(), bytes);
+  backend.sgd_update(store.values(), store.grads(), store.momentum(), store.elements(), SgdConfig{1.0f, 0.0f, 0.0f}, 1,
+                     nullptr);
+  passes();
+  const std::shared_ptr<void> behind = backend.allocate(bytes);
+  backend.copy_from_host(behind.get(), host_values(103).data(), bytes);
+  DLBENCH_CUDA_CHECK(cudaMemcpyAsync(store.values(), behind.get(), bytes, cudaMemcpyDeviceToDevice, backend.stream()));
+  backend.parameters_written();
+  passes();
+  backend.synchronize();
+  return phases;
+}
+
+// DLBENCH_CUDA_WEIGHT_COPIES=kept follows every write to the parameters' values: its passes give
+// what the per-pass copies give, phase by phase, within rounding and each backend's own algorithm
+// choices (1e-2), while every write changes the forward outputs by far more (checked), so a pass
+// that read a stale copy could not pass. Half: the 3x3 filter kept transposed, the 1x1 filter and
+// the linear weight and bias kept flat. tf32 (fp32 channels last): the 3x3 filter kept transposed,
+// the 1x1 filter read, and its gradient written, in place.
+TEST_F(CudaBackendTest, KeptWeightCopiesFollowEveryWriteToTheValues) {
+  for (const auto& [math, dtype] : {std::pair{CudaMath::fp32, DType::fp16}, std::pair{CudaMath::tf32, DType::fp32}}) {
+    SCOPED_TRACE(math == CudaMath::tf32 ? "tf32" : "fp16");
+    std::unique_ptr<CudaBackend> kept;
+    {
+      const ScopedEnv copies("DLBENCH_CUDA_WEIGHT_COPIES", "kept");
+      kept = std::make_unique<CudaBackend>(0, math, dtype);
+    }
+    CudaBackend per_pass(0, math, dtype);
+    ASSERT_EQ(kept->options().at("weightCopies"), "kept");
+    ASSERT_EQ(per_pass.options().at("weightCopies"), "per-pass");
+    const PhaseOutputs expected = weight_copy_phases(per_pass, dtype);
+    const PhaseOutputs actual = weight_copy_phases(*kept, dtype);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (std::size_t phase = 0; phase < expected.size(); ++phase) {
+      for (std::size_t output = 0; output < expected[phase].size(); ++output) {
+        EXPECT_LT(relative_error(actual[phase][output], expected[phase][output]), 1e-2)
+            << "phase " << phase << ", output " << output;
+      }
+      if (phase >= 2) {
+        for (const std::size_t forward_output : {std::size_t{0}, std::size_t{3}, std::size_t{6}}) {
+          EXPECT_GT(relative_error(expected[phase][forward_output], expected[phase - 1][forward_output]), 0.3)
+              << "phase " << phase << " wrote new weights, output " << forward_output;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

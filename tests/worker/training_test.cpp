@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "cuda/weight_copies.hpp"
 #include "delegating_backend.hpp"
 #include "layers/batch_norm2d.hpp"
 #include "layers/conv2d.hpp"
@@ -74,6 +75,32 @@ TEST(Training, ABatchLoadsInTheInputsOwnTypeOrAsFloatsConvertedToTheSameBits) {
   std::size_t rounded = 0;
   for (std::size_t i = 0; i < pixels.size(); ++i) rounded += converted_here[i] != pixels[i];
   EXPECT_GT(rounded, pixels.size() / 2);  // it is bf16 on the device, not the floats
+}
+
+// The parameter store shows its backend where the flat values are, so that a backend keeping
+// copies of them (the CUDA backend's kept weight copies, cuda/weight_copies.hpp) finds every
+// parameter at its own offset there, and nothing else (the gradients) among them.
+TEST(Training, TheParameterStoreShowsItsBackendWhereEveryParameterLies) {
+  class Binding final : public DelegatingBackend {
+   public:
+    using DelegatingBackend::DelegatingBackend;
+    void bind_parameters(const std::shared_ptr<const void>& values, std::int64_t elements) override {
+      ++binds;
+      copies.bind(values, elements);
+      DelegatingBackend::bind_parameters(values, elements);
+    }
+    int binds = 0;
+    KeptWeightCopies copies;
+  };
+  CpuBackend cpu(2);
+  Binding backend(cpu);
+  Trainer trainer(backend, small_conv_net(), Shape(2, 3, 16, 16), 10, {0.05f, 0.9f, 0.0f}, 1);
+  EXPECT_EQ(backend.binds, 1);
+  ASSERT_FALSE(trainer.parameters().parameters().empty());
+  for (const Parameter* p : trainer.parameters().parameters()) {
+    EXPECT_EQ(backend.copies.offset_of(p->value.data, p->value.numel()), p->offset) << p->name;
+    EXPECT_EQ(backend.copies.offset_of(p->grad.data, p->grad.numel()), std::nullopt) << p->name;
+  }
 }
 
 // A CPU backend that overlaps host copies as a GPU's does: a staged copy reads its host memory

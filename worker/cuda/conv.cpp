@@ -194,9 +194,9 @@ class CudaConv final : public Conv2dOp {
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
     require_dtype("convolution", config_.dtype, {&x, &dy});
-    void* dw = filter_as_given() ? dweight.as<float>() : backend_.parameter_scratch(filter_bytes());
+    void* dw = gradient_in_place() ? dweight.as<float>() : backend_.parameter_scratch(filter_bytes());
     run(ConvPass::backward_filter, {x.data, dw, dy.data});
-    if (!filter_as_given()) {
+    if (!gradient_in_place()) {
       kernels::filter_to_fp32(config_.dtype, dw, channels_last(), dweight.as<float>(), as_int(config_.out_channels),
                               as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
                               backend_.stream());
@@ -226,13 +226,29 @@ class CudaConv final : public Conv2dOp {
   bool channels_last() const { return layout_ == Layout::nhwc; }
   // fp32 NCHW convolutions read PyTorch's OIHW fp32 filter (and write its gradient) in place.
   bool filter_as_given() const { return config_.dtype == DType::fp32 && !channels_last(); }
+  // With kept weight copies (cuda/weight_copies.hpp), an fp32 1x1 filter's gradient is written
+  // straight into the fp32 OIHW gradient, which is OHWI there.
+  bool gradient_in_place() const {
+    return filter_as_given() || (backend_.weight_copies() == WeightCopies::kept && config_.dtype == DType::fp32 &&
+                                 config_.kernel.h == 1 && config_.kernel.w == 1);
+  }
+  // The order a channels-last pass reads the filter in where it is not the parameter's own: OHWI,
+  // unless the filter is 1x1.
+  std::optional<FilterShape> arranged() const {
+    if (!channels_last() || (config_.kernel.h == 1 && config_.kernel.w == 1)) return std::nullopt;
+    return FilterShape{config_.out_channels, config_.input.c(), config_.kernel.h, config_.kernel.w};
+  }
   bool tensor_cores() const { return backend_.math() == CudaMath::tf32 || config_.dtype != DType::fp32; }
   std::size_t filter_bytes() const {
     return static_cast<std::size_t>(config_.weight().numel()) * dtype_size(config_.dtype);
   }
-  // The filter as cuDNN reads it here: the fp32 parameter itself, or its rounded OHWI copy.
+  // The filter as cuDNN reads it here: the fp32 parameter itself, its kept copy, or its rounded
+  // OHWI copy made for this pass. cuDNN's operands are untyped and mutable; a filter is only read.
   void* filter(const Tensor& weight) {
     if (filter_as_given()) return weight.as<float>();
+    if (const void* kept = backend_.kept_weight(weight.as<float>(), weight.numel(), config_.dtype, arranged())) {
+      return const_cast<void*>(kept);
+    }
     void* copy = backend_.parameter_scratch(filter_bytes());
     kernels::filter_from_fp32(weight.as<float>(), config_.dtype, copy, channels_last(), as_int(config_.out_channels),
                               as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),

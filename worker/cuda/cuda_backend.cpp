@@ -324,7 +324,8 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
       conv_calls_api_(worker::conv_calls_api(std::getenv("DLBENCH_CUDA_CONV"))),
       residual_gradient_(residual_gradient(layout_, std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
       attention_route_(attention_route("DLBENCH_CUDA_ATTENTION", std::getenv("DLBENCH_CUDA_ATTENTION"))),
-      conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()) {
+      conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()),
+      weight_copies_(worker::weight_copies(std::getenv("DLBENCH_CUDA_WEIGHT_COPIES"))) {
   // Read before any CUDA resource, as the switches above are: a wrong value costs nothing to refuse.
   const std::optional<std::size_t> requested_workspace =
       requested_workspace_limit(std::getenv("DLBENCH_CUDA_WORKSPACE_MIB"));
@@ -384,6 +385,7 @@ std::map<std::string, std::string> CudaBackend::options() const {
           {"conv", name(kConvCallsApis, conv_calls_api_)},
           {"residualGrad", name(kResidualGradients, residual_gradient_)},
           {"attention", name(kAttentionRoutes, attention_route_)},
+          {"weightCopies", name(kWeightCopies, weight_copies_)},
           {"workspaceMiB", std::to_string(workspace_limit_ >> 20)}};
 }
 
@@ -404,8 +406,39 @@ std::shared_ptr<void> CudaBackend::allocate(std::size_t bytes) {
 }
 
 void CudaBackend::copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) {
+  kept_weights_.wrote(device_dst, bytes);
   DLBENCH_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
   DLBENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may go away on return
+}
+
+void CudaBackend::bind_parameters(const std::shared_ptr<const void>& values, std::int64_t elements) {
+  kept_weights_.bind(values, elements);
+  bound_values_ = static_cast<const float*>(values.get());
+  bound_elements_ = elements;
+  kept_weight_memory_.reset();
+  // fp32 keeps only its transposed filters (in NHWC); half types keep every parameter rounded.
+  const bool keeps = weight_copies_ == WeightCopies::kept && (activations_ != DType::fp32 || layout_ == Layout::nhwc);
+  if (keeps) kept_weight_memory_ = allocate(static_cast<std::size_t>(elements) * dtype_size(activations_));
+}
+
+const void* CudaBackend::kept_weight(const float* weight, std::int64_t elements, DType dtype,
+                                     const std::optional<FilterShape>& arranged) {
+  if (weight_copies_ != WeightCopies::kept) return nullptr;
+  const std::optional<std::int64_t> offset = kept_weights_.offset_of(weight, elements);
+  if (!offset) return nullptr;
+  if (dtype == DType::fp32 && !arranged) return weight;
+  if (!kept_weight_memory_ || dtype != activations_) return nullptr;
+  const WeightCopyPlan plan = kept_weights_.plan(dtype, *offset, arranged);
+  if (plan.refused) return nullptr;
+  auto* kept = static_cast<std::byte*>(kept_weight_memory_.get());
+  if (plan.flat) kernels::convert(bound_values_, dtype, kept, bound_elements_, stream_);
+  void* copy = kept + static_cast<std::size_t>(*offset) * dtype_size(dtype);
+  if (plan.arranged) {
+    kernels::filter_from_fp32(weight, dtype, copy, true, static_cast<int>(arranged->out_channels),
+                              static_cast<int>(arranged->in_channels), static_cast<int>(arranged->kh),
+                              static_cast<int>(arranged->kw), stream_);
+  }
+  return copy;
 }
 
 std::shared_ptr<void> CudaBackend::allocate_host(std::size_t bytes) {
@@ -438,6 +471,7 @@ void CudaBackend::copy_to_host(void* host_dst, const void* device_src, std::size
 }
 
 void CudaBackend::poison(void* device_dst, std::size_t bytes) {
+  kept_weights_.wrote(device_dst, bytes);
   DLBENCH_CUDA_CHECK(cudaMemsetAsync(device_dst, 0xFF, bytes, stream_));  // queued, so a step graph captures it
 }
 
@@ -760,6 +794,7 @@ void CudaBackend::begin_capture() {
   // pulled into this capture.
   DLBENCH_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   capturing_ = true;
+  kept_weights_.values_changed();  // the graph makes its own copies, at every replay
 }
 
 void CudaBackend::end_capture() {
@@ -772,6 +807,7 @@ void CudaBackend::end_capture() {
 void CudaBackend::replay() {
   if (graph_exec_ == nullptr) throw CudaError("replay() without a captured step");
   DLBENCH_CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream_));
+  kept_weights_.values_changed();  // the replayed update wrote them
 }
 
 void CudaBackend::sgd_update(float* values, const float* grads, float* momentum_buffer, std::int64_t count,
@@ -779,6 +815,7 @@ void CudaBackend::sgd_update(float* values, const float* grads, float* momentum_
   // Without a warm-up the rate is one number at every replay; with one, the kernel reads the
   // update's number where a replayed step advances it.
   const std::uint64_t* update = c.warmup_updates > 0 ? queue_update_number(update_number) : nullptr;
+  kept_weights_.wrote(values, static_cast<std::size_t>(count) * sizeof(float));
   kernels::sgd(values, grads, momentum_buffer, count, c.learning_rate, c.momentum, c.weight_decay, update_number == 1,
                c.warmup_updates, update, loss_scale, stream_);
 }

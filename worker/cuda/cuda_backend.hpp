@@ -26,6 +26,7 @@
 #include "cuda/conv_engines.hpp"
 #include "cuda/batch_norm_calls.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/weight_copies.hpp"
 
 namespace dlbench::worker {
 
@@ -179,6 +180,18 @@ class CudaBackend final : public Backend {
   // grows as workspace() does.
   void* parameter_scratch(std::size_t bytes);
 
+  // DLBENCH_CUDA_WEIGHT_COPIES, read once (cuda/weight_copies.hpp).
+  WeightCopies weight_copies() const { return weight_copies_; }
+  void bind_parameters(const std::shared_ptr<const void>& values, std::int64_t elements) override;
+  void parameters_written() override { kept_weights_.values_changed(); }
+  // The weight at `weight` (`elements` fp32 values) as a pass reads it in `dtype`, transposed to
+  // OHWI where `arranged` names its filter: a kept copy, made now if the values changed since, or
+  // the values themselves (fp32 in its own order). Null where nothing is kept for it (per-pass
+  // copies, a weight outside the bound parameters, one kept in another order): the caller copies
+  // it into parameter_scratch for this pass.
+  const void* kept_weight(const float* weight, std::int64_t elements, DType dtype,
+                          const std::optional<FilterShape>& arranged);
+
  private:
   // y = in · dropout's mask for y's shape (in null: y is the mask itself), in y's memory order;
   // `in` holds y's dtype (require_dtype checked).
@@ -224,6 +237,13 @@ class CudaBackend final : public Backend {
   std::size_t workspace_limit_ = std::size_t{1} << 30;
   std::shared_ptr<void> parameter_scratch_;
   std::size_t parameter_scratch_bytes_ = 0;
+  WeightCopies weight_copies_ = WeightCopies::per_pass;
+  KeptWeightCopies kept_weights_;
+  const float* bound_values_ = nullptr;
+  std::int64_t bound_elements_ = 0;
+  // The kept copies, the bound values' length in the activations' type (fp32: only the filters
+  // transposed for channels last are kept, the rest read in place).
+  std::shared_ptr<void> kept_weight_memory_;
   // The loss of one step: one float per row on the device, summed there when read. Each loss
   // term of the step (BERT's masked LM and next sentence, InceptionV3's auxiliary classifier) has
   // its own segment of rows, since their row counts differ; the step's loss is the sum of the

@@ -15,8 +15,9 @@ namespace {
 // row-major matrix is its transpose, so: y^T = W x^T, dx^T = W^T dy^T, dW^T = x^T dy. The bias
 // gradient (dy's sums over the batch, the k of dW's GEMM) comes out of that GEMM's BGRADB
 // epilogue; where cuBLASLt has no algorithm for it, a plain GEMM and a column-sum kernel.
-// Half activations: W and the bias are rounded into the backend's parameter scratch before the
-// GEMMs that read them; dW (and the bias gradient) come out of their GEMM in fp32 directly.
+// Half activations: W and the bias are read from the backend's kept copies (cuda/weight_copies.hpp)
+// or rounded into its parameter scratch before the GEMMs that read them; dW (and the bias
+// gradient) come out of their GEMM in fp32 directly.
 class CudaLinear final : public LinearOp {
  public:
   CudaLinear(CudaBackend& backend, const LinearConfig& c)
@@ -68,6 +69,10 @@ class CudaLinear final : public LinearOp {
   // copies (the bias 256 bytes aligned after the weight, as cuBLASLt prefers).
   Parameters parameters(const Tensor& weight, const Tensor* bias) {
     if (config_.dtype == DType::fp32) return {weight.as<float>(), bias != nullptr ? bias->as<float>() : nullptr};
+    const void* kept_weight = backend_.kept_weight(weight.as<float>(), weight.numel(), config_.dtype, std::nullopt);
+    const void* kept_bias =
+        bias != nullptr ? backend_.kept_weight(bias->as<float>(), bias->numel(), config_.dtype, std::nullopt) : nullptr;
+    if (kept_weight != nullptr && (bias == nullptr || kept_bias != nullptr)) return {kept_weight, kept_bias};
     const std::size_t element = dtype_size(config_.dtype);
     const auto weights = static_cast<std::size_t>(weight.numel());
     const std::size_t bias_offset = (weights * element + 255) / 256 * 256;

@@ -256,7 +256,10 @@ void CudaBackend::scatter_add_rows(const Tensor& dy, const std::int32_t* rows, s
                             table_grad.data, stream_);
 }
 
-void CudaBackend::fill_zero(Tensor& t) { DLBENCH_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_)); }
+void CudaBackend::fill_zero(Tensor& t) {
+  kept_weights_.wrote(t.data, t.bytes());
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
+}
 
 CudaBackend::DeviceRanges CudaBackend::device_ranges(const std::vector<ParameterRange>& ranges) {
   if (!adam_ranges_ || ranges != adam_ranges_uploaded_) {
@@ -311,6 +314,7 @@ float* CudaBackend::prepare_adam_step(const float* grads, std::int64_t count, co
 void CudaBackend::adamw_update(float* values, float* grads, float* first_moment, float* second_moment,
                                std::int64_t count, const std::vector<ParameterRange>& ranges, const AdamWConfig& c,
                                std::uint64_t update_number, const LossScaleState* loss_scale) {
+  kept_weights_.wrote(values, static_cast<std::size_t>(count) * sizeof(float));
   const DeviceRanges r = device_ranges(ranges);
   const float* coefficients = prepare_adam_step(grads, count, c, update_number, loss_scale);
   kernels::adamw_apply(values, grads, first_moment, second_moment, count, r.offsets, r.counts, r.decays, r.count,
@@ -320,6 +324,7 @@ void CudaBackend::adamw_update(float* values, float* grads, float* first_moment,
 void CudaBackend::lamb_update(float* values, float* grads, float* first_moment, float* second_moment,
                               std::int64_t count, const std::vector<ParameterRange>& tensors, const AdamWConfig& c,
                               std::uint64_t update_number, const LossScaleState* loss_scale) {
+  kept_weights_.wrote(values, static_cast<std::size_t>(count) * sizeof(float));
   const DeviceRanges r = device_ranges(tensors);
   if (static_cast<std::size_t>(r.count) > lamb_norms_capacity_) {
     if (capturing_) throw CudaError("LAMB's per-tensor norms would have to grow while a step is captured");

@@ -372,6 +372,7 @@ class CaseRun {
     }
     ParameterStore& store = trainer.parameters();
     comm_.broadcast(store.values(), store.elements(), 0);  // identical start on every rank
+    device.parameters_written();
     GradientBuckets buckets(comm_, store, static_cast<std::size_t>(o_.bucket_mb) << 20);
     if (comm_.size() > 1) {
       trainer.set_gradients_ready([&](const std::vector<Parameter*>& ready) { buckets.gradients_ready(ready); });
