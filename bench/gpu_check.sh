@@ -128,6 +128,10 @@ DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc step self-test-fp32-graph-nhwc 
 # from the CPU's on a copy left stale by an update.
 DLBENCH_CUDA_WEIGHT_COPIES=kept step self-test-weight-copies-kept 150 "$bin/dlbench-worker" --self-test --backend cuda \
   --precision tf32,amp,bf16 --output "$logs/self-test-weight-copies-kept.json" & correctness+=($!)
+# The stem's 3 input channels read padded to 4 (DLBENCH_CUDA_PAD_INPUT_CHANNELS=4, never run on a
+# GPU): every model's whole step layer by layer against the CPU goes through a padded stem.
+DLBENCH_CUDA_PAD_INPUT_CHANNELS=4 step self-test-pad-4 150 "$bin/dlbench-worker" --self-test --backend cuda \
+  --precision tf32,amp,bf16 --output "$logs/self-test-pad-4.json" & correctness+=($!)
 # Attention fused into two tensor-core kernels (DLBENCH_CUDA_ATTENTION=fused: 106 of 106 and 56 of 56
 # on 2026-11-28, but slower than the composed ops): the self-test, and one BERT-base amp step under
 # memcheck, which names any shared- or global-memory access out of bounds with its kernel.
@@ -270,6 +274,10 @@ compare_resnet50 amp
 # Weight copies kept: 106 filter roundings a step become one pass and 17 transpositions (1.28x of the
 # 1.3x target on 2026-11-29).
 DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench_resnet50 amp dlbench-resnet50-amp-kept dlbench-kept
+# The stem's input padded to 4 channels, as NVIDIA's ResNet-50 submissions feed it: cuDNN's
+# tensor-core kernels load 8 or 16 bytes of a pixel's channels, and 3 halves are 6 (the profiles
+# below say what the stem costs either way).
+DLBENCH_CUDA_PAD_INPUT_CHANNELS=4 time_dlbench_resnet50 amp dlbench-resnet50-amp-pad-4 dlbench-pad-4
 time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
 # Real data on a GPU, right after amp's synthetic row (first run 2026-11-29: ResNet-50's JPEGs at
 # 0.22x synthetic, the step converting each batch to fp16 itself, since moved into the decoding
@@ -311,6 +319,7 @@ compare_resnet50 bf16
 # kernel by kernel under Nsight Compute, 150 s, ran on 2026-11-28 and is left out to make room;
 # bench/ncu_summary.py still makes its table from `ncu --csv`.)
 for precision in tf32 amp bf16; do profile_resnet50 "$precision"; done
+DLBENCH_CUDA_PAD_INPUT_CHANNELS=4 profile_resnet50 amp profile-resnet50-amp-pad-4
 # PyTorch's amp step by kind as well, beside dlbench's (amp is the issue's 1.3x target precision).
 step pytorch-profile-resnet50-amp 90 python3 "$here/pytorch_resnet50.py" --batch "${resnet_batch[amp]}" \
   --precision amp --warmup 10 --measure 5 --repeats 1 --profile 5

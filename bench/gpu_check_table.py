@@ -147,11 +147,11 @@ def trained_models(logs):
 
 def profiles(logs):
     out = ["profile by kind, ms a step (forward + backward), ResNet-50 and BERT-base"]
-    names = [f"resnet50-{p}" for p in ("fp32", "fp32-own", "fp32-graph-nhwc", "tf32", "amp", "bf16")]
+    names = [f"resnet50-{p}" for p in ("fp32", "fp32-own", "fp32-graph-nhwc", "tf32", "amp", "amp-pad-4", "bf16")]
     for name in names + ["bert-amp"]:
         precision = name.removeprefix("resnet50-")
         doc = load(os.path.join(logs, f"profile-{name}.json"))
-        if not doc and precision.endswith(("relu", "nhwc", "fused", "own")):
+        if not doc and precision.endswith(("relu", "nhwc", "fused", "own", "pad-4")):
             continue  # an A/B this call did not run
         profile = (doc or {}).get("profile")
         if not profile:
@@ -161,9 +161,24 @@ def profiles(logs):
                           for k in profile["kinds"][:5])
         out.append(f"  {precision} batch {doc['case']['batchSizePerDevice']}: step "
                    f"{1e3 * profile['stepSeconds']:.1f}, outside layers {1e3 * profile['outsideLayersSeconds']:.1f}; {kinds}")
+        if name.startswith("resnet50-"):
+            out += slowest_layers(profile)
         if name in ("resnet50-fp32", "resnet50-amp"):
             out += pytorch_profile_lines(logs, f"pytorch-profile-{name}")
     return out
+
+
+def slowest_layers(profile, top=4):
+    """The stem (conv1, whose 3 input channels tensor-core kernels dislike in channels last: the case
+    for padding them to 4) and the slowest layers, forward + backward ms a step."""
+    layers = profile.get("layers") or []
+    if not layers:
+        return []
+    ms = lambda l: 1e3 * (l["forwardSeconds"] + l["backwardSeconds"])
+    stem = next((l for l in layers if l.get("name") == "conv1"), None)
+    slowest = sorted(layers, key=ms, reverse=True)[:top]
+    line = "    " + (f"stem conv1 {ms(stem):.2f} (forward {1e3 * stem['forwardSeconds']:.2f}); " if stem else "")
+    return [line + "slowest: " + ", ".join(f"{l['name']} {ms(l):.2f}" for l in slowest)]
 
 
 def pytorch_profile_lines(logs, name):
@@ -240,7 +255,8 @@ def comparison(logs):
     # (DLBENCH_CUDA_ATTENTION=fused), eager and replayed; and fp32's convolution search allowed 16 GiB
     # of workspace instead of 1 (DLBENCH_CUDA_WORKSPACE_MIB=16384); and fp32's batch norms in cuDNN's
     # persistent mode, or through dlbench's own NCHW kernels with the ReLU and residual fused (=own);
-    # and the weights' half (or transposed) copies kept until the values change (DLBENCH_CUDA_WEIGHT_COPIES=kept).
+    # and the weights' half (or transposed) copies kept until the values change (DLBENCH_CUDA_WEIGHT_COPIES=kept);
+    # and the stem's 3 input channels read padded to 4 (DLBENCH_CUDA_PAD_INPUT_CHANNELS=4).
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-persistent", "bn persistent"), ("dlbench-own", "bn own kernels"),
                 ("dlbench-own-accumulate", "own + accumulate"),
@@ -250,7 +266,7 @@ def comparison(logs):
                 ("dlbench-sum", "grad sum"), ("dlbench-workspace-16g", "16 GiB search"),
                 ("dlbench-attention-fused", "fused attention"),
                 ("dlbench-attention-fused-graph", "fused attention + graph"),
-                ("dlbench-kept", "weights kept"))
+                ("dlbench-kept", "weights kept"), ("dlbench-pad-4", "stem padded to 4"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
@@ -342,7 +358,7 @@ def main():
     lines = []
     lines += self_test(logs)
     for name in ("self-test-fp32-own", "self-test-fp32-persistent", "self-test-fp32-graph-nhwc",
-                 "self-test-weight-copies-kept", "self-test-attention-fused"):
+                 "self-test-weight-copies-kept", "self-test-pad-4", "self-test-attention-fused"):
         lines += self_test(logs, name)
     for precision in ("fp32", "tf32", "amp", "bf16"):
         for group in ("resnet152-vgg16-alexnet", "inception-deeplab"):

@@ -30,7 +30,8 @@ EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "dlbench-run
              "dlbench-resnet50-amp-graph",
              "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-own", "self-test-fp32-own",
              "dlbench-resnet50-fp32-own-accumulate", "self-test-weight-copies-kept", "dlbench-resnet50-amp-kept",
-             "dlbench-resnet50-tf32-kept", "dlbench-bert-amp-kept",
+             "dlbench-resnet50-tf32-kept", "dlbench-bert-amp-kept", "self-test-pad-4", "dlbench-resnet50-amp-pad-4",
+             "profile-resnet50-amp-pad-4",
              "poisoned-resnet50-fp32-own", "profile-resnet50-fp32-own",
              "dlbench-resnet50-fp32-persistent", "self-test-fp32-persistent", "profile-resnet50-fp32",
              "pytorch-profile-resnet50-fp32", "pytorch-profile-resnet50-amp"]

@@ -151,7 +151,10 @@ class GpuCheckTable(unittest.TestCase):
                 "case": {"batchSizePerDevice": 64},
                 "profile": {"steps": 5, "stepSeconds": 0.0729, "outsideLayersSeconds": 0.0012, "kinds": [
                     {"kind": "Conv2d", "forwardSeconds": 0.0201, "backwardSeconds": 0.0347},
-                    {"kind": "BatchNorm2d+ReLU", "forwardSeconds": 0.003, "backwardSeconds": 0.0048}]}}))
+                    {"kind": "BatchNorm2d+ReLU", "forwardSeconds": 0.003, "backwardSeconds": 0.0048}], "layers": [
+                    {"name": "layer1.0.conv2", "kind": "Conv2d", "forwardSeconds": 0.0011, "backwardSeconds": 0.002},
+                    {"name": "conv1", "kind": "Conv2d", "forwardSeconds": 0.0012, "backwardSeconds": 0.0013},
+                    {"name": "bn1", "kind": "BatchNorm2d+ReLU", "forwardSeconds": 0.0001, "backwardSeconds": 0.0002}]}}))
             write(logs, "pytorch-profile-resnet50-fp32.log", "a warning on stderr\n" + json.dumps({
                 "engine": "pytorch", "model": "resnet50", "batch": 64, "precision": "fp32", "median": 922.0,
                 "profile": {"steps": 5, "stepSeconds": 0.0712, "attributedSeconds": 0.0688, "kernelSeconds": 0.0690,
@@ -160,9 +163,11 @@ class GpuCheckTable(unittest.TestCase):
                                                    {"kernel": "cudnn::bn_bw_1C11_kernel_new", "seconds": 0.004}]}}) + "\n")
             lines = self.table(logs)
         at = lines.index("  fp32 batch 64: step 72.9, outside layers 1.2; Conv2d 54.8, BatchNorm2d+ReLU 7.8")
-        self.assertEqual(lines[at + 1], "  pytorch fp32 batch 64: step 71.2 under the profiler, charged 68.8 of kernels "
+        self.assertEqual(lines[at + 1], "    stem conv1 2.50 (forward 1.20); slowest: layer1.0.conv2 3.10, conv1 2.50, "
+                                        "bn1 0.30")
+        self.assertEqual(lines[at + 2], "  pytorch fp32 batch 64: step 71.2 under the profiler, charged 68.8 of kernels "
                                         "69.0; convolution 52.1, batch norm 10.2")
-        self.assertEqual(lines[at + 2], "    its largest kernels, ms a step: sm90_xmma_dgrad_implicit_gemm_f32f32 10.1, "
+        self.assertEqual(lines[at + 3], "    its largest kernels, ms a step: sm90_xmma_dgrad_implicit_gemm_f32f32 10.1, "
                                         "cudnn::bn_bw_1C11_kernel_new 4.0")
 
     def test_the_algorithms_inceptions_aux_logits_took(self):

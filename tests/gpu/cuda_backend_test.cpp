@@ -986,6 +986,38 @@ TEST_F(CudaBackendTest, OutOfMemoryIsReportedWithTheBytesAskedAndFree) {
   gpu_->allocate(1 << 20);  // the backend is still usable afterwards
 }
 
+// Tensors on one CUDA backend drawn from seeds (random_values), fp16 as its rounded bits: the same
+// bits on every backend; and read back as floats.
+class DeviceTensors {
+ public:
+  explicit DeviceTensors(CudaBackend& backend) : backend_(backend) {}
+  Tensor draw(const Shape& shape, Layout layout, DType type, std::uint64_t seed) {
+    const std::vector<float> drawn = random_values(shape.numel(), seed);
+    const auto bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(type);
+    memory_.push_back(backend_.allocate(bytes));
+    std::vector<std::uint16_t> bits;
+    if (type == DType::fp16) rounded<fp16>(drawn, bits);
+    backend_.copy_from_host(memory_.back().get(),
+                            type == DType::fp16 ? static_cast<const void*>(bits.data()) : drawn.data(), bytes);
+    return Tensor{memory_.back().get(), shape, layout, type};
+  }
+  std::vector<float> read(const Tensor& t) {
+    std::vector<float> out(static_cast<std::size_t>(t.numel()));
+    if (t.dtype == DType::fp32) {
+      backend_.copy_to_host(out.data(), t.data, t.bytes());
+      return out;
+    }
+    std::vector<std::uint16_t> bits(out.size());
+    backend_.copy_to_host(bits.data(), t.data, t.bytes());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = fp16{bits[i]}.to_float();
+    return out;
+  }
+
+ private:
+  CudaBackend& backend_;
+  std::vector<std::shared_ptr<void>> memory_;
+};
+
 // What weight_copy_phases gives back: each phase's pass outputs, in the same order.
 using PhaseOutputs = std::vector<std::vector<std::vector<float>>>;
 
@@ -998,27 +1030,11 @@ PhaseOutputs weight_copy_phases(CudaBackend& backend, DType dtype) {
   const Conv2dConfig three{Shape(2, 16, 8, 8), 32, 3, 1, 1, false, dtype};
   const Conv2dConfig one{Shape(2, 32, 8, 8), 16, 1, 1, 0, false, dtype};
   const LinearConfig linear{4, 48, 24, true, dtype};
-  std::vector<std::shared_ptr<void>> memory;
+  DeviceTensors device(backend);
   const auto upload = [&](const Shape& shape, Layout layout, DType type, std::uint64_t seed) {
-    const std::vector<float> drawn = random_values(shape.numel(), seed);
-    memory.push_back(backend.allocate(static_cast<std::size_t>(shape.numel()) * dtype_size(type)));
-    std::vector<std::uint16_t> bits;
-    if (type == DType::fp16) rounded<fp16>(drawn, bits);
-    backend.copy_from_host(memory.back().get(), type == DType::fp16 ? static_cast<const void*>(bits.data()) : drawn.data(),
-                           static_cast<std::size_t>(shape.numel()) * dtype_size(type));
-    return Tensor{memory.back().get(), shape, layout, type};
+    return device.draw(shape, layout, type, seed);
   };
-  const auto download = [&](const Tensor& t) {
-    std::vector<float> out(static_cast<std::size_t>(t.numel()));
-    if (t.dtype == DType::fp32) {
-      backend.copy_to_host(out.data(), t.data, t.bytes());
-      return out;
-    }
-    std::vector<std::uint16_t> bits(out.size());
-    backend.copy_to_host(bits.data(), t.data, t.bytes());
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = fp16{bits[i]}.to_float();
-    return out;
-  };
+  const auto download = [&](const Tensor& t) { return device.read(t); };
   Parameter w3, w1, wl, bl;
   w3.value = Tensor{nullptr, three.weight()};
   w1.value = Tensor{nullptr, one.weight()};
@@ -1102,6 +1118,55 @@ TEST_F(CudaBackendTest, KeptWeightCopiesFollowEveryWriteToTheValues) {
           EXPECT_GT(relative_error(expected[phase][forward_output], expected[phase - 1][forward_output]), 0.3)
               << "phase " << phase << " wrote new weights, output " << forward_output;
         }
+      }
+    }
+  }
+}
+
+// A stem's passes on `backend`: 3 input channels, a 7x7 filter, stride 2, a bias; y, dx written,
+// dx added onto drawn values, dw and the bias gradient, in that order.
+std::vector<std::vector<float>> stem_passes(CudaBackend& backend, DType dtype) {
+  const Conv2dConfig stem{Shape(2, 3, 32, 32), 16, 7, 2, 3, true, dtype};
+  DeviceTensors device(backend);
+  const Tensor x = device.draw(stem.input, Layout::nhwc, dtype, 51), dy = device.draw(stem.output(), Layout::nhwc, dtype, 52);
+  const Tensor w = device.draw(stem.weight(), Layout::plain, DType::fp32, 53);
+  const Tensor b = device.draw(Shape(stem.out_channels), Layout::plain, DType::fp32, 54);
+  Tensor y = device.draw(stem.output(), Layout::nhwc, dtype, 55), dx = device.draw(stem.input, Layout::nhwc, dtype, 56);
+  Tensor dx_sum = device.draw(stem.input, Layout::nhwc, dtype, 57);
+  Tensor dw = device.draw(stem.weight(), Layout::plain, DType::fp32, 58);
+  Tensor db = device.draw(Shape(stem.out_channels), Layout::plain, DType::fp32, 59);
+  auto conv = backend.make_conv2d(stem);
+  conv->forward(x, w, &b, y);
+  conv->backward_data(dy, w, dx);
+  conv->backward_data_accumulate(dy, w, dx_sum);
+  conv->backward_weights(x, dy, dw, &db);
+  backend.synchronize();
+  std::vector<std::vector<float>> out;
+  for (const Tensor* t : {&y, &dx, &dx_sum, &dw, &db}) out.push_back(device.read(*t));
+  return out;
+}
+
+// A stem read with its 3 channels padded to 4 or 8 (DLBENCH_CUDA_PAD_INPUT_CHANNELS) computes what
+// the unpadded one computes on the same GPU, within rounding and each side's own algorithm choice
+// (1e-2): a padding channel or tap that was not zero, a filter copied in the wrong order, or a
+// gradient read from the padding, would be off by the values' whole size.
+TEST_F(CudaBackendTest, AStemReadPaddedToMoreChannelsComputesWhatTheUnpaddedOneDoes) {
+  for (const auto& [math, dtype] : {std::pair{CudaMath::fp32, DType::fp16}, std::pair{CudaMath::tf32, DType::fp32}}) {
+    for (const char* pad : {"4", "8"}) {
+      SCOPED_TRACE(::testing::Message() << (math == CudaMath::tf32 ? "tf32" : "fp16") << ", padded to " << pad);
+      std::unique_ptr<CudaBackend> padded;
+      {
+        const ScopedEnv padding("DLBENCH_CUDA_PAD_INPUT_CHANNELS", pad);
+        padded = std::make_unique<CudaBackend>(0, math, dtype);
+      }
+      CudaBackend unpadded(0, math, dtype);
+      ASSERT_EQ(padded->options().at("padInputChannels"), pad);
+      ASSERT_EQ(unpadded.options().at("padInputChannels"), "off");
+      const std::vector<std::vector<float>> expected = stem_passes(unpadded, dtype);
+      const std::vector<std::vector<float>> actual = stem_passes(*padded, dtype);
+      const char* names[] = {"y", "dx", "dx added", "dw", "db"};
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_LT(relative_error(actual[i], expected[i]), 1e-2) << names[i];
       }
     }
   }

@@ -14,6 +14,7 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/kernels.hpp"
+#include "cuda/padded_channels.hpp"
 
 namespace dlbench::worker::cuda_detail {
 namespace {
@@ -155,24 +156,28 @@ class LegacyConvPasses {
 
 // fp32 activations are NCHW and take PyTorch's OIHW fp32 filter as it is. Half activations are
 // NHWC: the filter is rounded into the backend's parameter scratch as OHWI (cuDNN's NHWC filter)
-// before each pass that reads it, and the filter gradient, computed there in the half type, is
-// widened back into the fp32 OIHW gradient. The passes themselves take the legacy calls or the
-// graph API's engines, as the backend says (cuda/conv_engines.hpp).
+// before each pass that reads it, or read from the backend's kept copies (cuda/weight_copies.hpp),
+// and the filter gradient, computed there in the half type, is widened back into the fp32 OIHW
+// gradient. With DLBENCH_CUDA_PAD_INPUT_CHANNELS a channels-last input of fewer channels (a stem's
+// 3) is read padded with zero channels (cuda/padded_channels.hpp), the filter's copy padded with
+// zero taps to match. The passes themselves take the legacy calls or the graph API's engines, as
+// the backend says (cuda/conv_engines.hpp).
 class CudaConv final : public Conv2dOp {
  public:
   CudaConv(CudaBackend& backend, const Conv2dConfig& config)
       : backend_(backend), config_(config), layout_(backend.activation_layout()),
+        passes_config_(with_pass_input_channels(config, layout_, backend.padded_input_channels())),
         y_desc_(config.output(), config.dtype, layout_), bias_desc_(Shape(1, config.out_channels, 1, 1)) {
     if (backend.conv_calls_api() == ConvCallsApi::graph) {
-      graph_ = std::make_unique<GraphConvPasses>(backend, config, layout_, tensor_cores());
+      graph_ = std::make_unique<GraphConvPasses>(backend, passes_config_, layout_, tensor_cores());
     } else {
-      legacy_ = std::make_unique<LegacyConvPasses>(backend, config, layout_, tensor_cores());
+      legacy_ = std::make_unique<LegacyConvPasses>(backend, passes_config_, layout_, tensor_cores());
     }
   }
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
     require_dtype("convolution", config_.dtype, {&x, &y});
-    run(ConvPass::forward, {x.data, filter(weight), y.data});
+    run(ConvPass::forward, {input(x), filter(weight), y.data});
     if (bias == nullptr) return;
     if (filter_as_given()) {
       DLBENCH_CUDNN_CHECK(
@@ -185,18 +190,24 @@ class CudaConv final : public Conv2dOp {
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
     require_dtype("convolution", config_.dtype, {&dy, &dx});
+    if (padded()) return padded_backward_data(dy, weight, dx, false);
     run(ConvPass::backward_data, {dx.data, filter(weight), dy.data});
   }
   void backward_data_accumulate(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
     require_dtype("convolution", config_.dtype, {&dy, &dx});
+    if (padded()) return padded_backward_data(dy, weight, dx, true);
     run(ConvPass::backward_data_accumulate, {dx.data, filter(weight), dy.data});
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
     require_dtype("convolution", config_.dtype, {&x, &dy});
     void* dw = gradient_in_place() ? dweight.as<float>() : backend_.parameter_scratch(filter_bytes());
-    run(ConvPass::backward_filter, {x.data, dw, dy.data});
-    if (!gradient_in_place()) {
+    run(ConvPass::backward_filter, {input(x), dw, dy.data});
+    if (padded()) {
+      kernels::padded_filter_to_fp32(config_.dtype, dw, dweight.as<float>(), as_int(config_.out_channels),
+                                     as_int(config_.input.c()), as_int(passes_config_.input.c()),
+                                     as_int(config_.kernel.h), as_int(config_.kernel.w), backend_.stream());
+    } else if (!gradient_in_place()) {
       kernels::filter_to_fp32(config_.dtype, dw, channels_last(), dweight.as<float>(), as_int(config_.out_channels),
                               as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
                               backend_.stream());
@@ -216,6 +227,12 @@ class CudaConv final : public Conv2dOp {
   }
 
  private:
+  // `config` as the passes run it: its input padded to more channels where the backend pads them.
+  static Conv2dConfig with_pass_input_channels(Conv2dConfig config, Layout layout, int pad_to) {
+    const Shape in = config.input;
+    config.input = Shape(in.n(), conv_pass_input_channels(in.c(), layout == Layout::nhwc, pad_to), in.h(), in.w());
+    return config;
+  }
   void run(ConvPass pass, const ConvOperands& operands) {
     if (graph_) {
       graph_->run(pass, operands);
@@ -224,13 +241,34 @@ class CudaConv final : public Conv2dOp {
     }
   }
   bool channels_last() const { return layout_ == Layout::nhwc; }
+  bool padded() const { return passes_config_.input.c() != config_.input.c(); }
+  std::int64_t input_pixels() const { return config_.input.n() * config_.input.h() * config_.input.w(); }
+  std::size_t padded_input_bytes() const {
+    return static_cast<std::size_t>(passes_config_.input.numel()) * dtype_size(config_.dtype);
+  }
+  // x as the passes read it: itself, or its copy padded with zero channels in this op's own memory
+  // (made again by each pass that reads it: backward's x is forward's, but nothing says so).
+  void* input(const Tensor& x) {
+    if (!padded()) return x.data;
+    if (!padded_input_) padded_input_ = backend_.allocate(padded_input_bytes());
+    kernels::copy_channels(config_.dtype, x.data, as_int(config_.input.c()), padded_input_.get(),
+                           as_int(passes_config_.input.c()), input_pixels(), false, backend_.stream());
+    return padded_input_.get();
+  }
+  // The gradient of the padded input, then its real channels written (or added) into dx.
+  void padded_backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx, bool accumulate) {
+    if (!padded_input_grad_) padded_input_grad_ = backend_.allocate(padded_input_bytes());
+    run(ConvPass::backward_data, {padded_input_grad_.get(), filter(weight), dy.data});
+    kernels::copy_channels(config_.dtype, padded_input_grad_.get(), as_int(passes_config_.input.c()), dx.data,
+                           as_int(config_.input.c()), input_pixels(), accumulate, backend_.stream());
+  }
   // fp32 NCHW convolutions read PyTorch's OIHW fp32 filter (and write its gradient) in place.
   bool filter_as_given() const { return config_.dtype == DType::fp32 && !channels_last(); }
   // With kept weight copies (cuda/weight_copies.hpp), an fp32 1x1 filter's gradient is written
   // straight into the fp32 OIHW gradient, which is OHWI there.
   bool gradient_in_place() const {
     return filter_as_given() || (backend_.weight_copies() == WeightCopies::kept && config_.dtype == DType::fp32 &&
-                                 config_.kernel.h == 1 && config_.kernel.w == 1);
+                                 config_.kernel.h == 1 && config_.kernel.w == 1 && !padded());
   }
   // The order a channels-last pass reads the filter in where it is not the parameter's own: OHWI,
   // unless the filter is 1x1.
@@ -239,17 +277,26 @@ class CudaConv final : public Conv2dOp {
     return FilterShape{config_.out_channels, config_.input.c(), config_.kernel.h, config_.kernel.w};
   }
   bool tensor_cores() const { return backend_.math() == CudaMath::tf32 || config_.dtype != DType::fp32; }
+  // The filter as the passes read it, in the activations' type (padded: with its zero taps).
   std::size_t filter_bytes() const {
-    return static_cast<std::size_t>(config_.weight().numel()) * dtype_size(config_.dtype);
+    return static_cast<std::size_t>(passes_config_.weight().numel()) * dtype_size(config_.dtype);
   }
   // The filter as cuDNN reads it here: the fp32 parameter itself, its kept copy, or its rounded
   // OHWI copy made for this pass. cuDNN's operands are untyped and mutable; a filter is only read.
   void* filter(const Tensor& weight) {
     if (filter_as_given()) return weight.as<float>();
+    void* copy = nullptr;
+    if (padded()) {
+      copy = backend_.parameter_scratch(filter_bytes());
+      kernels::padded_filter_from_fp32(weight.as<float>(), config_.dtype, copy, as_int(config_.out_channels),
+                                       as_int(config_.input.c()), as_int(passes_config_.input.c()),
+                                       as_int(config_.kernel.h), as_int(config_.kernel.w), backend_.stream());
+      return copy;
+    }
     if (const void* kept = backend_.kept_weight(weight.as<float>(), weight.numel(), config_.dtype, arranged())) {
       return const_cast<void*>(kept);
     }
-    void* copy = backend_.parameter_scratch(filter_bytes());
+    copy = backend_.parameter_scratch(filter_bytes());
     kernels::filter_from_fp32(weight.as<float>(), config_.dtype, copy, channels_last(), as_int(config_.out_channels),
                               as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
                               backend_.stream());
@@ -259,9 +306,11 @@ class CudaConv final : public Conv2dOp {
   CudaBackend& backend_;
   Conv2dConfig config_;
   Layout layout_;
+  Conv2dConfig passes_config_;  // config_, its input padded to more channels where the backend pads them
   TensorDescriptor y_desc_, bias_desc_;
   std::unique_ptr<LegacyConvPasses> legacy_;
   std::unique_ptr<GraphConvPasses> graph_;
+  std::shared_ptr<void> padded_input_, padded_input_grad_;  // allocated by the first pass that needs them
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "cuda/conv_graph.hpp"
 #include "cuda/cuda_common.hpp"
 #include "cuda/kernels.hpp"
+#include "cuda/padded_channels.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -325,7 +326,8 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
       residual_gradient_(residual_gradient(layout_, std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
       attention_route_(attention_route("DLBENCH_CUDA_ATTENTION", std::getenv("DLBENCH_CUDA_ATTENTION"))),
       conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()),
-      weight_copies_(worker::weight_copies(std::getenv("DLBENCH_CUDA_WEIGHT_COPIES"))) {
+      weight_copies_(worker::weight_copies(std::getenv("DLBENCH_CUDA_WEIGHT_COPIES"))),
+      padded_input_channels_(worker::padded_input_channels(std::getenv("DLBENCH_CUDA_PAD_INPUT_CHANNELS"))) {
   // Read before any CUDA resource, as the switches above are: a wrong value costs nothing to refuse.
   const std::optional<std::size_t> requested_workspace =
       requested_workspace_limit(std::getenv("DLBENCH_CUDA_WORKSPACE_MIB"));
@@ -386,6 +388,7 @@ std::map<std::string, std::string> CudaBackend::options() const {
           {"residualGrad", name(kResidualGradients, residual_gradient_)},
           {"attention", name(kAttentionRoutes, attention_route_)},
           {"weightCopies", name(kWeightCopies, weight_copies_)},
+          {"padInputChannels", name(kPaddedInputChannels, padded_input_channels_)},
           {"workspaceMiB", std::to_string(workspace_limit_ >> 20)}};
 }
 

@@ -182,6 +182,8 @@ class CudaBackend final : public Backend {
 
   // DLBENCH_CUDA_WEIGHT_COPIES, read once (cuda/weight_copies.hpp).
   WeightCopies weight_copies() const { return weight_copies_; }
+  // DLBENCH_CUDA_PAD_INPUT_CHANNELS, read once (cuda/padded_channels.hpp): 0 where off.
+  int padded_input_channels() const { return padded_input_channels_; }
   void bind_parameters(const std::shared_ptr<const void>& values, std::int64_t elements) override;
   void parameters_written() override { kept_weights_.values_changed(); }
   // The weight at `weight` (`elements` fp32 values) as a pass reads it in `dtype`, transposed to
@@ -238,6 +240,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> parameter_scratch_;
   std::size_t parameter_scratch_bytes_ = 0;
   WeightCopies weight_copies_ = WeightCopies::per_pass;
+  int padded_input_channels_ = 0;
   KeptWeightCopies kept_weights_;
   const float* bound_values_ = nullptr;
   std::int64_t bound_elements_ = 0;

@@ -8,6 +8,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/column_reduction.hpp"
 #include "cuda/kernel_launch.cuh"
+#include "cuda/padded_channels.hpp"
 
 namespace dlbench::worker::kernels {
 namespace {
@@ -290,6 +291,37 @@ __global__ void filter_to_fp32_kernel(const T* filter, bool channels_last, float
   }
 }
 
+// One thread per element of `into`.
+template <typename T, bool kAccumulate>
+__global__ void copy_channels_kernel(const T* from, int from_channels, T* into, int into_channels, std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) {
+    const std::int64_t pixel = i / into_channels;
+    const auto channel = static_cast<int>(i - pixel * into_channels);
+    const float v = channel < from_channels ? load(from[pixel * from_channels + channel]) : 0.0f;
+    if constexpr (kAccumulate) {
+      into[i] = store<T>(load(into[i]) + v);
+    } else {
+      into[i] = store<T>(v);
+    }
+  }
+}
+
+// One thread per element of the padded OHWI side, so that the padding's taps are written too.
+template <typename T>
+__global__ void padded_filter_from_fp32_kernel(const float* oihw, T* into, int in_channels, int padded, int kh, int kw,
+                                               std::int64_t n) {
+  DLBENCH_GRID_STRIDE(j, n) {
+    const std::int64_t i = oihw_of_padded_ohwi(j, in_channels, padded, kh, kw);
+    into[j] = store<T>(i < 0 ? 0.0f : oihw[i]);
+  }
+}
+
+template <typename T>
+__global__ void padded_filter_to_fp32_kernel(const T* filter, float* oihw, int in_channels, int padded, int kh, int kw,
+                                             std::int64_t n) {
+  DLBENCH_GRID_STRIDE(i, n) { oihw[i] = load(filter[padded_ohwi_of_oihw(i, in_channels, padded, kh, kw)]); }
+}
+
 __global__ void sum_kernel(const float* x, std::int64_t n, float* total) {
   __shared__ float reduce[kThreads];
   float local = 0.0f;
@@ -541,6 +573,38 @@ void filter_to_fp32(DType from, const void* filter, bool channels_last, float* o
     using T = typename decltype(t)::type;
     DLBENCH_LAUNCH(filter_to_fp32_kernel<T>, n, stream, static_cast<const T*>(filter), channels_last, oihw,
                    out_channels, in_channels, kh, kw);
+  });
+}
+
+void copy_channels(DType dtype, const void* from, int from_channels, void* into, int into_channels, std::int64_t pixels,
+                   bool accumulate, cudaStream_t stream) {
+  if (accumulate && into_channels > from_channels) {
+    throw std::invalid_argument("copy_channels: accumulating into more channels than come from");
+  }
+  const std::int64_t n = pixels * into_channels;
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    auto* const kernel = accumulate ? &copy_channels_kernel<T, true> : &copy_channels_kernel<T, false>;
+    DLBENCH_LAUNCH(kernel, n, stream, static_cast<const T*>(from), from_channels, static_cast<T*>(into), into_channels,
+                   n);
+  });
+}
+void padded_filter_from_fp32(const float* oihw, DType to, void* into, int out_channels, int in_channels, int padded,
+                             int kh, int kw, cudaStream_t stream) {
+  const std::int64_t n = static_cast<std::int64_t>(out_channels) * padded * kh * kw;
+  with_float_type(to, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(padded_filter_from_fp32_kernel<T>, n, stream, oihw, static_cast<T*>(into), in_channels, padded, kh,
+                   kw, n);
+  });
+}
+void padded_filter_to_fp32(DType from, const void* filter, float* oihw, int out_channels, int in_channels, int padded,
+                           int kh, int kw, cudaStream_t stream) {
+  const std::int64_t n = static_cast<std::int64_t>(out_channels) * in_channels * kh * kw;
+  with_float_type(from, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(padded_filter_to_fp32_kernel<T>, n, stream, static_cast<const T*>(filter), oihw, in_channels, padded,
+                   kh, kw, n);
   });
 }
 
