@@ -97,11 +97,27 @@ void print_unmeasured(std::ostream& out, ReportFormat format, const std::vector<
 
 bool unstable(const CaseResult& r) { return r.stability && r.stability->verdict == StabilityVerdict::unstable; }
 
+// Why an amp case's loss scaling says it trained little, or nothing where it trained well enough:
+// more than 5% of its steps skipped for an inf or NaN gradient (a loss scaler's first few skips
+// are how it finds its scale), or its scale halved below 1, where steps overflowed even unscaled.
+std::optional<std::string> loss_scaling_warning(const CaseResult& r) {
+  if (!r.loss_scaling) return std::nullopt;
+  const LossScalingReport& l = *r.loss_scaling;
+  const bool collapsed = l.final_scale < 1.0;
+  if (!collapsed && l.skipped_steps * 20 <= l.steps) return std::nullopt;
+  std::ostringstream why;
+  why << l.skipped_steps << " of " << l.steps << " steps skipped for an inf or NaN gradient, the scale ended at "
+      << std::setprecision(3) << l.final_scale;
+  if (collapsed) why << " (below 1: steps overflowed even unscaled)";
+  return why.str();
+}
+
 // Every case whose repeats did not agree (the "unstable" cells, and the figures), every case whose
-// speed-up was refused (the "refused" cells, and why), and every case measured while other load
-// wanted its CPUs (results[].interference: its numbers stand, but they are not the machine's).
+// speed-up was refused (the "refused" cells, and why), every amp case whose loss scaling skipped
+// much of its training (loss_scaling_warning), and every case measured while other load wanted
+// its CPUs (results[].interference: its numbers stand, but they are not the machine's).
 void print_case_warnings(std::ostream& out, ReportFormat format, const std::vector<Source>& sources) {
-  std::vector<std::pair<std::string, std::string>> unstable_cases, refused, interfered, sockets;
+  std::vector<std::pair<std::string, std::string>> unstable_cases, refused, interfered, sockets, skipped;
   for (const auto& s : sources) {
     for (const auto& r : s.status.results) {
       const std::string name = (sources.size() > 1 ? s.label + " " : "") + case_id(r.case_);
@@ -109,6 +125,7 @@ void print_case_warnings(std::ostream& out, ReportFormat format, const std::vect
       // Kept with rdma.required: false (a required one is Failed, listed with the cases not measured).
       if (r.state == CaseState::Succeeded && r.reason == kReasonRdmaNotUsed) sockets.emplace_back(name, r.message);
       if (!r.scaling_refused.empty()) refused.emplace_back(name, r.scaling_refused);
+      if (const auto why = loss_scaling_warning(r)) skipped.emplace_back(name, *why);
       if (!r.interference || r.interference->verdict == InterferenceVerdict::clean) continue;
       std::string why = std::string(to_string(r.interference->verdict)) + ": ";
       if (r.interference->cpu_pressure) why += "tasks waited for a CPU " + fixed(100 * *r.interference->cpu_pressure, 1) + "% of the time, ";
@@ -123,6 +140,7 @@ void print_case_warnings(std::ostream& out, ReportFormat format, const std::vect
   }
   print_case_notes(out, format, "unstable cases (left out of best and scaling)", "spread", unstable_cases);
   print_case_notes(out, format, "speed-ups refused", "why", refused);
+  print_case_notes(out, format, "amp cases whose loss scaling skipped much of the training", "loss scaling", skipped);
   print_case_notes(out, format, "measured under other load or throttled", "load", interfered);
   print_case_notes(out, format, "measured without the RDMA network asked for", "transport", sockets);
 }

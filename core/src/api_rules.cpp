@@ -39,6 +39,15 @@ FieldRule real_rule(std::string path, RealBounds b, std::optional<double> def) {
   return rule;
 }
 
+// A number with a floor and no ceiling (status counts and scales).
+FieldRule floor_rule(std::string path, double minimum, bool exclusive) {
+  FieldRule rule;
+  rule.path = std::move(path);
+  rule.minimum = minimum;
+  rule.exclusive_minimum = exclusive;
+  return rule;
+}
+
 template <typename E>
 FieldRule enum_rule(std::string path, std::optional<nlohmann::json> def = {}) {
   FieldRule rule;
@@ -180,6 +189,10 @@ std::vector<FieldRule> build_rules() {
   r.push_back(enum_rule<GpuThrottleReason>("status.results[].interference.gpu.throttleReasons[]"));
   r.push_back(enum_rule<OptimizerName>("status.results[].optimizer.name"));
   r.push_back(list_rule("status.results[].lossAfterRepeats", bounds::kMaxRepeatsRun));
+  // amp's loss scaling (the decoder also holds skippedSteps to steps).
+  r.push_back(floor_rule("status.results[].lossScaling.finalScale", 0, true));
+  r.push_back(floor_rule("status.results[].lossScaling.skippedSteps", 0, false));
+  r.push_back(floor_rule("status.results[].lossScaling.steps", 1, false));
   return r;
 }
 

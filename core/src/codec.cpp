@@ -528,7 +528,7 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "stability", "ncclTransport", "optimizer",
-                               "environment", "lossAfterRepeats", "flops", "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
+                               "environment", "lossAfterRepeats", "lossScaling", "flops", "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
                                "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
   CaseResult r;
@@ -565,6 +565,7 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
       }
     }
   }
+  if (const json* l = Decoder::find(obj, "lossScaling")) r.loss_scaling = decode_loss_scaling(d, *l, child(path, "lossScaling"));
   if (const json* f = Decoder::find(obj, "flops")) r.flops = decode_flops(d, *f, child(path, "flops"));
   if (const json* v = Decoder::find(obj, "speedup")) r.speedup = d.measurement(*v, child(path, "speedup"));
   if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
@@ -986,6 +987,32 @@ json detail::flops_to_json(const FlopsReport& f) {
   return out;
 }
 
+std::optional<LossScalingReport> detail::decode_loss_scaling(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"finalScale", "skippedSteps", "steps"});
+  const std::size_t errors_before = d.errors.size();
+  LossScalingReport report;
+  if (const json* v = d.require(obj, path, "finalScale", "the scale the case ended at")) {
+    if (auto x = d.measurement(*v, child(path, "finalScale"))) {
+      report.final_scale = *x;
+      if (*x <= 0.0) d.fail(child(path, "finalScale"), "must be > 0");
+    }
+  }
+  if (d.require(obj, path, "steps", "the case's steps")) {
+    d.read_int64(obj, path, "steps", {1, std::numeric_limits<std::int64_t>::max()}, report.steps);
+  }
+  if (d.require(obj, path, "skippedSteps", "steps skipped for an inf or NaN gradient")) {
+    d.read_int64(obj, path, "skippedSteps", {0, std::numeric_limits<std::int64_t>::max()}, report.skipped_steps);
+  }
+  if (report.steps > 0 && report.skipped_steps > report.steps) d.fail(child(path, "skippedSteps"), "exceeds steps");
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return report;
+}
+
+json detail::loss_scaling_to_json(const LossScalingReport& r) {
+  return {{"finalScale", r.final_scale}, {"skippedSteps", r.skipped_steps}, {"steps", r.steps}};
+}
+
 std::optional<NcclTransport> detail::decode_nccl_transport(Decoder& d, const json& obj, const std::string& path) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"network", "links", "gpuDirectRdma"});
@@ -1210,6 +1237,7 @@ json to_json(const CaseResult& r) {
   if (r.optimizer) out["optimizer"] = detail::optimizer_to_json(*r.optimizer);
   if (r.environment) out["environment"] = detail::case_environment_to_json(*r.environment);
   if (!r.loss_after_repeats.empty()) out["lossAfterRepeats"] = r.loss_after_repeats;
+  if (r.loss_scaling) out["lossScaling"] = detail::loss_scaling_to_json(*r.loss_scaling);
   if (r.flops) out["flops"] = detail::flops_to_json(*r.flops);
   if (r.speedup) out["speedup"] = *r.speedup;
   if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;

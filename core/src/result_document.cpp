@@ -290,11 +290,7 @@ json to_json(const ResultDocument& doc) {
     out["memory"] = std::move(memory);
   }
   if (doc.profile) out["profile"] = profile_to_json(*doc.profile);
-  if (doc.loss_scaling) {
-    out["lossScaling"] = json{{"finalScale", doc.loss_scaling->final_scale},
-                              {"skippedSteps", doc.loss_scaling->skipped_steps},
-                              {"steps", doc.loss_scaling->steps}};
-  }
+  if (doc.loss_scaling) out["lossScaling"] = detail::loss_scaling_to_json(*doc.loss_scaling);
   if (!doc.loss_after_repeats.empty()) {
     json losses = json::array();
     for (const double loss : doc.loss_after_repeats) losses.push_back(loss_to_json(loss));
@@ -403,24 +399,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
     doc.memory = memory;
   }
   if (const json* p = Decoder::find(document, "profile")) doc.profile = decode_profile(d, *p, "profile");
-  if (const json* l = Decoder::find(document, "lossScaling"); l != nullptr && d.expect_object(*l, "lossScaling")) {
-    d.reject_unknown(*l, "lossScaling", {"finalScale", "skippedSteps", "steps"});
-    LossScalingReport report;
-    if (const json* v = d.require(*l, "lossScaling", "finalScale", "the scale the case ended at")) {
-      if (auto x = d.measurement(*v, "lossScaling.finalScale")) {
-        report.final_scale = *x;
-        if (*x <= 0.0) d.fail("lossScaling.finalScale", "must be > 0");
-      }
-    }
-    if (d.require(*l, "lossScaling", "steps", "the case's steps")) {
-      d.read_int64(*l, "lossScaling", "steps", {1, std::numeric_limits<std::int64_t>::max()}, report.steps);
-    }
-    if (d.require(*l, "lossScaling", "skippedSteps", "steps skipped for an inf or NaN gradient")) {
-      d.read_int64(*l, "lossScaling", "skippedSteps", {0, std::numeric_limits<std::int64_t>::max()}, report.skipped_steps);
-    }
-    if (report.steps > 0 && report.skipped_steps > report.steps) d.fail("lossScaling.skippedSteps", "exceeds steps");
-    doc.loss_scaling = report;
-  }
+  if (const json* l = Decoder::find(document, "lossScaling")) doc.loss_scaling = detail::decode_loss_scaling(d, *l, "lossScaling");
   if (const json* l = Decoder::find(document, "lossAfterRepeats")) {
     if (const json* items = d.list(*l, "lossAfterRepeats", 1, bounds::kMaxRepeatsRun)) {
       for (std::size_t i = 0; i < items->size(); ++i) {
@@ -604,6 +583,7 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
                   [](double loss) { return std::isfinite(loss); })) {
     r.loss_after_repeats = document.loss_after_repeats;
   }
+  r.loss_scaling = document.loss_scaling;
   // The arithmetic of a measured case whose worker counted it (engine: command's cannot).
   if (document.state == CaseState::Succeeded && document.throughput && document.flops_per_sample.training > 0) {
     FlopsReport flops;

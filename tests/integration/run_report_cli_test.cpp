@@ -363,6 +363,43 @@ TEST_F(RunCli, TheReportShowsARefusedSpeedupAndWhy) {
   EXPECT_THAT(dlbench("report noisy.json").out, HasSubstr("speed-up 7.08 over 1x1-bs2-fp32"));  // judged again
 }
 
+// An amp case whose loss scaling skipped much of its training is named under its own heading, with
+// its counts and final scale (the H200's real-data run of 2026-11-29: 42 of 400, the scale at
+// 1.5e-8); one that skipped its first few steps, as a loss scaler finds its scale, is not.
+TEST_F(RunCli, TheReportNamesAmpCasesWhoseLossScalingSkippedMuchOfTheTraining) {
+  BenchmarkRun run;
+  run.metadata.name = "scaled";
+  run.spec.cases = {{1, 1, 256, Precision::amp}, {1, 1, 128, Precision::amp}};
+  BenchmarkRunStatus s;
+  s.phase = Phase::Succeeded;
+  for (const CaseSpec& c : run.spec.cases) {
+    CaseResult r;
+    r.case_ = c;
+    const std::vector<double> repeats{1566.0, 1570.0, 1560.0};
+    r.throughput = Throughput{"samples/s", summarize(repeats), repeats};
+    s.results.push_back(r);
+  }
+  s.results[0].loss_scaling = LossScalingReport{1.49e-8, 42, 400};
+  s.results[1].loss_scaling = LossScalingReport{16384.0, 3, 400};
+  run.status = s;
+  write("scaled.json", to_json(run).dump());
+  const Outcome table = dlbench("report scaled.json");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("\namp cases whose loss scaling skipped much of the training\n  1x1-bs256-amp: 42 of 400 "
+                                   "steps skipped for an inf or NaN gradient, the scale ended at 1.49e-08 (below 1: steps "
+                                   "overflowed even unscaled)\n"));
+  EXPECT_THAT(table.out, Not(HasSubstr("1x1-bs128-amp: 3 of 400")));
+  // More than 5% of the steps skipped is named too, though the scale held.
+  s.results[1].loss_scaling = LossScalingReport{512.0, 25, 400};
+  s.results[0].loss_scaling.reset();
+  run.status = s;
+  write("scaled.json", to_json(run).dump());
+  const Outcome again = dlbench("report scaled.json");
+  EXPECT_THAT(again.out, HasSubstr("\n  1x1-bs128-amp: 25 of 400 steps skipped for an inf or NaN gradient, the scale ended "
+                                   "at 512\n"));
+  EXPECT_THAT(again.out, Not(HasSubstr("1x1-bs256-amp: ")));
+}
+
 // A cluster's run whose cases landed on two GPU generations says which case ran on which, from
 // its results' environments; a status from before results carried them falls back on the
 // annotation dlbench run wrote; a result with no environment (skipped on the host) says nothing.

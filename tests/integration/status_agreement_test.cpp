@@ -52,6 +52,7 @@ std::string document(const CaseSpec& c, double throughput, const std::string& re
     const std::vector<double> repeats{throughput, throughput * 1.01, throughput * 0.99};
     doc.throughput = Throughput{"samples/s", summarize(repeats), repeats};
     doc.loss_after_repeats = {6.5, 6.25, 6};
+    doc.loss_scaling = LossScalingReport{32768.0, 1, 9};
   } else {
     doc.state = CaseState::Failed;
     doc.reason = reason;
@@ -150,6 +151,7 @@ TEST(StatusAgreement, SameOutcomesGiveTheSameStatusThroughBothExecutors) {
   EXPECT_EQ(op["results"][0]["attempts"], 2);
   EXPECT_EQ(op["results"][0]["optimizer"], json::parse(kAskedJson)) << "the rate that ran, resolved, in the status";
   EXPECT_EQ(op["results"][0]["lossAfterRepeats"], json::parse("[6.5, 6.25, 6]"));
+  EXPECT_EQ(op["results"][0]["lossScaling"], json::parse(R"({"finalScale": 32768.0, "skippedSteps": 1, "steps": 9})"));
   EXPECT_EQ(op["results"][1]["reason"], "CaseMismatch");
   EXPECT_EQ(op["results"][1]["message"],
             "the worker trained 1x1-bs8-fp32 with another optimizer than the spec's: learningRate 0.01 instead of 0.003125");

@@ -182,6 +182,36 @@ TEST(ResultDocument, TheStatusKeepsTheLossesAfterRepeatsWhenAllAreFinite) {
   EXPECT_THAT(errors, ::testing::ElementsAre(::testing::StartsWith("status.results[0].lossAfterRepeats:")));
 }
 
+// amp's loss scaling goes into the status as the document says it (a case that skipped most of
+// its steps trained little, whatever its throughput), and is checked there as in the document.
+TEST(ResultDocument, TheStatusSaysHowManyStepsLossScalingSkippedAndWhereItsScaleEnded) {
+  ResultDocument doc = sample_document();
+  EXPECT_FALSE(to_case_result(doc).loss_scaling.has_value());  // bf16 and fp32 scale nothing
+  EXPECT_FALSE(to_json(to_case_result(doc)).contains("lossScaling"));
+  doc.loss_scaling = LossScalingReport{1.49e-8, 42, 400};  // the H200's real-data run of 2026-11-29
+  const CaseResult result = to_case_result(doc);
+  EXPECT_EQ(result.loss_scaling, doc.loss_scaling);
+  BenchmarkRunStatus status;
+  status.results.push_back(result);
+  const json written = to_json(status);
+  EXPECT_EQ(written["results"][0]["lossScaling"], json::parse(R"({"finalScale": 1.49e-8, "skippedSteps": 42, "steps": 400})"));
+  const auto read = decode_status(written);
+  ASSERT_TRUE(read.ok()) << read.errors.front().to_string();
+  EXPECT_EQ(read.value->results[0].loss_scaling, doc.loss_scaling);
+
+  json bad = written;
+  bad["results"][0]["lossScaling"]["skippedSteps"] = 401;
+  bad["results"][0]["lossScaling"]["finalScale"] = 0.0;
+  std::vector<std::string> errors;
+  for (const auto& e : decode_status(bad).errors) errors.push_back(e.to_string());
+  EXPECT_THAT(errors, ::testing::UnorderedElementsAre("status.results[0].lossScaling.skippedSteps: exceeds steps",
+                                                      "status.results[0].lossScaling.finalScale: must be > 0"));
+  bad["results"][0]["lossScaling"] = 3;
+  errors.clear();
+  for (const auto& e : decode_status(bad).errors) errors.push_back(e.to_string());
+  EXPECT_THAT(errors, ::testing::ElementsAre(::testing::StartsWith("status.results[0].lossScaling:")));
+}
+
 // A measured case's training arithmetic goes into the status: the worker's FLOPs per sample,
 // what the reported throughput makes of them per device, and the peak and MFU where known.
 TEST(ResultDocument, TheStatusSaysTheTrainingArithmeticPerDeviceAndTheMfuWhereThePeakIsKnown) {

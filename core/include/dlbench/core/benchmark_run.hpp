@@ -436,6 +436,17 @@ struct FlopsReport {
   bool operator==(const FlopsReport&) const = default;
 };
 
+// amp's dynamic loss scaling over all of a case's steps, warm-up and extra repeats included: the
+// scale it ended at, and how many steps were skipped for an inf or NaN gradient (timed like any
+// other step; their update changed nothing). A throughput whose steps were mostly skipped trained
+// little: readers can see it.
+struct LossScalingReport {
+  double final_scale = 0;
+  std::int64_t skipped_steps = 0;
+  std::int64_t steps = 0;
+  bool operator==(const LossScalingReport&) const = default;
+};
+
 struct CaseResult {
   CaseSpec case_;
   CaseState state = CaseState::Succeeded;
@@ -450,6 +461,7 @@ struct CaseResult {
   // The loss after each repeat run, in order, where the worker or command reported it and every
   // one is finite (a LossNotFinite case's message names the one that was not).
   std::vector<double> loss_after_repeats;
+  std::optional<LossScalingReport> loss_scaling;  // amp cases: steps skipped for overflow, the final scale
   std::optional<FlopsReport> flops;  // native cases measured: the training arithmetic per device
   std::optional<double> speedup;                    // over the matching 1×1 case
   std::optional<double> scaling_efficiency;         // speedup / devices

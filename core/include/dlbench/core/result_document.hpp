@@ -89,17 +89,6 @@ struct StepProfile {
   bool operator==(const StepProfile&) const = default;
 };
 
-// amp's dynamic loss scaling over all of a case's steps, warm-up and extra repeats included: the
-// scale it ended at, and how many steps were skipped for an inf or NaN gradient (timed like any
-// other step; their update changed nothing). A throughput whose steps were mostly skipped trained
-// little: readers can see it.
-struct LossScalingReport {
-  double final_scale = 0;
-  std::int64_t skipped_steps = 0;
-  std::int64_t steps = 0;
-  bool operator==(const LossScalingReport&) const = default;
-};
-
 struct ResultDocument {
   std::string run;  // the BenchmarkRun's name, when the worker knows it
   Model model = Model::resnet50;
