@@ -1031,10 +1031,6 @@ PhaseOutputs weight_copy_phases(CudaBackend& backend, DType dtype) {
   const Conv2dConfig one{Shape(2, 32, 8, 8), 16, 1, 1, 0, false, dtype};
   const LinearConfig linear{4, 48, 24, true, dtype};
   DeviceTensors device(backend);
-  const auto upload = [&](const Shape& shape, Layout layout, DType type, std::uint64_t seed) {
-    return device.draw(shape, layout, type, seed);
-  };
-  const auto download = [&](const Tensor& t) { return device.read(t); };
   Parameter w3, w1, wl, bl;
   w3.value = Tensor{nullptr, three.weight()};
   w1.value = Tensor{nullptr, one.weight()};
@@ -1045,14 +1041,14 @@ PhaseOutputs weight_copy_phases(CudaBackend& backend, DType dtype) {
   const auto bytes = static_cast<std::size_t>(store.elements()) * sizeof(float);
   const auto host_values = [&](std::uint64_t seed) { return random_values(store.elements(), seed); };
 
-  const Tensor x3 = upload(three.input, Layout::nhwc, dtype, 31), dy3 = upload(three.output(), Layout::nhwc, dtype, 32);
-  const Tensor x1 = upload(one.input, Layout::nhwc, dtype, 33), dy1 = upload(one.output(), Layout::nhwc, dtype, 34);
-  const Tensor xl = upload(Shape(linear.batch, linear.in_features), Layout::plain, dtype, 35);
-  const Tensor dyl = upload(Shape(linear.batch, linear.out_features), Layout::plain, dtype, 36);
-  Tensor y3 = upload(three.output(), Layout::nhwc, dtype, 37), dx3 = upload(three.input, Layout::nhwc, dtype, 38);
-  Tensor y1 = upload(one.output(), Layout::nhwc, dtype, 39), dx1 = upload(one.input, Layout::nhwc, dtype, 40);
-  Tensor yl = upload(Shape(linear.batch, linear.out_features), Layout::plain, dtype, 41);
-  Tensor dxl = upload(Shape(linear.batch, linear.in_features), Layout::plain, dtype, 42);
+  const Tensor x3 = device.draw(three.input, Layout::nhwc, dtype, 31), dy3 = device.draw(three.output(), Layout::nhwc, dtype, 32);
+  const Tensor x1 = device.draw(one.input, Layout::nhwc, dtype, 33), dy1 = device.draw(one.output(), Layout::nhwc, dtype, 34);
+  const Tensor xl = device.draw(Shape(linear.batch, linear.in_features), Layout::plain, dtype, 35);
+  const Tensor dyl = device.draw(Shape(linear.batch, linear.out_features), Layout::plain, dtype, 36);
+  Tensor y3 = device.draw(three.output(), Layout::nhwc, dtype, 37), dx3 = device.draw(three.input, Layout::nhwc, dtype, 38);
+  Tensor y1 = device.draw(one.output(), Layout::nhwc, dtype, 39), dx1 = device.draw(one.input, Layout::nhwc, dtype, 40);
+  Tensor yl = device.draw(Shape(linear.batch, linear.out_features), Layout::plain, dtype, 41);
+  Tensor dxl = device.draw(Shape(linear.batch, linear.in_features), Layout::plain, dtype, 42);
   auto conv3 = backend.make_conv2d(three);
   auto conv1 = backend.make_conv2d(one);
   auto dense = backend.make_linear(linear);
@@ -1068,7 +1064,7 @@ PhaseOutputs weight_copy_phases(CudaBackend& backend, DType dtype) {
     conv1->backward_weights(x1, dy1, w1.grad, nullptr);
     dense->forward(xl, wl.value, &bl.value, yl);
     dense->backward_data(dyl, wl.value, dxl);
-    for (const Tensor* t : {&y3, &dx3, &w3.grad, &y1, &dx1, &w1.grad, &yl, &dxl}) out.push_back(download(*t));
+    for (const Tensor* t : {&y3, &dx3, &w3.grad, &y1, &dx1, &w1.grad, &yl, &dxl}) out.push_back(device.read(*t));
   };
   backend.copy_from_host(store.values(), host_values(100).data(), bytes);
   passes();

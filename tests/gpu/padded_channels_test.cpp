@@ -2,6 +2,8 @@
 // (cuda/padded_channels.hpp): no device needed.
 #include "cuda/padded_channels.hpp"
 
+#include "activation_index.hpp"
+
 #include <gtest/gtest.h>
 
 #include <set>
@@ -36,20 +38,21 @@ TEST(PaddedChannels, OnlyFewerChannelsChannelsLastArePadded) {
 }
 
 // The padded OHWI copy holds every OIHW tap once, where the unpadded OHWI order puts it but for
-// the wider pixel, and the padding's taps map to nothing: both directions agree.
+// the wider pixel (filter_offset with the padded channels, as the gradient's way back reads it),
+// and the padding's taps map to nothing: both directions agree.
 TEST(PaddedChannels, ThePaddedFilterHoldsEveryTapOnceAndZerosBeside) {
   for (const std::int64_t padded : {4, 8}) {
     constexpr std::int64_t kOut = 5, kIn = 3, kH = 7, kW = 2;
     std::set<std::int64_t> seen;
     for (std::int64_t i = 0; i < kOut * kIn * kH * kW; ++i) {
-      const std::int64_t j = padded_ohwi_of_oihw(i, kIn, padded, kH, kW);
+      const std::int64_t x = i % kW, y = i / kW % kH, c = i / (kW * kH) % kIn, o = i / (kW * kH * kIn);
+      const std::int64_t j = filter_offset(true, padded, kH, kW, o, c, y, x);
+      // The tap (o, c, y, x) sits at pixel (o, y, x) of width `padded`, channel c.
+      EXPECT_EQ(j, ((o * kH + y) * kW + x) * padded + c);
       ASSERT_GE(j, 0);
       ASSERT_LT(j, kOut * padded * kH * kW);
       EXPECT_TRUE(seen.insert(j).second) << "two taps at " << j;
       EXPECT_EQ(oihw_of_padded_ohwi(j, kIn, padded, kH, kW), i);
-      // The tap (o, c, y, x) sits at pixel (o, y, x) of width `padded`, channel c.
-      const std::int64_t x = i % kW, y = i / kW % kH, c = i / (kW * kH) % kIn, o = i / (kW * kH * kIn);
-      EXPECT_EQ(j, ((o * kH + y) * kW + x) * padded + c);
     }
     std::int64_t padding = 0;
     for (std::int64_t j = 0; j < kOut * padded * kH * kW; ++j) {

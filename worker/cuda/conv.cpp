@@ -203,14 +203,10 @@ class CudaConv final : public Conv2dOp {
     require_dtype("convolution", config_.dtype, {&x, &dy});
     void* dw = gradient_in_place() ? dweight.as<float>() : backend_.parameter_scratch(filter_bytes());
     run(ConvPass::backward_filter, {input(x), dw, dy.data});
-    if (padded()) {
-      kernels::padded_filter_to_fp32(config_.dtype, dw, dweight.as<float>(), as_int(config_.out_channels),
-                                     as_int(config_.input.c()), as_int(passes_config_.input.c()),
-                                     as_int(config_.kernel.h), as_int(config_.kernel.w), backend_.stream());
-    } else if (!gradient_in_place()) {
+    if (!gradient_in_place()) {
       kernels::filter_to_fp32(config_.dtype, dw, channels_last(), dweight.as<float>(), as_int(config_.out_channels),
-                              as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
-                              backend_.stream());
+                              as_int(config_.input.c()), as_int(passes_config_.input.c()), as_int(config_.kernel.h),
+                              as_int(config_.kernel.w), backend_.stream());
     }
     if (dbias == nullptr) return;
     if (filter_as_given()) {
@@ -285,18 +281,18 @@ class CudaConv final : public Conv2dOp {
   // OHWI copy made for this pass. cuDNN's operands are untyped and mutable; a filter is only read.
   void* filter(const Tensor& weight) {
     if (filter_as_given()) return weight.as<float>();
-    void* copy = nullptr;
+    if (!padded()) {
+      if (const void* kept = backend_.kept_weight(weight.as<float>(), weight.numel(), config_.dtype, arranged())) {
+        return const_cast<void*>(kept);
+      }
+    }
+    void* copy = backend_.parameter_scratch(filter_bytes());
     if (padded()) {
-      copy = backend_.parameter_scratch(filter_bytes());
       kernels::padded_filter_from_fp32(weight.as<float>(), config_.dtype, copy, as_int(config_.out_channels),
                                        as_int(config_.input.c()), as_int(passes_config_.input.c()),
                                        as_int(config_.kernel.h), as_int(config_.kernel.w), backend_.stream());
       return copy;
     }
-    if (const void* kept = backend_.kept_weight(weight.as<float>(), weight.numel(), config_.dtype, arranged())) {
-      return const_cast<void*>(kept);
-    }
-    copy = backend_.parameter_scratch(filter_bytes());
     kernels::filter_from_fp32(weight.as<float>(), config_.dtype, copy, channels_last(), as_int(config_.out_channels),
                               as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
                               backend_.stream());

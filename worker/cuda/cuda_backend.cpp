@@ -416,8 +416,6 @@ void CudaBackend::copy_from_host(void* device_dst, const void* host_src, std::si
 
 void CudaBackend::bind_parameters(const std::shared_ptr<const void>& values, std::int64_t elements) {
   kept_weights_.bind(values, elements);
-  bound_values_ = static_cast<const float*>(values.get());
-  bound_elements_ = elements;
   kept_weight_memory_.reset();
   // fp32 keeps only its transposed filters (in NHWC); half types keep every parameter rounded.
   const bool keeps = weight_copies_ == WeightCopies::kept && (activations_ != DType::fp32 || layout_ == Layout::nhwc);
@@ -434,7 +432,7 @@ const void* CudaBackend::kept_weight(const float* weight, std::int64_t elements,
   const WeightCopyPlan plan = kept_weights_.plan(dtype, *offset, arranged);
   if (plan.refused) return nullptr;
   auto* kept = static_cast<std::byte*>(kept_weight_memory_.get());
-  if (plan.flat) kernels::convert(bound_values_, dtype, kept, bound_elements_, stream_);
+  if (plan.flat) kernels::convert(kept_weights_.values(), dtype, kept, kept_weights_.elements(), stream_);
   void* copy = kept + static_cast<std::size_t>(*offset) * dtype_size(dtype);
   if (plan.arranged) {
     kernels::filter_from_fp32(weight, dtype, copy, true, static_cast<int>(arranged->out_channels),

@@ -242,8 +242,6 @@ class CudaBackend final : public Backend {
   WeightCopies weight_copies_ = WeightCopies::per_pass;
   int padded_input_channels_ = 0;
   KeptWeightCopies kept_weights_;
-  const float* bound_values_ = nullptr;
-  std::int64_t bound_elements_ = 0;
   // The kept copies, the bound values' length in the activations' type (fp32: only the filters
   // transposed for channels last are kept, the rest read in place).
   std::shared_ptr<void> kept_weight_memory_;

@@ -282,13 +282,15 @@ __global__ void filter_from_fp32_kernel(const float* oihw, T* into, bool channel
   }
 }
 
+// One thread per element of the OIHW side; the filter side's input channels are `filter_channels`
+// (more than in_channels where the input is read padded, the padding's taps left out).
 template <typename T>
 __global__ void filter_to_fp32_kernel(const T* filter, bool channels_last, float* oihw, int out_channels,
-                                      int in_channels, int kh, int kw) {
+                                      int in_channels, int filter_channels, int kh, int kw) {
   const std::int64_t n = static_cast<std::int64_t>(out_channels) * in_channels * kh * kw;
   DLBENCH_GRID_STRIDE(i, n) {
     const std::int64_t x = i % kw, y = (i / kw) % kh, c = (i / (kw * kh)) % in_channels, o = i / (kw * kh * in_channels);
-    oihw[i] = load(filter[filter_offset(channels_last, in_channels, kh, kw, o, c, y, x)]);
+    oihw[i] = load(filter[filter_offset(channels_last, filter_channels, kh, kw, o, c, y, x)]);
   }
 }
 
@@ -317,12 +319,6 @@ __global__ void padded_filter_from_fp32_kernel(const float* oihw, T* into, int i
     const std::int64_t i = oihw_of_padded_ohwi(j, in_channels, padded, kh, kw);
     into[j] = store<T>(i < 0 ? 0.0f : oihw[i]);
   }
-}
-
-template <typename T>
-__global__ void padded_filter_to_fp32_kernel(const T* filter, float* oihw, int in_channels, int padded, int kh, int kw,
-                                             std::int64_t n) {
-  DLBENCH_GRID_STRIDE(i, n) { oihw[i] = load(filter[padded_ohwi_of_oihw(i, in_channels, padded, kh, kw)]); }
 }
 
 __global__ void sum_kernel(const float* x, std::int64_t n, float* total) {
@@ -570,12 +566,12 @@ void filter_from_fp32(const float* oihw, DType to, void* into, bool channels_las
   });
 }
 void filter_to_fp32(DType from, const void* filter, bool channels_last, float* oihw, int out_channels,
-                    int in_channels, int kh, int kw, cudaStream_t stream) {
+                    int in_channels, int filter_channels, int kh, int kw, cudaStream_t stream) {
   const std::int64_t n = static_cast<std::int64_t>(out_channels) * in_channels * kh * kw;
   with_float_type(from, [&](auto t) {
     using T = typename decltype(t)::type;
     DLBENCH_LAUNCH(filter_to_fp32_kernel<T>, n, stream, static_cast<const T*>(filter), channels_last, oihw,
-                   out_channels, in_channels, kh, kw);
+                   out_channels, in_channels, filter_channels, kh, kw);
   });
 }
 
@@ -604,15 +600,6 @@ void padded_filter_from_fp32(const float* oihw, DType to, void* into, int out_ch
     using T = typename decltype(t)::type;
     DLBENCH_LAUNCH(padded_filter_from_fp32_kernel<T>, n, stream, oihw, static_cast<T*>(into), in_channels, padded, kh,
                    kw, n);
-  });
-}
-void padded_filter_to_fp32(DType from, const void* filter, float* oihw, int out_channels, int in_channels, int padded,
-                           int kh, int kw, cudaStream_t stream) {
-  const std::int64_t n = static_cast<std::int64_t>(out_channels) * in_channels * kh * kw;
-  with_float_type(from, [&](auto t) {
-    using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(padded_filter_to_fp32_kernel<T>, n, stream, static_cast<const T*>(filter), oihw, in_channels, padded,
-                   kh, kw, n);
   });
 }
 

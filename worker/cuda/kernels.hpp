@@ -91,23 +91,22 @@ void add_column_chunks(const float* partial, float* sums, int columns, std::int6
 void add_channel_bias(DType dtype, void* y, const float* bias, const ActivationGeometry& geometry, cudaStream_t stream);
 // Element type conversions: fp32 master weights to the activations' type (`to`), and gradients
 // computed in it back to fp32. A filter (O, I, KH, KW) changes memory order on the way:
-// PyTorch's OIHW on the fp32 side, `channels_last` (OHWI) or OIHW on the other.
+// PyTorch's OIHW on the fp32 side, `channels_last` (OHWI) or OIHW on the other. filter_to_fp32's
+// filter side has `filter_channels` input channels: in_channels, or more where the input is read
+// padded (cuda/padded_channels.hpp), the padding's taps left out.
 void convert(const float* from, DType to, void* into, std::int64_t n, cudaStream_t stream);
 void filter_from_fp32(const float* oihw, DType to, void* into, bool channels_last, int out_channels, int in_channels,
                       int kh, int kw, cudaStream_t stream);
 void filter_to_fp32(DType from, const void* filter, bool channels_last, float* oihw, int out_channels,
-                    int in_channels, int kh, int kw, cudaStream_t stream);
+                    int in_channels, int filter_channels, int kh, int kw, cudaStream_t stream);
 // Channels-last activations of `pixels` pixels (every sample's), from `from_channels` a pixel to
 // `into_channels`: the first min of them copied, the rest of `into` zero (padding); with
 // `accumulate`, added into `into` instead (into_channels <= from_channels: a padded input's gradient).
 void copy_channels(DType dtype, const void* from, int from_channels, void* into, int into_channels, std::int64_t pixels,
                    bool accumulate, cudaStream_t stream);
-// The same for a channels-last filter whose input channels are padded from `in_channels` to
-// `padded` (cuda/padded_channels.hpp): the padding's taps are written as zero, and left out on the
-// way back.
+// filter_from_fp32 for a channels-last filter whose input channels are padded from `in_channels`
+// to `padded` (cuda/padded_channels.hpp): the padding's taps are written as zero.
 void padded_filter_from_fp32(const float* oihw, DType to, void* into, int out_channels, int in_channels, int padded,
                              int kh, int kw, cudaStream_t stream);
-void padded_filter_to_fp32(DType from, const void* filter, float* oihw, int out_channels, int in_channels, int padded,
-                           int kh, int kw, cudaStream_t stream);
 
 }  // namespace dlbench::worker::kernels

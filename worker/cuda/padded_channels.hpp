@@ -29,16 +29,9 @@ inline std::int64_t conv_pass_input_channels(std::int64_t channels, bool channel
   return channels_last && pad_to > channels ? pad_to : channels;
 }
 
-// Where OIHW element `i` of a filter with `in_channels` lies in its OHWI copy padded to `padded`
-// input channels.
-DLBENCH_HOST_DEVICE inline std::int64_t padded_ohwi_of_oihw(std::int64_t i, std::int64_t in_channels,
-                                                            std::int64_t padded, std::int64_t kh, std::int64_t kw) {
-  const std::int64_t x = i % kw, y = (i / kw) % kh, c = (i / (kw * kh)) % in_channels, o = i / (kw * kh * in_channels);
-  return ((o * kh + y) * kw + x) * padded + c;
-}
-
 // The OIHW element that OHWI element `j` of the padded copy holds, or -1 where `j` is a padding
-// channel's tap (zero).
+// channel's tap (zero). The other way is activation_index.hpp's filter_offset, channels last, with
+// `padded` input channels.
 DLBENCH_HOST_DEVICE inline std::int64_t oihw_of_padded_ohwi(std::int64_t j, std::int64_t in_channels,
                                                             std::int64_t padded, std::int64_t kh, std::int64_t kw) {
   const std::int64_t c = j % padded, x = (j / padded) % kw, y = (j / (padded * kw)) % kh, o = j / (padded * kw * kh);

@@ -70,6 +70,10 @@ class KeptWeightCopies {
     values_changed();
   }
 
+  // The bound values and their length (what a flat copy converts).
+  const float* values() const { return static_cast<const float*>(begin_); }
+  std::int64_t elements() const { return elements_; }
+
   // `weight` (`elements` fp32 values) as an element offset into the bound values, or nothing
   // where it does not lie wholly inside them (a test's own tensor, a freed store's memory).
   std::optional<std::int64_t> offset_of(const void* weight, std::int64_t elements) const {
@@ -108,10 +112,8 @@ class KeptWeightCopies {
         flat = epoch_;
       }
     }
-    if (arranged) {
-      // A flat copy overwrote every arranged one of its type: this one is made again after it.
-      if (found == kept_.end() || found->second.epoch != epoch_ || plan.flat) plan.arranged = true;
-    }
+    // One made in an earlier epoch is stale, and a flat copy made since has written over it.
+    if (arranged && (found == kept_.end() || found->second.epoch != epoch_)) plan.arranged = true;
     kept_[key] = Kept{arranged, epoch_};
     return plan;
   }
