@@ -27,6 +27,14 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::Outcome;
 
+// A measured case's result as a worker reports it: its repeats and their summary.
+CaseResult measured(const CaseSpec& c, const std::vector<double>& repeats) {
+  CaseResult r;
+  r.case_ = c;
+  r.throughput = Throughput{"samples/s", summarize(repeats), repeats};
+  return r;
+}
+
 class RunCli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -310,10 +318,7 @@ TEST_F(RunCli, TheReportShowsARefusedSpeedupAndWhy) {
   s.phase = Phase::Succeeded;
   for (const auto& [c, repeats] : {std::pair{run.spec.cases[0], std::vector<double>{0.74, 0.30, 1.60}},
                                    std::pair{run.spec.cases[1], std::vector<double>{5.24, 5.20, 5.30}}}) {
-    CaseResult r;
-    r.case_ = c;
-    r.throughput = Throughput{"samples/s", summarize(repeats), repeats};
-    s.results.push_back(r);
+    s.results.push_back(measured(c, repeats));
   }
   refresh_derived_status(s, plan_cases(run.spec), run.spec.methodology.statistic,
                            run.spec.methodology.stability.include_unstable);
@@ -372,13 +377,7 @@ TEST_F(RunCli, TheReportNamesAmpCasesWhoseLossScalingSkippedMuchOfTheTraining) {
   run.spec.cases = {{1, 1, 256, Precision::amp}, {1, 1, 128, Precision::amp}};
   BenchmarkRunStatus s;
   s.phase = Phase::Succeeded;
-  for (const CaseSpec& c : run.spec.cases) {
-    CaseResult r;
-    r.case_ = c;
-    const std::vector<double> repeats{1566.0, 1570.0, 1560.0};
-    r.throughput = Throughput{"samples/s", summarize(repeats), repeats};
-    s.results.push_back(r);
-  }
+  for (const CaseSpec& c : run.spec.cases) s.results.push_back(measured(c, {1566.0, 1570.0, 1560.0}));
   s.results[0].loss_scaling = LossScalingReport{1.49e-8, 42, 400};
   s.results[1].loss_scaling = LossScalingReport{16384.0, 3, 400};
   run.status = s;
@@ -422,10 +421,7 @@ TEST_F(RunCli, TheReportSaysWhatMeasuredEachRunAndWhichCasesWhereTheyDiffer) {
   h100.gpu_model = "NVIDIA H100 80GB HBM3";
   for (const auto& [c, environment] : {std::pair{run.spec.cases[0], h200}, std::pair{run.spec.cases[1], h100},
                                        std::pair{run.spec.cases[2], h200}}) {
-    CaseResult r;
-    r.case_ = c;
-    const std::vector<double> repeats{1000.0, 1001.0, 999.0};
-    r.throughput = Throughput{"samples/s", summarize(repeats), repeats};
+    CaseResult r = measured(c, {1000.0, 1001.0, 999.0});
     r.environment = environment;
     s.results.push_back(r);
   }
