@@ -104,6 +104,17 @@ quickstart=$here/../crds/examples/quickstart.yaml
 step dlbench-run-cuda 90 sh -c "cd '$logs' && '$bin/dlbench' run -f '$quickstart' --backend cuda \
   --output quickstart-cuda.status.json && '$bin/dlbench' run -f '$quickstart' --backend cuda \
   --output quickstart-cuda.status.json --resume" & correctness+=($!)
+# spec.cudaGraph through the local executor, never run on a GPU: the quickstart's 1x1 case in amp,
+# each step a replayed graph. Its status must say Succeeded and backendOptions.cudaGraph on.
+sed -e 's/^  name: quickstart$/  name: quickstart-graph/' -e 's/gpusPerNode: \[1, 2\]/gpusPerNode: [1]/' \
+  -e 's/precision: \[fp32\]/precision: [amp]/' -e 's/^  model: resnet50$/  model: resnet50\n  cudaGraph: true/' \
+  "$quickstart" > "$logs/quickstart-graph.yaml"
+step dlbench-run-cuda-graph 90 sh -c "cd '$logs' && '$bin/dlbench' run -f quickstart-graph.yaml --backend cuda \
+  --output quickstart-graph.status.json && python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))[\"status\"][\"results\"]
+ok = [x[\"case\"][\"id\"] for x in r if x[\"state\"] == \"Succeeded\" and x[\"environment\"][\"backendOptions\"][\"cudaGraph\"] == \"on\"]
+print(\"replayed as graphs and succeeded:\", ok, \"of\", len(r)); sys.exit(0 if r and len(ok) == len(r) else 1)' \
+  quickstart-graph.status.json" & correctness+=($!)
 # The backend tests log each convolution algorithm cuDNN chose.
 DLBENCH_LOG_ALGORITHMS=1 step cuda-backend-tests 150 "$bin/dlbench_cuda_backend_tests" \
   --gtest_output="json:$logs/cuda-backend-tests.json" & correctness+=($!)

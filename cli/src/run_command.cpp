@@ -630,7 +630,7 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
       << describe_optimizer(spec) << "), " << plan.size()
       << " cases on this host (" << x.backend << " backend, " << devices_phrase(x.host_devices)
       << (spec.engine == Engine::command ? ", engine command: " + printable(spec.command.front()) : std::string())
-      << "), status in " << output << ", logs in " << x.logs << "/\n";
+      << (spec.cuda_graph ? ", steps as CUDA graphs" : "") << "), status in " << output << ", logs in " << x.logs << "/\n";
   for (std::size_t i = 0; i < spec.worker.env.size(); ++i) {
     if (spec.worker.env[i].value_from) {
       out << "note: spec.worker.env[" << i << "] (" << spec.worker.env[i].name

@@ -85,7 +85,8 @@ int run_validate(const ValidateOptions& options, std::ostream& out, std::ostream
                   : "at " + std::to_string(run.spec.data.height()) + "x" + std::to_string(run.spec.data.width()))
           << ", optimizer " << describe_optimizer(run.spec) << "\n";
       out << "  methodology: warm-up " << m.warmup_steps << " steps, measure " << m.measure_steps << " steps, "
-          << m.repeats << " repeats, report the " << to_string(m.statistic) << "\n";
+          << m.repeats << " repeats, report the " << to_string(m.statistic)
+          << (run.spec.cuda_graph ? "; each step a replayed CUDA graph (captured after one eager step)" : "") << "\n";
       out << "  stability: repeats may spread by ";
       if (m.stability.max_cv) {
         out << 100.0 * *m.stability.max_cv << "%";

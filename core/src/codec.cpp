@@ -365,11 +365,41 @@ void decode_limits(Decoder& d, const json& obj, const std::string& path, Limits&
   d.read_int(obj, path, "backoffLimit", bounds::kBackoffLimit, out.backoff_limit);
 }
 
+// spec.cudaGraph: true needs dlbench-worker (engine native) and one device a case, the first
+// multi-device value named.
+void check_cuda_graph(Decoder& d, const BenchmarkRunSpec& spec, const std::string& path) {
+  const std::string field = child(path, "cudaGraph");
+  if (spec.engine != Engine::native) {
+    d.fail(field, "only with engine: native (a step graph is dlbench-worker's; engine is " +
+                      std::string(to_string(spec.engine)) + ")");
+    return;
+  }
+  const auto one_device = [&](const std::string& where, int value) {
+    d.fail(field, "true runs one device a case (the gradient allreduce is driven from the host, outside the graph), and " +
+                      where + " is " + std::to_string(value) + "; allowed with cudaGraph true: 1");
+  };
+  if (spec.matrix) {
+    for (std::size_t i = 0; i < spec.matrix->nodes.size(); ++i) {
+      if (spec.matrix->nodes[i] != 1) return one_device(element(child(path, "matrix.nodes"), i), spec.matrix->nodes[i]);
+    }
+    for (std::size_t i = 0; i < spec.matrix->gpus_per_node.size(); ++i) {
+      if (spec.matrix->gpus_per_node[i] != 1) {
+        return one_device(element(child(path, "matrix.gpusPerNode"), i), spec.matrix->gpus_per_node[i]);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < spec.cases.size(); ++i) {
+    if (spec.cases[i].devices() != 1) {
+      return one_device(element(child(path, "cases"), i) + "'s devices (nodes x gpusPerNode)", spec.cases[i].devices());
+    }
+  }
+}
+
 BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& path) {
   BenchmarkRunSpec spec;
   if (!d.expect_object(obj, path)) return spec;
   d.reject_unknown(obj, path, {"model", "engine", "command", "data", "matrix", "cases", "methodology", "optimizer",
-                               "worker", "limits", "preflight", "podTemplateOverrides"});
+                               "worker", "limits", "preflight", "podTemplateOverrides", "cudaGraph"});
   if (d.require(obj, path, "model", "one of " + allowed_values<Model>())) d.read_enum(obj, path, "model", spec.model);
   d.read_enum(obj, path, "engine", spec.engine);
   const json* command = Decoder::find(obj, "command");
@@ -483,6 +513,8 @@ BenchmarkRunSpec decode_spec(Decoder& d, const json& obj, const std::string& pat
     detail::decode_pod_template_overrides(d, *o, o_path, spec.pod_template_overrides);
     detail::check_pod_template_overrides(d, spec, o_path);
   }
+  d.read_bool(obj, path, "cudaGraph", spec.cuda_graph);
+  if (spec.cuda_graph) check_cuda_graph(d, spec, path);
   return spec;
 }
 
@@ -1323,6 +1355,7 @@ json to_json(const BenchmarkRunSpec& spec) {
   out["limits"] = {{"caseTimeoutSeconds", spec.limits.case_timeout_seconds},
                    {"backoffLimit", spec.limits.backoff_limit}};
   if (spec.preflight) out["preflight"] = {{"selfTest", spec.preflight->self_test}};
+  if (spec.cuda_graph) out["cudaGraph"] = true;
   return out;
 }
 

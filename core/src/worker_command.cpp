@@ -56,6 +56,10 @@ std::vector<std::string> case_arguments(const BenchmarkRun& run, const CaseSpec&
     args.push_back("--learning-rate-warmup-steps");
     args.push_back(std::to_string(o.learning_rate_warmup_steps));
   }
+  if (spec.cuda_graph) {  // the worker's default is eager steps
+    args.push_back("--cuda-graph");
+    args.push_back("on");
+  }
   if (m.stability.max_cv) {  // unset: the worker's backend knows its default
     args.push_back("--max-cv");
     args.push_back(real(*m.stability.max_cv));

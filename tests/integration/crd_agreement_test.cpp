@@ -246,6 +246,8 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   native.engine = Engine::native;
   native.command.clear();
   native.preflight = PreflightSpec{true};
+  native.cuda_graph = true;
+  native.matrix = Matrix{{1}, {1}, {128}, {Precision::amp}};
   expect_declared(to_json(native), schema()["properties"]["spec"], "spec");
 
   // The printer columns point at fields that the encoder writes.

@@ -155,6 +155,50 @@ spec:
   }
 }
 
+// spec.cudaGraph reaches the worker as --cuda-graph on: the cpu backend cannot capture a step, so
+// each case is one Failed result with reason Unsupported, not retried and not a usage error; a
+// multi-device case with it is refused before anything runs.
+TEST_F(RunCli, StepGraphsOnABackendThatCannotCaptureThemAreUnsupportedResults) {
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: graphs}
+spec:
+  model: alexnet
+  cudaGraph: true
+  data: {imageSize: 64}
+  matrix: {batchSizePerDevice: [1, 2], precision: [fp32]}
+  methodology: {warmupSteps: 0, measureSteps: 1, repeats: 1}
+  limits: {backoffLimit: 2}
+)";
+  const std::string file = write("run.yaml", text);
+  const Outcome valid = dlbench("validate -f " + file);
+  ASSERT_EQ(valid.exit_code, 0) << valid.out << valid.err;
+  EXPECT_THAT(valid.out, HasSubstr("report the median; each step a replayed CUDA graph (captured after one eager step)"));
+  const Outcome o = dlbench("run -f " + file + " --backend cpu");
+  EXPECT_EQ(o.exit_code, 1) << o.out << o.err;  // no case measured: the run is Failed
+  EXPECT_THAT(o.out, HasSubstr("graphs: Failed (2/2 cases)"));
+  EXPECT_THAT(o.out, HasSubstr("(cpu backend, "));
+  EXPECT_THAT(o.out, HasSubstr(", steps as CUDA graphs), status in"));
+  EXPECT_THAT(o.out, Not(HasSubstr("attempt 2/3")));
+  const BenchmarkRun run = status("graphs.status.json");
+  ASSERT_TRUE(run.status.has_value());
+  ASSERT_EQ(run.status->results.size(), 2u);
+  for (const auto& r : run.status->results) {
+    EXPECT_EQ(r.state, CaseState::Failed) << case_id(r.case_);
+    EXPECT_EQ(r.reason, "Unsupported");
+    EXPECT_EQ(r.attempts, 1);
+    EXPECT_THAT(r.message, HasSubstr("--cuda-graph on: the cpu backend cannot capture a step as a graph"));
+    EXPECT_FALSE(r.throughput.has_value());
+  }
+  const Outcome two = dlbench("run -f " +
+                              write("two.yaml", std::string(text).replace(text.find("matrix: {"), 9, "matrix: {nodes: [1, 2], ")) +
+                              " --backend cpu");
+  EXPECT_EQ(two.exit_code, 1) << two.out;  // an invalid spec, as BadInput's
+  EXPECT_THAT(two.err, HasSubstr("spec.cudaGraph: true runs one device a case"));
+  EXPECT_THAT(two.err, HasSubstr("spec.matrix.nodes[1] is 2; allowed with cudaGraph true: 1"));
+  EXPECT_THAT(two.out, Not(HasSubstr("[1/")));  // no case started
+}
+
 // A learning rate that makes the loss NaN fails each case with LossNotFinite, on one rank and on
 // two (both ranks stop after the same repeat), on the first attempt: the same spec diverges again.
 TEST_F(RunCli, ADivergedCaseIsAFailedResultNotARetry) {

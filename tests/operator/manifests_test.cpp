@@ -201,6 +201,15 @@ TEST(Manifests, LauncherRunsMpirunWithTheCaseArguments) {
   // One device: no communicator.
   const auto single = launcher_command(run, CaseSpec{1, 1, 128, Precision::amp}, OperatorConfig{});
   EXPECT_EQ(*(std::find(single.begin(), single.end(), "--communicator") + 1), "none");
+  EXPECT_EQ(std::find(single.begin(), single.end(), "--cuda-graph"), single.end());  // eager, the worker's default
+  // spec.cudaGraph: the one-device case's worker captures its step.
+  BenchmarkRun graphs = run;
+  graphs.spec.cuda_graph = true;
+  const auto graph = launcher_command(graphs, CaseSpec{1, 1, 128, Precision::amp}, OperatorConfig{});
+  const auto flag = std::find(graph.begin(), graph.end(), "--cuda-graph");
+  ASSERT_NE(flag, graph.end());
+  ASSERT_NE(flag + 1, graph.end());
+  EXPECT_EQ(*(flag + 1), "on");
 }
 
 TEST(Manifests, CaseObjectsAreCompleteAndOwned) {

@@ -113,7 +113,7 @@ TEST(Codec, DecodesEveryField) {
 }
 
 TEST(Codec, ExamplesRoundTripThroughYamlAndJson) {
-  for (const char* name : {"quickstart", "dlperf-resnet50-scaling", "vgg16-paddle-baseline"}) {
+  for (const char* name : {"quickstart", "dlperf-resnet50-scaling", "vgg16-paddle-baseline", "resnet50-cuda-graph"}) {
     const auto docs = load_yaml_file(testing::source_path(std::string("crds/examples/") + name + ".yaml"));
     ASSERT_EQ(docs.size(), 1u) << name;
     const BenchmarkRun run = decode_ok(docs[0]);

@@ -392,6 +392,49 @@ TEST(Validation, ExplicitCases) {
               ElementsAre("spec.cases[0].nodes: 0 is out of range; allowed: 1 to 1024"));
 }
 
+// spec.cudaGraph: dlbench-worker's step graphs, one device a case, travelling as --cuda-graph on.
+TEST(Validation, CudaGraphRunsTheNativeEngineOnOneDeviceACase) {
+  const auto run_with = [](const json& patch) {
+    json doc = minimal_run();
+    doc.merge_patch(patch);
+    return decode_benchmark_run(doc);
+  };
+  const auto graphs = run_with({{"spec", {{"cudaGraph", true}, {"matrix", {{"precision", {"amp", "bf16"}}}}}}});
+  ASSERT_TRUE(graphs.ok());
+  EXPECT_TRUE(graphs.value->spec.cuda_graph);
+  EXPECT_EQ(to_json(graphs.value->spec)["cudaGraph"], true);
+  const auto args = worker_arguments(*graphs.value, CaseSpec{1, 1, 64, Precision::amp}, WorkerInvocation{});
+  const auto flag = std::find(args.begin(), args.end(), "--cuda-graph");
+  ASSERT_NE(flag, args.end());
+  ASSERT_NE(flag + 1, args.end());
+  EXPECT_EQ(*(flag + 1), "on");
+  // Eager steps, the default, are the worker's default too: not spelled out, and not in the spec.
+  const auto eager = run_with({{"spec", {{"cudaGraph", false}}}});
+  ASSERT_TRUE(eager.ok());
+  EXPECT_FALSE(to_json(eager.value->spec).contains("cudaGraph"));
+  const auto eager_args = worker_arguments(*eager.value, CaseSpec{1, 1, 64, Precision::fp32}, WorkerInvocation{});
+  EXPECT_EQ(std::find(eager_args.begin(), eager_args.end(), "--cuda-graph"), eager_args.end());
+
+  EXPECT_THAT(errors_with({{"spec", {{"cudaGraph", "yes"}}}}), ElementsAre(HasSubstr("spec.cudaGraph: expected")));
+  EXPECT_THAT(errors_with({{"spec", {{"cudaGraph", true}, {"engine", "command"}, {"command", {"python3", "train.py"}}}}}),
+              ElementsAre("spec.cudaGraph: only with engine: native (a step graph is dlbench-worker's; engine is "
+                          "command)"));
+  EXPECT_THAT(errors_with({{"spec", {{"cudaGraph", true}, {"matrix", {{"nodes", {1, 2}}}}}}}),
+              ElementsAre("spec.cudaGraph: true runs one device a case (the gradient allreduce is driven from the host, "
+                          "outside the graph), and spec.matrix.nodes[1] is 2; allowed with cudaGraph true: 1"));
+  EXPECT_THAT(errors_with({{"spec", {{"cudaGraph", true}, {"matrix", {{"gpusPerNode", {8}}}}}}}),
+              ElementsAre(HasSubstr("spec.matrix.gpusPerNode[0] is 8; allowed with cudaGraph true: 1")));
+  json cases = minimal_run();
+  cases["spec"].erase("matrix");
+  cases["spec"]["cudaGraph"] = true;
+  cases["spec"]["cases"] = {{{"batchSizePerDevice", 64}, {"precision", "amp"}},
+                            {{"nodes", 2}, {"batchSizePerDevice", 64}, {"precision", "amp"}}};
+  EXPECT_THAT(error_strings(cases),
+              ElementsAre(HasSubstr("spec.cases[1]'s devices (nodes x gpusPerNode) is 2; allowed with cudaGraph true: 1")));
+  cases["spec"]["cases"].erase(1);
+  EXPECT_THAT(error_strings(cases), IsEmpty());
+}
+
 TEST(Validation, Methodology) {
   EXPECT_THAT(errors_with({{"spec", {{"methodology", {{"warmupSteps", -1}}}}}}),
               ElementsAre("spec.methodology.warmupSteps: -1 is out of range; allowed: 0 to 100000"));

@@ -750,9 +750,22 @@ TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
   const Outcome nccl = worker("--backend cpu --communicator nccl");
   EXPECT_EQ(nccl.exit_code, 2);
   EXPECT_THAT(nccl.err, HasSubstr("--communicator: nccl"));
-  const Outcome graph = worker("--backend cpu --cuda-graph on");
-  EXPECT_EQ(graph.exit_code, 2);
-  EXPECT_THAT(graph.err, HasSubstr("--cuda-graph: on needs --backend cuda"));
+  // A step graph on a backend that cannot capture one is the case's result, as a precision it
+  // cannot run is (spec.cudaGraph reaches a CPU worker that way), before any step.
+  const Outcome graph = worker("--backend cpu --cuda-graph on --image-size 32 --batch-size 2");
+  EXPECT_EQ(graph.exit_code, 1) << graph.err;
+  const ResultDocument refused = decoded(graph.out);
+  EXPECT_EQ(refused.state, CaseState::Failed);
+  EXPECT_EQ(refused.reason, "Unsupported");
+  EXPECT_EQ(refused.message,
+            "--cuda-graph on: the cpu backend cannot capture a step as a graph (CUDA graphs: --backend cuda). Allowed "
+            "on the cpu backend: --cuda-graph off");
+  EXPECT_FALSE(refused.throughput);
+  // An eager CPU case does not mention graphs: its backend has none to choose.
+  const Outcome eager = worker("--backend cpu --cuda-graph off --image-size 32 --batch-size 2 --warmup-steps 1 "
+                               "--measure-steps 1 --repeats 1");
+  ASSERT_EQ(eager.exit_code, 0) << eager.err;
+  EXPECT_FALSE(decoded(eager.out).environment.backend_options.contains("cudaGraph"));
   // Built with CUDA: amp trains on a GPU (fp16, channels last, loss scaling), eagerly or as a
   // replayed step graph (the loss scale moves on on the device: no longer refused), or, with no
   // GPU here, the case fails saying so; without CUDA: cuda is refused.
@@ -766,6 +779,8 @@ TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
     } else {
       EXPECT_EQ(cuda.exit_code, 0) << cuda.err;
       EXPECT_EQ(decoded(cuda.out).state, CaseState::Succeeded) << step_graph << ": " << cuda.out;
+      // The result says whether its timed steps were a replayed graph.
+      EXPECT_EQ(decoded(cuda.out).environment.backend_options.at("cudaGraph"), step_graph);
       ASSERT_TRUE(decoded(cuda.out).loss_scaling) << "amp's result says how many steps it skipped";
       EXPECT_LE(decoded(cuda.out).loss_scaling->skipped_steps, decoded(cuda.out).loss_scaling->steps);
     }

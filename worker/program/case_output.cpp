@@ -61,6 +61,8 @@ EnvironmentInfo environment(const Backend* backend, const Options& o, Communicat
   }
 #endif
   if (backend != nullptr) e.backend_options = backend->options();
+  // Whether the timed steps were one replayed graph, where the backend could have captured them.
+  if (backend != nullptr && backend->can_capture()) e.backend_options["cudaGraph"] = o.cuda_graph ? "on" : "off";
   e.backend = o.backend;
   e.communicator = communicator.name();
   e.mpi_version = communicator.mpi_version();

@@ -58,6 +58,12 @@ std::optional<std::string> unsupported_precision(const Options& o, const Backend
   return *why + ". Allowed on the " + o.backend + " backend here: " + allowed_precisions(*backend, ", ");
 }
 
+std::optional<std::string> unsupported_step_graph(const Options& o, const Backend* backend) {
+  if (!o.cuda_graph || backend == nullptr || backend->can_capture()) return std::nullopt;
+  return "--cuda-graph on: the " + backend->name() + " backend cannot capture a step as a graph (CUDA graphs: "
+         "--backend cuda). Allowed on the " + o.backend + " backend: --cuda-graph off";
+}
+
 std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer,
                                       std::int64_t max_predictions) {
   const ModelInfo model = model_info(o.model);

@@ -37,6 +37,8 @@ std::unique_ptr<Communicator> make_communicator(const Options& o, int* argc, cha
 // admits every precision; a case that lands where its precision cannot run ends as a Failed
 // result with reason Unsupported, not as a usage error.
 std::optional<std::string> unsupported_precision(const Options& o, const Backend* backend);
+// Why this case's step graph cannot run on `backend` (one that cannot capture), or nothing.
+std::optional<std::string> unsupported_step_graph(const Options& o, const Backend* backend);
 
 // The case's trainer: its model, batch, precision and optimizer, from the seed's weights or
 // --init-from's. Owned by pointer: the trainer's arena holds its buffers' addresses, so it never

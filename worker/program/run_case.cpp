@@ -172,6 +172,10 @@ class CaseRun {
     try {
       if (const auto why = unsupported_precision(o_, backend_)) throw Unsupported(*why);
       if (backend_ == nullptr) throw BackendUnavailable(backend_error);
+      if (const auto why = unsupported_step_graph(o_, backend_)) {
+        fail(kReasonUnsupported, *why);
+        return finish();
+      }
       measure(*backend_);
     } catch (const Unsupported& e) {
       fail(kReasonUnsupported,

@@ -256,6 +256,11 @@ struct BenchmarkRunSpec {
   Limits limits;
   std::optional<PreflightSpec> preflight;
   std::vector<PodTemplateOverride> pod_template_overrides;
+  // engine native on CUDA: each case's training step captured once as a CUDA graph and replayed
+  // (dlbench-worker --cuda-graph on), host launch overhead out of the step. One device a case: the
+  // gradient allreduce is driven from the host between backward and the update, outside any
+  // graph, so a multi-device case could only compare a graph with eager steps.
+  bool cuda_graph = false;
   bool operator==(const BenchmarkRunSpec&) const = default;
 };
 
