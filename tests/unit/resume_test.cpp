@@ -70,6 +70,11 @@ TEST(Resume, OnlyWhatChoosesTheCasesMayChange) {
   EXPECT_THAT(measurement_differences(earlier, other_model),
               ElementsAre(SpecDifference{"spec.model", "\"resnet50\"", "\"alexnet\""},
                           SpecDifference{"spec.worker.env", "absent", "[{\"name\":\"NCCL_ALGO\",\"value\":\"Ring\"}]"}));
+
+  // Eager steps and replayed graphs measure differently: no eager result is kept for a graph run.
+  BenchmarkRunSpec graphs = earlier;
+  graphs.cuda_graph = true;
+  EXPECT_THAT(measurement_differences(earlier, graphs), ElementsAre(SpecDifference{"spec.cudaGraph", "absent", "true"}));
 }
 
 // dlbench run starts every run this way: from nothing, everything to run, the status untouched.
