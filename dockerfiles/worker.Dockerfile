@@ -24,7 +24,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config ca-certificates \
       nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libssl-dev libcpp-httplib-dev \
-      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libturbojpeg0-dev libpng-dev libhdf5-dev \
+      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libhdf5-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 
@@ -32,7 +32,7 @@ FROM debian:${DEBIAN}-slim AS runtime-base
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       openmpi-bin libopenmpi3 openssh-server openssh-client \
-      libdnnl2 libyaml-cpp0.7 libgomp1 libssl3 libturbojpeg0 libpng16-16 libhdf5-103-1 ca-certificates \
+      libdnnl2 libyaml-cpp0.7 libgomp1 libssl3 libturbojpeg0 libjpeg62-turbo libpng16-16 libhdf5-103-1 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /run/sshd \
  && ssh-keygen -A

@@ -28,6 +28,7 @@ packages=(
   libcpp-httplib-dev                                 # operator/: the Kubernetes client's HTTP(S)
   libdnnl-dev ocl-icd-opencl-dev                     # worker/: oneDNN, the CPU backend; dnnl-config.cmake finds OpenCL
   libturbojpeg0-dev                                  # worker/input: JPEG decoding for data.source imagefolder
+  libjpeg62-turbo-dev                                # worker/input: libjpeg's API, decoding only what a crop needs
   libpng-dev                                         # worker/input: PNG images and labels for data.source cityscapes
   libhdf5-dev                                        # worker/input: BERT's HDF5 pretraining shards for data.source bertpretraining
   libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)

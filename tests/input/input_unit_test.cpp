@@ -4,6 +4,7 @@
 #include <turbojpeg.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -169,6 +170,122 @@ TEST(Png, DecodesWhatItWroteAndRefusesColourLabels) {
   EXPECT_FALSE(decoder.decode(junk, PngPixels::rgb8, w, h, why));
   EXPECT_EQ(why, "not a PNG file");
   fs::remove_all(dir);
+}
+
+// A JPEG of w × h smooth gradients with noise, in `subsampling` (TJSAMP_*), baseline or progressive.
+std::vector<std::uint8_t> test_jpeg(int w, int h, int subsampling, bool progressive, std::mt19937& rng) {
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(w) * static_cast<std::size_t>(h) * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      std::uint8_t* p = &pixels[(static_cast<std::size_t>(y) * static_cast<std::size_t>(w) + static_cast<std::size_t>(x)) * 3];
+      p[0] = static_cast<std::uint8_t>(x * 255 / w);
+      p[1] = static_cast<std::uint8_t>(y * 255 / h);
+      p[2] = static_cast<std::uint8_t>(rng() % 256);
+    }
+  }
+  tjhandle tj = tjInitCompress();
+  unsigned char* jpeg = nullptr;
+  unsigned long size = 0;
+  const int pixel_format = subsampling == TJSAMP_GRAY ? TJPF_RGB : TJPF_RGB;
+  EXPECT_EQ(tjCompress2(tj, pixels.data(), w, 0, h, pixel_format, &jpeg, &size, subsampling, 90,
+                        progressive ? TJFLAG_PROGRESSIVE : 0),
+            0)
+      << tjGetErrorStr2(tj);
+  std::vector<std::uint8_t> bytes(jpeg, jpeg + size);
+  tjFree(jpeg);
+  tjDestroy(tj);
+  return bytes;
+}
+
+// Decoding only a crop's rows and columns gives the bytes the whole decode holds there, in every
+// subsampling, baseline and progressive, at every DCT scale, parts at the image's edges included
+// (fancy upsampling reads neighbours the part's window must hold too).
+TEST(JpegDecoder, APartHoldsTheBytesTheWholeImageHoldsThere) {
+  std::mt19937 rng(11);
+  JpegDecoder whole, part;
+  int parts = 0;
+  for (const int subsampling : {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440, TJSAMP_GRAY}) {
+    for (const bool progressive : {false, true}) {
+      const std::vector<std::uint8_t> jpeg = test_jpeg(203 + subsampling * 17, 157 + subsampling * 11, subsampling,
+                                                       progressive, rng);
+      for (const int denom : {1, 2, 4, 8}) {
+        int width = 0, height = 0;
+        std::string error;
+        ASSERT_TRUE(whole.decode(jpeg, 1, denom, width, height, error)) << error;
+        for (int k = 0; k < 12; ++k) {
+          CropBox box;
+          box.width = 1 + static_cast<int>(rng() % static_cast<unsigned>(width));
+          box.height = 1 + static_cast<int>(rng() % static_cast<unsigned>(height));
+          // Every fourth part at an edge: left, top, right, bottom in turn.
+          box.left = k % 4 == 0 ? 0 : (k % 4 == 2 ? width - box.width : static_cast<int>(rng() % static_cast<unsigned>(width - box.width + 1)));
+          box.top = k % 4 == 1 ? 0 : (k % 4 == 3 ? height - box.height : static_cast<int>(rng() % static_cast<unsigned>(height - box.height + 1)));
+          DecodedPart got;
+          ASSERT_TRUE(part.decode_part(jpeg, 1, denom, box, got, error)) << error;
+          ASSERT_EQ(got.width, box.width);
+          ASSERT_EQ(got.height, box.height);
+          for (int r = 0; r < box.height; ++r) {
+            const std::uint8_t* expected = whole.pixels() + (static_cast<std::size_t>(box.top + r) * static_cast<std::size_t>(width) +
+                                                             static_cast<std::size_t>(box.left)) * 3;
+            ASSERT_EQ(std::memcmp(got.first + static_cast<std::size_t>(r) * got.stride, expected,
+                                  static_cast<std::size_t>(box.width) * 3),
+                      0)
+                << "subsampling " << subsampling << (progressive ? " progressive" : "") << ", scale 1/" << denom
+                << ", part " << box.left << "," << box.top << " " << box.width << "x" << box.height << ", row " << r;
+          }
+          ++parts;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(parts, 5 * 2 * 4 * 12);
+}
+
+// What the whole decode refuses, a part refuses too: a truncated file (PIL: "image file is
+// truncated"), however little of it the part needs, and what is not a JPEG; a part outside the
+// image is refused before decoding. The decoder decodes on after each.
+TEST(JpegDecoder, APartRefusesWhatTheWholeDecodeRefuses) {
+  std::mt19937 rng(5);
+  const std::vector<std::uint8_t> jpeg = test_jpeg(160, 120, TJSAMP_420, false, rng);
+  const std::vector<std::uint8_t> truncated(jpeg.begin(), jpeg.begin() + static_cast<std::ptrdiff_t>(jpeg.size() * 2 / 3));
+  JpegDecoder decoder;
+  DecodedPart got;
+  std::string error;
+  int width = 0, height = 0;
+  EXPECT_FALSE(decoder.decode(truncated, 1, 1, width, height, error));
+  const std::string whole_error = error;
+  error.clear();
+  EXPECT_FALSE(decoder.decode_part(truncated, 1, 1, CropBox{0, 0, 8, 8}, got, error));  // the top rows alone are whole
+  EXPECT_EQ(error, whole_error);
+  EXPECT_NE(error.find("Premature end"), std::string::npos) << error;
+  const std::vector<std::uint8_t> garbage{'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'e', 'g'};
+  EXPECT_FALSE(decoder.decode_part(garbage, 1, 1, CropBox{0, 0, 1, 1}, got, error));
+  EXPECT_FALSE(error.empty());
+  EXPECT_FALSE(decoder.decode_part(jpeg, 1, 1, CropBox{100, 0, 21, 10}, got, error));  // rows 100 to 120 of 120
+  EXPECT_EQ(error, "a part outside the image");
+  ASSERT_TRUE(decoder.decode_part(jpeg, 1, 2, CropBox{10, 20, 30, 40}, got, error)) << error;
+  EXPECT_EQ(got.left, 20);
+  EXPECT_EQ(got.top, 10);
+}
+
+// A sample's bytes are the same whether the JPEG was decoded whole or only where its crop lies.
+TEST(TransformJpeg, DecodingOnlyTheCropChangesNoValue) {
+  std::mt19937 rng(17);
+  std::mt19937_64 draws(17);
+  const std::vector<std::uint8_t> jpeg = test_jpeg(500, 375, TJSAMP_420, false, rng);
+  const Normalizer normalizer;
+  TransformScratch scratch;
+  std::vector<float> whole(3 * 64 * 64), part(3 * 64 * 64);
+  for (int i = 0; i < 20; ++i) {
+    const CropBox crop = random_resized_crop(375, 500, draws);
+    for (const bool dct_scaling : {false, true}) {
+      std::string error;
+      ASSERT_TRUE(transform_jpeg(jpeg, crop, i % 2 == 0, 64, {dct_scaling, false}, PixelLayout::nhwc, normalizer, scratch,
+                                 whole.data(), error)) << error;
+      ASSERT_TRUE(transform_jpeg(jpeg, crop, i % 2 == 0, 64, {dct_scaling, true}, PixelLayout::nhwc, normalizer, scratch,
+                                 part.data(), error)) << error;
+      EXPECT_EQ(std::memcmp(whole.data(), part.data(), whole.size() * sizeof(float)), 0) << "draw " << i;
+    }
+  }
 }
 
 TEST(BilinearResampler, CopiesAtTheSameSizeAndKeepsAFlatImageFlat) {

@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csetjmp>
+#include <cstdio>  // before jpeglib.h, which uses FILE
 #include <cstring>
 #include <stdexcept>
+
+#include <jerror.h>
+#include <jpeglib.h>
 
 namespace dlbench::input {
 namespace {
@@ -218,11 +223,141 @@ void Normalizer::write(const std::uint8_t* rgb, int height, int width, bool flip
   }
 }
 
-JpegDecoder::JpegDecoder() : handle_(tjInitDecompress()) {
+// libjpeg's decompressor with an error manager that jumps back instead of exiting, and remembers
+// a truncated file (a warning to libjpeg, which pads it with grey; an error to PIL and to TurboJPEG's
+// callers here). Its other warnings (extraneous bytes, say) decode on, as TurboJPEG's do.
+struct JpegDecoder::Libjpeg {
+  struct Errors {
+    jpeg_error_mgr manager;  // first: libjpeg hands back a pointer to it
+    std::jmp_buf jump;
+    bool truncated = false;
+    char truncation[JMSG_LENGTH_MAX];  // what libjpeg said of it
+  };
+  jpeg_decompress_struct cinfo{};
+  Errors errors{};
+
+  Libjpeg() {
+    cinfo.err = jpeg_std_error(&errors.manager);
+    errors.manager.error_exit = [](j_common_ptr c) { std::longjmp(reinterpret_cast<Errors*>(c->err)->jump, 1); };
+    errors.manager.emit_message = [](j_common_ptr c, int level) {
+      if (level >= 0 || c->err->msg_code != JWRN_JPEG_EOF) return;
+      auto* mine = reinterpret_cast<Errors*>(c->err);
+      mine->truncated = true;
+      (*c->err->format_message)(c, mine->truncation);
+    };
+    jpeg_create_decompress(&cinfo);
+  }
+  ~Libjpeg() { jpeg_destroy_decompress(&cinfo); }
+  Libjpeg(const Libjpeg&) = delete;
+  Libjpeg& operator=(const Libjpeg&) = delete;
+
+  std::string message() {
+    char text[JMSG_LENGTH_MAX] = {};
+    (*cinfo.err->format_message)(reinterpret_cast<j_common_ptr>(&cinfo), text);
+    return text;
+  }
+};
+
+namespace {
+
+// Columns of margin around a part, in output pixels: fancy upsampling reads one chroma sample
+// (two pixels) either side, which a window's edge would otherwise replicate.
+constexpr int kPartMargin = 16;
+
+// The libjpeg calls of JpegDecoder::decode_part, apart: a longjmp from libjpeg lands in this
+// frame, which holds nothing with a destructor. Rows [top, top + height) of the columns around
+// [left, left + width) go to `pixels`, sized by `reserve` once the window is known.
+template <typename Reserve>
+bool decode_rows(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, const std::uint8_t* data, std::size_t size,
+                 int scale_num, int scale_denom, const CropBox& part, Reserve&& reserve, JDIMENSION& window_left,
+                 JDIMENSION& window_width) {
+  if (setjmp(jump) != 0) {
+    jpeg_abort_decompress(&cinfo);
+    return false;
+  }
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  // TurboJPEG's choices for TJPF_RGB with TJFLAG_ACCURATEDCT: RGB out, the accurate integer IDCT,
+  // fancy upsampling (libjpeg's default).
+  cinfo.out_color_space = JCS_RGB;
+  cinfo.dct_method = JDCT_ISLOW;
+  cinfo.scale_num = static_cast<unsigned>(scale_num);
+  cinfo.scale_denom = static_cast<unsigned>(scale_denom);
+  jpeg_start_decompress(&cinfo);
+  const auto first = static_cast<JDIMENSION>(part.left), end = static_cast<JDIMENSION>(part.left + part.width);
+  window_left = first > kPartMargin ? first - kPartMargin : 0;
+  window_width = std::min<JDIMENSION>(cinfo.output_width, end + kPartMargin) - window_left;
+  if (window_width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &window_left, &window_width);  // to whole iMCUs
+  // The part's rows, and one more row's room: where the image's last row goes (below).
+  const std::size_t row_bytes = static_cast<std::size_t>(window_width) * 3;
+  std::uint8_t* const rows = reserve(row_bytes * static_cast<std::size_t>(part.height + 1));
+  if (part.top > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(part.top));
+  for (int r = 0; r < part.height; ++r) {
+    JSAMPROW row = rows + static_cast<std::size_t>(r) * row_bytes;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  // Skipping to the very end would stop reading the file there (libjpeg-turbo's shortcut), and a
+  // truncated file would pass: skip all but the last row, which still reads the rows' data
+  // without their inverse DCT, then decode the last row.
+  if (cinfo.output_height - cinfo.output_scanline > 1) {
+    jpeg_skip_scanlines(&cinfo, cinfo.output_height - cinfo.output_scanline - 1);
+  }
+  if (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW last = rows + static_cast<std::size_t>(part.height) * row_bytes;
+    jpeg_read_scanlines(&cinfo, &last, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  return true;
+}
+
+}  // namespace
+
+JpegDecoder::JpegDecoder() : handle_(tjInitDecompress()), libjpeg_(std::make_unique<Libjpeg>()) {
   if (handle_ == nullptr) throw std::runtime_error(std::string("TurboJPEG: ") + tjGetErrorStr2(nullptr));
 }
 
 JpegDecoder::~JpegDecoder() { tjDestroy(handle_); }
+
+bool JpegDecoder::decode_part(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, const CropBox& part,
+                              DecodedPart& out, std::string& error) {
+  if (!header(jpeg, full_width_, full_height_, error)) return false;
+  const int width = (full_width_ * scale_num + scale_denom - 1) / scale_denom;  // libjpeg's jdiv_round_up
+  const int height = (full_height_ * scale_num + scale_denom - 1) / scale_denom;
+  if (part.left < 0 || part.top < 0 || part.width < 1 || part.height < 1 || part.left + part.width > width ||
+      part.top + part.height > height) {
+    error = "a part outside the image";
+    return false;
+  }
+  libjpeg_->errors.truncated = false;
+  JDIMENSION window_left = 0, window_width = 0;
+  const auto reserve = [this](std::size_t bytes) {
+    pixels_.resize(bytes);
+    return pixels_.data();
+  };
+  bool decoded = false;
+  try {
+    decoded = decode_rows(libjpeg_->cinfo, libjpeg_->errors.jump, jpeg.data(), jpeg.size(), scale_num, scale_denom,
+                          part, reserve, window_left, window_width);
+  } catch (...) {  // the pixels' memory: the decompressor is left ready for the next image
+    jpeg_abort_decompress(&libjpeg_->cinfo);
+    throw;
+  }
+  if (!decoded) {
+    error = libjpeg_->message();
+    return false;
+  }
+  if (libjpeg_->errors.truncated) {
+    error = libjpeg_->errors.truncation;  // "Premature end of JPEG file", as TurboJPEG says it
+    return false;
+  }
+  out.stride = static_cast<std::size_t>(window_width) * 3;
+  out.first = pixels_.data() + static_cast<std::size_t>(part.left - static_cast<int>(window_left)) * 3;
+  out.left = part.left;
+  out.top = part.top;
+  out.width = part.width;
+  out.height = part.height;
+  return true;
+}
 
 bool JpegDecoder::header(std::span<const std::uint8_t> jpeg, int& width, int& height, std::string& error) {
   int subsampling = 0, colorspace = 0;
@@ -279,39 +414,43 @@ ScaleFactor dct_scale_for(const CropBox& crop, int out_size) {
   return best;
 }
 
-bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, bool flip, int out_size, bool dct_scaling,
-                    PixelLayout layout, const Normalizer& normalizer, TransformScratch& scratch, float* out,
-                    std::string& error) {
-  // The scale depends on the crop's size only, so one header read (inside decode) serves both.
-  const ScaleFactor scale = dct_scaling ? dct_scale_for(crop, out_size) : ScaleFactor{};
-  int width = 0, height = 0;
-  if (!scratch.decoder.decode(jpeg, scale.num, scale.denom, width, height, error)) return false;
-  const int full_width = scratch.decoder.full_width(), full_height = scratch.decoder.full_height();
+bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, bool flip, int out_size,
+                    JpegDecoding decoding, PixelLayout layout, const Normalizer& normalizer, TransformScratch& scratch,
+                    float* out, std::string& error) {
+  const ScaleFactor scale = decoding.dct_scaling ? dct_scale_for(crop, out_size) : ScaleFactor{};
+  int full_width = 0, full_height = 0;
+  if (!scratch.decoder.header(jpeg, full_width, full_height, error)) return false;
   if (crop.top < 0 || crop.left < 0 || crop.height < 1 || crop.width < 1 || crop.top + crop.height > full_height ||
       crop.left + crop.width > full_width) {
     error = "crop outside the image";
     return false;
   }
-  scratch.resized.resize(static_cast<std::size_t>(out_size) * static_cast<std::size_t>(out_size) * 3);
-  const std::size_t stride = static_cast<std::size_t>(width) * 3;
-  if (scale.num == scale.denom) {
-    // torchvision: img.crop(box).resize(size): the crop is the whole region.
-    const std::uint8_t* region = scratch.decoder.pixels() + static_cast<std::size_t>(crop.top) * stride +
-                                 static_cast<std::size_t>(crop.left) * 3;
-    scratch.resampler.resize(region, crop.width, crop.height, stride, 0, 0, crop.width, crop.height, out_size, out_size,
-                             scratch.resized.data());
+  // The crop in the scaled decode: a box of whole pixels (torchvision's img.crop(box).resize(size)
+  // at full size), or a fractional box inside the whole pixels that hold it.
+  const int width = (full_width * scale.num + scale.denom - 1) / scale.denom;
+  const int height = (full_height * scale.num + scale.denom - 1) / scale.denom;
+  const double fx = static_cast<double>(width) / full_width, fy = static_cast<double>(height) / full_height;
+  const bool full_size = scale.num == scale.denom;
+  const double x0 = full_size ? crop.left : crop.left * fx, x1 = full_size ? crop.left + crop.width : (crop.left + crop.width) * fx;
+  const double y0 = full_size ? crop.top : crop.top * fy, y1 = full_size ? crop.top + crop.height : (crop.top + crop.height) * fy;
+  const int rx0 = static_cast<int>(std::floor(x0)), ry0 = static_cast<int>(std::floor(y0));
+  const int rx1 = std::min(width, static_cast<int>(std::ceil(x1))), ry1 = std::min(height, static_cast<int>(std::ceil(y1)));
+  const CropBox region{ry0, rx0, ry1 - ry0, rx1 - rx0};
+  DecodedPart part;
+  if (decoding.crop_only) {
+    if (!scratch.decoder.decode_part(jpeg, scale.num, scale.denom, region, part, error)) return false;
   } else {
-    // The same crop in the smaller decode: a fractional box inside the whole pixels that hold it.
-    const double fx = static_cast<double>(width) / full_width, fy = static_cast<double>(height) / full_height;
-    const double x0 = crop.left * fx, x1 = (crop.left + crop.width) * fx;
-    const double y0 = crop.top * fy, y1 = (crop.top + crop.height) * fy;
-    const int rx0 = static_cast<int>(std::floor(x0)), ry0 = static_cast<int>(std::floor(y0));
-    const int rx1 = std::min(width, static_cast<int>(std::ceil(x1))), ry1 = std::min(height, static_cast<int>(std::ceil(y1)));
-    const std::uint8_t* region = scratch.decoder.pixels() + static_cast<std::size_t>(ry0) * stride +
-                                 static_cast<std::size_t>(rx0) * 3;
-    scratch.resampler.resize(region, rx1 - rx0, ry1 - ry0, stride, x0 - rx0, y0 - ry0, x1 - rx0, y1 - ry0, out_size,
-                             out_size, scratch.resized.data());
+    int decoded_width = 0, decoded_height = 0;
+    if (!scratch.decoder.decode(jpeg, scale.num, scale.denom, decoded_width, decoded_height, error)) return false;
+    part.stride = static_cast<std::size_t>(decoded_width) * 3;
+    part.first = scratch.decoder.pixels() + static_cast<std::size_t>(region.top) * part.stride +
+                 static_cast<std::size_t>(region.left) * 3;
+    part.width = region.width;
+    part.height = region.height;
   }
+  scratch.resized.resize(static_cast<std::size_t>(out_size) * static_cast<std::size_t>(out_size) * 3);
+  scratch.resampler.resize(part.first, part.width, part.height, part.stride, x0 - rx0, y0 - ry0, x1 - rx0, y1 - ry0,
+                           out_size, out_size, scratch.resized.data());
   normalizer.write(scratch.resized.data(), out_size, out_size, flip, layout, out);
   return true;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -71,8 +72,16 @@ class Normalizer {
   float table_[3][256];
 };
 
-// One thread's JPEG decoder (TurboJPEG: libjpeg-turbo's accurate IDCT and fancy upsampling, the
-// same as PIL's defaults) with its buffers, reused from image to image.
+// The pixels of part of a decoded image: `width` × `height` RGB8 pixels from `first`, rows
+// `stride` bytes apart; `left` and `top` say where `first` lies in the (scaled) image.
+struct DecodedPart {
+  const std::uint8_t* first = nullptr;
+  std::size_t stride = 0;
+  int left = 0, top = 0, width = 0, height = 0;
+};
+
+// One thread's JPEG decoder (libjpeg-turbo's accurate IDCT and fancy upsampling, the same as
+// PIL's defaults) with its buffers, reused from image to image.
 class JpegDecoder {
  public:
   JpegDecoder();
@@ -83,16 +92,26 @@ class JpegDecoder {
   // The image's size from its header; false (and why) when it is not a JPEG this can decode.
   bool header(std::span<const std::uint8_t> jpeg, int& width, int& height, std::string& error);
   // Decodes to RGB8 at scale_num / scale_denom of the full size (a DCT-domain scaling factor
-  // TurboJPEG offers); the pixels stay valid until the next call.
+  // libjpeg-turbo offers); the pixels stay valid until the next call.
   bool decode(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, int& width, int& height,
               std::string& error);
+  // Decodes, at that scale, only what `part` (in scaled pixels, inside the scaled image) needs:
+  // its rows, and its columns widened to whole iMCUs and a margin, so that fancy upsampling sees
+  // the same neighbours as in the whole image and `out` holds the whole decode's very bytes. The
+  // rows below are still read (without their inverse DCT, the last iMCU row's apart), so that a
+  // truncated file fails here as it does whole (PIL refuses it). The pixels stay valid until the
+  // next call.
+  bool decode_part(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, const CropBox& part,
+                   DecodedPart& out, std::string& error);
   const std::uint8_t* pixels() const { return pixels_.data(); }
-  // The full size of the image decode() last read the header of.
+  // The full size of the image decode() or decode_part() last read the header of.
   int full_width() const { return full_width_; }
   int full_height() const { return full_height_; }
 
  private:
+  struct Libjpeg;  // libjpeg's own API (TurboJPEG 2.1 decodes whole images only)
   tjhandle handle_;
+  std::unique_ptr<Libjpeg> libjpeg_;
   std::vector<std::uint8_t> pixels_;
   int full_width_ = 0;
   int full_height_ = 0;
@@ -113,10 +132,18 @@ struct TransformScratch {
   std::vector<std::uint8_t> resized;
 };
 
+// How a sample's JPEG is decoded. dct_scaling: at the smallest DCT scale that still covers the
+// crop (off: full size, bit for bit torchvision's path). crop_only: only the rows and columns the
+// crop needs (JpegDecoder::decode_part), the same bytes as the whole image holds there.
+struct JpegDecoding {
+  bool dct_scaling = true;
+  bool crop_only = true;
+};
+
 // The whole sample: decode, crop (`crop` in full-size pixels), resize to out × out, flip,
-// normalise into `out`. dct_scaling off decodes at full size: bit-for-bit torchvision's path.
+// normalise into `out`.
 bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, bool flip, int out_size,
-                    bool dct_scaling, PixelLayout layout, const Normalizer& normalizer, TransformScratch& scratch,
+                    JpegDecoding decoding, PixelLayout layout, const Normalizer& normalizer, TransformScratch& scratch,
                     float* out, std::string& error);
 
 }  // namespace dlbench::input

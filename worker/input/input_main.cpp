@@ -290,7 +290,8 @@ int transform(const Args& a) {
   Normalizer normalizer;
   std::vector<float> sample(3 * static_cast<std::size_t>(size) * static_cast<std::size_t>(size));
   std::string why;
-  if (!transform_jpeg(bytes, crop, a.number("flip", 0, 0, 1) == 1, size, a.on_off("dct-scaling", false), PixelLayout::nchw,
+  const JpegDecoding decoding{a.on_off("dct-scaling", false), a.on_off("crop-only", true)};
+  if (!transform_jpeg(bytes, crop, a.number("flip", 0, 0, 1) == 1, size, decoding, PixelLayout::nchw,
                       normalizer, scratch, sample.data(), why)) {
     std::cerr << "dlbench-input: " << a.positional[0] << ": " << why << "\n";
     return 1;
@@ -403,7 +404,8 @@ int measure(const Args& a) {
   } else {
     folder = scan_image_folder(root);
     source = std::make_unique<ImageFolderSource>(folder, static_cast<int>(a.number("image-size", 224, 1, 4096)),
-                                                 PixelLayout::nchw, a.on_off("dct-scaling", true));
+                                                 PixelLayout::nchw,
+                                                 JpegDecoding{a.on_off("dct-scaling", true), a.on_off("crop-only", true)});
   }
   InputPipeline pipeline(*source, config);
   // The first batch includes starting the threads and filling the ring: not timed.
@@ -486,6 +488,7 @@ const std::vector<Command>& commands() {
         {"flip", "0 | 1 (default 0)"},
         {"image-size", "N (default 224)"},
         {"dct-scaling", "on | off (default off)"},
+        {"crop-only", "on | off: decode only the rows and columns the crop needs, the same bytes (default on)"},
         {"output", "RAW: where the floats go"}},
        transform},
       {"transform-segmentation",
@@ -515,6 +518,7 @@ const std::vector<Command>& commands() {
         {"world", "W (default 1)"},
         {"seed", "S (default 42)"},
         {"dct-scaling", "imagefolder: on | off (default on)"},
+        {"crop-only", "imagefolder: on | off, decode only what the crop needs (default on)"},
         {"pixel-type", "imagefolder, cityscapes: fp32 | fp16 | bf16, what the threads hand out (amp's fp16, bf16's "
                        "bf16; default fp32)"},
         {"vocabulary", "bertpretraining: token ids a sequence may hold (default 30522)"},

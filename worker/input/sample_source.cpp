@@ -45,7 +45,7 @@ bool ImageFolderSource::make(std::uint32_t sample, std::mt19937_64& rng, SampleS
   }
   const CropBox crop = random_resized_crop(height, width, rng);
   const bool flip = (rng() >> 63) != 0;
-  if (!transform_jpeg(s.bytes, crop, flip, image_size_, dct_scaling_, layout_, normalizer_, s.transform, pixels, why)) {
+  if (!transform_jpeg(s.bytes, crop, flip, image_size_, decoding_, layout_, normalizer_, s.transform, pixels, why)) {
     return false;
   }
   labels[0] = folder_.files[sample].label;

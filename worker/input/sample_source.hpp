@@ -44,9 +44,9 @@ bool read_file(const std::string& path, std::vector<std::uint8_t>& bytes, std::s
 // ImageNet's layout and training augmentation: one class index per sample.
 class ImageFolderSource final : public SampleSource {
  public:
-  // The folder must outlive the source. dct_scaling off decodes at full size: torchvision's path.
-  ImageFolderSource(const ImageFolder& folder, int image_size, PixelLayout layout, bool dct_scaling = true)
-      : folder_(folder), image_size_(image_size), layout_(layout), dct_scaling_(dct_scaling) {}
+  // The folder must outlive the source. decoding.dct_scaling off decodes at full size: torchvision's path.
+  ImageFolderSource(const ImageFolder& folder, int image_size, PixelLayout layout, JpegDecoding decoding = {})
+      : folder_(folder), image_size_(image_size), layout_(layout), decoding_(decoding) {}
   const std::string& root() const override { return folder_.root; }
   std::size_t samples() const override { return folder_.files.size(); }
   const std::string& sample_path(std::uint32_t sample) const override { return folder_.files[sample].path; }
@@ -63,7 +63,7 @@ class ImageFolderSource final : public SampleSource {
   const ImageFolder& folder_;
   const int image_size_;
   const PixelLayout layout_;
-  const bool dct_scaling_;
+  const JpegDecoding decoding_;
   Normalizer normalizer_;
 };
 
