@@ -266,11 +266,10 @@ constexpr int kPartMargin = 16;
 
 // The libjpeg calls of JpegDecoder::decode_part, apart: a longjmp from libjpeg lands in this
 // frame, which holds nothing with a destructor. Rows [top, top + height) of the columns around
-// [left, left + width) go to `pixels`, sized by `reserve` once the window is known.
-template <typename Reserve>
+// [left, left + width) go to `pixels`, sized once the window is known.
 bool decode_rows(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, const std::uint8_t* data, std::size_t size,
-                 int scale_num, int scale_denom, const CropBox& part, Reserve&& reserve, JDIMENSION& window_left,
-                 JDIMENSION& window_width) {
+                 int scale_num, int scale_denom, const CropBox& part, std::vector<std::uint8_t>& pixels,
+                 JDIMENSION& window_left, JDIMENSION& window_width) {
   if (setjmp(jump) != 0) {
     jpeg_abort_decompress(&cinfo);
     return false;
@@ -290,7 +289,8 @@ bool decode_rows(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, const std::u
   if (window_width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &window_left, &window_width);  // to whole iMCUs
   // The part's rows, and one more row's room: where the image's last row goes (below).
   const std::size_t row_bytes = static_cast<std::size_t>(window_width) * 3;
-  std::uint8_t* const rows = reserve(row_bytes * static_cast<std::size_t>(part.height + 1));
+  pixels.resize(row_bytes * static_cast<std::size_t>(part.height + 1));
+  std::uint8_t* const rows = pixels.data();
   if (part.top > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(part.top));
   for (int r = 0; r < part.height; ++r) {
     JSAMPROW row = rows + static_cast<std::size_t>(r) * row_bytes;
@@ -321,8 +321,8 @@ JpegDecoder::~JpegDecoder() { tjDestroy(handle_); }
 bool JpegDecoder::decode_part(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, const CropBox& part,
                               DecodedPart& out, std::string& error) {
   if (!header(jpeg, full_width_, full_height_, error)) return false;
-  const int width = (full_width_ * scale_num + scale_denom - 1) / scale_denom;  // libjpeg's jdiv_round_up
-  const int height = (full_height_ * scale_num + scale_denom - 1) / scale_denom;
+  const tjscalingfactor factor{scale_num, scale_denom};
+  const int width = TJSCALED(full_width_, factor), height = TJSCALED(full_height_, factor);
   if (part.left < 0 || part.top < 0 || part.width < 1 || part.height < 1 || part.left + part.width > width ||
       part.top + part.height > height) {
     error = "a part outside the image";
@@ -330,14 +330,10 @@ bool JpegDecoder::decode_part(std::span<const std::uint8_t> jpeg, int scale_num,
   }
   libjpeg_->errors.truncated = false;
   JDIMENSION window_left = 0, window_width = 0;
-  const auto reserve = [this](std::size_t bytes) {
-    pixels_.resize(bytes);
-    return pixels_.data();
-  };
   bool decoded = false;
   try {
     decoded = decode_rows(libjpeg_->cinfo, libjpeg_->errors.jump, jpeg.data(), jpeg.size(), scale_num, scale_denom,
-                          part, reserve, window_left, window_width);
+                          part, pixels_, window_left, window_width);
   } catch (...) {  // the pixels' memory: the decompressor is left ready for the next image
     jpeg_abort_decompress(&libjpeg_->cinfo);
     throw;
@@ -425,14 +421,14 @@ bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, boo
     error = "crop outside the image";
     return false;
   }
-  // The crop in the scaled decode: a box of whole pixels (torchvision's img.crop(box).resize(size)
-  // at full size), or a fractional box inside the whole pixels that hold it.
-  const int width = (full_width * scale.num + scale.denom - 1) / scale.denom;
-  const int height = (full_height * scale.num + scale.denom - 1) / scale.denom;
+  // The crop in the scaled decode: a box of whole pixels at full size, where fx and fy are exactly
+  // 1 (torchvision's img.crop(box).resize(size)), or a fractional box inside the whole pixels
+  // that hold it.
+  const tjscalingfactor factor{scale.num, scale.denom};
+  const int width = TJSCALED(full_width, factor), height = TJSCALED(full_height, factor);
   const double fx = static_cast<double>(width) / full_width, fy = static_cast<double>(height) / full_height;
-  const bool full_size = scale.num == scale.denom;
-  const double x0 = full_size ? crop.left : crop.left * fx, x1 = full_size ? crop.left + crop.width : (crop.left + crop.width) * fx;
-  const double y0 = full_size ? crop.top : crop.top * fy, y1 = full_size ? crop.top + crop.height : (crop.top + crop.height) * fy;
+  const double x0 = crop.left * fx, x1 = (crop.left + crop.width) * fx;
+  const double y0 = crop.top * fy, y1 = (crop.top + crop.height) * fy;
   const int rx0 = static_cast<int>(std::floor(x0)), ry0 = static_cast<int>(std::floor(y0));
   const int rx1 = std::min(width, static_cast<int>(std::ceil(x1))), ry1 = std::min(height, static_cast<int>(std::ceil(y1)));
   const CropBox region{ry0, rx0, ry1 - ry0, rx1 - rx0};
