@@ -16,13 +16,18 @@
 #                       "Network Repo Installation for Debian 12": required, no default
 #   CUDA_MAJOR_MINOR    (cuda) CUDA version of the packages, dash-separated (default 13-0)
 #   CUDA_ARCHITECTURES  (cuda) GPU code generated (default "80;90": A100 sm_80, H100/H200 sm_90)
+#
+# The build stages compile through ccache (CMakeLists.txt uses it where it is found) into a build
+# cache mount (RUN --mount=type=cache: BuildKit, buildah, podman) that both targets and the
+# operator's image share, so a rebuild after a change compiles only what the change touched.
+# ccache keys each object by its preprocessed source, its compiler and its flags.
 ARG DEBIAN=bookworm
 
 # ---- the parts every target shares --------------------------------------------------------
 FROM debian:${DEBIAN} AS build-base
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      build-essential cmake ninja-build pkg-config ca-certificates \
+      build-essential cmake ninja-build pkg-config ca-certificates ccache \
       nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libssl-dev libcpp-httplib-dev \
       libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libhdf5-dev \
  && rm -rf /var/lib/apt/lists/*
@@ -44,7 +49,8 @@ CMD ["dlbench-worker", "--help"]
 FROM build-base AS build-cpu
 COPY . .
 # MPI is required (ON): a missing piece fails the build instead of leaving the communicator out.
-RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
+RUN --mount=type=cache,target=/root/.cache/ccache \
+    cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
       -DDLBENCH_WITH_CUDA=OFF -DDLBENCH_WITH_MPI=ON \
  && cmake --build /build --target dlbench-worker dlbench dlbench-exec dlbench-input \
  && strip /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /build/bin/dlbench-input
@@ -72,7 +78,8 @@ RUN test -n "${CUDA_REPO}" || { echo "--build-arg CUDA_REPO=<NVIDIA's CUDA repos
 COPY . .
 # CUDA and MPI are required (ON), so a missing piece fails the build instead of leaving the
 # NCCL communicator out.
-RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
+RUN --mount=type=cache,target=/root/.cache/ccache \
+    cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
       -DDLBENCH_WITH_CUDA=ON -DDLBENCH_WITH_MPI=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
       -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
  && cmake --build /build --target dlbench-worker dlbench dlbench-exec dlbench-input \

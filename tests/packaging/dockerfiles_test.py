@@ -129,6 +129,22 @@ class DockerfilesTest(unittest.TestCase):
         self.assertTrue(any("mkdir -p /run/sshd" in line for line in runtime), "sshd's privilege separation dir")
         self.assertIn("EXPOSE 22 9400", runtime)  # ssh, and the first rank's metrics port (operator default)
 
+    def test_every_compile_keeps_its_objects_in_a_build_cache(self):
+        # A rebuild after a change compiles only what changed (tests/images rebuilds both images
+        # every CI run): ccache in the stage, and the compile's RUN mounting ccache's directory.
+        for dockerfile in ("operator.Dockerfile", "worker.Dockerfile"):
+            staged = named_stages(dockerfile)
+            by_name = {name: (base, instructions) for name, base, instructions in staged}
+            compiling = [(name, base, instructions) for name, base, instructions in staged
+                         if any("cmake --build" in line for line in instructions)]
+            self.assertTrue(compiling, dockerfile)
+            for name, base, instructions in compiling:
+                packages = apt_packages(instructions) | apt_packages(by_name.get(base, ("", []))[1])
+                self.assertIn("ccache", packages, f"{dockerfile} {name or base}")
+                build = next(line for line in instructions if "cmake --build" in line)
+                self.assertTrue(build.startswith("RUN --mount=type=cache,target=/root/.cache/ccache "),
+                                f"{dockerfile} {name or base}: {build[:80]}")
+
     def test_build_arguments_are_documented(self):
         for dockerfile in ("operator.Dockerfile", "worker.Dockerfile"):
             with open(os.path.join(ROOT, "dockerfiles", dockerfile)) as f:
