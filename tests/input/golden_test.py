@@ -57,10 +57,15 @@ def image_size(path):
         return img.size
 
 
-def dlbench_sample(path, top, left, height, width, flip, dct, out):
+def dlbench_sample(path, top, left, height, width, flip, dct, out, env=None):
     tool("transform", path, "--top", top, "--left", left, "--height", height, "--width", width, "--flip", int(flip),
-         "--image-size", SIZE, "--dct-scaling", "on" if dct else "off", "--output", out)
+         "--image-size", SIZE, "--dct-scaling", "on" if dct else "off", "--output", out, env=env)
     return np.fromfile(out, dtype=np.float32).reshape(3, SIZE, SIZE)
+
+
+def cpu_has_avx2():
+    with open("/proc/cpuinfo") as f:
+        return " avx2" in f.read()
 
 
 class Golden(unittest.TestCase):
@@ -92,15 +97,25 @@ class Golden(unittest.TestCase):
         get_params = transforms.RandomResizedCrop.get_params
         torch.manual_seed(11)
         worst = 0.0
+        # The resampler's horizontal pass both ways: 8 pixels at a time with AVX2 gathers, and
+        # pixel by pixel (what a CPU without AVX2 runs).
+        passes = ["portable"] + (["avx2"] if cpu_has_avx2() else [])
         for n, path in enumerate(rng.sample(files, 24)):
             with Image.open(path) as img:
                 top, left, height, width = get_params(img, scale=[0.08, 1.0], ratio=[3 / 4, 4 / 3])
             flip = n % 2 == 1
-            ours = dlbench_sample(path, top, left, height, width, flip, False, os.path.join(self.tmp.name, "s.raw"))
             theirs = reference(path, top, left, height, width, flip)
-            worst = max(worst, float(np.abs(ours - theirs).max()))
-            np.testing.assert_array_equal(ours, theirs, err_msg=f"{path} crop {(top, left, height, width)} flip {flip}")
+            for resampler in passes:
+                ours = dlbench_sample(path, top, left, height, width, flip, False, os.path.join(self.tmp.name, "s.raw"),
+                                      env={"DLBENCH_CPU_RESAMPLER": resampler})
+                worst = max(worst, float(np.abs(ours - theirs).max()))
+                np.testing.assert_array_equal(ours, theirs, err_msg=f"{path} crop {(top, left, height, width)} "
+                                                                    f"flip {flip} resampler {resampler}")
         self.assertEqual(worst, 0.0)
+        p = tool("transform", files[0], "--top", 0, "--left", 0, "--height", 8, "--width", 8, "--image-size", SIZE,
+                 "--output", os.path.join(self.tmp.name, "x.raw"), check=False, env={"DLBENCH_CPU_RESAMPLER": "sse"})
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn('DLBENCH_CPU_RESAMPLER: "sse" is not one of portable, avx2', p.stderr)
 
     def test_dct_scaled_decode_stays_close(self):
         # Decoding at 1/2 or 1/4 in the IDCT instead of shrinking with the resampler changes the

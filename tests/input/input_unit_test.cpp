@@ -288,6 +288,45 @@ TEST(TransformJpeg, DecodingOnlyTheCropChangesNoValue) {
   }
 }
 
+TEST(BilinearResampler, TheAvx2HorizontalPassWritesThePortablePassesBytes) {
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "the gathering pass needs AVX2; this CPU resamples portably";
+  std::mt19937 rng(23);
+  BilinearResampler portable(false), gathering(true);
+  int compared = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    // Regions cut from a wider image (rows longer than the region) and whole images whose
+    // buffer ends at the last pixel, so that a read past the region shows (and, under ASan, fails).
+    const int width = 1 + static_cast<int>(rng() % 400), height = 1 + static_cast<int>(rng() % 60);
+    const int margin = trial % 2 == 0 ? 0 : static_cast<int>(rng() % 9);
+    const std::size_t stride = static_cast<std::size_t>(width + margin) * 3;
+    std::vector<std::uint8_t> image(stride * static_cast<std::size_t>(height - 1) + static_cast<std::size_t>(width) * 3);
+    for (auto& v : image) v = static_cast<std::uint8_t>(rng());
+    // Down by up to 8 (taps 19 wide), up, and sizes on either side of a group of 8.
+    const int out_w = 1 + static_cast<int>(rng() % static_cast<unsigned>(std::min(width * 3, 300)));
+    const int out_h = 1 + static_cast<int>(rng() % 40);
+    const double x0 = std::uniform_real_distribution<double>(0, width * 0.3)(rng);
+    const double x1 = std::uniform_real_distribution<double>(x0 + 0.5, width)(rng);
+    std::vector<std::uint8_t> a(static_cast<std::size_t>(out_w * out_h * 3)), b(a.size(), 0xAB);
+    portable.resize(image.data(), width, height, stride, x0, 0, x1, height, out_w, out_h, a.data());
+    gathering.resize(image.data(), width, height, stride, x0, 0, x1, height, out_w, out_h, b.data());
+    ASSERT_EQ(a, b) << "trial " << trial << ": " << width << "x" << height << " box x " << x0 << ".." << x1 << " to "
+                    << out_w << "x" << out_h;
+    // A window of a whole resize, starting anywhere (not on a group of 8).
+    const int full_w = 1 + static_cast<int>(rng() % 500), full_h = 1 + static_cast<int>(rng() % 50);
+    const int w = 1 + static_cast<int>(rng() % static_cast<unsigned>(full_w));
+    const int h = 1 + static_cast<int>(rng() % static_cast<unsigned>(full_h));
+    const CropBox window{static_cast<int>(rng() % static_cast<unsigned>(full_h - h + 1)),
+                         static_cast<int>(rng() % static_cast<unsigned>(full_w - w + 1)), h, w};
+    std::vector<std::uint8_t> c(static_cast<std::size_t>(w * h * 3)), d(c.size(), 0xCD);
+    portable.resize_window(image.data(), width, height, stride, full_w, full_h, window, c.data());
+    gathering.resize_window(image.data(), width, height, stride, full_w, full_h, window, d.data());
+    ASSERT_EQ(c, d) << "trial " << trial << ": window " << window.left << "," << window.top << " " << w << "x" << h
+                    << " of " << full_w << "x" << full_h << " from " << width << "x" << height;
+    compared += 2;
+  }
+  EXPECT_EQ(compared, 600);
+}
+
 TEST(BilinearResampler, CopiesAtTheSameSizeAndKeepsAFlatImageFlat) {
   std::vector<std::uint8_t> image(37 * 29 * 3);
   std::mt19937 rng(5);

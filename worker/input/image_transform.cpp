@@ -4,11 +4,19 @@
 #include <cmath>
 #include <csetjmp>
 #include <cstdio>  // before jpeglib.h, which uses FILE
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include <jerror.h>
 #include <jpeglib.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "env_choice.hpp"
 
 namespace dlbench::input {
 namespace {
@@ -30,7 +38,35 @@ std::uint8_t clip8(std::int32_t sum) {
   return static_cast<std::uint8_t>(sum >> kPrecisionBits);
 }
 
+#if defined(__x86_64__)
+// clip8 of 8 sums.
+__attribute__((target("avx2"))) inline __m256i clip8_avx2(__m256i sum) {
+  return _mm256_min_epi32(_mm256_max_epi32(_mm256_srai_epi32(sum, kPrecisionBits), _mm256_setzero_si256()),
+                          _mm256_set1_epi32(255));
+}
+#endif
+
 }  // namespace
+
+bool resampler_gathers_on_avx2() {
+  static const bool gathers = [] {
+#if defined(__x86_64__)
+    const bool cpu_has_avx2 = __builtin_cpu_supports("avx2");
+#else
+    const bool cpu_has_avx2 = false;
+#endif
+    enum class Pass { portable, avx2 };
+    static constexpr worker::Choices<Pass, 2> kPasses{{{"portable", Pass::portable}, {"avx2", Pass::avx2}}};
+    const std::optional<Pass> chosen =
+        worker::env_choice("DLBENCH_CPU_RESAMPLER", std::getenv("DLBENCH_CPU_RESAMPLER"), kPasses);
+    if (chosen == Pass::avx2 && !cpu_has_avx2) {
+      throw std::invalid_argument("DLBENCH_CPU_RESAMPLER: \"avx2\" needs a CPU with AVX2; this one resamples "
+                                  "portably (unset it, or portable)");
+    }
+    return chosen ? *chosen == Pass::avx2 : cpu_has_avx2;
+  }();
+  return gathers;
+}
 
 int uniform_int(std::mt19937_64& rng, int lo, int hi_exclusive) {
   return lo + static_cast<int>(rng() % static_cast<std::uint64_t>(hi_exclusive - lo));
@@ -67,6 +103,7 @@ void BilinearResampler::compute_taps(int in_size, double in0, double in1, int ou
   const double filter_scale = std::max(scale, 1.0);  // wider than one pixel when shrinking: antialiasing
   const double support = 1.0 * filter_scale;         // the triangle filter's support is 1
   taps.size = static_cast<int>(std::ceil(support)) * 2 + 1;
+  taps.in_size = in_size;
   taps.first.assign(static_cast<std::size_t>(out_size), 0);
   taps.count.assign(static_cast<std::size_t>(out_size), 0);
   taps.weights.assign(static_cast<std::size_t>(out_size) * static_cast<std::size_t>(taps.size), 0);
@@ -134,27 +171,18 @@ __attribute__((target_clones("avx2", "default"))) void BilinearResampler::run_pa
     const auto first_out_row = static_cast<std::size_t>(y0), last_out_row = static_cast<std::size_t>(y0 + out_height - 1);
     const int row0 = need_vertical ? vertical_.first[first_out_row] : y0;
     const int rows = need_vertical ? vertical_.first[last_out_row] + vertical_.count[last_out_row] - row0 : out_height;
-    temp_.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(out_width) * 3);
-    for (int y = 0; y < rows; ++y) {
-      const std::uint8_t* in = region + static_cast<std::size_t>(y + row0) * stride;
-      std::uint8_t* row_out = temp_.data() + static_cast<std::size_t>(y) * static_cast<std::size_t>(out_width) * 3;
-      for (int xx = 0; xx < out_width; ++xx) {
-        const auto tap = static_cast<std::size_t>(x0 + xx);
-        const int xmin = horizontal_.first[tap];
-        const int n = horizontal_.count[tap];
-        const std::int32_t* k = &horizontal_.weights[tap * static_cast<std::size_t>(horizontal_.size)];
-        std::int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-        const std::uint8_t* p = in + static_cast<std::size_t>(xmin) * 3;
-        for (int x = 0; x < n; ++x, p += 3) {
-          s0 += p[0] * k[x];
-          s1 += p[1] * k[x];
-          s2 += p[2] * k[x];
-        }
-        row_out[xx * 3 + 0] = clip8(s0);
-        row_out[xx * 3 + 1] = clip8(s1);
-        row_out[xx * 3 + 2] = clip8(s2);
-      }
+    // 16 bytes to spare: the AVX2 pass stores 16 bytes where a group's last 12 go.
+    temp_.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(out_width) * 3 + 16);
+    const std::uint8_t* first_row = region + static_cast<std::size_t>(row0) * stride;
+#if defined(__x86_64__)
+    if (gather_on_avx2_) {
+      horizontal_pass_avx2(first_row, stride, rows, x0, out_width);
+    } else {
+      horizontal_pass(first_row, stride, rows, x0, out_width);
     }
+#else
+    horizontal_pass(first_row, stride, rows, x0, out_width);
+#endif
     source = temp_.data();
     source_stride = static_cast<std::size_t>(out_width) * 3;
     row_offset = row0;
@@ -189,6 +217,100 @@ __attribute__((target_clones("avx2", "default"))) void BilinearResampler::run_pa
     for (std::size_t i = 0; i < row_values; ++i) row_out[i] = clip8(sums[i]);
   }
 }
+
+// Output pixel `tap` of a row: Pillow's sums over its taps, one per channel.
+[[gnu::always_inline]] inline void BilinearResampler::horizontal_pixel(const Taps& taps, const std::uint8_t* in,
+                                                                       std::size_t tap, std::uint8_t* out) {
+  const int n = taps.count[tap];
+  const std::int32_t* k = &taps.weights[tap * static_cast<std::size_t>(taps.size)];
+  std::int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+  const std::uint8_t* p = in + static_cast<std::size_t>(taps.first[tap]) * 3;
+  for (int x = 0; x < n; ++x, p += 3) {
+    s0 += p[0] * k[x];
+    s1 += p[1] * k[x];
+    s2 += p[2] * k[x];
+  }
+  out[0] = clip8(s0);
+  out[1] = clip8(s1);
+  out[2] = clip8(s2);
+}
+
+// Pillow's horizontal pass, pixel by pixel.
+__attribute__((target_clones("avx2", "default"))) void BilinearResampler::horizontal_pass(const std::uint8_t* region, std::size_t stride,
+                                                                                         int rows, int x0, int out_width) {
+  for (int y = 0; y < rows; ++y) {
+    const std::uint8_t* in = region + static_cast<std::size_t>(y) * stride;
+    std::uint8_t* row_out = temp_.data() + static_cast<std::size_t>(y) * static_cast<std::size_t>(out_width) * 3;
+    for (int xx = 0; xx < out_width; ++xx) horizontal_pixel(horizontal_, in, static_cast<std::size_t>(x0 + xx), row_out + xx * 3);
+  }
+}
+
+#if defined(__x86_64__)
+// The same sums for 8 output pixels at once: tap t of all 8 is one gather of a 4-byte word at each
+// pixel's byte offset (its R, G and B, and a byte of the next pixel that is masked off), times
+// each pixel's weight. Integer sums in another order: the same bytes as the pixel-by-pixel pass.
+__attribute__((target("avx2"))) void BilinearResampler::horizontal_pass_avx2(const std::uint8_t* region, std::size_t stride,
+                                                                            int rows, int x0, int out_width) {
+  const int size = horizontal_.size;
+  const int row_bytes = horizontal_.in_size * 3;
+  const auto lanes = static_cast<std::size_t>(out_width / 8) * static_cast<std::size_t>(size) * 8;
+  lane_offsets_.resize(lanes);
+  lane_weights_.resize(lanes);
+  // Groups whose every read stays inside the row's pixels: a word read at the row's last pixel
+  // would pass its end (the image's, on the last row). Taps move right with the output, so the
+  // groups after the first that would are left to the pixel-by-pixel loop too.
+  int groups = 0;
+  for (; groups < out_width / 8; ++groups) {
+    bool inside = true;
+    for (int lane = 0; lane < 8; ++lane) {
+      const auto tap = static_cast<std::size_t>(x0 + groups * 8 + lane);
+      const int xmin = horizontal_.first[tap], n = horizontal_.count[tap];
+      const std::int32_t* k = &horizontal_.weights[tap * static_cast<std::size_t>(size)];
+      for (int t = 0; t < size; ++t) {
+        const auto at = (static_cast<std::size_t>(groups) * static_cast<std::size_t>(size) + static_cast<std::size_t>(t)) * 8 +
+                        static_cast<std::size_t>(lane);
+        lane_offsets_[at] = (xmin + (t < n ? t : 0)) * 3;
+        lane_weights_[at] = t < n ? k[t] : 0;
+      }
+      inside = inside && (xmin + std::max(n - 1, 0)) * 3 + 4 <= row_bytes;
+    }
+    if (!inside) break;
+  }
+  const __m256i half = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  const __m256i low_byte = _mm256_set1_epi32(0xFF);
+  // Each 128-bit half's four words (R | G << 8 | B << 16) to 12 bytes.
+  const __m256i to_rgb = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,  //
+                                          0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  for (int y = 0; y < rows; ++y) {
+    const std::uint8_t* in = region + static_cast<std::size_t>(y) * stride;
+    const auto* words = reinterpret_cast<const int*>(in);
+    std::uint8_t* row_out = temp_.data() + static_cast<std::size_t>(y) * static_cast<std::size_t>(out_width) * 3;
+    for (int g = 0; g < groups; ++g) {
+      const std::int32_t* offsets = &lane_offsets_[static_cast<std::size_t>(g) * static_cast<std::size_t>(size) * 8];
+      const std::int32_t* weights = &lane_weights_[static_cast<std::size_t>(g) * static_cast<std::size_t>(size) * 8];
+      __m256i s0 = half, s1 = half, s2 = half;
+      for (int t = 0; t < size; ++t) {
+        const __m256i at = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets + t * 8));
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(weights + t * 8));
+        const __m256i rgb = _mm256_i32gather_epi32(words, at, 1);
+        s0 = _mm256_add_epi32(s0, _mm256_mullo_epi32(_mm256_and_si256(rgb, low_byte), w));
+        s1 = _mm256_add_epi32(s1, _mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(rgb, 8), low_byte), w));
+        s2 = _mm256_add_epi32(s2, _mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(rgb, 16), low_byte), w));
+      }
+      const __m256i pixels = _mm256_or_si256(clip8_avx2(s0), _mm256_or_si256(_mm256_slli_epi32(clip8_avx2(s1), 8),
+                                                                         _mm256_slli_epi32(clip8_avx2(s2), 16)));
+      const __m256i packed = _mm256_shuffle_epi8(pixels, to_rgb);
+      std::uint8_t* o = row_out + static_cast<std::size_t>(g) * 24;
+      // 16-byte stores of 12 bytes each, in order: the next store (or temp_'s spare 16) takes the rest.
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(packed));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 12), _mm256_extracti128_si256(packed, 1));
+    }
+    for (int xx = groups * 8; xx < out_width; ++xx) {
+      horizontal_pixel(horizontal_, in, static_cast<std::size_t>(x0 + xx), row_out + xx * 3);
+    }
+  }
+}
+#endif
 
 Normalizer::Normalizer() {
   // torchvision: ToTensor divides by 255 in float32, Normalize subtracts the mean and divides by

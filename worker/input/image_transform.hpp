@@ -33,11 +33,17 @@ CropBox random_resized_crop(int image_height, int image_width, std::mt19937_64& 
 // Where one sample's pixels go: planar (C, H, W) or interleaved (H, W, C) floats.
 enum class PixelLayout { nchw, nhwc };
 
+// Whether the resampler's horizontal pass computes 8 output pixels at a time with AVX2 gathers:
+// where the CPU has AVX2, unless DLBENCH_CPU_RESAMPLER=portable (or avx2, which a CPU without it
+// refuses) says otherwise. Read once; both give the same bytes.
+bool resampler_gathers_on_avx2();
+
 // PIL's Image.resize(out, BILINEAR, box) of the region [x0, x0 + w) × [y0, y0 + h) of an RGB8
 // image (rows of `stride` bytes), the box given relative to that region: pixels outside the
 // region are never read, as PIL never reads outside a cropped image.
 class BilinearResampler {
  public:
+  explicit BilinearResampler(bool gather_on_avx2 = resampler_gathers_on_avx2()) : gather_on_avx2_(gather_on_avx2) {}
   void resize(const std::uint8_t* region, int region_width, int region_height, std::size_t stride, double box_x0,
               double box_y0, double box_x1, double box_y1, int out_width, int out_height, std::uint8_t* out);
   // The window of PIL's Image.resize((full_width, full_height), BILINEAR) of a whole RGB8 image
@@ -49,6 +55,7 @@ class BilinearResampler {
  private:
   struct Taps {
     int size = 0;
+    int in_size = 0;
     std::vector<int> first, count;  // per output pixel
     std::vector<std::int32_t> weights;  // per output pixel, `size` of them, fixed point
   };
@@ -56,7 +63,15 @@ class BilinearResampler {
   // Both passes over the output pixels in `window`, with the taps computed for the whole output.
   void run_passes(const std::uint8_t* region, std::size_t stride, bool need_horizontal, bool need_vertical,
                   const CropBox& window, std::uint8_t* out);
+  static void horizontal_pixel(const Taps& taps, const std::uint8_t* in, std::size_t tap, std::uint8_t* out);
+  // The horizontal pass of `rows` rows from `region` into temp_ (out_width pixels from column x0).
+  void horizontal_pass(const std::uint8_t* region, std::size_t stride, int rows, int x0, int out_width);
+  void horizontal_pass_avx2(const std::uint8_t* region, std::size_t stride, int rows, int x0, int out_width);
   Taps horizontal_, vertical_;
+  bool gather_on_avx2_;
+  // The window's horizontal taps for groups of 8 output pixels, tap by tap: byte offsets into a
+  // row and weights (0 past a pixel's own taps), so that one gather reads a tap of all 8.
+  std::vector<std::int32_t> lane_offsets_, lane_weights_;
   std::vector<std::uint8_t> temp_;
   std::vector<std::int32_t> sums_;  // one output row of the vertical pass
 };
