@@ -3,18 +3,27 @@ memory, and naming the machine."""
 import os
 import subprocess
 import sys
+import time
 
 
-def run_measured(command):
-    """Runs `command`; returns (stdout, peak resident bytes of that process, from wait4)."""
+def run_with_usage(command):
+    """Runs `command`; returns (stdout, its own rusage from wait4, wall seconds)."""
+    started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Read everything first, then reap with wait4 to get this child's own rusage.
     out = process.stdout.read()
     err = process.stderr.read()
     _, status, usage = os.wait4(process.pid, 0)
+    wall = time.monotonic() - started
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         sys.exit(f"{' '.join(command[:3])} … failed ({code}): {err[-2000:]}")
+    return out, usage, wall
+
+
+def run_measured(command):
+    """Runs `command`; returns (stdout, peak resident bytes of that process, from wait4)."""
+    out, usage, _ = run_with_usage(command)
     return out, usage.ru_maxrss * 1024
 
 

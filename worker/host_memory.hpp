@@ -1,9 +1,22 @@
-// Ordinary host memory on a 64-byte boundary, freed with its last owner: a backend's default for
-// what it copies to the device every step (Backend::allocate_host), and the input pipeline's
-// batches where no backend gives memory.
+// Host memory for the worker's buffers.
+//
+// aligned_host_memory: ordinary memory on a 64-byte boundary, freed with its last owner: a
+// backend's default for what it copies to the device every step (Backend::allocate_host), and the
+// input pipeline's batches where no backend gives memory.
+//
+// zeroed_large_memory and LargePageAllocator: the CPU backend's tensors and a weights file's. A
+// buffer of 2 MiB or more starts on a 2 MiB boundary and is advised as transparent huge pages, so
+// that the kernel maps it 2 MiB at a time: where THP is "madvise" (many distributions' default),
+// memory nobody advises stays in 4 KiB pages, and a VGG16 step's 4 GB of weights, gradients and
+// activations then costs a million page faults (bench/worker_huge_pages.py).
 #pragma once
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
 
@@ -12,5 +25,49 @@ namespace dlbench::worker {
 inline std::shared_ptr<void> aligned_host_memory(std::size_t bytes) {
   return {::operator new(bytes, std::align_val_t{64}), [](void* p) { ::operator delete(p, std::align_val_t{64}); }};
 }
+
+inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
+
+// At least `bytes` (rounded up to 64), zeroed. Only the address is rounded to 2 MiB, not the size:
+// the kernel maps a huge page only where all of it lies inside the buffer, so the tail takes
+// small pages and no memory is spent on rounding.
+inline std::shared_ptr<void> zeroed_large_memory(std::size_t bytes) {
+  const bool large = bytes >= huge_page_bytes;
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = nullptr;  // posix_memalign: any size, where aligned_alloc wants a multiple of the alignment
+  if (::posix_memalign(&p, large ? huge_page_bytes : 64, rounded) != 0) throw std::bad_alloc();
+  // Advice only: a kernel without THP (or with it off) refuses it and the pages stay small.
+  if (large) (void)::madvise(p, rounded, MADV_HUGEPAGE);
+  std::memset(p, 0, rounded);
+  return {p, std::free};
+}
+
+// The same rule for a std::vector's elements (a weights file's tensors): small vectors come from
+// operator new, large ones on 2 MiB boundaries advised as huge pages.
+template <class T>
+struct LargePageAllocator {
+  using value_type = T;
+  LargePageAllocator() = default;
+  template <class U>
+  LargePageAllocator(const LargePageAllocator<U>&) noexcept {}  // NOLINT: rebinding converts implicitly
+
+  T* allocate(std::size_t n) {
+    const std::size_t bytes = n * sizeof(T);
+    if (bytes < huge_page_bytes) return static_cast<T*>(::operator new(bytes));
+    void* p = nullptr;
+    if (::posix_memalign(&p, huge_page_bytes, bytes) != 0) throw std::bad_alloc();
+    (void)::madvise(p, bytes, MADV_HUGEPAGE);
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (n * sizeof(T) < huge_page_bytes) {
+      ::operator delete(p);
+    } else {
+      std::free(p);
+    }
+  }
+  template <class U>
+  bool operator==(const LargePageAllocator<U>&) const noexcept { return true; }
+};
 
 }  // namespace dlbench::worker

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "host_memory.hpp"
 
 namespace dlbench::worker {
 
@@ -38,7 +39,7 @@ void ParameterStore::allocate_second_moment(Backend& backend) {
 }
 
 void ParameterStore::initialize(std::uint64_t seed, Backend& backend) {
-  std::vector<float> host;
+  std::vector<float, LargePageAllocator<float>> host;  // VGG16's classifier.0.weight is 411 MB
   for (std::size_t index = 0; index < parameters_.size(); ++index) {
     Parameter& p = *parameters_[index];
     host.assign(static_cast<std::size_t>(p.value.numel()), 0.0f);

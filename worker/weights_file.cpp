@@ -272,12 +272,11 @@ void load_parameters(const WeightsFile& file, const std::string& path, Parameter
 std::vector<NamedTensor> parameter_tensors(const ParameterStore& store, Backend& backend, const std::string& prefix,
                                            bool gradients) {
   std::vector<NamedTensor> out;
-  std::vector<float> host;
   for (const Parameter* p : store.parameters()) {
     const Tensor& t = gradients ? p->grad : p->value;
-    host.resize(static_cast<std::size_t>(t.numel()));
-    backend.copy_to_host(host.data(), t.data, host.size() * sizeof(float));
-    out.push_back(NamedTensor::of_floats(prefix + p->name, dims_of(t.shape), host.data()));
+    NamedTensor& named = out.emplace_back(NamedTensor{prefix + p->name, "F32", dims_of(t.shape), {}});
+    named.bytes.resize(static_cast<std::size_t>(t.numel()) * sizeof(float));
+    backend.copy_to_host(named.bytes.data(), t.data, named.bytes.size());
   }
   return out;
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "host_memory.hpp"
 #include "tensor.hpp"
 
 namespace dlbench::worker {
@@ -28,7 +29,7 @@ struct NamedTensor {
   std::string name;
   std::string dtype = "F32";
   std::vector<std::int64_t> shape;
-  std::vector<std::byte> bytes;
+  std::vector<std::byte, LargePageAllocator<std::byte>> bytes;  // a VGG16 record holds 1.6 GB
 
   static NamedTensor of_floats(std::string name, std::vector<std::int64_t> shape, const float* values);
   static NamedTensor of_ints(std::string name, std::vector<std::int64_t> shape, const std::int64_t* values);

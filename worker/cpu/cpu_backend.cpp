@@ -25,6 +25,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cpu/dnnl_check.hpp"
+#include "host_memory.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -93,13 +94,7 @@ std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {
 
 int CpuBackend::threads() const { return omp_get_max_threads(); }
 
-std::shared_ptr<void> CpuBackend::allocate(std::size_t bytes) {
-  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
-  return std::shared_ptr<void>(p, std::free);
-}
+std::shared_ptr<void> CpuBackend::allocate(std::size_t bytes) { return zeroed_large_memory(bytes); }
 
 void CpuBackend::copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) {
   std::memcpy(device_dst, host_src, bytes);
