@@ -625,13 +625,20 @@ def write_torchvision_init(model, path):
     write_init(model, path, tensors, f"torchvision {torchvision.__version__} {model}()")
 
 
-def write_seeded_init(worker, model, work):
-    """dlbench's own seeded weights (--seed), conditioned: what the committed values are for."""
+def committed_step(worker, model, work):
+    """dlbench's step from its own seeded weights (--seed), conditioned: the step the committed
+    values are for. Where conditioning changes no weight (a model without residual_gain) the seeded
+    step is that step, bit for bit; otherwise the worker steps again from the conditioned weights."""
     seeded, _ = record_step(worker, model, os.path.join(work, "seeded.safetensors"), seed=committed_seed(model))
+    if MODELS[model].get("residual_gain") is None:
+        return seeded
     tensors = [(n[len("initial."):], d, s, bytes(b)) for n, (d, s, b) in seeded.items() if n.startswith("initial.")]
     path = os.path.join(work, "seeded-init.safetensors")
     write_init(model, path, tensors, f"dlbench-worker --seed {committed_seed(model)}")
-    return path
+    del seeded, tensors
+    record, _ = record_step(worker, model, os.path.join(work, "step.safetensors"), init_from=path,
+                            seed=committed_seed(model))
+    return record
 
 
 def check_with_torch(worker, model, work):
@@ -673,9 +680,7 @@ def check_with_torch(worker, model, work):
 def check_committed(worker, model, work):
     path = os.path.join(HERE, "data", model + ".safetensors")
     golden, metadata = read_safetensors(path)
-    init = write_seeded_init(worker, model, work)
-    record, _ = record_step(worker, model, os.path.join(work, "step.safetensors"), init_from=init,
-                            seed=committed_seed(model))
+    record = committed_step(worker, model, work)
     first = MODELS[model]["committed"][0]
     if bytes(record["initial." + first][2]) != bytes(golden["initial." + first][2]):
         sys.exit(f"FAIL: dlbench's seeded weights ({first}) are not the ones {path} was made from; "
@@ -700,9 +705,7 @@ def update(worker, model, work):
     import torch
     import torchvision
 
-    init = write_seeded_init(worker, model, work)
-    record, _ = record_step(worker, model, os.path.join(work, "step.safetensors"), init_from=init,
-                            seed=committed_seed(model))
+    record = committed_step(worker, model, work)
     separation = PoolSeparation()
     loss, grads, updated = torch_step(model, record, observe=separation)
     require_separated_pools(model, separation, committed_seed(model))
