@@ -6,10 +6,11 @@ import sys
 import time
 
 
-def run_with_usage(command):
-    """Runs `command`; returns (stdout, its own rusage from wait4, wall seconds)."""
+def run_with_usage(command, env=None):
+    """Runs `command` (in `env`, or this environment); returns (stdout, its own rusage from wait4,
+    wall seconds)."""
     started = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     # Read everything first, then reap with wait4 to get this child's own rusage.
     out = process.stdout.read()
     err = process.stderr.read()
@@ -21,10 +22,21 @@ def run_with_usage(command):
     return out, usage, wall
 
 
-def run_measured(command):
+def run_measured(command, env=None):
     """Runs `command`; returns (stdout, peak resident bytes of that process, from wait4)."""
-    out, usage, _ = run_with_usage(command)
+    out, usage, _ = run_with_usage(command, env)
     return out, usage.ru_maxrss * 1024
+
+
+# PyTorch 1.13 frees its CPU tensors after use, and glibc gives memory above its mmap threshold
+# back, so every step's large tensors are fresh pages, faulted in 4 KiB at a time where the
+# kernel's THP mode is "madvise". With this tunable (glibc 2.35+) malloc advises huge pages for
+# what it maps, as PyTorch's CPU tuning guides advise: PyTorch at its best, beside as it comes.
+PYTORCH_HUGE_PAGES = "glibc.malloc.hugetlb=1"
+
+
+def huge_pages_environment():
+    return {**os.environ, "GLIBC_TUNABLES": PYTORCH_HUGE_PAGES}
 
 
 def blas():

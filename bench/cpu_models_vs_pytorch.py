@@ -4,7 +4,9 @@ run: the same torchvision architecture, batch, image size, threads and SGD setti
 data, fp32 (and bf16 where the CPU has AVX512_BF16: dlbench's bf16 against PyTorch's bf16
 autocast). Rounds alternate the engines (A B A B ...) so that the machine's drift hits both; each
 run is its own process (warm-up steps, then timed steps: samples/s) and its peak resident set comes
-from wait4()'s ru_maxrss. The medians over the rounds are reported.
+from wait4()'s ru_maxrss. The medians over the rounds are reported. PyTorch runs twice a round: as
+it comes, and on transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, bench_process.py),
+since it frees its tensors every step and pays the page faults of fresh memory again each time.
 
 The PyTorch models and losses are bench/pytorch_image_models.py's: InceptionV3 with its auxiliary
 classifier (main + 0.4 * aux, as dlbench's), DeepLabV3+ the golden test's network at a height x
@@ -24,7 +26,7 @@ import statistics
 import sys
 import tempfile
 
-from bench_process import machine, run_measured
+from bench_process import PYTORCH_HUGE_PAGES, huge_pages_environment, machine, run_measured
 
 PYTORCH_STEP = r"""
 import sys, time, torch
@@ -68,10 +70,11 @@ def dlbench(worker, args, precision, work):
     return result["throughput"]["median"], rss, None
 
 
-def pytorch(python, args, precision):
+def pytorch(python, args, precision, huge_pages):
     out, rss = run_measured([python, "-c", PYTORCH_STEP, args.model, str(args.batch), str(args.image_size), precision,
                              str(args.warmup), str(args.measure), str(args.threads),
-                             os.path.dirname(os.path.abspath(__file__))])
+                             os.path.dirname(os.path.abspath(__file__))],
+                            huge_pages_environment() if huge_pages else None)
     return float(out.strip().splitlines()[-1]), rss
 
 
@@ -103,13 +106,16 @@ def main():
                 mine = rows.setdefault(f"dlbench-worker {precision}", ([], []))
                 mine[0].append(speed)
                 mine[1].append(rss)
-                speed, rss = pytorch(args.python, args, precision)
-                theirs = rows.setdefault(f"PyTorch 1.13 {precision}" + (" autocast" if precision == "bf16" else "") +
-                                         ", channels_last", ([], []))
-                theirs[0].append(speed)
-                theirs[1].append(rss)
-                print(f"round {round_ + 1} {precision}: dlbench {mine[0][-1]:.2f}, PyTorch {theirs[0][-1]:.2f} samples/s",
-                      file=sys.stderr)
+                said = [f"dlbench {mine[0][-1]:.2f}"]
+                for huge_pages in (False, True):
+                    speed, rss = pytorch(args.python, args, precision, huge_pages)
+                    theirs = rows.setdefault(f"PyTorch 1.13 {precision}" + (" autocast" if precision == "bf16" else "") +
+                                             ", channels_last" + (f", {PYTORCH_HUGE_PAGES}" if huge_pages else ""),
+                                             ([], []))
+                    theirs[0].append(speed)
+                    theirs[1].append(rss)
+                    said.append(f"PyTorch{' on huge pages' if huge_pages else ''} {speed:.2f}")
+                print(f"round {round_ + 1} {precision}: " + ", ".join(said) + " samples/s", file=sys.stderr)
 
     print(f"### {args.model} on the CPU, dlbench-worker vs PyTorch — {datetime.date.today().isoformat()}\n")
     print(f"Machine: {machine()}, {args.threads} threads each.")
@@ -124,11 +130,12 @@ def main():
     print()
     for precision in ("fp32", "bf16"):
         mine = [v for k, v in rows.items() if k == f"dlbench-worker {precision}"]
-        theirs = [v for k, v in rows.items() if k.startswith(f"PyTorch 1.13 {precision}")]
-        if mine and theirs:
-            ratio = statistics.median(mine[0][0]) / statistics.median(theirs[0][0])
-            memory = statistics.median(mine[0][1]) / statistics.median(theirs[0][1])
-            print(f"- {precision}: dlbench-worker {ratio:.2f}× PyTorch's speed, {memory:.2f}× its peak RSS.")
+        for name, theirs in rows.items():
+            if mine and name.startswith(f"PyTorch 1.13 {precision}"):
+                ratio = statistics.median(mine[0][0]) / statistics.median(theirs[0])
+                memory = statistics.median(mine[0][1]) / statistics.median(theirs[1])
+                on = " on huge pages" if PYTORCH_HUGE_PAGES in name else ", as it comes"
+                print(f"- {precision}: dlbench-worker {ratio:.2f}× PyTorch's speed{on}, {memory:.2f}× its peak RSS.")
     for precision, why in skipped.items():
         print(f"- {precision}: not run here ({why}).")
 
