@@ -28,16 +28,23 @@ inline std::shared_ptr<void> aligned_host_memory(std::size_t bytes) {
 
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 
-// At least `bytes` (rounded up to 64), zeroed. Only the address is rounded to 2 MiB, not the size:
-// the kernel maps a huge page only where all of it lies inside the buffer, so the tail takes
-// small pages and no memory is spent on rounding.
-inline std::shared_ptr<void> zeroed_large_memory(std::size_t bytes) {
+// `bytes` on `alignment` (posix_memalign: any size, where aligned_alloc wants a multiple of the
+// alignment), advised as huge pages when it is 2 MiB or more; freed with std::free. Only the
+// address is rounded to 2 MiB, not the size: the kernel maps a huge page only where all of it lies
+// inside the buffer, so the tail takes small pages and no memory is spent on rounding.
+inline void* host_block(std::size_t bytes, std::size_t alignment) {
   const bool large = bytes >= huge_page_bytes;
-  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
-  void* p = nullptr;  // posix_memalign: any size, where aligned_alloc wants a multiple of the alignment
-  if (::posix_memalign(&p, large ? huge_page_bytes : 64, rounded) != 0) throw std::bad_alloc();
+  void* p = nullptr;
+  if (::posix_memalign(&p, large ? huge_page_bytes : alignment, bytes) != 0) throw std::bad_alloc();
   // Advice only: a kernel without THP (or with it off) refuses it and the pages stay small.
-  if (large) (void)::madvise(p, rounded, MADV_HUGEPAGE);
+  if (large) (void)::madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
+
+// At least `bytes` (rounded up to 64), zeroed.
+inline std::shared_ptr<void> zeroed_large_memory(std::size_t bytes) {
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = host_block(rounded, 64);
   std::memset(p, 0, rounded);
   return {p, std::free};
 }
@@ -54,10 +61,7 @@ struct LargePageAllocator {
   T* allocate(std::size_t n) {
     const std::size_t bytes = n * sizeof(T);
     if (bytes < huge_page_bytes) return static_cast<T*>(::operator new(bytes));
-    void* p = nullptr;
-    if (::posix_memalign(&p, huge_page_bytes, bytes) != 0) throw std::bad_alloc();
-    (void)::madvise(p, bytes, MADV_HUGEPAGE);
-    return static_cast<T*>(p);
+    return static_cast<T*>(host_block(bytes, 64));
   }
   void deallocate(T* p, std::size_t n) noexcept {
     if (n * sizeof(T) < huge_page_bytes) {
