@@ -12,7 +12,9 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -605,6 +607,24 @@ TEST(WorkerCli, ListDevicesNamesNoPrecisionWithoutADevice) {
     EXPECT_THAT(line, ::testing::MatchesRegex("cuda [1-9][0-9]* precisions=fp32,.*")) << devices.out;
   } else {
     EXPECT_EQ(line, "cuda 0 precisions=") << devices.out;
+  }
+}
+
+// A CUDA build opens cuBLASLt when it makes a CUDA backend, not when it starts
+// (cuda/cublas_lt_library.hpp): linked, the library's initialisers took half a second of every
+// start. The dynamic loader's own record (LD_DEBUG=files) says what a start mapped.
+TEST(WorkerCli, AStartWithoutACudaBackendLoadsNoCublasLt) {
+  const Outcome devices = worker("--list-devices");
+  ASSERT_EQ(devices.exit_code, 0) << devices.err;
+  if (devices.out.find("\ncuda ") == std::string::npos) GTEST_SKIP() << "built without CUDA: " << devices.out;
+  std::vector<std::string> starts{"--help"};
+  // Without a GPU, listing the devices makes no backend either (with one, it makes a CUDA backend).
+  if (devices.out.find("\ncuda 0 ") != std::string::npos) starts.emplace_back("--list-devices");
+  for (const std::string& args : starts) {
+    const Outcome o = worker(args, "LD_DEBUG=files");
+    EXPECT_EQ(o.exit_code, 0) << args << ": " << o.err.substr(0, 2000);
+    EXPECT_THAT(o.err, HasSubstr("libcudart.so")) << args << ": the loader's record lacks the CUDA runtime";
+    EXPECT_THAT(o.err, Not(HasSubstr("libcublasLt"))) << args;
   }
 }
 

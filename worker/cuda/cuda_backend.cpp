@@ -341,7 +341,7 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
   DLBENCH_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
   DLBENCH_CUDNN_CHECK(cudnnCreate(&cudnn_));
   DLBENCH_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
-  DLBENCH_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
+  DLBENCH_CUBLAS_CHECK(cublas_lt_library().create(&cublas_lt_));
   // Room for the search of convolution algorithms (cuda/conv_algorithms.hpp).
   workspace_limit_ = conv_workspace_limit(properties_.totalGlobalMem, requested_workspace);
   // Here, not on first use: allocating synchronises, which a captured first step could not.
@@ -356,7 +356,7 @@ CudaBackend::~CudaBackend() {
   workspace_.reset();
   parameter_scratch_.reset();
   loss_rows_.reset();
-  if (cublas_lt_ != nullptr) cublasLtDestroy(cublas_lt_);
+  if (cublas_lt_ != nullptr) cublas_lt_library().destroy(cublas_lt_);
   if (cudnn_ != nullptr) cudnnDestroy(cudnn_);
   if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
   if (staged_ != nullptr) cudaEventDestroy(staged_);
@@ -372,7 +372,7 @@ std::string CudaBackend::version_info() const {
   const auto cudnn = static_cast<int>(cudnnGetVersion());
   std::ostringstream out;
   out << "cuda=" << version_string(runtime) << ";driver=" << version_string(driver) << ";cudnn=" << cudnn / 10000
-      << "." << cudnn % 10000 / 100 << "." << cudnn % 100 << ";cublasLt=" << cublasLtGetVersion()
+      << "." << cudnn % 10000 / 100 << "." << cudnn % 100 << ";cublasLt=" << cublas_lt_library().get_version()
       << ";gpu=" << properties_.name << ";sm=" << properties_.major << properties_.minor;
   for (const auto& [name, value] : options()) out << ";" << name << "=" << value;
   return out.str();

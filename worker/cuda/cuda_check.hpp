@@ -7,6 +7,8 @@
 #include <cudnn.h>
 #include <nccl.h>
 
+#include "cuda/cublas_lt_library.hpp"
+
 #include <stdexcept>
 #include <string>
 
@@ -73,6 +75,6 @@ inline bool cuda_error_poisons_context(cudaError_t e) {
   do {                                                                                                   \
     const cublasStatus_t dlbench_cublas_status = (call);                                                 \
     if (dlbench_cublas_status != CUBLAS_STATUS_SUCCESS) {                                                \
-      ::dlbench::worker::throw_gpu_error("cuBLAS", #call, cublasLtGetStatusString(dlbench_cublas_status), __FILE__, __LINE__); \
+      ::dlbench::worker::throw_gpu_error("cuBLAS", #call, ::dlbench::worker::cublas_lt_library().get_status_string(dlbench_cublas_status), __FILE__, __LINE__); \
     }                                                                                                    \
   } while (false)
