@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
+#include <link.h>
 
+#include <cstring>
 #include <string>
 
 #include "cuda/cuda_check.hpp"
@@ -16,6 +18,25 @@ namespace dlbench::worker {
 namespace {
 
 using ::testing::HasSubstr;
+
+// Whether a library whose file name starts with `prefix` is mapped into this process.
+bool library_is_loaded(const std::string& prefix) {
+  struct Search {
+    const std::string* prefix;
+    bool found;
+  } search{&prefix, false};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* data) {
+        auto* s = static_cast<Search*>(data);
+        const char* path = info->dlpi_name != nullptr ? info->dlpi_name : "";
+        const char* slash = std::strrchr(path, '/');
+        const std::string file = slash != nullptr ? slash + 1 : path;
+        if (file.rfind(*s->prefix, 0) == 0) s->found = true;
+        return s->found ? 1 : 0;
+      },
+      &search);
+  return search.found;
+}
 
 TEST(CublasLtLibrary, TheSonameIsTheMajorVersionCompiledAgainst) {
   EXPECT_EQ(cublas_lt_soname(), "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR));

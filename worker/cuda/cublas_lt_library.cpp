@@ -1,7 +1,6 @@
 #include "cuda/cublas_lt_library.hpp"
 
 #include <dlfcn.h>
-#include <link.h>
 
 #include <cstring>
 #include <exception>
@@ -68,24 +67,6 @@ const CublasLtLibrary& cublas_lt_library() {
   });
   if (failure) std::rethrow_exception(failure);
   return library;
-}
-
-bool library_is_loaded(const std::string& prefix) {
-  struct Search {
-    const std::string* prefix;
-    bool found;
-  } search{&prefix, false};
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, std::size_t, void* data) {
-        auto* s = static_cast<Search*>(data);
-        const char* path = info->dlpi_name != nullptr ? info->dlpi_name : "";
-        const char* slash = std::strrchr(path, '/');
-        const std::string file = slash != nullptr ? slash + 1 : path;
-        if (file.rfind(*s->prefix, 0) == 0) s->found = true;
-        return s->found ? 1 : 0;
-      },
-      &search);
-  return search.found;
 }
 
 }  // namespace dlbench::worker

@@ -45,8 +45,4 @@ CublasLtLibrary load_cublas_lt(const std::string& soname);
 // thrown again to every later caller.
 const CublasLtLibrary& cublas_lt_library();
 
-// Whether a library whose file name starts with `prefix` is mapped into this process (for the tests
-// and the self-check that a start loads no cuBLASLt).
-bool library_is_loaded(const std::string& prefix);
-
 }  // namespace dlbench::worker

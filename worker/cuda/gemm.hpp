@@ -42,44 +42,44 @@ class Gemm {
   Gemm(CudaBackend& backend, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
        std::int64_t lda, std::int64_t ldb, std::int64_t ldc, GemmEpilogue epilogue, float alpha = 1.0f,
        const GemmBatch& batch = {}, const GemmTypes& types = {})
-      : backend_(backend), alpha_(alpha) {
+      : backend_(backend), lt_(cublas_lt_library()), alpha_(alpha) {
     const cublasComputeType_t compute = types.inputs == DType::fp32 && backend.math() == CudaMath::tf32
                                             ? CUBLAS_COMPUTE_32F_FAST_TF32
                                             : CUBLAS_COMPUTE_32F;
-    DLBENCH_CUBLAS_CHECK(cublas_lt_library().matmul_desc_create(&desc_, compute, CUDA_R_32F));
+    DLBENCH_CUBLAS_CHECK(lt_.matmul_desc_create(&desc_, compute, CUDA_R_32F));
     const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    DLBENCH_CUBLAS_CHECK(cublas_lt_library().matmul_desc_set_attribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
-    DLBENCH_CUBLAS_CHECK(cublas_lt_library().matmul_desc_set_attribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    DLBENCH_CUBLAS_CHECK(lt_.matmul_desc_set_attribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    DLBENCH_CUBLAS_CHECK(lt_.matmul_desc_set_attribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
     if (epilogue != GemmEpilogue::none) {
       const cublasLtEpilogue_t value =
           epilogue == GemmEpilogue::bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
-      DLBENCH_CUBLAS_CHECK(cublas_lt_library().matmul_desc_set_attribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &value, sizeof value));
+      DLBENCH_CUBLAS_CHECK(lt_.matmul_desc_set_attribute(desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &value, sizeof value));
     }
     const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
     const cudaDataType_t in = cuda_type(types.inputs), out = cuda_type(types.output);
-    DLBENCH_CUBLAS_CHECK(cublas_lt_library().matrix_layout_create(&a_, in, transpose_a ? u(k) : u(m), transpose_a ? u(m) : u(k), lda));
-    DLBENCH_CUBLAS_CHECK(cublas_lt_library().matrix_layout_create(&b_, in, transpose_b ? u(n) : u(k), transpose_b ? u(k) : u(n), ldb));
-    DLBENCH_CUBLAS_CHECK(cublas_lt_library().matrix_layout_create(&c_, out, u(m), u(n), ldc));
+    DLBENCH_CUBLAS_CHECK(lt_.matrix_layout_create(&a_, in, transpose_a ? u(k) : u(m), transpose_a ? u(m) : u(k), lda));
+    DLBENCH_CUBLAS_CHECK(lt_.matrix_layout_create(&b_, in, transpose_b ? u(n) : u(k), transpose_b ? u(k) : u(n), ldb));
+    DLBENCH_CUBLAS_CHECK(lt_.matrix_layout_create(&c_, out, u(m), u(n), ldc));
     if (batch.count > 1) {
       const auto count = static_cast<std::int32_t>(batch.count);
       const std::array<std::pair<cublasLtMatrixLayout_t, std::int64_t>, 3> strided{
           {{a_, batch.stride_a}, {b_, batch.stride_b}, {c_, batch.stride_c}}};
       for (const auto& [layout, stride] : strided) {
         DLBENCH_CUBLAS_CHECK(
-            cublas_lt_library().matrix_layout_set_attribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-        DLBENCH_CUBLAS_CHECK(cublas_lt_library().matrix_layout_set_attribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                              &stride, sizeof stride));
+            lt_.matrix_layout_set_attribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+        DLBENCH_CUBLAS_CHECK(lt_.matrix_layout_set_attribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                             &stride, sizeof stride));
       }
     }
     shape_ = (batch.count > 1 ? std::to_string(batch.count) + " x " : std::string()) + std::to_string(m) + "x" +
              std::to_string(n) + "x" + std::to_string(k);
   }
   ~Gemm() {
-    cublas_lt_library().matrix_layout_destroy(c_);
-    cublas_lt_library().matrix_layout_destroy(b_);
-    cublas_lt_library().matrix_layout_destroy(a_);
-    cublas_lt_library().matmul_desc_destroy(desc_);
+    lt_.matrix_layout_destroy(c_);
+    lt_.matrix_layout_destroy(b_);
+    lt_.matrix_layout_destroy(a_);
+    lt_.matmul_desc_destroy(desc_);
   }
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -106,34 +106,35 @@ class Gemm {
     if (less_aligned && !choose(alignments)) return false;
     if (bias != nullptr) {
       DLBENCH_CUBLAS_CHECK(
-          cublas_lt_library().matmul_desc_set_attribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+          lt_.matmul_desc_set_attribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
-    DLBENCH_CUBLAS_CHECK(cublas_lt_library().matmul(backend_.cublas_lt(), desc_, &alpha_, a, a_, b, b_, &kZero, c, c_, c, c_,
-                                        &algorithm_, backend_.workspace(workspace_), workspace_, backend_.stream()));
+    DLBENCH_CUBLAS_CHECK(lt_.matmul(backend_.cublas_lt(), desc_, &alpha_, a, a_, b, b_, &kZero, c, c_, c, c_,
+                                    &algorithm_, backend_.workspace(workspace_), workspace_, backend_.stream()));
     return true;
   }
 
  private:
   bool choose(const std::array<std::uint32_t, 4>& alignments) {
     cublasLtMatmulPreference_t preference = nullptr;
-    DLBENCH_CUBLAS_CHECK(cublas_lt_library().matmul_preference_create(&preference));
+    DLBENCH_CUBLAS_CHECK(lt_.matmul_preference_create(&preference));
     const std::size_t limit = kWorkspaceLimit;
     cublasStatus_t status =
-        cublas_lt_library().matmul_preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof limit);
+        lt_.matmul_preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof limit);
     const cublasLtMatmulPreferenceAttributes_t attributes[] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     const std::uint32_t output_alignment = std::min(alignments[2], alignments[3]);  // C, D and the bias
     const std::uint32_t values[] = {alignments[0], alignments[1], output_alignment, output_alignment};
     for (int i = 0; i < 4 && status == CUBLAS_STATUS_SUCCESS; ++i) {
-      status = cublas_lt_library().matmul_preference_set_attribute(preference, attributes[i], &values[i], sizeof values[i]);
+      status = lt_.matmul_preference_set_attribute(preference, attributes[i], &values[i], sizeof values[i]);
     }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     if (status == CUBLAS_STATUS_SUCCESS) {
-      status = cublas_lt_library().matmul_algo_get_heuristic(backend_.cublas_lt(), desc_, a_, b_, c_, c_, preference, 1, &result, &found);
+      status =
+          lt_.matmul_algo_get_heuristic(backend_.cublas_lt(), desc_, a_, b_, c_, c_, preference, 1, &result, &found);
     }
-    cublas_lt_library().matmul_preference_destroy(preference);
+    lt_.matmul_preference_destroy(preference);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;  // how some versions say "none"
     DLBENCH_CUBLAS_CHECK(status);
     if (found == 0) return false;
@@ -146,6 +147,8 @@ class Gemm {
 
   static constexpr std::size_t kWorkspaceLimit = std::size_t{32} << 20;
   CudaBackend& backend_;
+  // cuBLASLt's functions, opened once per process (cuda/cublas_lt_library.hpp).
+  const CublasLtLibrary& lt_;
   float alpha_ = 1.0f;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
