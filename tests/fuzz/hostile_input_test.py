@@ -14,9 +14,9 @@ cityscapes` and `--data bertpretraining`.
 Bounds (core/include/dlbench/core/yaml.hpp documents the limits that keep them): at most
 2 s of CPU time per input, and a peak RSS at most 256 MiB above what the program takes to start
 (its --help: about 4 MiB for dlbench, about 19 MiB for a CUDA build's dlbench-worker, which
-opens cuBLASLt only for a CUDA backend); a 20 s wall clock catches a hang. Programs are started by a small runner process
-that exists before the corpus does, because a child's peak RSS includes its parent's pages at
-fork time.
+opens cuBLASLt only for a CUDA backend); a 20 s wall clock catches a hang. Programs are started
+by a small runner process that exists before the corpus does, because a child's peak RSS
+includes its parent's pages at fork time.
 
 Usage: hostile_input_test.py DLBENCH DLBENCH_WORKER
 """
