@@ -41,7 +41,7 @@ if [[ $profile == test ]]; then
     python3-yaml                                     # tests/charts: reads what helm renders
     prometheus                                       # tests: a real Prometheus scrapes the worker; promtool
     mmdebstrap                                       # tests/fresh: a minimal bookworm root for the README's first command
-    buildah podman runc                              # tests/images: build and run the images (vfs, chroot isolation, runc)
+    buildah podman runc                              # tests/images: build and run the images (overlay or vfs, chroot isolation, runc)
     python3-torch python3-torchvision                # tests/command, bench/: PyTorch 1.13 as engine: command's real peer
     libopenblas0-openmp                              # torch's fp32 linear layers and bmm: OpenBLAS, not the reference BLAS
     python3-pil python3-numpy                        # tests/input: generated JPEG data sets, torchvision as the golden reference

@@ -11,19 +11,24 @@ engine: command: the worker image's `dlbench-exec --install` fills a volume, as 
 init container does, and the shim runs a case in an image that is not dlbench's (plain
 debian:bookworm-slim, none of dlbench's libraries).
 
-The base images debian:bookworm and debian:bookworm-slim are imported from the same minimal
-bookworm tarball the fresh-machine check uses when they are not in local storage (no image
-registry is reachable here). Debian's .deb files the builds download are cached between runs.
+Storage: the test keeps its own image store under the fresh check's cache directory, apart from
+the machine's images, in the kernel's overlay filesystem where a container starts on it (podman's
+default driver: a layer is what changed, a container a mount) and in vfs where it does not (every
+layer and every container a whole copy; DLBENCH_IMAGES_STORAGE=vfs|overlay chooses). The base
+images debian:bookworm and debian:bookworm-slim are imported from the same minimal bookworm
+tarball the fresh-machine check uses (no image registry is reachable here). Debian's .deb files
+the builds download are cached between runs, and so is what the last run built: its images and
+its build stages stay tagged, the next run's layer cache, and whatever no tag reaches is removed.
 
-Usage: images_test.py [--keep-images]
+Usage: images_test.py
 """
-import datetime
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,14 +36,18 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "fresh"))
 import fresh_machine_test  # noqa: E402  (the shared minbase tarball)
 
-STORAGE = ["--storage-driver", "vfs"]
+STORE = os.path.join(fresh_machine_test.CACHE, "containers")
+STORAGE = []  # podman's and buildah's storage options: choose_storage() sets them
 OPERATOR = "localhost/dlbench-operator:test"
 WORKER = "localhost/dlbench-worker:test-cpu"
+BASE_IMAGES = ["docker.io/library/debian:bookworm", "docker.io/library/debian:bookworm-slim"]
+# The build stages the images copy from: tagged, so that the next run finds their layers.
+BUILD_STAGES = [("operator.Dockerfile", "build", "localhost/dlbench-images-test-cache:operator-build"),
+                ("worker.Dockerfile", "build-cpu", "localhost/dlbench-images-test-cache:worker-build-cpu")]
 # Podman's default ulimits exceed what this kind of sandbox grants; a container inherits ours.
 ENV = dict(os.environ, CONTAINERS_CONF=os.path.join(HERE, "containers.conf"))
-STARTED = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-# vfs storage copies every layer whole: each run's intermediate layers (buildah --layers, the
-# cache of the next run) take about 1.5 GB. Below this much free space, older ones go first.
+# The layers one run keeps take about 1.5 GB in overlay and several times that in vfs. Below this
+# much free space, the test starts from an empty store.
 MIN_FREE_BYTES = 10 << 30
 
 
@@ -59,14 +68,42 @@ def run_in(image, *args, entrypoint=None, user=None, check=True):
     return podman("run", "--rm", "--network", "host", "--ulimit", "host", *extra, image, *args, check=check)
 
 
+def storage_options(driver):
+    return ["--root", os.path.join(STORE, driver), "--runroot", f"/run/dlbench-images-test/{driver}",
+            "--storage-driver", driver]
+
+
+def choose_storage():
+    """Overlay where a container starts on it here, else vfs; the driver chosen."""
+    forced = os.environ.get("DLBENCH_IMAGES_STORAGE")
+    if forced not in (None, "", "overlay", "vfs"):
+        raise SystemExit(f"DLBENCH_IMAGES_STORAGE={forced}: allowed values are overlay and vfs")
+    drivers = [forced] if forced else ["overlay", "vfs"]
+    for driver in drivers:
+        STORAGE[:] = storage_options(driver)
+        try:
+            if storage_free_bytes() < MIN_FREE_BYTES:
+                print(f"images: under {MIN_FREE_BYTES >> 30} GiB free for {STORE}: removing its {driver} images",
+                      file=sys.stderr)
+                podman("rmi", "--all", "--force", check=False)
+            ensure_base_images()
+            run_in(BASE_IMAGES[1], "true")
+            return driver
+        except AssertionError as error:
+            if driver == drivers[-1]:
+                raise
+            print(f"images: {driver} storage does not run a container here, so {drivers[-1]}:\n{error}",
+                  file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
 def ensure_base_images():
     have = podman("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
-    wanted = ["docker.io/library/debian:bookworm", "docker.io/library/debian:bookworm-slim"]
-    if all(w in have for w in wanted):
+    if all(w in have for w in BASE_IMAGES):
         return
     fresh_machine_test.ensure_tarball()
-    podman("import", fresh_machine_test.TARBALL, wanted[0])
-    podman("tag", wanted[0], wanted[1])
+    podman("import", fresh_machine_test.TARBALL, BASE_IMAGES[0])
+    podman("tag", BASE_IMAGES[0], BASE_IMAGES[1])
 
 
 def build(dockerfile, tag, target=None):
@@ -77,7 +114,10 @@ def build(dockerfile, tag, target=None):
             "-t", tag]
     if target:
         argv += ["--target", target]
-    sh(*argv, ROOT, timeout=3000)
+    started = time.monotonic()
+    result = sh(*argv, ROOT, timeout=3000)
+    cached = result.stdout.count("Using cache")
+    print(f"images: {tag} built in {time.monotonic() - started:.0f} s ({cached} steps from the cache)", file=sys.stderr)
 
 
 def unresolved_libraries(image, *programs):
@@ -85,15 +125,17 @@ def unresolved_libraries(image, *programs):
     return run_in(image, "-c", script, entrypoint="/bin/sh", user="0").stdout.strip()
 
 
-def prune_layers(before=None):
-    """Removes unnamed (dangling) images: intermediate layers of earlier builds. With `before`,
-    only those created before it, so that this run's layers stay as the next run's cache."""
-    argv = ["image", "prune", "--force"] + (["--filter", f"until={before}"] if before else [])
-    podman(*argv, check=False)
+def remove_what_no_tag_reaches():
+    """Earlier runs' images and layers: once this run's tags point elsewhere, nothing reaches them.
+    A prune removes untagged images without children, so each round frees the next layer down."""
+    for _ in range(64):
+        removed = podman("image", "prune", "--force", check=False).stdout.split()
+        if not removed:
+            return
 
 
 def storage_free_bytes():
-    root = podman("info", "--format", "{{.Store.GraphRoot}}", check=False).stdout.strip() or "/var/lib/containers"
+    root = STORE
     while not os.path.exists(root):
         root = os.path.dirname(root)
     return shutil.disk_usage(root).free
@@ -102,13 +144,11 @@ def storage_free_bytes():
 class Images(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if storage_free_bytes() < MIN_FREE_BYTES:
-            print(f"images: under {MIN_FREE_BYTES >> 30} GiB free for container storage: removing cached layers",
-                  file=sys.stderr)
-            prune_layers()
-        ensure_base_images()
+        print(f"images: {choose_storage()} storage in {STORE}", file=sys.stderr)
         build("operator.Dockerfile", OPERATOR)
         build("worker.Dockerfile", WORKER, target="cpu")
+        for dockerfile, stage, tag in BUILD_STAGES:  # every layer is in the cache by now
+            build(dockerfile, tag, target=stage)
 
     def test_operator_image_runs_as_65532_with_every_library(self):
         config = json.loads(podman("image", "inspect", OPERATOR).stdout)[0]["Config"]
@@ -203,18 +243,13 @@ def run_in_with_volume(image, volume, *args, env=()):
 
 
 if __name__ == "__main__":
-    keep = "--keep-images" in sys.argv
-    if keep:
-        sys.argv.remove("--keep-images")
     if os.geteuid() != 0:
-        print("SKIPPED: building and running images needs root (vfs storage, chroot isolation)")
+        print("SKIPPED: building and running images needs root (container storage, chroot isolation)")
         sys.exit(0)
     missing = [t for t in ("buildah", "podman", "runc") if shutil.which(t) is None]
     if missing:
         sys.exit(f"not found: {', '.join(missing)} (./scripts/install-deps.sh --test)")
     result = unittest.main(verbosity=2, exit=False).result
-    if not keep:
-        for image in (OPERATOR, WORKER):
-            podman("rmi", "--ignore", image, check=False)
-    prune_layers(before=STARTED)  # earlier runs' layers: storage stays about one run's size
+    if STORAGE:
+        remove_what_no_tag_reaches()  # the store keeps one run: this one
     sys.exit(0 if result.wasSuccessful() else 1)
