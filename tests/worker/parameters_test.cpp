@@ -1,0 +1,151 @@
+// ParameterStore::initialize draws every parameter on all OpenMP threads, a large one split into
+// ranges whose generators skip ahead. The weights must be the ones a single pass drew before
+// (seeded runs, recorded steps and resumed runs depend on them): here they are compared bit for
+// bit with that pass, kept below as it was, with std::uniform_real_distribution.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_backend.hpp"
+#include "parameters.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+// The single pass of every rule, as ParameterStore::initialize drew until 2026-11-30.
+std::vector<float> sequential_draw(const Parameter& p, std::size_t index, std::uint64_t seed) {
+  std::vector<float> host(static_cast<std::size_t>(p.value.numel()), 0.0f);
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + index);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  const auto normal = [&](double stddev) {
+    const double u1 = 1.0 - uniform(rng), u2 = uniform(rng);
+    return stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  };
+  switch (p.init) {
+    case ParameterInit::kaiming_normal_fan_out: {
+      const double stddev = std::sqrt(2.0 / static_cast<double>(p.fan_out));
+      for (float& v : host) v = static_cast<float>(normal(stddev));
+      break;
+    }
+    case ParameterInit::linear_default: {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(p.fan_in));
+      for (float& v : host) v = static_cast<float>((2.0 * uniform(rng) - 1.0) * bound);
+      break;
+    }
+    case ParameterInit::normal_0_01:
+      for (float& v : host) v = static_cast<float>(normal(0.01));
+      break;
+    case ParameterInit::truncated_normal:
+      for (float& v : host) {
+        double draw = normal(p.init_std);
+        while (std::fabs(draw) > 2.0) draw = normal(p.init_std);
+        v = static_cast<float>(draw);
+      }
+      break;
+    case ParameterInit::normal:
+      for (float& v : host) v = static_cast<float>(normal(p.init_std));
+      break;
+    case ParameterInit::zeros: break;
+    case ParameterInit::ones:
+      for (float& v : host) v = 1.0f;
+      break;
+  }
+  return host;
+}
+
+Parameter parameter(std::string name, std::int64_t values, ParameterInit init, float init_std = 0.0f) {
+  Parameter p;
+  p.name = std::move(name);
+  p.value.shape = Shape(values);
+  p.init = init;
+  p.fan_in = 300;
+  p.fan_out = 1200;
+  p.init_std = init_std;
+  return p;
+}
+
+// Every rule, small parameters beside large ones (split over the threads from 64K values each),
+// sizes that no thread count divides, and a truncated normal whose std makes a third of its
+// draws fall outside [-2, 2]: more values than one group of the host buffer (16M) holds.
+std::vector<Parameter> every_rule() {
+  std::vector<Parameter> ps;
+  ps.push_back(parameter("conv.weight", 1'000'003, ParameterInit::kaiming_normal_fan_out));
+  ps.push_back(parameter("bn.weight", 77, ParameterInit::ones));
+  ps.push_back(parameter("bn.bias", 77, ParameterInit::zeros));
+  ps.push_back(parameter("fc.weight", 9'000'001, ParameterInit::linear_default));
+  ps.push_back(parameter("fc.bias", 131'071, ParameterInit::linear_default));
+  ps.push_back(parameter("inception.weight", 400'009, ParameterInit::truncated_normal, 2.0f));
+  ps.push_back(parameter("classifier.weight", 8'400'017, ParameterInit::normal_0_01));
+  ps.push_back(parameter("embeddings.weight", 262'147, ParameterInit::normal, 0.02f));
+  ps.push_back(parameter("empty", 0, ParameterInit::normal, 0.02f));
+  ps.push_back(parameter("tiny", 3, ParameterInit::kaiming_normal_fan_out));
+  return ps;
+}
+
+class ParameterDraw : public ::testing::TestWithParam<int> {};
+
+TEST_P(ParameterDraw, EveryRuleDrawsBitForBitWhatASinglePassDrew) {
+  const int threads = GetParam();
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  CpuBackend backend(threads);
+  std::vector<Parameter> ps = every_rule();
+  std::vector<Parameter*> pointers;
+  for (Parameter& p : ps) pointers.push_back(&p);
+  ParameterStore store;
+  store.bind(pointers, backend);
+  constexpr std::uint64_t seed = 20261130;
+  store.initialize(seed, backend);
+  omp_set_num_threads(before);
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const std::vector<float> expected = sequential_draw(ps[i], i, seed);
+    const auto* got = static_cast<const float*>(ps[i].value.data);
+    std::size_t first_difference = expected.size();
+    for (std::size_t k = 0; k < expected.size(); ++k) {
+      if (std::memcmp(&got[k], &expected[k], sizeof(float)) != 0) {
+        first_difference = k;
+        break;
+      }
+    }
+    EXPECT_EQ(first_difference, expected.size())
+        << ps[i].name << " on " << threads << " threads: value " << first_difference << " is "
+        << (first_difference < expected.size() ? got[first_difference] : 0.0f) << ", the single pass drew "
+        << (first_difference < expected.size() ? expected[first_difference] : 0.0f);
+  }
+  // The padding after each parameter stays zero.
+  const float* values = store.values();
+  for (const Parameter& p : ps) {
+    const std::int64_t end = p.offset + p.value.numel();
+    for (std::int64_t k = end; k < p.offset + padded_parameter_elements(p.value.numel()); ++k) {
+      ASSERT_EQ(values[k], 0.0f) << "padding after " << p.name;
+    }
+  }
+}
+
+// One thread (no split), CI's two, and counts that divide nothing here.
+INSTANTIATE_TEST_SUITE_P(Threads, ParameterDraw, ::testing::Values(1, 2, 3, 7));
+
+TEST(ParameterDraw, AnotherSeedOrIndexDrawsOtherValues) {
+  CpuBackend backend(1);
+  std::vector<Parameter> ps{parameter("a", 1000, ParameterInit::normal, 0.02f),
+                            parameter("b", 1000, ParameterInit::normal, 0.02f)};
+  std::vector<Parameter*> pointers{&ps[0], &ps[1]};
+  ParameterStore store;
+  store.bind(pointers, backend);
+  store.initialize(1, backend);
+  const std::vector<float> a(store.values(), store.values() + 1000);
+  const std::vector<float> b(store.values() + ps[1].offset, store.values() + ps[1].offset + 1000);
+  EXPECT_NE(a, b) << "two parameters drew the same values";
+  store.initialize(2, backend);
+  EXPECT_NE(std::vector<float>(store.values(), store.values() + 1000), a) << "another seed drew the same values";
+}
+
+}  // namespace
+}  // namespace dlbench::worker
