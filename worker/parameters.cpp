@@ -127,14 +127,18 @@ struct FillRange {
 
 void ParameterStore::initialize(std::uint64_t seed, Backend& backend) {
   // The values are drawn on the host by every OpenMP thread: parameters side by side, and a large
-  // one split into one range per thread (a range's generator skips what the ranges before it
-  // draw: one pass of the generator, none of the logarithms and cosines). One thread drew VGG16's
-  // classifier.0.weight, 102 million values, in 10 s.
+  // one split into one range per thread, 16 at most (a range's generator skips what the ranges
+  // before it draw: one pass of the generator, none of the logarithms and cosines). One thread
+  // drew VGG16's classifier.0.weight, 102 million values, in 10 s.
   // The host buffer holds a group of consecutive parameters, as many values as the largest one
   // (16M at least); the backend's copies run on this thread, one parameter at a time, in order.
   const int threads = std::max(1, omp_get_max_threads());
   constexpr std::int64_t kMinimumGroupValues = std::int64_t{1} << 24;
   constexpr std::int64_t kMinimumRangeValues = std::int64_t{1} << 16;
+  // Range k skips k ranges' draws, so P ranges cost P/2 extra passes of the generator (each a small
+  // part of what drawing the values costs): at most 16, where a GPU node's ranks each see every core.
+  constexpr std::int64_t kMaximumRanges = 16;
+  const std::int64_t split_into = std::min<std::int64_t>(threads, kMaximumRanges);
   std::int64_t capacity = kMinimumGroupValues;
   for (const Parameter* p : parameters_) capacity = std::max(capacity, p->value.numel());
   // Not zeroed: every value is written before it is copied, and the page faults of the first
@@ -148,8 +152,8 @@ void ParameterStore::initialize(std::uint64_t seed, Backend& backend) {
     ranges.clear();
     for (; last < parameters_.size() && used + parameters_[last]->value.numel() <= capacity; ++last) {
       const std::int64_t n = parameters_[last]->value.numel();
-      const bool split = draws_per_value(parameters_[last]->init) > 0 && n >= threads * kMinimumRangeValues;
-      const std::int64_t pieces = split ? threads : 1;
+      const bool split = draws_per_value(parameters_[last]->init) > 0 && n >= split_into * kMinimumRangeValues;
+      const std::int64_t pieces = split ? split_into : 1;
       for (std::int64_t piece = 0; piece < pieces; ++piece) {
         const std::int64_t begin = n * piece / pieces, end = n * (piece + 1) / pieces;
         ranges.push_back({last, begin, end, used + begin});

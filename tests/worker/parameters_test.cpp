@@ -129,8 +129,9 @@ TEST_P(ParameterDraw, EveryRuleDrawsBitForBitWhatASinglePassDrew) {
   }
 }
 
-// One thread (no split), CI's two, and counts that divide nothing here.
-INSTANTIATE_TEST_SUITE_P(Threads, ParameterDraw, ::testing::Values(1, 2, 3, 7));
+// One thread (no split), CI's two, counts that divide nothing here, and more threads than a
+// parameter is split into (16).
+INSTANTIATE_TEST_SUITE_P(Threads, ParameterDraw, ::testing::Values(1, 2, 3, 7, 20));
 
 TEST(ParameterDraw, AnotherSeedOrIndexDrawsOtherValues) {
   CpuBackend backend(1);
