@@ -58,13 +58,14 @@ std::vector<float> download(Backend& backend, const float* device, std::int64_t 
 }
 
 void Trainer::setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
+                              InitialWeights weights,
                               const std::function<std::int64_t(const Tensor&)>& label_count_for_output,
                               std::int64_t max_predictions) {
   if (const auto why = backend_.cannot_compute(activations)) throw std::invalid_argument(*why);
   std::vector<Parameter*> params;
   network_->collect_parameters(params);
   parameters_.bind(std::move(params), backend_);
-  parameters_.initialize(context_.seed, backend_);
+  if (weights == InitialWeights::drawn) parameters_.initialize(context_.seed, backend_);
 
   input_ = input_dtype == DType::int32 ? activation(input, Layout::plain, DType::int32)
                                        : activation(input, backend_.activation_layout(), activations);
@@ -84,10 +85,11 @@ void Trainer::setup_network(const Shape& input, DType input_dtype, DType activat
 }
 
 Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
-                 SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank, MemoryReuse reuse, DType activations)
+                 SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank, MemoryReuse reuse, DType activations,
+                 InitialWeights weights)
     : backend_(backend), network_(std::move(network)), sgd_(sgd), context_{backend, seed, 0, {}} {
   bool segments = false;
-  setup_network(input, activations, activations, reuse, [&](const Tensor& logits) {
+  setup_network(input, activations, activations, reuse, weights, [&](const Tensor& logits) {
     const bool classifies = logits.shape.rank == 2 && logits.shape.n() == input.n() && logits.shape.c() == num_classes;
     segments = logits.shape.rank == 4 && logits.shape.n() == input.n() && logits.shape.c() == num_classes &&
                logits.shape.h() == input.h() && logits.shape.w() == input.w();
@@ -123,7 +125,7 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Sh
 
 Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, PretrainingBatchLayout batch,
                  std::int64_t vocabulary, SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank,
-                 MemoryReuse reuse, DType activations)
+                 MemoryReuse reuse, DType activations, InitialWeights weights)
     : backend_(backend), network_(std::move(network)), sgd_(sgd), context_{backend, seed, 0, {}} {
   if (const auto why = backend_.cannot_run_transformers()) throw std::invalid_argument(*why);
   if (batch.sequences < 1 || batch.tokens < kMinimumPretrainingTokens) {
@@ -131,7 +133,7 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, Pretrain
                                 " or more tokens, not " + std::to_string(batch.sequences) + " × " +
                                 std::to_string(batch.tokens));
   }
-  setup_network(Shape(batch.sequences, batch.tokens), DType::int32, activations, reuse, [&](const Tensor& logits) {
+  setup_network(Shape(batch.sequences, batch.tokens), DType::int32, activations, reuse, weights, [&](const Tensor& logits) {
     if (logits.shape != Shape(batch.sequences, 2)) {
       throw std::invalid_argument("network output " + logits.shape.to_string() + " is not (sequences, 2) next-sentence logits");
     }

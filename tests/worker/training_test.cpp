@@ -245,6 +245,27 @@ TEST(Training, EveryParameterStartsOnA256ByteBoundaryAndThePaddingStaysZero) {
   }
 }
 
+// Weights the caller sets (--init-from's) are not drawn first: the store starts at zero, and once
+// the drawn trainer's values are copied in, both train the same batch to the same losses.
+TEST(Training, WeightsSetByTheCallerAreNotDrawnAndTrainAsDrawnOnesDo) {
+  CpuBackend backend(2);
+  const Shape input(4, 3, 16, 16);
+  Trainer drawn(backend, small_conv_net(), input, 10, {0.05f, 0.9f, 0.0f}, 5);
+  Trainer loaded(backend, small_conv_net(), input, 10, {0.05f, 0.9f, 0.0f}, 5, 0, MemoryReuse::lifetime, DType::fp32,
+                 InitialWeights::set_by_caller);
+  const ParameterStore& from = drawn.parameters();
+  const ParameterStore& to = loaded.parameters();
+  ASSERT_EQ(from.elements(), to.elements());
+  const auto elements = static_cast<std::size_t>(to.elements());
+  ASSERT_TRUE(std::any_of(from.values(), from.values() + elements, [](float v) { return v != 0.0f; }));
+  EXPECT_TRUE(std::all_of(to.values(), to.values() + elements, [](float v) { return v == 0.0f; }))
+      << "weights left to the caller were drawn anyway";
+  std::copy_n(from.values(), elements, to.values());
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_EQ(drawn.step_and_loss(), loaded.step_and_loss()) << "step " << step;
+  }
+}
+
 // Same seed and threads: the same bits, step after step; another seed: other weights and another
 // loss trajectory. The learning rate is small enough that the model cannot memorise its batch
 // in these steps: at lr 0.1 on 2 samples the loss reaches exactly 0.0 for every seed on CPUs

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
 #include "cpu/cpu_backend.hpp"
 #include "models/bert.hpp"
@@ -71,16 +72,21 @@ std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int ran
   const SgdConfig sgd{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
                       static_cast<float>(o.weight_decay), warmup};
   const MemoryReuse reuse = keep_every_buffer ? MemoryReuse::none : o.memory_plan;
+  // --init-from's file is read before the model is built (a file that is no weights file fails at
+  // once), and its values replace the seed's: none are drawn.
+  std::optional<WeightsFile> initial_file;
+  if (!o.init_from.empty()) initial_file = read_weights_file(o.init_from);
+  const InitialWeights weights = initial_file ? InitialWeights::set_by_caller : InitialWeights::drawn;
   std::unique_ptr<Trainer> trainer;
   if (model.sequences) {
     if (const auto why = device.cannot_run_transformers()) throw Unsupported(*why);
     trainer = std::make_unique<Trainer>(device, build_model(o.model), PretrainingBatchLayout{o.batch_size, o.sequence_length, max_predictions},
                                         model.classes, sgd, o.seed, static_cast<std::uint64_t>(rank), reuse,
-                                        activation_dtype(o.precision));
+                                        activation_dtype(o.precision), weights);
   } else {
     trainer = std::make_unique<Trainer>(device, build_model(o.model, model.classes),
                                         Shape(o.batch_size, 3, o.image_height, o.image_width), model.classes, sgd, o.seed,
-                                        static_cast<std::uint64_t>(rank), reuse, activation_dtype(o.precision));
+                                        static_cast<std::uint64_t>(rank), reuse, activation_dtype(o.precision), weights);
   }
   if (o.optimizer != OptimizerName::sgd) {
     if (const auto why = device.cannot_run_transformers()) throw Unsupported(std::string(to_string(o.optimizer)) + ": " + *why);
@@ -93,7 +99,7 @@ std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int ran
     }
   }
   if (uses_loss_scaling(o.precision)) trainer->use_loss_scaling({});
-  if (!o.init_from.empty()) load_parameters(read_weights_file(o.init_from), o.init_from, trainer->parameters(), device);
+  if (initial_file) load_parameters(*initial_file, o.init_from, trainer->parameters(), device);
   return trainer;
 }
 
