@@ -3,7 +3,9 @@
 network (tests/golden/reference_models.py's BertForPreTraining: HuggingFace's layout, masked LM on
 the masked positions only, next sentence), batch, sequence length, threads, synthetic data and
 AdamW after global-norm clipping. Rounds alternate the engines (A B A B ...); each run is its own
-process (warm-up steps, then timed steps: sequences/s), its peak resident set from wait4().
+process (warm-up steps, then timed steps: sequences/s), its peak resident set from wait4(). PyTorch
+runs twice a round: as it comes, and on transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1,
+bench_process.py): it frees its tensors every step, and each step's large ones are fresh pages again.
 
 Where the time goes, from one more run of each after the rounds:
   dlbench: ONEDNN_VERBOSE's per-primitive execution times, summed by kind (matmul and
@@ -30,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench_process import machine, run_measured
+from bench_process import PYTORCH_HUGE_PAGES, huge_pages_environment, machine, run_measured
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -53,12 +55,13 @@ def dlbench(worker, args, work):
     return result["throughput"]["median"], rss
 
 
-def pytorch(python, args, profile=False):
+def pytorch(python, args, profile=False, huge_pages=False):
     """bench/pytorch_bert.py on the CPU: (its JSON line, peak resident bytes)."""
     command = [python, os.path.join(HERE, "pytorch_bert.py"), "--device", "cpu", "--batch", str(args.batch),
                "--sequence-length", str(args.sequence_length), "--precision", args.precision, "--warmup",
                str(args.warmup), "--measure", str(args.measure), "--repeats", "1", "--threads", str(args.threads)]
-    out, rss = run_measured(command + (["--profile", str(args.measure)] if profile else []))
+    out, rss = run_measured(command + (["--profile", str(args.measure)] if profile else []),
+                            huge_pages_environment() if huge_pages else None)
     return json.loads(out.strip().splitlines()[-1]), rss
 
 
@@ -98,18 +101,23 @@ def main():
     ours = f"dlbench-worker {args.precision}"
     theirs = ("PyTorch 1.13 fp32" if args.precision == "fp32" else "PyTorch 1.13 bf16 autocast") + \
         " (plain BertForPreTraining)"
-    rows = {ours: ([], []), theirs: ([], [])}
+    theirs_on_huge_pages = f"{theirs}, {PYTORCH_HUGE_PAGES}"
+    rows = {ours: ([], []), theirs: ([], []), theirs_on_huge_pages: ([], [])}
     with tempfile.TemporaryDirectory(prefix="dlbench-bench-") as work:
         for round_ in range(args.rounds):
             speed, rss = dlbench(worker, args, work)
             rows[ours][0].append(speed)
             rows[ours][1].append(rss)
-            line, rss = pytorch(args.python, args)
-            rows[theirs][0].append(line["median"])
-            rows[theirs][1].append(rss)
-            print(f"round {round_ + 1}: dlbench {speed:.2f}, PyTorch {line['median']:.2f} sequences/s", file=sys.stderr)
+            said = [f"dlbench {speed:.2f}"]
+            for name, huge_pages in ((theirs, False), (theirs_on_huge_pages, True)):
+                line, rss = pytorch(args.python, args, huge_pages=huge_pages)
+                rows[name][0].append(line["median"])
+                rows[name][1].append(rss)
+                said.append(f"PyTorch{' on huge pages' if huge_pages else ''} {line['median']:.2f}")
+            print(f"round {round_ + 1}: " + ", ".join(said) + " sequences/s", file=sys.stderr)
         measured, by_kind = dlbench_time_split(worker, args, work)
-        profiled = pytorch(args.python, args, profile=True)[0]
+        # PyTorch's profile on huge pages: the peer the ratios below take.
+        profiled = pytorch(args.python, args, profile=True, huge_pages=True)[0]
         kinds = {k["kind"]: k["seconds"] for k in profiled["profile"]["kinds"]}
         torch_wall, torch_matmul = (profiled["profile"]["stepSeconds"] * args.measure,
                                    kinds.get("linear", 0.0) * args.measure)
@@ -126,16 +134,19 @@ def main():
     for name, (speeds, rss) in rows.items():
         print(f"| {name} | {statistics.median(speeds):.2f} ({min(speeds):.2f}–{max(speeds):.2f}) | "
               f"{statistics.median(rss) / 2**30:.2f} |")
-    our_speed, their_speed = (statistics.median(v[0]) for v in rows.values())
-    our_rss, their_rss = (statistics.median(v[1]) for v in rows.values())
-    print(f"\n- dlbench-worker {our_speed / their_speed:.2f}× PyTorch's speed, {our_rss / their_rss:.2f}× its peak RSS.")
+    our_speed, our_rss = (statistics.median(v) for v in rows[ours])
+    print()
+    for name, on in ((theirs_on_huge_pages, "on huge pages"), (theirs, "as it comes")):
+        their_speed, their_rss = (statistics.median(v) for v in rows[name])
+        print(f"- dlbench-worker {our_speed / their_speed:.2f}× PyTorch's speed {on}, {our_rss / their_rss:.2f}× its "
+              f"peak RSS.")
     matmul = by_kind["matmul"] + by_kind["inner_product"]
     onednn = sum(by_kind.values())
     print(f"- dlbench's timed steps ({measured:.2f} s, one verbose run): matrix products (oneDNN matmul and "
           f"inner_product) {100 * matmul / measured:.0f}%, other oneDNN primitives {100 * (onednn - matmul) / measured:.0f}% "
           f"({', '.join(f'{k} {100 * v / measured:.0f}%' for k, v in by_kind.most_common() if k not in ('matmul', 'inner_product'))}), "
           f"dlbench's own loops and the rest {100 * (measured - onednn) / measured:.0f}%.")
-    print(f"- PyTorch's timed steps ({torch_wall:.2f} s, profiled): matrix products (aten::addmm/mm/bmm) "
+    print(f"- PyTorch's timed steps on huge pages ({torch_wall:.2f} s, profiled): matrix products (aten::addmm/mm/bmm) "
           f"{100 * torch_matmul / torch_wall:.0f}%.")
 
 
