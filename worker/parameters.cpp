@@ -8,6 +8,8 @@
 #include <memory>
 #include <numbers>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "backend.hpp"
@@ -123,9 +125,43 @@ struct FillRange {
   std::int64_t host_offset;  // where the slice goes in the host buffer
 };
 
+// The values [begin, end) of a parameter that a share draws.
+struct OwnedValues {
+  std::int64_t begin = 0, end = 0;
+  std::int64_t count() const { return end - begin; }
+};
+
+// Each parameter's values that `share` owns: the intersection with the share's run of the
+// parameters' values laid end to end, or all or none of a parameter that is not split.
+std::vector<OwnedValues> owned_values(const std::vector<Parameter*>& parameters, std::int64_t total,
+                                      ParameterStore::Share share) {
+  const std::int64_t run_begin = total * share.share / share.shares;
+  const std::int64_t run_end = total * (share.share + 1) / share.shares;
+  std::vector<OwnedValues> owned;
+  owned.reserve(parameters.size());
+  std::int64_t start = 0;
+  for (const Parameter* p : parameters) {
+    const std::int64_t n = p->value.numel();
+    OwnedValues mine;
+    if (draws_per_value(p->init) > 0) {
+      mine.begin = std::clamp(run_begin - start, std::int64_t{0}, n);
+      mine.end = std::clamp(run_end - start, mine.begin, n);
+    } else if (start >= run_begin && start < run_end) {
+      mine.end = n;
+    }
+    owned.push_back(mine);
+    start += n;
+  }
+  return owned;
+}
+
 }  // namespace
 
-void ParameterStore::initialize(std::uint64_t seed, Backend& backend) {
+void ParameterStore::initialize(std::uint64_t seed, Backend& backend, Share share) {
+  if (share.shares < 1 || share.share < 0 || share.share >= share.shares) {
+    throw std::invalid_argument("parameter share " + std::to_string(share.share) + " of " +
+                                std::to_string(share.shares) + ": the share must be 0 to shares - 1");
+  }
   // The values are drawn on the host by every OpenMP thread: parameters side by side, and a large
   // one split into one range per thread, 16 at most (a range's generator skips what the ranges
   // before it draw: one pass of the generator, none of the logarithms and cosines). One thread
@@ -139,8 +175,9 @@ void ParameterStore::initialize(std::uint64_t seed, Backend& backend) {
   // part of what drawing the values costs): at most 16, where a GPU node's ranks each see every core.
   constexpr std::int64_t kMaximumRanges = 16;
   const std::int64_t split_into = std::min<std::int64_t>(threads, kMaximumRanges);
+  const std::vector<OwnedValues> owned = owned_values(parameters_, count_, share);
   std::int64_t capacity = kMinimumGroupValues;
-  for (const Parameter* p : parameters_) capacity = std::max(capacity, p->value.numel());
+  for (const OwnedValues& mine : owned) capacity = std::max(capacity, mine.count());
   // Not zeroed: every value is written before it is copied, and the page faults of the first
   // writes are taken by the drawing threads.
   const std::unique_ptr<float, decltype(&std::free)> host(
@@ -150,13 +187,15 @@ void ParameterStore::initialize(std::uint64_t seed, Backend& backend) {
     std::size_t last = first;
     std::int64_t used = 0;
     ranges.clear();
-    for (; last < parameters_.size() && used + parameters_[last]->value.numel() <= capacity; ++last) {
-      const std::int64_t n = parameters_[last]->value.numel();
+    for (; last < parameters_.size() && used + owned[last].count() <= capacity; ++last) {
+      const OwnedValues mine = owned[last];
+      const std::int64_t n = mine.count();
+      if (n == 0) continue;
       const bool split = draws_per_value(parameters_[last]->init) > 0 && n >= split_into * kMinimumRangeValues;
       const std::int64_t pieces = split ? split_into : 1;
       for (std::int64_t piece = 0; piece < pieces; ++piece) {
         const std::int64_t begin = n * piece / pieces, end = n * (piece + 1) / pieces;
-        ranges.push_back({last, begin, end, used + begin});
+        ranges.push_back({last, mine.begin + begin, mine.begin + end, used + begin});
       }
       used += n;
     }
@@ -168,10 +207,11 @@ void ParameterStore::initialize(std::uint64_t seed, Backend& backend) {
                   host.get() + range.host_offset);
     }
     for (std::int64_t offset = 0; first < last; ++first) {
-      const Parameter& p = *parameters_[first];
-      const auto bytes = static_cast<std::size_t>(p.value.numel()) * sizeof(float);
-      backend.copy_from_host(p.value.data, host.get() + offset, bytes);
-      offset += p.value.numel();
+      const OwnedValues mine = owned[first];
+      if (mine.count() == 0) continue;
+      backend.copy_from_host(static_cast<float*>(parameters_[first]->value.data) + mine.begin, host.get() + offset,
+                             static_cast<std::size_t>(mine.count()) * sizeof(float));
+      offset += mine.count();
     }
   }
 }

@@ -52,7 +52,17 @@ class ParameterStore {
   void bind(std::vector<Parameter*> parameters, Backend& backend);
   // Fills every value from its init rule with a generator seeded by `seed` and the
   // parameter's index: the same seed gives the same weights on every backend.
-  void initialize(std::uint64_t seed, Backend& backend);
+  void initialize(std::uint64_t seed, Backend& backend) { initialize(seed, backend, {}); }
+  // The values, in order over all parameters, cut into `shares` runs of about equal length: the
+  // ranks of a job each draw one (`share`) and sum them. A parameter that cannot be drawn from the
+  // middle (the truncated normal, whose draws per value vary) and the constant rules go whole to
+  // the share their first value falls in. Every value has exactly one owner whatever the threads,
+  // so that the sum over shares is the whole draw; what a share does not own is left as it is.
+  struct Share {
+    int share = 0;
+    int shares = 1;
+  };
+  void initialize(std::uint64_t seed, Backend& backend, Share share);
 
   const std::vector<Parameter*>& parameters() const { return parameters_; }
   // The parameters' values (what a model "has"), not counting the padding between them.

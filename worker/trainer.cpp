@@ -58,14 +58,14 @@ std::vector<float> download(Backend& backend, const float* device, std::int64_t 
 }
 
 void Trainer::setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
-                              InitialWeights weights,
+                              const InitialWeights& weights,
                               const std::function<std::int64_t(const Tensor&)>& label_count_for_output,
                               std::int64_t max_predictions) {
   if (const auto why = backend_.cannot_compute(activations)) throw std::invalid_argument(*why);
   std::vector<Parameter*> params;
   network_->collect_parameters(params);
   parameters_.bind(std::move(params), backend_);
-  if (weights == InitialWeights::drawn) parameters_.initialize(context_.seed, backend_);
+  if (weights.source == InitialWeights::Source::drawn) parameters_.initialize(context_.seed, backend_, weights.share);
 
   input_ = input_dtype == DType::int32 ? activation(input, Layout::plain, DType::int32)
                                        : activation(input, backend_.activation_layout(), activations);

@@ -52,10 +52,17 @@ void pad_pretraining_batch(const PretrainingBatchLayout& batch, const std::vecto
                            std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& labels,
                            std::int32_t padding_id = 0);
 
-// Where a trainer's first weights come from: drawn from its seed, or set by its caller before the
-// first step (--init-from's file). Set by the caller, the values start as zeros and nothing is
-// drawn: drawing VGG16's 138 million weights only to overwrite them cost seconds.
-enum class InitialWeights { drawn, set_by_caller };
+// Where a trainer's first weights come from: drawn from its seed, all of them or one share
+// (ParameterStore::Share: the ranks of a job each draw one and sum them), or set by its caller
+// before the first step (--init-from's file). What is not drawn starts as zeros: drawing VGG16's
+// 138 million weights only to overwrite them cost seconds.
+struct InitialWeights {
+  enum class Source { drawn, set_by_caller };
+  Source source = Source::drawn;
+  ParameterStore::Share share{};
+  static InitialWeights drawn(ParameterStore::Share share = {}) { return {Source::drawn, share}; }
+  static InitialWeights set_by_caller() { return {Source::set_by_caller, {}}; }
+};
 
 class Trainer {
  public:
@@ -69,7 +76,7 @@ class Trainer {
   Trainer(Backend& backend, std::unique_ptr<Sequential> network, const Shape& input, std::int64_t num_classes,
           SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0,
           MemoryReuse reuse = MemoryReuse::lifetime, DType activations = DType::fp32,
-          InitialWeights weights = InitialWeights::drawn);
+          InitialWeights weights = InitialWeights::drawn());
   // Pretraining on token sequences (BERT): the network takes int32 (sequences, tokens) token ids
   // and the labels block `batch` describes, and ends in (sequences, 2) next-sentence logits; its
   // masked-LM loss is a term of its own. The synthetic batch is drawn as NVIDIA's and Google's
@@ -78,7 +85,7 @@ class Trainer {
   Trainer(Backend& backend, std::unique_ptr<Sequential> network, PretrainingBatchLayout batch,
           std::int64_t vocabulary, SgdConfig sgd, std::uint64_t seed, std::uint64_t data_rank = 0,
           MemoryReuse reuse = MemoryReuse::lifetime, DType activations = DType::fp32,
-          InitialWeights weights = InitialWeights::drawn);
+          InitialWeights weights = InitialWeights::drawn());
   // Waits for a staged copy still reading host memory, which its owner may free next.
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -180,7 +187,7 @@ class Trainer {
   // it), the labels block and the memory plan;
   // what the network outputs decides the number of labels (label_count_for_output, which
   // throws for an output the trainer cannot train).
-  void setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse, InitialWeights weights,
+  void setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse, const InitialWeights& weights,
                        const std::function<std::int64_t(const Tensor&)>& label_count_for_output,
                        std::int64_t max_predictions = 0);
   void forward_and_loss();

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <numbers>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,77 @@ TEST_P(ParameterDraw, EveryRuleDrawsBitForBitWhatASinglePassDrew) {
 // One thread (no split), CI's two, counts that divide nothing here, and more threads than a
 // parameter is split into (16).
 INSTANTIATE_TEST_SUITE_P(Threads, ParameterDraw, ::testing::Values(1, 2, 3, 7, 20));
+
+// The ranks of a job each draw a share and sum them: every value is owned by exactly one share,
+// whatever each rank's threads, so the sum is the single pass bit for bit (a constant rule owned
+// twice would sum to 2, a value owned by none stay 0). Shares cut parameters of every rule, the
+// truncated normal goes whole to one, and more shares than some parameters have values.
+class ParameterShares : public ::testing::TestWithParam<int> {};
+
+TEST_P(ParameterShares, TheSharesSumToWhatASinglePassDrew) {
+  const int shares = GetParam();
+  const int before = omp_get_max_threads();
+  constexpr std::uint64_t seed = 20261201;
+  std::vector<Parameter> reference = every_rule();
+  std::vector<std::vector<float>> sum;
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    sum.emplace_back(static_cast<std::size_t>(reference[i].value.numel()), 0.0f);
+  }
+  std::int64_t drawn_by_more_than_one_thread_count = 0;
+  for (int share = 0; share < shares; ++share) {
+    const int threads = 1 + share % 3;  // ranks of one job need not have the same threads
+    omp_set_num_threads(threads);
+    CpuBackend backend(threads);
+    std::vector<Parameter> ps = every_rule();
+    std::vector<Parameter*> pointers;
+    for (Parameter& p : ps) pointers.push_back(&p);
+    ParameterStore store;
+    store.bind(pointers, backend);
+    store.initialize(seed, backend, {share, shares});
+    drawn_by_more_than_one_thread_count += threads > 1;
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      const auto* got = static_cast<const float*>(ps[i].value.data);
+      for (std::size_t k = 0; k < sum[i].size(); ++k) sum[i][k] += got[k];
+    }
+  }
+  omp_set_num_threads(before);
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    const std::vector<float> expected = sequential_draw(reference[i], i, seed);
+    std::size_t first_difference = expected.size();
+    for (std::size_t k = 0; k < expected.size(); ++k) {
+      if (std::memcmp(&sum[i][k], &expected[k], sizeof(float)) != 0) {
+        first_difference = k;
+        break;
+      }
+    }
+    EXPECT_EQ(first_difference, expected.size())
+        << reference[i].name << " in " << shares << " shares: value " << first_difference << " sums to "
+        << (first_difference < expected.size() ? sum[i][first_difference] : 0.0f) << ", the single pass drew "
+        << (first_difference < expected.size() ? expected[first_difference] : 0.0f);
+  }
+  if (shares > 1) {
+    EXPECT_GT(drawn_by_more_than_one_thread_count, 0) << "the premise: some share drawn on threads";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shares, ParameterShares, ::testing::Values(1, 2, 3, 8));
+
+TEST(ParameterDraw, AShareOutsideItsCountIsRefusedSayingSo) {
+  CpuBackend backend(1);
+  std::vector<Parameter> ps{parameter("a", 10, ParameterInit::normal, 0.02f)};
+  std::vector<Parameter*> pointers{&ps[0]};
+  ParameterStore store;
+  store.bind(pointers, backend);
+  for (const ParameterStore::Share bad : {ParameterStore::Share{2, 2}, ParameterStore::Share{-1, 2},
+                                          ParameterStore::Share{0, 0}}) {
+    try {
+      store.initialize(1, backend, bad);
+      ADD_FAILURE() << "share " << bad.share << " of " << bad.shares << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("the share must be 0 to shares - 1"), std::string::npos) << e.what();
+    }
+  }
+}
 
 TEST(ParameterDraw, AnotherSeedOrIndexDrawsOtherValues) {
   CpuBackend backend(1);

@@ -252,7 +252,7 @@ TEST(Training, WeightsSetByTheCallerAreNotDrawnAndTrainAsDrawnOnesDo) {
   const Shape input(4, 3, 16, 16);
   Trainer drawn(backend, small_conv_net(), input, 10, {0.05f, 0.9f, 0.0f}, 5);
   Trainer loaded(backend, small_conv_net(), input, 10, {0.05f, 0.9f, 0.0f}, 5, 0, MemoryReuse::lifetime, DType::fp32,
-                 InitialWeights::set_by_caller);
+                 InitialWeights::set_by_caller());
   const ParameterStore& from = drawn.parameters();
   const ParameterStore& to = loaded.parameters();
   ASSERT_EQ(from.elements(), to.elements());

@@ -66,7 +66,7 @@ std::optional<std::string> unsupported_step_graph(const Options& o, const Backen
 }
 
 std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer,
-                                      std::int64_t max_predictions) {
+                                      std::int64_t max_predictions, ParameterStore::Share share) {
   const ModelInfo model = model_info(o.model);
   const auto warmup = static_cast<std::uint64_t>(o.learning_rate_warmup_steps);
   const SgdConfig sgd{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
@@ -76,7 +76,7 @@ std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int ran
   // once), and its values replace the seed's: none are drawn.
   std::optional<WeightsFile> initial_file;
   if (!o.init_from.empty()) initial_file = read_weights_file(o.init_from);
-  const InitialWeights weights = initial_file ? InitialWeights::set_by_caller : InitialWeights::drawn;
+  const InitialWeights weights = initial_file ? InitialWeights::set_by_caller() : InitialWeights::drawn(share);
   std::unique_ptr<Trainer> trainer;
   if (model.sequences) {
     if (const auto why = device.cannot_run_transformers()) throw Unsupported(*why);

@@ -44,9 +44,10 @@ std::optional<std::string> unsupported_step_graph(const Options& o, const Backen
 // --init-from's. Owned by pointer: the trainer's arena holds its buffers' addresses, so it never
 // moves. `keep_every_buffer`: no memory shared between buffers (--record-step reads them after).
 // `max_predictions`: BERT's masked-LM slots per sequence, the pretraining shards' (0: the
-// synthetic batch's 15% of the tokens).
+// synthetic batch's 15% of the tokens). `share`: the part of the seed's weights this rank draws,
+// the rest left zero for the ranks' sum (all of them by default; --init-from's file is read whole).
 std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int rank, bool keep_every_buffer = false,
-                                      std::int64_t max_predictions = 0);
+                                      std::int64_t max_predictions = 0, ParameterStore::Share share = {});
 
 // --data bertpretraining: the shards at --data-path, checked against the case's sequence length.
 // Throws input::DataUnavailable naming the path and what is wrong.

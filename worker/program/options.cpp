@@ -34,7 +34,7 @@ compute-bound verdict. Unreadable JPEG files are skipped and counted. cityscapes
 does the same with Cityscapes' image and label PNGs (random rescale 0.5-2x, flip, crop padded
 with ignored pixels, as torchvision's segmentation reference; labels to the 19 training ids).
 Under mpirun every rank trains on its own synthetic batch with the same initial weights
-(broadcast from rank 0); gradients are averaged in buckets while backward runs; the
+(each rank draws a share and the ranks sum them); gradients are averaged in buckets while backward runs; the
 global batch is batch size × ranks; throughput uses the slowest rank's time; rank 0 reports.
 Exit codes: 0 measured, 1 the case failed (a Failed result is still written), 2 bad usage.)";
 

@@ -366,8 +366,15 @@ class CaseRun {
 
   void measure(Backend& device) {
     if (o_.data != "synthetic") open_data_set();
-    const std::unique_ptr<Trainer> owner =
-        make_trainer(o_, device, comm_.rank(), false, real_ && real_->shards ? real_->shards->max_predictions : 0);
+    // Every rank starts from the same weights. Drawn from the seed, each rank draws its share and
+    // the ranks sum them (a value plus zeros is that value, bit for bit); each rank of a node
+    // drawing all of them on its part of the cores cost BERT-base's two CPU ranks 4 s each. From
+    // --init-from's file, every rank reads it and rank 0's values are broadcast.
+    const bool drawn_in_shares = o_.init_from.empty() && comm_.size() > 1;
+    const ParameterStore::Share share =
+        drawn_in_shares ? ParameterStore::Share{comm_.rank(), comm_.size()} : ParameterStore::Share{};
+    const std::unique_ptr<Trainer> owner = make_trainer(
+        o_, device, comm_.rank(), false, real_ && real_->shards ? real_->shards->max_predictions : 0, share);
     Trainer& trainer = *owner;
     // DLBENCH_LOG_LOSS_SCALE (set, not empty, not 0): each skipped step said as it happens, with
     // the loss and the gradients that overflowed (every step then waits for the device).
@@ -375,7 +382,16 @@ class CaseRun {
       trainer.log_skipped_steps(&std::cerr);
     }
     ParameterStore& store = trainer.parameters();
-    comm_.broadcast(store.values(), store.elements(), 0);  // identical start on every rank
+    if (drawn_in_shares) {
+      // A gradient bucket at a time, so that the library's scratch stays a bucket's size.
+      const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{o_.bucket_mb} << 20) / std::int64_t{sizeof(float)});
+      for (std::int64_t begin = 0; begin < store.elements(); begin += chunk) {
+        comm_.start_allreduce(store.values() + begin, std::min(chunk, store.elements() - begin), Reduction::sum);
+        comm_.complete_reductions();
+      }
+    } else {
+      comm_.broadcast(store.values(), store.elements(), 0);
+    }
     device.parameters_written();
     GradientBuckets buckets(comm_, store, static_cast<std::size_t>(o_.bucket_mb) << 20);
     if (comm_.size() > 1) {
