@@ -90,6 +90,27 @@ std::vector<Parameter> every_rule() {
   return ps;
 }
 
+// every_rule()'s parameters bound to a store on `backend` (which must outlive it).
+struct BoundRules {
+  explicit BoundRules(Backend& backend) : ps(every_rule()) {
+    std::vector<Parameter*> pointers;
+    for (Parameter& p : ps) pointers.push_back(&p);
+    store.bind(pointers, backend);
+  }
+  BoundRules(const BoundRules&) = delete;  // the store points into ps
+  BoundRules& operator=(const BoundRules&) = delete;
+  std::vector<Parameter> ps;
+  ParameterStore store;
+};
+
+// The first value whose bits differ from `expected`'s, or expected.size().
+std::size_t first_difference(const float* got, const std::vector<float>& expected) {
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    if (std::memcmp(&got[k], &expected[k], sizeof(float)) != 0) return k;
+  }
+  return expected.size();
+}
+
 class ParameterDraw : public ::testing::TestWithParam<int> {};
 
 TEST_P(ParameterDraw, EveryRuleDrawsBitForBitWhatASinglePassDrew) {
@@ -97,28 +118,19 @@ TEST_P(ParameterDraw, EveryRuleDrawsBitForBitWhatASinglePassDrew) {
   const int before = omp_get_max_threads();
   omp_set_num_threads(threads);
   CpuBackend backend(threads);
-  std::vector<Parameter> ps = every_rule();
-  std::vector<Parameter*> pointers;
-  for (Parameter& p : ps) pointers.push_back(&p);
-  ParameterStore store;
-  store.bind(pointers, backend);
+  BoundRules rules(backend);
+  const std::vector<Parameter>& ps = rules.ps;
+  ParameterStore& store = rules.store;
   constexpr std::uint64_t seed = 20261130;
   store.initialize(seed, backend);
   omp_set_num_threads(before);
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const std::vector<float> expected = sequential_draw(ps[i], i, seed);
     const auto* got = static_cast<const float*>(ps[i].value.data);
-    std::size_t first_difference = expected.size();
-    for (std::size_t k = 0; k < expected.size(); ++k) {
-      if (std::memcmp(&got[k], &expected[k], sizeof(float)) != 0) {
-        first_difference = k;
-        break;
-      }
-    }
-    EXPECT_EQ(first_difference, expected.size())
-        << ps[i].name << " on " << threads << " threads: value " << first_difference << " is "
-        << (first_difference < expected.size() ? got[first_difference] : 0.0f) << ", the single pass drew "
-        << (first_difference < expected.size() ? expected[first_difference] : 0.0f);
+    const std::size_t k = first_difference(got, expected);
+    EXPECT_EQ(k, expected.size()) << ps[i].name << " on " << threads << " threads: value " << k << " is "
+                                  << (k < expected.size() ? got[k] : 0.0f) << ", the single pass drew "
+                                  << (k < expected.size() ? expected[k] : 0.0f);
   }
   // The padding after each parameter stays zero.
   const float* values = store.values();
@@ -154,32 +166,21 @@ TEST_P(ParameterShares, TheSharesSumToWhatASinglePassDrew) {
     const int threads = 1 + share % 3;  // ranks of one job need not have the same threads
     omp_set_num_threads(threads);
     CpuBackend backend(threads);
-    std::vector<Parameter> ps = every_rule();
-    std::vector<Parameter*> pointers;
-    for (Parameter& p : ps) pointers.push_back(&p);
-    ParameterStore store;
-    store.bind(pointers, backend);
-    store.initialize(seed, backend, {share, shares});
+    BoundRules rules(backend);
+    rules.store.initialize(seed, backend, {share, shares});
     drawn_by_more_than_one_thread_count += threads > 1;
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      const auto* got = static_cast<const float*>(ps[i].value.data);
+    for (std::size_t i = 0; i < rules.ps.size(); ++i) {
+      const auto* got = static_cast<const float*>(rules.ps[i].value.data);
       for (std::size_t k = 0; k < sum[i].size(); ++k) sum[i][k] += got[k];
     }
   }
   omp_set_num_threads(before);
   for (std::size_t i = 0; i < reference.size(); ++i) {
     const std::vector<float> expected = sequential_draw(reference[i], i, seed);
-    std::size_t first_difference = expected.size();
-    for (std::size_t k = 0; k < expected.size(); ++k) {
-      if (std::memcmp(&sum[i][k], &expected[k], sizeof(float)) != 0) {
-        first_difference = k;
-        break;
-      }
-    }
-    EXPECT_EQ(first_difference, expected.size())
-        << reference[i].name << " in " << shares << " shares: value " << first_difference << " sums to "
-        << (first_difference < expected.size() ? sum[i][first_difference] : 0.0f) << ", the single pass drew "
-        << (first_difference < expected.size() ? expected[first_difference] : 0.0f);
+    const std::size_t k = first_difference(sum[i].data(), expected);
+    EXPECT_EQ(k, expected.size()) << reference[i].name << " in " << shares << " shares: value " << k << " sums to "
+                                  << (k < expected.size() ? sum[i][k] : 0.0f) << ", the single pass drew "
+                                  << (k < expected.size() ? expected[k] : 0.0f);
   }
   if (shares > 1) {
     EXPECT_GT(drawn_by_more_than_one_thread_count, 0) << "the premise: some share drawn on threads";
