@@ -133,7 +133,8 @@ Trainer::Trainer(Backend& backend, std::unique_ptr<Sequential> network, Pretrain
                                 " or more tokens, not " + std::to_string(batch.sequences) + " × " +
                                 std::to_string(batch.tokens));
   }
-  setup_network(Shape(batch.sequences, batch.tokens), DType::int32, activations, reuse, weights, [&](const Tensor& logits) {
+  const Shape token_ids(batch.sequences, batch.tokens);
+  setup_network(token_ids, DType::int32, activations, reuse, weights, [&](const Tensor& logits) {
     if (logits.shape != Shape(batch.sequences, 2)) {
       throw std::invalid_argument("network output " + logits.shape.to_string() + " is not (sequences, 2) next-sentence logits");
     }

@@ -187,7 +187,8 @@ class Trainer {
   // it), the labels block and the memory plan;
   // what the network outputs decides the number of labels (label_count_for_output, which
   // throws for an output the trainer cannot train).
-  void setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse, const InitialWeights& weights,
+  void setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
+                       const InitialWeights& weights,
                        const std::function<std::int64_t(const Tensor&)>& label_count_for_output,
                        std::int64_t max_predictions = 0);
   void forward_and_loss();

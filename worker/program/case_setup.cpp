@@ -86,7 +86,8 @@ std::unique_ptr<Trainer> make_trainer(const Options& o, Backend& device, int ran
   } else {
     trainer = std::make_unique<Trainer>(device, build_model(o.model, model.classes),
                                         Shape(o.batch_size, 3, o.image_height, o.image_width), model.classes, sgd, o.seed,
-                                        static_cast<std::uint64_t>(rank), reuse, activation_dtype(o.precision), weights);
+                                        static_cast<std::uint64_t>(rank), reuse, activation_dtype(o.precision),
+                                        weights);
   }
   if (o.optimizer != OptimizerName::sgd) {
     if (const auto why = device.cannot_run_transformers()) throw Unsupported(std::string(to_string(o.optimizer)) + ": " + *why);
