@@ -307,7 +307,9 @@ step input-measure-imagefolder 30 "$bin/dlbench-input" measure "$real_data/image
 step input-measure-cityscapes 30 "$bin/dlbench-input" measure "$real_data/cityscapes" --data cityscapes \
   --threads "$decode_threads" --batch-size 8 --batches 8 --pixel-type fp16
 # Why the real-data amp run of 2026-11-29 skipped 42 of 400 steps and its loss scale fell to 1.5e-8:
-# each skipped step with its loss and the gradients that overflowed (every step waits: not timed).
+# each skipped step with its loss, the gradients that overflowed, and the step run again layer by
+# layer naming the first output and input gradient that held an inf or NaN (every step waits: not
+# timed).
 DLBENCH_LOG_LOSS_SCALE=1 step real-data-amp-loss-scale 60 "$bin/dlbench-worker" --backend cuda --model resnet50 \
   --batch-size 256 --precision amp --warmup-steps 0 --measure-steps 50 --repeats 2 --extra-repeats 0 \
   --data imagefolder --data-path "$real_data/images" --decode-threads "$decode_threads" \

@@ -1,8 +1,10 @@
 #include "backend.hpp"
 
+#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "host_memory.hpp"
 
@@ -48,6 +50,18 @@ class AddThenRelu final : public AddOp {
 }
 
 }  // namespace
+
+NonFiniteCount Backend::count_non_finite(const Tensor& t) {
+  NonFiniteCount count;
+  if (t.empty() || t.dtype == DType::int32) return count;
+  std::vector<std::byte> bytes(t.bytes());
+  copy_to_host(bytes.data(), t.data, bytes.size());
+  for (const float v : decode(bytes.data(), static_cast<std::size_t>(t.numel()), t.dtype)) {
+    count.inf += std::isinf(v) ? 1 : 0;
+    count.nan += std::isnan(v) ? 1 : 0;
+  }
+  return count;
+}
 
 std::unique_ptr<AddOp> Backend::make_add_relu(const Shape& shape, DType dtype) {
   return std::make_unique<AddThenRelu>(make_add(shape, dtype), make_relu(shape, dtype));

@@ -420,6 +420,12 @@ class HostClockMarks final : public StepMarks {
   std::size_t returned_ = 0;  // intervals already returned
 };
 
+// A tensor's values that are not finite (Backend::count_non_finite).
+struct NonFiniteCount {
+  std::int64_t inf = 0, nan = 0;
+  std::int64_t total() const { return inf + nan; }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -504,6 +510,10 @@ class Backend {
   // graph replays the whole of it.
   virtual void unscale_and_check_finite(float* grads, std::int64_t count, LossScaleState* state,
                                         const LossScalingConfig& config) = 0;
+  // How many of `t`'s values are inf and how many NaN (an int32 tensor holds neither). A
+  // diagnosis, never in a timed step: it waits for the device. The default downloads the tensor
+  // and counts on the host; a GPU backend counts where the values are.
+  virtual NonFiniteCount count_non_finite(const Tensor& t);
   // Adaptive average pooling to (out_h, out_w), PyTorch's window rule.
   virtual void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
   virtual void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;

@@ -51,6 +51,7 @@ class DelegatingBackend : public Backend {
   void unscale_and_check_finite(float* g, std::int64_t n, LossScaleState* s, const LossScalingConfig& c) override {
     inner_.unscale_and_check_finite(g, n, s, c);
   }
+  NonFiniteCount count_non_finite(const Tensor& t) override { return inner_.count_non_finite(t); }
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override { inner_.adaptive_avg_pool_forward(x, y); }
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override { inner_.adaptive_avg_pool_backward(dy, dx); }
   void begin_step(std::uint64_t step) override { inner_.begin_step(step); }

@@ -6,6 +6,9 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
+
+#include "non_finite_trace.hpp"
 
 namespace dlbench::worker {
 
@@ -404,10 +407,15 @@ void Trainer::step() {
   if (graph_captured_) {
     backend_.replay();
     ++context_.step;
+    last_step_eager_ = false;
     say_if_skipped();
     return;
   }
   const bool capture = use_graph_ && context_.step >= 1;  // the first step runs eagerly: algorithms, workspace
+  last_step_eager_ = !capture;
+  if (skip_log_ != nullptr && last_step_eager_) {
+    if (const auto state = loss_scale()) last_step_scale_ = state->scale;  // waits: the log's steps do anyway
+  }
   if (capture) backend_.begin_capture();
   queue_gradients();
   // Whether the update applies is the backend's to decide, on the device (loss scaling's state):
@@ -439,7 +447,53 @@ void Trainer::say_if_skipped() {
   const auto state = loss_scale();  // one read of the device's state: skipped, and the scale it left
   if (!state || !update_skipped(&*state)) return;
   *skip_log_ << "dlbench-worker: step " << context_.step << " skipped, loss scale now " << state->scale << ": "
-             << describe_skipped_step() << std::endl;
+             << describe_skipped_step() << '\n';
+  *skip_log_ << "  " << (last_step_eager_ ? trace_skipped_step(last_step_scale_) : "a step graph's replay: not traced layer by layer")
+             << std::endl;
+}
+
+std::string Trainer::trace_skipped_step(float scale) {
+  if (!loss_scaling_) throw std::logic_error("trace_skipped_step: no loss scaling");
+  if (graph_captured_) throw std::logic_error("trace_skipped_step: the step is a captured graph");
+  const LossScaleState after = *loss_scale();
+  LossScaleState replayed = after;
+  replayed.scale = scale;
+  backend_.copy_from_host(loss_scale_memory_.get(), &replayed, sizeof replayed);
+  FirstNonFinite finder(*network_, backend_);
+  // The step as it ran: its dropout masks, no gradient buckets sent, no before-update hook.
+  auto gradients_ready = std::exchange(context_.gradients_ready, nullptr);
+  LayerObserver* const observer = std::exchange(context_.observer, &finder);
+  --context_.step;
+  const auto restore = [&] {
+    ++context_.step;
+    context_.observer = observer;
+    context_.gradients_ready = std::move(gradients_ready);
+    backend_.copy_from_host(loss_scale_memory_.get(), &after, sizeof after);
+  };
+  NonFiniteCount batch, loss_gradient;
+  float loss = 0.0f;
+  try {
+    batch = backend_.count_non_finite(input_);
+    forward_and_loss();
+    loss = backend_.last_loss();
+    loss_gradient = backend_.count_non_finite(loss_.dlogits());
+    network_->backward(loss_.dlogits(), context_);
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+  const auto finding = [](const char* what, const std::optional<FirstNonFinite::Finding>& f) {
+    return f ? std::string("first non-finite ") + what + ": " + f->where + ", " + describe_non_finite(f->count, f->values)
+             : std::string("every ") + what + " finite";
+  };
+  std::ostringstream out;
+  out << "replayed at loss scale " << scale << ": ";
+  if (batch.total() > 0) out << "the batch holds " << describe_non_finite(batch, input_.numel()) << "; ";
+  out << "forward: " << finding("layer output", finder.forward()) << "; loss " << loss << "; ";
+  if (loss_gradient.total() > 0) out << "the loss gradient holds " << describe_non_finite(loss_gradient, loss_.dlogits().numel()) << "; ";
+  out << "backward: " << finding("input gradient", finder.backward());
+  return out.str();
 }
 
 void Trainer::use_adamw(AdamWConfig config) { use_adam_family(config, false); }

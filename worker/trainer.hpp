@@ -148,8 +148,18 @@ class Trainer {
   // loss says the forward pass overflowed. Downloads every gradient: a diagnosis, never timed.
   std::string describe_skipped_step();
   // From the next step on, every skipped step is described on `out` as it happens (null: not);
-  // each step then waits for the device (DLBENCH_LOG_LOSS_SCALE=1).
+  // each step then waits for the device (DLBENCH_LOG_LOSS_SCALE=1). An eager step is then run
+  // again on its batch, weights and scale, layer by layer (trace_skipped_step), to name where its
+  // values first stopped being finite.
   void log_skipped_steps(std::ostream* out) { skip_log_ = out; }
+  // The last step's forward and backward again, at `scale` (the loss scale it ran at), each
+  // layer's output and input gradient counted for infs and NaNs (FirstNonFinite): the batch, the
+  // first layer whose output holds any, the loss gradient, the first layer whose input gradient
+  // holds any. Changes neither the weights nor the loss-scaling state nor the step count; the
+  // gradients are left as the replay's backward wrote them (scaled: the step's own were skipped),
+  // and batch norms' running statistics take the batch a second time (no step reads them). Not
+  // after the step graph is captured. A diagnosis: waits for the device at every layer.
+  std::string trace_skipped_step(float scale);
   // Forward and loss only (gradients and weights untouched).
   float loss();
   // AdamW with global-norm clipping instead of SGD, from the next step on (BERT's optimizer).
@@ -209,6 +219,10 @@ class Trainer {
   std::optional<LossScalingConfig> loss_scaling_;
   std::shared_ptr<void> loss_scale_memory_;  // one LossScaleState in the backend's memory
   std::ostream* skip_log_ = nullptr;
+  // With skip_log_: whether the last step ran eagerly (not captured, not replayed) and the loss
+  // scale it ran at, for trace_skipped_step.
+  bool last_step_eager_ = false;
+  float last_step_scale_ = 0.0f;
   void say_if_skipped();
   LossScaleState* loss_scale_state() { return static_cast<LossScaleState*>(loss_scale_memory_.get()); }
   // Update calls queued, skipped or not: the first starts the momentum buffers (a skipped first

@@ -392,6 +392,32 @@ TEST_F(CudaBackendTest, LinearMatchesTheCpu) {
   EXPECT_LT(db.error(), 1e-5);
 }
 
+// The device's count of infs and NaNs (what a skipped step's replay calls at every layer) against
+// the host's count of the same bytes, in each float type: a tail past the 16-byte packs, more
+// elements than one grid covers (65,535 blocks of 256), values that only fp16 rounds to inf.
+TEST_F(CudaBackendTest, CountsInfsAndNansWhereTheValuesAre) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const std::int64_t n : {std::int64_t{7}, std::int64_t{4097 * 7}, std::int64_t{65535} * 256 * 2 + 5}) {
+    std::vector<float> values = random_values(n, 31);
+    for (std::int64_t i = 3; i < n; i += n / 5 + 1) values[static_cast<std::size_t>(i)] = inf;
+    for (std::int64_t i = 1; i < n; i += n / 3 + 1) values[static_cast<std::size_t>(i)] = -nan;
+    values[static_cast<std::size_t>(n - 1)] = 70000.0f;  // past fp16's 65504
+    for (const DType dtype : {DType::fp32, DType::fp16, DType::bf16}) {
+      SCOPED_TRACE(::testing::Message() << n << " values of " << to_string(dtype));
+      const std::vector<std::byte> bytes = encode(values.data(), values.size(), dtype);
+      auto memory = gpu_->allocate(bytes.size());
+      gpu_->copy_from_host(memory.get(), bytes.data(), bytes.size());
+      const Tensor t{memory.get(), Shape(n), Layout::plain, dtype};
+      const NonFiniteCount device = gpu_->count_non_finite(t), host = gpu_->Backend::count_non_finite(t);
+      EXPECT_EQ(device.inf, host.inf);
+      EXPECT_EQ(device.nan, host.nan);
+      EXPECT_GT(host.inf, 0);
+      EXPECT_GT(host.nan, 0);
+      EXPECT_EQ(gpu_->count_non_finite(t).total(), host.total()) << "counted again: the counters start at zero";
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, LossDropoutPoolingAndSgdMatchTheCpu) {
   const Shape logits_shape(16, 1000);
   auto logits = pair(logits_shape, false, 19), dlogits = zeros(logits_shape, false);

@@ -8,6 +8,8 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -158,6 +160,116 @@ TEST(LossScaling, ASkippedStepNamesTheGradientsThatOverflowed) {
   run.trainer.log_skipped_steps(nullptr);
   run.trainer.step();
   EXPECT_THAT(log.str(), Not(HasSubstr("step 3")));
+}
+
+// By its path in the network ("5.weight"), named as the model factory names them.
+Parameter& parameter_named(Trainer& trainer, const std::string& name) {
+  if (trainer.parameters().parameters().front()->name == "weight") name_parameters(trainer.network());
+  for (Parameter* p : trainer.parameters().parameters()) {
+    if (p->name == name) return *p;
+  }
+  throw std::logic_error("no parameter " + name);
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The skipped step run again layer by layer names the layer whose output first held an inf or
+// NaN: here the convolution whose filter holds an inf. The loss stays finite (the batch norm's
+// NaNs for that channel fall to 0 at the ReLU), so the gradients alone would point at the batch
+// norm and the convolution's filter, not at the forward pass. The replay changes neither the
+// weights, nor the loss-scaling state, nor the step count.
+TEST(LossScaling, ASkippedStepReplayedNamesTheLayerItsForwardPassOverflowedAt) {
+  TrainingRun run;
+  run.trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
+  std::ostringstream log;
+  run.trainer.log_skipped_steps(&log);
+  run.trainer.step();
+  // Output channel 0's tap (row 1, column 2) of input channel 0.
+  run.trainer.parameters().values()[parameter_named(run.trainer, "0.weight").offset + 5] =
+      std::numeric_limits<float>::infinity();
+  const auto weights = run.weights();
+  run.trainer.step();
+  const auto said = lines(log.str());
+  ASSERT_EQ(said.size(), 2u) << log.str();
+  EXPECT_THAT(said[0], ::testing::StartsWith("dlbench-worker: step 2 skipped, loss scale now 32768: loss "));
+  EXPECT_THAT(said[0], Not(HasSubstr("the forward pass overflowed")));
+  // 4 images x 8 x 8 outputs of channel 0, less the column whose tap falls on the padding (which
+  // an implementation may skip, giving 0, or multiply, giving NaN): 224 infs, of 4 x 8 x 8 x 8.
+  EXPECT_THAT(said[1], ::testing::StartsWith("  replayed at loss scale 65536: forward: first non-finite layer output: "
+                                             "0 (Conv2d), 224 inf, "));
+  EXPECT_THAT(said[1], HasSubstr(" NaN of 2048; loss "));
+  EXPECT_THAT(said[1], Not(HasSubstr("the loss gradient holds")));
+  EXPECT_THAT(said[1], HasSubstr("; backward: first non-finite input gradient: 1 (BatchNorm2d), "));
+  EXPECT_TRUE(same_bits(weights, run.weights()));
+  const auto state = run.trainer.loss_scale();
+  EXPECT_EQ(state->scale, 32768.0f);
+  EXPECT_EQ(state->skipped, 1);
+  EXPECT_EQ(state->overflowed, 1);
+  EXPECT_EQ(run.trainer.steps_done(), 2u);
+}
+
+// An overflow that only backward meets, and only at the scale the step ran at: the classifier's
+// row for class 0 is 3e34 wide, so its input gradient is 3e34 x 65536 / 4 (batch 4), over
+// FLT_MAX, where at the halved scale it would be 2.5e38 and finite. The replay runs at the step's
+// scale, not the one the skip left.
+TEST(LossScaling, ASkippedStepReplayedNamesTheLayerItsBackwardPassOverflowedAtTheScaleItRan) {
+  TrainingRun run;
+  run.trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
+  std::ostringstream log;
+  run.trainer.log_skipped_steps(&log);
+  const Parameter& classifier = parameter_named(run.trainer, "5.weight");
+  const std::int64_t features = classifier.value.shape.dims[1];
+  float* row0 = run.trainer.parameters().values() + classifier.offset;
+  for (std::int64_t j = 0; j < features; ++j) row0[j] = 3e34f;
+  run.trainer.step();
+  const auto said = lines(log.str());
+  ASSERT_EQ(said.size(), 2u) << log.str();
+  EXPECT_THAT(said[0], ::testing::StartsWith("dlbench-worker: step 1 skipped, loss scale now 32768: loss "));
+  EXPECT_THAT(said[0], Not(HasSubstr("the forward pass overflowed")));
+  EXPECT_THAT(said[1], ::testing::StartsWith("  replayed at loss scale 65536: forward: every layer output finite; loss "));
+  EXPECT_THAT(said[1], Not(HasSubstr("the loss gradient holds")));
+  EXPECT_THAT(said[1], HasSubstr("; backward: first non-finite input gradient: 5 (Linear), "));
+  EXPECT_THAT(said[1], ::testing::EndsWith(" NaN of " + std::to_string(4 * features)));
+}
+
+// An overflow after backward (here written into a gradient by the before-update hook, where the
+// ranks' reduction runs) leaves every replayed layer finite, and the log says so.
+TEST(LossScaling, AnOverflowAfterBackwardLeavesTheReplayedLayersFinite) {
+  TrainingRun run;
+  run.trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
+  inject(run.trainer, std::numeric_limits<float>::quiet_NaN(), {0});
+  std::ostringstream log;
+  run.trainer.log_skipped_steps(&log);
+  run.trainer.step();
+  const auto said = lines(log.str());
+  ASSERT_EQ(said.size(), 2u) << log.str();
+  EXPECT_THAT(said[1], ::testing::MatchesRegex("  replayed at loss scale 65536: forward: every layer output finite; "
+                                               "loss [0-9.]+; backward: every input gradient finite"));
+}
+
+TEST(NonFiniteCount, TheBackendCountsInfsAndNansInEveryFloatType) {
+  CpuBackend backend(1);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> values{1.0f, inf, -inf, nan, 0.0f, -nan, 70000.0f, -2.5f, inf};
+  for (const DType dtype : {DType::fp32, DType::bf16, DType::fp16}) {
+    const std::vector<std::byte> bytes = encode(values.data(), values.size(), dtype);
+    auto memory = backend.allocate(bytes.size());
+    backend.copy_from_host(memory.get(), bytes.data(), bytes.size());
+    const Tensor t{memory.get(), Shape(static_cast<std::int64_t>(values.size())), Layout::plain, dtype};
+    const NonFiniteCount count = backend.count_non_finite(t);
+    // 70000 is past fp16's largest value (65504): it rounds to inf there.
+    EXPECT_EQ(count.inf, dtype == DType::fp16 ? 4 : 3) << to_string(dtype);
+    EXPECT_EQ(count.nan, 2) << to_string(dtype);
+  }
+  std::vector<std::int32_t> ids{0, -1, 7};
+  const Tensor tokens{ids.data(), Shape(3), Layout::plain, DType::int32};
+  EXPECT_EQ(backend.count_non_finite(tokens).total(), 0);
+  EXPECT_EQ(backend.count_non_finite(Tensor{}).total(), 0);
 }
 
 // A skipped first step leaves the momentum buffers unstarted: the first applied update starts

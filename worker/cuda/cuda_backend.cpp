@@ -680,6 +680,18 @@ void CudaBackend::unscale_and_check_finite(float* grads, std::int64_t count, Los
   kernels::unscale_and_check_finite(grads, count, state, config, stream_);
 }
 
+// Counted where the values are: a layer's output is not brought to the host to be looked at.
+NonFiniteCount CudaBackend::count_non_finite(const Tensor& t) {
+  if (t.empty() || t.dtype == DType::int32) return {};
+  if (!non_finite_counts_) non_finite_counts_ = allocate(2 * sizeof(unsigned long long));
+  auto* counts = static_cast<unsigned long long*>(non_finite_counts_.get());
+  DLBENCH_CUDA_CHECK(cudaMemsetAsync(counts, 0, 2 * sizeof(unsigned long long), stream_));
+  kernels::count_non_finite(t.dtype, t.data, t.numel(), counts, stream_);
+  unsigned long long host[2] = {0, 0};
+  copy_to_host(host, counts, sizeof host);  // waits for the count
+  return {static_cast<std::int64_t>(host[0]), static_cast<std::int64_t>(host[1])};
+}
+
 void CudaBackend::adaptive_avg_pool_forward(const Tensor& x, Tensor& y) {
   require_dtype("adaptive average pooling", x.dtype, {&x, &y});
   kernels::adaptive_avg_pool_forward(x.dtype, x.data, y.data, geometry_of(x.shape, activation_layout()), as_int(y.shape.h()),

@@ -122,6 +122,7 @@ class CudaBackend final : public Backend {
 
   void unscale_and_check_finite(float* grads, std::int64_t count, LossScaleState* state,
                                 const LossScalingConfig& config) override;
+  NonFiniteCount count_non_finite(const Tensor& t) override;
   void adaptive_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void adaptive_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
   void begin_step(std::uint64_t step) override;
@@ -258,6 +259,7 @@ class CudaBackend final : public Backend {
   std::vector<LossSegment> loss_segments_;
   std::size_t loss_sums_capacity_ = 0;
   std::shared_ptr<void> step_;             // begin_step's, on the device: what dropout masks mix in
+  std::shared_ptr<void> non_finite_counts_;  // count_non_finite's two counters, made at its first call
   // AdamW's and LAMB's device state: the update number (set eagerly, advanced by a replayed
   // graph), the sum of squares, the clip factor and bias corrections; and the parameter ranges,
   // sorted by offset.

@@ -39,6 +39,20 @@ __global__ void unscale_and_flag_kernel(float* data, std::int64_t n, LossScaleSt
   if (bad) state->overflowed = 1;  // a benign race: every writer writes 1
 }
 
+// Each thread counts its share and adds it once, only when it found any: a tensor that is all
+// finite costs no atomic.
+template <typename T>
+__global__ void count_non_finite_kernel(const T* x, std::int64_t n, unsigned long long* counts) {
+  unsigned long long inf = 0, nan = 0;
+  DLBENCH_GRID_STRIDE(i, n) {
+    const float v = load(x[i]);  // a half or bfloat16 inf or NaN loads as the float one
+    inf += isinf(v) ? 1 : 0;
+    nan += isnan(v) ? 1 : 0;
+  }
+  if (inf != 0) atomicAdd(&counts[0], inf);
+  if (nan != 0) atomicAdd(&counts[1], nan);
+}
+
 __global__ void next_loss_scale_kernel(LossScaleState* state, float growth_factor, float backoff_factor,
                                        std::int64_t growth_interval) {
   next_loss_scale(*state, state->overflowed == 0, growth_factor, backoff_factor, growth_interval);
@@ -414,6 +428,12 @@ void unscale_and_check_finite(float* data, std::int64_t n, LossScaleState* state
   DLBENCH_LAUNCH(unscale_and_flag_kernel, n, stream, data, n, state);
   next_loss_scale_kernel<<<1, 1, 0, stream>>>(state, config.growth_factor, config.backoff_factor, config.growth_interval);
   DLBENCH_CUDA_CHECK(cudaGetLastError());
+}
+void count_non_finite(DType dtype, const void* x, std::int64_t n, unsigned long long* counts, cudaStream_t stream) {
+  with_float_type(dtype, [&](auto type) {
+    using T = typename decltype(type)::type;
+    DLBENCH_LAUNCH(count_non_finite_kernel<T>, n, stream, static_cast<const T*>(x), n, counts);
+  });
 }
 void adaptive_avg_pool_forward(DType dtype, const void* x, void* y, const ActivationGeometry& in, int out_h, int out_w,
                                cudaStream_t stream) {

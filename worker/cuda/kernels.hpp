@@ -28,6 +28,8 @@ void add_relu(DType dtype, const void* a, const void* b, void* y, std::int64_t n
 // next_loss_scale (overflowed when any result is inf or NaN). Three launches, no host decision.
 void unscale_and_check_finite(float* data, std::int64_t n, LossScaleState* state, const LossScalingConfig& config,
                               cudaStream_t stream);
+// counts[0] += the infs among x's n values, counts[1] += the NaNs (64-bit counters on the device).
+void count_non_finite(DType dtype, const void* x, std::int64_t n, unsigned long long* counts, cudaStream_t stream);
 // Adaptive average pooling with PyTorch's windows [floor(i·in/out), ceil((i+1)·in/out)); x and y
 // in the same memory order.
 void adaptive_avg_pool_forward(DType dtype, const void* x, void* y, const ActivationGeometry& in, int out_h, int out_w,

@@ -377,7 +377,8 @@ class CaseRun {
         o_, device, comm_.rank(), false, real_ && real_->shards ? real_->shards->max_predictions : 0, share);
     Trainer& trainer = *owner;
     // DLBENCH_LOG_LOSS_SCALE (set, not empty, not 0): each skipped step said as it happens, with
-    // the loss and the gradients that overflowed (every step then waits for the device).
+    // the loss, the gradients that overflowed and the first layers whose values did (the step run
+    // again layer by layer; every step then waits for the device).
     if (const char* log = std::getenv("DLBENCH_LOG_LOSS_SCALE"); log != nullptr && *log != '\0' && *log != '0') {
       trainer.log_skipped_steps(&std::cerr);
     }
