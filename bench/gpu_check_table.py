@@ -7,6 +7,7 @@ layer kind, and dlbench against PyTorch eager with the ratio the GPU issue asks 
 
 Reads only what the steps wrote; a step that wrote nothing shows as "-" with its log's last line.
 """
+import collections
 import glob
 import json
 import os
@@ -320,6 +321,18 @@ def gpu_readings(logs):
     return out
 
 
+def first_non_finite(replays, pattern, top=3):
+    """Where the replays' first inf or NaN was, the commonest layers first: "layer1.0.bn1
+    (BatchNorm2d) 30, all finite 12"."""
+    counts = collections.Counter()
+    for line in replays:
+        m = re.search(pattern, line)
+        counts[m.group(1) if m else "all finite"] += 1
+    ranked = counts.most_common()
+    shown = ", ".join(f"{where} {n}" for where, n in ranked[:top])
+    return shown + (f", {len(ranked) - top} more layers" if len(ranked) > top else "")
+
+
 def real_data(logs):
     """The CPU input pipeline feeding the GPU: each real-data case beside its synthetic row."""
     out = []
@@ -340,12 +353,19 @@ def real_data(logs):
         out.append(f"  {name}: {rate:.1f}/s{against}; {i['verdict']}, waited {100 * i['waitShare']:.1f}% of the "
                    f"measured time; the pipeline alone {i['pipelineThroughput']:.0f}/s with {i['decodeThreads']} "
                    f"threads, {i['files']} files, {i['skippedFiles']} skipped")
-    # The loss scale on real data in amp (DLBENCH_LOG_LOSS_SCALE): how many steps skipped, the first two said.
+    # The loss scale on real data in amp (DLBENCH_LOG_LOSS_SCALE): how many steps skipped, the first two said,
+    # then where the skipped steps' replays found the first inf or NaN, counted by layer.
     try:
         with open(os.path.join(logs, "real-data-amp-loss-scale.log"), errors="replace") as f:
-            skips = [line.strip() for line in f if re.match(r"^dlbench-worker: step \d+ skipped", line)]
+            said = f.readlines()
+        skips = [line.strip() for line in said if re.match(r"^dlbench-worker: step \d+ skipped", line)]
         out.append(f"  real-data-amp-loss-scale: {len(skips)} steps skipped" + ("; " if skips else "") +
                    "; ".join(line[len("dlbench-worker: "):][:220] for line in skips[:2]))
+        replays = [line.strip() for line in said if line.startswith("  replayed at loss scale ")]
+        if replays:
+            out.append(f"    {len(replays)} replayed layer by layer: forward " +
+                       first_non_finite(replays, r"forward: first non-finite layer output: ([^,;]+),") + "; backward " +
+                       first_non_finite(replays, r"backward: first non-finite input gradient: ([^,;]+),"))
     except OSError:
         out.append("  real-data-amp-loss-scale: (no log)")
     return ["", "Real data through the CPU pipeline (input-bound: the case for nvJPEG and more threads):"] + out

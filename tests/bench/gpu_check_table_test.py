@@ -70,9 +70,16 @@ class GpuCheckTable(unittest.TestCase):
                 "  case 1x1-bs256-amp repeat 1/2: 5800.00 samples/s",
                 "dlbench-worker: step 3 skipped, loss scale now 32768: loss 6.9; 1 of 161 parameters' gradients "
                 "not finite, nearest the loss first: fc.weight (3 inf, 0 NaN of 2048000)",
+                "  replayed at loss scale 65536: forward: every layer output finite; loss 6.9; backward: first "
+                "non-finite input gradient: fc (Linear), 3 inf, 0 NaN of 524288",
                 "dlbench-worker: step 9 skipped, loss scale now 16384: loss inf (not finite: the forward pass "
                 "overflowed); 0 of 161 parameters' gradients not finite",
-                "dlbench-worker: step 12 skipped, loss scale now 8192: loss 6.8; 2 of 161 parameters' gradients"]))
+                "  replayed at loss scale 32768: forward: first non-finite layer output: layer1.0.bn1 (BatchNorm2d), "
+                "2 inf, 0 NaN of 51380224; loss inf; the loss gradient holds 0 inf, 256000 NaN of 256000; backward: "
+                "first non-finite input gradient: fc (Linear), 0 inf, 524288 NaN of 524288",
+                "dlbench-worker: step 12 skipped, loss scale now 8192: loss 6.8; 2 of 161 parameters' gradients",
+                "  replayed at loss scale 16384: forward: first non-finite layer output: layer1.0.bn1 (BatchNorm2d), "
+                "1 inf, 0 NaN of 51380224; loss 6.8; backward: every input gradient finite"]))
             lines = self.table(logs)
         self.assertIn("memcheck-resnet50-amp: ========= ERROR SUMMARY: 0 errors", lines)
         self.assertIn("memcheck-self-test-inception-tf32: ========= ERROR SUMMARY: 3 errors", lines)
@@ -82,6 +89,8 @@ class GpuCheckTable(unittest.TestCase):
                       "161 parameters' gradients not finite, nearest the loss first: fc.weight (3 inf, 0 NaN of 2048000); "
                       "step 9 skipped, loss scale now 16384: loss inf (not finite: the forward pass overflowed); 0 of "
                       "161 parameters' gradients not finite", lines)
+        self.assertIn("    3 replayed layer by layer: forward layer1.0.bn1 (BatchNorm2d) 2, all finite 1; "
+                      "backward fc (Linear) 2, all finite 1", lines)
         self.assertIn("self-test-resnet152-vgg16-alexnet-amp: no document; stopped after 3 checks (2 passed, 1 failed, "
                       "0 skipped); last: -     loss scaling skips an overflowing step           -         -  passed  "
                       "skipped, scale halved", lines)
