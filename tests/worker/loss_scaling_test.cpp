@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -17,6 +18,7 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "loss_scaler.hpp"
+#include "models/bert.hpp"
 #include "models/small_conv_net.hpp"
 #include "trainer.hpp"
 
@@ -250,6 +252,43 @@ TEST(LossScaling, AnOverflowAfterBackwardLeavesTheReplayedLayersFinite) {
   ASSERT_EQ(said.size(), 2u) << log.str();
   EXPECT_THAT(said[1], ::testing::MatchesRegex("  replayed at loss scale 65536: forward: every layer output finite; "
                                                "loss [0-9.]+; backward: every input gradient finite"));
+}
+
+// The replay is the step again: a small BERT with dropout (whose masks depend on the step) and
+// AdamW, one step skipped by a NaN written after backward. With the log on, the replay's loss is
+// the skipped step's to the bit, and the steps after it are those of a run without the log.
+TEST(LossScaling, TheReplayRepeatsTheSkippedStepAndChangesNothingLaterStepsRead) {
+  const BertConfig config{.vocabulary = 40, .hidden = 16, .layers = 2, .heads = 2, .intermediate = 24,
+                          .max_positions = 16};
+  ASSERT_GT(config.dropout, 0.0f);
+  CpuBackend backend(2);
+  const auto make = [&] {
+    auto trainer = std::make_unique<Trainer>(backend, bert_for_pretraining(config), PretrainingBatchLayout{4, 12},
+                                             config.vocabulary, SgdConfig{}, 3);
+    trainer->use_adamw({5e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f});
+    trainer->use_loss_scaling({1024.0f, 2.0f, 0.5f, 1000});
+    inject(*trainer, std::numeric_limits<float>::quiet_NaN(), {2});
+    return trainer;
+  };
+  const auto logged = make(), plain = make();
+  // The gradient buckets' hook (the ranks' allreduce) is not told of the replay's gradients.
+  std::size_t logged_ready = 0, plain_ready = 0;
+  logged->set_gradients_ready([&](const std::vector<Parameter*>& p) { logged_ready += p.size(); });
+  plain->set_gradients_ready([&](const std::vector<Parameter*>& p) { plain_ready += p.size(); });
+  std::ostringstream log;
+  logged->log_skipped_steps(&log);
+  for (int step = 0; step < 5; ++step) {
+    const float a = logged->step_and_loss(), b = plain->step_and_loss();  // `a`: the replay's loss at step 2
+    EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "step " << step << ": " << a << " against " << b;
+  }
+  ASSERT_EQ(lines(log.str()).size(), 2u) << log.str();
+  EXPECT_THAT(log.str(), HasSubstr("forward: every layer output finite; "));
+  const std::vector<float> a(logged->parameters().values(), logged->parameters().values() + logged->parameters().elements());
+  const std::vector<float> b(plain->parameters().values(), plain->parameters().values() + plain->parameters().elements());
+  EXPECT_TRUE(same_bits(a, b));
+  EXPECT_EQ(logged->loss_scale()->scale, plain->loss_scale()->scale);
+  EXPECT_GT(plain_ready, 0u);
+  EXPECT_EQ(logged_ready, plain_ready);
 }
 
 TEST(NonFiniteCount, TheBackendCountsInfsAndNansInEveryFloatType) {
