@@ -1079,6 +1079,29 @@ void loss_scaling_checks(Checker& checker, Backend& primary) {
     }
     return verdict(true, "skipped, scale halved, weights untouched");
   });
+  // DLBENCH_LOG_LOSS_SCALE's replay, on this backend: an inf filter tap makes the convolution the
+  // first layer whose output is not finite, whatever the loss and the gradients show.
+  checker.run("-", "a skipped step replayed names the layer", [&] {
+    Trainer trainer(primary, small_conv_net(8, 8), Shape(4, 3, 8, 8), 10, SgdConfig{0.05f, 0.9f, 1e-4f}, 3);
+    trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
+    trainer.step();
+    const float inf = std::numeric_limits<float>::infinity();
+    primary.copy_from_host(trainer.parameters().values() + trainer.parameters().parameters().front()->offset + 5, &inf,
+                           sizeof inf);
+    const auto before = weights_of(primary, trainer);
+    trainer.step();
+    if (!trainer.last_step_skipped()) return verdict(false, "a step with an inf filter tap was applied");
+    const std::string said = trainer.trace_skipped_step(65536.0f);
+    if (said.find("forward: first non-finite layer output: 0 (Conv2d), ") == std::string::npos) {
+      return verdict(false, "the replay said: " + said);
+    }
+    const auto state = trainer.loss_scale();
+    if (state->scale != 32768.0f || state->skipped != 1 || trainer.steps_done() != 2) {
+      return verdict(false, "the replay changed the loss-scaling state or the step count");
+    }
+    if (!same_bits(before, weights_of(primary, trainer))) return verdict(false, "the replay changed the weights");
+    return verdict(true, "the convolution named");
+  });
 }
 
 void precision_independent_checks(Checker& checker, Backend& primary, Backend& reference) {

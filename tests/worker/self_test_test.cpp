@@ -34,6 +34,7 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   bool dilated_conv_off = false;     // ... only the dilated ones (DeepLabV3+'s)
   bool factorised_conv_off = false;  // ... only those with a 1×n or n×1 kernel (InceptionV3's)
   bool blind_overflow = false;  // unscale_and_check_finite never sees an inf or NaN
+  bool blind_count = false;     // count_non_finite never sees one either (a count kernel that reads nothing)
   bool layer_norm_off = false;  // layer normalization outputs 0.1% too large
   bool frozen_adamw_step = false;  // AdamW corrects every update as the first (a frozen graph's)
   bool rounding_noise = false;  // linear and batched-matmul outputs off by up to one ulp (another GPU's sums)
@@ -118,6 +119,9 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
                         loss_scale);
   }
   // The state is in host memory here: a blind check moves it on as if every gradient were finite.
+  NonFiniteCount count_non_finite(const Tensor& t) override {
+    return blind_count ? NonFiniteCount{} : inner_.count_non_finite(t);
+  }
   void unscale_and_check_finite(float* g, std::int64_t n, LossScaleState* state, const LossScalingConfig& c) override {
     LossScaleState before = *state;
     inner_.unscale_and_check_finite(g, n, state, c);
@@ -312,6 +316,7 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->dilated_conv_off = subject_backend.dilated_conv_off;
                             b->factorised_conv_off = subject_backend.factorised_conv_off;
                             b->blind_overflow = subject_backend.blind_overflow;
+                            b->blind_count = subject_backend.blind_count;
                             b->layer_norm_off = subject_backend.layer_norm_off;
                             b->frozen_adamw_step = subject_backend.frozen_adamw_step;
                             b->rounding_noise = subject_backend.rounding_noise;
@@ -347,7 +352,7 @@ TEST(SelfTest, ACorrectBackendPassesEveryCheck) {
   // 16 layers, the loss, layer norm at BERT-base's width, the encoder layer at two shapes, BERT on whole and on
   // padded sequences, training, the
   // whole ResNet-50 step, the memory plan; SGD, AdamW, LAMB, unscaling, loss scaling; the communicator.
-  EXPECT_EQ(checks.size(), 31u);
+  EXPECT_EQ(checks.size(), 32u);
   for (const auto& c : checks) EXPECT_LE(c.error, c.bound == 0 ? 0.0 : c.bound) << c.name;
 }
 
@@ -421,7 +426,7 @@ TEST(SelfTest, ADeviceThatFusesTheResidualIntoBatchNormPassesEveryCheck) {
   NoCommunicator one;
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
-  EXPECT_EQ(checks.size(), 31u);
+  EXPECT_EQ(checks.size(), 32u);
 }
 
 // A device whose bottlenecks add one branch's input gradient into the other's in a convolution's
@@ -434,7 +439,7 @@ TEST(SelfTest, ADeviceThatAccumulatesBranchGradientsInAConvolutionPassesEveryChe
     NoCommunicator one;
     const auto checks = run_on(backend, one);
     EXPECT_THAT(failed_names(checks), ::testing::IsEmpty()) << (fused ? "residual fused" : "residual apart");
-    EXPECT_EQ(checks.size(), 31u);
+    EXPECT_EQ(checks.size(), 32u);
   }
 }
 
@@ -505,7 +510,7 @@ TEST(SelfTest, TheWorkersModelsStepNamesItsFirstLayerOff) {
   EXPECT_THAT(failed_names(checks),
               ::testing::UnorderedElementsAre("fp32 conv 3x3 dilation 2",
                                               "fp32 deeplabv3plus step, each layer fed the reference's input"));
-  EXPECT_EQ(checks.size(), 32u);  // bert-base adds none: its layers are the transformer checks'
+  EXPECT_EQ(checks.size(), 33u);  // bert-base adds none: its layers are the transformer checks'
   for (const auto& c : checks) {
     if (c.name.starts_with("deeplabv3plus step")) {
       EXPECT_THAT(c.detail, ::testing::StartsWith("first off: backbone.layer4.1.conv2 (Conv2d) forward")) << c.detail;
@@ -572,10 +577,26 @@ TEST(SelfTest, AnOverflowCheckThatSeesNothingFailsTheLossScalingChecks) {
   NoCommunicator one;
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::UnorderedElementsAre("- unscale and overflow check",
-                                                                   "- loss scaling skips an overflowing step"));
+                                                                   "- loss scaling skips an overflowing step",
+                                                                   "- a skipped step replayed names the layer"));
   for (const auto& c : checks) {
     if (c.name == "loss scaling skips an overflowing step") {
       EXPECT_THAT(c.detail, HasSubstr("was applied"));
+    }
+  }
+}
+
+// A count of infs and NaNs that sees none (DLBENCH_LOG_LOSS_SCALE's replay on the device) fails
+// the replay's check alone, saying what the replay said.
+TEST(SelfTest, ANonFiniteCountThatSeesNothingFailsTheReplayCheck) {
+  FaultyBackend backend;
+  backend.blind_count = true;
+  NoCommunicator one;
+  const auto checks = run_on(backend, one);
+  EXPECT_THAT(failed_names(checks), ::testing::ElementsAre("- a skipped step replayed names the layer"));
+  for (const auto& c : checks) {
+    if (c.name == "a skipped step replayed names the layer") {
+      EXPECT_THAT(c.detail, HasSubstr("forward: every layer output finite"));
     }
   }
 }
