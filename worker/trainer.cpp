@@ -448,7 +448,9 @@ void Trainer::say_if_skipped() {
   if (!state || !update_skipped(&*state)) return;
   *skip_log_ << "dlbench-worker: step " << context_.step << " skipped, loss scale now " << state->scale << ": "
              << describe_skipped_step() << '\n';
-  *skip_log_ << "  " << (last_step_eager_ ? trace_skipped_step(last_step_scale_) : "a step graph's replay: not traced layer by layer")
+  *skip_log_ << "  "
+             << (last_step_eager_ ? trace_skipped_step(last_step_scale_)
+                                  : "a step graph's replay: not traced layer by layer")
              << std::endl;
 }
 
@@ -484,14 +486,16 @@ std::string Trainer::trace_skipped_step(float scale) {
   }
   restore();
   const auto finding = [](const char* what, const std::optional<FirstNonFinite::Finding>& f) {
-    return f ? std::string("first non-finite ") + what + ": " + f->where + ", " + describe_non_finite(f->count, f->values)
-             : std::string("every ") + what + " finite";
+    if (!f) return std::string("every ") + what + " finite";
+    return std::string("first non-finite ") + what + ": " + f->where + ", " + describe_non_finite(f->count, f->values);
   };
   std::ostringstream out;
   out << "replayed at loss scale " << scale << ": ";
   if (batch.total() > 0) out << "the batch holds " << describe_non_finite(batch, input_.numel()) << "; ";
   out << "forward: " << finding("layer output", finder.forward()) << "; loss " << loss << "; ";
-  if (loss_gradient.total() > 0) out << "the loss gradient holds " << describe_non_finite(loss_gradient, loss_.dlogits().numel()) << "; ";
+  if (loss_gradient.total() > 0) {
+    out << "the loss gradient holds " << describe_non_finite(loss_gradient, loss_.dlogits().numel()) << "; ";
+  }
   out << "backward: " << finding("input gradient", finder.backward());
   return out.str();
 }

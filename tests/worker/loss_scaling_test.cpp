@@ -233,7 +233,8 @@ TEST(LossScaling, ASkippedStepReplayedNamesTheLayerItsBackwardPassOverflowedAtTh
   ASSERT_EQ(said.size(), 2u) << log.str();
   EXPECT_THAT(said[0], ::testing::StartsWith("dlbench-worker: step 1 skipped, loss scale now 32768: loss "));
   EXPECT_THAT(said[0], Not(HasSubstr("the forward pass overflowed")));
-  EXPECT_THAT(said[1], ::testing::StartsWith("  replayed at loss scale 65536: forward: every layer output finite; loss "));
+  EXPECT_THAT(said[1],
+              ::testing::StartsWith("  replayed at loss scale 65536: forward: every layer output finite; loss "));
   EXPECT_THAT(said[1], Not(HasSubstr("the loss gradient holds")));
   EXPECT_THAT(said[1], HasSubstr("; backward: first non-finite input gradient: 5 (Linear), "));
   EXPECT_THAT(said[1], ::testing::EndsWith(" NaN of " + std::to_string(4 * features)));
@@ -283,9 +284,10 @@ TEST(LossScaling, TheReplayRepeatsTheSkippedStepAndChangesNothingLaterStepsRead)
   }
   ASSERT_EQ(lines(log.str()).size(), 2u) << log.str();
   EXPECT_THAT(log.str(), HasSubstr("forward: every layer output finite; "));
-  const std::vector<float> a(logged->parameters().values(), logged->parameters().values() + logged->parameters().elements());
-  const std::vector<float> b(plain->parameters().values(), plain->parameters().values() + plain->parameters().elements());
-  EXPECT_TRUE(same_bits(a, b));
+  const auto weights = [](Trainer& t) {
+    return std::vector<float>(t.parameters().values(), t.parameters().values() + t.parameters().elements());
+  };
+  EXPECT_TRUE(same_bits(weights(*logged), weights(*plain)));
   EXPECT_EQ(logged->loss_scale()->scale, plain->loss_scale()->scale);
   EXPECT_GT(plain_ready, 0u);
   EXPECT_EQ(logged_ready, plain_ready);
