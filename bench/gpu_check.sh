@@ -310,10 +310,18 @@ step input-measure-cityscapes 30 "$bin/dlbench-input" measure "$real_data/citysc
 # each skipped step with its loss, the gradients that overflowed, and the step run again layer by
 # layer naming the first output and input gradient that held an inf or NaN (every step waits: not
 # timed).
-DLBENCH_LOG_LOSS_SCALE=1 step real-data-amp-loss-scale 60 "$bin/dlbench-worker" --backend cuda --model resnet50 \
-  --batch-size 256 --precision amp --warmup-steps 0 --measure-steps 50 --repeats 2 --extra-repeats 0 \
-  --data imagefolder --data-path "$real_data/images" --decode-threads "$decode_threads" \
+loss_scale_run=("$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 256 --precision amp
+  --warmup-steps 0 --measure-steps 50 --repeats 2 --extra-repeats 0 --data imagefolder
+  --data-path "$real_data/images" --decode-threads "$decode_threads")
+DLBENCH_LOG_LOSS_SCALE=1 step real-data-amp-loss-scale 60 "${loss_scale_run[@]}" \
   --output "$logs/real-data-amp-loss-scale.json"
+# Where a replay found a batch norm's output first, the same run again with cuDNN's spatial batch
+# norms and no fused activation (cuDNN documents that its persistent mode, channels-last's default,
+# may overflow where the spatial one does not), so that this call already tells the two apart.
+if grep -q "forward: first non-finite layer output: [^,;]*(BatchNorm2d)" "$logs/real-data-amp-loss-scale.log" 2>/dev/null; then
+  DLBENCH_LOG_LOSS_SCALE=1 DLBENCH_CUDA_BATCH_NORM=ex DLBENCH_CUDA_BATCH_NORM_MODE=spatial \
+    step real-data-amp-loss-scale-spatial 60 "${loss_scale_run[@]}" --output "$logs/real-data-amp-loss-scale-spatial.json"
+fi
 time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder dlbench-imagefolder --data imagefolder \
   --data-path "$real_data/images" --decode-threads "$decode_threads"
 time_dlbench deeplabv3plus 8 amp dlbench-deeplabv3plus-amp-cityscapes dlbench-cityscapes --image-size 512x1024 \

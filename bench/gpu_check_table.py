@@ -321,6 +321,25 @@ def gpu_readings(logs):
     return out
 
 
+def loss_scale_log(logs, name):
+    """The loss scale on real data in amp (DLBENCH_LOG_LOSS_SCALE): how many steps skipped, the first
+    two said, then where the skipped steps' replays found the first inf or NaN, counted by layer."""
+    try:
+        with open(os.path.join(logs, name + ".log"), errors="replace") as f:
+            said = f.readlines()
+    except OSError:
+        return [f"  {name}: (no log)"]
+    skips = [line.strip() for line in said if re.match(r"^dlbench-worker: step \d+ skipped", line)]
+    out = [f"  {name}: {len(skips)} steps skipped" + ("; " if skips else "") +
+           "; ".join(line[len("dlbench-worker: "):][:220] for line in skips[:2])]
+    replays = [line.strip() for line in said if line.startswith("  replayed at loss scale ")]
+    if replays:
+        out.append(f"    {len(replays)} replayed layer by layer: forward " +
+                   first_non_finite(replays, r"forward: first non-finite layer output: ([^,;]+),") + "; backward " +
+                   first_non_finite(replays, r"backward: first non-finite input gradient: ([^,;]+),"))
+    return out
+
+
 def first_non_finite(replays, pattern, top=3):
     """Where the replays' first inf or NaN was, the commonest layers first: "layer1.0.bn1
     (BatchNorm2d) 30, all finite 12"."""
@@ -353,21 +372,10 @@ def real_data(logs):
         out.append(f"  {name}: {rate:.1f}/s{against}; {i['verdict']}, waited {100 * i['waitShare']:.1f}% of the "
                    f"measured time; the pipeline alone {i['pipelineThroughput']:.0f}/s with {i['decodeThreads']} "
                    f"threads, {i['files']} files, {i['skippedFiles']} skipped")
-    # The loss scale on real data in amp (DLBENCH_LOG_LOSS_SCALE): how many steps skipped, the first two said,
-    # then where the skipped steps' replays found the first inf or NaN, counted by layer.
-    try:
-        with open(os.path.join(logs, "real-data-amp-loss-scale.log"), errors="replace") as f:
-            said = f.readlines()
-        skips = [line.strip() for line in said if re.match(r"^dlbench-worker: step \d+ skipped", line)]
-        out.append(f"  real-data-amp-loss-scale: {len(skips)} steps skipped" + ("; " if skips else "") +
-                   "; ".join(line[len("dlbench-worker: "):][:220] for line in skips[:2]))
-        replays = [line.strip() for line in said if line.startswith("  replayed at loss scale ")]
-        if replays:
-            out.append(f"    {len(replays)} replayed layer by layer: forward " +
-                       first_non_finite(replays, r"forward: first non-finite layer output: ([^,;]+),") + "; backward " +
-                       first_non_finite(replays, r"backward: first non-finite input gradient: ([^,;]+),"))
-    except OSError:
-        out.append("  real-data-amp-loss-scale: (no log)")
+    out += loss_scale_log(logs, "real-data-amp-loss-scale")
+    # Run only where a replay found a batch norm first: the same with spatial, unfused batch norms.
+    if os.path.exists(os.path.join(logs, "real-data-amp-loss-scale-spatial.log")):
+        out += loss_scale_log(logs, "real-data-amp-loss-scale-spatial")
     return ["", "Real data through the CPU pipeline (input-bound: the case for nvJPEG and more threads):"] + out
 
 

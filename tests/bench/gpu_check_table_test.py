@@ -80,6 +80,7 @@ class GpuCheckTable(unittest.TestCase):
                 "dlbench-worker: step 12 skipped, loss scale now 8192: loss 6.8; 2 of 161 parameters' gradients",
                 "  replayed at loss scale 16384: forward: first non-finite layer output: layer1.0.bn1 (BatchNorm2d), "
                 "1 inf, 0 NaN of 51380224; loss 6.8; backward: every input gradient finite"]))
+            write(logs, "real-data-amp-loss-scale-spatial.log", "  case 1x1-bs256-amp repeat 1/2: 5100.00 samples/s\n")
             lines = self.table(logs)
         self.assertIn("memcheck-resnet50-amp: ========= ERROR SUMMARY: 0 errors", lines)
         self.assertIn("memcheck-self-test-inception-tf32: ========= ERROR SUMMARY: 3 errors", lines)
@@ -91,6 +92,7 @@ class GpuCheckTable(unittest.TestCase):
                       "161 parameters' gradients not finite", lines)
         self.assertIn("    3 replayed layer by layer: forward layer1.0.bn1 (BatchNorm2d) 2, all finite 1; "
                       "backward fc (Linear) 2, all finite 1", lines)
+        self.assertIn("  real-data-amp-loss-scale-spatial: 0 steps skipped", lines)
         self.assertIn("self-test-resnet152-vgg16-alexnet-amp: no document; stopped after 3 checks (2 passed, 1 failed, "
                       "0 skipped); last: -     loss scaling skips an overflowing step           -         -  passed  "
                       "skipped, scale halved", lines)
