@@ -51,16 +51,21 @@ class AddThenRelu final : public AddOp {
 
 }  // namespace
 
-NonFiniteCount Backend::count_non_finite(const Tensor& t) {
+NonFiniteCount count_non_finite(const float* values, std::int64_t n) {
   NonFiniteCount count;
-  if (t.empty() || t.dtype == DType::int32) return count;
-  std::vector<std::byte> bytes(t.bytes());
-  copy_to_host(bytes.data(), t.data, bytes.size());
-  for (const float v : decode(bytes.data(), static_cast<std::size_t>(t.numel()), t.dtype)) {
-    count.inf += std::isinf(v) ? 1 : 0;
-    count.nan += std::isnan(v) ? 1 : 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    count.inf += std::isinf(values[i]) ? 1 : 0;
+    count.nan += std::isnan(values[i]) ? 1 : 0;
   }
   return count;
+}
+
+NonFiniteCount Backend::count_non_finite(const Tensor& t) {
+  if (t.empty() || t.dtype == DType::int32) return {};
+  std::vector<std::byte> bytes(t.bytes());
+  copy_to_host(bytes.data(), t.data, bytes.size());
+  const std::vector<float> values = decode(bytes.data(), static_cast<std::size_t>(t.numel()), t.dtype);
+  return worker::count_non_finite(values.data(), t.numel());
 }
 
 std::unique_ptr<AddOp> Backend::make_add_relu(const Shape& shape, DType dtype) {

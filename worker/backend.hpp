@@ -426,6 +426,9 @@ struct NonFiniteCount {
   std::int64_t total() const { return inf + nan; }
 };
 
+// The infs and NaNs among `n` values in host memory.
+NonFiniteCount count_non_finite(const float* values, std::int64_t n);
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -8,13 +8,10 @@ FirstNonFinite::FirstNonFinite(Layer& network, Backend& backend)
 void FirstNonFinite::after(const Layer& layer, bool backward, const Tensor& output) {
   std::optional<Finding>& found = backward ? backward_ : forward_;
   // Once found, the layers after it are not counted: they follow from it, and each count waits.
-  if (found || output.empty() || output.dtype == DType::int32) return;
-  const NonFiniteCount count = backend_.count_non_finite(output);
+  if (found) return;
+  const NonFiniteCount count = backend_.count_non_finite(output);  // none in an empty or int32 tensor
   if (count.total() == 0) return;
-  // An unnamed layer sits at its parent's path: at the network's own, it is at the top level.
-  const std::string& path = paths_.at(&layer);
-  const std::string where = !path.empty() ? path : &layer == network_ ? "the network" : "top level";
-  found = Finding{where + " (" + layer.kind() + ")", count, output.numel()};
+  found = Finding{layer_where(paths_, layer, *network_) + " (" + layer.kind() + ")", count, output.numel()};
 }
 
 std::string describe_non_finite(const NonFiniteCount& count, std::int64_t values) {

@@ -414,9 +414,7 @@ class StepRecorder final : public LayerObserver {
   StepRecorder(Layer& network, Backend& backend, float gradient_scale, const StepTrace* feed)
       : network_(&network), paths_(layer_paths(network)), backend_(backend), scale_(gradient_scale), feed_(feed) {}
   void before(const Layer& layer, bool backward, const Tensor& input) override {
-    // An unnamed layer sits at its parent's path: at the network's own, it is at the top level.
-    const std::string path = paths_.at(&layer);
-    const std::string where = !path.empty() ? path : &layer == network_ ? "the network" : "top level";
+    const std::string where = layer_where(paths_, layer, *network_);
     StepTrace::Entry entry{where + " (" + layer.kind() + ") " +
                                (backward ? "backward" : "forward"),
                            backward, {}, {}, std::nullopt, true};

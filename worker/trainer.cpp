@@ -382,17 +382,9 @@ std::string Trainer::describe_skipped_step() {
   const std::vector<Parameter*>& all = parameters_.parameters();
   std::vector<std::string> overflowed;
   for (auto p = all.rbegin(); p != all.rend(); ++p) {  // backward's order: nearest the loss first
-    long infinite = 0, nan = 0;
-    const std::int64_t count = (*p)->value.numel();
-    for (std::int64_t i = 0; i < count; ++i) {
-      const float g = grads[static_cast<std::size_t>((*p)->offset + i)];
-      infinite += std::isinf(g) ? 1 : 0;
-      nan += std::isnan(g) ? 1 : 0;
-    }
-    if (infinite + nan > 0) {
-      overflowed.push_back((*p)->name + " (" + std::to_string(infinite) + " inf, " + std::to_string(nan) + " NaN of " +
-                           std::to_string(count) + ")");
-    }
+    const std::int64_t values = (*p)->value.numel();
+    const NonFiniteCount count = count_non_finite(grads.data() + (*p)->offset, values);
+    if (count.total() > 0) overflowed.push_back((*p)->name + " (" + describe_non_finite(count, values) + ")");
   }
   std::ostringstream out;
   out << "loss " << loss << (std::isfinite(loss) ? "" : " (not finite: the forward pass overflowed)") << "; "

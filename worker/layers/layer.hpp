@@ -218,6 +218,14 @@ inline std::unordered_map<const Layer*, std::string> layer_paths(Layer& network)
   return out;
 }
 
+// How an observer names `layer` of `network`, given layer_paths(network): its path; an unnamed
+// layer sits at its parent's path, and at the network's own path it is at the top level.
+inline std::string layer_where(const std::unordered_map<const Layer*, std::string>& paths, const Layer& layer,
+                               const Layer& network) {
+  const std::string& path = paths.at(&layer);
+  return !path.empty() ? path : &layer == &network ? "the network" : "top level";
+}
+
 // The step state of every layer of `network`, named by path ("classifier.2.mask").
 inline std::vector<DropoutMaskState> step_state(Layer& network) {
   std::vector<DropoutMaskState> out;
