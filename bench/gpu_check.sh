@@ -322,6 +322,11 @@ if grep -q "forward: first non-finite layer output: [^,;]*(BatchNorm2d)" "$logs/
   DLBENCH_LOG_LOSS_SCALE=1 DLBENCH_CUDA_BATCH_NORM=ex DLBENCH_CUDA_BATCH_NORM_MODE=spatial \
     step real-data-amp-loss-scale-spatial 60 "${loss_scale_run[@]}" --output "$logs/real-data-amp-loss-scale-spatial.json"
 fi
+# PyTorch's own amp (autocast, GradScaler) on the same JPEGs with the same recipe, 400 steps as the
+# run of 2026-11-29: whether its scale holds where dlbench's fell (then the fault is dlbench's) or
+# falls as well (the recipe's on fp16 on this data). Emulated on the CPU at 64 px in bench/RESULTS.md.
+step pytorch-real-data-amp 120 python3 "$here/real_data_recipe.py" "$real_data/images" --image 224 --batch 256 \
+  --steps 400 --precision amp --device cuda --workers "$decode_threads" --threads 2
 time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder dlbench-imagefolder --data imagefolder \
   --data-path "$real_data/images" --decode-threads "$decode_threads"
 time_dlbench deeplabv3plus 8 amp dlbench-deeplabv3plus-amp-cityscapes dlbench-cityscapes --image-size 512x1024 \

@@ -352,6 +352,27 @@ def first_non_finite(replays, pattern, top=3):
     return shown + (f", {len(ranked) - top} more layers" if len(ranked) > top else "")
 
 
+def pytorch_loss_scale(logs, name):
+    """PyTorch's own amp (autocast, GradScaler) on the same JPEGs with the same recipe
+    (real_data_recipe.py): the steps it skipped, forward or backward, the scale it ended at and
+    its loss at the first step, lowest and last, beside dlbench's."""
+    try:
+        with open(os.path.join(logs, name + ".log"), errors="replace") as f:
+            said = f.read().splitlines()
+    except OSError:
+        return [f"  {name}: (no log)"]
+    steps = [line.split() for line in said if re.match(r"^\d+ \S+ \S+ \S+ \S+ (yes|no) \S+ (no|forward|backward) \d+$", line)]
+    if not steps:
+        return [f"  {name}: {last_line(logs, name)}"]
+    ended = [line.rsplit(" ", 1)[-1] for line in said if " steps skipped by loss scaling" in line]
+    losses = [float(s[1]) for s in steps]
+    why = collections.Counter(s[7] for s in steps)
+    scale = f"the scale ended at {ended[-1]}" if ended else f"stopped early, its last step ran at scale {steps[-1][6]}"
+    return [f"  {name}: {len(steps) - why['no']} of {len(steps)} steps skipped by loss scaling (forward "
+            f"{why['forward']}, backward {why['backward']}), {scale}; loss {losses[0]:g} at step 1, "
+            f"{min(losses):g} lowest, {losses[-1]:g} at step {steps[-1][0]}"]
+
+
 def real_data(logs):
     """The CPU input pipeline feeding the GPU: each real-data case beside its synthetic row."""
     out = []
@@ -376,6 +397,7 @@ def real_data(logs):
     # Run only where a replay found a batch norm first: the same with spatial, unfused batch norms.
     if os.path.exists(os.path.join(logs, "real-data-amp-loss-scale-spatial.log")):
         out += loss_scale_log(logs, "real-data-amp-loss-scale-spatial")
+    out += pytorch_loss_scale(logs, "pytorch-real-data-amp")
     return ["", "Real data through the CPU pipeline (input-bound: the case for nvJPEG and more threads):"] + out
 
 

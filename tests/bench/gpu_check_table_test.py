@@ -81,6 +81,14 @@ class GpuCheckTable(unittest.TestCase):
                 "  replayed at loss scale 16384: forward: first non-finite layer output: layer1.0.bn1 (BatchNorm2d), "
                 "1 inf, 0 NaN of 51380224; loss 6.8; backward: every input gradient finite"]))
             write(logs, "real-data-amp-loss-scale-spatial.log", "  case 1x1-bs256-amp repeat 1/2: 5100.00 samples/s\n")
+            write(logs, "pytorch-real-data-amp.log", "\n".join([
+                "step loss max|logit| max|activation| layer past-fp16-max scale skipped seconds",
+                "1 6.962 5.9 58.2 layer3.5.conv1 no 65536 backward 3",
+                "2 7.055 6.3 57.3 layer3.5.conv1 no 32768 no 3",
+                "3 31.5 4000.0 inf layer2.0.bn1 yes 32768 forward 4",
+                "4 2.81 9.0 70.1 conv1 no 16384 no 4",
+                "1 of 4 steps had an activation past fp16's largest finite value",
+                "2 of 4 steps skipped by loss scaling (GradScaler), the scale ended at 16384"]))
             lines = self.table(logs)
         self.assertIn("memcheck-resnet50-amp: ========= ERROR SUMMARY: 0 errors", lines)
         self.assertIn("memcheck-self-test-inception-tf32: ========= ERROR SUMMARY: 3 errors", lines)
@@ -93,6 +101,8 @@ class GpuCheckTable(unittest.TestCase):
         self.assertIn("    3 replayed layer by layer: forward layer1.0.bn1 (BatchNorm2d) 2, all finite 1; "
                       "backward fc (Linear) 2, all finite 1", lines)
         self.assertIn("  real-data-amp-loss-scale-spatial: 0 steps skipped", lines)
+        self.assertIn("  pytorch-real-data-amp: 2 of 4 steps skipped by loss scaling (forward 1, backward 1), the scale "
+                      "ended at 16384; loss 6.962 at step 1, 2.81 lowest, 2.81 at step 4", lines)
         self.assertIn("self-test-resnet152-vgg16-alexnet-amp: no document; stopped after 3 checks (2 passed, 1 failed, "
                       "0 skipped); last: -     loss scaling skips an overflowing step           -         -  passed  "
                       "skipped, scale halved", lines)
@@ -130,6 +140,18 @@ class GpuCheckTable(unittest.TestCase):
         self.assertEqual(len(inception), 1, lines)
         self.assertIn("| 2600.0 |", inception[0])
         self.assertIn("| 2000.0 | 1.30 |", inception[0])
+
+    def test_pytorchs_amp_on_the_jpegs_stopped_at_its_deadline(self):
+        # Killed before its summary: the steps it printed still count, and the line says so.
+        with tempfile.TemporaryDirectory() as logs:
+            write(logs, "pytorch-real-data-amp.log", "\n".join([
+                "step loss max|logit| max|activation| layer past-fp16-max scale skipped seconds",
+                "1 6.9 5.9 58.2 layer3.5.conv1 no 65536 backward 3",
+                "2 5.5 6.3 57.3 layer3.5.conv1 no 32768 no 3",
+                "3 5.8 6.1 57.0 layer3.5.conv1 no 32768 no 4"]))
+            lines = self.table(logs)
+        self.assertIn("  pytorch-real-data-amp: 1 of 3 steps skipped by loss scaling (forward 0, backward 1), stopped "
+                      "early, its last step ran at scale 32768; loss 6.9 at step 1, 5.5 lowest, 5.8 at step 3", lines)
 
     def test_real_data_beside_its_synthetic_row(self):
         # The real-data cases' result documents, and a synthetic one to compare with.
