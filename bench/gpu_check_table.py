@@ -332,6 +332,11 @@ def loss_scale_log(logs, name):
     skips = [line.strip() for line in said if re.match(r"^dlbench-worker: step \d+ skipped", line)]
     out = [f"  {name}: {len(skips)} steps skipped" + ("; " if skips else "") +
            "; ".join(line[len("dlbench-worker: "):][:220] for line in skips[:2])]
+    # A filter gradient can overflow fp16 by itself (a sum over every pixel of the batch) while
+    # every layer's input gradient stays finite: the parameter a skip names first says so.
+    if skips:
+        out.append("    gradients first not finite: " +
+                   first_non_finite(skips, r"nearest the loss first: (\S+) \(").replace("all finite", "none named"))
     replays = [line.strip() for line in said if line.startswith("  replayed at loss scale ")]
     if replays:
         out.append(f"    {len(replays)} replayed layer by layer: forward " +

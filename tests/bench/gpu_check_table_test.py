@@ -77,7 +77,9 @@ class GpuCheckTable(unittest.TestCase):
                 "  replayed at loss scale 32768: forward: first non-finite layer output: layer1.0.bn1 (BatchNorm2d), "
                 "2 inf, 0 NaN of 51380224; loss inf; the loss gradient holds 0 inf, 256000 NaN of 256000; backward: "
                 "first non-finite input gradient: fc (Linear), 0 inf, 524288 NaN of 524288",
-                "dlbench-worker: step 12 skipped, loss scale now 8192: loss 6.8; 2 of 161 parameters' gradients",
+                "dlbench-worker: step 12 skipped, loss scale now 8192: loss 6.8; 2 of 161 parameters' gradients "
+                "not finite, nearest the loss first: layer4.2.conv3.weight (1 inf, 0 NaN of 1048576), "
+                "layer1.0.conv1.weight (0 inf, 2 NaN of 4096)",
                 "  replayed at loss scale 16384: forward: first non-finite layer output: layer1.0.bn1 (BatchNorm2d), "
                 "1 inf, 0 NaN of 51380224; loss 6.8; backward: every input gradient finite"]))
             write(logs, "real-data-amp-loss-scale-spatial.log", "  case 1x1-bs256-amp repeat 1/2: 5100.00 samples/s\n")
@@ -98,6 +100,7 @@ class GpuCheckTable(unittest.TestCase):
                       "161 parameters' gradients not finite, nearest the loss first: fc.weight (3 inf, 0 NaN of 2048000); "
                       "step 9 skipped, loss scale now 16384: loss inf (not finite: the forward pass overflowed); 0 of "
                       "161 parameters' gradients not finite", lines)
+        self.assertIn("    gradients first not finite: fc.weight 1, none named 1, layer4.2.conv3.weight 1", lines)
         self.assertIn("    3 replayed layer by layer: forward layer1.0.bn1 (BatchNorm2d) 2, all finite 1; "
                       "backward fc (Linear) 2, all finite 1", lines)
         self.assertIn("  real-data-amp-loss-scale-spatial: 0 steps skipped", lines)
