@@ -100,15 +100,15 @@ bool unstable(const CaseResult& r) { return r.stability && r.stability->verdict 
 // Why an amp case's loss scaling says it trained little, or nothing where it trained well enough:
 // more than 5% of its steps skipped for an inf or NaN gradient (a loss scaler's first few skips
 // are how it finds its scale), or its scale halved below 1, where steps overflowed even unscaled.
+// Where the worker traced an overflow, it follows on a line of its own.
 std::optional<std::string> loss_scaling_warning(const CaseResult& r) {
-  if (!r.loss_scaling) return std::nullopt;
+  if (!r.loss_scaling || !loss_scaling_trained_little(*r.loss_scaling)) return std::nullopt;
   const LossScalingReport& l = *r.loss_scaling;
-  const bool collapsed = l.final_scale < 1.0;
-  if (!collapsed && l.skipped_steps * 20 <= l.steps) return std::nullopt;
   std::ostringstream why;
   why << l.skipped_steps << " of " << l.steps << " steps skipped for an inf or NaN gradient, the scale ended at "
       << std::setprecision(3) << l.final_scale;
-  if (collapsed) why << " (below 1: steps overflowed even unscaled)";
+  if (l.final_scale < 1.0) why << " (below 1: steps overflowed even unscaled)";
+  if (!l.overflow.empty()) why << "\n" << l.overflow;
   return why.str();
 }
 

@@ -195,7 +195,11 @@ void print_case_notes(std::ostream& out, ReportFormat format, const std::string&
     return;
   }
   out << "\n" << title << "\n";
-  for (const auto& [name, note] : notes) out << "  " << name << ": " << note << "\n";
+  for (const auto& [name, note] : notes) {
+    out << "  " << name << ": ";
+    for (const char c : note) out << c << (c == '\n' ? "    " : "");  // a note's further lines indented under it
+    out << "\n";
+  }
 }
 
 }  // namespace dlbench::cli

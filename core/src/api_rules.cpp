@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dlbench/core/benchmark_run.hpp"
 #include "dlbench/core/enums.hpp"
 #include "dlbench/core/pod_ownership.hpp"
 
@@ -193,6 +194,10 @@ std::vector<FieldRule> build_rules() {
   r.push_back(floor_rule("status.results[].lossScaling.finalScale", 0, true));
   r.push_back(floor_rule("status.results[].lossScaling.skippedSteps", 0, false));
   r.push_back(floor_rule("status.results[].lossScaling.steps", 1, false));
+  FieldRule overflow;  // the worker's trace of the first overflow after the repeats
+  overflow.path = "status.results[].lossScaling.overflow";
+  overflow.max_length = static_cast<std::int64_t>(kLossScalingOverflowMaxLength);
+  r.push_back(overflow);
   return r;
 }
 

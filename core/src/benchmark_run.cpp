@@ -9,6 +9,10 @@
 
 namespace dlbench {
 
+bool loss_scaling_trained_little(const LossScalingReport& report) {
+  return report.final_scale < 1.0 || report.skipped_steps * 20 > report.steps;
+}
+
 std::string image_size_argument(int height, int width) {
   if (height == width) return std::to_string(height);
   return std::to_string(height) + "x" + std::to_string(width);

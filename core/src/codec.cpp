@@ -1021,7 +1021,7 @@ json detail::flops_to_json(const FlopsReport& f) {
 
 std::optional<LossScalingReport> detail::decode_loss_scaling(Decoder& d, const json& obj, const std::string& path) {
   if (!d.expect_object(obj, path)) return std::nullopt;
-  d.reject_unknown(obj, path, {"finalScale", "skippedSteps", "steps"});
+  d.reject_unknown(obj, path, {"finalScale", "skippedSteps", "steps", "overflow"});
   const std::size_t errors_before = d.errors.size();
   LossScalingReport report;
   if (const json* v = d.require(obj, path, "finalScale", "the scale the case ended at")) {
@@ -1037,12 +1037,15 @@ std::optional<LossScalingReport> detail::decode_loss_scaling(Decoder& d, const j
     d.read_int64(obj, path, "skippedSteps", {0, std::numeric_limits<std::int64_t>::max()}, report.skipped_steps);
   }
   if (report.steps > 0 && report.skipped_steps > report.steps) d.fail(child(path, "skippedSteps"), "exceeds steps");
+  d.read_string(obj, path, "overflow", kLossScalingOverflowMaxLength, report.overflow);
   if (d.errors.size() != errors_before) return std::nullopt;
   return report;
 }
 
 json detail::loss_scaling_to_json(const LossScalingReport& r) {
-  return {{"finalScale", r.final_scale}, {"skippedSteps", r.skipped_steps}, {"steps", r.steps}};
+  json out = {{"finalScale", r.final_scale}, {"skippedSteps", r.skipped_steps}, {"steps", r.steps}};
+  if (!r.overflow.empty()) out["overflow"] = r.overflow;
+  return out;
 }
 
 std::optional<NcclTransport> detail::decode_nccl_transport(Decoder& d, const json& obj, const std::string& path) {

@@ -530,6 +530,9 @@ std::string compact_result_document(const std::string& json_text, std::size_t li
     }
   });
   s.drop_environment_details();
+  s.shrink([&] {
+    if (doc.contains("lossScaling")) doc["lossScaling"].erase("overflow");  // the worker's log says it too
+  });
   s.shrink([&] { doc.erase("message"); });
   return s.finish("result document");
 }

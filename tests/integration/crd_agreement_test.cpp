@@ -210,7 +210,7 @@ TEST_F(CrdAgreement, EncodedRunIsFullyDeclared) {
   result.nccl_transport = NcclTransport{"IB", {"NET/IB", "P2P"}, true};
   result.optimizer = OptimizerSpec{OptimizerName::adamw, 1e-4, 0.9, 0.01};
   result.loss_after_repeats = {6.5, 6.25};
-  result.loss_scaling = LossScalingReport{32768.0, 3, 130};
+  result.loss_scaling = LossScalingReport{32768.0, 3, 130, "untimed step 131 skipped, loss scale now 16384"};
   result.flops = FlopsReport{24.5e9, 1.2e14, 9.894e14, 0.12};
   result.environment = CaseEnvironment{"0.1.0", "cuda", "nccl", "cpu", "NVIDIA H200", "580.159", "13.0", "9.10.2",
                                        "2.27.3", "4.1.4", "2.6.3", "pytorch", "2.11.0", {{"layout", "nhwc"}}};

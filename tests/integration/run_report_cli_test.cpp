@@ -422,8 +422,8 @@ TEST_F(RunCli, TheReportNamesAmpCasesWhoseLossScalingSkippedMuchOfTheTraining) {
   BenchmarkRunStatus s;
   s.phase = Phase::Succeeded;
   for (const CaseSpec& c : run.spec.cases) s.results.push_back(measured(c, {1566.0, 1570.0, 1560.0}));
-  s.results[0].loss_scaling = LossScalingReport{1.49e-8, 42, 400};
-  s.results[1].loss_scaling = LossScalingReport{16384.0, 3, 400};
+  s.results[0].loss_scaling = LossScalingReport{1.49e-8, 42, 400, {}};
+  s.results[1].loss_scaling = LossScalingReport{16384.0, 3, 400, {}};
   run.status = s;
   write("scaled.json", to_json(run).dump());
   const Outcome table = dlbench("report scaled.json");
@@ -433,7 +433,7 @@ TEST_F(RunCli, TheReportNamesAmpCasesWhoseLossScalingSkippedMuchOfTheTraining) {
                                    "overflowed even unscaled)\n"));
   EXPECT_THAT(table.out, Not(HasSubstr("1x1-bs128-amp: 3 of 400")));
   // More than 5% of the steps skipped is named too, though the scale held.
-  s.results[1].loss_scaling = LossScalingReport{512.0, 25, 400};
+  s.results[1].loss_scaling = LossScalingReport{512.0, 25, 400, {}};
   s.results[0].loss_scaling.reset();
   run.status = s;
   write("scaled.json", to_json(run).dump());
@@ -441,6 +441,23 @@ TEST_F(RunCli, TheReportNamesAmpCasesWhoseLossScalingSkippedMuchOfTheTraining) {
   EXPECT_THAT(again.out, HasSubstr("\n  1x1-bs128-amp: 25 of 400 steps skipped for an inf or NaN gradient, the scale ended "
                                    "at 512\n"));
   EXPECT_THAT(again.out, Not(HasSubstr("1x1-bs256-amp: ")));
+  // Where the worker traced the first overflow after the repeats, its lines follow, indented; in
+  // markdown, one cell.
+  s.results[1].loss_scaling->overflow =
+      "untimed step 401 skipped, loss scale now 256: loss 2.8; 1 of 161 parameters' gradients not finite\n"
+      "replayed at loss scale 512: forward: every layer output finite; loss 2.8; backward: first non-finite input "
+      "gradient: fc (Linear), 3 inf, 0 NaN of 524288";
+  run.status = s;
+  write("scaled.json", to_json(run).dump());
+  const Outcome traced = dlbench("report scaled.json");
+  EXPECT_THAT(traced.out, HasSubstr("\n  1x1-bs128-amp: 25 of 400 steps skipped for an inf or NaN gradient, the scale "
+                                    "ended at 512\n    untimed step 401 skipped, loss scale now 256: loss 2.8; 1 of 161 "
+                                    "parameters' gradients not finite\n    replayed at loss scale 512: forward: every "
+                                    "layer output finite; loss 2.8; backward: first non-finite input gradient: fc (Linear), "
+                                    "3 inf, 0 NaN of 524288\n"));
+  const Outcome markdown = dlbench("report scaled.json --format markdown");
+  EXPECT_THAT(markdown.out, HasSubstr("| 1x1-bs128-amp | 25 of 400 steps skipped for an inf or NaN gradient, the scale "
+                                      "ended at 512 untimed step 401 skipped, "));
 }
 
 // A cluster's run whose cases landed on two GPU generations says which case ran on which, from

@@ -52,7 +52,7 @@ std::string document(const CaseSpec& c, double throughput, const std::string& re
     const std::vector<double> repeats{throughput, throughput * 1.01, throughput * 0.99};
     doc.throughput = Throughput{"samples/s", summarize(repeats), repeats};
     doc.loss_after_repeats = {6.5, 6.25, 6};
-    doc.loss_scaling = LossScalingReport{32768.0, 1, 9};
+    doc.loss_scaling = LossScalingReport{32768.0, 1, 9, {}};
   } else {
     doc.state = CaseState::Failed;
     doc.reason = reason;

@@ -188,7 +188,7 @@ TEST(ResultDocument, TheStatusSaysHowManyStepsLossScalingSkippedAndWhereItsScale
   ResultDocument doc = sample_document();
   EXPECT_FALSE(to_case_result(doc).loss_scaling.has_value());  // bf16 and fp32 scale nothing
   EXPECT_FALSE(to_json(to_case_result(doc)).contains("lossScaling"));
-  doc.loss_scaling = LossScalingReport{1.49e-8, 42, 400};  // the H200's real-data run of 2026-11-29
+  doc.loss_scaling = LossScalingReport{1.49e-8, 42, 400, {}};  // the H200's real-data run of 2026-11-29
   const CaseResult result = to_case_result(doc);
   EXPECT_EQ(result.loss_scaling, doc.loss_scaling);
   BenchmarkRunStatus status;
@@ -310,7 +310,7 @@ TEST(ResultDocument, StepProfileRoundTripsIsCheckedAndGoesFirstFromATerminationM
 // amp's loss scaling outcome: how many of the case's steps were skipped and the scale it ended at.
 TEST(ResultDocument, LossScalingRoundTripsAndIsChecked) {
   ResultDocument doc = sample_document();
-  doc.loss_scaling = LossScalingReport{32768.0, 3, 130};
+  doc.loss_scaling = LossScalingReport{32768.0, 3, 130, {}};
   json j = to_json(doc);
   EXPECT_EQ(j["lossScaling"]["skippedSteps"], 3);
   EXPECT_EQ(j["lossScaling"]["finalScale"], 32768.0);
@@ -328,6 +328,64 @@ TEST(ResultDocument, LossScalingRoundTripsAndIsChecked) {
   bad = j;
   bad["lossScaling"].erase("steps");
   EXPECT_THAT(errors_of(bad), ::testing::ElementsAre(::testing::StartsWith("lossScaling.steps: required")));
+}
+
+// Where the repeats trained little, the worker's trace of the first overflow after them rides
+// along (lossScaling.overflow): written only when said, at most 1,024 characters, and the first
+// thing the termination message's compaction drops after the environment's details.
+TEST(ResultDocument, ATracedOverflowRoundTripsWithinItsLengthAndIsDroppedBeforeTheMessage) {
+  ResultDocument doc = sample_document();
+  doc.loss_scaling = LossScalingReport{1.49e-8, 42, 400, {}};
+  EXPECT_FALSE(to_json(doc)["lossScaling"].contains("overflow"));
+  doc.loss_scaling->overflow =
+      "untimed step 401 skipped, loss scale now 7.45e-09: loss 2.8; 0 of 161 parameters' gradients not finite\n"
+      "replayed at loss scale 1.49e-08: forward: first non-finite layer output: layer1.0.bn1 (BatchNorm2d), 2 inf, "
+      "0 NaN of 51380224; loss inf; backward: every input gradient finite";
+  const json j = to_json(doc);
+  EXPECT_EQ(j["lossScaling"]["overflow"], doc.loss_scaling->overflow);
+  const auto decoded = decode_result_document(j);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(*decoded.value, doc);
+  BenchmarkRunStatus status;
+  status.results.push_back(to_case_result(doc));
+  const auto read = decode_status(to_json(status));
+  ASSERT_TRUE(read.ok()) << read.errors.front().to_string();
+  EXPECT_EQ(read.value->results[0].loss_scaling->overflow, doc.loss_scaling->overflow);
+
+  json bad = j;
+  bad["lossScaling"]["overflow"] = std::string(1025, 'x');
+  EXPECT_THAT(errors_of(bad), ::testing::ElementsAre("lossScaling.overflow: is 1025 characters long; at most 1024 allowed"));
+  bad["lossScaling"]["overflow"] = 7;
+  EXPECT_THAT(errors_of(bad), ::testing::ElementsAre(::testing::StartsWith("lossScaling.overflow:")));
+
+  // Compacted only as far as needed: the environment's details go before the trace, the trace
+  // before the message. The largest limit at which each is gone, the limit lowered a byte at a time.
+  doc.environment.cpu_model = "AMD EPYC";
+  doc.message = "42 of 400 steps skipped for an inf or NaN gradient";
+  const std::string full = to_json(doc).dump();
+  std::size_t cpu_model_gone = 0, overflow_gone = 0, message_gone = 0;
+  for (std::size_t limit = full.size(); limit > 0 && message_gone == 0; --limit) {
+    json c;
+    try {
+      c = json::parse(compact_result_document(full, limit));
+    } catch (const std::runtime_error&) {
+      break;  // nothing more to drop
+    }
+    if (cpu_model_gone == 0 && !c["environment"].contains("cpuModel")) cpu_model_gone = limit;
+    if (overflow_gone == 0 && !c["lossScaling"].contains("overflow")) overflow_gone = limit;
+    if (message_gone == 0 && !c.contains("message")) message_gone = limit;
+    EXPECT_EQ(c["lossScaling"]["skippedSteps"], 42);
+  }
+  EXPECT_GT(cpu_model_gone, overflow_gone);
+  EXPECT_GT(overflow_gone, message_gone);
+  EXPECT_GT(message_gone, 0u);
+}
+
+TEST(LossScalingReport, TrainedLittleAbove5PercentSkippedOrBelowAScaleOf1) {
+  EXPECT_FALSE(loss_scaling_trained_little({65536.0, 20, 400, {}}));  // 5%: a scaler finding its scale
+  EXPECT_TRUE(loss_scaling_trained_little({65536.0, 21, 400, {}}));
+  EXPECT_TRUE(loss_scaling_trained_little({0.5, 1, 400, {}}));  // overflowed even unscaled
+  EXPECT_FALSE(loss_scaling_trained_little({1.0, 0, 400, {}}));
 }
 
 // The loss after each repeat goes into the document, NaN and infinity in protobuf's JSON words;

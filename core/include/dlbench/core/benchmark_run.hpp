@@ -449,8 +449,22 @@ struct LossScalingReport {
   double final_scale = 0;
   std::int64_t skipped_steps = 0;
   std::int64_t steps = 0;
+  // Where the repeats trained little (loss_scaling_trained_little): the first step the worker saw
+  // skipped among a few untimed steps after them, with the gradients that overflowed and the step
+  // run again layer by layer naming the first output and input gradient that held an inf or NaN,
+  // or why none was traced. Empty otherwise.
+  std::string overflow;
   bool operator==(const LossScalingReport&) const = default;
 };
+
+// The longest `overflow` the API admits (the worker cuts its own to fit).
+inline constexpr std::size_t kLossScalingOverflowMaxLength = 1024;
+
+// Whether a case's loss scaling says it trained little: more than 5% of its steps skipped for an
+// inf or NaN gradient (a loss scaler's first few skips are how it finds its scale), or its scale
+// halved below 1, where steps overflowed even unscaled. `dlbench report` lists such cases; the
+// worker then traces an overflow for the result.
+bool loss_scaling_trained_little(const LossScalingReport& report);
 
 struct CaseResult {
   CaseSpec case_;
