@@ -6,6 +6,8 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "non_finite_trace.hpp"
@@ -490,6 +492,36 @@ std::string Trainer::trace_skipped_step(float scale) {
   }
   out << "backward: " << finding("input gradient", finder.backward());
   return out.str();
+}
+
+std::string Trainer::trace_first_overflow(const std::function<void()>& step, int max_steps) {
+  if (!loss_scaling_) throw std::logic_error("trace_first_overflow: no loss scaling");
+  std::ostringstream said;
+  std::ostream* const log = std::exchange(skip_log_, &said);
+  int ran = 0;
+  try {
+    while (ran < max_steps && said.tellp() == 0) {
+      step();
+      ++ran;
+    }
+  } catch (...) {
+    skip_log_ = log;
+    throw;
+  }
+  skip_log_ = log;
+  std::string text = said.str();
+  if (log != nullptr) *log << text << std::flush;
+  if (text.empty()) {
+    std::ostringstream none;
+    none << "none of " << ran << " untimed steps after the repeats skipped; the scale stayed at " << loss_scale()->scale;
+    return none.str();
+  }
+  constexpr std::string_view kPrefix = "dlbench-worker: ";
+  if (text.starts_with(kPrefix)) text.erase(0, kPrefix.size());
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  // The replay's line comes indented, as the log lists it under its step.
+  if (const auto line = text.find("\n  "); line != std::string::npos) text.erase(line + 1, 2);
+  return "untimed " + text;
 }
 
 void Trainer::use_adamw(AdamWConfig config) { use_adam_family(config, false); }

@@ -160,6 +160,13 @@ class Trainer {
   // and batch norms' running statistics take the batch a second time (no step reads them). Not
   // after the step graph is captured. A diagnosis: waits for the device at every layer.
   std::string trace_skipped_step(float scale);
+  // Runs up to `max_steps` more steps through `step` (which calls step(): an input pipeline's
+  // step takes its next batch too) under the skip log, stopping after the first skipped one, and
+  // returns what the log said of it: the gradients that overflowed and, for an eager step, the
+  // step replayed layer by layer, on two lines; or, where none skipped, that none did. For a
+  // result whose loss scaling trained little (lossScaling.overflow), after the measured steps:
+  // each step waits for the device. What the log said goes on to the skip log set before, if any.
+  std::string trace_first_overflow(const std::function<void()>& step, int max_steps);
   // Forward and loss only (gradients and weights untouched).
   float loss();
   // AdamW with global-norm clipping instead of SGD, from the next step on (BERT's optimizer).

@@ -255,6 +255,42 @@ TEST(LossScaling, AnOverflowAfterBackwardLeavesTheReplayedLayersFinite) {
                                                "loss [0-9.]+; backward: every input gradient finite"));
 }
 
+// After the repeats, a result whose loss scaling trained little traces its first overflow
+// (lossScaling.overflow): steps run until one skips, and that one's two lines come back, the
+// replay's no longer indented, with the log's own prefix off. Here the 3rd step's gradient holds
+// a NaN: three steps run, not the ten allowed; the log set before hears the same lines.
+TEST(LossScaling, TheFirstOverflowAfterTheRepeatsIsTracedAndTheStepsStopThere) {
+  TrainingRun run;
+  run.trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
+  inject(run.trainer, std::numeric_limits<float>::quiet_NaN(), {2});
+  std::ostringstream before;
+  run.trainer.log_skipped_steps(&before);
+  int steps = 0;
+  const std::string traced = run.trainer.trace_first_overflow([&] { run.trainer.step(); ++steps; }, 10);
+  EXPECT_EQ(steps, 3);
+  const auto said = lines(traced);
+  ASSERT_EQ(said.size(), 2u) << traced;
+  EXPECT_THAT(said[0], ::testing::StartsWith("untimed step 3 skipped, loss scale now 32768: loss "));
+  EXPECT_THAT(said[0], HasSubstr("parameters' gradients not finite, nearest the loss first: "));
+  EXPECT_THAT(said[1], ::testing::MatchesRegex("replayed at loss scale 65536: forward: every layer output finite; "
+                                               "loss [0-9.]+; backward: every input gradient finite"));
+  EXPECT_EQ(before.str(), "dlbench-worker: " + said[0].substr(std::string("untimed ").size()) + "\n  " + said[1] + "\n");
+  run.trainer.step();  // the log set before is back in place
+  EXPECT_EQ(lines(before.str()).size(), 2u);
+}
+
+// None skipped within the steps allowed: the result says so, with the scale, and the steps all ran.
+TEST(LossScaling, NoOverflowAmongTheStepsAllowedIsSaidWithTheScale) {
+  TrainingRun run;
+  run.trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
+  int steps = 0;
+  EXPECT_EQ(run.trainer.trace_first_overflow([&] { run.trainer.step(); ++steps; }, 4),
+            "none of 4 untimed steps after the repeats skipped; the scale stayed at 65536");
+  EXPECT_EQ(steps, 4);
+  TrainingRun unscaled;
+  EXPECT_THROW((void)unscaled.trainer.trace_first_overflow([&] { unscaled.trainer.step(); }, 4), std::logic_error);
+}
+
 // The replay is the step again: a small BERT with dropout (whose masks depend on the step) and
 // AdamW, one step skipped by a NaN written after backward. With the log on, the replay's loss is
 // the skipped step's to the bit, and the steps after it are those of a run without the log.
