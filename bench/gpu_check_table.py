@@ -321,6 +321,17 @@ def gpu_readings(logs):
     return out
 
 
+def loss_scaling_of(doc):
+    """An amp result's lossScaling: the steps skipped, the scale it ended at and, where the worker
+    traced the first overflow after the repeats (lossScaling.overflow), its lines."""
+    scaling = doc.get("lossScaling")
+    if not scaling:
+        return []
+    out = [f"    loss scaling: {scaling['skippedSteps']} of {scaling['steps']} steps skipped, the scale ended at "
+           f"{scaling['finalScale']:g}"]
+    return out + [f"      {line[:240]}" for line in scaling.get("overflow", "").splitlines()]
+
+
 def loss_scale_log(logs, name):
     """The loss scale on real data in amp (DLBENCH_LOG_LOSS_SCALE): how many steps skipped, the first
     two said, then where the skipped steps' replays found the first inf or NaN, counted by layer."""
@@ -332,6 +343,7 @@ def loss_scale_log(logs, name):
     skips = [line.strip() for line in said if re.match(r"^dlbench-worker: step \d+ skipped", line)]
     out = [f"  {name}: {len(skips)} steps skipped" + ("; " if skips else "") +
            "; ".join(line[len("dlbench-worker: "):][:220] for line in skips[:2])]
+    out += loss_scaling_of(load(os.path.join(logs, name + ".json")) or {})
     # A filter gradient can overflow fp16 by itself (a sum over every pixel of the batch) while
     # every layer's input gradient stays finite: the parameter a skip names first says so.
     if skips:
@@ -398,6 +410,7 @@ def real_data(logs):
         out.append(f"  {name}: {rate:.1f}/s{against}; {i['verdict']}, waited {100 * i['waitShare']:.1f}% of the "
                    f"measured time; the pipeline alone {i['pipelineThroughput']:.0f}/s with {i['decodeThreads']} "
                    f"threads, {i['files']} files, {i['skippedFiles']} skipped")
+        out += loss_scaling_of(doc)
     out += loss_scale_log(logs, "real-data-amp-loss-scale")
     # Run only where a replay found a batch norm first: the same with spatial, unfused batch norms.
     if os.path.exists(os.path.join(logs, "real-data-amp-loss-scale-spatial.log")):

@@ -163,7 +163,11 @@ class GpuCheckTable(unittest.TestCase):
             write(logs, "dlbench-resnet50-amp-imagefolder.json", json.dumps({
                 "state": "Succeeded", "throughput": {"median": 3634.0},
                 "input": {"verdict": "input-bound", "waitShare": 0.5, "pipelineThroughput": 3700.0,
-                          "decodeThreads": 14, "files": 1024, "skippedFiles": 0}}))
+                          "decodeThreads": 14, "files": 1024, "skippedFiles": 0},
+                "lossScaling": {"finalScale": 1.49e-8, "skippedSteps": 42, "steps": 400,
+                                "overflow": "untimed step 401 skipped, loss scale now 7.45e-09: loss 2.8\nreplayed at "
+                                            "loss scale 1.49e-08: forward: first non-finite layer output: conv1 "
+                                            "(Conv2d), 2 inf, 0 NaN of 9"}}))
             write(logs, "dlbench-deeplabv3plus-amp-cityscapes.json", json.dumps({
                 "state": "Failed", "reason": "DataUnavailable", "message": "data.path /x does not exist on this node"}))
             write(logs, "dlbench-bert-amp.json", json.dumps({"state": "Succeeded", "throughput": {"median": 3349.0}}))
@@ -177,6 +181,10 @@ class GpuCheckTable(unittest.TestCase):
                       lines)
         self.assertIn("  dlbench-resnet50-amp-imagefolder: 3634.0/s, 0.50 of synthetic's 7268.0; input-bound, waited "
                       "50.0% of the measured time; the pipeline alone 3700/s with 14 threads, 1024 files, 0 skipped", lines)
+        at = lines.index("    loss scaling: 42 of 400 steps skipped, the scale ended at 1.49e-08")
+        self.assertEqual(lines[at + 1:at + 3], [
+            "      untimed step 401 skipped, loss scale now 7.45e-09: loss 2.8",
+            "      replayed at loss scale 1.49e-08: forward: first non-finite layer output: conv1 (Conv2d), 2 inf, 0 NaN of 9"])
         self.assertIn("  dlbench-deeplabv3plus-amp-cityscapes: Failed DataUnavailable: data.path /x does not exist on "
                       "this node", lines)
 
