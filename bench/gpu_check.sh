@@ -190,6 +190,12 @@ poisoned() {
     --output "$logs/$name.json"
 }
 for precision in fp32 tf32 amp bf16; do poisoned "$precision" & correctness+=($!); done
+# An amp case made to overflow (a rate of 1000 sends the weights past fp16's range): its result's
+# lossScaling.overflow must trace the first skipped step after the repeats, layer by layer (the
+# worker's own wiring of the trace, which no CPU case can reach: amp is the GPU's).
+step amp-overflow-trace 60 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 8 --image-size 64 \
+  --precision amp --learning-rate 1000 --warmup-steps 2 --measure-steps 5 --repeats 2 --extra-repeats 0 \
+  --output "$logs/amp-overflow-trace.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM=own poisoned fp32 poisoned-resnet50-fp32-own & correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done
 unset OMP_WAIT_POLICY

@@ -411,6 +411,7 @@ def real_data(logs):
                    f"measured time; the pipeline alone {i['pipelineThroughput']:.0f}/s with {i['decodeThreads']} "
                    f"threads, {i['files']} files, {i['skippedFiles']} skipped")
         out += loss_scaling_of(doc)
+    out += loss_scale_log(logs, "amp-overflow-trace")  # made to overflow: its result must trace it
     out += loss_scale_log(logs, "real-data-amp-loss-scale")
     # Run only where a replay found a batch norm first: the same with spatial, unfused batch norms.
     if os.path.exists(os.path.join(logs, "real-data-amp-loss-scale-spatial.log")):

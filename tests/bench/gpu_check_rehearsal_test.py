@@ -26,7 +26,7 @@ VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|
 # Steps that need no GPU: they succeed here as on the device.
 CPU_ONLY = ["real-data-generate", "input-measure-imagefolder", "input-measure-cityscapes"]
 # Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
-EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "dlbench-run-cuda", "dlbench-run-cuda-graph", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
+EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "amp-overflow-trace", "dlbench-run-cuda", "dlbench-run-cuda-graph", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
              "dlbench-resnet50-amp-graph",
              "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-own", "self-test-fp32-own",
              "dlbench-resnet50-fp32-own-accumulate", "self-test-weight-copies-kept", "dlbench-resnet50-amp-kept",

@@ -1168,6 +1168,36 @@ std::vector<std::vector<float>> stem_passes(CudaBackend& backend, DType dtype) {
   return out;
 }
 
+// An amp result whose loss scaling trained little carries its first overflow after the repeats
+// (lossScaling.overflow), traced on the device: an inf filter tap in the first convolution skips
+// the next step, whose replay in fp16 names that convolution's output first, and leaves the
+// weights, the state and the step count as the skip left them.
+TEST_F(CudaBackendTest, TheFirstOverflowIsTracedOnTheDeviceInAmp) {
+  CudaBackend gpu(0, CudaMath::fp32, DType::fp16);
+  Trainer trainer(gpu, small_conv_net(8, 8), Shape(4, 3, 8, 8), 10, SgdConfig{0.05f, 0.9f, 1e-4f}, 3, 0,
+                  MemoryReuse::lifetime, DType::fp16);
+  trainer.use_loss_scaling({});
+  trainer.step();
+  const auto& parameters = trainer.parameters().parameters();
+  const Parameter& filter = *parameters.front();  // the first convolution's
+  const float inf = std::numeric_limits<float>::infinity();
+  gpu.copy_from_host(trainer.parameters().values() + filter.offset + 5, &inf, sizeof inf);
+  gpu.parameters_written();
+  const auto before = trainer.loss_scale();
+  int steps = 0;
+  const std::string traced = trainer.trace_first_overflow([&] { trainer.step(); ++steps; }, 10);
+  EXPECT_EQ(steps, 1) << traced;
+  EXPECT_TRUE(traced.starts_with("untimed step 2 skipped, loss scale now ")) << traced;
+  EXPECT_NE(traced.find("\nreplayed at loss scale " + std::to_string(static_cast<int>(before->scale)) +
+                        ": forward: first non-finite layer output: 0 (Conv2d), "),
+            std::string::npos)
+      << traced;
+  const auto after = trainer.loss_scale();
+  EXPECT_EQ(after->skipped, before->skipped + 1);
+  EXPECT_EQ(after->scale, before->scale / 2);
+  EXPECT_EQ(trainer.steps_done(), 2u);
+}
+
 // A stem read with its 3 channels padded to 4 or 8 (DLBENCH_CUDA_PAD_INPUT_CHANNELS) computes what
 // the unpadded one computes on the same GPU, within rounding and each side's own algorithm choice
 // (1e-2): a padding channel or tap that was not zero, a filter copied in the wrong order, or a
