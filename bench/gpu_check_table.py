@@ -348,7 +348,7 @@ def loss_scale_log(logs, name):
     # every layer's input gradient stays finite: the parameter a skip names first says so.
     if skips:
         out.append("    gradients first not finite: " +
-                   first_non_finite(skips, r"nearest the loss first: (\S+) \(").replace("all finite", "none named"))
+                   first_non_finite(skips, r"nearest the loss first: (\S+) \(", absent="none named"))
     replays = [line.strip() for line in said if line.startswith("  replayed at loss scale ")]
     if replays:
         out.append(f"    {len(replays)} replayed layer by layer: forward " +
@@ -357,13 +357,13 @@ def loss_scale_log(logs, name):
     return out
 
 
-def first_non_finite(replays, pattern, top=3):
+def first_non_finite(replays, pattern, top=3, absent="all finite"):
     """Where the replays' first inf or NaN was, the commonest layers first: "layer1.0.bn1
-    (BatchNorm2d) 30, all finite 12"."""
+    (BatchNorm2d) 30, all finite 12" (`absent` counts the lines that name none)."""
     counts = collections.Counter()
     for line in replays:
         m = re.search(pattern, line)
-        counts[m.group(1) if m else "all finite"] += 1
+        counts[m.group(1) if m else absent] += 1
     ranked = counts.most_common()
     shown = ", ".join(f"{where} {n}" for where, n in ranked[:top])
     return shown + (f", {len(ranked) - top} more layers" if len(ranked) > top else "")

@@ -102,9 +102,9 @@ def main(argv=None):
             if emulated:
                 output = through_fp16(output)
             v = output.detach().abs().max().item()
-            if v > largest["value"] or not math.isfinite(v):
-                if math.isfinite(largest["value"]):
-                    largest.update(value=v, layer=name)
+            # The largest so far, or the first layer whose output is not finite (kept from then on).
+            if math.isfinite(largest["value"]) and (v > largest["value"] or not math.isfinite(v)):
+                largest.update(value=v, layer=name)
             return output if emulated else None
         return hook
 

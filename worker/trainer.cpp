@@ -7,7 +7,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include "non_finite_trace.hpp"
@@ -407,7 +406,7 @@ void Trainer::step() {
   }
   const bool capture = use_graph_ && context_.step >= 1;  // the first step runs eagerly: algorithms, workspace
   last_step_eager_ = !capture;
-  if (skip_log_ != nullptr && last_step_eager_) {
+  if ((skip_log_ != nullptr || searching_for_overflow_) && last_step_eager_) {
     if (const auto state = loss_scale()) last_step_scale_ = state->scale;  // waits: the log's steps do anyway
   }
   if (capture) backend_.begin_capture();
@@ -436,16 +435,22 @@ void Trainer::step() {
   say_if_skipped();
 }
 
+std::optional<Trainer::SkippedStep> Trainer::last_skipped_step() {
+  const auto state = loss_scale();  // one read of the device's state: skipped, and the scale it left
+  if (!state || !update_skipped(&*state)) return std::nullopt;
+  std::ostringstream what;
+  what << "step " << context_.step << " skipped, loss scale now " << state->scale << ": " << describe_skipped_step();
+  return SkippedStep{what.str(), last_step_eager_ ? trace_skipped_step(last_step_scale_)
+                                                  : "a step graph's replay: not traced layer by layer"};
+}
+
+void Trainer::say(const SkippedStep& skipped) {
+  *skip_log_ << "dlbench-worker: " << skipped.what << "\n  " << skipped.replay << std::endl;
+}
+
 void Trainer::say_if_skipped() {
   if (skip_log_ == nullptr) return;
-  const auto state = loss_scale();  // one read of the device's state: skipped, and the scale it left
-  if (!state || !update_skipped(&*state)) return;
-  *skip_log_ << "dlbench-worker: step " << context_.step << " skipped, loss scale now " << state->scale << ": "
-             << describe_skipped_step() << '\n';
-  *skip_log_ << "  "
-             << (last_step_eager_ ? trace_skipped_step(last_step_scale_)
-                                  : "a step graph's replay: not traced layer by layer")
-             << std::endl;
+  if (const auto skipped = last_skipped_step()) say(*skipped);
 }
 
 std::string Trainer::trace_skipped_step(float scale) {
@@ -496,32 +501,33 @@ std::string Trainer::trace_skipped_step(float scale) {
 
 std::string Trainer::trace_first_overflow(const std::function<void()>& step, int max_steps) {
   if (!loss_scaling_) throw std::logic_error("trace_first_overflow: no loss scaling");
-  std::ostringstream said;
-  std::ostream* const log = std::exchange(skip_log_, &said);
+  // The steps say nothing themselves: the skipped one is said below, once, where a log is set.
+  std::ostream* const log = std::exchange(skip_log_, nullptr);
+  searching_for_overflow_ = true;
+  const auto restore = [&] {
+    skip_log_ = log;
+    searching_for_overflow_ = false;
+  };
+  std::optional<SkippedStep> found;
   int ran = 0;
   try {
-    while (ran < max_steps && said.tellp() == 0) {
+    while (ran < max_steps && !found) {
       step();
       ++ran;
+      found = last_skipped_step();
     }
   } catch (...) {
-    skip_log_ = log;
+    restore();
     throw;
   }
-  skip_log_ = log;
-  std::string text = said.str();
-  if (log != nullptr) *log << text << std::flush;
-  if (text.empty()) {
+  restore();
+  if (!found) {
     std::ostringstream none;
     none << "none of " << ran << " untimed steps after the repeats skipped; the scale stayed at " << loss_scale()->scale;
     return none.str();
   }
-  constexpr std::string_view kPrefix = "dlbench-worker: ";
-  if (text.starts_with(kPrefix)) text.erase(0, kPrefix.size());
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  // The replay's line comes indented, as the log lists it under its step.
-  if (const auto line = text.find("\n  "); line != std::string::npos) text.erase(line + 1, 2);
-  return "untimed " + text;
+  if (skip_log_ != nullptr) say(*found);
+  return "untimed " + found->what + "\n" + found->replay;
 }
 
 void Trainer::use_adamw(AdamWConfig config) { use_adam_family(config, false); }

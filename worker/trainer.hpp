@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "arena.hpp"
@@ -226,10 +227,20 @@ class Trainer {
   std::optional<LossScalingConfig> loss_scaling_;
   std::shared_ptr<void> loss_scale_memory_;  // one LossScaleState in the backend's memory
   std::ostream* skip_log_ = nullptr;
-  // With skip_log_: whether the last step ran eagerly (not captured, not replayed) and the loss
-  // scale it ran at, for trace_skipped_step.
+  bool searching_for_overflow_ = false;  // inside trace_first_overflow
+  // With skip_log_ or the search: whether the last step ran eagerly (not captured, not replayed)
+  // and the loss scale it ran at, for trace_skipped_step.
   bool last_step_eager_ = false;
   float last_step_scale_ = 0.0f;
+  // A skipped step's account: "step N skipped, loss scale now S: " and describe_skipped_step(),
+  // and the step replayed layer by layer (trace_skipped_step), or why it was not.
+  struct SkippedStep {
+    std::string what, replay;
+  };
+  // The last step's account where it was skipped (one read of the device's state), else nothing.
+  std::optional<SkippedStep> last_skipped_step();
+  // The skip log's two lines for it.
+  void say(const SkippedStep& skipped);
   void say_if_skipped();
   LossScaleState* loss_scale_state() { return static_cast<LossScaleState*>(loss_scale_memory_.get()); }
   // Update calls queued, skipped or not: the first starts the momentum buffers (a skipped first
