@@ -164,6 +164,7 @@ class Kubelet:
         self.work_dir = os.path.abspath(work_dir)
         self.period = period
         self.running = {}  # pod uid -> subprocess.Popen
+        self.started = set()  # uids of the pods whose processes this node started (sync loop only)
         self.ports = {}  # (namespace, headless Service) -> the rendezvous port its pods share
         self.lock = threading.Lock()
 
@@ -225,41 +226,56 @@ class Kubelet:
                 self.stop(meta["uid"])
                 self.api.patch_status(path, failed_status(fail))
                 continue
-            if phase != "Pending":
+            if phase == "Pending" and not self.place(pod, placed):
                 continue
-            scheduled = [c for c in status.get("conditions", []) if c.get("type") == "PodScheduled"]
-            if pod["spec"].get("schedulingGates"):
-                reason, why = "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates"
-            else:
-                reason = "Unschedulable"
-                why = (unschedulable_because(pod, self.capacity) or anti_affinity_conflict(pod, placed) or
-                       missing_pod_group(self.api, pod))
-            if why:
-                if not scheduled or scheduled[0].get("reason") != reason or scheduled[0].get("message") != why:
-                    self.api.patch_status(path, {"phase": "Pending", "conditions": [
-                        {"type": "PodScheduled", "status": "False", "reason": reason, "message": why,
-                         "lastTransitionTime": now()}]})
-                continue
-            if not pod["spec"].get("nodeName"):
-                self.api.call("POST", path + "/binding", {"apiVersion": "v1", "kind": "Binding",
-                                                          "metadata": {"name": meta["name"]},
-                                                          "target": {"kind": "Node", "name": NODE}})
-                pod["spec"]["nodeName"] = NODE
-            placed.append(pod)
+            # What this node started is its own record, not the pod's phase: a Running report that a
+            # frozen API server took late (the client had given up) reads Running before anything ran.
             owner = controller_of(pod)
-            self.api.patch_status(path, {
-                "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1", "startTime": now(),
-                "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()},
-                               {"type": "Ready", "status": "True", "lastTransitionTime": now()}],
-                "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
-                                       "state": {"running": {"startedAt": now()}}}
-                                      for c in pod["spec"]["containers"]]})
-            if (owner and owner.get("kind") == "Job") or not runs_sshd(pod):
-                self.start(pod)
+            if ((owner and owner.get("kind") == "Job") or not runs_sshd(pod)) and meta["uid"] not in self.started:
+                self.started.add(meta["uid"])
+                try:
+                    self.start(pod)
+                except BaseException:
+                    self.started.discard(meta["uid"])  # the next sync starts it again
+                    raise
         with self.lock:
             gone = [uid for uid in self.running if uid not in alive]
         for uid in gone:  # deleted pods: their processes are killed, as the runtime would
             self.stop(uid)
+        self.started &= alive
+
+    def place(self, pod, placed):
+        """The scheduler's part for a Pending pod: bound to the node and reported Running (True), or
+        left Pending with the scheduler's reason (False)."""
+        meta, status = pod["metadata"], pod.get("status", {})
+        path = pod_path(meta["namespace"], meta["name"])
+        scheduled = [c for c in status.get("conditions", []) if c.get("type") == "PodScheduled"]
+        if pod["spec"].get("schedulingGates"):
+            reason, why = "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates"
+        else:
+            reason = "Unschedulable"
+            why = (unschedulable_because(pod, self.capacity) or anti_affinity_conflict(pod, placed) or
+                   missing_pod_group(self.api, pod))
+        if why:
+            if not scheduled or scheduled[0].get("reason") != reason or scheduled[0].get("message") != why:
+                self.api.patch_status(path, {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": reason, "message": why,
+                     "lastTransitionTime": now()}]})
+            return False
+        if not pod["spec"].get("nodeName"):
+            self.api.call("POST", path + "/binding", {"apiVersion": "v1", "kind": "Binding",
+                                                      "metadata": {"name": meta["name"]},
+                                                      "target": {"kind": "Node", "name": NODE}})
+            pod["spec"]["nodeName"] = NODE
+        placed.append(pod)
+        self.api.patch_status(path, {
+            "phase": "Running", "podIP": "127.0.0.1", "hostIP": "127.0.0.1", "startTime": now(),
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()},
+                           {"type": "Ready", "status": "True", "lastTransitionTime": now()}],
+            "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
+                                   "state": {"running": {"startedAt": now()}}}
+                                  for c in pod["spec"]["containers"]]})
+        return True
 
     def stop(self, uid):
         with self.lock:

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""The simulated kubelet runs every Job's pod exactly once, even when the API server answers late.
+
+A frozen API server (SIGSTOP in k8s.OperatorFaults) still queues what clients send: a client
+gives up after its timeout, and the server applies the request when it thaws. So a kubelet's
+"Running" report may land although the kubelet saw it fail, and a Secret read for the pod's
+volumes may fail after the pod was reported Running. Once, in CI, that left a launcher pod
+Running with no process and its case timed out. These tests make such answers happen on purpose,
+against the real test API server, one sync at a time.
+"""
+import os
+import shutil
+import signal
+import tempfile
+import unittest
+
+from local_cluster import Api, start_apiserver, wait_for
+from simulated_kubelet import Kubelet
+
+NAMESPACE = "default"
+
+
+class LateApi(Api):
+    """The test API server, except that the first request `late_when` picks times out: after the
+    server applied it (applied=True, as a thawed server does) or before it reached it."""
+
+    def __init__(self, base, late_when, applied):
+        super().__init__(base)
+        self.late_when, self.applied, self.spent = late_when, applied, False
+
+    def call(self, method, path, body=None, content_type="application/json"):
+        if not self.spent and self.late_when(method, path, body):
+            self.spent = True
+            if self.applied:
+                super().call(method, path, body, content_type)
+            raise TimeoutError(f"{method} {path}: timed out")
+        return super().call(method, path, body, content_type)
+
+
+def is_running_report(method, path, body):
+    return method == "PATCH" and path.endswith("/status") and (body or {}).get("status", {}).get("phase") == "Running"
+
+
+def is_secret_read(method, path, _body):
+    return method == "GET" and "/secrets/" in path
+
+
+class SimulatedKubeletTest(unittest.TestCase):
+    def setUp(self):
+        self.server, self.url = start_apiserver()
+        self.addCleanup(self.stop_server)
+        self.work = tempfile.mkdtemp(prefix="dlbench-kubelet-test-")
+        self.addCleanup(shutil.rmtree, self.work, True)
+        self.api = Api(self.url)
+        self.api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/secrets",
+                      {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "keys"}, "data": {"key": "aGk="}})
+
+    def stop_server(self):
+        os.killpg(self.server.pid, signal.SIGKILL)
+        self.server.wait()
+
+    def job(self, name):
+        """A Job whose one pod appends a line to a file of its own, so that each run of it counts."""
+        runs = os.path.join(self.work, f"{name}.runs")
+        self.api.call("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"template": {"spec": {
+                "restartPolicy": "Never",
+                "volumes": [{"name": "keys", "secret": {"secretName": "keys"}}],
+                "containers": [{"name": "launcher", "command": ["/bin/sh", "-c", f"echo ran >> {runs}"],
+                                "volumeMounts": [{"name": "keys", "mountPath": "/etc/keys"}]}]}}}})
+        return runs
+
+    def job_condition(self, name):
+        job = self.api.call("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{name}") or {}
+        return [c["type"] for c in job.get("status", {}).get("conditions", []) if c["status"] == "True"]
+
+    def run_to_completion(self, kubelet, name):
+        """Syncs as the kubelet's loop does (a request that times out ends that sync) until the Job
+        completes; the conditions it ended with."""
+        def synced():
+            try:
+                kubelet.sync_jobs()
+                kubelet.sync_pods()
+            except TimeoutError:
+                pass
+            return self.job_condition(name)
+        return wait_for(synced, 20, f"job {name} to finish", period=0.05)
+
+    def test_a_running_report_the_server_took_late_still_runs_the_pod_once(self):
+        runs = self.job("late-report")
+        api = LateApi(self.url, is_running_report, applied=True)
+        kubelet = Kubelet(api, [], os.path.join(self.work, "node"), 0.05, {})
+        self.assertEqual(self.run_to_completion(kubelet, "late-report"), ["Complete"])
+        self.assertTrue(api.spent, "the Running report never timed out: the test did not test")
+        with open(runs) as f:
+            self.assertEqual(f.read(), "ran\n")
+
+    def test_a_running_report_that_never_arrived_is_sent_again_and_the_pod_runs_once(self):
+        runs = self.job("lost-report")
+        api = LateApi(self.url, is_running_report, applied=False)
+        kubelet = Kubelet(api, [], os.path.join(self.work, "node"), 0.05, {})
+        self.assertEqual(self.run_to_completion(kubelet, "lost-report"), ["Complete"])
+        self.assertTrue(api.spent)
+        with open(runs) as f:
+            self.assertEqual(f.read(), "ran\n")
+
+    def test_a_volume_read_that_times_out_after_the_running_report_still_runs_the_pod_once(self):
+        runs = self.job("late-secret")
+        api = LateApi(self.url, is_secret_read, applied=False)
+        kubelet = Kubelet(api, [], os.path.join(self.work, "node"), 0.05, {})
+        self.assertEqual(self.run_to_completion(kubelet, "late-secret"), ["Complete"])
+        self.assertTrue(api.spent)
+        with open(runs) as f:
+            self.assertEqual(f.read(), "ran\n")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
