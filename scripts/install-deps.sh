@@ -32,12 +32,12 @@ packages=(
   libpng-dev                                         # worker/input: PNG images and labels for data.source cityscapes
   libhdf5-dev                                        # worker/input: BERT's HDF5 pretraining shards for data.source bertpretraining
   libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)
+  ccache                                             # a rebuild (a pull, a clean clone in CI) compiles only what changed
   googletest libgtest-dev libgmock-dev python3       # tests/ are built by every preset
 )
 if [[ $profile == test ]]; then
   packages+=(
     ca-certificates curl openssl git                 # npm and HTTPS; the test API server's TLS; clean clones
-    ccache                                           # CI's clean clones do not compile unchanged sources again
     python3-yaml                                     # tests/charts: reads what helm renders
     prometheus                                       # tests: a real Prometheus scrapes the worker; promtool
     mmdebstrap                                       # tests/fresh: a minimal bookworm root for the README's first command
