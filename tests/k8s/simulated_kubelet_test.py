@@ -87,33 +87,24 @@ class SimulatedKubeletTest(unittest.TestCase):
             return self.job_condition(name)
         return wait_for(synced, 20, f"job {name} to finish", period=0.05)
 
-    def test_a_running_report_the_server_took_late_still_runs_the_pod_once(self):
-        runs = self.job("late-report")
-        api = LateApi(self.url, is_running_report, applied=True)
+    def runs_once(self, name, late_when, applied):
+        """The Job `name` completes, its pod's command ran exactly once, and the late answer came."""
+        runs = self.job(name)
+        api = LateApi(self.url, late_when, applied)
         kubelet = Kubelet(api, [], os.path.join(self.work, "node"), 0.05, {})
-        self.assertEqual(self.run_to_completion(kubelet, "late-report"), ["Complete"])
-        self.assertTrue(api.spent, "the Running report never timed out: the test did not test")
+        self.assertEqual(self.run_to_completion(kubelet, name), ["Complete"])
+        self.assertTrue(api.spent, "no request was answered late: the test did not test")
         with open(runs) as f:
             self.assertEqual(f.read(), "ran\n")
+
+    def test_a_running_report_the_server_took_late_still_runs_the_pod_once(self):
+        self.runs_once("late-report", is_running_report, applied=True)
 
     def test_a_running_report_that_never_arrived_is_sent_again_and_the_pod_runs_once(self):
-        runs = self.job("lost-report")
-        api = LateApi(self.url, is_running_report, applied=False)
-        kubelet = Kubelet(api, [], os.path.join(self.work, "node"), 0.05, {})
-        self.assertEqual(self.run_to_completion(kubelet, "lost-report"), ["Complete"])
-        self.assertTrue(api.spent)
-        with open(runs) as f:
-            self.assertEqual(f.read(), "ran\n")
+        self.runs_once("lost-report", is_running_report, applied=False)
 
     def test_a_volume_read_that_times_out_after_the_running_report_still_runs_the_pod_once(self):
-        runs = self.job("late-secret")
-        api = LateApi(self.url, is_secret_read, applied=False)
-        kubelet = Kubelet(api, [], os.path.join(self.work, "node"), 0.05, {})
-        self.assertEqual(self.run_to_completion(kubelet, "late-secret"), ["Complete"])
-        self.assertTrue(api.spent)
-        with open(runs) as f:
-            self.assertEqual(f.read(), "ran\n")
-
+        self.runs_once("late-secret", is_secret_read, applied=False)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
