@@ -106,5 +106,6 @@ class SimulatedKubeletTest(unittest.TestCase):
     def test_a_volume_read_that_times_out_after_the_running_report_still_runs_the_pod_once(self):
         self.runs_once("late-secret", is_secret_read, applied=False)
 
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
