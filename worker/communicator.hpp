@@ -20,8 +20,11 @@ class Communicator {
   virtual std::string name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Every rank's `mine`, in rank order, on every rank (a collective: every rank calls it). Texts
+  // of any length, an empty one too.
+  virtual std::vector<std::string> allgather(const std::string& mine) = 0;
   // Every rank's host name, in rank order.
-  virtual std::vector<std::string> hosts() = 0;
+  virtual std::vector<std::string> hosts();
 
   virtual void broadcast(float* data, std::int64_t count, int root) = 0;
   // Starts reducing [data, data + count) over all ranks in place, without waiting: the sum, or
@@ -55,7 +58,7 @@ class NoCommunicator final : public Communicator {
   std::string name() const override { return "none"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  std::vector<std::string> hosts() override;
+  std::vector<std::string> allgather(const std::string& mine) override { return {mine}; }
   void broadcast(float*, std::int64_t, int) override {}
   void start_allreduce(float*, std::int64_t, Reduction) override {}
   void progress() override {}

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -52,14 +53,27 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  std::vector<std::string> hosts() override {
-    constexpr int kLength = 256;
-    std::string mine = local_host_name();
-    mine.resize(kLength, '\0');
-    std::vector<char> all(static_cast<std::size_t>(kLength * size_));
-    DLBENCH_MPI_CHECK(MPI_Allgather(mine.data(), kLength, MPI_CHAR, all.data(), kLength, MPI_CHAR, MPI_COMM_WORLD));
+  std::vector<std::string> allgather(const std::string& mine) override {
+    if (mine.size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+      throw std::length_error("allgather: a text of " + std::to_string(mine.size()) + " bytes is more than MPI counts");
+    }
+    const int length = static_cast<int>(mine.size());
+    std::vector<int> lengths(static_cast<std::size_t>(size_));
+    DLBENCH_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD));
+    std::vector<int> offsets(lengths.size());
+    long long total = 0;
+    for (std::size_t r = 0; r < lengths.size(); ++r) {
+      offsets[r] = static_cast<int>(total);
+      total += lengths[r];
+      if (total > std::numeric_limits<int>::max()) throw std::length_error("allgather: the ranks' texts are more than MPI counts");
+    }
+    std::string all(static_cast<std::size_t>(total), '\0');
+    DLBENCH_MPI_CHECK(MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
+                                     MPI_COMM_WORLD));
     std::vector<std::string> out;
-    for (int r = 0; r < size_; ++r) out.emplace_back(all.data() + r * kLength);
+    for (std::size_t r = 0; r < lengths.size(); ++r) {
+      out.push_back(all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lengths[r])));
+    }
     return out;
   }
 

@@ -440,12 +440,13 @@ std::optional<Trainer::SkippedStep> Trainer::last_skipped_step() {
   if (!state || !update_skipped(&*state)) return std::nullopt;
   std::ostringstream what;
   what << "step " << context_.step << " skipped, loss scale now " << state->scale << ": " << describe_skipped_step();
-  return SkippedStep{what.str(), last_step_eager_ ? trace_skipped_step(last_step_scale_)
-                                                  : "a step graph's replay: not traced layer by layer"};
+  if (!last_step_eager_) return SkippedStep{what.str(), "a step graph's replay: not traced layer by layer"};
+  Replay replay = replay_skipped_step(last_step_scale_);
+  return SkippedStep{what.str(), std::move(replay.said), replay.found};
 }
 
 void Trainer::say(const SkippedStep& skipped) {
-  *skip_log_ << "dlbench-worker: " << skipped.what << "\n  " << skipped.replay << std::endl;
+  *skip_log_ << skip_log_who_ << ": " << skipped.what << "\n  " << skipped.replay << std::endl;
 }
 
 void Trainer::say_if_skipped() {
@@ -453,7 +454,9 @@ void Trainer::say_if_skipped() {
   if (const auto skipped = last_skipped_step()) say(*skipped);
 }
 
-std::string Trainer::trace_skipped_step(float scale) {
+std::string Trainer::trace_skipped_step(float scale) { return replay_skipped_step(scale).said; }
+
+Trainer::Replay Trainer::replay_skipped_step(float scale) {
   if (!loss_scaling_) throw std::logic_error("trace_skipped_step: no loss scaling");
   if (graph_captured_) throw std::logic_error("trace_skipped_step: the step is a captured graph");
   const LossScaleState after = *loss_scale();
@@ -496,10 +499,11 @@ std::string Trainer::trace_skipped_step(float scale) {
     out << "the loss gradient holds " << describe_non_finite(loss_gradient, loss_.dlogits().numel()) << "; ";
   }
   out << "backward: " << finding("input gradient", finder.backward());
-  return out.str();
+  const bool located = batch.total() > 0 || finder.forward() || loss_gradient.total() > 0 || finder.backward();
+  return Replay{out.str(), located ? ReplayFinding::located : ReplayFinding::all_finite};
 }
 
-std::string Trainer::trace_first_overflow(const std::function<void()>& step, int max_steps) {
+Trainer::OverflowTrace Trainer::trace_first_overflow(const std::function<void()>& step, int max_steps) {
   if (!loss_scaling_) throw std::logic_error("trace_first_overflow: no loss scaling");
   // The steps say nothing themselves: the skipped one is said below, once, where a log is set.
   std::ostream* const log = std::exchange(skip_log_, nullptr);
@@ -524,10 +528,10 @@ std::string Trainer::trace_first_overflow(const std::function<void()>& step, int
   if (!found) {
     std::ostringstream none;
     none << "none of " << ran << " untimed steps after the repeats skipped; the scale stayed at " << loss_scale()->scale;
-    return none.str();
+    return {none.str(), ReplayFinding::none};
   }
   if (skip_log_ != nullptr) say(*found);
-  return "untimed " + found->what + "\n" + found->replay;
+  return {"untimed " + found->what + "\n" + found->replay, found->found};
 }
 
 void Trainer::use_adamw(AdamWConfig config) { use_adam_family(config, false); }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "arena.hpp"
@@ -152,7 +153,12 @@ class Trainer {
   // each step then waits for the device (DLBENCH_LOG_LOSS_SCALE=1). An eager step is then run
   // again on its batch, weights and scale, layer by layer (trace_skipped_step), to name where its
   // values first stopped being finite.
-  void log_skipped_steps(std::ostream* out) { skip_log_ = out; }
+  // `who` begins each account: "dlbench-worker" alone, "dlbench-worker rank 3" among ranks, whose
+  // lines mpirun interleaves and whose replays differ (each rank's batch is its own).
+  void log_skipped_steps(std::ostream* out, std::string who = "dlbench-worker") {
+    skip_log_ = out;
+    skip_log_who_ = std::move(who);
+  }
   // The last step's forward and backward again, at `scale` (the loss scale it ran at), each
   // layer's output and input gradient counted for infs and NaNs (FirstNonFinite): the batch, the
   // first layer whose output holds any, the loss gradient, the first layer whose input gradient
@@ -161,13 +167,27 @@ class Trainer {
   // and batch norms' running statistics take the batch a second time (no step reads them). Not
   // after the step graph is captured. A diagnosis: waits for the device at every layer.
   std::string trace_skipped_step(float scale);
+  // What trace_first_overflow found: `said`, the skipped step's two lines (the gradients that
+  // overflowed, then the step replayed layer by layer) or that none skipped; and what the replay
+  // found on this rank: located where it met an inf or NaN (in the batch, a layer's output, the
+  // loss gradient or a layer's input gradient), its line then naming where. Each rank replays its
+  // own batch (rank_overflow_trace.hpp puts the ranks' together).
+  enum class ReplayFinding {
+    none,        // nothing replayed: none skipped, or a step graph's replay skipped
+    all_finite,  // replayed, and every value finite: the overflow came after backward
+    located,     // replayed, and the line names the first inf or NaN
+  };
+  struct OverflowTrace {
+    std::string said;
+    ReplayFinding replay = ReplayFinding::none;
+  };
   // Runs up to `max_steps` more steps through `step` (which calls step(): an input pipeline's
   // step takes its next batch too) under the skip log, stopping after the first skipped one, and
   // returns what the log said of it: the gradients that overflowed and, for an eager step, the
   // step replayed layer by layer, on two lines; or, where none skipped, that none did. For a
   // result whose loss scaling trained little (lossScaling.overflow), after the measured steps:
   // each step waits for the device. What the log said goes on to the skip log set before, if any.
-  std::string trace_first_overflow(const std::function<void()>& step, int max_steps);
+  OverflowTrace trace_first_overflow(const std::function<void()>& step, int max_steps);
   // Forward and loss only (gradients and weights untouched).
   float loss();
   // AdamW with global-norm clipping instead of SGD, from the next step on (BERT's optimizer).
@@ -227,6 +247,7 @@ class Trainer {
   std::optional<LossScalingConfig> loss_scaling_;
   std::shared_ptr<void> loss_scale_memory_;  // one LossScaleState in the backend's memory
   std::ostream* skip_log_ = nullptr;
+  std::string skip_log_who_ = "dlbench-worker";
   bool searching_for_overflow_ = false;  // inside trace_first_overflow
   // With skip_log_ or the search: whether the last step ran eagerly (not captured, not replayed)
   // and the loss scale it ran at, for trace_skipped_step.
@@ -236,7 +257,14 @@ class Trainer {
   // and the step replayed layer by layer (trace_skipped_step), or why it was not.
   struct SkippedStep {
     std::string what, replay;
+    ReplayFinding found = ReplayFinding::none;
   };
+  // trace_skipped_step's line, and what it found.
+  struct Replay {
+    std::string said;
+    ReplayFinding found = ReplayFinding::all_finite;
+  };
+  Replay replay_skipped_step(float scale);
   // The last step's account where it was skipped (one read of the device's state), else nothing.
   std::optional<SkippedStep> last_skipped_step();
   // The skip log's two lines for it.

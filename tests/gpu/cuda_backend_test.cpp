@@ -1185,7 +1185,9 @@ TEST_F(CudaBackendTest, TheFirstOverflowIsTracedOnTheDeviceInAmp) {
   gpu.parameters_written();
   const auto before = trainer.loss_scale();
   int steps = 0;
-  const std::string traced = trainer.trace_first_overflow([&] { trainer.step(); ++steps; }, 10);
+  const Trainer::OverflowTrace trace = trainer.trace_first_overflow([&] { trainer.step(); ++steps; }, 10);
+  const std::string& traced = trace.said;
+  EXPECT_EQ(trace.replay, Trainer::ReplayFinding::located) << traced;
   EXPECT_EQ(steps, 1) << traced;
   EXPECT_TRUE(traced.starts_with("untimed step 2 skipped, loss scale now ")) << traced;
   EXPECT_NE(traced.find("\nreplayed at loss scale " + std::to_string(static_cast<int>(before->scale)) +

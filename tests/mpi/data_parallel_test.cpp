@@ -3,6 +3,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -15,6 +18,7 @@
 #include "layers/linear.hpp"
 #include "layers/pool2d.hpp"
 #include "layers/relu.hpp"
+#include "rank_overflow_trace.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
@@ -130,6 +134,58 @@ TEST(DataParallel, BucketsCoverTheGradientsExactlyLastLayerFirst) {
     end = b.offset;
   }
   EXPECT_EQ(end, 0);
+}
+
+// Texts of any length, an empty one too, reach every rank in rank order.
+TEST(DataParallel, EveryRankGathersEveryRanksText) {
+  // Rank 1's empty; the others 300 characters longer a rank, past the 256 hosts() once allowed.
+  const auto text_of = [](int r) {
+    return r == 1 ? std::string() : std::string(static_cast<std::size_t>(300 * r + 1), static_cast<char>('a' + r));
+  };
+  const std::vector<std::string> all = world->allgather(text_of(world->rank()));
+  ASSERT_EQ(static_cast<int>(all.size()), world->size());
+  for (int r = 0; r < world->size(); ++r) {
+    EXPECT_EQ(all[static_cast<std::size_t>(r)], text_of(r)) << "rank " << r << "'s text, as rank " << world->rank()
+                                                            << " gathered it";
+  }
+  EXPECT_EQ(static_cast<int>(world->hosts().size()), world->size());
+}
+
+// amp's first overflow after the repeats, traced on every rank (lossScaling.overflow): the last
+// rank's batch holds an inf, so every rank skips the step (the reduced gradients hold it), but
+// only that rank's replay meets it. The text every rank puts together, rank 0's for its result,
+// names that rank right after the skipped step, and the others as finite.
+TEST(DataParallel, AnOverflowInOneRanksBatchIsTracedToThatRank) {
+  DataParallel dp(GradientBuckets::kDefaultBucketBytes);
+  dp.trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
+  const int last = world->size() - 1;
+  if (world->rank() == last) {
+    const float inf = std::numeric_limits<float>::infinity();
+    dp.backend.copy_from_host(static_cast<float*>(dp.trainer.input().data) + 5, &inf, sizeof inf);
+  }
+  int steps = 0;
+  const Trainer::OverflowTrace mine = dp.trainer.trace_first_overflow([&] { dp.trainer.step(); ++steps; }, 3);
+  EXPECT_EQ(steps, 1) << "on rank " << world->rank() << ": " << mine.said;
+  EXPECT_EQ(mine.replay, world->rank() == last ? Trainer::ReplayFinding::located : Trainer::ReplayFinding::all_finite)
+      << "on rank " << world->rank() << ": " << mine.said;
+  const std::string text = compose_rank_traces(gather_traces(*world, mine));
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u) << text;
+  EXPECT_EQ(lines[0].rfind("rank 0: untimed step 1 skipped, loss scale now 32768: loss ", 0), 0u) << text;
+  EXPECT_NE(lines[0].find(" parameters' gradients not finite, nearest the loss first: "), std::string::npos) << text;
+  EXPECT_EQ(lines[1].rfind("rank " + std::to_string(last) + ": replayed at loss scale 65536: the batch holds 1 inf, 0 NaN "
+                           "of 768; forward: first non-finite layer output: 0 (Conv2d), ", 0),
+            0u)
+      << text;
+  std::vector<int> others;
+  for (int r = 0; r < last; ++r) others.push_back(r);
+  EXPECT_EQ(lines[2], rank_list(others) + ": every layer output and input gradient finite in " +
+                          (others.size() == 1 ? "its replay" : "their replays"))
+      << text;
+  // Every rank put the same text together.
+  for (const std::string& theirs : world->allgather(text)) EXPECT_EQ(theirs, text);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "loss_scaler.hpp"
 #include "models/bert.hpp"
 #include "models/small_conv_net.hpp"
+#include "rank_overflow_trace.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
@@ -240,6 +241,19 @@ TEST(LossScaling, ASkippedStepReplayedNamesTheLayerItsBackwardPassOverflowedAtTh
   EXPECT_THAT(said[1], ::testing::EndsWith(" NaN of " + std::to_string(4 * features)));
 }
 
+// The trace says what its replay found, for putting ranks' traces together: the backward pass's
+// overflow above is located (and its line names it); the NaN written after backward below is not.
+TEST(LossScaling, TheTraceSaysWhetherItsReplayLocatedTheOverflow) {
+  TrainingRun run;
+  run.trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
+  const Parameter& classifier = parameter_named(run.trainer, "5.weight");
+  float* row0 = run.trainer.parameters().values() + classifier.offset;
+  for (std::int64_t j = 0; j < classifier.value.shape.dims[1]; ++j) row0[j] = 3e34f;
+  const Trainer::OverflowTrace trace = run.trainer.trace_first_overflow([&] { run.trainer.step(); }, 3);
+  EXPECT_EQ(trace.replay, Trainer::ReplayFinding::located) << trace.said;
+  EXPECT_THAT(trace.said, HasSubstr("backward: first non-finite input gradient: 5 (Linear)"));
+}
+
 // An overflow after backward (here written into a gradient by the before-update hook, where the
 // ranks' reduction runs) leaves every replayed layer finite, and the log says so.
 TEST(LossScaling, AnOverflowAfterBackwardLeavesTheReplayedLayersFinite) {
@@ -247,10 +261,11 @@ TEST(LossScaling, AnOverflowAfterBackwardLeavesTheReplayedLayersFinite) {
   run.trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
   inject(run.trainer, std::numeric_limits<float>::quiet_NaN(), {0});
   std::ostringstream log;
-  run.trainer.log_skipped_steps(&log);
+  run.trainer.log_skipped_steps(&log, "dlbench-worker rank 3");  // as one rank of several says it
   run.trainer.step();
   const auto said = lines(log.str());
   ASSERT_EQ(said.size(), 2u) << log.str();
+  EXPECT_THAT(said[0], ::testing::StartsWith("dlbench-worker rank 3: step 1 skipped, loss scale now 32768: loss "));
   EXPECT_THAT(said[1], ::testing::MatchesRegex("  replayed at loss scale 65536: forward: every layer output finite; "
                                                "loss [0-9.]+; backward: every input gradient finite"));
 }
@@ -266,7 +281,9 @@ TEST(LossScaling, TheFirstOverflowAfterTheRepeatsIsTracedAndTheStepsStopThere) {
   std::ostringstream before;
   run.trainer.log_skipped_steps(&before);
   int steps = 0;
-  const std::string traced = run.trainer.trace_first_overflow([&] { run.trainer.step(); ++steps; }, 10);
+  const Trainer::OverflowTrace trace = run.trainer.trace_first_overflow([&] { run.trainer.step(); ++steps; }, 10);
+  const std::string& traced = trace.said;
+  EXPECT_EQ(trace.replay, Trainer::ReplayFinding::all_finite);  // the NaN came after backward
   EXPECT_EQ(steps, 3);
   const auto said = lines(traced);
   ASSERT_EQ(said.size(), 2u) << traced;
@@ -284,8 +301,9 @@ TEST(LossScaling, NoOverflowAmongTheStepsAllowedIsSaidWithTheScale) {
   TrainingRun run;
   run.trainer.use_loss_scaling({65536.0f, 2.0f, 0.5f, 1000});
   int steps = 0;
-  EXPECT_EQ(run.trainer.trace_first_overflow([&] { run.trainer.step(); ++steps; }, 4),
-            "none of 4 untimed steps after the repeats skipped; the scale stayed at 65536");
+  const Trainer::OverflowTrace none = run.trainer.trace_first_overflow([&] { run.trainer.step(); ++steps; }, 4);
+  EXPECT_EQ(none.said, "none of 4 untimed steps after the repeats skipped; the scale stayed at 65536");
+  EXPECT_EQ(none.replay, Trainer::ReplayFinding::none);
   EXPECT_EQ(steps, 4);
   TrainingRun unscaled;
   EXPECT_THROW((void)unscaled.trainer.trace_first_overflow([&] { unscaled.trainer.step(); }, 4), std::logic_error);
@@ -416,6 +434,61 @@ TEST(LossScaling, AdamCountsAppliedUpdatesOnlyAfterASkippedStep) {
     EXPECT_TRUE(same_bits(clean.weights(), skipped.weights())) << (lamb ? "lamb" : "adamw");
     EXPECT_TRUE(same_bits(clean.momentum(), skipped.momentum())) << (lamb ? "lamb" : "adamw");
   }
+}
+
+TEST(RankOverflowTrace, RanksAreListedWithRunsOfThreeOrMoreAsRanges) {
+  EXPECT_EQ(rank_list({3}), "rank 3");
+  EXPECT_EQ(rank_list({0, 2}), "ranks 0, 2");
+  EXPECT_EQ(rank_list({0, 1}), "ranks 0, 1");
+  EXPECT_EQ(rank_list({0, 1, 2, 3, 4, 6, 7}), "ranks 0-4, 6, 7");
+  EXPECT_EQ(rank_list({1, 2, 3, 5, 6, 7, 8, 10}), "ranks 1-3, 5-8, 10");
+}
+
+// Every rank skips the same step (the reduced gradients decide it) but replays its own batch: the
+// rank whose replay located the inf comes right after the skipped step's line, the ranks that
+// found every value finite share one line, and other lines (a failed trace) follow.
+TEST(RankOverflowTrace, TheRanksThatLocatedTheOverflowComeFirstAndTheRestAreGrouped) {
+  using F = Trainer::ReplayFinding;
+  const std::string step = "untimed step 3 skipped, loss scale now 32768: loss ";
+  const std::string grads = "; 2 of 10 parameters' gradients not finite, nearest the loss first: 5.weight (1 inf, 0 NaN of 40)";
+  const auto finite = [&](const char* loss) {
+    return Trainer::OverflowTrace{step + loss + grads + "\nreplayed at loss scale 65536: forward: every layer output "
+                                  "finite; loss " + loss + "; backward: every input gradient finite", F::all_finite};
+  };
+  const Trainer::OverflowTrace located{step + "inf" + grads + "\nreplayed at loss scale 65536: the batch holds 1 inf, 0 NaN "
+                                       "of 768; forward: first non-finite layer output: 0 (Conv2d), 8 inf, 0 NaN of 2048; "
+                                       "loss inf; backward: every input gradient finite", F::located};
+  const Trainer::OverflowTrace failed{"not traced: out of memory", F::none};
+  const std::string text = compose_rank_traces({finite("2.31"), finite("2.29"), located, finite("2.30"), failed});
+  EXPECT_EQ(text, "rank 0: " + step + "2.31" + grads + "\n" +
+                      "rank 2: replayed at loss scale 65536: the batch holds 1 inf, 0 NaN of 768; forward: first "
+                      "non-finite layer output: 0 (Conv2d), 8 inf, 0 NaN of 2048; loss inf; backward: every input "
+                      "gradient finite\n"
+                      "ranks 0, 1, 3: every layer output and input gradient finite in their replays\n"
+                      "rank 4: not traced: out of memory");
+  // One rank, or every rank alike ("none of 50 untimed steps ... skipped"), as it is.
+  EXPECT_EQ(compose_rank_traces({located}), located.said);
+  const Trainer::OverflowTrace none{"none of 50 untimed steps after the repeats skipped; the scale stayed at 8", F::none};
+  EXPECT_EQ(compose_rank_traces({none, none, none}), none.said);
+  // A step graph's replay is not traced: said once for the ranks alike, never called finite.
+  const Trainer::OverflowTrace graph0{step + "2.3" + grads + "\na step graph's replay: not traced layer by layer", F::none};
+  const Trainer::OverflowTrace graph1{step + "2.4" + grads + "\na step graph's replay: not traced layer by layer", F::none};
+  EXPECT_EQ(compose_rank_traces({graph0, graph1}),
+            "rank 0: " + step + "2.3" + grads + "\nranks 0, 1: a step graph's replay: not traced layer by layer");
+  EXPECT_THROW((void)compose_rank_traces({}), std::invalid_argument);
+}
+
+// One rank's trace travels with what its replay found (a rank alone: NoCommunicator's allgather).
+TEST(RankOverflowTrace, ATraceIsGatheredWithWhatItsReplayFound) {
+  NoCommunicator one;
+  for (const auto found : {Trainer::ReplayFinding::none, Trainer::ReplayFinding::all_finite,
+                           Trainer::ReplayFinding::located}) {
+    const auto gathered = gather_traces(one, {"untimed step 1 skipped\nreplayed", found});
+    ASSERT_EQ(gathered.size(), 1u);
+    EXPECT_EQ(gathered[0].said, "untimed step 1 skipped\nreplayed");
+    EXPECT_EQ(gathered[0].replay, found);
+  }
+  EXPECT_EQ(gather_traces(one, {"", Trainer::ReplayFinding::none})[0].said, "");
 }
 
 }  // namespace

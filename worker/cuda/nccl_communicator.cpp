@@ -69,7 +69,7 @@ class NcclCommunicator final : public Communicator {
   }
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
-  std::vector<std::string> hosts() override { return host_->hosts(); }
+  std::vector<std::string> allgather(const std::string& mine) override { return host_->allgather(mine); }
 
   void broadcast(float* data, std::int64_t count, int root) override {
     after_compute();

@@ -29,6 +29,7 @@
 #include "program/case_output.hpp"
 #include "program/case_setup.hpp"
 #include "program/commands.hpp"
+#include "rank_overflow_trace.hpp"
 #include "worker_metrics.hpp"
 #ifdef DLBENCH_HAVE_CUDA
 #include "cuda/cuda_backend.hpp"
@@ -383,7 +384,8 @@ class CaseRun {
     // the loss, the gradients that overflowed and the first layers whose values did (the step run
     // again layer by layer; every step then waits for the device).
     if (const char* log = std::getenv("DLBENCH_LOG_LOSS_SCALE"); log != nullptr && *log != '\0' && *log != '0') {
-      trainer.log_skipped_steps(&std::cerr);
+      trainer.log_skipped_steps(&std::cerr, comm_.size() > 1 ? "dlbench-worker rank " + std::to_string(comm_.rank())
+                                                              : "dlbench-worker");
     }
     ParameterStore& store = trainer.parameters();
     const auto bucket_bytes = static_cast<std::size_t>(o_.bucket_mb) << 20;
@@ -444,15 +446,17 @@ class CaseRun {
   // Where the repeats' loss scaling trained little: up to kOverflowSearchSteps more steps, untimed
   // and after everything measured, the first skipped one said and replayed layer by layer, so
   // that the result says where amp overflowed without a second run. Every rank runs the same
-  // steps (a skip is decided on the reduced gradients, the same on each); each traces its own
-  // batch, and rank 0's result carries its own. A failure here costs the diagnosis only.
+  // steps (a skip is decided on the reduced gradients, the same on each); each replays its own
+  // batch, and rank 0's result carries every rank's, the ranks that located an inf or NaN first
+  // (compose_rank_traces). A failure here costs the diagnosis only.
   std::string trace_an_overflow(Trainer& trainer, Workload& workload) {
-    std::string said;
+    Trainer::OverflowTrace mine;
     try {
-      said = trainer.trace_first_overflow(workload.step, kOverflowSearchSteps);
+      mine = trainer.trace_first_overflow(workload.step, kOverflowSearchSteps);
     } catch (const std::exception& e) {
-      said = std::string("not traced: ") + e.what();
+      mine = {std::string("not traced: ") + e.what(), Trainer::ReplayFinding::none};
     }
+    std::string said = compose_rank_traces(gather_traces(comm_, mine));
     if (said.size() > kLossScalingOverflowMaxLength) said = said.substr(0, kLossScalingOverflowMaxLength - 3) + "...";
     return said;
   }
