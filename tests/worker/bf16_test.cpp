@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,11 @@ enum class Kind {
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) { return normwise_relative_error(a, b); }
 
 void expect_bf16_close_to_fp32(const std::function<std::unique_ptr<Layer>()>& make, const Shape& input,
-                               const std::string& what, Kind kind = Kind::rounding) {
+                               const std::string& what, Kind kind = Kind::rounding,
+                               LinearWeights linear_weights = LinearWeights::automatic) {
   CpuBackend backend(2);
   SKIP_WITHOUT_BF16(backend);
+  backend.set_linear_weights(linear_weights);
   auto full_layer = make();
   auto half_layer = make();
   const bool exact = kind == Kind::exact;
@@ -107,8 +110,71 @@ TEST(Bf16, ReluPoolingAndAdaptivePooling) {
 }
 
 TEST(Bf16, LinearAndDropout) {
+  // Both ways of handing bf16 weights to the products (linear_weights.hpp), each against fp32 on
+  // the same route; and the automatic choice at a few rows (8 x 3 <= 64: plain) and at many.
+  for (const auto route : {LinearWeights::blocked, LinearWeights::plain}) {
+    const std::string name(choice_name(kLinearWeights, route));
+    expect_bf16_close_to_fp32([] { return std::make_unique<Linear>(64, 10); }, Shape(8, 64), "linear " + name,
+                              Kind::rounding, route);
+    expect_bf16_close_to_fp32([] { return std::make_unique<Linear>(16, 40); }, Shape(64, 16), "wide linear " + name,
+                              Kind::rounding, route);
+  }
   expect_bf16_close_to_fp32([] { return std::make_unique<Linear>(64, 10); }, Shape(8, 64), "linear");
+  expect_bf16_close_to_fp32([] { return std::make_unique<Linear>(16, 40); }, Shape(64, 16), "wide linear");
   expect_bf16_close_to_fp32([] { return std::make_unique<Dropout>(0.5f, 3); }, Shape(4, 64), "dropout", Kind::exact);
+}
+
+// The two routes compute the same products from the same weights: in fp32 the plain weights as
+// they are against their blocked copies (only the sums' order may differ), in bf16 the same
+// rounded weights (the outputs' rounding may fall either side). Each parameter gradient too.
+TEST(LinearWeights, PlainAndBlockedWeightsGiveTheSameProducts) {
+  for (const DType dtype : {DType::fp32, DType::bf16}) {
+    CpuBackend blocked(2), plain(2);
+    if (dtype == DType::bf16 && blocked.cannot_compute(dtype)) continue;  // fp32 still checked
+    blocked.set_linear_weights(LinearWeights::blocked);
+    plain.set_linear_weights(LinearWeights::plain);
+    Linear a(96, 24), b(96, 24);
+    const LayerOutcome x = run_layer_once(blocked, a, Shape(4, 96), dtype, 5, false);
+    const LayerOutcome y = run_layer_once(plain, b, Shape(4, 96), dtype, 5, false);
+    const double bound = dtype == DType::fp32 ? 1e-6 : 4e-3;
+    const std::string what(to_string(dtype));
+    EXPECT_LT(relative_error(y.y, x.y), bound) << what << " y";
+    EXPECT_LT(relative_error(y.dx, x.dx), bound) << what << " dx";
+    ASSERT_EQ(y.grads.size(), x.grads.size());
+    for (std::size_t k = 0; k < x.grads.size(); ++k) {
+      EXPECT_LT(relative_error(y.grads[k], x.grads[k]), bound) << what << " parameter gradient " << k;
+    }
+  }
+}
+
+// The automatic choice, at the shapes it was timed on: few rows for the input features take the
+// plain weights (bf16: rows x 3 <= features; fp32: rows x 16 <= features, up to 256 rows).
+TEST(LinearWeights, FewRowsForTheirFeaturesTakeThePlainWeights) {
+  const auto automatic = [](std::int64_t rows, std::int64_t in, DType dtype) {
+    return plain_weights(rows, in, dtype, LinearWeights::automatic);
+  };
+  EXPECT_TRUE(automatic(8, 9216, DType::bf16));     // AlexNet's classifier at batch 8
+  EXPECT_TRUE(automatic(1024, 4096, DType::bf16));
+  EXPECT_TRUE(automatic(160, 768, DType::bf16));    // BERT's decoder on 8 x 20 masked tokens
+  EXPECT_FALSE(automatic(1024, 768, DType::bf16));  // BERT's encoder, 8 x 128 tokens
+  EXPECT_FALSE(automatic(512, 768, DType::bf16));
+  EXPECT_TRUE(automatic(8, 9216, DType::fp32));
+  EXPECT_TRUE(automatic(256, 4096, DType::fp32));
+  EXPECT_FALSE(automatic(512, 9216, DType::fp32));
+  EXPECT_FALSE(automatic(160, 768, DType::fp32));
+  EXPECT_FALSE(automatic(1024, 768, DType::fp32));
+  for (const DType dtype : {DType::fp32, DType::bf16}) {
+    EXPECT_TRUE(plain_weights(4096, 768, dtype, LinearWeights::plain));
+    EXPECT_FALSE(plain_weights(8, 9216, dtype, LinearWeights::blocked));
+  }
+  EXPECT_EQ(linear_weights_choice("V", nullptr), LinearWeights::automatic);
+  EXPECT_EQ(linear_weights_choice("V", "plain"), LinearWeights::plain);
+  try {
+    (void)linear_weights_choice("DLBENCH_CPU_LINEAR_WEIGHTS", "fast");
+    ADD_FAILURE() << "\"fast\" was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "DLBENCH_CPU_LINEAR_WEIGHTS: \"fast\" is not one of auto, blocked, plain");
+  }
 }
 
 TEST(Bf16, BottleneckWithProjection) {

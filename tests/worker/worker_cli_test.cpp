@@ -330,17 +330,20 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
   EXPECT_EQ(doc.throughput->repeats.size(), 2u);
   EXPECT_THAT(o.out, Not(HasSubstr("imageSize")));
   EXPECT_THAT(o.err, HasSubstr("sequence length 16, 110106428 parameters"));
-  // The result says which attention ran: composed by default, fused on request (LAMB's run); and
-  // which ISA oneDNN's kernels ran, this CPU's best (avx2 on some machines, avx512_core_bf16 on
-  // others) or less where DNNL_MAX_CPU_ISA says.
-  EXPECT_EQ(doc.environment.backend_options.size(), 2u);
+  // The result says which attention ran: composed by default, fused on request (LAMB's run);
+  // how linear layers took their weights (linear_weights.hpp); and which ISA oneDNN's kernels
+  // ran, this CPU's best (avx2 on some machines, avx512_core_bf16 on others) or less where
+  // DNNL_MAX_CPU_ISA says.
+  EXPECT_EQ(doc.environment.backend_options.size(), 3u);
   EXPECT_EQ(doc.environment.backend_options.at("attention"), "composed");
+  EXPECT_EQ(doc.environment.backend_options.at("linearWeights"), "auto");
   EXPECT_THAT(doc.environment.backend_options.at("isa"), ::testing::MatchesRegex("(sse41|avx|avx2|avx512).*"));
   const Outcome limited = worker("--model resnet50 --image-size 32 --batch-size 1 --warmup-steps 0 --measure-steps 1 "
                                  "--repeats 1",
-                                 "DNNL_MAX_CPU_ISA=SSE41");
+                                 "DNNL_MAX_CPU_ISA=SSE41 DLBENCH_CPU_LINEAR_WEIGHTS=blocked");
   ASSERT_EQ(limited.exit_code, 0) << limited.err;
   EXPECT_EQ(decoded(limited.out).environment.backend_options.at("isa"), "sse41");
+  EXPECT_EQ(decoded(limited.out).environment.backend_options.at("linearWeights"), "blocked");
   const Outcome lamb = worker("--model bert-base --sequence-length 8 --batch-size 1 --optimizer lamb "
                               "--learning-rate 0.001 --warmup-steps 0 --measure-steps 2 --repeats 1",
                               "DLBENCH_CPU_ATTENTION=fused");
@@ -353,6 +356,12 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_EQ(decoded(unknown.out).state, CaseState::Failed);
   EXPECT_THAT(unknown.err, HasSubstr("DLBENCH_CPU_ATTENTION: \"flash\" is not one of composed, fused"));
+  const Outcome unknown_weights = worker("--model resnet50 --image-size 32 --batch-size 1 --measure-steps 1 "
+                                         "--repeats 1",
+                                         "DLBENCH_CPU_LINEAR_WEIGHTS=fast");
+  EXPECT_EQ(unknown_weights.exit_code, 1);
+  EXPECT_THAT(unknown_weights.err,
+              HasSubstr("DLBENCH_CPU_LINEAR_WEIGHTS: \"fast\" is not one of auto, blocked, plain"));
   const Outcome image = worker("--model bert-base --image-size 224");
   EXPECT_EQ(image.exit_code, 2);
   EXPECT_THAT(image.err, HasSubstr("--image-size: bert-base takes token sequences; use --sequence-length"));

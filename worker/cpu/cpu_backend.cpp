@@ -51,6 +51,7 @@ std::string isa_name(dnnl::cpu_isa isa) {
 
 CpuBackend::CpuBackend(int threads)
     : attention_route_(attention_route("DLBENCH_CPU_ATTENTION", std::getenv("DLBENCH_CPU_ATTENTION"))),
+      linear_weights_(linear_weights_choice("DLBENCH_CPU_LINEAR_WEIGHTS", std::getenv("DLBENCH_CPU_LINEAR_WEIGHTS"))),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_) {
   if (threads > 0) omp_set_num_threads(threads);
@@ -68,7 +69,8 @@ std::string CpuBackend::version_info() const {
 // model times differently with avx2 and with avx512_core_bf16 kernels.
 std::map<std::string, std::string> CpuBackend::options() const {
   return {{"attention", std::string(choice_name(kAttentionRoutes, attention_route_))},
-          {"isa", isa_name(dnnl::get_effective_cpu_isa())}};
+          {"isa", isa_name(dnnl::get_effective_cpu_isa())},
+          {"linearWeights", std::string(choice_name(kLinearWeights, linear_weights_))}};
 }
 
 std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {

@@ -4,6 +4,7 @@
 
 #include "attention_route.hpp"
 #include "backend.hpp"
+#include "cpu/linear_weights.hpp"
 
 namespace dlbench::worker {
 
@@ -65,6 +66,9 @@ class CpuBackend final : public Backend {
   // composed otherwise.
   std::unique_ptr<AttentionOp> make_fused_attention(const AttentionConfig& config) override;
   void set_attention_route(AttentionRoute route) { attention_route_ = route; }
+  // DLBENCH_CPU_LINEAR_WEIGHTS (linear_weights.hpp); a layer reads it when it is made.
+  LinearWeights linear_weights() const { return linear_weights_; }
+  void set_linear_weights(LinearWeights route) { linear_weights_ = route; }
   void gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
                    bool accumulate) override;
   void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad) override;
@@ -92,6 +96,7 @@ class CpuBackend final : public Backend {
   double step_loss_ = 0.0;  // the weighted sum of this step's loss terms so far
   std::uint64_t step_ = 0;  // begin_step's
   AttentionRoute attention_route_;
+  LinearWeights linear_weights_;
   // A buffer that only grows, to the largest size reserved.
   class Scratch {
    public:

@@ -84,9 +84,13 @@ class WeightFormat {
 // dtype and format each call) and dw accumulated and written straight into it in fp32.
 class MatmulPasses {
  public:
-  // weight_gradient_only: just dw = dyᵀ · x (a layer whose other two passes run elsewhere).
+  enum class Weights {
+    kernel_format,  // the fp32 weights reordered into each product's own format, each call
+    plain,          // their own plain layout: as they are in fp32, converted to `dtype` each call (linear_weights.hpp)
+    none,           // just dw = dyᵀ · x (a layer whose other two passes run elsewhere)
+  };
   MatmulPasses(CpuBackend& backend, std::int64_t rows, std::int64_t in, std::int64_t out, DType dtype, bool bias,
-               bool weight_gradient_only = false)
+               Weights weights = Weights::kernel_format)
       : b_(backend) {
     const auto& engine = backend.engine();
     const auto data = dnnl_type(dtype), f32 = memory::data_type::f32;
@@ -98,23 +102,33 @@ class MatmulPasses {
     // dw = dyᵀ · x, accumulated and written in fp32.
     bwd_weights_ = dnnl::matmul(
         DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(dnnl::matmul::desc(dy_transposed_, x_, dw_), engine)));
-    if (weight_gradient_only) return;
-    // y = x · wᵀ: the OI parameter read as an [in, out] matrix is its transpose, 'ba'.
-    const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(
-        dnnl::matmul::desc(x_, memory::desc({in, out}, data, tag::any), bias_, y_), engine));
-    // dx = dy · w.
-    const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(
-        dnnl::matmul::desc(y_, memory::desc({out, in}, data, tag::any), x_), engine));
+    if (weights == Weights::none) return;
+    // y = x · wᵀ: the OI parameter read as an [in, out] matrix is its transpose, 'ba'; dx = dy · w.
+    // Plain weights are those very layouts; otherwise each product picks its own.
+    const bool plain = weights == Weights::plain;
+    const memory::desc w_transposed({in, out}, data, plain ? tag::ba : tag::any);
+    const memory::desc w({out, in}, data, plain ? tag::ab : tag::any);
+    const auto fwd_pd =
+        DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(dnnl::matmul::desc(x_, w_transposed, bias_, y_), engine));
+    const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(dnnl::matmul::desc(y_, w, x_), engine));
     fwd_ = dnnl::matmul(fwd_pd);
     bwd_data_ = dnnl::matmul(bwd_data_pd);
+    if (plain) {
+      // One conversion serves both products: the forward reads its result as [in, out], 'ba'.
+      fwd_transposed_ = fwd_pd.weights_desc();
+      bwd_data_weights_.emplace(backend, memory::desc({out, in}, f32, tag::ab), bwd_data_pd.weights_desc());
+      return;
+    }
     fwd_weights_.emplace(backend, memory::desc({in, out}, f32, tag::ba), fwd_pd.weights_desc());
     bwd_data_weights_.emplace(backend, memory::desc({out, in}, f32, tag::ab), bwd_data_pd.weights_desc());
   }
 
   void forward(const void* x, const float* weight, const float* bias, void* y) {
     auto& s = b_.stream();
+    const memory weights = fwd_weights_ ? fwd_weights_->in(s, weight)
+                                        : mem(fwd_transposed_, b_.engine(), bwd_data_weights_->in(s, weight).get_data_handle());
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(x_, b_.engine(), x)},
-                                         {DNNL_ARG_WEIGHTS, fwd_weights_->in(s, weight)},
+                                         {DNNL_ARG_WEIGHTS, weights},
                                          {DNNL_ARG_DST, mem(y_, b_.engine(), y)}};
     if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias);
     fwd_.execute(s, args);
@@ -134,6 +148,7 @@ class MatmulPasses {
  private:
   CpuBackend& b_;
   memory::desc x_, y_, dy_transposed_, dw_, bias_;
+  memory::desc fwd_transposed_;  // plain weights: the converted [out, in] matrix read as [in, out]
   dnnl::matmul fwd_, bwd_data_, bwd_weights_;
   std::optional<WeightFormat> fwd_weights_, bwd_data_weights_;
 };

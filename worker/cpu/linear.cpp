@@ -42,6 +42,14 @@ void column_sums(const T* dy, std::int64_t rows, std::int64_t columns, float* su
   }
 }
 
+// Which of a linear layer's products run as matmuls, and on what weights: all three on plain
+// weights (linear_weights.hpp), or on weights in each product's own format in fp32; in bf16
+// otherwise only the weight gradient (the inner product runs the other two).
+MatmulPasses::Weights passes_of(const CpuBackend& backend, const LinearConfig& c) {
+  if (plain_weights(c.batch, c.in_features, c.dtype, backend.linear_weights())) return MatmulPasses::Weights::plain;
+  return c.dtype == DType::fp32 ? MatmulPasses::Weights::kernel_format : MatmulPasses::Weights::none;
+}
+
 // oneDNN's inner product forward and backward-data passes, the weights reordered from the fp32
 // master copy into the kernels' format each call.
 class InnerProductPasses {
@@ -92,13 +100,17 @@ class InnerProductPasses {
 // the weight gradient in a blocked format that needs a reorder back (62 ms a bf16 bert-base step
 // with AMX), and in fp32 its kernel ran at about half its forward's rate (1.11 s a step against
 // 0.60 s, Intel Xeon, 2 cores). fp32 runs forward and backward-data as matmuls too (bert-base
-// +13%); bf16 keeps the inner product for them, because matmul's backward-data weights need a
-// transposing reorder twice as slow as the inner product's (AlexNet bf16 4% slower as matmuls).
+// +13%). Where the layer has few rows for its weights, both read the plain weights
+// (linear_weights.hpp); elsewhere bf16 runs them as the inner product, since matmuls on weights
+// reordered into their own formats were slower (AlexNet bf16 4%), their backward-data reorder
+// transposing.
 class CpuLinear final : public LinearOp {
  public:
   CpuLinear(CpuBackend& backend, const LinearConfig& c)
-      : c_(c), matmul_(backend, c.batch, c.in_features, c.out_features, c.dtype, c.bias, c.dtype != DType::fp32) {
-    if (c.dtype != DType::fp32) inner_product_.emplace(backend, c);
+      : c_(c), matmul_(backend, c.batch, c.in_features, c.out_features, c.dtype, c.bias, passes_of(backend, c)) {
+    if (c.dtype != DType::fp32 && !plain_weights(c.batch, c.in_features, c.dtype, backend.linear_weights())) {
+      inner_product_.emplace(backend, c);
+    }
   }
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
