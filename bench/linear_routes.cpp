@@ -15,21 +15,20 @@
 #include <vector>
 
 #include "cpu/cpu_backend.hpp"
+#include "layers/layer.hpp"
 
 namespace {
 
 using namespace dlbench::worker;
 
-struct Layer {
+struct LinearUnderTest {
   std::shared_ptr<void> x, y, dy, dx, weight, bias;
   std::unique_ptr<LinearOp> op;
 };
 
-Tensor tensor(const std::shared_ptr<void>& memory, Shape shape, DType dtype) {
-  Tensor t;
+Tensor tensor(const std::shared_ptr<void>& memory, const Shape& shape, DType dtype) {
+  Tensor t = activation(shape, Layout::plain, dtype);
   t.data = memory.get();
-  t.shape = shape;
-  t.dtype = dtype;
   return t;
 }
 
@@ -50,7 +49,7 @@ int main(int argc, char** argv) {
   const DType dtype = precision == "bf16" ? DType::bf16 : DType::fp32;
   const LinearWeights routes[] = {LinearWeights::blocked, LinearWeights::plain};
   std::vector<std::unique_ptr<CpuBackend>> backends;
-  std::vector<Layer> layers;
+  std::vector<LinearUnderTest> layers;
   for (const LinearWeights route : routes) {
     auto backend = std::make_unique<CpuBackend>();
     if (const auto why = backend->cannot_compute(dtype)) {
@@ -59,7 +58,7 @@ int main(int argc, char** argv) {
     }
     backend->set_linear_weights(route);
     const std::size_t unit = dtype_size(dtype);
-    Layer l;
+    LinearUnderTest l;
     l.x = backend->allocate(static_cast<std::size_t>(rows * in) * unit);
     l.dx = backend->allocate(static_cast<std::size_t>(rows * in) * unit);
     l.y = backend->allocate(static_cast<std::size_t>(rows * out) * unit);
@@ -73,16 +72,15 @@ int main(int argc, char** argv) {
   std::vector<std::vector<double>> ms(std::size(routes));
   for (int pair = -1; pair < pairs; ++pair) {  // pair -1 warms up
     for (std::size_t r = 0; r < std::size(routes); ++r) {
-      Layer& l = layers[r];
+      LinearUnderTest& l = layers[r];
       float* w = static_cast<float*>(l.weight.get());
       std::fill(w, w + out * in, 0.01f * static_cast<float>(pair + 2));  // new values, as after an update
-      const Tensor x = tensor(l.x, Shape(rows, in), dtype), dx = tensor(l.dx, Shape(rows, in), dtype);
-      Tensor y = tensor(l.y, Shape(rows, out), dtype), dy = tensor(l.dy, Shape(rows, out), dtype);
+      const Tensor x = tensor(l.x, Shape(rows, in), dtype), dy = tensor(l.dy, Shape(rows, out), dtype);
+      Tensor y = tensor(l.y, Shape(rows, out), dtype), dx = tensor(l.dx, Shape(rows, in), dtype);
       const Tensor weight = tensor(l.weight, Shape(out, in), DType::fp32), bias = tensor(l.bias, Shape(out), DType::fp32);
-      Tensor dx_out = dx;
       const auto begin = std::chrono::steady_clock::now();
       l.op->forward(x, weight, &bias, y);
-      l.op->backward_data(dy, weight, dx_out);
+      l.op->backward_data(dy, weight, dx);
       backends[r]->synchronize();
       const double took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
       if (pair >= 0) ms[r].push_back(took);

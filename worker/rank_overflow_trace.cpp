@@ -1,7 +1,8 @@
 #include "rank_overflow_trace.hpp"
 
-#include <map>
+#include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace dlbench::worker {
 namespace {
@@ -62,8 +63,7 @@ std::string compose_rank_traces(const std::vector<Trainer::OverflowTrace>& ranks
   std::string head;
   std::vector<std::string> located;
   std::vector<int> all_finite;
-  std::map<std::string, std::vector<int>> others;  // a line, and the ranks that said it
-  std::vector<std::string> others_in_order;
+  std::vector<std::pair<std::string, std::vector<int>>> others;  // a line, and the ranks that said it
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const int rank = static_cast<int>(i);
     auto [first, rest] = split_first_line(ranks[i].said);
@@ -74,9 +74,9 @@ std::string compose_rank_traces(const std::vector<Trainer::OverflowTrace>& ranks
     } else if (!rest.empty() && ranks[i].replay == Finding::all_finite) {
       all_finite.push_back(rank);
     } else {
-      auto [at, added] = others.try_emplace(line);
-      if (added) others_in_order.push_back(line);
-      at->second.push_back(rank);
+      auto same = std::find_if(others.begin(), others.end(), [&](const auto& other) { return other.first == line; });
+      if (same == others.end()) same = others.insert(others.end(), {line, {}});
+      same->second.push_back(rank);
     }
   }
   std::string out = head;
@@ -86,7 +86,7 @@ std::string compose_rank_traces(const std::vector<Trainer::OverflowTrace>& ranks
     add(rank_list(all_finite) + ": every layer output and input gradient finite in " +
         (all_finite.size() == 1 ? "its replay" : "their replays"));
   }
-  for (const auto& line : others_in_order) add(rank_list(others.at(line)) + ": " + line);
+  for (const auto& [line, said_by] : others) add(rank_list(said_by) + ": " + line);
   return out;
 }
 

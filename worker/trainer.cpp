@@ -440,13 +440,14 @@ std::optional<Trainer::SkippedStep> Trainer::last_skipped_step() {
   if (!state || !update_skipped(&*state)) return std::nullopt;
   std::ostringstream what;
   what << "step " << context_.step << " skipped, loss scale now " << state->scale << ": " << describe_skipped_step();
-  if (!last_step_eager_) return SkippedStep{what.str(), "a step graph's replay: not traced layer by layer"};
-  Replay replay = replay_skipped_step(last_step_scale_);
-  return SkippedStep{what.str(), std::move(replay.said), replay.found};
+  if (!last_step_eager_) {
+    return SkippedStep{what.str(), {"a step graph's replay: not traced layer by layer", ReplayFinding::none}};
+  }
+  return SkippedStep{what.str(), replay_skipped_step(last_step_scale_)};
 }
 
 void Trainer::say(const SkippedStep& skipped) {
-  *skip_log_ << skip_log_who_ << ": " << skipped.what << "\n  " << skipped.replay << std::endl;
+  *skip_log_ << skip_log_who_ << ": " << skipped.what << "\n  " << skipped.replay.said << std::endl;
 }
 
 void Trainer::say_if_skipped() {
@@ -531,7 +532,7 @@ Trainer::OverflowTrace Trainer::trace_first_overflow(const std::function<void()>
     return {none.str(), ReplayFinding::none};
   }
   if (skip_log_ != nullptr) say(*found);
-  return {"untimed " + found->what + "\n" + found->replay, found->found};
+  return {"untimed " + found->what + "\n" + found->replay.said, found->replay.found};
 }
 
 void Trainer::use_adamw(AdamWConfig config) { use_adam_family(config, false); }

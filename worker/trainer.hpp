@@ -255,16 +255,16 @@ class Trainer {
   float last_step_scale_ = 0.0f;
   // A skipped step's account: "step N skipped, loss scale now S: " and describe_skipped_step(),
   // and the step replayed layer by layer (trace_skipped_step), or why it was not.
-  struct SkippedStep {
-    std::string what, replay;
-    ReplayFinding found = ReplayFinding::none;
-  };
   // trace_skipped_step's line, and what it found.
   struct Replay {
     std::string said;
     ReplayFinding found = ReplayFinding::all_finite;
   };
   Replay replay_skipped_step(float scale);
+  struct SkippedStep {
+    std::string what;
+    Replay replay;
+  };
   // The last step's account where it was skipped (one read of the device's state), else nothing.
   std::optional<SkippedStep> last_skipped_step();
   // The skip log's two lines for it.

@@ -106,12 +106,7 @@ class InnerProductPasses {
 // transposing.
 class CpuLinear final : public LinearOp {
  public:
-  CpuLinear(CpuBackend& backend, const LinearConfig& c)
-      : c_(c), matmul_(backend, c.batch, c.in_features, c.out_features, c.dtype, c.bias, passes_of(backend, c)) {
-    if (c.dtype != DType::fp32 && !plain_weights(c.batch, c.in_features, c.dtype, backend.linear_weights())) {
-      inner_product_.emplace(backend, c);
-    }
-  }
+  CpuLinear(CpuBackend& backend, const LinearConfig& c) : CpuLinear(backend, c, passes_of(backend, c)) {}
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
     require_elements(x, c_.batch * c_.in_features, "linear", "x");
@@ -140,6 +135,11 @@ class CpuLinear final : public LinearOp {
   }
 
  private:
+  CpuLinear(CpuBackend& backend, const LinearConfig& c, MatmulPasses::Weights passes)
+      : c_(c), matmul_(backend, c.batch, c.in_features, c.out_features, c.dtype, c.bias, passes) {
+    if (passes == MatmulPasses::Weights::none) inner_product_.emplace(backend, c);  // the other two passes
+  }
+
   LinearConfig c_;
   MatmulPasses matmul_;
   std::optional<InnerProductPasses> inner_product_;
