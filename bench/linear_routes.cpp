@@ -91,9 +91,11 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   const double blocked = median(ms[0]), plain = median(ms[1]);
-  std::printf("%s rows %lld in %lld out %lld: blocked %.2f ms, plain %.2f ms (%.2fx); auto takes %s\n",
+  const bool avx512 = backends.front()->avx512_kernels();
+  std::printf("%s rows %lld in %lld out %lld: blocked %.2f ms, plain %.2f ms (%.2fx); auto takes %s with %s kernels\n",
               precision.c_str(), static_cast<long long>(rows), static_cast<long long>(in), static_cast<long long>(out),
               blocked, plain, blocked / plain,
-              plain_weights(rows, in, dtype, LinearWeights::automatic) ? "plain" : "blocked");
+              plain_weights(rows, in, dtype, LinearWeights::automatic, avx512) ? "plain" : "blocked",
+              avx512 ? "AVX-512" : "AVX2");
   return 0;
 }

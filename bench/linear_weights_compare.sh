@@ -11,6 +11,9 @@
 # measured under other load `disturbed` and does not judge it.
 #
 #   bench/linear_weights_compare.sh [BUILD_DIR] [OUT_DIR]    (default build/ci, a temporary folder)
+#   MAX_ISA=AVX2 bench/linear_weights_compare.sh ...          (both runs with oneDNN held to AVX2
+#                                                              kernels, as on an AVX2-only CPU: fp32)
+#   MODELS="alexnet bert-base" bench/linear_weights_compare.sh (those models only)
 #
 # Exit code: 0, or 2 where a run failed; each model's comparison is printed as markdown.
 set -uo pipefail
@@ -21,6 +24,11 @@ out=${2:-$(mktemp -d)}
 mkdir -p "$out"
 precisions=fp32
 grep -qw avx512_bf16 /proc/cpuinfo && precisions="fp32, bf16"
+isa_env=""
+if [[ -n ${MAX_ISA:-} ]]; then
+  isa_env="{name: DNNL_MAX_CPU_ISA, value: $MAX_ISA}"
+  [[ ${MAX_ISA^^} == *BF16* || ${MAX_ISA^^} == *AMX* || ${MAX_ISA^^} == ALL ]] || precisions=fp32
+fi
 run() {  # NAME MODEL DATA BATCHES [ENV YAML]
   cat > "$out/$1.yaml" <<YAML
 apiVersion: dlbench.io/v1alpha1
@@ -39,9 +47,12 @@ YAML
 echo "$(date -u +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) CPUs; statuses in $out"
 for spec in "alexnet|imageSize: 224|8, 64" "vgg16|imageSize: 224|8" "bert-base|sequenceLength: 128|8"; do
   IFS='|' read -r model data batches <<< "$spec"
+  [[ -z ${MODELS:-} || " $MODELS " == *" $model "* ]] || continue
   run "$model-blocked" "$model" "$data" "$batches" \
-    "  worker: {env: [{name: DLBENCH_CPU_LINEAR_WEIGHTS, value: blocked}]}"
-  run "$model-auto" "$model" "$data" "$batches"
+    "  worker: {env: [{name: DLBENCH_CPU_LINEAR_WEIGHTS, value: blocked}${isa_env:+, $isa_env}]}"
+  auto_env=""
+  [[ -n $isa_env ]] && auto_env="  worker: {env: [$isa_env]}"
+  run "$model-auto" "$model" "$data" "$batches" "$auto_env"
   echo
   echo "#### $model: blocked (before) against auto (after)"
   "$dlbench" compare "$out/$model-blocked.status.json" "$out/$model-auto.status.json" --format markdown

@@ -19,6 +19,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -151,11 +152,12 @@ TEST(LinearWeights, PlainAndBlockedWeightsGiveTheSameProductsInBf16) {
   expect_routes_agree(DType::bf16, 4e-3);
 }
 
-// The automatic choice, at the shapes it was timed on: few rows for the input features take the
-// plain weights (bf16: rows x 3 <= features; fp32: rows x 16 <= features, up to 256 rows).
+// The automatic choice with AVX-512 kernels, at the shapes it was timed on: few rows for the
+// input features take the plain weights (bf16: rows x 3 <= features; fp32: rows x 16 <= features,
+// up to 256 rows).
 TEST(LinearWeights, FewRowsForTheirFeaturesTakeThePlainWeights) {
   const auto automatic = [](std::int64_t rows, std::int64_t in, DType dtype) {
-    return plain_weights(rows, in, dtype, LinearWeights::automatic);
+    return plain_weights(rows, in, dtype, LinearWeights::automatic, true);
   };
   EXPECT_TRUE(automatic(8, 9216, DType::bf16));     // AlexNet's classifier at batch 8
   EXPECT_TRUE(automatic(1024, 4096, DType::bf16));
@@ -168,10 +170,13 @@ TEST(LinearWeights, FewRowsForTheirFeaturesTakeThePlainWeights) {
   EXPECT_FALSE(automatic(160, 768, DType::fp32));
   EXPECT_FALSE(automatic(1024, 768, DType::fp32));
   for (const DType dtype : {DType::fp32, DType::bf16}) {
-    EXPECT_TRUE(plain_weights(4096, 768, dtype, LinearWeights::plain));
-    EXPECT_FALSE(plain_weights(8, 9216, dtype, LinearWeights::blocked));
+    for (const bool avx512 : {true, false}) {
+      EXPECT_TRUE(plain_weights(4096, 768, dtype, LinearWeights::plain, avx512));
+      EXPECT_FALSE(plain_weights(8, 9216, dtype, LinearWeights::blocked, avx512));
+    }
   }
   EXPECT_EQ(linear_weights_choice("V", nullptr), LinearWeights::automatic);
+  EXPECT_EQ(linear_weights_choice("V", "auto"), LinearWeights::automatic);
   EXPECT_EQ(linear_weights_choice("V", "plain"), LinearWeights::plain);
   try {
     (void)linear_weights_choice("DLBENCH_CPU_LINEAR_WEIGHTS", "fast");
@@ -179,6 +184,26 @@ TEST(LinearWeights, FewRowsForTheirFeaturesTakeThePlainWeights) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "DLBENCH_CPU_LINEAR_WEIGHTS: \"fast\" is not one of auto, blocked, plain");
   }
+}
+
+// With AVX2 kernels (an AVX2-only CPU, or DNNL_MAX_CPU_ISA=AVX2) fp32's plain weights won or
+// tied at every shape timed, so fp32 takes them at every shape, BERT's encoder included; bf16
+// (which needs AVX-512) keeps its rule.
+TEST(LinearWeights, Avx2KernelsTakeThePlainWeightsInFp32AtEveryShape) {
+  for (const auto& [rows, in] : {std::pair<std::int64_t, std::int64_t>{8, 9216}, {512, 9216}, {1024, 4096},
+                                 {160, 768}, {1024, 768}, {1024, 3072}}) {
+    EXPECT_TRUE(plain_weights(rows, in, DType::fp32, LinearWeights::automatic, false)) << rows << " x " << in;
+  }
+  EXPECT_FALSE(plain_weights(1024, 768, DType::fp32, LinearWeights::automatic, true));
+  EXPECT_FALSE(plain_weights(1024, 768, DType::bf16, LinearWeights::automatic, false));
+  EXPECT_TRUE(plain_weights(8, 9216, DType::bf16, LinearWeights::automatic, false));
+}
+
+// The backend's kernel width is oneDNN's effective ISA, the one the result's backendOptions.isa names.
+TEST(LinearWeights, TheBackendsKernelWidthIsTheIsaItReports) {
+  CpuBackend backend(1);
+  const std::string isa = backend.options().at("isa");
+  EXPECT_EQ(backend.avx512_kernels(), isa.rfind("avx512_core", 0) == 0) << isa;
 }
 
 TEST(Bf16, BottleneckWithProjection) {

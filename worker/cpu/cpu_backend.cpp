@@ -73,6 +73,12 @@ std::map<std::string, std::string> CpuBackend::options() const {
           {"linearWeights", std::string(choice_name(kLinearWeights, linear_weights_))}};
 }
 
+bool CpuBackend::avx512_kernels() const {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & avx512) == avx512;
+}
+
 std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {
   switch (dtype) {
     case DType::fp32: return std::nullopt;

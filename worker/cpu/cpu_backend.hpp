@@ -69,6 +69,9 @@ class CpuBackend final : public Backend {
   // DLBENCH_CPU_LINEAR_WEIGHTS (linear_weights.hpp); a layer reads it when it is made.
   LinearWeights linear_weights() const { return linear_weights_; }
   void set_linear_weights(LinearWeights route) { linear_weights_ = route; }
+  // Whether oneDNN runs AVX-512 kernels here (the CPU's best, or less under DNNL_MAX_CPU_ISA):
+  // the routes' crossings differ with the kernels' width.
+  bool avx512_kernels() const;
   void gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
                    bool accumulate) override;
   void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad) override;

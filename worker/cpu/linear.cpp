@@ -46,7 +46,7 @@ void column_sums(const T* dy, std::int64_t rows, std::int64_t columns, float* su
 // weights (linear_weights.hpp), or on weights in each product's own format in fp32; in bf16
 // otherwise only the weight gradient (the inner product runs the other two).
 MatmulPasses::Weights passes_of(const CpuBackend& backend, const LinearConfig& c) {
-  if (plain_weights(c.batch, c.in_features, c.dtype, backend.linear_weights())) return MatmulPasses::Weights::plain;
+  if (plain_weights(c.batch, c.in_features, c.dtype, backend.linear_weights(), backend.avx512_kernels())) return MatmulPasses::Weights::plain;
   return c.dtype == DType::fp32 ? MatmulPasses::Weights::kernel_format : MatmulPasses::Weights::none;
 }
 

@@ -30,20 +30,26 @@ inline LinearWeights linear_weights_choice(const char* variable, const char* val
   return env_choice(variable, value, kLinearWeights).value_or(LinearWeights::automatic);
 }
 
-// Whether a linear layer of `rows` × `in_features` inputs runs as matmuls on its plain weights.
-// bench/linear_routes timed both routes, forward and backward-data (bench/RESULTS.md,
-// 2026-12-01, 2 EPYC cores with AVX512_BF16, 8 to 1,024 rows of 768 to 25,088 features):
-// - bf16: plain won wherever rows × 3 <= in_features (2.7x at 8 rows of 9,216, 1.09x at 1,024
-//   of 4,096; level at 96 rows of 768) and lost 7-10% at 512 and 1,024 rows of 768;
-// - fp32, whose blocked reorder is cheaper: plain won up to 256 rows where rows × 16 <=
-//   in_features (3.0x at 8 rows of 9,216, 1.14x at 256 of 4,096), lost 6% at 512 rows of 9,216
-//   and 5% at 1,024 of 768, and was within 9% either way from 96 to 512 rows of 768.
-inline bool plain_weights(std::int64_t rows, std::int64_t in_features, DType dtype, LinearWeights choice) {
+// Whether a linear layer of `rows` × `in_features` inputs runs as matmuls on its plain weights,
+// where oneDNN runs AVX-512 kernels (`avx512_kernels`) or AVX2 ones. bench/linear_routes timed
+// both routes, forward and backward-data (bench/RESULTS.md, 2026-12-01, 2 EPYC cores with
+// AVX512_BF16, 8 to 1,024 rows of 768 to 25,088 features):
+// - bf16 (AVX-512 only): plain won wherever rows × 3 <= in_features (2.7x at 8 rows of 9,216,
+//   1.09x at 1,024 of 4,096; level at 96 rows of 768) and lost 7-10% at 512 and 1,024 rows of 768;
+// - fp32 with AVX-512 kernels, whose blocked reorder is cheaper: plain won up to 256 rows where
+//   rows × 16 <= in_features (3.0x at 8 rows of 9,216, 1.14x at 256 of 4,096), lost 6% at 512
+//   rows of 9,216 and 5% at 1,024 of 768, and was within 9% either way from 96 to 512 rows of 768;
+// - fp32 with AVX2 kernels (DNNL_MAX_CPU_ISA=AVX2, the same shapes): plain won or tied at every
+//   one, 2.4-2.9x at 8 rows, 1.06x at 512 rows of 9,216, level (0.99-1.01x) at 1,024 rows of 768
+//   and 3,072, so it takes them all.
+inline bool plain_weights(std::int64_t rows, std::int64_t in_features, DType dtype, LinearWeights choice,
+                          bool avx512_kernels) {
   switch (choice) {
     case LinearWeights::blocked: return false;
     case LinearWeights::plain: return true;
     case LinearWeights::automatic:
-      return dtype == DType::fp32 ? rows <= 256 && rows * 16 <= in_features : rows * 3 <= in_features;
+      if (dtype != DType::fp32) return rows * 3 <= in_features;
+      return !avx512_kernels || (rows <= 256 && rows * 16 <= in_features);
   }
   return false;
 }
