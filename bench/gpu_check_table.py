@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import statistics
 import sys
 
 import pytorch_profile  # beside this script; formats without torch
@@ -304,7 +305,7 @@ def comparison(logs):
 def gpu_readings(logs):
     """Issue 37 on a real GPU: each dlbench result's NVML readings and stability verdict."""
     out = ["", "| case | verdict | other processes | SM clock min / median / max MHz | reasons | max C | median W | "
-                "repeats cv | stability |", "|---|---|---|---|---|---|---|---|---|"]
+                "J a sample (energy counter) | repeats cv | stability |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name in sorted(os.path.basename(p)[:-len(".json")] for p in glob.glob(os.path.join(logs, "dlbench-*.json"))):
         doc = load(os.path.join(logs, name + ".json"))
         if not doc:
@@ -312,11 +313,15 @@ def gpu_readings(logs):
         i, s = doc.get("interference", {}), doc.get("stability", {})
         g = i.get("gpu")
         if g is None:
-            out.append(f"| {name} | {i.get('verdict', '-')} | NO NVML READINGS (see {name}.log) | | | | | | |")
+            out.append(f"| {name} | {i.get('verdict', '-')} | NO NVML READINGS (see {name}.log) | | | | | | | |")
             continue
+        # energyJoules: every device's joules over each reported repeat's measured steps.
+        joules = doc.get("energyJoules")
+        samples = doc.get("globalBatchSize", 0) * doc.get("methodology", {}).get("measureSteps", 0)
+        energy = (f"{statistics.median(joules) / samples:.4g}" if joules and samples else "NO ENERGY COUNTER")
         out.append(f"| {name} | {i.get('verdict')} | {g['otherProcesses']} | {g['smClockMinMhz']:.0f} / "
                    f"{g['smClockMedianMhz']:.0f} / {g['smClockMaxMhz']:.0f} | {', '.join(g['throttleReasons']) or '-'} | "
-                   f"{g['temperatureMaxCelsius']:.0f} | {g['powerMedianWatts']:.0f} | "
+                   f"{g['temperatureMaxCelsius']:.0f} | {g['powerMedianWatts']:.0f} | {energy} | "
                    f"{100 * s.get('cv', 0):.2f}% | {s.get('verdict', '-')} (+{s.get('extraRepeats', 0)}) |")
     return out
 

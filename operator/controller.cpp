@@ -112,6 +112,12 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
   case_mfu_ = &registry_.gauge("dlbench_case_mfu_ratio",
                                "Model FLOPs utilisation of a finished case: its training FLOP/s per device over the "
                                "device's dense peak for the precision, where dlbench knows the peak.");
+  case_energy_ = &registry_.gauge("dlbench_case_energy_joules_per_sample",
+                                  "Energy a finished GPU case's devices drew per sample over its measured steps, from "
+                                  "each GPU's energy counter, the devices' summed (status.results[].energy).");
+  case_power_ = &registry_.gauge("dlbench_case_power_watts_per_device",
+                                 "Average power per device over a finished GPU case's measured steps, from each GPU's "
+                                 "energy counter (status.results[].energy).");
   case_info_ = &registry_.gauge("dlbench_case_info",
                                 "What measured a finished case (status.results[].environment): the backend, the GPU "
                                 "and CPU models, driver and library versions, dlbench's version; always 1.");
@@ -209,7 +215,7 @@ void Controller::forget(const std::string& ns, const std::string& name) {
   const metrics::Labels run{{"namespace", ns}, {"run", name}};
   for (auto* family :
        {runs_by_phase_, case_throughput_, case_throughput_sequences_, case_speedup_, case_efficiency_, case_devices_, case_failed_, case_cpu_pressure_,
-        case_repeats_cv_, case_scaling_refused_, case_loss_, case_flops_, case_mfu_, case_info_}) {
+        case_repeats_cv_, case_scaling_refused_, case_loss_, case_flops_, case_mfu_, case_energy_, case_power_, case_info_}) {
     family->remove_matching(run);
   }
   {
@@ -596,6 +602,10 @@ void Controller::record_metrics(const std::string& ns, const std::string& name, 
     if (r.flops) {
       case_flops_->add(labels).set(r.flops->per_second_per_device);
       if (r.flops->mfu) case_mfu_->add(labels).set(*r.flops->mfu);
+    }
+    if (r.energy) {
+      case_energy_->add(labels).set(r.energy->joules_per_sample);
+      case_power_->add(labels).set(r.energy->watts_per_device);
     }
     if (r.stability) {
       metrics::Labels with_verdict = labels;

@@ -163,6 +163,8 @@ class Controller {
   metrics::Family<metrics::Gauge>* case_loss_;
   metrics::Family<metrics::Gauge>* case_flops_;
   metrics::Family<metrics::Gauge>* case_mfu_;
+  metrics::Family<metrics::Gauge>* case_energy_;
+  metrics::Family<metrics::Gauge>* case_power_;
   metrics::Family<metrics::Gauge>* case_info_;
   metrics::Counter* status_conflicts_;
   metrics::Histogram* reconcile_seconds_;

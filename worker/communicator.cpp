@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <string>
 
@@ -14,6 +15,25 @@ std::string local_host_name() {
 }
 
 std::vector<std::string> Communicator::hosts() { return allgather(local_host_name()); }
+
+std::optional<double> sum_where_every_rank_has(const std::optional<double>& mine, Communicator& comm) {
+  if (comm.size() == 1) return mine;
+  // As text, exactly (the shortest form that reads back the same double); empty where missing.
+  std::string text;
+  if (mine) {
+    char buffer[32];
+    const auto written = std::to_chars(buffer, buffer + sizeof buffer, *mine);
+    text.assign(buffer, written.ptr);
+  }
+  double sum = 0;
+  for (const std::string& theirs : comm.allgather(text)) {
+    double value = 0;
+    const auto read = std::from_chars(theirs.data(), theirs.data() + theirs.size(), value);
+    if (theirs.empty() || read.ec != std::errc() || read.ptr != theirs.data() + theirs.size()) return std::nullopt;
+    sum += value;
+  }
+  return sum;
+}
 
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||

@@ -47,6 +47,10 @@ class Communicator {
   virtual std::string nccl_version() const { return {}; }
 };
 
+// The sum over ranks of a reading each rank may lack (its GPU's energy over a repeat): nullopt on
+// every rank unless every rank has one. A collective: every rank calls it.
+std::optional<double> sum_where_every_rank_has(const std::optional<double>& mine, Communicator& comm);
+
 // MPI_Get_library_version's text cut to its name and version: its first line up to the first
 // comma ("Open MPI v4.1.4, package: Debian OpenMPI, ..." is "Open MPI v4.1.4").
 std::string mpi_library_name(const std::string& library_version);

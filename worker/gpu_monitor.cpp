@@ -38,6 +38,7 @@ struct GpuMonitor::Api {
   NvmlReturn (*power)(NvmlDevice, unsigned*) = nullptr;
   NvmlReturn (*processes)(NvmlDevice, unsigned*, NvmlProcessInfo*) = nullptr;
   NvmlReturn (*driver_version)(char*, unsigned) = nullptr;  // optional: only the environment's driverVersion needs it
+  NvmlReturn (*total_energy)(NvmlDevice, unsigned long long*) = nullptr;  // optional: only energy needs it
 
   std::string describe(NvmlReturn code) const {
     const char* text = error_string != nullptr ? error_string(code) : nullptr;
@@ -85,6 +86,7 @@ std::unique_ptr<GpuMonitor> GpuMonitor::open(const std::string& pci_bus_id, std:
       resolve(lib, {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"},
               api->processes);
   resolve(lib, {"nvmlSystemGetDriverVersion"}, api->driver_version);
+  resolve(lib, {"nvmlDeviceGetTotalEnergyConsumption"}, api->total_energy);
   if (!complete) {
     why = library + " lacks an NVML entry point this needs";
     api->shutdown = nullptr;  // never initialised
@@ -141,6 +143,12 @@ GpuSample GpuMonitor::sample() const {
   }
   if (r == kNvmlSuccess) s.processes = count;
   return s;
+}
+
+std::optional<double> GpuMonitor::energy_joules() const {
+  unsigned long long millijoules = 0;
+  if (api_->total_energy == nullptr || api_->total_energy(device_, &millijoules) != kNvmlSuccess) return std::nullopt;
+  return static_cast<double>(millijoules) / 1000.0;
 }
 
 void GpuMonitor::start(std::chrono::milliseconds period) {

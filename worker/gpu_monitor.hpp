@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +55,9 @@ class GpuMonitor {
   GpuMonitor& operator=(const GpuMonitor&) = delete;
 
   GpuSample sample() const;  // one reading now
+  // The device's energy counter (nvmlDeviceGetTotalEnergyConsumption: millijoules since the
+  // driver loaded, Volta and later) in joules; nullopt where this GPU or NVML has none.
+  std::optional<double> energy_joules() const;
   // The driver's own version ("580.159.04", nvmlSystemGetDriverVersion), which CUDA's
   // cudaDriverGetVersion reduces to the CUDA version it supports ("13.0"); empty where this NVML
   // cannot say.

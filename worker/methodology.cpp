@@ -1,11 +1,22 @@
 #include "methodology.hpp"
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "dlbench/core/statistics.hpp"
 
 namespace dlbench::worker {
+namespace {
+
+// The device's energy counter in joules; NaN without one.
+double read_energy(const Workload& workload) {
+  if (!workload.energy_joules) return std::numeric_limits<double>::quiet_NaN();
+  return workload.energy_joules().value_or(std::numeric_limits<double>::quiet_NaN());
+}
+
+}  // namespace
 
 std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const Methodology& methodology,
                                                long global_batch_size,
@@ -44,8 +55,14 @@ std::vector<RepeatMeasurement> run_methodology(const Workload& workload, const M
       for (int i = 0; i < methodology.warmup_steps; ++i) workload.step();
     }
     workload.synchronize();
+    const double energy_before = read_energy(workload);
     RepeatMeasurement m;
     m.step_seconds = phase(r, true, methodology.measure_steps);
+    if (!std::isnan(energy_before)) {
+      // A counter that went backwards (the driver reloaded) measured nothing.
+      const double energy_after = read_energy(workload);
+      if (energy_after >= energy_before) m.energy_joules = energy_after - energy_before;
+    }
     m.measured_seconds = 0;
     for (const double s : m.step_seconds) m.measured_seconds += s;
     if (workload.slowest_rank) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "backend.hpp"
@@ -17,6 +18,9 @@ struct RepeatMeasurement {
   std::vector<double> step_seconds;  // each measured step, between the marks around it
   double measured_seconds = 0;       // all measured steps together
   double throughput = 0;             // samples per second
+  // What this rank's device drew over the measured steps (Workload::energy_joules read after the
+  // warm-up's synchronisation and after the last measured step); none without a counter.
+  std::optional<double> energy_joules;
 };
 
 struct Workload {
@@ -31,6 +35,9 @@ struct Workload {
   // Marks in the device's queue (Backend::make_step_marks); without them the host clock after
   // `synchronize`, once per step.
   StepMarks* marks = nullptr;
+  // The device's energy counter in joules, where it has one (a GPU's, through NVML): read while
+  // the device is idle, before the measured steps and after the last one finished.
+  std::function<std::optional<double>()> energy_joules = {};
 };
 
 // What the caller of run_methodology says after a repeat: whether the repeats go on. `stop`

@@ -226,8 +226,8 @@ std::vector<ScalingSeries> scaling_series(const std::vector<Source>& sources) {
 // The tables a report prints for each precision: throughput, speed-up, efficiency, and where
 // some case has them, input wait, the loss (whether the cases compared trained alike) with the
 // learning rate each case trained at (the model's default differs with the global batch), the
-// training arithmetic per device and its share of the device's peak.
-enum class Table { throughput, speedup, efficiency, input_wait, learning_rate, loss, flops, mfu };
+// training arithmetic per device and its share of the device's peak, and a GPU's energy per sample.
+enum class Table { throughput, speedup, efficiency, input_wait, learning_rate, loss, flops, mfu, energy };
 
 // A loss with four significant digits: losses span 0.001 to 10.
 std::string significant(double v) {
@@ -315,6 +315,8 @@ std::string table_cell(const std::vector<Source>& sources, ReportFormat format, 
         return r.flops ? significant(r.flops->per_second_per_device / 1e12) : "-";
       case Table::mfu:
         return r.flops && r.flops->mfu ? fixed(100 * *r.flops->mfu, 1) + "%" : "-";
+      case Table::energy:
+        return r.energy ? significant(r.energy->joules_per_sample) : "-";
     }
   }
   return "";
@@ -327,7 +329,7 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   std::set<int> batches;
   std::set<Column> columns;
   std::vector<Table> tables{Table::throughput, Table::speedup, Table::efficiency};
-  bool real_data = false, losses = false, rates = false, flops = false, mfu = false;
+  bool real_data = false, losses = false, rates = false, flops = false, mfu = false, energy = false;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     for (const auto& r : sources[i].status.results) {
       if (r.case_.precision != p) continue;
@@ -338,6 +340,7 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
       rates = rates || r.optimizer;
       flops = flops || r.flops;
       mfu = mfu || (r.flops && r.flops->mfu);
+      energy = energy || r.energy;
     }
   }
   if (real_data) tables.push_back(Table::input_wait);
@@ -345,6 +348,7 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   if (losses) tables.push_back(Table::loss);
   if (flops) tables.push_back(Table::flops);
   if (mfu) tables.push_back(Table::mfu);
+  if (energy) tables.push_back(Table::energy);
   std::vector<Column> ordered(columns.begin(), columns.end());
   std::stable_sort(ordered.begin(), ordered.end(), [](const Column& a, const Column& b) {
     return std::make_tuple(a.source, a.nodes * a.gpus, a.nodes) < std::make_tuple(b.source, b.nodes * b.gpus, b.nodes);
@@ -354,8 +358,10 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
                                 "time waiting for input, and the verdict", "learning rate it trained at",
                                 "loss after the last repeat",
                                 "training arithmetic per device (TFLOP/s)",
-                                "model FLOPs utilisation (of the device's dense peak)"};
-  const char* csv_titles[] = {"throughput", "speedup", "efficiency", "inputwait", "learningrate", "loss", "tflops", "mfu"};
+                                "model FLOPs utilisation (of the device's dense peak)",
+                                "energy per sample, every device's (J)"};
+  const char* csv_titles[] = {"throughput", "speedup", "efficiency", "inputwait", "learningrate", "loss", "tflops", "mfu",
+                              "joulespersample"};
   const auto print_table = [&](const std::string& title, const std::string& csv_title, const std::vector<Column>& shown,
                                const std::function<std::string(int, const Column&)>& cell) {
     std::vector<std::string> header{"batch"};

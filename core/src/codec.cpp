@@ -560,7 +560,7 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "stability", "ncclTransport", "optimizer",
-                               "environment", "lossAfterRepeats", "lossScaling", "flops", "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
+                               "environment", "lossAfterRepeats", "lossScaling", "flops", "energy", "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
                                "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
   CaseResult r;
@@ -599,6 +599,7 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
   }
   if (const json* l = Decoder::find(obj, "lossScaling")) r.loss_scaling = decode_loss_scaling(d, *l, child(path, "lossScaling"));
   if (const json* f = Decoder::find(obj, "flops")) r.flops = decode_flops(d, *f, child(path, "flops"));
+  if (const json* e = Decoder::find(obj, "energy")) r.energy = decode_energy(d, *e, child(path, "energy"));
   if (const json* v = Decoder::find(obj, "speedup")) r.speedup = d.measurement(*v, child(path, "speedup"));
   if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
     r.scaling_efficiency = d.measurement(*v, child(path, "scalingEfficiency"));
@@ -1019,6 +1020,29 @@ json detail::flops_to_json(const FlopsReport& f) {
   return out;
 }
 
+std::optional<EnergyReport> detail::decode_energy(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"joulesPerSample", "wattsPerDevice"});
+  const std::size_t errors_before = d.errors.size();
+  EnergyReport e;
+  const auto positive = [&](const char* key, const char* what, double& out) {
+    if (const json* v = d.require(obj, path, key, what)) {
+      if (auto x = d.measurement(*v, child(path, key))) {
+        out = *x;
+        if (*x <= 0.0) d.fail(child(path, key), "must be > 0");
+      }
+    }
+  };
+  positive("joulesPerSample", "the devices' energy per sample", e.joules_per_sample);
+  positive("wattsPerDevice", "the average power per device over the measured steps", e.watts_per_device);
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return e;
+}
+
+json detail::energy_to_json(const EnergyReport& e) {
+  return json{{"joulesPerSample", e.joules_per_sample}, {"wattsPerDevice", e.watts_per_device}};
+}
+
 std::optional<LossScalingReport> detail::decode_loss_scaling(Decoder& d, const json& obj, const std::string& path) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"finalScale", "skippedSteps", "steps", "overflow"});
@@ -1274,6 +1298,7 @@ json to_json(const CaseResult& r) {
   if (!r.loss_after_repeats.empty()) out["lossAfterRepeats"] = r.loss_after_repeats;
   if (r.loss_scaling) out["lossScaling"] = detail::loss_scaling_to_json(*r.loss_scaling);
   if (r.flops) out["flops"] = detail::flops_to_json(*r.flops);
+  if (r.energy) out["energy"] = detail::energy_to_json(*r.energy);
   if (r.speedup) out["speedup"] = *r.speedup;
   if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;
   if (!r.scaling_refused.empty()) out["scalingRefused"] = r.scaling_refused;

@@ -343,6 +343,8 @@ std::optional<StabilityReport> decode_stability(Decoder& d, const json& obj, con
 json stability_to_json(const StabilityReport& report);
 std::optional<FlopsReport> decode_flops(Decoder& d, const json& obj, const std::string& path);
 json flops_to_json(const FlopsReport& report);
+std::optional<EnergyReport> decode_energy(Decoder& d, const json& obj, const std::string& path);
+json energy_to_json(const EnergyReport& report);
 std::optional<LossScalingReport> decode_loss_scaling(Decoder& d, const json& obj, const std::string& path);
 json loss_scaling_to_json(const LossScalingReport& report);
 // spec.worker's lists, and the same lists in spec.podTemplateOverrides.

@@ -298,6 +298,7 @@ json to_json(const ResultDocument& doc) {
   }
   if (doc.peak_flops_per_device) out["peakFlopsPerDevice"] = *doc.peak_flops_per_device;
   if (doc.mfu) out["mfu"] = *doc.mfu;
+  if (!doc.energy_joules.empty()) out["energyJoules"] = doc.energy_joules;
   if (!doc.start_time.empty()) out["startTime"] = doc.start_time;
   if (!doc.end_time.empty()) out["endTime"] = doc.end_time;
   return out;
@@ -310,7 +311,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "imageHeight", "imageWidth", "sequenceLength", "devices", "globalBatchSize",
                                   "methodology", "optimizer", "modelFlopsPerSample", "state", "reason", "message", "throughput",
                                   "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "profile", "lossScaling",
-                                  "lossAfterRepeats", "interference", "stability",
+                                  "lossAfterRepeats", "interference", "stability", "energyJoules",
                                   "environment", "startTime", "endTime"});
   require_schema(d, document, kResultSchema);
   d.read_string(document, "", "run", doc.run);
@@ -417,6 +418,16 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   if (doc.mfu.has_value() != doc.peak_flops_per_device.has_value()) {
     d.fail(doc.mfu ? "peakFlopsPerDevice" : "mfu", "mfu and peakFlopsPerDevice come together");
   }
+  if (const json* e = Decoder::find(document, "energyJoules")) {
+    if (const json* items = d.list(*e, "energyJoules", 1, bounds::kMaxRepeatsRun)) {
+      for (std::size_t i = 0; i < items->size(); ++i) {
+        // Kept in place when wrong, so that the count is judged apart from the values.
+        const auto joules = d.measurement((*items)[i], element("energyJoules", i));
+        if (joules && *joules == 0.0) d.fail(element("energyJoules", i), "must be > 0");
+        doc.energy_joules.push_back(joules.value_or(0.0));
+      }
+    }
+  }
   if (const json* e = d.require(document, "", "environment", "at least the backend")) {
     doc.environment = decode_environment(d, *e, "environment");
   }
@@ -454,6 +465,10 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
         }
       }
     }
+    if (!doc.energy_joules.empty() && doc.throughput && doc.energy_joules.size() != doc.throughput->repeats.size()) {
+      d.fail("energyJoules", "has " + std::to_string(doc.energy_joules.size()) + " entries for " +
+                                 std::to_string(doc.throughput->repeats.size()) + " throughput repeats; they must be as many");
+    }
     if (doc.mfu && doc.peak_flops_per_device && doc.throughput) {
       const double expected = model_flops_utilization(doc.flops_per_sample.training,
                                                       reported_value(doc.throughput->summary, doc.methodology.statistic),
@@ -465,6 +480,9 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
     }
   } else if (doc.reason.empty() && Decoder::find(document, "state") != nullptr) {
     d.fail("reason", "required when state is " + std::string(to_string(doc.state)));
+  }
+  if (doc.state != CaseState::Succeeded && !doc.energy_joules.empty()) {
+    d.fail("energyJoules", "only with a Succeeded case's throughput");
   }
   check_losses(d, doc);
 
@@ -570,6 +588,22 @@ CaseEnvironment case_environment(const EnvironmentInfo& e) {
           .backend_options = e.backend_options};
 }
 
+std::optional<EnergyReport> energy_report(const ResultDocument& doc) {
+  if (doc.state != CaseState::Succeeded || !doc.throughput || doc.energy_joules.empty() ||
+      doc.energy_joules.size() != doc.throughput->repeats.size()) {
+    return std::nullopt;
+  }
+  const double samples = static_cast<double>(doc.global_batch_size) * doc.methodology.measure_steps;
+  std::vector<double> per_sample, watts;
+  for (std::size_t r = 0; r < doc.energy_joules.size(); ++r) {
+    per_sample.push_back(doc.energy_joules[r] / samples);
+    // A repeat's measured time is samples / its throughput.
+    watts.push_back(per_sample.back() * doc.throughput->repeats[r] / doc.devices);
+  }
+  return EnergyReport{reported_value(summarize(per_sample), doc.methodology.statistic),
+                      reported_value(summarize(watts), doc.methodology.statistic)};
+}
+
 CaseResult to_case_result(const ResultDocument& document, int attempts) {
   CaseResult r;
   r.case_ = document.case_;
@@ -598,6 +632,7 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
     flops.mfu = document.mfu;
     r.flops = flops;
   }
+  r.energy = energy_report(document);
   r.reason = document.reason;
   r.message = document.message;
   r.attempts = attempts;

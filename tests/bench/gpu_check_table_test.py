@@ -188,6 +188,24 @@ class GpuCheckTable(unittest.TestCase):
         self.assertIn("  dlbench-deeplabv3plus-amp-cityscapes: Failed DataUnavailable: data.path /x does not exist on "
                       "this node", lines)
 
+    def test_each_cases_gpu_readings_with_its_energy_per_sample(self):
+        gpu = {"otherProcesses": 0, "smClockMinMhz": 1980, "smClockMedianMhz": 1980, "smClockMaxMhz": 1980,
+               "throttleReasons": [], "temperatureMaxCelsius": 61, "powerMedianWatts": 540, "samples": 90}
+        with tempfile.TemporaryDirectory() as logs:
+            # 256 a step, 30 measured steps: 7680 samples a repeat; the median repeat drew 537.6 J.
+            write(logs, "dlbench-resnet50-amp.json", json.dumps({
+                "state": "Succeeded", "globalBatchSize": 256, "methodology": {"measureSteps": 30},
+                "interference": {"verdict": "clean", "gpu": gpu}, "stability": {"cv": 0.001, "verdict": "stable"},
+                "energyJoules": [530.0, 537.6, 545.0]}))
+            write(logs, "dlbench-resnet50-fp32.json", json.dumps({
+                "state": "Succeeded", "globalBatchSize": 64, "methodology": {"measureSteps": 30},
+                "interference": {"verdict": "clean", "gpu": gpu}, "stability": {"cv": 0.002, "verdict": "stable"}}))
+            lines = self.table(logs)
+        self.assertIn("| dlbench-resnet50-amp | clean | 0 | 1980 / 1980 / 1980 | - | 61 | 540 | 0.07 | 0.10% | stable (+0) |",
+                      lines)
+        self.assertIn("| dlbench-resnet50-fp32 | clean | 0 | 1980 / 1980 / 1980 | - | 61 | 540 | NO ENERGY COUNTER | 0.20% | "
+                      "stable (+0) |", lines)
+
     def test_fp32_profile_beside_pytorchs(self):
         # dlbench-worker --profile's document, and pytorch_resnet50.py --profile's line in its log.
         with tempfile.TemporaryDirectory() as logs:

@@ -792,6 +792,17 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   EXPECT_THAT(warmed_table.out, Not(HasSubstr("0.0015625, warm-up")));
   EXPECT_THAT(dlbench("report warmed.status.json --format csv").out,
               HasSubstr("\nlearningrate,fp32,2,small,1,1,0.00078125\n"));
+  // No energy counter on a CPU: no energy table. A GPU case's energy is tabled where some case has it.
+  EXPECT_THAT(table.out, Not(HasSubstr("energy per sample")));
+  nlohmann::json metered = nlohmann::json::parse(testing::slurp(dir_ / "small.status.json"));
+  metered["status"]["results"][0]["energy"] = {{"joulesPerSample", 0.25}, {"wattsPerDevice", 410.5}};
+  write("metered.status.json", metered.dump());
+  const Outcome metered_table = dlbench("report metered.status.json");
+  ASSERT_EQ(metered_table.exit_code, 0) << metered_table.err;
+  EXPECT_THAT(metered_table.out, HasSubstr("fp32: energy per sample, every device's (J)"));
+  const std::string metered_csv = dlbench("report metered.status.json --format csv").out;
+  EXPECT_THAT(metered_csv, HasSubstr("\njoulespersample,fp32,2,small,1,1,0.25\n"));
+  EXPECT_THAT(metered_csv, HasSubstr("\njoulespersample,fp32,2,small,1,2,-\n"));
   // One run's name twice side by side: each column says which file, or which copy, it is.
   std::filesystem::copy_file(dir_ / "small.status.json", dir_ / "again.json");
   const Outcome both = dlbench("report small.status.json again.json --format markdown");

@@ -151,6 +151,16 @@ TEST(DataParallel, EveryRankGathersEveryRanksText) {
   EXPECT_EQ(static_cast<int>(world->hosts().size()), world->size());
 }
 
+// A GPU case's energy over a repeat: every rank's reading summed, on every rank; none anywhere
+// where one rank lacks it (its GPU has no counter).
+TEST(DataParallel, EveryRanksReadingIsSummedOnlyWhereEveryRankHasOne) {
+  const int n = world->size();
+  const double mine = 100.25 * (world->rank() + 1) + 0.1;
+  EXPECT_DOUBLE_EQ(sum_where_every_rank_has(mine, *world).value_or(-1), 100.25 * n * (n + 1) / 2 + 0.1 * n);
+  const std::optional<double> all_but_the_last = world->rank() == n - 1 ? std::nullopt : std::optional(mine);
+  EXPECT_EQ(sum_where_every_rank_has(all_but_the_last, *world), std::nullopt) << "rank " << world->rank();
+}
+
 // amp's first overflow after the repeats, traced on every rank (lossScaling.overflow): the last
 // rank's batch holds an inf, so every rank skips the step (the reduced gradients hold it), but
 // only that rank's replay meets it. The text every rank puts together, rank 0's for its result,

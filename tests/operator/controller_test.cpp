@@ -45,6 +45,9 @@ std::string result_for(const CaseSpec& c, double throughput) {
   doc.flops_per_sample = {1e12, 3e12};
   doc.peak_flops_per_device = 1e14;  // as on a GPU whose peak dlbench knows
   doc.mfu = model_flops_utilization(3e12, throughput, 1e14, c.devices());
+  // Every device's energy counter, 0.5 J a sample over each repeat's measured steps.
+  const double joules = 0.5 * static_cast<double>(c.global_batch_size()) * doc.methodology.measure_steps;
+  doc.energy_joules = {joules, joules, joules};
   doc.environment.backend = "cpu";
   doc.environment.communicator = c.devices() > 1 ? "mpi" : "none";
   doc.environment.cpu_model = "AMD EPYC \"Milan\"";  // a label value to escape
@@ -181,6 +184,14 @@ TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
   EXPECT_THAT(exposition, ::testing::HasSubstr(
                               "dlbench_case_training_flops_per_second{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 2.85e+13"));
   EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_mfu_ratio{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 0.285"));
+  // And its energy, through the API server's schema: 0.5 J a sample, at 19 samples/s over 2 devices 4.75 W each.
+  ASSERT_TRUE(decoded.value->results[1].energy.has_value());
+  EXPECT_DOUBLE_EQ(decoded.value->results[1].energy->joules_per_sample, 0.5);
+  EXPECT_DOUBLE_EQ(decoded.value->results[1].energy->watts_per_device, 4.75);
+  EXPECT_THAT(exposition, ::testing::HasSubstr(
+                              "dlbench_case_energy_joules_per_sample{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 0.5"));
+  EXPECT_THAT(exposition, ::testing::HasSubstr(
+                              "dlbench_case_power_watts_per_device{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 4.75"));
   // What measured each case, in its status (through the API server's schema) and as an info series.
   ASSERT_TRUE(decoded.value->results[1].environment.has_value());
   EXPECT_EQ(decoded.value->results[1].environment->communicator, "mpi");

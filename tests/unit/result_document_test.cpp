@@ -256,6 +256,55 @@ TEST(ResultDocument, TheStatusSaysTheTrainingArithmeticPerDeviceAndTheMfuWhereTh
   EXPECT_FALSE(to_case_result(doc).flops.has_value());
 }
 
+// A GPU case's energy: the document keeps every device's joules, summed, for each reported
+// repeat; the status says joules per sample and watts per device, the statistic over the repeats.
+TEST(ResultDocument, TheStatusSaysTheEnergyPerSampleAndThePowerPerDevice) {
+  ResultDocument doc = sample_document();  // 8 devices, 1024 a step, 100 measured steps a repeat
+  EXPECT_FALSE(to_case_result(doc).energy.has_value());
+  EXPECT_FALSE(to_json(doc).contains("energyJoules"));
+  doc.energy_joules = {30720.0, 31744.0, 30208.0};  // 0.3, 0.31 and 0.295 J a sample
+  const json written = to_json(doc);
+  const auto decoded = decode_result_document(written);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(decoded.value->energy_joules, doc.energy_joules);
+  const CaseResult r = to_case_result(*decoded.value);
+  ASSERT_TRUE(r.energy.has_value());
+  EXPECT_DOUBLE_EQ(r.energy->joules_per_sample, 0.3);
+  // A repeat's power per device: its joules a sample x its throughput / devices (0.3 x 7600 / 8).
+  EXPECT_DOUBLE_EQ(r.energy->watts_per_device, 285.0);
+  doc.methodology.statistic = Statistic::mean;
+  EXPECT_DOUBLE_EQ(energy_report(doc)->joules_per_sample, (0.3 + 0.31 + 0.295) / 3);
+  BenchmarkRunStatus status;
+  status.results.push_back(r);
+  const json in_status = to_json(status);
+  EXPECT_EQ(in_status["results"][0]["energy"], json::parse(R"({"joulesPerSample": 0.3, "wattsPerDevice": 285.0})"));
+  const auto read = decode_status(in_status);
+  ASSERT_TRUE(read.ok()) << read.errors.front().to_string();
+  EXPECT_EQ(read.value->results[0].energy, r.energy);
+
+  json bad = in_status;
+  bad["results"][0]["energy"] = json::parse(R"({"joulesPerSample": 0, "watts": 3})");
+  std::vector<std::string> errors;
+  for (const auto& e : decode_status(bad).errors) errors.push_back(e.to_string());
+  EXPECT_THAT(errors, ::testing::UnorderedElementsAre(::testing::StartsWith("status.results[0].energy.watts: unknown"),
+                                                      "status.results[0].energy.joulesPerSample: must be > 0",
+                                                      ::testing::StartsWith("status.results[0].energy.wattsPerDevice: required")));
+  json short_of_one = written;
+  short_of_one["energyJoules"] = json::array({30720.0, 31744.0});
+  EXPECT_THAT(errors_of(short_of_one),
+              ::testing::ElementsAre("energyJoules: has 2 entries for 3 throughput repeats; they must be as many"));
+  json negative = written;
+  negative["energyJoules"][1] = -1.0;
+  negative["energyJoules"][2] = 0.0;
+  EXPECT_THAT(errors_of(negative), ::testing::ElementsAre(::testing::StartsWith("energyJoules[1]: -1.0 is not a finite"),
+                                                          "energyJoules[2]: must be > 0"));
+  json failed = written;
+  failed["state"] = "Failed";
+  failed["reason"] = "LossNotFinite";
+  failed.erase("throughput");
+  EXPECT_THAT(errors_of(failed), ::testing::Contains("energyJoules: only with a Succeeded case's throughput"));
+}
+
 TEST(ResultDocument, MemoryReportRoundTripsAndIsChecked) {
   ResultDocument doc = sample_document();
   doc.memory = MemoryReport{1.25e9, 4.0e9, 3.0e8, 2.1e9};

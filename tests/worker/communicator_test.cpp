@@ -22,6 +22,13 @@ TEST(Communicator, NcclsVersionCodeReadsInBothItsForms) {
 }
 
 // None says no library: one rank talks to nobody.
+// One rank's reading is the job's, or none; several ranks' are summed under mpirun (mpi.DataParallel).
+TEST(Communicator, OneRanksReadingIsTheSum) {
+  NoCommunicator one;
+  EXPECT_EQ(sum_where_every_rank_has(537.625, one), std::optional<double>(537.625));
+  EXPECT_EQ(sum_where_every_rank_has(std::nullopt, one), std::nullopt);
+}
+
 TEST(Communicator, OneRankNamesNoLibrary) {
   NoCommunicator none;
   EXPECT_EQ(none.mpi_version(), "");

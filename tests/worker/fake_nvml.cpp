@@ -3,7 +3,8 @@
 // (default 00000000:3B:00.0); each reading comes from an environment variable read at the call, so
 // a test changes the device while it is sampled: FAKE_NVML_SM_CLOCK, FAKE_NVML_MAX_CLOCK,
 // FAKE_NVML_REASONS, FAKE_NVML_PROCESSES, FAKE_NVML_TEMPERATURE, FAKE_NVML_POWER_MW; the driver is
-// 580.159.04 unless FAKE_NVML_NO_DRIVER_VERSION is set. Only the older
+// 580.159.04 unless FAKE_NVML_NO_DRIVER_VERSION is set; the energy counter reads
+// FAKE_NVML_ENERGY_MJ, and says "not supported" where that is unset, as on a GPU before Volta. Only the older
 // names of two entry points are exported, as an older driver has them.
 #include <cstdlib>
 #include <cstring>
@@ -70,6 +71,13 @@ int nvmlDeviceGetCurrentClocksThrottleReasons(void* device, unsigned long long* 
 int nvmlDeviceGetTemperature(void* device, int sensor, unsigned* celsius) {
   if (device != &device_token || sensor != 0) return kInvalidArgument;
   *celsius = static_cast<unsigned>(setting("FAKE_NVML_TEMPERATURE", 60));
+  return kSuccess;
+}
+
+int nvmlDeviceGetTotalEnergyConsumption(void* device, unsigned long long* millijoules) {
+  if (device != &device_token) return kInvalidArgument;
+  if (std::getenv("FAKE_NVML_ENERGY_MJ") == nullptr) return kNotSupported;
+  *millijoules = setting("FAKE_NVML_ENERGY_MJ", 0);
   return kSuccess;
 }
 

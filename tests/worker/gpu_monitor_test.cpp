@@ -20,7 +20,7 @@ class GpuMonitorTest : public ::testing::Test {
   void SetUp() override {
     for (const char* name : {"FAKE_NVML_SM_CLOCK", "FAKE_NVML_MAX_CLOCK", "FAKE_NVML_REASONS", "FAKE_NVML_PROCESSES",
                              "FAKE_NVML_TEMPERATURE", "FAKE_NVML_POWER_MW", "FAKE_NVML_BUS_ID",
-                             "FAKE_NVML_NO_DRIVER_VERSION"}) {
+                             "FAKE_NVML_NO_DRIVER_VERSION", "FAKE_NVML_ENERGY_MJ"}) {
       unsetenv(name);
     }
   }
@@ -55,6 +55,19 @@ TEST_F(GpuMonitorTest, TellsTheDriversOwnVersionWhereNvmlCan) {
   ASSERT_NE(monitor, nullptr);
   EXPECT_EQ(monitor->driver_version(), "");
   EXPECT_EQ(monitor->sample().sm_clock_mhz, 1980u);
+}
+
+// The energy counter in joules, read at each call (a case reads it around each repeat's measured
+// steps); none where the GPU has no counter, and the other readings go on.
+TEST_F(GpuMonitorTest, ReadsTheEnergyCounterWhereTheGpuHasOne) {
+  const auto monitor = open();
+  ASSERT_NE(monitor, nullptr);
+  EXPECT_EQ(monitor->energy_joules(), std::nullopt);
+  setenv("FAKE_NVML_ENERGY_MJ", "123456789", 1);
+  EXPECT_EQ(monitor->energy_joules(), std::optional<double>(123456.789));
+  setenv("FAKE_NVML_ENERGY_MJ", "123457789", 1);
+  EXPECT_EQ(monitor->energy_joules(), std::optional<double>(123457.789));
+  EXPECT_EQ(monitor->sample().power_mw, 500000u);
 }
 
 TEST_F(GpuMonitorTest, NoLibraryOrNoDeviceSaysWhy) {

@@ -2,6 +2,7 @@
 // the device between steps, step times come from the marks, and the loss is not read per step.
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -100,6 +101,45 @@ TEST(Methodology, SlowestRankSpeaksForTheJob) {
   const auto repeats = run_methodology(workload, Methodology{0, 2, 1, Statistic::median, {}}, 4);
   EXPECT_THAT(repeats.at(0).step_seconds, ElementsAre(0.2, 0.2));
   EXPECT_DOUBLE_EQ(repeats.at(0).throughput, 4 * 2 / 0.4);
+}
+
+// The energy counter is read after the warm-up's synchronisation and after the measured steps'
+// wait, so a repeat's energy is its measured steps' alone: the warm-up's draw is left out.
+TEST(Methodology, EnergyCoversTheMeasuredStepsOnly) {
+  int steps = 0;
+  double counter = 1000.0;  // joules; each step draws 10, with nothing queued (a host-clock device)
+  std::vector<int> read_at;
+  Workload workload;
+  workload.step = [&] {
+    ++steps;
+    counter += 10.0;
+  };
+  workload.synchronize = [] {};
+  workload.energy_joules = [&]() -> std::optional<double> {
+    read_at.push_back(steps);
+    return counter;
+  };
+  const auto repeats = run_methodology(workload, Methodology{3, 2, 2, Statistic::median, {}}, 4);
+  ASSERT_EQ(repeats.size(), 2u);
+  EXPECT_THAT(read_at, ElementsAre(3, 5, 8, 10));
+  EXPECT_EQ(repeats[0].energy_joules, std::optional<double>(20.0));
+  EXPECT_EQ(repeats[1].energy_joules, std::optional<double>(20.0));
+}
+
+// No counter, or one that went backwards (the driver reloaded): no energy for that repeat.
+TEST(Methodology, NoEnergyWithoutACounterOrFromOneThatWentBack) {
+  Workload workload;
+  workload.step = [] {};
+  workload.synchronize = [] {};
+  EXPECT_EQ(run_methodology(workload, Methodology{0, 1, 1, Statistic::median, {}}, 1).at(0).energy_joules, std::nullopt);
+  std::vector<std::optional<double>> readings{50.0, 80.0, 90.0, 5.0, 7.0, std::nullopt};
+  std::size_t next = 0;
+  workload.energy_joules = [&] { return readings.at(next++); };
+  const auto repeats = run_methodology(workload, Methodology{0, 1, 3, Statistic::median, {}}, 1);
+  ASSERT_EQ(repeats.size(), 3u);
+  EXPECT_EQ(repeats[0].energy_joules, std::optional<double>(30.0));
+  EXPECT_EQ(repeats[1].energy_joules, std::nullopt);
+  EXPECT_EQ(repeats[2].energy_joules, std::nullopt);
 }
 
 // Marks that lose one are a bug, not a number.

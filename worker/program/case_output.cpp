@@ -117,6 +117,11 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
         << " GFLOP/s of training arithmetic";
     if (doc.mfu) out << ", MFU " << std::setprecision(1) << 100.0 * *doc.mfu << "%";
     out << "\n";
+    if (const auto energy = energy_report(doc)) {
+      out << "  energy: " << std::setprecision(4) << energy->joules_per_sample << " J a sample ("
+          << std::setprecision(1) << 1.0 / energy->joules_per_sample << " " << unit.substr(0, unit.find('/')) << " a joule), "
+          << std::setprecision(0) << energy->watts_per_device << " W a device over the measured steps\n";
+    }
     if (doc.stability) {
       out << "  stability: ";
       if (doc.stability->verdict == StabilityVerdict::unstable) {

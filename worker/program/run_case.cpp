@@ -463,10 +463,13 @@ class CaseRun {
 
   // The repeats, measured again while they spread too much; the last --repeats are reported, the
   // earlier ones kept as discarded. Other load on the node and the GPU is read around them.
-  void measure_repeats(Trainer& trainer, Backend& device, const Workload& workload) {
+  void measure_repeats(Trainer& trainer, Backend& device, const Workload& unmetered) {
     const double bound = max_cv(doc_.methodology.stability, o_.backend == "cuda");
     std::vector<double> measured;  // every repeat's throughput, in run order
+    std::vector<std::optional<double>> energies;  // a GPU case's: every device's joules, summed, in run order
     const std::unique_ptr<GpuMonitor> gpu_monitor = open_gpu_monitor(device, comm_.rank());
+    Workload workload = unmetered;
+    if (gpu_monitor) workload.energy_joules = [&] { return gpu_monitor->energy_joules(); };
     // The driver's own version where NVML tells it; CUDA's runtime knows only the CUDA version it supports.
     if (gpu_monitor && !gpu_monitor->driver_version().empty()) {
       doc_.environment.driver_version = gpu_monitor->driver_version();
@@ -479,6 +482,7 @@ class CaseRun {
           const double loss = loss_after_repeat(trainer);  // untimed
           doc_.loss_after_repeats.push_back(loss);
           measured.push_back(m.throughput);
+          if (o_.backend == "cuda") energies.push_back(sum_where_every_rank_has(m.energy_joules, comm_));
           if (live_) {
             live_->on_repeat(m.throughput);
             live_->set_loss(loss);
@@ -502,6 +506,11 @@ class CaseRun {
       all_steps.insert(all_steps.end(), r->step_seconds.begin(), r->step_seconds.end());
     }
     doc_.throughput = Throughput{std::string(unit_), summarize(throughputs), throughputs};
+    // The reported repeats' energy, where every device counted it over every one of them.
+    if (!diverged() && energies.size() == measured.size() &&
+        std::all_of(energies.end() - reported, energies.end(), [](const auto& e) { return e && *e > 0; })) {
+      for (auto e = energies.end() - reported; e != energies.end(); ++e) doc_.energy_joules.push_back(**e);
+    }
     doc_.step_time_seconds = summarize(all_steps);
     if (doc_.stability && doc_.stability->verdict == StabilityVerdict::unstable) {
       doc_.reason = kReasonUnstable;

@@ -441,6 +441,16 @@ struct FlopsReport {
   bool operator==(const FlopsReport&) const = default;
 };
 
+// The energy a measured GPU case drew: every device's energy counter (NVML, Volta and later) read
+// before and after each reported repeat's measured steps, the devices' draws summed. Joules per
+// sample and the average power per device over the measured steps, each the methodology's
+// statistic over the repeats (as throughput). Native GPU cases where every device has the counter.
+struct EnergyReport {
+  double joules_per_sample = 0;
+  double watts_per_device = 0;
+  bool operator==(const EnergyReport&) const = default;
+};
+
 // amp's dynamic loss scaling over all of a case's steps, warm-up and extra repeats included: the
 // scale it ended at, and how many steps were skipped for an inf or NaN gradient (timed like any
 // other step; their update changed nothing). A throughput whose steps were mostly skipped trained
@@ -482,6 +492,7 @@ struct CaseResult {
   std::vector<double> loss_after_repeats;
   std::optional<LossScalingReport> loss_scaling;  // amp cases: steps skipped for overflow, the final scale
   std::optional<FlopsReport> flops;  // native cases measured: the training arithmetic per device
+  std::optional<EnergyReport> energy;  // native GPU cases measured where every GPU counts its energy
   std::optional<double> speedup;                    // over the matching 1×1 case
   std::optional<double> scaling_efficiency;         // speedup / devices
   std::string scaling_refused;  // why speedup and efficiency are not published (an impossible figure)

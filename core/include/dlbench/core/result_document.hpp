@@ -124,6 +124,9 @@ struct ResultDocument {
   // reported throughput / (peakFlopsPerDevice × devices).
   std::optional<double> peak_flops_per_device;
   std::optional<double> mfu;
+  // A GPU case where every device counts its energy: the joules all devices drew over each
+  // reported repeat's measured steps, one per throughput repeat, in the same order.
+  std::vector<double> energy_joules;
   EnvironmentInfo environment;
   std::string start_time;
   std::string end_time;
@@ -148,6 +151,10 @@ std::string compact_result_document(const std::string& json_text, std::size_t li
 // What of a result document's environment goes into status (hosts, OS, thread counts and script
 // facts stay in the document and the logs).
 CaseEnvironment case_environment(const EnvironmentInfo& environment);
+
+// What a Succeeded document's energyJoules make per sample and per device (EnergyReport); none
+// without them.
+std::optional<EnergyReport> energy_report(const ResultDocument& document);
 
 // The entry that goes into status.results (speed-up is filled in later, across cases).
 CaseResult to_case_result(const ResultDocument& document, int attempts = 1);
