@@ -8,6 +8,7 @@ comparison, and the GPU's dense peak for an MFU.
 Imported by the scripts' tables for peaks() and rows().
 """
 import json
+import statistics
 import subprocess
 import sys
 
@@ -31,10 +32,16 @@ def rows(path):
 
 
 def result_line(path, batch, precision, engine="dlbench"):
-    r = json.load(open(path))
+    with open(path) as f:
+        r = json.load(f)
     t = r.get("throughput", {})
-    return json.dumps({"engine": engine, "batch": batch, "precision": precision, "median": t.get("median"),
-                       "state": r["state"], "reason": r.get("reason", "")})
+    line = {"engine": engine, "batch": batch, "precision": precision, "median": t.get("median"),
+            "state": r["state"], "reason": r.get("reason", "")}
+    # energyJoules: every device's joules over each reported repeat's measured steps.
+    samples = r.get("globalBatchSize", 0) * r.get("methodology", {}).get("measureSteps", 0)
+    if r.get("energyJoules") and samples:
+        line["joules_per_sample"] = statistics.median(r["energyJoules"]) / samples
+    return json.dumps(line)
 
 
 if __name__ == "__main__":

@@ -290,6 +290,20 @@ def comparison(logs):
                for (model, precision, engine), r in sorted(rows.items()) if engine == "pytorch" and "cv" in r]
     if spreads:
         out.append("PyTorch's repeats: " + "; ".join(spreads))
+    # Energy per sample, both sides from the same NVML counter over their measured steps.
+    energy = []
+    for (model, precision, engine), r in sorted(rows.items()):
+        if engine != "dlbench":
+            continue
+        theirs = rows.get((model, precision, "pytorch")) or {}
+        ours_j, theirs_j = r.get("joules_per_sample"), theirs.get("joules_per_sample")
+        if ours_j is None and theirs_j is None:
+            continue
+        cell = lambda j, row: f"{j:.4g} J" if j is not None else f"- ({row.get('energy_why', 'no counter')})"
+        energy.append(f"{model} {precision} dlbench {cell(ours_j, r)}, PyTorch eager {cell(theirs_j, theirs)}"
+                      + (f", dlbench / PyTorch {ours_j / theirs_j:.2f}" if ours_j and theirs_j else ""))
+    if energy:
+        out.append("Energy per sample (each GPU's counter over the measured steps): " + "; ".join(energy))
     # Against PyTorch's fastest eager path too (--tuned: the optimizer's fused kernel, and BERT's
     # attention through scaled_dot_product_attention), dlbench's default eager figure over it.
     tuned = [f"{model} {precision} {fmt(r.get('median'), r)}, dlbench / tuned "

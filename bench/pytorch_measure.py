@@ -7,8 +7,10 @@ asked, more steps under PyTorch's profiler (bench/pytorch_profile.py).
     engine(args)                                 the line's engine, from --compile and --tuned
     measure(step, device, samples_per_step, args) -> the JSON line's fields
 """
+import statistics
 import time
 
+import nvml_energy
 import pytorch_profile
 import stability
 
@@ -40,13 +42,24 @@ def refusal(args):
     return None
 
 
+def joules_per_sample(energies, samples):
+    """The median of the repeats' joules over the samples each measured; None unless every
+    repeat has its joules."""
+    if not energies or any(e is None for e in energies) or samples <= 0:
+        return None
+    return statistics.median(energies) / samples
+
+
 def measure(step, device, samples_per_step, args):
     """Runs the methodology over `step()` on `device` (a torch.device) and returns the result's
-    fields: stability.measure's (repeats, median, ...), torch, gpu (None on the CPU) and, with
-    --profile, profile."""
+    fields: stability.measure's (repeats, median, ...), torch, gpu (None on the CPU), on a GPU
+    with an energy counter energy_joules (the reported repeats', as the worker's energyJoules)
+    and joules_per_sample (else energy_why), and with --profile, profile."""
     import torch  # here, as pytorch_profile: the module loads where torch is not installed
 
     on_gpu = device.type == "cuda"
+    counter, energy_why = nvml_energy.counter_for_torch(torch) if on_gpu else (None, None)
+    energies = []  # each repeat's joules over its measured steps, as dlbench-worker reads them
 
     def synchronize():
         if on_gpu:
@@ -56,15 +69,25 @@ def measure(step, device, samples_per_step, args):
         for _ in range(args.warmup):
             step()
         synchronize()
+        before = counter.joules() if counter else None
         start = time.perf_counter()
         for _ in range(args.measure):
             step()
         synchronize()
-        return samples_per_step * args.measure / (time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        after = counter.joules() if counter else None
+        energies.append(after - before if before is not None and after is not None and after >= before else None)
+        return samples_per_step * args.measure / seconds
 
     max_cv = stability.DEFAULT_MAX_CV["gpu" if on_gpu else "cpu"] if args.max_cv is None else args.max_cv
     fields = stability.measure(repeat, args.repeats, args.extra_repeats, max_cv)
     fields.update(torch=torch.__version__, gpu=torch.cuda.get_device_name() if on_gpu else None)
+    reported = energies[-args.repeats:]
+    per_sample = joules_per_sample(reported, samples_per_step * args.measure)
+    if per_sample is not None:
+        fields.update(energy_joules=reported, joules_per_sample=per_sample)
+    elif on_gpu:
+        fields["energy_why"] = energy_why or "a reading failed"
     if args.profile:
         fields["profile"] = pytorch_profile.profile_steps(step, args.profile, device)
     return fields

@@ -144,6 +144,42 @@ class GpuCheckTable(unittest.TestCase):
         self.assertIn("| 2600.0 |", inception[0])
         self.assertIn("| 2000.0 | 1.30 |", inception[0])
 
+    def test_energy_per_sample_beside_pytorchs(self):
+        with tempfile.TemporaryDirectory() as logs:
+            write(logs, "comparison.jsonl", "\n".join(json.dumps(r) for r in [
+                {"model": "resnet50", "precision": "amp", "engine": "dlbench", "batch": 256, "median": 7230.7,
+                 "joules_per_sample": 0.0712},
+                {"model": "resnet50", "precision": "amp", "engine": "pytorch", "batch": 256, "median": 5627.8,
+                 "joules_per_sample": 0.089},
+                {"model": "resnet50", "precision": "fp32", "engine": "dlbench", "batch": 64, "median": 898.3,
+                 "joules_per_sample": 0.61},
+                {"model": "resnet50", "precision": "fp32", "engine": "pytorch", "batch": 64, "median": 922.2,
+                 "energy_why": "the GPU at index 0 has no energy counter"},
+                {"model": "resnet50", "precision": "tf32", "engine": "dlbench", "batch": 128, "median": 3586.2}]) + "\n")
+            lines = self.table(logs)
+        self.assertIn("Energy per sample (each GPU's counter over the measured steps): resnet50 amp dlbench 0.0712 J, "
+                      "PyTorch eager 0.089 J, dlbench / PyTorch 0.80; resnet50 fp32 dlbench 0.61 J, PyTorch eager - "
+                      "(the GPU at index 0 has no energy counter)", lines)
+
+    def test_a_results_line_says_its_joules_per_sample(self):
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+        import gpu_bench
+        import pytorch_measure
+        with tempfile.TemporaryDirectory() as logs:
+            path = os.path.join(logs, "r.json")
+            write(logs, "r.json", json.dumps({"state": "Succeeded", "throughput": {"median": 7000.0},
+                                              "globalBatchSize": 256, "methodology": {"measureSteps": 30},
+                                              "energyJoules": [530.0, 537.6, 545.0]}))
+            line = json.loads(gpu_bench.result_line(path, 256, "amp"))
+            self.assertAlmostEqual(line["joules_per_sample"], 537.6 / 7680)
+            write(logs, "r.json", json.dumps({"state": "Succeeded", "throughput": {"median": 7000.0},
+                                              "globalBatchSize": 256, "methodology": {"measureSteps": 30}}))
+            self.assertNotIn("joules_per_sample", json.loads(gpu_bench.result_line(path, 256, "amp")))
+        # PyTorch's side: the median repeat's joules over its samples, none where a repeat has none.
+        self.assertAlmostEqual(pytorch_measure.joules_per_sample([530.0, 537.6, 545.0], 7680), 537.6 / 7680)
+        self.assertIsNone(pytorch_measure.joules_per_sample([530.0, None, 545.0], 7680))
+        self.assertIsNone(pytorch_measure.joules_per_sample([], 7680))
+
     def test_pytorchs_amp_on_the_jpegs_stopped_at_its_deadline(self):
         # Killed before its summary: the steps it printed still count, and the line says so.
         with tempfile.TemporaryDirectory() as logs:
