@@ -213,6 +213,21 @@ void note_training(Row& row, const Source& baseline, const Source& candidate) {
   }
 }
 
+// Where both sides measured a GPU case's energy, its joules per sample before and after: a build
+// can trade power for speed, and a throughput verdict alone does not say so. Not judged: the
+// status keeps one figure a side, not each repeat's.
+void note_energy(Row& row) {
+  if (!measured(row.before) || !measured(row.after) || !row.before->energy || !row.after->energy) return;
+  const double before = row.before->energy->joules_per_sample, after = row.after->energy->joules_per_sample;
+  const auto joules = [](double j) {
+    std::ostringstream s;
+    s << std::setprecision(3) << j;
+    return s.str();
+  };
+  row.why += "; energy " + joules(before) + " J a sample before and " + joules(after) + " after (" +
+             percent(after / before - 1) + ")";
+}
+
 // Leaf values of a JSON document by path ("spec.worker.image"); arrays are leaves.
 void flatten(const nlohmann::json& j, const std::string& path, std::map<std::string, std::string>& leaves) {
   if (j.is_object()) {
@@ -324,6 +339,7 @@ Comparison compare_runs(const CompareOptions& o, const Source& baseline, const S
   for (Row& row : rows) {
     judge(row, o, baseline, candidate);
     note_training(row, baseline, candidate);
+    note_energy(row);
     ++c.counts[row.verdict];
     if (fails_gate(row.verdict, o.strict)) {
       c.failing.push_back(row.case_id + " " + name_of(row.verdict).text);
@@ -367,6 +383,7 @@ void print_json(const Comparison& c, std::ostream& out) {
       if (value) s["throughput"] = *value;
       if (r->throughput) s["repeats"] = r->throughput->repeats;
       if (!r->loss_after_repeats.empty()) s["lossAfterLastRepeat"] = r->loss_after_repeats.back();
+      if (r->energy) s["joulesPerSample"] = r->energy->joules_per_sample;
       entry[key] = s;
     }
     if (row.change) entry["change"] = *row.change;

@@ -90,6 +90,10 @@ TEST_F(CompareCli, ASlowerCaseFailsTheGateAndWhatDiffersIsListed) {
   with_losses.status->results[2].loss_after_repeats = {0.61};
   after.status->results[1].loss_after_repeats = {0.0011};
   after.status->results[2].loss_after_repeats = {4.9};
+  // Both sides' energy for the slower case: the new build draws less a sample and says so.
+  with_losses.status->results[0].energy = EnergyReport{0.0712, 560.0};
+  after.status->results[0].energy = EnergyReport{0.0655, 470.0};
+  after.status->results[1].energy = EnergyReport{0.08, 600.0};  // before has none: nothing to set beside it
   write("before.json", with_losses);
   write("after.json", after);
 
@@ -105,6 +109,8 @@ TEST_F(CompareCli, ASlowerCaseFailsTheGateAndWhatDiffersIsListed) {
                                    "train alike\n"));
   EXPECT_THAT(table.out, HasSubstr("1x8-bs64-amp: no change: +2.0% is under the threshold of 5.0%, though the repeats "
                                    "show it (p 0.00058)\n"));
+  EXPECT_THAT(table.out, HasSubstr("  1x1-bs64-amp: slower: -10.0% (p 0.00058); energy 0.0712 J a sample before and "
+                                   "0.0655 after (-8.0%)\n"));
   EXPECT_THAT(table.out, HasSubstr("\nwhat differs between the runs\n"
                                    "  spec.worker.image: registry.example/dlbench-worker:0.1.0 -> "
                                    "registry.example/dlbench-worker:0.2.0\n"
@@ -123,6 +129,9 @@ TEST_F(CompareCli, ASlowerCaseFailsTheGateAndWhatDiffersIsListed) {
   EXPECT_EQ(first.at("u"), 0.0);  // every repeat after is below every repeat before
   EXPECT_EQ(first.at("before").at("repeats").size(), 7u);
   EXPECT_FALSE(first.at("before").contains("lossAfterLastRepeat"));
+  EXPECT_EQ(first.at("before").at("joulesPerSample"), 0.0712);
+  EXPECT_EQ(first.at("after").at("joulesPerSample"), 0.0655);
+  EXPECT_FALSE(j.at("cases")[1].at("before").contains("joulesPerSample"));
   EXPECT_EQ(j.at("cases")[2].at("after").at("lossAfterLastRepeat"), 4.9);
   EXPECT_EQ(j.at("summary").at("faster"), 1);
   EXPECT_EQ(j.at("differences")[1].at("field"), "environment.driverVersion");
@@ -142,7 +151,8 @@ TEST_F(CompareCli, ASlowerCaseFailsTheGateAndWhatDiffersIsListed) {
 
   const Outcome junit = dlbench("compare before.json after.json --format junit");
   EXPECT_EQ(junit.exit_code, 1);
-  EXPECT_THAT(junit.out, HasSubstr("<failure type=\"slower\" message=\"slower: -10.0% (p 0.00058)\"/>"));
+  EXPECT_THAT(junit.out, HasSubstr("<failure type=\"slower\" message=\"slower: -10.0% (p 0.00058); energy 0.0712 J a "
+                                   "sample before and 0.0655 after (-8.0%)\"/>"));
   EXPECT_THAT(junit.out, HasSubstr("    <properties>\n      <property name=\"spec.worker.image\" "
                                    "value=\"registry.example/dlbench-worker:0.1.0 -&gt; "
                                    "registry.example/dlbench-worker:0.2.0\"/>\n      <property "
