@@ -521,6 +521,10 @@ void print_measured(std::ostream& out, const BenchmarkRunSpec& spec, const CaseR
     out << ", speed-up " << std::setprecision(2) << *stored.speedup << ", efficiency " << std::setprecision(0)
         << 100 * *stored.scaling_efficiency << "%";
   }
+  if (reported.energy) {
+    out << ", " << std::setprecision(4) << reported.energy->joules_per_sample << " J a sample, " << std::setprecision(0)
+        << reported.energy->watts_per_device << " W a device";
+  }
   if (reported.input) out << "\n  input: " << describe_input(*reported.input);
   out << "\n";
 }

@@ -111,6 +111,34 @@ spec:
   std::filesystem::path dir_;
 };
 
+// A GPU case's energy, from the worker's energyJoules to the case's line, the status and the
+// report. No GPU here: a stand-in runs the real worker and adds what a GPU's counter would have
+// read, 0.5 J a sample in every repeat.
+TEST_F(RunCli, AMeasuredCasesEnergyReachesItsLineTheStatusAndTheReport) {
+  const std::string worker = write("worker.py", std::string("#!/usr/bin/python3\nimport json, subprocess, sys\n") +
+                                                    "args = sys.argv[1:]\nrc = subprocess.call([\"" + DLBENCH_WORKER_BINARY +
+                                                    "\"] + args)\npath = args[args.index(\"--output\") + 1]\n"
+                                                    "doc = json.load(open(path))\n"
+                                                    "samples = doc[\"globalBatchSize\"] * doc[\"methodology\"][\"measureSteps\"]\n"
+                                                    "doc[\"energyJoules\"] = [0.5 * samples] * len(doc[\"throughput\"][\"repeats\"])\n"
+                                                    "json.dump(doc, open(path, \"w\"))\nsys.exit(rc)\n");
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const Outcome o = dlbench("run -f " + write("run.yaml", three_batches("metered")) + " --worker " + worker +
+                            " --backend cpu --output s.json");
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_THAT(o.out, ::testing::ContainsRegex("samples/s \\(median of 1\\), speed-up 1.00, efficiency 100%, 0.5000 J a "
+                                              "sample, [0-9]+ W a device\n"));
+  const BenchmarkRun s = status("s.json");
+  ASSERT_EQ(s.status->results.size(), 3u);
+  for (const CaseResult& r : s.status->results) {
+    ASSERT_TRUE(r.energy.has_value()) << case_id(r.case_);
+    EXPECT_DOUBLE_EQ(r.energy->joules_per_sample, 0.5);
+    // One repeat: its watts a device are its joules a sample x its throughput.
+    EXPECT_NEAR(r.energy->watts_per_device, 0.5 * r.throughput->summary.median, 1e-9 * r.throughput->summary.median);
+  }
+  EXPECT_THAT(dlbench("report s.json --format csv").out, HasSubstr("\njoulespersample,fp32,2,metered,1,1,0.5\n"));
+}
+
 // A precision the CPU backend cannot run is one Failed result with reason Unsupported, recorded
 // on its first attempt (backoffLimit is not spent on it), and the run goes on with the next case.
 TEST_F(RunCli, UnsupportedPrecisionIsAResultNotARetriedUsageError) {
