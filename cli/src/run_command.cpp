@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -103,9 +104,15 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
                        std::ostream* log, int captured = STDERR_FILENO) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    // A dlbench run killed where it cannot pass Ctrl-C on (SIGKILL, a crash) takes its case with
+    // it: an orphaned worker would go on training and disturb every later measurement on the host.
+    // The worker (or mpirun, or dlbench-exec, which stop what they started) gets SIGTERM.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);  // it died before the request was made
     setpgid(0, 0);
     dup2(pipe_fds[1], captured);
     close(pipe_fds[0]);

@@ -1068,6 +1068,35 @@ TEST_F(RunCli, InterruptKeepsFinishedResults) {
   EXPECT_TRUE(s.results.empty());  // the interrupted case is not recorded as a result
 }
 
+// dlbench run killed where it cannot stop its case (SIGKILL): the worker it started is not left
+// training on the host (it gets SIGTERM as its parent dies).
+TEST_F(RunCli, AKilledRunTakesItsWorkerWithIt) {
+  const std::string worker = write("pid-worker.sh", "#!/bin/sh\ncase \" $* \" in *\" --list-devices \"*) echo 'cpu 1 "
+                                                    "precisions=fp32'; exit 0;; esac\necho $$ > " +
+                                                    (dir_ / "worker.pid.tmp").string() + "; mv " +
+                                                    (dir_ / "worker.pid.tmp").string() + " " +
+                                                    (dir_ / "worker.pid").string() + "\nexec sleep 60\n");
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const pid_t pid = dlbench_in_background("run -f " + write("run.yaml", sweep()) + " --max-devices 1 --worker " + worker);
+  for (int i = 0; i < 200 && !std::filesystem::exists(dir_ / "worker.pid"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir_ / "worker.pid")) << testing::slurp(dir_ / "out.txt");
+  const pid_t worker_pid = std::stoi(testing::slurp(dir_ / "worker.pid"));
+  ASSERT_EQ(kill(worker_pid, 0), 0) << "the worker is running";
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  // The worker was dlbench's child, not this test's: ended, it is gone or a zombie nobody reaped yet.
+  const auto running = [&] {
+    const std::string stat = testing::slurp("/proc/" + std::to_string(worker_pid) + "/stat");
+    const auto state = stat.rfind(") ");
+    return kill(worker_pid, 0) == 0 && state != std::string::npos && stat.compare(state + 2, 1, "Z") != 0;
+  };
+  for (int i = 0; i < 100 && running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const bool left_running = running();
+  if (left_running) kill(worker_pid, SIGKILL);
+  EXPECT_FALSE(left_running) << "the worker outlived the dlbench run that started it";
+}
+
 // --resume after Ctrl-C: the finished case is kept as measured, only the cases without a result
 // run (the stand-in worker logs which), and a resume with nothing left changes nothing.
 TEST_F(RunCli, AnInterruptedRunResumesWithTheCasesItHadNotMeasured) {
