@@ -8,9 +8,10 @@ comparison, and the GPU's dense peak for an MFU.
 Imported by the scripts' tables for peaks() and rows().
 """
 import json
-import statistics
 import subprocess
 import sys
+
+import nvml_energy  # beside this script
 
 # Dense peaks, TFLOP/s (NVIDIA datasheets, SXM parts).
 PEAKS = {"H100": {"fp32": 67, "tf32": 494.7, "amp": 989.4, "bf16": 989.4},
@@ -39,8 +40,9 @@ def result_line(path, batch, precision, engine="dlbench"):
             "state": r["state"], "reason": r.get("reason", "")}
     # energyJoules: every device's joules over each reported repeat's measured steps.
     samples = r.get("globalBatchSize", 0) * r.get("methodology", {}).get("measureSteps", 0)
-    if r.get("energyJoules") and samples:
-        line["joules_per_sample"] = statistics.median(r["energyJoules"]) / samples
+    per_sample = nvml_energy.joules_per_sample(r.get("energyJoules"), samples)
+    if per_sample is not None:
+        line["joules_per_sample"] = per_sample
     return json.dumps(line)
 
 

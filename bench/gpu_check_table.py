@@ -12,9 +12,9 @@ import glob
 import json
 import os
 import re
-import statistics
 import sys
 
+import nvml_energy  # beside this script; only ctypes
 import pytorch_profile  # beside this script; formats without torch
 
 
@@ -330,9 +330,9 @@ def gpu_readings(logs):
             out.append(f"| {name} | {i.get('verdict', '-')} | NO NVML READINGS (see {name}.log) | | | | | | | |")
             continue
         # energyJoules: every device's joules over each reported repeat's measured steps.
-        joules = doc.get("energyJoules")
         samples = doc.get("globalBatchSize", 0) * doc.get("methodology", {}).get("measureSteps", 0)
-        energy = (f"{statistics.median(joules) / samples:.4g}" if joules and samples else "NO ENERGY COUNTER")
+        per_sample = nvml_energy.joules_per_sample(doc.get("energyJoules"), samples)
+        energy = f"{per_sample:.4g}" if per_sample is not None else "NO ENERGY COUNTER"
         out.append(f"| {name} | {i.get('verdict')} | {g['otherProcesses']} | {g['smClockMinMhz']:.0f} / "
                    f"{g['smClockMedianMhz']:.0f} / {g['smClockMaxMhz']:.0f} | {', '.join(g['throttleReasons']) or '-'} | "
                    f"{g['temperatureMaxCelsius']:.0f} | {g['powerMedianWatts']:.0f} | {energy} | "

@@ -6,10 +6,20 @@ bench/'s PyTorch scripts, so that both sides' joules per sample come from the sa
     counter, why = open_counter(bus_id=None, index=0)   # (None, why) where there is none
     counter.joules()                                    # float, or None where a reading failed
     counter_for_torch(torch)                            # the current CUDA device's, by PCI bus id
+    joules_per_sample(energies, samples)                # the median repeat's, as both sides report it
 """
 import ctypes
+import statistics
 
 SUCCESS = 0
+
+
+def joules_per_sample(energies, samples):
+    """The median of the repeats' joules (a result's energyJoules, or a PyTorch script's readings)
+    over the samples each repeat measured; None unless every repeat has its joules."""
+    if not energies or any(e is None for e in energies) or samples <= 0:
+        return None
+    return statistics.median(energies) / samples
 
 
 class EnergyCounter:

@@ -7,7 +7,6 @@ asked, more steps under PyTorch's profiler (bench/pytorch_profile.py).
     engine(args)                                 the line's engine, from --compile and --tuned
     measure(step, device, samples_per_step, args) -> the JSON line's fields
 """
-import statistics
 import time
 
 import nvml_energy
@@ -40,14 +39,6 @@ def refusal(args):
         if not hasattr(torch, "compile"):
             return f"--compile needs torch.compile, which PyTorch {torch.__version__} lacks"
     return None
-
-
-def joules_per_sample(energies, samples):
-    """The median of the repeats' joules over the samples each measured; None unless every
-    repeat has its joules."""
-    if not energies or any(e is None for e in energies) or samples <= 0:
-        return None
-    return statistics.median(energies) / samples
 
 
 def measure(step, device, samples_per_step, args):
@@ -83,7 +74,7 @@ def measure(step, device, samples_per_step, args):
     fields = stability.measure(repeat, args.repeats, args.extra_repeats, max_cv)
     fields.update(torch=torch.__version__, gpu=torch.cuda.get_device_name() if on_gpu else None)
     reported = energies[-args.repeats:]
-    per_sample = joules_per_sample(reported, samples_per_step * args.measure)
+    per_sample = nvml_energy.joules_per_sample(reported, samples_per_step * args.measure)
     if per_sample is not None:
         fields.update(energy_joules=reported, joules_per_sample=per_sample)
     elif on_gpu:

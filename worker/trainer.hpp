@@ -253,14 +253,14 @@ class Trainer {
   // and the loss scale it ran at, for trace_skipped_step.
   bool last_step_eager_ = false;
   float last_step_scale_ = 0.0f;
-  // A skipped step's account: "step N skipped, loss scale now S: " and describe_skipped_step(),
-  // and the step replayed layer by layer (trace_skipped_step), or why it was not.
   // trace_skipped_step's line, and what it found.
   struct Replay {
     std::string said;
     ReplayFinding found = ReplayFinding::all_finite;
   };
   Replay replay_skipped_step(float scale);
+  // A skipped step's account: "step N skipped, loss scale now S: " and describe_skipped_step(),
+  // and the step replayed layer by layer (trace_skipped_step), or why it was not.
   struct SkippedStep {
     std::string what;
     Replay replay;

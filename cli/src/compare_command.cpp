@@ -219,12 +219,7 @@ void note_training(Row& row, const Source& baseline, const Source& candidate) {
 void note_energy(Row& row) {
   if (!measured(row.before) || !measured(row.after) || !row.before->energy || !row.after->energy) return;
   const double before = row.before->energy->joules_per_sample, after = row.after->energy->joules_per_sample;
-  const auto joules = [](double j) {
-    std::ostringstream s;
-    s << std::setprecision(3) << j;
-    return s.str();
-  };
-  row.why += "; energy " + joules(before) + " J a sample before and " + joules(after) + " after (" +
+  row.why += "; energy " + significant(before, 3) + " J a sample before and " + significant(after, 3) + " after (" +
              percent(after / before - 1) + ")";
 }
 

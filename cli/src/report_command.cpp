@@ -229,13 +229,6 @@ std::vector<ScalingSeries> scaling_series(const std::vector<Source>& sources) {
 // training arithmetic per device and its share of the device's peak, and a GPU's energy per sample.
 enum class Table { throughput, speedup, efficiency, input_wait, learning_rate, loss, flops, mfu, energy };
 
-// A loss with four significant digits: losses span 0.001 to 10.
-std::string significant(double v) {
-  std::ostringstream s;
-  s << std::setprecision(4) << v;
-  return s.str();
-}
-
 // The result of a source's case of this precision, batch and nodes × GPUs, if it ran.
 const CaseResult* find_result(const Source& s, Precision p, int batch, int nodes, int gpus) {
   for (const auto& r : s.status.results) {
@@ -310,13 +303,14 @@ std::string table_cell(const std::vector<Source>& sources, ReportFormat format, 
                (warmup > 0 && format != ReportFormat::csv ? ", warm-up " + std::to_string(warmup) : "");
       }
       case Table::loss:
-        return r.loss_after_repeats.empty() ? "-" : significant(r.loss_after_repeats.back());
+        // Four significant digits: losses span 0.001 to 10.
+        return r.loss_after_repeats.empty() ? "-" : significant(r.loss_after_repeats.back(), 4);
       case Table::flops:
-        return r.flops ? significant(r.flops->per_second_per_device / 1e12) : "-";
+        return r.flops ? significant(r.flops->per_second_per_device / 1e12, 4) : "-";
       case Table::mfu:
         return r.flops && r.flops->mfu ? fixed(100 * *r.flops->mfu, 1) + "%" : "-";
       case Table::energy:
-        return r.energy ? significant(r.energy->joules_per_sample) : "-";
+        return r.energy ? significant(r.energy->joules_per_sample, 4) : "-";
     }
   }
   return "";

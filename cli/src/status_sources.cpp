@@ -122,6 +122,12 @@ std::string fixed(double v, int digits) {
   return s.str();
 }
 
+std::string significant(double v, int digits) {
+  std::ostringstream s;
+  s << std::setprecision(digits) << v;
+  return s.str();
+}
+
 void print_grid(std::ostream& out, ReportFormat format, const std::string& title, const std::vector<std::string>& header,
                 const std::vector<std::vector<std::string>>& rows) {
   if (format == ReportFormat::csv) {

@@ -36,6 +36,7 @@ std::variant<std::vector<Source>, int> load_sources(const std::string& file, std
 void distinguish_labels(std::vector<Source>& sources);
 
 std::string fixed(double v, int digits);
+std::string significant(double v, int digits);  // "0.0712" at 3
 
 // A titled table: aligned columns (table), a markdown table, or one csv line per row led by the title.
 void print_grid(std::ostream& out, ReportFormat format, const std::string& title, const std::vector<std::string>& header,

@@ -164,7 +164,7 @@ class GpuCheckTable(unittest.TestCase):
     def test_a_results_line_says_its_joules_per_sample(self):
         sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
         import gpu_bench
-        import pytorch_measure
+        import nvml_energy
         with tempfile.TemporaryDirectory() as logs:
             path = os.path.join(logs, "r.json")
             write(logs, "r.json", json.dumps({"state": "Succeeded", "throughput": {"median": 7000.0},
@@ -175,10 +175,10 @@ class GpuCheckTable(unittest.TestCase):
             write(logs, "r.json", json.dumps({"state": "Succeeded", "throughput": {"median": 7000.0},
                                               "globalBatchSize": 256, "methodology": {"measureSteps": 30}}))
             self.assertNotIn("joules_per_sample", json.loads(gpu_bench.result_line(path, 256, "amp")))
-        # PyTorch's side: the median repeat's joules over its samples, none where a repeat has none.
-        self.assertAlmostEqual(pytorch_measure.joules_per_sample([530.0, 537.6, 545.0], 7680), 537.6 / 7680)
-        self.assertIsNone(pytorch_measure.joules_per_sample([530.0, None, 545.0], 7680))
-        self.assertIsNone(pytorch_measure.joules_per_sample([], 7680))
+        # Both sides' rule: the median repeat's joules over its samples, none where a repeat has none.
+        self.assertAlmostEqual(nvml_energy.joules_per_sample([530.0, 537.6, 545.0], 7680), 537.6 / 7680)
+        self.assertIsNone(nvml_energy.joules_per_sample([530.0, None, 545.0], 7680))
+        self.assertIsNone(nvml_energy.joules_per_sample([], 7680))
 
     def test_pytorchs_amp_on_the_jpegs_stopped_at_its_deadline(self):
         # Killed before its summary: the steps it printed still count, and the line says so.

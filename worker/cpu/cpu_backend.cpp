@@ -47,6 +47,14 @@ std::string isa_name(dnnl::cpu_isa isa) {
   }
 }
 
+// Whether oneDNN's kernels here (the CPU's best ISA, or less under DNNL_MAX_CPU_ISA) include
+// `isa`'s instructions: its value is a bit mask of every ISA it extends.
+bool kernels_include(dnnl::cpu_isa isa) {
+  const auto effective = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto needed = static_cast<unsigned>(isa);
+  return (effective & needed) == needed;
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(int threads)
@@ -73,11 +81,7 @@ std::map<std::string, std::string> CpuBackend::options() const {
           {"linearWeights", std::string(choice_name(kLinearWeights, linear_weights_))}};
 }
 
-bool CpuBackend::avx512_kernels() const {
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-  return (isa & avx512) == avx512;
-}
+bool CpuBackend::avx512_kernels() const { return kernels_include(dnnl::cpu_isa::avx512_core); }
 
 std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {
   switch (dtype) {
@@ -85,9 +89,7 @@ std::optional<std::string> CpuBackend::cannot_compute(DType dtype) const {
     case DType::bf16: {
       // Without AVX512_BF16 oneDNN would emulate bf16 arithmetic, slower than fp32: that is
       // not a bf16 measurement.
-      const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-      const auto needed = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-      if ((isa & needed) == needed) return std::nullopt;
+      if (kernels_include(dnnl::cpu_isa::avx512_core_bf16)) return std::nullopt;
       return "bf16 on the cpu backend needs oneDNN's avx512_core_bf16 ISA (the AVX512_BF16 instructions: Intel "
              "Cooper Lake, Sapphire Rapids and later, AMD Zen 4 and later), which this CPU does not have (oneDNN "
              "runs " + isa_name(dnnl::get_effective_cpu_isa()) + " here)";
