@@ -261,6 +261,38 @@ TEST(CommandResult, TheOptimizerACommandStatesIsTheResultsAndIsChecked) {
       << "a warm-up alone does not say how the command trained";
 }
 
+// A command may say which network it trained: the case's passes, another fails the case (its
+// steps timed other work), and a name the API does not spell is a malformed marker.
+TEST(CommandResult, TheModelACommandStatesIsJudgedAgainstTheCase) {
+  const auto with_model = [](std::string model, int exit_code = 0) {
+    CommandOutcome o;
+    o.exit_code = exit_code;
+    o.started = true;
+    o.steps = arrivals({1.0, 1.5, 2.0}, 8);
+    o.facts = {{"framework", "pytorch"}, {"model", std::move(model)}};
+    CommandCase c = small_case();
+    c.model = Model::vgg16;
+    return command_result(c, o, EnvironmentInfo{}, "t0", "t1");
+  };
+  const ResultDocument same = with_model("vgg16");
+  ASSERT_EQ(same.state, CaseState::Succeeded) << same.reason << ": " << same.message;
+  EXPECT_EQ(same.model, Model::vgg16);
+  EXPECT_EQ(same.environment.facts, (std::map<std::string, std::string>{})) << "judged, not kept as a loose fact";
+
+  const ResultDocument other = with_model("resnet50");
+  EXPECT_EQ(other.state, CaseState::Failed);
+  EXPECT_EQ(other.reason, "CaseMismatch");
+  EXPECT_THAT(other.message, HasSubstr("the command says it trained resnet50 instead of vgg16 (its fact model"));
+  EXPECT_FALSE(other.throughput.has_value()) << "another network's speed is not this case's";
+  EXPECT_TRUE(decode_result_document(to_json(other)).ok());
+  EXPECT_EQ(with_model("resnet50", 1).reason, "CaseMismatch") << "the root cause, before the command's exit";
+
+  const ResultDocument unknown = with_model("resnet-50");
+  EXPECT_EQ(unknown.reason, "InvalidMarker");
+  EXPECT_THAT(unknown.message, HasSubstr("fact model: \"resnet-50\" is not one of resnet50, resnet152, vgg16, alexnet, "
+                                         "inception_v3, deeplabv3plus, bert-base"));
+}
+
 // The loss a command reports after the last step of each repeat is the result's lossAfterRepeats;
 // one that is not finite fails the case as dlbench-worker's does (LossNotFinite, repeats kept).
 TEST(CommandResult, TheLossAfterEachRepeatIsKeptAndADivergedOneFailsTheCase) {

@@ -191,6 +191,22 @@ std::optional<OptimizerSpec> optimizer_from_facts(std::map<std::string, std::str
   return optimizer;
 }
 
+// The model the command says it trained (`@dlbench fact model <name>`), taken out of `facts`:
+// nullopt where it says nothing; an error naming the allowed spellings where the name is none of
+// the API's.
+std::optional<Model> model_from_facts(std::map<std::string, std::string>& facts, std::string& error) {
+  const auto stated = facts.find("model");
+  if (stated == facts.end()) return std::nullopt;
+  const auto model = enum_from_string<Model>(stated->second);
+  if (!model) {
+    error = "fact model: \"" + printable(stated->second.substr(0, 64)) + "\" is not one of " + allowed_values<Model>() +
+            " (spec.model's spellings)";
+    return std::nullopt;
+  }
+  facts.erase(stated);
+  return model;
+}
+
 // The loss after each repeat from the command's `@dlbench loss` lines: the last one reported
 // after one of the repeat's steps. Empty where the command reports none; an error where it
 // reports some repeats' and not others'.
@@ -560,6 +576,8 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   std::map<std::string, std::string> facts = o.facts;
   std::string optimizer_error;
   doc.optimizer = optimizer_from_facts(facts, optimizer_error);  // judged against the spec as the worker's is
+  std::string model_error;
+  const std::optional<Model> trained = model_from_facts(facts, model_error);
   for (const auto& [key, value] : facts) apply_fact(environment, key, value);
   environment.nccl_transport = o.nccl_transport;
   doc.environment = std::move(environment);
@@ -574,6 +592,13 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   };
   if (!o.invalid_marker.empty()) return fail("InvalidMarker", o.invalid_marker);
   if (!optimizer_error.empty()) return fail("InvalidMarker", optimizer_error);
+  if (!model_error.empty()) return fail("InvalidMarker", model_error);
+  if (trained && *trained != c.model) {
+    // Its steps timed another network: not this case's figures, whatever became of the command.
+    return fail("CaseMismatch", "the command says it trained " + std::string(to_string(*trained)) + " instead of " +
+                                    std::string(to_string(c.model)) + " (its fact model; the case's model is in "
+                                    "DLBENCH_MODEL) after " + seen);
+  }
   if (!o.unsupported.empty()) return fail(kReasonUnsupported, "the command says it cannot run this case: " + o.unsupported);
   if (o.interrupted) return fail("Interrupted", "stopped by a signal after " + seen + tail);
   if (o.timed_out) return fail("Timeout", "no end within limits.caseTimeoutSeconds; " + seen + tail);

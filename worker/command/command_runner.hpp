@@ -87,7 +87,8 @@ CommandOutcome run_command(const RunSettings& settings);
 
 // The result document for node 0: Succeeded with the methodology's numbers, or Failed with one of
 // Unsupported, CommandFailed, NoMeasurements, IncompleteMeasurement, SampleCountMismatch, InvalidMarker,
-// Timeout, OutOfMemory, Interrupted, and a message that ends with the command's last lines.
+// CaseMismatch (the command says it trained another model), LossNotFinite, Timeout, OutOfMemory,
+// Interrupted, and a message that ends with the command's last lines.
 ResultDocument command_result(const CommandCase& c, const CommandOutcome& outcome, EnvironmentInfo environment,
                               const std::string& start_time, const std::string& end_time);
 
