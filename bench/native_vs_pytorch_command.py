@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""The same ResNet-50 cases with dlbench's own engine and with PyTorch's script under
-engine: command, in one go, through `dlbench run`; prints one markdown table (img/s each, ratio)
-for bench/RESULTS.md.
+"""The same image classifier cases (ResNet-50 unless --model) with dlbench's own engine and with
+PyTorch's script under engine: command, in one go, through `dlbench run`; prints one markdown
+table (img/s each, ratio) for bench/RESULTS.md.
 
     bench/native_vs_pytorch_command.py [--build build/default] [--torch-python /usr/bin/python3]
-        [--image-size 224] [--batch 16] [--devices 1,2] [--warmup 1] [--measure 3] [--repeats 3]
+        [--model resnet50] [--image-size 224] [--batch 16] [--devices 1,2] [--warmup 1] [--measure 3]
+        [--repeats 3]
 
 Both engines run the same BenchmarkRun apart from `engine`/`command`: the same matrix, methodology,
 optimizer and OMP_NUM_THREADS split, one after the other on this host. PyTorch is
-examples/pytorch/train_resnet50.py (torchvision resnet50, channels_last, SGD, DDP over gloo for
-two processes), timed by dlbench-exec from its step markers.
+examples/pytorch/train_image_classifier.py (torchvision's network, channels_last, SGD, DDP over gloo
+for two processes), timed by dlbench-exec from its step markers.
 """
 import argparse
 import json
@@ -24,13 +25,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run_yaml(name, engine, args):
     command = ""
     if engine == "command":
-        command = "  engine: command\n  command: [sh, -c, 'exec python3 \"$DLBENCH_HOME/examples/pytorch/train_resnet50.py\"']\n"
+        command = "  engine: command\n  command: [sh, -c, 'exec python3 \"$DLBENCH_HOME/examples/pytorch/train_image_classifier.py\"']\n"
     devices = ", ".join(str(d) for d in args.devices)
     return f"""apiVersion: dlbench.io/v1alpha1
 kind: BenchmarkRun
 metadata: {{name: {name}}}
 spec:
-  model: resnet50
+  model: {args.model}
 {command}  data: {{source: synthetic, imageSize: {args.image_size}}}
   matrix: {{nodes: [1], gpusPerNode: [{devices}], batchSizePerDevice: [{args.batch}], precision: [fp32]}}
   methodology: {{warmupSteps: {args.warmup}, measureSteps: {args.measure}, repeats: {args.repeats}}}
@@ -42,6 +43,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default=os.path.join(ROOT, "build", "default"))
     parser.add_argument("--torch-python", default="/usr/bin/python3")
+    parser.add_argument("--model", choices=("resnet50", "resnet152", "vgg16", "alexnet", "inception_v3"),
+                        default="resnet50")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--devices", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
@@ -59,7 +62,8 @@ def main():
         os.makedirs(bin_dir)
         os.symlink(args.torch_python, os.path.join(bin_dir, "python3"))
         env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"])
-        for engine, name in (("native", "native-resnet50"), ("command", "pytorch-resnet50")):
+        slug = args.model.replace("_", "-")
+        for engine, name in (("native", "native-" + slug), ("command", "pytorch-" + slug)):
             spec = os.path.join(tmp, name + ".yaml")
             with open(spec, "w") as f:
                 f.write(run_yaml(name, engine, args))
@@ -75,7 +79,7 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"Machine: {cpu}, {os.cpu_count()} cores; dlbench {commit or '?'}; PyTorch {torch_version} (Debian).")
-    print(f"Command: `bench/native_vs_pytorch_command.py --image-size {args.image_size} --batch {args.batch} "
+    print(f"Command: `bench/native_vs_pytorch_command.py --model {args.model} --image-size {args.image_size} --batch {args.batch} "
           f"--devices {','.join(map(str, args.devices))} --warmup {args.warmup} --measure {args.measure} "
           f"--repeats {args.repeats}` (median of the repeats).\n")
     print("| case | dlbench-worker img/s | PyTorch (engine: command) img/s | dlbench / PyTorch | "

@@ -2,18 +2,22 @@
 the one place the PyTorch side of bench/'s comparisons makes them (bench/pytorch_resnet50.py on a
 GPU, bench/cpu_models_vs_pytorch.py on the CPU).
 
-torchvision's resnet50, resnet152, vgg16, alexnet and inception_v3 (with its auxiliary
-classifier: loss main + 0.4 * aux, as dlbench's), 1,000 classes; DeepLabV3+ is
-tests/golden/reference_models.py's network (torchvision's resnet50 and ASPP, 19 classes) with
-per-pixel labels of which about 1 in 20 is the ignore index 255, as dlbench's synthetic labels.
+The classifiers (resnet50, resnet152, vgg16, alexnet, inception_v3 with its auxiliary loss) are
+examples/pytorch/image_classifiers.py's, the networks the command engine's example trains;
+DeepLabV3+ is tests/golden/reference_models.py's network (torchvision's resnet50 and ASPP, 19
+classes) with per-pixel labels of which about 1 in 20 is the ignore index 255, as dlbench's
+synthetic labels.
 """
 import os
 import sys
 
 import torch
-import torchvision
 
-MODELS = ("resnet50", "resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
+import image_classifiers  # noqa: E402 (examples/pytorch, found above)
+
+MODELS = image_classifiers.CLASSIFIERS + ("deeplabv3plus",)
 IGNORE_INDEX = 255
 
 
@@ -23,7 +27,7 @@ def build(name, batch, height, width, device):
     if name not in MODELS:
         raise ValueError(f"model {name!r}: allowed {', '.join(MODELS)}")
     if name == "deeplabv3plus":
-        golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden")
+        golden = os.path.join(ROOT, "tests", "golden")
         if golden not in sys.path:
             sys.path.insert(0, golden)
         import reference_models  # noqa: E402 (tests/golden, found above)
@@ -34,15 +38,7 @@ def build(name, batch, height, width, device):
         def loss(out, y):
             return torch.nn.functional.cross_entropy(out, y, ignore_index=IGNORE_INDEX)
     else:
-        kwargs = {"aux_logits": True, "init_weights": True} if name == "inception_v3" else {}
-        model = getattr(torchvision.models, name)(**kwargs)
-        labels = torch.randint(0, 1000, (batch,))
-        if name == "inception_v3":
-            def loss(out, y):
-                return (torch.nn.functional.cross_entropy(out.logits, y)
-                        + 0.4 * torch.nn.functional.cross_entropy(out.aux_logits, y))
-        else:
-            def loss(out, y):
-                return torch.nn.functional.cross_entropy(out, y)
+        model, loss = image_classifiers.classifier(name)
+        labels = torch.randint(0, image_classifiers.CLASSES, (batch,))
     model.train()
     return model.to(device), labels.to(device), loss

@@ -2,10 +2,14 @@
 and dlbench-worker's optimizers in torch.optim's terms, so that a spec trains the same way in
 PyTorch as in dlbench's own engine and the two engines' figures time the same work.
 
-    launch(train)      runs train(case, process) once per device of this node: as started by
+    launch(train, models)
+                       runs train(case, process) once per device of this node: as started by
                        torchrun, or spawning the processes itself (torch.multiprocessing), which
                        keeps the examples independent of torchrun's version (Debian 12's PyTorch
                        1.13 on Python 3.11 cannot parse torchrun's default --redirects/--tee "0").
+                       `models` are the DLBENCH_MODEL values the script trains: it states the
+                       case's as the fact `model`, which dlbench judges, and reports any other
+                       as unsupported, naming the example that trains it.
     optimizer_for      sgd: torch.optim.SGD(lr, momentum, weight_decay) over every parameter;
                        either optimizer with its rate warmed up linearly over the first
                        DLBENCH_LEARNING_RATE_WARMUP_STEPS applied updates (t / N of it at the t-th,
@@ -36,28 +40,35 @@ __all__ = ["Process", "launch", "Optimizer", "optimizer_for", "why_unsupported",
            "endless_batches"]
 
 
-def launch(train):
+# The example that trains each model, for the refusal of one that trains others.
+EXAMPLE_FOR = {**{model: "train_image_classifier.py" for model in ("resnet50", "resnet152", "vgg16", "alexnet",
+                                                                      "inception_v3")},
+               "deeplabv3plus": "train_deeplabv3plus.py", "bert-base": "train_bert.py"}
+
+
+def launch(train, models):
     """Runs `train(case, process)` in one process per device of this node (a module-level
-    function: spawned processes find it by name); returns the exit code."""
+    function: spawned processes find it by name) where the case's model is one of `models`;
+    returns the exit code."""
     case = Case.from_environment()
     if "LOCAL_RANK" not in os.environ and case.gpus_per_node > 1:
         # Not under torchrun: one process per device on this node, ranks numbered node by node.
-        torch.multiprocessing.spawn(_device_process, args=(train, case), nprocs=case.gpus_per_node, join=True)
+        torch.multiprocessing.spawn(_device_process, args=(train, case, models), nprocs=case.gpus_per_node, join=True)
         return 0
     if "LOCAL_RANK" not in os.environ:
         os.environ.update(LOCAL_RANK="0", RANK=str(case.node_rank), WORLD_SIZE=str(case.devices))
-    return _run(train, case)
+    return _run(train, case, models)
 
 
-def _device_process(local_rank, train, case):
+def _device_process(local_rank, train, case, models):
     os.environ.update(LOCAL_RANK=str(local_rank), RANK=str(case.node_rank * case.gpus_per_node + local_rank),
                       WORLD_SIZE=str(case.devices))
-    _run(train, case)
+    _run(train, case, models)
 
 
-def _run(train, case):
+def _run(train, case, models):
     process = Process(case)
-    why = process.why_unsupported(case)
+    why = process.why_unsupported(case, models)
     if why:
         if process.reporter:  # one voice for the case
             unsupported(why)
@@ -85,8 +96,12 @@ class Process:
             raise SystemExit(f"{self.world_size} processes for a case of {case.devices} devices: start one per device "
                              f"(torchrun --nproc_per_node $DLBENCH_GPUS_PER_NODE, or no torchrun at all)")
 
-    def why_unsupported(self, case):
+    def why_unsupported(self, case, models):
         """Why this case cannot run here, or None."""
+        if case.model not in models:
+            elsewhere = EXAMPLE_FOR.get(case.model)
+            return (f"model {case.model}: this script trains {', '.join(models)}"
+                    + (f"; {elsewhere} in the same directory trains {case.model}" if elsewhere else ""))
         if case.precision in ("tf32", "amp") and not self.cuda:
             return f"{case.precision} needs a CUDA device; PyTorch sees none"
         if case.precision == "bf16" and not self.cuda and not torch.backends.mkldnn.is_available():
@@ -104,6 +119,7 @@ class Process:
             torch.backends.cudnn.allow_tf32 = case.precision == "tf32"
         if not self.reporter:
             return
+        fact("model", case.model)  # the network train() builds: dlbench judges it against the case
         fact("framework", "pytorch")
         fact("frameworkVersion", torch.__version__)
         fact("backend", "cuda" if self.cuda else "cpu")

@@ -17,7 +17,7 @@ unsupported). It prints "@dlbench step <global sequences>" after every step. One
 node:
 
     python3 train_bert.py          # starts DLBENCH_GPUS_PER_NODE processes itself
-    torchrun ... train_bert.py     # or under torchrun, as train_resnet50.py says
+    torchrun ... train_bert.py     # or under torchrun, as train_image_classifier.py says
 
 Processes, devices and precisions as dlbench_torch.py describes; bf16 on the CPU needs PyTorch 2
 (1.13's CPU autocast hands layer_norm a bf16 input with fp32 weights, which it refuses).
@@ -73,7 +73,7 @@ class BertForPreTraining(nn.Module):
 
 
 def main():
-    return launch(train)
+    return launch(train, ("bert-base",))
 
 
 def train(case, process):

@@ -27,7 +27,7 @@ from dlbench_torch import Precision, SkippingUnreadable, endless_batches, launch
 
 
 def main():
-    return launch(train)
+    return launch(train, ("deeplabv3plus",))
 
 
 def train(case, process):

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""engine: command with a real peer: examples/pytorch/train_resnet50.py, train_bert.py (synthetic and on NVIDIA's
-shards) and train_deeplabv3plus.py (Debian's PyTorch 1.13) through `dlbench run` with 1 and 2 processes (gloo), the optimizer they state judged
-against the spec, and failing commands as results with reasons.
+"""engine: command with a real peer: examples/pytorch/train_image_classifier.py (every classifier it names),
+train_bert.py (synthetic and on NVIDIA's shards) and train_deeplabv3plus.py (Debian's PyTorch 1.13) through `dlbench run`
+with 1 and 2 processes (gloo), the optimizer and model they state judged against the spec, and failing commands as
+results with reasons.
 
     pytorch_run_test.py DLBENCH_BINARY TORCH_PYTHON
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -16,13 +18,13 @@ DLBENCH = TORCH_PYTHON = None
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-RESNET_EXAMPLE = """[sh, -c, 'exec python3 "$DLBENCH_HOME/examples/pytorch/train_resnet50.py"']"""
+RESNET_EXAMPLE = """[sh, -c, 'exec python3 "$DLBENCH_HOME/examples/pytorch/train_image_classifier.py"']"""
 
 
-def command_run(name, command, rest):
-    """A resnet50 BenchmarkRun under engine: command; `rest` is the rest of its spec, indented."""
+def command_run(name, command, rest, model="resnet50"):
+    """A BenchmarkRun of `model` under engine: command; `rest` is the rest of its spec, indented."""
     return (f"apiVersion: dlbench.io/v1alpha1\nkind: BenchmarkRun\nmetadata: {{name: {name}}}\nspec:\n"
-            f"  model: resnet50\n  engine: command\n  command: {command}\n" + rest)
+            f"  model: {model}\n  engine: command\n  command: {command}\n" + rest)
 
 
 def run(spec_yaml, tmp):
@@ -96,6 +98,37 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
         else:  # a shared machine: left out, and said so
             self.assertIn("unstable (Unstable)", results[2]["scalingRefused"])
         self.assertIn("engine command", p.stdout)
+
+    def test_the_image_classifier_trains_every_model_it_names(self):
+        # resnet50 is timed above; the others at the smallest image each takes, two steps each.
+        images = {"resnet152": 32, "vgg16": 32, "alexnet": 63, "inception_v3": 299}
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = {model: run(command_run(f"pytorch-{model.replace('_', '-')}", RESNET_EXAMPLE, f"""\
+  data: {{imageSize: {image}}}
+  cases: [{{batchSizePerDevice: 2, precision: fp32}}]
+  methodology: {{warmupSteps: 1, measureSteps: 1, repeats: 1}}
+  limits: {{backoffLimit: 0}}
+""", model=model), tmp) for model, image in images.items()}
+        for model, (p, status) in runs.items():
+            with self.subTest(model):
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+                result = status["results"][0]
+                self.assertEqual(result["state"], "Succeeded", result.get("message"))
+                self.assertEqual(result["throughput"]["unit"], "samples/s")
+                # Two small steps from torchvision's initialisation: about chance over 1,000 classes,
+                # InceptionV3's 1.4 times that (its auxiliary term): the network the case names.
+                expected = math.log(1000) * (1.4 if model == "inception_v3" else 1)
+                loss = result["lossAfterRepeats"][0]
+                self.assertTrue(0.5 * expected < loss < 2 * expected, (model, loss, expected))
+        # It says which network it trained, which dlbench-exec judges against the case.
+        env = dict(os.environ, DLBENCH_MODEL="alexnet", DLBENCH_IMAGE_SIZE="63", DLBENCH_NODES="1", DLBENCH_NODE_RANK="0",
+                   DLBENCH_GPUS_PER_NODE="1", DLBENCH_BATCH_SIZE="2", DLBENCH_WARMUP_STEPS="0",
+                   DLBENCH_MEASURE_STEPS="1", DLBENCH_REPEATS="1")
+        direct = subprocess.run([TORCH_PYTHON, os.path.join(SOURCE, "examples", "pytorch", "train_image_classifier.py")],
+                                env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(direct.returncode, 0, direct.stderr)
+        self.assertIn("@dlbench fact model alexnet\n", direct.stdout)
+        self.assertEqual(direct.stdout.count("@dlbench step 2\n"), 1, direct.stdout)
 
     def test_pytorch_trains_on_the_same_imagefolder(self):
         # The data set dlbench-worker would read, with a broken file the example skips as dlbench does.
@@ -286,6 +319,22 @@ while [ $i -lt "$DLBENCH_TOTAL_STEPS" ]; do sleep 0.02; echo "@dlbench step $DLB
   methodology: {warmupSteps: 1, measureSteps: 2, repeats: 1}
   limits: {backoffLimit: 0}
 """), tmp)
+            with open(os.path.join(tmp, "other-model.sh"), "w") as f:
+                f.write("""echo "@dlbench fact model vgg16"
+i=0
+while [ $i -lt "$DLBENCH_TOTAL_STEPS" ]; do sleep 0.02; echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; i=$((i + 1)); done
+""")
+            other_model, other_model_status = run(command_run("other-model", f"[sh, {os.path.join(tmp, 'other-model.sh')}]",
+                                                              """\
+  cases: [{batchSizePerDevice: 2, precision: fp32}]
+  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 1}
+  limits: {backoffLimit: 0}
+"""), tmp)
+            bert, bert_status = run(command_run("classifier-for-bert", RESNET_EXAMPLE, """\
+  data: {sequenceLength: 16}
+  cases: [{batchSizePerDevice: 2, precision: fp32}]
+  methodology: {warmupSteps: 1, measureSteps: 2, repeats: 1}
+""", model="bert-base"), tmp)
             diverged, diverged_status = run(command_run("pytorch-diverges", RESNET_EXAMPLE, """\
   data: {imageSize: 64}
   cases: [{batchSizePerDevice: 4, precision: fp32}]
@@ -309,6 +358,18 @@ while [ $i -lt "$DLBENCH_TOTAL_STEPS" ]; do sleep 0.02; echo "@dlbench step $DLB
         self.assertEqual((result["state"], result["reason"]), ("Failed", "CaseMismatch"), result)
         self.assertIn("learningRate 0.5 instead of 0.00078125", result["message"])  # resnet50's at batch 2
         self.assertEqual(result["optimizer"]["learningRate"], 0.5, "the status says what ran")
+        # A script that says it trained another network timed other work: no figures.
+        self.assertEqual(other_model.returncode, 1, other_model.stdout + other_model.stderr)
+        result = other_model_status["results"][0]
+        self.assertEqual((result["state"], result["reason"]), ("Failed", "CaseMismatch"), result)
+        self.assertIn("the command says it trained vgg16 instead of resnet50", result["message"])
+        self.assertNotIn("throughput", result)
+        # The image classifier asked for BERT says which example trains it, instead of training another network.
+        self.assertEqual(bert.returncode, 1, bert.stdout + bert.stderr)
+        result = bert_status["results"][0]
+        self.assertEqual((result["state"], result["reason"], result["attempts"]), ("Failed", "Unsupported", 1), result)
+        self.assertIn("model bert-base: this script trains resnet50, resnet152, vgg16, alexnet, inception_v3; "
+                      "train_bert.py in the same directory trains bert-base", result["message"])
 
     def test_failing_commands_are_results_with_reasons(self):
         # One run, one failure per case (chosen by the batch size the case gives the command).

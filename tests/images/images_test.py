@@ -212,7 +212,7 @@ class Images(unittest.TestCase):
             # The init container: the worker image installs the shim and the examples into the volume.
             installed = run_in_with_volume(WORKER, volume, "dlbench-exec", "--install", "/dlbench")
             self.assertIn("/dlbench/dlbench-exec", installed.stdout)
-            self.assertTrue(os.path.exists(os.path.join(volume, "examples", "pytorch", "train_resnet50.py")))
+            self.assertTrue(os.path.exists(os.path.join(volume, "examples", "pytorch", "train_image_classifier.py")))
             # The user's image: plain Debian, without dlbench's libraries.
             slim = "docker.io/library/debian:bookworm-slim"
             libraries = run_in_with_volume(slim, volume, "/bin/sh", "-c",

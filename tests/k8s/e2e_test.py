@@ -7,7 +7,7 @@ dlbench-worker, CPU backend) as local processes. What `kubectl get br` shows at 
 
 With a python3 that imports torch and torchvision, PyTorch's ResNet-50 also runs under
 engine: command: one pod per node running dlbench-exec (installed by the init container) around
-examples/pytorch/train_resnet50.py, two nodes meeting at MASTER_ADDR over gloo.
+examples/pytorch/train_image_classifier.py, two nodes meeting at MASTER_ADDR over gloo.
 """
 import json
 import os

@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""ResNet-50 v1.5 training in PyTorch, timed by dlbench's command engine.
+"""Image classifier training in PyTorch, timed by dlbench's command engine: the network the case
+names (DLBENCH_MODEL: resnet50, resnet152, vgg16, alexnet or inception_v3, as torchvision builds
+them, image_classifiers.py), so that each model dlbench-worker trains has its PyTorch peer.
 
-The script trains torchvision's resnet50 on a fixed random batch (synthetic data, as
-tf_cnn_benchmarks and dlbench-worker do) or, with data.source imagefolder, on torchvision's
-ImageFolder through a DataLoader (DLBENCH_DECODE_THREADS worker processes per rank, the same
-transforms as dlbench-worker's pipeline, a DistributedSampler per epoch) with the spec's optimizer
-as dlbench-worker runs it (dlbench_torch.py: sgd, or adamw; lamb is reported unsupported), for
-the case dlbench gives it in DLBENCH_* variables, and prints "@dlbench step <global samples>"
-after every step. One command per node:
+The script trains on a fixed random batch (synthetic data, as tf_cnn_benchmarks and dlbench-worker
+do) or, with data.source imagefolder, on torchvision's ImageFolder through a DataLoader
+(DLBENCH_DECODE_THREADS worker processes per rank, the same transforms as dlbench-worker's
+pipeline, a DistributedSampler per epoch) with the spec's optimizer as dlbench-worker runs it
+(dlbench_torch.py: sgd, or adamw; lamb is reported unsupported), for the case dlbench gives it in
+DLBENCH_* variables, and prints "@dlbench step <global samples>" after every step. Another model
+(bert-base, deeplabv3plus) is reported unsupported, naming the script that trains it. One command
+per node:
 
-    python3 train_resnet50.py      # starts DLBENCH_GPUS_PER_NODE processes itself (torch.multiprocessing)
+    python3 train_image_classifier.py   # starts DLBENCH_GPUS_PER_NODE processes itself (torch.multiprocessing)
     torchrun --nnodes $DLBENCH_NODES --nproc_per_node $DLBENCH_GPUS_PER_NODE \
              --node_rank $DLBENCH_NODE_RANK --master_addr $MASTER_ADDR --master_port $MASTER_PORT \
-             train_resnet50.py     # or under torchrun, which starts them
+             train_image_classifier.py  # or under torchrun, which starts them
 
 Processes, devices, precisions and optimizers as dlbench_torch.py describes.
 """
@@ -22,21 +25,22 @@ import torch
 import torchvision
 
 from dlbench_torch import Precision, SkippingUnreadable, endless_batches, launch, optimizer_for
+from image_classifiers import CLASSES, CLASSIFIERS, classifier
 
 
 def main():
-    return launch(train)
+    return launch(train, CLASSIFIERS)
 
 
 def train(case, process):
     device = process.device
     torch.manual_seed(1234 + process.rank)
-    model = process.parallel(torchvision.models.resnet50().to(device).to(memory_format=torch.channels_last))
+    network, criterion = classifier(case.model)
+    model = process.parallel(network.to(device).to(memory_format=torch.channels_last))
     optimizer = optimizer_for(case, model, process)
-    criterion = torch.nn.CrossEntropyLoss()
     images = torch.randn(case.batch_size, 3, case.image_height, case.image_width, device=device)
     images = images.contiguous(memory_format=torch.channels_last)
-    labels = torch.randint(0, 1000, (case.batch_size,), device=device)
+    labels = torch.randint(0, CLASSES, (case.batch_size,), device=device)
     batches = real_batches(case, process) if case.data_source == "imagefolder" else None
 
     precision = Precision(case, device)
