@@ -40,10 +40,13 @@ __all__ = ["Process", "launch", "Optimizer", "optimizer_for", "why_unsupported",
            "endless_batches"]
 
 
-# The example that trains each model, for the refusal of one that trains others.
-EXAMPLE_FOR = {**{model: "train_image_classifier.py" for model in ("resnet50", "resnet152", "vgg16", "alexnet",
-                                                                      "inception_v3")},
-               "deeplabv3plus": "train_deeplabv3plus.py", "bert-base": "train_bert.py"}
+def example_for(model):
+    """The example beside this file that trains `model`, or None: for the refusal of a script that
+    trains others."""
+    from image_classifiers import CLASSIFIERS  # imports torchvision: only on a refusal's path
+    if model in CLASSIFIERS:
+        return "train_image_classifier.py"
+    return {"deeplabv3plus": "train_deeplabv3plus.py", "bert-base": "train_bert.py"}.get(model)
 
 
 def launch(train, models):
@@ -99,7 +102,7 @@ class Process:
     def why_unsupported(self, case, models):
         """Why this case cannot run here, or None."""
         if case.model not in models:
-            elsewhere = EXAMPLE_FOR.get(case.model)
+            elsewhere = example_for(case.model)
             return (f"model {case.model}: this script trains {', '.join(models)}"
                     + (f"; {elsewhere} in the same directory trains {case.model}" if elsewhere else ""))
         if case.precision in ("tf32", "amp") and not self.cuda:
