@@ -5,12 +5,14 @@ table (img/s each, ratio) for bench/RESULTS.md.
 
     bench/native_vs_pytorch_command.py [--build build/default] [--torch-python /usr/bin/python3]
         [--model resnet50] [--image-size 224] [--batch 16] [--devices 1,2] [--warmup 1] [--measure 3]
-        [--repeats 3]
+        [--repeats 3] [--huge-pages]
 
 Both engines run the same BenchmarkRun apart from `engine`/`command`: the same matrix, methodology,
 optimizer and OMP_NUM_THREADS split, one after the other on this host. PyTorch is
 examples/pytorch/train_image_classifier.py (torchvision's network, channels_last, SGD, DDP over gloo
-for two processes), timed by dlbench-exec from its step markers.
+for two processes), timed by dlbench-exec from its step markers. --huge-pages gives PyTorch's run
+spec.worker.env GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (bench_process.py): PyTorch frees its tensors
+every step, and on a VM where a page fault is dear that tunable is its fair peer.
 """
 import argparse
 import json
@@ -19,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 
+from bench_process import PYTORCH_HUGE_PAGES  # beside this script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -26,6 +30,8 @@ def run_yaml(name, engine, args):
     command = ""
     if engine == "command":
         command = "  engine: command\n  command: [sh, -c, 'exec python3 \"$DLBENCH_HOME/examples/pytorch/train_image_classifier.py\"']\n"
+        if args.huge_pages:
+            command += f"  worker: {{env: [{{name: GLIBC_TUNABLES, value: '{PYTORCH_HUGE_PAGES}'}}]}}\n"
     devices = ", ".join(str(d) for d in args.devices)
     return f"""apiVersion: dlbench.io/v1alpha1
 kind: BenchmarkRun
@@ -51,6 +57,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--measure", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--huge-pages", action="store_true", help="PyTorch's run with glibc.malloc.hugetlb=1")
     args = parser.parse_args()
     dlbench = os.path.join(args.build, "bin", "dlbench")
     if not os.access(dlbench, os.X_OK):
@@ -81,10 +88,18 @@ def main():
     print(f"Machine: {cpu}, {os.cpu_count()} cores; dlbench {commit or '?'}; PyTorch {torch_version} (Debian).")
     print(f"Command: `bench/native_vs_pytorch_command.py --model {args.model} --image-size {args.image_size} --batch {args.batch} "
           f"--devices {','.join(map(str, args.devices))} --warmup {args.warmup} --measure {args.measure} "
-          f"--repeats {args.repeats}` (median of the repeats).\n")
+          f"--repeats {args.repeats}{' --huge-pages' if args.huge_pages else ''}` (median of the repeats).\n")
     print("| case | dlbench-worker img/s | PyTorch (engine: command) img/s | dlbench / PyTorch | "
           "speed-up dlbench | speed-up PyTorch |")
     print("|---|---|---|---|---|---|")
+
+    def cell(r):  # the median, with the repeats' spread and the stability verdict
+        return (f"{r['throughput']['median']:.2f} (cv {100 * r['throughput']['cv']:.1f}%, "
+                f"{r.get('stability', {}).get('verdict', '?')})")
+
+    def speedup(r):  # none where the status refused it (an unstable case, a disturbed baseline)
+        return f"{r['speedup']:.2f}" if "speedup" in r else "-"
+
     for case in results["native"]:
         native, torch = results["native"][case], results["command"].get(case, {})
         if native.get("state") != "Succeeded" or torch.get("state") != "Succeeded":
@@ -92,8 +107,7 @@ def main():
                   f"{torch.get('reason', '')} | | | |")
             continue
         a, b = native["throughput"]["median"], torch["throughput"]["median"]
-        print(f"| {case} | {a:.2f} | {b:.2f} | {a / b:.2f} | {native.get('speedup', 0):.2f} | "
-              f"{torch.get('speedup', 0):.2f} |")
+        print(f"| {case} | {cell(native)} | {cell(torch)} | {a / b:.2f} | {speedup(native)} | {speedup(torch)} |")
 
 
 if __name__ == "__main__":
