@@ -4,6 +4,7 @@ comparison, and the GPU's dense peak for an MFU.
 
     gpu_bench.py result RESULT_JSON BATCH PRECISION [ENGINE]   # one JSON line for the comparison's rows
                                                               # (ENGINE: dlbench unless said, as dlbench-graph)
+    gpu_bench.py status STATUS_JSON ENGINE                     # one line per case of a `dlbench run` status
 
 Imported by the scripts' tables for peaks() and rows().
 """
@@ -46,7 +47,25 @@ def result_line(path, batch, precision, engine="dlbench"):
     return json.dumps(line)
 
 
+def status_lines(path, engine):
+    """The comparison's lines for each case of a `dlbench run` status (engine: command's, say)."""
+    with open(path) as f:
+        run = json.load(f)
+    out = []
+    for r in run["status"].get("results", []):
+        line = {"model": run["spec"]["model"], "engine": engine, "batch": r["case"]["batchSizePerDevice"],
+                "precision": r["case"]["precision"], "median": r.get("throughput", {}).get("median"),
+                "state": r["state"], "reason": r.get("reason", "")}
+        if "cv" in r.get("throughput", {}):
+            line["cv"] = r["throughput"]["cv"]
+        out.append(json.dumps(line))
+    return out
+
+
 if __name__ == "__main__":
-    if len(sys.argv) not in (5, 6) or sys.argv[1] != "result":
+    if len(sys.argv) == 4 and sys.argv[1] == "status":
+        print("\n".join(status_lines(sys.argv[2], sys.argv[3])))
+    elif len(sys.argv) in (5, 6) and sys.argv[1] == "result":
+        print(result_line(sys.argv[2], int(sys.argv[3]), sys.argv[4], *sys.argv[5:]))
+    else:
         sys.exit(__doc__)
-    print(result_line(sys.argv[2], int(sys.argv[3]), sys.argv[4], *sys.argv[5:]))

@@ -375,6 +375,17 @@ for model in resnet152 inception_v3 vgg16 alexnet deeplabv3plus; do
     --image-size "${compare_image[$model]}" --precision amp --warmup 10 --measure 30 --repeats 3
   grep -hs '^{' "$logs/pytorch-$model-amp.log" >> "$results"
 done
+# PyTorch's example under engine: command, never run on a GPU: examples/pytorch/train_image_classifier.py
+# through `dlbench run` and dlbench-exec, which times the script's step markers, at amp's ResNet-50 shape
+# and methodology. The table puts its figure beside PyTorch's own timing of the same loop above.
+sed -e 's/^  name: pytorch-resnet50$/  name: pytorch-command-resnet50-amp/' -e 's/gpusPerNode: \[1, 2\]/gpusPerNode: [1]/' \
+  -e "s/batchSizePerDevice: \\[16\\]/batchSizePerDevice: [${resnet_batch[amp]}]/" -e 's/precision: \[fp32\]/precision: [amp]/' \
+  -e 's/warmupSteps: 5, measureSteps: 20, repeats: 3/warmupSteps: 10, measureSteps: 30, repeats: 3/' \
+  "$here/../crds/examples/pytorch-resnet50.yaml" > "$logs/pytorch-command-resnet50-amp.yaml"
+step pytorch-command-resnet50-amp 120 "$bin/dlbench" run -f "$logs/pytorch-command-resnet50-amp.yaml" \
+  --output "$logs/pytorch-command-resnet50-amp.status.json"
+[[ -s $logs/pytorch-command-resnet50-amp.status.json ]] &&
+  python3 "$here/gpu_bench.py" status "$logs/pytorch-command-resnet50-amp.status.json" pytorch-command >> "$results"
 
 
 echo

@@ -313,6 +313,19 @@ def comparison(logs):
     if tuned:
         out.append("PyTorch tuned (fused optimizer; BERT's attention through scaled_dot_product_attention): " +
                    "; ".join(tuned))
+    # PyTorch's example under engine: command, timed by dlbench-exec from its step markers, beside
+    # PyTorch's own timing of the same loop: the command engine's figure should be the script's.
+    command = []
+    for (model, precision, engine), r in sorted(rows.items()):
+        if engine != "pytorch-command":
+            continue
+        own = rows.get((model, precision, "pytorch")) or {}
+        command.append(f"{model} {precision} {fmt(r.get('median'), r)}"
+                       + (f" (cv {100 * r['cv']:.2f}%)" if "cv" in r else "")
+                       + f", PyTorch's own timing {fmt(own.get('median'), own)}, engine: command / own "
+                       + ratio(r.get("median"), own.get("median")))
+    if command:
+        out.append("PyTorch's example under engine: command (dlbench-exec times its step markers): " + "; ".join(command))
     return out
 
 

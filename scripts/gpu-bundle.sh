@@ -16,7 +16,7 @@ build=${1:-build/default}
 out=${2:-build/gpu-bundle}
 # Every program bench/gpu_check.sh runs from the bundle (bench.GpuCheckRehearsal rehearses the check
 # with exactly these).
-programs=(dlbench-worker dlbench dlbench-input dlbench_cuda_backend_tests dlbench_gpu_tests)
+programs=(dlbench-worker dlbench dlbench-exec dlbench-input dlbench_cuda_backend_tests dlbench_gpu_tests)
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
@@ -27,8 +27,12 @@ done
 
 # What the loader resolves, minus what every Linux (glibc, the C++ runtime) and the GPU image
 # (CUDA's libraries, the driver) already have.
+# The examples and the marker helper, where `dlbench run` finds them for engine: command (DLBENCH_HOME).
+mkdir -p "$out/share/dlbench"
+cp -r "$build/share/dlbench/examples" "$out/share/dlbench/"
+
 for program in "${programs[@]}"; do
-  ldd "$build/bin/$program" | awk '/=> \// {print $3}'
+  { ldd "$build/bin/$program" 2>/dev/null || true; } | awk '/=> \// {print $3}'  # dlbench-exec is static: ldd says so and fails
 done | sort -u | while read -r library; do
   case "$(basename "$library")" in
     libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) continue ;;
@@ -38,7 +42,7 @@ done | sort -u | while read -r library; do
 done
 
 # Every library a bundled program needs must now resolve from the bundle or the excluded set.
-missing=$(for program in "$out"/bin/*; do LD_LIBRARY_PATH="$out/lib" ldd "$program" | grep "not found" || true; done)
+missing=$(for program in "$out"/bin/*; do LD_LIBRARY_PATH="$out/lib" ldd "$program" 2>/dev/null | grep "not found" || true; done)
 [[ -z "$missing" ]] || { echo "gpu-bundle: unresolved: $missing" >&2; exit 1; }
 du -sh "$out/bin" "$out/lib"
 du -sb "$out" | awk '{printf "gpu-bundle: %.1f MiB in %s\n", $1 / 1048576, $2}'

@@ -26,7 +26,7 @@ VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|
 # Steps that need no GPU: they succeed here as on the device.
 CPU_ONLY = ["real-data-generate", "input-measure-imagefolder", "input-measure-cityscapes"]
 # Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
-EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "amp-overflow-trace", "dlbench-run-cuda", "dlbench-run-cuda-graph", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
+EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "amp-overflow-trace", "dlbench-run-cuda", "dlbench-run-cuda-graph", "pytorch-command-resnet50-amp", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
              "dlbench-resnet50-amp-graph",
              "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-own", "self-test-fp32-own",
              "dlbench-resnet50-fp32-own-accumulate", "self-test-weight-copies-kept", "dlbench-resnet50-amp-kept",
@@ -75,6 +75,8 @@ class GpuCheckRehearsal(unittest.TestCase):
             for program in bundled_programs():
                 self.assertTrue(os.path.exists(os.path.join(BIN, program)), f"{program} is not built in {BIN}")
                 os.symlink(os.path.join(BIN, program), os.path.join(bundle, "bin", program))
+            # The examples, which the bundle carries beside bin/ as the build tree does.
+            os.symlink(os.path.join(BIN, "..", "share"), os.path.join(bundle, "share"))
         done = subprocess.run(["bash", SCRIPT, bundle, os.path.join(work, logs)], cwd=ROOT, capture_output=True,
                               text=True, timeout=600, env={**os.environ, **env})
         output = done.stdout + done.stderr

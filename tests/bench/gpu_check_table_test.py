@@ -161,6 +161,31 @@ class GpuCheckTable(unittest.TestCase):
                       "PyTorch eager 0.089 J, dlbench / PyTorch 0.80; resnet50 fp32 dlbench 0.61 J, PyTorch eager - "
                       "(the GPU at index 0 has no energy counter)", lines)
 
+    def test_pytorch_under_engine_command_beside_its_own_timing(self):
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+        import gpu_bench
+        with tempfile.TemporaryDirectory() as logs:
+            # The status `dlbench run` leaves, as gpu_check.sh turns it into comparison lines.
+            write(logs, "run.status.json", json.dumps({
+                "spec": {"model": "resnet50"},
+                "status": {"results": [
+                    {"case": {"batchSizePerDevice": 256, "precision": "amp"}, "state": "Succeeded",
+                     "throughput": {"median": 5580.0, "cv": 0.004}},
+                    {"case": {"batchSizePerDevice": 256, "precision": "bf16"}, "state": "Failed",
+                     "reason": "CommandFailed"}]}}))
+            lines = gpu_bench.status_lines(os.path.join(logs, "run.status.json"), "pytorch-command")
+            self.assertEqual([json.loads(line) for line in lines], [
+                {"model": "resnet50", "engine": "pytorch-command", "batch": 256, "precision": "amp", "median": 5580.0,
+                 "state": "Succeeded", "reason": "", "cv": 0.004},
+                {"model": "resnet50", "engine": "pytorch-command", "batch": 256, "precision": "bf16", "median": None,
+                 "state": "Failed", "reason": "CommandFailed"}])
+            write(logs, "comparison.jsonl", "\n".join(lines + [json.dumps(
+                {"model": "resnet50", "precision": "amp", "engine": "pytorch", "batch": 256, "median": 5627.8})]) + "\n")
+            table = self.table(logs)
+        self.assertIn("PyTorch's example under engine: command (dlbench-exec times its step markers): resnet50 amp "
+                      "5580.0 (cv 0.40%), PyTorch's own timing 5627.8, engine: command / own 0.99; resnet50 bf16 "
+                      "- (CommandFailed), PyTorch's own timing -, engine: command / own -", table)
+
     def test_a_results_line_says_its_joules_per_sample(self):
         sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
         import gpu_bench
