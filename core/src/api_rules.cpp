@@ -250,6 +250,19 @@ MinImageSize min_image_size(Model model) {
   return {bounds::kImageSize.min, "its five halvings"};
 }
 
+std::int64_t network_parameter_count(Model model) {
+  switch (model) {
+    case Model::resnet50: return 25'557'032;
+    case Model::resnet152: return 60'192'808;
+    case Model::vgg16: return 138'357'544;
+    case Model::alexnet: return 61'100'840;
+    case Model::inception_v3: return 27'161'264;
+    case Model::deeplabv3plus: return 40'351'667;
+    case Model::bert_base: return 110'106'428;
+  }
+  return 0;
+}
+
 std::string format_learning_rate(double learning_rate) {
   std::ostringstream out;
   out << std::setprecision(6) << learning_rate;

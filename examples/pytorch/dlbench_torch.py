@@ -8,7 +8,8 @@ PyTorch as in dlbench's own engine and the two engines' figures time the same wo
                        keeps the examples independent of torchrun's version (Debian 12's PyTorch
                        1.13 on Python 3.11 cannot parse torchrun's default --redirects/--tee "0").
                        `models` are the DLBENCH_MODEL values the script trains: it states the
-                       case's as the fact `model`, which dlbench judges, and reports any other
+                       case's as the fact `model`, and Process.parallel its network's parameter
+                       count as `parameters`, which dlbench judges; any other model it reports
                        as unsupported, naming the example that trains it.
     optimizer_for      sgd: torch.optim.SGD(lr, momentum, weight_decay) over every parameter;
                        either optimizer with its rate warmed up linearly over the first
@@ -136,7 +137,11 @@ class Process:
         fact("dataSource", case.data_source)
 
     def parallel(self, model):
-        """`model` on every device of the case, its gradients averaged (DistributedDataParallel)."""
+        """`model` on every device of the case, its gradients averaged (DistributedDataParallel).
+        The process that speaks for the case states the network's trainable parameters, which
+        dlbench holds to dlbench-worker's network for the case (the fact `parameters`)."""
+        if self.reporter:
+            fact("parameters", sum(p.numel() for p in model.parameters() if p.requires_grad))
         if self.world_size == 1:
             return model
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=[self.local_rank] if self.cuda else None)

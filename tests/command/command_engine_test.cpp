@@ -261,8 +261,9 @@ TEST(CommandResult, TheOptimizerACommandStatesIsTheResultsAndIsChecked) {
       << "a warm-up alone does not say how the command trained";
 }
 
-// A command may say which network it trained: the case's passes, another fails the case (its
-// steps timed other work), and a name the API does not spell is a malformed marker.
+// A command may say which network it trained, by name and by parameter count: the case's passes,
+// another fails the case (its steps timed other work), and a name the API does not spell or a
+// count that is no count is a malformed marker.
 TEST(CommandResult, TheModelACommandStatesIsJudgedAgainstTheCase) {
   const auto with_model = [](std::string model, int exit_code = 0) {
     CommandOutcome o;
@@ -286,6 +287,28 @@ TEST(CommandResult, TheModelACommandStatesIsJudgedAgainstTheCase) {
   EXPECT_FALSE(other.throughput.has_value()) << "another network's speed is not this case's";
   EXPECT_TRUE(decode_result_document(to_json(other)).ok());
   EXPECT_EQ(with_model("resnet50", 1).reason, "CaseMismatch") << "the root cause, before the command's exit";
+
+  // Its parameter count, where it states one, is held to dlbench-worker's network for the case.
+  const auto with_parameters = [](std::string parameters) {
+    CommandOutcome o;
+    o.exit_code = 0;
+    o.started = true;
+    o.steps = arrivals({1.0, 1.5, 2.0}, 8);
+    o.facts = {{"parameters", std::move(parameters)}};
+    CommandCase c = small_case();
+    c.model = Model::vgg16;
+    return command_result(c, o, EnvironmentInfo{}, "t0", "t1");
+  };
+  const ResultDocument counted = with_parameters("138357544");
+  ASSERT_EQ(counted.state, CaseState::Succeeded) << counted.message;
+  EXPECT_EQ(counted.environment.facts, (std::map<std::string, std::string>{}));
+  const ResultDocument bigger = with_parameters("138357545");
+  EXPECT_EQ(bigger.reason, "CaseMismatch");
+  EXPECT_THAT(bigger.message, HasSubstr("the command's network has 138357545 parameters (its fact parameters), "
+                                        "dlbench-worker's vgg16 has 138357544: another network than the case's"));
+  EXPECT_FALSE(bigger.throughput.has_value());
+  EXPECT_EQ(with_parameters("1.4e8").reason, "InvalidMarker");
+  EXPECT_THAT(with_parameters("0").message, HasSubstr("fact parameters: \"0\" is not a whole number of at least 1"));
 
   const ResultDocument unknown = with_model("resnet-50");
   EXPECT_EQ(unknown.reason, "InvalidMarker");

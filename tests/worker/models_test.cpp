@@ -41,6 +41,15 @@ TEST(Models, ParameterCountsMatchTorchvision) {
   EXPECT_EQ(parameter_count(*build_model("deeplabv3plus", 19)), 40'351'667);
 }
 
+// Core's count, which engine: command holds a script's stated `parameters` to, is the network this
+// worker builds for each image model at its catalog's classes (BERT-base's: transformer_test.cpp).
+TEST(Models, CoresParameterCountIsTheNetworkTheWorkerBuilds) {
+  for (const ModelInfo& info : model_catalog()) {
+    if (info.sequences) continue;
+    EXPECT_EQ(parameter_count(*build_model(info.name(), info.classes)), network_parameter_count(info.model)) << info.name();
+  }
+}
+
 // The API admits each image model down to core's min_image_size: every model sets up there, and
 // where a model needs more than the API's 32 pixels (AlexNet, InceptionV3) one pixel less is
 // too few for its layers, so the bound is the network's own, not a guess.

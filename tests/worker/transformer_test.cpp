@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "dlbench/core/api_rules.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
 #include "trainer.hpp"
@@ -509,6 +510,7 @@ TEST(Bert, BaseHasBertBasesParameterCount) {
   std::int64_t count = 0;
   for (const Parameter* p : params) count += p->value.numel();
   EXPECT_EQ(count, 110'106'428);
+  EXPECT_EQ(count, network_parameter_count(Model::bert_base)) << "what engine: command holds a script's `parameters` to";
   name_parameters(*net);
   EXPECT_EQ(params.front()->name, "bert.embeddings.word_embeddings.weight");
   EXPECT_EQ(params[5]->name, "bert.encoder.layer.0.attention.self.query.weight");

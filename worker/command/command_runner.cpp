@@ -207,6 +207,21 @@ std::optional<Model> model_from_facts(std::map<std::string, std::string>& facts,
   return model;
 }
 
+// The parameter count the command says its network has (`@dlbench fact parameters <n>`), taken out
+// of `facts`: nullopt where it says nothing; an error where it is not a whole number.
+std::optional<std::int64_t> parameters_from_facts(std::map<std::string, std::string>& facts, std::string& error) {
+  const auto stated = facts.find("parameters");
+  if (stated == facts.end()) return std::nullopt;
+  const auto count = whole_number(stated->second, {1, std::numeric_limits<std::int64_t>::max()});
+  if (!count) {
+    error = "fact parameters: \"" + printable(stated->second.substr(0, 64)) +
+            "\" is not a whole number of at least 1 (the network's trainable parameters)";
+    return std::nullopt;
+  }
+  facts.erase(stated);
+  return count;
+}
+
 // The loss after each repeat from the command's `@dlbench loss` lines: the last one reported
 // after one of the repeat's steps. Empty where the command reports none; an error where it
 // reports some repeats' and not others'.
@@ -576,8 +591,9 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   std::map<std::string, std::string> facts = o.facts;
   std::string optimizer_error;
   doc.optimizer = optimizer_from_facts(facts, optimizer_error);  // judged against the spec as the worker's is
-  std::string model_error;
-  const std::optional<Model> trained = model_from_facts(facts, model_error);
+  std::string network_error;
+  const std::optional<Model> trained = model_from_facts(facts, network_error);
+  const std::optional<std::int64_t> parameters = parameters_from_facts(facts, network_error);
   for (const auto& [key, value] : facts) apply_fact(environment, key, value);
   environment.nccl_transport = o.nccl_transport;
   doc.environment = std::move(environment);
@@ -592,12 +608,18 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   };
   if (!o.invalid_marker.empty()) return fail("InvalidMarker", o.invalid_marker);
   if (!optimizer_error.empty()) return fail("InvalidMarker", optimizer_error);
-  if (!model_error.empty()) return fail("InvalidMarker", model_error);
+  if (!network_error.empty()) return fail("InvalidMarker", network_error);
   if (trained && *trained != c.model) {
     // Its steps timed another network: not this case's figures, whatever became of the command.
     return fail("CaseMismatch", "the command says it trained " + std::string(to_string(*trained)) + " instead of " +
                                     std::string(to_string(c.model)) + " (its fact model; the case's model is in "
                                     "DLBENCH_MODEL) after " + seen);
+  }
+  if (parameters && *parameters != network_parameter_count(c.model)) {
+    return fail("CaseMismatch", "the command's network has " + std::to_string(*parameters) + " parameters (its fact "
+                                "parameters), dlbench-worker's " + std::string(to_string(c.model)) + " has " +
+                                std::to_string(network_parameter_count(c.model)) + ": another network than the "
+                                "case's, after " + seen);
   }
   if (!o.unsupported.empty()) return fail(kReasonUnsupported, "the command says it cannot run this case: " + o.unsupported);
   if (o.interrupted) return fail("Interrupted", "stopped by a signal after " + seen + tail);

@@ -158,6 +158,13 @@ struct MinImageSize {
 };
 MinImageSize min_image_size(Model model);
 
+// The trainable parameters of the network dlbench-worker trains for `model`, whatever the image
+// size: torchvision's counts for the classifiers (1,000 classes; inception_v3 with its auxiliary
+// classifier), DeepLabV3+ with 19 classes, BERT-base with its decoder tied to the word
+// embeddings. Under engine: command a script that states the fact `parameters` is held to it, so
+// that both engines time the same network; the worker's tests build each model against it.
+std::int64_t network_parameter_count(Model model);
+
 // "sgd at learning rate 0.01": how a run or a case trains, in the CLI's and the worker's words.
 // A learning rate as every summary, table and message prints it: 6 significant digits
 // ("0.003125", "3.90625e-05").
