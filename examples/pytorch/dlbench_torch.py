@@ -290,12 +290,26 @@ def endless_batches(dataset, case, process):
 class Precision:
     """One training step in the case's precision: the loss under autocast (fp16 for amp, bf16),
     its backward scaled by a GradScaler for amp, then the update (which skips a step the scaler
-    found overflowing)."""
+    found overflowing). The process that speaks for the case states the precision it set up, read
+    back from autocast's type and the backends' TF32 switches (the fact `precision`, which dlbench
+    judges against the case)."""
 
-    def __init__(self, case, device):
-        self.device_type = device.type
+    def __init__(self, case, process):
+        self.device_type = process.device.type
         self.half = {"amp": torch.float16, "bf16": torch.bfloat16}.get(case.precision)
         self.scaler = torch.cuda.amp.GradScaler() if case.precision == "amp" else None
+        if process.reporter:
+            fact("precision", self.trained())
+
+    def trained(self):
+        """The precision these steps run in, in the spec's spelling."""
+        if self.half is torch.float16:  # with its GradScaler: amp
+            return "amp"
+        if self.half is torch.bfloat16:
+            return "bf16"
+        tf32 = (self.device_type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+                and torch.backends.cudnn.allow_tf32)
+        return "tf32" if tf32 else "fp32"
 
     def step(self, model, optimizer, compute_loss):
         """compute_loss() is the forward and the loss; returns the loss."""

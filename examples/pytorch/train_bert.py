@@ -104,7 +104,7 @@ def train(case, process):
         fixed = (words, segments, predicted, masked_words, next_sentence, None)
         batches = iter(lambda: fixed, None)
 
-    precision = Precision(case, device)
+    precision = Precision(case, process)
     current = {}
 
     def compute_loss():

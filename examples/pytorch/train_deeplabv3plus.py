@@ -46,7 +46,7 @@ def train(case, process):
                                                                   case.image_width)), case, process)
                if case.data_source == "cityscapes" else None)
 
-    precision = Precision(case, device)
+    precision = Precision(case, process)
 
     def train_step():
         nonlocal images, labels

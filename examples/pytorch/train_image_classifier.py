@@ -43,7 +43,7 @@ def train(case, process):
     labels = torch.randint(0, CLASSES, (case.batch_size,), device=device)
     batches = real_batches(case, process) if case.data_source == "imagefolder" else None
 
-    precision = Precision(case, device)
+    precision = Precision(case, process)
 
     def train_step():
         nonlocal images, labels

@@ -261,9 +261,9 @@ TEST(CommandResult, TheOptimizerACommandStatesIsTheResultsAndIsChecked) {
       << "a warm-up alone does not say how the command trained";
 }
 
-// A command may say which network it trained, by name and by parameter count: the case's passes,
-// another fails the case (its steps timed other work), and a name the API does not spell or a
-// count that is no count is a malformed marker.
+// A command may say which network it trained, by name and by parameter count, and in which
+// precision: the case's passes, another fails the case (its steps timed other work), and a name
+// the API does not spell or a count that is no count is a malformed marker.
 TEST(CommandResult, TheModelACommandStatesIsJudgedAgainstTheCase) {
   const auto with_model = [](std::string model, int exit_code = 0) {
     CommandOutcome o;
@@ -309,6 +309,25 @@ TEST(CommandResult, TheModelACommandStatesIsJudgedAgainstTheCase) {
   EXPECT_FALSE(bigger.throughput.has_value());
   EXPECT_EQ(with_parameters("1.4e8").reason, "InvalidMarker");
   EXPECT_THAT(with_parameters("0").message, HasSubstr("fact parameters: \"0\" is not a whole number of at least 1"));
+
+  // And its precision: a script that ignores DLBENCH_PRECISION timed other arithmetic.
+  const auto with_precision = [](std::string precision) {
+    CommandOutcome o;
+    o.exit_code = 0;
+    o.started = true;
+    o.steps = arrivals({1.0, 1.5, 2.0}, 8);
+    o.facts = {{"precision", std::move(precision)}};
+    CommandCase c = small_case();
+    c.case_.precision = Precision::amp;
+    return command_result(c, o, EnvironmentInfo{}, "t0", "t1");
+  };
+  EXPECT_EQ(with_precision("amp").state, CaseState::Succeeded);
+  EXPECT_EQ(with_precision("amp").environment.facts, (std::map<std::string, std::string>{}));
+  const ResultDocument fp32 = with_precision("fp32");
+  EXPECT_EQ(fp32.reason, "CaseMismatch");
+  EXPECT_THAT(fp32.message, HasSubstr("the command says it trained in fp32 instead of amp (its fact precision"));
+  EXPECT_FALSE(fp32.throughput.has_value());
+  EXPECT_THAT(with_precision("fp16").message, HasSubstr("fact precision: \"fp16\" is not one of fp32, tf32, amp, bf16"));
 
   const ResultDocument unknown = with_model("resnet-50");
   EXPECT_EQ(unknown.reason, "InvalidMarker");

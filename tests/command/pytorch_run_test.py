@@ -120,7 +120,7 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
                 expected = math.log(1000) * (1.4 if model == "inception_v3" else 1)
                 loss = result["lossAfterRepeats"][0]
                 self.assertTrue(0.5 * expected < loss < 2 * expected, (model, loss, expected))
-        # It says which network it trained, by name and parameter count, which dlbench-exec judges
+        # It says which network it trained, by name and parameter count, and in which precision, which dlbench-exec judges
         # against the case (the runs above passed that judgement for every example and model).
         env = dict(os.environ, DLBENCH_MODEL="alexnet", DLBENCH_IMAGE_SIZE="63", DLBENCH_NODES="1", DLBENCH_NODE_RANK="0",
                    DLBENCH_GPUS_PER_NODE="1", DLBENCH_BATCH_SIZE="2", DLBENCH_WARMUP_STEPS="0",
@@ -130,6 +130,7 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
         self.assertEqual(direct.returncode, 0, direct.stderr)
         self.assertIn("@dlbench fact model alexnet\n", direct.stdout)
         self.assertIn("@dlbench fact parameters 61100840\n", direct.stdout)  # torchvision's alexnet, as dlbench-worker's
+        self.assertIn("@dlbench fact precision fp32\n", direct.stdout)
         self.assertEqual(direct.stdout.count("@dlbench step 2\n"), 1, direct.stdout)
 
     def test_pytorch_trains_on_the_same_imagefolder(self):

@@ -191,20 +191,21 @@ std::optional<OptimizerSpec> optimizer_from_facts(std::map<std::string, std::str
   return optimizer;
 }
 
-// The model the command says it trained (`@dlbench fact model <name>`), taken out of `facts`:
-// nullopt where it says nothing; an error naming the allowed spellings where the name is none of
-// the API's.
-std::optional<Model> model_from_facts(std::map<std::string, std::string>& facts, std::string& error) {
-  const auto stated = facts.find("model");
+// What the command says it trained in the API's spelling (`@dlbench fact model <name>`, `@dlbench
+// fact precision <name>`), taken out of `facts`: nullopt where it says nothing; an error naming
+// the allowed spellings where the name is none of the API's.
+template <typename E>
+std::optional<E> spelled_fact(std::map<std::string, std::string>& facts, const std::string& key, std::string& error) {
+  const auto stated = facts.find(key);
   if (stated == facts.end()) return std::nullopt;
-  const auto model = enum_from_string<Model>(stated->second);
-  if (!model) {
-    error = "fact model: \"" + printable(stated->second.substr(0, 64)) + "\" is not one of " + allowed_values<Model>() +
-            " (spec.model's spellings)";
+  const auto value = enum_from_string<E>(stated->second);
+  if (!value) {
+    error = "fact " + key + ": \"" + printable(stated->second.substr(0, 64)) + "\" is not one of " + allowed_values<E>() +
+            " (spec's spellings)";
     return std::nullopt;
   }
   facts.erase(stated);
-  return model;
+  return value;
 }
 
 // The parameter count the command says its network has (`@dlbench fact parameters <n>`), taken out
@@ -592,7 +593,8 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   std::string optimizer_error;
   doc.optimizer = optimizer_from_facts(facts, optimizer_error);  // judged against the spec as the worker's is
   std::string network_error;
-  const std::optional<Model> trained = model_from_facts(facts, network_error);
+  const std::optional<Model> trained = spelled_fact<Model>(facts, "model", network_error);
+  const std::optional<Precision> trained_precision = spelled_fact<Precision>(facts, "precision", network_error);
   const std::optional<std::int64_t> parameters = parameters_from_facts(facts, network_error);
   for (const auto& [key, value] : facts) apply_fact(environment, key, value);
   environment.nccl_transport = o.nccl_transport;
@@ -614,6 +616,11 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
     return fail("CaseMismatch", "the command says it trained " + std::string(to_string(*trained)) + " instead of " +
                                     std::string(to_string(c.model)) + " (its fact model; the case's model is in "
                                     "DLBENCH_MODEL) after " + seen);
+  }
+  if (trained_precision && *trained_precision != c.case_.precision) {
+    return fail("CaseMismatch", "the command says it trained in " + std::string(to_string(*trained_precision)) +
+                                    " instead of " + std::string(to_string(c.case_.precision)) +
+                                    " (its fact precision; the case's is in DLBENCH_PRECISION) after " + seen);
   }
   if (parameters && *parameters != network_parameter_count(c.model)) {
     return fail("CaseMismatch", "the command's network has " + std::to_string(*parameters) + " parameters (its fact "
