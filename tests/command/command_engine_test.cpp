@@ -261,75 +261,61 @@ TEST(CommandResult, TheOptimizerACommandStatesIsTheResultsAndIsChecked) {
       << "a warm-up alone does not say how the command trained";
 }
 
+// A vgg16 amp case whose command stated `facts` and exited with `exit_code`.
+ResultDocument vgg16_amp_stating(std::map<std::string, std::string> facts, int exit_code = 0) {
+  CommandOutcome o;
+  o.exit_code = exit_code;
+  o.started = true;
+  o.steps = arrivals({1.0, 1.5, 2.0}, 8);
+  o.facts = std::move(facts);
+  CommandCase c = small_case();
+  c.model = Model::vgg16;
+  c.case_.precision = Precision::amp;
+  return command_result(c, o, EnvironmentInfo{}, "t0", "t1");
+}
+
 // A command may say which network it trained, by name and by parameter count, and in which
 // precision: the case's passes, another fails the case (its steps timed other work), and a name
 // the API does not spell or a count that is no count is a malformed marker.
-TEST(CommandResult, TheModelACommandStatesIsJudgedAgainstTheCase) {
-  const auto with_model = [](std::string model, int exit_code = 0) {
-    CommandOutcome o;
-    o.exit_code = exit_code;
-    o.started = true;
-    o.steps = arrivals({1.0, 1.5, 2.0}, 8);
-    o.facts = {{"framework", "pytorch"}, {"model", std::move(model)}};
-    CommandCase c = small_case();
-    c.model = Model::vgg16;
-    return command_result(c, o, EnvironmentInfo{}, "t0", "t1");
-  };
-  const ResultDocument same = with_model("vgg16");
+TEST(CommandResult, TheNetworkAndPrecisionACommandStatesAreJudgedAgainstTheCase) {
+  const ResultDocument same = vgg16_amp_stating({{"framework", "pytorch"}, {"model", "vgg16"}});
   ASSERT_EQ(same.state, CaseState::Succeeded) << same.reason << ": " << same.message;
   EXPECT_EQ(same.model, Model::vgg16);
   EXPECT_EQ(same.environment.facts, (std::map<std::string, std::string>{})) << "judged, not kept as a loose fact";
 
-  const ResultDocument other = with_model("resnet50");
+  const ResultDocument other = vgg16_amp_stating({{"model", "resnet50"}});
   EXPECT_EQ(other.state, CaseState::Failed);
   EXPECT_EQ(other.reason, "CaseMismatch");
   EXPECT_THAT(other.message, HasSubstr("the command says it trained resnet50 instead of vgg16 (its fact model"));
   EXPECT_FALSE(other.throughput.has_value()) << "another network's speed is not this case's";
   EXPECT_TRUE(decode_result_document(to_json(other)).ok());
-  EXPECT_EQ(with_model("resnet50", 1).reason, "CaseMismatch") << "the root cause, before the command's exit";
+  EXPECT_EQ(vgg16_amp_stating({{"model", "resnet50"}}, 1).reason, "CaseMismatch") << "the root cause, before the command's exit";
 
   // Its parameter count, where it states one, is held to dlbench-worker's network for the case.
-  const auto with_parameters = [](std::string parameters) {
-    CommandOutcome o;
-    o.exit_code = 0;
-    o.started = true;
-    o.steps = arrivals({1.0, 1.5, 2.0}, 8);
-    o.facts = {{"parameters", std::move(parameters)}};
-    CommandCase c = small_case();
-    c.model = Model::vgg16;
-    return command_result(c, o, EnvironmentInfo{}, "t0", "t1");
-  };
-  const ResultDocument counted = with_parameters("138357544");
+  const ResultDocument counted = vgg16_amp_stating({{"parameters", "138357544"}});
   ASSERT_EQ(counted.state, CaseState::Succeeded) << counted.message;
   EXPECT_EQ(counted.environment.facts, (std::map<std::string, std::string>{}));
-  const ResultDocument bigger = with_parameters("138357545");
+  const ResultDocument bigger = vgg16_amp_stating({{"parameters", "138357545"}});
   EXPECT_EQ(bigger.reason, "CaseMismatch");
   EXPECT_THAT(bigger.message, HasSubstr("the command's network has 138357545 parameters (its fact parameters), "
                                         "dlbench-worker's vgg16 has 138357544: another network than the case's"));
   EXPECT_FALSE(bigger.throughput.has_value());
-  EXPECT_EQ(with_parameters("1.4e8").reason, "InvalidMarker");
-  EXPECT_THAT(with_parameters("0").message, HasSubstr("fact parameters: \"0\" is not a whole number of at least 1"));
+  EXPECT_EQ(vgg16_amp_stating({{"parameters", "1.4e8"}}).reason, "InvalidMarker");
+  EXPECT_THAT(vgg16_amp_stating({{"parameters", "0"}}).message,
+              HasSubstr("fact parameters: \"0\" is not a whole number of at least 1"));
 
   // And its precision: a script that ignores DLBENCH_PRECISION timed other arithmetic.
-  const auto with_precision = [](std::string precision) {
-    CommandOutcome o;
-    o.exit_code = 0;
-    o.started = true;
-    o.steps = arrivals({1.0, 1.5, 2.0}, 8);
-    o.facts = {{"precision", std::move(precision)}};
-    CommandCase c = small_case();
-    c.case_.precision = Precision::amp;
-    return command_result(c, o, EnvironmentInfo{}, "t0", "t1");
-  };
-  EXPECT_EQ(with_precision("amp").state, CaseState::Succeeded);
-  EXPECT_EQ(with_precision("amp").environment.facts, (std::map<std::string, std::string>{}));
-  const ResultDocument fp32 = with_precision("fp32");
+  const ResultDocument amp = vgg16_amp_stating({{"precision", "amp"}});
+  EXPECT_EQ(amp.state, CaseState::Succeeded);
+  EXPECT_EQ(amp.environment.facts, (std::map<std::string, std::string>{}));
+  const ResultDocument fp32 = vgg16_amp_stating({{"precision", "fp32"}});
   EXPECT_EQ(fp32.reason, "CaseMismatch");
   EXPECT_THAT(fp32.message, HasSubstr("the command says it trained in fp32 instead of amp (its fact precision"));
   EXPECT_FALSE(fp32.throughput.has_value());
-  EXPECT_THAT(with_precision("fp16").message, HasSubstr("fact precision: \"fp16\" is not one of fp32, tf32, amp, bf16"));
+  EXPECT_THAT(vgg16_amp_stating({{"precision", "fp16"}}).message,
+              HasSubstr("fact precision: \"fp16\" is not one of fp32, tf32, amp, bf16"));
 
-  const ResultDocument unknown = with_model("resnet-50");
+  const ResultDocument unknown = vgg16_amp_stating({{"model", "resnet-50"}});
   EXPECT_EQ(unknown.reason, "InvalidMarker");
   EXPECT_THAT(unknown.message, HasSubstr("fact model: \"resnet-50\" is not one of resnet50, resnet152, vgg16, alexnet, "
                                          "inception_v3, deeplabv3plus, bert-base"));
