@@ -274,10 +274,10 @@ ResultDocument vgg16_amp_stating(std::map<std::string, std::string> facts, int e
   return command_result(c, o, EnvironmentInfo{}, "t0", "t1");
 }
 
-// A command may say which network it trained, by name and by parameter count, and in which
-// precision: the case's passes, another fails the case (its steps timed other work), and a name
+// A command may say which network it trained, by name and by parameter count, in which precision
+// and on which input size: the case's passes, another fails the case (its steps timed other work), and a name
 // the API does not spell or a count that is no count is a malformed marker.
-TEST(CommandResult, TheNetworkAndPrecisionACommandStatesAreJudgedAgainstTheCase) {
+TEST(CommandResult, TheNetworkPrecisionAndInputACommandStatesAreJudgedAgainstTheCase) {
   const ResultDocument same = vgg16_amp_stating({{"framework", "pytorch"}, {"model", "vgg16"}});
   ASSERT_EQ(same.state, CaseState::Succeeded) << same.reason << ": " << same.message;
   EXPECT_EQ(same.model, Model::vgg16);
@@ -314,6 +314,19 @@ TEST(CommandResult, TheNetworkAndPrecisionACommandStatesAreJudgedAgainstTheCase)
   EXPECT_FALSE(fp32.throughput.has_value());
   EXPECT_THAT(vgg16_amp_stating({{"precision", "fp16"}}).message,
               HasSubstr("fact precision: \"fp16\" is not one of fp32, tf32, amp, bf16"));
+
+  // And the input its steps took, square or height x width as DLBENCH_IMAGE_SIZE spells it (the
+  // case is small_case()'s 224 pixels).
+  EXPECT_EQ(vgg16_amp_stating({{"imageSize", "224"}}).state, CaseState::Succeeded);
+  EXPECT_EQ(vgg16_amp_stating({{"imageSize", "224x224"}}).state, CaseState::Succeeded);
+  const ResultDocument smaller = vgg16_amp_stating({{"imageSize", "112"}});
+  EXPECT_EQ(smaller.reason, "CaseMismatch");
+  EXPECT_THAT(smaller.message, HasSubstr("the command says its steps took 112x112 inputs instead of 224x224 (its fact "
+                                         "imageSize"));
+  EXPECT_EQ(vgg16_amp_stating({{"imageSize", "224x112"}}).reason, "CaseMismatch");
+  for (const char* bad : {"224px", "x224", "224x", "0", "224x224x3"}) {
+    EXPECT_EQ(vgg16_amp_stating({{"imageSize", bad}}).reason, "InvalidMarker") << bad;
+  }
 
   const ResultDocument unknown = vgg16_amp_stating({{"model", "resnet-50"}});
   EXPECT_EQ(unknown.reason, "InvalidMarker");

@@ -223,6 +223,27 @@ std::optional<std::int64_t> parameters_from_facts(std::map<std::string, std::str
   return count;
 }
 
+// The input the command says its steps took (`@dlbench fact imageSize 224`, or `512x1024` as
+// DLBENCH_IMAGE_SIZE spells height x width), taken out of `facts` as (height, width): nullopt
+// where it says nothing; an error where it is neither form.
+std::optional<std::pair<std::int64_t, std::int64_t>> image_size_from_facts(std::map<std::string, std::string>& facts,
+                                                                           std::string& error) {
+  const auto stated = facts.find("imageSize");
+  if (stated == facts.end()) return std::nullopt;
+  const std::string& text = stated->second;
+  const auto cross = text.find('x');
+  const IntBounds side{1, 1 << 20};
+  const auto height = whole_number(std::string_view(text).substr(0, cross), side);
+  const auto width = cross == std::string::npos ? height : whole_number(std::string_view(text).substr(cross + 1), side);
+  if (!height || !width) {
+    error = "fact imageSize: \"" + printable(text.substr(0, 64)) +
+            "\" is neither a whole number (a square side) nor HEIGHTxWIDTH, as DLBENCH_IMAGE_SIZE spells it";
+    return std::nullopt;
+  }
+  facts.erase(stated);
+  return std::pair{*height, *width};
+}
+
 // The loss after each repeat from the command's `@dlbench loss` lines: the last one reported
 // after one of the repeat's steps. Empty where the command reports none; an error where it
 // reports some repeats' and not others'.
@@ -596,6 +617,7 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   const std::optional<Model> trained = spelled_fact<Model>(facts, "model", network_error);
   const std::optional<Precision> trained_precision = spelled_fact<Precision>(facts, "precision", network_error);
   const std::optional<std::int64_t> parameters = parameters_from_facts(facts, network_error);
+  const auto image_size = image_size_from_facts(facts, network_error);
   for (const auto& [key, value] : facts) apply_fact(environment, key, value);
   environment.nccl_transport = o.nccl_transport;
   doc.environment = std::move(environment);
@@ -621,6 +643,16 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
     return fail("CaseMismatch", "the command says it trained in " + std::string(to_string(*trained_precision)) +
                                     " instead of " + std::string(to_string(c.case_.precision)) +
                                     " (its fact precision; the case's is in DLBENCH_PRECISION) after " + seen);
+  }
+  if (const std::pair<std::int64_t, std::int64_t> asked{c.image_height > 0 ? c.image_height : c.image_size,
+                                                        c.image_width > 0 ? c.image_width : c.image_size};
+      image_size && *image_size != asked) {
+    const auto sides = [](std::pair<std::int64_t, std::int64_t> s) {
+      return std::to_string(s.first) + "x" + std::to_string(s.second);
+    };
+    return fail("CaseMismatch", "the command says its steps took " + sides(*image_size) + " inputs instead of " +
+                                    sides(asked) + " (its fact imageSize; the case's is in DLBENCH_IMAGE_SIZE) after " +
+                                    seen);
   }
   if (parameters && *parameters != network_parameter_count(c.model)) {
     return fail("CaseMismatch", "the command's network has " + std::to_string(*parameters) + " parameters (its fact "
