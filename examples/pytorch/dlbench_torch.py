@@ -38,7 +38,7 @@ import torch.distributed as dist
 from dlbench_markers import Case, fact, loss, step, unsupported
 
 __all__ = ["Process", "launch", "Optimizer", "optimizer_for", "why_unsupported", "Precision", "SkippingUnreadable",
-           "endless_batches"]
+           "endless_batches", "batch_source"]
 
 
 def example_for(model):
@@ -145,6 +145,12 @@ class Process:
         if self.world_size == 1:
             return model
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=[self.local_rank] if self.cuda else None)
+
+    def states_input(self, height, width):
+        """States the images' size the steps take, height x width as DLBENCH_IMAGE_SIZE spells it
+        (the fact `imageSize`, which dlbench judges against the case)."""
+        if self.reporter:
+            fact("imageSize", f"{int(height)}x{int(width)}")
 
     def run_steps(self, case, train_step):
         """The case's steps, back to back (`train_step()` returns its loss): each one's marker once
@@ -285,6 +291,17 @@ def endless_batches(dataset, case, process):
         if not yielded:
             raise SystemExit(f"{case.data_path}: fewer than {case.batch_size} samples per rank, no full batch")
         epoch += 1
+
+
+def batch_source(batches, images, labels, device, channels_last):
+    """The step's batch as a function: the fixed synthetic (images, labels) where `batches` is None,
+    else the data pipeline's next one (the wait for it is part of the step, as in dlbench-worker),
+    on `device`, the images in channels-last memory where asked."""
+    def next_batch():
+        x, y = (images, labels) if batches is None else next(batches)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        return (x.contiguous(memory_format=torch.channels_last) if channels_last else x), y
+    return next_batch
 
 
 class Precision:

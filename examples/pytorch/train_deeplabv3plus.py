@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from deeplabv3plus import CLASSES, IGNORED, CityscapesTrain, DeepLabV3Plus, cityscapes_pairs
-from dlbench_torch import Precision, SkippingUnreadable, endless_batches, launch, optimizer_for
+from dlbench_torch import Precision, SkippingUnreadable, batch_source, endless_batches, launch, optimizer_for
 
 
 def main():
@@ -42,21 +42,22 @@ def train(case, process):
     images = torch.randn(case.batch_size, 3, case.image_height, case.image_width, device=device)
     labels = torch.randint(0, CLASSES + 1, (case.batch_size, case.image_height, case.image_width), device=device)
     labels[labels == CLASSES] = IGNORED  # about 1 in 20
-    batches = (endless_batches(SkippingUnreadable(CityscapesTrain(cityscapes_pairs(case.data_path), case.image_height,
-                                                                  case.image_width)), case, process)
-               if case.data_source == "cityscapes" else None)
+    batches = None
+    if case.data_source == "cityscapes":
+        pairs = CityscapesTrain(cityscapes_pairs(case.data_path), case.image_height, case.image_width)
+        process.states_input(*pairs.crop)
+        batches = endless_batches(SkippingUnreadable(pairs), case, process)
+    else:
+        process.states_input(*images.shape[2:])
 
+    if process.cuda:  # the fixed batch in the model's layout once, not each step
+        images = images.contiguous(memory_format=torch.channels_last)
+    next_batch = batch_source(batches, images, labels, device, channels_last=process.cuda)
     precision = Precision(case, process)
 
     def train_step():
-        nonlocal images, labels
-        if batches is not None:  # the wait for the next batch is part of the step, as in dlbench-worker
-            images, labels = next(batches)
-            images = images.to(device, non_blocking=True)
-            labels = labels.to(device, non_blocking=True)
-        if process.cuda:
-            images = images.contiguous(memory_format=torch.channels_last)
-        return precision.step(model, optimizer, lambda: criterion(model(images), labels))
+        x, y = next_batch()
+        return precision.step(model, optimizer, lambda: criterion(model(x), y))
 
     process.run_steps(case, train_step)
 

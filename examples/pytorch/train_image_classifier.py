@@ -24,7 +24,7 @@ import sys
 import torch
 import torchvision
 
-from dlbench_torch import Precision, SkippingUnreadable, endless_batches, launch, optimizer_for
+from dlbench_torch import Precision, SkippingUnreadable, batch_source, endless_batches, launch, optimizer_for
 from image_classifiers import CLASSES, CLASSIFIERS, classifier
 
 
@@ -42,16 +42,15 @@ def train(case, process):
     images = images.contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, CLASSES, (case.batch_size,), device=device)
     batches = real_batches(case, process) if case.data_source == "imagefolder" else None
+    if batches is None:
+        process.states_input(*images.shape[2:])
 
+    next_batch = batch_source(batches, images, labels, device, channels_last=True)
     precision = Precision(case, process)
 
     def train_step():
-        nonlocal images, labels
-        if batches is not None:  # the wait for the next batch is part of the step, as in dlbench-worker
-            images, labels = next(batches)
-            images = images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
-            labels = labels.to(device, non_blocking=True)
-        return precision.step(model, optimizer, lambda: criterion(model(images), labels))
+        x, y = next_batch()
+        return precision.step(model, optimizer, lambda: criterion(model(x), y))
 
     process.run_steps(case, train_step)
 
@@ -59,8 +58,9 @@ def train(case, process):
 def real_batches(case, process):
     """Endless batches of this process's shard of the ImageFolder."""
     from torchvision import transforms
-    transform = transforms.Compose([transforms.RandomResizedCrop(case.image_size), transforms.RandomHorizontalFlip(),
-                                    transforms.ToTensor(),
+    crop = transforms.RandomResizedCrop(case.image_size)
+    process.states_input(*crop.size)
+    transform = transforms.Compose([crop, transforms.RandomHorizontalFlip(), transforms.ToTensor(),
                                     transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
     return endless_batches(SkippingUnreadable(torchvision.datasets.ImageFolder(case.data_path, transform)), case, process)
 

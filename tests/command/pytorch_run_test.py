@@ -131,6 +131,7 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
         self.assertIn("@dlbench fact model alexnet\n", direct.stdout)
         self.assertIn("@dlbench fact parameters 61100840\n", direct.stdout)  # torchvision's alexnet, as dlbench-worker's
         self.assertIn("@dlbench fact precision fp32\n", direct.stdout)
+        self.assertIn("@dlbench fact imageSize 63x63\n", direct.stdout)
         self.assertEqual(direct.stdout.count("@dlbench step 2\n"), 1, direct.stdout)
 
     def test_pytorch_trains_on_the_same_imagefolder(self):
