@@ -24,6 +24,8 @@ import tempfile
 from bench_process import PYTORCH_HUGE_PAGES  # beside this script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
+from image_classifiers import CLASSIFIERS  # noqa: E402 (examples/pytorch, found above; no PyTorch needed)
 
 
 def run_yaml(name, engine, args):
@@ -49,8 +51,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default=os.path.join(ROOT, "build", "default"))
     parser.add_argument("--torch-python", default="/usr/bin/python3")
-    parser.add_argument("--model", choices=("resnet50", "resnet152", "vgg16", "alexnet", "inception_v3"),
-                        default="resnet50")
+    parser.add_argument("--model", choices=CLASSIFIERS, default="resnet50")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--devices", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])

@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from dlbench_markers import Case, fact, loss, step, unsupported
+from image_classifiers import CLASSIFIERS
 
 __all__ = ["Process", "launch", "Optimizer", "optimizer_for", "why_unsupported", "Precision", "SkippingUnreadable",
            "endless_batches", "batch_source"]
@@ -44,7 +45,6 @@ __all__ = ["Process", "launch", "Optimizer", "optimizer_for", "why_unsupported",
 def example_for(model):
     """The example beside this file that trains `model`, or None: for the refusal of a script that
     trains others."""
-    from image_classifiers import CLASSIFIERS  # imports torchvision: only on a refusal's path
     if model in CLASSIFIERS:
         return "train_image_classifier.py"
     return {"deeplabv3plus": "train_deeplabv3plus.py", "bert-base": "train_bert.py"}.get(model)

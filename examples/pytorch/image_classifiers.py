@@ -6,9 +6,6 @@ torchvision's resnet50 (v1.5: the stride on the 3x3 convolution), resnet152, vgg
 norm), alexnet and inception_v3 with its auxiliary classifier (loss main + 0.4 * auxiliary, as
 dlbench-worker's), 1,000 classes, torchvision's initialisation.
 """
-import torch
-import torchvision
-
 CLASSIFIERS = ("resnet50", "resnet152", "vgg16", "alexnet", "inception_v3")
 CLASSES = 1000
 AUXILIARY_LOSS_WEIGHT = 0.4
@@ -18,6 +15,8 @@ def classifier(name):
     """(model, loss(output, labels)) for spec.model `name`: the network in train mode on the CPU."""
     if name not in CLASSIFIERS:
         raise ValueError(f"model {name!r}: allowed {', '.join(CLASSIFIERS)}")
+    import torch  # here, so that the names above come without PyTorch (bench/'s drivers, a refusal)
+    import torchvision
     cross_entropy = torch.nn.functional.cross_entropy
     if name == "inception_v3":
         model = torchvision.models.inception_v3(aux_logits=True, init_weights=True)
