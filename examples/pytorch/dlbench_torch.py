@@ -152,6 +152,12 @@ class Process:
         if self.reporter:
             fact("imageSize", f"{int(height)}x{int(width)}")
 
+    def states_sequence_length(self, length):
+        """States the tokens per sequence the steps take (the fact `sequenceLength`, which dlbench
+        judges against DLBENCH_SEQUENCE_LENGTH)."""
+        if self.reporter:
+            fact("sequenceLength", int(length))
+
     def run_steps(self, case, train_step):
         """The case's steps, back to back (`train_step()` returns its loss): each one's marker once
         the device has finished it, and after each repeat's last step its loss, read after the

@@ -103,6 +103,10 @@ def train(case, process):
         next_sentence = torch.randint(0, 2, (batch,), device=device)
         fixed = (words, segments, predicted, masked_words, next_sentence, None)
         batches = iter(lambda: fixed, None)
+    # The length the steps take is the data's: a shard's sequences may be longer than the case's.
+    first = next(batches)
+    process.states_sequence_length(first[0].shape[-1])
+    batches = itertools.chain([first], batches)
 
     precision = Precision(case, process)
     current = {}

@@ -176,6 +176,19 @@ TEST(CaseFromEnvironment, RoundTripsTheEnvironmentDlbenchSets) {
   env["NVIDIA_VISIBLE_DEVICES"] = "void";  // the NVIDIA runtime's "no GPU"
   EXPECT_FALSE(case_from_environment([&](const char* name) { return env.contains(name) ? env.at(name).c_str() : nullptr; },
                                      error)->gpu);
+
+  // A sequence model's case carries its tokens per sequence (the spec's, or the model's default).
+  run.spec.model = Model::bert_base;
+  run.spec.data = {};
+  run.spec.data.sequence_length = 512;
+  env.clear();
+  for (const auto& [k, v] : command_environment(run, c, {1, "node0", 1234, "/dlbench"})) env[k] = v;
+  const auto bert = case_from_environment(
+      [&](const char* name) { return env.contains(name) ? env.at(name).c_str() : nullptr; }, error);
+  ASSERT_TRUE(bert) << error;
+  EXPECT_EQ(bert->sequence_length, 512);
+  EXPECT_THAT(fails_with("DLBENCH_SEQUENCE_LENGTH", nullptr), HasSubstr("DLBENCH_SEQUENCE_LENGTH is not set"));
+  EXPECT_THAT(fails_with("DLBENCH_SEQUENCE_LENGTH", "0"), HasSubstr("DLBENCH_SEQUENCE_LENGTH=\"0\": must be a whole number in ["));
 }
 
 CommandCase small_case() {
@@ -261,17 +274,23 @@ TEST(CommandResult, TheOptimizerACommandStatesIsTheResultsAndIsChecked) {
       << "a warm-up alone does not say how the command trained";
 }
 
-// A vgg16 amp case whose command stated `facts` and exited with `exit_code`.
-ResultDocument vgg16_amp_stating(std::map<std::string, std::string> facts, int exit_code = 0) {
+// An amp case of `model` (224 pixels; 128 tokens a sequence for bert-base) whose command stated
+// `facts` and exited with `exit_code`.
+ResultDocument amp_case_stating(Model model, std::map<std::string, std::string> facts, int exit_code = 0) {
   CommandOutcome o;
   o.exit_code = exit_code;
   o.started = true;
   o.steps = arrivals({1.0, 1.5, 2.0}, 8);
   o.facts = std::move(facts);
   CommandCase c = small_case();
-  c.model = Model::vgg16;
+  c.model = model;
+  if (is_sequence_model(model)) c.sequence_length = 128;
   c.case_.precision = Precision::amp;
   return command_result(c, o, EnvironmentInfo{}, "t0", "t1");
+}
+
+ResultDocument vgg16_amp_stating(std::map<std::string, std::string> facts, int exit_code = 0) {
+  return amp_case_stating(Model::vgg16, std::move(facts), exit_code);
 }
 
 // A command may say which network it trained, by name and by parameter count, in which precision
@@ -326,6 +345,32 @@ TEST(CommandResult, TheNetworkPrecisionAndInputACommandStatesAreJudgedAgainstThe
   EXPECT_EQ(vgg16_amp_stating({{"imageSize", "224x112"}}).reason, "CaseMismatch");
   for (const char* bad : {"224px", "x224", "224x", "0", "224x224x3"}) {
     EXPECT_EQ(vgg16_amp_stating({{"imageSize", bad}}).reason, "InvalidMarker") << bad;
+  }
+
+  // A sequence model's input is its tokens per sequence: the case's passes and is the result's
+  // shape; another length, or images, is another case's; and an image model's steps took no sequences.
+  const ResultDocument bert = amp_case_stating(Model::bert_base, {{"sequenceLength", "128"}});
+  ASSERT_EQ(bert.state, CaseState::Succeeded) << bert.message;
+  EXPECT_EQ(bert.sequence_length, 128);
+  EXPECT_EQ(to_json(bert).at("sequenceLength"), 128);
+  EXPECT_FALSE(to_json(bert).contains("imageSize")) << "a sequence model's result names no image size";
+  EXPECT_EQ(vgg16_amp_stating({}).sequence_length, 0);
+  const ResultDocument longer = amp_case_stating(Model::bert_base, {{"sequenceLength", "512"}});
+  EXPECT_EQ(longer.reason, "CaseMismatch");
+  EXPECT_THAT(longer.message, HasSubstr("the command says its steps took sequences of 512 tokens instead of 128 (its "
+                                        "fact sequenceLength; the case's is in DLBENCH_SEQUENCE_LENGTH)"));
+  EXPECT_FALSE(longer.throughput.has_value());
+  EXPECT_THAT(amp_case_stating(Model::bert_base, {{"imageSize", "224"}}).message,
+              HasSubstr("the command says its steps took 224x224 images (its fact imageSize); bert-base trains on "
+                        "sequences of 128 tokens"));
+  const ResultDocument sequences = vgg16_amp_stating({{"sequenceLength", "128"}});
+  EXPECT_EQ(sequences.reason, "CaseMismatch");
+  EXPECT_THAT(sequences.message, HasSubstr("the command says its steps took sequences of 128 tokens (its fact "
+                                           "sequenceLength); vgg16 trains on 224x224 images"));
+  for (const char* bad : {"128 tokens", "0", "-1", "1e3"}) {
+    const ResultDocument malformed = amp_case_stating(Model::bert_base, {{"sequenceLength", bad}});
+    EXPECT_EQ(malformed.reason, "InvalidMarker") << bad;
+    EXPECT_THAT(malformed.message, HasSubstr("fact sequenceLength: \"")) << bad;
   }
 
   const ResultDocument unknown = vgg16_amp_stating({{"model", "resnet-50"}});

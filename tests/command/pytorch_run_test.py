@@ -198,6 +198,13 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
             self.assertEqual(sum(small.count(t) for t in (shards, "[1, 2]", "[2]", "[fp32]", "measureSteps: 2,")), 5,
                              "the example's shape changed; update this test")
             p, status = run(small, tmp)
+            # Shards made for 32 tokens in a 16-token case: the script trains what the shards hold
+            # (dlbench-worker refuses them), says so, and dlbench keeps no figures for the case.
+            longer = os.path.join(tmp, "longer")
+            subprocess.run([os.path.join(os.path.dirname(DLBENCH), "dlbench-input"), "generate", longer, "--data",
+                            "bertpretraining", "--shards", "1", "--per-shard", "4", "--sequence-length", "32",
+                            "--max-predictions", "5"], check=True, capture_output=True)
+            other, other_status = run(small.replace(shards, longer).replace("[1, 2]", "[1]"), tmp)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         results = {r["case"]["gpusPerNode"]: r for r in status["results"]}
         self.assertEqual(sorted(results), [1, 2])
@@ -206,6 +213,11 @@ class PyTorchThroughDlbenchRun(unittest.TestCase):
             self.assertEqual(r["throughput"]["unit"], "sequences/s")
             # About chance at the start: ln(30522) for the masked tokens plus ln 2.
             self.assertTrue(all(8 < loss < 13 for loss in r["lossAfterRepeats"]), r)
+        self.assertEqual(other.returncode, 1, other.stdout + other.stderr)
+        [result] = other_status["results"]
+        self.assertEqual((result["state"], result["reason"]), ("Failed", "CaseMismatch"), result)
+        self.assertIn("the command says its steps took sequences of 32 tokens instead of 16", result["message"])
+        self.assertNotIn("throughput", result)
 
     def test_deeplabv3plus_on_synthetic_crops_and_on_cityscapes(self):
         with open(os.path.join(SOURCE, "crds", "examples", "pytorch-deeplabv3plus.yaml")) as f:

@@ -244,6 +244,56 @@ std::optional<std::pair<std::int64_t, std::int64_t>> image_size_from_facts(std::
   return std::pair{*height, *width};
 }
 
+// The tokens per sequence the command says its steps took (`@dlbench fact sequenceLength 128`),
+// taken out of `facts`: nullopt where it says nothing; an error where it is not a whole number.
+std::optional<std::int64_t> sequence_length_from_facts(std::map<std::string, std::string>& facts, std::string& error) {
+  const auto stated = facts.find("sequenceLength");
+  if (stated == facts.end()) return std::nullopt;
+  const auto length = whole_number(stated->second, {1, 1 << 20});
+  if (!length) {
+    error = "fact sequenceLength: \"" + printable(stated->second.substr(0, 64)) +
+            "\" is not a whole number of at least 1 (the tokens in each sequence, as DLBENCH_SEQUENCE_LENGTH says)";
+    return std::nullopt;
+  }
+  facts.erase(stated);
+  return length;
+}
+
+// Why the input the command says its steps took is not the case's, or empty where it is (or the
+// command says nothing of it): images of another size, sequences of another length, or one
+// where the case's model takes the other.
+std::string input_mismatch(const CommandCase& c, std::optional<std::pair<std::int64_t, std::int64_t>> image_size,
+                           std::optional<std::int64_t> sequence_length) {
+  const std::string model(to_string(c.model));
+  const auto sides = [](std::pair<std::int64_t, std::int64_t> s) {
+    return std::to_string(s.first) + "x" + std::to_string(s.second);
+  };
+  if (is_sequence_model(c.model)) {
+    if (image_size) {
+      return "the command says its steps took " + sides(*image_size) + " images (its fact imageSize); " + model +
+             " trains on sequences of " + std::to_string(c.sequence_length) + " tokens (DLBENCH_SEQUENCE_LENGTH)";
+    }
+    if (sequence_length && *sequence_length != c.sequence_length) {
+      return "the command says its steps took sequences of " + std::to_string(*sequence_length) +
+             " tokens instead of " + std::to_string(c.sequence_length) +
+             " (its fact sequenceLength; the case's is in DLBENCH_SEQUENCE_LENGTH)";
+    }
+    return {};
+  }
+  const std::pair<std::int64_t, std::int64_t> asked{c.image_height > 0 ? c.image_height : c.image_size,
+                                                    c.image_width > 0 ? c.image_width : c.image_size};
+  if (sequence_length) {
+    return "the command says its steps took sequences of " + std::to_string(*sequence_length) +
+           " tokens (its fact sequenceLength); " + model + " trains on " + sides(asked) +
+           " images (DLBENCH_IMAGE_SIZE)";
+  }
+  if (image_size && *image_size != asked) {
+    return "the command says its steps took " + sides(*image_size) + " inputs instead of " + sides(asked) +
+           " (its fact imageSize; the case's is in DLBENCH_IMAGE_SIZE)";
+  }
+  return {};
+}
+
 // The loss after each repeat from the command's `@dlbench loss` lines: the last one reported
 // after one of the repeat's steps. Empty where the command reports none; an error where it
 // reports some repeats' and not others'.
@@ -303,6 +353,10 @@ std::optional<CommandCase> case_from_environment(const std::function<const char*
       !read_int(lookup, "DLBENCH_MEASURE_STEPS", bounds::kMeasureSteps, measure, error) ||
       !read_int(lookup, "DLBENCH_REPEATS", bounds::kRepeats, repeats, error) ||
       !read_int(lookup, "DLBENCH_NODE_RANK", {0, bounds::kNodes.max - 1}, node_rank, error)) {
+    return std::nullopt;
+  }
+  if (is_sequence_model(c.model) &&
+      !read_int(lookup, "DLBENCH_SEQUENCE_LENGTH", bounds::kSequenceLength, c.sequence_length, error)) {
     return std::nullopt;
   }
   if (node_rank >= nodes) {
@@ -604,6 +658,7 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   doc.image_size = c.image_size;
   doc.image_height = c.image_height;
   doc.image_width = c.image_width;
+  doc.sequence_length = is_sequence_model(c.model) ? c.sequence_length : 0;  // the result names the one the model takes
   doc.devices = c.case_.devices();
   doc.global_batch_size = c.case_.global_batch_size();
   doc.methodology = c.methodology;
@@ -618,6 +673,7 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   const std::optional<Precision> trained_precision = spelled_fact<Precision>(facts, "precision", network_error);
   const std::optional<std::int64_t> parameters = parameters_from_facts(facts, network_error);
   const auto image_size = image_size_from_facts(facts, network_error);
+  const auto sequence_length = sequence_length_from_facts(facts, network_error);
   for (const auto& [key, value] : facts) apply_fact(environment, key, value);
   environment.nccl_transport = o.nccl_transport;
   doc.environment = std::move(environment);
@@ -644,15 +700,8 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
                                     " instead of " + std::string(to_string(c.case_.precision)) +
                                     " (its fact precision; the case's is in DLBENCH_PRECISION) after " + seen);
   }
-  if (const std::pair<std::int64_t, std::int64_t> asked{c.image_height > 0 ? c.image_height : c.image_size,
-                                                        c.image_width > 0 ? c.image_width : c.image_size};
-      image_size && *image_size != asked) {
-    const auto sides = [](std::pair<std::int64_t, std::int64_t> s) {
-      return std::to_string(s.first) + "x" + std::to_string(s.second);
-    };
-    return fail("CaseMismatch", "the command says its steps took " + sides(*image_size) + " inputs instead of " +
-                                    sides(asked) + " (its fact imageSize; the case's is in DLBENCH_IMAGE_SIZE) after " +
-                                    seen);
+  if (const std::string why = input_mismatch(c, image_size, sequence_length); !why.empty()) {
+    return fail("CaseMismatch", why + " after " + seen);
   }
   if (parameters && *parameters != network_parameter_count(c.model)) {
     return fail("CaseMismatch", "the command's network has " + std::to_string(*parameters) + " parameters (its fact "

@@ -27,6 +27,7 @@ struct CommandCase {
   Model model = Model::resnet50;
   int image_size = 224;
   int image_height = 0, image_width = 0;  // from DLBENCH_IMAGE_HEIGHT and _WIDTH, when set
+  int sequence_length = 0;                // a sequence model's tokens per sequence (DLBENCH_SEQUENCE_LENGTH)
   CaseSpec case_;
   Methodology methodology;  // stability.maxCv from DLBENCH_MAX_CV when set
   int node_rank = 0;
