@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cpu/conv_backward_data.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "self_test.hpp"
 #include "tensor.hpp"
@@ -81,8 +82,10 @@ std::vector<float> as_floats(const std::vector<double>& v) { return {v.begin(), 
 // rounding (bf16: u = 2^-9); fp32 sums and the fp32 weight gradients only summation error.
 // linear: the backend's linear op for the same numbers (a 1×1 convolution of an (N, C, 1, 1)
 // input is a linear layer over N rows: the same memory, row-major).
-void expect_matches_definition(const Conv2dConfig& c, const std::string& what, bool linear = false) {
+void expect_matches_definition(const Conv2dConfig& c, const std::string& what, bool linear = false,
+                               ConvBackwardData input_gradient = ConvBackwardData::automatic) {
   CpuBackend backend(2);
+  backend.set_conv_backward_data(input_gradient);
   if (const auto why = backend.cannot_compute(c.dtype)) GTEST_SKIP() << *why;
   std::mt19937 rng(5);
   const Shape out = c.output();
@@ -156,6 +159,63 @@ TEST_P(CpuConvolution, PointwiseMatchesTheDefinition) {
 TEST_P(CpuConvolution, ConvolutionPrimitivesMatchTheDefinition) {
   expect_matches_definition(config(Shape(2, 12, 5, 7), 20, 1, 1, 0, true, GetParam()), "1x1 with bias");
   expect_matches_definition(config(Shape(2, 8, 6, 5), 16, 3, 1, 1, true, GetParam()), "3x3 padded");
+}
+
+// A stride-1 convolution's input gradient as a forward convolution with the weights flipped
+// (conv_backward_data.hpp), and through oneDNN's backward-data primitive: both the definition's,
+// square, oblong (InceptionV3's 1x7 and 7x1), unpadded, dilated, and dilated past the image
+// (DeepLabV3+'s rates on a small map: most taps fall in the padding).
+TEST_P(CpuConvolution, TheInputGradientByEitherRouteMatchesTheDefinition) {
+  const auto with = [](Conv2dConfig c, Extent2 kernel, Extent2 padding, std::int64_t dilation) {
+    c.kernel = kernel;
+    c.padding = padding;
+    c.dilation = dilation;
+    return c;
+  };
+  const Conv2dConfig base = config(Shape(2, 12, 6, 9), 20, 3, 1, 1, false, GetParam());
+  const std::vector<std::pair<Conv2dConfig, std::string>> shapes{
+      {base, "3x3 padded"},
+      {with(base, Extent2{3}, Extent2{0}, 1), "3x3 unpadded"},
+      {with(base, Extent2{1, 7}, Extent2{0, 3}, 1), "1x7"},
+      {with(base, Extent2{7, 1}, Extent2{3, 0}, 1), "7x1"},
+      {with(base, Extent2{5}, Extent2{2}, 1), "5x5"},
+      {with(base, Extent2{3}, Extent2{2}, 2), "3x3 dilated 2"},
+      {with(base, Extent2{3}, Extent2{7}, 7), "3x3 dilated past the image's height"},
+  };
+  for (const auto& [shape, what] : shapes) {
+    ASSERT_TRUE(flippable(shape)) << what;
+    expect_matches_definition(shape, what + ", flipped", false, ConvBackwardData::flipped);
+    expect_matches_definition(shape, what + ", primitive", false, ConvBackwardData::primitive);
+  }
+  // Where it does not apply: strided, 1x1, and padded past the dilated kernel.
+  EXPECT_FALSE(flippable(config(Shape(2, 12, 6, 9), 20, 3, 2, 1, false, GetParam())));
+  EXPECT_FALSE(flippable(config(Shape(2, 12, 6, 9), 20, 1, 1, 0, true, GetParam())));
+  EXPECT_FALSE(flippable(config(Shape(2, 12, 6, 9), 20, 3, 1, 3, false, GetParam())));
+  expect_matches_definition(config(Shape(2, 12, 6, 9), 20, 3, 1, 3, false, GetParam()), "3x3 padded by 3",
+                            false, ConvBackwardData::flipped);
+}
+
+// The automatic route follows the kernels oneDNN would run for each (conv_backward_data.hpp
+// gives the timings): away from an im2col product, towards brgemm in fp32; the switch's other
+// values decide alone.
+TEST(ConvBackwardData, TheAutomaticRouteFollowsTheKernelsEachWouldRun) {
+  const auto layer = [](DType dtype, std::int64_t side, std::int64_t stride = 1) {
+    return config(Shape(2, 64, side, side), 64, 3, stride, 1, false, dtype);
+  };
+  const auto automatic = [](const Conv2dConfig& c, const char* primitive, const char* flipped) {
+    return flips_backward_data(c, ConvBackwardData::automatic, {primitive, flipped});
+  };
+  for (const DType dtype : {DType::fp32, DType::bf16}) {
+    EXPECT_TRUE(automatic(layer(dtype, 16), "x64:gemm:jit", "brgconv:avx512_core")) << to_string(dtype);
+    EXPECT_TRUE(automatic(layer(dtype, 16), "x64:gemm:jit", "x64:gemm:jit")) << to_string(dtype);
+    EXPECT_FALSE(automatic(layer(dtype, 64), "jit:avx2", "x64:gemm:jit")) << to_string(dtype);
+    EXPECT_FALSE(automatic(layer(dtype, 64, 2), "x64:gemm:jit", "brgconv:avx512_core")) << "strided: " << to_string(dtype);
+    EXPECT_FALSE(flips_backward_data(layer(dtype, 64), ConvBackwardData::primitive, {"x64:gemm:jit", "brgconv"}));
+    EXPECT_TRUE(flips_backward_data(layer(dtype, 7), ConvBackwardData::flipped, {"jit:avx512_core", "x64:gemm:jit"}));
+  }
+  EXPECT_TRUE(automatic(layer(DType::fp32, 7), "jit:avx512_core", "brgconv:avx512_core"));
+  EXPECT_FALSE(automatic(layer(DType::bf16, 64), "jit_bf16:avx512_core_bf16", "brgconv:avx512_core_bf16"));
+  EXPECT_FALSE(automatic(layer(DType::fp32, 224), "jit:avx2", "jit:avx2"));
 }
 
 // Linear layers: matrix products in fp32, oneDNN's inner product in bf16 (make_linear says why).

@@ -331,19 +331,22 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
   EXPECT_THAT(o.out, Not(HasSubstr("imageSize")));
   EXPECT_THAT(o.err, HasSubstr("sequence length 16, 110106428 parameters"));
   // The result says which attention ran: composed by default, fused on request (LAMB's run);
-  // how linear layers took their weights (linear_weights.hpp); and which ISA oneDNN's kernels
-  // ran, this CPU's best (avx2 on some machines, avx512_core_bf16 on others) or less where
-  // DNNL_MAX_CPU_ISA says.
-  EXPECT_EQ(doc.environment.backend_options.size(), 3u);
+  // how linear layers took their weights (linear_weights.hpp) and convolutions computed their
+  // input gradients (conv_backward_data.hpp); and which ISA oneDNN's kernels ran, this CPU's best
+  // (avx2 on some machines, avx512_core_bf16 on others) or less where DNNL_MAX_CPU_ISA says.
+  EXPECT_EQ(doc.environment.backend_options.size(), 4u);
   EXPECT_EQ(doc.environment.backend_options.at("attention"), "composed");
   EXPECT_EQ(doc.environment.backend_options.at("linearWeights"), "auto");
+  EXPECT_EQ(doc.environment.backend_options.at("convBackwardData"), "auto");
   EXPECT_THAT(doc.environment.backend_options.at("isa"), ::testing::MatchesRegex("(sse41|avx|avx2|avx512).*"));
   const Outcome limited = worker("--model resnet50 --image-size 32 --batch-size 1 --warmup-steps 0 --measure-steps 1 "
                                  "--repeats 1",
-                                 "DNNL_MAX_CPU_ISA=SSE41 DLBENCH_CPU_LINEAR_WEIGHTS=blocked");
+                                 "DNNL_MAX_CPU_ISA=SSE41 DLBENCH_CPU_LINEAR_WEIGHTS=blocked "
+                                 "DLBENCH_CPU_CONV_BACKWARD_DATA=flipped");
   ASSERT_EQ(limited.exit_code, 0) << limited.err;
   EXPECT_EQ(decoded(limited.out).environment.backend_options.at("isa"), "sse41");
   EXPECT_EQ(decoded(limited.out).environment.backend_options.at("linearWeights"), "blocked");
+  EXPECT_EQ(decoded(limited.out).environment.backend_options.at("convBackwardData"), "flipped");
   const Outcome lamb = worker("--model bert-base --sequence-length 8 --batch-size 1 --optimizer lamb "
                               "--learning-rate 0.001 --warmup-steps 0 --measure-steps 2 --repeats 1",
                               "DLBENCH_CPU_ATTENTION=fused");
@@ -362,6 +365,11 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
   EXPECT_EQ(unknown_weights.exit_code, 1);
   EXPECT_THAT(unknown_weights.err,
               HasSubstr("DLBENCH_CPU_LINEAR_WEIGHTS: \"fast\" is not one of auto, blocked, plain"));
+  const Outcome unknown_route = worker("--model resnet50 --image-size 32 --batch-size 1 --measure-steps 1 --repeats 1",
+                                       "DLBENCH_CPU_CONV_BACKWARD_DATA=transposed");
+  EXPECT_EQ(unknown_route.exit_code, 1);
+  EXPECT_THAT(unknown_route.err,
+              HasSubstr("DLBENCH_CPU_CONV_BACKWARD_DATA: \"transposed\" is not one of auto, primitive, flipped"));
   const Outcome image = worker("--model bert-base --image-size 224");
   EXPECT_EQ(image.exit_code, 2);
   EXPECT_THAT(image.err, HasSubstr("--image-size: bert-base takes token sequences; use --sequence-length"));

@@ -60,6 +60,8 @@ bool kernels_include(dnnl::cpu_isa isa) {
 CpuBackend::CpuBackend(int threads)
     : attention_route_(attention_route("DLBENCH_CPU_ATTENTION", std::getenv("DLBENCH_CPU_ATTENTION"))),
       linear_weights_(linear_weights_choice("DLBENCH_CPU_LINEAR_WEIGHTS", std::getenv("DLBENCH_CPU_LINEAR_WEIGHTS"))),
+      conv_backward_data_(
+          conv_backward_data_choice("DLBENCH_CPU_CONV_BACKWARD_DATA", std::getenv("DLBENCH_CPU_CONV_BACKWARD_DATA"))),
       engine_(dnnl::engine::kind::cpu, 0),
       stream_(engine_) {
   if (threads > 0) omp_set_num_threads(threads);
@@ -77,6 +79,7 @@ std::string CpuBackend::version_info() const {
 // model times differently with avx2 and with avx512_core_bf16 kernels.
 std::map<std::string, std::string> CpuBackend::options() const {
   return {{"attention", std::string(choice_name(kAttentionRoutes, attention_route_))},
+          {"convBackwardData", std::string(choice_name(kConvBackwardData, conv_backward_data_))},
           {"isa", isa_name(dnnl::get_effective_cpu_isa())},
           {"linearWeights", std::string(choice_name(kLinearWeights, linear_weights_))}};
 }

@@ -4,6 +4,7 @@
 
 #include "attention_route.hpp"
 #include "backend.hpp"
+#include "cpu/conv_backward_data.hpp"
 #include "cpu/linear_weights.hpp"
 
 namespace dlbench::worker {
@@ -69,6 +70,11 @@ class CpuBackend final : public Backend {
   // DLBENCH_CPU_LINEAR_WEIGHTS (linear_weights.hpp); a layer reads it when it is made.
   LinearWeights linear_weights() const { return linear_weights_; }
   void set_linear_weights(LinearWeights route) { linear_weights_ = route; }
+  // DLBENCH_CPU_CONV_BACKWARD_DATA (conv_backward_data.hpp); a convolution reads it when it is made.
+  ConvBackwardData conv_backward_data() const { return conv_backward_data_; }
+  void set_conv_backward_data(ConvBackwardData route) { conv_backward_data_ = route; }
+  // Whether make_conv2d(c)'s input gradient is the flipped forward convolution on this route.
+  bool flips_input_gradient(const Conv2dConfig& c);
   // Whether oneDNN runs AVX-512 kernels here (the CPU's best, or less under DNNL_MAX_CPU_ISA):
   // the routes' crossings differ with the kernels' width.
   bool avx512_kernels() const;
@@ -90,6 +96,9 @@ class CpuBackend final : public Backend {
   // reserve their size at setup and fetch the pointer each call (it moves while it grows).
   void reserve_weight_scratch(std::size_t bytes) { weight_scratch_.reserve(*this, bytes); }
   void* weight_scratch() const { return weight_scratch_.data(); }
+  // Weights an op rearranges itself before a kernel's reorder (a flipped convolution's), in fp32.
+  void reserve_weight_staging(std::size_t bytes) { weight_staging_.reserve(*this, bytes); }
+  void* weight_staging() const { return weight_staging_.data(); }
   // The same for activations an op rearranges during one call (a strided 1×1 convolution's
   // sampled pixels and their gradient).
   void reserve_activation_scratch(std::size_t bytes) { activation_scratch_.reserve(*this, bytes); }
@@ -100,6 +109,7 @@ class CpuBackend final : public Backend {
   std::uint64_t step_ = 0;  // begin_step's
   AttentionRoute attention_route_;
   LinearWeights linear_weights_;
+  ConvBackwardData conv_backward_data_;
   // A buffer that only grows, to the largest size reserved.
   class Scratch {
    public:
@@ -115,7 +125,7 @@ class CpuBackend final : public Backend {
     std::shared_ptr<void> buffer_;
     std::size_t bytes_ = 0;
   };
-  Scratch weight_scratch_, activation_scratch_;
+  Scratch weight_scratch_, weight_staging_, activation_scratch_;
   dnnl::engine engine_;
   dnnl::stream stream_;
 };
