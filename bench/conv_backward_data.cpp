@@ -7,30 +7,25 @@
 //
 //   conv_backward_data N C H W OUT KERNEL PAD DILATION fp32|bf16 [PAIRS]   (threads: OMP_NUM_THREADS)
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "alternating.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "layers/layer.hpp"
 
 namespace {
 
 using namespace dlbench::worker;
+using dlbench::bench::tensor_on;
 
 struct ConvUnderTest {
   std::shared_ptr<void> dy, dx, weight;
   std::unique_ptr<Conv2dOp> op;
 };
-
-Tensor tensor(const std::shared_ptr<void>& memory, const Shape& shape, Layout layout, DType dtype) {
-  Tensor t = activation(shape, layout, dtype);
-  t.data = memory.get();
-  return t;
-}
 
 }  // namespace
 
@@ -53,15 +48,11 @@ int main(int argc, char** argv) {
                  .stride = 1, .padding = Extent2{v[6]}, .bias = false, .dtype = dtype, .dilation = v[7]};
   const Shape out = c.output();
   const ConvBackwardData routes[] = {ConvBackwardData::primitive, ConvBackwardData::flipped};
-  std::vector<std::unique_ptr<CpuBackend>> backends;
+  const auto backends = dlbench::bench::backend_per_route(
+      routes, dtype, [](CpuBackend& backend, ConvBackwardData route) { backend.set_conv_backward_data(route); });
+  if (backends.empty()) return 2;
   std::vector<ConvUnderTest> convs;
-  for (const ConvBackwardData route : routes) {
-    auto backend = std::make_unique<CpuBackend>();
-    if (const auto why = backend->cannot_compute(dtype)) {
-      std::fprintf(stderr, "%s\n", why->c_str());
-      return 2;
-    }
-    backend->set_conv_backward_data(route);
+  for (const auto& backend : backends) {
     const std::size_t unit = dtype_size(dtype);
     ConvUnderTest t;
     t.dy = backend->allocate(static_cast<std::size_t>(out.numel()) * unit);
@@ -70,29 +61,21 @@ int main(int argc, char** argv) {
     t.weight = backend->allocate(static_cast<std::size_t>(c.weight().numel()) * sizeof(float));
     t.op = backend->make_conv2d(c);
     convs.push_back(std::move(t));
-    backends.push_back(std::move(backend));
   }
-  std::vector<std::vector<double>> ms(std::size(routes));
-  for (int pair = -1; pair < pairs; ++pair) {  // pair -1 warms up
-    for (std::size_t r = 0; r < std::size(routes); ++r) {
-      ConvUnderTest& t = convs[r];
-      float* w = static_cast<float*>(t.weight.get());
-      std::fill(w, w + c.weight().numel(), 0.01f * static_cast<float>(pair + 2));  // new values, as after an update
-      const Tensor dy = tensor(t.dy, out, Layout::nhwc, dtype);
-      Tensor dx = tensor(t.dx, c.input, Layout::nhwc, dtype);
-      const Tensor weight = tensor(t.weight, c.weight(), Layout::plain, DType::fp32);
-      const auto begin = std::chrono::steady_clock::now();
-      t.op->backward_data(dy, weight, dx);
-      backends[r]->synchronize();
-      const double took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
-      if (pair >= 0) ms[r].push_back(took);
-    }
-  }
-  const auto median = [](std::vector<double> m) {
-    std::sort(m.begin(), m.end());
-    return m[m.size() / 2];
-  };
-  const double primitive = median(ms[0]), flipped = median(ms[1]);
+  const std::vector<double> ms = dlbench::bench::alternating_median_ms(
+      std::size(routes), pairs,
+      [&](std::size_t r, int pair) {
+        float* w = static_cast<float*>(convs[r].weight.get());
+        std::fill(w, w + c.weight().numel(), 0.01f * static_cast<float>(pair + 2));  // new values, as after an update
+      },
+      [&](std::size_t r) {
+        ConvUnderTest& t = convs[r];
+        const Tensor dy = tensor_on(t.dy, out, Layout::nhwc, dtype);
+        Tensor dx = tensor_on(t.dx, c.input, Layout::nhwc, dtype);
+        t.op->backward_data(dy, tensor_on(t.weight, c.weight(), Layout::plain, DType::fp32), dx);
+        backends[r]->synchronize();
+      });
+  const double primitive = ms[0], flipped = ms[1];
   CpuBackend automatic;  // DLBENCH_CPU_CONV_BACKWARD_DATA, auto where unset
   std::printf("%s n%lld c%lld %lldx%lld out %lld k%lld pad %lld dilation %lld: primitive %.2f ms, flipped %.2f ms "
               "(%.2fx); auto takes %s with %s kernels\n",

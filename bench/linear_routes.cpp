@@ -7,30 +7,25 @@
 //
 //   linear_routes ROWS IN OUT fp32|bf16 [PAIRS]      (threads: OMP_NUM_THREADS)
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "alternating.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "layers/layer.hpp"
 
 namespace {
 
 using namespace dlbench::worker;
+using dlbench::bench::tensor_on;
 
 struct LinearUnderTest {
   std::shared_ptr<void> x, y, dy, dx, weight, bias;
   std::unique_ptr<LinearOp> op;
 };
-
-Tensor tensor(const std::shared_ptr<void>& memory, const Shape& shape, DType dtype) {
-  Tensor t = activation(shape, Layout::plain, dtype);
-  t.data = memory.get();
-  return t;
-}
 
 }  // namespace
 
@@ -48,15 +43,11 @@ int main(int argc, char** argv) {
   }
   const DType dtype = precision == "bf16" ? DType::bf16 : DType::fp32;
   const LinearWeights routes[] = {LinearWeights::blocked, LinearWeights::plain};
-  std::vector<std::unique_ptr<CpuBackend>> backends;
+  const auto backends = dlbench::bench::backend_per_route(
+      routes, dtype, [](CpuBackend& backend, LinearWeights route) { backend.set_linear_weights(route); });
+  if (backends.empty()) return 2;
   std::vector<LinearUnderTest> layers;
-  for (const LinearWeights route : routes) {
-    auto backend = std::make_unique<CpuBackend>();
-    if (const auto why = backend->cannot_compute(dtype)) {
-      std::fprintf(stderr, "%s\n", why->c_str());
-      return 2;
-    }
-    backend->set_linear_weights(route);
+  for (const auto& backend : backends) {
     const std::size_t unit = dtype_size(dtype);
     LinearUnderTest l;
     l.x = backend->allocate(static_cast<std::size_t>(rows * in) * unit);
@@ -67,30 +58,26 @@ int main(int argc, char** argv) {
     l.bias = backend->allocate(static_cast<std::size_t>(out) * sizeof(float));
     l.op = backend->make_linear({rows, in, out, true, dtype});
     layers.push_back(std::move(l));
-    backends.push_back(std::move(backend));
   }
-  std::vector<std::vector<double>> ms(std::size(routes));
-  for (int pair = -1; pair < pairs; ++pair) {  // pair -1 warms up
-    for (std::size_t r = 0; r < std::size(routes); ++r) {
-      LinearUnderTest& l = layers[r];
-      float* w = static_cast<float*>(l.weight.get());
-      std::fill(w, w + out * in, 0.01f * static_cast<float>(pair + 2));  // new values, as after an update
-      const Tensor x = tensor(l.x, Shape(rows, in), dtype), dy = tensor(l.dy, Shape(rows, out), dtype);
-      Tensor y = tensor(l.y, Shape(rows, out), dtype), dx = tensor(l.dx, Shape(rows, in), dtype);
-      const Tensor weight = tensor(l.weight, Shape(out, in), DType::fp32), bias = tensor(l.bias, Shape(out), DType::fp32);
-      const auto begin = std::chrono::steady_clock::now();
-      l.op->forward(x, weight, &bias, y);
-      l.op->backward_data(dy, weight, dx);
-      backends[r]->synchronize();
-      const double took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
-      if (pair >= 0) ms[r].push_back(took);
-    }
-  }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const double blocked = median(ms[0]), plain = median(ms[1]);
+  const std::vector<double> ms = dlbench::bench::alternating_median_ms(
+      std::size(routes), pairs,
+      [&](std::size_t r, int pair) {
+        float* w = static_cast<float*>(layers[r].weight.get());
+        std::fill(w, w + out * in, 0.01f * static_cast<float>(pair + 2));  // new values, as after an update
+      },
+      [&](std::size_t r) {
+        LinearUnderTest& l = layers[r];
+        const auto plain = [&](const std::shared_ptr<void>& memory, const Shape& shape, DType type) {
+          return tensor_on(memory, shape, Layout::plain, type);
+        };
+        const Tensor x = plain(l.x, Shape(rows, in), dtype), dy = plain(l.dy, Shape(rows, out), dtype);
+        Tensor y = plain(l.y, Shape(rows, out), dtype), dx = plain(l.dx, Shape(rows, in), dtype);
+        const Tensor weight = plain(l.weight, Shape(out, in), DType::fp32), bias = plain(l.bias, Shape(out), DType::fp32);
+        l.op->forward(x, weight, &bias, y);
+        l.op->backward_data(dy, weight, dx);
+        backends[r]->synchronize();
+      });
+  const double blocked = ms[0], plain = ms[1];
   const bool avx512 = backends.front()->avx512_kernels();
   std::printf("%s rows %lld in %lld out %lld: blocked %.2f ms, plain %.2f ms (%.2fx); auto takes %s with %s kernels\n",
               precision.c_str(), static_cast<long long>(rows), static_cast<long long>(in), static_cast<long long>(out),

@@ -208,15 +208,17 @@ std::optional<E> spelled_fact(std::map<std::string, std::string>& facts, const s
   return value;
 }
 
-// The parameter count the command says its network has (`@dlbench fact parameters <n>`), taken out
-// of `facts`: nullopt where it says nothing; an error where it is not a whole number.
-std::optional<std::int64_t> parameters_from_facts(std::map<std::string, std::string>& facts, std::string& error) {
-  const auto stated = facts.find("parameters");
+// A count the command states (`@dlbench fact <key> <n>`: the network's parameters, a sequence's
+// tokens), taken out of `facts`: nullopt where it says nothing; an error naming `what` it counts
+// where it is not a whole number of at least 1.
+std::optional<std::int64_t> count_from_facts(std::map<std::string, std::string>& facts, const std::string& key,
+                                             const std::string& what, std::string& error) {
+  const auto stated = facts.find(key);
   if (stated == facts.end()) return std::nullopt;
   const auto count = whole_number(stated->second, {1, std::numeric_limits<std::int64_t>::max()});
   if (!count) {
-    error = "fact parameters: \"" + printable(stated->second.substr(0, 64)) +
-            "\" is not a whole number of at least 1 (the network's trainable parameters)";
+    error = "fact " + key + ": \"" + printable(stated->second.substr(0, 64)) + "\" is not a whole number of at least 1 (" +
+            what + ")";
     return std::nullopt;
   }
   facts.erase(stated);
@@ -242,21 +244,6 @@ std::optional<std::pair<std::int64_t, std::int64_t>> image_size_from_facts(std::
   }
   facts.erase(stated);
   return std::pair{*height, *width};
-}
-
-// The tokens per sequence the command says its steps took (`@dlbench fact sequenceLength 128`),
-// taken out of `facts`: nullopt where it says nothing; an error where it is not a whole number.
-std::optional<std::int64_t> sequence_length_from_facts(std::map<std::string, std::string>& facts, std::string& error) {
-  const auto stated = facts.find("sequenceLength");
-  if (stated == facts.end()) return std::nullopt;
-  const auto length = whole_number(stated->second, {1, 1 << 20});
-  if (!length) {
-    error = "fact sequenceLength: \"" + printable(stated->second.substr(0, 64)) +
-            "\" is not a whole number of at least 1 (the tokens in each sequence, as DLBENCH_SEQUENCE_LENGTH says)";
-    return std::nullopt;
-  }
-  facts.erase(stated);
-  return length;
 }
 
 // Why the input the command says its steps took is not the case's, or empty where it is (or the
@@ -671,9 +658,11 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
   std::string network_error;
   const std::optional<Model> trained = spelled_fact<Model>(facts, "model", network_error);
   const std::optional<Precision> trained_precision = spelled_fact<Precision>(facts, "precision", network_error);
-  const std::optional<std::int64_t> parameters = parameters_from_facts(facts, network_error);
+  const std::optional<std::int64_t> parameters =
+      count_from_facts(facts, "parameters", "the network's trainable parameters", network_error);
   const auto image_size = image_size_from_facts(facts, network_error);
-  const auto sequence_length = sequence_length_from_facts(facts, network_error);
+  const std::optional<std::int64_t> sequence_length = count_from_facts(
+      facts, "sequenceLength", "the tokens in each sequence, as DLBENCH_SEQUENCE_LENGTH says", network_error);
   for (const auto& [key, value] : facts) apply_fact(environment, key, value);
   environment.nccl_transport = o.nccl_transport;
   doc.environment = std::move(environment);
