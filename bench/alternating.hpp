@@ -1,5 +1,6 @@
-// The timing loop the route benchmarks share (linear_routes, conv_backward_data): each route's
-// call in turn, pair after pair, so that the machine's drift falls on every route alike.
+// What the route benchmarks share (linear_routes, conv_backward_data): a CPU backend per route,
+// tensors over the buffers they allocate, and the timing loop that runs each route's call in
+// turn, pair after pair, so that the machine's drift falls on every route alike.
 #pragma once
 
 #include <algorithm>

@@ -6,9 +6,9 @@
 //   @dlbench fact <key> <value>   something about the environment: framework, frameworkVersion,
 //                                 gpuModel, … (<value> is the rest of the line); `model`, the
 //                                 network it trained in spec.model's spelling, `parameters`, its
-//                                 trainable parameter count, `precision` and `imageSize` are
-//                                 judged: another network, precision or input size than the
-//                                 case's fails it (CaseMismatch)
+//                                 trainable parameter count, `precision`, `imageSize` and
+//                                 `sequenceLength` are judged: another network, precision or
+//                                 input than the case's fails it (CaseMismatch)
 //   @dlbench unsupported <why>    this case cannot run here (a precision the device lacks, …):
 //                                 the case is Failed with reason Unsupported and never retried
 //   @dlbench loss <value>         the training loss after the last step marker (a number, or
