@@ -28,6 +28,14 @@ __attribute__((target("avx,f16c"))) void halves_on_f16c(const float* from, std::
   }
   halves_in_software(from + i, count - i, out + i);
 }
+
+__attribute__((target("avx,f16c"))) void floats_on_f16c(const std::uint16_t* from, std::size_t count, float* out) {
+  std::size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i))));
+  }
+  for (; i < count; ++i) out[i] = fp16{from[i]}.to_float();
+}
 #endif
 
 }  // namespace
@@ -62,6 +70,16 @@ void store_halves(const float* from, std::size_t count, std::uint16_t* out) {
   }
 #endif
   halves_in_software(from, count, out);
+}
+
+void load_halves(const std::uint16_t* from, std::size_t count, float* out) {
+#if defined(__x86_64__)
+  if (halves_convert_on_f16c()) {
+    floats_on_f16c(from, count, out);
+    return;
+  }
+#endif
+  for (std::size_t i = 0; i < count; ++i) out[i] = fp16{from[i]}.to_float();
 }
 
 }  // namespace dlbench::worker

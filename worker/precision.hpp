@@ -100,6 +100,9 @@ T from_float(float v) {
 // pipeline's threads hand amp's batches out so: in software the conversion took a decoding
 // thread 13.6% of its time (perf, AMD EPYC).
 void store_halves(const float* from, std::size_t count, std::uint16_t* out);
+// `count` halves at `from` as floats (exact: every fp16 value is an fp32 value), on F16C under the
+// same rule as store_halves. The CPU's emulated fp16 (cpu/half_emulation.hpp) widens with it.
+void load_halves(const std::uint16_t* from, std::size_t count, float* out);
 // Whether store_halves runs on F16C here: DLBENCH_CPU_HALVES, read once. Throws
 // std::invalid_argument for a value other than software or f16c, and for f16c on a CPU without.
 bool halves_convert_on_f16c();

@@ -106,6 +106,26 @@ TEST(Precision, HalvesOnF16cAreTheSoftwareConversionsBits) {
   }
 }
 
+// load_halves widens every half to fp16::to_float's value, on F16C or in software (NaNs stay NaN
+// with the sign kept; F16C quiets a signalling one), and counts that leave a tail.
+TEST(Precision, HalvesLoadAsTheSoftwareConversionsValues) {
+  std::vector<std::uint16_t> halves;
+  for (std::uint32_t bits = 0; bits <= 0xFFFF; ++bits) halves.push_back(static_cast<std::uint16_t>(bits));
+  for (const std::size_t count : {halves.size(), halves.size() - 3, std::size_t{5}}) {
+    std::vector<float> out(count, 7.0f);
+    load_halves(halves.data(), count, out.data());
+    for (std::size_t i = 0; i < count; ++i) {
+      const float want = fp16{halves[i]}.to_float();
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(out[i])) << std::hex << halves[i];
+        ASSERT_EQ(std::signbit(out[i]), std::signbit(want)) << std::hex << halves[i];
+      } else {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(out[i]), std::bit_cast<std::uint32_t>(want)) << std::hex << halves[i];
+      }
+    }
+  }
+}
+
 TEST(Precision, EncodeAndDecodeRoundTrip) {
   const std::vector<float> values{0.0f, 1.0f, -1.5f, 3.140625f, 1024.0f};
   for (const DType t : {DType::fp32, DType::bf16, DType::fp16}) {

@@ -332,9 +332,11 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
   EXPECT_THAT(o.err, HasSubstr("sequence length 16, 110106428 parameters"));
   // The result says which attention ran: composed by default, fused on request (LAMB's run);
   // how linear layers took their weights (linear_weights.hpp) and convolutions computed their
-  // input gradients (conv_backward_data.hpp); and which ISA oneDNN's kernels ran, this CPU's best
-  // (avx2 on some machines, avx512_core_bf16 on others) or less where DNNL_MAX_CPU_ISA says.
-  EXPECT_EQ(doc.environment.backend_options.size(), 4u);
+  // input gradients (conv_backward_data.hpp); whether fp16 is emulated (half_emulation.hpp); and
+  // which ISA oneDNN's kernels ran, this CPU's best (avx2 on some machines, avx512_core_bf16 on
+  // others) or less where DNNL_MAX_CPU_ISA says.
+  EXPECT_EQ(doc.environment.backend_options.size(), 5u);
+  EXPECT_EQ(doc.environment.backend_options.at("fp16"), "refused");
   EXPECT_EQ(doc.environment.backend_options.at("attention"), "composed");
   EXPECT_EQ(doc.environment.backend_options.at("linearWeights"), "auto");
   EXPECT_EQ(doc.environment.backend_options.at("convBackwardData"), "auto");
@@ -462,8 +464,26 @@ TEST(WorkerCli, PrecisionsTheCpuBackendCannotRunAreUnsupportedResults) {
       EXPECT_THAT(decoded(o.out).message, HasSubstr("needs oneDNN's avx512_core_bf16 ISA"));
     } else if (precision == "amp") {
       EXPECT_THAT(decoded(o.out).message, HasSubstr("fp16 (amp) has no training kernels"));
+      EXPECT_THAT(decoded(o.out).message, HasSubstr("DLBENCH_CPU_FP16=emulated"));
     }
   }
+  // Emulated (half_emulation.hpp), amp trains on the CPU with its loss scale, and the result says
+  // its fp16 was emulated; a value the switch does not know fails the case, naming what it allows.
+  const Outcome emulated = worker("--precision amp --model alexnet --image-size 64 --batch-size 2 --warmup-steps 0 "
+                                  "--measure-steps 2 --repeats 1",
+                                  "DLBENCH_CPU_FP16=emulated");
+  ASSERT_EQ(emulated.exit_code, 0) << emulated.err;
+  EXPECT_EQ(decoded(emulated.out).state, CaseState::Succeeded);
+  const auto scaling = decoded(emulated.out).loss_scaling;
+  ASSERT_TRUE(scaling);
+  EXPECT_GE(scaling->steps, 2);
+  EXPECT_GT(scaling->final_scale, 0.0);
+  EXPECT_EQ(decoded(emulated.out).environment.backend_options.at("fp16"), "emulated");
+  const Outcome unknown = worker("--precision amp --model alexnet --image-size 64 --batch-size 1 --measure-steps 1 "
+                                 "--repeats 1",
+                                 "DLBENCH_CPU_FP16=native");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("DLBENCH_CPU_FP16: \"native\" is not one of refused, emulated"));
   const Outcome devices = worker("--list-devices", without_bf16);
   EXPECT_THAT(devices.out, ::testing::ContainsRegex("^cpu [0-9]+ precisions=fp32\n"));  // cores vary by machine
 }
@@ -698,6 +718,24 @@ TEST(WorkerCli, SelfTestPassesOnTheCpuAndSkipsWhatItCannotRun) {
   EXPECT_THAT(doc.checks[2].detail, HasSubstr("avx512_core_bf16"));
   EXPECT_THAT(doc.message, HasSubstr("checks passed, 3 skipped on 1 device (cpu, none)"));
   EXPECT_EQ(doc.precisions, (std::vector<std::string>{"fp32", "tf32", "amp", "bf16"}));
+}
+
+// amp's self-test on the CPU with fp16 emulated (cpu/half_emulation.hpp): every amp check, the
+// whole-step and memory-plan ones included, against the CPU's fp32, and the loss-scaling checks.
+// The bottleneck's gradient error is the H200's own (9.11e-2 there, on cuDNN's half kernels).
+TEST(WorkerCli, SelfTestRunsAmpOnTheCpuWithFp16Emulated) {
+  const Outcome o = worker("--self-test --precision amp", "DLBENCH_CPU_FP16=emulated");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const SelfTestDocument doc = decoded_self_test(o.out);
+  EXPECT_EQ(doc.state, CaseState::Succeeded);
+  EXPECT_EQ(doc.failed, 0);
+  EXPECT_EQ(doc.skipped, 0);
+  EXPECT_GE(doc.passed, 30);
+  EXPECT_EQ(doc.environment.backend_options.at("fp16"), "emulated");
+  EXPECT_THAT(o.err, ::testing::ContainsRegex("amp +training, 5 steps +[0-9.e+-]+ +1.00e-02 +passed"));
+  EXPECT_THAT(o.err, ::testing::ContainsRegex("amp +bottleneck with projection +[0-9.e+-]+ +1.50e-01 +passed"));
+  EXPECT_THAT(o.err, ::testing::ContainsRegex("amp +resnet50 step, each layer fed the reference's input +[0-9.e+-]+ "
+                                              "+5.00e-02 +passed"));
 }
 
 // No GPU for --backend cuda: a Failed self-test document that says why (as a case says it), exit 1.

@@ -289,6 +289,7 @@ class CpuFusedAttention final : public AttentionOp {
 
 std::unique_ptr<AttentionOp> CpuBackend::make_fused_attention(const AttentionConfig& config) {
   if (attention_route_ != AttentionRoute::fused) return nullptr;
+  if (emulates(config.dtype)) return emulate_half(make_fused_attention(in_fp32(config)), half_scratch_);
   return std::make_unique<CpuFusedAttention>(config, &step_);
 }
 

@@ -109,6 +109,7 @@ class CpuBatchNorm final : public BatchNormOp {
 }  // namespace
 
 std::unique_ptr<BatchNormOp> CpuBackend::make_batch_norm(const BatchNormConfig& c) {
+  if (emulates(c.dtype)) return emulate_half(make_batch_norm(in_fp32(c)), half_scratch_);
   return std::make_unique<CpuBatchNorm>(*this, c);
 }
 

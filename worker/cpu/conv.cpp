@@ -324,6 +324,7 @@ bool CpuBackend::flips_input_gradient(const Conv2dConfig& c) {
 }
 
 std::unique_ptr<Conv2dOp> CpuBackend::make_conv2d(const Conv2dConfig& c) {
+  if (emulates(c.dtype)) return emulate_half(make_conv2d(in_fp32(c)), half_scratch_);
   if (is_pointwise_matmul(c)) return std::make_unique<CpuPointwiseConv>(*this, c);
   return std::make_unique<CpuConv>(*this, c);
 }

@@ -5,6 +5,7 @@
 #include "attention_route.hpp"
 #include "backend.hpp"
 #include "cpu/conv_backward_data.hpp"
+#include "cpu/half_emulation.hpp"
 #include "cpu/linear_weights.hpp"
 
 namespace dlbench::worker {
@@ -19,8 +20,9 @@ class CpuBackend final : public Backend {
   Layout activation_layout() const override { return Layout::nhwc; }
   std::string version_info() const override;
   std::map<std::string, std::string> options() const override;
-  // fp32 everywhere; bf16 where oneDNN finds AVX512_BF16 (or AMX); fp16 nowhere (oneDNN 2.6 has
-  // no fp16 training kernels for x86).
+  // fp32 everywhere; bf16 where oneDNN finds AVX512_BF16 (or AMX); fp16 only emulated
+  // (DLBENCH_CPU_FP16=emulated, cpu/half_emulation.hpp): oneDNN 2.6 has no fp16 training kernels
+  // for x86.
   std::optional<std::string> cannot_compute(DType dtype) const override;
   int threads() const;
 
@@ -78,6 +80,9 @@ class CpuBackend final : public Backend {
   // Whether oneDNN runs AVX-512 kernels here (the CPU's best, or less under DNNL_MAX_CPU_ISA):
   // the routes' crossings differ with the kernels' width.
   bool avx512_kernels() const;
+  // DLBENCH_CPU_FP16 (half_emulation.hpp); ops read it when they are made.
+  CpuFp16 fp16() const { return fp16_; }
+  void set_fp16(CpuFp16 fp16) { fp16_ = fp16; }
   void gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
                    bool accumulate) override;
   void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t count, Tensor& table_grad) override;
@@ -110,6 +115,10 @@ class CpuBackend final : public Backend {
   AttentionRoute attention_route_;
   LinearWeights linear_weights_;
   ConvBackwardData conv_backward_data_;
+  CpuFp16 fp16_;
+  HalfScratch half_scratch_;  // the emulated fp16 ops' fp32 copies
+  // Whether an op for `dtype` activations is an fp32 op between conversions.
+  bool emulates(DType dtype) const { return dtype == DType::fp16 && fp16_ == CpuFp16::emulated; }
   // A buffer that only grows, to the largest size reserved.
   class Scratch {
    public:

@@ -209,16 +209,23 @@ class CpuAdd final : public AddOp {
 }  // namespace
 
 std::unique_ptr<ReluOp> CpuBackend::make_relu(const Shape& shape, DType dtype) {
+  if (emulates(dtype)) return emulate_half(make_relu(shape, DType::fp32), half_scratch_);
   return std::make_unique<CpuRelu>(*this, shape, dtype);
 }
-std::unique_ptr<PoolOp> CpuBackend::make_pool(const PoolConfig& c) { return std::make_unique<CpuPool>(*this, c); }
+std::unique_ptr<PoolOp> CpuBackend::make_pool(const PoolConfig& c) {
+  if (emulates(c.dtype)) return emulate_half(make_pool(in_fp32(c)), half_scratch_);
+  return std::make_unique<CpuPool>(*this, c);
+}
 std::unique_ptr<AddOp> CpuBackend::make_add(const Shape& shape, DType dtype) {
+  if (emulates(dtype)) return emulate_half(make_add(shape, DType::fp32), half_scratch_);
   return std::make_unique<CpuAdd>(*this, shape, dtype, false);
 }
 std::unique_ptr<AddOp> CpuBackend::make_add_relu(const Shape& shape, DType dtype) {
+  if (emulates(dtype)) return emulate_half(make_add_relu(shape, DType::fp32), half_scratch_);
   return std::make_unique<CpuAdd>(*this, shape, dtype, true);
 }
 std::unique_ptr<ReorderOp> CpuBackend::make_reorder(const Shape& shape, DType dtype, Layout from, Layout to) {
+  if (emulates(dtype)) return emulate_half(make_reorder(shape, DType::fp32, from, to), half_scratch_);
   return std::make_unique<CpuReorder>(*this, shape, dtype, from, to);
 }
 std::unique_ptr<ChannelSliceOp> CpuBackend::make_channel_slice(const Shape& part, std::int64_t whole_channels,
@@ -227,9 +234,13 @@ std::unique_ptr<ChannelSliceOp> CpuBackend::make_channel_slice(const Shape& part
     throw std::invalid_argument("channel slice [" + std::to_string(offset) + ", " + std::to_string(offset + part.c()) +
                                 ") is outside " + std::to_string(whole_channels) + " channels");
   }
+  if (emulates(dtype)) {
+    return emulate_half(make_channel_slice(part, whole_channels, offset, DType::fp32), half_scratch_);
+  }
   return std::make_unique<CpuChannelSlice>(*this, part, whole_channels, offset, dtype);
 }
 std::unique_ptr<ResizeOp> CpuBackend::make_bilinear_resize(const ResizeConfig& config) {
+  if (emulates(config.dtype)) return emulate_half(make_bilinear_resize(in_fp32(config)), half_scratch_);
   return std::make_unique<CpuResize>(*this, config);
 }
 

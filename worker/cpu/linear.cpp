@@ -148,6 +148,9 @@ class CpuLinear final : public LinearOp {
 
 }  // namespace
 
-std::unique_ptr<LinearOp> CpuBackend::make_linear(const LinearConfig& c) { return std::make_unique<CpuLinear>(*this, c); }
+std::unique_ptr<LinearOp> CpuBackend::make_linear(const LinearConfig& c) {
+  if (emulates(c.dtype)) return emulate_half(make_linear(in_fp32(c)), half_scratch_);
+  return std::make_unique<CpuLinear>(*this, c);
+}
 
 }  // namespace dlbench::worker

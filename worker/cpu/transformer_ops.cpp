@@ -277,18 +277,23 @@ void scatter_add_rows_typed(const Tensor& dy, const std::int32_t* rows, std::int
 }  // namespace
 
 std::unique_ptr<BatchedMatmulOp> CpuBackend::make_batched_matmul(const BatchedMatmulConfig& config) {
+  if (emulates(config.dtype)) return emulate_half(make_batched_matmul(in_fp32(config)), half_scratch_);
   return std::make_unique<CpuBatchedMatmul>(*this, config);
 }
 std::unique_ptr<LayerNormOp> CpuBackend::make_layer_norm(const LayerNormConfig& config) {
+  if (emulates(config.dtype)) return emulate_half(make_layer_norm(in_fp32(config)), half_scratch_);
   return std::make_unique<CpuLayerNorm>(*this, config);
 }
 std::unique_ptr<SoftmaxOp> CpuBackend::make_softmax(std::int64_t rows, std::int64_t columns, DType dtype) {
+  if (emulates(dtype)) return emulate_half(make_softmax(rows, columns, DType::fp32), half_scratch_);
   return std::make_unique<CpuSoftmax>(*this, rows, columns, dtype);
 }
 std::unique_ptr<ActivationOp> CpuBackend::make_activation(ActivationKind kind, std::int64_t count, DType dtype) {
+  if (emulates(dtype)) return emulate_half(make_activation(kind, count, DType::fp32), half_scratch_);
   return std::make_unique<CpuActivation>(*this, kind, count, dtype);
 }
 std::unique_ptr<SwapAxesOp> CpuBackend::make_swap_axes(const Shape& x, DType dtype) {
+  if (emulates(dtype)) return emulate_half(make_swap_axes(x, DType::fp32), half_scratch_);
   return std::make_unique<CpuSwapAxes>(*this, x, dtype);
 }
 

@@ -1,0 +1,563 @@
+#include "cpu/half_emulation.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "precision.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+// Conversions split across the backend's threads in runs of this many values.
+constexpr std::int64_t kConversionRun = 1 << 15;
+
+void widen(const std::uint16_t* from, std::int64_t count, float* out) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t start = 0; start < count; start += kConversionRun) {
+    load_halves(from + start, static_cast<std::size_t>(std::min(kConversionRun, count - start)), out + start);
+  }
+}
+
+void narrow(const float* from, std::int64_t count, std::uint16_t* out) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t start = 0; start < count; start += kConversionRun) {
+    store_halves(from + start, static_cast<std::size_t>(std::min(kConversionRun, count - start)), out + start);
+  }
+}
+
+// The tensors one call of an emulated op hands its fp32 op, each in its own scratch slot, and
+// the fp16 tensors it rounds the results into when the op has run.
+class HalfCall {
+ public:
+  explicit HalfCall(HalfScratch& scratch) : scratch_(scratch) {}
+  HalfCall(const HalfCall&) = delete;
+  HalfCall& operator=(const HalfCall&) = delete;
+
+  // An fp16 activation the op reads, widened.
+  Tensor in(const Tensor& t) {
+    Tensor wide = slot_like(t);
+    widen(static_cast<const std::uint16_t*>(t.data), t.numel(), static_cast<float*>(wide.data));
+    return wide;
+  }
+  // Where the op writes what becomes fp16 tensor t (at finish()).
+  Tensor out(Tensor& t) {
+    Tensor wide = slot_like(t);
+    results_.emplace_back(&t, wide);
+    return wide;
+  }
+  // An fp16 tensor the op reads and writes: an accumulated gradient, a whole a slice goes into.
+  Tensor in_out(Tensor& t) {
+    Tensor wide = in(t);
+    results_.emplace_back(&t, wide);
+    return wide;
+  }
+  // An fp32 parameter as a half kernel reads it: its values rounded through fp16.
+  Tensor rounded(const Tensor& t) {
+    if (t.dtype != DType::fp32) throw std::logic_error("emulated fp16: a parameter " + t.shape.to_string() + " is not fp32");
+    Tensor copy = t;
+    copy.buffer = -1;
+    copy.data = scratch_.slot(next_slot_++, t.numel());
+    std::copy_n(t.as<float>(), t.numel(), static_cast<float*>(copy.data));
+    round_through_half(static_cast<float*>(copy.data), t.numel());
+    return copy;
+  }
+  // Rounds every result into its fp16 tensor.
+  void finish() {
+    for (auto& [half, wide] : results_) {
+      narrow(static_cast<const float*>(wide.data), wide.numel(), static_cast<std::uint16_t*>(half->data));
+    }
+    results_.clear();
+  }
+
+ private:
+  Tensor slot_like(const Tensor& t) {
+    if (t.dtype != DType::fp16) {
+      throw std::logic_error("emulated fp16: a " + std::string(to_string(t.dtype)) + " activation " +
+                             t.shape.to_string() + " where fp16 was expected");
+    }
+    Tensor wide = t;
+    wide.dtype = DType::fp32;
+    wide.buffer = -1;
+    wide.data = scratch_.slot(next_slot_++, t.numel());
+    return wide;
+  }
+
+  HalfScratch& scratch_;
+  std::size_t next_slot_ = 0;
+  std::vector<std::pair<Tensor*, Tensor>> results_;
+};
+
+// An fp16 tensor the op says it does not read (a pool's x and y where oneDNN keeps the arg-max):
+// handed on as fp32 without touching its memory, which the plan may have given to another tensor.
+Tensor unread(const Tensor& t) {
+  Tensor view = t;
+  view.dtype = DType::fp32;
+  return view;
+}
+
+class HalfConv final : public Conv2dOp {
+ public:
+  HalfConv(std::unique_ptr<Conv2dOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    HalfCall call(scratch_);
+    Tensor wide_y = call.out(y);
+    op_->forward(call.in(x), call.rounded(weight), bias, wide_y);  // cuDNN adds the fp32 bias
+    call.finish();
+  }
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    HalfCall call(scratch_);
+    Tensor wide_dx = call.out(dx);
+    op_->backward_data(call.in(dy), call.rounded(weight), wide_dx);
+    call.finish();
+  }
+  void backward_data_accumulate(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    HalfCall call(scratch_);
+    Tensor wide_dx = call.in_out(dx);
+    op_->backward_data_accumulate(call.in(dy), call.rounded(weight), wide_dx);
+    call.finish();
+  }
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    HalfCall call(scratch_);
+    op_->backward_weights(call.in(x), call.in(dy), dweight, dbias);
+    round_through_half(dweight.as<float>(), dweight.numel());  // cuDNN's filter gradient is half
+  }
+
+ private:
+  std::unique_ptr<Conv2dOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfBatchNorm final : public BatchNormOp {
+ public:
+  HalfBatchNorm(std::unique_ptr<BatchNormOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  std::size_t workspace_bytes() const override { return op_->workspace_bytes(); }
+  bool backward_reads_output() const override { return op_->backward_reads_output(); }
+  void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                        BatchNormStatistics& statistics, void* workspace) override {
+    HalfCall call(scratch_);
+    Tensor wide_y = call.out(y);
+    op_->forward_training(call.in(x), gamma, beta, wide_y, statistics, workspace);
+    call.finish();
+  }
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                const BatchNormStatistics& statistics, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                const void* workspace) override {
+    HalfCall call(scratch_);
+    Tensor wide_dx = call.out(dx);
+    op_->backward(call.in(x), output(call, y), call.in(dy), gamma, beta, statistics, wide_dx, dgamma, dbeta, workspace);
+    call.finish();
+  }
+  void forward_training_add_relu(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                                 BatchNormStatistics& statistics, void* workspace) override {
+    HalfCall call(scratch_);
+    Tensor wide_y = call.out(y);
+    op_->forward_training_add_relu(call.in(x), call.in(z), gamma, beta, wide_y, statistics, workspace);
+    call.finish();
+  }
+  void backward_add_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                         const BatchNormStatistics& statistics, Tensor& dx, Tensor& dz, Tensor& dgamma, Tensor& dbeta,
+                         const void* workspace) override {
+    HalfCall call(scratch_);
+    Tensor wide_dx = call.out(dx);
+    Tensor wide_dz = call.out(dz);
+    op_->backward_add_relu(call.in(x), output(call, y), call.in(dy), gamma, beta, statistics, wide_dx, wide_dz, dgamma,
+                           dbeta, workspace);
+    call.finish();
+  }
+
+ private:
+  Tensor output(HalfCall& call, const Tensor& y) const { return op_->backward_reads_output() ? call.in(y) : unread(y); }
+
+  std::unique_ptr<BatchNormOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfRelu final : public ReluOp {
+ public:
+  HalfRelu(std::unique_ptr<ReluOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void forward(const Tensor& x, Tensor& y) override {
+    HalfCall call(scratch_);
+    const Tensor wide_x = call.in(x);
+    Tensor wide_y = call.out(y);
+    op_->forward(wide_x, wide_y);
+    call.finish();
+  }
+  void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    HalfCall call(scratch_);
+    const Tensor wide_y = call.in(y);
+    const Tensor wide_dy = call.in(dy);
+    Tensor wide_dx = call.out(dx);
+    op_->backward(wide_y, wide_dy, wide_dx);
+    call.finish();
+  }
+
+ private:
+  std::unique_ptr<ReluOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfPool final : public PoolOp {
+ public:
+  HalfPool(std::unique_ptr<PoolOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  std::size_t workspace_bytes() const override { return op_->workspace_bytes(); }
+  bool backward_reads_activations() const override { return op_->backward_reads_activations(); }
+  void forward(const Tensor& x, Tensor& y, void* workspace) override {
+    HalfCall call(scratch_);
+    const Tensor wide_x = call.in(x);
+    Tensor wide_y = call.out(y);
+    op_->forward(wide_x, wide_y, workspace);
+    call.finish();
+  }
+  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const void* workspace, Tensor& dx) override {
+    HalfCall call(scratch_);
+    const bool reads = op_->backward_reads_activations();
+    const Tensor wide_x = reads ? call.in(x) : unread(x);
+    const Tensor wide_y = reads ? call.in(y) : unread(y);
+    const Tensor wide_dy = call.in(dy);
+    Tensor wide_dx = call.out(dx);
+    op_->backward(wide_x, wide_y, wide_dy, workspace, wide_dx);
+    call.finish();
+  }
+
+ private:
+  std::unique_ptr<PoolOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfLinear final : public LinearOp {
+ public:
+  HalfLinear(std::unique_ptr<LinearOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    HalfCall call(scratch_);
+    const Tensor wide_x = call.in(x);
+    Tensor wide_y = call.out(y);
+    const Tensor half_weight = call.rounded(weight);
+    if (bias == nullptr) {
+      op_->forward(wide_x, half_weight, nullptr, wide_y);
+    } else {
+      const Tensor half_bias = call.rounded(*bias);  // cuBLASLt's epilogue reads the rounded copy
+      op_->forward(wide_x, half_weight, &half_bias, wide_y);
+    }
+    call.finish();
+  }
+  void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    HalfCall call(scratch_);
+    const Tensor wide_dy = call.in(dy);
+    Tensor wide_dx = call.out(dx);
+    op_->backward_data(wide_dy, call.rounded(weight), wide_dx);
+    call.finish();
+  }
+  // dW and the bias gradient come out of cuBLASLt in fp32: not rounded.
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
+    HalfCall call(scratch_);
+    const Tensor wide_x = call.in(x);
+    op_->backward_weights(wide_x, call.in(dy), dweight, dbias);
+  }
+
+ private:
+  std::unique_ptr<LinearOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfAdd final : public AddOp {
+ public:
+  HalfAdd(std::unique_ptr<AddOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void forward(const Tensor& a, const Tensor& b, Tensor& y) override {
+    HalfCall call(scratch_);
+    const Tensor wide_a = call.in(a);
+    const Tensor wide_b = call.in(b);
+    Tensor wide_y = call.out(y);
+    op_->forward(wide_a, wide_b, wide_y);
+    call.finish();
+  }
+
+ private:
+  std::unique_ptr<AddOp> op_;
+  HalfScratch& scratch_;
+};
+
+// Ops of one input and one output (reorders, axis swaps): widened, run, rounded (exactly: they
+// move values without computing).
+template <typename Op>
+void run_one_to_one(Op& op, HalfScratch& scratch, const Tensor& x, Tensor& y) {
+  HalfCall call(scratch);
+  const Tensor wide_x = call.in(x);
+  Tensor wide_y = call.out(y);
+  op.run(wide_x, wide_y);
+  call.finish();
+}
+
+class HalfReorder final : public ReorderOp {
+ public:
+  HalfReorder(std::unique_ptr<ReorderOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void run(const Tensor& x, Tensor& y) override { run_one_to_one(*op_, scratch_, x, y); }
+
+ private:
+  std::unique_ptr<ReorderOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfSwapAxes final : public SwapAxesOp {
+ public:
+  HalfSwapAxes(std::unique_ptr<SwapAxesOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void run(const Tensor& x, Tensor& y) override { run_one_to_one(*op_, scratch_, x, y); }
+
+ private:
+  std::unique_ptr<SwapAxesOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfChannelSlice final : public ChannelSliceOp {
+ public:
+  HalfChannelSlice(std::unique_ptr<ChannelSliceOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  // The whole's other channels stay as they are: it is read as well as written.
+  void insert(const Tensor& part, Tensor& whole) override {
+    HalfCall call(scratch_);
+    const Tensor wide_part = call.in(part);
+    Tensor wide_whole = call.in_out(whole);
+    op_->insert(wide_part, wide_whole);
+    call.finish();
+  }
+  void extract(const Tensor& whole, Tensor& part) override {
+    HalfCall call(scratch_);
+    const Tensor wide_whole = call.in(whole);
+    Tensor wide_part = call.out(part);
+    op_->extract(wide_whole, wide_part);
+    call.finish();
+  }
+
+ private:
+  std::unique_ptr<ChannelSliceOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfResize final : public ResizeOp {
+ public:
+  HalfResize(std::unique_ptr<ResizeOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void forward(const Tensor& x, Tensor& y) override {
+    HalfCall call(scratch_);
+    const Tensor wide_x = call.in(x);
+    Tensor wide_y = call.out(y);
+    op_->forward(wide_x, wide_y);
+    call.finish();
+  }
+  void backward(const Tensor& dy, Tensor& dx) override {
+    HalfCall call(scratch_);
+    const Tensor wide_dy = call.in(dy);
+    Tensor wide_dx = call.out(dx);
+    op_->backward(wide_dy, wide_dx);
+    call.finish();
+  }
+
+ private:
+  std::unique_ptr<ResizeOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfBatchedMatmul final : public BatchedMatmulOp {
+ public:
+  HalfBatchedMatmul(std::unique_ptr<BatchedMatmulOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void run(const Tensor& a, const Tensor& b, Tensor& c) override {
+    HalfCall call(scratch_);
+    const Tensor wide_a = call.in(a);
+    const Tensor wide_b = call.in(b);
+    Tensor wide_c = call.out(c);
+    op_->run(wide_a, wide_b, wide_c);
+    call.finish();
+  }
+
+ private:
+  std::unique_ptr<BatchedMatmulOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfLayerNorm final : public LayerNormOp {
+ public:
+  HalfLayerNorm(std::unique_ptr<LayerNormOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
+               Tensor& variance) override {
+    HalfCall call(scratch_);
+    const Tensor wide_x = call.in(x);
+    Tensor wide_y = call.out(y);
+    op_->forward(wide_x, gamma, beta, wide_y, mean, variance);
+    call.finish();
+  }
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    HalfCall call(scratch_);
+    const Tensor wide_x = call.in(x);
+    const Tensor wide_dy = call.in(dy);
+    Tensor wide_dx = call.out(dx);
+    op_->backward(wide_x, wide_dy, gamma, beta, mean, variance, wide_dx, dgamma, dbeta);
+    call.finish();
+  }
+
+ private:
+  std::unique_ptr<LayerNormOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfSoftmax final : public SoftmaxOp {
+ public:
+  HalfSoftmax(std::unique_ptr<SoftmaxOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void forward(const Tensor& x, Tensor& y, RowLengths lengths) override {
+    HalfCall call(scratch_);
+    const Tensor wide_x = call.in(x);
+    Tensor wide_y = call.out(y);
+    op_->forward(wide_x, wide_y, lengths);
+    call.finish();
+  }
+  void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    HalfCall call(scratch_);
+    const Tensor wide_y = call.in(y);
+    const Tensor wide_dy = call.in(dy);
+    Tensor wide_dx = call.out(dx);
+    op_->backward(wide_y, wide_dy, wide_dx);
+    call.finish();
+  }
+
+ private:
+  std::unique_ptr<SoftmaxOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfActivation final : public ActivationOp {
+ public:
+  HalfActivation(std::unique_ptr<ActivationOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void forward(const Tensor& x, Tensor& y) override {
+    HalfCall call(scratch_);
+    const Tensor wide_x = call.in(x);
+    Tensor wide_y = call.out(y);
+    op_->forward(wide_x, wide_y);
+    call.finish();
+  }
+  void backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+    HalfCall call(scratch_);
+    const Tensor wide_x = call.in(x);
+    const Tensor wide_dy = call.in(dy);
+    Tensor wide_dx = call.out(dx);
+    op_->backward(wide_x, wide_dy, wide_dx);
+    call.finish();
+  }
+
+ private:
+  std::unique_ptr<ActivationOp> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfAttention final : public AttentionOp {
+ public:
+  HalfAttention(std::unique_ptr<AttentionOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float dropout,
+               std::uint64_t layer_seed, const std::int32_t* real_tokens) override {
+    HalfCall call(scratch_);
+    const Tensor wide_q = call.in(q);
+    const Tensor wide_k = call.in(k);
+    const Tensor wide_v = call.in(v);
+    Tensor wide_context = call.out(context);
+    op_->forward(wide_q, wide_k, wide_v, wide_context, statistics, dropout, layer_seed, real_tokens);
+    call.finish();
+  }
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dcontext, const Tensor& statistics,
+                float dropout, std::uint64_t layer_seed, const std::int32_t* real_tokens, Tensor& dq, Tensor& dk,
+                Tensor& dv) override {
+    HalfCall call(scratch_);
+    const Tensor wide_q = call.in(q);
+    const Tensor wide_k = call.in(k);
+    const Tensor wide_v = call.in(v);
+    const Tensor wide_dcontext = call.in(dcontext);
+    Tensor wide_dq = call.out(dq);
+    Tensor wide_dk = call.out(dk);
+    Tensor wide_dv = call.out(dv);
+    op_->backward(wide_q, wide_k, wide_v, wide_dcontext, statistics, dropout, layer_seed, real_tokens, wide_dq, wide_dk,
+                  wide_dv);
+    call.finish();
+  }
+
+ private:
+  std::unique_ptr<AttentionOp> op_;
+  HalfScratch& scratch_;
+};
+
+}  // namespace
+
+void HalfScratch::AlignedDelete::operator()(float* values) const { ::operator delete[](values, kAlignment); }
+
+float* HalfScratch::slot(std::size_t index, std::int64_t elements) {
+  if (index >= slots_.size()) slots_.resize(index + 1);
+  Buffer& buffer = slots_[index];
+  if (elements > buffer.elements) {
+    const std::size_t bytes = static_cast<std::size_t>(elements) * sizeof(float);
+    buffer.values.reset(static_cast<float*>(::operator new[](bytes, kAlignment)));
+    buffer.elements = elements;
+  }
+  return buffer.values.get();
+}
+
+void round_through_half(float* values, std::int64_t count) {
+  constexpr std::int64_t kPiece = 2048;  // halves on the stack at a time
+#pragma omp parallel for schedule(static)
+  for (std::int64_t start = 0; start < count; start += kConversionRun) {
+    const std::int64_t end = std::min(start + kConversionRun, count);
+    std::uint16_t halves[kPiece];
+    for (std::int64_t piece = start; piece < end; piece += kPiece) {
+      const auto run = static_cast<std::size_t>(std::min(kPiece, end - piece));
+      store_halves(values + piece, run, halves);
+      load_halves(halves, run, values + piece);
+    }
+  }
+}
+
+std::unique_ptr<Conv2dOp> emulate_half(std::unique_ptr<Conv2dOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfConv>(std::move(op), scratch);
+}
+std::unique_ptr<BatchNormOp> emulate_half(std::unique_ptr<BatchNormOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfBatchNorm>(std::move(op), scratch);
+}
+std::unique_ptr<ReluOp> emulate_half(std::unique_ptr<ReluOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfRelu>(std::move(op), scratch);
+}
+std::unique_ptr<PoolOp> emulate_half(std::unique_ptr<PoolOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfPool>(std::move(op), scratch);
+}
+std::unique_ptr<LinearOp> emulate_half(std::unique_ptr<LinearOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfLinear>(std::move(op), scratch);
+}
+std::unique_ptr<AddOp> emulate_half(std::unique_ptr<AddOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfAdd>(std::move(op), scratch);
+}
+std::unique_ptr<ReorderOp> emulate_half(std::unique_ptr<ReorderOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfReorder>(std::move(op), scratch);
+}
+std::unique_ptr<ChannelSliceOp> emulate_half(std::unique_ptr<ChannelSliceOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfChannelSlice>(std::move(op), scratch);
+}
+std::unique_ptr<ResizeOp> emulate_half(std::unique_ptr<ResizeOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfResize>(std::move(op), scratch);
+}
+std::unique_ptr<BatchedMatmulOp> emulate_half(std::unique_ptr<BatchedMatmulOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfBatchedMatmul>(std::move(op), scratch);
+}
+std::unique_ptr<LayerNormOp> emulate_half(std::unique_ptr<LayerNormOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfLayerNorm>(std::move(op), scratch);
+}
+std::unique_ptr<SoftmaxOp> emulate_half(std::unique_ptr<SoftmaxOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfSoftmax>(std::move(op), scratch);
+}
+std::unique_ptr<ActivationOp> emulate_half(std::unique_ptr<ActivationOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfActivation>(std::move(op), scratch);
+}
+std::unique_ptr<SwapAxesOp> emulate_half(std::unique_ptr<SwapAxesOp> op, HalfScratch& scratch) {
+  return std::make_unique<HalfSwapAxes>(std::move(op), scratch);
+}
+std::unique_ptr<AttentionOp> emulate_half(std::unique_ptr<AttentionOp> op, HalfScratch& scratch) {
+  if (op == nullptr) return nullptr;  // no fused attention here: the layer composes it
+  return std::make_unique<HalfAttention>(std::move(op), scratch);
+}
+
+}  // namespace dlbench::worker
