@@ -100,9 +100,40 @@ Tensor unread(const Tensor& t) {
   return view;
 }
 
-class HalfConv final : public Conv2dOp {
+// An emulated op: the fp32 op it runs, and the shapes most of its calls take.
+template <typename Op>
+class Emulating : public Op {
  public:
-  HalfConv(std::unique_ptr<Conv2dOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  Emulating(std::unique_ptr<Op> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+
+ protected:
+  // y = compute(x), x and y fp16.
+  template <typename Compute>
+  void one_to_one(const Tensor& x, Tensor& y, Compute&& compute) {
+    HalfCall call(scratch_);
+    const Tensor wide_x = call.in(x);
+    Tensor wide_y = call.out(y);
+    compute(wide_x, wide_y);
+    call.finish();
+  }
+  // y = compute(a, b), all three fp16.
+  template <typename Compute>
+  void two_to_one(const Tensor& a, const Tensor& b, Tensor& y, Compute&& compute) {
+    HalfCall call(scratch_);
+    const Tensor wide_a = call.in(a);
+    const Tensor wide_b = call.in(b);
+    Tensor wide_y = call.out(y);
+    compute(wide_a, wide_b, wide_y);
+    call.finish();
+  }
+
+  std::unique_ptr<Op> op_;
+  HalfScratch& scratch_;
+};
+
+class HalfConv final : public Emulating<Conv2dOp> {
+ public:
+  using Emulating::Emulating;
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
     HalfCall call(scratch_);
     Tensor wide_y = call.out(y);
@@ -126,23 +157,18 @@ class HalfConv final : public Conv2dOp {
     op_->backward_weights(call.in(x), call.in(dy), dweight, dbias);
     round_through_half(dweight.as<float>(), dweight.numel());  // cuDNN's filter gradient is half
   }
-
- private:
-  std::unique_ptr<Conv2dOp> op_;
-  HalfScratch& scratch_;
 };
 
-class HalfBatchNorm final : public BatchNormOp {
+class HalfBatchNorm final : public Emulating<BatchNormOp> {
  public:
-  HalfBatchNorm(std::unique_ptr<BatchNormOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   std::size_t workspace_bytes() const override { return op_->workspace_bytes(); }
   bool backward_reads_output() const override { return op_->backward_reads_output(); }
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                         BatchNormStatistics& statistics, void* workspace) override {
-    HalfCall call(scratch_);
-    Tensor wide_y = call.out(y);
-    op_->forward_training(call.in(x), gamma, beta, wide_y, statistics, workspace);
-    call.finish();
+    one_to_one(x, y, [&](const Tensor& wide_x, Tensor& wide_y) {
+      op_->forward_training(wide_x, gamma, beta, wide_y, statistics, workspace);
+    });
   }
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                 const BatchNormStatistics& statistics, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
@@ -154,10 +180,9 @@ class HalfBatchNorm final : public BatchNormOp {
   }
   void forward_training_add_relu(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta, Tensor& y,
                                  BatchNormStatistics& statistics, void* workspace) override {
-    HalfCall call(scratch_);
-    Tensor wide_y = call.out(y);
-    op_->forward_training_add_relu(call.in(x), call.in(z), gamma, beta, wide_y, statistics, workspace);
-    call.finish();
+    two_to_one(x, z, y, [&](const Tensor& wide_x, const Tensor& wide_z, Tensor& wide_y) {
+      op_->forward_training_add_relu(wide_x, wide_z, gamma, beta, wide_y, statistics, workspace);
+    });
   }
   void backward_add_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                          const BatchNormStatistics& statistics, Tensor& dx, Tensor& dz, Tensor& dgamma, Tensor& dbeta,
@@ -172,46 +197,26 @@ class HalfBatchNorm final : public BatchNormOp {
 
  private:
   Tensor output(HalfCall& call, const Tensor& y) const { return op_->backward_reads_output() ? call.in(y) : unread(y); }
-
-  std::unique_ptr<BatchNormOp> op_;
-  HalfScratch& scratch_;
 };
 
-class HalfRelu final : public ReluOp {
+class HalfRelu final : public Emulating<ReluOp> {
  public:
-  HalfRelu(std::unique_ptr<ReluOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   void forward(const Tensor& x, Tensor& y) override {
-    HalfCall call(scratch_);
-    const Tensor wide_x = call.in(x);
-    Tensor wide_y = call.out(y);
-    op_->forward(wide_x, wide_y);
-    call.finish();
+    one_to_one(x, y, [&](const Tensor& wide_x, Tensor& wide_y) { op_->forward(wide_x, wide_y); });
   }
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    HalfCall call(scratch_);
-    const Tensor wide_y = call.in(y);
-    const Tensor wide_dy = call.in(dy);
-    Tensor wide_dx = call.out(dx);
-    op_->backward(wide_y, wide_dy, wide_dx);
-    call.finish();
+    two_to_one(y, dy, dx, [&](const Tensor& a, const Tensor& b, Tensor& c) { op_->backward(a, b, c); });
   }
-
- private:
-  std::unique_ptr<ReluOp> op_;
-  HalfScratch& scratch_;
 };
 
-class HalfPool final : public PoolOp {
+class HalfPool final : public Emulating<PoolOp> {
  public:
-  HalfPool(std::unique_ptr<PoolOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   std::size_t workspace_bytes() const override { return op_->workspace_bytes(); }
   bool backward_reads_activations() const override { return op_->backward_reads_activations(); }
   void forward(const Tensor& x, Tensor& y, void* workspace) override {
-    HalfCall call(scratch_);
-    const Tensor wide_x = call.in(x);
-    Tensor wide_y = call.out(y);
-    op_->forward(wide_x, wide_y, workspace);
-    call.finish();
+    one_to_one(x, y, [&](const Tensor& wide_x, Tensor& wide_y) { op_->forward(wide_x, wide_y, workspace); });
   }
   void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const void* workspace, Tensor& dx) override {
     HalfCall call(scratch_);
@@ -223,15 +228,11 @@ class HalfPool final : public PoolOp {
     op_->backward(wide_x, wide_y, wide_dy, workspace, wide_dx);
     call.finish();
   }
-
- private:
-  std::unique_ptr<PoolOp> op_;
-  HalfScratch& scratch_;
 };
 
-class HalfLinear final : public LinearOp {
+class HalfLinear final : public Emulating<LinearOp> {
  public:
-  HalfLinear(std::unique_ptr<LinearOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
     HalfCall call(scratch_);
     const Tensor wide_x = call.in(x);
@@ -258,63 +259,38 @@ class HalfLinear final : public LinearOp {
     const Tensor wide_x = call.in(x);
     op_->backward_weights(wide_x, call.in(dy), dweight, dbias);
   }
-
- private:
-  std::unique_ptr<LinearOp> op_;
-  HalfScratch& scratch_;
 };
 
-class HalfAdd final : public AddOp {
+class HalfAdd final : public Emulating<AddOp> {
  public:
-  HalfAdd(std::unique_ptr<AddOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   void forward(const Tensor& a, const Tensor& b, Tensor& y) override {
-    HalfCall call(scratch_);
-    const Tensor wide_a = call.in(a);
-    const Tensor wide_b = call.in(b);
-    Tensor wide_y = call.out(y);
-    op_->forward(wide_a, wide_b, wide_y);
-    call.finish();
+    two_to_one(a, b, y, [&](const Tensor& wide_a, const Tensor& wide_b, Tensor& wide_y) {
+      op_->forward(wide_a, wide_b, wide_y);
+    });
   }
-
- private:
-  std::unique_ptr<AddOp> op_;
-  HalfScratch& scratch_;
 };
 
-// Ops of one input and one output (reorders, axis swaps): widened, run, rounded (exactly: they
-// move values without computing).
-template <typename Op>
-void run_one_to_one(Op& op, HalfScratch& scratch, const Tensor& x, Tensor& y) {
-  HalfCall call(scratch);
-  const Tensor wide_x = call.in(x);
-  Tensor wide_y = call.out(y);
-  op.run(wide_x, wide_y);
-  call.finish();
-}
-
-class HalfReorder final : public ReorderOp {
+// Reorders and axis swaps move values without computing: rounding them back is exact.
+class HalfReorder final : public Emulating<ReorderOp> {
  public:
-  HalfReorder(std::unique_ptr<ReorderOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
-  void run(const Tensor& x, Tensor& y) override { run_one_to_one(*op_, scratch_, x, y); }
-
- private:
-  std::unique_ptr<ReorderOp> op_;
-  HalfScratch& scratch_;
+  using Emulating::Emulating;
+  void run(const Tensor& x, Tensor& y) override {
+    one_to_one(x, y, [&](const Tensor& wide_x, Tensor& wide_y) { op_->run(wide_x, wide_y); });
+  }
 };
 
-class HalfSwapAxes final : public SwapAxesOp {
+class HalfSwapAxes final : public Emulating<SwapAxesOp> {
  public:
-  HalfSwapAxes(std::unique_ptr<SwapAxesOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
-  void run(const Tensor& x, Tensor& y) override { run_one_to_one(*op_, scratch_, x, y); }
-
- private:
-  std::unique_ptr<SwapAxesOp> op_;
-  HalfScratch& scratch_;
+  using Emulating::Emulating;
+  void run(const Tensor& x, Tensor& y) override {
+    one_to_one(x, y, [&](const Tensor& wide_x, Tensor& wide_y) { op_->run(wide_x, wide_y); });
+  }
 };
 
-class HalfChannelSlice final : public ChannelSliceOp {
+class HalfChannelSlice final : public Emulating<ChannelSliceOp> {
  public:
-  HalfChannelSlice(std::unique_ptr<ChannelSliceOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   // The whole's other channels stay as they are: it is read as well as written.
   void insert(const Tensor& part, Tensor& whole) override {
     HalfCall call(scratch_);
@@ -324,135 +300,73 @@ class HalfChannelSlice final : public ChannelSliceOp {
     call.finish();
   }
   void extract(const Tensor& whole, Tensor& part) override {
-    HalfCall call(scratch_);
-    const Tensor wide_whole = call.in(whole);
-    Tensor wide_part = call.out(part);
-    op_->extract(wide_whole, wide_part);
-    call.finish();
+    one_to_one(whole, part, [&](const Tensor& wide_whole, Tensor& wide_part) { op_->extract(wide_whole, wide_part); });
   }
-
- private:
-  std::unique_ptr<ChannelSliceOp> op_;
-  HalfScratch& scratch_;
 };
 
-class HalfResize final : public ResizeOp {
+class HalfResize final : public Emulating<ResizeOp> {
  public:
-  HalfResize(std::unique_ptr<ResizeOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   void forward(const Tensor& x, Tensor& y) override {
-    HalfCall call(scratch_);
-    const Tensor wide_x = call.in(x);
-    Tensor wide_y = call.out(y);
-    op_->forward(wide_x, wide_y);
-    call.finish();
+    one_to_one(x, y, [&](const Tensor& wide_x, Tensor& wide_y) { op_->forward(wide_x, wide_y); });
   }
   void backward(const Tensor& dy, Tensor& dx) override {
-    HalfCall call(scratch_);
-    const Tensor wide_dy = call.in(dy);
-    Tensor wide_dx = call.out(dx);
-    op_->backward(wide_dy, wide_dx);
-    call.finish();
+    one_to_one(dy, dx, [&](const Tensor& wide_dy, Tensor& wide_dx) { op_->backward(wide_dy, wide_dx); });
   }
-
- private:
-  std::unique_ptr<ResizeOp> op_;
-  HalfScratch& scratch_;
 };
 
-class HalfBatchedMatmul final : public BatchedMatmulOp {
+class HalfBatchedMatmul final : public Emulating<BatchedMatmulOp> {
  public:
-  HalfBatchedMatmul(std::unique_ptr<BatchedMatmulOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   void run(const Tensor& a, const Tensor& b, Tensor& c) override {
-    HalfCall call(scratch_);
-    const Tensor wide_a = call.in(a);
-    const Tensor wide_b = call.in(b);
-    Tensor wide_c = call.out(c);
-    op_->run(wide_a, wide_b, wide_c);
-    call.finish();
+    two_to_one(a, b, c, [&](const Tensor& wide_a, const Tensor& wide_b, Tensor& wide_c) {
+      op_->run(wide_a, wide_b, wide_c);
+    });
   }
-
- private:
-  std::unique_ptr<BatchedMatmulOp> op_;
-  HalfScratch& scratch_;
 };
 
-class HalfLayerNorm final : public LayerNormOp {
+class HalfLayerNorm final : public Emulating<LayerNormOp> {
  public:
-  HalfLayerNorm(std::unique_ptr<LayerNormOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   void forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
                Tensor& variance) override {
-    HalfCall call(scratch_);
-    const Tensor wide_x = call.in(x);
-    Tensor wide_y = call.out(y);
-    op_->forward(wide_x, gamma, beta, wide_y, mean, variance);
-    call.finish();
+    one_to_one(x, y, [&](const Tensor& wide_x, Tensor& wide_y) {
+      op_->forward(wide_x, gamma, beta, wide_y, mean, variance);
+    });
   }
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
                 const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
-    HalfCall call(scratch_);
-    const Tensor wide_x = call.in(x);
-    const Tensor wide_dy = call.in(dy);
-    Tensor wide_dx = call.out(dx);
-    op_->backward(wide_x, wide_dy, gamma, beta, mean, variance, wide_dx, dgamma, dbeta);
-    call.finish();
+    two_to_one(x, dy, dx, [&](const Tensor& wide_x, const Tensor& wide_dy, Tensor& wide_dx) {
+      op_->backward(wide_x, wide_dy, gamma, beta, mean, variance, wide_dx, dgamma, dbeta);
+    });
   }
-
- private:
-  std::unique_ptr<LayerNormOp> op_;
-  HalfScratch& scratch_;
 };
 
-class HalfSoftmax final : public SoftmaxOp {
+class HalfSoftmax final : public Emulating<SoftmaxOp> {
  public:
-  HalfSoftmax(std::unique_ptr<SoftmaxOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   void forward(const Tensor& x, Tensor& y, RowLengths lengths) override {
-    HalfCall call(scratch_);
-    const Tensor wide_x = call.in(x);
-    Tensor wide_y = call.out(y);
-    op_->forward(wide_x, wide_y, lengths);
-    call.finish();
+    one_to_one(x, y, [&](const Tensor& wide_x, Tensor& wide_y) { op_->forward(wide_x, wide_y, lengths); });
   }
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
-    HalfCall call(scratch_);
-    const Tensor wide_y = call.in(y);
-    const Tensor wide_dy = call.in(dy);
-    Tensor wide_dx = call.out(dx);
-    op_->backward(wide_y, wide_dy, wide_dx);
-    call.finish();
+    two_to_one(y, dy, dx, [&](const Tensor& a, const Tensor& b, Tensor& c) { op_->backward(a, b, c); });
   }
-
- private:
-  std::unique_ptr<SoftmaxOp> op_;
-  HalfScratch& scratch_;
 };
 
-class HalfActivation final : public ActivationOp {
+class HalfActivation final : public Emulating<ActivationOp> {
  public:
-  HalfActivation(std::unique_ptr<ActivationOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   void forward(const Tensor& x, Tensor& y) override {
-    HalfCall call(scratch_);
-    const Tensor wide_x = call.in(x);
-    Tensor wide_y = call.out(y);
-    op_->forward(wide_x, wide_y);
-    call.finish();
+    one_to_one(x, y, [&](const Tensor& wide_x, Tensor& wide_y) { op_->forward(wide_x, wide_y); });
   }
   void backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
-    HalfCall call(scratch_);
-    const Tensor wide_x = call.in(x);
-    const Tensor wide_dy = call.in(dy);
-    Tensor wide_dx = call.out(dx);
-    op_->backward(wide_x, wide_dy, wide_dx);
-    call.finish();
+    two_to_one(x, dy, dx, [&](const Tensor& a, const Tensor& b, Tensor& c) { op_->backward(a, b, c); });
   }
-
- private:
-  std::unique_ptr<ActivationOp> op_;
-  HalfScratch& scratch_;
 };
 
-class HalfAttention final : public AttentionOp {
+class HalfAttention final : public Emulating<AttentionOp> {
  public:
-  HalfAttention(std::unique_ptr<AttentionOp> op, HalfScratch& scratch) : op_(std::move(op)), scratch_(scratch) {}
+  using Emulating::Emulating;
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& context, Tensor& statistics, float dropout,
                std::uint64_t layer_seed, const std::int32_t* real_tokens) override {
     HalfCall call(scratch_);
@@ -478,10 +392,6 @@ class HalfAttention final : public AttentionOp {
                   wide_dv);
     call.finish();
   }
-
- private:
-  std::unique_ptr<AttentionOp> op_;
-  HalfScratch& scratch_;
 };
 
 }  // namespace
