@@ -13,8 +13,10 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu/half_emulation.hpp"
+#include "models/small_conv_net.hpp"
 #include "precision.hpp"
 #include "tensor.hpp"
+#include "trainer.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -208,6 +210,36 @@ TEST(HalfEmulation, AnActivationThatIsNotFp16IsRefused) {
     FAIL() << "an fp32 activation was taken";
   } catch (const std::logic_error& e) {
     EXPECT_THAT(e.what(), HasSubstr("a fp32 activation [4] where fp16 was expected"));
+  }
+}
+
+// fp16's range reaches the loss-scaling trace: one filter tap of 60,000 (finite in fp16) makes the
+// first convolution's output inf in fp16 and the step skip, its replay naming that convolution's
+// output first. The same tap in fp32 overflows nothing, and no step skips.
+TEST(HalfEmulation, AnOutputPastFp16sRangeSkipsTheStepAndTheReplayNamesItsLayer) {
+  const auto emulated = emulating_backend();
+  for (const DType dtype : {DType::fp16, DType::fp32}) {
+    SCOPED_TRACE(to_string(dtype));
+    Trainer trainer(*emulated, small_conv_net(8, 8), Shape(4, 3, 8, 8), 10, SgdConfig{0.05f, 0.9f, 1e-4f}, 3, 0,
+                    MemoryReuse::lifetime, dtype);
+    trainer.use_loss_scaling({});
+    trainer.step();
+    const Parameter& filter = *trainer.parameters().parameters().front();  // the first convolution's
+    trainer.parameters().values()[filter.offset + 5] = 60000.0f;
+    emulated->parameters_written();
+    const auto before = trainer.loss_scale();
+    int steps = 0;
+    const Trainer::OverflowTrace trace = trainer.trace_first_overflow([&] { trainer.step(); ++steps; }, 3);
+    if (dtype == DType::fp32) {
+      EXPECT_EQ(steps, 3) << trace.said;
+      EXPECT_EQ(trainer.loss_scale()->skipped, before->skipped);
+      continue;
+    }
+    EXPECT_EQ(trace.replay, Trainer::ReplayFinding::located) << trace.said;
+    EXPECT_EQ(steps, 1) << trace.said;
+    EXPECT_THAT(trace.said, HasSubstr("\nreplayed at loss scale " + std::to_string(static_cast<int>(before->scale)) +
+                                      ": forward: first non-finite layer output: 0 (Conv2d), "));
+    EXPECT_EQ(trainer.loss_scale()->skipped, before->skipped + 1);
   }
 }
 
