@@ -330,7 +330,9 @@ if grep -q "forward: first non-finite layer output: [^,;]*(BatchNorm2d)" "$logs/
 fi
 # PyTorch's own amp (autocast, GradScaler) on the same JPEGs with the same recipe, 400 steps as the
 # run of 2026-11-29: whether its scale holds where dlbench's fell (then the fault is dlbench's) or
-# falls as well (the recipe's on fp16 on this data). Emulated on the CPU at 64 px in bench/RESULTS.md.
+# falls as well (the recipe's on fp16 on this data). Emulated on the CPU at 64 px in bench/RESULTS.md,
+# PyTorch's and dlbench's own amp (DLBENCH_CPU_FP16=emulated) alike: both held the scale at 8192, and
+# every skip there was a convolution's filter gradient (computed in the half type, as here).
 step pytorch-real-data-amp 120 python3 "$here/real_data_recipe.py" "$real_data/images" --image 224 --batch 256 \
   --steps 400 --precision amp --device cuda --workers "$decode_threads" --threads 2
 time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder dlbench-imagefolder --data imagefolder \
