@@ -50,7 +50,7 @@ std::vector<float> draws(std::int64_t count, std::mt19937& rng) {
 }
 
 std::vector<float> through_half(std::vector<float> v) {
-  round_through_half(v.data(), static_cast<std::int64_t>(v.size()));
+  round_through_half(v.data(), static_cast<std::int64_t>(v.size()), v.data());
   return v;
 }
 

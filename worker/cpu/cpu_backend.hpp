@@ -81,7 +81,6 @@ class CpuBackend final : public Backend {
   // the routes' crossings differ with the kernels' width.
   bool avx512_kernels() const;
   // DLBENCH_CPU_FP16 (half_emulation.hpp); ops read it when they are made.
-  CpuFp16 fp16() const { return fp16_; }
   void set_fp16(CpuFp16 fp16) { fp16_ = fp16; }
   void gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
                    bool accumulate) override;

@@ -3,31 +3,34 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "host_memory.hpp"
 #include "precision.hpp"
 
 namespace dlbench::worker {
 namespace {
 
-// Conversions split across the backend's threads in runs of this many values.
+// Conversions split across the backend's threads in runs of this many values:
+// convert(first value, values in the run).
 constexpr std::int64_t kConversionRun = 1 << 15;
 
-void widen(const std::uint16_t* from, std::int64_t count, float* out) {
+template <typename Convert>
+void in_runs(std::int64_t count, Convert&& convert) {
 #pragma omp parallel for schedule(static)
   for (std::int64_t start = 0; start < count; start += kConversionRun) {
-    load_halves(from + start, static_cast<std::size_t>(std::min(kConversionRun, count - start)), out + start);
+    convert(start, static_cast<std::size_t>(std::min(kConversionRun, count - start)));
   }
 }
 
+void widen(const std::uint16_t* from, std::int64_t count, float* out) {
+  in_runs(count, [&](std::int64_t start, std::size_t run) { load_halves(from + start, run, out + start); });
+}
+
 void narrow(const float* from, std::int64_t count, std::uint16_t* out) {
-#pragma omp parallel for schedule(static)
-  for (std::int64_t start = 0; start < count; start += kConversionRun) {
-    store_halves(from + start, static_cast<std::size_t>(std::min(kConversionRun, count - start)), out + start);
-  }
+  in_runs(count, [&](std::int64_t start, std::size_t run) { store_halves(from + start, run, out + start); });
 }
 
 // The tensors one call of an emulated op hands its fp32 op, each in its own scratch slot, and
@@ -62,8 +65,7 @@ class HalfCall {
     Tensor copy = t;
     copy.buffer = -1;
     copy.data = scratch_.slot(next_slot_++, t.numel());
-    std::copy_n(t.as<float>(), t.numel(), static_cast<float*>(copy.data));
-    round_through_half(static_cast<float*>(copy.data), t.numel());
+    round_through_half(t.as<float>(), t.numel(), static_cast<float*>(copy.data));
     return copy;
   }
   // Rounds every result into its fp16 tensor.
@@ -155,7 +157,8 @@ class HalfConv final : public Emulating<Conv2dOp> {
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) override {
     HalfCall call(scratch_);
     op_->backward_weights(call.in(x), call.in(dy), dweight, dbias);
-    round_through_half(dweight.as<float>(), dweight.numel());  // cuDNN's filter gradient is half
+    // cuDNN computes the filter gradient in the half type.
+    round_through_half(dweight.as<float>(), dweight.numel(), dweight.as<float>());
   }
 };
 
@@ -396,31 +399,27 @@ class HalfAttention final : public Emulating<AttentionOp> {
 
 }  // namespace
 
-void HalfScratch::AlignedDelete::operator()(float* values) const { ::operator delete[](values, kAlignment); }
-
 float* HalfScratch::slot(std::size_t index, std::int64_t elements) {
   if (index >= slots_.size()) slots_.resize(index + 1);
   Buffer& buffer = slots_[index];
   if (elements > buffer.elements) {
-    const std::size_t bytes = static_cast<std::size_t>(elements) * sizeof(float);
-    buffer.values.reset(static_cast<float*>(::operator new[](bytes, kAlignment)));
+    buffer.values = zeroed_large_memory(static_cast<std::size_t>(elements) * sizeof(float));
     buffer.elements = elements;
   }
-  return buffer.values.get();
+  return static_cast<float*>(buffer.values.get());
 }
 
-void round_through_half(float* values, std::int64_t count) {
-  constexpr std::int64_t kPiece = 2048;  // halves on the stack at a time
-#pragma omp parallel for schedule(static)
-  for (std::int64_t start = 0; start < count; start += kConversionRun) {
-    const std::int64_t end = std::min(start + kConversionRun, count);
+void round_through_half(const float* from, std::int64_t count, float* out) {
+  constexpr std::size_t kPiece = 2048;  // halves on the stack at a time
+  in_runs(count, [&](std::int64_t start, std::size_t run) {
     std::uint16_t halves[kPiece];
-    for (std::int64_t piece = start; piece < end; piece += kPiece) {
-      const auto run = static_cast<std::size_t>(std::min(kPiece, end - piece));
-      store_halves(values + piece, run, halves);
-      load_halves(halves, run, values + piece);
+    for (std::size_t done = 0; done < run; done += kPiece) {
+      const std::size_t piece = std::min(kPiece, run - done);
+      const auto at = static_cast<std::size_t>(start) + done;
+      store_halves(from + at, piece, halves);
+      load_halves(halves, piece, out + at);
     }
-  }
+  });
 }
 
 std::unique_ptr<Conv2dOp> emulate_half(std::unique_ptr<Conv2dOp> op, HalfScratch& scratch) {

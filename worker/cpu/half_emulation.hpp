@@ -18,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include "backend.hpp"
@@ -44,12 +43,8 @@ class HalfScratch {
   float* slot(std::size_t index, std::int64_t elements);
 
  private:
-  static constexpr std::align_val_t kAlignment{64};  // as oneDNN's kernels prefer their operands
-  struct AlignedDelete {
-    void operator()(float* values) const;
-  };
   struct Buffer {
-    std::unique_ptr<float, AlignedDelete> values;
+    std::shared_ptr<void> values;  // zeroed_large_memory's, as the backend's own tensors
     std::int64_t elements = 0;
   };
   std::vector<Buffer> slots_;
@@ -62,8 +57,9 @@ Config in_fp32(Config config) {
   return config;
 }
 
-// fp32 values rounded to fp16 and back, in place: what a half kernel would have stored.
-void round_through_half(float* values, std::int64_t count);
+// `count` fp32 values rounded to fp16 and back into `out` (which may be `from`): what a half
+// kernel would have stored.
+void round_through_half(const float* from, std::int64_t count, float* out);
 
 // An fp32 op (made by the backend for the fp16 op's config with dtype fp32) as the fp16 op.
 std::unique_ptr<Conv2dOp> emulate_half(std::unique_ptr<Conv2dOp> op, HalfScratch& scratch);
