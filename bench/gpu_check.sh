@@ -190,11 +190,13 @@ poisoned() {
     --output "$logs/$name.json"
 }
 for precision in fp32 tf32 amp bf16; do poisoned "$precision" & correctness+=($!); done
-# An amp case made to overflow (a rate of 1000 sends the weights past fp16's range): its result's
-# lossScaling.overflow must trace the first skipped step after the repeats, layer by layer (the
-# worker's own wiring of the trace, which no CPU case can reach: amp is the GPU's).
+# An amp case made to overflow (a rate of 100, the most --learning-rate allows, sends the weights
+# past fp16's range; 1000 until 2026-12-02, refused as a usage error before it ran): its result's
+# lossScaling.overflow must trace the first skipped step after the repeats, layer by layer (on the
+# CPU with fp16 emulated, WorkerCli.AnAmpCaseThatTrainedLittleCarriesItsFirstOverflowTraced; here
+# through the CUDA backend's own kernels).
 step amp-overflow-trace 60 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 8 --image-size 64 \
-  --precision amp --learning-rate 1000 --warmup-steps 2 --measure-steps 5 --repeats 2 --extra-repeats 0 \
+  --precision amp --learning-rate 100 --warmup-steps 2 --measure-steps 5 --repeats 2 --extra-repeats 0 \
   --output "$logs/amp-overflow-trace.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM=own poisoned fp32 poisoned-resnet50-fp32-own & correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done

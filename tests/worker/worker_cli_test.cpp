@@ -738,6 +738,30 @@ TEST(WorkerCli, SelfTestRunsAmpOnTheCpuWithFp16Emulated) {
                                               "+5.00e-02 +passed"));
 }
 
+// An amp case whose loss scaling trained little carries, in its result, its first overflow after
+// the repeats traced layer by layer (lossScaling.overflow): run_case's wiring of the trace, which
+// until fp16 was emulated only a GPU reached. At 32 px and batch 2, layer4's batch norms normalise
+// two values a channel, and their input gradients pass fp16's range at every scale the first
+// steps try (1e-2 and 100 as rates alike, tried): every step skips.
+TEST(WorkerCli, AnAmpCaseThatTrainedLittleCarriesItsFirstOverflowTraced) {
+  const std::string common = "--precision amp --model resnet50 --image-size 32 --batch-size 2 --warmup-steps 0 "
+                             "--measure-steps 4 --repeats 1 --extra-repeats 0 ";
+  const Outcome o = worker(common, "DLBENCH_CPU_FP16=emulated");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const ResultDocument skipping = decoded(o.out);
+  EXPECT_EQ(skipping.state, CaseState::Succeeded) << skipping.message;
+  ASSERT_TRUE(skipping.loss_scaling);
+  EXPECT_GT(skipping.loss_scaling->skipped_steps, 0);
+  EXPECT_TRUE(loss_scaling_trained_little(*skipping.loss_scaling));
+  const std::string& trace = skipping.loss_scaling->overflow;
+  EXPECT_THAT(trace, ::testing::ContainsRegex("^untimed step [0-9]+ skipped, loss scale now [0-9.e+-]+: loss "));
+  EXPECT_THAT(trace, HasSubstr("\nreplayed at loss scale "));
+  // The replay names a layer of the model, by its index and kind, where the first inf or NaN lay.
+  EXPECT_THAT(trace, ::testing::ContainsRegex("first non-finite (layer output|input gradient): [^ ]+ \\((Conv2d|"
+                                              "BatchNorm2d|BatchNorm2d\\+ReLU|Linear|MaxPool2d|Bottleneck)"));
+  EXPECT_LE(trace.size(), kLossScalingOverflowMaxLength);
+}
+
 // No GPU for --backend cuda: a Failed self-test document that says why (as a case says it), exit 1.
 TEST(WorkerCli, SelfTestWithoutItsBackendFailsSayingWhy) {
   const Outcome o = worker("--self-test --backend cuda");
