@@ -7,9 +7,11 @@ name the steps a second call runs, which that call then runs and nothing else.
 
 The rehearsal's bundle holds exactly the programs scripts/gpu-bundle.sh packs, so a program the
 check runs and the bundle lacks fails here (exit 127), not on the GPU; and the steps that need
-no GPU (generating and reading the real data sets) must succeed.
+no GPU (generating and reading the real data sets) must succeed. Given a python3 that imports
+torch (Debian's CPU build), the PyTorch side runs as far as it goes without a GPU: its scripts
+parse their arguments and build their models, then stop at CUDA, and nowhere sooner.
 
-    gpu_check_rehearsal_test.py BIN_DIR
+    gpu_check_rehearsal_test.py BIN_DIR [TORCH_PYTHON]
 """
 import os
 import re
@@ -19,6 +21,7 @@ import tempfile
 import unittest
 
 BIN = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else sys.exit(__doc__)
+TORCH_PYTHON = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else ""
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SCRIPT = os.path.join(ROOT, "bench", "gpu_check.sh")
 BUNDLE_SCRIPT = os.path.join(ROOT, "scripts", "gpu-bundle.sh")
@@ -67,8 +70,13 @@ def summary(logs):
 
 
 class GpuCheckRehearsal(unittest.TestCase):
-    def rehearse(self, work, logs, **env):
+    def rehearse(self, work, logs, torch=False, **env):
         bundle = os.path.join(work, "bundle")
+        if torch:  # the scripts run as `python3`: that python3 first on PATH
+            shim = os.path.join(work, "torch-python")
+            os.makedirs(shim, exist_ok=True)
+            os.symlink(TORCH_PYTHON, os.path.join(shim, "python3"))
+            env["PATH"] = shim + os.pathsep + os.environ.get("PATH", "")
         if not os.path.exists(bundle):
             os.makedirs(os.path.join(bundle, "lib"))
             os.makedirs(os.path.join(bundle, "bin"))
@@ -87,7 +95,7 @@ class GpuCheckRehearsal(unittest.TestCase):
 
     def test_every_step_is_reached_and_says_how_it_ended(self):
         with tempfile.TemporaryDirectory() as work:
-            output, steps = self.rehearse(work, "logs", GPU_CHECK_BUDGET="600")
+            output, steps = self.rehearse(work, "logs", torch=bool(TORCH_PYTHON), GPU_CHECK_BUDGET="600")
             logs = os.path.join(work, "logs")
             with open(os.path.join(logs, "table.md")) as f:
                 table = f.read()
@@ -103,6 +111,11 @@ class GpuCheckRehearsal(unittest.TestCase):
                 if verdict == "exit 2":
                     with open(os.path.join(logs, f"{name}.log")) as f:
                         self.fail(f"{name}: a usage error, which the GPU would meet too:\n{f.read()[-2000:]}")
+                # The PyTorch scripts on a CPU build of torch: past their arguments and models, up to CUDA.
+                if TORCH_PYTHON and name.startswith("pytorch-") and name != "pytorch-command-resnet50-amp":
+                    with open(os.path.join(logs, f"{name}.log")) as f:
+                        said = f.read()
+                    self.assertIn("Torch not compiled with CUDA enabled", said, f"{name} stopped before CUDA")
         for name in CPU_ONLY:
             self.assertEqual(steps[name], "ok", name)
         for model in ("resnet50", "bert-base", "resnet152", "inception_v3", "vgg16", "alexnet", "deeplabv3plus"):
