@@ -314,6 +314,13 @@ step input-measure-imagefolder 30 "$bin/dlbench-input" measure "$real_data/image
   --batch-size 256 --batches 8 --pixel-type fp16
 step input-measure-cityscapes 30 "$bin/dlbench-input" measure "$real_data/cityscapes" --data cityscapes \
   --threads "$decode_threads" --batch-size 8 --batches 8 --pixel-type fp16
+# The batches amp trains on, as the device reads them, on this host's cores and ISA: batches of 256
+# at 224 px in fp16 (15 a decoding thread: 210 on 16 cores, about 10 s), each scanned for an inf or
+# NaN, which skips an amp step at any loss scale, and for its smallest and largest value. 1,001
+# such batches were clean on the CPU (AMD EPYC, 2 threads) at the worker's seed, with this pipeline
+# and with 2026-11-29's; the GPU's host decoded with 14 threads.
+step input-check-values 40 "$bin/dlbench-input" measure "$real_data/images" --threads "$decode_threads" \
+  --batch-size 256 --batches $((decode_threads * 15)) --pixel-type fp16 --check-values on
 # Why the real-data amp run of 2026-11-29 skipped 42 of 400 steps and its loss scale fell to 1.5e-8:
 # each skipped step with its loss, the gradients that overflowed, and the step run again layer by
 # layer naming the first output and input gradient that held an inf or NaN (every step waits: not

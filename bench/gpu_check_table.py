@@ -422,6 +422,19 @@ def pytorch_loss_scale(logs, name):
             f"{min(losses):g} lowest, {losses[-1]:g} at step {steps[-1][0]}"]
 
 
+def input_values(logs, name):
+    """dlbench-input measure --check-values: the batches amp trains on, scanned as the device reads
+    them: an inf or NaN there skips a step at any loss scale."""
+    try:
+        with open(os.path.join(logs, name + ".log"), errors="replace") as f:
+            said = [line for line in f.read().splitlines() if line.startswith("{")]
+        values = json.loads(said[-1])["values"]
+    except (OSError, IndexError, KeyError, ValueError):
+        return [f"  {name}: {last_line(logs, name)}"]
+    return [f"  {name}: {values['nonFinite']} values not finite in {values['batchesWithNonFinite']} of "
+            f"{values['batches']} batches; finite ones from {values['min']} to {values['max']}"]
+
+
 def real_data(logs):
     """The CPU input pipeline feeding the GPU: each real-data case beside its synthetic row."""
     out = []
@@ -443,6 +456,7 @@ def real_data(logs):
                    f"measured time; the pipeline alone {i['pipelineThroughput']:.0f}/s with {i['decodeThreads']} "
                    f"threads, {i['files']} files, {i['skippedFiles']} skipped")
         out += loss_scaling_of(doc)
+    out += input_values(logs, "input-check-values")
     out += loss_scale_log(logs, "amp-overflow-trace")  # made to overflow: its result must trace it
     out += loss_scale_log(logs, "real-data-amp-loss-scale")
     # Run only where a replay found a batch norm first: the same with spatial, unfused batch norms.

@@ -27,7 +27,7 @@ SCRIPT = os.path.join(ROOT, "bench", "gpu_check.sh")
 BUNDLE_SCRIPT = os.path.join(ROOT, "scripts", "gpu-bundle.sh")
 VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|budget spent)\))$")
 # Steps that need no GPU: they succeed here as on the device.
-CPU_ONLY = ["real-data-generate", "input-measure-imagefolder", "input-measure-cityscapes"]
+CPU_ONLY = ["real-data-generate", "input-measure-imagefolder", "input-measure-cityscapes", "input-check-values"]
 # Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
 EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "amp-overflow-trace", "dlbench-run-cuda", "dlbench-run-cuda-graph", "pytorch-command-resnet50-amp", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
              "dlbench-resnet50-amp-graph",

@@ -217,6 +217,19 @@ class GpuCheckTable(unittest.TestCase):
         self.assertIn("  pytorch-real-data-amp: 1 of 3 steps skipped by loss scaling (forward 0, backward 1), stopped "
                       "early, its last step ran at scale 32768; loss 6.9 at step 1, 5.5 lowest, 5.8 at step 3", lines)
 
+    def test_the_batches_amp_trains_on_scanned_for_what_is_not_finite(self):
+        # dlbench-input measure --check-values's JSON line; a step that left none says its last line.
+        with tempfile.TemporaryDirectory() as logs:
+            write(logs, "input-check-values.log", json.dumps({
+                "imagesPerSecond": 5900.0, "pixelType": "fp16",
+                "values": {"batches": 201, "nonFinite": 3, "batchesWithNonFinite": 2, "min": -2.1171875,
+                           "max": 2.640625}}) + "\n")
+            lines = self.table(logs)
+            self.assertIn("  input-check-values: 3 values not finite in 2 of 201 batches; finite ones from -2.1171875 "
+                          "to 2.640625", lines)
+            write(logs, "input-check-values.log", "dlbench-input: --check-values: images only\n")
+            self.assertIn("  input-check-values: dlbench-input: --check-values: images only", self.table(logs))
+
     def test_real_data_beside_its_synthetic_row(self):
         # The real-data cases' result documents, and a synthetic one to compare with.
         with tempfile.TemporaryDirectory() as logs:

@@ -204,6 +204,33 @@ class Golden(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn('DLBENCH_CPU_HALVES: "fast" is not one of software, f16c', p.stderr)
 
+    def test_check_values_scans_every_batch_as_the_device_reads_it(self):
+        # --check-values: the first batch and every timed one, widened from the type handed out.
+        bounds = {}
+        for pixel_type in ("fp32", "fp16", "bf16"):
+            out = json.loads(tool("measure", self.data, "--batch-size", 8, "--batches", 3, "--threads", 2,
+                                  "--pixel-type", pixel_type, "--check-values", "on").stdout)
+            values = out["values"]
+            self.assertEqual(values["batches"], 4, pixel_type)
+            self.assertEqual(values["nonFinite"], 0, pixel_type)
+            self.assertEqual(values["batchesWithNonFinite"], 0, pixel_type)
+            bounds[pixel_type] = (values["min"], values["max"])
+        # Within torchvision's normalisation of 0 and 1, and the same batches in every type:
+        # fp16's bounds are fp32's rounded to fp16.
+        low, high = bounds["fp32"]
+        self.assertGreaterEqual(low, (0 - 0.485) / 0.229 - 1e-5)
+        self.assertLessEqual(high, (1 - 0.406) / 0.225 + 1e-5)
+        self.assertLess(low, 0)
+        self.assertGreater(high, 0)
+        self.assertEqual(bounds["fp16"], (float(np.float16(low)), float(np.float16(high))))
+        self.assertNotIn("values", json.loads(tool("measure", self.data, "--batch-size", 8, "--batches", 1).stdout))
+        p = tool("measure", self.data, "--data", "bertpretraining", "--check-values", "on", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--check-values: images only, not --data bertpretraining", p.stderr)
+        p = tool("measure", self.data, "--data", "bertpretraining", "--pixel-type", "fp16", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--pixel-type: images only, not --data bertpretraining", p.stderr)
+
 class Refusals(unittest.TestCase):
     def test_unusable_data_is_named(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -6,17 +6,23 @@
 #include <turbojpeg.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <random>
 #include <set>
 #include <span>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "input/cityscapes.hpp"
 #include "input/image_folder.hpp"
 #include "input/image_transform.hpp"
+#include "input/batch_values.hpp"
 #include "input/input_pipeline.hpp"
 #include "precision.hpp"
 #include "input/png_codec.hpp"
@@ -612,3 +618,38 @@ TEST_F(CityscapesTree, BatchesAreTheSameWithOneOrThreeThreadsAndHoldTrainingIds)
 
 }  // namespace
 }  // namespace dlbench::input
+
+// dlbench-input measure --check-values: each batch's values as the device reads them, whatever
+// type the threads handed out; an inf or NaN is counted, never taken for the smallest or largest.
+TEST(BatchValues, CountsWhatIsNotFiniteAndBoundsWhatIs) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> floats = {0.5f, -2.25f, inf, 1.75f, std::nanf(""), 70000.0f, -0.125f, 2.5f};
+  for (const dlbench::worker::DType type :
+       {dlbench::worker::DType::fp32, dlbench::worker::DType::fp16, dlbench::worker::DType::bf16}) {
+    std::vector<std::uint16_t> narrow(floats.size());
+    const void* pixels = floats.data();
+    if (type != dlbench::worker::DType::fp32) {
+      dlbench::worker::store_floats(floats.data(), floats.size(), type, narrow.data());
+      pixels = narrow.data();
+    }
+    dlbench::input::BatchValues values;
+    EXPECT_EQ(values.min(), std::nullopt);
+    values.scan({pixels, type, nullptr}, 4);  // 0.5, -2.25, inf, 1.75
+    values.scan({pixels, type, nullptr}, 2);  // 0.5, -2.25: nothing more to count
+    values.scan({pixels, type, nullptr}, floats.size());
+    const std::string what = std::string(dlbench::worker::to_string(type));
+    EXPECT_EQ(values.batches(), 3) << what;
+    EXPECT_EQ(values.batches_with_non_finite(), 2) << what;
+    // 70,000 is past fp16's range: stored as inf there, as amp's batch would hold it.
+    const long past_range = type == dlbench::worker::DType::fp16 ? 1 : 0;
+    EXPECT_EQ(values.non_finite(), 1 + 2 + past_range) << what;
+    EXPECT_EQ(values.min(), -2.25f) << what;
+    EXPECT_EQ(values.max(), type == dlbench::worker::DType::fp32   ? 70000.0f
+                            : type == dlbench::worker::DType::bf16 ? 70144.0f  // bf16's nearest
+                                                                   : 2.5f)
+        << what;
+  }
+  dlbench::input::BatchValues tokens;
+  const std::int32_t ids[2] = {1, 2};
+  EXPECT_THROW(tokens.scan({ids, dlbench::worker::DType::int32, nullptr}, 2), std::invalid_argument);
+}

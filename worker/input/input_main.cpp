@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "dlbench/core/api_rules.hpp"
 #include <turbojpeg.h>
 
+#include "input/batch_values.hpp"
 #include "input/cityscapes.hpp"
 #include "input/image_folder.hpp"
 #include "dlbench/core/command_line.hpp"
@@ -373,6 +375,16 @@ int measure_pretraining(const Args& a, const std::string& root, const InputPipel
   return 0;
 }
 
+// --check-values's part of measure's JSON.
+nlohmann::json values_report(const BatchValues& v) {
+  const auto or_null = [](std::optional<float> x) { return x ? nlohmann::json(*x) : nlohmann::json(nullptr); };
+  return {{"batches", v.batches()},
+          {"nonFinite", v.non_finite()},
+          {"batchesWithNonFinite", v.batches_with_non_finite()},
+          {"min", or_null(v.min())},
+          {"max", or_null(v.max())}};
+}
+
 int measure(const Args& a) {
   const std::string root = one_directory(a, "measure");
   InputPipelineConfig config;
@@ -383,7 +395,13 @@ int measure(const Args& a) {
   config.rank = static_cast<int>(a.number("rank", 0, 0, config.world - 1));
   config.seed = static_cast<std::uint64_t>(a.number("seed", 42, 0, 1L << 62));
   const long batches = a.number("batches", 20, 1, 1 << 30);
-  if (pretraining(a)) return measure_pretraining(a, root, config, batches);
+  if (pretraining(a)) {
+    // Token ids are integers the reader bounds itself (--vocabulary): nothing to check or convert.
+    for (const char* images_only : {"check-values", "pixel-type"}) {
+      if (!a.text(images_only).empty()) throw UsageError{std::string("--") + images_only + ": images only, not --data bertpretraining"};
+    }
+    return measure_pretraining(a, root, config, batches);
+  }
   // As the worker asks for them: fp16 for amp, bf16 for bf16 (the threads convert).
   if (const std::string chosen = a.text("pixel-type"); !chosen.empty()) {
     using worker::DType;
@@ -417,8 +435,16 @@ int measure(const Args& a) {
       labels << first.labels[i] << "\n";
     }
   }
+  // The scan runs on the consuming thread, inside the timed loop: measure speed without it.
+  std::optional<BatchValues> check;
+  if (a.on_off("check-values", false)) check.emplace();
+  const std::size_t pixels_per_batch = source->pixel_floats() * static_cast<std::size_t>(config.batch_size);
+  if (check) check->scan(first, pixels_per_batch);
   const auto start = std::chrono::steady_clock::now();
-  for (long b = 0; b < batches; ++b) pipeline.next();
+  for (long b = 0; b < batches; ++b) {
+    const Batch batch = pipeline.next();
+    if (check) check->scan(batch, pixels_per_batch);
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   nlohmann::json out{{"imagesPerSecond", static_cast<double>(batches) * config.batch_size / seconds},
                      {"seconds", seconds},
@@ -430,6 +456,7 @@ int measure(const Args& a) {
                      {"skippedFiles", pipeline.skipped_count()}};
   out["skipped"] = nlohmann::json::array();
   for (const auto& s : pipeline.skipped_examples()) out["skipped"].push_back({{"path", s.path}, {"why", s.why}});
+  if (check) out["values"] = values_report(*check);
   std::cout << out.dump() << "\n";
   return 0;
 }
@@ -523,7 +550,10 @@ const std::vector<Command>& commands() {
                        "bf16; default fp32)"},
         {"vocabulary", "bertpretraining: token ids a sequence may hold (default 30522)"},
         {"dump-first", "RAW: the first batch's floats, and its labels beside (bertpretraining: JSON of its token ids and "
-                       "block)"}},
+                       "block)"},
+        {"check-values", "imagefolder, cityscapes: on | off, scan every batch handed out, the first included, as the "
+                         "device reads it: values not finite, and the smallest and largest finite one, as \"values\" "
+                         "(timed with the batches; default off)"}},
        measure},
   };
   return all;
