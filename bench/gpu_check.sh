@@ -324,18 +324,24 @@ step input-check-values 40 "$bin/dlbench-input" measure "$real_data/images" --th
 # Why the real-data amp run of 2026-11-29 skipped 42 of 400 steps and its loss scale fell to 1.5e-8:
 # each skipped step with its loss, the gradients that overflowed, and the step run again layer by
 # layer naming the first output and input gradient that held an inf or NaN (every step waits: not
-# timed).
+# timed). 400 steps, as that run had: on the CPU, fp16 emulated skipped where the H200 skips
+# (bench/RESULTS.md, 2026-12-02) and held its scale on these JPEGs, so the skips to find may come
+# late; at the scales that run fell to no gradient can overflow, so a late skip names a forward
+# inf or NaN, or the batch's (input-check-values scans the batches alone).
 loss_scale_run=("$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 256 --precision amp
-  --warmup-steps 0 --measure-steps 50 --repeats 2 --extra-repeats 0 --data imagefolder
+  --warmup-steps 0 --measure-steps 50 --repeats 8 --extra-repeats 0 --data imagefolder
   --data-path "$real_data/images" --decode-threads "$decode_threads")
-DLBENCH_LOG_LOSS_SCALE=1 step real-data-amp-loss-scale 60 "${loss_scale_run[@]}" \
+DLBENCH_LOG_LOSS_SCALE=1 step real-data-amp-loss-scale 100 "${loss_scale_run[@]}" \
   --output "$logs/real-data-amp-loss-scale.json"
 # Where a replay found a batch norm's output first, the same run again with cuDNN's spatial batch
 # norms and no fused activation (cuDNN documents that its persistent mode, channels-last's default,
-# may overflow where the spatial one does not), so that this call already tells the two apart.
-if grep -q "forward: first non-finite layer output: [^,;]*(BatchNorm2d)" "$logs/real-data-amp-loss-scale.log" 2>/dev/null; then
+# may overflow where the spatial one does not), so that this call already tells the two apart. A
+# batch norm's kind names what it fused (BatchNorm2d+ReLU, BatchNorm2d+Add+ReLU: amp's default);
+# until 2026-12-02 this matched the unfused kind only, the downsampling shortcuts'.
+batch_norm_first='forward: first non-finite layer output: [^,;]*\(BatchNorm2d(\+[A-Za-z]+)*\)'
+if grep -Eq "$batch_norm_first" "$logs/real-data-amp-loss-scale.log" 2>/dev/null; then
   DLBENCH_LOG_LOSS_SCALE=1 DLBENCH_CUDA_BATCH_NORM=ex DLBENCH_CUDA_BATCH_NORM_MODE=spatial \
-    step real-data-amp-loss-scale-spatial 60 "${loss_scale_run[@]}" --output "$logs/real-data-amp-loss-scale-spatial.json"
+    step real-data-amp-loss-scale-spatial 100 "${loss_scale_run[@]}" --output "$logs/real-data-amp-loss-scale-spatial.json"
 fi
 # PyTorch's own amp (autocast, GradScaler) on the same JPEGs with the same recipe, 400 steps as the
 # run of 2026-11-29: whether its scale holds where dlbench's fell (then the fault is dlbench's) or

@@ -21,7 +21,7 @@ import tempfile
 import unittest
 
 BIN = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else sys.exit(__doc__)
-TORCH_PYTHON = sys.argv.pop(1) if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else ""
+TORCH_PYTHON = sys.argv.pop(1) if len(sys.argv) > 1 and os.path.isfile(sys.argv[1]) else ""  # else unittest's
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SCRIPT = os.path.join(ROOT, "bench", "gpu_check.sh")
 BUNDLE_SCRIPT = os.path.join(ROOT, "scripts", "gpu-bundle.sh")
@@ -137,6 +137,28 @@ class GpuCheckRehearsal(unittest.TestCase):
             else:
                 self.assertEqual(verdict, "SKIPPED (not chosen)", name)
         self.assertEqual(set(second), set(first))
+
+
+class ReplayPatterns(unittest.TestCase):
+    """The patterns gpu_check.sh reads its own logs with, against the lines the worker writes."""
+
+    def test_a_batch_norm_named_first_in_forward_is_found_whatever_it_fused(self):
+        with open(SCRIPT) as f:
+            found = re.search(r"^batch_norm_first='([^']+)'$", f.read(), re.M)
+        self.assertIsNotNone(found, "gpu_check.sh has no batch_norm_first='...' line")
+        said = "replayed at loss scale 512: forward: first non-finite layer output: {}, 3 inf, 0 NaN of 802816; loss inf"
+
+        def matches(layer):
+            return subprocess.run(["grep", "-Eq", found.group(1)], input=said.format(layer), text=True).returncode == 0
+
+        for layer in ("bn1 (BatchNorm2d+ReLU)", "layer1.0.bn3 (BatchNorm2d+Add+ReLU)", "layer1.0.downsample.1 (BatchNorm2d)"):
+            self.assertTrue(matches(layer), layer)
+        for layer in ("conv1 (Conv2d)", "fc (Linear)", "layer1.0 (Bottleneck)"):
+            self.assertFalse(matches(layer), layer)
+        # A batch norm named in backward, not forward, is not this A/B's.
+        backward = "replayed at loss scale 512: forward: every layer output finite; loss 2.8; backward: first non-finite " \
+                   "input gradient: bn1 (BatchNorm2d+ReLU), 3 inf, 0 NaN of 802816"
+        self.assertNotEqual(subprocess.run(["grep", "-Eq", found.group(1)], input=backward, text=True).returncode, 0)
 
 
 if __name__ == "__main__":
