@@ -13,6 +13,7 @@ parse their arguments and build their models, then stop at CUDA, and nowhere soo
 
     gpu_check_rehearsal_test.py BIN_DIR [TORCH_PYTHON]
 """
+import json
 import os
 import re
 import subprocess
@@ -24,6 +25,7 @@ BIN = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else sys.exit(__doc_
 TORCH_PYTHON = sys.argv.pop(1) if len(sys.argv) > 1 and os.path.isfile(sys.argv[1]) else ""  # else unittest's
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SCRIPT = os.path.join(ROOT, "bench", "gpu_check.sh")
+TABLE = os.path.join(ROOT, "bench", "gpu_check_table.py")
 BUNDLE_SCRIPT = os.path.join(ROOT, "scripts", "gpu-bundle.sh")
 VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|budget spent)\))$")
 # Steps that need no GPU: they succeed here as on the device.
@@ -161,5 +163,42 @@ class ReplayPatterns(unittest.TestCase):
         self.assertNotEqual(subprocess.run(["grep", "-Eq", found.group(1)], input=backward, text=True).returncode, 0)
 
 
+class WorkerLogsThroughTheTable(unittest.TestCase):
+    """The table reads a real worker's skipped-step lines and result, not only hand-written ones:
+    amp on the CPU with fp16 emulated (every step of this small case skips, in layer4's batch
+    norms over two values a channel), logged as gpu_check's real-data-amp-loss-scale step logs it."""
+
+    def test_a_logged_amp_run_is_counted_and_its_replays_placed(self):
+        with tempfile.TemporaryDirectory() as logs:
+            with open(os.path.join(logs, "real-data-amp-loss-scale.log"), "w") as log:
+                done = subprocess.run(
+                    [os.path.join(BIN, "dlbench-worker"), "--precision", "amp", "--model", "resnet50", "--image-size",
+                     "32", "--batch-size", "2", "--warmup-steps", "0", "--measure-steps", "3", "--repeats", "1",
+                     "--extra-repeats", "0", "--output", os.path.join(logs, "real-data-amp-loss-scale.json")],
+                    stdout=log, stderr=subprocess.STDOUT, timeout=240,
+                    env={**os.environ, "DLBENCH_CPU_FP16": "emulated", "DLBENCH_LOG_LOSS_SCALE": "1"})
+            self.assertEqual(done.returncode, 0)
+            with open(os.path.join(logs, "real-data-amp-loss-scale.json")) as f:
+                scaling = json.load(f)["lossScaling"]
+            table = subprocess.run([sys.executable, TABLE, logs], capture_output=True, text=True, timeout=60)
+            self.assertEqual(table.returncode, 0, table.stderr)
+            lines = table.stdout.splitlines()
+        skipped = scaling["skippedSteps"]
+        self.assertGreater(skipped, 0)
+        at = next(i for i, line in enumerate(lines) if line.startswith("  real-data-amp-loss-scale: "))
+        # Each skipped step of the repeats is logged, and the trace after them logs one more.
+        self.assertRegex(lines[at], rf"^  real-data-amp-loss-scale: {skipped + 1} steps skipped; step 1 skipped, loss "
+                                    r"scale now 32768: loss ")
+        self.assertEqual(lines[at + 1], f"    loss scaling: {skipped} of {scaling['steps']} steps skipped, the scale "
+                                        f"ended at {scaling['finalScale']:g}")
+        self.assertTrue(lines[at + 2].startswith("      untimed step "), lines[at + 2])  # lossScaling.overflow
+        self.assertTrue(any(re.match(r"^    gradients first not finite: [\w.]+\.(weight|bias) \d+", line) for line in lines),
+                        table.stdout)
+        # Every step replayed (the trace's too): forward finite, and the first inf in a batch norm's
+        # input gradient.
+        replayed = [line for line in lines if line.startswith("    ") and "replayed layer by layer" in line]
+        self.assertEqual(len(replayed), 1, table.stdout)
+        self.assertRegex(replayed[0], rf"^    {skipped + 1} replayed layer by layer: forward all finite {skipped + 1}; "
+                                      r"backward [\w.]+ \(BatchNorm2d[^)]*\) \d+")
 if __name__ == "__main__":
     unittest.main(verbosity=2)
