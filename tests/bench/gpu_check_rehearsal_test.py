@@ -30,6 +30,10 @@ BUNDLE_SCRIPT = os.path.join(ROOT, "scripts", "gpu-bundle.sh")
 VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|budget spent)\))$")
 # Steps that need no GPU: they succeed here as on the device.
 CPU_ONLY = ["real-data-generate", "input-measure-imagefolder", "input-measure-cityscapes", "input-check-values"]
+# What a step that needs a GPU says where there is none: dlbench-worker, dlbench run, PyTorch, and
+# PyTorch's script under engine: command.
+NO_GPU = ("--backend cuda: no usable CUDA device", "finds no cuda device on this host",
+          "Torch not compiled with CUDA enabled", "amp needs a CUDA device; PyTorch sees none")
 # Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
 EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "amp-overflow-trace", "dlbench-run-cuda", "dlbench-run-cuda-graph", "pytorch-command-resnet50-amp", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
              "dlbench-resnet50-amp-graph",
@@ -113,6 +117,14 @@ class GpuCheckRehearsal(unittest.TestCase):
                 if verdict == "exit 2":
                     with open(os.path.join(logs, f"{name}.log")) as f:
                         self.fail(f"{name}: a usage error, which the GPU would meet too:\n{f.read()[-2000:]}")
+                # 1: a step that failed here failed for want of a GPU, and for nothing the GPU would
+                # meet as well (a DLBENCH_CUDA_* value the backend refuses, a missing file).
+                if verdict == "exit 1":
+                    with open(os.path.join(logs, f"{name}.log"), errors="replace") as f:
+                        said = f.read()
+                    no_gpu = NO_GPU + (() if TORCH_PYTHON else ("No module named 'torch'",))
+                    self.assertTrue(any(reason in said for reason in no_gpu),
+                                    f"{name} failed for something other than the missing GPU:\n{said[-2000:]}")
                 # The PyTorch scripts on a CPU build of torch: past their arguments and models, up to CUDA.
                 if TORCH_PYTHON and name.startswith("pytorch-") and name != "pytorch-command-resnet50-amp":
                     with open(os.path.join(logs, f"{name}.log")) as f:
