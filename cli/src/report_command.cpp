@@ -97,6 +97,14 @@ void print_unmeasured(std::ostream& out, ReportFormat format, const std::vector<
 
 bool unstable(const CaseResult& r) { return r.stability && r.stability->verdict == StabilityVerdict::unstable; }
 
+// Whether an amp case ran with fp16 emulated on the CPU (DLBENCH_CPU_FP16=emulated, its result's
+// backendOptions.fp16): amp's numerics, at the CPU's fp32 speed between conversions, not fp16's.
+bool fp16_emulated(const CaseResult& r) {
+  if (r.case_.precision != Precision::amp || !r.environment) return false;
+  const auto fp16 = r.environment->backend_options.find("fp16");
+  return fp16 != r.environment->backend_options.end() && fp16->second == "emulated";
+}
+
 // Why an amp case's loss scaling says it trained little, or nothing where it trained well enough:
 // more than 5% of its steps skipped for an inf or NaN gradient (a loss scaler's first few skips
 // are how it finds its scale), or its scale halved below 1, where steps overflowed even unscaled.
@@ -117,7 +125,7 @@ std::optional<std::string> loss_scaling_warning(const CaseResult& r) {
 // much of its training (loss_scaling_warning), and every case measured while other load wanted
 // its CPUs (results[].interference: its numbers stand, but they are not the machine's).
 void print_case_warnings(std::ostream& out, ReportFormat format, const std::vector<Source>& sources) {
-  std::vector<std::pair<std::string, std::string>> unstable_cases, refused, interfered, sockets, skipped;
+  std::vector<std::pair<std::string, std::string>> unstable_cases, refused, interfered, sockets, skipped, emulated;
   for (const auto& s : sources) {
     for (const auto& r : s.status.results) {
       const std::string name = (sources.size() > 1 ? s.label + " " : "") + case_id(r.case_);
@@ -126,6 +134,10 @@ void print_case_warnings(std::ostream& out, ReportFormat format, const std::vect
       if (r.state == CaseState::Succeeded && r.reason == kReasonRdmaNotUsed) sockets.emplace_back(name, r.message);
       if (!r.scaling_refused.empty()) refused.emplace_back(name, r.scaling_refused);
       if (const auto why = loss_scaling_warning(r)) skipped.emplace_back(name, *why);
+      if (fp16_emulated(r) && r.throughput) {
+        emulated.emplace_back(name, "DLBENCH_CPU_FP16=emulated: each fp16 op ran as the CPU's fp32 op between "
+                                    "conversions, for a diagnosis of amp's numerics; its throughput is no fp16 figure");
+      }
       if (!r.interference || r.interference->verdict == InterferenceVerdict::clean) continue;
       std::string why = std::string(to_string(r.interference->verdict)) + ": ";
       if (r.interference->cpu_pressure) why += "tasks waited for a CPU " + fixed(100 * *r.interference->cpu_pressure, 1) + "% of the time, ";
@@ -141,6 +153,8 @@ void print_case_warnings(std::ostream& out, ReportFormat format, const std::vect
   print_case_notes(out, format, "unstable cases (left out of best and scaling)", "spread", unstable_cases);
   print_case_notes(out, format, "speed-ups refused", "why", refused);
   print_case_notes(out, format, "amp cases whose loss scaling skipped much of the training", "loss scaling", skipped);
+  print_case_notes(out, format, "amp cases with fp16 emulated on the CPU (their numerics, not fp16's speed)", "fp16",
+                   emulated);
   print_case_notes(out, format, "measured under other load or throttled", "load", interfered);
   print_case_notes(out, format, "measured without the RDMA network asked for", "transport", sockets);
 }
@@ -347,7 +361,12 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   std::stable_sort(ordered.begin(), ordered.end(), [](const Column& a, const Column& b) {
     return std::make_tuple(a.source, a.nodes * a.gpus, a.nodes) < std::make_tuple(b.source, b.nodes * b.gpus, b.nodes);
   });
-  const std::string throughput_title = "throughput (" + throughput_unit_of(sources, p) + ")";
+  bool emulated = false;
+  for (const auto& s : sources) {
+    for (const auto& r : s.status.results) emulated = emulated || (r.case_.precision == p && fp16_emulated(r));
+  }
+  const std::string throughput_title =
+      "throughput (" + throughput_unit_of(sources, p) + ")" + (emulated ? ", fp16 emulated on the CPU: not fp16's speed" : "");
   const std::string titles[] = {throughput_title, "speed-up over 1x1", "scaling efficiency",
                                 "time waiting for input, and the verdict", "learning rate it trained at",
                                 "loss after the last repeat",

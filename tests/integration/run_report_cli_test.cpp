@@ -440,6 +440,49 @@ TEST_F(RunCli, TheReportShowsARefusedSpeedupAndWhy) {
   EXPECT_THAT(dlbench("report noisy.json").out, HasSubstr("speed-up 7.08 over 1x1-bs2-fp32"));  // judged again
 }
 
+// amp on the CPU with fp16 emulated, asked for through spec.worker.env (a diagnosis of amp's
+// numerics without a GPU): the case runs and its status says so (backendOptions.fp16); the report
+// marks its throughput as no fp16 figure and names the case, and lists its loss scaling, which at
+// this shape skips every step, with the overflow the worker traced after the repeats.
+TEST_F(RunCli, AmpWithFp16EmulatedOnTheCpuIsMarkedAsNoFp16Figure) {
+  const std::string text = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: emulated}
+spec:
+  model: resnet50
+  data: {imageSize: 32}
+  matrix: {gpusPerNode: [1], batchSizePerDevice: [2], precision: [fp32, amp]}
+  methodology: {warmupSteps: 0, measureSteps: 3, repeats: 1}
+  worker:
+    env:
+    - {name: DLBENCH_CPU_FP16, value: emulated}
+)";
+  const Outcome o = dlbench("run -f " + write("run.yaml", text) + " --backend cpu");
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  const BenchmarkRun run = status("emulated.status.json");
+  ASSERT_TRUE(run.status.has_value());
+  ASSERT_EQ(run.status->results.size(), 2u);
+  for (const CaseResult& r : run.status->results) {
+    ASSERT_EQ(r.state, CaseState::Succeeded) << case_id(r.case_) << ": " << r.message;
+    ASSERT_TRUE(r.environment.has_value());
+    EXPECT_EQ(r.environment->backend_options.at("fp16"), "emulated");
+    if (r.case_.precision == Precision::amp) {
+      ASSERT_TRUE(r.loss_scaling.has_value());
+      EXPECT_THAT(r.loss_scaling->overflow, HasSubstr("\nreplayed at loss scale "));
+    }
+  }
+  const Outcome report = dlbench("report emulated.status.json");
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("\namp: throughput (samples/s), fp16 emulated on the CPU: not fp16's speed\n"));
+  EXPECT_THAT(report.out, HasSubstr("\nfp32: throughput (samples/s)\n"));
+  EXPECT_THAT(report.out, HasSubstr("\namp cases with fp16 emulated on the CPU (their numerics, not fp16's speed)\n"
+                                    "  1x1-bs2-amp: DLBENCH_CPU_FP16=emulated: each fp16 op ran as the CPU's fp32 op "));
+  EXPECT_THAT(report.out, Not(HasSubstr("1x1-bs2-fp32: DLBENCH_CPU_FP16")));
+  EXPECT_THAT(report.out, ::testing::ContainsRegex("amp cases whose loss scaling skipped much of the training\n"
+                                                   "  1x1-bs2-amp: [0-9]+ of [0-9]+ steps skipped"));
+  EXPECT_THAT(report.out, HasSubstr("\n    replayed at loss scale "));
+}
+
 // An amp case whose loss scaling skipped much of its training is named under its own heading, with
 // its counts and final scale (the H200's real-data run of 2026-11-29: 42 of 400, the scale at
 // 1.5e-8); one that skipped its first few steps, as a loss scaler finds its scale, is not.
