@@ -2,8 +2,11 @@
 """bench/gpu_check.sh rehearsed without a GPU: a lent GPU gives a session about 15 minutes, and
 a script that stops on a shell error, or never reaches a step it names, wastes them. Run against
 this build's programs (which fail fast with BackendUnavailable where no GPU is), the script must
-go from its first step to its table, every step must say how it ended, and a spent budget must
-name the steps a second call runs, which that call then runs and nothing else.
+go from its first step to its table, every step must say how it ended, a step may fail only for
+want of a GPU (never on a usage error, exit 2, nor on a DLBENCH_CUDA_* value the backend refuses,
+which dlbench-worker reads before it looks for a device), and a spent budget must name the steps
+a second call runs, which that call then runs and nothing else. The patterns the script and its
+table read the worker's logs with are tried on the worker's own lines.
 
 The rehearsal's bundle holds exactly the programs scripts/gpu-bundle.sh packs, so a program the
 check runs and the bundle lacks fails here (exit 127), not on the GPU; and the steps that need
