@@ -156,6 +156,28 @@ class GpuCheckRehearsal(unittest.TestCase):
         self.assertEqual(set(second), set(first))
 
 
+class SelfTestThroughTheTable(unittest.TestCase):
+    """The table reads a real self-test: its document, and, where the deadline stopped it before
+    it wrote one, the check lines it printed, which must count the same checks."""
+
+    def test_the_document_and_the_printed_lines_count_the_same_checks(self):
+        with tempfile.TemporaryDirectory() as logs:
+            with open(os.path.join(logs, "self-test.log"), "w") as log:
+                done = subprocess.run([os.path.join(BIN, "dlbench-worker"), "--self-test", "--precision", "fp32",
+                                       "--output", os.path.join(logs, "self-test.json")],
+                                      stdout=log, stderr=subprocess.STDOUT, timeout=240)
+            self.assertEqual(done.returncode, 0)
+            with open(os.path.join(logs, "self-test.json")) as f:
+                passed = json.load(f)["summary"]["passed"]
+            self.assertGreater(passed, 20)
+            table = lambda: subprocess.run([sys.executable, TABLE, logs], capture_output=True, text=True,
+                                           timeout=60).stdout.splitlines()
+            self.assertIn(f"self-test: {passed} of {passed} checks passed, 0 skipped", table())
+            os.remove(os.path.join(logs, "self-test.json"))  # as a self-test its deadline stopped leaves it
+            self.assertTrue(any(line.startswith(f"self-test: no document; stopped after {passed} checks ({passed} "
+                                                f"passed, 0 failed, 0 skipped); last: ") for line in table()))
+
+
 class ReplayPatterns(unittest.TestCase):
     """The patterns gpu_check.sh reads its own logs with, against the lines the worker writes."""
 
