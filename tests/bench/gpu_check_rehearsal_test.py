@@ -178,6 +178,27 @@ class SelfTestThroughTheTable(unittest.TestCase):
                                                 f"passed, 0 failed, 0 skipped); last: ") for line in table()))
 
 
+class ProfileThroughTheTable(unittest.TestCase):
+    """The table reads a real --profile document: the step by kind, and the stem beside the
+    slowest layers."""
+
+    def test_a_profiled_step_is_summed_by_kind_with_its_stem(self):
+        with tempfile.TemporaryDirectory() as logs:
+            done = subprocess.run([os.path.join(BIN, "dlbench-worker"), "--model", "resnet50", "--image-size", "32",
+                                   "--batch-size", "2", "--warmup-steps", "1", "--measure-steps", "2", "--repeats", "1",
+                                   "--extra-repeats", "0", "--profile", "2", "--output",
+                                   os.path.join(logs, "profile-resnet50-fp32.json")],
+                                  capture_output=True, text=True, timeout=240)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            lines = subprocess.run([sys.executable, TABLE, logs], capture_output=True, text=True,
+                                   timeout=60).stdout.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("  fp32 batch 2: "))
+        self.assertRegex(lines[at], r"^  fp32 batch 2: step [0-9.]+, outside layers [0-9.]+; (\S+ [0-9.]+, ){4}\S+ [0-9.]+$")
+        self.assertIn(" Conv2d ", lines[at])
+        self.assertRegex(lines[at + 1], r"^    stem conv1 [0-9.]+ \(forward [0-9.]+\); slowest: (layer\S+ [0-9.]+, ){3}"
+                                        r"layer\S+ [0-9.]+$")
+
+
 class ReplayPatterns(unittest.TestCase):
     """The patterns gpu_check.sh reads its own logs with, against the lines the worker writes."""
 
