@@ -128,4 +128,24 @@ inline void store_floats(const float* from, std::size_t count, DType to, void* o
   throw std::invalid_argument("store_floats: int32 holds indices, not values");
 }
 
+// `count` values of type `from_type` (fp32, bf16 or fp16) at `from` as floats at `out`, exactly
+// (every such value is an fp32 value): store_floats' inverse, as host code reads a tensor's bytes
+// or a batch back.
+inline void load_floats(const void* from, std::size_t count, DType from_type, float* out) {
+  switch (from_type) {
+    case DType::fp32:
+      std::memcpy(out, from, count * sizeof(float));
+      return;
+    case DType::bf16:
+      for (std::size_t i = 0; i < count; ++i) out[i] = bf16{static_cast<const std::uint16_t*>(from)[i]}.to_float();
+      return;
+    case DType::fp16:
+      load_halves(static_cast<const std::uint16_t*>(from), count, out);
+      return;
+    case DType::int32:
+      break;
+  }
+  throw std::invalid_argument("load_floats: int32 holds indices, not values");
+}
+
 }  // namespace dlbench::worker

@@ -35,19 +35,15 @@ std::vector<std::byte> encode(const float* values, std::size_t count, DType dtyp
 
 std::vector<float> decode(const void* data, std::size_t count, DType dtype) {
   std::vector<float> out(count);
+  if (dtype != DType::int32) {
+    load_floats(data, count, dtype, out.data());
+    return out;
+  }
   const auto* bytes = static_cast<const std::byte*>(data);
   for (std::size_t i = 0; i < count; ++i) {
-    if (dtype == DType::fp32) {
-      std::memcpy(&out[i], bytes + 4 * i, 4);
-    } else if (dtype == DType::int32) {
-      std::int32_t index = 0;
-      std::memcpy(&index, bytes + 4 * i, 4);
-      out[i] = static_cast<float>(index);
-    } else {
-      std::uint16_t bits = 0;
-      std::memcpy(&bits, bytes + 2 * i, 2);
-      out[i] = dtype == DType::bf16 ? bf16{bits}.to_float() : fp16{bits}.to_float();
-    }
+    std::int32_t index = 0;
+    std::memcpy(&index, bytes + 4 * i, 4);
+    out[i] = static_cast<float>(index);
   }
   return out;
 }

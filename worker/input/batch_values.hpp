@@ -15,8 +15,8 @@ namespace dlbench::input {
 
 class BatchValues {
  public:
-  // The first `count` values of `batch`, widened from its pixel type (fp32, fp16 or bf16; anything
-  // else throws std::invalid_argument).
+  // The first `count` values of `batch`, widened from its pixel type by load_floats (fp32, fp16 or
+  // bf16; int32 throws std::invalid_argument).
   void scan(const Batch& batch, std::size_t count);
 
   long batches() const { return batches_; }
