@@ -66,6 +66,13 @@ def bundled_programs():
     return found.group(1).split()
 
 
+def table_lines(test, logs):
+    """bench/gpu_check_table.py's lines for LOG_DIR `logs`; it must exit 0."""
+    done = subprocess.run([sys.executable, TABLE, logs], capture_output=True, text=True, timeout=60)
+    test.assertEqual(done.returncode, 0, done.stderr)
+    return done.stdout.splitlines()
+
+
 def summary(logs):
     """{step: verdict} from LOG_DIR/summary.txt (name, verdict, seconds per line)."""
     steps = {}
@@ -170,12 +177,11 @@ class SelfTestThroughTheTable(unittest.TestCase):
             with open(os.path.join(logs, "self-test.json")) as f:
                 passed = json.load(f)["summary"]["passed"]
             self.assertGreater(passed, 20)
-            table = lambda: subprocess.run([sys.executable, TABLE, logs], capture_output=True, text=True,
-                                           timeout=60).stdout.splitlines()
-            self.assertIn(f"self-test: {passed} of {passed} checks passed, 0 skipped", table())
+            self.assertIn(f"self-test: {passed} of {passed} checks passed, 0 skipped", table_lines(self, logs))
             os.remove(os.path.join(logs, "self-test.json"))  # as a self-test its deadline stopped leaves it
             self.assertTrue(any(line.startswith(f"self-test: no document; stopped after {passed} checks ({passed} "
-                                                f"passed, 0 failed, 0 skipped); last: ") for line in table()))
+                                                f"passed, 0 failed, 0 skipped); last: ")
+                                for line in table_lines(self, logs)))
 
 
 class ProfileThroughTheTable(unittest.TestCase):
@@ -190,8 +196,7 @@ class ProfileThroughTheTable(unittest.TestCase):
                                    os.path.join(logs, "profile-resnet50-fp32.json")],
                                   capture_output=True, text=True, timeout=240)
             self.assertEqual(done.returncode, 0, done.stderr)
-            lines = subprocess.run([sys.executable, TABLE, logs], capture_output=True, text=True,
-                                   timeout=60).stdout.splitlines()
+            lines = table_lines(self, logs)
         at = next(i for i, line in enumerate(lines) if line.startswith("  fp32 batch 2: "))
         self.assertRegex(lines[at], r"^  fp32 batch 2: step [0-9.]+, outside layers [0-9.]+; (\S+ [0-9.]+, ){4}\S+ [0-9.]+$")
         self.assertIn(" Conv2d ", lines[at])
@@ -208,17 +213,16 @@ class ReplayPatterns(unittest.TestCase):
         self.assertIsNotNone(found, "gpu_check.sh has no batch_norm_first='...' line")
         said = "replayed at loss scale 512: forward: first non-finite layer output: {}, 3 inf, 0 NaN of 802816; loss inf"
 
-        def matches(layer):
-            return subprocess.run(["grep", "-Eq", found.group(1)], input=said.format(layer), text=True).returncode == 0
+        def matches(line):  # as the script's grep -Eq reads the log
+            return subprocess.run(["grep", "-Eq", found.group(1)], input=line, text=True).returncode == 0
 
         for layer in ("bn1 (BatchNorm2d+ReLU)", "layer1.0.bn3 (BatchNorm2d+Add+ReLU)", "layer1.0.downsample.1 (BatchNorm2d)"):
-            self.assertTrue(matches(layer), layer)
+            self.assertTrue(matches(said.format(layer)), layer)
         for layer in ("conv1 (Conv2d)", "fc (Linear)", "layer1.0 (Bottleneck)"):
-            self.assertFalse(matches(layer), layer)
+            self.assertFalse(matches(said.format(layer)), layer)
         # A batch norm named in backward, not forward, is not this A/B's.
-        backward = "replayed at loss scale 512: forward: every layer output finite; loss 2.8; backward: first non-finite " \
-                   "input gradient: bn1 (BatchNorm2d+ReLU), 3 inf, 0 NaN of 802816"
-        self.assertNotEqual(subprocess.run(["grep", "-Eq", found.group(1)], input=backward, text=True).returncode, 0)
+        self.assertFalse(matches("replayed at loss scale 512: forward: every layer output finite; loss 2.8; backward: "
+                                 "first non-finite input gradient: bn1 (BatchNorm2d+ReLU), 3 inf, 0 NaN of 802816"))
 
 
 class WorkerLogsThroughTheTable(unittest.TestCase):
@@ -238,9 +242,7 @@ class WorkerLogsThroughTheTable(unittest.TestCase):
             self.assertEqual(done.returncode, 0)
             with open(os.path.join(logs, "real-data-amp-loss-scale.json")) as f:
                 scaling = json.load(f)["lossScaling"]
-            table = subprocess.run([sys.executable, TABLE, logs], capture_output=True, text=True, timeout=60)
-            self.assertEqual(table.returncode, 0, table.stderr)
-            lines = table.stdout.splitlines()
+            lines = table_lines(self, logs)
         skipped = scaling["skippedSteps"]
         self.assertGreater(skipped, 0)
         at = next(i for i, line in enumerate(lines) if line.startswith("  real-data-amp-loss-scale: "))
@@ -251,12 +253,14 @@ class WorkerLogsThroughTheTable(unittest.TestCase):
                                         f"ended at {scaling['finalScale']:g}")
         self.assertTrue(lines[at + 2].startswith("      untimed step "), lines[at + 2])  # lossScaling.overflow
         self.assertTrue(any(re.match(r"^    gradients first not finite: [\w.]+\.(weight|bias) \d+", line) for line in lines),
-                        table.stdout)
+                        "\n".join(lines))
         # Every step replayed (the trace's too): forward finite, and the first inf in a batch norm's
         # input gradient.
         replayed = [line for line in lines if line.startswith("    ") and "replayed layer by layer" in line]
-        self.assertEqual(len(replayed), 1, table.stdout)
+        self.assertEqual(len(replayed), 1, "\n".join(lines))
         self.assertRegex(replayed[0], rf"^    {skipped + 1} replayed layer by layer: forward all finite {skipped + 1}; "
                                       r"backward [\w.]+ \(BatchNorm2d[^)]*\) \d+")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
