@@ -337,7 +337,7 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   std::set<int> batches;
   std::set<Column> columns;
   std::vector<Table> tables{Table::throughput, Table::speedup, Table::efficiency};
-  bool real_data = false, losses = false, rates = false, flops = false, mfu = false, energy = false;
+  bool real_data = false, losses = false, rates = false, flops = false, mfu = false, energy = false, emulated = false;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     for (const auto& r : sources[i].status.results) {
       if (r.case_.precision != p) continue;
@@ -349,6 +349,7 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
       flops = flops || r.flops;
       mfu = mfu || (r.flops && r.flops->mfu);
       energy = energy || r.energy;
+      emulated = emulated || fp16_emulated(r);
     }
   }
   if (real_data) tables.push_back(Table::input_wait);
@@ -361,10 +362,6 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   std::stable_sort(ordered.begin(), ordered.end(), [](const Column& a, const Column& b) {
     return std::make_tuple(a.source, a.nodes * a.gpus, a.nodes) < std::make_tuple(b.source, b.nodes * b.gpus, b.nodes);
   });
-  bool emulated = false;
-  for (const auto& s : sources) {
-    for (const auto& r : s.status.results) emulated = emulated || (r.case_.precision == p && fp16_emulated(r));
-  }
   const std::string throughput_title =
       "throughput (" + throughput_unit_of(sources, p) + ")" + (emulated ? ", fp16 emulated on the CPU: not fp16's speed" : "");
   const std::string titles[] = {throughput_title, "speed-up over 1x1", "scaling efficiency",
