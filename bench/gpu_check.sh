@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Everything a lent GPU should show in one device call, in about 8 minutes, building nothing:
-# the self-test in every precision, the `gpu` test programs, a poisoned-memory ResNet-50 run
-# per precision, one --profile per precision, and dlbench against PyTorch eager (ResNet-50 and
-# BERT-base, the shapes of the GPU issue). Each step has its own deadline, so one that hangs
-# costs its own time only. Logs and JSON go to LOG_DIR; a short table ends the output.
+# Everything a lent GPU should show, building nothing, correctness first: the self-test in every
+# precision, the `gpu` test programs, a poisoned-memory ResNet-50 run per precision and the real-data
+# amp diagnosis; then dlbench against PyTorch eager (ResNet-50 and BERT-base, the shapes of the GPU
+# issue, then the other models), its A/Bs and one --profile per precision, most telling first. That
+# is more than one device call holds: the first runs what its budget reaches and prints what a second
+# call runs. Each step has its own deadline, so one that hangs costs its own time only. Logs and
+# JSON go to LOG_DIR; a short table ends the output.
 #
 #   bench/gpu_check.sh BUNDLE_DIR LOG_DIR      (or BUNDLE_DIR.tar.xz, as scripts/gpu-bundle.sh packs it)
 #
@@ -55,11 +57,13 @@ budget=${GPU_CHECK_BUDGET:-540}
 # steps run in background subshells, whose variables the script never sees.
 unreached=$logs/unreached.txt
 : > "$unreached"
+# chosen NAME: whether this call runs step NAME at all (GPU_CHECK_ONLY), the budget aside.
+chosen() { [[ -z ${GPU_CHECK_ONLY:-} || $1 =~ $GPU_CHECK_ONLY ]]; }
 step() {
   local name=$1 seconds=$2
   shift 2
   local left=$((budget - SECONDS))
-  if [[ -n ${GPU_CHECK_ONLY:-} && ! $name =~ $GPU_CHECK_ONLY ]]; then
+  if ! chosen "$name"; then
     printf '%-34s %-22s %4ds\n' "$name" "SKIPPED (not chosen)" 0 | tee -a "$summary"
     return 125
   fi
@@ -85,6 +89,24 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.versio
   >> "$logs/environment.txt" 2>&1
 
 step list-devices 20 "$bin/dlbench-worker" --list-devices
+# The real data sets, made once a call by the first step that reads them, and only where one runs:
+# a second call (GPU_CHECK_ONLY) whose readers' data the first call made makes its own, and a call
+# that runs no reader makes none. ImageNet-like JPEGs for ResNet-50 amp, Cityscapes-like 2048 x 1024
+# PNG pairs for DeepLabV3+ amp and BERT's shards for BERT-base amp (7 s on a 2-core EPYC), read with
+# the node's cores less two as decoding threads.
+real_data=$(mktemp -d /tmp/dlbench-real-data.XXXXXX)
+trap 'rm -rf "${unpacked:-}" "$real_data"' EXIT
+decode_threads=$(($(nproc) > 3 ? $(nproc) - 2 : 1))
+# needs_real_data NAME: before step NAME, which reads them. A file marks the attempt, since readers
+# run in background subshells too.
+needs_real_data() {
+  chosen "$1" || return 0
+  [[ -e $real_data/attempted ]] && return 0
+  touch "$real_data/attempted"
+  GPU_CHECK_ONLY='' step real-data-generate 60 sh -c "'$bin/dlbench-input' generate '$real_data/images' --classes 16 --per-class 64 &&
+    '$bin/dlbench-input' generate '$real_data/cityscapes' --data cityscapes --cities 2 --per-city 12 &&
+    '$bin/dlbench-input' generate '$real_data/shards' --data bertpretraining --shards 4 --per-shard 2048"
+}
 
 # Correctness runs side by side (the GPU has room, and none of them is timed): the self-test, the
 # gpu test programs, and ResNet-50 in every precision with every buffer poisoned after its
@@ -199,14 +221,69 @@ step amp-overflow-trace 60 "$bin/dlbench-worker" --backend cuda --model resnet50
   --precision amp --learning-rate 100 --warmup-steps 2 --measure-steps 5 --repeats 2 --extra-repeats 0 \
   --output "$logs/amp-overflow-trace.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM=own poisoned fp32 poisoned-resnet50-fp32-own & correctness+=($!)
+# The batches amp trains on, as the device reads them, on this host's cores and ISA: batches of 256
+# at 224 px in fp16 (15 a decoding thread: 210 on 16 cores, about 10 s alone, longer beside the runs
+# above, whose figures it does not touch), each scanned for an inf or NaN, which skips an amp step at
+# any loss scale, and for its smallest and largest value. 1,001 such batches were clean on the CPU
+# (AMD EPYC, 2 threads) at the worker's seed, with this pipeline and with 2026-11-29's; the GPU's
+# host decoded with 14 threads.
+{ needs_real_data input-check-values
+  step input-check-values 90 "$bin/dlbench-input" measure "$real_data/images" --threads "$decode_threads" \
+    --batch-size 256 --batches $((decode_threads * 15)) --pixel-type fp16 --check-values on; } & correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done
 unset OMP_WAIT_POLICY
 
-# The timed steps run one at a time, most telling first, so a spent budget loses the least:
-# ResNet-50 fp32 (the one precision under the issue's floor) against PyTorch with its A/Bs, then
-# BERT, amp and real data (amp's), tf32 and bf16 each against PyTorch with the A/B that its default
-# replaced, then the profiles and BERT's kernels. With every A/B in, the later rows may not fit one call: the script
-# ends by printing the GPU_CHECK_ONLY that runs, in a second call, the steps the budget did not reach.
+# Correct first: the one failure no CPU reproduces, right after the runs above and before anything
+# timed. Why the real-data amp run of 2026-11-29 skipped 42 of 400 steps and its loss scale fell to
+# 1.5e-8: each skipped step with its loss, the gradients that overflowed, and the step run again
+# layer by layer naming the first output and input gradient that held an inf or NaN (every step
+# waits: not timed). 400 steps, as that run had: on the CPU, fp16 emulated skipped where the H200
+# skips (bench/RESULTS.md, 2026-12-02) and held its scale on these JPEGs, so the skips to find may
+# come late; at the scales that run fell to no gradient can overflow, so a late skip names a forward
+# inf or NaN, or the batch's (input-check-values scans the batches alone). Until 2026-12-02 these
+# steps came after every fp32, BERT and amp row, where a 515 s first call never reached them.
+loss_scale_run=("$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 256 --precision amp
+  --warmup-steps 0 --measure-steps 50 --repeats 8 --extra-repeats 0 --data imagefolder
+  --data-path "$real_data/images" --decode-threads "$decode_threads")
+needs_real_data real-data-amp-loss-scale
+DLBENCH_LOG_LOSS_SCALE=1 step real-data-amp-loss-scale 100 "${loss_scale_run[@]}" \
+  --output "$logs/real-data-amp-loss-scale.json"
+# Where a replay found a batch norm's output first, the same run again with cuDNN's spatial batch
+# norms and no fused activation (cuDNN documents that its persistent mode, channels-last's default,
+# may overflow where the spatial one does not), so that this call already tells the two apart. A
+# batch norm's kind names what it fused (BatchNorm2d+ReLU, BatchNorm2d+Add+ReLU: amp's default);
+# until 2026-12-02 this matched the unfused kind only, the downsampling shortcuts'.
+batch_norm_first='forward: first non-finite layer output: [^,;]*\(BatchNorm2d(\+[A-Za-z]+)*\)'
+if grep -Eq "$batch_norm_first" "$logs/real-data-amp-loss-scale.log" 2>/dev/null; then
+  DLBENCH_LOG_LOSS_SCALE=1 DLBENCH_CUDA_BATCH_NORM=ex DLBENCH_CUDA_BATCH_NORM_MODE=spatial \
+    step real-data-amp-loss-scale-spatial 100 "${loss_scale_run[@]}" --output "$logs/real-data-amp-loss-scale-spatial.json"
+fi
+# PyTorch's own amp (autocast, GradScaler) on the same JPEGs with the same recipe, 400 steps as the
+# run of 2026-11-29: whether its scale holds where dlbench's fell (then the fault is dlbench's) or
+# falls as well (the recipe's on fp16 on this data). Emulated on the CPU at 64 px in bench/RESULTS.md,
+# PyTorch's and dlbench's own amp (DLBENCH_CPU_FP16=emulated) alike: both held the scale at 8192, and
+# every skip there was a convolution's filter gradient (computed in the half type, as here). It runs
+# here, before anything timed, where dlbench's scale fell further than a loss scaler's start takes it
+# (more than 10 skips; ResNet-152's start took 7 on 2026-11-29) or its run left no loss scaling to
+# read; where the scale held, last, since it then has nothing to tell apart.
+pytorch_real_data_amp() {
+  needs_real_data pytorch-real-data-amp
+  step pytorch-real-data-amp 120 python3 "$here/real_data_recipe.py" "$real_data/images" --image 224 --batch 256 \
+    --steps 400 --precision amp --device cuda --workers "$decode_threads" --threads 2
+}
+dlbench_skips=$(grep -c '^dlbench-worker: step [0-9]* skipped' "$logs/real-data-amp-loss-scale.log" 2>/dev/null)
+pytorch_real_data_amp_later=1
+if ! grep -qs '"lossScaling"' "$logs/real-data-amp-loss-scale.json" || ((${dlbench_skips:-0} > 10)); then
+  pytorch_real_data_amp
+  pytorch_real_data_amp_later=
+fi
+
+# The timed steps run one at a time, most telling first, so a spent budget loses the least: ResNet-50
+# fp32 (the one precision under the issue's floor) against PyTorch with the A/Bs that may lift it,
+# then amp (the issue's 1.3x target) with its A/Bs, real data's rows, fp32's other A/Bs and its
+# profiles, then BERT (2.2x to 3x PyTorch eager since 2026-11-28), tf32 and bf16 (above the floor),
+# the other profiles and the other models. With every A/B in, the later rows do not fit one call: the
+# script ends by printing the GPU_CHECK_ONLY that runs, in a second call, the steps the budget did not reach.
 declare -A resnet_batch=([fp32]=64 [tf32]=128 [amp]=256 [bf16]=256)
 results=$logs/comparison.jsonl
 : > "$results"
@@ -263,6 +340,43 @@ DLBENCH_CUDA_BATCH_NORM=own time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-own
 # batch norm, the bottleneck's last separate kernel (the gradients' sum) goes too.
 DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 fp32 \
   dlbench-resnet50-fp32-own-accumulate dlbench-own-accumulate
+# amp, tf32 and bf16 at their defaults since 2026-11-28 (branch gradients accumulated; tf32's residual
+# fused into batch norm) and amp replayed as a step graph. Settled on 2026-11-28 and not timed again:
+# amp's and bf16's summed branch gradients (7,085 and 6,685 against 7,268 and 6,835) and BERT's step
+# graph (3,615 against 3,349). Settled on 2026-11-29: PyTorch's fastest eager path (--tuned: fused
+# SGD, 6,176.8, and for BERT fused AdamW and SDPA, 1,530.1), and tf32's two defaults together (3,586.2
+# against 3,514 and 3,364 with one each), so neither is timed again.
+compare_resnet50 amp
+# Weight copies kept: 106 filter roundings a step become one pass and 17 transpositions (1.28x of the
+# 1.3x target on 2026-11-29).
+DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench_resnet50 amp dlbench-resnet50-amp-kept dlbench-kept
+# The stem's input padded to 4 channels, as NVIDIA's ResNet-50 submissions feed it: cuDNN's
+# tensor-core kernels load 8 or 16 bytes of a pixel's channels, and 3 halves are 6 (the profiles
+# below say what the stem costs either way).
+DLBENCH_CUDA_PAD_INPUT_CHANNELS=4 time_dlbench_resnet50 amp dlbench-resnet50-amp-pad-4 dlbench-pad-4
+time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
+# Real data's rows (first run 2026-11-29: ResNet-50's JPEGs at 0.22x synthetic, the step converting
+# each batch to fp16 itself and copying it from pageable memory, since moved into the decoding
+# threads and staged from page-locked memory): their input blocks say how long the steps waited (the
+# case for nvJPEG, or for more cores per GPU); the table puts each beside its synthetic row. The
+# pipeline alone is measured handing out fp16, as amp asks for it.
+needs_real_data input-measure-imagefolder
+step input-measure-imagefolder 30 "$bin/dlbench-input" measure "$real_data/images" --threads "$decode_threads" \
+  --batch-size 256 --batches 8 --pixel-type fp16
+needs_real_data input-measure-cityscapes
+step input-measure-cityscapes 30 "$bin/dlbench-input" measure "$real_data/cityscapes" --data cityscapes \
+  --threads "$decode_threads" --batch-size 8 --batches 8 --pixel-type fp16
+needs_real_data dlbench-resnet50-amp-imagefolder
+time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder dlbench-imagefolder --data imagefolder \
+  --data-path "$real_data/images" --decode-threads "$decode_threads"
+needs_real_data dlbench-deeplabv3plus-amp-cityscapes
+time_dlbench deeplabv3plus 8 amp dlbench-deeplabv3plus-amp-cityscapes dlbench-cityscapes --image-size 512x1024 \
+  --data cityscapes --data-path "$real_data/cityscapes" --decode-threads "$decode_threads"
+# BERT-base amp on NVIDIA-format shards (padded sequences: attention masked on the device, never run
+# there before), beside its synthetic row below.
+needs_real_data dlbench-bert-amp-bertpretraining
+time_dlbench bert-base 64 amp dlbench-bert-amp-bertpretraining dlbench-bertpretraining "${bert_flags[@]}" \
+  --data bertpretraining --data-path "$real_data/shards"
 DLBENCH_CUDA_BATCH_NORM_MODE=persistent time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-persistent dlbench-persistent
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-conv-graph-nhwc \
   dlbench-conv-graph-nhwc
@@ -283,82 +397,6 @@ done
 # Weight copies kept: BERT-base amp's 228 per-pass weight roundings a step (5.3% of its kernel time
 # under Nsight Compute on 2026-11-28) become one pass over the flat values after each update.
 DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench bert-base 64 amp dlbench-bert-amp-kept dlbench-kept "${bert_flags[@]}"
-# amp, tf32 and bf16 at their defaults since 2026-11-28 (branch gradients accumulated; tf32's residual
-# fused into batch norm) and amp replayed as a step graph. Settled on 2026-11-28 and not timed again:
-# amp's and bf16's summed branch gradients (7,085 and 6,685 against 7,268 and 6,835) and BERT's step
-# graph (3,615 against 3,349). Settled on 2026-11-29: PyTorch's fastest eager path (--tuned: fused
-# SGD, 6,176.8, and for BERT fused AdamW and SDPA, 1,530.1), and tf32's two defaults together (3,586.2
-# against 3,514 and 3,364 with one each), so neither is timed again.
-compare_resnet50 amp
-# Weight copies kept: 106 filter roundings a step become one pass and 17 transpositions (1.28x of the
-# 1.3x target on 2026-11-29).
-DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench_resnet50 amp dlbench-resnet50-amp-kept dlbench-kept
-# The stem's input padded to 4 channels, as NVIDIA's ResNet-50 submissions feed it: cuDNN's
-# tensor-core kernels load 8 or 16 bytes of a pixel's channels, and 3 halves are 6 (the profiles
-# below say what the stem costs either way).
-DLBENCH_CUDA_PAD_INPUT_CHANNELS=4 time_dlbench_resnet50 amp dlbench-resnet50-amp-pad-4 dlbench-pad-4
-time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
-# Real data on a GPU, right after amp's synthetic row (first run 2026-11-29: ResNet-50's JPEGs at
-# 0.22x synthetic, the step converting each batch to fp16 itself, since moved into the decoding
-# threads): the CPU pipeline feeding the device, ImageNet-like JPEGs for ResNet-50 amp,
-# Cityscapes-like 2048 x 1024 PNG pairs for DeepLabV3+ amp and BERT's shards for BERT-base amp,
-# with the node's cores less two as decoding threads. Their input blocks say how long the steps
-# waited (the case for nvJPEG, or for more cores per GPU); the table puts each beside its
-# synthetic row. The pipeline alone is measured handing out fp16, as amp asks for it.
-real_data=$(mktemp -d /tmp/dlbench-real-data.XXXXXX)
-decode_threads=$(($(nproc) > 3 ? $(nproc) - 2 : 1))
-step real-data-generate 60 sh -c "'$bin/dlbench-input' generate '$real_data/images' --classes 16 --per-class 64 &&
-  '$bin/dlbench-input' generate '$real_data/cityscapes' --data cityscapes --cities 2 --per-city 12 &&
-  '$bin/dlbench-input' generate '$real_data/shards' --data bertpretraining --shards 4 --per-shard 2048"
-step input-measure-imagefolder 30 "$bin/dlbench-input" measure "$real_data/images" --threads "$decode_threads" \
-  --batch-size 256 --batches 8 --pixel-type fp16
-step input-measure-cityscapes 30 "$bin/dlbench-input" measure "$real_data/cityscapes" --data cityscapes \
-  --threads "$decode_threads" --batch-size 8 --batches 8 --pixel-type fp16
-# The batches amp trains on, as the device reads them, on this host's cores and ISA: batches of 256
-# at 224 px in fp16 (15 a decoding thread: 210 on 16 cores, about 10 s), each scanned for an inf or
-# NaN, which skips an amp step at any loss scale, and for its smallest and largest value. 1,001
-# such batches were clean on the CPU (AMD EPYC, 2 threads) at the worker's seed, with this pipeline
-# and with 2026-11-29's; the GPU's host decoded with 14 threads.
-step input-check-values 40 "$bin/dlbench-input" measure "$real_data/images" --threads "$decode_threads" \
-  --batch-size 256 --batches $((decode_threads * 15)) --pixel-type fp16 --check-values on
-# Why the real-data amp run of 2026-11-29 skipped 42 of 400 steps and its loss scale fell to 1.5e-8:
-# each skipped step with its loss, the gradients that overflowed, and the step run again layer by
-# layer naming the first output and input gradient that held an inf or NaN (every step waits: not
-# timed). 400 steps, as that run had: on the CPU, fp16 emulated skipped where the H200 skips
-# (bench/RESULTS.md, 2026-12-02) and held its scale on these JPEGs, so the skips to find may come
-# late; at the scales that run fell to no gradient can overflow, so a late skip names a forward
-# inf or NaN, or the batch's (input-check-values scans the batches alone).
-loss_scale_run=("$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 256 --precision amp
-  --warmup-steps 0 --measure-steps 50 --repeats 8 --extra-repeats 0 --data imagefolder
-  --data-path "$real_data/images" --decode-threads "$decode_threads")
-DLBENCH_LOG_LOSS_SCALE=1 step real-data-amp-loss-scale 100 "${loss_scale_run[@]}" \
-  --output "$logs/real-data-amp-loss-scale.json"
-# Where a replay found a batch norm's output first, the same run again with cuDNN's spatial batch
-# norms and no fused activation (cuDNN documents that its persistent mode, channels-last's default,
-# may overflow where the spatial one does not), so that this call already tells the two apart. A
-# batch norm's kind names what it fused (BatchNorm2d+ReLU, BatchNorm2d+Add+ReLU: amp's default);
-# until 2026-12-02 this matched the unfused kind only, the downsampling shortcuts'.
-batch_norm_first='forward: first non-finite layer output: [^,;]*\(BatchNorm2d(\+[A-Za-z]+)*\)'
-if grep -Eq "$batch_norm_first" "$logs/real-data-amp-loss-scale.log" 2>/dev/null; then
-  DLBENCH_LOG_LOSS_SCALE=1 DLBENCH_CUDA_BATCH_NORM=ex DLBENCH_CUDA_BATCH_NORM_MODE=spatial \
-    step real-data-amp-loss-scale-spatial 100 "${loss_scale_run[@]}" --output "$logs/real-data-amp-loss-scale-spatial.json"
-fi
-# PyTorch's own amp (autocast, GradScaler) on the same JPEGs with the same recipe, 400 steps as the
-# run of 2026-11-29: whether its scale holds where dlbench's fell (then the fault is dlbench's) or
-# falls as well (the recipe's on fp16 on this data). Emulated on the CPU at 64 px in bench/RESULTS.md,
-# PyTorch's and dlbench's own amp (DLBENCH_CPU_FP16=emulated) alike: both held the scale at 8192, and
-# every skip there was a convolution's filter gradient (computed in the half type, as here).
-step pytorch-real-data-amp 120 python3 "$here/real_data_recipe.py" "$real_data/images" --image 224 --batch 256 \
-  --steps 400 --precision amp --device cuda --workers "$decode_threads" --threads 2
-time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder dlbench-imagefolder --data imagefolder \
-  --data-path "$real_data/images" --decode-threads "$decode_threads"
-time_dlbench deeplabv3plus 8 amp dlbench-deeplabv3plus-amp-cityscapes dlbench-cityscapes --image-size 512x1024 \
-  --data cityscapes --data-path "$real_data/cityscapes" --decode-threads "$decode_threads"
-# BERT-base amp on NVIDIA-format shards (padded sequences: attention masked on the device, never run
-# there before) beside its synthetic row.
-time_dlbench bert-base 64 amp dlbench-bert-amp-bertpretraining dlbench-bertpretraining "${bert_flags[@]}" \
-  --data bertpretraining --data-path "$real_data/shards"
-rm -rf "$real_data"
 compare_resnet50 tf32
 # tf32 with weight copies kept: its 1x1 filters read and their gradients written in place, no copy at all.
 DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-kept dlbench-kept
@@ -404,6 +442,8 @@ step pytorch-command-resnet50-amp 120 "$bin/dlbench" run -f "$logs/pytorch-comma
 [[ -s $logs/pytorch-command-resnet50-amp.status.json ]] &&
   python3 "$here/gpu_bench.py" status "$logs/pytorch-command-resnet50-amp.status.json" pytorch-command >> "$results"
 
+# PyTorch's real-data amp run, where dlbench's held its scale (above).
+[[ -n $pytorch_real_data_amp_later ]] && pytorch_real_data_amp
 
 echo
 python3 "$here/gpu_check_table.py" "$logs" | tee "$logs/table.md"

@@ -142,9 +142,40 @@ class GpuCheckRehearsal(unittest.TestCase):
                     self.assertIn("Torch not compiled with CUDA enabled", said, f"{name} stopped before CUDA")
         for name in CPU_ONLY:
             self.assertEqual(steps[name], "ok", name)
+        # Correct first: the real-data amp diagnosis before any timed row (a first call of 515 s
+        # never reached it when it came after fp32, BERT and amp), PyTorch's side with it where
+        # dlbench's run left no loss scaling to read (here, without a GPU); then the issue's floor
+        # (fp32), its target (amp), and BERT, already past both.
+        order = list(steps)
+        for earlier, later in (("real-data-amp-loss-scale", "dlbench-resnet50-fp32"),
+                               ("pytorch-real-data-amp", "dlbench-resnet50-fp32"),
+                               ("dlbench-resnet50-fp32-own", "dlbench-resnet50-amp"),
+                               ("dlbench-resnet50-amp-graph", "dlbench-bert-amp")):
+            self.assertLess(order.index(earlier), order.index(later), f"{earlier} after {later}")
         for model in ("resnet50", "bert-base", "resnet152", "inception_v3", "vgg16", "alexnet", "deeplabv3plus"):
             self.assertRegex(table, rf"\n\| {re.escape(model)} \| \d+ \| ", model)
         self.assertNotIn("the budget did not reach", output)
+
+    def test_a_step_chosen_alone_makes_the_data_it_reads(self):
+        # A second call whose readers of the real data ran out of budget in a first call that had
+        # already generated it: the data dies with the first call, so a reader brings its own.
+        readers = ["input-check-values", "input-measure-cityscapes", "dlbench-resnet50-amp-imagefolder"]
+        with tempfile.TemporaryDirectory() as work:
+            output, steps = self.rehearse(work, "logs", GPU_CHECK_BUDGET="600",
+                                          GPU_CHECK_ONLY="^(" + "|".join(readers) + ")$")
+            with open(os.path.join(work, "logs", "summary.txt")) as f:
+                made = [line for line in f if line.startswith("real-data-generate ")]
+            with open(os.path.join(work, "logs", "dlbench-resnet50-amp-imagefolder.log")) as f:
+                said = f.read()
+        self.assertEqual(len(made), 1, output)  # once a call, whichever reader comes first
+        self.assertEqual(steps["real-data-generate"], "ok", output)
+        self.assertEqual(steps["input-check-values"], "ok", output)
+        self.assertEqual(steps["input-measure-cityscapes"], "ok", output)
+        self.assertEqual(steps["dlbench-resnet50-amp-imagefolder"], "exit 1", output)
+        self.assertTrue(any(reason in said for reason in NO_GPU), said)
+        for name, verdict in steps.items():
+            if name not in readers + ["real-data-generate"]:
+                self.assertEqual(verdict, "SKIPPED (not chosen)", name)
 
     def test_a_spent_budget_names_the_steps_a_second_call_runs(self):
         with tempfile.TemporaryDirectory() as work:
@@ -243,8 +274,15 @@ class WorkerLogsThroughTheTable(unittest.TestCase):
             with open(os.path.join(logs, "real-data-amp-loss-scale.json")) as f:
                 scaling = json.load(f)["lossScaling"]
             lines = table_lines(self, logs)
+            # The script's own count of the skips, which decides whether PyTorch's run comes early.
+            with open(SCRIPT) as f:
+                found = re.search(r"^dlbench_skips=\$\(grep -c '([^']+)' ", f.read(), re.M)
+            self.assertIsNotNone(found, "gpu_check.sh has no dlbench_skips=$(grep -c '...' line")
+            counted = subprocess.run(["grep", "-c", found.group(1), os.path.join(logs, "real-data-amp-loss-scale.log")],
+                                     capture_output=True, text=True).stdout.strip()
         skipped = scaling["skippedSteps"]
         self.assertGreater(skipped, 0)
+        self.assertEqual(counted, str(skipped + 1))  # the repeats' skips and the trace's
         at = next(i for i, line in enumerate(lines) if line.startswith("  real-data-amp-loss-scale: "))
         # Each skipped step of the repeats is logged, and the trace after them logs one more.
         self.assertRegex(lines[at], rf"^  real-data-amp-loss-scale: {skipped + 1} steps skipped; step 1 skipped, loss "
