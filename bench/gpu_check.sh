@@ -57,6 +57,29 @@ budget=${GPU_CHECK_BUDGET:-540}
 # steps run in background subshells, whose variables the script never sees.
 unreached=$logs/unreached.txt
 : > "$unreached"
+# A variant that computes wrongly is not worth timing: each timed or profiled variant below names
+# the self-test that checks it, and is skipped (saying so) where that self-test's document in
+# LOG_DIR counts a failed check that the default's self-test (self-test.json) did not also fail. A
+# self-test that did not run, or found no GPU, skips nothing.
+declare -A self_test_of=(
+  [dlbench-resnet50-fp32-own]=self-test-fp32-own [dlbench-resnet50-fp32-own-accumulate]=self-test-fp32-own
+  [profile-resnet50-fp32-own]=self-test-fp32-own [dlbench-resnet50-fp32-persistent]=self-test-fp32-persistent
+  [dlbench-resnet50-fp32-conv-graph-nhwc]=self-test-fp32-graph-nhwc
+  [dlbench-resnet50-amp-kept]=self-test-weight-copies-kept [dlbench-resnet50-tf32-kept]=self-test-weight-copies-kept
+  [dlbench-bert-amp-kept]=self-test-weight-copies-kept
+  [dlbench-resnet50-amp-pad-4]=self-test-pad-4 [profile-resnet50-amp-pad-4]=self-test-pad-4)
+self_test_failed() {
+  python3 -c 'import json, sys
+def failures(path):  # the count, and the failed checks the document lists (the first few)
+    try:
+        doc = json.load(open(path))
+        return doc["summary"]["failed"], {(c["precision"], c["name"]) for c in doc["checks"] if c["outcome"] == "failed"}
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0, set()
+count, listed = failures(sys.argv[1])
+_, default_failed = failures(sys.argv[2])
+sys.exit(0 if count and (not listed or listed - default_failed) else 1)' "$logs/$1.json" "$logs/self-test.json"
+}
 # chosen NAME: whether this call runs step NAME at all (GPU_CHECK_ONLY), the budget aside.
 chosen() { [[ -z ${GPU_CHECK_ONLY:-} || $1 =~ $GPU_CHECK_ONLY ]]; }
 step() {
@@ -65,6 +88,10 @@ step() {
   local left=$((budget - SECONDS))
   if ! chosen "$name"; then
     printf '%-34s %-22s %4ds\n' "$name" "SKIPPED (not chosen)" 0 | tee -a "$summary"
+    return 125
+  fi
+  if [[ -n ${self_test_of[$name]:-} ]] && self_test_failed "${self_test_of[$name]}"; then
+    printf '%-34s %-22s %4ds\n' "$name" "SKIPPED (self-test failed)" 0 | tee -a "$summary"
     return 125
   fi
   if ((left < 15)); then

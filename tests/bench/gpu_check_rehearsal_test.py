@@ -30,7 +30,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 SCRIPT = os.path.join(ROOT, "bench", "gpu_check.sh")
 TABLE = os.path.join(ROOT, "bench", "gpu_check_table.py")
 BUNDLE_SCRIPT = os.path.join(ROOT, "scripts", "gpu-bundle.sh")
-VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|budget spent)\))$")
+VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|budget spent|self-test failed)\))$")
 # Steps that need no GPU: they succeed here as on the device.
 CPU_ONLY = ["real-data-generate", "input-measure-imagefolder", "input-measure-cityscapes", "input-check-values"]
 # What a step that needs a GPU says where there is none: dlbench-worker, dlbench run, PyTorch, and
@@ -176,6 +176,30 @@ class GpuCheckRehearsal(unittest.TestCase):
         for name, verdict in steps.items():
             if name not in readers + ["real-data-generate"]:
                 self.assertEqual(verdict, "SKIPPED (not chosen)", name)
+
+    def test_a_variant_whose_self_test_failed_is_not_timed(self):
+        # Self-test documents as a first call left them in LOG_DIR: dlbench's own batch norms failed
+        # a check of their own; kept weight copies failed one that the default failed as well.
+        def document(*failed):
+            return {"summary": {"passed": 30, "failed": len(failed), "skipped": 0},
+                    "checks": [{"rank": 0, "precision": p, "name": n, "outcome": "failed"} for p, n in failed]}
+        shared = ("amp", "bottleneck with projection")
+        timed = ["dlbench-resnet50-fp32-own", "dlbench-resnet50-fp32-own-accumulate", "profile-resnet50-fp32-own",
+                 "dlbench-resnet50-amp-kept", "dlbench-resnet50-fp32-persistent"]
+        with tempfile.TemporaryDirectory() as work:
+            logs = os.path.join(work, "logs")
+            os.makedirs(logs)
+            for name, doc in (("self-test", document(shared)),
+                              ("self-test-fp32-own", document(("fp32", "training, 5 steps"))),
+                              ("self-test-weight-copies-kept", document(shared))):
+                with open(os.path.join(logs, name + ".json"), "w") as f:
+                    json.dump(doc, f)
+            output, steps = self.rehearse(work, "logs", GPU_CHECK_BUDGET="600",
+                                          GPU_CHECK_ONLY="^(" + "|".join(timed) + ")$")
+        for name in timed[:3]:
+            self.assertEqual(steps[name], "SKIPPED (self-test failed)", output)
+        for name in timed[3:]:  # timed: here, that is, they fail for want of a GPU
+            self.assertEqual(steps[name], "exit 1", output)
 
     def test_a_spent_budget_names_the_steps_a_second_call_runs(self):
         with tempfile.TemporaryDirectory() as work:
