@@ -67,7 +67,9 @@ declare -A self_test_of=(
   [dlbench-resnet50-fp32-conv-graph-nhwc]=self-test-fp32-graph-nhwc
   [dlbench-resnet50-amp-kept]=self-test-weight-copies-kept [dlbench-resnet50-tf32-kept]=self-test-weight-copies-kept
   [dlbench-bert-amp-kept]=self-test-weight-copies-kept
-  [dlbench-resnet50-amp-pad-4]=self-test-pad-4 [profile-resnet50-amp-pad-4]=self-test-pad-4)
+  [dlbench-resnet50-amp-pad-4]=self-test-pad-4 [profile-resnet50-amp-pad-4]=self-test-pad-4
+  [dlbench-resnet50-amp-own]=self-test-own-channels-last [profile-resnet50-amp-own]=self-test-own-channels-last
+  [dlbench-resnet50-bf16-own]=self-test-own-channels-last)
 self_test_failed() {
   python3 -c 'import json, sys
 def failures(path):  # the count, and the failed checks the document lists (the first few)
@@ -176,6 +178,13 @@ step gpu-tests 60 "$bin/dlbench_gpu_tests" --gtest_output="json:$logs/gpu-tests.
 # *Ex calls, 882.6; the 16 GiB search, 886.4. Each passed its self-test.)
 DLBENCH_CUDA_BATCH_NORM=own step self-test-fp32-own 150 "$bin/dlbench-worker" --self-test --backend cuda \
   --precision fp32 --output "$logs/self-test-fp32-own.json" & correctness+=($!)
+# dlbench's own batch norms over channels-last activations too (never run on a GPU), against cuDNN's
+# persistent kernels, which fuse the same: amp's batch norms took 16.8 ms of a 40.3 ms ResNet-50
+# step on 2026-11-27, where their passes move about 7 ms of data at an H200's bandwidth. The
+# self-test in each channels-last precision, every buffer poisoned after its lifetime, one small
+# amp step under memcheck.
+DLBENCH_CUDA_BATCH_NORM=own step self-test-own-channels-last 150 "$bin/dlbench-worker" --self-test --backend cuda \
+  --precision tf32,amp,bf16 --output "$logs/self-test-own-channels-last.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM_MODE=persistent step self-test-fp32-persistent 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision fp32 --output "$logs/self-test-fp32-persistent.json" & correctness+=($!)
 # And fp32 channels last through the graph API's convolutions, where it now takes the channels-last
@@ -220,6 +229,9 @@ done
 [[ -n $sanitizer ]] && { DLBENCH_CUDA_BATCH_NORM=own step memcheck-resnet50-fp32-own 150 "$sanitizer" --tool memcheck \
   --error-exitcode 9 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 4 --image-size 64 \
   --precision fp32 --warmup-steps 1 --measure-steps 1 --repeats 1 & correctness+=($!); }
+[[ -n $sanitizer ]] && { DLBENCH_CUDA_BATCH_NORM=own step memcheck-resnet50-amp-own 150 "$sanitizer" --tool memcheck \
+  --error-exitcode 9 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 4 --image-size 64 \
+  --precision amp --warmup-steps 1 --measure-steps 1 --repeats 1 & correctness+=($!); }
 [[ -n $sanitizer ]] && { step memcheck-self-test-inception-tf32 150 "$sanitizer" --tool memcheck --error-exitcode 9 \
   "$bin/dlbench-worker" --self-test --backend cuda --precision tf32 --model inception_v3 & correctness+=($!); }
 # Each at its own default learning rate (its recipe's at these global batches: ResNet-152 and
@@ -248,6 +260,7 @@ step amp-overflow-trace 60 "$bin/dlbench-worker" --backend cuda --model resnet50
   --precision amp --learning-rate 100 --warmup-steps 2 --measure-steps 5 --repeats 2 --extra-repeats 0 \
   --output "$logs/amp-overflow-trace.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM=own poisoned fp32 poisoned-resnet50-fp32-own & correctness+=($!)
+DLBENCH_CUDA_BATCH_NORM=own poisoned amp poisoned-resnet50-amp-own & correctness+=($!)
 # The batches amp trains on, as the device reads them, on this host's cores and ISA: batches of 256
 # at 224 px in fp16 (15 a decoding thread: 210 on 16 cores, about 10 s alone, longer beside the runs
 # above, whose figures it does not touch), each scanned for an inf or NaN, which skips an amp step at
@@ -377,6 +390,8 @@ compare_resnet50 amp
 # Weight copies kept: 106 filter roundings a step become one pass and 17 transpositions (1.28x of the
 # 1.3x target on 2026-11-29).
 DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench_resnet50 amp dlbench-resnet50-amp-kept dlbench-kept
+# dlbench's own batch norms in channels last, against cuDNN's persistent kernels (the default).
+DLBENCH_CUDA_BATCH_NORM=own time_dlbench_resnet50 amp dlbench-resnet50-amp-own dlbench-own
 # The stem's input padded to 4 channels, as NVIDIA's ResNet-50 submissions feed it: cuDNN's
 # tensor-core kernels load 8 or 16 bytes of a pixel's channels, and 3 halves are 6 (the profiles
 # below say what the stem costs either way).
@@ -428,12 +443,14 @@ compare_resnet50 tf32
 # tf32 with weight copies kept: its 1x1 filters read and their gradients written in place, no copy at all.
 DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench_resnet50 tf32 dlbench-resnet50-tf32-kept dlbench-kept
 compare_resnet50 bf16
+DLBENCH_CUDA_BATCH_NORM=own time_dlbench_resnet50 bf16 dlbench-resnet50-bf16-own dlbench-own
 
 # Where a step goes: ResNet-50 in the other precisions (fp32's is above), then BERT's layers. (BERT
 # kernel by kernel under Nsight Compute, 150 s, ran on 2026-11-28 and is left out to make room;
 # bench/ncu_summary.py still makes its table from `ncu --csv`.)
 for precision in tf32 amp bf16; do profile_resnet50 "$precision"; done
 DLBENCH_CUDA_PAD_INPUT_CHANNELS=4 profile_resnet50 amp profile-resnet50-amp-pad-4
+DLBENCH_CUDA_BATCH_NORM=own profile_resnet50 amp profile-resnet50-amp-own
 # PyTorch's amp step by kind as well, beside dlbench's (amp is the issue's 1.3x target precision).
 step pytorch-profile-resnet50-amp 90 python3 "$here/pytorch_resnet50.py" --batch "${resnet_batch[amp]}" \
   --precision amp --warmup 10 --measure 5 --repeats 1 --profile 5

@@ -118,7 +118,7 @@ def gtest(logs, name):
 
 def poisoned(logs):
     out = ["poisoned ResNet-50 (--memory-plan poison): state, loss after each repeat"]
-    for precision in ("fp32", "tf32", "amp", "bf16", "fp32-own"):
+    for precision in ("fp32", "tf32", "amp", "bf16", "fp32-own", "amp-own"):
         doc = load(os.path.join(logs, f"poisoned-resnet50-{precision}.json"))
         if not doc and precision.endswith("own"):
             continue  # an A/B this call did not run
@@ -149,7 +149,8 @@ def trained_models(logs):
 
 def profiles(logs):
     out = ["profile by kind, ms a step (forward + backward), ResNet-50 and BERT-base"]
-    names = [f"resnet50-{p}" for p in ("fp32", "fp32-own", "fp32-graph-nhwc", "tf32", "amp", "amp-pad-4", "bf16")]
+    names = [f"resnet50-{p}" for p in ("fp32", "fp32-own", "fp32-graph-nhwc", "tf32", "amp", "amp-pad-4", "amp-own",
+                                        "bf16")]
     for name in names + ["bert-amp"]:
         precision = name.removeprefix("resnet50-")
         doc = load(os.path.join(logs, f"profile-{name}.json"))
@@ -472,8 +473,9 @@ def main():
     logs = sys.argv[1]
     lines = []
     lines += self_test(logs)
-    for name in ("self-test-fp32-own", "self-test-fp32-persistent", "self-test-fp32-graph-nhwc",
-                 "self-test-weight-copies-kept", "self-test-pad-4", "self-test-attention-fused"):
+    for name in ("self-test-fp32-own", "self-test-own-channels-last", "self-test-fp32-persistent",
+                 "self-test-fp32-graph-nhwc", "self-test-weight-copies-kept", "self-test-pad-4",
+                 "self-test-attention-fused"):
         lines += self_test(logs, name)
     for precision in ("fp32", "tf32", "amp", "bf16"):
         for group in ("resnet152-vgg16-alexnet", "inception-deeplab"):

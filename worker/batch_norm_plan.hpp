@@ -1,13 +1,17 @@
-// dlbench's own batch-norm kernels over NCHW activations (DLBENCH_CUDA_BATCH_NORM=own), apart
-// from the kernels: how a channel's reduction is split between blocks, which elements each
-// thread reads, and the per-channel arithmetic. The CPU tests run these same functions over
-// every thread of every block, so the split and the sums are checked without a GPU.
+// dlbench's own batch-norm kernels over NCHW and channels-last activations
+// (DLBENCH_CUDA_BATCH_NORM=own), apart from the kernels: how a channel's reduction is split
+// between blocks, which elements each thread reads, and the per-channel arithmetic. The CPU tests
+// run these same functions over every thread of every block, so the split and the sums are
+// checked without a GPU.
 //
 // Why own kernels: on an H200 (2026-11-29) fp32 ResNet-50's batch norms and ReLUs through cuDNN's
 // NCHW calls took 12.6 ms of a 73.4 ms step, against PyTorch's 9.6, and cuDNN fuses neither the
 // ReLU nor the residual add over NCHW. Fused here: forward reads x twice (statistics, then the
 // normalisation) and writes y once, ReLU and residual add included; backward reads x, y and dy to
-// sum, then again to write dx (and the residual's gradient in the first pass).
+// sum, then again to write dx (and the residual's gradient in the first pass). In channels last,
+// cuDNN's *Ex calls fuse both, but amp's batch norms took 16.8 ms of a 40.3 ms ResNet-50 step on an
+// H200 (2026-11-27, `--profile`), where these passes move about 7 ms of data at its bandwidth: the
+// A/B the next GPU session times.
 //
 // Numerics: a block sums (x - shift) and (x - shift)², with `shift` the first value of its chunk,
 // so that a channel whose mean is large against its spread does not cancel its variance away in
@@ -27,7 +31,8 @@ inline constexpr std::int64_t kBatchNormTargetBlocks = 1024;       // several wa
 inline constexpr std::int64_t kBatchNormMinChunkElements = 4096;   // below this a block barely starts
 inline constexpr std::int64_t kBatchNormMaxChunks = 1024;          // bounds the scratch and the merge
 
-// An NCHW activation: element (sample, channel, pixel) at (sample · channels + channel) · pixels + pixel.
+// An activation's sizes. NCHW: element (sample, channel, pixel) at (sample · channels + channel) ·
+// pixels + pixel; channels last (BatchNormTiles): at (sample · pixels + pixel) · channels + channel.
 struct BatchNormShape {
   std::int64_t samples = 0, channels = 0, pixels = 0;
   DLBENCH_HOST_DEVICE std::int64_t numel() const { return samples * channels * pixels; }
@@ -43,6 +48,10 @@ struct BatchNormChunks {
   DLBENCH_HOST_DEVICE std::int64_t samples_in(std::int64_t chunk, std::int64_t samples) const {
     const std::int64_t left = samples - first_sample(chunk);
     return left < samples_per_chunk ? left : samples_per_chunk;
+  }
+  // Values each channel has in a chunk (the merge's counts).
+  DLBENCH_HOST_DEVICE std::int64_t values_in(std::int64_t chunk, const BatchNormShape& s) const {
+    return samples_in(chunk, s.samples) * s.pixels;
   }
 };
 
@@ -94,6 +103,87 @@ DLBENCH_HOST_DEVICE inline std::int64_t channel_of(std::int64_t offset, Index pi
   return static_cast<std::int64_t>((static_cast<Index>(offset) / pixels) % channels);
 }
 
+// Channels last: an activation is samples · pixels rows of `channels` values, element (row,
+// channel) at row · channels + channel. A block takes a tile of kBatchNormTileUnits units of
+// `width` channels side by side (16-byte packs where the channels divide into them and every
+// pointer is aligned, otherwise single values) over a chunk of rows. Its threads stand
+// kBatchNormTileUnits to a row, thread t at unit t % kBatchNormTileUnits of rows t /
+// kBatchNormTileUnits, t / kBatchNormTileUnits + lanes, ...: a warp reads whole 128-byte row
+// segments of packs, and a thread keeps its channels throughout, so it loads their per-channel
+// values once and sums them in registers; the block then adds its lanes up per channel.
+inline constexpr int kBatchNormTileUnits = 8;
+
+struct BatchNormTiles {
+  std::int64_t tile_channels = 1;  // kBatchNormTileUnits · width
+  std::int64_t tiles = 1;
+  std::int64_t rows_per_chunk = 1;
+  std::int64_t chunks = 1;
+  DLBENCH_HOST_DEVICE std::int64_t first_row(std::int64_t chunk) const { return chunk * rows_per_chunk; }
+  DLBENCH_HOST_DEVICE std::int64_t rows_in(std::int64_t chunk, std::int64_t rows) const {
+    const std::int64_t left = rows - first_row(chunk);
+    return left < rows_per_chunk ? left : rows_per_chunk;
+  }
+  // Values each of a chunk's channels has there (the merge's counts).
+  DLBENCH_HOST_DEVICE std::int64_t values_in(std::int64_t chunk, const BatchNormShape& s) const {
+    return rows_in(chunk, s.samples * s.pixels);
+  }
+};
+
+// Values a channels-last pass reads at once: packs where the channels divide into them.
+inline int batch_norm_tile_width(std::int64_t channels, int pack_width) {
+  return channels % pack_width == 0 ? pack_width : 1;
+}
+
+// Tiles across the channels, and enough chunks of rows for about kBatchNormTargetBlocks blocks, none
+// under kBatchNormMinChunkElements values unless the tile's whole column is.
+inline BatchNormTiles batch_norm_tiles(const BatchNormShape& s, int width) {
+  BatchNormTiles plan;
+  plan.tile_channels = static_cast<std::int64_t>(kBatchNormTileUnits) * (width > 0 ? width : 1);
+  if (s.samples <= 0 || s.channels <= 0 || s.pixels <= 0) return plan;
+  plan.tiles = (s.channels + plan.tile_channels - 1) / plan.tile_channels;
+  const std::int64_t rows = s.samples * s.pixels;
+  const std::int64_t wanted = (kBatchNormTargetBlocks + plan.tiles - 1) / plan.tiles;
+  const std::int64_t column = std::min(plan.tile_channels, s.channels);
+  const std::int64_t most = std::max<std::int64_t>(1, rows * column / kBatchNormMinChunkElements);
+  const std::int64_t chunks = std::clamp<std::int64_t>(std::min({wanted, most, rows}), 1, kBatchNormMaxChunks);
+  plan.rows_per_chunk = (rows + chunks - 1) / chunks;
+  plan.chunks = (rows + plan.rows_per_chunk - 1) / plan.rows_per_chunk;  // none left empty
+  return plan;
+}
+
+// The first channel of thread `thread`'s unit in tile `tile` (it reads `width` channels from there),
+// or -1 where the tile's last units lie past the channels.
+DLBENCH_HOST_DEVICE inline std::int64_t tile_unit_channel(const BatchNormShape& s, const BatchNormTiles& plan,
+                                                          std::int64_t tile, int width, unsigned thread) {
+  const auto unit = static_cast<std::int64_t>(thread % static_cast<unsigned>(kBatchNormTileUnits));
+  const std::int64_t channel = tile * plan.tile_channels + unit * width;
+  return channel < s.channels ? channel : -1;
+}
+
+// Calls visit(offset) for the first element of each unit thread `thread` of `threads` (a multiple of
+// kBatchNormTileUnits) reads in block (tile, chunk): its channels' values in the chunk's rows, row
+// by row. Row numbers within a chunk are 32-bit.
+template <typename Visit>
+DLBENCH_HOST_DEVICE inline void for_tile_rows(const BatchNormShape& s, const BatchNormTiles& plan, std::int64_t tile,
+                                              std::int64_t chunk, int width, unsigned thread, unsigned threads,
+                                              Visit&& visit) {
+  const std::int64_t channel = tile_unit_channel(s, plan, tile, width, thread);
+  if (channel < 0) return;
+  const unsigned lanes = threads / static_cast<unsigned>(kBatchNormTileUnits);
+  const unsigned lane = thread / static_cast<unsigned>(kBatchNormTileUnits);
+  const std::int64_t first = plan.first_row(chunk);
+  const auto rows = static_cast<std::uint32_t>(plan.rows_in(chunk, s.samples * s.pixels));
+  for (std::uint32_t r = lane; r < rows; r += lanes) {
+    visit((first + static_cast<std::int64_t>(r)) * s.channels + channel);
+  }
+}
+
+// The offset of a chunk's first value of `channel`: its shift.
+DLBENCH_HOST_DEVICE inline std::int64_t tile_chunk_first_offset(const BatchNormShape& s, const BatchNormTiles& plan,
+                                                                std::int64_t channel, std::int64_t chunk) {
+  return plan.first_row(chunk) * s.channels + channel;
+}
+
 // count values' mean and sum of squared deviations (M2).
 struct Moments {
   double count = 0.0, mean = 0.0, m2 = 0.0;
@@ -123,14 +213,14 @@ DLBENCH_HOST_DEVICE inline std::int64_t partial_offset(const BatchNormShape& s, 
 }
 
 // A channel's moments, its chunks' merged in chunk order (so the result does not depend on which
-// block finished first).
-DLBENCH_HOST_DEVICE inline Moments channel_moments(const float* partial, const BatchNormShape& s,
-                                                   const BatchNormChunks& plan, std::int64_t channel) {
+// block finished first). Plan: BatchNormChunks (NCHW) or BatchNormTiles (channels last).
+template <typename Plan>
+DLBENCH_HOST_DEVICE inline Moments channel_moments(const float* partial, const BatchNormShape& s, const Plan& plan,
+                                                   std::int64_t channel) {
   Moments m;
   for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
     const float* p = partial + partial_offset(s, chunk, channel, 3);
-    const double count = static_cast<double>(plan.samples_in(chunk, s.samples) * s.pixels);
-    m = merge(m, moments_from_shifted_sums(count, p[0], p[1], p[2]));
+    m = merge(m, moments_from_shifted_sums(static_cast<double>(plan.values_in(chunk, s)), p[0], p[1], p[2]));
   }
   return m;
 }
@@ -140,8 +230,9 @@ struct GradientSums {
   double sum = 0.0, centered = 0.0;
 };
 
+template <typename Plan>
 DLBENCH_HOST_DEVICE inline GradientSums channel_gradient_sums(const float* partial, const BatchNormShape& s,
-                                                              const BatchNormChunks& plan, std::int64_t channel) {
+                                                              const Plan& plan, std::int64_t channel) {
   GradientSums g;
   for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
     const float* p = partial + partial_offset(s, chunk, channel, 2);

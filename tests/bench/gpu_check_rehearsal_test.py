@@ -42,6 +42,8 @@ EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-rea
              "dlbench-resnet50-amp-graph",
              "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-own", "self-test-fp32-own",
              "dlbench-resnet50-fp32-own-accumulate", "self-test-weight-copies-kept", "dlbench-resnet50-amp-kept",
+             "self-test-own-channels-last", "poisoned-resnet50-amp-own", "dlbench-resnet50-amp-own",
+             "dlbench-resnet50-bf16-own", "profile-resnet50-amp-own",
              "dlbench-resnet50-tf32-kept", "dlbench-bert-amp-kept", "self-test-pad-4", "dlbench-resnet50-amp-pad-4",
              "profile-resnet50-amp-pad-4",
              "poisoned-resnet50-fp32-own", "profile-resnet50-fp32-own",

@@ -46,17 +46,13 @@ TEST(BatchNormCalls, AFusedActivationOverNchwIsRefusedUpFront) {
   }
 }
 
-// dlbench's own kernels fuse the same over NCHW, and only there: channels-last activations have
-// cuDNN's persistent kernels, and the kernels index NCHW.
-TEST(BatchNormCalls, OwnKernelsRunOverNchwAndAreRefusedOverChannelsLast) {
+// dlbench's own kernels fuse the same in either layout: over NCHW, where cuDNN fuses nothing, and
+// over channels last, as the A/B against cuDNN's persistent kernels. Unset, neither takes them.
+TEST(BatchNormCalls, OwnKernelsRunInEitherLayoutWhenAskedFor) {
   EXPECT_EQ(batch_norm_calls(Layout::nchw, "own"), BatchNormCalls::own);
-  try {
-    batch_norm_calls(Layout::nhwc, "own");
-    FAIL() << "own accepted for channels-last activations";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_BATCH_NORM: \"own\" takes dlbench's NCHW kernels"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("or DLBENCH_CUDA_LAYOUT=nchw"));
-  }
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, "own"), BatchNormCalls::own);
+  EXPECT_EQ(batch_norm_calls(Layout::nchw, nullptr), BatchNormCalls::plain);
+  EXPECT_EQ(batch_norm_calls(Layout::nhwc, nullptr), BatchNormCalls::ex_add_relu);
 }
 
 // The mode follows the layout (persistent in channels last, spatial in NCHW) unless told: fp32's

@@ -258,71 +258,77 @@ TEST_F(CudaBackendTest, BatchNormMatchesTheCpu) {
   EXPECT_LT(dbeta.error(), 1e-5);
 }
 
-// dlbench's own NCHW kernels (DLBENCH_CUDA_BATCH_NORM=own) with each tail against the CPU's batch
-// norm, ReLU and add composed: packed planes (8x8), unpacked ones (7x7), many chunks a channel
-// (64 samples of 28x28), one pixel a channel; two forward steps for the running statistics.
+// dlbench's own kernels (DLBENCH_CUDA_BATCH_NORM=own) with each tail against the CPU's batch norm,
+// ReLU and add composed, over NCHW (fp32) and channels last (tf32's fp32 storage): packed planes
+// or rows (8x8 planes, 32 channels), unpacked ones (7x7; 5 channels), many chunks a channel (64
+// samples of 28x28), one pixel a channel, and channels over three tiles, the last part-filled (72);
+// two forward steps for the running statistics.
 TEST_F(CudaBackendTest, OwnBatchNormKernelsMatchTheCpuWithEachTail) {
   const ScopedEnv own_kernels("DLBENCH_CUDA_BATCH_NORM", "own");
-  CudaBackend own(0, CudaMath::fp32);
-  ASSERT_TRUE(own.fuses_batch_norm_add_relu());
-  enum class Tail { none, relu, add_relu };
-  for (const Shape& s : {Shape(4, 32, 8, 8), Shape(3, 8, 7, 7), Shape(64, 16, 28, 28), Shape(3, 5, 1, 1)}) {
-    for (const Tail tail : {Tail::none, Tail::relu, Tail::add_relu}) {
-      SCOPED_TRACE(::testing::Message() << s.to_string() << " tail " << static_cast<int>(tail));
-      const auto values = [&](const Shape& shape, std::uint64_t seed) {
-        return Pair(*cpu_, own, shape, true, random_values(shape.numel(), seed));
-      };
-      const auto nothing = [&](const Shape& shape) { return Pair(*cpu_, own, shape, true); };
-      const std::int64_t c = s.c();
-      auto x = values(s, 21), z = values(s, 22), dy = values(s, 23), y = nothing(s), normalized = nothing(s);
-      auto g = nothing(s), dx = nothing(s), dz = nothing(s);
-      auto gamma = values(Shape(c), 24), beta = values(Shape(c), 25), mean = nothing(Shape(c));
-      auto cpu_spread = nothing(Shape(c)), gpu_spread = nothing(Shape(c));
-      auto running_mean = values(Shape(c), 26), running_var = values(Shape(c), 27);
-      auto dgamma = nothing(Shape(c)), dbeta = nothing(Shape(c));
-      BatchNormStatistics on_cpu{mean.cpu(), cpu_spread.cpu(), running_mean.cpu(), running_var.cpu()};
-      BatchNormStatistics on_gpu{mean.gpu(), gpu_spread.gpu(), running_mean.gpu(), running_var.gpu()};
-      auto cpu_op = cpu_->make_batch_norm({s, 1e-5f});
-      auto gpu_op = own.make_batch_norm({s, 1e-5f, DType::fp32, tail == Tail::relu, 0.1f, tail == Tail::add_relu});
-      EXPECT_EQ(gpu_op->backward_reads_output(), tail != Tail::none);
-      for (int step = 0; step < 2; ++step) {
-        cpu_op->forward_training(x.cpu(), gamma.cpu(), beta.cpu(), normalized.cpu(), on_cpu, nullptr);
-        if (tail == Tail::add_relu) {
-          gpu_op->forward_training_add_relu(x.gpu(), z.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), on_gpu, nullptr);
-        } else {
-          gpu_op->forward_training(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), on_gpu, nullptr);
+  for (const CudaMath math : {CudaMath::fp32, CudaMath::tf32}) {
+    CudaBackend own(0, math);
+    ASSERT_TRUE(own.fuses_batch_norm_add_relu());
+    enum class Tail { none, relu, add_relu };
+    for (const Shape& s : {Shape(4, 32, 8, 8), Shape(3, 8, 7, 7), Shape(64, 16, 28, 28), Shape(3, 5, 1, 1),
+                           Shape(2, 72, 5, 5)}) {
+      for (const Tail tail : {Tail::none, Tail::relu, Tail::add_relu}) {
+        SCOPED_TRACE(::testing::Message() << (own.activation_layout() == Layout::nhwc ? "nhwc " : "nchw ")
+                                          << s.to_string() << " tail " << static_cast<int>(tail));
+        const auto values = [&](const Shape& shape, std::uint64_t seed) {
+          return Pair(*cpu_, own, shape, true, random_values(shape.numel(), seed));
+        };
+        const auto nothing = [&](const Shape& shape) { return Pair(*cpu_, own, shape, true); };
+        const std::int64_t c = s.c();
+        auto x = values(s, 21), z = values(s, 22), dy = values(s, 23), y = nothing(s), normalized = nothing(s);
+        auto g = nothing(s), dx = nothing(s), dz = nothing(s);
+        auto gamma = values(Shape(c), 24), beta = values(Shape(c), 25), mean = nothing(Shape(c));
+        auto cpu_spread = nothing(Shape(c)), gpu_spread = nothing(Shape(c));
+        auto running_mean = values(Shape(c), 26), running_var = values(Shape(c), 27);
+        auto dgamma = nothing(Shape(c)), dbeta = nothing(Shape(c));
+        BatchNormStatistics on_cpu{mean.cpu(), cpu_spread.cpu(), running_mean.cpu(), running_var.cpu()};
+        BatchNormStatistics on_gpu{mean.gpu(), gpu_spread.gpu(), running_mean.gpu(), running_var.gpu()};
+        auto cpu_op = cpu_->make_batch_norm({s, 1e-5f});
+        auto gpu_op = own.make_batch_norm({s, 1e-5f, DType::fp32, tail == Tail::relu, 0.1f, tail == Tail::add_relu});
+        EXPECT_EQ(gpu_op->backward_reads_output(), tail != Tail::none);
+        for (int step = 0; step < 2; ++step) {
+          cpu_op->forward_training(x.cpu(), gamma.cpu(), beta.cpu(), normalized.cpu(), on_cpu, nullptr);
+          if (tail == Tail::add_relu) {
+            gpu_op->forward_training_add_relu(x.gpu(), z.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), on_gpu, nullptr);
+          } else {
+            gpu_op->forward_training(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), on_gpu, nullptr);
+          }
         }
-      }
-      // The CPU's y: the normalisation, then the tail's ReLU (of the sum with z).
-      if (tail == Tail::relu) cpu_->make_relu(s, DType::fp32)->forward(normalized.cpu(), y.cpu());
-      if (tail == Tail::add_relu) cpu_->make_add_relu(s, DType::fp32)->forward(normalized.cpu(), z.cpu(), y.cpu());
-      const Tensor& cpu_y = tail == Tail::none ? normalized.cpu() : y.cpu();
-      const Tensor* cpu_grad = &dy.cpu();
-      if (tail != Tail::none) {
-        cpu_->make_relu(s, DType::fp32)->backward(cpu_y, dy.cpu(), g.cpu());
-        cpu_grad = &g.cpu();
-      }
-      cpu_op->backward(x.cpu(), cpu_y, *cpu_grad, gamma.cpu(), beta.cpu(), on_cpu, dx.cpu(), dgamma.cpu(), dbeta.cpu(),
-                       nullptr);
-      if (tail == Tail::add_relu) {
-        gpu_op->backward_add_relu(x.gpu(), y.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), on_gpu, dx.gpu(), dz.gpu(),
-                                  dgamma.gpu(), dbeta.gpu(), nullptr);
-      } else {
-        gpu_op->backward(x.gpu(), y.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), on_gpu, dx.gpu(), dgamma.gpu(),
-                         dbeta.gpu(), nullptr);
-      }
-      own.synchronize();
-      const std::vector<float> gpu_y = y.gpu_values();
-      const std::vector<float> expected_y = tail == Tail::none ? normalized.cpu_values() : y.cpu_values();
-      EXPECT_LT(relative_error(gpu_y, expected_y), 1e-5) << "y";
-      EXPECT_LT(mean.error(), 1e-5) << "mean";
-      EXPECT_LT(running_mean.error(), 1e-5) << "running mean";
-      EXPECT_LT(running_var.error(), 1e-5) << "running variance (unbiased)";
-      EXPECT_LT(dx.error(), 1e-5) << "dx";
-      EXPECT_LT(dgamma.error(), 1e-5) << "dgamma";
-      EXPECT_LT(dbeta.error(), 1e-5) << "dbeta";
-      if (tail == Tail::add_relu) {
-        EXPECT_LT(relative_error(dz.gpu_values(), g.cpu_values()), 1e-6) << "dz: dy where y > 0";
+        // The CPU's y: the normalisation, then the tail's ReLU (of the sum with z).
+        if (tail == Tail::relu) cpu_->make_relu(s, DType::fp32)->forward(normalized.cpu(), y.cpu());
+        if (tail == Tail::add_relu) cpu_->make_add_relu(s, DType::fp32)->forward(normalized.cpu(), z.cpu(), y.cpu());
+        const Tensor& cpu_y = tail == Tail::none ? normalized.cpu() : y.cpu();
+        const Tensor* cpu_grad = &dy.cpu();
+        if (tail != Tail::none) {
+          cpu_->make_relu(s, DType::fp32)->backward(cpu_y, dy.cpu(), g.cpu());
+          cpu_grad = &g.cpu();
+        }
+        cpu_op->backward(x.cpu(), cpu_y, *cpu_grad, gamma.cpu(), beta.cpu(), on_cpu, dx.cpu(), dgamma.cpu(),
+                         dbeta.cpu(), nullptr);
+        if (tail == Tail::add_relu) {
+          gpu_op->backward_add_relu(x.gpu(), y.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), on_gpu, dx.gpu(), dz.gpu(),
+                                    dgamma.gpu(), dbeta.gpu(), nullptr);
+        } else {
+          gpu_op->backward(x.gpu(), y.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), on_gpu, dx.gpu(), dgamma.gpu(),
+                           dbeta.gpu(), nullptr);
+        }
+        own.synchronize();
+        const std::vector<float> gpu_y = y.gpu_values();
+        const std::vector<float> expected_y = tail == Tail::none ? normalized.cpu_values() : y.cpu_values();
+        EXPECT_LT(relative_error(gpu_y, expected_y), 1e-5) << "y";
+        EXPECT_LT(mean.error(), 1e-5) << "mean";
+        EXPECT_LT(running_mean.error(), 1e-5) << "running mean";
+        EXPECT_LT(running_var.error(), 1e-5) << "running variance (unbiased)";
+        EXPECT_LT(dx.error(), 1e-5) << "dx";
+        EXPECT_LT(dgamma.error(), 1e-5) << "dgamma";
+        EXPECT_LT(dbeta.error(), 1e-5) << "dbeta";
+        if (tail == Tail::add_relu) {
+          EXPECT_LT(relative_error(dz.gpu_values(), g.cpu_values()), 1e-6) << "dz: dy where y > 0";
+        }
       }
     }
   }

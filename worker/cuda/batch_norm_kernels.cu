@@ -77,7 +77,8 @@ __global__ void moments_kernel(const T* x, float* partial, BatchNormShape s, Bat
 
 // A thread a channel: the chunks' moments merged in chunk order, the statistics, the running
 // ones moved, and what the normalising pass needs (scale, β, mean).
-__global__ void statistics_kernel(const float* partial, BatchNormShape s, BatchNormChunks plan, const float* gamma,
+template <typename Plan>
+__global__ void statistics_kernel(const float* partial, BatchNormShape s, Plan plan, const float* gamma,
                                   const float* beta, float epsilon, float momentum, float* mean, float* inverse_std,
                                   float* running_mean, float* running_var, float4* normalizing) {
   DLBENCH_GRID_STRIDE(channel, s.channels) {
@@ -148,7 +149,8 @@ __global__ void gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz,
 
 // A thread a channel: the chunks' sums added in chunk order (fp64), dγ, dβ and the input
 // gradient's coefficients (a, b, e, mean).
-__global__ void gradient_channels_kernel(const float* partial, BatchNormShape s, BatchNormChunks plan,
+template <typename Plan>
+__global__ void gradient_channels_kernel(const float* partial, BatchNormShape s, Plan plan,
                                          const float* gamma, const float* mean, const float* inverse_std,
                                          float* dgamma, float* dbeta, float4* coefficients) {
   DLBENCH_GRID_STRIDE(channel, s.channels) {
@@ -182,19 +184,187 @@ __global__ void input_gradient_kernel(const T* x, const T* y, const T* dy, const
   }
 }
 
+// Channels last (BatchNormTiles): a block (tile, chunk), each thread a unit of W channels over its
+// lane's rows. kTileLanes rows at a time; a tile is at most 8 units of 8 halves wide.
+constexpr int kTileLanes = kThreads / kBatchNormTileUnits;
+constexpr int kTileChannelsMost = kBatchNormTileUnits * 8;
+static_assert(kThreads % kBatchNormTileUnits == 0 && kTileChannelsMost <= kThreads, "a thread per tile channel");
+
+// The block's per-channel totals of kValues sums each thread kept for its W channels, its lanes
+// added in lane order. Every thread of the block calls it; the one that owns a channel of the tile
+// (thread c: the tile's channel c) gets its totals and the channel, the others -1.
+template <int W, int kValues>
+__device__ inline std::int64_t tile_totals(const float (&sums)[kValues][W], const BatchNormShape& s,
+                                           const BatchNormTiles& plan, std::int64_t tile, float (&totals)[kValues]) {
+  __shared__ float lanes[kValues][kTileLanes][kTileChannelsMost];
+  const unsigned unit = threadIdx.x % kBatchNormTileUnits, lane = threadIdx.x / kBatchNormTileUnits;
+#pragma unroll
+  for (int j = 0; j < kValues; ++j) {
+#pragma unroll
+    for (int k = 0; k < W; ++k) lanes[j][lane][unit * W + k] = sums[j][k];
+  }
+  __syncthreads();
+  const std::int64_t column = threadIdx.x, channel = tile * plan.tile_channels + column;
+  if (column >= plan.tile_channels || channel >= s.channels) return -1;
+#pragma unroll
+  for (int j = 0; j < kValues; ++j) {
+    float total = 0.0f;
+    for (int l = 0; l < kTileLanes; ++l) total += lanes[j][l][column];
+    totals[j] = total;
+  }
+  return channel;
+}
+
+// Block (tile, chunk): per channel Σ(x − shift) and Σ(x − shift)² over the chunk's rows, shift the
+// chunk's first value of the channel.
+template <typename T, int W>
+__global__ void tile_moments_kernel(const T* x, float* partial, BatchNormShape s, BatchNormTiles plan) {
+  const std::int64_t tile = blockIdx.x, chunk = blockIdx.y;
+  const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
+  float sums[2][W] = {};
+  if (channel >= 0) {
+    float shift[W];
+    load_unit<W>(x, tile_chunk_first_offset(s, plan, channel, chunk), shift);
+    for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
+      float v[W];
+      load_unit<W>(x, at, v);
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        const float d = v[k] - shift[k];
+        sums[0][k] += d;
+        sums[1][k] += d * d;
+      }
+    });
+  }
+  float totals[2];
+  const std::int64_t mine = tile_totals<W, 2>(sums, s, plan, tile, totals);
+  if (mine < 0) return;
+  float* out = partial + partial_offset(s, chunk, mine, 3);
+  out[0] = load(x[tile_chunk_first_offset(s, plan, mine, chunk)]);
+  out[1] = totals[0];
+  out[2] = totals[1];
+}
+
+// y = tail((x − mean) · scale + β [+ z]), each thread its channels' coefficients loaded once.
+template <typename T, int W, BatchNormTail kTail>
+__global__ void tile_normalize_kernel(const T* x, const T* z, T* y, const float4* normalizing, BatchNormShape s,
+                                      BatchNormTiles plan) {
+  const std::int64_t tile = blockIdx.x, chunk = blockIdx.y;
+  const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
+  if (channel < 0) return;
+  float scale[W], beta[W], mean[W];
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    const float4 n = normalizing[channel + k];  // scale, β, mean
+    scale[k] = n.x;
+    beta[k] = n.y;
+    mean[k] = n.z;
+  }
+  for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
+    float v[W];
+    load_unit<W>(x, at, v);
+    if constexpr (kTail == BatchNormTail::add_relu) {
+      float r[W];
+      load_unit<W>(z, at, r);
+#pragma unroll
+      for (int k = 0; k < W; ++k) v[k] = fmaxf((v[k] - mean[k]) * scale[k] + beta[k] + r[k], 0.0f);
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        v[k] = (v[k] - mean[k]) * scale[k] + beta[k];
+        if constexpr (kTail == BatchNormTail::relu) v[k] = fmaxf(v[k], 0.0f);
+      }
+    }
+    store_unit<W>(y, at, v);
+  });
+}
+
+// Block (tile, chunk): per channel Σg and Σg · (x − mean); with add_relu it also writes dz = g.
+template <typename T, int W, BatchNormTail kTail>
+__global__ void tile_gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz, const float* mean,
+                                          float* partial, BatchNormShape s, BatchNormTiles plan) {
+  const std::int64_t tile = blockIdx.x, chunk = blockIdx.y;
+  const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
+  float sums[2][W] = {};
+  if (channel >= 0) {
+    float m[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) m[k] = mean[channel + k];
+    for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
+      float g[W], v[W];
+      load_gradient<W, kTail != BatchNormTail::none>(y, dy, at, g);
+      if constexpr (kTail == BatchNormTail::add_relu) store_unit<W>(dz, at, g);
+      load_unit<W>(x, at, v);
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        sums[0][k] += g[k];
+        sums[1][k] += g[k] * (v[k] - m[k]);
+      }
+    });
+  }
+  float totals[2];
+  const std::int64_t mine = tile_totals<W, 2>(sums, s, plan, tile, totals);
+  if (mine < 0) return;
+  float* out = partial + partial_offset(s, chunk, mine, 2);
+  out[0] = totals[0];
+  out[1] = totals[1];
+}
+
+// dx = a · g + b · (x − mean) + e, g from dz (add_relu) or from dy and y.
+template <typename T, int W, BatchNormTail kTail>
+__global__ void tile_input_gradient_kernel(const T* x, const T* y, const T* dy, const T* dz, T* dx,
+                                           const float4* coefficients, BatchNormShape s, BatchNormTiles plan) {
+  const std::int64_t tile = blockIdx.x, chunk = blockIdx.y;
+  const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
+  if (channel < 0) return;
+  float a[W], b[W], e[W], m[W];
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    const float4 c = coefficients[channel + k];  // a, b, e, mean
+    a[k] = c.x;
+    b[k] = c.y;
+    e[k] = c.z;
+    m[k] = c.w;
+  }
+  for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
+    float g[W], v[W];
+    if constexpr (kTail == BatchNormTail::add_relu) {
+      load_unit<W>(dz, at, g);
+    } else {
+      load_gradient<W, kTail == BatchNormTail::relu>(y, dy, at, g);
+    }
+    load_unit<W>(x, at, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = a[k] * g[k] + b[k] * (v[k] - m[k]) + e[k];
+    store_unit<W>(dx, at, v);
+  });
+}
+
 // The scratch's layout: the per-channel coefficients first (16-byte aligned for float4), then the
-// chunks' partial sums.
+// chunks' partial sums, for the most chunks any unit width of the layout makes.
 std::int64_t coefficient_floats(const BatchNormShape& s) { return 4 * s.channels; }
-std::int64_t partial_floats(const BatchNormShape& s) { return 3 * s.channels * batch_norm_chunks(s).chunks; }
+std::int64_t most_chunks(DType dtype, bool channels_last, const BatchNormShape& s) {
+  if (!channels_last) return batch_norm_chunks(s).chunks;
+  const int pack = static_cast<int>(kVectorBytes / dtype_size(dtype));
+  return std::max(batch_norm_tiles(s, 1).chunks, batch_norm_tiles(s, batch_norm_tile_width(s.channels, pack)).chunks);
+}
+std::int64_t partial_floats(DType dtype, bool channels_last, const BatchNormShape& s) {
+  return 3 * s.channels * most_chunks(dtype, channels_last, s);
+}
 
 // Calls f(Type<T>{}, width, index32) for the kernels' element type, their unit width (a pack where
 // every plane divides into packs and every pointer is aligned) and whether 32-bit offsets reach.
+// In channels last a pack lies along the channels, in NCHW along a plane's pixels.
 template <typename F>
-void dispatch(DType dtype, const BatchNormShape& s, std::initializer_list<const void*> pointers, F&& f) {
+void dispatch(DType dtype, bool channels_last, const BatchNormShape& s, std::initializer_list<const void*> pointers,
+              F&& f) {
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    const VectorSplit split = vector_split(s.pixels, sizeof(T), pointers);
-    const int width = split.packs > 0 ? batch_norm_unit_width(s.pixels, split.width) : 1;
+    const bool last = channels_last;
+    const VectorSplit split = vector_split(last ? s.channels : s.pixels, sizeof(T), pointers);
+    const int width = split.packs == 0 ? 1
+                      : last           ? batch_norm_tile_width(s.channels, split.width)
+                                       : batch_norm_unit_width(s.pixels, split.width);
     const bool index32 = s.numel() <= static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max());
     if (width == 1) {
       f(t, std::integral_constant<int, 1>{}, index32);
@@ -214,85 +384,123 @@ void with_tail(BatchNormTail tail, F&& f) {
   throw std::invalid_argument("batch norm: an unknown tail");
 }
 
-void check_shape(const BatchNormShape& s, const void* scratch) {
+void check_shape(bool channels_last, const BatchNormShape& s, const void* scratch) {
   if (s.samples <= 0 || s.channels <= 0 || s.pixels <= 0) {
     throw std::invalid_argument("batch norm kernels: an empty activation");
   }
   if (scratch == nullptr) throw std::invalid_argument("batch norm kernels: no scratch");
-  // A chunk's units are numbered in 32 bits (for_chunk_units), with room for the last stride.
-  if (batch_norm_chunks(s).samples_per_chunk * s.pixels > std::numeric_limits<std::int32_t>::max()) {
+  // A chunk's units (for_chunk_units) or rows (for_tile_rows) are numbered in 32 bits, with room
+  // for the last stride.
+  const std::int64_t numbered = channels_last ? batch_norm_tiles(s, 1).rows_per_chunk
+                                                       : batch_norm_chunks(s).samples_per_chunk * s.pixels;
+  if (numbered > std::numeric_limits<std::int32_t>::max()) {
     throw std::invalid_argument("batch norm kernels: a chunk of more than 2^31 values");
   }
 }
 
-}  // namespace
-
-std::size_t batch_norm_scratch_bytes(const BatchNormShape& shape) {
-  return static_cast<std::size_t>(coefficient_floats(shape) + partial_floats(shape)) * sizeof(float);
+// A (tile, chunk) grid.
+dim3 tile_grid(const BatchNormTiles& plan) {
+  return {static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.chunks)};
 }
 
-void batch_norm_forward_training(DType dtype, const BatchNormShape& s, BatchNormTail tail, const void* x,
-                                 const void* z, void* y, const float* gamma, const float* beta, float epsilon,
-                                 float momentum, float* mean, float* inverse_std, float* running_mean,
+}  // namespace
+
+std::size_t batch_norm_scratch_bytes(DType dtype, bool channels_last, const BatchNormShape& shape) {
+  const std::int64_t floats = coefficient_floats(shape) + partial_floats(dtype, channels_last, shape);
+  return static_cast<std::size_t>(floats) * sizeof(float);
+}
+
+void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNormShape& s, BatchNormTail tail,
+                                 const void* x, const void* z, void* y, const float* gamma, const float* beta,
+                                 float epsilon, float momentum, float* mean, float* inverse_std, float* running_mean,
                                  float* running_var, float* scratch, cudaStream_t stream) {
-  check_shape(s, scratch);
+  check_shape(channels_last, s, scratch);
   if ((tail == BatchNormTail::add_relu) != (z != nullptr)) {
     throw std::invalid_argument("batch norm kernels: a residual z goes with the add_relu tail, and only with it");
   }
-  const BatchNormChunks plan = batch_norm_chunks(s);
   auto* const normalizing = reinterpret_cast<float4*>(scratch);
   float* const partial = scratch + coefficient_floats(s);
-  dispatch(dtype, s, {x, z == nullptr ? x : z, y}, [&](auto t, auto width, bool index32) {
+  dispatch(dtype, channels_last, s, {x, z == nullptr ? x : z, y}, [&](auto t, auto width, bool index32) {
     using T = typename decltype(t)::type;
     constexpr int W = decltype(width)::value;
     const auto* const in = static_cast<const T*>(x);
+    const auto* const residual = static_cast<const T*>(z);
+    auto* const out = static_cast<T*>(y);
+    if (channels_last) {
+      const BatchNormTiles plan = batch_norm_tiles(s, W);
+      tile_moments_kernel<T, W><<<tile_grid(plan), kThreads, 0, stream>>>(in, partial, s, plan);
+      DLBENCH_CUDA_CHECK(cudaGetLastError());
+      DLBENCH_LAUNCH(statistics_kernel<BatchNormTiles>, s.channels, stream, partial, s, plan, gamma, beta, epsilon,
+                     momentum, mean, inverse_std, running_mean, running_var, normalizing);
+      with_tail(tail, [&](auto kind) {
+        constexpr BatchNormTail kTail = decltype(kind)::value;
+        tile_normalize_kernel<T, W, kTail><<<tile_grid(plan), kThreads, 0, stream>>>(in, residual, out, normalizing,
+                                                                                       s, plan);
+        DLBENCH_CUDA_CHECK(cudaGetLastError());
+      });
+      return;
+    }
+    const BatchNormChunks plan = batch_norm_chunks(s);
     moments_kernel<T, W><<<dim3(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks)), kThreads, 0,
                            stream>>>(in, partial, s, plan);
     DLBENCH_CUDA_CHECK(cudaGetLastError());
-    DLBENCH_LAUNCH(statistics_kernel, s.channels, stream, partial, s, plan, gamma, beta, epsilon, momentum, mean,
-                   inverse_std, running_mean, running_var, normalizing);
+    DLBENCH_LAUNCH(statistics_kernel<BatchNormChunks>, s.channels, stream, partial, s, plan, gamma, beta, epsilon,
+                   momentum, mean, inverse_std, running_mean, running_var, normalizing);
     const std::int64_t units = s.numel() / W;
     with_tail(tail, [&](auto kind) {
       constexpr BatchNormTail kTail = decltype(kind)::value;
       auto* const kernel = index32 ? &normalize_kernel<T, W, kTail, std::uint32_t>
                                    : &normalize_kernel<T, W, kTail, std::int64_t>;
-      DLBENCH_LAUNCH(kernel, units, stream, in, static_cast<const T*>(z), static_cast<T*>(y),
-                     normalizing, s, units);
+      DLBENCH_LAUNCH(kernel, units, stream, in, residual, out, normalizing, s, units);
     });
   });
 }
 
-void batch_norm_backward(DType dtype, const BatchNormShape& s, BatchNormTail tail, const void* x, const void* y,
-                         const void* dy, void* dz, void* dx, const float* gamma, const float* mean,
-                         const float* inverse_std, float* dgamma, float* dbeta, float* scratch, cudaStream_t stream) {
-  check_shape(s, scratch);
+void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& s, BatchNormTail tail,
+                         const void* x, const void* y, const void* dy, void* dz, void* dx, const float* gamma,
+                         const float* mean, const float* inverse_std, float* dgamma, float* dbeta, float* scratch,
+                         cudaStream_t stream) {
+  check_shape(channels_last, s, scratch);
   if ((tail == BatchNormTail::add_relu) != (dz != nullptr)) {
     throw std::invalid_argument("batch norm kernels: the residual's gradient dz goes with the add_relu tail, and only with it");
   }
   if (tail != BatchNormTail::none && y == nullptr) throw std::invalid_argument("batch norm kernels: a ReLU tail reads y");
-  const BatchNormChunks plan = batch_norm_chunks(s);
   auto* const coefficients = reinterpret_cast<float4*>(scratch);
   float* const partial = scratch + coefficient_floats(s);
   const void* const masked_by = y == nullptr ? x : y;
-  dispatch(dtype, s, {x, masked_by, dy, dz == nullptr ? dx : dz, dx}, [&](auto t, auto width, bool index32) {
+  const std::initializer_list<const void*> pointers{x, masked_by, dy, dz == nullptr ? dx : dz, dx};
+  dispatch(dtype, channels_last, s, pointers, [&](auto t, auto width, bool index32) {
     using T = typename decltype(t)::type;
     constexpr int W = decltype(width)::value;
     const auto* const in = static_cast<const T*>(x);
     const auto* const out = static_cast<const T*>(y);
     const auto* const grad = static_cast<const T*>(dy);
     auto* const residual_grad = static_cast<T*>(dz);
+    auto* const in_grad = static_cast<T*>(dx);
     with_tail(tail, [&](auto kind) {
       constexpr BatchNormTail kTail = decltype(kind)::value;
+      if (channels_last) {
+        const BatchNormTiles plan = batch_norm_tiles(s, W);
+        tile_gradient_sums_kernel<T, W, kTail><<<tile_grid(plan), kThreads, 0, stream>>>(in, out, grad, residual_grad,
+                                                                                          mean, partial, s, plan);
+        DLBENCH_CUDA_CHECK(cudaGetLastError());
+        DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormTiles>, s.channels, stream, partial, s, plan, gamma, mean,
+                       inverse_std, dgamma, dbeta, coefficients);
+        tile_input_gradient_kernel<T, W, kTail><<<tile_grid(plan), kThreads, 0, stream>>>(
+            in, out, grad, residual_grad, in_grad, coefficients, s, plan);
+        DLBENCH_CUDA_CHECK(cudaGetLastError());
+        return;
+      }
+      const BatchNormChunks plan = batch_norm_chunks(s);
       gradient_sums_kernel<T, W, kTail><<<dim3(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks)),
                                           kThreads, 0, stream>>>(in, out, grad, residual_grad, mean, partial, s, plan);
       DLBENCH_CUDA_CHECK(cudaGetLastError());
-      DLBENCH_LAUNCH(gradient_channels_kernel, s.channels, stream, partial, s, plan, gamma, mean, inverse_std, dgamma,
-                     dbeta, coefficients);
+      DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormChunks>, s.channels, stream, partial, s, plan, gamma, mean,
+                     inverse_std, dgamma, dbeta, coefficients);
       const std::int64_t units = s.numel() / W;
       auto* const kernel = index32 ? &input_gradient_kernel<T, W, kTail, std::uint32_t>
                                    : &input_gradient_kernel<T, W, kTail, std::int64_t>;
-      DLBENCH_LAUNCH(kernel, units, stream, in, out, grad, residual_grad, static_cast<T*>(dx),
-                     coefficients, s, units);
+      DLBENCH_LAUNCH(kernel, units, stream, in, out, grad, residual_grad, in_grad, coefficients, s, units);
     });
   });
 }

@@ -1,9 +1,11 @@
-// dlbench's own batch-norm kernels over NCHW activations, the ReLU after them and a residual
-// block's add and ReLU fused in (DLBENCH_CUDA_BATCH_NORM=own; batch_norm_plan.hpp says how they
-// split the work and why they exist). Activations are `dtype` (loaded as float, computed in
-// float, rounded once on store); γ, β, the statistics and the gradients of γ and β are fp32. The
-// statistics keep cuDNN's form (the batch's mean and 1/sqrt(var + ε)), so that every batch-norm
-// route of the CUDA backend leaves the same state. Each launcher queues its kernels on `stream`.
+// dlbench's own batch-norm kernels over NCHW or channels-last activations, the ReLU after them and
+// a residual block's add and ReLU fused in (DLBENCH_CUDA_BATCH_NORM=own; batch_norm_plan.hpp says
+// how they split the work and why they exist). Activations are `dtype` (loaded as float, computed
+// in float, rounded once on store); γ, β, the statistics and the gradients of γ and β are fp32.
+// The statistics keep cuDNN's form (the batch's mean and 1/sqrt(var + ε)), so that every
+// batch-norm route of the CUDA backend leaves the same state. `channels_last`: the activations'
+// order is NHWC, otherwise NCHW (`shape` gives the logical sizes either way). Each launcher queues its kernels on
+// `stream`.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,24 +20,25 @@ namespace dlbench::worker::kernels {
 // What follows the normalisation in the same pass: nothing, a ReLU, or add the residual z and a ReLU.
 enum class BatchNormTail { none, relu, add_relu };
 
-// fp32 scratch both passes need for a batch norm of this shape (the chunks' partial sums and the
-// per-channel coefficients of the elementwise pass), from one shared workspace.
-std::size_t batch_norm_scratch_bytes(const BatchNormShape& shape);
+// fp32 scratch both passes need for a batch norm of this type, order and shape (the chunks'
+// partial sums and the per-channel coefficients of the elementwise pass), from one shared workspace.
+std::size_t batch_norm_scratch_bytes(DType dtype, bool channels_last, const BatchNormShape& shape);
 
 // Training forward: each channel's mean and inverse std over the batch into `mean` and
 // `inverse_std` (kept for backward), the running statistics moved by `momentum` (PyTorch's rule,
 // the unbiased variance), and y = tail(γ · (x − mean) · inverse_std + β [+ z]). z: the residual
 // for add_relu, otherwise null.
-void batch_norm_forward_training(DType dtype, const BatchNormShape& shape, BatchNormTail tail, const void* x,
-                                 const void* z, void* y, const float* gamma, const float* beta, float epsilon,
-                                 float momentum, float* mean, float* inverse_std, float* running_mean,
+void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNormShape& shape, BatchNormTail tail,
+                                 const void* x, const void* z, void* y, const float* gamma, const float* beta,
+                                 float epsilon, float momentum, float* mean, float* inverse_std, float* running_mean,
                                  float* running_var, float* scratch, cudaStream_t stream);
 
 // Backward from forward's statistics: g = dy where y > 0 with a ReLU or add_relu tail (y read
 // only then), dz = g with add_relu (the residual's gradient), dβ = Σg, dγ = Σg · x̂ and dx through
 // the normalisation. dgamma and dbeta are overwritten.
-void batch_norm_backward(DType dtype, const BatchNormShape& shape, BatchNormTail tail, const void* x, const void* y,
-                         const void* dy, void* dz, void* dx, const float* gamma, const float* mean,
-                         const float* inverse_std, float* dgamma, float* dbeta, float* scratch, cudaStream_t stream);
+void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& shape, BatchNormTail tail,
+                         const void* x, const void* y, const void* dy, void* dz, void* dx, const float* gamma,
+                         const float* mean, const float* inverse_std, float* dgamma, float* dbeta, float* scratch,
+                         cudaStream_t stream);
 
 }  // namespace dlbench::worker::kernels
