@@ -49,6 +49,61 @@ __device__ inline void load_gradient(const T* y, const T* dy, std::int64_t at, f
   }
 }
 
+// The elementwise passes' unit, both layouts: k[i] holds the per-channel values of the unit's i-th
+// value's channel (one channel for the whole unit in NCHW, each value its own in channels last).
+// y = tail((x − mean) · scale + β [+ z]), k = (scale, β, mean, -).
+template <typename T, int W, BatchNormTail kTail>
+__device__ inline void normalize_unit(const T* x, const T* z, T* y, std::int64_t at, const float4 (&k)[W]) {
+  float v[W];
+  load_unit<W>(x, at, v);
+  if constexpr (kTail == BatchNormTail::add_relu) {
+    float r[W];
+    load_unit<W>(z, at, r);
+#pragma unroll
+    for (int i = 0; i < W; ++i) v[i] = fmaxf((v[i] - k[i].z) * k[i].x + k[i].y + r[i], 0.0f);
+  } else {
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      v[i] = (v[i] - k[i].z) * k[i].x + k[i].y;
+      if constexpr (kTail == BatchNormTail::relu) v[i] = fmaxf(v[i], 0.0f);
+    }
+  }
+  store_unit<W>(y, at, v);
+}
+
+// dx = a · g + b · (x − mean) + e, g from dz (add_relu) or from dy and y; k = (a, b, e, mean).
+template <typename T, int W, BatchNormTail kTail>
+__device__ inline void input_gradient_unit(const T* x, const T* y, const T* dy, const T* dz, T* dx, std::int64_t at,
+                                           const float4 (&k)[W]) {
+  float g[W], v[W];
+  if constexpr (kTail == BatchNormTail::add_relu) {
+    load_unit<W>(dz, at, g);
+  } else {
+    load_gradient<W, kTail == BatchNormTail::relu>(y, dy, at, g);
+  }
+  load_unit<W>(x, at, v);
+#pragma unroll
+  for (int i = 0; i < W; ++i) v[i] = k[i].x * g[i] + k[i].y * (v[i] - k[i].w) + k[i].z;
+  store_unit<W>(dx, at, v);
+}
+
+// The gradient sums' unit, both layouts: g (dy, masked by a ReLU tail; written to dz with add_relu)
+// and x.
+template <typename T, int W, BatchNormTail kTail>
+__device__ inline void gradient_and_input(const T* x, const T* y, const T* dy, T* dz, std::int64_t at, float (&g)[W],
+                                          float (&v)[W]) {
+  load_gradient<W, kTail != BatchNormTail::none>(y, dy, at, g);
+  if constexpr (kTail == BatchNormTail::add_relu) store_unit<W>(dz, at, g);
+  load_unit<W>(x, at, v);
+}
+
+// One channel's per-channel values for each of a unit's W values (NCHW).
+template <int W>
+__device__ inline void broadcast(const float4& c, float4 (&k)[W]) {
+#pragma unroll
+  for (int i = 0; i < W; ++i) k[i] = c;
+}
+
 // Block (channel, chunk): Σ(x − shift) and Σ(x − shift)² over its chunk, shift its first value.
 template <typename T, int W>
 __global__ void moments_kernel(const T* x, float* partial, BatchNormShape s, BatchNormChunks plan) {
@@ -100,22 +155,9 @@ __global__ void normalize_kernel(const T* x, const T* z, T* y, const float4* nor
   const auto pixels = static_cast<Index>(s.pixels), channels = static_cast<Index>(s.channels);
   DLBENCH_GRID_STRIDE(u, units) {
     const std::int64_t at = u * W;
-    const float4 k = normalizing[channel_of(at, pixels, channels)];  // scale, β, mean
-    float v[W];
-    load_unit<W>(x, at, v);
-    if constexpr (kTail == BatchNormTail::add_relu) {
-      float r[W];
-      load_unit<W>(z, at, r);
-#pragma unroll
-      for (int i = 0; i < W; ++i) v[i] = fmaxf((v[i] - k.z) * k.x + k.y + r[i], 0.0f);
-    } else {
-#pragma unroll
-      for (int i = 0; i < W; ++i) {
-        v[i] = (v[i] - k.z) * k.x + k.y;
-        if constexpr (kTail == BatchNormTail::relu) v[i] = fmaxf(v[i], 0.0f);
-      }
-    }
-    store_unit<W>(y, at, v);
+    float4 k[W];
+    broadcast<W>(normalizing[channel_of(at, pixels, channels)], k);  // scale, β, mean
+    normalize_unit<T, W, kTail>(x, z, y, at, k);
   }
 }
 
@@ -129,9 +171,7 @@ __global__ void gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz,
   float sum = 0.0f, centered = 0.0f;
   for_chunk_units(s, plan, channel, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
     float g[W], v[W];
-    load_gradient<W, kTail != BatchNormTail::none>(y, dy, at, g);
-    if constexpr (kTail == BatchNormTail::add_relu) store_unit<W>(dz, at, g);
-    load_unit<W>(x, at, v);
+    gradient_and_input<T, W, kTail>(x, y, dy, dz, at, g, v);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       sum += g[k];
@@ -163,24 +203,16 @@ __global__ void gradient_channels_kernel(const float* partial, BatchNormShape s,
   }
 }
 
-// dx = a · g + b · (x − mean) + e, g from dz (add_relu) or from dy and y.
+// dx = a · g + b · (x − mean) + e, unit by unit over the whole tensor.
 template <typename T, int W, BatchNormTail kTail, typename Index>
 __global__ void input_gradient_kernel(const T* x, const T* y, const T* dy, const T* dz, T* dx,
                                       const float4* coefficients, BatchNormShape s, std::int64_t units) {
   const auto pixels = static_cast<Index>(s.pixels), channels = static_cast<Index>(s.channels);
   DLBENCH_GRID_STRIDE(u, units) {
     const std::int64_t at = u * W;
-    const float4 k = coefficients[channel_of(at, pixels, channels)];
-    float g[W], v[W];
-    if constexpr (kTail == BatchNormTail::add_relu) {
-      load_unit<W>(dz, at, g);
-    } else {
-      load_gradient<W, kTail == BatchNormTail::relu>(y, dy, at, g);
-    }
-    load_unit<W>(x, at, v);
-#pragma unroll
-    for (int i = 0; i < W; ++i) v[i] = k.x * g[i] + k.y * (v[i] - k.w) + k.z;
-    store_unit<W>(dx, at, v);
+    float4 k[W];
+    broadcast<W>(coefficients[channel_of(at, pixels, channels)], k);  // a, b, e, mean
+    input_gradient_unit<T, W, kTail>(x, y, dy, dz, dx, at, k);
   }
 }
 
@@ -252,31 +284,11 @@ __global__ void tile_normalize_kernel(const T* x, const T* z, T* y, const float4
   const std::int64_t tile = blockIdx.x, chunk = blockIdx.y;
   const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
   if (channel < 0) return;
-  float scale[W], beta[W], mean[W];
+  float4 k[W];
 #pragma unroll
-  for (int k = 0; k < W; ++k) {
-    const float4 n = normalizing[channel + k];  // scale, β, mean
-    scale[k] = n.x;
-    beta[k] = n.y;
-    mean[k] = n.z;
-  }
-  for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
-    float v[W];
-    load_unit<W>(x, at, v);
-    if constexpr (kTail == BatchNormTail::add_relu) {
-      float r[W];
-      load_unit<W>(z, at, r);
-#pragma unroll
-      for (int k = 0; k < W; ++k) v[k] = fmaxf((v[k] - mean[k]) * scale[k] + beta[k] + r[k], 0.0f);
-    } else {
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        v[k] = (v[k] - mean[k]) * scale[k] + beta[k];
-        if constexpr (kTail == BatchNormTail::relu) v[k] = fmaxf(v[k], 0.0f);
-      }
-    }
-    store_unit<W>(y, at, v);
-  });
+  for (int i = 0; i < W; ++i) k[i] = normalizing[channel + i];  // scale, β, mean
+  for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x,
+                [&](std::int64_t at) { normalize_unit<T, W, kTail>(x, z, y, at, k); });
 }
 
 // Block (tile, chunk): per channel Σg and Σg · (x − mean); with add_relu it also writes dz = g.
@@ -292,9 +304,7 @@ __global__ void tile_gradient_sums_kernel(const T* x, const T* y, const T* dy, T
     for (int k = 0; k < W; ++k) m[k] = mean[channel + k];
     for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
       float g[W], v[W];
-      load_gradient<W, kTail != BatchNormTail::none>(y, dy, at, g);
-      if constexpr (kTail == BatchNormTail::add_relu) store_unit<W>(dz, at, g);
-      load_unit<W>(x, at, v);
+      gradient_and_input<T, W, kTail>(x, y, dy, dz, at, g, v);
 #pragma unroll
       for (int k = 0; k < W; ++k) {
         sums[0][k] += g[k];
@@ -310,34 +320,18 @@ __global__ void tile_gradient_sums_kernel(const T* x, const T* y, const T* dy, T
   out[1] = totals[1];
 }
 
-// dx = a · g + b · (x − mean) + e, g from dz (add_relu) or from dy and y.
+// dx = a · g + b · (x − mean) + e, each thread its channels' coefficients loaded once.
 template <typename T, int W, BatchNormTail kTail>
 __global__ void tile_input_gradient_kernel(const T* x, const T* y, const T* dy, const T* dz, T* dx,
                                            const float4* coefficients, BatchNormShape s, BatchNormTiles plan) {
   const std::int64_t tile = blockIdx.x, chunk = blockIdx.y;
   const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
   if (channel < 0) return;
-  float a[W], b[W], e[W], m[W];
+  float4 k[W];
 #pragma unroll
-  for (int k = 0; k < W; ++k) {
-    const float4 c = coefficients[channel + k];  // a, b, e, mean
-    a[k] = c.x;
-    b[k] = c.y;
-    e[k] = c.z;
-    m[k] = c.w;
-  }
-  for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
-    float g[W], v[W];
-    if constexpr (kTail == BatchNormTail::add_relu) {
-      load_unit<W>(dz, at, g);
-    } else {
-      load_gradient<W, kTail == BatchNormTail::relu>(y, dy, at, g);
-    }
-    load_unit<W>(x, at, v);
-#pragma unroll
-    for (int k = 0; k < W; ++k) v[k] = a[k] * g[k] + b[k] * (v[k] - m[k]) + e[k];
-    store_unit<W>(dx, at, v);
-  });
+  for (int i = 0; i < W; ++i) k[i] = coefficients[channel + i];  // a, b, e, mean
+  for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x,
+                [&](std::int64_t at) { input_gradient_unit<T, W, kTail>(x, y, dy, dz, dx, at, k); });
 }
 
 // The scratch's layout: the per-channel coefficients first (16-byte aligned for float4), then the
