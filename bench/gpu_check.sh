@@ -12,7 +12,11 @@
 # GPU_CHECK_BUDGET (seconds, default 540) bounds the whole script: a step's deadline is cut to
 # what is left, and a step with under 15 s left is skipped (and says so), so the table and the
 # logs are always written before a device call's own limit ends it. GPU_CHECK_ONLY, a regular
-# expression, runs only the steps whose names match it (a second call that checks a fix).
+# expression, runs only the steps whose names match it: the script ends by printing the one that
+# runs what its budget did not reach. Give that second call the first call's LOG_DIR (copied back
+# to the device: the device tool's `carry` takes it as an ignored path, e.g. build/gpu-logs, and
+# the call copies it under $OUT), so that the first call's self-tests gate the second's variants
+# and one table covers both.
 #
 # BUNDLE_DIR is scripts/gpu-bundle.sh's output (bin/ and lib/). CUDA's own libraries come from
 # the machine: a PyTorch wheel's nvidia/*/lib folders (found through Python) or the system's.
@@ -37,6 +41,15 @@ logs=$(cd "$logs" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$bundle/bin
 summary=$logs/summary.txt
+# A later call in the same LOG_DIR (carried back to the device) keeps what the earlier calls left:
+# their summaries as summary.1.txt, summary.2.txt, ..., their comparison rows and every log, so
+# that the earlier self-tests gate this call's variants (self_test_of below) and the table covers
+# every call.
+if [[ -s $summary ]]; then
+  earlier=1
+  while [[ -e $logs/summary.$earlier.txt ]]; do earlier=$((earlier + 1)); done
+  mv "$summary" "$logs/summary.$earlier.txt"
+fi
 : > "$summary"
 
 wheel_libs=$(python3 - <<'PY' 2>/dev/null
@@ -327,7 +340,7 @@ fi
 # script ends by printing the GPU_CHECK_ONLY that runs, in a second call, the steps the budget did not reach.
 declare -A resnet_batch=([fp32]=64 [tf32]=128 [amp]=256 [bf16]=256)
 results=$logs/comparison.jsonl
-: > "$results"
+[[ -z ${GPU_CHECK_ONLY:-} ]] && : > "$results"  # a second call adds to the first call's rows
 
 # time_dlbench MODEL BATCH PRECISION NAME ENGINE [FLAGS...]: dlbench-worker, warm-up 10, measure 30,
 # 3 repeats, as the comparison's row ENGINE (dlbench, dlbench-graph, dlbench-ex-relu, ...).
