@@ -56,16 +56,29 @@ struct BatchNormChunks {
   }
 };
 
-// Enough chunks for about kBatchNormTargetBlocks blocks in all (a stem's 64 channels alone would
-// leave most of a GPU idle), none under kBatchNormMinChunkElements values unless a whole channel is.
+// Both layouts' rule: `items` (NCHW's samples, channels last's rows) cut into contiguous chunks,
+// enough for about kBatchNormTargetBlocks blocks with `across` blocks side by side (a stem's 64
+// channels alone would leave most of a GPU idle), none under kBatchNormMinChunkElements values
+// (`item_values` an item in a block) unless a block's whole column is, none left empty.
+struct BatchNormChunkSplit {
+  std::int64_t per_chunk = 1, chunks = 1;
+};
+
+inline BatchNormChunkSplit batch_norm_chunk_split(std::int64_t items, std::int64_t across, std::int64_t item_values) {
+  const std::int64_t wanted = (kBatchNormTargetBlocks + across - 1) / across;
+  const std::int64_t most = std::max<std::int64_t>(1, items * item_values / kBatchNormMinChunkElements);
+  const std::int64_t chunks = std::clamp<std::int64_t>(std::min({wanted, most, items}), 1, kBatchNormMaxChunks);
+  const std::int64_t per_chunk = (items + chunks - 1) / chunks;
+  return {per_chunk, (items + per_chunk - 1) / per_chunk};
+}
+
+// NCHW: a block a (channel, chunk of samples).
 inline BatchNormChunks batch_norm_chunks(const BatchNormShape& s) {
   BatchNormChunks plan;
   if (s.samples <= 0 || s.channels <= 0 || s.pixels <= 0) return plan;
-  const std::int64_t wanted = (kBatchNormTargetBlocks + s.channels - 1) / s.channels;
-  const std::int64_t most = std::max<std::int64_t>(1, s.per_channel() / kBatchNormMinChunkElements);
-  const std::int64_t chunks = std::clamp<std::int64_t>(std::min({wanted, most, s.samples}), 1, kBatchNormMaxChunks);
-  plan.samples_per_chunk = (s.samples + chunks - 1) / chunks;
-  plan.chunks = (s.samples + plan.samples_per_chunk - 1) / plan.samples_per_chunk;  // none left empty
+  const BatchNormChunkSplit split = batch_norm_chunk_split(s.samples, s.channels, s.pixels);
+  plan.samples_per_chunk = split.per_chunk;
+  plan.chunks = split.chunks;
   return plan;
 }
 
@@ -135,20 +148,16 @@ inline int batch_norm_tile_width(std::int64_t channels, int pack_width) {
   return channels % pack_width == 0 ? pack_width : 1;
 }
 
-// Tiles across the channels, and enough chunks of rows for about kBatchNormTargetBlocks blocks, none
-// under kBatchNormMinChunkElements values unless the tile's whole column is.
+// Tiles across the channels, and the rows cut into chunks by batch_norm_chunk_split's rule.
 inline BatchNormTiles batch_norm_tiles(const BatchNormShape& s, int width) {
   BatchNormTiles plan;
   plan.tile_channels = static_cast<std::int64_t>(kBatchNormTileUnits) * (width > 0 ? width : 1);
   if (s.samples <= 0 || s.channels <= 0 || s.pixels <= 0) return plan;
   plan.tiles = (s.channels + plan.tile_channels - 1) / plan.tile_channels;
-  const std::int64_t rows = s.samples * s.pixels;
-  const std::int64_t wanted = (kBatchNormTargetBlocks + plan.tiles - 1) / plan.tiles;
-  const std::int64_t column = std::min(plan.tile_channels, s.channels);
-  const std::int64_t most = std::max<std::int64_t>(1, rows * column / kBatchNormMinChunkElements);
-  const std::int64_t chunks = std::clamp<std::int64_t>(std::min({wanted, most, rows}), 1, kBatchNormMaxChunks);
-  plan.rows_per_chunk = (rows + chunks - 1) / chunks;
-  plan.chunks = (rows + plan.rows_per_chunk - 1) / plan.rows_per_chunk;  // none left empty
+  const BatchNormChunkSplit split =
+      batch_norm_chunk_split(s.samples * s.pixels, plan.tiles, std::min(plan.tile_channels, s.channels));
+  plan.rows_per_chunk = split.per_chunk;
+  plan.chunks = split.chunks;
   return plan;
 }
 

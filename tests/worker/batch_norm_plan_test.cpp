@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <functional>
 #include <random>
-#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -175,17 +175,18 @@ struct EmulatedBatchNorm {
     return static_cast<std::size_t>(channels_last ? at % s.channels : channel_of(at, s.pixels, s.channels));
   }
 
-  // Each block's `values` per-channel sums into `partial` at (chunk, channel): sum(at, k, out)
-  // adds element at + k's terms to out[0..values), for a thread's unit at `at` whose k-th value is
-  // of channel `first_channel` + k (channels last) or of the block's channel (NCHW); `lead` puts
-  // a first value (the shift) before the sums: lead(channel, chunk).
-  template <typename Sum, typename Lead>
-  std::vector<float> block_sums(int values, Sum&& sum, Lead&& lead) const {
-    const int stride = values + (std::is_same_v<std::decay_t<Lead>, std::nullptr_t> ? 0 : 1);
+  // Each block's `values` per-channel sums into `partial` at (chunk, channel): sum(at, k, channel,
+  // chunk, out) adds element at + k's terms to out[0..values), `channel` that element's (the
+  // thread's k-th in channels last, the block's in NCHW). Where given, `lead` puts a first value
+  // (the shift) before the sums: lead(channel, chunk).
+  template <typename Sum>
+  std::vector<float> block_sums(int values, Sum&& sum,
+                                const std::function<float(std::int64_t, std::int64_t)>& lead = {}) const {
+    const int stride = values + (lead ? 1 : 0);
     std::vector<float> partial(static_cast<std::size_t>(stride * s.channels * chunks()), 0.0f);
     const auto write = [&](std::int64_t chunk, std::int64_t channel, const std::vector<float>& totals) {
       float* out = &partial[static_cast<std::size_t>(partial_offset(s, chunk, channel, stride))];
-      if constexpr (!std::is_same_v<std::decay_t<Lead>, std::nullptr_t>) *out++ = lead(channel, chunk);
+      if (lead) *out++ = lead(channel, chunk);
       for (int j = 0; j < values; ++j) out[j] = totals[static_cast<std::size_t>(j)];
     };
     if (!channels_last) {
@@ -293,8 +294,7 @@ struct EmulatedBatchNorm {
           if (tail == 2) dz[static_cast<std::size_t>(at + k)] = g;
           out[0] += g;
           out[1] += g * (x[static_cast<std::size_t>(at + k)] - mean[static_cast<std::size_t>(channel)]);
-        },
-        nullptr);
+        });
     std::vector<BatchNormBackwardChannel> coefficients;
     dgamma.resize(static_cast<std::size_t>(s.channels));
     dbeta.resize(dgamma.size());

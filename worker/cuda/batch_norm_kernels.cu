@@ -354,10 +354,9 @@ void dispatch(DType dtype, bool channels_last, const BatchNormShape& s, std::ini
               F&& f) {
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    const bool last = channels_last;
-    const VectorSplit split = vector_split(last ? s.channels : s.pixels, sizeof(T), pointers);
+    const VectorSplit split = vector_split(channels_last ? s.channels : s.pixels, sizeof(T), pointers);
     const int width = split.packs == 0 ? 1
-                      : last           ? batch_norm_tile_width(s.channels, split.width)
+                      : channels_last  ? batch_norm_tile_width(s.channels, split.width)
                                        : batch_norm_unit_width(s.pixels, split.width);
     const bool index32 = s.numel() <= static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max());
     if (width == 1) {
@@ -385,8 +384,9 @@ void check_shape(bool channels_last, const BatchNormShape& s, const void* scratc
   if (scratch == nullptr) throw std::invalid_argument("batch norm kernels: no scratch");
   // A chunk's units (for_chunk_units) or rows (for_tile_rows) are numbered in 32 bits, with room
   // for the last stride.
+  // (Single values make channels last's longest chunks: the most tiles, the fewest chunks.)
   const std::int64_t numbered = channels_last ? batch_norm_tiles(s, 1).rows_per_chunk
-                                                       : batch_norm_chunks(s).samples_per_chunk * s.pixels;
+                                              : batch_norm_chunks(s).samples_per_chunk * s.pixels;
   if (numbered > std::numeric_limits<std::int32_t>::max()) {
     throw std::invalid_argument("batch norm kernels: a chunk of more than 2^31 values");
   }

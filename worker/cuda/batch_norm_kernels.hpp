@@ -4,8 +4,8 @@
 // in float, rounded once on store); γ, β, the statistics and the gradients of γ and β are fp32.
 // The statistics keep cuDNN's form (the batch's mean and 1/sqrt(var + ε)), so that every
 // batch-norm route of the CUDA backend leaves the same state. `channels_last`: the activations'
-// order is NHWC, otherwise NCHW (`shape` gives the logical sizes either way). Each launcher queues its kernels on
-// `stream`.
+// order is NHWC, otherwise NCHW (`shape` gives the logical sizes either way). Each launcher queues
+// its kernels on `stream`.
 #pragma once
 
 #include <cuda_runtime.h>

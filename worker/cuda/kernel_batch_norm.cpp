@@ -16,12 +16,12 @@ namespace {
 class KernelBatchNorm final : public BatchNormOp {
  public:
   KernelBatchNorm(CudaBackend& backend, const BatchNormConfig& config)
-      : backend_(backend), dtype_(config.dtype), layout_(backend.activation_layout()),
-        shape_(batch_norm_shape(config.input, layout_)), epsilon_(config.epsilon), momentum_(config.momentum),
+      : backend_(backend), dtype_(config.dtype), channels_last_(backend.activation_layout() == Layout::nhwc),
+        shape_(batch_norm_shape(config.input)), epsilon_(config.epsilon), momentum_(config.momentum),
         tail_(config.add_relu ? kernels::BatchNormTail::add_relu
               : config.relu   ? kernels::BatchNormTail::relu
                               : kernels::BatchNormTail::none),
-        scratch_bytes_(kernels::batch_norm_scratch_bytes(dtype_, layout_ == Layout::nhwc, shape_)) {}
+        scratch_bytes_(kernels::batch_norm_scratch_bytes(dtype_, channels_last_, shape_)) {}
 
   // The fused ReLU's backward finds its mask in forward's output.
   bool backward_reads_output() const override { return tail_ != kernels::BatchNormTail::none; }
@@ -62,15 +62,15 @@ class KernelBatchNorm final : public BatchNormOp {
   }
 
  private:
-  static BatchNormShape batch_norm_shape(const Shape& s, Layout layout) {
-    const ActivationGeometry g = geometry_of(s, layout);
+  static BatchNormShape batch_norm_shape(const Shape& s) {  // the same sizes in either layout
+    const ActivationGeometry g = geometry_of(s, Layout::nchw);
     return {g.n, g.c, g.pixels()};
   }
   float* scratch() { return static_cast<float*>(backend_.workspace(scratch_bytes_)); }
 
   void forward(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta, Tensor& y,
                BatchNormStatistics& s) {
-    kernels::batch_norm_forward_training(dtype_, layout_ == Layout::nhwc, shape_, tail_, x.data,
+    kernels::batch_norm_forward_training(dtype_, channels_last_, shape_, tail_, x.data,
                                          z != nullptr ? z->data : nullptr, y.data, gamma.as<float>(), beta.as<float>(),
                                          epsilon_, momentum_, s.mean.as<float>(), s.spread.as<float>(),
                                          s.running_mean.as<float>(), s.running_var.as<float>(), scratch(),
@@ -80,7 +80,7 @@ class KernelBatchNorm final : public BatchNormOp {
   void backward_pass(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dz, const Tensor& gamma,
                      const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
     const bool masked = tail_ != kernels::BatchNormTail::none;
-    kernels::batch_norm_backward(dtype_, layout_ == Layout::nhwc, shape_, tail_, x.data, masked ? y.data : nullptr,
+    kernels::batch_norm_backward(dtype_, channels_last_, shape_, tail_, x.data, masked ? y.data : nullptr,
                                  dy.data, dz != nullptr ? dz->data : nullptr, dx.data, gamma.as<float>(),
                                  s.mean.as<float>(), s.spread.as<float>(), dgamma.as<float>(), dbeta.as<float>(),
                                  scratch(), backend_.stream());
@@ -88,7 +88,7 @@ class KernelBatchNorm final : public BatchNormOp {
 
   CudaBackend& backend_;
   DType dtype_;
-  Layout layout_;
+  bool channels_last_;
   BatchNormShape shape_;
   float epsilon_, momentum_;
   kernels::BatchNormTail tail_;
