@@ -422,22 +422,20 @@ void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNor
     auto* const out = static_cast<T*>(y);
     if (channels_last) {
       const BatchNormTiles plan = batch_norm_tiles(s, W);
-      tile_moments_kernel<T, W><<<tile_grid(plan), kThreads, 0, stream>>>(in, partial, s, plan);
-      DLBENCH_CUDA_CHECK(cudaGetLastError());
+      DLBENCH_LAUNCH_GRID((tile_moments_kernel<T, W>), tile_grid(plan), kThreads, stream, in, partial, s, plan);
       DLBENCH_LAUNCH(statistics_kernel<BatchNormTiles>, s.channels, stream, partial, s, plan, gamma, beta, epsilon,
                      momentum, mean, inverse_std, running_mean, running_var, normalizing);
       with_tail(tail, [&](auto kind) {
         constexpr BatchNormTail kTail = decltype(kind)::value;
-        tile_normalize_kernel<T, W, kTail><<<tile_grid(plan), kThreads, 0, stream>>>(in, residual, out, normalizing,
-                                                                                       s, plan);
-        DLBENCH_CUDA_CHECK(cudaGetLastError());
+        DLBENCH_LAUNCH_GRID((tile_normalize_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, residual, out,
+            normalizing, s, plan);
       });
       return;
     }
     const BatchNormChunks plan = batch_norm_chunks(s);
-    moments_kernel<T, W><<<dim3(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks)), kThreads, 0,
-                           stream>>>(in, partial, s, plan);
-    DLBENCH_CUDA_CHECK(cudaGetLastError());
+    DLBENCH_LAUNCH_GRID((moments_kernel<T, W>),
+        (dim3(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks))), kThreads, stream, in, partial, s,
+        plan);
     DLBENCH_LAUNCH(statistics_kernel<BatchNormChunks>, s.channels, stream, partial, s, plan, gamma, beta, epsilon,
                    momentum, mean, inverse_std, running_mean, running_var, normalizing);
     const std::int64_t units = s.numel() / W;
@@ -475,20 +473,18 @@ void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& 
       constexpr BatchNormTail kTail = decltype(kind)::value;
       if (channels_last) {
         const BatchNormTiles plan = batch_norm_tiles(s, W);
-        tile_gradient_sums_kernel<T, W, kTail><<<tile_grid(plan), kThreads, 0, stream>>>(in, out, grad, residual_grad,
-                                                                                          mean, partial, s, plan);
-        DLBENCH_CUDA_CHECK(cudaGetLastError());
+        DLBENCH_LAUNCH_GRID((tile_gradient_sums_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, out, grad,
+            residual_grad, mean, partial, s, plan);
         DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormTiles>, s.channels, stream, partial, s, plan, gamma, mean,
                        inverse_std, dgamma, dbeta, coefficients);
-        tile_input_gradient_kernel<T, W, kTail><<<tile_grid(plan), kThreads, 0, stream>>>(
-            in, out, grad, residual_grad, in_grad, coefficients, s, plan);
-        DLBENCH_CUDA_CHECK(cudaGetLastError());
+        DLBENCH_LAUNCH_GRID((tile_input_gradient_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, out, grad,
+            residual_grad, in_grad, coefficients, s, plan);
         return;
       }
       const BatchNormChunks plan = batch_norm_chunks(s);
-      gradient_sums_kernel<T, W, kTail><<<dim3(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks)),
-                                          kThreads, 0, stream>>>(in, out, grad, residual_grad, mean, partial, s, plan);
-      DLBENCH_CUDA_CHECK(cudaGetLastError());
+      DLBENCH_LAUNCH_GRID((gradient_sums_kernel<T, W, kTail>),
+          (dim3(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks))), kThreads, stream, in, out,
+          grad, residual_grad, mean, partial, s, plan);
       DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormChunks>, s.channels, stream, partial, s, plan, gamma, mean,
                      inverse_std, dgamma, dbeta, coefficients);
       const std::int64_t units = s.numel() / W;

@@ -62,12 +62,28 @@ void with_float_type(DType dtype, F&& f) {
 #define DLBENCH_GRID_STRIDE(i, n) \
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
-#define DLBENCH_LAUNCH(kernel, n, stream, ...)                                  \
+// A launch on a grid of its own: `kernel` in parentheses (a template's commas would split the
+// macro's arguments), then the grid, the block, the stream and the arguments; the launch checked.
+// Built for the CPU (cuda/emulation/cuda_emulation.hpp), the same launch runs there.
+#define DLBENCH_UNPARENTHESIZED(...) __VA_ARGS__
+#if defined(DLBENCH_CUDA_EMULATION)
+#define DLBENCH_LAUNCH_GRID(kernel, grid, block, stream, ...)                                          \
+  do {                                                                                                 \
+    ::dlbench::cuda_emulation::launch(DLBENCH_UNPARENTHESIZED kernel, grid, block, 0, stream, __VA_ARGS__); \
+    DLBENCH_CUDA_CHECK(cudaGetLastError());                                                            \
+  } while (false)
+#else
+#define DLBENCH_LAUNCH_GRID(kernel, grid, block, stream, ...)                  \
   do {                                                                         \
-    if ((n) > 0) {                                                             \
-      kernel<<<blocks_for(n), kThreads, 0, (stream)>>>(__VA_ARGS__);           \
-      DLBENCH_CUDA_CHECK(cudaGetLastError());                                  \
-    }                                                                          \
+    DLBENCH_UNPARENTHESIZED kernel<<<grid, block, 0, (stream)>>>(__VA_ARGS__); \
+    DLBENCH_CUDA_CHECK(cudaGetLastError());                                    \
+  } while (false)
+#endif
+
+// A grid-stride launch over n elements (none where n is 0).
+#define DLBENCH_LAUNCH(kernel, n, stream, ...)                                           \
+  do {                                                                                  \
+    if ((n) > 0) DLBENCH_LAUNCH_GRID((kernel), blocks_for(n), kThreads, stream, __VA_ARGS__); \
   } while (false)
 
 namespace dlbench::worker::kernels {

@@ -173,7 +173,7 @@ __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t
   for (int j = threadIdx.x; j < classes; j += blockDim.x) local_max = fmaxf(local_max, load(z[j]));
   reduce[threadIdx.x] = local_max;
   __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
     if (threadIdx.x < stride) reduce[threadIdx.x] = fmaxf(reduce[threadIdx.x], reduce[threadIdx.x + stride]);
     __syncthreads();
   }
@@ -184,7 +184,7 @@ __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t
   for (int j = threadIdx.x; j < classes; j += blockDim.x) local_sum += expf(load(z[j]) - row_max);
   reduce[threadIdx.x] = local_sum;
   __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
     if (threadIdx.x < stride) reduce[threadIdx.x] += reduce[threadIdx.x + stride];
     __syncthreads();
   }
@@ -341,7 +341,7 @@ __global__ void sum_kernel(const float* x, std::int64_t n, float* total) {
   DLBENCH_GRID_STRIDE(i, n) { local += x[i]; }
   reduce[threadIdx.x] = local;
   __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
     if (threadIdx.x < stride) reduce[threadIdx.x] += reduce[threadIdx.x + stride];
     __syncthreads();
   }
@@ -426,8 +426,8 @@ void unscale_and_check_finite(float* data, std::int64_t n, LossScaleState* state
                               cudaStream_t stream) {
   DLBENCH_CUDA_CHECK(cudaMemsetAsync(&state->overflowed, 0, sizeof state->overflowed, stream));
   DLBENCH_LAUNCH(unscale_and_flag_kernel, n, stream, data, n, state);
-  next_loss_scale_kernel<<<1, 1, 0, stream>>>(state, config.growth_factor, config.backoff_factor, config.growth_interval);
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
+  DLBENCH_LAUNCH_GRID((next_loss_scale_kernel), 1, 1, stream, state, config.growth_factor, config.backoff_factor,
+      config.growth_interval);
 }
 void count_non_finite(DType dtype, const void* x, std::int64_t n, unsigned long long* counts, cudaStream_t stream) {
   with_float_type(dtype, [&](auto type) {
@@ -454,12 +454,10 @@ void adaptive_avg_pool_backward(DType dtype, const void* dy, void* dx, const Act
   });
 }
 void set_step(std::uint64_t* counter, std::uint64_t step, cudaStream_t stream) {
-  set_step_kernel<<<1, 1, 0, stream>>>(counter, step);
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
+  DLBENCH_LAUNCH_GRID((set_step_kernel), 1, 1, stream, counter, step);
 }
 void advance_step(std::uint64_t* counter, cudaStream_t stream) {
-  advance_step_kernel<<<1, 1, 0, stream>>>(counter);
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
+  DLBENCH_LAUNCH_GRID((advance_step_kernel), 1, 1, stream, counter);
 }
 void dropout(DType dtype, const void* x, void* y, std::int64_t n, float p, std::uint64_t layer_seed,
              const std::uint64_t* step, cudaStream_t stream) {
@@ -495,11 +493,9 @@ void softmax_cross_entropy(DType dtype, const void* logits, const std::int32_t* 
                  valid_count);
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    softmax_cross_entropy_kernel<T><<<rows, kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), labels, static_cast<T*>(dlogits), loss_rows, valid_count, classes, rows,
-        gradient_scale, weight);
+    DLBENCH_LAUNCH_GRID((softmax_cross_entropy_kernel<T>), rows, kThreads, stream, static_cast<const T*>(logits),
+        labels, static_cast<T*>(dlogits), loss_rows, valid_count, classes, rows, gradient_scale, weight);
   });
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 void pixel_softmax_cross_entropy(DType dtype, const void* logits_data, const std::int32_t* labels, void* dlogits,
                                  float* loss_pixels, int* valid_count, const ActivationGeometry& logits,
@@ -556,9 +552,9 @@ void column_sums(DType dtype, const void* dy, float* sums, std::int64_t rows, in
   float* out = plan.chunks > 1 ? scratch : sums;
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    column_sums_kernel<T><<<grid, block, 0, stream>>>(static_cast<const T*>(dy), out, rows, columns, plan.chunk_rows);
+    DLBENCH_LAUNCH_GRID((column_sums_kernel<T>), grid, block, stream, static_cast<const T*>(dy), out, rows, columns,
+        plan.chunk_rows);
   });
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
   if (plan.chunks > 1) add_column_chunks(scratch, sums, columns, plan.chunks, stream);
 }
 void add_column_chunks(const float* partial, float* sums, int columns, std::int64_t chunks, cudaStream_t stream) {

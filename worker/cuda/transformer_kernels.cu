@@ -332,14 +332,13 @@ void launch_swap_axes(const SwapAxesPlan& plan, const void* x, void* y, std::int
   const auto* from = static_cast<const Pack*>(x);
   auto* to = static_cast<Pack*>(y);
   if (plan.narrow) {
-    swap_axes_kernel<Pack, std::int32_t><<<blocks_for(plan.count), kThreads, 0, stream>>>(
-        from, to, static_cast<std::int32_t>(b), static_cast<std::int32_t>(c), static_cast<std::int32_t>(plan.units),
+    DLBENCH_LAUNCH_GRID((swap_axes_kernel<Pack, std::int32_t>), blocks_for(plan.count), kThreads, stream, from, to,
+        static_cast<std::int32_t>(b), static_cast<std::int32_t>(c), static_cast<std::int32_t>(plan.units),
         static_cast<std::int32_t>(plan.count));
   } else {
-    swap_axes_kernel<Pack, std::int64_t><<<blocks_for(plan.count), kThreads, 0, stream>>>(from, to, b, c, plan.units,
-                                                                                            plan.count);
+    DLBENCH_LAUNCH_GRID((swap_axes_kernel<Pack, std::int64_t>), blocks_for(plan.count), kThreads, stream, from, to, b,
+        c, plan.units, plan.count);
   }
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename TableT, typename T>
@@ -508,16 +507,15 @@ void layer_norm_forward(DType dtype, const void* x, const float* gamma, const fl
     const auto* in = static_cast<const T*>(x);
     auto* out = static_cast<T*>(y);
     const bool by_warps = with_values_per_lane<8, 16, 24, 32>(features, [&](auto per_lane) {
-      layer_norm_forward_warp_kernel<T, decltype(per_lane)::value><<<blocks_for_rows(rows, kThreads / 32), kThreads, 0,
-                                                                     stream>>>(in, gamma, beta, out, mean, variance,
-                                                                               rows, features, epsilon);
+      DLBENCH_LAUNCH_GRID((layer_norm_forward_warp_kernel<T, decltype(per_lane)::value>),
+          (blocks_for_rows(rows, kThreads / 32)), kThreads, stream, in, gamma, beta, out, mean, variance, rows,
+          features, epsilon);
     });
     if (!by_warps) {
-      layer_norm_forward_kernel<T><<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(in, gamma, beta, out, mean,
-                                                                                      variance, rows, features, epsilon);
+      DLBENCH_LAUNCH_GRID((layer_norm_forward_kernel<T>), (blocks_for_rows(rows, 1)), kThreads, stream, in, gamma, beta,
+          out, mean, variance, rows, features, epsilon);
     }
   });
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
 std::size_t layer_norm_backward_scratch_bytes(std::int64_t rows, int features) {
@@ -539,22 +537,19 @@ void layer_norm_backward(DType dtype, const void* x, const void* dy, const float
     const auto* gradient = static_cast<const T*>(dy);
     auto* out = static_cast<T*>(dx);
     const bool by_warps = with_values_per_lane<8, 16, 24, 32>(features, [&](auto per_lane) {
-      layer_norm_backward_data_warp_kernel<T, decltype(per_lane)::value><<<blocks_for_rows(rows, kThreads / 32),
-                                                                           kThreads, 0, stream>>>(
-          in, gradient, gamma, mean, variance, out, rows, features, epsilon);
+      DLBENCH_LAUNCH_GRID((layer_norm_backward_data_warp_kernel<T, decltype(per_lane)::value>),
+          (blocks_for_rows(rows, kThreads / 32)), kThreads, stream, in, gradient, gamma, mean, variance, out, rows,
+          features, epsilon);
     });
     if (!by_warps) {
-      layer_norm_backward_data_kernel<T><<<blocks_for_rows(rows, 1), kThreads, 0, stream>>>(
-          in, gradient, gamma, mean, variance, out, rows, features, epsilon);
+      DLBENCH_LAUNCH_GRID((layer_norm_backward_data_kernel<T>), (blocks_for_rows(rows, 1)), kThreads, stream, in,
+          gradient, gamma, mean, variance, out, rows, features, epsilon);
     }
-    DLBENCH_CUDA_CHECK(cudaGetLastError());
     const dim3 block(kColumnTile, kColumnRowLanes);
     const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.chunks));
-    layer_norm_backward_parameters_kernel<T><<<grid, block, 0, stream>>>(in, gradient, mean, variance, gamma_out,
-                                                                         beta_out, rows, features, epsilon,
-                                                                         plan.chunk_rows);
+    DLBENCH_LAUNCH_GRID((layer_norm_backward_parameters_kernel<T>), grid, block, stream, in, gradient, mean, variance,
+        gamma_out, beta_out, rows, features, epsilon, plan.chunk_rows);
   });
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
   if (plan.chunks > 1) {
     add_column_chunks(gamma_out, dgamma, features, plan.chunks, stream);
     add_column_chunks(beta_out, dbeta, features, plan.chunks, stream);
@@ -570,14 +565,14 @@ void softmax_forward(DType dtype, const void* x, void* y, std::int64_t rows, int
     auto* out = static_cast<T*>(y);
     const unsigned blocks = blocks_for_rows(rows, kThreads / 32);
     const bool in_registers = with_values_per_lane<1, 2, 4, 8, 16>(columns, [&](auto per_lane) {
-      softmax_forward_registers_kernel<T, decltype(per_lane)::value><<<blocks, kThreads, 0, stream>>>(
+      DLBENCH_LAUNCH_GRID((softmax_forward_registers_kernel<T, decltype(per_lane)::value>), blocks, kThreads, stream,
           in, out, rows, columns, lengths, rows_per_length);
     });
     if (!in_registers) {
-      softmax_forward_kernel<T><<<blocks, kThreads, 0, stream>>>(in, out, rows, columns, lengths, rows_per_length);
+      DLBENCH_LAUNCH_GRID((softmax_forward_kernel<T>), blocks, kThreads, stream, in, out, rows, columns, lengths,
+          rows_per_length);
     }
   });
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
 void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, std::int64_t rows, int columns,
@@ -590,12 +585,12 @@ void softmax_backward(DType dtype, const void* y, const void* dy, void* dx, std:
     auto* out = static_cast<T*>(dx);
     const unsigned blocks = blocks_for_rows(rows, kThreads / 32);
     const bool in_registers = with_values_per_lane<1, 2, 4, 8, 16>(columns, [&](auto per_lane) {
-      softmax_backward_registers_kernel<T, decltype(per_lane)::value><<<blocks, kThreads, 0, stream>>>(p, g, out, rows,
-                                                                                                      columns);
+      DLBENCH_LAUNCH_GRID((softmax_backward_registers_kernel<T, decltype(per_lane)::value>), blocks, kThreads, stream,
+          p, g, out, rows, columns);
     });
-    if (!in_registers) softmax_backward_kernel<T><<<blocks, kThreads, 0, stream>>>(p, g, out, rows, columns);
+    if (!in_registers) DLBENCH_LAUNCH_GRID((softmax_backward_kernel<T>), blocks, kThreads, stream, p, g, out, rows,
+        columns);
   });
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
 void gelu_forward(DType dtype, const void* x, void* y, std::int64_t n, cudaStream_t stream) {
@@ -632,9 +627,8 @@ void gather_rows(DType table_dtype, const void* table, const std::int32_t* rows,
     with_float_type(y_dtype, [&](auto t) {
       using T = typename decltype(t)::type;
       if (count * features <= 0) return;
-      gather_rows_kernel<TableT, T><<<blocks_for(count * features), kThreads, 0, stream>>>(
+      DLBENCH_LAUNCH_GRID((gather_rows_kernel<TableT, T>), blocks_for(count * features), kThreads, stream,
           static_cast<const TableT*>(table), rows, count, features, table_rows, static_cast<T*>(y), accumulate);
-      DLBENCH_CUDA_CHECK(cudaGetLastError());
     });
   });
 }
@@ -646,9 +640,8 @@ void scatter_add_rows(DType dy_dtype, const void* dy, const std::int32_t* rows, 
     with_float_type(table_dtype, [&](auto table_type) {
       using TableT = typename decltype(table_type)::type;
       if (count * features <= 0) return;
-      scatter_add_rows_kernel<T, TableT><<<blocks_for(count * features), kThreads, 0, stream>>>(
+      DLBENCH_LAUNCH_GRID((scatter_add_rows_kernel<T, TableT>), blocks_for(count * features), kThreads, stream,
           static_cast<const T*>(dy), rows, count, features, table_rows, static_cast<TableT*>(table_grad));
-      DLBENCH_CUDA_CHECK(cudaGetLastError());
     });
   });
 }
@@ -657,11 +650,10 @@ void adam_prepare(const float* grads, std::int64_t n, double* squares, const std
                   const LossScaleState* loss_scale, const AdamWScalars& s, float* coefficients, cudaStream_t stream) {
   DLBENCH_CUDA_CHECK(cudaMemsetAsync(squares, 0, sizeof(double), stream));
   if (n > 0) {
-    sum_of_squares_kernel<<<std::min(blocks_for(n), kSquaresBlocks), kThreads, 0, stream>>>(grads, n, squares);
-    DLBENCH_CUDA_CHECK(cudaGetLastError());
+    DLBENCH_LAUNCH_GRID((sum_of_squares_kernel), (std::min(blocks_for(n), kSquaresBlocks)), kThreads, stream, grads, n,
+        squares);
   }
-  adamw_coefficients_kernel<<<1, 1, 0, stream>>>(squares, update_number, loss_scale, s, coefficients);
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
+  DLBENCH_LAUNCH_GRID((adamw_coefficients_kernel), 1, 1, stream, squares, update_number, loss_scale, s, coefficients);
 }
 
 void adamw_apply(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t n,
@@ -677,9 +669,8 @@ void lamb_moments(const float* values, float* grads, float* first_moment, float*
   if (tensors <= 0) return;
   DLBENCH_CUDA_CHECK(cudaMemsetAsync(norms, 0, 2 * static_cast<std::size_t>(tensors) * sizeof(double), stream));
   const dim3 grid(kLambBlocksPerTensor, static_cast<unsigned>(tensors));
-  lamb_moments_kernel<<<grid, kThreads, 0, stream>>>(values, grads, first_moment, second_moment, tensor_offsets,
-                                                     tensor_counts, tensor_decays, s, coefficients, norms);
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
+  DLBENCH_LAUNCH_GRID((lamb_moments_kernel), grid, kThreads, stream, values, grads, first_moment, second_moment,
+      tensor_offsets, tensor_counts, tensor_decays, s, coefficients, norms);
 }
 
 void lamb_apply(float* values, const float* first_moment, const float* second_moment,
@@ -688,9 +679,8 @@ void lamb_apply(float* values, const float* first_moment, const float* second_mo
                 cudaStream_t stream) {
   if (tensors <= 0) return;
   const dim3 grid(kLambBlocksPerTensor, static_cast<unsigned>(tensors));
-  lamb_apply_kernel<<<grid, kThreads, 0, stream>>>(values, first_moment, second_moment, tensor_offsets, tensor_counts,
-                                                   tensor_decays, s, coefficients, norms);
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
+  DLBENCH_LAUNCH_GRID((lamb_apply_kernel), grid, kThreads, stream, values, first_moment, second_moment, tensor_offsets,
+      tensor_counts, tensor_decays, s, coefficients, norms);
 }
 
 }  // namespace dlbench::worker::kernels
