@@ -1,0 +1,625 @@
+// dlbench's CUDA kernels run on the CPU (cuda/emulation/cuda_emulation.hpp): the emulation's own
+// guarantees first (barriers, shuffles, a barrier never reached, the thread order), then the
+// kernel files' launchers over host memory against references, where no GPU is. Every buffer has
+// guard values on both sides, so a write out of bounds fails the test; each case runs its threads
+// in ascending and in descending order and must give the same bits both ways.
+#include "cuda/emulation/cuda_emulation.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "../worker/batch_norm_reference.hpp"
+#include "cuda/batch_norm_kernels.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/transformer_kernels.hpp"
+#include "cuda/warp_reduce.cuh"
+#include "loss_scaler.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+using cuda_emulation::ThreadOrder;
+using reference_batch_norm::normal_values;
+using reference_batch_norm::Reference;
+using reference_batch_norm::relative_error;
+
+// Runs `f` with the threads in the given order, and puts the order back afterwards.
+template <typename F>
+auto in_order(ThreadOrder order, F&& f) {
+  const ThreadOrder before = cuda_emulation::thread_order();
+  cuda_emulation::set_thread_order(order);
+  struct Restore {
+    ThreadOrder order;
+    ~Restore() { cuda_emulation::set_thread_order(order); }
+  } restore{before};
+  return f();
+}
+
+// ---- the emulation ----------------------------------------------------------------------------
+
+__global__ void block_sums_kernel(const float* x, float* sums) {
+  const float total = kernels::block_sum(x[blockIdx.x * blockDim.x + threadIdx.x]);
+  if (threadIdx.x == 0) sums[blockIdx.x] = total;
+}
+
+TEST(CudaKernelsOnCpu, ABlockSumAddsEveryThreadsValueInEitherOrder) {
+  constexpr unsigned kBlocks = 3, kThreadsPerBlock = 256;
+  std::vector<float> x(kBlocks * kThreadsPerBlock);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) + 0.25f * static_cast<float>(i / 256);
+  for (const ThreadOrder order : {ThreadOrder::ascending, ThreadOrder::descending}) {
+    std::vector<float> sums(kBlocks, -1.0f);
+    const long long grids = cuda_emulation::grids_run();
+    in_order(order, [&] {
+      cuda_emulation::launch(block_sums_kernel, dim3(kBlocks), dim3(kThreadsPerBlock), 0, nullptr, x.data(),
+                             sums.data());
+      return 0;
+    });
+    EXPECT_EQ(cuda_emulation::grids_run(), grids + 1);
+    for (unsigned b = 0; b < kBlocks; ++b) {
+      double expected = 0.0;
+      for (unsigned t = 0; t < kThreadsPerBlock; ++t) expected += static_cast<double>(x[b * kThreadsPerBlock + t]);
+      EXPECT_EQ(static_cast<double>(sums[b]), expected) << "block " << b;  // small integers and quarters: exact
+    }
+  }
+}
+
+// Half of warp 0 waits at __syncwarp, the rest of the block at __syncthreads: on a GPU the block
+// hangs; here the launch says which threads wait where.
+__global__ void split_barrier_kernel(int* reached) {
+  if (threadIdx.x < 16) {
+    __syncwarp();
+  } else {
+    __syncthreads();
+  }
+  *reached = 1;
+}
+
+TEST(CudaKernelsOnCpu, ThreadsWaitingAtBarriersTheirBlockNeverReachesAreNamed) {
+  int reached = 0;
+  try {
+    cuda_emulation::launch(split_barrier_kernel, dim3(2), dim3(64), 0, nullptr, &reached);
+    FAIL() << "the launch returned";
+  } catch (const std::logic_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("64 threads wait at barriers"), std::string::npos) << what;
+    EXPECT_NE(what.find("48 at __syncthreads (the first block (0,0,0) thread (16,0,0))"), std::string::npos) << what;
+    EXPECT_NE(what.find("16 at a warp barrier (the first block (0,0,0) thread (0,0,0))"), std::string::npos) << what;
+  }
+  EXPECT_EQ(reached, 0);
+  // The emulation is usable again after a failed launch.
+  std::vector<float> ones(256, 1.0f), sum(1);
+  cuda_emulation::launch(block_sums_kernel, dim3(1), dim3(256), 0, nullptr, ones.data(), sum.data());
+  EXPECT_EQ(sum[0], 256.0f);
+}
+
+__global__ void shuffle_from_kernel(int source, int* out) {
+  out[threadIdx.x] = __shfl_sync(kernels::kFullWarp, static_cast<int>(threadIdx.x) * 10, source);
+}
+
+TEST(CudaKernelsOnCpu, AShuffleTakesTheNamedLaneAndRefusesALaneTheWarpLacks) {
+  std::vector<int> out(48, -1);
+  cuda_emulation::launch(shuffle_from_kernel, dim3(1), dim3(48), 0, nullptr, 5, out.data());
+  for (int t = 0; t < 48; ++t) EXPECT_EQ(out[static_cast<std::size_t>(t)], t < 32 ? 50 : 370) << "thread " << t;
+  // The block's second warp has 16 lanes: lane 20 is not there.
+  EXPECT_THROW(cuda_emulation::launch(shuffle_from_kernel, dim3(1), dim3(48), 0, nullptr, 20, out.data()),
+               std::logic_error);
+}
+
+// Thread 0 writes a shared value that thread 1 reads with no barrier between: a race the thread
+// order brings out, which is why every kernel test below runs both orders.
+__global__ void unsynchronised_read_kernel(int* seen) {
+  __shared__ int value;
+  if (threadIdx.x == 0) value = 7;
+  if (threadIdx.x == 1) *seen = value;
+  __syncthreads();
+  if (threadIdx.x == 0) value = 0;
+}
+
+TEST(CudaKernelsOnCpu, ARaceOnSharedMemoryShowsAsADifferenceBetweenTheOrders) {
+  const auto run = [](ThreadOrder order) {
+    return in_order(order, [] {
+      int seen = -1;
+      cuda_emulation::launch(unsynchronised_read_kernel, dim3(1), dim3(32), 0, nullptr, &seen);
+      return seen;
+    });
+  };
+  EXPECT_EQ(run(ThreadOrder::ascending), 7);
+  EXPECT_EQ(run(ThreadOrder::descending), 0);
+}
+
+// ---- the kernel files --------------------------------------------------------------------------
+
+// A buffer of T with guard values on both sides, 64 bytes each (the interior stays 16-byte
+// aligned, as the kernels' packs need).
+template <typename T>
+class Guarded {
+ public:
+  explicit Guarded(std::size_t n) : storage_(n + 2 * kGuard) {
+    std::memset(static_cast<void*>(storage_.data()), kPattern, storage_.size() * sizeof(T));
+  }
+  static Guarded of(const std::vector<float>& values) {
+    Guarded g(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) g.data()[i] = T(values[i]);
+    return g;
+  }
+  T* data() { return storage_.data() + kGuard; }
+  std::size_t size() const { return storage_.size() - 2 * kGuard; }
+  std::vector<float> floats() const {
+    std::vector<float> v(size());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(storage_[kGuard + i]);
+    return v;
+  }
+  // The values as the kernels read them: each rounded to T.
+  std::vector<double> doubles() const {
+    const std::vector<float> f = floats();
+    return {f.begin(), f.end()};
+  }
+  bool guards_intact() const {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(storage_.data());
+    const std::size_t guard_bytes = kGuard * sizeof(T), all = storage_.size() * sizeof(T);
+    for (std::size_t i = 0; i < guard_bytes; ++i) {
+      if (bytes[i] != kPattern || bytes[all - 1 - i] != kPattern) return false;
+    }
+    return true;
+  }
+
+ private:
+  static constexpr std::size_t kGuard = 64 / sizeof(T);
+  static constexpr unsigned char kPattern = 0x7b;
+  std::vector<T> storage_;
+};
+
+// What one forward and backward of dlbench's own batch norm leave, every output as floats.
+struct BatchNormRun {
+  std::vector<float> y, mean, inverse_std, running_mean, running_var, dx, dz, dgamma, dbeta;
+  bool guards_intact = true;
+};
+
+template <typename T>
+BatchNormRun run_own_batch_norm(DType dtype, bool channels_last, const BatchNormShape& s, kernels::BatchNormTail tail,
+                                const std::vector<float>& x_values, const std::vector<float>& z_values,
+                                const std::vector<float>& dy_values, const std::vector<float>& gamma_values,
+                                const std::vector<float>& beta_values) {
+  const auto n = static_cast<std::size_t>(s.numel()), channels = static_cast<std::size_t>(s.channels);
+  auto x = Guarded<T>::of(x_values), z = Guarded<T>::of(z_values), dy = Guarded<T>::of(dy_values);
+  Guarded<T> y(n), dx(n), dz(n);
+  auto gamma = Guarded<float>::of(gamma_values), beta = Guarded<float>::of(beta_values);
+  Guarded<float> mean(channels), inverse_std(channels), dgamma(channels), dbeta(channels);
+  auto running_mean = Guarded<float>::of(std::vector<float>(channels, 0.25f));
+  auto running_var = Guarded<float>::of(std::vector<float>(channels, 2.0f));
+  Guarded<float> scratch(kernels::batch_norm_scratch_bytes(dtype, channels_last, s) / sizeof(float));
+  const bool add_relu = tail == kernels::BatchNormTail::add_relu;
+  kernels::batch_norm_forward_training(dtype, channels_last, s, tail, x.data(), add_relu ? z.data() : nullptr,
+                                       y.data(), gamma.data(), beta.data(), 1e-5f, 0.1f, mean.data(),
+                                       inverse_std.data(), running_mean.data(), running_var.data(), scratch.data(),
+                                       nullptr);
+  kernels::batch_norm_backward(dtype, channels_last, s, tail, x.data(), y.data(), dy.data(),
+                               add_relu ? dz.data() : nullptr, dx.data(), gamma.data(), mean.data(),
+                               inverse_std.data(), dgamma.data(), dbeta.data(), scratch.data(), nullptr);
+  BatchNormRun run{y.floats(), mean.floats(), inverse_std.floats(), running_mean.floats(), running_var.floats(),
+                   dx.floats(), add_relu ? dz.floats() : std::vector<float>{}, dgamma.floats(), dbeta.floats()};
+  for (const bool intact : {x.guards_intact(), z.guards_intact(), dy.guards_intact(), y.guards_intact(),
+                            dx.guards_intact(), dz.guards_intact(), gamma.guards_intact(), beta.guards_intact(),
+                            mean.guards_intact(), inverse_std.guards_intact(), dgamma.guards_intact(),
+                            dbeta.guards_intact(), running_mean.guards_intact(), running_var.guards_intact(),
+                            scratch.guards_intact()}) {
+    run.guards_intact = run.guards_intact && intact;
+  }
+  return run;
+}
+
+// The values as a tensor of `dtype` holds them.
+std::vector<float> rounded_to(DType dtype, const std::vector<float>& values) {
+  switch (dtype) {
+    case DType::fp16: return Guarded<__half>::of(values).floats();
+    case DType::bf16: return Guarded<__nv_bfloat16>::of(values).floats();
+    default: return values;
+  }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// dlbench's own batch norms (DLBENCH_CUDA_BATCH_NORM=own), forward and backward, in NCHW and
+// channels last, fp32, fp16 and bf16, each tail, over shapes that take packs and shapes that do
+// not, with several chunks a channel and several tiles of channels: batch norm in fp64 over the
+// values as the type holds them, to the type's rounding; running statistics by PyTorch's rule;
+// the same bits in either thread order (a step stays deterministic); nothing written out of bounds.
+TEST(CudaKernelsOnCpu, OwnBatchNormKernelsAreBatchNormInEveryLayoutTailAndType) {
+  for (const DType dtype : {DType::fp32, DType::fp16, DType::bf16}) {
+    const double bound = dtype == DType::fp32 ? 1e-5 : (dtype == DType::fp16 ? 2e-3 : 1.6e-2);
+    for (const BatchNormShape s : {BatchNormShape{4, 24, 36}, BatchNormShape{3, 8, 49}, BatchNormShape{32, 2, 784},
+                                   BatchNormShape{3, 5, 1}, BatchNormShape{2, 72, 25}, BatchNormShape{8, 40, 196}}) {
+      for (const bool channels_last : {false, true}) {
+        for (const kernels::BatchNormTail tail :
+             {kernels::BatchNormTail::none, kernels::BatchNormTail::relu, kernels::BatchNormTail::add_relu}) {
+          const int tail_number = static_cast<int>(tail);
+          SCOPED_TRACE(::testing::Message() << to_string(dtype) << " " << s.samples << "x" << s.channels << "x"
+                                            << s.pixels << " tail " << tail_number
+                                            << (channels_last ? " channels last" : " nchw"));
+          const auto n = static_cast<std::size_t>(s.numel()), channels = static_cast<std::size_t>(s.channels);
+          const std::vector<float> x = rounded_to(dtype, normal_values(n, 1, 0.5, 2.0)),
+                                   z = rounded_to(dtype, normal_values(n, 2, 0.0, 1.0)),
+                                   dy = rounded_to(dtype, normal_values(n, 3, 0.0, 1.0)),
+                                   gamma = normal_values(channels, 4, 1.0, 0.3),
+                                   beta = normal_values(channels, 5, 0.0, 0.3);
+          const auto run = [&](ThreadOrder order) {
+            return in_order(order, [&] {
+              switch (dtype) {
+                case DType::fp16:
+                  return run_own_batch_norm<__half>(dtype, channels_last, s, tail, x, z, dy, gamma, beta);
+                case DType::bf16:
+                  return run_own_batch_norm<__nv_bfloat16>(dtype, channels_last, s, tail, x, z, dy, gamma, beta);
+                default: return run_own_batch_norm<float>(dtype, channels_last, s, tail, x, z, dy, gamma, beta);
+              }
+            });
+          };
+          const BatchNormRun got = run(ThreadOrder::ascending);
+          EXPECT_TRUE(got.guards_intact) << "a kernel wrote out of bounds";
+          const Reference r = reference_batch_norm::reference(s, channels_last, tail_number, 1e-5f, x, z, gamma,
+                                                              beta, dy);
+          EXPECT_LT(relative_error(got.y, r.y), bound) << "y";
+          EXPECT_LT(relative_error(got.mean, r.mean), 1e-5) << "mean (fp32 statistics of the stored values)";
+          std::vector<double> inverse_std, running_mean, running_var;
+          const double count = static_cast<double>(s.per_channel());
+          for (std::size_t c = 0; c < channels; ++c) {
+            inverse_std.push_back(1.0 / std::sqrt(r.variance[c] + 1e-5));
+            running_mean.push_back(0.9 * 0.25 + 0.1 * r.mean[c]);
+            running_var.push_back(0.9 * 2.0 + 0.1 * (count > 1 ? r.variance[c] * count / (count - 1) : r.variance[c]));
+          }
+          EXPECT_LT(relative_error(got.inverse_std, inverse_std), 1e-5) << "inverse std";
+          EXPECT_LT(relative_error(got.running_mean, running_mean), 1e-5) << "running mean";
+          EXPECT_LT(relative_error(got.running_var, running_var), 1e-5) << "running variance (unbiased)";
+          EXPECT_LT(relative_error(got.dx, r.dx), bound) << "dx";
+          EXPECT_LT(relative_error(got.dgamma, r.dgamma), bound) << "dgamma";
+          EXPECT_LT(relative_error(got.dbeta, r.dbeta), bound) << "dbeta";
+          if (tail == kernels::BatchNormTail::add_relu) {
+            EXPECT_LT(relative_error(got.dz, r.dz), bound) << "dz";
+          }
+
+          const BatchNormRun reversed = run(ThreadOrder::descending);
+          EXPECT_TRUE(same_bits(got.y, reversed.y) && same_bits(got.dx, reversed.dx) &&
+                      same_bits(got.dgamma, reversed.dgamma) && same_bits(got.dbeta, reversed.dbeta) &&
+                      same_bits(got.inverse_std, reversed.inverse_std) &&
+                      same_bits(got.running_var, reversed.running_var))
+              << "the threads' order changed the result";
+        }
+      }
+    }
+  }
+}
+
+
+// Loss scaling on the device, three launches a step (memset, unscale over a grid of blocks, the
+// rule in one thread): gradients divided by the scale, the flag for an inf or NaN anywhere (the
+// last element too), the scale grown after the interval's clean steps and halved on an overflow,
+// the flag cleared by the next step.
+TEST(CudaKernelsOnCpu, LossScalingOnTheDeviceUnscalesFlagsAndMovesTheScale) {
+  constexpr std::int64_t kValues = 1000;  // four blocks of 256, the last one short
+  const LossScalingConfig config{1024.0f, 2.0f, 0.5f, 2};
+  LossScaleState state = starting_loss_scale(config);
+  const auto step = [&](std::int64_t poisoned, float poison) {
+    std::vector<float> grads(kValues);
+    for (std::int64_t i = 0; i < kValues; ++i) grads[static_cast<std::size_t>(i)] = static_cast<float>(i - 500) * 64.0f;
+    if (poisoned >= 0) grads[static_cast<std::size_t>(poisoned)] = poison;
+    kernels::unscale_and_check_finite(grads.data(), kValues, &state, config, nullptr);
+    return grads;
+  };
+  std::vector<float> grads = step(-1, 0.0f);
+  EXPECT_EQ(grads[0], -500.0f * 64.0f / 1024.0f);
+  EXPECT_EQ(grads[999], 499.0f * 64.0f / 1024.0f);
+  EXPECT_EQ(state.overflowed, 0);
+  EXPECT_EQ(state.clean_streak, 1);
+  EXPECT_EQ(state.scale, 1024.0f);
+  step(-1, 0.0f);
+  EXPECT_EQ(state.scale, 2048.0f) << "grown after the interval's 2 clean steps";
+  EXPECT_EQ(state.clean_streak, 0);
+  grads = step(kValues - 1, std::numeric_limits<float>::infinity());
+  EXPECT_EQ(state.overflowed, 1) << "an inf in the last element";
+  EXPECT_EQ(state.scale, 1024.0f);
+  EXPECT_EQ(state.skipped, 1);
+  EXPECT_EQ(grads[0], -500.0f * 64.0f / 2048.0f) << "divided by the scale the step was taken with";
+  step(-1, 0.0f);
+  EXPECT_EQ(state.overflowed, 0) << "the next step clears the flag";
+  step(300, std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(state.overflowed, 1) << "a NaN in the second block";
+  EXPECT_EQ(state.scale, 512.0f);
+  EXPECT_EQ(state.skipped, 2);
+}
+
+// Softmax cross-entropy, a block a row (tree reductions over shared memory): the rows' losses and
+// the logits' gradient against fp64, a label below 0 ignored, with more classes than threads and
+// fewer; the same bits in either order.
+TEST(CudaKernelsOnCpu, SoftmaxCrossEntropyIsTheLossAndItsGradient) {
+  for (const int classes : {1000, 37}) {
+    SCOPED_TRACE(::testing::Message() << classes << " classes");
+    constexpr int kRows = 5;
+    const std::vector<std::int32_t> labels = {3, -1, classes - 1, 0, 17};
+    const std::vector<float> logits = normal_values(static_cast<std::size_t>(kRows * classes), 9, 0.0, 3.0);
+    const float weight = 0.4f, gradient_scale = 8.0f;
+    const auto run = [&](ThreadOrder order) {
+      return in_order(order, [&] {
+        std::vector<float> dlogits(logits.size()), loss_rows(kRows);
+        int valid = 0;
+        kernels::softmax_cross_entropy(DType::fp32, logits.data(), labels.data(), dlogits.data(), loss_rows.data(),
+                                       &valid, kRows, classes, &gradient_scale, weight, nullptr);
+        EXPECT_EQ(valid, 4);
+        return std::make_pair(loss_rows, dlogits);
+      });
+    };
+    const auto [loss_rows, dlogits] = run(ThreadOrder::ascending);
+    std::vector<double> expected_loss(kRows), expected_grad(logits.size());
+    for (int b = 0; b < kRows; ++b) {
+      const float* z = logits.data() + b * classes;
+      double top = -1e300, sum = 0.0;
+      for (int j = 0; j < classes; ++j) top = std::max(top, static_cast<double>(z[j]));
+      for (int j = 0; j < classes; ++j) sum += std::exp(static_cast<double>(z[j]) - top);
+      const int label = labels[static_cast<std::size_t>(b)];
+      const double lse = top + std::log(sum);
+      const double picked = label < 0 ? 0.0 : static_cast<double>(z[label]);
+      expected_loss[static_cast<std::size_t>(b)] = label < 0 ? 0.0 : 0.4 * (lse - picked) * kRows / 4.0;
+      for (int j = 0; j < classes; ++j) {
+        const double p = std::exp(static_cast<double>(z[j]) - lse);
+        expected_grad[static_cast<std::size_t>(b * classes + j)] =
+            label < 0 ? 0.0 : (p - (j == label ? 1.0 : 0.0)) * 0.4 * 8.0 / 4.0;
+      }
+    }
+    EXPECT_LT(relative_error(loss_rows, expected_loss), 1e-5);
+    EXPECT_LT(relative_error(dlogits, expected_grad), 1e-5);
+    EXPECT_EQ(loss_rows[1], 0.0f) << "an ignored row";
+    const auto [reversed_loss, reversed_grad] = run(ThreadOrder::descending);
+    EXPECT_TRUE(same_bits(loss_rows, reversed_loss) && same_bits(dlogits, reversed_grad));
+  }
+}
+
+// A half tensor's infs and NaNs counted by every thread's share, the tail of packs included.
+TEST(CudaKernelsOnCpu, NonFiniteValuesOfAHalfTensorAreCounted) {
+  std::vector<float> values(777, 1.5f);
+  values[0] = std::numeric_limits<float>::infinity();
+  values[400] = -std::numeric_limits<float>::infinity();
+  values[776] = std::numeric_limits<float>::quiet_NaN();
+  values[300] = 70000.0f;  // beyond fp16's range: inf once stored as a half
+  auto halves = Guarded<__half>::of(values);
+  unsigned long long counts[2] = {5, 7};  // added to, not overwritten
+  kernels::count_non_finite(DType::fp16, halves.data(), 777, counts, nullptr);
+  EXPECT_EQ(counts[0], 5u + 3u);
+  EXPECT_EQ(counts[1], 7u + 1u);
+  EXPECT_TRUE(halves.guards_intact());
+}
+
+// Holds `values` as `dtype` does, runs f(pointer) and returns what f left there as floats.
+template <typename F>
+std::vector<float> through(DType dtype, const std::vector<float>& values, F&& f, bool* guards_intact = nullptr) {
+  const auto run = [&](auto guarded) {
+    f(static_cast<void*>(guarded.data()));
+    if (guards_intact != nullptr) *guards_intact = *guards_intact && guarded.guards_intact();
+    return guarded.floats();
+  };
+  switch (dtype) {
+    case DType::fp16: return run(Guarded<__half>::of(values));
+    case DType::bf16: return run(Guarded<__nv_bfloat16>::of(values));
+    default: return run(Guarded<float>::of(values));
+  }
+}
+
+// BERT's layer norm, forward and backward, by the warp kernels (768 features: 24 a lane) and the
+// block kernels (100), fp32 and fp16, against fp64: y, the statistics, dx, dγ and dβ (over more
+// rows than one chunk of the column sums holds, so that the chunks' scratch is used).
+TEST(CudaKernelsOnCpu, LayerNormForwardAndBackwardAreLayerNorm) {
+  for (const DType dtype : {DType::fp32, DType::fp16}) {
+    for (const int features : {768, 100}) {
+      SCOPED_TRACE(::testing::Message() << to_string(dtype) << ", " << features << " features");
+      const double bound = dtype == DType::fp32 ? 1e-5 : 2e-3;
+      const std::int64_t rows = 301;
+      const auto n = static_cast<std::size_t>(rows * features), f = static_cast<std::size_t>(features);
+      const std::vector<float> x = rounded_to(dtype, normal_values(n, 11, 0.3, 1.5)),
+                               dy = rounded_to(dtype, normal_values(n, 12, 0.0, 1.0)),
+                               gamma = normal_values(f, 13, 1.0, 0.2), beta = normal_values(f, 14, 0.0, 0.2);
+      std::vector<float> g = gamma, b = beta, mean(static_cast<std::size_t>(rows)), variance(mean.size());
+      std::vector<float> dgamma(f), dbeta(f);
+      ASSERT_GT(kernels::layer_norm_backward_scratch_bytes(rows, features), 0u) << "the rows span several chunks";
+      std::vector<float> scratch(kernels::layer_norm_backward_scratch_bytes(rows, features) / sizeof(float));
+      bool intact = true;
+      const std::vector<float> y = through(dtype, std::vector<float>(n), [&](void* out) {
+        through(dtype, x, [&](void* in) {
+          kernels::layer_norm_forward(dtype, in, g.data(), b.data(), out, mean.data(), variance.data(), rows,
+                                      features, 1e-5f, nullptr);
+        }, &intact);
+      }, &intact);
+      const std::vector<float> dx = through(dtype, std::vector<float>(n), [&](void* out) {
+        through(dtype, x, [&](void* in) {
+          through(dtype, dy, [&](void* gradient) {
+            kernels::layer_norm_backward(dtype, in, gradient, g.data(), mean.data(), variance.data(), out,
+                                         dgamma.data(), dbeta.data(), rows, features, 1e-5f, scratch.data(), nullptr);
+          }, &intact);
+        }, &intact);
+      }, &intact);
+      EXPECT_TRUE(intact) << "a kernel wrote out of bounds";
+      std::vector<double> ey(n), edx(n), emean, evariance, edgamma(f, 0.0), edbeta(f, 0.0);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::size_t at = static_cast<std::size_t>(r) * f;
+        double m = 0.0, v = 0.0;
+        for (std::size_t j = 0; j < f; ++j) m += static_cast<double>(x[at + j]) / features;
+        for (std::size_t j = 0; j < f; ++j) v += std::pow(static_cast<double>(x[at + j]) - m, 2) / features;
+        emean.push_back(m);
+        evariance.push_back(v);
+        const double inverse = 1.0 / std::sqrt(v + 1e-5);
+        double mean_g = 0.0, mean_gx = 0.0;
+        for (std::size_t j = 0; j < f; ++j) {
+          const double xhat = (static_cast<double>(x[at + j]) - m) * inverse;
+          const double gj = static_cast<double>(dy[at + j]) * static_cast<double>(gamma[j]);
+          ey[at + j] = xhat * static_cast<double>(gamma[j]) + static_cast<double>(beta[j]);
+          mean_g += gj / features;
+          mean_gx += gj * xhat / features;
+          edgamma[j] += static_cast<double>(dy[at + j]) * xhat;
+          edbeta[j] += static_cast<double>(dy[at + j]);
+        }
+        for (std::size_t j = 0; j < f; ++j) {
+          const double xhat = (static_cast<double>(x[at + j]) - m) * inverse;
+          edx[at + j] = inverse * (static_cast<double>(dy[at + j]) * static_cast<double>(gamma[j]) - mean_g -
+                                   xhat * mean_gx);
+        }
+      }
+      EXPECT_LT(relative_error(y, ey), bound) << "y";
+      EXPECT_LT(relative_error(mean, emean), 1e-5) << "mean";
+      EXPECT_LT(relative_error(variance, evariance), 1e-5) << "variance";
+      EXPECT_LT(relative_error(dx, edx), bound) << "dx";
+      EXPECT_LT(relative_error(dgamma, edgamma), 1e-5) << "dgamma";
+      EXPECT_LT(relative_error(dbeta, edbeta), 1e-5) << "dbeta";
+    }
+  }
+}
+
+// Attention's masked row softmax, forward and backward, by the register kernels (128 columns) and
+// the block kernels (1,000): each group of rows over its first `length` columns, 0 after.
+TEST(CudaKernelsOnCpu, MaskedRowSoftmaxAndItsGradient) {
+  for (const int columns : {128, 1000}) {
+    SCOPED_TRACE(::testing::Message() << columns << " columns");
+    constexpr std::int64_t kRows = 12, kRowsPerLength = 4;
+    const std::vector<std::int32_t> lengths = {columns, 50, 1};
+    const auto n = static_cast<std::size_t>(kRows * columns), width = static_cast<std::size_t>(columns);
+    const std::vector<float> x = normal_values(n, 21, 0.0, 2.0), dy = normal_values(n, 22, 0.0, 1.0);
+    std::vector<float> y(n, -7.0f), dx(n, -7.0f);
+    kernels::softmax_forward(DType::fp32, x.data(), y.data(), kRows, columns, lengths.data(), kRowsPerLength, nullptr);
+    kernels::softmax_backward(DType::fp32, y.data(), dy.data(), dx.data(), kRows, columns, nullptr);
+    std::vector<double> ey(n, 0.0), edx(n, 0.0);
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      const std::size_t at = static_cast<std::size_t>(r) * width;
+      const auto length = static_cast<std::size_t>(lengths[static_cast<std::size_t>(r / kRowsPerLength)]);
+      double top = -1e300, sum = 0.0, dot = 0.0;
+      for (std::size_t j = 0; j < length; ++j) top = std::max(top, static_cast<double>(x[at + j]));
+      for (std::size_t j = 0; j < length; ++j) sum += std::exp(static_cast<double>(x[at + j]) - top);
+      for (std::size_t j = 0; j < length; ++j) ey[at + j] = std::exp(static_cast<double>(x[at + j]) - top) / sum;
+      for (std::size_t j = 0; j < width; ++j) dot += static_cast<double>(dy[at + j]) * ey[at + j];
+      for (std::size_t j = 0; j < width; ++j) edx[at + j] = ey[at + j] * (static_cast<double>(dy[at + j]) - dot);
+    }
+    EXPECT_LT(relative_error(y, ey), 1e-6) << "y";
+    EXPECT_LT(relative_error(dx, edx), 1e-5) << "dx";
+    EXPECT_EQ(y[static_cast<std::size_t>(8 * columns)], 1.0f) << "a row of length 1";
+    EXPECT_EQ(y[static_cast<std::size_t>(4 * columns + 50)], 0.0f) << "past its length";
+  }
+}
+
+// SGD with momentum and weight decay, PyTorch's rule (d = g + wd·w; buf = d on the first step,
+// momentum·buf + d after; w -= lr·buf), over more elements than a block; a step whose gradients
+// overflowed changes nothing; the rate warmed up by the applied updates the device counts (skipped
+// ones left out).
+TEST(CudaKernelsOnCpu, SgdIsPyTorchsRuleSkipsAnOverflowedStepAndWarmsUpByAppliedUpdates) {
+  constexpr std::int64_t kValues = 600;
+  const auto n = static_cast<std::size_t>(kValues);
+  const std::vector<float> start = normal_values(n, 31, 0.0, 1.0), g1 = normal_values(n, 32, 0.0, 1.0),
+                           g2 = normal_values(n, 33, 0.0, 1.0);
+  std::vector<float> w = start, buffer(n, 99.0f);
+  const float lr = 0.1f, momentum = 0.9f, decay = 1e-4f;
+  kernels::sgd(w.data(), g1.data(), buffer.data(), kValues, lr, momentum, decay, true, 0, nullptr, nullptr, nullptr);
+  std::vector<double> ew(n), ebuffer(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    ebuffer[i] = static_cast<double>(g1[i]) + 1e-4 * static_cast<double>(start[i]);
+    ew[i] = static_cast<double>(start[i]) - 0.1 * ebuffer[i];
+  }
+  EXPECT_LT(relative_error(buffer, ebuffer), 1e-6) << "the first step's buffer is d, whatever it held";
+  EXPECT_LT(relative_error(w, ew), 1e-6);
+  LossScaleState overflowed;
+  overflowed.overflowed = 1;
+  const std::vector<float> before = w;
+  kernels::sgd(w.data(), g2.data(), buffer.data(), kValues, lr, momentum, decay, false, 0, nullptr, &overflowed,
+               nullptr);
+  EXPECT_TRUE(same_bits(w, before)) << "an overflowed step is skipped";
+  // Update call 3 of a warm-up over 4, one call skipped before: the 2nd applied update, rate lr · 2/4.
+  LossScaleState clean;
+  clean.skipped = 1;
+  const std::uint64_t update_number = 3;
+  kernels::sgd(w.data(), g2.data(), buffer.data(), kValues, lr, momentum, decay, false, 4, &update_number, &clean,
+               nullptr);
+  for (std::size_t i = 0; i < n; ++i) {
+    ebuffer[i] = 0.9 * ebuffer[i] + static_cast<double>(g2[i]) + 1e-4 * ew[i];
+    ew[i] -= 0.1 * 2.0 / 4.0 * ebuffer[i];
+  }
+  EXPECT_LT(relative_error(buffer, ebuffer), 1e-6);
+  EXPECT_LT(relative_error(w, ew), 1e-6);
+}
+
+// fp32 master filters (PyTorch's OIHW) to half copies in OIHW or channels last (OHWI) and the
+// gradients back, the stem's filter padded from 3 input channels to 4 with zero taps, and
+// activations' channels padded and their gradient accumulated back: the A/Bs of amp's kept
+// weight copies and padded stem move their data so.
+TEST(CudaKernelsOnCpu, FiltersAndChannelsMoveBetweenLayoutsAndPaddings) {
+  const int out = 5, in = 3, kh = 2, kw = 3;
+  const auto count = static_cast<std::size_t>(out * in * kh * kw);
+  std::vector<float> oihw(count);
+  for (std::size_t i = 0; i < count; ++i) oihw[i] = static_cast<float>(i) * 0.5f - 20.0f;  // exact in fp16
+  const auto at_oihw = [&](int o, int c, int y, int x) {
+    return oihw[static_cast<std::size_t>(((o * in + c) * kh + y) * kw + x)];
+  };
+  for (const bool channels_last : {false, true}) {
+    SCOPED_TRACE(channels_last ? "channels last" : "oihw");
+    Guarded<__half> filter(count);
+    kernels::filter_from_fp32(oihw.data(), DType::fp16, filter.data(), channels_last, out, in, kh, kw, nullptr);
+    const std::vector<float> got = filter.floats();
+    for (int o = 0; o < out; ++o) {
+      for (int c = 0; c < in; ++c) {
+        for (int y = 0; y < kh; ++y) {
+          for (int x = 0; x < kw; ++x) {
+            const int index = channels_last ? ((o * kh + y) * kw + x) * in + c : ((o * in + c) * kh + y) * kw + x;
+            ASSERT_EQ(got[static_cast<std::size_t>(index)], at_oihw(o, c, y, x))
+                << "o " << o << " c " << c << " y " << y << " x " << x;
+          }
+        }
+      }
+    }
+    std::vector<float> back(count, -1.0f);
+    kernels::filter_to_fp32(DType::fp16, filter.data(), channels_last, back.data(), out, in, in, kh, kw, nullptr);
+    EXPECT_TRUE(same_bits(back, oihw)) << "there and back";
+    EXPECT_TRUE(filter.guards_intact());
+  }
+  const int padded = 4;
+  Guarded<__half> padded_filter(static_cast<std::size_t>(out * kh * kw * padded));
+  kernels::padded_filter_from_fp32(oihw.data(), DType::fp16, padded_filter.data(), out, in, padded, kh, kw, nullptr);
+  const std::vector<float> taps = padded_filter.floats();
+  for (int o = 0; o < out; ++o) {
+    for (int y = 0; y < kh; ++y) {
+      for (int x = 0; x < kw; ++x) {
+        for (int c = 0; c < padded; ++c) {
+          const float expected = c < in ? at_oihw(o, c, y, x) : 0.0f;
+          ASSERT_EQ(taps[static_cast<std::size_t>(((o * kh + y) * kw + x) * padded + c)], expected);
+        }
+      }
+    }
+  }
+  std::vector<float> back(count, -1.0f);
+  kernels::filter_to_fp32(DType::fp16, padded_filter.data(), true, back.data(), out, in, padded, kh, kw, nullptr);
+  EXPECT_TRUE(same_bits(back, oihw)) << "the padding's taps left out on the way back";
+  EXPECT_TRUE(padded_filter.guards_intact());
+
+  // Activations: 3 channels a pixel padded to 4 (zeros), and a gradient of 4 added back into 3.
+  constexpr std::int64_t kPixels = 301;
+  std::vector<float> rgb(static_cast<std::size_t>(kPixels * 3));
+  for (std::size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<float>(i % 97);
+  auto source = Guarded<__half>::of(rgb);
+  auto wide = Guarded<__half>::of(std::vector<float>(static_cast<std::size_t>(kPixels * 4), 5.0f));
+  kernels::copy_channels(DType::fp16, source.data(), 3, wide.data(), 4, kPixels, false,
+                         nullptr);
+  const std::vector<float> four = wide.floats();
+  for (std::int64_t p = 0; p < kPixels; ++p) {
+    for (int c = 0; c < 4; ++c) {
+      const float expected = c < 3 ? rgb[static_cast<std::size_t>(p * 3 + c)] : 0.0f;
+      ASSERT_EQ(four[static_cast<std::size_t>(p * 4 + c)], expected) << "pixel " << p << " channel " << c;
+    }
+  }
+  auto narrow = Guarded<__half>::of(std::vector<float>(static_cast<std::size_t>(kPixels * 3), 1.0f));
+  kernels::copy_channels(DType::fp16, wide.data(), 4, narrow.data(), 3, kPixels, true, nullptr);
+  const std::vector<float> summed = narrow.floats();
+  for (std::size_t i = 0; i < summed.size(); ++i) ASSERT_EQ(summed[i], rgb[i] + 1.0f) << i;
+  EXPECT_TRUE(wide.guards_intact() && narrow.guards_intact());
+}
+
+}  // namespace
+}  // namespace dlbench::worker

@@ -1,0 +1,357 @@
+// The CPU side of cuda_emulation.hpp: a block's threads as fibers of the launching host thread,
+// switched at barriers, and the few runtime calls the kernel files make.
+#include "cuda/emulation/cuda_emulation.hpp"
+
+#include <xmmintrin.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// Saves the callee-saved registers, the SSE and x87 control words and the stack pointer (into
+// *save), then resumes the stack `load` saved the same way. ucontext's swapcontext did this with a
+// system call each switch (the signal mask), and a block's reduction switches millions of times.
+// x86-64 System V only, as dlbench is.
+extern "C" void dlbench_emulation_switch(void** save, void* load);
+asm(R"(
+  .text
+  .globl dlbench_emulation_switch
+  .type dlbench_emulation_switch, @function
+dlbench_emulation_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size dlbench_emulation_switch, .-dlbench_emulation_switch
+  .section .note.GNU-stack, "", @progbits
+  .text
+)");
+
+namespace dlbench::cuda_emulation {
+namespace {
+
+constexpr int kWarpSize = 32;
+// Each fiber's stack, allocated and never touched ahead: the kernels keep a few packs and small
+// arrays in locals.
+constexpr std::size_t kStackBytes = 128 * 1024;
+constexpr int kMaxThreadsPerBlock = 1024;
+
+enum class FiberState { runnable, at_block_barrier, at_warp_barrier, finished };
+
+struct Fiber {
+  void* stack_pointer = nullptr;  // where dlbench_emulation_switch left it
+  char* stack = nullptr;
+  ThreadPlace place;
+  int lane = 0;
+  int warp = 0;
+  FiberState state = FiberState::runnable;
+};
+
+struct Warp {
+  int lanes = 0;  // the warp's threads; the last warp of a block may have fewer than 32
+  int live = 0;
+  int arrived = 0;
+  // The shuffle's offers: up to 16 bytes a lane.
+  unsigned char offers[kWarpSize][16]{};
+};
+
+// One block's run: its fibers and the barriers' counts. The fibers of a block run on the thread
+// that launched it, one at a time; a fiber gives the thread back only at a barrier or at its end.
+struct BlockRun {
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  void* scheduler_stack_pointer = nullptr;
+  const void* scheduler_stack_bottom = nullptr;  // the launching thread's stack, for AddressSanitizer
+  std::size_t scheduler_stack_bytes = 0;
+  int live = 0;
+  int at_block_barrier = 0;
+  Fiber* current = nullptr;
+  const std::function<void()>* body = nullptr;
+  std::exception_ptr error;
+};
+
+thread_local BlockRun* running_block = nullptr;
+thread_local ThreadPlace host_place;  // what a kernel's code sees when called outside a launch
+std::atomic<ThreadOrder> order{ThreadOrder::ascending};
+std::atomic<long long> grids{0};
+
+BlockRun& block_run() {
+  if (running_block == nullptr || running_block->current == nullptr) {
+    throw std::logic_error("cuda emulation: a barrier or shuffle outside a kernel launch");
+  }
+  return *running_block;
+}
+
+// Every switch between stacks goes through here. Under AddressSanitizer (the debug preset) it is
+// told of each switch, so that it checks the fibers' stacks as stacks and reads nothing into them.
+void switch_stack(void** save, void* load, const void* load_bottom, std::size_t load_bytes, bool leaving_for_good) {
+#if defined(__SANITIZE_ADDRESS__)
+  void* fake_stack = nullptr;
+  __sanitizer_start_switch_fiber(leaving_for_good ? nullptr : &fake_stack, load_bottom, load_bytes);
+  dlbench_emulation_switch(save, load);
+  __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#else
+  (void)load_bottom;
+  (void)load_bytes;
+  (void)leaving_for_good;
+  dlbench_emulation_switch(save, load);
+#endif
+}
+
+void switch_to_scheduler(BlockRun& run, Fiber& self, bool leaving_for_good) {
+  switch_stack(&self.stack_pointer, run.scheduler_stack_pointer, run.scheduler_stack_bottom,
+               run.scheduler_stack_bytes, leaving_for_good);
+}
+
+void release_block_barrier_if_complete(BlockRun& run) {
+  if (run.at_block_barrier == 0 || run.at_block_barrier < run.live) return;
+  for (Fiber& f : run.fibers) {
+    if (f.state == FiberState::at_block_barrier) f.state = FiberState::runnable;
+  }
+  run.at_block_barrier = 0;
+}
+
+void release_warp_barrier_if_complete(BlockRun& run, int warp) {
+  Warp& w = run.warps[static_cast<std::size_t>(warp)];
+  if (w.arrived == 0 || w.arrived < w.live) return;
+  for (Fiber& f : run.fibers) {
+    if (f.warp == warp && f.state == FiberState::at_warp_barrier) f.state = FiberState::runnable;
+  }
+  w.arrived = 0;
+}
+
+// Gives the thread back to the scheduler until this fiber is runnable again.
+void wait_here(BlockRun& run) {
+  Fiber& self = *run.current;
+  if (self.state == FiberState::runnable) return;  // the barrier completed on this fiber's arrival
+  switch_to_scheduler(run, self, false);
+}
+
+// Where a fiber starts: its thread's body, then back to the scheduler for good.
+[[noreturn]] void fiber_entry() {
+  BlockRun* run = running_block;
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(nullptr, &run->scheduler_stack_bottom, &run->scheduler_stack_bytes);
+#endif
+  try {
+    (*run->body)();
+  } catch (...) {
+    if (!run->error) run->error = std::current_exception();
+  }
+  // CUDA's exited threads no longer hold back their block's barriers or their warp's.
+  Fiber& self = *run->current;
+  self.state = FiberState::finished;
+  --run->live;
+  --run->warps[static_cast<std::size_t>(self.warp)].live;
+  release_block_barrier_if_complete(*run);
+  release_warp_barrier_if_complete(*run, self.warp);
+  switch_to_scheduler(*run, self, true);
+  std::abort();  // a finished fiber is never resumed
+}
+
+// A fresh stack laid out as dlbench_emulation_switch leaves one: control words, six registers,
+// and fiber_entry as the return address, entered with the stack as a call leaves it.
+void start_fiber_at_entry(Fiber& f) {
+#if defined(__SANITIZE_ADDRESS__)
+  // A stack used before still holds the redzones of frames that never returned (a fiber ends by
+  // switching away): clear them.
+  ASAN_UNPOISON_MEMORY_REGION(f.stack, kStackBytes);
+#endif
+  auto top = reinterpret_cast<std::uintptr_t>(f.stack + kStackBytes) & ~std::uintptr_t{15};
+  auto* slot = reinterpret_cast<std::uint64_t*>(top);
+  *--slot = 0;                                                 // fiber_entry's own return address: none
+  *--slot = reinterpret_cast<std::uint64_t>(&fiber_entry);     // where the switch's ret goes
+  for (int r = 0; r < 6; ++r) *--slot = 0;                     // rbp, rbx, r12 to r15
+  std::uint32_t control[2] = {_mm_getcsr(), 0x037f};           // MXCSR as now, x87 as at start
+  *--slot = 0;
+  std::memcpy(slot, control, sizeof control);
+  f.stack_pointer = slot;
+}
+
+std::string place_text(const ThreadPlace& p) {
+  return "block (" + std::to_string(p.block.x) + "," + std::to_string(p.block.y) + "," + std::to_string(p.block.z) +
+         ") thread (" + std::to_string(p.thread.x) + "," + std::to_string(p.thread.y) + "," +
+         std::to_string(p.thread.z) + ")";
+}
+
+// What a block whose live threads all wait, and can never all be released, says: how many wait at
+// each kind of barrier, and the first of each.
+std::string stuck_threads(const BlockRun& run) {
+  int at_block = 0, at_warp = 0;
+  std::string first_at_block, first_at_warp;
+  for (const Fiber& f : run.fibers) {
+    if (f.state == FiberState::at_block_barrier && at_block++ == 0) first_at_block = place_text(f.place);
+    if (f.state == FiberState::at_warp_barrier && at_warp++ == 0) first_at_warp = place_text(f.place);
+  }
+  std::string text =
+      std::to_string(run.live) + " threads wait at barriers the rest of their block or warp never reach:";
+  if (at_block > 0) text += " " + std::to_string(at_block) + " at __syncthreads (the first " + first_at_block + ")";
+  if (at_block > 0 && at_warp > 0) text += ",";
+  if (at_warp > 0) text += " " + std::to_string(at_warp) + " at a warp barrier (the first " + first_at_warp + ")";
+  return text;
+}
+
+void run_block(BlockRun& run, const uint3& block_index, dim3 grid, dim3 block) {
+  const int threads = static_cast<int>(run.fibers.size());
+  run.live = threads;
+  run.at_block_barrier = 0;
+  for (std::size_t w = 0; w < run.warps.size(); ++w) {
+    run.warps[w].lanes = std::min(kWarpSize, threads - static_cast<int>(w) * kWarpSize);
+    run.warps[w].live = run.warps[w].lanes;
+    run.warps[w].arrived = 0;
+  }
+  for (int t = 0; t < threads; ++t) {
+    Fiber& f = run.fibers[static_cast<std::size_t>(t)];
+    const auto linear = static_cast<unsigned>(t);
+    f.place.thread = uint3{linear % block.x, (linear / block.x) % block.y, linear / (block.x * block.y)};
+    f.place.block = block_index;
+    f.place.block_dim = block;
+    f.place.grid_dim = grid;
+    f.lane = t % kWarpSize;
+    f.warp = t / kWarpSize;
+    f.state = FiberState::runnable;
+    start_fiber_at_entry(f);
+  }
+  const bool descending = order.load() == ThreadOrder::descending;
+  while (run.live > 0) {
+    bool ran = false;
+    for (int i = 0; i < threads && !run.error; ++i) {
+      Fiber& f = run.fibers[static_cast<std::size_t>(descending ? threads - 1 - i : i)];
+      if (f.state != FiberState::runnable) continue;
+      run.current = &f;
+      ran = true;
+      switch_stack(&run.scheduler_stack_pointer, f.stack_pointer, f.stack, kStackBytes, false);
+      run.current = nullptr;
+    }
+    // A thread's exception ends the grid, as a device fault ends the kernel; the other fibers'
+    // stacks are dropped unwound (kernel locals own nothing).
+    if (run.error) std::rethrow_exception(run.error);
+    if (!ran) throw std::logic_error("cuda emulation: " + stuck_threads(run));
+  }
+}
+
+}  // namespace
+
+const ThreadPlace& place() {
+  if (running_block == nullptr || running_block->current == nullptr) return host_place;
+  return running_block->current->place;
+}
+
+void set_thread_order(ThreadOrder o) { order.store(o); }
+ThreadOrder thread_order() { return order.load(); }
+
+void sync_block() {
+  BlockRun& run = block_run();
+  run.current->state = FiberState::at_block_barrier;
+  ++run.at_block_barrier;
+  release_block_barrier_if_complete(run);
+  wait_here(run);
+}
+
+void sync_warp() {
+  BlockRun& run = block_run();
+  Fiber& self = *run.current;
+  self.state = FiberState::at_warp_barrier;
+  ++run.warps[static_cast<std::size_t>(self.warp)].arrived;
+  release_warp_barrier_if_complete(run, self.warp);
+  wait_here(run);
+}
+
+void exchange_in_warp(const void* value, void* result, std::size_t bytes, const std::function<int(int)>& source_lane) {
+  if (bytes > 16) throw std::logic_error("cuda emulation: a shuffle of more than 16 bytes");
+  BlockRun& run = block_run();
+  const Fiber& self = *run.current;
+  Warp& warp = run.warps[static_cast<std::size_t>(self.warp)];
+  std::memcpy(warp.offers[self.lane], value, bytes);
+  sync_warp();  // every lane has offered
+  const int source = source_lane(self.lane);
+  if (source < 0 || source >= warp.lanes) {
+    // A lane the warp does not have: CUDA leaves the result undefined.
+    throw std::logic_error("cuda emulation: a shuffle from lane " + std::to_string(source) + " of a warp of " +
+                           std::to_string(warp.lanes) + " lanes, in " + place_text(self.place));
+  }
+  std::memcpy(result, warp.offers[source], bytes);
+  sync_warp();  // every lane has taken its value before the next shuffle overwrites the offers
+}
+
+void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
+  const long long threads = static_cast<long long>(block.x) * block.y * block.z;
+  if (threads <= 0 || threads > kMaxThreadsPerBlock) {
+    throw std::invalid_argument("cuda emulation: a block of " + std::to_string(threads) + " threads (1 to " +
+                                std::to_string(kMaxThreadsPerBlock) + ")");
+  }
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
+    throw std::invalid_argument("cuda emulation: a grid of (" + std::to_string(grid.x) + "," + std::to_string(grid.y) +
+                                "," + std::to_string(grid.z) + ") blocks");
+  }
+  if (running_block != nullptr) throw std::logic_error("cuda emulation: a launch from inside a kernel");
+  BlockRun run;
+  run.body = &body;
+  run.fibers.resize(static_cast<std::size_t>(threads));
+  // The stacks stay for the thread's next launch: mapping fresh ones costs a page fault a page.
+  thread_local std::vector<std::unique_ptr<char[]>> stacks;
+  while (stacks.size() < run.fibers.size()) stacks.emplace_back(new char[kStackBytes]);  // no page touched
+  for (std::size_t t = 0; t < run.fibers.size(); ++t) run.fibers[t].stack = stacks[t].get();
+  run.warps.resize(static_cast<std::size_t>((threads + kWarpSize - 1) / kWarpSize));
+  running_block = &run;
+  try {
+    // Blocks in the thread order too: two blocks that write one place leave the other's value
+    // depending on which ran last, as on a GPU that runs them at once.
+    const bool descending = order.load() == ThreadOrder::descending;
+    const long long blocks = static_cast<long long>(grid.x) * grid.y * grid.z;
+    for (long long i = 0; i < blocks; ++i) {
+      const auto b = static_cast<unsigned long long>(descending ? blocks - 1 - i : i);
+      const auto x = static_cast<unsigned>(b % grid.x), y = static_cast<unsigned>(b / grid.x % grid.y),
+                 z = static_cast<unsigned>(b / (static_cast<unsigned long long>(grid.x) * grid.y));
+      run_block(run, uint3{x, y, z}, grid, block);
+    }
+  } catch (...) {
+    running_block = nullptr;
+    throw;
+  }
+  running_block = nullptr;
+  ++grids;
+}
+
+long long grids_run() { return grids.load(); }
+
+}  // namespace dlbench::cuda_emulation
+
+// The runtime calls the kernel files make, on host memory. The launches themselves report by
+// exception, so there is never an error left to get.
+extern "C" {
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+const char* cudaGetErrorString(cudaError_t error) {
+  return error == cudaSuccess ? "no error" : "error (cuda emulation)";
+}
+cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cudaStream_t) {
+  std::memset(destination, value, bytes);
+  return cudaSuccess;
+}
+}
