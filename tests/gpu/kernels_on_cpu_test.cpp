@@ -621,5 +621,143 @@ TEST(CudaKernelsOnCpu, FiltersAndChannelsMoveBetweenLayoutsAndPaddings) {
   EXPECT_TRUE(wide.guards_intact() && narrow.guards_intact());
 }
 
+// AdamW after clip_grad_norm_, PyTorch's rule, two updates (t = 1, 2): the gradients clipped to the
+// global norm; decoupled weight decay only in the ranges that take it; elements outside every
+// range clipped but not stepped.
+TEST(CudaKernelsOnCpu, AdamWClipsDecaysAndStepsEachRangeAsPyTorchDoes) {
+  constexpr std::int64_t kValues = 1000;
+  const auto n = static_cast<std::size_t>(kValues);
+  const std::vector<std::int64_t> offsets = {0, 600}, counts = {500, 400};  // 500..599 in no range
+  const std::vector<std::int32_t> decays = {1, 0};
+  const kernels::AdamWScalars s{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f, 0};
+  std::vector<float> w = normal_values(n, 41, 0.0, 1.0), m(n, 0.0f), v(n, 0.0f), coefficients(8);
+  std::vector<double> ew(w.begin(), w.end()), em(n, 0.0), ev(n, 0.0);
+  double squares = -1.0;
+  for (std::uint64_t t = 1; t <= 2; ++t) {
+    SCOPED_TRACE(::testing::Message() << "update " << t);
+    std::vector<float> grads = normal_values(n, 41 + t, 0.0, 0.5);  // norm about 16: clipped to 1
+    double norm = 0.0;
+    for (const float g : grads) norm += static_cast<double>(g) * static_cast<double>(g);
+    norm = std::sqrt(norm);
+    const double clip = std::min(1.0, 1.0 / (norm + 1e-6));
+    std::vector<double> clipped(n);
+    for (std::size_t i = 0; i < n; ++i) clipped[i] = static_cast<double>(grads[i]) * clip;
+    kernels::adam_prepare(grads.data(), kValues, &squares, &t, nullptr, s, coefficients.data(), nullptr);
+    EXPECT_NEAR(std::sqrt(squares) / norm, 1.0, 1e-6) << "the squares summed (fp32 a block, fp64 across)";
+    kernels::adamw_apply(w.data(), grads.data(), m.data(), v.data(), kValues, offsets.data(), counts.data(),
+                         decays.data(), 2, s, coefficients.data(), nullptr);
+    // β1 and β2 as the kernels hold them, fp32 (0.999f is 1.3e-5 off in 1 − β2), as PyTorch's fp32 does.
+    const double beta1 = static_cast<double>(s.beta1), beta2 = static_cast<double>(s.beta2);
+    const double bias1 = 1.0 - std::pow(beta1, static_cast<double>(t));
+    const double bias2 = 1.0 - std::pow(beta2, static_cast<double>(t));
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i >= 500 && i < 600) continue;
+      const double g = clipped[i];
+      em[i] = beta1 * em[i] + (1.0 - beta1) * g;
+      ev[i] = beta2 * ev[i] + (1.0 - beta2) * g * g;
+      if (i < 500) ew[i] *= 1.0 - 1e-3 * 0.01;
+      ew[i] -= 1e-3 * (em[i] / bias1) / (std::sqrt(ev[i] / bias2) + 1e-6);
+    }
+    EXPECT_LT(relative_error(grads, clipped), 1e-6) << "every gradient clipped, in or out of a range";
+    EXPECT_LT(relative_error(m, em), 1e-5);
+    EXPECT_LT(relative_error(v, ev), 1e-5);
+    EXPECT_LT(relative_error(w, ew), 1e-6);
+  }
+}
+
+// Elementwise maps split into 16-byte packs and a tail where every pointer allows, one by one
+// where one does not (an odd element offset): ReLU forward and backward and add + ReLU, in fp16.
+TEST(CudaKernelsOnCpu, ElementwiseMapsCoverPacksAndTailsAtAnyAlignment) {
+  for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+    SCOPED_TRACE(::testing::Message() << "offset " << offset);
+    constexpr std::int64_t kValues = 1003;
+    const auto n = static_cast<std::size_t>(kValues);
+    const std::vector<float> a = rounded_to(DType::fp16, normal_values(n + 1, 51, 0.0, 1.0)),
+                             b = rounded_to(DType::fp16, normal_values(n + 1, 52, 0.0, 1.0));
+    auto ha = Guarded<__half>::of(a), hb = Guarded<__half>::of(b);
+    Guarded<__half> relu(n + 1), relu_grad(n + 1), sum(n + 1);
+    kernels::relu_forward(DType::fp16, ha.data() + offset, relu.data() + offset, kValues, nullptr);
+    kernels::relu_backward(DType::fp16, relu.data() + offset, hb.data() + offset, relu_grad.data() + offset, kValues,
+                           nullptr);
+    kernels::add_relu(DType::fp16, ha.data() + offset, hb.data() + offset, sum.data() + offset, kValues, nullptr);
+    const std::vector<float> y = relu.floats(), dx = relu_grad.floats(), z = sum.floats();
+    for (std::size_t i = offset; i < offset + n; ++i) {
+      ASSERT_EQ(y[i], std::max(a[i], 0.0f)) << i;
+      ASSERT_EQ(dx[i], a[i] > 0.0f ? b[i] : 0.0f) << i;
+      ASSERT_EQ(z[i], static_cast<float>(__float2half_rn(std::max(a[i] + b[i], 0.0f)))) << i;
+    }
+    EXPECT_TRUE(relu.guards_intact() && relu_grad.guards_intact() && sum.guards_intact());
+  }
+}
+
+// Column sums (a linear layer's bias gradient) over enough rows for several chunks, added in chunk
+// order: the same bits in either order of the blocks.
+TEST(CudaKernelsOnCpu, ColumnSumsOverManyRowsAreExactAndOrderFree) {
+  constexpr std::int64_t kRows = 5000;
+  constexpr int kColumns = 70;
+  const std::size_t count = static_cast<std::size_t>(kRows) * kColumns;
+  std::vector<float> dy(count);
+  for (std::size_t i = 0; i < count; ++i) dy[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.125f;
+  ASSERT_GT(kernels::column_sums_scratch_bytes(kRows, kColumns), 0u) << "several chunks";
+  const auto run = [&](ThreadOrder order) {
+    return in_order(order, [&] {
+      std::vector<float> sums(kColumns), scratch(kernels::column_sums_scratch_bytes(kRows, kColumns) / sizeof(float));
+      kernels::column_sums(DType::fp32, dy.data(), sums.data(), kRows, kColumns, scratch.data(), nullptr);
+      return sums;
+    });
+  };
+  const std::vector<float> sums = run(ThreadOrder::ascending);
+  for (int j = 0; j < kColumns; ++j) {
+    double expected = 0.0;
+    for (std::int64_t r = 0; r < kRows; ++r) {
+      expected += static_cast<double>(dy[static_cast<std::size_t>(r * kColumns + j)]);
+    }
+    ASSERT_EQ(static_cast<double>(sums[static_cast<std::size_t>(j)]), expected) << "column " << j;  // eighths: exact
+  }
+  EXPECT_TRUE(same_bits(sums, run(ThreadOrder::descending)));
+}
+
+// The attention heads' axis swap, and embedding rows gathered and their gradients scattered back
+// (rows repeating, one outside the table: skipped either way).
+TEST(CudaKernelsOnCpu, AxisSwapGatherAndScatterMoveEveryElement) {
+  const std::int64_t a = 2, b = 3, c = 5, d = 8;
+  std::vector<float> x(static_cast<std::size_t>(a * b * c * d)), y(x.size(), -1.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  kernels::swap_axes(DType::fp32, x.data(), y.data(), a, b, c, d, nullptr);
+  for (std::int64_t i = 0; i < a; ++i) {
+    for (std::int64_t j = 0; j < b; ++j) {
+      for (std::int64_t k = 0; k < c; ++k) {
+        for (std::int64_t l = 0; l < d; ++l) {
+          ASSERT_EQ(y[static_cast<std::size_t>(((i * c + k) * b + j) * d + l)],
+                    x[static_cast<std::size_t>(((i * b + j) * c + k) * d + l)]);
+        }
+      }
+    }
+  }
+  constexpr int kFeatures = 12;
+  constexpr std::int64_t kTableRows = 6;
+  std::vector<float> table(static_cast<std::size_t>(kTableRows * kFeatures));
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i) * 0.5f;
+  const std::vector<std::int32_t> rows = {4, 0, 4, 9, 5};
+  auto gathered = Guarded<__half>::of(std::vector<float>(rows.size() * kFeatures, 3.0f));
+  kernels::gather_rows(DType::fp32, table.data(), rows.data(), 5, kFeatures, kTableRows, DType::fp16, gathered.data(),
+                       false, nullptr);
+  const std::vector<float> got = gathered.floats();
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (std::size_t f = 0; f < kFeatures; ++f) {
+      const float expected = rows[r] < kTableRows ? table[static_cast<std::size_t>(rows[r]) * kFeatures + f] : 3.0f;
+      ASSERT_EQ(got[r * kFeatures + f], expected) << "row " << r << " feature " << f;
+    }
+  }
+  std::vector<float> dy(rows.size() * kFeatures, 1.0f), table_grad(table.size(), 0.0f);
+  kernels::scatter_add_rows(DType::fp32, dy.data(), rows.data(), 5, kFeatures, kTableRows, DType::fp32,
+                            table_grad.data(), nullptr);
+  for (std::int64_t r = 0; r < kTableRows; ++r) {
+    const float expected = r == 4 ? 2.0f : (r == 0 || r == 5 ? 1.0f : 0.0f);
+    for (int f = 0; f < kFeatures; ++f) ASSERT_EQ(table_grad[static_cast<std::size_t>(r * kFeatures + f)], expected);
+  }
+  EXPECT_TRUE(gathered.guards_intact());
+}
+
 }  // namespace
 }  // namespace dlbench::worker
