@@ -20,6 +20,7 @@
 #include "cuda/kernels.hpp"
 #include "cuda/transformer_kernels.hpp"
 #include "cuda/warp_reduce.cuh"
+#include "dropout_mask.hpp"
 #include "loss_scaler.hpp"
 
 namespace dlbench::worker {
@@ -757,6 +758,124 @@ TEST(CudaKernelsOnCpu, AxisSwapGatherAndScatterMoveEveryElement) {
     for (int f = 0; f < kFeatures; ++f) ASSERT_EQ(table_grad[static_cast<std::size_t>(r * kFeatures + f)], expected);
   }
   EXPECT_TRUE(gathered.guards_intact());
+}
+
+// Dropout keyed on the logical NCHW index: a channels-last tensor drops the same elements as its
+// NCHW twin, keeps the rest scaled by 1 / (1 - p), drops about p of them, with the CPU backend's
+// mask; the next step (the device's counter advanced) draws another mask.
+TEST(CudaKernelsOnCpu, DropoutDropsTheSameElementsInEitherLayoutAndAnotherMaskEachStep) {
+  const ActivationGeometry nchw{3, 5, 20, 30, false}, nhwc{3, 5, 20, 30, true};
+  const auto n = static_cast<std::size_t>(nchw.numel());
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = 1.0f + static_cast<float>(i % 11);
+  std::vector<float> x_last(n);
+  for (std::int64_t at = 0; at < nhwc.numel(); ++at) {
+    x_last[static_cast<std::size_t>(at)] = x[static_cast<std::size_t>(nhwc.logical_index(at))];
+  }
+  const float p = 0.1f;
+  std::uint64_t step = 0;
+  kernels::set_step(&step, 41, nullptr);
+  ASSERT_EQ(step, 41u);
+  std::vector<float> y(n), y_last(n);
+  kernels::dropout(DType::fp32, x.data(), y.data(), nchw.numel(), p, 7, &step, nullptr);
+  kernels::dropout_channels_last(DType::fp32, x_last.data(), y_last.data(), nhwc, p, 7, &step, nullptr);
+  const DropoutKey key = dropout_key(7, 41);
+  const std::uint32_t threshold = dropout_threshold(p);
+  std::size_t dropped = 0;
+  for (std::int64_t at = 0; at < nhwc.numel(); ++at) {
+    const auto logical = static_cast<std::size_t>(nhwc.logical_index(at));
+    ASSERT_EQ(y_last[static_cast<std::size_t>(at)], y[logical]) << "element " << at;
+    const bool kept = dropout_keeps(key, logical, threshold);
+    ASSERT_EQ(y[logical], kept ? x[logical] * (1.0f / (1.0f - p)) : 0.0f) << "the CPU's mask, element " << logical;
+    dropped += kept ? 0 : 1;
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / static_cast<double>(n), 0.1, 0.015) << "about p dropped";
+  kernels::advance_step(&step, nullptr);
+  EXPECT_EQ(step, 42u);
+  std::vector<float> next(n);
+  kernels::dropout(DType::fp32, x.data(), next.data(), nchw.numel(), p, 7, &step, nullptr);
+  EXPECT_FALSE(same_bits(next, y)) << "another step, another mask";
+}
+
+// Adaptive average pooling with PyTorch's windows (overlapping where the sizes do not divide),
+// forward and backward, in either memory order, against fp64.
+TEST(CudaKernelsOnCpu, AdaptiveAveragePoolingUsesPyTorchsWindowsBothWays) {
+  for (const bool channels_last : {false, true}) {
+    for (const auto& [out_h, out_w] : {std::pair{1, 1}, std::pair{3, 2}}) {
+      SCOPED_TRACE(::testing::Message() << (channels_last ? "nhwc " : "nchw ") << out_h << "x" << out_w);
+      const ActivationGeometry in{2, 6, 5, 7, channels_last};
+      const ActivationGeometry out{2, 6, out_h, out_w, channels_last};
+      const std::vector<float> x = normal_values(static_cast<std::size_t>(in.numel()), 61, 0.0, 1.0);
+      const std::vector<float> dy = normal_values(static_cast<std::size_t>(out.numel()), 62, 0.0, 1.0);
+      std::vector<float> y(static_cast<std::size_t>(out.numel())), dx(x.size(), 5.0f);
+      kernels::adaptive_avg_pool_forward(DType::fp32, x.data(), y.data(), in, out_h, out_w, nullptr);
+      kernels::adaptive_avg_pool_backward(DType::fp32, dy.data(), dx.data(), in, out_h, out_w, nullptr);
+      std::vector<double> ey(y.size(), 0.0), edx(x.size(), 0.0);
+      for (std::int64_t b = 0; b < in.n; ++b) {
+        for (std::int64_t c = 0; c < in.c; ++c) {
+          for (int oh = 0; oh < out_h; ++oh) {
+            for (int ow = 0; ow < out_w; ++ow) {
+              const int h0 = oh * 5 / out_h, h1 = ((oh + 1) * 5 + out_h - 1) / out_h;
+              const int w0 = ow * 7 / out_w, w1 = ((ow + 1) * 7 + out_w - 1) / out_w;
+              const double area = (h1 - h0) * (w1 - w0);
+              const auto o = static_cast<std::size_t>(out.offset(b, c, oh * out_w + ow));
+              for (int h = h0; h < h1; ++h) {
+                for (int w = w0; w < w1; ++w) {
+                  const auto i = static_cast<std::size_t>(in.offset(b, c, h * 7 + w));
+                  ey[o] += static_cast<double>(x[i]) / area;
+                  edx[i] += static_cast<double>(dy[o]) / area;
+                }
+              }
+            }
+          }
+        }
+      }
+      EXPECT_LT(relative_error(y, ey), 1e-6);
+      EXPECT_LT(relative_error(dx, edx), 1e-6);
+    }
+  }
+}
+
+// Bilinear resize with PyTorch's align_corners=False rule, up and down, forward and backward (the
+// four taps' gradients added in an fp32 accumulator), against fp64.
+TEST(CudaKernelsOnCpu, BilinearResizeIsPyTorchsAlignCornersFalseBothWays) {
+  for (const auto& [out_h, out_w] : {std::pair{13, 17}, std::pair{3, 2}}) {
+    SCOPED_TRACE(::testing::Message() << out_h << "x" << out_w);
+    const ActivationGeometry in{2, 3, 6, 8, false};
+    const ActivationGeometry out{2, 3, out_h, out_w, false};
+    const std::vector<float> x = normal_values(static_cast<std::size_t>(in.numel()), 71, 0.0, 1.0);
+    const std::vector<float> dy = normal_values(static_cast<std::size_t>(out.numel()), 72, 0.0, 1.0);
+    std::vector<float> y(static_cast<std::size_t>(out.numel())), dx(x.size()), accumulator(x.size(), 9.0f);
+    kernels::bilinear_resize_forward(DType::fp32, x.data(), y.data(), in, out_h, out_w, nullptr);
+    kernels::bilinear_resize_backward(DType::fp32, dy.data(), dx.data(), accumulator.data(), in, out_h, out_w, nullptr);
+    // PyTorch's source coordinate: (i + 0.5) · in / out − 0.5, below 0 taken as 0.
+    const auto taps = [](int i, int in_size, int out_size) {
+      const double src = std::max(0.0, (i + 0.5) * in_size / out_size - 0.5);
+      const int low = std::min(static_cast<int>(src), in_size - 1), high = std::min(low + 1, in_size - 1);
+      return std::tuple{low, high, src - low};
+    };
+    std::vector<double> ey(y.size(), 0.0), edx(x.size(), 0.0);
+    for (std::int64_t plane = 0; plane < in.n * in.c; ++plane) {
+      for (int oh = 0; oh < out_h; ++oh) {
+        for (int ow = 0; ow < out_w; ++ow) {
+          const auto [h0, h1, fh] = taps(oh, 6, out_h);
+          const auto [w0, w1, fw] = taps(ow, 8, out_w);
+          const auto o = static_cast<std::size_t>((plane * out_h + oh) * out_w + ow);
+          const std::pair<std::int64_t, double> weights[] = {{h0 * 8 + w0, (1 - fh) * (1 - fw)},
+                                                             {h0 * 8 + w1, (1 - fh) * fw},
+                                                             {h1 * 8 + w0, fh * (1 - fw)},
+                                                             {h1 * 8 + w1, fh * fw}};
+          for (const auto& [pixel, weight] : weights) {
+            const auto i = static_cast<std::size_t>(plane * 48 + pixel);
+            ey[o] += weight * static_cast<double>(x[i]);
+            edx[i] += weight * static_cast<double>(dy[o]);
+          }
+        }
+      }
+    }
+    EXPECT_LT(relative_error(y, ey), 1e-6);
+    EXPECT_LT(relative_error(dx, edx), 1e-6);
+  }
 }
 
 }  // namespace
