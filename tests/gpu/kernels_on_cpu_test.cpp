@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "../worker/batch_norm_reference.hpp"
+#include "cuda/attention_kernels.hpp"
 #include "cuda/batch_norm_kernels.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/transformer_kernels.hpp"
@@ -875,6 +876,139 @@ TEST(CudaKernelsOnCpu, BilinearResizeIsPyTorchsAlignCornersFalseBothWays) {
     }
     EXPECT_LT(relative_error(y, ey), 1e-6);
     EXPECT_LT(relative_error(dx, edx), 1e-6);
+  }
+}
+
+// Attention in fp64 for the fused kernels' test: per sequence and head, scores Q·Kᵀ · scale over
+// the sequence's real keys, softmax, the dropout mask hashed as the kernels hash it, context = P·V;
+// backward from dContext. Every tensor is (sequences · tokens, heads · head_size) rows.
+struct AttentionReference {
+  std::vector<double> context, statistics, dq, dk, dv;
+};
+
+AttentionReference attention_reference(int sequences, int tokens, int heads, int head_size,
+                                       const std::vector<std::int32_t>& real_tokens, float dropout,
+                                       std::uint64_t layer_seed, std::uint64_t step, const std::vector<float>& q,
+                                       const std::vector<float>& k, const std::vector<float>& v,
+                                       const std::vector<float>& dcontext) {
+  const auto width = static_cast<std::size_t>(heads * head_size);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_size));
+  const double keep_scale = 1.0 / (1.0 - static_cast<double>(dropout));
+  const DropoutKey key = dropout_key(layer_seed, step);
+  const std::uint32_t threshold = dropout_threshold(dropout);
+  AttentionReference r;
+  r.context.assign(q.size(), 0.0);
+  r.dq.assign(q.size(), 0.0);
+  r.dk.assign(q.size(), 0.0);
+  r.dv.assign(q.size(), 0.0);
+  r.statistics.assign(static_cast<std::size_t>(sequences * heads * tokens), 0.0);
+  const auto at = [&](int sequence, int token, int head, int d) {
+    return static_cast<std::size_t>(sequence * tokens + token) * width + static_cast<std::size_t>(head * head_size + d);
+  };
+  for (int sq = 0; sq < sequences; ++sq) {
+    const int keys = real_tokens.empty() ? tokens : real_tokens[static_cast<std::size_t>(sq)];
+    for (int h = 0; h < heads; ++h) {
+      const int head_index = sq * heads + h;
+      for (int i = 0; i < tokens; ++i) {
+        std::vector<double> p(static_cast<std::size_t>(keys)), mask(p.size()), dp(p.size());
+        double top = -1e300;
+        for (int j = 0; j < keys; ++j) {
+          double dot = 0.0;
+          for (int d = 0; d < head_size; ++d) {
+            dot += static_cast<double>(q[at(sq, i, h, d)]) * static_cast<double>(k[at(sq, j, h, d)]);
+          }
+          p[static_cast<std::size_t>(j)] = dot * scale;
+          top = std::max(top, dot * scale);
+        }
+        double sum = 0.0;
+        for (double& e : p) sum += (e = std::exp(e - top));
+        r.statistics[static_cast<std::size_t>(head_index * tokens + i)] = top + std::log(sum);
+        const auto first = static_cast<std::uint64_t>((head_index * tokens + i) * tokens);
+        double dot_p_dp = 0.0;
+        for (int j = 0; j < keys; ++j) {
+          const auto jj = static_cast<std::size_t>(j);
+          p[jj] /= sum;
+          mask[jj] = dropout_keeps(key, first + jj, threshold) ? keep_scale : 0.0;
+          double dropped_gradient = 0.0;
+          for (int d = 0; d < head_size; ++d) {
+            r.context[at(sq, i, h, d)] += p[jj] * mask[jj] * static_cast<double>(v[at(sq, j, h, d)]);
+            r.dv[at(sq, j, h, d)] += p[jj] * mask[jj] * static_cast<double>(dcontext[at(sq, i, h, d)]);
+            dropped_gradient +=
+                static_cast<double>(dcontext[at(sq, i, h, d)]) * static_cast<double>(v[at(sq, j, h, d)]);
+          }
+          dp[jj] = dropped_gradient * mask[jj];
+          dot_p_dp += p[jj] * dp[jj];
+        }
+        for (int j = 0; j < keys; ++j) {
+          const auto jj = static_cast<std::size_t>(j);
+          const double ds = p[jj] * (dp[jj] - dot_p_dp) * scale;
+          for (int d = 0; d < head_size; ++d) {
+            r.dq[at(sq, i, h, d)] += ds * static_cast<double>(k[at(sq, j, h, d)]);
+            r.dk[at(sq, j, h, d)] += ds * static_cast<double>(q[at(sq, i, h, d)]);
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// The fused attention kernels (tensor-core tiles emulated in fp32, the rest their own code): the
+// context, each row's log-sum-exp and dQ, dK, dV against fp64, in fp16 and bf16, with and without
+// dropout, a sequence padded (17 of its 40 tokens real) beside a whole one, the tokens padded to
+// the tiles' 48; nothing written outside the tensors.
+TEST(CudaKernelsOnCpu, FusedAttentionIsAttentionWithItsPaddingAndDropout) {
+  constexpr int kSequences = 2, kTokens = 40, kHeads = 2, kHeadSize = 64;
+  const std::vector<std::int32_t> real_tokens = {kTokens, 17};
+  for (const DType dtype : {DType::fp16, DType::bf16}) {
+    for (const float dropout : {0.0f, 0.1f}) {
+      SCOPED_TRACE(::testing::Message() << to_string(dtype) << ", dropout " << dropout);
+      const auto planned = fused_attention_plan({kSequences, kTokens, kHeads, kHeadSize, dtype}, 232448);
+      ASSERT_TRUE(std::holds_alternative<FusedAttentionPlan>(planned)) << std::get<std::string>(planned);
+      const FusedAttentionPlan& plan = std::get<FusedAttentionPlan>(planned);
+      EXPECT_EQ(plan.padded_tokens, 48);
+      const auto n = static_cast<std::size_t>(kSequences * kTokens * kHeads * kHeadSize);
+      const std::vector<float> q = rounded_to(dtype, normal_values(n, 81, 0.0, 1.0)),
+                               k = rounded_to(dtype, normal_values(n, 82, 0.0, 1.0)),
+                               v = rounded_to(dtype, normal_values(n, 83, 0.0, 1.0)),
+                               dcontext = rounded_to(dtype, normal_values(n, 84, 0.0, 1.0));
+      const std::uint64_t step = 5;
+      kernels::FusedAttentionCall call{&plan, dtype, kSequences, kHeads, dropout, 1234, &step, real_tokens.data()};
+      std::vector<float> statistics(static_cast<std::size_t>(kSequences * kHeads * kTokens), -1.0f);
+      bool intact = true;
+      std::vector<float> context, dq, dk, dv;
+      const auto as_dtype = [&](const std::vector<float>& values, auto&& f) {
+        return through(dtype, values, f, &intact);
+      };
+      as_dtype(q, [&](void* qd) {
+        as_dtype(k, [&](void* kd) {
+          as_dtype(v, [&](void* vd) {
+            context = as_dtype(std::vector<float>(n), [&](void* out) {
+              kernels::fused_attention_forward(call, qd, kd, vd, out, statistics.data(), nullptr);
+            });
+            as_dtype(dcontext, [&](void* dod) {
+              dq = as_dtype(std::vector<float>(n), [&](void* dqd) {
+                dk = as_dtype(std::vector<float>(n), [&](void* dkd) {
+                  dv = as_dtype(std::vector<float>(n), [&](void* dvd) {
+                    kernels::fused_attention_backward(call, qd, kd, vd, dod, statistics.data(), dqd, dkd, dvd,
+                                                      nullptr);
+                  });
+                });
+              });
+            });
+          });
+        });
+      });
+      EXPECT_TRUE(intact) << "a kernel wrote out of bounds";
+      const AttentionReference r = attention_reference(kSequences, kTokens, kHeads, kHeadSize, real_tokens, dropout,
+                                                       1234, step, q, k, v, dcontext);
+      const double bound = dtype == DType::fp16 ? 4e-3 : 3e-2;
+      EXPECT_LT(relative_error(context, r.context), bound) << "context";
+      EXPECT_LT(relative_error(statistics, r.statistics), 1e-5) << "log-sum-exp";
+      EXPECT_LT(relative_error(dq, r.dq), bound) << "dq";
+      EXPECT_LT(relative_error(dk, r.dk), bound) << "dk";
+      EXPECT_LT(relative_error(dv, r.dv), bound) << "dv";
+    }
   }
 }
 

@@ -106,7 +106,7 @@ __device__ void write_tile(const Accumulator& acc, float* staging, T* rows, cons
 
 template <typename T>
 __global__ void __launch_bounds__(kBlockThreads) attention_forward_kernel(AttentionArgs a) {
-  extern __shared__ __align__(128) unsigned char shared[];
+  DLBENCH_DYNAMIC_SHARED(shared);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   T* q = reinterpret_cast<T*>(shared);
   T* k = reinterpret_cast<T*>(shared + a.half_matrix_bytes);
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kBlockThreads) attention_forward_kernel(Attent
 
 template <typename T>
 __global__ void __launch_bounds__(kBlockThreads) attention_backward_kernel(AttentionArgs a) {
-  extern __shared__ __align__(128) unsigned char shared[];
+  DLBENCH_DYNAMIC_SHARED(shared);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   T* q = reinterpret_cast<T*>(shared);
   T* k = reinterpret_cast<T*>(shared + a.half_matrix_bytes);
@@ -345,10 +345,9 @@ void fused_attention_forward(const FusedAttentionCall& call, const void* q, cons
   a.statistics = statistics;
   with_half_type(call.dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    attention_forward_kernel<T><<<static_cast<unsigned>(call.sequences * call.heads), kBlockThreads,
-                                  call.plan->forward_bytes, stream>>>(a);
+    DLBENCH_LAUNCH_GRID_SHARED((attention_forward_kernel<T>), static_cast<unsigned>(call.sequences * call.heads),
+                               kBlockThreads, call.plan->forward_bytes, stream, a);
   });
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
 void fused_attention_backward(const FusedAttentionCall& call, const void* q, const void* k, const void* v,
@@ -367,10 +366,9 @@ void fused_attention_backward(const FusedAttentionCall& call, const void* q, con
   a.saved_statistics = statistics;
   with_half_type(call.dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    attention_backward_kernel<T><<<static_cast<unsigned>(call.sequences * call.heads), kBlockThreads,
-                                   call.plan->backward_bytes, stream>>>(a);
+    DLBENCH_LAUNCH_GRID_SHARED((attention_backward_kernel<T>), static_cast<unsigned>(call.sequences * call.heads),
+                               kBlockThreads, call.plan->backward_bytes, stream, a);
   });
-  DLBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace dlbench::worker::kernels

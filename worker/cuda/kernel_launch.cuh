@@ -63,22 +63,29 @@ void with_float_type(DType dtype, F&& f) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
 // A launch on a grid of its own: `kernel` in parentheses (a template's commas would split the
-// macro's arguments), then the grid, the block, the stream and the arguments; the launch checked.
-// Built for the CPU (cuda/emulation/cuda_emulation.hpp), the same launch runs there.
+// macro's arguments), then the grid, the block, the dynamic shared memory (_SHARED), the stream
+// and the arguments; the launch checked. Built for the CPU (cuda/emulation/cuda_emulation.hpp),
+// the same launch runs there.
 #define DLBENCH_UNPARENTHESIZED(...) __VA_ARGS__
 #if defined(DLBENCH_CUDA_EMULATION)
-#define DLBENCH_LAUNCH_GRID(kernel, grid, block, stream, ...)                                          \
-  do {                                                                                                 \
-    ::dlbench::cuda_emulation::launch(DLBENCH_UNPARENTHESIZED kernel, grid, block, 0, stream, __VA_ARGS__); \
-    DLBENCH_CUDA_CHECK(cudaGetLastError());                                                            \
+#define DLBENCH_LAUNCH_GRID_SHARED(kernel, grid, block, shared_bytes, stream, ...)                            \
+  do {                                                                                                      \
+    ::dlbench::cuda_emulation::launch(DLBENCH_UNPARENTHESIZED kernel, grid, block, shared_bytes, stream,   \
+                                      __VA_ARGS__);                                                         \
+    DLBENCH_CUDA_CHECK(cudaGetLastError());                                                                 \
   } while (false)
+// A kernel's dynamic shared memory, `name` its bytes (128-byte aligned).
+#define DLBENCH_DYNAMIC_SHARED(name) unsigned char* const name = ::dlbench::cuda_emulation::dynamic_shared()
 #else
-#define DLBENCH_LAUNCH_GRID(kernel, grid, block, stream, ...)                  \
-  do {                                                                         \
-    DLBENCH_UNPARENTHESIZED kernel<<<grid, block, 0, (stream)>>>(__VA_ARGS__); \
-    DLBENCH_CUDA_CHECK(cudaGetLastError());                                    \
+#define DLBENCH_LAUNCH_GRID_SHARED(kernel, grid, block, shared_bytes, stream, ...)      \
+  do {                                                                                \
+    DLBENCH_UNPARENTHESIZED kernel<<<grid, block, shared_bytes, (stream)>>>(__VA_ARGS__); \
+    DLBENCH_CUDA_CHECK(cudaGetLastError());                                           \
   } while (false)
+#define DLBENCH_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
+#define DLBENCH_LAUNCH_GRID(kernel, grid, block, stream, ...) \
+  DLBENCH_LAUNCH_GRID_SHARED(kernel, grid, block, 0, stream, __VA_ARGS__)
 
 // A grid-stride launch over n elements (none where n is 0).
 #define DLBENCH_LAUNCH(kernel, n, stream, ...)                                           \

@@ -94,6 +94,11 @@ struct BlockRun {
   Fiber* current = nullptr;
   const std::function<void()>* body = nullptr;
   std::exception_ptr error;
+  struct AlignedDelete {
+    void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{128}); }
+  };
+  std::unique_ptr<unsigned char[], AlignedDelete> dynamic_shared;
+  std::size_t dynamic_shared_bytes = 0;
 };
 
 thread_local BlockRun* running_block = nullptr;
@@ -219,6 +224,7 @@ std::string stuck_threads(const BlockRun& run) {
 
 void run_block(BlockRun& run, const uint3& block_index, dim3 grid, dim3 block) {
   const int threads = static_cast<int>(run.fibers.size());
+  std::memset(run.dynamic_shared.get(), 0xff, run.dynamic_shared_bytes);
   run.live = threads;
   run.at_block_barrier = 0;
   for (std::size_t w = 0; w < run.warps.size(); ++w) {
@@ -300,7 +306,7 @@ void exchange_in_warp(const void* value, void* result, std::size_t bytes, const 
   sync_warp();  // every lane has taken its value before the next shuffle overwrites the offers
 }
 
-void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
+void run_grid(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, const std::function<void()>& body) {
   const long long threads = static_cast<long long>(block.x) * block.y * block.z;
   if (threads <= 0 || threads > kMaxThreadsPerBlock) {
     throw std::invalid_argument("cuda emulation: a block of " + std::to_string(threads) + " threads (1 to " +
@@ -313,6 +319,8 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
   if (running_block != nullptr) throw std::logic_error("cuda emulation: a launch from inside a kernel");
   BlockRun run;
   run.body = &body;
+  run.dynamic_shared_bytes = dynamic_shared_bytes;
+  run.dynamic_shared.reset(new (std::align_val_t{128}) unsigned char[std::max<std::size_t>(dynamic_shared_bytes, 1)]);
   run.fibers.resize(static_cast<std::size_t>(threads));
   // The stacks stay for the thread's next launch: mapping fresh ones costs a page fault a page.
   thread_local std::vector<std::unique_ptr<char[]>> stacks;
@@ -340,6 +348,8 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
 }
 
 long long grids_run() { return grids.load(); }
+
+unsigned char* dynamic_shared() { return block_run().dynamic_shared.get(); }
 
 }  // namespace dlbench::cuda_emulation
 

@@ -1,12 +1,14 @@
 // dlbench's CUDA kernel files run on the CPU, for tests: a host compiler builds the same .cu
-// source with this header forced in first (-include), and a launch runs every block of the grid
-// one after another, each block's threads as fibers of one host thread that switch at
-// __syncthreads, __syncwarp and warp shuffles. So the kernels' index math, tails, barriers and
+// source with this header included first (worker/cuda/emulation/*.cpp), and a launch runs every
+// block of the grid one after another, each block's threads as fibers of one host thread that
+// switch at __syncthreads, __syncwarp and warp shuffles; tensor-core tiles (nvcuda::wmma) and
+// dynamic shared memory are emulated too. So the kernels' index math, tails, barriers and
 // reductions run in CI, where no GPU is: a kernel that reads or writes the wrong element, or
 // waits at a barrier some of its block never reaches, fails there (the latter as an error naming
 // the threads, where a GPU would hang). What it cannot show: speed, memory coalescing, the
-// device's float rounding of intrinsics, and races between threads that the chosen order hides;
-// a test can run the blocks and threads in reverse order to bring out the last (see ThreadOrder).
+// device's float rounding of intrinsics and tensor cores, and races between threads that the
+// chosen order hides; a test can run the blocks and threads in reverse order to bring out the
+// last (see ThreadOrder).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -50,10 +52,15 @@ void sync_warp();
 // `source_lane(lane)` into `result`.
 void exchange_in_warp(const void* value, void* result, std::size_t bytes, const std::function<int(int)>& source_lane);
 
-// Runs body() once for each thread of each block of the grid; rethrows the first exception a
-// thread threw (then the grid stops), and throws std::logic_error where the threads of a block
-// wait at barriers that can never all be reached.
-void run_grid(dim3 grid, dim3 block, const std::function<void()>& body);
+// Runs body() once for each thread of each block of the grid, with `dynamic_shared_bytes` of
+// dynamic shared memory a block (filled with 0xff bytes, NaN as floats, before each block: a read
+// of what no thread wrote shows); rethrows the first exception a thread threw (then the grid
+// stops), and throws std::logic_error where the threads of a block wait at barriers that can never
+// all be reached.
+void run_grid(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, const std::function<void()>& body);
+
+// The running block's dynamic shared memory (extern __shared__), 128-byte aligned.
+unsigned char* dynamic_shared();
 
 // How many grids have run: tests check that a launcher launched at all.
 long long grids_run();
@@ -61,10 +68,9 @@ long long grids_run();
 template <typename... Parameters, typename... Arguments>
 void launch(void (*kernel)(Parameters...), dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, cudaStream_t,
             Arguments&&... arguments) {
-  if (dynamic_shared_bytes != 0) throw std::logic_error("cuda emulation: dynamic shared memory is not emulated");
   // Converted to the kernel's parameter types once, as a launch does; each thread gets copies.
   const std::tuple<std::decay_t<Parameters>...> parameters(std::forward<Arguments>(arguments)...);
-  run_grid(grid, block, [&] { std::apply(kernel, parameters); });
+  run_grid(grid, block, dynamic_shared_bytes, [&] { std::apply(kernel, parameters); });
 }
 
 }  // namespace dlbench::cuda_emulation
@@ -126,6 +132,12 @@ T atomicAdd(T* address, T value) {
   }
 }
 
+// Raising a kernel's dynamic shared memory limit: the emulation has none to raise.
+template <typename R, typename... P>
+cudaError_t cudaFuncSetAttribute(R (*)(P...), cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
@@ -133,6 +145,61 @@ inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : 
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 
-// Launches: a kernel pointer and its grid, as kernel<<<grid, block, shared, stream>>>(args).
-#define DLBENCH_EMULATED_LAUNCH(kernel, grid, block, shared_bytes, stream, ...) \
-  ::dlbench::cuda_emulation::launch(kernel, grid, block, shared_bytes, stream, __VA_ARGS__)
+// Warp matrix tiles (mma.h's nvcuda::wmma, which a host compiler does not get): every lane holds
+// the whole tile, loads and stores all of it and multiplies it in fp32, so the lanes agree on what
+// a warp's collective operation leaves. Only what dlbench's kernels use: 16 × 16 × 16 tiles of
+// half or bfloat16 with fp32 accumulators.
+namespace nvcuda::wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+  static constexpr int kRows = std::is_same_v<Use, matrix_b> ? K : M;
+  static constexpr int kColumns = std::is_same_v<Use, matrix_a> ? K : N;
+  static constexpr int num_elements = kRows * kColumns;
+  T x[static_cast<std::size_t>(num_elements)];  // row by row, logical (row, column)
+};
+
+template <typename Use, int M, int N, int K, typename T, typename Layout>
+void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, T value) {
+  for (T& e : f.x) e = value;
+}
+
+template <typename Use, int M, int N, int K, typename T, typename Layout>
+void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned ldm) {
+  using F = fragment<Use, M, N, K, T, Layout>;
+  for (int r = 0; r < F::kRows; ++r) {
+    for (int c = 0; c < F::kColumns; ++c) {
+      f.x[r * F::kColumns + c] = std::is_same_v<Layout, row_major> ? p[r * ldm + c] : p[c * ldm + r];
+    }
+  }
+}
+
+template <int M, int N, int K, typename T, typename LayoutA, typename LayoutB>
+void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LayoutA>& a,
+              const fragment<matrix_b, M, N, K, T, LayoutB>& b, const fragment<accumulator, M, N, K, float>& c) {
+  float out[static_cast<std::size_t>(M * N)];
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) {
+      float sum = c.x[i * N + j];
+      for (int k = 0; k < K; ++k) sum += static_cast<float>(a.x[i * K + k]) * static_cast<float>(b.x[k * N + j]);
+      out[i * N + j] = sum;
+    }
+  }
+  for (int e = 0; e < M * N; ++e) d.x[e] = out[e];
+}
+
+template <int M, int N, int K>
+void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned ldm, layout_t layout) {
+  for (int r = 0; r < M; ++r) {
+    for (int c = 0; c < N; ++c) (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * N + c];
+  }
+}
+
+}  // namespace nvcuda::wmma
