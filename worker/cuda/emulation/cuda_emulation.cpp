@@ -256,7 +256,7 @@ void run_block(BlockRun& run, const uint3& block_index, dim3 grid, dim3 block) {
       run.current = nullptr;
     }
     // A thread's exception ends the grid, as a device fault ends the kernel; the other fibers'
-    // stacks are dropped unwound (kernel locals own nothing).
+    // stacks are dropped without unwinding them (kernel locals own nothing).
     if (run.error) std::rethrow_exception(run.error);
     if (!ran) throw std::logic_error("cuda emulation: " + stuck_threads(run));
   }
