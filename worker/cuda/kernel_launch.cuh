@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/float_types.hpp"
 #include "cuda/vector_split.hpp"
 #include "dtype.hpp"
 
@@ -39,24 +40,6 @@ __device__ inline __half store<__half>(float v) { return __float2half_rn(v); }
 template <>
 __device__ inline __nv_bfloat16 store<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-template <typename T>
-struct Type {
-  using type = T;
-};
-
-// Calls f(Type<T>{}) with the device type that holds `dtype`'s values: how a launcher taking
-// untyped pointers picks its kernel's instantiation.
-template <typename F>
-void with_float_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::fp32: f(Type<float>{}); return;
-    case DType::fp16: f(Type<__half>{}); return;
-    case DType::bf16: f(Type<__nv_bfloat16>{}); return;
-    case DType::int32: break;
-  }
-  throw std::invalid_argument("a CUDA kernel was asked to compute on " + std::string(to_string(dtype)) + " values");
-}
-
 }  // namespace dlbench::worker::kernels
 
 #define DLBENCH_GRID_STRIDE(i, n) \
@@ -68,12 +51,9 @@ void with_float_type(DType dtype, F&& f) {
 // the same launch runs there.
 #define DLBENCH_UNPARENTHESIZED(...) __VA_ARGS__
 #if defined(DLBENCH_CUDA_EMULATION)
-#define DLBENCH_LAUNCH_GRID_SHARED(kernel, grid, block, shared_bytes, stream, ...)                            \
-  do {                                                                                                      \
-    ::dlbench::cuda_emulation::launch(DLBENCH_UNPARENTHESIZED kernel, grid, block, shared_bytes, stream,   \
-                                      __VA_ARGS__);                                                         \
-    DLBENCH_CUDA_CHECK(cudaGetLastError());                                                                 \
-  } while (false)
+// The emulated launch reports by exception: nothing is left for cudaGetLastError.
+#define DLBENCH_LAUNCH_GRID_SHARED(kernel, grid, block, shared_bytes, stream, ...) \
+  ::dlbench::cuda_emulation::launch(DLBENCH_UNPARENTHESIZED kernel, grid, block, shared_bytes, stream, __VA_ARGS__)
 // A kernel's dynamic shared memory, `name` its bytes (128-byte aligned).
 #define DLBENCH_DYNAMIC_SHARED(name) unsigned char* const name = ::dlbench::cuda_emulation::dynamic_shared()
 #else

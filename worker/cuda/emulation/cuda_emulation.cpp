@@ -145,8 +145,9 @@ void release_block_barrier_if_complete(BlockRun& run) {
 void release_warp_barrier_if_complete(BlockRun& run, int warp) {
   Warp& w = run.warps[static_cast<std::size_t>(warp)];
   if (w.arrived == 0 || w.arrived < w.live) return;
-  for (Fiber& f : run.fibers) {
-    if (f.warp == warp && f.state == FiberState::at_warp_barrier) f.state = FiberState::runnable;
+  const auto first = static_cast<std::size_t>(warp * kWarpSize);
+  for (std::size_t t = first; t < first + static_cast<std::size_t>(w.lanes); ++t) {
+    if (run.fibers[t].state == FiberState::at_warp_barrier) run.fibers[t].state = FiberState::runnable;
   }
   w.arrived = 0;
 }
@@ -354,9 +355,8 @@ unsigned char* dynamic_shared() { return block_run().dynamic_shared.get(); }
 }  // namespace dlbench::cuda_emulation
 
 // The runtime calls the kernel files make, on host memory. The launches themselves report by
-// exception, so there is never an error left to get.
+// exception, so no launch error is left to get.
 extern "C" {
-cudaError_t cudaGetLastError() { return cudaSuccess; }
 const char* cudaGetErrorString(cudaError_t error) {
   return error == cudaSuccess ? "no error" : "error (cuda emulation)";
 }
