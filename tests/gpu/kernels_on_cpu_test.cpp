@@ -18,6 +18,7 @@
 #include "../worker/batch_norm_reference.hpp"
 #include "cuda/attention_kernels.hpp"
 #include "cuda/batch_norm_kernels.hpp"
+#include "cuda/float_types.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/transformer_kernels.hpp"
 #include "cuda/warp_reduce.cuh"
@@ -28,6 +29,8 @@ namespace dlbench::worker {
 namespace {
 
 using cuda_emulation::ThreadOrder;
+using reference_batch_norm::forward_statistics;
+using reference_batch_norm::ForwardStatistics;
 using reference_batch_norm::normal_values;
 using reference_batch_norm::Reference;
 using reference_batch_norm::relative_error;
@@ -158,11 +161,6 @@ class Guarded {
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(storage_[kGuard + i]);
     return v;
   }
-  // The values as the kernels read them: each rounded to T.
-  std::vector<double> doubles() const {
-    const std::vector<float> f = floats();
-    return {f.begin(), f.end()};
-  }
   bool guards_intact() const {
     const auto* bytes = reinterpret_cast<const unsigned char*>(storage_.data());
     const std::size_t guard_bytes = kGuard * sizeof(T), all = storage_.size() * sizeof(T);
@@ -217,13 +215,23 @@ BatchNormRun run_own_batch_norm(DType dtype, bool channels_last, const BatchNorm
   return run;
 }
 
+// Holds `values` as `dtype` does (with_float_type picks the storage type, as the launchers do),
+// runs f(pointer) and returns what f left there as floats.
+template <typename F>
+std::vector<float> through(DType dtype, const std::vector<float>& values, F&& f, bool* guards_intact = nullptr) {
+  std::vector<float> left;
+  kernels::with_float_type(dtype, [&](auto type) {
+    auto guarded = Guarded<typename decltype(type)::type>::of(values);
+    f(static_cast<void*>(guarded.data()));
+    if (guards_intact != nullptr) *guards_intact = *guards_intact && guarded.guards_intact();
+    left = guarded.floats();
+  });
+  return left;
+}
+
 // The values as a tensor of `dtype` holds them.
 std::vector<float> rounded_to(DType dtype, const std::vector<float>& values) {
-  switch (dtype) {
-    case DType::fp16: return Guarded<__half>::of(values).floats();
-    case DType::bf16: return Guarded<__nv_bfloat16>::of(values).floats();
-    default: return values;
-  }
+  return through(dtype, values, [](void*) {});
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -255,13 +263,12 @@ TEST(CudaKernelsOnCpu, OwnBatchNormKernelsAreBatchNormInEveryLayoutTailAndType) 
                                    beta = normal_values(channels, 5, 0.0, 0.3);
           const auto run = [&](ThreadOrder order) {
             return in_order(order, [&] {
-              switch (dtype) {
-                case DType::fp16:
-                  return run_own_batch_norm<__half>(dtype, channels_last, s, tail, x, z, dy, gamma, beta);
-                case DType::bf16:
-                  return run_own_batch_norm<__nv_bfloat16>(dtype, channels_last, s, tail, x, z, dy, gamma, beta);
-                default: return run_own_batch_norm<float>(dtype, channels_last, s, tail, x, z, dy, gamma, beta);
-              }
+              BatchNormRun result;
+              kernels::with_float_type(dtype, [&](auto type) {
+                using T = typename decltype(type)::type;
+                result = run_own_batch_norm<T>(dtype, channels_last, s, tail, x, z, dy, gamma, beta);
+              });
+              return result;
             });
           };
           const BatchNormRun got = run(ThreadOrder::ascending);
@@ -270,16 +277,10 @@ TEST(CudaKernelsOnCpu, OwnBatchNormKernelsAreBatchNormInEveryLayoutTailAndType) 
                                                               beta, dy);
           EXPECT_LT(relative_error(got.y, r.y), bound) << "y";
           EXPECT_LT(relative_error(got.mean, r.mean), 1e-5) << "mean (fp32 statistics of the stored values)";
-          std::vector<double> inverse_std, running_mean, running_var;
-          const double count = static_cast<double>(s.per_channel());
-          for (std::size_t c = 0; c < channels; ++c) {
-            inverse_std.push_back(1.0 / std::sqrt(r.variance[c] + 1e-5));
-            running_mean.push_back(0.9 * 0.25 + 0.1 * r.mean[c]);
-            running_var.push_back(0.9 * 2.0 + 0.1 * (count > 1 ? r.variance[c] * count / (count - 1) : r.variance[c]));
-          }
-          EXPECT_LT(relative_error(got.inverse_std, inverse_std), 1e-5) << "inverse std";
-          EXPECT_LT(relative_error(got.running_mean, running_mean), 1e-5) << "running mean";
-          EXPECT_LT(relative_error(got.running_var, running_var), 1e-5) << "running variance (unbiased)";
+          const ForwardStatistics f = forward_statistics(r, s, 1e-5, 0.1, 0.25, 2.0);
+          EXPECT_LT(relative_error(got.inverse_std, f.inverse_std), 1e-5) << "inverse std";
+          EXPECT_LT(relative_error(got.running_mean, f.running_mean), 1e-5) << "running mean";
+          EXPECT_LT(relative_error(got.running_var, f.running_var), 1e-5) << "running variance (unbiased)";
           EXPECT_LT(relative_error(got.dx, r.dx), bound) << "dx";
           EXPECT_LT(relative_error(got.dgamma, r.dgamma), bound) << "dgamma";
           EXPECT_LT(relative_error(got.dbeta, r.dbeta), bound) << "dbeta";
@@ -395,21 +396,6 @@ TEST(CudaKernelsOnCpu, NonFiniteValuesOfAHalfTensorAreCounted) {
   EXPECT_EQ(counts[0], 5u + 3u);
   EXPECT_EQ(counts[1], 7u + 1u);
   EXPECT_TRUE(halves.guards_intact());
-}
-
-// Holds `values` as `dtype` does, runs f(pointer) and returns what f left there as floats.
-template <typename F>
-std::vector<float> through(DType dtype, const std::vector<float>& values, F&& f, bool* guards_intact = nullptr) {
-  const auto run = [&](auto guarded) {
-    f(static_cast<void*>(guarded.data()));
-    if (guards_intact != nullptr) *guards_intact = *guards_intact && guarded.guards_intact();
-    return guarded.floats();
-  };
-  switch (dtype) {
-    case DType::fp16: return run(Guarded<__half>::of(values));
-    case DType::bf16: return run(Guarded<__nv_bfloat16>::of(values));
-    default: return run(Guarded<float>::of(values));
-  }
 }
 
 // BERT's layer norm, forward and backward, by the warp kernels (768 features: 24 a lane) and the

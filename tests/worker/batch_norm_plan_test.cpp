@@ -18,6 +18,8 @@
 namespace dlbench::worker {
 namespace {
 
+using reference_batch_norm::forward_statistics;
+using reference_batch_norm::ForwardStatistics;
 using reference_batch_norm::normal_values;
 using reference_batch_norm::reference;
 using reference_batch_norm::Reference;
@@ -349,16 +351,10 @@ TEST(BatchNormPlan, TheKernelsArithmeticIsBatchNormForEveryTail) {
         const Reference r = reference(s, channels_last, tail, bn.epsilon, x, z, gamma, beta, dy);
         EXPECT_LT(relative_error(y, r.y), 1e-5) << "y";
         EXPECT_LT(relative_error(bn.mean, r.mean), 1e-5) << "mean";
-        std::vector<double> inverse_std, running_mean, running_var;
-        const double count = static_cast<double>(s.per_channel());
-        for (std::size_t c = 0; c < channels; ++c) {
-          inverse_std.push_back(1.0 / std::sqrt(r.variance[c] + static_cast<double>(bn.epsilon)));
-          running_mean.push_back(0.9 * 0.25 + 0.1 * r.mean[c]);
-          running_var.push_back(0.9 * 2.0 + 0.1 * (count > 1 ? r.variance[c] * count / (count - 1) : r.variance[c]));
-        }
-        EXPECT_LT(relative_error(bn.inverse_std, inverse_std), 1e-5) << "inverse std";
-        EXPECT_LT(relative_error(bn.running_mean, running_mean), 1e-5) << "running mean";
-        EXPECT_LT(relative_error(bn.running_var, running_var), 1e-5) << "running variance";
+        const ForwardStatistics f = forward_statistics(r, s, static_cast<double>(bn.epsilon), 0.1, 0.25, 2.0);
+        EXPECT_LT(relative_error(bn.inverse_std, f.inverse_std), 1e-5) << "inverse std";
+        EXPECT_LT(relative_error(bn.running_mean, f.running_mean), 1e-5) << "running mean";
+        EXPECT_LT(relative_error(bn.running_var, f.running_var), 1e-5) << "running variance";
         EXPECT_LT(relative_error(dx, r.dx), 1e-5) << "dx";
         EXPECT_LT(relative_error(dgamma, r.dgamma), 1e-5) << "dgamma";
         EXPECT_LT(relative_error(dbeta, r.dbeta), 1e-5) << "dbeta";

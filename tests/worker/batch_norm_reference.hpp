@@ -38,9 +38,10 @@ struct Reference {
   std::vector<double> y, mean, variance, dx, dz, dgamma, dbeta;
 };
 
-inline Reference reference(const BatchNormShape& s, bool channels_last, int tail, float eps, const std::vector<float>& x32,
-                    const std::vector<float>& z32, const std::vector<float>& gamma32,
-                    const std::vector<float>& beta32, const std::vector<float>& dy32) {
+inline Reference reference(const BatchNormShape& s, bool channels_last, int tail, float eps,
+                           const std::vector<float>& x32, const std::vector<float>& z32,
+                           const std::vector<float>& gamma32, const std::vector<float>& beta32,
+                           const std::vector<float>& dy32) {
   const std::vector<double> x(x32.begin(), x32.end()), z(z32.begin(), z32.end()), gamma(gamma32.begin(), gamma32.end()),
       beta(beta32.begin(), beta32.end()), dy(dy32.begin(), dy32.end());
   const auto epsilon = static_cast<double>(eps);
@@ -79,6 +80,26 @@ inline Reference reference(const BatchNormShape& s, bool channels_last, int tail
   }
   r.dz = g;
   return r;
+}
+
+// The per-channel state a training forward leaves, from the reference's batch statistics: the
+// inverse std, and running statistics that started at (start_mean, start_var) moved by PyTorch's
+// rule (the unbiased variance).
+struct ForwardStatistics {
+  std::vector<double> inverse_std, running_mean, running_var;
+};
+
+inline ForwardStatistics forward_statistics(const Reference& r, const BatchNormShape& s, double epsilon,
+                                            double momentum, double start_mean, double start_var) {
+  ForwardStatistics f;
+  const double count = static_cast<double>(s.per_channel());
+  for (std::size_t c = 0; c < r.mean.size(); ++c) {
+    const double unbiased = count > 1 ? r.variance[c] * count / (count - 1) : r.variance[c];
+    f.inverse_std.push_back(1.0 / std::sqrt(r.variance[c] + epsilon));
+    f.running_mean.push_back((1.0 - momentum) * start_mean + momentum * r.mean[c]);
+    f.running_var.push_back((1.0 - momentum) * start_var + momentum * unbiased);
+  }
+  return f;
 }
 
 }  // namespace dlbench::worker::reference_batch_norm
