@@ -23,29 +23,23 @@
 #include "cuda/transformer_kernels.hpp"
 #include "cuda/warp_reduce.cuh"
 #include "dropout_mask.hpp"
+#include "emulated_kernel_test.hpp"
 #include "loss_scaler.hpp"
 
 namespace dlbench::worker {
 namespace {
 
 using cuda_emulation::ThreadOrder;
+using emulated_kernel_test::Guarded;
+using emulated_kernel_test::in_order;
+using emulated_kernel_test::rounded_to;
+using emulated_kernel_test::same_bits;
+using emulated_kernel_test::through;
 using reference_batch_norm::forward_statistics;
 using reference_batch_norm::ForwardStatistics;
 using reference_batch_norm::normal_values;
 using reference_batch_norm::Reference;
 using reference_batch_norm::relative_error;
-
-// Runs `f` with the threads in the given order, and puts the order back afterwards.
-template <typename F>
-auto in_order(ThreadOrder order, F&& f) {
-  const ThreadOrder before = cuda_emulation::thread_order();
-  cuda_emulation::set_thread_order(order);
-  struct Restore {
-    ThreadOrder order;
-    ~Restore() { cuda_emulation::set_thread_order(order); }
-  } restore{before};
-  return f();
-}
 
 // ---- the emulation ----------------------------------------------------------------------------
 
@@ -141,41 +135,6 @@ TEST(CudaKernelsOnCpu, ARaceOnSharedMemoryShowsAsADifferenceBetweenTheOrders) {
 
 // ---- the kernel files --------------------------------------------------------------------------
 
-// A buffer of T with guard values on both sides, 64 bytes each (the interior stays 16-byte
-// aligned, as the kernels' packs need).
-template <typename T>
-class Guarded {
- public:
-  explicit Guarded(std::size_t n) : storage_(n + 2 * kGuard) {
-    std::memset(static_cast<void*>(storage_.data()), kPattern, storage_.size() * sizeof(T));
-  }
-  static Guarded of(const std::vector<float>& values) {
-    Guarded g(values.size());
-    for (std::size_t i = 0; i < values.size(); ++i) g.data()[i] = T(values[i]);
-    return g;
-  }
-  T* data() { return storage_.data() + kGuard; }
-  std::size_t size() const { return storage_.size() - 2 * kGuard; }
-  std::vector<float> floats() const {
-    std::vector<float> v(size());
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(storage_[kGuard + i]);
-    return v;
-  }
-  bool guards_intact() const {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(storage_.data());
-    const std::size_t guard_bytes = kGuard * sizeof(T), all = storage_.size() * sizeof(T);
-    for (std::size_t i = 0; i < guard_bytes; ++i) {
-      if (bytes[i] != kPattern || bytes[all - 1 - i] != kPattern) return false;
-    }
-    return true;
-  }
-
- private:
-  static constexpr std::size_t kGuard = 64 / sizeof(T);
-  static constexpr unsigned char kPattern = 0x7b;
-  std::vector<T> storage_;
-};
-
 // What one forward and backward of dlbench's own batch norm leave, every output as floats.
 struct BatchNormRun {
   std::vector<float> y, mean, inverse_std, running_mean, running_var, dx, dz, dgamma, dbeta;
@@ -213,29 +172,6 @@ BatchNormRun run_own_batch_norm(DType dtype, bool channels_last, const BatchNorm
     run.guards_intact = run.guards_intact && intact;
   }
   return run;
-}
-
-// Holds `values` as `dtype` does (with_float_type picks the storage type, as the launchers do),
-// runs f(pointer) and returns what f left there as floats.
-template <typename F>
-std::vector<float> through(DType dtype, const std::vector<float>& values, F&& f, bool* guards_intact = nullptr) {
-  std::vector<float> left;
-  kernels::with_float_type(dtype, [&](auto type) {
-    auto guarded = Guarded<typename decltype(type)::type>::of(values);
-    f(static_cast<void*>(guarded.data()));
-    if (guards_intact != nullptr) *guards_intact = *guards_intact && guarded.guards_intact();
-    left = guarded.floats();
-  });
-  return left;
-}
-
-// The values as a tensor of `dtype` holds them.
-std::vector<float> rounded_to(DType dtype, const std::vector<float>& values) {
-  return through(dtype, values, [](void*) {});
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // dlbench's own batch norms (DLBENCH_CUDA_BATCH_NORM=own), forward and backward, in NCHW and
@@ -823,45 +759,64 @@ TEST(CudaKernelsOnCpu, AdaptiveAveragePoolingUsesPyTorchsWindowsBothWays) {
   }
 }
 
-// Bilinear resize with PyTorch's align_corners=False rule, up and down, forward and backward (the
-// four taps' gradients added in an fp32 accumulator), against fp64.
+// Bilinear resize with PyTorch's align_corners=False rule, up (DeepLabV3+'s 4x among them) and
+// down, one pixel wide, in either memory order, forward and backward, against fp64; the backward
+// gathers each input's gradient, so it has the same bits in either thread order.
 TEST(CudaKernelsOnCpu, BilinearResizeIsPyTorchsAlignCornersFalseBothWays) {
-  for (const auto& [out_h, out_w] : {std::pair{13, 17}, std::pair{3, 2}}) {
-    SCOPED_TRACE(::testing::Message() << out_h << "x" << out_w);
-    const ActivationGeometry in{2, 3, 6, 8, false};
-    const ActivationGeometry out{2, 3, out_h, out_w, false};
-    const std::vector<float> x = normal_values(static_cast<std::size_t>(in.numel()), 71, 0.0, 1.0);
-    const std::vector<float> dy = normal_values(static_cast<std::size_t>(out.numel()), 72, 0.0, 1.0);
-    std::vector<float> y(static_cast<std::size_t>(out.numel())), dx(x.size()), accumulator(x.size(), 9.0f);
-    kernels::bilinear_resize_forward(DType::fp32, x.data(), y.data(), in, out_h, out_w, nullptr);
-    kernels::bilinear_resize_backward(DType::fp32, dy.data(), dx.data(), accumulator.data(), in, out_h, out_w, nullptr);
-    // PyTorch's source coordinate: (i + 0.5) · in / out − 0.5, below 0 taken as 0.
-    const auto taps = [](int i, int in_size, int out_size) {
-      const double src = std::max(0.0, (i + 0.5) * in_size / out_size - 0.5);
-      const int low = std::min(static_cast<int>(src), in_size - 1), high = std::min(low + 1, in_size - 1);
-      return std::tuple{low, high, src - low};
-    };
-    std::vector<double> ey(y.size(), 0.0), edx(x.size(), 0.0);
-    for (std::int64_t plane = 0; plane < in.n * in.c; ++plane) {
-      for (int oh = 0; oh < out_h; ++oh) {
-        for (int ow = 0; ow < out_w; ++ow) {
-          const auto [h0, h1, fh] = taps(oh, 6, out_h);
-          const auto [w0, w1, fw] = taps(ow, 8, out_w);
-          const auto o = static_cast<std::size_t>((plane * out_h + oh) * out_w + ow);
-          const std::pair<std::int64_t, double> weights[] = {{h0 * 8 + w0, (1 - fh) * (1 - fw)},
-                                                             {h0 * 8 + w1, (1 - fh) * fw},
-                                                             {h1 * 8 + w0, fh * (1 - fw)},
-                                                             {h1 * 8 + w1, fh * fw}};
-          for (const auto& [pixel, weight] : weights) {
-            const auto i = static_cast<std::size_t>(plane * 48 + pixel);
-            ey[o] += weight * static_cast<double>(x[i]);
-            edx[i] += weight * static_cast<double>(dy[o]);
+  struct Sizes {
+    int in_h, in_w, out_h, out_w;
+  };
+  for (const Sizes& z : {Sizes{6, 8, 13, 17}, Sizes{6, 8, 3, 2}, Sizes{6, 8, 24, 32}, Sizes{6, 8, 6, 8},
+                         Sizes{1, 5, 7, 11}, Sizes{5, 9, 2, 4}}) {
+    for (const bool channels_last : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << z.in_h << "x" << z.in_w << " to " << z.out_h << "x" << z.out_w
+                                        << (channels_last ? " nhwc" : " nchw"));
+      const ActivationGeometry in{2, 3, z.in_h, z.in_w, channels_last};
+      const ActivationGeometry out{2, 3, z.out_h, z.out_w, channels_last};
+      const std::vector<float> x = normal_values(static_cast<std::size_t>(in.numel()), 71, 0.0, 1.0);
+      const std::vector<float> dy = normal_values(static_cast<std::size_t>(out.numel()), 72, 0.0, 1.0);
+      std::vector<float> y(static_cast<std::size_t>(out.numel()));
+      kernels::bilinear_resize_forward(DType::fp32, x.data(), y.data(), in, z.out_h, z.out_w, nullptr);
+      const auto backward = [&](ThreadOrder order) {
+        return in_order(order, [&] {
+          auto dx = Guarded<float>::of(std::vector<float>(x.size(), 9.0f));
+          kernels::bilinear_resize_backward(DType::fp32, dy.data(), dx.data(), in, z.out_h, z.out_w, nullptr);
+          EXPECT_TRUE(dx.guards_intact());
+          return dx.floats();
+        });
+      };
+      const std::vector<float> dx = backward(ThreadOrder::ascending);
+      EXPECT_TRUE(same_bits(dx, backward(ThreadOrder::descending))) << "the blocks' order changed the gradient";
+      // PyTorch's source coordinate: (i + 0.5) · in / out − 0.5, below 0 taken as 0.
+      const auto taps = [](int i, int in_size, int out_size) {
+        const double src = std::max(0.0, (i + 0.5) * in_size / out_size - 0.5);
+        const int low = std::min(static_cast<int>(src), in_size - 1), high = std::min(low + 1, in_size - 1);
+        return std::tuple{low, high, src - low};
+      };
+      std::vector<double> ey(y.size(), 0.0), edx(x.size(), 0.0);
+      for (std::int64_t sample = 0; sample < 2; ++sample) {
+        for (std::int64_t channel = 0; channel < 3; ++channel) {
+          for (int oh = 0; oh < z.out_h; ++oh) {
+            for (int ow = 0; ow < z.out_w; ++ow) {
+              const auto [h0, h1, fh] = taps(oh, z.in_h, z.out_h);
+              const auto [w0, w1, fw] = taps(ow, z.in_w, z.out_w);
+              const auto o = static_cast<std::size_t>(out.offset(sample, channel, oh * z.out_w + ow));
+              const std::pair<int, double> weights[] = {{h0 * z.in_w + w0, (1 - fh) * (1 - fw)},
+                                                        {h0 * z.in_w + w1, (1 - fh) * fw},
+                                                        {h1 * z.in_w + w0, fh * (1 - fw)},
+                                                        {h1 * z.in_w + w1, fh * fw}};
+              for (const auto& [pixel, weight] : weights) {
+                const auto i = static_cast<std::size_t>(in.offset(sample, channel, pixel));
+                ey[o] += weight * static_cast<double>(x[i]);
+                edx[i] += weight * static_cast<double>(dy[o]);
+              }
+            }
           }
         }
       }
+      EXPECT_LT(relative_error(y, ey), 1e-6);
+      EXPECT_LT(relative_error(dx, edx), 1e-6);
     }
-    EXPECT_LT(relative_error(y, ey), 1e-6);
-    EXPECT_LT(relative_error(dx, edx), 1e-6);
   }
 }
 

@@ -652,11 +652,9 @@ class CudaResize final : public ResizeOp {
     require_dtype("bilinear resize", dtype_, {&x, &y});
     kernels::bilinear_resize_forward(dtype_, x.data, y.data, in_, out_h_, out_w_, backend_.stream());
   }
-  // The four taps' gradients add up in fp32 (in the shared workspace) whatever dx's type.
   void backward(const Tensor& dy, Tensor& dx) override {
     require_dtype("bilinear resize", dtype_, {&dy, &dx});
-    auto* accumulator = static_cast<float*>(backend_.workspace(static_cast<std::size_t>(in_.numel()) * sizeof(float)));
-    kernels::bilinear_resize_backward(dtype_, dy.data, dx.data, accumulator, in_, out_h_, out_w_, backend_.stream());
+    kernels::bilinear_resize_backward(dtype_, dy.data, dx.data, in_, out_h_, out_w_, backend_.stream());
   }
 
  private:
@@ -785,13 +783,16 @@ void CudaBackend::softmax_cross_entropy(const Tensor& logits, const std::int32_t
 float CudaBackend::last_loss() {
   if (loss_segments_.empty()) return std::numeric_limits<float>::quiet_NaN();
   if (loss_segments_.size() > loss_sums_capacity_) {
-    loss_sums_ = allocate(loss_segments_.size() * sizeof(float));
+    loss_sums_ = allocate((kernels::kSumPartials + loss_segments_.size()) * sizeof(float));
     loss_sums_capacity_ = loss_segments_.size();
   }
-  auto* sums = static_cast<float*>(loss_sums_.get());
+  // The segments' sums take turns with one scratch: the stream orders them.
+  auto* partials = static_cast<float*>(loss_sums_.get());
+  float* sums = partials + kernels::kSumPartials;
   const auto* rows = static_cast<const float*>(loss_rows_.get());
   for (std::size_t i = 0; i < loss_segments_.size(); ++i) {
-    kernels::sum(rows + loss_segments_[i].offset, static_cast<std::int64_t>(loss_segments_[i].rows), sums + i, stream_);
+    kernels::sum(rows + loss_segments_[i].offset, static_cast<std::int64_t>(loss_segments_[i].rows), sums + i, partials,
+                 stream_);
   }
   std::vector<float> host(loss_segments_.size());
   copy_to_host(host.data(), sums, host.size() * sizeof(float));  // waits for the step

@@ -255,7 +255,7 @@ class CudaBackend final : public Backend {
   };
   std::shared_ptr<void> loss_rows_;       // one weighted loss per sample (per pixel for segmentation)
   std::shared_ptr<void> loss_scratch_;    // the valid-pixel count of a per-pixel term
-  std::shared_ptr<void> loss_sums_;       // one sum per segment, when the loss is read
+  std::shared_ptr<void> loss_sums_;       // kSumPartials of sum()'s scratch, then one sum per segment
   std::vector<LossSegment> loss_segments_;
   std::size_t loss_sums_capacity_ = 0;
   std::shared_ptr<void> step_;             // begin_step's, on the device: what dropout masks mix in

@@ -10,6 +10,7 @@
 #include "cuda/column_reduction.hpp"
 #include "cuda/kernel_launch.cuh"
 #include "cuda/padded_channels.hpp"
+#include "cuda/warp_reduce.cuh"
 
 namespace dlbench::worker::kernels {
 namespace {
@@ -258,20 +259,46 @@ __global__ void bilinear_resize_forward_kernel(const T* x, T* y, ActivationGeome
   }
 }
 
-// Adds into an fp32 accumulator laid out as dx: atomic adds in fp32 whatever dx's type.
+// The output indices along one axis whose taps may include input index i: source(o) = (o + 0.5) ·
+// in/out − 0.5 lies in [i − 1, i + 1) for those that read i, widened by one each side against
+// float rounding (each candidate is then tested with the forward's own taps).
+struct OutputRun {
+  int first, last;  // inclusive
+};
+__device__ inline OutputRun outputs_reading(int i, int in_size, int out_size) {
+  const float outputs_per_input = static_cast<float>(out_size) / static_cast<float>(in_size);
+  const int first = static_cast<int>(floorf((static_cast<float>(i) - 0.5f) * outputs_per_input - 0.5f)) - 1;
+  const int last = static_cast<int>(ceilf((static_cast<float>(i) + 1.5f) * outputs_per_input - 0.5f)) + 1;
+  return {first < 0 ? 0 : first, last > out_size - 1 ? out_size - 1 : last};
+}
+
+// What input index i receives of one output's gradient along an axis (both taps may be i at the edge).
+__device__ inline float share_of(const BilinearTaps& t, int i) {
+  return (t.first == i ? 1.0f - t.weight : 0.0f) + (t.second == i ? t.weight : 0.0f);
+}
+
+// A thread per dx element gathers the output gradients whose taps include it, in a fixed order, in
+// fp32: no atomics, so dx has the same bits however the blocks are scheduled, and no fp32 copy of dx.
 template <typename T>
-__global__ void bilinear_resize_backward_kernel(const T* dy, float* accumulator, ActivationGeometry in,
-                                                ActivationGeometry out) {
-  DLBENCH_GRID_STRIDE(i, out.numel()) {
-    const ResizeTaps t(i, in, out);
-    const float g = load(dy[i]);
-    const auto add = [&](int row, int column, float share) {
-      atomicAdd(accumulator + in.offset(t.e.sample, t.e.channel, row * in.w + column), share * g);
-    };
-    add(t.y.first, t.x.first, (1.0f - t.y.weight) * (1.0f - t.x.weight));
-    add(t.y.first, t.x.second, (1.0f - t.y.weight) * t.x.weight);
-    add(t.y.second, t.x.first, t.y.weight * (1.0f - t.x.weight));
-    add(t.y.second, t.x.second, t.y.weight * t.x.weight);
+__global__ void bilinear_resize_backward_kernel(const T* dy, T* dx, ActivationGeometry in, ActivationGeometry out) {
+  const int in_h = static_cast<int>(in.h), in_w = static_cast<int>(in.w);
+  const int out_h = static_cast<int>(out.h), out_w = static_cast<int>(out.w);
+  DLBENCH_GRID_STRIDE(i, in.numel()) {
+    const ActivationGeometry::Element e = in.element(i);
+    const int row = static_cast<int>(e.pixel / in.w), column = static_cast<int>(e.pixel % in.w);
+    const OutputRun rows = outputs_reading(row, in_h, out_h), columns = outputs_reading(column, in_w, out_w);
+    float sum = 0.0f;
+    for (int oy = rows.first; oy <= rows.last; ++oy) {
+      const BilinearTaps ty = bilinear_taps(oy, in_h, out_h);
+      if (ty.first != row && ty.second != row) continue;
+      const float share_y = share_of(ty, row);
+      for (int ox = columns.first; ox <= columns.last; ++ox) {
+        const BilinearTaps tx = bilinear_taps(ox, in_w, out_w);
+        if (tx.first != column && tx.second != column) continue;
+        sum += share_y * share_of(tx, column) * load(dy[out.offset(e.sample, e.channel, oy * out_w + ox)]);
+      }
+    }
+    dx[i] = store<T>(sum);
   }
 }
 
@@ -335,17 +362,20 @@ __global__ void padded_filter_from_fp32_kernel(const float* oihw, T* into, int i
   }
 }
 
-__global__ void sum_kernel(const float* x, std::int64_t n, float* total) {
-  __shared__ float reduce[kThreads];
+// A block's share of x summed (the grid strides over all of it) into partials[block]; no atomics,
+// so the result does not depend on which block finishes first.
+__global__ void partial_sums_kernel(const float* x, std::int64_t n, float* partials) {
   float local = 0.0f;
   DLBENCH_GRID_STRIDE(i, n) { local += x[i]; }
-  reduce[threadIdx.x] = local;
-  __syncthreads();
-  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) reduce[threadIdx.x] += reduce[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) atomicAdd(total, reduce[0]);
+  const float block_total = block_sum(local);
+  if (threadIdx.x == 0) partials[blockIdx.x] = block_total;
+}
+
+// One block, a thread a partial, added by the same tree every time.
+__global__ void add_partials_kernel(const float* partials, int count, float* total) {
+  const float v = static_cast<int>(threadIdx.x) < count ? partials[threadIdx.x] : 0.0f;
+  const float block_total = block_sum(v);
+  if (threadIdx.x == 0) *total = block_total;
 }
 
 __global__ void sgd_kernel(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
@@ -518,20 +548,20 @@ void bilinear_resize_forward(DType dtype, const void* x, void* y, const Activati
                    static_cast<T*>(y), in, out);
   });
 }
-void bilinear_resize_backward(DType dtype, const void* dy, void* dx, float* accumulator, const ActivationGeometry& in,
-                              int out_h, int out_w, cudaStream_t stream) {
+void bilinear_resize_backward(DType dtype, const void* dy, void* dx, const ActivationGeometry& in, int out_h, int out_w,
+                              cudaStream_t stream) {
   const ActivationGeometry out = resized(in, out_h, out_w);
-  DLBENCH_CUDA_CHECK(cudaMemsetAsync(accumulator, 0, static_cast<std::size_t>(in.numel()) * sizeof(float), stream));
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(bilinear_resize_backward_kernel<T>, out.numel(), stream, static_cast<const T*>(dy), accumulator,
-                   in, out);
-    DLBENCH_LAUNCH(from_fp32_kernel<T>, in.numel(), stream, accumulator, static_cast<T*>(dx), in.numel());
+    DLBENCH_LAUNCH(bilinear_resize_backward_kernel<T>, in.numel(), stream, static_cast<const T*>(dy),
+                   static_cast<T*>(dx), in, out);
   });
 }
-void sum(const float* x, std::int64_t n, float* total, cudaStream_t stream) {
-  DLBENCH_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(float), stream));
-  DLBENCH_LAUNCH(sum_kernel, n, stream, x, n, total);
+void sum(const float* x, std::int64_t n, float* total, float* partials, cudaStream_t stream) {
+  static_assert(kSumPartials <= kThreads, "the partials are added by one block, a thread each");
+  const unsigned blocks = n > 0 ? std::min(blocks_for(n), static_cast<unsigned>(kSumPartials)) : 0u;
+  if (blocks > 0) DLBENCH_LAUNCH_GRID((partial_sums_kernel), blocks, kThreads, stream, x, n, partials);
+  DLBENCH_LAUNCH_GRID((add_partials_kernel), 1, kThreads, stream, partials, static_cast<int>(blocks), total);
 }
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
          float momentum, float weight_decay, bool first_step, std::uint64_t warmup_updates,

@@ -64,12 +64,12 @@ void pixel_softmax_cross_entropy(DType dtype, const void* logits_data, const std
                                  float* loss_pixels, int* valid_count, const ActivationGeometry& logits,
                                  std::int32_t ignore_label, const float* gradient_scale, float weight, cudaStream_t stream);
 // Bilinear resize of every (sample, channel) plane of `in` to out_h x out_w, PyTorch's
-// align_corners=False rule (bilinear_taps.hpp). Backward adds each output gradient into its four
-// taps in `accumulator` (fp32, in.numel() values, zeroed here) and then writes dx from it.
+// align_corners=False rule (bilinear_taps.hpp). Backward gathers, for each dx element, the output
+// gradients whose taps include it (in fp32, in a fixed order: deterministic, no atomics).
 void bilinear_resize_forward(DType dtype, const void* x, void* y, const ActivationGeometry& in, int out_h, int out_w,
                              cudaStream_t stream);
-void bilinear_resize_backward(DType dtype, const void* dy, void* dx, float* accumulator, const ActivationGeometry& in,
-                              int out_h, int out_w, cudaStream_t stream);
+void bilinear_resize_backward(DType dtype, const void* dy, void* dx, const ActivationGeometry& in, int out_h, int out_w,
+                              cudaStream_t stream);
 // PyTorch's SGD over the flat parameter buffer (every tensor at once: one launch per step);
 // nothing changes when loss_scale (null: none) says the step overflowed. With `update_number` (the
 // update call's number in device memory, where a replayed step advances it) the rate is warmed up
@@ -77,8 +77,11 @@ void bilinear_resize_backward(DType dtype, const void* dy, void* dx, float* accu
 void sgd(float* values, const float* grads, float* momentum_buffer, std::int64_t n, float learning_rate,
          float momentum, float weight_decay, bool first_step, std::uint64_t warmup_updates,
          const std::uint64_t* update_number, const LossScaleState* loss_scale, cudaStream_t stream);
-// *total = sum of x[0..n) (zeroed here first; summed in fp32, in no fixed order).
-void sum(const float* x, std::int64_t n, float* total, cudaStream_t stream);
+// How many floats of scratch sum() takes: one partial sum per block of its first pass.
+inline constexpr int kSumPartials = 256;
+// *total = sum of x[0..n) in fp32, blocks' partial sums (in `partials`, kSumPartials floats) added
+// in a fixed order: the same bits however the GPU schedules the blocks.
+void sum(const float* x, std::int64_t n, float* total, float* partials, cudaStream_t stream);
 // sums[j] = sum over rows of dy[row][j] (row-major rows x columns), in fp32 and in a fixed order:
 // a linear layer's bias gradient, and a channels-last convolution's (rows: every pixel of every
 // sample, millions for VGG's first layers). Many rows are summed in chunks by separate blocks,
