@@ -8,6 +8,9 @@
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
+#if defined(DLBENCH_EMULATION_RACECHECK)
+#include <sanitizer/tsan_interface.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -64,9 +67,42 @@ constexpr int kMaxThreadsPerBlock = 1024;
 
 enum class FiberState { runnable, at_block_barrier, at_warp_barrier, finished };
 
+// The race check (DLBENCH_EMULATION_RACECHECK: this file built without ThreadSanitizer, the kernel
+// files and tests with it). Each emulated thread is a ThreadSanitizer fiber, switched to without
+// synchronising, so that the only happens-before edges between a block's threads are the ones a
+// GPU gives: __syncthreads and __syncwarp (a shuffle gives none), and a launch's start and end. A
+// block's accesses happen before the next block's (they run one after another here, and the
+// static __shared__ variables are each block's own shared memory on a GPU), so what it reports is
+// a race inside a block: shared or global memory that two of its threads touch, one writing, with
+// no barrier between them, whatever order the threads take here.
+#if defined(DLBENCH_EMULATION_RACECHECK)
+void* new_race_fiber() { return __tsan_create_fiber(0); }
+void drop_race_fiber(void* fiber) { __tsan_destroy_fiber(fiber); }
+void* current_race_fiber() { return __tsan_get_current_fiber(); }
+void enter_race_fiber(void* fiber) { __tsan_switch_to_fiber(fiber, __tsan_switch_to_fiber_no_sync); }
+void release_to(void* token) { __tsan_release(token); }
+void acquire_from(void* token) { __tsan_acquire(token); }
+#else
+void* new_race_fiber() { return nullptr; }
+void drop_race_fiber(void*) {}
+void* current_race_fiber() { return nullptr; }
+void enter_race_fiber(void*) {}
+void release_to(void*) {}
+void acquire_from(void*) {}
+#endif
+
+// Two barrier generations' happens-before tokens (a thread past one barrier may reach the next
+// before the last of its block has left the first; it cannot reach a third).
+struct BarrierTokens {
+  char token[2]{};
+  int generation = 0;
+  void* current() { return &token[generation % 2]; }
+};
+
 struct Fiber {
   void* stack_pointer = nullptr;  // where dlbench_emulation_switch left it
   char* stack = nullptr;
+  void* race_fiber = nullptr;
   ThreadPlace place;
   int lane = 0;
   int warp = 0;
@@ -77,6 +113,7 @@ struct Warp {
   int lanes = 0;  // the warp's threads; the last warp of a block may have fewer than 32
   int live = 0;
   int arrived = 0;
+  BarrierTokens barrier;
   // The shuffle's offers: up to 16 bytes a lane.
   unsigned char offers[kWarpSize][16]{};
 };
@@ -87,6 +124,12 @@ struct BlockRun {
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
   void* scheduler_stack_pointer = nullptr;
+  void* scheduler_race_fiber = nullptr;
+  BarrierTokens block_barrier;
+  // The race check's edges: from the scheduler to a block's threads as they start, and from each
+  // thread to the scheduler whenever it gives the thread back (the scheduler then sees all a block
+  // did, and the next block starts after it), never from one of a block's threads to another.
+  char block_start = 0, to_scheduler = 0;
   const void* scheduler_stack_bottom = nullptr;  // the launching thread's stack, for AddressSanitizer
   std::size_t scheduler_stack_bytes = 0;
   int live = 0;
@@ -115,7 +158,9 @@ BlockRun& block_run() {
 
 // Every switch between stacks goes through here. Under AddressSanitizer (the debug preset) it is
 // told of each switch, so that it checks the fibers' stacks as stacks and reads nothing into them.
-void switch_stack(void** save, void* load, const void* load_bottom, std::size_t load_bytes, bool leaving_for_good) {
+void switch_stack(void** save, void* load, const void* load_bottom, std::size_t load_bytes, bool leaving_for_good,
+                  void* load_race_fiber) {
+  enter_race_fiber(load_race_fiber);
 #if defined(__SANITIZE_ADDRESS__)
   void* fake_stack = nullptr;
   __sanitizer_start_switch_fiber(leaving_for_good ? nullptr : &fake_stack, load_bottom, load_bytes);
@@ -130,8 +175,9 @@ void switch_stack(void** save, void* load, const void* load_bottom, std::size_t 
 }
 
 void switch_to_scheduler(BlockRun& run, Fiber& self, bool leaving_for_good) {
+  release_to(&run.to_scheduler);
   switch_stack(&self.stack_pointer, run.scheduler_stack_pointer, run.scheduler_stack_bottom,
-               run.scheduler_stack_bytes, leaving_for_good);
+               run.scheduler_stack_bytes, leaving_for_good, run.scheduler_race_fiber);
 }
 
 void release_block_barrier_if_complete(BlockRun& run) {
@@ -140,6 +186,7 @@ void release_block_barrier_if_complete(BlockRun& run) {
     if (f.state == FiberState::at_block_barrier) f.state = FiberState::runnable;
   }
   run.at_block_barrier = 0;
+  ++run.block_barrier.generation;
 }
 
 void release_warp_barrier_if_complete(BlockRun& run, int warp) {
@@ -150,6 +197,7 @@ void release_warp_barrier_if_complete(BlockRun& run, int warp) {
     if (run.fibers[t].state == FiberState::at_warp_barrier) run.fibers[t].state = FiberState::runnable;
   }
   w.arrived = 0;
+  ++w.barrier.generation;
 }
 
 // Gives the thread back to the scheduler until this fiber is runnable again.
@@ -165,13 +213,17 @@ void wait_here(BlockRun& run) {
 #if defined(__SANITIZE_ADDRESS__)
   __sanitizer_finish_switch_fiber(nullptr, &run->scheduler_stack_bottom, &run->scheduler_stack_bytes);
 #endif
+  acquire_from(&run->block_start);
   try {
     (*run->body)();
   } catch (...) {
     if (!run->error) run->error = std::current_exception();
   }
-  // CUDA's exited threads no longer hold back their block's barriers or their warp's.
+  // CUDA's exited threads no longer hold back their block's barriers or their warp's (what they
+  // wrote counts as before the barriers they miss).
   Fiber& self = *run->current;
+  release_to(run->block_barrier.current());
+  release_to(run->warps[static_cast<std::size_t>(self.warp)].barrier.current());
   self.state = FiberState::finished;
   --run->live;
   --run->warps[static_cast<std::size_t>(self.warp)].live;
@@ -245,6 +297,7 @@ void run_block(BlockRun& run, const uint3& block_index, dim3 grid, dim3 block) {
     f.state = FiberState::runnable;
     start_fiber_at_entry(f);
   }
+  release_to(&run.block_start);
   const bool descending = order.load() == ThreadOrder::descending;
   while (run.live > 0) {
     bool ran = false;
@@ -253,7 +306,8 @@ void run_block(BlockRun& run, const uint3& block_index, dim3 grid, dim3 block) {
       if (f.state != FiberState::runnable) continue;
       run.current = &f;
       ran = true;
-      switch_stack(&run.scheduler_stack_pointer, f.stack_pointer, f.stack, kStackBytes, false);
+      switch_stack(&run.scheduler_stack_pointer, f.stack_pointer, f.stack, kStackBytes, false, f.race_fiber);
+      acquire_from(&run.to_scheduler);
       run.current = nullptr;
     }
     // A thread's exception ends the grid, as a device fault ends the kernel; the other fibers'
@@ -269,42 +323,72 @@ const ThreadPlace& place() {
   if (running_block == nullptr || running_block->current == nullptr) return host_place;
   return running_block->current->place;
 }
+int lane() {
+  if (running_block == nullptr || running_block->current == nullptr) return 0;
+  return running_block->current->lane;
+}
+uint3 thread_index() { return place().thread; }
+uint3 block_index() { return place().block; }
+dim3 block_dim() { return place().block_dim; }
+dim3 grid_dim() { return place().grid_dim; }
 
 void set_thread_order(ThreadOrder o) { order.store(o); }
 ThreadOrder thread_order() { return order.load(); }
 
 void sync_block() {
   BlockRun& run = block_run();
+  void* token = run.block_barrier.current();
+  release_to(token);
   run.current->state = FiberState::at_block_barrier;
   ++run.at_block_barrier;
   release_block_barrier_if_complete(run);
   wait_here(run);
+  acquire_from(token);
 }
 
-void sync_warp() {
+namespace {
+
+// A shuffle's bytes, copied where the race check does not look (memcpy is intercepted even from
+// this file): the offers are the emulation's registers, ordered by its own warp barrier.
+void copy_bytes(void* into, const void* from, std::size_t bytes) {
+  auto* out = static_cast<volatile unsigned char*>(into);
+  const auto* in = static_cast<const volatile unsigned char*>(from);
+  for (std::size_t i = 0; i < bytes; ++i) out[i] = in[i];
+}
+
+// A warp's lanes wait for each other; `orders_memory`: as __syncwarp does (a shuffle does not).
+void warp_barrier(bool orders_memory) {
   BlockRun& run = block_run();
   Fiber& self = *run.current;
+  Warp& warp = run.warps[static_cast<std::size_t>(self.warp)];
+  void* token = warp.barrier.current();
+  if (orders_memory) release_to(token);
   self.state = FiberState::at_warp_barrier;
-  ++run.warps[static_cast<std::size_t>(self.warp)].arrived;
+  ++warp.arrived;
   release_warp_barrier_if_complete(run, self.warp);
   wait_here(run);
+  if (orders_memory) acquire_from(token);
 }
+
+}  // namespace
+
+void sync_warp() { warp_barrier(true); }
 
 void exchange_in_warp(const void* value, void* result, std::size_t bytes, const std::function<int(int)>& source_lane) {
   if (bytes > 16) throw std::logic_error("cuda emulation: a shuffle of more than 16 bytes");
   BlockRun& run = block_run();
   const Fiber& self = *run.current;
   Warp& warp = run.warps[static_cast<std::size_t>(self.warp)];
-  std::memcpy(warp.offers[self.lane], value, bytes);
-  sync_warp();  // every lane has offered
+  copy_bytes(warp.offers[self.lane], value, bytes);
+  warp_barrier(false);  // every lane has offered
   const int source = source_lane(self.lane);
   if (source < 0 || source >= warp.lanes) {
     // A lane the warp does not have: CUDA leaves the result undefined.
     throw std::logic_error("cuda emulation: a shuffle from lane " + std::to_string(source) + " of a warp of " +
                            std::to_string(warp.lanes) + " lanes, in " + place_text(self.place));
   }
-  std::memcpy(result, warp.offers[source], bytes);
-  sync_warp();  // every lane has taken its value before the next shuffle overwrites the offers
+  copy_bytes(result, warp.offers[source], bytes);
+  warp_barrier(false);  // every lane has taken its value before the next shuffle overwrites the offers
 }
 
 void run_grid(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, const std::function<void()>& body) {
@@ -328,6 +412,18 @@ void run_grid(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, const std
   while (stacks.size() < run.fibers.size()) stacks.emplace_back(new char[kStackBytes]);  // no page touched
   for (std::size_t t = 0; t < run.fibers.size(); ++t) run.fibers[t].stack = stacks[t].get();
   run.warps.resize(static_cast<std::size_t>((threads + kWarpSize - 1) / kWarpSize));
+  // The race check's fibers stay too (making one costs more than a small launch): a block's start
+  // and end order whatever one did in a launch before, as for a reused stack.
+  struct RaceFibers {
+    std::vector<void*> fibers;
+    ~RaceFibers() {
+      for (void* f : fibers) drop_race_fiber(f);
+    }
+  };
+  thread_local RaceFibers race_fibers;
+  while (race_fibers.fibers.size() < run.fibers.size()) race_fibers.fibers.push_back(new_race_fiber());
+  for (std::size_t t = 0; t < run.fibers.size(); ++t) run.fibers[t].race_fiber = race_fibers.fibers[t];
+  run.scheduler_race_fiber = current_race_fiber();
   running_block = &run;
   try {
     // Blocks in the thread order too: two blocks that write one place leave the other's value

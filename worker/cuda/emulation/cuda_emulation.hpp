@@ -5,10 +5,10 @@
 // dynamic shared memory are emulated too. So the kernels' index math, tails, barriers and
 // reductions run in CI, where no GPU is: a kernel that reads or writes the wrong element, or
 // waits at a barrier some of its block never reaches, fails there (the latter as an error naming
-// the threads, where a GPU would hang). What it cannot show: speed, memory coalescing, the
-// device's float rounding of intrinsics and tensor cores, and races between threads that the
-// chosen order hides; a test can run the blocks and threads in reverse order to bring out the
-// last (see ThreadOrder).
+// the threads, where a GPU would hang). What it cannot show: speed, memory coalescing, and the
+// device's float rounding of intrinsics and tensor cores. Races: a test can run the blocks and
+// threads in reverse order (see ThreadOrder), and a build with DLBENCH_EMULATION_RACECHECK under
+// ThreadSanitizer reports a race inside a block whatever the order (cuda_emulation.cpp).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,6 +37,14 @@ struct ThreadPlace {
 };
 
 const ThreadPlace& place();
+// CUDA's built-in variables as a kernel reads them: copies, so that under the race check the
+// kernel never reads the emulation's own bookkeeping.
+// The running thread's lane in its warp (its linear index in the block, modulo 32).
+int lane();
+uint3 thread_index();
+uint3 block_index();
+dim3 block_dim();
+dim3 grid_dim();
 
 // The order the blocks of a grid run in, and a block's threads take their turns between barriers.
 // A kernel whose result depends on it reads shared memory another thread writes without a barrier
@@ -81,10 +89,10 @@ void launch(void (*kernel)(Parameters...), dim3 grid, dim3 block, std::size_t dy
 #undef __launch_bounds__
 #define __launch_bounds__(...)
 
-#define threadIdx (::dlbench::cuda_emulation::place().thread)
-#define blockIdx (::dlbench::cuda_emulation::place().block)
-#define blockDim (::dlbench::cuda_emulation::place().block_dim)
-#define gridDim (::dlbench::cuda_emulation::place().grid_dim)
+#define threadIdx (::dlbench::cuda_emulation::thread_index())
+#define blockIdx (::dlbench::cuda_emulation::block_index())
+#define blockDim (::dlbench::cuda_emulation::block_dim())
+#define gridDim (::dlbench::cuda_emulation::grid_dim())
 
 inline void __syncthreads() { ::dlbench::cuda_emulation::sync_block(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { ::dlbench::cuda_emulation::sync_warp(); }
@@ -115,19 +123,20 @@ T __shfl_down_sync(unsigned, T value, unsigned delta, int = 32) {
 }
 
 // Atomics: the fibers of one host thread never interleave inside one, but a test may launch from
-// several host threads.
+// several host threads. Relaxed, as CUDA's are: under the race check an atomic orders no other
+// memory between threads.
 template <typename T>
 T atomicAdd(T* address, T value) {
   if constexpr (std::is_arithmetic_v<T>) {
-    return std::atomic_ref<T>(*address).fetch_add(value);
+    return std::atomic_ref<T>(*address).fetch_add(value, std::memory_order_relaxed);
   } else {  // __half and __nv_bfloat16: a compare-and-swap of their 16 bits, the sum rounded once
     static_assert(sizeof(T) == sizeof(unsigned short));
     std::atomic_ref<unsigned short> bits(*reinterpret_cast<unsigned short*>(address));
-    unsigned short seen = bits.load();
+    unsigned short seen = bits.load(std::memory_order_relaxed);
     for (;;) {
       const T old = std::bit_cast<T>(seen);
       const T sum = T(static_cast<float>(old) + static_cast<float>(value));
-      if (bits.compare_exchange_weak(seen, std::bit_cast<unsigned short>(sum))) return old;
+      if (bits.compare_exchange_weak(seen, std::bit_cast<unsigned short>(sum), std::memory_order_relaxed)) return old;
     }
   }
 }
@@ -146,8 +155,8 @@ inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 
 // Warp matrix tiles (mma.h's nvcuda::wmma, which a host compiler does not get): every lane holds
-// the whole tile, loads and stores all of it and multiplies it in fp32, so the lanes agree on what
-// a warp's collective operation leaves. Only what dlbench's kernels use: 16 × 16 × 16 tiles of
+// the whole tile, loads all of it and multiplies it in fp32, so the lanes agree on what a warp's
+// collective operation leaves; one lane stores it. Only what dlbench's kernels use: 16 × 16 × 16 tiles of
 // half or bfloat16 with fp32 accumulators.
 namespace nvcuda::wmma {
 
@@ -195,8 +204,11 @@ void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a,
   for (int e = 0; e < M * N; ++e) d.x[e] = out[e];
 }
 
+// The warp's first lane stores the tile, every lane holding the same one: 32 lanes writing each
+// element would be a race to the race check, where a GPU's lanes each store their own part.
 template <int M, int N, int K>
 void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned ldm, layout_t layout) {
+  if (::dlbench::cuda_emulation::lane() != 0) return;
   for (int r = 0; r < M; ++r) {
     for (int c = 0; c < N; ++c) (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * N + c];
   }
