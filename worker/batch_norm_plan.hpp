@@ -41,30 +41,22 @@ struct BatchNormShape {
   DLBENCH_HOST_DEVICE std::int64_t per_channel() const { return samples * pixels; }
 };
 
-// A channel's values are cut into chunks of whole samples, one block a (channel, chunk).
-struct BatchNormChunks {
-  std::int64_t samples_per_chunk = 1;
+// Both layouts' rule: `items` (NCHW's samples, channels last's rows) cut into contiguous chunks of
+// items_per_chunk (the last may be shorter), enough for about kBatchNormTargetBlocks blocks with
+// `across` blocks side by side (a stem's 64 channels alone would leave most of a GPU idle), none
+// under kBatchNormMinChunkElements values (`item_values` an item in a block) unless a block's whole
+// column is, none left empty.
+struct BatchNormItemChunks {
+  std::int64_t items_per_chunk = 1;
   std::int64_t chunks = 1;
-  DLBENCH_HOST_DEVICE std::int64_t first_sample(std::int64_t chunk) const { return chunk * samples_per_chunk; }
-  DLBENCH_HOST_DEVICE std::int64_t samples_in(std::int64_t chunk, std::int64_t samples) const {
-    const std::int64_t left = samples - first_sample(chunk);
-    return left < samples_per_chunk ? left : samples_per_chunk;
-  }
-  // Values each channel has in a chunk (the merge's counts).
-  DLBENCH_HOST_DEVICE std::int64_t values_in(std::int64_t chunk, const BatchNormShape& s) const {
-    return samples_in(chunk, s.samples) * s.pixels;
+  DLBENCH_HOST_DEVICE std::int64_t first_item(std::int64_t chunk) const { return chunk * items_per_chunk; }
+  DLBENCH_HOST_DEVICE std::int64_t items_in(std::int64_t chunk, std::int64_t items) const {
+    const std::int64_t left = items - first_item(chunk);
+    return left < items_per_chunk ? left : items_per_chunk;
   }
 };
 
-// Both layouts' rule: `items` (NCHW's samples, channels last's rows) cut into contiguous chunks,
-// enough for about kBatchNormTargetBlocks blocks with `across` blocks side by side (a stem's 64
-// channels alone would leave most of a GPU idle), none under kBatchNormMinChunkElements values
-// (`item_values` an item in a block) unless a block's whole column is, none left empty.
-struct BatchNormChunkSplit {
-  std::int64_t per_chunk = 1, chunks = 1;
-};
-
-inline BatchNormChunkSplit batch_norm_chunk_split(std::int64_t items, std::int64_t across, std::int64_t item_values) {
+inline BatchNormItemChunks batch_norm_chunk_split(std::int64_t items, std::int64_t across, std::int64_t item_values) {
   const std::int64_t wanted = (kBatchNormTargetBlocks + across - 1) / across;
   const std::int64_t most = std::max<std::int64_t>(1, items * item_values / kBatchNormMinChunkElements);
   const std::int64_t chunks = std::clamp<std::int64_t>(std::min({wanted, most, items}), 1, kBatchNormMaxChunks);
@@ -72,14 +64,19 @@ inline BatchNormChunkSplit batch_norm_chunk_split(std::int64_t items, std::int64
   return {per_chunk, (items + per_chunk - 1) / per_chunk};
 }
 
+// NCHW: a channel's values are cut into chunks of whole samples (the items), one block a
+// (channel, chunk).
+struct BatchNormChunks : BatchNormItemChunks {
+  // Values each channel has in a chunk (the merge's counts).
+  DLBENCH_HOST_DEVICE std::int64_t values_in(std::int64_t chunk, const BatchNormShape& s) const {
+    return items_in(chunk, s.samples) * s.pixels;
+  }
+};
+
 // NCHW: a block a (channel, chunk of samples).
 inline BatchNormChunks batch_norm_chunks(const BatchNormShape& s) {
-  BatchNormChunks plan;
-  if (s.samples <= 0 || s.channels <= 0 || s.pixels <= 0) return plan;
-  const BatchNormChunkSplit split = batch_norm_chunk_split(s.samples, s.channels, s.pixels);
-  plan.samples_per_chunk = split.per_chunk;
-  plan.chunks = split.chunks;
-  return plan;
+  if (s.samples <= 0 || s.channels <= 0 || s.pixels <= 0) return {};
+  return {batch_norm_chunk_split(s.samples, s.channels, s.pixels)};
 }
 
 // Values a pass reads at once: 16-byte packs where each plane's pixels divide into them and every
@@ -94,9 +91,9 @@ template <typename Visit>
 DLBENCH_HOST_DEVICE inline void for_chunk_units(const BatchNormShape& s, const BatchNormChunks& plan, std::int64_t channel,
                                                 std::int64_t chunk, int width, unsigned thread, unsigned threads,
                                                 Visit&& visit) {
-  const std::int64_t first = plan.first_sample(chunk);
+  const std::int64_t first = plan.first_item(chunk);
   const auto per_plane = static_cast<std::uint32_t>(s.pixels / width);
-  const auto units = static_cast<std::uint32_t>(plan.samples_in(chunk, s.samples)) * per_plane;
+  const auto units = static_cast<std::uint32_t>(plan.items_in(chunk, s.samples)) * per_plane;
   for (std::uint32_t u = thread; u < units; u += threads) {
     const std::uint32_t sample = u / per_plane;
     const std::uint32_t unit = u - sample * per_plane;
@@ -107,7 +104,7 @@ DLBENCH_HOST_DEVICE inline void for_chunk_units(const BatchNormShape& s, const B
 // The offset of a chunk's first value in a channel: its shift.
 DLBENCH_HOST_DEVICE inline std::int64_t chunk_first_offset(const BatchNormShape& s, const BatchNormChunks& plan,
                                                            std::int64_t channel, std::int64_t chunk) {
-  return (plan.first_sample(chunk) * s.channels + channel) * s.pixels;
+  return (plan.first_item(chunk) * s.channels + channel) * s.pixels;
 }
 
 // The channel of the element at `offset` (the elementwise passes' index math), in Index's width:
@@ -127,19 +124,13 @@ DLBENCH_HOST_DEVICE inline std::int64_t channel_of(std::int64_t offset, Index pi
 // values once and sums them in registers; the block then adds its lanes up per channel.
 inline constexpr int kBatchNormTileUnits = 8;
 
-struct BatchNormTiles {
+// The items are rows.
+struct BatchNormTiles : BatchNormItemChunks {
   std::int64_t tile_channels = 1;  // kBatchNormTileUnits · width
   std::int64_t tiles = 1;
-  std::int64_t rows_per_chunk = 1;
-  std::int64_t chunks = 1;
-  DLBENCH_HOST_DEVICE std::int64_t first_row(std::int64_t chunk) const { return chunk * rows_per_chunk; }
-  DLBENCH_HOST_DEVICE std::int64_t rows_in(std::int64_t chunk, std::int64_t rows) const {
-    const std::int64_t left = rows - first_row(chunk);
-    return left < rows_per_chunk ? left : rows_per_chunk;
-  }
   // Values each of a chunk's channels has there (the merge's counts).
   DLBENCH_HOST_DEVICE std::int64_t values_in(std::int64_t chunk, const BatchNormShape& s) const {
-    return rows_in(chunk, s.samples * s.pixels);
+    return items_in(chunk, s.samples * s.pixels);
   }
 };
 
@@ -154,10 +145,8 @@ inline BatchNormTiles batch_norm_tiles(const BatchNormShape& s, int width) {
   plan.tile_channels = static_cast<std::int64_t>(kBatchNormTileUnits) * (width > 0 ? width : 1);
   if (s.samples <= 0 || s.channels <= 0 || s.pixels <= 0) return plan;
   plan.tiles = (s.channels + plan.tile_channels - 1) / plan.tile_channels;
-  const BatchNormChunkSplit split =
+  static_cast<BatchNormItemChunks&>(plan) =
       batch_norm_chunk_split(s.samples * s.pixels, plan.tiles, std::min(plan.tile_channels, s.channels));
-  plan.rows_per_chunk = split.per_chunk;
-  plan.chunks = split.chunks;
   return plan;
 }
 
@@ -181,8 +170,8 @@ DLBENCH_HOST_DEVICE inline void for_tile_rows(const BatchNormShape& s, const Bat
   if (channel < 0) return;
   const unsigned lanes = threads / static_cast<unsigned>(kBatchNormTileUnits);
   const unsigned lane = thread / static_cast<unsigned>(kBatchNormTileUnits);
-  const std::int64_t first = plan.first_row(chunk);
-  const auto rows = static_cast<std::uint32_t>(plan.rows_in(chunk, s.samples * s.pixels));
+  const std::int64_t first = plan.first_item(chunk);
+  const auto rows = static_cast<std::uint32_t>(plan.items_in(chunk, s.samples * s.pixels));
   for (std::uint32_t r = lane; r < rows; r += lanes) {
     visit((first + static_cast<std::int64_t>(r)) * s.channels + channel);
   }
@@ -191,7 +180,7 @@ DLBENCH_HOST_DEVICE inline void for_tile_rows(const BatchNormShape& s, const Bat
 // The offset of a chunk's first value of `channel`: its shift.
 DLBENCH_HOST_DEVICE inline std::int64_t tile_chunk_first_offset(const BatchNormShape& s, const BatchNormTiles& plan,
                                                                 std::int64_t channel, std::int64_t chunk) {
-  return plan.first_row(chunk) * s.channels + channel;
+  return plan.first_item(chunk) * s.channels + channel;
 }
 
 // count values' mean and sum of squared deviations (M2).

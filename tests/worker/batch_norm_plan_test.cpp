@@ -32,10 +32,10 @@ TEST(BatchNormPlan, ChunksSplitSmallChannelCountsAndCoverEverySample) {
   // last stage's 2,048 channels of 7x7 one each, already 2,048 blocks.
   const BatchNormChunks stem = batch_norm_chunks({64, 64, 112 * 112});
   EXPECT_EQ(stem.chunks, 16);
-  EXPECT_EQ(stem.samples_per_chunk, 4);
+  EXPECT_EQ(stem.items_per_chunk, 4);
   const BatchNormChunks last = batch_norm_chunks({64, 2048, 49});
   EXPECT_EQ(last.chunks, 1);
-  EXPECT_EQ(last.samples_per_chunk, 64);
+  EXPECT_EQ(last.items_per_chunk, 64);
   // No chunk under kBatchNormMinChunkElements values unless the whole channel is: 64 channels of
   // 14x14 get 3 chunks (12,544 values each), not the 16 that would make 1,024 blocks; of 7x7, one.
   EXPECT_EQ(batch_norm_chunks({64, 64, 196}).chunks, 3);
@@ -47,8 +47,8 @@ TEST(BatchNormPlan, ChunksSplitSmallChannelCountsAndCoverEverySample) {
     const BatchNormChunks plan = batch_norm_chunks(s);
     EXPECT_GE(plan.chunks, 1);
     EXPECT_LE(plan.chunks, kBatchNormMaxChunks);
-    EXPECT_GE(plan.chunks * plan.samples_per_chunk, s.samples) << "every sample in a chunk";
-    EXPECT_GT(plan.samples_in(plan.chunks - 1, s.samples), 0) << "no chunk left empty";
+    EXPECT_GE(plan.chunks * plan.items_per_chunk, s.samples) << "every sample in a chunk";
+    EXPECT_GT(plan.items_in(plan.chunks - 1, s.samples), 0) << "no chunk left empty";
   }
 }
 
@@ -68,8 +68,8 @@ TEST(BatchNormPlan, EveryElementIsReadOnceByABlockOfItsChannel) {
             for_chunk_units(s, plan, channel, chunk, width, thread, kThreads, [&](std::int64_t at) {
               ASSERT_EQ(at % width, 0);
               const std::int64_t sample = at / (s.channels * s.pixels);
-              EXPECT_GE(sample, plan.first_sample(chunk));
-              EXPECT_LT(sample, plan.first_sample(chunk) + plan.samples_in(chunk, s.samples));
+              EXPECT_GE(sample, plan.first_item(chunk));
+              EXPECT_LT(sample, plan.first_item(chunk) + plan.items_in(chunk, s.samples));
               EXPECT_EQ(channel_of(at, static_cast<std::uint32_t>(s.pixels), static_cast<std::uint32_t>(s.channels)),
                         channel);
               EXPECT_EQ(channel_of(at, s.pixels, s.channels), channel);
@@ -93,11 +93,11 @@ TEST(BatchNormPlan, TilesCrossTheChannelsAndChunksSplitTheRows) {
   EXPECT_EQ(layer1.tile_channels, 64);
   EXPECT_EQ(layer1.tiles, 4);
   EXPECT_EQ(layer1.chunks, 256);
-  EXPECT_EQ(layer1.rows_per_chunk, 3136);
+  EXPECT_EQ(layer1.items_per_chunk, 3136);
   const BatchNormTiles layer4 = batch_norm_tiles({256, 2048, 49}, 8);
   EXPECT_EQ(layer4.tiles, 32);
   EXPECT_EQ(layer4.chunks, 32);
-  EXPECT_EQ(layer4.rows_per_chunk, 392);
+  EXPECT_EQ(layer4.items_per_chunk, 392);
   const BatchNormTiles stem = batch_norm_tiles({256, 64, 12544}, 8);
   EXPECT_EQ(stem.tiles, 1);
   EXPECT_EQ(stem.chunks, kBatchNormMaxChunks);
@@ -117,10 +117,10 @@ TEST(BatchNormPlan, TilesCrossTheChannelsAndChunksSplitTheRows) {
       EXPECT_LT((plan.tiles - 1) * plan.tile_channels, s.channels) << "no tile left empty";
       EXPECT_GE(plan.chunks, 1);
       EXPECT_LE(plan.chunks, kBatchNormMaxChunks);
-      EXPECT_GE(plan.chunks * plan.rows_per_chunk, rows) << "every row in a chunk";
-      EXPECT_GT(plan.rows_in(plan.chunks - 1, rows), 0) << "no chunk left empty";
+      EXPECT_GE(plan.chunks * plan.items_per_chunk, rows) << "every row in a chunk";
+      EXPECT_GT(plan.items_in(plan.chunks - 1, rows), 0) << "no chunk left empty";
       if (plan.chunks > 1) {
-        EXPECT_GE(plan.rows_per_chunk * std::min(plan.tile_channels, s.channels), kBatchNormMinChunkElements);
+        EXPECT_GE(plan.items_per_chunk * std::min(plan.tile_channels, s.channels), kBatchNormMinChunkElements);
       }
     }
   }
@@ -148,8 +148,8 @@ TEST(BatchNormPlan, EveryElementIsReadOnceByATileThreadHoldingItsChannel) {
               EXPECT_GE(first, tile * plan.tile_channels);
               EXPECT_LE(first + width, std::min(s.channels, (tile + 1) * plan.tile_channels));
               const std::int64_t row = at / s.channels;
-              EXPECT_GE(row, plan.first_row(chunk));
-              EXPECT_LT(row, plan.first_row(chunk) + plan.rows_in(chunk, s.samples * s.pixels));
+              EXPECT_GE(row, plan.first_item(chunk));
+              EXPECT_LT(row, plan.first_item(chunk) + plan.items_in(chunk, s.samples * s.pixels));
               for (int k = 0; k < width; ++k) ++reads[static_cast<std::size_t>(at + k)];
             });
           }
@@ -158,7 +158,7 @@ TEST(BatchNormPlan, EveryElementIsReadOnceByATileThreadHoldingItsChannel) {
       for (std::size_t i = 0; i < reads.size(); ++i) ASSERT_EQ(reads[i], 1) << "element " << i;
       // A chunk's shift for a channel is that channel's value in the chunk's first row.
       EXPECT_EQ(tile_chunk_first_offset(s, plan, s.channels - 1, plan.chunks - 1),
-                plan.first_row(plan.chunks - 1) * s.channels + s.channels - 1);
+                plan.first_item(plan.chunks - 1) * s.channels + s.channels - 1);
     }
   }
 }

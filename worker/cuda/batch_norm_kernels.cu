@@ -385,8 +385,8 @@ void check_shape(bool channels_last, const BatchNormShape& s, const void* scratc
   // A chunk's units (for_chunk_units) or rows (for_tile_rows) are numbered in 32 bits, with room
   // for the last stride.
   // (Single values make channels last's longest chunks: the most tiles, the fewest chunks.)
-  const std::int64_t numbered = channels_last ? batch_norm_tiles(s, 1).rows_per_chunk
-                                              : batch_norm_chunks(s).samples_per_chunk * s.pixels;
+  const std::int64_t numbered = channels_last ? batch_norm_tiles(s, 1).items_per_chunk
+                                              : batch_norm_chunks(s).items_per_chunk * s.pixels;
   if (numbered > std::numeric_limits<std::int32_t>::max()) {
     throw std::invalid_argument("batch norm kernels: a chunk of more than 2^31 values");
   }
