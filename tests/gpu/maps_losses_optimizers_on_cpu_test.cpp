@@ -307,7 +307,6 @@ TEST(CudaKernelsOnCpu, LambStepsEachTensorByItsTrustRatioAndSkipsAnOverflowedSte
   std::vector<float> w = normal_values(n, 131, 0.0, 0.05), m(n, 0.0f), v(n, 0.0f), coefficients(8);
   std::vector<double> norms(6), squares(1);
   LossScaleState state;
-  std::vector<float> previous_w, previous_m, previous_v;
   for (std::uint64_t update = 1; update <= 3; ++update) {
     SCOPED_TRACE(::testing::Message() << "update " << update);
     state.overflowed = update == 2 ? 1 : 0;
