@@ -319,10 +319,16 @@ void run_block(BlockRun& run, const uint3& block_index, dim3 grid, dim3 block) {
 
 }  // namespace
 
+namespace {
+
+// Where the running fiber stands, or host_place outside a launch.
 const ThreadPlace& place() {
   if (running_block == nullptr || running_block->current == nullptr) return host_place;
   return running_block->current->place;
 }
+
+}  // namespace
+
 int lane() {
   if (running_block == nullptr || running_block->current == nullptr) return 0;
   return running_block->current->lane;

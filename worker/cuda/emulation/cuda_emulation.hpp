@@ -36,15 +36,14 @@ struct ThreadPlace {
   dim3 grid_dim{};
 };
 
-const ThreadPlace& place();
 // CUDA's built-in variables as a kernel reads them: copies, so that under the race check the
 // kernel never reads the emulation's own bookkeeping.
-// The running thread's lane in its warp (its linear index in the block, modulo 32).
-int lane();
 uint3 thread_index();
 uint3 block_index();
 dim3 block_dim();
 dim3 grid_dim();
+// The running thread's lane in its warp (its linear index in the block, modulo 32).
+int lane();
 
 // The order the blocks of a grid run in, and a block's threads take their turns between barriers.
 // A kernel whose result depends on it reads shared memory another thread writes without a barrier
