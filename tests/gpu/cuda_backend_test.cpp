@@ -694,6 +694,27 @@ TEST_F(CudaBackendTest, TransformerOpsMatchTheCpu) {
   gpu_->synchronize();
   EXPECT_EQ(gathered.error(), 0.0) << "gather rows";
   EXPECT_LT(table_grad.error(), 1e-6) << "scatter-add rows";
+
+  // Row 7 named by 400 of 1,000 entries, across windows of kScatterWindow: the CPU's sum to
+  // fp32's error, and the same bits a second time (fp32 atomics summed in the blocks' order
+  // before 2026-12-02).
+  std::vector<std::int32_t> many(1000);
+  for (std::size_t i = 0; i < many.size(); ++i) many[i] = i % 5 < 2 ? 7 : static_cast<std::int32_t>(i % 24);
+  const auto many_count = static_cast<std::int64_t>(many.size());
+  const std::size_t many_bytes = many.size() * sizeof(std::int32_t);
+  auto cpu_many = cpu_->allocate(many_bytes), gpu_many = gpu_->allocate(many_bytes);
+  cpu_->copy_from_host(cpu_many.get(), many.data(), many_bytes);
+  gpu_->copy_from_host(gpu_many.get(), many.data(), many_bytes);
+  auto entries = pair(Shape(many_count, features), false, 58), sums = zeros(matrix, false);
+  cpu_->scatter_add_rows(entries.cpu(), static_cast<const std::int32_t*>(cpu_many.get()), many_count, sums.cpu());
+  gpu_->scatter_add_rows(entries.gpu(), static_cast<const std::int32_t*>(gpu_many.get()), many_count, sums.gpu());
+  gpu_->synchronize();
+  EXPECT_LT(sums.error(), 1e-5) << "scatter-add rows, a row named 400 times";
+  const std::vector<float> first = sums.gpu_values();
+  gpu_->fill_zero(sums.gpu());
+  gpu_->scatter_add_rows(entries.gpu(), static_cast<const std::int32_t*>(gpu_many.get()), many_count, sums.gpu());
+  gpu_->synchronize();
+  EXPECT_TRUE(first == sums.gpu_values()) << "scatter-add rows is not deterministic";
 }
 
 // At BERT's widths: layer norm (a row in a warp's registers, and longer rows a block each) with

@@ -5,6 +5,8 @@
 // in ascending and in descending order and must give the same bits both ways.
 #include "cuda/emulation/cuda_emulation.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -676,13 +678,91 @@ TEST(CudaKernelsOnCpu, AxisSwapGatherAndScatterMoveEveryElement) {
     }
   }
   std::vector<float> dy(rows.size() * kFeatures, 1.0f), table_grad(table.size(), 0.0f);
+  Guarded<float> scratch(kernels::scatter_add_rows_scratch_bytes(5, kFeatures, kTableRows) / sizeof(float));
   kernels::scatter_add_rows(DType::fp32, dy.data(), rows.data(), 5, kFeatures, kTableRows, DType::fp32,
-                            table_grad.data(), nullptr);
+                            table_grad.data(), scratch.data(), nullptr);
   for (std::int64_t r = 0; r < kTableRows; ++r) {
     const float expected = r == 4 ? 2.0f : (r == 0 || r == 5 ? 1.0f : 0.0f);
     for (int f = 0; f < kFeatures; ++f) ASSERT_EQ(table_grad[static_cast<std::size_t>(r * kFeatures + f)], expected);
   }
   EXPECT_TRUE(gathered.guards_intact());
+}
+
+// Embedding gradients as BERT makes them: one row named by a third of the entries (across many
+// windows of kScatterWindow), rows named a few times or once (the table's last among them), rows
+// never named, and indices outside the table. Each row gets the fp64 sum of its entries to fp32's
+// error, added once to what table_grad held (rounded once to its type), the same bits in either
+// thread order: fp32 atomics summed in whatever order the threads came.
+TEST(CudaKernelsOnCpu, ScatterAddRowsSumsEachRowInOneOrderWhateverTheThreads) {
+  constexpr std::int64_t kTableRows = 1000, kCount = 700;
+  std::vector<std::int32_t> rows(kCount);
+  for (std::int64_t i = 0; i < kCount; ++i) {
+    std::int64_t row = (i * 389 + 17) % kTableRows;
+    if (i % 3 == 0) row = 2;
+    if (i % 50 == 7) row = -1;
+    if (i % 61 == 4) row = kTableRows;
+    if (i == 13) row = kTableRows - 1;
+    rows[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(row);
+  }
+  ASSERT_GT(std::count(rows.begin(), rows.end(), 2), 6 * kernels::kScatterWindow) << "row 2 must cross windows";
+  struct Types {
+    DType dy, table;
+  };
+  for (const int features : {3, 300}) {
+    for (const Types types : {Types{DType::fp32, DType::fp32}, Types{DType::bf16, DType::fp32},
+                              Types{DType::fp16, DType::fp16}}) {
+      SCOPED_TRACE(std::to_string(features) + " features, dy " + std::string(to_string(types.dy)) + ", table " +
+                   std::string(to_string(types.table)));
+      const auto width = static_cast<std::size_t>(features);
+      std::vector<float> dy(static_cast<std::size_t>(kCount) * width), held(static_cast<std::size_t>(kTableRows) * width);
+      for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>(static_cast<int>((i * 37) % 101) - 50) / 7.3f;
+      for (std::size_t i = 0; i < held.size(); ++i) held[i] = 0.25f + static_cast<float>(i % 13) * 0.5f;
+      Guarded<float> scratch(kernels::scatter_add_rows_scratch_bytes(kCount, features, kTableRows) / sizeof(float));
+      bool intact = true;
+      const auto run = [&](ThreadOrder order) {
+        return in_order(order, [&] {
+          return through(types.table, held, [&](void* table_grad) {
+            through(types.dy, dy, [&](void* gradient) {
+              kernels::scatter_add_rows(types.dy, gradient, rows.data(), kCount, features, kTableRows, types.table,
+                                        table_grad, scratch.data(), nullptr);
+            }, &intact);
+          }, &intact);
+        });
+      };
+      const std::vector<float> got = run(ThreadOrder::ascending);
+      EXPECT_TRUE(intact && scratch.guards_intact()) << "a write outside the buffers";
+      EXPECT_TRUE(same_bits(got, run(ThreadOrder::descending))) << "another sum in the other thread order";
+
+      const std::vector<float> dy_held = rounded_to(types.dy, dy), before = rounded_to(types.table, held);
+      const double type_step = types.table == DType::fp16 ? 0x1p-11 : 0x1p-24;
+      for (std::int64_t r = 0; r < kTableRows; ++r) {
+        for (std::size_t f = 0; f < width; ++f) {
+          const std::size_t at = static_cast<std::size_t>(r) * width + f;
+          double sum = 0.0, magnitude = 0.0;
+          std::int64_t named = 0;
+          for (std::int64_t i = 0; i < kCount; ++i) {
+            if (rows[static_cast<std::size_t>(i)] != r) continue;
+            const auto v = static_cast<double>(dy_held[static_cast<std::size_t>(i) * width + f]);
+            sum += v;
+            magnitude += std::abs(v);
+            ++named;
+          }
+          if (named == 0) {
+            ASSERT_EQ(got[at], before[at]) << "row " << r << " is named by no entry";
+            continue;
+          }
+          const double expected = static_cast<double>(before[at]) + sum;
+          const double bound = static_cast<double>(named) * 0x1p-24 * magnitude + type_step * std::abs(expected) +
+                               0x1p-24 * std::abs(static_cast<double>(before[at]));
+          ASSERT_NEAR(static_cast<double>(got[at]), expected, bound) << "row " << r << " feature " << f;
+        }
+      }
+    }
+  }
+  const long long grids = cuda_emulation::grids_run();
+  kernels::scatter_add_rows(DType::fp32, nullptr, rows.data(), 0, 3, kTableRows, DType::fp32, nullptr, nullptr,
+                            nullptr);
+  EXPECT_EQ(cuda_emulation::grids_run(), grids) << "no entries, nothing launched";
 }
 
 // Dropout keyed on the logical NCHW index: a channels-last tensor drops the same elements as its

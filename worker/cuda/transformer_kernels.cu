@@ -1,6 +1,7 @@
 #include "cuda/transformer_kernels.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -353,19 +354,144 @@ __global__ void gather_rows_kernel(const TableT* table, const std::int32_t* rows
   }
 }
 
-__device__ inline void atomic_add(float* at, float v) { atomicAdd(at, v); }
-__device__ inline void atomic_add(__half* at, float v) { atomicAdd(at, __float2half_rn(v)); }
-__device__ inline void atomic_add(__nv_bfloat16* at, float v) { atomicAdd(at, __float2bfloat16_rn(v)); }
+// scatter_add_rows without float atomics, so that a row's sum is the same bits every run: the
+// entries are put in row order by a stable counting sort (counts, their prefix sums, each entry's
+// rank among the earlier entries of its row), then summed in that order a window of
+// kScatterWindow sorted entries at a time. A row inside one window is added to table_grad there;
+// a row that crosses windows leaves a piece in each window's partials (slot 0: the piece that
+// continues a row begun in an earlier window; slot 1: the row that begins here and goes on), and
+// the window where it begins adds its pieces in window order.
+__global__ void count_rows_kernel(const std::int32_t* rows, std::int64_t count, std::int64_t table_rows,
+                                  std::int32_t* counts) {
+  DLBENCH_GRID_STRIDE(i, count) {
+    const std::int32_t row = rows[i];
+    if (row >= 0 && row < table_rows) atomicAdd(counts + row, 1);  // integers: the same total in any order
+  }
+}
+
+// values[i] = the sum of values[0, i), in one block of kThreads threads, each a contiguous run.
+__global__ void exclusive_prefix_sums_kernel(std::int32_t* values, std::int64_t n) {
+  __shared__ std::int32_t totals[kThreads];
+  const int t = static_cast<int>(threadIdx.x);
+  const std::int64_t per_thread = (n + kThreads - 1) / kThreads;
+  const std::int64_t begin = t * per_thread < n ? t * per_thread : n;
+  const std::int64_t end = begin + per_thread < n ? begin + per_thread : n;
+  std::int32_t own = 0;
+  for (std::int64_t i = begin; i < end; ++i) own += values[i];
+  totals[t] = own;
+  __syncthreads();
+  for (int offset = 1; offset < kThreads; offset *= 2) {
+    const std::int32_t earlier = t >= offset ? totals[t - offset] : 0;
+    __syncthreads();
+    totals[t] += earlier;
+    __syncthreads();
+  }
+  std::int32_t running = totals[t] - own;
+  for (std::int64_t i = begin; i < end; ++i) {
+    const std::int32_t v = values[i];
+    values[i] = running;
+    running += v;
+  }
+}
+
+// order[starts[row] + rank] = i, rank the number of entries before i naming the same row: every
+// block reads the rows of the entries up to its own a tile of kThreads at a time.
+__global__ void place_in_row_order_kernel(const std::int32_t* rows, std::int64_t count, std::int64_t table_rows,
+                                          const std::int32_t* starts, std::int32_t* order) {
+  __shared__ std::int32_t tile[kThreads];
+  const int t = static_cast<int>(threadIdx.x);
+  for (std::int64_t base = blockIdx.x * static_cast<std::int64_t>(kThreads); base < count;
+       base += static_cast<std::int64_t>(kThreads) * gridDim.x) {
+    const std::int64_t i = base + t;
+    const std::int32_t row = i < count ? rows[i] : -1;
+    std::int32_t rank = 0;
+    for (std::int64_t tile_base = 0; tile_base <= base; tile_base += kThreads) {
+      __syncthreads();  // the last tile read by everyone
+      tile[t] = tile_base + t < count ? rows[tile_base + t] : -1;
+      __syncthreads();
+      const std::int64_t before = i - tile_base;  // entries of this tile ahead of i
+      const int earlier = before < kThreads ? static_cast<int>(before) : kThreads;
+      for (int k = 0; k < earlier; ++k) rank += tile[k] == row ? 1 : 0;
+    }
+    if (row >= 0 && row < table_rows) order[starts[row] + rank] = static_cast<std::int32_t>(i);
+  }
+}
 
 template <typename T, typename TableT>
-__global__ void scatter_add_rows_kernel(const T* dy, const std::int32_t* rows, std::int64_t count, int features,
-                                        std::int64_t table_rows, TableT* table_grad) {
-  const std::int64_t n = count * features;
-  DLBENCH_GRID_STRIDE(i, n) {
-    const std::int64_t row = rows[i / features];
-    if (row < 0 || row >= table_rows) continue;
-    atomic_add(table_grad + row * features + i % features, load(dy[i]));
+__global__ void add_window_pieces_kernel(const T* dy, const std::int32_t* rows, const std::int32_t* order,
+                                         const std::int32_t* starts, std::int64_t table_rows, int features,
+                                         float* partials, TableT* table_grad) {
+  __shared__ std::int32_t entries[kScatterWindow];
+  __shared__ std::int32_t entry_rows[kScatterWindow];
+  const std::int64_t placed = starts[table_rows];
+  const int t = static_cast<int>(threadIdx.x);
+  for (std::int64_t w = blockIdx.x; w * kScatterWindow < placed; w += gridDim.x) {
+    const std::int64_t first = w * kScatterWindow;
+    const int size = placed - first < kScatterWindow ? static_cast<int>(placed - first) : kScatterWindow;
+    __syncthreads();  // the last window's entries read by everyone
+    if (t < size) {
+      entries[t] = order[first + t];
+      entry_rows[t] = rows[entries[t]];
+    }
+    __syncthreads();
+    for (int c = t; c < features; c += static_cast<int>(blockDim.x)) {
+      float sum = 0.0f;
+      for (int k = 0; k < size; ++k) {
+        sum += load(dy[static_cast<std::int64_t>(entries[k]) * features + c]);
+        const std::int32_t row = entry_rows[k];
+        if (k + 1 < size && entry_rows[k + 1] == row) continue;
+        if (starts[row] < first) {
+          partials[2 * w * features + c] = sum;
+        } else if (starts[row + 1] > first + kScatterWindow) {
+          partials[(2 * w + 1) * features + c] = sum;
+        } else {
+          TableT& at = table_grad[static_cast<std::int64_t>(row) * features + c];
+          at = store<TableT>(load(at) + sum);
+        }
+        sum = 0.0f;
+      }
+    }
   }
+}
+
+template <typename TableT>
+__global__ void add_crossing_rows_kernel(const std::int32_t* rows, const std::int32_t* order,
+                                         const std::int32_t* starts, std::int64_t table_rows, int features,
+                                         const float* partials, TableT* table_grad) {
+  const std::int64_t placed = starts[table_rows];
+  for (std::int64_t w = blockIdx.x; w * kScatterWindow < placed; w += gridDim.x) {
+    const std::int64_t first = w * kScatterWindow;
+    const std::int64_t last = (placed - first < kScatterWindow ? placed : first + kScatterWindow) - 1;
+    const std::int32_t row = rows[order[last]];
+    const std::int64_t begin = starts[row], end = starts[row + 1];
+    if (begin < first || end <= first + kScatterWindow) continue;  // not a row that begins here and goes on
+    const std::int64_t last_window = (end - 1) / kScatterWindow;
+    for (int c = static_cast<int>(threadIdx.x); c < features; c += static_cast<int>(blockDim.x)) {
+      float sum = partials[(2 * w + 1) * features + c];
+      for (std::int64_t v = w + 1; v <= last_window; ++v) sum += partials[2 * v * features + c];
+      TableT& at = table_grad[static_cast<std::int64_t>(row) * features + c];
+      at = store<TableT>(load(at) + sum);
+    }
+  }
+}
+
+// Where scatter_add_rows' scratch keeps the row starts (table_rows + 1), the order (count) and the
+// partials (two rows of features a window), each 16-byte aligned.
+struct ScatterScratch {
+  std::size_t order_offset, partials_offset, bytes;
+};
+
+std::size_t aligned16(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+std::int64_t scatter_windows(std::int64_t count) { return (count + kScatterWindow - 1) / kScatterWindow; }
+
+ScatterScratch scatter_scratch(std::int64_t count, int features, std::int64_t table_rows) {
+  ScatterScratch s{};
+  s.order_offset = aligned16(static_cast<std::size_t>(table_rows + 1) * sizeof(std::int32_t));
+  s.partials_offset = s.order_offset + aligned16(static_cast<std::size_t>(count) * sizeof(std::int32_t));
+  s.bytes = s.partials_offset +
+            static_cast<std::size_t>(2 * scatter_windows(count)) * static_cast<std::size_t>(features) * sizeof(float);
+  return s;
 }
 
 // Σ g², each block's fp32 partial added into an fp64 total. At most kSquaresBlocks blocks, each
@@ -633,15 +759,38 @@ void gather_rows(DType table_dtype, const void* table, const std::int32_t* rows,
   });
 }
 
+std::size_t scatter_add_rows_scratch_bytes(std::int64_t count, int features, std::int64_t table_rows) {
+  return count > 0 ? scatter_scratch(count, features, table_rows).bytes : 0;
+}
+
 void scatter_add_rows(DType dy_dtype, const void* dy, const std::int32_t* rows, std::int64_t count, int features,
-                      std::int64_t table_rows, DType table_dtype, void* table_grad, cudaStream_t stream) {
+                      std::int64_t table_rows, DType table_dtype, void* table_grad, void* scratch,
+                      cudaStream_t stream) {
+  if (count <= 0 || features <= 0) return;
+  if (count > std::numeric_limits<std::int32_t>::max() || table_rows >= std::numeric_limits<std::int32_t>::max()) {
+    throw std::invalid_argument("scatter_add_rows: " + std::to_string(count) + " rows into a table of " +
+                                std::to_string(table_rows) + "; at most 2^31 - 1 of each");
+  }
+  const ScatterScratch layout = scatter_scratch(count, features, table_rows);
+  auto* const bytes = static_cast<unsigned char*>(scratch);
+  auto* const starts = reinterpret_cast<std::int32_t*>(bytes);
+  auto* const order = reinterpret_cast<std::int32_t*>(bytes + layout.order_offset);
+  auto* const partials = reinterpret_cast<float*>(bytes + layout.partials_offset);
+  DLBENCH_CUDA_CHECK(
+      cudaMemsetAsync(starts, 0, static_cast<std::size_t>(table_rows + 1) * sizeof(std::int32_t), stream));
+  DLBENCH_LAUNCH_GRID((count_rows_kernel), blocks_for(count), kThreads, stream, rows, count, table_rows, starts);
+  DLBENCH_LAUNCH_GRID((exclusive_prefix_sums_kernel), 1, kThreads, stream, starts, table_rows + 1);
+  DLBENCH_LAUNCH_GRID((place_in_row_order_kernel), blocks_for(count), kThreads, stream, rows, count, table_rows,
+                      starts, order);
+  const auto windows = static_cast<unsigned>(std::min<std::int64_t>(scatter_windows(count), 65535));
   with_float_type(dy_dtype, [&](auto t) {
     using T = typename decltype(t)::type;
     with_float_type(table_dtype, [&](auto table_type) {
       using TableT = typename decltype(table_type)::type;
-      if (count * features <= 0) return;
-      DLBENCH_LAUNCH_GRID((scatter_add_rows_kernel<T, TableT>), blocks_for(count * features), kThreads, stream,
-          static_cast<const T*>(dy), rows, count, features, table_rows, static_cast<TableT*>(table_grad));
+      DLBENCH_LAUNCH_GRID((add_window_pieces_kernel<T, TableT>), windows, kThreads, stream, static_cast<const T*>(dy),
+                          rows, order, starts, table_rows, features, partials, static_cast<TableT*>(table_grad));
+      DLBENCH_LAUNCH_GRID((add_crossing_rows_kernel<TableT>), windows, kThreads, stream, rows, order, starts,
+                          table_rows, features, partials, static_cast<TableT*>(table_grad));
     });
   });
 }

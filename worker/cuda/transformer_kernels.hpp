@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "dtype.hpp"
@@ -44,10 +45,15 @@ void swap_axes(DType dtype, const void* x, void* y, std::int64_t a, std::int64_t
 // [0, table_rows) leaves y's row as it was (it cannot be an address outside the table).
 void gather_rows(DType table_dtype, const void* table, const std::int32_t* rows, std::int64_t count, int features,
                  std::int64_t table_rows, DType y_dtype, void* y, bool accumulate, cudaStream_t stream);
-// table_grad[rows[i]] += dy[i] (atomic adds in table_grad's type), rows repeating or not; indices
-// outside the table skipped.
+// table_grad[rows[i]] += dy[i], rows repeating or not; indices outside the table skipped. The
+// same bits every run: each row's entries are summed in fp32 in a fixed order (a stable sort by
+// row, then windows of kScatterWindow sorted entries, then the windows in order) and added to
+// table_grad once. `scratch` holds scatter_add_rows_scratch_bytes.
+inline constexpr int kScatterWindow = 32;
+std::size_t scatter_add_rows_scratch_bytes(std::int64_t count, int features, std::int64_t table_rows);
 void scatter_add_rows(DType dy_dtype, const void* dy, const std::int32_t* rows, std::int64_t count, int features,
-                      std::int64_t table_rows, DType table_dtype, void* table_grad, cudaStream_t stream);
+                      std::int64_t table_rows, DType table_dtype, void* table_grad, void* scratch,
+                      cudaStream_t stream);
 
 // AdamW and LAMB after clip_grad_norm_, all on the device so that a captured step replays it
 // right: adam_prepare sums the gradients' squares and, from the update number the device holds,

@@ -252,8 +252,9 @@ void CudaBackend::scatter_add_rows(const Tensor& dy, const std::int32_t* rows, s
   if (table_grad.dtype != DType::fp32) require_computable(table_grad.dtype);  // an activation's gradient
   const auto [features, table_rows] = rows_of(table_grad);
   require_elements(dy, count * features, "scatter-add rows", "dy");
+  void* scratch = workspace(kernels::scatter_add_rows_scratch_bytes(count, as_int(features), table_rows));
   kernels::scatter_add_rows(dy.dtype, dy.data, rows, count, as_int(features), table_rows, table_grad.dtype,
-                            table_grad.data, stream_);
+                            table_grad.data, scratch, stream_);
 }
 
 void CudaBackend::fill_zero(Tensor& t) {
