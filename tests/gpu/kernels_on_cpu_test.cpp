@@ -560,7 +560,7 @@ TEST(CudaKernelsOnCpu, AdamWClipsDecaysAndStepsEachRangeAsPyTorchDoes) {
   const kernels::AdamWScalars s{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f, 0};
   std::vector<float> w = normal_values(n, 41, 0.0, 1.0), m(n, 0.0f), v(n, 0.0f), coefficients(8);
   std::vector<double> ew(w.begin(), w.end()), em(n, 0.0), ev(n, 0.0);
-  double squares = -1.0;
+  std::vector<double> squares(1 + kernels::kAdamSquaresPartials, -1.0);
   for (std::uint64_t t = 1; t <= 2; ++t) {
     SCOPED_TRACE(::testing::Message() << "update " << t);
     std::vector<float> grads = normal_values(n, 41 + t, 0.0, 0.5);  // norm about 16: clipped to 1
@@ -570,8 +570,8 @@ TEST(CudaKernelsOnCpu, AdamWClipsDecaysAndStepsEachRangeAsPyTorchDoes) {
     const double clip = std::min(1.0, 1.0 / (norm + 1e-6));
     std::vector<double> clipped(n);
     for (std::size_t i = 0; i < n; ++i) clipped[i] = static_cast<double>(grads[i]) * clip;
-    kernels::adam_prepare(grads.data(), kValues, &squares, &t, nullptr, s, coefficients.data(), nullptr);
-    EXPECT_NEAR(std::sqrt(squares) / norm, 1.0, 1e-6) << "the squares summed (fp32 a block, fp64 across)";
+    kernels::adam_prepare(grads.data(), kValues, squares.data(), &t, nullptr, s, coefficients.data(), nullptr);
+    EXPECT_NEAR(std::sqrt(squares[0]) / norm, 1.0, 1e-6) << "the squares summed (fp32 a block, fp64 across)";
     kernels::adamw_apply(w.data(), grads.data(), m.data(), v.data(), kValues, offsets.data(), counts.data(),
                          decays.data(), 2, s, coefficients.data(), nullptr);
     // β1 and β2 as the kernels hold them, fp32 (0.999f is 1.3e-5 off in 1 − β2), as PyTorch's fp32 does.

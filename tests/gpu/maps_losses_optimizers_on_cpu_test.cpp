@@ -292,6 +292,50 @@ TEST(CudaKernelsOnCpu, TheLossSumIsAccurateAndTheSameInEitherBlockOrder) {
   }
 }
 
+// The global norm (AdamW's and LAMB's clipping) and LAMB's per-tensor norms add their blocks'
+// fp32 sums in fp64 in one fixed order. Three blocks summing 2^53, 1 and 1 show the order: 2^53 + 1
+// rounds back to 2^53 (ties to even), so added in the blocks' order they give 2^53, and in the
+// reverse order 2^53 + 2, which fp64 atomics did whenever the blocks came so.
+TEST(CudaKernelsOnCpu, TheOptimizersNormsAddTheirBlocksInOneOrder) {
+  constexpr std::int64_t kValues = 768;  // three blocks of 256 threads, an element a thread
+  const auto n = static_cast<std::size_t>(kValues);
+  std::vector<float> spread(n, 0.0f);
+  spread[0] = spread[1] = 0x1p26f;  // the first block's squares: 2^52 + 2^52, exact in fp32
+  spread[256] = spread[512] = 1.0f;
+  const std::vector<std::int64_t> offsets = {0}, counts = {kValues};
+  const std::vector<std::int32_t> decays = {1};
+  const kernels::AdamWScalars s{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f, 0};
+  const std::uint64_t update = 1;
+  struct Sums {
+    std::vector<double> squares, norms;
+    std::vector<float> coefficients;
+  };
+  const auto run = [&](ThreadOrder order) {
+    Sums got{std::vector<double>(1 + kernels::kAdamSquaresPartials), std::vector<double>(kernels::lamb_norms_doubles(1)),
+             std::vector<float>(8)};
+    std::vector<float> values = spread, grads = spread, m(n, 0.0f), v(n, 0.0f);
+    in_order(order, [&] {
+      kernels::adam_prepare(grads.data(), kValues, got.squares.data(), &update, nullptr, s, got.coefficients.data(),
+                            nullptr);
+      kernels::lamb_moments(values.data(), grads.data(), m.data(), v.data(), offsets.data(), counts.data(),
+                            decays.data(), 1, s, got.coefficients.data(), got.norms.data(), nullptr);
+      return 0;
+    });
+    return got;
+  };
+  const Sums ascending = run(ThreadOrder::ascending), descending = run(ThreadOrder::descending);
+  const double exact = 0x1p53 + 2.0;
+  EXPECT_NEAR(ascending.squares[0], exact, 2.0) << "Σg²";
+  EXPECT_NEAR(ascending.norms[0], exact, 2.0) << "Σw²";
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(ascending.squares[0]), std::bit_cast<std::uint64_t>(descending.squares[0]))
+      << "Σg²: " << ascending.squares[0] << " and " << descending.squares[0];
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(ascending.norms[0]), std::bit_cast<std::uint64_t>(descending.norms[0]))
+      << "Σw²: " << ascending.norms[0] << " and " << descending.norms[0];
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(ascending.norms[1]), std::bit_cast<std::uint64_t>(descending.norms[1]))
+      << "Σu²";
+  EXPECT_TRUE(same_bits(ascending.coefficients, descending.coefficients)) << "the clip factor and corrections";
+}
+
 // LAMB as the CPU backend computes it (worker/cpu/transformer_ops.cpp): the gradients clipped to
 // the global norm; Adam's moments with bias correction; each tensor's trust ratio ‖w‖ / ‖u‖ where
 // it decays, 1 where it does not; the rate warmed up by applied updates. Three updates: a clean
@@ -305,7 +349,7 @@ TEST(CudaKernelsOnCpu, LambStepsEachTensorByItsTrustRatioAndSkipsAnOverflowedSte
   const kernels::AdamWScalars s{1e-3f, 0.9f, 0.999f, 1e-6f, 0.01f, 1.0f, 4};
   const double beta1 = static_cast<double>(s.beta1), beta2 = static_cast<double>(s.beta2);
   std::vector<float> w = normal_values(n, 131, 0.0, 0.05), m(n, 0.0f), v(n, 0.0f), coefficients(8);
-  std::vector<double> norms(6), squares(1);
+  std::vector<double> norms(kernels::lamb_norms_doubles(3)), squares(1 + kernels::kAdamSquaresPartials);
   LossScaleState state;
   for (std::uint64_t update = 1; update <= 3; ++update) {
     SCOPED_TRACE(::testing::Message() << "update " << update);

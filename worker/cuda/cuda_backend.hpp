@@ -266,7 +266,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> adam_scalars_;
   std::shared_ptr<void> adam_ranges_;
   std::vector<ParameterRange> adam_ranges_uploaded_;
-  std::shared_ptr<void> lamb_norms_;  // ‖w‖² and ‖u‖² per tensor
+  std::shared_ptr<void> lamb_norms_;  // ‖w‖² and ‖u‖² per tensor, then their blocks' partials
   std::size_t lamb_norms_capacity_ = 0;
   std::size_t loss_rows_capacity_ = 0;
   bool capturing_ = false;

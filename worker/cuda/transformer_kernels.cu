@@ -18,7 +18,7 @@
 namespace dlbench::worker::kernels {
 namespace {
 
-constexpr unsigned kSquaresBlocks = 1024;  // about one resident wave on an H100 or H200
+constexpr int kSquaresBlocks = kAdamSquaresPartials;  // about one resident wave on an H100 or H200
 constexpr int kSkipUpdate = 5;  // the coefficients' slot that says the step overflowed (1) and updates nothing
 constexpr int kWarmedUpRate = 6;  // the update's learning rate (warmed_up_rate)
 
@@ -494,21 +494,44 @@ ScatterScratch scatter_scratch(std::int64_t count, int features, std::int64_t ta
   return s;
 }
 
-// Σ g², each block's fp32 partial added into an fp64 total. At most kSquaresBlocks blocks, each
-// striding over its share: a block per 256 of BERT-base's 110 million gradients made 65,535
-// fp64 atomics on one address, which the GPU takes one at a time.
-__global__ void sum_of_squares_kernel(const float* g, std::int64_t n, double* total) {
+// Σ g², each block's fp32 partial written to partials[block] in fp64. At most kSquaresBlocks
+// blocks, each striding over its share: a block per 256 of BERT-base's 110 million gradients
+// would be 430,000 partials to add.
+__global__ void sum_of_squares_kernel(const float* g, std::int64_t n, double* partials) {
   float local = 0.0f;
   DLBENCH_GRID_STRIDE(i, n) { local += g[i] * g[i]; }
   const float block_total = block_sum(local);
-  if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(block_total));
+  if (threadIdx.x == 0) partials[blockIdx.x] = static_cast<double>(block_total);
+}
+
+// The sum of `count` fp64 values in one fixed order whatever the schedule (each thread its strided
+// share, then halves), returned to every thread of a block of kThreads. fp64 atomics added them in
+// the blocks' order, which can round differently (2^53 + 1 + 1).
+__device__ double ordered_sum(const double* values, int count) {
+  __shared__ double lanes[kThreads];
+  const int t = static_cast<int>(threadIdx.x);
+  double own = 0.0;
+  for (int i = t; i < count; i += kThreads) own += values[i];
+  lanes[t] = own;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (t < half) lanes[t] += lanes[t + half];
+    __syncthreads();
+  }
+  const double total = lanes[0];
+  __syncthreads();  // read by everyone before a next call writes lanes
+  return total;
 }
 
 // torch's clip factor and AdamW's bias corrections, in fp64 as the CPU backend computes them.
-__global__ void adamw_coefficients_kernel(const double* squares, const std::uint64_t* update_number,
+// One block of kThreads: squares[0] = the sum of the `partials` after it, then the coefficients.
+__global__ void adamw_coefficients_kernel(double* squares, int partials, const std::uint64_t* update_number,
                                           const LossScaleState* loss_scale, AdamWScalars s, float* coefficients) {
+  const double total = ordered_sum(squares + 1, partials);
+  if (threadIdx.x != 0) return;
+  squares[0] = total;
   const double factor =
-      s.max_grad_norm > 0.0f ? fmin(1.0, static_cast<double>(s.max_grad_norm) / (sqrt(*squares) + 1e-6)) : 1.0;
+      s.max_grad_norm > 0.0f ? fmin(1.0, static_cast<double>(s.max_grad_norm) / (sqrt(total) + 1e-6)) : 1.0;
   const std::uint64_t applied = applied_update_number(*update_number, loss_scale);
   const auto t = static_cast<double>(applied);
   const float rate = warmed_up_rate(s.learning_rate, applied, s.warmup_updates);
@@ -553,16 +576,21 @@ __global__ void adamw_apply_kernel(float* values, float* grads, float* first_mom
   }
 }
 
+// Blocks per tensor for the LAMB kernels: enough to fill a GPU for BERT's largest tensor (the
+// word embeddings) without launching many idle blocks for its 768-value vectors.
+constexpr int kLambBlocksPerTensor = 64;
+
 // LAMB's update direction for one element, as the CPU backend computes it.
 __device__ inline float lamb_direction(float m, float v, float w, float decay, const float* coefficients,
                                        float epsilon) {
   return (m / coefficients[3]) / (sqrtf(v / coefficients[4]) + epsilon) + decay * w;
 }
 
-// Grid (chunks, tensors): blockIdx.y names the tensor, the x blocks stride over its elements.
+// Grid (kLambBlocksPerTensor, tensors): blockIdx.y names the tensor, the x blocks stride over its
+// elements, each block's Σw² and Σu² written to its place in `partials` (lamb_norms_doubles).
 __global__ void lamb_moments_kernel(const float* values, float* grads, float* first_moment, float* second_moment,
                                     const std::int64_t* offsets, const std::int64_t* counts, const std::int32_t* decays,
-                                    AdamWScalars s, const float* coefficients, double* norms) {
+                                    AdamWScalars s, const float* coefficients, double* partials) {
   if (coefficients[kSkipUpdate] != 0.0f) return;
   const int tensor = static_cast<int>(blockIdx.y);
   const std::int64_t base = offsets[tensor], n = counts[tensor];
@@ -584,8 +612,29 @@ __global__ void lamb_moments_kernel(const float* values, float* grads, float* fi
   const float block_weights = block_sum(weight_squares);
   const float block_updates = block_sum(update_squares);
   if (threadIdx.x == 0) {
-    atomicAdd(norms + 2 * tensor, static_cast<double>(block_weights));
-    atomicAdd(norms + 2 * tensor + 1, static_cast<double>(block_updates));
+    const std::int64_t at = 2 * (static_cast<std::int64_t>(tensor) * gridDim.x + blockIdx.x);
+    partials[at] = static_cast<double>(block_weights);
+    partials[at + 1] = static_cast<double>(block_updates);
+  }
+}
+
+// A block per tensor: norms[2 · tensor] = Σw², norms[2 · tensor + 1] = Σu², from its blocks' partials.
+__global__ void lamb_norms_kernel(const double* partials, int blocks_per_tensor, const float* coefficients,
+                                  double* norms) {
+  if (coefficients[kSkipUpdate] != 0.0f) return;
+  __shared__ double pairs[2 * kLambBlocksPerTensor];  // the tensor's partials, weights then updates
+  const int tensor = static_cast<int>(blockIdx.x), t = static_cast<int>(threadIdx.x);
+  const double* mine = partials + 2 * static_cast<std::int64_t>(tensor) * blocks_per_tensor;
+  if (t < blocks_per_tensor) {
+    pairs[t] = mine[2 * t];
+    pairs[blocks_per_tensor + t] = mine[2 * t + 1];
+  }
+  __syncthreads();
+  const double weights = ordered_sum(pairs, blocks_per_tensor);
+  const double updates = ordered_sum(pairs + blocks_per_tensor, blocks_per_tensor);
+  if (t == 0) {
+    norms[2 * tensor] = weights;
+    norms[2 * tensor + 1] = updates;
   }
 }
 
@@ -606,10 +655,6 @@ __global__ void lamb_apply_kernel(float* values, const float* first_moment, cons
     values[i] -= step * lamb_direction(first_moment[i], second_moment[i], values[i], decay, coefficients, s.epsilon);
   }
 }
-
-// Blocks per tensor for the LAMB kernels: enough to fill a GPU for BERT's largest tensor (the
-// word embeddings) without launching many idle blocks for its 768-value vectors.
-constexpr unsigned kLambBlocksPerTensor = 64;
 
 // Calls f(std::integral_constant<int, P>{}) with the first P of Ps for which 32 · P values (P a
 // lane of a warp) hold a row of `length`; returns false, not calling f, when none does.
@@ -797,12 +842,10 @@ void scatter_add_rows(DType dy_dtype, const void* dy, const std::int32_t* rows, 
 
 void adam_prepare(const float* grads, std::int64_t n, double* squares, const std::uint64_t* update_number,
                   const LossScaleState* loss_scale, const AdamWScalars& s, float* coefficients, cudaStream_t stream) {
-  DLBENCH_CUDA_CHECK(cudaMemsetAsync(squares, 0, sizeof(double), stream));
-  if (n > 0) {
-    DLBENCH_LAUNCH_GRID((sum_of_squares_kernel), (std::min(blocks_for(n), kSquaresBlocks)), kThreads, stream, grads, n,
-        squares);
-  }
-  DLBENCH_LAUNCH_GRID((adamw_coefficients_kernel), 1, 1, stream, squares, update_number, loss_scale, s, coefficients);
+  const unsigned blocks = n > 0 ? std::min(blocks_for(n), static_cast<unsigned>(kSquaresBlocks)) : 0u;
+  if (blocks > 0) DLBENCH_LAUNCH_GRID((sum_of_squares_kernel), blocks, kThreads, stream, grads, n, squares + 1);
+  DLBENCH_LAUNCH_GRID((adamw_coefficients_kernel), 1, kThreads, stream, squares, static_cast<int>(blocks),
+                      update_number, loss_scale, s, coefficients);
 }
 
 void adamw_apply(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t n,
@@ -816,10 +859,12 @@ void lamb_moments(const float* values, float* grads, float* first_moment, float*
                   const std::int64_t* tensor_offsets, const std::int64_t* tensor_counts, const std::int32_t* tensor_decays,
                   int tensors, const AdamWScalars& s, const float* coefficients, double* norms, cudaStream_t stream) {
   if (tensors <= 0) return;
-  DLBENCH_CUDA_CHECK(cudaMemsetAsync(norms, 0, 2 * static_cast<std::size_t>(tensors) * sizeof(double), stream));
-  const dim3 grid(kLambBlocksPerTensor, static_cast<unsigned>(tensors));
+  double* const partials = norms + 2 * tensors;
+  const dim3 grid(static_cast<unsigned>(kLambBlocksPerTensor), static_cast<unsigned>(tensors));
   DLBENCH_LAUNCH_GRID((lamb_moments_kernel), grid, kThreads, stream, values, grads, first_moment, second_moment,
-      tensor_offsets, tensor_counts, tensor_decays, s, coefficients, norms);
+      tensor_offsets, tensor_counts, tensor_decays, s, coefficients, partials);
+  DLBENCH_LAUNCH_GRID((lamb_norms_kernel), static_cast<unsigned>(tensors), kThreads, stream, partials,
+                      kLambBlocksPerTensor, coefficients, norms);
 }
 
 void lamb_apply(float* values, const float* first_moment, const float* second_moment,
@@ -827,9 +872,15 @@ void lamb_apply(float* values, const float* first_moment, const float* second_mo
                 int tensors, const AdamWScalars& s, const float* coefficients, const double* norms,
                 cudaStream_t stream) {
   if (tensors <= 0) return;
-  const dim3 grid(kLambBlocksPerTensor, static_cast<unsigned>(tensors));
+  const dim3 grid(static_cast<unsigned>(kLambBlocksPerTensor), static_cast<unsigned>(tensors));
   DLBENCH_LAUNCH_GRID((lamb_apply_kernel), grid, kThreads, stream, values, first_moment, second_moment, tensor_offsets,
       tensor_counts, tensor_decays, s, coefficients, norms);
 }
 
+}  // namespace dlbench::worker::kernels
+
+namespace dlbench::worker::kernels {
+std::size_t lamb_norms_doubles(int tensors) {
+  return tensors > 0 ? 2 * static_cast<std::size_t>(tensors) * (1 + kLambBlocksPerTensor) : 0;
+}
 }  // namespace dlbench::worker::kernels

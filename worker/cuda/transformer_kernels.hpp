@@ -56,18 +56,24 @@ void scatter_add_rows(DType dy_dtype, const void* dy, const std::int32_t* rows, 
                       cudaStream_t stream);
 
 // AdamW and LAMB after clip_grad_norm_, all on the device so that a captured step replays it
-// right: adam_prepare sums the gradients' squares and, from the update number the device holds,
+// right: adam_prepare sums the gradients' squares into squares[0] (`squares` holds
+// 1 + kAdamSquaresPartials doubles, the rest its blocks' partial sums, added in a fixed order) and,
+// from the update number the device holds,
 // writes {clip factor, lr_t / (1 - β1^t), sqrt(1 - β2^t), 1 - β1^t, 1 - β2^t, skip, lr_t} to
 // `coefficients` (t the applied update's number, lr_t the rate warmed up to it (warmed_up_rate);
 // skip 1 when loss_scale, null for none, says the step overflowed: then the apply kernels change
 // nothing);
 // adamw_apply updates the elements of each range (offsets sorted, `range_decays` 1 where weight
 // decay applies). LAMB: lamb_moments clips, updates the moments and sums ‖w‖² and ‖u‖² per tensor
-// into `norms` (2 per tensor, zeroed here); lamb_apply steps each tensor by its trust ratio.
+// into norms[2 · tensor] and norms[2 · tensor + 1] (`norms` holds lamb_norms_doubles: those, then
+// the blocks' partial sums, added in a fixed order; left as they were on a skipped step);
+// lamb_apply steps each tensor by its trust ratio.
 struct AdamWScalars {
   float learning_rate, beta1, beta2, epsilon, weight_decay, max_grad_norm;
   std::uint64_t warmup_updates;
 };
+inline constexpr int kAdamSquaresPartials = 1024;
+std::size_t lamb_norms_doubles(int tensors);
 void adam_prepare(const float* grads, std::int64_t n, double* squares, const std::uint64_t* update_number,
                   const LossScaleState* loss_scale, const AdamWScalars& s, float* coefficients, cudaStream_t stream);
 void adamw_apply(float* values, float* grads, float* first_moment, float* second_moment, std::int64_t n,

@@ -194,7 +194,10 @@ std::pair<std::int64_t, std::int64_t> rows_of(const Tensor& table) {
   return {features, table.numel() / features};
 }
 
-constexpr std::size_t kAdamScalarBytes = 64;  // update number (8), sum of squares (8), 7 coefficients (28)
+// The update number (8), 7 coefficients (28), then the sum of squares and its partials.
+constexpr std::size_t kAdamSquaresOffset = 64;
+constexpr std::size_t kAdamScalarBytes =
+    kAdamSquaresOffset + (1 + static_cast<std::size_t>(kernels::kAdamSquaresPartials)) * sizeof(double);
 
 kernels::AdamWScalars scalars_of(const AdamWConfig& c) {
   return {c.learning_rate, c.beta1, c.beta2, c.epsilon, c.weight_decay, c.max_grad_norm, c.warmup_updates};
@@ -306,8 +309,8 @@ float* CudaBackend::prepare_adam_step(const float* grads, std::int64_t count, co
                                       std::uint64_t update_number, const LossScaleState* loss_scale) {
   std::uint64_t* update = queue_update_number(update_number);
   auto* scalars = static_cast<std::byte*>(adam_scalars_.get());
-  auto* squares = reinterpret_cast<double*>(scalars + 8);
-  auto* coefficients = reinterpret_cast<float*>(scalars + 16);
+  auto* coefficients = reinterpret_cast<float*>(scalars + 8);
+  auto* squares = reinterpret_cast<double*>(scalars + kAdamSquaresOffset);
   kernels::adam_prepare(grads, count, squares, update, loss_scale, scalars_of(c), coefficients, stream_);
   return coefficients;
 }
@@ -329,7 +332,7 @@ void CudaBackend::lamb_update(float* values, float* grads, float* first_moment, 
   const DeviceRanges r = device_ranges(tensors);
   if (static_cast<std::size_t>(r.count) > lamb_norms_capacity_) {
     if (capturing_) throw CudaError("LAMB's per-tensor norms would have to grow while a step is captured");
-    lamb_norms_ = allocate(2 * static_cast<std::size_t>(r.count) * sizeof(double));
+    lamb_norms_ = allocate(kernels::lamb_norms_doubles(r.count) * sizeof(double));
     lamb_norms_capacity_ = static_cast<std::size_t>(r.count);
   }
   auto* norms = static_cast<double*>(lamb_norms_.get());
