@@ -82,7 +82,8 @@ declare -A self_test_of=(
   [dlbench-bert-amp-kept]=self-test-weight-copies-kept
   [dlbench-resnet50-amp-pad-4]=self-test-pad-4 [profile-resnet50-amp-pad-4]=self-test-pad-4
   [dlbench-resnet50-amp-own]=self-test-own-channels-last [profile-resnet50-amp-own]=self-test-own-channels-last
-  [dlbench-resnet50-bf16-own]=self-test-own-channels-last)
+  [dlbench-resnet50-bf16-own]=self-test-own-channels-last
+  [dlbench-resnet50-amp-deterministic]=self-test-deterministic)
 self_test_failed() {
   python3 -c 'import json, sys
 def failures(path):  # the count, and the failed checks the document lists (the first few)
@@ -161,6 +162,12 @@ correctness=()
 export OMP_WAIT_POLICY=PASSIVE
 step self-test 150 "$bin/dlbench-worker" --self-test --backend cuda --precision fp32,tf32,amp,bf16 \
   --output "$logs/self-test.json" & correctness+=($!)
+# DLBENCH_CUDA_ALGORITHMS=deterministic, never run on a GPU: its run-to-run check trains the conv
+# net and BERT twice and requires the same bits (the default run compares BERT only, since cuDNN may
+# choose algorithms it marks non-deterministic); its log names each algorithm chosen.
+DLBENCH_CUDA_ALGORITHMS=deterministic DLBENCH_LOG_ALGORITHMS=1 step self-test-deterministic 150 \
+  "$bin/dlbench-worker" --self-test --backend cuda --precision fp32,amp \
+  --output "$logs/self-test-deterministic.json" & correctness+=($!)
 # The local executor on a GPU, never run on one before: `dlbench run` with the CUDA backend (the
 # quickstart's 1x1 case; its 1x2 case is skipped on a one-GPU machine), its status annotated with
 # the GPU's model, then --resume, which finds nothing left to run.
@@ -434,6 +441,9 @@ needs_real_data dlbench-bert-amp-bertpretraining
 time_dlbench bert-base 64 amp dlbench-bert-amp-bertpretraining dlbench-bertpretraining "${bert_flags[@]}" \
   --data bertpretraining --data-path "$real_data/shards"
 DLBENCH_CUDA_BATCH_NORM_MODE=persistent time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-persistent dlbench-persistent
+# What the same bits run to run cost amp: only the algorithms cuDNN marks deterministic.
+DLBENCH_CUDA_ALGORITHMS=deterministic time_dlbench_resnet50 amp dlbench-resnet50-amp-deterministic \
+  dlbench-deterministic
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-conv-graph-nhwc \
   dlbench-conv-graph-nhwc
 # Where an fp32 step goes on each side, one after the other: dlbench's layers by kind, and PyTorch's

@@ -492,6 +492,11 @@ class Backend {
   // Whether Conv2dOp::backward_data_accumulate runs; where not, residual blocks sum their
   // branches' input gradients with an AddOp.
   virtual bool accumulates_conv_input_grad() const { return false; }
+  // Why this backend's convolutions may give other bits when run again on the same inputs (an
+  // algorithm that adds in the order the device schedules its work), or nothing where they give
+  // the same. Every other op of a backend must give the same bits run to run (the self-test's
+  // "run to run" check).
+  virtual std::optional<std::string> nondeterministic_convolutions() const { return std::nullopt; }
   virtual std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) = 0;
   virtual std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) = 0;
   virtual std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) = 0;

@@ -99,6 +99,9 @@ class DelegatingBackend : public Backend {
     inner_.lamb_update(v, g, m1, m2, n, r, c, t, s);
   }
   bool can_capture() const override { return inner_.can_capture(); }
+  std::optional<std::string> nondeterministic_convolutions() const override {
+    return inner_.nondeterministic_convolutions();
+  }
   void begin_capture() override { inner_.begin_capture(); }
   void end_capture() override { inner_.end_capture(); }
   void replay() override { inner_.replay(); }

@@ -693,8 +693,9 @@ struct TransformerReference {
 // dropout, residuals) against the CPU, at two shapes (the second one fused attention takes),
 // then a small BERT's loss over a few AdamW steps (embedding gathers and scatters, the
 // pretraining heads, tanh, clipping, AdamW). The CPU reference composes attention.
+// `got`: the backend's own BERT losses (the run-to-run check trains it again).
 void transformer_checks(Checker& checker, Backend& backend, Backend& reference, const std::string& precision, DType dtype,
-                        const Bounds& b, TransformerReference& want) {
+                        const Bounds& b, TransformerReference& want, std::optional<std::vector<float>>& got) {
   if (const auto why = backend.cannot_run_transformers()) {
     checker.add({precision, "transformer checks", 0, 0, 0, CheckOutcome::skipped, *why});
     return;
@@ -722,7 +723,8 @@ void transformer_checks(Checker& checker, Backend& backend, Backend& reference, 
                 kWideHeadsTokens, 17, want.wide_heads_encoder_layer);
   checker.run(precision, "bert pretraining, " + std::to_string(kTrainingSteps) + " AdamW steps", [&] {
     if (!want.bert_losses) want.bert_losses = bert_losses(reference, DType::fp32);
-    const auto [error, step] = trajectory_error(bert_losses(backend, dtype), *want.bert_losses);
+    got = bert_losses(backend, dtype);
+    const auto [error, step] = trajectory_error(*got, *want.bert_losses);
     return bounded(error, b.training, "the loss, worst at step " + std::to_string(step + 1));
   });
   // Real data's padding: attention over each sequence's real tokens (the padding's gradient exactly
@@ -796,6 +798,53 @@ SelfTestCheck layer_norm_at_bert_width(Backend& backend, Backend& reference, DTy
   return bounded(worst, b.layer, "worst: " + where);
 }
 
+// The losses of a second training against the first's, bit for bit: the small conv net's (unless the
+// backend names convolutions that may vary) and the small BERT's (where it runs). `conv_net` and
+// `bert`: the first trainings, null where their checks did not get that far (then trained here).
+SelfTestCheck run_to_run(Backend& backend, DType dtype, std::optional<std::vector<float>>& conv_net,
+                         std::optional<std::vector<float>>& bert) {
+  std::vector<std::string> compared, left;
+  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  const auto losses_text = [](const std::vector<float>& losses) {  // every bit a float has: 9 digits
+    std::ostringstream text;
+    text.precision(9);
+    for (std::size_t i = 0; i < losses.size(); ++i) text << (i > 0 ? ", " : "") << losses[i];
+    return text.str();
+  };
+  if (const auto why = backend.nondeterministic_convolutions()) {
+    left.push_back("the conv net: " + *why);
+  } else {
+    if (!conv_net) conv_net = train_losses(backend, dtype);
+    const std::vector<float> again = train_losses(backend, dtype);
+    if (!same_bits(again, *conv_net)) {
+      return verdict(false, "the conv net's losses " + losses_text(again) + " against " + losses_text(*conv_net));
+    }
+    compared.push_back("the conv net");
+  }
+  if (const auto why = backend.cannot_run_transformers()) {
+    left.push_back("bert: " + *why);
+  } else {
+    if (!bert) bert = bert_losses(backend, dtype);
+    const std::vector<float> again = bert_losses(backend, dtype);
+    if (!same_bits(again, *bert)) {
+      return verdict(false, "bert's losses " + losses_text(again) + " against " + losses_text(*bert));
+    }
+    compared.push_back("bert");
+  }
+  std::string detail;
+  for (const std::string& c : compared) detail += (detail.empty() ? "" : " and ") + c;
+  detail += compared.empty() ? "nothing compared" : ": the same bits";
+  for (const std::string& l : left) detail += "; not compared, " + l;
+  if (compared.empty()) {
+    SelfTestCheck skipped = verdict(true, detail);
+    skipped.outcome = CheckOutcome::skipped;
+    return skipped;
+  }
+  return verdict(true, detail);
+}
+
 void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend& reference, Precision typed,
                       std::vector<std::optional<LayerOutcome>>& reference_layers,
                       std::optional<std::vector<float>>& reference_losses, TransformerReference& reference_transformer,
@@ -861,7 +910,8 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
   checker.run(precision, "layer norm, 256 rows of 768 (bert-base's width)", [&] {
     return layer_norm_at_bert_width(*backend, reference, dtype, b);
   });
-  transformer_checks(checker, *backend, reference, precision, dtype, b, reference_transformer);
+  std::optional<std::vector<float>> bert;  // this backend's own BERT losses
+  transformer_checks(checker, *backend, reference, precision, dtype, b, reference_transformer, bert);
   std::optional<std::vector<float>> eager;  // this backend's own trajectory, for graph replay too
   checker.run(precision, "training, " + std::to_string(kTrainingSteps) + " steps", [&] {
     if (!reference_losses) reference_losses = train_losses(reference, DType::fp32);
@@ -913,6 +963,11 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
     }
     // The same kernels on the same data: only algorithms with atomics may reorder sums.
     return bounded(error, 1e-4, where + " against unshared memory");
+  });
+  // The same training again gives the same bits: every sum in a fixed order, whatever the device
+  // schedules (a backend names the convolutions that may not; those are left uncompared).
+  checker.run(precision, "run to run (trained again, the same bits)", [&] {
+    return run_to_run(*backend, dtype, eager, bert);
   });
   if (backend->can_capture()) {
     checker.run(precision, "step graph replay", [&] {

@@ -16,13 +16,14 @@ namespace dlbench::worker {
 namespace {
 
 cudnnConvolutionFwdAlgoPerf_t perf(cudnnConvolutionFwdAlgo_t algo, cudnnStatus_t status, float ms, std::size_t memory,
-                                   cudnnMathType_t math) {
+                                   cudnnMathType_t math, cudnnDeterminism_t determinism = CUDNN_DETERMINISTIC) {
   cudnnConvolutionFwdAlgoPerf_t p{};
   p.algo = algo;
   p.status = status;
   p.time = ms;
   p.memory = memory;
   p.mathType = math;
+  p.determinism = determinism;
   return p;
 }
 
@@ -65,7 +66,52 @@ TEST(ConvAlgorithms, OnlyFp16DataTakesAResultThatMayConvertItsInputsToFp16) {
   EXPECT_EQ(fastest(results, 2, true, "forward", /*fp16_data=*/true).algorithm, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD);
 }
 
-TEST(ConvAlgorithms, TheCacheKeyTellsGeometryDtypeLayoutMathAndPassApart) {
+// DLBENCH_CUDA_ALGORITHMS=deterministic: the fastest result cuDNN does not mark non-deterministic
+// (a backward filter algorithm adding with atomics, say); by default the fastest, its mark kept for
+// the log line. Where every result is non-deterministic a deterministic run is refused, saying so.
+TEST(ConvAlgorithms, ADeterministicRunSkipsWhatCuDnnMarksNonDeterministic) {
+  cudnnConvolutionBwdFilterAlgoPerf_t atomics{}, ordered{};
+  atomics.algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+  atomics.status = CUDNN_STATUS_SUCCESS;
+  atomics.time = 0.1f;
+  atomics.mathType = CUDNN_TENSOR_OP_MATH;
+  atomics.determinism = CUDNN_NON_DETERMINISTIC;
+  ordered = atomics;
+  ordered.algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  ordered.time = 0.2f;
+  ordered.determinism = CUDNN_DETERMINISTIC;
+  const cudnnConvolutionBwdFilterAlgoPerf_t results[] = {atomics, ordered};
+  const AlgorithmChoice any = fastest(results, 2, true, "backward-filter");
+  EXPECT_EQ(any.algorithm, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0);
+  EXPECT_FALSE(any.deterministic);
+  const AlgorithmChoice deterministic =
+      fastest(results, 2, true, "backward-filter", false, ConvDeterminism::deterministic);
+  EXPECT_EQ(deterministic.algorithm, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
+  EXPECT_TRUE(deterministic.deterministic);
+  try {
+    fastest(results, 1, true, "backward-filter", false, ConvDeterminism::deterministic);
+    FAIL() << "only a non-deterministic result, and a deterministic run took it";
+  } catch (const CudaError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("no deterministic backward-filter algorithm works for this convolution"));
+  }
+  const ConvAlgorithmKey key{{32, 64, 56, 56}, 64, 1, 1, 0, 1, DType::fp16, Layout::nhwc, true,
+                             ConvPass::backward_filter};
+  EXPECT_THAT(describe_choice(key, any), ::testing::EndsWith("ALGO_0, tensor ops, 0.0 MiB workspace, non-deterministic"));
+  EXPECT_THAT(describe_choice(key, deterministic), ::testing::EndsWith("ALGO_1, tensor ops, 0.0 MiB workspace"));
+
+  EXPECT_EQ(conv_determinism(nullptr), ConvDeterminism::any);
+  EXPECT_EQ(conv_determinism(""), ConvDeterminism::any);
+  EXPECT_EQ(conv_determinism("any"), ConvDeterminism::any);
+  EXPECT_EQ(conv_determinism("deterministic"), ConvDeterminism::deterministic);
+  try {
+    conv_determinism("on");
+    FAIL() << "an unknown value must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("DLBENCH_CUDA_ALGORITHMS: \"on\" is not one of any, deterministic"));
+  }
+}
+
+TEST(ConvAlgorithms, TheCacheKeyTellsGeometryDtypeLayoutMathPassAndDeterminismApart) {
   const ConvAlgorithmKey base{{32, 64, 56, 56}, 64, 3, 1, 1, 1, DType::fp32, Layout::nchw, false, ConvPass::forward};
   std::map<ConvAlgorithmKey, int> cache{{base, 1}};
   ConvAlgorithmKey other = base;
@@ -76,6 +122,9 @@ TEST(ConvAlgorithms, TheCacheKeyTellsGeometryDtypeLayoutMathAndPassApart) {
   EXPECT_FALSE(cache.contains(other));
   other = base;
   other.pass = ConvPass::backward_filter;
+  EXPECT_FALSE(cache.contains(other));
+  other = base;
+  other.determinism = ConvDeterminism::deterministic;  // the fastest may be one it refuses
   EXPECT_FALSE(cache.contains(other));
   other = base;
   other.input[0] = 16;

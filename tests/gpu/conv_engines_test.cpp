@@ -60,6 +60,10 @@ TEST(ConvEngines, Fp32RefusesTensorCoresAndNoRunTakesNarrowerArithmetic) {
   EXPECT_TRUE(engine_admitted(tensor_cores, false, true));                                         // fp16, bf16
   EXPECT_TRUE(engine_admitted(plain, true, false));
   EXPECT_TRUE(engine_admitted({}, true, false));
+  // DLBENCH_CUDA_ALGORITHMS=deterministic refuses what cuDNN notes non-deterministic, nothing else.
+  EXPECT_FALSE(engine_admitted(plain, true, false, ConvDeterminism::deterministic));
+  EXPECT_TRUE(engine_admitted({CUDNN_NUMERICAL_NOTE_WINOGRAD}, true, false, ConvDeterminism::deterministic));
+  EXPECT_TRUE(engine_admitted(tensor_cores, false, true, ConvDeterminism::deterministic));
   for (const cudnnBackendNumericalNote_t narrower :
        {CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS, CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION}) {
     for (const bool fp32_data : {true, false}) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,12 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   bool undeclared_pool_reads = false;  // max pools read x and y in backward without saying so (the CUDA pool's bug)
   bool fuses_residual = false;  // bottlenecks add and ReLU inside their last batch norm (cuDNN's BN_ADD_ACTIVATION)
   bool accumulates = false;     // bottlenecks add a branch's input gradient into the other's in a conv's backward
+  // Filter gradients (embedding gradients) off by up to an ulp that changes from call to call, as
+  // sums added in the order a GPU schedules them do: a second training gives other bits.
+  bool conv_varies = false;
+  bool scatter_varies = false;
+  bool declares_varying_convs = false;  // nondeterministic_convolutions says why
+  std::shared_ptr<std::uint64_t> calls = std::make_shared<std::uint64_t>(0);  // the varying noise's seeds
   bool fused_attention = false;  // attention as the CPU's fused op (DLBENCH_CPU_ATTENTION=fused)
   bool attention_off = false;    // ... whose dK comes out 1% too large
   bool attends_to_padding = false;  // attention's softmax (either route) over every token, padding included
@@ -58,6 +65,14 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   // A ReLU that ties runs apart from its batch norm (make_relu), as on a device that does not fuse it.
   bool fuses_batch_norm_relu() const override { return relu_ties < 0 && inner_.fuses_batch_norm_relu(); }
   bool accumulates_conv_input_grad() const override { return accumulates; }
+  std::optional<std::string> nondeterministic_convolutions() const override {
+    if (!declares_varying_convs) return std::nullopt;
+    return "its filter gradients are summed in the order the device schedules";
+  }
+  void scatter_add_rows(const Tensor& dy, const std::int32_t* rows, std::int64_t n, Tensor& table_grad) override {
+    inner_.scatter_add_rows(dy, rows, n, table_grad);
+    if (scatter_varies) add_varying_noise(table_grad, (*calls)++);
+  }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override {
     return make_composed_batch_norm(inner_, c);
   }
@@ -73,6 +88,7 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
       op = inner_.make_conv2d(c);
     }
     if (conv_noise_ulps > 0) op = std::make_unique<NoisyConv>(std::move(op), conv_noise_ulps);
+    if (conv_varies) op = std::make_unique<VaryingConv>(std::move(op), calls);
     const bool off = conv_off || (dilated_conv_off && c.dilation > 1) || (factorised_conv_off && c.kernel.h != c.kernel.w);
     if (!off) return op;
     return std::make_unique<OffConv>(std::move(op));
@@ -187,6 +203,32 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
       for (int k = 0; k < std::abs(step); ++k) v[i] = std::nextafter(v[i], step > 0 ? INFINITY : -INFINITY);
     }
   }
+  // Every value off by -1, 0 or 1 ulp, drawn anew for each seed.
+  static void add_varying_noise(Tensor& t, std::uint64_t seed) {
+    if (t.dtype != DType::fp32) return;
+    std::mt19937_64 rng(seed);
+    float* v = t.as<float>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      const std::uint64_t draw = rng() % 3;
+      if (draw != 1) v[i] = std::nextafter(v[i], draw == 0 ? -INFINITY : INFINITY);
+    }
+  }
+  // A convolution whose filter gradient is summed in another order each call.
+  class VaryingConv final : public Conv2dOp {
+   public:
+    VaryingConv(std::unique_ptr<Conv2dOp> op, std::shared_ptr<std::uint64_t> calls)
+        : op_(std::move(op)), calls_(std::move(calls)) {}
+    void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override { op_->forward(x, w, b, y); }
+    void backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) override { op_->backward_data(dy, w, dx); }
+    void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) override {
+      op_->backward_weights(x, dy, dw, db);
+      add_varying_noise(dw, (*calls_)++);
+    }
+
+   private:
+    std::unique_ptr<Conv2dOp> op_;
+    std::shared_ptr<std::uint64_t> calls_;
+  };
   // A convolution whose sums come out in another order: every output off by up to `ulps`.
   class NoisyConv final : public Conv2dOp {
    public:
@@ -324,6 +366,10 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->conv_noise_ulps = subject_backend.conv_noise_ulps;
                             b->fuses_residual = subject_backend.fuses_residual;
                             b->accumulates = subject_backend.accumulates;
+                            b->conv_varies = subject_backend.conv_varies;
+                            b->scatter_varies = subject_backend.scatter_varies;
+                            b->declares_varying_convs = subject_backend.declares_varying_convs;
+                            b->calls = subject_backend.calls;
                             b->fused_attention = subject_backend.fused_attention;
                             b->attention_off = subject_backend.attention_off;
                             b->attends_to_padding = subject_backend.attends_to_padding;
@@ -351,8 +397,9 @@ TEST(SelfTest, ACorrectBackendPassesEveryCheck) {
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
   // 16 layers, the loss, layer norm at BERT-base's width, the encoder layer at two shapes, BERT on whole and on
   // padded sequences, training, the
-  // whole ResNet-50 step, the memory plan; SGD, AdamW, LAMB, unscaling, loss scaling; the communicator.
-  EXPECT_EQ(checks.size(), 32u);
+  // whole ResNet-50 step, the memory plan, run to run; SGD, AdamW, LAMB, unscaling, loss scaling; the
+  // communicator.
+  EXPECT_EQ(checks.size(), 33u);
   for (const auto& c : checks) EXPECT_LE(c.error, c.bound == 0 ? 0.0 : c.bound) << c.name;
 }
 
@@ -426,7 +473,7 @@ TEST(SelfTest, ADeviceThatFusesTheResidualIntoBatchNormPassesEveryCheck) {
   NoCommunicator one;
   const auto checks = run_on(backend, one);
   EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
-  EXPECT_EQ(checks.size(), 32u);
+  EXPECT_EQ(checks.size(), 33u);
 }
 
 // A device whose bottlenecks add one branch's input gradient into the other's in a convolution's
@@ -439,7 +486,7 @@ TEST(SelfTest, ADeviceThatAccumulatesBranchGradientsInAConvolutionPassesEveryChe
     NoCommunicator one;
     const auto checks = run_on(backend, one);
     EXPECT_THAT(failed_names(checks), ::testing::IsEmpty()) << (fused ? "residual fused" : "residual apart");
-    EXPECT_EQ(checks.size(), 32u);
+    EXPECT_EQ(checks.size(), 33u);
   }
 }
 
@@ -457,6 +504,45 @@ TEST(SelfTest, RoundingNoiseOfAnotherSummationOrderPasses) {
       EXPECT_GT(c.error, 0.0) << c.name << ": the noise did not reach it";
       EXPECT_LT(c.error, 0.1 * c.bound) << c.name << ": " << c.detail;
     }
+  }
+}
+
+// Sums whose order changes from call to call, as atomics on a GPU: a second training gives other
+// bits and the run-to-run check names whose losses; a backend that names its convolutions as
+// non-deterministic has the conv net left out, the check passing on BERT and saying what it left.
+TEST(SelfTest, ATrainingThatVariesRunToRunFailsTheRunToRunCheck) {
+  const std::string check = "run to run (trained again, the same bits)";
+  NoCommunicator one;
+  const auto run_to_run = [&](const std::vector<SelfTestCheck>& checks) {
+    for (const auto& c : checks) {
+      if (c.name == check) return c;
+    }
+    ADD_FAILURE() << "no run-to-run check";
+    return SelfTestCheck{};
+  };
+  {
+    FaultyBackend backend;
+    backend.conv_varies = true;
+    const auto checks = run_on(backend, one);
+    EXPECT_THAT(failed_names(checks), ::testing::ElementsAre("fp32 " + check));
+    EXPECT_THAT(run_to_run(checks).detail, ::testing::StartsWith("the conv net's losses "));
+  }
+  {
+    FaultyBackend backend;
+    backend.conv_varies = true;
+    backend.declares_varying_convs = true;
+    const auto checks = run_on(backend, one);
+    EXPECT_THAT(failed_names(checks), ::testing::IsEmpty());
+    EXPECT_EQ(run_to_run(checks).detail,
+              "bert: the same bits; not compared, the conv net: its filter gradients are summed in the order the "
+              "device schedules");
+  }
+  {
+    FaultyBackend backend;
+    backend.scatter_varies = true;
+    const auto checks = run_on(backend, one);
+    EXPECT_THAT(failed_names(checks), ::testing::ElementsAre("fp32 " + check));
+    EXPECT_THAT(run_to_run(checks).detail, ::testing::StartsWith("bert's losses "));
   }
 }
 
@@ -510,7 +596,7 @@ TEST(SelfTest, TheWorkersModelsStepNamesItsFirstLayerOff) {
   EXPECT_THAT(failed_names(checks),
               ::testing::UnorderedElementsAre("fp32 conv 3x3 dilation 2",
                                               "fp32 deeplabv3plus step, each layer fed the reference's input"));
-  EXPECT_EQ(checks.size(), 33u);  // bert-base adds none: its layers are the transformer checks'
+  EXPECT_EQ(checks.size(), 34u);  // bert-base adds none: its layers are the transformer checks'
   for (const auto& c : checks) {
     if (c.name.starts_with("deeplabv3plus step")) {
       EXPECT_THAT(c.detail, ::testing::StartsWith("first off: backbone.layer4.1.conv2 (Conv2d) forward")) << c.detail;

@@ -63,7 +63,8 @@ class LegacyConvPasses {
           DLBENCH_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
               backend_.cudnn(), x_desc_.handle, o.input, w_desc_, o.filter, desc(pass), y_desc_.handle, o.output,
               static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-          return fastest(perf.data(), count, tensor_cores_, "forward", config_.dtype == DType::fp16);
+          return fastest(perf.data(), count, tensor_cores_, "forward", config_.dtype == DType::fp16,
+                         backend_.conv_determinism());
         });
         DLBENCH_CUDNN_CHECK(cudnnConvolutionForward(backend_.cudnn(), &kOne, x_desc_.handle, o.input, w_desc_, o.filter,
                                                     desc(pass), static_cast<cudnnConvolutionFwdAlgo_t>(a.algorithm),
@@ -85,7 +86,8 @@ class LegacyConvPasses {
           DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
               backend_.cudnn(), w_desc_, o.filter, y_desc_.handle, o.output, desc(pass), x_desc_.handle,
               accumulate ? scratch.get() : o.input, static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-          return fastest(perf.data(), count, tensor_cores_, "backward-data", config_.dtype == DType::fp16);
+          return fastest(perf.data(), count, tensor_cores_, "backward-data", config_.dtype == DType::fp16,
+                         backend_.conv_determinism());
         });
         DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardData(
             backend_.cudnn(), &kOne, w_desc_, o.filter, y_desc_.handle, o.output, desc(pass),
@@ -100,7 +102,8 @@ class LegacyConvPasses {
           DLBENCH_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
               backend_.cudnn(), x_desc_.handle, o.input, y_desc_.handle, o.output, desc(pass), w_desc_, o.filter,
               static_cast<int>(perf.size()), &count, perf.data(), ws, limit));
-          return fastest(perf.data(), count, tensor_cores_, "backward-filter", config_.dtype == DType::fp16);
+          return fastest(perf.data(), count, tensor_cores_, "backward-filter", config_.dtype == DType::fp16,
+                         backend_.conv_determinism());
         });
         DLBENCH_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
             backend_.cudnn(), &kOne, x_desc_.handle, o.input, y_desc_.handle, o.output, desc(pass),
@@ -121,7 +124,8 @@ class LegacyConvPasses {
   const AlgorithmChoice& choose(ConvPass pass, Find&& find) {
     auto& mine = chosen_[static_cast<std::size_t>(pass)];
     if (mine) return *mine;
-    const ConvAlgorithmKey key = conv_algorithm_key(config_, layout_, tensor_cores_, pass);
+    const ConvAlgorithmKey key =
+        conv_algorithm_key(config_, layout_, tensor_cores_, pass, backend_.conv_determinism());
     std::optional<AlgorithmChoice> choice;
     {
       std::lock_guard lock(algorithm_cache_mutex);

@@ -19,6 +19,7 @@
 #include <system_error>
 
 #include "backend.hpp"
+#include "env_choice.hpp"
 #include "tensor.hpp"
 #include "cuda/cuda_check.hpp"
 
@@ -29,8 +30,22 @@ namespace dlbench::worker {
 enum class ConvPass { forward, backward_data, backward_filter, backward_data_accumulate };
 inline constexpr std::size_t kConvPasses = 4;
 
+// DLBENCH_CUDA_ALGORITHMS: which of cuDNN's convolution algorithms (legacy calls) and engines
+// (graph API) a run may choose. any: the fastest measured (the default, as PyTorch's
+// cudnn.benchmark); deterministic: only those cuDNN does not mark non-deterministic (some
+// backward algorithms add with atomics), so that a run repeated gives the same bits, as
+// torch.backends.cudnn.deterministic asks.
+enum class ConvDeterminism { any, deterministic };
+inline constexpr Choices<ConvDeterminism, 2> kConvDeterminisms{
+    {{"any", ConvDeterminism::any}, {"deterministic", ConvDeterminism::deterministic}}};
+
+inline ConvDeterminism conv_determinism(const char* choice) {
+  return env_choice("DLBENCH_CUDA_ALGORITHMS", choice, kConvDeterminisms).value_or(ConvDeterminism::any);
+}
+
 // Everything that changes which algorithm is fastest (or allowed): the shapes, the data type and
-// memory order of the tensors, the math the run allows (FMA only, or tensor cores) and the pass.
+// memory order of the tensors, the math the run allows (FMA only, or tensor cores), the pass and
+// whether only deterministic algorithms may run.
 struct ConvAlgorithmKey {
   std::array<std::int64_t, 4> input{};
   std::int64_t out_channels = 0;
@@ -42,11 +57,14 @@ struct ConvAlgorithmKey {
   Layout layout = Layout::nchw;
   bool tensor_cores = false;
   ConvPass pass = ConvPass::forward;
+  ConvDeterminism determinism = ConvDeterminism::any;
   auto operator<=>(const ConvAlgorithmKey&) const = default;
 };
 
-inline ConvAlgorithmKey conv_algorithm_key(const Conv2dConfig& c, Layout layout, bool tensor_cores, ConvPass pass) {
-  return {c.input.dims, c.out_channels, c.kernel, c.stride, c.padding, c.dilation, c.dtype, layout, tensor_cores, pass};
+inline ConvAlgorithmKey conv_algorithm_key(const Conv2dConfig& c, Layout layout, bool tensor_cores, ConvPass pass,
+                                           ConvDeterminism determinism) {
+  return {c.input.dims, c.out_channels, c.kernel,     c.stride, c.padding,
+          c.dilation,   c.dtype,        layout, tensor_cores, pass, determinism};
 }
 
 // Whether DLBENCH_LOG_ALGORITHMS asks for one line per choice (set, not empty, not 0).
@@ -59,6 +77,7 @@ struct AlgorithmChoice {
   int algorithm = 0;
   std::size_t workspace = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;  // what the algorithm was measured with: run it so
+  bool deterministic = true;                  // as cuDNN marks it
   bool operator==(const AlgorithmChoice&) const = default;
 };
 
@@ -69,19 +88,22 @@ inline bool uses_tensor_cores(cudnnMathType_t math) {
 // The fastest measured result (cuDNN sorts them by time) that succeeded; unless the data is fp16
 // already, not one that may convert its inputs to fp16 (TENSOR_OP_MATH_ALLOW_CONVERSION: fp32 data
 // so computed is not TF32, and bf16 data loses range; the graph API's engines are held to the
-// same, cuda/conv_engines.hpp); and where the run forbids tensor cores (fp32 means fp32), not one
-// that uses them.
+// same, cuda/conv_engines.hpp); where the run forbids tensor cores (fp32 means fp32), not one
+// that uses them; where it asks for deterministic algorithms, not one cuDNN marks otherwise.
 template <typename Perf>
 AlgorithmChoice fastest(const Perf* results, int count, bool tensor_cores_allowed, const char* what,
-                        bool fp16_data = false) {
+                        bool fp16_data = false, ConvDeterminism determinism = ConvDeterminism::any) {
+  const bool deterministic_only = determinism == ConvDeterminism::deterministic;
   for (int i = 0; i < count; ++i) {
     if (results[i].status != CUDNN_STATUS_SUCCESS) continue;
     if (!fp16_data && results[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
     if (!tensor_cores_allowed && uses_tensor_cores(results[i].mathType)) continue;
-    return {static_cast<int>(results[i].algo), results[i].memory, results[i].mathType};
+    const bool deterministic = results[i].determinism == CUDNN_DETERMINISTIC;
+    if (deterministic_only && !deterministic) continue;
+    return {static_cast<int>(results[i].algo), results[i].memory, results[i].mathType, deterministic};
   }
-  throw CudaError(std::string("cuDNN: no ") + what + " algorithm works for this convolution" +
-                  (tensor_cores_allowed ? "" : " without tensor cores"));
+  throw CudaError(std::string("cuDNN: no ") + (deterministic_only ? "deterministic " : "") + what +
+                  " algorithm works for this convolution" + (tensor_cores_allowed ? "" : " without tensor cores"));
 }
 
 // cuDNN's name for a pass's algorithm, without its prefix ("IMPLICIT_PRECOMP_GEMM", "ALGO_1").
@@ -129,7 +151,8 @@ inline std::string mebibytes(std::size_t bytes) {
 // "backward-filter fp16 nhwc 64x256x56x56 -> 64 1x1 stride 1 pad 0: ALGO_1, tensor ops, 4.0 MiB workspace".
 inline std::string describe_choice(const ConvAlgorithmKey& key, const AlgorithmChoice& choice) {
   return describe_convolution(key) + ": " + algorithm_name(key.pass, choice.algorithm) +
-         (uses_tensor_cores(choice.math) ? ", tensor ops, " : ", fma, ") + mebibytes(choice.workspace) + " workspace";
+         (uses_tensor_cores(choice.math) ? ", tensor ops, " : ", fma, ") + mebibytes(choice.workspace) + " workspace" +
+         (choice.deterministic ? "" : ", non-deterministic");
 }
 
 inline constexpr std::size_t kMaxWorkspaceMiB = std::size_t{1} << 20;

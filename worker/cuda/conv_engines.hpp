@@ -58,13 +58,15 @@ inline ResidualGradient residual_gradient(Layout layout, const char* choice) {
 // Whether an engine with these numerical notes may run a convolution here. Never one that rounds
 // its inputs to a narrower type or reduces in one (products accumulate in fp32, as with the legacy
 // calls); on fp32 data, tensor cores (TF32) only where the run allows them (tf32, not fp32), the
-// filter PyTorch applies for allow_tf32.
+// filter PyTorch applies for allow_tf32; where the run asks for deterministic algorithms
+// (DLBENCH_CUDA_ALGORITHMS), none noted non-deterministic.
 inline bool engine_admitted(const std::vector<cudnnBackendNumericalNote_t>& notes, bool fp32_data,
-                            bool tensor_cores_allowed) {
+                            bool tensor_cores_allowed, ConvDeterminism determinism = ConvDeterminism::any) {
   for (const cudnnBackendNumericalNote_t note : notes) {
     if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) return false;
     if (note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) return false;
     if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && fp32_data && !tensor_cores_allowed) return false;
+    if (note == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && determinism == ConvDeterminism::deterministic) return false;
   }
   return true;
 }

@@ -272,7 +272,8 @@ void GraphConvPasses::run(ConvPass pass, const ConvOperands& operands) {
 const ConvPlan& GraphConvPasses::plan_for(ConvPass pass, const ConvOperands& operands) {
   Pass& mine = *passes_[static_cast<std::size_t>(pass)];
   if (mine.plan) return *mine.plan;
-  const ConvAlgorithmKey key = conv_algorithm_key(config_, layout_, tensor_cores_, pass);
+  const ConvAlgorithmKey key =
+      conv_algorithm_key(config_, layout_, tensor_cores_, pass, backend_.conv_determinism());
   ConvPlanCache& cache = backend_.conv_plans();
   {
     std::lock_guard lock(cache.mutex);
@@ -308,7 +309,7 @@ std::shared_ptr<const ConvPlan> GraphConvPasses::choose(ConvPass pass, const Con
       if (static_cast<int>(built.size()) == kTimedEngines) break;
       if (!built.empty() && std::chrono::steady_clock::now() - started > kBuildBudget) break;
       const EngineFacts engine = engine_of(config);
-      if (!engine_admitted(engine.notes, fp32_data, tensor_cores_)) {
+      if (!engine_admitted(engine.notes, fp32_data, tensor_cores_, backend_.conv_determinism())) {
         ++search.refused;
         continue;
       }

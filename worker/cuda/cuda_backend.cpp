@@ -323,6 +323,7 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
       batch_norm_route_(batch_norm_calls(layout_, std::getenv("DLBENCH_CUDA_BATCH_NORM"))),
       batch_norm_mode_(worker::batch_norm_mode(layout_, std::getenv("DLBENCH_CUDA_BATCH_NORM_MODE"))),
       conv_calls_api_(worker::conv_calls_api(std::getenv("DLBENCH_CUDA_CONV"))),
+      conv_determinism_(worker::conv_determinism(std::getenv("DLBENCH_CUDA_ALGORITHMS"))),
       residual_gradient_(residual_gradient(layout_, std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
       attention_route_(attention_route("DLBENCH_CUDA_ATTENTION", std::getenv("DLBENCH_CUDA_ATTENTION"))),
       conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()),
@@ -385,11 +386,18 @@ std::map<std::string, std::string> CudaBackend::options() const {
           {"batchNorm", name(kBatchNormCalls, batch_norm_route_)},
           {"batchNormMode", name(kBatchNormModes, batch_norm_mode_)},
           {"conv", name(kConvCallsApis, conv_calls_api_)},
+          {"algorithms", name(kConvDeterminisms, conv_determinism_)},
           {"residualGrad", name(kResidualGradients, residual_gradient_)},
           {"attention", name(kAttentionRoutes, attention_route_)},
           {"weightCopies", name(kWeightCopies, weight_copies_)},
           {"padInputChannels", name(kPaddedInputChannels, padded_input_channels_)},
           {"workspaceMiB", std::to_string(workspace_limit_ >> 20)}};
+}
+
+std::optional<std::string> CudaBackend::nondeterministic_convolutions() const {
+  if (conv_determinism_ == ConvDeterminism::deterministic) return std::nullopt;
+  return "cuDNN may choose convolution algorithms it marks non-deterministic (DLBENCH_CUDA_ALGORITHMS=deterministic "
+         "rules them out)";
 }
 
 std::shared_ptr<void> CudaBackend::allocate(std::size_t bytes) {

@@ -106,6 +106,8 @@ class CudaBackend final : public Backend {
   // Which cuDNN API this backend's convolutions take: DLBENCH_CUDA_CONV, read once
   // (cuda/conv_engines.hpp).
   ConvCallsApi conv_calls_api() const { return conv_calls_api_; }
+  // DLBENCH_CUDA_ALGORITHMS, read once (cuda/conv_algorithms.hpp).
+  ConvDeterminism conv_determinism() const { return conv_determinism_; }
   // DLBENCH_CUDA_RESIDUAL_GRAD, read once (cuda/conv_engines.hpp).
   bool accumulates_conv_input_grad() const override { return residual_gradient_ == ResidualGradient::accumulate; }
   // The graph API's plans this backend has chosen, one per distinct convolution pass.
@@ -157,6 +159,7 @@ class CudaBackend final : public Backend {
                    std::uint64_t update_number, const LossScaleState* loss_scale) override;
 
   bool can_capture() const override { return true; }
+  std::optional<std::string> nondeterministic_convolutions() const override;
   void begin_capture() override;
   void end_capture() override;
   void replay() override;
@@ -225,6 +228,7 @@ class CudaBackend final : public Backend {
   BatchNormCalls batch_norm_route_ = BatchNormCalls::plain;  // after layout_, which it depends on
   BatchNormMode batch_norm_mode_ = BatchNormMode::spatial;    // likewise
   ConvCallsApi conv_calls_api_ = ConvCallsApi::legacy;
+  ConvDeterminism conv_determinism_ = ConvDeterminism::any;
   ResidualGradient residual_gradient_ = ResidualGradient::sum;
   AttentionRoute attention_route_ = AttentionRoute::composed;
   std::unique_ptr<cuda_detail::ConvPlanCache> conv_plans_;  // destroyed before the cuDNN handle
