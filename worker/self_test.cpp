@@ -813,25 +813,27 @@ SelfTestCheck run_to_run(Backend& backend, DType dtype, std::optional<std::vecto
     for (std::size_t i = 0; i < losses.size(); ++i) text << (i > 0 ? ", " : "") << losses[i];
     return text.str();
   };
-  if (const auto why = backend.nondeterministic_convolutions()) {
-    left.push_back("the conv net: " + *why);
-  } else {
-    if (!conv_net) conv_net = train_losses(backend, dtype);
-    const std::vector<float> again = train_losses(backend, dtype);
-    if (!same_bits(again, *conv_net)) {
-      return verdict(false, "the conv net's losses " + losses_text(again) + " against " + losses_text(*conv_net));
+  struct Training {
+    const char* name;                         // as the detail names it
+    std::optional<std::string> left_because;  // why it is not compared
+    std::optional<std::vector<float>>& first;
+    std::function<std::vector<float>()> train;
+  };
+  const Training trainings[] = {
+      {"the conv net", backend.nondeterministic_convolutions(), conv_net, [&] { return train_losses(backend, dtype); }},
+      {"bert", backend.cannot_run_transformers(), bert, [&] { return bert_losses(backend, dtype); }}};
+  for (const Training& training : trainings) {
+    if (training.left_because) {
+      left.push_back(std::string(training.name) + ": " + *training.left_because);
+      continue;
     }
-    compared.push_back("the conv net");
-  }
-  if (const auto why = backend.cannot_run_transformers()) {
-    left.push_back("bert: " + *why);
-  } else {
-    if (!bert) bert = bert_losses(backend, dtype);
-    const std::vector<float> again = bert_losses(backend, dtype);
-    if (!same_bits(again, *bert)) {
-      return verdict(false, "bert's losses " + losses_text(again) + " against " + losses_text(*bert));
+    if (!training.first) training.first = training.train();
+    const std::vector<float> again = training.train();
+    if (!same_bits(again, *training.first)) {
+      return verdict(false, std::string(training.name) + "'s losses " + losses_text(again) + " against " +
+                                losses_text(*training.first));
     }
-    compared.push_back("bert");
+    compared.push_back(training.name);
   }
   std::string detail;
   for (const std::string& c : compared) detail += (detail.empty() ? "" : " and ") + c;
