@@ -259,7 +259,8 @@ def comparison(logs):
     # of workspace instead of 1 (DLBENCH_CUDA_WORKSPACE_MIB=16384); and fp32's batch norms in cuDNN's
     # persistent mode, or through dlbench's own NCHW kernels with the ReLU and residual fused (=own);
     # and the weights' half (or transposed) copies kept until the values change (DLBENCH_CUDA_WEIGHT_COPIES=kept);
-    # and the stem's 3 input channels read padded to 4 (DLBENCH_CUDA_PAD_INPUT_CHANNELS=4).
+    # and the stem's 3 input channels read padded to 4 (DLBENCH_CUDA_PAD_INPUT_CHANNELS=4); and only the
+    # convolution algorithms cuDNN marks deterministic (DLBENCH_CUDA_ALGORITHMS=deterministic).
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-persistent", "bn persistent"), ("dlbench-own", "bn own kernels"),
                 ("dlbench-own-accumulate", "own + accumulate"),
@@ -269,7 +270,8 @@ def comparison(logs):
                 ("dlbench-sum", "grad sum"), ("dlbench-workspace-16g", "16 GiB search"),
                 ("dlbench-attention-fused", "fused attention"),
                 ("dlbench-attention-fused-graph", "fused attention + graph"),
-                ("dlbench-kept", "weights kept"), ("dlbench-pad-4", "stem padded to 4"))
+                ("dlbench-kept", "weights kept"), ("dlbench-pad-4", "stem padded to 4"),
+                ("dlbench-deterministic", "deterministic"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]

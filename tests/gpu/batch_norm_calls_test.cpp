@@ -132,6 +132,7 @@ TEST(BackendSwitches, EveryNameAResultGivesChoosesWhatItNames) {
   expect_names_round_trip("DLBENCH_CUDA_BATCH_NORM_MODE", kBatchNormModes);
   expect_names_round_trip("DLBENCH_CUDA_LAYOUT", kCudaLayouts);
   expect_names_round_trip("DLBENCH_CUDA_CONV", kConvCallsApis);
+  expect_names_round_trip("DLBENCH_CUDA_ALGORITHMS", kConvDeterminisms);
   expect_names_round_trip("DLBENCH_CUDA_RESIDUAL_GRAD", kResidualGradients);
   expect_names_round_trip("DLBENCH_CUDA_ATTENTION", kAttentionRoutes);
   EXPECT_EQ(attention_route("DLBENCH_CUDA_ATTENTION", nullptr), AttentionRoute::composed);
