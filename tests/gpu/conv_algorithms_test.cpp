@@ -92,11 +92,13 @@ TEST(ConvAlgorithms, ADeterministicRunSkipsWhatCuDnnMarksNonDeterministic) {
     fastest(results, 1, true, "backward-filter", false, ConvDeterminism::deterministic);
     FAIL() << "only a non-deterministic result, and a deterministic run took it";
   } catch (const CudaError& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("no deterministic backward-filter algorithm works for this convolution"));
+    EXPECT_THAT(e.what(),
+                ::testing::HasSubstr("no deterministic backward-filter algorithm works for this convolution"));
   }
   const ConvAlgorithmKey key{{32, 64, 56, 56}, 64, 1, 1, 0, 1, DType::fp16, Layout::nhwc, true,
                              ConvPass::backward_filter};
-  EXPECT_THAT(describe_choice(key, any), ::testing::EndsWith("ALGO_0, tensor ops, 0.0 MiB workspace, non-deterministic"));
+  EXPECT_THAT(describe_choice(key, any),
+              ::testing::EndsWith("ALGO_0, tensor ops, 0.0 MiB workspace, non-deterministic"));
   EXPECT_THAT(describe_choice(key, deterministic), ::testing::EndsWith("ALGO_1, tensor ops, 0.0 MiB workspace"));
 
   EXPECT_EQ(conv_determinism(nullptr), ConvDeterminism::any);

@@ -714,8 +714,11 @@ TEST(CudaKernelsOnCpu, ScatterAddRowsSumsEachRowInOneOrderWhateverTheThreads) {
       SCOPED_TRACE(std::to_string(features) + " features, dy " + std::string(to_string(types.dy)) + ", table " +
                    std::string(to_string(types.table)));
       const auto width = static_cast<std::size_t>(features);
-      std::vector<float> dy(static_cast<std::size_t>(kCount) * width), held(static_cast<std::size_t>(kTableRows) * width);
-      for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>(static_cast<int>((i * 37) % 101) - 50) / 7.3f;
+      std::vector<float> dy(static_cast<std::size_t>(kCount) * width);
+      std::vector<float> held(static_cast<std::size_t>(kTableRows) * width);
+      for (std::size_t i = 0; i < dy.size(); ++i) {
+        dy[i] = static_cast<float>(static_cast<int>((i * 37) % 101) - 50) / 7.3f;
+      }
       for (std::size_t i = 0; i < held.size(); ++i) held[i] = 0.25f + static_cast<float>(i % 13) * 0.5f;
       Guarded<float> scratch(kernels::scatter_add_rows_scratch_bytes(kCount, features, kTableRows) / sizeof(float));
       bool intact = true;

@@ -311,8 +311,8 @@ TEST(CudaKernelsOnCpu, TheOptimizersNormsAddTheirBlocksInOneOrder) {
     std::vector<float> coefficients;
   };
   const auto run = [&](ThreadOrder order) {
-    Sums got{std::vector<double>(1 + kernels::kAdamSquaresPartials), std::vector<double>(kernels::lamb_norms_doubles(1)),
-             std::vector<float>(8)};
+    Sums got{std::vector<double>(1 + kernels::kAdamSquaresPartials),
+             std::vector<double>(kernels::lamb_norms_doubles(1)), std::vector<float>(8)};
     std::vector<float> values = spread, grads = spread, m(n, 0.0f), v(n, 0.0f);
     in_order(order, [&] {
       kernels::adam_prepare(grads.data(), kValues, got.squares.data(), &update, nullptr, s, got.coefficients.data(),
