@@ -63,8 +63,8 @@ struct ConvAlgorithmKey {
 
 inline ConvAlgorithmKey conv_algorithm_key(const Conv2dConfig& c, Layout layout, bool tensor_cores, ConvPass pass,
                                            ConvDeterminism determinism) {
-  return {c.input.dims, c.out_channels, c.kernel,     c.stride, c.padding,
-          c.dilation,   c.dtype,        layout, tensor_cores, pass, determinism};
+  return {c.input.dims, c.out_channels, c.kernel, c.stride, c.padding, c.dilation, c.dtype, layout, tensor_cores,
+          pass, determinism};
 }
 
 // Whether DLBENCH_LOG_ALGORITHMS asks for one line per choice (set, not empty, not 0).

@@ -505,22 +505,12 @@ __global__ void sum_of_squares_kernel(const float* g, std::int64_t n, double* pa
 }
 
 // The sum of `count` fp64 values in one fixed order whatever the schedule (each thread its strided
-// share, then halves), returned to every thread of a block of kThreads. fp64 atomics added them in
+// share, then block_sum's tree), returned to every thread of the block. fp64 atomics added them in
 // the blocks' order, which can round differently (2^53 + 1 + 1).
 __device__ double ordered_sum(const double* values, int count) {
-  __shared__ double lanes[kThreads];
-  const int t = static_cast<int>(threadIdx.x);
   double own = 0.0;
-  for (int i = t; i < count; i += kThreads) own += values[i];
-  lanes[t] = own;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (t < half) lanes[t] += lanes[t + half];
-    __syncthreads();
-  }
-  const double total = lanes[0];
-  __syncthreads();  // read by everyone before a next call writes lanes
-  return total;
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += static_cast<int>(blockDim.x)) own += values[i];
+  return block_sum(own);
 }
 
 // torch's clip factor and AdamW's bias corrections, in fp64 as the CPU backend computes them.
@@ -587,7 +577,8 @@ __device__ inline float lamb_direction(float m, float v, float w, float decay, c
 }
 
 // Grid (kLambBlocksPerTensor, tensors): blockIdx.y names the tensor, the x blocks stride over its
-// elements, each block's Σw² and Σu² written to its place in `partials` (lamb_norms_doubles).
+// elements, each block's Σw² and Σu² written to `partials` (lamb_norms_doubles): a tensor's
+// 2 · kLambBlocksPerTensor, its blocks' Σw² then their Σu².
 __global__ void lamb_moments_kernel(const float* values, float* grads, float* first_moment, float* second_moment,
                                     const std::int64_t* offsets, const std::int64_t* counts, const std::int32_t* decays,
                                     AdamWScalars s, const float* coefficients, double* partials) {
@@ -612,27 +603,20 @@ __global__ void lamb_moments_kernel(const float* values, float* grads, float* fi
   const float block_weights = block_sum(weight_squares);
   const float block_updates = block_sum(update_squares);
   if (threadIdx.x == 0) {
-    const std::int64_t at = 2 * (static_cast<std::int64_t>(tensor) * gridDim.x + blockIdx.x);
-    partials[at] = static_cast<double>(block_weights);
-    partials[at + 1] = static_cast<double>(block_updates);
+    double* const mine = partials + 2 * static_cast<std::int64_t>(tensor) * kLambBlocksPerTensor;
+    mine[blockIdx.x] = static_cast<double>(block_weights);
+    mine[kLambBlocksPerTensor + blockIdx.x] = static_cast<double>(block_updates);
   }
 }
 
 // A block per tensor: norms[2 · tensor] = Σw², norms[2 · tensor + 1] = Σu², from its blocks' partials.
-__global__ void lamb_norms_kernel(const double* partials, int blocks_per_tensor, const float* coefficients,
-                                  double* norms) {
+__global__ void lamb_norms_kernel(const double* partials, const float* coefficients, double* norms) {
   if (coefficients[kSkipUpdate] != 0.0f) return;
-  __shared__ double pairs[2 * kLambBlocksPerTensor];  // the tensor's partials, weights then updates
-  const int tensor = static_cast<int>(blockIdx.x), t = static_cast<int>(threadIdx.x);
-  const double* mine = partials + 2 * static_cast<std::int64_t>(tensor) * blocks_per_tensor;
-  if (t < blocks_per_tensor) {
-    pairs[t] = mine[2 * t];
-    pairs[blocks_per_tensor + t] = mine[2 * t + 1];
-  }
-  __syncthreads();
-  const double weights = ordered_sum(pairs, blocks_per_tensor);
-  const double updates = ordered_sum(pairs + blocks_per_tensor, blocks_per_tensor);
-  if (t == 0) {
+  const int tensor = static_cast<int>(blockIdx.x);
+  const double* mine = partials + 2 * static_cast<std::int64_t>(tensor) * kLambBlocksPerTensor;
+  const double weights = ordered_sum(mine, kLambBlocksPerTensor);
+  const double updates = ordered_sum(mine + kLambBlocksPerTensor, kLambBlocksPerTensor);
+  if (threadIdx.x == 0) {
     norms[2 * tensor] = weights;
     norms[2 * tensor + 1] = updates;
   }
@@ -855,6 +839,10 @@ void adamw_apply(float* values, float* grads, float* first_moment, float* second
                  range_counts, range_decays, ranges, s, coefficients);
 }
 
+std::size_t lamb_norms_doubles(int tensors) {
+  return tensors > 0 ? 2 * static_cast<std::size_t>(tensors) * (1 + kLambBlocksPerTensor) : 0;
+}
+
 void lamb_moments(const float* values, float* grads, float* first_moment, float* second_moment,
                   const std::int64_t* tensor_offsets, const std::int64_t* tensor_counts, const std::int32_t* tensor_decays,
                   int tensors, const AdamWScalars& s, const float* coefficients, double* norms, cudaStream_t stream) {
@@ -863,8 +851,8 @@ void lamb_moments(const float* values, float* grads, float* first_moment, float*
   const dim3 grid(static_cast<unsigned>(kLambBlocksPerTensor), static_cast<unsigned>(tensors));
   DLBENCH_LAUNCH_GRID((lamb_moments_kernel), grid, kThreads, stream, values, grads, first_moment, second_moment,
       tensor_offsets, tensor_counts, tensor_decays, s, coefficients, partials);
-  DLBENCH_LAUNCH_GRID((lamb_norms_kernel), static_cast<unsigned>(tensors), kThreads, stream, partials,
-                      kLambBlocksPerTensor, coefficients, norms);
+  DLBENCH_LAUNCH_GRID((lamb_norms_kernel), static_cast<unsigned>(tensors), kThreads, stream, partials, coefficients,
+                      norms);
 }
 
 void lamb_apply(float* values, const float* first_moment, const float* second_moment,
@@ -877,10 +865,4 @@ void lamb_apply(float* values, const float* first_moment, const float* second_mo
       tensor_counts, tensor_decays, s, coefficients, norms);
 }
 
-}  // namespace dlbench::worker::kernels
-
-namespace dlbench::worker::kernels {
-std::size_t lamb_norms_doubles(int tensors) {
-  return tensors > 0 ? 2 * static_cast<std::size_t>(tensors) * (1 + kLambBlocksPerTensor) : 0;
-}
 }  // namespace dlbench::worker::kernels

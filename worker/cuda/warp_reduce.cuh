@@ -7,7 +7,9 @@ namespace dlbench::worker::kernels {
 
 inline constexpr unsigned kFullWarp = 0xffffffffu;
 
-__device__ inline float warp_sum(float v) {
+// float, or double where fp64 partials are added (the optimizers' norms).
+template <typename T>
+__device__ inline T warp_sum(T v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullWarp, v, offset);
   return v;
 }
@@ -17,17 +19,19 @@ __device__ inline float warp_max(float v) {
   return v;
 }
 
-// The sum over the block (a multiple of 32 threads), returned to every thread. The first barrier
-// keeps a second call from overwriting partial sums the first is still reading.
-__device__ inline float block_sum(float v) {
-  __shared__ float partial[32];
+// The sum over the block (a multiple of 32 threads), returned to every thread, by the same tree
+// whatever the schedule. The first barrier keeps a second call from overwriting partial sums the
+// first is still reading.
+template <typename T>
+__device__ inline T block_sum(T v) {
+  __shared__ T partial[32];
   v = warp_sum(v);
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   __syncthreads();
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   const int warps = static_cast<int>(blockDim.x / 32);
-  return warp_sum(lane < warps ? partial[lane] : 0.0f);
+  return warp_sum(lane < warps ? partial[lane] : T(0));
 }
 
 }  // namespace dlbench::worker::kernels
