@@ -200,7 +200,7 @@ DLBENCH_CUDA_BATCH_NORM=own step self-test-fp32-own 150 "$bin/dlbench-worker" --
   --precision fp32 --output "$logs/self-test-fp32-own.json" & correctness+=($!)
 # dlbench's own batch norms over channels-last activations too (never run on a GPU), against cuDNN's
 # persistent kernels, which fuse the same: amp's batch norms took 16.8 ms of a 40.3 ms ResNet-50
-# step on 2026-11-27 (profiled), where their passes move 58 GB, 12.1 ms at 4.8 TB/s. The
+# step on 2026-11-27 (profiled), where their passes move 54 GB, 11.3 ms at 4.8 TB/s. The
 # self-test in the precisions timed with them (tf32's fp32 storage is cuda-backend-tests' case,
 # and a third precision's CPU references would crowd the cores the runs here share), every buffer
 # poisoned after its lifetime, one small amp step under memcheck.

@@ -7,12 +7,13 @@
 // Why own kernels: on an H200 (2026-11-29) fp32 ResNet-50's batch norms and ReLUs through cuDNN's
 // NCHW calls took 12.6 ms of a 73.4 ms step, against PyTorch's 9.6, and cuDNN fuses neither the
 // ReLU nor the residual add over NCHW. Fused here: forward reads x twice (statistics, then the
-// normalisation) and writes y once, ReLU and residual add included; backward reads x, y and dy to
-// sum, then again to write dx (and the residual's gradient in the first pass). In channels last,
+// normalisation) and writes y once, ReLU and residual add included; backward reads x and dy (and y
+// for a residual's add and ReLU) to sum, then again to write dx (and the residual's gradient in the
+// first pass). A ReLU tail's mask is found again from x (batch_norm_normalized). In channels last,
 // cuDNN's *Ex calls fuse both; amp's batch norms took 16.8 ms of a 40.3 ms ResNet-50 step on an
-// H200 (2026-11-27, `--profile`, its events included). These passes move 58 GB a step at batch 256,
-// 12.1 ms at the H200's 4.8 TB/s: a few ms at most to gain over cuDNN, the A/B the next GPU session
-// times.
+// H200 (2026-11-27, `--profile`, its events included). These passes move 54 GB a step at batch 256
+// (58 while a ReLU's mask read y), 11.3 ms at the H200's 4.8 TB/s: a few ms at most to gain over
+// cuDNN, the A/B the next GPU session times.
 //
 // Numerics: a block sums (x - shift) and (x - shift)², with `shift` the first value of its chunk,
 // so that a channel whose mean is large against its spread does not cancel its variance away in
@@ -241,6 +242,17 @@ DLBENCH_HOST_DEVICE inline GradientSums channel_gradient_sums(const float* parti
   return g;
 }
 
+// What a batch norm hands its tail, (x − mean) · scale + β, rounded once after the subtraction (an
+// explicit fma: forward, and the backward that finds a fused ReLU's mask again from x, get the
+// same bits whatever the compiler would contract).
+DLBENCH_HOST_DEVICE inline float batch_norm_normalized(float x, float mean, float scale, float beta) {
+  return std::fma(x - mean, scale, beta);
+}
+
+// γ · inverse std from the stored fp32 inverse std, one fp32 product, so that backward makes the
+// same scale again from what forward kept.
+DLBENCH_HOST_DEVICE inline float batch_norm_scale(float gamma, float inverse_std) { return gamma * inverse_std; }
+
 // A channel's batch statistics and what forward's normalising pass multiplies by: y = (x − mean) ·
 // scale + β, scale = γ / sqrt(var + ε) (x − mean first: x · scale + (β − mean · scale) would lose a
 // channel far from zero to cancellation). The running variance takes the unbiased variance
@@ -255,10 +267,10 @@ DLBENCH_HOST_DEVICE inline BatchNormForwardChannel batch_norm_forward_channel(co
   const double variance = m.count > 0 ? m.m2 / m.count : 0.0;
   const double unbiased = m.count > 1 ? m.m2 / (m.count - 1) : variance;
   const double inverse_std = 1.0 / std::sqrt(variance + static_cast<double>(epsilon));
-  const double scale = static_cast<double>(gamma) * inverse_std, rate = static_cast<double>(momentum);
+  const double rate = static_cast<double>(momentum);
   return {static_cast<float>(m.mean),
           static_cast<float>(inverse_std),
-          static_cast<float>(scale),
+          batch_norm_scale(gamma, static_cast<float>(inverse_std)),
           static_cast<float>((1.0 - rate) * static_cast<double>(running_mean) + rate * m.mean),
           static_cast<float>((1.0 - rate) * static_cast<double>(running_var) + rate * unbiased)};
 }

@@ -163,8 +163,9 @@ BatchNormRun run_own_batch_norm(DType dtype, bool channels_last, const BatchNorm
                                        y.data(), gamma.data(), beta.data(), 1e-5f, 0.1f, mean.data(),
                                        inverse_std.data(), running_mean.data(), running_var.data(), scratch.data(),
                                        nullptr);
-  kernels::batch_norm_backward(dtype, channels_last, s, tail, x.data(), y.data(), dy.data(),
-                               add_relu ? dz.data() : nullptr, dx.data(), gamma.data(), mean.data(),
+  // y only with add_relu: a ReLU tail's backward that read it would fault here.
+  kernels::batch_norm_backward(dtype, channels_last, s, tail, x.data(), add_relu ? y.data() : nullptr, dy.data(),
+                               add_relu ? dz.data() : nullptr, dx.data(), gamma.data(), beta.data(), mean.data(),
                                inverse_std.data(), dgamma.data(), dbeta.data(), scratch.data(), nullptr);
   BatchNormRun run{y.floats(), mean.floats(), inverse_std.floats(), running_mean.floats(), running_var.floats(),
                    dx.floats(), add_relu ? dz.floats() : std::vector<float>{}, dgamma.floats(), dbeta.floats()};

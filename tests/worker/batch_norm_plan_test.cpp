@@ -279,20 +279,25 @@ struct EmulatedBatchNorm {
     std::vector<float> y(x.size());
     for (std::int64_t at = 0; at < s.numel(); ++at) {
       const std::size_t c = channel_at(at);
-      float v = (x[static_cast<std::size_t>(at)] - mean[c]) * scale[c] + beta[c];
+      float v = batch_norm_normalized(x[static_cast<std::size_t>(at)], mean[c], scale[c], beta[c]);
       if (tail == 2) v += z[static_cast<std::size_t>(at)];
       y[static_cast<std::size_t>(at)] = tail > 0 ? std::fmax(v, 0.0f) : v;
     }
     return y;
   }
 
-  // dx, and dz (add and ReLU) and dγ, dβ through the out-parameters.
+  // dx, and dz (add and ReLU) and dγ, dβ through the out-parameters. The ReLU tail's mask comes
+  // from x again, as the kernels find it; add and ReLU's from y.
   std::vector<float> backward(const std::vector<float>& x, const std::vector<float>& y, const std::vector<float>& dy,
-                              const std::vector<float>& gamma, std::vector<float>& dz, std::vector<float>& dgamma,
-                              std::vector<float>& dbeta) const {
+                              const std::vector<float>& gamma, const std::vector<float>& beta, std::vector<float>& dz,
+                              std::vector<float>& dgamma, std::vector<float>& dbeta) const {
     const auto gradient = [&](std::int64_t at) {
       const auto i = static_cast<std::size_t>(at);
-      return tail > 0 && !(y[i] > 0.0f) ? 0.0f : dy[i];
+      const std::size_t c = channel_at(at);
+      const bool passed = tail == 1 ? batch_norm_normalized(x[i], mean[c], batch_norm_scale(gamma[c], inverse_std[c]),
+                                                            beta[c]) > 0.0f
+                                    : y[i] > 0.0f;
+      return tail > 0 && !passed ? 0.0f : dy[i];
     };
     dz.assign(x.size(), 0.0f);
     const std::vector<float> partial = block_sums(
@@ -347,7 +352,7 @@ TEST(BatchNormPlan, TheKernelsArithmeticIsBatchNormForEveryTail) {
         bn.running_var.assign(channels, 2.0f);
         const std::vector<float> y = bn.forward(x, z, gamma, beta);
         std::vector<float> dz, dgamma, dbeta;
-        const std::vector<float> dx = bn.backward(x, y, dy, gamma, dz, dgamma, dbeta);
+        const std::vector<float> dx = bn.backward(x, y, dy, gamma, beta, dz, dgamma, dbeta);
         const Reference r = reference(s, channels_last, tail, bn.epsilon, x, z, gamma, beta, dy);
         EXPECT_LT(relative_error(y, r.y), 1e-5) << "y";
         EXPECT_LT(relative_error(bn.mean, r.mean), 1e-5) << "mean";

@@ -37,21 +37,11 @@ __device__ inline void store_unit(T* p, std::int64_t at, const float (&v)[W]) {
   }
 }
 
-// g = dy, masked where the output is not positive with a ReLU tail.
-template <int W, bool kMasked, typename T>
-__device__ inline void load_gradient(const T* y, const T* dy, std::int64_t at, float (&g)[W]) {
-  load_unit<W>(dy, at, g);
-  if constexpr (kMasked) {
-    float out[W];
-    load_unit<W>(y, at, out);
-#pragma unroll
-    for (int k = 0; k < W; ++k) g[k] = out[k] > 0.0f ? g[k] : 0.0f;
-  }
-}
+// The elementwise passes' per-channel values: k[i] holds those of the unit's i-th value's channel
+// (one channel for the whole unit in NCHW, each value its own in channels last). A normalising
+// float4 is (scale, β, mean, -); an input-gradient one (a, b, e, mean).
 
-// The elementwise passes' unit, both layouts: k[i] holds the per-channel values of the unit's i-th
-// value's channel (one channel for the whole unit in NCHW, each value its own in channels last).
-// y = tail((x − mean) · scale + β [+ z]), k = (scale, β, mean, -).
+// y = tail((x − mean) · scale + β [+ z]).
 template <typename T, int W, BatchNormTail kTail>
 __device__ inline void normalize_unit(const T* x, const T* z, T* y, std::int64_t at, const float4 (&k)[W]) {
   float v[W];
@@ -60,41 +50,66 @@ __device__ inline void normalize_unit(const T* x, const T* z, T* y, std::int64_t
     float r[W];
     load_unit<W>(z, at, r);
 #pragma unroll
-    for (int i = 0; i < W; ++i) v[i] = fmaxf((v[i] - k[i].z) * k[i].x + k[i].y + r[i], 0.0f);
+    for (int i = 0; i < W; ++i) v[i] = fmaxf(batch_norm_normalized(v[i], k[i].z, k[i].x, k[i].y) + r[i], 0.0f);
   } else {
 #pragma unroll
     for (int i = 0; i < W; ++i) {
-      v[i] = (v[i] - k[i].z) * k[i].x + k[i].y;
+      v[i] = batch_norm_normalized(v[i], k[i].z, k[i].x, k[i].y);
       if constexpr (kTail == BatchNormTail::relu) v[i] = fmaxf(v[i], 0.0f);
     }
   }
   store_unit<W>(y, at, v);
 }
 
-// dx = a · g + b · (x − mean) + e, g from dz (add_relu) or from dy and y; k = (a, b, e, mean).
+// g = dy and x, with a ReLU tail g masked where forward's normalised value was not positive: the
+// mask found again from x and the normalising values n, so that backward reads no y.
 template <typename T, int W, BatchNormTail kTail>
-__device__ inline void input_gradient_unit(const T* x, const T* y, const T* dy, const T* dz, T* dx, std::int64_t at,
-                                           const float4 (&k)[W]) {
-  float g[W], v[W];
-  if constexpr (kTail == BatchNormTail::add_relu) {
-    load_unit<W>(dz, at, g);
-  } else {
-    load_gradient<W, kTail == BatchNormTail::relu>(y, dy, at, g);
-  }
+__device__ inline void gradient_and_input(const T* x, const T* dy, std::int64_t at, const float4 (&n)[W],
+                                          float (&g)[W], float (&v)[W]) {
+  load_unit<W>(dy, at, g);
   load_unit<W>(x, at, v);
+  if constexpr (kTail == BatchNormTail::relu) {
+#pragma unroll
+    for (int i = 0; i < W; ++i) g[i] = batch_norm_normalized(v[i], n[i].z, n[i].x, n[i].y) > 0.0f ? g[i] : 0.0f;
+  }
+}
+
+// The gradient sums' unit, both layouts: g and x as above, except that with add_relu g is dy where
+// y > 0 (the residual's sum is not in x), written to dz for the residual and the input-gradient pass.
+template <typename T, int W, BatchNormTail kTail>
+__device__ inline void gradient_sums_unit(const T* x, const T* y, const T* dy, T* dz, std::int64_t at,
+                                          const float4 (&n)[W], float (&g)[W], float (&v)[W]) {
+  gradient_and_input<T, W, kTail>(x, dy, at, n, g, v);
+  if constexpr (kTail == BatchNormTail::add_relu) {
+    float out[W];
+    load_unit<W>(y, at, out);
+#pragma unroll
+    for (int i = 0; i < W; ++i) g[i] = out[i] > 0.0f ? g[i] : 0.0f;
+    store_unit<W>(dz, at, g);
+  }
+}
+
+// dx = a · g + b · (x − mean) + e, g from dz (add_relu) or dy (masked again with a ReLU tail);
+// k = (a, b, e, mean), n the normalising values.
+template <typename T, int W, BatchNormTail kTail>
+__device__ inline void input_gradient_unit(const T* x, const T* dy, const T* dz, T* dx, std::int64_t at,
+                                           const float4 (&k)[W], const float4 (&n)[W]) {
+  float g[W], v[W];
+  gradient_and_input<T, W, kTail>(x, kTail == BatchNormTail::add_relu ? dz : dy, at, n, g, v);
 #pragma unroll
   for (int i = 0; i < W; ++i) v[i] = k[i].x * g[i] + k[i].y * (v[i] - k[i].w) + k[i].z;
   store_unit<W>(dx, at, v);
 }
 
-// The gradient sums' unit, both layouts: g (dy, masked by a ReLU tail; written to dz with add_relu)
-// and x.
-template <typename T, int W, BatchNormTail kTail>
-__device__ inline void gradient_and_input(const T* x, const T* y, const T* dy, T* dz, std::int64_t at, float (&g)[W],
-                                          float (&v)[W]) {
-  load_gradient<W, kTail != BatchNormTail::none>(y, dy, at, g);
-  if constexpr (kTail == BatchNormTail::add_relu) store_unit<W>(dz, at, g);
-  load_unit<W>(x, at, v);
+// What backward reads of forward's: γ and β, and the batch's mean and inverse std.
+struct BatchNormKept {
+  const float *gamma, *beta, *mean, *inverse_std;
+};
+
+// A channel's normalising values as forward's statistics kernel made them, from what it kept.
+__device__ inline float4 normalizing_of(std::int64_t channel, const BatchNormKept& kept) {
+  return make_float4(batch_norm_scale(kept.gamma[channel], kept.inverse_std[channel]), kept.beta[channel],
+                     kept.mean[channel], 0.0f);
 }
 
 // One channel's per-channel values for each of a unit's W values (NCHW).
@@ -164,14 +179,16 @@ __global__ void normalize_kernel(const T* x, const T* z, T* y, const float4* nor
 // Block (channel, chunk): Σg and Σg · (x − mean) over its chunk; with add_relu it also writes
 // dz = g, which the input-gradient pass then reads instead of dy and y.
 template <typename T, int W, BatchNormTail kTail>
-__global__ void gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz, const float* mean, float* partial,
+__global__ void gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz, BatchNormKept kept, float* partial,
                                      BatchNormShape s, BatchNormChunks plan) {
   const std::int64_t channel = blockIdx.x, chunk = blockIdx.y;
-  const float m = mean[channel];
+  const float m = kept.mean[channel];
+  float4 n[W];
+  broadcast<W>(normalizing_of(channel, kept), n);
   float sum = 0.0f, centered = 0.0f;
   for_chunk_units(s, plan, channel, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
     float g[W], v[W];
-    gradient_and_input<T, W, kTail>(x, y, dy, dz, at, g, v);
+    gradient_sums_unit<T, W, kTail>(x, y, dy, dz, at, n, g, v);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       sum += g[k];
@@ -187,32 +204,34 @@ __global__ void gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz,
   }
 }
 
-// A thread a channel: the chunks' sums added in chunk order (fp64), dγ, dβ and the input
-// gradient's coefficients (a, b, e, mean).
+// A thread a channel: the chunks' sums added in chunk order (fp64), dγ, dβ, the input gradient's
+// coefficients (a, b, e, mean) and, for a ReLU tail's mask, the normalising values.
 template <typename Plan>
-__global__ void gradient_channels_kernel(const float* partial, BatchNormShape s, Plan plan,
-                                         const float* gamma, const float* mean, const float* inverse_std,
-                                         float* dgamma, float* dbeta, float4* coefficients) {
+__global__ void gradient_channels_kernel(const float* partial, BatchNormShape s, Plan plan, BatchNormKept kept,
+                                         float* dgamma, float* dbeta, float4* coefficients, float4* normalizing) {
   DLBENCH_GRID_STRIDE(channel, s.channels) {
     const GradientSums g = channel_gradient_sums(partial, s, plan, channel);
-    const BatchNormBackwardChannel b = batch_norm_backward_channel(static_cast<double>(s.per_channel()), g.sum,
-                                                                   g.centered, gamma[channel], inverse_std[channel]);
+    const BatchNormBackwardChannel b = batch_norm_backward_channel(
+        static_cast<double>(s.per_channel()), g.sum, g.centered, kept.gamma[channel], kept.inverse_std[channel]);
     dgamma[channel] = b.dgamma;
     dbeta[channel] = b.dbeta;
-    coefficients[channel] = make_float4(b.a, b.b, b.e, mean[channel]);
+    coefficients[channel] = make_float4(b.a, b.b, b.e, kept.mean[channel]);
+    normalizing[channel] = normalizing_of(channel, kept);
   }
 }
 
 // dx = a · g + b · (x − mean) + e, unit by unit over the whole tensor.
 template <typename T, int W, BatchNormTail kTail, typename Index>
-__global__ void input_gradient_kernel(const T* x, const T* y, const T* dy, const T* dz, T* dx,
-                                      const float4* coefficients, BatchNormShape s, std::int64_t units) {
+__global__ void input_gradient_kernel(const T* x, const T* dy, const T* dz, T* dx, const float4* coefficients,
+                                      const float4* normalizing, BatchNormShape s, std::int64_t units) {
   const auto pixels = static_cast<Index>(s.pixels), channels = static_cast<Index>(s.channels);
   DLBENCH_GRID_STRIDE(u, units) {
     const std::int64_t at = u * W;
-    float4 k[W];
-    broadcast<W>(coefficients[channel_of(at, pixels, channels)], k);  // a, b, e, mean
-    input_gradient_unit<T, W, kTail>(x, y, dy, dz, dx, at, k);
+    const std::int64_t channel = channel_of(at, pixels, channels);
+    float4 k[W], n[W] = {};
+    broadcast<W>(coefficients[channel], k);  // a, b, e, mean
+    if constexpr (kTail == BatchNormTail::relu) broadcast<W>(normalizing[channel], n);
+    input_gradient_unit<T, W, kTail>(x, dy, dz, dx, at, k, n);
   }
 }
 
@@ -293,22 +312,22 @@ __global__ void tile_normalize_kernel(const T* x, const T* z, T* y, const float4
 
 // Block (tile, chunk): per channel Σg and Σg · (x − mean); with add_relu it also writes dz = g.
 template <typename T, int W, BatchNormTail kTail>
-__global__ void tile_gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz, const float* mean,
+__global__ void tile_gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz, BatchNormKept kept,
                                           float* partial, BatchNormShape s, BatchNormTiles plan) {
   const std::int64_t tile = blockIdx.x, chunk = blockIdx.y;
   const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
   float sums[2][W] = {};
   if (channel >= 0) {
-    float m[W];
+    float4 n[W];
 #pragma unroll
-    for (int k = 0; k < W; ++k) m[k] = mean[channel + k];
+    for (int k = 0; k < W; ++k) n[k] = normalizing_of(channel + k, kept);  // scale, β, mean
     for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
       float g[W], v[W];
-      gradient_and_input<T, W, kTail>(x, y, dy, dz, at, g, v);
+      gradient_sums_unit<T, W, kTail>(x, y, dy, dz, at, n, g, v);
 #pragma unroll
       for (int k = 0; k < W; ++k) {
         sums[0][k] += g[k];
-        sums[1][k] += g[k] * (v[k] - m[k]);
+        sums[1][k] += g[k] * (v[k] - n[k].z);
       }
     });
   }
@@ -322,21 +341,25 @@ __global__ void tile_gradient_sums_kernel(const T* x, const T* y, const T* dy, T
 
 // dx = a · g + b · (x − mean) + e, each thread its channels' coefficients loaded once.
 template <typename T, int W, BatchNormTail kTail>
-__global__ void tile_input_gradient_kernel(const T* x, const T* y, const T* dy, const T* dz, T* dx,
-                                           const float4* coefficients, BatchNormShape s, BatchNormTiles plan) {
+__global__ void tile_input_gradient_kernel(const T* x, const T* dy, const T* dz, T* dx, const float4* coefficients,
+                                           const float4* normalizing, BatchNormShape s, BatchNormTiles plan) {
   const std::int64_t tile = blockIdx.x, chunk = blockIdx.y;
   const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
   if (channel < 0) return;
-  float4 k[W];
+  float4 k[W], n[W] = {};
 #pragma unroll
-  for (int i = 0; i < W; ++i) k[i] = coefficients[channel + i];  // a, b, e, mean
+  for (int i = 0; i < W; ++i) {
+    k[i] = coefficients[channel + i];  // a, b, e, mean
+    if constexpr (kTail == BatchNormTail::relu) n[i] = normalizing[channel + i];
+  }
   for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x,
-                [&](std::int64_t at) { input_gradient_unit<T, W, kTail>(x, y, dy, dz, dx, at, k); });
+                [&](std::int64_t at) { input_gradient_unit<T, W, kTail>(x, dy, dz, dx, at, k, n); });
 }
 
-// The scratch's layout: the per-channel coefficients first (16-byte aligned for float4), then the
+// The scratch's layout: the per-channel float4s first (16-byte aligned): forward's normalising
+// values, or backward's input-gradient coefficients and then its normalising values; then the
 // chunks' partial sums, for the most chunks any unit width of the layout makes.
-std::int64_t coefficient_floats(const BatchNormShape& s) { return 4 * s.channels; }
+std::int64_t coefficient_floats(const BatchNormShape& s) { return 2 * 4 * s.channels; }
 std::int64_t most_chunks(DType dtype, bool channels_last, const BatchNormShape& s) {
   if (!channels_last) return batch_norm_chunks(s).chunks;
   const int pack = static_cast<int>(kVectorBytes / dtype_size(dtype));
@@ -450,17 +473,22 @@ void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNor
 
 void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& s, BatchNormTail tail,
                          const void* x, const void* y, const void* dy, void* dz, void* dx, const float* gamma,
-                         const float* mean, const float* inverse_std, float* dgamma, float* dbeta, float* scratch,
-                         cudaStream_t stream) {
+                         const float* beta, const float* mean, const float* inverse_std, float* dgamma, float* dbeta,
+                         float* scratch, cudaStream_t stream) {
   check_shape(channels_last, s, scratch);
   if ((tail == BatchNormTail::add_relu) != (dz != nullptr)) {
     throw std::invalid_argument("batch norm kernels: the residual's gradient dz goes with the add_relu tail, and only with it");
   }
-  if (tail != BatchNormTail::none && y == nullptr) throw std::invalid_argument("batch norm kernels: a ReLU tail reads y");
+  if ((tail == BatchNormTail::add_relu) != (y != nullptr)) {
+    throw std::invalid_argument(
+        "batch norm kernels: backward reads y with the add_relu tail, and only with it (a ReLU tail's mask comes "
+        "from x)");
+  }
   auto* const coefficients = reinterpret_cast<float4*>(scratch);
+  auto* const normalizing = coefficients + s.channels;
   float* const partial = scratch + coefficient_floats(s);
-  const void* const masked_by = y == nullptr ? x : y;
-  const std::initializer_list<const void*> pointers{x, masked_by, dy, dz == nullptr ? dx : dz, dx};
+  const BatchNormKept kept{gamma, beta, mean, inverse_std};
+  const std::initializer_list<const void*> pointers{x, y == nullptr ? x : y, dy, dz == nullptr ? dx : dz, dx};
   dispatch(dtype, channels_last, s, pointers, [&](auto t, auto width, bool index32) {
     using T = typename decltype(t)::type;
     constexpr int W = decltype(width)::value;
@@ -474,23 +502,23 @@ void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& 
       if (channels_last) {
         const BatchNormTiles plan = batch_norm_tiles(s, W);
         DLBENCH_LAUNCH_GRID((tile_gradient_sums_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, out, grad,
-            residual_grad, mean, partial, s, plan);
-        DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormTiles>, s.channels, stream, partial, s, plan, gamma, mean,
-                       inverse_std, dgamma, dbeta, coefficients);
-        DLBENCH_LAUNCH_GRID((tile_input_gradient_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, out, grad,
-            residual_grad, in_grad, coefficients, s, plan);
+            residual_grad, kept, partial, s, plan);
+        DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormTiles>, s.channels, stream, partial, s, plan, kept, dgamma,
+                       dbeta, coefficients, normalizing);
+        DLBENCH_LAUNCH_GRID((tile_input_gradient_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, grad,
+            residual_grad, in_grad, coefficients, normalizing, s, plan);
         return;
       }
       const BatchNormChunks plan = batch_norm_chunks(s);
       DLBENCH_LAUNCH_GRID((gradient_sums_kernel<T, W, kTail>),
           (dim3(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks))), kThreads, stream, in, out,
-          grad, residual_grad, mean, partial, s, plan);
-      DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormChunks>, s.channels, stream, partial, s, plan, gamma, mean,
-                     inverse_std, dgamma, dbeta, coefficients);
+          grad, residual_grad, kept, partial, s, plan);
+      DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormChunks>, s.channels, stream, partial, s, plan, kept, dgamma,
+                     dbeta, coefficients, normalizing);
       const std::int64_t units = s.numel() / W;
       auto* const kernel = index32 ? &input_gradient_kernel<T, W, kTail, std::uint32_t>
                                    : &input_gradient_kernel<T, W, kTail, std::int64_t>;
-      DLBENCH_LAUNCH(kernel, units, stream, in, out, grad, residual_grad, in_grad, coefficients, s, units);
+      DLBENCH_LAUNCH(kernel, units, stream, in, grad, residual_grad, in_grad, coefficients, normalizing, s, units);
     });
   });
 }

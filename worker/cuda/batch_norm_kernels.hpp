@@ -33,12 +33,14 @@ void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNor
                                  float epsilon, float momentum, float* mean, float* inverse_std, float* running_mean,
                                  float* running_var, float* scratch, cudaStream_t stream);
 
-// Backward from forward's statistics: g = dy where y > 0 with a ReLU or add_relu tail (y read
-// only then), dz = g with add_relu (the residual's gradient), dβ = Σg, dγ = Σg · x̂ and dx through
-// the normalisation. dgamma and dbeta are overwritten.
+// Backward from forward's statistics: g = dy where the tail's ReLU passed its value, dz = g with
+// add_relu (the residual's gradient), dβ = Σg, dγ = Σg · x̂ and dx through the normalisation.
+// dgamma and dbeta are overwritten. A ReLU tail finds its mask again from x, γ, β and the
+// statistics (forward's normalised value, the same bits), so y is read only with add_relu, whose
+// residual is not in x, and is null otherwise.
 void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& shape, BatchNormTail tail,
                          const void* x, const void* y, const void* dy, void* dz, void* dx, const float* gamma,
-                         const float* mean, const float* inverse_std, float* dgamma, float* dbeta, float* scratch,
-                         cudaStream_t stream);
+                         const float* beta, const float* mean, const float* inverse_std, float* dgamma, float* dbeta,
+                         float* scratch, cudaStream_t stream);
 
 }  // namespace dlbench::worker::kernels

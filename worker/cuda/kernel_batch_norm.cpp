@@ -23,8 +23,9 @@ class KernelBatchNorm final : public BatchNormOp {
                               : kernels::BatchNormTail::none),
         scratch_bytes_(kernels::batch_norm_scratch_bytes(dtype_, channels_last_, shape_)) {}
 
-  // The fused ReLU's backward finds its mask in forward's output.
-  bool backward_reads_output() const override { return tail_ != kernels::BatchNormTail::none; }
+  // The residual's add and ReLU find their mask in forward's output; a ReLU tail finds its mask
+  // again from x.
+  bool backward_reads_output() const override { return tail_ == kernels::BatchNormTail::add_relu; }
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, BatchNormStatistics& s,
                         void*) override {
@@ -35,13 +36,13 @@ class KernelBatchNorm final : public BatchNormOp {
     forward(x, nullptr, gamma, beta, y, s);
   }
 
-  void backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor&,
+  void backward(const Tensor& x, const Tensor&, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                 const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta, const void*) override {
     if (tail_ == kernels::BatchNormTail::add_relu) {
       throw std::logic_error("this batch norm was made with add_relu: backward_add_relu runs it");
     }
     require_dtype("batch norm", dtype_, {&x, &dy, &dx});
-    backward_pass(x, y, dy, nullptr, gamma, s, dx, dgamma, dbeta);
+    backward_pass(x, nullptr, dy, nullptr, gamma, beta, s, dx, dgamma, dbeta);
   }
 
   void forward_training_add_relu(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta, Tensor& y,
@@ -58,7 +59,7 @@ class KernelBatchNorm final : public BatchNormOp {
       BatchNormOp::backward_add_relu(x, y, dy, gamma, beta, s, dx, dz, dgamma, dbeta, workspace);
     }
     require_dtype("batch norm", dtype_, {&x, &y, &dy, &dx, &dz});
-    backward_pass(x, y, dy, &dz, gamma, s, dx, dgamma, dbeta);
+    backward_pass(x, &y, dy, &dz, gamma, beta, s, dx, dgamma, dbeta);
   }
 
  private:
@@ -77,13 +78,13 @@ class KernelBatchNorm final : public BatchNormOp {
                                          backend_.stream());
   }
 
-  void backward_pass(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dz, const Tensor& gamma,
-                     const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
-    const bool masked = tail_ != kernels::BatchNormTail::none;
-    kernels::batch_norm_backward(dtype_, channels_last_, shape_, tail_, x.data, masked ? y.data : nullptr,
+  // y and dz: the add_relu tail's, null otherwise.
+  void backward_pass(const Tensor& x, const Tensor* y, const Tensor& dy, Tensor* dz, const Tensor& gamma,
+                     const Tensor& beta, const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+    kernels::batch_norm_backward(dtype_, channels_last_, shape_, tail_, x.data, y != nullptr ? y->data : nullptr,
                                  dy.data, dz != nullptr ? dz->data : nullptr, dx.data, gamma.as<float>(),
-                                 s.mean.as<float>(), s.spread.as<float>(), dgamma.as<float>(), dbeta.as<float>(),
-                                 scratch(), backend_.stream());
+                                 beta.as<float>(), s.mean.as<float>(), s.spread.as<float>(), dgamma.as<float>(),
+                                 dbeta.as<float>(), scratch(), backend_.stream());
   }
 
   CudaBackend& backend_;
