@@ -78,6 +78,7 @@ declare -A self_test_of=(
   [dlbench-resnet50-fp32-own]=self-test-fp32-own [dlbench-resnet50-fp32-own-accumulate]=self-test-fp32-own
   [profile-resnet50-fp32-own]=self-test-fp32-own [dlbench-resnet50-fp32-persistent]=self-test-fp32-persistent
   [dlbench-resnet50-fp32-conv-graph-nhwc]=self-test-fp32-graph-nhwc
+  [dlbench-resnet50-fp32-conv-graph-nhwc-own]=self-test-own-channels-last
   [dlbench-resnet50-amp-kept]=self-test-weight-copies-kept [dlbench-resnet50-tf32-kept]=self-test-weight-copies-kept
   [dlbench-bert-amp-kept]=self-test-weight-copies-kept
   [dlbench-resnet50-amp-pad-4]=self-test-pad-4 [profile-resnet50-amp-pad-4]=self-test-pad-4
@@ -446,6 +447,10 @@ DLBENCH_CUDA_ALGORITHMS=deterministic time_dlbench_resnet50 amp dlbench-resnet50
   dlbench-deterministic
 DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-conv-graph-nhwc \
   dlbench-conv-graph-nhwc
+# The same with dlbench's own channels-last batch norms (add and ReLU fused, as cuDNN's are there):
+# should the own NCHW row above fall short, the other road to fp32's floor.
+DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc time_dlbench_resnet50 fp32 \
+  dlbench-resnet50-fp32-conv-graph-nhwc-own dlbench-conv-graph-nhwc-own
 # Where an fp32 step goes on each side, one after the other: dlbench's layers by kind, and PyTorch's
 # kernels charged to its ops by kind (never seen before), with the kernels cuDNN chose for each.
 profile_resnet50 fp32

@@ -252,9 +252,9 @@ def comparison(logs):
     # cuDNN but not the bottleneck's add (tf32's default; bf16's A/B), and with the add and ReLU
     # fused into the bottleneck's last batch norm too (amp's and bf16's default; tf32's A/B).
     # And convolutions through cuDNN's graph API (DLBENCH_CUDA_CONV=graph), in the backend's layout
-    # and, for fp32, channels-last; and the bottlenecks' branch gradients meeting in a convolution's
-    # backward (DLBENCH_CUDA_RESIDUAL_GRAD=accumulate, the default in channels last since
-    # 2026-11-28) or summed apart (=sum, fp32's default); and BERT's attention in fused kernels
+    # and, for fp32, channels-last (with cuDNN's batch norms, or dlbench's own); and the bottlenecks'
+    # branch gradients meeting in a convolution's backward (DLBENCH_CUDA_RESIDUAL_GRAD=accumulate,
+    # the default in channels last since 2026-11-28) or summed apart (=sum, fp32's default); and BERT's attention in fused kernels
     # (DLBENCH_CUDA_ATTENTION=fused), eager and replayed; and fp32's convolution search allowed 16 GiB
     # of workspace instead of 1 (DLBENCH_CUDA_WORKSPACE_MIB=16384); and fp32's batch norms in cuDNN's
     # persistent mode, or through dlbench's own NCHW kernels with the ReLU and residual fused (=own);
@@ -266,6 +266,7 @@ def comparison(logs):
                 ("dlbench-own-accumulate", "own + accumulate"),
                 ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"),
                 ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"),
+                ("dlbench-conv-graph-nhwc-own", "conv graph nhwc + bn own"),
                 ("dlbench-accumulate", "grad accumulate"), ("dlbench-accumulate-graph", "accumulate + graph"),
                 ("dlbench-sum", "grad sum"), ("dlbench-workspace-16g", "16 GiB search"),
                 ("dlbench-attention-fused", "fused attention"),

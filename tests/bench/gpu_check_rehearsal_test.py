@@ -40,7 +40,8 @@ NO_GPU = ("--backend cuda: no usable CUDA device", "finds no cuda device on this
 # Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
 EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "amp-overflow-trace", "dlbench-run-cuda", "dlbench-run-cuda-graph", "pytorch-command-resnet50-amp", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
              "dlbench-resnet50-amp-graph",
-             "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-own", "self-test-fp32-own",
+             "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-conv-graph-nhwc-own",
+             "dlbench-resnet50-fp32-own", "self-test-fp32-own",
              "dlbench-resnet50-fp32-own-accumulate", "self-test-weight-copies-kept", "dlbench-resnet50-amp-kept",
              "self-test-own-channels-last", "poisoned-resnet50-amp-own", "dlbench-resnet50-amp-own",
              "dlbench-resnet50-bf16-own", "profile-resnet50-amp-own",
