@@ -84,35 +84,49 @@ inline BatchNormChunks batch_norm_chunks(const BatchNormShape& s) {
 // pointer is aligned (the caller checks those), otherwise 1.
 inline int batch_norm_unit_width(std::int64_t pixels, int pack_width) { return pixels % pack_width == 0 ? pack_width : 1; }
 
+// The order in which a pass's blocks and each block's threads take their units. The elementwise
+// passes that follow a reduction over the same tensor (normalise after the moments, the input
+// gradient after the sums) go back to front: the last block first, and in each block the units
+// the reduction's block read last, while a GPU's L2 cache (50 MB on an H100 or H200) may still
+// hold them. Front to back, a tensor larger than the cache would find none of it there.
+enum class Traversal { front_to_back, back_to_front };
+
+// Calls visit(index) for `thread` of `threads` taking indices thread, thread + threads, ... below
+// `count`, in that order or its reverse.
+template <Traversal kOrder, typename Visit>
+DLBENCH_HOST_DEVICE inline void for_strided(std::uint32_t count, unsigned thread, unsigned threads, Visit&& visit) {
+  if constexpr (kOrder == Traversal::front_to_back) {
+    for (std::uint32_t i = thread; i < count; i += threads) visit(i);
+  } else if (thread < count) {
+    for (std::uint32_t i = thread + (count - 1 - thread) / threads * threads;; i -= threads) {
+      visit(i);
+      if (i < threads) break;  // i was `thread`, the first
+    }
+  }
+}
+
 // Calls visit(offset) for the first element of each unit of `width` values that thread `thread`
 // of `threads` reads in block (channel, chunk): the chunk's samples' planes of that channel, in
-// units, thread t taking units t, t + threads, ... Unit numbers are 32-bit: a chunk is one
-// channel of at most kBatchNormMaxChunks-th of a batch.
-template <typename Visit>
+// units, thread t taking units t, t + threads, ... (kOrder). Unit numbers are 32-bit: a chunk is
+// one channel of at most kBatchNormMaxChunks-th of a batch.
+template <Traversal kOrder = Traversal::front_to_back, typename Visit>
 DLBENCH_HOST_DEVICE inline void for_chunk_units(const BatchNormShape& s, const BatchNormChunks& plan, std::int64_t channel,
                                                 std::int64_t chunk, int width, unsigned thread, unsigned threads,
                                                 Visit&& visit) {
   const std::int64_t first = plan.first_item(chunk);
   const auto per_plane = static_cast<std::uint32_t>(s.pixels / width);
   const auto units = static_cast<std::uint32_t>(plan.items_in(chunk, s.samples)) * per_plane;
-  for (std::uint32_t u = thread; u < units; u += threads) {
+  for_strided<kOrder>(units, thread, threads, [&](std::uint32_t u) {
     const std::uint32_t sample = u / per_plane;
     const std::uint32_t unit = u - sample * per_plane;
     visit(((first + sample) * s.channels + channel) * s.pixels + static_cast<std::int64_t>(unit) * width);
-  }
+  });
 }
 
 // The offset of a chunk's first value in a channel: its shift.
 DLBENCH_HOST_DEVICE inline std::int64_t chunk_first_offset(const BatchNormShape& s, const BatchNormChunks& plan,
                                                            std::int64_t channel, std::int64_t chunk) {
   return (plan.first_item(chunk) * s.channels + channel) * s.pixels;
-}
-
-// The channel of the element at `offset` (the elementwise passes' index math), in Index's width:
-// 32-bit division where every offset fits, as a 64-bit one costs a long subroutine on a GPU.
-template <typename Index>
-DLBENCH_HOST_DEVICE inline std::int64_t channel_of(std::int64_t offset, Index pixels, Index channels) {
-  return static_cast<std::int64_t>((static_cast<Index>(offset) / pixels) % channels);
 }
 
 // Channels last: an activation is samples · pixels rows of `channels` values, element (row,
@@ -162,8 +176,8 @@ DLBENCH_HOST_DEVICE inline std::int64_t tile_unit_channel(const BatchNormShape& 
 
 // Calls visit(offset) for the first element of each unit thread `thread` of `threads` (a multiple of
 // kBatchNormTileUnits) reads in block (tile, chunk): its channels' values in the chunk's rows, row
-// by row. Row numbers within a chunk are 32-bit.
-template <typename Visit>
+// by row (kOrder). Row numbers within a chunk are 32-bit.
+template <Traversal kOrder = Traversal::front_to_back, typename Visit>
 DLBENCH_HOST_DEVICE inline void for_tile_rows(const BatchNormShape& s, const BatchNormTiles& plan, std::int64_t tile,
                                               std::int64_t chunk, int width, unsigned thread, unsigned threads,
                                               Visit&& visit) {
@@ -173,9 +187,8 @@ DLBENCH_HOST_DEVICE inline void for_tile_rows(const BatchNormShape& s, const Bat
   const unsigned lane = thread / static_cast<unsigned>(kBatchNormTileUnits);
   const std::int64_t first = plan.first_item(chunk);
   const auto rows = static_cast<std::uint32_t>(plan.items_in(chunk, s.samples * s.pixels));
-  for (std::uint32_t r = lane; r < rows; r += lanes) {
-    visit((first + static_cast<std::int64_t>(r)) * s.channels + channel);
-  }
+  for_strided<kOrder>(rows, lane, lanes,
+                      [&](std::uint32_t r) { visit((first + static_cast<std::int64_t>(r)) * s.channels + channel); });
 }
 
 // The offset of a chunk's first value of `channel`: its shift.

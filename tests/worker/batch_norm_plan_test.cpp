@@ -3,6 +3,7 @@
 // block and thread exactly as cuda/batch_norm_kernels.cu runs it (the same functions from
 // batch_norm_plan.hpp; only NCHW's block sum goes in thread order here and in a tree there),
 // against batch norm in fp64.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -53,7 +54,7 @@ TEST(BatchNormPlan, ChunksSplitSmallChannelCountsAndCoverEverySample) {
 }
 
 // Every element is read exactly once, by a block of its own channel and of the chunk its sample
-// is in; the elementwise passes find the same channel at each unit's start, in 32 and 64 bits.
+// is in.
 TEST(BatchNormPlan, EveryElementIsReadOnceByABlockOfItsChannel) {
   for (const BatchNormShape s : {BatchNormShape{5, 3, 49}, BatchNormShape{64, 4, 36}, BatchNormShape{3, 2, 1},
                                  BatchNormShape{70, 2, 64}, BatchNormShape{9, 1, 8 * 8 * 3}}) {
@@ -70,9 +71,7 @@ TEST(BatchNormPlan, EveryElementIsReadOnceByABlockOfItsChannel) {
               const std::int64_t sample = at / (s.channels * s.pixels);
               EXPECT_GE(sample, plan.first_item(chunk));
               EXPECT_LT(sample, plan.first_item(chunk) + plan.items_in(chunk, s.samples));
-              EXPECT_EQ(channel_of(at, static_cast<std::uint32_t>(s.pixels), static_cast<std::uint32_t>(s.channels)),
-                        channel);
-              EXPECT_EQ(channel_of(at, s.pixels, s.channels), channel);
+              EXPECT_EQ(at / s.pixels % s.channels, channel);
               for (int k = 0; k < width; ++k) ++reads[static_cast<std::size_t>(at + k)];
             });
           }
@@ -122,6 +121,44 @@ TEST(BatchNormPlan, TilesCrossTheChannelsAndChunksSplitTheRows) {
       if (plan.chunks > 1) {
         EXPECT_GE(plan.items_per_chunk * std::min(plan.tile_channels, s.channels), kBatchNormMinChunkElements);
       }
+    }
+  }
+}
+
+// The passes after a reduction go back to front (Traversal::back_to_front): each thread takes the
+// units it takes front to back, every one once, in the reverse order, so that what the reduction's
+// thread read last comes first; in both layouts, for threads with many units, one, or none.
+TEST(BatchNormPlan, BackToFrontTakesEachThreadsUnitsInReverse) {
+  const auto reversed = [](std::vector<std::int64_t> v) {
+    std::reverse(v.begin(), v.end());
+    return v;
+  };
+  for (const unsigned count : {0u, 1u, 5u, 256u, 257u, 1000u}) {
+    for (const unsigned thread : {0u, 1u, 4u, 255u}) {
+      std::vector<std::int64_t> forwards, backwards;
+      for_strided<Traversal::front_to_back>(count, thread, kThreads, [&](std::uint32_t i) { forwards.push_back(i); });
+      for_strided<Traversal::back_to_front>(count, thread, kThreads, [&](std::uint32_t i) { backwards.push_back(i); });
+      EXPECT_EQ(backwards, reversed(forwards)) << count << " indices, thread " << thread;
+      EXPECT_EQ(forwards.size(), count > thread ? (count - 1 - thread) / kThreads + 1 : 0u);
+    }
+  }
+  for (const BatchNormShape s : {BatchNormShape{5, 3, 49}, BatchNormShape{64, 8, 36}, BatchNormShape{70, 2, 64}}) {
+    SCOPED_TRACE(::testing::Message() << s.samples << "x" << s.channels << "x" << s.pixels);
+    const BatchNormChunks chunks = batch_norm_chunks(s);
+    const BatchNormTiles tiles = batch_norm_tiles(s, 1);
+    for (const unsigned thread : {0u, 7u, 8u, 200u}) {
+      std::vector<std::int64_t> forwards, backwards;
+      const auto into = [](std::vector<std::int64_t>& v) { return [&v](std::int64_t at) { v.push_back(at); }; };
+      for_chunk_units(s, chunks, s.channels - 1, chunks.chunks - 1, 1, thread, kThreads, into(forwards));
+      for_chunk_units<Traversal::back_to_front>(s, chunks, s.channels - 1, chunks.chunks - 1, 1, thread, kThreads,
+                                                into(backwards));
+      EXPECT_FALSE(forwards.empty());
+      EXPECT_EQ(backwards, reversed(forwards)) << "nchw, thread " << thread;
+      forwards.clear();
+      backwards.clear();
+      for_tile_rows(s, tiles, 0, tiles.chunks - 1, 1, thread, kThreads, into(forwards));
+      for_tile_rows<Traversal::back_to_front>(s, tiles, 0, tiles.chunks - 1, 1, thread, kThreads, into(backwards));
+      EXPECT_EQ(backwards, reversed(forwards)) << "channels last, thread " << thread;
     }
   }
 }
@@ -180,7 +217,7 @@ struct EmulatedBatchNorm {
     return channels_last ? batch_norm_tiles(s, width).chunks : batch_norm_chunks(s).chunks;
   }
   std::size_t channel_at(std::int64_t at) const {
-    return static_cast<std::size_t>(channels_last ? at % s.channels : channel_of(at, s.pixels, s.channels));
+    return static_cast<std::size_t>(channels_last ? at % s.channels : at / s.pixels % s.channels);
   }
 
   // Each block's `values` per-channel sums into `partial` at (chunk, channel): sum(at, k, channel,

@@ -163,17 +163,22 @@ __global__ void statistics_kernel(const float* partial, BatchNormShape s, Plan p
   }
 }
 
-// y = tail((x − mean) · scale + β [+ z]), unit by unit over the whole tensor.
-template <typename T, int W, BatchNormTail kTail, typename Index>
+// The block a pass that follows a reduction takes: the reduction's blocks from the last
+// (Traversal::back_to_front).
+__device__ inline std::int64_t last_first(unsigned index, unsigned count) {
+  return static_cast<std::int64_t>(count - 1 - index);
+}
+
+// Block (channel, chunk) as the moments pass's, the last first, its units back to front:
+// y = tail((x − mean) · scale + β [+ z]).
+template <typename T, int W, BatchNormTail kTail>
 __global__ void normalize_kernel(const T* x, const T* z, T* y, const float4* normalizing, BatchNormShape s,
-                                 std::int64_t units) {
-  const auto pixels = static_cast<Index>(s.pixels), channels = static_cast<Index>(s.channels);
-  DLBENCH_GRID_STRIDE(u, units) {
-    const std::int64_t at = u * W;
-    float4 k[W];
-    broadcast<W>(normalizing[channel_of(at, pixels, channels)], k);  // scale, β, mean
-    normalize_unit<T, W, kTail>(x, z, y, at, k);
-  }
+                                 BatchNormChunks plan) {
+  const std::int64_t channel = last_first(blockIdx.x, gridDim.x), chunk = last_first(blockIdx.y, gridDim.y);
+  float4 k[W];
+  broadcast<W>(normalizing[channel], k);  // scale, β, mean
+  for_chunk_units<Traversal::back_to_front>(s, plan, channel, chunk, W, threadIdx.x, blockDim.x,
+                                            [&](std::int64_t at) { normalize_unit<T, W, kTail>(x, z, y, at, k); });
 }
 
 // Block (channel, chunk): Σg and Σg · (x − mean) over its chunk; with add_relu it also writes
@@ -220,19 +225,18 @@ __global__ void gradient_channels_kernel(const float* partial, BatchNormShape s,
   }
 }
 
-// dx = a · g + b · (x − mean) + e, unit by unit over the whole tensor.
-template <typename T, int W, BatchNormTail kTail, typename Index>
+// Block (channel, chunk) as the sums pass's, the last first, its units back to front:
+// dx = a · g + b · (x − mean) + e.
+template <typename T, int W, BatchNormTail kTail>
 __global__ void input_gradient_kernel(const T* x, const T* dy, const T* dz, T* dx, const float4* coefficients,
-                                      const float4* normalizing, BatchNormShape s, std::int64_t units) {
-  const auto pixels = static_cast<Index>(s.pixels), channels = static_cast<Index>(s.channels);
-  DLBENCH_GRID_STRIDE(u, units) {
-    const std::int64_t at = u * W;
-    const std::int64_t channel = channel_of(at, pixels, channels);
-    float4 k[W], n[W] = {};
-    broadcast<W>(coefficients[channel], k);  // a, b, e, mean
-    if constexpr (kTail == BatchNormTail::relu) broadcast<W>(normalizing[channel], n);
+                                      const float4* normalizing, BatchNormShape s, BatchNormChunks plan) {
+  const std::int64_t channel = last_first(blockIdx.x, gridDim.x), chunk = last_first(blockIdx.y, gridDim.y);
+  float4 k[W], n[W] = {};
+  broadcast<W>(coefficients[channel], k);  // a, b, e, mean
+  if constexpr (kTail == BatchNormTail::relu) broadcast<W>(normalizing[channel], n);
+  for_chunk_units<Traversal::back_to_front>(s, plan, channel, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
     input_gradient_unit<T, W, kTail>(x, dy, dz, dx, at, k, n);
-  }
+  });
 }
 
 // Channels last (BatchNormTiles): a block (tile, chunk), each thread a unit of W channels over its
@@ -296,18 +300,19 @@ __global__ void tile_moments_kernel(const T* x, float* partial, BatchNormShape s
   out[2] = totals[1];
 }
 
+// Block (tile, chunk) as the moments pass's, the last first, its rows back to front:
 // y = tail((x − mean) · scale + β [+ z]), each thread its channels' coefficients loaded once.
 template <typename T, int W, BatchNormTail kTail>
 __global__ void tile_normalize_kernel(const T* x, const T* z, T* y, const float4* normalizing, BatchNormShape s,
                                       BatchNormTiles plan) {
-  const std::int64_t tile = blockIdx.x, chunk = blockIdx.y;
+  const std::int64_t tile = last_first(blockIdx.x, gridDim.x), chunk = last_first(blockIdx.y, gridDim.y);
   const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
   if (channel < 0) return;
   float4 k[W];
 #pragma unroll
   for (int i = 0; i < W; ++i) k[i] = normalizing[channel + i];  // scale, β, mean
-  for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x,
-                [&](std::int64_t at) { normalize_unit<T, W, kTail>(x, z, y, at, k); });
+  for_tile_rows<Traversal::back_to_front>(s, plan, tile, chunk, W, threadIdx.x, blockDim.x,
+                                          [&](std::int64_t at) { normalize_unit<T, W, kTail>(x, z, y, at, k); });
 }
 
 // Block (tile, chunk): per channel Σg and Σg · (x − mean); with add_relu it also writes dz = g.
@@ -339,11 +344,12 @@ __global__ void tile_gradient_sums_kernel(const T* x, const T* y, const T* dy, T
   out[1] = totals[1];
 }
 
+// Block (tile, chunk) as the sums pass's, the last first, its rows back to front:
 // dx = a · g + b · (x − mean) + e, each thread its channels' coefficients loaded once.
 template <typename T, int W, BatchNormTail kTail>
 __global__ void tile_input_gradient_kernel(const T* x, const T* dy, const T* dz, T* dx, const float4* coefficients,
                                            const float4* normalizing, BatchNormShape s, BatchNormTiles plan) {
-  const std::int64_t tile = blockIdx.x, chunk = blockIdx.y;
+  const std::int64_t tile = last_first(blockIdx.x, gridDim.x), chunk = last_first(blockIdx.y, gridDim.y);
   const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
   if (channel < 0) return;
   float4 k[W], n[W] = {};
@@ -352,8 +358,9 @@ __global__ void tile_input_gradient_kernel(const T* x, const T* dy, const T* dz,
     k[i] = coefficients[channel + i];  // a, b, e, mean
     if constexpr (kTail == BatchNormTail::relu) n[i] = normalizing[channel + i];
   }
-  for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x,
-                [&](std::int64_t at) { input_gradient_unit<T, W, kTail>(x, dy, dz, dx, at, k, n); });
+  for_tile_rows<Traversal::back_to_front>(s, plan, tile, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
+    input_gradient_unit<T, W, kTail>(x, dy, dz, dx, at, k, n);
+  });
 }
 
 // The scratch's layout: the per-channel float4s first (16-byte aligned): forward's normalising
@@ -369,9 +376,9 @@ std::int64_t partial_floats(DType dtype, bool channels_last, const BatchNormShap
   return 3 * s.channels * most_chunks(dtype, channels_last, s);
 }
 
-// Calls f(Type<T>{}, width, index32) for the kernels' element type, their unit width (a pack where
-// every plane divides into packs and every pointer is aligned) and whether 32-bit offsets reach.
-// In channels last a pack lies along the channels, in NCHW along a plane's pixels.
+// Calls f(Type<T>{}, width) for the kernels' element type and their unit width (a pack where every
+// plane divides into packs and every pointer is aligned). In channels last a pack lies along the
+// channels, in NCHW along a plane's pixels.
 template <typename F>
 void dispatch(DType dtype, bool channels_last, const BatchNormShape& s, std::initializer_list<const void*> pointers,
               F&& f) {
@@ -381,11 +388,10 @@ void dispatch(DType dtype, bool channels_last, const BatchNormShape& s, std::ini
     const int width = split.packs == 0 ? 1
                       : channels_last  ? batch_norm_tile_width(s.channels, split.width)
                                        : batch_norm_unit_width(s.pixels, split.width);
-    const bool index32 = s.numel() <= static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max());
     if (width == 1) {
-      f(t, std::integral_constant<int, 1>{}, index32);
+      f(t, std::integral_constant<int, 1>{});
     } else {
-      f(t, std::integral_constant<int, Pack<T>::kWidth>{}, index32);
+      f(t, std::integral_constant<int, Pack<T>::kWidth>{});
     }
   });
 }
@@ -415,9 +421,12 @@ void check_shape(bool channels_last, const BatchNormShape& s, const void* scratc
   }
 }
 
-// A (tile, chunk) grid.
+// A (tile, chunk) grid, and NCHW's (channel, chunk) grid.
 dim3 tile_grid(const BatchNormTiles& plan) {
   return {static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.chunks)};
+}
+dim3 chunk_grid(const BatchNormShape& s, const BatchNormChunks& plan) {
+  return {static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks)};
 }
 
 }  // namespace
@@ -437,7 +446,7 @@ void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNor
   }
   auto* const normalizing = reinterpret_cast<float4*>(scratch);
   float* const partial = scratch + coefficient_floats(s);
-  dispatch(dtype, channels_last, s, {x, z == nullptr ? x : z, y}, [&](auto t, auto width, bool index32) {
+  dispatch(dtype, channels_last, s, {x, z == nullptr ? x : z, y}, [&](auto t, auto width) {
     using T = typename decltype(t)::type;
     constexpr int W = decltype(width)::value;
     const auto* const in = static_cast<const T*>(x);
@@ -456,17 +465,13 @@ void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNor
       return;
     }
     const BatchNormChunks plan = batch_norm_chunks(s);
-    DLBENCH_LAUNCH_GRID((moments_kernel<T, W>),
-        (dim3(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks))), kThreads, stream, in, partial, s,
-        plan);
+    DLBENCH_LAUNCH_GRID((moments_kernel<T, W>), chunk_grid(s, plan), kThreads, stream, in, partial, s, plan);
     DLBENCH_LAUNCH(statistics_kernel<BatchNormChunks>, s.channels, stream, partial, s, plan, gamma, beta, epsilon,
                    momentum, mean, inverse_std, running_mean, running_var, normalizing);
-    const std::int64_t units = s.numel() / W;
     with_tail(tail, [&](auto kind) {
       constexpr BatchNormTail kTail = decltype(kind)::value;
-      auto* const kernel = index32 ? &normalize_kernel<T, W, kTail, std::uint32_t>
-                                   : &normalize_kernel<T, W, kTail, std::int64_t>;
-      DLBENCH_LAUNCH(kernel, units, stream, in, residual, out, normalizing, s, units);
+      DLBENCH_LAUNCH_GRID((normalize_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, residual, out,
+          normalizing, s, plan);
     });
   });
 }
@@ -489,7 +494,7 @@ void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& 
   float* const partial = scratch + coefficient_floats(s);
   const BatchNormKept kept{gamma, beta, mean, inverse_std};
   const std::initializer_list<const void*> pointers{x, y == nullptr ? x : y, dy, dz == nullptr ? dx : dz, dx};
-  dispatch(dtype, channels_last, s, pointers, [&](auto t, auto width, bool index32) {
+  dispatch(dtype, channels_last, s, pointers, [&](auto t, auto width) {
     using T = typename decltype(t)::type;
     constexpr int W = decltype(width)::value;
     const auto* const in = static_cast<const T*>(x);
@@ -510,15 +515,12 @@ void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& 
         return;
       }
       const BatchNormChunks plan = batch_norm_chunks(s);
-      DLBENCH_LAUNCH_GRID((gradient_sums_kernel<T, W, kTail>),
-          (dim3(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.chunks))), kThreads, stream, in, out,
-          grad, residual_grad, kept, partial, s, plan);
+      DLBENCH_LAUNCH_GRID((gradient_sums_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, out, grad,
+          residual_grad, kept, partial, s, plan);
       DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormChunks>, s.channels, stream, partial, s, plan, kept, dgamma,
                      dbeta, coefficients, normalizing);
-      const std::int64_t units = s.numel() / W;
-      auto* const kernel = index32 ? &input_gradient_kernel<T, W, kTail, std::uint32_t>
-                                   : &input_gradient_kernel<T, W, kTail, std::int64_t>;
-      DLBENCH_LAUNCH(kernel, units, stream, in, grad, residual_grad, in_grad, coefficients, normalizing, s, units);
+      DLBENCH_LAUNCH_GRID((input_gradient_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, grad,
+          residual_grad, in_grad, coefficients, normalizing, s, plan);
     });
   });
 }
