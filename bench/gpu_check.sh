@@ -79,6 +79,7 @@ declare -A self_test_of=(
   [profile-resnet50-fp32-own]=self-test-fp32-own [dlbench-resnet50-fp32-persistent]=self-test-fp32-persistent
   [dlbench-resnet50-fp32-conv-graph-nhwc]=self-test-fp32-graph-nhwc
   [dlbench-resnet50-fp32-conv-graph-nhwc-own]=self-test-own-channels-last
+  [dlbench-resnet50-fp32-own-pool]=self-test-own-pool [dlbench-resnet50-amp-pool-own]=self-test-own-pool
   [dlbench-resnet50-amp-kept]=self-test-weight-copies-kept [dlbench-resnet50-tf32-kept]=self-test-weight-copies-kept
   [dlbench-bert-amp-kept]=self-test-weight-copies-kept
   [dlbench-resnet50-amp-pad-4]=self-test-pad-4 [profile-resnet50-amp-pad-4]=self-test-pad-4
@@ -207,6 +208,12 @@ DLBENCH_CUDA_BATCH_NORM=own step self-test-fp32-own 150 "$bin/dlbench-worker" --
 # poisoned after its lifetime, one small amp step under memcheck.
 DLBENCH_CUDA_BATCH_NORM=own step self-test-own-channels-last 150 "$bin/dlbench-worker" --self-test --backend cuda \
   --precision amp,bf16 --output "$logs/self-test-own-channels-last.json" & correctness+=($!)
+# dlbench's own max pooling (DLBENCH_CUDA_POOL=own, never run on a GPU), with the own batch norms:
+# fp32's stem pool took 1.2 ms of a 73.4 ms step through cuDNN on 2026-11-29, PyTorch's 0.7. The
+# self-test in the precisions timed with it, and ResNet-50 fp32 with every buffer poisoned after
+# its lifetime (the pool's x and y now die after forward: its backward reads the arg-max alone).
+DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_POOL=own step self-test-own-pool 150 "$bin/dlbench-worker" --self-test \
+  --backend cuda --precision fp32,amp --output "$logs/self-test-own-pool.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM_MODE=persistent step self-test-fp32-persistent 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision fp32 --output "$logs/self-test-fp32-persistent.json" & correctness+=($!)
 # And fp32 channels last through the graph API's convolutions, where it now takes the channels-last
@@ -283,6 +290,7 @@ step amp-overflow-trace 60 "$bin/dlbench-worker" --backend cuda --model resnet50
   --output "$logs/amp-overflow-trace.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM=own poisoned fp32 poisoned-resnet50-fp32-own & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM=own poisoned amp poisoned-resnet50-amp-own & correctness+=($!)
+DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_POOL=own poisoned fp32 poisoned-resnet50-fp32-own-pool & correctness+=($!)
 # The batches amp trains on, as the device reads them, on this host's cores and ISA: batches of 256
 # at 224 px in fp16 (15 a decoding thread: 210 on 16 cores, about 10 s alone, longer beside the runs
 # above, whose figures it does not touch), each scanned for an inf or NaN, which skips an amp step at
@@ -402,6 +410,9 @@ DLBENCH_CUDA_BATCH_NORM=own time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-own
 # batch norm, the bottleneck's last separate kernel (the gradients' sum) goes too.
 DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 fp32 \
   dlbench-resnet50-fp32-own-accumulate dlbench-own-accumulate
+# And with dlbench's own max pooling as well (the stem pool: 1.2 ms through cuDNN, PyTorch's 0.7).
+DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_POOL=own time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-own-pool \
+  dlbench-own-pool
 # amp, tf32 and bf16 at their defaults since 2026-11-28 (branch gradients accumulated; tf32's residual
 # fused into batch norm) and amp replayed as a step graph. Settled on 2026-11-28 and not timed again:
 # amp's and bf16's summed branch gradients (7,085 and 6,685 against 7,268 and 6,835) and BERT's step
@@ -418,6 +429,8 @@ DLBENCH_CUDA_BATCH_NORM=own time_dlbench_resnet50 amp dlbench-resnet50-amp-own d
 # tensor-core kernels load 8 or 16 bytes of a pixel's channels, and 3 halves are 6 (the profiles
 # below say what the stem costs either way).
 DLBENCH_CUDA_PAD_INPUT_CHANNELS=4 time_dlbench_resnet50 amp dlbench-resnet50-amp-pad-4 dlbench-pad-4
+# dlbench's own max pooling: the stem pool's arg-max kept in a byte an output, its backward a gather.
+DLBENCH_CUDA_POOL=own time_dlbench_resnet50 amp dlbench-resnet50-amp-pool-own dlbench-pool-own
 time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
 # Real data's rows (first run 2026-11-29: ResNet-50's JPEGs at 0.22x synthetic, the step converting
 # each batch to fp16 itself and copying it from pageable memory, since moved into the decoding

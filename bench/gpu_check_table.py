@@ -259,11 +259,14 @@ def comparison(logs):
     # of workspace instead of 1 (DLBENCH_CUDA_WORKSPACE_MIB=16384); and fp32's batch norms in cuDNN's
     # persistent mode, or through dlbench's own NCHW kernels with the ReLU and residual fused (=own);
     # and the weights' half (or transposed) copies kept until the values change (DLBENCH_CUDA_WEIGHT_COPIES=kept);
-    # and the stem's 3 input channels read padded to 4 (DLBENCH_CUDA_PAD_INPUT_CHANNELS=4); and only the
-    # convolution algorithms cuDNN marks deterministic (DLBENCH_CUDA_ALGORITHMS=deterministic).
+    # and max pooling through dlbench's own kernels (DLBENCH_CUDA_POOL=own; fp32 with the own batch
+    # norms as well); and the stem's 3 input channels read padded to 4
+    # (DLBENCH_CUDA_PAD_INPUT_CHANNELS=4); and only the convolution algorithms cuDNN marks
+    # deterministic (DLBENCH_CUDA_ALGORITHMS=deterministic).
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-persistent", "bn persistent"), ("dlbench-own", "bn own kernels"),
-                ("dlbench-own-accumulate", "own + accumulate"),
+                ("dlbench-own-accumulate", "own + accumulate"), ("dlbench-own-pool", "bn + pool own"),
+                ("dlbench-pool-own", "pool own"),
                 ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"),
                 ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"),
                 ("dlbench-conv-graph-nhwc-own", "conv graph nhwc + bn own"),

@@ -1,6 +1,7 @@
 // Which cuDNN calls the CUDA batch norm takes, the activations' memory order that decides it, and
 // the backends' switches' names, checked without a GPU.
 #include <cstddef>
+#include <stdexcept>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -10,6 +11,7 @@
 #include "cuda/activation_layout.hpp"
 #include "cuda/batch_norm_calls.hpp"
 #include "cuda/conv_engines.hpp"
+#include "cuda/pool_route.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -137,6 +139,20 @@ TEST(BackendSwitches, EveryNameAResultGivesChoosesWhatItNames) {
   expect_names_round_trip("DLBENCH_CUDA_ATTENTION", kAttentionRoutes);
   EXPECT_EQ(attention_route("DLBENCH_CUDA_ATTENTION", nullptr), AttentionRoute::composed);
   EXPECT_EQ(attention_route("DLBENCH_CUDA_ATTENTION", ""), AttentionRoute::composed);
+  expect_names_round_trip("DLBENCH_CUDA_POOL", kPoolRoutes);
+}
+
+// DLBENCH_CUDA_POOL: cuDNN unless told `own`; anything else refused naming the variable and its values.
+TEST(BackendSwitches, MaxPoolingStaysWithCudnnUntilToldOwn) {
+  EXPECT_EQ(pool_route(nullptr), PoolRoute::cudnn);
+  EXPECT_EQ(pool_route(""), PoolRoute::cudnn);
+  EXPECT_EQ(pool_route("own"), PoolRoute::own);
+  try {
+    pool_route("mine");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "DLBENCH_CUDA_POOL: \"mine\" is not one of cudnn, own");
+  }
 }
 
 }  // namespace

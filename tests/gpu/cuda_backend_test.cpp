@@ -346,10 +346,12 @@ TEST_F(CudaBackendTest, PoolingReluAndAddMatchTheCpu) {
     auto cpu_op = cpu_->make_pool(c);
     auto gpu_op = gpu_->make_pool(c);
     std::vector<std::byte> cpu_workspace(cpu_op->workspace_bytes() + 1);
+    // cuDNN's pooling keeps nothing; the own max pool (DLBENCH_CUDA_POOL=own) its arg-max.
+    const std::shared_ptr<void> gpu_workspace = gpu_->allocate(gpu_op->workspace_bytes() + 1);
     cpu_op->forward(x.cpu(), y.cpu(), cpu_workspace.data());
-    gpu_op->forward(x.gpu(), y.gpu(), nullptr);
+    gpu_op->forward(x.gpu(), y.gpu(), gpu_workspace.get());
     cpu_op->backward(x.cpu(), y.cpu(), dy.cpu(), cpu_workspace.data(), dx.cpu());
-    gpu_op->backward(x.gpu(), y.gpu(), dy.gpu(), nullptr, dx.gpu());
+    gpu_op->backward(x.gpu(), y.gpu(), dy.gpu(), gpu_workspace.get(), dx.gpu());
     gpu_->synchronize();
     EXPECT_LT(y.error(), 1e-6) << (kind == PoolKind::max ? "max" : "average");
     EXPECT_LT(dx.error(), 1e-6) << (kind == PoolKind::max ? "max" : "average");
@@ -365,6 +367,43 @@ TEST_F(CudaBackendTest, PoolingReluAndAddMatchTheCpu) {
   EXPECT_EQ(sum.error(), 0.0);
   EXPECT_EQ(relu.error(), 0.0);
   EXPECT_EQ(drelu.error(), 0.0);
+}
+
+// dlbench's own max pooling (DLBENCH_CUDA_POOL=own) against the CPU's, in NCHW (fp32) and channels
+// last (tf32's fp32 storage): ResNet's 3x3 windows 2 apart over a padded input, and 2x2 windows side
+// by side over an odd size. Its arg-max lives in the workspace, one byte an output, and backward
+// reads neither x nor y: both are NaN by then.
+TEST_F(CudaBackendTest, OwnMaxPoolingMatchesTheCpuFromItsWorkspaceAlone) {
+  const ScopedEnv own_pool("DLBENCH_CUDA_POOL", "own");
+  for (const CudaMath math : {CudaMath::fp32, CudaMath::tf32}) {
+    CudaBackend own(0, math);
+    ASSERT_EQ(own.options().at("pool"), "own");
+    for (const PoolConfig& c : {PoolConfig{Shape(2, 8, 16, 16), PoolKind::max, 3, 2, 1},
+                                PoolConfig{Shape(2, 5, 7, 7), PoolKind::max, 2, 2, 0}}) {
+      SCOPED_TRACE(::testing::Message() << (own.activation_layout() == Layout::nhwc ? "nhwc " : "nchw ")
+                                        << c.input.to_string() << " window " << c.kernel.h);
+      const Shape out = c.output();
+      auto x = Pair(*cpu_, own, c.input, true, random_values(c.input.numel(), 31)), y = Pair(*cpu_, own, out, true);
+      auto dy = Pair(*cpu_, own, out, true, random_values(out.numel(), 32)), dx = Pair(*cpu_, own, c.input, true);
+      auto cpu_op = cpu_->make_pool(c);
+      auto gpu_op = own.make_pool(c);
+      EXPECT_EQ(gpu_op->workspace_bytes(), static_cast<std::size_t>(out.numel()));
+      EXPECT_FALSE(gpu_op->backward_reads_activations());
+      std::vector<std::byte> cpu_workspace(cpu_op->workspace_bytes() + 1);
+      const std::shared_ptr<void> gpu_workspace = own.allocate(gpu_op->workspace_bytes());
+      cpu_op->forward(x.cpu(), y.cpu(), cpu_workspace.data());
+      gpu_op->forward(x.gpu(), y.gpu(), gpu_workspace.get());
+      cpu_op->backward(x.cpu(), y.cpu(), dy.cpu(), cpu_workspace.data(), dx.cpu());
+      own.synchronize();
+      EXPECT_EQ(y.error(), 0.0) << "the maximum is a value of x";
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      x.set_gpu(std::vector<float>(static_cast<std::size_t>(c.input.numel()), nan));
+      y.set_gpu(std::vector<float>(static_cast<std::size_t>(out.numel()), nan));
+      gpu_op->backward(x.gpu(), y.gpu(), dy.gpu(), gpu_workspace.get(), dx.gpu());
+      own.synchronize();
+      EXPECT_LT(dx.error(), 1e-6);
+    }
+  }
 }
 
 TEST_F(CudaBackendTest, ChannelSlicesMatchTheCpu) {

@@ -22,6 +22,7 @@
 #include "cuda/batch_norm_kernels.hpp"
 #include "cuda/float_types.hpp"
 #include "cuda/kernels.hpp"
+#include "cuda/pool_route.hpp"
 #include "cuda/transformer_kernels.hpp"
 #include "cuda/warp_reduce.cuh"
 #include "dropout_mask.hpp"
@@ -843,6 +844,102 @@ TEST(CudaKernelsOnCpu, AdaptiveAveragePoolingUsesPyTorchsWindowsBothWays) {
       EXPECT_LT(relative_error(dx, edx), 1e-6);
     }
   }
+}
+
+// dlbench's own max pooling (DLBENCH_CUDA_POOL=own), in either memory order and every float type,
+// against a host reference: ResNet's 3x3 windows 2 apart over a padded input, windows side by side,
+// rectangular overlapping ones, one window the whole image. Values on a coarse grid, so that many
+// windows tie: the first maximum in the window's row-major order wins, and a NaN wins. Backward
+// gathers each input's windows in one order (the same bits in either thread order) from dy and the
+// one-byte arg-max alone; nothing is written out of bounds.
+TEST(CudaKernelsOnCpu, OwnMaxPoolingKeepsTheFirstMaximumAndGathersItsGradient) {
+  struct Case {
+    int h, w;
+    kernels::MaxPoolWindow window;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Case& k : {Case{9, 10, {3, 3, 2, 1}}, Case{8, 8, {2, 2, 2, 0}}, Case{7, 5, {3, 2, 1, 1}},
+                        Case{5, 6, {5, 6, 1, 0}}}) {
+    const kernels::MaxPoolWindow& win = k.window;
+    const int out_h = (k.h + 2 * win.padding - win.kernel_h) / win.stride + 1;
+    const int out_w = (k.w + 2 * win.padding - win.kernel_w) / win.stride + 1;
+    for (const bool channels_last : {false, true}) {
+      for (const DType dtype : {DType::fp32, DType::fp16, DType::bf16}) {
+        SCOPED_TRACE(::testing::Message() << to_string(dtype) << " " << k.h << "x" << k.w << " window "
+                                          << win.kernel_h << "x" << win.kernel_w << " stride " << win.stride
+                                          << " padding " << win.padding << (channels_last ? " nhwc" : " nchw"));
+        const ActivationGeometry in{2, 3, k.h, k.w, channels_last}, out{2, 3, out_h, out_w, channels_last};
+        std::vector<float> x = normal_values(static_cast<std::size_t>(in.numel()), 81, 0.0, 1.0);
+        for (float& v : x) v = std::round(v * 2.0f) / 2.0f;  // ties
+        x[static_cast<std::size_t>(in.offset(1, 2, k.w + 1))] = nan;
+        const std::vector<float> dy = rounded_to(dtype, normal_values(static_cast<std::size_t>(out.numel()), 82, 0.0, 1.0));
+        // The reference: each window's first maximum, its place, and the gradients it gathers.
+        std::vector<float> ey(dy.size());
+        std::vector<int> eplace(dy.size());
+        std::vector<double> edx(x.size(), 0.0);
+        for (std::int64_t b = 0; b < 2; ++b) {
+          for (std::int64_t c = 0; c < 3; ++c) {
+            for (int oh = 0; oh < out_h; ++oh) {
+              for (int ow = 0; ow < out_w; ++ow) {
+                int place = -1;
+                std::int64_t from = 0;
+                float best = 0.0f;
+                for (int i = 0; i < win.kernel_h; ++i) {
+                  for (int j = 0; j < win.kernel_w; ++j) {
+                    const int h = oh * win.stride - win.padding + i, w = ow * win.stride - win.padding + j;
+                    if (h < 0 || h >= k.h || w < 0 || w >= k.w) continue;
+                    const std::int64_t at = in.offset(b, c, h * k.w + w);
+                    const float v = x[static_cast<std::size_t>(at)];
+                    if (place < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+                      best = v;
+                      place = i * win.kernel_w + j;
+                      from = at;
+                    }
+                  }
+                }
+                const auto o = static_cast<std::size_t>(out.offset(b, c, oh * out_w + ow));
+                ey[o] = best;
+                eplace[o] = place;
+                edx[static_cast<std::size_t>(from)] += static_cast<double>(dy[o]);
+              }
+            }
+          }
+        }
+        kernels::with_float_type(dtype, [&](auto type) {
+          using T = typename decltype(type)::type;
+          auto gx = Guarded<T>::of(x), gy = Guarded<T>(dy.size()), gdy = Guarded<T>::of(dy);
+          Guarded<std::uint8_t> argmax(dy.size());
+          kernels::max_pool_forward(dtype, gx.data(), gy.data(), argmax.data(), in, out, win, nullptr);
+          const std::vector<float> y = gy.floats(), places = argmax.floats();
+          for (std::size_t o = 0; o < y.size(); ++o) {
+            ASSERT_TRUE(y[o] == ey[o] || (std::isnan(y[o]) && std::isnan(ey[o]))) << "output " << o;
+            ASSERT_EQ(places[o], static_cast<float>(eplace[o])) << "output " << o;
+          }
+          const auto backward = [&](ThreadOrder order) {
+            return in_order(order, [&] {
+              auto gdx = Guarded<T>::of(std::vector<float>(x.size(), 9.0f));
+              kernels::max_pool_backward(dtype, gdy.data(), argmax.data(), gdx.data(), in, out, win, nullptr);
+              EXPECT_TRUE(gdx.guards_intact());
+              return gdx.floats();
+            });
+          };
+          const std::vector<float> dx = backward(ThreadOrder::ascending);
+          EXPECT_TRUE(same_bits(dx, backward(ThreadOrder::descending))) << "the blocks' order changed the gradient";
+          EXPECT_LT(relative_error(dx, edx), dtype == DType::fp32 ? 1e-6 : 1e-2);
+          EXPECT_TRUE(gx.guards_intact() && gy.guards_intact() && gdy.guards_intact() && argmax.guards_intact());
+        });
+      }
+    }
+  }
+  // A window of more places than one byte names stays with cuDNN, and the launchers refuse it.
+  EXPECT_TRUE(own_max_pool_takes(15, 17));
+  EXPECT_FALSE(own_max_pool_takes(16, 16));
+  std::vector<float> one(256, 1.0f), y(1);
+  std::vector<std::uint8_t> place(1);
+  EXPECT_THROW(kernels::max_pool_forward(DType::fp32, one.data(), y.data(), place.data(),
+                                         ActivationGeometry{1, 1, 16, 16, false}, ActivationGeometry{1, 1, 1, 1, false},
+                                         {16, 16, 1, 0}, nullptr),
+               std::invalid_argument);
 }
 
 // Bilinear resize with PyTorch's align_corners=False rule, up (DeepLabV3+'s 4x among them) and

@@ -16,6 +16,7 @@
 #include "cuda/cuda_common.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/padded_channels.hpp"
+#include "cuda/pool_route.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -285,6 +286,35 @@ class CudaPool final : public PoolOp {
   cudnnPoolingDescriptor_t pool_desc_ = nullptr;
 };
 
+// Max pooling through dlbench's own kernels (DLBENCH_CUDA_POOL=own, cuda/pool_route.hpp): the
+// arg-max kept as one byte an output in the workspace, so backward reads neither x nor y.
+class KernelMaxPool final : public PoolOp {
+ public:
+  KernelMaxPool(CudaBackend& backend, const PoolConfig& config)
+      : backend_(backend), dtype_(config.dtype), in_(geometry_of(config.input, backend.activation_layout())),
+        out_(geometry_of(config.output(), backend.activation_layout())),
+        window_{as_int(config.kernel.h), as_int(config.kernel.w), as_int(config.stride), as_int(config.padding)} {}
+
+  std::size_t workspace_bytes() const override { return static_cast<std::size_t>(out_.numel()); }
+  bool backward_reads_activations() const override { return false; }
+  void forward(const Tensor& x, Tensor& y, void* workspace) override {
+    require_dtype("pooling", dtype_, {&x, &y});
+    kernels::max_pool_forward(dtype_, x.data, y.data, static_cast<std::uint8_t*>(workspace), in_, out_, window_,
+                              backend_.stream());
+  }
+  void backward(const Tensor&, const Tensor&, const Tensor& dy, const void* workspace, Tensor& dx) override {
+    require_dtype("pooling", dtype_, {&dy, &dx});
+    kernels::max_pool_backward(dtype_, dy.data, static_cast<const std::uint8_t*>(workspace), dx.data, in_, out_,
+                               window_, backend_.stream());
+  }
+
+ private:
+  CudaBackend& backend_;
+  DType dtype_;
+  ActivationGeometry in_, out_;
+  kernels::MaxPoolWindow window_;
+};
+
 std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 
 }  // namespace
@@ -328,7 +358,8 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
       attention_route_(attention_route("DLBENCH_CUDA_ATTENTION", std::getenv("DLBENCH_CUDA_ATTENTION"))),
       conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()),
       weight_copies_(worker::weight_copies(std::getenv("DLBENCH_CUDA_WEIGHT_COPIES"))),
-      padded_input_channels_(worker::padded_input_channels(std::getenv("DLBENCH_CUDA_PAD_INPUT_CHANNELS"))) {
+      padded_input_channels_(worker::padded_input_channels(std::getenv("DLBENCH_CUDA_PAD_INPUT_CHANNELS"))),
+      pool_route_(worker::pool_route(std::getenv("DLBENCH_CUDA_POOL"))) {
   // Read before any CUDA resource, as the switches above are: a wrong value costs nothing to refuse.
   const std::optional<std::size_t> requested_workspace =
       requested_workspace_limit(std::getenv("DLBENCH_CUDA_WORKSPACE_MIB"));
@@ -391,6 +422,7 @@ std::map<std::string, std::string> CudaBackend::options() const {
           {"attention", name(kAttentionRoutes, attention_route_)},
           {"weightCopies", name(kWeightCopies, weight_copies_)},
           {"padInputChannels", name(kPaddedInputChannels, padded_input_channels_)},
+          {"pool", name(kPoolRoutes, pool_route_)},
           {"workspaceMiB", std::to_string(workspace_limit_ >> 20)}};
 }
 
@@ -620,6 +652,9 @@ std::unique_ptr<ReluOp> CudaBackend::make_relu(const Shape& shape, DType dtype) 
 }
 std::unique_ptr<PoolOp> CudaBackend::make_pool(const PoolConfig& c) {
   require_computable(c.dtype);
+  if (c.kind == PoolKind::max && pool_route_ == PoolRoute::own && own_max_pool_takes(c.kernel.h, c.kernel.w)) {
+    return std::make_unique<KernelMaxPool>(*this, c);
+  }
   return std::make_unique<CudaPool>(*this, c);
 }
 std::unique_ptr<LinearOp> CudaBackend::make_linear(const LinearConfig& c) {

@@ -26,6 +26,7 @@
 #include "cuda/conv_engines.hpp"
 #include "cuda/batch_norm_calls.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/pool_route.hpp"
 #include "cuda/weight_copies.hpp"
 
 namespace dlbench::worker {
@@ -246,6 +247,7 @@ class CudaBackend final : public Backend {
   std::size_t parameter_scratch_bytes_ = 0;
   WeightCopies weight_copies_ = WeightCopies::per_pass;
   int padded_input_channels_ = 0;
+  PoolRoute pool_route_ = PoolRoute::cudnn;  // DLBENCH_CUDA_POOL, read once (cuda/pool_route.hpp)
   KeptWeightCopies kept_weights_;
   // The kept copies, the bound values' length in the activations' type (fp32: only the filters
   // transposed for channels last are kept, the rest read in place).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 
 #include "bilinear_taps.hpp"
 #include "dropout_mask.hpp"
@@ -10,6 +11,7 @@
 #include "cuda/column_reduction.hpp"
 #include "cuda/kernel_launch.cuh"
 #include "cuda/padded_channels.hpp"
+#include "cuda/pool_route.hpp"
 #include "cuda/warp_reduce.cuh"
 
 namespace dlbench::worker::kernels {
@@ -96,6 +98,91 @@ __global__ void adaptive_avg_pool_backward_kernel(const T* dy, T* dx, Activation
         const int w0 = window_start(ow, in_w, out_w), w1 = window_end(ow, in_w, out_w);
         if (w < w0 || w >= w1) continue;
         sum += load(dy[out.offset(e.sample, e.channel, oh * out.w + ow)]) / static_cast<float>((h1 - h0) * (w1 - w0));
+      }
+    }
+    dx[index] = store<T>(sum);
+  }
+}
+
+// (sample, channel, row, column) of the element at `at` in g's memory order, divided in Index's
+// width (32 bits where every offset fits: a 64-bit division is a long subroutine on a GPU).
+struct PoolPosition {
+  std::int64_t sample, channel;
+  int row, column;
+};
+template <typename Index>
+__device__ inline PoolPosition pool_position(std::int64_t at, const ActivationGeometry& g) {
+  const auto c = static_cast<Index>(g.c), h = static_cast<Index>(g.h), w = static_cast<Index>(g.w);
+  auto rest = static_cast<Index>(at);
+  PoolPosition p{};
+  if (g.channels_last) {
+    p.channel = static_cast<std::int64_t>(rest % c);
+    rest /= c;
+  }
+  p.column = static_cast<int>(rest % w);
+  rest /= w;
+  p.row = static_cast<int>(rest % h);
+  rest /= h;
+  if (!g.channels_last) {
+    p.channel = static_cast<std::int64_t>(rest % c);
+    rest /= c;
+  }
+  p.sample = static_cast<std::int64_t>(rest);
+  return p;
+}
+
+// One thread an output, in y's memory order.
+template <typename T, typename Index>
+__global__ void max_pool_forward_kernel(const T* x, T* y, std::uint8_t* argmax, ActivationGeometry in,
+                                        ActivationGeometry out, MaxPoolWindow window) {
+  DLBENCH_GRID_STRIDE(index, out.numel()) {
+    const PoolPosition o = pool_position<Index>(index, out);
+    const int top = o.row * window.stride - window.padding, left = o.column * window.stride - window.padding;
+    const int in_h = static_cast<int>(in.h), in_w = static_cast<int>(in.w);
+    float best = 0.0f;
+    int place = -1;
+    for (int i = 0; i < window.kernel_h; ++i) {
+      const int h = top + i;
+      if (h < 0 || h >= in_h) continue;
+      for (int j = 0; j < window.kernel_w; ++j) {
+        const int w = left + j;
+        if (w < 0 || w >= in_w) continue;
+        const float v = load(x[in.offset(o.sample, o.channel, static_cast<std::int64_t>(h) * in_w + w)]);
+        if (place < 0 || v > best || (v != v && best == best)) {  // the first maximum; a NaN wins
+          best = v;
+          place = i * window.kernel_w + j;
+        }
+      }
+    }
+    y[index] = store<T>(best);
+    argmax[index] = static_cast<std::uint8_t>(place);
+  }
+}
+
+// One thread an input, in x's memory order: the sum of dy over the windows that hold it and whose
+// arg-max it is, windows in row-major order.
+template <typename T, typename Index>
+__global__ void max_pool_backward_kernel(const T* dy, const std::uint8_t* argmax, T* dx, ActivationGeometry in,
+                                         ActivationGeometry out, MaxPoolWindow window) {
+  DLBENCH_GRID_STRIDE(index, in.numel()) {
+    const PoolPosition p = pool_position<Index>(index, in);
+    // Window r holds row h where r · stride − padding <= h < r · stride − padding + kernel_h.
+    const auto first = [&](int at, int kernel) {
+      const int reach = at + window.padding - kernel + 1;
+      return reach <= 0 ? 0 : (reach + window.stride - 1) / window.stride;
+    };
+    const auto last = [&](int at, int outputs) {
+      const int reach = (at + window.padding) / window.stride;
+      return reach < outputs ? reach : outputs - 1;
+    };
+    const int out_w = static_cast<int>(out.w);
+    float sum = 0.0f;
+    for (int r = first(p.row, window.kernel_h); r <= last(p.row, static_cast<int>(out.h)); ++r) {
+      for (int c = first(p.column, window.kernel_w); c <= last(p.column, out_w); ++c) {
+        const std::int64_t o = out.offset(p.sample, p.channel, static_cast<std::int64_t>(r) * out_w + c);
+        const int place = (p.row - (r * window.stride - window.padding)) * window.kernel_w +
+                          (p.column - (c * window.stride - window.padding));
+        if (argmax[o] == place) sum += load(dy[o]);
       }
     }
     dx[index] = store<T>(sum);
@@ -481,6 +568,43 @@ void adaptive_avg_pool_backward(DType dtype, const void* dy, void* dx, const Act
     using T = typename decltype(t)::type;
     DLBENCH_LAUNCH(adaptive_avg_pool_backward_kernel<T>, in.numel(), stream, static_cast<const T*>(dy),
                    static_cast<T*>(dx), in, out);
+  });
+}
+// Calls f(std::uint32_t{}) where every offset of both activations fits 32 bits, else f(std::int64_t{}).
+template <typename F>
+void with_pool_index(const ActivationGeometry& in, const ActivationGeometry& out, F&& f) {
+  const auto most = static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max());
+  if (in.numel() <= most && out.numel() <= most) {
+    f(std::uint32_t{});
+  } else {
+    f(std::int64_t{});
+  }
+}
+void check_max_pool_window(const MaxPoolWindow& window) {
+  if (!own_max_pool_takes(window.kernel_h, window.kernel_w) || window.stride <= 0 || window.padding < 0) {
+    throw std::invalid_argument("max pool kernels: a window of 1 to 255 places, a positive stride, no negative padding");
+  }
+}
+void max_pool_forward(DType dtype, const void* x, void* y, std::uint8_t* argmax, const ActivationGeometry& in,
+                      const ActivationGeometry& out, const MaxPoolWindow& window, cudaStream_t stream) {
+  check_max_pool_window(window);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    with_pool_index(in, out, [&](auto index) {
+      auto* const kernel = &max_pool_forward_kernel<T, decltype(index)>;
+      DLBENCH_LAUNCH(kernel, out.numel(), stream, static_cast<const T*>(x), static_cast<T*>(y), argmax, in, out, window);
+    });
+  });
+}
+void max_pool_backward(DType dtype, const void* dy, const std::uint8_t* argmax, void* dx, const ActivationGeometry& in,
+                       const ActivationGeometry& out, const MaxPoolWindow& window, cudaStream_t stream) {
+  check_max_pool_window(window);
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    with_pool_index(in, out, [&](auto index) {
+      auto* const kernel = &max_pool_backward_kernel<T, decltype(index)>;
+      DLBENCH_LAUNCH(kernel, in.numel(), stream, static_cast<const T*>(dy), argmax, static_cast<T*>(dx), in, out, window);
+    });
   });
 }
 void set_step(std::uint64_t* counter, std::uint64_t step, cudaStream_t stream) {

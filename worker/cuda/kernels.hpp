@@ -36,6 +36,21 @@ void adaptive_avg_pool_forward(DType dtype, const void* x, void* y, const Activa
                                cudaStream_t stream);
 void adaptive_avg_pool_backward(DType dtype, const void* dy, void* dx, const ActivationGeometry& in, int out_h,
                                 int out_w, cudaStream_t stream);
+// Max pooling's window: kernel_h x kernel_w places, `stride` apart, over an input padded by
+// `padding` on every side (the padding never wins).
+struct MaxPoolWindow {
+  int kernel_h = 1, kernel_w = 1, stride = 1, padding = 0;
+};
+// dlbench's own max pooling (DLBENCH_CUDA_POOL=own, cuda/pool_route.hpp), x and y in the same
+// memory order: y the maximum of each window, the first in row-major order where values tie (a
+// NaN wins, as PyTorch's does), and `argmax` that value's place in its window, one byte an output
+// in y's order.
+void max_pool_forward(DType dtype, const void* x, void* y, std::uint8_t* argmax, const ActivationGeometry& in,
+                      const ActivationGeometry& out, const MaxPoolWindow& window, cudaStream_t stream);
+// dx: each input's sum, over the windows whose arg-max it is (in row-major order of the windows),
+// of their dy; reads neither x nor y.
+void max_pool_backward(DType dtype, const void* dy, const std::uint8_t* argmax, void* dx, const ActivationGeometry& in,
+                       const ActivationGeometry& out, const MaxPoolWindow& window, cudaStream_t stream);
 // The step counter dropout reads: set to a value, or advanced by one (inside a captured step).
 void set_step(std::uint64_t* counter, std::uint64_t step, cudaStream_t stream);
 void advance_step(std::uint64_t* counter, cudaStream_t stream);
