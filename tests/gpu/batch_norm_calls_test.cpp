@@ -147,12 +147,8 @@ TEST(BackendSwitches, MaxPoolingStaysWithCudnnUntilToldOwn) {
   EXPECT_EQ(pool_route(nullptr), PoolRoute::cudnn);
   EXPECT_EQ(pool_route(""), PoolRoute::cudnn);
   EXPECT_EQ(pool_route("own"), PoolRoute::own);
-  try {
-    pool_route("mine");
-    FAIL() << "accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "DLBENCH_CUDA_POOL: \"mine\" is not one of cudnn, own");
-  }
+  EXPECT_THAT([] { pool_route("mine"); }, ::testing::ThrowsMessage<std::invalid_argument>(
+                                              ::testing::StrEq("DLBENCH_CUDA_POOL: \"mine\" is not one of cudnn, own")));
 }
 
 }  // namespace
