@@ -187,9 +187,8 @@ template <typename T, int W, BatchNormTail kTail>
 __global__ void gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz, BatchNormKept kept, float* partial,
                                      BatchNormShape s, BatchNormChunks plan) {
   const std::int64_t channel = blockIdx.x, chunk = blockIdx.y;
-  const float m = kept.mean[channel];
   float4 n[W];
-  broadcast<W>(normalizing_of(channel, kept), n);
+  broadcast<W>(normalizing_of(channel, kept), n);  // scale, β, mean
   float sum = 0.0f, centered = 0.0f;
   for_chunk_units(s, plan, channel, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
     float g[W], v[W];
@@ -197,7 +196,7 @@ __global__ void gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz,
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       sum += g[k];
-      centered += g[k] * (v[k] - m);
+      centered += g[k] * (v[k] - n[k].z);
     }
   });
   sum = block_sum(sum);

@@ -570,41 +570,38 @@ void adaptive_avg_pool_backward(DType dtype, const void* dy, void* dx, const Act
                    static_cast<T*>(dx), in, out);
   });
 }
-// Calls f(std::uint32_t{}) where every offset of both activations fits 32 bits, else f(std::int64_t{}).
+// Checks the window, then calls f(Type<T>{}, Index{}) for the activations' element type and the
+// index width their offsets need (32 bits where every offset of both fits).
 template <typename F>
-void with_pool_index(const ActivationGeometry& in, const ActivationGeometry& out, F&& f) {
-  const auto most = static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max());
-  if (in.numel() <= most && out.numel() <= most) {
-    f(std::uint32_t{});
-  } else {
-    f(std::int64_t{});
-  }
-}
-void check_max_pool_window(const MaxPoolWindow& window) {
+void dispatch_max_pool(DType dtype, const ActivationGeometry& in, const ActivationGeometry& out,
+                       const MaxPoolWindow& window, F&& f) {
   if (!own_max_pool_takes(window.kernel_h, window.kernel_w) || window.stride <= 0 || window.padding < 0) {
     throw std::invalid_argument("max pool kernels: a window of 1 to 255 places, a positive stride, no negative padding");
   }
+  const auto most = static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max());
+  const bool index32 = in.numel() <= most && out.numel() <= most;
+  with_float_type(dtype, [&](auto t) {
+    if (index32) {
+      f(t, std::uint32_t{});
+    } else {
+      f(t, std::int64_t{});
+    }
+  });
 }
 void max_pool_forward(DType dtype, const void* x, void* y, std::uint8_t* argmax, const ActivationGeometry& in,
                       const ActivationGeometry& out, const MaxPoolWindow& window, cudaStream_t stream) {
-  check_max_pool_window(window);
-  with_float_type(dtype, [&](auto t) {
+  dispatch_max_pool(dtype, in, out, window, [&](auto t, auto index) {
     using T = typename decltype(t)::type;
-    with_pool_index(in, out, [&](auto index) {
-      auto* const kernel = &max_pool_forward_kernel<T, decltype(index)>;
-      DLBENCH_LAUNCH(kernel, out.numel(), stream, static_cast<const T*>(x), static_cast<T*>(y), argmax, in, out, window);
-    });
+    auto* const kernel = &max_pool_forward_kernel<T, decltype(index)>;
+    DLBENCH_LAUNCH(kernel, out.numel(), stream, static_cast<const T*>(x), static_cast<T*>(y), argmax, in, out, window);
   });
 }
 void max_pool_backward(DType dtype, const void* dy, const std::uint8_t* argmax, void* dx, const ActivationGeometry& in,
                        const ActivationGeometry& out, const MaxPoolWindow& window, cudaStream_t stream) {
-  check_max_pool_window(window);
-  with_float_type(dtype, [&](auto t) {
+  dispatch_max_pool(dtype, in, out, window, [&](auto t, auto index) {
     using T = typename decltype(t)::type;
-    with_pool_index(in, out, [&](auto index) {
-      auto* const kernel = &max_pool_backward_kernel<T, decltype(index)>;
-      DLBENCH_LAUNCH(kernel, in.numel(), stream, static_cast<const T*>(dy), argmax, static_cast<T*>(dx), in, out, window);
-    });
+    auto* const kernel = &max_pool_backward_kernel<T, decltype(index)>;
+    DLBENCH_LAUNCH(kernel, in.numel(), stream, static_cast<const T*>(dy), argmax, static_cast<T*>(dx), in, out, window);
   });
 }
 void set_step(std::uint64_t* counter, std::uint64_t step, cudaStream_t stream) {
