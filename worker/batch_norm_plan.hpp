@@ -7,13 +7,13 @@
 // Why own kernels: on an H200 (2026-11-29) fp32 ResNet-50's batch norms and ReLUs through cuDNN's
 // NCHW calls took 12.6 ms of a 73.4 ms step, against PyTorch's 9.6, and cuDNN fuses neither the
 // ReLU nor the residual add over NCHW. Fused here: forward reads x twice (statistics, then the
-// normalisation) and writes y once, ReLU and residual add included; backward reads x and dy (and y
-// for a residual's add and ReLU) to sum, then again to write dx (and the residual's gradient in the
-// first pass). A ReLU tail's mask is found again from x (batch_norm_normalized). In channels last,
-// cuDNN's *Ex calls fuse both; amp's batch norms took 16.8 ms of a 40.3 ms ResNet-50 step on an
-// H200 (2026-11-27, `--profile`, its events included). These passes move 54 GB a step at batch 256
-// (58 while a ReLU's mask read y), 11.3 ms at the H200's 4.8 TB/s: a few ms at most to gain over
-// cuDNN, the A/B the next GPU session times.
+// normalisation) and writes y once, ReLU and residual add included; backward reads x and dy to
+// sum, then again to write dx (and the residual's gradient in the first pass), never y. A ReLU
+// tail's mask is found again from x (batch_norm_normalized); a residual's add and ReLU keep theirs
+// (relu_mask_byte). In channels last, cuDNN's *Ex calls fuse both; amp's batch norms took 16.8 ms
+// of a 40.3 ms ResNet-50 step on an H200 (2026-11-27, `--profile`, its events included). These
+// passes move 51.5 GB a step at batch 256 (54.0 while the add and ReLU read y), 10.7 ms at the
+// H200's 4.8 TB/s: a few ms at most to gain over cuDNN, the A/B the next GPU session times.
 //
 // Numerics: a block sums (x - shift) and (x - shift)², with `shift` the first value of its chunk,
 // so that a channel whose mean is large against its spread does not cancel its variance away in
@@ -122,6 +122,15 @@ DLBENCH_HOST_DEVICE inline void for_chunk_units(const BatchNormShape& s, const B
     visit(((first + sample) * s.channels + channel) * s.pixels + static_cast<std::int64_t>(unit) * width);
   });
 }
+
+// The add-and-ReLU tail's mask, which forward keeps for backward in place of y (the residual's sum
+// is not in x, so x cannot give the mask again): a byte a unit of `width` values (at most 8), bit
+// k set where the unit's k-th value of y was positive. A unit's first element is a multiple of
+// its width in either layout (for_chunk_units, for_tile_rows), so each byte has one writer and
+// needs no atomics. Units of 16-byte packs make it 1/16 of y's bytes; single values a byte each.
+inline constexpr int kBatchNormMaskUnitMost = 8;
+DLBENCH_HOST_DEVICE inline std::int64_t relu_mask_byte(std::int64_t at, int width) { return at / width; }
+inline std::int64_t relu_mask_bytes(const BatchNormShape& s, int width) { return s.numel() / width; }
 
 // The offset of a chunk's first value in a channel: its shift.
 DLBENCH_HOST_DEVICE inline std::int64_t chunk_first_offset(const BatchNormShape& s, const BatchNormChunks& plan,

@@ -289,14 +289,20 @@ TEST_F(CudaBackendTest, OwnBatchNormKernelsMatchTheCpuWithEachTail) {
         BatchNormStatistics on_gpu{mean.gpu(), gpu_spread.gpu(), running_mean.gpu(), running_var.gpu()};
         auto cpu_op = cpu_->make_batch_norm({s, 1e-5f});
         auto gpu_op = own.make_batch_norm({s, 1e-5f, DType::fp32, tail == Tail::relu, 0.1f, tail == Tail::add_relu});
-        // A ReLU tail finds its mask again from x: only the residual's add and ReLU read y.
-        EXPECT_EQ(gpu_op->backward_reads_output(), tail == Tail::add_relu);
+        // No tail reads y: a ReLU tail finds its mask again from x, the residual's add and ReLU
+        // keep theirs in the workspace, a byte a unit (1/16 of y's bytes with packs of 4 floats).
+        EXPECT_FALSE(gpu_op->backward_reads_output());
+        const bool packed = (own.activation_layout() == Layout::nhwc ? s.c() : s.h() * s.w()) % 4 == 0;
+        EXPECT_EQ(gpu_op->workspace_bytes(),
+                  tail == Tail::add_relu ? static_cast<std::size_t>(s.numel() / (packed ? 4 : 1)) : 0u);
+        const std::shared_ptr<void> workspace = own.allocate(gpu_op->workspace_bytes() + 1);
         for (int step = 0; step < 2; ++step) {
           cpu_op->forward_training(x.cpu(), gamma.cpu(), beta.cpu(), normalized.cpu(), on_cpu, nullptr);
           if (tail == Tail::add_relu) {
-            gpu_op->forward_training_add_relu(x.gpu(), z.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), on_gpu, nullptr);
+            gpu_op->forward_training_add_relu(x.gpu(), z.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), on_gpu,
+                                              workspace.get());
           } else {
-            gpu_op->forward_training(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), on_gpu, nullptr);
+            gpu_op->forward_training(x.gpu(), gamma.gpu(), beta.gpu(), y.gpu(), on_gpu, workspace.get());
           }
         }
         // The CPU's y: the normalisation, then the tail's ReLU (of the sum with z).
@@ -312,14 +318,14 @@ TEST_F(CudaBackendTest, OwnBatchNormKernelsMatchTheCpuWithEachTail) {
                          dbeta.cpu(), nullptr);
         own.synchronize();
         const std::vector<float> gpu_y = y.gpu_values();
+        // What backward does not declare it reads may be given away by the memory plan: NaN here.
+        y.set_gpu(std::vector<float>(static_cast<std::size_t>(s.numel()), std::numeric_limits<float>::quiet_NaN()));
         if (tail == Tail::add_relu) {
           gpu_op->backward_add_relu(x.gpu(), y.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), on_gpu, dx.gpu(), dz.gpu(),
-                                    dgamma.gpu(), dbeta.gpu(), nullptr);
+                                    dgamma.gpu(), dbeta.gpu(), workspace.get());
         } else {
-          // What backward does not declare it reads may be given away by the memory plan: NaN here.
-          y.set_gpu(std::vector<float>(static_cast<std::size_t>(s.numel()), std::numeric_limits<float>::quiet_NaN()));
           gpu_op->backward(x.gpu(), y.gpu(), dy.gpu(), gamma.gpu(), beta.gpu(), on_gpu, dx.gpu(), dgamma.gpu(),
-                           dbeta.gpu(), nullptr);
+                           dbeta.gpu(), workspace.get());
         }
         own.synchronize();
         const std::vector<float> expected_y = tail == Tail::none ? normalized.cpu_values() : y.cpu_values();

@@ -6,6 +6,7 @@
 #include "cuda/emulation/cuda_emulation.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -143,6 +144,7 @@ TEST(CudaKernelsOnCpu, ARaceOnSharedMemoryShowsAsADifferenceBetweenTheOrders) {
 // What one forward and backward of dlbench's own batch norm leave, every output as floats.
 struct BatchNormRun {
   std::vector<float> y, mean, inverse_std, running_mean, running_var, dx, dz, dgamma, dbeta;
+  std::size_t mask_bytes = 0, mask_bits_set = 0;  // the add-and-ReLU tail's
   bool guards_intact = true;
 };
 
@@ -160,21 +162,36 @@ BatchNormRun run_own_batch_norm(DType dtype, bool channels_last, const BatchNorm
   auto running_var = Guarded<float>::of(std::vector<float>(channels, 2.0f));
   Guarded<float> scratch(kernels::batch_norm_scratch_bytes(dtype, channels_last, s) / sizeof(float));
   const bool add_relu = tail == kernels::BatchNormTail::add_relu;
+  Guarded<std::uint8_t> mask(add_relu ? kernels::batch_norm_relu_mask_bytes(dtype, channels_last, s) : 0);
   kernels::batch_norm_forward_training(dtype, channels_last, s, tail, x.data(), add_relu ? z.data() : nullptr,
-                                       y.data(), gamma.data(), beta.data(), 1e-5f, 0.1f, mean.data(),
-                                       inverse_std.data(), running_mean.data(), running_var.data(), scratch.data(),
-                                       nullptr);
-  // y only with add_relu: a ReLU tail's backward that read it would fault here.
-  kernels::batch_norm_backward(dtype, channels_last, s, tail, x.data(), add_relu ? y.data() : nullptr, dy.data(),
+                                       y.data(), add_relu ? mask.data() : nullptr, gamma.data(), beta.data(), 1e-5f,
+                                       0.1f, mean.data(), inverse_std.data(), running_mean.data(), running_var.data(),
+                                       scratch.data(), nullptr);
+  BatchNormRun run;
+  run.y = y.floats();
+  run.mean = mean.floats();
+  run.inverse_std = inverse_std.floats();
+  run.running_mean = running_mean.floats();
+  run.running_var = running_var.floats();
+  // Backward takes no y (the residual's add and ReLU read forward's mask); poisoned, so that no
+  // result can come from it.
+  std::memset(static_cast<void*>(y.data()), 0xff, y.size() * sizeof(T));
+  kernels::batch_norm_backward(dtype, channels_last, s, tail, x.data(), add_relu ? mask.data() : nullptr, dy.data(),
                                add_relu ? dz.data() : nullptr, dx.data(), gamma.data(), beta.data(), mean.data(),
                                inverse_std.data(), dgamma.data(), dbeta.data(), scratch.data(), nullptr);
-  BatchNormRun run{y.floats(), mean.floats(), inverse_std.floats(), running_mean.floats(), running_var.floats(),
-                   dx.floats(), add_relu ? dz.floats() : std::vector<float>{}, dgamma.floats(), dbeta.floats()};
-  for (const bool intact : {x.guards_intact(), z.guards_intact(), dy.guards_intact(), y.guards_intact(),
-                            dx.guards_intact(), dz.guards_intact(), gamma.guards_intact(), beta.guards_intact(),
-                            mean.guards_intact(), inverse_std.guards_intact(), dgamma.guards_intact(),
-                            dbeta.guards_intact(), running_mean.guards_intact(), running_var.guards_intact(),
-                            scratch.guards_intact()}) {
+  run.dx = dx.floats();
+  if (add_relu) run.dz = dz.floats();
+  run.dgamma = dgamma.floats();
+  run.dbeta = dbeta.floats();
+  run.mask_bytes = mask.size();
+  for (std::size_t i = 0; i < mask.size(); ++i) {
+    run.mask_bits_set += static_cast<std::size_t>(std::popcount(mask.data()[i]));
+  }
+  for (const bool intact : {mask.guards_intact(), x.guards_intact(), z.guards_intact(), dy.guards_intact(),
+                            y.guards_intact(), dx.guards_intact(), dz.guards_intact(), gamma.guards_intact(),
+                            beta.guards_intact(), mean.guards_intact(), inverse_std.guards_intact(),
+                            dgamma.guards_intact(), dbeta.guards_intact(), running_mean.guards_intact(),
+                            running_var.guards_intact(), scratch.guards_intact()}) {
     run.guards_intact = run.guards_intact && intact;
   }
   return run;
@@ -228,6 +245,13 @@ TEST(CudaKernelsOnCpu, OwnBatchNormKernelsAreBatchNormInEveryLayoutTailAndType) 
           EXPECT_LT(relative_error(got.dbeta, r.dbeta), bound) << "dbeta";
           if (tail == kernels::BatchNormTail::add_relu) {
             EXPECT_LT(relative_error(got.dz, r.dz), bound) << "dz";
+            // A byte a unit: 1/16 of y's bytes where the units are packs (fp32's 4, the halves' 8).
+            const int pack = dtype == DType::fp32 ? 4 : 8;
+            const bool packed = (channels_last ? s.channels : s.pixels) % pack == 0;
+            EXPECT_EQ(got.mask_bytes, n / static_cast<std::size_t>(packed ? pack : 1));
+            const auto positive = static_cast<std::size_t>(
+                std::count_if(got.y.begin(), got.y.end(), [](float v) { return v > 0.0f; }));
+            EXPECT_EQ(got.mask_bits_set, positive) << "a bit for each y > 0, no other";
           }
 
           const BatchNormRun reversed = run(ThreadOrder::descending);
@@ -242,6 +266,54 @@ TEST(CudaKernelsOnCpu, OwnBatchNormKernelsAreBatchNormInEveryLayoutTailAndType) 
   }
 }
 
+// The add-and-ReLU mask is laid out for the units aligned pointers make (a byte each, one writer);
+// a pointer off 16 bytes would make single values of them, several threads to a byte, and a
+// backward that read the bytes as another width would take the wrong bits. Both passes refuse,
+// naming the widths, before launching anything.
+TEST(CudaKernelsOnCpu, OwnBatchNormRefusesAMaskLaidOutForOtherUnits) {
+  const BatchNormShape s{4, 24, 36};  // fp32 NCHW: units of 4 along each plane's 36 pixels
+  const auto n = static_cast<std::size_t>(s.numel()), channels = static_cast<std::size_t>(s.channels);
+  ASSERT_EQ(kernels::batch_norm_relu_mask_bytes(DType::fp32, false, s), n / 4);
+  Guarded<float> x(n + 1), z(n), y(n), dy(n + 1), dz(n), dx(n);
+  Guarded<float> scratch(kernels::batch_norm_scratch_bytes(DType::fp32, false, s) / sizeof(float));
+  Guarded<std::uint8_t> mask(n / 4);
+  auto gamma = Guarded<float>::of(std::vector<float>(channels, 1.0f));
+  auto beta = Guarded<float>::of(std::vector<float>(channels, 0.0f));
+  Guarded<float> mean(channels), inverse_std(channels), running_mean(channels), running_var(channels), dgamma(channels),
+      dbeta(channels);
+  const auto forward = [&](const float* in) {
+    kernels::batch_norm_forward_training(DType::fp32, false, s, kernels::BatchNormTail::add_relu, in, z.data(),
+                                         y.data(), mask.data(), gamma.data(), beta.data(), 1e-5f, 0.1f, mean.data(),
+                                         inverse_std.data(), running_mean.data(), running_var.data(), scratch.data(),
+                                         nullptr);
+  };
+  const auto backward = [&](const float* grad) {
+    kernels::batch_norm_backward(DType::fp32, false, s, kernels::BatchNormTail::add_relu, x.data(), mask.data(), grad,
+                                 dz.data(), dx.data(), gamma.data(), beta.data(), mean.data(), inverse_std.data(),
+                                 dgamma.data(), dbeta.data(), scratch.data(), nullptr);
+  };
+  std::vector<float> values = reference_batch_norm::normal_values(n + 1, 7, 0.0, 1.0);
+  std::copy(values.begin(), values.end(), x.data());
+  std::copy(values.begin(), values.end(), dy.data());
+  std::copy(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n), z.data());
+  const long long grids = cuda_emulation::grids_run();
+  for (const auto& pass : std::vector<std::function<void()>>{[&] { forward(x.data() + 1); },
+                                                               [&] { backward(dy.data() + 1); }}) {
+    try {
+      pass();
+      ADD_FAILURE() << "a pass took a misaligned pointer";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("laid out for units of 4 values"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("units of 1"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(cuda_emulation::grids_run(), grids) << "nothing was launched";
+  // Aligned, both run.
+  forward(x.data());
+  backward(dy.data());
+  EXPECT_GT(cuda_emulation::grids_run(), grids);
+  EXPECT_TRUE(mask.guards_intact());
+}
 
 // Loss scaling on the device, three launches a step (memset, unscale over a grid of blocks, the
 // rule in one thread): gradients divided by the scale, the flag for an inf or NaN anywhere (the

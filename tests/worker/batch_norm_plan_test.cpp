@@ -63,6 +63,7 @@ TEST(BatchNormPlan, EveryElementIsReadOnceByABlockOfItsChannel) {
       SCOPED_TRACE(::testing::Message() << s.samples << "x" << s.channels << "x" << s.pixels << " width " << width);
       const BatchNormChunks plan = batch_norm_chunks(s);
       std::vector<int> reads(static_cast<std::size_t>(s.numel()), 0);
+      std::vector<int> mask_writes(static_cast<std::size_t>(relu_mask_bytes(s, width)), 0);
       for (std::int64_t channel = 0; channel < s.channels; ++channel) {
         for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
           for (unsigned thread = 0; thread < kThreads; ++thread) {
@@ -73,11 +74,14 @@ TEST(BatchNormPlan, EveryElementIsReadOnceByABlockOfItsChannel) {
               EXPECT_LT(sample, plan.first_item(chunk) + plan.items_in(chunk, s.samples));
               EXPECT_EQ(at / s.pixels % s.channels, channel);
               for (int k = 0; k < width; ++k) ++reads[static_cast<std::size_t>(at + k)];
+              ++mask_writes.at(static_cast<std::size_t>(relu_mask_byte(at, width)));
             });
           }
         }
       }
       for (std::size_t i = 0; i < reads.size(); ++i) ASSERT_EQ(reads[i], 1) << "element " << i;
+      // The add-and-ReLU mask: each byte written by one thread's one unit, none left out.
+      for (std::size_t i = 0; i < mask_writes.size(); ++i) ASSERT_EQ(mask_writes[i], 1) << "mask byte " << i;
     }
   }
 }
@@ -174,6 +178,7 @@ TEST(BatchNormPlan, EveryElementIsReadOnceByATileThreadHoldingItsChannel) {
       SCOPED_TRACE(::testing::Message() << s.samples << "x" << s.channels << "x" << s.pixels << " width " << width);
       const BatchNormTiles plan = batch_norm_tiles(s, width);
       std::vector<int> reads(static_cast<std::size_t>(s.numel()), 0);
+      std::vector<int> mask_writes(static_cast<std::size_t>(relu_mask_bytes(s, width)), 0);
       for (std::int64_t tile = 0; tile < plan.tiles; ++tile) {
         for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
           for (unsigned thread = 0; thread < kThreads; ++thread) {
@@ -188,11 +193,14 @@ TEST(BatchNormPlan, EveryElementIsReadOnceByATileThreadHoldingItsChannel) {
               EXPECT_GE(row, plan.first_item(chunk));
               EXPECT_LT(row, plan.first_item(chunk) + plan.items_in(chunk, s.samples * s.pixels));
               for (int k = 0; k < width; ++k) ++reads[static_cast<std::size_t>(at + k)];
+              ++mask_writes.at(static_cast<std::size_t>(relu_mask_byte(at, width)));
             });
           }
         }
       }
       for (std::size_t i = 0; i < reads.size(); ++i) ASSERT_EQ(reads[i], 1) << "element " << i;
+      // The add-and-ReLU mask: each byte written by one thread's one unit, none left out.
+      for (std::size_t i = 0; i < mask_writes.size(); ++i) ASSERT_EQ(mask_writes[i], 1) << "mask byte " << i;
       // A chunk's shift for a channel is that channel's value in the chunk's first row.
       EXPECT_EQ(tile_chunk_first_offset(s, plan, s.channels - 1, plan.chunks - 1),
                 plan.first_item(plan.chunks - 1) * s.channels + s.channels - 1);
@@ -212,6 +220,7 @@ struct EmulatedBatchNorm {
   bool channels_last = false;
   float epsilon = 1e-5f, momentum = 0.1f;
   std::vector<float> mean, inverse_std, running_mean, running_var;
+  std::vector<std::uint8_t> relu_mask;  // the add-and-ReLU tail's, forward's for backward
 
   std::int64_t chunks() const {
     return channels_last ? batch_norm_tiles(s, width).chunks : batch_norm_chunks(s).chunks;
@@ -314,26 +323,35 @@ struct EmulatedBatchNorm {
       scale[i] = f.scale;
     }
     std::vector<float> y(x.size());
+    relu_mask.assign(tail == 2 ? static_cast<std::size_t>(relu_mask_bytes(s, width)) : 0, 0);
     for (std::int64_t at = 0; at < s.numel(); ++at) {
       const std::size_t c = channel_at(at);
       float v = batch_norm_normalized(x[static_cast<std::size_t>(at)], mean[c], scale[c], beta[c]);
       if (tail == 2) v += z[static_cast<std::size_t>(at)];
       y[static_cast<std::size_t>(at)] = tail > 0 ? std::fmax(v, 0.0f) : v;
+      // A unit starts at a multiple of its width: element at is its bit at % width.
+      if (tail == 2 && v > 0.0f) {
+        std::uint8_t& byte = relu_mask[static_cast<std::size_t>(relu_mask_byte(at, width))];
+        byte = static_cast<std::uint8_t>(byte | 1u << (at % width));
+      }
     }
     return y;
   }
 
   // dx, and dz (add and ReLU) and dγ, dβ through the out-parameters. The ReLU tail's mask comes
-  // from x again, as the kernels find it; add and ReLU's from y.
-  std::vector<float> backward(const std::vector<float>& x, const std::vector<float>& y, const std::vector<float>& dy,
+  // from x again, as the kernels find it; add and ReLU's from forward's mask bytes. No y.
+  std::vector<float> backward(const std::vector<float>& x, const std::vector<float>& dy,
                               const std::vector<float>& gamma, const std::vector<float>& beta, std::vector<float>& dz,
                               std::vector<float>& dgamma, std::vector<float>& dbeta) const {
+    const auto mask_bit = [&](std::int64_t at) {
+      return (relu_mask[static_cast<std::size_t>(relu_mask_byte(at, width))] >> (at % width) & 1u) != 0;
+    };
     const auto gradient = [&](std::int64_t at) {
       const auto i = static_cast<std::size_t>(at);
       const std::size_t c = channel_at(at);
       const bool passed = tail == 1 ? batch_norm_normalized(x[i], mean[c], batch_norm_scale(gamma[c], inverse_std[c]),
                                                             beta[c]) > 0.0f
-                                    : y[i] > 0.0f;
+                                    : mask_bit(at);
       return tail > 0 && !passed ? 0.0f : dy[i];
     };
     dz.assign(x.size(), 0.0f);
@@ -384,12 +402,12 @@ TEST(BatchNormPlan, TheKernelsArithmeticIsBatchNormForEveryTail) {
                                  dy = normal_values(n, 3, 0.0, 1.0), gamma = normal_values(channels, 4, 1.0, 0.3),
                                  beta = normal_values(channels, 5, 0.0, 0.3);
         const int width = channels_last ? batch_norm_tile_width(s.channels, 4) : batch_norm_unit_width(s.pixels, 4);
-        EmulatedBatchNorm bn{s, width, tail, channels_last, 1e-5f, 0.1f, {}, {}, {}, {}};
+        EmulatedBatchNorm bn{s, width, tail, channels_last, 1e-5f, 0.1f, {}, {}, {}, {}, {}};
         bn.running_mean.assign(channels, 0.25f);
         bn.running_var.assign(channels, 2.0f);
         const std::vector<float> y = bn.forward(x, z, gamma, beta);
         std::vector<float> dz, dgamma, dbeta;
-        const std::vector<float> dx = bn.backward(x, y, dy, gamma, beta, dz, dgamma, dbeta);
+        const std::vector<float> dx = bn.backward(x, dy, gamma, beta, dz, dgamma, dbeta);
         const Reference r = reference(s, channels_last, tail, bn.epsilon, x, z, gamma, beta, dy);
         EXPECT_LT(relative_error(y, r.y), 1e-5) << "y";
         EXPECT_LT(relative_error(bn.mean, r.mean), 1e-5) << "mean";
@@ -417,7 +435,7 @@ TEST(BatchNormPlan, AChannelFarFromZeroKeepsItsVarianceAndItsNormalisedValues) {
   const Reference r = reference(s, false, 0, 1e-5f, x, {}, {1.0f}, {0.0f}, std::vector<float>(x.size(), 0.0f));
   for (const bool channels_last : {false, true}) {  // one channel: the same values in either order
     SCOPED_TRACE(channels_last ? "channels last" : "nchw");
-    EmulatedBatchNorm bn{s, channels_last ? 1 : 4, 0, channels_last, 1e-5f, 0.1f, {}, {}, {}, {}};
+    EmulatedBatchNorm bn{s, channels_last ? 1 : 4, 0, channels_last, 1e-5f, 0.1f, {}, {}, {}, {}, {}};
     bn.running_mean.assign(1, 0.0f);
     bn.running_var.assign(1, 1.0f);
     const std::vector<float> y = bn.forward(x, {}, {1.0f}, {0.0f});

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "cuda/cuda_check.hpp"
@@ -41,16 +42,23 @@ __device__ inline void store_unit(T* p, std::int64_t at, const float (&v)[W]) {
 // (one channel for the whole unit in NCHW, each value its own in channels last). A normalising
 // float4 is (scale, β, mean, -); an input-gradient one (a, b, e, mean).
 
-// y = tail((x − mean) · scale + β [+ z]).
+// y = tail((x − mean) · scale + β [+ z]); with add_relu the unit's mask byte too.
 template <typename T, int W, BatchNormTail kTail>
-__device__ inline void normalize_unit(const T* x, const T* z, T* y, std::int64_t at, const float4 (&k)[W]) {
+__device__ inline void normalize_unit(const T* x, const T* z, T* y, std::uint8_t* relu_mask, std::int64_t at,
+                                      const float4 (&k)[W]) {
+  static_assert(W <= kBatchNormMaskUnitMost, "a unit's mask is one byte");
   float v[W];
   load_unit<W>(x, at, v);
   if constexpr (kTail == BatchNormTail::add_relu) {
     float r[W];
     load_unit<W>(z, at, r);
+    unsigned bits = 0;
 #pragma unroll
-    for (int i = 0; i < W; ++i) v[i] = fmaxf(batch_norm_normalized(v[i], k[i].z, k[i].x, k[i].y) + r[i], 0.0f);
+    for (int i = 0; i < W; ++i) {
+      v[i] = fmaxf(batch_norm_normalized(v[i], k[i].z, k[i].x, k[i].y) + r[i], 0.0f);
+      bits |= (v[i] > 0.0f ? 1u : 0u) << i;
+    }
+    relu_mask[relu_mask_byte(at, W)] = static_cast<std::uint8_t>(bits);
   } else {
 #pragma unroll
     for (int i = 0; i < W; ++i) {
@@ -75,16 +83,16 @@ __device__ inline void gradient_and_input(const T* x, const T* dy, std::int64_t 
 }
 
 // The gradient sums' unit, both layouts: g and x as above, except that with add_relu g is dy where
-// y > 0 (the residual's sum is not in x), written to dz for the residual and the input-gradient pass.
+// forward's mask byte says y > 0 (the residual's sum is not in x), written to dz for the residual
+// and the input-gradient pass.
 template <typename T, int W, BatchNormTail kTail>
-__device__ inline void gradient_sums_unit(const T* x, const T* y, const T* dy, T* dz, std::int64_t at,
-                                          const float4 (&n)[W], float (&g)[W], float (&v)[W]) {
+__device__ inline void gradient_sums_unit(const T* x, const std::uint8_t* relu_mask, const T* dy, T* dz,
+                                          std::int64_t at, const float4 (&n)[W], float (&g)[W], float (&v)[W]) {
   gradient_and_input<T, W, kTail>(x, dy, at, n, g, v);
   if constexpr (kTail == BatchNormTail::add_relu) {
-    float out[W];
-    load_unit<W>(y, at, out);
+    const unsigned bits = relu_mask[relu_mask_byte(at, W)];
 #pragma unroll
-    for (int i = 0; i < W; ++i) g[i] = out[i] > 0.0f ? g[i] : 0.0f;
+    for (int i = 0; i < W; ++i) g[i] = (bits >> i) & 1u ? g[i] : 0.0f;
     store_unit<W>(dz, at, g);
   }
 }
@@ -172,27 +180,28 @@ __device__ inline std::int64_t last_first(unsigned index, unsigned count) {
 // Block (channel, chunk) as the moments pass's, the last first, its units back to front:
 // y = tail((x − mean) · scale + β [+ z]).
 template <typename T, int W, BatchNormTail kTail>
-__global__ void normalize_kernel(const T* x, const T* z, T* y, const float4* normalizing, BatchNormShape s,
-                                 BatchNormChunks plan) {
+__global__ void normalize_kernel(const T* x, const T* z, T* y, std::uint8_t* relu_mask, const float4* normalizing,
+                                 BatchNormShape s, BatchNormChunks plan) {
   const std::int64_t channel = last_first(blockIdx.x, gridDim.x), chunk = last_first(blockIdx.y, gridDim.y);
   float4 k[W];
   broadcast<W>(normalizing[channel], k);  // scale, β, mean
-  for_chunk_units<Traversal::back_to_front>(s, plan, channel, chunk, W, threadIdx.x, blockDim.x,
-                                            [&](std::int64_t at) { normalize_unit<T, W, kTail>(x, z, y, at, k); });
+  for_chunk_units<Traversal::back_to_front>(s, plan, channel, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
+    normalize_unit<T, W, kTail>(x, z, y, relu_mask, at, k);
+  });
 }
 
 // Block (channel, chunk): Σg and Σg · (x − mean) over its chunk; with add_relu it also writes
-// dz = g, which the input-gradient pass then reads instead of dy and y.
+// dz = g, which the input-gradient pass then reads instead of dy and the mask.
 template <typename T, int W, BatchNormTail kTail>
-__global__ void gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz, BatchNormKept kept, float* partial,
-                                     BatchNormShape s, BatchNormChunks plan) {
+__global__ void gradient_sums_kernel(const T* x, const std::uint8_t* relu_mask, const T* dy, T* dz,
+                                     BatchNormKept kept, float* partial, BatchNormShape s, BatchNormChunks plan) {
   const std::int64_t channel = blockIdx.x, chunk = blockIdx.y;
   float4 n[W];
   broadcast<W>(normalizing_of(channel, kept), n);  // scale, β, mean
   float sum = 0.0f, centered = 0.0f;
   for_chunk_units(s, plan, channel, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
     float g[W], v[W];
-    gradient_sums_unit<T, W, kTail>(x, y, dy, dz, at, n, g, v);
+    gradient_sums_unit<T, W, kTail>(x, relu_mask, dy, dz, at, n, g, v);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       sum += g[k];
@@ -302,22 +311,23 @@ __global__ void tile_moments_kernel(const T* x, float* partial, BatchNormShape s
 // Block (tile, chunk) as the moments pass's, the last first, its rows back to front:
 // y = tail((x − mean) · scale + β [+ z]), each thread its channels' coefficients loaded once.
 template <typename T, int W, BatchNormTail kTail>
-__global__ void tile_normalize_kernel(const T* x, const T* z, T* y, const float4* normalizing, BatchNormShape s,
-                                      BatchNormTiles plan) {
+__global__ void tile_normalize_kernel(const T* x, const T* z, T* y, std::uint8_t* relu_mask,
+                                      const float4* normalizing, BatchNormShape s, BatchNormTiles plan) {
   const std::int64_t tile = last_first(blockIdx.x, gridDim.x), chunk = last_first(blockIdx.y, gridDim.y);
   const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
   if (channel < 0) return;
   float4 k[W];
 #pragma unroll
   for (int i = 0; i < W; ++i) k[i] = normalizing[channel + i];  // scale, β, mean
-  for_tile_rows<Traversal::back_to_front>(s, plan, tile, chunk, W, threadIdx.x, blockDim.x,
-                                          [&](std::int64_t at) { normalize_unit<T, W, kTail>(x, z, y, at, k); });
+  for_tile_rows<Traversal::back_to_front>(s, plan, tile, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
+    normalize_unit<T, W, kTail>(x, z, y, relu_mask, at, k);
+  });
 }
 
 // Block (tile, chunk): per channel Σg and Σg · (x − mean); with add_relu it also writes dz = g.
 template <typename T, int W, BatchNormTail kTail>
-__global__ void tile_gradient_sums_kernel(const T* x, const T* y, const T* dy, T* dz, BatchNormKept kept,
-                                          float* partial, BatchNormShape s, BatchNormTiles plan) {
+__global__ void tile_gradient_sums_kernel(const T* x, const std::uint8_t* relu_mask, const T* dy, T* dz,
+                                          BatchNormKept kept, float* partial, BatchNormShape s, BatchNormTiles plan) {
   const std::int64_t tile = blockIdx.x, chunk = blockIdx.y;
   const std::int64_t channel = tile_unit_channel(s, plan, tile, W, threadIdx.x);
   float sums[2][W] = {};
@@ -327,7 +337,7 @@ __global__ void tile_gradient_sums_kernel(const T* x, const T* y, const T* dy, T
     for (int k = 0; k < W; ++k) n[k] = normalizing_of(channel + k, kept);  // scale, β, mean
     for_tile_rows(s, plan, tile, chunk, W, threadIdx.x, blockDim.x, [&](std::int64_t at) {
       float g[W], v[W];
-      gradient_sums_unit<T, W, kTail>(x, y, dy, dz, at, n, g, v);
+      gradient_sums_unit<T, W, kTail>(x, relu_mask, dy, dz, at, n, g, v);
 #pragma unroll
       for (int k = 0; k < W; ++k) {
         sums[0][k] += g[k];
@@ -366,10 +376,29 @@ __global__ void tile_input_gradient_kernel(const T* x, const T* dy, const T* dz,
 // values, or backward's input-gradient coefficients and then its normalising values; then the
 // chunks' partial sums, for the most chunks any unit width of the layout makes.
 std::int64_t coefficient_floats(const BatchNormShape& s) { return 2 * 4 * s.channels; }
+int pack_width(DType dtype) { return static_cast<int>(kVectorBytes / dtype_size(dtype)); }
 std::int64_t most_chunks(DType dtype, bool channels_last, const BatchNormShape& s) {
   if (!channels_last) return batch_norm_chunks(s).chunks;
-  const int pack = static_cast<int>(kVectorBytes / dtype_size(dtype));
-  return std::max(batch_norm_tiles(s, 1).chunks, batch_norm_tiles(s, batch_norm_tile_width(s.channels, pack)).chunks);
+  return std::max(batch_norm_tiles(s, 1).chunks,
+                  batch_norm_tiles(s, batch_norm_tile_width(s.channels, pack_width(dtype))).chunks);
+}
+
+// The unit width the passes take where every pointer is 16-byte aligned (dispatch): the width an
+// add-and-ReLU mask is laid out for.
+int aligned_unit_width(DType dtype, bool channels_last, const BatchNormShape& s) {
+  return channels_last ? batch_norm_tile_width(s.channels, pack_width(dtype))
+                       : batch_norm_unit_width(s.pixels, pack_width(dtype));
+}
+
+// Forward and backward must take the mask's units as it was laid out: a pointer off 16 bytes would
+// make single values of units of packs, whose bytes several threads would then share.
+void check_mask_width(BatchNormTail tail, int width, DType dtype, bool channels_last, const BatchNormShape& s) {
+  const int laid_out = aligned_unit_width(dtype, channels_last, s);
+  if (tail == BatchNormTail::add_relu && width != laid_out) {
+    throw std::invalid_argument("batch norm kernels: the add-and-ReLU mask is laid out for units of " +
+                                std::to_string(laid_out) + " values, and a pointer not 16-byte aligned makes this "
+                                "launch take units of " + std::to_string(width));
+  }
 }
 std::int64_t partial_floats(DType dtype, bool channels_last, const BatchNormShape& s) {
   return 3 * s.channels * most_chunks(dtype, channels_last, s);
@@ -435,19 +464,27 @@ std::size_t batch_norm_scratch_bytes(DType dtype, bool channels_last, const Batc
   return static_cast<std::size_t>(floats) * sizeof(float);
 }
 
+std::size_t batch_norm_relu_mask_bytes(DType dtype, bool channels_last, const BatchNormShape& shape) {
+  if (shape.samples <= 0 || shape.channels <= 0 || shape.pixels <= 0) return 0;
+  return static_cast<std::size_t>(relu_mask_bytes(shape, aligned_unit_width(dtype, channels_last, shape)));
+}
+
 void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNormShape& s, BatchNormTail tail,
-                                 const void* x, const void* z, void* y, const float* gamma, const float* beta,
-                                 float epsilon, float momentum, float* mean, float* inverse_std, float* running_mean,
-                                 float* running_var, float* scratch, cudaStream_t stream) {
+                                 const void* x, const void* z, void* y, std::uint8_t* relu_mask, const float* gamma,
+                                 const float* beta, float epsilon, float momentum, float* mean, float* inverse_std,
+                                 float* running_mean, float* running_var, float* scratch, cudaStream_t stream) {
   check_shape(channels_last, s, scratch);
-  if ((tail == BatchNormTail::add_relu) != (z != nullptr)) {
-    throw std::invalid_argument("batch norm kernels: a residual z goes with the add_relu tail, and only with it");
+  const bool add_relu = tail == BatchNormTail::add_relu;
+  if (add_relu != (z != nullptr) || add_relu != (relu_mask != nullptr)) {
+    throw std::invalid_argument(
+        "batch norm kernels: a residual z and the mask backward reads go with the add_relu tail, and only with it");
   }
   auto* const normalizing = reinterpret_cast<float4*>(scratch);
   float* const partial = scratch + coefficient_floats(s);
   dispatch(dtype, channels_last, s, {x, z == nullptr ? x : z, y}, [&](auto t, auto width) {
     using T = typename decltype(t)::type;
     constexpr int W = decltype(width)::value;
+    check_mask_width(tail, W, dtype, channels_last, s);
     const auto* const in = static_cast<const T*>(x);
     const auto* const residual = static_cast<const T*>(z);
     auto* const out = static_cast<T*>(y);
@@ -459,7 +496,7 @@ void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNor
       with_tail(tail, [&](auto kind) {
         constexpr BatchNormTail kTail = decltype(kind)::value;
         DLBENCH_LAUNCH_GRID((tile_normalize_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, residual, out,
-            normalizing, s, plan);
+            relu_mask, normalizing, s, plan);
       });
       return;
     }
@@ -470,34 +507,34 @@ void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNor
     with_tail(tail, [&](auto kind) {
       constexpr BatchNormTail kTail = decltype(kind)::value;
       DLBENCH_LAUNCH_GRID((normalize_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, residual, out,
-          normalizing, s, plan);
+          relu_mask, normalizing, s, plan);
     });
   });
 }
 
 void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& s, BatchNormTail tail,
-                         const void* x, const void* y, const void* dy, void* dz, void* dx, const float* gamma,
-                         const float* beta, const float* mean, const float* inverse_std, float* dgamma, float* dbeta,
-                         float* scratch, cudaStream_t stream) {
+                         const void* x, const std::uint8_t* relu_mask, const void* dy, void* dz, void* dx,
+                         const float* gamma, const float* beta, const float* mean, const float* inverse_std,
+                         float* dgamma, float* dbeta, float* scratch, cudaStream_t stream) {
   check_shape(channels_last, s, scratch);
   if ((tail == BatchNormTail::add_relu) != (dz != nullptr)) {
     throw std::invalid_argument("batch norm kernels: the residual's gradient dz goes with the add_relu tail, and only with it");
   }
-  if ((tail == BatchNormTail::add_relu) != (y != nullptr)) {
+  if ((tail == BatchNormTail::add_relu) != (relu_mask != nullptr)) {
     throw std::invalid_argument(
-        "batch norm kernels: backward reads y with the add_relu tail, and only with it (a ReLU tail's mask comes "
-        "from x)");
+        "batch norm kernels: backward reads forward's mask with the add_relu tail, and only with it (a ReLU tail's "
+        "mask comes from x)");
   }
   auto* const coefficients = reinterpret_cast<float4*>(scratch);
   auto* const normalizing = coefficients + s.channels;
   float* const partial = scratch + coefficient_floats(s);
   const BatchNormKept kept{gamma, beta, mean, inverse_std};
-  const std::initializer_list<const void*> pointers{x, y == nullptr ? x : y, dy, dz == nullptr ? dx : dz, dx};
+  const std::initializer_list<const void*> pointers{x, dy, dz == nullptr ? dx : dz, dx};
   dispatch(dtype, channels_last, s, pointers, [&](auto t, auto width) {
     using T = typename decltype(t)::type;
     constexpr int W = decltype(width)::value;
+    check_mask_width(tail, W, dtype, channels_last, s);
     const auto* const in = static_cast<const T*>(x);
-    const auto* const out = static_cast<const T*>(y);
     const auto* const grad = static_cast<const T*>(dy);
     auto* const residual_grad = static_cast<T*>(dz);
     auto* const in_grad = static_cast<T*>(dx);
@@ -505,8 +542,8 @@ void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& 
       constexpr BatchNormTail kTail = decltype(kind)::value;
       if (channels_last) {
         const BatchNormTiles plan = batch_norm_tiles(s, W);
-        DLBENCH_LAUNCH_GRID((tile_gradient_sums_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, out, grad,
-            residual_grad, kept, partial, s, plan);
+        DLBENCH_LAUNCH_GRID((tile_gradient_sums_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, relu_mask,
+            grad, residual_grad, kept, partial, s, plan);
         DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormTiles>, s.channels, stream, partial, s, plan, kept, dgamma,
                        dbeta, coefficients, normalizing);
         DLBENCH_LAUNCH_GRID((tile_input_gradient_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, grad,
@@ -514,8 +551,8 @@ void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& 
         return;
       }
       const BatchNormChunks plan = batch_norm_chunks(s);
-      DLBENCH_LAUNCH_GRID((gradient_sums_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, out, grad,
-          residual_grad, kept, partial, s, plan);
+      DLBENCH_LAUNCH_GRID((gradient_sums_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, relu_mask,
+          grad, residual_grad, kept, partial, s, plan);
       DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormChunks>, s.channels, stream, partial, s, plan, kept, dgamma,
                      dbeta, coefficients, normalizing);
       DLBENCH_LAUNCH_GRID((input_gradient_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, grad,

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "batch_norm_plan.hpp"
 #include "dtype.hpp"
@@ -24,23 +25,28 @@ enum class BatchNormTail { none, relu, add_relu };
 // partial sums and the per-channel coefficients of the elementwise pass), from one shared workspace.
 std::size_t batch_norm_scratch_bytes(DType dtype, bool channels_last, const BatchNormShape& shape);
 
+// The add_relu tail's mask, kept from forward for backward (batch_norm_plan.hpp's relu_mask_byte):
+// a byte a unit of the passes' width with every pointer 16-byte aligned, which the launchers then
+// require (a dlbench activation is). 1/16 of y's bytes where the units are packs.
+std::size_t batch_norm_relu_mask_bytes(DType dtype, bool channels_last, const BatchNormShape& shape);
+
 // Training forward: each channel's mean and inverse std over the batch into `mean` and
 // `inverse_std` (kept for backward), the running statistics moved by `momentum` (PyTorch's rule,
 // the unbiased variance), and y = tail(γ · (x − mean) · inverse_std + β [+ z]). z: the residual
-// for add_relu, otherwise null.
+// for add_relu, and relu_mask where y > 0 (batch_norm_relu_mask_bytes); both null otherwise.
 void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNormShape& shape, BatchNormTail tail,
-                                 const void* x, const void* z, void* y, const float* gamma, const float* beta,
-                                 float epsilon, float momentum, float* mean, float* inverse_std, float* running_mean,
-                                 float* running_var, float* scratch, cudaStream_t stream);
+                                 const void* x, const void* z, void* y, std::uint8_t* relu_mask, const float* gamma,
+                                 const float* beta, float epsilon, float momentum, float* mean, float* inverse_std,
+                                 float* running_mean, float* running_var, float* scratch, cudaStream_t stream);
 
 // Backward from forward's statistics: g = dy where the tail's ReLU passed its value, dz = g with
 // add_relu (the residual's gradient), dβ = Σg, dγ = Σg · x̂ and dx through the normalisation.
-// dgamma and dbeta are overwritten. A ReLU tail finds its mask again from x, γ, β and the
-// statistics (forward's normalised value, the same bits), so y is read only with add_relu, whose
-// residual is not in x, and is null otherwise.
+// dgamma and dbeta are overwritten. No tail reads y: a ReLU tail finds its mask again from x, γ, β
+// and the statistics (forward's normalised value, the same bits); add_relu, whose residual is not
+// in x, reads the mask forward wrote (null otherwise).
 void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& shape, BatchNormTail tail,
-                         const void* x, const void* y, const void* dy, void* dz, void* dx, const float* gamma,
-                         const float* beta, const float* mean, const float* inverse_std, float* dgamma, float* dbeta,
-                         float* scratch, cudaStream_t stream);
+                         const void* x, const std::uint8_t* relu_mask, const void* dy, void* dz, void* dx,
+                         const float* gamma, const float* beta, const float* mean, const float* inverse_std,
+                         float* dgamma, float* dbeta, float* scratch, cudaStream_t stream);
 
 }  // namespace dlbench::worker::kernels

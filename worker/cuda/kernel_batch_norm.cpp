@@ -3,6 +3,7 @@
 // and a residual block's add and ReLU into it, as cuDNN's *Ex calls do only for channels-last
 // activations (cuda/batch_norm_calls.hpp).
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 
@@ -21,11 +22,15 @@ class KernelBatchNorm final : public BatchNormOp {
         tail_(config.add_relu ? kernels::BatchNormTail::add_relu
               : config.relu   ? kernels::BatchNormTail::relu
                               : kernels::BatchNormTail::none),
-        scratch_bytes_(kernels::batch_norm_scratch_bytes(dtype_, channels_last_, shape_)) {}
+        scratch_bytes_(kernels::batch_norm_scratch_bytes(dtype_, channels_last_, shape_)),
+        mask_bytes_(tail_ == kernels::BatchNormTail::add_relu
+                        ? kernels::batch_norm_relu_mask_bytes(dtype_, channels_last_, shape_)
+                        : 0) {}
 
-  // The residual's add and ReLU find their mask in forward's output; a ReLU tail finds its mask
-  // again from x.
-  bool backward_reads_output() const override { return tail_ == kernels::BatchNormTail::add_relu; }
+  // No tail reads y in backward: a ReLU tail finds its mask again from x, and the residual's add
+  // and ReLU keep theirs in the workspace, a bit a value, which the layer keeps from forward to
+  // backward. So the memory plan may give y away once the next layer's backward has read it.
+  std::size_t workspace_bytes() const override { return mask_bytes_; }
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, BatchNormStatistics& s,
                         void*) override {
@@ -49,17 +54,19 @@ class KernelBatchNorm final : public BatchNormOp {
                                  BatchNormStatistics& s, void* workspace) override {
     if (tail_ != kernels::BatchNormTail::add_relu) BatchNormOp::forward_training_add_relu(x, z, gamma, beta, y, s, workspace);
     require_dtype("batch norm", dtype_, {&x, &z, &y});
-    forward(x, &z, gamma, beta, y, s);
+    require_workspace(workspace);
+    forward(x, &z, gamma, beta, y, s, workspace);
   }
 
+  // y is not read: the mask forward left in the workspace is.
   void backward_add_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                          const BatchNormStatistics& s, Tensor& dx, Tensor& dz, Tensor& dgamma, Tensor& dbeta,
                          const void* workspace) override {
     if (tail_ != kernels::BatchNormTail::add_relu) {
       BatchNormOp::backward_add_relu(x, y, dy, gamma, beta, s, dx, dz, dgamma, dbeta, workspace);
     }
-    require_dtype("batch norm", dtype_, {&x, &y, &dy, &dx, &dz});
-    backward_pass(x, &y, dy, &dz, gamma, beta, s, dx, dgamma, dbeta);
+    require_dtype("batch norm", dtype_, {&x, &dy, &dx, &dz});
+    backward_pass(x, require_workspace(workspace), dy, &dz, gamma, beta, s, dx, dgamma, dbeta);
   }
 
  private:
@@ -68,23 +75,33 @@ class KernelBatchNorm final : public BatchNormOp {
     return {g.n, g.c, g.pixels()};
   }
   float* scratch() { return static_cast<float*>(backend_.workspace(scratch_bytes_)); }
+  // The layer's workspace (workspace_bytes()) holds the add_relu tail's mask.
+  static const void* require_workspace(const void* workspace) {
+    if (workspace == nullptr) {
+      throw std::invalid_argument("batch norm: the add-and-ReLU tail's mask needs the workspace");
+    }
+    return workspace;
+  }
 
+  // z and relu_mask: the add_relu tail's, null otherwise.
   void forward(const Tensor& x, const Tensor* z, const Tensor& gamma, const Tensor& beta, Tensor& y,
-               BatchNormStatistics& s) {
+               BatchNormStatistics& s, void* relu_mask = nullptr) {
     kernels::batch_norm_forward_training(dtype_, channels_last_, shape_, tail_, x.data,
-                                         z != nullptr ? z->data : nullptr, y.data, gamma.as<float>(), beta.as<float>(),
+                                         z != nullptr ? z->data : nullptr, y.data,
+                                         static_cast<std::uint8_t*>(relu_mask), gamma.as<float>(), beta.as<float>(),
                                          epsilon_, momentum_, s.mean.as<float>(), s.spread.as<float>(),
                                          s.running_mean.as<float>(), s.running_var.as<float>(), scratch(),
                                          backend_.stream());
   }
 
-  // y and dz: the add_relu tail's, null otherwise.
-  void backward_pass(const Tensor& x, const Tensor* y, const Tensor& dy, Tensor* dz, const Tensor& gamma,
+  // relu_mask and dz: the add_relu tail's, null otherwise.
+  void backward_pass(const Tensor& x, const void* relu_mask, const Tensor& dy, Tensor* dz, const Tensor& gamma,
                      const Tensor& beta, const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
-    kernels::batch_norm_backward(dtype_, channels_last_, shape_, tail_, x.data, y != nullptr ? y->data : nullptr,
-                                 dy.data, dz != nullptr ? dz->data : nullptr, dx.data, gamma.as<float>(),
-                                 beta.as<float>(), s.mean.as<float>(), s.spread.as<float>(), dgamma.as<float>(),
-                                 dbeta.as<float>(), scratch(), backend_.stream());
+    kernels::batch_norm_backward(dtype_, channels_last_, shape_, tail_, x.data,
+                                 static_cast<const std::uint8_t*>(relu_mask), dy.data,
+                                 dz != nullptr ? dz->data : nullptr, dx.data, gamma.as<float>(), beta.as<float>(),
+                                 s.mean.as<float>(), s.spread.as<float>(), dgamma.as<float>(), dbeta.as<float>(),
+                                 scratch(), backend_.stream());
   }
 
   CudaBackend& backend_;
@@ -94,6 +111,7 @@ class KernelBatchNorm final : public BatchNormOp {
   float epsilon_, momentum_;
   kernels::BatchNormTail tail_;
   std::size_t scratch_bytes_;
+  std::size_t mask_bytes_;  // the workspace: the add_relu tail's mask, none for the other tails
 };
 
 }  // namespace
