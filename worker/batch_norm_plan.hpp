@@ -17,8 +17,8 @@
 //
 // Numerics: a block sums (x - shift) and (x - shift)², with `shift` the first value of its chunk,
 // so that a channel whose mean is large against its spread does not cancel its variance away in
-// fp32; the chunks' moments are then merged in fp64 in chunk order (Chan et al.), so the result
-// does not depend on scheduling.
+// fp32; the chunks' moments are then merged in fp64 (Chan et al.) by a warp a channel in a fixed
+// order (lane_moments), so the result does not depend on scheduling.
 #pragma once
 
 #include <algorithm>
@@ -234,34 +234,83 @@ DLBENCH_HOST_DEVICE inline std::int64_t partial_offset(const BatchNormShape& s, 
   return (chunk * s.channels + channel) * values;
 }
 
-// A channel's moments, its chunks' merged in chunk order (so the result does not depend on which
-// block finished first). Plan: BatchNormChunks (NCHW) or BatchNormTiles (channels last).
+// A channel's chunks are merged by a warp of kBatchNormMergeLanes lanes: lane l takes chunks l,
+// l + 32, ... in chunk order, then the lanes meet in a fixed tree, pairs 16 lanes apart, then 8,
+// ..., then 1 (the lower lane's value first, so both lanes of a pair get the same bits). The result
+// does not depend on which block finished first or how the lanes are scheduled. Why a warp: with
+// one thread a channel, a tile of 64 channels cut into 1,024 chunks (the stem, layer1's 3x3s in
+// channels last) was 1,024 dependent fp64 merges in a row, each a division and a load, while the
+// rest of the GPU waited; over ResNet-50's 53 batch norms about 17,000 in a row each pass. A warp
+// makes that 32 and 5.
+inline constexpr int kBatchNormMergeLanes = 32;
+
+// Lane `lane`'s share of a channel's moments: its chunks merged in chunk order.
+// Plan: BatchNormChunks (NCHW) or BatchNormTiles (channels last).
 template <typename Plan>
-DLBENCH_HOST_DEVICE inline Moments channel_moments(const float* partial, const BatchNormShape& s, const Plan& plan,
-                                                   std::int64_t channel) {
+DLBENCH_HOST_DEVICE inline Moments lane_moments(const float* partial, const BatchNormShape& s, const Plan& plan,
+                                                std::int64_t channel, int lane) {
   Moments m;
-  for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
+  for (std::int64_t chunk = lane; chunk < plan.chunks; chunk += kBatchNormMergeLanes) {
     const float* p = partial + partial_offset(s, chunk, channel, 3);
     m = merge(m, moments_from_shifted_sums(static_cast<double>(plan.values_in(chunk, s)), p[0], p[1], p[2]));
   }
   return m;
 }
 
-// A channel's Σg and Σg · (x − mean), its chunks' added in chunk order in fp64.
+// One step of the lanes' tree: `lane` holds `mine`, its partner lane ^ offset `theirs`.
+DLBENCH_HOST_DEVICE inline Moments merge_lanes(const Moments& mine, const Moments& theirs, unsigned lane, int offset) {
+  return (lane & static_cast<unsigned>(offset)) != 0 ? merge(theirs, mine) : merge(mine, theirs);
+}
+
+// A channel's Σg and Σg · (x − mean) in fp64.
 struct GradientSums {
   double sum = 0.0, centered = 0.0;
 };
 
+// Lane `lane`'s share of a channel's gradient sums: its chunks added in chunk order.
 template <typename Plan>
-DLBENCH_HOST_DEVICE inline GradientSums channel_gradient_sums(const float* partial, const BatchNormShape& s,
-                                                              const Plan& plan, std::int64_t channel) {
+DLBENCH_HOST_DEVICE inline GradientSums lane_gradient_sums(const float* partial, const BatchNormShape& s,
+                                                           const Plan& plan, std::int64_t channel, int lane) {
   GradientSums g;
-  for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
+  for (std::int64_t chunk = lane; chunk < plan.chunks; chunk += kBatchNormMergeLanes) {
     const float* p = partial + partial_offset(s, chunk, channel, 2);
     g.sum += static_cast<double>(p[0]);
     g.centered += static_cast<double>(p[1]);
   }
   return g;
+}
+
+// The warp's tree on the host, for the tests: each lane's share, then the pairs 16 lanes apart,
+// ..., 1, as the kernels' shuffles take them (a sum's pair adds mine + theirs; addition commutes,
+// so both lanes agree). Returns lane 0's.
+template <typename Value, typename Share, typename Meet>
+inline Value merged_by_lanes(Share&& share, Meet&& meet) {
+  Value lanes[kBatchNormMergeLanes];
+  for (int l = 0; l < kBatchNormMergeLanes; ++l) lanes[l] = share(l);
+  for (int offset = kBatchNormMergeLanes / 2; offset > 0; offset /= 2) {
+    Value next[kBatchNormMergeLanes];
+    for (int l = 0; l < kBatchNormMergeLanes; ++l) {
+      next[l] = meet(lanes[l], lanes[l ^ offset], static_cast<unsigned>(l), offset);
+    }
+    for (int l = 0; l < kBatchNormMergeLanes; ++l) lanes[l] = next[l];
+  }
+  return lanes[0];
+}
+
+template <typename Plan>
+inline Moments channel_moments(const float* partial, const BatchNormShape& s, const Plan& plan, std::int64_t channel) {
+  return merged_by_lanes<Moments>([&](int lane) { return lane_moments(partial, s, plan, channel, lane); },
+                                  merge_lanes);
+}
+
+template <typename Plan>
+inline GradientSums channel_gradient_sums(const float* partial, const BatchNormShape& s, const Plan& plan,
+                                          std::int64_t channel) {
+  return merged_by_lanes<GradientSums>(
+      [&](int lane) { return lane_gradient_sums(partial, s, plan, channel, lane); },
+      [](const GradientSums& mine, const GradientSums& theirs, unsigned, int) {
+        return GradientSums{mine.sum + theirs.sum, mine.centered + theirs.centered};
+      });
 }
 
 // What a batch norm hands its tail, (x − mean) · scale + β, rounded once after the subtraction (an

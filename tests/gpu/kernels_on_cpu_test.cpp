@@ -197,72 +197,85 @@ BatchNormRun run_own_batch_norm(DType dtype, bool channels_last, const BatchNorm
   return run;
 }
 
-// dlbench's own batch norms (DLBENCH_CUDA_BATCH_NORM=own), forward and backward, in NCHW and
-// channels last, fp32, fp16 and bf16, each tail, over shapes that take packs and shapes that do
-// not, with several chunks a channel and several tiles of channels: batch norm in fp64 over the
-// values as the type holds them, to the type's rounding; running statistics by PyTorch's rule;
-// the same bits in either thread order (a step stays deterministic); nothing written out of bounds.
+// One own batch norm, forward and backward, against batch norm in fp64 over the values as the
+// type holds them, to the type's rounding; running statistics by PyTorch's rule; the same bits in
+// either thread order (a step stays deterministic); nothing written out of bounds.
+void expect_own_batch_norm(DType dtype, const BatchNormShape& s, bool channels_last, kernels::BatchNormTail tail) {
+  const double bound = dtype == DType::fp32 ? 1e-5 : (dtype == DType::fp16 ? 2e-3 : 1.6e-2);
+  const int tail_number = static_cast<int>(tail);
+  SCOPED_TRACE(::testing::Message() << to_string(dtype) << " " << s.samples << "x" << s.channels << "x" << s.pixels
+                                    << " tail " << tail_number << (channels_last ? " channels last" : " nchw"));
+  const auto n = static_cast<std::size_t>(s.numel()), channels = static_cast<std::size_t>(s.channels);
+  const std::vector<float> x = rounded_to(dtype, normal_values(n, 1, 0.5, 2.0)),
+                           z = rounded_to(dtype, normal_values(n, 2, 0.0, 1.0)),
+                           dy = rounded_to(dtype, normal_values(n, 3, 0.0, 1.0)),
+                           gamma = normal_values(channels, 4, 1.0, 0.3), beta = normal_values(channels, 5, 0.0, 0.3);
+  const auto run = [&](ThreadOrder order) {
+    return in_order(order, [&] {
+      BatchNormRun result;
+      kernels::with_float_type(dtype, [&](auto type) {
+        using T = typename decltype(type)::type;
+        result = run_own_batch_norm<T>(dtype, channels_last, s, tail, x, z, dy, gamma, beta);
+      });
+      return result;
+    });
+  };
+  const BatchNormRun got = run(ThreadOrder::ascending);
+  EXPECT_TRUE(got.guards_intact) << "a kernel wrote out of bounds";
+  const Reference r = reference_batch_norm::reference(s, channels_last, tail_number, 1e-5f, x, z, gamma, beta, dy);
+  EXPECT_LT(relative_error(got.y, r.y), bound) << "y";
+  EXPECT_LT(relative_error(got.mean, r.mean), 1e-5) << "mean (fp32 statistics of the stored values)";
+  const ForwardStatistics f = forward_statistics(r, s, 1e-5, 0.1, 0.25, 2.0);
+  EXPECT_LT(relative_error(got.inverse_std, f.inverse_std), 1e-5) << "inverse std";
+  EXPECT_LT(relative_error(got.running_mean, f.running_mean), 1e-5) << "running mean";
+  EXPECT_LT(relative_error(got.running_var, f.running_var), 1e-5) << "running variance (unbiased)";
+  EXPECT_LT(relative_error(got.dx, r.dx), bound) << "dx";
+  EXPECT_LT(relative_error(got.dgamma, r.dgamma), bound) << "dgamma";
+  EXPECT_LT(relative_error(got.dbeta, r.dbeta), bound) << "dbeta";
+  if (tail == kernels::BatchNormTail::add_relu) {
+    EXPECT_LT(relative_error(got.dz, r.dz), bound) << "dz";
+    // A byte a unit: 1/16 of y's bytes where the units are packs (fp32's 4, the halves' 8).
+    const int pack = dtype == DType::fp32 ? 4 : 8;
+    const bool packed = (channels_last ? s.channels : s.pixels) % pack == 0;
+    EXPECT_EQ(got.mask_bytes, n / static_cast<std::size_t>(packed ? pack : 1));
+    const auto positive =
+        static_cast<std::size_t>(std::count_if(got.y.begin(), got.y.end(), [](float v) { return v > 0.0f; }));
+    EXPECT_EQ(got.mask_bits_set, positive) << "a bit for each y > 0, no other";
+  }
+
+  const BatchNormRun reversed = run(ThreadOrder::descending);
+  EXPECT_TRUE(same_bits(got.y, reversed.y) && same_bits(got.dx, reversed.dx) &&
+              same_bits(got.dgamma, reversed.dgamma) && same_bits(got.dbeta, reversed.dbeta) &&
+              same_bits(got.inverse_std, reversed.inverse_std) && same_bits(got.running_var, reversed.running_var))
+      << "the threads' order changed the result";
+}
+
+// dlbench's own batch norms (DLBENCH_CUDA_BATCH_NORM=own) in NCHW and channels last, fp32, fp16
+// and bf16, each tail, over shapes that take packs and shapes that do not, with several chunks a
+// channel and several tiles of channels.
 TEST(CudaKernelsOnCpu, OwnBatchNormKernelsAreBatchNormInEveryLayoutTailAndType) {
   for (const DType dtype : {DType::fp32, DType::fp16, DType::bf16}) {
-    const double bound = dtype == DType::fp32 ? 1e-5 : (dtype == DType::fp16 ? 2e-3 : 1.6e-2);
     for (const BatchNormShape s : {BatchNormShape{4, 24, 36}, BatchNormShape{3, 8, 49}, BatchNormShape{32, 2, 784},
                                    BatchNormShape{3, 5, 1}, BatchNormShape{2, 72, 25}, BatchNormShape{8, 40, 196}}) {
       for (const bool channels_last : {false, true}) {
         for (const kernels::BatchNormTail tail :
              {kernels::BatchNormTail::none, kernels::BatchNormTail::relu, kernels::BatchNormTail::add_relu}) {
-          const int tail_number = static_cast<int>(tail);
-          SCOPED_TRACE(::testing::Message() << to_string(dtype) << " " << s.samples << "x" << s.channels << "x"
-                                            << s.pixels << " tail " << tail_number
-                                            << (channels_last ? " channels last" : " nchw"));
-          const auto n = static_cast<std::size_t>(s.numel()), channels = static_cast<std::size_t>(s.channels);
-          const std::vector<float> x = rounded_to(dtype, normal_values(n, 1, 0.5, 2.0)),
-                                   z = rounded_to(dtype, normal_values(n, 2, 0.0, 1.0)),
-                                   dy = rounded_to(dtype, normal_values(n, 3, 0.0, 1.0)),
-                                   gamma = normal_values(channels, 4, 1.0, 0.3),
-                                   beta = normal_values(channels, 5, 0.0, 0.3);
-          const auto run = [&](ThreadOrder order) {
-            return in_order(order, [&] {
-              BatchNormRun result;
-              kernels::with_float_type(dtype, [&](auto type) {
-                using T = typename decltype(type)::type;
-                result = run_own_batch_norm<T>(dtype, channels_last, s, tail, x, z, dy, gamma, beta);
-              });
-              return result;
-            });
-          };
-          const BatchNormRun got = run(ThreadOrder::ascending);
-          EXPECT_TRUE(got.guards_intact) << "a kernel wrote out of bounds";
-          const Reference r = reference_batch_norm::reference(s, channels_last, tail_number, 1e-5f, x, z, gamma,
-                                                              beta, dy);
-          EXPECT_LT(relative_error(got.y, r.y), bound) << "y";
-          EXPECT_LT(relative_error(got.mean, r.mean), 1e-5) << "mean (fp32 statistics of the stored values)";
-          const ForwardStatistics f = forward_statistics(r, s, 1e-5, 0.1, 0.25, 2.0);
-          EXPECT_LT(relative_error(got.inverse_std, f.inverse_std), 1e-5) << "inverse std";
-          EXPECT_LT(relative_error(got.running_mean, f.running_mean), 1e-5) << "running mean";
-          EXPECT_LT(relative_error(got.running_var, f.running_var), 1e-5) << "running variance (unbiased)";
-          EXPECT_LT(relative_error(got.dx, r.dx), bound) << "dx";
-          EXPECT_LT(relative_error(got.dgamma, r.dgamma), bound) << "dgamma";
-          EXPECT_LT(relative_error(got.dbeta, r.dbeta), bound) << "dbeta";
-          if (tail == kernels::BatchNormTail::add_relu) {
-            EXPECT_LT(relative_error(got.dz, r.dz), bound) << "dz";
-            // A byte a unit: 1/16 of y's bytes where the units are packs (fp32's 4, the halves' 8).
-            const int pack = dtype == DType::fp32 ? 4 : 8;
-            const bool packed = (channels_last ? s.channels : s.pixels) % pack == 0;
-            EXPECT_EQ(got.mask_bytes, n / static_cast<std::size_t>(packed ? pack : 1));
-            const auto positive = static_cast<std::size_t>(
-                std::count_if(got.y.begin(), got.y.end(), [](float v) { return v > 0.0f; }));
-            EXPECT_EQ(got.mask_bits_set, positive) << "a bit for each y > 0, no other";
-          }
-
-          const BatchNormRun reversed = run(ThreadOrder::descending);
-          EXPECT_TRUE(same_bits(got.y, reversed.y) && same_bits(got.dx, reversed.dx) &&
-                      same_bits(got.dgamma, reversed.dgamma) && same_bits(got.dbeta, reversed.dbeta) &&
-                      same_bits(got.inverse_std, reversed.inverse_std) &&
-                      same_bits(got.running_var, reversed.running_var))
-              << "the threads' order changed the result";
+          expect_own_batch_norm(dtype, s, channels_last, tail);
         }
       }
     }
+  }
+}
+
+// A warp merges each channel's chunks, lane l taking chunks l, l + 32, ..., then the lanes in a
+// fixed tree: here 70 chunks a channel in NCHW and 140 in channels last, so that lanes take up to
+// 5 chunks, some lanes one fewer, across two channels (two warps).
+TEST(CudaKernelsOnCpu, OwnBatchNormMergesMoreChunksThanAWarpHasLanes) {
+  const BatchNormShape s{70, 2, 4096};
+  ASSERT_EQ(batch_norm_chunks(s).chunks, 70);
+  ASSERT_EQ(batch_norm_tiles(s, 1).chunks, 140);
+  for (const bool channels_last : {false, true}) {
+    expect_own_batch_norm(DType::fp32, s, channels_last, kernels::BatchNormTail::add_relu);
   }
 }
 

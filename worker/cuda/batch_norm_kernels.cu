@@ -153,14 +153,38 @@ __global__ void moments_kernel(const T* x, float* partial, BatchNormShape s, Bat
   }
 }
 
-// A thread a channel: the chunks' moments merged in chunk order, the statistics, the running
-// ones moved, and what the normalising pass needs (scale, β, mean).
+// Calls f(channel, lane) for each channel the running warp takes (a warp a channel, grid-strided),
+// every lane of the warp together: what f does with shuffles reaches the whole warp.
+template <typename F>
+__device__ inline void for_warp_channels(std::int64_t channels, F&& f) {
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * blockDim.x / kBatchNormMergeLanes;
+  const auto lane = static_cast<int>(threadIdx.x % kBatchNormMergeLanes);
+  const std::int64_t first = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kBatchNormMergeLanes;
+  for (std::int64_t channel = first; channel < channels; channel += warps) {
+    f(channel, lane);
+  }
+}
+
+// The lanes' tree (batch_norm_plan.hpp's merged_by_lanes): every lane gets the channel's moments.
+__device__ inline Moments warp_merged(Moments m, int lane) {
+  for (int offset = kBatchNormMergeLanes / 2; offset > 0; offset /= 2) {
+    const Moments theirs{__shfl_xor_sync(kFullWarp, m.count, offset), __shfl_xor_sync(kFullWarp, m.mean, offset),
+                         __shfl_xor_sync(kFullWarp, m.m2, offset)};
+    m = merge_lanes(m, theirs, static_cast<unsigned>(lane), offset);
+  }
+  return m;
+}
+
+// A warp a channel: the chunks' moments merged (lane_moments, then the lanes' tree), and lane 0
+// writes the statistics, the running ones moved, and what the normalising pass needs (scale, β,
+// mean).
 template <typename Plan>
 __global__ void statistics_kernel(const float* partial, BatchNormShape s, Plan plan, const float* gamma,
                                   const float* beta, float epsilon, float momentum, float* mean, float* inverse_std,
                                   float* running_mean, float* running_var, float4* normalizing) {
-  DLBENCH_GRID_STRIDE(channel, s.channels) {
-    const Moments m = channel_moments(partial, s, plan, channel);
+  for_warp_channels(s.channels, [&](std::int64_t channel, int lane) {
+    const Moments m = warp_merged(lane_moments(partial, s, plan, channel, lane), lane);
+    if (lane != 0) return;
     const BatchNormForwardChannel f =
         batch_norm_forward_channel(m, gamma[channel], epsilon, momentum, running_mean[channel], running_var[channel]);
     mean[channel] = f.mean;
@@ -168,7 +192,7 @@ __global__ void statistics_kernel(const float* partial, BatchNormShape s, Plan p
     running_mean[channel] = f.running_mean;
     running_var[channel] = f.running_var;
     normalizing[channel] = make_float4(f.scale, beta[channel], f.mean, 0.0f);
-  }
+  });
 }
 
 // The block a pass that follows a reduction takes: the reduction's blocks from the last
@@ -217,20 +241,23 @@ __global__ void gradient_sums_kernel(const T* x, const std::uint8_t* relu_mask, 
   }
 }
 
-// A thread a channel: the chunks' sums added in chunk order (fp64), dγ, dβ, the input gradient's
-// coefficients (a, b, e, mean) and, for a ReLU tail's mask, the normalising values.
+// A warp a channel: the chunks' sums added in fp64 (lane_gradient_sums, then the lanes' tree), and
+// lane 0 writes dγ, dβ, the input gradient's coefficients (a, b, e, mean) and, for a ReLU tail's
+// mask, the normalising values.
 template <typename Plan>
 __global__ void gradient_channels_kernel(const float* partial, BatchNormShape s, Plan plan, BatchNormKept kept,
                                          float* dgamma, float* dbeta, float4* coefficients, float4* normalizing) {
-  DLBENCH_GRID_STRIDE(channel, s.channels) {
-    const GradientSums g = channel_gradient_sums(partial, s, plan, channel);
+  for_warp_channels(s.channels, [&](std::int64_t channel, int lane) {
+    const GradientSums mine = lane_gradient_sums(partial, s, plan, channel, lane);
+    const GradientSums g{warp_sum(mine.sum), warp_sum(mine.centered)};
+    if (lane != 0) return;
     const BatchNormBackwardChannel b = batch_norm_backward_channel(
         static_cast<double>(s.per_channel()), g.sum, g.centered, kept.gamma[channel], kept.inverse_std[channel]);
     dgamma[channel] = b.dgamma;
     dbeta[channel] = b.dbeta;
     coefficients[channel] = make_float4(b.a, b.b, b.e, kept.mean[channel]);
     normalizing[channel] = normalizing_of(channel, kept);
-  }
+  });
 }
 
 // Block (channel, chunk) as the sums pass's, the last first, its units back to front:
@@ -491,8 +518,8 @@ void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNor
     if (channels_last) {
       const BatchNormTiles plan = batch_norm_tiles(s, W);
       DLBENCH_LAUNCH_GRID((tile_moments_kernel<T, W>), tile_grid(plan), kThreads, stream, in, partial, s, plan);
-      DLBENCH_LAUNCH(statistics_kernel<BatchNormTiles>, s.channels, stream, partial, s, plan, gamma, beta, epsilon,
-                     momentum, mean, inverse_std, running_mean, running_var, normalizing);
+      DLBENCH_LAUNCH(statistics_kernel<BatchNormTiles>, s.channels * kBatchNormMergeLanes, stream, partial, s, plan,
+                     gamma, beta, epsilon, momentum, mean, inverse_std, running_mean, running_var, normalizing);
       with_tail(tail, [&](auto kind) {
         constexpr BatchNormTail kTail = decltype(kind)::value;
         DLBENCH_LAUNCH_GRID((tile_normalize_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, residual, out,
@@ -502,8 +529,8 @@ void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNor
     }
     const BatchNormChunks plan = batch_norm_chunks(s);
     DLBENCH_LAUNCH_GRID((moments_kernel<T, W>), chunk_grid(s, plan), kThreads, stream, in, partial, s, plan);
-    DLBENCH_LAUNCH(statistics_kernel<BatchNormChunks>, s.channels, stream, partial, s, plan, gamma, beta, epsilon,
-                   momentum, mean, inverse_std, running_mean, running_var, normalizing);
+    DLBENCH_LAUNCH(statistics_kernel<BatchNormChunks>, s.channels * kBatchNormMergeLanes, stream, partial, s, plan,
+                   gamma, beta, epsilon, momentum, mean, inverse_std, running_mean, running_var, normalizing);
     with_tail(tail, [&](auto kind) {
       constexpr BatchNormTail kTail = decltype(kind)::value;
       DLBENCH_LAUNCH_GRID((normalize_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, residual, out,
@@ -544,8 +571,8 @@ void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& 
         const BatchNormTiles plan = batch_norm_tiles(s, W);
         DLBENCH_LAUNCH_GRID((tile_gradient_sums_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, relu_mask,
             grad, residual_grad, kept, partial, s, plan);
-        DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormTiles>, s.channels, stream, partial, s, plan, kept, dgamma,
-                       dbeta, coefficients, normalizing);
+        DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormTiles>, s.channels * kBatchNormMergeLanes, stream, partial, s,
+                       plan, kept, dgamma, dbeta, coefficients, normalizing);
         DLBENCH_LAUNCH_GRID((tile_input_gradient_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, grad,
             residual_grad, in_grad, coefficients, normalizing, s, plan);
         return;
@@ -553,8 +580,8 @@ void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& 
       const BatchNormChunks plan = batch_norm_chunks(s);
       DLBENCH_LAUNCH_GRID((gradient_sums_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, relu_mask,
           grad, residual_grad, kept, partial, s, plan);
-      DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormChunks>, s.channels, stream, partial, s, plan, kept, dgamma,
-                     dbeta, coefficients, normalizing);
+      DLBENCH_LAUNCH(gradient_channels_kernel<BatchNormChunks>, s.channels * kBatchNormMergeLanes, stream, partial, s,
+                     plan, kept, dgamma, dbeta, coefficients, normalizing);
       DLBENCH_LAUNCH_GRID((input_gradient_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, grad,
           residual_grad, in_grad, coefficients, normalizing, s, plan);
     });
