@@ -404,17 +404,17 @@ __global__ void tile_input_gradient_kernel(const T* x, const T* dy, const T* dz,
 // chunks' partial sums, for the most chunks any unit width of the layout makes.
 std::int64_t coefficient_floats(const BatchNormShape& s) { return 2 * 4 * s.channels; }
 int pack_width(DType dtype) { return static_cast<int>(kVectorBytes / dtype_size(dtype)); }
-std::int64_t most_chunks(DType dtype, bool channels_last, const BatchNormShape& s) {
-  if (!channels_last) return batch_norm_chunks(s).chunks;
-  return std::max(batch_norm_tiles(s, 1).chunks,
-                  batch_norm_tiles(s, batch_norm_tile_width(s.channels, pack_width(dtype))).chunks);
-}
 
-// The unit width the passes take where every pointer is 16-byte aligned (dispatch): the width an
-// add-and-ReLU mask is laid out for.
+// The unit width the passes take where every pointer is 16-byte aligned (dispatch), single values
+// otherwise: the width an add-and-ReLU mask is laid out for.
 int aligned_unit_width(DType dtype, bool channels_last, const BatchNormShape& s) {
   return channels_last ? batch_norm_tile_width(s.channels, pack_width(dtype))
                        : batch_norm_unit_width(s.pixels, pack_width(dtype));
+}
+
+std::int64_t most_chunks(DType dtype, bool channels_last, const BatchNormShape& s) {
+  if (!channels_last) return batch_norm_chunks(s).chunks;
+  return std::max(batch_norm_tiles(s, 1).chunks, batch_norm_tiles(s, aligned_unit_width(dtype, true, s)).chunks);
 }
 
 // Forward and backward must take the mask's units as it was laid out: a pointer off 16 bytes would
@@ -440,9 +440,7 @@ void dispatch(DType dtype, bool channels_last, const BatchNormShape& s, std::ini
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
     const VectorSplit split = vector_split(channels_last ? s.channels : s.pixels, sizeof(T), pointers);
-    const int width = split.packs == 0 ? 1
-                      : channels_last  ? batch_norm_tile_width(s.channels, split.width)
-                                       : batch_norm_unit_width(s.pixels, split.width);
+    const int width = split.packs == 0 ? 1 : aligned_unit_width(dtype, channels_last, s);
     if (width == 1) {
       f(t, std::integral_constant<int, 1>{});
     } else {

@@ -28,8 +28,8 @@ class KernelBatchNorm final : public BatchNormOp {
                         : 0) {}
 
   // No tail reads y in backward: a ReLU tail finds its mask again from x, and the residual's add
-  // and ReLU keep theirs in the workspace, a bit a value, which the layer keeps from forward to
-  // backward. So the memory plan may give y away once the next layer's backward has read it.
+  // and ReLU keep theirs in the workspace (batch_norm_relu_mask_bytes), which the layer keeps from
+  // forward to backward. So the memory plan may give y away once the next layer's backward has read it.
   std::size_t workspace_bytes() const override { return mask_bytes_; }
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, BatchNormStatistics& s,
