@@ -114,6 +114,9 @@ namespace {
 void Backend::stage_from_host(void*, const void*, std::size_t) { no_overlapped_copies(*this, "stage_from_host"); }
 void Backend::take_staged(void*, const void*, std::size_t) { no_overlapped_copies(*this, "take_staged"); }
 void Backend::wait_staged_reads() { no_overlapped_copies(*this, "wait_staged_reads"); }
+void Backend::expand_staged_images(void*, const void*, std::int64_t, int, DType, bool) {
+  no_overlapped_copies(*this, "expand_staged_images");
+}
 
 void Backend::poison(void* device_dst, std::size_t bytes) {
   const std::vector<unsigned char> all_ones(bytes, 0xFF);

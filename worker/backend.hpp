@@ -468,6 +468,13 @@ class Backend {
   virtual void stage_from_host(void* staging, const void* host_src, std::size_t bytes);
   virtual void take_staged(void* device_dst, const void* staging, std::size_t bytes);
   virtual void wait_staged_reads();
+  // A packed batch of decoded crops (input/packed_images.hpp), staged by stage_from_host into
+  // `packed` (device memory), resized, normalised and rounded into `staging` (images × 3 × side ×
+  // side values of `dtype`, channels last or planar), queued behind that copy and before the next
+  // take_staged; the input pipeline's batch bit for bit (DLBENCH_INPUT_RESIZE=device). Refused where
+  // the backend does not overlap host copies.
+  virtual void expand_staged_images(void* staging, const void* packed, std::int64_t images, int side, DType dtype,
+                                    bool channels_last);
   // The parameters' flat fp32 values (ParameterStore::bind), of which a backend may keep copies in
   // the types its ops compute in (the CUDA backend's DLBENCH_CUDA_WEIGHT_COPIES=kept). It sees its
   // own calls write them; parameters_written tells it of any other writer (a broadcast).

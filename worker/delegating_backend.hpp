@@ -23,6 +23,9 @@ class DelegatingBackend : public Backend {
   void stage_from_host(void* d, const void* s, std::size_t n) override { inner_.stage_from_host(d, s, n); }
   void take_staged(void* d, const void* s, std::size_t n) override { inner_.take_staged(d, s, n); }
   void wait_staged_reads() override { inner_.wait_staged_reads(); }
+  void expand_staged_images(void* d, const void* p, std::int64_t images, int side, DType dtype, bool last) override {
+    inner_.expand_staged_images(d, p, images, side, dtype, last);
+  }
   void poison(void* d, std::size_t n) override { inner_.poison(d, n); }
   void bind_parameters(const std::shared_ptr<const void>& values, std::int64_t elements) override {
     inner_.bind_parameters(values, elements);

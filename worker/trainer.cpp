@@ -263,6 +263,35 @@ void Trainer::stage_input_and_labels(const void* input, const std::int32_t* labe
   staged_pending_ = staged_unread_ = true;
 }
 
+void Trainer::stage_packed_images(const void* packed, std::size_t bytes, std::size_t capacity, int side,
+                                  DType pixel_type, const std::int32_t* labels) {
+  if (!backend_.overlaps_host_copies()) {
+    throw std::logic_error("stage_packed_images: the " + backend_.name() + " backend resizes no images");
+  }
+  const Shape& s = input_.shape;
+  const bool images = s.rank == 4 && s.c() == 3 && s.h() == side && s.w() == side;
+  if (!images || pixel_type != input_.dtype || bytes > capacity) {
+    throw std::logic_error("stage_packed_images: " + std::to_string(side) + " x " + std::to_string(side) + " " +
+                           std::string(to_string(pixel_type)) + " images (" + std::to_string(bytes) + " of " +
+                           std::to_string(capacity) + " bytes) for an input " + s.to_string() + " of " +
+                           std::string(to_string(input_.dtype)));
+  }
+  if (staged_pending_) throw std::logic_error("stage_batch: the batch staged before has not been trained on");
+  if (!staged_input_) {
+    staged_input_ = backend_.allocate(input_.bytes());
+    staged_labels_ = backend_.allocate(label_bytes());
+  }
+  if (staged_packed_capacity_ < capacity) {
+    staged_packed_ = backend_.allocate(capacity);
+    staged_packed_capacity_ = capacity;
+  }
+  backend_.stage_from_host(staged_packed_.get(), packed, bytes);
+  backend_.expand_staged_images(staged_input_.get(), staged_packed_.get(), s.n(), side, input_.dtype,
+                                input_.layout == Layout::nhwc);
+  backend_.stage_from_host(staged_labels_.get(), labels, label_bytes());
+  staged_pending_ = staged_unread_ = true;
+}
+
 void Trainer::take_staged_batch() {
   if (!staged_pending_) return;
   backend_.take_staged(input_.data, staged_input_.get(), input_.bytes());

@@ -108,6 +108,12 @@ class Trainer {
   // step being done. The host memory must stay as it is until release_staged_host_memory().
   void stage_batch(const void* pixels, DType pixel_type, const std::int32_t* labels);
   void stage_sequences(const std::int32_t* token_ids, const std::int32_t* labels);
+  // As stage_batch, for a batch packed for the device to resize (input/packed_images.hpp; the
+  // pipeline's DLBENCH_INPUT_RESIZE=device): its first `bytes` copied into device memory of
+  // `capacity` bytes, then resized there into the input's type, layout and `side` × `side` pixels.
+  // Only where the backend overlaps host copies (the pipeline packs for no other).
+  void stage_packed_images(const void* packed, std::size_t bytes, std::size_t capacity, int side, DType pixel_type,
+                           const std::int32_t* labels);
   // Returns once the staged batch's host memory has been read (its copy done): the pipeline may
   // then reuse it. A no-op where nothing is staged or the backend does not overlap.
   void release_staged_host_memory();
@@ -291,6 +297,8 @@ class Trainer {
   void stage_input_and_labels(const void* input, const std::int32_t* labels);
   void take_staged_batch();  // as a step begins, before any capture or replay
   std::shared_ptr<void> staged_input_, staged_labels_;
+  std::shared_ptr<void> staged_packed_;  // a packed batch's bytes on the device, before stage_packed_images resizes them
+  std::size_t staged_packed_capacity_ = 0;
   bool staged_pending_ = false;        // a batch staged and not yet taken by a step
   bool staged_unread_ = false;         // a staged copy whose host memory is not yet released
   std::vector<std::byte> converted_;   // fp32 pixels converted to the input's type, for a staged copy

@@ -1,7 +1,9 @@
 // The whole training step on the CPU backend: it learns, it is deterministic.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -11,6 +13,8 @@
 #include "cpu/cpu_backend.hpp"
 #include "cuda/weight_copies.hpp"
 #include "delegating_backend.hpp"
+#include "input/image_transform.hpp"
+#include "input/packed_images.hpp"
 #include "layers/batch_norm2d.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/linear.hpp"
@@ -112,7 +116,36 @@ class OverlappingCopies final : public DelegatingBackend {
   bool overlaps_host_copies() const override { return true; }
   void stage_from_host(void* staging, const void* host, std::size_t bytes) override {
     calls.push_back("stage");
-    pending_.push_back({staging, host, bytes});
+    pending_.push_back([=] { std::memcpy(staging, host, bytes); });
+  }
+  // Only batches whose every image skips both passes (shipped at the output's size): the
+  // normaliser's table and the mirror, which is all a resize does to them. After the copies before it.
+  void expand_staged_images(void* staging, const void* packed, std::int64_t images, int side, DType dtype,
+                            bool channels_last) override {
+    calls.push_back("expand");
+    pending_.push_back([=] {
+      ASSERT_EQ(dtype, DType::fp32);
+      const auto* bytes = static_cast<const std::byte*>(packed);
+      const auto* table = reinterpret_cast<const float*>(bytes + input::PackedBatchLayout::kNormalizer);
+      const auto* entries = reinterpret_cast<const input::PackedImage*>(bytes + input::PackedBatchLayout::kTable);
+      auto* out = static_cast<float*>(staging);
+      const std::int64_t plane = static_cast<std::int64_t>(side) * side;
+      for (std::int64_t n = 0; n < images; ++n) {
+        const input::PackedImage& e = entries[n];
+        ASSERT_EQ(e.need_horizontal + e.need_vertical, 0);
+        const auto* pixels = reinterpret_cast<const std::uint8_t*>(bytes + e.pixels);
+        for (int c = 0; c < 3; ++c) {
+          for (int y = 0; y < side; ++y) {
+            for (int x = 0; x < side; ++x) {
+              const int from = e.flip != 0 ? side - 1 - x : x;
+              const std::int64_t at = y * side + x;
+              out[channels_last ? (n * plane + at) * 3 + c : (n * 3 + c) * plane + at] =
+                  table[c * 256 + pixels[y * e.stride + from * 3 + c]];
+            }
+          }
+        }
+      }
+    });
   }
   void take_staged(void* device, const void* staging, std::size_t bytes) override {
     calls.push_back("take");
@@ -126,16 +159,11 @@ class OverlappingCopies final : public DelegatingBackend {
   std::vector<std::string> calls;
 
  private:
-  struct Copy {
-    void* staging;
-    const void* host;
-    std::size_t bytes;
-  };
   void complete() {
-    for (const Copy& c : pending_) std::memcpy(c.staging, c.host, c.bytes);
+    for (const auto& done : pending_) done();
     pending_.clear();
   }
-  std::vector<Copy> pending_;
+  std::vector<std::function<void()>> pending_;  // copies and expansions, in the order queued
 };
 
 // A batch staged while the step before runs (real data on a GPU) trains the step it was staged
@@ -187,6 +215,95 @@ TEST(Training, AStagedBatchTrainsTheStepItWasStagedForAsALoadedOneDoes) {
         EXPECT_STREQ(e.what(), "stage_batch: the batch staged before has not been trained on");
       }
     }
+  }
+}
+
+// A batch the decoding threads packed for the device to resize (DLBENCH_INPUT_RESIZE=device) is
+// copied, then resized on the device into the staged input, then its labels copied, each step
+// training on the batch staged for it as a loaded batch of the same values; a backend that does not
+// overlap host copies is never given one.
+TEST(Training, APackedBatchIsCopiedThenResizedOnTheDeviceAndTrainsAsTheBatchItHolds) {
+  CpuBackend cpu(2);
+  constexpr int kSide = 16;
+  const Shape shape(4, 3, kSide, kSide);
+  const input::Normalizer normalizer;
+  const std::size_t capacity = input::packed_batch_capacity(4, kSide);
+  // The floats a loaded batch holds, in the input's own layout (channels last on the CPU).
+  const input::PixelLayout layout = Trainer(cpu, small_conv_net(), shape, 10, {0.05f, 0.9f, 0.0f}, 1).input().layout ==
+                                            Layout::nhwc
+                                        ? input::PixelLayout::nhwc
+                                        : input::PixelLayout::nchw;
+  // Batch k: its images' RGB8 pixels, the floats the host pipeline makes of them, the packed batch.
+  struct Made {
+    std::vector<float> floats;
+    std::vector<std::byte> packed;
+    std::size_t bytes = 0;
+    std::vector<std::int32_t> labels;
+  };
+  const auto batch = [&](int k) {
+    Made m;
+    m.packed.resize(capacity);
+    std::memcpy(m.packed.data(), normalizer.table(), input::PackedBatchLayout::kTable);
+    std::atomic<std::uint64_t> used{input::PackedBatchLayout::payload(4)};
+    input::TransformScratch scratch;
+    const std::size_t plane_values = 3 * kSide * kSide;
+    m.floats.resize(4 * plane_values);
+    for (int n = 0; n < 4; ++n) {
+      std::vector<std::uint8_t> rgb(plane_values);
+      for (std::size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<std::uint8_t>((i * 37 + static_cast<std::size_t>(k * 11 + n * 5)) % 256);
+      const bool flip = (n + k) % 2 == 1;
+      normalizer.write(rgb.data(), kSide, kSide, flip, layout, m.floats.data() + static_cast<std::size_t>(n) * plane_values);
+      input::DecodedCrop crop;
+      crop.part = input::DecodedPart{rgb.data(), kSide * 3, 0, 0, kSide, kSide};
+      crop.x1 = crop.y1 = kSide;
+      auto* entry = reinterpret_cast<input::PackedImage*>(m.packed.data() + input::PackedBatchLayout::kTable) + n;
+      input::pack_decoded_crop(crop, flip, kSide, scratch, input::PackedSlot{m.packed.data(), entry, &used});
+      m.labels.push_back((k + 3 * n) % 10);
+    }
+    m.bytes = used.load();
+    return m;
+  };
+  constexpr int kSteps = 3;
+  std::vector<float> loaded;
+  {
+    Trainer trainer(cpu, small_conv_net(), shape, 10, {0.05f, 0.9f, 0.0f}, 1);
+    for (int k = 0; k < kSteps; ++k) {
+      const Made m = batch(k);
+      trainer.load_batch(m.floats.data(), DType::fp32, m.labels.data());
+      loaded.push_back(trainer.step_and_loss());
+    }
+  }
+  OverlappingCopies overlap(cpu);
+  Trainer trainer(overlap, small_conv_net(), shape, 10, {0.05f, 0.9f, 0.0f}, 1);
+  Made ring = batch(0);
+  trainer.stage_packed_images(ring.packed.data(), ring.bytes, capacity, kSide, DType::fp32, ring.labels.data());
+  std::vector<float> staged;
+  for (int k = 0; k < kSteps; ++k) {
+    staged.push_back(trainer.step_and_loss());
+    trainer.release_staged_host_memory();
+    ring = batch(k + 1);
+    trainer.stage_packed_images(ring.packed.data(), ring.bytes, capacity, kSide, DType::fp32, ring.labels.data());
+  }
+  EXPECT_EQ(staged, loaded);
+  std::vector<std::string> expected{"stage", "expand", "stage"};
+  for (int k = 0; k < kSteps; ++k) {
+    for (const char* call : {"take", "take", "wait", "stage", "expand", "stage"}) expected.emplace_back(call);
+  }
+  EXPECT_EQ(overlap.calls, expected);
+  // Another side, type or a batch past its capacity is a caller's mistake, refused before anything is queued.
+  Trainer other(overlap, small_conv_net(), shape, 10, {0.05f, 0.9f, 0.0f}, 1);
+  EXPECT_THROW(other.stage_packed_images(ring.packed.data(), ring.bytes, capacity, kSide * 2, DType::fp32, ring.labels.data()),
+               std::logic_error);
+  EXPECT_THROW(other.stage_packed_images(ring.packed.data(), ring.bytes, capacity, kSide, DType::fp16, ring.labels.data()),
+               std::logic_error);
+  EXPECT_THROW(other.stage_packed_images(ring.packed.data(), capacity + 1, capacity, kSide, DType::fp32, ring.labels.data()),
+               std::logic_error);
+  Trainer on_cpu(cpu, small_conv_net(), shape, 10, {0.05f, 0.9f, 0.0f}, 1);
+  try {
+    on_cpu.stage_packed_images(ring.packed.data(), ring.bytes, capacity, kSide, DType::fp32, ring.labels.data());
+    ADD_FAILURE() << "the cpu backend took a packed batch";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "stage_packed_images: the cpu backend resizes no images");
   }
 }
 

@@ -316,6 +316,35 @@ TEST(WorkerCli, BertPretrainingShardsAreBertBasesData) {
               HasSubstr("holds sequences of 32 tokens; the case's sequenceLength is 16 (set it to 32"));
 }
 
+// Where an imagefolder case's images are resized is in its result (backendOptions.inputResize):
+// by the decoding threads unless DLBENCH_INPUT_RESIZE=device hands them to a GPU, which the cpu
+// backend refuses naming the variable; a value it does not know is refused with the ones it does.
+TEST(WorkerCli, AnImageFolderCaseSaysWhereItsImagesWereResized) {
+  const std::string dir = (scratch() / "resized-images").string();
+  const std::string generate =
+      std::string(DLBENCH_INPUT_BINARY) + " generate " + dir + " --classes 2 --per-class 4 > /dev/null";
+  ASSERT_EQ(std::system(generate.c_str()), 0);
+  const std::string args = "--model resnet50 --image-size 32 --batch-size 2 --warmup-steps 0 --measure-steps 1 "
+                           "--repeats 1 --data imagefolder --decode-threads 1 --data-path " + dir;
+  const Outcome host = worker(args);
+  ASSERT_EQ(host.exit_code, 0) << host.err;
+  EXPECT_EQ(decoded(host.out).environment.backend_options.at("inputResize"), "host");
+  const Outcome device = worker(args, "DLBENCH_INPUT_RESIZE=device");
+  EXPECT_EQ(device.exit_code, 1) << device.err;
+  const ResultDocument refused = decoded(device.out);
+  EXPECT_EQ(refused.state, CaseState::Failed);
+  EXPECT_THAT(refused.message, HasSubstr("DLBENCH_INPUT_RESIZE: \"device\" resizes the images on a GPU; on the cpu "
+                                         "backend the decoding threads resize them (unset it, or host)"));
+  const Outcome unknown = worker(args, "DLBENCH_INPUT_RESIZE=gpu");
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.err;
+  EXPECT_THAT(decoded(unknown.out).message, HasSubstr("DLBENCH_INPUT_RESIZE: \"gpu\" is not one of host, device"));
+  // Synthetic data has nothing to resize and says nothing of it.
+  const Outcome synthetic = worker("--model resnet50 --image-size 32 --batch-size 1 --warmup-steps 0 --measure-steps 1 "
+                                   "--repeats 1");
+  ASSERT_EQ(synthetic.exit_code, 0) << synthetic.err;
+  EXPECT_EQ(decoded(synthetic.out).environment.backend_options.count("inputResize"), 0u);
+}
+
 // bert-base: sequences instead of images (its length in the result, sequences/s as the unit),
 // AdamW; image flags are refused for it and the sequence length for image models.
 TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {

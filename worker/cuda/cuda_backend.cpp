@@ -14,6 +14,7 @@
 #include "cuda/conv_algorithms.hpp"
 #include "cuda/conv_graph.hpp"
 #include "cuda/cuda_common.hpp"
+#include "cuda/input_kernels.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/padded_channels.hpp"
 #include "cuda/pool_route.hpp"
@@ -505,6 +506,14 @@ void CudaBackend::take_staged(void* device_dst, const void* staging, std::size_t
 }
 
 void CudaBackend::wait_staged_reads() { DLBENCH_CUDA_CHECK(cudaEventSynchronize(staged_)); }
+
+void CudaBackend::expand_staged_images(void* staging, const void* packed, std::int64_t images, int side, DType dtype,
+                                       bool channels_last) {
+  // Behind the packed batch's copy on the same stream, and behind the last take_staged, which
+  // stage_from_host waited for: `staging` is free to write.
+  kernels::expand_packed_images(dtype, channels_last, packed, images, side, staging, copy_stream_);
+  DLBENCH_CUDA_CHECK(cudaEventRecord(staged_, copy_stream_));
+}
 
 void CudaBackend::copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) {
   DLBENCH_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, stream_));

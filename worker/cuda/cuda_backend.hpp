@@ -83,6 +83,10 @@ class CudaBackend final : public Backend {
   void stage_from_host(void* staging, const void* host_src, std::size_t bytes) override;
   void take_staged(void* device_dst, const void* staging, std::size_t bytes) override;
   void wait_staged_reads() override;
+  // On the copies' stream, after the packed batch's copy: the kernel (cuda/input_kernels.cu) runs
+  // beside the step before, as the copy does.
+  void expand_staged_images(void* staging, const void* packed, std::int64_t images, int side, DType dtype,
+                            bool channels_last) override;
   void poison(void* device_dst, std::size_t bytes) override;
   void synchronize() override;
   // Events on the stream: each step is timed where the device ran it, the host never waits.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <stdexcept>
 
 #include "precision.hpp"
 
@@ -14,6 +15,7 @@ constexpr std::size_t kRun = 4096;  // values widened at a time: a few pages, in
 }  // namespace
 
 void BatchValues::scan(const Batch& batch, std::size_t count) {
+  if (batch.packed_bytes != 0) throw std::invalid_argument("BatchValues: a packed batch's values are made on the device");
   run_.resize(kRun);
   long bad = 0;
   for (std::size_t at = 0; at < count; at += kRun) {

@@ -138,8 +138,8 @@ void BilinearResampler::resize(const std::uint8_t* region, int region_width, int
                                double box_x0, double box_y0, double box_x1, double box_y1, int out_width,
                                int out_height, std::uint8_t* out) {
   // Pillow's ImagingResampleInner: a pass is skipped when it would copy.
-  const bool need_horizontal = out_width != region_width || box_x0 != 0 || box_x1 != out_width;
-  const bool need_vertical = out_height != region_height || box_y0 != 0 || box_y1 != out_height;
+  const bool need_horizontal = needs_pass(region_width, box_x0, box_x1, out_width);
+  const bool need_vertical = needs_pass(region_height, box_y0, box_y1, out_height);
   compute_taps(region_width, box_x0, box_x1, out_width, horizontal_);
   compute_taps(region_height, box_y0, box_y1, out_height, vertical_);
   run_passes(region, stride, need_horizontal, need_vertical, {0, 0, out_height, out_width}, out);
@@ -532,12 +532,11 @@ ScaleFactor dct_scale_for(const CropBox& crop, int out_size) {
   return best;
 }
 
-bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, bool flip, int out_size,
-                    JpegDecoding decoding, PixelLayout layout, const Normalizer& normalizer, TransformScratch& scratch,
-                    float* out, std::string& error) {
+bool decode_crop(std::span<const std::uint8_t> jpeg, const CropBox& crop, int out_size, JpegDecoding decoding,
+                 JpegDecoder& decoder, DecodedCrop& out, std::string& error) {
   const ScaleFactor scale = decoding.dct_scaling ? dct_scale_for(crop, out_size) : ScaleFactor{};
   int full_width = 0, full_height = 0;
-  if (!scratch.decoder.header(jpeg, full_width, full_height, error)) return false;
+  if (!decoder.header(jpeg, full_width, full_height, error)) return false;
   if (crop.top < 0 || crop.left < 0 || crop.height < 1 || crop.width < 1 || crop.top + crop.height > full_height ||
       crop.left + crop.width > full_width) {
     error = "crop outside the image";
@@ -554,21 +553,89 @@ bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, boo
   const int rx0 = static_cast<int>(std::floor(x0)), ry0 = static_cast<int>(std::floor(y0));
   const int rx1 = std::min(width, static_cast<int>(std::ceil(x1))), ry1 = std::min(height, static_cast<int>(std::ceil(y1)));
   const CropBox region{ry0, rx0, ry1 - ry0, rx1 - rx0};
-  DecodedPart part;
+  DecodedPart& part = out.part;
   if (decoding.crop_only) {
-    if (!scratch.decoder.decode_part(jpeg, scale.num, scale.denom, region, part, error)) return false;
+    if (!decoder.decode_part(jpeg, scale.num, scale.denom, region, part, error)) return false;
   } else {
     int decoded_width = 0, decoded_height = 0;
-    if (!scratch.decoder.decode(jpeg, scale.num, scale.denom, decoded_width, decoded_height, error)) return false;
+    if (!decoder.decode(jpeg, scale.num, scale.denom, decoded_width, decoded_height, error)) return false;
     part.stride = static_cast<std::size_t>(decoded_width) * 3;
-    part.first = scratch.decoder.pixels() + static_cast<std::size_t>(region.top) * part.stride +
+    part.first = decoder.pixels() + static_cast<std::size_t>(region.top) * part.stride +
                  static_cast<std::size_t>(region.left) * 3;
     part.width = region.width;
     part.height = region.height;
   }
+  out.x0 = x0 - rx0;
+  out.y0 = y0 - ry0;
+  out.x1 = x1 - rx0;
+  out.y1 = y1 - ry0;
+  return true;
+}
+
+std::uint64_t PackedSlot::take(std::size_t bytes) const {
+  constexpr std::size_t a = PackedBatchLayout::kAlignment;
+  return used->fetch_add((bytes + a - 1) / a * a, std::memory_order_relaxed);
+}
+
+void pack_decoded_crop(const DecodedCrop& crop, bool flip, int out_size, TransformScratch& scratch,
+                       const PackedSlot& slot) {
+  const DecodedPart& part = crop.part;
+  BilinearResampler::Taps horizontal, vertical;
+  BilinearResampler::compute_taps(part.width, crop.x0, crop.x1, out_size, horizontal);
+  BilinearResampler::compute_taps(part.height, crop.y0, crop.y1, out_size, vertical);
+  PackedImage& e = *slot.entry;
+  e = {};
+  e.flip = flip ? 1 : 0;
+  e.need_horizontal = BilinearResampler::needs_pass(part.width, crop.x0, crop.x1, out_size) ? 1 : 0;
+  e.need_vertical = BilinearResampler::needs_pass(part.height, crop.y0, crop.y1, out_size) ? 1 : 0;
+  const std::uint8_t* rows = part.first;
+  std::size_t stride = part.stride;
+  int width = part.width, height = part.height;
+  std::size_t taps_bytes = packed_taps_bytes(out_size, horizontal.size, vertical.size);
+  const std::size_t region_bytes = static_cast<std::size_t>(width) * 3 * static_cast<std::size_t>(height);
+  if (region_bytes + taps_bytes + 2 * PackedBatchLayout::kAlignment > packed_image_budget(out_size)) {
+    // Too large to ship: resized here, as transform_jpeg resizes it, and shipped as the result.
+    scratch.resized.resize(static_cast<std::size_t>(out_size) * static_cast<std::size_t>(out_size) * 3);
+    scratch.resampler.resize(part.first, part.width, part.height, part.stride, crop.x0, crop.y0, crop.x1, crop.y1,
+                             out_size, out_size, scratch.resized.data());
+    rows = scratch.resized.data();
+    width = height = out_size;
+    stride = static_cast<std::size_t>(out_size) * 3;
+    e.need_horizontal = e.need_vertical = 0;
+    horizontal.size = vertical.size = 0;
+    taps_bytes = packed_taps_bytes(out_size, 0, 0);
+  }
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * 3;
+  e.stride = static_cast<std::int32_t>(row_bytes);
+  e.pixels = slot.take(row_bytes * static_cast<std::size_t>(height));
+  for (int y = 0; y < height; ++y) {
+    std::memcpy(slot.batch + e.pixels + static_cast<std::size_t>(y) * row_bytes,
+                rows + static_cast<std::size_t>(y) * stride, row_bytes);
+  }
+  e.horizontal_size = horizontal.size;
+  e.vertical_size = vertical.size;
+  e.taps = slot.take(taps_bytes);
+  auto* taps = reinterpret_cast<std::int32_t*>(slot.batch + e.taps);
+  for (const BilinearResampler::Taps* axis : {&horizontal, &vertical}) {
+    const auto out = static_cast<std::size_t>(out_size);
+    const auto weights = out * static_cast<std::size_t>(axis->size);
+    // Zeros where a pass is skipped: the kernel reads none of them then.
+    for (std::size_t i = 0; i < out; ++i) taps[i] = axis->size > 0 ? axis->first[i] : 0;
+    for (std::size_t i = 0; i < out; ++i) taps[out + i] = axis->size > 0 ? axis->count[i] : 0;
+    std::copy_n(axis->weights.begin(), weights, taps + 2 * out);
+    taps += 2 * out + weights;
+  }
+}
+
+bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, bool flip, int out_size,
+                    JpegDecoding decoding, PixelLayout layout, const Normalizer& normalizer, TransformScratch& scratch,
+                    float* out, std::string& error) {
+  DecodedCrop decoded;
+  if (!decode_crop(jpeg, crop, out_size, decoding, scratch.decoder, decoded, error)) return false;
+  const DecodedPart& part = decoded.part;
   scratch.resized.resize(static_cast<std::size_t>(out_size) * static_cast<std::size_t>(out_size) * 3);
-  scratch.resampler.resize(part.first, part.width, part.height, part.stride, x0 - rx0, y0 - ry0, x1 - rx0, y1 - ry0,
-                           out_size, out_size, scratch.resized.data());
+  scratch.resampler.resize(part.first, part.width, part.height, part.stride, decoded.x0, decoded.y0, decoded.x1,
+                           decoded.y1, out_size, out_size, scratch.resized.data());
   normalizer.write(scratch.resized.data(), out_size, out_size, flip, layout, out);
   return true;
 }

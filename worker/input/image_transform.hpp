@@ -4,6 +4,8 @@
 // triangle filter in 8-bit fixed point), so that a crop from dlbench equals torchvision's.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -12,6 +14,8 @@
 #include <vector>
 
 #include <turbojpeg.h>
+
+#include "input/packed_images.hpp"
 
 namespace dlbench::input {
 
@@ -43,6 +47,21 @@ bool resampler_gathers_on_avx2();
 // region are never read, as PIL never reads outside a cropped image.
 class BilinearResampler {
  public:
+  // Pillow's taps along one axis: for each output pixel its first input pixel, how many it reads
+  // and their fixed-point weights (`size` slots a pixel, zero past its count).
+  struct Taps {
+    int size = 0;
+    int in_size = 0;
+    std::vector<int> first, count;  // per output pixel
+    std::vector<std::int32_t> weights;  // per output pixel, `size` of them, fixed point
+  };
+  // The taps resizing [in0, in1) of in_size pixels to out_size, as Pillow's precompute_coeffs.
+  static void compute_taps(int in_size, double in0, double in1, int out_size, Taps& taps);
+  // Whether Pillow runs that pass at all: it skips one that would copy.
+  static bool needs_pass(int in_size, double in0, double in1, int out_size) {
+    return out_size != in_size || in0 != 0 || in1 != out_size;
+  }
+
   explicit BilinearResampler(bool gather_on_avx2 = resampler_gathers_on_avx2()) : gather_on_avx2_(gather_on_avx2) {}
   void resize(const std::uint8_t* region, int region_width, int region_height, std::size_t stride, double box_x0,
               double box_y0, double box_x1, double box_y1, int out_width, int out_height, std::uint8_t* out);
@@ -53,13 +72,6 @@ class BilinearResampler {
                      int full_height, const CropBox& window, std::uint8_t* out);
 
  private:
-  struct Taps {
-    int size = 0;
-    int in_size = 0;
-    std::vector<int> first, count;  // per output pixel
-    std::vector<std::int32_t> weights;  // per output pixel, `size` of them, fixed point
-  };
-  static void compute_taps(int in_size, double in0, double in1, int out_size, Taps& taps);
   // Both passes over the output pixels in `window`, with the taps computed for the whole output.
   void run_passes(const std::uint8_t* region, std::size_t stride, bool need_horizontal, bool need_vertical,
                   const CropBox& window, std::uint8_t* out);
@@ -82,6 +94,8 @@ class Normalizer {
   Normalizer();
   // An RGB8 height × width image into `out` (one sample), mirrored left to right when `flip`.
   void write(const std::uint8_t* rgb, int height, int width, bool flip, PixelLayout layout, float* out) const;
+  // The table, channel by channel, 256 values each: what a packed batch carries to the device.
+  const float* table() const { return &table_[0][0]; }
 
  private:
   float table_[3][256];
@@ -154,6 +168,32 @@ struct JpegDecoding {
   bool dct_scaling = true;
   bool crop_only = true;
 };
+
+// What transform_jpeg resizes: the crop decoded at the scale `decoding` allows (`part`, whole
+// pixels), and the crop's box in the part's pixels (fractional where the DCT scaled it).
+struct DecodedCrop {
+  DecodedPart part;
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+bool decode_crop(std::span<const std::uint8_t> jpeg, const CropBox& crop, int out_size, JpegDecoding decoding,
+                 JpegDecoder& decoder, DecodedCrop& out, std::string& error);
+
+// Where one image of a packed batch (packed_images.hpp) goes: the batch, the image's entry in its
+// table, and the payload bytes the batch's images have taken so far (from the batch's start;
+// threads take theirs at once, so each image's bytes are its own).
+struct PackedSlot {
+  std::byte* batch = nullptr;
+  PackedImage* entry = nullptr;
+  std::atomic<std::uint64_t>* used = nullptr;
+  // `bytes` of the payload, aligned: their offset from the batch's start.
+  std::uint64_t take(std::size_t bytes) const;
+};
+
+// A decoded crop for a device that resizes: its pixels and Pillow's taps for resizing it to
+// out × out, and whether it is mirrored. A region larger than packed_image_budget allows is resized
+// here (the host's bytes) and packed at the output's size with both passes skipped.
+void pack_decoded_crop(const DecodedCrop& crop, bool flip, int out_size, TransformScratch& scratch,
+                       const PackedSlot& slot);
 
 // The whole sample: decode, crop (`crop` in full-size pixels), resize to out × out, flip,
 // normalise into `out`.

@@ -1,7 +1,9 @@
 #include "input/input_pipeline.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include "host_memory.hpp"
 #include "precision.hpp"
@@ -11,6 +13,7 @@ namespace dlbench::input {
 using worker::DType;
 
 const float* Batch::floats() const {
+  if (packed_bytes != 0) throw std::logic_error("Batch::floats: this batch is packed for a device that resizes");
   if (pixel_type != DType::fp32) throw std::logic_error("Batch::floats: this batch's pixels are 16-bit");
   return static_cast<const float*>(pixels);
 }
@@ -33,11 +36,26 @@ InputPipeline::InputPipeline(const SampleSource& source, InputPipelineConfig con
                           source_.samples_are() + ", fewer than the " + std::to_string(config_.world) +
                           " ranks that each read their own share of them");
   }
-  const std::size_t batch_bytes = sample_bytes_ * static_cast<std::size_t>(config_.batch_size);
+  const auto images = static_cast<std::size_t>(config_.batch_size);
+  if (config_.resize_on_device) {
+    if (source_.packed_side() < 1) {
+      throw std::invalid_argument("InputPipeline: " + source_.samples_are() + " are resized on the host only");
+    }
+    packed_capacity_ = packed_batch_capacity(images, source_.packed_side());
+    packed_used_ = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(slots_));
+  }
+  const std::size_t batch_bytes = config_.resize_on_device ? packed_capacity_ : sample_bytes_ * images;
   for (int s = 0; s < slots_; ++s) {
     pixels_.push_back(config_.allocate_pixels ? config_.allocate_pixels(batch_bytes) : worker::aligned_host_memory(batch_bytes));
     if (!pixels_.back()) throw std::bad_alloc();
-    labels_.emplace_back(sample_labels_ * static_cast<std::size_t>(config_.batch_size));
+    labels_.emplace_back(sample_labels_ * images);
+    if (config_.resize_on_device) {
+      // The normaliser's table once a slot; each batch's images then take the payload from its start.
+      const Normalizer normalizer;
+      std::memcpy(static_cast<std::byte*>(pixels_.back().get()) + PackedBatchLayout::kNormalizer, normalizer.table(),
+                  PackedBatchLayout::kTable - PackedBatchLayout::kNormalizer);
+      packed_used_[static_cast<std::size_t>(s)] = PackedBatchLayout::payload(images);
+    }
   }
   filled_.assign(static_cast<std::size_t>(slots_), 0);
   for (int t = 0; t < config_.threads; ++t) threads_.emplace_back([this] { run_thread(); });
@@ -89,28 +107,43 @@ std::vector<SkippedFile> InputPipeline::skipped_examples() const {
 void InputPipeline::produce(std::int64_t image, SampleScratch& scratch, std::vector<float>& staging) {
   const auto n = static_cast<std::int64_t>(shard_size_);
   const auto shard = shard_of_epoch(static_cast<std::uint64_t>(image / n));
-  const std::int64_t position = image % n;
   const std::int64_t batch = image / config_.batch_size;
   const auto slot = static_cast<std::size_t>(batch % slots_);
   const auto index = static_cast<std::size_t>(image % config_.batch_size);
-  void* out = static_cast<std::byte*>(pixels_[slot].get()) + index * sample_bytes_;
+  auto* const batch_start = static_cast<std::byte*>(pixels_[slot].get());
+  std::int32_t* labels = labels_[slot].data() + index * sample_labels_;
+  if (config_.resize_on_device) {
+    const PackedSlot packed{batch_start, reinterpret_cast<PackedImage*>(batch_start + PackedBatchLayout::kTable) + index,
+                            &packed_used_[slot]};
+    make_from_shard(image, *shard, n, [&](std::uint32_t file, std::mt19937_64& rng, std::string& why) {
+      return source_.make_packed(file, rng, scratch, packed, labels, why);
+    });
+    return;
+  }
+  void* out = batch_start + index * sample_bytes_;
   // fp32 is made in place; a 16-bit type is made in floats, then converted.
   float* made = config_.pixel_type == DType::fp32 ? static_cast<float*>(out) : staging.data();
-  std::int32_t* labels = labels_[slot].data() + index * sample_labels_;
+  make_from_shard(image, *shard, n, [&](std::uint32_t file, std::mt19937_64& rng, std::string& why) {
+    if (!source_.make(file, rng, scratch, made, labels, why)) return false;
+    // Rounded as a float batch's encode rounds it: the same bits either way.
+    if (made != out) worker::store_floats(made, sample_floats_, config_.pixel_type, out);
+    return true;
+  });
+}
+
+void InputPipeline::make_from_shard(std::int64_t image, const std::vector<std::uint32_t>& shard, std::int64_t n,
+                                    const std::function<bool(std::uint32_t, std::mt19937_64&, std::string&)>& make) {
+  const std::int64_t position = image % n;
   std::string first_error;
   for (std::int64_t attempt = 0; attempt < n; ++attempt) {
-    const std::uint32_t file = (*shard)[static_cast<std::size_t>((position + attempt) % n)];
+    const std::uint32_t file = shard[static_cast<std::size_t>((position + attempt) % n)];
     if (known_bad(file)) continue;
     // The sample's randomness: its place in the rank's stream and the attempt, nothing else.
     std::mt19937_64 rng(mix_bits(config_.seed) ^
                         mix_bits(static_cast<std::uint64_t>(config_.rank) << 40 ^ static_cast<std::uint64_t>(image)) ^
                         mix_bits(static_cast<std::uint64_t>(attempt) + 7));
     std::string why;
-    if (source_.make(file, rng, scratch, made, labels, why)) {
-      // Rounded as a float batch's encode rounds it: the same bits either way.
-      if (made != out) worker::store_floats(made, sample_floats_, config_.pixel_type, out);
-      return;
-    }
+    if (make(file, rng, why)) return;
     skip(file, why);
     if (first_error.empty()) first_error = source_.sample_path(file) + ": " + why;
   }
@@ -153,12 +186,20 @@ void InputPipeline::run_thread() {
 
 Batch InputPipeline::next() {
   std::unique_lock lock(mutex_);
-  if (handed_out_ > 0) filled_[static_cast<std::size_t>((handed_out_ - 1) % slots_)] = 0;  // the previous batch is free
+  if (handed_out_ > 0) {  // the previous batch is free
+    const auto freed = static_cast<std::size_t>((handed_out_ - 1) % slots_);
+    filled_[freed] = 0;
+    if (packed_used_) packed_used_[freed] = PackedBatchLayout::payload(static_cast<std::size_t>(config_.batch_size));
+  }
   const std::int64_t batch = handed_out_++;
   producers_.notify_all();
   const auto slot = static_cast<std::size_t>(batch % slots_);
   consumer_.wait(lock, [&] { return error_ || filled_[slot] == config_.batch_size; });
   if (filled_[slot] != config_.batch_size) std::rethrow_exception(error_);
+  if (packed_used_) {
+    return {pixels_[slot].get(), config_.pixel_type, labels_[slot].data(), packed_used_[slot].load(),
+            source_.packed_side()};
+  }
   return {pixels_[slot].get(), config_.pixel_type, labels_[slot].data()};
 }
 

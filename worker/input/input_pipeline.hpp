@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -37,12 +38,19 @@ struct InputPipelineConfig {
   // Host memory for one batch's pixels, `bytes` long: page-locked where a GPU copies from it (a
   // backend's allocate_host). Ordinary memory when unset.
   std::function<std::shared_ptr<void>(std::size_t bytes)> allocate_pixels;
+  // Batches packed for a device that resizes (packed_images.hpp: each image's decoded crop and taps),
+  // where the source packs (SampleSource::packed_side); the threads then only decode.
+  bool resize_on_device = false;
 };
 
 struct Batch {
   const void* pixels = nullptr;  // batch samples of the source's pixel_floats() values of pixel_type, in its layout
   worker::DType pixel_type = worker::DType::fp32;
   const std::int32_t* labels = nullptr;  // batch samples of its label_count(): class indices, or one per pixel
+  // Where the batch is packed for a device that resizes: `pixels` is the packed batch, its first
+  // packed_bytes bytes used, each image resized to packed_side × packed_side in pixel_type. 0: not packed.
+  std::size_t packed_bytes = 0;
+  int packed_side = 0;
   // The pixels as floats; throws unless pixel_type is fp32.
   const float* floats() const;
 };
@@ -67,6 +75,8 @@ class InputPipeline {
   Batch next();
 
   std::size_t shard_size() const { return shard_size_; }
+  // The most bytes a packed batch may use (0 where batches are not packed): a device's staging size.
+  std::size_t packed_capacity() const { return packed_capacity_; }
   long images_done() const { return images_done_.load(); }
   // Distinct files skipped so far and the first few of them.
   long skipped_count() const;
@@ -77,6 +87,10 @@ class InputPipeline {
  private:
   void run_thread();
   void produce(std::int64_t image, SampleScratch& scratch, std::vector<float>& staging);
+  // Makes stream position `image` with `make`, from the file at its place in the shard or, where
+  // that file cannot be read or decoded, the next one that can (each skipped and counted).
+  void make_from_shard(std::int64_t image, const std::vector<std::uint32_t>& shard, std::int64_t n,
+                       const std::function<bool(std::uint32_t, std::mt19937_64&, std::string&)>& make);
   std::shared_ptr<const std::vector<std::uint32_t>> shard_of_epoch(std::uint64_t epoch);
   void skip(std::uint32_t file, const std::string& why);
   bool known_bad(std::uint32_t file) const;
@@ -87,6 +101,8 @@ class InputPipeline {
   const std::size_t sample_labels_;
   const std::size_t sample_bytes_;  // one sample's pixels in pixel_type
   const int slots_;
+  std::size_t packed_capacity_ = 0;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> packed_used_;  // per slot: its batch's payload taken so far
   std::size_t shard_size_ = 0;
   std::vector<std::shared_ptr<void>> pixels_;      // per slot
   std::vector<std::vector<std::int32_t>> labels_;  // per slot

@@ -1,6 +1,7 @@
 #include "input/sample_source.hpp"
 
 #include <fstream>
+#include <stdexcept>
 
 namespace dlbench::input {
 namespace {
@@ -36,18 +37,47 @@ bool read_file(const std::string& path, std::vector<std::uint8_t>& bytes, std::s
 
 std::unique_ptr<SampleScratch> ImageFolderSource::scratch() const { return std::make_unique<ImageFolderScratch>(); }
 
-bool ImageFolderSource::make(std::uint32_t sample, std::mt19937_64& rng, SampleScratch& scratch, float* pixels,
-                             std::int32_t* labels, std::string& why) const {
+bool SampleSource::make_packed(std::uint32_t, std::mt19937_64&, SampleScratch&, const PackedSlot&, std::int32_t*,
+                               std::string&) const {
+  throw std::logic_error(samples_are() + " are resized on the host only");
+}
+
+bool ImageFolderSource::draw(std::uint32_t sample, std::mt19937_64& rng, SampleScratch& scratch, CropBox& crop,
+                             bool& flip, std::string& why) const {
   auto& s = static_cast<ImageFolderScratch&>(scratch);
   int width = 0, height = 0;
   if (!read_file(folder_.files[sample].path, s.bytes, why) || !s.transform.decoder.header(s.bytes, width, height, why)) {
     return false;
   }
-  const CropBox crop = random_resized_crop(height, width, rng);
-  const bool flip = (rng() >> 63) != 0;
-  if (!transform_jpeg(s.bytes, crop, flip, image_size_, decoding_, layout_, normalizer_, s.transform, pixels, why)) {
+  crop = random_resized_crop(height, width, rng);
+  flip = (rng() >> 63) != 0;
+  return true;
+}
+
+bool ImageFolderSource::make(std::uint32_t sample, std::mt19937_64& rng, SampleScratch& scratch, float* pixels,
+                             std::int32_t* labels, std::string& why) const {
+  auto& s = static_cast<ImageFolderScratch&>(scratch);
+  CropBox crop;
+  bool flip = false;
+  if (!draw(sample, rng, scratch, crop, flip, why) ||
+      !transform_jpeg(s.bytes, crop, flip, image_size_, decoding_, layout_, normalizer_, s.transform, pixels, why)) {
     return false;
   }
+  labels[0] = folder_.files[sample].label;
+  return true;
+}
+
+bool ImageFolderSource::make_packed(std::uint32_t sample, std::mt19937_64& rng, SampleScratch& scratch,
+                                    const PackedSlot& slot, std::int32_t* labels, std::string& why) const {
+  auto& s = static_cast<ImageFolderScratch&>(scratch);
+  CropBox crop;
+  bool flip = false;
+  DecodedCrop decoded;
+  if (!draw(sample, rng, scratch, crop, flip, why) ||
+      !decode_crop(s.bytes, crop, image_size_, decoding_, s.transform.decoder, decoded, why)) {
+    return false;
+  }
+  pack_decoded_crop(decoded, flip, image_size_, s.transform, slot);
   labels[0] = folder_.files[sample].label;
   return true;
 }

@@ -36,6 +36,13 @@ class SampleSource {
   // files cannot be read or decoded.
   virtual bool make(std::uint32_t sample, std::mt19937_64& rng, SampleScratch& scratch, float* pixels,
                     std::int32_t* labels, std::string& why) const = 0;
+  // For a device that resizes (packed_images.hpp): the side of the square a packed sample is
+  // resized to, or 0 where this source resizes on the host only.
+  virtual int packed_side() const { return 0; }
+  // As make, with the same draws from `rng`, but the sample's decoded crop and taps go to `slot`
+  // for the device to resize: the same values once it has.
+  virtual bool make_packed(std::uint32_t sample, std::mt19937_64& rng, SampleScratch& scratch, const PackedSlot& slot,
+                           std::int32_t* labels, std::string& why) const;
 };
 
 // A file's bytes; false (and why) when it cannot be read or is larger than 256 MiB.
@@ -58,8 +65,15 @@ class ImageFolderSource final : public SampleSource {
   std::unique_ptr<SampleScratch> scratch() const override;
   bool make(std::uint32_t sample, std::mt19937_64& rng, SampleScratch& scratch, float* pixels, std::int32_t* labels,
             std::string& why) const override;
+  int packed_side() const override { return image_size_; }
+  bool make_packed(std::uint32_t sample, std::mt19937_64& rng, SampleScratch& scratch, const PackedSlot& slot,
+                   std::int32_t* labels, std::string& why) const override;
 
  private:
+  // The file's bytes and its crop and flip, drawn as torchvision draws them; false (and why) when
+  // it cannot be read.
+  bool draw(std::uint32_t sample, std::mt19937_64& rng, SampleScratch& scratch, CropBox& crop, bool& flip,
+            std::string& why) const;
   const ImageFolder& folder_;
   const int image_size_;
   const PixelLayout layout_;

@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu_budget.hpp"
@@ -12,6 +13,7 @@
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/status.hpp"
 #include "layer_profiler.hpp"
+#include "program/case_setup.hpp"
 #ifdef DLBENCH_HAVE_CUDA
 #include "cuda/cuda_backend.hpp"
 #endif
@@ -63,6 +65,13 @@ EnvironmentInfo environment(const Backend* backend, const Options& o, Communicat
   if (backend != nullptr) e.backend_options = backend->options();
   // Whether the timed steps were one replayed graph, where the backend could have captured them.
   if (backend != nullptr && backend->can_capture()) e.backend_options["cudaGraph"] = o.cuda_graph ? "on" : "off";
+  // Where an imagefolder case's images were resized (a refused choice has failed the case already).
+  if (backend != nullptr && o.data == "imagefolder") {
+    try {
+      e.backend_options["inputResize"] = input_resized_on_device(o, *backend) ? "device" : "host";
+    } catch (const std::invalid_argument&) {
+    }
+  }
   e.backend = o.backend;
   e.communicator = communicator.name();
   e.mpi_version = communicator.mpi_version();

@@ -37,6 +37,10 @@ std::unique_ptr<Communicator> make_communicator(const Options& o, int* argc, cha
 // admits every precision; a case that lands where its precision cannot run ends as a Failed
 // result with reason Unsupported, not as a usage error.
 std::optional<std::string> unsupported_precision(const Options& o, const Backend* backend);
+// Whether an imagefolder case's decoding threads hand their crops to the device to resize
+// (DLBENCH_INPUT_RESIZE=device; host, the default, resizes in the threads): false for other data.
+// "device" on a backend that does not overlap host copies (the CPU's) is refused naming the variable.
+bool input_resized_on_device(const Options& o, const Backend& backend);
 // Why this case's step graph cannot run on `backend` (one that cannot capture), or nothing.
 std::optional<std::string> unsupported_step_graph(const Options& o, const Backend* backend);
 

@@ -312,12 +312,20 @@ class CaseRun {
     // The decoding threads convert to the input's type and write where the device copies from fastest.
     config.pixel_type = trainer.input().dtype;
     config.allocate_pixels = [&device = trainer.backend()](std::size_t bytes) { return device.allocate_host(bytes); };
+    // Or they only decode, and the GPU resizes (its kernel beside the step before, as the copy).
+    config.resize_on_device = input_resized_on_device(o_, trainer.backend());
     start_feed(
         trainer, workload, config.prefetch_batches,
         [&] { real_->pipeline = std::make_unique<input::InputPipeline>(*real_->source, config); },
         [this] { real_->pipeline->next(); },
-        [this](Trainer& t) {
+        [this](Trainer& t) -> std::function<void()> {
           const input::Batch batch = real_->pipeline->next();
+          if (batch.packed_bytes != 0) {
+            return [&t, batch, capacity = real_->pipeline->packed_capacity()] {
+              t.stage_packed_images(batch.pixels, batch.packed_bytes, capacity, batch.packed_side, batch.pixel_type,
+                                    batch.labels);
+            };
+          }
           return [&t, batch] { t.stage_batch(batch.pixels, batch.pixel_type, batch.labels); };
         });
   }
