@@ -446,6 +446,7 @@ def real_data(logs):
     """The CPU input pipeline feeding the GPU: each real-data case beside its synthetic row."""
     out = []
     for name, synthetic in (("dlbench-resnet50-amp-imagefolder", "dlbench-resnet50-amp"),
+                            ("dlbench-resnet50-amp-imagefolder-device", "dlbench-resnet50-amp"),
                             ("dlbench-deeplabv3plus-amp-cityscapes", "dlbench-deeplabv3plus-amp"),
                             ("dlbench-bert-amp-bertpretraining", "dlbench-bert-amp")):
         doc = load(os.path.join(logs, name + ".json"))

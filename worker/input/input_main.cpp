@@ -411,6 +411,16 @@ int measure(const Args& a) {
   if (config.pixel_type != worker::DType::fp32 && !a.text("dump-first").empty()) {
     throw UsageError{"--dump-first writes floats: not with --pixel-type " + pixel_type};
   }
+  const std::string resize_on = a.text("resize-on").empty() ? "host" : a.text("resize-on");
+  config.resize_on_device = one_of<bool>("--resize-on", resize_on, {{"host", false}, {"device", true}});
+  if (config.resize_on_device && cityscapes(a)) throw UsageError{"--resize-on device: imagefolder only"};
+  if (config.resize_on_device) {
+    for (const char* floats_on_the_host : {"dump-first", "check-values"}) {
+      if (!a.text(floats_on_the_host).empty()) {
+        throw UsageError{std::string("--") + floats_on_the_host + ": a batch packed for the device has no values here"};
+      }
+    }
+  }
   ImageFolder folder;
   CityscapesSet set;
   std::unique_ptr<SampleSource> source;
@@ -440,9 +450,11 @@ int measure(const Args& a) {
   if (a.on_off("check-values", false)) check.emplace();
   const std::size_t pixels_per_batch = source->pixel_floats() * static_cast<std::size_t>(config.batch_size);
   if (check) check->scan(first, pixels_per_batch);
+  std::size_t packed_bytes = 0;  // what the packed batches would copy to a GPU
   const auto start = std::chrono::steady_clock::now();
   for (long b = 0; b < batches; ++b) {
     const Batch batch = pipeline.next();
+    packed_bytes += batch.packed_bytes;
     if (check) check->scan(batch, pixels_per_batch);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -451,12 +463,17 @@ int measure(const Args& a) {
                      {"images", batches * config.batch_size},
                      {"threads", config.threads},
                      {"pixelType", pixel_type},
+                     {"resizeOn", resize_on},
                      {"files", source->samples()},
                      {"shardFiles", pipeline.shard_size()},
                      {"skippedFiles", pipeline.skipped_count()}};
   out["skipped"] = nlohmann::json::array();
   for (const auto& s : pipeline.skipped_examples()) out["skipped"].push_back({{"path", s.path}, {"why", s.why}});
   if (check) out["values"] = values_report(*check);
+  // Bytes a GPU is sent per image: the packed crops and taps, or the finished pixels.
+  out["bytesPerImage"] = config.resize_on_device
+                             ? static_cast<double>(packed_bytes) / static_cast<double>(batches * config.batch_size)
+                             : static_cast<double>(source->pixel_floats() * worker::dtype_size(config.pixel_type));
   std::cout << out.dump() << "\n";
   return 0;
 }
@@ -546,6 +563,8 @@ const std::vector<Command>& commands() {
         {"seed", "S (default 42)"},
         {"dct-scaling", "imagefolder: on | off (default on)"},
         {"crop-only", "imagefolder: on | off, decode only what the crop needs (default on)"},
+        {"resize-on", "imagefolder: host | device: the threads resize, or only decode and pack each crop with its "
+                      "taps for a GPU to resize (DLBENCH_INPUT_RESIZE; the GPU's part is not run here; default host)"},
         {"pixel-type", "imagefolder, cityscapes: fp32 | fp16 | bf16, what the threads hand out (amp's fp16, bf16's "
                        "bf16; default fp32)"},
         {"vocabulary", "bertpretraining: token ids a sequence may hold (default 30522)"},
