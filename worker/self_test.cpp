@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +12,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "input/image_transform.hpp"
+#include "input/packed_images.hpp"
 #include "layers/batch_norm2d.hpp"
 #include "layers/bottleneck.hpp"
 #include "layers/conv2d.hpp"
@@ -1162,6 +1165,13 @@ void loss_scaling_checks(Checker& checker, Backend& primary) {
 void precision_independent_checks(Checker& checker, Backend& primary, Backend& reference) {
   optimizer_checks(checker, primary, reference);
   loss_scaling_checks(checker, primary);
+  // Where a backend resizes the input pipeline's images (a GPU's), what it makes of them.
+  if (primary.overlaps_host_copies()) {
+    checker.run("-", "input images resized on the device", [&] {
+      const std::optional<std::string> differs = device_resize_differs(primary);
+      return verdict(!differs, differs.value_or("the host pipeline's values, bit for bit"));
+    });
+  }
 }
 
 void communicator_checks(Checker& checker, Backend& primary, Communicator& comm) {
@@ -1222,6 +1232,68 @@ void communicator_checks(Checker& checker, Backend& primary, Communicator& comm)
 }
 
 }  // namespace
+
+std::optional<std::string> device_resize_differs(Backend& backend) {
+  constexpr int kSide = 48;
+  struct Crop {
+    int width, height;
+    double x0, y0, x1, y1;
+  };
+  static constexpr Crop kCrops[] = {{kSide, kSide, 0, 0, kSide, kSide}, {kSide, 130, 0, 0, kSide, 130},
+                                    {200, kSide, 0, 0, 200, kSide},     {129, 97, 0.25, 0.5, 128.5, 96.75},
+                                    {20, 25, 0, 0, 20, 25},             {90, 91, 3, 2, 88, 89.5}};
+  constexpr auto kImages = static_cast<int>(std::size(kCrops));
+  const input::Normalizer normalizer;
+  input::TransformScratch scratch;
+  const std::size_t capacity = input::packed_batch_capacity(kImages, kSide);
+  std::vector<std::byte> packed(capacity);
+  std::memcpy(packed.data(), normalizer.table(), input::PackedBatchLayout::kTable);
+  std::atomic<std::uint64_t> used{input::PackedBatchLayout::payload(kImages)};
+  std::mt19937 rng(21);
+  const std::size_t sample = 3 * static_cast<std::size_t>(kSide) * kSide;
+  std::vector<float> planar(kImages * sample), interleaved(kImages * sample);
+  std::vector<std::uint8_t> resized(sample);
+  for (int n = 0; n < kImages; ++n) {
+    const Crop& c = kCrops[n];
+    const std::size_t stride = static_cast<std::size_t>(c.width) * 3;
+    std::vector<std::uint8_t> region(stride * static_cast<std::size_t>(c.height));
+    for (auto& v : region) v = static_cast<std::uint8_t>(rng() % 256);
+    input::DecodedCrop crop;
+    crop.part = input::DecodedPart{region.data(), stride, 0, 0, c.width, c.height};
+    crop.x0 = c.x0;
+    crop.y0 = c.y0;
+    crop.x1 = c.x1;
+    crop.y1 = c.y1;
+    const bool flip = n % 2 == 1;
+    auto* entry = reinterpret_cast<input::PackedImage*>(packed.data() + input::PackedBatchLayout::kTable) + n;
+    input::pack_decoded_crop(crop, flip, kSide, scratch, input::PackedSlot{packed.data(), entry, &used});
+    input::BilinearResampler().resize(region.data(), c.width, c.height, stride, c.x0, c.y0, c.x1, c.y1, kSide, kSide,
+                                      resized.data());
+    const std::size_t at = static_cast<std::size_t>(n) * sample;
+    normalizer.write(resized.data(), kSide, kSide, flip, input::PixelLayout::nchw, planar.data() + at);
+    normalizer.write(resized.data(), kSide, kSide, flip, input::PixelLayout::nhwc, interleaved.data() + at);
+  }
+  const std::shared_ptr<void> on_device = backend.allocate(capacity);
+  for (const DType type : {DType::fp32, DType::fp16, DType::bf16}) {
+    for (const bool channels_last : {false, true}) {
+      const std::vector<std::byte> want = encode((channels_last ? interleaved : planar).data(), planar.size(), type);
+      const std::shared_ptr<void> out = backend.allocate(want.size());
+      backend.stage_from_host(on_device.get(), packed.data(), used.load());
+      backend.expand_staged_images(out.get(), on_device.get(), kImages, kSide, type, channels_last);
+      backend.wait_staged_reads();
+      std::vector<std::byte> got(want.size());
+      backend.copy_to_host(got.data(), out.get(), got.size());
+      const auto first = std::mismatch(want.begin(), want.end(), got.begin()).first;
+      if (first != want.end()) {
+        const auto byte = static_cast<std::size_t>(first - want.begin());
+        const std::size_t value = byte / dtype_size(type);
+        return std::string(to_string(type)) + (channels_last ? " channels last" : " planar") + ": value " +
+               std::to_string(value) + " of image " + std::to_string(value / sample) + " differs from the host's";
+      }
+    }
+  }
+  return std::nullopt;
+}
 
 std::vector<SelfTestCheck> run_self_test(const SelfTestSubject& subject, Backend& reference, Communicator& comm,
                                          const std::function<void(const SelfTestCheck&)>& on_check) {

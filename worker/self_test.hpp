@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,13 @@ struct SelfTestSubject {
   // ResNet-50's (a sequence model's layers are the transformer checks').
   std::vector<Model> models = {};
 };
+
+// DLBENCH_INPUT_RESIZE=device on `backend` (one that overlaps host copies): crops packed by the
+// decoding threads' own code (each resize pass, both, neither; enlarging, shrinking, fractional
+// boxes; mirrored or not) staged and resized there, against the host pipeline's values in fp32,
+// fp16 and bf16, planar and channels last. What differs first, or nothing when every bit agrees.
+// The self-test's check "input images resized on the device".
+std::optional<std::string> device_resize_differs(Backend& backend);
 
 // Runs every check; `on_check` sees each as it ends (progress for people). Never throws for a
 // check's failure: an exception inside a check is that check failing, with its message.

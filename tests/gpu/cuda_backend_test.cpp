@@ -7,13 +7,12 @@
 // on the loss after ten SGD steps in fp32 (ten steps of differently ordered fp32 sums through
 // 53 batch norms, each step amplified by the learning rate).
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,8 +24,6 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/swap_axes_plan.hpp"
-#include "input/image_transform.hpp"
-#include "input/packed_images.hpp"
 #include "parameters.hpp"
 #include "precision.hpp"
 #include "models/bert.hpp"
@@ -379,62 +376,12 @@ TEST_F(CudaBackendTest, PoolingReluAndAddMatchTheCpu) {
   EXPECT_EQ(drelu.error(), 0.0);
 }
 
-// DLBENCH_INPUT_RESIZE=device on a GPU: crops packed by the decoding threads' own code (each pass,
-// both, neither, enlarging and shrinking, mirrored or not), staged and resized on the copies'
-// stream, are the host pipeline's values bit for bit in fp32, fp16 and bf16, planar and channels last.
+// DLBENCH_INPUT_RESIZE=device on a GPU: the self-test's own check (device_resize_differs), crops
+// packed by the decoding threads' code, staged and resized on the copies' stream, against the host
+// pipeline's values bit for bit in fp32, fp16 and bf16, planar and channels last.
 TEST_F(CudaBackendTest, APackedBatchResizedOnTheGpuIsTheHostsBatchBitForBit) {
-  constexpr int kSide = 48;
-  struct Crop {
-    int width, height;
-    double x0, y0, x1, y1;
-  };
-  const Crop crops[] = {{kSide, kSide, 0, 0, kSide, kSide}, {kSide, 130, 0, 0, kSide, 130},
-                        {200, kSide, 0, 0, 200, kSide},     {129, 97, 0.25, 0.5, 128.5, 96.75},
-                        {20, 25, 0, 0, 20, 25},             {90, 91, 3, 2, 88, 89.5}};
-  constexpr auto kImages = static_cast<int>(std::size(crops));
-  const input::Normalizer normalizer;
-  input::TransformScratch scratch;
-  const std::size_t capacity = input::packed_batch_capacity(kImages, kSide);
-  std::vector<std::byte> packed(capacity);
-  std::memcpy(packed.data(), normalizer.table(), input::PackedBatchLayout::kTable);
-  std::atomic<std::uint64_t> used{input::PackedBatchLayout::payload(kImages)};
-  std::mt19937 rng(21);
-  const std::size_t sample = 3 * static_cast<std::size_t>(kSide) * kSide;
-  std::vector<float> planar(kImages * sample), interleaved(kImages * sample);
-  std::vector<std::uint8_t> resized(sample);
-  for (int n = 0; n < kImages; ++n) {
-    const Crop& c = crops[n];
-    const std::size_t stride = static_cast<std::size_t>(c.width) * 3;
-    std::vector<std::uint8_t> region(stride * static_cast<std::size_t>(c.height));
-    for (auto& v : region) v = static_cast<std::uint8_t>(rng() % 256);
-    input::DecodedCrop crop;
-    crop.part = input::DecodedPart{region.data(), stride, 0, 0, c.width, c.height};
-    crop.x0 = c.x0;
-    crop.y0 = c.y0;
-    crop.x1 = c.x1;
-    crop.y1 = c.y1;
-    const bool flip = n % 2 == 1;
-    auto* entry = reinterpret_cast<input::PackedImage*>(packed.data() + input::PackedBatchLayout::kTable) + n;
-    input::pack_decoded_crop(crop, flip, kSide, scratch, input::PackedSlot{packed.data(), entry, &used});
-    input::BilinearResampler().resize(region.data(), c.width, c.height, stride, c.x0, c.y0, c.x1, c.y1, kSide, kSide,
-                                      resized.data());
-    normalizer.write(resized.data(), kSide, kSide, flip, input::PixelLayout::nchw, planar.data() + static_cast<std::size_t>(n) * sample);
-    normalizer.write(resized.data(), kSide, kSide, flip, input::PixelLayout::nhwc, interleaved.data() + static_cast<std::size_t>(n) * sample);
-  }
-  const std::shared_ptr<void> on_device = gpu_->allocate(capacity);
-  for (const DType type : {DType::fp32, DType::fp16, DType::bf16}) {
-    for (const bool channels_last : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << to_string(type) << (channels_last ? " channels last" : " planar"));
-      const std::vector<std::byte> want = encode((channels_last ? interleaved : planar).data(), planar.size(), type);
-      const std::shared_ptr<void> out = gpu_->allocate(want.size());
-      gpu_->stage_from_host(on_device.get(), packed.data(), used.load());
-      gpu_->expand_staged_images(out.get(), on_device.get(), kImages, kSide, type, channels_last);
-      gpu_->wait_staged_reads();
-      std::vector<std::byte> got(want.size());
-      gpu_->copy_to_host(got.data(), out.get(), got.size());
-      EXPECT_EQ(got, want);
-    }
-  }
+  const std::optional<std::string> differs = device_resize_differs(*gpu_);
+  EXPECT_FALSE(differs) << *differs;
 }
 
 // dlbench's own max pooling (DLBENCH_CUDA_POOL=own) against the CPU's, in NCHW (fp32) and channels

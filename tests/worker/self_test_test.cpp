@@ -3,6 +3,7 @@
 // communicator that does not sum — naming the check, while the other checks still pass.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -670,6 +671,29 @@ TEST(SelfTest, AnOverflowCheckThatSeesNothingFailsTheLossScalingChecks) {
       EXPECT_THAT(c.detail, HasSubstr("was applied"));
     }
   }
+}
+
+// The check of DLBENCH_INPUT_RESIZE=device, given a device whose resize writes the wrong values (here
+// zeros, after copies that complete at once), says which type, layout, value and image differ first;
+// a backend that does not overlap host copies (the CPU's) resizes nothing and is not asked.
+TEST(SelfTest, ADeviceResizeThatWritesOtherValuesFailsTheResizeCheckNamingTheFirst) {
+  class ZeroResize final : public DelegatingBackend {
+   public:
+    explicit ZeroResize(Backend& inner) : DelegatingBackend(inner) {}
+    bool overlaps_host_copies() const override { return true; }
+    void stage_from_host(void* staging, const void* host, std::size_t bytes) override {
+      std::memcpy(staging, host, bytes);
+    }
+    void take_staged(void* device, const void* staging, std::size_t bytes) override { std::memcpy(device, staging, bytes); }
+    void wait_staged_reads() override {}
+    void expand_staged_images(void* staging, const void*, std::int64_t images, int side, DType dtype, bool) override {
+      std::memset(staging, 0, static_cast<std::size_t>(images * 3 * side * side) * dtype_size(dtype));
+    }
+  };
+  CpuBackend cpu(1);
+  ZeroResize zeros(cpu);
+  EXPECT_EQ(device_resize_differs(zeros), std::optional<std::string>("fp32 planar: value 0 of image 0 differs from the host's"));
+  EXPECT_THROW((void)device_resize_differs(cpu), std::logic_error);
 }
 
 // A count of infs and NaNs that sees none (DLBENCH_LOG_LOSS_SCALE's replay on the device) fails
