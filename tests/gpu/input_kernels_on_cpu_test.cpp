@@ -24,6 +24,7 @@
 #include "input/input_pipeline.hpp"
 #include "input/packed_images.hpp"
 #include "input/sample_source.hpp"
+#include "../input/write_jpeg.hpp"
 
 namespace dlbench::input {
 namespace {
@@ -40,7 +41,6 @@ class PackedJpegFolder : public ::testing::Test {
   void SetUp() override {
     root_ = fs::temp_directory_path() / ("dlbench-packed-" + std::to_string(::getpid()) + "-" +
                                          std::to_string(reinterpret_cast<std::uintptr_t>(this)));
-    tjhandle tj = tjInitCompress();
     std::mt19937 rng(5);
     const int sizes[][2] = {{40, 30}, {90, 100}, {150, 120}, {300, 260}, {700, 500}, {333, 517}};
     for (int c = 0; c < 2; ++c) {
@@ -56,17 +56,10 @@ class PackedJpegFolder : public ::testing::Test {
             p[2] = static_cast<std::uint8_t>(rng() % 256);
           }
         }
-        unsigned char* jpeg = nullptr;
-        unsigned long size = 0;
-        ASSERT_EQ(tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &jpeg, &size, i % 2 == 0 ? TJSAMP_420 : TJSAMP_444, 90,
-                              0),
-                  0);
-        std::ofstream(root_ / ("c" + std::to_string(c)) / ("i" + std::to_string(i) + ".jpg"), std::ios::binary)
-            .write(reinterpret_cast<const char*>(jpeg), static_cast<std::streamsize>(size));
-        tjFree(jpeg);
+        testing::write_jpeg(root_ / ("c" + std::to_string(c)) / ("i" + std::to_string(i) + ".jpg"), rgb, w, h,
+                            i % 2 == 0 ? TJSAMP_420 : TJSAMP_444);
       }
     }
-    tjDestroy(tj);
     std::ofstream(root_ / "c1" / "broken.jpg") << "not a jpeg";
   }
   void TearDown() override { fs::remove_all(root_); }

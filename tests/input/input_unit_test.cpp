@@ -26,6 +26,7 @@
 #include "input/input_pipeline.hpp"
 #include "precision.hpp"
 #include "input/png_codec.hpp"
+#include "write_jpeg.hpp"
 
 namespace dlbench::input {
 namespace {
@@ -416,7 +417,6 @@ class JpegFolder : public ::testing::Test {
   void SetUp() override {
     root_ = fs::temp_directory_path() / ("dlbench-input-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
                                          "-" + std::to_string(reinterpret_cast<std::uintptr_t>(this)));
-    tjhandle tj = tjInitCompress();
     std::mt19937 rng(3);
     for (int c = 0; c < 3; ++c) {
       fs::create_directories(root_ / ("c" + std::to_string(c)));
@@ -424,15 +424,9 @@ class JpegFolder : public ::testing::Test {
         const int w = 40 + 13 * i, h = 30 + 17 * c;
         std::vector<std::uint8_t> rgb(static_cast<std::size_t>(w * h * 3));
         for (auto& v : rgb) v = static_cast<std::uint8_t>(rng() % 256);
-        unsigned char* jpeg = nullptr;
-        unsigned long size = 0;
-        ASSERT_EQ(tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &jpeg, &size, TJSAMP_420, 90, 0), 0);
-        std::ofstream(root_ / ("c" + std::to_string(c)) / ("i" + std::to_string(i) + ".JPEG"), std::ios::binary)
-            .write(reinterpret_cast<const char*>(jpeg), static_cast<std::streamsize>(size));
-        tjFree(jpeg);
+        testing::write_jpeg(root_ / ("c" + std::to_string(c)) / ("i" + std::to_string(i) + ".JPEG"), rgb, w, h);
       }
     }
-    tjDestroy(tj);
     std::ofstream(root_ / "c1" / "broken.jpg") << "not a jpeg";
   }
   void TearDown() override { fs::remove_all(root_); }
