@@ -154,7 +154,8 @@ void InputPipeline::make_from_shard(std::int64_t image, const std::vector<std::u
 
 void InputPipeline::run_thread() {
   const std::unique_ptr<SampleScratch> scratch = source_.scratch();
-  std::vector<float> staging(config_.pixel_type == DType::fp32 ? 0 : sample_floats_);
+  // Floats for a 16-bit type to be converted from; none where the batch is packed for the device.
+  std::vector<float> staging(config_.pixel_type == DType::fp32 || config_.resize_on_device ? 0 : sample_floats_);
   const int batch_size = config_.batch_size;
   for (;;) {
     std::int64_t image = 0;
