@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "input/image_transform.hpp"
+#include "input/image_packing.hpp"
 #include "input/packed_images.hpp"
 #include "layers/batch_norm2d.hpp"
 #include "layers/bottleneck.hpp"

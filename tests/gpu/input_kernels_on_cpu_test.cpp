@@ -22,6 +22,7 @@
 #include "input/image_folder.hpp"
 #include "input/image_transform.hpp"
 #include "input/input_pipeline.hpp"
+#include "input/image_packing.hpp"
 #include "input/packed_images.hpp"
 #include "input/sample_source.hpp"
 #include "../input/write_jpeg.hpp"

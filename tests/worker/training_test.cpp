@@ -14,6 +14,7 @@
 #include "cuda/weight_copies.hpp"
 #include "delegating_backend.hpp"
 #include "input/image_transform.hpp"
+#include "input/image_packing.hpp"
 #include "input/packed_images.hpp"
 #include "layers/batch_norm2d.hpp"
 #include "layers/conv2d.hpp"

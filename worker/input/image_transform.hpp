@@ -4,7 +4,6 @@
 // triangle filter in 8-bit fixed point), so that a crop from dlbench equals torchvision's.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -15,7 +14,6 @@
 
 #include <turbojpeg.h>
 
-#include "input/packed_images.hpp"
 
 namespace dlbench::input {
 
@@ -177,23 +175,6 @@ struct DecodedCrop {
 };
 bool decode_crop(std::span<const std::uint8_t> jpeg, const CropBox& crop, int out_size, JpegDecoding decoding,
                  JpegDecoder& decoder, DecodedCrop& out, std::string& error);
-
-// Where one image of a packed batch (packed_images.hpp) goes: the batch, the image's entry in its
-// table, and the payload bytes the batch's images have taken so far (from the batch's start;
-// threads take theirs at once, so each image's bytes are its own).
-struct PackedSlot {
-  std::byte* batch = nullptr;
-  PackedImage* entry = nullptr;
-  std::atomic<std::uint64_t>* used = nullptr;
-  // `bytes` of the payload, aligned: their offset from the batch's start.
-  std::uint64_t take(std::size_t bytes) const;
-};
-
-// A decoded crop for a device that resizes: its pixels and Pillow's taps for resizing it to
-// out × out, and whether it is mirrored. A region larger than packed_image_budget allows is resized
-// here (the host's bytes) and packed at the output's size with both passes skipped.
-void pack_decoded_crop(const DecodedCrop& crop, bool flip, int out_size, TransformScratch& scratch,
-                       const PackedSlot& slot);
 
 // The whole sample: decode, crop (`crop` in full-size pixels), resize to out × out, flip,
 // normalise into `out`.

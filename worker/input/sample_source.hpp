@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "input/image_folder.hpp"
+#include "input/image_packing.hpp"
 #include "input/image_transform.hpp"
 
 namespace dlbench::input {
