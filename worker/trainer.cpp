@@ -1,6 +1,7 @@
 #include "trainer.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <ostream>
 #include <random>
@@ -253,12 +254,16 @@ void Trainer::stage_sequences(const std::int32_t* token_ids, const std::int32_t*
 }
 
 void Trainer::stage_input_and_labels(const void* input, const std::int32_t* labels) {
+  stage_with_labels([&](void* staged_input) { backend_.stage_from_host(staged_input, input, input_.bytes()); }, labels);
+}
+
+void Trainer::stage_with_labels(const std::function<void(void* staged_input)>& stage_input, const std::int32_t* labels) {
   if (staged_pending_) throw std::logic_error("stage_batch: the batch staged before has not been trained on");
   if (!staged_input_) {
     staged_input_ = backend_.allocate(input_.bytes());
     staged_labels_ = backend_.allocate(label_bytes());
   }
-  backend_.stage_from_host(staged_input_.get(), input, input_.bytes());
+  stage_input(staged_input_.get());
   backend_.stage_from_host(staged_labels_.get(), labels, label_bytes());
   staged_pending_ = staged_unread_ = true;
 }
@@ -276,20 +281,17 @@ void Trainer::stage_packed_images(const void* packed, std::size_t bytes, std::si
                            std::to_string(capacity) + " bytes) for an input " + s.to_string() + " of " +
                            std::string(to_string(input_.dtype)));
   }
-  if (staged_pending_) throw std::logic_error("stage_batch: the batch staged before has not been trained on");
-  if (!staged_input_) {
-    staged_input_ = backend_.allocate(input_.bytes());
-    staged_labels_ = backend_.allocate(label_bytes());
-  }
-  if (staged_packed_capacity_ < capacity) {
-    staged_packed_ = backend_.allocate(capacity);
-    staged_packed_capacity_ = capacity;
-  }
-  backend_.stage_from_host(staged_packed_.get(), packed, bytes);
-  backend_.expand_staged_images(staged_input_.get(), staged_packed_.get(), s.n(), side, input_.dtype,
-                                input_.layout == Layout::nhwc);
-  backend_.stage_from_host(staged_labels_.get(), labels, label_bytes());
-  staged_pending_ = staged_unread_ = true;
+  stage_with_labels(
+      [&](void* staged_input) {
+        if (staged_packed_capacity_ < capacity) {
+          staged_packed_ = backend_.allocate(capacity);
+          staged_packed_capacity_ = capacity;
+        }
+        backend_.stage_from_host(staged_packed_.get(), packed, bytes);
+        backend_.expand_staged_images(staged_input, staged_packed_.get(), s.n(), side, input_.dtype,
+                                      input_.layout == Layout::nhwc);
+      },
+      labels);
 }
 
 void Trainer::take_staged_batch() {

@@ -295,6 +295,9 @@ class Trainer {
   // stage_batch's and stage_sequences's copies, into device buffers of their own (made at the
   // first), which the next step moves into input_ and labels_storage_.
   void stage_input_and_labels(const void* input, const std::int32_t* labels);
+  // What every staging shares: refused while a staged batch is untaken; `stage_input` queues what
+  // fills the staged input (made at the first), then the labels' copy follows.
+  void stage_with_labels(const std::function<void(void* staged_input)>& stage_input, const std::int32_t* labels);
   void take_staged_batch();  // as a step begins, before any capture or replay
   std::shared_ptr<void> staged_input_, staged_labels_;
   std::shared_ptr<void> staged_packed_;  // a packed batch's bytes on the device, before stage_packed_images resizes them

@@ -45,13 +45,13 @@ InputPipeline::InputPipeline(const SampleSource& source, InputPipelineConfig con
     packed_used_ = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(slots_));
   }
   const std::size_t batch_bytes = config_.resize_on_device ? packed_capacity_ : sample_bytes_ * images;
+  const Normalizer normalizer;  // its table goes into each packed slot once
   for (int s = 0; s < slots_; ++s) {
     pixels_.push_back(config_.allocate_pixels ? config_.allocate_pixels(batch_bytes) : worker::aligned_host_memory(batch_bytes));
     if (!pixels_.back()) throw std::bad_alloc();
     labels_.emplace_back(sample_labels_ * images);
     if (config_.resize_on_device) {
       // The normaliser's table once a slot; each batch's images then take the payload from its start.
-      const Normalizer normalizer;
       std::memcpy(static_cast<std::byte*>(pixels_.back().get()) + PackedBatchLayout::kNormalizer, normalizer.table(),
                   PackedBatchLayout::kTable - PackedBatchLayout::kNormalizer);
       packed_used_[static_cast<std::size_t>(s)] = PackedBatchLayout::payload(images);

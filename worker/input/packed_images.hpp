@@ -44,7 +44,7 @@ constexpr std::size_t packed_taps_bytes(int out, int horizontal_size, int vertic
 
 // The most one image may take of a batch (pixels, taps and alignment): a crop region up to four times
 // the output's pixels, with taps for shrinking it up to 4× along an axis. A larger region is resized
-// on the host and shipped at the output's size, both passes skipped (ImageFolderSource), so a batch
+// on the host and shipped at the output's size, both passes skipped (pack_decoded_crop), so a batch
 // never holds more than images × this.
 constexpr std::size_t packed_image_budget(int out) {
   const std::size_t pixels = 4 * 3 * static_cast<std::size_t>(out) * static_cast<std::size_t>(out);
