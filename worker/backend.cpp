@@ -102,7 +102,7 @@ void BatchNormOp::backward_add_relu(const Tensor&, const Tensor&, const Tensor&,
   throw std::logic_error("this batch norm was not made with add_relu (BatchNormConfig::add_relu)");
 }
 
-std::shared_ptr<void> Backend::allocate_host(std::size_t bytes) { return aligned_host_memory(bytes); }
+std::shared_ptr<void> Backend::allocate_host(std::size_t bytes) { return zeroed_large_memory(bytes); }
 
 namespace {
 [[noreturn]] void no_overlapped_copies(const Backend& backend, const char* call) {

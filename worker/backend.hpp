@@ -454,7 +454,8 @@ class Backend {
   virtual void copy_from_host(void* device_dst, const void* host_src, std::size_t bytes) = 0;
   // Host memory this backend copies from fastest, for what goes to the device every step (the
   // input pipeline's batches): page-locked on a GPU, where a copy from ordinary memory goes through
-  // a staging buffer at a fraction of the bus's rate. The default is ordinary memory.
+  // a staging buffer at a fraction of the bus's rate. The default is ordinary memory, zeroed (so
+  // faulted in now, not at the first batch's write) and advised as huge pages (host_memory.hpp).
   virtual std::shared_ptr<void> allocate_host(std::size_t bytes);
   virtual void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) = 0;
   // Input batches copied to the device while the step before them runs (Trainer::stage_batch),

@@ -1,14 +1,14 @@
 // Host memory for the worker's buffers.
 //
-// aligned_host_memory: ordinary memory on a 64-byte boundary, freed with its last owner: a
-// backend's default for what it copies to the device every step (Backend::allocate_host), and the
-// input pipeline's batches where no backend gives memory.
-//
-// zeroed_large_memory and LargePageAllocator: the CPU backend's tensors and a weights file's. A
-// buffer of 2 MiB or more starts on a 2 MiB boundary and is advised as transparent huge pages, so
-// that the kernel maps it 2 MiB at a time: where THP is "madvise" (many distributions' default),
-// memory nobody advises stays in 4 KiB pages, and a VGG16 step's 4 GB of weights, gradients and
-// activations then costs a million page faults (bench/worker_huge_pages.py).
+// zeroed_large_memory and LargePageAllocator: the CPU backend's tensors, a weights file's, and
+// what a backend copies to the device every step where it has no memory of its own for that
+// (Backend::allocate_host: the input pipeline's batches). A buffer of 2 MiB or more starts on a
+// 2 MiB boundary and is advised as transparent huge pages, so that the kernel maps it 2 MiB at a
+// time: where THP is "madvise" (many distributions' default), memory nobody advises stays in 4 KiB
+// pages, and a VGG16 step's 4 GB of weights, gradients and activations then costs a million page
+// faults (bench/worker_huge_pages.py). Zeroing it also faults it in when it is made, not at its
+// first write: the decoding threads' first pass over a ring of batches in fresh memory ran at
+// three quarters of their rate (bench/RESULTS.md, 2026-12-03, "Every page of a batch faulted in").
 #pragma once
 
 #include <sys/mman.h>
@@ -21,10 +21,6 @@
 #include <new>
 
 namespace dlbench::worker {
-
-inline std::shared_ptr<void> aligned_host_memory(std::size_t bytes) {
-  return {::operator new(bytes, std::align_val_t{64}), [](void* p) { ::operator delete(p, std::align_val_t{64}); }};
-}
 
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 

@@ -27,6 +27,7 @@
 #include "precision.hpp"
 #include "input/png_codec.hpp"
 #include "write_jpeg.hpp"
+#include "../worker/resident_pages.hpp"
 
 namespace dlbench::input {
 namespace {
@@ -527,6 +528,27 @@ TEST_F(JpegFolder, ASmallShardPerRankStillFillsBatches) {
   config.world = 40;
   config.rank = 35;  // 31 files: ranks 31 to 39 get none
   EXPECT_THROW(InputPipeline(source, config), DataUnavailable);
+}
+
+// The batches' memory is faulted in as the pipeline starts, as a GPU's page-locked memory is: a
+// thread's first write into a fresh batch would otherwise wait on the kernel (in a short
+// `dlbench-input measure`, a quarter of the threads' rate). A pipeline without an allocator is refused.
+TEST_F(JpegFolder, ThePipelinesOwnBatchMemoryIsResidentBeforeAnyBatchIsWritten) {
+  InputPipelineConfig config;
+  const std::size_t bytes = (std::size_t{6} << 20) + 100;
+  const auto memory = config.allocate_pixels(bytes);
+  const auto pages = dlbench::testing::residency_of(memory.get(), bytes);
+  EXPECT_GT(pages.pages, 1000u);
+  EXPECT_EQ(pages.resident, pages.pages);
+  const ImageFolder f = scan_image_folder(root_.string());
+  const ImageFolderSource source(f, 16, PixelLayout::nchw);
+  config.allocate_pixels = nullptr;
+  try {
+    InputPipeline p(source, config);
+    FAIL() << "a pipeline without memory for its batches was made";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("allocate_pixels"), std::string::npos) << e.what();
+  }
 }
 
 // A Cityscapes tree of small pairs, one of them broken.

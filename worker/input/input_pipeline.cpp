@@ -5,7 +5,6 @@
 #include <new>
 #include <stdexcept>
 
-#include "host_memory.hpp"
 #include "precision.hpp"
 
 namespace dlbench::input {
@@ -27,6 +26,7 @@ InputPipeline::InputPipeline(const SampleSource& source, InputPipelineConfig con
   if (config_.batch_size < 1 || config_.threads < 1 || config_.prefetch_batches < 1) {
     throw std::invalid_argument("InputPipeline: batch size, threads and prefetch batches must be >= 1");
   }
+  if (!config_.allocate_pixels) throw std::invalid_argument("InputPipeline: no allocate_pixels for the batches");
   if (config_.pixel_type == DType::int32) throw std::invalid_argument("InputPipeline: pixels are fp32, fp16 or bf16");
   // How the threads will make halves: a wrong DLBENCH_CPU_HALVES is refused here, not in a thread.
   if (config_.pixel_type == DType::fp16) worker::halves_convert_on_f16c();
@@ -47,7 +47,7 @@ InputPipeline::InputPipeline(const SampleSource& source, InputPipelineConfig con
   const std::size_t batch_bytes = config_.resize_on_device ? packed_capacity_ : sample_bytes_ * images;
   const Normalizer normalizer;  // its table goes into each packed slot once
   for (int s = 0; s < slots_; ++s) {
-    pixels_.push_back(config_.allocate_pixels ? config_.allocate_pixels(batch_bytes) : worker::aligned_host_memory(batch_bytes));
+    pixels_.push_back(config_.allocate_pixels(batch_bytes));
     if (!pixels_.back()) throw std::bad_alloc();
     labels_.emplace_back(sample_labels_ * images);
     if (config_.resize_on_device) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dtype.hpp"
+#include "host_memory.hpp"
 #include "input/image_folder.hpp"
 #include "input/sample_source.hpp"
 
@@ -36,8 +37,9 @@ struct InputPipelineConfig {
   // EPYC core; on an H200 the real-data amp step, converting and copying, took 163 ms against 35).
   worker::DType pixel_type = worker::DType::fp32;
   // Host memory for one batch's pixels, `bytes` long: page-locked where a GPU copies from it (a
-  // backend's allocate_host). Ordinary memory when unset.
-  std::function<std::shared_ptr<void>(std::size_t bytes)> allocate_pixels;
+  // backend's allocate_host). The default: ordinary memory, faulted in as the pipeline starts, as
+  // page-locked memory is, so that no batch's first write waits on the kernel (host_memory.hpp).
+  std::function<std::shared_ptr<void>(std::size_t bytes)> allocate_pixels = worker::zeroed_large_memory;
   // Batches packed for a device that resizes (packed_images.hpp: each image's decoded crop and taps),
   // where the source packs (SampleSource::packed_side); the threads then only decode.
   bool resize_on_device = false;
