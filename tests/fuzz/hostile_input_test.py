@@ -5,10 +5,12 @@ never a crash, a hang or a blow-up.
 
 The corpus: YAML and JSON syntax errors, alias cycles and alias bombs, deep nesting, huge and tiny
 numbers, invalid UTF-8, control characters and NUL, binary garbage, empty and enormous files,
-wrong types at the top, tags, hostile worker flags, and hostile Cityscapes trees (PNG headers that
-claim 30000 x 30000 pixels, truncated and mislabelled files, labels of another size), and damaged
-BERT pretraining shards (HDF5 truncated, bit-flipped, zeroed). Targets: `dlbench validate -f`,
-`dlbench run -f`, `dlbench report`, `dlbench compare`, `dlbench-worker` flags and `dlbench-input measure --data
+wrong types at the top, tags, hostile worker flags, hostile Cityscapes trees (PNG headers that
+claim 30000 x 30000 pixels, truncated and mislabelled files, labels of another size), hostile
+ImageFolder JPEGs (headers that claim 65500 x 65500 pixels, 2,000 progressive scans, truncated,
+empty, garbage) along each decoding path, and damaged BERT pretraining shards (HDF5 truncated,
+bit-flipped, zeroed). Targets: `dlbench validate -f`, `dlbench run -f`, `dlbench report`,
+`dlbench compare`, `dlbench-worker` flags and `dlbench-input measure` on ImageFolder trees, `--data
 cityscapes` and `--data bertpretraining`.
 
 Bounds (core/include/dlbench/core/yaml.hpp documents the limits that keep them): at most
@@ -135,32 +137,78 @@ WORKER_FLAGS = [
 ]
 
 
-def png(width, height, colour, rows=b""):
+def png(width, height, colour, rows=b"", repeat=1):
     """A PNG whose header says width x height (colour type 2: RGB, 0: grey) and whose data is `rows`
-    compressed, whatever their size: checksums right, so that only the claim is hostile."""
+    `repeat` times, compressed, whatever their size: checksums right, so that only the claim is
+    hostile. Compressed a row at a time: a 30000 x 30000 image is 900 MB raw."""
     import struct
     import zlib
 
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    compressor = zlib.compressobj()
+    data = b"".join(compressor.compress(rows) for _ in range(repeat)) + compressor.flush()
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, colour, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+            + chunk(b"IDAT", data) + chunk(b"IEND", b""))
 
 
 def small_png(width, height, colour):
+    """What its header says: width x height pixels of one grey."""
     channels = 3 if colour == 2 else 1
-    return png(width, height, colour, (b"\x00" + b"\x40" * (width * channels)) * height)
+    return png(width, height, colour, b"\x00" + b"\x40" * (width * channels), repeat=height)
 
 
-# Cityscapes trees of one pair each: (image bytes, label bytes), the trouble named by the pair.
-CITYSCAPES_TREES = {
-    "image-bomb": (png(30000, 30000, 2), small_png(30000, 30000, 0)),
-    "label-bomb": (small_png(16, 16, 2), png(30000, 30000, 0)),
-    "truncated": (small_png(64, 64, 2)[:60], small_png(64, 64, 0)),
-    "other-size": (small_png(16, 16, 2), small_png(17, 16, 0)),
-    "jpeg-named-png": (b"\xff\xd8\xff\xe0" + b"\x00" * 64, small_png(16, 16, 0)),
-    "colour-label": (small_png(16, 16, 2), small_png(16, 16, 2)),
-}
+def cityscapes_trees():
+    """Cityscapes trees of one pair each: (image bytes, label bytes), the trouble named by the pair.
+    Made when asked, not as the module loads: the runner loads this file too, and every program it
+    starts inherits its peak RSS as a floor (the bound would then hold nothing under it)."""
+    return {
+        "image-bomb": (png(30000, 30000, 2), small_png(30000, 30000, 0)),
+        "label-bomb": (small_png(16, 16, 2), png(30000, 30000, 0)),
+        "truncated": (small_png(64, 64, 2)[:60], small_png(64, 64, 0)),
+        "other-size": (small_png(16, 16, 2), small_png(17, 16, 0)),
+        "jpeg-named-png": (b"\xff\xd8\xff\xe0" + b"\x00" * 64, small_png(16, 16, 0)),
+        "colour-label": (small_png(16, 16, 2), small_png(16, 16, 2)),
+    }
+
+
+def claiming_size(jpeg, width, height):
+    """`jpeg` with its frame header (SOF0 or SOF2) claiming width x height: a decompression bomb in
+    the few hundred bytes of a small image."""
+    import struct
+    at = 2
+    while at + 9 < len(jpeg):
+        marker, length = jpeg[at + 1], struct.unpack(">H", jpeg[at + 2:at + 4])[0]
+        if marker in (0xC0, 0xC2):
+            return jpeg[:at + 5] + struct.pack(">HH", height, width) + jpeg[at + 9:]
+        at += 2 + length
+    raise ValueError("no frame header")
+
+
+def with_scans(jpeg, scans):
+    """A progressive `jpeg` with its last scan repeated until it has `scans`: each is a pass over the
+    whole image, and libjpeg reads a repeated one with only a warning."""
+    last, end = jpeg.rfind(b"\xff\xda"), jpeg.rfind(b"\xff\xd9")
+    return jpeg[:end] + jpeg[last:end] * (scans - jpeg.count(b"\xff\xda")) + jpeg[end:]
+
+
+def jpeg_troubles(baseline, progressive):
+    """ImageFolder files, each alone in its class: bombs by their headers, a progressive file of
+    2,000 scans, cut short, empty, garbage, and a PNG named .jpg."""
+    return {"bomb-baseline.jpg": claiming_size(baseline, 65500, 65500),
+            "bomb-progressive.jpg": claiming_size(progressive, 65500, 65500),
+            "bomb-wide.jpg": claiming_size(progressive, 65500, 2733),
+            "scans.jpg": with_scans(progressive, 2000),
+            "truncated.jpg": baseline[:len(baseline) // 3],
+            "empty.jpg": b"",
+            "garbage.jpg": bytes(random.Random(5).randrange(256) for _ in range(4096)),
+            "png-named.jpg": small_png(16, 16, 2)}
+
+
+# The decoding paths a JPEG can take: the default (a crop's rows, DCT-scaled), whole-image decoding,
+# no DCT scaling, and packed for a device that resizes.
+JPEG_PATHS = {"default": [], "whole": ["--crop-only", "off"], "no-dct-scaling": ["--dct-scaling", "off"],
+              "device": ["--resize-on", "device"]}
 
 
 def shard_troubles(good):
@@ -302,7 +350,7 @@ def main():
             check(f"compare {name}", [dlbench, "compare", name, name], name)
         check("validate a directory", [dlbench, "validate", "-f", tmp], tmp)
         check("validate a missing file", [dlbench, "validate", "-f", os.path.join(tmp, "missing.yaml")], "missing.yaml")
-        for trouble, (image, label) in CITYSCAPES_TREES.items():
+        for trouble, (image, label) in cityscapes_trees().items():
             root = os.path.join(tmp, "cityscapes-" + trouble)
             for folder, name, content in (("leftImg8bit", f"{trouble}_leftImg8bit.png", image),
                                           ("gtFine", f"{trouble}_gtFine_labelIds.png", label)):
@@ -312,6 +360,24 @@ def main():
             check(f"cityscapes {trouble}", [inputs, "measure", root, "--data", "cityscapes", "--batch-size", "1",
                                             "--batches", "1", "--crop-height", "8", "--crop-width", "8"],
                   f"{trouble}_leftImg8bit.png")
+        # ImageFolder JPEGs: each hostile file alone in its class, along every decoding path; the
+        # answer is exit 1 naming the file, within the bounds (a 65,500 x 65,500 progressive header
+        # took more than a minute and 7 GB before JpegDecoder's pixel limit).
+        made = {}
+        for kind in ("off", "on"):
+            root = os.path.join(tmp, "made-jpegs-" + kind)
+            subprocess.run([inputs, "generate", root, "--classes", "1", "--per-class", "1", "--progressive", kind],
+                           check=True, capture_output=True)
+            with open(os.path.join(root, "class_0000", "img_000000.jpg"), "rb") as f:
+                made[kind] = f.read()
+        for name, content in jpeg_troubles(made["off"], made["on"]).items():
+            root = os.path.join(tmp, "jpegs-" + name)
+            os.makedirs(os.path.join(root, "a"), exist_ok=True)
+            with open(os.path.join(root, "a", name), "wb") as f:
+                f.write(content)
+            for path, flags in JPEG_PATHS.items():
+                check(f"imagefolder {name} ({path})", [inputs, "measure", root, "--batch-size", "1", "--batches", "1",
+                                                       *flags], name)
         # BERT's shards: a real shard (dlbench-input writes it as NVIDIA's script does) damaged in
         # every way a copy can be, alone in its directory; whatever the HDF5 library makes of it,
         # the answer is exit 1 naming the shard (or, where flipped bits left it readable, a

@@ -279,6 +279,92 @@ TEST(JpegDecoder, APartRefusesWhatTheWholeDecodeRefuses) {
   EXPECT_EQ(got.top, 10);
 }
 
+// `jpeg` with its frame header (SOF0 or SOF2) claiming width × height: a few hundred bytes that
+// say a bomb's size.
+std::vector<std::uint8_t> claiming_size(std::vector<std::uint8_t> jpeg, int width, int height) {
+  for (std::size_t i = 2; i + 9 < jpeg.size();) {
+    const std::uint8_t marker = jpeg[i + 1];
+    const std::size_t length = static_cast<std::size_t>(jpeg[i + 2]) << 8 | jpeg[i + 3];
+    if (marker == 0xC0 || marker == 0xC2) {
+      jpeg[i + 5] = static_cast<std::uint8_t>(height >> 8);
+      jpeg[i + 6] = static_cast<std::uint8_t>(height);
+      jpeg[i + 7] = static_cast<std::uint8_t>(width >> 8);
+      jpeg[i + 8] = static_cast<std::uint8_t>(width);
+      return jpeg;
+    }
+    i += 2 + length;
+  }
+  ADD_FAILURE() << "no frame header";
+  return jpeg;
+}
+
+// `jpeg` (progressive) with its last scan repeated until it has `scans` scans: libjpeg decodes on
+// through a repeated scan with a warning, and each one is a pass over the whole image.
+std::vector<std::uint8_t> with_scans(const std::vector<std::uint8_t>& jpeg, int scans) {
+  std::vector<std::size_t> starts;
+  for (std::size_t i = 0; i + 1 < jpeg.size(); ++i) {
+    if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xDA) starts.push_back(i);
+  }
+  const std::size_t end = jpeg.size() - 2;  // the EOI marker
+  EXPECT_TRUE(jpeg[end] == 0xFF && jpeg[end + 1] == 0xD9);
+  std::vector<std::uint8_t> out(jpeg.begin(), jpeg.begin() + static_cast<std::ptrdiff_t>(end));
+  for (int extra = scans - static_cast<int>(starts.size()); extra > 0; --extra) {
+    out.insert(out.end(), jpeg.begin() + static_cast<std::ptrdiff_t>(starts.back()),
+               jpeg.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  out.insert(out.end(), {0xFF, 0xD9});
+  return out;
+}
+
+// A header past Pillow's decompression-bomb limit (2 × 89,478,485 pixels, where torchvision's
+// ImageFolder fails too) is refused by its size, before any decoding: a progressive 65,500 × 65,500
+// header took a thread more than a minute and 7 GB before. At the limit it is a JPEG like any other.
+TEST(JpegDecoder, AHeaderPastPillowsPixelLimitIsRefusedBeforeAnyDecoding) {
+  std::mt19937 rng(3);
+  for (const bool progressive : {false, true}) {
+    const std::vector<std::uint8_t> small = test_jpeg(64, 48, TJSAMP_420, progressive, rng);
+    JpegDecoder decoder;
+    int width = 0, height = 0;
+    std::string error;
+    for (const auto& [w, h] : {std::pair{65500, 65500}, std::pair{13378, 13377}}) {
+      const std::vector<std::uint8_t> bomb = claiming_size(small, w, h);
+      EXPECT_FALSE(decoder.header(bomb, width, height, error));
+      EXPECT_EQ(error, "is " + std::to_string(w) + " x " + std::to_string(h) +
+                           " pixels, more than the 178956970 a JPEG may have (Pillow's decompression-bomb limit)");
+      const std::string header_error = error;
+      EXPECT_FALSE(decoder.decode(bomb, 1, 8, width, height, error));
+      EXPECT_EQ(error, header_error);
+      DecodedPart part;
+      EXPECT_FALSE(decoder.decode_part(bomb, 1, 8, CropBox{0, 0, 8, 8}, part, error));
+      EXPECT_EQ(error, header_error);
+    }
+    ASSERT_TRUE(decoder.header(claiming_size(small, 13000, 13765), width, height, error)) << error;  // 178,945,000
+    EXPECT_EQ(width, 13000);
+    EXPECT_EQ(height, 13765);
+    ASSERT_TRUE(decoder.decode(small, 1, 1, width, height, error)) << error;  // and it decodes on
+  }
+}
+
+// A progressive JPEG of more than 500 scans is refused, whole (TurboJPEG's TJFLAG_LIMITSCANS) or in
+// part (the same check in libjpeg's progress monitor), with the same words; 500 scans decode.
+TEST(JpegDecoder, AProgressiveJpegOfMoreThan500ScansIsRefusedWholeOrInPart) {
+  std::mt19937 rng(9);
+  const std::vector<std::uint8_t> jpeg = test_jpeg(64, 48, TJSAMP_420, true, rng);
+  JpegDecoder decoder;
+  int width = 0, height = 0;
+  std::string error;
+  DecodedPart part;
+  const std::vector<std::uint8_t> at_limit = with_scans(jpeg, 500), past = with_scans(jpeg, 501);
+  EXPECT_TRUE(decoder.decode(at_limit, 1, 1, width, height, error)) << error;
+  EXPECT_TRUE(decoder.decode_part(at_limit, 1, 2, CropBox{4, 4, 8, 8}, part, error)) << error;
+  EXPECT_FALSE(decoder.decode(past, 1, 1, width, height, error));
+  EXPECT_EQ(error, "Progressive JPEG image has more than 500 scans");
+  error.clear();
+  EXPECT_FALSE(decoder.decode_part(past, 1, 2, CropBox{4, 4, 8, 8}, part, error));
+  EXPECT_EQ(error, "Progressive JPEG image has more than 500 scans");
+  ASSERT_TRUE(decoder.decode_part(jpeg, 1, 2, CropBox{4, 4, 8, 8}, part, error)) << error;  // and decodes on
+}
+
 // A sample's bytes are the same whether the JPEG was decoded whole or only where its crop lies.
 TEST(TransformJpeg, DecodingOnlyTheCropChangesNoValue) {
   std::mt19937 rng(17);

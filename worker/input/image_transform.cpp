@@ -355,12 +355,28 @@ struct JpegDecoder::Libjpeg {
     std::jmp_buf jump;
     bool truncated = false;
     char truncation[JMSG_LENGTH_MAX];  // what libjpeg said of it
+    bool too_many_scans = false;
+  };
+  // Called as libjpeg reads each part of the file: the scan limit, checked as TurboJPEG checks it.
+  struct Progress {
+    jpeg_progress_mgr manager;  // first: libjpeg hands back the decompressor, whose `progress` this is
+    Errors* errors = nullptr;
   };
   jpeg_decompress_struct cinfo{};
   Errors errors{};
+  Progress progress{};
 
   Libjpeg() {
     cinfo.err = jpeg_std_error(&errors.manager);
+    progress.errors = &errors;
+    progress.manager.progress_monitor = [](j_common_ptr c) {
+      auto* d = reinterpret_cast<j_decompress_ptr>(c);
+      if (d->progressive_mode && d->input_scan_number > kMaxJpegScans) {
+        auto* mine = reinterpret_cast<Progress*>(d->progress);
+        mine->errors->too_many_scans = true;
+        std::longjmp(mine->errors->jump, 1);
+      }
+    };
     errors.manager.error_exit = [](j_common_ptr c) { std::longjmp(reinterpret_cast<Errors*>(c->err)->jump, 1); };
     errors.manager.emit_message = [](j_common_ptr c, int level) {
       if (level >= 0 || c->err->msg_code != JWRN_JPEG_EOF) return;
@@ -369,6 +385,7 @@ struct JpegDecoder::Libjpeg {
       (*c->err->format_message)(c, mine->truncation);
     };
     jpeg_create_decompress(&cinfo);
+    cinfo.progress = &progress.manager;  // after: jpeg_create_decompress zeroes all but `err`
   }
   ~Libjpeg() { jpeg_destroy_decompress(&cinfo); }
   Libjpeg(const Libjpeg&) = delete;
@@ -382,6 +399,11 @@ struct JpegDecoder::Libjpeg {
 };
 
 namespace {
+
+// What TurboJPEG says of a file past its scan limit (the whole decode's), said by the part's too.
+std::string too_many_scans_error() {
+  return "Progressive JPEG image has more than " + std::to_string(kMaxJpegScans) + " scans";
+}
 
 // Columns of margin around a part, in output pixels: fancy upsampling reads one chroma sample
 // (two pixels) either side, which a window's edge would otherwise replicate.
@@ -452,6 +474,7 @@ bool JpegDecoder::decode_part(std::span<const std::uint8_t> jpeg, int scale_num,
     return false;
   }
   libjpeg_->errors.truncated = false;
+  libjpeg_->errors.too_many_scans = false;
   JDIMENSION window_left = 0, window_width = 0;
   bool decoded = false;
   try {
@@ -462,7 +485,7 @@ bool JpegDecoder::decode_part(std::span<const std::uint8_t> jpeg, int scale_num,
     throw;
   }
   if (!decoded) {
-    error = libjpeg_->message();
+    error = libjpeg_->errors.too_many_scans ? too_many_scans_error() : libjpeg_->message();
     return false;
   }
   if (libjpeg_->errors.truncated) {
@@ -489,6 +512,11 @@ bool JpegDecoder::header(std::span<const std::uint8_t> jpeg, int& width, int& he
     error = "no pixels";
     return false;
   }
+  if (static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(height) > kMaxJpegPixels) {
+    error = "is " + std::to_string(width) + " x " + std::to_string(height) + " pixels, more than the " +
+            std::to_string(kMaxJpegPixels) + " a JPEG may have (Pillow's decompression-bomb limit)";
+    return false;
+  }
   return true;
 }
 
@@ -501,7 +529,7 @@ bool JpegDecoder::decode(std::span<const std::uint8_t> jpeg, int scale_num, int 
   pixels_.resize(static_cast<std::size_t>(width) * static_cast<std::size_t>(height) * 3);
   // Accurate integer IDCT and fancy upsampling: libjpeg's defaults, which PIL decodes with.
   if (tjDecompress2(handle_, jpeg.data(), static_cast<unsigned long>(jpeg.size()), pixels_.data(), width, 0, height,
-                    TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
+                    TJPF_RGB, TJFLAG_ACCURATEDCT | TJFLAG_LIMITSCANS) != 0) {
     // Warnings decode the whole image (extraneous bytes before a marker, say) and PIL accepts
     // them too; a truncated file PIL refuses ("image file is truncated"), and so does this.
     const std::string why = tjGetErrorStr2(handle_);

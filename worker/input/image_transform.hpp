@@ -107,8 +107,19 @@ struct DecodedPart {
   int left = 0, top = 0, width = 0, height = 0;
 };
 
+// The most pixels a JPEG may have: Pillow's decompression-bomb limit (2 × Image.MAX_IMAGE_PIXELS),
+// past which torchvision's ImageFolder cannot open it either. A header can claim 65,500 × 65,500
+// in a few hundred bytes; decoding that (a progressive one buffers every coefficient) took more
+// than a minute and 7 GB on one thread before this limit. At the limit a thread holds at most
+// about 1.6 GB: the pixels and, for a progressive file, its coefficients.
+inline constexpr std::uint64_t kMaxJpegPixels = 2 * std::uint64_t{89'478'485};
+// The most scans a progressive JPEG may have (TurboJPEG's TJFLAG_LIMITSCANS): each scan is a
+// pass over the whole image, and a small file can repeat one thousands of times.
+inline constexpr int kMaxJpegScans = 500;
+
 // One thread's JPEG decoder (libjpeg-turbo's accurate IDCT and fancy upsampling, the same as
-// PIL's defaults) with its buffers, reused from image to image.
+// PIL's defaults) with its buffers, reused from image to image. Refuses a JPEG past kMaxJpegPixels
+// or kMaxJpegScans.
 class JpegDecoder {
  public:
   JpegDecoder();

@@ -181,6 +181,7 @@ int generate(const Args& a) {
   const long classes = a.number("classes", 4, 1, 1000);
   const long per_class = a.number("per-class", 32, 1, 1 << 20);
   const long broken = a.number("broken", 0, 0, 1 << 20);
+  const int progressive = a.on_off("progressive", false) ? TJFLAG_PROGRESSIVE : 0;
   std::mt19937_64 rng(static_cast<std::uint64_t>(a.number("seed", 7, 0, 1L << 62)));
   constexpr int kSizes[][2] = {{500, 375}, {375, 500}, {500, 333}, {400, 300}, {640, 480}, {500, 500}, {333, 500}};
   tjhandle tj = tjInitCompress();
@@ -207,7 +208,7 @@ int generate(const Args& a) {
       }
       unsigned char* jpeg = nullptr;
       unsigned long bytes = 0;
-      if (tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &jpeg, &bytes, TJSAMP_420, 90, 0) != 0) {
+      if (tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &jpeg, &bytes, TJSAMP_420, 90, progressive) != 0) {
         throw std::runtime_error(std::string("TurboJPEG: ") + tjGetErrorStr2(tj));
       }
       char file[48];
@@ -497,6 +498,7 @@ const std::vector<Command>& commands() {
        {{"data", "imagefolder | cityscapes | bertpretraining (default imagefolder)"},
         {"classes", "imagefolder: class folders (default 4)"},
         {"per-class", "imagefolder: JPEGs per class (default 32)"},
+        {"progressive", "imagefolder: on | off, progressive JPEGs, as some photos are (default off)"},
         {"cities", "cityscapes: city folders (default 2)"},
         {"per-city", "cityscapes: image and label pairs per city (default 8)"},
         {"width", "cityscapes: pixels (default 2048)"},
