@@ -117,6 +117,50 @@ class Golden(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn('DLBENCH_CPU_RESAMPLER: "sse" is not one of portable, avx2', p.stderr)
 
+    def test_cmyk_jpegs_are_torchvisions_bit_for_bit(self):
+        # Pillow reads a CMYK JPEG as Adobe's inverted CMYK and converts it with its own rounding;
+        # dlbench does the same on both decoding paths (whole, and only the crop's rows), in every
+        # subsampling Pillow writes (its 4:2:2 and 4:2:0 sample one channel of four: TurboJPEG's
+        # header reader refused those).
+        files = [p for p in self.good_files() if Image.open(p).mode == "CMYK"]
+        self.assertGreaterEqual(len(files), 5)
+        rng = random.Random(5)
+        for n, path in enumerate(files):
+            w, h = image_size(path)
+            height, width = rng.randrange(8, h + 1), rng.randrange(8, w + 1)
+            top, left = rng.randrange(0, h - height + 1), rng.randrange(0, w - width + 1)
+            theirs = reference(path, top, left, height, width, n % 2 == 1)
+            for crop_only in ("on", "off"):
+                out = os.path.join(self.tmp.name, "cmyk.raw")
+                tool("transform", path, "--top", top, "--left", left, "--height", height, "--width", width,
+                     "--flip", n % 2, "--image-size", SIZE, "--dct-scaling", "off", "--crop-only", crop_only,
+                     "--output", out)
+                ours = np.fromfile(out, dtype=np.float32).reshape(3, SIZE, SIZE)
+                np.testing.assert_array_equal(ours, theirs, err_msg=f"{path} crop {(top, left, height, width)} "
+                                                                    f"crop-only {crop_only}")
+
+    def test_cmyk_conversion_is_pillows_across_the_values(self):
+        # Pillow's rounding in cmyk2rgb differs from a near miss (+127 for +128, say) in 128 of the
+        # 65,536 (c, k) pairs: a 256 x 256 CMYK JPEG at quality 100 with c and k running along the
+        # axes, decoded whole and not resized (the crop is the output's size), meets them.
+        size = 256
+        grid = np.zeros((size, size, 4), dtype=np.uint8)
+        grid[:, :, 0] = np.arange(size)[None, :]
+        grid[:, :, 1] = 255 - np.arange(size)[None, :]
+        grid[:, :, 2] = (np.arange(size)[None, :] + np.arange(size)[:, None]) % 256
+        grid[:, :, 3] = np.arange(size)[:, None]
+        path = os.path.join(self.tmp.name, "cmyk_grid.jpg")
+        Image.fromarray(grid, "CMYK").save(path, quality=100, subsampling=0)
+        with open(path, "rb") as f:
+            rgb = Image.open(f).convert("RGB")
+        theirs = F.normalize(F.to_tensor(rgb), [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]).numpy()
+        for crop_only in ("on", "off"):
+            out = os.path.join(self.tmp.name, "grid.raw")
+            tool("transform", path, "--top", 0, "--left", 0, "--height", size, "--width", size, "--image-size", size,
+                 "--dct-scaling", "off", "--crop-only", crop_only, "--output", out)
+            ours = np.fromfile(out, dtype=np.float32).reshape(3, size, size)
+            np.testing.assert_array_equal(ours, theirs, err_msg=f"crop-only {crop_only}")
+
     def test_dct_scaled_decode_stays_close(self):
         # Decoding at 1/2 or 1/4 in the IDCT instead of shrinking with the resampler changes the
         # low-pass filter, not the picture: within a few grey levels on average.

@@ -252,6 +252,58 @@ TEST(JpegDecoder, APartHoldsTheBytesTheWholeImageHoldsThere) {
   EXPECT_EQ(parts, 5 * 2 * 4 * 12);
 }
 
+// A CMYK JPEG (TurboJPEG writes one as YCCK) is made RGB as Pillow makes it, from libjpeg's CMYK
+// values: whole, the conversion of TurboJPEG's own CMYK decode, pixel by pixel (the in-place
+// conversion overlaps its input); in part, the whole decode's bytes, at every DCT scale.
+TEST(JpegDecoder, ACmykJpegIsMadeRgbAsPillowMakesItWholeOrInPart) {
+  std::mt19937 rng(21);
+  const int w = 181, h = 139;
+  std::vector<std::uint8_t> cmyk(static_cast<std::size_t>(w) * h * 4);
+  for (std::size_t i = 0; i < cmyk.size(); ++i) cmyk[i] = static_cast<std::uint8_t>((i * 37 + rng() % 16) % 256);
+  for (const int subsampling : {TJSAMP_444, TJSAMP_420}) {
+    for (const int flags : {0, TJFLAG_PROGRESSIVE}) {
+      tjhandle tj = tjInitCompress();
+      unsigned char* encoded = nullptr;
+      unsigned long size = 0;
+      ASSERT_EQ(tjCompress2(tj, cmyk.data(), w, 0, h, TJPF_CMYK, &encoded, &size, subsampling, 90, flags), 0)
+          << tjGetErrorStr2(tj);
+      const std::vector<std::uint8_t> jpeg(encoded, encoded + size);
+      tjFree(encoded);
+      tjDestroy(tj);
+      tjhandle plain = tjInitDecompress();
+      std::vector<std::uint8_t> raw(cmyk.size());
+      ASSERT_EQ(tjDecompress2(plain, jpeg.data(), size, raw.data(), w, 0, h, TJPF_CMYK, TJFLAG_ACCURATEDCT), 0);
+      tjDestroy(plain);
+      JpegDecoder whole, part;
+      int width = 0, height = 0;
+      std::string error;
+      ASSERT_TRUE(whole.decode(jpeg, 1, 1, width, height, error)) << error;
+      for (std::size_t i = 0; i < static_cast<std::size_t>(w) * h; ++i) {
+        const int k = raw[4 * i + 3];
+        for (int c = 0; c < 3; ++c) {
+          const int product = (255 - raw[4 * i + static_cast<std::size_t>(c)]) * k + 128;  // Pillow's MULDIV255
+          ASSERT_EQ(whole.pixels()[3 * i + static_cast<std::size_t>(c)], k - (((product >> 8) + product) >> 8))
+              << "pixel " << i << ", channel " << c << ", subsampling " << subsampling << ", flags " << flags;
+        }
+      }
+      for (const int denom : {1, 2, 4}) {
+        ASSERT_TRUE(whole.decode(jpeg, 1, denom, width, height, error)) << error;
+        const CropBox box{height / 3, width / 4, height / 2, width / 2};
+        DecodedPart got;
+        ASSERT_TRUE(part.decode_part(jpeg, 1, denom, box, got, error)) << error;
+        for (int r = 0; r < box.height; ++r) {
+          const std::uint8_t* expected =
+              whole.pixels() + (static_cast<std::size_t>(box.top + r) * static_cast<std::size_t>(width) +
+                                static_cast<std::size_t>(box.left)) * 3;
+          ASSERT_EQ(std::memcmp(got.first + static_cast<std::size_t>(r) * got.stride, expected,
+                                static_cast<std::size_t>(box.width) * 3), 0)
+              << "scale 1/" << denom << ", row " << r << ", subsampling " << subsampling << ", flags " << flags;
+        }
+      }
+    }
+  }
+}
+
 // What the whole decode refuses, a part refuses too: a truncated file (PIL: "image file is
 // truncated"), however little of it the part needs, and what is not a JPEG; a part outside the
 // image is refused before decoding. The decoder decodes on after each.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes an ImageFolder data set of generated JPEGs: classes × images of several sizes and
-aspect ratios (smooth gradients plus noise and shapes, so that crops and resampling show), a
-grayscale image, and optionally broken files.
+aspect ratios (smooth gradients plus noise and shapes, so that crops and resampling show),
+grayscale and CMYK images, and optionally broken files.
 
 Usage: make_dataset.py DIR [--classes N] [--per-class N] [--broken N] [--sizes small|imagenet]
 """
@@ -53,6 +53,8 @@ def main():
             img = bases[i % len(bases)]
             if i % 17 == 5:
                 img = img.convert("L")  # grayscale JPEGs occur in ImageNet
+            elif i % 19 == 7:
+                img = img.convert("CMYK")  # and CMYK ones (22 in its training set)
             quality = 70 + (i * 7) % 26
             subsampling = [0, 1, 2][i % 3]  # 4:4:4, 4:2:2, 4:2:0
             img.save(os.path.join(folder, f"img_{i:04d}.jpg"), quality=quality, subsampling=subsampling)

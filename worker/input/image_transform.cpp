@@ -400,6 +400,44 @@ struct JpegDecoder::Libjpeg {
 
 namespace {
 
+// A CMYK (or YCCK) JPEG's pixels as Pillow makes them for torchvision's loader, in place: libjpeg's
+// CMYK values, read as Adobe's inverted ones ("CMYK;I", Pillow's assumption for every 4-channel
+// JPEG), then Pillow's cmyk2rgb: each channel nk − nk·c/255 (its MULDIV255 rounding), nk = 255 − k.
+// Inverted twice, that is k − k·(255 − raw)/255 with nk = raw k. `count` pixels from 4 bytes each
+// to 3: pixel i's output ends before pixel i + 1's input starts, and each is read before written.
+void cmyk_to_rgb_in_place(std::uint8_t* pixels, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint8_t* in = pixels + 4 * i;
+    const int nk = in[3];
+    const int c[3] = {255 - in[0], 255 - in[1], 255 - in[2]};
+    std::uint8_t* out = pixels + 3 * i;
+    for (int ch = 0; ch < 3; ++ch) {
+      const int product = c[ch] * nk + 128;
+      out[ch] = static_cast<std::uint8_t>(nk - (((product >> 8) + product) >> 8));  // in [0, nk]: no clip
+    }
+  }
+}
+
+bool is_cmyk(J_COLOR_SPACE space) { return space == JCS_CMYK || space == JCS_YCCK; }
+
+// The frame header's size and colour space, through libjpeg (as decode_rows, a longjmp lands here).
+// TurboJPEG's tjDecompressHeader3 also names the subsampling, and refuses a file whose sampling
+// factors are none of its TJSAMP_* (Pillow writes a CMYK JPEG so); libjpeg and Pillow decode those.
+bool read_header(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, const std::uint8_t* data, std::size_t size,
+                 int& width, int& height, bool& cmyk) {
+  if (setjmp(jump) != 0) {
+    jpeg_abort_decompress(&cinfo);
+    return false;
+  }
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  width = static_cast<int>(cinfo.image_width);
+  height = static_cast<int>(cinfo.image_height);
+  cmyk = is_cmyk(cinfo.jpeg_color_space);
+  jpeg_abort_decompress(&cinfo);
+  return true;
+}
+
 // What TurboJPEG says of a file past its scan limit (the whole decode's), said by the part's too.
 std::string too_many_scans_error() {
   return "Progressive JPEG image has more than " + std::to_string(kMaxJpegScans) + " scans";
@@ -423,7 +461,9 @@ bool decode_rows(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, const std::u
   jpeg_read_header(&cinfo, TRUE);
   // TurboJPEG's choices for TJPF_RGB with TJFLAG_ACCURATEDCT: RGB out, the accurate integer IDCT,
   // fancy upsampling (libjpeg's default).
-  cinfo.out_color_space = JCS_RGB;
+  // A CMYK file comes out as CMYK (libjpeg converts no CMYK to RGB) and each row becomes RGB here.
+  const bool cmyk = is_cmyk(cinfo.jpeg_color_space);
+  cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   cinfo.dct_method = JDCT_ISLOW;
   cinfo.scale_num = static_cast<unsigned>(scale_num);
   cinfo.scale_denom = static_cast<unsigned>(scale_denom);
@@ -432,14 +472,16 @@ bool decode_rows(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, const std::u
   window_left = first > kPartMargin ? first - kPartMargin : 0;
   window_width = std::min<JDIMENSION>(cinfo.output_width, end + kPartMargin) - window_left;
   if (window_width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &window_left, &window_width);  // to whole iMCUs
-  // The part's rows, and one more row's room: where the image's last row goes (below).
+  // The part's rows, and one more row's room: where the image's last row goes (below). A CMYK row
+  // is read where its RGB row goes, into the next one's room, and converted there: one row more.
   const std::size_t row_bytes = static_cast<std::size_t>(window_width) * 3;
-  pixels.resize(row_bytes * static_cast<std::size_t>(part.height + 1));
+  pixels.resize(row_bytes * static_cast<std::size_t>(part.height + 1) + (cmyk ? window_width : 0));
   std::uint8_t* const rows = pixels.data();
   if (part.top > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(part.top));
   for (int r = 0; r < part.height; ++r) {
     JSAMPROW row = rows + static_cast<std::size_t>(r) * row_bytes;
     jpeg_read_scanlines(&cinfo, &row, 1);
+    if (cmyk) cmyk_to_rgb_in_place(row, window_width);
   }
   // Skipping to the very end would stop reading the file there (libjpeg-turbo's shortcut), and a
   // truncated file would pass: skip all but the last row, which still reads the rows' data
@@ -502,10 +544,12 @@ bool JpegDecoder::decode_part(std::span<const std::uint8_t> jpeg, int scale_num,
 }
 
 bool JpegDecoder::header(std::span<const std::uint8_t> jpeg, int& width, int& height, std::string& error) {
-  int subsampling = 0, colorspace = 0;
-  if (jpeg.empty() || tjDecompressHeader3(handle_, jpeg.data(), static_cast<unsigned long>(jpeg.size()), &width,
-                                          &height, &subsampling, &colorspace) != 0) {
-    error = jpeg.empty() ? "empty file" : tjGetErrorStr2(handle_);
+  if (jpeg.empty()) {
+    error = "empty file";
+    return false;
+  }
+  if (!read_header(libjpeg_->cinfo, libjpeg_->errors.jump, jpeg.data(), jpeg.size(), width, height, cmyk_)) {
+    error = libjpeg_->message();
     return false;
   }
   if (width < 1 || height < 1) {
@@ -526,10 +570,12 @@ bool JpegDecoder::decode(std::span<const std::uint8_t> jpeg, int scale_num, int 
   const tjscalingfactor factor{scale_num, scale_denom};
   width = TJSCALED(full_width_, factor);
   height = TJSCALED(full_height_, factor);
-  pixels_.resize(static_cast<std::size_t>(width) * static_cast<std::size_t>(height) * 3);
+  const std::size_t count = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
+  // A CMYK file is decoded as CMYK, 4 bytes a pixel, and made RGB in place.
+  pixels_.resize(count * (cmyk_ ? 4 : 3));
   // Accurate integer IDCT and fancy upsampling: libjpeg's defaults, which PIL decodes with.
   if (tjDecompress2(handle_, jpeg.data(), static_cast<unsigned long>(jpeg.size()), pixels_.data(), width, 0, height,
-                    TJPF_RGB, TJFLAG_ACCURATEDCT | TJFLAG_LIMITSCANS) != 0) {
+                    cmyk_ ? TJPF_CMYK : TJPF_RGB, TJFLAG_ACCURATEDCT | TJFLAG_LIMITSCANS) != 0) {
     // Warnings decode the whole image (extraneous bytes before a marker, say) and PIL accepts
     // them too; a truncated file PIL refuses ("image file is truncated"), and so does this.
     const std::string why = tjGetErrorStr2(handle_);
@@ -538,6 +584,7 @@ bool JpegDecoder::decode(std::span<const std::uint8_t> jpeg, int scale_num, int 
       return false;
     }
   }
+  if (cmyk_) cmyk_to_rgb_in_place(pixels_.data(), count);
   return true;
 }
 

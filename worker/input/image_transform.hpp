@@ -153,6 +153,7 @@ class JpegDecoder {
   std::vector<std::uint8_t> pixels_;
   int full_width_ = 0;
   int full_height_ = 0;
+  bool cmyk_ = false;  // the last header's: CMYK or YCCK, made RGB as Pillow makes it
 };
 
 // The DCT scaling factor (num, denom) ≤ 1 that makes the decode smallest while the crop still
