@@ -8,7 +8,7 @@ numbers, invalid UTF-8, control characters and NUL, binary garbage, empty and en
 wrong types at the top, tags, hostile worker flags, hostile Cityscapes trees (PNG headers that
 claim 30000 x 30000 pixels, truncated and mislabelled files, labels of another size), hostile
 ImageFolder JPEGs (headers that claim 65500 x 65500 pixels, 2,000 progressive scans, truncated,
-empty, garbage) along each decoding path, and damaged BERT pretraining shards (HDF5 truncated,
+empty, garbage, PNG bombs named .jpg) along each decoding path, and damaged BERT pretraining shards (HDF5 truncated,
 bit-flipped, zeroed). Targets: `dlbench validate -f`, `dlbench run -f`, `dlbench report`,
 `dlbench compare`, `dlbench-worker` flags and `dlbench-input measure` on ImageFolder trees, `--data
 cityscapes` and `--data bertpretraining`.
@@ -197,7 +197,7 @@ def with_scans(jpeg, scans):
 
 def jpeg_troubles(baseline, progressive):
     """ImageFolder files, each alone in its class: bombs by their headers, a progressive file of
-    2,000 scans, cut short, empty, garbage, and a PNG named .jpg."""
+    2,000 scans, cut short, empty, garbage, and PNGs named .jpg, a bomb and a cut one."""
     return {"bomb-baseline.jpg": claiming_size(baseline, 65500, 65500),
             "bomb-progressive.jpg": claiming_size(progressive, 65500, 65500),
             "bomb-wide.jpg": claiming_size(progressive, 65500, 2733),
@@ -205,7 +205,9 @@ def jpeg_troubles(baseline, progressive):
             "truncated.jpg": baseline[:len(baseline) // 3],
             "empty.jpg": b"",
             "garbage.jpg": bytes(random.Random(5).randrange(256) for _ in range(4096)),
-            "png-named.jpg": small_png(16, 16, 2)}
+            # A PNG named .jpg is read as PNG (Pillow opens by content): a bomb and a cut one are refused.
+            "png-bomb-named.jpg": png(30000, 30000, 2),
+            "png-truncated-named.jpg": small_png(64, 64, 2)[:60]}
 
 
 # The decoding paths a JPEG can take: the default (a crop's rows, DCT-scaled), whole-image decoding,

@@ -139,6 +139,26 @@ class Golden(unittest.TestCase):
                 np.testing.assert_array_equal(ours, theirs, err_msg=f"{path} crop {(top, left, height, width)} "
                                                                     f"crop-only {crop_only}")
 
+    def test_a_png_named_jpg_is_torchvisions_bit_for_bit(self):
+        # Pillow opens a file by its content: a PNG named .jpg (one of ImageNet's) is a PNG to
+        # torchvision, and so to dlbench, RGB or palette, with DCT scaling asked for or not.
+        files = [p for p in self.good_files() if Image.open(p).format == "PNG"]
+        self.assertGreaterEqual(len(files), 5)
+        self.assertEqual({Image.open(p).mode for p in files}, {"RGB", "P"})
+        rng = random.Random(8)
+        for n, path in enumerate(files):
+            w, h = image_size(path)
+            height, width = rng.randrange(8, h + 1), rng.randrange(8, w + 1)
+            top, left = rng.randrange(0, h - height + 1), rng.randrange(0, w - width + 1)
+            theirs = reference(path, top, left, height, width, n % 2 == 1)
+            for dct, crop_only in (("on", "on"), ("off", "off")):
+                out = os.path.join(self.tmp.name, "png.raw")
+                tool("transform", path, "--top", top, "--left", left, "--height", height, "--width", width,
+                     "--flip", n % 2, "--image-size", SIZE, "--dct-scaling", dct, "--crop-only", crop_only,
+                     "--output", out)
+                ours = np.fromfile(out, dtype=np.float32).reshape(3, SIZE, SIZE)
+                np.testing.assert_array_equal(ours, theirs, err_msg=f"{path} crop {(top, left, height, width)}")
+
     def test_cmyk_conversion_is_pillows_across_the_values(self):
         # Pillow's rounding in cmyk2rgb differs from a near miss (+127 for +128, say) in 128 of the
         # 65,536 (c, k) pairs: a 256 x 256 CMYK JPEG at quality 100 with c and k running along the

@@ -184,6 +184,47 @@ TEST(Png, DecodesWhatItWroteAndRefusesColourLabels) {
   fs::remove_all(dir);
 }
 
+// A PNG named .jpg (Pillow opens a file by its content): its size from its IHDR chunk, as the
+// decode finds it, and refused there past the decoder's limit; decode_crop then hands the crop of
+// the whole PNG decode, whatever DCT scaling asked for.
+TEST(Png, AnImageFolderPngGivesItsSizeFromItsHeaderAndItsCropAtFullSize) {
+  const fs::path dir = fs::temp_directory_path() / ("dlbench_png_named_jpg_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const int w = 37, h = 23;
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(w) * h * 3);
+  for (std::size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<std::uint8_t>(i * 7 % 251);
+  write_png((dir / "x.jpg").string(), w, h, 3, rgb.data());
+  std::vector<std::uint8_t> bytes;
+  std::string why;
+  ASSERT_TRUE(read_file((dir / "x.jpg").string(), bytes, why));
+  fs::remove_all(dir);
+  EXPECT_TRUE(is_png(bytes));
+  TransformScratch scratch;
+  int width = 0, height = 0;
+  ASSERT_TRUE(image_header(bytes, scratch, width, height, why)) << why;
+  EXPECT_EQ(width, w);
+  EXPECT_EQ(height, h);
+  EXPECT_FALSE(PngDecoder(w * h - 1).header(bytes, width, height, why));
+  EXPECT_EQ(why, "is 37 x 23 pixels, more than the 850 a sample may have");
+  std::vector<std::uint8_t> no_header(bytes.begin(), bytes.begin() + 16);
+  EXPECT_FALSE(image_header(no_header, scratch, width, height, why));
+  EXPECT_EQ(why, "a PNG without its IHDR chunk");
+  const CropBox crop{5, 3, 17, 30};  // top, left, height, width
+  DecodedCrop decoded;
+  ASSERT_TRUE(decode_crop(bytes, crop, 8, JpegDecoding{true, true}, scratch, decoded, why)) << why;
+  EXPECT_EQ(decoded.part.width, crop.width);
+  EXPECT_EQ(decoded.part.height, crop.height);
+  EXPECT_EQ(decoded.x1 - decoded.x0, crop.width);
+  EXPECT_EQ(decoded.y1 - decoded.y0, crop.height);
+  for (int r = 0; r < crop.height; ++r) {
+    const std::size_t at = (static_cast<std::size_t>(crop.top + r) * w + static_cast<std::size_t>(crop.left)) * 3;
+    ASSERT_EQ(std::memcmp(decoded.part.first + static_cast<std::size_t>(r) * decoded.part.stride, rgb.data() + at,
+                          static_cast<std::size_t>(crop.width) * 3), 0) << "row " << r;
+  }
+  EXPECT_FALSE(decode_crop(bytes, CropBox{10, 0, 14, 5}, 8, JpegDecoding{}, scratch, decoded, why));  // rows 10 to 24 of 23
+  EXPECT_EQ(why, "crop outside the image");
+}
+
 // A JPEG of w × h smooth gradients with noise, in `subsampling` (TJSAMP_*), baseline or progressive.
 std::vector<std::uint8_t> test_jpeg(int w, int h, int subsampling, bool progressive, std::mt19937& rng) {
   std::vector<std::uint8_t> pixels(static_cast<std::size_t>(w) * static_cast<std::size_t>(h) * 3);

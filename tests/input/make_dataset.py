@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes an ImageFolder data set of generated JPEGs: classes × images of several sizes and
 aspect ratios (smooth gradients plus noise and shapes, so that crops and resampling show),
-grayscale and CMYK images, and optionally broken files.
+grayscale and CMYK images, PNGs named .jpg, and optionally broken files.
 
 Usage: make_dataset.py DIR [--classes N] [--per-class N] [--broken N] [--sizes small|imagenet]
 """
@@ -57,6 +57,9 @@ def main():
                 img = img.convert("CMYK")  # and CMYK ones (22 in its training set)
             quality = 70 + (i * 7) % 26
             subsampling = [0, 1, 2][i % 3]  # 4:4:4, 4:2:2, 4:2:0
+            if i % 29 == 11:  # a PNG named .jpg, as one of ImageNet's (Pillow opens it by its content)
+                img.convert("P" if c % 2 else "RGB").save(os.path.join(folder, f"img_{i:04d}.jpg"), format="PNG")
+                continue
             img.save(os.path.join(folder, f"img_{i:04d}.jpg"), quality=quality, subsampling=subsampling)
         with open(os.path.join(folder, "README.txt"), "w") as f:
             f.write("not an image: ignored\n")

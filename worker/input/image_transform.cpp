@@ -608,14 +608,53 @@ ScaleFactor dct_scale_for(const CropBox& crop, int out_size) {
   return best;
 }
 
+bool image_header(std::span<const std::uint8_t> bytes, TransformScratch& scratch, int& width, int& height,
+                  std::string& error) {
+  if (is_png(bytes)) return scratch.png.header(bytes, width, height, error);
+  return scratch.decoder.header(bytes, width, height, error);
+}
+
+namespace {
+
+bool crop_inside(const CropBox& crop, int width, int height, std::string& error) {
+  if (crop.top < 0 || crop.left < 0 || crop.height < 1 || crop.width < 1 || crop.top + crop.height > height ||
+      crop.left + crop.width > width) {
+    error = "crop outside the image";
+    return false;
+  }
+  return true;
+}
+
+// A PNG named .jpg: decoded whole (PIL's convert("RGB"), png_codec.hpp), the crop a box of whole
+// pixels in it.
+bool decode_png_crop(std::span<const std::uint8_t> png, const CropBox& crop, PngDecoder& decoder, DecodedCrop& out,
+                     std::string& error) {
+  int width = 0, height = 0;
+  if (!decoder.decode(png, PngPixels::rgb8, width, height, error) || !crop_inside(crop, width, height, error)) {
+    return false;
+  }
+  DecodedPart& part = out.part;
+  part.stride = static_cast<std::size_t>(width) * 3;
+  part.first = decoder.pixels() + static_cast<std::size_t>(crop.top) * part.stride + static_cast<std::size_t>(crop.left) * 3;
+  part.left = crop.left;
+  part.top = crop.top;
+  part.width = crop.width;
+  part.height = crop.height;
+  out.x0 = out.y0 = 0;
+  out.x1 = crop.width;
+  out.y1 = crop.height;
+  return true;
+}
+
+}  // namespace
+
 bool decode_crop(std::span<const std::uint8_t> jpeg, const CropBox& crop, int out_size, JpegDecoding decoding,
-                 JpegDecoder& decoder, DecodedCrop& out, std::string& error) {
+                 TransformScratch& scratch, DecodedCrop& out, std::string& error) {
+  if (is_png(jpeg)) return decode_png_crop(jpeg, crop, scratch.png, out, error);
+  JpegDecoder& decoder = scratch.decoder;
   const ScaleFactor scale = decoding.dct_scaling ? dct_scale_for(crop, out_size) : ScaleFactor{};
   int full_width = 0, full_height = 0;
-  if (!decoder.header(jpeg, full_width, full_height, error)) return false;
-  if (crop.top < 0 || crop.left < 0 || crop.height < 1 || crop.width < 1 || crop.top + crop.height > full_height ||
-      crop.left + crop.width > full_width) {
-    error = "crop outside the image";
+  if (!decoder.header(jpeg, full_width, full_height, error) || !crop_inside(crop, full_width, full_height, error)) {
     return false;
   }
   // The crop in the scaled decode: a box of whole pixels at full size, where fx and fy are exactly
@@ -652,7 +691,7 @@ bool transform_jpeg(std::span<const std::uint8_t> jpeg, const CropBox& crop, boo
                     JpegDecoding decoding, PixelLayout layout, const Normalizer& normalizer, TransformScratch& scratch,
                     float* out, std::string& error) {
   DecodedCrop decoded;
-  if (!decode_crop(jpeg, crop, out_size, decoding, scratch.decoder, decoded, error)) return false;
+  if (!decode_crop(jpeg, crop, out_size, decoding, scratch, decoded, error)) return false;
   const DecodedPart& part = decoded.part;
   scratch.resized.resize(static_cast<std::size_t>(out_size) * static_cast<std::size_t>(out_size) * 3);
   scratch.resampler.resize(part.first, part.width, part.height, part.stride, decoded.x0, decoded.y0, decoded.x1,

@@ -14,6 +14,8 @@
 
 #include <turbojpeg.h>
 
+#include "input/png_codec.hpp"
+
 
 namespace dlbench::input {
 
@@ -165,11 +167,19 @@ struct ScaleFactor {
 };
 ScaleFactor dct_scale_for(const CropBox& crop, int out_size);
 
+// One thread's decoders and buffers. `png`: a PNG named .jpg, which Pillow opens by its content
+// (ImageNet's training set has one), decoded whole, at full size.
 struct TransformScratch {
   JpegDecoder decoder;
+  PngDecoder png;
   BilinearResampler resampler;
   std::vector<std::uint8_t> resized;
 };
+
+// The image's size from its header, a JPEG's or (by its signature) a PNG's; false and why when it
+// is neither.
+bool image_header(std::span<const std::uint8_t> bytes, TransformScratch& scratch, int& width, int& height,
+                  std::string& error);
 
 // How a sample's JPEG is decoded. dct_scaling: at the smallest DCT scale that still covers the
 // crop (off: full size, bit for bit torchvision's path). crop_only: only the rows and columns the
@@ -186,7 +196,7 @@ struct DecodedCrop {
   double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
 };
 bool decode_crop(std::span<const std::uint8_t> jpeg, const CropBox& crop, int out_size, JpegDecoding decoding,
-                 JpegDecoder& decoder, DecodedCrop& out, std::string& error);
+                 TransformScratch& scratch, DecodedCrop& out, std::string& error);
 
 // The whole sample: decode, crop (`crop` in full-size pixels), resize to out × out, flip,
 // normalise into `out`.

@@ -92,9 +92,42 @@ bool decode_rows(png_structp png, png_infop info, PngPixels want, std::uint64_t 
 
 }  // namespace
 
+bool is_png(std::span<const std::uint8_t> bytes) {
+  return bytes.size() >= 8 && png_sig_cmp(bytes.data(), 0, 8) == 0;
+}
+
+bool PngDecoder::header(std::span<const std::uint8_t> png_bytes, int& width, int& height, std::string& error) const {
+  // The signature, then the first chunk: its length (13), "IHDR", width and height, big-endian.
+  const auto be32 = [&](std::size_t at) {
+    return std::uint32_t{png_bytes[at]} << 24 | std::uint32_t{png_bytes[at + 1]} << 16 |
+           std::uint32_t{png_bytes[at + 2]} << 8 | std::uint32_t{png_bytes[at + 3]};
+  };
+  if (!is_png(png_bytes)) {
+    error = png_bytes.empty() ? "empty file" : "not a PNG file";
+    return false;
+  }
+  if (png_bytes.size() < 24 || std::memcmp(png_bytes.data() + 12, "IHDR", 4) != 0) {
+    error = "a PNG without its IHDR chunk";
+    return false;
+  }
+  const std::uint32_t w = be32(16), h = be32(20);
+  if (w < 1 || h < 1) {
+    error = "no pixels";
+    return false;
+  }
+  if (w > kMaxSide || h > kMaxSide || std::uint64_t{w} * h > max_pixels_) {
+    error = "is " + std::to_string(w) + " x " + std::to_string(h) + " pixels, more than the " +
+            std::to_string(max_pixels_) + " a sample may have";
+    return false;
+  }
+  width = static_cast<int>(w);
+  height = static_cast<int>(h);
+  return true;
+}
+
 bool PngDecoder::decode(std::span<const std::uint8_t> png_bytes, PngPixels want, int& width, int& height,
                         std::string& error) {
-  if (png_bytes.size() < 8 || png_sig_cmp(png_bytes.data(), 0, 8) != 0) {
+  if (!is_png(png_bytes)) {
     error = png_bytes.empty() ? "empty file" : "not a PNG file";
     return false;
   }

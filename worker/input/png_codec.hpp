@@ -27,6 +27,9 @@ class PngDecoder {
   // False (and why) for a file that is not a PNG, is damaged, is 16-bit, has more than
   // max_pixels, or (grey8) is not 8-bit greyscale without alpha.
   bool decode(std::span<const std::uint8_t> png, PngPixels want, int& width, int& height, std::string& error);
+  // The size its IHDR chunk gives (the decode checks the rest); false and why when it has none, or
+  // a size decode would refuse.
+  bool header(std::span<const std::uint8_t> png, int& width, int& height, std::string& error) const;
   const std::uint8_t* pixels() const { return pixels_.data(); }
 
  private:
@@ -34,6 +37,9 @@ class PngDecoder {
   std::vector<std::uint8_t> pixels_;
   std::vector<std::uint8_t*> rows_;
 };
+
+// Whether `bytes` start with PNG's signature.
+bool is_png(std::span<const std::uint8_t> bytes);
 
 // Writes width × height pixels of `channels` (1: grey, 3: RGB) bytes each, rows packed; zlib's
 // fastest level, since generated data sets only need to be read. Throws std::runtime_error.

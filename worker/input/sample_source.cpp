@@ -46,7 +46,7 @@ bool ImageFolderSource::draw(std::uint32_t sample, std::mt19937_64& rng, SampleS
                              bool& flip, std::string& why) const {
   auto& s = static_cast<ImageFolderScratch&>(scratch);
   int width = 0, height = 0;
-  if (!read_file(folder_.files[sample].path, s.bytes, why) || !s.transform.decoder.header(s.bytes, width, height, why)) {
+  if (!read_file(folder_.files[sample].path, s.bytes, why) || !image_header(s.bytes, s.transform, width, height, why)) {
     return false;
   }
   crop = random_resized_crop(height, width, rng);
@@ -74,7 +74,7 @@ bool ImageFolderSource::make_packed(std::uint32_t sample, std::mt19937_64& rng, 
   bool flip = false;
   DecodedCrop decoded;
   if (!draw(sample, rng, scratch, crop, flip, why) ||
-      !decode_crop(s.bytes, crop, image_size_, decoding_, s.transform.decoder, decoded, why)) {
+      !decode_crop(s.bytes, crop, image_size_, decoding_, s.transform, decoded, why)) {
     return false;
   }
   pack_decoded_crop(decoded, flip, image_size_, s.transform, slot);
