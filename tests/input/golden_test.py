@@ -117,6 +117,24 @@ class Golden(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn('DLBENCH_CPU_RESAMPLER: "sse" is not one of portable, avx2', p.stderr)
 
+    def assert_random_crops_are_torchvisions(self, files, seed, decodings):
+        """A random crop of each file, flipped every other time, bit for bit torchvision's under each
+        (dct-scaling, crop-only) pair of `decodings`."""
+        rng = random.Random(seed)
+        for n, path in enumerate(files):
+            w, h = image_size(path)
+            height, width = rng.randrange(8, h + 1), rng.randrange(8, w + 1)
+            top, left = rng.randrange(0, h - height + 1), rng.randrange(0, w - width + 1)
+            theirs = reference(path, top, left, height, width, n % 2 == 1)
+            for dct, crop_only in decodings:
+                out = os.path.join(self.tmp.name, "crop.raw")
+                tool("transform", path, "--top", top, "--left", left, "--height", height, "--width", width,
+                     "--flip", n % 2, "--image-size", SIZE, "--dct-scaling", dct, "--crop-only", crop_only,
+                     "--output", out)
+                ours = np.fromfile(out, dtype=np.float32).reshape(3, SIZE, SIZE)
+                np.testing.assert_array_equal(ours, theirs, err_msg=f"{path} crop {(top, left, height, width)} "
+                                                                    f"dct-scaling {dct} crop-only {crop_only}")
+
     def test_cmyk_jpegs_are_torchvisions_bit_for_bit(self):
         # Pillow reads a CMYK JPEG as Adobe's inverted CMYK and converts it with its own rounding;
         # dlbench does the same on both decoding paths (whole, and only the crop's rows), in every
@@ -124,20 +142,7 @@ class Golden(unittest.TestCase):
         # header reader refused those).
         files = [p for p in self.good_files() if Image.open(p).mode == "CMYK"]
         self.assertGreaterEqual(len(files), 5)
-        rng = random.Random(5)
-        for n, path in enumerate(files):
-            w, h = image_size(path)
-            height, width = rng.randrange(8, h + 1), rng.randrange(8, w + 1)
-            top, left = rng.randrange(0, h - height + 1), rng.randrange(0, w - width + 1)
-            theirs = reference(path, top, left, height, width, n % 2 == 1)
-            for crop_only in ("on", "off"):
-                out = os.path.join(self.tmp.name, "cmyk.raw")
-                tool("transform", path, "--top", top, "--left", left, "--height", height, "--width", width,
-                     "--flip", n % 2, "--image-size", SIZE, "--dct-scaling", "off", "--crop-only", crop_only,
-                     "--output", out)
-                ours = np.fromfile(out, dtype=np.float32).reshape(3, SIZE, SIZE)
-                np.testing.assert_array_equal(ours, theirs, err_msg=f"{path} crop {(top, left, height, width)} "
-                                                                    f"crop-only {crop_only}")
+        self.assert_random_crops_are_torchvisions(files, 5, [("off", "on"), ("off", "off")])
 
     def test_a_png_named_jpg_is_torchvisions_bit_for_bit(self):
         # Pillow opens a file by its content: a PNG named .jpg (one of ImageNet's) is a PNG to
@@ -145,19 +150,7 @@ class Golden(unittest.TestCase):
         files = [p for p in self.good_files() if Image.open(p).format == "PNG"]
         self.assertGreaterEqual(len(files), 5)
         self.assertEqual({Image.open(p).mode for p in files}, {"RGB", "P"})
-        rng = random.Random(8)
-        for n, path in enumerate(files):
-            w, h = image_size(path)
-            height, width = rng.randrange(8, h + 1), rng.randrange(8, w + 1)
-            top, left = rng.randrange(0, h - height + 1), rng.randrange(0, w - width + 1)
-            theirs = reference(path, top, left, height, width, n % 2 == 1)
-            for dct, crop_only in (("on", "on"), ("off", "off")):
-                out = os.path.join(self.tmp.name, "png.raw")
-                tool("transform", path, "--top", top, "--left", left, "--height", height, "--width", width,
-                     "--flip", n % 2, "--image-size", SIZE, "--dct-scaling", dct, "--crop-only", crop_only,
-                     "--output", out)
-                ours = np.fromfile(out, dtype=np.float32).reshape(3, SIZE, SIZE)
-                np.testing.assert_array_equal(ours, theirs, err_msg=f"{path} crop {(top, left, height, width)}")
+        self.assert_random_crops_are_torchvisions(files, 8, [("on", "on"), ("off", "off")])
 
     def test_cmyk_conversion_is_pillows_across_the_values(self):
         # Pillow's rounding in cmyk2rgb differs from a near miss (+127 for +128, say) in 128 of the
