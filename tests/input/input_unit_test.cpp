@@ -206,6 +206,10 @@ TEST(Png, AnImageFolderPngGivesItsSizeFromItsHeaderAndItsCropAtFullSize) {
   EXPECT_EQ(height, h);
   EXPECT_FALSE(PngDecoder(w * h - 1).header(bytes, width, height, why));
   EXPECT_EQ(why, "is 37 x 23 pixels, more than the 850 a sample may have");
+  std::vector<std::uint8_t> wide = bytes;  // 40,000 x 23: few pixels, but a side past 32,768
+  wide[16] = 0, wide[17] = 0, wide[18] = 0x9C, wide[19] = 0x40;
+  EXPECT_FALSE(image_header(wide, scratch, width, height, why));
+  EXPECT_EQ(why, "is 40000 x 23 pixels, a side longer than the 32768 a sample may have");
   std::vector<std::uint8_t> no_header(bytes.begin(), bytes.begin() + 16);
   EXPECT_FALSE(image_header(no_header, scratch, width, height, why));
   EXPECT_EQ(why, "a PNG without its IHDR chunk");

@@ -357,24 +357,19 @@ struct JpegDecoder::Libjpeg {
     char truncation[JMSG_LENGTH_MAX];  // what libjpeg said of it
     bool too_many_scans = false;
   };
-  // Called as libjpeg reads each part of the file: the scan limit, checked as TurboJPEG checks it.
-  struct Progress {
-    jpeg_progress_mgr manager;  // first: libjpeg hands back the decompressor, whose `progress` this is
-    Errors* errors = nullptr;
-  };
   jpeg_decompress_struct cinfo{};
   Errors errors{};
-  Progress progress{};
+  jpeg_progress_mgr progress{};  // called as libjpeg reads each part of the file: the scan limit
 
   Libjpeg() {
     cinfo.err = jpeg_std_error(&errors.manager);
-    progress.errors = &errors;
-    progress.manager.progress_monitor = [](j_common_ptr c) {
-      auto* d = reinterpret_cast<j_decompress_ptr>(c);
-      if (d->progressive_mode && d->input_scan_number > kMaxJpegScans) {
-        auto* mine = reinterpret_cast<Progress*>(d->progress);
-        mine->errors->too_many_scans = true;
-        std::longjmp(mine->errors->jump, 1);
+    // The scan limit, checked as TurboJPEG checks it; the error manager's jump leaves the file.
+    progress.progress_monitor = [](j_common_ptr c) {
+      if (reinterpret_cast<j_decompress_ptr>(c)->progressive_mode &&
+          reinterpret_cast<j_decompress_ptr>(c)->input_scan_number > kMaxJpegScans) {
+        auto* mine = reinterpret_cast<Errors*>(c->err);
+        mine->too_many_scans = true;
+        std::longjmp(mine->jump, 1);
       }
     };
     errors.manager.error_exit = [](j_common_ptr c) { std::longjmp(reinterpret_cast<Errors*>(c->err)->jump, 1); };
@@ -385,7 +380,7 @@ struct JpegDecoder::Libjpeg {
       (*c->err->format_message)(c, mine->truncation);
     };
     jpeg_create_decompress(&cinfo);
-    cinfo.progress = &progress.manager;  // after: jpeg_create_decompress zeroes all but `err`
+    cinfo.progress = &progress;  // after: jpeg_create_decompress zeroes all but `err`
   }
   ~Libjpeg() { jpeg_destroy_decompress(&cinfo); }
   Libjpeg(const Libjpeg&) = delete;

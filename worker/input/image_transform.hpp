@@ -16,7 +16,6 @@
 
 #include "input/png_codec.hpp"
 
-
 namespace dlbench::input {
 
 // torchvision's (top, left, height, width) of the crop, in the decoded image's pixels.

@@ -115,7 +115,12 @@ bool PngDecoder::header(std::span<const std::uint8_t> png_bytes, int& width, int
     error = "no pixels";
     return false;
   }
-  if (w > kMaxSide || h > kMaxSide || std::uint64_t{w} * h > max_pixels_) {
+  if (w > kMaxSide || h > kMaxSide) {  // decode's libpng refuses it too (png_set_user_limits)
+    error = "is " + std::to_string(w) + " x " + std::to_string(h) + " pixels, a side longer than the " +
+            std::to_string(kMaxSide) + " a sample may have";
+    return false;
+  }
+  if (std::uint64_t{w} * h > max_pixels_) {
     error = "is " + std::to_string(w) + " x " + std::to_string(h) + " pixels, more than the " +
             std::to_string(max_pixels_) + " a sample may have";
     return false;
