@@ -6,25 +6,16 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
-#include <turbojpeg.h>
-
+#include "input/image_region.hpp"
+#include "input/jpeg_decoder.hpp"
 #include "input/png_codec.hpp"
 
 namespace dlbench::input {
-
-// torchvision's (top, left, height, width) of the crop, in the decoded image's pixels.
-struct CropBox {
-  int top = 0;
-  int left = 0;
-  int height = 0;
-  int width = 0;
-};
 
 // A whole number in [lo, hi_exclusive): the draws every augmentation makes.
 int uniform_int(std::mt19937_64& rng, int lo, int hi_exclusive);
@@ -99,72 +90,6 @@ class Normalizer {
  private:
   float table_[3][256];
 };
-
-// The pixels of part of a decoded image: `width` × `height` RGB8 pixels from `first`, rows
-// `stride` bytes apart; `left` and `top` say where `first` lies in the (scaled) image.
-struct DecodedPart {
-  const std::uint8_t* first = nullptr;
-  std::size_t stride = 0;
-  int left = 0, top = 0, width = 0, height = 0;
-};
-
-// The most pixels a JPEG may have: Pillow's decompression-bomb limit (2 × Image.MAX_IMAGE_PIXELS),
-// past which torchvision's ImageFolder cannot open it either. A header can claim 65,500 × 65,500
-// in a few hundred bytes; decoding that (a progressive one buffers every coefficient) took more
-// than a minute and 7 GB on one thread before this limit. At the limit a thread holds at most
-// about 1.6 GB: the pixels and, for a progressive file, its coefficients.
-inline constexpr std::uint64_t kMaxJpegPixels = 2 * std::uint64_t{89'478'485};
-// The most scans a progressive JPEG may have (TurboJPEG's TJFLAG_LIMITSCANS): each scan is a
-// pass over the whole image, and a small file can repeat one thousands of times.
-inline constexpr int kMaxJpegScans = 500;
-
-// One thread's JPEG decoder (libjpeg-turbo's accurate IDCT and fancy upsampling, the same as
-// PIL's defaults) with its buffers, reused from image to image. Refuses a JPEG past kMaxJpegPixels
-// or kMaxJpegScans.
-class JpegDecoder {
- public:
-  JpegDecoder();
-  ~JpegDecoder();
-  JpegDecoder(const JpegDecoder&) = delete;
-  JpegDecoder& operator=(const JpegDecoder&) = delete;
-
-  // The image's size from its header; false (and why) when it is not a JPEG this can decode.
-  bool header(std::span<const std::uint8_t> jpeg, int& width, int& height, std::string& error);
-  // Decodes to RGB8 at scale_num / scale_denom of the full size (a DCT-domain scaling factor
-  // libjpeg-turbo offers); the pixels stay valid until the next call.
-  bool decode(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, int& width, int& height,
-              std::string& error);
-  // Decodes, at that scale, only what `part` (in scaled pixels, inside the scaled image) needs:
-  // its rows, and its columns widened to whole iMCUs and a margin, so that fancy upsampling sees
-  // the same neighbours as in the whole image and `out` holds the whole decode's very bytes. The
-  // rows below are still read (without their inverse DCT, the last iMCU row's apart), so that a
-  // truncated file fails here as it does whole (PIL refuses it). The pixels stay valid until the
-  // next call.
-  bool decode_part(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, const CropBox& part,
-                   DecodedPart& out, std::string& error);
-  const std::uint8_t* pixels() const { return pixels_.data(); }
-  // The full size of the image decode() or decode_part() last read the header of.
-  int full_width() const { return full_width_; }
-  int full_height() const { return full_height_; }
-
- private:
-  struct Libjpeg;  // libjpeg's own API (TurboJPEG 2.1 decodes whole images only)
-  tjhandle handle_;
-  std::unique_ptr<Libjpeg> libjpeg_;
-  std::vector<std::uint8_t> pixels_;
-  int full_width_ = 0;
-  int full_height_ = 0;
-  bool cmyk_ = false;  // the last header's: CMYK or YCCK, made RGB as Pillow makes it
-};
-
-// The DCT scaling factor (num, denom) ≤ 1 that makes the decode smallest while the crop still
-// covers at least out × out pixels: downscaling in the IDCT is nearly free, so the resampler
-// has less to do. {1, 1} when no smaller factor qualifies.
-struct ScaleFactor {
-  int num = 1;
-  int denom = 1;
-};
-ScaleFactor dct_scale_for(const CropBox& crop, int out_size);
 
 // One thread's decoders and buffers. `png`: a PNG named .jpg, which Pillow opens by its content
 // (ImageNet's training set has one), decoded whole, at full size.

@@ -1,0 +1,230 @@
+// The JPEG decoder on its own: a part's bytes against the whole decode's, CMYK made RGB as Pillow
+// makes it, and the files it refuses (truncated, bombs, endless scans), whole or in part.
+#include <gtest/gtest.h>
+#include <turbojpeg.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "input/jpeg_decoder.hpp"
+#include "write_jpeg.hpp"
+
+namespace dlbench::input {
+namespace {
+
+using testing::gradient_jpeg;
+
+// Decoding only a crop's rows and columns gives the bytes the whole decode holds there, in every
+// subsampling, baseline and progressive, at every DCT scale, parts at the image's edges included
+// (fancy upsampling reads neighbours the part's window must hold too).
+TEST(JpegDecoder, APartHoldsTheBytesTheWholeImageHoldsThere) {
+  std::mt19937 rng(11);
+  JpegDecoder whole, part;
+  int parts = 0;
+  for (const int subsampling : {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440, TJSAMP_GRAY}) {
+    for (const bool progressive : {false, true}) {
+      const std::vector<std::uint8_t> jpeg = gradient_jpeg(203 + subsampling * 17, 157 + subsampling * 11, subsampling,
+                                                       progressive, rng);
+      for (const int denom : {1, 2, 4, 8}) {
+        int width = 0, height = 0;
+        std::string error;
+        ASSERT_TRUE(whole.decode(jpeg, 1, denom, width, height, error)) << error;
+        for (int k = 0; k < 12; ++k) {
+          CropBox box;
+          box.width = 1 + static_cast<int>(rng() % static_cast<unsigned>(width));
+          box.height = 1 + static_cast<int>(rng() % static_cast<unsigned>(height));
+          // Every fourth part at an edge: left, top, right, bottom in turn.
+          box.left = k % 4 == 0 ? 0 : (k % 4 == 2 ? width - box.width : static_cast<int>(rng() % static_cast<unsigned>(width - box.width + 1)));
+          box.top = k % 4 == 1 ? 0 : (k % 4 == 3 ? height - box.height : static_cast<int>(rng() % static_cast<unsigned>(height - box.height + 1)));
+          DecodedPart got;
+          ASSERT_TRUE(part.decode_part(jpeg, 1, denom, box, got, error)) << error;
+          ASSERT_EQ(got.width, box.width);
+          ASSERT_EQ(got.height, box.height);
+          for (int r = 0; r < box.height; ++r) {
+            const std::uint8_t* expected = whole.pixels() + (static_cast<std::size_t>(box.top + r) * static_cast<std::size_t>(width) +
+                                                             static_cast<std::size_t>(box.left)) * 3;
+            ASSERT_EQ(std::memcmp(got.first + static_cast<std::size_t>(r) * got.stride, expected,
+                                  static_cast<std::size_t>(box.width) * 3),
+                      0)
+                << "subsampling " << subsampling << (progressive ? " progressive" : "") << ", scale 1/" << denom
+                << ", part " << box.left << "," << box.top << " " << box.width << "x" << box.height << ", row " << r;
+          }
+          ++parts;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(parts, 5 * 2 * 4 * 12);
+}
+
+// A CMYK JPEG (TurboJPEG writes one as YCCK) is made RGB as Pillow makes it, from libjpeg's CMYK
+// values: whole, the conversion of TurboJPEG's own CMYK decode, pixel by pixel (the in-place
+// conversion overlaps its input); in part, the whole decode's bytes, at every DCT scale.
+TEST(JpegDecoder, ACmykJpegIsMadeRgbAsPillowMakesItWholeOrInPart) {
+  std::mt19937 rng(21);
+  const int w = 181, h = 139;
+  std::vector<std::uint8_t> cmyk(static_cast<std::size_t>(w) * h * 4);
+  for (std::size_t i = 0; i < cmyk.size(); ++i) cmyk[i] = static_cast<std::uint8_t>((i * 37 + rng() % 16) % 256);
+  for (const int subsampling : {TJSAMP_444, TJSAMP_420}) {
+    for (const int flags : {0, TJFLAG_PROGRESSIVE}) {
+      tjhandle tj = tjInitCompress();
+      unsigned char* encoded = nullptr;
+      unsigned long size = 0;
+      ASSERT_EQ(tjCompress2(tj, cmyk.data(), w, 0, h, TJPF_CMYK, &encoded, &size, subsampling, 90, flags), 0)
+          << tjGetErrorStr2(tj);
+      const std::vector<std::uint8_t> jpeg(encoded, encoded + size);
+      tjFree(encoded);
+      tjDestroy(tj);
+      tjhandle plain = tjInitDecompress();
+      std::vector<std::uint8_t> raw(cmyk.size());
+      ASSERT_EQ(tjDecompress2(plain, jpeg.data(), size, raw.data(), w, 0, h, TJPF_CMYK, TJFLAG_ACCURATEDCT), 0);
+      tjDestroy(plain);
+      JpegDecoder whole, part;
+      int width = 0, height = 0;
+      std::string error;
+      ASSERT_TRUE(whole.decode(jpeg, 1, 1, width, height, error)) << error;
+      for (std::size_t i = 0; i < static_cast<std::size_t>(w) * h; ++i) {
+        const int k = raw[4 * i + 3];
+        for (int c = 0; c < 3; ++c) {
+          const int product = (255 - raw[4 * i + static_cast<std::size_t>(c)]) * k + 128;  // Pillow's MULDIV255
+          ASSERT_EQ(whole.pixels()[3 * i + static_cast<std::size_t>(c)], k - (((product >> 8) + product) >> 8))
+              << "pixel " << i << ", channel " << c << ", subsampling " << subsampling << ", flags " << flags;
+        }
+      }
+      for (const int denom : {1, 2, 4}) {
+        ASSERT_TRUE(whole.decode(jpeg, 1, denom, width, height, error)) << error;
+        const CropBox box{height / 3, width / 4, height / 2, width / 2};
+        DecodedPart got;
+        ASSERT_TRUE(part.decode_part(jpeg, 1, denom, box, got, error)) << error;
+        for (int r = 0; r < box.height; ++r) {
+          const std::uint8_t* expected =
+              whole.pixels() + (static_cast<std::size_t>(box.top + r) * static_cast<std::size_t>(width) +
+                                static_cast<std::size_t>(box.left)) * 3;
+          ASSERT_EQ(std::memcmp(got.first + static_cast<std::size_t>(r) * got.stride, expected,
+                                static_cast<std::size_t>(box.width) * 3), 0)
+              << "scale 1/" << denom << ", row " << r << ", subsampling " << subsampling << ", flags " << flags;
+        }
+      }
+    }
+  }
+}
+
+// What the whole decode refuses, a part refuses too: a truncated file (PIL: "image file is
+// truncated"), however little of it the part needs, and what is not a JPEG; a part outside the
+// image is refused before decoding. The decoder decodes on after each.
+TEST(JpegDecoder, APartRefusesWhatTheWholeDecodeRefuses) {
+  std::mt19937 rng(5);
+  const std::vector<std::uint8_t> jpeg = gradient_jpeg(160, 120, TJSAMP_420, false, rng);
+  const std::vector<std::uint8_t> truncated(jpeg.begin(), jpeg.begin() + static_cast<std::ptrdiff_t>(jpeg.size() * 2 / 3));
+  JpegDecoder decoder;
+  DecodedPart got;
+  std::string error;
+  int width = 0, height = 0;
+  EXPECT_FALSE(decoder.decode(truncated, 1, 1, width, height, error));
+  const std::string whole_error = error;
+  error.clear();
+  EXPECT_FALSE(decoder.decode_part(truncated, 1, 1, CropBox{0, 0, 8, 8}, got, error));  // the top rows alone are whole
+  EXPECT_EQ(error, whole_error);
+  EXPECT_NE(error.find("Premature end"), std::string::npos) << error;
+  const std::vector<std::uint8_t> garbage{'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'e', 'g'};
+  EXPECT_FALSE(decoder.decode_part(garbage, 1, 1, CropBox{0, 0, 1, 1}, got, error));
+  EXPECT_FALSE(error.empty());
+  EXPECT_FALSE(decoder.decode_part(jpeg, 1, 1, CropBox{100, 0, 21, 10}, got, error));  // rows 100 to 120 of 120
+  EXPECT_EQ(error, "a part outside the image");
+  ASSERT_TRUE(decoder.decode_part(jpeg, 1, 2, CropBox{10, 20, 30, 40}, got, error)) << error;
+  EXPECT_EQ(got.left, 20);
+  EXPECT_EQ(got.top, 10);
+}
+
+// `jpeg` with its frame header (SOF0 or SOF2) claiming width × height: a few hundred bytes that
+// say a bomb's size.
+std::vector<std::uint8_t> claiming_size(std::vector<std::uint8_t> jpeg, int width, int height) {
+  for (std::size_t i = 2; i + 9 < jpeg.size();) {
+    const std::uint8_t marker = jpeg[i + 1];
+    const std::size_t length = static_cast<std::size_t>(jpeg[i + 2]) << 8 | jpeg[i + 3];
+    if (marker == 0xC0 || marker == 0xC2) {
+      jpeg[i + 5] = static_cast<std::uint8_t>(height >> 8);
+      jpeg[i + 6] = static_cast<std::uint8_t>(height);
+      jpeg[i + 7] = static_cast<std::uint8_t>(width >> 8);
+      jpeg[i + 8] = static_cast<std::uint8_t>(width);
+      return jpeg;
+    }
+    i += 2 + length;
+  }
+  ADD_FAILURE() << "no frame header";
+  return jpeg;
+}
+
+// `jpeg` (progressive) with its last scan repeated until it has `scans` scans: libjpeg decodes on
+// through a repeated scan with a warning, and each one is a pass over the whole image.
+std::vector<std::uint8_t> with_scans(const std::vector<std::uint8_t>& jpeg, int scans) {
+  std::vector<std::size_t> starts;
+  for (std::size_t i = 0; i + 1 < jpeg.size(); ++i) {
+    if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xDA) starts.push_back(i);
+  }
+  const std::size_t end = jpeg.size() - 2;  // the EOI marker
+  EXPECT_TRUE(jpeg[end] == 0xFF && jpeg[end + 1] == 0xD9);
+  std::vector<std::uint8_t> out(jpeg.begin(), jpeg.begin() + static_cast<std::ptrdiff_t>(end));
+  for (int extra = scans - static_cast<int>(starts.size()); extra > 0; --extra) {
+    out.insert(out.end(), jpeg.begin() + static_cast<std::ptrdiff_t>(starts.back()),
+               jpeg.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  out.insert(out.end(), {0xFF, 0xD9});
+  return out;
+}
+
+// A header past Pillow's decompression-bomb limit (2 × 89,478,485 pixels, where torchvision's
+// ImageFolder fails too) is refused by its size, before any decoding: a progressive 65,500 × 65,500
+// header took a thread more than a minute and 7 GB before. At the limit it is a JPEG like any other.
+TEST(JpegDecoder, AHeaderPastPillowsPixelLimitIsRefusedBeforeAnyDecoding) {
+  std::mt19937 rng(3);
+  for (const bool progressive : {false, true}) {
+    const std::vector<std::uint8_t> small = gradient_jpeg(64, 48, TJSAMP_420, progressive, rng);
+    JpegDecoder decoder;
+    int width = 0, height = 0;
+    std::string error;
+    for (const auto& [w, h] : {std::pair{65500, 65500}, std::pair{13378, 13377}}) {
+      const std::vector<std::uint8_t> bomb = claiming_size(small, w, h);
+      EXPECT_FALSE(decoder.header(bomb, width, height, error));
+      EXPECT_EQ(error, "is " + std::to_string(w) + " x " + std::to_string(h) +
+                           " pixels, more than the 178956970 a JPEG may have (Pillow's decompression-bomb limit)");
+      const std::string header_error = error;
+      EXPECT_FALSE(decoder.decode(bomb, 1, 8, width, height, error));
+      EXPECT_EQ(error, header_error);
+      DecodedPart part;
+      EXPECT_FALSE(decoder.decode_part(bomb, 1, 8, CropBox{0, 0, 8, 8}, part, error));
+      EXPECT_EQ(error, header_error);
+    }
+    ASSERT_TRUE(decoder.header(claiming_size(small, 13000, 13765), width, height, error)) << error;  // 178,945,000
+    EXPECT_EQ(width, 13000);
+    EXPECT_EQ(height, 13765);
+    ASSERT_TRUE(decoder.decode(small, 1, 1, width, height, error)) << error;  // and it decodes on
+  }
+}
+
+// A progressive JPEG of more than 500 scans is refused, whole (TurboJPEG's TJFLAG_LIMITSCANS) or in
+// part (the same check in libjpeg's progress monitor), with the same words; 500 scans decode.
+TEST(JpegDecoder, AProgressiveJpegOfMoreThan500ScansIsRefusedWholeOrInPart) {
+  std::mt19937 rng(9);
+  const std::vector<std::uint8_t> jpeg = gradient_jpeg(64, 48, TJSAMP_420, true, rng);
+  JpegDecoder decoder;
+  int width = 0, height = 0;
+  std::string error;
+  DecodedPart part;
+  const std::vector<std::uint8_t> at_limit = with_scans(jpeg, 500), past = with_scans(jpeg, 501);
+  EXPECT_TRUE(decoder.decode(at_limit, 1, 1, width, height, error)) << error;
+  EXPECT_TRUE(decoder.decode_part(at_limit, 1, 2, CropBox{4, 4, 8, 8}, part, error)) << error;
+  EXPECT_FALSE(decoder.decode(past, 1, 1, width, height, error));
+  EXPECT_EQ(error, "Progressive JPEG image has more than 500 scans");
+  error.clear();
+  EXPECT_FALSE(decoder.decode_part(past, 1, 2, CropBox{4, 4, 8, 8}, part, error));
+  EXPECT_EQ(error, "Progressive JPEG image has more than 500 scans");
+  ASSERT_TRUE(decoder.decode_part(jpeg, 1, 2, CropBox{4, 4, 8, 8}, part, error)) << error;  // and decodes on
+}
+
+}  // namespace
+}  // namespace dlbench::input
