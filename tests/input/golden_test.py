@@ -2,10 +2,12 @@
 """dlbench's ImageFolder pipeline against torchvision (Debian's PyTorch 1.13) on a generated
 data set: the same classes and labels, the same sample for the same crop and flip (decoded at
 full size it is bit for bit torchvision's; with DCT-domain scaling it stays close), shards that
-cover every file exactly once per epoch on 2 and 3 ranks, and broken files skipped and counted.
+cover every file exactly once per epoch on 2 and 3 ranks, broken files skipped and counted, and
+damaged JPEGs refused exactly where Pillow refuses them.
 
 Usage: golden_test.py DLBENCH_INPUT   (run with an interpreter that has torch and torchvision)
 """
+import io
 import json
 import os
 import random
@@ -287,6 +289,88 @@ class Golden(unittest.TestCase):
         p = tool("measure", self.data, "--data", "bertpretraining", "--pixel-type", "fp16", check=False)
         self.assertEqual(p.returncode, 2)
         self.assertIn("--pixel-type: images only, not --data bertpretraining", p.stderr)
+
+def damaged_jpegs(count, seed):
+    """`count` JPEGs (name, bytes) damaged as copies and disks damage files, from Pillow-made bases
+    of every kind the pipeline decodes: baseline 4:2:0 and 4:4:4, progressive, grey, CMYK baseline
+    and progressive. Bits flipped, header bytes replaced, truncated, a run repeated or cut, and
+    0xFF markers planted (in entropy-coded data libjpeg reads a marker there)."""
+    rng = random.Random(seed)
+    base_image = Image.new("RGB", (97, 73))
+    base_image.putdata([(x * 255 // 97, y * 255 // 73, (x * y) % 256) for y in range(73) for x in range(97)])
+    bases = {}
+    for name, mode, options in (("baseline420", "RGB", {}), ("baseline444", "RGB", {"subsampling": 0}),
+                                ("progressive", "RGB", {"progressive": True}), ("grey", "L", {}),
+                                ("cmyk", "CMYK", {}), ("cmyk-progressive", "CMYK", {"progressive": True})):
+        buffer = io.BytesIO()
+        base_image.convert(mode).save(buffer, "JPEG", quality=90, **options)
+        bases[name] = buffer.getvalue()
+    names = sorted(bases)
+    damaged = []
+    for i in range(count):
+        name = names[i % len(names)]
+        d = bytearray(bases[name])
+        kind = i // len(names) % 6
+        if kind == 0:
+            for _ in range(rng.choice([1, 2, 4, 16])):
+                at = rng.randrange(len(d))
+                d[at] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            for _ in range(rng.choice([1, 3, 8])):
+                d[rng.randrange(min(len(d), 700))] = rng.randrange(256)
+        elif kind == 2:
+            d = d[:rng.randrange(1, len(d))]
+        elif kind == 3:
+            a = rng.randrange(len(d))
+            at = rng.randrange(len(d))
+            d[at:at] = d[a:a + rng.randrange(1, 300)]
+        elif kind == 4:
+            a = rng.randrange(len(d))
+            del d[a:a + rng.randrange(1, 64)]
+        else:
+            for _ in range(rng.choice([1, 4])):
+                at = rng.randrange(len(d) - 1)
+                d[at:at + 2] = bytes([0xFF, rng.randrange(256)])
+        damaged.append((f"{i:04d}-{name}.jpg", bytes(d)))
+    return damaged
+
+
+class DamagedFiles(unittest.TestCase):
+    def test_damaged_jpegs_are_refused_where_pillow_refuses_them_and_decoded_as_it_decodes_them(self):
+        # Until 2026-12-03, of 3,000 such files the whole-image path decoded 329 that Pillow
+        # refuses (TurboJPEG 2.1 reports an error after a warning as a warning), the crop's path
+        # refused 11 that Pillow decodes (a file ending in a marker after its last row), and both
+        # decoded 2 that do not start with 0xFF 0xD8 0xFF, which Pillow does not take for JPEGs.
+        verdicts = {"both": 0, "neither": 0}
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "sample.raw")
+            for name, data in damaged_jpegs(240, 7):
+                path = os.path.join(tmp, name)
+                with open(path, "wb") as f:
+                    f.write(data)
+                try:
+                    with Image.open(path) as img:
+                        img.convert("RGB")
+                        width, height = img.size
+                    pillow = True
+                except Exception as e:  # what torchvision's loader would raise
+                    pillow, why_not = False, str(e)
+                for crop_only in ("on", "off"):
+                    p = tool("transform", path, "--top", 0, "--left", 0, "--height", 1, "--width", 1,
+                             "--image-size", 8, "--crop-only", crop_only, "--output", out, check=False)
+                    self.assertIn(p.returncode, (0, 1), f"{name}: {p.stderr}")
+                    self.assertEqual(p.returncode == 0, pillow,
+                                     f"{name} (crop-only {crop_only}): dlbench says {p.stderr.strip() or 'decoded'}, "
+                                     f"Pillow {'decodes it' if pillow else why_not}")
+                verdicts["both" if pillow else "neither"] += 1
+                if pillow:  # the damaged image decoded as Pillow decodes it, bit for bit
+                    np.testing.assert_array_equal(
+                        dlbench_sample(path, 0, 0, height, width, False, False, out),
+                        reference(path, 0, 0, height, width, False), err_msg=name)
+        # The corpus holds both answers in number, or it tests little.
+        self.assertGreater(verdicts["both"], 40, verdicts)
+        self.assertGreater(verdicts["neither"], 40, verdicts)
+
 
 class Refusals(unittest.TestCase):
     def test_unusable_data_is_named(self):

@@ -226,5 +226,70 @@ TEST(JpegDecoder, AProgressiveJpegOfMoreThan500ScansIsRefusedWholeOrInPart) {
   ASSERT_TRUE(decoder.decode_part(jpeg, 1, 2, CropBox{4, 4, 8, 8}, part, error)) << error;  // and decodes on
 }
 
+// `jpeg` with `bytes` inserted halfway through its first scan's entropy-coded data.
+std::vector<std::uint8_t> inserted_in_scan(std::vector<std::uint8_t> jpeg, std::vector<std::uint8_t> bytes) {
+  std::size_t scan = 0;
+  for (std::size_t i = 2; i + 3 < jpeg.size() && scan == 0;) {
+    const std::size_t length = static_cast<std::size_t>(jpeg[i + 2]) << 8 | jpeg[i + 3];
+    if (jpeg[i + 1] == 0xDA) scan = i + 2 + length;
+    i += 2 + length;
+  }
+  EXPECT_NE(scan, 0u) << "no scan";
+  std::size_t at = scan + (jpeg.size() - 2 - scan) / 2;
+  while (jpeg[at - 1] == 0xFF) ++at;  // not between a 0xFF and its stuffed 0x00
+  jpeg.insert(jpeg.begin() + static_cast<std::ptrdiff_t>(at), bytes.begin(), bytes.end());
+  return jpeg;
+}
+
+// Damaged files are refused or decoded as PIL refuses or decodes them (tests/input/golden_test.py
+// asks Pillow itself), whole and in part alike:
+// - a libjpeg error after a warning is an error: a marker libjpeg cannot read, met inside a scan
+//   (the warning: the scan's data ends early). TurboJPEG 2.1, which decoded whole images until
+//   2026-12-03, called that a warning, and the image was decoded with its rows from there left as
+//   they were;
+// - a file that ends before its last row is truncated; one that ends after it, inside a marker
+//   that follows the rows (an APP2 claiming more bytes than are left), is decoded, as PIL decodes
+//   it (the crop's path refused a baseline one until 2026-12-03);
+// - a file that does not start with 0xFF 0xD8 0xFF, which libjpeg would decode after a warning, is
+//   not a JPEG to Pillow.
+TEST(JpegDecoder, RefusesWhatPillowRefusesAndDecodesWhatItDecodesWholeOrInPart) {
+  std::mt19937 rng(13);
+  const std::vector<std::uint8_t> baseline = gradient_jpeg(96, 64, TJSAMP_420, false, rng);
+  const std::vector<std::uint8_t> progressive = gradient_jpeg(96, 64, TJSAMP_420, true, rng);
+  std::vector<std::uint8_t> junk_after_soi = baseline;
+  junk_after_soi[2] = 0x0B;
+  struct Case {
+    const char* name;
+    std::vector<std::uint8_t> bytes;
+    const char* error;  // null: decoded
+  };
+  const std::vector<Case> cases{
+      {"unknown marker in the scan", inserted_in_scan(baseline, {0xFF, 0x6E}), "Unsupported marker type 0x6e"},
+      {"APP2 past the end, baseline", inserted_in_scan(baseline, {0xFF, 0xE2, 0x7F, 0xFF}), nullptr},
+      {"APP2 past the end, progressive", inserted_in_scan(progressive, {0xFF, 0xE2, 0x7F, 0xFF}), nullptr},
+      {"no EOI", std::vector<std::uint8_t>(baseline.begin(), baseline.end() - 2), "Premature end of JPEG file"},
+      {"junk after SOI", junk_after_soi, "Not a JPEG file: it does not start with 0xff 0xd8 0xff, as Pillow requires"},
+  };
+  JpegDecoder decoder;
+  for (const Case& c : cases) {
+    for (const int denom : {1, 4}) {
+      int width = 0, height = 0;
+      std::string whole_error, part_error;
+      const bool whole = decoder.decode(c.bytes, 1, denom, width, height, whole_error);
+      DecodedPart part;
+      const bool in_part = decoder.decode_part(c.bytes, 1, denom, CropBox{2, 3, 5, 7}, part, part_error);
+      if (c.error == nullptr) {
+        EXPECT_TRUE(whole) << c.name << ", 1/" << denom << ": " << whole_error;
+        EXPECT_TRUE(in_part) << c.name << ", 1/" << denom << ": " << part_error;
+      } else {
+        EXPECT_FALSE(whole) << c.name << ", 1/" << denom;
+        EXPECT_EQ(whole_error, c.error) << c.name << ", 1/" << denom;
+        EXPECT_FALSE(in_part) << c.name << ", 1/" << denom;
+        EXPECT_EQ(part_error, c.error) << c.name << ", 1/" << denom;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dlbench::input

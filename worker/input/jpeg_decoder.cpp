@@ -8,12 +8,15 @@
 
 #include <jerror.h>
 #include <jpeglib.h>
+#include <turbojpeg.h>
 
 namespace dlbench::input {
 
 // libjpeg's decompressor with an error manager that jumps back instead of exiting, and remembers
-// a truncated file (a warning to libjpeg, which pads it with grey; an error to PIL and to TurboJPEG's
-// callers here). Its other warnings (extraneous bytes, say) decode on, as TurboJPEG's do.
+// a truncated file: one that ends before every row is decoded (a warning to libjpeg, which pads it
+// with grey; PIL refuses it, "image file is truncated"). Its other warnings (extraneous bytes, say)
+// decode on, as PIL's do. A file that ends after the last row, in what libjpeg reads after it (the
+// markers up to EOI), PIL accepts: its decoder stops once it holds every row, and so does this.
 struct JpegDecoder::Libjpeg {
   struct Errors {
     jpeg_error_mgr manager;  // first: libjpeg hands back a pointer to it
@@ -21,6 +24,7 @@ struct JpegDecoder::Libjpeg {
     bool truncated = false;
     char truncation[JMSG_LENGTH_MAX];  // what libjpeg said of it
     bool too_many_scans = false;
+    bool rows_read = false;  // every row decoded: the end of the file no longer truncates the image
   };
   jpeg_decompress_struct cinfo{};
   Errors errors{};
@@ -39,8 +43,8 @@ struct JpegDecoder::Libjpeg {
     };
     errors.manager.error_exit = [](j_common_ptr c) { std::longjmp(reinterpret_cast<Errors*>(c->err)->jump, 1); };
     errors.manager.emit_message = [](j_common_ptr c, int level) {
-      if (level >= 0 || c->err->msg_code != JWRN_JPEG_EOF) return;
       auto* mine = reinterpret_cast<Errors*>(c->err);
+      if (level >= 0 || c->err->msg_code != JWRN_JPEG_EOF || mine->rows_read) return;
       mine->truncated = true;
       (*c->err->format_message)(c, mine->truncation);
     };
@@ -98,7 +102,7 @@ bool read_header(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, const std::u
   return true;
 }
 
-// What TurboJPEG says of a file past its scan limit (the whole decode's), said by the part's too.
+// What a file past the scan limit is refused with: TurboJPEG's words for its own limit.
 std::string too_many_scans_error() {
   return "Progressive JPEG image has more than " + std::to_string(kMaxJpegScans) + " scans";
 }
@@ -110,8 +114,8 @@ constexpr int kPartMargin = 16;
 // The libjpeg calls of JpegDecoder::decode_part, apart: a longjmp from libjpeg lands in this
 // frame, which holds nothing with a destructor. Rows [top, top + height) of the columns around
 // [left, left + width) go to `pixels`, sized once the window is known.
-bool decode_rows(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, const std::uint8_t* data, std::size_t size,
-                 int scale_num, int scale_denom, const CropBox& part, std::vector<std::uint8_t>& pixels,
+bool decode_rows(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, bool& rows_read, const std::uint8_t* data,
+                 std::size_t size, int scale_num, int scale_denom, const CropBox& part, std::vector<std::uint8_t>& pixels,
                  JDIMENSION& window_left, JDIMENSION& window_width) {
   if (setjmp(jump) != 0) {
     jpeg_abort_decompress(&cinfo);
@@ -153,17 +157,16 @@ bool decode_rows(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, const std::u
     JSAMPROW last = rows + static_cast<std::size_t>(part.height) * row_bytes;
     jpeg_read_scanlines(&cinfo, &last, 1);
   }
+  rows_read = true;
   jpeg_finish_decompress(&cinfo);
   return true;
 }
 
 }  // namespace
 
-JpegDecoder::JpegDecoder() : handle_(tjInitDecompress()), libjpeg_(std::make_unique<Libjpeg>()) {
-  if (handle_ == nullptr) throw std::runtime_error(std::string("TurboJPEG: ") + tjGetErrorStr2(nullptr));
-}
+JpegDecoder::JpegDecoder() : libjpeg_(std::make_unique<Libjpeg>()) {}
 
-JpegDecoder::~JpegDecoder() { tjDestroy(handle_); }
+JpegDecoder::~JpegDecoder() = default;
 
 bool JpegDecoder::decode_part(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, const CropBox& part,
                               DecodedPart& out, std::string& error) {
@@ -177,11 +180,12 @@ bool JpegDecoder::decode_part(std::span<const std::uint8_t> jpeg, int scale_num,
   }
   libjpeg_->errors.truncated = false;
   libjpeg_->errors.too_many_scans = false;
+  libjpeg_->errors.rows_read = false;
   JDIMENSION window_left = 0, window_width = 0;
   bool decoded = false;
   try {
-    decoded = decode_rows(libjpeg_->cinfo, libjpeg_->errors.jump, jpeg.data(), jpeg.size(), scale_num, scale_denom,
-                          part, pixels_, window_left, window_width);
+    decoded = decode_rows(libjpeg_->cinfo, libjpeg_->errors.jump, libjpeg_->errors.rows_read, jpeg.data(), jpeg.size(),
+                          scale_num, scale_denom, part, pixels_, window_left, window_width);
   } catch (...) {  // the pixels' memory: the decompressor is left ready for the next image
     jpeg_abort_decompress(&libjpeg_->cinfo);
     throw;
@@ -208,6 +212,12 @@ bool JpegDecoder::header(std::span<const std::uint8_t> jpeg, int& width, int& he
     error = "empty file";
     return false;
   }
+  // Pillow knows a JPEG by its first three bytes, SOI and the 0xFF of the next marker; libjpeg
+  // skips junk before that marker with a warning, and would decode what Pillow cannot open.
+  if (jpeg.size() < 3 || jpeg[0] != 0xFF || jpeg[1] != 0xD8 || jpeg[2] != 0xFF) {
+    error = "Not a JPEG file: it does not start with 0xff 0xd8 0xff, as Pillow requires";
+    return false;
+  }
   if (!read_header(libjpeg_->cinfo, libjpeg_->errors.jump, jpeg.data(), jpeg.size(), width, height, cmyk_)) {
     error = libjpeg_->message();
     return false;
@@ -226,26 +236,15 @@ bool JpegDecoder::header(std::span<const std::uint8_t> jpeg, int& width, int& he
 
 bool JpegDecoder::decode(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, int& width, int& height,
                          std::string& error) {
+  // The whole image as one part, through the same libjpeg calls: TurboJPEG 2.1's tjDecompress2
+  // reports an error that follows a warning as a warning (tjGetErrorCode), so a file PIL refuses
+  // as broken decoded there, its rows from the error on left as they were.
   if (!header(jpeg, full_width_, full_height_, error)) return false;
   const ScaleFactor scale{scale_num, scale_denom};
   width = scaled_size(full_width_, scale);
   height = scaled_size(full_height_, scale);
-  const std::size_t count = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
-  // A CMYK file is decoded as CMYK, 4 bytes a pixel, and made RGB in place.
-  pixels_.resize(count * (cmyk_ ? 4 : 3));
-  // Accurate integer IDCT and fancy upsampling: libjpeg's defaults, which PIL decodes with.
-  if (tjDecompress2(handle_, jpeg.data(), static_cast<unsigned long>(jpeg.size()), pixels_.data(), width, 0, height,
-                    cmyk_ ? TJPF_CMYK : TJPF_RGB, TJFLAG_ACCURATEDCT | TJFLAG_LIMITSCANS) != 0) {
-    // Warnings decode the whole image (extraneous bytes before a marker, say) and PIL accepts
-    // them too; a truncated file PIL refuses ("image file is truncated"), and so does this.
-    const std::string why = tjGetErrorStr2(handle_);
-    if (tjGetErrorCode(handle_) != TJERR_WARNING || why.find("Premature end") != std::string::npos) {
-      error = why;
-      return false;
-    }
-  }
-  if (cmyk_) cmyk_to_rgb_in_place(pixels_.data(), count);
-  return true;
+  DecodedPart whole;
+  return decode_part(jpeg, scale_num, scale_denom, CropBox{0, 0, height, width}, whole, error);
 }
 
 int scaled_size(int size, ScaleFactor scale) { return TJSCALED(size, (tjscalingfactor{scale.num, scale.denom})); }

@@ -1,6 +1,7 @@
-// One thread's JPEG decoder: libjpeg-turbo's TurboJPEG API for whole images, its libjpeg API for
-// the part a crop needs, both with the accurate IDCT and fancy upsampling (PIL's defaults), CMYK
-// made RGB as Pillow makes it, and hostile files (bombs, endless scans) refused before they cost.
+// One thread's JPEG decoder: libjpeg-turbo's libjpeg API, the whole image or the part a crop needs,
+// with the accurate IDCT and fancy upsampling (PIL's defaults), CMYK made RGB as Pillow makes it,
+// what PIL refuses refused (broken, truncated), and hostile files (bombs, endless scans) refused
+// before they cost.
 #pragma once
 
 #include <cstdint>
@@ -8,8 +9,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <turbojpeg.h>
 
 #include "input/image_region.hpp"
 
@@ -21,8 +20,8 @@ namespace dlbench::input {
 // than a minute and 7 GB on one thread before this limit. At the limit a thread holds at most
 // about 1.6 GB: the pixels and, for a progressive file, its coefficients.
 inline constexpr std::uint64_t kMaxJpegPixels = 2 * std::uint64_t{89'478'485};
-// The most scans a progressive JPEG may have (TurboJPEG's TJFLAG_LIMITSCANS): each scan is a
-// pass over the whole image, and a small file can repeat one thousands of times.
+// The most scans a progressive JPEG may have (TurboJPEG's TJFLAG_LIMITSCANS, checked here as libjpeg
+// reads): each scan is a pass over the whole image, and a small file can repeat one thousands of times.
 inline constexpr int kMaxJpegScans = 500;
 
 // Decodes one image at a time with its buffers reused from image to image. Refuses a JPEG past
@@ -54,8 +53,7 @@ class JpegDecoder {
   int full_height() const { return full_height_; }
 
  private:
-  struct Libjpeg;  // libjpeg's own API (TurboJPEG 2.1 decodes whole images only)
-  tjhandle handle_;
+  struct Libjpeg;  // the decompressor and its error manager
   std::unique_ptr<Libjpeg> libjpeg_;
   std::vector<std::uint8_t> pixels_;
   int full_width_ = 0;
