@@ -185,6 +185,90 @@ TEST(Png, DecodesWhatItWroteAndRefusesColourLabels) {
   fs::remove_all(dir);
 }
 
+// PNG's chunk checksum (CRC-32, as zlib's crc32) over a chunk's type and data.
+std::uint32_t png_crc(const std::uint8_t* bytes, std::size_t size) {
+  std::uint32_t crc = 0xFFFFFFFFu;
+  for (std::size_t i = 0; i < size; ++i) {
+    crc ^= bytes[i];
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return crc ^ 0xFFFFFFFFu;
+}
+
+// A PNG is read as Pillow reads it (golden_test.py asks Pillow itself of the same damage, and of
+// interlaced files): the checksums of the chunks before the image data are checked, an ancillary
+// one's too, the image data's are not, and nothing past the last row refuses the image: a cut or
+// garbled end, the zlib stream's own checksum cut off.
+TEST(Png, ChecksumsAndTheEndAreReadAsPillowReadsThem) {
+  const fs::path dir = fs::temp_directory_path() / ("dlbench_png_damage_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const int w = 97, h = 61;  // noise: its image data is more than one IDAT chunk
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(w) * h * 3);
+  std::mt19937 rng(4);
+  for (auto& v : rgb) v = static_cast<std::uint8_t>(rng());
+  write_png((dir / "x.png").string(), w, h, 3, rgb.data());
+  std::vector<std::uint8_t> png;
+  std::string why;
+  ASSERT_TRUE(read_file((dir / "x.png").string(), png, why));
+  fs::remove_all(dir);
+  const auto length_of = [&](std::size_t chunk) {  // a chunk's data length, from where the chunk starts
+    return std::size_t{png[chunk]} << 24 | std::size_t{png[chunk + 1]} << 16 | std::size_t{png[chunk + 2]} << 8 |
+           png[chunk + 3];
+  };
+  std::vector<std::size_t> idats;  // where each IDAT chunk starts
+  for (std::size_t at = 8; at + 12 <= png.size(); at += 12 + length_of(at)) {
+    if (std::memcmp(png.data() + at + 4, "IDAT", 4) == 0) idats.push_back(at);
+  }
+  ASSERT_GE(idats.size(), 2u);
+  const auto checksum_of = [&](std::size_t chunk) { return chunk + 8 + length_of(chunk); };
+  const std::size_t data_end = checksum_of(idats.back());  // then the last checksum and IEND
+  ASSERT_EQ(data_end + 4 + 12, png.size());
+  const auto with = [&](std::size_t at, std::vector<std::uint8_t> bytes, std::size_t replacing) {
+    std::vector<std::uint8_t> out = png;
+    out.erase(out.begin() + static_cast<std::ptrdiff_t>(at), out.begin() + static_cast<std::ptrdiff_t>(at + replacing));
+    out.insert(out.begin() + static_cast<std::ptrdiff_t>(at), bytes.begin(), bytes.end());
+    return out;
+  };
+  const auto flipped = [&](std::size_t at) { return with(at, {static_cast<std::uint8_t>(png[at] ^ 0xFF)}, 1); };
+  std::vector<std::uint8_t> text{0, 0, 0, 3, 't', 'E', 'X', 't', 'a', 0, 'b', 0, 0, 0, 0};
+  const std::uint32_t crc = png_crc(text.data() + 4, 7);
+  for (int i = 0; i < 4; ++i) text[11 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(crc >> (24 - 8 * i));
+  std::vector<std::uint8_t> bad_text = text;
+  bad_text.back() ^= 1;
+  struct Case {
+    const char* name;
+    std::vector<std::uint8_t> bytes;
+    const char* error;  // null: decoded, the very pixels
+  };
+  const std::vector<Case> cases{
+      {"the first IDAT's checksum wrong", flipped(checksum_of(idats[0])), nullptr},
+      {"the last IDAT's checksum wrong", flipped(data_end), nullptr},
+      {"no IEND", std::vector<std::uint8_t>(png.begin(), png.end() - 12), nullptr},
+      {"IEND garbled", with(png.size() - 8, {'I', 1, 'N', 'D'}, 4), nullptr},
+      {"the zlib checksum cut off", std::vector<std::uint8_t>(png.begin(), png.begin() + static_cast<std::ptrdiff_t>(data_end - 4)),
+       nullptr},
+      {"an ancillary chunk", with(idats[0], text, 0), nullptr},
+      {"an ancillary chunk's checksum wrong", with(idats[0], bad_text, 0), "tEXt: CRC error"},
+      {"IHDR's checksum wrong", with(29, {static_cast<std::uint8_t>(png[29] ^ 1)}, 1), "IHDR: CRC error"},
+      {"rows cut", std::vector<std::uint8_t>(png.begin(), png.begin() + static_cast<std::ptrdiff_t>(data_end - 40)),
+       "truncated file"},
+  };
+  PngDecoder decoder;
+  for (const Case& c : cases) {
+    int width = 0, height = 0;
+    std::string error;
+    const bool decoded = decoder.decode(c.bytes, PngPixels::rgb8, width, height, error);
+    if (c.error == nullptr) {
+      ASSERT_TRUE(decoded) << c.name << ": " << error;
+      EXPECT_TRUE(error.empty()) << c.name << ": " << error;
+      EXPECT_EQ(std::vector<std::uint8_t>(decoder.pixels(), decoder.pixels() + rgb.size()), rgb) << c.name;
+    } else {
+      EXPECT_FALSE(decoded) << c.name;
+      EXPECT_EQ(error, c.error) << c.name;
+    }
+  }
+}
+
 // A PNG named .jpg (Pillow opens a file by its content): its size from its IHDR chunk, as the
 // decode finds it, and refused there past the decoder's limit; decode_crop then hands the crop of
 // the whole PNG decode, whatever DCT scaling asked for.

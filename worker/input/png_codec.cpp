@@ -28,23 +28,65 @@ void on_warning(png_structp, png_const_charp) {}
 struct Reader {
   std::span<const std::uint8_t> bytes;
   std::size_t at = 0;
+  std::uint64_t rows_made = 0;   // rows (of every interlace pass) libpng has decoded and transformed
+  std::uint64_t rows_total = 0;  // how many the image has
+  bool ran_out = false;          // asked for bytes past the end of the file
+  bool bytewise_at_the_end = false;  // the image data's last PNG_IDAT_READ_SIZE bytes read one at a time
 };
+
+// Counts each row as libpng hands it over, after which only copying it into the caller's row
+// remains (no input is read between the two).
+void count_row(png_structp png, png_row_infop, png_bytep) { ++static_cast<Reader*>(png_get_io_ptr(png))->rows_made; }
+
+// The rows libpng decodes for a width × height image: each row of each Adam7 pass that has pixels.
+std::uint64_t rows_to_decode(png_uint_32 width, png_uint_32 height, bool interlaced) {
+  if (!interlaced) return height;
+  // Adam7's passes: the first row and column each starts at, and its steps down and across.
+  constexpr std::uint64_t kFirstRow[7] = {0, 0, 4, 0, 2, 0, 1}, kRowStep[7] = {8, 8, 8, 4, 4, 2, 2};
+  constexpr std::uint64_t kFirstColumn[7] = {0, 4, 0, 2, 0, 1, 0}, kColumnStep[7] = {8, 8, 4, 4, 2, 2, 1};
+  const auto count = [](std::uint64_t size, std::uint64_t first, std::uint64_t step) {
+    return size > first ? (size - first + step - 1) / step : 0;
+  };
+  std::uint64_t rows = 0;
+  for (int pass = 0; pass < 7; ++pass) {
+    if (count(width, kFirstColumn[pass], kColumnStep[pass]) > 0) rows += count(height, kFirstRow[pass], kRowStep[pass]);
+  }
+  return rows;
+}
 
 void read_bytes(png_structp png, png_bytep out, png_size_t count) {
   auto* reader = static_cast<Reader*>(png_get_io_ptr(png));
-  if (count > reader->bytes.size() - reader->at) png_error(png, "truncated file");
+  if (count > reader->bytes.size() - reader->at) {
+    reader->ran_out = true;
+    png_error(png, "truncated file");
+  }
   std::memcpy(out, reader->bytes.data() + reader->at, count);
   reader->at += count;
+  // For a read struct this sets how much image data libpng reads at a time, from its next read on.
+  if (reader->bytewise_at_the_end && reader->bytes.size() - reader->at < PNG_IDAT_READ_SIZE) {
+    png_set_compression_buffer_size(png, 1);
+  }
 }
 
 // The part between setjmp and the last libpng call holds only trivially destructible locals, so
-// the longjmp of an error skips no destructor.
+// the longjmp of an error skips no destructor. An error once every row is made is past the image:
+// libpng reads on to the end of the compressed stream (its checksum, the chunk headers around it),
+// which Pillow's decoder never reads once it holds every row; the image stands, as there.
 bool decode_rows(png_structp png, png_infop info, PngPixels want, std::uint64_t max_pixels,
                  std::vector<std::uint8_t>& pixels, std::vector<std::uint8_t*>& rows, int& width, int& height,
                  ErrorText& error) {
-  if (setjmp(png_jmpbuf(png))) return false;
+  const Reader& reader = *static_cast<Reader*>(png_get_io_ptr(png));
+  if (setjmp(png_jmpbuf(png))) {
+    if (reader.rows_total == 0 || reader.rows_made < reader.rows_total) return false;
+    error.text[0] = '\0';
+    return true;
+  }
   png_set_user_limits(png, kMaxSide, kMaxSide);
+  // Checksums as Pillow checks them: every chunk before the image data (an ancillary one too,
+  // which libpng would drop with a warning), none of the image data's own.
+  png_set_crc_action(png, PNG_CRC_DEFAULT, PNG_CRC_ERROR_QUIT);
   png_read_info(png, info);
+  png_set_crc_action(png, PNG_CRC_QUIET_USE, PNG_CRC_QUIET_USE);
   const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   const int depth = png_get_bit_depth(png, info), colour = png_get_color_type(png, info);
   if (std::uint64_t{w} * h > max_pixels) {
@@ -74,6 +116,7 @@ bool decode_rows(png_structp png, png_infop info, PngPixels want, std::uint64_t 
     }
   }
   png_set_interlace_handling(png);
+  png_set_read_user_transform_fn(png, count_row);
   png_read_update_info(png, info);
   const std::size_t channels = want == PngPixels::grey8 ? 1 : 3;
   if (png_get_rowbytes(png, info) != w * channels) {
@@ -83,10 +126,13 @@ bool decode_rows(png_structp png, png_infop info, PngPixels want, std::uint64_t 
   pixels.resize(static_cast<std::size_t>(w) * h * channels);
   rows.resize(h);
   for (png_uint_32 y = 0; y < h; ++y) rows[y] = pixels.data() + static_cast<std::size_t>(y) * w * channels;
-  png_read_image(png, rows.data());
-  png_read_end(png, nullptr);
   width = static_cast<int>(w);
   height = static_cast<int>(h);
+  static_cast<Reader*>(png_get_io_ptr(png))->rows_total =
+      rows_to_decode(w, h, png_get_interlace_type(png, info) == PNG_INTERLACE_ADAM7);
+  // Nothing after the rows is read (no png_read_end), for the same reason: damage past them (a cut
+  // or garbled IEND, say) does not refuse the image.
+  png_read_image(png, rows.data());
   return true;
 }
 
@@ -136,20 +182,35 @@ bool PngDecoder::decode(std::span<const std::uint8_t> png_bytes, PngPixels want,
     error = png_bytes.empty() ? "empty file" : "not a PNG file";
     return false;
   }
-  ErrorText text;
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &text, on_error, on_warning);
-  if (png == nullptr) throw std::bad_alloc();
-  png_infop info = png_create_info_struct(png);
-  if (info == nullptr) {
-    png_destroy_read_struct(&png, nullptr, nullptr);
-    throw std::bad_alloc();
+  // libpng reads image data 8 KiB at a time (PNG_IDAT_READ_SIZE) before inflating any, so a file
+  // cut in its last 8 KiB fails before the rows there are made; Pillow inflates what there is and
+  // keeps the image if every row is in it (a cut zlib checksum, an IDAT claiming more bytes than
+  // the file has). A file that ran out is read again with its last 8 KiB a byte at a time, which
+  // makes every row that is there, at about the cost of the first read.
+  const auto attempt = [&](bool bytewise_at_the_end, bool& ran_out) {
+    ErrorText text;
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &text, on_error, on_warning);
+    if (png == nullptr) throw std::bad_alloc();
+    png_infop info = png_create_info_struct(png);
+    if (info == nullptr) {
+      png_destroy_read_struct(&png, nullptr, nullptr);
+      throw std::bad_alloc();
+    }
+    Reader reader{png_bytes, 0};
+    reader.bytewise_at_the_end = bytewise_at_the_end;
+    png_set_read_fn(png, &reader, read_bytes);
+    const bool ok = decode_rows(png, info, want, max_pixels_, pixels_, rows_, width, height, text);
+    png_destroy_read_struct(&png, &info, nullptr);
+    ran_out = reader.ran_out;
+    if (!ok) error = text.text[0] != '\0' ? text.text : "cannot be decoded as a PNG";
+    return ok;
+  };
+  bool ran_out = false;
+  if (attempt(false, ran_out) || (ran_out && attempt(true, ran_out))) {
+    error.clear();
+    return true;
   }
-  Reader reader{png_bytes, 0};
-  png_set_read_fn(png, &reader, read_bytes);
-  const bool ok = decode_rows(png, info, want, max_pixels_, pixels_, rows_, width, height, text);
-  png_destroy_read_struct(&png, &info, nullptr);
-  if (!ok) error = text.text[0] != '\0' ? text.text : "cannot be decoded as a PNG";
-  return ok;
+  return false;
 }
 
 namespace {
