@@ -400,34 +400,41 @@ def damaged_pngs():
 
 class DamagedFiles(unittest.TestCase):
     def verdicts_and_pixels_are_pillows(self, files):
-        """Each file refused by dlbench on both decoding paths exactly where Pillow refuses it, and
-        where both decode it, the same image bit for bit. Returns how many each side holds."""
+        """`dlbench-input check` (both decoding paths, 2 threads) refuses each file exactly where
+        Pillow refuses it, and where both decode it, `transform` makes Pillow's image bit for bit.
+        Returns how many each side holds."""
         verdicts = {"decoded": 0, "refused": 0}
         with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "sample.raw")
+            folder = os.path.join(tmp, "images", "a")
+            os.makedirs(folder)
+            pillow = {}
             for name, data in files:
-                path = os.path.join(tmp, name)
+                path = os.path.join(folder, name)
                 with open(path, "wb") as f:
                     f.write(data)
                 try:
                     with Image.open(path) as img:
                         img.convert("RGB")
-                        width, height = img.size
-                    pillow = True
+                        pillow[path] = img.size
                 except Exception as e:  # what torchvision's loader would raise
-                    pillow, why_not = False, str(e)
-                for crop_only in ("on", "off"):
-                    p = tool("transform", path, "--top", 0, "--left", 0, "--height", 1, "--width", 1,
-                             "--image-size", 8, "--crop-only", crop_only, "--output", out, check=False)
-                    self.assertIn(p.returncode, (0, 1), f"{name}: {p.stderr}")
-                    self.assertEqual(p.returncode == 0, pillow,
-                                     f"{name} (crop-only {crop_only}): dlbench says {p.stderr.strip() or 'decoded'}, "
-                                     f"Pillow {'decodes it' if pillow else why_not}")
-                verdicts["decoded" if pillow else "refused"] += 1
-                if pillow:
-                    np.testing.assert_array_equal(
-                        dlbench_sample(path, 0, 0, height, width, False, False, out),
-                        reference(path, 0, 0, height, width, False), err_msg=name)
+                    pillow[path] = str(e)
+            for crop_only in ("on", "off"):
+                p = tool("check", os.path.join(tmp, "images"), "--threads", 2, "--crop-only", crop_only, check=False)
+                self.assertIn(p.returncode, (0, 1), p.stderr)
+                report = json.loads(p.stdout)
+                self.assertEqual(report["samples"], len(files))
+                refused = {r["path"]: r["why"] for r in report["refused"]}
+                for path, answer in sorted(pillow.items()):
+                    self.assertEqual(path in refused, isinstance(answer, str),
+                                     f"{os.path.basename(path)} (crop-only {crop_only}): dlbench says "
+                                     f"{refused.get(path, 'decoded')}, Pillow {answer}")
+            out = os.path.join(tmp, "sample.raw")
+            for path, answer in sorted(pillow.items()):
+                verdicts["refused" if isinstance(answer, str) else "decoded"] += 1
+                if not isinstance(answer, str):
+                    width, height = answer
+                    np.testing.assert_array_equal(dlbench_sample(path, 0, 0, height, width, False, False, out),
+                                                  reference(path, 0, 0, height, width, False), err_msg=path)
         return verdicts
 
     def test_damaged_files_are_refused_where_pillow_refuses_them_and_decoded_as_it_decodes_them(self):
@@ -437,10 +444,12 @@ class DamagedFiles(unittest.TestCase):
         # its last row), both decoded 2 that do not start with 0xFF 0xD8 0xFF, which Pillow does
         # not take for JPEGs, and 56 of the 1,200 PNGs differed (libpng's checksums and its reading
         # past the rows). 2 of those 1,200 still differ, as docs/real-data.md says; not in this seed.
-        verdicts = self.verdicts_and_pixels_are_pillows(damaged_images(330, 7))
+        # And a thread's decompressor kept the last file's tables: a file without its own decoded
+        # with them, or not, by which file that thread had read before.
+        verdicts = self.verdicts_and_pixels_are_pillows(damaged_images(660, 7))
         # The corpus holds both answers in number, or it tests little.
-        self.assertGreater(verdicts["decoded"], 60, verdicts)
-        self.assertGreater(verdicts["refused"], 60, verdicts)
+        self.assertGreater(verdicts["decoded"], 120, verdicts)
+        self.assertGreater(verdicts["refused"], 120, verdicts)
 
     def test_pngs_damaged_where_pillow_and_libpng_part_ways_are_pillows(self):
         verdicts = self.verdicts_and_pixels_are_pillows(damaged_pngs())
@@ -466,6 +475,16 @@ class Refusals(unittest.TestCase):
             self.assertEqual(p.returncode, 1)
             self.assertIn("none of the 1 JPEG files of rank 0's share", p.stderr)
             self.assertIn("a.jpg", p.stderr)
+            # check says the same of every file, and of its shards what scan says.
+            p = tool("check", tmp, check=False)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("none of the 1 JPEG files of " + tmp + " can be used", p.stderr)
+            self.assertEqual(json.loads(p.stdout)["refused"],
+                             [{"path": os.path.join(tmp, "cats", "a.jpg"), "why": "Not a JPEG file: it does not start "
+                               "with 0xff 0xd8 0xff, as Pillow requires"}])
+            p = tool("check", tmp, "--data", "bertpretraining", check=False)
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("check: imagefolder or cityscapes", p.stderr)
 
 
 if __name__ == "__main__":

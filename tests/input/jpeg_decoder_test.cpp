@@ -291,5 +291,44 @@ TEST(JpegDecoder, RefusesWhatPillowRefusesAndDecodesWhatItDecodesWholeOrInPart) 
   }
 }
 
+// `jpeg` without its segments of `marker` (0xDB: its quantisation tables), up to its first scan.
+std::vector<std::uint8_t> without_segments(const std::vector<std::uint8_t>& jpeg, std::uint8_t marker) {
+  std::vector<std::uint8_t> out(jpeg.begin(), jpeg.begin() + 2);
+  std::size_t i = 2;
+  for (; i + 3 < jpeg.size() && jpeg[i + 1] != 0xDA;) {
+    const std::size_t length = static_cast<std::size_t>(jpeg[i + 2]) << 8 | jpeg[i + 3];
+    if (jpeg[i + 1] != marker) {
+      out.insert(out.end(), jpeg.begin() + static_cast<std::ptrdiff_t>(i), jpeg.begin() + static_cast<std::ptrdiff_t>(i + 2 + length));
+    }
+    i += 2 + length;
+  }
+  out.insert(out.end(), jpeg.begin() + static_cast<std::ptrdiff_t>(i), jpeg.end());
+  return out;
+}
+
+// A decoder knows nothing of the image before: libjpeg keeps a stream's tables from image to
+// image, so a file without its own quantisation tables was decoded with the last file's (whether
+// it decoded hung on which file its thread had read before), where Pillow, with a decompressor
+// per image, refuses it.
+TEST(JpegDecoder, ForgetsTheLastImagesTables) {
+  std::mt19937 rng(17);
+  const std::vector<std::uint8_t> whole = gradient_jpeg(64, 48, TJSAMP_420, false, rng);
+  const std::vector<std::uint8_t> tableless = without_segments(gradient_jpeg(64, 48, TJSAMP_420, false, rng), 0xDB);
+  ASSERT_LT(tableless.size(), whole.size());
+  const std::string refused = "Quantization table 0x00 was not defined";
+  JpegDecoder decoder;
+  int width = 0, height = 0;
+  std::string error;
+  DecodedPart part;
+  for (int round = 0; round < 2; ++round) {  // a fresh decoder, then one that has just decoded a whole file
+    EXPECT_FALSE(decoder.decode(tableless, 1, 1, width, height, error)) << "round " << round;
+    EXPECT_EQ(error, refused) << "round " << round;
+    ASSERT_TRUE(decoder.decode(whole, 1, 1, width, height, error)) << error;
+    EXPECT_FALSE(decoder.decode_part(tableless, 1, 2, CropBox{4, 4, 8, 8}, part, error)) << "round " << round;
+    EXPECT_EQ(error, refused) << "round " << round;
+    ASSERT_TRUE(decoder.decode_part(whole, 1, 2, CropBox{4, 4, 8, 8}, part, error)) << error;
+  }
+}
+
 }  // namespace
 }  // namespace dlbench::input

@@ -164,6 +164,14 @@ class Golden(unittest.TestCase):
             labels = {int(line) for line in f}
         self.assertTrue(labels <= set(range(19)) | {255}, labels)
 
+    def test_check_names_the_broken_pair_of_all_of_them(self):
+        report = json.loads(tool("check", self.data, "--data", "cityscapes", "--crop-height", CROP_H,
+                                 "--crop-width", CROP_W, "--threads", 2).stdout)
+        self.assertEqual((report["samples"], report["refusedCount"], report["samplesAre"]),
+                         (7, 1, "image and label PNG pairs"))
+        self.assertIn("broken", report["refused"][0]["path"])
+        self.assertEqual(report["refused"][0]["why"], "not a PNG file")
+
 
 class Refusals(unittest.TestCase):
     def test_unusable_data_is_named(self):

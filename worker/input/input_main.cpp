@@ -2,7 +2,12 @@
 // (ImageFolder JPEGs, Cityscapes' PNG images and labels, or BERT's HDF5 pretraining shards) and its shards, transforms one sample
 // with given draws (the golden tests against torchvision read this), and measures how many
 // images per second the pipeline prepares with N threads.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -386,6 +391,85 @@ nlohmann::json values_report(const BatchValues& v) {
           {"max", or_null(v.max())}};
 }
 
+// The images of `root` as the pipeline reads them, with the options measure and check share;
+// `folder` or `set` (by --data) holds what the source reads.
+std::unique_ptr<SampleSource> image_source(const Args& a, const std::string& root, ImageFolder& folder,
+                                           CityscapesSet& set) {
+  if (cityscapes(a)) {
+    set = scan_cityscapes(root);
+    return std::make_unique<CityscapesSource>(set, static_cast<int>(a.number("crop-height", 512, 1, 1 << 15)),
+                                              static_cast<int>(a.number("crop-width", 1024, 1, 1 << 15)),
+                                              PixelLayout::nchw);
+  }
+  folder = scan_image_folder(root);
+  return std::make_unique<ImageFolderSource>(folder, static_cast<int>(a.number("image-size", 224, 1, 4096)),
+                                             PixelLayout::nchw,
+                                             JpegDecoding{a.on_off("dct-scaling", true), a.on_off("crop-only", true)});
+}
+
+// Every sample made once by T threads, as the pipeline makes it: the ones a run would skip, each
+// with why, before a run meets them one by one. Exit 1 when none can be made.
+int check(const Args& a) {
+  if (pretraining(a)) throw UsageError{"check: imagefolder or cityscapes (scan --data bertpretraining lists unreadable shards)"};
+  const std::string root = one_directory(a, "check");
+  const int threads = static_cast<int>(a.number("threads", 1, bounds::kDecodeThreads.min, bounds::kDecodeThreads.max));
+  const auto seed = static_cast<std::uint64_t>(a.number("seed", 42, 0, 1L << 62));
+  ImageFolder folder;
+  CityscapesSet set;
+  const std::unique_ptr<SampleSource> source = image_source(a, root, folder, set);
+  struct Refused {
+    std::string path, why;
+  };
+  std::vector<std::vector<Refused>> refused(static_cast<std::size_t>(threads));
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr failure;  // a thread's exception (out of memory, say), rethrown here
+  std::mutex failure_lock;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      try {
+        const std::unique_ptr<SampleScratch> scratch = source->scratch();
+        std::vector<float> pixels(source->pixel_floats());
+        std::vector<std::int32_t> labels(source->label_count());
+        for (std::size_t i = next++; i < source->samples(); i = next++) {
+          const auto sample = static_cast<std::uint32_t>(i);
+          std::mt19937_64 rng(seed + i);  // a sample's draws depend on the sample only
+          std::string why;
+          if (!source->make(sample, rng, *scratch, pixels.data(), labels.data(), why)) {
+            refused[static_cast<std::size_t>(t)].push_back({source->sample_path(sample), why});
+          }
+        }
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(failure_lock);
+        if (!failure) failure = std::current_exception();
+        next = source->samples();  // the others stop too
+      }
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+  if (failure) std::rethrow_exception(failure);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<Refused> all;
+  for (auto& some : refused) all.insert(all.end(), some.begin(), some.end());
+  std::sort(all.begin(), all.end(), [](const Refused& x, const Refused& y) { return x.path < y.path; });
+  nlohmann::json out{{"samples", source->samples()},
+                     {"samplesAre", source->samples_are()},
+                     {"refusedCount", all.size()},
+                     {"threads", threads},
+                     {"seconds", seconds},
+                     {"samplesPerSecond", static_cast<double>(source->samples()) / seconds}};
+  out["refused"] = nlohmann::json::array();
+  for (const Refused& r : all) out["refused"].push_back({{"path", r.path}, {"why", r.why}});
+  std::cout << out.dump() << "\n";
+  if (all.size() == source->samples()) {
+    std::cerr << "dlbench-input: none of the " << source->samples() << " " << source->samples_are() << " of " << root
+              << " can be used\n";
+    return 1;
+  }
+  return 0;
+}
+
 int measure(const Args& a) {
   const std::string root = one_directory(a, "measure");
   InputPipelineConfig config;
@@ -424,18 +508,7 @@ int measure(const Args& a) {
   }
   ImageFolder folder;
   CityscapesSet set;
-  std::unique_ptr<SampleSource> source;
-  if (cityscapes(a)) {
-    set = scan_cityscapes(root);
-    source = std::make_unique<CityscapesSource>(set, static_cast<int>(a.number("crop-height", 512, 1, 1 << 15)),
-                                                static_cast<int>(a.number("crop-width", 1024, 1, 1 << 15)),
-                                                PixelLayout::nchw);
-  } else {
-    folder = scan_image_folder(root);
-    source = std::make_unique<ImageFolderSource>(folder, static_cast<int>(a.number("image-size", 224, 1, 4096)),
-                                                 PixelLayout::nchw,
-                                                 JpegDecoding{a.on_off("dct-scaling", true), a.on_off("crop-only", true)});
-  }
+  const std::unique_ptr<SampleSource> source = image_source(a, root, folder, set);
   InputPipeline pipeline(*source, config);
   // The first batch includes starting the threads and filling the ring: not timed.
   const Batch first = pipeline.next();
@@ -549,6 +622,20 @@ const std::vector<Command>& commands() {
         {"crop-width", "W (default 1024)"},
         {"output", "RAW: where the floats go"}},
        transform_segmentation_sample},
+      {"check",
+       "every sample made once, as the pipeline makes it, by T threads: the files a run would skip, each with why, "
+       "as JSON (imagefolder: damaged JPEGs and PNGs refused exactly where Pillow refuses them; cityscapes: pairs)",
+       "DIR",
+       {{"data", "imagefolder | cityscapes (default imagefolder)"},
+        {"threads", "T decoding threads (default 1)"},
+        {"seed", "S: the draws of sample i come from S + i (default 42)"},
+        {"image-size", "imagefolder: N (default 224)"},
+        {"crop-height", "cityscapes: H (default 512)"},
+        {"crop-width", "cityscapes: W (default 1024)"},
+        {"dct-scaling", "imagefolder: on | off (default on)"},
+        {"crop-only", "imagefolder: on | off, decode only what the crop needs (default on); a file is refused "
+                      "alike either way"}},
+       check},
       {"measure",
        "images (bertpretraining: sequences) per second the pipeline prepares, as JSON",
        "DIR",
@@ -603,7 +690,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> words(argv + 1, argv + argc);
     if (!words.empty() && !words.front().starts_with("-") &&
         std::none_of(commands().begin(), commands().end(), [&](const Command& c) { return words.front() == c.name; })) {
-      throw UsageError{"unknown command \"" + printable(words.front()) + "\"; allowed: generate, scan, shard, transform, transform-segmentation, measure"};
+      throw UsageError{"unknown command \"" + printable(words.front()) + "\"; allowed: generate, scan, shard, transform, transform-segmentation, check, measure"};
     }
     try {
       parse_command_line(app, words);

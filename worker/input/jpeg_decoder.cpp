@@ -31,7 +31,7 @@ struct JpegDecoder::Libjpeg {
   jpeg_progress_mgr progress{};  // called as libjpeg reads each part of the file: the scan limit
 
   Libjpeg() {
-    cinfo.err = jpeg_std_error(&errors.manager);
+    jpeg_std_error(&errors.manager);
     // The scan limit, checked as TurboJPEG checks it; the error manager's jump leaves the file.
     progress.progress_monitor = [](j_common_ptr c) {
       if (reinterpret_cast<j_decompress_ptr>(c)->progressive_mode &&
@@ -48,10 +48,29 @@ struct JpegDecoder::Libjpeg {
       mine->truncated = true;
       (*c->err->format_message)(c, mine->truncation);
     };
+    create();
+  }
+  ~Libjpeg() { jpeg_destroy_decompress(&cinfo); }
+
+  // A decompressor that knows nothing of the last image. libjpeg keeps a stream's quantisation
+  // and Huffman tables from image to image (for abbreviated streams, whose images carry no tables),
+  // so a damaged file without its own was decoded with the previous file's, and whether it
+  // decoded depended on which file its thread had read before. Pillow makes a decompressor per
+  // image; so does this, for the few microseconds it costs.
+  void fresh() {
+    jpeg_destroy_decompress(&cinfo);
+    cinfo = jpeg_decompress_struct{};
+    create();
+  }
+
+ private:
+  void create() {
+    cinfo.err = &errors.manager;
     jpeg_create_decompress(&cinfo);
     cinfo.progress = &progress;  // after: jpeg_create_decompress zeroes all but `err`
   }
-  ~Libjpeg() { jpeg_destroy_decompress(&cinfo); }
+
+ public:
   Libjpeg(const Libjpeg&) = delete;
   Libjpeg& operator=(const Libjpeg&) = delete;
 
@@ -218,6 +237,7 @@ bool JpegDecoder::header(std::span<const std::uint8_t> jpeg, int& width, int& he
     error = "Not a JPEG file: it does not start with 0xff 0xd8 0xff, as Pillow requires";
     return false;
   }
+  libjpeg_->fresh();
   if (!read_header(libjpeg_->cinfo, libjpeg_->errors.jump, jpeg.data(), jpeg.size(), width, height, cmyk_)) {
     error = libjpeg_->message();
     return false;
