@@ -76,7 +76,7 @@ class Golden(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.data = os.path.join(cls.tmp.name, "train")
-        make_dataset(cls.data, "--classes", "5", "--per-class", "40", "--broken", "4")
+        make_dataset(cls.data, "--classes", "5", "--per-class", "40", "--broken", "4", "--other-formats", "1")
         cls.torch_folder = torchvision.datasets.ImageFolder(cls.data)
 
     @classmethod
@@ -84,7 +84,7 @@ class Golden(unittest.TestCase):
         cls.tmp.cleanup()
 
     def good_files(self):
-        return [p for p, _ in self.torch_folder.samples if not os.path.basename(p).startswith("broken")]
+        return [p for p, _ in self.torch_folder.samples if not os.path.basename(p).startswith(("broken", "other"))]
 
     def test_classes_and_labels_are_torchvisions(self):
         scan = json.loads(tool("scan", self.data).stdout)
@@ -217,15 +217,23 @@ class Golden(unittest.TestCase):
         self.assertNotEqual(a, tool("shard", self.data, "--world", 2, "--seed", 2).stdout)
 
     def test_broken_files_are_skipped_and_counted(self):
-        # 204 files, 4 broken: enough batches for two epochs, so each is met at least once.
+        # 205 files, 4 broken and a BMP: enough batches for two epochs, so each is met at least once.
         p = tool("measure", self.data, "--batch-size", 16, "--batches", 30, "--threads", 3)
         out = json.loads(p.stdout)
-        self.assertEqual(out["skippedFiles"], 4)
-        self.assertEqual(len(out["skipped"]), 4)
+        self.assertEqual(out["skippedFiles"], 5)
+        self.assertEqual(len(out["skipped"]), 5)
         whys = " ".join(s["why"] for s in out["skipped"])
         self.assertIn("empty file", whys)
         for s in out["skipped"]:
-            self.assertTrue(os.path.basename(s["path"]).startswith("broken"), s)
+            self.assertTrue(os.path.basename(s["path"]).startswith(("broken", "other")), s)
+        # check names all five, the BMP by its format.
+        report = json.loads(tool("check", self.data, "--threads", 2).stdout)
+        self.assertEqual(report["samples"], len(self.torch_folder.samples))
+        self.assertEqual(sorted(os.path.basename(r["path"]) for r in report["refused"]),
+                         ["broken_00.jpg", "broken_01.jpg", "broken_02.jpg", "broken_03.jpg", "other_00.bmp"])
+        self.assertIn({"path": os.path.join(self.data, "class_000", "other_00.bmp"),
+                       "why": "a BMP image: dlbench decodes JPEG and PNG images only (Pillow, and so torchvision, "
+                              "reads it)"}, report["refused"])
 
     def test_batches_do_not_depend_on_the_thread_count(self):
         one = os.path.join(self.tmp.name, "one.raw")
@@ -468,17 +476,17 @@ class Refusals(unittest.TestCase):
             with open(os.path.join(tmp, "cats", "notes.txt"), "w") as f:
                 f.write("x")
             p = tool("measure", tmp, check=False)
-            self.assertIn("no JPEG files", p.stderr)
+            self.assertIn("no image files in them (.jpg, .jpeg, .png, .ppm, .bmp, .pgm, .tif, .tiff, .webp", p.stderr)
             with open(os.path.join(tmp, "cats", "a.jpg"), "wb") as f:
                 f.write(b"garbage")
             p = tool("measure", tmp, check=False)
             self.assertEqual(p.returncode, 1)
-            self.assertIn("none of the 1 JPEG files of rank 0's share", p.stderr)
+            self.assertIn("none of the 1 image files of rank 0's share", p.stderr)
             self.assertIn("a.jpg", p.stderr)
             # check says the same of every file, and of its shards what scan says.
             p = tool("check", tmp, check=False)
             self.assertEqual(p.returncode, 1)
-            self.assertIn("none of the 1 JPEG files of " + tmp + " can be used", p.stderr)
+            self.assertIn("none of the 1 image files of " + tmp + " can be used", p.stderr)
             self.assertEqual(json.loads(p.stdout)["refused"],
                              [{"path": os.path.join(tmp, "cats", "a.jpg"), "why": "Not a JPEG file: it does not start "
                                "with 0xff 0xd8 0xff, as Pillow requires"}])

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <turbojpeg.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -484,6 +486,58 @@ TEST_F(JpegFolder, ScansClassesInOrder) {
   EXPECT_EQ(f.files.size(), 31u);
   EXPECT_EQ(f.files.front().label, 0);
   EXPECT_EQ(f.files.back().label, 2);
+}
+
+// The files torchvision's ImageFolder lists: a lower-cased name ending in one of its
+// IMG_EXTENSIONS (a file named just ".jpg" too); the rest are counted and ignored.
+TEST(ImageFolderScan, ListsTheFilesTorchvisionListsInAnyCase) {
+  const fs::path root = fs::temp_directory_path() / ("dlbench_names_" + std::to_string(::getpid()));
+  fs::create_directories(root / "a" / "deeper");
+  const std::vector<std::string> listed{".jpg", "q.tif", "r.pgm", "s.ppm", "t.bmp", "u.TIFF", "v.webp", "w.PnG",
+                                        "x.jpg", "y.JPEG", "z.png"};
+  for (const auto& name : listed) std::ofstream(root / "a" / name) << "x";
+  std::ofstream(root / "a" / "deeper" / "k.jpeg") << "x";
+  for (const char* ignored : {"notes.txt", "anim.gif", "jpg", "x.jpg.bak"}) std::ofstream(root / "a" / ignored) << "x";
+  const ImageFolder folder = scan_image_folder(root.string());
+  std::vector<std::string> names;
+  for (const ImageFile& f : folder.files) names.push_back(fs::path(f.path).lexically_relative(root / "a").string());
+  std::vector<std::string> expected = listed;
+  expected.push_back("deeper/k.jpeg");
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(folder.ignored_files, 4);
+  fs::remove_all(root);
+}
+
+// An image of a format Pillow reads and dlbench does not decode is named, not taken for a broken
+// JPEG, from its header on.
+TEST(TransformJpeg, AnImageOfAnotherFormatIsNamedNotDecoded) {
+  const auto bytes = [](std::string_view text) { return std::vector<std::uint8_t>(text.begin(), text.end()); };
+  const std::vector<std::pair<std::vector<std::uint8_t>, std::string>> cases{
+      {bytes(std::string_view("BM\x36\x00\x00\x00", 6)), "BMP"},
+      {bytes(std::string_view("II*\x00\x08\x00", 6)), "TIFF"},
+      {bytes(std::string_view("MM\x00*\x00\x00", 6)), "TIFF"},
+      {bytes(std::string_view("RIFF\x10\x00\x00\x00WEBPVP8 ", 16)), "WebP"},
+      {bytes("GIF89a\x01\x00"), "GIF"},
+      {bytes("P6\n7 5\n255\n"), "PPM, PGM or PBM"},
+      {bytes("P5 7 5 255 "), "PPM, PGM or PBM"},
+  };
+  TransformScratch scratch;
+  for (const auto& [file, format] : cases) {
+    const std::string said = "a " + format + " image: dlbench decodes JPEG and PNG images only (Pillow, and so torchvision, reads it)";
+    int width = 0, height = 0;
+    std::string error;
+    EXPECT_FALSE(image_header(file, scratch, width, height, error)) << format;
+    EXPECT_EQ(error, said);
+    DecodedCrop decoded;
+    error.clear();
+    EXPECT_FALSE(decode_crop(file, CropBox{0, 0, 1, 1}, 8, JpegDecoding{}, scratch, decoded, error)) << format;
+    EXPECT_EQ(error, said);
+  }
+  // A "P" that starts no netpbm header is left to the JPEG decoder's answer.
+  std::string error;
+  EXPECT_FALSE(not_decoded_here(bytes("P7x"), error));
+  EXPECT_FALSE(not_decoded_here(bytes("Pillow"), error));
 }
 
 TEST_F(JpegFolder, BatchesAreTheSameWithOneOrFourThreadsAndSkipTheBrokenFile) {

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Writes an ImageFolder data set of generated JPEGs: classes × images of several sizes and
 aspect ratios (smooth gradients plus noise and shapes, so that crops and resampling show),
-grayscale and CMYK images, PNGs named .jpg, and optionally broken files.
+grayscale and CMYK images, PNGs named .jpg and PNGs named .png (or .PNG), and optionally broken
+files and images of another format torchvision's ImageFolder lists (BMP files, other_NN.bmp).
 
-Usage: make_dataset.py DIR [--classes N] [--per-class N] [--broken N] [--sizes small|imagenet]
+Usage: make_dataset.py DIR [--classes N] [--per-class N] [--broken N] [--other-formats N]
+                           [--sizes small|imagenet]
 """
 import argparse
 import io
@@ -38,6 +40,7 @@ def main():
     ap.add_argument("--classes", type=int, default=4)
     ap.add_argument("--per-class", type=int, default=60)
     ap.add_argument("--broken", type=int, default=0)
+    ap.add_argument("--other-formats", type=int, default=0)
     ap.add_argument("--sizes", choices=["small", "imagenet"], default="small")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
@@ -60,6 +63,9 @@ def main():
             if i % 29 == 11:  # a PNG named .jpg, as one of ImageNet's (Pillow opens it by its content)
                 img.convert("P" if c % 2 else "RGB").save(os.path.join(folder, f"img_{i:04d}.jpg"), format="PNG")
                 continue
+            if i % 23 == 13:  # a PNG named so, which torchvision's ImageFolder lists as it lists JPEGs
+                img.convert("RGB").save(os.path.join(folder, f"img_{i:04d}.{'PNG' if c % 2 else 'png'}"), format="PNG")
+                continue
             img.save(os.path.join(folder, f"img_{i:04d}.jpg"), quality=quality, subsampling=subsampling)
         with open(os.path.join(folder, "README.txt"), "w") as f:
             f.write("not an image: ignored\n")
@@ -75,6 +81,9 @@ def main():
             data = b""
         with open(os.path.join(folder, f"broken_{b:02d}.jpg"), "wb") as f:
             f.write(data)
+    for n in range(args.other_formats):
+        folder = os.path.join(args.dir, f"class_{n % args.classes:03d}")
+        picture(rng, 64, 48).save(os.path.join(folder, f"other_{n:02d}.bmp"), format="BMP")
 
 
 if __name__ == "__main__":

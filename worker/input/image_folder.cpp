@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <string_view>
 #include <system_error>
 
 namespace dlbench::input {
@@ -11,13 +12,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool is_jpeg_name(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return ext == ".jpg" || ext == ".jpeg";
+// torchvision's ImageFolder lists a file whose lower-cased name ends in one of its IMG_EXTENSIONS.
+bool is_image_name(const fs::path& p) {
+  std::string name = p.filename().string();
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return std::any_of(kImageExtensions.begin(), kImageExtensions.end(),
+                     [&](std::string_view ext) { return name.ends_with(ext); });
 }
 
 }  // namespace
+
+std::string image_extensions() {
+  std::string all;
+  for (const std::string_view ext : kImageExtensions) all += (all.empty() ? "" : ", ") + std::string(ext);
+  return all;
+}
 
 std::uint64_t mix_bits(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -59,7 +68,7 @@ ImageFolder scan_image_folder(const std::string& root) {
          !ec && it != end; it.increment(ec)) {
       std::error_code file_error;
       if (!it->is_regular_file(file_error)) continue;
-      if (is_jpeg_name(it->path())) {
+      if (is_image_name(it->path())) {
         paths.push_back(it->path().string());
       } else {
         ++folder.ignored_files;
@@ -71,7 +80,8 @@ ImageFolder scan_image_folder(const std::string& root) {
   }
   if (folder.files.empty()) {
     throw DataUnavailable("data.path " + root + " has " + std::to_string(folder.classes.size()) +
-                          " class folders but no JPEG files (.jpg or .jpeg) in them");
+                          " class folders but no image files in them (" + image_extensions() +
+                          ": the names torchvision's ImageFolder lists, in any case)");
   }
   return folder;
 }

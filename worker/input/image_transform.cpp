@@ -3,11 +3,13 @@
 #include "input/image_transform.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -342,9 +344,36 @@ void Normalizer::write(const std::uint8_t* rgb, int height, int width, bool flip
   }
 }
 
+bool not_decoded_here(std::span<const std::uint8_t> bytes, std::string& error) {
+  const auto starts = [&](std::string_view signature, std::size_t at = 0) {
+    if (bytes.size() < at + signature.size()) return false;
+    for (std::size_t i = 0; i < signature.size(); ++i) {
+      if (bytes[at + i] != static_cast<std::uint8_t>(signature[i])) return false;
+    }
+    return true;
+  };
+  const char* format = nullptr;
+  if (starts("BM")) {
+    format = "BMP";
+  } else if (starts(std::string_view("II*\0", 4)) || starts(std::string_view("MM\0*", 4))) {
+    format = "TIFF";
+  } else if (starts("RIFF") && starts("WEBP", 8)) {
+    format = "WebP";
+  } else if (starts("GIF87a") || starts("GIF89a")) {
+    format = "GIF";
+  } else if (bytes.size() >= 3 && bytes[0] == 'P' && bytes[1] >= '1' && bytes[1] <= '6' && std::isspace(bytes[2]) != 0) {
+    format = "PPM, PGM or PBM";
+  }
+  if (format == nullptr) return false;
+  error = std::string("a ") + format +
+          " image: dlbench decodes JPEG and PNG images only (Pillow, and so torchvision, reads it)";
+  return true;
+}
+
 bool image_header(std::span<const std::uint8_t> bytes, TransformScratch& scratch, int& width, int& height,
                   std::string& error) {
   if (is_png(bytes)) return scratch.png.header(bytes, width, height, error);
+  if (not_decoded_here(bytes, error)) return false;
   return scratch.decoder.header(bytes, width, height, error);
 }
 
@@ -385,6 +414,7 @@ bool decode_png_crop(std::span<const std::uint8_t> png, const CropBox& crop, Png
 bool decode_crop(std::span<const std::uint8_t> jpeg, const CropBox& crop, int out_size, JpegDecoding decoding,
                  TransformScratch& scratch, DecodedCrop& out, std::string& error) {
   if (is_png(jpeg)) return decode_png_crop(jpeg, crop, scratch.png, out, error);
+  if (not_decoded_here(jpeg, error)) return false;
   JpegDecoder& decoder = scratch.decoder;
   const ScaleFactor scale = decoding.dct_scaling ? dct_scale_for(crop, out_size) : ScaleFactor{};
   int full_width = 0, full_height = 0;

@@ -100,6 +100,11 @@ struct TransformScratch {
   std::vector<std::uint8_t> resized;
 };
 
+// Whether `bytes` are an image of a format Pillow reads and dlbench does not decode (BMP, TIFF,
+// WebP, GIF, PPM/PGM/PBM: torchvision's ImageFolder lists most by their names); if so, `error`
+// names it.
+bool not_decoded_here(std::span<const std::uint8_t> bytes, std::string& error);
+
 // The image's size from its header, a JPEG's or (by its signature) a PNG's; false and why when it
 // is neither.
 bool image_header(std::span<const std::uint8_t> bytes, TransformScratch& scratch, int& width, int& height,

@@ -27,7 +27,7 @@ class SampleSource {
   virtual std::size_t samples() const = 0;
   // The file named when a sample is skipped.
   virtual const std::string& sample_path(std::uint32_t sample) const = 0;
-  // What a sample is, for messages: "JPEG files", "image and label PNG pairs".
+  // What a sample is, for messages: "image files", "image and label PNG pairs".
   virtual std::string samples_are() const = 0;
   // Floats of pixels and int32 labels one training sample takes.
   virtual std::size_t pixel_floats() const = 0;
@@ -58,7 +58,7 @@ class ImageFolderSource final : public SampleSource {
   const std::string& root() const override { return folder_.root; }
   std::size_t samples() const override { return folder_.files.size(); }
   const std::string& sample_path(std::uint32_t sample) const override { return folder_.files[sample].path; }
-  std::string samples_are() const override { return "JPEG files"; }
+  std::string samples_are() const override { return "image files"; }
   std::size_t pixel_floats() const override {
     return 3 * static_cast<std::size_t>(image_size_) * static_cast<std::size_t>(image_size_);
   }

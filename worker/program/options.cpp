@@ -30,7 +30,7 @@ namespace {
 constexpr const char* kFooter = R"(With imagefolder each step takes the next batch of the rank's shard (a per-epoch shuffle of
 the files; RandomResizedCrop, flip and normalisation as torchvision's); the result adds how
 long steps waited for input, the pipeline's own images/s per rank and an input-bound or
-compute-bound verdict. Unreadable JPEG files are skipped and counted. cityscapes (deeplabv3plus)
+compute-bound verdict. Unreadable image files are skipped and counted. cityscapes (deeplabv3plus)
 does the same with Cityscapes' image and label PNGs (random rescale 0.5-2x, flip, crop padded
 with ignored pixels, as torchvision's segmentation reference; labels to the 19 training ids).
 Under mpirun every rank trains on its own synthetic batch with the same initial weights

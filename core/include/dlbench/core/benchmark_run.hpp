@@ -56,7 +56,7 @@ struct DataSpec {
   int width() const { return image_width > 0 ? image_width : image_size; }
   // Tokens per sequence, for a sequence model (bert-base) only; 0: its default (128).
   int sequence_length = 0;
-  // imagefolder: the directory of class folders of JPEG files, the same absolute path on every
+  // imagefolder: the directory of class folders of images (JPEG or PNG), the same absolute path on every
   // node (locally a directory; on Kubernetes where `volume` is mounted, or inside the image).
   std::string path;
   std::optional<DataVolume> volume;
@@ -319,7 +319,7 @@ struct InputReport {
   double pipeline_throughput = 0;  // images (sequences) /s one rank's pipeline prepares with training idle (slowest rank)
   InputVerdict verdict = InputVerdict::compute_bound;
   int decode_threads = 0;  // per rank
-  long files = 0;          // JPEG files (imagefolder), image and label pairs (cityscapes) or sequences (bertpretraining) in the data set
+  long files = 0;          // image files (imagefolder), image and label pairs (cityscapes) or sequences (bertpretraining) in the data set
   long skipped_files = 0;  // unreadable or undecodable files (bertpretraining: shards and sequences) met, each counted once per rank
   std::vector<std::string> skipped_examples;  // "path: why", the first few of rank 0
   bool operator==(const InputReport&) const = default;
