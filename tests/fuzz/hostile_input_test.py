@@ -216,6 +216,40 @@ JPEG_PATHS = {"default": [], "whole": ["--crop-only", "off"], "no-dct-scaling": 
               "device": ["--resize-on", "device"]}
 
 
+def damaged(bases, count, seed):
+    """`count` copies of the `bases` (name: bytes) damaged as copies and disks damage files: bits
+    flipped, header bytes replaced, cut short, a run repeated or cut, 0xFF bytes planted (a marker,
+    inside a JPEG's entropy-coded data). golden_test.py holds dlbench's answers to such files to
+    Pillow's; here every one of them is answered within the bounds."""
+    rng = random.Random(seed)
+    names = sorted(bases)
+    out = {}
+    for i in range(count):
+        name = names[i % len(names)]
+        d = bytearray(bases[name])
+        kind = i // len(names) % 6
+        if kind == 0:
+            for _ in range(rng.choice([1, 2, 4, 16])):
+                d[rng.randrange(len(d))] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            for _ in range(rng.choice([1, 3, 8])):
+                d[rng.randrange(min(len(d), 700))] = rng.randrange(256)
+        elif kind == 2:
+            d = d[:rng.randrange(1, len(d))]
+        elif kind == 3:
+            a, at = rng.randrange(len(d)), rng.randrange(len(d))
+            d[at:at] = d[a:a + rng.randrange(1, 300)]
+        elif kind == 4:
+            a = rng.randrange(len(d))
+            del d[a:a + rng.randrange(1, 64)]
+        else:
+            for _ in range(rng.choice([1, 4])):
+                at = rng.randrange(len(d) - 1)
+                d[at:at + 2] = bytes([0xFF, rng.randrange(256)])
+        out[f"{i:04d}-{name}"] = bytes(d)
+    return out
+
+
 def shard_troubles(good):
     """A good HDF5 shard's bytes, damaged: truncated at several lengths, its signature kept over
     garbage, bytes flipped in its metadata and in its compressed chunks, and zeroed blocks."""
@@ -383,6 +417,19 @@ def main():
             for path, flags in JPEG_PATHS.items():
                 check(f"imagefolder {name} ({path})", [inputs, "measure", root, "--batch-size", "1", "--batches", "1",
                                                        *flags], name)
+        # 600 damaged JPEGs and PNGs in one folder, every one decoded or refused by `check` on the
+        # default path and the whole-image one (a decompressor reused from file to file meets
+        # each damage after another), within the bounds.
+        root = os.path.join(tmp, "damaged", "a")
+        os.makedirs(root)
+        bases = {"baseline.jpg": made["off"], "progressive.jpg": made["on"], "rgb.png": small_png(64, 48, 2),
+                 "grey.png": small_png(40, 30, 0)}
+        for name, content in damaged(bases, 600, 23).items():
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(content)
+        for flags in ([], ["--crop-only", "off"]):
+            check(f"imagefolder 600 damaged files {flags}", [inputs, "check", os.path.dirname(root), *flags], "",
+                  may_succeed=True)
         # BERT's shards: a real shard (dlbench-input writes it as NVIDIA's script does) damaged in
         # every way a copy can be, alone in its directory; whatever the HDF5 library makes of it,
         # the answer is exit 1 naming the shard (or, where flipped bits left it readable, a
