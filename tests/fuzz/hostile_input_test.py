@@ -31,6 +31,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "input"))
+import damage  # noqa: E402  (tests/input/damage.py)
+
 CPU_SECONDS = 2.0
 PEAK_RSS_MIB = 256
 WALL_SECONDS = 20
@@ -216,40 +219,6 @@ JPEG_PATHS = {"default": [], "whole": ["--crop-only", "off"], "no-dct-scaling": 
               "device": ["--resize-on", "device"]}
 
 
-def damaged(bases, count, seed):
-    """`count` copies of the `bases` (name: bytes) damaged as copies and disks damage files: bits
-    flipped, header bytes replaced, cut short, a run repeated or cut, 0xFF bytes planted (a marker,
-    inside a JPEG's entropy-coded data). golden_test.py holds dlbench's answers to such files to
-    Pillow's; here every one of them is answered within the bounds."""
-    rng = random.Random(seed)
-    names = sorted(bases)
-    out = {}
-    for i in range(count):
-        name = names[i % len(names)]
-        d = bytearray(bases[name])
-        kind = i // len(names) % 6
-        if kind == 0:
-            for _ in range(rng.choice([1, 2, 4, 16])):
-                d[rng.randrange(len(d))] ^= 1 << rng.randrange(8)
-        elif kind == 1:
-            for _ in range(rng.choice([1, 3, 8])):
-                d[rng.randrange(min(len(d), 700))] = rng.randrange(256)
-        elif kind == 2:
-            d = d[:rng.randrange(1, len(d))]
-        elif kind == 3:
-            a, at = rng.randrange(len(d)), rng.randrange(len(d))
-            d[at:at] = d[a:a + rng.randrange(1, 300)]
-        elif kind == 4:
-            a = rng.randrange(len(d))
-            del d[a:a + rng.randrange(1, 64)]
-        else:
-            for _ in range(rng.choice([1, 4])):
-                at = rng.randrange(len(d) - 1)
-                d[at:at + 2] = bytes([0xFF, rng.randrange(256)])
-        out[f"{i:04d}-{name}"] = bytes(d)
-    return out
-
-
 def shard_troubles(good):
     """A good HDF5 shard's bytes, damaged: truncated at several lengths, its signature kept over
     garbage, bytes flipped in its metadata and in its compressed chunks, and zeroed blocks."""
@@ -424,7 +393,7 @@ def main():
         os.makedirs(root)
         bases = {"baseline.jpg": made["off"], "progressive.jpg": made["on"], "rgb.png": small_png(64, 48, 2),
                  "grey.png": small_png(40, 30, 0)}
-        for name, content in damaged(bases, 600, 23).items():
+        for name, content in damage.damaged_set(bases, 600, 23).items():
             with open(os.path.join(root, name), "wb") as f:
                 f.write(content)
         for flags in ([], ["--crop-only", "off"]):

@@ -17,6 +17,9 @@ import tempfile
 import unittest
 import zlib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import damage  # noqa: E402
+
 try:
     import numpy as np
     import torch
@@ -299,70 +302,10 @@ class Golden(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--pixel-type: images only, not --data bertpretraining", p.stderr)
 
-def fixed_png_checksums(data):
-    """`data` with each chunk's CRC made right again where the chunks still parse, so that a reader
-    goes past the checksums to the damage."""
-    d = bytearray(data)
-    at = 8
-    while at + 12 <= len(d):
-        length = int.from_bytes(d[at:at + 4], "big")
-        if at + 12 + length > len(d):
-            break
-        d[at + 8 + length:at + 12 + length] = zlib.crc32(d[at + 4:at + 8 + length]).to_bytes(4, "big")
-        at += 12 + length
-    return bytes(d)
-
-
 def damaged_images(count, seed):
-    """`count` files (name, bytes) damaged as copies and disks damage files, from Pillow-made bases
-    of every kind the pipeline decodes: JPEGs baseline 4:2:0 and 4:4:4, progressive, grey, CMYK
-    baseline and progressive, and PNGs named .jpg, RGB, palette, grey with alpha, RGBA and
-    interlaced. Bits flipped, header bytes replaced, truncated, a run repeated or cut, 0xFF bytes
-    planted (in a JPEG's entropy-coded data libjpeg reads a marker there); every other damaged PNG
-    has its checksums made right again."""
-    rng = random.Random(seed)
-    base_image = Image.new("RGB", (97, 73))
-    base_image.putdata([(x * 255 // 97, y * 255 // 73, (x * y) % 256) for y in range(73) for x in range(97)])
-    bases = {}
-    for name, mode, form, options in (
-            ("baseline420", "RGB", "JPEG", {}), ("baseline444", "RGB", "JPEG", {"subsampling": 0}),
-            ("progressive", "RGB", "JPEG", {"progressive": True}), ("grey", "L", "JPEG", {}),
-            ("cmyk", "CMYK", "JPEG", {}), ("cmyk-progressive", "CMYK", "JPEG", {"progressive": True}),
-            ("png-rgb", "RGB", "PNG", {}), ("png-palette", "P", "PNG", {}), ("png-grey-alpha", "LA", "PNG", {}),
-            ("png-rgba", "RGBA", "PNG", {}), ("png-interlaced", "RGB", "PNG", {"interlace": 1})):
-        buffer = io.BytesIO()
-        base_image.convert(mode).save(buffer, form, **({"quality": 90} if form == "JPEG" else {}), **options)
-        bases[name] = buffer.getvalue()
-    names = sorted(bases)
-    damaged = []
-    for i in range(count):
-        name = names[i % len(names)]
-        d = bytearray(bases[name])
-        kind = i // len(names) % 6
-        if kind == 0:
-            for _ in range(rng.choice([1, 2, 4, 16])):
-                at = rng.randrange(len(d))
-                d[at] ^= 1 << rng.randrange(8)
-        elif kind == 1:
-            for _ in range(rng.choice([1, 3, 8])):
-                d[rng.randrange(min(len(d), 700))] = rng.randrange(256)
-        elif kind == 2:
-            d = d[:rng.randrange(1, len(d))]
-        elif kind == 3:
-            a = rng.randrange(len(d))
-            at = rng.randrange(len(d))
-            d[at:at] = d[a:a + rng.randrange(1, 300)]
-        elif kind == 4:
-            a = rng.randrange(len(d))
-            del d[a:a + rng.randrange(1, 64)]
-        else:
-            for _ in range(rng.choice([1, 4])):
-                at = rng.randrange(len(d) - 1)
-                d[at:at + 2] = bytes([0xFF, rng.randrange(256)])
-        if name.startswith("png") and i // len(names) % 2 == 0:
-            d = fixed_png_checksums(d)
-        damaged.append((f"{i:04d}-{name}.jpg", bytes(d)))
-    return damaged
+    """`count` files (name, bytes) damaged as damage.py damages them, from damage.pillow_bases(),
+    all named .jpg (Pillow and dlbench open a file by its content)."""
+    return [(name + ".jpg", data) for name, data in damage.damaged_set(damage.pillow_bases(), count, seed).items()]
 
 
 def png_chunks(data):

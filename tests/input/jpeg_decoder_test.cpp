@@ -251,13 +251,18 @@ std::vector<std::uint8_t> inserted_in_scan(std::vector<std::uint8_t> jpeg, std::
 //   that follows the rows (an APP2 claiming more bytes than are left), is decoded, as PIL decodes
 //   it (the crop's path refused a baseline one until 2026-12-03);
 // - a file that does not start with 0xFF 0xD8 0xFF, which libjpeg would decode after a warning, is
-//   not a JPEG to Pillow.
+//   not a JPEG to Pillow, nor one whose JFIF segment is too short for Pillow's own reader.
 TEST(JpegDecoder, RefusesWhatPillowRefusesAndDecodesWhatItDecodesWholeOrInPart) {
   std::mt19937 rng(13);
   const std::vector<std::uint8_t> baseline = gradient_jpeg(96, 64, TJSAMP_420, false, rng);
   const std::vector<std::uint8_t> progressive = gradient_jpeg(96, 64, TJSAMP_420, true, rng);
   std::vector<std::uint8_t> junk_after_soi = baseline;
   junk_after_soi[2] = 0x0B;
+  // TurboJPEG writes a JFIF APP0 segment of 16 bytes first: cut to "JFIF" alone, the rest junk.
+  std::vector<std::uint8_t> short_jfif = baseline;
+  ASSERT_EQ(std::vector<std::uint8_t>(short_jfif.begin() + 2, short_jfif.begin() + 10),
+            (std::vector<std::uint8_t>{0xFF, 0xE0, 0, 16, 'J', 'F', 'I', 'F'}));
+  short_jfif[5] = 6;
   struct Case {
     const char* name;
     std::vector<std::uint8_t> bytes;
@@ -269,6 +274,8 @@ TEST(JpegDecoder, RefusesWhatPillowRefusesAndDecodesWhatItDecodesWholeOrInPart) 
       {"APP2 past the end, progressive", inserted_in_scan(progressive, {0xFF, 0xE2, 0x7F, 0xFF}), nullptr},
       {"no EOI", std::vector<std::uint8_t>(baseline.begin(), baseline.end() - 2), "Premature end of JPEG file"},
       {"junk after SOI", junk_after_soi, "Not a JPEG file: it does not start with 0xff 0xd8 0xff, as Pillow requires"},
+      {"JFIF segment too short", short_jfif,
+       "its JFIF (APP0) segment holds 4 bytes, too few for Pillow to read its version: Pillow cannot identify the file"},
   };
   JpegDecoder decoder;
   for (const Case& c : cases) {

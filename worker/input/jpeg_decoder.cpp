@@ -5,6 +5,7 @@
 #include <csetjmp>
 #include <cstdio>  // before jpeglib.h, which uses FILE
 #include <stdexcept>
+#include <string_view>
 
 #include <jerror.h>
 #include <jpeglib.h>
@@ -118,6 +119,42 @@ bool read_header(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, const std::u
   height = static_cast<int>(cinfo.image_height);
   cmyk = is_cmyk(cinfo.jpeg_color_space);
   jpeg_abort_decompress(&cinfo);
+  return true;
+}
+
+// The segments before the first scan that Pillow's own reader parses, checked as it parses them:
+// a JFIF (APP0) or Adobe (APP14) segment too short for the version Pillow reads from its bytes 5
+// and 6 fails its opening of the file ("cannot identify image file"), where libjpeg reads on.
+bool segments_pillow_reads(std::span<const std::uint8_t> jpeg, std::string& error) {
+  for (std::size_t at = 2; at + 4 <= jpeg.size();) {
+    const std::uint8_t marker = jpeg[at + 1];
+    if (jpeg[at] != 0xFF || marker == 0xFF || marker == 0x00) {  // junk and fill bytes: skipped, as Pillow does
+      ++at;
+      continue;
+    }
+    if (marker == 0xDA || marker == 0xD9) break;  // the first scan, or the end
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) {  // markers without a segment
+      at += 2;
+      continue;
+    }
+    // The length counts itself; one under 2 reads no data, as Pillow's reader reads none.
+    const std::size_t length = std::max<std::size_t>(static_cast<std::size_t>(jpeg[at + 2]) << 8 | jpeg[at + 3], 2);
+    const std::span<const std::uint8_t> data = jpeg.subspan(at + 4, std::min(length - 2, jpeg.size() - at - 4));
+    const auto starts = [&](std::string_view tag) {
+      return data.size() >= tag.size() && std::equal(tag.begin(), tag.end(), data.begin(), [](char t, std::uint8_t b) {
+               return static_cast<std::uint8_t>(t) == b;
+             });
+    };
+    const char* segment = marker == 0xE0 && starts("JFIF")    ? "JFIF (APP0)"
+                          : marker == 0xEE && starts("Adobe") ? "Adobe (APP14)"
+                                                              : nullptr;
+    if (segment != nullptr && data.size() < 7) {
+      error = std::string("its ") + segment + " segment holds " + std::to_string(data.size()) +
+              " bytes, too few for Pillow to read its version: Pillow cannot identify the file";
+      return false;
+    }
+    at += 2 + length;
+  }
   return true;
 }
 
@@ -237,6 +274,7 @@ bool JpegDecoder::header(std::span<const std::uint8_t> jpeg, int& width, int& he
     error = "Not a JPEG file: it does not start with 0xff 0xd8 0xff, as Pillow requires";
     return false;
   }
+  if (!segments_pillow_reads(jpeg, error)) return false;
   libjpeg_->fresh();
   if (!read_header(libjpeg_->cinfo, libjpeg_->errors.jump, jpeg.data(), jpeg.size(), width, height, cmyk_)) {
     error = libjpeg_->message();
