@@ -225,8 +225,15 @@ class GpuCheckRehearsal(unittest.TestCase):
             self.assertEqual(summary(logs, "summary.1.txt"), first)
             with open(os.path.join(logs, "comparison.jsonl")) as f:
                 self.assertIn(json.dumps(row), f.read())
+        # The real data are made again where a chosen step reads them (the first call's are gone
+        # with its /tmp): where the budget stopped between making them and their readers, how far
+        # it reached depending on the machine's load, real-data-generate runs in both calls.
+        with open(SCRIPT) as f:
+            readers = set(re.findall(r"needs_real_data ([\w-]+)", f.read()))
+        self.assertIn("dlbench-resnet50-amp-imagefolder", readers)
+        makes_data = bool(readers & set(unreached))
         for name, verdict in second.items():
-            if name in unreached:
+            if name in unreached or (name == "real-data-generate" and makes_data):
                 self.assertFalse(verdict.startswith("SKIPPED"), f"{name}: {verdict}")
             else:
                 self.assertEqual(verdict, "SKIPPED (not chosen)", name)
