@@ -2,7 +2,7 @@
 """Which damaged images each dlbench-input build refuses, against what Pillow (torchvision's loader)
 refuses: COUNT files damaged as tests/input/damage.py damages them (bits flipped, header bytes
 replaced, cut short, runs repeated or cut, 0xFF bytes planted; every other PNG's checksums made
-right), from Pillow-written JPEGs and PNGs of every kind the pipeline decodes, all in one ImageFolder
+right), from Pillow-written JPEGs, PNGs and WebP images of every kind the pipeline decodes, all in one ImageFolder
 class. Each build answers with `dlbench-input check` (or, where a build has no check, `transform`
 file by file, each in a fresh process), on the default decoding path and the whole-image one.
 Prints a table for bench/RESULTS.md.
@@ -57,7 +57,7 @@ def main():
             path = os.path.join(folder, name + ".jpg")
             with open(path, "wb") as f:
                 f.write(data)
-            kinds[path] = "PNG" if "png" in name else "JPEG"
+            kinds[path] = "PNG" if "png" in name else "WebP" if "webp" in name else "JPEG"
             try:
                 with Image.open(path) as img:
                     img.convert("RGB")
@@ -76,7 +76,7 @@ def main():
                     refused = refused_file_by_file(tool, sorted(kinds), flags, tmp)
                     how = "transform, a process a file"
                 seconds = time.monotonic() - start
-                for form in ("JPEG", "PNG"):
+                for form in ("JPEG", "PNG", "WebP"):
                     paths = [p for p, k in kinds.items() if k == form]
                     extra = sum(1 for p in paths if p not in refused and p in pillow_refuses)
                     missing = sum(1 for p in paths if p in refused and p not in pillow_refuses)

@@ -37,7 +37,8 @@ FROM debian:${DEBIAN}-slim AS runtime-base
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       openmpi-bin libopenmpi3 openssh-server openssh-client \
-      libdnnl2 libyaml-cpp0.7 libgomp1 libssl3 libturbojpeg0 libjpeg62-turbo libpng16-16 libhdf5-103-1 ca-certificates \
+      libdnnl2 libyaml-cpp0.7 libgomp1 libssl3 libturbojpeg0 libjpeg62-turbo libpng16-16 libwebp7 libwebpdemux2 \
+      libhdf5-103-1 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /run/sshd \
  && ssh-keygen -A

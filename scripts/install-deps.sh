@@ -30,6 +30,7 @@ packages=(
   libturbojpeg0-dev                                  # worker/input: JPEG decoding for data.source imagefolder
   libjpeg62-turbo-dev                                # worker/input: libjpeg's API, decoding only what a crop needs
   libpng-dev                                         # worker/input: PNG images and labels for data.source cityscapes
+  libwebp-dev                                        # worker/input: WebP images in an imagefolder
   libhdf5-dev                                        # worker/input: BERT's HDF5 pretraining shards for data.source bertpretraining
   libopenmpi-dev openmpi-bin                         # MPI communicator and `mpirun` (DLBENCH_WITH_MPI=AUTO)
   ccache                                             # a rebuild (a pull, a clean clone in CI) compiles only what changed

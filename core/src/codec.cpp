@@ -165,7 +165,7 @@ void decode_data(Decoder& d, const json& obj, const std::string& path, DataSpec&
   if (out.source != DataSource::synthetic) {
     const char* what_path =
         out.source == DataSource::imagefolder
-            ? "the directory of class folders of images (JPEG or PNG), the same absolute path on every node"
+            ? "the directory of class folders of images (JPEG, PNG or WebP), the same absolute path on every node"
         : out.source == DataSource::cityscapes
             ? "Cityscapes' root (leftImg8bit/train and gtFine/train inside), the same absolute path on every node"
             : "the directory of BERT pretraining shards (NVIDIA's HDF5 files) or one shard, the same absolute path on "

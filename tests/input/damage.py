@@ -66,8 +66,8 @@ def damaged_set(bases, count, seed):
 
 def pillow_bases():
     """{name: bytes}: a 97 x 73 picture written by Pillow in every kind the pipeline decodes: JPEGs
-    baseline 4:2:0 and 4:4:4, progressive, grey, CMYK baseline and progressive, and PNGs RGB,
-    palette, grey with alpha, RGBA and interlaced."""
+    baseline 4:2:0 and 4:4:4, progressive, grey, CMYK baseline and progressive, PNGs RGB,
+    palette, grey with alpha, RGBA and interlaced, and WebP images lossy and lossless."""
     from PIL import Image
     picture = Image.new("RGB", (97, 73))
     picture.putdata([(x * 255 // 97, y * 255 // 73, (x * y) % 256) for y in range(73) for x in range(97)])
@@ -77,7 +77,8 @@ def pillow_bases():
             ("progressive", "RGB", "JPEG", {"progressive": True}), ("grey", "L", "JPEG", {}),
             ("cmyk", "CMYK", "JPEG", {}), ("cmyk-progressive", "CMYK", "JPEG", {"progressive": True}),
             ("png-rgb", "RGB", "PNG", {}), ("png-palette", "P", "PNG", {}), ("png-grey-alpha", "LA", "PNG", {}),
-            ("png-rgba", "RGBA", "PNG", {}), ("png-interlaced", "RGB", "PNG", {"interlace": 1})):
+            ("png-rgba", "RGBA", "PNG", {}), ("png-interlaced", "RGB", "PNG", {"interlace": 1}),
+            ("webp-lossy", "RGB", "WEBP", {"quality": 80}), ("webp-lossless", "RGB", "WEBP", {"lossless": True})):
         buffer = io.BytesIO()
         picture.convert(mode).save(buffer, form, **({"quality": 90} if form == "JPEG" else {}), **options)
         bases[name] = buffer.getvalue()

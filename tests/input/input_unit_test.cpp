@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <turbojpeg.h>
+#include <webp/encode.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +30,7 @@
 #include "input/input_pipeline.hpp"
 #include "precision.hpp"
 #include "input/png_codec.hpp"
+#include "input/webp_codec.hpp"
 #include "write_jpeg.hpp"
 #include "../worker/resident_pages.hpp"
 
@@ -199,8 +201,9 @@ std::uint32_t png_crc(const std::uint8_t* bytes, std::size_t size) {
 
 // A PNG is read as Pillow reads it (golden_test.py asks Pillow itself of the same damage, and of
 // interlaced files): the checksums of the chunks before the image data are checked, an ancillary
-// one's too, the image data's are not, and nothing past the last row refuses the image: a cut or
-// garbled end, the zlib stream's own checksum cut off.
+// one's too, the image data's are not, and nothing libpng reads past the last row refuses the
+// image: a cut or garbled end, the zlib stream's own checksum cut off. What Pillow reads after the
+// rows does: the chunks up to IEND, each one's data whole.
 TEST(Png, ChecksumsAndTheEndAreReadAsPillowReadsThem) {
   const fs::path dir = fs::temp_directory_path() / ("dlbench_png_damage_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -247,6 +250,8 @@ TEST(Png, ChecksumsAndTheEndAreReadAsPillowReadsThem) {
       {"the last IDAT's checksum wrong", flipped(data_end), nullptr},
       {"no IEND", std::vector<std::uint8_t>(png.begin(), png.end() - 12), nullptr},
       {"IEND garbled", with(png.size() - 8, {'I', 1, 'N', 'D'}, 4), nullptr},
+      {"IEND made a chunk longer than the file", with(png.size() - 12, {0, 0, 0, 0xFF, 's', 'E', 'N', 'D'}, 8),
+       "a chunk after the image data runs past the end of the file, which Pillow reads and refuses (Truncated File Read)"},
       {"the zlib checksum cut off", std::vector<std::uint8_t>(png.begin(), png.begin() + static_cast<std::ptrdiff_t>(data_end - 4)),
        nullptr},
       {"an ancillary chunk", with(idats[0], text, 0), nullptr},
@@ -509,6 +514,59 @@ TEST(ImageFolderScan, ListsTheFilesTorchvisionListsInAnyCase) {
   fs::remove_all(root);
 }
 
+// A WebP image, lossless and lossy, whatever its name: its size from its header and its crop at
+// full size from the whole decode (golden_test.py holds the pixels to Pillow's); a damaged one and
+// a header past Pillow's pixel limit are refused.
+TEST(Webp, AnImageFolderWebpGivesItsSizeAndItsCropAtFullSize) {
+  const int w = 37, h = 23;
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(w) * h * 3);
+  for (std::size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<std::uint8_t>(i * 7 % 251);
+  for (const bool lossless : {true, false}) {
+    std::uint8_t* encoded = nullptr;
+    const std::size_t size = lossless ? WebPEncodeLosslessRGB(rgb.data(), w, h, w * 3, &encoded)
+                                      : WebPEncodeRGB(rgb.data(), w, h, w * 3, 90, &encoded);
+    ASSERT_GT(size, 0u);
+    const std::vector<std::uint8_t> webp(encoded, encoded + size);
+    WebPFree(encoded);
+    ASSERT_TRUE(is_webp(webp));
+    TransformScratch scratch;
+    int width = 0, height = 0;
+    std::string why;
+    ASSERT_TRUE(image_header(webp, scratch, width, height, why)) << why;
+    EXPECT_EQ(std::pair(width, height), std::pair(w, h));
+    const CropBox crop{5, 3, 11, 20};
+    DecodedCrop decoded;
+    ASSERT_TRUE(decode_crop(webp, crop, 8, JpegDecoding{}, scratch, decoded, why)) << why;
+    EXPECT_EQ(std::tuple(decoded.part.left, decoded.part.top, decoded.part.width, decoded.part.height),
+              std::tuple(3, 5, 20, 11));
+    EXPECT_EQ(std::tuple(decoded.x0, decoded.y0, decoded.x1, decoded.y1), std::tuple(0.0, 0.0, 20.0, 11.0));
+    if (lossless) {  // lossless: the very pixels, row by row
+      for (int r = 0; r < crop.height; ++r) {
+        const std::size_t at = (static_cast<std::size_t>(crop.top + r) * w + static_cast<std::size_t>(crop.left)) * 3;
+        ASSERT_EQ(std::memcmp(decoded.part.first + static_cast<std::size_t>(r) * decoded.part.stride, rgb.data() + at,
+                              static_cast<std::size_t>(crop.width) * 3), 0) << "row " << r;
+      }
+    }
+    std::vector<std::uint8_t> cut(webp.begin(), webp.begin() + static_cast<std::ptrdiff_t>(webp.size() / 2));
+    EXPECT_FALSE(decode_crop(cut, crop, 8, JpegDecoding{}, scratch, decoded, why));
+    EXPECT_FALSE(why.empty());
+  }
+  // A lossless header claiming 16,383 x 16,383 (past 178,956,970 pixels): refused by its size.
+  std::uint8_t* encoded = nullptr;
+  const std::size_t size = WebPEncodeLosslessRGB(rgb.data(), w, h, w * 3, &encoded);
+  std::vector<std::uint8_t> bomb(encoded, encoded + size);
+  WebPFree(encoded);
+  ASSERT_EQ(std::string(bomb.begin() + 12, bomb.begin() + 16), "VP8L");
+  // VP8L: a signature byte 0x2f, then 14 bits of width - 1 and 14 of height - 1, little-endian.
+  const std::uint32_t bits = (16383u - 1) | ((16383u - 1) << 14) | (static_cast<std::uint32_t>(bomb[24]) & 0xF0u) << 24;
+  for (int i = 0; i < 4; ++i) bomb[21 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(bits >> (8 * i));
+  TransformScratch scratch;
+  int width = 0, height = 0;
+  std::string why;
+  EXPECT_FALSE(image_header(bomb, scratch, width, height, why));
+  EXPECT_EQ(why, "is 16383 x 16383 pixels, more than the 178956970 an image may have (Pillow's decompression-bomb limit)");
+}
+
 // An image of a format Pillow reads and dlbench does not decode is named, not taken for a broken
 // JPEG, from its header on.
 TEST(TransformJpeg, AnImageOfAnotherFormatIsNamedNotDecoded) {
@@ -517,14 +575,14 @@ TEST(TransformJpeg, AnImageOfAnotherFormatIsNamedNotDecoded) {
       {bytes(std::string_view("BM\x36\x00\x00\x00", 6)), "BMP"},
       {bytes(std::string_view("II*\x00\x08\x00", 6)), "TIFF"},
       {bytes(std::string_view("MM\x00*\x00\x00", 6)), "TIFF"},
-      {bytes(std::string_view("RIFF\x10\x00\x00\x00WEBPVP8 ", 16)), "WebP"},
       {bytes("GIF89a\x01\x00"), "GIF"},
       {bytes("P6\n7 5\n255\n"), "PPM, PGM or PBM"},
       {bytes("P5 7 5 255 "), "PPM, PGM or PBM"},
   };
   TransformScratch scratch;
   for (const auto& [file, format] : cases) {
-    const std::string said = "a " + format + " image: dlbench decodes JPEG and PNG images only (Pillow, and so torchvision, reads it)";
+    const std::string said =
+        "a " + format + " image: dlbench decodes JPEG, PNG and WebP images only (Pillow, and so torchvision, reads it)";
     int width = 0, height = 0;
     std::string error;
     EXPECT_FALSE(image_header(file, scratch, width, height, error)) << format;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes an ImageFolder data set of generated JPEGs: classes × images of several sizes and
 aspect ratios (smooth gradients plus noise and shapes, so that crops and resampling show),
-grayscale and CMYK images, PNGs named .jpg and PNGs named .png (or .PNG), and optionally broken
+grayscale and CMYK images, PNGs named .jpg and PNGs named .png (or .PNG), WebP images, and optionally broken
 files and images of another format torchvision's ImageFolder lists (BMP files, other_NN.bmp).
 
 Usage: make_dataset.py DIR [--classes N] [--per-class N] [--broken N] [--other-formats N]
@@ -62,6 +62,12 @@ def main():
             subsampling = [0, 1, 2][i % 3]  # 4:4:4, 4:2:2, 4:2:0
             if i % 29 == 11:  # a PNG named .jpg, as one of ImageNet's (Pillow opens it by its content)
                 img.convert("P" if c % 2 else "RGB").save(os.path.join(folder, f"img_{i:04d}.jpg"), format="PNG")
+                continue
+            if i % 31 == 17:  # a WebP image, lossy or lossless, with alpha (a gradient) in some
+                webp = img.convert("RGB")
+                if (i + c) % 2:
+                    webp.putalpha(Image.linear_gradient("L").resize(webp.size))
+                webp.save(os.path.join(folder, f"img_{i:04d}.webp"), format="WEBP", lossless=c % 3 == 1, quality=80)
                 continue
             if i % 23 == 13:  # a PNG named so, which torchvision's ImageFolder lists as it lists JPEGs
                 img.convert("RGB").save(os.path.join(folder, f"img_{i:04d}.{'PNG' if c % 2 else 'png'}"), format="PNG")

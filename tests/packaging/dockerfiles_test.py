@@ -124,7 +124,7 @@ class DockerfilesTest(unittest.TestCase):
         # What the operator's pods run from this image: sshd (workers), mpirun and orted over ssh (launcher).
         runtime = found["runtime-base"][1]
         packages = apt_packages(runtime)
-        self.assertTrue({"openssh-server", "openssh-client", "openmpi-bin", "libdnnl2", "libturbojpeg0", "libjpeg62-turbo", "libpng16-16", "libhdf5-103-1"} <= packages, packages)
+        self.assertTrue({"openssh-server", "openssh-client", "openmpi-bin", "libdnnl2", "libturbojpeg0", "libjpeg62-turbo", "libpng16-16", "libwebp7", "libwebpdemux2", "libhdf5-103-1"} <= packages, packages)
         self.assertTrue(any("ssh-keygen -A" in line for line in runtime), "sshd needs host keys")
         self.assertTrue(any("mkdir -p /run/sshd" in line for line in runtime), "sshd's privilege separation dir")
         self.assertIn("EXPOSE 22 9400", runtime)  # ssh, and the first rank's metrics port (operator default)

@@ -237,7 +237,7 @@ TEST(Validation, ImageFolderData) {
   const auto data = [](json d) { return errors_with({{"spec", {{"data", std::move(d)}}}}); };
   EXPECT_THAT(data({{"source", "imagefolder"}, {"path", "/data/train"}}), IsEmpty());
   EXPECT_THAT(data({{"source", "imagefolder"}}),
-              ElementsAre(HasSubstr("spec.data.path: required; the directory of class folders of images (JPEG or PNG)")));
+              ElementsAre(HasSubstr("spec.data.path: required; the directory of class folders of images (JPEG, PNG or WebP)")));
   EXPECT_THAT(data({{"path", "/data"}}),
               ElementsAre("spec.data.path: only allowed when source is imagefolder, cityscapes or bertpretraining (source is synthetic)"));
   EXPECT_THAT(data({{"volume", {{"hostPath", {{"path", "/srv"}}}}}}),

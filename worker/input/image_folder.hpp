@@ -31,8 +31,8 @@ struct ImageFolder {
 };
 
 // torchvision's IMG_EXTENSIONS: the files its ImageFolder lists, whatever their case. dlbench
-// decodes JPEG and PNG files (by their content, as Pillow opens them); a file of another format is
-// skipped and counted, naming it.
+// decodes JPEG, PNG and WebP files (by their content, as Pillow opens them); a file of another
+// format is skipped and counted, naming it.
 inline constexpr std::array<std::string_view, 9> kImageExtensions{".jpg", ".jpeg", ".png", ".ppm", ".bmp",
                                                                   ".pgm", ".tif", ".tiff", ".webp"};
 // kImageExtensions, comma-separated, for messages.

@@ -357,8 +357,6 @@ bool not_decoded_here(std::span<const std::uint8_t> bytes, std::string& error) {
     format = "BMP";
   } else if (starts(std::string_view("II*\0", 4)) || starts(std::string_view("MM\0*", 4))) {
     format = "TIFF";
-  } else if (starts("RIFF") && starts("WEBP", 8)) {
-    format = "WebP";
   } else if (starts("GIF87a") || starts("GIF89a")) {
     format = "GIF";
   } else if (bytes.size() >= 3 && bytes[0] == 'P' && bytes[1] >= '1' && bytes[1] <= '6' && std::isspace(bytes[2]) != 0) {
@@ -366,13 +364,14 @@ bool not_decoded_here(std::span<const std::uint8_t> bytes, std::string& error) {
   }
   if (format == nullptr) return false;
   error = std::string("a ") + format +
-          " image: dlbench decodes JPEG and PNG images only (Pillow, and so torchvision, reads it)";
+          " image: dlbench decodes JPEG, PNG and WebP images only (Pillow, and so torchvision, reads it)";
   return true;
 }
 
 bool image_header(std::span<const std::uint8_t> bytes, TransformScratch& scratch, int& width, int& height,
                   std::string& error) {
   if (is_png(bytes)) return scratch.png.header(bytes, width, height, error);
+  if (is_webp(bytes)) return scratch.webp.header(bytes, width, height, error);
   if (not_decoded_here(bytes, error)) return false;
   return scratch.decoder.header(bytes, width, height, error);
 }
@@ -388,17 +387,14 @@ bool crop_inside(const CropBox& crop, int width, int height, std::string& error)
   return true;
 }
 
-// A PNG named .jpg: decoded whole (PIL's convert("RGB"), png_codec.hpp), the crop a box of whole
-// pixels in it.
-bool decode_png_crop(std::span<const std::uint8_t> png, const CropBox& crop, PngDecoder& decoder, DecodedCrop& out,
-                     std::string& error) {
-  int width = 0, height = 0;
-  if (!decoder.decode(png, PngPixels::rgb8, width, height, error) || !crop_inside(crop, width, height, error)) {
-    return false;
-  }
+// A PNG or WebP image: decoded whole (PIL's convert("RGB"): png_codec.hpp, webp_codec.hpp), the crop
+// a box of whole pixels in its width × height RGB8 `pixels`.
+bool whole_image_crop(const std::uint8_t* pixels, int width, int height, const CropBox& crop, DecodedCrop& out,
+                      std::string& error) {
+  if (!crop_inside(crop, width, height, error)) return false;
   DecodedPart& part = out.part;
   part.stride = static_cast<std::size_t>(width) * 3;
-  part.first = decoder.pixels() + static_cast<std::size_t>(crop.top) * part.stride + static_cast<std::size_t>(crop.left) * 3;
+  part.first = pixels + static_cast<std::size_t>(crop.top) * part.stride + static_cast<std::size_t>(crop.left) * 3;
   part.left = crop.left;
   part.top = crop.top;
   part.width = crop.width;
@@ -413,11 +409,18 @@ bool decode_png_crop(std::span<const std::uint8_t> png, const CropBox& crop, Png
 
 bool decode_crop(std::span<const std::uint8_t> jpeg, const CropBox& crop, int out_size, JpegDecoding decoding,
                  TransformScratch& scratch, DecodedCrop& out, std::string& error) {
-  if (is_png(jpeg)) return decode_png_crop(jpeg, crop, scratch.png, out, error);
+  int full_width = 0, full_height = 0;
+  if (is_png(jpeg)) {
+    return scratch.png.decode(jpeg, PngPixels::rgb8, full_width, full_height, error) &&
+           whole_image_crop(scratch.png.pixels(), full_width, full_height, crop, out, error);
+  }
+  if (is_webp(jpeg)) {
+    return scratch.webp.decode(jpeg, full_width, full_height, error) &&
+           whole_image_crop(scratch.webp.pixels(), full_width, full_height, crop, out, error);
+  }
   if (not_decoded_here(jpeg, error)) return false;
   JpegDecoder& decoder = scratch.decoder;
   const ScaleFactor scale = decoding.dct_scaling ? dct_scale_for(crop, out_size) : ScaleFactor{};
-  int full_width = 0, full_height = 0;
   if (!decoder.header(jpeg, full_width, full_height, error) || !crop_inside(crop, full_width, full_height, error)) {
     return false;
   }

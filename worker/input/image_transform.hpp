@@ -14,6 +14,7 @@
 #include "input/image_region.hpp"
 #include "input/jpeg_decoder.hpp"
 #include "input/png_codec.hpp"
+#include "input/webp_codec.hpp"
 
 namespace dlbench::input {
 
@@ -91,17 +92,19 @@ class Normalizer {
   float table_[3][256];
 };
 
-// One thread's decoders and buffers. `png`: a PNG named .jpg, which Pillow opens by its content
-// (ImageNet's training set has one), decoded whole, at full size.
+// One thread's decoders and buffers. `png` and `webp`: PNG and WebP images, whatever their names
+// (Pillow opens a file by its content; ImageNet's training set has a PNG named .jpg), decoded
+// whole, at full size.
 struct TransformScratch {
   JpegDecoder decoder;
   PngDecoder png;
+  WebpDecoder webp;
   BilinearResampler resampler;
   std::vector<std::uint8_t> resized;
 };
 
 // Whether `bytes` are an image of a format Pillow reads and dlbench does not decode (BMP, TIFF,
-// WebP, GIF, PPM/PGM/PBM: torchvision's ImageFolder lists most by their names); if so, `error`
+// GIF, PPM/PGM/PBM: torchvision's ImageFolder lists most by their names); if so, `error`
 // names it.
 bool not_decoded_here(std::span<const std::uint8_t> bytes, std::string& error);
 

@@ -2,6 +2,7 @@
 
 #include <png.h>
 
+#include <cctype>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -136,6 +137,39 @@ bool decode_rows(png_structp png, png_infop info, PngPixels want, std::uint64_t 
   return true;
 }
 
+// What Pillow reads after the rows (PngImageFile.load_end): from the end of the image data's chunks,
+// chunk after chunk, each one's data whole, until IEND, the file's end, or a header that is not one
+// (whose type is not four letters, digits or underscores). A chunk there whose length runs past the
+// end of the file fails Pillow's read ("Truncated File Read"), and with it the image.
+bool chunks_after_the_rows_pillow_reads(std::span<const std::uint8_t> png, std::string& error) {
+  const auto be32 = [&](std::size_t at) {
+    return std::uint64_t{png[at]} << 24 | std::uint64_t{png[at + 1]} << 16 | std::uint64_t{png[at + 2]} << 8 | png[at + 3];
+  };
+  const auto type_is = [&](std::size_t at, const char* type) { return std::memcmp(png.data() + at + 4, type, 4) == 0; };
+  // The chunks by their lengths, to the end of the first run of IDAT chunks.
+  std::size_t at = 8;
+  bool in_image_data = false;
+  while (at + 8 <= png.size()) {
+    const bool image_data = type_is(at, "IDAT");
+    if (in_image_data && !image_data) break;
+    in_image_data = image_data;
+    at += 12 + be32(at);
+  }
+  for (; at + 8 <= png.size(); at += 12 + be32(at)) {
+    for (std::size_t i = 4; i < 8; ++i) {
+      const unsigned char c = png[at + i];
+      if (std::isalnum(c) == 0 && c != '_') return true;
+    }
+    if (type_is(at, "IEND")) return true;
+    if (at + 8 + be32(at) > png.size()) {
+      error = "a chunk after the image data runs past the end of the file, which Pillow reads and refuses (Truncated File "
+              "Read)";
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 bool is_png(std::span<const std::uint8_t> bytes) {
@@ -206,11 +240,9 @@ bool PngDecoder::decode(std::span<const std::uint8_t> png_bytes, PngPixels want,
     return ok;
   };
   bool ran_out = false;
-  if (attempt(false, ran_out) || (ran_out && attempt(true, ran_out))) {
-    error.clear();
-    return true;
-  }
-  return false;
+  if (!attempt(false, ran_out) && !(ran_out && attempt(true, ran_out))) return false;
+  error.clear();
+  return chunks_after_the_rows_pillow_reads(png_bytes, error);
 }
 
 namespace {

@@ -56,7 +56,7 @@ struct DataSpec {
   int width() const { return image_width > 0 ? image_width : image_size; }
   // Tokens per sequence, for a sequence model (bert-base) only; 0: its default (128).
   int sequence_length = 0;
-  // imagefolder: the directory of class folders of images (JPEG or PNG), the same absolute path on every
+  // imagefolder: the directory of class folders of images (JPEG, PNG or WebP), the same absolute path on every
   // node (locally a directory; on Kubernetes where `volume` is mounted, or inside the image).
   std::string path;
   std::optional<DataVolume> volume;

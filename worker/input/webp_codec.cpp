@@ -1,0 +1,63 @@
+// WebP decoding as Pillow does it (webp_codec.hpp).
+#include "input/webp_codec.hpp"
+
+#include <webp/decode.h>
+#include <webp/demux.h>
+
+#include <cstring>
+#include <memory>
+
+#include "input/jpeg_decoder.hpp"
+
+namespace dlbench::input {
+
+bool is_webp(std::span<const std::uint8_t> bytes) {
+  const auto at = [&](std::size_t offset, const char* tag) {
+    return bytes.size() >= offset + 4 && std::memcmp(bytes.data() + offset, tag, 4) == 0;
+  };
+  return at(0, "RIFF") && at(8, "WEBP") && (at(12, "VP8 ") || at(12, "VP8L") || at(12, "VP8X"));
+}
+
+bool WebpDecoder::header(std::span<const std::uint8_t> webp, int& width, int& height, std::string& error) const {
+  if (WebPGetInfo(webp.data(), webp.size(), &width, &height) == 0) {
+    error = "a WebP file libwebp cannot read the size of";
+    return false;
+  }
+  if (static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(height) > kMaxJpegPixels) {
+    error = "is " + std::to_string(width) + " x " + std::to_string(height) + " pixels, more than the " +
+            std::to_string(kMaxJpegPixels) + " an image may have (Pillow's decompression-bomb limit)";
+    return false;
+  }
+  return true;
+}
+
+bool WebpDecoder::decode(std::span<const std::uint8_t> webp, int& width, int& height, std::string& error) {
+  if (!header(webp, width, height, error)) return false;
+  // Pillow's options: the animation decoder's defaults, RGBA, not premultiplied, one thread.
+  WebPAnimDecoderOptions options;
+  if (WebPAnimDecoderOptionsInit(&options) == 0) throw std::runtime_error("libwebp: a version other than the headers'");
+  options.color_mode = MODE_RGBA;
+  options.use_threads = 0;
+  const WebPData data{webp.data(), webp.size()};
+  const std::unique_ptr<WebPAnimDecoder, void (*)(WebPAnimDecoder*)> decoder(WebPAnimDecoderNew(&data, &options),
+                                                                              WebPAnimDecoderDelete);
+  WebPAnimInfo info;
+  if (!decoder || WebPAnimDecoderGetInfo(decoder.get(), &info) == 0) {
+    error = "a WebP file libwebp cannot decode";
+    return false;
+  }
+  std::uint8_t* rgba = nullptr;
+  int timestamp = 0;
+  if (WebPAnimDecoderGetNext(decoder.get(), &rgba, &timestamp) == 0) {
+    error = "a WebP file whose first frame libwebp cannot decode";
+    return false;
+  }
+  width = static_cast<int>(info.canvas_width);
+  height = static_cast<int>(info.canvas_height);
+  const std::size_t count = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
+  pixels_.resize(count * 3);
+  for (std::size_t i = 0; i < count; ++i) std::memcpy(&pixels_[3 * i], rgba + 4 * i, 3);  // the alpha dropped
+  return true;
+}
+
+}  // namespace dlbench::input
