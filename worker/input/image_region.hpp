@@ -1,9 +1,10 @@
-// Where pixels lie: a crop's box in an image, and a decoded part of an image in memory. Shared by
-// the decoders (jpeg_decoder.hpp, the PNG path in image_transform.cpp) and what resizes their output.
+// What the image decoders share with what resizes their output: a crop's box in an image, a
+// decoded part of an image in memory, and the most pixels an image may have.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace dlbench::input {
 
@@ -22,5 +23,21 @@ struct DecodedPart {
   std::size_t stride = 0;
   int left = 0, top = 0, width = 0, height = 0;
 };
+
+// The most pixels an image may have: Pillow's decompression-bomb limit (2 × Image.MAX_IMAGE_PIXELS),
+// past which torchvision's ImageFolder cannot open it either. A JPEG header can claim 65,500 ×
+// 65,500 in a few hundred bytes; decoding that (a progressive one buffers every coefficient) took
+// more than a minute and 7 GB on one thread before this limit. At the limit a thread holds at most
+// about 1.6 GB: the pixels and, for a progressive JPEG, its coefficients.
+inline constexpr std::uint64_t kMaxPillowPixels = 2 * std::uint64_t{89'478'485};
+
+// Whether a width × height image is within kMaxPillowPixels; if not, `error` says so of `what`
+// ("a JPEG", "an image").
+inline bool within_pillows_pixel_limit(int width, int height, const char* what, std::string& error) {
+  if (static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(height) <= kMaxPillowPixels) return true;
+  error = "is " + std::to_string(width) + " x " + std::to_string(height) + " pixels, more than the " +
+          std::to_string(kMaxPillowPixels) + " " + what + " may have (Pillow's decompression-bomb limit)";
+  return false;
+}
 
 }  // namespace dlbench::input

@@ -284,12 +284,7 @@ bool JpegDecoder::header(std::span<const std::uint8_t> jpeg, int& width, int& he
     error = "no pixels";
     return false;
   }
-  if (static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(height) > kMaxJpegPixels) {
-    error = "is " + std::to_string(width) + " x " + std::to_string(height) + " pixels, more than the " +
-            std::to_string(kMaxJpegPixels) + " a JPEG may have (Pillow's decompression-bomb limit)";
-    return false;
-  }
-  return true;
+  return within_pillows_pixel_limit(width, height, "a JPEG", error);
 }
 
 bool JpegDecoder::decode(std::span<const std::uint8_t> jpeg, int scale_num, int scale_denom, int& width, int& height,

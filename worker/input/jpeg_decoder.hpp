@@ -14,18 +14,12 @@
 
 namespace dlbench::input {
 
-// The most pixels a JPEG may have: Pillow's decompression-bomb limit (2 × Image.MAX_IMAGE_PIXELS),
-// past which torchvision's ImageFolder cannot open it either. A header can claim 65,500 × 65,500
-// in a few hundred bytes; decoding that (a progressive one buffers every coefficient) took more
-// than a minute and 7 GB on one thread before this limit. At the limit a thread holds at most
-// about 1.6 GB: the pixels and, for a progressive file, its coefficients.
-inline constexpr std::uint64_t kMaxJpegPixels = 2 * std::uint64_t{89'478'485};
 // The most scans a progressive JPEG may have (TurboJPEG's TJFLAG_LIMITSCANS, checked here as libjpeg
 // reads): each scan is a pass over the whole image, and a small file can repeat one thousands of times.
 inline constexpr int kMaxJpegScans = 500;
 
 // Decodes one image at a time with its buffers reused from image to image. Refuses a JPEG past
-// kMaxJpegPixels or kMaxJpegScans.
+// kMaxPillowPixels (image_region.hpp) or kMaxJpegScans.
 class JpegDecoder {
  public:
   JpegDecoder();

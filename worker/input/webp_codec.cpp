@@ -7,7 +7,7 @@
 #include <cstring>
 #include <memory>
 
-#include "input/jpeg_decoder.hpp"
+#include "input/image_region.hpp"
 
 namespace dlbench::input {
 
@@ -23,12 +23,7 @@ bool WebpDecoder::header(std::span<const std::uint8_t> webp, int& width, int& he
     error = "a WebP file libwebp cannot read the size of";
     return false;
   }
-  if (static_cast<std::uint64_t>(width) * static_cast<std::uint64_t>(height) > kMaxJpegPixels) {
-    error = "is " + std::to_string(width) + " x " + std::to_string(height) + " pixels, more than the " +
-            std::to_string(kMaxJpegPixels) + " an image may have (Pillow's decompression-bomb limit)";
-    return false;
-  }
-  return true;
+  return within_pillows_pixel_limit(width, height, "an image", error);
 }
 
 bool WebpDecoder::decode(std::span<const std::uint8_t> webp, int& width, int& height, std::string& error) {

@@ -17,7 +17,7 @@ bool is_webp(std::span<const std::uint8_t> bytes);
 class WebpDecoder {
  public:
   // The size from the file's header; false and why where it has none, or more pixels than
-  // Pillow's decompression-bomb limit (kMaxJpegPixels, jpeg_decoder.hpp).
+  // Pillow's decompression-bomb limit (kMaxPillowPixels, image_region.hpp).
   bool header(std::span<const std::uint8_t> webp, int& width, int& height, std::string& error) const;
   bool decode(std::span<const std::uint8_t> webp, int& width, int& height, std::string& error);
   const std::uint8_t* pixels() const { return pixels_.data(); }
