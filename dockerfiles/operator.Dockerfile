@@ -16,7 +16,7 @@ FROM debian:${DEBIAN} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config ccache \
-      nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libssl-dev libcpp-httplib-dev libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libhdf5-dev \
+      nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libssl-dev libcpp-httplib-dev libdnnl-dev ocl-icd-opencl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libhdf5-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

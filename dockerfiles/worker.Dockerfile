@@ -29,7 +29,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config ca-certificates ccache \
       nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libssl-dev libcpp-httplib-dev \
-      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libhdf5-dev \
+      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libhdf5-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 

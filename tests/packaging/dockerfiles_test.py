@@ -79,6 +79,24 @@ class DockerfilesTest(unittest.TestCase):
         self.assertIn('ENTRYPOINT ["/usr/local/bin/dlbench-operator"]', runtime)
         self.assertIn("EXPOSE 8080", runtime)  # the operator's and the chart's default metrics port
 
+    def test_each_build_stage_installs_every_package_the_configure_finds(self):
+        # Each CMake find names its Debian package (`# apt-get install NAME`); an image configures the
+        # whole tree without tests, so its build stage needs every one outside tests/.
+        needed = {}
+        for top, _, files in os.walk(ROOT):
+            if os.path.relpath(top, ROOT).split(os.sep)[0] in ("build", "tests", ".git"):
+                continue
+            for name in files:
+                if name == "CMakeLists.txt" or name.endswith(".cmake"):
+                    with open(os.path.join(top, name)) as f:
+                        for m in re.finditer(r"# apt-get install ([-\w.+]+)", f.read()):
+                            needed[m.group(1)] = os.path.relpath(os.path.join(top, name), ROOT)
+        self.assertIn("libwebp-dev", needed)
+        for dockerfile, stage in (("operator.Dockerfile", "build"), ("worker.Dockerfile", "build-base")):
+            [instructions] = [i for name, _, i in named_stages(dockerfile) if name == stage]
+            missing = {p: where for p, where in needed.items() if p not in apt_packages(instructions)}
+            self.assertEqual(missing, {}, f"{dockerfile} {stage}: packages the configure needs")
+
     def test_operator_runtime_installs_every_library_the_binary_needs(self):
         (_, _), (_, runtime) = stages("operator.Dockerfile")
         installed = dependency_closure(apt_packages(runtime) | BASE_PACKAGES)
