@@ -1,10 +1,13 @@
 // What the image decoders share with what resizes their output: a crop's box in an image, a
-// decoded part of an image in memory, and the most pixels an image may have.
+// decoded part of an image in memory, how a file's bytes are recognised, and the most pixels an
+// image may have.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 
 namespace dlbench::input {
 
@@ -23,6 +26,15 @@ struct DecodedPart {
   std::size_t stride = 0;
   int left = 0, top = 0, width = 0, height = 0;
 };
+
+// Whether `bytes` hold `tag` from `offset` on: how a decoder knows a signature or a segment's kind.
+inline bool bytes_are(std::span<const std::uint8_t> bytes, std::size_t offset, std::string_view tag) {
+  if (bytes.size() < offset || bytes.size() - offset < tag.size()) return false;
+  for (std::size_t i = 0; i < tag.size(); ++i) {
+    if (bytes[offset + i] != static_cast<std::uint8_t>(tag[i])) return false;
+  }
+  return true;
+}
 
 // The most pixels an image may have: Pillow's decompression-bomb limit (2 × Image.MAX_IMAGE_PIXELS),
 // past which torchvision's ImageFolder cannot open it either. A JPEG header can claim 65,500 ×

@@ -1,5 +1,5 @@
 // Cropping, resizing and normalising one training image as torchvision does (image_transform.hpp); the
-// decoding itself is jpeg_decoder.cpp's and png_codec.cpp's.
+// decoding itself is jpeg_decoder.cpp's, png_codec.cpp's and webp_codec.cpp's.
 #include "input/image_transform.hpp"
 
 #include <algorithm>
@@ -345,13 +345,7 @@ void Normalizer::write(const std::uint8_t* rgb, int height, int width, bool flip
 }
 
 bool not_decoded_here(std::span<const std::uint8_t> bytes, std::string& error) {
-  const auto starts = [&](std::string_view signature, std::size_t at = 0) {
-    if (bytes.size() < at + signature.size()) return false;
-    for (std::size_t i = 0; i < signature.size(); ++i) {
-      if (bytes[at + i] != static_cast<std::uint8_t>(signature[i])) return false;
-    }
-    return true;
-  };
+  const auto starts = [&](std::string_view signature) { return bytes_are(bytes, 0, signature); };
   const char* format = nullptr;
   if (starts("BM")) {
     format = "BMP";

@@ -108,8 +108,8 @@ struct TransformScratch {
 // names it.
 bool not_decoded_here(std::span<const std::uint8_t> bytes, std::string& error);
 
-// The image's size from its header, a JPEG's or (by its signature) a PNG's; false and why when it
-// is neither.
+// The image's size from its header, a PNG's or a WebP's by their signatures, else a JPEG's; false
+// and why when it is none of them.
 bool image_header(std::span<const std::uint8_t> bytes, TransformScratch& scratch, int& width, int& height,
                   std::string& error);
 

@@ -5,7 +5,6 @@
 #include <csetjmp>
 #include <cstdio>  // before jpeglib.h, which uses FILE
 #include <stdexcept>
-#include <string_view>
 
 #include <jerror.h>
 #include <jpeglib.h>
@@ -140,14 +139,9 @@ bool segments_pillow_reads(std::span<const std::uint8_t> jpeg, std::string& erro
     // The length counts itself; one under 2 reads no data, as Pillow's reader reads none.
     const std::size_t length = std::max<std::size_t>(static_cast<std::size_t>(jpeg[at + 2]) << 8 | jpeg[at + 3], 2);
     const std::span<const std::uint8_t> data = jpeg.subspan(at + 4, std::min(length - 2, jpeg.size() - at - 4));
-    const auto starts = [&](std::string_view tag) {
-      return data.size() >= tag.size() && std::equal(tag.begin(), tag.end(), data.begin(), [](char t, std::uint8_t b) {
-               return static_cast<std::uint8_t>(t) == b;
-             });
-    };
-    const char* segment = marker == 0xE0 && starts("JFIF")    ? "JFIF (APP0)"
-                          : marker == 0xEE && starts("Adobe") ? "Adobe (APP14)"
-                                                              : nullptr;
+    const char* segment = marker == 0xE0 && bytes_are(data, 0, "JFIF")    ? "JFIF (APP0)"
+                          : marker == 0xEE && bytes_are(data, 0, "Adobe") ? "Adobe (APP14)"
+                                                                          : nullptr;
     if (segment != nullptr && data.size() < 7) {
       error = std::string("its ") + segment + " segment holds " + std::to_string(data.size()) +
               " bytes, too few for Pillow to read its version: Pillow cannot identify the file";

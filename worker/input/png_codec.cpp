@@ -8,6 +8,9 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <string_view>
+
+#include "input/image_region.hpp"
 
 namespace dlbench::input {
 namespace {
@@ -137,15 +140,19 @@ bool decode_rows(png_structp png, png_infop info, PngPixels want, std::uint64_t 
   return true;
 }
 
+// The big-endian 32-bit number at `at`: a chunk's length, a header's width and height.
+std::uint32_t big_endian_32(std::span<const std::uint8_t> bytes, std::size_t at) {
+  return std::uint32_t{bytes[at]} << 24 | std::uint32_t{bytes[at + 1]} << 16 | std::uint32_t{bytes[at + 2]} << 8 |
+         std::uint32_t{bytes[at + 3]};
+}
+
 // What Pillow reads after the rows (PngImageFile.load_end): from the end of the image data's chunks,
 // chunk after chunk, each one's data whole, until IEND, the file's end, or a header that is not one
 // (whose type is not four letters, digits or underscores). A chunk there whose length runs past the
 // end of the file fails Pillow's read ("Truncated File Read"), and with it the image.
 bool chunks_after_the_rows_pillow_reads(std::span<const std::uint8_t> png, std::string& error) {
-  const auto be32 = [&](std::size_t at) {
-    return std::uint64_t{png[at]} << 24 | std::uint64_t{png[at + 1]} << 16 | std::uint64_t{png[at + 2]} << 8 | png[at + 3];
-  };
-  const auto type_is = [&](std::size_t at, const char* type) { return std::memcmp(png.data() + at + 4, type, 4) == 0; };
+  const auto be32 = [&](std::size_t at) { return std::uint64_t{big_endian_32(png, at)}; };
+  const auto type_is = [&](std::size_t at, std::string_view type) { return bytes_are(png, at + 4, type); };
   // The chunks by their lengths, to the end of the first run of IDAT chunks.
   std::size_t at = 8;
   bool in_image_data = false;
@@ -178,19 +185,15 @@ bool is_png(std::span<const std::uint8_t> bytes) {
 
 bool PngDecoder::header(std::span<const std::uint8_t> png_bytes, int& width, int& height, std::string& error) const {
   // The signature, then the first chunk: its length (13), "IHDR", width and height, big-endian.
-  const auto be32 = [&](std::size_t at) {
-    return std::uint32_t{png_bytes[at]} << 24 | std::uint32_t{png_bytes[at + 1]} << 16 |
-           std::uint32_t{png_bytes[at + 2]} << 8 | std::uint32_t{png_bytes[at + 3]};
-  };
   if (!is_png(png_bytes)) {
     error = png_bytes.empty() ? "empty file" : "not a PNG file";
     return false;
   }
-  if (png_bytes.size() < 24 || std::memcmp(png_bytes.data() + 12, "IHDR", 4) != 0) {
+  if (png_bytes.size() < 24 || !bytes_are(png_bytes, 12, "IHDR")) {
     error = "a PNG without its IHDR chunk";
     return false;
   }
-  const std::uint32_t w = be32(16), h = be32(20);
+  const std::uint32_t w = big_endian_32(png_bytes, 16), h = big_endian_32(png_bytes, 20);
   if (w < 1 || h < 1) {
     error = "no pixels";
     return false;

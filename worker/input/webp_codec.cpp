@@ -6,16 +6,15 @@
 
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 
 #include "input/image_region.hpp"
 
 namespace dlbench::input {
 
 bool is_webp(std::span<const std::uint8_t> bytes) {
-  const auto at = [&](std::size_t offset, const char* tag) {
-    return bytes.size() >= offset + 4 && std::memcmp(bytes.data() + offset, tag, 4) == 0;
-  };
-  return at(0, "RIFF") && at(8, "WEBP") && (at(12, "VP8 ") || at(12, "VP8L") || at(12, "VP8X"));
+  return bytes_are(bytes, 0, "RIFF") && bytes_are(bytes, 8, "WEBP") &&
+         (bytes_are(bytes, 12, "VP8 ") || bytes_are(bytes, 12, "VP8L") || bytes_are(bytes, 12, "VP8X"));
 }
 
 bool WebpDecoder::header(std::span<const std::uint8_t> webp, int& width, int& height, std::string& error) const {
