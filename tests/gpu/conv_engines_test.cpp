@@ -1,7 +1,8 @@
 // The graph-API convolution's rules and graphs, checked without a GPU: which API the variable
 // picks, which engines may run, the strides that describe each memory order (against the index
 // math the kernels use), and cuDNN's own acceptance of every pass's operation graph (cuDNN
-// finalizes a graph without a device; only the heuristics and plans need one).
+// finalizes a graph without a device; its heuristics and plans need a device, or one described:
+// tests/gpu/conv_fusion_test.cpp).
 #include <array>
 #include <cstdint>
 #include <stdexcept>

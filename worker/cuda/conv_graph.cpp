@@ -41,23 +41,6 @@ std::int64_t get_int64(cudnnBackendDescriptor_t descriptor, cudnnBackendAttribut
   return value;
 }
 
-// Channels-last tensors here are NHWC activations and KRSC filters (cuda/conv.cpp's OHWI copy).
-BackendDescriptor make_tensor(std::int64_t uid, const std::array<std::int64_t, 4>& dims, DType dtype, Layout layout) {
-  BackendDescriptor tensor(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const cudnnDataType_t type = cudnn_type(dtype);
-  const std::array<std::int64_t, 4> strides = graph_strides(dims, layout == Layout::nhwc);
-  // Every buffer the backend hands a convolution starts on 64 bytes (the arena's) or more
-  // (cudaMalloc's 256): 16 is what vectorised engines ask for.
-  const std::int64_t alignment = 16;
-  tensor.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &type);
-  tensor.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims.data(), 4);
-  tensor.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides.data(), 4);
-  tensor.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, &uid);
-  tensor.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, &alignment);
-  tensor.finalize("tensor " + std::to_string(uid));
-  return tensor;
-}
-
 BackendDescriptor make_variant_pack(const ConvOperands& operands, void* workspace) {
   BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   const std::array<std::int64_t, 3> uids{kInputUid, kFilterUid, kOutputUid};
@@ -67,53 +50,6 @@ BackendDescriptor make_variant_pack(const ConvOperands& operands, void* workspac
   pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
   pack.finalize("variant pack");
   return pack;
-}
-
-// The engine configurations the heuristics rank for `graph`, best first.
-std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph, cudnnBackendHeurMode_t mode) {
-  BackendDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  const cudnnBackendDescriptor_t raw_graph = graph.get();
-  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_graph);
-  heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
-  heuristics.finalize(mode == CUDNN_HEUR_MODE_FALLBACK ? "fallback heuristics" : "engine heuristics");
-  std::int64_t count = 0;
-  check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                 &count, nullptr),
-        "how many engines the heuristics rank");
-  std::vector<BackendDescriptor> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (std::int64_t i = 0; i < count; ++i) {
-    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(configs.back().get());
-  }
-  std::int64_t returned = 0;
-  check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                                 &returned, raw.data()),
-        "the engines the heuristics rank");
-  configs.erase(configs.begin() + static_cast<std::ptrdiff_t>(std::clamp<std::int64_t>(returned, 0, count)), configs.end());
-  return configs;
-}
-
-struct EngineFacts {
-  std::int64_t index = -1;
-  std::vector<cudnnBackendNumericalNote_t> notes;
-};
-
-EngineFacts engine_of(const BackendDescriptor& config) {
-  BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-  cudnnBackendDescriptor_t raw = engine.get();
-  std::int64_t count = 0;
-  check(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
-                                 &raw),
-        "an engine configuration's engine");
-  EngineFacts facts;
-  facts.index = get_int64(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, "an engine's index");
-  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
-  check(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                 static_cast<std::int64_t>(notes.size()), &count, notes.data()),
-        "an engine's numerical notes");
-  facts.notes.assign(notes.begin(), notes.begin() + std::clamp<std::ptrdiff_t>(count, 0, std::ssize(notes)));
-  return facts;
 }
 
 class Events {
@@ -141,6 +77,102 @@ struct ChosenPlan : ConvPlan {
 };
 
 }  // namespace
+
+void check_cudnn_graph(cudnnStatus_t status, const std::string& what, const std::source_location& where) {
+  check(status, what, where);
+}
+
+// Channels-last tensors here are NHWC activations and KRSC filters (cuda/conv.cpp's OHWI copy).
+BackendDescriptor make_graph_tensor(std::int64_t uid, const std::array<std::int64_t, 4>& dims, DType dtype,
+                                    Layout layout, bool is_virtual) {
+  return make_graph_tensor(uid, dims, cudnn_type(dtype), layout, is_virtual);
+}
+
+BackendDescriptor make_graph_tensor(std::int64_t uid, const std::array<std::int64_t, 4>& dims, cudnnDataType_t type,
+                                    Layout layout, bool is_virtual) {
+  BackendDescriptor tensor(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const std::array<std::int64_t, 4> strides = graph_strides(dims, layout == Layout::nhwc);
+  // Every buffer the backend hands a convolution starts on 64 bytes (the arena's) or more
+  // (cudaMalloc's 256): 16 is what vectorised engines ask for.
+  const std::int64_t alignment = 16;
+  tensor.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &type);
+  tensor.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims.data(), 4);
+  tensor.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides.data(), 4);
+  tensor.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, &uid);
+  tensor.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, &alignment);
+  if (is_virtual) {
+    const bool yes = true;
+    tensor.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, &yes);
+  }
+  tensor.finalize("tensor " + std::to_string(uid));
+  return tensor;
+}
+
+BackendDescriptor make_convolution(const Conv2dConfig& config) {
+  BackendDescriptor convolution(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  // Products accumulate in fp32 whatever the data type, as with the legacy calls.
+  const cudnnDataType_t accumulate = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const std::int64_t spatial_dims = 2;
+  const std::array<std::int64_t, 2> dilations{config.dilation, config.dilation};
+  const std::array<std::int64_t, 2> strides{config.stride, config.stride};
+  const std::array<std::int64_t, 2> padding{config.padding.h, config.padding.w};
+  convolution.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &accumulate);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, &mode);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, &spatial_dims);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dilations.data(), 2);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, strides.data(), 2);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, padding.data(), 2);
+  convolution.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, padding.data(), 2);
+  convolution.finalize("the convolution");
+  return convolution;
+}
+
+std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph, cudnnBackendHeurMode_t mode,
+                                              const BackendDescriptor* device) {
+  BackendDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  const cudnnBackendDescriptor_t raw_graph = graph.get();
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_graph);
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
+  if (device != nullptr) {
+    const cudnnBackendDescriptor_t raw_device = device->get();
+    heuristics.set(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_device);
+  }
+  heuristics.finalize(mode == CUDNN_HEUR_MODE_FALLBACK ? "fallback heuristics" : "engine heuristics");
+  std::int64_t count = 0;
+  check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                 &count, nullptr),
+        "how many engines the heuristics rank");
+  std::vector<BackendDescriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (std::int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
+  }
+  std::int64_t returned = 0;
+  check(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                 &returned, raw.data()),
+        "the engines the heuristics rank");
+  configs.erase(configs.begin() + static_cast<std::ptrdiff_t>(std::clamp<std::int64_t>(returned, 0, count)), configs.end());
+  return configs;
+}
+
+EngineFacts engine_of(const BackendDescriptor& config) {
+  BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t raw = engine.get();
+  std::int64_t count = 0;
+  check(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
+                                 &raw),
+        "an engine configuration's engine");
+  EngineFacts facts;
+  facts.index = get_int64(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, "an engine's index");
+  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
+  check(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 static_cast<std::int64_t>(notes.size()), &count, notes.data()),
+        "an engine's numerical notes");
+  facts.notes.assign(notes.begin(), notes.begin() + std::clamp<std::ptrdiff_t>(count, 0, std::ssize(notes)));
+  return facts;
+}
 
 BackendDescriptor::BackendDescriptor(cudnnBackendDescriptorType_t type) {
   check(cudnnBackendCreateDescriptor(type, &handle_), "creating a descriptor of type " + std::to_string(static_cast<int>(type)));
@@ -171,34 +203,13 @@ ConvGraphShapes conv_graph_shapes(const Conv2dConfig& config) {
           {out.n(), out.c(), out.h(), out.w()}};
 }
 
-ConvOperationGraph::ConvOperationGraph(const Conv2dConfig& config, const ConvGraphShapes& shapes, Layout layout,
-                                       ConvPass pass, cudnnHandle_t handle)
-    : input(make_tensor(kInputUid, shapes.input, config.dtype, layout)),
-      filter(make_tensor(kFilterUid, shapes.filter, config.dtype, layout)),
-      output(make_tensor(kOutputUid, shapes.output, config.dtype, layout)),
-      convolution(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR),
-      operation(pass == ConvPass::forward           ? CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR
-                : pass == ConvPass::backward_filter ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR
-                                                    : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR),
-      graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR) {
-  // Products accumulate in fp32 whatever the data type, as with the legacy calls.
-  const cudnnDataType_t accumulate = CUDNN_DATA_FLOAT;
-  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  const std::int64_t spatial_dims = 2;
-  const std::array<std::int64_t, 2> dilations{config.dilation, config.dilation};
-  const std::array<std::int64_t, 2> strides{config.stride, config.stride};
-  const std::array<std::int64_t, 2> padding{config.padding.h, config.padding.w};
-  convolution.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &accumulate);
-  convolution.set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, &mode);
-  convolution.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, &spatial_dims);
-  convolution.set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dilations.data(), 2);
-  convolution.set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, strides.data(), 2);
-  convolution.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, padding.data(), 2);
-  convolution.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, padding.data(), 2);
-  convolution.finalize("the convolution");
-
+BackendDescriptor make_convolution_operation(ConvPass pass, const BackendDescriptor& input, const BackendDescriptor& filter,
+                                             const BackendDescriptor& output, const BackendDescriptor& convolution) {
   // Each pass overwrites its output but the accumulating one, which adds into dx.
   const float alpha = 1.0f, beta = pass == ConvPass::backward_data_accumulate ? 1.0f : 0.0f;
+  BackendDescriptor operation(pass == ConvPass::forward           ? CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR
+                              : pass == ConvPass::backward_filter ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR
+                                                                  : CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
   // The operation's attributes for its input-, filter- and output-shaped tensors (x or dx, w or
   // dw, y or dy), its convolution and its scales, by pass.
   struct OperationAttributes {
@@ -235,11 +246,27 @@ ConvOperationGraph::ConvOperationGraph(const Conv2dConfig& config, const ConvGra
       "the accumulating backward-data operation"};
   operation.finalize(names[static_cast<std::size_t>(pass)]);
 
-  const cudnnBackendDescriptor_t op = operation.get();
-  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, &op);
+  return operation;
+}
+
+BackendDescriptor make_operation_graph(const std::vector<const BackendDescriptor*>& operations, cudnnHandle_t handle) {
+  BackendDescriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (const BackendDescriptor* operation : operations) raw.push_back(operation->get());
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, raw.data(), std::ssize(raw));
   if (handle != nullptr) graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle);
   graph.finalize("the operation graph");
+  return graph;
 }
+
+ConvOperationGraph::ConvOperationGraph(const Conv2dConfig& config, const ConvGraphShapes& shapes, Layout layout,
+                                       ConvPass pass, cudnnHandle_t handle)
+    : input(make_graph_tensor(kInputUid, shapes.input, config.dtype, layout)),
+      filter(make_graph_tensor(kFilterUid, shapes.filter, config.dtype, layout)),
+      output(make_graph_tensor(kOutputUid, shapes.output, config.dtype, layout)),
+      convolution(make_convolution(config)),
+      operation(make_convolution_operation(pass, input, filter, output, convolution)),
+      graph(make_operation_graph({&operation}, handle)) {}
 
 // A pass's chosen plan and, while its buffers stay where they are (the arena's do, step after
 // step), the variant pack that names them.

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <source_location>
 #include <string>
+#include <vector>
 
 #include "backend.hpp"
 #include "cuda/conv_algorithms.hpp"
@@ -47,6 +48,42 @@ class BackendDescriptor {
                const void* values, const std::source_location& where);
   cudnnBackendDescriptor_t handle_ = nullptr;
 };
+
+// Throws CudaError naming `what`, cuDNN's status and its last error string, and the caller's file:line.
+void check_cudnn_graph(cudnnStatus_t status, const std::string& what,
+                       const std::source_location& where = std::source_location::current());
+
+// A finalized tensor of 4 dimensions (N, C, H, W order, in `layout`'s memory order), or a virtual
+// one: a fused graph's intermediate, never in memory.
+BackendDescriptor make_graph_tensor(std::int64_t uid, const std::array<std::int64_t, 4>& dims, DType dtype,
+                                    Layout layout, bool is_virtual = false);
+// The same of cuDNN's type `type` (a fused graph's fp32 statistics and intermediates).
+BackendDescriptor make_graph_tensor(std::int64_t uid, const std::array<std::int64_t, 4>& dims, cudnnDataType_t type,
+                                    Layout layout, bool is_virtual = false);
+
+// A finalized convolution descriptor for `config` (products accumulated in fp32).
+BackendDescriptor make_convolution(const Conv2dConfig& config);
+
+// One convolution pass as an operation on its input-, filter- and output-shaped tensors (x or dx,
+// w or dw, y or dy): the accumulating backward-data pass adds into dx, the others overwrite.
+BackendDescriptor make_convolution_operation(ConvPass pass, const BackendDescriptor& input, const BackendDescriptor& filter,
+                                             const BackendDescriptor& output, const BackendDescriptor& convolution);
+
+// A finalized graph of `operations`, for `handle`'s device (null: a graph built without a device).
+BackendDescriptor make_operation_graph(const std::vector<const BackendDescriptor*>& operations, cudnnHandle_t handle);
+
+// The engine configurations the heuristics rank for `graph`, best first: for the graph's own
+// device (its handle's), or for the device `device` describes (a finalized
+// CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, cuda/cudnn_device.hpp), which need not be in this machine.
+std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph, cudnnBackendHeurMode_t mode,
+                                              const BackendDescriptor* device = nullptr);
+
+// An engine configuration's engine: cuDNN's global index and its numerical notes.
+struct EngineFacts {
+  std::int64_t index = -1;
+  std::vector<cudnnBackendNumericalNote_t> notes;
+};
+EngineFacts engine_of(const BackendDescriptor& config);
 
 // The graph's names for a pass's three tensors, by shape: the input's (x, or dx), the filter's
 // (w, or dw) and the output's (y, or dy).
