@@ -19,25 +19,12 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cpu/cpu_backend.hpp"
-#include "delegating_backend.hpp"
-#include "models/model.hpp"
+#include "model_convolutions.hpp"
 
 namespace {
 
 using namespace dlbench::worker;
 using dnnl::memory;
-
-// Forwards everything to the CPU backend and remembers every convolution it is asked for.
-class RecordingBackend final : public DelegatingBackend {
- public:
-  explicit RecordingBackend(CpuBackend& inner) : DelegatingBackend(inner) {}
-  std::vector<Conv2dConfig> convolutions;
-
-  std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& c) override {
-    convolutions.push_back(c);
-    return inner_.make_conv2d(c);
-  }
-};
 
 memory::dims dims(const Shape& s) { return {s.n(), s.c(), s.h(), s.w()}; }
 
@@ -217,29 +204,14 @@ int main(int argc, char** argv) {
   const Precision timed{precision == "bf16" ? memory::data_type::bf16 : memory::data_type::f32,
                         layout == "nhwc" ? memory::format_tag::nhwc : memory::format_tag::any};
   CpuBackend cpu(threads);
-  RecordingBackend recorder(cpu);
-  Arena arena;
-  auto net = build_model(model);
-  SetupContext setup{recorder, arena, false};
-  const Tensor input = activation(Shape(batch, 3, image, image), cpu.activation_layout(), DType::fp32);
-  net->setup(input, setup);
-
-  // Distinct shapes with their multiplicity; the first convolution computes no dx.
-  using Key = std::tuple<long, long, long, long, Extent2, long, Extent2, long, long>;
-  std::map<Key, std::pair<Conv2dConfig, int>> shapes;
-  for (std::size_t i = 0; i < recorder.convolutions.size(); ++i) {
-    const Conv2dConfig& c = recorder.convolutions[i];
-    const Key key{c.input.c(), c.input.h(), c.input.w(), c.out_channels, c.kernel, c.stride, c.padding, c.dilation,
-                  i == 0 ? 1L : 0L};
-    auto [it, inserted] = shapes.emplace(key, std::make_pair(c, 0));
-    ++it->second.second;
-  }
+  const std::vector<dlbench::bench::ModelConvolution> shapes =
+      dlbench::bench::model_convolutions(cpu, model, batch, image);
+  std::size_t convolutions = 0;
+  for (const auto& shape : shapes) convolutions += static_cast<std::size_t>(shape.count);
 
   double step = 0, flops = 0, pointwise_as_convolutions = 0, pointwise_as_matmuls = 0;
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& [key, entry] : shapes) {
-    const auto& [c, count] = entry;
-    const bool first = std::get<8>(key) == 1;
+  for (const auto& [c, count, first] : shapes) {
     const Timing t = time_convolution(c, timed, cpu.engine(), cpu.stream(), iterations);
     const Shape o = c.output();
     const double macs = static_cast<double>(c.input.n() * o.c() * o.h() * o.w() * c.input.c() * c.kernel.h * c.kernel.w);
@@ -272,7 +244,7 @@ int main(int argc, char** argv) {
                                {"batchSize", batch},
                                {"imageSize", image},
                                {"threads", cpu.threads()},
-                               {"convolutions", recorder.convolutions.size()},
+                               {"convolutions", convolutions},
                                {"distinctShapes", shapes.size()},
                                {"convSecondsPerStep", step},
                                {"convGflopPerStep", flops / 1e9},
@@ -286,7 +258,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("%s batch %ld at %ld×%ld, %d threads: %zu convolutions, %zu distinct shapes\n", model.c_str(), batch, image,
-              image, cpu.threads(), recorder.convolutions.size(), shapes.size());
+              image, cpu.threads(), convolutions, shapes.size());
   std::printf("%-22s %5s %10s %10s %10s %8s  %s\n", "shape", "count", "fwd ms", "bwd-d ms", "bwd-w ms", "GFLOP/s", "kernel");
   for (const auto& r : rows) {
     std::printf("%-22s %5d %10.2f %10.2f %10.2f %8.1f  %s\n", r["shape"].get<std::string>().c_str(), r["count"].get<int>(),
