@@ -300,6 +300,11 @@ DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_POOL=own poisoned fp32 poisoned-resnet5
 { needs_real_data input-check-values
   step input-check-values 90 "$bin/dlbench-input" measure "$real_data/images" --threads "$decode_threads" \
     --batch-size 256 --batches $((decode_threads * 15)) --pixel-type fp16 --check-values on; } & correctness+=($!)
+# Which ResNet-50 convolutions cuDNN's engines fuse with batch norm, for the H200 as dlbench
+# describes it (no GPU used; the answer tests/gpu/conv_fusion_test.cpp pins on the CPU), beside the
+# device's own answer below.
+step conv-fusion-described 60 "$bin/conv_fusion_probe" --device h200 --output "$logs/conv-fusion-described.json" &
+correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done
 unset OMP_WAIT_POLICY
 
@@ -432,6 +437,15 @@ DLBENCH_CUDA_PAD_INPUT_CHANNELS=4 time_dlbench_resnet50 amp dlbench-resnet50-amp
 # dlbench's own max pooling: the stem pool's arg-max kept in a byte an output, its backward a gather.
 DLBENCH_CUDA_POOL=own time_dlbench_resnet50 amp dlbench-resnet50-amp-pool-own dlbench-pool-own
 time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph on
+# The fusion that MLPerf's ResNet-50 runs on (never timed here): each convolution pass fused with
+# the batch norm around it through cuDNN's runtime-fusion engines (statistics in the forward
+# convolution's epilogue, the previous batch norm's scale, shift and ReLU in its prologue and in
+# the filter gradient's), against the plain passes, on random values at amp's batch. cuDNN 9.19
+# built the forward and filter-gradient fusions for 52 of 53 convolutions on a described H200: this
+# says what they cost, the stake before dlbench's layers take them. The device's own description
+# (gpu-device.json) lets a session without a GPU ask for it again.
+step conv-fusion 90 "$bin/conv_fusion_probe" --gpu --time --plans 2 --write-device-json "$logs/gpu-device.json" \
+  --output "$logs/conv-fusion.json"
 # Real data's rows (first run 2026-11-29: ResNet-50's JPEGs at 0.22x synthetic, the step converting
 # each batch to fp16 itself and copying it from pageable memory, since moved into the decoding
 # threads and staged from page-locked memory): their input blocks say how long the steps waited (the

@@ -474,6 +474,29 @@ def real_data(logs):
     return ["", "Real data through the CPU pipeline (input-bound: the case for nvJPEG and more threads):"] + out
 
 
+def conv_fusion(logs):
+    """conv_fusion_probe's summary: each pass fused with batch norm, the convolutions an engine built
+    it for, and on the GPU its milliseconds a step against its plain pass's over the same ones; the
+    described H200's answer (no GPU needed) beside the device's own."""
+    out = []
+    for name, what in (("conv-fusion", "this GPU"), ("conv-fusion-described", "the described H200")):
+        doc = load(os.path.join(logs, name + ".json"))
+        if not doc:
+            out.append(f"  {what}: no document; {last_line(logs, name)}")
+            continue
+        cut = "" if doc.get("complete") else " (cut short: the shapes it finished)"
+        out.append(f"  {what}, {doc['device']}, cuDNN {doc['cudnnVersion']}{cut}:")
+        for entry in doc["summary"]:
+            line = f"    {entry['pass']}: {entry['convolutionsBuilt']} of {entry['convolutions']} convolutions"
+            if "millisecondsPerStep" in entry and entry["pass"] != entry["baseline"]:
+                line += (f"; {entry['millisecondsPerStep']:.2f} ms a step against {entry['baseline']}'s "
+                         f"{entry['baselineMillisecondsPerStep']:.2f} over the same {entry['convolutionsTimed']}")
+            elif "millisecondsPerStep" in entry:
+                line += f"; {entry['millisecondsPerStep']:.2f} ms a step"
+            out.append(line)
+    return ["", "Convolutions fused with batch norm (cuDNN's engines, ResNet-50 amp at batch 256):"] + out
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -497,6 +520,7 @@ def main():
     lines += kernels(logs)
     lines += [""] + comparison(logs)
     lines += real_data(logs)
+    lines += conv_fusion(logs)
     lines += gpu_readings(logs)
     print("\n".join(lines))
 

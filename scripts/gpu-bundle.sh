@@ -16,7 +16,7 @@ build=${1:-build/default}
 out=${2:-build/gpu-bundle}
 # Every program bench/gpu_check.sh runs from the bundle (bench.GpuCheckRehearsal rehearses the check
 # with exactly these).
-programs=(dlbench-worker dlbench dlbench-exec dlbench-input dlbench_cuda_backend_tests dlbench_gpu_tests)
+programs=(dlbench-worker dlbench dlbench-exec dlbench-input dlbench_cuda_backend_tests dlbench_gpu_tests conv_fusion_probe)
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

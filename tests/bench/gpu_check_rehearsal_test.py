@@ -32,14 +32,16 @@ TABLE = os.path.join(ROOT, "bench", "gpu_check_table.py")
 BUNDLE_SCRIPT = os.path.join(ROOT, "scripts", "gpu-bundle.sh")
 VERDICT = re.compile(r"^(ok|exit \d+|TIMED OUT after \d+s|SKIPPED \((not chosen|budget spent|self-test failed)\))$")
 # Steps that need no GPU: they succeed here as on the device.
-CPU_ONLY = ["real-data-generate", "input-measure-imagefolder", "input-measure-cityscapes", "input-check-values"]
+CPU_ONLY = ["real-data-generate", "input-measure-imagefolder", "input-measure-cityscapes", "input-check-values",
+            "conv-fusion-described"]
 # What a step that needs a GPU says where there is none: dlbench-worker, dlbench run, PyTorch, and
 # PyTorch's script under engine: command.
 NO_GPU = ("--backend cuda: no usable CUDA device", "finds no cuda device on this host",
-          "Torch not compiled with CUDA enabled", "amp needs a CUDA device; PyTorch sees none")
+          "Torch not compiled with CUDA enabled", "amp needs a CUDA device; PyTorch sees none",
+          "--gpu: no usable CUDA device")
 # Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
 EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "amp-overflow-trace", "dlbench-run-cuda", "dlbench-run-cuda-graph", "pytorch-command-resnet50-amp", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
-             "dlbench-resnet50-amp-graph",
+             "dlbench-resnet50-amp-graph", "conv-fusion",
              "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-conv-graph-nhwc-own",
              "dlbench-resnet50-fp32-own", "self-test-fp32-own", "self-test-own-pool",
              "poisoned-resnet50-fp32-own-pool", "dlbench-resnet50-fp32-own-pool", "dlbench-resnet50-amp-pool-own",
@@ -155,7 +157,8 @@ class GpuCheckRehearsal(unittest.TestCase):
         for earlier, later in (("real-data-amp-loss-scale", "dlbench-resnet50-fp32"),
                                ("pytorch-real-data-amp", "dlbench-resnet50-fp32"),
                                ("dlbench-resnet50-fp32-own", "dlbench-resnet50-amp"),
-                               ("dlbench-resnet50-amp-graph", "dlbench-bert-amp")):
+                               ("dlbench-resnet50-amp-graph", "dlbench-bert-amp"),
+                               ("conv-fusion", "dlbench-resnet50-amp-imagefolder")):
             self.assertLess(order.index(earlier), order.index(later), f"{earlier} after {later}")
         for model in ("resnet50", "bert-base", "resnet152", "inception_v3", "vgg16", "alexnet", "deeplabv3plus"):
             self.assertRegex(table, rf"\n\| {re.escape(model)} \| \d+ \| ", model)

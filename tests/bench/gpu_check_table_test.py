@@ -31,6 +31,29 @@ class GpuCheckTable(unittest.TestCase):
         self.assertIn("self-test-inception-deeplab-tf32: no document; (no log)", lines)
         self.assertIn("  alexnet: - ((no log))", lines)
 
+    def test_convolutions_fused_with_batch_norm_timed_on_the_gpu_and_for_the_described_one(self):
+        def entry(name, baseline, built, ms=None, base_ms=None, timed=None):
+            e = {"pass": name, "baseline": baseline, "convolutionsBuilt": built, "convolutions": 53}
+            if ms is not None:
+                e.update(millisecondsPerStep=ms, baselineMillisecondsPerStep=base_ms, convolutionsTimed=timed)
+            return e
+        with tempfile.TemporaryDirectory() as logs:
+            write(logs, "conv-fusion.json", json.dumps({
+                "device": "NVIDIA H200", "cudnnVersion": 91900, "complete": False,
+                "summary": [entry("conv", "conv", 53, 9.5, 9.5, 53),
+                            entry("conv+genstats", "conv", 52, 9.8, 9.25, 52),
+                            entry("dgrad+drelu", "dgrad", 0)]}))
+            write(logs, "conv-fusion-described.log", "conv_fusion_probe: the device description has no \"x\"\n")
+            lines = self.table(logs)
+        at = lines.index("Convolutions fused with batch norm (cuDNN's engines, ResNet-50 amp at batch 256):")
+        self.assertEqual(lines[at + 1], "  this GPU, NVIDIA H200, cuDNN 91900 (cut short: the shapes it finished):")
+        self.assertEqual(lines[at + 2], "    conv: 53 of 53 convolutions; 9.50 ms a step")
+        self.assertEqual(lines[at + 3], "    conv+genstats: 52 of 53 convolutions; 9.80 ms a step against conv's 9.25 "
+                                        "over the same 52")
+        self.assertEqual(lines[at + 4], "    dgrad+drelu: 0 of 53 convolutions")
+        self.assertEqual(lines[at + 5], "  the described H200: no document; conv_fusion_probe: the device description "
+                                        "has no \"x\"")
+
     def test_the_models_self_test_and_their_amp_steps(self):
         with tempfile.TemporaryDirectory() as logs:
             # The document counts every check and lists only those that did not pass.

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""bench/conv_fusion_probe asks cuDNN which of a model's convolution passes its engines run fused
+with batch norm, for a GPU described by JSON (none needed) or for the machine's own. Checked here
+without a GPU: the described H200's answer as a document (every ResNet-50 convolution has its plain
+passes; the summary counts convolutions with their multiplicity), and the refusals of bad command
+lines, each naming what it wants."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+PROBE = sys.argv.pop(1) if len(sys.argv) > 1 else "conv_fusion_probe"
+
+
+def probe(*args):
+    return subprocess.run([PROBE, *args], capture_output=True, text=True, timeout=120)
+
+
+class ConvFusionProbe(unittest.TestCase):
+    def test_a_described_h200_answers_for_every_resnet50_convolution(self):
+        with tempfile.TemporaryDirectory() as folder:
+            output = os.path.join(folder, "probe.json")
+            done = probe("--device", "h200", "--batch-size", "8", "--image-size", "64", "--plans", "1",
+                         "--output", output)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn("NVIDIA H200 (described, not present)", done.stdout)
+            with open(output) as f:
+                document = json.load(f)
+        self.assertEqual(document["batchSize"], 8)
+        self.assertTrue(document["complete"])
+        self.assertFalse(document["timed"])
+        summary = {entry["pass"]: entry for entry in document["summary"]}
+        self.assertEqual(set(summary), {"conv", "conv+genstats", "scale+bias+relu+conv+genstats", "wgrad",
+                                        "scale+bias+relu+wgrad", "dgrad", "dgrad+drelu", "dgrad+scale+bias+drelu"})
+        for entry in summary.values():
+            self.assertEqual(entry["convolutions"], 53)  # ResNet-50's, counted with their multiplicity
+        for plain in ("conv", "wgrad", "dgrad"):
+            self.assertEqual(summary[plain]["convolutionsBuilt"], 53, plain)
+        # The stem (3 input channels) has no fused engine: at most 52 of 53.
+        self.assertLessEqual(summary["conv+genstats"]["convolutionsBuilt"], 52)
+        shapes = {row["shape"] for row in document["passes"]}
+        self.assertEqual(len(document["passes"]), len(shapes) * 8)
+        counted = {}
+        for row in document["passes"]:
+            counted[row["shape"]] = row["count"]
+            if row.get("built", 0) > 0:
+                self.assertGreaterEqual(row["engine"], 0)
+                self.assertLessEqual(row["built"], 1)  # --plans 1
+        self.assertEqual(sum(counted.values()), 53)
+        self.assertIsNone(next((r for r in document["passes"] if "milliseconds" in r), None))
+
+    def test_bad_command_lines_are_refused_naming_what_is_allowed(self):
+        for args, said in [
+            (["--device", "h200", "--precision", "fp32"], "not one of amp, bf16"),
+            ([], "give one of --device NAME, --device-json FILE, --gpu"),
+            (["--device", "h200", "--gpu"], "give one of"),
+            (["--device", "a100"], "'a100' is not a described GPU (one of: h200)"),
+            (["--device", "h200", "--time"], "--time and --write-device-json need --gpu"),
+            (["--device", "h200", "--plans", "0"], "--plans: between 1 and 50"),
+            (["--device", "h200", "--frobnicate"], "frobnicate"),
+        ]:
+            done = probe(*args)
+            self.assertEqual(done.returncode, 2, (args, done.stderr))
+            self.assertIn(said, done.stderr, args)
+
+    def test_a_description_file_missing_a_member_is_refused_naming_it(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "device.json")
+            with open(path, "w") as f:
+                json.dump({"deviceName": "half a GPU"}, f)
+            done = probe("--device-json", path)
+            self.assertEqual(done.returncode, 1, done.stderr)
+            self.assertIn("the device description has no", done.stderr)
+            done = probe("--device-json", os.path.join(folder, "absent.json"))
+            self.assertEqual(done.returncode, 2, done.stderr)
+            self.assertIn("cannot read", done.stderr)
+
+    @unittest.skipIf(shutil.which("nvidia-smi"), "a GPU may be here: --gpu would run")
+    def test_the_gpu_flag_without_a_gpu_fails_saying_so(self):
+        done = probe("--gpu")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("--gpu: no usable CUDA device", done.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

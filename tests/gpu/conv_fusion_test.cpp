@@ -1,0 +1,167 @@
+// The fused convolution graphs and the described GPU, checked without a GPU: cuDNN (9.8 and later)
+// builds heuristics and execution plans for a device described by JSON, so which engines an H200
+// has for a graph is asked here, on any machine; only running them needs the device.
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cuda/conv_fusion.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/cudnn_device.hpp"
+
+namespace dlbench::worker {
+namespace {
+
+using cuda_detail::ConvFusion;
+using cuda_detail::FusedConvGraph;
+
+std::vector<std::int64_t> uids_of(const FusedConvGraph& graph) {
+  std::vector<std::int64_t> uids;
+  for (const auto& tensor : graph.tensors) uids.push_back(tensor.uid);
+  std::sort(uids.begin(), uids.end());
+  return uids;
+}
+
+std::size_t bytes_of(const FusedConvGraph& graph, std::int64_t uid) {
+  for (const auto& tensor : graph.tensors) {
+    if (tensor.uid == uid) return tensor.bytes;
+  }
+  return 0;
+}
+
+TEST(CudnnDevice, ADescribedH200IsADeviceCuDnnAcceptsAndAnUnknownNameIsRefusedNamingTheKnown) {
+  const auto& h200 = cuda_detail::described_gpu("h200");
+  EXPECT_EQ(h200.compute_capability, 900);
+  EXPECT_EQ(h200.multiprocessors, 132);
+  EXPECT_NO_THROW(cuda_detail::device_properties_from_json(cuda_detail::cudnn_device_json(h200)));
+  try {
+    cuda_detail::described_gpu("a100");
+    FAIL() << "an undescribed GPU must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("'a100'"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("h200"));
+  }
+}
+
+TEST(CudnnDevice, ADescriptionMissingAMemberIsRefusedNamingItAndAWrongTypeWithCuDnnsReason) {
+  nlohmann::json json = nlohmann::json::parse(cuda_detail::cudnn_device_json(cuda_detail::described_gpu("h200")));
+  nlohmann::json without = json;
+  without.erase("multiProcessorCount");
+  try {
+    cuda_detail::device_properties_from_json(without.dump());
+    FAIL() << "a description without its SM count must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("\"multiProcessorCount\""));
+  }
+  EXPECT_THROW(cuda_detail::device_properties_from_json("[1, 2]"), std::invalid_argument);
+  json["isTccDriver"] = false;  // cuDNN reads an integer
+  try {
+    cuda_detail::device_properties_from_json(json.dump());
+    FAIL() << "cuDNN must refuse a boolean where it reads an integer";
+  } catch (const CudaError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cudnn_device.cpp:"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("CUDNN_STATUS_BAD_PARAM"));
+  }
+}
+
+TEST(ConvFusion, EveryPassMakesAGraphCuDnnAcceptsWithTheTensorsItNamesInMemory) {
+  const std::vector<Conv2dConfig> convolutions{
+      {Shape(8, 64, 56, 56), 64, 3, 1, 1, false},     // a bottleneck's 3x3
+      {Shape(8, 256, 56, 56), 512, 1, 2, 0, false},   // a downsampling shortcut
+      {Shape(8, 64, 28, 28), 256, 1, 1, 0, false},    // a bottleneck's last 1x1
+  };
+  for (Conv2dConfig config : convolutions) {
+    for (const DType dtype : {DType::fp16, DType::bf16}) {
+      config.dtype = dtype;
+      for (const ConvFusion fusion : cuda_detail::kConvFusions) {
+        const std::string what = config.input.to_string() + " " + std::string(to_string(dtype)) + " " +
+                                 std::string(cuda_detail::to_string(fusion));
+        try {
+          const FusedConvGraph graph(config, fusion, nullptr);
+          const std::size_t outputs = static_cast<std::size_t>(config.output().numel());
+          const std::size_t channels = static_cast<std::size_t>(config.out_channels);
+          EXPECT_EQ(bytes_of(graph, cuda_detail::kOutputUid), outputs * 2) << what;
+          EXPECT_EQ(bytes_of(graph, cuda_detail::kInputUid), static_cast<std::size_t>(config.input.numel()) * 2)
+              << what;
+          switch (fusion) {
+            case ConvFusion::conv:
+            case ConvFusion::wgrad:
+            case ConvFusion::dgrad: EXPECT_THAT(uids_of(graph), ::testing::ElementsAre(1, 2, 3)) << what; break;
+            case ConvFusion::conv_genstats:
+              EXPECT_THAT(uids_of(graph), ::testing::ElementsAre(1, 2, 3, 6, 7)) << what;
+              EXPECT_EQ(bytes_of(graph, cuda_detail::kSumUid), channels * 4) << what;
+              EXPECT_EQ(bytes_of(graph, cuda_detail::kSquareSumUid), channels * 4) << what;
+              break;
+            case ConvFusion::scale_bias_relu_conv_genstats:
+              EXPECT_THAT(uids_of(graph), ::testing::ElementsAre(1, 2, 3, 4, 5, 6, 7)) << what;
+              EXPECT_EQ(bytes_of(graph, cuda_detail::kScaleUid), static_cast<std::size_t>(config.input.c()) * 2)
+                  << what;
+              break;
+            case ConvFusion::scale_bias_relu_wgrad:
+              EXPECT_THAT(uids_of(graph), ::testing::ElementsAre(1, 2, 3, 4, 5)) << what;
+              break;
+            case ConvFusion::dgrad_drelu: EXPECT_THAT(uids_of(graph), ::testing::ElementsAre(1, 2, 3, 8)) << what; break;
+            case ConvFusion::dgrad_scale_bias_drelu:
+              EXPECT_THAT(uids_of(graph), ::testing::ElementsAre(1, 2, 3, 4, 5, 8)) << what;
+              break;
+          }
+        } catch (const CudaError& e) {
+          ADD_FAILURE() << what << ": " << e.what();
+        }
+      }
+    }
+  }
+}
+
+TEST(ConvFusion, EachFusedPassNamesThePlainPassItReplaces) {
+  EXPECT_EQ(cuda_detail::baseline_of(ConvFusion::scale_bias_relu_conv_genstats), ConvFusion::conv);
+  EXPECT_EQ(cuda_detail::baseline_of(ConvFusion::conv_genstats), ConvFusion::conv);
+  EXPECT_EQ(cuda_detail::baseline_of(ConvFusion::scale_bias_relu_wgrad), ConvFusion::wgrad);
+  EXPECT_EQ(cuda_detail::baseline_of(ConvFusion::dgrad_drelu), ConvFusion::dgrad);
+  EXPECT_EQ(cuda_detail::baseline_of(ConvFusion::dgrad_scale_bias_drelu), ConvFusion::dgrad);
+  for (const ConvFusion fusion : cuda_detail::kConvFusions) {
+    EXPECT_EQ(cuda_detail::baseline_of(cuda_detail::baseline_of(fusion)), cuda_detail::baseline_of(fusion));
+  }
+}
+
+// What cuDNN 9.19 answered for a described H200 on 2026-12-03 (bench/RESULTS.md): plans for the
+// plain passes and for the forward and filter-gradient passes fused with batch norm, built here
+// without the device. Should a later cuDNN answer otherwise, this says so before a GPU is lent.
+TEST(ConvFusion, ForADescribedH200TheEnginesBuildThePlainAndTheBatchNormFusedPasses) {
+  const auto device =
+      cuda_detail::device_properties_from_json(cuda_detail::cudnn_device_json(cuda_detail::described_gpu("h200")));
+  Conv2dConfig config{Shape(8, 64, 56, 56), 64, 3, 1, 1, false};
+  config.dtype = DType::fp16;
+  for (const ConvFusion fusion : {ConvFusion::conv, ConvFusion::wgrad, ConvFusion::dgrad, ConvFusion::conv_genstats,
+                                  ConvFusion::scale_bias_relu_conv_genstats, ConvFusion::scale_bias_relu_wgrad}) {
+    const FusedConvGraph graph(config, fusion, nullptr);
+    const cuda_detail::EngineSearchResult search = cuda_detail::search_engines(graph, nullptr, &device, 2);
+    EXPECT_GT(search.ranked, 0) << cuda_detail::to_string(fusion);
+    ASSERT_FALSE(search.built.empty()) << cuda_detail::to_string(fusion) << ": " << search.first_unbuildable_reason;
+    EXPECT_LE(search.built.size(), 2u);
+    EXPECT_GE(search.built.front().engine, 0);
+  }
+  // The stem's 3 input channels: no fused engine, where the plain pass has one.
+  Conv2dConfig stem{Shape(8, 3, 64, 64), 64, 7, 2, 3, false};
+  stem.dtype = DType::fp16;
+  EXPECT_TRUE(cuda_detail::search_engines(FusedConvGraph(stem, ConvFusion::conv_genstats, nullptr), nullptr, &device, 1)
+                  .built.empty());
+  EXPECT_FALSE(
+      cuda_detail::search_engines(FusedConvGraph(stem, ConvFusion::conv, nullptr), nullptr, &device, 1).built.empty());
+}
+
+TEST(ConvFusion, ASearchTakesAHandleOrADescribedDeviceNotBothNorNeither) {
+  Conv2dConfig config{Shape(2, 16, 14, 14), 32, 3, 1, 1, false};
+  config.dtype = DType::fp16;
+  const FusedConvGraph graph(config, ConvFusion::conv, nullptr);
+  EXPECT_THROW(cuda_detail::search_engines(graph, nullptr, nullptr, 1), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace dlbench::worker

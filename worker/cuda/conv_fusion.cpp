@@ -1,0 +1,275 @@
+// Convolution passes fused with the batch norm around them, as cuDNN graphs (cuda/conv_fusion.hpp).
+#include "cuda/conv_fusion.hpp"
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/conv_engines.hpp"
+#include "cuda/cuda_common.hpp"
+
+namespace dlbench::worker::cuda_detail {
+
+std::string_view to_string(ConvFusion fusion) {
+  switch (fusion) {
+    case ConvFusion::conv: return "conv";
+    case ConvFusion::conv_genstats: return "conv+genstats";
+    case ConvFusion::scale_bias_relu_conv_genstats: return "scale+bias+relu+conv+genstats";
+    case ConvFusion::wgrad: return "wgrad";
+    case ConvFusion::scale_bias_relu_wgrad: return "scale+bias+relu+wgrad";
+    case ConvFusion::dgrad: return "dgrad";
+    case ConvFusion::dgrad_drelu: return "dgrad+drelu";
+    case ConvFusion::dgrad_scale_bias_drelu: return "dgrad+scale+bias+drelu";
+  }
+  throw std::invalid_argument("unknown convolution fusion");
+}
+
+ConvFusion baseline_of(ConvFusion fusion) {
+  switch (fusion) {
+    case ConvFusion::conv:
+    case ConvFusion::conv_genstats:
+    case ConvFusion::scale_bias_relu_conv_genstats: return ConvFusion::conv;
+    case ConvFusion::wgrad:
+    case ConvFusion::scale_bias_relu_wgrad: return ConvFusion::wgrad;
+    case ConvFusion::dgrad:
+    case ConvFusion::dgrad_drelu:
+    case ConvFusion::dgrad_scale_bias_drelu: return ConvFusion::dgrad;
+  }
+  throw std::invalid_argument("unknown convolution fusion");
+}
+
+namespace {
+
+// Virtual tensors' uids: never in a variant pack.
+constexpr std::int64_t kFirstVirtualUid = 100;
+
+// Builds a graph's parts in order, each kept in the graph's own deque.
+class GraphParts {
+ public:
+  GraphParts(FusedConvGraph& graph, Layout layout) : graph_(graph), layout_(layout) {}
+
+  const BackendDescriptor& tensor(std::int64_t uid, const std::array<std::int64_t, 4>& dims, cudnnDataType_t type) {
+    const std::size_t values = static_cast<std::size_t>(dims[0] * dims[1] * dims[2] * dims[3]);
+    graph_.tensors.push_back({uid, values * bytes_of(type)});
+    return graph_.parts.emplace_back(make_graph_tensor(uid, dims, type, layout_));
+  }
+  const BackendDescriptor& intermediate(const std::array<std::int64_t, 4>& dims) {
+    return graph_.parts.emplace_back(make_graph_tensor(next_virtual_++, dims, CUDNN_DATA_FLOAT, layout_, true));
+  }
+
+  // y = x <mode> b (b: null for a unary mode), computed in fp32.
+  const BackendDescriptor& pointwise(cudnnPointwiseMode_t mode, const BackendDescriptor& x, const BackendDescriptor* b,
+                                     const BackendDescriptor& y) {
+    BackendDescriptor& descriptor = graph_.parts.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    descriptor.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode);
+    descriptor.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &precision);
+    descriptor.finalize("a pointwise descriptor");
+    BackendDescriptor& operation = graph_.parts.emplace_back(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    const cudnnBackendDescriptor_t raw_descriptor = descriptor.get(), raw_x = x.get(), raw_y = y.get();
+    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_descriptor);
+    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_x);
+    if (b != nullptr) {
+      const cudnnBackendDescriptor_t raw_b = b->get();
+      operation.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_b);
+    }
+    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_y);
+    operation.finalize("a pointwise operation");
+    return add(operation);
+  }
+
+  // dx = dy where x > 0, else 0.
+  const BackendDescriptor& relu_backward(const BackendDescriptor& dy, const BackendDescriptor& x,
+                                         const BackendDescriptor& dx) {
+    BackendDescriptor& descriptor = graph_.parts.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    const cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_BWD;
+    const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    descriptor.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode);
+    descriptor.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &precision);
+    descriptor.finalize("the ReLU backward's descriptor");
+    BackendDescriptor& operation = graph_.parts.emplace_back(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    const cudnnBackendDescriptor_t raw_descriptor = descriptor.get(), raw_dy = dy.get(), raw_x = x.get(),
+                                   raw_dx = dx.get();
+    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_descriptor);
+    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_dy);
+    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_x);
+    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_dx);
+    operation.finalize("the ReLU backward");
+    return add(operation);
+  }
+
+  // Σx and Σx² per channel.
+  const BackendDescriptor& statistics(const BackendDescriptor& x, const BackendDescriptor& sum,
+                                      const BackendDescriptor& square_sum) {
+    BackendDescriptor& operation = graph_.parts.emplace_back(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+    const cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
+    const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    const cudnnBackendDescriptor_t raw_x = x.get(), raw_sum = sum.get(), raw_square_sum = square_sum.get();
+    operation.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, &mode);
+    operation.set(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &precision);
+    operation.set(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_x);
+    operation.set(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_sum);
+    operation.set(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_square_sum);
+    operation.finalize("the statistics (genstats)");
+    return add(operation);
+  }
+
+  const BackendDescriptor& convolution(ConvPass pass, const Conv2dConfig& config, const BackendDescriptor& input,
+                                       const BackendDescriptor& filter, const BackendDescriptor& output) {
+    const BackendDescriptor& descriptor = graph_.parts.emplace_back(make_convolution(config));
+    return add(graph_.parts.emplace_back(make_convolution_operation(pass, input, filter, output, descriptor)));
+  }
+
+  const std::vector<const BackendDescriptor*>& operations() const { return operations_; }
+
+ private:
+  static std::size_t bytes_of(cudnnDataType_t type) {
+    return type == CUDNN_DATA_FLOAT ? 4 : type == CUDNN_DATA_DOUBLE ? 8 : 2;
+  }
+  const BackendDescriptor& add(const BackendDescriptor& operation) {
+    operations_.push_back(&operation);
+    return operation;
+  }
+  FusedConvGraph& graph_;
+  Layout layout_;
+  std::int64_t next_virtual_ = kFirstVirtualUid;
+  std::vector<const BackendDescriptor*> operations_;
+};
+
+BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config, cudnnHandle_t handle) {
+  GraphParts parts(graph, Layout::nhwc);
+  const ConvGraphShapes shapes = conv_graph_shapes(config);
+  const cudnnDataType_t type = cudnn_type(config.dtype);
+  const std::array<std::int64_t, 4> per_input_channel{1, shapes.input[1], 1, 1};
+  const std::array<std::int64_t, 4> per_output_channel{1, shapes.output[1], 1, 1};
+  // relu(x * s + b) as the convolution's input, never in memory.
+  const auto normalised_input = [&]() -> const BackendDescriptor& {
+    const BackendDescriptor& x = parts.tensor(kInputUid, shapes.input, type);
+    const BackendDescriptor& scale = parts.tensor(kScaleUid, per_input_channel, type);
+    const BackendDescriptor& bias = parts.tensor(kBiasUid, per_input_channel, type);
+    const BackendDescriptor& scaled = parts.intermediate(shapes.input);
+    parts.pointwise(CUDNN_POINTWISE_MUL, x, &scale, scaled);
+    const BackendDescriptor& shifted = parts.intermediate(shapes.input);
+    parts.pointwise(CUDNN_POINTWISE_ADD, scaled, &bias, shifted);
+    const BackendDescriptor& activated = parts.intermediate(shapes.input);
+    parts.pointwise(CUDNN_POINTWISE_RELU_FWD, shifted, nullptr, activated);
+    return activated;
+  };
+  const auto output_statistics = [&](const BackendDescriptor& y) {
+    parts.statistics(y, parts.tensor(kSumUid, per_output_channel, CUDNN_DATA_FLOAT),
+                     parts.tensor(kSquareSumUid, per_output_channel, CUDNN_DATA_FLOAT));
+  };
+
+  switch (graph.fusion) {
+    case ConvFusion::conv:
+    case ConvFusion::conv_genstats: {
+      const BackendDescriptor& x = parts.tensor(kInputUid, shapes.input, type);
+      const BackendDescriptor& w = parts.tensor(kFilterUid, shapes.filter, type);
+      const BackendDescriptor& y = parts.tensor(kOutputUid, shapes.output, type);
+      parts.convolution(ConvPass::forward, config, x, w, y);
+      if (graph.fusion == ConvFusion::conv_genstats) output_statistics(y);
+      break;
+    }
+    case ConvFusion::scale_bias_relu_conv_genstats: {
+      const BackendDescriptor& input = normalised_input();
+      const BackendDescriptor& w = parts.tensor(kFilterUid, shapes.filter, type);
+      const BackendDescriptor& y = parts.tensor(kOutputUid, shapes.output, type);
+      parts.convolution(ConvPass::forward, config, input, w, y);
+      output_statistics(y);
+      break;
+    }
+    case ConvFusion::wgrad:
+    case ConvFusion::scale_bias_relu_wgrad: {
+      const BackendDescriptor& input = graph.fusion == ConvFusion::wgrad
+                                           ? parts.tensor(kInputUid, shapes.input, type)
+                                           : normalised_input();
+      const BackendDescriptor& dw = parts.tensor(kFilterUid, shapes.filter, type);
+      const BackendDescriptor& dy = parts.tensor(kOutputUid, shapes.output, type);
+      parts.convolution(ConvPass::backward_filter, config, input, dw, dy);
+      break;
+    }
+    case ConvFusion::dgrad: {
+      const BackendDescriptor& dx = parts.tensor(kInputUid, shapes.input, type);
+      const BackendDescriptor& w = parts.tensor(kFilterUid, shapes.filter, type);
+      const BackendDescriptor& dy = parts.tensor(kOutputUid, shapes.output, type);
+      parts.convolution(ConvPass::backward_data, config, dx, w, dy);
+      break;
+    }
+    case ConvFusion::dgrad_drelu:
+    case ConvFusion::dgrad_scale_bias_drelu: {
+      const BackendDescriptor& unmasked = parts.intermediate(shapes.input);
+      const BackendDescriptor& w = parts.tensor(kFilterUid, shapes.filter, type);
+      const BackendDescriptor& dy = parts.tensor(kOutputUid, shapes.output, type);
+      parts.convolution(ConvPass::backward_data, config, unmasked, w, dy);
+      const BackendDescriptor* relu_input = nullptr;
+      if (graph.fusion == ConvFusion::dgrad_drelu) {
+        relu_input = &parts.tensor(kReluInputUid, shapes.input, type);
+      } else {
+        const BackendDescriptor& x = parts.tensor(kReluInputUid, shapes.input, type);
+        const BackendDescriptor& scale = parts.tensor(kScaleUid, per_input_channel, type);
+        const BackendDescriptor& bias = parts.tensor(kBiasUid, per_input_channel, type);
+        const BackendDescriptor& scaled = parts.intermediate(shapes.input);
+        parts.pointwise(CUDNN_POINTWISE_MUL, x, &scale, scaled);
+        relu_input = &parts.intermediate(shapes.input);
+        parts.pointwise(CUDNN_POINTWISE_ADD, scaled, &bias, *relu_input);
+      }
+      parts.relu_backward(unmasked, *relu_input, parts.tensor(kInputUid, shapes.input, type));
+      break;
+    }
+  }
+  return make_operation_graph(parts.operations(), handle);
+}
+
+}  // namespace
+
+FusedConvGraph::FusedConvGraph(const Conv2dConfig& config, ConvFusion fusion_, cudnnHandle_t handle)
+    : fusion(fusion_), graph(fused_graph(*this, config, handle)) {}
+
+EngineSearchResult search_engines(const FusedConvGraph& graph, cudnnHandle_t handle, const BackendDescriptor* device,
+                                  int most) {
+  if ((handle == nullptr) == (device == nullptr)) {
+    throw std::invalid_argument("search_engines: give a handle or a described device, one of them");
+  }
+  EngineSearchResult result;
+  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    if (!result.built.empty()) break;  // the fallback list only where the ranked engines built nothing
+    std::vector<BackendDescriptor> configs = ranked_configs(graph.graph, mode, device);
+    result.ranked += static_cast<int>(configs.size());
+    for (BackendDescriptor& config : configs) {
+      if (static_cast<int>(result.built.size()) == most) break;
+      const EngineFacts engine = engine_of(config);
+      if (!engine_admitted(engine.notes, false, true)) {
+        ++result.refused;
+        continue;
+      }
+      BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      const cudnnBackendDescriptor_t raw_config = config.get();
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_config);
+      if (handle != nullptr) {
+        plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle);
+      } else {
+        const cudnnBackendDescriptor_t raw_device = device->get();
+        plan.set(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_device);
+      }
+      if (const cudnnStatus_t status = cudnnBackendFinalize(plan.get()); status != CUDNN_STATUS_SUCCESS) {
+        if (result.unbuildable++ == 0) {
+          std::array<char, 1024> reason{};
+          cudnnGetLastErrorString(reason.data(), reason.size());
+          result.first_unbuildable_reason = "engine " + std::to_string(engine.index) + ": " +
+                                            cudnnGetErrorString(status) +
+                                            (reason[0] != '\0' ? " (" + std::string(reason.data()) + ")" : "");
+        }
+        continue;
+      }
+      std::int64_t workspace = 0, count = 0;
+      check_cudnn_graph(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                 CUDNN_TYPE_INT64, 1, &count, &workspace),
+                        "a plan's workspace size");
+      result.built.push_back({std::move(config), std::move(plan), engine.index, static_cast<std::size_t>(workspace)});
+    }
+  }
+  return result;
+}
+
+}  // namespace dlbench::worker::cuda_detail

@@ -1,0 +1,92 @@
+// A convolution pass fused with the batch norm around it, as cuDNN's runtime-fusion engines take
+// it through the graph API (the ResNet-50 recipe of NVIDIA's MLPerf submissions): the forward
+// convolution computing its output's per-channel sums and sums of squares as it writes it (the
+// batch norm's statistics without a pass over y), the same with the previous batch norm's scale,
+// shift and ReLU applied to its input as it reads it (no normalised tensor in memory), the filter
+// gradient recomputing that input the same way, and the data gradient applying the ReLU's
+// backward as it writes. Each graph here is one pass of one convolution; which of them an engine
+// runs, on which device, is what conv_fusion_probe (bench/) asks. Internal to worker/cuda.
+#pragma once
+
+#include <cudnn.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend.hpp"
+#include "cuda/conv_graph.hpp"
+
+namespace dlbench::worker::cuda_detail {
+
+// Each fused pass and the plain pass it would replace (conv, wgrad, dgrad: the baselines).
+enum class ConvFusion {
+  conv,                           // y = conv(x, w)
+  conv_genstats,                  // y = conv(x, w); Σy and Σy² per channel
+  scale_bias_relu_conv_genstats,  // y = conv(relu(x * s + b), w); Σy and Σy² per channel
+  wgrad,                          // dw = wgrad(x, dy)
+  scale_bias_relu_wgrad,          // dw = wgrad(relu(x * s + b), dy)
+  dgrad,                          // dx = dgrad(dy, w)
+  dgrad_drelu,                    // dx = dgrad(dy, w) where r > 0, else 0 (r: the ReLU's input)
+  dgrad_scale_bias_drelu,         // the same, r recomputed as r = x * s + b from the batch norm's input x
+};
+inline constexpr std::array<ConvFusion, 8> kConvFusions{
+    ConvFusion::conv,  ConvFusion::conv_genstats, ConvFusion::scale_bias_relu_conv_genstats,
+    ConvFusion::wgrad, ConvFusion::scale_bias_relu_wgrad,
+    ConvFusion::dgrad, ConvFusion::dgrad_drelu,   ConvFusion::dgrad_scale_bias_drelu};
+std::string_view to_string(ConvFusion fusion);
+// The plain pass a fused one replaces (itself for a plain one).
+ConvFusion baseline_of(ConvFusion fusion);
+
+// The uids of a fused graph's tensors in memory (a variant pack's), beyond kInputUid (x or dx),
+// kFilterUid (w or dw) and kOutputUid (y or dy).
+inline constexpr std::int64_t kScaleUid = 4, kBiasUid = 5, kSumUid = 6, kSquareSumUid = 7, kReluInputUid = 8;
+
+// A tensor the graph reads or writes in memory, and its size.
+struct FusedTensor {
+  std::int64_t uid = 0;
+  std::size_t bytes = 0;
+};
+
+// One pass as a finalized operation graph over channels-last tensors of `config.dtype`, every
+// intermediate virtual and fp32, statistics in fp32, the per-channel scale and shift in the data
+// type. `handle` may be null (a graph built without a device). Throws CudaError with cuDNN's
+// reason where cuDNN refuses the graph.
+struct FusedConvGraph {
+  FusedConvGraph(const Conv2dConfig& config, ConvFusion fusion, cudnnHandle_t handle);
+  ConvFusion fusion;
+  std::vector<FusedTensor> tensors;
+  std::deque<BackendDescriptor> parts;  // tensors, descriptors and operations the graph holds (never moved)
+  BackendDescriptor graph;
+};
+
+// A plan an engine built for a graph.
+struct BuiltPlan {
+  BackendDescriptor config;
+  BackendDescriptor plan;
+  std::int64_t engine = -1;
+  std::size_t workspace = 0;
+};
+
+// What the engines offer a graph: how many configurations the heuristics ranked (mode A, then the
+// fallback list where A gave none that built), how many were refused for their numerics (inputs
+// rounded to a narrower type, or reductions in one: never admitted here), how many could not be
+// built (the first's reason kept), and the plans that were, at most `most`, best-ranked first.
+struct EngineSearchResult {
+  int ranked = 0;
+  int refused = 0;
+  int unbuildable = 0;
+  std::string first_unbuildable_reason;
+  std::vector<BuiltPlan> built;
+};
+
+// Plans for `graph` on `handle`'s device, or, with a null handle, for the device `device`
+// describes (cuda/cudnn_device.hpp), which need not be in this machine.
+EngineSearchResult search_engines(const FusedConvGraph& graph, cudnnHandle_t handle, const BackendDescriptor* device,
+                                  int most);
+
+}  // namespace dlbench::worker::cuda_detail
