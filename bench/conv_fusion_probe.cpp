@@ -6,13 +6,15 @@
 //
 //   conv_fusion_probe --device h200                 engines for a described H200, no GPU needed
 //   conv_fusion_probe --device-json FILE            for the device a JSON describes
-//   conv_fusion_probe --gpu [--time] [--write-device-json FILE]
+//   conv_fusion_probe --gpu [--time] [--check] [--write-device-json FILE]
 //                                                   this machine's GPU: each built plan run on
-//                                                   random values and timed (events, best of 5)
+//                                                   random values and timed (events, best of 5);
+//                                                   each fused pass's output checked against its
+//                                                   plain pass's around the host's reference
+//                                                   (cuda/conv_fusion_reference.hpp)
 //
 // A described device answers which engines cuDNN would build, and with what workspace; only the
-// device itself says how fast they run. Correctness is not this program's: a fused layer in the
-// model is checked by the self-test against the CPU, like every other.
+// device itself says how fast they run and whether they compute right.
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
@@ -34,6 +36,7 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "cuda/conv_fusion.hpp"
+#include "cuda/conv_fusion_reference.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/cudnn_device.hpp"
 #include "dlbench/core/command_line.hpp"
@@ -53,6 +56,7 @@ struct Options {
   std::string device_json;  // a file
   bool gpu = false;
   bool time = false;
+  bool check = false;
   int plans = 3;
   std::string write_device_json;
   std::string output;
@@ -66,21 +70,11 @@ std::string shape_name(const Conv2dConfig& c) {
   return name;
 }
 
-// Random values of magnitude 0.5 to 1 with either sign, as 16-bit patterns of `dtype`: what the
-// timed passes read (zeros would draw less power and could clock higher than training does).
-std::vector<std::uint16_t> random_halves(DType dtype, std::size_t count) {
-  std::mt19937 generator(20261203);
-  std::uniform_int_distribution<int> mantissa(0, dtype == DType::bf16 ? 0x7F : 0x3FF);
-  std::vector<std::uint16_t> values(count);
-  const std::uint16_t half_exponent = dtype == DType::bf16 ? 0x3F00 : 0x3800;
-  for (std::size_t i = 0; i < count; ++i) {
-    values[i] = static_cast<std::uint16_t>((i % 2 ? 0x8000 : 0) | half_exponent | mantissa(generator));
-  }
-  return values;
-}
-
 class DeviceBuffers {
  public:
+  DeviceBuffers() = default;
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
   ~DeviceBuffers() {
     for (void* p : owned_) cudaFree(p);
   }
@@ -95,33 +89,76 @@ class DeviceBuffers {
   std::vector<void*> owned_;
 };
 
-// The fastest of `plans` on random values: one run to show it runs, then 5 between two events.
-std::optional<double> fastest_milliseconds(cudnnHandle_t handle, const FusedConvGraph& graph,
-                                           const std::vector<BuiltPlan>& plans, DType dtype, cudaStream_t stream) {
+using HostValues = std::map<std::int64_t, std::vector<std::uint16_t>>;
+
+// One graph's tensors on the device: `given` values where the caller has them, the statistics
+// zeroed, random values (seeded by uid) elsewhere.
+struct DeviceTensors {
   DeviceBuffers buffers;
+  std::map<std::int64_t, void*> at;
+  std::map<std::int64_t, std::size_t> bytes;
+};
+
+void fill(DeviceTensors& tensors, const FusedConvGraph& graph, DType dtype, const HostValues& given = {}) {
+  for (const FusedTensor& tensor : graph.tensors) {
+    void* p = tensors.buffers.allocate(tensor.bytes);
+    tensors.at[tensor.uid] = p;
+    tensors.bytes[tensor.uid] = tensor.bytes;
+    if (tensor.uid == kSumUid || tensor.uid == kSquareSumUid) {
+      DLBENCH_CUDA_CHECK(cudaMemset(p, 0, tensor.bytes));
+      continue;
+    }
+    const auto it = given.find(tensor.uid);
+    const std::vector<std::uint16_t> values =
+        it != given.end() ? it->second
+                          : random_half_values(dtype, tensor.bytes / 2, 20261203u + static_cast<std::uint32_t>(tensor.uid));
+    if (values.size() * 2 != tensor.bytes) throw std::logic_error("a given tensor's size differs from the graph's");
+    DLBENCH_CUDA_CHECK(cudaMemcpy(p, values.data(), tensor.bytes, cudaMemcpyHostToDevice));
+  }
+}
+
+template <typename T>
+std::vector<T> download(const DeviceTensors& tensors, std::int64_t uid) {
+  std::vector<T> values(tensors.bytes.at(uid) / sizeof(T));
+  DLBENCH_CUDA_CHECK(cudaMemcpy(values.data(), tensors.at.at(uid), values.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return values;
+}
+
+BackendDescriptor variant_pack(const DeviceTensors& tensors, void* workspace) {
   std::vector<std::int64_t> uids;
   std::vector<void*> pointers;
-  std::size_t largest = 0;
-  for (const FusedTensor& tensor : graph.tensors) largest = std::max(largest, tensor.bytes);
-  const std::vector<std::uint16_t> values = random_halves(dtype, largest / 2);
-  for (const FusedTensor& tensor : graph.tensors) {
-    uids.push_back(tensor.uid);
-    pointers.push_back(buffers.allocate(tensor.bytes));
-    DLBENCH_CUDA_CHECK(cudaMemcpy(pointers.back(), values.data(), tensor.bytes, cudaMemcpyHostToDevice));
+  for (const auto& [uid, p] : tensors.at) {
+    uids.push_back(uid);
+    pointers.push_back(p);
   }
-  std::size_t workspace_bytes = 0;
-  for (const BuiltPlan& plan : plans) workspace_bytes = std::max(workspace_bytes, plan.workspace);
-  void* workspace = workspace_bytes > 0 ? buffers.allocate(workspace_bytes) : nullptr;
   BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), std::ssize(uids));
   pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(), std::ssize(pointers));
   pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
   pack.finalize("the variant pack");
+  return pack;
+}
+
+// A graph and the plans the engines built for it.
+struct Probed {
+  FusedConvGraph graph;
+  EngineSearchResult search;
+};
+
+// The fastest of `probed`'s plans on random values: one run to show it runs, then 5 between two events.
+std::optional<double> fastest_milliseconds(cudnnHandle_t handle, const Probed& probed, DType dtype,
+                                           cudaStream_t stream) {
+  DeviceTensors tensors;
+  fill(tensors, probed.graph, dtype);
+  std::size_t workspace_bytes = 0;
+  for (const BuiltPlan& plan : probed.search.built) workspace_bytes = std::max(workspace_bytes, plan.workspace);
+  void* workspace = workspace_bytes > 0 ? tensors.buffers.allocate(workspace_bytes) : nullptr;
+  const BackendDescriptor pack = variant_pack(tensors, workspace);
   cudaEvent_t start = nullptr, stop = nullptr;
   DLBENCH_CUDA_CHECK(cudaEventCreate(&start));
   DLBENCH_CUDA_CHECK(cudaEventCreate(&stop));
   std::optional<double> best;
-  for (const BuiltPlan& plan : plans) {
+  for (const BuiltPlan& plan : probed.search.built) {
     if (cudnnBackendExecute(handle, plan.plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS) {
       cudaGetLastError();
       continue;
@@ -142,6 +179,72 @@ std::optional<double> fastest_milliseconds(cudnnHandle_t handle, const FusedConv
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return best;
+}
+
+// Runs `probed`'s best-ranked plan on `tensors` and waits for it.
+void run_first_plan(cudnnHandle_t handle, const Probed& probed, DeviceTensors& tensors) {
+  const BuiltPlan& plan = probed.search.built.front();
+  void* workspace = plan.workspace > 0 ? tensors.buffers.allocate(plan.workspace) : nullptr;
+  check_cudnn_graph(cudnnBackendExecute(handle, plan.plan.get(), variant_pack(tensors, workspace).get()),
+                    "running engine " + std::to_string(plan.engine));
+  DLBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// A fused pass against its plain pass around the host's reference, on the same random inputs:
+// the output's error as a share of its largest value and, where it computes them, the
+// statistics' error against the host's sums of the output it wrote.
+struct CheckResult {
+  double output_error = 0;
+  std::optional<double> statistics_error;
+};
+inline constexpr double kOutputBound = 1e-2, kStatisticsBound = 1e-2;
+
+CheckResult check_fused(cudnnHandle_t handle, const Conv2dConfig& config, DType dtype, const Probed& fused,
+                        const Probed& plain) {
+  DeviceTensors ours;
+  fill(ours, fused.graph, dtype);
+  run_first_plan(handle, fused, ours);
+  const auto input = [&](std::int64_t uid) { return download<std::uint16_t>(ours, uid); };
+  HostValues given;
+  std::int64_t output_uid = kOutputUid;
+  switch (fused.graph.fusion) {
+    case ConvFusion::conv_genstats: given = {{kInputUid, input(kInputUid)}, {kFilterUid, input(kFilterUid)}}; break;
+    case ConvFusion::scale_bias_relu_conv_genstats:
+      given = {{kInputUid, scale_bias_relu(dtype, input(kInputUid), input(kScaleUid), input(kBiasUid))},
+               {kFilterUid, input(kFilterUid)}};
+      break;
+    case ConvFusion::scale_bias_relu_wgrad:
+      given = {{kInputUid, scale_bias_relu(dtype, input(kInputUid), input(kScaleUid), input(kBiasUid))},
+               {kOutputUid, input(kOutputUid)}};
+      output_uid = kFilterUid;
+      break;
+    case ConvFusion::dgrad_drelu:
+    case ConvFusion::dgrad_scale_bias_drelu:
+      given = {{kFilterUid, input(kFilterUid)}, {kOutputUid, input(kOutputUid)}};
+      output_uid = kInputUid;
+      break;
+    case ConvFusion::conv:
+    case ConvFusion::wgrad:
+    case ConvFusion::dgrad: throw std::logic_error("a plain pass has nothing to be checked against");
+  }
+  DeviceTensors theirs;
+  fill(theirs, plain.graph, dtype, given);
+  run_first_plan(handle, plain, theirs);
+  std::vector<std::uint16_t> want = download<std::uint16_t>(theirs, output_uid);
+  if (fused.graph.fusion == ConvFusion::dgrad_drelu) {
+    relu_backward(dtype, want, input(kReluInputUid));
+  } else if (fused.graph.fusion == ConvFusion::dgrad_scale_bias_drelu) {
+    const auto scale = input(kScaleUid), bias = input(kBiasUid);
+    relu_backward(dtype, want, input(kReluInputUid), &scale, &bias);
+  }
+  const std::vector<std::uint16_t> got = download<std::uint16_t>(ours, output_uid);
+  CheckResult result;
+  result.output_error = relative_max_error(dtype, got, want);
+  if (ours.at.contains(kSumUid)) {
+    result.statistics_error = statistics_error(download<float>(ours, kSumUid), download<float>(ours, kSquareSumUid),
+                                               channel_sums(dtype, got, static_cast<std::size_t>(config.out_channels)));
+  }
+  return result;
 }
 
 int run(const Options& options) {
@@ -196,6 +299,7 @@ int run(const Options& options) {
     int supported = 0;
     double milliseconds = 0, baseline_milliseconds = 0;
     int timed = 0;
+    int checked = 0, off = 0;  // convolutions whose fused pass was checked, and found off its bound
   };
   std::map<ConvFusion, Tally> tallies;
   // The document is written again after each shape, so that a run cut short by its deadline (plans
@@ -209,6 +313,10 @@ int run(const Options& options) {
                            {"baseline", std::string(to_string(baseline_of(fusion)))},
                            {"convolutionsBuilt", tally.supported},
                            {"convolutions", total}};
+      if (tally.checked > 0) {
+        entry["convolutionsChecked"] = tally.checked;
+        entry["convolutionsOff"] = tally.off;
+      }
       if (tally.timed > 0) {
         entry["millisecondsPerStep"] = tally.milliseconds;
         entry["baselineMillisecondsPerStep"] = tally.baseline_milliseconds;
@@ -219,39 +327,75 @@ int run(const Options& options) {
     const nlohmann::json document{{"device", device_name},      {"cudnnVersion", cudnnGetVersion()},
                                   {"model", options.model},     {"batchSize", options.batch},
                                   {"imageSize", options.image}, {"precision", options.precision},
-                                  {"timed", options.time},      {"complete", complete},
+                                  {"timed", options.time},      {"checked", options.check},
+                                  {"complete", complete},
                                   {"summary", summary},         {"passes", rows}};
     std::ofstream(options.output) << document.dump(2) << "\n";
   };
   for (const auto& [model_config, count, first] : convolutions) {
     Conv2dConfig config = model_config;
     config.dtype = dtype;
+    // Every pass's graph and plans first: a fused pass is checked against its plain pass's plan.
+    std::map<ConvFusion, Probed> probed;
+    std::map<ConvFusion, std::string> refused;
+    for (const ConvFusion fusion : kConvFusions) {
+      try {
+        FusedConvGraph graph(config, fusion, handle);
+        EngineSearchResult search = search_engines(graph, handle, described ? &*described : nullptr, options.plans);
+        probed.emplace(fusion, Probed{std::move(graph), std::move(search)});
+      } catch (const CudaError& e) {
+        refused[fusion] = e.what();
+      }
+    }
     std::map<ConvFusion, double> milliseconds;
     for (const ConvFusion fusion : kConvFusions) {
       nlohmann::json row{{"shape", shape_name(config)}, {"count", count}, {"first", first},
                          {"pass", std::string(to_string(fusion))}};
-      try {
-        const FusedConvGraph graph(config, fusion, handle);
-        const EngineSearchResult search = search_engines(graph, handle, described ? &*described : nullptr,
-                                                         options.plans);
+      std::string said;
+      if (const auto it = probed.find(fusion); it == probed.end()) {
+        row["refusedGraph"] = refused.at(fusion);
+        said = "graph refused: " + refused.at(fusion);
+      } else {
+        const EngineSearchResult& search = it->second.search;
         row["ranked"] = search.ranked;
         row["refused"] = search.refused;
         row["unbuildable"] = search.unbuildable;
         row["built"] = search.built.size();
         if (!search.first_unbuildable_reason.empty()) row["firstUnbuildable"] = search.first_unbuildable_reason;
+        if (search.built.empty()) said = search.first_unbuildable_reason;
         if (!search.built.empty()) {
           row["engine"] = search.built.front().engine;
           row["workspaceBytes"] = search.built.front().workspace;
           tallies[fusion].supported += count;
           if (options.time) {
-            if (const auto ms = fastest_milliseconds(handle, graph, search.built, dtype, stream)) {
+            if (const auto ms = fastest_milliseconds(handle, it->second, dtype, stream)) {
               row["milliseconds"] = *ms;
               milliseconds[fusion] = *ms;
             }
           }
+          const auto plain = probed.find(baseline_of(fusion));
+          if (options.check && fusion != baseline_of(fusion) && plain != probed.end() &&
+              !plain->second.search.built.empty()) {
+            const CheckResult check = check_fused(handle, config, dtype, it->second, plain->second);
+            const bool off = !(check.output_error <= kOutputBound) ||
+                             (check.statistics_error && !(*check.statistics_error <= kStatisticsBound));
+            row["outputError"] = check.output_error;
+            if (check.statistics_error) row["statisticsError"] = *check.statistics_error;
+            row["check"] = off ? "off" : "ok";
+            Tally& tally = tallies[fusion];
+            tally.checked += count;
+            if (off) tally.off += count;
+            char text[160];
+            std::snprintf(text, sizeof text, "%s: output %.2e of its largest (bound %.0e)", off ? "OFF" : "ok",
+                          check.output_error, kOutputBound);
+            said = text;
+            if (check.statistics_error) {
+              std::snprintf(text, sizeof text, ", statistics %.2e (bound %.0e)", *check.statistics_error,
+                            kStatisticsBound);
+              said += text;
+            }
+          }
         }
-      } catch (const CudaError& e) {
-        row["refusedGraph"] = e.what();
       }
       const bool built = row.value("built", 0) > 0;
       std::printf("%-24s %5d %-30s %6d %6d %6s %7.1f %9s %s\n", row["shape"].get<std::string>().c_str(), count,
@@ -260,9 +404,7 @@ int run(const Options& options) {
                   built ? static_cast<double>(row["workspaceBytes"].get<std::size_t>()) / (1 << 20) : 0.0,
                   row.contains("milliseconds") ? std::to_string(row["milliseconds"].get<double>()).substr(0, 7).c_str()
                                                : "",
-                  row.contains("refusedGraph")   ? ("graph refused: " + row["refusedGraph"].get<std::string>()).c_str()
-                  : built || !row.contains("firstUnbuildable") ? ""
-                                                               : row["firstUnbuildable"].get<std::string>().c_str());
+                  said.c_str());
       rows.push_back(row);
     }
     for (const auto& [fusion, ms] : milliseconds) {
@@ -277,6 +419,7 @@ int run(const Options& options) {
     write_document(false);
   }
 
+  bool any_off = false;
   std::printf("\n%-30s %14s%s\n", "pass", "convolutions", options.time ? "   ms a step (its baseline's, same convolutions)" : "");
   for (const ConvFusion fusion : kConvFusions) {
     const Tally& tally = tallies[fusion];
@@ -284,12 +427,15 @@ int run(const Options& options) {
     if (tally.timed > 0) {
       std::printf("   %8.3f (%8.3f over %d)", tally.milliseconds, tally.baseline_milliseconds, tally.timed);
     }
+    if (tally.checked > 0) std::printf("   checked %d, %d off", tally.checked, tally.off);
     std::printf("\n");
+    any_off = any_off || tally.off > 0;
   }
   write_document(true);
   if (handle != nullptr) cudnnDestroy(handle);
   if (stream != nullptr) cudaStreamDestroy(stream);
-  return 0;
+  if (any_off) std::fprintf(stderr, "conv_fusion_probe: a fused pass computed off its bound (OFF above)\n");
+  return any_off ? 1 : 0;
 }
 
 }  // namespace
@@ -307,6 +453,9 @@ int main(int argc, char** argv) {
   app.add_option("--device-json", options.device_json, "a GPU described by cuDNN's JSON (--write-device-json's)");
   app.add_flag("--gpu", options.gpu, "this machine's GPU 0");
   app.add_flag("--time", options.time, "with --gpu: time each pass's built plans, keep the fastest");
+  app.add_flag("--check", options.check,
+               "with --gpu: check each fused pass against its plain pass around the host's reference; exit 1 where "
+               "one is off its bound");
   app.add_option("--plans", options.plans, "plans built (and timed) a pass, best-ranked first (default 3)");
   app.add_option("--write-device-json", options.write_device_json, "with --gpu: write the GPU's JSON to this file");
   app.add_option("--output", options.output, "write every pass and the summary as JSON to this file");
@@ -322,8 +471,8 @@ int main(int argc, char** argv) {
     if (options.precision != "amp" && options.precision != "bf16") {
       throw dlbench::UsageError{"--precision: '" + options.precision + "' is not one of amp, bf16"};
     }
-    if ((options.time || !options.write_device_json.empty()) && !options.gpu) {
-      throw dlbench::UsageError{"--time and --write-device-json need --gpu"};
+    if ((options.time || options.check || !options.write_device_json.empty()) && !options.gpu) {
+      throw dlbench::UsageError{"--time, --check and --write-device-json need --gpu"};
     }
     if (!options.device.empty()) {
       try {

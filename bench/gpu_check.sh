@@ -305,6 +305,11 @@ DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_POOL=own poisoned fp32 poisoned-resnet5
 # device's own answer below.
 step conv-fusion-described 60 "$bin/conv_fusion_probe" --device h200 --output "$logs/conv-fusion-described.json" &
 correctness+=($!)
+# And whether the fused passes compute right (never run on a GPU): each one's output against its
+# plain pass's around the host's reference (cuda/conv_fusion_reference.hpp), the statistics against
+# the host's sums of what it wrote, at batch 8; exit 1 where one is off its bound.
+step conv-fusion-check 90 "$bin/conv_fusion_probe" --gpu --check --batch-size 8 --plans 1 \
+  --output "$logs/conv-fusion-check.json" & correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done
 unset OMP_WAIT_POLICY
 

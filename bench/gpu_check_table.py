@@ -476,10 +476,12 @@ def real_data(logs):
 
 def conv_fusion(logs):
     """conv_fusion_probe's summary: each pass fused with batch norm, the convolutions an engine built
-    it for, and on the GPU its milliseconds a step against its plain pass's over the same ones; the
-    described H200's answer (no GPU needed) beside the device's own."""
+    it for, and on the GPU its milliseconds a step against its plain pass's over the same ones and
+    how many were checked and found off; the described H200's answer (no GPU needed) beside the
+    device's own."""
     out = []
-    for name, what in (("conv-fusion", "this GPU"), ("conv-fusion-described", "the described H200")):
+    for name, what in (("conv-fusion", "this GPU"), ("conv-fusion-check", "this GPU, checked at batch 8"),
+                       ("conv-fusion-described", "the described H200")):
         doc = load(os.path.join(logs, name + ".json"))
         if not doc:
             out.append(f"  {what}: no document; {last_line(logs, name)}")
@@ -493,6 +495,8 @@ def conv_fusion(logs):
                          f"{entry['baselineMillisecondsPerStep']:.2f} over the same {entry['convolutionsTimed']}")
             elif "millisecondsPerStep" in entry:
                 line += f"; {entry['millisecondsPerStep']:.2f} ms a step"
+            if "convolutionsChecked" in entry:
+                line += f"; checked {entry['convolutionsChecked']}, {entry['convolutionsOff']} off their bound"
             out.append(line)
     return ["", "Convolutions fused with batch norm (cuDNN's engines, ResNet-50 amp at batch 256):"] + out
 

@@ -58,7 +58,7 @@ class ConvFusionProbe(unittest.TestCase):
             ([], "give one of --device NAME, --device-json FILE, --gpu"),
             (["--device", "h200", "--gpu"], "give one of"),
             (["--device", "a100"], "'a100' is not a described GPU (one of: h200)"),
-            (["--device", "h200", "--time"], "--time and --write-device-json need --gpu"),
+            (["--device", "h200", "--time"], "--time, --check and --write-device-json need --gpu"),
             (["--device", "h200", "--plans", "0"], "--plans: between 1 and 50"),
             (["--device", "h200", "--frobnicate"], "frobnicate"),
         ]:

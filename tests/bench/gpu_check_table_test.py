@@ -43,6 +43,9 @@ class GpuCheckTable(unittest.TestCase):
                 "summary": [entry("conv", "conv", 53, 9.5, 9.5, 53),
                             entry("conv+genstats", "conv", 52, 9.8, 9.25, 52),
                             entry("dgrad+drelu", "dgrad", 0)]}))
+            write(logs, "conv-fusion-check.json", json.dumps({
+                "device": "NVIDIA H200", "cudnnVersion": 91900, "complete": True,
+                "summary": [dict(entry("conv+genstats", "conv", 52), convolutionsChecked=52, convolutionsOff=1)]}))
             write(logs, "conv-fusion-described.log", "conv_fusion_probe: the device description has no \"x\"\n")
             lines = self.table(logs)
         at = lines.index("Convolutions fused with batch norm (cuDNN's engines, ResNet-50 amp at batch 256):")
@@ -51,7 +54,9 @@ class GpuCheckTable(unittest.TestCase):
         self.assertEqual(lines[at + 3], "    conv+genstats: 52 of 53 convolutions; 9.80 ms a step against conv's 9.25 "
                                         "over the same 52")
         self.assertEqual(lines[at + 4], "    dgrad+drelu: 0 of 53 convolutions")
-        self.assertEqual(lines[at + 5], "  the described H200: no document; conv_fusion_probe: the device description "
+        self.assertEqual(lines[at + 5], "  this GPU, checked at batch 8, NVIDIA H200, cuDNN 91900:")
+        self.assertEqual(lines[at + 6], "    conv+genstats: 52 of 53 convolutions; checked 52, 1 off their bound")
+        self.assertEqual(lines[at + 7], "  the described H200: no document; conv_fusion_probe: the device description "
                                         "has no \"x\"")
 
     def test_the_models_self_test_and_their_amp_steps(self):

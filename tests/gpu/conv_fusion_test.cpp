@@ -2,6 +2,7 @@
 // builds heuristics and execution plans for a device described by JSON, so which engines an H200
 // has for a graph is asked here, on any machine; only running them needs the device.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/conv_fusion.hpp"
+#include "cuda/conv_fusion_reference.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/cudnn_device.hpp"
 
@@ -154,6 +156,75 @@ TEST(ConvFusion, ForADescribedH200TheEnginesBuildThePlainAndTheBatchNormFusedPas
                   .built.empty());
   EXPECT_FALSE(
       cuda_detail::search_engines(FusedConvGraph(stem, ConvFusion::conv, nullptr), nullptr, &device, 1).built.empty());
+}
+
+std::vector<std::uint16_t> halves(DType dtype, const std::vector<float>& values) {
+  std::vector<std::uint16_t> bits;
+  for (const float v : values) bits.push_back(cuda_detail::half_bits(dtype, v));
+  return bits;
+}
+
+TEST(ConvFusionReference, TheNormalisedInputIsReluOfScaleAndShiftPerChannelRoundedToTheType) {
+  for (const DType dtype : {DType::fp16, DType::bf16}) {
+    // Two pixels of two channels: channel 0 scaled by 2 and shifted by -1, channel 1 by 1 and 0.5.
+    const auto x = halves(dtype, {1.0f, -1.0f, 0.5f, 2.0f});
+    const auto out = cuda_detail::scale_bias_relu(dtype, x, halves(dtype, {2.0f, 1.0f}), halves(dtype, {-1.0f, 0.5f}));
+    EXPECT_EQ(out, halves(dtype, {1.0f, 0.0f, 0.0f, 2.5f})) << to_string(dtype);
+    // Rounded to the type, as a kernel storing it would: 0.3 * 1 + 0 is 0.3's nearest value.
+    EXPECT_EQ(cuda_detail::scale_bias_relu(dtype, halves(dtype, {0.3f}), halves(dtype, {1.0f}), halves(dtype, {0.0f})),
+              halves(dtype, {0.3f}));
+  }
+  EXPECT_THROW(cuda_detail::scale_bias_relu(DType::fp16, std::vector<std::uint16_t>(3), std::vector<std::uint16_t>(2),
+                                            std::vector<std::uint16_t>(2)),
+               std::invalid_argument);
+}
+
+TEST(ConvFusionReference, TheReluBackwardKeepsTheGradientWhereItsInputWasPositive) {
+  const DType dtype = DType::fp16;
+  auto dx = halves(dtype, {5.0f, 6.0f, 7.0f, 8.0f});
+  cuda_detail::relu_backward(dtype, dx, halves(dtype, {1.0f, -1.0f, 0.0f, 0.25f}));
+  EXPECT_EQ(dx, halves(dtype, {5.0f, 0.0f, 0.0f, 8.0f}));
+  // Recomputed from the batch norm's input: channel 0 as x * 2 - 1, channel 1 as x * 1 + 0.5.
+  dx = halves(dtype, {5.0f, 6.0f, 7.0f, 8.0f});
+  const auto scale = halves(dtype, {2.0f, 1.0f}), bias = halves(dtype, {-1.0f, 0.5f});
+  cuda_detail::relu_backward(dtype, dx, halves(dtype, {1.0f, -1.0f, 0.5f, -0.25f}), &scale, &bias);
+  EXPECT_EQ(dx, halves(dtype, {5.0f, 0.0f, 0.0f, 8.0f}));
+}
+
+TEST(ConvFusionReference, ChannelSumsAndTheErrorsAFusedPassIsHeldTo) {
+  const DType dtype = DType::bf16;
+  const auto y = halves(dtype, {1.0f, -2.0f, 3.0f, 4.0f});
+  const cuda_detail::ChannelSums sums = cuda_detail::channel_sums(dtype, y, 2);
+  EXPECT_EQ(sums.sum, (std::vector<double>{4.0, 2.0}));
+  EXPECT_EQ(sums.square_sum, (std::vector<double>{10.0, 20.0}));
+  EXPECT_EQ(sums.absolute_sum, (std::vector<double>{4.0, 6.0}));
+  EXPECT_EQ(cuda_detail::statistics_error({4.0f, 2.0f}, {10.0f, 20.0f}, sums), 0.0);
+  EXPECT_DOUBLE_EQ(cuda_detail::statistics_error({4.0f, 2.5f}, {10.0f, 20.0f}, sums), 0.5 / 6);  // 0.5 of Σ|y| 6
+  EXPECT_DOUBLE_EQ(cuda_detail::statistics_error({4.0f, 2.0f}, {11.0f, 20.0f}, sums), 0.1);  // 1 of Σy² 10
+  EXPECT_EQ(cuda_detail::statistics_error({NAN, 2.0f}, {10.0f, 20.0f}, sums), INFINITY);
+
+  EXPECT_EQ(cuda_detail::relative_max_error(dtype, y, y), 0.0);
+  EXPECT_DOUBLE_EQ(cuda_detail::relative_max_error(dtype, halves(dtype, {1.0f, -2.0f, 3.5f, 4.0f}), y), 0.125);
+  EXPECT_EQ(cuda_detail::relative_max_error(dtype, halves(dtype, {1.0f, NAN, 3.0f, 4.0f}), y), INFINITY);
+  EXPECT_THROW(cuda_detail::relative_max_error(dtype, y, halves(dtype, {1.0f})), std::invalid_argument);
+  EXPECT_THROW(cuda_detail::channel_sums(dtype, y, 3), std::invalid_argument);
+}
+
+TEST(ConvFusionReference, RandomValuesAreSeededWithBothSignsAndMagnitudesFromAHalfToOne) {
+  for (const DType dtype : {DType::fp16, DType::bf16}) {
+    const auto values = cuda_detail::random_half_values(dtype, 1000, 7);
+    EXPECT_EQ(values, cuda_detail::random_half_values(dtype, 1000, 7));
+    EXPECT_NE(values, cuda_detail::random_half_values(dtype, 1000, 8));
+    int negative = 0;
+    for (const std::uint16_t bits : values) {
+      const float v = cuda_detail::half_value(dtype, bits);
+      EXPECT_GE(std::abs(v), 0.5f);
+      EXPECT_LE(std::abs(v), 1.0f);
+      negative += v < 0;
+    }
+    EXPECT_GT(negative, 400);
+    EXPECT_LT(negative, 600);
+  }
 }
 
 TEST(ConvFusion, ASearchTakesAHandleOrADescribedDeviceNotBothNorNeither) {

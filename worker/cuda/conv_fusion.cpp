@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <array>
 #include <stdexcept>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "cuda/conv_engines.hpp"
 #include "cuda/cuda_common.hpp"
@@ -61,42 +63,25 @@ class GraphParts {
   // y = x <mode> b (b: null for a unary mode), computed in fp32.
   const BackendDescriptor& pointwise(cudnnPointwiseMode_t mode, const BackendDescriptor& x, const BackendDescriptor* b,
                                      const BackendDescriptor& y) {
-    BackendDescriptor& descriptor = graph_.parts.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
-    descriptor.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode);
-    descriptor.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &precision);
-    descriptor.finalize("a pointwise descriptor");
-    BackendDescriptor& operation = graph_.parts.emplace_back(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    const cudnnBackendDescriptor_t raw_descriptor = descriptor.get(), raw_x = x.get(), raw_y = y.get();
-    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_descriptor);
-    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_x);
-    if (b != nullptr) {
-      const cudnnBackendDescriptor_t raw_b = b->get();
-      operation.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_b);
+    if (b == nullptr) {
+      return pointwise_operation(mode, {{CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &x}, {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &y}},
+                                 "a pointwise operation");
     }
-    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_y);
-    operation.finalize("a pointwise operation");
-    return add(operation);
+    return pointwise_operation(mode,
+                               {{CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &x},
+                                {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b},
+                                {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &y}},
+                               "a pointwise operation");
   }
 
   // dx = dy where x > 0, else 0.
   const BackendDescriptor& relu_backward(const BackendDescriptor& dy, const BackendDescriptor& x,
                                          const BackendDescriptor& dx) {
-    BackendDescriptor& descriptor = graph_.parts.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    const cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_BWD;
-    const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
-    descriptor.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode);
-    descriptor.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &precision);
-    descriptor.finalize("the ReLU backward's descriptor");
-    BackendDescriptor& operation = graph_.parts.emplace_back(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    const cudnnBackendDescriptor_t raw_descriptor = descriptor.get(), raw_dy = dy.get(), raw_x = x.get(),
-                                   raw_dx = dx.get();
-    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_descriptor);
-    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_dy);
-    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_x);
-    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_dx);
-    operation.finalize("the ReLU backward");
-    return add(operation);
+    return pointwise_operation(CUDNN_POINTWISE_RELU_BWD,
+                               {{CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, &dy},
+                                {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &x},
+                                {CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, &dx}},
+                               "the ReLU backward");
   }
 
   // Σx and Σx² per channel.
@@ -124,6 +109,27 @@ class GraphParts {
   const std::vector<const BackendDescriptor*>& operations() const { return operations_; }
 
  private:
+  // A pointwise operation of `mode`, computed in fp32, on the tensors its attributes name.
+  const BackendDescriptor& pointwise_operation(
+      cudnnPointwiseMode_t mode,
+      std::initializer_list<std::pair<cudnnBackendAttributeName_t, const BackendDescriptor*>> operands,
+      const std::string& what) {
+    BackendDescriptor& descriptor = graph_.parts.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    descriptor.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode);
+    descriptor.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &precision);
+    descriptor.finalize(what + "'s descriptor");
+    BackendDescriptor& operation = graph_.parts.emplace_back(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    const cudnnBackendDescriptor_t raw_descriptor = descriptor.get();
+    operation.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_descriptor);
+    for (const auto& [attribute, tensor] : operands) {
+      const cudnnBackendDescriptor_t raw = tensor->get();
+      operation.set(attribute, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw);
+    }
+    operation.finalize(what);
+    return add(operation);
+  }
+
   static std::size_t bytes_of(cudnnDataType_t type) {
     return type == CUDNN_DATA_FLOAT ? 4 : type == CUDNN_DATA_DOUBLE ? 8 : 2;
   }
