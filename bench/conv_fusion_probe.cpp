@@ -92,7 +92,7 @@ class DeviceBuffers {
 using HostValues = std::map<std::int64_t, std::vector<std::uint16_t>>;
 
 // One graph's tensors on the device: `given` values where the caller has them, the statistics
-// zeroed, random values (seeded by uid) elsewhere.
+// zeroed, random values elsewhere (one drawn pattern, copied from an offset a uid).
 struct DeviceTensors {
   DeviceBuffers buffers;
   std::map<std::int64_t, void*> at;
@@ -108,12 +108,27 @@ void fill(DeviceTensors& tensors, const FusedConvGraph& graph, DType dtype, cons
       DLBENCH_CUDA_CHECK(cudaMemset(p, 0, tensor.bytes));
       continue;
     }
-    const auto it = given.find(tensor.uid);
-    const std::vector<std::uint16_t> values =
-        it != given.end() ? it->second
-                          : random_half_values(dtype, tensor.bytes / 2, 20261203u + static_cast<std::uint32_t>(tensor.uid));
-    if (values.size() * 2 != tensor.bytes) throw std::logic_error("a given tensor's size differs from the graph's");
-    DLBENCH_CUDA_CHECK(cudaMemcpy(p, values.data(), tensor.bytes, cudaMemcpyHostToDevice));
+    if (const auto it = given.find(tensor.uid); it != given.end()) {
+      if (it->second.size() * 2 != tensor.bytes) throw std::logic_error("a given tensor's size differs from the graph's");
+      DLBENCH_CUDA_CHECK(cudaMemcpy(p, it->second.data(), tensor.bytes, cudaMemcpyHostToDevice));
+      continue;
+    }
+    // Random values drawn once, copied over the tensor from an offset of its own: drawing each of
+    // a batch of 256's 205 million values anew would cost seconds a tensor. The pattern's length is
+    // prime, so that it never lines up with a pixel's channels.
+    static constexpr std::size_t kPatternLength = 1000003;
+    static const std::map<DType, std::vector<std::uint16_t>> patterns{
+        {DType::fp16, random_half_values(DType::fp16, kPatternLength, 20261203u)},
+        {DType::bf16, random_half_values(DType::bf16, kPatternLength, 20261203u)}};
+    const std::vector<std::uint16_t>& pattern = patterns.at(dtype);
+    std::size_t from = static_cast<std::size_t>(tensor.uid) * 7919 % kPatternLength;
+    for (std::size_t done = 0, values = tensor.bytes / 2; done < values;) {
+      const std::size_t run = std::min(values - done, kPatternLength - from);
+      DLBENCH_CUDA_CHECK(cudaMemcpy(static_cast<std::uint16_t*>(p) + done, pattern.data() + from, run * 2,
+                                    cudaMemcpyHostToDevice));
+      done += run;
+      from = 0;
+    }
   }
 }
 
