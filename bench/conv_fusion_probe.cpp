@@ -372,9 +372,9 @@ int run(const Options& options) {
         said = "graph refused: " + refused.at(fusion);
       } else {
         const EngineSearchResult& search = it->second.search;
-        row["ranked"] = search.ranked;
-        row["refused"] = search.refused;
-        row["unbuildable"] = search.unbuildable;
+        row["ranked"] = search.search.ranked;
+        row["refused"] = search.search.refused;
+        row["unbuildable"] = search.search.unbuildable;
         row["built"] = search.built.size();
         if (!search.first_unbuildable_reason.empty()) row["firstUnbuildable"] = search.first_unbuildable_reason;
         if (search.built.empty()) said = search.first_unbuildable_reason;

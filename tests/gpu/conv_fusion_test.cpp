@@ -144,7 +144,7 @@ TEST(ConvFusion, ForADescribedH200TheEnginesBuildThePlainAndTheBatchNormFusedPas
                                   ConvFusion::scale_bias_relu_conv_genstats, ConvFusion::scale_bias_relu_wgrad}) {
     const FusedConvGraph graph(config, fusion, nullptr);
     const cuda_detail::EngineSearchResult search = cuda_detail::search_engines(graph, nullptr, &device, 2);
-    EXPECT_GT(search.ranked, 0) << cuda_detail::to_string(fusion);
+    EXPECT_GT(search.search.ranked, 0) << cuda_detail::to_string(fusion);
     ASSERT_FALSE(search.built.empty()) << cuda_detail::to_string(fusion) << ": " << search.first_unbuildable_reason;
     EXPECT_LE(search.built.size(), 2u);
     EXPECT_GE(search.built.front().engine, 0);

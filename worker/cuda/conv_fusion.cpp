@@ -8,7 +8,6 @@
 #include <string>
 #include <utility>
 
-#include "cuda/conv_engines.hpp"
 #include "cuda/cuda_common.hpp"
 
 namespace dlbench::worker::cuda_detail {
@@ -234,47 +233,10 @@ FusedConvGraph::FusedConvGraph(const Conv2dConfig& config, ConvFusion fusion_, c
 
 EngineSearchResult search_engines(const FusedConvGraph& graph, cudnnHandle_t handle, const BackendDescriptor* device,
                                   int most) {
-  if ((handle == nullptr) == (device == nullptr)) {
-    throw std::invalid_argument("search_engines: give a handle or a described device, one of them");
-  }
+  PlanRules rules;
+  rules.most = most;
   EngineSearchResult result;
-  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    if (!result.built.empty()) break;  // the fallback list only where the ranked engines built nothing
-    std::vector<BackendDescriptor> configs = ranked_configs(graph.graph, mode, device);
-    result.ranked += static_cast<int>(configs.size());
-    for (BackendDescriptor& config : configs) {
-      if (static_cast<int>(result.built.size()) == most) break;
-      const EngineFacts engine = engine_of(config);
-      if (!engine_admitted(engine.notes, false, true)) {
-        ++result.refused;
-        continue;
-      }
-      BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      const cudnnBackendDescriptor_t raw_config = config.get();
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_config);
-      if (handle != nullptr) {
-        plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle);
-      } else {
-        const cudnnBackendDescriptor_t raw_device = device->get();
-        plan.set(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_device);
-      }
-      if (const cudnnStatus_t status = cudnnBackendFinalize(plan.get()); status != CUDNN_STATUS_SUCCESS) {
-        if (result.unbuildable++ == 0) {
-          std::array<char, 1024> reason{};
-          cudnnGetLastErrorString(reason.data(), reason.size());
-          result.first_unbuildable_reason = "engine " + std::to_string(engine.index) + ": " +
-                                            cudnnGetErrorString(status) +
-                                            (reason[0] != '\0' ? " (" + std::string(reason.data()) + ")" : "");
-        }
-        continue;
-      }
-      std::int64_t workspace = 0, count = 0;
-      check_cudnn_graph(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                 CUDNN_TYPE_INT64, 1, &count, &workspace),
-                        "a plan's workspace size");
-      result.built.push_back({std::move(config), std::move(plan), engine.index, static_cast<std::size_t>(workspace)});
-    }
-  }
+  result.built = build_plans(graph.graph, handle, device, rules, result.search, &result.first_unbuildable_reason);
   return result;
 }
 

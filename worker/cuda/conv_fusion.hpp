@@ -64,22 +64,11 @@ struct FusedConvGraph {
   BackendDescriptor graph;
 };
 
-// A plan an engine built for a graph.
-struct BuiltPlan {
-  BackendDescriptor config;
-  BackendDescriptor plan;
-  std::int64_t engine = -1;
-  std::size_t workspace = 0;
-};
-
-// What the engines offer a graph: how many configurations the heuristics ranked (mode A, then the
-// fallback list where A gave none that built), how many were refused for their numerics (inputs
-// rounded to a narrower type, or reductions in one: never admitted here), how many could not be
-// built (the first's reason kept), and the plans that were, at most `most`, best-ranked first.
+// What the engines offer a graph (build_plans with dlbench's rules for half data, tensor cores
+// allowed): the plans built, at most `most`, best-ranked first; what was ranked and refused for its
+// numerics or could not be built (the first such one's reason kept).
 struct EngineSearchResult {
-  int ranked = 0;
-  int refused = 0;
-  int unbuildable = 0;
+  GraphSearch search;
   std::string first_unbuildable_reason;
   std::vector<BuiltPlan> built;
 };

@@ -174,6 +174,56 @@ EngineFacts engine_of(const BackendDescriptor& config) {
   return facts;
 }
 
+std::vector<BuiltPlan> build_plans(const BackendDescriptor& graph, cudnnHandle_t handle, const BackendDescriptor* device,
+                                   const PlanRules& rules, GraphSearch& search, std::string* first_unbuildable_reason) {
+  if ((handle == nullptr) == (device == nullptr)) {
+    throw std::invalid_argument("build_plans: give a handle or a described device, one of them");
+  }
+  std::vector<BuiltPlan> built;
+  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    if (!built.empty()) break;  // the fallback list only where the ranked engines built nothing
+    std::vector<BackendDescriptor> configs = ranked_configs(graph, mode, device);
+    search.ranked += static_cast<int>(configs.size());
+    for (BackendDescriptor& config : configs) {
+      if (static_cast<int>(built.size()) == rules.most) break;
+      if (!built.empty() && rules.build_deadline && std::chrono::steady_clock::now() > *rules.build_deadline) break;
+      const EngineFacts engine = engine_of(config);
+      if (!engine_admitted(engine.notes, rules.fp32_data, rules.tensor_cores_allowed, rules.determinism)) {
+        ++search.refused;
+        continue;
+      }
+      BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      const cudnnBackendDescriptor_t raw_config = config.get();
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_config);
+      if (handle != nullptr) {
+        plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle);
+      } else {
+        const cudnnBackendDescriptor_t raw_device = device->get();
+        plan.set(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_device);
+      }
+      if (const cudnnStatus_t status = cudnnBackendFinalize(plan.get()); status != CUDNN_STATUS_SUCCESS) {
+        if (search.unbuildable++ == 0 && first_unbuildable_reason != nullptr) {
+          std::array<char, 1024> reason{};
+          cudnnGetLastErrorString(reason.data(), reason.size());
+          *first_unbuildable_reason = "engine " + std::to_string(engine.index) + ": " + cudnnGetErrorString(status) +
+                                      (reason[0] != '\0' ? " (" + std::string(reason.data()) + ")" : "");
+        }
+        continue;
+      }
+      const auto workspace = static_cast<std::size_t>(
+          get_int64(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, "a plan's workspace size"));
+      if (workspace > rules.workspace_limit) {
+        ++search.too_large;
+        continue;
+      }
+      const bool tensor_cores =
+          std::find(engine.notes.begin(), engine.notes.end(), CUDNN_NUMERICAL_NOTE_TENSOR_CORE) != engine.notes.end();
+      built.push_back({std::move(config), std::move(plan), engine.index, workspace, tensor_cores});
+    }
+  }
+  return built;
+}
+
 BackendDescriptor::BackendDescriptor(cudnnBackendDescriptorType_t type) {
   check(cudnnBackendCreateDescriptor(type, &handle_), "creating a descriptor of type " + std::to_string(static_cast<int>(type)));
 }
@@ -324,44 +374,22 @@ std::shared_ptr<const ConvPlan> GraphConvPasses::choose(ConvPass pass, const Con
   std::size_t free = 0, total = 0;
   DLBENCH_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   const std::size_t borrowable = search_workspace_bytes(backend_.workspace_limit(), free);
-  const bool fp32_data = config_.dtype == DType::fp32;
 
   GraphSearch search;
+  PlanRules rules;
+  rules.most = kTimedEngines;
+  rules.fp32_data = config_.dtype == DType::fp32;
+  rules.tensor_cores_allowed = tensor_cores_;
+  rules.determinism = backend_.conv_determinism();
+  rules.workspace_limit = borrowable;
+  rules.build_deadline = started + kBuildBudget;
   std::vector<std::unique_ptr<ChosenPlan>> built;
-  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    if (!built.empty()) break;  // the fallback list only where the ranked engines gave nothing
-    std::vector<BackendDescriptor> configs = ranked_configs(graph->graph, mode);
-    search.ranked += static_cast<int>(configs.size());
-    for (BackendDescriptor& config : configs) {
-      if (static_cast<int>(built.size()) == kTimedEngines) break;
-      if (!built.empty() && std::chrono::steady_clock::now() - started > kBuildBudget) break;
-      const EngineFacts engine = engine_of(config);
-      if (!engine_admitted(engine.notes, fp32_data, tensor_cores_, backend_.conv_determinism())) {
-        ++search.refused;
-        continue;
-      }
-      BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      const cudnnHandle_t handle = backend_.cudnn();
-      const cudnnBackendDescriptor_t raw_config = config.get();
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle);
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_config);
-      if (cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS) {
-        ++search.unbuildable;
-        continue;
-      }
-      const auto workspace = static_cast<std::size_t>(
-          get_int64(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, "a plan's workspace size"));
-      if (workspace > borrowable) {
-        ++search.too_large;
-        continue;
-      }
-      auto chosen = std::make_unique<ChosenPlan>(graph, std::move(config), std::move(plan));
-      chosen->workspace = workspace;
-      chosen->engine = engine.index;
-      chosen->tensor_cores =
-          std::find(engine.notes.begin(), engine.notes.end(), CUDNN_NUMERICAL_NOTE_TENSOR_CORE) != engine.notes.end();
-      built.push_back(std::move(chosen));
-    }
+  for (BuiltPlan& plan : build_plans(graph->graph, backend_.cudnn(), nullptr, rules, search)) {
+    auto chosen = std::make_unique<ChosenPlan>(graph, std::move(plan.config), std::move(plan.plan));
+    chosen->workspace = plan.workspace;
+    chosen->engine = plan.engine;
+    chosen->tensor_cores = plan.tensor_cores;
+    built.push_back(std::move(chosen));
   }
   if (built.empty()) {
     throw CudaError("cuDNN graph API: no engine can run " + describe_convolution(key) + ": " + describe_search(search));

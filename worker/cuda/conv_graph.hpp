@@ -6,17 +6,21 @@
 #include <cudnn.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <vector>
 
 #include "backend.hpp"
 #include "cuda/conv_algorithms.hpp"
+#include "cuda/conv_engines.hpp"
 
 namespace dlbench::worker {
 class CudaBackend;
@@ -84,6 +88,37 @@ struct EngineFacts {
   std::vector<cudnnBackendNumericalNote_t> notes;
 };
 EngineFacts engine_of(const BackendDescriptor& config);
+
+// A plan an engine built for a graph, with the configuration it was made from (kept as long as the
+// plan, which cuDNN builds from it).
+struct BuiltPlan {
+  BackendDescriptor config;
+  BackendDescriptor plan;
+  std::int64_t engine = -1;  // cuDNN's global engine index
+  std::size_t workspace = 0;
+  bool tensor_cores = false;
+};
+
+// Which plans build_plans may build, and how many.
+struct PlanRules {
+  int most = 1;
+  bool fp32_data = false;  // with tensor_cores_allowed and determinism: engine_admitted's rules
+  bool tensor_cores_allowed = true;
+  ConvDeterminism determinism = ConvDeterminism::any;
+  std::size_t workspace_limit = std::numeric_limits<std::size_t>::max();
+  // Building a plan may compile a kernel at run time: past this, no more are built once one is.
+  std::optional<std::chrono::steady_clock::time_point> build_deadline;
+};
+
+// Plans for `graph`, best-ranked first: from the heuristics' mode A, then from their fallback list
+// where A gave none that built; each configuration admitted by engine_admitted, built for
+// `handle`'s device or, with a null handle, for the device `device` describes (one of the two,
+// else std::invalid_argument). What was ranked, refused, unbuildable or over the workspace limit is
+// counted in `search`; the first unbuildable one's reason is kept where `first_unbuildable_reason`
+// is given.
+std::vector<BuiltPlan> build_plans(const BackendDescriptor& graph, cudnnHandle_t handle, const BackendDescriptor* device,
+                                   const PlanRules& rules, GraphSearch& search,
+                                   std::string* first_unbuildable_reason = nullptr);
 
 // The graph's names for a pass's three tensors, by shape: the input's (x, or dx), the filter's
 // (w, or dw) and the output's (y, or dy).
