@@ -101,6 +101,13 @@ void BatchNormOp::backward_add_relu(const Tensor&, const Tensor&, const Tensor&,
                                     const BatchNormStatistics&, Tensor&, Tensor&, Tensor&, Tensor&, const void*) {
   throw std::logic_error("this batch norm was not made with add_relu (BatchNormConfig::add_relu)");
 }
+void BatchNormOp::forward_deferred(const Tensor&, const Tensor&, const Tensor&, Tensor&, BatchNormStatistics&) {
+  throw std::logic_error("this batch norm was not made deferred (BatchNormConfig::deferred)");
+}
+void BatchNormOp::backward_deferred(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                    const BatchNormStatistics&, Tensor&, Tensor&, Tensor&) {
+  throw std::logic_error("this batch norm was not made deferred (BatchNormConfig::deferred)");
+}
 
 std::shared_ptr<void> Backend::allocate_host(std::size_t bytes) { return zeroed_large_memory(bytes); }
 

@@ -84,6 +84,28 @@ class Conv2dOp {
   virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) = 0;
 };
 
+// A convolution fused with the batch norms on either side of it (Backend::make_fused_conv2d; the
+// ResNet recipe of NVIDIA's MLPerf submissions, through cuDNN's fusion engines): its input may be a
+// deferred batch norm's input x, normalised and ReLU'd as it is read, relu(x · scale + shift) per
+// channel, so that no normalised tensor is written; and its forward may sum its output per channel
+// for the next batch norm (Σy and Σy², fp32), which then does not read y for its statistics. Its
+// data gradient is the plain convolution's (Conv2dOp): the gradient of relu(x · scale + shift).
+struct FusedConv2dConfig {
+  Conv2dConfig conv;  // without bias
+  bool normalized_input = false;
+  bool output_sums = false;
+};
+
+class FusedConv2dOp {
+ public:
+  virtual ~FusedConv2dOp() = default;
+  // scale_shift: (2, C_in) in the activations' dtype, the scales then the shifts (with
+  // normalized_input, else null); sums: (2, C_out) fp32, Σy then Σy² (with output_sums, else null).
+  virtual void forward(const Tensor& x, const Tensor* scale_shift, const Tensor& weight, Tensor& y, Tensor* sums) = 0;
+  // The filter gradient from relu(x · scale + shift) (with normalized_input) or from x.
+  virtual void backward_weights(const Tensor& x, const Tensor* scale_shift, const Tensor& dy, Tensor& dweight) = 0;
+};
+
 struct BatchNormConfig {
   Shape input;
   float epsilon = 1e-5f;
@@ -94,6 +116,11 @@ struct BatchNormConfig {
   // y = relu(bn(x) + z): a residual block's add and ReLU in the batch norm's pass, through
   // forward_training_add_relu and backward_add_relu (only where fuses_batch_norm_add_relu()).
   bool add_relu = false;
+  // Deferred to the convolutions around it (FusedConv2dConfig), always with its ReLU: forward
+  // takes the batch's statistics from the convolution before (its sums) and writes the scale and
+  // shift the convolution after applies as it reads x; no y is written. Through forward_deferred
+  // and backward_deferred.
+  bool deferred = false;
 };
 
 // A batch norm's per-channel fp32 statistics, C values each.
@@ -131,6 +158,15 @@ class BatchNormOp {
   virtual void backward_add_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma,
                                  const Tensor& beta, const BatchNormStatistics& statistics, Tensor& dx, Tensor& dz,
                                  Tensor& dgamma, Tensor& dbeta, const void* workspace);
+  // With BatchNormConfig::deferred: the batch's statistics from `sums` ((2, C) fp32: Σx, Σx² over
+  // the batch's N·H·W values, FusedConv2dOp's), the running ones updated, and scale_shift ((2, C)
+  // in the activations' dtype) = gamma / sqrt(var + ε), beta − mean · scale. Backward: dy is the
+  // gradient of relu(x · scale + shift), its mask recomputed from x; dx, dgamma and dbeta as
+  // backward's. Ops made without deferred refuse both.
+  virtual void forward_deferred(const Tensor& sums, const Tensor& gamma, const Tensor& beta, Tensor& scale_shift,
+                                BatchNormStatistics& statistics);
+  virtual void backward_deferred(const Tensor& x, const Tensor& scale_shift, const Tensor& dy, const Tensor& gamma,
+                                 const BatchNormStatistics& statistics, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
 };
 
 class ReluOp {
@@ -497,6 +533,13 @@ class Backend {
   virtual bool fuses_batch_norm_relu() const { return false; }
   // Whether make_batch_norm takes add_relu = true; where not, residual blocks add and ReLU apart.
   virtual bool fuses_batch_norm_add_relu() const { return false; }
+  // A convolution fused with the batch norms around it, or null where this backend does not fuse
+  // this one (its route is off, or no engine runs it); make_batch_norm then takes deferred = true
+  // for the batch norm between two such convolutions.
+  virtual std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& config) {
+    (void)config;
+    return nullptr;
+  }
   // Whether Conv2dOp::backward_data_accumulate runs; where not, residual blocks sum their
   // branches' input gradients with an AddOp.
   virtual bool accumulates_conv_input_grad() const { return false; }

@@ -37,6 +37,9 @@ class DelegatingBackend : public Backend {
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override { return inner_.make_batch_norm(c); }
   bool fuses_batch_norm_relu() const override { return inner_.fuses_batch_norm_relu(); }
   bool fuses_batch_norm_add_relu() const override { return inner_.fuses_batch_norm_add_relu(); }
+  std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& c) override {
+    return inner_.make_fused_conv2d(c);
+  }
   bool accumulates_conv_input_grad() const override { return inner_.accumulates_conv_input_grad(); }
   std::unique_ptr<ReluOp> make_relu(const Shape& s, DType d) override { return inner_.make_relu(s, d); }
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& c) override { return inner_.make_pool(c); }

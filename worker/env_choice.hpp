@@ -1,6 +1,6 @@
 // The value of one of the backends' developer switches (DLBENCH_CUDA_LAYOUT, _BATCH_NORM,
-// _BATCH_NORM_MODE, _CONV, _ALGORITHMS, _RESIDUAL_GRAD, _ATTENTION, _WEIGHT_COPIES,
-// _PAD_INPUT_CHANNELS, _POOL; DLBENCH_INPUT_RESIZE; DLBENCH_CPU_ATTENTION, _HALVES, _RESAMPLER, _LINEAR_WEIGHTS, _CONV_BACKWARD_DATA, _FP16): each is read once,
+// _BATCH_NORM_MODE, _CONV, _CONV_BATCH_NORM, _ALGORITHMS, _RESIDUAL_GRAD, _ATTENTION, _WEIGHT_COPIES,
+// _PAD_INPUT_CHANNELS, _POOL; DLBENCH_INPUT_RESIZE; DLBENCH_CPU_ATTENTION, _HALVES, _RESAMPLER, _LINEAR_WEIGHTS, _CONV_BACKWARD_DATA, _CONV_BATCH_NORM, _FP16): each is read once,
 // and a wrong value is refused naming the variable and what it allows, whichever switch it is. A switch's names are
 // one table (`Choices`), which also names the value a backend took in its result
 // (Backend::options).

@@ -3,13 +3,16 @@
 // - BatchNormConfig::add_relu (cuDNN's CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION): batch norm, then add
 //   + ReLU in place; backward the ReLU's (dz) and then batch norm's from dz;
 // - Conv2dOp::backward_data_accumulate (a convolution's backward data with beta = 1): the input
-//   gradient into scratch memory of the op's own, then added into dx.
+//   gradient into scratch memory of the op's own, then added into dx;
+// - FusedConv2dOp and BatchNormConfig::deferred (cuDNN's fusion engines): cpu/conv_batch_norm.hpp's
+//   composition on the host.
 // Each is the same function as the block's own add, in the layers of a device that fuses it.
 #pragma once
 
 #include <memory>
 #include <utility>
 
+#include "cpu/conv_batch_norm.hpp"
 #include "delegating_backend.hpp"
 
 namespace dlbench::worker {
@@ -79,8 +82,16 @@ class ComposedConvAccumulate final : public Conv2dOp {
 
 class ResidualComposingBackend final : public DelegatingBackend {
  public:
-  explicit ResidualComposingBackend(Backend& inner, bool batch_norm_add_relu = true, bool accumulate_conv_grads = false)
-      : DelegatingBackend(inner), batch_norm_add_relu_(batch_norm_add_relu), accumulate_conv_grads_(accumulate_conv_grads) {}
+  // conv_batch_norm: a bottleneck's convolutions fused with the batch norms between them
+  // (FusedConv2dOp), composed on the host (cpu/conv_batch_norm.hpp): `inner` keeps its memory there.
+  explicit ResidualComposingBackend(Backend& inner, bool batch_norm_add_relu = true, bool accumulate_conv_grads = false,
+                                    bool conv_batch_norm = false)
+      : DelegatingBackend(inner), batch_norm_add_relu_(batch_norm_add_relu), accumulate_conv_grads_(accumulate_conv_grads),
+        conv_batch_norm_(conv_batch_norm) {}
+  std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& c) override {
+    if (!conv_batch_norm_) return nullptr;
+    return make_host_fused_conv2d(inner_, c);
+  }
   bool fuses_batch_norm_add_relu() const override { return batch_norm_add_relu_; }
   bool accumulates_conv_input_grad() const override { return accumulate_conv_grads_; }
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override {
@@ -92,7 +103,7 @@ class ResidualComposingBackend final : public DelegatingBackend {
   }
 
  private:
-  bool batch_norm_add_relu_, accumulate_conv_grads_;
+  bool batch_norm_add_relu_, accumulate_conv_grads_, conv_batch_norm_;
 };
 
 }  // namespace dlbench::worker

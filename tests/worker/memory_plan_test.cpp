@@ -199,12 +199,13 @@ void expect_same_bits(const Trajectory& shared, const Trajectory& unshared) {
 // including those whose mistakes happen not to change the numbers.
 // `residual_fused`, `accumulated`: bottlenecks as a device runs them that fuses their add and ReLU into
 // the last batch norm, or adds one branch's input gradient into the other's in a convolution's backward.
+// `conv_batch_norm`: bottlenecks whose convolutions run fused with the batch norms between them.
 void expect_plan_respects_real_use(const std::function<std::unique_ptr<Sequential>()>& build, const Shape& input,
                                    std::int64_t classes, bool fusion = true, bool residual_fused = false,
-                                   bool accumulated = false) {
+                                   bool accumulated = false, bool conv_batch_norm = false) {
   CpuBackend cpu_backend(2);
-  ResidualComposingBackend composed(cpu_backend, residual_fused, accumulated);  // as cuDNN can
-  Backend& cpu = residual_fused || accumulated ? static_cast<Backend&>(composed) : cpu_backend;
+  ResidualComposingBackend composed(cpu_backend, residual_fused, accumulated, conv_batch_norm);  // as cuDNN can
+  Backend& cpu = residual_fused || accumulated || conv_batch_norm ? static_cast<Backend&>(composed) : cpu_backend;
   TracingBackend tracer(cpu);
   tracer.allow_fusion = fusion;
   Trainer traced(tracer, build(), input, classes, SgdConfig{}, 5, 0, MemoryReuse::none);
@@ -354,6 +355,22 @@ TEST(MemoryPlan, ABottleneckThatAccumulatesItsBranchGradientsKeepsWhatItReads) {
   }
 }
 
+// A bottleneck whose bn1 and bn2 are deferred to its convolutions (cuDNN's fusion engines): conv1
+// writes bn1's sums, conv2 and conv3 read the scale and shift forward and backward, and each batch
+// norm's backward reads its input x again. Alone, and as amp runs it on a GPU (the residual fused
+// into bn3, the branch gradients accumulated). (Without the declarations the poisoned run differs:
+// checked by deleting each of them.)
+TEST(MemoryPlan, ABottleneckWithBatchNormsDeferredToItsConvolutionsKeepsWhatItReads) {
+  CpuBackend cpu(2);
+  const Shape input(4, 3, 16, 16);
+  for (const bool as_amp_runs : {false, true}) {
+    ResidualComposingBackend fused(cpu, as_amp_runs, as_amp_runs, true);
+    const Trajectory unshared = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, nullptr, fused);
+    expect_same_bits(train(every_layer_kind(), input, 10, MemoryReuse::lifetime, 3, nullptr, nullptr, fused), unshared);
+    expect_same_bits(train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, fused), unshared);
+  }
+}
+
 TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKind) {
   expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10);
 }
@@ -366,6 +383,14 @@ TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKindResidualFused) {
 TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKindGradientsAccumulated) {
   expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, false, true);
   expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, true, true);
+}
+TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKindConvolutionsFusedWithBatchNorms) {
+  expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, false, false, true);
+  expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, true, true, true);
+}
+TEST(MemoryPlan, PlanRespectsRealUse_ResNet50ConvolutionsFusedWithBatchNorms) {
+  expect_plan_respects_real_use([] { return build_model("resnet50", 10); }, Shape(2, 3, 32, 32), 10, true, true, true,
+                                true);
 }
 TEST(MemoryPlan, PlanRespectsRealUse_ResNet50GradientsAccumulated) {
   expect_plan_respects_real_use([] { return build_model("resnet50", 10); }, Shape(2, 3, 32, 32), 10, true, true, true);
@@ -433,6 +458,59 @@ TEST(Fusion, BottleneckGradientsAccumulatedInAConvolutionTrainLikeTheBlocksOwnSu
     // Two bottlenecks: each block's sum of its branches' gradients is now inside a convolution's
     // backward, in each of the three steps.
     expect_same_training_in_fewer_calls(accumulated, summed, 2 * 3, "the accumulating path did not run");
+  }
+}
+
+// The bottlenecks' convolutions fused with the batch norms between them (FusedConv2dOp, composed on
+// the host as cpu/conv_batch_norm.cpp does) train as the layers apart: the same function to
+// rounding (the deferred batch norm sums in fp64, oneDNN's in fp32), with no normalised tensor of
+// bn1 and bn2 in the plan.
+TEST(Fusion, BottleneckConvolutionsFusedWithTheirBatchNormsTrainLikeTheLayersApart) {
+  CpuBackend cpu(2);
+  ResidualComposingBackend fused_backend(cpu, false, false, true);
+  const Shape input(4, 3, 16, 16);
+  std::unique_ptr<Trainer> fused_trainer;
+  const Trajectory fused = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, &fused_trainer, fused_backend);
+  const Trajectory apart = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, nullptr, cpu);
+  int fused_blocks = 0;
+  fused_trainer->network().for_each_child([&](const std::string&, Layer& child) {
+    if (auto* block = dynamic_cast<Bottleneck*>(&child)) fused_blocks += block->convolutions_fused() ? 1 : 0;
+  });
+  EXPECT_EQ(fused_blocks, 2) << "both bottlenecks fuse their convolutions";
+  ASSERT_EQ(fused.losses.size(), apart.losses.size());
+  for (std::size_t i = 0; i < fused.losses.size(); ++i) {
+    EXPECT_NEAR(fused.losses[i], apart.losses[i], 1e-5f * apart.losses[i]) << "step " << i;
+  }
+  double diff = 0, norm = 0, moved = 0;
+  ASSERT_EQ(fused.weights.size(), apart.weights.size());
+  const Trajectory start = train(every_layer_kind(), input, 10, MemoryReuse::none, 0, nullptr, nullptr, cpu);
+  for (std::size_t i = 0; i < fused.weights.size(); ++i) {
+    diff += std::pow(static_cast<double>(fused.weights[i]) - static_cast<double>(apart.weights[i]), 2);
+    moved += std::pow(static_cast<double>(apart.weights[i]) - static_cast<double>(start.weights[i]), 2);
+    norm += std::pow(static_cast<double>(apart.weights[i]), 2);
+  }
+  EXPECT_GT(moved, 0.0) << "training moved no weight";
+  EXPECT_LT(std::sqrt(diff / moved), 1e-3) << "of what the three steps moved";
+  EXPECT_LT(std::sqrt(diff / norm), 1e-6);
+  EXPECT_LT(fused.arena_bytes, apart.arena_bytes) << "bn1's and bn2's outputs are no longer in the plan";
+}
+
+// The CPU's route takes DLBENCH_CPU_CONV_BATCH_NORM's names, says which it took, and refuses others.
+TEST(Fusion, TheConvolutionBatchNormRouteIsASwitchWithNames) {
+  CpuBackend cpu(1);
+  EXPECT_EQ(cpu.options().at("convBatchNorm"), "separate");
+  const Conv2dConfig conv{Shape(2, 8, 6, 6), 8, Extent2{1}, 1, Extent2{0}, false, DType::fp32, 1};
+  EXPECT_EQ(cpu.make_fused_conv2d({conv, true, true}), nullptr) << "apart unless fused is asked for";
+  cpu.set_conv_batch_norm_route(ConvBatchNormRoute::fused);
+  EXPECT_EQ(cpu.options().at("convBatchNorm"), "fused");
+  EXPECT_NE(cpu.make_fused_conv2d({conv, true, true}), nullptr);
+  EXPECT_EQ(conv_batch_norm_route("DLBENCH_CPU_CONV_BATCH_NORM", "fused"), ConvBatchNormRoute::fused);
+  EXPECT_EQ(conv_batch_norm_route("DLBENCH_CPU_CONV_BATCH_NORM", nullptr), ConvBatchNormRoute::separate);
+  try {
+    (void)conv_batch_norm_route("DLBENCH_CPU_CONV_BATCH_NORM", "yes");
+    ADD_FAILURE() << "yes was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "DLBENCH_CPU_CONV_BATCH_NORM: \"yes\" is not one of separate, fused");
   }
 }
 

@@ -48,6 +48,12 @@ class TracingBackend final : public Backend {
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& c) override {
     return std::make_unique<BatchNorm>(*this, inner_.make_batch_norm(c));
   }
+  std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& c) override {
+    if (!allow_fusion) return nullptr;
+    std::unique_ptr<FusedConv2dOp> op = inner_.make_fused_conv2d(c);
+    if (!op) return nullptr;
+    return std::make_unique<FusedConv>(*this, std::move(op));
+  }
   std::unique_ptr<ReluOp> make_relu(const Shape& s, DType d) override {
     return std::make_unique<Relu>(*this, inner_.make_relu(s, d));
   }
@@ -170,9 +176,38 @@ class TracingBackend final : public Backend {
       op_->backward_add_relu(x, y, dy, g, b, s, dx, dz, dg, db, ws);
     }
 
+    void forward_deferred(const Tensor& sums, const Tensor& g, const Tensor& b, Tensor& scale_shift,
+                          BatchNormStatistics& s) override {
+      t_.record({sums.data, scale_shift.data, s.mean.data, s.spread.data, s.running_mean.data, s.running_var.data});
+      op_->forward_deferred(sums, g, b, scale_shift, s);
+    }
+    void backward_deferred(const Tensor& x, const Tensor& scale_shift, const Tensor& dy, const Tensor& g,
+                           const BatchNormStatistics& s, Tensor& dx, Tensor& dg, Tensor& db) override {
+      t_.record({x.data, scale_shift.data, dy.data, s.mean.data, s.spread.data, dx.data});
+      op_->backward_deferred(x, scale_shift, dy, g, s, dx, dg, db);
+    }
+
    private:
     TracingBackend& t_;
     std::unique_ptr<BatchNormOp> op_;
+  };
+
+  class FusedConv final : public FusedConv2dOp {
+   public:
+    FusedConv(TracingBackend& t, std::unique_ptr<FusedConv2dOp> op) : t_(t), op_(std::move(op)) {}
+    void forward(const Tensor& x, const Tensor* scale_shift, const Tensor& w, Tensor& y, Tensor* sums) override {
+      t_.record({x.data, scale_shift != nullptr ? scale_shift->data : nullptr, w.data, y.data,
+                 sums != nullptr ? sums->data : nullptr});
+      op_->forward(x, scale_shift, w, y, sums);
+    }
+    void backward_weights(const Tensor& x, const Tensor* scale_shift, const Tensor& dy, Tensor& dw) override {
+      t_.record({x.data, scale_shift != nullptr ? scale_shift->data : nullptr, dy.data, dw.data});
+      op_->backward_weights(x, scale_shift, dy, dw);
+    }
+
+   private:
+    TracingBackend& t_;
+    std::unique_ptr<FusedConv2dOp> op_;
   };
 
   class Relu final : public ReluOp {

@@ -1,5 +1,6 @@
 // The CPU backend's batch normalization: oneDNN's primitive, ReLU fused where the model asks.
 #include "cpu/cpu_ops.hpp"
+#include "cpu/conv_batch_norm.hpp"
 
 #include <omp.h>
 
@@ -108,7 +109,13 @@ class CpuBatchNorm final : public BatchNormOp {
 
 }  // namespace
 
+std::unique_ptr<FusedConv2dOp> CpuBackend::make_fused_conv2d(const FusedConv2dConfig& c) {
+  if (conv_batch_norm_route_ != ConvBatchNormRoute::fused) return nullptr;
+  return make_host_fused_conv2d(*this, c);
+}
+
 std::unique_ptr<BatchNormOp> CpuBackend::make_batch_norm(const BatchNormConfig& c) {
+  if (c.deferred) return make_host_deferred_batch_norm(c);  // any dtype, emulated fp16 included
   if (emulates(c.dtype)) return emulate_half(make_batch_norm(in_fp32(c)), half_scratch_);
   return std::make_unique<CpuBatchNorm>(*this, c);
 }

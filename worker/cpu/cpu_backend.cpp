@@ -59,6 +59,8 @@ bool kernels_include(dnnl::cpu_isa isa) {
 
 CpuBackend::CpuBackend(int threads)
     : attention_route_(attention_route("DLBENCH_CPU_ATTENTION", std::getenv("DLBENCH_CPU_ATTENTION"))),
+      conv_batch_norm_route_(
+          conv_batch_norm_route("DLBENCH_CPU_CONV_BATCH_NORM", std::getenv("DLBENCH_CPU_CONV_BATCH_NORM"))),
       linear_weights_(linear_weights_choice("DLBENCH_CPU_LINEAR_WEIGHTS", std::getenv("DLBENCH_CPU_LINEAR_WEIGHTS"))),
       conv_backward_data_(
           conv_backward_data_choice("DLBENCH_CPU_CONV_BACKWARD_DATA", std::getenv("DLBENCH_CPU_CONV_BACKWARD_DATA"))),
@@ -81,6 +83,7 @@ std::string CpuBackend::version_info() const {
 std::map<std::string, std::string> CpuBackend::options() const {
   return {{"attention", std::string(choice_name(kAttentionRoutes, attention_route_))},
           {"convBackwardData", std::string(choice_name(kConvBackwardData, conv_backward_data_))},
+          {"convBatchNorm", std::string(choice_name(kConvBatchNormRoutes, conv_batch_norm_route_))},
           {"fp16", std::string(choice_name(kCpuFp16, fp16_))},
           {"isa", isa_name(dnnl::get_effective_cpu_isa())},
           {"linearWeights", std::string(choice_name(kLinearWeights, linear_weights_))}};

@@ -4,6 +4,7 @@
 
 #include "attention_route.hpp"
 #include "backend.hpp"
+#include "conv_batch_norm_route.hpp"
 #include "cpu/conv_backward_data.hpp"
 #include "cpu/half_emulation.hpp"
 #include "cpu/linear_weights.hpp"
@@ -35,6 +36,10 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Conv2dOp> make_conv2d(const Conv2dConfig& config) override;
   std::unique_ptr<BatchNormOp> make_batch_norm(const BatchNormConfig& config) override;
   bool fuses_batch_norm_relu() const override { return true; }
+  // DLBENCH_CPU_CONV_BATCH_NORM=fused (or set_conv_batch_norm_route): cpu/conv_batch_norm.cpp's
+  // composition of the fused passes a device runs; null (apart) otherwise.
+  std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& config) override;
+  void set_conv_batch_norm_route(ConvBatchNormRoute route) { conv_batch_norm_route_ = route; }
   std::unique_ptr<ReluOp> make_relu(const Shape& shape, DType dtype) override;
   std::unique_ptr<PoolOp> make_pool(const PoolConfig& config) override;
   std::unique_ptr<LinearOp> make_linear(const LinearConfig& config) override;
@@ -112,6 +117,7 @@ class CpuBackend final : public Backend {
   double step_loss_ = 0.0;  // the weighted sum of this step's loss terms so far
   std::uint64_t step_ = 0;  // begin_step's
   AttentionRoute attention_route_;
+  ConvBatchNormRoute conv_batch_norm_route_;
   LinearWeights linear_weights_;
   ConvBackwardData conv_backward_data_;
   CpuFp16 fp16_;

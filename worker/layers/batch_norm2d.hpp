@@ -35,12 +35,25 @@ class BatchNorm2d final : public Layer {
     residual_grad_ = dz;
   }
   void residual_input(const Tensor& z) { residual_ = &z; }
+  // Deferred to the convolutions around it (BatchNormConfig::deferred) from the next setup on: a
+  // residual block wires the convolution before to write sums() and the one after to read
+  // relu(x · scale + shift) through scale_shift(). Forward then writes no y and returns x itself.
+  void defer_to_convolutions(bool deferred) {
+    if (deferred && (!relu_ || residual_grad_ != nullptr)) {
+      throw std::logic_error("only a batch norm with its own ReLU and no residual is deferred");
+    }
+    deferred_ = deferred;
+  }
+  bool deferred() const { return deferred_; }
+  Tensor& sums() { return sums_; }
+  const Tensor& scale_shift() const { return scale_shift_; }
   void collect_parameters(std::vector<Parameter*>& out) override {
     out.push_back(&gamma_);
     out.push_back(&beta_);
   }
 
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    if (deferred_) return setup_deferred(input, ctx);
     const bool fused = relu_ && ctx.backend.fuses_batch_norm_relu();
     op_ = ctx.backend.make_batch_norm({input.shape, epsilon_, input.dtype, fused, momentum_, residual_grad_ != nullptr});
     const Layout layout = ctx.backend.activation_layout();
@@ -78,6 +91,10 @@ class BatchNorm2d final : public Layer {
 
   const Tensor& forward(const Tensor& x, StepContext&) override {
     x_ = &x;
+    if (deferred_) {
+      op_->forward_deferred(sums_, gamma_.value, beta_.value, scale_shift_, stats_);
+      return x;
+    }
     if (residual_grad_ != nullptr) {
       op_->forward_training_add_relu(x, *residual_, gamma_.value, beta_.value, y_, stats_, workspace_.data);
       return y_;
@@ -88,6 +105,11 @@ class BatchNorm2d final : public Layer {
   }
 
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
+    if (deferred_) {
+      op_->backward_deferred(*x_, scale_shift_, dy, gamma_.value, stats_, dx_, gamma_.grad, beta_.grad);
+      ctx.notify({&gamma_, &beta_});
+      return dx_;
+    }
     if (residual_grad_ != nullptr) {
       op_->backward_add_relu(*x_, y_, dy, gamma_.value, beta_.value, stats_, dx_, *residual_grad_, gamma_.grad,
                              beta_.grad, workspace_.data);
@@ -108,8 +130,35 @@ class BatchNorm2d final : public Layer {
   const Tensor& running_var() const { return stats_.running_var; }
 
  private:
+  // Deferred: forward reads the convolution before's sums (it requested them at its tick) and
+  // writes scale_shift, which the convolution after reads forward and backward and this layer's
+  // backward last; backward reads x again for the ReLU's mask and x̂. No y, no mask of its own.
+  Tensor setup_deferred(const Tensor& input, SetupContext& ctx) {
+    BatchNormConfig config{input.shape, epsilon_, input.dtype, true, momentum_, false};
+    config.deferred = true;
+    op_ = ctx.backend.make_batch_norm(config);
+    relu_op_.reset();
+    const Tick t = ctx.arena.next_tick();
+    ctx.arena.read(sums_, t);
+    ctx.arena.read(input, t.mirrored());
+    scale_shift_ = Tensor{nullptr, Shape(2, channels_), Layout::plain, input.dtype};
+    ctx.arena.request(scale_shift_, t);
+    ctx.arena.read(scale_shift_, t.mirrored());
+    for (Tensor* s : {&stats_.mean, &stats_.spread, &stats_.running_mean, &stats_.running_var}) s->shape = Shape(channels_);
+    for (Tensor* s : {&stats_.mean, &stats_.spread}) {
+      ctx.arena.request(*s, t);
+      ctx.arena.read(*s, t.mirrored());
+    }
+    ctx.arena.request(stats_.running_mean);
+    ctx.arena.request(stats_.running_var);
+    dx_ = activation(input.shape, ctx.backend.activation_layout(), input.dtype);
+    ctx.request_input_grad(dx_, t.mirrored());
+    return input;
+  }
+
   std::int64_t channels_;
   bool relu_;
+  bool deferred_ = false;
   float epsilon_, momentum_;
   Parameter gamma_, beta_;
   std::unique_ptr<BatchNormOp> op_;
@@ -118,6 +167,7 @@ class BatchNorm2d final : public Layer {
   const Tensor* residual_ = nullptr;  // z, with a fused residual
   Tensor* residual_grad_ = nullptr;   // dz: the block's, set by fuse_residual_add_relu
   Tensor y_, dx_, drelu_, workspace_;
+  Tensor sums_, scale_shift_;  // deferred: (2, C) each
   BatchNormStatistics stats_;
 };
 

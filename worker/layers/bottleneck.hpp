@@ -22,11 +22,11 @@ class Bottleneck final : public Layer {
   Bottleneck(std::int64_t in_channels, std::int64_t width, std::int64_t stride, std::int64_t dilation = 1) {
     const std::int64_t out_channels = width * kExpansion;
     conv1_ = &main_.add_named<Conv2d>("conv1", in_channels, width, 1);
-    main_.add_named<BatchNorm2d>("bn1", width, Then::relu);
-    main_.add_named<Conv2d>("conv2", width, width,
-                            ConvSpec{.kernel = 3, .stride = stride, .padding = dilation, .dilation = dilation});
-    main_.add_named<BatchNorm2d>("bn2", width, Then::relu);
-    main_.add_named<Conv2d>("conv3", width, out_channels, 1);
+    bn1_ = &main_.add_named<BatchNorm2d>("bn1", width, Then::relu);
+    conv2_ = &main_.add_named<Conv2d>("conv2", width, width,
+                                      ConvSpec{.kernel = 3, .stride = stride, .padding = dilation, .dilation = dilation});
+    bn2_ = &main_.add_named<BatchNorm2d>("bn2", width, Then::relu);
+    conv3_ = &main_.add_named<Conv2d>("conv3", width, out_channels, 1);
     bn3_ = &main_.add_named<BatchNorm2d>("bn3", out_channels);
     if (stride != 1 || in_channels != out_channels) {
       shortcut_ = std::make_unique<Sequential>();
@@ -55,6 +55,7 @@ class Bottleneck final : public Layer {
   // with one, the projection's convolution, into conv1's input gradient. Either buffer is then the
   // block's input gradient.
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
+    fuse_convolutions_with_batch_norms(input, ctx);
     fused_ = ctx.backend.fuses_batch_norm_add_relu();
     bn3_->fuse_residual_add_relu(fused_ ? &dsum_ : nullptr);
     accumulated_ = ctx.backend.accumulates_conv_input_grad();
@@ -146,12 +147,40 @@ class Bottleneck final : public Layer {
     return dx_;
   }
 
+  // Whether the main branch's convolutions run fused with bn1 and bn2 (after setup).
+  bool convolutions_fused() const { return bn1_->deferred(); }
+
   double forward_macs_per_sample() const override {
     return main_.forward_macs_per_sample() + (shortcut_ ? shortcut_->forward_macs_per_sample() : 0.0);
   }
 
  private:
+  // Where the backend fuses each of the main branch's convolutions with the batch norms around it
+  // (Backend::make_fused_conv2d), bn1 and bn2 are deferred: conv1 sums its output for bn1, conv2
+  // reads relu(bn1(y1)) as it reads y1 and sums its output for bn2, conv3 reads relu(bn2(y2)); no
+  // normalised tensor is written. bn3, with the residual, runs as it would. All three or none: a
+  // batch norm is deferred only between two fused convolutions.
+  void fuse_convolutions_with_batch_norms(const Tensor& input, SetupContext& ctx) {
+    for (Conv2d* conv : {conv1_, conv2_, conv3_}) conv->fuse(nullptr, nullptr, nullptr);
+    for (BatchNorm2d* bn : {bn1_, bn2_}) bn->defer_to_convolutions(false);
+    const Conv2dConfig c1 = conv1_->config_for(input.shape, input.dtype);
+    const Conv2dConfig c2 = conv2_->config_for(c1.output(), input.dtype);
+    const Conv2dConfig c3 = conv3_->config_for(c2.output(), input.dtype);
+    std::unique_ptr<FusedConv2dOp> f1 = ctx.backend.make_fused_conv2d({c1, false, true});
+    if (!f1) return;
+    std::unique_ptr<FusedConv2dOp> f2 = ctx.backend.make_fused_conv2d({c2, true, true});
+    if (!f2) return;
+    std::unique_ptr<FusedConv2dOp> f3 = ctx.backend.make_fused_conv2d({c3, true, false});
+    if (!f3) return;
+    for (BatchNorm2d* bn : {bn1_, bn2_}) bn->defer_to_convolutions(true);
+    conv1_->fuse(std::move(f1), nullptr, &bn1_->sums());
+    conv2_->fuse(std::move(f2), &bn1_->scale_shift(), &bn2_->sums());
+    conv3_->fuse(std::move(f3), &bn2_->scale_shift(), nullptr);
+  }
+
   Sequential main_;
+  Conv2d *conv2_ = nullptr, *conv3_ = nullptr;
+  BatchNorm2d *bn1_ = nullptr, *bn2_ = nullptr;
   Conv2d* conv1_ = nullptr;          // main_'s first layer
   BatchNorm2d* bn3_ = nullptr;       // main_'s last layer
   Conv2d* shortcut_conv_ = nullptr;  // the projection's convolution, if any

@@ -3,6 +3,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "layers/layer.hpp"
 
@@ -41,8 +42,13 @@ class Conv2d final : public Layer {
     if (spec_.bias) out.push_back(&bias_);
   }
 
+  // This layer's convolution of an input of `shape` and `dtype`.
+  Conv2dConfig config_for(const Shape& shape, DType dtype) const {
+    return {shape, out_, spec_.kernel, spec_.stride, spec_.padding, spec_.bias, dtype, spec_.dilation};
+  }
+
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
-    config_ = {input.shape, out_, spec_.kernel, spec_.stride, spec_.padding, spec_.bias, input.dtype, spec_.dilation};
+    config_ = config_for(input.shape, input.dtype);
     const Shape out = config_.output();
     if (out.h() < 1 || out.w() < 1) {
       throw std::invalid_argument("Conv2d: a " + std::to_string(spec_.kernel.h) + "x" + std::to_string(spec_.kernel.w) +
@@ -57,6 +63,11 @@ class Conv2d final : public Layer {
     ctx.arena.read(input, t.mirrored());  // weight gradients
     y_ = activation(config_.output(), layout, input.dtype);
     ctx.arena.request(y_, t);
+    if (output_sums_ != nullptr) {
+      // Written here, read by the deferred batch norm after at its own tick.
+      *output_sums_ = Tensor{nullptr, Shape(2, out_), Layout::plain, DType::fp32};
+      ctx.arena.request(*output_sums_, t);
+    }
     input_grad_ = ctx.input_grad_needed;
     // Accumulating, the input gradient goes into a buffer its owner plans (a residual block's).
     if (input_grad_ && accumulate_into_ == nullptr) {
@@ -68,12 +79,20 @@ class Conv2d final : public Layer {
 
   const Tensor& forward(const Tensor& x, StepContext&) override {
     x_ = &x;
+    if (fused_) {
+      fused_->forward(x, input_scale_shift_, weight_.value, y_, output_sums_);
+      return y_;
+    }
     op_->forward(x, weight_.value, spec_.bias ? &bias_.value : nullptr, y_);
     return y_;
   }
 
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
-    op_->backward_weights(*x_, dy, weight_.grad, spec_.bias ? &bias_.grad : nullptr);
+    if (fused_ && input_scale_shift_ != nullptr) {
+      fused_->backward_weights(*x_, input_scale_shift_, dy, weight_.grad);
+    } else {
+      op_->backward_weights(*x_, dy, weight_.grad, spec_.bias ? &bias_.grad : nullptr);
+    }
     if (spec_.bias) {
       ctx.notify({&weight_, &bias_});
     } else {
@@ -93,6 +112,18 @@ class Conv2d final : public Layer {
   // layer's backward) instead of writing a buffer of its own; null: its own again. Only where
   // the backend accumulates_conv_input_grad().
   void accumulate_input_grad_into(Tensor* target) { accumulate_into_ = target; }
+  // From the next setup on, forward (and the filter gradient) run `fused` (Backend::make_fused_conv2d,
+  // made for config_for this layer's input) where it is not null: `input_scale_shift` is the deferred
+  // batch norm's before it, whose relu(x · scale + shift) it reads as its input (null: x as it is);
+  // `output_sums` the deferred batch norm's after it, which forward writes (null: none). The data
+  // gradient stays the plain convolution's. A residual block wires these with its batch norms.
+  void fuse(std::unique_ptr<FusedConv2dOp> fused, const Tensor* input_scale_shift, Tensor* output_sums) {
+    if (fused && spec_.bias) throw std::logic_error("Conv2d: a fused convolution has no bias");
+    fused_ = std::move(fused);
+    input_scale_shift_ = fused_ ? input_scale_shift : nullptr;
+    output_sums_ = fused_ ? output_sums : nullptr;
+  }
+  bool fused() const { return fused_ != nullptr; }
   // The buffer backward writes the input gradient into when it does not accumulate.
   Tensor& input_grad_buffer() { return dx_; }
   // Its tick (after setup): forward runs at it, backward at its mirror.
@@ -113,6 +144,9 @@ class Conv2d final : public Layer {
   Parameter weight_, bias_;
   Conv2dConfig config_;
   std::unique_ptr<Conv2dOp> op_;
+  std::unique_ptr<FusedConv2dOp> fused_;      // forward and the filter gradient, where fused
+  const Tensor* input_scale_shift_ = nullptr;  // the deferred batch norm's before, if any
+  Tensor* output_sums_ = nullptr;              // the deferred batch norm's after, if any
   const Tensor* x_ = nullptr;
   Tensor y_, dx_;
   Tensor* accumulate_into_ = nullptr;
