@@ -85,7 +85,9 @@ declare -A self_test_of=(
   [dlbench-resnet50-amp-pad-4]=self-test-pad-4 [profile-resnet50-amp-pad-4]=self-test-pad-4
   [dlbench-resnet50-amp-own]=self-test-own-channels-last [profile-resnet50-amp-own]=self-test-own-channels-last
   [dlbench-resnet50-bf16-own]=self-test-own-channels-last
-  [dlbench-resnet50-amp-deterministic]=self-test-deterministic)
+  [dlbench-resnet50-amp-deterministic]=self-test-deterministic
+  [dlbench-resnet50-amp-conv-bn-fused]=self-test-conv-batch-norm-fused
+  [profile-resnet50-amp-conv-bn-fused]=self-test-conv-batch-norm-fused)
 self_test_failed() {
   python3 -c 'import json, sys
 def failures(path):  # the count, and the failed checks the document lists (the first few)
@@ -310,6 +312,13 @@ correctness+=($!)
 # the host's sums of what it wrote, at batch 8; exit 1 where one is off its bound.
 step conv-fusion-check 90 "$bin/conv_fusion_probe" --gpu --check --batch-size 8 --plans 1 \
   --output "$logs/conv-fusion-check.json" & correctness+=($!)
+# The bottlenecks' convolutions fused with the batch norms between them in the model
+# (DLBENCH_CUDA_CONV_BATCH_NORM=fused, never run on a GPU): conv1 summing its output for bn1, conv2
+# and conv3 reading relu(bn(x)) as they read x, bn1 and bn2 deferred to the own kernels. The
+# self-test's model steps compare each layer with the CPU composing the same fusion; amp fuses, bf16
+# where the engines offer it (none for a described H200).
+DLBENCH_CUDA_CONV_BATCH_NORM=fused step self-test-conv-batch-norm-fused 150 "$bin/dlbench-worker" --self-test \
+  --backend cuda --precision amp,bf16 --output "$logs/self-test-conv-batch-norm-fused.json" & correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done
 unset OMP_WAIT_POLICY
 
@@ -451,6 +460,11 @@ time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph 
 # (gpu-device.json) lets a session without a GPU ask for it again.
 step conv-fusion 90 "$bin/conv_fusion_probe" --gpu --time --plans 2 --write-device-json "$logs/gpu-device.json" \
   --output "$logs/conv-fusion.json"
+# And the model with them (DLBENCH_CUDA_CONV_BATCH_NORM=fused): no normalised tensor of bn1 and bn2
+# written or read, their statistics from the convolutions' epilogues; its profile says where the
+# step's time moved (stderr names any convolution an engine would not fuse).
+DLBENCH_CUDA_CONV_BATCH_NORM=fused time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-bn-fused dlbench-conv-bn-fused
+DLBENCH_CUDA_CONV_BATCH_NORM=fused profile_resnet50 amp profile-resnet50-amp-conv-bn-fused
 # Real data's rows (first run 2026-11-29: ResNet-50's JPEGs at 0.22x synthetic, the step converting
 # each batch to fp16 itself and copying it from pageable memory, since moved into the decoding
 # threads and staged from page-locked memory): their input blocks say how long the steps waited (the

@@ -150,7 +150,7 @@ def trained_models(logs):
 def profiles(logs):
     out = ["profile by kind, ms a step (forward + backward), ResNet-50 and BERT-base"]
     names = [f"resnet50-{p}" for p in ("fp32", "fp32-own", "fp32-graph-nhwc", "tf32", "amp", "amp-pad-4", "amp-own",
-                                        "bf16")]
+                                        "amp-conv-bn-fused", "bf16")]
     for name in names + ["bert-amp"]:
         precision = name.removeprefix("resnet50-")
         doc = load(os.path.join(logs, f"profile-{name}.json"))
@@ -262,7 +262,8 @@ def comparison(logs):
     # and max pooling through dlbench's own kernels (DLBENCH_CUDA_POOL=own; fp32 with the own batch
     # norms as well); and the stem's 3 input channels read padded to 4
     # (DLBENCH_CUDA_PAD_INPUT_CHANNELS=4); and only the convolution algorithms cuDNN marks
-    # deterministic (DLBENCH_CUDA_ALGORITHMS=deterministic).
+    # deterministic (DLBENCH_CUDA_ALGORITHMS=deterministic); and the bottlenecks' convolutions fused
+    # with the batch norms between them (DLBENCH_CUDA_CONV_BATCH_NORM=fused).
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-persistent", "bn persistent"), ("dlbench-own", "bn own kernels"),
                 ("dlbench-own-accumulate", "own + accumulate"), ("dlbench-own-pool", "bn + pool own"),
@@ -275,6 +276,7 @@ def comparison(logs):
                 ("dlbench-attention-fused", "fused attention"),
                 ("dlbench-attention-fused-graph", "fused attention + graph"),
                 ("dlbench-kept", "weights kept"), ("dlbench-pad-4", "stem padded to 4"),
+                ("dlbench-conv-bn-fused", "conv+bn fused"),
                 ("dlbench-deterministic", "deterministic"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
@@ -509,7 +511,7 @@ def main():
     lines += self_test(logs)
     for name in ("self-test-fp32-own", "self-test-own-channels-last", "self-test-fp32-persistent",
                  "self-test-fp32-graph-nhwc", "self-test-weight-copies-kept", "self-test-pad-4",
-                 "self-test-attention-fused"):
+                 "self-test-attention-fused", "self-test-conv-batch-norm-fused"):
         lines += self_test(logs, name)
     for precision in ("fp32", "tf32", "amp", "bf16"):
         for group in ("resnet152-vgg16-alexnet", "inception-deeplab"):

@@ -160,12 +160,13 @@ class BatchNormOp {
                                  Tensor& dgamma, Tensor& dbeta, const void* workspace);
   // With BatchNormConfig::deferred: the batch's statistics from `sums` ((2, C) fp32: Σx, Σx² over
   // the batch's N·H·W values, FusedConv2dOp's), the running ones updated, and scale_shift ((2, C)
-  // in the activations' dtype) = gamma / sqrt(var + ε), beta − mean · scale. Backward: dy is the
-  // gradient of relu(x · scale + shift), its mask recomputed from x; dx, dgamma and dbeta as
-  // backward's. Ops made without deferred refuse both.
+  // in the activations' dtype) = γ / sqrt(var + ε), β − mean · scale. Backward: dy is the gradient
+  // of relu(x · scale + shift), its mask found again from x as the own kernels' ReLU tail finds it,
+  // (x − mean) · scale + β (the same value to rounding); dx, dgamma and dbeta as backward's. Ops
+  // made without deferred refuse both.
   virtual void forward_deferred(const Tensor& sums, const Tensor& gamma, const Tensor& beta, Tensor& scale_shift,
                                 BatchNormStatistics& statistics);
-  virtual void backward_deferred(const Tensor& x, const Tensor& scale_shift, const Tensor& dy, const Tensor& gamma,
+  virtual void backward_deferred(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                                  const BatchNormStatistics& statistics, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
 };
 

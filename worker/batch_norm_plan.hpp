@@ -346,6 +346,25 @@ DLBENCH_HOST_DEVICE inline BatchNormForwardChannel batch_norm_forward_channel(co
           static_cast<float>((1.0 - rate) * static_cast<double>(running_var) + rate * unbiased)};
 }
 
+// A deferred batch norm's channel (BatchNormConfig::deferred): the statistics from the sums Σx and
+// Σx² the convolution before wrote as it wrote x (fp32), and what the convolution after applies as
+// it reads x, relu(x · scale + shift) with shift = β − mean · scale. (The cancellation
+// batch_norm_forward_channel avoids is the fused engines' own: they take a scale and a shift.)
+struct DeferredBatchNormChannel {
+  BatchNormForwardChannel statistics;
+  float shift;
+};
+
+DLBENCH_HOST_DEVICE inline DeferredBatchNormChannel deferred_batch_norm_channel(double count, float sum,
+                                                                                float sum_of_squares, float gamma,
+                                                                                float beta, float epsilon,
+                                                                                float momentum, float running_mean,
+                                                                                float running_var) {
+  const BatchNormForwardChannel f = batch_norm_forward_channel(moments_from_shifted_sums(count, 0.0f, sum, sum_of_squares),
+                                                               gamma, epsilon, momentum, running_mean, running_var);
+  return {f, static_cast<float>(static_cast<double>(beta) - static_cast<double>(f.mean) * static_cast<double>(f.scale))};
+}
+
 // Backward per channel, from Σg and Σg·(x − mean) over its count values (g: dy, masked by the
 // fused ReLU): dβ = Σg, dγ = Σg·x̂ and dx = a·g + b·(x − mean) + e, where
 // dx = γ/σ · (g − Σg/count − x̂ · Σg·x̂/count), x̂ = (x − mean)/σ.

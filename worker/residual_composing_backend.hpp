@@ -9,6 +9,7 @@
 // Each is the same function as the block's own add, in the layers of a device that fuses it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -82,14 +83,19 @@ class ComposedConvAccumulate final : public Conv2dOp {
 
 class ResidualComposingBackend final : public DelegatingBackend {
  public:
-  // conv_batch_norm: a bottleneck's convolutions fused with the batch norms between them
-  // (FusedConv2dOp), composed on the host (cpu/conv_batch_norm.hpp): `inner` keeps its memory there.
+  // fuses_convolution: which of a bottleneck's convolutions to fuse with the batch norms around them
+  // (FusedConv2dOp, composed on the host by cpu/conv_batch_norm.hpp: `inner` keeps its memory there),
+  // as a device would (every_convolution(), or what the device says of each); empty: none.
+  using ConvolutionFusion = std::function<bool(const FusedConv2dConfig&)>;
   explicit ResidualComposingBackend(Backend& inner, bool batch_norm_add_relu = true, bool accumulate_conv_grads = false,
-                                    bool conv_batch_norm = false)
+                                    ConvolutionFusion fuses_convolution = {})
       : DelegatingBackend(inner), batch_norm_add_relu_(batch_norm_add_relu), accumulate_conv_grads_(accumulate_conv_grads),
-        conv_batch_norm_(conv_batch_norm) {}
+        fuses_convolution_(std::move(fuses_convolution)) {}
+  static ConvolutionFusion every_convolution() {
+    return [](const FusedConv2dConfig&) { return true; };
+  }
   std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& c) override {
-    if (!conv_batch_norm_) return nullptr;
+    if (!fuses_convolution_ || !fuses_convolution_(c)) return nullptr;
     return make_host_fused_conv2d(inner_, c);
   }
   bool fuses_batch_norm_add_relu() const override { return batch_norm_add_relu_; }
@@ -103,7 +109,8 @@ class ResidualComposingBackend final : public DelegatingBackend {
   }
 
  private:
-  bool batch_norm_add_relu_, accumulate_conv_grads_, conv_batch_norm_;
+  bool batch_norm_add_relu_, accumulate_conv_grads_;
+  ConvolutionFusion fuses_convolution_;
 };
 
 }  // namespace dlbench::worker

@@ -482,7 +482,7 @@ class StepRecorder final : public LayerObserver {
 
 // The reference's traces, by model and by what the device fuses (the residual into batch norm,
 // branch gradients into a convolution's backward data).
-using StepTraceCache = std::map<std::tuple<Model, bool, bool>, std::optional<StepTrace>>;
+using StepTraceCache = std::map<std::tuple<Model, bool, bool, bool>, std::optional<StepTrace>>;
 
 // One whole step of a model, small, so that each check takes a second or a few on two CPU cores:
 // ResNet-50's always (the reference model), and the model the worker trains, whose layers may
@@ -928,16 +928,28 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
   for (const ModelStep& model : model_steps(subject.models)) {
     checker.run(precision, std::string(to_string(model.model)) + " step, each layer fed the reference's input", [&] {
       // The reference runs the layers the device runs: where the device fuses a bottleneck's add
-      // and ReLU into its last batch norm, or adds a branch's input gradient into the other's in a
-      // convolution's backward, the reference composes the same from its own ops.
+      // and ReLU into its last batch norm, adds a branch's input gradient into the other's in a
+      // convolution's backward, or fuses a bottleneck's convolutions with the batch norms between
+      // them (where its engines run the fused graphs: the device is asked of each), the reference
+      // composes the same from its own ops.
       const bool residual_fused = backend->fuses_batch_norm_add_relu();
       const bool accumulated = backend->accumulates_conv_input_grad();
-      std::optional<StepTrace>& want_step_trace = want_step_traces[{model.model, residual_fused, accumulated}];
+      const auto options = backend->options();
+      const bool conv_batch_norm = options.contains("convBatchNorm") && options.at("convBatchNorm") == "fused";
+      std::optional<StepTrace>& want_step_trace =
+          want_step_traces[{model.model, residual_fused, accumulated, conv_batch_norm}];
       if (!want_step_trace) {
-        ResidualComposingBackend composed(reference, residual_fused, accumulated);
+        ResidualComposingBackend::ConvolutionFusion fuses;
+        if (conv_batch_norm) {
+          fuses = [&](FusedConv2dConfig c) {
+            c.conv.dtype = dtype;
+            return backend->make_fused_conv2d(c) != nullptr;
+          };
+        }
+        ResidualComposingBackend composed(reference, residual_fused, accumulated, fuses);
         want_step_trace = model_step_trace(
-            model, residual_fused || accumulated ? static_cast<Backend&>(composed) : reference, DType::fp32,
-            std::nullopt, nullptr);
+            model, residual_fused || accumulated || conv_batch_norm ? static_cast<Backend&>(composed) : reference,
+            DType::fp32, std::nullopt, nullptr);
       }
       std::optional<float> scale;
       if (uses_loss_scaling(typed)) scale = kModelStepLossScale;

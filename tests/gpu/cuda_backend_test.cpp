@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "cuda/swap_axes_plan.hpp"
 #include "parameters.hpp"
 #include "precision.hpp"
+#include "layers/bottleneck.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
 #include "models/small_conv_net.hpp"
@@ -1051,6 +1053,49 @@ TEST_F(CudaBackendTest, AHalfBertFollowsTheComposedOneWithFusedAttention) {
     fused.use_adamw(adamw);
     for (int step = 0; step < 6; ++step) {
       const float expected = composed.step_and_loss();
+      const float actual = fused.step_and_loss();
+      EXPECT_NEAR(actual, expected, 2e-2 * std::fabs(static_cast<double>(expected))) << "step " << step;
+    }
+  }
+}
+
+// A half ResNet-50 trains the same with its bottlenecks' convolutions fused with the batch norms
+// between them (DLBENCH_CUDA_CONV_BATCH_NORM=fused: cuDNN's runtime-fusion engines and the deferred
+// batch norm's own kernels) as with them apart on the same GPU, the fused one in the poison mode
+// (every buffer NaN after its declared lifetime). fp16 must fuse every bottleneck (a described
+// H200 builds all three graphs for each of ResNet-50's, cuda/conv_fusion.hpp); bf16 fuses where
+// this device's engines offer it.
+TEST_F(CudaBackendTest, AHalfResNetFollowsTheSeparateOneWithConvolutionsFusedWithBatchNorms) {
+  const Shape input(8, 3, 64, 64);
+  for (const DType dtype : {DType::fp16, DType::bf16}) {
+    if (gpu_->cannot_compute(dtype)) continue;
+    SCOPED_TRACE(to_string(dtype));
+    CudaBackend separate_backend(0, CudaMath::fp32, dtype);
+    std::unique_ptr<CudaBackend> fused_backend;
+    {
+      const ScopedEnv fused("DLBENCH_CUDA_CONV_BATCH_NORM", "fused");
+      fused_backend = std::make_unique<CudaBackend>(0, CudaMath::fp32, dtype);
+    }
+    EXPECT_EQ(fused_backend->options().at("convBatchNorm"), "fused");
+    const SgdConfig sgd{0.01f, 0.9f, 1e-4f};
+    Trainer separate(separate_backend, build_model("resnet50"), input, 1000, sgd, 5, 0, MemoryReuse::lifetime, dtype);
+    Trainer fused(*fused_backend, build_model("resnet50"), input, 1000, sgd, 5, 0, MemoryReuse::poison, dtype);
+    int blocks = 0, fused_blocks = 0;
+    const std::function<void(Layer&)> count = [&](Layer& layer) {
+      if (auto* block = dynamic_cast<Bottleneck*>(&layer)) {
+        ++blocks;
+        fused_blocks += block->convolutions_fused() ? 1 : 0;
+      }
+      layer.for_each_child([&](const std::string&, Layer& child) { count(child); });
+    };
+    count(fused.network());
+    EXPECT_EQ(blocks, 16);
+    if (dtype == DType::fp16) {
+      EXPECT_EQ(fused_blocks, blocks) << "every bottleneck fuses in fp16";
+    }
+    RecordProperty(std::string(to_string(dtype)) + "_fused_blocks", std::to_string(fused_blocks));
+    for (int step = 0; step < 6; ++step) {
+      const float expected = separate.step_and_loss();
       const float actual = fused.step_and_loss();
       EXPECT_NEAR(actual, expected, 2e-2 * std::fabs(static_cast<double>(expected))) << "step " << step;
     }

@@ -267,6 +267,92 @@ TEST(CudaKernelsOnCpu, OwnBatchNormKernelsAreBatchNormInEveryLayoutTailAndType) 
   }
 }
 
+// A batch norm deferred to the convolutions around it (BatchNormConfig::deferred, the fused
+// route's): forward takes the batch's statistics from the sums the convolution before wrote and
+// leaves the scale and shift the convolution after applies, relu(x · scale + shift), which is the
+// relu tail's y to the activations' rounding; backward is the relu tail's from those statistics.
+// Each type, against batch norm in fp64, the threads in either order.
+TEST(CudaKernelsOnCpu, ADeferredBatchNormIsBatchNormFromItsConvolutionsSums) {
+  const BatchNormShape s{4, 24, 36};
+  const auto n = static_cast<std::size_t>(s.numel()), channels = static_cast<std::size_t>(s.channels);
+  for (const DType dtype : {DType::fp32, DType::fp16, DType::bf16}) {
+    SCOPED_TRACE(std::string(to_string(dtype)));
+    const double bound = dtype == DType::fp32 ? 1e-5 : (dtype == DType::fp16 ? 2e-3 : 1.6e-2);
+    const std::vector<float> x = rounded_to(dtype, normal_values(n, 1, 0.5, 2.0)),
+                             dy = rounded_to(dtype, normal_values(n, 3, 0.0, 1.0)),
+                             gamma = normal_values(channels, 4, 1.0, 0.3), beta = normal_values(channels, 5, 0.0, 0.3);
+    // Σx and Σx² per channel (channels last), as a fused convolution writes them: fp32.
+    std::vector<double> sum(channels, 0.0), square_sum(channels, 0.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto v = static_cast<double>(x[i]);
+      sum[i % channels] += v;
+      square_sum[i % channels] += v * v;
+    }
+    std::vector<float> sums(2 * channels);
+    for (std::size_t c = 0; c < channels; ++c) {
+      sums[c] = static_cast<float>(sum[c]);
+      sums[channels + c] = static_cast<float>(square_sum[c]);
+    }
+    struct Run {
+      std::vector<float> mean, inverse_std, running_mean, running_var, scale_shift, dx, dgamma, dbeta;
+      bool guards_intact = true;
+    };
+    const auto run = [&](ThreadOrder order) {
+      return in_order(order, [&] {
+        Run out;
+        kernels::with_float_type(dtype, [&](auto type) {
+          using T = typename decltype(type)::type;
+          auto in = Guarded<T>::of(x), grad = Guarded<T>::of(dy);
+          Guarded<T> scale_shift(2 * channels), dx(n);
+          auto sums_in = Guarded<float>::of(sums), g = Guarded<float>::of(gamma), b = Guarded<float>::of(beta);
+          auto running_mean = Guarded<float>::of(std::vector<float>(channels, 0.25f));
+          auto running_var = Guarded<float>::of(std::vector<float>(channels, 2.0f));
+          Guarded<float> mean(channels), inverse_std(channels), dgamma(channels), dbeta(channels);
+          Guarded<float> scratch(kernels::batch_norm_scratch_bytes(dtype, true, s) / sizeof(float));
+          kernels::deferred_batch_norm_forward(dtype, s.channels, s.per_channel(), sums_in.data(), g.data(), b.data(),
+                                               1e-5f, 0.1f, mean.data(), inverse_std.data(), running_mean.data(),
+                                               running_var.data(), scale_shift.data(), nullptr);
+          kernels::batch_norm_backward(dtype, true, s, kernels::BatchNormTail::relu, in.data(), nullptr, grad.data(),
+                                       nullptr, dx.data(), g.data(), b.data(), mean.data(), inverse_std.data(),
+                                       dgamma.data(), dbeta.data(), scratch.data(), nullptr);
+          out = {mean.floats(), inverse_std.floats(), running_mean.floats(), running_var.floats(),
+                 scale_shift.floats(), dx.floats(), dgamma.floats(), dbeta.floats()};
+          for (const bool intact : {in.guards_intact(), grad.guards_intact(), scale_shift.guards_intact(),
+                                    dx.guards_intact(), sums_in.guards_intact(), mean.guards_intact(),
+                                    inverse_std.guards_intact(), running_mean.guards_intact(),
+                                    running_var.guards_intact(), dgamma.guards_intact(), dbeta.guards_intact(),
+                                    scratch.guards_intact()}) {
+            out.guards_intact = out.guards_intact && intact;
+          }
+        });
+        return out;
+      });
+    };
+    const Run got = run(ThreadOrder::ascending);
+    EXPECT_TRUE(got.guards_intact) << "a kernel wrote out of bounds";
+    const Reference r = reference_batch_norm::reference(s, true, 1, 1e-5f, x, std::vector<float>(n, 0.0f), gamma, beta, dy);
+    const ForwardStatistics f = forward_statistics(r, s, 1e-5, 0.1, 0.25, 2.0);
+    EXPECT_LT(relative_error(got.mean, r.mean), 1e-5) << "mean";
+    EXPECT_LT(relative_error(got.inverse_std, f.inverse_std), 1e-5) << "inverse std";
+    EXPECT_LT(relative_error(got.running_mean, f.running_mean), 1e-5) << "running mean";
+    EXPECT_LT(relative_error(got.running_var, f.running_var), 1e-5) << "running variance (unbiased)";
+    // What the convolution after reads: relu(x · scale + shift) in fp32 from the stored scale and shift.
+    std::vector<float> y(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t c = i % channels;
+      y[i] = std::max(std::fma(x[i], got.scale_shift[c], got.scale_shift[channels + c]), 0.0f);
+    }
+    EXPECT_LT(relative_error(y, r.y), bound) << "relu(x · scale + shift)";
+    EXPECT_LT(relative_error(got.dx, r.dx), bound) << "dx";
+    EXPECT_LT(relative_error(got.dgamma, r.dgamma), bound) << "dgamma";
+    EXPECT_LT(relative_error(got.dbeta, r.dbeta), bound) << "dbeta";
+    const Run reversed = run(ThreadOrder::descending);
+    EXPECT_TRUE(same_bits(got.scale_shift, reversed.scale_shift) && same_bits(got.dx, reversed.dx) &&
+                same_bits(got.dgamma, reversed.dgamma))
+        << "the threads' order changed the result";
+  }
+}
+
 // A warp merges each channel's chunks, lane l taking chunks l, l + 32, ..., then the lanes in a
 // fixed tree: here 70 chunks a channel in NCHW and 140 in channels last, so that lanes take up to
 // 5 chunks, some lanes one fewer, across two channels (two warps).

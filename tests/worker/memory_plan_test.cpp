@@ -204,7 +204,9 @@ void expect_plan_respects_real_use(const std::function<std::unique_ptr<Sequentia
                                    std::int64_t classes, bool fusion = true, bool residual_fused = false,
                                    bool accumulated = false, bool conv_batch_norm = false) {
   CpuBackend cpu_backend(2);
-  ResidualComposingBackend composed(cpu_backend, residual_fused, accumulated, conv_batch_norm);  // as cuDNN can
+  ResidualComposingBackend composed(cpu_backend, residual_fused, accumulated,
+                                    conv_batch_norm ? ResidualComposingBackend::every_convolution()
+                                                    : ResidualComposingBackend::ConvolutionFusion{});  // as cuDNN can
   Backend& cpu = residual_fused || accumulated || conv_batch_norm ? static_cast<Backend&>(composed) : cpu_backend;
   TracingBackend tracer(cpu);
   tracer.allow_fusion = fusion;
@@ -364,7 +366,7 @@ TEST(MemoryPlan, ABottleneckWithBatchNormsDeferredToItsConvolutionsKeepsWhatItRe
   CpuBackend cpu(2);
   const Shape input(4, 3, 16, 16);
   for (const bool as_amp_runs : {false, true}) {
-    ResidualComposingBackend fused(cpu, as_amp_runs, as_amp_runs, true);
+    ResidualComposingBackend fused(cpu, as_amp_runs, as_amp_runs, ResidualComposingBackend::every_convolution());
     const Trajectory unshared = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, nullptr, fused);
     expect_same_bits(train(every_layer_kind(), input, 10, MemoryReuse::lifetime, 3, nullptr, nullptr, fused), unshared);
     expect_same_bits(train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, fused), unshared);
@@ -467,7 +469,7 @@ TEST(Fusion, BottleneckGradientsAccumulatedInAConvolutionTrainLikeTheBlocksOwnSu
 // bn1 and bn2 in the plan.
 TEST(Fusion, BottleneckConvolutionsFusedWithTheirBatchNormsTrainLikeTheLayersApart) {
   CpuBackend cpu(2);
-  ResidualComposingBackend fused_backend(cpu, false, false, true);
+  ResidualComposingBackend fused_backend(cpu, false, false, ResidualComposingBackend::every_convolution());
   const Shape input(4, 3, 16, 16);
   std::unique_ptr<Trainer> fused_trainer;
   const Trajectory fused = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, &fused_trainer, fused_backend);

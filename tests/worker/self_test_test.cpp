@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -44,6 +45,11 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   bool undeclared_pool_reads = false;  // max pools read x and y in backward without saying so (the CUDA pool's bug)
   bool fuses_residual = false;  // bottlenecks add and ReLU inside their last batch norm (cuDNN's BN_ADD_ACTIVATION)
   bool accumulates = false;     // bottlenecks add a branch's input gradient into the other's in a conv's backward
+  // Bottlenecks' convolutions fused with the batch norms between them (the host's composition,
+  // cpu/conv_batch_norm.hpp), every one but those with stride 2 (a device whose engines do not run
+  // some), and those fused ones' outputs 0.1% too large.
+  bool fuses_conv_batch_norm = false;
+  bool fused_conv_off = false;
   // Filter gradients (embedding gradients) off by up to an ulp that changes from call to call, as
   // sums added in the order a GPU schedules them do: a second training gives other bits.
   bool conv_varies = false;
@@ -66,6 +72,17 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   // A ReLU that ties runs apart from its batch norm (make_relu), as on a device that does not fuse it.
   bool fuses_batch_norm_relu() const override { return relu_ties < 0 && inner_.fuses_batch_norm_relu(); }
   bool accumulates_conv_input_grad() const override { return accumulates; }
+  std::map<std::string, std::string> options() const override {
+    auto options = inner_.options();
+    options["convBatchNorm"] = fuses_conv_batch_norm ? "fused" : "separate";
+    return options;
+  }
+  std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& c) override {
+    if (!fuses_conv_batch_norm || c.conv.stride != 1) return nullptr;
+    auto op = make_host_fused_conv2d(inner_, c);
+    if (!fused_conv_off) return op;
+    return std::make_unique<OffFusedConv>(std::move(op));
+  }
   std::optional<std::string> nondeterministic_convolutions() const override {
     if (!declares_varying_convs) return std::nullopt;
     return "its filter gradients are summed in the order the device schedules";
@@ -177,6 +194,21 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
 
    private:
     std::unique_ptr<SoftmaxOp> op_;
+  };
+  class OffFusedConv final : public FusedConv2dOp {
+   public:
+    explicit OffFusedConv(std::unique_ptr<FusedConv2dOp> op) : op_(std::move(op)) {}
+    void forward(const Tensor& x, const Tensor* ss, const Tensor& w, Tensor& y, Tensor* sums) override {
+      op_->forward(x, ss, w, y, sums);
+      if (y.dtype != DType::fp32) return;
+      for (std::int64_t i = 0; i < y.numel(); ++i) y.as<float>()[i] *= 1.001f;
+    }
+    void backward_weights(const Tensor& x, const Tensor* ss, const Tensor& dy, Tensor& dw) override {
+      op_->backward_weights(x, ss, dy, dw);
+    }
+
+   private:
+    std::unique_ptr<FusedConv2dOp> op_;
   };
   class OffConv final : public Conv2dOp {
    public:
@@ -367,6 +399,8 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->conv_noise_ulps = subject_backend.conv_noise_ulps;
                             b->fuses_residual = subject_backend.fuses_residual;
                             b->accumulates = subject_backend.accumulates;
+                            b->fuses_conv_batch_norm = subject_backend.fuses_conv_batch_norm;
+                            b->fused_conv_off = subject_backend.fused_conv_off;
                             b->conv_varies = subject_backend.conv_varies;
                             b->scatter_varies = subject_backend.scatter_varies;
                             b->declares_varying_convs = subject_backend.declares_varying_convs;
@@ -488,6 +522,34 @@ TEST(SelfTest, ADeviceThatAccumulatesBranchGradientsInAConvolutionPassesEveryChe
     const auto checks = run_on(backend, one);
     EXPECT_THAT(failed_names(checks), ::testing::IsEmpty()) << (fused ? "residual fused" : "residual apart");
     EXPECT_EQ(checks.size(), 33u);
+  }
+}
+
+// A device that fuses bottlenecks' convolutions with the batch norms between them runs other layers
+// than the CPU's (bn1 and bn2 deferred, no normalised tensor): the reference composes the same for
+// each block the device says it fuses (here not the strided ones), alone and as amp runs on a GPU
+// (the residual fused, the branch gradients accumulated). A fused convolution 0.1% off fails the
+// whole step naming the first block's first convolution.
+TEST(SelfTest, ADeviceThatFusesConvolutionsWithBatchNormsPassesAndAFusedOneOffIsNamed) {
+  NoCommunicator one;
+  for (const bool as_amp_runs : {false, true}) {
+    FaultyBackend backend;
+    backend.fuses_conv_batch_norm = true;
+    backend.fuses_residual = as_amp_runs;
+    backend.accumulates = as_amp_runs;
+    const auto checks = run_on(backend, one);
+    EXPECT_THAT(failed_names(checks), ::testing::IsEmpty()) << (as_amp_runs ? "as amp runs" : "alone");
+    EXPECT_EQ(checks.size(), 33u);
+  }
+  FaultyBackend off;
+  off.fuses_conv_batch_norm = true;
+  off.fused_conv_off = true;
+  const auto checks = run_on(off, one);
+  EXPECT_THAT(failed_names(checks), ::testing::Contains("fp32 resnet50 step, each layer fed the reference's input"));
+  for (const auto& c : checks) {
+    if (c.name.starts_with("resnet50 step")) {
+      EXPECT_THAT(c.detail, ::testing::StartsWith("first off: layer1.0.conv1 (Conv2d) forward")) << c.detail;
+    }
   }
 }
 

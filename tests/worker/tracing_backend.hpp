@@ -181,10 +181,10 @@ class TracingBackend final : public Backend {
       t_.record({sums.data, scale_shift.data, s.mean.data, s.spread.data, s.running_mean.data, s.running_var.data});
       op_->forward_deferred(sums, g, b, scale_shift, s);
     }
-    void backward_deferred(const Tensor& x, const Tensor& scale_shift, const Tensor& dy, const Tensor& g,
+    void backward_deferred(const Tensor& x, const Tensor& dy, const Tensor& g, const Tensor& b,
                            const BatchNormStatistics& s, Tensor& dx, Tensor& dg, Tensor& db) override {
-      t_.record({x.data, scale_shift.data, dy.data, s.mean.data, s.spread.data, dx.data});
-      op_->backward_deferred(x, scale_shift, dy, g, s, dx, dg, db);
+      t_.record({x.data, dy.data, s.mean.data, s.spread.data, dx.data});
+      op_->backward_deferred(x, dy, g, b, s, dx, dg, db);
     }
 
    private:

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "batch_norm_plan.hpp"
 #include "precision.hpp"
 
 namespace dlbench::worker {
@@ -28,8 +29,7 @@ void with_element_type(DType dtype, F&& f) {
                               std::string(to_string(dtype)));
 }
 
-// The batch norm's ReLU input as the fused convolution and the batch norm's backward both compute
-// it: one fused multiply-add, so that the mask backward recomputes is forward's.
+// The batch norm's ReLU input as the fused convolution computes it: one fused multiply-add.
 inline float normalized(float x, float scale, float shift) { return std::fma(x, scale, shift); }
 
 template <typename T>
@@ -155,74 +155,62 @@ class HostDeferredBatchNorm final : public BatchNormOp {
     const float* sum = sums.as<float>();
     const float* g = gamma.as<float>();
     const float* b = beta.as<float>();
-    float* mean = s.mean.as<float>();
-    float* inverse_std = s.spread.as<float>();  // this op's own form of the spread
     float* running_mean = s.running_mean.as<float>();
     float* running_var = s.running_var.as<float>();
-    const auto n = static_cast<double>(count_);
     with_element_type(dtype_, [&]<typename T>(T) {
       T* ss = scale_shift.as<T>();
       for (std::int64_t c = 0; c < channels_; ++c) {
-        const double m = static_cast<double>(sum[c]) / n;
-        const double variance = std::max(static_cast<double>(sum[channels_ + c]) / n - m * m, 0.0);
-        const double inverse = 1.0 / std::sqrt(variance + static_cast<double>(epsilon_));
-        const double scale = static_cast<double>(g[c]) * inverse;
-        mean[c] = static_cast<float>(m);
-        inverse_std[c] = static_cast<float>(inverse);
-        ss[c] = from_float<T>(static_cast<float>(scale));
-        ss[channels_ + c] = from_float<T>(static_cast<float>(static_cast<double>(b[c]) - m * scale));
-        const double unbiased = count_ > 1 ? variance * n / (n - 1.0) : variance;
-        running_mean[c] = (1.0f - momentum_) * running_mean[c] + momentum_ * static_cast<float>(m);
-        running_var[c] = (1.0f - momentum_) * running_var[c] + momentum_ * static_cast<float>(unbiased);
+        const DeferredBatchNormChannel d =
+            deferred_batch_norm_channel(static_cast<double>(count_), sum[c], sum[channels_ + c], g[c], b[c], epsilon_,
+                                        momentum_, running_mean[c], running_var[c]);
+        s.mean.as<float>()[c] = d.statistics.mean;
+        s.spread.as<float>()[c] = d.statistics.inverse_std;  // the own kernels' form, as on a GPU
+        running_mean[c] = d.statistics.running_mean;
+        running_var[c] = d.statistics.running_var;
+        ss[c] = from_float<T>(d.statistics.scale);
+        ss[channels_ + c] = from_float<T>(d.shift);
       }
     });
   }
 
-  void backward_deferred(const Tensor& x, const Tensor& scale_shift, const Tensor& dy, const Tensor& gamma,
+  // The own kernels' ReLU-tail backward (cuda/batch_norm_kernels.cu) on the host: g = dy where
+  // (x − mean) · scale + β > 0, Σg and Σg · (x − mean) in fp64, dx = a · g + b · (x − mean) + e.
+  void backward_deferred(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                          const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
     const float* mean = s.mean.as<float>();
     const float* inverse_std = s.spread.as<float>();
     const float* g = gamma.as<float>();
+    const float* b = beta.as<float>();
+    std::vector<float> scale(static_cast<std::size_t>(channels_));
+    for (std::int64_t c = 0; c < channels_; ++c) scale[static_cast<std::size_t>(c)] = batch_norm_scale(g[c], inverse_std[c]);
     with_element_type(dtype_, [&]<typename T>(T) {
-      const auto affine = scales_and_shifts<T>(scale_shift, channels_);
-      const std::vector<float>& scale = affine.first;
-      const std::vector<float>& shift = affine.second;
       const T* in = x.as<T>();
       const T* grad = dy.as<T>();
       T* out = dx.as<T>();
       const std::int64_t channels = channels_;
-      // The ReLU's gradient where its input, recomputed as forward's convolution read it, was > 0.
-      const auto masked = [&](std::int64_t i, std::size_t c) {
-        return normalized(to_float(in[i]), scale[c], shift[c]) > 0.0f ? to_float(grad[i]) : 0.0f;
-      };
-      const auto x_hat = [&](std::int64_t i, std::int64_t c) {
-        return (static_cast<double>(to_float(in[i])) - static_cast<double>(mean[c])) * static_cast<double>(inverse_std[c]);
+      const auto masked = [&](std::int64_t i, std::int64_t c) {
+        const float normalized = batch_norm_normalized(to_float(in[i]), mean[c], scale[static_cast<std::size_t>(c)], b[c]);
+        return normalized > 0.0f ? to_float(grad[i]) : 0.0f;
       };
       const std::vector<double> total = channel_sums(count_, channels, [&](std::int64_t p, std::int64_t c) {
         const std::int64_t i = p * channels + c;
-        const auto k = static_cast<std::size_t>(c);
-        const double d = masked(i, k);
-        return std::make_pair(d, d * x_hat(i, c));
+        const double d = masked(i, c);
+        return std::make_pair(d, d * (static_cast<double>(to_float(in[i])) - static_cast<double>(mean[c])));
       });
-      float* dg = dgamma.as<float>();
-      float* db = dbeta.as<float>();
-      const auto n = static_cast<double>(count_);
-      std::vector<double> mean_d(static_cast<std::size_t>(channels)), mean_dxhat(mean_d.size());
+      std::vector<BatchNormBackwardChannel> coefficients(static_cast<std::size_t>(channels));
       for (std::int64_t c = 0; c < channels; ++c) {
         const auto k = static_cast<std::size_t>(c);
-        db[c] = static_cast<float>(total[k]);
-        dg[c] = static_cast<float>(total[static_cast<std::size_t>(channels) + k]);
-        mean_d[k] = total[k] / n;
-        mean_dxhat[k] = total[static_cast<std::size_t>(channels) + k] / n;
+        coefficients[k] = batch_norm_backward_channel(static_cast<double>(count_), total[k],
+                                                      total[static_cast<std::size_t>(channels) + k], g[c], inverse_std[c]);
+        dgamma.as<float>()[c] = coefficients[k].dgamma;
+        dbeta.as<float>()[c] = coefficients[k].dbeta;
       }
 #pragma omp parallel for schedule(static)
       for (std::int64_t p = 0; p < count_; ++p) {
         for (std::int64_t c = 0; c < channels; ++c) {
           const std::int64_t i = p * channels + c;
-          const auto k = static_cast<std::size_t>(c);
-          const double d = masked(i, k);
-          out[i] = from_float<T>(static_cast<float>(static_cast<double>(g[c]) * static_cast<double>(inverse_std[c]) *
-                                                    (d - mean_d[k] - x_hat(i, c) * mean_dxhat[k])));
+          const BatchNormBackwardChannel& k = coefficients[static_cast<std::size_t>(c)];
+          out[i] = from_float<T>(k.a * masked(i, c) + k.b * (to_float(in[i]) - mean[c]) + k.e);
         }
       }
     });

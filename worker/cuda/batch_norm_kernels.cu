@@ -407,6 +407,25 @@ int pack_width(DType dtype) { return static_cast<int>(kVectorBytes / dtype_size(
 
 // The unit width the passes take where every pointer is 16-byte aligned (dispatch), single values
 // otherwise: the width an add-and-ReLU mask is laid out for.
+// A thread a channel: a deferred batch norm's statistics from the sums its convolution wrote, the
+// running ones moved, and the scale and shift the next convolution applies (deferred_batch_norm_channel).
+template <typename T>
+__global__ void deferred_statistics_kernel(std::int64_t channels, double count, const float* sums, const float* gamma,
+                                           const float* beta, float epsilon, float momentum, float* mean,
+                                           float* inverse_std, float* running_mean, float* running_var,
+                                           T* scale_shift) {
+  DLBENCH_GRID_STRIDE(c, channels) {
+    const DeferredBatchNormChannel d = deferred_batch_norm_channel(count, sums[c], sums[channels + c], gamma[c], beta[c],
+                                                                   epsilon, momentum, running_mean[c], running_var[c]);
+    mean[c] = d.statistics.mean;
+    inverse_std[c] = d.statistics.inverse_std;
+    running_mean[c] = d.statistics.running_mean;
+    running_var[c] = d.statistics.running_var;
+    scale_shift[c] = store<T>(d.statistics.scale);
+    scale_shift[channels + c] = store<T>(d.shift);
+  }
+}
+
 int aligned_unit_width(DType dtype, bool channels_last, const BatchNormShape& s) {
   return channels_last ? batch_norm_tile_width(s.channels, pack_width(dtype))
                        : batch_norm_unit_width(s.pixels, pack_width(dtype));
@@ -583,6 +602,18 @@ void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& 
       DLBENCH_LAUNCH_GRID((input_gradient_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, grad,
           residual_grad, in_grad, coefficients, normalizing, s, plan);
     });
+  });
+}
+
+void deferred_batch_norm_forward(DType dtype, std::int64_t channels, std::int64_t count, const float* sums,
+                                 const float* gamma, const float* beta, float epsilon, float momentum, float* mean,
+                                 float* inverse_std, float* running_mean, float* running_var, void* scale_shift,
+                                 cudaStream_t stream) {
+  if (channels <= 0 || count <= 0) throw std::invalid_argument("batch norm kernels: an empty activation");
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    DLBENCH_LAUNCH(deferred_statistics_kernel<T>, channels, stream, channels, static_cast<double>(count), sums, gamma,
+                   beta, epsilon, momentum, mean, inverse_std, running_mean, running_var, static_cast<T*>(scale_shift));
   });
 }
 

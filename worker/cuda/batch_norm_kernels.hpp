@@ -49,4 +49,14 @@ void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& 
                          const float* gamma, const float* beta, const float* mean, const float* inverse_std,
                          float* dgamma, float* dbeta, float* scratch, cudaStream_t stream);
 
+// A deferred batch norm's forward (BatchNormConfig::deferred): each channel's mean and inverse std
+// from `sums` ((2, C) fp32: Σx then Σx² over `count` values, a fused convolution's), the running
+// statistics moved as batch_norm_forward_training moves them, and scale_shift ((2, C) of `dtype`:
+// γ · inverse std, then β − mean · scale), which the next convolution applies as it reads x. Its
+// backward is batch_norm_backward's with the relu tail, from the same statistics.
+void deferred_batch_norm_forward(DType dtype, std::int64_t channels, std::int64_t count, const float* sums,
+                                 const float* gamma, const float* beta, float epsilon, float momentum, float* mean,
+                                 float* inverse_std, float* running_mean, float* running_var, void* scale_shift,
+                                 cudaStream_t stream);
+
 }  // namespace dlbench::worker::kernels

@@ -148,10 +148,14 @@ struct ConvPlan {
   double milliseconds = 0;  // as timed when chosen
 };
 
-// The plans a backend has chosen, one per distinct convolution pass: each is timed once.
+struct FusedConvPlan;  // cuda/fused_conv.cpp
+
+// The plans a backend has chosen, one per distinct convolution pass: each is timed once. And the
+// plans of the passes fused with batch norms, one per distinct graph, by its description.
 struct ConvPlanCache {
   std::mutex mutex;
   std::map<ConvAlgorithmKey, std::shared_ptr<const ConvPlan>> plans;
+  std::map<std::string, std::shared_ptr<const FusedConvPlan>> fused;
 };
 
 // The three pointers one pass runs on, by the uids above.

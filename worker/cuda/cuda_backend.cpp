@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iostream>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -357,6 +358,8 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
       conv_determinism_(worker::conv_determinism(std::getenv("DLBENCH_CUDA_ALGORITHMS"))),
       residual_gradient_(residual_gradient(layout_, std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
       attention_route_(attention_route("DLBENCH_CUDA_ATTENTION", std::getenv("DLBENCH_CUDA_ATTENTION"))),
+      conv_batch_norm_route_(
+          conv_batch_norm_route("DLBENCH_CUDA_CONV_BATCH_NORM", std::getenv("DLBENCH_CUDA_CONV_BATCH_NORM"))),
       conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()),
       weight_copies_(worker::weight_copies(std::getenv("DLBENCH_CUDA_WEIGHT_COPIES"))),
       padded_input_channels_(worker::padded_input_channels(std::getenv("DLBENCH_CUDA_PAD_INPUT_CHANNELS"))),
@@ -421,6 +424,7 @@ std::map<std::string, std::string> CudaBackend::options() const {
           {"algorithms", name(kConvDeterminisms, conv_determinism_)},
           {"residualGrad", name(kResidualGradients, residual_gradient_)},
           {"attention", name(kAttentionRoutes, attention_route_)},
+          {"convBatchNorm", name(kConvBatchNormRoutes, conv_batch_norm_route_)},
           {"weightCopies", name(kWeightCopies, weight_copies_)},
           {"padInputChannels", name(kPaddedInputChannels, padded_input_channels_)},
           {"pool", name(kPoolRoutes, pool_route_)},
@@ -644,8 +648,35 @@ std::unique_ptr<Conv2dOp> CudaBackend::make_conv2d(const Conv2dConfig& c) {
   require_computable(c.dtype);
   return cuda_detail::make_conv(*this, c);
 }
+std::unique_ptr<FusedConv2dOp> CudaBackend::make_fused_conv2d(const FusedConv2dConfig& c) {
+  if (conv_batch_norm_route_ != ConvBatchNormRoute::fused) return nullptr;
+  require_computable(c.conv.dtype);
+  const auto apart = [&](const std::string& why) {
+    std::cerr << "dlbench-worker: a " + c.conv.input.to_string() + " convolution to " +
+                     std::to_string(c.conv.out_channels) + " channels runs apart from its batch norms: " + why + "\n";
+    return nullptr;
+  };
+  if (activation_layout() != Layout::nhwc || (c.conv.dtype != DType::fp16 && c.conv.dtype != DType::bf16)) {
+    return nullptr;  // the engines fuse half activations in channels-last order only: no block fuses
+  }
+  // The shift and Σy² start C values after the scale and Σy: cuDNN wants each tensor 16-byte aligned.
+  if (c.conv.bias || (c.conv.input.c() * 2) % 16 != 0 || (c.conv.out_channels * 4) % 16 != 0) {
+    return apart("a bias, or channels not a multiple of 8");
+  }
+  try {
+    return cuda_detail::make_fused_conv(*this, c);
+  } catch (const CudaOutOfMemory&) {
+    throw;
+  } catch (const CudaError& e) {  // cuDNN refused the graph, or no engine built a plan for it
+    return apart(e.what());
+  }
+}
 std::unique_ptr<BatchNormOp> CudaBackend::make_batch_norm(const BatchNormConfig& c) {
   require_computable(c.dtype);
+  if (c.deferred) {  // the own kernels' relu tail
+    if (!c.relu || c.add_relu) throw std::invalid_argument("a deferred batch norm has its ReLU and no residual");
+    return cuda_detail::make_kernel_batch_norm(*this, c);
+  }
   if (c.relu && !fuses_batch_norm_relu()) {
     throw std::invalid_argument("this cuda backend does not fuse batch norm and ReLU (fuses_batch_norm_relu)");
   }

@@ -22,6 +22,7 @@
 
 #include "attention_route.hpp"
 #include "backend.hpp"
+#include "conv_batch_norm_route.hpp"
 #include "cuda/activation_layout.hpp"
 #include "cuda/conv_engines.hpp"
 #include "cuda/batch_norm_calls.hpp"
@@ -105,6 +106,10 @@ class CudaBackend final : public Backend {
   bool fuses_batch_norm_add_relu() const override {
     return batch_norm_route_ == BatchNormCalls::ex_add_relu || batch_norm_route_ == BatchNormCalls::own;
   }
+  // DLBENCH_CUDA_CONV_BATCH_NORM=fused: cuda/fused_conv.cpp's op for channels-last half activations
+  // where an engine runs the graph (one line on stderr says why not where none does); null
+  // otherwise. Its deferred batch norms take the own kernels whatever DLBENCH_CUDA_BATCH_NORM says.
+  std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& config) override;
   // Which cuDNN calls this backend's batch norms take: DLBENCH_CUDA_BATCH_NORM, read once.
   BatchNormCalls batch_norm_route() const { return batch_norm_route_; }
   BatchNormMode batch_norm_mode() const { return batch_norm_mode_; }
@@ -236,6 +241,7 @@ class CudaBackend final : public Backend {
   ConvDeterminism conv_determinism_ = ConvDeterminism::any;
   ResidualGradient residual_gradient_ = ResidualGradient::sum;
   AttentionRoute attention_route_ = AttentionRoute::composed;
+  ConvBatchNormRoute conv_batch_norm_route_ = ConvBatchNormRoute::separate;
   std::unique_ptr<cuda_detail::ConvPlanCache> conv_plans_;  // destroyed before the cuDNN handle
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;

@@ -74,9 +74,11 @@ struct TensorDescriptor {
   TensorDescriptor& operator=(const TensorDescriptor&) = delete;
 };
 
-// The ops that live in their own files: convolution with its algorithm cache, the cuBLASLt
-// linear layer, and batch norm through dlbench's own kernels (NCHW only).
+// The ops that live in their own files: convolution with its algorithm cache, the convolution
+// fused with its batch norms (throws CudaError where no engine runs it), the cuBLASLt linear layer,
+// and batch norm through dlbench's own kernels.
 std::unique_ptr<Conv2dOp> make_conv(CudaBackend& backend, const Conv2dConfig& config);
+std::unique_ptr<FusedConv2dOp> make_fused_conv(CudaBackend& backend, const FusedConv2dConfig& config);
 std::unique_ptr<LinearOp> make_linear(CudaBackend& backend, const LinearConfig& config);
 std::unique_ptr<BatchNormOp> make_kernel_batch_norm(CudaBackend& backend, const BatchNormConfig& config);
 

@@ -19,6 +19,7 @@ class KernelBatchNorm final : public BatchNormOp {
   KernelBatchNorm(CudaBackend& backend, const BatchNormConfig& config)
       : backend_(backend), dtype_(config.dtype), channels_last_(backend.activation_layout() == Layout::nhwc),
         shape_(batch_norm_shape(config.input)), epsilon_(config.epsilon), momentum_(config.momentum),
+        deferred_(config.deferred),
         tail_(config.add_relu ? kernels::BatchNormTail::add_relu
               : config.relu   ? kernels::BatchNormTail::relu
                               : kernels::BatchNormTail::none),
@@ -32,8 +33,29 @@ class KernelBatchNorm final : public BatchNormOp {
   // forward to backward. So the memory plan may give y away once the next layer's backward has read it.
   std::size_t workspace_bytes() const override { return mask_bytes_; }
 
+  // Deferred (BatchNormConfig::deferred): the statistics from the convolution's sums, and backward
+  // through the relu tail, its mask found again from x, γ, β and the statistics.
+  void forward_deferred(const Tensor& sums, const Tensor& gamma, const Tensor& beta, Tensor& scale_shift,
+                        BatchNormStatistics& s) override {
+    if (!deferred_) BatchNormOp::forward_deferred(sums, gamma, beta, scale_shift, s);
+    require_elements(sums, 2 * shape_.channels, "deferred batch norm", "sums");
+    require_elements(scale_shift, 2 * shape_.channels, "deferred batch norm", "scale_shift");
+    require_dtype("deferred batch norm", dtype_, {&scale_shift});
+    kernels::deferred_batch_norm_forward(dtype_, shape_.channels, shape_.per_channel(), sums.as<float>(),
+                                         gamma.as<float>(), beta.as<float>(), epsilon_, momentum_, s.mean.as<float>(),
+                                         s.spread.as<float>(), s.running_mean.as<float>(), s.running_var.as<float>(),
+                                         scale_shift.data, backend_.stream());
+  }
+  void backward_deferred(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                         const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    if (!deferred_) BatchNormOp::backward_deferred(x, dy, gamma, beta, s, dx, dgamma, dbeta);
+    require_dtype("deferred batch norm", dtype_, {&x, &dy, &dx});
+    backward_pass(x, nullptr, dy, nullptr, gamma, beta, s, dx, dgamma, dbeta);
+  }
+
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, BatchNormStatistics& s,
                         void*) override {
+    if (deferred_) throw std::logic_error("this batch norm was made deferred: forward_deferred runs it");
     if (tail_ == kernels::BatchNormTail::add_relu) {
       throw std::logic_error("this batch norm was made with add_relu: forward_training_add_relu runs it");
     }
@@ -46,6 +68,7 @@ class KernelBatchNorm final : public BatchNormOp {
     if (tail_ == kernels::BatchNormTail::add_relu) {
       throw std::logic_error("this batch norm was made with add_relu: backward_add_relu runs it");
     }
+    if (deferred_) throw std::logic_error("this batch norm was made deferred: backward_deferred runs it");
     require_dtype("batch norm", dtype_, {&x, &dy, &dx});
     backward_pass(x, nullptr, dy, nullptr, gamma, beta, s, dx, dgamma, dbeta);
   }
@@ -109,6 +132,7 @@ class KernelBatchNorm final : public BatchNormOp {
   bool channels_last_;
   BatchNormShape shape_;
   float epsilon_, momentum_;
+  bool deferred_;  // BatchNormConfig::deferred: the relu tail, through forward_deferred and backward_deferred
   kernels::BatchNormTail tail_;
   std::size_t scratch_bytes_;
   std::size_t mask_bytes_;  // the workspace: the add_relu tail's mask, none for the other tails

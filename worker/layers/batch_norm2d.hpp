@@ -106,7 +106,7 @@ class BatchNorm2d final : public Layer {
 
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
     if (deferred_) {
-      op_->backward_deferred(*x_, scale_shift_, dy, gamma_.value, stats_, dx_, gamma_.grad, beta_.grad);
+      op_->backward_deferred(*x_, dy, gamma_.value, beta_.value, stats_, dx_, gamma_.grad, beta_.grad);
       ctx.notify({&gamma_, &beta_});
       return dx_;
     }
@@ -131,8 +131,8 @@ class BatchNorm2d final : public Layer {
 
  private:
   // Deferred: forward reads the convolution before's sums (it requested them at its tick) and
-  // writes scale_shift, which the convolution after reads forward and backward and this layer's
-  // backward last; backward reads x again for the ReLU's mask and x̂. No y, no mask of its own.
+  // writes scale_shift, which the convolution after reads forward and backward (it declares so);
+  // backward reads x again for the ReLU's mask and x̂. No y, no mask of its own.
   Tensor setup_deferred(const Tensor& input, SetupContext& ctx) {
     BatchNormConfig config{input.shape, epsilon_, input.dtype, true, momentum_, false};
     config.deferred = true;
@@ -142,8 +142,7 @@ class BatchNorm2d final : public Layer {
     ctx.arena.read(sums_, t);
     ctx.arena.read(input, t.mirrored());
     scale_shift_ = Tensor{nullptr, Shape(2, channels_), Layout::plain, input.dtype};
-    ctx.arena.request(scale_shift_, t);
-    ctx.arena.read(scale_shift_, t.mirrored());
+    ctx.arena.request(scale_shift_, t);  // the convolution after declares its reads
     for (Tensor* s : {&stats_.mean, &stats_.spread, &stats_.running_mean, &stats_.running_var}) s->shape = Shape(channels_);
     for (Tensor* s : {&stats_.mean, &stats_.spread}) {
       ctx.arena.request(*s, t);

@@ -63,6 +63,10 @@ class Conv2d final : public Layer {
     ctx.arena.read(input, t.mirrored());  // weight gradients
     y_ = activation(config_.output(), layout, input.dtype);
     ctx.arena.request(y_, t);
+    if (input_scale_shift_ != nullptr) {  // the deferred batch norm's, written at its tick before this one
+      ctx.arena.read(*input_scale_shift_, t);
+      ctx.arena.read(*input_scale_shift_, t.mirrored());  // the filter gradient normalises x again
+    }
     if (output_sums_ != nullptr) {
       // Written here, read by the deferred batch norm after at its own tick.
       *output_sums_ = Tensor{nullptr, Shape(2, out_), Layout::plain, DType::fp32};

@@ -1,0 +1,189 @@
+// A convolution fused with the batch norms around it (FusedConv2dOp, DLBENCH_CUDA_CONV_BATCH_NORM=
+// fused) through cuDNN's runtime-fusion engines: the graphs of cuda/conv_fusion.hpp over
+// channels-last half activations, each run by the best-ranked plan that builds for this device
+// (built once per distinct graph in a backend: a runtime-fusion engine compiles its kernel as the
+// plan is finalized). The filter reaches the engine as CudaConv hands it over (a kept copy, or
+// rounded into the parameter scratch as KRSC), and its gradient is widened back into fp32 OIHW.
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/conv_algorithms.hpp"
+#include "cuda/conv_engines.hpp"
+#include "cuda/conv_fusion.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/cuda_common.hpp"
+#include "cuda/kernels.hpp"
+
+namespace dlbench::worker::cuda_detail {
+
+// A fused graph and the plan an engine built of it.
+struct FusedConvPlan {
+  FusedConvPlan(const Conv2dConfig& config, ConvFusion fusion, cudnnHandle_t handle) : graph(config, fusion, handle) {}
+  FusedConvGraph graph;
+  std::optional<BuiltPlan> built;
+};
+
+namespace {
+
+std::string describe_fused(const Conv2dConfig& c, ConvFusion fusion) {
+  ConvAlgorithmKey key = conv_algorithm_key(c, Layout::nhwc, true, ConvPass::forward, ConvDeterminism::any);
+  return std::string(to_string(fusion)) + " " + describe_convolution(key).substr(std::string("forward ").size());
+}
+
+// The plan for `fusion` of `config` on `backend`'s device: the backend's, or built now. Throws
+// CudaError where cuDNN refuses the graph or no engine builds a plan for it.
+std::shared_ptr<const FusedConvPlan> fused_plan(CudaBackend& backend, const Conv2dConfig& config, ConvFusion fusion) {
+  const std::string key = describe_fused(config, fusion);
+  ConvPlanCache& cache = backend.conv_plans();
+  {
+    std::lock_guard lock(cache.mutex);
+    if (const auto it = cache.fused.find(key); it != cache.fused.end()) return it->second;
+  }
+  auto plan = std::make_shared<FusedConvPlan>(config, fusion, backend.cudnn());
+  EngineSearchResult result = search_engines(plan->graph, backend.cudnn(), nullptr, 1);
+  if (result.built.empty()) {
+    throw CudaError("cuDNN graph API: no engine runs " + key + ": " + describe_search(result.search) +
+                    (result.first_unbuildable_reason.empty() ? "" : "; " + result.first_unbuildable_reason));
+  }
+  plan->built = std::move(result.built.front());
+  if (log_algorithms()) {
+    std::cerr << "dlbench-worker: cudnn " + key + ": graph engine " + std::to_string(plan->built->engine) + ", " +
+                     mebibytes(plan->built->workspace) + " workspace; " + describe_search(result.search) + "\n";
+  }
+  std::lock_guard lock(cache.mutex);
+  return cache.fused.emplace(key, std::move(plan)).first->second;
+}
+
+class CudaFusedConv2d final : public FusedConv2dOp {
+ public:
+  CudaFusedConv2d(CudaBackend& backend, const FusedConv2dConfig& c)
+      : backend_(backend), config_(c),
+        forward_(fused_plan(backend, c.conv,
+                            c.normalized_input ? ConvFusion::scale_bias_relu_conv_genstats
+                            : c.output_sums    ? ConvFusion::conv_genstats
+                                               : ConvFusion::conv)) {
+    if (c.normalized_input) wgrad_ = fused_plan(backend, c.conv, ConvFusion::scale_bias_relu_wgrad);
+    // The fused forward that reads a normalised input always sums its output; with no batch norm
+    // to take the sums, they go to memory of the op's own.
+    if (c.normalized_input && !c.output_sums) {
+      unused_sums_ = backend.allocate(2 * static_cast<std::size_t>(c.conv.out_channels) * sizeof(float));
+    }
+  }
+
+  void forward(const Tensor& x, const Tensor* scale_shift, const Tensor& weight, Tensor& y, Tensor* sums) override {
+    require_dtype("fused convolution", config_.conv.dtype, {&x, &y});
+    std::map<std::int64_t, void*> at{{kInputUid, x.data}, {kFilterUid, filter(weight)}, {kOutputUid, y.data}};
+    if (config_.normalized_input) add_scale_and_shift(at, scale_shift);
+    if (config_.normalized_input || config_.output_sums) {
+      float* s = nullptr;
+      if (config_.output_sums) {
+        if (sums == nullptr) throw std::logic_error("a fused convolution made with output_sums needs its sums");
+        require_elements(*sums, 2 * config_.conv.out_channels, "fused convolution", "sums");
+        s = sums->as<float>();
+      } else {
+        s = static_cast<float*>(unused_sums_.get());
+      }
+      // Zeroed first: whether the engines' statistics overwrite or add is not documented (the probe's
+      // check, which fills them with random values first, tells on a GPU); a cleared C floats is no cost.
+      DLBENCH_CUDA_CHECK(cudaMemsetAsync(s, 0, 2 * static_cast<std::size_t>(config_.conv.out_channels) * sizeof(float),
+                                         backend_.stream()));
+      at[kSumUid] = s;
+      at[kSquareSumUid] = s + config_.conv.out_channels;
+    }
+    run(*forward_, forward_pack_, at);
+  }
+
+  void backward_weights(const Tensor& x, const Tensor* scale_shift, const Tensor& dy, Tensor& dweight) override {
+    if (!wgrad_) {
+      throw std::logic_error("a fused convolution without a normalised input leaves its filter gradient to the plain one");
+    }
+    require_dtype("fused convolution", config_.conv.dtype, {&x, &dy});
+    void* dw = backend_.parameter_scratch(filter_bytes());
+    std::map<std::int64_t, void*> at{{kInputUid, x.data}, {kFilterUid, dw}, {kOutputUid, dy.data}};
+    add_scale_and_shift(at, scale_shift);
+    run(*wgrad_, wgrad_pack_, at);
+    const Conv2dConfig& c = config_.conv;
+    kernels::filter_to_fp32(c.dtype, dw, true, dweight.as<float>(), as_int(c.out_channels), as_int(c.input.c()),
+                            as_int(c.input.c()), as_int(c.kernel.h), as_int(c.kernel.w), backend_.stream());
+  }
+
+ private:
+  // A variant pack kept while its buffers stay where they are (the arena's do, step after step).
+  struct Pack {
+    std::optional<BackendDescriptor> descriptor;
+    std::vector<void*> pointers;
+  };
+
+  void add_scale_and_shift(std::map<std::int64_t, void*>& at, const Tensor* scale_shift) const {
+    if (scale_shift == nullptr) throw std::logic_error("a fused convolution made with normalized_input needs a scale and shift");
+    require_dtype("fused convolution", config_.conv.dtype, {scale_shift});
+    require_elements(*scale_shift, 2 * config_.conv.input.c(), "fused convolution", "scale_shift");
+    at[kScaleUid] = scale_shift->data;
+    at[kBiasUid] = static_cast<char*>(scale_shift->data) +
+                   static_cast<std::size_t>(config_.conv.input.c()) * dtype_size(config_.conv.dtype);
+  }
+
+  void run(const FusedConvPlan& plan, Pack& pack, const std::map<std::int64_t, void*>& at) {
+    const BuiltPlan& built = *plan.built;
+    void* workspace = built.workspace > 0 ? backend_.workspace(built.workspace) : nullptr;
+    std::vector<std::int64_t> uids;
+    std::vector<void*> pointers;
+    for (const FusedTensor& t : plan.graph.tensors) {
+      const auto it = at.find(t.uid);
+      if (it == at.end()) throw std::logic_error("a fused convolution's graph names a tensor it was not given");
+      uids.push_back(t.uid);
+      pointers.push_back(it->second);
+    }
+    pointers.push_back(workspace);
+    if (!pack.descriptor || pack.pointers != pointers) {
+      BackendDescriptor d(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+      d.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), std::ssize(uids));
+      d.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(), std::ssize(uids));
+      d.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
+      d.finalize("a fused convolution's variant pack");
+      pack.descriptor = std::move(d);
+      pack.pointers = std::move(pointers);
+    }
+    check_cudnn_graph(cudnnBackendExecute(backend_.cudnn(), built.plan.get(), pack.descriptor->get()),
+                      "running engine " + std::to_string(built.engine));
+  }
+
+  std::size_t filter_bytes() const {
+    return static_cast<std::size_t>(config_.conv.weight().numel()) * dtype_size(config_.conv.dtype);
+  }
+  // The filter as the engine reads it: the kept copy, or rounded into the parameter scratch as KRSC.
+  void* filter(const Tensor& weight) {
+    const Conv2dConfig& c = config_.conv;
+    std::optional<FilterShape> arranged;
+    if (c.kernel.h != 1 || c.kernel.w != 1) arranged = FilterShape{c.out_channels, c.input.c(), c.kernel.h, c.kernel.w};
+    if (const void* kept = backend_.kept_weight(weight.as<float>(), weight.numel(), c.dtype, arranged)) {
+      return const_cast<void*>(kept);
+    }
+    void* copy = backend_.parameter_scratch(filter_bytes());
+    kernels::filter_from_fp32(weight.as<float>(), c.dtype, copy, true, as_int(c.out_channels), as_int(c.input.c()),
+                              as_int(c.kernel.h), as_int(c.kernel.w), backend_.stream());
+    return copy;
+  }
+
+  CudaBackend& backend_;
+  FusedConv2dConfig config_;
+  std::shared_ptr<const FusedConvPlan> forward_, wgrad_;
+  Pack forward_pack_, wgrad_pack_;
+  std::shared_ptr<void> unused_sums_;
+};
+
+}  // namespace
+
+std::unique_ptr<FusedConv2dOp> make_fused_conv(CudaBackend& backend, const FusedConv2dConfig& config) {
+  return std::make_unique<CudaFusedConv2d>(backend, config);
+}
+
+}  // namespace dlbench::worker::cuda_detail
