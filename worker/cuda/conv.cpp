@@ -270,12 +270,6 @@ class CudaConv final : public Conv2dOp {
     return filter_as_given() || (backend_.weight_copies() == WeightCopies::kept && config_.dtype == DType::fp32 &&
                                  config_.kernel.h == 1 && config_.kernel.w == 1 && !padded());
   }
-  // The order a channels-last pass reads the filter in where it is not the parameter's own: OHWI,
-  // unless the filter is 1x1.
-  std::optional<FilterShape> arranged() const {
-    if (!channels_last() || (config_.kernel.h == 1 && config_.kernel.w == 1)) return std::nullopt;
-    return FilterShape{config_.out_channels, config_.input.c(), config_.kernel.h, config_.kernel.w};
-  }
   bool tensor_cores() const { return backend_.math() == CudaMath::tf32 || config_.dtype != DType::fp32; }
   // The filter as the passes read it, in the activations' type (padded: with its zero taps).
   std::size_t filter_bytes() const {
@@ -285,21 +279,11 @@ class CudaConv final : public Conv2dOp {
   // OHWI copy made for this pass. cuDNN's operands are untyped and mutable; a filter is only read.
   void* filter(const Tensor& weight) {
     if (filter_as_given()) return weight.as<float>();
-    if (!padded()) {
-      if (const void* kept = backend_.kept_weight(weight.as<float>(), weight.numel(), config_.dtype, arranged())) {
-        return const_cast<void*>(kept);
-      }
-    }
+    if (!padded()) return rounded_filter(backend_, weight, config_, channels_last());
     void* copy = backend_.parameter_scratch(filter_bytes());
-    if (padded()) {
-      kernels::padded_filter_from_fp32(weight.as<float>(), config_.dtype, copy, as_int(config_.out_channels),
-                                       as_int(config_.input.c()), as_int(passes_config_.input.c()),
-                                       as_int(config_.kernel.h), as_int(config_.kernel.w), backend_.stream());
-      return copy;
-    }
-    kernels::filter_from_fp32(weight.as<float>(), config_.dtype, copy, channels_last(), as_int(config_.out_channels),
-                              as_int(config_.input.c()), as_int(config_.kernel.h), as_int(config_.kernel.w),
-                              backend_.stream());
+    kernels::padded_filter_from_fp32(weight.as<float>(), config_.dtype, copy, as_int(config_.out_channels),
+                                     as_int(config_.input.c()), as_int(passes_config_.input.c()),
+                                     as_int(config_.kernel.h), as_int(config_.kernel.w), backend_.stream());
     return copy;
   }
 
@@ -314,6 +298,23 @@ class CudaConv final : public Conv2dOp {
 };
 
 }  // namespace
+
+void* rounded_filter(CudaBackend& backend, const Tensor& weight, const Conv2dConfig& config, bool channels_last) {
+  // The order a channels-last pass reads the filter in where it is not the parameter's own: OHWI,
+  // unless the filter is 1x1.
+  std::optional<FilterShape> arranged;
+  if (channels_last && (config.kernel.h != 1 || config.kernel.w != 1)) {
+    arranged = FilterShape{config.out_channels, config.input.c(), config.kernel.h, config.kernel.w};
+  }
+  if (const void* kept = backend.kept_weight(weight.as<float>(), weight.numel(), config.dtype, arranged)) {
+    return const_cast<void*>(kept);  // cuDNN's operands are untyped and mutable; a filter is only read
+  }
+  void* copy = backend.parameter_scratch(static_cast<std::size_t>(config.weight().numel()) * dtype_size(config.dtype));
+  kernels::filter_from_fp32(weight.as<float>(), config.dtype, copy, channels_last, as_int(config.out_channels),
+                            as_int(config.input.c()), as_int(config.kernel.h), as_int(config.kernel.w),
+                            backend.stream());
+  return copy;
+}
 
 std::unique_ptr<Conv2dOp> make_conv(CudaBackend& backend, const Conv2dConfig& config) {
   return std::make_unique<CudaConv>(backend, config);

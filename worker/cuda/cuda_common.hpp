@@ -79,6 +79,9 @@ struct TensorDescriptor {
 // and batch norm through dlbench's own kernels.
 std::unique_ptr<Conv2dOp> make_conv(CudaBackend& backend, const Conv2dConfig& config);
 std::unique_ptr<FusedConv2dOp> make_fused_conv(CudaBackend& backend, const FusedConv2dConfig& config);
+// The fp32 filter `weight` as a pass of `config` reads it in config.dtype (OHWI where
+// channels_last): the backend's kept copy, or rounded now into its parameter scratch.
+void* rounded_filter(CudaBackend& backend, const Tensor& weight, const Conv2dConfig& config, bool channels_last);
 std::unique_ptr<LinearOp> make_linear(CudaBackend& backend, const LinearConfig& config);
 std::unique_ptr<BatchNormOp> make_kernel_batch_norm(CudaBackend& backend, const BatchNormConfig& config);
 

@@ -160,18 +160,7 @@ class CudaFusedConv2d final : public FusedConv2dOp {
     return static_cast<std::size_t>(config_.conv.weight().numel()) * dtype_size(config_.conv.dtype);
   }
   // The filter as the engine reads it: the kept copy, or rounded into the parameter scratch as KRSC.
-  void* filter(const Tensor& weight) {
-    const Conv2dConfig& c = config_.conv;
-    std::optional<FilterShape> arranged;
-    if (c.kernel.h != 1 || c.kernel.w != 1) arranged = FilterShape{c.out_channels, c.input.c(), c.kernel.h, c.kernel.w};
-    if (const void* kept = backend_.kept_weight(weight.as<float>(), weight.numel(), c.dtype, arranged)) {
-      return const_cast<void*>(kept);
-    }
-    void* copy = backend_.parameter_scratch(filter_bytes());
-    kernels::filter_from_fp32(weight.as<float>(), c.dtype, copy, true, as_int(c.out_channels), as_int(c.input.c()),
-                              as_int(c.kernel.h), as_int(c.kernel.w), backend_.stream());
-    return copy;
-  }
+  void* filter(const Tensor& weight) { return rounded_filter(backend_, weight, config_.conv, true); }
 
   CudaBackend& backend_;
   FusedConv2dConfig config_;
