@@ -361,10 +361,12 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
   EXPECT_THAT(o.err, HasSubstr("sequence length 16, 110106428 parameters"));
   // The result says which attention ran: composed by default, fused on request (LAMB's run);
   // how linear layers took their weights (linear_weights.hpp) and convolutions computed their
-  // input gradients (conv_backward_data.hpp); whether fp16 is emulated (half_emulation.hpp); and
+  // input gradients (conv_backward_data.hpp); whether fp16 is emulated (half_emulation.hpp);
+  // whether bottlenecks' convolutions fuse their batch norms (conv_batch_norm_route.hpp); and
   // which ISA oneDNN's kernels ran, this CPU's best (avx2 on some machines, avx512_core_bf16 on
   // others) or less where DNNL_MAX_CPU_ISA says.
-  EXPECT_EQ(doc.environment.backend_options.size(), 5u);
+  EXPECT_EQ(doc.environment.backend_options.size(), 6u);
+  EXPECT_EQ(doc.environment.backend_options.at("convBatchNorm"), "separate");
   EXPECT_EQ(doc.environment.backend_options.at("fp16"), "refused");
   EXPECT_EQ(doc.environment.backend_options.at("attention"), "composed");
   EXPECT_EQ(doc.environment.backend_options.at("linearWeights"), "auto");
@@ -373,8 +375,9 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
   const Outcome limited = worker("--model resnet50 --image-size 32 --batch-size 1 --warmup-steps 0 --measure-steps 1 "
                                  "--repeats 1",
                                  "DNNL_MAX_CPU_ISA=SSE41 DLBENCH_CPU_LINEAR_WEIGHTS=blocked "
-                                 "DLBENCH_CPU_CONV_BACKWARD_DATA=flipped");
+                                 "DLBENCH_CPU_CONV_BACKWARD_DATA=flipped DLBENCH_CPU_CONV_BATCH_NORM=fused");
   ASSERT_EQ(limited.exit_code, 0) << limited.err;
+  EXPECT_EQ(decoded(limited.out).environment.backend_options.at("convBatchNorm"), "fused");
   EXPECT_EQ(decoded(limited.out).environment.backend_options.at("isa"), "sse41");
   EXPECT_EQ(decoded(limited.out).environment.backend_options.at("linearWeights"), "blocked");
   EXPECT_EQ(decoded(limited.out).environment.backend_options.at("convBackwardData"), "flipped");
