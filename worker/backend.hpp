@@ -121,6 +121,10 @@ struct BatchNormConfig {
   // shift the convolution after applies as it reads x; no y is written. Through forward_deferred
   // and backward_deferred.
   bool deferred = false;
+  // Its statistics from the convolution before's sums (BatchNormStatistics::sums, written by a
+  // FusedConv2dOp with output_sums) instead of a pass over x: a residual block's last batch norm,
+  // with add_relu.
+  bool from_sums = false;
 };
 
 // A batch norm's per-channel fp32 statistics, C values each.
@@ -132,6 +136,8 @@ struct BatchNormStatistics {
   Tensor spread;
   Tensor running_mean;  // across steps: (1 − momentum) · running + momentum · the batch's mean
   Tensor running_var;   // the same with the batch's unbiased variance (PyTorch's rule)
+  // (2, C) fp32, Σx then Σx², where the convolution before writes them (deferred, from_sums).
+  Tensor sums;
 };
 
 class BatchNormOp {

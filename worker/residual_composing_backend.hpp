@@ -52,7 +52,7 @@ class ComposedBatchNormAddRelu final : public BatchNormOp {
 
 // `ops`'s batch norm for `c`, composed where c asks for add_relu.
 inline std::unique_ptr<BatchNormOp> make_composed_batch_norm(Backend& ops, const BatchNormConfig& c) {
-  if (!c.add_relu) return ops.make_batch_norm(c);
+  if (!c.add_relu || c.from_sums) return ops.make_batch_norm(c);  // the host's from_sums op adds and ReLUs
   BatchNormConfig unfused = c;
   unfused.add_relu = false;
   return std::make_unique<ComposedBatchNormAddRelu>(ops.make_batch_norm(unfused), ops.make_add_relu(c.input, c.dtype),

@@ -239,8 +239,8 @@ TEST_F(CudaBackendTest, BatchNormMatchesTheCpu) {
   auto running_mean = pair(Shape(32), false, 13), running_var = pair(Shape(32), false, 14);
   auto dgamma = zeros(Shape(32), false), dbeta = zeros(Shape(32), false);
   // Each backend keeps its own form of the spread (the variance, or cuDNN's inverse std).
-  BatchNormStatistics on_cpu{mean.cpu(), cpu_spread.cpu(), running_mean.cpu(), running_var.cpu()};
-  BatchNormStatistics on_gpu{mean.gpu(), gpu_spread.gpu(), running_mean.gpu(), running_var.gpu()};
+  BatchNormStatistics on_cpu{mean.cpu(), cpu_spread.cpu(), running_mean.cpu(), running_var.cpu(), {}};
+  BatchNormStatistics on_gpu{mean.gpu(), gpu_spread.gpu(), running_mean.gpu(), running_var.gpu(), {}};
   auto cpu_op = cpu_->make_batch_norm({s, 1e-5f});
   auto gpu_op = gpu_->make_batch_norm({s, 1e-5f});
   for (int step = 0; step < 2; ++step) {  // the running statistics follow over steps
@@ -288,8 +288,8 @@ TEST_F(CudaBackendTest, OwnBatchNormKernelsMatchTheCpuWithEachTail) {
         auto cpu_spread = nothing(Shape(c)), gpu_spread = nothing(Shape(c));
         auto running_mean = values(Shape(c), 26), running_var = values(Shape(c), 27);
         auto dgamma = nothing(Shape(c)), dbeta = nothing(Shape(c));
-        BatchNormStatistics on_cpu{mean.cpu(), cpu_spread.cpu(), running_mean.cpu(), running_var.cpu()};
-        BatchNormStatistics on_gpu{mean.gpu(), gpu_spread.gpu(), running_mean.gpu(), running_var.gpu()};
+        BatchNormStatistics on_cpu{mean.cpu(), cpu_spread.cpu(), running_mean.cpu(), running_var.cpu(), {}};
+        BatchNormStatistics on_gpu{mean.gpu(), gpu_spread.gpu(), running_mean.gpu(), running_var.gpu(), {}};
         auto cpu_op = cpu_->make_batch_norm({s, 1e-5f});
         auto gpu_op = own.make_batch_norm({s, 1e-5f, DType::fp32, tail == Tail::relu, 0.1f, tail == Tail::add_relu});
         // No tail reads y: a ReLU tail finds its mask again from x, the residual's add and ReLU

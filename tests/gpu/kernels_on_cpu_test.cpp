@@ -353,6 +353,64 @@ TEST(CudaKernelsOnCpu, ADeferredBatchNormIsBatchNormFromItsConvolutionsSums) {
   }
 }
 
+// A residual block's last batch norm taking its statistics from its convolution's sums
+// (BatchNormConfig::from_sums): the add-and-ReLU tail's forward gives what it gives from x itself, in
+// either layout's plan (channels last's tiles and NCHW's chunks), to the type's rounding.
+TEST(CudaKernelsOnCpu, ABatchNormFromItsConvolutionsSumsIsTheOneFromX) {
+  for (const DType dtype : {DType::fp32, DType::fp16, DType::bf16}) {
+    for (const bool channels_last : {true, false}) {
+      SCOPED_TRACE(std::string(to_string(dtype)) + (channels_last ? " channels last" : " nchw"));
+      const BatchNormShape s{4, 24, 36};
+      const auto n = static_cast<std::size_t>(s.numel()), channels = static_cast<std::size_t>(s.channels);
+      const double bound = dtype == DType::fp32 ? 1e-5 : (dtype == DType::fp16 ? 2e-3 : 1.6e-2);
+      const std::vector<float> x = rounded_to(dtype, normal_values(n, 11, 0.5, 2.0)),
+                               z = rounded_to(dtype, normal_values(n, 12, 0.0, 1.0)),
+                               gamma = normal_values(channels, 14, 1.0, 0.3), beta = normal_values(channels, 15, 0.0, 0.3);
+      std::vector<double> sum(channels, 0.0), square_sum(channels, 0.0);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto at = static_cast<std::int64_t>(i);
+        const auto c = static_cast<std::size_t>(channels_last ? at % s.channels : (at / s.pixels) % s.channels);
+        const auto v = static_cast<double>(x[i]);
+        sum[c] += v;
+        square_sum[c] += v * v;
+      }
+      std::vector<float> sums(2 * channels);
+      for (std::size_t c = 0; c < channels; ++c) {
+        sums[c] = static_cast<float>(sum[c]);
+        sums[channels + c] = static_cast<float>(square_sum[c]);
+      }
+      std::vector<float> y_from[2], mean_from[2];
+      bool intact = true;
+      for (const bool from_sums : {false, true}) {
+        kernels::with_float_type(dtype, [&](auto type) {
+          using T = typename decltype(type)::type;
+          auto in = Guarded<T>::of(x), residual = Guarded<T>::of(z);
+          Guarded<T> y(n);
+          auto sums_in = Guarded<float>::of(sums), g = Guarded<float>::of(gamma), b = Guarded<float>::of(beta);
+          auto running_mean = Guarded<float>::of(std::vector<float>(channels, 0.25f));
+          auto running_var = Guarded<float>::of(std::vector<float>(channels, 2.0f));
+          Guarded<float> mean(channels), inverse_std(channels);
+          Guarded<std::uint8_t> mask(kernels::batch_norm_relu_mask_bytes(dtype, channels_last, s));
+          Guarded<float> scratch(kernels::batch_norm_scratch_bytes(dtype, channels_last, s) / sizeof(float));
+          kernels::batch_norm_forward_training(dtype, channels_last, s, kernels::BatchNormTail::add_relu, in.data(),
+                                               residual.data(), y.data(), mask.data(), g.data(), b.data(), 1e-5f, 0.1f,
+                                               mean.data(), inverse_std.data(), running_mean.data(), running_var.data(),
+                                               scratch.data(), nullptr, from_sums ? sums_in.data() : nullptr);
+          y_from[from_sums ? 1 : 0] = y.floats();
+          mean_from[from_sums ? 1 : 0] = mean.floats();
+          intact = intact && y.guards_intact() && mask.guards_intact() && scratch.guards_intact() &&
+                   mean.guards_intact() && inverse_std.guards_intact();
+        });
+      }
+      EXPECT_TRUE(intact) << "a kernel wrote out of bounds";
+      const Reference r = reference_batch_norm::reference(s, channels_last, 2, 1e-5f, x, z, gamma, beta, x);
+      EXPECT_LT(relative_error(y_from[1], r.y), bound) << "y from the sums";
+      EXPECT_LT(relative_error(y_from[0], r.y), bound) << "y from x";
+      EXPECT_LT(relative_error(mean_from[1], r.mean), 1e-5) << "mean from the sums";
+    }
+  }
+}
+
 // A warp merges each channel's chunks, lane l taking chunks l, l + 32, ..., then the lanes in a
 // fixed tree: here 70 chunks a channel in NCHW and 140 in channels last, so that lanes take up to
 // 5 chunks, some lanes one fewer, across two channels (two warps).

@@ -166,7 +166,8 @@ class TracingBackend final : public Backend {
     }
     void forward_training_add_relu(const Tensor& x, const Tensor& z, const Tensor& g, const Tensor& b, Tensor& y,
                                    BatchNormStatistics& s, void* ws) override {
-      t_.record({x.data, z.data, y.data, s.mean.data, s.spread.data, s.running_mean.data, s.running_var.data, ws});
+      t_.record({x.data, z.data, y.data, s.mean.data, s.spread.data, s.running_mean.data, s.running_var.data, ws,
+                 s.sums.data});
       op_->forward_training_add_relu(x, z, g, b, y, s, ws);
     }
     void backward_add_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& g, const Tensor& b,

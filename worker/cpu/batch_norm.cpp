@@ -115,7 +115,7 @@ std::unique_ptr<FusedConv2dOp> CpuBackend::make_fused_conv2d(const FusedConv2dCo
 }
 
 std::unique_ptr<BatchNormOp> CpuBackend::make_batch_norm(const BatchNormConfig& c) {
-  if (c.deferred) return make_host_deferred_batch_norm(c);  // any dtype, emulated fp16 included
+  if (c.deferred || c.from_sums) return make_host_batch_norm_from_sums(c);  // any dtype, emulated fp16 included
   if (emulates(c.dtype)) return emulate_half(make_batch_norm(in_fp32(c)), half_scratch_);
   return std::make_unique<CpuBatchNorm>(*this, c);
 }

@@ -130,53 +130,52 @@ class HostFusedConv2d final : public FusedConv2dOp {
   Tensor normalized_;
 };
 
-class HostDeferredBatchNorm final : public BatchNormOp {
+// A batch norm whose statistics come from the convolution before's sums, as dlbench's own kernels
+// compute it (cuda/batch_norm_kernels.cu, batch_norm_plan.hpp's per-channel arithmetic): deferred
+// (the scale and shift for the convolution after, its ReLU's mask found again from x), or with the
+// residual's add and ReLU (from_sums: y = relu((x − mean) · scale + β + z), the mask from y).
+class HostBatchNormFromSums final : public BatchNormOp {
  public:
-  explicit HostDeferredBatchNorm(const BatchNormConfig& c)
-      : channels_(c.input.c()), count_(c.input.n() * c.input.h() * c.input.w()), epsilon_(c.epsilon),
-        momentum_(c.momentum), dtype_(c.dtype) {
-    if (!c.deferred || !c.relu || c.add_relu) {
-      throw std::invalid_argument("a deferred batch norm is made with deferred and relu, without add_relu");
+  explicit HostBatchNormFromSums(const BatchNormConfig& c)
+      : deferred_(c.deferred), channels_(c.input.c()), count_(c.input.n() * c.input.h() * c.input.w()),
+        epsilon_(c.epsilon), momentum_(c.momentum), dtype_(c.dtype) {
+    const bool deferred = c.deferred && c.relu && !c.add_relu && !c.from_sums;
+    const bool from_sums = c.from_sums && c.add_relu && !c.deferred;
+    if (!deferred && !from_sums) {
+      throw std::invalid_argument(
+          "the host's batch norm from sums is deferred (with its ReLU) or from_sums (with add_relu), not both");
     }
   }
 
+  bool backward_reads_output() const override { return !deferred_; }  // the residual ReLU's mask
+
   void forward_training(const Tensor&, const Tensor&, const Tensor&, Tensor&, BatchNormStatistics&, void*) override {
-    throw std::logic_error("this batch norm was made deferred: forward_deferred runs it");
+    throw std::logic_error(deferred_ ? "this batch norm was made deferred: forward_deferred runs it"
+                                     : "this batch norm was made with add_relu: forward_training_add_relu runs it");
   }
   void backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const BatchNormStatistics&,
                 Tensor&, Tensor&, Tensor&, const void*) override {
-    throw std::logic_error("this batch norm was made deferred: backward_deferred runs it");
+    throw std::logic_error(deferred_ ? "this batch norm was made deferred: backward_deferred runs it"
+                                     : "this batch norm was made with add_relu: backward_add_relu runs it");
   }
 
   void forward_deferred(const Tensor& sums, const Tensor& gamma, const Tensor& beta, Tensor& scale_shift,
                         BatchNormStatistics& s) override {
-    require_elements(sums, 2 * channels_, "deferred batch norm", "sums");
+    if (!deferred_) BatchNormOp::forward_deferred(sums, gamma, beta, scale_shift, s);
     require_elements(scale_shift, 2 * channels_, "deferred batch norm", "scale_shift");
-    const float* sum = sums.as<float>();
-    const float* g = gamma.as<float>();
-    const float* b = beta.as<float>();
-    float* running_mean = s.running_mean.as<float>();
-    float* running_var = s.running_var.as<float>();
+    const std::vector<DeferredBatchNormChannel> d = statistics(sums, gamma, beta, s);
     with_element_type(dtype_, [&]<typename T>(T) {
       T* ss = scale_shift.as<T>();
       for (std::int64_t c = 0; c < channels_; ++c) {
-        const DeferredBatchNormChannel d =
-            deferred_batch_norm_channel(static_cast<double>(count_), sum[c], sum[channels_ + c], g[c], b[c], epsilon_,
-                                        momentum_, running_mean[c], running_var[c]);
-        s.mean.as<float>()[c] = d.statistics.mean;
-        s.spread.as<float>()[c] = d.statistics.inverse_std;  // the own kernels' form, as on a GPU
-        running_mean[c] = d.statistics.running_mean;
-        running_var[c] = d.statistics.running_var;
-        ss[c] = from_float<T>(d.statistics.scale);
-        ss[channels_ + c] = from_float<T>(d.shift);
+        ss[c] = from_float<T>(d[static_cast<std::size_t>(c)].statistics.scale);
+        ss[channels_ + c] = from_float<T>(d[static_cast<std::size_t>(c)].shift);
       }
     });
   }
 
-  // The own kernels' ReLU-tail backward (cuda/batch_norm_kernels.cu) on the host: g = dy where
-  // (x − mean) · scale + β > 0, Σg and Σg · (x − mean) in fp64, dx = a · g + b · (x − mean) + e.
   void backward_deferred(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                          const BatchNormStatistics& s, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+    if (!deferred_) BatchNormOp::backward_deferred(x, dy, gamma, beta, s, dx, dgamma, dbeta);
     const float* mean = s.mean.as<float>();
     const float* inverse_std = s.spread.as<float>();
     const float* g = gamma.as<float>();
@@ -186,37 +185,114 @@ class HostDeferredBatchNorm final : public BatchNormOp {
     with_element_type(dtype_, [&]<typename T>(T) {
       const T* in = x.as<T>();
       const T* grad = dy.as<T>();
-      T* out = dx.as<T>();
-      const std::int64_t channels = channels_;
-      const auto masked = [&](std::int64_t i, std::int64_t c) {
+      // The ReLU's gradient where forward's normalised value, found again from x, was > 0.
+      backward_through_normalisation<T>(x, s, gamma, dx, dgamma, dbeta, [&](std::int64_t i, std::int64_t c) {
         const float normalized = batch_norm_normalized(to_float(in[i]), mean[c], scale[static_cast<std::size_t>(c)], b[c]);
         return normalized > 0.0f ? to_float(grad[i]) : 0.0f;
-      };
-      const std::vector<double> total = channel_sums(count_, channels, [&](std::int64_t p, std::int64_t c) {
-        const std::int64_t i = p * channels + c;
-        const double d = masked(i, c);
-        return std::make_pair(d, d * (static_cast<double>(to_float(in[i])) - static_cast<double>(mean[c])));
       });
-      std::vector<BatchNormBackwardChannel> coefficients(static_cast<std::size_t>(channels));
-      for (std::int64_t c = 0; c < channels; ++c) {
-        const auto k = static_cast<std::size_t>(c);
-        coefficients[k] = batch_norm_backward_channel(static_cast<double>(count_), total[k],
-                                                      total[static_cast<std::size_t>(channels) + k], g[c], inverse_std[c]);
-        dgamma.as<float>()[c] = coefficients[k].dgamma;
-        dbeta.as<float>()[c] = coefficients[k].dbeta;
-      }
+    });
+  }
+
+  void forward_training_add_relu(const Tensor& x, const Tensor& z, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                                 BatchNormStatistics& s, void* workspace) override {
+    if (deferred_) BatchNormOp::forward_training_add_relu(x, z, gamma, beta, y, s, workspace);
+    const std::vector<DeferredBatchNormChannel> d = statistics(s.sums, gamma, beta, s);
+    const float* b = beta.as<float>();
+    with_element_type(dtype_, [&]<typename T>(T) {
+      const T* in = x.as<T>();
+      const T* residual = z.as<T>();
+      T* out = y.as<T>();
+      const std::int64_t channels = channels_;
 #pragma omp parallel for schedule(static)
       for (std::int64_t p = 0; p < count_; ++p) {
         for (std::int64_t c = 0; c < channels; ++c) {
           const std::int64_t i = p * channels + c;
-          const BatchNormBackwardChannel& k = coefficients[static_cast<std::size_t>(c)];
-          out[i] = from_float<T>(k.a * masked(i, c) + k.b * (to_float(in[i]) - mean[c]) + k.e);
+          const BatchNormForwardChannel& f = d[static_cast<std::size_t>(c)].statistics;
+          const float v = batch_norm_normalized(to_float(in[i]), f.mean, f.scale, b[c]) + to_float(residual[i]);
+          out[i] = from_float<T>(std::max(v, 0.0f));
         }
       }
     });
   }
 
+  // dz = dy where y > 0 (the residual's gradient), and dx through the normalisation from it.
+  void backward_add_relu(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                         const BatchNormStatistics& s, Tensor& dx, Tensor& dz, Tensor& dgamma, Tensor& dbeta,
+                         const void* workspace) override {
+    if (deferred_) BatchNormOp::backward_add_relu(x, y, dy, gamma, beta, s, dx, dz, dgamma, dbeta, workspace);
+    with_element_type(dtype_, [&]<typename T>(T) {
+      const T* out = y.as<T>();
+      const T* grad = dy.as<T>();
+      T* residual_grad = dz.as<T>();
+#pragma omp parallel for schedule(static)
+      for (std::int64_t i = 0; i < count_ * channels_; ++i) {
+        residual_grad[i] = to_float(out[i]) > 0.0f ? grad[i] : from_float<T>(0.0f);
+      }
+      backward_through_normalisation<T>(x, s, gamma, dx, dgamma, dbeta,
+                                        [&](std::int64_t i, std::int64_t) { return to_float(residual_grad[i]); });
+    });
+  }
+
  private:
+  // Each channel's statistics from the sums, kept (mean, and the inverse std: the own kernels'
+  // spread) and the running ones moved.
+  std::vector<DeferredBatchNormChannel> statistics(const Tensor& sums, const Tensor& gamma, const Tensor& beta,
+                                                   BatchNormStatistics& s) const {
+    require_elements(sums, 2 * channels_, "batch norm from sums", "sums");
+    const float* sum = sums.as<float>();
+    const float* g = gamma.as<float>();
+    const float* b = beta.as<float>();
+    float* running_mean = s.running_mean.as<float>();
+    float* running_var = s.running_var.as<float>();
+    std::vector<DeferredBatchNormChannel> out;
+    for (std::int64_t c = 0; c < channels_; ++c) {
+      const DeferredBatchNormChannel d =
+          deferred_batch_norm_channel(static_cast<double>(count_), sum[c], sum[channels_ + c], g[c], b[c], epsilon_,
+                                      momentum_, running_mean[c], running_var[c]);
+      s.mean.as<float>()[c] = d.statistics.mean;
+      s.spread.as<float>()[c] = d.statistics.inverse_std;
+      running_mean[c] = d.statistics.running_mean;
+      running_var[c] = d.statistics.running_var;
+      out.push_back(d);
+    }
+    return out;
+  }
+
+  // The own kernels' backward (cuda/batch_norm_kernels.cu) on the host, g = gradient(i, c) (dy
+  // through the ReLU): Σg and Σg · (x − mean) in fp64, then dx = a · g + b · (x − mean) + e, dγ, dβ.
+  template <typename T, typename Gradient>
+  void backward_through_normalisation(const Tensor& x, const BatchNormStatistics& s, const Tensor& gamma, Tensor& dx,
+                                      Tensor& dgamma, Tensor& dbeta, Gradient gradient) const {
+    const float* mean = s.mean.as<float>();
+    const float* inverse_std = s.spread.as<float>();
+    const float* g = gamma.as<float>();
+    const T* in = x.as<T>();
+    T* out = dx.as<T>();
+    const std::int64_t channels = channels_;
+    const std::vector<double> total = channel_sums(count_, channels, [&](std::int64_t p, std::int64_t c) {
+      const std::int64_t i = p * channels + c;
+      const double d = gradient(i, c);
+      return std::make_pair(d, d * (static_cast<double>(to_float(in[i])) - static_cast<double>(mean[c])));
+    });
+    std::vector<BatchNormBackwardChannel> coefficients(static_cast<std::size_t>(channels));
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const auto k = static_cast<std::size_t>(c);
+      coefficients[k] = batch_norm_backward_channel(static_cast<double>(count_), total[k],
+                                                    total[static_cast<std::size_t>(channels) + k], g[c], inverse_std[c]);
+      dgamma.as<float>()[c] = coefficients[k].dgamma;
+      dbeta.as<float>()[c] = coefficients[k].dbeta;
+    }
+#pragma omp parallel for schedule(static)
+    for (std::int64_t p = 0; p < count_; ++p) {
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const std::int64_t i = p * channels + c;
+        const BatchNormBackwardChannel& k = coefficients[static_cast<std::size_t>(c)];
+        out[i] = from_float<T>(k.a * gradient(i, c) + k.b * (to_float(in[i]) - mean[c]) + k.e);
+      }
+    }
+  }
+
+  bool deferred_;
   std::int64_t channels_, count_;
   float epsilon_, momentum_;
   DType dtype_;
@@ -232,8 +308,8 @@ std::unique_ptr<FusedConv2dOp> make_host_fused_conv2d(Backend& ops, const FusedC
   return std::make_unique<HostFusedConv2d>(ops, config);
 }
 
-std::unique_ptr<BatchNormOp> make_host_deferred_batch_norm(const BatchNormConfig& config) {
-  return std::make_unique<HostDeferredBatchNorm>(config);
+std::unique_ptr<BatchNormOp> make_host_batch_norm_from_sums(const BatchNormConfig& config) {
+  return std::make_unique<HostBatchNormFromSums>(config);
 }
 
 }  // namespace dlbench::worker

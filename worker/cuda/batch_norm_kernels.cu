@@ -407,13 +407,14 @@ int pack_width(DType dtype) { return static_cast<int>(kVectorBytes / dtype_size(
 
 // The unit width the passes take where every pointer is 16-byte aligned (dispatch), single values
 // otherwise: the width an add-and-ReLU mask is laid out for.
-// A thread a channel: a deferred batch norm's statistics from the sums its convolution wrote, the
-// running ones moved, and the scale and shift the next convolution applies (deferred_batch_norm_channel).
+// A thread a channel: the statistics from the sums the convolution before wrote (Σx, then Σx²), the
+// running ones moved, and what applies them: the normalising pass's (scale, β, mean), or a deferred
+// batch norm's scale and shift for the next convolution (deferred_batch_norm_channel); either null.
 template <typename T>
-__global__ void deferred_statistics_kernel(std::int64_t channels, double count, const float* sums, const float* gamma,
-                                           const float* beta, float epsilon, float momentum, float* mean,
-                                           float* inverse_std, float* running_mean, float* running_var,
-                                           T* scale_shift) {
+__global__ void sums_statistics_kernel(std::int64_t channels, double count, const float* sums, const float* gamma,
+                                       const float* beta, float epsilon, float momentum, float* mean,
+                                       float* inverse_std, float* running_mean, float* running_var,
+                                       float4* normalizing, T* scale_shift) {
   DLBENCH_GRID_STRIDE(c, channels) {
     const DeferredBatchNormChannel d = deferred_batch_norm_channel(count, sums[c], sums[channels + c], gamma[c], beta[c],
                                                                    epsilon, momentum, running_mean[c], running_var[c]);
@@ -421,8 +422,11 @@ __global__ void deferred_statistics_kernel(std::int64_t channels, double count, 
     inverse_std[c] = d.statistics.inverse_std;
     running_mean[c] = d.statistics.running_mean;
     running_var[c] = d.statistics.running_var;
-    scale_shift[c] = store<T>(d.statistics.scale);
-    scale_shift[channels + c] = store<T>(d.shift);
+    if (normalizing != nullptr) normalizing[c] = make_float4(d.statistics.scale, beta[c], d.statistics.mean, 0.0f);
+    if (scale_shift != nullptr) {
+      scale_shift[c] = store<T>(d.statistics.scale);
+      scale_shift[channels + c] = store<T>(d.shift);
+    }
   }
 }
 
@@ -516,7 +520,8 @@ std::size_t batch_norm_relu_mask_bytes(DType dtype, bool channels_last, const Ba
 void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNormShape& s, BatchNormTail tail,
                                  const void* x, const void* z, void* y, std::uint8_t* relu_mask, const float* gamma,
                                  const float* beta, float epsilon, float momentum, float* mean, float* inverse_std,
-                                 float* running_mean, float* running_var, float* scratch, cudaStream_t stream) {
+                                 float* running_mean, float* running_var, float* scratch, cudaStream_t stream,
+                                 const float* sums) {
   check_shape(channels_last, s, scratch);
   const bool add_relu = tail == BatchNormTail::add_relu;
   if (add_relu != (z != nullptr) || add_relu != (relu_mask != nullptr)) {
@@ -532,11 +537,21 @@ void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNor
     const auto* const in = static_cast<const T*>(x);
     const auto* const residual = static_cast<const T*>(z);
     auto* const out = static_cast<T*>(y);
+    // Given the convolution's sums, the statistics take no pass over x.
+    const auto statistics_from_sums = [&] {
+      DLBENCH_LAUNCH(sums_statistics_kernel<T>, s.channels, stream, s.channels, static_cast<double>(s.per_channel()),
+                     sums, gamma, beta, epsilon, momentum, mean, inverse_std, running_mean, running_var, normalizing,
+                     static_cast<T*>(nullptr));
+    };
     if (channels_last) {
       const BatchNormTiles plan = batch_norm_tiles(s, W);
-      DLBENCH_LAUNCH_GRID((tile_moments_kernel<T, W>), tile_grid(plan), kThreads, stream, in, partial, s, plan);
-      DLBENCH_LAUNCH(statistics_kernel<BatchNormTiles>, s.channels * kBatchNormMergeLanes, stream, partial, s, plan,
-                     gamma, beta, epsilon, momentum, mean, inverse_std, running_mean, running_var, normalizing);
+      if (sums != nullptr) {
+        statistics_from_sums();
+      } else {
+        DLBENCH_LAUNCH_GRID((tile_moments_kernel<T, W>), tile_grid(plan), kThreads, stream, in, partial, s, plan);
+        DLBENCH_LAUNCH(statistics_kernel<BatchNormTiles>, s.channels * kBatchNormMergeLanes, stream, partial, s, plan,
+                       gamma, beta, epsilon, momentum, mean, inverse_std, running_mean, running_var, normalizing);
+      }
       with_tail(tail, [&](auto kind) {
         constexpr BatchNormTail kTail = decltype(kind)::value;
         DLBENCH_LAUNCH_GRID((tile_normalize_kernel<T, W, kTail>), tile_grid(plan), kThreads, stream, in, residual, out,
@@ -545,9 +560,13 @@ void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNor
       return;
     }
     const BatchNormChunks plan = batch_norm_chunks(s);
-    DLBENCH_LAUNCH_GRID((moments_kernel<T, W>), chunk_grid(s, plan), kThreads, stream, in, partial, s, plan);
-    DLBENCH_LAUNCH(statistics_kernel<BatchNormChunks>, s.channels * kBatchNormMergeLanes, stream, partial, s, plan,
-                   gamma, beta, epsilon, momentum, mean, inverse_std, running_mean, running_var, normalizing);
+    if (sums != nullptr) {
+      statistics_from_sums();
+    } else {
+      DLBENCH_LAUNCH_GRID((moments_kernel<T, W>), chunk_grid(s, plan), kThreads, stream, in, partial, s, plan);
+      DLBENCH_LAUNCH(statistics_kernel<BatchNormChunks>, s.channels * kBatchNormMergeLanes, stream, partial, s, plan,
+                     gamma, beta, epsilon, momentum, mean, inverse_std, running_mean, running_var, normalizing);
+    }
     with_tail(tail, [&](auto kind) {
       constexpr BatchNormTail kTail = decltype(kind)::value;
       DLBENCH_LAUNCH_GRID((normalize_kernel<T, W, kTail>), chunk_grid(s, plan), kThreads, stream, in, residual, out,
@@ -612,8 +631,8 @@ void deferred_batch_norm_forward(DType dtype, std::int64_t channels, std::int64_
   if (channels <= 0 || count <= 0) throw std::invalid_argument("batch norm kernels: an empty activation");
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    DLBENCH_LAUNCH(deferred_statistics_kernel<T>, channels, stream, channels, static_cast<double>(count), sums, gamma,
-                   beta, epsilon, momentum, mean, inverse_std, running_mean, running_var, static_cast<T*>(scale_shift));
+    DLBENCH_LAUNCH(sums_statistics_kernel<T>, channels, stream, channels, static_cast<double>(count), sums, gamma, beta,
+                   epsilon, momentum, mean, inverse_std, running_mean, running_var, nullptr, static_cast<T*>(scale_shift));
   });
 }
 

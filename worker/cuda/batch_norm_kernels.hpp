@@ -34,10 +34,13 @@ std::size_t batch_norm_relu_mask_bytes(DType dtype, bool channels_last, const Ba
 // `inverse_std` (kept for backward), the running statistics moved by `momentum` (PyTorch's rule,
 // the unbiased variance), and y = tail(γ · (x − mean) · inverse_std + β [+ z]). z: the residual
 // for add_relu, and relu_mask where y > 0 (batch_norm_relu_mask_bytes); both null otherwise.
+// `sums` ((2, C) fp32, Σx then Σx², a fused convolution's): the statistics from them, with no
+// pass over x (BatchNormConfig::from_sums); null: from x.
 void batch_norm_forward_training(DType dtype, bool channels_last, const BatchNormShape& shape, BatchNormTail tail,
                                  const void* x, const void* z, void* y, std::uint8_t* relu_mask, const float* gamma,
                                  const float* beta, float epsilon, float momentum, float* mean, float* inverse_std,
-                                 float* running_mean, float* running_var, float* scratch, cudaStream_t stream);
+                                 float* running_mean, float* running_var, float* scratch, cudaStream_t stream,
+                                 const float* sums = nullptr);
 
 // Backward from forward's statistics: g = dy where the tail's ReLU passed its value, dz = g with
 // add_relu (the residual's gradient), dβ = Σg, dγ = Σg · x̂ and dx through the normalisation.

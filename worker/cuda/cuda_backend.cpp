@@ -677,6 +677,10 @@ std::unique_ptr<BatchNormOp> CudaBackend::make_batch_norm(const BatchNormConfig&
     if (!c.relu || c.add_relu) throw std::invalid_argument("a deferred batch norm has its ReLU and no residual");
     return cuda_detail::make_kernel_batch_norm(*this, c);
   }
+  if (c.from_sums) {  // the own kernels, their statistics from the convolution's sums
+    if (!c.add_relu) throw std::invalid_argument("a batch norm takes its statistics from sums with the residual only");
+    return cuda_detail::make_kernel_batch_norm(*this, c);
+  }
   if (c.relu && !fuses_batch_norm_relu()) {
     throw std::invalid_argument("this cuda backend does not fuse batch norm and ReLU (fuses_batch_norm_relu)");
   }

@@ -19,7 +19,7 @@ class KernelBatchNorm final : public BatchNormOp {
   KernelBatchNorm(CudaBackend& backend, const BatchNormConfig& config)
       : backend_(backend), dtype_(config.dtype), channels_last_(backend.activation_layout() == Layout::nhwc),
         shape_(batch_norm_shape(config.input)), epsilon_(config.epsilon), momentum_(config.momentum),
-        deferred_(config.deferred),
+        deferred_(config.deferred), from_sums_(config.from_sums),
         tail_(config.add_relu ? kernels::BatchNormTail::add_relu
               : config.relu   ? kernels::BatchNormTail::relu
                               : kernels::BatchNormTail::none),
@@ -114,7 +114,11 @@ class KernelBatchNorm final : public BatchNormOp {
                                          static_cast<std::uint8_t*>(relu_mask), gamma.as<float>(), beta.as<float>(),
                                          epsilon_, momentum_, s.mean.as<float>(), s.spread.as<float>(),
                                          s.running_mean.as<float>(), s.running_var.as<float>(), scratch(),
-                                         backend_.stream());
+                                         backend_.stream(), from_sums_ ? sums_of(s) : nullptr);
+  }
+  const float* sums_of(const BatchNormStatistics& s) const {
+    require_elements(s.sums, 2 * shape_.channels, "batch norm from sums", "sums");
+    return s.sums.as<float>();
   }
 
   // relu_mask and dz: the add_relu tail's, null otherwise.
@@ -132,7 +136,8 @@ class KernelBatchNorm final : public BatchNormOp {
   bool channels_last_;
   BatchNormShape shape_;
   float epsilon_, momentum_;
-  bool deferred_;  // BatchNormConfig::deferred: the relu tail, through forward_deferred and backward_deferred
+  bool deferred_;   // BatchNormConfig::deferred: the relu tail, through forward_deferred and backward_deferred
+  bool from_sums_;  // BatchNormConfig::from_sums: forward's statistics from the convolution's sums
   kernels::BatchNormTail tail_;
   std::size_t scratch_bytes_;
   std::size_t mask_bytes_;  // the workspace: the add_relu tail's mask, none for the other tails

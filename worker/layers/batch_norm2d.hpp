@@ -45,7 +45,16 @@ class BatchNorm2d final : public Layer {
     deferred_ = deferred;
   }
   bool deferred() const { return deferred_; }
-  Tensor& sums() { return sums_; }
+  // From the next setup on, forward takes the batch's statistics from sums(), which the convolution
+  // before writes (BatchNormConfig::from_sums), instead of reading x for them: a residual block's
+  // last batch norm, with the residual fused in.
+  void take_statistics_from_convolution(bool from_sums) {
+    if (from_sums && residual_grad_ == nullptr) {
+      throw std::logic_error("only a batch norm with the residual fused in takes its statistics from the convolution");
+    }
+    from_sums_ = from_sums;
+  }
+  Tensor& sums() { return stats_.sums; }
   const Tensor& scale_shift() const { return scale_shift_; }
   void collect_parameters(std::vector<Parameter*>& out) override {
     out.push_back(&gamma_);
@@ -55,10 +64,13 @@ class BatchNorm2d final : public Layer {
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
     if (deferred_) return setup_deferred(input, ctx);
     const bool fused = relu_ && ctx.backend.fuses_batch_norm_relu();
-    op_ = ctx.backend.make_batch_norm({input.shape, epsilon_, input.dtype, fused, momentum_, residual_grad_ != nullptr});
+    BatchNormConfig config{input.shape, epsilon_, input.dtype, fused, momentum_, residual_grad_ != nullptr};
+    config.from_sums = from_sums_;
+    op_ = ctx.backend.make_batch_norm(config);
     const Layout layout = ctx.backend.activation_layout();
     const Tick t = ctx.arena.next_tick();
     ctx.arena.read(input, t);
+    if (from_sums_) ctx.arena.read(stats_.sums, t);  // the convolution before requested them at its tick
     ctx.arena.read(input, t.mirrored());
     y_ = activation(input.shape, layout, input.dtype);
     dx_ = activation(input.shape, layout, input.dtype);
@@ -92,7 +104,7 @@ class BatchNorm2d final : public Layer {
   const Tensor& forward(const Tensor& x, StepContext&) override {
     x_ = &x;
     if (deferred_) {
-      op_->forward_deferred(sums_, gamma_.value, beta_.value, scale_shift_, stats_);
+      op_->forward_deferred(stats_.sums, gamma_.value, beta_.value, scale_shift_, stats_);
       return x;
     }
     if (residual_grad_ != nullptr) {
@@ -139,7 +151,7 @@ class BatchNorm2d final : public Layer {
     op_ = ctx.backend.make_batch_norm(config);
     relu_op_.reset();
     const Tick t = ctx.arena.next_tick();
-    ctx.arena.read(sums_, t);
+    ctx.arena.read(stats_.sums, t);
     ctx.arena.read(input, t.mirrored());
     scale_shift_ = Tensor{nullptr, Shape(2, channels_), Layout::plain, input.dtype};
     ctx.arena.request(scale_shift_, t);  // the convolution after declares its reads
@@ -158,6 +170,7 @@ class BatchNorm2d final : public Layer {
   std::int64_t channels_;
   bool relu_;
   bool deferred_ = false;
+  bool from_sums_ = false;  // the statistics from the convolution before's sums
   float epsilon_, momentum_;
   Parameter gamma_, beta_;
   std::unique_ptr<BatchNormOp> op_;
@@ -166,7 +179,7 @@ class BatchNorm2d final : public Layer {
   const Tensor* residual_ = nullptr;  // z, with a fused residual
   Tensor* residual_grad_ = nullptr;   // dz: the block's, set by fuse_residual_add_relu
   Tensor y_, dx_, drelu_, workspace_;
-  Tensor sums_, scale_shift_;  // deferred: (2, C) each
+  Tensor scale_shift_;  // deferred: (2, C)
   BatchNormStatistics stats_;
 };
 

@@ -55,9 +55,9 @@ class Bottleneck final : public Layer {
   // with one, the projection's convolution, into conv1's input gradient. Either buffer is then the
   // block's input gradient.
   Tensor setup(const Tensor& input, SetupContext& ctx) override {
-    fuse_convolutions_with_batch_norms(input, ctx);
     fused_ = ctx.backend.fuses_batch_norm_add_relu();
     bn3_->fuse_residual_add_relu(fused_ ? &dsum_ : nullptr);
+    fuse_convolutions_with_batch_norms(input, ctx);
     accumulated_ = ctx.backend.accumulates_conv_input_grad();
     conv1_->accumulate_input_grad_into(accumulated_ && !shortcut_ ? &dsum_ : nullptr);
     if (shortcut_) shortcut_conv_->accumulate_input_grad_into(accumulated_ ? &conv1_->input_grad_buffer() : nullptr);
@@ -158,11 +158,13 @@ class Bottleneck final : public Layer {
   // Where the backend fuses each of the main branch's convolutions with the batch norms around it
   // (Backend::make_fused_conv2d), bn1 and bn2 are deferred: conv1 sums its output for bn1, conv2
   // reads relu(bn1(y1)) as it reads y1 and sums its output for bn2, conv3 reads relu(bn2(y2)); no
-  // normalised tensor is written. bn3, with the residual, runs as it would. All three or none: a
-  // batch norm is deferred only between two fused convolutions.
+  // normalised tensor is written. With the residual fused into bn3 (called after
+  // fuse_residual_add_relu), conv3 sums its output for bn3 too, which then reads y3 once instead of
+  // twice. All three or none: a batch norm is deferred only between two fused convolutions.
   void fuse_convolutions_with_batch_norms(const Tensor& input, SetupContext& ctx) {
     for (Conv2d* conv : {conv1_, conv2_, conv3_}) conv->fuse(nullptr, nullptr, nullptr);
     for (BatchNorm2d* bn : {bn1_, bn2_}) bn->defer_to_convolutions(false);
+    bn3_->take_statistics_from_convolution(false);
     const Conv2dConfig c1 = conv1_->config_for(input.shape, input.dtype);
     const Conv2dConfig c2 = conv2_->config_for(c1.output(), input.dtype);
     const Conv2dConfig c3 = conv3_->config_for(c2.output(), input.dtype);
@@ -170,12 +172,13 @@ class Bottleneck final : public Layer {
     if (!f1) return;
     std::unique_ptr<FusedConv2dOp> f2 = ctx.backend.make_fused_conv2d({c2, true, true});
     if (!f2) return;
-    std::unique_ptr<FusedConv2dOp> f3 = ctx.backend.make_fused_conv2d({c3, true, false});
+    std::unique_ptr<FusedConv2dOp> f3 = ctx.backend.make_fused_conv2d({c3, true, fused_});
     if (!f3) return;
     for (BatchNorm2d* bn : {bn1_, bn2_}) bn->defer_to_convolutions(true);
+    bn3_->take_statistics_from_convolution(fused_);
     conv1_->fuse(std::move(f1), nullptr, &bn1_->sums());
     conv2_->fuse(std::move(f2), &bn1_->scale_shift(), &bn2_->sums());
-    conv3_->fuse(std::move(f3), &bn2_->scale_shift(), nullptr);
+    conv3_->fuse(std::move(f3), &bn2_->scale_shift(), fused_ ? &bn3_->sums() : nullptr);
   }
 
   Sequential main_;
