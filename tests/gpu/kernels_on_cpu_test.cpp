@@ -267,6 +267,21 @@ TEST(CudaKernelsOnCpu, OwnBatchNormKernelsAreBatchNormInEveryLayoutTailAndType) 
   }
 }
 
+// Σx then Σx² per channel, in fp32 as a fused convolution writes them (each summed in fp64 first).
+std::vector<float> sums_as_a_convolution_writes(const std::vector<float>& x, const BatchNormShape& s,
+                                                bool channels_last) {
+  const auto channels = static_cast<std::size_t>(s.channels);
+  std::vector<double> sum(2 * channels, 0.0);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const auto at = static_cast<std::int64_t>(i);
+    const auto c = static_cast<std::size_t>(channels_last ? at % s.channels : (at / s.pixels) % s.channels);
+    const auto v = static_cast<double>(x[i]);
+    sum[c] += v;
+    sum[channels + c] += v * v;
+  }
+  return std::vector<float>(sum.begin(), sum.end());
+}
+
 // A batch norm deferred to the convolutions around it (BatchNormConfig::deferred, the fused
 // route's): forward takes the batch's statistics from the sums the convolution before wrote and
 // leaves the scale and shift the convolution after applies, relu(x · scale + shift), which is the
@@ -281,18 +296,7 @@ TEST(CudaKernelsOnCpu, ADeferredBatchNormIsBatchNormFromItsConvolutionsSums) {
     const std::vector<float> x = rounded_to(dtype, normal_values(n, 1, 0.5, 2.0)),
                              dy = rounded_to(dtype, normal_values(n, 3, 0.0, 1.0)),
                              gamma = normal_values(channels, 4, 1.0, 0.3), beta = normal_values(channels, 5, 0.0, 0.3);
-    // Σx and Σx² per channel (channels last), as a fused convolution writes them: fp32.
-    std::vector<double> sum(channels, 0.0), square_sum(channels, 0.0);
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto v = static_cast<double>(x[i]);
-      sum[i % channels] += v;
-      square_sum[i % channels] += v * v;
-    }
-    std::vector<float> sums(2 * channels);
-    for (std::size_t c = 0; c < channels; ++c) {
-      sums[c] = static_cast<float>(sum[c]);
-      sums[channels + c] = static_cast<float>(square_sum[c]);
-    }
+    const std::vector<float> sums = sums_as_a_convolution_writes(x, s, true);
     struct Run {
       std::vector<float> mean, inverse_std, running_mean, running_var, scale_shift, dx, dgamma, dbeta;
       bool guards_intact = true;
@@ -366,19 +370,7 @@ TEST(CudaKernelsOnCpu, ABatchNormFromItsConvolutionsSumsIsTheOneFromX) {
       const std::vector<float> x = rounded_to(dtype, normal_values(n, 11, 0.5, 2.0)),
                                z = rounded_to(dtype, normal_values(n, 12, 0.0, 1.0)),
                                gamma = normal_values(channels, 14, 1.0, 0.3), beta = normal_values(channels, 15, 0.0, 0.3);
-      std::vector<double> sum(channels, 0.0), square_sum(channels, 0.0);
-      for (std::size_t i = 0; i < n; ++i) {
-        const auto at = static_cast<std::int64_t>(i);
-        const auto c = static_cast<std::size_t>(channels_last ? at % s.channels : (at / s.pixels) % s.channels);
-        const auto v = static_cast<double>(x[i]);
-        sum[c] += v;
-        square_sum[c] += v * v;
-      }
-      std::vector<float> sums(2 * channels);
-      for (std::size_t c = 0; c < channels; ++c) {
-        sums[c] = static_cast<float>(sum[c]);
-        sums[channels + c] = static_cast<float>(square_sum[c]);
-      }
+      const std::vector<float> sums = sums_as_a_convolution_writes(x, s, channels_last);
       std::vector<float> y_from[2], mean_from[2];
       bool intact = true;
       for (const bool from_sums : {false, true}) {
