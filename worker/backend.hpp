@@ -102,7 +102,8 @@ class FusedConv2dOp {
   // scale_shift: (2, C_in) in the activations' dtype, the scales then the shifts (with
   // normalized_input, else null); sums: (2, C_out) fp32, Σy then Σy² (with output_sums, else null).
   virtual void forward(const Tensor& x, const Tensor* scale_shift, const Tensor& weight, Tensor& y, Tensor* sums) = 0;
-  // The filter gradient from relu(x · scale + shift) (with normalized_input) or from x.
+  // The filter gradient from relu(x · scale + shift). Only with normalized_input: otherwise the
+  // layer's plain convolution computes it (a backend may refuse the call).
   virtual void backward_weights(const Tensor& x, const Tensor* scale_shift, const Tensor& dy, Tensor& dweight) = 0;
 };
 
