@@ -652,8 +652,9 @@ std::unique_ptr<FusedConv2dOp> CudaBackend::make_fused_conv2d(const FusedConv2dC
   if (conv_batch_norm_route_ != ConvBatchNormRoute::fused) return nullptr;
   require_computable(c.conv.dtype);
   const auto apart = [&](const std::string& why) {
-    std::cerr << "dlbench-worker: a " + c.conv.input.to_string() + " convolution to " +
-                     std::to_string(c.conv.out_channels) + " channels runs apart from its batch norms: " + why + "\n";
+    const std::string line = "dlbench-worker: a " + c.conv.input.to_string() + " convolution to " +
+                             std::to_string(c.conv.out_channels) + " channels runs apart from its batch norms: " + why;
+    if (said_apart_.insert(line).second) std::cerr << line + "\n";  // once each, however many blocks ask
     return nullptr;
   };
   if (activation_layout() != Layout::nhwc || (c.conv.dtype != DType::fp16 && c.conv.dtype != DType::bf16)) {

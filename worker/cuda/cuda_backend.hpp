@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -242,6 +243,7 @@ class CudaBackend final : public Backend {
   ResidualGradient residual_gradient_ = ResidualGradient::sum;
   AttentionRoute attention_route_ = AttentionRoute::composed;
   ConvBatchNormRoute conv_batch_norm_route_ = ConvBatchNormRoute::separate;
+  std::set<std::string> said_apart_;  // make_fused_conv2d's stderr lines, each said once
   std::unique_ptr<cuda_detail::ConvPlanCache> conv_plans_;  // destroyed before the cuDNN handle
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;

@@ -24,11 +24,12 @@
 
 namespace dlbench::worker::cuda_detail {
 
-// A fused graph and the plan an engine built of it.
+// A fused graph and the plan an engine built of it, or why none did (kept too: a block of the same
+// shape need not ask the engines again).
 struct FusedConvPlan {
-  FusedConvPlan(const Conv2dConfig& config, ConvFusion fusion, cudnnHandle_t handle) : graph(config, fusion, handle) {}
-  FusedConvGraph graph;
+  std::optional<FusedConvGraph> graph;
   std::optional<BuiltPlan> built;
+  std::string refusal;
 };
 
 namespace {
@@ -39,27 +40,40 @@ std::string describe_fused(const Conv2dConfig& c, ConvFusion fusion) {
 }
 
 // The plan for `fusion` of `config` on `backend`'s device: the backend's, or built now. Throws
-// CudaError where cuDNN refuses the graph or no engine builds a plan for it.
+// CudaError where cuDNN refuses the graph or no engine builds a plan for it (then or before).
 std::shared_ptr<const FusedConvPlan> fused_plan(CudaBackend& backend, const Conv2dConfig& config, ConvFusion fusion) {
   const std::string key = describe_fused(config, fusion);
   ConvPlanCache& cache = backend.conv_plans();
+  std::shared_ptr<const FusedConvPlan> known;
   {
     std::lock_guard lock(cache.mutex);
-    if (const auto it = cache.fused.find(key); it != cache.fused.end()) return it->second;
+    if (const auto it = cache.fused.find(key); it != cache.fused.end()) known = it->second;
   }
-  auto plan = std::make_shared<FusedConvPlan>(config, fusion, backend.cudnn());
-  EngineSearchResult result = search_engines(plan->graph, backend.cudnn(), nullptr, 1);
-  if (result.built.empty()) {
-    throw CudaError("cuDNN graph API: no engine runs " + key + ": " + describe_search(result.search) +
-                    (result.first_unbuildable_reason.empty() ? "" : "; " + result.first_unbuildable_reason));
+  if (!known) {
+    auto plan = std::make_shared<FusedConvPlan>();
+    try {
+      plan->graph.emplace(config, fusion, backend.cudnn());
+      EngineSearchResult result = search_engines(*plan->graph, backend.cudnn(), nullptr, 1);
+      if (result.built.empty()) {
+        plan->refusal = "cuDNN graph API: no engine runs " + key + ": " + describe_search(result.search) +
+                        (result.first_unbuildable_reason.empty() ? "" : "; " + result.first_unbuildable_reason);
+      } else {
+        plan->built = std::move(result.built.front());
+        if (log_algorithms()) {
+          std::cerr << "dlbench-worker: cudnn " + key + ": graph engine " + std::to_string(plan->built->engine) + ", " +
+                           mebibytes(plan->built->workspace) + " workspace; " + describe_search(result.search) + "\n";
+        }
+      }
+    } catch (const CudaOutOfMemory&) {
+      throw;
+    } catch (const CudaError& e) {  // cuDNN refused the graph itself
+      plan->refusal = e.what();
+    }
+    std::lock_guard lock(cache.mutex);
+    known = cache.fused.emplace(key, std::move(plan)).first->second;
   }
-  plan->built = std::move(result.built.front());
-  if (log_algorithms()) {
-    std::cerr << "dlbench-worker: cudnn " + key + ": graph engine " + std::to_string(plan->built->engine) + ", " +
-                     mebibytes(plan->built->workspace) + " workspace; " + describe_search(result.search) + "\n";
-  }
-  std::lock_guard lock(cache.mutex);
-  return cache.fused.emplace(key, std::move(plan)).first->second;
+  if (!known->built) throw CudaError(known->refusal);
+  return known;
 }
 
 class CudaFusedConv2d final : public FusedConv2dOp {
@@ -136,7 +150,7 @@ class CudaFusedConv2d final : public FusedConv2dOp {
     void* workspace = built.workspace > 0 ? backend_.workspace(built.workspace) : nullptr;
     std::vector<std::int64_t> uids;
     std::vector<void*> pointers;
-    for (const FusedTensor& t : plan.graph.tensors) {
+    for (const FusedTensor& t : plan.graph->tensors) {
       const auto it = at.find(t.uid);
       if (it == at.end()) throw std::logic_error("a fused convolution's graph names a tensor it was not given");
       uids.push_back(t.uid);
