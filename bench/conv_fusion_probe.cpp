@@ -104,7 +104,7 @@ void fill(DeviceTensors& tensors, const FusedConvGraph& graph, DType dtype, cons
     void* p = tensors.buffers.allocate(tensor.bytes);
     tensors.at[tensor.uid] = p;
     tensors.bytes[tensor.uid] = tensor.bytes;
-    if (tensor.uid == kSumUid || tensor.uid == kSquareSumUid) {
+    if (tensor.value_bytes == 4) {  // statistics, parameters and coefficients: zero, or given below
       DLBENCH_CUDA_CHECK(cudaMemset(p, 0, tensor.bytes));
       continue;
     }
@@ -130,6 +130,11 @@ void fill(DeviceTensors& tensors, const FusedConvGraph& graph, DType dtype, cons
       from = 0;
     }
   }
+}
+
+void upload(DeviceTensors& tensors, std::int64_t uid, const std::vector<float>& values) {
+  if (values.size() * sizeof(float) != tensors.bytes.at(uid)) throw std::logic_error("an uploaded tensor's size differs");
+  DLBENCH_CUDA_CHECK(cudaMemcpy(tensors.at.at(uid), values.data(), tensors.bytes.at(uid), cudaMemcpyHostToDevice));
 }
 
 template <typename T>
@@ -207,7 +212,8 @@ void run_first_plan(cudnnHandle_t handle, const Probed& probed, DeviceTensors& t
 
 // A fused pass against its plain pass around the host's reference, on the same random inputs:
 // the output's error as a share of its largest value and, where it computes them, the
-// statistics' error against the host's sums of the output it wrote.
+// statistics' error against the host's sums of the output it wrote, or the batch norm's gradients'
+// error against the host's from the gradient it wrote (statistics_error holds either).
 struct CheckResult {
   double output_error = 0;
   std::optional<double> statistics_error;
@@ -218,6 +224,16 @@ CheckResult check_fused(cudnnHandle_t handle, const Conv2dConfig& config, DType 
                         const Probed& plain) {
   DeviceTensors ours;
   fill(ours, fused.graph, dtype);
+  // The batch norm before the convolution, as its forward left it for x's values.
+  std::optional<BatchNormParameters> batch_norm;
+  if (fused.graph.fusion == ConvFusion::dgrad_drelu_dbn_weight) {
+    batch_norm = batch_norm_parameters(dtype, download<std::uint16_t>(ours, kReluInputUid),
+                                       static_cast<std::size_t>(config.input.c()), 20261203u);
+    upload(ours, kMeanUid, batch_norm->mean);
+    upload(ours, kInvStdUid, batch_norm->inv_std);
+    upload(ours, kGammaUid, batch_norm->gamma);
+    upload(ours, kBetaUid, batch_norm->beta);
+  }
   run_first_plan(handle, fused, ours);
   const auto input = [&](std::int64_t uid) { return download<std::uint16_t>(ours, uid); };
   HostValues given;
@@ -235,6 +251,7 @@ CheckResult check_fused(cudnnHandle_t handle, const Conv2dConfig& config, DType 
       break;
     case ConvFusion::dgrad_drelu:
     case ConvFusion::dgrad_scale_bias_drelu:
+    case ConvFusion::dgrad_drelu_dbn_weight:
       given = {{kFilterUid, input(kFilterUid)}, {kOutputUid, input(kOutputUid)}};
       output_uid = kInputUid;
       break;
@@ -251,6 +268,8 @@ CheckResult check_fused(cudnnHandle_t handle, const Conv2dConfig& config, DType 
   } else if (fused.graph.fusion == ConvFusion::dgrad_scale_bias_drelu) {
     const auto scale = input(kScaleUid), bias = input(kBiasUid);
     relu_backward(dtype, want, input(kReluInputUid), &scale, &bias);
+  } else if (batch_norm) {
+    relu_backward(dtype, want, input(kReluInputUid), *batch_norm);
   }
   const std::vector<std::uint16_t> got = download<std::uint16_t>(ours, output_uid);
   CheckResult result;
@@ -258,6 +277,12 @@ CheckResult check_fused(cudnnHandle_t handle, const Conv2dConfig& config, DType 
   if (ours.at.contains(kSumUid)) {
     result.statistics_error = statistics_error(download<float>(ours, kSumUid), download<float>(ours, kSquareSumUid),
                                                channel_sums(dtype, got, static_cast<std::size_t>(config.out_channels)));
+  }
+  if (batch_norm) {
+    result.statistics_error = batch_norm_gradients_error(
+        dtype, download<float>(ours, kDgammaUid), download<float>(ours, kDbetaUid), download<float>(ours, kCoefficientDyUid),
+        download<float>(ours, kCoefficientXUid), download<float>(ours, kCoefficientBiasUid), input(kReluInputUid), got,
+        *batch_norm);
   }
   return result;
 }
@@ -395,7 +420,9 @@ int run(const Options& options) {
             const bool off = !(check.output_error <= kOutputBound) ||
                              (check.statistics_error && !(*check.statistics_error <= kStatisticsBound));
             row["outputError"] = check.output_error;
-            if (check.statistics_error) row["statisticsError"] = *check.statistics_error;
+            // What the second error measures: the output's statistics, or the batch norm's gradients.
+            const bool gradients = fusion == ConvFusion::dgrad_drelu_dbn_weight;
+            if (check.statistics_error) row[gradients ? "batchNormGradientsError" : "statisticsError"] = *check.statistics_error;
             row["check"] = off ? "off" : "ok";
             Tally& tally = tallies[fusion];
             tally.checked += count;
@@ -405,8 +432,8 @@ int run(const Options& options) {
                           check.output_error, kOutputBound);
             said = text;
             if (check.statistics_error) {
-              std::snprintf(text, sizeof text, ", statistics %.2e (bound %.0e)", *check.statistics_error,
-                            kStatisticsBound);
+              std::snprintf(text, sizeof text, ", %s %.2e (bound %.0e)", gradients ? "batch-norm gradients" : "statistics",
+                            *check.statistics_error, kStatisticsBound);
               said += text;
             }
           }

@@ -34,15 +34,20 @@ class ConvFusionProbe(unittest.TestCase):
         self.assertFalse(document["timed"])
         summary = {entry["pass"]: entry for entry in document["summary"]}
         self.assertEqual(set(summary), {"conv", "conv+genstats", "scale+bias+relu+conv+genstats", "wgrad",
-                                        "scale+bias+relu+wgrad", "dgrad", "dgrad+drelu", "dgrad+scale+bias+drelu"})
+                                        "scale+bias+relu+wgrad", "dgrad", "dgrad+drelu", "dgrad+scale+bias+drelu",
+                                        "dgrad+drelu+dbn-weight"})
         for entry in summary.values():
             self.assertEqual(entry["convolutions"], 53)  # ResNet-50's, counted with their multiplicity
         for plain in ("conv", "wgrad", "dgrad"):
             self.assertEqual(summary[plain]["convolutionsBuilt"], 53, plain)
         # The stem (3 input channels) has no fused engine: at most 52 of 53.
         self.assertLessEqual(summary["conv+genstats"]["convolutionsBuilt"], 52)
+        # The data gradient fuses in cuDNN's DgradDreluBNBwdWeight pattern (the stem's aside), and in
+        # no smaller one.
+        self.assertEqual(summary["dgrad+drelu+dbn-weight"]["convolutionsBuilt"], 52)
+        self.assertEqual(summary["dgrad+drelu"]["convolutionsBuilt"], 0)
         shapes = {row["shape"] for row in document["passes"]}
-        self.assertEqual(len(document["passes"]), len(shapes) * 8)
+        self.assertEqual(len(document["passes"]), len(shapes) * 9)
         counted = {}
         for row in document["passes"]:
             counted[row["shape"]] = row["count"]

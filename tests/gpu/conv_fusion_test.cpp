@@ -112,6 +112,17 @@ TEST(ConvFusion, EveryPassMakesAGraphCuDnnAcceptsWithTheTensorsItNamesInMemory) 
             case ConvFusion::dgrad_scale_bias_drelu:
               EXPECT_THAT(uids_of(graph), ::testing::ElementsAre(1, 2, 3, 4, 5, 8)) << what;
               break;
+            case ConvFusion::dgrad_drelu_dbn_weight: {
+              EXPECT_THAT(uids_of(graph), ::testing::ElementsAre(1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)) << what;
+              // The batch norm's x is the convolution's input; its statistics, parameters,
+              // gradients and coefficients are fp32 a channel of it.
+              EXPECT_EQ(bytes_of(graph, cuda_detail::kReluInputUid), static_cast<std::size_t>(config.input.numel()) * 2)
+                  << what;
+              for (std::int64_t uid = cuda_detail::kMeanUid; uid <= cuda_detail::kCoefficientBiasUid; ++uid) {
+                EXPECT_EQ(bytes_of(graph, uid), static_cast<std::size_t>(config.input.c()) * 4) << what << " uid " << uid;
+              }
+              break;
+            }
           }
         } catch (const CudaError& e) {
           ADD_FAILURE() << what << ": " << e.what();
@@ -127,21 +138,25 @@ TEST(ConvFusion, EachFusedPassNamesThePlainPassItReplaces) {
   EXPECT_EQ(cuda_detail::baseline_of(ConvFusion::scale_bias_relu_wgrad), ConvFusion::wgrad);
   EXPECT_EQ(cuda_detail::baseline_of(ConvFusion::dgrad_drelu), ConvFusion::dgrad);
   EXPECT_EQ(cuda_detail::baseline_of(ConvFusion::dgrad_scale_bias_drelu), ConvFusion::dgrad);
+  EXPECT_EQ(cuda_detail::baseline_of(ConvFusion::dgrad_drelu_dbn_weight), ConvFusion::dgrad);
   for (const ConvFusion fusion : cuda_detail::kConvFusions) {
     EXPECT_EQ(cuda_detail::baseline_of(cuda_detail::baseline_of(fusion)), cuda_detail::baseline_of(fusion));
   }
 }
 
 // What cuDNN 9.19 answered for a described H200 on 2026-12-03 (bench/RESULTS.md): plans for the
-// plain passes and for the forward and filter-gradient passes fused with batch norm, built here
-// without the device. Should a later cuDNN answer otherwise, this says so before a GPU is lent.
+// plain passes, for the forward and filter-gradient passes fused with batch norm, and for the data
+// gradient fused with the batch norm's ReLU backward and weight gradients (DgradDreluBNBwdWeight),
+// built here without the device. Should a later cuDNN answer otherwise, this says so before a GPU
+// is lent.
 TEST(ConvFusion, ForADescribedH200TheEnginesBuildThePlainAndTheBatchNormFusedPasses) {
   const auto device =
       cuda_detail::device_properties_from_json(cuda_detail::cudnn_device_json(cuda_detail::described_gpu("h200")));
   Conv2dConfig config{Shape(8, 64, 56, 56), 64, 3, 1, 1, false};
   config.dtype = DType::fp16;
   for (const ConvFusion fusion : {ConvFusion::conv, ConvFusion::wgrad, ConvFusion::dgrad, ConvFusion::conv_genstats,
-                                  ConvFusion::scale_bias_relu_conv_genstats, ConvFusion::scale_bias_relu_wgrad}) {
+                                  ConvFusion::scale_bias_relu_conv_genstats, ConvFusion::scale_bias_relu_wgrad,
+                                  ConvFusion::dgrad_drelu_dbn_weight}) {
     const FusedConvGraph graph(config, fusion, nullptr);
     const cuda_detail::EngineSearchResult search = cuda_detail::search_engines(graph, nullptr, &device, 2);
     EXPECT_GT(search.search.ranked, 0) << cuda_detail::to_string(fusion);
@@ -156,6 +171,15 @@ TEST(ConvFusion, ForADescribedH200TheEnginesBuildThePlainAndTheBatchNormFusedPas
                   .built.empty());
   EXPECT_FALSE(
       cuda_detail::search_engines(FusedConvGraph(stem, ConvFusion::conv, nullptr), nullptr, &device, 1).built.empty());
+  // The data gradient with the ReLU's backward alone is no pattern an engine takes: only the whole
+  // DgradDreluBNBwdWeight is.
+  EXPECT_TRUE(cuda_detail::search_engines(FusedConvGraph(config, ConvFusion::dgrad_drelu, nullptr), nullptr, &device, 1)
+                  .built.empty());
+  // bf16 gets none of the fusions.
+  config.dtype = DType::bf16;
+  EXPECT_TRUE(cuda_detail::search_engines(FusedConvGraph(config, ConvFusion::dgrad_drelu_dbn_weight, nullptr), nullptr,
+                                          &device, 1)
+                  .built.empty());
 }
 
 std::vector<std::uint16_t> halves(DType dtype, const std::vector<float>& values) {
@@ -208,6 +232,100 @@ TEST(ConvFusionReference, ChannelSumsAndTheErrorsAFusedPassIsHeldTo) {
   EXPECT_EQ(cuda_detail::relative_max_error(dtype, halves(dtype, {1.0f, NAN, 3.0f, 4.0f}), y), INFINITY);
   EXPECT_THROW(cuda_detail::relative_max_error(dtype, y, halves(dtype, {1.0f})), std::invalid_argument);
   EXPECT_THROW(cuda_detail::channel_sums(dtype, y, 3), std::invalid_argument);
+}
+
+TEST(ConvFusionReference, ABatchNormsParametersAreItsInputsStatisticsAndItsReluMaskIsRecomputedFromThem) {
+  const DType dtype = DType::fp16;
+  // Two channels over three pixels: channel 0 holds 1, 2, 3 (mean 2, variance 2/3), channel 1 holds 4 each.
+  const auto x = halves(dtype, {1.0f, 4.0f, 2.0f, 4.0f, 3.0f, 4.0f});
+  const cuda_detail::BatchNormParameters p = cuda_detail::batch_norm_parameters(dtype, x, 2, 5);
+  EXPECT_FLOAT_EQ(p.mean[0], 2.0f);
+  EXPECT_FLOAT_EQ(p.mean[1], 4.0f);
+  EXPECT_NEAR(p.inv_std[0], 1 / std::sqrt(2.0 / 3 + 1e-5), 1e-6);
+  EXPECT_NEAR(p.inv_std[1], 1 / std::sqrt(1e-5), 1e-2);
+  for (std::size_t c = 0; c < 2; ++c) {
+    EXPECT_GE(p.gamma[c], 0.5f);
+    EXPECT_LE(p.gamma[c], 1.5f);
+    EXPECT_GE(p.beta[c], -0.5f);
+    EXPECT_LE(p.beta[c], 0.5f);
+  }
+  EXPECT_EQ(cuda_detail::batch_norm_parameters(dtype, x, 2, 5).gamma, p.gamma);
+  // The ReLU's input is ((x - mean) * inv_std) * gamma + beta: with gamma 1 and beta 0 the mask
+  // keeps channel 0's values above its mean; with beta -0.1 not even the one at it.
+  cuda_detail::BatchNormParameters unit{{2.0f}, {1.0f}, {1.0f}, {0.0f}};
+  auto dx = halves(dtype, {5.0f, 6.0f, 7.0f});
+  cuda_detail::relu_backward(dtype, dx, halves(dtype, {1.0f, 2.0f, 3.0f}), unit);
+  EXPECT_EQ(dx, halves(dtype, {0.0f, 0.0f, 7.0f}));
+  unit.beta = {0.5f};
+  dx = halves(dtype, {5.0f, 6.0f, 7.0f});
+  cuda_detail::relu_backward(dtype, dx, halves(dtype, {1.0f, 2.0f, 3.0f}), unit);
+  EXPECT_EQ(dx, halves(dtype, {0.0f, 6.0f, 7.0f}));
+  EXPECT_THROW(cuda_detail::relu_backward(dtype, dx, halves(dtype, {1.0f}), unit), std::invalid_argument);
+}
+
+// The batch norm's gradients as dgrad_drelu_dbn_weight's check computes them, against the
+// derivative of Σ dy · bn(x) by central differences, bn's mean and variance taken from x itself (in
+// double throughout): dx = a dy + b x + c a channel, dgamma, dbeta.
+TEST(ConvFusionReference, TheBatchNormsGradientsAndInputGradientCoefficientsAreTheDerivativeOfItsOutput) {
+  const DType dtype = DType::fp16;
+  const std::size_t channels = 3, pixels = 40;
+  const auto x = cuda_detail::random_half_values(dtype, channels * pixels, 11);
+  const auto dy = cuda_detail::random_half_values(dtype, channels * pixels, 12);
+  const cuda_detail::BatchNormParameters p = cuda_detail::batch_norm_parameters(dtype, x, channels, 13);
+  std::vector<double> values(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) values[i] = cuda_detail::half_value(dtype, x[i]);
+  // Σ dy · (gamma (x - mean(x)) / sqrt(var(x) + 1e-5) + beta), over channel c.
+  const auto loss = [&](const std::vector<double>& v, std::size_t c, double gamma, double beta) {
+    double mean = 0, square = 0;
+    for (std::size_t i = c; i < v.size(); i += channels) mean += v[i];
+    mean /= pixels;
+    for (std::size_t i = c; i < v.size(); i += channels) square += (v[i] - mean) * (v[i] - mean);
+    const double inv_std = 1 / std::sqrt(square / pixels + 1e-5);
+    double sum = 0;
+    for (std::size_t i = c; i < v.size(); i += channels) {
+      sum += double{cuda_detail::half_value(dtype, dy[i])} * (gamma * (v[i] - mean) * inv_std + beta);
+    }
+    return sum;
+  };
+  const cuda_detail::BatchNormGradients g = cuda_detail::batch_norm_gradients(dtype, x, dy, p);
+  constexpr double h = 1e-5;
+  for (std::size_t c = 0; c < channels; ++c) {
+    const double gamma = p.gamma[c], beta = p.beta[c];
+    EXPECT_NEAR(g.dgamma[c], (loss(values, c, gamma + h, beta) - loss(values, c, gamma - h, beta)) / (2 * h), 1e-4);
+    EXPECT_NEAR(g.dbeta[c], (loss(values, c, gamma, beta + h) - loss(values, c, gamma, beta - h)) / (2 * h), 1e-4);
+    for (std::size_t i = c; i < x.size(); i += channels * 7) {
+      std::vector<double> up = values, down = values;
+      up[i] += h;
+      down[i] -= h;
+      const double numeric = (loss(up, c, gamma, beta) - loss(down, c, gamma, beta)) / (2 * h);
+      const double from_coefficients =
+          g.a[c] * double{cuda_detail::half_value(dtype, dy[i])} + g.b[c] * values[i] + g.c[c];
+      EXPECT_NEAR(from_coefficients, numeric, 1e-4 * std::max(1.0, std::abs(numeric))) << "channel " << c << " value " << i;
+    }
+  }
+}
+
+TEST(ConvFusionReference, ABatchNormsGradientsErrorIsNoneForTheHostsOwnAndNamesAWrongCoefficient) {
+  const DType dtype = DType::bf16;
+  const std::size_t channels = 4;
+  const auto x = cuda_detail::random_half_values(dtype, channels * 64, 21);
+  const auto dy = cuda_detail::random_half_values(dtype, channels * 64, 22);
+  const cuda_detail::BatchNormParameters p = cuda_detail::batch_norm_parameters(dtype, x, channels, 23);
+  const cuda_detail::BatchNormGradients g = cuda_detail::batch_norm_gradients(dtype, x, dy, p);
+  const auto floats = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  std::vector<float> dgamma = floats(g.dgamma), dbeta = floats(g.dbeta), a = floats(g.a), b = floats(g.b), c = floats(g.c);
+  const auto error = [&] { return cuda_detail::batch_norm_gradients_error(dtype, dgamma, dbeta, a, b, c, x, dy, p); };
+  EXPECT_LT(error(), 1e-6);
+  b[2] *= 1.5f;  // x's coefficient: the input gradient moves with it
+  EXPECT_GT(error(), 1e-3);
+  b = floats(g.b);
+  dbeta[1] += 0.5f;
+  EXPECT_GT(error(), 1e-3);
+  dbeta = floats(g.dbeta);
+  c[0] = NAN;
+  EXPECT_EQ(error(), INFINITY);
+  c = floats(g.c);
+  EXPECT_THROW(cuda_detail::batch_norm_gradients_error(dtype, {1.0f}, dbeta, a, b, c, x, dy, p), std::invalid_argument);
 }
 
 TEST(ConvFusionReference, RandomValuesAreSeededWithBothSignsAndMagnitudesFromAHalfToOne) {

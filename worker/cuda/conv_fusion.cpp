@@ -22,6 +22,7 @@ std::string_view to_string(ConvFusion fusion) {
     case ConvFusion::dgrad: return "dgrad";
     case ConvFusion::dgrad_drelu: return "dgrad+drelu";
     case ConvFusion::dgrad_scale_bias_drelu: return "dgrad+scale+bias+drelu";
+    case ConvFusion::dgrad_drelu_dbn_weight: return "dgrad+drelu+dbn-weight";
   }
   throw std::invalid_argument("unknown convolution fusion");
 }
@@ -35,7 +36,8 @@ ConvFusion baseline_of(ConvFusion fusion) {
     case ConvFusion::scale_bias_relu_wgrad: return ConvFusion::wgrad;
     case ConvFusion::dgrad:
     case ConvFusion::dgrad_drelu:
-    case ConvFusion::dgrad_scale_bias_drelu: return ConvFusion::dgrad;
+    case ConvFusion::dgrad_scale_bias_drelu:
+    case ConvFusion::dgrad_drelu_dbn_weight: return ConvFusion::dgrad;
   }
   throw std::invalid_argument("unknown convolution fusion");
 }
@@ -52,16 +54,16 @@ class GraphParts {
 
   const BackendDescriptor& tensor(std::int64_t uid, const std::array<std::int64_t, 4>& dims, cudnnDataType_t type) {
     const std::size_t values = static_cast<std::size_t>(dims[0] * dims[1] * dims[2] * dims[3]);
-    graph_.tensors.push_back({uid, values * bytes_of(type)});
+    graph_.tensors.push_back({uid, values * bytes_of(type), bytes_of(type)});
     return graph_.parts.emplace_back(make_graph_tensor(uid, dims, type, layout_));
   }
   const BackendDescriptor& intermediate(const std::array<std::int64_t, 4>& dims) {
     return graph_.parts.emplace_back(make_graph_tensor(next_virtual_++, dims, CUDNN_DATA_FLOAT, layout_, true));
   }
 
-  // y = x <mode> b (b: null for a unary mode), computed in fp32.
+  // y = x <mode> (b_scale * b) (b: null for a unary mode), computed in fp32.
   const BackendDescriptor& pointwise(cudnnPointwiseMode_t mode, const BackendDescriptor& x, const BackendDescriptor* b,
-                                     const BackendDescriptor& y) {
+                                     const BackendDescriptor& y, float b_scale = 1) {
     if (b == nullptr) {
       return pointwise_operation(mode, {{CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &x}, {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &y}},
                                  "a pointwise operation");
@@ -70,7 +72,7 @@ class GraphParts {
                                {{CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &x},
                                 {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b},
                                 {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &y}},
-                               "a pointwise operation");
+                               "a pointwise operation", b_scale);
   }
 
   // dx = dy where x > 0, else 0.
@@ -99,6 +101,34 @@ class GraphParts {
     return add(operation);
   }
 
+  // A batch norm's weight gradients from its input x, its saved statistics, its gamma and the
+  // gradient dy of its output; and the coefficients of its input gradient, dx = A * dy + B * x + C.
+  struct BatchNormWeightGradients {
+    const BackendDescriptor *x, *mean, *inv_std, *gamma, *dy, *dgamma, *dbeta, *a, *b, *c;
+  };
+  const BackendDescriptor& batch_norm_weight_gradients(const BatchNormWeightGradients& t) {
+    BackendDescriptor& operation = graph_.parts.emplace_back(CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR);
+    const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    operation.set(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &precision);
+    const std::pair<cudnnBackendAttributeName_t, const BackendDescriptor*> operands[] = {
+        {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_X_DESC, t.x},
+        {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MEAN_DESC, t.mean},
+        {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC, t.inv_std},
+        {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC, t.gamma},
+        {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DY_DESC, t.dy},
+        {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC, t.dgamma},
+        {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC, t.dbeta},
+        {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, t.a},
+        {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC, t.b},
+        {CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS, t.c}};
+    for (const auto& [attribute, tensor] : operands) {
+      const cudnnBackendDescriptor_t raw = tensor->get();
+      operation.set(attribute, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw);
+    }
+    operation.finalize("the batch norm's weight gradients");
+    return add(operation);
+  }
+
   const BackendDescriptor& convolution(ConvPass pass, const Conv2dConfig& config, const BackendDescriptor& input,
                                        const BackendDescriptor& filter, const BackendDescriptor& output) {
     const BackendDescriptor& descriptor = graph_.parts.emplace_back(make_convolution(config));
@@ -112,7 +142,7 @@ class GraphParts {
   const BackendDescriptor& pointwise_operation(
       cudnnPointwiseMode_t mode,
       std::initializer_list<std::pair<cudnnBackendAttributeName_t, const BackendDescriptor*>> operands,
-      const std::string& what) {
+      const std::string& what, float b_scale = 1) {
     BackendDescriptor& descriptor = graph_.parts.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
     const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
     descriptor.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode);
@@ -125,6 +155,7 @@ class GraphParts {
       const cudnnBackendDescriptor_t raw = tensor->get();
       operation.set(attribute, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw);
     }
+    if (b_scale != 1) operation.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, &b_scale);
     operation.finalize(what);
     return add(operation);
   }
@@ -220,6 +251,35 @@ BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config,
         parts.pointwise(CUDNN_POINTWISE_ADD, scaled, &bias, *relu_input);
       }
       parts.relu_backward(unmasked, *relu_input, parts.tensor(kInputUid, shapes.input, type));
+      break;
+    }
+    case ConvFusion::dgrad_drelu_dbn_weight: {
+      const BackendDescriptor& unmasked = parts.intermediate(shapes.input);
+      const BackendDescriptor& w = parts.tensor(kFilterUid, shapes.filter, type);
+      const BackendDescriptor& dy = parts.tensor(kOutputUid, shapes.output, type);
+      parts.convolution(ConvPass::backward_data, config, unmasked, w, dy);
+      // The ReLU's input, the batch norm's output: ((x - mean) * inv_std) * gamma + beta.
+      const BackendDescriptor& x = parts.tensor(kReluInputUid, shapes.input, type);
+      const auto per_channel = [&](std::int64_t uid) -> const BackendDescriptor& {
+        return parts.tensor(uid, per_input_channel, CUDNN_DATA_FLOAT);
+      };
+      const BackendDescriptor& mean = per_channel(kMeanUid);
+      const BackendDescriptor& inv_std = per_channel(kInvStdUid);
+      const BackendDescriptor& gamma = per_channel(kGammaUid);
+      const BackendDescriptor& beta = per_channel(kBetaUid);
+      const BackendDescriptor& centred = parts.intermediate(shapes.input);
+      parts.pointwise(CUDNN_POINTWISE_ADD, x, &mean, centred, -1);
+      const BackendDescriptor& normalised = parts.intermediate(shapes.input);
+      parts.pointwise(CUDNN_POINTWISE_MUL, centred, &inv_std, normalised);
+      const BackendDescriptor& scaled = parts.intermediate(shapes.input);
+      parts.pointwise(CUDNN_POINTWISE_MUL, normalised, &gamma, scaled);
+      const BackendDescriptor& relu_input = parts.intermediate(shapes.input);
+      parts.pointwise(CUDNN_POINTWISE_ADD, scaled, &beta, relu_input);
+      const BackendDescriptor& dx = parts.tensor(kInputUid, shapes.input, type);
+      parts.relu_backward(unmasked, relu_input, dx);
+      parts.batch_norm_weight_gradients({&x, &mean, &inv_std, &gamma, &dx, &per_channel(kDgammaUid),
+                                         &per_channel(kDbetaUid), &per_channel(kCoefficientDyUid),
+                                         &per_channel(kCoefficientXUid), &per_channel(kCoefficientBiasUid)});
       break;
     }
   }

@@ -33,11 +33,17 @@ enum class ConvFusion {
   dgrad,                          // dx = dgrad(dy, w)
   dgrad_drelu,                    // dx = dgrad(dy, w) where r > 0, else 0 (r: the ReLU's input)
   dgrad_scale_bias_drelu,         // the same, r recomputed as r = x * s + b from the batch norm's input x
+  // cuDNN's DgradDreluBNBwdWeight: the same with r = (x - mean) * inv_std * gamma + beta from the
+  // batch norm's saved statistics and parameters (fp32), and that batch norm's weight gradients
+  // (dgamma, dbeta) and the coefficients of its input gradient (dx_bn = A * dx + B * x + C) reduced
+  // as the masked gradient dx is written.
+  dgrad_drelu_dbn_weight,
 };
-inline constexpr std::array<ConvFusion, 8> kConvFusions{
+inline constexpr std::array<ConvFusion, 9> kConvFusions{
     ConvFusion::conv,  ConvFusion::conv_genstats, ConvFusion::scale_bias_relu_conv_genstats,
     ConvFusion::wgrad, ConvFusion::scale_bias_relu_wgrad,
-    ConvFusion::dgrad, ConvFusion::dgrad_drelu,   ConvFusion::dgrad_scale_bias_drelu};
+    ConvFusion::dgrad, ConvFusion::dgrad_drelu,   ConvFusion::dgrad_scale_bias_drelu,
+    ConvFusion::dgrad_drelu_dbn_weight};
 std::string_view to_string(ConvFusion fusion);
 // The plain pass a fused one replaces (itself for a plain one).
 ConvFusion baseline_of(ConvFusion fusion);
@@ -45,11 +51,18 @@ ConvFusion baseline_of(ConvFusion fusion);
 // The uids of a fused graph's tensors in memory (a variant pack's), beyond kInputUid (x or dx),
 // kFilterUid (w or dw) and kOutputUid (y or dy).
 inline constexpr std::int64_t kScaleUid = 4, kBiasUid = 5, kSumUid = 6, kSquareSumUid = 7, kReluInputUid = 8;
+// dgrad_drelu_dbn_weight's, all fp32 a channel: the batch norm's saved mean and inverse standard
+// deviation and its gamma and beta (read), its dgamma and dbeta, and its input gradient's coefficients
+// A (of dx), B (of x) and C (written).
+inline constexpr std::int64_t kMeanUid = 9, kInvStdUid = 10, kGammaUid = 11, kBetaUid = 12, kDgammaUid = 13,
+                              kDbetaUid = 14, kCoefficientDyUid = 15, kCoefficientXUid = 16, kCoefficientBiasUid = 17;
 
-// A tensor the graph reads or writes in memory, and its size.
+// A tensor the graph reads or writes in memory, its size, and the size of one of its values (2 for
+// the data type, 4 for fp32 statistics, parameters and coefficients).
 struct FusedTensor {
   std::int64_t uid = 0;
   std::size_t bytes = 0;
+  std::size_t value_bytes = 2;
 };
 
 // One pass as a finalized operation graph over channels-last tensors of `config.dtype`, every

@@ -1,7 +1,8 @@
 // What a convolution pass fused with batch norm (cuda/conv_fusion.hpp) must agree with, computed on
 // the host around the plain pass: the input it should have read (relu(x * s + b), rounded to the
-// data type as a separate kernel would store it), the ReLU's backward mask, and the per-channel
-// statistics of what it wrote. Channels-last tensors of 16-bit values (fp16 or bf16 bits), as the
+// data type as a separate kernel would store it), the ReLU's backward mask, the per-channel
+// statistics of what it wrote, and the batch norm's weight gradients and input-gradient
+// coefficients reduced from what it wrote. Channels-last tensors of 16-bit values (fp16 or bf16 bits), as the
 // fused graphs take them. Header-only and device-free, so that it is tested on any machine.
 #pragma once
 
@@ -118,6 +119,120 @@ inline double statistics_error(const std::vector<float>& sum, const std::vector<
     error = std::max(error, std::abs(got_square_sum - want.square_sum[c]) / std::max(want.square_sum[c], 1e-30));
   }
   return error;
+}
+
+// A batch norm's saved statistics and parameters, fp32 a channel, as dgrad_drelu_dbn_weight reads them.
+struct BatchNormParameters {
+  std::vector<float> mean, inv_std, gamma, beta;
+};
+
+// The statistics a batch norm's forward saves for x (channels-last; inv_std = 1 / sqrt(var + 1e-5)),
+// and gamma from 0.5 to 1.5 and beta from -0.5 to 0.5 drawn from `seed`: a ReLU mask that keeps
+// about half of each channel, as training has it.
+inline BatchNormParameters batch_norm_parameters(DType dtype, const std::vector<std::uint16_t>& x,
+                                                 std::size_t channels, std::uint32_t seed) {
+  const ChannelSums sums = channel_sums(dtype, x, channels);
+  const double count = static_cast<double>(x.size() / channels);
+  BatchNormParameters p;
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> gamma(0.5f, 1.5f), beta(-0.5f, 0.5f);
+  for (std::size_t c = 0; c < channels; ++c) {
+    const double mean = sums.sum[c] / count;
+    const double variance = std::max(sums.square_sum[c] / count - mean * mean, 0.0);
+    p.mean.push_back(static_cast<float>(mean));
+    p.inv_std.push_back(static_cast<float>(1 / std::sqrt(variance + 1e-5)));
+    p.gamma.push_back(gamma(generator));
+    p.beta.push_back(beta(generator));
+  }
+  return p;
+}
+
+// The ReLU's backward on dx where the ReLU's input is the batch norm's output,
+// ((x - mean) * inv_std) * gamma + beta in fp32.
+inline void relu_backward(DType dtype, std::vector<std::uint16_t>& dx, const std::vector<std::uint16_t>& x,
+                          const BatchNormParameters& p) {
+  const std::size_t channels = p.mean.size();
+  if (x.size() != dx.size() || channels == 0 || x.size() % channels != 0) {
+    throw std::invalid_argument("relu_backward: dx and the batch norm's x must hold the same whole pixels");
+  }
+  for (std::size_t i = 0; i < dx.size(); ++i) {
+    const std::size_t c = i % channels;
+    const float input = std::fma((half_value(dtype, x[i]) - p.mean[c]) * p.inv_std[c], p.gamma[c], p.beta[c]);
+    if (!(input > 0.0f)) dx[i] = half_bits(dtype, 0.0f);
+  }
+}
+
+// A batch norm's backward from its input x and its output's gradient dy, in double: dgamma = Σ dy x̂,
+// dbeta = Σ dy (x̂ = (x - mean) * inv_std), and dx = a * dy + b * x + c a channel, where
+// a = gamma inv_std, b = -gamma inv_std² dgamma / m and c = -b mean - gamma inv_std dbeta / m
+// over the m values of a channel.
+struct BatchNormGradients {
+  std::vector<double> dgamma, dbeta, a, b, c;
+};
+// x̂ = (x - mean) * inv_std of channel c, in double.
+inline double normalised(DType dtype, std::uint16_t x, const BatchNormParameters& p, std::size_t c) {
+  return (double{half_value(dtype, x)} - double{p.mean[c]}) * double{p.inv_std[c]};
+}
+inline BatchNormGradients batch_norm_gradients(DType dtype, const std::vector<std::uint16_t>& x,
+                                               const std::vector<std::uint16_t>& dy, const BatchNormParameters& p) {
+  const std::size_t channels = p.mean.size();
+  if (x.size() != dy.size() || channels == 0 || x.size() % channels != 0) {
+    throw std::invalid_argument("batch_norm_gradients: x and dy must hold the same whole pixels");
+  }
+  BatchNormGradients g{std::vector<double>(channels), std::vector<double>(channels), {}, {}, {}};
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::size_t c = i % channels;
+    const double gradient = half_value(dtype, dy[i]);
+    g.dbeta[c] += gradient;
+    g.dgamma[c] += gradient * normalised(dtype, x[i], p, c);
+  }
+  const double m = static_cast<double>(x.size() / channels);
+  for (std::size_t c = 0; c < channels; ++c) {
+    const double inv_std = p.inv_std[c], scale = double{p.gamma[c]} * inv_std;
+    g.a.push_back(scale);
+    g.b.push_back(-scale * inv_std * g.dgamma[c] / m);
+    g.c.push_back(-g.b.back() * double{p.mean[c]} - scale * g.dbeta[c] / m);
+  }
+  return g;
+}
+
+// A fused pass's batch-norm gradients against the host's from the dy it wrote: dgamma and dbeta a
+// channel as a share of Σ|dy x̂| and Σ|dy|, and the input gradient its coefficients give,
+// a * dy + b * x + c, as a share of the largest the host's give.
+inline double batch_norm_gradients_error(DType dtype, const std::vector<float>& dgamma, const std::vector<float>& dbeta,
+                                         const std::vector<float>& a, const std::vector<float>& b,
+                                         const std::vector<float>& c, const std::vector<std::uint16_t>& x,
+                                         const std::vector<std::uint16_t>& dy, const BatchNormParameters& p) {
+  const std::size_t channels = p.mean.size();
+  for (const std::vector<float>* v : {&dgamma, &dbeta, &a, &b, &c}) {
+    if (v->size() != channels) throw std::invalid_argument("batch_norm_gradients_error: the channel counts differ");
+  }
+  const BatchNormGradients want = batch_norm_gradients(dtype, x, dy, p);
+  std::vector<double> dgamma_scale(channels), dbeta_scale(channels);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::size_t k = i % channels;
+    const double gradient = std::abs(half_value(dtype, dy[i]));
+    dbeta_scale[k] += gradient;
+    dgamma_scale[k] += gradient * std::abs(normalised(dtype, x[i], p, k));
+  }
+  double error = 0;
+  for (std::size_t k = 0; k < channels; ++k) {
+    for (const float v : {dgamma[k], dbeta[k], a[k], b[k], c[k]}) {
+      if (!std::isfinite(v)) return INFINITY;
+    }
+    error = std::max(error, std::abs(double{dgamma[k]} - want.dgamma[k]) / std::max(dgamma_scale[k], 1e-30));
+    error = std::max(error, std::abs(double{dbeta[k]} - want.dbeta[k]) / std::max(dbeta_scale[k], 1e-30));
+  }
+  double largest = 0, difference = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::size_t k = i % channels;
+    const double gradient = half_value(dtype, dy[i]), value = half_value(dtype, x[i]);
+    const double wanted = want.a[k] * gradient + want.b[k] * value + want.c[k];
+    const double got = double{a[k]} * gradient + double{b[k]} * value + double{c[k]};
+    largest = std::max(largest, std::abs(wanted));
+    difference = std::max(difference, std::abs(got - wanted));
+  }
+  return std::max(error, largest > 0 ? difference / largest : difference);
 }
 
 }  // namespace dlbench::worker::cuda_detail
