@@ -87,7 +87,8 @@ declare -A self_test_of=(
   [dlbench-resnet50-bf16-own]=self-test-own-channels-last
   [dlbench-resnet50-amp-deterministic]=self-test-deterministic
   [dlbench-resnet50-amp-conv-bn-fused]=self-test-conv-batch-norm-fused
-  [profile-resnet50-amp-conv-bn-fused]=self-test-conv-batch-norm-fused)
+  [profile-resnet50-amp-conv-bn-fused]=self-test-conv-batch-norm-fused
+  [dlbench-resnet50-amp-conv-bn-fused-forward]=self-test-conv-batch-norm-fused-forward)
 self_test_failed() {
   python3 -c 'import json, sys
 def failures(path):  # the count, and the failed checks the document lists (the first few)
@@ -314,11 +315,17 @@ step conv-fusion-check 90 "$bin/conv_fusion_probe" --gpu --check --batch-size 8 
   --output "$logs/conv-fusion-check.json" & correctness+=($!)
 # The bottlenecks' convolutions fused with the batch norms between them in the model
 # (DLBENCH_CUDA_CONV_BATCH_NORM=fused, never run on a GPU): conv1 summing its output for bn1, conv2
-# and conv3 reading relu(bn(x)) as they read x, bn1 and bn2 deferred to the own kernels. The
-# self-test's model steps compare each layer with the CPU composing the same fusion; amp fuses, bf16
-# where the engines offer it (none for a described H200).
+# and conv3 reading relu(bn(x)) as they read x, bn1 and bn2 deferred to the own kernels, and conv2's
+# and conv3's data gradients taking bn1's and bn2's gradients (cuDNN's DgradDreluBNBwdWeight: the
+# ReLU's mask, dγ, dβ and the coefficients of the batch norm's input gradient, which one own kernel
+# then applies). The self-test's model steps compare each layer with the CPU composing the same
+# fusion; amp fuses, bf16 where the engines offer it (none for a described H200). fused-forward
+# leaves the data gradient and the batch norms' backward apart (the A/B of that fusion).
 DLBENCH_CUDA_CONV_BATCH_NORM=fused step self-test-conv-batch-norm-fused 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision amp,bf16 --output "$logs/self-test-conv-batch-norm-fused.json" & correctness+=($!)
+DLBENCH_CUDA_CONV_BATCH_NORM=fused-forward step self-test-conv-batch-norm-fused-forward 150 "$bin/dlbench-worker" \
+  --self-test --backend cuda --precision amp --output "$logs/self-test-conv-batch-norm-fused-forward.json" &
+correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done
 unset OMP_WAIT_POLICY
 
@@ -461,9 +468,12 @@ time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph 
 step conv-fusion 90 "$bin/conv_fusion_probe" --gpu --time --plans 2 --write-device-json "$logs/gpu-device.json" \
   --output "$logs/conv-fusion.json"
 # And the model with them (DLBENCH_CUDA_CONV_BATCH_NORM=fused): no normalised tensor of bn1 and bn2
-# written or read, their statistics from the convolutions' epilogues; its profile says where the
-# step's time moved (stderr names any convolution an engine would not fuse).
+# written or read, their statistics from the convolutions' epilogues, their gradients from the data
+# gradients'; its profile says where the step's time moved (stderr names any convolution an engine
+# would not fuse). Then without the data gradients' fusion (fused-forward), which says what it is worth.
 DLBENCH_CUDA_CONV_BATCH_NORM=fused time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-bn-fused dlbench-conv-bn-fused
+DLBENCH_CUDA_CONV_BATCH_NORM=fused-forward time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-bn-fused-forward \
+  dlbench-conv-bn-fused-forward
 DLBENCH_CUDA_CONV_BATCH_NORM=fused profile_resnet50 amp profile-resnet50-amp-conv-bn-fused
 # Real data's rows (first run 2026-11-29: ResNet-50's JPEGs at 0.22x synthetic, the step converting
 # each batch to fp16 itself and copying it from pageable memory, since moved into the decoding

@@ -263,7 +263,8 @@ def comparison(logs):
     # norms as well); and the stem's 3 input channels read padded to 4
     # (DLBENCH_CUDA_PAD_INPUT_CHANNELS=4); and only the convolution algorithms cuDNN marks
     # deterministic (DLBENCH_CUDA_ALGORITHMS=deterministic); and the bottlenecks' convolutions fused
-    # with the batch norms between them (DLBENCH_CUDA_CONV_BATCH_NORM=fused).
+    # with the batch norms between them (DLBENCH_CUDA_CONV_BATCH_NORM=fused, and =fused-forward: the
+    # data gradients and the batch norms' backward apart).
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-persistent", "bn persistent"), ("dlbench-own", "bn own kernels"),
                 ("dlbench-own-accumulate", "own + accumulate"), ("dlbench-own-pool", "bn + pool own"),
@@ -276,7 +277,7 @@ def comparison(logs):
                 ("dlbench-attention-fused", "fused attention"),
                 ("dlbench-attention-fused-graph", "fused attention + graph"),
                 ("dlbench-kept", "weights kept"), ("dlbench-pad-4", "stem padded to 4"),
-                ("dlbench-conv-bn-fused", "conv+bn fused"),
+                ("dlbench-conv-bn-fused", "conv+bn fused"), ("dlbench-conv-bn-fused-forward", "conv+bn fused forward"),
                 ("dlbench-deterministic", "deterministic"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",

@@ -108,6 +108,14 @@ void BatchNormOp::backward_deferred(const Tensor&, const Tensor&, const Tensor&,
                                     const BatchNormStatistics&, Tensor&, Tensor&, Tensor&) {
   throw std::logic_error("this batch norm was not made deferred (BatchNormConfig::deferred)");
 }
+void BatchNormOp::backward_deferred_apply(const Tensor&, const Tensor&, const Tensor&, Tensor&) {
+  throw std::logic_error("this batch norm was not made deferred (BatchNormConfig::deferred)");
+}
+void FusedConv2dOp::backward_data_batch_norm(const Tensor&, const Tensor&, const Tensor&, const BatchNormStatistics&,
+                                             const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, Tensor&) {
+  throw std::logic_error(
+      "this fused convolution does not take its batch norm's gradients (fuses_input_batch_norm_gradients)");
+}
 
 std::shared_ptr<void> Backend::allocate_host(std::size_t bytes) { return zeroed_large_memory(bytes); }
 

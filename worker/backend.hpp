@@ -89,11 +89,18 @@ class Conv2dOp {
 // deferred batch norm's input x, normalised and ReLU'd as it is read, relu(x · scale + shift) per
 // channel, so that no normalised tensor is written; and its forward may sum its output per channel
 // for the next batch norm (Σy and Σy², fp32), which then does not read y for its statistics. Its
-// data gradient is the plain convolution's (Conv2dOp): the gradient of relu(x · scale + shift).
+// data gradient is the plain convolution's (Conv2dOp): the gradient of relu(x · scale + shift); or,
+// with input_batch_norm_gradients where the op fuses it (cuDNN's DgradDreluBNBwdWeight), that
+// gradient through the ReLU with the batch norm's weight gradients and its input gradient's
+// coefficients reduced as it is written (backward_data_batch_norm), so that the batch norm's
+// backward is one elementwise pass (BatchNormOp::backward_deferred_apply).
+struct BatchNormStatistics;
+
 struct FusedConv2dConfig {
   Conv2dConfig conv;  // without bias
   bool normalized_input = false;
   bool output_sums = false;
+  bool input_batch_norm_gradients = false;  // with normalized_input: wanted, where the op can
 };
 
 class FusedConv2dOp {
@@ -105,6 +112,16 @@ class FusedConv2dOp {
   // The filter gradient from relu(x · scale + shift). Only with normalized_input: otherwise the
   // layer's plain convolution computes it (a backend may refuse the call).
   virtual void backward_weights(const Tensor& x, const Tensor* scale_shift, const Tensor& dy, Tensor& dweight) = 0;
+  // Whether backward_data_batch_norm runs: made with input_batch_norm_gradients, and fused.
+  virtual bool fuses_input_batch_norm_gradients() const { return false; }
+  // The data gradient through the deferred batch norm's ReLU before the convolution, and that batch
+  // norm's backward up to its last pass: g = dgrad(dy, w) where (x − mean) · inverse std · γ + β > 0
+  // (x: the batch norm's input, the convolution's; statistics: the deferred batch norm's, whose
+  // spread is 1/sqrt(var + ε)), written to `masked`; dgamma = Σ g · x̂ and dbeta = Σ g, overwritten;
+  // coefficients ((3, C_in) fp32): a, b and c of the batch norm's input gradient a · g + b · x + c.
+  virtual void backward_data_batch_norm(const Tensor& dy, const Tensor& weight, const Tensor& x,
+                                        const BatchNormStatistics& statistics, const Tensor& gamma, const Tensor& beta,
+                                        Tensor& masked, Tensor& dgamma, Tensor& dbeta, Tensor& coefficients);
 };
 
 struct BatchNormConfig {
@@ -175,6 +192,10 @@ class BatchNormOp {
                                 BatchNormStatistics& statistics);
   virtual void backward_deferred(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                                  const BatchNormStatistics& statistics, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
+  // Deferred, where the convolution after took its gradients (FusedConv2dOp::backward_data_batch_norm):
+  // dx = a · g + b · x + c per channel, g the masked gradient that convolution wrote and a, b, c its
+  // coefficients ((3, C) fp32).
+  virtual void backward_deferred_apply(const Tensor& x, const Tensor& masked, const Tensor& coefficients, Tensor& dx);
 };
 
 class ReluOp {

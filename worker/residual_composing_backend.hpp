@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "cpu/conv_batch_norm.hpp"
@@ -85,18 +86,29 @@ class ResidualComposingBackend final : public DelegatingBackend {
  public:
   // fuses_convolution: which of a bottleneck's convolutions to fuse with the batch norms around them
   // (FusedConv2dOp, composed on the host by cpu/conv_batch_norm.hpp: `inner` keeps its memory there),
-  // as a device would (every_convolution(), or what the device says of each); empty: none.
-  using ConvolutionFusion = std::function<bool(const FusedConv2dConfig&)>;
+  // and how (the config it composes for one asked, or none), as a device would (every_convolution(),
+  // or what the device says of each); empty: none.
+  using ConvolutionFusion = std::function<std::optional<FusedConv2dConfig>(const FusedConv2dConfig&)>;
   explicit ResidualComposingBackend(Backend& inner, bool batch_norm_add_relu = true, bool accumulate_conv_grads = false,
                                     ConvolutionFusion fuses_convolution = {})
       : DelegatingBackend(inner), batch_norm_add_relu_(batch_norm_add_relu), accumulate_conv_grads_(accumulate_conv_grads),
         fuses_convolution_(std::move(fuses_convolution)) {}
+  // Every convolution, with every fusion asked of it (its batch norm's gradients included), or
+  // with the forward and filter-gradient fusions only.
   static ConvolutionFusion every_convolution() {
-    return [](const FusedConv2dConfig&) { return true; };
+    return [](const FusedConv2dConfig& c) { return std::optional<FusedConv2dConfig>(c); };
+  }
+  static ConvolutionFusion every_convolution_forward() {
+    return [](FusedConv2dConfig c) {
+      c.input_batch_norm_gradients = false;
+      return std::optional<FusedConv2dConfig>(c);
+    };
   }
   std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& c) override {
-    if (!fuses_convolution_ || !fuses_convolution_(c)) return nullptr;
-    return make_host_fused_conv2d(inner_, c);
+    if (!fuses_convolution_) return nullptr;
+    const std::optional<FusedConv2dConfig> made = fuses_convolution_(c);
+    if (!made) return nullptr;
+    return make_host_fused_conv2d(inner_, *made);
   }
   bool fuses_batch_norm_add_relu() const override { return batch_norm_add_relu_; }
   bool accumulates_conv_input_grad() const override { return accumulate_conv_grads_; }

@@ -935,15 +935,19 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
       const bool residual_fused = backend->fuses_batch_norm_add_relu();
       const bool accumulated = backend->accumulates_conv_input_grad();
       const auto options = backend->options();
-      const bool conv_batch_norm = options.contains("convBatchNorm") && options.at("convBatchNorm") == "fused";
+      const bool conv_batch_norm = options.contains("convBatchNorm") && options.at("convBatchNorm") != "separate";
       std::optional<StepTrace>& want_step_trace =
           want_step_traces[{model.model, residual_fused, accumulated, conv_batch_norm}];
       if (!want_step_trace) {
         ResidualComposingBackend::ConvolutionFusion fuses;
         if (conv_batch_norm) {
-          fuses = [&](FusedConv2dConfig c) {
-            c.conv.dtype = dtype;
-            return backend->make_fused_conv2d(c) != nullptr;
+          fuses = [&](FusedConv2dConfig c) -> std::optional<FusedConv2dConfig> {
+            FusedConv2dConfig asked = c;
+            asked.conv.dtype = dtype;
+            const std::unique_ptr<FusedConv2dOp> op = backend->make_fused_conv2d(asked);
+            if (!op) return std::nullopt;
+            c.input_batch_norm_gradients = op->fuses_input_batch_norm_gradients();
+            return c;
           };
         }
         ResidualComposingBackend composed(reference, residual_fused, accumulated, fuses);

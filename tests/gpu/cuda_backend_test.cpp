@@ -1069,35 +1069,43 @@ TEST_F(CudaBackendTest, AHalfResNetFollowsTheSeparateOneWithConvolutionsFusedWit
   const Shape input(8, 3, 64, 64);
   for (const DType dtype : {DType::fp16, DType::bf16}) {
     if (gpu_->cannot_compute(dtype)) continue;
-    SCOPED_TRACE(to_string(dtype));
-    CudaBackend separate_backend(0, CudaMath::fp32, dtype);
-    std::unique_ptr<CudaBackend> fused_backend;
-    {
-      const ScopedEnv fused("DLBENCH_CUDA_CONV_BATCH_NORM", "fused");
-      fused_backend = std::make_unique<CudaBackend>(0, CudaMath::fp32, dtype);
-    }
-    EXPECT_EQ(fused_backend->options().at("convBatchNorm"), "fused");
-    const SgdConfig sgd{0.01f, 0.9f, 1e-4f};
-    Trainer separate(separate_backend, build_model("resnet50"), input, 1000, sgd, 5, 0, MemoryReuse::lifetime, dtype);
-    Trainer fused(*fused_backend, build_model("resnet50"), input, 1000, sgd, 5, 0, MemoryReuse::poison, dtype);
-    int blocks = 0, fused_blocks = 0;
-    const std::function<void(Layer&)> count = [&](Layer& layer) {
-      if (auto* block = dynamic_cast<Bottleneck*>(&layer)) {
-        ++blocks;
-        fused_blocks += block->convolutions_fused() ? 1 : 0;
+    // Every fusion (the data gradients taking bn1's and bn2's gradients, cuDNN's
+    // DgradDreluBNBwdWeight), and the forward and filter-gradient ones alone.
+    for (const char* route : {"fused", "fused-forward"}) {
+      SCOPED_TRACE(std::string(to_string(dtype)) + " " + route);
+      CudaBackend separate_backend(0, CudaMath::fp32, dtype);
+      std::unique_ptr<CudaBackend> fused_backend;
+      {
+        const ScopedEnv fused("DLBENCH_CUDA_CONV_BATCH_NORM", route);
+        fused_backend = std::make_unique<CudaBackend>(0, CudaMath::fp32, dtype);
       }
-      layer.for_each_child([&](const std::string&, Layer& child) { count(child); });
-    };
-    count(fused.network());
-    EXPECT_EQ(blocks, 16);
-    if (dtype == DType::fp16) {
-      EXPECT_EQ(fused_blocks, blocks) << "every bottleneck fuses in fp16";
-    }
-    RecordProperty(std::string(to_string(dtype)) + "_fused_blocks", std::to_string(fused_blocks));
-    for (int step = 0; step < 6; ++step) {
-      const float expected = separate.step_and_loss();
-      const float actual = fused.step_and_loss();
-      EXPECT_NEAR(actual, expected, 2e-2 * std::fabs(static_cast<double>(expected))) << "step " << step;
+      EXPECT_EQ(fused_backend->options().at("convBatchNorm"), route);
+      const SgdConfig sgd{0.01f, 0.9f, 1e-4f};
+      Trainer separate(separate_backend, build_model("resnet50"), input, 1000, sgd, 5, 0, MemoryReuse::lifetime, dtype);
+      Trainer fused(*fused_backend, build_model("resnet50"), input, 1000, sgd, 5, 0, MemoryReuse::poison, dtype);
+      int blocks = 0, fused_blocks = 0, gradient_blocks = 0;
+      const std::function<void(Layer&)> count = [&](Layer& layer) {
+        if (auto* block = dynamic_cast<Bottleneck*>(&layer)) {
+          ++blocks;
+          fused_blocks += block->convolutions_fused() ? 1 : 0;
+          gradient_blocks += block->batch_norm_gradients_fused() ? 1 : 0;
+        }
+        layer.for_each_child([&](const std::string&, Layer& child) { count(child); });
+      };
+      count(fused.network());
+      EXPECT_EQ(blocks, 16);
+      if (dtype == DType::fp16) {
+        EXPECT_EQ(fused_blocks, blocks) << "every bottleneck fuses in fp16";
+        EXPECT_EQ(gradient_blocks, std::string(route) == "fused" ? blocks : 0)
+            << "the data gradients take the batch norms' gradients under fused only";
+      }
+      RecordProperty(std::string(to_string(dtype)) + "_" + route + "_fused_blocks", std::to_string(fused_blocks));
+      RecordProperty(std::string(to_string(dtype)) + "_" + route + "_gradient_blocks", std::to_string(gradient_blocks));
+      for (int step = 0; step < 6; ++step) {
+        const float expected = separate.step_and_loss();
+        const float actual = fused.step_and_loss();
+        EXPECT_NEAR(actual, expected, 2e-2 * std::fabs(static_cast<double>(expected))) << "step " << step;
+      }
     }
   }
 }

@@ -357,6 +357,77 @@ TEST(CudaKernelsOnCpu, ADeferredBatchNormIsBatchNormFromItsConvolutionsSums) {
   }
 }
 
+// A deferred batch norm's backward where the convolution after took its gradients (cuDNN's
+// DgradDreluBNBwdWeight, composed on the host as the CPU's fused convolution does: the masked
+// gradient as stored, its sums, each channel's a, b and c): one pass of dx = a · g + b · x + c gives
+// the own kernels' backward through the ReLU tail, in packs where the channels fill them and value
+// by value where they do not.
+TEST(CudaKernelsOnCpu, ABatchNormsCoefficientsFromTheConvolutionAfterGiveItsInputGradient) {
+  for (const std::int64_t channel_count : {24, 6}) {
+    const BatchNormShape s{4, channel_count, 36};
+    const auto n = static_cast<std::size_t>(s.numel()), channels = static_cast<std::size_t>(s.channels);
+    for (const DType dtype : {DType::fp32, DType::fp16, DType::bf16}) {
+      SCOPED_TRACE(std::string(to_string(dtype)) + ", " + std::to_string(channels) + " channels");
+      const double bound = dtype == DType::fp32 ? 1e-5 : (dtype == DType::fp16 ? 2e-3 : 1.6e-2);
+      const std::vector<float> x = rounded_to(dtype, normal_values(n, 1, 0.5, 2.0)),
+                               dy = rounded_to(dtype, normal_values(n, 3, 0.0, 1.0)),
+                               gamma = normal_values(channels, 4, 1.0, 0.3), beta = normal_values(channels, 5, 0.0, 0.3);
+      const std::vector<float> sums = sums_as_a_convolution_writes(x, s, true);
+      std::vector<float> got;
+      std::vector<double> want;
+      bool guards_intact = true;
+      kernels::with_float_type(dtype, [&](auto type) {
+        using T = typename decltype(type)::type;
+        auto in = Guarded<T>::of(x), grad = Guarded<T>::of(dy);
+        Guarded<T> scale_shift(2 * channels), dx(n), applied(n);
+        auto sums_in = Guarded<float>::of(sums), g = Guarded<float>::of(gamma), b = Guarded<float>::of(beta);
+        auto running_mean = Guarded<float>::of(std::vector<float>(channels, 0.0f));
+        auto running_var = Guarded<float>::of(std::vector<float>(channels, 1.0f));
+        Guarded<float> mean(channels), inverse_std(channels), dgamma(channels), dbeta(channels);
+        Guarded<float> scratch(kernels::batch_norm_scratch_bytes(dtype, true, s) / sizeof(float));
+        kernels::deferred_batch_norm_forward(dtype, s.channels, s.per_channel(), sums_in.data(), g.data(), b.data(),
+                                             1e-5f, 0.1f, mean.data(), inverse_std.data(), running_mean.data(),
+                                             running_var.data(), scale_shift.data(), nullptr);
+        kernels::batch_norm_backward(dtype, true, s, kernels::BatchNormTail::relu, in.data(), nullptr, grad.data(),
+                                     nullptr, dx.data(), g.data(), b.data(), mean.data(), inverse_std.data(),
+                                     dgamma.data(), dbeta.data(), scratch.data(), nullptr);
+        for (const float v : dx.floats()) want.push_back(v);
+        // What the convolution after leaves: g masked where the batch norm's output was not positive
+        // (stored as T), and each channel's coefficients from g's sums.
+        const std::vector<float> m = mean.floats(), inv = inverse_std.floats();
+        std::vector<float> masked(n);
+        std::vector<double> sum_g(channels), sum_centered(channels);
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t c = i % channels;
+          const float r = batch_norm_normalized(x[i], m[c], batch_norm_scale(gamma[c], inv[c]), beta[c]);
+          masked[i] = r > 0.0f ? dy[i] : 0.0f;
+          sum_g[c] += double{masked[i]};
+          sum_centered[c] += static_cast<double>(masked[i]) * (static_cast<double>(x[i]) - static_cast<double>(m[c]));
+        }
+        std::vector<float> k(3 * channels);
+        for (std::size_t c = 0; c < channels; ++c) {
+          const BatchNormBackwardChannel ch = batch_norm_backward_channel(static_cast<double>(s.per_channel()),
+                                                                          sum_g[c], sum_centered[c], gamma[c], inv[c]);
+          k[c] = ch.a;
+          k[channels + c] = ch.b;
+          k[2 * channels + c] = static_cast<float>(double{ch.e} - double{ch.b} * double{m[c]});
+        }
+        auto masked_in = Guarded<T>::of(masked);
+        auto coefficients = Guarded<float>::of(k);
+        kernels::batch_norm_apply_coefficients(dtype, s.channels, s.per_channel(), in.data(), masked_in.data(),
+                                               coefficients.data(), applied.data(), nullptr);
+        got = applied.floats();
+        guards_intact = applied.guards_intact() && in.guards_intact() && masked_in.guards_intact() &&
+                        coefficients.guards_intact();
+      });
+      EXPECT_TRUE(guards_intact) << "the kernel wrote out of bounds";
+      EXPECT_LT(relative_error(got, want), bound) << "dx";
+    }
+  }
+  EXPECT_THROW(kernels::batch_norm_apply_coefficients(DType::fp16, 0, 4, nullptr, nullptr, nullptr, nullptr, nullptr),
+               std::invalid_argument);
+}
+
 // A residual block's last batch norm taking its statistics from its convolution's sums
 // (BatchNormConfig::from_sums): the add-and-ReLU tail's forward gives what it gives from x itself, in
 // either layout's plan (channels last's tiles and NCHW's chunks), to the type's rounding.

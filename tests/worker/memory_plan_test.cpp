@@ -199,14 +199,14 @@ void expect_same_bits(const Trajectory& shared, const Trajectory& unshared) {
 // including those whose mistakes happen not to change the numbers.
 // `residual_fused`, `accumulated`: bottlenecks as a device runs them that fuses their add and ReLU into
 // the last batch norm, or adds one branch's input gradient into the other's in a convolution's backward.
-// `conv_batch_norm`: bottlenecks whose convolutions run fused with the batch norms between them.
+// `conv_batch_norm`: bottlenecks whose convolutions run fused with the batch norms between them, as
+// it says (empty: none).
 void expect_plan_respects_real_use(const std::function<std::unique_ptr<Sequential>()>& build, const Shape& input,
                                    std::int64_t classes, bool fusion = true, bool residual_fused = false,
-                                   bool accumulated = false, bool conv_batch_norm = false) {
+                                   bool accumulated = false,
+                                   const ResidualComposingBackend::ConvolutionFusion& conv_batch_norm = {}) {
   CpuBackend cpu_backend(2);
-  ResidualComposingBackend composed(cpu_backend, residual_fused, accumulated,
-                                    conv_batch_norm ? ResidualComposingBackend::every_convolution()
-                                                    : ResidualComposingBackend::ConvolutionFusion{});  // as cuDNN can
+  ResidualComposingBackend composed(cpu_backend, residual_fused, accumulated, conv_batch_norm);  // as cuDNN can
   Backend& cpu = residual_fused || accumulated || conv_batch_norm ? static_cast<Backend&>(composed) : cpu_backend;
   TracingBackend tracer(cpu);
   tracer.allow_fusion = fusion;
@@ -359,17 +359,23 @@ TEST(MemoryPlan, ABottleneckThatAccumulatesItsBranchGradientsKeepsWhatItReads) {
 
 // A bottleneck whose bn1 and bn2 are deferred to its convolutions (cuDNN's fusion engines): conv1
 // writes bn1's sums, conv2 and conv3 read the scale and shift forward and backward, and each batch
-// norm's backward reads its input x again. Alone, and as amp runs it on a GPU (the residual fused
-// into bn3, the branch gradients accumulated). (Without the declarations the poisoned run differs:
-// checked by deleting each of them.)
+// norm's backward reads its input x again (or, with its gradients taken by the convolution after,
+// that convolution's data gradient reads x and the statistics). Alone, and as amp runs it on a GPU
+// (the residual fused into bn3, the branch gradients accumulated). (Without the declarations the
+// poisoned run differs: checked by deleting each of them.)
 TEST(MemoryPlan, ABottleneckWithBatchNormsDeferredToItsConvolutionsKeepsWhatItReads) {
   CpuBackend cpu(2);
   const Shape input(4, 3, 16, 16);
   for (const bool as_amp_runs : {false, true}) {
-    ResidualComposingBackend fused(cpu, as_amp_runs, as_amp_runs, ResidualComposingBackend::every_convolution());
+   for (const bool gradients : {true, false}) {
+    SCOPED_TRACE(gradients ? "the batch norms' gradients in the data gradients" : "the forward passes fused");
+    ResidualComposingBackend fused(cpu, as_amp_runs, as_amp_runs,
+                                   gradients ? ResidualComposingBackend::every_convolution()
+                                             : ResidualComposingBackend::every_convolution_forward());
     const Trajectory unshared = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, nullptr, fused);
     expect_same_bits(train(every_layer_kind(), input, 10, MemoryReuse::lifetime, 3, nullptr, nullptr, fused), unshared);
     expect_same_bits(train(every_layer_kind(), input, 10, MemoryReuse::poison, 3, nullptr, nullptr, fused), unshared);
+   }
   }
 }
 
@@ -387,12 +393,18 @@ TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKindGradientsAccumulated) {
   expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, true, true);
 }
 TEST(MemoryPlan, PlanRespectsRealUse_EveryLayerKindConvolutionsFusedWithBatchNorms) {
-  expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, false, false, true);
-  expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, true, true, true);
+  for (const auto& fusion :
+       {ResidualComposingBackend::every_convolution(), ResidualComposingBackend::every_convolution_forward()}) {
+    expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, false, false, fusion);
+    expect_plan_respects_real_use(every_layer_kind, Shape(4, 3, 16, 16), 10, true, true, true, fusion);
+  }
 }
 TEST(MemoryPlan, PlanRespectsRealUse_ResNet50ConvolutionsFusedWithBatchNorms) {
-  expect_plan_respects_real_use([] { return build_model("resnet50", 10); }, Shape(2, 3, 32, 32), 10, true, true, true,
-                                true);
+  for (const auto& fusion :
+       {ResidualComposingBackend::every_convolution(), ResidualComposingBackend::every_convolution_forward()}) {
+    expect_plan_respects_real_use([] { return build_model("resnet50", 10); }, Shape(2, 3, 32, 32), 10, true, true,
+                                  true, fusion);
+  }
 }
 TEST(MemoryPlan, PlanRespectsRealUse_ResNet50GradientsAccumulated) {
   expect_plan_respects_real_use([] { return build_model("resnet50", 10); }, Shape(2, 3, 32, 32), 10, true, true, true);
@@ -474,17 +486,26 @@ TEST(Fusion, BottleneckConvolutionsFusedWithTheirBatchNormsTrainLikeTheLayersApa
   // statistics from conv3's sums too.
   for (const bool residual_fused : {false, true}) {
     SCOPED_TRACE(residual_fused ? "residual fused" : "residual apart");
-    ResidualComposingBackend fused_backend(cpu, residual_fused, false, ResidualComposingBackend::every_convolution());
+   // With the data gradients taking bn1's and bn2's gradients (cuDNN's DgradDreluBNBwdWeight), and without.
+   for (const bool gradients : {true, false}) {
+    SCOPED_TRACE(gradients ? "the batch norms' gradients in the data gradients" : "the forward passes fused");
+    ResidualComposingBackend fused_backend(cpu, residual_fused, false,
+                                           gradients ? ResidualComposingBackend::every_convolution()
+                                                     : ResidualComposingBackend::every_convolution_forward());
     ResidualComposingBackend apart_backend(cpu, residual_fused, false);
     std::unique_ptr<Trainer> fused_trainer;
     const Trajectory fused =
         train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, &fused_trainer, fused_backend);
     const Trajectory apart = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, nullptr, apart_backend);
-    int fused_blocks = 0;
+    int fused_blocks = 0, gradient_blocks = 0;
     fused_trainer->network().for_each_child([&](const std::string&, Layer& child) {
-      if (auto* block = dynamic_cast<Bottleneck*>(&child)) fused_blocks += block->convolutions_fused() ? 1 : 0;
+      if (auto* block = dynamic_cast<Bottleneck*>(&child)) {
+        fused_blocks += block->convolutions_fused() ? 1 : 0;
+        gradient_blocks += block->batch_norm_gradients_fused() ? 1 : 0;
+      }
     });
     EXPECT_EQ(fused_blocks, 2) << "both bottlenecks fuse their convolutions";
+    EXPECT_EQ(gradient_blocks, gradients ? 2 : 0) << "and their data gradients with the batch norms' gradients, if asked";
     ASSERT_EQ(fused.losses.size(), apart.losses.size());
     for (std::size_t i = 0; i < fused.losses.size(); ++i) {
       EXPECT_NEAR(fused.losses[i], apart.losses[i], 1e-5f * apart.losses[i]) << "step " << i;
@@ -501,6 +522,7 @@ TEST(Fusion, BottleneckConvolutionsFusedWithTheirBatchNormsTrainLikeTheLayersApa
     EXPECT_LT(std::sqrt(diff / moved), 1e-3) << "of what the three steps moved";
     EXPECT_LT(std::sqrt(diff / norm), 1e-6);
     EXPECT_LT(fused.arena_bytes, apart.arena_bytes) << "bn1's and bn2's outputs are no longer in the plan";
+   }
   }
 }
 
@@ -513,13 +535,20 @@ TEST(Fusion, TheConvolutionBatchNormRouteIsASwitchWithNames) {
   cpu.set_conv_batch_norm_route(ConvBatchNormRoute::fused);
   EXPECT_EQ(cpu.options().at("convBatchNorm"), "fused");
   EXPECT_NE(cpu.make_fused_conv2d({conv, true, true}), nullptr);
+  // fused takes the batch norm's gradients into the data gradient where asked; fused-forward does not.
+  EXPECT_TRUE(cpu.make_fused_conv2d({conv, true, true, true})->fuses_input_batch_norm_gradients());
+  EXPECT_FALSE(cpu.make_fused_conv2d({conv, true, true, false})->fuses_input_batch_norm_gradients());
+  cpu.set_conv_batch_norm_route(ConvBatchNormRoute::fused_forward);
+  EXPECT_EQ(cpu.options().at("convBatchNorm"), "fused-forward");
+  EXPECT_FALSE(cpu.make_fused_conv2d({conv, true, true, true})->fuses_input_batch_norm_gradients());
+  EXPECT_EQ(conv_batch_norm_route("DLBENCH_CPU_CONV_BATCH_NORM", "fused-forward"), ConvBatchNormRoute::fused_forward);
   EXPECT_EQ(conv_batch_norm_route("DLBENCH_CPU_CONV_BATCH_NORM", "fused"), ConvBatchNormRoute::fused);
   EXPECT_EQ(conv_batch_norm_route("DLBENCH_CPU_CONV_BATCH_NORM", nullptr), ConvBatchNormRoute::separate);
   try {
     (void)conv_batch_norm_route("DLBENCH_CPU_CONV_BATCH_NORM", "yes");
     ADD_FAILURE() << "yes was taken";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "DLBENCH_CPU_CONV_BATCH_NORM: \"yes\" is not one of separate, fused");
+    EXPECT_STREQ(e.what(), "DLBENCH_CPU_CONV_BATCH_NORM: \"yes\" is not one of separate, fused, fused-forward");
   }
 }
 

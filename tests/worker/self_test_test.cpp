@@ -50,6 +50,8 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   // some), and those fused ones' outputs 0.1% too large.
   bool fuses_conv_batch_norm = false;
   bool fused_conv_off = false;
+  bool fused_gradients_off = false;  // ... or its batch norm's dβ, taken in the data gradient, 1% too large
+  bool fused_forward_only = false;   // fused-forward: no data gradient takes its batch norm's gradients
   // Filter gradients (embedding gradients) off by up to an ulp that changes from call to call, as
   // sums added in the order a GPU schedules them do: a second training gives other bits.
   bool conv_varies = false;
@@ -74,14 +76,16 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   bool accumulates_conv_input_grad() const override { return accumulates; }
   std::map<std::string, std::string> options() const override {
     auto options = inner_.options();
-    options["convBatchNorm"] = fuses_conv_batch_norm ? "fused" : "separate";
+    options["convBatchNorm"] = !fuses_conv_batch_norm ? "separate" : fused_forward_only ? "fused-forward" : "fused";
     return options;
   }
-  std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& c) override {
-    if (!fuses_conv_batch_norm || c.conv.stride != 1) return nullptr;
+  std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& asked) override {
+    if (!fuses_conv_batch_norm || asked.conv.stride != 1) return nullptr;
+    FusedConv2dConfig c = asked;
+    c.input_batch_norm_gradients = c.input_batch_norm_gradients && !fused_forward_only;
     auto op = make_host_fused_conv2d(inner_, c);
-    if (!fused_conv_off) return op;
-    return std::make_unique<OffFusedConv>(std::move(op));
+    if (!fused_conv_off && !fused_gradients_off) return op;
+    return std::make_unique<OffFusedConv>(std::move(op), fused_conv_off, fused_gradients_off);
   }
   std::optional<std::string> nondeterministic_convolutions() const override {
     if (!declares_varying_convs) return std::nullopt;
@@ -197,18 +201,28 @@ class FaultyBackend final : private OwnCpuBackend, public DelegatingBackend {
   };
   class OffFusedConv final : public FusedConv2dOp {
    public:
-    explicit OffFusedConv(std::unique_ptr<FusedConv2dOp> op) : op_(std::move(op)) {}
+    OffFusedConv(std::unique_ptr<FusedConv2dOp> op, bool output_off, bool gradients_off)
+        : op_(std::move(op)), output_off_(output_off), gradients_off_(gradients_off) {}
     void forward(const Tensor& x, const Tensor* ss, const Tensor& w, Tensor& y, Tensor* sums) override {
       op_->forward(x, ss, w, y, sums);
-      if (y.dtype != DType::fp32) return;
+      if (!output_off_ || y.dtype != DType::fp32) return;
       for (std::int64_t i = 0; i < y.numel(); ++i) y.as<float>()[i] *= 1.001f;
     }
     void backward_weights(const Tensor& x, const Tensor* ss, const Tensor& dy, Tensor& dw) override {
       op_->backward_weights(x, ss, dy, dw);
     }
+    bool fuses_input_batch_norm_gradients() const override { return op_->fuses_input_batch_norm_gradients(); }
+    void backward_data_batch_norm(const Tensor& dy, const Tensor& w, const Tensor& x, const BatchNormStatistics& s,
+                                  const Tensor& g, const Tensor& b, Tensor& masked, Tensor& dg, Tensor& db,
+                                  Tensor& k) override {
+      op_->backward_data_batch_norm(dy, w, x, s, g, b, masked, dg, db, k);
+      if (!gradients_off_) return;
+      for (std::int64_t i = 0; i < db.numel(); ++i) db.as<float>()[i] *= 1.01f;
+    }
 
    private:
     std::unique_ptr<FusedConv2dOp> op_;
+    bool output_off_, gradients_off_;
   };
   class OffConv final : public Conv2dOp {
    public:
@@ -401,6 +415,8 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->accumulates = subject_backend.accumulates;
                             b->fuses_conv_batch_norm = subject_backend.fuses_conv_batch_norm;
                             b->fused_conv_off = subject_backend.fused_conv_off;
+                            b->fused_gradients_off = subject_backend.fused_gradients_off;
+                            b->fused_forward_only = subject_backend.fused_forward_only;
                             b->conv_varies = subject_backend.conv_varies;
                             b->scatter_varies = subject_backend.scatter_varies;
                             b->declares_varying_convs = subject_backend.declares_varying_convs;
@@ -528,18 +544,35 @@ TEST(SelfTest, ADeviceThatAccumulatesBranchGradientsInAConvolutionPassesEveryChe
 // A device that fuses bottlenecks' convolutions with the batch norms between them runs other layers
 // than the CPU's (bn1 and bn2 deferred, no normalised tensor): the reference composes the same for
 // each block the device says it fuses (here not the strided ones), alone and as amp runs on a GPU
-// (the residual fused, the branch gradients accumulated). A fused convolution 0.1% off fails the
-// whole step naming the first block's first convolution.
+// (the residual fused, the branch gradients accumulated), with the data gradients taking bn1's and
+// bn2's gradients (fused) and without (fused-forward). A fused convolution 0.1% off fails the whole
+// step naming the first block's first convolution; a batch norm's dβ 1% off in the data gradient
+// that took it names that batch norm's gradients.
 TEST(SelfTest, ADeviceThatFusesConvolutionsWithBatchNormsPassesAndAFusedOneOffIsNamed) {
   NoCommunicator one;
   for (const bool as_amp_runs : {false, true}) {
-    FaultyBackend backend;
-    backend.fuses_conv_batch_norm = true;
-    backend.fuses_residual = as_amp_runs;
-    backend.accumulates = as_amp_runs;
-    const auto checks = run_on(backend, one);
-    EXPECT_THAT(failed_names(checks), ::testing::IsEmpty()) << (as_amp_runs ? "as amp runs" : "alone");
-    EXPECT_EQ(checks.size(), 33u);
+    for (const bool forward_only : {false, true}) {
+      FaultyBackend backend;
+      backend.fuses_conv_batch_norm = true;
+      backend.fuses_residual = as_amp_runs;
+      backend.accumulates = as_amp_runs;
+      backend.fused_forward_only = forward_only;
+      const auto checks = run_on(backend, one);
+      EXPECT_THAT(failed_names(checks), ::testing::IsEmpty())
+          << (as_amp_runs ? "as amp runs" : "alone") << (forward_only ? ", forward only" : "");
+      EXPECT_EQ(checks.size(), 33u);
+    }
+  }
+  FaultyBackend gradients_off;
+  gradients_off.fuses_conv_batch_norm = true;
+  gradients_off.fused_gradients_off = true;
+  const auto gradient_checks = run_on(gradients_off, one);
+  EXPECT_THAT(failed_names(gradient_checks),
+              ::testing::Contains("fp32 resnet50 step, each layer fed the reference's input"));
+  for (const auto& c : gradient_checks) {
+    if (c.name.starts_with("resnet50 step")) {
+      EXPECT_THAT(c.detail, ::testing::StartsWith("first off: gradients of layer1.0.bn1:")) << c.detail;
+    }
   }
   FaultyBackend off;
   off.fuses_conv_batch_norm = true;

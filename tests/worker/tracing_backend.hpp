@@ -187,6 +187,10 @@ class TracingBackend final : public Backend {
       t_.record({x.data, dy.data, s.mean.data, s.spread.data, dx.data});
       op_->backward_deferred(x, dy, g, b, s, dx, dg, db);
     }
+    void backward_deferred_apply(const Tensor& x, const Tensor& masked, const Tensor& k, Tensor& dx) override {
+      t_.record({x.data, masked.data, k.data, dx.data});
+      op_->backward_deferred_apply(x, masked, k, dx);
+    }
 
    private:
     TracingBackend& t_;
@@ -204,6 +208,13 @@ class TracingBackend final : public Backend {
     void backward_weights(const Tensor& x, const Tensor* scale_shift, const Tensor& dy, Tensor& dw) override {
       t_.record({x.data, scale_shift != nullptr ? scale_shift->data : nullptr, dy.data, dw.data});
       op_->backward_weights(x, scale_shift, dy, dw);
+    }
+    bool fuses_input_batch_norm_gradients() const override { return op_->fuses_input_batch_norm_gradients(); }
+    void backward_data_batch_norm(const Tensor& dy, const Tensor& w, const Tensor& x, const BatchNormStatistics& s,
+                                  const Tensor& g, const Tensor& b, Tensor& masked, Tensor& dg, Tensor& db,
+                                  Tensor& k) override {
+      t_.record({dy.data, w.data, x.data, s.mean.data, s.spread.data, masked.data, k.data});
+      op_->backward_data_batch_norm(dy, w, x, s, g, b, masked, dg, db, k);
     }
 
    private:

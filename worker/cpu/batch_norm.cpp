@@ -110,8 +110,9 @@ class CpuBatchNorm final : public BatchNormOp {
 }  // namespace
 
 std::unique_ptr<FusedConv2dOp> CpuBackend::make_fused_conv2d(const FusedConv2dConfig& c) {
-  if (conv_batch_norm_route_ != ConvBatchNormRoute::fused) return nullptr;
-  return make_host_fused_conv2d(*this, c);
+  const std::optional<FusedConv2dConfig> made = routed(conv_batch_norm_route_, c);
+  if (!made) return nullptr;
+  return make_host_fused_conv2d(*this, *made);
 }
 
 std::unique_ptr<BatchNormOp> CpuBackend::make_batch_norm(const BatchNormConfig& c) {

@@ -98,6 +98,59 @@ class HostFusedConv2d final : public FusedConv2dOp {
     conv_->backward_weights(input_of(x, scale_shift), dy, dweight, nullptr);
   }
 
+  bool fuses_input_batch_norm_gradients() const override {
+    return config_.normalized_input && config_.input_batch_norm_gradients;
+  }
+
+  // The plain data gradient, masked in place where the batch norm's output (its own kernels'
+  // arithmetic, as backward_deferred finds it) was not positive; Σg and Σg · (x − mean) of the
+  // masked values as stored, in fp64; then the own kernels' per-channel backward, its
+  // dx = a · g + b · (x − mean) + e written as a · g + b · x + (e − b · mean).
+  void backward_data_batch_norm(const Tensor& dy, const Tensor& weight, const Tensor& x, const BatchNormStatistics& s,
+                                const Tensor& gamma, const Tensor& beta, Tensor& masked, Tensor& dgamma, Tensor& dbeta,
+                                Tensor& coefficients) override {
+    if (!fuses_input_batch_norm_gradients()) {
+      FusedConv2dOp::backward_data_batch_norm(dy, weight, x, s, gamma, beta, masked, dgamma, dbeta, coefficients);
+    }
+    const std::int64_t channels = x.shape.c();
+    require_elements(coefficients, 3 * channels, "fused convolution", "coefficients");
+    conv_->backward_data(dy, weight, masked);
+    const float* mean = s.mean.as<float>();
+    const float* inverse_std = s.spread.as<float>();
+    const float* g = gamma.as<float>();
+    const float* b = beta.as<float>();
+    with_element_type(x.dtype, [&]<typename T>(T) {
+      const T* in = x.as<T>();
+      T* grad = masked.as<T>();
+      const std::int64_t pixels = x.numel() / channels;
+#pragma omp parallel for schedule(static)
+      for (std::int64_t p = 0; p < pixels; ++p) {
+        for (std::int64_t c = 0; c < channels; ++c) {
+          const std::int64_t i = p * channels + c;
+          const float normalized = batch_norm_normalized(to_float(in[i]), mean[c], batch_norm_scale(g[c], inverse_std[c]), b[c]);
+          if (!(normalized > 0.0f)) grad[i] = from_float<T>(0.0f);
+        }
+      }
+      const std::vector<double> total = channel_sums(pixels, channels, [&](std::int64_t p, std::int64_t c) {
+        const std::int64_t i = p * channels + c;
+        const double d = to_float(grad[i]);
+        return std::make_pair(d, d * (static_cast<double>(to_float(in[i])) - static_cast<double>(mean[c])));
+      });
+      float* k = coefficients.as<float>();
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const auto u = static_cast<std::size_t>(c);
+        const BatchNormBackwardChannel channel = batch_norm_backward_channel(
+            static_cast<double>(pixels), total[u], total[static_cast<std::size_t>(channels) + u], g[c], inverse_std[c]);
+        dgamma.as<float>()[c] = channel.dgamma;
+        dbeta.as<float>()[c] = channel.dbeta;
+        k[c] = channel.a;
+        k[channels + c] = channel.b;
+        k[2 * channels + c] =
+            static_cast<float>(static_cast<double>(channel.e) - static_cast<double>(channel.b) * static_cast<double>(mean[c]));
+      }
+    });
+  }
+
  private:
   // x itself, or relu(x · scale + shift) in the op's own memory, rounded to x's dtype.
   const Tensor& input_of(const Tensor& x, const Tensor* scale_shift) {
@@ -190,6 +243,26 @@ class HostBatchNormFromSums final : public BatchNormOp {
         const float normalized = batch_norm_normalized(to_float(in[i]), mean[c], scale[static_cast<std::size_t>(c)], b[c]);
         return normalized > 0.0f ? to_float(grad[i]) : 0.0f;
       });
+    });
+  }
+
+  void backward_deferred_apply(const Tensor& x, const Tensor& masked, const Tensor& coefficients, Tensor& dx) override {
+    if (!deferred_) BatchNormOp::backward_deferred_apply(x, masked, coefficients, dx);
+    require_elements(coefficients, 3 * channels_, "deferred batch norm", "coefficients");
+    const float* k = coefficients.as<float>();
+    with_element_type(dtype_, [&]<typename T>(T) {
+      const T* in = x.as<T>();
+      const T* grad = masked.as<T>();
+      T* out = dx.as<T>();
+      const std::int64_t channels = channels_;
+#pragma omp parallel for schedule(static)
+      for (std::int64_t p = 0; p < count_; ++p) {
+        for (std::int64_t c = 0; c < channels; ++c) {
+          const std::int64_t i = p * channels + c;
+          out[i] = from_float<T>(
+              std::fma(k[c], to_float(grad[i]), std::fma(k[channels + c], to_float(in[i]), k[2 * channels + c])));
+        }
+      }
     });
   }
 

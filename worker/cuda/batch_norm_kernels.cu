@@ -624,6 +624,45 @@ void batch_norm_backward(DType dtype, bool channels_last, const BatchNormShape& 
   });
 }
 
+// Each thread a unit of W channels of one pixel (W divides the channels): dx = fma(a, g, fma(b, x, c)).
+template <typename T, int W>
+__global__ void apply_coefficients_kernel(const T* x, const T* g, const float* coefficients, T* dx,
+                                          std::int64_t channels, std::int64_t units) {
+  DLBENCH_GRID_STRIDE(unit, units) {
+    const std::int64_t at = unit * W, channel = at % channels;
+    float v[W], d[W];
+    load_unit<W>(x, at, v);
+    load_unit<W>(g, at, d);
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const std::int64_t c = channel + i;
+      v[i] = fmaf(coefficients[c], d[i], fmaf(coefficients[channels + c], v[i], coefficients[2 * channels + c]));
+    }
+    store_unit<W>(dx, at, v);
+  }
+}
+
+void batch_norm_apply_coefficients(DType dtype, std::int64_t channels, std::int64_t count, const void* x,
+                                   const void* g, const float* coefficients, void* dx, cudaStream_t stream) {
+  if (channels <= 0 || count <= 0) throw std::invalid_argument("batch norm kernels: an empty activation");
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    constexpr int kPack = Pack<T>::kWidth;
+    const std::int64_t values = channels * count;
+    const auto* const in = static_cast<const T*>(x);
+    const auto* const grad = static_cast<const T*>(g);
+    auto* const out = static_cast<T*>(dx);
+    // Named: a template's comma would split the macro's arguments.
+    auto* const packs_kernel = &apply_coefficients_kernel<T, kPack>;
+    auto* const values_kernel = &apply_coefficients_kernel<T, 1>;
+    if (channels % kPack == 0 && vector_split(values, sizeof(T), {x, g, dx}).packs == values / kPack) {
+      DLBENCH_LAUNCH(packs_kernel, values / kPack, stream, in, grad, coefficients, out, channels, values / kPack);
+      return;
+    }
+    DLBENCH_LAUNCH(values_kernel, values, stream, in, grad, coefficients, out, channels, values);
+  });
+}
+
 void deferred_batch_norm_forward(DType dtype, std::int64_t channels, std::int64_t count, const float* sums,
                                  const float* gamma, const float* beta, float epsilon, float momentum, float* mean,
                                  float* inverse_std, float* running_mean, float* running_var, void* scale_shift,

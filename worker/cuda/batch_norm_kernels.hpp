@@ -62,4 +62,11 @@ void deferred_batch_norm_forward(DType dtype, std::int64_t channels, std::int64_
                                  float* inverse_std, float* running_mean, float* running_var, void* scale_shift,
                                  cudaStream_t stream);
 
+// A deferred batch norm's backward where the convolution after reduced its gradients
+// (FusedConv2dOp::backward_data_batch_norm, cuDNN's DgradDreluBNBwdWeight): dx = a · g + b · x + c
+// over channels-last x, g and dx of `dtype` (`count` pixels of `channels`), a, b and c fp32 a
+// channel, in that order in `coefficients`; as fma(a, g, fma(b, x, c)) rounded once.
+void batch_norm_apply_coefficients(DType dtype, std::int64_t channels, std::int64_t count, const void* x,
+                                   const void* g, const float* coefficients, void* dx, cudaStream_t stream);
+
 }  // namespace dlbench::worker::kernels

@@ -648,13 +648,18 @@ std::unique_ptr<Conv2dOp> CudaBackend::make_conv2d(const Conv2dConfig& c) {
   require_computable(c.dtype);
   return cuda_detail::make_conv(*this, c);
 }
-std::unique_ptr<FusedConv2dOp> CudaBackend::make_fused_conv2d(const FusedConv2dConfig& c) {
-  if (conv_batch_norm_route_ != ConvBatchNormRoute::fused) return nullptr;
+std::unique_ptr<FusedConv2dOp> CudaBackend::make_fused_conv2d(const FusedConv2dConfig& asked) {
+  const std::optional<FusedConv2dConfig> routed_config = routed(conv_batch_norm_route_, asked);
+  if (!routed_config) return nullptr;
+  const FusedConv2dConfig& c = *routed_config;
   require_computable(c.conv.dtype);
-  const auto apart = [&](const std::string& why) {
+  const auto say_once = [&](const std::string& what, const std::string& why) {
     const std::string line = "dlbench-worker: a " + c.conv.input.to_string() + " convolution to " +
-                             std::to_string(c.conv.out_channels) + " channels runs apart from its batch norms: " + why;
+                             std::to_string(c.conv.out_channels) + " channels " + what + ": " + why;
     if (said_apart_.insert(line).second) std::cerr << line + "\n";  // once each, however many blocks ask
+  };
+  const auto apart = [&](const std::string& why) {
+    say_once("runs apart from its batch norms", why);
     return nullptr;
   };
   if (activation_layout() != Layout::nhwc || (c.conv.dtype != DType::fp16 && c.conv.dtype != DType::bf16)) {
@@ -665,7 +670,12 @@ std::unique_ptr<FusedConv2dOp> CudaBackend::make_fused_conv2d(const FusedConv2dC
     return apart("a bias, or channels not a multiple of 8");
   }
   try {
-    return cuda_detail::make_fused_conv(*this, c);
+    std::string data_gradient_refusal;
+    std::unique_ptr<FusedConv2dOp> op = cuda_detail::make_fused_conv(*this, c, data_gradient_refusal);
+    if (!data_gradient_refusal.empty()) {
+      say_once("takes its batch norm's gradients apart from its data gradient", data_gradient_refusal);
+    }
+    return op;
   } catch (const CudaOutOfMemory&) {
     throw;
   } catch (const CudaError& e) {  // cuDNN refused the graph, or no engine built a plan for it

@@ -110,7 +110,7 @@ class CudaBackend final : public Backend {
   // DLBENCH_CUDA_CONV_BATCH_NORM=fused: cuda/fused_conv.cpp's op for channels-last half activations
   // where an engine runs the graph (one line on stderr says why not where none does); null
   // otherwise. Its deferred batch norms take the own kernels whatever DLBENCH_CUDA_BATCH_NORM says.
-  std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& config) override;
+  std::unique_ptr<FusedConv2dOp> make_fused_conv2d(const FusedConv2dConfig& asked) override;
   // Which cuDNN calls this backend's batch norms take: DLBENCH_CUDA_BATCH_NORM, read once.
   BatchNormCalls batch_norm_route() const { return batch_norm_route_; }
   BatchNormMode batch_norm_mode() const { return batch_norm_mode_; }

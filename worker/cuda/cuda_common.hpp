@@ -78,7 +78,11 @@ struct TensorDescriptor {
 // fused with its batch norms (throws CudaError where no engine runs it), the cuBLASLt linear layer,
 // and batch norm through dlbench's own kernels.
 std::unique_ptr<Conv2dOp> make_conv(CudaBackend& backend, const Conv2dConfig& config);
-std::unique_ptr<FusedConv2dOp> make_fused_conv(CudaBackend& backend, const FusedConv2dConfig& config);
+// Throws CudaError where no engine runs the forward or filter-gradient graph. Where the data
+// gradient's fusion was asked and no engine runs it, the op leaves it apart
+// (fuses_input_batch_norm_gradients) and `data_gradient_refusal` says why.
+std::unique_ptr<FusedConv2dOp> make_fused_conv(CudaBackend& backend, const FusedConv2dConfig& config,
+                                               std::string& data_gradient_refusal);
 // The fp32 filter `weight` as a pass of `config` reads it in config.dtype (OHWI where
 // channels_last): the backend's kept copy, or rounded now into its parameter scratch.
 void* rounded_filter(CudaBackend& backend, const Tensor& weight, const Conv2dConfig& config, bool channels_last);

@@ -5,6 +5,7 @@
 // plan is finalized). The filter reaches the engine as CudaConv hands it over (a kept copy, or
 // rounded into the parameter scratch as KRSC), and its gradient is widened back into fp32 OIHW.
 #include <cstdint>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -78,13 +79,22 @@ std::shared_ptr<const FusedConvPlan> fused_plan(CudaBackend& backend, const Conv
 
 class CudaFusedConv2d final : public FusedConv2dOp {
  public:
-  CudaFusedConv2d(CudaBackend& backend, const FusedConv2dConfig& c)
+  CudaFusedConv2d(CudaBackend& backend, const FusedConv2dConfig& c, std::string& data_gradient_refusal)
       : backend_(backend), config_(c),
         forward_(fused_plan(backend, c.conv,
                             c.normalized_input ? ConvFusion::scale_bias_relu_conv_genstats
                             : c.output_sums    ? ConvFusion::conv_genstats
                                                : ConvFusion::conv)) {
     if (c.normalized_input) wgrad_ = fused_plan(backend, c.conv, ConvFusion::scale_bias_relu_wgrad);
+    if (c.normalized_input && c.input_batch_norm_gradients) {
+      try {
+        dgrad_ = fused_plan(backend, c.conv, ConvFusion::dgrad_drelu_dbn_weight);
+      } catch (const CudaOutOfMemory&) {
+        throw;
+      } catch (const CudaError& e) {  // the forward passes fuse all the same
+        data_gradient_refusal = e.what();
+      }
+    }
     // The fused forward that reads a normalised input always sums its output; with no batch norm
     // to take the sums, they go to memory of the op's own.
     if (c.normalized_input && !c.output_sums) {
@@ -127,6 +137,32 @@ class CudaFusedConv2d final : public FusedConv2dOp {
     const Conv2dConfig& c = config_.conv;
     kernels::filter_to_fp32(c.dtype, dw, true, dweight.as<float>(), as_int(c.out_channels), as_int(c.input.c()),
                             as_int(c.input.c()), as_int(c.kernel.h), as_int(c.kernel.w), backend_.stream());
+  }
+
+  bool fuses_input_batch_norm_gradients() const override { return dgrad_ != nullptr; }
+
+  // cuDNN's DgradDreluBNBwdWeight: the batch norm's statistics, γ and β, and what it writes, fp32 a
+  // channel; the coefficients a, b, c C floats apart (16-byte aligned: C is a multiple of 8).
+  void backward_data_batch_norm(const Tensor& dy, const Tensor& weight, const Tensor& x, const BatchNormStatistics& s,
+                                const Tensor& gamma, const Tensor& beta, Tensor& masked, Tensor& dgamma, Tensor& dbeta,
+                                Tensor& coefficients) override {
+    if (!dgrad_) {
+      FusedConv2dOp::backward_data_batch_norm(dy, weight, x, s, gamma, beta, masked, dgamma, dbeta, coefficients);
+    }
+    require_dtype("fused convolution", config_.conv.dtype, {&dy, &x, &masked});
+    const std::int64_t channels = config_.conv.input.c();
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&s.mean, &s.spread, &gamma, &beta, &dgamma, &dbeta}) {
+      require_elements(*t, channels, "fused convolution", "a batch norm's per-channel values");
+    }
+    require_elements(coefficients, 3 * channels, "fused convolution", "coefficients");
+    float* k = coefficients.as<float>();
+    const std::map<std::int64_t, void*> at{
+        {kOutputUid, dy.data},         {kFilterUid, filter(weight)},    {kInputUid, masked.data},
+        {kReluInputUid, x.data},       {kMeanUid, s.mean.data},         {kInvStdUid, s.spread.data},
+        {kGammaUid, gamma.data},       {kBetaUid, beta.data},           {kDgammaUid, dgamma.data},
+        {kDbetaUid, dbeta.data},       {kCoefficientDyUid, k},          {kCoefficientXUid, k + channels},
+        {kCoefficientBiasUid, k + 2 * channels}};
+    run(*dgrad_, dgrad_pack_, at);
   }
 
  private:
@@ -178,15 +214,16 @@ class CudaFusedConv2d final : public FusedConv2dOp {
 
   CudaBackend& backend_;
   FusedConv2dConfig config_;
-  std::shared_ptr<const FusedConvPlan> forward_, wgrad_;
-  Pack forward_pack_, wgrad_pack_;
+  std::shared_ptr<const FusedConvPlan> forward_, wgrad_, dgrad_;
+  Pack forward_pack_, wgrad_pack_, dgrad_pack_;
   std::shared_ptr<void> unused_sums_;
 };
 
 }  // namespace
 
-std::unique_ptr<FusedConv2dOp> make_fused_conv(CudaBackend& backend, const FusedConv2dConfig& config) {
-  return std::make_unique<CudaFusedConv2d>(backend, config);
+std::unique_ptr<FusedConv2dOp> make_fused_conv(CudaBackend& backend, const FusedConv2dConfig& config,
+                                               std::string& data_gradient_refusal) {
+  return std::make_unique<CudaFusedConv2d>(backend, config, data_gradient_refusal);
 }
 
 }  // namespace dlbench::worker::cuda_detail

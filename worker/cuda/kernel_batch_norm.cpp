@@ -52,6 +52,15 @@ class KernelBatchNorm final : public BatchNormOp {
     require_dtype("deferred batch norm", dtype_, {&x, &dy, &dx});
     backward_pass(x, nullptr, dy, nullptr, gamma, beta, s, dx, dgamma, dbeta);
   }
+  // The convolution after took the gradients (its data gradient fused with them): one pass.
+  void backward_deferred_apply(const Tensor& x, const Tensor& masked, const Tensor& coefficients, Tensor& dx) override {
+    if (!deferred_) BatchNormOp::backward_deferred_apply(x, masked, coefficients, dx);
+    if (!channels_last_) throw std::logic_error("a deferred batch norm's coefficients apply over channels-last activations");
+    require_dtype("deferred batch norm", dtype_, {&x, &masked, &dx});
+    require_elements(coefficients, 3 * shape_.channels, "deferred batch norm", "coefficients");
+    kernels::batch_norm_apply_coefficients(dtype_, shape_.channels, shape_.per_channel(), x.data, masked.data,
+                                           coefficients.as<float>(), dx.data, backend_.stream());
+  }
 
   void forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, BatchNormStatistics& s,
                         void*) override {

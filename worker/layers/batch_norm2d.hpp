@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "layers/conv2d.hpp"
 #include "layers/layer.hpp"
 
 namespace dlbench::worker {
@@ -54,6 +55,16 @@ class BatchNorm2d final : public Layer {
     }
     from_sums_ = from_sums;
   }
+  // Deferred, from the next setup on: the convolution after computes this batch norm's gradients
+  // with its data gradient (FusedConv2dOp::backward_data_batch_norm), and backward applies the
+  // coefficients it left (BatchNormOp::backward_deferred_apply): as_input_of_convolution() is what
+  // that convolution is given.
+  void take_gradients_from_convolution(bool from_convolution) {
+    if (from_convolution && !deferred_) throw std::logic_error("only a deferred batch norm takes its gradients from a convolution");
+    gradients_from_convolution_ = from_convolution;
+  }
+  bool takes_gradients_from_convolution() const { return gradients_from_convolution_; }
+  BatchNormBeforeConvolution as_input_of_convolution() { return {&stats_, &gamma_, &beta_, &coefficients_}; }
   Tensor& sums() { return stats_.sums; }
   const Tensor& scale_shift() const { return scale_shift_; }
   void collect_parameters(std::vector<Parameter*>& out) override {
@@ -118,7 +129,11 @@ class BatchNorm2d final : public Layer {
 
   const Tensor& backward(const Tensor& dy, StepContext& ctx) override {
     if (deferred_) {
-      op_->backward_deferred(*x_, dy, gamma_.value, beta_.value, stats_, dx_, gamma_.grad, beta_.grad);
+      if (gradients_from_convolution_) {  // dy: the convolution after masked it, and left dγ, dβ and the coefficients
+        op_->backward_deferred_apply(*x_, dy, coefficients_, dx_);
+      } else {
+        op_->backward_deferred(*x_, dy, gamma_.value, beta_.value, stats_, dx_, gamma_.grad, beta_.grad);
+      }
       ctx.notify({&gamma_, &beta_});
       return dx_;
     }
@@ -162,6 +177,12 @@ class BatchNorm2d final : public Layer {
     }
     ctx.arena.request(stats_.running_mean);
     ctx.arena.request(stats_.running_var);
+    if (gradients_from_convolution_) {
+      // Written by the convolution after, whose setup comes after this one: (3, C) floats, planned
+      // for the whole step rather than between two ticks this setup cannot both see.
+      coefficients_ = Tensor{nullptr, Shape(3, channels_), Layout::plain, DType::fp32};
+      ctx.arena.request(coefficients_);
+    }
     dx_ = activation(input.shape, ctx.backend.activation_layout(), input.dtype);
     ctx.request_input_grad(dx_, t.mirrored());
     return input;
@@ -171,6 +192,7 @@ class BatchNorm2d final : public Layer {
   bool relu_;
   bool deferred_ = false;
   bool from_sums_ = false;  // the statistics from the convolution before's sums
+  bool gradients_from_convolution_ = false;  // deferred: dγ, dβ and the coefficients from the convolution after
   float epsilon_, momentum_;
   Parameter gamma_, beta_;
   std::unique_ptr<BatchNormOp> op_;
@@ -179,7 +201,8 @@ class BatchNorm2d final : public Layer {
   const Tensor* residual_ = nullptr;  // z, with a fused residual
   Tensor* residual_grad_ = nullptr;   // dz: the block's, set by fuse_residual_add_relu
   Tensor y_, dx_, drelu_, workspace_;
-  Tensor scale_shift_;  // deferred: (2, C)
+  Tensor scale_shift_;   // deferred: (2, C)
+  Tensor coefficients_;  // deferred, gradients from the convolution after: (3, C) fp32
   BatchNormStatistics stats_;
 };
 

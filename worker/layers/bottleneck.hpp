@@ -149,6 +149,10 @@ class Bottleneck final : public Layer {
 
   // Whether the main branch's convolutions run fused with bn1 and bn2 (after setup).
   bool convolutions_fused() const { return bn1_->deferred(); }
+  // Whether conv2's and conv3's data gradients take bn1's and bn2's gradients.
+  bool batch_norm_gradients_fused() const {
+    return bn1_->takes_gradients_from_convolution() && bn2_->takes_gradients_from_convolution();
+  }
 
   double forward_macs_per_sample() const override {
     return main_.forward_macs_per_sample() + (shortcut_ ? shortcut_->forward_macs_per_sample() : 0.0);
@@ -160,25 +164,38 @@ class Bottleneck final : public Layer {
   // reads relu(bn1(y1)) as it reads y1 and sums its output for bn2, conv3 reads relu(bn2(y2)); no
   // normalised tensor is written. With the residual fused into bn3 (called after
   // fuse_residual_add_relu), conv3 sums its output for bn3 too, which then reads y3 once instead of
-  // twice. All three or none: a batch norm is deferred only between two fused convolutions.
+  // twice. All three or none: a batch norm is deferred only between two fused convolutions. Where
+  // conv2's and conv3's ops fuse it, their data gradients take bn1's and bn2's gradients too
+  // (FusedConv2dOp::backward_data_batch_norm), and those batch norms' backward applies them.
   void fuse_convolutions_with_batch_norms(const Tensor& input, SetupContext& ctx) {
     for (Conv2d* conv : {conv1_, conv2_, conv3_}) conv->fuse(nullptr, nullptr, nullptr);
-    for (BatchNorm2d* bn : {bn1_, bn2_}) bn->defer_to_convolutions(false);
+    for (BatchNorm2d* bn : {bn1_, bn2_}) {
+      bn->take_gradients_from_convolution(false);
+      bn->defer_to_convolutions(false);
+    }
     bn3_->take_statistics_from_convolution(false);
     const Conv2dConfig c1 = conv1_->config_for(input.shape, input.dtype);
     const Conv2dConfig c2 = conv2_->config_for(c1.output(), input.dtype);
     const Conv2dConfig c3 = conv3_->config_for(c2.output(), input.dtype);
     std::unique_ptr<FusedConv2dOp> f1 = ctx.backend.make_fused_conv2d({c1, false, true});
     if (!f1) return;
-    std::unique_ptr<FusedConv2dOp> f2 = ctx.backend.make_fused_conv2d({c2, true, true});
+    std::unique_ptr<FusedConv2dOp> f2 = ctx.backend.make_fused_conv2d({c2, true, true, true});
     if (!f2) return;
-    std::unique_ptr<FusedConv2dOp> f3 = ctx.backend.make_fused_conv2d({c3, true, fused_});
+    std::unique_ptr<FusedConv2dOp> f3 = ctx.backend.make_fused_conv2d({c3, true, fused_, true});
     if (!f3) return;
     for (BatchNorm2d* bn : {bn1_, bn2_}) bn->defer_to_convolutions(true);
     bn3_->take_statistics_from_convolution(fused_);
+    // The batch norm before a convolution whose data gradient takes its gradients, if it does.
+    const auto gradients_of = [](BatchNorm2d* bn, const FusedConv2dOp& op) -> std::optional<BatchNormBeforeConvolution> {
+      bn->take_gradients_from_convolution(op.fuses_input_batch_norm_gradients());
+      if (!op.fuses_input_batch_norm_gradients()) return std::nullopt;
+      return bn->as_input_of_convolution();
+    };
+    const std::optional<BatchNormBeforeConvolution> bn1_gradients = gradients_of(bn1_, *f2);
+    const std::optional<BatchNormBeforeConvolution> bn2_gradients = gradients_of(bn2_, *f3);
     conv1_->fuse(std::move(f1), nullptr, &bn1_->sums());
-    conv2_->fuse(std::move(f2), &bn1_->scale_shift(), &bn2_->sums());
-    conv3_->fuse(std::move(f3), &bn2_->scale_shift(), fused_ ? &bn3_->sums() : nullptr);
+    conv2_->fuse(std::move(f2), &bn1_->scale_shift(), &bn2_->sums(), bn1_gradients);
+    conv3_->fuse(std::move(f3), &bn2_->scale_shift(), fused_ ? &bn3_->sums() : nullptr, bn2_gradients);
   }
 
   Sequential main_;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -18,6 +19,17 @@ struct ConvSpec {
   bool bias = false;
   ParameterInit init = ParameterInit::kaiming_normal_fan_out;
   float init_std = 0.0f;  // ParameterInit::truncated_normal only
+};
+
+// The deferred batch norm before a fused convolution whose data gradient takes that batch norm's
+// gradients (FusedConv2dOp::backward_data_batch_norm): what the convolution's backward reads of
+// it (its statistics, γ and β) and writes for it (dγ, dβ and its input gradient's coefficients,
+// which its own backward then applies).
+struct BatchNormBeforeConvolution {
+  const BatchNormStatistics* statistics = nullptr;
+  Parameter* gamma = nullptr;
+  Parameter* beta = nullptr;
+  Tensor* coefficients = nullptr;  // (3, C) fp32, planned for the whole step by the batch norm
 };
 
 // Conv2d like torch.nn.Conv2d(in, out, kernel, stride, padding, dilation, bias).
@@ -72,6 +84,11 @@ class Conv2d final : public Layer {
       *output_sums_ = Tensor{nullptr, Shape(2, out_), Layout::plain, DType::fp32};
       ctx.arena.request(*output_sums_, t);
     }
+    if (input_batch_norm_) {  // the data gradient reads the batch norm's statistics (x is read above)
+      if (accumulate_into_ != nullptr) throw std::logic_error("Conv2d: a data gradient through a batch norm does not accumulate");
+      ctx.arena.read(input_batch_norm_->statistics->mean, t.mirrored());
+      ctx.arena.read(input_batch_norm_->statistics->spread, t.mirrored());
+    }
     input_grad_ = ctx.input_grad_needed;
     // Accumulating, the input gradient goes into a buffer its owner plans (a residual block's).
     if (input_grad_ && accumulate_into_ == nullptr) {
@@ -107,6 +124,12 @@ class Conv2d final : public Layer {
       op_->backward_data_accumulate(dy, weight_.value, *accumulate_into_);
       return *accumulate_into_;
     }
+    if (input_batch_norm_) {  // dx_: the gradient through the batch norm's ReLU, for its backward
+      const BatchNormBeforeConvolution& bn = *input_batch_norm_;
+      fused_->backward_data_batch_norm(dy, weight_.value, *x_, *bn.statistics, bn.gamma->value, bn.beta->value, dx_,
+                                       bn.gamma->grad, bn.beta->grad, *bn.coefficients);
+      return dx_;
+    }
     op_->backward_data(dy, weight_.value, dx_);
     return dx_;
   }
@@ -120,12 +143,19 @@ class Conv2d final : public Layer {
   // made for config_for this layer's input) where it is not null: `input_scale_shift` is the deferred
   // batch norm's before it, whose relu(x · scale + shift) it reads as its input (null: x as it is);
   // `output_sums` the deferred batch norm's after it, which forward writes (null: none). The data
-  // gradient stays the plain convolution's. A residual block wires these with its batch norms.
-  void fuse(std::unique_ptr<FusedConv2dOp> fused, const Tensor* input_scale_shift, Tensor* output_sums) {
+  // gradient stays the plain convolution's, unless `input_batch_norm` is given (then the op must
+  // fuse_input_batch_norm_gradients): it is the batch norm before, whose gradients the data
+  // gradient takes (the batch norm is told so too). A residual block wires these with its batch norms.
+  void fuse(std::unique_ptr<FusedConv2dOp> fused, const Tensor* input_scale_shift, Tensor* output_sums,
+            std::optional<BatchNormBeforeConvolution> input_batch_norm = std::nullopt) {
     if (fused && spec_.bias) throw std::logic_error("Conv2d: a fused convolution has no bias");
+    if (input_batch_norm && !(fused && input_scale_shift != nullptr && fused->fuses_input_batch_norm_gradients())) {
+      throw std::logic_error("Conv2d: only a fused convolution reading a normalised input takes its batch norm's gradients");
+    }
     fused_ = std::move(fused);
     input_scale_shift_ = fused_ ? input_scale_shift : nullptr;
     output_sums_ = fused_ ? output_sums : nullptr;
+    input_batch_norm_ = fused_ ? input_batch_norm : std::nullopt;
   }
   bool fused() const { return fused_ != nullptr; }
   // The buffer backward writes the input gradient into when it does not accumulate.
@@ -151,6 +181,7 @@ class Conv2d final : public Layer {
   std::unique_ptr<FusedConv2dOp> fused_;      // forward and the filter gradient, where fused
   const Tensor* input_scale_shift_ = nullptr;  // the deferred batch norm's before, if any
   Tensor* output_sums_ = nullptr;              // the deferred batch norm's after, if any
+  std::optional<BatchNormBeforeConvolution> input_batch_norm_;  // whose gradients the data gradient takes
   const Tensor* x_ = nullptr;
   Tensor y_, dx_;
   Tensor* accumulate_into_ = nullptr;
