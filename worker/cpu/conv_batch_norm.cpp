@@ -70,6 +70,33 @@ std::vector<double> channel_sums(std::int64_t pixels, std::int64_t channels, Ter
   return total;
 }
 
+// A batch norm's backward per channel over channels-last x, as the own kernels compute it
+// (cuda/batch_norm_kernels.cu): Σg and Σg · (x − mean) in fp64, g = gradient(i, c), then each
+// channel's dγ and dβ (written) and its coefficients a, b, e of dx = a · g + b · (x − mean) + e.
+template <typename T, typename Gradient>
+std::vector<BatchNormBackwardChannel> batch_norm_backward_channels(const T* in, std::int64_t pixels,
+                                                                   std::int64_t channels, const BatchNormStatistics& s,
+                                                                   const Tensor& gamma, Tensor& dgamma, Tensor& dbeta,
+                                                                   Gradient gradient) {
+  const float* mean = s.mean.as<float>();
+  const float* inverse_std = s.spread.as<float>();
+  const float* g = gamma.as<float>();
+  const std::vector<double> total = channel_sums(pixels, channels, [&](std::int64_t p, std::int64_t c) {
+    const std::int64_t i = p * channels + c;
+    const double d = gradient(i, c);
+    return std::make_pair(d, d * (static_cast<double>(to_float(in[i])) - static_cast<double>(mean[c])));
+  });
+  std::vector<BatchNormBackwardChannel> coefficients(static_cast<std::size_t>(channels));
+  for (std::int64_t c = 0; c < channels; ++c) {
+    const auto k = static_cast<std::size_t>(c);
+    coefficients[k] = batch_norm_backward_channel(static_cast<double>(pixels), total[k],
+                                                  total[static_cast<std::size_t>(channels) + k], g[c], inverse_std[c]);
+    dgamma.as<float>()[c] = coefficients[k].dgamma;
+    dbeta.as<float>()[c] = coefficients[k].dbeta;
+  }
+  return coefficients;
+}
+
 class HostFusedConv2d final : public FusedConv2dOp {
  public:
   HostFusedConv2d(Backend& ops, const FusedConv2dConfig& c) : config_(c), conv_(ops.make_conv2d(c.conv)) {
@@ -119,6 +146,8 @@ class HostFusedConv2d final : public FusedConv2dOp {
     const float* inverse_std = s.spread.as<float>();
     const float* g = gamma.as<float>();
     const float* b = beta.as<float>();
+    std::vector<float> scale(static_cast<std::size_t>(channels));
+    for (std::int64_t c = 0; c < channels; ++c) scale[static_cast<std::size_t>(c)] = batch_norm_scale(g[c], inverse_std[c]);
     with_element_type(x.dtype, [&]<typename T>(T) {
       const T* in = x.as<T>();
       T* grad = masked.as<T>();
@@ -127,22 +156,16 @@ class HostFusedConv2d final : public FusedConv2dOp {
       for (std::int64_t p = 0; p < pixels; ++p) {
         for (std::int64_t c = 0; c < channels; ++c) {
           const std::int64_t i = p * channels + c;
-          const float normalized = batch_norm_normalized(to_float(in[i]), mean[c], batch_norm_scale(g[c], inverse_std[c]), b[c]);
+          const float normalized = batch_norm_normalized(to_float(in[i]), mean[c], scale[static_cast<std::size_t>(c)], b[c]);
           if (!(normalized > 0.0f)) grad[i] = from_float<T>(0.0f);
         }
       }
-      const std::vector<double> total = channel_sums(pixels, channels, [&](std::int64_t p, std::int64_t c) {
-        const std::int64_t i = p * channels + c;
-        const double d = to_float(grad[i]);
-        return std::make_pair(d, d * (static_cast<double>(to_float(in[i])) - static_cast<double>(mean[c])));
-      });
+      const std::vector<BatchNormBackwardChannel> backward = batch_norm_backward_channels(
+          in, pixels, channels, s, gamma, dgamma, dbeta,
+          [&](std::int64_t i, std::int64_t) { return static_cast<double>(to_float(grad[i])); });
       float* k = coefficients.as<float>();
       for (std::int64_t c = 0; c < channels; ++c) {
-        const auto u = static_cast<std::size_t>(c);
-        const BatchNormBackwardChannel channel = batch_norm_backward_channel(
-            static_cast<double>(pixels), total[u], total[static_cast<std::size_t>(channels) + u], g[c], inverse_std[c]);
-        dgamma.as<float>()[c] = channel.dgamma;
-        dbeta.as<float>()[c] = channel.dbeta;
+        const BatchNormBackwardChannel& channel = backward[static_cast<std::size_t>(c)];
         k[c] = channel.a;
         k[channels + c] = channel.b;
         k[2 * channels + c] =
@@ -337,24 +360,11 @@ class HostBatchNormFromSums final : public BatchNormOp {
   void backward_through_normalisation(const Tensor& x, const BatchNormStatistics& s, const Tensor& gamma, Tensor& dx,
                                       Tensor& dgamma, Tensor& dbeta, Gradient gradient) const {
     const float* mean = s.mean.as<float>();
-    const float* inverse_std = s.spread.as<float>();
-    const float* g = gamma.as<float>();
     const T* in = x.as<T>();
     T* out = dx.as<T>();
     const std::int64_t channels = channels_;
-    const std::vector<double> total = channel_sums(count_, channels, [&](std::int64_t p, std::int64_t c) {
-      const std::int64_t i = p * channels + c;
-      const double d = gradient(i, c);
-      return std::make_pair(d, d * (static_cast<double>(to_float(in[i])) - static_cast<double>(mean[c])));
-    });
-    std::vector<BatchNormBackwardChannel> coefficients(static_cast<std::size_t>(channels));
-    for (std::int64_t c = 0; c < channels; ++c) {
-      const auto k = static_cast<std::size_t>(c);
-      coefficients[k] = batch_norm_backward_channel(static_cast<double>(count_), total[k],
-                                                    total[static_cast<std::size_t>(channels) + k], g[c], inverse_std[c]);
-      dgamma.as<float>()[c] = coefficients[k].dgamma;
-      dbeta.as<float>()[c] = coefficients[k].dbeta;
-    }
+    const std::vector<BatchNormBackwardChannel> coefficients =
+        batch_norm_backward_channels(in, count_, channels, s, gamma, dgamma, dbeta, gradient);
 #pragma omp parallel for schedule(static)
     for (std::int64_t p = 0; p < count_; ++p) {
       for (std::int64_t c = 0; c < channels; ++c) {
