@@ -19,6 +19,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -165,63 +166,68 @@ struct Probed {
   EngineSearchResult search;
 };
 
-// The fastest of `probed`'s plans on random values: one run to show it runs, then 5 between two events.
-std::optional<double> fastest_milliseconds(cudnnHandle_t handle, const Probed& probed, DType dtype,
-                                           cudaStream_t stream) {
+// Each of `probed`'s plans on random values (time_plans: one run to show it runs, then 5 between
+// two events), best-ranked first; nullopt for one that did not run.
+std::vector<std::optional<float>> plan_milliseconds(cudnnHandle_t handle, const Probed& probed, DType dtype,
+                                                    cudaStream_t stream) {
   DeviceTensors tensors;
   fill(tensors, probed.graph, dtype);
   std::size_t workspace_bytes = 0;
   for (const BuiltPlan& plan : probed.search.built) workspace_bytes = std::max(workspace_bytes, plan.workspace);
   void* workspace = workspace_bytes > 0 ? tensors.buffers.allocate(workspace_bytes) : nullptr;
   const BackendDescriptor pack = variant_pack(tensors, workspace);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  DLBENCH_CUDA_CHECK(cudaEventCreate(&start));
-  DLBENCH_CUDA_CHECK(cudaEventCreate(&stop));
-  std::optional<double> best;
-  for (const BuiltPlan& plan : probed.search.built) {
-    if (cudnnBackendExecute(handle, plan.plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS) {
-      cudaGetLastError();
-      continue;
-    }
-    constexpr int kRuns = 5;
-    DLBENCH_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int run = 0; run < kRuns; ++run) {
-      check_cudnn_graph(cudnnBackendExecute(handle, plan.plan.get(), pack.get()),
-                        "running engine " + std::to_string(plan.engine));
-    }
-    DLBENCH_CUDA_CHECK(cudaEventRecord(stop, stream));
-    DLBENCH_CUDA_CHECK(cudaEventSynchronize(stop));
-    float milliseconds = 0;
-    DLBENCH_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
-    const double each = milliseconds / kRuns;
-    if (!best || each < *best) best = each;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return best;
+  std::vector<cudnnBackendDescriptor_t> plans;
+  for (const BuiltPlan& plan : probed.search.built) plans.push_back(plan.plan.get());
+  GraphSearch counted;
+  return time_plans(handle, stream, plans, pack.get(), 5, counted);
 }
 
-// Runs `probed`'s best-ranked plan on `tensors` and waits for it.
-void run_first_plan(cudnnHandle_t handle, const Probed& probed, DeviceTensors& tensors) {
-  const BuiltPlan& plan = probed.search.built.front();
+// Runs `probed`'s plan `index` (0: the best-ranked) on `tensors` and waits for it.
+void run_plan(cudnnHandle_t handle, const Probed& probed, std::size_t index, DeviceTensors& tensors) {
+  const BuiltPlan& plan = probed.search.built.at(index);
   void* workspace = plan.workspace > 0 ? tensors.buffers.allocate(plan.workspace) : nullptr;
   check_cudnn_graph(cudnnBackendExecute(handle, plan.plan.get(), variant_pack(tensors, workspace).get()),
                     "running engine " + std::to_string(plan.engine));
   DLBENCH_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+bool per_channel_output(std::int64_t uid) {
+  return std::ranges::find(kPerChannelOutputUids, uid) != kPerChannelOutputUids.end();
+}
+
+// The per-channel values `graph` writes (statistics, weight gradients, coefficients), one after another.
+std::vector<float> download_per_channel_outputs(const DeviceTensors& tensors, const FusedConvGraph& graph) {
+  std::vector<float> all;
+  for (const FusedTensor& t : graph.tensors) {
+    if (!per_channel_output(t.uid)) continue;
+    const std::vector<float> values = download<float>(tensors, t.uid);
+    all.insert(all.end(), values.begin(), values.end());
+  }
+  return all;
+}
+
+void zero_per_channel_outputs(DeviceTensors& tensors, const FusedConvGraph& graph) {
+  for (const FusedTensor& t : graph.tensors) {
+    if (per_channel_output(t.uid)) DLBENCH_CUDA_CHECK(cudaMemset(tensors.at.at(t.uid), 0, t.bytes));
+  }
+}
+
 // A fused pass against its plain pass around the host's reference, on the same random inputs:
 // the output's error as a share of its largest value and, where it computes them, the
 // statistics' error against the host's sums of the output it wrote, or the batch norm's gradients'
-// error against the host's from the gradient it wrote (statistics_error holds either).
+// error against the host's from the gradient it wrote (statistics_error holds either); and what a
+// second run without zeroing did to its per-channel outputs (repeated_run_effect).
 struct CheckResult {
   double output_error = 0;
   std::optional<double> statistics_error;
+  std::string second_run;
 };
 inline constexpr double kOutputBound = 1e-2, kStatisticsBound = 1e-2;
 
-CheckResult check_fused(cudnnHandle_t handle, const Conv2dConfig& config, DType dtype, const Probed& fused,
-                        const Probed& plain) {
+// One result for each plan the fused pass built, best-ranked first: the model times them and may
+// run any of them.
+std::vector<CheckResult> check_fused(cudnnHandle_t handle, const Conv2dConfig& config, DType dtype,
+                                     const Probed& fused, const Probed& plain) {
   DeviceTensors ours;
   fill(ours, fused.graph, dtype);
   // The batch norm before the convolution, as its forward left it for x's values.
@@ -234,7 +240,6 @@ CheckResult check_fused(cudnnHandle_t handle, const Conv2dConfig& config, DType 
     upload(ours, kGammaUid, batch_norm->gamma);
     upload(ours, kBetaUid, batch_norm->beta);
   }
-  run_first_plan(handle, fused, ours);
   const auto input = [&](std::int64_t uid) { return download<std::uint16_t>(ours, uid); };
   HostValues given;
   std::int64_t output_uid = kOutputUid;
@@ -261,7 +266,7 @@ CheckResult check_fused(cudnnHandle_t handle, const Conv2dConfig& config, DType 
   }
   DeviceTensors theirs;
   fill(theirs, plain.graph, dtype, given);
-  run_first_plan(handle, plain, theirs);
+  run_plan(handle, plain, 0, theirs);
   std::vector<std::uint16_t> want = download<std::uint16_t>(theirs, output_uid);
   if (fused.graph.fusion == ConvFusion::dgrad_drelu) {
     relu_backward(dtype, want, input(kReluInputUid));
@@ -271,20 +276,32 @@ CheckResult check_fused(cudnnHandle_t handle, const Conv2dConfig& config, DType 
   } else if (batch_norm) {
     relu_backward(dtype, want, input(kReluInputUid), *batch_norm);
   }
-  const std::vector<std::uint16_t> got = download<std::uint16_t>(ours, output_uid);
-  CheckResult result;
-  result.output_error = relative_max_error(dtype, got, want);
-  if (ours.at.contains(kSumUid)) {
-    result.statistics_error = statistics_error(download<float>(ours, kSumUid), download<float>(ours, kSquareSumUid),
-                                               channel_sums(dtype, got, static_cast<std::size_t>(config.out_channels)));
+
+  std::vector<CheckResult> results;
+  for (std::size_t index = 0; index < fused.search.built.size(); ++index) {
+    zero_per_channel_outputs(ours, fused.graph);  // as the model does before a run
+    run_plan(handle, fused, index, ours);
+    const std::vector<std::uint16_t> got = download<std::uint16_t>(ours, output_uid);
+    CheckResult result;
+    result.output_error = relative_max_error(dtype, got, want);
+    if (ours.at.contains(kSumUid)) {
+      result.statistics_error = statistics_error(download<float>(ours, kSumUid), download<float>(ours, kSquareSumUid),
+                                                 channel_sums(dtype, got, static_cast<std::size_t>(config.out_channels)));
+    }
+    if (batch_norm) {
+      result.statistics_error = batch_norm_gradients_error(
+          dtype, download<float>(ours, kDgammaUid), download<float>(ours, kDbetaUid),
+          download<float>(ours, kCoefficientDyUid), download<float>(ours, kCoefficientXUid),
+          download<float>(ours, kCoefficientBiasUid), input(kReluInputUid), got, *batch_norm);
+    }
+    const std::vector<float> once = download_per_channel_outputs(ours, fused.graph);
+    if (!once.empty()) {
+      run_plan(handle, fused, index, ours);
+      result.second_run = repeated_run_effect(once, download_per_channel_outputs(ours, fused.graph));
+    }
+    results.push_back(std::move(result));
   }
-  if (batch_norm) {
-    result.statistics_error = batch_norm_gradients_error(
-        dtype, download<float>(ours, kDgammaUid), download<float>(ours, kDbetaUid), download<float>(ours, kCoefficientDyUid),
-        download<float>(ours, kCoefficientXUid), download<float>(ours, kCoefficientBiasUid), input(kReluInputUid), got,
-        *batch_norm);
-  }
-  return result;
+  return results;
 }
 
 int run(const Options& options) {
@@ -340,6 +357,8 @@ int run(const Options& options) {
     double milliseconds = 0, baseline_milliseconds = 0;
     int timed = 0;
     int checked = 0, off = 0;  // convolutions whose fused pass was checked, and found off its bound
+    int fastest_not_first = 0;  // convolutions whose fastest plan was not the best-ranked
+    std::map<std::string, int> second_run;  // convolutions by what a second run did to their sums
   };
   std::map<ConvFusion, Tally> tallies;
   // The document is written again after each shape, so that a run cut short by its deadline (plans
@@ -357,6 +376,8 @@ int run(const Options& options) {
         entry["convolutionsChecked"] = tally.checked;
         entry["convolutionsOff"] = tally.off;
       }
+      if (!tally.second_run.empty()) entry["secondRunWithoutZeroing"] = tally.second_run;
+      if (options.time && tally.supported > 0) entry["convolutionsFastestNotFirstPlan"] = tally.fastest_not_first;
       if (tally.timed > 0) {
         entry["millisecondsPerStep"] = tally.milliseconds;
         entry["baselineMillisecondsPerStep"] = tally.baseline_milliseconds;
@@ -408,33 +429,64 @@ int run(const Options& options) {
           row["workspaceBytes"] = search.built.front().workspace;
           tallies[fusion].supported += count;
           if (options.time) {
-            if (const auto ms = fastest_milliseconds(handle, it->second, dtype, stream)) {
-              row["milliseconds"] = *ms;
-              milliseconds[fusion] = *ms;
+            const std::vector<std::optional<float>> times = plan_milliseconds(handle, it->second, dtype, stream);
+            nlohmann::json each = nlohmann::json::array();
+            for (const std::optional<float>& ms : times) each.push_back(ms ? nlohmann::json(*ms) : nlohmann::json());
+            row["planMilliseconds"] = each;  // best-ranked first; null: it did not run
+            if (const std::optional<std::size_t> fastest = fastest_plan(times)) {
+              row["milliseconds"] = *times[*fastest];
+              row["fastestPlan"] = *fastest + 1;
+              if (*fastest > 0) tallies[fusion].fastest_not_first += count;
+              milliseconds[fusion] = *times[*fastest];
             }
           }
           const auto plain = probed.find(baseline_of(fusion));
           if (options.check && fusion != baseline_of(fusion) && plain != probed.end() &&
               !plain->second.search.built.empty()) {
-            const CheckResult check = check_fused(handle, config, dtype, it->second, plain->second);
-            const bool off = !(check.output_error <= kOutputBound) ||
-                             (check.statistics_error && !(*check.statistics_error <= kStatisticsBound));
-            row["outputError"] = check.output_error;
-            // What the second error measures: the output's statistics, or the batch norm's gradients.
+            // Every plan built is checked (the model may run any); the row says the worst.
+            const std::vector<CheckResult> checks = check_fused(handle, config, dtype, it->second, plain->second);
             const bool gradients = fusion == ConvFusion::dgrad_drelu_dbn_weight;
-            if (check.statistics_error) row[gradients ? "batchNormGradientsError" : "statisticsError"] = *check.statistics_error;
+            const char* second_name = gradients ? "batchNormGradientsError" : "statisticsError";
+            CheckResult worst;
+            // NaN is worse than any number (std::max would keep the number).
+            const auto worse = [](double candidate, double held) {
+              return std::isnan(candidate) || (!std::isnan(held) && candidate > held);
+            };
+            nlohmann::json each = nlohmann::json::array();
+            for (const CheckResult& check : checks) {
+              nlohmann::json plan{{"outputError", check.output_error}};
+              if (check.statistics_error) plan[second_name] = *check.statistics_error;
+              if (!check.second_run.empty()) plan["secondRunWithoutZeroing"] = check.second_run;
+              each.push_back(plan);
+              if (worse(check.output_error, worst.output_error)) worst.output_error = check.output_error;
+              if (check.statistics_error &&
+                  (!worst.statistics_error || worse(*check.statistics_error, *worst.statistics_error))) {
+                worst.statistics_error = check.statistics_error;
+              }
+            }
+            const bool off = !(worst.output_error <= kOutputBound) ||
+                             (worst.statistics_error && !(*worst.statistics_error <= kStatisticsBound));
+            row["plansChecked"] = each;
+            row["outputError"] = worst.output_error;
+            // What the second error measures: the output's statistics, or the batch norm's gradients.
+            if (worst.statistics_error) row[second_name] = *worst.statistics_error;
             row["check"] = off ? "off" : "ok";
             Tally& tally = tallies[fusion];
             tally.checked += count;
             if (off) tally.off += count;
             char text[160];
             std::snprintf(text, sizeof text, "%s: output %.2e of its largest (bound %.0e)", off ? "OFF" : "ok",
-                          check.output_error, kOutputBound);
+                          worst.output_error, kOutputBound);
             said = text;
-            if (check.statistics_error) {
+            if (worst.statistics_error) {
               std::snprintf(text, sizeof text, ", %s %.2e (bound %.0e)", gradients ? "batch-norm gradients" : "statistics",
-                            *check.statistics_error, kStatisticsBound);
+                            *worst.statistics_error, kStatisticsBound);
               said += text;
+            }
+            said += ", worst of " + std::to_string(checks.size()) + " plans";
+            if (!checks.empty() && !checks.front().second_run.empty()) {
+              said += "; sums after a second run without zeroing: " + checks.front().second_run;
+              tally.second_run[checks.front().second_run] += count;
             }
           }
         }

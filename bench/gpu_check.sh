@@ -310,8 +310,10 @@ step conv-fusion-described 60 "$bin/conv_fusion_probe" --device h200 --output "$
 correctness+=($!)
 # And whether the fused passes compute right (never run on a GPU): each one's output against its
 # plain pass's around the host's reference (cuda/conv_fusion_reference.hpp), the statistics against
-# the host's sums of what it wrote, at batch 8; exit 1 where one is off its bound.
-step conv-fusion-check 90 "$bin/conv_fusion_probe" --gpu --check --batch-size 8 --plans 1 \
+# the host's sums of what it wrote, at batch 8, for every plan of the 3 the model builds and times
+# (it may keep any); exit 1 where one is off its bound. Each plan's second run without zeroing
+# says whether the engines add into their sums or overwrite them (the model zeroes them first).
+step conv-fusion-check 120 "$bin/conv_fusion_probe" --gpu --check --batch-size 8 --plans 3 \
   --output "$logs/conv-fusion-check.json" & correctness+=($!)
 # The bottlenecks' convolutions fused with the batch norms between them in the model
 # (DLBENCH_CUDA_CONV_BATCH_NORM=fused, never run on a GPU): conv1 summing its output for bn1, conv2
@@ -465,7 +467,7 @@ time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph 
 # built the forward and filter-gradient fusions for 52 of 53 convolutions on a described H200: this
 # says what they cost, the stake before dlbench's layers take them. The device's own description
 # (gpu-device.json) lets a session without a GPU ask for it again.
-step conv-fusion 90 "$bin/conv_fusion_probe" --gpu --time --plans 2 --write-device-json "$logs/gpu-device.json" \
+step conv-fusion 90 "$bin/conv_fusion_probe" --gpu --time --plans 3 --write-device-json "$logs/gpu-device.json" \
   --output "$logs/conv-fusion.json"
 # And the model with them (DLBENCH_CUDA_CONV_BATCH_NORM=fused): no normalised tensor of bn1 and bn2
 # written or read, their statistics from the convolutions' epilogues, their gradients from the data

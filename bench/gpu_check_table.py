@@ -498,8 +498,13 @@ def conv_fusion(logs):
                          f"{entry['baselineMillisecondsPerStep']:.2f} over the same {entry['convolutionsTimed']}")
             elif "millisecondsPerStep" in entry:
                 line += f"; {entry['millisecondsPerStep']:.2f} ms a step"
+            if entry.get("convolutionsFastestNotFirstPlan"):
+                line += f"; fastest not the best-ranked plan for {entry['convolutionsFastestNotFirstPlan']}"
             if "convolutionsChecked" in entry:
                 line += f"; checked {entry['convolutionsChecked']}, {entry['convolutionsOff']} off their bound"
+            if entry.get("secondRunWithoutZeroing"):
+                said = ", ".join(f"{what} {n}" for what, n in sorted(entry["secondRunWithoutZeroing"].items()))
+                line += f"; sums after a second run without zeroing: {said}"
             out.append(line)
     return ["", "Convolutions fused with batch norm (cuDNN's engines, ResNet-50 amp at batch 256):"] + out
 

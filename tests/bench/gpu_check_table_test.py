@@ -41,21 +41,23 @@ class GpuCheckTable(unittest.TestCase):
             write(logs, "conv-fusion.json", json.dumps({
                 "device": "NVIDIA H200", "cudnnVersion": 91900, "complete": False,
                 "summary": [entry("conv", "conv", 53, 9.5, 9.5, 53),
-                            entry("conv+genstats", "conv", 52, 9.8, 9.25, 52),
+                            dict(entry("conv+genstats", "conv", 52, 9.8, 9.25, 52), convolutionsFastestNotFirstPlan=3),
                             entry("dgrad+drelu", "dgrad", 0)]}))
             write(logs, "conv-fusion-check.json", json.dumps({
                 "device": "NVIDIA H200", "cudnnVersion": 91900, "complete": True,
-                "summary": [dict(entry("conv+genstats", "conv", 52), convolutionsChecked=52, convolutionsOff=1)]}))
+                "summary": [dict(entry("conv+genstats", "conv", 52), convolutionsChecked=52, convolutionsOff=1,
+                                 secondRunWithoutZeroing={"overwritten": 50, "added": 2})]}))
             write(logs, "conv-fusion-described.log", "conv_fusion_probe: the device description has no \"x\"\n")
             lines = self.table(logs)
         at = lines.index("Convolutions fused with batch norm (cuDNN's engines, ResNet-50 amp at batch 256):")
         self.assertEqual(lines[at + 1], "  this GPU, NVIDIA H200, cuDNN 91900 (cut short: the shapes it finished):")
         self.assertEqual(lines[at + 2], "    conv: 53 of 53 convolutions; 9.50 ms a step")
         self.assertEqual(lines[at + 3], "    conv+genstats: 52 of 53 convolutions; 9.80 ms a step against conv's 9.25 "
-                                        "over the same 52")
+                                        "over the same 52; fastest not the best-ranked plan for 3")
         self.assertEqual(lines[at + 4], "    dgrad+drelu: 0 of 53 convolutions")
         self.assertEqual(lines[at + 5], "  this GPU, checked at batch 8, NVIDIA H200, cuDNN 91900:")
-        self.assertEqual(lines[at + 6], "    conv+genstats: 52 of 53 convolutions; checked 52, 1 off their bound")
+        self.assertEqual(lines[at + 6], "    conv+genstats: 52 of 53 convolutions; checked 52, 1 off their bound; "
+                                        "sums after a second run without zeroing: added 2, overwritten 50")
         self.assertEqual(lines[at + 7], "  the described H200: no document; conv_fusion_probe: the device description "
                                         "has no \"x\"")
 

@@ -154,5 +154,15 @@ TEST(ConvEngines, AGraphChoiceIsLoggedWithItsSearch) {
             "limit, 0 failed to run)");
 }
 
+TEST(ConvEngines, TheFastestPlanTimedIsKeptATieGoingToTheBetterRankedAndAFailedOneNever) {
+  EXPECT_EQ(fastest_plan({0.5f, 0.2f, 0.3f}), std::optional<std::size_t>(1));
+  EXPECT_EQ(fastest_plan({0.2f, 0.2f}), std::optional<std::size_t>(0));
+  EXPECT_EQ(fastest_plan({std::nullopt, 0.4f, std::nullopt, 0.1f}), std::optional<std::size_t>(3));
+  EXPECT_EQ(fastest_plan({std::nullopt, std::nullopt}), std::nullopt);
+  EXPECT_EQ(fastest_plan({}), std::nullopt);
+  EXPECT_EQ(describe_plan_times({0.1612f, std::nullopt, 0.15f}), "0.161, failed, 0.150");
+  EXPECT_EQ(describe_plan_times({}), "");
+}
+
 }  // namespace
 }  // namespace dlbench::worker

@@ -328,6 +328,32 @@ TEST(ConvFusionReference, ABatchNormsGradientsErrorIsNoneForTheHostsOwnAndNamesA
   EXPECT_THROW(cuda_detail::batch_norm_gradients_error(dtype, {1.0f}, dbeta, a, b, c, x, dy, p), std::invalid_argument);
 }
 
+TEST(ConvFusionReference, ASecondRunWithoutZeroingTellsWhetherAPassOverwritesOrAddsIntoItsSums) {
+  const std::vector<float> once{3.0f, -1.5f, 0.25f, 1000.0f};
+  EXPECT_EQ(cuda_detail::repeated_run_effect(once, once), "overwritten");
+  std::vector<float> twice = once;
+  for (float& v : twice) v *= 2;
+  EXPECT_EQ(cuda_detail::repeated_run_effect(once, twice), "added");
+  // Rounding within the bound of the largest value still tells them apart ...
+  twice[2] += 0.5f;
+  EXPECT_EQ(cuda_detail::repeated_run_effect(once, twice), "added");
+  std::vector<float> rerun = once;
+  rerun[0] += 0.5f;
+  EXPECT_EQ(cuda_detail::repeated_run_effect(once, rerun), "overwritten");
+  // ... anything else (coefficients reduced from sums that were added into, a NaN) is neither.
+  rerun[0] = 3.0f * 1.5f;
+  rerun[3] = 1000.0f * 1.5f;
+  EXPECT_EQ(cuda_detail::repeated_run_effect(once, rerun), "other");
+  rerun = once;
+  rerun[1] = NAN;
+  EXPECT_EQ(cuda_detail::repeated_run_effect(once, rerun), "other");
+  // All zeros after one run: a second that writes zeros again overwrote; one that wrote else, not.
+  const std::vector<float> zeros(4, 0.0f);
+  EXPECT_EQ(cuda_detail::repeated_run_effect(zeros, zeros), "overwritten");
+  EXPECT_EQ(cuda_detail::repeated_run_effect(zeros, once), "other");
+  EXPECT_THROW(cuda_detail::repeated_run_effect(once, std::vector<float>(3)), std::invalid_argument);
+}
+
 TEST(ConvFusionReference, RandomValuesAreSeededWithBothSignsAndMagnitudesFromAHalfToOne) {
   for (const DType dtype : {DType::fp16, DType::bf16}) {
     const auto values = cuda_detail::random_half_values(dtype, 1000, 7);

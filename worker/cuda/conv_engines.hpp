@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -99,6 +100,32 @@ inline std::string describe_search(const GraphSearch& s) {
   return std::to_string(s.timed) + " timed of " + std::to_string(s.ranked) + " ranked (" + std::to_string(s.refused) +
          " refused by numerical notes, " + std::to_string(s.unbuildable) + " not buildable, " +
          std::to_string(s.too_large) + " over the workspace limit, " + std::to_string(s.failed) + " failed to run)";
+}
+
+// Which of the plans timed (best-ranked first; nullopt: it failed to run) to keep: the fastest, a
+// tie going to the better-ranked; nullopt where none ran.
+inline std::optional<std::size_t> fastest_plan(const std::vector<std::optional<float>>& milliseconds) {
+  std::optional<std::size_t> fastest;
+  for (std::size_t i = 0; i < milliseconds.size(); ++i) {
+    if (milliseconds[i] && (!fastest || *milliseconds[i] < *milliseconds[*fastest])) fastest = i;
+  }
+  return fastest;
+}
+
+// Each timed plan's time, best-ranked first, for a log line: "0.161, 0.153, failed" (ms).
+inline std::string describe_plan_times(const std::vector<std::optional<float>>& milliseconds) {
+  std::string said;
+  for (const std::optional<float>& ms : milliseconds) {
+    if (!said.empty()) said += ", ";
+    if (!ms) {
+      said += "failed";
+      continue;
+    }
+    char time[32];
+    std::snprintf(time, sizeof time, "%.3f", static_cast<double>(*ms));
+    said += time;
+  }
+  return said;
 }
 
 // One line for DLBENCH_LOG_ALGORITHMS, as describe_choice gives for the legacy calls: "forward fp32

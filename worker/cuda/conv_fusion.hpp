@@ -11,9 +11,11 @@
 #include <cudnn.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +59,12 @@ inline constexpr std::int64_t kScaleUid = 4, kBiasUid = 5, kSumUid = 6, kSquareS
 inline constexpr std::int64_t kMeanUid = 9, kInvStdUid = 10, kGammaUid = 11, kBetaUid = 12, kDgammaUid = 13,
                               kDbetaUid = 14, kCoefficientDyUid = 15, kCoefficientXUid = 16, kCoefficientBiasUid = 17;
 
+// The per-channel fp32 tensors a fused pass writes (statistics, weight gradients, coefficients): a
+// plan timed on a pass's own buffers writes these to scratch, whether the engine adds into them
+// or overwrites them.
+inline constexpr std::array<std::int64_t, 7> kPerChannelOutputUids{
+    kSumUid, kSquareSumUid, kDgammaUid, kDbetaUid, kCoefficientDyUid, kCoefficientXUid, kCoefficientBiasUid};
+
 // A tensor the graph reads or writes in memory, its size, and the size of one of its values (2 for
 // the data type, 4 for fp32 statistics, parameters and coefficients).
 struct FusedTensor {
@@ -88,7 +96,10 @@ struct EngineSearchResult {
 
 // Plans for `graph` on `handle`'s device, or, with a null handle, for the device `device`
 // describes (cuda/cudnn_device.hpp), which need not be in this machine.
+// Past `build_deadline` (where given), no more plans are built once one is: a runtime-fusion
+// engine compiles its kernel as its plan is finalized.
 EngineSearchResult search_engines(const FusedConvGraph& graph, cudnnHandle_t handle, const BackendDescriptor* device,
-                                  int most);
+                                  int most,
+                                  std::optional<std::chrono::steady_clock::time_point> build_deadline = std::nullopt);
 
 }  // namespace dlbench::worker::cuda_detail

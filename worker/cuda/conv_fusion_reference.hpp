@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "precision.hpp"
@@ -233,6 +234,29 @@ inline double batch_norm_gradients_error(DType dtype, const std::vector<float>& 
     difference = std::max(difference, std::abs(got - wanted));
   }
   return std::max(error, largest > 0 ? difference / largest : difference);
+}
+
+// What a second run of a pass does to the per-channel values it writes (statistics, weight
+// gradients, coefficients), from their values after one run on zeros (`once`) and after another
+// run on the same inputs without zeroing them first (`twice`): "overwritten" where the second left
+// the first's values, "added" where it doubled them, "other" for anything else (a pass whose
+// coefficients are reduced from sums it added into changes them otherwise), each within `bound` of
+// the largest value. Whether the fused engines add into their sums is not documented; a model that
+// zeroes them first is right either way, one that does not is right only where they overwrite.
+inline std::string repeated_run_effect(const std::vector<float>& once, const std::vector<float>& twice,
+                                       double bound = 1e-3) {
+  if (once.size() != twice.size()) throw std::invalid_argument("repeated_run_effect: the runs wrote different sizes");
+  double largest = 0, from_once = 0, from_double = 0;
+  for (std::size_t i = 0; i < once.size(); ++i) {
+    if (!std::isfinite(once[i]) || !std::isfinite(twice[i])) return "other";
+    largest = std::max(largest, std::abs(double{once[i]}));
+    from_once = std::max(from_once, std::abs(double{twice[i]} - double{once[i]}));
+    from_double = std::max(from_double, std::abs(double{twice[i]} - 2.0 * double{once[i]}));
+  }
+  if (largest == 0) return from_once == 0 ? "overwritten" : "other";  // all zeros: nothing tells them apart
+  if (from_once <= bound * largest) return "overwritten";
+  if (from_double <= 2 * bound * largest) return "added";
+  return "other";
 }
 
 }  // namespace dlbench::worker::cuda_detail

@@ -52,21 +52,6 @@ BackendDescriptor make_variant_pack(const ConvOperands& operands, void* workspac
   return pack;
 }
 
-class Events {
- public:
-  Events() {
-    DLBENCH_CUDA_CHECK(cudaEventCreate(&start));
-    DLBENCH_CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~Events() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-  cudaEvent_t start = nullptr, stop = nullptr;
-};
-
 // The engine configuration a plan was made from and the graph it was made for: kept as long as
 // the plan, which cuDNN builds from them.
 struct ChosenPlan : ConvPlan {
@@ -80,6 +65,44 @@ struct ChosenPlan : ConvPlan {
 
 void check_cudnn_graph(cudnnStatus_t status, const std::string& what, const std::source_location& where) {
   check(status, what, where);
+}
+
+std::vector<std::optional<float>> time_plans(cudnnHandle_t handle, cudaStream_t stream,
+                                             const std::vector<cudnnBackendDescriptor_t>& plans,
+                                             cudnnBackendDescriptor_t variant_pack, int runs, GraphSearch& search) {
+  struct Events {
+    Events() {
+      DLBENCH_CUDA_CHECK(cudaEventCreate(&start));
+      DLBENCH_CUDA_CHECK(cudaEventCreate(&stop));
+    }
+    ~Events() {
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+    }
+    Events(const Events&) = delete;
+    Events& operator=(const Events&) = delete;
+    cudaEvent_t start = nullptr, stop = nullptr;
+  } events;
+  std::vector<std::optional<float>> milliseconds;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    milliseconds.emplace_back();
+    if (cudnnBackendExecute(handle, plans[i], variant_pack) != CUDNN_STATUS_SUCCESS) {
+      ++search.failed;
+      cudaGetLastError();  // a launch that failed leaves its error behind
+      continue;
+    }
+    DLBENCH_CUDA_CHECK(cudaEventRecord(events.start, stream));
+    for (int run = 0; run < runs; ++run) {
+      check(cudnnBackendExecute(handle, plans[i], variant_pack), "timing plan " + std::to_string(i + 1));
+    }
+    DLBENCH_CUDA_CHECK(cudaEventRecord(events.stop, stream));
+    DLBENCH_CUDA_CHECK(cudaEventSynchronize(events.stop));
+    float elapsed = 0;
+    DLBENCH_CUDA_CHECK(cudaEventElapsedTime(&elapsed, events.start, events.stop));
+    milliseconds.back() = elapsed / static_cast<float>(runs);
+    ++search.timed;
+  }
+  return milliseconds;
 }
 
 // Channels-last tensors here are NHWC activations and KRSC filters (cuda/conv.cpp's OHWI copy).
@@ -406,33 +429,17 @@ std::shared_ptr<const ConvPlan> GraphConvPasses::choose(ConvPass pass, const Con
     scratch_dx = backend_.allocate(static_cast<std::size_t>(config_.input.numel()) * dtype_size(config_.dtype));
     timed.input = scratch_dx.get();
   }
-  const Events events;
-  const cudaStream_t stream = backend_.stream();
-  ChosenPlan* fastest = nullptr;
-  for (auto& candidate : built) {
-    const BackendDescriptor pack = make_variant_pack(timed, candidate->workspace > 0 ? borrowed.get() : nullptr);
-    if (cudnnBackendExecute(backend_.cudnn(), candidate->plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS) {
-      ++search.failed;
-      cudaGetLastError();  // a launch that failed leaves its error behind
-      continue;
-    }
-    constexpr int kRuns = 3;
-    DLBENCH_CUDA_CHECK(cudaEventRecord(events.start, stream));
-    for (int run = 0; run < kRuns; ++run) {
-      check(cudnnBackendExecute(backend_.cudnn(), candidate->plan.get(), pack.get()),
-            "timing engine " + std::to_string(candidate->engine));
-    }
-    DLBENCH_CUDA_CHECK(cudaEventRecord(events.stop, stream));
-    DLBENCH_CUDA_CHECK(cudaEventSynchronize(events.stop));
-    float milliseconds = 0;
-    DLBENCH_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, events.start, events.stop));
-    candidate->milliseconds = milliseconds / kRuns;
-    ++search.timed;
-    if (fastest == nullptr || candidate->milliseconds < fastest->milliseconds) fastest = candidate.get();
-  }
-  if (fastest == nullptr) {
+  const BackendDescriptor pack = make_variant_pack(timed, borrowed.get());
+  std::vector<cudnnBackendDescriptor_t> plans;
+  for (const auto& candidate : built) plans.push_back(candidate->plan.get());
+  const std::vector<std::optional<float>> milliseconds =
+      time_plans(backend_.cudnn(), backend_.stream(), plans, pack.get(), 3, search);
+  const std::optional<std::size_t> kept = fastest_plan(milliseconds);
+  if (!kept) {
     throw CudaError("cuDNN graph API: no engine ran " + describe_convolution(key) + ": " + describe_search(search));
   }
+  ChosenPlan* fastest = built[*kept].get();
+  fastest->milliseconds = *milliseconds[*kept];
   if (log_algorithms()) {
     std::cerr << "dlbench-worker: cudnn " +
                      describe_graph_choice(key, fastest->engine, fastest->tensor_cores, fastest->workspace,

@@ -3,6 +3,7 @@
 // cuDNN's engines make of it, chosen by timing on the device. Internal to worker/cuda.
 #pragma once
 
+#include <cuda_runtime_api.h>
 #include <cudnn.h>
 
 #include <array>
@@ -120,6 +121,15 @@ std::vector<BuiltPlan> build_plans(const BackendDescriptor& graph, cudnnHandle_t
                                    const PlanRules& rules, GraphSearch& search,
                                    std::string* first_unbuildable_reason = nullptr);
 
+// Each plan (best-ranked first) run once on `variant_pack` on `stream`, which shows it runs (one
+// whose launch fails is nullopt, counted in `search.failed`), then `runs` times between two
+// events: the mean milliseconds of a run (each timed counted in `search.timed`). The pack must hold
+// a workspace as large as the largest plan's; the plans' outputs are overwritten, so the caller
+// times on buffers whose outputs a real run writes afterwards, or on scratch.
+std::vector<std::optional<float>> time_plans(cudnnHandle_t handle, cudaStream_t stream,
+                                             const std::vector<cudnnBackendDescriptor_t>& plans,
+                                             cudnnBackendDescriptor_t variant_pack, int runs, GraphSearch& search);
+
 // The graph's names for a pass's three tensors, by shape: the input's (x, or dx), the filter's
 // (w, or dw) and the output's (y, or dy).
 inline constexpr std::int64_t kInputUid = 1, kFilterUid = 2, kOutputUid = 3;
@@ -155,7 +165,7 @@ struct FusedConvPlan;  // cuda/fused_conv.cpp
 struct ConvPlanCache {
   std::mutex mutex;
   std::map<ConvAlgorithmKey, std::shared_ptr<const ConvPlan>> plans;
-  std::map<std::string, std::shared_ptr<const FusedConvPlan>> fused;
+  std::map<std::string, std::shared_ptr<FusedConvPlan>> fused;  // each timed at its first run
 };
 
 // The three pointers one pass runs on, by the uids above.
