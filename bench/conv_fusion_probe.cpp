@@ -152,12 +152,7 @@ BackendDescriptor variant_pack(const DeviceTensors& tensors, void* workspace) {
     uids.push_back(uid);
     pointers.push_back(p);
   }
-  BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), std::ssize(uids));
-  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(), std::ssize(pointers));
-  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
-  pack.finalize("the variant pack");
-  return pack;
+  return make_variant_pack(uids, pointers, workspace);
 }
 
 // A graph and the plans the engines built for it.

@@ -282,6 +282,40 @@ std::vector<float> sums_as_a_convolution_writes(const std::vector<float>& x, con
   return std::vector<float>(sum.begin(), sum.end());
 }
 
+// A deferred batch norm on guarded buffers of T: its forward from the sums the convolution before
+// wrote (the running statistics starting at `running_mean` and `running_var`), then its backward
+// through the ReLU tail from those statistics, both as the fused route runs them.
+template <typename T>
+struct DeferredBatchNormRun {
+  DeferredBatchNormRun(DType dtype, const BatchNormShape& s, const std::vector<float>& x, const std::vector<float>& dy,
+                       const std::vector<float>& sums, const std::vector<float>& gamma, const std::vector<float>& beta,
+                       float running_mean_start, float running_var_start)
+      : in(Guarded<T>::of(x)), grad(Guarded<T>::of(dy)), scale_shift(2 * gamma.size()), dx(x.size()),
+        sums_in(Guarded<float>::of(sums)), g(Guarded<float>::of(gamma)), b(Guarded<float>::of(beta)),
+        running_mean(Guarded<float>::of(std::vector<float>(gamma.size(), running_mean_start))),
+        running_var(Guarded<float>::of(std::vector<float>(gamma.size(), running_var_start))), mean(gamma.size()),
+        inverse_std(gamma.size()), dgamma(gamma.size()), dbeta(gamma.size()),
+        scratch(kernels::batch_norm_scratch_bytes(dtype, true, s) / sizeof(float)) {
+    kernels::deferred_batch_norm_forward(dtype, s.channels, s.per_channel(), sums_in.data(), g.data(), b.data(), 1e-5f,
+                                         0.1f, mean.data(), inverse_std.data(), running_mean.data(),
+                                         running_var.data(), scale_shift.data(), nullptr);
+    kernels::batch_norm_backward(dtype, true, s, kernels::BatchNormTail::relu, in.data(), nullptr, grad.data(),
+                                 nullptr, dx.data(), g.data(), b.data(), mean.data(), inverse_std.data(),
+                                 dgamma.data(), dbeta.data(), scratch.data(), nullptr);
+  }
+  bool guards_intact() const {
+    for (const bool intact : {in.guards_intact(), grad.guards_intact(), scale_shift.guards_intact(), dx.guards_intact(),
+                              sums_in.guards_intact(), g.guards_intact(), b.guards_intact(), running_mean.guards_intact(),
+                              running_var.guards_intact(), mean.guards_intact(), inverse_std.guards_intact(),
+                              dgamma.guards_intact(), dbeta.guards_intact(), scratch.guards_intact()}) {
+      if (!intact) return false;
+    }
+    return true;
+  }
+  Guarded<T> in, grad, scale_shift, dx;
+  Guarded<float> sums_in, g, b, running_mean, running_var, mean, inverse_std, dgamma, dbeta, scratch;
+};
+
 // A batch norm deferred to the convolutions around it (BatchNormConfig::deferred, the fused
 // route's): forward takes the batch's statistics from the sums the convolution before wrote and
 // leaves the scale and shift the convolution after applies, relu(x · scale + shift), which is the
@@ -306,28 +340,10 @@ TEST(CudaKernelsOnCpu, ADeferredBatchNormIsBatchNormFromItsConvolutionsSums) {
         Run out;
         kernels::with_float_type(dtype, [&](auto type) {
           using T = typename decltype(type)::type;
-          auto in = Guarded<T>::of(x), grad = Guarded<T>::of(dy);
-          Guarded<T> scale_shift(2 * channels), dx(n);
-          auto sums_in = Guarded<float>::of(sums), g = Guarded<float>::of(gamma), b = Guarded<float>::of(beta);
-          auto running_mean = Guarded<float>::of(std::vector<float>(channels, 0.25f));
-          auto running_var = Guarded<float>::of(std::vector<float>(channels, 2.0f));
-          Guarded<float> mean(channels), inverse_std(channels), dgamma(channels), dbeta(channels);
-          Guarded<float> scratch(kernels::batch_norm_scratch_bytes(dtype, true, s) / sizeof(float));
-          kernels::deferred_batch_norm_forward(dtype, s.channels, s.per_channel(), sums_in.data(), g.data(), b.data(),
-                                               1e-5f, 0.1f, mean.data(), inverse_std.data(), running_mean.data(),
-                                               running_var.data(), scale_shift.data(), nullptr);
-          kernels::batch_norm_backward(dtype, true, s, kernels::BatchNormTail::relu, in.data(), nullptr, grad.data(),
-                                       nullptr, dx.data(), g.data(), b.data(), mean.data(), inverse_std.data(),
-                                       dgamma.data(), dbeta.data(), scratch.data(), nullptr);
-          out = {mean.floats(), inverse_std.floats(), running_mean.floats(), running_var.floats(),
-                 scale_shift.floats(), dx.floats(), dgamma.floats(), dbeta.floats()};
-          for (const bool intact : {in.guards_intact(), grad.guards_intact(), scale_shift.guards_intact(),
-                                    dx.guards_intact(), sums_in.guards_intact(), mean.guards_intact(),
-                                    inverse_std.guards_intact(), running_mean.guards_intact(),
-                                    running_var.guards_intact(), dgamma.guards_intact(), dbeta.guards_intact(),
-                                    scratch.guards_intact()}) {
-            out.guards_intact = out.guards_intact && intact;
-          }
+          DeferredBatchNormRun<T> bn(dtype, s, x, dy, sums, gamma, beta, 0.25f, 2.0f);
+          out = {bn.mean.floats(),        bn.inverse_std.floats(), bn.running_mean.floats(),
+                 bn.running_var.floats(), bn.scale_shift.floats(), bn.dx.floats(),
+                 bn.dgamma.floats(),      bn.dbeta.floats(),       bn.guards_intact()};
         });
         return out;
       });
@@ -378,23 +394,12 @@ TEST(CudaKernelsOnCpu, ABatchNormsCoefficientsFromTheConvolutionAfterGiveItsInpu
       bool guards_intact = true;
       kernels::with_float_type(dtype, [&](auto type) {
         using T = typename decltype(type)::type;
-        auto in = Guarded<T>::of(x), grad = Guarded<T>::of(dy);
-        Guarded<T> scale_shift(2 * channels), dx(n), applied(n);
-        auto sums_in = Guarded<float>::of(sums), g = Guarded<float>::of(gamma), b = Guarded<float>::of(beta);
-        auto running_mean = Guarded<float>::of(std::vector<float>(channels, 0.0f));
-        auto running_var = Guarded<float>::of(std::vector<float>(channels, 1.0f));
-        Guarded<float> mean(channels), inverse_std(channels), dgamma(channels), dbeta(channels);
-        Guarded<float> scratch(kernels::batch_norm_scratch_bytes(dtype, true, s) / sizeof(float));
-        kernels::deferred_batch_norm_forward(dtype, s.channels, s.per_channel(), sums_in.data(), g.data(), b.data(),
-                                             1e-5f, 0.1f, mean.data(), inverse_std.data(), running_mean.data(),
-                                             running_var.data(), scale_shift.data(), nullptr);
-        kernels::batch_norm_backward(dtype, true, s, kernels::BatchNormTail::relu, in.data(), nullptr, grad.data(),
-                                     nullptr, dx.data(), g.data(), b.data(), mean.data(), inverse_std.data(),
-                                     dgamma.data(), dbeta.data(), scratch.data(), nullptr);
-        for (const float v : dx.floats()) want.push_back(v);
+        DeferredBatchNormRun<T> bn(dtype, s, x, dy, sums, gamma, beta, 0.0f, 1.0f);
+        Guarded<T> applied(n);
+        for (const float v : bn.dx.floats()) want.push_back(v);
         // What the convolution after leaves: g masked where the batch norm's output was not positive
         // (stored as T), and each channel's coefficients from g's sums.
-        const std::vector<float> m = mean.floats(), inv = inverse_std.floats();
+        const std::vector<float> m = bn.mean.floats(), inv = bn.inverse_std.floats();
         std::vector<float> masked(n);
         std::vector<double> sum_g(channels), sum_centered(channels);
         for (std::size_t i = 0; i < n; ++i) {
@@ -414,10 +419,10 @@ TEST(CudaKernelsOnCpu, ABatchNormsCoefficientsFromTheConvolutionAfterGiveItsInpu
         }
         auto masked_in = Guarded<T>::of(masked);
         auto coefficients = Guarded<float>::of(k);
-        kernels::batch_norm_apply_coefficients(dtype, s.channels, s.per_channel(), in.data(), masked_in.data(),
+        kernels::batch_norm_apply_coefficients(dtype, s.channels, s.per_channel(), bn.in.data(), masked_in.data(),
                                                coefficients.data(), applied.data(), nullptr);
         got = applied.floats();
-        guards_intact = applied.guards_intact() && in.guards_intact() && masked_in.guards_intact() &&
+        guards_intact = applied.guards_intact() && bn.guards_intact() && masked_in.guards_intact() &&
                         coefficients.guards_intact();
       });
       EXPECT_TRUE(guards_intact) << "the kernel wrote out of bounds";

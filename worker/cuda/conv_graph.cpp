@@ -41,15 +41,9 @@ std::int64_t get_int64(cudnnBackendDescriptor_t descriptor, cudnnBackendAttribut
   return value;
 }
 
-BackendDescriptor make_variant_pack(const ConvOperands& operands, void* workspace) {
-  BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  const std::array<std::int64_t, 3> uids{kInputUid, kFilterUid, kOutputUid};
-  std::array<void*, 3> pointers{operands.input, operands.filter, operands.output};
-  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), 3);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(), 3);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
-  pack.finalize("variant pack");
-  return pack;
+BackendDescriptor make_operands_pack(const ConvOperands& operands, void* workspace) {
+  return make_variant_pack(std::vector<std::int64_t>{kInputUid, kFilterUid, kOutputUid},
+                           std::vector<void*>{operands.input, operands.filter, operands.output}, workspace);
 }
 
 // The engine configuration a plan was made from and the graph it was made for: kept as long as
@@ -65,6 +59,17 @@ struct ChosenPlan : ConvPlan {
 
 void check_cudnn_graph(cudnnStatus_t status, const std::string& what, const std::source_location& where) {
   check(status, what, where);
+}
+
+BackendDescriptor make_variant_pack(const std::vector<std::int64_t>& uids, const std::vector<void*>& pointers,
+                                    void* workspace) {
+  if (uids.size() != pointers.size()) throw std::logic_error("a variant pack needs a pointer for each uid");
+  BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), std::ssize(uids));
+  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(), std::ssize(pointers));
+  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
+  pack.finalize("variant pack");
+  return pack;
 }
 
 std::vector<std::optional<float>> time_plans(cudnnHandle_t handle, cudaStream_t stream,
@@ -361,7 +366,7 @@ void GraphConvPasses::run(ConvPass pass, const ConvOperands& operands) {
   void* workspace = plan.workspace > 0 ? backend_.workspace(plan.workspace) : nullptr;
   Pass& mine = *passes_[static_cast<std::size_t>(pass)];
   if (!mine.variant_pack || !(mine.operands == operands) || mine.workspace != workspace) {
-    mine.variant_pack = make_variant_pack(operands, workspace);
+    mine.variant_pack = make_operands_pack(operands, workspace);
     mine.operands = operands;
     mine.workspace = workspace;
   }
@@ -429,7 +434,7 @@ std::shared_ptr<const ConvPlan> GraphConvPasses::choose(ConvPass pass, const Con
     scratch_dx = backend_.allocate(static_cast<std::size_t>(config_.input.numel()) * dtype_size(config_.dtype));
     timed.input = scratch_dx.get();
   }
-  const BackendDescriptor pack = make_variant_pack(timed, borrowed.get());
+  const BackendDescriptor pack = make_operands_pack(timed, borrowed.get());
   std::vector<cudnnBackendDescriptor_t> plans;
   for (const auto& candidate : built) plans.push_back(candidate->plan.get());
   const std::vector<std::optional<float>> milliseconds =

@@ -121,6 +121,11 @@ std::vector<BuiltPlan> build_plans(const BackendDescriptor& graph, cudnnHandle_t
                                    const PlanRules& rules, GraphSearch& search,
                                    std::string* first_unbuildable_reason = nullptr);
 
+// A finalized variant pack: the buffers at `pointers` for the graph's tensors `uids` (as many), and
+// the workspace (null where the plans need none).
+BackendDescriptor make_variant_pack(const std::vector<std::int64_t>& uids, const std::vector<void*>& pointers,
+                                    void* workspace);
+
 // Each plan (best-ranked first) run once on `variant_pack` on `stream`, which shows it runs (one
 // whose launch fails is nullopt, counted in `search.failed`), then `runs` times between two
 // events: the mean milliseconds of a run (each timed counted in `search.timed`). The pack must hold

@@ -211,12 +211,7 @@ class CudaFusedConv2d final : public FusedConv2dOp {
                                         void* workspace) {
     std::vector<std::int64_t> uids;
     for (const FusedTensor& t : plan.graph->tensors) uids.push_back(t.uid);
-    BackendDescriptor d(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    d.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), std::ssize(uids));
-    d.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(), std::ssize(uids));
-    d.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
-    d.finalize("a fused convolution's variant pack");
-    return d;
+    return make_variant_pack(uids, pointers, workspace);
   }
 
   // At the first run of `plan`'s graph: its plans timed on this run's buffers, the per-channel
