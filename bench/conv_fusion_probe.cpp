@@ -421,6 +421,9 @@ int run(const Options& options) {
         if (search.built.empty()) said = search.first_unbuildable_reason;
         if (!search.built.empty()) {
           row["engine"] = search.built.front().engine;
+          int compiled = 0;
+          for (const BuiltPlan& plan : search.built) compiled += plan.runtime_compiled;
+          row["runtimeCompiledPlans"] = compiled;  // of those built: kernels compiled as the plan was
           row["workspaceBytes"] = search.built.front().workspace;
           tallies[fusion].supported += count;
           if (options.time) {

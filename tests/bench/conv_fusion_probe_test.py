@@ -54,6 +54,9 @@ class ConvFusionProbe(unittest.TestCase):
             if row.get("built", 0) > 0:
                 self.assertGreaterEqual(row["engine"], 0)
                 self.assertLessEqual(row["built"], 1)  # --plans 1
+                # Every engine that builds here, fused or plain, is precompiled: building the 3
+                # plans the model times compiles no kernel.
+                self.assertEqual(row["runtimeCompiledPlans"], 0, (row["shape"], row["pass"]))
         self.assertEqual(sum(counted.values()), 53)
         self.assertIsNone(next((r for r in document["passes"] if "milliseconds" in r), None))
 

@@ -199,6 +199,12 @@ EngineFacts engine_of(const BackendDescriptor& config) {
                                  static_cast<std::int64_t>(notes.size()), &count, notes.data()),
         "an engine's numerical notes");
   facts.notes.assign(notes.begin(), notes.begin() + std::clamp<std::ptrdiff_t>(count, 0, std::ssize(notes)));
+  std::array<cudnnBackendBehaviorNote_t, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT> behaviour{};
+  check(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                 static_cast<std::int64_t>(behaviour.size()), &count, behaviour.data()),
+        "an engine's behaviour notes");
+  const auto noted = behaviour.begin() + std::clamp<std::ptrdiff_t>(count, 0, std::ssize(behaviour));
+  facts.runtime_compiled = std::find(behaviour.begin(), noted, CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) != noted;
   return facts;
 }
 
@@ -246,7 +252,7 @@ std::vector<BuiltPlan> build_plans(const BackendDescriptor& graph, cudnnHandle_t
       }
       const bool tensor_cores =
           std::find(engine.notes.begin(), engine.notes.end(), CUDNN_NUMERICAL_NOTE_TENSOR_CORE) != engine.notes.end();
-      built.push_back({std::move(config), std::move(plan), engine.index, workspace, tensor_cores});
+      built.push_back({std::move(config), std::move(plan), engine.index, workspace, tensor_cores, engine.runtime_compiled});
     }
   }
   return built;

@@ -87,6 +87,7 @@ std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph, cu
 struct EngineFacts {
   std::int64_t index = -1;
   std::vector<cudnnBackendNumericalNote_t> notes;
+  bool runtime_compiled = false;  // its behaviour notes say it compiles its kernel as its plan is built
 };
 EngineFacts engine_of(const BackendDescriptor& config);
 
@@ -98,6 +99,7 @@ struct BuiltPlan {
   std::int64_t engine = -1;  // cuDNN's global engine index
   std::size_t workspace = 0;
   bool tensor_cores = false;
+  bool runtime_compiled = false;  // EngineFacts::runtime_compiled
 };
 
 // Which plans build_plans may build, and how many.
