@@ -1,9 +1,10 @@
 // A convolution fused with the batch norms around it (FusedConv2dOp, DLBENCH_CUDA_CONV_BATCH_NORM=
 // fused) through cuDNN's runtime-fusion engines: the graphs of cuda/conv_fusion.hpp over
 // channels-last half activations. Each distinct graph's best-ranked plans are built once in a
-// backend (a runtime-fusion engine compiles its kernel as the plan is finalized: a second's budget,
-// as the graph API's plain passes have) and timed at the first run of any op that uses it, on that
-// op's own buffers; the fastest runs from then on. The filter reaches the engine as CudaConv hands
+// backend (within a second, as the graph API's plain passes are: a runtime-fusion engine compiles
+// its kernel as its plan is built, though for a described H200 every fused pass goes to cuDNN's
+// precompiled engines 1 and 2) and timed at the first run of any op that uses it, on that op's own
+// buffers; the fastest runs from then on. The filter reaches the engine as CudaConv hands
 // it over (a kept copy, or rounded into the parameter scratch as KRSC), and its gradient is widened
 // back into fp32 OIHW.
 #include <algorithm>
