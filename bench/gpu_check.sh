@@ -315,6 +315,11 @@ correctness+=($!)
 # says whether the engines add into their sums or overwrite them (the model zeroes them first).
 step conv-fusion-check 120 "$bin/conv_fusion_probe" --gpu --check --batch-size 8 --plans 3 \
   --output "$logs/conv-fusion-check.json" & correctness+=($!)
+# bf16 asked of the device itself: for a described H200 the heuristics rank no engine for any
+# fused bf16 graph, and no plan built for a description has been runtime-compiled, so whether the
+# device's runtime-fusion engines take bf16 only the device says (built at batch 8, not checked).
+step conv-fusion-bf16 60 "$bin/conv_fusion_probe" --gpu --precision bf16 --batch-size 8 --plans 1 \
+  --output "$logs/conv-fusion-bf16.json" & correctness+=($!)
 # The bottlenecks' convolutions fused with the batch norms between them in the model
 # (DLBENCH_CUDA_CONV_BATCH_NORM=fused, never run on a GPU): conv1 summing its output for bn1, conv2
 # and conv3 reading relu(bn(x)) as they read x, bn1 and bn2 deferred to the own kernels, and conv2's

@@ -484,6 +484,7 @@ def conv_fusion(logs):
     device's own."""
     out = []
     for name, what in (("conv-fusion", "this GPU"), ("conv-fusion-check", "this GPU, checked at batch 8"),
+                       ("conv-fusion-bf16", "this GPU in bf16, built at batch 8"),
                        ("conv-fusion-described", "the described H200")):
         doc = load(os.path.join(logs, name + ".json"))
         if not doc:

@@ -41,7 +41,7 @@ NO_GPU = ("--backend cuda: no usable CUDA device", "finds no cuda device on this
           "--gpu: no usable CUDA device")
 # Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
 EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "amp-overflow-trace", "dlbench-run-cuda", "dlbench-run-cuda-graph", "pytorch-command-resnet50-amp", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
-             "dlbench-resnet50-amp-graph", "conv-fusion", "conv-fusion-check",
+             "dlbench-resnet50-amp-graph", "conv-fusion", "conv-fusion-check", "conv-fusion-bf16",
              "self-test-conv-batch-norm-fused", "dlbench-resnet50-amp-conv-bn-fused",
              "self-test-conv-batch-norm-fused-forward", "dlbench-resnet50-amp-conv-bn-fused-forward",
              "profile-resnet50-amp-conv-bn-fused",
