@@ -186,15 +186,11 @@ void run_plan(cudnnHandle_t handle, const Probed& probed, std::size_t index, Dev
   DLBENCH_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-bool per_channel_output(std::int64_t uid) {
-  return std::ranges::find(kPerChannelOutputUids, uid) != kPerChannelOutputUids.end();
-}
-
 // The per-channel values `graph` writes (statistics, weight gradients, coefficients), one after another.
 std::vector<float> download_per_channel_outputs(const DeviceTensors& tensors, const FusedConvGraph& graph) {
   std::vector<float> all;
   for (const FusedTensor& t : graph.tensors) {
-    if (!per_channel_output(t.uid)) continue;
+    if (!is_per_channel_output(t.uid)) continue;
     const std::vector<float> values = download<float>(tensors, t.uid);
     all.insert(all.end(), values.begin(), values.end());
   }
@@ -203,7 +199,7 @@ std::vector<float> download_per_channel_outputs(const DeviceTensors& tensors, co
 
 void zero_per_channel_outputs(DeviceTensors& tensors, const FusedConvGraph& graph) {
   for (const FusedTensor& t : graph.tensors) {
-    if (per_channel_output(t.uid)) DLBENCH_CUDA_CHECK(cudaMemset(tensors.at.at(t.uid), 0, t.bytes));
+    if (is_per_channel_output(t.uid)) DLBENCH_CUDA_CHECK(cudaMemset(tensors.at.at(t.uid), 0, t.bytes));
   }
 }
 

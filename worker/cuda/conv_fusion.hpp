@@ -10,6 +10,7 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -64,6 +65,9 @@ inline constexpr std::int64_t kMeanUid = 9, kInvStdUid = 10, kGammaUid = 11, kBe
 // or overwrites them.
 inline constexpr std::array<std::int64_t, 7> kPerChannelOutputUids{
     kSumUid, kSquareSumUid, kDgammaUid, kDbetaUid, kCoefficientDyUid, kCoefficientXUid, kCoefficientBiasUid};
+inline bool is_per_channel_output(std::int64_t uid) {
+  return std::ranges::find(kPerChannelOutputUids, uid) != kPerChannelOutputUids.end();
+}
 
 // A tensor the graph reads or writes in memory, its size, and the size of one of its values (2 for
 // the data type, 4 for fp32 statistics, parameters and coefficients).

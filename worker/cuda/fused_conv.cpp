@@ -226,13 +226,13 @@ class CudaFusedConv2d final : public FusedConv2dOp {
       std::map<std::int64_t, void*> timed_at = at;
       std::size_t per_channel_bytes = 0;
       for (const FusedTensor& t : plan.graph->tensors) {
-        if (std::ranges::find(kPerChannelOutputUids, t.uid) != kPerChannelOutputUids.end()) per_channel_bytes += t.bytes;
+        if (is_per_channel_output(t.uid)) per_channel_bytes += t.bytes;
       }
       const std::size_t scratch_offset = (largest + 255) / 256 * 256;  // the engines ask 16-byte alignment
       const std::shared_ptr<void> borrowed = backend_.allocate(scratch_offset + per_channel_bytes);
       char* scratch = static_cast<char*>(borrowed.get()) + scratch_offset;
       for (const FusedTensor& t : plan.graph->tensors) {
-        if (std::ranges::find(kPerChannelOutputUids, t.uid) == kPerChannelOutputUids.end()) continue;
+        if (!is_per_channel_output(t.uid)) continue;
         timed_at[t.uid] = scratch;
         scratch += t.bytes;  // fp32 a channel, channels a multiple of 8: 16-byte steps
       }
