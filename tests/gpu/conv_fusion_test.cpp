@@ -124,6 +124,19 @@ TEST(ConvFusion, EveryPassMakesAGraphCuDnnAcceptsWithTheTensorsItNamesInMemory) 
               break;
             }
           }
+          // What a timed run sends to scratch: every fp32 value a channel the pass writes (the
+          // statistics, dγ, dβ, the coefficients), never one it reads (mean, inverse std, γ, β).
+          std::vector<std::int64_t> written;
+          for (const cuda_detail::FusedTensor& t : graph.tensors) {
+            if (cuda_detail::is_per_channel_output(t.uid)) written.push_back(t.uid);
+          }
+          if (fusion == ConvFusion::conv_genstats || fusion == ConvFusion::scale_bias_relu_conv_genstats) {
+            EXPECT_THAT(written, ::testing::UnorderedElementsAre(6, 7)) << what;
+          } else if (fusion == ConvFusion::dgrad_drelu_dbn_weight) {
+            EXPECT_THAT(written, ::testing::UnorderedElementsAre(13, 14, 15, 16, 17)) << what;
+          } else {
+            EXPECT_THAT(written, ::testing::IsEmpty()) << what;
+          }
         } catch (const CudaError& e) {
           ADD_FAILURE() << what << ": " << e.what();
         }
