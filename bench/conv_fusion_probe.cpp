@@ -254,6 +254,7 @@ std::vector<CheckResult> check_fused(cudnnHandle_t handle, const Conv2dConfig& c
     case ConvFusion::conv:
     case ConvFusion::wgrad:
     case ConvFusion::dgrad: throw std::logic_error("a plain pass has nothing to be checked against");
+    case ConvFusion::runtime_fusion_canary: throw std::logic_error("the runtime-fusion canary is never checked");
   }
   DeviceTensors theirs;
   fill(theirs, plain.graph, dtype, given);
@@ -338,6 +339,35 @@ int run(const Options& options) {
   std::printf("%s: %s batch %ld at %ld, %s, cuDNN %zu; %d convolutions, %zu shapes\n", device_name.c_str(),
               options.model.c_str(), static_cast<long>(options.batch), static_cast<long>(options.image),
               options.precision.c_str(), cudnnGetVersion(), total, convolutions.size());
+  // First, whether generic runtime-fusion engines are offered here at all: a convolution with an
+  // epilogue only they run (ConvFusion::runtime_fusion_canary), on the first shape with channels in
+  // eights. None ranked says this device, or description, is offered none of them, so a fused pass
+  // none builds here may still build where they are.
+  nlohmann::json canary;
+  for (const auto& convolution : convolutions) {
+    Conv2dConfig config = convolution.config;
+    if (config.input.c() % 8 != 0 || config.out_channels % 8 != 0) continue;
+    config.dtype = dtype;
+    canary["shape"] = shape_name(config);
+    try {
+      const FusedConvGraph graph(config, ConvFusion::runtime_fusion_canary, handle);
+      const EngineSearchResult search = search_engines(graph, handle, described ? &*described : nullptr, 1);
+      int compiled = 0;
+      for (const BuiltPlan& plan : search.built) compiled += plan.runtime_compiled;
+      canary["ranked"] = search.search.ranked;
+      canary["built"] = search.built.size();
+      canary["runtimeCompiledPlans"] = compiled;
+      std::printf("runtime-fusion engines (%s on %s): %d ranked, %zu built, %d compiled at build%s\n",
+                  std::string(to_string(ConvFusion::runtime_fusion_canary)).c_str(),
+                  canary["shape"].get<std::string>().c_str(), search.search.ranked, search.built.size(), compiled,
+                  search.search.ranked == 0 ? ": none offered here, so a pass none builds below may build elsewhere"
+                                            : "");
+    } catch (const CudaError& e) {
+      canary["refusedGraph"] = e.what();
+      std::printf("runtime-fusion engines: the canary graph was refused: %s\n", e.what());
+    }
+    break;
+  }
   std::printf("%-24s %5s %-30s %6s %6s %6s %7s %9s%s\n", "shape", "count", "pass", "ranked", "built", "engine",
               "ws MiB", options.time ? "ms" : "", "");
   nlohmann::json rows = nlohmann::json::array();
@@ -380,7 +410,7 @@ int run(const Options& options) {
                                   {"model", options.model},     {"batchSize", options.batch},
                                   {"imageSize", options.image}, {"precision", options.precision},
                                   {"timed", options.time},      {"checked", options.check},
-                                  {"complete", complete},
+                                  {"complete", complete},       {"runtimeFusionCanary", canary},
                                   {"summary", summary},         {"passes", rows}};
     std::ofstream(options.output) << document.dump(2) << "\n";
   };

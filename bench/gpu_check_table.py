@@ -492,6 +492,10 @@ def conv_fusion(logs):
             continue
         cut = "" if doc.get("complete") else " (cut short: the shapes it finished)"
         out.append(f"  {what}, {doc['device']}, cuDNN {doc['cudnnVersion']}{cut}:")
+        canary = doc.get("runtimeFusionCanary") or {}
+        if "ranked" in canary:  # whether runtime-fusion engines were offered at all
+            out.append(f"    runtime-fusion engines: {canary['ranked']} ranked, {canary['built']} built, "
+                       f"{canary['runtimeCompiledPlans']} compiled at build")
         for entry in doc["summary"]:
             line = f"    {entry['pass']}: {entry['convolutionsBuilt']} of {entry['convolutions']} convolutions"
             if "millisecondsPerStep" in entry and entry["pass"] != entry["baseline"]:

@@ -32,6 +32,9 @@ class ConvFusionProbe(unittest.TestCase):
         self.assertEqual(document["batchSize"], 8)
         self.assertTrue(document["complete"])
         self.assertFalse(document["timed"])
+        # A description is offered no runtime-fusion engine (an epilogue only those run ranks none).
+        self.assertEqual(document["runtimeFusionCanary"]["ranked"], 0)
+        self.assertEqual(document["runtimeFusionCanary"]["shape"], "ic64ih16oc64k1x1s1")
         summary = {entry["pass"]: entry for entry in document["summary"]}
         self.assertEqual(set(summary), {"conv", "conv+genstats", "scale+bias+relu+conv+genstats", "wgrad",
                                         "scale+bias+relu+wgrad", "dgrad", "dgrad+drelu", "dgrad+scale+bias+drelu",

@@ -49,6 +49,8 @@ class GpuCheckTable(unittest.TestCase):
                                  secondRunWithoutZeroing={"overwritten": 50, "added": 2})]}))
             write(logs, "conv-fusion-bf16.json", json.dumps({
                 "device": "NVIDIA H200", "cudnnVersion": 91900, "complete": True,
+                "runtimeFusionCanary": {"shape": "ic64ih56oc64k1x1s1", "ranked": 4, "built": 1,
+                                        "runtimeCompiledPlans": 1},
                 "summary": [entry("conv+genstats", "conv", 0)]}))
             write(logs, "conv-fusion-described.log", "conv_fusion_probe: the device description has no \"x\"\n")
             lines = self.table(logs)
@@ -62,8 +64,9 @@ class GpuCheckTable(unittest.TestCase):
         self.assertEqual(lines[at + 6], "    conv+genstats: 52 of 53 convolutions; checked 52, 1 off their bound; "
                                         "sums after a second run without zeroing: added 2, overwritten 50")
         self.assertEqual(lines[at + 7], "  this GPU in bf16, built at batch 8, NVIDIA H200, cuDNN 91900:")
-        self.assertEqual(lines[at + 8], "    conv+genstats: 0 of 53 convolutions")
-        self.assertEqual(lines[at + 9], "  the described H200: no document; conv_fusion_probe: the device description "
+        self.assertEqual(lines[at + 8], "    runtime-fusion engines: 4 ranked, 1 built, 1 compiled at build")
+        self.assertEqual(lines[at + 9], "    conv+genstats: 0 of 53 convolutions")
+        self.assertEqual(lines[at + 10], "  the described H200: no document; conv_fusion_probe: the device description "
                                         "has no \"x\"")
 
     def test_the_models_self_test_and_their_amp_steps(self):

@@ -112,6 +112,7 @@ TEST(ConvFusion, EveryPassMakesAGraphCuDnnAcceptsWithTheTensorsItNamesInMemory) 
             case ConvFusion::dgrad_scale_bias_drelu:
               EXPECT_THAT(uids_of(graph), ::testing::ElementsAre(1, 2, 3, 4, 5, 8)) << what;
               break;
+            case ConvFusion::runtime_fusion_canary: ADD_FAILURE() << "the canary is no pass dlbench runs"; break;
             case ConvFusion::dgrad_drelu_dbn_weight: {
               EXPECT_THAT(uids_of(graph), ::testing::ElementsAre(1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)) << what;
               // The batch norm's x is the convolution's input; its statistics, parameters,
@@ -143,6 +144,18 @@ TEST(ConvFusion, EveryPassMakesAGraphCuDnnAcceptsWithTheTensorsItNamesInMemory) 
       }
     }
   }
+}
+
+TEST(ConvFusion, TheRuntimeFusionCanaryIsAConvolutionWithAnEpilogueAndNoPassDlbenchRuns) {
+  Conv2dConfig config{Shape(8, 64, 28, 28), 128, 3, 1, 1, false};
+  config.dtype = DType::fp16;
+  const FusedConvGraph graph(config, ConvFusion::runtime_fusion_canary, nullptr);
+  EXPECT_THAT(uids_of(graph), ::testing::ElementsAre(1, 2, 3, 4, 5));  // x, w, y, the scale, the bias
+  EXPECT_EQ(bytes_of(graph, cuda_detail::kBiasUid), 128u * 2);
+  EXPECT_EQ(bytes_of(graph, cuda_detail::kOutputUid), static_cast<std::size_t>(config.output().numel()) * 2);
+  EXPECT_EQ(cuda_detail::baseline_of(ConvFusion::runtime_fusion_canary), ConvFusion::conv);
+  EXPECT_EQ(std::ranges::find(cuda_detail::kConvFusions, ConvFusion::runtime_fusion_canary),
+            cuda_detail::kConvFusions.end());
 }
 
 TEST(ConvFusion, EachFusedPassNamesThePlainPassItReplaces) {
@@ -184,10 +197,14 @@ TEST(ConvFusion, ForADescribedH200TheEnginesBuildThePlainAndTheBatchNormFusedPas
                   .built.empty());
   EXPECT_FALSE(
       cuda_detail::search_engines(FusedConvGraph(stem, ConvFusion::conv, nullptr), nullptr, &device, 1).built.empty());
-  // The data gradient with the ReLU's backward alone is no pattern an engine takes: only the whole
-  // DgradDreluBNBwdWeight is.
+  // The data gradient with the ReLU's backward alone is no pattern a precompiled engine takes: only
+  // the whole DgradDreluBNBwdWeight is. And a description is offered no runtime-fusion engine: an
+  // epilogue only those run ranks none, so what a description refuses a device may still build.
   EXPECT_TRUE(cuda_detail::search_engines(FusedConvGraph(config, ConvFusion::dgrad_drelu, nullptr), nullptr, &device, 1)
                   .built.empty());
+  const cuda_detail::EngineSearchResult canary = cuda_detail::search_engines(
+      FusedConvGraph(config, ConvFusion::runtime_fusion_canary, nullptr), nullptr, &device, 1);
+  EXPECT_EQ(canary.search.ranked, 0);
   // bf16 gets none of the fusions.
   config.dtype = DType::bf16;
   EXPECT_TRUE(cuda_detail::search_engines(FusedConvGraph(config, ConvFusion::dgrad_drelu_dbn_weight, nullptr), nullptr,

@@ -23,6 +23,7 @@ std::string_view to_string(ConvFusion fusion) {
     case ConvFusion::dgrad_drelu: return "dgrad+drelu";
     case ConvFusion::dgrad_scale_bias_drelu: return "dgrad+scale+bias+drelu";
     case ConvFusion::dgrad_drelu_dbn_weight: return "dgrad+drelu+dbn-weight";
+    case ConvFusion::runtime_fusion_canary: return "conv+bias+scale+tanh";
   }
   throw std::invalid_argument("unknown convolution fusion");
 }
@@ -31,7 +32,8 @@ ConvFusion baseline_of(ConvFusion fusion) {
   switch (fusion) {
     case ConvFusion::conv:
     case ConvFusion::conv_genstats:
-    case ConvFusion::scale_bias_relu_conv_genstats: return ConvFusion::conv;
+    case ConvFusion::scale_bias_relu_conv_genstats:
+    case ConvFusion::runtime_fusion_canary: return ConvFusion::conv;
     case ConvFusion::wgrad:
     case ConvFusion::scale_bias_relu_wgrad: return ConvFusion::wgrad;
     case ConvFusion::dgrad:
@@ -205,6 +207,18 @@ BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config,
       const BackendDescriptor& y = parts.tensor(kOutputUid, shapes.output, type);
       parts.convolution(ConvPass::forward, config, x, w, y);
       if (graph.fusion == ConvFusion::conv_genstats) output_statistics(y);
+      break;
+    }
+    case ConvFusion::runtime_fusion_canary: {
+      const BackendDescriptor& x = parts.tensor(kInputUid, shapes.input, type);
+      const BackendDescriptor& w = parts.tensor(kFilterUid, shapes.filter, type);
+      const BackendDescriptor& convolved = parts.intermediate(shapes.output);
+      parts.convolution(ConvPass::forward, config, x, w, convolved);
+      const BackendDescriptor& biased = parts.intermediate(shapes.output);
+      parts.pointwise(CUDNN_POINTWISE_ADD, convolved, &parts.tensor(kBiasUid, per_output_channel, type), biased);
+      const BackendDescriptor& scaled = parts.intermediate(shapes.output);
+      parts.pointwise(CUDNN_POINTWISE_MUL, biased, &parts.tensor(kScaleUid, per_output_channel, type), scaled);
+      parts.pointwise(CUDNN_POINTWISE_TANH_FWD, scaled, nullptr, parts.tensor(kOutputUid, shapes.output, type));
       break;
     }
     case ConvFusion::scale_bias_relu_conv_genstats: {

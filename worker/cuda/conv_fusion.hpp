@@ -41,6 +41,10 @@ enum class ConvFusion {
   // (dgamma, dbeta) and the coefficients of its input gradient (dx_bn = A * dx + B * x + C) reduced
   // as the masked gradient dx is written.
   dgrad_drelu_dbn_weight,
+  // Not a pass dlbench runs: y = tanh((conv(x, w) + b) * s), an epilogue only cuDNN's generic
+  // runtime-fusion engines take. Whether any engine is ranked for it says whether a device (or a
+  // description of one) is offered those engines at all; the probe asks it first.
+  runtime_fusion_canary,
 };
 inline constexpr std::array<ConvFusion, 9> kConvFusions{
     ConvFusion::conv,  ConvFusion::conv_genstats, ConvFusion::scale_bias_relu_conv_genstats,
