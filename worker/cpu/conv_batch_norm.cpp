@@ -44,6 +44,16 @@ std::pair<std::vector<float>, std::vector<float>> scales_and_shifts(const Tensor
   return {std::move(scale), std::move(shift)};
 }
 
+// f(i, c) for every value i of a channels-last tensor of `pixels` pixels of `channels`, c its
+// channel; the pixels split among the threads.
+template <typename F>
+void for_each_value(std::int64_t pixels, std::int64_t channels, F f) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t p = 0; p < pixels; ++p) {
+    for (std::int64_t c = 0; c < channels; ++c) f(p * channels + c, c);
+  }
+}
+
 // Two sums per channel over a channels-last tensor's pixels, term(pixel, channel) giving both
 // terms: fp64, in a fixed number of chunks added in order, so that the same data gives the same
 // bits whatever the threads.
@@ -152,14 +162,10 @@ class HostFusedConv2d final : public FusedConv2dOp {
       const T* in = x.as<T>();
       T* grad = masked.as<T>();
       const std::int64_t pixels = x.numel() / channels;
-#pragma omp parallel for schedule(static)
-      for (std::int64_t p = 0; p < pixels; ++p) {
-        for (std::int64_t c = 0; c < channels; ++c) {
-          const std::int64_t i = p * channels + c;
-          const float normalized = batch_norm_normalized(to_float(in[i]), mean[c], scale[static_cast<std::size_t>(c)], b[c]);
-          if (!(normalized > 0.0f)) grad[i] = from_float<T>(0.0f);
-        }
-      }
+      for_each_value(pixels, channels, [&](std::int64_t i, std::int64_t c) {
+        const float normalized = batch_norm_normalized(to_float(in[i]), mean[c], scale[static_cast<std::size_t>(c)], b[c]);
+        if (!(normalized > 0.0f)) grad[i] = from_float<T>(0.0f);
+      });
       const std::vector<BatchNormBackwardChannel> backward = batch_norm_backward_channels(
           in, pixels, channels, s, gamma, dgamma, dbeta,
           [&](std::int64_t i, std::int64_t) { return static_cast<double>(to_float(grad[i])); });
@@ -188,14 +194,10 @@ class HostFusedConv2d final : public FusedConv2dOp {
       const T* in = x.as<T>();
       T* out = normalized_.as<T>();
       const std::int64_t pixels = x.numel() / channels;
-#pragma omp parallel for schedule(static)
-      for (std::int64_t p = 0; p < pixels; ++p) {
-        for (std::int64_t c = 0; c < channels; ++c) {
-          const std::int64_t i = p * channels + c;
-          const auto k = static_cast<std::size_t>(c);
-          out[i] = from_float<T>(std::max(normalized(to_float(in[i]), scale[k], shift[k]), 0.0f));
-        }
-      }
+      for_each_value(pixels, channels, [&](std::int64_t i, std::int64_t c) {
+        const auto k = static_cast<std::size_t>(c);
+        out[i] = from_float<T>(std::max(normalized(to_float(in[i]), scale[k], shift[k]), 0.0f));
+      });
     });
     return normalized_;
   }
@@ -278,14 +280,10 @@ class HostBatchNormFromSums final : public BatchNormOp {
       const T* grad = masked.as<T>();
       T* out = dx.as<T>();
       const std::int64_t channels = channels_;
-#pragma omp parallel for schedule(static)
-      for (std::int64_t p = 0; p < count_; ++p) {
-        for (std::int64_t c = 0; c < channels; ++c) {
-          const std::int64_t i = p * channels + c;
-          out[i] = from_float<T>(
-              std::fma(k[c], to_float(grad[i]), std::fma(k[channels + c], to_float(in[i]), k[2 * channels + c])));
-        }
-      }
+      for_each_value(count_, channels, [&](std::int64_t i, std::int64_t c) {
+        out[i] = from_float<T>(
+            std::fma(k[c], to_float(grad[i]), std::fma(k[channels + c], to_float(in[i]), k[2 * channels + c])));
+      });
     });
   }
 
@@ -299,15 +297,11 @@ class HostBatchNormFromSums final : public BatchNormOp {
       const T* residual = z.as<T>();
       T* out = y.as<T>();
       const std::int64_t channels = channels_;
-#pragma omp parallel for schedule(static)
-      for (std::int64_t p = 0; p < count_; ++p) {
-        for (std::int64_t c = 0; c < channels; ++c) {
-          const std::int64_t i = p * channels + c;
-          const BatchNormForwardChannel& f = d[static_cast<std::size_t>(c)].statistics;
-          const float v = batch_norm_normalized(to_float(in[i]), f.mean, f.scale, b[c]) + to_float(residual[i]);
-          out[i] = from_float<T>(std::max(v, 0.0f));
-        }
-      }
+      for_each_value(count_, channels, [&](std::int64_t i, std::int64_t c) {
+        const BatchNormForwardChannel& f = d[static_cast<std::size_t>(c)].statistics;
+        const float v = batch_norm_normalized(to_float(in[i]), f.mean, f.scale, b[c]) + to_float(residual[i]);
+        out[i] = from_float<T>(std::max(v, 0.0f));
+      });
     });
   }
 
@@ -365,14 +359,10 @@ class HostBatchNormFromSums final : public BatchNormOp {
     const std::int64_t channels = channels_;
     const std::vector<BatchNormBackwardChannel> coefficients =
         batch_norm_backward_channels(in, count_, channels, s, gamma, dgamma, dbeta, gradient);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t p = 0; p < count_; ++p) {
-      for (std::int64_t c = 0; c < channels; ++c) {
-        const std::int64_t i = p * channels + c;
-        const BatchNormBackwardChannel& k = coefficients[static_cast<std::size_t>(c)];
-        out[i] = from_float<T>(k.a * gradient(i, c) + k.b * (to_float(in[i]) - mean[c]) + k.e);
-      }
-    }
+    for_each_value(count_, channels, [&](std::int64_t i, std::int64_t c) {
+      const BatchNormBackwardChannel& k = coefficients[static_cast<std::size_t>(c)];
+      out[i] = from_float<T>(k.a * gradient(i, c) + k.b * (to_float(in[i]) - mean[c]) + k.e);
+    });
   }
 
   bool deferred_;
