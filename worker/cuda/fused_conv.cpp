@@ -186,6 +186,7 @@ class CudaFusedConv2d final : public FusedConv2dOp {
   struct Pack {
     std::optional<BackendDescriptor> descriptor;
     std::vector<void*> pointers;
+    void* workspace = nullptr;
   };
 
   void add_scale_and_shift(std::map<std::int64_t, void*>& at, const Tensor* scale_shift) const {
@@ -271,10 +272,10 @@ class CudaFusedConv2d final : public FusedConv2dOp {
     const BuiltPlan& built = plan.candidates.front();
     void* workspace = built.workspace > 0 ? backend_.workspace(built.workspace) : nullptr;
     std::vector<void*> pointers = pointers_of(plan, at);
-    pointers.push_back(workspace);
-    if (!pack.descriptor || pack.pointers != pointers) {
-      pack.descriptor = variant_pack(plan, {pointers.begin(), pointers.end() - 1}, workspace);
+    if (!pack.descriptor || pack.pointers != pointers || pack.workspace != workspace) {
+      pack.descriptor = variant_pack(plan, pointers, workspace);
       pack.pointers = std::move(pointers);
+      pack.workspace = workspace;
     }
     check_cudnn_graph(cudnnBackendExecute(backend_.cudnn(), built.plan.get(), pack.descriptor->get()),
                       "running engine " + std::to_string(built.engine));
