@@ -17,6 +17,7 @@
 // device itself says how fast they run and whether they compute right.
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -59,9 +60,21 @@ struct Options {
   bool time = false;
   bool check = false;
   int plans = 3;
+  // Which engines' plans are built: the model's way (precompiled first, runtime-compiled only where
+  // none builds: RuntimeCompilation::last_resort), or in the heuristics' rank.
+  std::string order = "model";
   std::string write_device_json;
   std::string output;
 };
+
+// Whether the CUDA driver's library loads here (a GPU machine's does; a build machine's need not
+// have it at all).
+bool cuda_driver_loads() {
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver == nullptr) return false;
+  dlclose(driver);
+  return true;
+}
 
 std::string shape_name(const Conv2dConfig& c) {
   std::string name = "ic" + std::to_string(c.input.c()) + "ih" + std::to_string(c.input.h()) + "oc" +
@@ -341,9 +354,13 @@ int run(const Options& options) {
               options.precision.c_str(), cudnnGetVersion(), total, convolutions.size());
   // First, whether generic runtime-fusion engines are offered here at all: a convolution with an
   // epilogue only they run (ConvFusion::runtime_fusion_canary), on the first shape with channels in
-  // eights. None ranked says this device, or description, is offered none of them, so a fused pass
-  // none builds here may still build where they are.
+  // eights. None ranked says this machine is offered none of them, so a fused pass none builds here
+  // may still build where they are. cuDNN offers them only where the CUDA driver loads (it refuses
+  // them, RUNTIME_PREREQUISITE_MISSING, "libcuda == nullptr", in its debug log): a described
+  // device on a machine without one never meets them, whatever the description says.
   nlohmann::json canary;
+  const bool driver = cuda_driver_loads();
+  canary["cudaDriverLoads"] = driver;
   for (const auto& convolution : convolutions) {
     Conv2dConfig config = convolution.config;
     if (config.input.c() % 8 != 0 || config.out_channels % 8 != 0) continue;
@@ -357,11 +374,20 @@ int run(const Options& options) {
       canary["ranked"] = search.search.ranked;
       canary["built"] = search.built.size();
       canary["runtimeCompiledPlans"] = compiled;
+      std::string said;
+      if (!search.built.empty()) {
+        canary["buildMilliseconds"] = search.built.front().build_milliseconds;
+        said = " (built in " + std::to_string(static_cast<long>(search.built.front().build_milliseconds)) + " ms)";
+      }
+      if (search.search.ranked == 0) {
+        said = driver ? ": none offered here, so a pass none builds below may build elsewhere"
+                      : ": none offered here, since this machine has no CUDA driver (libcuda.so.1), which cuDNN "
+                        "needs for them; a pass none builds below may build where one is";
+      }
       std::printf("runtime-fusion engines (%s on %s): %d ranked, %zu built, %d compiled at build%s\n",
                   std::string(to_string(ConvFusion::runtime_fusion_canary)).c_str(),
                   canary["shape"].get<std::string>().c_str(), search.search.ranked, search.built.size(), compiled,
-                  search.search.ranked == 0 ? ": none offered here, so a pass none builds below may build elsewhere"
-                                            : "");
+                  said.c_str());
     } catch (const CudaError& e) {
       canary["refusedGraph"] = e.what();
       std::printf("runtime-fusion engines: the canary graph was refused: %s\n", e.what());
@@ -379,6 +405,8 @@ int run(const Options& options) {
     int timed = 0;
     int checked = 0, off = 0;  // convolutions whose fused pass was checked, and found off its bound
     int fastest_not_first = 0;  // convolutions whose fastest plan was not the best-ranked
+    int compiled_plans = 0;     // plans built (each shape's once) whose engine compiled its kernel
+    double slowest_compile_ms = 0;
     std::map<std::string, int> second_run;  // convolutions by what a second run did to their sums
   };
   std::map<ConvFusion, Tally> tallies;
@@ -398,6 +426,10 @@ int run(const Options& options) {
         entry["convolutionsOff"] = tally.off;
       }
       if (!tally.second_run.empty()) entry["secondRunWithoutZeroing"] = tally.second_run;
+      if (tally.compiled_plans > 0) {
+        entry["runtimeCompiledPlans"] = tally.compiled_plans;
+        entry["slowestCompileMilliseconds"] = tally.slowest_compile_ms;
+      }
       if (options.time && tally.supported > 0) entry["convolutionsFastestNotFirstPlan"] = tally.fastest_not_first;
       if (tally.timed > 0) {
         entry["millisecondsPerStep"] = tally.milliseconds;
@@ -410,6 +442,7 @@ int run(const Options& options) {
                                   {"model", options.model},     {"batchSize", options.batch},
                                   {"imageSize", options.image}, {"precision", options.precision},
                                   {"timed", options.time},      {"checked", options.check},
+                                  {"order", options.order},
                                   {"complete", complete},       {"runtimeFusionCanary", canary},
                                   {"summary", summary},         {"passes", rows}};
     std::ofstream(options.output) << document.dump(2) << "\n";
@@ -423,7 +456,11 @@ int run(const Options& options) {
     for (const ConvFusion fusion : kConvFusions) {
       try {
         FusedConvGraph graph(config, fusion, handle);
-        EngineSearchResult search = search_engines(graph, handle, described ? &*described : nullptr, options.plans);
+        PlanRules rules;
+        rules.most = options.plans;
+        rules.runtime_compilation =
+            options.order == "model" ? RuntimeCompilation::last_resort : RuntimeCompilation::ranked;
+        EngineSearchResult search = search_engines(graph, handle, described ? &*described : nullptr, rules);
         probed.emplace(fusion, Probed{std::move(graph), std::move(search)});
       } catch (const CudaError& e) {
         refused[fusion] = e.what();
@@ -448,8 +485,17 @@ int run(const Options& options) {
         if (!search.built.empty()) {
           row["engine"] = search.built.front().engine;
           int compiled = 0;
-          for (const BuiltPlan& plan : search.built) compiled += plan.runtime_compiled;
+          nlohmann::json build_ms = nlohmann::json::array();
+          for (const BuiltPlan& plan : search.built) {
+            compiled += plan.runtime_compiled;
+            build_ms.push_back(plan.build_milliseconds);
+            if (plan.runtime_compiled) {
+              tallies[fusion].compiled_plans += 1;
+              tallies[fusion].slowest_compile_ms = std::max(tallies[fusion].slowest_compile_ms, plan.build_milliseconds);
+            }
+          }
           row["runtimeCompiledPlans"] = compiled;  // of those built: kernels compiled as the plan was
+          row["planBuildMilliseconds"] = build_ms;  // best-ranked first, as built
           row["workspaceBytes"] = search.built.front().workspace;
           tallies[fusion].supported += count;
           if (options.time) {
@@ -575,6 +621,9 @@ int main(int argc, char** argv) {
                "with --gpu: check each fused pass against its plain pass around the host's reference; exit 1 where "
                "one is off its bound");
   app.add_option("--plans", options.plans, "plans built (and timed) a pass, best-ranked first (default 3)");
+  app.add_option("--order", options.order,
+                 "model: precompiled engines first, runtime-compiled ones only where none builds, as the model "
+                 "builds them (default); ranked: the heuristics' order");
   app.add_option("--write-device-json", options.write_device_json, "with --gpu: write the GPU's JSON to this file");
   app.add_option("--output", options.output, "write every pass and the summary as JSON to this file");
   try {
@@ -588,6 +637,9 @@ int main(int argc, char** argv) {
     if (devices != 1) throw dlbench::UsageError{"give one of --device NAME, --device-json FILE, --gpu"};
     if (options.precision != "amp" && options.precision != "bf16") {
       throw dlbench::UsageError{"--precision: '" + options.precision + "' is not one of amp, bf16"};
+    }
+    if (options.order != "model" && options.order != "ranked") {
+      throw dlbench::UsageError{"--order: '" + options.order + "' is not one of model, ranked"};
     }
     if ((options.time || options.check || !options.write_device_json.empty()) && !options.gpu) {
       throw dlbench::UsageError{"--time, --check and --write-device-json need --gpu"};

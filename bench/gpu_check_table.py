@@ -483,19 +483,27 @@ def conv_fusion(logs):
     how many were checked and found off; the described H200's answer (no GPU needed) beside the
     device's own."""
     out = []
-    for name, what in (("conv-fusion", "this GPU"), ("conv-fusion-check", "this GPU, checked at batch 8"),
+    for name, what in (("conv-fusion", "this GPU"), ("conv-fusion-ranked", "this GPU, plans in the heuristics' rank"),
+                       ("conv-fusion-check", "this GPU, checked at batch 8"),
                        ("conv-fusion-bf16", "this GPU in bf16, built at batch 8"),
                        ("conv-fusion-described", "the described H200")):
         doc = load(os.path.join(logs, name + ".json"))
         if not doc:
+            if name == "conv-fusion-ranked" and not os.path.exists(os.path.join(logs, name + ".log")):
+                continue  # run only where runtime-fusion engines were offered
             out.append(f"  {what}: no document; {last_line(logs, name)}")
             continue
         cut = "" if doc.get("complete") else " (cut short: the shapes it finished)"
         out.append(f"  {what}, {doc['device']}, cuDNN {doc['cudnnVersion']}{cut}:")
         canary = doc.get("runtimeFusionCanary") or {}
         if "ranked" in canary:  # whether runtime-fusion engines were offered at all
-            out.append(f"    runtime-fusion engines: {canary['ranked']} ranked, {canary['built']} built, "
-                       f"{canary['runtimeCompiledPlans']} compiled at build")
+            line = (f"    runtime-fusion engines: {canary['ranked']} ranked, {canary['built']} built, "
+                    f"{canary['runtimeCompiledPlans']} compiled at build")
+            if "buildMilliseconds" in canary:
+                line += f" in {canary['buildMilliseconds']:.0f} ms"
+            if canary.get("cudaDriverLoads") is False:
+                line += " (no CUDA driver here: cuDNN offers them none)"
+            out.append(line)
         for entry in doc["summary"]:
             line = f"    {entry['pass']}: {entry['convolutionsBuilt']} of {entry['convolutions']} convolutions"
             if "millisecondsPerStep" in entry and entry["pass"] != entry["baseline"]:
@@ -507,6 +515,9 @@ def conv_fusion(logs):
                 line += f"; fastest not the best-ranked plan for {entry['convolutionsFastestNotFirstPlan']}"
             if "convolutionsChecked" in entry:
                 line += f"; checked {entry['convolutionsChecked']}, {entry['convolutionsOff']} off their bound"
+            if entry.get("runtimeCompiledPlans"):
+                line += (f"; {entry['runtimeCompiledPlans']} plans compiled at build, the slowest in "
+                         f"{entry['slowestCompileMilliseconds']:.0f} ms")
             if entry.get("secondRunWithoutZeroing"):
                 said = ", ".join(f"{what} {n}" for what, n in sorted(entry["secondRunWithoutZeroing"].items()))
                 line += f"; sums after a second run without zeroing: {said}"

@@ -32,9 +32,15 @@ class ConvFusionProbe(unittest.TestCase):
         self.assertEqual(document["batchSize"], 8)
         self.assertTrue(document["complete"])
         self.assertFalse(document["timed"])
-        # A description is offered no runtime-fusion engine (an epilogue only those run ranks none).
-        self.assertEqual(document["runtimeFusionCanary"]["ranked"], 0)
-        self.assertEqual(document["runtimeFusionCanary"]["shape"], "ic64ih16oc64k1x1s1")
+        # Runtime-fusion engines (an epilogue only they run: the canary) are offered only where the
+        # CUDA driver loads; where it does not, none is ranked, and the probe says why.
+        canary = document["runtimeFusionCanary"]
+        self.assertEqual(canary["shape"], "ic64ih16oc64k1x1s1")
+        if not canary["cudaDriverLoads"]:
+            self.assertEqual(canary["ranked"], 0)
+            self.assertIn("since this machine has no CUDA driver (libcuda.so.1)", done.stdout)
+        # Built the model's way: precompiled engines first, runtime-compiled only where none builds.
+        self.assertEqual(document["order"], "model")
         summary = {entry["pass"]: entry for entry in document["summary"]}
         self.assertEqual(set(summary), {"conv", "conv+genstats", "scale+bias+relu+conv+genstats", "wgrad",
                                         "scale+bias+relu+wgrad", "dgrad", "dgrad+drelu", "dgrad+scale+bias+drelu",
@@ -57,9 +63,13 @@ class ConvFusionProbe(unittest.TestCase):
             if row.get("built", 0) > 0:
                 self.assertGreaterEqual(row["engine"], 0)
                 self.assertLessEqual(row["built"], 1)  # --plans 1
-                # Every engine that builds here, fused or plain, is precompiled: building the 3
-                # plans the model times compiles no kernel.
+                self.assertEqual(len(row["planBuildMilliseconds"]), row["built"])
+                self.assertGreaterEqual(min(row["planBuildMilliseconds"]), 0)
+                # Every pass that builds here, fused or plain, has a precompiled engine, so the
+                # model's order compiles no kernel for it.
                 self.assertEqual(row["runtimeCompiledPlans"], 0, (row["shape"], row["pass"]))
+        for entry in summary.values():
+            self.assertNotIn("runtimeCompiledPlans", entry)
         self.assertEqual(sum(counted.values()), 53)
         self.assertIsNone(next((r for r in document["passes"] if "milliseconds" in r), None))
 
@@ -71,6 +81,7 @@ class ConvFusionProbe(unittest.TestCase):
             (["--device", "a100"], "'a100' is not a described GPU (one of: h200)"),
             (["--device", "h200", "--time"], "--time, --check and --write-device-json need --gpu"),
             (["--device", "h200", "--plans", "0"], "--plans: between 1 and 50"),
+            (["--device", "h200", "--order", "fastest"], "--order: 'fastest' is not one of model, ranked"),
             (["--device", "h200", "--frobnicate"], "frobnicate"),
         ]:
             done = probe(*args)

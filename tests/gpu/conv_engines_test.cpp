@@ -164,5 +164,63 @@ TEST(ConvEngines, TheFastestPlanTimedIsKeptATieGoingToTheBetterRankedAndAFailedO
   EXPECT_EQ(describe_plan_times({}), "");
 }
 
+TEST(ConvEngines, RuntimeCompiledEnginesAreBuiltLastAndOnlyWhereNoPrecompiledOneBuildsAPlan) {
+  EXPECT_EQ(build_order({true, false, true, false}, RuntimeCompilation::ranked),
+            (std::vector<std::size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(build_order({true, false, true, false}, RuntimeCompilation::last_resort),
+            (std::vector<std::size_t>{1, 3, 0, 2}));
+  EXPECT_EQ(build_order({}, RuntimeCompilation::last_resort), std::vector<std::size_t>{});
+
+  // The loop: which configurations it tries, given which of them build.
+  const auto tried = [](const std::vector<RankedEngine>& engines, const std::vector<bool>& builds, int most,
+                        RuntimeCompilation rule, const CompileAllowance* allowance, GraphSearch& search) {
+    std::vector<std::size_t> tries;
+    build_ranked(engines, most, rule, allowance, search, [] { return false; }, [&](std::size_t i) {
+      tries.push_back(i);
+      return static_cast<bool>(builds[i]);
+    });
+    return tries;
+  };
+  const std::vector<RankedEngine> engines{{true, true}, {true, false}, {true, true}, {true, false}};
+  GraphSearch search;
+  // The model's way: the two precompiled ones, and no compile once one of them built.
+  EXPECT_EQ(tried(engines, {true, true, true, true}, 3, RuntimeCompilation::last_resort, nullptr, search),
+            (std::vector<std::size_t>{1, 3}));
+  // Where no precompiled one builds, the runtime-compiled ones in rank order.
+  EXPECT_EQ(tried(engines, {true, false, true, false}, 3, RuntimeCompilation::last_resort, nullptr, search),
+            (std::vector<std::size_t>{1, 3, 0, 2}));
+  // The probe's way: the heuristics' rank, up to `most`.
+  EXPECT_EQ(tried(engines, {true, true, true, true}, 3, RuntimeCompilation::ranked, nullptr, search),
+            (std::vector<std::size_t>{0, 1, 2}));
+  EXPECT_EQ(search.refused, 0);
+  EXPECT_EQ(search.compile_refused, 0);
+
+  // Numerics refuse before anything is built; a spent allowance refuses compiles, not precompiled plans.
+  const std::vector<RankedEngine> refusing{{false, false}, {true, true}, {true, false}};
+  CompileAllowance allowance(std::chrono::milliseconds(5));
+  EXPECT_FALSE(allowance.spent());
+  allowance.charge(std::chrono::milliseconds(5));
+  EXPECT_TRUE(allowance.spent());
+  EXPECT_EQ(allowance.used(), std::chrono::milliseconds(5));
+  GraphSearch counted;
+  EXPECT_EQ(tried(refusing, {false, true, true}, 3, RuntimeCompilation::ranked, &allowance, counted),
+            (std::vector<std::size_t>{2}));
+  EXPECT_EQ(counted.refused, 1);
+  EXPECT_EQ(counted.compile_refused, 1);
+  EXPECT_NE(describe_search(counted).find("1 not compiled: the allowance was spent"), std::string::npos)
+      << describe_search(counted);
+  EXPECT_EQ(describe_search(GraphSearch{}).find("compiled"), std::string::npos);
+
+  // Past the deadline nothing more is built once a plan is; before one is, the search goes on.
+  int calls = 0;
+  GraphSearch late;
+  build_ranked(std::vector<RankedEngine>(4), 3, RuntimeCompilation::ranked, nullptr, late, [] { return true; },
+               [&](std::size_t i) {
+                 ++calls;
+                 return i == 1;
+               });
+  EXPECT_EQ(calls, 2);
+}
+
 }  // namespace
 }  // namespace dlbench::worker

@@ -11,9 +11,13 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdint>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -94,12 +98,95 @@ struct GraphSearch {
   int too_large = 0;    // whose workspace is more than the search may borrow
   int failed = 0;       // that built but did not run
   int timed = 0;
+  int compile_refused = 0;  // runtime-compiled, not built: the backend's compile allowance was spent
 };
 
 inline std::string describe_search(const GraphSearch& s) {
   return std::to_string(s.timed) + " timed of " + std::to_string(s.ranked) + " ranked (" + std::to_string(s.refused) +
          " refused by numerical notes, " + std::to_string(s.unbuildable) + " not buildable, " +
-         std::to_string(s.too_large) + " over the workspace limit, " + std::to_string(s.failed) + " failed to run)";
+         std::to_string(s.too_large) + " over the workspace limit, " + std::to_string(s.failed) + " failed to run" +
+         (s.compile_refused > 0 ? ", " + std::to_string(s.compile_refused) + " not compiled: the allowance was spent"
+                                : std::string()) +
+         ")";
+}
+
+// Whether plans whose engine compiles its kernel as the plan is built (cuDNN's runtime-fusion
+// engines, behaviour note RUNTIME_COMPILATION: NVRTC, then the driver loads the result) are built in
+// the heuristics' rank (`ranked`: the probe, which asks what every engine costs), or only where no
+// precompiled engine builds a plan (`last_resort`: the model). ResNet-50 has 23 convolution
+// shapes, each with up to three fused graphs and three plain passes; each compile takes host time
+// that no GPU has yet measured here, where a precompiled plan costs none. (No machine without the CUDA driver is
+// offered these engines at all: cuDNN refuses them, RUNTIME_PREREQUISITE_MISSING, for want of
+// libcuda, so a described device's search here never meets one.)
+enum class RuntimeCompilation { ranked, last_resort };
+
+// The order in which build_plans tries `ranked` configurations, given which compile at build:
+// the heuristics' own, or with `last_resort` every precompiled one first, in rank order, then the
+// runtime-compiled ones in rank order (which build_plans reaches only where none before built).
+inline std::vector<std::size_t> build_order(const std::vector<bool>& runtime_compiled, RuntimeCompilation rule) {
+  std::vector<std::size_t> order(runtime_compiled.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  if (rule == RuntimeCompilation::last_resort) {
+    std::stable_partition(order.begin(), order.end(), [&](std::size_t i) { return !runtime_compiled[i]; });
+  }
+  return order;
+}
+
+// The time a backend may spend compiling kernels as plans are built, shared by all its searches:
+// once spent, a runtime-compiled configuration is not built (GraphSearch::compile_refused), so a
+// pass that only such engines run goes unfused, or fails its search, within a known bound instead
+// of holding a case's first step for as long as compiles take. A compile under way is not cut.
+class CompileAllowance {
+ public:
+  explicit CompileAllowance(std::chrono::milliseconds total) : total_(total) {}
+  bool spent() const { return std::chrono::nanoseconds(used_.load()) >= total_; }
+  void charge(std::chrono::nanoseconds took) { used_ += took.count(); }
+  std::chrono::milliseconds total() const { return total_; }
+  std::chrono::nanoseconds used() const { return std::chrono::nanoseconds(used_.load()); }
+
+ private:
+  std::chrono::milliseconds total_;
+  std::atomic<std::int64_t> used_{0};  // nanoseconds
+};
+
+// One ranked configuration as build_plans's loop sees it (the rest of its facts are cuDNN's).
+struct RankedEngine {
+  bool admitted = true;  // engine_admitted's answer for it
+  bool runtime_compiled = false;
+};
+
+// build_plans's loop, apart from cuDNN so that its rules are tested without a GPU: the ranked
+// configurations tried in build_order, `try_build(i)` building configuration i (true where a plan
+// was kept; it charges a compile's time to the allowance). It stops at `most` plans, once one is
+// built and `past_deadline()` says so, and with `last_resort` at the first runtime-compiled
+// configuration once a precompiled plan is built; it counts in `search` what numerics refused and what the
+// spent allowance did not let compile.
+template <typename PastDeadline, typename TryBuild>
+void build_ranked(const std::vector<RankedEngine>& engines, int most, RuntimeCompilation rule,
+                  const CompileAllowance* allowance, GraphSearch& search, PastDeadline past_deadline,
+                  TryBuild try_build) {
+  std::vector<bool> compiles;
+  for (const RankedEngine& engine : engines) compiles.push_back(engine.runtime_compiled);
+  int built = 0;
+  bool precompiled_built = false;
+  for (const std::size_t i : build_order(compiles, rule)) {
+    if (built == most) break;
+    if (built > 0 && past_deadline()) break;
+    // In build order every later one compiles too, and a precompiled plan is there.
+    if (engines[i].runtime_compiled && rule == RuntimeCompilation::last_resort && precompiled_built) break;
+    if (!engines[i].admitted) {
+      ++search.refused;
+      continue;
+    }
+    if (engines[i].runtime_compiled && allowance != nullptr && allowance->spent()) {
+      ++search.compile_refused;
+      continue;
+    }
+    if (try_build(i)) {
+      ++built;
+      precompiled_built = precompiled_built || !engines[i].runtime_compiled;
+    }
+  }
 }
 
 // Which of the plans timed (best-ranked first; nullopt: it failed to run) to keep: the fastest, a

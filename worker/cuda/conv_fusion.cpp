@@ -306,10 +306,10 @@ FusedConvGraph::FusedConvGraph(const Conv2dConfig& config, ConvFusion fusion_, c
     : fusion(fusion_), graph(fused_graph(*this, config, handle)) {}
 
 EngineSearchResult search_engines(const FusedConvGraph& graph, cudnnHandle_t handle, const BackendDescriptor* device,
-                                  int most, std::optional<std::chrono::steady_clock::time_point> build_deadline) {
-  PlanRules rules;
-  rules.most = most;
-  rules.build_deadline = build_deadline;
+                                  PlanRules rules) {
+  rules.fp32_data = false;
+  rules.tensor_cores_allowed = true;
+  rules.determinism = ConvDeterminism::any;
   EngineSearchResult result;
   result.built = build_plans(graph.graph, handle, device, rules, result.search, &result.first_unbuildable_reason);
   return result;

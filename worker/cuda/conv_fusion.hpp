@@ -103,11 +103,16 @@ struct EngineSearchResult {
 };
 
 // Plans for `graph` on `handle`'s device, or, with a null handle, for the device `device`
-// describes (cuda/cudnn_device.hpp), which need not be in this machine.
-// Past `build_deadline` (where given), no more plans are built once one is: a runtime-fusion
-// engine compiles its kernel as its plan is finalized.
+// describes (cuda/cudnn_device.hpp), which need not be in this machine, by `rules` (build_plans;
+// the numerics are always dlbench's for half data with tensor cores, whatever `rules` says).
 EngineSearchResult search_engines(const FusedConvGraph& graph, cudnnHandle_t handle, const BackendDescriptor* device,
-                                  int most,
-                                  std::optional<std::chrono::steady_clock::time_point> build_deadline = std::nullopt);
+                                  PlanRules rules);
+// The same for at most `most` plans, every engine in the heuristics' rank, no deadline (the probe).
+inline EngineSearchResult search_engines(const FusedConvGraph& graph, cudnnHandle_t handle,
+                                         const BackendDescriptor* device, int most) {
+  PlanRules rules;
+  rules.most = most;
+  return search_engines(graph, handle, device, rules);
+}
 
 }  // namespace dlbench::worker::cuda_detail

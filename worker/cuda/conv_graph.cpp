@@ -218,14 +218,21 @@ std::vector<BuiltPlan> build_plans(const BackendDescriptor& graph, cudnnHandle_t
     if (!built.empty()) break;  // the fallback list only where the ranked engines built nothing
     std::vector<BackendDescriptor> configs = ranked_configs(graph, mode, device);
     search.ranked += static_cast<int>(configs.size());
-    for (BackendDescriptor& config : configs) {
-      if (static_cast<int>(built.size()) == rules.most) break;
-      if (!built.empty() && rules.build_deadline && std::chrono::steady_clock::now() > *rules.build_deadline) break;
-      const EngineFacts engine = engine_of(config);
-      if (!engine_admitted(engine.notes, rules.fp32_data, rules.tensor_cores_allowed, rules.determinism)) {
-        ++search.refused;
-        continue;
-      }
+    std::vector<EngineFacts> engines;
+    std::vector<RankedEngine> ranked;
+    for (const BackendDescriptor& config : configs) {
+      engines.push_back(engine_of(config));
+      ranked.push_back({engine_admitted(engines.back().notes, rules.fp32_data, rules.tensor_cores_allowed,
+                                        rules.determinism),
+                        engines.back().runtime_compiled});
+    }
+    const auto past_deadline = [&] {
+      return rules.build_deadline && std::chrono::steady_clock::now() > *rules.build_deadline;
+    };
+    build_ranked(ranked, rules.most, rules.runtime_compilation, rules.compile_allowance, search, past_deadline,
+                 [&](std::size_t i) {
+      BackendDescriptor& config = configs[i];
+      const EngineFacts& engine = engines[i];
       BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
       const cudnnBackendDescriptor_t raw_config = config.get();
       plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_config);
@@ -235,25 +242,31 @@ std::vector<BuiltPlan> build_plans(const BackendDescriptor& graph, cudnnHandle_t
         const cudnnBackendDescriptor_t raw_device = device->get();
         plan.set(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_device);
       }
-      if (const cudnnStatus_t status = cudnnBackendFinalize(plan.get()); status != CUDNN_STATUS_SUCCESS) {
+      const auto building = std::chrono::steady_clock::now();
+      const cudnnStatus_t status = cudnnBackendFinalize(plan.get());
+      const auto took = std::chrono::steady_clock::now() - building;
+      if (engine.runtime_compiled && rules.compile_allowance != nullptr) rules.compile_allowance->charge(took);
+      if (status != CUDNN_STATUS_SUCCESS) {
         if (search.unbuildable++ == 0 && first_unbuildable_reason != nullptr) {
           std::array<char, 1024> reason{};
           cudnnGetLastErrorString(reason.data(), reason.size());
           *first_unbuildable_reason = "engine " + std::to_string(engine.index) + ": " + cudnnGetErrorString(status) +
                                       (reason[0] != '\0' ? " (" + std::string(reason.data()) + ")" : "");
         }
-        continue;
+        return false;
       }
       const auto workspace = static_cast<std::size_t>(
           get_int64(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, "a plan's workspace size"));
       if (workspace > rules.workspace_limit) {
         ++search.too_large;
-        continue;
+        return false;
       }
       const bool tensor_cores =
           std::find(engine.notes.begin(), engine.notes.end(), CUDNN_NUMERICAL_NOTE_TENSOR_CORE) != engine.notes.end();
-      built.push_back({std::move(config), std::move(plan), engine.index, workspace, tensor_cores, engine.runtime_compiled});
-    }
+      built.push_back({std::move(config), std::move(plan), engine.index, workspace, tensor_cores, engine.runtime_compiled,
+                       std::chrono::duration<double, std::milli>(took).count()});
+      return true;
+    });
   }
   return built;
 }
@@ -417,6 +430,8 @@ std::shared_ptr<const ConvPlan> GraphConvPasses::choose(ConvPass pass, const Con
   rules.determinism = backend_.conv_determinism();
   rules.workspace_limit = borrowable;
   rules.build_deadline = started + kBuildBudget;
+  rules.runtime_compilation = RuntimeCompilation::last_resort;
+  rules.compile_allowance = &backend_.conv_plans().compile_allowance;
   std::vector<std::unique_ptr<ChosenPlan>> built;
   for (BuiltPlan& plan : build_plans(graph->graph, backend_.cudnn(), nullptr, rules, search)) {
     auto chosen = std::make_unique<ChosenPlan>(graph, std::move(plan.config), std::move(plan.plan));

@@ -100,6 +100,7 @@ struct BuiltPlan {
   std::size_t workspace = 0;
   bool tensor_cores = false;
   bool runtime_compiled = false;  // EngineFacts::runtime_compiled
+  double build_milliseconds = 0;  // finalizing the plan (a runtime-compiled one's compile)
 };
 
 // Which plans build_plans may build, and how many.
@@ -111,9 +112,12 @@ struct PlanRules {
   std::size_t workspace_limit = std::numeric_limits<std::size_t>::max();
   // Building a plan may compile a kernel at run time: past this, no more are built once one is.
   std::optional<std::chrono::steady_clock::time_point> build_deadline;
+  RuntimeCompilation runtime_compilation = RuntimeCompilation::ranked;
+  CompileAllowance* compile_allowance = nullptr;  // where given, charged each compile, and heeded
 };
 
-// Plans for `graph`, best-ranked first: from the heuristics' mode A, then from their fallback list
+// Plans for `graph`, best-ranked first (with RuntimeCompilation::last_resort, precompiled ones
+// first: build_order): from the heuristics' mode A, then from their fallback list
 // where A gave none that built; each configuration admitted by engine_admitted, built for
 // `handle`'s device or, with a null handle, for the device `device` describes (one of the two,
 // else std::invalid_argument). What was ranked, refused, unbuildable or over the workspace limit is
@@ -170,9 +174,12 @@ struct FusedConvPlan;  // cuda/fused_conv.cpp
 // The plans a backend has chosen, one per distinct convolution pass: each is timed once. And the
 // plans of the passes fused with batch norms, one per distinct graph, by its description.
 struct ConvPlanCache {
+  // What the plans below may spend compiling kernels, together: 20 s (RuntimeCompilation).
+  static constexpr std::chrono::seconds kCompileAllowance{20};
   std::mutex mutex;
   std::map<ConvAlgorithmKey, std::shared_ptr<const ConvPlan>> plans;
   std::map<std::string, std::shared_ptr<FusedConvPlan>> fused;  // each timed at its first run
+  CompileAllowance compile_allowance{kCompileAllowance};
 };
 
 // The three pointers one pass runs on, by the uids above.
