@@ -29,6 +29,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -63,17 +64,24 @@ struct Options {
   // Which engines' plans are built: the model's way (precompiled first, runtime-compiled only where
   // none builds: RuntimeCompilation::last_resort), or in the heuristics' rank.
   std::string order = "model";
+  std::vector<std::string> passes;  // the passes probed (with their plain baselines); empty: every one
   std::string write_device_json;
   std::string output;
 };
 
-// Whether the CUDA driver's library loads here (a GPU machine's does; a build machine's need not
-// have it at all).
-bool cuda_driver_loads() {
+// The CUDA driver's library here: "absent" (a build machine need not have one), "stub" (the
+// toolkit's lib64/stubs/libcuda.so, whose every call answers CUDA_ERROR_STUB_LIBRARY, 34) or
+// "present".
+std::string cuda_driver_here() {
   void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (driver == nullptr) return false;
+  if (driver == nullptr) return "absent";
+  std::string kind = "present";
+  if (void* init = dlsym(driver, "cuInit"); init != nullptr) {
+    constexpr int kStubLibrary = 34;  // CUDA_ERROR_STUB_LIBRARY
+    if (reinterpret_cast<int (*)(unsigned)>(init)(0) == kStubLibrary) kind = "stub";
+  }
   dlclose(driver);
-  return true;
+  return kind;
 }
 
 std::string shape_name(const Conv2dConfig& c) {
@@ -309,8 +317,31 @@ std::vector<CheckResult> check_fused(cudnnHandle_t handle, const Conv2dConfig& c
   return results;
 }
 
+// The passes `names` asks for, with the plain pass each is checked and timed against, in
+// kConvFusions's order; every pass where `names` is empty. Throws UsageError for a name that is
+// not a pass.
+std::vector<ConvFusion> passes_probed(const std::vector<std::string>& names) {
+  std::set<ConvFusion> chosen;
+  for (const std::string& name : names) {
+    const auto it = std::ranges::find_if(kConvFusions, [&](ConvFusion f) { return to_string(f) == name; });
+    if (it == kConvFusions.end()) {
+      std::string allowed;
+      for (const ConvFusion f : kConvFusions) allowed += (allowed.empty() ? "" : ", ") + std::string(to_string(f));
+      throw dlbench::UsageError{"--passes: '" + name + "' is not one of " + allowed};
+    }
+    chosen.insert(*it);
+    chosen.insert(baseline_of(*it));
+  }
+  std::vector<ConvFusion> fusions;
+  for (const ConvFusion f : kConvFusions) {
+    if (names.empty() || chosen.contains(f)) fusions.push_back(f);
+  }
+  return fusions;
+}
+
 int run(const Options& options) {
   const DType dtype = options.precision == "bf16" ? DType::bf16 : DType::fp16;
+  const std::vector<ConvFusion> fusions = passes_probed(options.passes);
   cudnnHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
   std::optional<BackendDescriptor> described;
@@ -357,10 +388,11 @@ int run(const Options& options) {
   // eights. None ranked says this machine is offered none of them, so a fused pass none builds here
   // may still build where they are. cuDNN offers them only where the CUDA driver loads (it refuses
   // them, RUNTIME_PREREQUISITE_MISSING, "libcuda == nullptr", in its debug log): a described
-  // device on a machine without one never meets them, whatever the description says.
+  // device on a machine without one never meets them, whatever the description says. With the
+  // toolkit's stub driver they are ranked and compiled, and fail to load.
   nlohmann::json canary;
-  const bool driver = cuda_driver_loads();
-  canary["cudaDriverLoads"] = driver;
+  const std::string driver = cuda_driver_here();
+  canary["cudaDriver"] = driver;
   for (const auto& convolution : convolutions) {
     Conv2dConfig config = convolution.config;
     if (config.input.c() % 8 != 0 || config.out_channels % 8 != 0) continue;
@@ -379,10 +411,14 @@ int run(const Options& options) {
         canary["buildMilliseconds"] = search.built.front().build_milliseconds;
         said = " (built in " + std::to_string(static_cast<long>(search.built.front().build_milliseconds)) + " ms)";
       }
-      if (search.search.ranked == 0) {
-        said = driver ? ": none offered here, so a pass none builds below may build elsewhere"
-                      : ": none offered here, since this machine has no CUDA driver (libcuda.so.1), which cuDNN "
-                        "needs for them; a pass none builds below may build where one is";
+      if (driver == "absent" && search.search.ranked == 0) {
+        said = ": none offered here, since this machine has no CUDA driver (libcuda.so.1), which cuDNN needs for "
+               "them; a pass none builds below may build where one is";
+      } else if (driver == "stub") {
+        said = ": the CUDA driver here is the toolkit's stub, so cuDNN ranks and compiles them but cannot load "
+               "what it compiled; a pass only they run builds below for none, and may where a GPU is";
+      } else if (search.search.ranked == 0) {
+        said = ": none offered here, so a pass none builds below may build elsewhere";
       }
       std::printf("runtime-fusion engines (%s on %s): %d ranked, %zu built, %d compiled at build%s\n",
                   std::string(to_string(ConvFusion::runtime_fusion_canary)).c_str(),
@@ -405,8 +441,8 @@ int run(const Options& options) {
     int timed = 0;
     int checked = 0, off = 0;  // convolutions whose fused pass was checked, and found off its bound
     int fastest_not_first = 0;  // convolutions whose fastest plan was not the best-ranked
-    int compiled_plans = 0;     // plans built (each shape's once) whose engine compiled its kernel
-    double slowest_compile_ms = 0;
+    int compiles = 0;           // runtime-compiled plans finalized (each shape's once), built or not
+    double compile_ms = 0, slowest_compile_ms = 0;
     std::map<std::string, int> second_run;  // convolutions by what a second run did to their sums
   };
   std::map<ConvFusion, Tally> tallies;
@@ -415,7 +451,7 @@ int run(const Options& options) {
   const auto write_document = [&](bool complete) {
     if (options.output.empty()) return;
     nlohmann::json summary = nlohmann::json::array();
-    for (const ConvFusion fusion : kConvFusions) {
+    for (const ConvFusion fusion : fusions) {
       const Tally& tally = tallies[fusion];
       nlohmann::json entry{{"pass", std::string(to_string(fusion))},
                            {"baseline", std::string(to_string(baseline_of(fusion)))},
@@ -426,8 +462,9 @@ int run(const Options& options) {
         entry["convolutionsOff"] = tally.off;
       }
       if (!tally.second_run.empty()) entry["secondRunWithoutZeroing"] = tally.second_run;
-      if (tally.compiled_plans > 0) {
-        entry["runtimeCompiledPlans"] = tally.compiled_plans;
+      if (tally.compiles > 0) {
+        entry["compiles"] = tally.compiles;
+        entry["compileMilliseconds"] = tally.compile_ms;
         entry["slowestCompileMilliseconds"] = tally.slowest_compile_ms;
       }
       if (options.time && tally.supported > 0) entry["convolutionsFastestNotFirstPlan"] = tally.fastest_not_first;
@@ -453,7 +490,7 @@ int run(const Options& options) {
     // Every pass's graph and plans first: a fused pass is checked against its plain pass's plan.
     std::map<ConvFusion, Probed> probed;
     std::map<ConvFusion, std::string> refused;
-    for (const ConvFusion fusion : kConvFusions) {
+    for (const ConvFusion fusion : fusions) {
       try {
         FusedConvGraph graph(config, fusion, handle);
         PlanRules rules;
@@ -467,7 +504,7 @@ int run(const Options& options) {
       }
     }
     std::map<ConvFusion, double> milliseconds;
-    for (const ConvFusion fusion : kConvFusions) {
+    for (const ConvFusion fusion : fusions) {
       nlohmann::json row{{"shape", shape_name(config)}, {"count", count}, {"first", first},
                          {"pass", std::string(to_string(fusion))}};
       std::string said;
@@ -480,6 +517,15 @@ int run(const Options& options) {
         row["refused"] = search.search.refused;
         row["unbuildable"] = search.search.unbuildable;
         row["built"] = search.built.size();
+        row["rankedRuntimeCompiled"] = search.search.ranked_runtime_compiled;
+        if (search.search.compiles > 0) {  // runtime-compiled plans finalized, built or not
+          row["compiles"] = search.search.compiles;
+          row["compileMilliseconds"] = search.search.compile_milliseconds;
+          Tally& tally = tallies[fusion];
+          tally.compiles += search.search.compiles;
+          tally.compile_ms += search.search.compile_milliseconds;
+          tally.slowest_compile_ms = std::max(tally.slowest_compile_ms, search.search.slowest_compile_milliseconds);
+        }
         if (!search.first_unbuildable_reason.empty()) row["firstUnbuildable"] = search.first_unbuildable_reason;
         if (search.built.empty()) said = search.first_unbuildable_reason;
         if (!search.built.empty()) {
@@ -489,13 +535,9 @@ int run(const Options& options) {
           for (const BuiltPlan& plan : search.built) {
             compiled += plan.runtime_compiled;
             build_ms.push_back(plan.build_milliseconds);
-            if (plan.runtime_compiled) {
-              tallies[fusion].compiled_plans += 1;
-              tallies[fusion].slowest_compile_ms = std::max(tallies[fusion].slowest_compile_ms, plan.build_milliseconds);
-            }
           }
           row["runtimeCompiledPlans"] = compiled;  // of those built: kernels compiled as the plan was
-          row["planBuildMilliseconds"] = build_ms;  // best-ranked first, as built
+          row["planBuildMilliseconds"] = build_ms;  // in build order
           row["workspaceBytes"] = search.built.front().workspace;
           tallies[fusion].supported += count;
           if (options.time) {
@@ -585,7 +627,7 @@ int run(const Options& options) {
 
   bool any_off = false;
   std::printf("\n%-30s %14s%s\n", "pass", "convolutions", options.time ? "   ms a step (its baseline's, same convolutions)" : "");
-  for (const ConvFusion fusion : kConvFusions) {
+  for (const ConvFusion fusion : fusions) {
     const Tally& tally = tallies[fusion];
     std::printf("%-30s %6d of %-5d", std::string(to_string(fusion)).c_str(), tally.supported, total);
     if (tally.timed > 0) {
@@ -621,6 +663,9 @@ int main(int argc, char** argv) {
                "with --gpu: check each fused pass against its plain pass around the host's reference; exit 1 where "
                "one is off its bound");
   app.add_option("--plans", options.plans, "plans built (and timed) a pass, best-ranked first (default 3)");
+  app.add_option("--passes", options.passes,
+                 "the passes probed, each with its plain pass (default every one: conv, conv+genstats, ...)")
+      ->delimiter(',');
   app.add_option("--order", options.order,
                  "model: precompiled engines first, runtime-compiled ones only where none builds, as the model "
                  "builds them (default); ranked: the heuristics' order");
@@ -638,6 +683,7 @@ int main(int argc, char** argv) {
     if (options.precision != "amp" && options.precision != "bf16") {
       throw dlbench::UsageError{"--precision: '" + options.precision + "' is not one of amp, bf16"};
     }
+    passes_probed(options.passes);  // refuses a name that is no pass before anything runs
     if (options.order != "model" && options.order != "ranked") {
       throw dlbench::UsageError{"--order: '" + options.order + "' is not one of model, ranked"};
     }

@@ -313,12 +313,20 @@ correctness+=($!)
 # the host's sums of what it wrote, at batch 8, for every plan of the 3 the model builds and times
 # (it may keep any); exit 1 where one is off its bound. Each plan's second run without zeroing
 # says whether the engines add into their sums or overwrite them (the model zeroes them first).
-step conv-fusion-check 120 "$bin/conv_fusion_probe" --gpu --check --batch-size 8 --plans 3 \
+# The model's four passes only: with a driver, dgrad+drelu and dgrad+scale+bias+drelu have only
+# runtime-compiled engines (9 ranked a shape for a described H200 with the toolkit's stub driver,
+# about 0.8 s a compile on this project's Xeon), 3 plans each over 22 shapes, a minute and more of
+# compiling for passes the model does not run.
+model_passes=conv+genstats,scale+bias+relu+conv+genstats,scale+bias+relu+wgrad,dgrad+drelu+dbn-weight
+step conv-fusion-check 120 "$bin/conv_fusion_probe" --gpu --check --batch-size 8 --plans 3 --passes "$model_passes" \
   --output "$logs/conv-fusion-check.json" & correctness+=($!)
-# bf16 asked of the device itself: for a described H200 the heuristics rank no engine for any
-# fused bf16 graph, and no plan built for a description has been runtime-compiled, so whether the
-# device's runtime-fusion engines take bf16 only the device says (built at batch 8, not checked).
+# bf16 asked of the device itself: for a described H200 with the toolkit's stub driver, which lets
+# cuDNN offer its runtime-fusion engines, no engine of either kind is ranked for the passes that
+# read relu(x * s + b) (the prologue) or for DgradDreluBNBwdWeight in bf16, so the fused route runs
+# every block apart in bf16; the device confirms it (built at batch 8, not checked; conv+genstats,
+# which only runtime-compiled engines offer in bf16, left out: 23 compiles).
 step conv-fusion-bf16 60 "$bin/conv_fusion_probe" --gpu --precision bf16 --batch-size 8 --plans 1 \
+  --passes scale+bias+relu+conv+genstats,scale+bias+relu+wgrad,dgrad+drelu+dbn-weight \
   --output "$logs/conv-fusion-bf16.json" & correctness+=($!)
 # The bottlenecks' convolutions fused with the batch norms between them in the model
 # (DLBENCH_CUDA_CONV_BATCH_NORM=fused, never run on a GPU): conv1 summing its output for bn1, conv2
@@ -472,15 +480,15 @@ time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph 
 # built the forward and filter-gradient fusions for 52 of 53 convolutions on a described H200: this
 # says what they cost, the stake before dlbench's layers take them. The device's own description
 # (gpu-device.json) lets a session without a GPU ask for it again.
-step conv-fusion 90 "$bin/conv_fusion_probe" --gpu --time --plans 3 --write-device-json "$logs/gpu-device.json" \
-  --output "$logs/conv-fusion.json"
+step conv-fusion 90 "$bin/conv_fusion_probe" --gpu --time --plans 3 --passes "$model_passes" \
+  --write-device-json "$logs/gpu-device.json" --output "$logs/conv-fusion.json"
 # The plans above are built the model's way: precompiled engines first, runtime-compiled ones (NVRTC
 # at build) only where none builds. Where the canary says this GPU is offered runtime-fusion engines
 # (none was on a build machine without the driver), the same in the heuristics' own rank: whether a
 # compiled plan would be faster, and what each compile costs (planBuildMilliseconds).
 if python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["runtimeFusionCanary"].get("ranked", 0) > 0 else 1)' \
   "$logs/conv-fusion.json" 2>/dev/null; then
-  step conv-fusion-ranked 90 "$bin/conv_fusion_probe" --gpu --time --plans 3 --order ranked \
+  step conv-fusion-ranked 90 "$bin/conv_fusion_probe" --gpu --time --plans 3 --order ranked --passes "$model_passes" \
     --output "$logs/conv-fusion-ranked.json"
 fi
 # And the model with them (DLBENCH_CUDA_CONV_BATCH_NORM=fused): no normalised tensor of bn1 and bn2

@@ -501,8 +501,10 @@ def conv_fusion(logs):
                     f"{canary['runtimeCompiledPlans']} compiled at build")
             if "buildMilliseconds" in canary:
                 line += f" in {canary['buildMilliseconds']:.0f} ms"
-            if canary.get("cudaDriverLoads") is False:
+            if canary.get("cudaDriver") == "absent":
                 line += " (no CUDA driver here: cuDNN offers them none)"
+            elif canary.get("cudaDriver") == "stub":
+                line += " (the driver's stub here: compiled, never loaded)"
             out.append(line)
         for entry in doc["summary"]:
             line = f"    {entry['pass']}: {entry['convolutionsBuilt']} of {entry['convolutions']} convolutions"
@@ -515,9 +517,9 @@ def conv_fusion(logs):
                 line += f"; fastest not the best-ranked plan for {entry['convolutionsFastestNotFirstPlan']}"
             if "convolutionsChecked" in entry:
                 line += f"; checked {entry['convolutionsChecked']}, {entry['convolutionsOff']} off their bound"
-            if entry.get("runtimeCompiledPlans"):
-                line += (f"; {entry['runtimeCompiledPlans']} plans compiled at build, the slowest in "
-                         f"{entry['slowestCompileMilliseconds']:.0f} ms")
+            if entry.get("compiles"):
+                line += (f"; {entry['compiles']} plans compiled at build, {entry['compileMilliseconds'] / 1000:.1f} s "
+                         f"in all, the slowest {entry['slowestCompileMilliseconds']:.0f} ms")
             if entry.get("secondRunWithoutZeroing"):
                 said = ", ".join(f"{what} {n}" for what, n in sorted(entry["secondRunWithoutZeroing"].items()))
                 line += f"; sums after a second run without zeroing: {said}"

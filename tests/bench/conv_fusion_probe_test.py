@@ -13,10 +13,20 @@ import tempfile
 import unittest
 
 PROBE = sys.argv.pop(1) if len(sys.argv) > 1 else "conv_fusion_probe"
+# The CUDA toolkit's stub driver (lib64/stubs/libcuda.so), where the build found one.
+DRIVER_STUB = sys.argv.pop(1) if len(sys.argv) > 1 else ""
 
 
-def probe(*args):
-    return subprocess.run([PROBE, *args], capture_output=True, text=True, timeout=120)
+def probe(*args, env=None):
+    return subprocess.run([PROBE, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def driver_in(folder):
+    """An environment whose libcuda.so.1 is the toolkit's stub, unless this machine has a driver."""
+    os.symlink(DRIVER_STUB, os.path.join(folder, "libcuda.so.1"))
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = folder + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    return env
 
 
 class ConvFusionProbe(unittest.TestCase):
@@ -36,7 +46,7 @@ class ConvFusionProbe(unittest.TestCase):
         # CUDA driver loads; where it does not, none is ranked, and the probe says why.
         canary = document["runtimeFusionCanary"]
         self.assertEqual(canary["shape"], "ic64ih16oc64k1x1s1")
-        if not canary["cudaDriverLoads"]:
+        if canary["cudaDriver"] == "absent":
             self.assertEqual(canary["ranked"], 0)
             self.assertIn("since this machine has no CUDA driver (libcuda.so.1)", done.stdout)
         # Built the model's way: precompiled engines first, runtime-compiled only where none builds.
@@ -73,6 +83,50 @@ class ConvFusionProbe(unittest.TestCase):
         self.assertEqual(sum(counted.values()), 53)
         self.assertIsNone(next((r for r in document["passes"] if "milliseconds" in r), None))
 
+    @unittest.skipUnless(os.path.exists(DRIVER_STUB), "needs the CUDA toolkit's stub driver (lib64/stubs/libcuda.so)")
+    def test_with_a_driver_runtime_fusion_is_offered_and_the_model_compiles_only_where_nothing_precompiled_builds(self):
+        # AlexNet's 5 convolutions; the forward's statistics fusion and the filter gradient's.
+        args = ["--device", "h200", "--model", "alexnet", "--batch-size", "8", "--plans", "50",
+                "--passes", "conv+genstats,scale+bias+relu+wgrad"]
+        documents = {}
+        with tempfile.TemporaryDirectory() as folder:
+            env = driver_in(folder)
+            for order in ("model", "ranked"):
+                output = os.path.join(folder, order + ".json")
+                done = probe(*args, "--order", order, "--output", output, env=env)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                with open(output) as f:
+                    documents[order] = json.load(f)
+        for order, document in documents.items():
+            canary = document["runtimeFusionCanary"]
+            self.assertEqual(canary["cudaDriver"], "stub", order)
+            self.assertGreater(canary["ranked"], 0, order)  # offered where a driver loads
+            self.assertEqual(canary["built"], 0, order)     # compiled, and the stub cannot load it
+            self.assertEqual({row["pass"] for row in document["passes"]},
+                             {"conv", "conv+genstats", "wgrad", "scale+bias+relu+wgrad"})
+        fused = {order: {row["shape"]: row for row in document["passes"] if row["pass"] == "conv+genstats"}
+                 for order, document in documents.items()}
+        stem_shape = "ic3ih224oc64k11x11s4"
+        offered = [shape for shape in fused["model"] if shape != stem_shape]
+        self.assertEqual(len(offered), 4)
+        for shape in offered:
+            model, ranked = fused["model"][shape], fused["ranked"][shape]
+            # Ranked beside precompiled engines, the runtime-compiled ones are never tried the model's way...
+            self.assertGreater(model["rankedRuntimeCompiled"], 0, shape)
+            self.assertGreater(model["built"], 0, shape)
+            self.assertEqual(model["runtimeCompiledPlans"], 0, shape)
+            self.assertNotIn("compiles", model, shape)
+            # ...and are, compiling and failing to load, in the heuristics' rank.
+            self.assertEqual(ranked["compiles"], ranked["rankedRuntimeCompiled"], shape)
+            self.assertEqual(ranked["built"], model["built"], shape)
+            self.assertIn("CUDA_DRIVER", ranked["firstUnbuildable"], shape)
+        # The stem (3 channels) has only a runtime-compiled engine: the model's way compiles it too.
+        stem = fused["model"][stem_shape]
+        self.assertEqual((stem["rankedRuntimeCompiled"], stem["compiles"], stem["built"]), (1, 1, 0))
+        summary = {entry["pass"]: entry for entry in documents["ranked"]["summary"]}
+        self.assertEqual(summary["conv+genstats"]["compiles"], sum(row.get("compiles", 0) for row in fused["ranked"].values()))
+        self.assertGreater(summary["conv+genstats"]["slowestCompileMilliseconds"], 0)
+
     def test_bad_command_lines_are_refused_naming_what_is_allowed(self):
         for args, said in [
             (["--device", "h200", "--precision", "fp32"], "not one of amp, bf16"),
@@ -82,6 +136,7 @@ class ConvFusionProbe(unittest.TestCase):
             (["--device", "h200", "--time"], "--time, --check and --write-device-json need --gpu"),
             (["--device", "h200", "--plans", "0"], "--plans: between 1 and 50"),
             (["--device", "h200", "--order", "fastest"], "--order: 'fastest' is not one of model, ranked"),
+            (["--device", "h200", "--passes", "conv,conv+bn"], "--passes: 'conv+bn' is not one of conv, conv+genstats"),
             (["--device", "h200", "--frobnicate"], "frobnicate"),
         ]:
             done = probe(*args)

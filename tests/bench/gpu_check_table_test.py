@@ -46,9 +46,9 @@ class GpuCheckTable(unittest.TestCase):
             write(logs, "conv-fusion-ranked.json", json.dumps({
                 "device": "NVIDIA H200", "cudnnVersion": 91900, "complete": True,
                 "runtimeFusionCanary": {"shape": "ic64ih56oc64k1x1s1", "ranked": 4, "built": 1,
-                                        "runtimeCompiledPlans": 1, "buildMilliseconds": 812.4, "cudaDriverLoads": True},
-                "summary": [dict(entry("conv+genstats", "conv", 52, 9.1, 9.25, 52), runtimeCompiledPlans=40,
-                                 slowestCompileMilliseconds=1530.2)]}))
+                                        "runtimeCompiledPlans": 1, "buildMilliseconds": 812.4, "cudaDriver": "present"},
+                "summary": [dict(entry("conv+genstats", "conv", 52, 9.1, 9.25, 52), compiles=40,
+                                 compileMilliseconds=31400.0, slowestCompileMilliseconds=1530.2)]}))
             write(logs, "conv-fusion-check.json", json.dumps({
                 "device": "NVIDIA H200", "cudnnVersion": 91900, "complete": True,
                 "summary": [dict(entry("conv+genstats", "conv", 52), convolutionsChecked=52, convolutionsOff=1,
@@ -61,7 +61,7 @@ class GpuCheckTable(unittest.TestCase):
             write(logs, "conv-fusion-described.json", json.dumps({
                 "device": "NVIDIA H200 (described, not present)", "cudnnVersion": 91900, "complete": True,
                 "runtimeFusionCanary": {"shape": "ic64ih56oc64k1x1s1", "ranked": 0, "built": 0,
-                                        "runtimeCompiledPlans": 0, "cudaDriverLoads": False},
+                                        "runtimeCompiledPlans": 0, "cudaDriver": "absent"},
                 "summary": [entry("conv+genstats", "conv", 52)]}))
             lines = self.table(logs)
         at = lines.index("Convolutions fused with batch norm (cuDNN's engines, ResNet-50 amp at batch 256):")
@@ -73,7 +73,8 @@ class GpuCheckTable(unittest.TestCase):
         self.assertEqual(lines[at + 5], "  this GPU, plans in the heuristics' rank, NVIDIA H200, cuDNN 91900:")
         self.assertEqual(lines[at + 6], "    runtime-fusion engines: 4 ranked, 1 built, 1 compiled at build in 812 ms")
         self.assertEqual(lines[at + 7], "    conv+genstats: 52 of 53 convolutions; 9.10 ms a step against conv's 9.25 "
-                                        "over the same 52; 40 plans compiled at build, the slowest in 1530 ms")
+                                        "over the same 52; 40 plans compiled at build, 31.4 s in all, the slowest "
+                                        "1530 ms")
         self.assertEqual(lines[at + 8], "  this GPU, checked at batch 8, NVIDIA H200, cuDNN 91900:")
         self.assertEqual(lines[at + 9], "    conv+genstats: 52 of 53 convolutions; checked 52, 1 off their bound; "
                                         "sums after a second run without zeroing: added 2, overwritten 50")

@@ -526,6 +526,37 @@ TEST(Fusion, BottleneckConvolutionsFusedWithTheirBatchNormsTrainLikeTheLayersApa
   }
 }
 
+// A block asks first for the fusion a device is likeliest to refuse, a convolution reading a
+// normalised input (no engine offers it in bf16 on an H200), and where refused asks nothing more:
+// conv1's statistics fusion, which there only a runtime-compiled engine offers, is never built for
+// a block that cannot fuse.
+TEST(Fusion, ABlockWhoseNormalisedInputCannotFuseAsksForNoOtherFusion) {
+  CpuBackend cpu(1);
+  for (const bool normalised_input_fuses : {false, true}) {
+    SCOPED_TRACE(normalised_input_fuses ? "every fusion offered" : "no normalised input fused");
+    std::vector<bool> asked;  // each ask's normalized_input, in order
+    ResidualComposingBackend backend(cpu, true, false, [&](const FusedConv2dConfig& c) {
+      asked.push_back(c.normalized_input);
+      return c.normalized_input && !normalised_input_fuses ? std::nullopt : std::optional<FusedConv2dConfig>(c);
+    });
+    std::unique_ptr<Trainer> trainer;
+    train(every_layer_kind(), Shape(2, 3, 16, 16), 10, MemoryReuse::none, 1, nullptr, &trainer, backend);
+    int fused_blocks = 0;
+    trainer->network().for_each_child([&](const std::string&, Layer& child) {
+      if (auto* block = dynamic_cast<Bottleneck*>(&child)) fused_blocks += block->convolutions_fused() ? 1 : 0;
+    });
+    ASSERT_FALSE(asked.empty());
+    EXPECT_TRUE(asked.front()) << "the first ask reads a normalised input";
+    if (normalised_input_fuses) {
+      EXPECT_EQ(fused_blocks, 2);
+      EXPECT_EQ(std::count(asked.begin(), asked.end(), false), 2) << "conv1 of each block, once both others fused";
+    } else {
+      EXPECT_EQ(fused_blocks, 0);
+      EXPECT_EQ(std::count(asked.begin(), asked.end(), false), 0) << "conv1 never asked for";
+    }
+  }
+}
+
 // The CPU's route takes DLBENCH_CPU_CONV_BATCH_NORM's names, says which it took, and refuses others.
 TEST(Fusion, TheConvolutionBatchNormRouteIsASwitchWithNames) {
   CpuBackend cpu(1);

@@ -99,6 +99,9 @@ struct GraphSearch {
   int failed = 0;       // that built but did not run
   int timed = 0;
   int compile_refused = 0;  // runtime-compiled, not built: the backend's compile allowance was spent
+  int ranked_runtime_compiled = 0;  // of `ranked`, configurations whose engine compiles at build
+  int compiles = 0;                 // runtime-compiled plans finalized, built or not
+  double compile_milliseconds = 0, slowest_compile_milliseconds = 0;  // over those
 };
 
 inline std::string describe_search(const GraphSearch& s) {

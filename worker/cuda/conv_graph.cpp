@@ -225,6 +225,7 @@ std::vector<BuiltPlan> build_plans(const BackendDescriptor& graph, cudnnHandle_t
       ranked.push_back({engine_admitted(engines.back().notes, rules.fp32_data, rules.tensor_cores_allowed,
                                         rules.determinism),
                         engines.back().runtime_compiled});
+      search.ranked_runtime_compiled += engines.back().runtime_compiled ? 1 : 0;
     }
     const auto past_deadline = [&] {
       return rules.build_deadline && std::chrono::steady_clock::now() > *rules.build_deadline;
@@ -245,7 +246,13 @@ std::vector<BuiltPlan> build_plans(const BackendDescriptor& graph, cudnnHandle_t
       const auto building = std::chrono::steady_clock::now();
       const cudnnStatus_t status = cudnnBackendFinalize(plan.get());
       const auto took = std::chrono::steady_clock::now() - building;
-      if (engine.runtime_compiled && rules.compile_allowance != nullptr) rules.compile_allowance->charge(took);
+      if (engine.runtime_compiled) {
+        const double milliseconds = std::chrono::duration<double, std::milli>(took).count();
+        ++search.compiles;
+        search.compile_milliseconds += milliseconds;
+        search.slowest_compile_milliseconds = std::max(search.slowest_compile_milliseconds, milliseconds);
+        if (rules.compile_allowance != nullptr) rules.compile_allowance->charge(took);
+      }
       if (status != CUDNN_STATUS_SUCCESS) {
         if (search.unbuildable++ == 0 && first_unbuildable_reason != nullptr) {
           std::array<char, 1024> reason{};

@@ -177,12 +177,15 @@ class Bottleneck final : public Layer {
     const Conv2dConfig c1 = conv1_->config_for(input.shape, input.dtype);
     const Conv2dConfig c2 = conv2_->config_for(c1.output(), input.dtype);
     const Conv2dConfig c3 = conv3_->config_for(c2.output(), input.dtype);
-    std::unique_ptr<FusedConv2dOp> f1 = ctx.backend.make_fused_conv2d({c1, false, true});
-    if (!f1) return;
+    // The convolutions that read a normalised input first: the rarest fusion (no engine offers it
+    // in bf16 on an H200), so a block that cannot fuse asks nothing more, and conv1's plain
+    // statistics fusion, which only runtime-compiled engines may offer, is not compiled for nothing.
     std::unique_ptr<FusedConv2dOp> f2 = ctx.backend.make_fused_conv2d({c2, true, true, true});
     if (!f2) return;
     std::unique_ptr<FusedConv2dOp> f3 = ctx.backend.make_fused_conv2d({c3, true, fused_, true});
     if (!f3) return;
+    std::unique_ptr<FusedConv2dOp> f1 = ctx.backend.make_fused_conv2d({c1, false, true});
+    if (!f1) return;
     for (BatchNorm2d* bn : {bn1_, bn2_}) bn->defer_to_convolutions(true);
     bn3_->take_statistics_from_convolution(fused_);
     // The batch norm before a convolution whose data gradient takes its gradients, if it does.
