@@ -406,6 +406,11 @@ int run(const Options& options) {
       canary["ranked"] = search.search.ranked;
       canary["built"] = search.built.size();
       canary["runtimeCompiledPlans"] = compiled;
+      canary["rankedRuntimeCompiled"] = search.search.ranked_runtime_compiled;
+      if (search.search.compiles > 0) {
+        canary["compiles"] = search.search.compiles;
+        canary["compileMilliseconds"] = search.search.compile_milliseconds;
+      }
       std::string said;
       if (!search.built.empty()) {
         canary["buildMilliseconds"] = search.built.front().build_milliseconds;

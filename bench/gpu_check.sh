@@ -482,15 +482,6 @@ time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph 
 # (gpu-device.json) lets a session without a GPU ask for it again.
 step conv-fusion 90 "$bin/conv_fusion_probe" --gpu --time --plans 3 --passes "$model_passes" \
   --write-device-json "$logs/gpu-device.json" --output "$logs/conv-fusion.json"
-# The plans above are built the model's way: precompiled engines first, runtime-compiled ones (NVRTC
-# at build) only where none builds. Where the canary says this GPU is offered runtime-fusion engines
-# (none was on a build machine without the driver), the same in the heuristics' own rank: whether a
-# compiled plan would be faster, and what each compile costs (planBuildMilliseconds).
-if python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["runtimeFusionCanary"].get("ranked", 0) > 0 else 1)' \
-  "$logs/conv-fusion.json" 2>/dev/null; then
-  step conv-fusion-ranked 90 "$bin/conv_fusion_probe" --gpu --time --plans 3 --order ranked --passes "$model_passes" \
-    --output "$logs/conv-fusion-ranked.json"
-fi
 # And the model with them (DLBENCH_CUDA_CONV_BATCH_NORM=fused): no normalised tensor of bn1 and bn2
 # written or read, their statistics from the convolutions' epilogues, their gradients from the data
 # gradients'; its profile says where the step's time moved (stderr names any convolution an engine

@@ -483,14 +483,11 @@ def conv_fusion(logs):
     how many were checked and found off; the described H200's answer (no GPU needed) beside the
     device's own."""
     out = []
-    for name, what in (("conv-fusion", "this GPU"), ("conv-fusion-ranked", "this GPU, plans in the heuristics' rank"),
-                       ("conv-fusion-check", "this GPU, checked at batch 8"),
+    for name, what in (("conv-fusion", "this GPU"), ("conv-fusion-check", "this GPU, checked at batch 8"),
                        ("conv-fusion-bf16", "this GPU in bf16, built at batch 8"),
                        ("conv-fusion-described", "the described H200")):
         doc = load(os.path.join(logs, name + ".json"))
         if not doc:
-            if name == "conv-fusion-ranked" and not os.path.exists(os.path.join(logs, name + ".log")):
-                continue  # run only where runtime-fusion engines were offered
             out.append(f"  {what}: no document; {last_line(logs, name)}")
             continue
         cut = "" if doc.get("complete") else " (cut short: the shapes it finished)"
