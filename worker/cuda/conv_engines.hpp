@@ -116,11 +116,11 @@ inline std::string describe_search(const GraphSearch& s) {
 // Whether plans whose engine compiles its kernel as the plan is built (cuDNN's runtime-fusion
 // engines, behaviour note RUNTIME_COMPILATION: NVRTC, then the driver loads the result) are built in
 // the heuristics' rank (`ranked`: the probe, which asks what every engine costs), or only where no
-// precompiled engine builds a plan (`last_resort`: the model). ResNet-50 has 23 convolution
-// shapes, each with up to three fused graphs and three plain passes; each compile takes host time
-// that no GPU has yet measured here, where a precompiled plan costs none. (No machine without the CUDA driver is
-// offered these engines at all: cuDNN refuses them, RUNTIME_PREREQUISITE_MISSING, for want of
-// libcuda, so a described device's search here never meets one.)
+// precompiled engine builds a plan (`last_resort`: the model). A compile takes host time, 0.4 to
+// 0.8 s a kernel on this project's Xeon (bench/RESULTS.md, 2026-12-04), for each distinct graph,
+// where a precompiled plan takes microseconds. (cuDNN offers these engines only where the CUDA
+// driver loads: a build machine without one sees none, and with the toolkit's stub driver they
+// are ranked and compiled, never loaded.)
 enum class RuntimeCompilation { ranked, last_resort };
 
 // The order in which build_plans tries `ranked` configurations, given which compile at build:
@@ -162,8 +162,8 @@ struct RankedEngine {
 // configurations tried in build_order, `try_build(i)` building configuration i (true where a plan
 // was kept; it charges a compile's time to the allowance). It stops at `most` plans, once one is
 // built and `past_deadline()` says so, and with `last_resort` at the first runtime-compiled
-// configuration once a precompiled plan is built; it counts in `search` what numerics refused and what the
-// spent allowance did not let compile.
+// configuration once a precompiled plan is built; it counts in `search` what numerics refused
+// and what the spent allowance did not let compile.
 template <typename PastDeadline, typename TryBuild>
 void build_ranked(const std::vector<RankedEngine>& engines, int most, RuntimeCompilation rule,
                   const CompileAllowance* allowance, GraphSearch& search, PastDeadline past_deadline,
