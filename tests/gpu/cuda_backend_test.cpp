@@ -1083,16 +1083,8 @@ TEST_F(CudaBackendTest, AHalfResNetFollowsTheSeparateOneWithConvolutionsFusedWit
       const SgdConfig sgd{0.01f, 0.9f, 1e-4f};
       Trainer separate(separate_backend, build_model("resnet50"), input, 1000, sgd, 5, 0, MemoryReuse::lifetime, dtype);
       Trainer fused(*fused_backend, build_model("resnet50"), input, 1000, sgd, 5, 0, MemoryReuse::poison, dtype);
-      int blocks = 0, fused_blocks = 0, gradient_blocks = 0;
-      const std::function<void(Layer&)> count = [&](Layer& layer) {
-        if (auto* block = dynamic_cast<Bottleneck*>(&layer)) {
-          ++blocks;
-          fused_blocks += block->convolutions_fused() ? 1 : 0;
-          gradient_blocks += block->batch_norm_gradients_fused() ? 1 : 0;
-        }
-        layer.for_each_child([&](const std::string&, Layer& child) { count(child); });
-      };
-      count(fused.network());
+      const FusedBlocks counted = count_fused_blocks(fused.network());
+      const int blocks = counted.blocks, fused_blocks = counted.fused, gradient_blocks = counted.gradients;
       EXPECT_EQ(blocks, 16);
       if (dtype == DType::fp16) {
         EXPECT_EQ(fused_blocks, blocks) << "every bottleneck fuses in fp16";

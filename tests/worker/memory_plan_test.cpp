@@ -497,15 +497,10 @@ TEST(Fusion, BottleneckConvolutionsFusedWithTheirBatchNormsTrainLikeTheLayersApa
     const Trajectory fused =
         train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, &fused_trainer, fused_backend);
     const Trajectory apart = train(every_layer_kind(), input, 10, MemoryReuse::none, 3, nullptr, nullptr, apart_backend);
-    int fused_blocks = 0, gradient_blocks = 0;
-    fused_trainer->network().for_each_child([&](const std::string&, Layer& child) {
-      if (auto* block = dynamic_cast<Bottleneck*>(&child)) {
-        fused_blocks += block->convolutions_fused() ? 1 : 0;
-        gradient_blocks += block->batch_norm_gradients_fused() ? 1 : 0;
-      }
-    });
-    EXPECT_EQ(fused_blocks, 2) << "both bottlenecks fuse their convolutions";
-    EXPECT_EQ(gradient_blocks, gradients ? 2 : 0) << "and their data gradients with the batch norms' gradients, if asked";
+    const FusedBlocks count = count_fused_blocks(fused_trainer->network());
+    EXPECT_EQ(count.blocks, 2);
+    EXPECT_EQ(count.fused, 2) << "both bottlenecks fuse their convolutions";
+    EXPECT_EQ(count.gradients, gradients ? 2 : 0) << "and their data gradients with the batch norms' gradients, if asked";
     ASSERT_EQ(fused.losses.size(), apart.losses.size());
     for (std::size_t i = 0; i < fused.losses.size(); ++i) {
       EXPECT_NEAR(fused.losses[i], apart.losses[i], 1e-5f * apart.losses[i]) << "step " << i;
@@ -541,10 +536,7 @@ TEST(Fusion, ABlockWhoseNormalisedInputCannotFuseAsksForNoOtherFusion) {
     });
     std::unique_ptr<Trainer> trainer;
     train(every_layer_kind(), Shape(2, 3, 16, 16), 10, MemoryReuse::none, 1, nullptr, &trainer, backend);
-    int fused_blocks = 0;
-    trainer->network().for_each_child([&](const std::string&, Layer& child) {
-      if (auto* block = dynamic_cast<Bottleneck*>(&child)) fused_blocks += block->convolutions_fused() ? 1 : 0;
-    });
+    const int fused_blocks = count_fused_blocks(trainer->network()).fused;
     ASSERT_FALSE(asked.empty());
     EXPECT_TRUE(asked.front()) << "the first ask reads a normalised input";
     if (normalised_input_fuses) {

@@ -378,6 +378,9 @@ TEST(WorkerCli, BertBaseTrainsSequencesAndCountsThem) {
                                  "DLBENCH_CPU_CONV_BACKWARD_DATA=flipped DLBENCH_CPU_CONV_BATCH_NORM=fused");
   ASSERT_EQ(limited.exit_code, 0) << limited.err;
   EXPECT_EQ(decoded(limited.out).environment.backend_options.at("convBatchNorm"), "fused");
+  // And what the route did: ResNet-50's 16 bottlenecks, all fused on the CPU, data gradients too.
+  EXPECT_EQ(decoded(limited.out).environment.backend_options.at("convBatchNormBlocks"), "16 of 16");
+  EXPECT_EQ(decoded(limited.out).environment.backend_options.at("convBatchNormGradientBlocks"), "16 of 16");
   EXPECT_EQ(decoded(limited.out).environment.backend_options.at("isa"), "sse41");
   EXPECT_EQ(decoded(limited.out).environment.backend_options.at("linearWeights"), "blocked");
   EXPECT_EQ(decoded(limited.out).environment.backend_options.at("convBackwardData"), "flipped");

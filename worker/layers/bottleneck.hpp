@@ -1,7 +1,9 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "layers/batch_norm2d.hpp"
 #include "layers/conv2d.hpp"
@@ -214,5 +216,26 @@ class Bottleneck final : public Layer {
   std::unique_ptr<ReluOp> relu_;
   Tensor y_, dsum_, dx_;
 };
+
+// How many of a set-up network's bottlenecks run their convolutions fused with their batch norms
+// (a block fuses all three or none), and of those how many data gradients take the batch norms'
+// gradients.
+struct FusedBlocks {
+  int blocks = 0, fused = 0, gradients = 0;
+};
+inline FusedBlocks count_fused_blocks(Layer& network) {
+  FusedBlocks count;
+  const std::function<void(Layer&)> visit = [&](Layer& layer) {
+    if (const auto* block = dynamic_cast<const Bottleneck*>(&layer)) {
+      ++count.blocks;
+      count.fused += block->convolutions_fused() ? 1 : 0;
+      count.gradients += block->batch_norm_gradients_fused() ? 1 : 0;
+      return;
+    }
+    layer.for_each_child([&](const std::string&, Layer& child) { visit(child); });
+  };
+  visit(network);
+  return count;
+}
 
 }  // namespace dlbench::worker

@@ -13,6 +13,7 @@
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/status.hpp"
 #include "layer_profiler.hpp"
+#include "layers/bottleneck.hpp"
 #include "program/case_setup.hpp"
 #ifdef DLBENCH_HAVE_CUDA
 #include "cuda/cuda_backend.hpp"
@@ -78,6 +79,15 @@ EnvironmentInfo environment(const Backend* backend, const Options& o, Communicat
   e.nccl_version = communicator.nccl_version();
   e.dlbench_version = DLBENCH_VERSION;
   return e;
+}
+
+void record_fused_blocks(Layer& network, std::map<std::string, std::string>& options) {
+  const auto route = options.find("convBatchNorm");
+  if (route == options.end() || route->second == "separate") return;
+  const FusedBlocks count = count_fused_blocks(network);
+  if (count.blocks == 0) return;
+  options["convBatchNormBlocks"] = std::to_string(count.fused) + " of " + std::to_string(count.blocks);
+  options["convBatchNormGradientBlocks"] = std::to_string(count.gradients) + " of " + std::to_string(count.blocks);
 }
 
 void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t parameters) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 
 #include "backend.hpp"
 #include "communicator.hpp"
+#include "layers/layer.hpp"
 #include "dlbench/core/result_document.hpp"
 #include "program/options.hpp"
 #include "self_test.hpp"
@@ -23,6 +25,14 @@ std::vector<std::string> distinct(const std::vector<std::string>& hosts);
 // The hosts, CPU, threads (and why that many), GPU and library versions of this invocation.
 EnvironmentInfo environment(const Backend* backend, const Options& o, Communicator& communicator,
                             const std::vector<std::string>& hosts);
+
+// Where the backend was asked to fuse bottlenecks' convolutions with their batch norms
+// (backendOptions.convBatchNorm other than "separate"), what the set-up `network` did, in
+// `options`: convBatchNormBlocks, "K of N" bottlenecks fused (a backend fuses a block's three
+// convolutions or none), and convBatchNormGradientBlocks, of those the K whose data gradients took
+// their batch norms' gradients. A route that fuses nothing (bf16 on an H200) then says so in the
+// result, not only on stderr. Nothing where the model has no bottleneck.
+void record_fused_blocks(Layer& network, std::map<std::string, std::string>& options);
 
 // The case's table: its repeats, median, stability, input, other load and profile, or why it failed.
 void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t parameters);

@@ -431,6 +431,7 @@ class CaseRun {
       };
     }
     measure_repeats(trainer, device, workload);
+    record_fused_blocks(trainer.network(), doc_.environment.backend_options);  // set up by the first step
     if (const auto state = trainer.loss_scale()) {  // amp: what the device decided, read once
       doc_.loss_scaling = LossScalingReport{state->scale, state->skipped, static_cast<std::int64_t>(trainer.steps_done()), {}};
       if (loss_scaling_trained_little(*doc_.loss_scaling)) doc_.loss_scaling->overflow = trace_an_overflow(trainer, workload);
