@@ -521,6 +521,12 @@ def conv_fusion(logs):
                 said = ", ".join(f"{what} {n}" for what, n in sorted(entry["secondRunWithoutZeroing"].items()))
                 line += f"; sums after a second run without zeroing: {said}"
             out.append(line)
+    # What the model's fused rows did: how many bottlenecks fused, from their results.
+    for name in ("dlbench-resnet50-amp-conv-bn-fused", "dlbench-resnet50-amp-conv-bn-fused-forward"):
+        options = ((load(os.path.join(logs, name + ".json")) or {}).get("environment") or {}).get("backendOptions") or {}
+        if "convBatchNormBlocks" in options:
+            out.append(f"  {name}: bottlenecks fused {options['convBatchNormBlocks']}, their data gradients with "
+                       f"the batch norms' {options.get('convBatchNormGradientBlocks', '-')}")
     return ["", "Convolutions fused with batch norm (cuDNN's engines, ResNet-50 amp at batch 256):"] + out
 
 

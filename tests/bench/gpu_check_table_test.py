@@ -58,6 +58,10 @@ class GpuCheckTable(unittest.TestCase):
                 "runtimeFusionCanary": {"shape": "ic64ih56oc64k1x1s1", "ranked": 0, "built": 0,
                                         "runtimeCompiledPlans": 0, "cudaDriver": "absent"},
                 "summary": [entry("conv+genstats", "conv", 52)]}))
+            write(logs, "dlbench-resnet50-amp-conv-bn-fused.json", json.dumps({
+                "state": "Succeeded", "environment": {"backendOptions": {
+                    "convBatchNorm": "fused", "convBatchNormBlocks": "16 of 16",
+                    "convBatchNormGradientBlocks": "15 of 16"}}}))
             lines = self.table(logs)
         at = lines.index("Convolutions fused with batch norm (cuDNN's engines, ResNet-50 amp at batch 256):")
         self.assertEqual(lines[at + 1], "  this GPU, NVIDIA H200, cuDNN 91900 (cut short: the shapes it finished):")
@@ -75,6 +79,8 @@ class GpuCheckTable(unittest.TestCase):
         self.assertEqual(lines[at + 10], "  the described H200, NVIDIA H200 (described, not present), cuDNN 91900:")
         self.assertEqual(lines[at + 11], "    runtime-fusion engines: 0 ranked, 0 built, 0 compiled at build "
                                          "(no CUDA driver here: cuDNN offers them none)")
+        self.assertEqual(lines[at + 13], "  dlbench-resnet50-amp-conv-bn-fused: bottlenecks fused 16 of 16, their data "
+                                         "gradients with the batch norms' 15 of 16")
 
     def test_a_fusion_probe_without_a_document_says_its_last_line(self):
         with tempfile.TemporaryDirectory() as logs:
