@@ -87,6 +87,7 @@ declare -A self_test_of=(
   [dlbench-resnet50-bf16-own]=self-test-own-channels-last
   [dlbench-resnet50-amp-deterministic]=self-test-deterministic
   [dlbench-resnet50-amp-conv-bn-fused]=self-test-conv-batch-norm-fused
+  [dlbench-resnet50-amp-conv-bn-fused-graph]=self-test-conv-batch-norm-fused
   [profile-resnet50-amp-conv-bn-fused]=self-test-conv-batch-norm-fused
   [dlbench-resnet50-amp-conv-bn-fused-forward]=self-test-conv-batch-norm-fused-forward)
 self_test_failed() {
@@ -468,6 +469,9 @@ compare_resnet50 amp
 # convolutions' epilogues, their gradients from the data gradients' (stderr names any convolution
 # an engine would not fuse).
 DLBENCH_CUDA_CONV_BATCH_NORM=fused time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-bn-fused dlbench-conv-bn-fused
+# And replayed as a step graph, as the default's graph row below (1.30x on 2026-11-29): both levers.
+DLBENCH_CUDA_CONV_BATCH_NORM=fused time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-bn-fused-graph \
+  dlbench-conv-bn-fused-graph --cuda-graph on
 # Weight copies kept: 106 filter roundings a step become one pass and 17 transpositions (1.28x of the
 # 1.3x target on 2026-11-29).
 DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench_resnet50 amp dlbench-resnet50-amp-kept dlbench-kept

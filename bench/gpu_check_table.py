@@ -277,7 +277,8 @@ def comparison(logs):
                 ("dlbench-attention-fused", "fused attention"),
                 ("dlbench-attention-fused-graph", "fused attention + graph"),
                 ("dlbench-kept", "weights kept"), ("dlbench-pad-4", "stem padded to 4"),
-                ("dlbench-conv-bn-fused", "conv+bn fused"), ("dlbench-conv-bn-fused-forward", "conv+bn fused forward"),
+                ("dlbench-conv-bn-fused", "conv+bn fused"), ("dlbench-conv-bn-fused-graph", "conv+bn fused + graph"),
+                ("dlbench-conv-bn-fused-forward", "conv+bn fused forward"),
                 ("dlbench-deterministic", "deterministic"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
@@ -522,7 +523,8 @@ def conv_fusion(logs):
                 line += f"; sums after a second run without zeroing: {said}"
             out.append(line)
     # What the model's fused rows did: how many bottlenecks fused, from their results.
-    for name in ("dlbench-resnet50-amp-conv-bn-fused", "dlbench-resnet50-amp-conv-bn-fused-forward"):
+    for name in ("dlbench-resnet50-amp-conv-bn-fused", "dlbench-resnet50-amp-conv-bn-fused-graph",
+                 "dlbench-resnet50-amp-conv-bn-fused-forward"):
         options = ((load(os.path.join(logs, name + ".json")) or {}).get("environment") or {}).get("backendOptions") or {}
         if "convBatchNormBlocks" in options:
             out.append(f"  {name}: bottlenecks fused {options['convBatchNormBlocks']}, their data gradients with "

@@ -43,6 +43,7 @@ NO_GPU = ("--backend cuda: no usable CUDA device", "finds no cuda device on this
 EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "amp-overflow-trace", "dlbench-run-cuda", "dlbench-run-cuda-graph", "pytorch-command-resnet50-amp", "self-test", "gpu-tests", "cuda-backend-tests", "profile-bert-amp",
              "dlbench-resnet50-amp-graph", "conv-fusion", "conv-fusion-check", "conv-fusion-bf16",
              "self-test-conv-batch-norm-fused", "dlbench-resnet50-amp-conv-bn-fused",
+             "dlbench-resnet50-amp-conv-bn-fused-graph",
              "self-test-conv-batch-norm-fused-forward", "dlbench-resnet50-amp-conv-bn-fused-forward",
              "profile-resnet50-amp-conv-bn-fused",
              "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-conv-graph-nhwc-own",
