@@ -304,21 +304,23 @@ DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_POOL=own poisoned fp32 poisoned-resnet5
 { needs_real_data input-check-values
   step input-check-values 90 "$bin/dlbench-input" measure "$real_data/images" --threads "$decode_threads" \
     --batch-size 256 --batches $((decode_threads * 15)) --pixel-type fp16 --check-values on; } & correctness+=($!)
+# The probes below ask for the model's four fused passes only: where a driver is (as here), the
+# smaller data-gradient fusions dgrad+drelu and dgrad+scale+bias+drelu have only runtime-compiled
+# engines (9 ranked a shape for a described H200 with the toolkit's stub driver, about 0.8 s a
+# compile on this project's Xeon), 3 plans each over 22 shapes, a minute and more of compiling for
+# passes the model does not run.
+model_passes=conv+genstats,scale+bias+relu+conv+genstats,scale+bias+relu+wgrad,dgrad+drelu+dbn-weight
 # Which ResNet-50 convolutions cuDNN's engines fuse with batch norm, for the H200 as dlbench
 # describes it (no GPU used; the answer tests/gpu/conv_fusion_test.cpp pins on the CPU), beside the
 # device's own answer below.
-step conv-fusion-described 60 "$bin/conv_fusion_probe" --device h200 --output "$logs/conv-fusion-described.json" &
+step conv-fusion-described 60 "$bin/conv_fusion_probe" --device h200 --passes "$model_passes" \
+  --output "$logs/conv-fusion-described.json" &
 correctness+=($!)
 # And whether the fused passes compute right (never run on a GPU): each one's output against its
 # plain pass's around the host's reference (cuda/conv_fusion_reference.hpp), the statistics against
 # the host's sums of what it wrote, at batch 8, for every plan of the 3 the model builds and times
 # (it may keep any); exit 1 where one is off its bound. Each plan's second run without zeroing
 # says whether the engines add into their sums or overwrite them (the model zeroes them first).
-# The model's four passes only: with a driver, dgrad+drelu and dgrad+scale+bias+drelu have only
-# runtime-compiled engines (9 ranked a shape for a described H200 with the toolkit's stub driver,
-# about 0.8 s a compile on this project's Xeon), 3 plans each over 22 shapes, a minute and more of
-# compiling for passes the model does not run.
-model_passes=conv+genstats,scale+bias+relu+conv+genstats,scale+bias+relu+wgrad,dgrad+drelu+dbn-weight
 step conv-fusion-check 120 "$bin/conv_fusion_probe" --gpu --check --batch-size 8 --plans 3 --passes "$model_passes" \
   --output "$logs/conv-fusion-check.json" & correctness+=($!)
 # bf16 asked of the device itself: for a described H200 with the toolkit's stub driver, which lets
