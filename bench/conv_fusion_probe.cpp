@@ -67,6 +67,10 @@ struct Options {
   std::vector<std::string> passes;  // the passes probed (with their plain baselines); empty: every one
   std::string write_device_json;
   std::string output;
+  // A CUDA driver stub (the toolkit's lib64/stubs/libcuda.so) loaded before cuDNN looks for the
+  // driver: its soname is libcuda.so.1, so cuDNN's own dlopen finds it, and a machine without a GPU
+  // sees the runtime-fusion engines ranked and compiled (never loaded).
+  std::string stub_driver;
 };
 
 // The CUDA driver's library here: "absent" (a build machine need not have one), "stub" (the
@@ -675,6 +679,9 @@ int main(int argc, char** argv) {
                  "model: precompiled engines first, runtime-compiled ones only where none builds, as the model "
                  "builds them (default); ranked: the heuristics' order");
   app.add_option("--write-device-json", options.write_device_json, "with --gpu: write the GPU's JSON to this file");
+  app.add_option("--stub-driver", options.stub_driver,
+                 "without --gpu: load this CUDA driver stub (the toolkit's lib64/stubs/libcuda.so) first, so that "
+                 "cuDNN ranks and compiles its runtime-fusion engines here");
   app.add_option("--output", options.output, "write every pass and the summary as JSON to this file");
   try {
     try {
@@ -694,6 +701,13 @@ int main(int argc, char** argv) {
     }
     if ((options.time || options.check || !options.write_device_json.empty()) && !options.gpu) {
       throw dlbench::UsageError{"--time, --check and --write-device-json need --gpu"};
+    }
+    if (!options.stub_driver.empty()) {
+      if (options.gpu) throw dlbench::UsageError{"--stub-driver: not with --gpu, whose machine has its own driver"};
+      // Kept loaded for the process: cuDNN's dlopen("libcuda.so.1") finds it by its soname.
+      if (dlopen(options.stub_driver.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+        throw dlbench::UsageError{"--stub-driver: cannot load " + options.stub_driver + ": " + dlerror()};
+      }
     }
     if (!options.device.empty()) {
       try {
