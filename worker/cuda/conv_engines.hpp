@@ -144,7 +144,6 @@ class CompileAllowance {
   explicit CompileAllowance(std::chrono::milliseconds total) : total_(total) {}
   bool spent() const { return std::chrono::nanoseconds(used_.load()) >= total_; }
   void charge(std::chrono::nanoseconds took) { used_ += took.count(); }
-  std::chrono::milliseconds total() const { return total_; }
   std::chrono::nanoseconds used() const { return std::chrono::nanoseconds(used_.load()); }
 
  private:
