@@ -246,20 +246,26 @@ std::vector<CheckResult> check_fused(cudnnHandle_t handle, const Conv2dConfig& c
                                      const Probed& fused, const Probed& plain) {
   DeviceTensors ours;
   fill(ours, fused.graph, dtype);
-  // The batch norm before the convolution, as its forward left it for x's values.
+  // The batch norm whose gradients the pass reduces, as its forward left it for its input's values:
+  // the one before the convolution (its input is the ReLU's, recomputed), or, in the shortcut's
+  // form, the block's last (its input apart from the ReLU's, the block's output).
+  const ConvFusion fusion = fused.graph.fusion;
+  const bool shortcut = fusion == ConvFusion::dgrad_add_drelu || fusion == ConvFusion::dgrad_add_drelu_dbn_weight;
+  const std::int64_t batch_norm_input = fusion == ConvFusion::dgrad_add_drelu_dbn_weight ? kBatchNormInputUid
+                                                                                        : kReluInputUid;
   std::optional<BatchNormParameters> batch_norm;
-  if (fused.graph.fusion == ConvFusion::dgrad_drelu_dbn_weight) {
-    batch_norm = batch_norm_parameters(dtype, download<std::uint16_t>(ours, kReluInputUid),
+  if (reduces_batch_norm_gradients(fusion)) {
+    batch_norm = batch_norm_parameters(dtype, download<std::uint16_t>(ours, batch_norm_input),
                                        static_cast<std::size_t>(config.input.c()), 20261203u);
     upload(ours, kMeanUid, batch_norm->mean);
     upload(ours, kInvStdUid, batch_norm->inv_std);
     upload(ours, kGammaUid, batch_norm->gamma);
-    upload(ours, kBetaUid, batch_norm->beta);
+    if (ours.at.contains(kBetaUid)) upload(ours, kBetaUid, batch_norm->beta);
   }
   const auto input = [&](std::int64_t uid) { return download<std::uint16_t>(ours, uid); };
   HostValues given;
   std::int64_t output_uid = kOutputUid;
-  switch (fused.graph.fusion) {
+  switch (fusion) {
     case ConvFusion::conv_genstats: given = {{kInputUid, input(kInputUid)}, {kFilterUid, input(kFilterUid)}}; break;
     case ConvFusion::scale_bias_relu_conv_genstats:
       given = {{kInputUid, scale_bias_relu(dtype, input(kInputUid), input(kScaleUid), input(kBiasUid))},
@@ -273,6 +279,8 @@ std::vector<CheckResult> check_fused(cudnnHandle_t handle, const Conv2dConfig& c
     case ConvFusion::dgrad_drelu:
     case ConvFusion::dgrad_scale_bias_drelu:
     case ConvFusion::dgrad_drelu_dbn_weight:
+    case ConvFusion::dgrad_add_drelu:
+    case ConvFusion::dgrad_add_drelu_dbn_weight:
       given = {{kFilterUid, input(kFilterUid)}, {kOutputUid, input(kOutputUid)}};
       output_uid = kInputUid;
       break;
@@ -285,12 +293,13 @@ std::vector<CheckResult> check_fused(cudnnHandle_t handle, const Conv2dConfig& c
   fill(theirs, plain.graph, dtype, given);
   run_plan(handle, plain, 0, theirs);
   std::vector<std::uint16_t> want = download<std::uint16_t>(theirs, output_uid);
-  if (fused.graph.fusion == ConvFusion::dgrad_drelu) {
+  if (shortcut) add_into(dtype, want, input(kShortcutGradientUid));
+  if (fusion == ConvFusion::dgrad_drelu || shortcut) {
     relu_backward(dtype, want, input(kReluInputUid));
-  } else if (fused.graph.fusion == ConvFusion::dgrad_scale_bias_drelu) {
+  } else if (fusion == ConvFusion::dgrad_scale_bias_drelu) {
     const auto scale = input(kScaleUid), bias = input(kBiasUid);
     relu_backward(dtype, want, input(kReluInputUid), &scale, &bias);
-  } else if (batch_norm) {
+  } else if (fusion == ConvFusion::dgrad_drelu_dbn_weight) {
     relu_backward(dtype, want, input(kReluInputUid), *batch_norm);
   }
 
@@ -309,7 +318,7 @@ std::vector<CheckResult> check_fused(cudnnHandle_t handle, const Conv2dConfig& c
       result.statistics_error = batch_norm_gradients_error(
           dtype, download<float>(ours, kDgammaUid), download<float>(ours, kDbetaUid),
           download<float>(ours, kCoefficientDyUid), download<float>(ours, kCoefficientXUid),
-          download<float>(ours, kCoefficientBiasUid), input(kReluInputUid), got, *batch_norm);
+          download<float>(ours, kCoefficientBiasUid), input(batch_norm_input), got, *batch_norm);
     }
     const std::vector<float> once = download_per_channel_outputs(ours, fused.graph);
     if (!once.empty()) {
@@ -566,7 +575,7 @@ int run(const Options& options) {
               !plain->second.search.built.empty()) {
             // Every plan built is checked (the model may run any); the row says the worst.
             const std::vector<CheckResult> checks = check_fused(handle, config, dtype, it->second, plain->second);
-            const bool gradients = fusion == ConvFusion::dgrad_drelu_dbn_weight;
+            const bool gradients = reduces_batch_norm_gradients(fusion);
             const char* second_name = gradients ? "batchNormGradientsError" : "statisticsError";
             CheckResult worst;
             // NaN is worse than any number (std::max would keep the number).

@@ -46,7 +46,7 @@ class ConvFusionProbe(unittest.TestCase):
         summary = {entry["pass"]: entry for entry in document["summary"]}
         self.assertEqual(set(summary), {"conv", "conv+genstats", "scale+bias+relu+conv+genstats", "wgrad",
                                         "scale+bias+relu+wgrad", "dgrad", "dgrad+drelu", "dgrad+scale+bias+drelu",
-                                        "dgrad+drelu+dbn-weight"})
+                                        "dgrad+drelu+dbn-weight", "dgrad+add+drelu", "dgrad+add+drelu+dbn-weight"})
         for entry in summary.values():
             self.assertEqual(entry["convolutions"], 53)  # ResNet-50's, counted with their multiplicity
         for plain in ("conv", "wgrad", "dgrad"):
@@ -57,8 +57,14 @@ class ConvFusionProbe(unittest.TestCase):
         # no smaller one.
         self.assertEqual(summary["dgrad+drelu+dbn-weight"]["convolutionsBuilt"], 52)
         self.assertEqual(summary["dgrad+drelu"]["convolutionsBuilt"], 0)
+        # The shortcut's form of DgradDreluBNBwdWeight (the block's last batch norm reduced from the
+        # next block's data gradient plus the shortcut's) is ranked by no engine of either kind,
+        # whatever driver is here.
+        for row in document["passes"]:
+            if row["pass"] == "dgrad+add+drelu+dbn-weight":
+                self.assertEqual(row["ranked"], 0, row["shape"])
         shapes = {row["shape"] for row in document["passes"]}
-        self.assertEqual(len(document["passes"]), len(shapes) * 9)
+        self.assertEqual(len(document["passes"]), len(shapes) * 11)
         counted = {}
         for row in document["passes"]:
             counted[row["shape"]] = row["count"]

@@ -23,6 +23,8 @@ std::string_view to_string(ConvFusion fusion) {
     case ConvFusion::dgrad_drelu: return "dgrad+drelu";
     case ConvFusion::dgrad_scale_bias_drelu: return "dgrad+scale+bias+drelu";
     case ConvFusion::dgrad_drelu_dbn_weight: return "dgrad+drelu+dbn-weight";
+    case ConvFusion::dgrad_add_drelu: return "dgrad+add+drelu";
+    case ConvFusion::dgrad_add_drelu_dbn_weight: return "dgrad+add+drelu+dbn-weight";
     case ConvFusion::runtime_fusion_canary: return "conv+bias+scale+tanh";
   }
   throw std::invalid_argument("unknown convolution fusion");
@@ -39,7 +41,9 @@ ConvFusion baseline_of(ConvFusion fusion) {
     case ConvFusion::dgrad:
     case ConvFusion::dgrad_drelu:
     case ConvFusion::dgrad_scale_bias_drelu:
-    case ConvFusion::dgrad_drelu_dbn_weight: return ConvFusion::dgrad;
+    case ConvFusion::dgrad_drelu_dbn_weight:
+    case ConvFusion::dgrad_add_drelu:
+    case ConvFusion::dgrad_add_drelu_dbn_weight: return ConvFusion::dgrad;
   }
   throw std::invalid_argument("unknown convolution fusion");
 }
@@ -294,6 +298,28 @@ BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config,
       parts.batch_norm_weight_gradients({&x, &mean, &inv_std, &gamma, &dx, &per_channel(kDgammaUid),
                                          &per_channel(kDbetaUid), &per_channel(kCoefficientDyUid),
                                          &per_channel(kCoefficientXUid), &per_channel(kCoefficientBiasUid)});
+      break;
+    }
+    case ConvFusion::dgrad_add_drelu:
+    case ConvFusion::dgrad_add_drelu_dbn_weight: {
+      const BackendDescriptor& unmasked = parts.intermediate(shapes.input);
+      const BackendDescriptor& w = parts.tensor(kFilterUid, shapes.filter, type);
+      const BackendDescriptor& dy = parts.tensor(kOutputUid, shapes.output, type);
+      parts.convolution(ConvPass::backward_data, config, unmasked, w, dy);
+      const BackendDescriptor& summed = parts.intermediate(shapes.input);
+      parts.pointwise(CUDNN_POINTWISE_ADD, unmasked, &parts.tensor(kShortcutGradientUid, shapes.input, type), summed);
+      const BackendDescriptor& dx = parts.tensor(kInputUid, shapes.input, type);
+      parts.relu_backward(summed, parts.tensor(kReluInputUid, shapes.input, type), dx);
+      if (graph.fusion == ConvFusion::dgrad_add_drelu_dbn_weight) {
+        const auto per_channel = [&](std::int64_t uid) -> const BackendDescriptor& {
+          return parts.tensor(uid, per_input_channel, CUDNN_DATA_FLOAT);
+        };
+        parts.batch_norm_weight_gradients({&parts.tensor(kBatchNormInputUid, shapes.input, type), &per_channel(kMeanUid),
+                                           &per_channel(kInvStdUid), &per_channel(kGammaUid), &dx,
+                                           &per_channel(kDgammaUid), &per_channel(kDbetaUid),
+                                           &per_channel(kCoefficientDyUid), &per_channel(kCoefficientXUid),
+                                           &per_channel(kCoefficientBiasUid)});
+      }
       break;
     }
   }

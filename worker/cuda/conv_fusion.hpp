@@ -41,17 +41,30 @@ enum class ConvFusion {
   // (dgamma, dbeta) and the coefficients of its input gradient (dx_bn = A * dx + B * x + C) reduced
   // as the masked gradient dx is written.
   dgrad_drelu_dbn_weight,
+  // The probe's only, never the model's: a bottleneck's output ReLU taken into the next block's
+  // first data gradient, dx = dgrad(dy, w) + g where r > 0, else 0, with g the gradient the next
+  // block's shortcut carries back and r the block's output (the ReLU's output, positive where its
+  // input was); the second also reduces the block's last batch norm's weight gradients and
+  // input-gradient coefficients from dx and that batch norm's input x (kBatchNormInputUid). cuDNN
+  // 9.19 ranks no engine of either kind for the second (bench/RESULTS.md, 2026-12-04).
+  dgrad_add_drelu,
+  dgrad_add_drelu_dbn_weight,
   // Not a pass dlbench runs: y = tanh((conv(x, w) + b) * s), an epilogue only cuDNN's generic
   // runtime-fusion engines take. Whether any engine is ranked for it says whether a device (or a
   // description of one) is offered those engines at all; the probe asks it first.
   runtime_fusion_canary,
 };
-inline constexpr std::array<ConvFusion, 9> kConvFusions{
+inline constexpr std::array<ConvFusion, 11> kConvFusions{
     ConvFusion::conv,  ConvFusion::conv_genstats, ConvFusion::scale_bias_relu_conv_genstats,
     ConvFusion::wgrad, ConvFusion::scale_bias_relu_wgrad,
     ConvFusion::dgrad, ConvFusion::dgrad_drelu,   ConvFusion::dgrad_scale_bias_drelu,
-    ConvFusion::dgrad_drelu_dbn_weight};
+    ConvFusion::dgrad_drelu_dbn_weight, ConvFusion::dgrad_add_drelu, ConvFusion::dgrad_add_drelu_dbn_weight};
 std::string_view to_string(ConvFusion fusion);
+// The passes that reduce a batch norm's weight gradients and input-gradient coefficients as they
+// write the masked data gradient.
+inline bool reduces_batch_norm_gradients(ConvFusion fusion) {
+  return fusion == ConvFusion::dgrad_drelu_dbn_weight || fusion == ConvFusion::dgrad_add_drelu_dbn_weight;
+}
 // The plain pass a fused one replaces (itself for a plain one).
 ConvFusion baseline_of(ConvFusion fusion);
 
@@ -63,6 +76,9 @@ inline constexpr std::int64_t kScaleUid = 4, kBiasUid = 5, kSumUid = 6, kSquareS
 // A (of dx), B (of x) and C (written).
 inline constexpr std::int64_t kMeanUid = 9, kInvStdUid = 10, kGammaUid = 11, kBetaUid = 12, kDgammaUid = 13,
                               kDbetaUid = 14, kCoefficientDyUid = 15, kCoefficientXUid = 16, kCoefficientBiasUid = 17;
+// dgrad_add_drelu's and dgrad_add_drelu_dbn_weight's: the shortcut's gradient g (added to the data
+// gradient) and the batch norm's input x (the ReLU's input being its output plus the shortcut).
+inline constexpr std::int64_t kShortcutGradientUid = 18, kBatchNormInputUid = 19;
 
 // The per-channel fp32 tensors a fused pass writes (statistics, weight gradients, coefficients): a
 // plan timed on a pass's own buffers writes these to scratch, whether the engine adds into them

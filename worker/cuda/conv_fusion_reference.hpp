@@ -72,6 +72,13 @@ inline void relu_backward(DType dtype, std::vector<std::uint16_t>& dx, const std
   }
 }
 
+// dx + g, each sum in fp32 rounded to `dtype`: the gradient a shortcut carries back, added to a
+// data gradient.
+inline void add_into(DType dtype, std::vector<std::uint16_t>& dx, const std::vector<std::uint16_t>& g) {
+  if (g.size() != dx.size()) throw std::invalid_argument("add_into: dx and g differ in size");
+  for (std::size_t i = 0; i < dx.size(); ++i) dx[i] = half_bits(dtype, half_value(dtype, dx[i]) + half_value(dtype, g[i]));
+}
+
 // Σy, Σy² and Σ|y| per channel of a channels-last tensor, in double.
 struct ChannelSums {
   std::vector<double> sum, square_sum, absolute_sum;
