@@ -348,11 +348,12 @@ struct EmulatedBatchNorm {
     };
     const auto gradient = [&](std::int64_t at) {
       const auto i = static_cast<std::size_t>(at);
+      if (tail == 0) return dy[i];  // no ReLU, and no mask bytes to read
       const std::size_t c = channel_at(at);
       const bool passed = tail == 1 ? batch_norm_normalized(x[i], mean[c], batch_norm_scale(gamma[c], inverse_std[c]),
                                                             beta[c]) > 0.0f
                                     : mask_bit(at);
-      return tail > 0 && !passed ? 0.0f : dy[i];
+      return passed ? dy[i] : 0.0f;
     };
     dz.assign(x.size(), 0.0f);
     const std::vector<float> partial = block_sums(
