@@ -344,7 +344,8 @@ struct EmulatedBatchNorm {
                               const std::vector<float>& gamma, const std::vector<float>& beta, std::vector<float>& dz,
                               std::vector<float>& dgamma, std::vector<float>& dbeta) const {
     const auto mask_bit = [&](std::int64_t at) {
-      return (relu_mask[static_cast<std::size_t>(relu_mask_byte(at, width))] >> (at % width) & 1u) != 0;
+      const unsigned byte = relu_mask[static_cast<std::size_t>(relu_mask_byte(at, width))];
+      return (byte >> (at % width) & 1u) != 0;
     };
     const auto gradient = [&](std::int64_t at) {
       const auto i = static_cast<std::size_t>(at);
