@@ -105,7 +105,8 @@ class Trainer {
   // Trainer::step returned): where the backend overlaps host copies with its steps it is copied
   // now, into device memory of its own, and moved into place as the next step begins, so the copy
   // runs beside the step before; elsewhere it is loaded now (load_batch, load_sequences), the last
-  // step being done. The host memory must stay as it is until release_staged_host_memory().
+  // step being done. The host memory must stay as it is until release_staged_host_memory(), which
+  // the destructor calls: memory freed before the trainer is would still be read.
   void stage_batch(const void* pixels, DType pixel_type, const std::int32_t* labels);
   void stage_sequences(const std::int32_t* token_ids, const std::int32_t* labels);
   // As stage_batch, for a batch packed for the device to resize (input/packed_images.hpp; the

@@ -667,9 +667,11 @@ TEST_F(CudaBackendTest, BatchesStagedBesideTheStepBeforeTrainLikeLoadedOnes) {
   for (const bool graph : {false, true}) {
     SCOPED_TRACE(graph ? "step graph" : "eager");
     CudaBackend backend(0, CudaMath::fp32);
+    // The pipeline's slot, made before the trainer as a case's pipeline is: the trainer's destructor
+    // waits for the last batch staged from it.
+    const std::shared_ptr<void> ring = backend.allocate_host(static_cast<std::size_t>(shape.numel()) * sizeof(float) + 64);
     Trainer staged(backend, small_conv_net(), shape, 10, sgd, 1);
     staged.use_step_graph(graph);
-    const std::shared_ptr<void> ring = backend.allocate_host(static_cast<std::size_t>(shape.numel()) * sizeof(float) + 64);
     auto* const ring_pixels = static_cast<float*>(ring.get());
     auto* const ring_labels = reinterpret_cast<std::int32_t*>(ring_pixels + shape.numel());
     batch(0, ring_pixels, ring_labels);

@@ -193,8 +193,10 @@ TEST(Training, AStagedBatchTrainsTheStepItWasStagedForAsALoadedOneDoes) {
     SCOPED_TRACE(overlapping ? "overlapping copies" : "the CPU's own");
     OverlappingCopies overlap(cpu);
     Backend& backend = overlapping ? static_cast<Backend&>(overlap) : cpu;
+    // The pipeline's one slot, rewritten for every batch. Made before the trainer, as a case's
+    // pipeline is: the trainer's destructor waits for the last batch staged from it.
+    auto ring = batch(0);
     Trainer trainer(backend, small_conv_net(), shape, 10, {0.05f, 0.9f, 0.0f}, 1);
-    auto ring = batch(0);  // the pipeline's one slot, rewritten for every batch
     trainer.stage_batch(ring.first.data(), DType::fp32, ring.second.data());
     std::vector<float> staged;
     for (int k = 0; k < kSteps; ++k) {
@@ -275,8 +277,8 @@ TEST(Training, APackedBatchIsCopiedThenResizedOnTheDeviceAndTrainsAsTheBatchItHo
     }
   }
   OverlappingCopies overlap(cpu);
+  Made ring = batch(0);  // before the trainer, whose destructor waits for the last batch staged from it
   Trainer trainer(overlap, small_conv_net(), shape, 10, {0.05f, 0.9f, 0.0f}, 1);
-  Made ring = batch(0);
   trainer.stage_packed_images(ring.packed.data(), ring.bytes, capacity, kSide, DType::fp32, ring.labels.data());
   std::vector<float> staged;
   for (int k = 0; k < kSteps; ++k) {
