@@ -198,6 +198,14 @@ BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config,
     parts.pointwise(CUDNN_POINTWISE_RELU_FWD, shifted, nullptr, activated);
     return activated;
   };
+  // dgrad(dy, w), virtual: what the data-gradient fusions mask.
+  const auto data_gradient = [&]() -> const BackendDescriptor& {
+    const BackendDescriptor& unmasked = parts.intermediate(shapes.input);
+    const BackendDescriptor& w = parts.tensor(kFilterUid, shapes.filter, type);
+    const BackendDescriptor& dy = parts.tensor(kOutputUid, shapes.output, type);
+    parts.convolution(ConvPass::backward_data, config, unmasked, w, dy);
+    return unmasked;
+  };
   const auto output_statistics = [&](const BackendDescriptor& y) {
     parts.statistics(y, parts.tensor(kSumUid, per_output_channel, CUDNN_DATA_FLOAT),
                      parts.tensor(kSquareSumUid, per_output_channel, CUDNN_DATA_FLOAT));
@@ -252,10 +260,7 @@ BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config,
     }
     case ConvFusion::dgrad_drelu:
     case ConvFusion::dgrad_scale_bias_drelu: {
-      const BackendDescriptor& unmasked = parts.intermediate(shapes.input);
-      const BackendDescriptor& w = parts.tensor(kFilterUid, shapes.filter, type);
-      const BackendDescriptor& dy = parts.tensor(kOutputUid, shapes.output, type);
-      parts.convolution(ConvPass::backward_data, config, unmasked, w, dy);
+      const BackendDescriptor& unmasked = data_gradient();
       const BackendDescriptor* relu_input = nullptr;
       if (graph.fusion == ConvFusion::dgrad_drelu) {
         relu_input = &parts.tensor(kReluInputUid, shapes.input, type);
@@ -272,10 +277,7 @@ BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config,
       break;
     }
     case ConvFusion::dgrad_drelu_dbn_weight: {
-      const BackendDescriptor& unmasked = parts.intermediate(shapes.input);
-      const BackendDescriptor& w = parts.tensor(kFilterUid, shapes.filter, type);
-      const BackendDescriptor& dy = parts.tensor(kOutputUid, shapes.output, type);
-      parts.convolution(ConvPass::backward_data, config, unmasked, w, dy);
+      const BackendDescriptor& unmasked = data_gradient();
       // The ReLU's input, the batch norm's output: ((x - mean) * inv_std) * gamma + beta.
       const BackendDescriptor& x = parts.tensor(kReluInputUid, shapes.input, type);
       const auto per_channel = [&](std::int64_t uid) -> const BackendDescriptor& {
@@ -302,10 +304,7 @@ BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config,
     }
     case ConvFusion::dgrad_add_drelu:
     case ConvFusion::dgrad_add_drelu_dbn_weight: {
-      const BackendDescriptor& unmasked = parts.intermediate(shapes.input);
-      const BackendDescriptor& w = parts.tensor(kFilterUid, shapes.filter, type);
-      const BackendDescriptor& dy = parts.tensor(kOutputUid, shapes.output, type);
-      parts.convolution(ConvPass::backward_data, config, unmasked, w, dy);
+      const BackendDescriptor& unmasked = data_gradient();
       const BackendDescriptor& summed = parts.intermediate(shapes.input);
       parts.pointwise(CUDNN_POINTWISE_ADD, unmasked, &parts.tensor(kShortcutGradientUid, shapes.input, type), summed);
       const BackendDescriptor& dx = parts.tensor(kInputUid, shapes.input, type);
