@@ -206,6 +206,19 @@ BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config,
     parts.convolution(ConvPass::backward_data, config, unmasked, w, dy);
     return unmasked;
   };
+  // A batch norm's fp32 value a channel of the convolution's input (read or written).
+  const auto per_channel = [&](std::int64_t uid) -> const BackendDescriptor& {
+    return parts.tensor(uid, per_input_channel, CUDNN_DATA_FLOAT);
+  };
+  // The batch norm's dγ, dβ and input-gradient coefficients, reduced from its input x and the
+  // masked gradient dx the pass writes.
+  const auto batch_norm_gradients = [&](const BackendDescriptor& x, const BackendDescriptor& mean,
+                                        const BackendDescriptor& inv_std, const BackendDescriptor& gamma,
+                                        const BackendDescriptor& dx) {
+    parts.batch_norm_weight_gradients({&x, &mean, &inv_std, &gamma, &dx, &per_channel(kDgammaUid),
+                                       &per_channel(kDbetaUid), &per_channel(kCoefficientDyUid),
+                                       &per_channel(kCoefficientXUid), &per_channel(kCoefficientBiasUid)});
+  };
   const auto output_statistics = [&](const BackendDescriptor& y) {
     parts.statistics(y, parts.tensor(kSumUid, per_output_channel, CUDNN_DATA_FLOAT),
                      parts.tensor(kSquareSumUid, per_output_channel, CUDNN_DATA_FLOAT));
@@ -280,9 +293,6 @@ BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config,
       const BackendDescriptor& unmasked = data_gradient();
       // The ReLU's input, the batch norm's output: ((x - mean) * inv_std) * gamma + beta.
       const BackendDescriptor& x = parts.tensor(kReluInputUid, shapes.input, type);
-      const auto per_channel = [&](std::int64_t uid) -> const BackendDescriptor& {
-        return parts.tensor(uid, per_input_channel, CUDNN_DATA_FLOAT);
-      };
       const BackendDescriptor& mean = per_channel(kMeanUid);
       const BackendDescriptor& inv_std = per_channel(kInvStdUid);
       const BackendDescriptor& gamma = per_channel(kGammaUid);
@@ -297,9 +307,7 @@ BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config,
       parts.pointwise(CUDNN_POINTWISE_ADD, scaled, &beta, relu_input);
       const BackendDescriptor& dx = parts.tensor(kInputUid, shapes.input, type);
       parts.relu_backward(unmasked, relu_input, dx);
-      parts.batch_norm_weight_gradients({&x, &mean, &inv_std, &gamma, &dx, &per_channel(kDgammaUid),
-                                         &per_channel(kDbetaUid), &per_channel(kCoefficientDyUid),
-                                         &per_channel(kCoefficientXUid), &per_channel(kCoefficientBiasUid)});
+      batch_norm_gradients(x, mean, inv_std, gamma, dx);
       break;
     }
     case ConvFusion::dgrad_add_drelu:
@@ -310,14 +318,10 @@ BackendDescriptor fused_graph(FusedConvGraph& graph, const Conv2dConfig& config,
       const BackendDescriptor& dx = parts.tensor(kInputUid, shapes.input, type);
       parts.relu_backward(summed, parts.tensor(kReluInputUid, shapes.input, type), dx);
       if (graph.fusion == ConvFusion::dgrad_add_drelu_dbn_weight) {
-        const auto per_channel = [&](std::int64_t uid) -> const BackendDescriptor& {
-          return parts.tensor(uid, per_input_channel, CUDNN_DATA_FLOAT);
-        };
-        parts.batch_norm_weight_gradients({&parts.tensor(kBatchNormInputUid, shapes.input, type), &per_channel(kMeanUid),
-                                           &per_channel(kInvStdUid), &per_channel(kGammaUid), &dx,
-                                           &per_channel(kDgammaUid), &per_channel(kDbetaUid),
-                                           &per_channel(kCoefficientDyUid), &per_channel(kCoefficientXUid),
-                                           &per_channel(kCoefficientBiasUid)});
+        const BackendDescriptor& x = parts.tensor(kBatchNormInputUid, shapes.input, type);
+        const BackendDescriptor& mean = per_channel(kMeanUid);
+        const BackendDescriptor& inv_std = per_channel(kInvStdUid);
+        batch_norm_gradients(x, mean, inv_std, per_channel(kGammaUid), dx);
       }
       break;
     }
