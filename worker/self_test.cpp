@@ -10,7 +10,10 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "input/image_transform.hpp"
 #include "input/image_packing.hpp"
@@ -271,6 +274,47 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// What a training ended with: its losses, and its fp32 master weights with where each parameter
+// starts in them. The run-to-run check compares both bit for bit: a sum whose order varies moves a
+// weight by an ulp long before it moves a loss (5 small steps may hide it in the losses' rounding).
+struct TrainingOutcome {
+  std::vector<float> losses;
+  std::vector<float> weights;
+  std::vector<std::pair<std::string, std::int64_t>> parameters;  // name and offset, in order
+};
+
+TrainingOutcome outcome_of(Backend& backend, Trainer& trainer, std::vector<float> losses) {
+  TrainingOutcome outcome{std::move(losses), weights_of(backend, trainer), {}};
+  for (const Parameter* p : trainer.parameters().parameters()) outcome.parameters.emplace_back(p->name, p->offset);
+  return outcome;
+}
+
+// Where `again` parted from `first` in its weights: how many values differ and the first
+// parameter they lie in; nothing where the bits are the same.
+std::optional<std::string> weights_parted(const TrainingOutcome& again, const TrainingOutcome& first) {
+  if (again.weights.size() != first.weights.size()) {
+    return std::to_string(again.weights.size()) + " weights against " + std::to_string(first.weights.size());
+  }
+  std::int64_t differ = 0, first_at = -1;
+  for (std::size_t i = 0; i < again.weights.size(); ++i) {
+    if (std::memcmp(&again.weights[i], &first.weights[i], sizeof(float)) == 0) continue;
+    if (differ++ == 0) first_at = static_cast<std::int64_t>(i);
+  }
+  if (differ == 0) return std::nullopt;
+  std::string where = "value " + std::to_string(first_at);
+  for (std::size_t k = 0; k < first.parameters.size(); ++k) {
+    const auto& [name, offset] = first.parameters[k];
+    if (offset > first_at) break;
+    where = (name.empty() ? "parameter " + std::to_string(k) : name) + ", value " + std::to_string(first_at - offset);
+  }
+  std::ostringstream values;
+  values.precision(9);
+  const auto at = static_cast<std::size_t>(first_at);
+  values << again.weights[at] << " against " << first.weights[at];
+  return std::to_string(differ) + " of " + std::to_string(again.weights.size()) + " weights differ, the first " + where +
+         " (" + values.str() + ")";
+}
+
 // The rate warms up over the first 4 of the 5 steps: a step graph that kept the rate it was
 // captured with (step 2's) would leave the eager steps at step 3.
 constexpr SgdConfig kSgd{0.01f, 0.9f, 1e-4f, 4};
@@ -283,6 +327,7 @@ const Shape kTrainingInput(8, 3, 16, 16);
 struct Trajectory {
   std::vector<float> losses;
   std::optional<LossScaleState> loss_scale;
+  TrainingOutcome outcome;  // the losses again, and the weights the steps left
 };
 
 Trajectory train(Backend& backend, DType dtype, bool graph, MemoryReuse reuse,
@@ -294,12 +339,17 @@ Trajectory train(Backend& backend, DType dtype, bool graph, MemoryReuse reuse,
   for (int i = 0; i < steps; ++i) run.losses.push_back(trainer.step_and_loss());
   if (graph && !trainer.step_graph_active()) throw std::runtime_error("the step was not captured as a graph");
   run.loss_scale = trainer.loss_scale();
+  run.outcome = outcome_of(backend, trainer, run.losses);
   return run;
 }
 
 std::vector<float> train_losses(Backend& backend, DType dtype, bool graph = false,
                                 MemoryReuse reuse = MemoryReuse::lifetime) {
   return train(backend, dtype, graph, reuse, std::nullopt, kTrainingSteps).losses;
+}
+
+TrainingOutcome trained(Backend& backend, DType dtype) {
+  return train(backend, dtype, false, MemoryReuse::lifetime, std::nullopt, kTrainingSteps).outcome;
 }
 
 // amp's step graph: loss scaling moves on inside the graph. Started far too high (2^24: a
@@ -663,8 +713,8 @@ double padding_position_gradient(Trainer& trainer, Backend& backend) {
 constexpr double kPaddingGradientBound = 1e-6;
 
 // padding_gradient: with `padded`, padding_position_gradient before the steps.
-std::vector<float> bert_losses(Backend& backend, DType dtype, MemoryReuse reuse = MemoryReuse::lifetime,
-                               bool padded = false, double* padding_gradient = nullptr) {
+TrainingOutcome bert_training(Backend& backend, DType dtype, MemoryReuse reuse = MemoryReuse::lifetime,
+                              bool padded = false, double* padding_gradient = nullptr) {
   const BertConfig config = kSmallBert;
   Trainer trainer(backend, bert_for_pretraining(config), kSmallBertBatch, config.vocabulary, SgdConfig{}, 3, 0, reuse,
                   dtype);
@@ -675,7 +725,12 @@ std::vector<float> bert_losses(Backend& backend, DType dtype, MemoryReuse reuse 
   }
   std::vector<float> losses;
   for (int i = 0; i < kTrainingSteps; ++i) losses.push_back(trainer.step_and_loss());
-  return losses;
+  return outcome_of(backend, trainer, std::move(losses));
+}
+
+std::vector<float> bert_losses(Backend& backend, DType dtype, MemoryReuse reuse = MemoryReuse::lifetime,
+                               bool padded = false, double* padding_gradient = nullptr) {
+  return bert_training(backend, dtype, reuse, padded, padding_gradient).losses;
 }
 
 // An encoder layer whose heads a fused attention kernel takes (head size a multiple of 16), over
@@ -697,9 +752,9 @@ struct TransformerReference {
 // dropout, residuals) against the CPU, at two shapes (the second one fused attention takes),
 // then a small BERT's loss over a few AdamW steps (embedding gathers and scatters, the
 // pretraining heads, tanh, clipping, AdamW). The CPU reference composes attention.
-// `got`: the backend's own BERT losses (the run-to-run check trains it again).
+// `got`: the backend's own BERT training (the run-to-run check trains it again).
 void transformer_checks(Checker& checker, Backend& backend, Backend& reference, const std::string& precision, DType dtype,
-                        const Bounds& b, TransformerReference& want, std::optional<std::vector<float>>& got) {
+                        const Bounds& b, TransformerReference& want, std::optional<TrainingOutcome>& got) {
   if (const auto why = backend.cannot_run_transformers()) {
     checker.add({precision, "transformer checks", 0, 0, 0, CheckOutcome::skipped, *why});
     return;
@@ -727,8 +782,8 @@ void transformer_checks(Checker& checker, Backend& backend, Backend& reference, 
                 kWideHeadsTokens, 17, want.wide_heads_encoder_layer);
   checker.run(precision, "bert pretraining, " + std::to_string(kTrainingSteps) + " AdamW steps", [&] {
     if (!want.bert_losses) want.bert_losses = bert_losses(reference, DType::fp32);
-    got = bert_losses(backend, dtype);
-    const auto [error, step] = trajectory_error(*got, *want.bert_losses);
+    got = bert_training(backend, dtype);
+    const auto [error, step] = trajectory_error(got->losses, *want.bert_losses);
     return bounded(error, b.training, "the loss, worst at step " + std::to_string(step + 1));
   });
   // Real data's padding: attention over each sequence's real tokens (the padding's gradient exactly
@@ -802,15 +857,13 @@ SelfTestCheck layer_norm_at_bert_width(Backend& backend, Backend& reference, DTy
   return bounded(worst, b.layer, "worst: " + where);
 }
 
-// The losses of a second training against the first's, bit for bit: the small conv net's (unless the
-// backend names convolutions that may vary) and the small BERT's (where it runs). `conv_net` and
-// `bert`: the first trainings, null where their checks did not get that far (then trained here).
-SelfTestCheck run_to_run(Backend& backend, DType dtype, std::optional<std::vector<float>>& conv_net,
-                         std::optional<std::vector<float>>& bert) {
+// The losses and weights of a second training against the first's, bit for bit: the small conv
+// net's (unless the backend names convolutions that may vary) and the small BERT's (where it runs).
+// `conv_net` and `bert`: the first trainings, null where their checks did not get that far (then
+// trained here).
+SelfTestCheck run_to_run(Backend& backend, DType dtype, std::optional<TrainingOutcome>& conv_net,
+                         std::optional<TrainingOutcome>& bert) {
   std::vector<std::string> compared, left;
-  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
   const auto losses_text = [](const std::vector<float>& losses) {  // every bit a float has: 9 digits
     std::ostringstream text;
     text.precision(9);
@@ -820,22 +873,25 @@ SelfTestCheck run_to_run(Backend& backend, DType dtype, std::optional<std::vecto
   struct Training {
     const char* name;                         // as the detail names it
     std::optional<std::string> left_because;  // why it is not compared
-    std::optional<std::vector<float>>& first;
-    std::function<std::vector<float>()> train;
+    std::optional<TrainingOutcome>& first;
+    std::function<TrainingOutcome()> train;
   };
   const Training trainings[] = {
-      {"the conv net", backend.nondeterministic_convolutions(), conv_net, [&] { return train_losses(backend, dtype); }},
-      {"bert", backend.cannot_run_transformers(), bert, [&] { return bert_losses(backend, dtype); }}};
+      {"the conv net", backend.nondeterministic_convolutions(), conv_net, [&] { return trained(backend, dtype); }},
+      {"bert", backend.cannot_run_transformers(), bert, [&] { return bert_training(backend, dtype); }}};
   for (const Training& training : trainings) {
     if (training.left_because) {
       left.push_back(std::string(training.name) + ": " + *training.left_because);
       continue;
     }
     if (!training.first) training.first = training.train();
-    const std::vector<float> again = training.train();
-    if (!same_bits(again, *training.first)) {
-      return verdict(false, std::string(training.name) + "'s losses " + losses_text(again) + " against " +
-                                losses_text(*training.first));
+    const TrainingOutcome again = training.train();
+    if (!same_bits(again.losses, training.first->losses)) {
+      return verdict(false, std::string(training.name) + "'s losses " + losses_text(again.losses) + " against " +
+                                losses_text(training.first->losses));
+    }
+    if (const auto parted = weights_parted(again, *training.first)) {
+      return verdict(false, std::string(training.name) + "'s losses the same bits, its weights not: " + *parted);
     }
     compared.push_back(training.name);
   }
@@ -916,13 +972,13 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
   checker.run(precision, "layer norm, 256 rows of 768 (bert-base's width)", [&] {
     return layer_norm_at_bert_width(*backend, reference, dtype, b);
   });
-  std::optional<std::vector<float>> bert;  // this backend's own BERT losses
+  std::optional<TrainingOutcome> bert;  // this backend's own BERT training
   transformer_checks(checker, *backend, reference, precision, dtype, b, reference_transformer, bert);
-  std::optional<std::vector<float>> eager;  // this backend's own trajectory, for graph replay too
+  std::optional<TrainingOutcome> eager;  // this backend's own training, for graph replay too
   checker.run(precision, "training, " + std::to_string(kTrainingSteps) + " steps", [&] {
     if (!reference_losses) reference_losses = train_losses(reference, DType::fp32);
-    eager = train_losses(*backend, dtype);
-    const auto [error, step] = trajectory_error(*eager, *reference_losses);
+    eager = trained(*backend, dtype);
+    const auto [error, step] = trajectory_error(eager->losses, *reference_losses);
     return bounded(error, b.training, "the loss, worst at step " + std::to_string(step + 1));
   });
   for (const ModelStep& model : model_steps(subject.models)) {
@@ -1014,8 +1070,8 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
                                         std::to_string(eager_state.skipped) + " skipped), worst at step " +
                                         std::to_string(step + 1));
       }
-      if (!eager) eager = train_losses(*backend, dtype);
-      const auto [error, step] = trajectory_error(train_losses(*graph_backend, dtype, true), *eager);
+      if (!eager) eager = trained(*backend, dtype);
+      const auto [error, step] = trajectory_error(train_losses(*graph_backend, dtype, true), eager->losses);
       return bounded(error, 1e-4, "the loss against eager steps, worst at step " + std::to_string(step + 1));
     });
   }
