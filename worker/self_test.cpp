@@ -321,13 +321,11 @@ constexpr SgdConfig kSgd{0.01f, 0.9f, 1e-4f, 4};
 constexpr int kTrainingSteps = 5;
 const Shape kTrainingInput(8, 3, 16, 16);
 
-// The small net's losses over `steps` steps, and with loss scaling its state at the end. With
-// dropout, so that a replayed graph that repeated the captured step's masks would leave the eager
-// trajectory.
-struct Trajectory {
-  std::vector<float> losses;
+// The small net's losses over `steps` steps and the weights they left, and with loss scaling its
+// state at the end. With dropout, so that a replayed graph that repeated the captured step's masks
+// would leave the eager trajectory.
+struct Trajectory : TrainingOutcome {
   std::optional<LossScaleState> loss_scale;
-  TrainingOutcome outcome;  // the losses again, and the weights the steps left
 };
 
 Trajectory train(Backend& backend, DType dtype, bool graph, MemoryReuse reuse,
@@ -335,12 +333,10 @@ Trajectory train(Backend& backend, DType dtype, bool graph, MemoryReuse reuse,
   Trainer trainer(backend, small_conv_net(16, 16, 0.2f), kTrainingInput, 10, kSgd, 3, 0, reuse, dtype);
   if (scaling) trainer.use_loss_scaling(*scaling);
   trainer.use_step_graph(graph);
-  Trajectory run;
-  for (int i = 0; i < steps; ++i) run.losses.push_back(trainer.step_and_loss());
+  std::vector<float> losses;
+  for (int i = 0; i < steps; ++i) losses.push_back(trainer.step_and_loss());
   if (graph && !trainer.step_graph_active()) throw std::runtime_error("the step was not captured as a graph");
-  run.loss_scale = trainer.loss_scale();
-  run.outcome = outcome_of(backend, trainer, run.losses);
-  return run;
+  return Trajectory{outcome_of(backend, trainer, std::move(losses)), trainer.loss_scale()};
 }
 
 std::vector<float> train_losses(Backend& backend, DType dtype, bool graph = false,
@@ -349,7 +345,7 @@ std::vector<float> train_losses(Backend& backend, DType dtype, bool graph = fals
 }
 
 TrainingOutcome trained(Backend& backend, DType dtype) {
-  return train(backend, dtype, false, MemoryReuse::lifetime, std::nullopt, kTrainingSteps).outcome;
+  return train(backend, dtype, false, MemoryReuse::lifetime, std::nullopt, kTrainingSteps);
 }
 
 // amp's step graph: loss scaling moves on inside the graph. Started far too high (2^24: a
