@@ -549,7 +549,11 @@ step pytorch-profile-resnet50-fp32 90 python3 "$here/pytorch_resnet50.py" --batc
   --precision fp32 --warmup 10 --measure 5 --repeats 1 --profile 5
 # BERT-base: 3.03x PyTorch eager in amp and 2.42x in bf16 on 2026-11-28, PyTorch's amp repeats
 # unstable (cv 14%). (Settled then: attention fused into two kernels was slower, 3,134 against 3,349.)
-for precision in amp bf16; do
+# fp32 and tf32 first: the floor holds BERT-base to 1.0x in every precision, and neither was
+# ever timed against PyTorch on a GPU. Their steps are matrix products (cuBLASLt, FP32 or TF32
+# compute) on both sides, where the margin of amp and bf16 (dlbench's fused layer norms, GELU and
+# softmax against PyTorch's separate kernels) shrinks to what lies around the products.
+for precision in fp32 tf32 amp bf16; do
   time_dlbench bert-base 64 "$precision" "dlbench-bert-$precision" dlbench "${bert_flags[@]}"
   step "pytorch-bert-$precision" 90 python3 "$here/pytorch_bert.py" --device cuda --batch 64 \
     --precision "$precision" --warmup 10 --measure 30 --repeats 3

@@ -285,7 +285,7 @@ def comparison(logs):
            "|---|---|---|" + "---|" * (2 * len(variants) + 1)]
     fmt = lambda v, r: f"{v:.1f}" if v else ("-" if not r else f"- ({r.get('reason') or r.get('state')})")
     ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
-    for model, precisions in (("resnet50", ("fp32", "tf32", "amp", "bf16")), ("bert-base", ("amp", "bf16")),
+    for model, precisions in (("resnet50", ("fp32", "tf32", "amp", "bf16")), ("bert-base", ("fp32", "tf32", "amp", "bf16")),
                               ("resnet152", ("amp",)), ("inception_v3", ("amp",)), ("vgg16", ("amp",)),
                               ("alexnet", ("amp",)), ("deeplabv3plus", ("amp",))):
         for precision in precisions:

@@ -61,7 +61,7 @@ EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-rea
                for p in ("fp32", "tf32", "amp", "bf16")]
             + [f"poisoned-resnet50-{p}" for p in ("fp32", "tf32", "amp", "bf16")]
             + [f"{side}-resnet50-{p}" for side in ("dlbench", "pytorch") for p in ("fp32", "tf32", "amp", "bf16")]
-            + [f"{side}-bert-{p}" for side in ("dlbench", "pytorch") for p in ("amp", "bf16")]
+            + [f"{side}-bert-{p}" for side in ("dlbench", "pytorch") for p in ("fp32", "tf32", "amp", "bf16")]
             + [f"train-{m}-amp" for m in ("resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus")]
             + [f"{side}-{m}-amp" for side in ("dlbench", "pytorch")
                for m in ("resnet152", "vgg16", "alexnet", "inception_v3", "deeplabv3plus")])

@@ -191,6 +191,12 @@ class GpuCheckTable(unittest.TestCase):
                  "cv": 0.14, "stability": "unstable", "discarded": [1401.0]},
                 {"model": "bert-base", "precision": "amp", "engine": "pytorch-tuned", "batch": 64, "median": 2232.7,
                  "cv": 0.01, "stability": "stable"},
+                # fp32 and tf32, under the issue's floor too: a row each, their own ratio.
+                {"model": "bert-base", "precision": "fp32", "engine": "dlbench", "batch": 64, "median": 560.0},
+                {"model": "bert-base", "precision": "fp32", "engine": "pytorch", "batch": 64, "median": 700.0,
+                 "cv": 0.004, "stability": "stable"},
+                {"model": "bert-base", "precision": "tf32", "engine": "pytorch", "batch": 64, "median": 1500.0,
+                 "cv": 0.003, "stability": "stable"},
                 # Another image model's amp row: dlbench's result and pytorch_resnet50.py --model's line.
                 {"model": "inception_v3", "precision": "amp", "engine": "dlbench", "batch": 128, "median": 2600.0},
                 {"model": "inception_v3", "precision": "amp", "engine": "pytorch", "batch": 128, "median": 2000.0,
@@ -202,8 +208,16 @@ class GpuCheckTable(unittest.TestCase):
         self.assertIn("| 1105.0 | 3.03 |", row[0])
         self.assertIn("PyTorch tuned (fused optimizer; BERT's attention through scaled_dot_product_attention): "
                       "bert-base amp 2232.7, dlbench / tuned 1.50 (cv 1.00% stable)", lines)
-        self.assertIn("PyTorch's repeats: bert-base amp cv 14.00% unstable (+1); inception_v3 amp cv 0.50% stable (+0)",
-                      lines)
+        self.assertIn("PyTorch's repeats: bert-base amp cv 14.00% unstable (+1); bert-base fp32 cv 0.40% stable (+0); "
+                      "bert-base tf32 cv 0.30% stable (+0); inception_v3 amp cv 0.50% stable (+0)", lines)
+        fp32 = [line for line in lines if line.startswith("| bert-base | 64 | fp32 |")]
+        self.assertEqual(len(fp32), 1, lines)
+        self.assertIn("| 560.0 |", fp32[0])
+        self.assertIn("| 700.0 | 0.80 |", fp32[0])
+        # tf32's dlbench row missing (its step timed out, say): the batch comes from PyTorch's row.
+        tf32 = [line for line in lines if line.startswith("| bert-base | 64 | tf32 |")]
+        self.assertEqual(len(tf32), 1, lines)
+        self.assertIn("| 1500.0 | - |", tf32[0])
         inception = [line for line in lines if line.startswith("| inception_v3 | 128 | amp |")]
         self.assertEqual(len(inception), 1, lines)
         self.assertIn("| 2600.0 |", inception[0])
