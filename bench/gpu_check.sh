@@ -424,6 +424,15 @@ time_dlbench_resnet50() {
 # BERT-base as the GPU issue measured it: batch 64, sequence 128, AdamW.
 bert_flags=(--sequence-length 128 --optimizer adamw --learning-rate 0.0001 --weight-decay 0.01)
 
+# compare_bert PRECISION: dlbench and PyTorch eager, as compare_resnet50 below.
+compare_bert() {
+  local precision=$1
+  time_dlbench bert-base 64 "$precision" "dlbench-bert-$precision" dlbench "${bert_flags[@]}"
+  step "pytorch-bert-$precision" 90 python3 "$here/pytorch_bert.py" --device cuda --batch 64 \
+    --precision "$precision" --warmup 10 --measure 30 --repeats 3
+  grep -hs '^{' "$logs/pytorch-bert-$precision.log" | sed 's/^{/{"model": "bert-base", /' >> "$results"
+}
+
 # compare_resnet50 PRECISION: dlbench and PyTorch eager, warm-up 10, measure 30, 3 repeats each.
 compare_resnet50() {
   local precision=$1 batch=${resnet_batch[$1]}
@@ -474,6 +483,12 @@ DLBENCH_CUDA_CONV_BATCH_NORM=fused time_dlbench_resnet50 amp dlbench-resnet50-am
 # And replayed as a step graph, as the default's graph row below (1.30x on 2026-11-29): both levers.
 DLBENCH_CUDA_CONV_BATCH_NORM=fused time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-bn-fused-graph \
   dlbench-conv-bn-fused-graph --cuda-graph on
+# BERT-base in fp32 and tf32, right after amp's two levers: the issue's floor holds BERT to 1.0x
+# PyTorch eager in every precision, and neither was ever timed against PyTorch on a GPU (amp and bf16,
+# 2.2x to 3x since 2026-11-28, come later). Their steps are matrix products (cuBLASLt, FP32 or TF32
+# compute) on both sides, where amp's margin (dlbench's fused layer norms, GELU and softmax against
+# PyTorch's separate kernels) shrinks to what lies around the products.
+for precision in fp32 tf32; do compare_bert "$precision"; done
 # Weight copies kept: 106 filter roundings a step become one pass and 17 transpositions (1.28x of the
 # 1.3x target on 2026-11-29).
 DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench_resnet50 amp dlbench-resnet50-amp-kept dlbench-kept
@@ -549,16 +564,8 @@ step pytorch-profile-resnet50-fp32 90 python3 "$here/pytorch_resnet50.py" --batc
   --precision fp32 --warmup 10 --measure 5 --repeats 1 --profile 5
 # BERT-base: 3.03x PyTorch eager in amp and 2.42x in bf16 on 2026-11-28, PyTorch's amp repeats
 # unstable (cv 14%). (Settled then: attention fused into two kernels was slower, 3,134 against 3,349.)
-# fp32 and tf32 first: the issue's floor holds BERT-base to 1.0x in every precision, and neither was
-# ever timed against PyTorch on a GPU. Their steps are matrix products (cuBLASLt, FP32 or TF32
-# compute) on both sides, where the margin of amp and bf16 (dlbench's fused layer norms, GELU and
-# softmax against PyTorch's separate kernels) shrinks to what lies around the products.
-for precision in fp32 tf32 amp bf16; do
-  time_dlbench bert-base 64 "$precision" "dlbench-bert-$precision" dlbench "${bert_flags[@]}"
-  step "pytorch-bert-$precision" 90 python3 "$here/pytorch_bert.py" --device cuda --batch 64 \
-    --precision "$precision" --warmup 10 --measure 30 --repeats 3
-  grep -hs '^{' "$logs/pytorch-bert-$precision.log" | sed 's/^{/{"model": "bert-base", /' >> "$results"
-done
+# fp32 and tf32 were timed above, right after amp's levers.
+for precision in amp bf16; do compare_bert "$precision"; done
 # Weight copies kept: BERT-base amp's 228 per-pass weight roundings a step (5.3% of its kernel time
 # under Nsight Compute on 2026-11-28) become one pass over the flat values after each update.
 DLBENCH_CUDA_WEIGHT_COPIES=kept time_dlbench bert-base 64 amp dlbench-bert-amp-kept dlbench-kept "${bert_flags[@]}"
