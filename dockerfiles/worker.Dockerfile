@@ -4,7 +4,8 @@
 # Debian 12 (bookworm), with Debian's oneDNN for the CPU backend.
 #
 #   cpu   the CPU backend only (oneDNN, Open MPI): CI builds and runs it (tests/images)
-#           buildah build --target cpu -f dockerfiles/worker.Dockerfile -t dlbench-worker:0.1.0-cpu .
+#           buildah build --target cpu --build-arg DLBENCH_SOURCE_REVISION="$(scripts/source-revision.sh)" \
+#             -f dockerfiles/worker.Dockerfile -t dlbench-worker:0.1.0-cpu .
 #   cuda  the default: the CUDA backend and NCCL too, from NVIDIA's CUDA, cuDNN and NCCL packages
 #         for Debian 12
 #           buildah build --build-arg CUDA_REPO=<NVIDIA's CUDA network repository for debian12/x86_64> \
@@ -16,6 +17,10 @@
 #                       "Network Repo Installation for Debian 12": required, no default
 #   CUDA_MAJOR_MINOR    (cuda) CUDA version of the packages, dash-separated (default 13-0)
 #   CUDA_ARCHITECTURES  (cuda) GPU code generated (default "80;90": A100 sm_80, H100/H200 sm_90)
+#   DLBENCH_SOURCE_REVISION
+#                       the revision built, as the programs' --version and every result's
+#                       environment.dlbenchVersion say it: scripts/source-revision.sh's output (the
+#                       build context has no .git); without it they say "+unknown"
 #
 # The build stages compile through ccache (CMakeLists.txt uses it where it is found) into a build
 # cache mount (RUN --mount=type=cache: BuildKit, buildah, podman) that both targets and the
@@ -50,9 +55,10 @@ CMD ["dlbench-worker", "--help"]
 FROM build-base AS build-cpu
 COPY . .
 # MPI is required (ON): a missing piece fails the build instead of leaving the communicator out.
+ARG DLBENCH_SOURCE_REVISION=
 RUN --mount=type=cache,target=/root/.cache/ccache \
     cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
-      -DDLBENCH_WITH_CUDA=OFF -DDLBENCH_WITH_MPI=ON \
+      -DDLBENCH_WITH_CUDA=OFF -DDLBENCH_WITH_MPI=ON -DDLBENCH_SOURCE_REVISION="${DLBENCH_SOURCE_REVISION}" \
  && cmake --build /build --target dlbench-worker dlbench dlbench-exec dlbench-input \
  && strip /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /build/bin/dlbench-input
 
@@ -60,6 +66,8 @@ FROM runtime-base AS cpu
 COPY --from=build-cpu /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /build/bin/dlbench-input /usr/local/bin/
 # engine: command — what `dlbench-exec --install` copies into the user's pods beside the shim.
 COPY --from=build-cpu /build/share/dlbench /usr/local/share/dlbench
+ARG DLBENCH_SOURCE_REVISION=
+LABEL org.opencontainers.image.title="dlbench-worker" org.opencontainers.image.revision="${DLBENCH_SOURCE_REVISION}"
 
 # ---- cuda (the default target) ----------------------------------------------------------------
 FROM build-base AS build-cuda
@@ -79,9 +87,11 @@ RUN test -n "${CUDA_REPO}" || { echo "--build-arg CUDA_REPO=<NVIDIA's CUDA repos
 COPY . .
 # CUDA and MPI are required (ON), so a missing piece fails the build instead of leaving the
 # NCCL communicator out.
+ARG DLBENCH_SOURCE_REVISION=
 RUN --mount=type=cache,target=/root/.cache/ccache \
     cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDLBENCH_BUILD_TESTS=OFF \
       -DDLBENCH_WITH_CUDA=ON -DDLBENCH_WITH_MPI=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
+      -DDLBENCH_SOURCE_REVISION="${DLBENCH_SOURCE_REVISION}" \
       -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
  && cmake --build /build --target dlbench-worker dlbench dlbench-exec dlbench-input \
  && strip /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /build/bin/dlbench-input
@@ -97,6 +107,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build-cuda /build/bin/dlbench-worker /build/bin/dlbench /build/bin/dlbench-exec /build/bin/dlbench-input /usr/local/bin/
 COPY --from=build-cuda /build/share/dlbench /usr/local/share/dlbench
+ARG DLBENCH_SOURCE_REVISION=
+LABEL org.opencontainers.image.title="dlbench-worker" org.opencontainers.image.revision="${DLBENCH_SOURCE_REVISION}"
 ENV LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64
 # Every process an MPI job starts over ssh (orted, then dlbench-worker) gets the same paths.
 RUN printf 'PATH=%s\nLD_LIBRARY_PATH=%s\n' "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/cuda/bin" \

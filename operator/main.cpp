@@ -16,6 +16,7 @@
 #include "dlbench/core/command_line.hpp"
 #include "dlbench/metrics/metrics.hpp"
 #include "dlbench/core/names.hpp"
+#include "dlbench/core/version.hpp"
 
 namespace {
 
@@ -132,6 +133,8 @@ std::variant<OperatorFlags, int> parse_flags(int argc, char** argv) {
   CLI::App app{kDescription, "dlbench-operator"};
   dlbench::use_dlbench_help(app);
   app.set_help_flag("--help", "print this and exit");
+  bool print_version = false;
+  app.add_flag("--version", print_version, "print dlbench-operator's version (and the revision it was built from) and exit");
   add_flags(app, flags);
   try {
     dlbench::parse_command_line(app, {argv + 1, argv + argc});
@@ -145,6 +148,10 @@ std::variant<OperatorFlags, int> parse_flags(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::cerr << "dlbench-operator: " << e.message << "\n";
     return dlbench::kExitUsageError;
+  }
+  if (print_version) {
+    std::cout << "dlbench-operator " << dlbench::version() << "\n";
+    return 0;
   }
   return flags;
 }
@@ -235,6 +242,11 @@ int main(int argc, char** argv) {
     server.set_ready(false);
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
+    // Which build runs, as Prometheus's convention has it: a gauge of 1 whose labels say it.
+    controller.registry()
+        .gauge("dlbench_operator_build_info", "1, labelled with this operator's version and the revision it was built from.")
+        .add({{"version", std::string(dlbench::version())}})
+        .set(1);
     auto& leading = controller.registry()
                         .gauge("dlbench_operator_leader", "1 while this replica holds the Lease and reconciles.")
                         .add({});
@@ -250,7 +262,8 @@ int main(int argc, char** argv) {
     }
     leading.set(1);
     controller.start();
-    log_line("info", "started", {{"server", config.server}, {"metricsPort", server.port()},
+    log_line("info", "started", {{"version", std::string(dlbench::version())}, {"server", config.server},
+                                 {"metricsPort", server.port()},
                                  {"maxConcurrentCases", flags.options.max_concurrent_cases}});
     return serve(controller, server, flags.leader_elect ? &lease : nullptr);
   } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 
 #include "dlbench/core/command_line.hpp"
 #include "dlbench/core/names.hpp"
+#include "dlbench/core/version.hpp"
 #include "compare_command.hpp"
 #include "launch_command.hpp"
 #include "report_command.hpp"
@@ -239,7 +240,7 @@ int dispatch(int argc, char** argv) {
     return usage_error(e.message, app.get_subcommands().empty() ? app : *app.get_subcommands().front());
   }
   if (version || version_command->parsed()) {
-    std::cout << "dlbench " << DLBENCH_VERSION << '\n';
+    std::cout << "dlbench " << dlbench::version() << '\n';
     return 0;
   }
   if (app.get_subcommands().empty()) return usage_error("no command given", app);

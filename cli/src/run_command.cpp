@@ -42,6 +42,7 @@
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/run_state.hpp"
 #include "dlbench/core/status.hpp"
+#include "dlbench/core/version.hpp"
 #include "dlbench/core/worker_command.hpp"
 #include "dlbench/core/yaml.hpp"
 #include "run_progress.hpp"
@@ -379,7 +380,7 @@ std::string measured_by(const LocalExecutor& x) {
   std::string devices = devices_phrase(x.host_devices);
   if (!x.device_name.empty()) devices += " (" + x.device_name + ")";
   const std::string cpu = host_environment().cpu_model;
-  return "dlbench " DLBENCH_VERSION ": " + x.backend + " backend, " + devices + "; CPU " +
+  return "dlbench " + std::string(version()) + ": " + x.backend + " backend, " + devices + "; CPU " +
          (cpu.empty() ? "unnamed" : cpu);
 }
 

@@ -24,6 +24,7 @@ Usage: images_test.py
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,12 @@ import fresh_machine_test  # noqa: E402  (the shared minbase tarball)
 
 STORE = os.path.join(fresh_machine_test.CACHE, "containers")
 STORAGE = []  # podman's and buildah's storage options: choose_storage() sets them
+# The revision the images are built from, as a release's build would pass it (the build context has
+# no .git): every program in them must say it. Where this checkout cannot tell, none is passed and
+# they say "unknown".
+_revision = subprocess.run(["sh", os.path.join(ROOT, "scripts", "source-revision.sh"), ROOT], capture_output=True,
+                           text=True)
+REVISION = _revision.stdout.strip() if _revision.returncode == 0 else ""
 OPERATOR = "localhost/dlbench-operator:test"
 WORKER = "localhost/dlbench-worker:test-cpu"
 BASE_IMAGES = ["docker.io/library/debian:bookworm", "docker.io/library/debian:bookworm-slim"]
@@ -106,6 +113,11 @@ def ensure_base_images():
     podman("tag", BASE_IMAGES[0], BASE_IMAGES[1])
 
 
+def built_from():
+    """The version's build metadata the images' programs must print, as a regular expression."""
+    return re.escape(REVISION) if REVISION else "unknown"
+
+
 def build(dockerfile, tag, target=None):
     archives = os.path.join(fresh_machine_test.CACHE, "apt-archives")
     os.makedirs(os.path.join(archives, "partial"), exist_ok=True)
@@ -114,6 +126,8 @@ def build(dockerfile, tag, target=None):
             "-t", tag]
     if target:
         argv += ["--target", target]
+    if REVISION:
+        argv += ["--build-arg", f"DLBENCH_SOURCE_REVISION={REVISION}"]
     started = time.monotonic()
     result = sh(*argv, ROOT, timeout=3000)
     cached = result.stdout.count("Using cache")
@@ -158,6 +172,10 @@ class Images(unittest.TestCase):
         self.assertEqual(unresolved_libraries(OPERATOR, "/usr/local/bin/dlbench-operator"), "")
         usage = run_in(OPERATOR, "--help")
         self.assertIn("--kubeconfig", usage.stdout + usage.stderr)
+        # The build says which revision it is: --version, and the image's OCI label.
+        self.assertRegex(run_in(OPERATOR, "--version").stdout, rf"^dlbench-operator \d+\.\d+\.\d+\+{built_from()}\n$")
+        labels = json.loads(podman("image", "inspect", OPERATOR).stdout)[0]["Config"].get("Labels") or {}
+        self.assertEqual(labels.get("org.opencontainers.image.revision"), REVISION)
 
     def test_operator_image_without_a_cluster_says_so(self):
         result = run_in(OPERATOR, check=False)
@@ -177,6 +195,10 @@ class Images(unittest.TestCase):
         result = json.loads(run_in(WORKER, *case).stdout)
         self.assertEqual(result["state"], "Succeeded")
         self.assertEqual(len(result["throughput"]["repeats"]), 2)
+        # Every result names the revision that measured it; so does every program's --version.
+        self.assertRegex(result["environment"]["dlbenchVersion"], rf"^\d+\.\d+\.\d+\+{built_from()}$")
+        for program in ("dlbench", "dlbench-worker", "dlbench-exec", "dlbench-input"):
+            self.assertRegex(run_in(WORKER, program, "--version").stdout, rf"^{program} \d+\.\d+\.\d+\+{built_from()}\n$")
         # The launcher's command line, as the operator writes it, with two ranks on this host.
         launch = run_in(WORKER, "/bin/sh", "-c",
                         "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; "

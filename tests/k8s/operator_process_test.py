@@ -67,6 +67,9 @@ class OperatorProcessTest(unittest.TestCase):
         code, metrics = self.get("/metrics")
         self.assertEqual(code, 200)
         self.assertIn('dlbench_operator_reconciles_total{result="changed"}', metrics)
+        # Which build runs: --version's string, as the build_info gauge's label.
+        version = subprocess.run([OPERATOR, "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
+        self.assertIn(f'dlbench_operator_build_info{{version="{version}"}} 1', metrics)
         started = time.time()
         self.operator.send_signal(signal.SIGTERM)
         self.assertEqual(self.operator.wait(timeout=30), 0)

@@ -97,6 +97,26 @@ class DockerfilesTest(unittest.TestCase):
             missing = {p: where for p, where in needed.items() if p not in apt_packages(instructions)}
             self.assertEqual(missing, {}, f"{dockerfile} {stage}: packages the configure needs")
 
+    def test_every_build_names_the_revision_it_builds(self):
+        # The build context has no .git (.dockerignore), so each stage that configures takes the
+        # revision as a build argument and hands it to CMake, and each image says it in its OCI
+        # label; tests/images checks the programs say it, for the images CI builds (not cuda).
+        for dockerfile in ("operator.Dockerfile", "worker.Dockerfile"):
+            named = named_stages(dockerfile)
+            for name, _, instructions in named:
+                configures = [i for i, line in enumerate(instructions) if "cmake -S . -B /build" in line]
+                for at in configures:
+                    self.assertIn('-DDLBENCH_SOURCE_REVISION="${DLBENCH_SOURCE_REVISION}"', instructions[at],
+                                  f"{dockerfile} {name or 'unnamed'}: its configure")
+                    self.assertIn("ARG DLBENCH_SOURCE_REVISION=", instructions[:at], f"{dockerfile} {name}: the argument")
+            final = [i for name, _, i in named if name in ("", "cpu", "cuda")]
+            self.assertTrue(final, dockerfile)
+            for instructions in final:
+                self.assertIn('org.opencontainers.image.revision="${DLBENCH_SOURCE_REVISION}"', " ".join(instructions),
+                              f"{dockerfile}: the image's label")
+        with open(os.path.join(ROOT, ".dockerignore")) as f:
+            self.assertIn(".git/", f.read().split(), "the premise: an image build sees no .git")
+
     def test_operator_runtime_installs_every_library_the_binary_needs(self):
         (_, _), (_, runtime) = stages("operator.Dockerfile")
         installed = dependency_closure(apt_packages(runtime) | BASE_PACKAGES)

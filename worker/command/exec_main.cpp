@@ -22,6 +22,7 @@
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/status.hpp"
+#include "dlbench/core/version.hpp"
 #include "worker_metrics.hpp"
 
 namespace {
@@ -99,7 +100,7 @@ std::optional<Options> parse(int argc, char** argv) {
     return std::nullopt;
   }
   if (version) {
-    std::cout << "dlbench-exec " << DLBENCH_VERSION << "\n";
+    std::cout << "dlbench-exec " << dlbench::version() << "\n";
     return std::nullopt;
   }
   if (o.install_dir.empty() && o.command.empty()) throw UsageError{"no command given after --"};
@@ -140,7 +141,7 @@ int run(const Options& o) {
     try {
       live = std::make_unique<worker::WorkerMetrics>(
           worker::WorkerIdentity{c->run, id, std::string(to_string(c->model)), std::string(to_string(c->case_.precision)),
-                                 "command", "command", DLBENCH_VERSION, "", 0, c->case_.global_batch_size()},
+                                 "command", "command", std::string(dlbench::version()), "", 0, c->case_.global_batch_size()},
           o.metrics_port);
       std::cerr << "dlbench-exec: metrics on port " << live->port() << "\n";
     } catch (const std::exception& e) {
@@ -191,7 +192,7 @@ int run(const Options& o) {
     return outcome.exit_code;
   }
   EnvironmentInfo environment = host_environment();
-  environment.dlbench_version = DLBENCH_VERSION;
+  environment.dlbench_version = dlbench::version();
   const ResultDocument doc = command_result(*c, outcome, environment, start_time, end_time);
   if (live) live->finished(doc.state == CaseState::Succeeded);
   if (outcome.cut_lines > 0) {

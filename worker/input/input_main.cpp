@@ -27,6 +27,7 @@
 #include "input/cityscapes.hpp"
 #include "input/image_folder.hpp"
 #include "dlbench/core/command_line.hpp"
+#include "dlbench/core/version.hpp"
 #include "input/image_transform.hpp"
 #include "input/input_pipeline.hpp"
 #include "input/pretraining_shards.hpp"
@@ -676,6 +677,8 @@ int main(int argc, char** argv) {
     use_dlbench_help(app);
     app.set_help_flag("-h,--help", "print this and exit");
     app.require_subcommand(0, 1);
+    bool print_version = false;
+    app.add_flag("--version", print_version, "print dlbench-input's version (and the revision it was built from) and exit");
     std::map<const CLI::App*, const Command*> by_app;
     for (const Command& c : commands()) {
       CLI::App* sub = app.add_subcommand(c.name, c.description);
@@ -696,6 +699,10 @@ int main(int argc, char** argv) {
       parse_command_line(app, words);
     } catch (const CLI::CallForHelp&) {
       std::cout << app.help();
+      return 0;
+    }
+    if (print_version) {
+      std::cout << "dlbench-input " << dlbench::version() << "\n";
       return 0;
     }
     if (app.get_subcommands().empty()) {

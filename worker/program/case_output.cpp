@@ -12,6 +12,7 @@
 #include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/status.hpp"
+#include "dlbench/core/version.hpp"
 #include "layer_profiler.hpp"
 #include "layers/bottleneck.hpp"
 #include "program/case_setup.hpp"
@@ -77,7 +78,7 @@ EnvironmentInfo environment(const Backend* backend, const Options& o, Communicat
   e.communicator = communicator.name();
   e.mpi_version = communicator.mpi_version();
   e.nccl_version = communicator.nccl_version();
-  e.dlbench_version = DLBENCH_VERSION;
+  e.dlbench_version = version();
   return e;
 }
 

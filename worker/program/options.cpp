@@ -15,6 +15,7 @@
 #include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/command_line.hpp"
 #include "dlbench/core/names.hpp"
+#include "dlbench/core/version.hpp"
 #include "models/model.hpp"
 #include "backend.hpp"
 #ifdef DLBENCH_HAVE_CUDA
@@ -420,7 +421,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
                "step-graph replay and the communicator across every rank, for each --precision (a comma list; "
                "default every one, those the backend cannot run skipped); prints a table, writes a "
                "dlbench.selftest/v1 document like a result, exits 1 if a check failed on any rank");
-  bool list_models = false, list_devices = false;
+  bool list_models = false, list_devices = false, print_version = false;
+  app.add_flag("--version", print_version, "print dlbench-worker's version (and the revision it was built from) and exit");
   app.add_flag("--list-models", list_models, "print the models and exit");
   app.add_flag("--list-devices", list_devices,
                "print \"cpu <threads> precisions=<what runs here>\" and, when built with CUDA, \"cuda <GPUs> "
@@ -429,6 +431,10 @@ std::optional<Options> parse_options(int argc, char** argv) {
     parse_command_line(app, {argv + 1, argv + argc});
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+    return std::nullopt;
+  }
+  if (print_version) {
+    std::cout << "dlbench-worker " << version() << "\n";
     return std::nullopt;
   }
   if (list_models) print_models();

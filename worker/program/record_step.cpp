@@ -1,6 +1,7 @@
 #include <iostream>
 #include <optional>
 
+#include "dlbench/core/version.hpp"
 #include "input/pretraining_shards.hpp"
 #include "models/bert.hpp"
 #include "program/case_setup.hpp"
@@ -40,7 +41,7 @@ int record_step(const Options& o, Backend* backend, const std::string& backend_e
                        {"init_from", o.init_from},
                        {"data", o.data},
                        {"data_path", o.data_path},
-                       {"dlbench_version", DLBENCH_VERSION}};
+                       {"dlbench_version", std::string(version())}};
     const auto ints = [](const std::vector<std::int32_t>& from, std::int64_t offset, std::int64_t count) {
       const auto begin = from.begin() + offset;
       return std::vector<std::int64_t>(begin, begin + count);

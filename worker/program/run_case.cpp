@@ -19,6 +19,7 @@
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/status.hpp"
+#include "dlbench/core/version.hpp"
 #include "gpu_monitor.hpp"
 #include "gradient_buckets.hpp"
 #include "input/cityscapes.hpp"
@@ -233,7 +234,7 @@ class CaseRun {
     try {
       live_ = std::make_unique<WorkerMetrics>(
           WorkerIdentity{o_.run, case_id(doc_.case_), std::string(to_string(o_.model)), std::string(to_string(o_.precision)),
-                         o_.backend, comm_.name(), DLBENCH_VERSION, backend_ != nullptr ? backend_->version_info() : "",
+                         o_.backend, comm_.name(), std::string(version()), backend_ != nullptr ? backend_->version_info() : "",
                          comm_.rank(), doc_.global_batch_size, std::string(unit_)},
           port);
       std::cerr << "dlbench-worker rank " << comm_.rank() << ": metrics on port " << live_->port() << "\n";
