@@ -118,6 +118,14 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
   case_power_ = &registry_.gauge("dlbench_case_power_watts_per_device",
                                  "Average power per device over a finished GPU case's measured steps, from each GPU's "
                                  "energy counter (status.results[].energy).");
+  case_exposed_communication_ = &registry_.gauge(
+      "dlbench_case_exposed_communication_ratio",
+      "Share of a finished multi-rank case's step its gradient reduction added (1 - the step's time without the "
+      "reduction / with it; status.results[].communication).");
+  case_bus_bandwidth_ = &registry_.gauge(
+      "dlbench_case_allreduce_bus_bandwidth_bytes_per_second",
+      "Bus bandwidth of a finished multi-rank case's whole-gradient allreduce timed alone, as nccl-tests reports it "
+      "(status.results[].communication).");
   case_info_ = &registry_.gauge("dlbench_case_info",
                                 "What measured a finished case (status.results[].environment): the backend, the GPU "
                                 "and CPU models, driver and library versions, dlbench's version; always 1.");
@@ -215,7 +223,8 @@ void Controller::forget(const std::string& ns, const std::string& name) {
   const metrics::Labels run{{"namespace", ns}, {"run", name}};
   for (auto* family :
        {runs_by_phase_, case_throughput_, case_throughput_sequences_, case_speedup_, case_efficiency_, case_devices_, case_failed_, case_cpu_pressure_,
-        case_repeats_cv_, case_scaling_refused_, case_loss_, case_flops_, case_mfu_, case_energy_, case_power_, case_info_}) {
+        case_repeats_cv_, case_scaling_refused_, case_loss_, case_flops_, case_mfu_, case_energy_, case_power_, case_exposed_communication_,
+        case_bus_bandwidth_, case_info_}) {
     family->remove_matching(run);
   }
   {
@@ -606,6 +615,10 @@ void Controller::record_metrics(const std::string& ns, const std::string& name, 
     if (r.energy) {
       case_energy_->add(labels).set(r.energy->joules_per_sample);
       case_power_->add(labels).set(r.energy->watts_per_device);
+    }
+    if (r.communication) {
+      case_exposed_communication_->add(labels).set(r.communication->exposed_share);
+      case_bus_bandwidth_->add(labels).set(r.communication->bus_bandwidth);
     }
     if (r.stability) {
       metrics::Labels with_verdict = labels;

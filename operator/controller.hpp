@@ -165,6 +165,8 @@ class Controller {
   metrics::Family<metrics::Gauge>* case_mfu_;
   metrics::Family<metrics::Gauge>* case_energy_;
   metrics::Family<metrics::Gauge>* case_power_;
+  metrics::Family<metrics::Gauge>* case_exposed_communication_;
+  metrics::Family<metrics::Gauge>* case_bus_bandwidth_;
   metrics::Family<metrics::Gauge>* case_info_;
   metrics::Counter* status_conflicts_;
   metrics::Histogram* reconcile_seconds_;

@@ -223,6 +223,19 @@ void note_energy(Row& row) {
              percent(after / before - 1) + ")";
 }
 
+// Where both sides timed a multi-rank case's gradient reduction: the share of a step it added and
+// its bus bandwidth, before and after, so that a slower case whose interconnect (a driver, NCCL, a
+// cluster's network) is the cause says so. Not judged: a few steps a side, not the repeats.
+void note_communication(Row& row) {
+  if (!measured(row.before) || !measured(row.after) || !row.before->communication || !row.after->communication) return;
+  const CommunicationReport& before = *row.before->communication;
+  const CommunicationReport& after = *row.after->communication;
+  row.why += "; gradient reduction " + fixed(100 * before.exposed_share, 1) + "% of a step before and " +
+             fixed(100 * after.exposed_share, 1) + "% after, bus bandwidth " + significant(before.bus_bandwidth / 1e9, 3) +
+             " GB/s before and " + significant(after.bus_bandwidth / 1e9, 3) + " after (" +
+             percent(after.bus_bandwidth / before.bus_bandwidth - 1) + ")";
+}
+
 // Leaf values of a JSON document by path ("spec.worker.image"); arrays are leaves.
 void flatten(const nlohmann::json& j, const std::string& path, std::map<std::string, std::string>& leaves) {
   if (j.is_object()) {
@@ -335,6 +348,7 @@ Comparison compare_runs(const CompareOptions& o, const Source& baseline, const S
     judge(row, o, baseline, candidate);
     note_training(row, baseline, candidate);
     note_energy(row);
+    note_communication(row);
     ++c.counts[row.verdict];
     if (fails_gate(row.verdict, o.strict)) {
       c.failing.push_back(row.case_id + " " + name_of(row.verdict).text);

@@ -240,8 +240,9 @@ std::vector<ScalingSeries> scaling_series(const std::vector<Source>& sources) {
 // The tables a report prints for each precision: throughput, speed-up, efficiency, and where
 // some case has them, input wait, the loss (whether the cases compared trained alike) with the
 // learning rate each case trained at (the model's default differs with the global batch), the
-// training arithmetic per device and its share of the device's peak, and a GPU's energy per sample.
-enum class Table { throughput, speedup, efficiency, input_wait, learning_rate, loss, flops, mfu, energy };
+// training arithmetic per device and its share of the device's peak, a GPU's energy per sample,
+// and a multi-rank case's gradient reduction: the share of a step it added, and its bus bandwidth.
+enum class Table { throughput, speedup, efficiency, input_wait, learning_rate, loss, flops, mfu, energy, exposed, bus };
 
 // The result of a source's case of this precision, batch and nodes × GPUs, if it ran.
 const CaseResult* find_result(const Source& s, Precision p, int batch, int nodes, int gpus) {
@@ -325,6 +326,10 @@ std::string table_cell(const std::vector<Source>& sources, ReportFormat format, 
         return r.flops && r.flops->mfu ? fixed(100 * *r.flops->mfu, 1) + "%" : "-";
       case Table::energy:
         return r.energy ? significant(r.energy->joules_per_sample, 4) : "-";
+      case Table::exposed:
+        return r.communication ? fixed(100 * r.communication->exposed_share, 1) + "%" : "-";
+      case Table::bus:
+        return r.communication ? significant(r.communication->bus_bandwidth / 1e9, 4) : "-";
     }
   }
   return "";
@@ -338,6 +343,7 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   std::set<Column> columns;
   std::vector<Table> tables{Table::throughput, Table::speedup, Table::efficiency};
   bool real_data = false, losses = false, rates = false, flops = false, mfu = false, energy = false, emulated = false;
+  bool reduced = false;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     for (const auto& r : sources[i].status.results) {
       if (r.case_.precision != p) continue;
@@ -349,6 +355,7 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
       flops = flops || r.flops;
       mfu = mfu || (r.flops && r.flops->mfu);
       energy = energy || r.energy;
+      reduced = reduced || r.communication;
       emulated = emulated || fp16_emulated(r);
     }
   }
@@ -358,6 +365,10 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
   if (flops) tables.push_back(Table::flops);
   if (mfu) tables.push_back(Table::mfu);
   if (energy) tables.push_back(Table::energy);
+  if (reduced) {
+    tables.push_back(Table::exposed);
+    tables.push_back(Table::bus);
+  }
   std::vector<Column> ordered(columns.begin(), columns.end());
   std::stable_sort(ordered.begin(), ordered.end(), [](const Column& a, const Column& b) {
     return std::make_tuple(a.source, a.nodes * a.gpus, a.nodes) < std::make_tuple(b.source, b.nodes * b.gpus, b.nodes);
@@ -369,9 +380,11 @@ void print_precision_tables(std::ostream& out, ReportFormat format, const std::v
                                 "loss after the last repeat",
                                 "training arithmetic per device (TFLOP/s)",
                                 "model FLOPs utilisation (of the device's dense peak)",
-                                "energy per sample, every device's (J)"};
+                                "energy per sample, every device's (J)",
+                                "share of a step its gradient reduction added",
+                                "gradient allreduce alone, bus bandwidth (GB/s)"};
   const char* csv_titles[] = {"throughput", "speedup", "efficiency", "inputwait", "learningrate", "loss", "tflops", "mfu",
-                              "joulespersample"};
+                              "joulespersample", "reductionshare", "busbandwidth"};
   const auto print_table = [&](const std::string& title, const std::string& csv_title, const std::vector<Column>& shown,
                                const std::function<std::string(int, const Column&)>& cell) {
     std::vector<std::string> header{"batch"};

@@ -533,6 +533,11 @@ void print_measured(std::ostream& out, const BenchmarkRunSpec& spec, const CaseR
     out << ", " << std::setprecision(4) << reported.energy->joules_per_sample << " J a sample, " << std::setprecision(0)
         << reported.energy->watts_per_device << " W a device";
   }
+  if (reported.communication) {
+    out << "\n  gradient reduction: " << std::setprecision(1) << 100 * reported.communication->exposed_share
+        << "% of a step, bus bandwidth " << std::setprecision(2) << reported.communication->bus_bandwidth / 1e9
+        << " GB/s alone";
+  }
   if (reported.input) out << "\n  input: " << describe_input(*reported.input);
   out << "\n";
 }

@@ -198,6 +198,13 @@ std::vector<FieldRule> build_rules() {
   overflow.path = "status.results[].lossScaling.overflow";
   overflow.max_length = static_cast<std::int64_t>(kLossScalingOverflowMaxLength);
   r.push_back(overflow);
+  // A multi-rank case's gradient reduction (the decoder holds the same floors).
+  r.push_back(floor_rule("status.results[].communication.gradientBytes", 1, false));
+  r.push_back(floor_rule("status.results[].communication.buckets", 1, false));
+  for (const char* positive : {"allreduceSeconds", "busBandwidth", "stepSeconds", "stepSecondsWithoutReduction"}) {
+    r.push_back(floor_rule(std::string("status.results[].communication.") + positive, 0, true));
+  }
+  r.push_back(real_rule("status.results[].communication.exposedShare", {0, 1, false, false}, std::nullopt));
   return r;
 }
 

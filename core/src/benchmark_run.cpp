@@ -2,6 +2,7 @@
 
 #include "dlbench/core/api_rules.hpp"
 
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
 #include <string>
@@ -11,6 +12,17 @@ namespace dlbench {
 
 bool loss_scaling_trained_little(const LossScalingReport& report) {
   return report.final_scale < 1.0 || report.skipped_steps * 20 > report.steps;
+}
+
+CommunicationReport communication_report(int ranks, std::int64_t gradient_bytes, std::int64_t buckets,
+                                         double allreduce_seconds, double step_seconds,
+                                         double step_seconds_without_reduction) {
+  CommunicationReport c{gradient_bytes, buckets, allreduce_seconds, 0, step_seconds, step_seconds_without_reduction, 0};
+  // nccl-tests' bus bandwidth for an allreduce: what each link carries, 2 (n - 1) / n of the data.
+  const double links_share = ranks > 1 ? 2.0 * (ranks - 1) / ranks : 1.0;
+  if (allreduce_seconds > 0) c.bus_bandwidth = static_cast<double>(gradient_bytes) / allreduce_seconds * links_share;
+  if (step_seconds > 0) c.exposed_share = std::clamp(1.0 - step_seconds_without_reduction / step_seconds, 0.0, 1.0);
+  return c;
 }
 
 std::string image_size_argument(int height, int width) {

@@ -560,7 +560,7 @@ ObjectMeta decode_metadata(Decoder& d, const json& obj, const std::string& path)
 std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::string& path, bool preflight = false) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"case", "state", "throughput", "stepTimeSeconds", "input", "interference", "stability", "ncclTransport", "optimizer",
-                               "environment", "lossAfterRepeats", "lossScaling", "flops", "energy", "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
+                               "environment", "lossAfterRepeats", "lossScaling", "flops", "energy", "communication", "speedup", "scalingEfficiency", "scalingRefused", "reason", "message", "attempts", "startTime",
                                "completionTime", "ranAlone"});
   const std::size_t errors_before = d.errors.size();
   CaseResult r;
@@ -600,6 +600,9 @@ std::optional<CaseResult> decode_result(Decoder& d, const json& obj, const std::
   if (const json* l = Decoder::find(obj, "lossScaling")) r.loss_scaling = decode_loss_scaling(d, *l, child(path, "lossScaling"));
   if (const json* f = Decoder::find(obj, "flops")) r.flops = decode_flops(d, *f, child(path, "flops"));
   if (const json* e = Decoder::find(obj, "energy")) r.energy = decode_energy(d, *e, child(path, "energy"));
+  if (const json* c = Decoder::find(obj, "communication")) {
+    r.communication = decode_communication(d, *c, child(path, "communication"));
+  }
   if (const json* v = Decoder::find(obj, "speedup")) r.speedup = d.measurement(*v, child(path, "speedup"));
   if (const json* v = Decoder::find(obj, "scalingEfficiency")) {
     r.scaling_efficiency = d.measurement(*v, child(path, "scalingEfficiency"));
@@ -1043,6 +1046,51 @@ json detail::energy_to_json(const EnergyReport& e) {
   return json{{"joulesPerSample", e.joules_per_sample}, {"wattsPerDevice", e.watts_per_device}};
 }
 
+std::optional<CommunicationReport> detail::decode_communication(Decoder& d, const json& obj, const std::string& path) {
+  if (!d.expect_object(obj, path)) return std::nullopt;
+  d.reject_unknown(obj, path, {"gradientBytes", "buckets", "allreduceSeconds", "busBandwidth", "stepSeconds",
+                               "stepSecondsWithoutReduction", "exposedShare"});
+  const std::size_t errors_before = d.errors.size();
+  CommunicationReport c;
+  const auto count = [&](const char* key, const char* what, std::int64_t& out) {
+    if (const json* v = d.require(obj, path, key, what)) {
+      if (auto x = d.integer(*v, child(path, key), {1, std::numeric_limits<std::int64_t>::max()})) out = *x;
+    }
+  };
+  const auto positive = [&](const char* key, const char* what, double& out) {
+    if (const json* v = d.require(obj, path, key, what)) {
+      if (auto x = d.measurement(*v, child(path, key))) {
+        out = *x;
+        if (*x <= 0.0) d.fail(child(path, key), "must be > 0");
+      }
+    }
+  };
+  count("gradientBytes", "the bytes of gradient each step reduces", c.gradient_bytes);
+  count("buckets", "the reductions a step's gradient is cut into", c.buckets);
+  positive("allreduceSeconds", "the time to reduce the whole gradient alone", c.allreduce_seconds);
+  positive("busBandwidth", "the reduction's bus bandwidth in bytes per second", c.bus_bandwidth);
+  positive("stepSeconds", "a step's time with its reduction", c.step_seconds);
+  positive("stepSecondsWithoutReduction", "a step's time without its reduction", c.step_seconds_without_reduction);
+  if (const json* v = d.require(obj, path, "exposedShare", "the part of a step its reduction added")) {
+    if (auto x = d.measurement(*v, child(path, "exposedShare"))) {
+      c.exposed_share = *x;
+      if (*x < 0.0 || *x > 1.0) d.fail(child(path, "exposedShare"), "must be from 0 to 1");
+    }
+  }
+  if (d.errors.size() != errors_before) return std::nullopt;
+  return c;
+}
+
+json detail::communication_to_json(const CommunicationReport& c) {
+  return json{{"gradientBytes", c.gradient_bytes},
+              {"buckets", c.buckets},
+              {"allreduceSeconds", c.allreduce_seconds},
+              {"busBandwidth", c.bus_bandwidth},
+              {"stepSeconds", c.step_seconds},
+              {"stepSecondsWithoutReduction", c.step_seconds_without_reduction},
+              {"exposedShare", c.exposed_share}};
+}
+
 std::optional<LossScalingReport> detail::decode_loss_scaling(Decoder& d, const json& obj, const std::string& path) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"finalScale", "skippedSteps", "steps", "overflow"});
@@ -1299,6 +1347,7 @@ json to_json(const CaseResult& r) {
   if (r.loss_scaling) out["lossScaling"] = detail::loss_scaling_to_json(*r.loss_scaling);
   if (r.flops) out["flops"] = detail::flops_to_json(*r.flops);
   if (r.energy) out["energy"] = detail::energy_to_json(*r.energy);
+  if (r.communication) out["communication"] = detail::communication_to_json(*r.communication);
   if (r.speedup) out["speedup"] = *r.speedup;
   if (r.scaling_efficiency) out["scalingEfficiency"] = *r.scaling_efficiency;
   if (!r.scaling_refused.empty()) out["scalingRefused"] = r.scaling_refused;

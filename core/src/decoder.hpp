@@ -347,6 +347,8 @@ std::optional<EnergyReport> decode_energy(Decoder& d, const json& obj, const std
 json energy_to_json(const EnergyReport& report);
 std::optional<LossScalingReport> decode_loss_scaling(Decoder& d, const json& obj, const std::string& path);
 json loss_scaling_to_json(const LossScalingReport& report);
+std::optional<CommunicationReport> decode_communication(Decoder& d, const json& obj, const std::string& path);
+json communication_to_json(const CommunicationReport& report);
 // spec.worker's lists, and the same lists in spec.podTemplateOverrides.
 void decode_tolerations(Decoder& d, const json& list, const std::string& path, std::vector<Toleration>& out);
 void decode_env(Decoder& d, const json& list, const std::string& path, std::vector<EnvVar>& out);

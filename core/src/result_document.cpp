@@ -299,6 +299,7 @@ json to_json(const ResultDocument& doc) {
   if (doc.peak_flops_per_device) out["peakFlopsPerDevice"] = *doc.peak_flops_per_device;
   if (doc.mfu) out["mfu"] = *doc.mfu;
   if (!doc.energy_joules.empty()) out["energyJoules"] = doc.energy_joules;
+  if (doc.communication) out["communication"] = detail::communication_to_json(*doc.communication);
   if (!doc.start_time.empty()) out["startTime"] = doc.start_time;
   if (!doc.end_time.empty()) out["endTime"] = doc.end_time;
   return out;
@@ -311,7 +312,7 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   d.reject_unknown(document, "", {"schema", "run", "model", "engine", "case", "imageSize", "imageHeight", "imageWidth", "sequenceLength", "devices", "globalBatchSize",
                                   "methodology", "optimizer", "modelFlopsPerSample", "state", "reason", "message", "throughput",
                                   "peakFlopsPerDevice", "mfu", "stepTimeSeconds", "input", "memory", "profile", "lossScaling",
-                                  "lossAfterRepeats", "interference", "stability", "energyJoules",
+                                  "lossAfterRepeats", "interference", "stability", "energyJoules", "communication",
                                   "environment", "startTime", "endTime"});
   require_schema(d, document, kResultSchema);
   d.read_string(document, "", "run", doc.run);
@@ -401,6 +402,9 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   }
   if (const json* p = Decoder::find(document, "profile")) doc.profile = decode_profile(d, *p, "profile");
   if (const json* l = Decoder::find(document, "lossScaling")) doc.loss_scaling = detail::decode_loss_scaling(d, *l, "lossScaling");
+  if (const json* c = Decoder::find(document, "communication")) {
+    doc.communication = detail::decode_communication(d, *c, "communication");
+  }
   if (const json* l = Decoder::find(document, "lossAfterRepeats")) {
     if (const json* items = d.list(*l, "lossAfterRepeats", 1, bounds::kMaxRepeatsRun)) {
       for (std::size_t i = 0; i < items->size(); ++i) {
@@ -484,6 +488,10 @@ Decoded<ResultDocument> decode_result_document(const json& document) {
   if (doc.state != CaseState::Succeeded && !doc.energy_joules.empty()) {
     d.fail("energyJoules", "only with a Succeeded case's throughput");
   }
+  if (Decoder::find(document, "communication") != nullptr) {
+    if (doc.state != CaseState::Succeeded) d.fail("communication", "only with a Succeeded case's throughput");
+    if (doc.devices < 2) d.fail("communication", "only where more than one rank reduced gradients (devices is 1)");
+  }
   check_losses(d, doc);
 
   return d.finish(std::move(doc));
@@ -541,6 +549,7 @@ std::string compact_result_document(const std::string& json_text, std::size_t li
   s.shrink([&] { doc["environment"].erase("facts"); });
   s.shrink([&] { doc.erase("stepTimeSeconds"); });
   s.shrink([&] { doc.erase("memory"); });
+  s.shrink([&] { doc.erase("communication"); });  // the status loses where a multi-rank case's time went
   s.shrink([&] {
     if (doc.contains("input")) {
       doc["input"].erase("waitSecondsPerStep");
@@ -633,6 +642,7 @@ CaseResult to_case_result(const ResultDocument& document, int attempts) {
     r.flops = flops;
   }
   r.energy = energy_report(document);
+  r.communication = document.communication;
   r.reason = document.reason;
   r.message = document.message;
   r.attempts = attempts;

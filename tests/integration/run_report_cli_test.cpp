@@ -781,6 +781,11 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
   EXPECT_EQ(s.results[1].environment->communicator, "mpi");
   EXPECT_THAT(s.results[1].environment->mpi_version, ::testing::MatchesRegex("Open MPI v[0-9]+\\.[0-9]+.*"));
   EXPECT_EQ(s.results[1].environment->nccl_version, "");  // no GPU
+  // What the 2 ranks' gradient reduction cost, timed after their repeats; one rank reduces nothing.
+  EXPECT_FALSE(s.results[0].communication.has_value());
+  ASSERT_TRUE(s.results[1].communication.has_value());
+  EXPECT_GT(s.results[1].communication->gradient_bytes, 25'000'000 * 4);  // ResNet-50's 25.6 M parameters
+  EXPECT_GT(s.results[1].communication->bus_bandwidth, 0);
   EXPECT_FALSE(s.results[2].environment.has_value());   // skipped: nothing measured it
   // No learning rate in the spec: ResNet-50's 0.1 at a global batch of 256, linearly less at the
   // case's, which 2 ranks double.
@@ -837,7 +842,12 @@ TEST_F(RunCli, RunsWhatFitsSkipsTheRestAndWritesTheStatus) {
       EXPECT_NEAR(std::stod(line.substr(prefix.size())), losses.back(), 1e-3 * losses.back()) << line;
     }
   }
-  EXPECT_EQ(rows, 6 * 4);  // throughput, speed-up, efficiency, learning rate, loss, training TFLOP/s × 4 cases
+  // throughput, speed-up, efficiency, learning rate, loss, training TFLOP/s, the reduction's share
+  // of a step and its bus bandwidth × 4 cases
+  EXPECT_EQ(rows, 8 * 4);
+  EXPECT_THAT(table.out, HasSubstr("fp32: share of a step its gradient reduction added"));
+  EXPECT_THAT(csv.out, HasSubstr("\nreductionshare,fp32,2,small,1,1,-\n"));
+  EXPECT_THAT(csv.out, ::testing::ContainsRegex("\nbusbandwidth,fp32,2,small,1,2,[0-9.e-]+\n"));
   // Beside the loss, the rate each case trained at: resnet50's default at its global batch.
   EXPECT_THAT(csv.out, HasSubstr("\nlearningrate,fp32,2,small,1,1,0.00078125\n"));
   EXPECT_THAT(csv.out, HasSubstr("\nlearningrate,fp32,2,small,1,2,0.0015625\n"));

@@ -48,6 +48,8 @@ std::string result_for(const CaseSpec& c, double throughput) {
   // Every device's energy counter, 0.5 J a sample over each repeat's measured steps.
   const double joules = 0.5 * static_cast<double>(c.global_batch_size()) * doc.methodology.measure_steps;
   doc.energy_joules = {joules, joules, joules};
+  // A multi-rank case's reduction: 1 MB in 4 ms alone, a quarter of a 0.2 s step exposed.
+  if (c.devices() > 1) doc.communication = communication_report(c.devices(), 1'000'000, 2, 0.004, 0.2, 0.15);
   doc.environment.backend = "cpu";
   doc.environment.communicator = c.devices() > 1 ? "mpi" : "none";
   doc.environment.cpu_model = "AMD EPYC \"Milan\"";  // a label value to escape
@@ -192,6 +194,15 @@ TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
                               "dlbench_case_energy_joules_per_sample{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 0.5"));
   EXPECT_THAT(exposition, ::testing::HasSubstr(
                               "dlbench_case_power_watts_per_device{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 4.75"));
+  // And the 2-rank case's gradient reduction, through the API server's schema (which would prune
+  // an undeclared field); the 1-rank case reduced nothing.
+  EXPECT_FALSE(decoded.value->results[0].communication.has_value());
+  ASSERT_TRUE(decoded.value->results[1].communication.has_value());
+  EXPECT_EQ(decoded.value->results[1].communication, communication_report(2, 1'000'000, 2, 0.004, 0.2, 0.15));
+  EXPECT_THAT(exposition, ::testing::HasSubstr(
+                              "dlbench_case_exposed_communication_ratio{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 0.25"));
+  EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_allreduce_bus_bandwidth_bytes_per_second{case=\"2x1-bs4-fp32\","
+                                               "namespace=\"default\",run=\"scale\"} 2.5e+08"));
   // What measured each case, in its status (through the API server's schema) and as an info series.
   ASSERT_TRUE(decoded.value->results[1].environment.has_value());
   EXPECT_EQ(decoded.value->results[1].environment->communicator, "mpi");

@@ -305,6 +305,60 @@ TEST(ResultDocument, TheStatusSaysTheEnergyPerSampleAndThePowerPerDevice) {
   EXPECT_THAT(errors_of(failed), ::testing::Contains("energyJoules: only with a Succeeded case's throughput"));
 }
 
+// A multi-rank case's gradient reduction: nccl-tests' bus bandwidth (2 (n - 1) / n of the data
+// crosses each link) and the part of a step the reduction added, from what the worker timed.
+TEST(CommunicationReport, BusBandwidthAndTheExposedShareFromWhatWasTimed) {
+  const CommunicationReport eight = communication_report(8, 100'000'000, 4, 0.01, 0.2, 0.15);
+  EXPECT_DOUBLE_EQ(eight.bus_bandwidth, 1e10 * 2 * 7 / 8);  // 10 GB/s of data, 17.5 GB/s on each link
+  EXPECT_DOUBLE_EQ(eight.exposed_share, 0.25);
+  EXPECT_EQ(eight.gradient_bytes, 100'000'000);
+  EXPECT_EQ(eight.buckets, 4);
+  EXPECT_DOUBLE_EQ(communication_report(2, 100'000'000, 4, 0.01, 0.2, 0.15).bus_bandwidth, 1e10);  // 2 (2 - 1) / 2 = 1
+  // Steps without the reduction no faster (it hid behind backward, or noise): none exposed, not less.
+  EXPECT_DOUBLE_EQ(communication_report(2, 1000, 1, 0.01, 0.2, 0.21).exposed_share, 0.0);
+}
+
+TEST(ResultDocument, TheCommunicationRoundTripsReachesTheStatusAndIsChecked) {
+  ResultDocument doc = sample_document();  // 8 devices
+  EXPECT_FALSE(to_json(doc).contains("communication"));
+  EXPECT_FALSE(to_case_result(doc).communication.has_value());
+  doc.communication = communication_report(8, 102'236'160, 4, 0.0125, 0.134, 0.128);
+  const json written = to_json(doc);
+  EXPECT_EQ(written["communication"]["buckets"], 4);
+  const auto decoded = decode_result_document(written);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(decoded.value->communication, doc.communication);
+  const CaseResult r = to_case_result(*decoded.value);
+  EXPECT_EQ(r.communication, doc.communication);
+  BenchmarkRunStatus status;
+  status.results.push_back(r);
+  const auto read = decode_status(to_json(status));
+  ASSERT_TRUE(read.ok()) << read.errors.front().to_string();
+  EXPECT_EQ(read.value->results[0].communication, doc.communication);
+
+  json bad = written;
+  bad["communication"]["exposedShare"] = 1.5;
+  bad["communication"]["buckets"] = 0;
+  bad["communication"].erase("allreduceSeconds");
+  bad["communication"]["busBandwith"] = 1;
+  EXPECT_THAT(errors_of(bad), ::testing::UnorderedElementsAre(
+                                  ::testing::StartsWith("communication.busBandwith: unknown"),
+                                  ::testing::StartsWith("communication.buckets: "),
+                                  ::testing::StartsWith("communication.allreduceSeconds: required"),
+                                  "communication.exposedShare: must be from 0 to 1"));
+  json one_rank = written;
+  one_rank["case"]["gpusPerNode"] = 1;
+  one_rank["devices"] = 1;
+  one_rank["globalBatchSize"] = 128;
+  EXPECT_THAT(errors_of(one_rank),
+              ::testing::Contains("communication: only where more than one rank reduced gradients (devices is 1)"));
+  json failed = written;
+  failed["state"] = "Failed";
+  failed["reason"] = "LossNotFinite";
+  failed.erase("throughput");
+  EXPECT_THAT(errors_of(failed), ::testing::Contains("communication: only with a Succeeded case's throughput"));
+}
+
 TEST(ResultDocument, MemoryReportRoundTripsAndIsChecked) {
   ResultDocument doc = sample_document();
   doc.memory = MemoryReport{1.25e9, 4.0e9, 3.0e8, 2.1e9};

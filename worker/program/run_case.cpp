@@ -164,6 +164,53 @@ StepProfile profile_steps(Trainer& trainer, Backend& device, int steps) {
   return profiler.finish(steps);
 }
 
+// A multi-rank case's gradient reduction (CommunicationReport), timed after everything the case
+// reports of its training: the whole gradient reduced alone, bucket by bucket as a step reduces it
+// (5 times after one untimed), then steps with and without their reduction, in two turns of
+// `steps_a_turn` each, every one synchronised and the slowest rank's, medians. Without its
+// reduction each rank trains apart, so nothing after this may need the ranks' weights equal.
+// `reductions(false)` takes the step's reduction out, `reductions(true)` puts it back.
+CommunicationReport time_communication(Backend& device, Communicator& comm, GradientBuckets& buckets,
+                                       const ParameterStore& store, const std::function<void()>& step,
+                                       const std::function<void(bool)>& reductions, int steps_a_turn) {
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  const auto slowest_median = [&comm](std::vector<double> seconds) {
+    comm.max(seconds.data(), static_cast<std::int64_t>(seconds.size()));
+    return summarize(seconds).median;
+  };
+  constexpr int kAllreduces = 5;
+  buckets.finish();  // untimed: a first reduction may set up the library's paths
+  device.synchronize();
+  std::vector<double> allreduce;
+  for (int i = 0; i < kAllreduces; ++i) {
+    double here = 0;
+    comm.max(&here, 1);  // every rank here before the clock starts
+    const auto start = Clock::now();
+    buckets.finish();  // starts every bucket, and waits for their means
+    device.synchronize();
+    allreduce.push_back(since(start));
+  }
+  std::vector<double> with, without;
+  const auto timed_steps = [&](std::vector<double>& into) {
+    for (int i = 0; i < steps_a_turn; ++i) {
+      const auto start = Clock::now();
+      step();
+      device.synchronize();
+      into.push_back(since(start));
+    }
+  };
+  for (int turn = 0; turn < 2; ++turn) {
+    timed_steps(with);
+    reductions(false);
+    timed_steps(without);
+    reductions(true);
+  }
+  return communication_report(comm.size(), store.elements() * static_cast<std::int64_t>(sizeof(float)),
+                              static_cast<std::int64_t>(buckets.buckets().size()), slowest_median(allreduce),
+                              slowest_median(with), slowest_median(without));
+}
+
 // One case on one rank. The steps in order: describe the case, serve live metrics, open the
 // data, build the trainer, measure, and report; a failure anywhere is the case's reason.
 class CaseRun {
@@ -410,10 +457,16 @@ class CaseRun {
     }
     device.parameters_written();
     GradientBuckets buckets(comm_, store, bucket_bytes);
-    if (comm_.size() > 1) {
-      trainer.set_gradients_ready([&](const std::vector<Parameter*>& ready) { buckets.gradients_ready(ready); });
-      trainer.set_before_update([&] { buckets.finish(); });
-    }
+    const auto reductions = [&](bool on) {
+      if (on) {
+        trainer.set_gradients_ready([&](const std::vector<Parameter*>& ready) { buckets.gradients_ready(ready); });
+        trainer.set_before_update([&] { buckets.finish(); });
+      } else {
+        trainer.set_gradients_ready(nullptr);
+        trainer.set_before_update(nullptr);
+      }
+    };
+    if (comm_.size() > 1) reductions(true);
     parameters_ = trainer.parameter_count();
     doc_.memory = MemoryReport{static_cast<double>(trainer.arena().planned_bytes()),
                                static_cast<double>(trainer.arena().unshared_bytes()), static_cast<double>(store.bytes()),
@@ -443,6 +496,11 @@ class CaseRun {
       fail(kReasonLossNotFinite, describe_divergence());
       return;
     }
+    if (comm_.size() > 1) {
+      const int steps_a_turn = static_cast<int>(std::clamp<std::int64_t>(o_.measure_steps / 10, 1, 3));
+      doc_.communication = time_communication(device, comm_, buckets, store, workload.step, reductions, steps_a_turn);
+      say_communication(*doc_.communication);
+    }
     if (o_.profile_steps > 0) doc_.profile = profile_steps(trainer, device, static_cast<int>(o_.profile_steps));
     doc_.state = CaseState::Succeeded;
     if (const auto peak = peak_flops_per_second(doc_.environment.gpu_model, doc_.case_.precision)) {
@@ -451,6 +509,16 @@ class CaseRun {
                                          reported_value(doc_.throughput->summary, doc_.methodology.statistic), *peak,
                                          doc_.devices);
     }
+  }
+
+  void say_communication(const CommunicationReport& c) const {
+    if (comm_.rank() != 0) return;
+    std::cerr << "  case " << case_id(doc_.case_) << " gradient reduction: " << std::fixed << std::setprecision(1)
+              << static_cast<double>(c.gradient_bytes) / (1 << 20) << " MiB in " << c.buckets << " buckets, "
+              << std::setprecision(2) << c.allreduce_seconds * 1e3 << " ms alone (bus bandwidth "
+              << c.bus_bandwidth / 1e9 << " GB/s); a step " << c.step_seconds * 1e3 << " ms with it, "
+              << c.step_seconds_without_reduction * 1e3 << " ms without: " << std::setprecision(1)
+              << c.exposed_share * 100 << "% of the step\n";
   }
 
   // Where the repeats' loss scaling trained little: up to kOverflowSearchSteps more steps, untimed

@@ -467,6 +467,30 @@ struct LossScalingReport {
   bool operator==(const LossScalingReport&) const = default;
 };
 
+// A multi-rank native case's gradient reduction, measured after its repeats and not part of its
+// throughput: the whole gradient reduced alone, bucket by bucket as a step reduces it, and steps
+// run with and without their reduction, each the median of a few, the slowest rank's. busBandwidth
+// is nccl-tests' figure for an allreduce, gradientBytes / allreduceSeconds × 2 (ranks - 1) / ranks
+// in bytes per second, comparable across rank counts and with the link's own rate; exposedShare is
+// the part of a step its reduction added, 1 - stepSecondsWithoutReduction / stepSeconds (0 where
+// the steps without it were no faster: the reduction hid behind backward). Where a case scales
+// short, it says how much of that the interconnect took.
+struct CommunicationReport {
+  std::int64_t gradient_bytes = 0;
+  std::int64_t buckets = 0;
+  double allreduce_seconds = 0;
+  double bus_bandwidth = 0;
+  double step_seconds = 0;
+  double step_seconds_without_reduction = 0;
+  double exposed_share = 0;
+  bool operator==(const CommunicationReport&) const = default;
+};
+
+// The report from what was timed, its two derived figures computed as above.
+CommunicationReport communication_report(int ranks, std::int64_t gradient_bytes, std::int64_t buckets,
+                                         double allreduce_seconds, double step_seconds,
+                                         double step_seconds_without_reduction);
+
 // The longest `overflow` the API admits (the worker cuts its own to fit).
 inline constexpr std::size_t kLossScalingOverflowMaxLength = 1024;
 
@@ -493,6 +517,7 @@ struct CaseResult {
   std::optional<LossScalingReport> loss_scaling;  // amp cases: steps skipped for overflow, the final scale
   std::optional<FlopsReport> flops;  // native cases measured: the training arithmetic per device
   std::optional<EnergyReport> energy;  // native GPU cases measured where every GPU counts its energy
+  std::optional<CommunicationReport> communication;  // native cases of more than one rank, measured
   std::optional<double> speedup;                    // over the matching 1×1 case
   std::optional<double> scaling_efficiency;         // speedup / devices
   std::string scaling_refused;  // why speedup and efficiency are not published (an impossible figure)

@@ -127,6 +127,8 @@ struct ResultDocument {
   // A GPU case where every device counts its energy: the joules all devices drew over each
   // reported repeat's measured steps, one per throughput repeat, in the same order.
   std::vector<double> energy_joules;
+  // engine native, Succeeded, more than one rank: the gradient reduction timed after the repeats.
+  std::optional<CommunicationReport> communication;
   EnvironmentInfo environment;
   std::string start_time;
   std::string end_time;
