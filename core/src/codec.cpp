@@ -1023,21 +1023,29 @@ json detail::flops_to_json(const FlopsReport& f) {
   return out;
 }
 
+namespace {
+
+// A required measurement above 0 (a status report's figure), into `out`.
+void read_positive(Decoder& d, const json& obj, const std::string& path, const char* key, const char* what,
+                   double& out) {
+  if (const json* v = d.require(obj, path, key, what)) {
+    if (auto x = d.measurement(*v, child(path, key))) {
+      out = *x;
+      if (*x <= 0.0) d.fail(child(path, key), "must be > 0");
+    }
+  }
+}
+
+}  // namespace
+
 std::optional<EnergyReport> detail::decode_energy(Decoder& d, const json& obj, const std::string& path) {
   if (!d.expect_object(obj, path)) return std::nullopt;
   d.reject_unknown(obj, path, {"joulesPerSample", "wattsPerDevice"});
   const std::size_t errors_before = d.errors.size();
   EnergyReport e;
-  const auto positive = [&](const char* key, const char* what, double& out) {
-    if (const json* v = d.require(obj, path, key, what)) {
-      if (auto x = d.measurement(*v, child(path, key))) {
-        out = *x;
-        if (*x <= 0.0) d.fail(child(path, key), "must be > 0");
-      }
-    }
-  };
-  positive("joulesPerSample", "the devices' energy per sample", e.joules_per_sample);
-  positive("wattsPerDevice", "the average power per device over the measured steps", e.watts_per_device);
+  read_positive(d, obj, path, "joulesPerSample", "the devices' energy per sample", e.joules_per_sample);
+  read_positive(d, obj, path, "wattsPerDevice", "the average power per device over the measured steps",
+                e.watts_per_device);
   if (d.errors.size() != errors_before) return std::nullopt;
   return e;
 }
@@ -1057,20 +1065,13 @@ std::optional<CommunicationReport> detail::decode_communication(Decoder& d, cons
       if (auto x = d.integer(*v, child(path, key), {1, std::numeric_limits<std::int64_t>::max()})) out = *x;
     }
   };
-  const auto positive = [&](const char* key, const char* what, double& out) {
-    if (const json* v = d.require(obj, path, key, what)) {
-      if (auto x = d.measurement(*v, child(path, key))) {
-        out = *x;
-        if (*x <= 0.0) d.fail(child(path, key), "must be > 0");
-      }
-    }
-  };
   count("gradientBytes", "the bytes of gradient each step reduces", c.gradient_bytes);
   count("buckets", "the reductions a step's gradient is cut into", c.buckets);
-  positive("allreduceSeconds", "the time to reduce the whole gradient alone", c.allreduce_seconds);
-  positive("busBandwidth", "the reduction's bus bandwidth in bytes per second", c.bus_bandwidth);
-  positive("stepSeconds", "a step's time with its reduction", c.step_seconds);
-  positive("stepSecondsWithoutReduction", "a step's time without its reduction", c.step_seconds_without_reduction);
+  read_positive(d, obj, path, "allreduceSeconds", "the time to reduce the whole gradient alone", c.allreduce_seconds);
+  read_positive(d, obj, path, "busBandwidth", "the reduction's bus bandwidth in bytes per second", c.bus_bandwidth);
+  read_positive(d, obj, path, "stepSeconds", "a step's time with its reduction", c.step_seconds);
+  read_positive(d, obj, path, "stepSecondsWithoutReduction", "a step's time without its reduction",
+                c.step_seconds_without_reduction);
   if (const json* v = d.require(obj, path, "exposedShare", "the part of a step its reduction added")) {
     if (auto x = d.measurement(*v, child(path, "exposedShare"))) {
       c.exposed_share = *x;
