@@ -1399,7 +1399,7 @@ TEST_F(RunCli, AGpuTheWorkerListsIsTheBackendAndItsModelIsRecorded) {
   EXPECT_EQ(o.exit_code, 1) << o.out << o.err;
   EXPECT_THAT(o.out, HasSubstr("cases on this host (cuda backend, 1 device), status in g.json"));
   EXPECT_THAT(status("g.json").metadata.annotations.at("dlbench.io/measured-by"),
-              ::testing::MatchesRegex("dlbench [0-9.]+: cuda backend, 1 device \\(NVIDIA Fake 80GB\\); CPU .+"));
+              ::testing::MatchesRegex("dlbench [0-9.]+\\+[0-9a-z.]+: cuda backend, 1 device \\(NVIDIA Fake 80GB\\); CPU .+"));
 }
 
 // Ctrl-C while the worker lists its devices (a GPU driver can take long to start) stops dlbench
