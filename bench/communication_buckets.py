@@ -33,7 +33,7 @@ def one_case(worker, args, bucket_mb):
     if result["state"] != "Succeeded":
         sys.exit(f"communication_buckets.py: --bucket-mb {bucket_mb}: {result['state']} {result.get('message')}")
     c = result["communication"]
-    return {"throughput": result["throughput"]["summary"]["median"], "buckets": c["buckets"],
+    return {"throughput": result["throughput"]["median"], "buckets": c["buckets"],
             "gradient_mb": c["gradientBytes"] / 1e6, "allreduce_ms": c["allreduceSeconds"] * 1e3,
             "bus_gbs": c["busBandwidth"] / 1e9, "with_ms": c["stepSeconds"] * 1e3,
             "without_ms": c["stepSecondsWithoutReduction"] * 1e3, "exposed": c["exposedShare"]}
