@@ -498,8 +498,13 @@ class CaseRun {
     }
     if (comm_.size() > 1) {
       const int steps_a_turn = static_cast<int>(std::clamp<std::int64_t>(o_.measure_steps / 10, 1, 3));
-      doc_.communication = time_communication(device, comm_, buckets, store, workload.step, reductions, steps_a_turn);
-      say_communication(*doc_.communication);
+      try {  // a failure here costs this diagnosis only, as the overflow trace's does
+        doc_.communication = time_communication(device, comm_, buckets, store, workload.step, reductions, steps_a_turn);
+        say_communication(*doc_.communication);
+      } catch (const std::exception& e) {
+        reductions(true);
+        std::cerr << "dlbench-worker rank " << comm_.rank() << ": gradient reduction not timed: " << e.what() << "\n";
+      }
     }
     if (o_.profile_steps > 0) doc_.profile = profile_steps(trainer, device, static_cast<int>(o_.profile_steps));
     doc_.state = CaseState::Succeeded;
