@@ -204,7 +204,7 @@ std::vector<FieldRule> build_rules() {
   for (const char* positive : {"allreduceSeconds", "busBandwidth", "stepSeconds", "stepSecondsWithoutReduction"}) {
     r.push_back(floor_rule(std::string("status.results[].communication.") + positive, 0, true));
   }
-  r.push_back(real_rule("status.results[].communication.exposedShare", {0, 1, false, false}, std::nullopt));
+  r.push_back(real_rule("status.results[].communication.exposedShare", bounds::kExposedShare, std::nullopt));
   return r;
 }
 

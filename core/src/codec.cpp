@@ -1060,23 +1060,20 @@ std::optional<CommunicationReport> detail::decode_communication(Decoder& d, cons
                                "stepSecondsWithoutReduction", "exposedShare"});
   const std::size_t errors_before = d.errors.size();
   CommunicationReport c;
-  const auto count = [&](const char* key, const char* what, std::int64_t& out) {
-    if (const json* v = d.require(obj, path, key, what)) {
-      if (auto x = d.integer(*v, child(path, key), {1, std::numeric_limits<std::int64_t>::max()})) out = *x;
-    }
-  };
-  count("gradientBytes", "the bytes of gradient each step reduces", c.gradient_bytes);
-  count("buckets", "the reductions a step's gradient is cut into", c.buckets);
+  constexpr IntBounds kCount{1, std::numeric_limits<std::int64_t>::max()};
+  if (d.require(obj, path, "gradientBytes", "the bytes of gradient each step reduces")) {
+    d.read_int64(obj, path, "gradientBytes", kCount, c.gradient_bytes);
+  }
+  if (d.require(obj, path, "buckets", "the reductions a step's gradient is cut into")) {
+    d.read_int64(obj, path, "buckets", kCount, c.buckets);
+  }
   read_positive(d, obj, path, "allreduceSeconds", "the time to reduce the whole gradient alone", c.allreduce_seconds);
   read_positive(d, obj, path, "busBandwidth", "the reduction's bus bandwidth in bytes per second", c.bus_bandwidth);
   read_positive(d, obj, path, "stepSeconds", "a step's time with its reduction", c.step_seconds);
   read_positive(d, obj, path, "stepSecondsWithoutReduction", "a step's time without its reduction",
                 c.step_seconds_without_reduction);
-  if (const json* v = d.require(obj, path, "exposedShare", "the part of a step its reduction added")) {
-    if (auto x = d.measurement(*v, child(path, "exposedShare"))) {
-      c.exposed_share = *x;
-      if (*x < 0.0 || *x > 1.0) d.fail(child(path, "exposedShare"), "must be from 0 to 1");
-    }
+  if (d.require(obj, path, "exposedShare", "the part of a step its reduction added")) {
+    d.read_number(obj, path, "exposedShare", bounds::kExposedShare, c.exposed_share);
   }
   if (d.errors.size() != errors_before) return std::nullopt;
   return c;

@@ -345,7 +345,7 @@ TEST(ResultDocument, TheCommunicationRoundTripsReachesTheStatusAndIsChecked) {
                                   ::testing::StartsWith("communication.busBandwith: unknown"),
                                   ::testing::StartsWith("communication.buckets: "),
                                   ::testing::StartsWith("communication.allreduceSeconds: required"),
-                                  "communication.exposedShare: must be from 0 to 1"));
+                                  "communication.exposedShare: 1.5 is out of range; allowed: at least 0 and at most 1"));
   json one_rank = written;
   one_rank["case"]["gpusPerNode"] = 1;
   one_rank["devices"] = 1;

@@ -75,6 +75,8 @@ inline constexpr RealBounds kMomentum{0.0, 1.0, false, true};  // 1 would never 
 inline constexpr RealBounds kWeightDecay{0.0, 1.0};
 // Updates over which the learning rate rises linearly to its value (0: from the first update on).
 inline constexpr IntBounds kLearningRateWarmupSteps{0, 1000000};
+// Status: the share of a multi-rank case's step its gradient reduction added.
+inline constexpr RealBounds kExposedShare{0.0, 1.0};
 inline constexpr std::int64_t kMaxMatrixValues = 32;  // per matrix axis
 // Each explicit case adds at most one baseline, so 500 cases never plan more than 1,000; the
 // CRD can then check the planned count of a matrix with one CEL rule and of cases with maxItems.
