@@ -526,9 +526,41 @@ class StepRecorder final : public LayerObserver {
   std::vector<std::size_t> open_;
 };
 
+// What a device answered when asked to fuse a convolution with its batch norms
+// (Backend::make_fused_conv2d): what was asked, and whether it fused, and with the batch norm's
+// gradients.
+struct FusionAnswer {
+  FusedConv2dConfig asked;
+  bool fused = false;
+  bool gradients = false;
+};
+
+// The device's answer to `asked`, in `dtype`.
+FusionAnswer ask_fusion(Backend& device, FusedConv2dConfig asked, DType dtype) {
+  asked.conv.dtype = dtype;
+  const std::unique_ptr<FusedConv2dOp> op = device.make_fused_conv2d(asked);
+  return {asked, op != nullptr, op != nullptr && op->fuses_input_batch_norm_gradients()};
+}
+
+// A reference trace and the fusion answers it was composed from: it serves a later precision only
+// where that precision's device answers each the same (an H200 fuses every block in fp16 and none
+// in bf16, so amp's reference is not bf16's).
+struct ReferenceStepTrace {
+  StepTrace trace;
+  std::vector<FusionAnswer> answers;
+};
+
 // The reference's traces, by model and by what the device fuses (the residual into batch norm,
-// branch gradients into a convolution's backward data).
-using StepTraceCache = std::map<std::tuple<Model, bool, bool, bool>, std::optional<StepTrace>>;
+// branch gradients into a convolution's backward data, convolutions with batch norms).
+using StepTraceCache = std::map<std::tuple<Model, bool, bool, bool>, std::optional<ReferenceStepTrace>>;
+
+// Whether `device` answers every fusion question of `reference` as its trace's device did.
+bool answers_alike(const ReferenceStepTrace& reference, Backend& device, DType dtype) {
+  return std::ranges::all_of(reference.answers, [&](const FusionAnswer& then) {
+    const FusionAnswer now = ask_fusion(device, then.asked, dtype);
+    return now.fused == then.fused && now.gradients == then.gradients;
+  });
+}
 
 // One whole step of a model, small, so that each check takes a second or a few on two CPU cores:
 // ResNet-50's always (the reference model), and the model the worker trains, whose layers may
@@ -988,31 +1020,32 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
       const bool accumulated = backend->accumulates_conv_input_grad();
       const auto options = backend->options();
       const bool conv_batch_norm = options.contains("convBatchNorm") && options.at("convBatchNorm") != "separate";
-      std::optional<StepTrace>& want_step_trace =
+      std::optional<ReferenceStepTrace>& want =
           want_step_traces[{model.model, residual_fused, accumulated, conv_batch_norm}];
-      if (!want_step_trace) {
+      if (!want || !answers_alike(*want, *backend, dtype)) {
+        std::vector<FusionAnswer> answers;
         ResidualComposingBackend::ConvolutionFusion fuses;
         if (conv_batch_norm) {
           fuses = [&](FusedConv2dConfig c) -> std::optional<FusedConv2dConfig> {
-            FusedConv2dConfig asked = c;
-            asked.conv.dtype = dtype;
-            const std::unique_ptr<FusedConv2dOp> op = backend->make_fused_conv2d(asked);
-            if (!op) return std::nullopt;
-            c.input_batch_norm_gradients = op->fuses_input_batch_norm_gradients();
+            const FusionAnswer answer = answers.emplace_back(ask_fusion(*backend, c, dtype));
+            if (!answer.fused) return std::nullopt;
+            c.input_batch_norm_gradients = answer.gradients;
             return c;
           };
         }
         ResidualComposingBackend composed(reference, residual_fused, accumulated, fuses);
-        want_step_trace = model_step_trace(
+        StepTrace trace = model_step_trace(
             model, residual_fused || accumulated || conv_batch_norm ? static_cast<Backend&>(composed) : reference,
             DType::fp32, std::nullopt, nullptr);
+        want = ReferenceStepTrace{std::move(trace), std::move(answers)};
       }
+      const StepTrace* want_step_trace = &want->trace;
       std::optional<float> scale;
       if (uses_loss_scaling(typed)) scale = kModelStepLossScale;
-      StepTrace got = model_step_trace(model, *backend, dtype, scale, &*want_step_trace);
+      StepTrace got = model_step_trace(model, *backend, dtype, scale, want_step_trace);
       while (scale && *scale > 1.0f && !backward_finite(got)) {
         *scale /= 2.0f;
-        got = model_step_trace(model, *backend, dtype, scale, &*want_step_trace);
+        got = model_step_trace(model, *backend, dtype, scale, want_step_trace);
       }
       SelfTestCheck c = compare_step_traces(got, *want_step_trace, b.model_step);
       if (scale) c.detail += "; loss scale " + std::to_string(static_cast<long>(*scale));
