@@ -75,11 +75,10 @@ unreached=$logs/unreached.txt
 # LOG_DIR counts a failed check that the default's self-test (self-test.json) did not also fail. A
 # self-test that did not run, or found no GPU, skips nothing.
 declare -A self_test_of=(
-  [dlbench-resnet50-fp32-own]=self-test-fp32-own [dlbench-resnet50-fp32-own-accumulate]=self-test-fp32-own
-  [profile-resnet50-fp32-own]=self-test-fp32-own [dlbench-resnet50-fp32-persistent]=self-test-fp32-persistent
+  [dlbench-resnet50-fp32-persistent]=self-test-fp32-persistent
   [dlbench-resnet50-fp32-conv-graph-nhwc]=self-test-fp32-graph-nhwc
   [dlbench-resnet50-fp32-conv-graph-nhwc-own]=self-test-own-channels-last
-  [dlbench-resnet50-fp32-own-pool]=self-test-own-pool [dlbench-resnet50-amp-pool-own]=self-test-own-pool
+  [dlbench-resnet50-amp-pool-own]=self-test-own-pool
   [dlbench-resnet50-amp-kept]=self-test-weight-copies-kept [dlbench-resnet50-tf32-kept]=self-test-weight-copies-kept
   [dlbench-bert-amp-kept]=self-test-weight-copies-kept
   [dlbench-resnet50-amp-pad-4]=self-test-pad-4 [profile-resnet50-amp-pad-4]=self-test-pad-4
@@ -88,8 +87,7 @@ declare -A self_test_of=(
   [dlbench-resnet50-amp-deterministic]=self-test-deterministic
   [dlbench-resnet50-amp-conv-bn-fused]=self-test-conv-batch-norm-fused
   [dlbench-resnet50-amp-conv-bn-fused-graph]=self-test-conv-batch-norm-fused
-  [profile-resnet50-amp-conv-bn-fused]=self-test-conv-batch-norm-fused
-  [dlbench-resnet50-amp-conv-bn-fused-forward]=self-test-conv-batch-norm-fused-forward)
+  [profile-resnet50-amp-conv-bn-fused]=self-test-conv-batch-norm-fused)
 self_test_failed() {
   python3 -c 'import json, sys
 def failures(path):  # the count, and the failed checks the document lists (the first few)
@@ -196,14 +194,10 @@ print(\"replayed as graphs and succeeded:\", ok, \"of\", len(r)); sys.exit(0 if 
 DLBENCH_LOG_ALGORITHMS=1 step cuda-backend-tests 150 "$bin/dlbench_cuda_backend_tests" \
   --gtest_output="json:$logs/cuda-backend-tests.json" & correctness+=($!)
 step gpu-tests 60 "$bin/dlbench_gpu_tests" --gtest_output="json:$logs/gpu-tests.json" & correctness+=($!)
-# fp32's open A/Bs before they are timed (NCHW, the one precision under the issue's floor): batch
-# norm through dlbench's own NCHW kernels with the ReLU and the bottleneck's add and ReLU fused in
-# (never run on a GPU: the self-test, every buffer poisoned after its lifetime, and one small step
-# under memcheck, which names any access out of bounds with its kernel), and cuDNN's persistent mode.
-# (Settled on 2026-11-29 and not run again: branch gradients accumulated, 890.8 against 898.3; the
-# *Ex calls, 882.6; the 16 GiB search, 886.4. Each passed its self-test.)
-DLBENCH_CUDA_BATCH_NORM=own step self-test-fp32-own 150 "$bin/dlbench-worker" --self-test --backend cuda \
-  --precision fp32 --output "$logs/self-test-fp32-own.json" & correctness+=($!)
+# fp32's open A/B before it is timed (NCHW): cuDNN's persistent mode. (fp32's defaults since
+# 2026-12-04, dlbench's own NCHW batch norms and max pooling, are the self-test's; one small step of
+# theirs runs under memcheck below. Settled on 2026-11-29 and not run again: the *Ex calls, 882.6;
+# the 16 GiB search, 886.4. Each passed its self-test.)
 # dlbench's own batch norms over channels-last activations too (never run on a GPU), against cuDNN's
 # persistent kernels, which fuse the same: amp's batch norms took 16.8 ms of a 40.3 ms ResNet-50
 # step on 2026-11-27 (profiled), where their passes move 54 GB, 11.3 ms at 4.8 TB/s. The
@@ -212,12 +206,10 @@ DLBENCH_CUDA_BATCH_NORM=own step self-test-fp32-own 150 "$bin/dlbench-worker" --
 # poisoned after its lifetime, one small amp step under memcheck.
 DLBENCH_CUDA_BATCH_NORM=own step self-test-own-channels-last 150 "$bin/dlbench-worker" --self-test --backend cuda \
   --precision amp,bf16 --output "$logs/self-test-own-channels-last.json" & correctness+=($!)
-# dlbench's own max pooling (DLBENCH_CUDA_POOL=own, never run on a GPU), with the own batch norms:
-# fp32's stem pool took 1.2 ms of a 73.4 ms step through cuDNN on 2026-11-29, PyTorch's 0.7. The
-# self-test in the precisions timed with it, and ResNet-50 fp32 with every buffer poisoned after
-# its lifetime (the pool's x and y now die after forward: its backward reads the arg-max alone).
+# dlbench's own max pooling (DLBENCH_CUDA_POOL=own) in channels last, with the own batch norms: fp32's
+# default since 2026-12-04 (NCHW, the self-test's), amp's A/B (6,842.1 against cuDNN's 7,211.9 then).
 DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_POOL=own step self-test-own-pool 150 "$bin/dlbench-worker" --self-test \
-  --backend cuda --precision fp32,amp --output "$logs/self-test-own-pool.json" & correctness+=($!)
+  --backend cuda --precision amp --output "$logs/self-test-own-pool.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM_MODE=persistent step self-test-fp32-persistent 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision fp32 --output "$logs/self-test-fp32-persistent.json" & correctness+=($!)
 # And fp32 channels last through the graph API's convolutions, where it now takes the channels-last
@@ -292,18 +284,16 @@ for precision in fp32 tf32 amp bf16; do poisoned "$precision" & correctness+=($!
 step amp-overflow-trace 60 "$bin/dlbench-worker" --backend cuda --model resnet50 --batch-size 8 --image-size 64 \
   --precision amp --learning-rate 100 --warmup-steps 2 --measure-steps 5 --repeats 2 --extra-repeats 0 \
   --output "$logs/amp-overflow-trace.json" & correctness+=($!)
-DLBENCH_CUDA_BATCH_NORM=own poisoned fp32 poisoned-resnet50-fp32-own & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM=own poisoned amp poisoned-resnet50-amp-own & correctness+=($!)
-DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_POOL=own poisoned fp32 poisoned-resnet50-fp32-own-pool & correctness+=($!)
 # The batches amp trains on, as the device reads them, on this host's cores and ISA: batches of 256
-# at 224 px in fp16 (15 a decoding thread: 210 on 16 cores, about 10 s alone, longer beside the runs
-# above, whose figures it does not touch), each scanned for an inf or NaN, which skips an amp step at
-# any loss scale, and for its smallest and largest value. 1,001 such batches were clean on the CPU
+# at 224 px in fp16 (5 a decoding thread: 70 on 16 cores, a few seconds alone, longer beside the
+# runs above, whose figures it does not touch: 90 s were too few for 15 a thread beside them on an
+# H200's host on 2026-12-04), each scanned for an inf or NaN, which skips an amp step at any loss scale, and for its smallest and largest value. 1,001 such batches were clean on the CPU
 # (AMD EPYC, 2 threads) at the worker's seed, with this pipeline and with 2026-11-29's; the GPU's
 # host decoded with 14 threads.
 { needs_real_data input-check-values
   step input-check-values 90 "$bin/dlbench-input" measure "$real_data/images" --threads "$decode_threads" \
-    --batch-size 256 --batches $((decode_threads * 15)) --pixel-type fp16 --check-values on; } & correctness+=($!)
+    --batch-size 256 --batches $((decode_threads * 5)) --pixel-type fp16 --check-values on; } & correctness+=($!)
 # The probes below ask for the model's four fused passes only: where a driver is (as here), the
 # smaller data-gradient fusions dgrad+drelu and dgrad+scale+bias+drelu have only runtime-compiled
 # engines (9 ranked a shape for a described H200 with the toolkit's stub driver, about 0.8 s a
@@ -337,13 +327,11 @@ step conv-fusion-bf16 60 "$bin/conv_fusion_probe" --gpu --precision bf16 --batch
 # and conv3's data gradients taking bn1's and bn2's gradients (cuDNN's DgradDreluBNBwdWeight: the
 # ReLU's mask, dγ, dβ and the coefficients of the batch norm's input gradient, which one own kernel
 # then applies). The self-test's model steps compare each layer with the CPU composing the same
-# fusion; amp fuses, bf16 where the engines offer it (none for a described H200). fused-forward
-# leaves the data gradient and the batch norms' backward apart (the A/B of that fusion).
+# fusion; amp fuses, bf16 where the engines offer it (none on an H200). fused-forward, which leaves
+# the data gradient and the batch norms' backward apart, is amp's default since 2026-12-04: the
+# self-test's.
 DLBENCH_CUDA_CONV_BATCH_NORM=fused step self-test-conv-batch-norm-fused 150 "$bin/dlbench-worker" --self-test \
   --backend cuda --precision amp,bf16 --output "$logs/self-test-conv-batch-norm-fused.json" & correctness+=($!)
-DLBENCH_CUDA_CONV_BATCH_NORM=fused-forward step self-test-conv-batch-norm-fused-forward 150 "$bin/dlbench-worker" \
-  --self-test --backend cuda --precision amp --output "$logs/self-test-conv-batch-norm-fused-forward.json" &
-correctness+=($!)
 for pid in "${correctness[@]}"; do wait "$pid"; done
 unset OMP_WAIT_POLICY
 
@@ -451,21 +439,18 @@ profile_resnet50() {
     --repeats 1 --profile 5 --output "$logs/$name.json"
 }
 
-# fp32 first: the one precision under the issue's floor (0.97x on 2026-11-29, its step 73 ms: the
-# convolutions level with PyTorch's, batch norm, ReLU and the bottleneck sums 17.4 ms against
-# 12.3). Its A/Bs: batch norm through dlbench's own NCHW kernels with the ReLU and the residual add
-# fused in, cuDNN's persistent batch-norm mode, and channels last through the graph API with the
-# channels-last batch norms (0.99x on 2026-11-29). (Settled, bench/RESULTS.md: the graph API's
-# convolutions in NCHW; the *Ex calls; branch gradients accumulated; the 16 GiB search.)
+# fp32 first: the precision nearest the issue's floor (0.95x with cuDNN's batch norms and pooling on
+# 2026-12-04, 1.08x with dlbench's own NCHW batch norms, the ReLU and the residual add fused in, and
+# its own max pooling: the defaults since). Its A/Bs: the routes it left (cuDNN's plain calls and
+# pooling), and the branch gradients meeting in a convolution's backward (with the add and ReLU in
+# the batch norm, the bottleneck's last separate kernel, the gradients' sum, goes too: 977.8 against
+# 965.3 with the own batch norms and cuDNN's pooling on 2026-12-04); later cuDNN's persistent mode
+# and channels last through the graph API. (Settled, bench/RESULTS.md: the graph API's convolutions
+# in NCHW; the *Ex calls; the 16 GiB search.)
 compare_resnet50 fp32
-DLBENCH_CUDA_BATCH_NORM=own time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-own dlbench-own
-# And with the branch gradients meeting in a convolution's backward: with the add and ReLU in the
-# batch norm, the bottleneck's last separate kernel (the gradients' sum) goes too.
-DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 fp32 \
-  dlbench-resnet50-fp32-own-accumulate dlbench-own-accumulate
-# And with dlbench's own max pooling as well (the stem pool: 1.2 ms through cuDNN, PyTorch's 0.7).
-DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_POOL=own time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-own-pool \
-  dlbench-own-pool
+DLBENCH_CUDA_BATCH_NORM=plain DLBENCH_CUDA_POOL=cudnn time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-cudnn \
+  dlbench-cudnn-bn-pool
+DLBENCH_CUDA_RESIDUAL_GRAD=accumulate time_dlbench_resnet50 fp32 dlbench-resnet50-fp32-accumulate dlbench-accumulate
 # amp, tf32 and bf16 at their defaults since 2026-11-28 (branch gradients accumulated; tf32's residual
 # fused into batch norm) and amp replayed as a step graph. Settled on 2026-11-28 and not timed again:
 # amp's and bf16's summed branch gradients (7,085 and 6,685 against 7,268 and 6,835) and BERT's step
@@ -473,12 +458,13 @@ DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_POOL=own time_dlbench_resnet50 fp32 dlb
 # SGD, 6,176.8, and for BERT fused AdamW and SDPA, 1,530.1), and tf32's two defaults together (3,586.2
 # against 3,514 and 3,364 with one each), so neither is timed again.
 compare_resnet50 amp
-# The bottlenecks' convolutions fused with their batch norms (DLBENCH_CUDA_CONV_BATCH_NORM=fused),
-# the lever for the issue's 1.3x and never timed, right after the default it would replace (its
-# plans compile nothing in amp: every pass it runs has precompiled engines, bench/RESULTS.md
-# 2026-12-04): no normalised tensor of bn1 and bn2 written or read, their statistics from the
-# convolutions' epilogues, their gradients from the data gradients' (stderr names any convolution
-# an engine would not fuse).
+# amp's default since 2026-12-04 fuses the bottlenecks' forward and filter-gradient passes with their
+# batch norms (7,546.9 against 7,211.9 apart, 1.37x PyTorch eager): the route it left, and every
+# fusion (DLBENCH_CUDA_CONV_BATCH_NORM=fused, never timed: its self-test's bf16 check was failed by
+# the self-test's own reference until then): the data gradients taking the batch norms' gradients
+# too (its plans compile nothing in amp: every pass it runs has precompiled engines; stderr names
+# any convolution an engine would not fuse).
+DLBENCH_CUDA_CONV_BATCH_NORM=separate time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-bn-apart dlbench-conv-bn-apart
 DLBENCH_CUDA_CONV_BATCH_NORM=fused time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-bn-fused dlbench-conv-bn-fused
 # And replayed as a step graph, as the default's graph row below (1.30x on 2026-11-29): both levers.
 DLBENCH_CUDA_CONV_BATCH_NORM=fused time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-bn-fused-graph \
@@ -510,10 +496,7 @@ time_dlbench_resnet50 amp dlbench-resnet50-amp-graph dlbench-graph --cuda-graph 
 # (gpu-device.json) lets a session without a GPU ask for it again.
 step conv-fusion 90 "$bin/conv_fusion_probe" --gpu --time --plans 3 --passes "$model_passes" \
   --write-device-json "$logs/gpu-device.json" --output "$logs/conv-fusion.json"
-# The model with them ran right after amp's default row (above); here without the data gradients'
-# fusion (fused-forward), which says what that is worth, and where the fused step's time went.
-DLBENCH_CUDA_CONV_BATCH_NORM=fused-forward time_dlbench_resnet50 amp dlbench-resnet50-amp-conv-bn-fused-forward \
-  dlbench-conv-bn-fused-forward
+# Where the fully fused step's time went (the model with them ran right after amp's default row).
 DLBENCH_CUDA_CONV_BATCH_NORM=fused profile_resnet50 amp profile-resnet50-amp-conv-bn-fused
 # Real data's rows (first run 2026-11-29: ResNet-50's JPEGs at 0.22x synthetic, the step converting
 # each batch to fp16 itself and copying it from pageable memory, since moved into the decoding
@@ -559,7 +542,7 @@ DLBENCH_CUDA_BATCH_NORM=own DLBENCH_CUDA_CONV=graph DLBENCH_CUDA_LAYOUT=nhwc tim
 # Where an fp32 step goes on each side, one after the other: dlbench's layers by kind, and PyTorch's
 # kernels charged to its ops by kind (never seen before), with the kernels cuDNN chose for each.
 profile_resnet50 fp32
-DLBENCH_CUDA_BATCH_NORM=own profile_resnet50 fp32 profile-resnet50-fp32-own
+DLBENCH_CUDA_BATCH_NORM=plain DLBENCH_CUDA_POOL=cudnn profile_resnet50 fp32 profile-resnet50-fp32-cudnn
 step pytorch-profile-resnet50-fp32 90 python3 "$here/pytorch_resnet50.py" --batch "${resnet_batch[fp32]}" \
   --precision fp32 --warmup 10 --measure 5 --repeats 1 --profile 5
 # BERT-base: 3.03x PyTorch eager in amp and 2.42x in bf16 on 2026-11-28, PyTorch's amp repeats

@@ -149,7 +149,7 @@ def trained_models(logs):
 
 def profiles(logs):
     out = ["profile by kind, ms a step (forward + backward), ResNet-50 and BERT-base"]
-    names = [f"resnet50-{p}" for p in ("fp32", "fp32-own", "fp32-graph-nhwc", "tf32", "amp", "amp-pad-4", "amp-own",
+    names = [f"resnet50-{p}" for p in ("fp32", "fp32-own", "fp32-cudnn", "fp32-graph-nhwc", "tf32", "amp", "amp-pad-4", "amp-own",
                                         "amp-conv-bn-fused", "bf16")]
     for name in names + ["bert-amp"]:
         precision = name.removeprefix("resnet50-")
@@ -268,7 +268,7 @@ def comparison(logs):
     variants = (("dlbench", "dlbench"), ("dlbench-graph", "graph"), ("dlbench-ex", "bn *Ex"),
                 ("dlbench-persistent", "bn persistent"), ("dlbench-own", "bn own kernels"),
                 ("dlbench-own-accumulate", "own + accumulate"), ("dlbench-own-pool", "bn + pool own"),
-                ("dlbench-pool-own", "pool own"),
+                ("dlbench-pool-own", "pool own"), ("dlbench-cudnn-bn-pool", "bn + pool cudnn"),
                 ("dlbench-ex-relu", "bn+relu"), ("dlbench-ex-add-relu", "bn+add+relu"),
                 ("dlbench-conv-graph", "conv graph"), ("dlbench-conv-graph-nhwc", "conv graph nhwc"),
                 ("dlbench-conv-graph-nhwc-own", "conv graph nhwc + bn own"),
@@ -278,7 +278,7 @@ def comparison(logs):
                 ("dlbench-attention-fused-graph", "fused attention + graph"),
                 ("dlbench-kept", "weights kept"), ("dlbench-pad-4", "stem padded to 4"),
                 ("dlbench-conv-bn-fused", "conv+bn fused"), ("dlbench-conv-bn-fused-graph", "conv+bn fused + graph"),
-                ("dlbench-conv-bn-fused-forward", "conv+bn fused forward"),
+                ("dlbench-conv-bn-fused-forward", "conv+bn fused forward"), ("dlbench-conv-bn-apart", "conv, bn apart"),
                 ("dlbench-deterministic", "deterministic"))
     out = ["| model | batch | precision | " + " | ".join(f"{label}" for _, label in variants) + " | PyTorch eager | " +
            " | ".join(f"{label} / eager" for _, label in variants) + " |",
@@ -523,7 +523,7 @@ def conv_fusion(logs):
                 line += f"; sums after a second run without zeroing: {said}"
             out.append(line)
     # What the model's fused rows did: how many bottlenecks fused, from their results.
-    for name in ("dlbench-resnet50-amp-conv-bn-fused", "dlbench-resnet50-amp-conv-bn-fused-graph",
+    for name in ("dlbench-resnet50-amp", "dlbench-resnet50-amp-conv-bn-fused", "dlbench-resnet50-amp-conv-bn-fused-graph",
                  "dlbench-resnet50-amp-conv-bn-fused-forward"):
         options = ((load(os.path.join(logs, name + ".json")) or {}).get("environment") or {}).get("backendOptions") or {}
         if "convBatchNormBlocks" in options:
@@ -538,7 +538,7 @@ def main():
     logs = sys.argv[1]
     lines = []
     lines += self_test(logs)
-    for name in ("self-test-fp32-own", "self-test-own-channels-last", "self-test-fp32-persistent",
+    for name in ("self-test-fp32-own", "self-test-own-channels-last", "self-test-own-pool", "self-test-fp32-persistent",
                  "self-test-fp32-graph-nhwc", "self-test-weight-copies-kept", "self-test-pad-4",
                  "self-test-attention-fused", "self-test-conv-batch-norm-fused"):
         lines += self_test(logs, name)

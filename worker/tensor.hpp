@@ -10,16 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "layout.hpp"
 #include "precision.hpp"
 
 namespace dlbench::worker {
-
-// Memory order of a 4-D activation. Logical dims are always (N, C, H, W).
-enum class Layout {
-  nchw,
-  nhwc,
-  plain,  // row-major in the logical order: weights (O, I, KH, KW), matrices (N, F), vectors
-};
 
 struct Shape {
   std::array<std::int64_t, 4> dims{0, 0, 0, 0};

@@ -44,17 +44,15 @@ EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-rea
              "dlbench-resnet50-amp-graph", "conv-fusion", "conv-fusion-check", "conv-fusion-bf16",
              "self-test-conv-batch-norm-fused", "dlbench-resnet50-amp-conv-bn-fused",
              "dlbench-resnet50-amp-conv-bn-fused-graph",
-             "self-test-conv-batch-norm-fused-forward", "dlbench-resnet50-amp-conv-bn-fused-forward",
-             "profile-resnet50-amp-conv-bn-fused",
+             "dlbench-resnet50-amp-conv-bn-apart", "profile-resnet50-amp-conv-bn-fused",
              "dlbench-resnet50-fp32-conv-graph-nhwc", "dlbench-resnet50-fp32-conv-graph-nhwc-own",
-             "dlbench-resnet50-fp32-own", "self-test-fp32-own", "self-test-own-pool",
-             "poisoned-resnet50-fp32-own-pool", "dlbench-resnet50-fp32-own-pool", "dlbench-resnet50-amp-pool-own",
-             "dlbench-resnet50-fp32-own-accumulate", "self-test-weight-copies-kept", "dlbench-resnet50-amp-kept",
+             "dlbench-resnet50-fp32-cudnn", "self-test-own-pool", "dlbench-resnet50-amp-pool-own",
+             "dlbench-resnet50-fp32-accumulate", "self-test-weight-copies-kept", "dlbench-resnet50-amp-kept",
              "self-test-own-channels-last", "poisoned-resnet50-amp-own", "dlbench-resnet50-amp-own",
              "dlbench-resnet50-bf16-own", "profile-resnet50-amp-own",
              "dlbench-resnet50-tf32-kept", "dlbench-bert-amp-kept", "self-test-pad-4", "dlbench-resnet50-amp-pad-4",
              "profile-resnet50-amp-pad-4",
-             "poisoned-resnet50-fp32-own", "profile-resnet50-fp32-own",
+             "profile-resnet50-fp32-cudnn",
              "dlbench-resnet50-fp32-persistent", "self-test-fp32-persistent", "profile-resnet50-fp32",
              "pytorch-profile-resnet50-fp32", "pytorch-profile-resnet50-amp"]
             + [f"self-test-{g}-{p}" for g in ("resnet152-vgg16-alexnet", "inception-deeplab")
@@ -160,7 +158,8 @@ class GpuCheckRehearsal(unittest.TestCase):
         order = list(steps)
         for earlier, later in (("real-data-amp-loss-scale", "dlbench-resnet50-fp32"),
                                ("pytorch-real-data-amp", "dlbench-resnet50-fp32"),
-                               ("dlbench-resnet50-fp32-own", "dlbench-resnet50-amp"),
+                               ("dlbench-resnet50-fp32-cudnn", "dlbench-resnet50-amp"),
+                               ("dlbench-resnet50-amp-conv-bn-apart", "dlbench-bert-fp32"),
                                ("dlbench-resnet50-amp-graph", "dlbench-bert-amp"),
                                ("conv-fusion", "dlbench-resnet50-amp-imagefolder")):
             self.assertLess(order.index(earlier), order.index(later), f"{earlier} after {later}")
@@ -196,13 +195,13 @@ class GpuCheckRehearsal(unittest.TestCase):
             return {"summary": {"passed": 30, "failed": len(failed), "skipped": 0},
                     "checks": [{"rank": 0, "precision": p, "name": n, "outcome": "failed"} for p, n in failed]}
         shared = ("amp", "bottleneck with projection")
-        timed = ["dlbench-resnet50-fp32-own", "dlbench-resnet50-fp32-own-accumulate", "profile-resnet50-fp32-own",
+        timed = ["dlbench-resnet50-amp-own", "dlbench-resnet50-bf16-own", "profile-resnet50-amp-own",
                  "dlbench-resnet50-amp-kept", "dlbench-resnet50-fp32-persistent"]
         with tempfile.TemporaryDirectory() as work:
             logs = os.path.join(work, "logs")
             os.makedirs(logs)
             for name, doc in (("self-test", document(shared)),
-                              ("self-test-fp32-own", document(("fp32", "training, 5 steps"))),
+                              ("self-test-own-channels-last", document(("amp", "training, 5 steps"))),
                               ("self-test-weight-copies-kept", document(shared))):
                 with open(os.path.join(logs, name + ".json"), "w") as f:
                     json.dump(doc, f)

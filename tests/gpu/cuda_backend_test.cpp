@@ -355,7 +355,7 @@ TEST_F(CudaBackendTest, PoolingReluAndAddMatchTheCpu) {
     auto cpu_op = cpu_->make_pool(c);
     auto gpu_op = gpu_->make_pool(c);
     std::vector<std::byte> cpu_workspace(cpu_op->workspace_bytes() + 1);
-    // cuDNN's pooling keeps nothing; the own max pool (DLBENCH_CUDA_POOL=own) its arg-max.
+    // cuDNN's pooling keeps nothing; the own max pool (DLBENCH_CUDA_POOL=own, NCHW's default) its arg-max.
     const std::shared_ptr<void> gpu_workspace = gpu_->allocate(gpu_op->workspace_bytes() + 1);
     cpu_op->forward(x.cpu(), y.cpu(), cpu_workspace.data());
     gpu_op->forward(x.gpu(), y.gpu(), gpu_workspace.get());
@@ -1075,15 +1075,18 @@ TEST_F(CudaBackendTest, AHalfResNetFollowsTheSeparateOneWithConvolutionsFusedWit
     // DgradDreluBNBwdWeight), and the forward and filter-gradient ones alone.
     for (const char* route : {"fused", "fused-forward"}) {
       SCOPED_TRACE(std::string(to_string(dtype)) + " " + route);
-      CudaBackend separate_backend(0, CudaMath::fp32, dtype);
-      std::unique_ptr<CudaBackend> fused_backend;
+      std::unique_ptr<CudaBackend> separate_backend, fused_backend;
+      {
+        const ScopedEnv apart("DLBENCH_CUDA_CONV_BATCH_NORM", "separate");  // fp16's default fuses
+        separate_backend = std::make_unique<CudaBackend>(0, CudaMath::fp32, dtype);
+      }
       {
         const ScopedEnv fused("DLBENCH_CUDA_CONV_BATCH_NORM", route);
         fused_backend = std::make_unique<CudaBackend>(0, CudaMath::fp32, dtype);
       }
       EXPECT_EQ(fused_backend->options().at("convBatchNorm"), route);
       const SgdConfig sgd{0.01f, 0.9f, 1e-4f};
-      Trainer separate(separate_backend, build_model("resnet50"), input, 1000, sgd, 5, 0, MemoryReuse::lifetime, dtype);
+      Trainer separate(*separate_backend, build_model("resnet50"), input, 1000, sgd, 5, 0, MemoryReuse::lifetime, dtype);
       Trainer fused(*fused_backend, build_model("resnet50"), input, 1000, sgd, 5, 0, MemoryReuse::poison, dtype);
       const FusedBlocks counted = count_fused_blocks(fused.network());
       const int blocks = counted.blocks, fused_blocks = counted.fused, gradient_blocks = counted.gradients;

@@ -359,11 +359,12 @@ CudaBackend::CudaBackend(int device, CudaMath math, DType activations)
       residual_gradient_(residual_gradient(layout_, std::getenv("DLBENCH_CUDA_RESIDUAL_GRAD"))),
       attention_route_(attention_route("DLBENCH_CUDA_ATTENTION", std::getenv("DLBENCH_CUDA_ATTENTION"))),
       conv_batch_norm_route_(
-          conv_batch_norm_route("DLBENCH_CUDA_CONV_BATCH_NORM", std::getenv("DLBENCH_CUDA_CONV_BATCH_NORM"))),
+          conv_batch_norm_route("DLBENCH_CUDA_CONV_BATCH_NORM", std::getenv("DLBENCH_CUDA_CONV_BATCH_NORM"),
+                                cuda_conv_batch_norm_default(activations))),
       conv_plans_(std::make_unique<cuda_detail::ConvPlanCache>()),
       weight_copies_(worker::weight_copies(std::getenv("DLBENCH_CUDA_WEIGHT_COPIES"))),
       padded_input_channels_(worker::padded_input_channels(std::getenv("DLBENCH_CUDA_PAD_INPUT_CHANNELS"))),
-      pool_route_(worker::pool_route(std::getenv("DLBENCH_CUDA_POOL"))) {
+      pool_route_(worker::pool_route(layout_, std::getenv("DLBENCH_CUDA_POOL"))) {
   // Read before any CUDA resource, as the switches above are: a wrong value costs nothing to refuse.
   const std::optional<std::size_t> requested_workspace =
       requested_workspace_limit(std::getenv("DLBENCH_CUDA_WORKSPACE_MIB"));

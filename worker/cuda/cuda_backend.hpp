@@ -259,7 +259,7 @@ class CudaBackend final : public Backend {
   std::size_t parameter_scratch_bytes_ = 0;
   WeightCopies weight_copies_ = WeightCopies::per_pass;
   int padded_input_channels_ = 0;
-  PoolRoute pool_route_ = PoolRoute::cudnn;  // DLBENCH_CUDA_POOL, read once (cuda/pool_route.hpp)
+  PoolRoute pool_route_ = PoolRoute::cudnn;  // DLBENCH_CUDA_POOL, read once (cuda/pool_route.hpp); after layout_
   KeptWeightCopies kept_weights_;
   // The kept copies, the bound values' length in the activations' type (fp32: only the filters
   // transposed for channels last are kept, the rest read in place).
