@@ -669,7 +669,19 @@ bool backward_finite(const StepTrace& t) {
          std::all_of(t.layers.begin(), t.layers.end(), [&](const StepTrace::Entry& e) { return !e.backward || finite(e); });
 }
 
-SelfTestCheck compare_step_traces(const StepTrace& got, const StepTrace& want, double bound) {
+// A max pool's backward sends each window's gradient to its maximum as the device ranks the
+// window's values, rounded to the activations' type: near-ties in fp32 rank otherwise, as rounding
+// flips ReLU masks, so the error grows as the square root of the unit roundoff. On an H200
+// (2026-12-04) it was every half-precision model step's worst layer: 4.29e-2 in amp ResNet-50,
+// through cuDNN's pooling and dlbench's own alike, 5.74e-2 in VGG16, up to 0.156 in bf16 (AlexNet).
+// Held to the bound of blocks whose masks rounding flips; a wrong index is off by the gradient's size.
+bool ranks_rounded_values(const StepTrace::Entry& e) {
+  return e.backward && e.where.ends_with("(MaxPool2d) backward");
+}
+
+// Every layer's error within `bound`, a max pool's backward within `arg_max_bound`; the first off
+// named, and the worst of the rest.
+SelfTestCheck compare_step_traces(const StepTrace& got, const StepTrace& want, double bound, double arg_max_bound) {
   if (got.layers.size() != want.layers.size() || got.gradients.size() != want.gradients.size()) {
     return verdict(false, "the step recorded " + std::to_string(got.layers.size()) + " layers and " +
                               std::to_string(got.gradients.size()) + " gradients, the reference " +
@@ -678,26 +690,47 @@ SelfTestCheck compare_step_traces(const StepTrace& got, const StepTrace& want, d
   std::vector<std::pair<const StepTrace::Entry*, const StepTrace::Entry*>> pairs;
   for (std::size_t i = 0; i < want.layers.size(); ++i) pairs.emplace_back(&got.layers[i], &want.layers[i]);
   for (std::size_t i = 0; i < want.gradients.size(); ++i) pairs.emplace_back(&got.gradients[i], &want.gradients[i]);
-  double worst = 0;
+  double worst = 0, worst_arg_max = 0;
   const StepTrace::Entry* worst_at = nullptr;
-  std::optional<std::pair<const StepTrace::Entry*, double>> first_off;
+  const StepTrace::Entry* worst_arg_max_at = nullptr;
+  struct Off {
+    const StepTrace::Entry* where;
+    double error, bound;
+  };
+  std::optional<Off> first_off;
   for (const auto& [g, w] : pairs) {
     if (w->output.empty()) continue;  // the first layer's dx, and what a Sequential passes on
     const double e = g->error ? *g->error : step_entry_error(g->output, *w);
-    if (!first_off && (std::isnan(e) || e > bound)) first_off = {w, e};
-    if (worst_at == nullptr || std::isnan(e) || e > worst) {
-      worst = e;
-      worst_at = w;
+    const bool arg_max = arg_max_bound != bound && ranks_rounded_values(*w);
+    const double limit = arg_max ? arg_max_bound : bound;
+    if (!first_off && (std::isnan(e) || e > limit)) first_off = Off{w, e, limit};
+    double& worst_of_kind = arg_max ? worst_arg_max : worst;
+    const StepTrace::Entry*& worst_of_kind_at = arg_max ? worst_arg_max_at : worst_at;
+    if (worst_of_kind_at == nullptr || std::isnan(e) || e > worst_of_kind) {
+      worst_of_kind = e;
+      worst_of_kind_at = w;
       if (std::isnan(e)) break;
     }
   }
-  if (worst_at == nullptr) return verdict(false, "the step recorded nothing");
+  if (worst_at == nullptr) {  // only max pools' entries, or a NaN among them first
+    if (worst_arg_max_at == nullptr) return verdict(false, "the step recorded nothing");
+    worst = worst_arg_max;
+    worst_at = worst_arg_max_at;
+  }
+  // The max pools' backward, where its bound is not the step's: what they reached, and against what.
+  std::string arg_max_said;
+  if (worst_arg_max_at != nullptr) {
+    arg_max_said = "; max pools' backward at most " + format_error(worst_arg_max) + " (" + worst_arg_max_at->where +
+                   "), bound " + format_error(arg_max_bound) + ": near-ties rank as rounded";
+  }
   if (first_off) {
-    SelfTestCheck c = bounded(first_off->second, bound, "first off: " + first_off->first->where);
-    c.detail += "; worst: " + worst_at->where + " (" + format_error(worst) + ")";
+    SelfTestCheck c = bounded(first_off->error, first_off->bound, "first off: " + first_off->where->where);
+    c.detail += "; worst: " + worst_at->where + " (" + format_error(worst) + ")" + arg_max_said;
     return c;
   }
-  return bounded(worst, bound, "worst: " + worst_at->where);
+  SelfTestCheck c = bounded(worst, bound, "worst: " + worst_at->where);
+  c.detail += arg_max_said;
+  return c;
 }
 
 // A BERT small enough to check in a second: 2 layers, hidden 32 in 4 heads, a 64-token
@@ -1047,7 +1080,7 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
         *scale /= 2.0f;
         got = model_step_trace(model, *backend, dtype, scale, want_step_trace);
       }
-      SelfTestCheck c = compare_step_traces(got, *want_step_trace, b.model_step);
+      SelfTestCheck c = compare_step_traces(got, *want_step_trace, b.model_step, std::max(b.model_step, b.relu_block));
       if (scale) c.detail += "; loss scale " + std::to_string(static_cast<long>(*scale));
       return c;
     });
