@@ -374,15 +374,16 @@ std::pair<double, int> trajectory_error(const std::vector<float>& got, const std
 class Checker {
  public:
   // `device`: the backend under test's device, asked after each check whether it is lost.
+  // `chosen`: parts of the names of the checks to run; none: every check.
   Checker(std::vector<SelfTestCheck>& out, const std::function<void(const SelfTestCheck&)>& on_check,
-          const Backend& device)
-      : out_(out), on_check_(on_check), device_(device) {}
+          const Backend& device, const std::vector<std::string>& chosen)
+      : out_(out), on_check_(on_check), device_(device), chosen_(chosen) {}
 
   // Runs one check; an exception is the check failing with its message. Once a check has left
   // the device lost (a CUDA fault poisons the process's context), later checks are not run: each
   // is skipped naming the check that lost it, instead of failing with that check's error.
   void run(const std::string& precision, const std::string& name, const std::function<SelfTestCheck()>& body) {
-    if (skipped_for_lost_device(precision, name)) return;
+    if (!chosen(name) || skipped_for_lost_device(precision, name)) return;
     SelfTestCheck check;
     try {
       check = body();
@@ -407,11 +408,16 @@ class Checker {
     out_.push_back(std::move(check));
     if (on_check_) on_check_(out_.back());
   }
+  bool chosen(const std::string& name) const {
+    return chosen_.empty() ||
+           std::any_of(chosen_.begin(), chosen_.end(), [&](const std::string& part) { return name.find(part) != std::string::npos; });
+  }
 
  private:
   std::vector<SelfTestCheck>& out_;
   const std::function<void(const SelfTestCheck&)>& on_check_;
   const Backend& device_;
+  const std::vector<std::string>& chosen_;
   std::optional<std::string> lost_;
 };
 
@@ -1433,7 +1439,7 @@ std::optional<std::string> device_resize_differs(Backend& backend) {
 std::vector<SelfTestCheck> run_self_test(const SelfTestSubject& subject, Backend& reference, Communicator& comm,
                                          const std::function<void(const SelfTestCheck&)>& on_check) {
   std::vector<SelfTestCheck> checks;
-  Checker checker(checks, on_check, subject.primary);
+  Checker checker(checks, on_check, subject.primary, subject.chosen_checks);
   std::vector<std::optional<LayerOutcome>> reference_layers(layer_checks().size());
   std::optional<std::vector<float>> reference_losses;
   TransformerReference reference_transformer;

@@ -76,6 +76,8 @@ struct SelfTestSubject {
   // The models the worker trains: each image model's whole step is checked layer by layer, with
   // ResNet-50's (a sequence model's layers are the transformer checks').
   std::vector<Model> models = {};
+  // Only the checks whose name contains one of these run; none: every check.
+  std::vector<std::string> chosen_checks = {};
 };
 
 // DLBENCH_INPUT_RESIZE=device on `backend` (one that overlaps host copies): crops packed by the

@@ -426,7 +426,7 @@ class TwoRanks final : public Communicator {
 
 std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& comm,
                                   std::vector<Precision> precisions = {Precision::fp32},
-                                  std::vector<Model> models = {}) {
+                                  std::vector<Model> models = {}, std::vector<std::string> chosen = {}) {
   CpuBackend reference(2);
   int made = 0;
   SelfTestSubject subject{subject_backend, [&](Precision) -> std::unique_ptr<Backend> {
@@ -464,7 +464,7 @@ std::vector<SelfTestCheck> run_on(FaultyBackend& subject_backend, Communicator& 
                             b->lost = subject_backend.lost;
                             return b;
                           },
-                          std::move(precisions), std::move(models)};
+                          std::move(precisions), std::move(models), std::move(chosen)};
   return run_self_test(subject, reference, comm);
 }
 

@@ -880,6 +880,36 @@ TEST(WorkerCli, SelfTestTakesAListOfModelsAndACaseDoesNot) {
   EXPECT_THAT(bad.err, HasSubstr("--model: \"lenet\" is not one of resnet50, resnet152"));
 }
 
+// --self-test-checks: only the checks whose name contains one of its parts run (the GPU check
+// runs each model's whole step in a process of its own without the rest again); a choice that
+// finds no check fails saying so, and bad text is refused naming the flag.
+TEST(WorkerCli, SelfTestChecksRunsOnlyTheChecksItNames) {
+  const Outcome o = worker("--self-test --precision fp32 --model alexnet --self-test-checks "
+                           "'alexnet step|softmax cross-entropy' --output st.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_THAT(o.out, ::testing::ContainsRegex("fp32 +alexnet step, each layer fed the reference's input .* passed"));
+  EXPECT_THAT(o.out, ::testing::ContainsRegex("fp32 +softmax cross-entropy .* passed"));
+  EXPECT_THAT(o.out, Not(HasSubstr("resnet50 step")));
+  EXPECT_THAT(o.out, Not(HasSubstr("training, 5 steps")));
+  EXPECT_THAT(o.out, HasSubstr("those chosen by --self-test-checks"));
+  const SelfTestDocument doc = decoded_self_test(slurp(scratch() / "st.json"));
+  EXPECT_EQ(doc.passed, 2);
+  EXPECT_EQ(doc.failed + doc.skipped, 0);
+
+  const Outcome none = worker("--self-test --precision fp32 --self-test-checks 'no such check'");
+  EXPECT_EQ(none.exit_code, 1) << none.err;
+  EXPECT_THAT(none.err, HasSubstr("--self-test-checks: no check's name contains any of \"no such check\""));
+  for (const char* bad : {"'vgg16 step|'", "'|vgg16 step'", "'vgg16||alexnet'", "''"}) {
+    const Outcome refused = worker(std::string("--self-test --self-test-checks ") + bad);
+    EXPECT_EQ(refused.exit_code, 2) << bad;
+    EXPECT_THAT(refused.err, HasSubstr("--self-test-checks: ")) << bad;
+    EXPECT_THAT(refused.err, HasSubstr("allowed: parts of the checks' names")) << bad;
+  }
+  const Outcome without = worker("--self-test-checks training");
+  EXPECT_EQ(without.exit_code, 2);
+  EXPECT_THAT(without.err, HasSubstr("--self-test-checks: only with --self-test"));
+}
+
 TEST(WorkerCli, CombinationsTheBackendsCannotRunAreRefused) {
   const Outcome nccl = worker("--backend cpu --communicator nccl");
   EXPECT_EQ(nccl.exit_code, 2);

@@ -131,6 +131,28 @@ void read_models(Options& o, const std::string& flag, const std::string& value) 
   read_list(flag, value, o.self_test_models, o.model);
 }
 
+// Parts of check names, '|' between them: printable text, none empty, a bounded number.
+void read_check_names(Options& o, const std::string& flag, const std::string& value) {
+  constexpr std::size_t kMostParts = 64, kLongestPart = 200;
+  o.self_test_checks.clear();
+  std::istringstream parts(value);
+  for (std::string part; std::getline(parts, part, '|');) {
+    if (part.empty() || part.size() > kLongestPart || printable(part, kLongestPart) != part) {
+      throw UsageError{flag + ": \"" + printable(value) + "\" has a part that is empty, longer than " +
+                       std::to_string(kLongestPart) + " characters or not printable; allowed: parts of the checks' names " +
+                       "with '|' between them, such as \"vgg16 step|training\""};
+    }
+    if (o.self_test_checks.size() == kMostParts) {
+      throw UsageError{flag + ": more than " + std::to_string(kMostParts) + " parts"};
+    }
+    o.self_test_checks.push_back(part);
+  }
+  if (o.self_test_checks.empty() || value.ends_with('|')) {
+    throw UsageError{flag + ": \"" + printable(value) + "\" names no check; allowed: parts of the checks' names " +
+                     "with '|' between them, such as \"vgg16 step|training\""};
+  }
+}
+
 // A list is for --self-test: a case `does` one of the values.
 template <typename Enum>
 void refuse_list_without_self_test(const Options& o, const std::string& flag, const std::vector<Enum>& list,
@@ -262,6 +284,11 @@ const std::vector<ValueOption>& value_options() {
       {"--metrics-port", "N",
        "serve Prometheus /metrics on N + local rank while running; 0 picks a free port (printed); default: off",
        [](Options& o, auto& f, auto& v) { o.metrics_port = parse_bounded(f, v, 0, 65535); }},
+      {"--self-test-checks", "TEXT[|TEXT...]",
+       "with --self-test: run only the checks whose name (as the table prints it) contains one of the TEXTs, "
+       "case-sensitive: \"vgg16 step|alexnet step\" checks those models' whole steps alone; the self-test fails "
+       "when no check's name contains any",
+       read_check_names},
       {"--output", "FILE", "write the JSON result there (default: stdout, table to stderr)",
        [](Options& o, auto&, auto& v) { o.output = v; }},
       {"--cuda-graph", "on|off",
@@ -291,6 +318,7 @@ const std::vector<ValueOption>& value_options() {
 
 // --self-test, --init-from and --record-step, and what each excludes.
 void check_modes(Options& o) {
+  if (!o.self_test && !o.self_test_checks.empty()) throw UsageError{"--self-test-checks: only with --self-test"};
   refuse_list_without_self_test(o, "--precision", o.self_test_precisions, "runs");
   refuse_list_without_self_test(o, "--model", o.self_test_models, "trains");
   if (o.self_test && o.self_test_models.empty()) o.self_test_models.push_back(o.model);

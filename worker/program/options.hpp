@@ -54,6 +54,8 @@ struct Options {
   bool self_test = false;
   std::vector<Precision> self_test_precisions;  // --self-test: every one unless --precision says
   std::vector<Model> self_test_models;  // --self-test: whose whole step is checked, with ResNet-50's
+  // --self-test: only the checks whose name contains one of these run (none: every check)
+  std::vector<std::string> self_test_checks;
 };
 
 // The options, or nothing when the command line only asked for --help, --list-models or

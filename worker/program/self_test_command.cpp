@@ -115,7 +115,7 @@ int self_test_command(const Options& o, Communicator& comm, Backend* backend, co
                                 one.precision = precision;
                                 return make_backend(one);
                               },
-                              o.self_test_precisions, o.self_test_models};
+                              o.self_test_precisions, o.self_test_models, o.self_test_checks};
       if (reporter) {
         table << "dlbench-worker --self-test: " << o.backend << " against cpu fp32 (oneDNN), " << comm.size()
               << (comm.size() == 1 ? " rank" : " ranks") << " (" << comm.name() << ")\n"
@@ -126,14 +126,22 @@ int self_test_command(const Options& o, Communicator& comm, Backend* backend, co
         if (reporter) print_check(table, c);
         else if (c.outcome == CheckOutcome::failed) print_check(std::cerr << "rank " << comm.rank() << ":", c);
       });
+      if (checks.empty() && !o.self_test_checks.empty()) {
+        doc.reason = "WorkerError";
+        std::string parts;
+        for (const std::string& part : o.self_test_checks) parts += (parts.empty() ? "" : "|") + part;
+        error = "--self-test-checks: no check's name contains any of \"" + printable(parts, 200) +
+                "\" (--self-test without it prints every name)";
+      }
     } catch (const std::exception& e) {
       doc.reason = "WorkerError";
       error = e.what();
     }
   }
   tally_across_ranks(doc, checks, !error.empty(), comm);
-  const std::string where = " on " + std::to_string(doc.devices) + (doc.devices == 1 ? " device" : " devices") + " (" +
-                            o.backend + ", " + comm.name() + ")";
+  std::string where = " on " + std::to_string(doc.devices) + (doc.devices == 1 ? " device" : " devices") + " (" +
+                      o.backend + ", " + comm.name() + ")";
+  if (!o.self_test_checks.empty()) where += ", those chosen by --self-test-checks";
   judge(doc, checks, error, where);
   doc.end_time = rfc3339_utc_now();
   if (!reporter) return doc.state == CaseState::Succeeded ? 0 : kExitFailed;
