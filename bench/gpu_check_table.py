@@ -545,7 +545,8 @@ def main():
     for precision in ("fp32", "tf32", "amp", "bf16"):
         for group in ("resnet152-vgg16-alexnet", "inception-deeplab"):
             lines += self_test(logs, f"self-test-{group}-{precision}")
-    lines += gtest(logs, "cuda-backend-tests")
+    for shard in ("1of2", "2of2"):
+        lines += gtest(logs, f"cuda-backend-tests-{shard}")
     lines += gtest(logs, "gpu-tests")
     lines += memcheck(logs)
     lines += poisoned(logs)
