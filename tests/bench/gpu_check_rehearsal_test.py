@@ -154,13 +154,16 @@ class GpuCheckRehearsal(unittest.TestCase):
         # Correct first: the real-data amp diagnosis before any timed row (a first call of 515 s
         # never reached it when it came after fp32, BERT and amp), PyTorch's side with it where
         # dlbench's run left no loss scaling to read (here, without a GPU); then the floor
-        # (fp32), its target (amp), and BERT, already past both.
+        # (fp32), its target (amp), BERT, and the floor in every other precision before amp's
+        # settled A/Bs (a 515 s call on 2026-12-04 never reached tf32's and bf16's rows behind them).
         order = list(steps)
         for earlier, later in (("real-data-amp-loss-scale", "dlbench-resnet50-fp32"),
                                ("pytorch-real-data-amp", "dlbench-resnet50-fp32"),
                                ("dlbench-resnet50-fp32-cudnn", "dlbench-resnet50-amp"),
                                ("dlbench-resnet50-amp-conv-bn-apart", "dlbench-bert-fp32"),
                                ("dlbench-resnet50-amp-graph", "dlbench-bert-amp"),
+                               ("pytorch-resnet50-bf16", "dlbench-resnet50-amp-kept"),
+                               ("pytorch-bert-bf16", "dlbench-resnet50-amp-kept"),
                                ("conv-fusion", "dlbench-resnet50-amp-imagefolder")):
             self.assertLess(order.index(earlier), order.index(later), f"{earlier} after {later}")
         for model in ("resnet50", "bert-base", "resnet152", "inception_v3", "vgg16", "alexnet", "deeplabv3plus"):
