@@ -90,6 +90,44 @@ def printed_checks(logs, name):
     return [said] + [f"  FAILED {f}" for f in failed]
 
 
+MODEL_STEP = re.compile(r"^  (fp32|tf32|amp|bf16)\s+(\S+) step, each layer fed the reference's input\s+(\S+)\s+(\S+)"
+                        r"\s+(passed|failed)\s+(.*)$")
+
+
+def model_steps(logs, names):
+    """Each model's whole step as the self-tests `names` printed it, a line per precision and model:
+    the worst layer besides the max pools, with its share of the bound, and the max pools' worst.
+    Since 2026-12-04 the reference rounds each layer's input as the device's fed copy is (fp16 and
+    bf16 emulated on the CPU: about 0.75 unit roundoff, 1% of amp's bound): these say how far a GPU's
+    own figures allow the half-precision bounds to tighten."""
+    out = []
+    for name in names:
+        try:
+            with open(os.path.join(logs, name + ".log"), errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            found = MODEL_STEP.match(line)
+            if found is None:
+                continue
+            precision, model, error, bound, outcome, detail = found.groups()
+            worst = re.search(r"worst: (.*?) \((\S+)\)(?:;|$)", detail) if outcome == "failed" else None
+            if worst:
+                where, figure = worst.group(1), worst.group(2)
+            else:
+                plain = re.search(r"worst: (.*?)(?:;|$)", detail)
+                where, figure = (plain.group(1) if plain else "-"), error
+            pools = re.search(r"max pools' backward at most (\S+)", detail)
+            try:
+                share = f", {100 * float(figure) / float(bound):.0f}% of its bound {bound}"
+            except ValueError:
+                share = f", bound {bound}"
+            out.append(f"  {precision} {model}: {outcome}, worst {figure} ({where}){share}"
+                       + (f"; max pools {pools.group(1)}" if pools else "") + f" [{name}]")
+    return (["model steps in the self-tests (each layer fed the reference's rounded input):"] + out) if out else []
+
+
 def memcheck(logs):
     """compute-sanitizer's verdict for each memcheck step that ran: its error summary line."""
     out = []
@@ -545,6 +583,9 @@ def main():
     for precision in ("fp32", "tf32", "amp", "bf16"):
         for group in ("resnet152-vgg16-alexnet", "inception-deeplab"):
             lines += self_test(logs, f"self-test-{group}-{precision}")
+    groups = [f"self-test-{group}-{precision}" for precision in ("fp32", "tf32", "amp", "bf16")
+              for group in ("resnet152-vgg16-alexnet", "inception-deeplab")]
+    lines += model_steps(logs, ["self-test"] + groups)
     for shard in ("1of2", "2of2"):
         lines += gtest(logs, f"cuda-backend-tests-{shard}")
     lines += gtest(logs, "gpu-tests")

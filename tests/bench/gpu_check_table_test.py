@@ -31,6 +31,37 @@ class GpuCheckTable(unittest.TestCase):
         self.assertIn("self-test-inception-deeplab-tf32: no document; (no log)", lines)
         self.assertIn("  alexnet: - ((no log))", lines)
 
+    def test_each_models_step_says_its_worst_layers_share_of_the_bound(self):
+        # The worker's own lines (fp16 and bf16 emulated on the CPU, 2026-12-04): one that passed, one
+        # that failed (the reference's rounding switched off), and another kind of check, not read.
+        step = "step, each layer fed the reference's input"
+        with tempfile.TemporaryDirectory() as logs:
+            write(logs, "self-test.log", "\n".join([
+                "  prec  check                                        error     bound  result  detail",
+                f"  amp   resnet50 {step}  3.70e-04  5.00e-02  passed  worst: layer1.0 (Bottleneck) backward; max "
+                "pools' backward at most 1.68e-04 (maxpool (MaxPool2d) backward), bound 1.50e-01: near-ties rank "
+                "as rounded; loss scale 512",
+                "  amp   training, 5 steps                            1.00e-03  1.00e-02  passed  the loss"]))
+            write(logs, "self-test-inception-deeplab-amp.log",
+                  f"  amp   inception_v3 {step}  5.21e-02  5.00e-02  failed  first off: AuxLogits.conv1.bn "
+                  "(BatchNorm2d+ReLU) backward: off by 5.21e-02, bound 5.00e-02; worst: AuxLogits.conv1.bn "
+                  "(BatchNorm2d+ReLU) backward (5.21e-02); max pools' backward at most 3.19e-02 (Mixed_6a.max_pool "
+                  "(MaxPool2d) backward), bound 1.50e-01: near-ties rank as rounded; loss scale 512\n")
+            write(logs, "self-test-resnet152-vgg16-alexnet-bf16.log",
+                  f"  bf16  vgg16 {step}  2.54e-03  2.00e-01  passed  worst: features.7 (Conv2d) forward; max pools' "
+                  "backward at most 0.00e+00 (features.30 (MaxPool2d) backward), bound 3.00e-01: near-ties rank as "
+                  "rounded\n")
+            lines = self.table(logs)
+        at = lines.index("model steps in the self-tests (each layer fed the reference's rounded input):")
+        self.assertEqual(lines[at + 1:at + 4], [
+            "  amp resnet50: passed, worst 3.70e-04 (layer1.0 (Bottleneck) backward), 1% of its bound 5.00e-02; "
+            "max pools 1.68e-04 [self-test]",
+            "  amp inception_v3: failed, worst 5.21e-02 (AuxLogits.conv1.bn (BatchNorm2d+ReLU) backward), 104% of its "
+            "bound 5.00e-02; max pools 3.19e-02 [self-test-inception-deeplab-amp]",
+            "  bf16 vgg16: passed, worst 2.54e-03 (features.7 (Conv2d) forward), 1% of its bound 2.00e-01; max pools "
+            "0.00e+00 [self-test-resnet152-vgg16-alexnet-bf16]"])
+        self.assertFalse(lines[at + 4].startswith("  amp training"), lines[at + 4])
+
     def test_convolutions_fused_with_batch_norm_timed_on_the_gpu_and_for_the_described_one(self):
         def entry(name, baseline, built, ms=None, base_ms=None, timed=None):
             e = {"pass": name, "baseline": baseline, "convolutionsBuilt": built, "convolutions": 53}
