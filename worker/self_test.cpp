@@ -499,8 +499,12 @@ class StepRecorder final : public LayerObserver {
         }
         upload(backend_, input, values);
       } else {
-        if (rounding_) round_in_place(input, backward);
-        entry.input = unscaled(input, backward);
+        std::vector<float> values = download(backend_, input);
+        if (rounding_) {
+          round_as_fed(values, backward);
+          upload(backend_, input, values);
+        }
+        entry.input = unscaled(std::move(values), backward);
       }
     }
     open_.push_back(trace.layers.size());
@@ -511,7 +515,7 @@ class StepRecorder final : public LayerObserver {
     open_.pop_back();
     if (!usable(output) || composes_only(layer)) return;
     StepTrace::Entry& entry = trace.layers[at];
-    std::vector<float> values = unscaled(output, backward);
+    std::vector<float> values = unscaled(download(backend_, output), backward);
     if (feed_ == nullptr) {
       entry.output = std::move(values);
       return;
@@ -533,26 +537,23 @@ class StepRecorder final : public LayerObserver {
   // last child's. It is neither fed nor compared, which keeps a deep model's trace to about half.
   static bool composes_only(const Layer& layer) { return dynamic_cast<const Sequential*>(&layer) != nullptr; }
   static bool usable(const Tensor& t) { return !t.empty() && t.dtype != DType::int32; }
-  std::vector<float> unscaled(const Tensor& t, bool backward) {
-    std::vector<float> values = download(backend_, t);
+  std::vector<float> unscaled(std::vector<float> values, bool backward) const {
     if (backward) {
       for (float& v : values) v /= scale_;
     }
     return values;
   }
-  // A value past the type's range stays as it was: the device's step overflows there and halves
-  // its loss scale, and a reference of infinities would feed every later try the same.
-  void round_in_place(const Tensor& t, bool backward) {
-    std::vector<float> values = download(backend_, t);
+  // `values` as the device's fed copy holds them. A value past the type's range stays as it was:
+  // the device's step overflows there and halves its loss scale, and a reference of infinities
+  // would feed every later try the same.
+  void round_as_fed(std::vector<float>& values, bool backward) const {
     const float scale = backward ? rounding_->gradient_scale : 1.0f;
-    std::vector<float> scaled(values.size());
-    for (std::size_t i = 0; i < values.size(); ++i) scaled[i] = values[i] * scale;
-    const std::vector<float> rounded = decode(encode(scaled.data(), scaled.size(), rounding_->dtype).data(),
-                                              scaled.size(), rounding_->dtype);
+    std::vector<float> rounded = values;
+    for (float& v : rounded) v *= scale;
+    rounded = rounded_to(rounded, rounding_->dtype);
     for (std::size_t i = 0; i < values.size(); ++i) {
       if (std::isfinite(rounded[i])) values[i] = rounded[i] / scale;
     }
-    upload(backend_, t, values);
   }
   const Layer* network_;
   std::unordered_map<const Layer*, std::string> paths_;
@@ -917,7 +918,7 @@ SelfTestCheck layer_norm_at_bert_width(Backend& backend, Backend& reference, DTy
   const auto draw = [&](std::int64_t n, bool round) {
     std::vector<float> v(static_cast<std::size_t>(n));
     for (float& e : v) e = u(rng);
-    return round ? decode(encode(v.data(), v.size(), dtype).data(), v.size(), dtype) : v;
+    return round ? rounded_to(v, dtype) : v;
   };
   const std::vector<float> x = draw(config.rows * config.features, true), dy = draw(config.rows * config.features, true);
   const std::vector<float> gamma = draw(config.features, false), beta = draw(config.features, false);

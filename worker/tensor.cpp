@@ -48,6 +48,10 @@ std::vector<float> decode(const void* data, std::size_t count, DType dtype) {
   return out;
 }
 
+std::vector<float> rounded_to(const std::vector<float>& values, DType dtype) {
+  return decode(encode(values.data(), values.size(), dtype).data(), values.size(), dtype);
+}
+
 void require_elements(const Tensor& t, std::int64_t count, const char* op, const char* what) {
   if (t.numel() != count) {
     throw std::invalid_argument(std::string(op) + ": " + what + " has " + std::to_string(t.numel()) +

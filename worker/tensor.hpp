@@ -66,5 +66,7 @@ void require_elements(const Tensor& t, std::int64_t count, const char* op, const
 // Host-side conversions between fp32 values and a dtype's bytes (inputs, tests, reports).
 std::vector<std::byte> encode(const float* values, std::size_t count, DType dtype);
 std::vector<float> decode(const void* data, std::size_t count, DType dtype);
+// Each value as `dtype` holds it (rounded to nearest even; past its range, infinite).
+std::vector<float> rounded_to(const std::vector<float>& values, DType dtype);
 
 }  // namespace dlbench::worker

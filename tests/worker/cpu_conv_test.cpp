@@ -89,9 +89,7 @@ void expect_matches_definition(const Conv2dConfig& c, const std::string& what, b
   if (const auto why = backend.cannot_compute(c.dtype)) GTEST_SKIP() << *why;
   std::mt19937 rng(5);
   const Shape out = c.output();
-  const auto round = [&](const std::vector<float>& v) {
-    return decode(encode(v.data(), v.size(), c.dtype).data(), v.size(), c.dtype);
-  };
+  const auto round = [&](const std::vector<float>& v) { return rounded_to(v, c.dtype); };
   const std::vector<float> x = round(draws(static_cast<std::size_t>(c.input.numel()), rng));
   const std::vector<float> dy = round(draws(static_cast<std::size_t>(out.numel()), rng));
   // The fp32 master weights, drawn exact in the dtype: the op's own rounding keeps them as they are.

@@ -134,13 +134,13 @@ void read_models(Options& o, const std::string& flag, const std::string& value) 
 // Parts of check names, '|' between them: printable text, none empty, a bounded number.
 void read_check_names(Options& o, const std::string& flag, const std::string& value) {
   constexpr std::size_t kMostParts = 64, kLongestPart = 200;
+  const std::string allowed = "allowed: parts of the checks' names with '|' between them, such as \"vgg16 step|training\"";
   o.self_test_checks.clear();
   std::istringstream parts(value);
   for (std::string part; std::getline(parts, part, '|');) {
     if (part.empty() || part.size() > kLongestPart || printable(part, kLongestPart) != part) {
       throw UsageError{flag + ": \"" + printable(value) + "\" has a part that is empty, longer than " +
-                       std::to_string(kLongestPart) + " characters or not printable; allowed: parts of the checks' names " +
-                       "with '|' between them, such as \"vgg16 step|training\""};
+                       std::to_string(kLongestPart) + " characters or not printable; " + allowed};
     }
     if (o.self_test_checks.size() == kMostParts) {
       throw UsageError{flag + ": more than " + std::to_string(kMostParts) + " parts"};
@@ -148,8 +148,7 @@ void read_check_names(Options& o, const std::string& flag, const std::string& va
     o.self_test_checks.push_back(part);
   }
   if (o.self_test_checks.empty() || value.ends_with('|')) {
-    throw UsageError{flag + ": \"" + printable(value) + "\" names no check; allowed: parts of the checks' names " +
-                     "with '|' between them, such as \"vgg16 step|training\""};
+    throw UsageError{flag + ": \"" + printable(value) + "\" names no check; " + allowed};
   }
 }
 
