@@ -529,18 +529,20 @@ step input-measure-imagefolder 30 "$bin/dlbench-input" measure "$real_data/image
 needs_real_data input-measure-cityscapes
 step input-measure-cityscapes 30 "$bin/dlbench-input" measure "$real_data/cityscapes" --data cityscapes \
   --threads "$decode_threads" --batch-size 8 --batches 8 --pixel-type fp16
+# The threads resizing (DLBENCH_INPUT_RESIZE=host; a GPU's default until 2026-12-04, when the H200
+# ran this row at 0.92 of synthetic and the device's resize at 1.00).
 needs_real_data dlbench-resnet50-amp-imagefolder
-time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder dlbench-imagefolder --data imagefolder \
-  --data-path "$real_data/images" --decode-threads "$decode_threads"
-# The same JPEGs resized by the GPU (DLBENCH_INPUT_RESIZE=device, never run on one): the threads only
-# decode and pack each crop with its taps (1.33x their rate on a 2-core EPYC, 2026-12-03), a kernel
-# beside the step before resizes them; the same values, emulated on the CPU in CI.
+DLBENCH_INPUT_RESIZE=host time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder dlbench-imagefolder \
+  --data imagefolder --data-path "$real_data/images" --decode-threads "$decode_threads"
+# The same JPEGs resized by the GPU (the default there): the threads only decode and pack each crop
+# with its taps (1.33x their rate on a 2-core EPYC, 2026-12-03), a kernel beside the step before
+# resizes them; the same values, emulated on the CPU in CI.
 needs_real_data input-measure-imagefolder-device
 step input-measure-imagefolder-device 30 "$bin/dlbench-input" measure "$real_data/images" \
   --threads "$decode_threads" --batch-size 256 --batches 8 --pixel-type fp16 --resize-on device
 needs_real_data dlbench-resnet50-amp-imagefolder-device
-DLBENCH_INPUT_RESIZE=device time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder-device \
-  dlbench-imagefolder-device --data imagefolder --data-path "$real_data/images" --decode-threads "$decode_threads"
+time_dlbench resnet50 256 amp dlbench-resnet50-amp-imagefolder-device dlbench-imagefolder-device --data imagefolder \
+  --data-path "$real_data/images" --decode-threads "$decode_threads"
 needs_real_data dlbench-deeplabv3plus-amp-cityscapes
 time_dlbench deeplabv3plus 8 amp dlbench-deeplabv3plus-amp-cityscapes dlbench-cityscapes --image-size 512x1024 \
   --data cityscapes --data-path "$real_data/cityscapes" --decode-threads "$decode_threads"

@@ -316,9 +316,10 @@ TEST(WorkerCli, BertPretrainingShardsAreBertBasesData) {
               HasSubstr("holds sequences of 32 tokens; the case's sequenceLength is 16 (set it to 32"));
 }
 
-// Where an imagefolder case's images are resized is in its result (backendOptions.inputResize):
-// by the decoding threads unless DLBENCH_INPUT_RESIZE=device hands them to a GPU, which the cpu
-// backend refuses naming the variable; a value it does not know is refused with the ones it does.
+// Where an imagefolder case's images are resized is in its result (backendOptions.inputResize): on
+// the cpu backend by the decoding threads (a GPU resizes them unless told host,
+// InputResizeRoute.*); DLBENCH_INPUT_RESIZE=device is refused there naming the variable, and a value
+// it does not know is refused with the ones it does.
 TEST(WorkerCli, AnImageFolderCaseSaysWhereItsImagesWereResized) {
   const std::string dir = (scratch() / "resized-images").string();
   const std::string generate =

@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "cpu/cpu_backend.hpp"
-#include "env_choice.hpp"
+#include "input_resize_route.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
 #include "weights_file.hpp"
@@ -61,14 +61,10 @@ std::optional<std::string> unsupported_precision(const Options& o, const Backend
 }
 
 bool input_resized_on_device(const Options& o, const Backend& backend) {
-  enum class Resize { host, device };
-  static constexpr Choices<Resize, 2> kResize{{{"host", Resize::host}, {"device", Resize::device}}};
-  if (env_choice("DLBENCH_INPUT_RESIZE", std::getenv("DLBENCH_INPUT_RESIZE"), kResize) != Resize::device) return false;
-  if (!backend.overlaps_host_copies()) {
-    throw std::invalid_argument("DLBENCH_INPUT_RESIZE: \"device\" resizes the images on a GPU; on the " + backend.name() +
-                                " backend the decoding threads resize them (unset it, or host)");
-  }
-  return o.data == "imagefolder";
+  // A GPU resizes unless told host (input_resize_route.hpp); the CPU refuses device, whatever the data.
+  const InputResize where =
+      input_resize(std::getenv("DLBENCH_INPUT_RESIZE"), backend.overlaps_host_copies(), backend.name());
+  return where == InputResize::device && o.data == "imagefolder";
 }
 
 std::optional<std::string> unsupported_step_graph(const Options& o, const Backend* backend) {

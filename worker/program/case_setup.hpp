@@ -38,8 +38,9 @@ std::unique_ptr<Communicator> make_communicator(const Options& o, int* argc, cha
 // result with reason Unsupported, not as a usage error.
 std::optional<std::string> unsupported_precision(const Options& o, const Backend* backend);
 // Whether an imagefolder case's decoding threads hand their crops to the device to resize
-// (DLBENCH_INPUT_RESIZE=device; host, the default, resizes in the threads): false for other data.
-// "device" on a backend that does not overlap host copies (the CPU's) is refused naming the variable.
+// (DLBENCH_INPUT_RESIZE=device, and unset on a backend that overlaps host copies: a GPU) or resize
+// them themselves (host, and unset on the CPU): false for other data. "device" on a backend that
+// does not overlap host copies (the CPU's) is refused naming the variable.
 bool input_resized_on_device(const Options& o, const Backend& backend);
 // Why this case's step graph cannot run on `backend` (one that cannot capture), or nothing.
 std::optional<std::string> unsupported_step_graph(const Options& o, const Backend* backend);
