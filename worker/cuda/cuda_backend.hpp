@@ -156,7 +156,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<ActivationOp> make_activation(ActivationKind kind, std::int64_t count, DType dtype) override;
   std::unique_ptr<SwapAxesOp> make_swap_axes(const Shape& x, DType dtype) override;
   // DLBENCH_CUDA_ATTENTION=fused: attention_kernels.cu's op where attention_plan.hpp takes the
-  // shape on this GPU (otherwise null, saying why on stderr); composed by default until timed.
+  // shape on this GPU (otherwise null, saying why on stderr); composed by default: BERT-base amp
+  // ran 3,134 sequences/s fused against 3,349 composed on an H200 (2026-11-28).
   std::unique_ptr<AttentionOp> make_fused_attention(const AttentionConfig& config) override;
   void gather_rows(const Tensor& table, const std::int32_t* rows, std::int64_t count, Tensor& y,
                    bool accumulate) override;

@@ -3,7 +3,8 @@
 // read it padded with zero channels instead, as NVIDIA's own ResNet-50 submissions feed their stem
 // 4 channels. The padded channels meet zero filter taps, so the convolution is the same; what
 // changes is which kernels cuDNN may choose. Whether that is faster on a given GPU is an A/B:
-// DLBENCH_CUDA_PAD_INPUT_CHANNELS=off|4|8 (off until timed on a GPU). The rule and the index math
+// DLBENCH_CUDA_PAD_INPUT_CHANNELS=off|4|8 (off: padded to 4, amp ResNet-50 ran 7,216.5 images/s on
+// an H200 against 7,211.9, 2026-12-04). The rule and the index math
 // of the padded filter live here, apart from the kernels, so that they are tested without a GPU
 // (and in C++17, for the kernels' files).
 #pragma once
