@@ -1,20 +1,18 @@
 #include "self_test.hpp"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <optional>
 #include <random>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "check_verdict.hpp"
 #include "input/image_transform.hpp"
 #include "input/image_packing.hpp"
 #include "input/packed_images.hpp"
@@ -24,13 +22,12 @@
 #include "layers/linear.hpp"
 #include "layers/pool2d.hpp"
 #include "layers/relu.hpp"
-#include "layers/sequential.hpp"
 #include "layers/transformer_encoder_layer.hpp"
+#include "model_step_check.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
 #include "models/small_conv_net.hpp"
 #include "parameters.hpp"
-#include "residual_composing_backend.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
@@ -56,14 +53,32 @@ std::string_view to_string(CheckOutcome outcome) {
   return "failed";
 }
 
-namespace {
-
-void upload(Backend& backend, const Tensor& t, const std::vector<float>& logical) {
-  const auto bytes = encode(to_layout(logical, t.shape, t.layout).data(), logical.size(), t.dtype);
-  backend.copy_from_host(t.data, bytes.data(), t.bytes());
+std::string format_error(double e) {
+  std::ostringstream s;
+  s.precision(2);
+  s << std::scientific << e;
+  return s.str();
 }
 
-}  // namespace
+SelfTestCheck bounded(double error, double bound, std::string detail) {
+  SelfTestCheck c;
+  c.error = error;
+  c.bound = bound;
+  c.detail = std::move(detail);
+  if (std::isnan(error) || error > bound) {
+    c.outcome = CheckOutcome::failed;
+    c.detail += (c.detail.empty() ? "" : ": ") + std::string("off by ") + format_error(error) + ", bound " +
+                format_error(bound);
+  }
+  return c;
+}
+
+SelfTestCheck verdict(bool ok, std::string detail) {
+  SelfTestCheck c;
+  c.outcome = ok ? CheckOutcome::passed : CheckOutcome::failed;
+  c.detail = std::move(detail);
+  return c;
+}
 
 LayerOutcome run_layer_once(Backend& backend, Layer& layer, const Shape& input, DType dtype, std::uint64_t seed,
                             bool exact_inputs, std::int64_t tokens_per_sequence) {
@@ -197,13 +212,6 @@ std::vector<LayerCheck> layer_checks() {
       {"bottleneck with projection", [] { return std::make_unique<Bottleneck>(32, 16, 2); }, Shape(8, 32, 16, 16),
        Kind::relu_block},
   };
-}
-
-std::string format_error(double e) {
-  std::ostringstream s;
-  s.precision(2);
-  s << std::scientific << e;
-  return s.str();
 }
 
 SelfTestCheck compare_layer(const LayerCheck& lc, const LayerOutcome& got, const LayerOutcome& want,
@@ -421,360 +429,9 @@ class Checker {
   std::optional<std::string> lost_;
 };
 
-SelfTestCheck bounded(double error, double bound, std::string detail) {
-  SelfTestCheck c;
-  c.error = error;
-  c.bound = bound;
-  c.detail = std::move(detail);
-  if (std::isnan(error) || error > bound) {
-    c.outcome = CheckOutcome::failed;
-    c.detail += (c.detail.empty() ? "" : ": ") + std::string("off by ") + format_error(error) + ", bound " +
-                format_error(bound);
-  }
-  return c;
-}
 
-SelfTestCheck verdict(bool ok, std::string detail) {
-  SelfTestCheck c;
-  c.outcome = ok ? CheckOutcome::passed : CheckOutcome::failed;
-  c.detail = std::move(detail);
-  return c;
-}
 
-// One whole ResNet-50 step, layer by layer, each layer fed what the reference fed its twin: in
-// forward its input is overwritten with the reference's x, in backward with the reference's dy,
-// before it runs; its output is then compared with the reference's. So errors do not compound
-// through the network (a whole untrained step is ill-conditioned: one ulp of noise in every
-// convolution moves a late batch norm's input gradient by 7e-3), and the first layer off is the
-// layer to look at. Then each layer's parameter gradients. Values are fp32 in logical order,
-// backward ones divided by the loss scale.
-struct StepTrace {
-  struct Entry {
-    std::string where;
-    bool backward = false;
-    std::vector<float> input, output;
-    // A fed step compares each layer as it ends, against the reference's, and keeps only this:
-    // the output's error (step_entry_error) and whether every value was finite.
-    std::optional<double> error;
-    bool finite = true;
-  };
-  std::vector<Entry> layers;  // in the order the layers began
-  std::vector<Entry> gradients;  // output: each layer's parameter gradients, weight then bias
-};
 
-double step_entry_error(const std::vector<float>& got, const StepTrace::Entry& want);
-
-// What a device in a half type will be fed: each value rounded to its activations' type, a
-// gradient at its loss scale (a power of two) and unscaled again.
-struct InputRounding {
-  DType dtype = DType::fp32;
-  float gradient_scale = 1.0f;
-};
-
-class StepRecorder final : public LayerObserver {
- public:
-  // With `feed`, each layer's input is first overwritten with the one `feed` recorded. Without it,
-  // with `rounding`, each layer's input is first rounded as the device's fed copy will be, so that
-  // both sides compute from the same values.
-  StepRecorder(Layer& network, Backend& backend, float gradient_scale, const StepTrace* feed,
-               std::optional<InputRounding> rounding = std::nullopt)
-      : network_(&network),
-        paths_(layer_paths(network)),
-        backend_(backend),
-        scale_(gradient_scale),
-        feed_(feed),
-        rounding_(rounding) {}
-  void before(const Layer& layer, bool backward, const Tensor& input) override {
-    const std::string where = layer_where(paths_, layer, *network_);
-    StepTrace::Entry entry{where + " (" + layer.kind() + ") " +
-                               (backward ? "backward" : "forward"),
-                           backward, {}, {}, std::nullopt, true};
-    if (usable(input) && !composes_only(layer)) {
-      if (feed_ != nullptr) {
-        const StepTrace::Entry& twin = feed_->layers.at(trace.layers.size());
-        if (twin.where != entry.where) throw std::logic_error("the step ran " + entry.where + " where the reference ran " + twin.where);
-        std::vector<float> values = twin.input;
-        if (backward) {
-          for (float& v : values) v *= scale_;
-        }
-        upload(backend_, input, values);
-      } else {
-        std::vector<float> values = download(backend_, input);
-        if (rounding_) {
-          round_as_fed(values, backward);
-          upload(backend_, input, values);
-        }
-        entry.input = unscaled(std::move(values), backward);
-      }
-    }
-    open_.push_back(trace.layers.size());
-    trace.layers.push_back(std::move(entry));
-  }
-  void after(const Layer& layer, bool backward, const Tensor& output) override {
-    const std::size_t at = open_.back();
-    open_.pop_back();
-    if (!usable(output) || composes_only(layer)) return;
-    StepTrace::Entry& entry = trace.layers[at];
-    std::vector<float> values = unscaled(download(backend_, output), backward);
-    if (feed_ == nullptr) {
-      entry.output = std::move(values);
-      return;
-    }
-    const StepTrace::Entry& twin = feed_->layers.at(at);
-    entry.error = step_entry_error(values, twin);
-    entry.finite = std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
-    // Then the output is the reference's, as the next layer's fed input makes it anyway, so that
-    // what this layer's backward reads of its own forward is the reference's too. A branch's last
-    // layer has no next layer to feed it: InceptionV3's Mixed_6e.branch_pool.bn on an H200 kept a
-    // ReLU output that one side computed a rounding above zero and the other at zero, and its input
-    // gradient was off by 1/sqrt(166,464) = 2.5e-3, all of it that one element.
-    if (!backward) upload(backend_, output, twin.output);
-  }
-  StepTrace trace;
-
- private:
-  // A Sequential computes nothing of its own: its input is its first child's and its output its
-  // last child's. It is neither fed nor compared, which keeps a deep model's trace to about half.
-  static bool composes_only(const Layer& layer) { return dynamic_cast<const Sequential*>(&layer) != nullptr; }
-  static bool usable(const Tensor& t) { return !t.empty() && t.dtype != DType::int32; }
-  std::vector<float> unscaled(std::vector<float> values, bool backward) const {
-    if (backward) {
-      for (float& v : values) v /= scale_;
-    }
-    return values;
-  }
-  // `values` as the device's fed copy holds them. A value past the type's range stays as it was:
-  // the device's step overflows there and halves its loss scale, and a reference of infinities
-  // would feed every later try the same.
-  void round_as_fed(std::vector<float>& values, bool backward) const {
-    const float scale = backward ? rounding_->gradient_scale : 1.0f;
-    std::vector<float> rounded = values;
-    for (float& v : rounded) v *= scale;
-    rounded = rounded_to(rounded, rounding_->dtype);
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      if (std::isfinite(rounded[i])) values[i] = rounded[i] / scale;
-    }
-  }
-  const Layer* network_;
-  std::unordered_map<const Layer*, std::string> paths_;
-  Backend& backend_;
-  float scale_;
-  const StepTrace* feed_;
-  std::optional<InputRounding> rounding_;
-  std::vector<std::size_t> open_;
-};
-
-// What a device answered when asked to fuse a convolution with its batch norms
-// (Backend::make_fused_conv2d): what was asked, and whether it fused, and with the batch norm's
-// gradients.
-struct FusionAnswer {
-  FusedConv2dConfig asked;
-  bool fused = false;
-  bool gradients = false;
-};
-
-// The device's answer to `asked`, in `dtype`.
-FusionAnswer ask_fusion(Backend& device, FusedConv2dConfig asked, DType dtype) {
-  asked.conv.dtype = dtype;
-  const std::unique_ptr<FusedConv2dOp> op = device.make_fused_conv2d(asked);
-  return {asked, op != nullptr, op != nullptr && op->fuses_input_batch_norm_gradients()};
-}
-
-// A reference trace and the fusion answers it was composed from: it serves a later precision only
-// where that precision's device answers each the same (an H200 fuses every block in fp16 and none
-// in bf16, so amp's reference is not bf16's).
-struct ReferenceStepTrace {
-  StepTrace trace;
-  std::vector<FusionAnswer> answers;
-};
-
-// The reference's traces, by model, by what the device fuses (the residual into batch norm,
-// branch gradients into a convolution's backward data, convolutions with batch norms) and by the
-// type its inputs are rounded to.
-using StepTraceCache = std::map<std::tuple<Model, bool, bool, bool, DType>, std::optional<ReferenceStepTrace>>;
-
-// Whether `device` answers every fusion question of `reference` as its trace's device did.
-bool answers_alike(const ReferenceStepTrace& reference, Backend& device, DType dtype) {
-  return std::ranges::all_of(reference.answers, [&](const FusionAnswer& then) {
-    const FusionAnswer now = ask_fusion(device, then.asked, dtype);
-    return now.fused == then.fused && now.gradients == then.gradients;
-  });
-}
-
-// One whole step of a model, small, so that each check takes a second or a few on two CPU cores:
-// ResNet-50's always (the reference model), and the model the worker trains, whose layers may
-// have their own ops (DeepLabV3+'s dilated convolutions, concatenated ASPP branches, bilinear
-// resizes and per-pixel loss; InceptionV3's 1×7 and 7×1 convolutions, padded average pools,
-// concats within concats and auxiliary classifier).
-struct ModelStep {
-  Model model;
-  Shape input;
-  std::int64_t classes;
-};
-
-// 64×64 images or the model's least (InceptionV3's 299: its auxiliary head needs it), 2 of them;
-// 3 where a batch norm sees a 1×1 map (the ASPP's pooling branch, InceptionV3's auxiliary head):
-// over 2 values its input gradient is zero in exact arithmetic (each normalised value is ±1), so
-// what either side computes is rounding, which no bound can judge.
-ModelStep model_step(Model model) {
-  const ModelInfo info = model_info(model);
-  const bool batch_norm_over_one_pixel = model == Model::deeplabv3plus || model == Model::inception_v3;
-  const std::int64_t size = std::max<std::int64_t>(64, info.min_image_size);
-  return {model, Shape(batch_norm_over_one_pixel ? 3 : 2, 3, size, size), info.per_pixel_labels ? info.classes : 10};
-}
-
-// The models whose whole step the self-test checks: ResNet-50 and each image model of `models`.
-std::vector<ModelStep> model_steps(const std::vector<Model>& models) {
-  std::vector<ModelStep> steps{model_step(Model::resnet50)};
-  for (const Model model : models) {
-    const bool listed = std::any_of(steps.begin(), steps.end(), [&](const ModelStep& s) { return s.model == model; });
-    if (!listed && !model_info(model).sequences) steps.push_back(model_step(model));
-  }
-  return steps;
-}
-
-// amp: fp16 gradients need a loss scale, and the check starts at this one (a power of two, exact)
-// and halves it while the step's gradients overflow, as dynamic loss scaling would: an untrained
-// ResNet-50's conv1 gradient reaches about 110 here (PyTorch's too), past 65504 / 1024.
-constexpr float kModelStepLossScale = 1024.0f;
-
-// Images of i.i.d. noise all average to nearly the same value: a globally pooled feature then
-// barely differs between the samples, and a batch norm over a 1×1 map divides rounding by that
-// difference. So each image gets its own contrast and brightness, as real ones have: in bf16 on
-// the CPU, the input gradients of DeepLabV3+'s ASPP pooling batch norm and InceptionV3's auxiliary
-// one are then off by 9.5e-3 and 3.8e-3 instead of 2.2e-2 and 2.7e-2 (3 images; with 2, 0.63).
-void spread_images_apart(Trainer& trainer) {
-  std::vector<float> pixels;
-  std::vector<std::int32_t> labels;
-  trainer.copy_batch_to_host(pixels, labels);
-  const Tensor& x = trainer.input();
-  const auto per_image = static_cast<std::size_t>(x.shape.numel() / x.shape.n());
-  for (std::size_t i = 0; i < pixels.size(); ++i) {
-    const auto image = static_cast<float>(i / per_image);
-    pixels[i] = pixels[i] * (0.5f + image) + (static_cast<int>(image) % 2 == 0 ? -0.5f : 0.5f);
-  }
-  trainer.load_batch(to_layout(pixels, x.shape, x.layout).data(), DType::fp32, labels.data());
-}
-
-// `loss_scale`: none, or the scale the step's loss gradient is multiplied by. `rounding`: the
-// reference's, how the device's fed inputs will be rounded.
-StepTrace model_step_trace(const ModelStep& model, Backend& backend, DType dtype, std::optional<float> loss_scale,
-                           const StepTrace* feed, std::optional<InputRounding> rounding = std::nullopt) {
-  Trainer trainer(backend, build_model(model.model, model.classes), model.input, model.classes, kSgd, 3, 0,
-                  MemoryReuse::lifetime, dtype);
-  spread_images_apart(trainer);
-  if (loss_scale) trainer.use_loss_scaling({*loss_scale});
-  StepRecorder recorder(trainer.network(), backend, loss_scale.value_or(1.0f), feed, rounding);
-  trainer.set_layer_observer(&recorder);
-  trainer.compute_gradients();  // unscaled on return
-  trainer.set_layer_observer(nullptr);
-  // A layer's parameters together ("conv1", "bn1": weight and bias): a batch norm's bias gradient
-  // (the sum of dy) can cancel to nearly zero where its scale's does not.
-  auto& gradients = recorder.trace.gradients;
-  for (Parameter* p : trainer.parameters().parameters()) {
-    const std::string layer = p->name.substr(0, p->name.rfind('.'));
-    if (gradients.empty() || gradients.back().where != "gradients of " + layer) {
-      gradients.push_back({"gradients of " + layer, true, {}, {}, std::nullopt, true});
-    }
-    const std::vector<float> values = download(backend, p->grad);
-    gradients.back().output.insert(gradients.back().output.end(), values.begin(), values.end());
-  }
-  return std::move(recorder.trace);
-}
-
-// A layer's output against the reference's. In backward a gradient that cancels to nearly zero
-// (a batch norm's dx where dy is nearly constant per channel) is measured against the dy it came
-// from: its rounding is a fraction of that, not of itself.
-double step_entry_error(const std::vector<float>& got, const StepTrace::Entry& want) {
-  if (got.size() != want.output.size()) return std::numeric_limits<double>::infinity();
-  double diff = 0, norm = 0, input_norm = 0;
-  for (std::size_t i = 0; i < want.output.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - static_cast<double>(want.output[i]);
-    diff += d * d;
-    norm += static_cast<double>(want.output[i]) * static_cast<double>(want.output[i]);
-  }
-  if (want.backward) {
-    for (const float v : want.input) input_norm += static_cast<double>(v) * static_cast<double>(v);
-  }
-  const double scale = std::max(norm, input_norm);
-  return scale > 0 ? std::sqrt(diff / scale) : std::sqrt(diff);
-}
-
-// Whether every gradient a step recorded is finite (else its loss scale overflowed fp16).
-bool backward_finite(const StepTrace& t) {
-  const auto finite = [](const StepTrace::Entry& e) {
-    return e.finite && std::all_of(e.output.begin(), e.output.end(), [](float v) { return std::isfinite(v); });
-  };
-  return std::all_of(t.gradients.begin(), t.gradients.end(), finite) &&
-         std::all_of(t.layers.begin(), t.layers.end(), [&](const StepTrace::Entry& e) { return !e.backward || finite(e); });
-}
-
-// A max pool's backward sends each window's gradient to its maximum as the device ranks the
-// window's values, rounded to the activations' type: near-ties in fp32 rank otherwise, as rounding
-// flips ReLU masks, so the error grows as the square root of the unit roundoff. On an H200
-// (2026-12-04) it was every half-precision model step's worst layer: 4.29e-2 in amp ResNet-50,
-// through cuDNN's pooling and dlbench's own alike, 5.74e-2 in VGG16, up to 0.156 in bf16 (AlexNet).
-// The reference now ranks the same rounded values (InputRounding), which took those to 1.7e-4 and
-// 1.7e-3 with fp16 and bf16 emulated on the CPU; but rounded values tie exactly more often, and a
-// device may break a tie otherwise than oneDNN does. Held to the bound of blocks whose masks
-// rounding flips; a wrong index is off by the gradient's size.
-bool ranks_rounded_values(const StepTrace::Entry& e) {
-  return e.backward && e.where.ends_with("(MaxPool2d) backward");
-}
-
-// Every layer's error within `bound`, a max pool's backward within `arg_max_bound`; the first off
-// named, and the worst of the rest.
-SelfTestCheck compare_step_traces(const StepTrace& got, const StepTrace& want, double bound, double arg_max_bound) {
-  if (got.layers.size() != want.layers.size() || got.gradients.size() != want.gradients.size()) {
-    return verdict(false, "the step recorded " + std::to_string(got.layers.size()) + " layers and " +
-                              std::to_string(got.gradients.size()) + " gradients, the reference " +
-                              std::to_string(want.layers.size()) + " and " + std::to_string(want.gradients.size()));
-  }
-  std::vector<std::pair<const StepTrace::Entry*, const StepTrace::Entry*>> pairs;
-  for (std::size_t i = 0; i < want.layers.size(); ++i) pairs.emplace_back(&got.layers[i], &want.layers[i]);
-  for (std::size_t i = 0; i < want.gradients.size(); ++i) pairs.emplace_back(&got.gradients[i], &want.gradients[i]);
-  double worst = 0, worst_arg_max = 0;
-  const StepTrace::Entry* worst_at = nullptr;
-  const StepTrace::Entry* worst_arg_max_at = nullptr;
-  struct Off {
-    const StepTrace::Entry* where;
-    double error, bound;
-  };
-  std::optional<Off> first_off;
-  for (const auto& [g, w] : pairs) {
-    if (w->output.empty()) continue;  // the first layer's dx, and what a Sequential passes on
-    const double e = g->error ? *g->error : step_entry_error(g->output, *w);
-    const bool arg_max = arg_max_bound != bound && ranks_rounded_values(*w);
-    const double limit = arg_max ? arg_max_bound : bound;
-    if (!first_off && (std::isnan(e) || e > limit)) first_off = Off{w, e, limit};
-    double& worst_of_kind = arg_max ? worst_arg_max : worst;
-    const StepTrace::Entry*& worst_of_kind_at = arg_max ? worst_arg_max_at : worst_at;
-    if (worst_of_kind_at == nullptr || std::isnan(e) || e > worst_of_kind) {
-      worst_of_kind = e;
-      worst_of_kind_at = w;
-      if (std::isnan(e)) break;
-    }
-  }
-  if (worst_at == nullptr) {  // only max pools' entries, or a NaN among them first
-    if (worst_arg_max_at == nullptr) return verdict(false, "the step recorded nothing");
-    worst = worst_arg_max;
-    worst_at = worst_arg_max_at;
-  }
-  // The max pools' backward, where its bound is not the step's: what they reached, and against what.
-  std::string arg_max_said;
-  if (worst_arg_max_at != nullptr) {
-    arg_max_said = "; max pools' backward at most " + format_error(worst_arg_max) + " (" + worst_arg_max_at->where +
-                   "), bound " + format_error(arg_max_bound) + ": near-ties rank as rounded";
-  }
-  if (first_off) {
-    SelfTestCheck c = bounded(first_off->error, first_off->bound, "first off: " + first_off->where->where);
-    c.detail += "; worst: " + worst_at->where + " (" + format_error(worst) + ")" + arg_max_said;
-    return c;
-  }
-  SelfTestCheck c = bounded(worst, bound, "worst: " + worst_at->where);
-  c.detail += arg_max_said;
-  return c;
-}
 
 // A BERT small enough to check in a second: 2 layers, hidden 32 in 4 heads, a 64-token
 // vocabulary; 4 sequences of 12 tokens.
@@ -1014,7 +671,7 @@ SelfTestCheck run_to_run(Backend& backend, DType dtype, std::optional<TrainingOu
 void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend& reference, Precision typed,
                       std::vector<std::optional<LayerOutcome>>& reference_layers,
                       std::optional<std::vector<float>>& reference_losses, TransformerReference& reference_transformer,
-                      StepTraceCache& want_step_traces) {
+                      ModelStepReferences& want_step_traces) {
   const std::string precision(to_string(typed));  // as the checks' table names it
   if (checker.skipped_for_lost_device(precision, "every check")) return;
   std::unique_ptr<Backend> backend;
@@ -1087,52 +744,8 @@ void precision_checks(Checker& checker, const SelfTestSubject& subject, Backend&
   });
   for (const ModelStep& model : model_steps(subject.models)) {
     checker.run(precision, std::string(to_string(model.model)) + " step, each layer fed the reference's input", [&] {
-      // The reference runs the layers the device runs: where the device fuses a bottleneck's add
-      // and ReLU into its last batch norm, adds a branch's input gradient into the other's in a
-      // convolution's backward, or fuses a bottleneck's convolutions with the batch norms between
-      // them (where its engines run the fused graphs: the device is asked of each), the reference
-      // composes the same from its own ops.
-      const bool residual_fused = backend->fuses_batch_norm_add_relu();
-      const bool accumulated = backend->accumulates_conv_input_grad();
-      const auto options = backend->options();
-      const bool conv_batch_norm = options.contains("convBatchNorm") && options.at("convBatchNorm") != "separate";
-      std::optional<float> scale;
-      if (uses_loss_scaling(typed)) scale = kModelStepLossScale;
-      // Each layer's input rounded as the device's fed copy is, so that a layer is judged on what
-      // it computes from the values it was given, as the layer-norm check's are: a batch norm over
-      // a few values per channel otherwise divides its input's rounding by their spread (amp
-      // InceptionV3's AuxLogits.conv1.bn, 3 images of a 1x1 map: 5.21e-2 on an H200 and fp16
-      // emulated on the CPU alike, against a bound of 5e-2).
-      std::optional<InputRounding> rounding;
-      if (dtype != DType::fp32) rounding = InputRounding{dtype, scale.value_or(1.0f)};
-      std::optional<ReferenceStepTrace>& want =
-          want_step_traces[{model.model, residual_fused, accumulated, conv_batch_norm, dtype}];
-      if (!want || !answers_alike(*want, *backend, dtype)) {
-        std::vector<FusionAnswer> answers;
-        ResidualComposingBackend::ConvolutionFusion fuses;
-        if (conv_batch_norm) {
-          fuses = [&](FusedConv2dConfig c) -> std::optional<FusedConv2dConfig> {
-            const FusionAnswer answer = answers.emplace_back(ask_fusion(*backend, c, dtype));
-            if (!answer.fused) return std::nullopt;
-            c.input_batch_norm_gradients = answer.gradients;
-            return c;
-          };
-        }
-        ResidualComposingBackend composed(reference, residual_fused, accumulated, fuses);
-        StepTrace trace = model_step_trace(
-            model, residual_fused || accumulated || conv_batch_norm ? static_cast<Backend&>(composed) : reference,
-            DType::fp32, std::nullopt, nullptr, rounding);
-        want = ReferenceStepTrace{std::move(trace), std::move(answers)};
-      }
-      const StepTrace* want_step_trace = &want->trace;
-      StepTrace got = model_step_trace(model, *backend, dtype, scale, want_step_trace);
-      while (scale && *scale > 1.0f && !backward_finite(got)) {
-        *scale /= 2.0f;
-        got = model_step_trace(model, *backend, dtype, scale, want_step_trace);
-      }
-      SelfTestCheck c = compare_step_traces(got, *want_step_trace, b.model_step, std::max(b.model_step, b.relu_block));
-      if (scale) c.detail += "; loss scale " + std::to_string(static_cast<long>(*scale));
-      return c;
+      return model_step_check(model, *backend, reference, dtype, uses_loss_scaling(typed),
+                              {b.model_step, std::max(b.model_step, b.relu_block)}, want_step_traces);
     });
   }
   // Every op reads only what it declared to the memory plan: trained with each buffer poisoned
@@ -1488,7 +1101,7 @@ std::vector<SelfTestCheck> run_self_test(const SelfTestSubject& subject, Backend
   std::optional<std::vector<float>> reference_losses;
   TransformerReference reference_transformer;
   // By the device's bottlenecks: residual add unfused or fused, branch gradients summed or accumulated.
-  StepTraceCache reference_step_traces;
+  ModelStepReferences reference_step_traces;
   for (const Precision precision : subject.precisions) {
     precision_checks(checker, subject, reference, precision, reference_layers, reference_losses, reference_transformer,
                      reference_step_traces);

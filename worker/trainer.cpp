@@ -62,6 +62,11 @@ std::vector<float> download(Backend& backend, const float* device, std::int64_t 
   return host;
 }
 
+void upload(Backend& backend, const Tensor& t, const std::vector<float>& logical) {
+  const auto bytes = encode(to_layout(logical, t.shape, t.layout).data(), logical.size(), t.dtype);
+  backend.copy_from_host(t.data, bytes.data(), t.bytes());
+}
+
 void Trainer::setup_network(const Shape& input, DType input_dtype, DType activations, MemoryReuse reuse,
                               const InitialWeights& weights,
                               const std::function<std::int64_t(const Tensor&)>& label_count_for_output,

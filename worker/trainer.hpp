@@ -33,6 +33,8 @@ std::vector<float> from_layout(const std::vector<float>& stored, const Shape& sh
 std::vector<float> download(Backend& backend, const Tensor& t);
 // `count` fp32 values from the device (a flat parameter buffer, say).
 std::vector<float> download(Backend& backend, const float* device, std::int64_t count);
+// And the other way: `logical` (fp32, logical order) written into `t` in its dtype and layout.
+void upload(Backend& backend, const Tensor& t, const std::vector<float>& logical);
 
 // The fewest tokens a pretraining sequence can have: [CLS] A [SEP] B [SEP] with a word in each.
 inline constexpr std::int64_t kMinimumPretrainingTokens = 5;
