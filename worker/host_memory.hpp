@@ -9,6 +9,9 @@
 // faults (bench/worker_huge_pages.py). Zeroing it also faults it in when it is made, not at its
 // first write: the decoding threads' first pass over a ring of batches in fresh memory ran at
 // three quarters of their rate (bench/RESULTS.md, 2026-12-03, "Every page of a batch faulted in").
+// Since it is faulted in at once, a large buffer that does not fit under the container's memory
+// limit is refused before it is made (memory_headroom.hpp): HostOutOfMemory, where the OOM killer
+// would have ended the worker inside the memset.
 #pragma once
 
 #include <sys/mman.h>
@@ -20,16 +23,20 @@
 #include <memory>
 #include <new>
 
+#include "memory_headroom.hpp"
+
 namespace dlbench::worker {
 
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 
 // `bytes` on `alignment` (posix_memalign: any size, where aligned_alloc wants a multiple of the
-// alignment), advised as huge pages when it is 2 MiB or more; freed with std::free. Only the
+// alignment), advised as huge pages when it is 2 MiB or more, and then first checked against the
+// memory left (HostOutOfMemory); freed with std::free. Only the
 // address is rounded to 2 MiB, not the size: the kernel maps a huge page only where all of it lies
 // inside the buffer, so the tail takes small pages and no memory is spent on rounding.
 inline void* host_block(std::size_t bytes, std::size_t alignment) {
   const bool large = bytes >= huge_page_bytes;
+  if (large) ensure_host_memory(bytes);
   void* p = nullptr;
   if (::posix_memalign(&p, large ? huge_page_bytes : alignment, bytes) != 0) throw std::bad_alloc();
   // Advice only: a kernel without THP (or with it off) refuses it and the pages stay small.

@@ -1,35 +1,18 @@
 // Threads that fit the container: the affinity mask capped by the tightest CPU quota of the
 // process's cgroup and every cgroup above it, v2 and v1 alike, split among the node's ranks.
-// The cgroup trees here are directories made for the test, laid out as the kernel mounts them.
-#include <filesystem>
-#include <fstream>
+// The cgroup trees here are directories made for the test (cgroup_tree.hpp).
 #include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
+#include "cgroup_tree.hpp"
 #include "cpu_budget.hpp"
 
 namespace dlbench::worker {
 namespace {
 
 using ::testing::HasSubstr;
-
-class CgroupTree : public ::testing::Test {
- protected:
-  void SetUp() override {
-    root_ = std::filesystem::temp_directory_path() / ("dlbench-cgroups-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(root_);
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-  void write(const std::string& relative, const std::string& text) {
-    const auto file = root_ / relative;
-    std::filesystem::create_directories(file.parent_path());
-    std::ofstream(file) << text << "\n";
-  }
-  std::filesystem::path root_;
-};
 
 TEST_F(CgroupTree, V2TakesTheTightestQuotaOnThePathUp) {
   write("kubepods/pod1/cpu.max", "250000 100000");     // the pod: 2.5 CPUs

@@ -19,6 +19,7 @@
 #include "cuda/kernels.hpp"
 #include "cuda/padded_channels.hpp"
 #include "cuda/pool_route.hpp"
+#include "memory_headroom.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -489,6 +490,8 @@ const void* CudaBackend::kept_weight(const float* weight, std::int64_t elements,
 }
 
 std::shared_ptr<void> CudaBackend::allocate_host(std::size_t bytes) {
+  // Page-locked memory counts against the container's memory limit as soon as it is made.
+  ensure_host_memory(bytes);
   void* p = nullptr;
   if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
     cudaGetLastError();  // clear it: ordinary memory still works, only slower to copy from

@@ -26,6 +26,7 @@
 #include "input/input_pipeline.hpp"
 #include "interference.hpp"
 #include "layer_profiler.hpp"
+#include "memory_headroom.hpp"
 #include "methodology.hpp"
 #include "program/case_output.hpp"
 #include "program/case_setup.hpp"
@@ -242,6 +243,8 @@ class CaseRun {
                               std::to_string(e.requested) + " bytes, " + std::to_string(e.free) + " of " +
                               std::to_string(e.total) + " free");
 #endif
+    } catch (const HostOutOfMemory& e) {
+      fail("OutOfMemory", "at batch size " + std::to_string(o_.batch_size) + ", " + e.what());
     } catch (const std::bad_alloc&) {
       fail("OutOfMemory", "host memory exhausted at batch size " + std::to_string(o_.batch_size));
     } catch (const std::exception& e) {

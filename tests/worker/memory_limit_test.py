@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""A case that does not fit under the container's memory limit fails as OutOfMemory, naming the
+limit, instead of being killed by the kernel's OOM killer; a case that fits under the same limit
+runs. The limit is real: a memory cgroup made for the test below this process's own (cgroup v1
+memory.limit_in_bytes or v2 memory.max), as a pod's limit is. Where no child cgroup can be made
+with a memory limit (a read-only /sys/fs/cgroup, v2 without the memory controller delegated), the
+test says SKIPPED and why.
+
+    memory_limit_test.py PATH/dlbench-worker
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+LIMIT = 1 << 30  # ResNet-50's weights and optimizer state take about 0.3 GiB; batch 64's activations about 5
+worker = sys.argv[1]
+
+
+def skip(why):
+    print(f"SKIPPED: {why}")
+    sys.exit(0)
+
+
+def own_memory_cgroup():
+    """(directory, limit file) of this process's memory cgroup, v1 or v2."""
+    with open("/proc/self/cgroup") as f:
+        lines = [line.rstrip("\n").split(":", 2) for line in f if line.count(":") >= 2]
+    for hierarchy, controllers, path in lines:
+        if "memory" in controllers.split(","):
+            for mount in (f"/sys/fs/cgroup/{controllers}", "/sys/fs/cgroup/memory"):
+                for d in (mount + path, mount):
+                    if os.path.isfile(os.path.join(d, "memory.limit_in_bytes")):
+                        return d, "memory.limit_in_bytes"
+    for hierarchy, controllers, path in lines:
+        if hierarchy == "0" and controllers == "":
+            for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+                d = mount + path
+                if os.path.isdir(d):
+                    return d, "memory.max"
+    return None, None
+
+
+parent, limit_file = own_memory_cgroup()
+if parent is None:
+    skip("no memory cgroup in /proc/self/cgroup")
+child = os.path.join(parent, f"dlbench-memory-limit-test-{os.getpid()}")
+try:
+    os.mkdir(child)
+except OSError as e:
+    skip(f"cannot make a cgroup under {parent}: {e}")
+try:
+    try:
+        with open(os.path.join(child, limit_file), "w") as f:
+            f.write(str(LIMIT))
+    except OSError as e:
+        skip(f"cannot set {limit_file} in {child}: {e}")
+
+    def run_limited(args, result_path):
+        # The shell joins the cgroup, then becomes the worker: every byte the worker takes is charged there.
+        script = f'echo $$ > "{child}/cgroup.procs" && exec "$@"'
+        done = subprocess.run(["sh", "-c", script, "sh", worker, *args, "--output", result_path],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode < 0 or done.returncode == 137:
+            sys.exit(f"FAILED: the worker was killed (exit {done.returncode}) under {limit_file} "
+                     f"{LIMIT}:\n{done.stderr[-2000:]}")
+        with open(result_path) as f:
+            return json.load(f), done
+
+    common = ["--model", "resnet50", "--warmup-steps", "0", "--measure-steps", "1", "--repeats", "1",
+              "--threads", "1"]
+    with tempfile.TemporaryDirectory() as tmp:
+        big, done = run_limited(common + ["--batch-size", "64"], os.path.join(tmp, "big.json"))
+        state = big.get("state")
+        reason, message = big.get("reason", ""), big.get("message", "")
+        if state != "Failed" or reason != "OutOfMemory":
+            sys.exit(f"FAILED: batch 64 under a 1 GiB limit ended {state} {reason!r}: {message}\n{done.stderr[-2000:]}")
+        for words in ("at batch size 64", "asked for", limit_file, "1.00 GiB", "working set"):
+            if words not in message:
+                sys.exit(f"FAILED: the OutOfMemory message does not say {words!r}: {message}")
+        small, done = run_limited(common + ["--batch-size", "2", "--image-size", "32"], os.path.join(tmp, "small.json"))
+        if small.get("state") != "Succeeded":
+            sys.exit(f"FAILED: batch 2 at 32 pixels under the same limit ended {small.get('state')} "
+                     f"{small.get('reason')!r}: {small.get('message')}\n{done.stderr[-2000:]}")
+    print(f"PASSED: under {limit_file} {LIMIT} in {child}: batch 64 refused ({message}); batch 2 ran")
+finally:
+    try:
+        os.rmdir(child)
+    except OSError:
+        pass
