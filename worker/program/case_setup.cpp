@@ -60,11 +60,15 @@ std::optional<std::string> unsupported_precision(const Options& o, const Backend
   return *why + ". Allowed on the " + o.backend + " backend here: " + allowed_precisions(*backend, ", ");
 }
 
-bool input_resized_on_device(const Options& o, const Backend& backend) {
+InputResizeChoice input_resize_choice(const Options& o, const Backend& backend) {
   // A GPU resizes unless told host (input_resize_route.hpp); the CPU refuses device, whatever the data.
-  const InputResize where =
-      input_resize(std::getenv("DLBENCH_INPUT_RESIZE"), backend.overlaps_host_copies(), backend.name());
-  return where == InputResize::device && o.data == "imagefolder";
+  const char* value = std::getenv("DLBENCH_INPUT_RESIZE");
+  const InputResize where = input_resize(value, backend.overlaps_host_copies(), backend.name());
+  return {o.data == "imagefolder" ? where : InputResize::host, value != nullptr && *value != '\0'};
+}
+
+bool input_resized_on_device(const Options& o, const Backend& backend) {
+  return input_resize_choice(o, backend).where == InputResize::device;
 }
 
 std::optional<std::string> unsupported_step_graph(const Options& o, const Backend* backend) {

@@ -10,6 +10,7 @@
 #include "backend.hpp"
 #include "communicator.hpp"
 #include "input/pretraining_shards.hpp"
+#include "input_resize_route.hpp"
 #include "program/options.hpp"
 #include "trainer.hpp"
 
@@ -42,6 +43,13 @@ std::optional<std::string> unsupported_precision(const Options& o, const Backend
 // them themselves (host, and unset on the CPU): false for other data. "device" on a backend that
 // does not overlap host copies (the CPU's) is refused naming the variable.
 bool input_resized_on_device(const Options& o, const Backend& backend);
+// The same route, and whether DLBENCH_INPUT_RESIZE asked for it (a default the device's ring does
+// not fit in memory gives way to the threads: open_on_resize_route).
+struct InputResizeChoice {
+  InputResize where = InputResize::host;
+  bool asked = false;
+};
+InputResizeChoice input_resize_choice(const Options& o, const Backend& backend);
 // Why this case's step graph cannot run on `backend` (one that cannot capture), or nothing.
 std::optional<std::string> unsupported_step_graph(const Options& o, const Backend* backend);
 

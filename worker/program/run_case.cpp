@@ -363,11 +363,24 @@ class CaseRun {
     // The decoding threads convert to the input's type and write where the device copies from fastest.
     config.pixel_type = trainer.input().dtype;
     config.allocate_pixels = [&device = trainer.backend()](std::size_t bytes) { return device.allocate_host(bytes); };
-    // Or they only decode, and the GPU resizes (its kernel beside the step before, as the copy).
-    config.resize_on_device = input_resized_on_device(o_, trainer.backend());
+    // Or they only decode, and the GPU resizes (its kernel beside the step before, as the copy),
+    // unless that was only the default and its ring does not fit in the memory left.
+    const InputResizeChoice resize = input_resize_choice(o_, trainer.backend());
+    const auto open_pipeline = [&](bool resize_on_device) {
+      config.resize_on_device = resize_on_device;
+      return std::make_unique<input::InputPipeline>(*real_->source, config);
+    };
     start_feed(
         trainer, workload, config.prefetch_batches,
-        [&] { real_->pipeline = std::make_unique<input::InputPipeline>(*real_->source, config); },
+        [&] {
+          ResizeRouteTaken taken;
+          real_->pipeline = open_on_resize_route(resize.where, resize.asked, open_pipeline, taken);
+          if (!taken.why_host.empty()) {
+            std::cerr << "dlbench-worker: " << taken.why_host << "\n";
+            doc_.environment.backend_options["inputResize"] = "host";
+            doc_.environment.backend_options["inputResizeReason"] = taken.why_host;
+          }
+        },
         [this] { real_->pipeline->next(); },
         [this](Trainer& t) -> std::function<void()> {
           const input::Batch batch = real_->pipeline->next();
