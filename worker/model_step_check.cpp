@@ -21,9 +21,6 @@
 namespace dlbench::worker {
 namespace {
 
-// The SGD of the self-test's training checks: a step's gradients do not depend on it.
-constexpr SgdConfig kModelStepSgd{0.01f, 0.9f, 1e-4f, 4};
-
 // One whole ResNet-50 step, layer by layer, each layer fed what the reference fed its twin: in
 // forward its input is overwritten with the reference's x, in backward with the reference's dy,
 // before it runs; its output is then compared with the reference's. So errors do not compound
@@ -220,7 +217,7 @@ void spread_images_apart(Trainer& trainer) {
 // reference's, how the device's fed inputs will be rounded.
 StepTrace model_step_trace(const ModelStep& model, Backend& backend, DType dtype, std::optional<float> loss_scale,
                            const StepTrace* feed, std::optional<InputRounding> rounding = std::nullopt) {
-  Trainer trainer(backend, build_model(model.model, model.classes), model.input, model.classes, kModelStepSgd, 3, 0,
+  Trainer trainer(backend, build_model(model.model, model.classes), model.input, model.classes, kSelfTestSgd, 3, 0,
                   MemoryReuse::lifetime, dtype);
   spread_images_apart(trainer);
   if (loss_scale) trainer.use_loss_scaling({*loss_scale});

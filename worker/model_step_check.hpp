@@ -15,6 +15,11 @@
 
 namespace dlbench::worker {
 
+// The SGD of the self-test's trainers. Its rate warms up over the first 4 of 5 steps: a step graph
+// that kept the rate it was captured with (step 2's) would leave the eager steps at step 3. A
+// whole-step check's gradients do not depend on it.
+inline constexpr SgdConfig kSelfTestSgd{0.01f, 0.9f, 1e-4f, 4};
+
 // One whole step of a model, small, so that each check takes a second or a few on two CPU cores:
 // ResNet-50's always (the reference model), and the model the worker trains, whose layers may
 // have their own ops (DeepLabV3+'s dilated convolutions, concatenated ASPP branches, bilinear

@@ -323,9 +323,6 @@ std::optional<std::string> weights_parted(const TrainingOutcome& again, const Tr
          " (" + values.str() + ")";
 }
 
-// The rate warms up over the first 4 of the 5 steps: a step graph that kept the rate it was
-// captured with (step 2's) would leave the eager steps at step 3.
-constexpr SgdConfig kSgd{0.01f, 0.9f, 1e-4f, 4};
 constexpr int kTrainingSteps = 5;
 const Shape kTrainingInput(8, 3, 16, 16);
 
@@ -338,7 +335,7 @@ struct Trajectory : TrainingOutcome {
 
 Trajectory train(Backend& backend, DType dtype, bool graph, MemoryReuse reuse,
                  const std::optional<LossScalingConfig>& scaling, int steps) {
-  Trainer trainer(backend, small_conv_net(16, 16, 0.2f), kTrainingInput, 10, kSgd, 3, 0, reuse, dtype);
+  Trainer trainer(backend, small_conv_net(16, 16, 0.2f), kTrainingInput, 10, kSelfTestSgd, 3, 0, reuse, dtype);
   if (scaling) trainer.use_loss_scaling(*scaling);
   trainer.use_step_graph(graph);
   std::vector<float> losses;
