@@ -22,6 +22,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 
 #include "memory_headroom.hpp"
 
@@ -30,26 +31,30 @@ namespace dlbench::worker {
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 
 // `bytes` on `alignment` (posix_memalign: any size, where aligned_alloc wants a multiple of the
-// alignment), advised as huge pages when it is 2 MiB or more, and then first checked against the
-// memory left (HostOutOfMemory); freed with std::free. Only the
-// address is rounded to 2 MiB, not the size: the kernel maps a huge page only where all of it lies
-// inside the buffer, so the tail takes small pages and no memory is spent on rounding.
+// alignment), zeroed; advised as huge pages when it is 2 MiB or more, and then first checked
+// against the memory left (HostOutOfMemory) and made and faulted in under the node's
+// HostMemoryLock, so that the ranks of a pod each count the others' buffers; freed with std::free.
+// Only the address is rounded to 2 MiB, not the size: the kernel maps a huge page only where all
+// of it lies inside the buffer, so the tail takes small pages and no memory is spent on rounding.
 inline void* host_block(std::size_t bytes, std::size_t alignment) {
   const bool large = bytes >= huge_page_bytes;
-  if (large) ensure_host_memory(bytes);
+  std::optional<HostMemoryLock> lock;
+  if (large) {
+    lock.emplace();
+    ensure_host_memory(bytes);
+  }
   void* p = nullptr;
   if (::posix_memalign(&p, large ? huge_page_bytes : alignment, bytes) != 0) throw std::bad_alloc();
   // Advice only: a kernel without THP (or with it off) refuses it and the pages stay small.
   if (large) (void)::madvise(p, bytes, MADV_HUGEPAGE);
+  std::memset(p, 0, bytes);
   return p;
 }
 
 // At least `bytes` (rounded up to 64), zeroed.
 inline std::shared_ptr<void> zeroed_large_memory(std::size_t bytes) {
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
-  void* p = host_block(rounded, 64);
-  std::memset(p, 0, rounded);
-  return {p, std::free};
+  return {host_block(rounded, 64), std::free};
 }
 
 // The same rule for a std::vector's elements (a weights file's tensors): small vectors come from

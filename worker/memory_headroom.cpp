@@ -1,6 +1,12 @@
 #include "memory_headroom.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -97,6 +103,24 @@ HostOutOfMemory::HostOutOfMemory(std::size_t requested, MemoryHeadroom headroom)
       headroom_(std::move(headroom)),
       message_("host memory: asked for " + binary_size(requested) + ", " + binary_size(headroom_.bytes) +
                " left (" + headroom_.source + ")") {}
+
+HostMemoryLock::HostMemoryLock() {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  fd_ = ::open((dir + "/dlbench-host-memory.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd_ < 0) return;
+  while (::flock(fd_, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      ::close(fd_);
+      fd_ = -1;
+      return;
+    }
+  }
+}
+
+HostMemoryLock::~HostMemoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the only descriptor releases the lock
+}
 
 void ensure_host_memory(std::size_t bytes, const std::optional<MemoryHeadroom>& headroom) {
   if (headroom && bytes > headroom->bytes) throw HostOutOfMemory(bytes, *headroom);

@@ -48,6 +48,23 @@ class HostOutOfMemory : public std::bad_alloc {
   std::string message_;
 };
 
+// Held while a large host buffer is checked, made and faulted in. The ranks of one node share one
+// pod's memory cgroup: two checking at once would each count the same headroom as theirs (two
+// ranks of ResNet-50 at batch 64 under a 6 GiB limit each passed the check, and the OOM killer
+// ended one). Under the lock each sees the buffers made before it in the working set it reads.
+// An advisory lock (flock) on a file in $TMPDIR or /tmp, which the ranks of a pod share; where it
+// cannot be opened, nothing is serialised. The kernel drops it with a process that dies.
+class HostMemoryLock {
+ public:
+  HostMemoryLock();
+  ~HostMemoryLock();
+  HostMemoryLock(const HostMemoryLock&) = delete;
+  HostMemoryLock& operator=(const HostMemoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // Throws HostOutOfMemory where `bytes` exceed `headroom`.
 void ensure_host_memory(std::size_t bytes, const std::optional<MemoryHeadroom>& headroom);
 // The same against this process's headroom, read now: only for allocations made while a case is

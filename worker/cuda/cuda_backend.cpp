@@ -490,14 +490,17 @@ const void* CudaBackend::kept_weight(const float* weight, std::int64_t elements,
 }
 
 std::shared_ptr<void> CudaBackend::allocate_host(std::size_t bytes) {
-  // Page-locked memory counts against the container's memory limit as soon as it is made.
-  ensure_host_memory(bytes);
-  void* p = nullptr;
-  if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
-    cudaGetLastError();  // clear it: ordinary memory still works, only slower to copy from
-    return Backend::allocate_host(bytes);
-  }
-  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  {
+    // Page-locked memory counts against the container's memory limit as soon as it is made.
+    const HostMemoryLock lock;
+    ensure_host_memory(bytes);
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess) {
+      return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+    }
+  }  // the lock is released: ordinary memory takes it again
+  cudaGetLastError();  // clear it: ordinary memory still works, only slower to copy from
+  return Backend::allocate_host(bytes);
 }
 
 // An event never recorded is complete: the first staged copy waits for nothing.
