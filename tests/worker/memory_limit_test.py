@@ -6,16 +6,25 @@ memory.limit_in_bytes or v2 memory.max), as a pod's limit is. Where no child cgr
 with a memory limit (a read-only /sys/fs/cgroup, v2 without the memory controller delegated), the
 test says SKIPPED and why.
 
-    memory_limit_test.py PATH/dlbench-worker
+With --ranks 2 both ranks run under mpirun in one cgroup, as the ranks of a pod do: the first
+to make its buffers takes the memory, the second is refused (large host buffers are checked and
+made one at a time on a node), and every rank learns it before any waits in a collective, so
+rank 0's result says OutOfMemory and the job ends; two small ranks fit and run.
+
+    memory_limit_test.py PATH/dlbench-worker [--ranks 2]
 """
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 
-LIMIT = 1 << 30  # ResNet-50's weights and optimizer state take about 0.3 GiB; batch 64's activations about 5
 worker = sys.argv[1]
+ranks = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--ranks" else 1
+# ResNet-50's weights and optimizer state take about 0.3 GiB a rank, and the process about as much
+# again; batch 64's activations about 4.9 GiB, batch 16's 1.2: one rank of batch 16 fits in 2 GiB, two do not.
+LIMIT, BIG_BATCH = (1 << 30, 64) if ranks == 1 else (2 << 30, 16)
 
 
 def skip(why):
@@ -60,32 +69,52 @@ try:
     def run_limited(args, result_path):
         # The shell joins the cgroup, then becomes the worker: every byte the worker takes is charged there.
         script = f'echo $$ > "{child}/cgroup.procs" && exec "$@"'
-        done = subprocess.run(["sh", "-c", script, "sh", worker, *args, "--output", result_path],
-                              capture_output=True, text=True, timeout=600)
+        launcher = [] if ranks == 1 else ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none"]
+        env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        try:
+            done = subprocess.run(["sh", "-c", script, "sh", *launcher, worker, *args, "--output", result_path],
+                                  capture_output=True, text=True, timeout=240, env=env)
+        except subprocess.TimeoutExpired as e:
+            sys.exit(f"FAILED: {ranks} rank(s) under {limit_file} {LIMIT} still ran after 240 s (a rank waiting "
+                     f"in a collective for one that failed?):\n{(e.stderr or b'')[-2000:]!r}")
         if done.returncode < 0 or done.returncode == 137:
             sys.exit(f"FAILED: the worker was killed (exit {done.returncode}) under {limit_file} "
                      f"{LIMIT}:\n{done.stderr[-2000:]}")
-        with open(result_path) as f:
-            return json.load(f), done
+        try:
+            with open(result_path) as f:
+                return json.load(f), done
+        except FileNotFoundError:
+            sys.exit(f"FAILED: no result from {ranks} rank(s) (exit {done.returncode}):\n{done.stderr[-2000:]}")
 
     common = ["--model", "resnet50", "--warmup-steps", "0", "--measure-steps", "1", "--repeats", "1",
               "--threads", "1"]
     with tempfile.TemporaryDirectory() as tmp:
-        big, done = run_limited(common + ["--batch-size", "64"], os.path.join(tmp, "big.json"))
+        big, done = run_limited(common + ["--batch-size", str(BIG_BATCH)], os.path.join(tmp, "big.json"))
         state = big.get("state")
         reason, message = big.get("reason", ""), big.get("message", "")
         if state != "Failed" or reason != "OutOfMemory":
-            sys.exit(f"FAILED: batch 64 under a 1 GiB limit ended {state} {reason!r}: {message}\n{done.stderr[-2000:]}")
-        for words in ("at batch size 64", "asked for", limit_file, "1.00 GiB", "working set"):
+            sys.exit(f"FAILED: {ranks} rank(s) of batch {BIG_BATCH} under a {LIMIT >> 30} GiB limit ended {state} "
+                     f"{reason!r}: {message}\n{done.stderr[-2000:]}")
+        for words in (f"at batch size {BIG_BATCH}", "asked for", limit_file, f"{LIMIT >> 30}.00 GiB", "working set"):
             if words not in message:
                 sys.exit(f"FAILED: the OutOfMemory message does not say {words!r}: {message}")
         small, done = run_limited(common + ["--batch-size", "2", "--image-size", "32"], os.path.join(tmp, "small.json"))
         if small.get("state") != "Succeeded":
-            sys.exit(f"FAILED: batch 2 at 32 pixels under the same limit ended {small.get('state')} "
+            sys.exit(f"FAILED: {ranks} rank(s) of batch 2 at 32 pixels under the same limit ended {small.get('state')} "
                      f"{small.get('reason')!r}: {small.get('message')}\n{done.stderr[-2000:]}")
-    print(f"PASSED: under {limit_file} {LIMIT} in {child}: batch 64 refused ({message}); batch 2 ran")
+    print(f"PASSED: {ranks} rank(s) under {limit_file} {LIMIT} in {child}: batch {BIG_BATCH} refused ({message}); "
+          f"batch 2 ran")
 finally:
-    try:
-        os.rmdir(child)
-    except OSError:
-        pass
+    # Whatever a failed run left in the cgroup goes with it.
+    for attempt in range(50):
+        try:
+            with open(os.path.join(child, "cgroup.procs")) as f:
+                for pid in f.read().split():
+                    try:
+                        os.kill(int(pid), 9)
+                    except OSError:
+                        pass
+            os.rmdir(child)
+            break
+        except OSError:
+            time.sleep(0.1)

@@ -46,10 +46,8 @@ constexpr std::int64_t kModelClasses = 1000;
 // 50 steps miss one 8% of the time; a step of ResNet-50 amp on an H200 takes 35 ms.
 constexpr int kOverflowSearchSteps = 50;
 
-class DataUnavailable : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// A data path no rank can use, or a shard whose every file is unreadable.
+using input::DataUnavailable;
 
 // The process's peak resident set, as the kernel counts it (Linux: KiB).
 std::optional<double> peak_resident_bytes() {
@@ -230,25 +228,9 @@ class CaseRun {
         return finish();
       }
       measure(*backend_);
-    } catch (const Unsupported& e) {
-      fail(kReasonUnsupported,
-           "--precision " + std::string(to_string(o_.precision)) + " on --backend " + o_.backend + ": " + e.what());
-    } catch (const DataUnavailable& e) {
-      fail("DataUnavailable", e.what());
-    } catch (const BackendUnavailable& e) {
-      fail("BackendUnavailable", "--backend " + o_.backend + ": " + e.what());
-#ifdef DLBENCH_HAVE_CUDA
-    } catch (const CudaOutOfMemory& e) {
-      fail("OutOfMemory", "device memory exhausted at batch size " + std::to_string(o_.batch_size) + ": asked for " +
-                              std::to_string(e.requested) + " bytes, " + std::to_string(e.free) + " of " +
-                              std::to_string(e.total) + " free");
-#endif
-    } catch (const HostOutOfMemory& e) {
-      fail("OutOfMemory", "at batch size " + std::to_string(o_.batch_size) + ", " + e.what());
-    } catch (const std::bad_alloc&) {
-      fail("OutOfMemory", "host memory exhausted at batch size " + std::to_string(o_.batch_size));
-    } catch (const std::exception& e) {
-      fail("WorkerError", e.what());
+    } catch (...) {
+      const CaseFailure failure = failure_of(std::current_exception());
+      fail(failure.reason, failure.message);
     }
     return finish();
   }
@@ -293,21 +275,85 @@ class CaseRun {
     }
   }
 
-  // Every rank must agree that the data can be used before any of them enters a collective: a
-  // node without the path must not leave the others waiting in an allreduce.
-  void agree_on_data(std::string error) {
-    if (comm_.size() > 1) {
-      double failed = error.empty() ? 0.0 : 1.0;
-      comm_.max(&failed, 1);
-      if (failed > 0 && error.empty()) error = "another rank cannot use data.path " + o_.data_path + " (see its log)";
+  // What a failure means for the case: the reason and message its result gives it.
+  struct CaseFailure {
+    std::string reason;
+    std::string message;
+  };
+  CaseFailure failure_of(const std::exception_ptr& error) const {
+    try {
+      std::rethrow_exception(error);
+    } catch (const RankFailed& e) {
+      return {e.reason(), e.what()};
+    } catch (const Unsupported& e) {
+      return {kReasonUnsupported,
+              "--precision " + std::string(to_string(o_.precision)) + " on --backend " + o_.backend + ": " + e.what()};
+    } catch (const DataUnavailable& e) {
+      return {"DataUnavailable", e.what()};
+    } catch (const BackendUnavailable& e) {
+      return {"BackendUnavailable", "--backend " + o_.backend + ": " + e.what()};
+#ifdef DLBENCH_HAVE_CUDA
+    } catch (const CudaOutOfMemory& e) {
+      return {"OutOfMemory", "device memory exhausted at batch size " + std::to_string(o_.batch_size) + ": asked for " +
+                                 std::to_string(e.requested) + " bytes, " + std::to_string(e.free) + " of " +
+                                 std::to_string(e.total) + " free"};
+#endif
+    } catch (const HostOutOfMemory& e) {
+      return {"OutOfMemory", "at batch size " + std::to_string(o_.batch_size) + ", " + e.what()};
+    } catch (const std::bad_alloc&) {
+      return {"OutOfMemory", "host memory exhausted at batch size " + std::to_string(o_.batch_size)};
+    } catch (const std::exception& e) {
+      return {"WorkerError", e.what()};
+    } catch (...) {
+      return {"WorkerError", "an exception that is not a std::exception"};
     }
-    if (!error.empty()) throw DataUnavailable(error);
+  }
+
+  // Another rank's failure in a step of the setup that every rank runs.
+  class RankFailed : public std::runtime_error {
+   public:
+    RankFailed(std::string reason, const std::string& message)
+        : std::runtime_error(message), reason_(std::move(reason)) {}
+    const std::string& reason() const { return reason_; }
+
+   private:
+    std::string reason_;
+  };
+
+  // Runs one step of the setup on every rank, then every rank learns whether any failed before
+  // any of them enters a collective: a rank whose data path is missing, or whose buffers do not
+  // fit in its pod's memory, must not leave the others waiting in a broadcast or an allreduce
+  // (two ranks under one 2 GiB limit: rank 0 failed and wrote its result, rank 1 waited until
+  // the job was killed). A rank that failed throws its own failure; the others the first failed
+  // rank's reason, its message prefixed with the rank.
+  void agree(const std::function<void()>& step) {
+    if (comm_.size() == 1) {
+      step();
+      return;
+    }
+    std::exception_ptr mine;
+    try {
+      step();
+    } catch (...) {
+      mine = std::current_exception();
+    }
+    std::string said;
+    if (mine) {
+      const CaseFailure failure = failure_of(mine);
+      said = failure.reason + "\n" + failure.message;
+    }
+    const std::vector<std::string> all = comm_.allgather(said);
+    if (mine) std::rethrow_exception(mine);
+    for (std::size_t rank = 0; rank < all.size(); ++rank) {
+      const auto split = all[rank].find('\n');
+      if (split == std::string::npos) continue;
+      throw RankFailed(all[rank].substr(0, split), "rank " + std::to_string(rank) + ": " + all[rank].substr(split + 1));
+    }
   }
 
   void open_data_set() {
     real_ = std::make_unique<RealData>();
-    std::string error;
-    try {
+    agree([this] {
       if (o_.data == "bertpretraining") {
         real_->shards = open_pretraining_shards(o_);
       } else if (o_.data == "cityscapes") {
@@ -315,14 +361,11 @@ class CaseRun {
       } else {
         real_->folder = input::scan_image_folder(o_.data_path);
         if (real_->folder.classes.size() > static_cast<std::size_t>(kModelClasses)) {
-          error = "data.path " + o_.data_path + " has " + std::to_string(real_->folder.classes.size()) +
-                  " class folders; the models have " + std::to_string(kModelClasses) + " outputs";
+          throw DataUnavailable("data.path " + o_.data_path + " has " + std::to_string(real_->folder.classes.size()) +
+                                " class folders; the models have " + std::to_string(kModelClasses) + " outputs");
         }
       }
-    } catch (const input::DataUnavailable& e) {
-      error = e.what();
-    }
-    agree_on_data(error);
+    });
   }
 
   // The pipeline for this rank's shard, timed alone; each step then waits for its next batch,
@@ -395,22 +438,18 @@ class CaseRun {
   }
 
   // What both feeds share: `open` makes the feed and `skip` takes a batch from it, to time it
-  // alone (after `prefetched` batches made while the model was set up), a DataUnavailable agreed
-  // on by every rank; then the first batch is staged, and each step trains on the batch staged
+  // alone (after `prefetched` batches made while the model was set up), its failure (data
+  // unavailable, a ring beyond the memory left) agreed on by every rank; then the first batch is staged, and each step trains on the batch staged
   // before it and, once queued, takes the next with `take` and stages it with what `take`
   // returns (Trainer::stage_batch: on a GPU its copy runs beside the step). The wait for the next
   // batch is timed: it is part of the step, whose time it overlaps on a GPU.
   void start_feed(Trainer& trainer, Workload& workload, int prefetched, const std::function<void()>& open,
                   const std::function<void()>& skip,
                   std::function<std::function<void()>(Trainer&)> take) {
-    std::string error;
-    try {
+    agree([&] {
       open();
       real_->pipeline_throughput = measure_pipeline_alone(skip, prefetched, o_.batch_size);
-    } catch (const input::DataUnavailable& e) {
-      error = e.what();
-    }
-    agree_on_data(error);
+    });
     if (live_) live_->set_input_pipeline_throughput(real_->pipeline_throughput);
     take(trainer)();
     workload.step = [this, &trainer, take = std::move(take)] {
@@ -449,8 +488,11 @@ class CaseRun {
     const bool drawn_in_shares = o_.init_from.empty() && comm_.size() > 1;
     const ParameterStore::Share share =
         drawn_in_shares ? ParameterStore::Share{comm_.rank(), comm_.size()} : ParameterStore::Share{};
-    const std::unique_ptr<Trainer> owner = make_trainer(
-        o_, device, comm_.rank(), false, real_ && real_->shards ? real_->shards->max_predictions : 0, share);
+    std::unique_ptr<Trainer> owner;
+    agree([&] {
+      owner = make_trainer(o_, device, comm_.rank(), false, real_ && real_->shards ? real_->shards->max_predictions : 0,
+                           share);
+    });
     Trainer& trainer = *owner;
     // DLBENCH_LOG_LOSS_SCALE (set, not empty, not 0): each skipped step said as it happens, with
     // the loss, the gradients that overflowed and the first layers whose values did (the step run
