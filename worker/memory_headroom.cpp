@@ -107,7 +107,10 @@ HostOutOfMemory::HostOutOfMemory(std::size_t requested, MemoryHeadroom headroom)
 HostMemoryLock::HostMemoryLock() {
   const char* tmp = std::getenv("TMPDIR");
   const std::string dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-  fd_ = ::open((dir + "/dlbench-host-memory.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  const std::string path = dir + "/dlbench-host-memory.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  // Made by another user and not writable here: a lock needs only a descriptor.
+  if (fd_ < 0) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) return;
   while (::flock(fd_, LOCK_EX) != 0) {
     if (errno != EINTR) {

@@ -3,9 +3,12 @@
 // alike, and /proc/meminfo's MemAvailable; and the check that refuses a host allocation beyond it
 // with a message naming what binds. The trees are directories made for the test (cgroup_tree.hpp);
 // worker.MemoryLimit runs the worker under a real cgroup's limit.
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -104,6 +107,27 @@ TEST(HostOutOfMemory, ThisProcessHasAHeadroomAndAPlainAllocationStaysWithinIt) {
   ASSERT_TRUE(headroom.has_value());
   EXPECT_GT(headroom->bytes, 2 * kMiB);
   EXPECT_NO_THROW(ensure_host_memory(2 * kMiB));
+}
+
+TEST(HostMemoryLock, OneHolderAtATimeAsBetweenTheRanksOfANode) {
+  // Each lock opens the file anew, so two threads of one process exclude each other as two
+  // processes do: the second takes it only once the first has let go.
+  std::atomic<bool> first_holds{false};
+  std::atomic<bool> first_released{false};
+  std::thread first([&] {
+    const HostMemoryLock lock;
+    first_holds = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    first_released = true;
+  });
+  while (!first_holds) std::this_thread::yield();
+  bool released_when_taken = false;
+  {
+    const HostMemoryLock lock;
+    released_when_taken = first_released;
+  }
+  first.join();
+  EXPECT_TRUE(released_when_taken) << "the second holder took the lock while the first held it";
 }
 
 }  // namespace
