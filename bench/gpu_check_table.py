@@ -502,9 +502,14 @@ def real_data(logs):
         rate = doc["throughput"]["median"]
         plain = ((load(os.path.join(logs, synthetic + ".json")) or {}).get("throughput") or {}).get("median")
         against = f", {rate / plain:.2f} of synthetic's {plain:.1f}" if plain else ""
+        # Which route resized an imagefolder case's images, and why not the device where it was the default.
+        options = (doc.get("environment") or {}).get("backendOptions") or {}
+        resized = f"; resized on the {options['inputResize']}" if "inputResize" in options else ""
         out.append(f"  {name}: {rate:.1f}/s{against}; {i['verdict']}, waited {100 * i['waitShare']:.1f}% of the "
                    f"measured time; the pipeline alone {i['pipelineThroughput']:.0f}/s with {i['decodeThreads']} "
-                   f"threads, {i['files']} files, {i['skippedFiles']} skipped")
+                   f"threads, {i['files']} files, {i['skippedFiles']} skipped{resized}")
+        if "inputResizeReason" in options:
+            out.append(f"    not on the device: {options['inputResizeReason']}")
         out += loss_scaling_of(doc)
     out += input_values(logs, "input-check-values")
     out += loss_scale_log(logs, "amp-overflow-trace")  # made to overflow: its result must trace it

@@ -352,6 +352,13 @@ class GpuCheckTable(unittest.TestCase):
                                 "overflow": "untimed step 401 skipped, loss scale now 7.45e-09: loss 2.8\nreplayed at "
                                             "loss scale 1.49e-08: forward: first non-finite layer output: conv1 "
                                             "(Conv2d), 2 inf, 0 NaN of 9"}}))
+            # The device's row, where the default device resize gave way to the threads for want of memory.
+            write(logs, "dlbench-resnet50-amp-imagefolder-device.json", json.dumps({
+                "state": "Succeeded", "throughput": {"median": 3600.0},
+                "environment": {"backendOptions": {"inputResize": "host", "inputResizeReason": "the device's ring of "
+                                                   "batches did not fit, host memory: asked for 159.0 MiB, 12.0 MiB left"}},
+                "input": {"verdict": "input-bound", "waitShare": 0.5, "pipelineThroughput": 3700.0,
+                          "decodeThreads": 14, "files": 1024, "skippedFiles": 0}}))
             write(logs, "dlbench-deeplabv3plus-amp-cityscapes.json", json.dumps({
                 "state": "Failed", "reason": "DataUnavailable", "message": "data.path /x does not exist on this node"}))
             write(logs, "dlbench-bert-amp.json", json.dumps({"state": "Succeeded", "throughput": {"median": 3349.0}}))
@@ -365,6 +372,11 @@ class GpuCheckTable(unittest.TestCase):
                       lines)
         self.assertIn("  dlbench-resnet50-amp-imagefolder: 3634.0/s, 0.50 of synthetic's 7268.0; input-bound, waited "
                       "50.0% of the measured time; the pipeline alone 3700/s with 14 threads, 1024 files, 0 skipped", lines)
+        at = lines.index("  dlbench-resnet50-amp-imagefolder-device: 3600.0/s, 0.50 of synthetic's 7268.0; input-bound, "
+                         "waited 50.0% of the measured time; the pipeline alone 3700/s with 14 threads, 1024 files, 0 "
+                         "skipped; resized on the host")
+        self.assertEqual(lines[at + 1], "    not on the device: the device's ring of batches did not fit, host memory: "
+                                        "asked for 159.0 MiB, 12.0 MiB left")
         at = lines.index("    loss scaling: 42 of 400 steps skipped, the scale ended at 1.49e-08")
         self.assertEqual(lines[at + 1:at + 3], [
             "      untimed step 401 skipped, loss scale now 7.45e-09: loss 2.8",
