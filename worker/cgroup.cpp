@@ -61,11 +61,13 @@ std::optional<std::string> cgroup_first_line(const std::filesystem::path& file) 
   return line;
 }
 
-std::string this_process_cgroups() {
-  std::ifstream file("/proc/self/cgroup");
+std::string file_text(const std::filesystem::path& file) {
+  std::ifstream in(file);
   std::stringstream text;
-  text << file.rdbuf();
+  text << in.rdbuf();
   return text.str();
 }
+
+std::string this_process_cgroups() { return file_text("/proc/self/cgroup"); }
 
 }  // namespace dlbench::worker

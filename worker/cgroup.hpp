@@ -26,6 +26,9 @@ std::vector<CgroupDir> cgroup_dirs(const std::string& proc_self_cgroup, const st
 // A cgroup file's first line, or none where it cannot be read.
 std::optional<std::string> cgroup_first_line(const std::filesystem::path& file);
 
+// A file's whole text, "" where it cannot be read (cgroup files such as memory.stat, /proc's).
+std::string file_text(const std::filesystem::path& file);
+
 // /proc/self/cgroup's text ("" where it cannot be read).
 std::string this_process_cgroups();
 

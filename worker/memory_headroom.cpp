@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #include "cgroup.hpp"
@@ -34,13 +33,6 @@ std::optional<std::uint64_t> keyed_value(const std::string& text, const std::str
     if (name == key) return whole_number(value);
   }
   return std::nullopt;
-}
-
-std::string file_text(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // One cgroup's headroom: v2 memory.max ("max": none) less memory.current less memory.stat's
