@@ -65,6 +65,10 @@ try:
             f.write(str(LIMIT))
     except OSError as e:
         skip(f"cannot set {limit_file} in {child}: {e}")
+    # cgroup v2 may refuse a process there (no delegation, or "no internal processes").
+    joined = subprocess.run(["sh", "-c", f'echo $$ > "{child}/cgroup.procs"'], capture_output=True, text=True)
+    if joined.returncode != 0:
+        skip(f"cannot move a process into {child}: {joined.stderr.strip()}")
 
     def run_limited(args, result_path):
         # The shell joins the cgroup, then becomes the worker: every byte the worker takes is charged there.
