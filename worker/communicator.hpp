@@ -45,6 +45,9 @@ class Communicator {
   // "2.27.3"); empty where none is used (one rank talks to nobody).
   virtual std::string mpi_version() const { return {}; }
   virtual std::string nccl_version() const { return {}; }
+  // Ends every rank of the job with `exit_code`, for a rank that must leave while the others
+  // wait for it in a collective (they would wait until the case's timeout). Alone, this process.
+  [[noreturn]] virtual void abort(int exit_code);
 };
 
 // The sum over ranks of a reading each rank may lack (its GPU's energy over a repeat): nullopt on

@@ -52,6 +52,10 @@ class MpiCommunicator final : public Communicator {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  [[noreturn]] void abort(int exit_code) override {
+    MPI_Abort(MPI_COMM_WORLD, exit_code);  // mpirun ends every rank
+    std::_Exit(exit_code);
+  }
 
   std::vector<std::string> allgather(const std::string& mine) override {
     if (mine.size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) {

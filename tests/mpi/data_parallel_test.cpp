@@ -205,6 +205,14 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   auto communicator = dlbench::worker::make_mpi_communicator(&argc, &argv);
   dlbench::worker::world = communicator.get();
+  // Not a gtest: a rank that aborts ends every rank, the one waiting in a collective for it too,
+  // with its exit code (the worker's way out of a failure the ranks did not agree on).
+  if (argc > 1 && std::strcmp(argv[1], "--abort-from-the-last-rank") == 0) {
+    if (communicator->rank() == communicator->size() - 1) communicator->abort(7);
+    communicator->allgather("waiting for the last rank, which never comes");
+    std::printf("FAILED: rank %d left the allgather\n", communicator->rank());
+    return 1;
+  }
   // Only rank 0 prints gtest's progress; failures on any rank still fail mpirun.
   if (communicator->rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

@@ -61,6 +61,11 @@ class NcclCommunicator final : public Communicator {
     return reader.transport();
   }
 
+  [[noreturn]] void abort(int exit_code) override {
+    ncclCommAbort(comm_);  // no wait for kernels that wait for the others
+    host_->abort(exit_code);
+    std::_Exit(exit_code);  // a virtual call is not known not to return
+  }
   std::string name() const override { return "nccl"; }
   std::string mpi_version() const override { return host_->mpi_version(); }  // NCCL's bootstrap
   std::string nccl_version() const override {

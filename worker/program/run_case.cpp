@@ -68,6 +68,9 @@ struct RealData {
   std::vector<double> measured_waits;
   double measured_seconds = 0;     // this rank's own measured time
   double pipeline_throughput = 0;  // images/s, training idle
+  // Data parallel: why this rank's feed failed inside the steps. The rank goes on training on its
+  // last batch, in step with the others' collectives, until the ranks agree at the repeat's end.
+  std::exception_ptr feed_failure;
 };
 
 // The pipeline alone: the batches prefetched while the model was set up are drained, then
@@ -220,19 +223,31 @@ class CaseRun {
   int run(const std::string& backend_error) {
     describe();
     start_live_metrics();
+    bool left_the_others = false;
     try {
-      if (const auto why = unsupported_precision(o_, backend_)) throw Unsupported(*why);
-      if (backend_ == nullptr) throw BackendUnavailable(backend_error);
-      if (const auto why = unsupported_step_graph(o_, backend_)) {
-        fail(kReasonUnsupported, *why);
-        return finish();
-      }
+      // What each rank's node can run, agreed: a node without bf16 among nodes with it must not
+      // leave the others waiting in the first broadcast.
+      agree([&] {
+        if (const auto why = unsupported_precision(o_, backend_)) throw Unsupported(*why);
+        if (backend_ == nullptr) throw BackendUnavailable(backend_error);
+        if (const auto why = unsupported_step_graph(o_, backend_)) throw FailedAs(kReasonUnsupported, *why);
+      });
       measure(*backend_);
     } catch (...) {
       const CaseFailure failure = failure_of(std::current_exception());
       fail(failure.reason, failure.message);
+      left_the_others = comm_.size() > 1 && !failure_agreed_;
     }
-    return finish();
+    const int exit_code = finish();
+    // A failure the ranks did not agree on left the others inside a collective, where they would
+    // wait until the case's timeout: this rank, having said why, ends the whole job.
+    if (left_the_others) {
+      std::cout.flush();
+      std::cerr << "dlbench-worker rank " << comm_.rank() << ": ending the job: the other ranks wait in a collective"
+                << std::endl;
+      comm_.abort(exit_code == 0 ? kExitFailed : exit_code);
+    }
+    return exit_code;
   }
 
  private:
@@ -283,7 +298,7 @@ class CaseRun {
   CaseFailure failure_of(const std::exception_ptr& error) const {
     try {
       std::rethrow_exception(error);
-    } catch (const RankFailed& e) {
+    } catch (const FailedAs& e) {
       return {e.reason(), e.what()};
     } catch (const Unsupported& e) {
       return {kReasonUnsupported,
@@ -309,10 +324,10 @@ class CaseRun {
     }
   }
 
-  // Another rank's failure in a step of the setup that every rank runs.
-  class RankFailed : public std::runtime_error {
+  // A failure whose reason is given: another rank's, agreed on, or a case the backend cannot run.
+  class FailedAs : public std::runtime_error {
    public:
-    RankFailed(std::string reason, const std::string& message)
+    FailedAs(std::string reason, const std::string& message)
         : std::runtime_error(message), reason_(std::move(reason)) {}
     const std::string& reason() const { return reason_; }
 
@@ -325,7 +340,7 @@ class CaseRun {
   // fit in its pod's memory, must not leave the others waiting in a broadcast or an allreduce
   // (two ranks under one 2 GiB limit: rank 0 failed and wrote its result, rank 1 waited until
   // the job was killed). A rank that failed throws its own failure; the others the first failed
-  // rank's reason, its message prefixed with the rank.
+  // rank's reason, its message prefixed with the rank. Every rank then leaves together.
   void agree(const std::function<void()>& step) {
     if (comm_.size() == 1) {
       step();
@@ -343,12 +358,23 @@ class CaseRun {
       said = failure.reason + "\n" + failure.message;
     }
     const std::vector<std::string> all = comm_.allgather(said);
+    failure_agreed_ = true;  // whatever is thrown now, every rank throws
     if (mine) std::rethrow_exception(mine);
     for (std::size_t rank = 0; rank < all.size(); ++rank) {
       const auto split = all[rank].find('\n');
       if (split == std::string::npos) continue;
-      throw RankFailed(all[rank].substr(0, split), "rank " + std::to_string(rank) + ": " + all[rank].substr(split + 1));
+      throw FailedAs(all[rank].substr(0, split), "rank " + std::to_string(rank) + ": " + all[rank].substr(split + 1));
     }
+    failure_agreed_ = false;
+  }
+
+  // After a repeat, and before a case is called a success: whether any rank's feed failed inside
+  // the steps (its data path gone on its node), agreed on as the setup's failures are.
+  void agree_on_feed() {
+    if (!real_ || comm_.size() == 1) return;
+    agree([this] {
+      if (real_->feed_failure) std::rethrow_exception(real_->feed_failure);
+    });
   }
 
   void open_data_set() {
@@ -457,8 +483,25 @@ class CaseRun {
       // The staged batch's memory goes back to the pipeline when the next is taken.
       trainer.release_staged_host_memory();
       const auto begin = std::chrono::steady_clock::now();
-      const std::function<void()> stage = take(trainer);
-      real_->waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+      const auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(); };
+      if (real_->feed_failure) {  // the next step trains on the batch it has
+        real_->waits.push_back(0);
+        return;
+      }
+      std::function<void()> stage;
+      try {
+        stage = take(trainer);
+      } catch (...) {
+        // Alone, the case ends here. With other ranks, leaving now would leave them in the
+        // gradients' allreduce until the case's timeout, with no result: this rank keeps step.
+        if (comm_.size() == 1) throw;
+        real_->feed_failure = std::current_exception();
+        real_->waits.push_back(waited());
+        std::cerr << "dlbench-worker rank " << comm_.rank() << ": " << failure_of(real_->feed_failure).message
+                  << "; training on its last batch until the ranks agree at the end of this repeat\n";
+        return;
+      }
+      real_->waits.push_back(waited());
       stage();
     };
   }
@@ -565,6 +608,7 @@ class CaseRun {
       }
     }
     if (o_.profile_steps > 0) doc_.profile = profile_steps(trainer, device, static_cast<int>(o_.profile_steps));
+    agree_on_feed();  // the steps after the repeats (the reduction's timing, the profile) took batches too
     doc_.state = CaseState::Succeeded;
     if (const auto peak = peak_flops_per_second(doc_.environment.gpu_model, doc_.case_.precision)) {
       doc_.peak_flops_per_device = *peak;
@@ -620,6 +664,7 @@ class CaseRun {
     const auto repeats = run_methodology(
         workload, doc_.methodology, doc_.global_batch_size,
         [&](int r, const RepeatMeasurement& m) {
+          agree_on_feed();
           const double loss = loss_after_repeat(trainer);  // untimed
           doc_.loss_after_repeats.push_back(loss);
           measured.push_back(m.throughput);
@@ -746,6 +791,7 @@ class CaseRun {
   std::unique_ptr<WorkerMetrics> live_;
   std::unique_ptr<RealData> real_;
   std::int64_t parameters_ = 0;
+  bool failure_agreed_ = false;  // the failure being thrown is every rank's (agree)
 };
 
 }  // namespace

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""A rank whose data goes away inside the timed steps (its node's disk, its volume) fails the
+case for every rank, with its reason, instead of leaving the others in the gradients' allreduce.
+
+Two ranks each read their own copy of one ImageFolder data set (mpirun's MPMD form gives each its
+own --data-path, as nodes with local copies have). Once the first repeat is reported, one copy is
+deleted. The failing rank keeps step on its last batch until the end of that repeat, where the
+ranks agree; rank 0 then writes a Failed result with reason DataUnavailable naming the rank, and
+the job ends. Before, the job waited until it was killed, with no result (rank 1's copy), or with
+rank 0's result written and then the wait (rank 0's copy).
+
+    feed_failure_test.py PATH/dlbench-worker
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+worker = sys.argv[1]
+env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+# Each repeat ~2 s on two cores: a job that went on without the data would succeed, later.
+case = ["--model", "resnet50", "--data", "imagefolder", "--image-size", "32", "--batch-size", "2",
+        "--warmup-steps", "1", "--measure-steps", "40", "--repeats", "30", "--threads", "1", "--decode-threads", "1"]
+BOUND_SECONDS = 240  # from the deletion to the job's end; the wait it replaces never ended
+
+
+def check(condition, what):
+    if not condition:
+        sys.exit(f"FAILED: {what}")
+
+
+def lose_copy(tmp, lost_rank, to_stdout):
+    copies = [os.path.join(tmp, f"node{r}") for r in range(2)]
+    for c in copies:
+        shutil.rmtree(c, ignore_errors=True)
+        shutil.copytree(os.path.join(tmp, "data"), c)
+    result_path = os.path.join(tmp, f"lost{lost_rank}.json")
+    output = [] if to_stdout else ["--output", result_path]
+    command = ["mpirun", "--oversubscribe", "--bind-to", "none"]
+    for r in range(2):
+        command += ["-np", "1", worker, *case, *output, "--data-path", copies[r]] + ([":"] if r == 0 else [])
+    log_path = os.path.join(tmp, f"lost{lost_rank}.log")
+    with open(log_path, "w") as log, open(os.path.join(tmp, "stdout"), "w") as out:
+        job = subprocess.Popen(command, env=env, stdout=out, stderr=log)
+        started = time.monotonic()
+        while "repeat 1/" not in open(log_path).read():
+            check(job.poll() is None, f"the job ended before its first repeat: {open(log_path).read()[-2000:]}")
+            check(time.monotonic() - started < 300, "no repeat reported within 300 s")
+            time.sleep(0.2)
+        shutil.rmtree(copies[lost_rank])
+        deleted = time.monotonic()
+        try:
+            job.wait(timeout=BOUND_SECONDS)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
+            sys.exit(f"FAILED: rank {lost_rank}'s data gone: the job still ran {BOUND_SECONDS} s later: "
+                     f"{open(log_path).read()[-2000:]}")
+        took = time.monotonic() - deleted
+    log = open(log_path).read()
+    text = open(os.path.join(tmp, "stdout")).read() if to_stdout else open(result_path).read()
+    check(job.returncode != 0, f"rank {lost_rank}'s data gone, yet the job exited 0")
+    result = json.loads(text)
+    check(result["state"] == "Failed" and result["reason"] == "DataUnavailable",
+          f"rank {lost_rank}'s data gone: {result['state']} {result.get('reason')}: {result.get('message')}")
+    message = result["message"]
+    check(f"of rank {lost_rank}'s share of {copies[lost_rank]} can be decoded" in message, f"message: {message}")
+    check(message.startswith("rank 1: ") == (lost_rank == 1), f"the failed rank is not named as it should be: {message}")
+    check(f"dlbench-worker rank {lost_rank}: none of the" in log and "until the ranks agree" in log,
+          f"rank {lost_rank} did not say it keeps step: {log[-2000:]}")
+    check("MPI_ABORT" not in log, f"an agreed failure ended the job by MPI_Abort: {log[-2000:]}")
+    print(f"rank {lost_rank}'s data gone: the job ended {took:.1f} s later, {result['reason']}: {message[:120]}")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    subprocess.run([sys.executable, os.path.join(HERE, "..", "input", "make_dataset.py"), os.path.join(tmp, "data"),
+                    "--classes", "2", "--per-class", "24"], check=True, stdout=subprocess.DEVNULL)
+    lose_copy(tmp, 1, to_stdout=True)
+    lose_copy(tmp, 0, to_stdout=False)
+print("PASSED: a rank's data lost inside the steps fails the case on every rank, with its reason")
