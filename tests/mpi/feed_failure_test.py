@@ -7,9 +7,13 @@ own --data-path, as nodes with local copies have). Once the first repeat is repo
 deleted. The failing rank keeps step on its last batch until the end of that repeat, where the
 ranks agree; rank 0 then writes a Failed result with reason DataUnavailable naming the rank, and
 the job ends. Before, the job waited until it was killed, with no result (rank 1's copy), or with
-rank 0's result written and then the wait (rank 0's copy).
+rank 0's result written and then the wait (rank 0's copy). The repeats that ended before the
+failure stay in the Failed result, as a diverged case's do. The first job runs as the operator's
+launcher runs it (`dlbench launch -- mpirun ...`, the result on stdout), which validates the
+document and writes it to the termination log; the second writes it with --output, as
+`dlbench run` has it.
 
-    feed_failure_test.py PATH/dlbench-worker
+    feed_failure_test.py PATH/bin   (dlbench-worker and dlbench)
 """
 import json
 import os
@@ -20,7 +24,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-worker = sys.argv[1]
+worker = os.path.join(sys.argv[1], "dlbench-worker")
+dlbench = os.path.join(sys.argv[1], "dlbench")
 env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 # Each repeat ~2 s on two cores: a job that went on without the data would succeed, later.
 case = ["--model", "resnet50", "--data", "imagefolder", "--image-size", "32", "--batch-size", "2",
@@ -40,7 +45,9 @@ def lose_copy(tmp, lost_rank, to_stdout):
         shutil.copytree(os.path.join(tmp, "data"), c)
     result_path = os.path.join(tmp, f"lost{lost_rank}.json")
     output = [] if to_stdout else ["--output", result_path]
-    command = ["mpirun", "--oversubscribe", "--bind-to", "none"]
+    termination_log = os.path.join(tmp, "termination-log")
+    launcher = [dlbench, "launch", "--termination-log", termination_log, "--"] if to_stdout else []
+    command = launcher + ["mpirun", "--oversubscribe", "--bind-to", "none"]
     for r in range(2):
         command += ["-np", "1", worker, *case, *output, "--data-path", copies[r]] + ([":"] if r == 0 else [])
     log_path = os.path.join(tmp, f"lost{lost_rank}.log")
@@ -62,8 +69,10 @@ def lose_copy(tmp, lost_rank, to_stdout):
                      f"{open(log_path).read()[-2000:]}")
         took = time.monotonic() - deleted
     log = open(log_path).read()
-    text = open(os.path.join(tmp, "stdout")).read() if to_stdout else open(result_path).read()
+    # The launcher writes the document it validated, compacted, or why it found none.
+    text = open(termination_log).read() if to_stdout else open(result_path).read()
     check(job.returncode != 0, f"rank {lost_rank}'s data gone, yet the job exited 0")
+    check(text.startswith("{"), f"no valid result: {text[:1000]}")
     result = json.loads(text)
     check(result["state"] == "Failed" and result["reason"] == "DataUnavailable",
           f"rank {lost_rank}'s data gone: {result['state']} {result.get('reason')}: {result.get('message')}")
@@ -73,7 +82,13 @@ def lose_copy(tmp, lost_rank, to_stdout):
     check(f"dlbench-worker rank {lost_rank}: none of the" in log and "until the ranks agree" in log,
           f"rank {lost_rank} did not say it keeps step: {log[-2000:]}")
     check("MPI_ABORT" not in log, f"an agreed failure ended the job by MPI_Abort: {log[-2000:]}")
-    print(f"rank {lost_rank}'s data gone: the job ended {took:.1f} s later, {result['reason']}: {message[:120]}")
+    repeats = result.get("throughput", {}).get("repeats", [])
+    check(1 <= len(repeats) < 30, f"the repeats before the failure are not kept: {repeats}")
+    check(len(result.get("lossAfterRepeats", [])) == len(repeats),
+          f"{len(result.get('lossAfterRepeats', []))} losses for {len(repeats)} repeats kept")
+    check("stability" not in result and "communication" not in result, "a failed case's repeats were judged")
+    print(f"rank {lost_rank}'s data gone: the job ended {took:.1f} s later, {len(repeats)} repeats kept, "
+          f"{result['reason']}: {message[:120]}")
 
 
 with tempfile.TemporaryDirectory() as tmp:

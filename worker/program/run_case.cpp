@@ -661,28 +661,36 @@ class CaseRun {
     }
     if (gpu_monitor) gpu_monitor->start(std::chrono::milliseconds(100));
     const CpuCounters load_before = read_cpu_counters();
-    const auto repeats = run_methodology(
-        workload, doc_.methodology, doc_.global_batch_size,
-        [&](int r, const RepeatMeasurement& m) {
-          agree_on_feed();
-          const double loss = loss_after_repeat(trainer);  // untimed
-          doc_.loss_after_repeats.push_back(loss);
-          measured.push_back(m.throughput);
-          if (o_.backend == "cuda") energies.push_back(sum_where_every_rank_has(m.energy_joules, comm_));
-          if (live_) {
-            live_->on_repeat(m.throughput);
-            live_->set_loss(loss);
-          }
-          if (comm_.rank() == 0) {
-            std::cerr << "  case " << case_id(doc_.case_) << " repeat " << r + 1 << "/" << o_.repeats
-                      << (r >= o_.repeats ? " (again: the last repeats spread too much)" : "") << ": " << std::fixed
-                      << std::setprecision(2) << m.throughput << " " << unit_
-                      << (std::isfinite(loss) ? "" : ", loss not finite: stopping") << "\n";
-          }
-          // More repeats would time steps that train nothing (an amp step that overflows is skipped).
-          return std::isfinite(loss) ? AfterRepeat::go_on : AfterRepeat::stop;
-        },
-        [&] { return measure_again(measured, doc_.methodology.repeats, doc_.methodology.stability, bound); });
+    std::vector<RepeatMeasurement> repeats;
+    try {
+      repeats = run_methodology(
+          workload, doc_.methodology, doc_.global_batch_size,
+          [&](int r, const RepeatMeasurement& m) {
+            agree_on_feed();
+            const double loss = loss_after_repeat(trainer);  // untimed
+            doc_.loss_after_repeats.push_back(loss);
+            measured.push_back(m.throughput);
+            if (o_.backend == "cuda") energies.push_back(sum_where_every_rank_has(m.energy_joules, comm_));
+            if (live_) {
+              live_->on_repeat(m.throughput);
+              live_->set_loss(loss);
+            }
+            if (comm_.rank() == 0) {
+              std::cerr << "  case " << case_id(doc_.case_) << " repeat " << r + 1 << "/" << o_.repeats
+                        << (r >= o_.repeats ? " (again: the last repeats spread too much)" : "") << ": " << std::fixed
+                        << std::setprecision(2) << m.throughput << " " << unit_
+                        << (std::isfinite(loss) ? "" : ", loss not finite: stopping") << "\n";
+            }
+            // More repeats would time steps that train nothing (an amp step that overflows is skipped).
+            return std::isfinite(loss) ? AfterRepeat::go_on : AfterRepeat::stop;
+          },
+          [&] { return measure_again(measured, doc_.methodology.repeats, doc_.methodology.stability, bound); });
+    } catch (...) {
+      // Nothing measured is lost: the repeats that ended before the failure (a rank's data gone in
+      // the third) stay in the Failed result, unjudged and never published, as a diverged case's.
+      if (!measured.empty()) doc_.throughput = Throughput{std::string(unit_), summarize(measured), measured};
+      throw;
+    }
     // A diverged case keeps every repeat it ran, unjudged; otherwise the last `repeats` are reported.
     const auto reported = diverged() ? static_cast<std::ptrdiff_t>(measured.size()) : std::ptrdiff_t{doc_.methodology.repeats};
     if (!diverged()) doc_.stability = judge_stability(measured, doc_.methodology.repeats, bound);
@@ -767,6 +775,11 @@ class CaseRun {
     doc_.state = CaseState::Failed;
     doc_.reason = reason;
     doc_.message = message;
+    // What only a success carries, dropped where the case failed after it was measured (in the
+    // profile's steps, or a rank's feed there): the document would otherwise be invalid.
+    doc_.communication.reset();
+    doc_.energy_joules.clear();
+    doc_.mfu.reset();
   }
 
   // Rank 0 prints the table and writes the document; the others say why they failed, if they did.
