@@ -1,6 +1,12 @@
 #!/usr/bin/env python3
-"""A rank whose data goes away inside the timed steps (its node's disk, its volume) fails the
-case for every rank, with its reason, instead of leaving the others in the gradients' allreduce.
+"""One rank's failure reaches every rank: the case fails with that rank's reason, and no rank is
+left waiting in a collective for it.
+
+First, what a node can run: rank 0 runs amp with fp16 emulated, rank 1 refuses amp on the CPU, as a
+node without a precision among nodes with it does. Before, rank 0 waited in the weights' setup
+for a rank that had left, with no result, until the job was killed.
+
+Then a rank whose data goes away inside the timed steps (its node's disk, its volume).
 
 Two ranks each read their own copy of one ImageFolder data set (mpirun's MPMD form gives each its
 own --data-path, as nodes with local copies have). Once the first repeat is reported, one copy is
@@ -13,7 +19,7 @@ launcher runs it (`dlbench launch -- mpirun ...`, the result on stdout), which v
 document and writes it to the termination log; the second writes it with --output, as
 `dlbench run` has it.
 
-    feed_failure_test.py PATH/bin   (dlbench-worker and dlbench)
+    rank_failure_test.py PATH/bin   (dlbench-worker and dlbench)
 """
 import json
 import os
@@ -91,9 +97,28 @@ def lose_copy(tmp, lost_rank, to_stdout):
           f"{result['reason']}: {message[:120]}")
 
 
+def node_without_the_precision(tmp):
+    amp = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--warmup-steps", "1", "--measure-steps",
+           "2", "--repeats", "1", "--threads", "1", "--precision", "amp"]
+    result_path = os.path.join(tmp, "mixed.json")
+    command = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "1", "env", "DLBENCH_CPU_FP16=emulated", worker,
+               *amp, "--output", result_path, ":", "-np", "1", worker, *amp, "--output", result_path]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=BOUND_SECONDS)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"FAILED: rank 1 refused amp, and the job still ran {BOUND_SECONDS} s later")
+    check(done.returncode != 0, "rank 1 refused amp, yet the job exited 0")
+    result = json.load(open(result_path))
+    check(result["state"] == "Failed" and result["reason"] == "Unsupported" and
+          result["message"].startswith("rank 1: --precision amp on --backend cpu: "),
+          f"rank 1 refused amp: {result['state']} {result.get('reason')}: {result.get('message')}")
+    print(f"a node without amp among nodes with it: {result['reason']}: {result['message'][:80]}")
+
+
 with tempfile.TemporaryDirectory() as tmp:
+    node_without_the_precision(tmp)
     subprocess.run([sys.executable, os.path.join(HERE, "..", "input", "make_dataset.py"), os.path.join(tmp, "data"),
                     "--classes", "2", "--per-class", "24"], check=True, stdout=subprocess.DEVNULL)
     lose_copy(tmp, 1, to_stdout=True)
     lose_copy(tmp, 0, to_stdout=False)
-print("PASSED: a rank's data lost inside the steps fails the case on every rank, with its reason")
+print("PASSED: one rank's failure, in setup or inside the steps, fails the case on every rank, with its reason")
