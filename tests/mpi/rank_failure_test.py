@@ -17,7 +17,7 @@ rank 0's result written and then the wait (rank 0's copy). The repeats that ende
 failure stay in the Failed result, as a diverged case's do. The first job runs as the operator's
 launcher runs it (`dlbench launch -- mpirun ...`, the result on stdout), which validates the
 document and writes it to the termination log; the second writes it with --output, as
-`dlbench run` has it.
+`dlbench run` has it. Last, one rank alone loses its data: it fails at once, its first repeat kept.
 
     rank_failure_test.py PATH/bin   (dlbench-worker and dlbench)
 """
@@ -115,10 +115,33 @@ def node_without_the_precision(tmp):
     print(f"a node without amp among nodes with it: {result['reason']}: {result['message'][:80]}")
 
 
+def lose_data_alone(tmp):
+    """One rank fails at once, inside the repeat; the repeats before are kept all the same."""
+    copy = os.path.join(tmp, "alone")
+    shutil.copytree(os.path.join(tmp, "data"), copy)
+    result_path, log_path = os.path.join(tmp, "alone.json"), os.path.join(tmp, "alone.log")
+    with open(log_path, "w") as log:
+        job = subprocess.Popen([worker, *case, "--data-path", copy, "--output", result_path], stderr=log,
+                               stdout=subprocess.DEVNULL)
+        while "repeat 1/" not in open(log_path).read():
+            check(job.poll() is None, f"one rank ended before its first repeat: {open(log_path).read()[-2000:]}")
+            time.sleep(0.2)
+        shutil.rmtree(copy)
+        job.wait(timeout=BOUND_SECONDS)
+    result = json.load(open(result_path))
+    repeats = result.get("throughput", {}).get("repeats", [])
+    check(result["reason"] == "DataUnavailable" and "of rank 0's share of" in result["message"],
+          f"one rank's data gone: {result['state']} {result.get('reason')}: {result.get('message')}")
+    check(1 <= len(repeats) < 30 and len(result["lossAfterRepeats"]) == len(repeats),
+          f"one rank's repeats before the failure: {repeats}, losses {result.get('lossAfterRepeats')}")
+    print(f"one rank's data gone: {len(repeats)} repeats kept, {result['reason']}")
+
+
 with tempfile.TemporaryDirectory() as tmp:
     node_without_the_precision(tmp)
     subprocess.run([sys.executable, os.path.join(HERE, "..", "input", "make_dataset.py"), os.path.join(tmp, "data"),
                     "--classes", "2", "--per-class", "24"], check=True, stdout=subprocess.DEVNULL)
     lose_copy(tmp, 1, to_stdout=True)
     lose_copy(tmp, 0, to_stdout=False)
+    lose_data_alone(tmp)
 print("PASSED: one rank's failure, in setup or inside the steps, fails the case on every rank, with its reason")
