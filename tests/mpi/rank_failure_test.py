@@ -44,6 +44,24 @@ def check(condition, what):
         sys.exit(f"FAILED: {what}")
 
 
+def delete_after_first_repeat(job, log_path, data, what):
+    """Deletes `data` once `job` has reported its first repeat; the seconds from then to its end."""
+    started = time.monotonic()
+    while "repeat 1/" not in open(log_path).read():
+        check(job.poll() is None, f"{what}: the job ended before its first repeat: {open(log_path).read()[-2000:]}")
+        check(time.monotonic() - started < 300, f"{what}: no repeat reported within 300 s")
+        time.sleep(0.2)
+    shutil.rmtree(data)
+    deleted = time.monotonic()
+    try:
+        job.wait(timeout=BOUND_SECONDS)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.wait()
+        sys.exit(f"FAILED: {what}: the job still ran {BOUND_SECONDS} s later: {open(log_path).read()[-2000:]}")
+    return time.monotonic() - deleted
+
+
 def lose_copy(tmp, lost_rank, to_stdout):
     copies = [os.path.join(tmp, f"node{r}") for r in range(2)]
     for c in copies:
@@ -59,21 +77,7 @@ def lose_copy(tmp, lost_rank, to_stdout):
     log_path = os.path.join(tmp, f"lost{lost_rank}.log")
     with open(log_path, "w") as log, open(os.path.join(tmp, "stdout"), "w") as out:
         job = subprocess.Popen(command, env=env, stdout=out, stderr=log)
-        started = time.monotonic()
-        while "repeat 1/" not in open(log_path).read():
-            check(job.poll() is None, f"the job ended before its first repeat: {open(log_path).read()[-2000:]}")
-            check(time.monotonic() - started < 300, "no repeat reported within 300 s")
-            time.sleep(0.2)
-        shutil.rmtree(copies[lost_rank])
-        deleted = time.monotonic()
-        try:
-            job.wait(timeout=BOUND_SECONDS)
-        except subprocess.TimeoutExpired:
-            job.kill()
-            job.wait()
-            sys.exit(f"FAILED: rank {lost_rank}'s data gone: the job still ran {BOUND_SECONDS} s later: "
-                     f"{open(log_path).read()[-2000:]}")
-        took = time.monotonic() - deleted
+        took = delete_after_first_repeat(job, log_path, copies[lost_rank], f"rank {lost_rank}'s data gone")
     log = open(log_path).read()
     # The launcher writes the document it validated, compacted, or why it found none.
     text = open(termination_log).read() if to_stdout else open(result_path).read()
@@ -123,11 +127,7 @@ def lose_data_alone(tmp):
     with open(log_path, "w") as log:
         job = subprocess.Popen([worker, *case, "--data-path", copy, "--output", result_path], stderr=log,
                                stdout=subprocess.DEVNULL)
-        while "repeat 1/" not in open(log_path).read():
-            check(job.poll() is None, f"one rank ended before its first repeat: {open(log_path).read()[-2000:]}")
-            time.sleep(0.2)
-        shutil.rmtree(copy)
-        job.wait(timeout=BOUND_SECONDS)
+        delete_after_first_repeat(job, log_path, copy, "one rank's data gone")
     result = json.load(open(result_path))
     repeats = result.get("throughput", {}).get("repeats", [])
     check(result["reason"] == "DataUnavailable" and "of rank 0's share of" in result["message"],

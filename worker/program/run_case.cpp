@@ -483,26 +483,21 @@ class CaseRun {
       // The staged batch's memory goes back to the pipeline when the next is taken.
       trainer.release_staged_host_memory();
       const auto begin = std::chrono::steady_clock::now();
-      const auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(); };
-      if (real_->feed_failure) {  // the next step trains on the batch it has
-        real_->waits.push_back(0);
-        return;
+      std::function<void()> stage;  // none once the feed failed: the next step trains on the batch it has
+      if (!real_->feed_failure) {
+        try {
+          stage = take(trainer);
+        } catch (...) {
+          // Alone, the case ends here. With other ranks, leaving now would leave them in the
+          // gradients' allreduce until the case's timeout, with no result: this rank keeps step.
+          if (comm_.size() == 1) throw;
+          real_->feed_failure = std::current_exception();
+          std::cerr << "dlbench-worker rank " << comm_.rank() << ": " << failure_of(real_->feed_failure).message
+                    << "; training on its last batch until the ranks agree at the end of this repeat\n";
+        }
       }
-      std::function<void()> stage;
-      try {
-        stage = take(trainer);
-      } catch (...) {
-        // Alone, the case ends here. With other ranks, leaving now would leave them in the
-        // gradients' allreduce until the case's timeout, with no result: this rank keeps step.
-        if (comm_.size() == 1) throw;
-        real_->feed_failure = std::current_exception();
-        real_->waits.push_back(waited());
-        std::cerr << "dlbench-worker rank " << comm_.rank() << ": " << failure_of(real_->feed_failure).message
-                  << "; training on its last batch until the ranks agree at the end of this repeat\n";
-        return;
-      }
-      real_->waits.push_back(waited());
-      stage();
+      real_->waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+      if (stage) stage();
     };
   }
 
