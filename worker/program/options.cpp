@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <string_view>
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu_budget.hpp"
@@ -80,6 +81,26 @@ E enum_choice(const std::string& flag, const std::string& text) {
 int mpirun_ranks() {
   const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
   return world != nullptr ? std::max(1, std::atoi(world)) : 1;
+}
+
+// DLBENCH_INJECT_FAILURE, refused at the start where it is malformed. A rank the job lacks fails
+// nothing, said once: a BenchmarkRun's worker.env reaches every case, the one-rank baseline too.
+std::optional<InjectedFailure> injected_failure_from_environment() {
+  std::optional<InjectedFailure> failure;
+  try {
+    failure = parse_injected_failure(std::getenv(kInjectFailureVariable));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError{e.what()};
+  }
+  if (const int ranks = mpirun_ranks(); failure && failure->rank >= ranks) {
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (rank == nullptr || std::string_view(rank) == "0") {
+      std::cerr << "dlbench-worker: " << kInjectFailureVariable << " names rank " << failure->rank << "; this job has "
+                << ranks << (ranks == 1 ? " rank" : " ranks") << ": nothing is injected\n";
+    }
+    return std::nullopt;
+  }
+  return failure;
 }
 
 void print_models() {
@@ -470,6 +491,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
   check_modes(o);
   check_execution(o);
   apply_model(o);
+  o.inject_failure = injected_failure_from_environment();
   return o;
 }
 

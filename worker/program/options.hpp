@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "arena.hpp"
+#include "injected_failure.hpp"
 #include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/benchmark_run.hpp"
 #include "dlbench/core/enums.hpp"
@@ -45,6 +46,7 @@ struct Options {
   bool cuda_graph = false;
   MemoryReuse memory_plan = MemoryReuse::lifetime;
   long profile_steps = 0;  // --profile: off
+  std::optional<InjectedFailure> inject_failure;  // DLBENCH_INJECT_FAILURE (injected_failure.hpp)
   std::string data = "synthetic";
   std::string data_path;
   long decode_threads = defaults::kDecodeThreads;
