@@ -8,13 +8,40 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "dlbench/core/result_document.hpp"
+#include "dlbench/core/status.hpp"
 
 namespace dlbench::cli {
+
+namespace {
+
+// The job's stdout holds one document, or two where one rank's failure, which the others never
+// learnt of, ended the job: that rank's (dlbench-worker writes it, then aborts the job) and rank
+// 0's, stopped by mpirun, with the repeats it measured (reason Stopped). The failing rank's says
+// why, and is the case's. Throws where the text is not a sequence of JSON values.
+nlohmann::json the_cases_document(const std::string& stdout_text) {
+  std::istringstream in(stdout_text);
+  std::vector<nlohmann::json> documents;
+  while ((in >> std::ws).peek() != std::char_traits<char>::eof()) {
+    nlohmann::json document;
+    in >> document;
+    documents.push_back(std::move(document));
+  }
+  if (documents.empty()) throw std::runtime_error("nothing on stdout");
+  for (const auto& document : documents) {
+    if (!document.is_object() || document.value("reason", "") != kReasonStopped) return document;
+  }
+  return documents.front();
+}
+
+}  // namespace
 
 int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& err) {
   if (options.command.empty()) {
@@ -74,14 +101,21 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
   std::string message;
   bool valid = false;
   try {
-    const auto document = nlohmann::json::parse(stdout_text);
+    const nlohmann::json document = the_cases_document(stdout_text);
     // A case's result, or the preflight's self-test (`dlbench-worker --self-test`).
     const bool self_test = document.is_object() && document.contains("schema") && document["schema"] == kSelfTestSchema;
     const auto errors =
         self_test ? decode_self_test_document(document).errors : decode_result_document(document).errors;
     if (errors.empty()) {
-      message = self_test ? compact_self_test_document(stdout_text, kTerminationMessageLimit)
-                          : compact_result_document(stdout_text, kTerminationMessageLimit);
+      std::string text = document.dump();
+      if (!self_test && document.value("reason", "") == kReasonStopped) {
+        // Why rank 0 was stopped is in the job's last lines (mpirun names the rank that ended).
+        auto stopped = document;
+        stopped["message"] = stopped_message_with_last_lines(document.value("message", ""), last_lines);
+        text = stopped.dump();
+      }
+      message = self_test ? compact_self_test_document(text, kTerminationMessageLimit)
+                          : compact_result_document(text, kTerminationMessageLimit);
       valid = true;
     } else {
       message = (self_test ? "invalid self-test document: " : "invalid result: ") + errors.front().to_string();

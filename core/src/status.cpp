@@ -52,6 +52,18 @@ void refresh_derived_status(BenchmarkRunStatus& status, const std::vector<Planne
       std::to_string(status.progress.completed_cases) + "/" + std::to_string(status.progress.total_cases);
 }
 
+std::string stopped_message_with_last_lines(const std::string& message, const std::deque<std::string>& last_lines,
+                                            std::size_t limit) {
+  std::string lines;
+  for (const std::string& line : last_lines) {
+    const bool rule = line.find_first_not_of("- \t\r") == std::string::npos;
+    if (rule || line.find(message) != std::string::npos) continue;
+    lines += (lines.empty() ? "" : "\n") + line;
+  }
+  if (lines.size() > limit) lines = "..." + lines.substr(lines.size() - limit);
+  return lines.empty() ? message : message + "\n" + lines;
+}
+
 std::string rfc3339_utc_now() {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm utc{};

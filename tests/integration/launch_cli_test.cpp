@@ -1,11 +1,13 @@
 // `dlbench launch`: what the launcher Job leaves in its termination message.
 #include <filesystem>
+#include <fstream>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "../support/process.hpp"
 #include "dlbench/core/result_document.hpp"
+#include "dlbench/core/status.hpp"
 #include "launch_command.hpp"
 
 namespace dlbench {
@@ -49,6 +51,48 @@ TEST_F(LaunchCli, FailureKeepsTheExitCodeAndTheLastWords) {
   EXPECT_EQ(garbage.exit_code, 1);  // a clean exit without a result is still a failure
   EXPECT_THAT(message(), HasSubstr("no result document"));
   EXPECT_EQ(launch("").exit_code, 2);
+}
+
+// One rank's failure that the others never learnt of: it writes its result and aborts the job,
+// and rank 0, stopped by mpirun, writes what it measured (Stopped). The failing rank's result is
+// the case's, whichever came first; a Stopped result alone gets the job's last lines, which say
+// why it was stopped.
+TEST_F(LaunchCli, AFailedRanksResultBeatsRankZerosStoppedOneAndAStoppedOneGetsTheLastLines) {
+  const auto made = testing::run_shell("DLBENCH_INJECT_FAILURE=0:3 OMP_NUM_THREADS=1 " + std::string(DLBENCH_WORKER_BINARY) +
+                                           " --model resnet50 --image-size 32 --batch-size 1 --warmup-steps 1"
+                                           " --measure-steps 1 --repeats 5 --output failed.json",
+                                       dir_.string());
+  ASSERT_EQ(made.exit_code, 1) << made.err;
+  auto failed = nlohmann::json::parse(testing::slurp(dir_ / "failed.json"));
+  ASSERT_EQ(failed["reason"], "WorkerError");
+  failed["message"] = "rank 1: a device error";
+  auto stopped = failed;
+  stopped["reason"] = kReasonStopped;
+  stopped["message"] = "stopped by SIGTERM after 1 repeat";
+  std::ofstream(dir_ / "failed.json") << failed.dump(2) << "\n";
+  std::ofstream(dir_ / "stopped.json") << stopped.dump(2) << "\n";
+  const std::string mpirun_says =
+      "echo ------ >&2; echo 'mpirun noticed that process rank 1 with PID 0 on node a exited on signal 9 (Killed).' >&2";
+
+  for (const std::string order : {"stopped.json failed.json", "failed.json stopped.json"}) {
+    const auto o = launch("sh -c \"cat " + order + "; " + mpirun_says + "; exit 137\"");
+    EXPECT_EQ(o.exit_code, 137);
+    const auto chosen = nlohmann::json::parse(message());
+    EXPECT_EQ(chosen["reason"], "WorkerError") << order;
+    EXPECT_EQ(chosen["message"], "rank 1: a device error") << order;
+  }
+  const auto o = launch("sh -c \"echo 'dlbench-worker: stopped by SIGTERM after 1 repeat' >&2; cat stopped.json; " +
+                        mpirun_says + "; exit 137\"");
+  EXPECT_EQ(o.exit_code, 137);
+  const auto alone = nlohmann::json::parse(message());
+  EXPECT_EQ(alone["reason"], kReasonStopped);
+  EXPECT_EQ(alone["message"],
+            "stopped by SIGTERM after 1 repeat\n"
+            "mpirun noticed that process rank 1 with PID 0 on node a exited on signal 9 (Killed).");
+  EXPECT_TRUE(decode_result_document(alone).ok());
+
+  launch("sh -c \"cat stopped.json; echo '{'\"");  // a second value cut short: no result
+  EXPECT_THAT(message(), HasSubstr("no result document"));
 }
 
 TEST(CompactResult, DropsBulkNeverNumbers) {

@@ -121,3 +121,27 @@ TEST(DerivedStatus, Rfc3339Timestamp) {
 
 }  // namespace
 }  // namespace dlbench
+
+namespace dlbench {
+namespace {
+
+TEST(StoppedMessage, TheJobsLastLinesFollowLeavingOutRulesAndTheWorkersOwnLine) {
+  const std::string said = "stopped by SIGTERM after 2 repeats";
+  const std::deque<std::string> lines{"  case 1x2 repeat 2/30: 12.19 samples/s",
+                                      "--------------------------------------------------------------------------",
+                                      "dlbench-worker: " + said, "", "   ",
+                                      "mpirun noticed that process rank 1 with PID 0 on node a exited on signal 9 (Killed)."};
+  EXPECT_EQ(stopped_message_with_last_lines(said, lines),
+            said + "\n  case 1x2 repeat 2/30: 12.19 samples/s\n"
+                   "mpirun noticed that process rank 1 with PID 0 on node a exited on signal 9 (Killed).");
+  EXPECT_EQ(stopped_message_with_last_lines(said, {}), said);
+  EXPECT_EQ(stopped_message_with_last_lines(said, {"-----", "dlbench-worker: " + said}), said);
+  // Bounded: the last characters kept, where the reason is.
+  const std::string bounded = stopped_message_with_last_lines(said, {std::string(5000, 'x'), "the end"}, 100);
+  EXPECT_EQ(bounded.size(), said.size() + 1 + 3 + 100);
+  EXPECT_EQ(bounded.substr(bounded.size() - 7), "the end");
+  EXPECT_FALSE(failure_is_permanent(kReasonStopped));
+}
+
+}  // namespace
+}  // namespace dlbench

@@ -2,6 +2,8 @@
 // world gives the same status.
 #pragma once
 
+#include <cstddef>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,16 @@ inline constexpr const char* kReasonGangSchedulerUnavailable = "GangSchedulerUna
 // kReasonPreflightFailed.
 inline constexpr const char* kReasonSelfTestFailed = "SelfTestFailed";
 inline constexpr const char* kReasonPreflightFailed = "PreflightFailed";
+// The worker was stopped by SIGTERM or SIGINT after it had measured repeats, which its result
+// keeps: Open MPI stops every rank so when one ends, as do a pod's deletion and an interrupted
+// run. Retried: the next attempt may meet no such end.
+inline constexpr const char* kReasonStopped = "Stopped";
+// A Stopped result's message with the job's last lines after it (at most `limit` characters of
+// them, the last kept): they say what the worker could not know, why it was stopped (mpirun's
+// "process rank 1 ... exited on signal 9"). Rule lines, blank lines and the worker's own line
+// saying the message are left out.
+std::string stopped_message_with_last_lines(const std::string& message, const std::deque<std::string>& last_lines,
+                                            std::size_t limit = 1024);
 // RdmaNotUsed (nccl_log.hpp) is permanent too: the next attempt meets the same fabric; and so
 // is LossNotFinite (benchmark_run.hpp): the next attempt diverges the same way.
 bool failure_is_permanent(const std::string& reason);
