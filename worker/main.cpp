@@ -7,9 +7,11 @@
 #include "program/case_setup.hpp"
 #include "program/commands.hpp"
 #include "program/options.hpp"
+#include "program/stop_signals.hpp"
 
 int main(int argc, char** argv) {
   using namespace dlbench::worker;
+  take_stop_signals();  // before any other thread starts, so that none of them takes one
   try {
     auto options = parse_options(argc, argv);
     if (!options) return 0;  // --help, --list-models, --list-devices

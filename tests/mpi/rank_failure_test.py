@@ -17,7 +17,17 @@ rank 0's result written and then the wait (rank 0's copy). The repeats that ende
 failure stay in the Failed result, as a diverged case's do. The first job runs as the operator's
 launcher runs it (`dlbench launch -- mpirun ...`, the result on stdout), which validates the
 document and writes it to the termination log; the second writes it with --output, as
-`dlbench run` has it. Last, one rank alone loses its data: it fails at once, its first repeat kept.
+`dlbench run` has it. Then one rank alone loses its data: it fails at once, its first repeat kept.
+
+Then a rank killed from outside (SIGKILL, as the OOM killer sends): mpirun stops rank 0 with
+SIGTERM, and rank 0 writes what it measured, reason Stopped, the launcher adding mpirun's lines;
+one rank stopped alone keeps its repeats the same way.
+
+Last, a failure no other rank learns of: a step that throws on one rank (DLBENCH_INJECT_FAILURE,
+as a device error inside a step would), while the others wait in the step's allreduce. The failing
+rank writes the case's result, or rank 0 does where it failed itself, and ends the job by
+MPI_Abort; the result names the rank and keeps the repeats before. Before, a rank other than 0
+left no result at all: the abort ended rank 0, the only writer.
 
     rank_failure_test.py PATH/bin   (dlbench-worker and dlbench)
 """
@@ -137,7 +147,142 @@ def lose_data_alone(tmp):
     print(f"one rank's data gone: {len(repeats)} repeats kept, {result['reason']}")
 
 
+def unagreed_failure(tmp, failing_rank, to_stdout):
+    """A rank's step fails where no other rank learns of it (DLBENCH_INJECT_FAILURE, as a device
+    error would): it writes its result, or rank 0 does, and ends the job; rank 0 would otherwise
+    wait in the step's allreduce until the case's timeout. Its repeats before are kept."""
+    result_path = os.path.join(tmp, f"unagreed{failing_rank}.json")
+    termination_log = os.path.join(tmp, "termination-log")
+    output = [] if to_stdout else ["--output", result_path]
+    launcher = [dlbench, "launch", "--termination-log", termination_log, "--"] if to_stdout else []
+    # Steps 1-6 the first repeat, 7-12 the second: the third repeat's third step fails.
+    synthetic = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--warmup-steps", "1",
+                 "--measure-steps", "5", "--repeats", "30", "--threads", "1"]
+    command = launcher + ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", worker, *synthetic, *output]
+    what = f"rank {failing_rank}'s step failed alone ({'stdout' if to_stdout else '--output'})"
+    started = time.monotonic()
+    try:
+        done = subprocess.run(command, env={**env, "DLBENCH_INJECT_FAILURE": f"{failing_rank}:15"},
+                              capture_output=True, text=True, timeout=BOUND_SECONDS)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"FAILED: {what}, and the job still ran {BOUND_SECONDS} s later")
+    took = time.monotonic() - started
+    check(done.returncode != 0, f"{what}, yet the job exited 0")
+    check(f"dlbench-worker rank {failing_rank}: ending the job" in done.stderr, f"{what}: {done.stderr[-2000:]}")
+    text = open(termination_log).read() if to_stdout else open(result_path).read()
+    check(text.startswith("{"), f"{what}: no valid result: {text[:1000]}")
+    result = json.loads(text)
+    check(result["state"] == "Failed" and result["reason"] == "WorkerError" and
+          result["message"] == ("rank 1: " if failing_rank == 1 else "") +
+          "a failure injected by DLBENCH_INJECT_FAILURE in step 15",
+          f"{what}: {result['state']} {result.get('reason')}: {result.get('message')}")
+    repeats = result.get("throughput", {}).get("repeats", [])
+    check(len(repeats) == 2 and len(result.get("lossAfterRepeats", [])) == 2,
+          f"{what}: the two repeats before the failure are not kept: {repeats}, {result.get('lossAfterRepeats')}")
+    check("stability" not in result and "communication" not in result, f"{what}: a failed case's repeats were judged")
+    print(f"{what}: the job ended in {took:.1f} s, rank {failing_rank}'s message in the result, 2 repeats kept")
+
+
+def wait_for(log_path, text, job, what):
+    started = time.monotonic()
+    while text not in open(log_path).read():
+        check(job.poll() is None, f"{what}: the job ended before {text!r}: {open(log_path).read()[-2000:]}")
+        check(time.monotonic() - started < 300, f"{what}: no {text!r} within 300 s")
+        time.sleep(0.1)
+
+
+def rank_killed(tmp):
+    """A rank ended from outside (the OOM killer's SIGKILL, a node lost): mpirun stops the others
+    with SIGTERM, and rank 0 writes the repeats it measured as a Failed result, reason Stopped,
+    which the launcher gives the job's last lines (mpirun names the rank that ended). Before, the
+    job ended with no result."""
+    termination_log, log_path = os.path.join(tmp, "termination-log"), os.path.join(tmp, "killed.log")
+    synthetic = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--warmup-steps", "1",
+                 "--measure-steps", "5", "--repeats", "30", "--threads", "1"]
+    command = [dlbench, "launch", "--termination-log", termination_log, "--", "mpirun", "--oversubscribe", "--bind-to",
+               "none", "-np", "1", worker, *synthetic, ":", "-np", "1", "env", "DLBENCH_TEST_RANK_TO_KILL=1", worker,
+               *synthetic]
+    with open(log_path, "w") as log:
+        job = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        wait_for(log_path, "repeat 2/", job, "a rank killed")
+        victims = [pid for pid in os.listdir("/proc") if pid.isdigit() and
+                   b"DLBENCH_TEST_RANK_TO_KILL=1" in open_or_empty(f"/proc/{pid}/environ") and
+                   open_or_empty(f"/proc/{pid}/comm").startswith(b"dlbench-worker")]
+        check(len(victims) == 1, f"rank 1's process not found: {victims}")
+        os.kill(int(victims[0]), 9)
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            sys.exit("FAILED: a rank killed, and the job still ran 60 s later")
+    check(job.returncode != 0, "a rank killed, yet the job exited 0")
+    text = open(termination_log).read()
+    check(text.startswith("{"), f"a rank killed: no valid result: {text[:1000]}")
+    result = json.loads(text)
+    repeats = result.get("throughput", {}).get("repeats", [])
+    check(result["state"] == "Failed" and result["reason"] == "Stopped" and
+          result["message"].startswith("stopped by SIGTERM after ") and "exited on signal 9" in result["message"],
+          f"a rank killed: {result['state']} {result.get('reason')}: {result.get('message')}")
+    check(2 <= len(repeats) < 30 and len(result.get("lossAfterRepeats", [])) == len(repeats),
+          f"a rank killed: the repeats measured are not kept: {repeats}")
+    print(f"a rank killed: rank 0 kept {len(repeats)} repeats, Stopped, and the launcher added why: "
+          f"{result['message'].splitlines()[-1]}")
+
+
+def stopped_alone(tmp):
+    """One rank stopped by SIGTERM (a pod deleted) keeps its repeats in --output and exits 143; stopped
+    before its first repeat, it has nothing to keep and ends by the signal, as before."""
+    result_path, log_path = os.path.join(tmp, "stopped.json"), os.path.join(tmp, "stopped.log")
+    synthetic = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--warmup-steps", "1",
+                 "--measure-steps", "5", "--repeats", "30", "--threads", "1", "--output", result_path]
+    with open(log_path, "w") as log:
+        job = subprocess.Popen([worker, *synthetic], env=env, stdout=subprocess.DEVNULL, stderr=log)
+        wait_for(log_path, "repeat 1/", job, "one rank stopped")
+        job.send_signal(15)
+        job.wait(timeout=60)
+    check(job.returncode == 143, f"one rank stopped: exit {job.returncode}")
+    result = json.load(open(result_path))
+    check(result["reason"] == "Stopped" and len(result["throughput"]["repeats"]) >= 1,
+          f"one rank stopped: {result.get('reason')}: {result.get('message')}")
+    os.remove(result_path)
+    early = subprocess.Popen([worker, *synthetic], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)  # parsing its options, building the model: no repeat yet
+    early.send_signal(15)
+    early.wait(timeout=60)
+    check(early.returncode == -15 and not os.path.exists(result_path),
+          f"stopped before its first repeat: exit {early.returncode}, a result written: {os.path.exists(result_path)}")
+    print("one rank stopped: its repeats kept, exit 143; stopped before any, ended by the signal")
+
+
+def open_or_empty(path):
+    try:
+        return open(path, "rb").read()
+    except OSError:
+        return b""
+
+
+def injection_refused_or_idle():
+    """A malformed value is a usage error naming the variable; a rank the job lacks (the one-rank
+    baseline a BenchmarkRun's worker.env also reaches) fails nothing, and the worker says so."""
+    short = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--warmup-steps", "1",
+             "--measure-steps", "1", "--repeats", "1", "--threads", "1"]
+    wrong = subprocess.run([worker, *short], env={**env, "DLBENCH_INJECT_FAILURE": "1"}, capture_output=True, text=True,
+                           timeout=60)
+    check(wrong.returncode == 2 and 'DLBENCH_INJECT_FAILURE: "1" is not RANK:STEP' in wrong.stderr,
+          f"a malformed DLBENCH_INJECT_FAILURE: exit {wrong.returncode}: {wrong.stderr[-500:]}")
+    idle = subprocess.run([worker, *short], env={**env, "DLBENCH_INJECT_FAILURE": "1:1"}, capture_output=True, text=True,
+                          timeout=120)
+    check(idle.returncode == 0 and "names rank 1; this job has 1 rank: nothing is injected" in idle.stderr,
+          f"rank 1 named in a one-rank job: exit {idle.returncode}: {idle.stderr[-500:]}")
+    print("DLBENCH_INJECT_FAILURE: a malformed value refused, a rank the job lacks left alone")
+
+
 with tempfile.TemporaryDirectory() as tmp:
+    injection_refused_or_idle()
+    rank_killed(tmp)
+    stopped_alone(tmp)
+    for failing_rank, to_stdout in ((1, True), (1, False), (0, False)):
+        unagreed_failure(tmp, failing_rank, to_stdout)
     node_without_the_precision(tmp)
     subprocess.run([sys.executable, os.path.join(HERE, "..", "input", "make_dataset.py"), os.path.join(tmp, "data"),
                     "--classes", "2", "--per-class", "24"], check=True, stdout=subprocess.DEVNULL)

@@ -1,6 +1,11 @@
 #include "program/case_output.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -188,10 +193,28 @@ void print_check(std::ostream& out, const SelfTestCheck& c) {
   out.flush();  // line by line: a self-test killed at its deadline keeps the checks it printed
 }
 
-int write_document(const Options& o, const nlohmann::json& document, bool succeeded) {
+int write_document(const Options& o, const nlohmann::json& document, bool succeeded, DocumentWriter writer) {
   const std::string text = document.dump(2) + "\n";
   if (o.output.empty()) {
     std::cout << text;
+  } else if (writer == DocumentWriter::where_none_is) {
+    const int fd = open(o.output.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      std::cerr << "dlbench-worker: " << o.output << " not written: "
+                << (errno == EEXIST ? "a result is there already" : std::strerror(errno)) << "\n";
+      return kExitFailed;
+    }
+    std::size_t written = 0;
+    while (written < text.size()) {
+      const ssize_t n = write(fd, text.data() + written, text.size() - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      written += static_cast<std::size_t>(n);
+    }
+    if (close(fd) != 0 || written < text.size()) {
+      std::cerr << "dlbench-worker: cannot write " << o.output << "\n";
+      return kExitFailed;
+    }
   } else {
     std::ofstream out(o.output);
     out << text;

@@ -40,7 +40,15 @@ void print_table(std::ostream& out, const ResultDocument& doc, std::int64_t para
 // One line of the self-test's table.
 void print_check(std::ostream& out, const SelfTestCheck& c);
 
+// How a document is written to --output. `the_case`: rank 0's at the case's end, over whatever is
+// there. `where_none_is`: a document written because the case was cut short, which gives way to
+// one already written: that of a rank whose failure the others never learnt of (they wait in a
+// collective it will not enter, and its abort ends rank 0 unwritten, or stops it, which then
+// writes what it measured), or rank 0's, had it got past its last collective.
+enum class DocumentWriter { the_case, where_none_is };
+
 // The JSON document to --output (or stdout); the exit code for it.
-int write_document(const Options& o, const nlohmann::json& document, bool succeeded);
+int write_document(const Options& o, const nlohmann::json& document, bool succeeded,
+                   DocumentWriter writer = DocumentWriter::the_case);
 
 }  // namespace dlbench::worker

@@ -12,6 +12,7 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <mutex>
 #include <new>
 #include <sstream>
 
@@ -31,6 +32,7 @@
 #include "program/case_output.hpp"
 #include "program/case_setup.hpp"
 #include "program/commands.hpp"
+#include "program/stop_signals.hpp"
 #include "rank_overflow_trace.hpp"
 #include "worker_metrics.hpp"
 #ifdef DLBENCH_HAVE_CUDA
@@ -223,6 +225,12 @@ class CaseRun {
   int run(const std::string& backend_error) {
     describe();
     start_live_metrics();
+    // Rank 0's repeats outlive a stop signal: mpirun's SIGTERM when another rank ended, a pod's
+    // deletion (stop_signals.hpp). Until the case's own document is written.
+    std::optional<StopGuard> stop_guard;
+    if (comm_.rank() == 0) {
+      stop_guard.emplace([this](int signal_number, const char* name) { return last_words(signal_number, name); });
+    }
     bool left_the_others = false;
     try {
       // What each rank's node can run, agreed: a node without bf16 among nodes with it must not
@@ -234,11 +242,15 @@ class CaseRun {
       });
       measure(*backend_);
     } catch (...) {
-      const CaseFailure failure = failure_of(std::current_exception());
-      fail(failure.reason, failure.message);
-      left_the_others = comm_.size() > 1 && !failure_agreed_;
+      const std::exception_ptr error = std::current_exception();
+      const CaseFailure failure = failure_of(error);
+      left_the_others = comm_.size() > 1 && !agreed(error);
+      // Named as an agreed failure names the rank: this rank's document may be the case's (finish).
+      const bool named = left_the_others && comm_.rank() != 0;
+      fail(failure.reason, named ? "rank " + std::to_string(comm_.rank()) + ": " + failure.message : failure.message);
     }
-    const int exit_code = finish();
+    stop_guard.reset();
+    const int exit_code = finish(left_the_others);
     // A failure the ranks did not agree on left the others inside a collective, where they would
     // wait until the case's timeout: this rank, having said why, ends the whole job.
     if (left_the_others) {
@@ -298,6 +310,8 @@ class CaseRun {
   CaseFailure failure_of(const std::exception_ptr& error) const {
     try {
       std::rethrow_exception(error);
+    } catch (const Agreed& e) {
+      return failure_of(e.failure());
     } catch (const FailedAs& e) {
       return {e.reason(), e.what()};
     } catch (const Unsupported& e) {
@@ -335,6 +349,27 @@ class CaseRun {
     std::string reason_;
   };
 
+  // What agree throws: a failure every rank throws at once, this rank's own or the first failed
+  // rank's (`failure`), so that no rank is left in a collective and none ends the job for it.
+  class Agreed : public std::runtime_error {
+   public:
+    explicit Agreed(std::exception_ptr failure)
+        : std::runtime_error("a failure every rank agreed on"), failure_(std::move(failure)) {}
+    const std::exception_ptr& failure() const { return failure_; }
+
+   private:
+    std::exception_ptr failure_;
+  };
+  static bool agreed(const std::exception_ptr& error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const Agreed&) {
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+
   // Runs one step of the setup on every rank, then every rank learns whether any failed before
   // any of them enters a collective: a rank whose data path is missing, or whose buffers do not
   // fit in its pod's memory, must not leave the others waiting in a broadcast or an allreduce
@@ -358,14 +393,13 @@ class CaseRun {
       said = failure.reason + "\n" + failure.message;
     }
     const std::vector<std::string> all = comm_.allgather(said);
-    failure_agreed_ = true;  // whatever is thrown now, every rank throws
-    if (mine) std::rethrow_exception(mine);
+    if (mine) throw Agreed(mine);
     for (std::size_t rank = 0; rank < all.size(); ++rank) {
       const auto split = all[rank].find('\n');
       if (split == std::string::npos) continue;
-      throw FailedAs(all[rank].substr(0, split), "rank " + std::to_string(rank) + ": " + all[rank].substr(split + 1));
+      throw Agreed(std::make_exception_ptr(
+          FailedAs(all[rank].substr(0, split), "rank " + std::to_string(rank) + ": " + all[rank].substr(split + 1))));
     }
-    failure_agreed_ = false;
   }
 
   // After a repeat, and before a case is called a success: whether any rank's feed failed inside
@@ -479,7 +513,7 @@ class CaseRun {
     if (live_) live_->set_input_pipeline_throughput(real_->pipeline_throughput);
     take(trainer)();
     workload.step = [this, &trainer, take = std::move(take)] {
-      trainer.step();
+      train(trainer);
       // The staged batch's memory goes back to the pipeline when the next is taken.
       trainer.release_staged_host_memory();
       const auto begin = std::chrono::steady_clock::now();
@@ -499,6 +533,13 @@ class CaseRun {
       real_->waits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
       if (stage) stage();
     };
+  }
+
+  // A step as the case runs it, from the warm-up on: the one DLBENCH_INJECT_FAILURE names throws
+  // before it starts.
+  void train(Trainer& trainer) {
+    failpoint_.before_step();
+    trainer.step();
   }
 
   // Steps are reported in the order they ran, once their repeat's marks are read.
@@ -572,7 +613,7 @@ class CaseRun {
     doc_.flops_per_sample = {2.0 * macs, 6.0 * macs};  // backward ≈ 2 × forward
     trainer.use_step_graph(o_.cuda_graph);
     const std::unique_ptr<StepMarks> marks = device.make_step_marks();
-    Workload workload{[&] { trainer.step(); }, [&] { device.synchronize(); }, {}, {}, marks.get()};
+    Workload workload{[&] { train(trainer); }, [&] { device.synchronize(); }, {}, {}, marks.get()};
     if (live_ || real_) workload.on_step = [this](int repeat, bool measured, double s) { on_step(repeat, measured, s); };
     if (real_) start_pipeline(trainer, workload);
     if (comm_.size() > 1) {
@@ -671,6 +712,7 @@ class CaseRun {
               live_->set_loss(loss);
             }
             if (comm_.rank() == 0) {
+              keep_for_a_stop(measured);
               std::cerr << "  case " << case_id(doc_.case_) << " repeat " << r + 1 << "/" << o_.repeats
                         << (r >= o_.repeats ? " (again: the last repeats spread too much)" : "") << ": " << std::fixed
                         << std::setprecision(2) << m.throughput << " " << unit_
@@ -766,29 +808,61 @@ class CaseRun {
     if (live_) live_->set_input_verdict(report.wait_share, report.verdict == InputVerdict::input_bound);
   }
 
-  void fail(const std::string& reason, const std::string& message) {
-    doc_.state = CaseState::Failed;
-    doc_.reason = reason;
-    doc_.message = message;
+  void fail(const std::string& reason, const std::string& message) { mark_failed(doc_, reason, message); }
+  static void mark_failed(ResultDocument& doc, const std::string& reason, const std::string& message) {
+    doc.state = CaseState::Failed;
+    doc.reason = reason;
+    doc.message = message;
     // What only a success carries, dropped where the case failed after it was measured (in the
     // profile's steps, or a rank's feed there): the document would otherwise be invalid.
-    doc_.communication.reset();
-    doc_.energy_joules.clear();
-    doc_.mfu.reset();
+    doc.communication.reset();
+    doc.energy_joules.clear();
+    doc.mfu.reset();
   }
 
-  // Rank 0 prints the table and writes the document; the others say why they failed, if they did.
-  int finish() {
+  // Rank 0, after each repeat: the document a stop signal writes, the repeats so far in it.
+  void keep_for_a_stop(const std::vector<double>& measured) {
+    ResultDocument doc = doc_;
+    doc.throughput = Throughput{std::string(unit_), summarize(measured), measured};
+    const std::lock_guard lock(stop_mutex_);
+    measured_so_far_ = std::move(doc);
+  }
+
+  // On the stop signals' thread: the repeats measured so far as a Failed result, and the exit
+  // code of a process ended by the signal; before the first repeat, nothing (the signal's own
+  // action: nothing measured is lost, and the launcher keeps the last lines).
+  std::optional<int> last_words(int signal_number, const char* name) {
+    const std::lock_guard lock(stop_mutex_);
+    if (!measured_so_far_) return std::nullopt;
+    ResultDocument doc = *measured_so_far_;
+    const std::size_t kept = doc.throughput->repeats.size();
+    mark_failed(doc, kReasonStopped,
+                std::string("stopped by ") + name + " after " + std::to_string(kept) + (kept == 1 ? " repeat" : " repeats") +
+                    ", kept here unjudged: mpirun stops every rank so when one ends (the lines after this name it), "
+                    "as do a pod's deletion and an interrupted run");
+    doc.end_time = rfc3339_utc_now();
+    if (doc.memory) doc.memory->peak_resident = peak_resident_bytes();
+    std::cerr << "dlbench-worker: " << doc.message << "\n";
+    write_document(o_, to_json(doc), false, DocumentWriter::where_none_is);
+    return 128 + signal_number;
+  }
+
+  // Rank 0 prints the table and writes the case's document; the others say why they failed, if
+  // they did. A rank that `left_the_others` writes one too: rank 0 waits in a collective it will
+  // never enter, and the abort that follows ends it unwritten (or stopped, writing what it
+  // measured); this rank's document, its repeats before the failure kept, is the case's.
+  int finish(bool left_the_others) {
     doc_.end_time = rfc3339_utc_now();
     if (doc_.memory) doc_.memory->peak_resident = peak_resident_bytes();
     if (live_) live_->finished(doc_.state == CaseState::Succeeded);
     const bool succeeded = doc_.state == CaseState::Succeeded;
-    if (comm_.rank() != 0) {
+    if (comm_.rank() != 0 && !left_the_others) {
       if (!succeeded) std::cerr << "dlbench-worker rank " << comm_.rank() << ": " << doc_.message << "\n";
       return succeeded ? 0 : kExitFailed;
     }
     print_table(o_.output.empty() ? std::cerr : std::cout, doc_, parameters_);
-    return write_document(o_, to_json(doc_), succeeded);
+    return write_document(o_, to_json(doc_), succeeded,
+                          comm_.rank() == 0 ? DocumentWriter::the_case : DocumentWriter::where_none_is);
   }
 
   const Options& o_;
@@ -799,7 +873,9 @@ class CaseRun {
   std::unique_ptr<WorkerMetrics> live_;
   std::unique_ptr<RealData> real_;
   std::int64_t parameters_ = 0;
-  bool failure_agreed_ = false;  // the failure being thrown is every rank's (agree)
+  StepFailpoint failpoint_{o_.inject_failure, comm_.rank()};
+  std::mutex stop_mutex_;  // measured_so_far_, between the case and the stop signals' thread
+  std::optional<ResultDocument> measured_so_far_;
 };
 
 }  // namespace
