@@ -97,6 +97,9 @@ struct ChildOutcome {
   std::deque<std::string> last_lines;  // of its stderr, for failure messages
 };
 
+// How long a child stopped at its deadline (SIGTERM) has to write what it measured before SIGKILL.
+constexpr std::chrono::seconds kStopGrace{10};
+
 // Runs argv in its own process group until it ends, `timeout_seconds` pass or Ctrl-C, passing
 // each line it writes to `captured` (stderr; the other stream goes to /dev/null) to `on_line` as
 // it comes, and all of it, up to kMaxLogBytes, to `log` (none: nullptr).
@@ -169,10 +172,13 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
       outcome.interrupted = true;
       kill(-pid, SIGTERM);
     }
+    // Past the deadline: SIGTERM, on which a worker writes the repeats it measured (Stopped), then
+    // SIGKILL for whatever is still there kStopGrace later.
     if (!outcome.timed_out && std::chrono::steady_clock::now() > deadline) {
       outcome.timed_out = true;
-      kill(-pid, SIGKILL);
+      kill(-pid, SIGTERM);
     }
+    if (outcome.timed_out && std::chrono::steady_clock::now() > deadline + kStopGrace) kill(-pid, SIGKILL);
   }
   close(pipe_fds[0]);
   int status = 0;
@@ -500,15 +506,30 @@ CaseResult judge_attempt(const LocalExecutor& x, const PlannedCase& c, const Chi
   const BenchmarkRunSpec& spec = x.run.spec;
   CaseResult result = failed(c, CaseState::Failed, "", "", attempt);
   result.start_time = start;  // a document's result brings its own
+  // The worker's document, where it wrote one (judged once: a timed-out worker's too).
+  const bool written = std::filesystem::exists(result_file);
+  std::optional<CaseResult> judged;
+  if (written) {
+    std::ifstream in(result_file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    judged = result_from_document(text, c.spec, attempt, spec.worker.rdma, optimizer_for_case(spec, c.spec));
+  }
   if (child.timed_out) {
     result.reason = "Timeout";
     result.message =
         "no result within limits.caseTimeoutSeconds (" + std::to_string(spec.limits.case_timeout_seconds) + " s)";
-  } else if (std::filesystem::exists(result_file)) {
-    std::ifstream in(result_file);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (auto judged = result_from_document(text, c.spec, attempt, spec.worker.rdma, optimizer_for_case(spec, c.spec))) {
+    // Stopped at the deadline, the worker wrote the repeats it had measured: kept, unjudged.
+    if (judged && judged->reason == kReasonStopped && judged->throughput) {
+      const std::size_t kept = judged->throughput->repeats.size();
+      judged->reason = result.reason;
+      judged->message = result.message + "; the " + std::to_string(kept) + (kept == 1 ? " repeat" : " repeats") +
+                        " measured before are kept, unjudged";
       result = std::move(*judged);
+    }
+  } else if (written) {
+    if (judged) {
+      result = std::move(*judged);
+      if (result.reason == kReasonStopped) result.message = stopped_message_with_last_lines(result.message, child.last_lines);
     } else {
       result.reason = "InvalidResult";
       result.message = result_file + " is not JSON";

@@ -1105,6 +1105,39 @@ TEST_F(RunCli, TimeoutIsRecorded) {
   EXPECT_EQ(s.results[0].reason, "Timeout");
 }
 
+// A case stopped at its deadline keeps the repeats its worker measured: SIGTERM first (the worker
+// writes them, reason Stopped), SIGKILL 10 s later; the result says Timeout, the repeats in it,
+// unjudged. Before, the deadline's SIGKILL lost them. (A thousand repeats outlast the deadline on
+// any CPU; the first ends well before it on a loaded one.)
+TEST_F(RunCli, ATimedOutCaseKeepsTheRepeatsItsWorkerMeasured) {
+  const std::string run = R"(apiVersion: dlbench.io/v1alpha1
+kind: BenchmarkRun
+metadata: {name: slow}
+spec:
+  model: resnet50
+  data: {imageSize: 32}
+  matrix: {gpusPerNode: [1], batchSizePerDevice: [2], precision: [fp32]}
+  methodology: {warmupSteps: 0, measureSteps: 3, repeats: 1000}
+  limits: {caseTimeoutSeconds: 20, backoffLimit: 0}
+)";
+  const auto start = std::chrono::steady_clock::now();
+  const Outcome o = dlbench("run -f " + write("run.yaml", run) + " --backend cpu");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(40));
+  EXPECT_EQ(o.exit_code, 1) << o.err;
+  const auto s = *status("slow.status.json").status;
+  ASSERT_EQ(s.results.size(), 1u);
+  const CaseResult& r = s.results[0];
+  EXPECT_EQ(r.state, CaseState::Failed);
+  EXPECT_EQ(r.reason, "Timeout");
+  ASSERT_TRUE(r.throughput) << r.message;
+  EXPECT_GE(r.throughput->repeats.size(), 1u);
+  EXPECT_LT(r.throughput->repeats.size(), 1000u);
+  EXPECT_EQ(r.loss_after_repeats.size(), r.throughput->repeats.size());
+  EXPECT_THAT(r.message, HasSubstr("no result within limits.caseTimeoutSeconds (20 s); the "));
+  EXPECT_THAT(r.message, HasSubstr("measured before are kept, unjudged"));
+  EXPECT_FALSE(r.stability);
+}
+
 TEST_F(RunCli, InterruptKeepsFinishedResults) {
   const std::string worker = write("slow-worker.sh", kSlowWorker);
   std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
