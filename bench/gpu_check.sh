@@ -298,6 +298,29 @@ step amp-overflow-trace 60 "$bin/dlbench-worker" --backend cuda --model resnet50
   --precision amp --learning-rate 100 --warmup-steps 2 --measure-steps 5 --repeats 2 --extra-repeats 0 \
   --output "$logs/amp-overflow-trace.json" & correctness+=($!)
 DLBENCH_CUDA_BATCH_NORM=own poisoned amp poisoned-resnet50-amp-own & correctness+=($!)
+# A step that fails mid-case on the GPU (DLBENCH_INJECT_FAILURE, as a device error in a step would,
+# never run on a GPU before): the case must end Failed / WorkerError with its first repeat kept, the
+# document valid, in amp as a replayed step graph too (steps 1-5 the first repeat, 8 in the second).
+step injected-failure-cuda 60 sh -c "for graph in off on; do DLBENCH_INJECT_FAILURE=0:8 '$bin/dlbench-worker' \
+  --backend cuda --model resnet50 --batch-size 8 --image-size 64 --precision amp --cuda-graph \$graph \
+  --warmup-steps 2 --measure-steps 3 --repeats 3 --extra-repeats 0 --output '$logs/injected-failure-'\$graph.json
+  test \$? = 1 || exit 1
+  python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print(sys.argv[1], d[\"state\"], d.get(\"reason\"), d.get(\"message\"), d.get(\"throughput\", {}).get(\"repeats\"))
+sys.exit(0 if d[\"reason\"] == \"WorkerError\" and len(d[\"throughput\"][\"repeats\"]) == 1 else 1)' \
+    '$logs/injected-failure-'\$graph.json || exit 1
+done" & correctness+=($!)
+# Stopped by SIGTERM mid-case on the GPU (a pod deleted, mpirun stopping the ranks when one ended):
+# the repeats measured so far must come out as a Failed result, reason Stopped, exit 143.
+step stopped-cuda 45 sh -c "timeout --preserve-status -s TERM 15 '$bin/dlbench-worker' --backend cuda --model resnet50 \
+  --batch-size 8 --image-size 64 --precision amp --warmup-steps 2 --measure-steps 50 --repeats 1000 \
+  --output '$logs/stopped-cuda.json'; test \$? = 143 || exit 1
+  python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print(d[\"state\"], d.get(\"reason\"), d.get(\"message\"), len(d.get(\"throughput\", {}).get(\"repeats\", [])), \"repeats kept\")
+sys.exit(0 if d[\"reason\"] == \"Stopped\" and d[\"throughput\"][\"repeats\"] else 1)' '$logs/stopped-cuda.json'" \
+  & correctness+=($!)
 # The batches amp trains on, as the device reads them, on this host's cores and ISA: batches of 256
 # at 224 px in fp16 (5 a decoding thread: 70 on 16 cores, a few seconds alone, longer beside the
 # runs above, whose figures it does not touch: 90 s were too few for 15 a thread beside them on an

@@ -40,7 +40,7 @@ NO_GPU = ("--backend cuda: no usable CUDA device", "finds no cuda device on this
           "Torch not compiled with CUDA enabled", "amp needs a CUDA device; PyTorch sees none",
           "--gpu: no usable CUDA device")
 # Steps the script must reach (those behind compute-sanitizer or ncu run only where they exist).
-EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "amp-overflow-trace", "dlbench-run-cuda", "dlbench-run-cuda-graph", "pytorch-command-resnet50-amp", "self-test", "gpu-tests", "cuda-backend-tests-1of2", "cuda-backend-tests-2of2", "profile-bert-amp",
+EXPECTED = CPU_ONLY + (["list-devices", "real-data-amp-loss-scale", "pytorch-real-data-amp", "amp-overflow-trace", "injected-failure-cuda", "stopped-cuda", "dlbench-run-cuda", "dlbench-run-cuda-graph", "pytorch-command-resnet50-amp", "self-test", "gpu-tests", "cuda-backend-tests-1of2", "cuda-backend-tests-2of2", "profile-bert-amp",
              "dlbench-resnet50-amp-graph", "conv-fusion", "conv-fusion-check", "conv-fusion-bf16",
              "self-test-conv-batch-norm-fused", "dlbench-resnet50-amp-conv-bn-fused",
              "dlbench-resnet50-amp-conv-bn-fused-graph",
