@@ -1,13 +1,17 @@
 // `dlbench launch -- mpirun …`: the launcher Job's entry point.
 #include "launch_command.hpp"
 
+#include <sys/select.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -41,6 +45,41 @@ nlohmann::json the_cases_document(const std::string& stdout_text) {
   return documents.front();
 }
 
+// A stop signal's number, set by its handler: the loop below passes it on.
+volatile std::sig_atomic_t stop_signal = 0;
+extern "C" void on_stop_signal(int signal_number) { stop_signal = signal_number; }
+
+// SIGTERM and SIGINT caught (not ignored, as PID 1 would without a handler) while the command
+// runs; without SA_RESTART, so that select returns at once. The command, exec'd, starts with the
+// default actions again.
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGTERM, &action, &old_term_);
+    sigaction(SIGINT, &action, &old_int_);
+  }
+  ~StopSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGINT, &old_int_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_term_ {};
+  struct sigaction old_int_ {};
+};
+
+std::size_t repeats_in(const nlohmann::json& document) {
+  const auto throughput = document.find("throughput");
+  if (throughput == document.end() || !throughput->is_object()) return 0;
+  const auto repeats = throughput->find("repeats");
+  return repeats != throughput->end() && repeats->is_array() ? repeats->size() : 0;
+}
+
 }  // namespace
 
 int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& err) {
@@ -48,6 +87,10 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
     err << "error: launch needs a command after --\n";
     return 2;
   }
+  const long case_timeout_seconds =
+      options.case_timeout_seconds > 0 ? options.case_timeout_seconds : options.stop_after_seconds;
+  stop_signal = 0;
+  const StopSignals taken;  // before the fork: a stop that comes while the command starts is passed on too
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error(std::strerror(errno));
   const pid_t pid = fork();
@@ -69,12 +112,41 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
   std::deque<std::string> last_lines;
   char buffer[4096];
   bool out_open = true, err_open = true;
-  while (out_open || err_open) {
+  // A stop (a signal, or the case's deadline) goes to the command alone, never its process group:
+  // mpirun stops its ranks itself, through the ssh connections a group signal would cut first.
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> stopped_at;
+  bool deadline_reached = false, killed = false, reaped = false;
+  int status = 0;
+  const auto stop = [&](const char* why) {
+    stopped_at = std::chrono::steady_clock::now();
+    err << "dlbench launch: " << why << ": stopping the command (SIGTERM; SIGKILL " << kLaunchStopGraceSeconds
+        << " s later)\n";
+    kill(pid, SIGTERM);
+  };
+  while ((out_open || err_open) && !reaped) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!stopped_at && stop_signal != 0) stop(stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+    if (!stopped_at && options.stop_after_seconds > 0 &&
+        now - started >= std::chrono::seconds(options.stop_after_seconds)) {
+      deadline_reached = true;
+      stop(("the case's deadline, " + std::to_string(options.stop_after_seconds) + " s").c_str());
+    }
+    if (stopped_at && !killed && now - *stopped_at >= std::chrono::seconds(kLaunchStopGraceSeconds)) {
+      kill(pid, SIGKILL);
+      killed = true;
+    }
+    // Killed, the command may leave children holding its pipes open (mpirun's ssh): its own end
+    // is the end.
+    if (killed && waitpid(pid, &status, WNOHANG) == pid) reaped = true;
     fd_set fds;
     FD_ZERO(&fds);
     if (out_open) FD_SET(out_pipe[0], &fds);
     if (err_open) FD_SET(err_pipe[0], &fds);
-    if (select(std::max(out_pipe[0], err_pipe[0]) + 1, &fds, nullptr, nullptr, nullptr) < 0) break;
+    timeval tick{0, 200'000};
+    const int ready = select(std::max(out_pipe[0], err_pipe[0]) + 1, &fds, nullptr, nullptr, &tick);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) break;
     if (out_open && FD_ISSET(out_pipe[0], &fds)) {
       const ssize_t n = read(out_pipe[0], buffer, sizeof buffer);
       if (n <= 0) out_open = false; else stdout_text.append(buffer, static_cast<std::size_t>(n));
@@ -94,8 +166,7 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
     }
   }
   err.flush();
-  int status = 0;
-  waitpid(pid, &status, 0);
+  if (!reaped) waitpid(pid, &status, 0);
   const int exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 
   std::string message;
@@ -108,7 +179,14 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
         self_test ? decode_self_test_document(document).errors : decode_result_document(document).errors;
     if (errors.empty()) {
       std::string text = document.dump();
-      if (!self_test && document.value("reason", "") == kReasonStopped) {
+      if (!self_test && deadline_reached && document.value("reason", "") == kReasonStopped) {
+        // Stopped at the case's deadline: a Timeout, as the operator and dlbench run call it, that
+        // keeps the repeats rank 0 measured.
+        auto timed_out = document;
+        timed_out["reason"] = "Timeout";
+        timed_out["message"] = timeout_message(case_timeout_seconds, repeats_in(document));
+        text = timed_out.dump();
+      } else if (!self_test && document.value("reason", "") == kReasonStopped) {
         // Why rank 0 was stopped is in the job's last lines (mpirun names the rank that ended).
         auto stopped = document;
         stopped["message"] = stopped_message_with_last_lines(document.value("message", ""), last_lines);
@@ -121,7 +199,9 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
       message = (self_test ? "invalid self-test document: " : "invalid result: ") + errors.front().to_string();
     }
   } catch (const std::exception& e) {
-    message = std::string("no result document (exit code ") + std::to_string(exit_code) + "): ";
+    // At the deadline, the words the operator knows a Timeout by (is_timeout_message).
+    message = (deadline_reached ? timeout_message(case_timeout_seconds) + "; " : std::string()) +
+              "no result document (exit code " + std::to_string(exit_code) + "): ";
     for (const auto& l : last_lines) message += l + "\n";
     if (message.size() > kTerminationMessageLimit) message = message.substr(message.size() - kTerminationMessageLimit);
   }

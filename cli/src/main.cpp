@@ -9,6 +9,7 @@
 
 #include "dlbench/core/command_line.hpp"
 #include "dlbench/core/names.hpp"
+#include "dlbench/core/status.hpp"
 #include "dlbench/core/version.hpp"
 #include "compare_command.hpp"
 #include "launch_command.hpp"
@@ -32,7 +33,7 @@ constexpr const char* kSynopsis = R"(Usage:
   dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg] [--relative]
   dlbench compare BASELINE.json [CANDIDATE.json] [--threshold PCT] [--alpha P] [--strict] [--format table|markdown|csv|json|junit]
       Exit code: 0 no case slower, 1 a case slower or failed now (--strict: or not judged), 2 cannot compare.
-  dlbench launch [--termination-log FILE] -- mpirun ... dlbench-worker ...
+  dlbench launch [--termination-log FILE] [--stop-after S [--case-timeout S]] -- mpirun ... dlbench-worker ...
   dlbench version
   dlbench help
 `dlbench COMMAND --help` says more about each.)";
@@ -193,6 +194,27 @@ void add_launch(CLI::App& app, dlbench::cli::LaunchOptions& o) {
                                "document and writes it compactly (under 4 KiB) to the termination log.");
   dlbench::add_text_option(*c, "--termination-log", [&o](const std::string& v) { o.termination_log = v; },
                            "where the result goes (default /dev/termination-log)", "FILE");
+  const auto seconds = [](const std::string& flag, const std::string& v) {
+    long value = 0;
+    try {
+      std::size_t used = 0;
+      value = std::stol(v, &used);
+      if (used != v.size()) value = 0;
+    } catch (const std::exception&) {
+      value = 0;
+    }
+    if (value < 1) throw UsageError{flag + ": \"" + printable(v) + "\" is not a whole number of seconds >= 1"};
+    return value;
+  };
+  dlbench::add_text_option(
+      *c, "--stop-after", [&o, seconds](const std::string& v) { o.stop_after_seconds = seconds("--stop-after", v); },
+      "stop the command (SIGTERM, then SIGKILL " + std::to_string(dlbench::kLaunchStopGraceSeconds) +
+          " s later) this long after it starts: the repeats rank 0 measured become a Timeout result",
+      "SECONDS");
+  dlbench::add_text_option(
+      *c, "--case-timeout",
+      [&o, seconds](const std::string& v) { o.case_timeout_seconds = seconds("--case-timeout", v); },
+      "the limits.caseTimeoutSeconds a Timeout result names (default: --stop-after)", "SECONDS");
 }
 
 int dispatch(int argc, char** argv) {

@@ -516,14 +516,11 @@ CaseResult judge_attempt(const LocalExecutor& x, const PlannedCase& c, const Chi
   }
   if (child.timed_out) {
     result.reason = "Timeout";
-    result.message =
-        "no result within limits.caseTimeoutSeconds (" + std::to_string(spec.limits.case_timeout_seconds) + " s)";
+    result.message = timeout_message(spec.limits.case_timeout_seconds);
     // Stopped at the deadline, the worker wrote the repeats it had measured: kept, unjudged.
     if (judged && judged->reason == kReasonStopped && judged->throughput) {
-      const std::size_t kept = judged->throughput->repeats.size();
       judged->reason = result.reason;
-      judged->message = result.message + "; the " + std::to_string(kept) + (kept == 1 ? " repeat" : " repeats") +
-                        " measured before are kept, unjudged";
+      judged->message = timeout_message(spec.limits.case_timeout_seconds, judged->throughput->repeats.size());
       result = std::move(*judged);
     }
   } else if (written) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <ctime>
 #include <set>
+#include <string_view>
 
 #include "dlbench/core/statistics.hpp"
 
@@ -63,6 +64,22 @@ std::string stopped_message_with_last_lines(const std::string& message, const st
   if (lines.size() > limit) lines = "..." + lines.substr(lines.size() - limit);
   return lines.empty() ? message : message + "\n" + lines;
 }
+
+namespace {
+constexpr std::string_view kTimeoutWords = "no result within limits.caseTimeoutSeconds (";
+}  // namespace
+
+std::string timeout_message(std::int64_t case_timeout_seconds, std::size_t kept_repeats) {
+  std::string message = std::string(kTimeoutWords) + std::to_string(case_timeout_seconds) + " s)";
+  if (kept_repeats > 0) {
+    message += "; the " + std::to_string(kept_repeats) +
+               (kept_repeats == 1 ? " repeat measured before is kept" : " repeats measured before are kept") +
+               ", unjudged";
+  }
+  return message;
+}
+
+bool is_timeout_message(const std::string& message) { return message.starts_with(kTimeoutWords); }
 
 std::string rfc3339_utc_now() {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());

@@ -1,4 +1,6 @@
 // `dlbench launch`: what the launcher Job leaves in its termination message.
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -25,6 +27,11 @@ class LaunchCli : public ::testing::Test {
   testing::Outcome launch(const std::string& command) {
     return testing::run_shell(std::string(DLBENCH_CLI_BINARY) + " launch --termination-log message -- " + command,
                               dir_.string());
+  }
+  testing::Outcome launch_with(const std::string& options, const std::string& command) {
+    return testing::run_shell(
+        std::string(DLBENCH_CLI_BINARY) + " launch --termination-log message " + options + " -- " + command,
+        dir_.string());
   }
   std::string message() { return testing::slurp(dir_ / "message"); }
   std::filesystem::path dir_;
@@ -93,6 +100,85 @@ TEST_F(LaunchCli, AFailedRanksResultBeatsRankZerosStoppedOneAndAStoppedOneGetsTh
 
   launch("sh -c \"cat stopped.json; echo '{'\"");  // a second value cut short: no result
   EXPECT_THAT(message(), HasSubstr("no result document"));
+}
+
+// The case's deadline (the operator's --stop-after): the worker is stopped as mpirun would stop
+// it, and the repeats it measured come back as a Timeout result, valid, that keeps them.
+TEST_F(LaunchCli, AtItsDeadlineTheCaseIsStoppedAndItsRepeatsComeBackAsATimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto o = testing::run_shell(std::string(DLBENCH_CLI_BINARY) +
+                                        " launch --termination-log message --stop-after 10 --case-timeout 60 -- env "
+                                        "OMP_NUM_THREADS=1 " + DLBENCH_WORKER_BINARY +
+                                        " --model resnet50 --image-size 32 --batch-size 1 --warmup-steps 1"
+                                        " --measure-steps 3 --repeats 1000",
+                                    dir_.string());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10 + kLaunchStopGraceSeconds));
+  EXPECT_EQ(o.exit_code, 128 + SIGTERM) << o.err;
+  EXPECT_THAT(o.err, HasSubstr("dlbench launch: the case's deadline, 10 s: stopping the command"));
+  const auto document = nlohmann::json::parse(message());
+  const auto decoded = decode_result_document(document);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(decoded.value->state, CaseState::Failed);
+  EXPECT_EQ(decoded.value->reason, "Timeout");
+  ASSERT_TRUE(decoded.value->throughput);
+  const std::size_t kept = decoded.value->throughput->repeats.size();
+  EXPECT_GE(kept, 1u);
+  EXPECT_LT(kept, 1000u);
+  EXPECT_EQ(decoded.value->message, timeout_message(60, kept));
+  EXPECT_THAT(decoded.value->message, HasSubstr("no result within limits.caseTimeoutSeconds (60 s); the "));
+}
+
+// SIGTERM to the launcher (a pod's deletion, the Job's activeDeadlineSeconds) reaches the command,
+// whose rank 0 then writes its repeats (Stopped): before, the launcher, PID 1 in its container,
+// ignored it and the kubelet's SIGKILL lost them.
+TEST_F(LaunchCli, ASigtermIsPassedOnAndTheRepeatsMeasuredAreKeptAsStopped) {
+  const auto o = testing::run_shell("{ " + std::string(DLBENCH_CLI_BINARY) +
+                                        " launch --termination-log message -- env OMP_NUM_THREADS=1 " +
+                                        DLBENCH_WORKER_BINARY +
+                                        " --model resnet50 --image-size 32 --batch-size 1 --warmup-steps 1"
+                                        " --measure-steps 3 --repeats 1000 2> launch.err & launcher=$!;"
+                                        // after its first repeat, however loaded the machine (at most 120 s)
+                                        " for i in $(seq 600); do grep -q 'repeat 1/' launch.err && break; sleep 0.2; done;"
+                                        " kill -TERM $launcher; wait $launcher; }",
+                                    dir_.string());
+  const std::string err = testing::slurp(dir_ / "launch.err");
+  EXPECT_EQ(o.exit_code, 128 + SIGTERM) << err;
+  EXPECT_THAT(err, HasSubstr("dlbench launch: SIGTERM: stopping the command"));
+  const auto decoded = decode_result_document(nlohmann::json::parse(message()));
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  EXPECT_EQ(decoded.value->reason, kReasonStopped);
+  ASSERT_TRUE(decoded.value->throughput);
+  EXPECT_GE(decoded.value->throughput->repeats.size(), 1u);
+  EXPECT_THAT(decoded.value->message, HasSubstr("stopped by SIGTERM after "));
+}
+
+// Stopped at the deadline without a document, the launcher's words say Timeout (the operator
+// knows them again); a command that ignores SIGTERM is killed kLaunchStopGraceSeconds later, and
+// its children, still holding its output open, do not hold the launcher (mpirun's ssh would).
+TEST_F(LaunchCli, AtItsDeadlineACommandWithoutAResultIsATimeoutAndOneThatIgnoresTheStopIsKilled) {
+  const auto quiet = launch_with("--stop-after 1 --case-timeout 30", "sleep 60");
+  EXPECT_EQ(quiet.exit_code, 128 + SIGTERM);
+  EXPECT_TRUE(is_timeout_message(message())) << message();
+  EXPECT_THAT(message(), HasSubstr("no result within limits.caseTimeoutSeconds (30 s); no result document (exit code 143)"));
+
+  const auto start = std::chrono::steady_clock::now();
+  const auto stubborn = launch_with("--stop-after 1", "sh -c 'trap \"\" TERM; echo deaf >&2; sleep 120; sleep 1'");
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, std::chrono::seconds(1 + kLaunchStopGraceSeconds));
+  EXPECT_LT(took, std::chrono::seconds(1 + kLaunchStopGraceSeconds + 20));
+  EXPECT_EQ(stubborn.exit_code, 128 + SIGKILL);
+  EXPECT_THAT(message(), HasSubstr("no result within limits.caseTimeoutSeconds (1 s); no result document (exit code 137)"));
+  EXPECT_THAT(message(), HasSubstr("deaf"));
+  testing::run_shell("pkill -f 'sleep 120' || true", dir_.string());
+}
+
+TEST_F(LaunchCli, AStopAfterThatIsNotWholeSecondsIsAUsageError) {
+  for (const std::string bad : {"0", "-3", "1.5", "soon"}) {
+    const auto o = launch_with("--stop-after " + bad, "true");
+    EXPECT_EQ(o.exit_code, 2) << bad;
+    EXPECT_THAT(o.err, HasSubstr("--stop-after: \"" + bad + "\" is not a whole number of seconds >= 1")) << bad;
+  }
+  EXPECT_EQ(launch_with("--case-timeout x", "true").exit_code, 2);
 }
 
 TEST(CompactResult, DropsBulkNeverNumbers) {

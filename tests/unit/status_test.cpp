@@ -125,6 +125,15 @@ TEST(DerivedStatus, Rfc3339Timestamp) {
 namespace dlbench {
 namespace {
 
+TEST(TimeoutMessage, NamesTheLimitAndTheRepeatsKeptAndIsKnownAgain) {
+  EXPECT_EQ(timeout_message(900), "no result within limits.caseTimeoutSeconds (900 s)");
+  EXPECT_EQ(timeout_message(60, 1), "no result within limits.caseTimeoutSeconds (60 s); the 1 repeat measured before is kept, unjudged");
+  EXPECT_EQ(timeout_message(60, 4), "no result within limits.caseTimeoutSeconds (60 s); the 4 repeats measured before are kept, unjudged");
+  EXPECT_TRUE(is_timeout_message(timeout_message(5) + "; no result document (exit code 143): ..."));
+  EXPECT_FALSE(is_timeout_message("no result document (exit code 1): no result within limits.caseTimeoutSeconds (5 s)"));
+  EXPECT_FALSE(is_timeout_message(""));
+}
+
 TEST(StoppedMessage, TheJobsLastLinesFollowLeavingOutRulesAndTheWorkersOwnLine) {
   const std::string said = "stopped by SIGTERM after 2 repeats";
   const std::deque<std::string> lines{"  case 1x2 repeat 2/30: 12.19 samples/s",

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <vector>
@@ -46,6 +47,20 @@ inline constexpr const char* kReasonStopped = "Stopped";
 // saying the message are left out.
 std::string stopped_message_with_last_lines(const std::string& message, const std::deque<std::string>& last_lines,
                                             std::size_t limit = 1024);
+// Why a case timed out, as dlbench run, dlbench launch and the operator all word it: "no result
+// within limits.caseTimeoutSeconds (N s)", and where its worker, stopped at the deadline, wrote
+// the repeats it had measured (`kept_repeats` of them), "; the K repeats measured before are
+// kept, unjudged". is_timeout_message knows the words again in a launcher's termination message.
+std::string timeout_message(std::int64_t case_timeout_seconds, std::size_t kept_repeats = 0);
+bool is_timeout_message(const std::string& message);
+// dlbench launch, told to stop its command at the case's deadline (--stop-after), gives it this
+// long to end (rank 0 writing what it measured, mpirun stopping the ranks) before SIGKILL; within
+// a pod's default terminationGracePeriodSeconds (30 s).
+inline constexpr int kLaunchStopGraceSeconds = 15;
+// The operator has its launcher stop the case at limits.caseTimeoutSeconds; its own deadline, and
+// the launcher Job's activeDeadlineSeconds, come this much later, the time the launcher has to
+// stop the case and hand back what it measured (its grace, and 5 s for the pod's end to arrive).
+inline constexpr int kLauncherStopMarginSeconds = kLaunchStopGraceSeconds + 5;
 // RdmaNotUsed (nccl_log.hpp) is permanent too: the next attempt meets the same fabric; and so
 // is LossNotFinite (benchmark_run.hpp): the next attempt diverges the same way.
 bool failure_is_permanent(const std::string& reason);
