@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "dlbench/core/codec.hpp"
+#include "dlbench/core/status.hpp"
 #include "dlbench/core/worker_command.hpp"
 
 namespace dlbench::operator_ {
@@ -398,10 +399,16 @@ json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, i
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
 }
 
-std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config) {
-  std::vector<std::string> command{"dlbench", "launch", "--termination-log", kTerminationLog, "--",
-                                   "mpirun", "--hostfile", std::string(kConfigMount) + "/hostfile",
-                                   "-np", std::to_string(c.devices()), "--bind-to", "none", "--map-by", "slot"};
+std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config,
+                                          std::optional<std::int64_t> seconds_left) {
+  std::vector<std::string> command{"dlbench", "launch", "--termination-log", kTerminationLog};
+  const std::int64_t limit = run.spec.limits.case_timeout_seconds;
+  // None left: this operator's deadline and the Job's are the case's end.
+  if (const std::int64_t stop_after = seconds_left.value_or(limit); stop_after >= 1) {
+    command.insert(command.end(), {"--stop-after", std::to_string(stop_after), "--case-timeout", std::to_string(limit)});
+  }
+  command.insert(command.end(), {"--", "mpirun", "--hostfile", std::string(kConfigMount) + "/hostfile", "-np",
+                                 std::to_string(c.devices()), "--bind-to", "none", "--map-by", "slot"});
   for (const auto& e : run.spec.worker.env) {  // user variables reach every rank
     command.push_back("-x");
     command.push_back(e.name);
@@ -414,7 +421,8 @@ std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpe
   return command;
 }
 
-json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config) {
+json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config,
+                        std::optional<std::int64_t> seconds_left) {
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
   json env = user_env(run);
   env.push_back({{"name", "OMPI_MCA_orte_keep_fqdn_hostnames"}, {"value", "true"}});
@@ -428,7 +436,7 @@ json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt,
   }
   json container{{"name", "launcher"},
                  {"image", image(run, config)},
-                 {"command", launcher_command(run, c, config)},
+                 {"command", launcher_command(run, c, config, seconds_left)},
                  {"env", env},
                  {"terminationMessagePath", kTerminationLog},
                  {"terminationMessagePolicy", "FallbackToLogsOnError"},
@@ -450,7 +458,8 @@ json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt,
           {"metadata", metadata(run, c, attempt, n.launcher, "launcher")},
           {"spec",
            {{"backoffLimit", 0},  // retries are the operator's (limits.backoffLimit), with fresh objects
-            {"activeDeadlineSeconds", run.spec.limits.case_timeout_seconds},
+            // A backstop: the launcher stops the case itself at the limit, to hand back its repeats.
+            {"activeDeadlineSeconds", run.spec.limits.case_timeout_seconds + kLauncherStopMarginSeconds},
             {"template", {{"metadata", pod_meta}, {"spec", pod_spec}}}}}};
 }
 

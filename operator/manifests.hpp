@@ -12,6 +12,7 @@
 // default worker image; worker 0's termination message is the result.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -78,9 +79,15 @@ void apply_pod_template_overrides(nlohmann::json& pod_metadata, nlohmann::json& 
 // Whether the run's overrides put the `role` pods on the node's network (sshd then listens on
 // kHostNetworkSshPort, and cluster DNS is kept with dnsPolicy ClusterFirstWithHostNet).
 bool uses_host_network(const BenchmarkRun& run, std::string_view role);
-nlohmann::json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config);
+// `seconds_left`: of the case's limits.caseTimeoutSeconds, when the launcher is made (none: all of
+// them); the launcher stops the case when they are spent, and the repeats measured come back as
+// a Timeout result before this operator's own deadline (kLauncherStopMarginSeconds later), which
+// the Job's activeDeadlineSeconds backs.
+nlohmann::json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config,
+                                  std::optional<std::int64_t> seconds_left = std::nullopt);
 // The launcher's command: mpirun over the hostfile, the case's dlbench-worker arguments.
-std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config);
+std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config,
+                                          std::optional<std::int64_t> seconds_left = std::nullopt);
 
 CaseObjects build_case_objects(const BenchmarkRun& run, const CaseSpec& c, int attempt, const SshKeyPair& keys,
                                const OperatorConfig& config);

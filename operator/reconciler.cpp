@@ -147,7 +147,9 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
       message = "launcher " + launcher_pod->name + ": " + launcher_pod->failure_message +
                 (message.empty() ? "" : "; last output: " + message);
     }
+    // The Job's deadline, or the launcher's own stop at the case's (its message says which words).
     if (launcher_job != nullptr && launcher_job->failure_reason == "DeadlineExceeded") reason = "Timeout";
+    if (launcher_pod != nullptr && is_timeout_message(launcher_pod->termination_message)) reason = "Timeout";
     if (message.empty() && launcher_pod != nullptr) message = launcher_pod->failure_message;
     if (message.empty() && launcher_job != nullptr) message = launcher_job->failure_message;
     outcome.result = failure(current.spec, reason, message.substr(0, 1024), attempt, world.now);
@@ -155,11 +157,12 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   }
   // 4. Out of time.
   const std::optional<TimePoint> clock = attempt_clock(run, current, attempt, world);
-  const auto limit = std::chrono::seconds(run.spec.limits.case_timeout_seconds);
+  // A launcher stops the case at the limit itself and hands back what it measured: given the time.
+  const auto limit = std::chrono::seconds(run.spec.limits.case_timeout_seconds +
+                                          (launcher_job != nullptr ? kLauncherStopMarginSeconds : 0));
   if (clock && world.now - *clock > limit) {
     outcome.finished = true;
-    std::string message = "no result within limits.caseTimeoutSeconds (" +
-                          std::to_string(run.spec.limits.case_timeout_seconds) + " s)";
+    std::string message = timeout_message(run.spec.limits.case_timeout_seconds);
     if (unschedulable != nullptr) message += "; worker " + unschedulable->name + " unschedulable: " + unschedulable->failure_message;
     outcome.result = failure(current.spec, unschedulable != nullptr ? "Unschedulable" : "Timeout", message, attempt,
                              world.now);
@@ -201,7 +204,13 @@ void create_missing(const BenchmarkRun& run, const PlannedCase& current, int att
   }
   // The launcher must not race its workers: it starts when every sshd answers.
   if (!wrapped && ready == current.spec.nodes && !present.contains("Job/" + names.launcher)) {
-    actions.create.push_back(build_launcher_job(run, current.spec, attempt, config));
+    // The launcher stops the case when its time is spent, to hand back what it measured.
+    std::optional<std::int64_t> seconds_left;
+    if (const auto clock = attempt_clock(run, current, attempt, world)) {
+      seconds_left = run.spec.limits.case_timeout_seconds -
+                     std::chrono::duration_cast<std::chrono::seconds>(world.now - *clock).count();
+    }
+    actions.create.push_back(build_launcher_job(run, current.spec, attempt, config, seconds_left));
     actions.events.push_back(
         {"Normal", "LauncherCreated", current.id + " attempt " + std::to_string(attempt), "Job/" + names.launcher});
   }

@@ -316,6 +316,26 @@ class EndToEnd(unittest.TestCase):
         row = self.kubectl("get", "br", "deeplab").splitlines()[1].split()
         self.assertEqual(row[:3], ["deeplab", "deeplabv3plus", "Succeeded"])
 
+    def test_a_case_past_its_time_limit_keeps_the_repeats_it_measured(self):
+        # A thousand repeats outlast 30 s: the launcher stops the case at its limit (its real
+        # dlbench launch --stop-after, mpirun, two ranks), rank 0 writes what it measured, and the
+        # case's result is a Timeout that keeps those repeats. Before, the deadline lost them all.
+        run = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "late"},
+               "spec": {"model": "resnet50", "data": {"source": "synthetic", "imageSize": 32},
+                        "cases": [{"nodes": 1, "gpusPerNode": 2, "batchSizePerDevice": 1, "precision": "fp32"}],
+                        "methodology": {"warmupSteps": 1, "measureSteps": 3, "repeats": 1000},
+                        "limits": {"backoffLimit": 0, "caseTimeoutSeconds": 30}}}
+        self.apply(run)
+        wait_for(lambda: self.finished("late"), 180, "the late run to finish")
+        result = self.run_object("late")["status"]["results"][0]
+        self.assertEqual((result["state"], result["reason"]), ("Failed", "Timeout"), result)
+        kept = len(result.get("throughput", {}).get("repeats", []))
+        self.assertGreaterEqual(kept, 1, result)
+        self.assertLess(kept, 1000)
+        self.assertEqual(result["message"], "no result within limits.caseTimeoutSeconds (30 s); the "
+                         f"{kept} {'repeat measured before is' if kept == 1 else 'repeats measured before are'} kept, unjudged")
+        self.assertEqual(result["attempts"], 1)
+
     def test_imagefolder_on_a_claim_is_mounted_and_read_by_every_rank(self):
         # 2 classes × 8 JPEGs and one broken file: each rank's shard is 8 or 9 files, so every
         # rank goes through several epochs and the broken file is met.

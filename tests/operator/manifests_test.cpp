@@ -13,6 +13,7 @@
 #include "../support/test_support.hpp"
 #include "child_names.hpp"
 #include "dlbench/core/codec.hpp"
+#include "dlbench/core/status.hpp"
 #include "manifests.hpp"
 #include "ssh_keys.hpp"
 
@@ -130,6 +131,27 @@ TEST(Manifests, EveryLocalRankHasANamedMetricsPort) {
   EXPECT_THAT(command, Contains("9500"));
 }
 
+// dlbench launch's own options, before the "--" that starts mpirun: stop the case when what is left
+// of limits.caseTimeoutSeconds (sample_run: 900 s) is spent; the Job's deadline is a backstop after.
+TEST(Manifests, TheLauncherStopsTheCaseAtItsLimitToHandBackItsRepeats) {
+  const auto stop_at = [](const std::vector<std::string>& command) -> std::string {
+    const auto stop = std::find(command.begin(), command.end(), "--stop-after");
+    if (stop == command.end()) return "never";
+    EXPECT_LT(stop, std::find(command.begin(), command.end(), "--"));
+    EXPECT_EQ(*(stop + 2), "--case-timeout");
+    EXPECT_EQ(*(stop + 3), "900");
+    return *(stop + 1);
+  };
+  EXPECT_EQ(stop_at(launcher_command(sample_run(), k2x8, OperatorConfig{})), "900");
+  EXPECT_EQ(stop_at(launcher_command(sample_run(), k2x8, OperatorConfig{}, 300)), "300");
+  EXPECT_EQ(stop_at(launcher_command(sample_run(), k2x8, OperatorConfig{}, 1)), "1");
+  EXPECT_EQ(stop_at(launcher_command(sample_run(), k2x8, OperatorConfig{}, 0)), "never");
+  EXPECT_EQ(stop_at(launcher_command(sample_run(), k2x8, OperatorConfig{}, -5)), "never");
+  const json job = build_launcher_job(sample_run(), k2x8, 1, OperatorConfig{}, 600);
+  EXPECT_EQ(stop_at(job["spec"]["template"]["spec"]["containers"][0]["command"]), "600");
+  EXPECT_EQ(job["spec"]["activeDeadlineSeconds"], 900 + kLauncherStopMarginSeconds);
+}
+
 TEST(Manifests, NoRdmaMeansNoRdmaResourceAndNoIpcLock) {
   const json pod = build_worker_pod(sample_run(false), k2x8, 1, 0, OperatorConfig{});
   const json& c = pod["spec"]["containers"][0];
@@ -170,7 +192,7 @@ TEST(Manifests, LauncherRunsMpirunWithTheCaseArguments) {
   const BenchmarkRun run = sample_run();
   const json job = build_launcher_job(run, k2x8, 1, OperatorConfig{});
   EXPECT_EQ(job["spec"]["backoffLimit"], 0);
-  EXPECT_EQ(job["spec"]["activeDeadlineSeconds"], 900);
+  EXPECT_EQ(job["spec"]["activeDeadlineSeconds"], 900 + kLauncherStopMarginSeconds);  // the launcher stops at 900
   const json& c = job["spec"]["template"]["spec"]["containers"][0];
   EXPECT_EQ(c["terminationMessagePolicy"], "FallbackToLogsOnError");
   const auto command = c["command"].get<std::vector<std::string>>();

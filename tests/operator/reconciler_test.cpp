@@ -1,6 +1,7 @@
 // The reconciler against a fake cluster: a map of objects that applies its actions, and a
 // simulated kubelet that starts pods, finishes launchers with real result documents, kills
 // workers, and lets time pass.
+#include <algorithm>
 #include <map>
 
 #include <gmock/gmock.h>
@@ -523,6 +524,73 @@ TEST(Reconciler, TimeoutSaysWhyWhenWorkersCannotBeScheduled) {
   ASSERT_EQ(s.results.size(), 1u);
   EXPECT_EQ(s.results[0].reason, "Unschedulable");
   EXPECT_THAT(s.results[0].message, HasSubstr("Insufficient nvidia.com/gpu"));
+}
+
+// The launcher is told to stop the case when its limit is spent, counted from the attempt's start
+// (the workers' wait is spent already); this operator waits kLauncherStopMarginSeconds more for it,
+// and the repeats measured come back as a Timeout result that keeps them.
+TEST(Reconciler, TheLauncherStopsTheCaseAtItsLimitAndTheRepeatsComeBackAsATimeout) {
+  FakeCluster cluster(scaling_run(0));
+  cluster.step();
+  cluster.now += 100s;  // the workers' images pulled, sshd started
+  cluster.make_workers_ready();
+  cluster.step();
+  const std::vector<std::string> command = cluster.job()["spec"]["template"]["spec"]["containers"][0]["command"];
+  const auto stop = std::find(command.begin(), command.end(), "--stop-after");
+  ASSERT_NE(stop, command.end());
+  ASSERT_LT(stop + 3, command.end());
+  EXPECT_EQ(*(stop + 1), "3500");
+  EXPECT_EQ(*(stop + 2), "--case-timeout");
+  EXPECT_EQ(*(stop + 3), "3600");
+  EXPECT_LT(stop, std::find(command.begin(), command.end(), "--")) << "dlbench launch's own option";
+
+  cluster.now += 3500s + 2s;  // the limit is spent; the launcher is stopping the case
+  cluster.step();
+  EXPECT_TRUE(cluster.status().results.empty()) << "the launcher has its margin to hand back the repeats";
+  auto timed_out = json::parse(cluster.result_for("1x1-bs128-amp", 1000.0));
+  timed_out["state"] = "Failed";
+  timed_out["reason"] = "Timeout";
+  timed_out["message"] = timeout_message(3600, 3);
+  cluster.now += 3s;
+  cluster.finish_launcher(timed_out.dump(), false);
+  cluster.step();
+  const auto s = cluster.status();
+  ASSERT_EQ(s.results.size(), 1u);
+  const CaseResult& r = s.results[0];
+  EXPECT_EQ(r.state, CaseState::Failed);
+  EXPECT_EQ(r.reason, "Timeout");
+  EXPECT_EQ(r.message, timeout_message(3600, 3));
+  ASSERT_TRUE(r.throughput);
+  EXPECT_EQ(r.throughput->repeats.size(), 3u) << "the repeats measured before the stop are kept";
+}
+
+// Stopped at its deadline before rank 0 had a repeat, the launcher has no document: its words
+// still say Timeout. A launcher that never ends is timed out kLauncherStopMarginSeconds after the
+// limit, by this operator.
+TEST(Reconciler, ALauncherStoppedWithoutAResultIsATimeoutAndOneThatNeverEndsIsTimedOutAfterItsMargin) {
+  FakeCluster cluster(scaling_run(0));
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.step();
+  cluster.finish_launcher(timeout_message(3600) + "; no result document (exit code 143): mpirun: Forwarding signal 15",
+                          false);
+  cluster.step();
+  ASSERT_EQ(cluster.status().results.size(), 1u);
+  EXPECT_EQ(cluster.status().results[0].reason, "Timeout");
+  EXPECT_THAT(cluster.status().results[0].message, HasSubstr("no result document (exit code 143)"));
+
+  cluster.step();  // the next case
+  cluster.make_workers_ready();
+  cluster.step();
+  ASSERT_EQ(cluster.names("Job").size(), 1u);
+  cluster.now += 3600s + std::chrono::seconds(kLauncherStopMarginSeconds) - 1s;
+  cluster.step();
+  EXPECT_EQ(cluster.status().results.size(), 1u);
+  cluster.now += 2s;
+  cluster.step();
+  ASSERT_EQ(cluster.status().results.size(), 2u);
+  EXPECT_EQ(cluster.status().results[1].reason, "Timeout");
+  EXPECT_EQ(cluster.status().results[1].message, timeout_message(3600));
 }
 
 TEST(Reconciler, ARestartedOperatorNeverRunsAFinishedCaseAgain) {
