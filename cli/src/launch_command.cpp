@@ -117,6 +117,7 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
   const auto started = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> stopped_at;
   bool deadline_reached = false, killed = false, reaped = false;
+  std::chrono::steady_clock::time_point reaped_at;
   int status = 0;
   const auto stop = [&](const char* why) {
     stopped_at = std::chrono::steady_clock::now();
@@ -124,7 +125,7 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
         << " s later)\n";
     kill(pid, SIGTERM);
   };
-  while ((out_open || err_open) && !reaped) {
+  while (out_open || err_open) {
     const auto now = std::chrono::steady_clock::now();
     if (!stopped_at && stop_signal != 0) stop(stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
     if (!stopped_at && options.stop_after_seconds > 0 &&
@@ -137,16 +138,20 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
       killed = true;
     }
     // Killed, the command may leave children holding its pipes open (mpirun's ssh): its own end
-    // is the end.
-    if (killed && waitpid(pid, &status, WNOHANG) == pid) reaped = true;
+    // is the end, once what it wrote before is read.
+    if (killed && !reaped && waitpid(pid, &status, WNOHANG) == pid) {
+      reaped = true;
+      reaped_at = now;
+    }
+    if (reaped && now - reaped_at > std::chrono::seconds(2)) break;  // its orphans still writing
     fd_set fds;
     FD_ZERO(&fds);
     if (out_open) FD_SET(out_pipe[0], &fds);
     if (err_open) FD_SET(err_pipe[0], &fds);
-    timeval tick{0, 200'000};
+    timeval tick{0, reaped ? 0 : 200'000};
     const int ready = select(std::max(out_pipe[0], err_pipe[0]) + 1, &fds, nullptr, nullptr, &tick);
     if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) break;
+    if (ready < 0 || (reaped && ready == 0)) break;
     if (out_open && FD_ISSET(out_pipe[0], &fds)) {
       const ssize_t n = read(out_pipe[0], buffer, sizeof buffer);
       if (n <= 0) out_open = false; else stdout_text.append(buffer, static_cast<std::size_t>(n));

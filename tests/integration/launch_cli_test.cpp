@@ -103,18 +103,19 @@ TEST_F(LaunchCli, AFailedRanksResultBeatsRankZerosStoppedOneAndAStoppedOneGetsTh
 }
 
 // The case's deadline (the operator's --stop-after): the worker is stopped as mpirun would stop
-// it, and the repeats it measured come back as a Timeout result, valid, that keeps them.
+// it, and the repeats it measured come back as a Timeout result, valid, that keeps them. (30 s:
+// the first repeat needs a few on a machine busy with a build; a thousand outlast it anywhere.)
 TEST_F(LaunchCli, AtItsDeadlineTheCaseIsStoppedAndItsRepeatsComeBackAsATimeout) {
   const auto start = std::chrono::steady_clock::now();
   const auto o = testing::run_shell(std::string(DLBENCH_CLI_BINARY) +
-                                        " launch --termination-log message --stop-after 10 --case-timeout 60 -- env "
+                                        " launch --termination-log message --stop-after 30 --case-timeout 60 -- env "
                                         "OMP_NUM_THREADS=1 " + DLBENCH_WORKER_BINARY +
                                         " --model resnet50 --image-size 32 --batch-size 1 --warmup-steps 1"
                                         " --measure-steps 3 --repeats 1000",
                                     dir_.string());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10 + kLaunchStopGraceSeconds));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30 + kLaunchStopGraceSeconds));
   EXPECT_EQ(o.exit_code, 128 + SIGTERM) << o.err;
-  EXPECT_THAT(o.err, HasSubstr("dlbench launch: the case's deadline, 10 s: stopping the command"));
+  EXPECT_THAT(o.err, HasSubstr("dlbench launch: the case's deadline, 30 s: stopping the command"));
   const auto document = nlohmann::json::parse(message());
   const auto decoded = decode_result_document(document);
   ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
