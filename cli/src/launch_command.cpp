@@ -121,9 +121,11 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
   int status = 0;
   const auto stop = [&](const char* why) {
     stopped_at = std::chrono::steady_clock::now();
-    err << "dlbench launch: " << why << ": stopping the command (SIGTERM; SIGKILL " << kLaunchStopGraceSeconds
+    err << "dlbench launch: " << why << ": stopping the command (SIGUSR1; SIGKILL " << kLaunchStopGraceSeconds
         << " s later)\n";
-    kill(pid, SIGTERM);
+    // SIGUSR1, not SIGTERM: mpirun passes it on to every rank and goes on relaying their output,
+    // where a SIGTERM makes it tear the job down and can drop the document rank 0 then writes.
+    kill(pid, SIGUSR1);
   };
   while (out_open || err_open) {
     const auto now = std::chrono::steady_clock::now();

@@ -10,7 +10,7 @@ struct LaunchOptions {
   std::string termination_log = "/dev/termination-log";
   std::vector<std::string> command;  // mpirun … dlbench-worker … (the worker prints JSON on stdout)
   // The case's deadline, as the operator left it to this launcher: after `stop_after_seconds`
-  // (0: never) the command is stopped as a SIGTERM would stop it, and the repeats rank 0 then
+  // (0: never) the command is stopped with SIGUSR1 (mpirun passes it on to every rank), and the repeats rank 0 then
   // writes (Stopped) become a Timeout result naming limits.caseTimeoutSeconds, `case_timeout_seconds`.
   long stop_after_seconds = 0;
   long case_timeout_seconds = 0;
@@ -19,9 +19,9 @@ struct LaunchOptions {
 // Runs the command; its stdout must be one dlbench.result/v1 document (rank 0's). Writes the
 // validated document, compact and under the limit, to the termination log; without a valid
 // document, writes the command's last stderr lines there instead (and exits non-zero). SIGTERM
-// and SIGINT (a pod's deletion, the Job's activeDeadlineSeconds) are passed on to the command,
-// once, so that mpirun stops the ranks and rank 0 writes its repeats, rather than all of it
-// dying unheard: as PID 1 in its container, this process would otherwise ignore them.
+// and SIGINT (a pod's deletion, the Job's activeDeadlineSeconds) stop the command the same way,
+// once, so that rank 0 writes its repeats rather than all of it dying unheard: as PID 1 in its
+// container, this process would otherwise ignore them.
 int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace dlbench::cli

@@ -208,7 +208,7 @@ void add_launch(CLI::App& app, dlbench::cli::LaunchOptions& o) {
   };
   dlbench::add_text_option(
       *c, "--stop-after", [&o, seconds](const std::string& v) { o.stop_after_seconds = seconds("--stop-after", v); },
-      "stop the command (SIGTERM, then SIGKILL " + std::to_string(dlbench::kLaunchStopGraceSeconds) +
+      "stop the command (SIGUSR1, which mpirun passes on to every rank, then SIGKILL " + std::to_string(dlbench::kLaunchStopGraceSeconds) +
           " s later) this long after it starts: the repeats rank 0 measured become a Timeout result",
       "SECONDS");
   dlbench::add_text_option(

@@ -114,7 +114,7 @@ TEST_F(LaunchCli, AtItsDeadlineTheCaseIsStoppedAndItsRepeatsComeBackAsATimeout) 
                                         " --measure-steps 3 --repeats 1000",
                                     dir_.string());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30 + kLaunchStopGraceSeconds));
-  EXPECT_EQ(o.exit_code, 128 + SIGTERM) << o.err;
+  EXPECT_EQ(o.exit_code, 128 + SIGUSR1) << o.err;
   EXPECT_THAT(o.err, HasSubstr("dlbench launch: the case's deadline, 30 s: stopping the command"));
   const auto document = nlohmann::json::parse(message());
   const auto decoded = decode_result_document(document);
@@ -143,27 +143,27 @@ TEST_F(LaunchCli, ASigtermIsPassedOnAndTheRepeatsMeasuredAreKeptAsStopped) {
                                         " kill -TERM $launcher; wait $launcher; }",
                                     dir_.string());
   const std::string err = testing::slurp(dir_ / "launch.err");
-  EXPECT_EQ(o.exit_code, 128 + SIGTERM) << err;
+  EXPECT_EQ(o.exit_code, 128 + SIGUSR1) << err;
   EXPECT_THAT(err, HasSubstr("dlbench launch: SIGTERM: stopping the command"));
   const auto decoded = decode_result_document(nlohmann::json::parse(message()));
   ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
   EXPECT_EQ(decoded.value->reason, kReasonStopped);
   ASSERT_TRUE(decoded.value->throughput);
   EXPECT_GE(decoded.value->throughput->repeats.size(), 1u);
-  EXPECT_THAT(decoded.value->message, HasSubstr("stopped by SIGTERM after "));
+  EXPECT_THAT(decoded.value->message, HasSubstr("stopped by SIGUSR1 after "));
 }
 
 // Stopped at the deadline without a document, the launcher's words say Timeout (the operator
-// knows them again); a command that ignores SIGTERM is killed kLaunchStopGraceSeconds later, and
+// knows them again); a command that ignores the stop is killed kLaunchStopGraceSeconds later, and
 // its children, still holding its output open, do not hold the launcher (mpirun's ssh would).
 TEST_F(LaunchCli, AtItsDeadlineACommandWithoutAResultIsATimeoutAndOneThatIgnoresTheStopIsKilled) {
   const auto quiet = launch_with("--stop-after 1 --case-timeout 30", "sleep 60");
-  EXPECT_EQ(quiet.exit_code, 128 + SIGTERM);
+  EXPECT_EQ(quiet.exit_code, 128 + SIGUSR1);
   EXPECT_TRUE(is_timeout_message(message())) << message();
-  EXPECT_THAT(message(), HasSubstr("no result within limits.caseTimeoutSeconds (30 s); no result document (exit code 143)"));
+  EXPECT_THAT(message(), HasSubstr("no result within limits.caseTimeoutSeconds (30 s); no result document (exit code 138)"));
 
   const auto start = std::chrono::steady_clock::now();
-  const auto stubborn = launch_with("--stop-after 1", "sh -c 'trap \"\" TERM; echo deaf >&2; sleep 120; sleep 1'");
+  const auto stubborn = launch_with("--stop-after 1", "sh -c 'trap \"\" USR1; echo deaf >&2; sleep 120; sleep 1'");
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_GE(took, std::chrono::seconds(1 + kLaunchStopGraceSeconds));
   EXPECT_LT(took, std::chrono::seconds(1 + kLaunchStopGraceSeconds + 20));

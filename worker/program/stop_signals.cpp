@@ -22,6 +22,7 @@ sigset_t stop_signals() {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGUSR1);
   return set;
 }
 
@@ -29,9 +30,12 @@ sigset_t stop_signals() {
   for (;;) {
     int signal_number = 0;
     if (sigwait(&set, &signal_number) != 0) continue;
-    const char* name = signal_number == SIGTERM ? "SIGTERM" : "SIGINT";
+    const char* name = signal_number == SIGTERM ? "SIGTERM" : signal_number == SIGINT ? "SIGINT" : "SIGUSR1";
     {
       const std::lock_guard lock(last_words_mutex);
+      // SIGUSR1 asks the rank that keeps the repeats to write them; mpirun passes it to every
+      // rank, and the others go on until rank 0's end ends the job.
+      if (signal_number == SIGUSR1 && !current_last_words) continue;
       if (current_last_words) {
         std::optional<int> code;
         try {
