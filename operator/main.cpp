@@ -29,24 +29,7 @@ constexpr const char* kDescription = "dlbench-operator — runs BenchmarkRuns (d
 
 // A whole number in [low, high], or an error naming the flag and the range.
 int parse_int(const std::string& flag, const std::string& value, int low, int high) {
-  try {
-    std::size_t used = 0;
-    const long parsed = std::stol(value, &used);
-    if (used == value.size() && parsed >= low && parsed <= high) return static_cast<int>(parsed);
-  } catch (const std::exception&) {
-  }
-  throw UsageError{flag + " must be a whole number from " + std::to_string(low) + " to " + std::to_string(high) +
-                   ", got \"" + dlbench::printable(value) + "\""};
-}
-
-// One of `allowed`, or an error naming the flag and the allowed values.
-std::string parse_choice(const std::string& flag, const std::string& value, std::initializer_list<const char*> allowed) {
-  std::string listed;
-  for (const char* a : allowed) {
-    if (value == a) return value;
-    listed += (listed.empty() ? "" : ", ") + std::string(a);
-  }
-  throw UsageError{flag + " must be one of " + listed + ", got \"" + dlbench::printable(value) + "\""};
+  return static_cast<int>(dlbench::parse_bounded(flag, value, low, high));
 }
 
 std::string parse_quantity(const std::string& flag, const std::string& value) {
@@ -86,7 +69,7 @@ void add_flags(CLI::App& app, OperatorFlags& f) {
   add_text_option(
       app, "--worker-image-pull-policy",
       [&config](const std::string& v) {
-        config.image_pull_policy = parse_choice("--worker-image-pull-policy", v, {"Always", "IfNotPresent", "Never"});
+        config.image_pull_policy = dlbench::one_of("--worker-image-pull-policy", v, {"Always", "IfNotPresent", "Never"});
       },
       "Always | IfNotPresent | Never for the pods' containers (default: Kubernetes')", "P");
   add_text_option(
@@ -101,15 +84,15 @@ void add_flags(CLI::App& app, OperatorFlags& f) {
       "Q");
   add_text_option(
       app, "--worker-backend",
-      [&config](const std::string& v) { config.worker_backend = parse_choice("--worker-backend", v, {"cuda", "cpu"}); },
+      [&config](const std::string& v) { config.worker_backend = dlbench::one_of("--worker-backend", v, {"cuda", "cpu"}); },
       "cuda (default) | cpu", "B");
   add_text_option(
       app, "--communicator",
-      [&config](const std::string& v) { config.communicator = parse_choice("--communicator", v, {"nccl", "mpi"}); },
+      [&config](const std::string& v) { config.communicator = dlbench::one_of("--communicator", v, {"nccl", "mpi"}); },
       "nccl (default) | mpi", "C");
   add_text_option(
       app, "--leader-elect",
-      [&f](const std::string& v) { f.leader_elect = parse_choice("--leader-elect", v, {"true", "false"}) == "true"; },
+      [&f](const std::string& v) { f.leader_elect = dlbench::one_of("--leader-elect", v, {"true", "false"}) == "true"; },
       "lead through a Lease before reconciling (default false; on with replicas > 1)", "true|false");
   add_text_option(app, "--lease-namespace", [&f](const std::string& v) { f.lease_namespace = v; },
                   "where the Lease \"dlbench-operator\" lives (default: default)", "NS");
@@ -121,7 +104,7 @@ void add_flags(CLI::App& app, OperatorFlags& f) {
       "N");
   add_text_option(
       app, "--log-level",
-      [&f](const std::string& v) { f.options.log_unchanged = parse_choice("--log-level", v, {"info", "debug"}) == "debug"; },
+      [&f](const std::string& v) { f.options.log_unchanged = dlbench::one_of("--log-level", v, {"info", "debug"}) == "debug"; },
       "info (default): every reconcile that changed something, every error | debug: also those that changed nothing",
       "L");
 }

@@ -1,12 +1,14 @@
 // dlbench: the command-line front end of the dlbench benchmark.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <iostream>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/command_line.hpp"
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/status.hpp"
@@ -22,6 +24,9 @@ namespace {
 using dlbench::one_of;
 using dlbench::printable;
 using dlbench::UsageError;
+
+// More devices than any host offers: a --max-devices beyond it is a typo.
+constexpr std::int64_t kMaxDevices = 65536;
 
 // After the commands in `dlbench help`: how each is called, at a glance.
 constexpr const char* kSynopsis = R"(Usage:
@@ -84,16 +89,7 @@ void add_run(CLI::App& app, dlbench::cli::RunOptions& o) {
       "auto | cpu | cuda; auto: cuda when dlbench-worker sees a GPU (default auto)", "B");
   add_text_option(
       *c, "--max-devices",
-      [&o](const std::string& v) {
-        try {
-          std::size_t used = 0;
-          o.max_devices = std::stoi(v, &used);
-          if (used != v.size()) o.max_devices = 0;
-        } catch (const std::exception&) {
-          o.max_devices = 0;
-        }
-        if (o.max_devices < 1) throw UsageError{"--max-devices: \"" + printable(v) + "\" is not a whole number >= 1"};
-      },
+      [&o](const std::string& v) { o.max_devices = static_cast<int>(dlbench::parse_bounded("--max-devices", v, 1, kMaxDevices)); },
       "devices this host offers (default: its GPUs, or its hardware threads on the CPU)", "N");
   add_text_option(*c, "--worker", [&o](const std::string& v) { o.worker = v; },
                   "dlbench-worker to run (default: the one beside dlbench)", "PATH");
@@ -194,17 +190,9 @@ void add_launch(CLI::App& app, dlbench::cli::LaunchOptions& o) {
                                "document and writes it compactly (under 4 KiB) to the termination log.");
   dlbench::add_text_option(*c, "--termination-log", [&o](const std::string& v) { o.termination_log = v; },
                            "where the result goes (default /dev/termination-log)", "FILE");
+  // As long as a case may run: the API's bounds of limits.caseTimeoutSeconds.
   const auto seconds = [](const std::string& flag, const std::string& v) {
-    long value = 0;
-    try {
-      std::size_t used = 0;
-      value = std::stol(v, &used);
-      if (used != v.size()) value = 0;
-    } catch (const std::exception&) {
-      value = 0;
-    }
-    if (value < 1) throw UsageError{flag + ": \"" + printable(v) + "\" is not a whole number of seconds >= 1"};
-    return value;
+    return dlbench::parse_bounded(flag, v, dlbench::bounds::kCaseTimeoutSeconds.min, dlbench::bounds::kCaseTimeoutSeconds.max);
   };
   dlbench::add_text_option(
       *c, "--stop-after", [&o, seconds](const std::string& v) { o.stop_after_seconds = seconds("--stop-after", v); },

@@ -236,6 +236,13 @@ class Nodes(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("DLBENCH_BATCH_SIZE is not set", p.stderr)
 
+    def test_a_bad_number_flag_is_a_usage_error_naming_the_flag_and_the_range(self):
+        for args, words in ((["--timeout", "0"], "--timeout: 0 is out of range; allowed: 1 to 2592000"),
+                            (["--metrics-port", "http"], '--metrics-port: "http" is not a number')):
+            p = subprocess.run([EXEC, *args, "--", "true"], env=case_env(), capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertIn(words, p.stderr, args)
+
     def test_install_copies_a_self_contained_program(self):
         with tempfile.TemporaryDirectory() as tmp:
             p = subprocess.run([EXEC, "--install", tmp], capture_output=True, text=True)

@@ -274,6 +274,9 @@ class Golden(unittest.TestCase):
         p = tool("measure", self.data, "--pixel-type", "fp8", check=False)
         self.assertEqual(p.returncode, 2)
         self.assertIn('--pixel-type: "fp8" is not one of fp32, fp16, bf16', p.stderr)
+        p = tool("measure", self.data, "--threads", 0, check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--threads: 0 is out of range; allowed: 1 to 256", p.stderr)
         p = tool("measure", self.data, "--pixel-type", "fp16", "--dump-first",
                  os.path.join(self.tmp.name, "x.raw"), check=False)
         self.assertEqual(p.returncode, 2)

@@ -77,10 +77,10 @@ class OperatorProcessTest(unittest.TestCase):
 
 
     def test_bad_flags_exit_2_naming_the_flag_and_what_is_allowed(self):
-        for args, message in ((["--workers", "0"], "--workers must be a whole number from 1 to 64"),
-                              (["--worker-backend", "rocm"], "--worker-backend must be one of cuda, cpu"),
+        for args, message in ((["--workers", "0"], "--workers: 0 is out of range; allowed: 1 to 64"),
+                              (["--worker-backend", "rocm"], '--worker-backend: "rocm" is not one of cuda, cpu'),
                               (["--communicator", "mpi"], "allowed with cuda: nccl"),
-                              (["--metrics-port=x"], "--metrics-port must be a whole number from 0 to 65535"),
+                              (["--metrics-port=x"], '--metrics-port: "x" is not a number'),
                               (["--frobnicate", "1"], "unknown option --frobnicate")):
             result = subprocess.run([OPERATOR, *args, "--kubeconfig", self.kubeconfig], capture_output=True, text=True,
                                     timeout=30)

@@ -77,6 +77,28 @@ TEST(CommandLine, OneOfNamesTheFlagAndTheAllowedValues) {
   EXPECT_THROW(one_of<int>("--n", "three", {{"one", 1}, {"two", 2}}), UsageError);
 }
 
+TEST(CommandLine, ABoundedNumberSaysWhetherItIsNoNumberOrOutOfRange) {
+  EXPECT_EQ(parse_bounded("--repeats", "7", 1, 1000), 7);
+  EXPECT_EQ(parse_bounded("--port", "0", 0, 65535), 0);
+  EXPECT_EQ(parse_bounded("--offset", "-3", -5, 5), -3);
+  const auto refusal = [](const std::string& text) -> std::string {
+    try {
+      parse_bounded("--repeats", text, 1, 1000);
+    } catch (const UsageError& e) {
+      return e.message;
+    }
+    return "accepted";
+  };
+  for (const std::string bad : {"", "x", "1.5", " 3", "3 ", "+3", "0x10", "3s"}) {
+    EXPECT_EQ(refusal(bad), "--repeats: \"" + bad + "\" is not a number") << bad;
+  }
+  for (const std::string far : {"0", "-1", "1001", "99999999999999999999999"}) {
+    EXPECT_EQ(refusal(far), "--repeats: " + far + " is out of range; allowed: 1 to 1000") << far;
+  }
+  // What the user typed is quoted printably, never written raw.
+  EXPECT_THAT(refusal("\x1b[31m"), HasSubstr("\\x1b"));
+}
+
 TEST(CommandLine, HelpIsThrownForTheCallerAndWrappedUnderItsColumn) {
   CLI::App app{"test", "test"};
   use_dlbench_help(app);

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "command/command_runner.hpp"
-#include "dlbench/core/api_rules.hpp"
 #include "dlbench/core/command_line.hpp"
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/result_document.hpp"
@@ -53,15 +52,6 @@ struct Options {
   std::vector<std::string> command;
 };
 
-long parse_number(const std::string& flag, const std::string& text, IntBounds bounds) {
-  const auto value = whole_number(text, bounds);
-  if (!value) {
-    throw UsageError{flag + " \"" + printable(text.substr(0, 64)) + "\": must be a whole number in [" +
-                     std::to_string(bounds.min) + ", " + std::to_string(bounds.max) + "]"};
-  }
-  return static_cast<long>(*value);
-}
-
 std::optional<Options> parse(int argc, char** argv) {
   Options o;
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -81,11 +71,11 @@ std::optional<Options> parse(int argc, char** argv) {
   add_text_option(app, "--termination-log", [&o](const std::string& v) { o.termination_log = v; },
                   "node 0: also write it, compacted under 4096 bytes, here", "FILE");
   add_text_option(
-      app, "--timeout", [&o](const std::string& v) { o.timeout_seconds = parse_number("--timeout", v, {1, 30L * 24 * 3600}); },
+      app, "--timeout", [&o](const std::string& v) { o.timeout_seconds = parse_bounded("--timeout", v, 1, 30L * 24 * 3600); },
       "stop the command (SIGTERM, SIGKILL 10 s later) after this long (default 3600)", "SECONDS");
   add_text_option(
       app, "--metrics-port",
-      [&o](const std::string& v) { o.metrics_port = static_cast<int>(parse_number("--metrics-port", v, {0, 65535})); },
+      [&o](const std::string& v) { o.metrics_port = static_cast<int>(parse_bounded("--metrics-port", v, 0, 65535)); },
       "node 0: serve live dlbench_worker_* metrics on port N (0: any free port)", "N");
   app.add_flag("--quiet", o.quiet, "do not pass the command's output through to stderr");
   add_text_option(app, "--install", [&o](const std::string& v) { o.install_dir = v; },

@@ -46,9 +46,7 @@ struct Args {
   long number(const std::string& key, long fallback, long lo, long hi) const {
     const auto it = options.find(key);
     if (it == options.end()) return fallback;
-    const auto v = whole_number(it->second, {lo, hi});
-    if (!v) throw UsageError{"--" + key + ": \"" + it->second + "\" is not a whole number from " + std::to_string(lo) + " to " + std::to_string(hi)};
-    return static_cast<long>(*v);
+    return static_cast<long>(parse_bounded("--" + key, it->second, lo, hi));
   }
   bool on_off(const std::string& key, bool fallback) const {
     const auto it = options.find(key);

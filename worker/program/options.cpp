@@ -49,16 +49,9 @@ T parse_number(const std::string& flag, const std::string& text) {
   return value;
 }
 
-long parse_bounded(const std::string& flag, const std::string& text, long lo, long hi) {
-  const long v = parse_number<long>(flag, text);
-  if (v < lo || v > hi) {
-    throw UsageError{flag + ": " + text + " is out of range; allowed: " + std::to_string(lo) + " to " + std::to_string(hi)};
-  }
-  return v;
-}
-
-long parse_bounded(const std::string& flag, const std::string& text, IntBounds b) {
-  return parse_bounded(flag, text, static_cast<long>(b.min), static_cast<long>(b.max));
+using dlbench::parse_bounded;
+std::int64_t parse_bounded(const std::string& flag, const std::string& text, IntBounds b) {
+  return parse_bounded(flag, text, b.min, b.max);
 }
 
 double parse_real(const std::string& flag, const std::string& text, RealBounds b) {

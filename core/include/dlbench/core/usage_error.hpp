@@ -3,9 +3,12 @@
 // see CLI11.
 #pragma once
 
+#include <charconv>
+#include <cstdint>
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "dlbench/core/names.hpp"
@@ -48,6 +51,23 @@ T one_of(const std::string& flag, const std::string& text, std::span<const std::
 template <typename T>
 T one_of(const std::string& flag, const std::string& text, std::initializer_list<std::pair<const char*, T>> allowed) {
   return one_of(flag, text, std::span<const std::pair<const char*, T>>(allowed.begin(), allowed.size()));
+}
+
+// A flag's whole number within [low, high] (no sign but '-', no spaces, no fraction), else a usage
+// error naming the flag: "is not a number" or "is out of range; allowed: LOW to HIGH", the API
+// validation's words. The one reading of numeric flags in the five programs.
+inline std::int64_t parse_bounded(const std::string& flag, const std::string& text, std::int64_t low, std::int64_t high) {
+  std::int64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [stopped, error] = std::from_chars(text.data(), end, value);
+  const bool too_many_digits = error == std::errc::result_out_of_range;
+  if (text.empty() || (error != std::errc{} && !too_many_digits) || stopped != end) {
+    throw UsageError{flag + ": \"" + printable(text) + "\" is not a number"};
+  }
+  if (too_many_digits || value < low || value > high) {
+    throw UsageError{flag + ": " + printable(text) + " is out of range; allowed: " + std::to_string(low) + " to " + std::to_string(high)};
+  }
+  return value;
 }
 
 }  // namespace dlbench
