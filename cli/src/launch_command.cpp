@@ -21,6 +21,7 @@
 
 #include "dlbench/core/result_document.hpp"
 #include "dlbench/core/status.hpp"
+#include "stop_escalation.hpp"
 
 namespace dlbench::cli {
 
@@ -115,33 +116,29 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
   // A stop (a signal, or the case's deadline) goes to the command alone, never its process group:
   // mpirun stops its ranks itself, through the ssh connections a group signal would cut first.
   const auto started = std::chrono::steady_clock::now();
-  std::optional<std::chrono::steady_clock::time_point> stopped_at;
-  bool deadline_reached = false, killed = false, reaped = false;
+  StopEscalation stopper([pid](int signal) { kill(pid, signal); }, std::chrono::seconds(kLaunchStopGraceSeconds));
+  bool deadline_reached = false, reaped = false;
   std::chrono::steady_clock::time_point reaped_at;
   int status = 0;
-  const auto stop = [&](const char* why) {
-    stopped_at = std::chrono::steady_clock::now();
+  const auto stop = [&](const std::string& why, std::chrono::steady_clock::time_point now) {
     err << "dlbench launch: " << why << ": stopping the command (SIGUSR1; SIGKILL " << kLaunchStopGraceSeconds
         << " s later)\n";
     // SIGUSR1, not SIGTERM: mpirun passes it on to every rank and goes on relaying their output,
     // where a SIGTERM makes it tear the job down and can drop the document rank 0 then writes.
-    kill(pid, SIGUSR1);
+    stopper.stop(SIGUSR1, now);
   };
   while (out_open || err_open) {
     const auto now = std::chrono::steady_clock::now();
-    if (!stopped_at && stop_signal != 0) stop(stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
-    if (!stopped_at && options.stop_after_seconds > 0 &&
+    if (!stopper.stopped() && stop_signal != 0) stop(stop_signal == SIGINT ? "SIGINT" : "SIGTERM", now);
+    if (!stopper.stopped() && options.stop_after_seconds > 0 &&
         now - started >= std::chrono::seconds(options.stop_after_seconds)) {
       deadline_reached = true;
-      stop(("the case's deadline, " + std::to_string(options.stop_after_seconds) + " s").c_str());
+      stop("the case's deadline, " + std::to_string(options.stop_after_seconds) + " s", now);
     }
-    if (stopped_at && !killed && now - *stopped_at >= std::chrono::seconds(kLaunchStopGraceSeconds)) {
-      kill(pid, SIGKILL);
-      killed = true;
-    }
+    stopper.kill_when_due(now);
     // Killed, the command may leave children holding its pipes open (mpirun's ssh): its own end
     // is the end, once what it wrote before is read.
-    if (killed && !reaped && waitpid(pid, &status, WNOHANG) == pid) {
+    if (stopper.killed() && !reaped && waitpid(pid, &status, WNOHANG) == pid) {
       reaped = true;
       reaped_at = now;
     }

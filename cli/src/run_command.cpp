@@ -46,6 +46,7 @@
 #include "dlbench/core/worker_command.hpp"
 #include "dlbench/core/yaml.hpp"
 #include "run_progress.hpp"
+#include "stop_escalation.hpp"
 #include "report_command.hpp"
 
 namespace dlbench::cli {
@@ -135,6 +136,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
   running_child = pid;
   close(pipe_fds[1]);
   ChildOutcome outcome;
+  StopEscalation stop([pid](int signal) { kill(-pid, signal); }, kStopGrace);  // the whole group: mpirun and ranks
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
   std::string partial;
   std::size_t logged = 0;
@@ -168,17 +170,17 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::vector<s
         }
       }
     }
+    // Ctrl-C or past the deadline: SIGTERM, on which a worker writes the repeats it measured
+    // (Stopped), then SIGKILL for whatever is still there kStopGrace later.
     if (interrupted && !outcome.interrupted) {
       outcome.interrupted = true;
-      kill(-pid, SIGTERM);
+      stop.stop(SIGTERM);
     }
-    // Past the deadline: SIGTERM, on which a worker writes the repeats it measured (Stopped), then
-    // SIGKILL for whatever is still there kStopGrace later.
     if (!outcome.timed_out && std::chrono::steady_clock::now() > deadline) {
       outcome.timed_out = true;
-      kill(-pid, SIGTERM);
+      stop.stop(SIGTERM);
     }
-    if (outcome.timed_out && std::chrono::steady_clock::now() > deadline + kStopGrace) kill(-pid, SIGKILL);
+    stop.kill_when_due();
   }
   close(pipe_fds[0]);
   int status = 0;

@@ -1154,6 +1154,31 @@ TEST_F(RunCli, InterruptKeepsFinishedResults) {
   EXPECT_TRUE(s.results.empty());  // the interrupted case is not recorded as a result
 }
 
+// Ctrl-C on a case whose worker ignores SIGTERM: SIGKILL 10 s later, so that a hung worker cannot
+// hold the run (and the host) past the grace a stopped case is given.
+TEST_F(RunCli, AnInterruptedCaseThatIgnoresSigtermIsKilledAfterItsGrace) {
+  const std::string worker = write("deaf-worker.sh", "#!/bin/sh\ncase \" $* \" in *\" --list-devices \"*) echo 'cpu 1 "
+                                                     "precisions=fp32'; exit 0;; esac\ntrap '' TERM\nsleep 120\n");
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  const pid_t pid = dlbench_in_background("run -f " + write("run.yaml", sweep()) + " --max-devices 1 --worker " + worker);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const auto interrupted = std::chrono::steady_clock::now();
+  kill(pid, SIGINT);
+  for (int i = 0; i < 600 && !std::filesystem::exists(dir_ / "rc"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const auto took = std::chrono::steady_clock::now() - interrupted;
+  ASSERT_TRUE(std::filesystem::exists(dir_ / "rc")) << "dlbench run did not stop within 60 s of Ctrl-C";
+  EXPECT_EQ(std::stoi(testing::slurp(dir_ / "rc")), 130);
+  EXPECT_GE(took, std::chrono::seconds(9)) << "the worker was given less than its grace";
+  EXPECT_LT(took, std::chrono::seconds(40));
+  const auto s = *status("small.status.json").status;
+  const auto* failed = find_condition(s.conditions, ConditionType::Failed);
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->reason, "Interrupted");
+  testing::run_shell("pkill -f 'deaf-worker.sh' || true", dir_.string());
+}
+
 // dlbench run killed where it cannot stop its case (SIGKILL): the worker it started is not left
 // training on the host (it gets SIGTERM as its parent dies).
 TEST_F(RunCli, AKilledRunTakesItsWorkerWithIt) {
