@@ -451,6 +451,14 @@ json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt,
                                          {{"name", "hostfile"}, {"configMap", {{"name", n.hostfile}}}}})}};
   apply_scheduling(pod_spec, run);
   pod_spec.erase("nodeSelector");  // the launcher needs no GPU node
+  // Beside worker 0 where it fits: that node has pulled the image already, so the launcher starts
+  // at once and its --stop-after, counted from its own start, ends the case at the limit. A
+  // launcher still pulling when the operator's deadline comes would lose the case's repeats.
+  pod_spec["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json::array(
+      {{{"weight", 100},
+        {"podAffinityTerm",
+         {{"topologyKey", "kubernetes.io/hostname"},
+          {"labelSelector", {{"matchLabels", {{kGroupLabel, n.prefix}, {"app.kubernetes.io/component", "worker"}}}}}}}}});
   json pod_meta{{"labels", child_labels(run, c, attempt, "launcher")}};
   apply_pod_template_overrides(pod_meta, pod_spec, run, kLauncherRole);
   return {{"apiVersion", "batch/v1"},

@@ -152,6 +152,32 @@ TEST(Manifests, TheLauncherStopsTheCaseAtItsLimitToHandBackItsRepeats) {
   EXPECT_EQ(job["spec"]["activeDeadlineSeconds"], 900 + kLauncherStopMarginSeconds);
 }
 
+// The launcher's --stop-after counts from its own start: it goes beside worker 0, whose node has
+// the image, where it fits; the term selects this attempt's workers and nothing else.
+TEST(Manifests, TheLauncherPrefersWorkerZerosNodeWhereTheImageIsPulledAlready) {
+  const BenchmarkRun run = sample_run();
+  const json job = build_launcher_job(run, k2x8, 1, OperatorConfig{});
+  const json& terms =
+      job["spec"]["template"]["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+  ASSERT_EQ(terms.size(), 1u);
+  EXPECT_EQ(terms[0]["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname");
+  const json& wanted = terms[0]["podAffinityTerm"]["labelSelector"]["matchLabels"];
+  const auto matches = [&](const json& labels) {
+    for (const auto& [key, value] : wanted.items()) {
+      if (!labels.contains(key) || labels[key] != value) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(matches(build_worker_pod(run, k2x8, 1, 0, OperatorConfig{})["metadata"]["labels"]));
+  EXPECT_TRUE(matches(build_worker_pod(run, k2x8, 1, 1, OperatorConfig{})["metadata"]["labels"]));
+  EXPECT_FALSE(matches(build_worker_pod(run, k2x8, 2, 0, OperatorConfig{})["metadata"]["labels"]));  // another attempt
+  EXPECT_FALSE(matches(build_worker_pod(run, CaseSpec{1, 8, 128, Precision::amp}, 1, 0, OperatorConfig{})["metadata"]["labels"]));
+  EXPECT_FALSE(matches(job["spec"]["template"]["metadata"]["labels"]));  // not itself
+  // Preferred, never required: a full node leaves the launcher to go elsewhere.
+  EXPECT_FALSE(job["spec"]["template"]["spec"]["affinity"]["podAffinity"].contains(
+      "requiredDuringSchedulingIgnoredDuringExecution"));
+}
+
 TEST(Manifests, NoRdmaMeansNoRdmaResourceAndNoIpcLock) {
   const json pod = build_worker_pod(sample_run(false), k2x8, 1, 0, OperatorConfig{});
   const json& c = pod["spec"]["containers"][0];
@@ -406,7 +432,9 @@ TEST(Manifests, WorkersKeepOtherCasesOffTheirNodesUnlessTheRunShares) {
   EXPECT_EQ(terms[0]["namespaceSelector"], json::object());  // other namespaces' cases too
   const json expression{{"key", kGroupLabel}, {"operator", "NotIn"}, {"values", {n.prefix}}};
   EXPECT_THAT(terms[0]["labelSelector"]["matchExpressions"], Contains(expression));
-  EXPECT_FALSE(build_launcher_job(run, k2x8, 1, OperatorConfig{})["spec"]["template"]["spec"].contains("affinity"));
+  // The launcher keeps no case off its node (it only prefers its own workers' node).
+  EXPECT_FALSE(build_launcher_job(run, k2x8, 1, OperatorConfig{})["spec"]["template"]["spec"]["affinity"].contains(
+      "podAntiAffinity"));
   BenchmarkRun sharing = run;
   sharing.spec.worker.share_nodes = true;
   EXPECT_FALSE(build_worker_pod(sharing, k2x8, 1, 0, OperatorConfig{})["spec"].contains("affinity"));
