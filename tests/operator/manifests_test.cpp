@@ -583,6 +583,25 @@ TEST(PodTemplateOverrides, MergeIntoTheWorkerPodsAndKeepWhatDlbenchOwns) {
   EXPECT_FALSE(template_["spec"].contains("serviceAccountName"));
 }
 
+// The launcher's preference for its workers' node is dlbench's default: a user's own pod affinity
+// for the launcher replaces it, and an affinity of another kind sits beside it.
+TEST(PodTemplateOverrides, ALaunchersOwnPodAffinityReplacesThePreferenceForItsWorkersNode) {
+  const auto launcher_affinity = [](const char* overrides) {
+    return build_launcher_job(run_with_overrides(json::parse(overrides)), k2x8, 1, OperatorConfig{})["spec"]["template"]
+                             ["spec"]["affinity"];
+  };
+  const json own = launcher_affinity(R"([{"targetJobs": [{"name": "launcher"}],
+      "spec": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                              [{"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "x"}}}]}}}}])");
+  EXPECT_EQ(own["podAffinity"], json::parse(R"({"requiredDuringSchedulingIgnoredDuringExecution":
+                                              [{"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "x"}}}]})"));
+  const json beside = launcher_affinity(R"([{"targetJobs": [{"name": "launcher"}],
+      "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}}])");
+  EXPECT_TRUE(beside.contains("nodeAffinity"));
+  EXPECT_EQ(beside["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"],
+            "kubernetes.io/hostname");
+}
+
 TEST(PodTemplateOverrides, GuaranteedQosSetsLimitsToRequestsInEveryWorkerContainer) {
   const BenchmarkRun run = run_with_overrides(
       json::parse(R"([{"targetJobs": [{"name": "worker"}],
