@@ -18,6 +18,14 @@ std::vector<std::string> Communicator::hosts() { return allgather(local_host_nam
 
 void Communicator::abort(int exit_code) { std::_Exit(exit_code); }
 
+std::optional<int> repeats_deputy(const std::vector<std::string>& hosts) {
+  if (hosts.size() < 2) return std::nullopt;
+  for (std::size_t r = 1; r < hosts.size(); ++r) {
+    if (hosts[r] != hosts[0]) return static_cast<int>(r);
+  }
+  return 1;
+}
+
 std::optional<double> sum_where_every_rank_has(const std::optional<double>& mine, Communicator& comm) {
   if (comm.size() == 1) return mine;
   // As text, exactly (the shortest form that reads back the same double); empty where missing.

@@ -54,6 +54,12 @@ class Communicator {
 // every rank unless every rank has one. A collective: every rank calls it.
 std::optional<double> sum_where_every_rank_has(const std::optional<double>& mine, Communicator& comm);
 
+// The rank that keeps the measured repeats beside rank 0, for a stop that rank 0 cannot answer (the
+// OOM killer's SIGKILL, its node lost): the lowest rank on another host than rank 0's, which a
+// lost node does not take with it; on one host, rank 1. None for one rank. `hosts`: every rank's,
+// in rank order.
+std::optional<int> repeats_deputy(const std::vector<std::string>& hosts);
+
 // MPI_Get_library_version's text cut to its name and version: its first line up to the first
 // comma ("Open MPI v4.1.4, package: Debian OpenMPI, ..." is "Open MPI v4.1.4").
 std::string mpi_library_name(const std::string& library_version);

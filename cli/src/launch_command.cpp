@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,10 +30,23 @@ namespace dlbench::cli {
 
 namespace {
 
-// The job's stdout holds one document, or two where one rank's failure, which the others never
-// learnt of, ended the job: that rank's (dlbench-worker writes it, then aborts the job) and rank
-// 0's, stopped by mpirun, with the repeats it measured (reason Stopped). The failing rank's says
-// why, and is the case's. Throws where the text is not a sequence of JSON values.
+// The rank a Stopped document's message names ("rank 3: stopped by ..."); rank 0's names none.
+int stopped_documents_rank(const nlohmann::json& document) {
+  const std::string message = document.value("message", "");
+  constexpr std::string_view kPrefix = "rank ";
+  if (!message.starts_with(kPrefix)) return 0;
+  int rank = 0;
+  const char* end = message.data() + message.size();
+  const auto [after, error] = std::from_chars(message.data() + kPrefix.size(), end, rank);
+  return error == std::errc{} && after != end && *after == ':' ? rank : 0;
+}
+
+// The job's stdout holds one document, or more where the job was cut short: that of a rank whose
+// failure the others never learnt of (dlbench-worker writes it, then aborts the job), and the
+// Stopped ones (the repeats measured, kept) of rank 0 and of its deputy, which mpirun stops
+// then. The failing rank's says why, and is the case's; of the Stopped ones, rank 0's, and its
+// deputy's where rank 0 was ended outright (SIGKILL, its node lost). Throws where the text is not
+// a sequence of JSON values.
 nlohmann::json the_cases_document(const std::string& stdout_text) {
   std::istringstream in(stdout_text);
   std::vector<nlohmann::json> documents;
@@ -43,7 +59,9 @@ nlohmann::json the_cases_document(const std::string& stdout_text) {
   for (const auto& document : documents) {
     if (!document.is_object() || document.value("reason", "") != kReasonStopped) return document;
   }
-  return documents.front();
+  return *std::min_element(documents.begin(), documents.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return stopped_documents_rank(a) < stopped_documents_rank(b);
+  });
 }
 
 // A stop signal's number, set by its handler: the loop below passes it on.

@@ -102,6 +102,43 @@ TEST_F(LaunchCli, AFailedRanksResultBeatsRankZerosStoppedOneAndAStoppedOneGetsTh
   EXPECT_THAT(message(), HasSubstr("no result document"));
 }
 
+// Rank 0 and its deputy both stopped (another rank ended): rank 0's document is the case's, in
+// either order; the deputy's alone (rank 0 killed outright) is, with its rank named.
+TEST_F(LaunchCli, RankZerosStoppedResultBeatsItsDeputysAndTheDeputysStandsAlone) {
+  const auto made = testing::run_shell("OMP_NUM_THREADS=1 " + std::string(DLBENCH_WORKER_BINARY) +
+                                           " --model resnet50 --image-size 32 --batch-size 1 --warmup-steps 1"
+                                           " --measure-steps 1 --repeats 2 --extra-repeats 0 --output rank0.json",
+                                       dir_.string());
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  auto rank0 = nlohmann::json::parse(testing::slurp(dir_ / "rank0.json"));
+  rank0["state"] = "Failed";
+  rank0["reason"] = kReasonStopped;
+  rank0["message"] = "stopped by SIGTERM after 2 repeats";
+  for (const char* only_success : {"stability", "communication", "energyJoules", "mfu"}) rank0.erase(only_success);
+  auto deputy = rank0;
+  deputy["message"] = "rank 2: stopped by SIGTERM after 2 repeats, kept here unjudged for rank 0";
+  deputy["throughput"]["repeats"] = {1.0, 2.0};  // told apart by more than the message
+  std::ofstream(dir_ / "rank0.json") << rank0.dump(2) << "\n";
+  std::ofstream(dir_ / "deputy.json") << deputy.dump(2) << "\n";
+  for (const std::string order : {"deputy.json rank0.json", "rank0.json deputy.json"}) {
+    launch("sh -c \"cat " + order + "; exit 143\"");
+    ASSERT_TRUE(message().starts_with("{")) << message();
+    const auto chosen = nlohmann::json::parse(message());
+    EXPECT_TRUE(decode_result_document(chosen).ok()) << order;
+    EXPECT_EQ(chosen["message"], "stopped by SIGTERM after 2 repeats") << order;
+    EXPECT_EQ(chosen["throughput"]["repeats"], rank0["throughput"]["repeats"]) << order;
+  }
+  launch("sh -c \"cat deputy.json; echo 'mpirun noticed that process rank 0 with PID 0 on node a exited on signal 9 "
+         "(Killed).' >&2; exit 137\"");
+  const auto alone = nlohmann::json::parse(message());
+  EXPECT_TRUE(decode_result_document(alone).ok());
+  EXPECT_EQ(alone["reason"], kReasonStopped);
+  EXPECT_EQ(alone["message"],
+            "rank 2: stopped by SIGTERM after 2 repeats, kept here unjudged for rank 0\n"
+            "mpirun noticed that process rank 0 with PID 0 on node a exited on signal 9 (Killed).");
+  EXPECT_EQ(alone["throughput"]["repeats"], deputy["throughput"]["repeats"]);
+}
+
 // The case's deadline (the operator's --stop-after): the worker is stopped as mpirun would stop
 // it, and the repeats it measured come back as a Timeout result, valid, that keeps them. (30 s:
 // the first repeat needs a few on a machine busy with a build; a thousand outlast it anywhere.)

@@ -19,9 +19,10 @@ launcher runs it (`dlbench launch -- mpirun ...`, the result on stdout), which v
 document and writes it to the termination log; the second writes it with --output, as
 `dlbench run` has it. Then one rank alone loses its data: it fails at once, its first repeat kept.
 
-Then a rank killed from outside (SIGKILL, as the OOM killer sends): mpirun stops rank 0 with
-SIGTERM, and rank 0 writes what it measured, reason Stopped, the launcher adding mpirun's lines;
-one rank stopped alone keeps its repeats the same way.
+Then a rank killed from outside (SIGKILL, as the OOM killer sends): mpirun stops the others with
+SIGTERM, and rank 0 writes what it measured, reason Stopped, the launcher adding mpirun's lines
+(rank 0's deputy, rank 1 here, alive too); rank 0 killed, its deputy writes them, the third rank
+ending after it; one rank stopped alone keeps its repeats the same way.
 
 Last, a failure no other rank learns of: a step that throws on one rank (DLBENCH_INJECT_FAILURE,
 as a device error inside a step would), while the others wait in the step's allreduce. The failing
@@ -191,42 +192,58 @@ def wait_for(log_path, text, job, what):
         time.sleep(0.1)
 
 
-def rank_killed(tmp):
+def rank_killed(tmp, victim, ranks, to_stdout):
     """A rank ended from outside (the OOM killer's SIGKILL, a node lost): mpirun stops the others
     with SIGTERM, and rank 0 writes the repeats it measured as a Failed result, reason Stopped,
     which the launcher gives the job's last lines (mpirun names the rank that ended). Before, the
-    job ended with no result."""
+    job ended with no result. Rank 0 killed, its deputy (rank 1 on one host) writes them, naming
+    itself; before, they were lost. Both stopped (a third rank killed), rank 0's is the case's."""
+    what = f"rank {victim} of {ranks} killed ({'stdout' if to_stdout else '--output'})"
     termination_log, log_path = os.path.join(tmp, "termination-log"), os.path.join(tmp, "killed.log")
+    result_path = os.path.join(tmp, f"killed{victim}.json")
     synthetic = ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--warmup-steps", "1",
-                 "--measure-steps", "5", "--repeats", "30", "--threads", "1"]
-    command = [dlbench, "launch", "--termination-log", termination_log, "--", "mpirun", "--oversubscribe", "--bind-to",
-               "none", "-np", "1", worker, *synthetic, ":", "-np", "1", "env", "DLBENCH_TEST_RANK_TO_KILL=1", worker,
-               *synthetic]
+                 "--measure-steps", "5", "--repeats", "30", "--threads", "1"] + ([] if to_stdout else ["--output", result_path])
+    launcher = [dlbench, "launch", "--termination-log", termination_log, "--"] if to_stdout else []
+    command = launcher + ["mpirun", "--oversubscribe", "--bind-to", "none"]
+    for rank in range(ranks):
+        marked = ["env", "DLBENCH_TEST_RANK_TO_KILL=1"] if rank == victim else []
+        command += ([":"] if rank > 0 else []) + ["-np", "1", *marked, worker, *synthetic]
     with open(log_path, "w") as log:
         job = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
-        wait_for(log_path, "repeat 2/", job, "a rank killed")
+        wait_for(log_path, "repeat 2/", job, what)
         victims = [pid for pid in os.listdir("/proc") if pid.isdigit() and
                    b"DLBENCH_TEST_RANK_TO_KILL=1" in open_or_empty(f"/proc/{pid}/environ") and
                    open_or_empty(f"/proc/{pid}/comm").startswith(b"dlbench-worker")]
-        check(len(victims) == 1, f"rank 1's process not found: {victims}")
+        check(len(victims) == 1, f"{what}: its process not found: {victims}")
         os.kill(int(victims[0]), 9)
         try:
             job.wait(timeout=60)
         except subprocess.TimeoutExpired:
             job.kill()
-            sys.exit("FAILED: a rank killed, and the job still ran 60 s later")
-    check(job.returncode != 0, "a rank killed, yet the job exited 0")
-    text = open(termination_log).read()
-    check(text.startswith("{"), f"a rank killed: no valid result: {text[:1000]}")
+            sys.exit(f"FAILED: {what}, and the job still ran 60 s later")
+    check(job.returncode != 0, f"{what}, yet the job exited 0")
+    text = open(termination_log if to_stdout else result_path).read()
+    check(text.startswith("{"), f"{what}: no valid result: {text[:1000]}")
     result = json.loads(text)
     repeats = result.get("throughput", {}).get("repeats", [])
+    writer = "rank 1: " if victim == 0 else ""
     check(result["state"] == "Failed" and result["reason"] == "Stopped" and
-          result["message"].startswith("stopped by SIGTERM after ") and "exited on signal 9" in result["message"],
-          f"a rank killed: {result['state']} {result.get('reason')}: {result.get('message')}")
+          result["message"].startswith(writer + "stopped by SIGTERM after ") and
+          (not to_stdout or "exited on signal 9" in result["message"]),
+          f"{what}: {result['state']} {result.get('reason')}: {result.get('message')}")
     check(2 <= len(repeats) < 30 and len(result.get("lossAfterRepeats", [])) == len(repeats),
-          f"a rank killed: the repeats measured are not kept: {repeats}")
-    print(f"a rank killed: rank 0 kept {len(repeats)} repeats, Stopped, and the launcher added why: "
-          f"{result['message'].splitlines()[-1]}")
+          f"{what}: the repeats measured are not kept: {repeats}")
+    # Where rank 0 wrote, Open MPI kills the others once it has ended, and the deputy mostly with them.
+    log_text = open(log_path).read()
+    deputy_wrote = "dlbench-worker rank 1: stopped by SIGTERM" in log_text
+    check(deputy_wrote or victim != 0, f"{what}: rank 0's deputy (rank 1) did not say it wrote: {log_text[-2000:]}")
+    if to_stdout:
+        os.remove(termination_log)
+    else:
+        os.remove(result_path)
+    keeper = "rank 1, rank 0's deputy," if victim == 0 else "rank 0"
+    print(f"{what}: {keeper} kept {len(repeats)} repeats, Stopped"
+          + (f"; the launcher added why: {result['message'].splitlines()[-1]}" if to_stdout else ""))
 
 
 def stopped_alone(tmp):
@@ -279,7 +296,8 @@ def injection_refused_or_idle():
 
 with tempfile.TemporaryDirectory() as tmp:
     injection_refused_or_idle()
-    rank_killed(tmp)
+    for victim, ranks, to_stdout in ((2, 3, True), (0, 3, True), (0, 2, False)):
+        rank_killed(tmp, victim, ranks, to_stdout)
     stopped_alone(tmp)
     for failing_rank, to_stdout in ((1, True), (1, False), (0, False)):
         unagreed_failure(tmp, failing_rank, to_stdout)

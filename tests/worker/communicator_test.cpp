@@ -1,4 +1,5 @@
-// What the result's environment says of the libraries the ranks talk through.
+// What the result's environment says of the libraries the ranks talk through, and which rank keeps
+// the repeats beside rank 0.
 #include <gtest/gtest.h>
 
 #include "communicator.hpp"
@@ -33,6 +34,14 @@ TEST(Communicator, OneRankNamesNoLibrary) {
   NoCommunicator none;
   EXPECT_EQ(none.mpi_version(), "");
   EXPECT_EQ(none.nccl_version(), "");
+}
+
+TEST(Communicator, TheRepeatsDeputyIsTheFirstRankOffRankZerosHost) {
+  EXPECT_EQ(repeats_deputy({}), std::nullopt);
+  EXPECT_EQ(repeats_deputy({"node-a"}), std::nullopt);
+  EXPECT_EQ(repeats_deputy({"node-a", "node-a"}), 1);  // one host: for a rank 0 killed alone
+  EXPECT_EQ(repeats_deputy({"node-a", "node-a", "node-a", "node-b", "node-b"}), 3);
+  EXPECT_EQ(repeats_deputy({"node-a", "node-b", "node-a", "node-c"}), 1);
 }
 
 }  // namespace

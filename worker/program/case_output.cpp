@@ -197,11 +197,13 @@ int write_document(const Options& o, const nlohmann::json& document, bool succee
   const std::string text = document.dump(2) + "\n";
   if (o.output.empty()) {
     std::cout << text;
-  } else if (writer == DocumentWriter::where_none_is) {
+  } else if (writer != DocumentWriter::the_case) {
     const int fd = open(o.output.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
-      std::cerr << "dlbench-worker: " << o.output << " not written: "
-                << (errno == EEXIST ? "a result is there already" : std::strerror(errno)) << "\n";
+      if (errno != EEXIST || writer != DocumentWriter::after_rank_zero) {
+        std::cerr << "dlbench-worker: " << o.output << " not written: "
+                  << (errno == EEXIST ? "a result is there already" : std::strerror(errno)) << "\n";
+      }
       return kExitFailed;
     }
     std::size_t written = 0;

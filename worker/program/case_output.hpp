@@ -44,8 +44,9 @@ void print_check(std::ostream& out, const SelfTestCheck& c);
 // there. `where_none_is`: a document written because the case was cut short, which gives way to
 // one already written: that of a rank whose failure the others never learnt of (they wait in a
 // collective it will not enter, and its abort ends rank 0 unwritten, or stops it, which then
-// writes what it measured), or rank 0's, had it got past its last collective.
-enum class DocumentWriter { the_case, where_none_is };
+// writes what it measured), or rank 0's, had it got past its last collective. `after_rank_zero`:
+// rank 0's deputy's, stopped, as where_none_is, and silent where rank 0 wrote first.
+enum class DocumentWriter { the_case, where_none_is, after_rank_zero };
 
 // The JSON document to --output (or stdout); the exit code for it.
 int write_document(const Options& o, const nlohmann::json& document, bool succeeded,

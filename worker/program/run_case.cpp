@@ -15,6 +15,7 @@
 #include <mutex>
 #include <new>
 #include <sstream>
+#include <thread>
 
 #include "dlbench/core/device_peaks.hpp"
 #include "dlbench/core/names.hpp"
@@ -226,10 +227,21 @@ class CaseRun {
     describe();
     start_live_metrics();
     // Rank 0's repeats outlive a stop signal: mpirun's SIGTERM when another rank ended, a pod's
-    // deletion (stop_signals.hpp). Until the case's own document is written.
+    // deletion (stop_signals.hpp). Until the case's own document is written. Its deputy's too,
+    // for a rank 0 ended outright (the OOM killer's SIGKILL, its node lost), which writes nothing.
+    // The other ranks end a little later than they would: Open MPI kills every rank at once once
+    // one has ended after its SIGTERM, and the deputy must outlive them to write.
     std::optional<StopGuard> stop_guard;
-    if (comm_.rank() == 0) {
-      stop_guard.emplace([this](int signal_number, const char* name) { return last_words(signal_number, name); });
+    if (keeps_the_repeats()) {
+      stop_guard.emplace([this](int signal_number, const char* name) { return last_words(signal_number, name); },
+                         comm_.rank() == 0);
+    } else if (comm_.size() > 1) {
+      stop_guard.emplace(
+          [](int, const char*) {
+            std::this_thread::sleep_for(kOthersStopDelay);
+            return std::optional<int>();
+          },
+          false);
     }
     bool left_the_others = false;
     try {
@@ -268,6 +280,7 @@ class CaseRun {
   void describe() {
     const std::vector<std::string> hosts = comm_.hosts();
     const auto nodes = static_cast<int>(distinct(hosts).size());
+    deputy_ = repeats_deputy(hosts);
     doc_.run = o_.run;
     doc_.model = o_.model;
     doc_.case_ = {nodes, (comm_.size() + nodes - 1) / nodes, static_cast<int>(o_.batch_size), o_.precision};
@@ -711,8 +724,8 @@ class CaseRun {
               live_->on_repeat(m.throughput);
               live_->set_loss(loss);
             }
+            if (keeps_the_repeats()) keep_for_a_stop(measured);
             if (comm_.rank() == 0) {
-              keep_for_a_stop(measured);
               std::cerr << "  case " << case_id(doc_.case_) << " repeat " << r + 1 << "/" << o_.repeats
                         << (r >= o_.repeats ? " (again: the last repeats spread too much)" : "") << ": " << std::fixed
                         << std::setprecision(2) << m.throughput << " " << unit_
@@ -820,7 +833,10 @@ class CaseRun {
     doc.mfu.reset();
   }
 
-  // Rank 0, after each repeat: the document a stop signal writes, the repeats so far in it.
+  // Rank 0 and its deputy: each has every repeat's throughput (the slowest rank's time) and loss.
+  bool keeps_the_repeats() const { return comm_.rank() == 0 || comm_.rank() == deputy_; }
+
+  // Rank 0 and its deputy, after each repeat: the document a stop signal writes, the repeats so far in it.
   void keep_for_a_stop(const std::vector<double>& measured) {
     ResultDocument doc = doc_;
     doc.throughput = Throughput{std::string(unit_), summarize(measured), measured};
@@ -831,19 +847,30 @@ class CaseRun {
   // On the stop signals' thread: the repeats measured so far as a Failed result, and the exit
   // code of a process ended by the signal; before the first repeat, nothing (the signal's own
   // action: nothing measured is lost, and the launcher keeps the last lines).
+  // After a stop signal, inside the second Open MPI gives a rank before its SIGKILL
+  // (odls_base_sigkill_timeout, 1 s): rank 0 writes at once, and once it has ended Open MPI kills
+  // the others at once, so that the deputy, later, writes only where rank 0 could not; the other
+  // ranks end later still, since any rank's end brings that SIGKILL.
+  static constexpr auto kDeputyDelay = std::chrono::milliseconds(300);
+  static constexpr auto kOthersStopDelay = std::chrono::milliseconds(600);
+
   std::optional<int> last_words(int signal_number, const char* name) {
+    const bool deputy = comm_.rank() != 0;
+    if (deputy) std::this_thread::sleep_for(kDeputyDelay);
     const std::lock_guard lock(stop_mutex_);
     if (!measured_so_far_) return std::nullopt;
     ResultDocument doc = *measured_so_far_;
     const std::size_t kept = doc.throughput->repeats.size();
     mark_failed(doc, kReasonStopped,
-                std::string("stopped by ") + name + " after " + std::to_string(kept) + (kept == 1 ? " repeat" : " repeats") +
-                    ", kept here unjudged: mpirun stops every rank so when one ends (the lines after this name it), "
+                (deputy ? "rank " + std::to_string(comm_.rank()) + ": " : std::string()) + "stopped by " + name + " after " +
+                    std::to_string(kept) + (kept == 1 ? " repeat" : " repeats") + ", kept here unjudged" +
+                    (deputy ? " for rank 0, which may have ended without writing them" : "") +
+                    ": mpirun stops every rank so when one ends (the lines after this name it), "
                     "as do a pod's deletion and an interrupted run");
     doc.end_time = rfc3339_utc_now();
     if (doc.memory) doc.memory->peak_resident = peak_resident_bytes();
-    std::cerr << "dlbench-worker: " << doc.message << "\n";
-    write_document(o_, to_json(doc), false, DocumentWriter::where_none_is);
+    std::cerr << "dlbench-worker" << (deputy ? " " : ": ") << doc.message << "\n";  // the deputy's names its rank
+    write_document(o_, to_json(doc), false, deputy ? DocumentWriter::after_rank_zero : DocumentWriter::where_none_is);
     return 128 + signal_number;
   }
 
@@ -876,6 +903,7 @@ class CaseRun {
   StepFailpoint failpoint_{o_.inject_failure, comm_.rank()};
   std::mutex stop_mutex_;  // measured_so_far_, between the case and the stop signals' thread
   std::optional<ResultDocument> measured_so_far_;
+  std::optional<int> deputy_;  // repeats_deputy: keeps the repeats beside rank 0
 };
 
 }  // namespace

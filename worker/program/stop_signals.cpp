@@ -16,6 +16,7 @@ namespace {
 // Never destroyed: the signals' thread may take one while the process's statics are destroyed.
 std::mutex& last_words_mutex = *new std::mutex;
 LastWords& current_last_words = *new LastWords;  // guarded by last_words_mutex
+bool current_answers_sigusr1 = false;             // guarded by last_words_mutex
 
 sigset_t stop_signals() {
   sigset_t set;
@@ -33,9 +34,9 @@ sigset_t stop_signals() {
     const char* name = signal_number == SIGTERM ? "SIGTERM" : signal_number == SIGINT ? "SIGINT" : "SIGUSR1";
     {
       const std::lock_guard lock(last_words_mutex);
-      // SIGUSR1 asks the rank that keeps the repeats to write them; mpirun passes it to every
-      // rank, and the others go on until rank 0's end ends the job.
-      if (signal_number == SIGUSR1 && !current_last_words) continue;
+      // SIGUSR1 asks rank 0, which keeps the repeats, to write them; mpirun passes it to every
+      // rank, and the others (rank 0's deputy too) go on until rank 0's end ends the job.
+      if (signal_number == SIGUSR1 && !(current_last_words && current_answers_sigusr1)) continue;
       if (current_last_words) {
         std::optional<int> code;
         try {
@@ -69,9 +70,10 @@ void take_stop_signals() {
   std::thread(take_them, set).detach();
 }
 
-StopGuard::StopGuard(LastWords last_words) {
+StopGuard::StopGuard(LastWords last_words, bool answers_sigusr1) {
   const std::lock_guard lock(last_words_mutex);
   current_last_words = std::move(last_words);
+  current_answers_sigusr1 = answers_sigusr1;
 }
 
 StopGuard::~StopGuard() {

@@ -4,8 +4,8 @@
 // after one rank ends (a rank the OOM killer ended, a node lost), and a pod's deletion or an
 // interrupted `dlbench run` sends the same: before, the repeats measured until then were lost.
 // SIGUSR1 is `dlbench launch`'s stop: mpirun passes it on to every rank without tearing the job
-// down itself (a SIGTERM to mpirun can drop what rank 0 then writes); a rank without last words
-// (not rank 0) ignores it, and rank 0's end ends the job.
+// down itself (a SIGTERM to mpirun can drop what rank 0 then writes); a rank whose guard does not
+// answer it (every rank but 0) ignores it, and rank 0's end ends the job.
 #pragma once
 
 #include <functional>
@@ -23,10 +23,11 @@ using LastWords = std::function<std::optional<int>(int signal_number, const char
 void take_stop_signals();
 
 // While alive, a stop signal runs `last_words` (on the signals' thread, never at once with
-// another StopGuard's); destroyed, the default action comes back. One at a time.
+// another StopGuard's); destroyed, the default action comes back. One at a time. SIGUSR1 runs
+// them only where `answers_sigusr1`; elsewhere it is ignored.
 class StopGuard {
  public:
-  explicit StopGuard(LastWords last_words);
+  explicit StopGuard(LastWords last_words, bool answers_sigusr1 = true);
   ~StopGuard();
   StopGuard(const StopGuard&) = delete;
   StopGuard& operator=(const StopGuard&) = delete;
