@@ -844,9 +844,6 @@ class CaseRun {
     measured_so_far_ = std::move(doc);
   }
 
-  // On the stop signals' thread: the repeats measured so far as a Failed result, and the exit
-  // code of a process ended by the signal; before the first repeat, nothing (the signal's own
-  // action: nothing measured is lost, and the launcher keeps the last lines).
   // After a stop signal, inside the second Open MPI gives a rank before its SIGKILL
   // (odls_base_sigkill_timeout, 1 s): rank 0 writes at once, and once it has ended Open MPI kills
   // the others at once, so that the deputy, later, writes only where rank 0 could not; the other
@@ -854,6 +851,10 @@ class CaseRun {
   static constexpr auto kDeputyDelay = std::chrono::milliseconds(300);
   static constexpr auto kOthersStopDelay = std::chrono::milliseconds(600);
 
+  // On the stop signals' thread: the repeats measured so far as a Failed result, and the exit
+  // code of a process ended by the signal; before the first repeat, nothing (the signal's own
+  // action: nothing measured is lost, and the launcher keeps the last lines). The deputy's
+  // names its rank, and gives way to a document rank 0 wrote.
   std::optional<int> last_words(int signal_number, const char* name) {
     const bool deputy = comm_.rank() != 0;
     if (deputy) std::this_thread::sleep_for(kDeputyDelay);

@@ -1,8 +1,9 @@
 // SIGTERM, SIGINT and SIGUSR1, taken by a thread of their own rather than a handler, so that what runs
-// when one comes is ordinary code: where a case has measured repeats, rank 0 writes them as a
-// Failed result before the process ends. Open MPI stops every other rank with SIGTERM a second
-// after one rank ends (a rank the OOM killer ended, a node lost), and a pod's deletion or an
-// interrupted `dlbench run` sends the same: before, the repeats measured until then were lost.
+// when one comes is ordinary code: where a case has measured repeats, rank 0 (or, where rank 0
+// was ended outright, its deputy) writes them as a Failed result before the process ends. Open
+// MPI stops every other rank with SIGTERM a second after one rank ends (a rank the OOM killer
+// ended, a node lost), and a pod's deletion or an interrupted `dlbench run` sends the same:
+// before, the repeats measured until then were lost.
 // SIGUSR1 is `dlbench launch`'s stop: mpirun passes it on to every rank without tearing the job
 // down itself (a SIGTERM to mpirun can drop what rank 0 then writes); a rank whose guard does not
 // answer it (every rank but 0) ignores it, and rank 0's end ends the job.
