@@ -428,7 +428,7 @@ void Controller::child_seen(const std::string& run_key, const std::string& child
 }
 
 void Controller::record_event(const CachedRun& cached, const Event& event, TimePoint now, std::uint64_t reconcile_id) {
-  const std::string time = format_rfc3339(now);
+  const std::string time = rfc3339_utc(now);
   // Unique across operator restarts (as Kubernetes names them: <object>.<hex>).
   char suffix[32];
   std::snprintf(suffix, sizeof suffix, "%llx",

@@ -12,7 +12,7 @@ namespace {
 // Lease times are MicroTime: RFC 3339 with microseconds.
 std::string micro_time(TimePoint t) {
   const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count() % 1000000;
-  std::string base = format_rfc3339(t);
+  std::string base = rfc3339_utc(t);
   char fraction[16];
   std::snprintf(fraction, sizeof fraction, ".%06lld", static_cast<long long>(micros));
   return base.substr(0, base.size() - 1) + fraction + "Z";

@@ -2,29 +2,7 @@
 
 #include <string_view>
 
-#include <ctime>
-#include <regex>
-
 namespace dlbench::operator_ {
-
-std::optional<TimePoint> parse_rfc3339(const std::string& text) {
-  static const std::regex pattern(R"(^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?Z$)");
-  std::smatch m;
-  if (!std::regex_match(text, m, pattern)) return std::nullopt;
-  std::tm t{};
-  t.tm_year = std::stoi(m[1]) - 1900;
-  t.tm_mon = std::stoi(m[2]) - 1;
-  t.tm_mday = std::stoi(m[3]);
-  t.tm_hour = std::stoi(m[4]);
-  t.tm_min = std::stoi(m[5]);
-  t.tm_sec = std::stoi(m[6]);
-  auto point = std::chrono::system_clock::from_time_t(timegm(&t));
-  if (m[7].matched) {  // ".123456": keep sub-second precision (Lease MicroTime)
-    const std::string digits = m[7].str().substr(1, 6);
-    point += std::chrono::microseconds(std::stol(digits + std::string(6 - digits.size(), '0')));
-  }
-  return point;
-}
 
 ObservedObject observe_object(const nlohmann::json& object) {
   ObservedObject o;

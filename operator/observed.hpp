@@ -9,12 +9,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dlbench/core/status.hpp"
+
 namespace dlbench::operator_ {
 
 using TimePoint = std::chrono::system_clock::time_point;
 
-// "2026-11-21T05:00:00Z" → time point; nullopt when absent or malformed.
-std::optional<TimePoint> parse_rfc3339(const std::string& text);
+// "2026-11-21T05:00:00Z" → time point; nullopt when absent or malformed (core's, status.hpp).
+using dlbench::parse_rfc3339;
 
 struct ObservedObject {
   std::string kind, name, uid;

@@ -16,15 +16,6 @@ namespace dlbench::operator_ {
 
 using nlohmann::json;
 
-std::string format_rfc3339(TimePoint t) {
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(t);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return buffer;
-}
-
 namespace {
 
 struct AttemptOutcome {
@@ -50,7 +41,7 @@ CaseResult failure(const CaseSpec& c, std::string reason, std::string message, i
   r.reason = std::move(reason);
   r.message = std::move(message);
   r.attempts = attempt;
-  r.completion_time = format_rfc3339(now);
+  r.completion_time = rfc3339_utc(now);
   return r;
 }
 
@@ -220,7 +211,7 @@ void create_missing(const BenchmarkRun& run, const PlannedCase& current, int att
 
 Actions reconcile(const json& run_json, const World& world, const OperatorConfig& config, const KeySource& keys) {
   Actions actions;
-  const std::string now = format_rfc3339(world.now);
+  const std::string now = rfc3339_utc(world.now);
   const std::int64_t generation = run_json.value("metadata", json::object()).value("generation", 0);
   const auto decoded = decode_benchmark_run(run_json);
 

@@ -70,6 +70,4 @@ using KeySource = std::function<SshKeyPair()>;
 
 Actions reconcile(const nlohmann::json& run, const World& world, const OperatorConfig& config, const KeySource& keys);
 
-std::string format_rfc3339(TimePoint t);
-
 }  // namespace dlbench::operator_

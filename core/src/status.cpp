@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <regex>
 #include <set>
 #include <string_view>
 
@@ -81,13 +82,38 @@ std::string timeout_message(std::int64_t case_timeout_seconds, std::size_t kept_
 
 bool is_timeout_message(const std::string& message) { return message.starts_with(kTimeoutWords); }
 
-std::string rfc3339_utc_now() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+std::string rfc3339_utc_now() { return rfc3339_utc(std::chrono::system_clock::now()); }
+
+std::string rfc3339_utc(std::chrono::system_clock::time_point when) {
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(std::chrono::floor<std::chrono::seconds>(when));
   std::tm utc{};
-  gmtime_r(&now, &utc);
+  gmtime_r(&seconds, &utc);
   char buffer[32];
   std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
   return buffer;
+}
+
+std::optional<std::chrono::system_clock::time_point> parse_rfc3339(const std::string& text) {
+  static const std::regex pattern(R"(^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?Z$)");
+  std::smatch m;
+  if (!std::regex_match(text, m, pattern)) return std::nullopt;
+  std::tm t{};
+  t.tm_year = std::stoi(m[1]) - 1900;
+  t.tm_mon = std::stoi(m[2]) - 1;
+  t.tm_mday = std::stoi(m[3]);
+  t.tm_hour = std::stoi(m[4]);
+  t.tm_min = std::stoi(m[5]);
+  t.tm_sec = std::stoi(m[6]);
+  // timegm would carry a 13th month or a 61st minute into the next year or hour: refused instead.
+  const bool in_range = t.tm_mon >= 0 && t.tm_mon <= 11 && t.tm_mday >= 1 && t.tm_mday <= 31 && t.tm_hour <= 23 &&
+                        t.tm_min <= 59 && t.tm_sec <= 60;
+  if (!in_range) return std::nullopt;
+  auto point = std::chrono::system_clock::from_time_t(timegm(&t));
+  if (m[7].matched) {  // ".123456": keep sub-second precision (Lease MicroTime)
+    const std::string digits = m[7].str().substr(1, 6);
+    point += std::chrono::microseconds(std::stol(digits + std::string(6 - digits.size(), '0')));
+  }
+  return point;
 }
 
 bool failure_is_permanent(const std::string& reason) {

@@ -58,7 +58,7 @@ struct FakeCluster {
     for (json o : a.create) {
       const std::string key = o["kind"].get<std::string>() + "/" + o["metadata"]["name"].get<std::string>();
       if (objects.contains(key)) continue;  // AlreadyExists
-      o["metadata"]["creationTimestamp"] = format_rfc3339(now);
+      o["metadata"]["creationTimestamp"] = rfc3339_utc(now);
       o["status"] = json::object();
       objects[key] = o;
     }
@@ -98,7 +98,7 @@ struct FakeCluster {
     pod["kind"] = "Pod";
     pod["metadata"]["name"] = j["metadata"]["name"].get<std::string>() + "-x" + std::to_string(++launches);
     pod["metadata"]["labels"] = j["spec"]["template"]["metadata"]["labels"];
-    pod["metadata"]["creationTimestamp"] = format_rfc3339(now);
+    pod["metadata"]["creationTimestamp"] = rfc3339_utc(now);
     pod["status"]["phase"] = succeeded ? "Succeeded" : "Failed";
     json terminated;
     terminated["exitCode"] = succeeded ? 0 : 1;

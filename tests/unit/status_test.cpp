@@ -1,3 +1,5 @@
+#include <chrono>
+
 #include <gtest/gtest.h>
 
 #include "dlbench/core/planner.hpp"
@@ -117,6 +119,26 @@ TEST(DerivedStatus, Rfc3339Timestamp) {
   EXPECT_EQ(now[4], '-');
   EXPECT_EQ(now[10], 'T');
   EXPECT_EQ(now.back(), 'Z');
+  EXPECT_TRUE(parse_rfc3339(now));
+}
+
+// The operator's times and dlbench launch's --stop-at: UTC only, to the second on the way out.
+TEST(DerivedStatus, Rfc3339ReadsUtcWithOrWithoutAFractionAndWritesWholeSeconds) {
+  const auto at = parse_rfc3339("2026-12-05T21:40:00Z");
+  ASSERT_TRUE(at);
+  EXPECT_EQ(std::chrono::system_clock::to_time_t(*at), 1796506800);
+  EXPECT_EQ(rfc3339_utc(*at), "2026-12-05T21:40:00Z");
+  const auto micro = parse_rfc3339("2026-12-05T21:40:00.25Z");
+  ASSERT_TRUE(micro);
+  EXPECT_EQ(*micro - *at, std::chrono::milliseconds(250));
+  EXPECT_EQ(rfc3339_utc(*micro), "2026-12-05T21:40:00Z");  // rounded down
+  EXPECT_EQ(rfc3339_utc(*at + std::chrono::seconds(3600 * 24 * 27)), "2027-01-01T21:40:00Z");
+  for (const std::string bad : {"", "soon", "2026-12-05 21:40:00Z", "2026-12-05T21:40:00", "2026-12-05T21:40:00+01:00",
+                                "2026-12-05T21:40Z", "x2026-12-05T21:40:00Z", "2026-13-05T21:40:00Z",
+                                "2026-00-05T21:40:00Z", "2026-12-00T21:40:00Z", "2026-12-05T24:00:00Z",
+                                "2026-12-05T21:60:00Z"}) {
+    EXPECT_FALSE(parse_rfc3339(bad)) << bad;
+  }
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 // world gives the same status.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,5 +69,9 @@ bool failure_is_permanent(const std::string& reason);
 
 // "2026-11-21T05:10:00Z"
 std::string rfc3339_utc_now();
+std::string rfc3339_utc(std::chrono::system_clock::time_point when);  // to the second, rounded down
+// "2026-11-21T05:00:00Z", with a fraction or without ("…:00.123456Z", a Lease's MicroTime), UTC
+// only; nullopt when empty or anything else.
+std::optional<std::chrono::system_clock::time_point> parse_rfc3339(const std::string& text);
 
 }  // namespace dlbench
