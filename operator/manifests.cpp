@@ -400,12 +400,14 @@ json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, i
 }
 
 std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config,
-                                          std::optional<std::int64_t> seconds_left) {
+                                          std::optional<LauncherDeadline> deadline) {
   std::vector<std::string> command{"dlbench", "launch", "--termination-log", kTerminationLog};
   const std::int64_t limit = run.spec.limits.case_timeout_seconds;
   // None left: this operator's deadline and the Job's are the case's end.
-  if (const std::int64_t stop_after = seconds_left.value_or(limit); stop_after >= 1) {
-    command.insert(command.end(), {"--stop-after", std::to_string(stop_after), "--case-timeout", std::to_string(limit)});
+  if (const std::int64_t stop_after = deadline ? deadline->seconds_left : limit; stop_after >= 1) {
+    command.insert(command.end(), {"--stop-after", std::to_string(stop_after)});
+    if (deadline) command.insert(command.end(), {"--stop-at", rfc3339_utc(deadline->at)});
+    command.insert(command.end(), {"--case-timeout", std::to_string(limit)});
   }
   command.insert(command.end(), {"--", "mpirun", "--hostfile", std::string(kConfigMount) + "/hostfile", "-np",
                                  std::to_string(c.devices()), "--bind-to", "none", "--map-by", "slot"});
@@ -422,7 +424,7 @@ std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpe
 }
 
 json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config,
-                        std::optional<std::int64_t> seconds_left) {
+                        std::optional<LauncherDeadline> deadline) {
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
   json env = user_env(run);
   env.push_back({{"name", "OMPI_MCA_orte_keep_fqdn_hostnames"}, {"value", "true"}});
@@ -436,7 +438,7 @@ json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt,
   }
   json container{{"name", "launcher"},
                  {"image", image(run, config)},
-                 {"command", launcher_command(run, c, config, seconds_left)},
+                 {"command", launcher_command(run, c, config, deadline)},
                  {"env", env},
                  {"terminationMessagePath", kTerminationLog},
                  {"terminationMessagePolicy", "FallbackToLogsOnError"},
@@ -452,8 +454,8 @@ json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt,
   apply_scheduling(pod_spec, run);
   pod_spec.erase("nodeSelector");  // the launcher needs no GPU node
   // Beside worker 0 where it fits: that node has pulled the image already, so the launcher starts
-  // at once and its --stop-after, counted from its own start, ends the case at the limit. A
-  // launcher still pulling when the operator's deadline comes would lose the case's repeats.
+  // at once. Its --stop-at holds the case's deadline wherever it runs; a launcher still pulling
+  // at the deadline itself would lose the case's repeats all the same.
   pod_spec["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json::array(
       {{{"weight", 100},
         {"podAffinityTerm",

@@ -12,6 +12,7 @@
 // default worker image; worker 0's termination message is the result.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -79,15 +80,24 @@ void apply_pod_template_overrides(nlohmann::json& pod_metadata, nlohmann::json& 
 // Whether the run's overrides put the `role` pods on the node's network (sshd then listens on
 // kHostNetworkSshPort, and cluster DNS is kept with dnsPolicy ClusterFirstWithHostNet).
 bool uses_host_network(const BenchmarkRun& run, std::string_view role);
-// `seconds_left`: of the case's limits.caseTimeoutSeconds, when the launcher is made (none: all of
-// them); the launcher stops the case when they are spent, and the repeats measured come back as
-// a Timeout result before this operator's own deadline (kLauncherStopMarginSeconds later), which
-// the Job's activeDeadlineSeconds backs.
+// The attempt's deadline, as the launcher is told it: `at`, by the cluster's clock, and
+// `seconds_left`, what was left of the case's limits.caseTimeoutSeconds when the Job was made.
+// The launcher stops the case at `at` or `seconds_left` after its own start, whichever comes
+// first: at the deadline however late its pod started (an image pulled on another node), and no
+// later than the operator expects on a node whose clock lags.
+struct LauncherDeadline {
+  std::int64_t seconds_left = 0;
+  std::chrono::system_clock::time_point at;
+};
+// `deadline` none: all of limits.caseTimeoutSeconds from the launcher's start. The launcher stops
+// the case when its time is spent, and the repeats measured come back as a Timeout result before
+// this operator's own deadline (kLauncherStopMarginSeconds later), which the Job's
+// activeDeadlineSeconds backs. None left (seconds_left < 1): no stop of its own.
 nlohmann::json build_launcher_job(const BenchmarkRun& run, const CaseSpec& c, int attempt, const OperatorConfig& config,
-                                  std::optional<std::int64_t> seconds_left = std::nullopt);
+                                  std::optional<LauncherDeadline> deadline = std::nullopt);
 // The launcher's command: mpirun over the hostfile, the case's dlbench-worker arguments.
 std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpec& c, const OperatorConfig& config,
-                                          std::optional<std::int64_t> seconds_left = std::nullopt);
+                                          std::optional<LauncherDeadline> deadline = std::nullopt);
 
 CaseObjects build_case_objects(const BenchmarkRun& run, const CaseSpec& c, int attempt, const SshKeyPair& keys,
                                const OperatorConfig& config);

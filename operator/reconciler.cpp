@@ -196,12 +196,13 @@ void create_missing(const BenchmarkRun& run, const PlannedCase& current, int att
   // The launcher must not race its workers: it starts when every sshd answers.
   if (!wrapped && ready == current.spec.nodes && !present.contains("Job/" + names.launcher)) {
     // The launcher stops the case when its time is spent, to hand back what it measured.
-    std::optional<std::int64_t> seconds_left;
+    std::optional<LauncherDeadline> deadline;
     if (const auto clock = attempt_clock(run, current, attempt, world)) {
-      seconds_left = run.spec.limits.case_timeout_seconds -
-                     std::chrono::duration_cast<std::chrono::seconds>(world.now - *clock).count();
+      const std::chrono::seconds limit(run.spec.limits.case_timeout_seconds);
+      deadline = LauncherDeadline{(limit - std::chrono::duration_cast<std::chrono::seconds>(world.now - *clock)).count(),
+                                  *clock + limit};
     }
-    actions.create.push_back(build_launcher_job(run, current.spec, attempt, config, seconds_left));
+    actions.create.push_back(build_launcher_job(run, current.spec, attempt, config, deadline));
     actions.events.push_back(
         {"Normal", "LauncherCreated", current.id + " attempt " + std::to_string(attempt), "Job/" + names.launcher});
   }

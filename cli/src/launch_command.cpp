@@ -153,6 +153,10 @@ int run_launch(const LaunchOptions& options, std::ostream& out, std::ostream& er
       deadline_reached = true;
       stop("the case's deadline, " + std::to_string(options.stop_after_seconds) + " s", now);
     }
+    if (!stopper.stopped() && options.stop_at && std::chrono::system_clock::now() >= *options.stop_at) {
+      deadline_reached = true;
+      stop("the case's deadline, " + rfc3339_utc(*options.stop_at), now);
+    }
     stopper.kill_when_due(now);
     // Killed, the command may leave children holding its pipes open (mpirun's ssh): its own end
     // is the end, once what it wrote before is read.

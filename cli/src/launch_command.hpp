@@ -1,5 +1,7 @@
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -10,9 +12,14 @@ struct LaunchOptions {
   std::string termination_log = "/dev/termination-log";
   std::vector<std::string> command;  // mpirun … dlbench-worker … (the worker prints JSON on stdout)
   // The case's deadline, as the operator left it to this launcher: after `stop_after_seconds`
-  // (0: never) the command is stopped with SIGUSR1 (mpirun passes it on to every rank), and the repeats rank 0 then
-  // writes (Stopped) become a Timeout result naming limits.caseTimeoutSeconds, `case_timeout_seconds`.
+  // (0: never) from this launcher's start, or at `stop_at` by this node's clock, whichever comes
+  // first, the command is stopped with SIGUSR1 (mpirun passes it on to every rank), and the
+  // repeats rank 0 then writes (Stopped) become a Timeout result naming
+  // limits.caseTimeoutSeconds, `case_timeout_seconds`. `stop_at` is the attempt's own deadline,
+  // whenever this launcher started (its image pulled late, say); `stop_after_seconds` the bound
+  // for a node whose clock lags the operator's.
   long stop_after_seconds = 0;
+  std::optional<std::chrono::system_clock::time_point> stop_at;
   long case_timeout_seconds = 0;
 };
 

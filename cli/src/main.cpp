@@ -38,7 +38,7 @@ constexpr const char* kSynopsis = R"(Usage:
   dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg] [--relative]
   dlbench compare BASELINE.json [CANDIDATE.json] [--threshold PCT] [--alpha P] [--strict] [--format table|markdown|csv|json|junit]
       Exit code: 0 no case slower, 1 a case slower or failed now (--strict: or not judged), 2 cannot compare.
-  dlbench launch [--termination-log FILE] [--stop-after S [--case-timeout S]] -- mpirun ... dlbench-worker ...
+  dlbench launch [--termination-log FILE] [--stop-after S] [--stop-at TIME] [--case-timeout S] -- mpirun ... dlbench-worker ...
   dlbench version
   dlbench help
 `dlbench COMMAND --help` says more about each.)";
@@ -200,6 +200,17 @@ void add_launch(CLI::App& app, dlbench::cli::LaunchOptions& o) {
           " s later) this long after it starts: the repeats rank 0 measured become a Timeout result",
       "SECONDS");
   dlbench::add_text_option(
+      *c, "--stop-at",
+      [&o](const std::string& v) {
+        o.stop_at = dlbench::parse_rfc3339(v);
+        if (!o.stop_at) {
+          throw dlbench::UsageError{"--stop-at: \"" + dlbench::printable(v) + "\" is not a UTC time like 2026-12-05T21:40:00Z"};
+        }
+      },
+      "stop the command the same way at this time (UTC, RFC 3339), the case's deadline by the cluster's clock, "
+      "or after --stop-after, whichever comes first",
+      "TIME");
+  dlbench::add_text_option(
       *c, "--case-timeout",
       [&o, seconds](const std::string& v) { o.case_timeout_seconds = seconds("--case-timeout", v); },
       "the limits.caseTimeoutSeconds a Timeout result names (default: --stop-after)", "SECONDS");
@@ -272,6 +283,9 @@ int dispatch(int argc, char** argv) {
       return usage_error("compare needs two status files (the baseline, then the candidate), or one of two runs", sub);
     }
     return dlbench::cli::run_compare(compare, std::cout, std::cerr);
+  }
+  if (launch.stop_at && launch.case_timeout_seconds == 0) {
+    return usage_error("--stop-at needs --case-timeout: the limits.caseTimeoutSeconds a Timeout result names", sub);
   }
   return dlbench::cli::run_launch(launch, std::cout, std::cerr);
 }

@@ -224,6 +224,32 @@ TEST_F(LaunchCli, AStopAfterThatIsNotWholeSecondsIsAUsageError) {
   EXPECT_EQ(launch_with("--case-timeout x", "true").exit_code, 2);
 }
 
+// The operator's --stop-at: the attempt's deadline by the cluster's clock stops the command
+// however late the launcher started, before a --stop-after that would come later; a time that
+// is not one, or without the limit a Timeout names, is a usage error.
+TEST_F(LaunchCli, AtTheTimeItIsToldTheCaseIsStoppedBeforeALaterStopAfter) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string at = rfc3339_utc(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  const auto o = launch_with("--stop-after 600 --stop-at " + at + " --case-timeout 60",
+                             "sh -c \"echo waiting >&2; exec sleep 120\"");
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, std::chrono::seconds(1));  // `at` is rounded down to its second
+  EXPECT_LT(took, std::chrono::seconds(3 + kLaunchStopGraceSeconds + 20));
+  EXPECT_EQ(o.exit_code, 128 + SIGUSR1) << o.err;
+  EXPECT_THAT(o.err, HasSubstr("dlbench launch: the case's deadline, " + at + ": stopping the command"));
+  EXPECT_THAT(message(), HasSubstr("no result within limits.caseTimeoutSeconds (60 s); no result document"));
+  EXPECT_TRUE(is_timeout_message(message()));
+
+  for (const std::string bad : {"soon", "2026-12-05 21:40:00", "2026-12-05T21:40:00+01:00"}) {
+    const auto refused = launch_with("--stop-at '" + bad + "' --case-timeout 60", "true");
+    EXPECT_EQ(refused.exit_code, 2) << bad;
+    EXPECT_THAT(refused.err, HasSubstr("--stop-at: \"" + bad + "\" is not a UTC time like 2026-12-05T21:40:00Z")) << bad;
+  }
+  const auto alone = launch_with("--stop-at " + at, "true");
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_THAT(alone.err, HasSubstr("--stop-at needs --case-timeout"));
+}
+
 TEST(CompactResult, DropsBulkNeverNumbers) {
   ResultDocument doc;
   doc.case_ = {64, 8, 256, Precision::amp};

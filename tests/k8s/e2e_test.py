@@ -318,7 +318,7 @@ class EndToEnd(unittest.TestCase):
 
     def test_a_case_past_its_time_limit_keeps_the_repeats_it_measured(self):
         # A thousand repeats outlast 30 s: the launcher stops the case at its limit (its real
-        # dlbench launch --stop-after, mpirun, two ranks), rank 0 writes what it measured, and the
+        # dlbench launch --stop-at, mpirun, two ranks), rank 0 writes what it measured, and the
         # case's result is a Timeout that keeps those repeats. Before, the deadline lost them all.
         run = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "late"},
                "spec": {"model": "resnet50", "data": {"source": "synthetic", "imageSize": 32},

@@ -132,28 +132,46 @@ TEST(Manifests, EveryLocalRankHasANamedMetricsPort) {
 }
 
 // dlbench launch's own options, before the "--" that starts mpirun: stop the case when what is left
-// of limits.caseTimeoutSeconds (sample_run: 900 s) is spent; the Job's deadline is a backstop after.
+// of limits.caseTimeoutSeconds (sample_run: 900 s) is spent after its start, or at the attempt's
+// deadline by the cluster's clock, whichever comes first; the Job's deadline is a backstop after.
 TEST(Manifests, TheLauncherStopsTheCaseAtItsLimitToHandBackItsRepeats) {
-  const auto stop_at = [](const std::vector<std::string>& command) -> std::string {
-    const auto stop = std::find(command.begin(), command.end(), "--stop-after");
-    if (stop == command.end()) return "never";
-    EXPECT_LT(stop, std::find(command.begin(), command.end(), "--"));
-    EXPECT_EQ(*(stop + 2), "--case-timeout");
-    EXPECT_EQ(*(stop + 3), "900");
-    return *(stop + 1);
+  struct Stop {
+    std::string after, at, case_timeout;
   };
-  EXPECT_EQ(stop_at(launcher_command(sample_run(), k2x8, OperatorConfig{})), "900");
-  EXPECT_EQ(stop_at(launcher_command(sample_run(), k2x8, OperatorConfig{}, 300)), "300");
-  EXPECT_EQ(stop_at(launcher_command(sample_run(), k2x8, OperatorConfig{}, 1)), "1");
-  EXPECT_EQ(stop_at(launcher_command(sample_run(), k2x8, OperatorConfig{}, 0)), "never");
-  EXPECT_EQ(stop_at(launcher_command(sample_run(), k2x8, OperatorConfig{}, -5)), "never");
-  const json job = build_launcher_job(sample_run(), k2x8, 1, OperatorConfig{}, 600);
-  EXPECT_EQ(stop_at(job["spec"]["template"]["spec"]["containers"][0]["command"]), "600");
+  const auto stop_of = [](const std::vector<std::string>& command) {
+    const auto end = std::find(command.begin(), command.end(), "--");
+    const auto value = [&](const char* flag) -> std::string {
+      const auto f = std::find(command.begin(), end, flag);
+      return f == end || f + 1 == end ? "none" : *(f + 1);
+    };
+    return Stop{value("--stop-after"), value("--stop-at"), value("--case-timeout")};
+  };
+  const auto deadline = *parse_rfc3339("2026-12-05T21:40:00Z");
+  const auto mine = stop_of(launcher_command(sample_run(), k2x8, OperatorConfig{}));
+  EXPECT_EQ(mine.after, "900");  // no attempt clock yet: the whole limit from its start
+  EXPECT_EQ(mine.at, "none");
+  EXPECT_EQ(mine.case_timeout, "900");
+  for (const std::int64_t left : {300, 1}) {
+    const auto told = stop_of(launcher_command(sample_run(), k2x8, OperatorConfig{}, LauncherDeadline{left, deadline}));
+    EXPECT_EQ(told.after, std::to_string(left));
+    EXPECT_EQ(told.at, "2026-12-05T21:40:00Z");
+    EXPECT_EQ(told.case_timeout, "900");
+  }
+  for (const std::int64_t left : {0, -5}) {  // spent already: this operator's deadline is the case's end
+    const auto none = stop_of(launcher_command(sample_run(), k2x8, OperatorConfig{}, LauncherDeadline{left, deadline}));
+    EXPECT_EQ(none.after, "none");
+    EXPECT_EQ(none.at, "none");
+    EXPECT_EQ(none.case_timeout, "none");
+  }
+  const json job = build_launcher_job(sample_run(), k2x8, 1, OperatorConfig{}, LauncherDeadline{600, deadline});
+  const auto in_job = stop_of(job["spec"]["template"]["spec"]["containers"][0]["command"]);
+  EXPECT_EQ(in_job.after, "600");
+  EXPECT_EQ(in_job.at, "2026-12-05T21:40:00Z");
   EXPECT_EQ(job["spec"]["activeDeadlineSeconds"], 900 + kLauncherStopMarginSeconds);
 }
 
-// The launcher's --stop-after counts from its own start: it goes beside worker 0, whose node has
-// the image, where it fits; the term selects this attempt's workers and nothing else.
+// The launcher goes beside worker 0, whose node has the image, where it fits (a quick start; its
+// --stop-at holds the deadline either way); the term selects this attempt's workers and nothing else.
 TEST(Manifests, TheLauncherPrefersWorkerZerosNodeWhereTheImageIsPulledAlready) {
   const BenchmarkRun run = sample_run();
   const json job = build_launcher_job(run, k2x8, 1, OperatorConfig{});

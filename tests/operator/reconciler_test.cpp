@@ -527,10 +527,13 @@ TEST(Reconciler, TimeoutSaysWhyWhenWorkersCannotBeScheduled) {
 }
 
 // The launcher is told to stop the case when its limit is spent, counted from the attempt's start
-// (the workers' wait is spent already); this operator waits kLauncherStopMarginSeconds more for it,
-// and the repeats measured come back as a Timeout result that keeps them.
+// (the workers' wait is spent already): at that time by the cluster's clock, or what is left of
+// the limit after its own start, whichever comes first; this operator waits
+// kLauncherStopMarginSeconds more for it, and the repeats measured come back as a Timeout result
+// that keeps them.
 TEST(Reconciler, TheLauncherStopsTheCaseAtItsLimitAndTheRepeatsComeBackAsATimeout) {
   FakeCluster cluster(scaling_run(0));
+  const TimePoint attempt_start = cluster.now;
   cluster.step();
   cluster.now += 100s;  // the workers' images pulled, sshd started
   cluster.make_workers_ready();
@@ -538,10 +541,12 @@ TEST(Reconciler, TheLauncherStopsTheCaseAtItsLimitAndTheRepeatsComeBackAsATimeou
   const std::vector<std::string> command = cluster.job()["spec"]["template"]["spec"]["containers"][0]["command"];
   const auto stop = std::find(command.begin(), command.end(), "--stop-after");
   ASSERT_NE(stop, command.end());
-  ASSERT_LT(stop + 3, command.end());
+  ASSERT_LT(stop + 5, command.end());
   EXPECT_EQ(*(stop + 1), "3500");
-  EXPECT_EQ(*(stop + 2), "--case-timeout");
-  EXPECT_EQ(*(stop + 3), "3600");
+  EXPECT_EQ(*(stop + 2), "--stop-at");
+  EXPECT_EQ(*(stop + 3), rfc3339_utc(attempt_start + 3600s));
+  EXPECT_EQ(*(stop + 4), "--case-timeout");
+  EXPECT_EQ(*(stop + 5), "3600");
   EXPECT_LT(stop, std::find(command.begin(), command.end(), "--")) << "dlbench launch's own option";
 
   cluster.now += 3500s + 2s;  // the limit is spent; the launcher is stopping the case
