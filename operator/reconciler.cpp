@@ -1,7 +1,6 @@
 #include "reconciler.hpp"
 
 #include <algorithm>
-#include <ctime>
 #include <set>
 
 #include "child_names.hpp"
