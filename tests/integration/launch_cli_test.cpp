@@ -203,14 +203,18 @@ TEST_F(LaunchCli, AtItsDeadlineACommandWithoutAResultIsATimeoutAndOneThatIgnores
   EXPECT_THAT(message(), HasSubstr("no result within limits.caseTimeoutSeconds (30 s); no result document (exit code 138)"));
 
   const auto start = std::chrono::steady_clock::now();
-  const auto stubborn = launch_with("--stop-after 1", "sh -c 'trap \"\" USR1; echo deaf >&2; sleep 120; sleep 1'");
+  // The shell records its sleep's pid so that only this test's orphan is killed afterwards: a
+  // pattern (pkill -f 'sleep 120') also matched the launcher of a test running beside this one.
+  const auto stubborn =
+      launch_with("--stop-after 1", "sh -c 'trap \"\" USR1; echo deaf >&2; sleep 120 & echo $! > orphan.pid; wait $!; sleep 1'");
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_GE(took, std::chrono::seconds(1 + kLaunchStopGraceSeconds));
   EXPECT_LT(took, std::chrono::seconds(1 + kLaunchStopGraceSeconds + 20));
   EXPECT_EQ(stubborn.exit_code, 128 + SIGKILL);
   EXPECT_THAT(message(), HasSubstr("no result within limits.caseTimeoutSeconds (1 s); no result document (exit code 137)"));
   EXPECT_THAT(message(), HasSubstr("deaf"));
-  testing::run_shell("pkill -f 'sleep 120' || true", dir_.string());
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "orphan.pid"));
+  testing::run_shell("kill \"$(cat orphan.pid)\" 2>/dev/null || true", dir_.string());
 }
 
 TEST_F(LaunchCli, AStopAfterThatIsNotWholeSecondsIsAUsageError) {

@@ -1176,7 +1176,7 @@ TEST_F(RunCli, AnInterruptedCaseThatIgnoresSigtermIsKilledAfterItsGrace) {
   const auto* failed = find_condition(s.conditions, ConditionType::Failed);
   ASSERT_NE(failed, nullptr);
   EXPECT_EQ(failed->reason, "Interrupted");
-  testing::run_shell("pkill -f 'deaf-worker.sh' || true", dir_.string());
+  testing::run_shell("pkill -f '" + worker + "' || true", dir_.string());  // this test's path, no other's
 }
 
 // dlbench run killed where it cannot stop its case (SIGKILL): the worker it started is not left
