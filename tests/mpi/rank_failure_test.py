@@ -205,14 +205,16 @@ def rank_killed(tmp, victim, ranks, to_stdout):
                  "--measure-steps", "5", "--repeats", "30", "--threads", "1"] + ([] if to_stdout else ["--output", result_path])
     launcher = [dlbench, "launch", "--termination-log", termination_log, "--"] if to_stdout else []
     command = launcher + ["mpirun", "--oversubscribe", "--bind-to", "none"]
+    # The mark names this run's folder: a job of another run of this test on the host is not ours.
+    mark = f"DLBENCH_TEST_RANK_TO_KILL={tmp}"
     for rank in range(ranks):
-        marked = ["env", "DLBENCH_TEST_RANK_TO_KILL=1"] if rank == victim else []
+        marked = ["env", mark] if rank == victim else []
         command += ([":"] if rank > 0 else []) + ["-np", "1", *marked, worker, *synthetic]
     with open(log_path, "w") as log:
         job = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
         wait_for(log_path, "repeat 2/", job, what)
         victims = [pid for pid in os.listdir("/proc") if pid.isdigit() and
-                   b"DLBENCH_TEST_RANK_TO_KILL=1" in open_or_empty(f"/proc/{pid}/environ") and
+                   mark.encode() + b"\0" in open_or_empty(f"/proc/{pid}/environ") and
                    open_or_empty(f"/proc/{pid}/comm").startswith(b"dlbench-worker")]
         check(len(victims) == 1, f"{what}: its process not found: {victims}")
         os.kill(int(victims[0]), 9)
