@@ -32,15 +32,15 @@ class CpuBatchNorm final : public BatchNormOp {
     auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
     // Fused, forward keeps a bit mask of where y > 0 and backward applies it to dy itself.
     if (c.relu) flags |= dnnl::normalization_flags::fuse_norm_relu;
-    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::batch_normalization_forward::primitive_desc(
+    const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::batch_normalization_forward::primitive_desc(
         dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, data_, c.epsilon, flags),
-        b_.engine()));
-    bwd_pd_ = DLBENCH_DNNL_CALL(dnnl::batch_normalization_backward::primitive_desc(
+        user_scratchpad(), b_.engine()));
+    const auto bwd_pd = DLBENCH_DNNL_CALL(dnnl::batch_normalization_backward::primitive_desc(
         dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, data_, data_, c.epsilon, flags),
-        b_.engine(), fwd_pd_));
-    fwd_ = dnnl::batch_normalization_forward(fwd_pd_);
-    bwd_ = dnnl::batch_normalization_backward(bwd_pd_);
-    workspace_ = fwd_pd_.workspace_desc();
+        user_scratchpad(), b_.engine(), fwd_pd));
+    fwd_ = Primitive(backend, fwd_pd);
+    bwd_ = Primitive(backend, bwd_pd);
+    workspace_ = fwd_pd.workspace_desc();
   }
 
   std::size_t workspace_bytes() const override { return workspace_.get_size(); }
@@ -57,7 +57,7 @@ class CpuBatchNorm final : public BatchNormOp {
                                          {DNNL_ARG_MEAN, mem(channel_, e, mean.as<float>())},
                                          {DNNL_ARG_VARIANCE, mem(channel_, e, variance.as<float>())}};
     if (workspace_bytes() > 0) args[DNNL_ARG_WORKSPACE] = mem(workspace_, e, workspace);
-    fwd_.execute(b_.stream(), args);
+    fwd_.execute(std::move(args));
     float* running_mean = statistics.running_mean.as<float>();
     float* running_var = statistics.running_var.as<float>();
     const float* m = mean.as<float>();
@@ -86,7 +86,7 @@ class CpuBatchNorm final : public BatchNormOp {
                                {DNNL_ARG_DIFF_SCALE, mem(channel_, e, dgamma.data)},
                                {DNNL_ARG_DIFF_SHIFT, mem(channel_, e, dbeta.data)}};
     if (workspace_bytes() > 0) args[DNNL_ARG_WORKSPACE] = mem(workspace_, e, workspace);
-    bwd_.execute(b_.stream(), args);
+    bwd_.execute(std::move(args));
   }
 
  private:
@@ -100,10 +100,7 @@ class CpuBatchNorm final : public BatchNormOp {
   std::int64_t channels_;
   float momentum_, unbias_;
   memory::desc data_, channel_, workspace_;
-  dnnl::batch_normalization_forward::primitive_desc fwd_pd_;
-  dnnl::batch_normalization_backward::primitive_desc bwd_pd_;
-  dnnl::batch_normalization_forward fwd_;
-  dnnl::batch_normalization_backward bwd_;
+  Primitive fwd_, bwd_;
 };
 
 

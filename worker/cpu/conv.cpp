@@ -26,50 +26,46 @@ using namespace cpu_ops;
 
 // The three primitives of a convolution: forward,
 // backward-data and backward-weights, with the weights kept in the user's layout.
-template <typename Forward, typename BackwardData, typename BackwardWeights>
-class WeightedPrimitives {
+class ConvPrimitives {
  public:
-  WeightedPrimitives(CpuBackend& backend, const typename Forward::primitive_desc& fwd_pd,
-                     const typename BackwardData::primitive_desc& bwd_data_pd,
-                     const typename BackwardWeights::primitive_desc& bwd_weights_pd, const memory::desc& src,
-                     const memory::desc& dst, const memory::desc& weights_user, const memory::desc& bias)
+  ConvPrimitives(CpuBackend& backend, const dnnl::convolution_forward::primitive_desc& fwd_pd,
+                 const dnnl::convolution_backward_data::primitive_desc& bwd_data_pd,
+                 const dnnl::convolution_backward_weights::primitive_desc& bwd_weights_pd, const memory::desc& src,
+                 const memory::desc& dst, const memory::desc& weights_user, const memory::desc& bias)
       : b_(backend),
         src_(src),
         dst_(dst),
         bias_(bias),
         implementation_(fwd_pd.impl_info_str()),
         backward_data_implementation_(bwd_data_pd.impl_info_str()),
-        fwd_(fwd_pd),
-        bwd_data_(bwd_data_pd),
-        bwd_weights_(bwd_weights_pd),
+        fwd_(backend, fwd_pd),
+        bwd_data_(backend, bwd_data_pd),
+        bwd_weights_(backend, bwd_weights_pd),
         fwd_weights_(backend, weights_user, fwd_pd.weights_desc()),
         bwd_data_weights_(backend, weights_user, bwd_data_pd.weights_desc()),
         diff_weights_(backend, weights_user, bwd_weights_pd.diff_weights_desc()) {}
 
   void forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
-    auto& s = b_.stream();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
-                                         {DNNL_ARG_WEIGHTS, fwd_weights_.in(s, weight.as<float>())},
+                                         {DNNL_ARG_WEIGHTS, fwd_weights_.in(weight.as<float>())},
                                          {DNNL_ARG_DST, mem(dst_, b_.engine(), y.data)}};
     if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias->as<float>());
-    fwd_.execute(s, args);
+    fwd_.execute(std::move(args));
   }
 
   void backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) {
-    auto& s = b_.stream();
-    bwd_data_.execute(s, {{DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
-                          {DNNL_ARG_WEIGHTS, bwd_data_weights_.in(s, weight.as<float>())},
-                          {DNNL_ARG_DIFF_SRC, mem(src_, b_.engine(), dx.data)}});
+    bwd_data_.execute({{DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
+                       {DNNL_ARG_WEIGHTS, bwd_data_weights_.in(weight.as<float>())},
+                       {DNNL_ARG_DIFF_SRC, mem(src_, b_.engine(), dx.data)}});
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) {
-    auto& s = b_.stream();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x.data)},
                                          {DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy.data)},
                                          {DNNL_ARG_DIFF_WEIGHTS, diff_weights_.out(dweight.as<float>())}};
     if (dbias != nullptr) args[DNNL_ARG_DIFF_BIAS] = mem(bias_, b_.engine(), dbias->as<float>());
-    bwd_weights_.execute(s, args);
-    diff_weights_.finish(s, dweight.as<float>());
+    bwd_weights_.execute(std::move(args));
+    diff_weights_.finish(dweight.as<float>());
   }
 
   const std::string& implementation() const { return implementation_; }
@@ -79,14 +75,9 @@ class WeightedPrimitives {
   CpuBackend& b_;
   memory::desc src_, dst_, bias_;
   std::string implementation_, backward_data_implementation_;
-  Forward fwd_;
-  BackwardData bwd_data_;
-  BackwardWeights bwd_weights_;
+  Primitive fwd_, bwd_data_, bwd_weights_;
   WeightFormat fwd_weights_, bwd_data_weights_, diff_weights_;
 };
-
-using ConvPrimitives = WeightedPrimitives<dnnl::convolution_forward, dnnl::convolution_backward_data,
-                                          dnnl::convolution_backward_weights>;
 
 // Activations in the op's dtype; weights in it too inside the kernel (reordered from the fp32
 // master copy each call), while weight and bias gradients come out in fp32 (oneDNN
@@ -103,15 +94,15 @@ ConvPrimitives make_conv_primitives(CpuBackend& backend, const Conv2dConfig& c) 
   const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::convolution_forward::primitive_desc(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src, any_md(c.weight(), c.dtype),
                                       bias, dst, strides, dilates, padding, padding),
-      engine));
+      user_scratchpad(), engine));
   const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::convolution_backward_data::primitive_desc(
       dnnl::convolution_backward_data::desc(algorithm, src, any_md(c.weight(), c.dtype), dst, strides, dilates, padding,
                                             padding),
-      engine, fwd_pd));
+      user_scratchpad(), engine, fwd_pd));
   const auto bwd_weights_pd = DLBENCH_DNNL_CALL(dnnl::convolution_backward_weights::primitive_desc(
       dnnl::convolution_backward_weights::desc(algorithm, src, any_md(c.weight()), bias, dst, strides, dilates,
                                                padding, padding),
-      engine, fwd_pd));
+      user_scratchpad(), engine, fwd_pd));
   return ConvPrimitives(backend, fwd_pd, bwd_data_pd, bwd_weights_pd, src, dst, md_of(c.weight(), Layout::plain), bias);
 }
 
@@ -224,7 +215,7 @@ class FlippedBackwardData {
                                         md_of(c.output(), Layout::nhwc, c.dtype), any_md(flipped_shape(c), c.dtype),
                                         memory::desc(), md_of(c.input, Layout::nhwc, c.dtype), memory::dims{1, 1},
                                         dilates, padding, padding),
-        backend.engine()));
+        user_scratchpad(), backend.engine()));
   }
 
   FlippedBackwardData(CpuBackend& backend, const Conv2dConfig& c, const dnnl::convolution_forward::primitive_desc& pd)
@@ -236,17 +227,16 @@ class FlippedBackwardData {
         dy_(pd.src_desc()),
         dx_(pd.dst_desc()),
         weights_(backend, md_of(flipped_shape(c), Layout::plain), pd.weights_desc()),
-        primitive_(pd) {
+        primitive_(backend, pd) {
     backend.reserve_weight_staging(static_cast<std::size_t>(flipped_shape(c).numel()) * sizeof(float));
   }
 
   void run(const Tensor& dy, const Tensor& weight, Tensor& dx) {
     auto* flipped = static_cast<float*>(b_.weight_staging());
     flip(weight.as<float>(), flipped);
-    auto& s = b_.stream();
-    primitive_.execute(s, {{DNNL_ARG_SRC, mem(dy_, b_.engine(), dy.data)},
-                           {DNNL_ARG_WEIGHTS, weights_.in(s, flipped)},
-                           {DNNL_ARG_DST, mem(dx_, b_.engine(), dx.data)}});
+    primitive_.execute({{DNNL_ARG_SRC, mem(dy_, b_.engine(), dy.data)},
+                        {DNNL_ARG_WEIGHTS, weights_.in(flipped)},
+                        {DNNL_ARG_DST, mem(dx_, b_.engine(), dx.data)}});
   }
 
  private:
@@ -277,7 +267,7 @@ class FlippedBackwardData {
   std::int64_t out_channels_, in_channels_, kh_, kw_;
   memory::desc dy_, dx_;
   WeightFormat weights_;
-  dnnl::convolution_forward primitive_;
+  Primitive primitive_;
 };
 
 // The flipped forward convolution for `c`'s input gradient where the backend's route takes it

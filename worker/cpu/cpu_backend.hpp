@@ -112,6 +112,15 @@ class CpuBackend final : public Backend {
   // sampled pixels and their gradient).
   void reserve_activation_scratch(std::size_t bytes) { activation_scratch_.reserve(*this, bytes); }
   void* activation_scratch() const { return activation_scratch_.data(); }
+  // oneDNN's scratchpad, the memory a primitive needs only while it runs (per-thread partial
+  // sums, a reorder's staging): one buffer for every primitive (they run one at a time), made
+  // here in oneDNN's "user" scratchpad mode (cpu_ops::Primitive) so that the host memory check
+  // counts it before it is made, as it counts every other large buffer. oneDNN's own mode
+  // allocates it inside a primitive's first call, unchecked, and it grows with the threads:
+  // ResNet-50's gemm-based convolutions on AVX2 kernels take 36 MiB a thread (docs/worker.md).
+  void reserve_primitive_scratchpad(std::size_t bytes) { primitive_scratchpad_.reserve(*this, bytes); }
+  void* primitive_scratchpad() const { return primitive_scratchpad_.data(); }
+  std::size_t primitive_scratchpad_bytes() const { return primitive_scratchpad_.bytes(); }
 
  private:
   double step_loss_ = 0.0;  // the weighted sum of this step's loss terms so far
@@ -134,12 +143,13 @@ class CpuBackend final : public Backend {
       }
     }
     void* data() const { return buffer_.get(); }
+    std::size_t bytes() const { return bytes_; }
 
    private:
     std::shared_ptr<void> buffer_;
     std::size_t bytes_ = 0;
   };
-  Scratch weight_scratch_, weight_staging_, activation_scratch_;
+  Scratch weight_scratch_, weight_staging_, activation_scratch_, primitive_scratchpad_;
   dnnl::engine engine_;
   dnnl::stream stream_;
 };

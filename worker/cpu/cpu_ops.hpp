@@ -34,6 +34,51 @@ inline memory::desc any_md(const Shape& shape, DType dtype = DType::fp32) {
   return memory::desc(dims_of(shape), dnnl_type(dtype), tag::any);
 }
 
+// `attr` with oneDNN's scratchpad in the caller's hands: every primitive descriptor the backend
+// makes takes this, and its primitive runs as a Primitive below.
+inline dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = {}) {
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// A oneDNN primitive that runs on the backend's stream with the backend's scratchpad
+// (CpuBackend::reserve_primitive_scratchpad), which it reserves when it is made. Its descriptor
+// must have been made with user_scratchpad(): in oneDNN's own mode the primitive would allocate
+// the scratchpad itself, unseen by the host memory check, so such a descriptor is refused here.
+class Primitive {
+ public:
+  Primitive() = default;
+  template <typename PrimitiveDesc>
+  Primitive(CpuBackend& backend, const PrimitiveDesc& pd) : backend_(&backend), scratchpad_(pd.scratchpad_desc()) {
+    if (pd.get_primitive_attr().get_scratchpad_mode() != dnnl::scratchpad_mode::user) {
+      throw std::logic_error("cpu backend: a oneDNN primitive (" + std::string(pd.impl_info_str()) +
+                             ") made without user_scratchpad() would allocate its scratchpad itself");
+    }
+    primitive_ = DLBENCH_DNNL_CALL(dnnl::primitive(pd.get()));
+    backend.reserve_primitive_scratchpad(scratchpad_.get_size());
+  }
+
+  void execute(std::unordered_map<int, memory> args) const {
+    if (scratchpad_.get_size() > 0) {
+      args[DNNL_ARG_SCRATCHPAD] = mem(scratchpad_, backend_->engine(), backend_->primitive_scratchpad());
+    }
+    primitive_.execute(backend_->stream(), args);
+  }
+  // A reorder's call.
+  void execute(const memory& from, const memory& to) const { execute({{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}); }
+
+ private:
+  CpuBackend* backend_ = nullptr;
+  memory::desc scratchpad_;
+  dnnl::primitive primitive_;
+};
+
+// A reorder from `from` to `to` as a Primitive.
+inline Primitive reorder(CpuBackend& backend, const memory::desc& from, const memory::desc& to) {
+  const auto& engine = backend.engine();
+  return Primitive(backend, DLBENCH_DNNL_CALL(dnnl::reorder::primitive_desc(engine, from, engine, to, user_scratchpad())));
+}
+
 // Keeps a parameter in its canonical layout and gives a kernel the format it asked for:
 // reorders user → kernel before use (weights) or kernel → user after (weight gradients).
 // The kernel-format copy lives only during one call, so every layer uses the backend's one
@@ -44,29 +89,24 @@ class WeightFormat {
       : backend_(backend), user_(user), kernel_(kernel), needed_(user != kernel) {
     if (!needed_) return;
     backend_.reserve_weight_scratch(kernel.get_size());
-    const memory a = mem(user, backend_.engine(), nullptr);
-    const memory b = mem(kernel, backend_.engine(), nullptr);
-    to_kernel_ = DLBENCH_DNNL_CALL(dnnl::reorder(a, b));
-    to_user_ = DLBENCH_DNNL_CALL(dnnl::reorder(b, a));
+    to_kernel_ = reorder(backend, user, kernel);
+    to_user_ = reorder(backend, kernel, user);
   }
 
   // A kernel-format view of user-format weights, valid until the next use of the scratch.
-  memory in(dnnl::stream& stream, const void* user_data) {
+  memory in(const void* user_data) {
     if (!needed_) return mem(user_, backend_.engine(), user_data);
-    memory user = mem(user_, backend_.engine(), user_data);
     memory kernel = mem(kernel_, backend_.engine(), backend_.weight_scratch());
-    to_kernel_.execute(stream, user, kernel);
+    to_kernel_.execute(mem(user_, backend_.engine(), user_data), kernel);
     return kernel;
   }
   // Where a kernel writes gradients; finish() moves them to user format.
   memory out(void* user_data) {
     return needed_ ? mem(kernel_, backend_.engine(), backend_.weight_scratch()) : mem(user_, backend_.engine(), user_data);
   }
-  void finish(dnnl::stream& stream, void* user_data) {
+  void finish(void* user_data) {
     if (!needed_) return;
-    memory kernel = mem(kernel_, backend_.engine(), backend_.weight_scratch());
-    memory user = mem(user_, backend_.engine(), user_data);
-    to_user_.execute(stream, kernel, user);
+    to_user_.execute(mem(kernel_, backend_.engine(), backend_.weight_scratch()), mem(user_, backend_.engine(), user_data));
   }
 
  private:
@@ -74,8 +114,8 @@ class WeightFormat {
   memory::desc user_;
   memory::desc kernel_;
   bool needed_;
-  dnnl::reorder to_kernel_;
-  dnnl::reorder to_user_;
+  Primitive to_kernel_;
+  Primitive to_user_;
 };
 
 
@@ -100,19 +140,20 @@ class MatmulPasses {
     dw_ = memory::desc({out, in}, f32, tag::ab);
     if (bias) bias_ = memory::desc({1, out}, f32, tag::ab);
     // dw = dyᵀ · x, accumulated and written in fp32.
-    bwd_weights_ = dnnl::matmul(
-        DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(dnnl::matmul::desc(dy_transposed_, x_, dw_), engine)));
+    bwd_weights_ = Primitive(backend, DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(
+                                          dnnl::matmul::desc(dy_transposed_, x_, dw_), user_scratchpad(), engine)));
     if (weights == Weights::none) return;
     // y = x · wᵀ: the OI parameter read as an [in, out] matrix is its transpose, 'ba'; dx = dy · w.
     // Plain weights are those very layouts; otherwise each product picks its own.
     const bool plain = weights == Weights::plain;
     const memory::desc w_transposed({in, out}, data, plain ? tag::ba : tag::any);
     const memory::desc w({out, in}, data, plain ? tag::ab : tag::any);
-    const auto fwd_pd =
-        DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(dnnl::matmul::desc(x_, w_transposed, bias_, y_), engine));
-    const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(dnnl::matmul::desc(y_, w, x_), engine));
-    fwd_ = dnnl::matmul(fwd_pd);
-    bwd_data_ = dnnl::matmul(bwd_data_pd);
+    const auto fwd_pd = DLBENCH_DNNL_CALL(
+        dnnl::matmul::primitive_desc(dnnl::matmul::desc(x_, w_transposed, bias_, y_), user_scratchpad(), engine));
+    const auto bwd_data_pd =
+        DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(dnnl::matmul::desc(y_, w, x_), user_scratchpad(), engine));
+    fwd_ = Primitive(backend, fwd_pd);
+    bwd_data_ = Primitive(backend, bwd_data_pd);
     if (plain) {
       // One conversion serves both products: the forward reads its result as [in, out], 'ba'.
       fwd_transposed_ = fwd_pd.weights_desc();
@@ -124,32 +165,30 @@ class MatmulPasses {
   }
 
   void forward(const void* x, const float* weight, const float* bias, void* y) {
-    auto& s = b_.stream();
-    const memory weights = fwd_weights_ ? fwd_weights_->in(s, weight)
-                                        : mem(fwd_transposed_, b_.engine(), bwd_data_weights_->in(s, weight).get_data_handle());
+    const memory weights = fwd_weights_ ? fwd_weights_->in(weight)
+                                        : mem(fwd_transposed_, b_.engine(), bwd_data_weights_->in(weight).get_data_handle());
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(x_, b_.engine(), x)},
                                          {DNNL_ARG_WEIGHTS, weights},
                                          {DNNL_ARG_DST, mem(y_, b_.engine(), y)}};
     if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias);
-    fwd_.execute(s, args);
+    fwd_.execute(std::move(args));
   }
   void backward_data(const void* dy, const float* weight, void* dx) {
-    auto& s = b_.stream();
-    bwd_data_.execute(s, {{DNNL_ARG_SRC, mem(y_, b_.engine(), dy)},
-                          {DNNL_ARG_WEIGHTS, bwd_data_weights_->in(s, weight)},
-                          {DNNL_ARG_DST, mem(x_, b_.engine(), dx)}});
+    bwd_data_.execute({{DNNL_ARG_SRC, mem(y_, b_.engine(), dy)},
+                       {DNNL_ARG_WEIGHTS, bwd_data_weights_->in(weight)},
+                       {DNNL_ARG_DST, mem(x_, b_.engine(), dx)}});
   }
   void backward_weights(const void* x, const void* dy, float* dweight) {
-    bwd_weights_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(dy_transposed_, b_.engine(), dy)},
-                                       {DNNL_ARG_WEIGHTS, mem(x_, b_.engine(), x)},
-                                       {DNNL_ARG_DST, mem(dw_, b_.engine(), dweight)}});
+    bwd_weights_.execute({{DNNL_ARG_SRC, mem(dy_transposed_, b_.engine(), dy)},
+                          {DNNL_ARG_WEIGHTS, mem(x_, b_.engine(), x)},
+                          {DNNL_ARG_DST, mem(dw_, b_.engine(), dweight)}});
   }
 
  private:
   CpuBackend& b_;
   memory::desc x_, y_, dy_transposed_, dw_, bias_;
   memory::desc fwd_transposed_;  // plain weights: the converted [out, in] matrix read as [in, out]
-  dnnl::matmul fwd_, bwd_data_, bwd_weights_;
+  Primitive fwd_, bwd_data_, bwd_weights_;
   std::optional<WeightFormat> fwd_weights_, bwd_data_weights_;
 };
 

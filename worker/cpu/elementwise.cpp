@@ -28,47 +28,44 @@ class CpuRelu final : public ReluOp {
   CpuRelu(CpuBackend& backend, const Shape& shape, DType dtype) : b_(backend) {
     data_ = md_of(shape, shape.rank == 4 ? Layout::nhwc : Layout::plain, dtype);
     const auto algorithm = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;  // allows y to overwrite x
-    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::eltwise_forward::primitive_desc(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, algorithm, data_, 0.0f, 0.0f), b_.engine()));
-    bwd_pd_ = DLBENCH_DNNL_CALL(dnnl::eltwise_backward::primitive_desc(
-        dnnl::eltwise_backward::desc(algorithm, data_, data_, 0.0f, 0.0f), b_.engine(), fwd_pd_));
-    fwd_ = dnnl::eltwise_forward(fwd_pd_);
-    bwd_ = dnnl::eltwise_backward(bwd_pd_);
+    const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::eltwise_forward::primitive_desc(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, algorithm, data_, 0.0f, 0.0f), user_scratchpad(),
+        b_.engine()));
+    const auto bwd_pd = DLBENCH_DNNL_CALL(dnnl::eltwise_backward::primitive_desc(
+        dnnl::eltwise_backward::desc(algorithm, data_, data_, 0.0f, 0.0f), user_scratchpad(), b_.engine(), fwd_pd));
+    fwd_ = Primitive(backend, fwd_pd);
+    bwd_ = Primitive(backend, bwd_pd);
   }
   void forward(const Tensor& x, Tensor& y) override {
-    fwd_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, b_.engine(), x.data)}, {DNNL_ARG_DST, mem(data_, b_.engine(), y.data)}});
+    fwd_.execute({{DNNL_ARG_SRC, mem(data_, b_.engine(), x.data)}, {DNNL_ARG_DST, mem(data_, b_.engine(), y.data)}});
   }
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
     const auto& e = b_.engine();
-    bwd_.execute(b_.stream(), {{DNNL_ARG_DST, mem(data_, e, y.data)},
-                               {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
-                               {DNNL_ARG_DIFF_SRC, mem(data_, e, dx.data)}});
+    bwd_.execute({{DNNL_ARG_DST, mem(data_, e, y.data)},
+                  {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
+                  {DNNL_ARG_DIFF_SRC, mem(data_, e, dx.data)}});
   }
 
  private:
   CpuBackend& b_;
   memory::desc data_;
-  dnnl::eltwise_forward::primitive_desc fwd_pd_;
-  dnnl::eltwise_backward::primitive_desc bwd_pd_;
-  dnnl::eltwise_forward fwd_;
-  dnnl::eltwise_backward bwd_;
+  Primitive fwd_, bwd_;
 };
 
 class CpuReorder final : public ReorderOp {
  public:
   CpuReorder(CpuBackend& backend, const Shape& shape, DType dtype, Layout from, Layout to)
       : b_(backend), from_(md_of(shape, from, dtype)), to_(md_of(shape, to, dtype)) {
-    reorder_ = DLBENCH_DNNL_CALL(dnnl::reorder(mem(from_, b_.engine(), nullptr), mem(to_, b_.engine(), nullptr)));
+    reorder_ = reorder(backend, from_, to_);
   }
   void run(const Tensor& x, Tensor& y) override {
-    reorder_.execute(b_.stream(), {{DNNL_ARG_FROM, mem(from_, b_.engine(), x.data)},
-                                   {DNNL_ARG_TO, mem(to_, b_.engine(), y.data)}});
+    reorder_.execute(mem(from_, b_.engine(), x.data), mem(to_, b_.engine(), y.data));
   }
 
  private:
   CpuBackend& b_;
   memory::desc from_, to_;
-  dnnl::reorder reorder_;
+  Primitive reorder_;
 };
 
 // A reorder between a whole tensor's channel slice (a oneDNN sub-memory: the whole's strides,
@@ -81,24 +78,21 @@ class CpuChannelSlice final : public ChannelSliceOp {
     const Shape whole_shape(part.n(), whole_channels, part.h(), part.w());
     whole_ = md_of(whole_shape, Layout::nhwc, dtype);
     slice_ = whole_.submemory_desc(dims_of(part), {0, offset, 0, 0});
-    const auto& e = b_.engine();
-    insert_ = DLBENCH_DNNL_CALL(dnnl::reorder(mem(part_, e, nullptr), mem(slice_, e, nullptr)));
-    extract_ = DLBENCH_DNNL_CALL(dnnl::reorder(mem(slice_, e, nullptr), mem(part_, e, nullptr)));
+    insert_ = reorder(backend, part_, slice_);
+    extract_ = reorder(backend, slice_, part_);
   }
   // The slice's memory is the whole's buffer; the sub-memory descriptor carries the offset.
   void insert(const Tensor& part, Tensor& whole) override {
-    insert_.execute(b_.stream(), {{DNNL_ARG_FROM, mem(part_, b_.engine(), part.data)},
-                                  {DNNL_ARG_TO, mem(slice_, b_.engine(), whole.data)}});
+    insert_.execute(mem(part_, b_.engine(), part.data), mem(slice_, b_.engine(), whole.data));
   }
   void extract(const Tensor& whole, Tensor& part) override {
-    extract_.execute(b_.stream(), {{DNNL_ARG_FROM, mem(slice_, b_.engine(), whole.data)},
-                                   {DNNL_ARG_TO, mem(part_, b_.engine(), part.data)}});
+    extract_.execute(mem(slice_, b_.engine(), whole.data), mem(part_, b_.engine(), part.data));
   }
 
  private:
   CpuBackend& b_;
   memory::desc part_, whole_, slice_;
-  dnnl::reorder insert_, extract_;
+  Primitive insert_, extract_;
 };
 
 class CpuPool final : public PoolOp {
@@ -110,15 +104,16 @@ class CpuPool final : public PoolOp {
     const auto algorithm =
         c.kind == PoolKind::max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_include_padding;
     const memory::dims strides{c.stride, c.stride}, kernel{c.kernel.h, c.kernel.w}, padding{c.padding, c.padding};
-    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::pooling_forward::primitive_desc(
+    const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::pooling_forward::primitive_desc(
         dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, algorithm, src_, dst_, strides, kernel, padding,
                                     padding),
-        b_.engine()));
-    bwd_pd_ = DLBENCH_DNNL_CALL(dnnl::pooling_backward::primitive_desc(
-        dnnl::pooling_backward::desc(algorithm, src_, dst_, strides, kernel, padding, padding), b_.engine(), fwd_pd_));
-    fwd_ = dnnl::pooling_forward(fwd_pd_);
-    bwd_ = dnnl::pooling_backward(bwd_pd_);
-    workspace_ = fwd_pd_.workspace_desc();
+        user_scratchpad(), b_.engine()));
+    const auto bwd_pd = DLBENCH_DNNL_CALL(dnnl::pooling_backward::primitive_desc(
+        dnnl::pooling_backward::desc(algorithm, src_, dst_, strides, kernel, padding, padding), user_scratchpad(),
+        b_.engine(), fwd_pd));
+    fwd_ = Primitive(backend, fwd_pd);
+    bwd_ = Primitive(backend, bwd_pd);
+    workspace_ = fwd_pd.workspace_desc();
   }
   std::size_t workspace_bytes() const override { return workspace_.get_size(); }
   bool backward_reads_activations() const override { return false; }
@@ -126,23 +121,20 @@ class CpuPool final : public PoolOp {
     const auto& e = b_.engine();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, e, x.data)}, {DNNL_ARG_DST, mem(dst_, e, y.data)}};
     if (workspace_bytes() > 0) args[DNNL_ARG_WORKSPACE] = mem(workspace_, e, workspace);
-    fwd_.execute(b_.stream(), args);
+    fwd_.execute(std::move(args));
   }
   void backward(const Tensor&, const Tensor&, const Tensor& dy, const void* workspace, Tensor& dx) override {
     const auto& e = b_.engine();
     std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, mem(dst_, e, dy.data)},
                                          {DNNL_ARG_DIFF_SRC, mem(src_, e, dx.data)}};
     if (workspace_bytes() > 0) args[DNNL_ARG_WORKSPACE] = mem(workspace_, e, workspace);
-    bwd_.execute(b_.stream(), args);
+    bwd_.execute(std::move(args));
   }
 
  private:
   CpuBackend& b_;
   memory::desc src_, dst_, workspace_;
-  dnnl::pooling_forward::primitive_desc fwd_pd_;
-  dnnl::pooling_backward::primitive_desc bwd_pd_;
-  dnnl::pooling_forward fwd_;
-  dnnl::pooling_backward bwd_;
+  Primitive fwd_, bwd_;
 };
 
 // oneDNN's linear resampling: the source coordinate (i + 0.5) · in/out - 0.5 with edge
@@ -152,29 +144,27 @@ class CpuResize final : public ResizeOp {
   CpuResize(CpuBackend& backend, const ResizeConfig& c)
       : b_(backend), src_(md_of(c.input, Layout::nhwc, c.dtype)), dst_(md_of(c.output_shape(), Layout::nhwc, c.dtype)) {
     const auto algorithm = dnnl::algorithm::resampling_linear;
-    fwd_pd_ = DLBENCH_DNNL_CALL(dnnl::resampling_forward::primitive_desc(
-        dnnl::resampling_forward::desc(dnnl::prop_kind::forward_training, algorithm, src_, dst_), b_.engine()));
-    bwd_pd_ = DLBENCH_DNNL_CALL(dnnl::resampling_backward::primitive_desc(
-        dnnl::resampling_backward::desc(algorithm, src_, dst_), b_.engine(), fwd_pd_));
-    fwd_ = dnnl::resampling_forward(fwd_pd_);
-    bwd_ = dnnl::resampling_backward(bwd_pd_);
+    const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::resampling_forward::primitive_desc(
+        dnnl::resampling_forward::desc(dnnl::prop_kind::forward_training, algorithm, src_, dst_), user_scratchpad(),
+        b_.engine()));
+    const auto bwd_pd = DLBENCH_DNNL_CALL(dnnl::resampling_backward::primitive_desc(
+        dnnl::resampling_backward::desc(algorithm, src_, dst_), user_scratchpad(), b_.engine(), fwd_pd));
+    fwd_ = Primitive(backend, fwd_pd);
+    bwd_ = Primitive(backend, bwd_pd);
   }
   void forward(const Tensor& x, Tensor& y) override {
     const auto& e = b_.engine();
-    fwd_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(src_, e, x.data)}, {DNNL_ARG_DST, mem(dst_, e, y.data)}});
+    fwd_.execute({{DNNL_ARG_SRC, mem(src_, e, x.data)}, {DNNL_ARG_DST, mem(dst_, e, y.data)}});
   }
   void backward(const Tensor& dy, Tensor& dx) override {
     const auto& e = b_.engine();
-    bwd_.execute(b_.stream(), {{DNNL_ARG_DIFF_DST, mem(dst_, e, dy.data)}, {DNNL_ARG_DIFF_SRC, mem(src_, e, dx.data)}});
+    bwd_.execute({{DNNL_ARG_DIFF_DST, mem(dst_, e, dy.data)}, {DNNL_ARG_DIFF_SRC, mem(src_, e, dx.data)}});
   }
 
  private:
   CpuBackend& b_;
   memory::desc src_, dst_;
-  dnnl::resampling_forward::primitive_desc fwd_pd_;
-  dnnl::resampling_backward::primitive_desc bwd_pd_;
-  dnnl::resampling_forward fwd_;
-  dnnl::resampling_backward bwd_;
+  Primitive fwd_, bwd_;
 };
 
 // y = a + b, or max(a + b, 0) with `relu` (a ReLU post-op: one pass over y instead of two).
@@ -188,21 +178,20 @@ class CpuAdd final : public AddOp {
       ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
       attr.set_post_ops(ops);
     }
-    pd_ = DLBENCH_DNNL_CALL(dnnl::binary::primitive_desc(
-        dnnl::binary::desc(dnnl::algorithm::binary_add, data_, data_, data_), attr, b_.engine()));
-    add_ = dnnl::binary(pd_);
+    add_ = Primitive(backend, DLBENCH_DNNL_CALL(dnnl::binary::primitive_desc(
+                                  dnnl::binary::desc(dnnl::algorithm::binary_add, data_, data_, data_),
+                                  user_scratchpad(attr), b_.engine())));
   }
   void forward(const Tensor& a, const Tensor& b, Tensor& y) override {
     const auto& e = b_.engine();
-    add_.execute(b_.stream(),
-                 {{DNNL_ARG_SRC_0, mem(data_, e, a.data)}, {DNNL_ARG_SRC_1, mem(data_, e, b.data)}, {DNNL_ARG_DST, mem(data_, e, y.data)}});
+    add_.execute(
+        {{DNNL_ARG_SRC_0, mem(data_, e, a.data)}, {DNNL_ARG_SRC_1, mem(data_, e, b.data)}, {DNNL_ARG_DST, mem(data_, e, y.data)}});
   }
 
  private:
   CpuBackend& b_;
   memory::desc data_;
-  dnnl::binary::primitive_desc pd_;
-  dnnl::binary add_;
+  Primitive add_;
 };
 
 

@@ -63,35 +63,33 @@ class InnerProductPasses {
     const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_forward::primitive_desc(
         dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src_, any_md(weight, c.dtype), bias_,
                                           dst_),
-        backend.engine()));
+        user_scratchpad(), backend.engine()));
     const auto bwd_data_pd = DLBENCH_DNNL_CALL(dnnl::inner_product_backward_data::primitive_desc(
-        dnnl::inner_product_backward_data::desc(src_, any_md(weight, c.dtype), dst_), backend.engine(), fwd_pd));
-    fwd_ = dnnl::inner_product_forward(fwd_pd);
-    bwd_data_ = dnnl::inner_product_backward_data(bwd_data_pd);
+        dnnl::inner_product_backward_data::desc(src_, any_md(weight, c.dtype), dst_), user_scratchpad(),
+        backend.engine(), fwd_pd));
+    fwd_ = Primitive(backend, fwd_pd);
+    bwd_data_ = Primitive(backend, bwd_data_pd);
     fwd_weights_.emplace(backend, md_of(weight, Layout::plain), fwd_pd.weights_desc());
     bwd_data_weights_.emplace(backend, md_of(weight, Layout::plain), bwd_data_pd.weights_desc());
   }
 
   void forward(const void* x, const float* weight, const float* bias, void* y) {
-    auto& s = b_.stream();
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(src_, b_.engine(), x)},
-                                         {DNNL_ARG_WEIGHTS, fwd_weights_->in(s, weight)},
+                                         {DNNL_ARG_WEIGHTS, fwd_weights_->in(weight)},
                                          {DNNL_ARG_DST, mem(dst_, b_.engine(), y)}};
     if (bias != nullptr) args[DNNL_ARG_BIAS] = mem(bias_, b_.engine(), bias);
-    fwd_.execute(s, args);
+    fwd_.execute(std::move(args));
   }
   void backward_data(const void* dy, const float* weight, void* dx) {
-    auto& s = b_.stream();
-    bwd_data_.execute(s, {{DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy)},
-                          {DNNL_ARG_WEIGHTS, bwd_data_weights_->in(s, weight)},
-                          {DNNL_ARG_DIFF_SRC, mem(src_, b_.engine(), dx)}});
+    bwd_data_.execute({{DNNL_ARG_DIFF_DST, mem(dst_, b_.engine(), dy)},
+                       {DNNL_ARG_WEIGHTS, bwd_data_weights_->in(weight)},
+                       {DNNL_ARG_DIFF_SRC, mem(src_, b_.engine(), dx)}});
   }
 
  private:
   CpuBackend& b_;
   memory::desc src_, dst_, bias_;
-  dnnl::inner_product_forward fwd_;
-  dnnl::inner_product_backward_data bwd_data_;
+  Primitive fwd_, bwd_data_;
   std::optional<WeightFormat> fwd_weights_, bwd_data_weights_;
 };
 

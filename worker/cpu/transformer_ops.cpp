@@ -13,14 +13,16 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "cpu/cpu_backend.hpp"
-#include "cpu/dnnl_check.hpp"
-#include "cpu/onednn_memory.hpp"
+#include "cpu/cpu_ops.hpp"
 #include "real_length.hpp"
 
 namespace dlbench::worker {
 namespace {
 
 using dnnl::memory;
+using cpu_ops::Primitive;
+using cpu_ops::reorder;
+using cpu_ops::user_scratchpad;
 
 memory::desc row_major(const memory::dims& dims, DType dtype) {
   memory::dims strides(dims.size(), 1);
@@ -40,25 +42,24 @@ class CpuBatchedMatmul final : public BatchedMatmulOp {
     c_md_ = row_major({c.batch, c.m, c.n}, c.dtype);
     dnnl::primitive_attr attr;
     if (c.alpha != 1.0f) attr.set_output_scales(0, {c.alpha});
-    const auto pd = DLBENCH_DNNL_CALL(
-        dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_, b_md_, c_md_), attr, backend.engine()));
-    matmul_ = dnnl::matmul(pd);
+    matmul_ = Primitive(backend, DLBENCH_DNNL_CALL(dnnl::matmul::primitive_desc(
+                                     dnnl::matmul::desc(a_, b_md_, c_md_), user_scratchpad(attr), backend.engine())));
   }
   void run(const Tensor& a, const Tensor& b, Tensor& c) override {
     require_elements(a, c_.batch * c_.m * c_.k, "batched matmul", "A");
     require_elements(b, c_.batch * c_.k * c_.n, "batched matmul", "B");
     require_elements(c, c_.batch * c_.m * c_.n, "batched matmul", "C");
     const auto& e = b_.engine();
-    matmul_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(a_, e, a.data)},
-                                  {DNNL_ARG_WEIGHTS, mem(b_md_, e, b.data)},
-                                  {DNNL_ARG_DST, mem(c_md_, e, c.data)}});
+    matmul_.execute({{DNNL_ARG_SRC, mem(a_, e, a.data)},
+                     {DNNL_ARG_WEIGHTS, mem(b_md_, e, b.data)},
+                     {DNNL_ARG_DST, mem(c_md_, e, c.data)}});
   }
 
  private:
   CpuBackend& b_;
   BatchedMatmulConfig c_;
   memory::desc a_, b_md_, c_md_;
-  dnnl::matmul matmul_;
+  Primitive matmul_;
 };
 
 class CpuLayerNorm final : public LayerNormOp {
@@ -70,43 +71,42 @@ class CpuLayerNorm final : public LayerNormOp {
     const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
     const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::layer_normalization_forward::primitive_desc(
         dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training, data_, statistics_, c.epsilon, flags),
-        backend.engine()));
+        user_scratchpad(), backend.engine()));
     const auto bwd_pd = DLBENCH_DNNL_CALL(dnnl::layer_normalization_backward::primitive_desc(
         dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward, data_, data_, statistics_, c.epsilon, flags),
-        backend.engine(), fwd_pd));
-    forward_ = dnnl::layer_normalization_forward(fwd_pd);
-    backward_ = dnnl::layer_normalization_backward(bwd_pd);
+        user_scratchpad(), backend.engine(), fwd_pd));
+    forward_ = Primitive(backend, fwd_pd);
+    backward_ = Primitive(backend, bwd_pd);
   }
   void forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
                Tensor& variance) override {
     const auto& e = b_.engine();
-    forward_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, e, x.data)},
-                                   {DNNL_ARG_SCALE, mem(features_, e, gamma.as<float>())},
-                                   {DNNL_ARG_SHIFT, mem(features_, e, beta.as<float>())},
-                                   {DNNL_ARG_DST, mem(data_, e, y.data)},
-                                   {DNNL_ARG_MEAN, mem(statistics_, e, mean.as<float>())},
-                                   {DNNL_ARG_VARIANCE, mem(statistics_, e, variance.as<float>())}});
+    forward_.execute({{DNNL_ARG_SRC, mem(data_, e, x.data)},
+                      {DNNL_ARG_SCALE, mem(features_, e, gamma.as<float>())},
+                      {DNNL_ARG_SHIFT, mem(features_, e, beta.as<float>())},
+                      {DNNL_ARG_DST, mem(data_, e, y.data)},
+                      {DNNL_ARG_MEAN, mem(statistics_, e, mean.as<float>())},
+                      {DNNL_ARG_VARIANCE, mem(statistics_, e, variance.as<float>())}});
   }
   // oneDNN 2.6 refuses to run backward without the shift's memory, though it does not read it.
   void backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
                 const Tensor& variance, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
     const auto& e = b_.engine();
-    backward_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, e, x.data)},
-                                    {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
-                                    {DNNL_ARG_SCALE, mem(features_, e, gamma.as<float>())},
-                                    {DNNL_ARG_SHIFT, mem(features_, e, beta.as<float>())},
-                                    {DNNL_ARG_MEAN, mem(statistics_, e, mean.as<float>())},
-                                    {DNNL_ARG_VARIANCE, mem(statistics_, e, variance.as<float>())},
-                                    {DNNL_ARG_DIFF_SRC, mem(data_, e, dx.data)},
-                                    {DNNL_ARG_DIFF_SCALE, mem(features_, e, dgamma.as<float>())},
-                                    {DNNL_ARG_DIFF_SHIFT, mem(features_, e, dbeta.as<float>())}});
+    backward_.execute({{DNNL_ARG_SRC, mem(data_, e, x.data)},
+                       {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
+                       {DNNL_ARG_SCALE, mem(features_, e, gamma.as<float>())},
+                       {DNNL_ARG_SHIFT, mem(features_, e, beta.as<float>())},
+                       {DNNL_ARG_MEAN, mem(statistics_, e, mean.as<float>())},
+                       {DNNL_ARG_VARIANCE, mem(statistics_, e, variance.as<float>())},
+                       {DNNL_ARG_DIFF_SRC, mem(data_, e, dx.data)},
+                       {DNNL_ARG_DIFF_SCALE, mem(features_, e, dgamma.as<float>())},
+                       {DNNL_ARG_DIFF_SHIFT, mem(features_, e, dbeta.as<float>())}});
   }
 
  private:
   CpuBackend& b_;
   memory::desc data_, statistics_, features_;
-  dnnl::layer_normalization_forward forward_;
-  dnnl::layer_normalization_backward backward_;
+  Primitive forward_, backward_;
 };
 
 class CpuSoftmax final : public SoftmaxOp {
@@ -115,24 +115,24 @@ class CpuSoftmax final : public SoftmaxOp {
       : b_(backend), rows_(rows), columns_(columns), dtype_(dtype) {
     data_ = row_major({rows, columns}, dtype);
     const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::softmax_forward::primitive_desc(
-        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_training, data_, 1), backend.engine()));
+        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_training, data_, 1), user_scratchpad(), backend.engine()));
     const auto bwd_pd = DLBENCH_DNNL_CALL(dnnl::softmax_backward::primitive_desc(
-        dnnl::softmax_backward::desc(data_, data_, 1), backend.engine(), fwd_pd));
-    forward_ = dnnl::softmax_forward(fwd_pd);
-    backward_ = dnnl::softmax_backward(bwd_pd);
+        dnnl::softmax_backward::desc(data_, data_, 1), user_scratchpad(), backend.engine(), fwd_pd));
+    forward_ = Primitive(backend, fwd_pd);
+    backward_ = Primitive(backend, bwd_pd);
   }
   void forward(const Tensor& x, Tensor& y, RowLengths lengths) override {
     const auto& e = b_.engine();
-    forward_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, e, x.data)}, {DNNL_ARG_DST, mem(data_, e, y.data)}});
+    forward_.execute({{DNNL_ARG_SRC, mem(data_, e, x.data)}, {DNNL_ARG_DST, mem(data_, e, y.data)}});
     if (lengths.lengths != nullptr) {
       with_element_type(dtype_, [&]<typename T>(T*) { shorten_rows(x.as<T>(), y.as<T>(), lengths); });
     }
   }
   void backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
     const auto& e = b_.engine();
-    backward_.execute(b_.stream(), {{DNNL_ARG_DST, mem(data_, e, y.data)},
-                                    {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
-                                    {DNNL_ARG_DIFF_SRC, mem(data_, e, dx.data)}});
+    backward_.execute({{DNNL_ARG_DST, mem(data_, e, y.data)},
+                       {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
+                       {DNNL_ARG_DIFF_SRC, mem(data_, e, dx.data)}});
   }
 
  private:
@@ -160,8 +160,7 @@ class CpuSoftmax final : public SoftmaxOp {
   std::int64_t rows_, columns_;
   DType dtype_;
   memory::desc data_;
-  dnnl::softmax_forward forward_;
-  dnnl::softmax_backward backward_;
+  Primitive forward_, backward_;
 };
 
 class CpuActivation final : public ActivationOp {
@@ -171,28 +170,27 @@ class CpuActivation final : public ActivationOp {
     const auto algorithm = kind == ActivationKind::gelu ? dnnl::algorithm::eltwise_gelu_erf : dnnl::algorithm::eltwise_tanh;
     const auto fwd_pd = DLBENCH_DNNL_CALL(dnnl::eltwise_forward::primitive_desc(
         dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, algorithm, data_, 0.0f, 0.0f),
-        backend.engine()));
+        user_scratchpad(), backend.engine()));
     const auto bwd_pd = DLBENCH_DNNL_CALL(dnnl::eltwise_backward::primitive_desc(
-        dnnl::eltwise_backward::desc(algorithm, data_, data_, 0.0f, 0.0f), backend.engine(), fwd_pd));
-    forward_ = dnnl::eltwise_forward(fwd_pd);
-    backward_ = dnnl::eltwise_backward(bwd_pd);
+        dnnl::eltwise_backward::desc(algorithm, data_, data_, 0.0f, 0.0f), user_scratchpad(), backend.engine(), fwd_pd));
+    forward_ = Primitive(backend, fwd_pd);
+    backward_ = Primitive(backend, bwd_pd);
   }
   void forward(const Tensor& x, Tensor& y) override {
     const auto& e = b_.engine();
-    forward_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, e, x.data)}, {DNNL_ARG_DST, mem(data_, e, y.data)}});
+    forward_.execute({{DNNL_ARG_SRC, mem(data_, e, x.data)}, {DNNL_ARG_DST, mem(data_, e, y.data)}});
   }
   void backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
     const auto& e = b_.engine();
-    backward_.execute(b_.stream(), {{DNNL_ARG_SRC, mem(data_, e, x.data)},
-                                    {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
-                                    {DNNL_ARG_DIFF_SRC, mem(data_, e, dx.data)}});
+    backward_.execute({{DNNL_ARG_SRC, mem(data_, e, x.data)},
+                       {DNNL_ARG_DIFF_DST, mem(data_, e, dy.data)},
+                       {DNNL_ARG_DIFF_SRC, mem(data_, e, dx.data)}});
   }
 
  private:
   CpuBackend& b_;
   memory::desc data_;
-  dnnl::eltwise_forward forward_;
-  dnnl::eltwise_backward backward_;
+  Primitive forward_, backward_;
 };
 
 class CpuSwapAxes final : public SwapAxesOp {
@@ -203,19 +201,16 @@ class CpuSwapAxes final : public SwapAxesOp {
     // x's elements read in y's logical order (A, C, B, D): axis 1 of y steps over x's C.
     source_ = memory::desc({a, c, b, d}, dnnl_type(dtype), {b * c * d, d, c * d, 1});
     destination_ = row_major({a, c, b, d}, dtype);
-    reorder_ = DLBENCH_DNNL_CALL(
-        dnnl::reorder(mem(source_, backend.engine(), nullptr), mem(destination_, backend.engine(), nullptr)));
+    reorder_ = reorder(backend, source_, destination_);
   }
   void run(const Tensor& x, Tensor& y) override {
-    auto source = mem(source_, b_.engine(), x.data);
-    auto destination = mem(destination_, b_.engine(), y.data);
-    reorder_.execute(b_.stream(), source, destination);
+    reorder_.execute(mem(source_, b_.engine(), x.data), mem(destination_, b_.engine(), y.data));
   }
 
  private:
   CpuBackend& b_;
   memory::desc source_, destination_;
-  dnnl::reorder reorder_;
+  Primitive reorder_;
 };
 
 template <typename TableT, typename RowT>
