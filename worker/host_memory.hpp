@@ -30,6 +30,11 @@ namespace dlbench::worker {
 
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 
+// True on a thread while host_block allocates a buffer it has checked: what tells a test's
+// allocator (tests/worker/host_allocation_test.cpp) the large allocations the check counted from
+// those it never saw.
+inline thread_local bool making_checked_host_block = false;
+
 // `bytes` on `alignment` (posix_memalign: any size, where aligned_alloc wants a multiple of the
 // alignment), zeroed; advised as huge pages when it is 2 MiB or more, and then first checked
 // against the memory left (HostOutOfMemory) and made and faulted in under the node's
@@ -44,7 +49,10 @@ inline void* host_block(std::size_t bytes, std::size_t alignment) {
     ensure_host_memory(bytes);
   }
   void* p = nullptr;
-  if (::posix_memalign(&p, large ? huge_page_bytes : alignment, bytes) != 0) throw std::bad_alloc();
+  making_checked_host_block = large;
+  const int failed = ::posix_memalign(&p, large ? huge_page_bytes : alignment, bytes);
+  making_checked_host_block = false;
+  if (failed != 0) throw std::bad_alloc();
   // Advice only: a kernel without THP (or with it off) refuses it and the pages stay small.
   if (large) (void)::madvise(p, bytes, MADV_HUGEPAGE);
   std::memset(p, 0, bytes);
