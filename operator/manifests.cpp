@@ -411,6 +411,7 @@ std::vector<std::string> launcher_command(const BenchmarkRun& run, const CaseSpe
   }
   command.insert(command.end(), {"--", "mpirun", "--hostfile", std::string(kConfigMount) + "/hostfile", "-np",
                                  std::to_string(c.devices()), "--bind-to", "none", "--map-by", "slot"});
+  for (auto& a : mpirun_stop_arguments()) command.push_back(std::move(a));
   for (const auto& e : run.spec.worker.env) {  // user variables reach every rank
     command.push_back("-x");
     command.push_back(e.name);

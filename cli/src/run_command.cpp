@@ -483,6 +483,7 @@ CaseCommand case_command(const LocalExecutor& x, const PlannedCase& c, const std
   }
   if (c.spec.devices() > 1) {
     command.argv = {x.options.mpirun, "-np", std::to_string(c.spec.devices()), "--bind-to", "none", "-x", "OMP_NUM_THREADS"};
+    for (auto& a : mpirun_stop_arguments()) command.argv.push_back(std::move(a));
     for (const auto& [name, value] : user_env) {
       command.argv.push_back("-x");  // every rank, as every worker pod gets it
       command.argv.push_back(name);

@@ -247,6 +247,7 @@ TEST(Manifests, LauncherRunsMpirunWithTheCaseArguments) {
   EXPECT_EQ(command[0], "dlbench");
   EXPECT_EQ(at("--hostfile"), "/etc/dlbench/hostfile");
   EXPECT_EQ(at("-np"), "16");
+  EXPECT_EQ(at("odls_base_sigkill_timeout"), "1");  // the deputy's second, whatever the site's Open MPI says
   EXPECT_EQ(at("-x"), "NCCL_DEBUG");
   EXPECT_EQ(at("--batch-size"), "128");
   EXPECT_EQ(at("--precision"), "amp");

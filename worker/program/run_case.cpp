@@ -20,6 +20,7 @@
 #include "dlbench/core/device_peaks.hpp"
 #include "dlbench/core/names.hpp"
 #include "dlbench/core/statistics.hpp"
+#include "dlbench/core/worker_command.hpp"
 #include "dlbench/core/status.hpp"
 #include "dlbench/core/version.hpp"
 #include "gpu_monitor.hpp"
@@ -845,11 +846,14 @@ class CaseRun {
   }
 
   // After a stop signal, inside the second Open MPI gives a rank before its SIGKILL
-  // (odls_base_sigkill_timeout, 1 s): rank 0 writes at once, and once it has ended Open MPI kills
+  // (odls_base_sigkill_timeout, 1 s, named on every mpirun's command line by
+  // mpirun_stop_arguments): rank 0 writes at once, and once it has ended Open MPI kills
   // the others at once, so that the deputy, later, writes only where rank 0 could not; the other
   // ranks end later still, since any rank's end brings that SIGKILL.
   static constexpr auto kDeputyDelay = std::chrono::milliseconds(300);
   static constexpr auto kOthersStopDelay = std::chrono::milliseconds(600);
+  static_assert(kDeputyDelay < kOthersStopDelay && kOthersStopDelay < std::chrono::seconds(kRankSigkillGraceSeconds),
+                "the deputy writes after rank 0 and before the others end, all inside the grace mpirun is given");
 
   // On the stop signals' thread: the repeats measured so far as a Failed result, and the exit
   // code of a process ended by the signal; before the first repeat, nothing (the signal's own

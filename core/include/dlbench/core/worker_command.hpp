@@ -22,6 +22,17 @@ struct WorkerInvocation {
 // A preflight case (c.preflight) gets `dlbench-worker --self-test` for the run's precisions.
 std::vector<std::string> worker_arguments(const BenchmarkRun& run, const CaseSpec& c, const WorkerInvocation& how);
 
+// What a stopped case's repeats rest on, for every mpirun dlbench starts (the operator's launcher
+// and `dlbench run`): once one rank has ended, Open MPI stops the others with SIGTERM and kills
+// them this long after (odls_base_sigkill_timeout), and inside that second rank 0's deputy writes
+// the repeats where rank 0 could not (worker/program/run_case.cpp). It is Open MPI's default,
+// named on the command line so that a site's openmpi-mca-params.conf or an OMPI_MCA_ variable in
+// the run's env cannot take that second away.
+inline constexpr int kRankSigkillGraceSeconds = 1;
+inline std::vector<std::string> mpirun_stop_arguments() {
+  return {"--mca", "odls_base_sigkill_timeout", std::to_string(kRankSigkillGraceSeconds)};
+}
+
 // engine: command — what the wrapped command finds in its environment on one node of a case:
 // the case (DLBENCH_*), and the rendezvous variables torchrun and torch.distributed read, in
 // the Kubeflow PyTorchJob convention: one entry per node (WORLD_SIZE = nodes, RANK = NODE_RANK =
