@@ -11,12 +11,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.hpp"
+#include "cpu/cpu_ops.hpp"
 #include "host_memory.hpp"
 #include "layers/bert_config.hpp"
 #include "models/bert.hpp"
@@ -128,6 +131,27 @@ TEST(HostAllocation, TheReplacedAllocatorSeesLargeAllocationsOutsideTheCheckOnly
     std::free(aligned);
   });
   EXPECT_EQ(seen, (std::vector<double>{6.0, 8.0})) << listed(seen);
+}
+
+// A primitive whose descriptor leaves the scratchpad to oneDNN would allocate it unchecked: the
+// backend refuses to make one, naming it, so that an op added later cannot slip past the check.
+TEST(HostAllocation, APrimitiveInOneDnnsOwnScratchpadModeIsRefused) {
+  CpuBackend backend(1);
+  const auto data = cpu_ops::md_of(Shape(2, 3), Layout::plain);
+  const auto own = dnnl::eltwise_forward::primitive_desc(
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, data, 0.0f, 0.0f),
+      backend.engine());
+  try {
+    cpu_ops::Primitive refused(backend, own);
+    ADD_FAILURE() << "a primitive in oneDNN's own scratchpad mode was made";
+  } catch (const std::logic_error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("made without user_scratchpad() would allocate its scratchpad itself"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("eltwise"));
+  }
+  const auto user = dnnl::eltwise_forward::primitive_desc(
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, data, 0.0f, 0.0f),
+      cpu_ops::user_scratchpad(), backend.engine());
+  EXPECT_NO_THROW(cpu_ops::Primitive(backend, user));
 }
 
 // A trainer made and two steps taken, on the CPU backend with `threads` threads: the sizes of the

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <oneapi/dnnl/dnnl_debug.h>
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu/dnnl_check.hpp"
@@ -51,8 +52,9 @@ class Primitive {
   template <typename PrimitiveDesc>
   Primitive(CpuBackend& backend, const PrimitiveDesc& pd) : backend_(&backend), scratchpad_(pd.scratchpad_desc()) {
     if (pd.get_primitive_attr().get_scratchpad_mode() != dnnl::scratchpad_mode::user) {
-      throw std::logic_error("cpu backend: a oneDNN primitive (" + std::string(pd.impl_info_str()) +
-                             ") made without user_scratchpad() would allocate its scratchpad itself");
+      throw std::logic_error(std::string("cpu backend: a oneDNN ") +
+                             dnnl_prim_kind2str(static_cast<dnnl_primitive_kind_t>(pd.get_kind())) + " primitive (" +
+                             pd.impl_info_str() + ") made without user_scratchpad() would allocate its scratchpad itself");
     }
     primitive_ = DLBENCH_DNNL_CALL(dnnl::primitive(pd.get()));
     backend.reserve_primitive_scratchpad(scratchpad_.get_size());
