@@ -7,8 +7,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
-#include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
@@ -106,13 +104,16 @@ std::vector<double> unchecked_during(Body&& body) {
   for (std::size_t i = 0; i < count && i < UncheckedAllocations::kKept; ++i) {
     mib.push_back(static_cast<double>(unchecked.sizes[i].load()) / (1 << 20));
   }
-  if (count > UncheckedAllocations::kKept) mib.push_back(-static_cast<double>(count));  // more than kept
   return mib;
 }
 
+// The sizes kept, and how many there were in all where more than those.
 std::string listed(const std::vector<double>& mib) {
   std::string out;
   for (const double m : mib) out += (out.empty() ? "" : ", ") + std::to_string(m) + " MiB";
+  if (const std::size_t count = unchecked.count.load(); count > mib.size()) {
+    out += " (" + std::to_string(count) + " in all)";
+  }
   return out.empty() ? "none" : out;
 }
 
