@@ -1,5 +1,6 @@
 // Data parallelism over MPI, run by ctest under mpirun with 2, 3 and 4 ranks.
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <cstring>
@@ -149,6 +150,70 @@ TEST(DataParallel, EveryRankGathersEveryRanksText) {
                                                             << " gathered it";
   }
   EXPECT_EQ(static_cast<int>(world->hosts().size()), world->size());
+}
+
+// Reductions larger than the communicator's window (pieces of 16 MiB, two in flight): three
+// buffers of 40, 0.5 and 24 MiB, the first two summed and the last averaged, with a blocking
+// collective (max) asked before they are completed (the communicator finishes them first, as MPI
+// orders collectives; Open MPI itself would tell the two kinds apart by tag): each element's sum is
+// exact (small integers), on every rank.
+TEST(DataParallel, ReductionsPastTheWindowSumExactlyBesideAnotherCollective) {
+  const int n = world->size();
+  const int r = world->rank();
+  std::vector<std::vector<float>> buffers = {std::vector<float>(10'000'000), std::vector<float>(131'072),
+                                             std::vector<float>(6'291'456)};
+  for (auto& b : buffers) {
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 1000) * static_cast<float>(r + 1);
+  }
+  world->start_allreduce(buffers[0].data(), static_cast<std::int64_t>(buffers[0].size()), Reduction::sum);
+  world->progress();
+  world->start_allreduce(buffers[1].data(), static_cast<std::int64_t>(buffers[1].size()), Reduction::sum);
+  world->start_allreduce(buffers[2].data(), static_cast<std::int64_t>(buffers[2].size()), Reduction::average);
+  double slowest = r;
+  world->max(&slowest, 1);
+  EXPECT_EQ(slowest, n - 1);
+  world->complete_reductions();
+  const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
+  for (std::size_t k = 0; k < 2; ++k) {
+    for (std::size_t i = 0; i < buffers[k].size(); ++i) {
+      ASSERT_EQ(buffers[k][i], static_cast<float>(i % 1000) * ranks_sum) << "buffer " << k << ", element " << i << ", rank " << r;
+    }
+  }
+  for (std::size_t i = 0; i < buffers[2].size(); ++i) {  // the mean: the sum times 1/n, rounded once
+    ASSERT_FLOAT_EQ(buffers[2][i], static_cast<float>(i % 1000) * ranks_sum / static_cast<float>(n)) << i << ", rank " << r;
+  }
+}
+
+// The reductions' temporary buffers are reused, not faulted in again at every step: 64 MiB of
+// gradient in four 16 MiB buckets, reduced over and over. Open MPI's nonblocking allreduce
+// allocates a buffer as large as each reduction; with every bucket started at once glibc gave
+// them back to the kernel, which faulted in and zeroed 64 MiB (16,384 pages) at every reduction
+// on every rank, and two ranks reduced at a tenth of their speed (bench/RESULTS.md, 2026-12-06).
+TEST(DataParallel, ReducingAgainFaultsInNoNewPages) {
+  constexpr std::int64_t kBucket = 4 << 20;  // elements: 16 MiB
+  std::vector<float> grads(4 * kBucket, 1.0f);
+  const auto reduce = [&] {
+    for (int b = 3; b >= 0; --b) {
+      world->start_allreduce(grads.data() + b * kBucket, kBucket, Reduction::average);
+      world->progress();
+    }
+    world->complete_reductions();
+  };
+  const auto minor_faults = [] {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_minflt;
+  };
+  for (int i = 0; i < 3; ++i) reduce();  // the first ones make the buffers
+  const long before = minor_faults();
+  for (int i = 0; i < 5; ++i) reduce();
+  const long faults = minor_faults() - before;
+  EXPECT_LT(faults, 1024) << "rank " << world->rank() << ": " << faults
+                          << " pages faulted in over 5 reductions of 64 MiB";
+  EXPECT_EQ(grads[12345], 1.0f);  // the mean of ones
+  if (world->size() > 1) {
+    EXPECT_EQ(world->reduction_heap(), "glibc.malloc.mmap_threshold=33554432:glibc.malloc.top_pad=67108864");
+  }
 }
 
 // A GPU case's energy over a repeat: every rank's reading summed, on every rank; none anywhere

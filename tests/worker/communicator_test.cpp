@@ -2,7 +2,12 @@
 // the repeats beside rank 0.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
+#include <map>
+
 #include "communicator.hpp"
+#include "reduction_heap.hpp"
 
 namespace dlbench::worker {
 namespace {
@@ -34,6 +39,36 @@ TEST(Communicator, OneRankNamesNoLibrary) {
   NoCommunicator none;
   EXPECT_EQ(none.mpi_version(), "");
   EXPECT_EQ(none.nccl_version(), "");
+}
+
+// What a rank asks of malloc for its reductions, and that a user's own setting of either stays.
+TEST(Communicator, TheReductionHeapSettingsLeaveTheUsersOwnAlone) {
+  const auto names = [](const std::map<std::string, std::string>& env) {
+    const auto found = reduction_heap_settings([&env](const char* name) -> const char* {
+      const auto it = env.find(name);
+      return it == env.end() ? nullptr : it->second.c_str();
+    });
+    std::string out;
+    for (const HeapSetting& s : found) out += s.tunable + "=" + std::to_string(s.value) + ";";
+    return out;
+  };
+  EXPECT_EQ(names({}), "glibc.malloc.mmap_threshold=33554432;glibc.malloc.top_pad=67108864;");
+  EXPECT_EQ(names({{"MALLOC_TOP_PAD_", "0"}}), "glibc.malloc.mmap_threshold=33554432;");
+  EXPECT_EQ(names({{"MALLOC_MMAP_THRESHOLD_", "131072"}}), "glibc.malloc.top_pad=67108864;");
+  EXPECT_EQ(names({{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=1:glibc.malloc.top_pad=0"}}),
+            "glibc.malloc.mmap_threshold=33554432;");
+  EXPECT_EQ(names({{"GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536"}}), "glibc.malloc.top_pad=67108864;");
+  // A tunable that only begins like one of them, or an empty list, is not theirs.
+  EXPECT_EQ(names({{"GLIBC_TUNABLES", "glibc.malloc.top_pad_x=1:"}}),
+            "glibc.malloc.mmap_threshold=33554432;glibc.malloc.top_pad=67108864;");
+  EXPECT_EQ(names({{"GLIBC_TUNABLES", ""}}), "glibc.malloc.mmap_threshold=33554432;glibc.malloc.top_pad=67108864;");
+  for (const HeapSetting& s : reduction_heap_settings([](const char*) -> const char* { return nullptr; })) {
+    EXPECT_TRUE(s.option == M_MMAP_THRESHOLD || s.option == M_TOP_PAD) << s.tunable;
+    // glibc refuses a threshold over 32 MiB (half its heaps' largest size) on 64-bit.
+    if (s.option == M_MMAP_THRESHOLD) {
+      EXPECT_LE(s.value, 32 << 20);
+    }
+  }
 }
 
 TEST(Communicator, TheRepeatsDeputyIsTheFirstRankOffRankZerosHost) {

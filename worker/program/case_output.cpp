@@ -81,6 +81,8 @@ EnvironmentInfo environment(const Backend* backend, const Options& o, Communicat
   }
   e.backend = o.backend;
   e.communicator = communicator.name();
+  // Settings that shape what the ranks' reduction cost, recorded beside the backend's own.
+  if (const std::string heap = communicator.reduction_heap(); !heap.empty()) e.backend_options["reductionHeap"] = heap;
   e.mpi_version = communicator.mpi_version();
   e.nccl_version = communicator.nccl_version();
   e.dlbench_version = version();

@@ -1,0 +1,98 @@
+// Open MPI's nonblocking allreduce on host buffers, as a rank's gradient reduction uses it: a
+// buffer of ELEMENTS floats cut into pieces of PIECE elements, at most IN_FLIGHT pieces running at
+// once (0: every piece started at once, as dlbench did before 2026-12-06) through dlbench's own
+// ReductionWindow, with glibc's defaults or with the heap settings dlbench's MPI ranks ask for
+// (reduction_heap.hpp). After one untimed reduction, REPEATS timed ones; rank 0 prints the median
+// seconds, bus bandwidth (bytes x 2 (n - 1) / n / seconds, nccl-tests' convention) and the median
+// page faults a reduction cost it.
+//
+//   mpirun -np 2 mpi_allreduce_pieces ELEMENTS PIECE IN_FLIGHT default|dlbench [REPEATS]
+#include <mpi.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "reduction_heap.hpp"
+#include "reduction_window.hpp"
+
+namespace {
+
+long minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (argc < 5 || (std::string(argv[4]) != "default" && std::string(argv[4]) != "dlbench")) {
+    if (rank == 0) std::fprintf(stderr, "usage: %s ELEMENTS PIECE IN_FLIGHT default|dlbench [REPEATS]\n", argv[0]);
+    MPI_Finalize();
+    return 2;
+  }
+  const std::int64_t elements = std::atoll(argv[1]);
+  const std::int64_t piece = std::atoll(argv[2]);
+  const long in_flight = std::atol(argv[3]);
+  const bool dlbench_heap = std::string(argv[4]) == "dlbench";
+  const int repeats = argc > 5 ? std::atoi(argv[5]) : 5;
+  if (elements < 1 || piece < 1 || in_flight < 0 || repeats < 1) {
+    if (rank == 0) std::fprintf(stderr, "ELEMENTS, PIECE and REPEATS must be >= 1, IN_FLIGHT >= 0\n");
+    MPI_Finalize();
+    return 2;
+  }
+  const std::string heap = dlbench_heap ? dlbench::worker::apply_reduction_heap_settings() : "glibc's defaults";
+  std::vector<float> data(static_cast<std::size_t>(elements), 1.0f);
+  const std::size_t pieces = static_cast<std::size_t>((elements + piece - 1) / piece);
+  dlbench::worker::ReductionWindow<MPI_Request> window(
+      piece, in_flight == 0 ? pieces : static_cast<std::size_t>(in_flight),
+      [](float* p, std::int64_t n) {
+        MPI_Request request;
+        MPI_Iallreduce(MPI_IN_PLACE, p, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+        return request;
+      },
+      [](MPI_Request& request) {
+        int done = 0;
+        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        return done != 0;
+      },
+      [](MPI_Request& request) { MPI_Wait(&request, MPI_STATUS_IGNORE); });
+  std::vector<double> seconds, faults;
+  for (int i = 0; i <= repeats; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const long faults_before = minor_faults();
+    const double start = MPI_Wtime();
+    window.add(data.data(), elements);
+    window.complete();
+    const double elapsed = MPI_Wtime() - start;
+    double slowest = elapsed;
+    MPI_Allreduce(&elapsed, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (i == 0) continue;  // the first makes the library's buffers
+    seconds.push_back(slowest);
+    faults.push_back(static_cast<double>(minor_faults() - faults_before));
+  }
+  if (rank == 0) {
+    const double bytes = static_cast<double>(elements) * sizeof(float);
+    const double s = median(seconds);
+    std::printf("%d ranks, %.1f MiB in %zu pieces of %.2f MiB, %s in flight, heap: %s: %.1f ms, bus bandwidth %.2f GB/s, "
+                "%.0f page faults a reduction on rank 0 (medians of %d)\n",
+                size, bytes / (1 << 20), pieces, static_cast<double>(std::min(piece, elements)) * sizeof(float) / (1 << 20),
+                in_flight == 0 ? "all" : std::to_string(in_flight).c_str(), heap.c_str(), s * 1e3,
+                bytes * 2 * (size - 1) / size / s / 1e9, median(faults), repeats);
+  }
+  MPI_Finalize();
+  return 0;
+}
