@@ -45,8 +45,9 @@ class Communicator {
   // "2.27.3"); empty where none is used (one rank talks to nobody).
   virtual std::string mpi_version() const { return {}; }
   virtual std::string nccl_version() const { return {}; }
-  // What this rank asked of glibc's malloc for its host reductions (reduction_heap.hpp), as
-  // GLIBC_TUNABLES would say it; empty where it asked nothing.
+  // What this rank asked of glibc's malloc for host reductions over MPI (reduction_heap.hpp), as
+  // GLIBC_TUNABLES would say it; empty where it asked nothing. NCCL's ranks ask it too, through
+  // the MPI communicator they bootstrap with: a process-wide setting, so their results say it.
   virtual std::string reduction_heap() const { return {}; }
   // Ends every rank of the job with `exit_code`, for a rank that must leave while the others
   // wait for it in a collective (they would wait until the case's timeout). Alone, this process.

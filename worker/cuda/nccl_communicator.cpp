@@ -68,6 +68,7 @@ class NcclCommunicator final : public Communicator {
   }
   std::string name() const override { return "nccl"; }
   std::string mpi_version() const override { return host_->mpi_version(); }  // NCCL's bootstrap
+  std::string reduction_heap() const override { return host_->reduction_heap(); }  // set by the bootstrap's MPI
   std::string nccl_version() const override {
     int code = 0;
     return ncclGetVersion(&code) == ncclSuccess ? nccl_version_text(code) : std::string();
