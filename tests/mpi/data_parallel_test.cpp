@@ -187,8 +187,9 @@ TEST(DataParallel, ReductionsPastTheWindowSumExactlyBesideAnotherCollective) {
 // The reductions' temporary buffers are reused, not faulted in again at every step: 64 MiB of
 // gradient in four 16 MiB buckets, reduced over and over. Open MPI's nonblocking allreduce
 // allocates a buffer as large as each reduction; with every bucket started at once glibc gave
-// them back to the kernel, which faulted in and zeroed 64 MiB (16,384 pages) at every reduction
-// on every rank, and two ranks reduced at a tenth of their speed (bench/RESULTS.md, 2026-12-06).
+// them back to the kernel, which faulted them in and zeroed them again: 97ef074's communicator
+// cost rank 0 36,800 to 65,376 pages over these five on 2 to 4 ranks (of 16,384 a reduction at
+// most), and two ranks reduced at a tenth of their speed (bench/RESULTS.md, 2026-12-06).
 TEST(DataParallel, ReducingAgainFaultsInNoNewPages) {
   constexpr std::int64_t kBucket = 4 << 20;  // elements: 16 MiB
   std::vector<float> grads(4 * kBucket, 1.0f);
