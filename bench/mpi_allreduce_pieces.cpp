@@ -1,7 +1,7 @@
 // Open MPI's nonblocking allreduce on host buffers, as a rank's gradient reduction uses it: a
 // buffer of ELEMENTS floats cut into pieces of PIECE elements, at most IN_FLIGHT pieces running at
-// once (0: every piece started at once, as dlbench did before 2026-12-06) through dlbench's own
-// ReductionWindow, with glibc's defaults or with the heap settings dlbench's MPI ranks ask for
+// once (0: every piece started at once, as dlbench did before 2026-12-06) through the window
+// dlbench's MPI ranks reduce through (mpi_reduction_window.hpp), with glibc's defaults or with the heap settings dlbench's MPI ranks ask for
 // (reduction_heap.hpp). After one untimed reduction, REPEATS timed ones; rank 0 prints the median
 // seconds, bus bandwidth (bytes x 2 (n - 1) / n / seconds, nccl-tests' convention) and the median
 // page faults a reduction cost it.
@@ -16,8 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "dlbench/core/statistics.hpp"
+#include "mpi_reduction_window.hpp"
 #include "reduction_heap.hpp"
-#include "reduction_window.hpp"
 
 namespace {
 
@@ -25,11 +26,6 @@ long minor_faults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_minflt;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 }  // namespace
@@ -57,19 +53,7 @@ int main(int argc, char** argv) {
   const std::string heap = dlbench_heap ? dlbench::worker::apply_reduction_heap_settings() : "glibc's defaults";
   std::vector<float> data(static_cast<std::size_t>(elements), 1.0f);
   const std::size_t pieces = static_cast<std::size_t>((elements + piece - 1) / piece);
-  dlbench::worker::ReductionWindow<MPI_Request> window(
-      piece, in_flight == 0 ? pieces : static_cast<std::size_t>(in_flight),
-      [](float* p, std::int64_t n) {
-        MPI_Request request;
-        MPI_Iallreduce(MPI_IN_PLACE, p, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
-        return request;
-      },
-      [](MPI_Request& request) {
-        int done = 0;
-        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-        return done != 0;
-      },
-      [](MPI_Request& request) { MPI_Wait(&request, MPI_STATUS_IGNORE); });
+  auto window = dlbench::worker::mpi_reduction_window(piece, in_flight == 0 ? pieces : static_cast<std::size_t>(in_flight));
   std::vector<double> seconds, faults;
   for (int i = 0; i <= repeats; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -86,12 +70,12 @@ int main(int argc, char** argv) {
   }
   if (rank == 0) {
     const double bytes = static_cast<double>(elements) * sizeof(float);
-    const double s = median(seconds);
+    const double s = dlbench::median(seconds);
     std::printf("%d ranks, %.1f MiB in %zu pieces of %.2f MiB, %s in flight, heap: %s: %.1f ms, bus bandwidth %.2f GB/s, "
                 "%.0f page faults a reduction on rank 0 (medians of %d)\n",
                 size, bytes / (1 << 20), pieces, static_cast<double>(std::min(piece, elements)) * sizeof(float) / (1 << 20),
                 in_flight == 0 ? "all" : std::to_string(in_flight).c_str(), heap.c_str(), s * 1e3,
-                bytes * 2 * (size - 1) / size / s / 1e9, median(faults), repeats);
+                bytes * 2 * (size - 1) / size / s / 1e9, dlbench::median(faults), repeats);
   }
   MPI_Finalize();
   return 0;

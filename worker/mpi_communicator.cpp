@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "communicator.hpp"
+#include "mpi_reduction_window.hpp"
 #include "reduction_heap.hpp"
-#include "reduction_window.hpp"
 
 // The MPI check: any MPI error becomes an exception naming the call and file:line.
 #define DLBENCH_MPI_CHECK(call)                                                                    \
@@ -132,8 +132,15 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   bool owns_mpi_ = false;
   std::string reduction_heap_;
-  ReductionWindow<MPI_Request> window_{
-      kPieceElements, kPiecesInFlight,
+  ReductionWindow<MPI_Request> window_ = mpi_reduction_window(kPieceElements, kPiecesInFlight);
+  std::vector<std::pair<float*, std::int64_t>> to_average_;  // the averaged ranges, until they complete
+};
+
+}  // namespace
+
+ReductionWindow<MPI_Request> mpi_reduction_window(std::int64_t piece_elements, std::size_t in_flight) {
+  return ReductionWindow<MPI_Request>(
+      piece_elements, in_flight,
       [](float* data, std::int64_t count) {
         MPI_Request request;
         DLBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
@@ -145,11 +152,8 @@ class MpiCommunicator final : public Communicator {
         DLBENCH_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
         return done != 0;
       },
-      [](MPI_Request& request) { DLBENCH_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE)); }};
-  std::vector<std::pair<float*, std::int64_t>> to_average_;  // the averaged ranges, until they complete
-};
-
-}  // namespace
+      [](MPI_Request& request) { DLBENCH_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE)); });
+}
 
 std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv) {
   return std::make_unique<MpiCommunicator>(argc, argv);
