@@ -42,7 +42,8 @@ std::vector<HeapSetting> reduction_heap_settings(const std::function<const char*
 std::string apply_reduction_heap_settings() {
   std::string applied;
   for (const HeapSetting& s : reduction_heap_settings([](const char* name) { return std::getenv(name); })) {
-    if (mallopt(s.option, s.value) == 0) return "glibc refused " + s.tunable + "=" + std::to_string(s.value);
+    // The process's malloc says no: glibc to a value past its bounds, AddressSanitizer's to any.
+    if (mallopt(s.option, s.value) == 0) return "malloc refused " + s.tunable + "=" + std::to_string(s.value);
     applied += (applied.empty() ? "" : ":") + s.tunable + "=" + std::to_string(s.value);
   }
   return applied;

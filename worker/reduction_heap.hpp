@@ -27,7 +27,7 @@ struct HeapSetting {
 std::vector<HeapSetting> reduction_heap_settings(const std::function<const char*(const char*)>& environment);
 
 // Applies reduction_heap_settings(getenv) with mallopt; returns what it applied, or a text saying
-// which setting glibc refused.
+// which setting the process's malloc refused (AddressSanitizer's refuses every one).
 std::string apply_reduction_heap_settings();
 
 }  // namespace dlbench::worker
