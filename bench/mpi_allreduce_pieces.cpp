@@ -2,11 +2,14 @@
 // buffer of ELEMENTS floats cut into pieces of PIECE elements, at most IN_FLIGHT pieces running at
 // once (0: every piece started at once, as dlbench did before 2026-12-06) through the window
 // dlbench's MPI ranks reduce through (mpi_reduction_window.hpp), with glibc's defaults or with the heap settings dlbench's MPI ranks ask for
-// (reduction_heap.hpp). After one untimed reduction, REPEATS timed ones; rank 0 prints the median
-// seconds, bus bandwidth (bytes x 2 (n - 1) / n / seconds, nccl-tests' convention) and the median
-// page faults a reduction cost it.
+// (reduction_heap.hpp). RESULT is what the gradient's reduction leaves: the sum, or the mean
+// (the data-parallel gradient) scaled by 1 / ranks either in one pass over the whole buffer after
+// the last piece ends (`mean-after`, as dlbench did before 2026-12-06) or piece by piece as each
+// ends (`mean-pieces`, the window's own scaling, as dlbench does now). After one untimed reduction,
+// REPEATS timed ones; rank 0 prints the median seconds, bus bandwidth (bytes x 2 (n - 1) / n /
+// seconds, nccl-tests' convention) and the median page faults a reduction cost it.
 //
-//   mpirun -np 2 mpi_allreduce_pieces ELEMENTS PIECE IN_FLIGHT default|dlbench [REPEATS]
+//   mpirun -np 2 mpi_allreduce_pieces ELEMENTS PIECE IN_FLIGHT default|dlbench [REPEATS [sum|mean-after|mean-pieces]]
 #include <mpi.h>
 #include <sys/resource.h>
 
@@ -35,8 +38,13 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (argc < 5 || (std::string(argv[4]) != "default" && std::string(argv[4]) != "dlbench")) {
-    if (rank == 0) std::fprintf(stderr, "usage: %s ELEMENTS PIECE IN_FLIGHT default|dlbench [REPEATS]\n", argv[0]);
+  const std::string result = argc > 6 ? argv[6] : "sum";
+  if (argc < 5 || (std::string(argv[4]) != "default" && std::string(argv[4]) != "dlbench") ||
+      (result != "sum" && result != "mean-after" && result != "mean-pieces")) {
+    if (rank == 0) {
+      std::fprintf(stderr, "usage: %s ELEMENTS PIECE IN_FLIGHT default|dlbench [REPEATS [sum|mean-after|mean-pieces]]\n",
+                   argv[0]);
+    }
     MPI_Finalize();
     return 2;
   }
@@ -59,8 +67,14 @@ int main(int argc, char** argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     const long faults_before = minor_faults();
     const double start = MPI_Wtime();
-    window.add(data.data(), elements);
+    const float inverse = 1.0f / static_cast<float>(size);
+    window.add(data.data(), elements, result == "mean-pieces" ? inverse : 1.0f);
     window.complete();
+    if (result == "mean-after") {
+      float* values = data.data();
+#pragma omp simd
+      for (std::int64_t e = 0; e < elements; ++e) values[e] *= inverse;
+    }
     const double elapsed = MPI_Wtime() - start;
     double slowest = elapsed;
     MPI_Allreduce(&elapsed, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -71,10 +85,10 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     const double bytes = static_cast<double>(elements) * sizeof(float);
     const double s = dlbench::median(seconds);
-    std::printf("%d ranks, %.1f MiB in %zu pieces of %.2f MiB, %s in flight, heap: %s: %.1f ms, bus bandwidth %.2f GB/s, "
-                "%.0f page faults a reduction on rank 0 (medians of %d)\n",
+    std::printf("%d ranks, %.1f MiB in %zu pieces of %.2f MiB, %s in flight, heap: %s, %s: %.1f ms, bus bandwidth "
+                "%.2f GB/s, %.0f page faults a reduction on rank 0 (medians of %d)\n",
                 size, bytes / (1 << 20), pieces, static_cast<double>(std::min(piece, elements)) * sizeof(float) / (1 << 20),
-                in_flight == 0 ? "all" : std::to_string(in_flight).c_str(), heap.c_str(), s * 1e3,
+                in_flight == 0 ? "all" : std::to_string(in_flight).c_str(), heap.c_str(), result.c_str(), s * 1e3,
                 bytes * 2 * (size - 1) / size / s / 1e9, dlbench::median(faults), repeats);
   }
   MPI_Finalize();

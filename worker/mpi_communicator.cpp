@@ -92,20 +92,13 @@ class MpiCommunicator final : public Communicator {
   }
 
   void start_allreduce(float* data, std::int64_t count, Reduction op) override {
-    if (op == Reduction::average) to_average_.push_back({data, count});  // MPI has no mean: scaled once done
-    window_.add(data, count);
+    // MPI has no mean: each piece of the sum is scaled as it ends.
+    window_.add(data, count, op == Reduction::average ? 1.0f / static_cast<float>(size_) : 1.0f);
   }
 
   void progress() override { window_.progress(); }
 
-  void complete_reductions() override {
-    window_.complete();
-    const float inverse = 1.0f / static_cast<float>(size_);
-    for (const auto& [data, count] : to_average_) {
-      for (std::int64_t i = 0; i < count; ++i) data[i] *= inverse;
-    }
-    to_average_.clear();
-  }
+  void complete_reductions() override { window_.complete(); }
 
   void max(double* data, std::int64_t count) override {
     window_.complete();
@@ -133,7 +126,6 @@ class MpiCommunicator final : public Communicator {
   bool owns_mpi_ = false;
   std::string reduction_heap_;
   ReductionWindow<MPI_Request> window_ = mpi_reduction_window(kPieceElements, kPiecesInFlight);
-  std::vector<std::pair<float*, std::int64_t>> to_average_;  // the averaged ranges, until they complete
 };
 
 }  // namespace

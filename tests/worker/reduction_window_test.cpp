@@ -13,7 +13,8 @@
 namespace dlbench::worker {
 namespace {
 
-// A library whose reductions end only when the test ends them (or a wait does).
+// A library whose reductions end only when the test ends them (or a wait does); ending one
+// doubles its data, the sum over two ranks that hold the same values.
 struct FakeLibrary {
   struct Started {
     float* data;
@@ -24,6 +25,11 @@ struct FakeLibrary {
   std::size_t most_running = 0;
   std::size_t waits = 0;
 
+  void end(std::size_t id) {
+    Started& s = started[id];
+    for (std::int64_t i = 0; i < s.count; ++i) s.data[i] *= 2.0f;
+    s.ended = true;
+  }
   std::size_t running() const {
     std::size_t n = 0;
     for (const Started& s : started) n += s.ended ? 0 : 1;
@@ -40,7 +46,7 @@ struct FakeLibrary {
         [this](std::size_t& id) { return started[id].ended; },
         [this](std::size_t& id) {
           ++waits;
-          started[id].ended = true;
+          end(id);
         });
   }
 };
@@ -113,6 +119,28 @@ TEST(ReductionWindow, EveryElementIsInExactlyOnePiece) {
   EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), static_cast<std::ptrdiff_t>(covered.size()));
   EXPECT_EQ(library.started.size(), 32u);  // 16 + 9 a bucket
   EXPECT_EQ(library.most_running, 2u);
+}
+
+// The mean's scale falls on each piece once, when it ends (in progress or in complete), never
+// on a piece still running or on a reduction added without one.
+TEST(ReductionWindow, APieceIsScaledOnceWhenItEndsAndNotBefore) {
+  FakeLibrary library;
+  auto window = library.window(2, 2);
+  std::vector<float> mean = {1, 2, 3, 4, 5}, sum = {6, 7};
+  window.add(mean.data(), 5, 0.5f);  // pieces [0, 2) [2, 4) [4, 5)
+  window.add(sum.data(), 2);
+  ASSERT_EQ(library.started.size(), 2u);
+  library.end(1);
+  EXPECT_EQ(mean[2], 6.0f) << "ended, not yet seen by the window";
+  window.progress();
+  EXPECT_EQ(mean[2], 3.0f) << "scaled by the progress that saw it end";
+  EXPECT_EQ(mean[3], 4.0f);
+  EXPECT_EQ(mean[0], 1.0f) << "still running: untouched";
+  window.progress();  // nothing more ended: nothing scaled again
+  EXPECT_EQ(mean[2], 3.0f);
+  window.complete();
+  EXPECT_EQ(mean, (std::vector<float>{1, 2, 3, 4, 5})) << "every piece scaled exactly once";
+  EXPECT_EQ(sum, (std::vector<float>{12, 14})) << "a sum is left as the library reduced it";
 }
 
 TEST(ReductionWindow, NothingAddedIsNothingStarted) {
