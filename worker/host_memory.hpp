@@ -18,11 +18,13 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <optional>
+#include <vector>
 
 #include "memory_headroom.hpp"
 
@@ -89,5 +91,14 @@ struct LargePageAllocator {
   template <class U>
   bool operator==(const LargePageAllocator<U>&) const noexcept { return true; }
 };
+
+// A vector whose growth to 2 MiB or more is checked as a step's buffers are: the input pipeline's
+// (a batch's labels, a whole BERT shard's ids, each decoding thread's file bytes and decoded
+// pixels, as large as the largest file and image it has read: a Cityscapes frame's pixels are
+// 6 MiB, a 24-megapixel photo's 72 MiB). A thread's buffers grow only when it meets a larger file
+// than any before it, so the check is rarely read.
+template <class T>
+using HostVector = std::vector<T, LargePageAllocator<T>>;
+using HostBytes = HostVector<std::uint8_t>;
 
 }  // namespace dlbench::worker

@@ -96,6 +96,12 @@ HostOutOfMemory::HostOutOfMemory(std::size_t requested, MemoryHeadroom headroom)
       message_("host memory: asked for " + binary_size(requested) + ", " + binary_size(headroom_.bytes) +
                " left (" + headroom_.source + ")") {}
 
+HostOutOfMemory::HostOutOfMemory(const HostOutOfMemory& refused, const std::string& purpose)
+    : requested_(refused.requested_),
+      headroom_(refused.headroom_),
+      message_("host memory: asked for " + binary_size(requested_) + " " + purpose + ", " + binary_size(headroom_.bytes) +
+               " left (" + headroom_.source + ")") {}
+
 HostMemoryLock::HostMemoryLock() {
   const char* tmp = std::getenv("TMPDIR");
   const std::string dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";

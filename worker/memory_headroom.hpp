@@ -38,6 +38,9 @@ std::optional<MemoryHeadroom> this_process_memory_headroom();
 class HostOutOfMemory : public std::bad_alloc {
  public:
   HostOutOfMemory(std::size_t requested, MemoryHeadroom headroom);
+  // The same refusal, saying what the memory was for ("to read /data/a/x.png"): the input
+  // pipeline's threads name the file whose buffers did not fit.
+  HostOutOfMemory(const HostOutOfMemory& refused, const std::string& purpose);
   const char* what() const noexcept override { return message_.c_str(); }
   std::size_t requested() const { return requested_; }
   const MemoryHeadroom& headroom() const { return headroom_; }

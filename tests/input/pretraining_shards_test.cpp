@@ -64,7 +64,7 @@ TEST(PretrainingShards, ABatchIsLaidOutAsTheTrainerReadsIt) {
   EXPECT_EQ(shards.max_predictions, 3);
   EXPECT_EQ(shards.sequences, 2);
   const LoadedShard loaded = load_pretraining_shard(dir.file("a.hdf5"), 8, 3, 30522);
-  EXPECT_EQ(loaded.valid_rows, (std::vector<std::int64_t>{0, 1}));
+  EXPECT_EQ(loaded.valid_rows, (worker::HostVector<std::int64_t>{0, 1}));
   EXPECT_EQ(loaded.input_ids, two_sequences().input_ids) << "int32 ids read back as written";
   EXPECT_EQ(loaded.input_mask, two_sequences().input_mask) << "int8 masks read back as int32";
   SequenceBatch batch;
@@ -115,7 +115,7 @@ TEST(PretrainingShards, ASequenceThatBreaksTheFormatIsRefusedSayingWhy) {
   bad.segment_ids[9] = 7;
   write_pretraining_shard(dir.file("bad.h5"), bad);
   const LoadedShard loaded = load_pretraining_shard(dir.file("bad.h5"), 8, 3, 30522);
-  EXPECT_EQ(loaded.valid_rows, (std::vector<std::int64_t>{0}));
+  EXPECT_EQ(loaded.valid_rows, (worker::HostVector<std::int64_t>{0}));
   EXPECT_EQ(loaded.rejected_count, 1);
   ASSERT_EQ(loaded.rejected.size(), 1u);
   EXPECT_EQ(loaded.rejected[0], "sequence 1: segment_ids holds 7, not 0 or 1");

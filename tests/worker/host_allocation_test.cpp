@@ -4,10 +4,14 @@
 // points with ones that note each allocation of 2 MiB or more made anywhere but inside host_block
 // (host_memory.hpp), the one place that checks before it allocates, and then hand it to glibc's
 // own allocator. It is a binary of its own so that no other test runs under that allocator.
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
+#include <filesystem>
+#include <random>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -19,6 +23,12 @@
 #include "cpu/cpu_backend.hpp"
 #include "cpu/cpu_ops.hpp"
 #include "host_memory.hpp"
+#include "input/cityscapes.hpp"
+#include "input/input_pipeline.hpp"
+#include "input/png_codec.hpp"
+#include "input/pretraining_shards.hpp"
+#include "input/sample_source.hpp"
+#include "../input/write_jpeg.hpp"
 #include "layers/bert_config.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
@@ -220,6 +230,94 @@ INSTANTIATE_TEST_SUITE_P(Models, HostAllocationOfAStep,
                            }
                            return name;
                          });
+
+// The input pipeline's decoding threads decode whole files at their full size: a photo of 1600 x
+// 1200 pixels is 5.5 MiB of RGB, a Cityscapes frame 6 MiB, its PNG file's bytes and a label map
+// beside them, each thread's own. Those buffers are checked as a step's are, so that a data set of
+// large images on many threads ends the case as OutOfMemory, not in the OOM killer.
+class HostAllocationOfTheInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::filesystem::temp_directory_path() / ("dlbench_host_allocation_" + std::to_string(::getpid()));
+    std::mt19937 rng(7);
+    for (const char* label : {"a", "b"}) {
+      std::filesystem::create_directories(root_ / "images" / label);
+      for (int i = 0; i < 2; ++i) {
+        input::testing::write_jpeg(root_ / "images" / label / ("photo" + std::to_string(i) + ".jpg"),
+                                   noise(1600 * 1200 * 3, rng), 1600, 1200);
+      }
+      input::write_png((root_ / "images" / label / "scan.png").string(), 1400, 1000, 3, noise(1400 * 1000 * 3, rng).data());
+    }
+    const auto frames = root_ / "cityscapes" / "leftImg8bit" / "train" / "bonn";
+    const auto labels = root_ / "cityscapes" / "gtFine" / "train" / "bonn";
+    std::filesystem::create_directories(frames);
+    std::filesystem::create_directories(labels);
+    for (int i = 0; i < 2; ++i) {
+      const std::string stem = "bonn_00000" + std::to_string(i) + "_000019";
+      input::write_png((frames / (stem + "_leftImg8bit.png")).string(), 2048, 1024, 3, noise(2048 * 1024 * 3, rng).data());
+      std::vector<std::uint8_t> ids = noise(2048 * 1024, rng);
+      for (auto& id : ids) id %= 34;
+      input::write_png((labels / (stem + "_gtFine_labelIds.png")).string(), 2048, 1024, 1, ids.data());
+    }
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  static std::vector<std::uint8_t> noise(std::size_t bytes, std::mt19937& rng) {
+    std::vector<std::uint8_t> out(bytes);
+    for (auto& v : out) v = static_cast<std::uint8_t>(rng());
+    return out;
+  }
+
+  // The large allocations outside the check while `source`'s pipeline makes 6 batches of 2 on 2 threads.
+  static std::vector<double> unchecked_batches(const input::SampleSource& source) {
+    return unchecked_during([&] {
+      input::InputPipelineConfig config;
+      config.batch_size = 2;
+      config.threads = 2;
+      input::InputPipeline pipeline(source, config);
+      for (int b = 0; b < 6; ++b) pipeline.next();
+      EXPECT_EQ(pipeline.skipped_count(), 0);
+    });
+  }
+
+  std::filesystem::path root_;
+};
+
+TEST_F(HostAllocationOfTheInput, JpegAndPngImagesAreDecodedThroughTheCheck) {
+  SKIP_UNLESS_ALLOCATOR_REPLACED();
+  const input::ImageFolder folder = input::scan_image_folder((root_ / "images").string());
+  ASSERT_EQ(folder.files.size(), 6u);
+  const input::ImageFolderSource source(folder, 64, input::PixelLayout::nchw, input::JpegDecoding{false, false});
+  const auto seen = unchecked_batches(source);
+  EXPECT_TRUE(seen.empty()) << "made outside the host memory check: " << listed(seen);
+}
+
+// BERT's reader loads a whole shard at a time: 8,192 sequences of 128 tokens are 4 MiB an int32
+// dataset (NVIDIA's phase-1 shards hold some 200,000 sequences each, 100 MiB a dataset).
+TEST_F(HostAllocationOfTheInput, ABertShardIsLoadedThroughTheCheck) {
+  SKIP_UNLESS_ALLOCATOR_REPLACED();
+  std::filesystem::create_directories(root_ / "shards");
+  input::write_pretraining_shard((root_ / "shards" / "a.hdf5").string(),
+                                 input::synthesize_pretraining_shard(8192, 128, 20, 30522, 5));
+  const input::PretrainingShards shards = input::scan_pretraining_shards((root_ / "shards").string());
+  const auto seen = unchecked_during([&] {
+    input::PretrainingReaderConfig config;
+    config.batch_size = 2;
+    input::PretrainingReader reader(shards, config);
+    for (int b = 0; b < 4; ++b) reader.next();
+    EXPECT_EQ(reader.skipped_count(), 0);
+  });
+  EXPECT_TRUE(seen.empty()) << "made outside the host memory check: " << listed(seen);
+}
+
+TEST_F(HostAllocationOfTheInput, CityscapesPairsAreDecodedThroughTheCheck) {
+  SKIP_UNLESS_ALLOCATOR_REPLACED();
+  const input::CityscapesSet set = input::scan_cityscapes((root_ / "cityscapes").string());
+  ASSERT_EQ(set.pairs.size(), 2u);
+  const input::CityscapesSource source(set, 512, 1024, input::PixelLayout::nchw);
+  const auto seen = unchecked_batches(source);
+  EXPECT_TRUE(seen.empty()) << "made outside the host memory check: " << listed(seen);
+}
 
 }  // namespace
 }  // namespace dlbench::worker

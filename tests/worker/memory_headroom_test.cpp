@@ -97,6 +97,12 @@ TEST(HostOutOfMemory, AnAllocationBeyondTheHeadroomIsRefusedSayingWhatBinds) {
     ASSERT_NE(refused, nullptr);
     EXPECT_EQ(refused->requested(), 5 * kGiB);
     EXPECT_EQ(refused->headroom().bytes, 653 * kMiB);
+    // What the input pipeline rethrows: the same refusal, naming the file it was for.
+    const HostOutOfMemory reading(*refused, "to read /data/a/scan.png");
+    EXPECT_STREQ(reading.what(), "host memory: asked for 5.00 GiB to read /data/a/scan.png, 653.0 MiB left "
+                                 "(memory.limit_in_bytes 1.00 GiB, working set 371.0 MiB in /sys/fs/cgroup/memory/pod)");
+    EXPECT_EQ(reading.requested(), 5 * kGiB);
+    EXPECT_EQ(reading.headroom().bytes, 653 * kMiB);
   }
   EXPECT_EQ(binary_size(1000), "1000 bytes");
 }

@@ -11,14 +11,21 @@ to make its buffers takes the memory, the second is refused (large host buffers 
 made one at a time on a node), and every rank learns it before any waits in a collective, so
 rank 0's result says OutOfMemory and the job ends; two small ranks fit and run.
 
+With one rank the input pipeline's buffers are held to the limit as well: four 8000 x 8000 PNGs
+(183.1 MiB of RGB each, decoded whole; written here, a few hundred KiB each) on four decoding
+threads beside a small case do not fit,
+and the decoding buffer that would have passed the limit is refused with its size.
+
     memory_limit_test.py PATH/dlbench-worker [--ranks 2]
 """
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 worker = sys.argv[1]
 ranks = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--ranks" else 1
@@ -49,6 +56,36 @@ def own_memory_cgroup():
                 if os.path.isdir(d):
                     return d, "memory.max"
     return None, None
+
+
+def write_flat_png(path, width, height, rgb):
+    """An 8-bit RGB PNG of one colour: a few hundred KiB of file, width x height x 3 bytes decoded."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    row = b"\x00" + bytes(rgb) * width  # filter type 0, then the pixels
+    deflate = zlib.compressobj(1)
+    idat = b"".join(deflate.compress(row) for _ in range(height)) + deflate.flush()
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) +
+                chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+def decoding_refused(run_limited, common, tmp):
+    """A case that fits whose decoding threads' buffers do not: OutOfMemory, asking for one image's pixels."""
+    folder = os.path.join(tmp, "large", "a")
+    os.makedirs(folder)
+    for i in range(4):
+        write_flat_png(os.path.join(folder, f"scan{i}.png"), 8000, 8000, (40 * i, 90, 200))
+    result, done = run_limited(common + ["--batch-size", "2", "--image-size", "32", "--data", "imagefolder",
+                                         "--data-path", os.path.dirname(folder), "--decode-threads", "4"],
+                               os.path.join(tmp, "decoding.json"))
+    message = result.get("message", "")
+    if result.get("state") != "Failed" or result.get("reason") != "OutOfMemory":
+        sys.exit(f"FAILED: four 8000 x 8000 PNGs on four decoding threads under {limit_file} {LIMIT} ended "
+                 f"{result.get('state')} {result.get('reason')!r}: {message}\n{done.stderr[-2000:]}")
+    if "asked for 183.1 MiB to read " not in message or f"{os.sep}scan" not in message:
+        sys.exit(f"FAILED: the refusal does not name one image's decoded pixels (183.1 MiB) and its file: {message}")
+    return f"; four 8000 x 8000 PNGs' decoding refused ({message})"
 
 
 parent, limit_file = own_memory_cgroup()
@@ -106,8 +143,11 @@ try:
         if small.get("state") != "Succeeded":
             sys.exit(f"FAILED: {ranks} rank(s) of batch 2 at 32 pixels under the same limit ended {small.get('state')} "
                      f"{small.get('reason')!r}: {small.get('message')}\n{done.stderr[-2000:]}")
+        decoded = ""
+        if ranks == 1:
+            decoded = decoding_refused(run_limited, common, tmp)
     print(f"PASSED: {ranks} rank(s) under {limit_file} {LIMIT} in {child}: batch {BIG_BATCH} refused ({message}); "
-          f"batch 2 ran")
+          f"batch 2 ran{decoded}")
 finally:
     # Whatever a failed run left in the cgroup goes with it.
     for attempt in range(50):

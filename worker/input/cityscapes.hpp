@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "host_memory.hpp"
 #include "input/image_transform.hpp"
 #include "input/png_codec.hpp"
 #include "input/sample_source.hpp"
@@ -68,8 +69,8 @@ struct SegmentationScratch {
   PngDecoder label_decoder;
   int width = 0, height = 0;  // the pair decode_segmentation_pair decoded last
   BilinearResampler resampler;
-  std::vector<std::uint8_t> image_bytes, label_bytes;
-  std::vector<std::uint8_t> window, crop;  // RGB8
+  worker::HostBytes image_bytes, label_bytes;
+  worker::HostBytes window, crop;  // RGB8
   std::vector<int> columns, rows;
 };
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "host_memory.hpp"
 #include "input/image_region.hpp"
 #include "input/jpeg_decoder.hpp"
 #include "input/png_codec.hpp"
@@ -75,7 +76,7 @@ class BilinearResampler {
   // The window's horizontal taps for groups of 8 output pixels, tap by tap: byte offsets into a
   // row and weights (0 past a pixel's own taps), so that one gather reads a tap of all 8.
   std::vector<std::int32_t> lane_offsets_, lane_weights_;
-  std::vector<std::uint8_t> temp_;
+  worker::HostBytes temp_;
   std::vector<std::int32_t> sums_;  // one output row of the vertical pass
 };
 
@@ -100,7 +101,7 @@ struct TransformScratch {
   PngDecoder png;
   WebpDecoder webp;
   BilinearResampler resampler;
-  std::vector<std::uint8_t> resized;
+  worker::HostBytes resized;
 };
 
 // Whether `bytes` are an image of a format Pillow reads and dlbench does not decode (BMP, TIFF,

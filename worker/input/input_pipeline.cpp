@@ -143,7 +143,13 @@ void InputPipeline::make_from_shard(std::int64_t image, const std::vector<std::u
                         mix_bits(static_cast<std::uint64_t>(config_.rank) << 40 ^ static_cast<std::uint64_t>(image)) ^
                         mix_bits(static_cast<std::uint64_t>(attempt) + 7));
     std::string why;
-    if (make(file, rng, why)) return;
+    bool made = false;
+    try {
+      made = make(file, rng, why);
+    } catch (const worker::HostOutOfMemory& refused) {  // a buffer this file needed did not fit
+      throw worker::HostOutOfMemory(refused, "to read " + source_.sample_path(file));
+    }
+    if (made) return;
     skip(file, why);
     if (first_error.empty()) first_error = source_.sample_path(file) + ": " + why;
   }

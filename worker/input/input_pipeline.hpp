@@ -107,7 +107,7 @@ class InputPipeline {
   std::unique_ptr<std::atomic<std::uint64_t>[]> packed_used_;  // per slot: its batch's payload taken so far
   std::size_t shard_size_ = 0;
   std::vector<std::shared_ptr<void>> pixels_;      // per slot
-  std::vector<std::vector<std::int32_t>> labels_;  // per slot
+  std::vector<worker::HostVector<std::int32_t>> labels_;  // per slot
 
   std::mutex mutex_;
   std::condition_variable producers_;  // an image to claim, or stop

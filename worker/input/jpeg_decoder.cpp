@@ -165,7 +165,7 @@ constexpr int kPartMargin = 16;
 // frame, which holds nothing with a destructor. Rows [top, top + height) of the columns around
 // [left, left + width) go to `pixels`, sized once the window is known.
 bool decode_rows(jpeg_decompress_struct& cinfo, std::jmp_buf& jump, bool& rows_read, const std::uint8_t* data,
-                 std::size_t size, int scale_num, int scale_denom, const CropBox& part, std::vector<std::uint8_t>& pixels,
+                 std::size_t size, int scale_num, int scale_denom, const CropBox& part, worker::HostBytes& pixels,
                  JDIMENSION& window_left, JDIMENSION& window_width) {
   if (setjmp(jump) != 0) {
     jpeg_abort_decompress(&cinfo);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "host_memory.hpp"
 #include "input/image_region.hpp"
 
 namespace dlbench::input {
@@ -49,7 +50,7 @@ class JpegDecoder {
  private:
   struct Libjpeg;  // the decompressor and its error manager
   std::unique_ptr<Libjpeg> libjpeg_;
-  std::vector<std::uint8_t> pixels_;
+  worker::HostBytes pixels_;
   int full_width_ = 0;
   int full_height_ = 0;
   bool cmyk_ = false;  // the last header's: CMYK or YCCK, made RGB as Pillow makes it

@@ -77,7 +77,7 @@ void read_bytes(png_structp png, png_bytep out, png_size_t count) {
 // libpng reads on to the end of the compressed stream (its checksum, the chunk headers around it),
 // which Pillow's decoder never reads once it holds every row; the image stands, as there.
 bool decode_rows(png_structp png, png_infop info, PngPixels want, std::uint64_t max_pixels,
-                 std::vector<std::uint8_t>& pixels, std::vector<std::uint8_t*>& rows, int& width, int& height,
+                 worker::HostBytes& pixels, std::vector<std::uint8_t*>& rows, int& width, int& height,
                  ErrorText& error) {
   const Reader& reader = *static_cast<Reader*>(png_get_io_ptr(png));
   if (setjmp(png_jmpbuf(png))) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "host_memory.hpp"
+
 namespace dlbench::input {
 
 enum class PngPixels {
@@ -34,7 +36,7 @@ class PngDecoder {
 
  private:
   std::uint64_t max_pixels_;
-  std::vector<std::uint8_t> pixels_;
+  worker::HostBytes pixels_;
   std::vector<std::uint8_t*> rows_;
 };
 

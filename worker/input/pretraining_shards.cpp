@@ -116,7 +116,7 @@ Handle open_shard(const std::string& path) {
   return file;
 }
 
-void read_ints(hid_t file, const char* name, std::vector<std::int32_t>& out, std::size_t count, const std::string& path) {
+void read_ints(hid_t file, const char* name, worker::HostVector<std::int32_t>& out, std::size_t count, const std::string& path) {
   out.assign(count, 0);
   const Handle set(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
   // HDF5 converts any stored integer type to int32 (clamping what does not fit, which the
@@ -287,7 +287,7 @@ void write_pretraining_shard(const std::string& path, const LoadedShard& shard) 
   silence_hdf5();
   const Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
   if (!file.ok()) throw std::runtime_error("cannot create " + path);
-  const auto write = [&](const char* name, const std::vector<std::int32_t>& values, std::int64_t columns, hid_t stored) {
+  const auto write = [&](const char* name, const worker::HostVector<std::int32_t>& values, std::int64_t columns, hid_t stored) {
     std::array<hsize_t, 2> dims{static_cast<hsize_t>(shard.rows), static_cast<hsize_t>(columns)};
     const int rank = columns > 0 ? 2 : 1;
     const Handle space(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose);
@@ -400,7 +400,12 @@ void PretrainingReader::start_load(const Share& share) {
   const std::int64_t vocabulary = config_.vocabulary;
   loading_ = std::async(std::launch::async, [this, path = shard.path, length, predictions, vocabulary] {
     const auto begin = std::chrono::steady_clock::now();
-    auto loaded = std::make_shared<LoadedShard>(load_pretraining_shard(path, length, predictions, vocabulary));
+    std::shared_ptr<LoadedShard> loaded;
+    try {
+      loaded = std::make_shared<LoadedShard>(load_pretraining_shard(path, length, predictions, vocabulary));
+    } catch (const worker::HostOutOfMemory& refused) {
+      throw worker::HostOutOfMemory(refused, "to read " + path);
+    }
     const std::lock_guard lock(load_mutex_);
     load_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     loaded_rows_ += loaded->rows;
@@ -432,7 +437,7 @@ void PretrainingReader::open_next_shard() {
       }
     }
     // The same shuffle on every rank; with fewer shards than ranks each takes every world-th.
-    std::vector<std::int64_t> rows = loaded->valid_rows;
+    worker::HostVector<std::int64_t> rows = loaded->valid_rows;
     std::mt19937_64 rng(mix_bits(config_.seed ^ mix_bits(share.epoch * 0x9E3779B97F4A7C15ull + share.shard)));
     std::shuffle(rows.begin(), rows.end(), rng);
     const bool dealt = shards_.shards.size() >= static_cast<std::size_t>(config_.world);

@@ -55,8 +55,9 @@ PretrainingShards scan_pretraining_shards(const std::string& path);
 // One shard's datasets, as int32, and its sequences that passed the checks (row numbers).
 struct LoadedShard {
   std::int64_t rows = 0, length = 0, predictions = 0;
-  std::vector<std::int32_t> input_ids, input_mask, segment_ids, positions, masked_ids, next_sentence;
-  std::vector<std::int64_t> valid_rows;
+  // A whole shard (NVIDIA's phase-1 shards: hundreds of MiB), made through the host memory check.
+  worker::HostVector<std::int32_t> input_ids, input_mask, segment_ids, positions, masked_ids, next_sentence;
+  worker::HostVector<std::int64_t> valid_rows;
   std::vector<std::string> rejected;  // "sequence R: why", the first few
   std::int64_t rejected_count = 0;
 };

@@ -10,12 +10,11 @@ constexpr std::size_t kMaxFileBytes = std::size_t{256} << 20;  // larger is not 
 
 struct ImageFolderScratch final : SampleScratch {
   TransformScratch transform;
-  std::vector<std::uint8_t> bytes;
+  worker::HostBytes bytes;
 };
 
-}  // namespace
-
-bool read_file(const std::string& path, std::vector<std::uint8_t>& bytes, std::string& why) {
+template <class Bytes>
+bool read_file_into(const std::string& path, Bytes& bytes, std::string& why) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     why = "cannot be opened";
@@ -33,6 +32,15 @@ bool read_file(const std::string& path, std::vector<std::uint8_t>& bytes, std::s
     return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool read_file(const std::string& path, worker::HostBytes& bytes, std::string& why) {
+  return read_file_into(path, bytes, why);
+}
+bool read_file(const std::string& path, std::vector<std::uint8_t>& bytes, std::string& why) {
+  return read_file_into(path, bytes, why);
 }
 
 std::unique_ptr<SampleScratch> ImageFolderSource::scratch() const { return std::make_unique<ImageFolderScratch>(); }

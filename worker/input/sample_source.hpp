@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "host_memory.hpp"
 #include "input/image_folder.hpp"
 #include "input/image_packing.hpp"
 #include "input/image_transform.hpp"
@@ -46,7 +47,9 @@ class SampleSource {
                            std::int32_t* labels, std::string& why) const;
 };
 
-// A file's bytes; false (and why) when it cannot be read or is larger than 256 MiB.
+// A file's bytes; false (and why) when it cannot be read or is larger than 256 MiB. A decoding
+// thread's own buffer is worker::HostBytes, whose growth is checked.
+bool read_file(const std::string& path, worker::HostBytes& bytes, std::string& why);
 bool read_file(const std::string& path, std::vector<std::uint8_t>& bytes, std::string& why);
 
 // ImageNet's layout and training augmentation: one class index per sample.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "host_memory.hpp"
+
 namespace dlbench::input {
 
 // Whether `bytes` are a WebP file as Pillow knows one: RIFF, WEBP, then a VP8, VP8L or VP8X chunk.
@@ -23,7 +25,7 @@ class WebpDecoder {
   const std::uint8_t* pixels() const { return pixels_.data(); }
 
  private:
-  std::vector<std::uint8_t> pixels_;
+  worker::HostBytes pixels_;
 };
 
 }  // namespace dlbench::input
