@@ -32,9 +32,10 @@ namespace dlbench::worker {
 
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 
-// True on a thread while host_block allocates a buffer it has checked: what tells a test's
-// allocator (tests/worker/host_allocation_test.cpp) the large allocations the check counted from
-// those it never saw.
+// True on a thread while host_block allocates a buffer it has checked (or a library makes buffers
+// whose sizes were checked before the call: libwebp's canvases, webp_codec.cpp): what tells a
+// test's allocator (tests/worker/host_allocation_test.cpp) the large allocations the check counted
+// from those it never saw.
 inline thread_local bool making_checked_host_block = false;
 
 // `bytes` on `alignment` (posix_memalign: any size, where aligned_alloc wants a multiple of the

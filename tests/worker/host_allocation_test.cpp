@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <memory>
 #include <stdexcept>
@@ -29,6 +30,8 @@
 #include "input/pretraining_shards.hpp"
 #include "input/sample_source.hpp"
 #include "../input/write_jpeg.hpp"
+
+#include <webp/encode.h>
 #include "layers/bert_config.hpp"
 #include "models/bert.hpp"
 #include "models/model.hpp"
@@ -247,6 +250,7 @@ class HostAllocationOfTheInput : public ::testing::Test {
                                    noise(1600 * 1200 * 3, rng), 1600, 1200);
       }
       input::write_png((root_ / "images" / label / "scan.png").string(), 1400, 1000, 3, noise(1400 * 1000 * 3, rng).data());
+      write_webp(root_ / "images" / label / "still.webp", 1200, 900, noise(1200 * 900 * 3, rng));
     }
     const auto frames = root_ / "cityscapes" / "leftImg8bit" / "train" / "bonn";
     const auto labels = root_ / "cityscapes" / "gtFine" / "train" / "bonn";
@@ -261,6 +265,14 @@ class HostAllocationOfTheInput : public ::testing::Test {
     }
   }
   void TearDown() override { std::filesystem::remove_all(root_); }
+
+  static void write_webp(const std::filesystem::path& path, int width, int height, const std::vector<std::uint8_t>& rgb) {
+    std::uint8_t* encoded = nullptr;
+    const std::size_t size = WebPEncodeRGB(rgb.data(), width, height, width * 3, 80, &encoded);
+    ASSERT_GT(size, 0u);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(encoded), static_cast<std::streamsize>(size));
+    WebPFree(encoded);
+  }
 
   static std::vector<std::uint8_t> noise(std::size_t bytes, std::mt19937& rng) {
     std::vector<std::uint8_t> out(bytes);
@@ -283,10 +295,10 @@ class HostAllocationOfTheInput : public ::testing::Test {
   std::filesystem::path root_;
 };
 
-TEST_F(HostAllocationOfTheInput, JpegAndPngImagesAreDecodedThroughTheCheck) {
+TEST_F(HostAllocationOfTheInput, JpegPngAndWebpImagesAreDecodedThroughTheCheck) {
   SKIP_UNLESS_ALLOCATOR_REPLACED();
   const input::ImageFolder folder = input::scan_image_folder((root_ / "images").string());
-  ASSERT_EQ(folder.files.size(), 6u);
+  ASSERT_EQ(folder.files.size(), 8u);
   const input::ImageFolderSource source(folder, 64, input::PixelLayout::nchw, input::JpegDecoding{false, false});
   const auto seen = unchecked_batches(source);
   EXPECT_TRUE(seen.empty()) << "made outside the host memory check: " << listed(seen);

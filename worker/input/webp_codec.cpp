@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "host_memory.hpp"
 #include "input/image_region.hpp"
 
 namespace dlbench::input {
@@ -33,6 +34,19 @@ bool WebpDecoder::decode(std::span<const std::uint8_t> webp, int& width, int& he
   options.color_mode = MODE_RGBA;
   options.use_threads = 0;
   const WebPData data{webp.data(), webp.size()};
+  // libwebp's animation decoder makes two RGBA canvases of its own for every image (8 bytes a
+  // pixel), outside host_block: a large pair is checked against the memory left first, as
+  // host_block checks what dlbench makes (not under its lock, which would serialise the threads'
+  // decoding). The flag tells the allocation test these were checked.
+  const std::size_t canvases = std::size_t{8} * static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
+  const bool large = canvases / 2 >= worker::huge_page_bytes;
+  if (large) worker::ensure_host_memory(canvases);
+  struct CheckedAllocations {
+    explicit CheckedAllocations(bool on) { worker::making_checked_host_block = on; }
+    ~CheckedAllocations() { worker::making_checked_host_block = false; }
+    CheckedAllocations(const CheckedAllocations&) = delete;
+    CheckedAllocations& operator=(const CheckedAllocations&) = delete;
+  } checked(large);
   const std::unique_ptr<WebPAnimDecoder, void (*)(WebPAnimDecoder*)> decoder(WebPAnimDecoderNew(&data, &options),
                                                                               WebPAnimDecoderDelete);
   WebPAnimInfo info;
