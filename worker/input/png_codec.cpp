@@ -236,7 +236,13 @@ bool PngDecoder::decode(std::span<const std::uint8_t> png_bytes, PngPixels want,
     Reader reader{png_bytes, 0};
     reader.bytewise_at_the_end = bytewise_at_the_end;
     png_set_read_fn(png, &reader, read_bytes);
-    const bool ok = decode_rows(png, info, want, max_pixels_, pixels_, rows_, width, height, text);
+    bool ok = false;
+    try {
+      ok = decode_rows(png, info, want, max_pixels_, pixels_, rows_, width, height, text);
+    } catch (...) {  // the pixels' memory refused (HostOutOfMemory): libpng's structs go with it
+      png_destroy_read_struct(&png, &info, nullptr);
+      throw;
+    }
     png_destroy_read_struct(&png, &info, nullptr);
     ran_out = reader.ran_out;
     if (!ok) error = text.text[0] != '\0' ? text.text : "cannot be decoded as a PNG";
