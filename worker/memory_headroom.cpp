@@ -91,15 +91,15 @@ std::optional<MemoryHeadroom> this_process_memory_headroom() {
 }
 
 HostOutOfMemory::HostOutOfMemory(std::size_t requested, MemoryHeadroom headroom)
-    : requested_(requested),
-      headroom_(std::move(headroom)),
-      message_("host memory: asked for " + binary_size(requested) + ", " + binary_size(headroom_.bytes) +
-               " left (" + headroom_.source + ")") {}
+    : HostOutOfMemory(requested, std::move(headroom), std::string()) {}
 
 HostOutOfMemory::HostOutOfMemory(const HostOutOfMemory& refused, const std::string& purpose)
-    : requested_(refused.requested_),
-      headroom_(refused.headroom_),
-      message_("host memory: asked for " + binary_size(requested_) + " " + purpose + ", " + binary_size(headroom_.bytes) +
+    : HostOutOfMemory(refused.requested_, refused.headroom_, " " + purpose) {}
+
+HostOutOfMemory::HostOutOfMemory(std::size_t requested, MemoryHeadroom headroom, const std::string& purpose)
+    : requested_(requested),
+      headroom_(std::move(headroom)),
+      message_("host memory: asked for " + binary_size(requested) + purpose + ", " + binary_size(headroom_.bytes) +
                " left (" + headroom_.source + ")") {}
 
 HostMemoryLock::HostMemoryLock() {

@@ -46,6 +46,7 @@ class HostOutOfMemory : public std::bad_alloc {
   const MemoryHeadroom& headroom() const { return headroom_; }
 
  private:
+  HostOutOfMemory(std::size_t requested, MemoryHeadroom headroom, const std::string& purpose);  // " to read …" or ""
   std::size_t requested_;
   MemoryHeadroom headroom_;
   std::string message_;
