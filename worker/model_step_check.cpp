@@ -73,11 +73,13 @@ class StepRecorder final : public LayerObserver {
       if (feed_ != nullptr) {
         const StepTrace::Entry& twin = feed_->layers.at(trace.layers.size());
         if (twin.where != entry.where) throw std::logic_error("the step ran " + entry.where + " where the reference ran " + twin.where);
-        std::vector<float> values = twin.input;
-        if (backward) {
+        if (backward && scale_ != 1.0f) {
+          std::vector<float> values = twin.input;
           for (float& v : values) v *= scale_;
+          upload(backend_, input, values);
+        } else {
+          upload(backend_, input, twin.input);
         }
-        upload(backend_, input, values);
       } else {
         std::vector<float> values = download(backend_, input);
         if (rounding_) {
@@ -213,12 +215,63 @@ void spread_images_apart(Trainer& trainer) {
   trainer.load_batch(to_layout(pixels, x.shape, x.layout).data(), DType::fp32, labels.data());
 }
 
+// The error of one layer's parameter gradients against the reference's, summed one parameter at a
+// time as step_entry_error sums them over the layer's concatenation, so that the device's copy of
+// each is compared and dropped (VGG16's are 553 MB) instead of kept beside the reference's.
+class GradientComparison {
+ public:
+  explicit GradientComparison(const StepTrace::Entry& want) : want_(want) {}
+  void add(const std::vector<float>& got) {
+    if (at_ + got.size() > want_.output.size()) {
+      mismatched_ = true;
+      return;
+    }
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double w = want_.output[at_ + i];
+      const double d = static_cast<double>(got[i]) - w;
+      diff_ += d * d;
+      norm_ += w * w;
+      finite_ = finite_ && std::isfinite(got[i]);
+    }
+    at_ += got.size();
+  }
+  // What step_entry_error gives for the whole layer, and whether every value was finite.
+  double error() const {
+    if (mismatched_ || at_ != want_.output.size()) return std::numeric_limits<double>::infinity();
+    return norm_ > 0 ? std::sqrt(diff_ / norm_) : std::sqrt(diff_);
+  }
+  bool finite() const { return finite_; }
+
+ private:
+  const StepTrace::Entry& want_;
+  std::size_t at_ = 0;
+  double diff_ = 0, norm_ = 0;
+  bool finite_ = true, mismatched_ = false;
+};
+
 // `loss_scale`: none, or the scale the step's loss gradient is multiplied by. `rounding`: the
-// reference's, how the device's fed inputs will be rounded.
+// reference's, how the device's fed inputs will be rounded. `initial_weights`: the model's weights
+// as first drawn; empty, they are drawn here and kept there. Drawing is most of a step check's
+// time (ResNet-50's 25.6M values on the host, VGG16's 138M), and every trace of a model starts
+// from the same seed's weights: a copy gives the same bits.
 StepTrace model_step_trace(const ModelStep& model, Backend& backend, DType dtype, std::optional<float> loss_scale,
-                           const StepTrace* feed, std::optional<InputRounding> rounding = std::nullopt) {
+                           const StepTrace* feed, std::vector<float>& initial_weights,
+                           std::optional<InputRounding> rounding = std::nullopt) {
+  const bool draw = initial_weights.empty();
   Trainer trainer(backend, build_model(model.model, model.classes), model.input, model.classes, kSelfTestSgd, 3, 0,
-                  MemoryReuse::lifetime, dtype);
+                  MemoryReuse::lifetime, dtype, draw ? InitialWeights::drawn() : InitialWeights::set_by_caller());
+  ParameterStore& weights = trainer.parameters();
+  const auto weight_bytes = static_cast<std::size_t>(weights.elements()) * sizeof(float);
+  if (draw) {
+    initial_weights.resize(static_cast<std::size_t>(weights.elements()));
+    backend.copy_to_host(initial_weights.data(), weights.values(), weight_bytes);
+  } else {
+    if (initial_weights.size() != static_cast<std::size_t>(weights.elements())) {
+      throw std::logic_error("the step's model has " + std::to_string(weights.elements()) +
+                             " parameter values, its first draw " + std::to_string(initial_weights.size()));
+    }
+    backend.copy_from_host(weights.values(), initial_weights.data(), weight_bytes);
+  }
   spread_images_apart(trainer);
   if (loss_scale) trainer.use_loss_scaling({*loss_scale});
   StepRecorder recorder(trainer.network(), backend, loss_scale.value_or(1.0f), feed, rounding);
@@ -226,15 +279,34 @@ StepTrace model_step_trace(const ModelStep& model, Backend& backend, DType dtype
   trainer.compute_gradients();  // unscaled on return
   trainer.set_layer_observer(nullptr);
   // A layer's parameters together ("conv1", "bn1": weight and bias): a batch norm's bias gradient
-  // (the sum of dy) can cancel to nearly zero where its scale's does not.
+  // (the sum of dy) can cancel to nearly zero where its scale's does not. The reference keeps them;
+  // a fed step compares each with the reference's as it comes.
   auto& gradients = recorder.trace.gradients;
-  for (Parameter* p : trainer.parameters().parameters()) {
-    const std::string layer = p->name.substr(0, p->name.rfind('.'));
-    if (gradients.empty() || gradients.back().where != "gradients of " + layer) {
-      gradients.push_back({"gradients of " + layer, true, {}, {}, std::nullopt, true});
+  const std::vector<Parameter*>& parameters = weights.parameters();
+  for (std::size_t first = 0; first < parameters.size();) {
+    const std::string layer = parameters[first]->name.substr(0, parameters[first]->name.rfind('.'));
+    std::size_t end = first;
+    std::size_t values = 0;
+    for (; end < parameters.size() && parameters[end]->name.substr(0, parameters[end]->name.rfind('.')) == layer; ++end) {
+      values += static_cast<std::size_t>(parameters[end]->grad.numel());
     }
-    const std::vector<float> values = download(backend, p->grad);
-    gradients.back().output.insert(gradients.back().output.end(), values.begin(), values.end());
+    StepTrace::Entry& entry = gradients.emplace_back(
+        StepTrace::Entry{"gradients of " + layer, true, {}, {}, std::nullopt, true});
+    const std::size_t at = gradients.size() - 1;
+    const bool twinned = feed != nullptr && at < feed->gradients.size() && feed->gradients[at].where == entry.where;
+    if (!twinned) {  // the reference's, or one compare_step_traces will find unlike the reference's
+      entry.output.reserve(values);
+      for (std::size_t i = first; i < end; ++i) {
+        const std::vector<float> got = download(backend, parameters[i]->grad);
+        entry.output.insert(entry.output.end(), got.begin(), got.end());
+      }
+    } else {
+      GradientComparison comparison(feed->gradients[at]);
+      for (std::size_t i = first; i < end; ++i) comparison.add(download(backend, parameters[i]->grad));
+      entry.error = comparison.error();
+      entry.finite = comparison.finite();
+    }
+    first = end;
   }
   return std::move(recorder.trace);
 }
@@ -340,6 +412,7 @@ SelfTestCheck compare_step_traces(const StepTrace& got, const StepTrace& want, d
 // type its inputs are rounded to.
 struct ModelStepReferences::Traces {
   std::map<std::tuple<Model, bool, bool, bool, DType>, std::optional<ReferenceStepTrace>> by_key;
+  std::map<Model, std::vector<float>> initial_weights;
 };
 
 ModelStepReferences::ModelStepReferences() : traces_(std::make_unique<Traces>()) {}
@@ -376,6 +449,7 @@ SelfTestCheck model_step_check(const ModelStep& model, Backend& device, Backend&
   if (dtype != DType::fp32) rounding = InputRounding{dtype, scale.value_or(1.0f)};
   std::optional<ReferenceStepTrace>& want =
       references.traces().by_key[{model.model, residual_fused, accumulated, conv_batch_norm, dtype}];
+  std::vector<float>& initial_weights = references.traces().initial_weights[model.model];
   if (!want || !answers_alike(*want, device, dtype)) {
     std::vector<FusionAnswer> answers;
     ResidualComposingBackend::ConvolutionFusion fuses;
@@ -390,14 +464,14 @@ SelfTestCheck model_step_check(const ModelStep& model, Backend& device, Backend&
     ResidualComposingBackend composed(reference, residual_fused, accumulated, fuses);
     StepTrace trace = model_step_trace(
         model, residual_fused || accumulated || conv_batch_norm ? static_cast<Backend&>(composed) : reference,
-        DType::fp32, std::nullopt, nullptr, rounding);
+        DType::fp32, std::nullopt, nullptr, initial_weights, rounding);
     want = ReferenceStepTrace{std::move(trace), std::move(answers)};
   }
   const StepTrace* want_step_trace = &want->trace;
-  StepTrace got = model_step_trace(model, device, dtype, scale, want_step_trace);
+  StepTrace got = model_step_trace(model, device, dtype, scale, want_step_trace, initial_weights);
   while (scale && *scale > 1.0f && !backward_finite(got)) {
     *scale /= 2.0f;
-    got = model_step_trace(model, device, dtype, scale, want_step_trace);
+    got = model_step_trace(model, device, dtype, scale, want_step_trace, initial_weights);
   }
   SelfTestCheck c = compare_step_traces(got, *want_step_trace, bounds.layer, bounds.arg_max);
   if (scale) c.detail += "; loss scale " + std::to_string(static_cast<long>(*scale));

@@ -34,7 +34,8 @@ struct ModelStep {
 // The models whose whole step the self-test checks: ResNet-50 and each image model of `models`.
 std::vector<ModelStep> model_steps(const std::vector<Model>& models);
 
-// The reference's step traces, kept for the precisions checked after the one that made each.
+// The reference's step traces, kept for the precisions checked after the one that made each, and
+// each model's initial weights as first drawn, which every later step of that model starts from.
 class ModelStepReferences {
  public:
   ModelStepReferences();
