@@ -16,6 +16,9 @@ namespace dlbench::worker {
 
 namespace {
 
+// Whether a tensor's stored order is not its logical one: a 4-D NHWC tensor.
+bool reordered(const Shape& shape, Layout layout) { return shape.rank == 4 && layout == Layout::nhwc; }
+
 // A 4-D host copy between NCHW and NHWC order, either way.
 std::vector<float> transpose_channels(const std::vector<float>& from, const Shape& s, bool to_nhwc) {
   std::vector<float> to(from.size());
@@ -42,14 +45,20 @@ std::vector<float> nhwc_to_nchw(const std::vector<float>& nhwc, const Shape& s) 
   return transpose_channels(nhwc, s, false);
 }
 
-std::vector<float> to_layout(std::vector<float> nchw, const Shape& shape, Layout layout) {
-  if (shape.rank == 4 && layout == Layout::nhwc) return nchw_to_nhwc(nchw, shape);
-  return nchw;
+std::vector<float> to_layout(const std::vector<float>& nchw, const Shape& shape, Layout layout) {
+  return reordered(shape, layout) ? nchw_to_nhwc(nchw, shape) : nchw;
 }
 
-std::vector<float> from_layout(std::vector<float> stored, const Shape& shape, Layout layout) {
-  if (shape.rank == 4 && layout == Layout::nhwc) return nhwc_to_nchw(stored, shape);
-  return stored;
+std::vector<float> to_layout(std::vector<float>&& nchw, const Shape& shape, Layout layout) {
+  return reordered(shape, layout) ? nchw_to_nhwc(nchw, shape) : std::move(nchw);
+}
+
+std::vector<float> from_layout(const std::vector<float>& stored, const Shape& shape, Layout layout) {
+  return reordered(shape, layout) ? nhwc_to_nchw(stored, shape) : stored;
+}
+
+std::vector<float> from_layout(std::vector<float>&& stored, const Shape& shape, Layout layout) {
+  return reordered(shape, layout) ? nhwc_to_nchw(stored, shape) : std::move(stored);
 }
 
 // fp32 comes straight into the result: the self-test downloads every layer's input, output and
@@ -74,8 +83,7 @@ std::vector<float> download(Backend& backend, const float* device, std::int64_t 
 
 void upload(Backend& backend, const Tensor& t, const std::vector<float>& logical) {
   require_elements(t, static_cast<std::int64_t>(logical.size()), "upload", "the tensor");
-  const bool reordered = t.shape.rank == 4 && t.layout == Layout::nhwc;
-  if (t.dtype == DType::fp32 && !reordered) {
+  if (t.dtype == DType::fp32 && !reordered(t.shape, t.layout)) {
     backend.copy_from_host(t.data, logical.data(), t.bytes());
     return;
   }

@@ -7,9 +7,11 @@
 
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
 #include <set>
 #include <vector>
 
+#include "cpu/cpu_backend.hpp"
 #include "trainer.hpp"
 
 namespace dlbench::worker {
@@ -43,6 +45,37 @@ TEST(ActivationGeometry, OffsetsAgreeWithTheLayoutsDataIsUploadedIn) {
     }
     // Neighbouring channels of a pixel are channel_stride() apart.
     EXPECT_EQ(g.offset(1, 2, 7) - g.offset(1, 1, 7), g.channel_stride());
+  }
+}
+
+// upload and download, which the self-test feeds and reads every layer with, in each type and
+// layout: the bytes on the device are the layout's order in the tensor's type (fp32 and plain
+// copied straight, without the encoding pass), and back in logical order; a host vector of another
+// size is refused, where it was read past.
+TEST(UploadAndDownload, RoundTripInEveryTypeAndLayoutAndRefuseAnotherSize) {
+  CpuBackend cpu(1);
+  const Shape shape(2, 3, 4, 5);
+  const std::vector<float> logical = iota(shape.numel());  // small integers: exact in bf16 and fp16
+  for (const DType dtype : {DType::fp32, DType::bf16, DType::fp16}) {
+    for (const Layout layout : {Layout::plain, Layout::nchw, Layout::nhwc}) {
+      Tensor t;
+      t.shape = shape;
+      t.dtype = dtype;
+      t.layout = layout;
+      const std::shared_ptr<void> memory = cpu.allocate(t.bytes());
+      t.data = memory.get();
+      upload(cpu, t, logical);
+      const std::vector<std::byte> want = encode(to_layout(logical, shape, layout).data(), logical.size(), dtype);
+      ASSERT_EQ(std::memcmp(t.data, want.data(), t.bytes()), 0) << to_string(dtype) << " layout " << static_cast<int>(layout);
+      EXPECT_EQ(download(cpu, t), logical) << to_string(dtype) << " layout " << static_cast<int>(layout);
+      const std::vector<float> shorter(logical.begin(), logical.end() - 1);
+      try {
+        upload(cpu, t, shorter);
+        ADD_FAILURE() << "a host vector of " << shorter.size() << " values was uploaded into " << shape.numel();
+      } catch (const std::invalid_argument& e) {
+        EXPECT_STREQ(e.what(), "upload: the tensor has 120 elements, expected 119");
+      }
+    }
   }
 }
 
