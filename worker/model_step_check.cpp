@@ -42,7 +42,55 @@ struct StepTrace {
   std::vector<Entry> gradients;  // output: each layer's parameter gradients, weight then bias
 };
 
-double step_entry_error(const std::vector<float>& got, const StepTrace::Entry& want);
+// A layer's output against the reference's, summed as it comes: whole, or a layer's parameter
+// gradients one parameter at a time, each dropped once added (VGG16's are 553 MB, which the device's
+// step need not keep beside the reference's). In backward a gradient that cancels to nearly zero
+// (a batch norm's dx where dy is nearly constant per channel) is measured against the dy it came
+// from: its rounding is a fraction of that, not of itself.
+class EntryError {
+ public:
+  explicit EntryError(const StepTrace::Entry& want) : want_(want) {
+    if (want.backward) {
+      for (const float v : want.input) input_norm_ += static_cast<double>(v) * static_cast<double>(v);
+    }
+  }
+  // The next values of the output, in order.
+  void add(const std::vector<float>& got) {
+    if (at_ + got.size() > want_.output.size()) {
+      mismatched_ = true;
+      finite_ = finite_ && std::all_of(got.begin(), got.end(), [](float v) { return std::isfinite(v); });
+      return;
+    }
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double w = want_.output[at_ + i];
+      const double d = static_cast<double>(got[i]) - w;
+      diff_ += d * d;
+      norm_ += w * w;
+      finite_ = finite_ && std::isfinite(got[i]);
+    }
+    at_ += got.size();
+  }
+  // Infinite where the values added are not as many as the reference's.
+  double error() const {
+    if (mismatched_ || at_ != want_.output.size()) return std::numeric_limits<double>::infinity();
+    const double scale = std::max(norm_, input_norm_);
+    return scale > 0 ? std::sqrt(diff_ / scale) : std::sqrt(diff_);
+  }
+  // Whether every value added was finite.
+  bool finite() const { return finite_; }
+
+ private:
+  const StepTrace::Entry& want_;
+  std::size_t at_ = 0;
+  double diff_ = 0, norm_ = 0, input_norm_ = 0;
+  bool finite_ = true, mismatched_ = false;
+};
+
+double step_entry_error(const std::vector<float>& got, const StepTrace::Entry& want) {
+  EntryError error(want);
+  error.add(got);
+  return error.error();
+}
 
 // What a device in a half type will be fed: each value rounded to its activations' type, a
 // gradient at its loss scale (a power of two) and unscaled again.
@@ -215,40 +263,6 @@ void spread_images_apart(Trainer& trainer) {
   trainer.load_batch(to_layout(pixels, x.shape, x.layout).data(), DType::fp32, labels.data());
 }
 
-// The error of one layer's parameter gradients against the reference's, summed one parameter at a
-// time as step_entry_error sums them over the layer's concatenation, so that the device's copy of
-// each is compared and dropped (VGG16's are 553 MB) instead of kept beside the reference's.
-class GradientComparison {
- public:
-  explicit GradientComparison(const StepTrace::Entry& want) : want_(want) {}
-  void add(const std::vector<float>& got) {
-    if (at_ + got.size() > want_.output.size()) {
-      mismatched_ = true;
-      return;
-    }
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      const double w = want_.output[at_ + i];
-      const double d = static_cast<double>(got[i]) - w;
-      diff_ += d * d;
-      norm_ += w * w;
-      finite_ = finite_ && std::isfinite(got[i]);
-    }
-    at_ += got.size();
-  }
-  // What step_entry_error gives for the whole layer, and whether every value was finite.
-  double error() const {
-    if (mismatched_ || at_ != want_.output.size()) return std::numeric_limits<double>::infinity();
-    return norm_ > 0 ? std::sqrt(diff_ / norm_) : std::sqrt(diff_);
-  }
-  bool finite() const { return finite_; }
-
- private:
-  const StepTrace::Entry& want_;
-  std::size_t at_ = 0;
-  double diff_ = 0, norm_ = 0;
-  bool finite_ = true, mismatched_ = false;
-};
-
 // `loss_scale`: none, or the scale the step's loss gradient is multiplied by. `rounding`: the
 // reference's, how the device's fed inputs will be rounded. `initial_weights`: the model's weights
 // as first drawn; empty, they are drawn here and kept there. Drawing is most of a step check's
@@ -301,32 +315,14 @@ StepTrace model_step_trace(const ModelStep& model, Backend& backend, DType dtype
         entry.output.insert(entry.output.end(), got.begin(), got.end());
       }
     } else {
-      GradientComparison comparison(feed->gradients[at]);
-      for (std::size_t i = first; i < end; ++i) comparison.add(download(backend, parameters[i]->grad));
-      entry.error = comparison.error();
-      entry.finite = comparison.finite();
+      EntryError error(feed->gradients[at]);
+      for (std::size_t i = first; i < end; ++i) error.add(download(backend, parameters[i]->grad));
+      entry.error = error.error();
+      entry.finite = error.finite();
     }
     first = end;
   }
   return std::move(recorder.trace);
-}
-
-// A layer's output against the reference's. In backward a gradient that cancels to nearly zero
-// (a batch norm's dx where dy is nearly constant per channel) is measured against the dy it came
-// from: its rounding is a fraction of that, not of itself.
-double step_entry_error(const std::vector<float>& got, const StepTrace::Entry& want) {
-  if (got.size() != want.output.size()) return std::numeric_limits<double>::infinity();
-  double diff = 0, norm = 0, input_norm = 0;
-  for (std::size_t i = 0; i < want.output.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - static_cast<double>(want.output[i]);
-    diff += d * d;
-    norm += static_cast<double>(want.output[i]) * static_cast<double>(want.output[i]);
-  }
-  if (want.backward) {
-    for (const float v : want.input) input_norm += static_cast<double>(v) * static_cast<double>(v);
-  }
-  const double scale = std::max(norm, input_norm);
-  return scale > 0 ? std::sqrt(diff / scale) : std::sqrt(diff);
 }
 
 // Whether every gradient a step recorded is finite (else its loss scale overflowed fp16).

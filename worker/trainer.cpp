@@ -49,10 +49,6 @@ std::vector<float> to_layout(const std::vector<float>& nchw, const Shape& shape,
   return reordered(shape, layout) ? nchw_to_nhwc(nchw, shape) : nchw;
 }
 
-std::vector<float> to_layout(std::vector<float>&& nchw, const Shape& shape, Layout layout) {
-  return reordered(shape, layout) ? nchw_to_nhwc(nchw, shape) : std::move(nchw);
-}
-
 std::vector<float> from_layout(const std::vector<float>& stored, const Shape& shape, Layout layout) {
   return reordered(shape, layout) ? nhwc_to_nchw(stored, shape) : stored;
 }

@@ -26,9 +26,9 @@ std::vector<float> nchw_to_nhwc(const std::vector<float>& nchw, const Shape& sha
 // And back: an NHWC host copy in (N, C, H, W) order.
 std::vector<float> nhwc_to_nchw(const std::vector<float>& nhwc, const Shape& shape);
 // Host conversions between a tensor's logical (N, C, H, W) order and its layout: anything but a
-// 4-D NHWC tensor is returned as given (a copy, or moved where the caller gives its vector up).
+// 4-D NHWC tensor is returned as given (a copy; from_layout moves a vector the caller gives up,
+// as a download does).
 std::vector<float> to_layout(const std::vector<float>& nchw, const Shape& shape, Layout layout);
-std::vector<float> to_layout(std::vector<float>&& nchw, const Shape& shape, Layout layout);
 std::vector<float> from_layout(const std::vector<float>& stored, const Shape& shape, Layout layout);
 std::vector<float> from_layout(std::vector<float>&& stored, const Shape& shape, Layout layout);
 // A tensor's values on the host as fp32, in logical (N, C, H, W) order whatever its dtype and layout.
