@@ -189,6 +189,26 @@ TEST(ConvFusion, EachFusedPassNamesThePlainPassItReplaces) {
   }
 }
 
+// cuDNN's heuristics open NVRTC for its runtime-compiled engines and close it after each query,
+// which reloaded the library every time (bench.ConvFusionProbe took 100 s, 2.2 s with it kept):
+// after a query it must still be loaded, held by the search itself.
+TEST(ConvFusion, NvrtcStaysLoadedAfterAHeuristicsQuery) {
+  const std::string soname = cuda_detail::nvrtc_soname();
+  void* opened = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (opened == nullptr) GTEST_SKIP() << "needs " << soname << " (the CUDA toolkit's NVRTC), not on this machine";
+  dlclose(opened);
+  const auto device =
+      cuda_detail::device_properties_from_json(cuda_detail::cudnn_device_json(cuda_detail::described_gpu("h200")));
+  Conv2dConfig config{Shape(8, 64, 16, 16), 64, 3, 1, 1, false};
+  config.dtype = DType::fp16;
+  const FusedConvGraph graph(config, ConvFusion::dgrad_drelu, nullptr);
+  cuda_detail::ranked_configs(graph.graph, CUDNN_HEUR_MODE_A, &device);
+  void* still = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  EXPECT_NE(still, nullptr) << soname << " was closed after the heuristics query";
+  if (still != nullptr) dlclose(still);
+  EXPECT_TRUE(cuda_detail::keep_nvrtc_loaded());
+}
+
 // What cuDNN 9.19 answered for a described H200 on 2026-12-03 (bench/RESULTS.md): plans for the
 // plain passes, for the forward and filter-gradient passes fused with batch norm, and for the data
 // gradient fused with the batch norm's ReLU backward and weight gradients (DgradDreluBNBwdWeight),

@@ -3,6 +3,8 @@
 // buffers in the first step, and the fastest runs from then on (cuda/conv_engines.hpp has the rules).
 #include "cuda/conv_graph.hpp"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <limits>
 #include <optional>
 #include <source_location>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -156,8 +159,17 @@ BackendDescriptor make_convolution(const Conv2dConfig& config) {
   return convolution;
 }
 
+std::string nvrtc_soname() { return "libnvrtc.so." + std::to_string(CUDART_VERSION / 1000); }
+
+bool keep_nvrtc_loaded() {
+  // Opened once (thread-safe static) and never closed: its own teardown at exit is the one it expects.
+  static const bool kept = dlopen(nvrtc_soname().c_str(), RTLD_NOW | RTLD_LOCAL) != nullptr;
+  return kept;
+}
+
 std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph, cudnnBackendHeurMode_t mode,
                                               const BackendDescriptor* device) {
+  keep_nvrtc_loaded();
   BackendDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   const cudnnBackendDescriptor_t raw_graph = graph.get();
   heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw_graph);

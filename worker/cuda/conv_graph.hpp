@@ -80,8 +80,18 @@ BackendDescriptor make_operation_graph(const std::vector<const BackendDescriptor
 // The engine configurations the heuristics rank for `graph`, best first: for the graph's own
 // device (its handle's), or for the device `device` describes (a finalized
 // CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, cuda/cudnn_device.hpp), which need not be in this machine.
+// Keeps NVRTC loaded first (keep_nvrtc_loaded, below).
 std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph, cudnnBackendHeurMode_t mode,
                                               const BackendDescriptor* device = nullptr);
+
+// cuDNN's heuristics for its runtime-compiled engines open NVRTC (libnvrtc.so.<CUDA major>) and
+// close it again at every query, so every query relocated the whole library anew: 97% of the time
+// of a described H200's probe of ResNet-50's passes, 100 s against 2.2 s with it kept loaded, on
+// a 2-core AMD EPYC. The first call opens it for the process and never closes it, so cuDNN's own
+// opens only count references. True where it is loaded; false where this machine has none (cuDNN
+// then finds none either, and its runtime-compiled engines are not offered).
+bool keep_nvrtc_loaded();
+std::string nvrtc_soname();  // the soname of the CUDA dlbench was built with: libnvrtc.so.13
 
 // An engine configuration's engine: cuDNN's global index and its numerical notes.
 struct EngineFacts {
