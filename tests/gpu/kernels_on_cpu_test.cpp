@@ -243,11 +243,16 @@ void expect_own_batch_norm(DType dtype, const BatchNormShape& s, bool channels_l
     EXPECT_EQ(got.mask_bits_set, positive) << "a bit for each y > 0, no other";
   }
 
+#if !defined(DLBENCH_EMULATION_RACECHECK)
+  // The race check reports a race in either order (racecheck_test.cpp), and these bits are the same
+  // code's as in the plain build, which holds them: under the race check the second order would
+  // only double the time (the tests through here took 109 and 27 s of CI's race check).
   const BatchNormRun reversed = run(ThreadOrder::descending);
   EXPECT_TRUE(same_bits(got.y, reversed.y) && same_bits(got.dx, reversed.dx) &&
               same_bits(got.dgamma, reversed.dgamma) && same_bits(got.dbeta, reversed.dbeta) &&
               same_bits(got.inverse_std, reversed.inverse_std) && same_bits(got.running_var, reversed.running_var))
       << "the threads' order changed the result";
+#endif
 }
 
 // dlbench's own batch norms (DLBENCH_CUDA_BATCH_NORM=own) in NCHW and channels last, fp32, fp16
