@@ -190,7 +190,7 @@ TEST(ConvFusion, EachFusedPassNamesThePlainPassItReplaces) {
 }
 
 // cuDNN's heuristics open NVRTC for its runtime-compiled engines and close it after each query,
-// which reloaded the library every time (bench.ConvFusionProbe took 100 s, 2.2 s with it kept):
+// which reloaded the library every time (the probe's first run took 101.5 s, 2.4 s with it kept):
 // after a query it must still be loaded, held by the search itself.
 TEST(ConvFusion, NvrtcStaysLoadedAfterAHeuristicsQuery) {
   const std::string soname = cuda_detail::nvrtc_soname();

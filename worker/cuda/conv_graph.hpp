@@ -86,10 +86,11 @@ std::vector<BackendDescriptor> ranked_configs(const BackendDescriptor& graph, cu
 
 // cuDNN's heuristics for its runtime-compiled engines open NVRTC (libnvrtc.so.<CUDA major>) and
 // close it again at every query, so every query relocated the whole library anew: 97% of the time
-// of a described H200's probe of ResNet-50's passes, 100 s against 2.2 s with it kept loaded, on
-// a 2-core AMD EPYC. The first call opens it for the process and never closes it, so cuDNN's own
-// opens only count references. True where it is loaded; false where this machine has none (cuDNN
-// then finds none either, and its runtime-compiled engines are not offered).
+// of a described H200's probe of ResNet-50's passes, 101.5 s against 2.4 s with it kept loaded
+// (medians, a 2-core AMD EPYC, bench/RESULTS.md). The first call opens it for the process and
+// never closes it, so cuDNN's own opens only count references. True where it is loaded; false
+// where this machine has none (cuDNN then finds none either, and its runtime-compiled engines are
+// not offered).
 bool keep_nvrtc_loaded();
 std::string nvrtc_soname();  // the soname of the CUDA dlbench was built with: libnvrtc.so.13
 
