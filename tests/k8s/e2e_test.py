@@ -246,8 +246,8 @@ class EndToEnd(unittest.TestCase):
             for p in self.polled_pods("dlbench.io/case=1x4-bs4-fp32"):
                 if "kubelet.dlbench.io/fail" not in p["metadata"].get("annotations", {}):  # a pod gone meanwhile: 404, None
                     self.api.call("PATCH", "/api/v1/namespaces/default/pods/" + p["metadata"]["name"],
-                             {"metadata": {"annotations": {"kubelet.dlbench.io/fail": "Evicted"}}},
-                             "application/merge-patch+json")
+                                  {"metadata": {"annotations": {"kubelet.dlbench.io/fail": "Evicted"}}},
+                                  "application/merge-patch+json")
             return self.finished("oom")
         wait_for(evict_1x4_and_check_finished, 300, "the run to finish", period=0.5)
 
