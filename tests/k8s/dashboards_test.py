@@ -226,27 +226,20 @@ class DashboardsTest(unittest.TestCase):
                 json.dump(run, f)
             cluster.kubectl("apply", "-f", run_file)
 
-        # The waits poll over plain HTTP: kubectl twice every 0.2 s (0.2 s of CPU a call) took most
-        # of a core from the ranks the test waits for. The pods are annotated, and what is asserted
-        # read, with the real kubectl.
-        api = Api(cluster.url)
-
-        def phase(name):
-            run = api.call("GET", f"/apis/dlbench.io/v1alpha1/namespaces/default/benchmarkruns/{name}") or {}
-            return run.get("status", {}).get("phase")
-
+        # The waits poll over HTTP (LocalCluster.run_status, pods): kubectl twice every 0.2 s took
+        # most of a core from the ranks the test waits for. The pods are annotated, and what is
+        # asserted read, with the real kubectl.
         def worker_pods():
-            pods = api.list("/api/v1/namespaces/default/pods?labelSelector=" +
-                            urllib.parse.quote("app.kubernetes.io/component=worker"))
+            pods = cluster.pods("app.kubernetes.io/component=worker")
             FakeDcgmExporter.pods = sorted(set(FakeDcgmExporter.pods) | {p["metadata"]["name"] for p in pods})
             for p in pods:
                 if p["metadata"]["labels"].get("dlbench.io/case") == "1x4-bs8-fp32" and \
                         "kubelet.dlbench.io/fail" not in p["metadata"].get("annotations", {}):
                     cluster.kubectl("annotate", "pod", p["metadata"]["name"], "kubelet.dlbench.io/fail=OOMKilled")
-            return phase("dash") in ("Succeeded", "Failed")
+            return cluster.run_status("dash").get("phase") in ("Succeeded", "Failed")
 
         wait_for(worker_pods, 400, "the run to finish")
-        wait_for(lambda: phase("dash-before") in ("Succeeded", "Failed"), 200, "the baseline run to finish")
+        wait_for(lambda: cluster.run_status("dash-before").get("phase") in ("Succeeded", "Failed"), 200, "the baseline run to finish")
         before = json.loads(cluster.kubectl("get", "br", "dash-before", "-o", "json"))["status"]
         status = json.loads(cluster.kubectl("get", "br", "dash", "-o", "json"))["status"]
         states = {r["case"]["id"]: r["state"] for r in status["results"]}

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import unittest
-import urllib.parse
 import urllib.request
 
 import yaml
@@ -60,10 +59,6 @@ class EndToEnd(unittest.TestCase):
         self.tmp = self.cluster.tmp
         self.metrics_port = self.cluster.metrics_port
         self.kubectl = self.cluster.kubectl
-        # Waits poll the API server over plain HTTP: a kubectl call costs 0.2 s of CPU, and polled
-        # every 0.2 s it took most of a core from the ranks whose training the test waits for.
-        # What the test reads and asserts, it reads with the real kubectl.
-        self.api = Api(self.cluster.url)
 
     def tearDown(self):
         failed = any(self._outcome.result.failures) or any(self._outcome.result.errors)
@@ -73,18 +68,8 @@ class EndToEnd(unittest.TestCase):
     def run_object(self, name):
         return json.loads(self.kubectl("get", "br", name, "-o", "json"))
 
-    def polled_status(self, name):
-        """The run's status, read over HTTP for a wait's polling (see setUp)."""
-        run = self.api.call("GET", f"/apis/dlbench.io/v1alpha1/namespaces/default/benchmarkruns/{name}")
-        return (run or {}).get("status", {})
-
-    def polled_pods(self, selector=None):
-        """The pods (with a label selector), read over HTTP for a wait's polling."""
-        query = "?labelSelector=" + urllib.parse.quote(selector) if selector else ""
-        return self.api.list("/api/v1/namespaces/default/pods" + query)
-
     def finished(self, name):
-        phase = self.polled_status(name).get("phase")
+        phase = self.cluster.run_status(name).get("phase")
         return phase if phase in ("Succeeded", "Failed") else None
 
     def test_quickstart_runs_to_succeeded_with_measured_results(self):
@@ -211,7 +196,7 @@ class EndToEnd(unittest.TestCase):
                                         "precision": ["fp32"]},
                              "methodology": {"warmupSteps": 1, "measureSteps": 3, "repeats": 2}}})
         # Case 1 done, case 2 under way: the operator dies without warning and a new one takes over.
-        wait_for(lambda: self.polled_status("quickstart").get("progress", {}).get("completedCases") == 1,
+        wait_for(lambda: self.cluster.run_status("quickstart").get("progress", {}).get("completedCases") == 1,
                  300, "the first case to finish")
         self.cluster.restart_operator()
         wait_for(lambda: self.finished("quickstart"), 300, "quickstart to finish after the restart")
@@ -237,17 +222,19 @@ class EndToEnd(unittest.TestCase):
         self.kubectl("apply", "-f", path)
         # Attempt 1 of the first case: the node kills the worker for memory; attempt 2 runs for real.
         pod = "oom-1x1-bs4-fp32-a1-worker-0"
-        wait_for(lambda: pod in [p["metadata"]["name"] for p in self.polled_pods()], 60, "the first worker pod")
+        wait_for(lambda: pod in [p["metadata"]["name"] for p in self.cluster.pods()], 60, "the first worker pod")
         self.kubectl("annotate", "pod", pod, "kubelet.dlbench.io/fail=OOMKilled")
 
         # Every attempt of 1x4 has its worker evicted (node memory pressure): retried once, recorded.
         # (On a CPU cluster the pods ask for no GPUs, so the case is not held up by the node's size.)
+        api = Api(self.cluster.url)
+
         def evict_1x4_and_check_finished():
-            for p in self.polled_pods("dlbench.io/case=1x4-bs4-fp32"):
+            for p in self.cluster.pods("dlbench.io/case=1x4-bs4-fp32"):
                 if "kubelet.dlbench.io/fail" not in p["metadata"].get("annotations", {}):  # a pod gone meanwhile: 404, None
-                    self.api.call("PATCH", "/api/v1/namespaces/default/pods/" + p["metadata"]["name"],
-                                  {"metadata": {"annotations": {"kubelet.dlbench.io/fail": "Evicted"}}},
-                                  "application/merge-patch+json")
+                    api.call("PATCH", "/api/v1/namespaces/default/pods/" + p["metadata"]["name"],
+                             {"metadata": {"annotations": {"kubelet.dlbench.io/fail": "Evicted"}}},
+                             "application/merge-patch+json")
             return self.finished("oom")
         wait_for(evict_1x4_and_check_finished, 300, "the run to finish", period=0.5)
 
@@ -372,7 +359,7 @@ class EndToEnd(unittest.TestCase):
         self.apply(run)
 
         selector = "dlbench.io/run=real-data,app.kubernetes.io/component=worker"
-        wait_for(lambda: self.polled_pods(selector), 120, "the worker pod")
+        wait_for(lambda: self.cluster.pods(selector), 120, "the worker pod")
         pod = json.loads(self.kubectl("get", "pods", "-l", selector, "-o", "json"))["items"][0]
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
         self.assertEqual(volumes["data"]["persistentVolumeClaim"], {"claimName": "imagenet-train", "readOnly": True})
@@ -508,7 +495,7 @@ class EndToEnd(unittest.TestCase):
             "spec": {"containers": [{"name": "worker", "env": [{"name": "NETWORK", "value": "IB"}, {"name": "LINK", "value": "RoCE"}],
                                      "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]}}]
         self.apply(roce)
-        wait_for(lambda: self.polled_pods("dlbench.io/run=over-roce,team=perf"), 120,
+        wait_for(lambda: self.cluster.pods("dlbench.io/run=over-roce,team=perf"), 120,
                  "an over-roce worker pod with the override's label")
         pod = json.loads(self.kubectl("get", "pods", "-l", "dlbench.io/run=over-roce,team=perf", "-o", "json"))["items"][0]
         resources = pod["spec"]["containers"][0]["resources"]

@@ -101,8 +101,7 @@ class OperatorFaultsTest(unittest.TestCase):
         cluster.kubectl("apply", "--validate=false", "-f", path)
 
     def status(self, cluster, name):
-        run = Api(cluster.url).call("GET", f"/apis/dlbench.io/v1alpha1/namespaces/default/benchmarkruns/{name}")
-        return (run or {}).get("status", {})
+        return cluster.run_status(name)
 
     def finished(self, cluster, name, seconds=120):
         return wait_for(lambda: (lambda s: s if s.get("phase") in ("Succeeded", "Failed") else None)(
