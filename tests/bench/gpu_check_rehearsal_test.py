@@ -291,11 +291,23 @@ class ProfileThroughTheTable(unittest.TestCase):
                                   capture_output=True, text=True, timeout=240)
             self.assertEqual(done.returncode, 0, done.stderr)
             lines = table_lines(self, logs)
+            with open(os.path.join(logs, "profile-resnet50-fp32.json")) as f:
+                layers = json.load(f)["profile"]["layers"]
         at = next(i for i, line in enumerate(lines) if line.startswith("  fp32 batch 2: "))
         self.assertRegex(lines[at], r"^  fp32 batch 2: step [0-9.]+, outside layers [0-9.]+; (\S+ [0-9.]+, ){4}\S+ [0-9.]+$")
         self.assertIn(" Conv2d ", lines[at])
-        self.assertRegex(lines[at + 1], r"^    stem conv1 [0-9.]+ \(forward [0-9.]+\); slowest: (layer\S+ [0-9.]+, ){3}"
-                                        r"layer\S+ [0-9.]+$")
+        # Which layers are slowest on a shared CPU is noise (the stem's batch norm has led); what the
+        # table owes is the document's four slowest, in order, with their figures.
+        found = re.fullmatch(r"    stem conv1 ([0-9.]+) \(forward ([0-9.]+)\); slowest: ((?:\S+ [0-9.]+, ){3}\S+ [0-9.]+)",
+                             lines[at + 1])
+        self.assertIsNotNone(found, lines[at + 1])
+        ms = {l["name"]: 1e3 * (l["forwardSeconds"] + l["backwardSeconds"]) for l in layers}
+        self.assertAlmostEqual(float(found[1]), ms["conv1"], delta=0.006)
+        named = [pair.rsplit(" ", 1) for pair in found[3].split(", ")]
+        for name, figure in named:
+            self.assertIn(name, ms)
+            self.assertAlmostEqual(float(figure), ms[name], delta=0.006)
+        self.assertEqual([name for name, _ in named], sorted(ms, key=ms.get, reverse=True)[:4])
 
 
 class ReplayPatterns(unittest.TestCase):
