@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """The test API server against the real kubectl: what the operator's tests will rely on."""
+import http.client
+import itertools
 import json
 import os
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 import urllib.error
@@ -123,6 +127,63 @@ class ApiServerTest(unittest.TestCase):
         code, text = self.http("GET", f"{path}?watch=true&resourceVersion={rv}&timeoutSeconds=2&allowWatchBookmarks=true")
         self.assertEqual(code, 200)
         self.assertIn("BOOKMARK", [json.loads(line)["type"] for line in text.splitlines()])
+
+
+
+class KeptStateTest(unittest.TestCase):
+    """--state: what the server acknowledged before SIGTERM is there after the restart. The
+    operator's expectations wait for every child it was told was created, so a server that
+    answered 201 and then forgot the object held a run 'stale' until they expired (CI, 12-07)."""
+
+    def test_every_acknowledged_create_survives_a_sigterm(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            state = os.path.join(tmp, "state.json")
+            # A large store makes the snapshot's write take a while, the window a late write would use.
+            with open(state, "w") as f:
+                json.dump({"rv": 5000, "objects": [
+                    [["", "configmaps", "default", f"old-{i}"],
+                     {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+                         "name": f"old-{i}", "namespace": "default", "resourceVersion": str(i + 2), "uid": f"u{i}"},
+                      "data": {"blob": "x" * 2000}}] for i in range(3000)]}, f)
+            server, url = start_apiserver("--state", state)
+            acknowledged, stop = [], threading.Event()
+
+            def create(writer):
+                for n in itertools.count():
+                    if stop.is_set():
+                        return
+                    name = f"new-{writer}-{n}"
+                    request = urllib.request.Request(
+                        f"{url}/api/v1/namespaces/default/configmaps", method="POST", headers={
+                            "Content-Type": "application/json"}, data=json.dumps(
+                            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}).encode())
+                    try:
+                        with urllib.request.urlopen(request, timeout=10) as response:
+                            if response.status == 201:
+                                acknowledged.append(name)
+                    except (OSError, http.client.HTTPException):
+                        return  # the server is gone: unanswered, so not promised
+
+            writers = [threading.Thread(target=create, args=(w,)) for w in range(4)]
+            for w in writers:
+                w.start()
+            time.sleep(1.0)
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
+            stop.set()
+            for w in writers:
+                w.join(timeout=30)
+            self.assertGreater(len(acknowledged), 20)
+            server, url = start_apiserver("--state", state)
+            try:
+                with urllib.request.urlopen(f"{url}/api/v1/namespaces/default/configmaps", timeout=30) as response:
+                    kept = {item["metadata"]["name"] for item in json.load(response)["items"]}
+            finally:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+            self.assertEqual(len(kept & {f"old-{i}" for i in range(3000)}), 3000)
+            lost = [name for name in acknowledged if name not in kept]
+            self.assertEqual(lost, [], f"{len(lost)} of {len(acknowledged)} acknowledged creates lost")
 
 
 if __name__ == "__main__":
