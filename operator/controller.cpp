@@ -403,13 +403,13 @@ Controller::Applied Controller::apply_children(const CachedRun& cached, const Ac
   return applied;
 }
 
-bool Controller::creations_pending(const std::string& key, const CachedRun& cached) {
+std::set<std::string> Controller::creations_pending(const std::string& key, const CachedRun& cached) {
   std::lock_guard lock(expectations_mutex_);
   const auto it = awaited_.find(key);
-  if (it == awaited_.end()) return false;
+  if (it == awaited_.end()) return {};
   if (it->second.uid != cached.uid || it->second.unseen.empty()) {
     awaited_.erase(it);
-    return false;
+    return {};
   }
   // As ControllerExpectations do, an expectation expires (5 minutes): a child deleted before any
   // informer saw it, during a relist, must not hold the run for good.
@@ -417,9 +417,9 @@ bool Controller::creations_pending(const std::string& key, const CachedRun& cach
     log_line("warning", "created children never appeared in the cache; acting without them",
              {{"run", key}, {"children", it->second.unseen}});
     awaited_.erase(it);
-    return false;
+    return {};
   }
-  return true;
+  return it->second.unseen;
 }
 
 void Controller::child_seen(const std::string& run_key, const std::string& child) {
@@ -463,13 +463,16 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   }
   if (cached->deleting) return ReconcileOutcome::gone;  // finalizers of others hold it: no new child, no write
   const json run = cached->parsed();
+  // The log names what a stale pass waits for: a run held for minutes shows which expectation.
   if (own_write_pending(key, *cached, run)) {
     // Our last status write is not in the cache yet: acting now could run a finished case again.
+    fields["awaiting"] = "its own status write";
     queue_.add_after(key, std::chrono::milliseconds(100));
     return ReconcileOutcome::stale;
   }
-  if (creations_pending(key, *cached)) {
+  if (const auto unseen = creations_pending(key, *cached); !unseen.empty()) {
     // Children we created are not in the caches yet: without them it would create them again.
+    fields["awaiting"] = unseen;
     queue_.add_after(key, std::chrono::milliseconds(100));
     return ReconcileOutcome::stale;
   }

@@ -84,8 +84,8 @@ class Controller {
   bool own_write_pending(const std::string& key, const CachedRun& cached, const nlohmann::json& run);
   // The run's children and neighbours as the caches hold them now.
   World observe(const std::string& ns, const std::string& name, const CachedRun& cached);
-  // Whether children this operator created for the run are not in the caches yet.
-  bool creations_pending(const std::string& key, const CachedRun& cached);
+  // The children ("Kind/name") this operator created for the run that are not in the caches yet.
+  std::set<std::string> creations_pending(const std::string& key, const CachedRun& cached);
   // An informer showed (or dropped) a child: it is no longer awaited.
   void child_seen(const std::string& run_key, const std::string& child);
   // Whether an informer caches objects of `kind`.

@@ -437,8 +437,14 @@ TEST(Controller, AnAwaitedChildLapsesAfterFiveMinutes) {
   const auto stale = [&] {
     return sample_value(controller.registry().serialize(), "dlbench_operator_reconciles_total{result=\"stale\"}");
   };
-  // Its first children go out; the others show, the worker never does, and it waits for it.
-  ASSERT_TRUE(wait_until([&] { return hiding->creates(201) >= 4 && stale() >= 3; }, 10000ms));
+  // Its first children go out; the others show, the worker never does, and it waits for it,
+  // naming it in the log.
+  ::testing::internal::CaptureStderr();
+  const bool waited = wait_until([&] { return hiding->creates(201) >= 4 && stale() >= 3; }, 10000ms);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(waited);
+  EXPECT_THAT(log, ::testing::ContainsRegex(R"("awaiting":\["[A-Za-z]+/unseen-[^"]*-worker-0"\],"level":"info",)"
+                                          R"("ms":[0-9.]+,"msg":"reconciled stale")"));
   EXPECT_EQ(hiding->creates(409), 0);
   // Five minutes on by its clock: it acts on the caches as they are, and the API server answers
   // that the worker exists.
