@@ -303,6 +303,8 @@ class ProfileThroughTheTable(unittest.TestCase):
         self.assertIsNotNone(found, lines[at + 1])
         ms = {l["name"]: 1e3 * (l["forwardSeconds"] + l["backwardSeconds"]) for l in layers}
         self.assertAlmostEqual(float(found[1]), ms["conv1"], delta=0.006)
+        stem_forward = next(1e3 * l["forwardSeconds"] for l in layers if l["name"] == "conv1")
+        self.assertAlmostEqual(float(found[2]), stem_forward, delta=0.006)
         named = [pair.rsplit(" ", 1) for pair in found[3].split(", ")]
         for name, figure in named:
             self.assertIn(name, ms)
