@@ -59,14 +59,15 @@ std::string result_for(const CaseSpec& c, double throughput) {
   return to_json(doc).dump();
 }
 
-// The test API server on a free port, with the BenchmarkRun CRD installed.
+// The test API server on a port of its own, with the BenchmarkRun CRD installed.
 struct ApiServer {
   explicit ApiServer(std::vector<std::string> extra_args = {})
-      : port(testing::free_port()), process([&] {
-          std::vector<std::string> argv{"python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port)};
+      : process([&] {
+          std::vector<std::string> argv{"python3", DLBENCH_TEST_APISERVER};
           argv.insert(argv.end(), extra_args.begin(), extra_args.end());
           return argv;
-        }()) {
+        }()),
+        port(process.port()) {
     KubeConfig config;
     config.server = "http://127.0.0.1:" + std::to_string(port);
     transport = make_http_transport(config, 10s);
@@ -82,8 +83,8 @@ struct ApiServer {
     }
     throw std::runtime_error("the test API server did not take the CRD");
   }
+  testing::ListeningProcess process;
   int port;
-  testing::ChildProcess process;
   std::shared_ptr<HttpTransport> transport;
 };
 

@@ -25,8 +25,8 @@ using namespace std::chrono_literals;
 class KubeClientTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    port_ = testing::free_port();
-    server_ = new testing::ChildProcess({"python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port_), "--history", "30"});
+    server_ = new testing::ListeningProcess({"python3", DLBENCH_TEST_APISERVER, "--history", "30"});
+    port_ = server_->port();
     KubeConfig config;
     config.server = "http://127.0.0.1:" + std::to_string(port_);
     client_ = new KubeClient(make_http_transport(config, 10s));
@@ -47,7 +47,7 @@ class KubeClientTest : public ::testing::Test {
     return {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", name}, {"labels", labels}}}};
   }
   static inline int port_ = 0;
-  static inline testing::ChildProcess* server_ = nullptr;
+  static inline testing::ListeningProcess* server_ = nullptr;
   static inline KubeClient* client_ = nullptr;
 };
 
@@ -229,9 +229,9 @@ struct Pki {
 TEST(KubeClientTls, VerifiesTheServerAgainstTheClusterCa) {
   const Pki pki("server-" + std::to_string(getpid()));
   const Pki other("other-" + std::to_string(getpid()));
-  const int port = testing::free_port();
-  const testing::ChildProcess server({"python3", DLBENCH_TEST_APISERVER, "--port", std::to_string(port), "--tls-cert",
-                                      (pki.dir / "server.crt").string(), "--tls-key", (pki.dir / "server.key").string()});
+  const testing::ListeningProcess server({"python3", DLBENCH_TEST_APISERVER, "--tls-cert", (pki.dir / "server.crt").string(),
+                                          "--tls-key", (pki.dir / "server.key").string()});
+  const int port = server.port();
   KubeConfig trusted;
   trusted.server = "https://127.0.0.1:" + std::to_string(port);
   trusted.ca_pem = pki.read("ca.crt");

@@ -1,15 +1,18 @@
 #pragma once
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -60,10 +63,15 @@ inline int free_port() {
 // A child process that is terminated and reaped when this goes out of scope.
 class ChildProcess {
  public:
-  // argv[0] is looked up on PATH.
-  explicit ChildProcess(const std::vector<std::string>& argv) {
+  // argv[0] is looked up on PATH; its stdout goes to `stdout_path` where one is given.
+  explicit ChildProcess(const std::vector<std::string>& argv, const std::string& stdout_path = "") {
     pid_ = fork();
     if (pid_ == 0) {
+      if (!stdout_path.empty()) {
+        const int fd = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) _exit(126);
+        close(fd);
+      }
       std::vector<char*> args;
       for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
@@ -81,6 +89,48 @@ class ChildProcess {
 
  private:
   pid_t pid_ = -1;
+};
+
+// A server started with `--port 0` that binds a port of the kernel's choosing and says which on
+// its first line of stdout ("… on http://127.0.0.1:PORT", as tests/k8s/test_apiserver.py does).
+// A port drawn by free_port() and handed over races: a parallel test's server or any client's
+// ephemeral port may take it before the server binds it.
+class ListeningProcess {
+ public:
+  explicit ListeningProcess(std::vector<std::string> argv)
+      : stdout_path_(std::filesystem::temp_directory_path() /
+                     ("dlbench-listening-" + std::to_string(::getpid()) + "-" + std::to_string(++count_))),
+        process_([&] {
+          argv.insert(argv.end(), {"--port", "0"});
+          return argv;
+        }(), stdout_path_.string()) {
+    using namespace std::chrono_literals;
+    for (const auto deadline = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < deadline;) {
+      const std::string out = slurp(stdout_path_);
+      if (const auto end = out.find('\n'); end != std::string::npos) {
+        const std::string first = out.substr(0, end);
+        if (const auto colon = first.rfind(':'); colon != std::string::npos) port_ = std::atoi(first.c_str() + colon + 1);
+        if (port_ > 0) return;
+        break;
+      }
+      if (waitpid(process_.pid(), nullptr, WNOHANG) != 0) break;  // it exited without listening
+      usleep(20'000);
+    }
+    const std::string said = slurp(stdout_path_);
+    std::filesystem::remove(stdout_path_);
+    throw std::runtime_error("no port announced on the first line of its stdout: '" + said + "'");
+  }
+  ~ListeningProcess() { std::filesystem::remove(stdout_path_); }
+  ListeningProcess(const ListeningProcess&) = delete;
+  ListeningProcess& operator=(const ListeningProcess&) = delete;
+  int port() const { return port_; }
+  pid_t pid() const { return process_.pid(); }
+
+ private:
+  static inline int count_ = 0;
+  std::filesystem::path stdout_path_;
+  ChildProcess process_;
+  int port_ = 0;
 };
 
 }  // namespace dlbench::testing
