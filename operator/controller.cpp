@@ -153,23 +153,26 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
     child_seen(child.run_key(), kind + "/" + child.facts.name);
     queue_.add(child.run_key());
   };
+  const auto on_listed = [this](const std::string& kind, std::chrono::steady_clock::time_point asked_at) {
+    listed(kind, asked_at);
+  };
   runs_ = std::make_unique<Informer<CachedRun>>(client_, kKind, resources::kBenchmarkRuns, options_.namespace_, "",
-                                                options_.watch_timeout, cache_run, on_run, on_error);
+                                                options_.watch_timeout, cache_run, on_run, on_error, on_listed);
   pods_ = std::make_unique<Informer<CachedPod>>(
       client_, "Pod", resources::kPods, options_.namespace_, kChildSelector, options_.watch_timeout, cache_pod,
       [this, owner](const std::string&, const CachedPod& pod) {
         owner("Pod", pod);
         enqueue_neighbours(pod);
       },
-      on_error);
+      on_error, on_listed);
   jobs_ = std::make_unique<Informer<CachedJob>>(
       client_, "Job", resources::kJobs, options_.namespace_, kChildSelector, options_.watch_timeout, cache_job,
-      [owner](const std::string&, const CachedJob& job) { owner("Job", job); }, on_error);
+      [owner](const std::string&, const CachedJob& job) { owner("Job", job); }, on_error, on_listed);
   for (const auto& [kind, resource] : std::initializer_list<std::pair<const char*, const Resource*>>{
            {"Secret", &resources::kSecrets}, {"ConfigMap", &resources::kConfigMaps}, {"Service", &resources::kServices}}) {
     others_.push_back(std::make_unique<Informer<CachedObject>>(
         client_, kind, *resource, options_.namespace_, kChildSelector, options_.watch_timeout, cache_object,
-        [owner, kind](const std::string&, const CachedObject& o) { owner(kind, o); }, on_error));
+        [owner, kind](const std::string&, const CachedObject& o) { owner(kind, o); }, on_error, on_listed));
   }
   informers_ = {runs_.get(), pods_.get(), jobs_.get()};
   for (const auto& o : others_) informers_.push_back(o.get());
@@ -379,8 +382,16 @@ Controller::Applied Controller::apply_children(const CachedRun& cached, const Ac
       std::lock_guard lock(expectations_mutex_);
       auto& entry = awaited_[key];
       if (entry.uid != cached.uid || entry.unseen.empty()) entry = {cached.uid, {}, options_.steady_now()};
-      entry.unseen.insert(child);
+      entry.unseen.insert_or_assign(child, std::nullopt);
     }
+    const auto acknowledged = [&] {
+      if (!awaited) return;
+      const auto at = std::chrono::steady_clock::now();
+      std::lock_guard lock(expectations_mutex_);
+      if (auto it = awaited_.find(key); it != awaited_.end()) {
+        if (auto c = it->second.unseen.find(child); c != it->second.unseen.end()) c->second = at;
+      }
+    };
     const auto not_awaited = [&] {
       if (!awaited) return;
       std::lock_guard lock(expectations_mutex_);
@@ -388,6 +399,7 @@ Controller::Applied Controller::apply_children(const CachedRun& cached, const Ac
     };
     try {
       client_.create(resource_for(kind, object.value("apiVersion", "")), cached.ns, object);
+      acknowledged();
       applied.created.insert(child);
     } catch (const KubeError& e) {
       not_awaited();
@@ -411,15 +423,63 @@ std::set<std::string> Controller::creations_pending(const std::string& key, cons
     awaited_.erase(it);
     return {};
   }
-  // As ControllerExpectations do, an expectation expires (5 minutes): a child deleted before any
-  // informer saw it, during a relist, must not hold the run for good.
+  std::set<std::string> unseen;
+  for (const auto& [child, acknowledged] : it->second.unseen) unseen.insert(child);
+  // As ControllerExpectations do, an expectation expires (5 minutes): a child gone before any
+  // informer saw it, with no list since to show it missing (listed()), must not hold the run for good.
   if (options_.steady_now() - it->second.since >= std::chrono::minutes(5)) {
     log_line("warning", "created children never appeared in the cache; acting without them",
-             {{"run", key}, {"children", it->second.unseen}});
+             {{"run", key}, {"children", unseen}});
     awaited_.erase(it);
     return {};
   }
-  return it->second.unseen;
+  return unseen;
+}
+
+void Controller::listed(const std::string& kind, std::chrono::steady_clock::time_point asked_at) {
+  if (kind == kKind) {
+    // The cache holds each run as listed: a status we wrote before the list was asked for and that
+    // the run does not show was lost (an API server restored from a backup) or overwritten by
+    // hand. Waiting for it would hold the run for 5 minutes; the run as listed is the world.
+    std::map<std::string, WrittenStatus> before;
+    {
+      std::lock_guard lock(expectations_mutex_);
+      for (auto it = written_.begin(); it != written_.end();) {
+        if (it->second.acknowledged < asked_at) {
+          before.insert(written_.extract(it++));
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (const auto& [key, written] : before) {
+      const auto run = runs_->get(key);
+      if (!run || run->uid != written.uid || run->parsed().value("status", json::object()) == written.status) continue;
+      log_line("warning", "the run's status is not the one it wrote, in a list asked for after the write: acting on the run as listed",
+               {{"run", key}});
+      queue_.add(key);
+    }
+    return;
+  }
+  // The list's objects were announced before this, and each shown child left `unseen`: a child
+  // of this kind still there, acknowledged before the list was asked for, was not in it.
+  std::map<std::string, std::vector<std::string>> gone;  // run key → children
+  {
+    std::lock_guard lock(expectations_mutex_);
+    for (auto& [key, entry] : awaited_) {
+      std::erase_if(entry.unseen, [&](const auto& awaited) {
+        const auto& [child, acknowledged] = awaited;
+        if (!child.starts_with(kind + "/") || !acknowledged || *acknowledged >= asked_at) return false;
+        gone[key].push_back(child);
+        return true;
+      });
+    }
+  }
+  for (const auto& [key, children] : gone) {
+    log_line("warning", "created children are not in a list asked for after their creation: gone, not late; acting without them",
+             {{"run", key}, {"children", children}});
+    queue_.add(key);
+  }
 }
 
 void Controller::child_seen(const std::string& run_key, const std::string& child) {
@@ -502,7 +562,7 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
       if (written.refused) return *written.refused;
       {
         std::lock_guard lock(expectations_mutex_);
-        written_[key] = {cached->uid, std::move(written.stored), options_.steady_now()};
+        written_[key] = {cached->uid, std::move(written.stored), options_.steady_now(), std::chrono::steady_clock::now()};
       }
       fields["statusWritten"] = true;
       if (outcome != ReconcileOutcome::queued) outcome = ReconcileOutcome::changed;

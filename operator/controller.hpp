@@ -88,6 +88,11 @@ class Controller {
   std::set<std::string> creations_pending(const std::string& key, const CachedRun& cached);
   // An informer showed (or dropped) a child: it is no longer awaited.
   void child_seen(const std::string& run_key, const std::string& child);
+  // An informer of `kind` announced a list asked for at `asked_at`: a child of that kind whose
+  // creation was acknowledged before then and that the list did not hold is gone (deleted, or lost
+  // by the API server), not late, and is no longer awaited. Likewise a run's status written before
+  // then: the list shows the run as it is now, whether or not our write is still in it.
+  void listed(const std::string& kind, std::chrono::steady_clock::time_point asked_at);
   // Whether an informer caches objects of `kind`.
   bool cached_kind(const std::string& kind) const;
   // Creates and deletes what the reconcile asked for; fills `fields` with the counts.
@@ -133,13 +138,16 @@ class Controller {
     std::string uid;
     nlohmann::json status;
     std::chrono::steady_clock::time_point at;
+    // When the API server answered the write, on the steady clock (listed() compares it).
+    std::chrono::steady_clock::time_point acknowledged;
   };
   mutable std::mutex expectations_mutex_;
   std::map<std::string, WrittenStatus> written_;
-  // And run key → the children it created ("Kind/name") that no informer has shown yet.
+  // And run key → the children it created ("Kind/name") that no informer has shown yet, each with
+  // when the API server acknowledged its creation (the steady clock; none while the create is out).
   struct AwaitedChildren {
     std::string uid;
-    std::set<std::string> unseen;
+    std::map<std::string, std::optional<std::chrono::steady_clock::time_point>> unseen;
     std::chrono::steady_clock::time_point since;
   };
   std::map<std::string, AwaitedChildren> awaited_;

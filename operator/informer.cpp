@@ -8,10 +8,11 @@ using nlohmann::json;
 
 template <typename T>
 Informer<T>::Informer(KubeClient& client, std::string kind, Resource resource, std::string ns, std::string selector,
-                      std::chrono::seconds watch_timeout, Convert convert, Handler on_change, ErrorHandler on_error)
+                      std::chrono::seconds watch_timeout, Convert convert, Handler on_change, ErrorHandler on_error,
+                      ListedHandler on_listed)
     : client_(client), kind_(std::move(kind)), resource_(std::move(resource)), namespace_(std::move(ns)),
       selector_(std::move(selector)), watch_timeout_(watch_timeout), convert_(std::move(convert)),
-      on_change_(std::move(on_change)), on_error_(std::move(on_error)) {}
+      on_change_(std::move(on_change)), on_error_(std::move(on_error)), on_listed_(std::move(on_listed)) {}
 
 template <typename T>
 Informer<T>::~Informer() {
@@ -48,6 +49,9 @@ void Informer<T>::run() {
       // List: the cache becomes exactly the world, and every object is announced.
       std::vector<T> listed;
       std::string version;
+      // A list without a resourceVersion is a consistent read: it holds every object whose
+      // creation was acknowledged before it was asked for and that still exists.
+      const auto asked_at = std::chrono::steady_clock::now();
       {
         json list = client_.list(resource_, namespace_, selector_);
         failing_ = false;
@@ -71,6 +75,7 @@ void Informer<T>::run() {
       synced_ = true;
       for (const auto& o : gone) on_change_("DELETED", o);
       for (const auto& o : listed) on_change_("ADDED", o);
+      if (on_listed_) on_listed_(kind_, asked_at);
       listed = {};
       backoff = std::chrono::milliseconds(200);
       // Watch from there; a closed stream resumes from the last version seen.

@@ -1,7 +1,8 @@
 // An informer: lists, then watches from the list's resourceVersion (bookmarks on; relist on 410
 // Expired; reconnect with backoff), and keeps a cache of T, what the controller needs of each
 // object (cached.hpp). Every change is announced to a handler; a relist announces the objects
-// that vanished while nobody watched as DELETED, so that their owners hear of it.
+// that vanished while nobody watched as DELETED, so that their owners hear of it, and then says
+// when that list was asked for, so that objects created before it and never shown are known gone.
 #pragma once
 
 #include <atomic>
@@ -41,10 +42,14 @@ class Informer final : public InformerBase {
   // `http_status`: the API's status; 0 for a connection that failed; kStalledWatch for a watch on
   // which the server went silent past its limit (KubeClient::watch).
   using ErrorHandler = std::function<void(const std::string& kind, const std::string& what, int http_status)>;
+  // After each list has been announced: `asked_at` is when the list was asked for (the steady
+  // clock), so an object created and acknowledged before then and not announced is not there.
+  using ListedHandler = std::function<void(const std::string& kind, std::chrono::steady_clock::time_point asked_at)>;
   static constexpr int kStalledWatch = -1;
 
   Informer(KubeClient& client, std::string kind, Resource resource, std::string ns, std::string selector,
-           std::chrono::seconds watch_timeout, Convert convert, Handler on_change, ErrorHandler on_error);
+           std::chrono::seconds watch_timeout, Convert convert, Handler on_change, ErrorHandler on_error,
+           ListedHandler on_listed = {});
   ~Informer() override;
   Informer(const Informer&) = delete;
   Informer& operator=(const Informer&) = delete;
@@ -73,6 +78,7 @@ class Informer final : public InformerBase {
   Convert convert_;
   Handler on_change_;
   ErrorHandler on_error_;
+  ListedHandler on_listed_;
   mutable std::mutex mutex_;
   std::map<std::string, T> cache_;  // by "namespace/name"
   std::atomic<bool> stopping_{false}, synced_{false}, failing_{false};

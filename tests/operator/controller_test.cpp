@@ -375,6 +375,19 @@ TEST(Controller, ChildrenItCreatedAreAwaitedInTheCacheNotCreatedAgain) {
   EXPECT_GE(sample_value(exposition, "dlbench_operator_reconciles_total{result=\"stale\"}"), 1.0) << exposition;
 }
 
+// Whether `done` holds within `limit`, polled every 20 ms.
+bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  for (const auto deadline = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < deadline;) {
+    if (done()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return done();
+}
+
+double stale_reconciles(Controller& controller) {
+  return sample_value(controller.registry().serialize(), "dlbench_operator_reconciles_total{result=\"stale\"}");
+}
+
 // Hides from the operator's lists and watches every object whose name ends in `suffix`: a child
 // that no informer ever shows (deleted before it was seen, during a relist).
 class HidingTransport : public CountingTransport {
@@ -428,16 +441,7 @@ TEST(Controller, AnAwaitedChildLapsesAfterFiveMinutes) {
 
   Controller controller(client, options);
   controller.start();
-  const auto wait_until = [](const std::function<bool()>& done, std::chrono::milliseconds limit) {
-    for (const auto deadline = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < deadline;) {
-      if (done()) return true;
-      std::this_thread::sleep_for(20ms);
-    }
-    return done();
-  };
-  const auto stale = [&] {
-    return sample_value(controller.registry().serialize(), "dlbench_operator_reconciles_total{result=\"stale\"}");
-  };
+  const auto stale = [&] { return stale_reconciles(controller); };
   // Its first children go out; the others show, the worker never does, and it waits for it,
   // naming it in the log.
   ::testing::internal::CaptureStderr();
@@ -452,6 +456,122 @@ TEST(Controller, AnAwaitedChildLapsesAfterFiveMinutes) {
   minutes_later = 5;
   EXPECT_TRUE(wait_until([&] { return hiding->creates(409) > 0; }, 5000ms));
   controller.stop();
+}
+
+// An API server that acknowledges writes and then loses them, as one restored from a backup
+// does: the first create of an object whose name ends in `suffix` and the first status write
+// are answered as stored (201, 200 with the object) and never reach the store. And a watch of a
+// given resource that ends with 410 Gone, so that the informer lists again.
+class ForgetfulTransport : public CountingTransport {
+ public:
+  ForgetfulTransport(std::shared_ptr<HttpTransport> inner, std::string suffix)
+      : CountingTransport(inner), inner_(std::move(inner)), suffix_(std::move(suffix)) {}
+  HttpResponse request(const std::string& method, const std::string& path, const std::string& body,
+                       const std::string& content_type) override {
+    if (method == "POST" && !lost_create_) {
+      json object = json::parse(body);
+      if (object["metadata"].value("name", "").ends_with(suffix_)) {
+        lost_create_ = true;
+        object["metadata"]["uid"] = "lost-" + object["metadata"].value("name", "");
+        object["metadata"]["resourceVersion"] = "1";
+        return {201, object.dump()};
+      }
+    }
+    if (method == "PATCH" && path.ends_with("/status") && !lost_status_write_) {
+      lost_status_write_ = true;
+      json stored = json::parse(inner_->request("GET", path.substr(0, path.size() - 7), "", "").body);
+      stored.merge_patch(json::parse(body));
+      return {200, stored.dump()};
+    }
+    return CountingTransport::request(method, path, body, content_type);
+  }
+  int stream(const std::string& path, std::chrono::seconds silence_limit,
+             const std::function<bool(const std::string&)>& on_line) override {
+    {
+      std::lock_guard lock(mutex_);
+      for (auto it = expiring_.begin(); it != expiring_.end(); ++it) {
+        if (path.find(*it) == std::string::npos) continue;
+        expiring_.erase(it);
+        ++expired_;
+        return 410;
+      }
+    }
+    return CountingTransport::stream(path, silence_limit, on_line);
+  }
+  // The next watch of a path holding `resource` ("/pods") ends at once with 410 Gone.
+  void expire_next_watch(const std::string& resource) {
+    std::lock_guard lock(mutex_);
+    expiring_.insert(resource);
+  }
+  int expired() const {
+    std::lock_guard lock(mutex_);
+    return expired_;
+  }
+  bool lost_both() const { return lost_create_ && lost_status_write_; }
+
+ private:
+  std::shared_ptr<HttpTransport> inner_;
+  std::string suffix_;
+  std::atomic<bool> lost_create_{false}, lost_status_write_{false};
+  mutable std::mutex mutex_;
+  std::set<std::string> expiring_;
+  int expired_ = 0;
+};
+
+// Writes the API server acknowledged and lost never show in a watch; a list asked for after
+// them shows the world without them. The operator then stops awaiting them at once, not after
+// 5 minutes, names them, and writes again: the status, and the worker Pod.
+TEST(Controller, AWriteLostByTheApiServerIsNotAwaitedOnceAListShowsItMissing) {
+  ApiServer server;
+  KubeClient kubelet(server.transport);
+  json run = testing::minimal_run();
+  run["metadata"] = {{"name", "restored"}, {"namespace", "default"}};
+  kubelet.create(resources::kBenchmarkRuns, "default", run);
+  const auto forgetful = std::make_shared<ForgetfulTransport>(server.transport, "-worker-0");
+  KubeClient client(forgetful);
+  Controller controller(client, local_options());
+  const auto stale = [&] { return stale_reconciles(controller); };
+  const auto stored_phase = [&] {
+    return kubelet.get(resources::kBenchmarkRuns, "default", "restored").value("status", json::object()).value("phase", "");
+  };
+  const auto stored_workers = [&] {
+    std::vector<std::string> names;
+    const json pods = kubelet.list(resources::kPods, "default", "");  // bound: the loop refers into it
+    for (const auto& pod : pods["items"]) {
+      const std::string name = pod["metadata"]["name"];
+      if (name.ends_with("-worker-0")) names.push_back(name);
+    }
+    return names;
+  };
+  ::testing::internal::CaptureStderr();
+  controller.start();
+  // Its first status write and the worker are lost; it waits for them, by watch, in vain.
+  const bool waiting = wait_until([&] { return forgetful->lost_both() && stale() >= 3; }, 10000ms);
+  // Lists of Jobs and Services say nothing of a Pod or a run: it still waits.
+  forgetful->expire_next_watch("/jobs");
+  forgetful->expire_next_watch("/services");
+  const bool relisted = wait_until([&] { return forgetful->expired() == 2; }, 5000ms);
+  const double before = stale();
+  const bool still_waiting = wait_until([&] { return stale() >= before + 10; }, 5000ms);
+  const std::string phase_while_waiting = stored_phase();
+  const auto workers_while_waiting = stored_workers();
+  // Lists of Pods and of runs, asked for after both writes: it acts on the world as listed.
+  forgetful->expire_next_watch("/pods");
+  forgetful->expire_next_watch("/benchmarkruns");
+  const bool written_again = wait_until([&] { return !stored_phase().empty() && stored_workers().size() == 1; }, 8000ms);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  controller.stop();
+  ASSERT_TRUE(waiting) << log;
+  EXPECT_TRUE(relisted);
+  EXPECT_TRUE(still_waiting) << log;
+  EXPECT_EQ(phase_while_waiting, "");
+  EXPECT_THAT(workers_while_waiting, ::testing::IsEmpty());
+  EXPECT_TRUE(written_again) << log;
+  EXPECT_EQ(forgetful->expired(), 4);
+  EXPECT_THAT(log, ::testing::ContainsRegex(R"("children":\["Pod/restored-[^"]*-worker-0"\],"level":"warning",)"
+                                          R"("msg":"created children are not in a list asked for after their creation)"));
+  EXPECT_THAT(log, ::testing::HasSubstr(R"("msg":"the run's status is not the one it wrote, in a list asked for after the write)"));
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("never appeared in the cache")));
 }
 
 }  // namespace
