@@ -75,6 +75,11 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
   watch_stalls_ = &registry_.counter("dlbench_operator_watch_stalls_total",
                                      "Watches restarted because the API server sent nothing past their limit (the "
                                      "watch's timeout + 5 s): a hung API server or a path that drops packets.");
+  expectations_abandoned_ = &registry_.counter(
+      "dlbench_operator_expectations_abandoned_total",
+      "Writes the operator awaited in its caches and acted without: `awaiting` status (its status write) or child (a "
+      "child it created); `reason` relisted (a list asked for after the write did not hold it: the API server lost it, "
+      "or it was overwritten or deleted) or expired (no informer showed it in 5 minutes).");
   reconcile_seconds_ = &registry_
                             .histogram("dlbench_operator_reconcile_seconds", "Time of one reconciliation.",
                                        metrics::exponential_buckets(0.0005, 2, 16))
@@ -336,11 +341,13 @@ bool Controller::own_write_pending(const std::string& key, const CachedRun& cach
   const auto it = written_.find(key);
   // As ControllerExpectations do, an expectation expires (5 minutes): a status someone edited
   // by hand must not stop the run for good.
-  if (it != written_.end() && it->second.uid == cached.uid && it->second.status != run.value("status", json::object()) &&
-      options_.steady_now() - it->second.at < std::chrono::minutes(5)) {
-    return true;
+  if (it == written_.end()) return false;
+  if (it->second.uid == cached.uid && it->second.status != run.value("status", json::object())) {
+    if (options_.steady_now() - it->second.at < std::chrono::minutes(5)) return true;
+    log_line("warning", "its status write never appeared in the cache; acting without it", {{"run", key}});
+    expectations_abandoned_->add({{"awaiting", "status"}, {"reason", "expired"}}).increment();
   }
-  if (it != written_.end()) written_.erase(it);
+  written_.erase(it);
   return false;
 }
 
@@ -430,6 +437,7 @@ std::set<std::string> Controller::creations_pending(const std::string& key, cons
   if (options_.steady_now() - it->second.since >= std::chrono::minutes(5)) {
     log_line("warning", "created children never appeared in the cache; acting without them",
              {{"run", key}, {"children", unseen}});
+    expectations_abandoned_->add({{"awaiting", "child"}, {"reason", "expired"}}).increment(static_cast<double>(unseen.size()));
     awaited_.erase(it);
     return {};
   }
@@ -457,6 +465,7 @@ void Controller::listed(const std::string& kind, std::chrono::steady_clock::time
       if (!run || run->uid != written.uid || run->parsed().value("status", json::object()) == written.status) continue;
       log_line("warning", "the run's status is not the one it wrote, in a list asked for after the write: acting on the run as listed",
                {{"run", key}});
+      expectations_abandoned_->add({{"awaiting", "status"}, {"reason", "relisted"}}).increment();
       queue_.add(key);
     }
     return;
@@ -478,6 +487,7 @@ void Controller::listed(const std::string& kind, std::chrono::steady_clock::time
   for (const auto& [key, children] : gone) {
     log_line("warning", "created children are not in a list asked for after their creation: gone, not late; acting without them",
              {{"run", key}, {"children", children}});
+    expectations_abandoned_->add({{"awaiting", "child"}, {"reason", "relisted"}}).increment(static_cast<double>(children.size()));
     queue_.add(key);
   }
 }

@@ -165,6 +165,7 @@ class Controller {
   metrics::Family<metrics::Counter>* reconciles_;
   metrics::Family<metrics::Counter>* api_errors_;
   metrics::Family<metrics::Counter>* watch_stalls_;
+  metrics::Family<metrics::Counter>* expectations_abandoned_;
   metrics::Family<metrics::Gauge>* case_cpu_pressure_;
   metrics::Family<metrics::Gauge>* case_repeats_cv_;
   metrics::Family<metrics::Gauge>* case_scaling_refused_;

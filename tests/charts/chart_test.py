@@ -191,7 +191,7 @@ class ChartTest(unittest.TestCase):
         checked = subprocess.run(["promtool", "check", "rules", os.path.join(tmp, "rules.yaml")],
                                  capture_output=True, text=True, timeout=60)
         self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
-        self.assertIn("SUCCESS: 6 rules found", checked.stdout)
+        self.assertIn("SUCCESS: 7 rules found", checked.stdout)
 
         ml = {"namespace": "ml", "run": "nightly"}
         series = lambda name, labels: name + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
@@ -208,6 +208,13 @@ class ChartTest(unittest.TestCase):
              "values": "0+1x30"},
             {"series": series("dlbench_operator_reconciles_total",
                               {"namespace": "dlbench-system", "result": "changed"}), "values": "0+5x30"},
+            # One child found gone at minute 3, in a list asked for after its creation.
+            {"series": series("dlbench_operator_expectations_abandoned_total",
+                              {"namespace": "dlbench-system", "awaiting": "child", "reason": "relisted"}),
+             "values": "0 0 0 1x27"},
+            {"series": series("dlbench_operator_expectations_abandoned_total",
+                              {"namespace": "dlbench-system", "awaiting": "status", "reason": "expired"}),
+             "values": "0x30"},
             {"series": series("dlbench_case_cpu_pressure_ratio", {**ml, "case": "1x1-bs256-amp",
                                                                   "verdict": "interfered"}), "values": "0.42x30"},
             {"series": series("dlbench_case_cpu_pressure_ratio", {**ml, "case": "1x8-bs256-amp", "verdict": "clean"}),
@@ -233,6 +240,17 @@ class ChartTest(unittest.TestCase):
                                                             "minutes",
                                                  "description": "The operator's log says why (each error is logged "
                                                                 "with its run)."}}]),
+            (2, "DlbenchOperatorActedWithoutItsWrites", []),
+            (5, "DlbenchOperatorActedWithoutItsWrites", [{
+                "exp_labels": {"severity": "info", "namespace": "dlbench-system", "awaiting": "child",
+                               "reason": "relisted"},
+                "exp_annotations": {
+                    "summary": "dlbench-operator acted without child writes it had made (relisted) in the last 30 "
+                               "minutes",
+                    "description": "relisted: a list asked for after the write did not hold it, so the API server "
+                                   "lost it (restored from a backup?) or someone overwrote or deleted it. expired: no "
+                                   "watch showed it for 5 minutes, so the API server's watches lag. The operator's "
+                                   "log names each run and child."}}]),
             (1, "DlbenchRunFailed", [{"exp_labels": {**warning, **ml},
                                       "exp_annotations": {
                                           "summary": "BenchmarkRun ml/nightly failed",
@@ -266,7 +284,8 @@ class ChartTest(unittest.TestCase):
                                                     for m, name, alerts in cases]},
                                {"interval": "1m", "input_series": quiet,
                                 "alert_rule_test": [{"eval_time": "20m", "alertname": name, "exp_alerts": []}
-                                                    for name in ("DlbenchOperatorDown", "DlbenchReconcileErrors")]}]}
+                                                    for name in ("DlbenchOperatorDown", "DlbenchReconcileErrors",
+                                                                 "DlbenchOperatorActedWithoutItsWrites")]}]}
             with open(os.path.join(tmp, "tests.yaml"), "w") as f:
                 yaml.safe_dump(tests, f)
             return subprocess.run(["promtool", "test", "rules", os.path.join(tmp, "tests.yaml")],

@@ -518,23 +518,27 @@ class ForgetfulTransport : public CountingTransport {
   int expired_ = 0;
 };
 
-// Writes the API server acknowledged and lost never show in a watch; a list asked for after
-// them shows the world without them. The operator then stops awaiting them at once, not after
-// 5 minutes, names them, and writes again: the status, and the worker Pod.
-TEST(Controller, AWriteLostByTheApiServerIsNotAwaitedOnceAListShowsItMissing) {
-  ApiServer server;
-  KubeClient kubelet(server.transport);
-  json run = testing::minimal_run();
-  run["metadata"] = {{"name", "restored"}, {"namespace", "default"}};
-  kubelet.create(resources::kBenchmarkRuns, "default", run);
-  const auto forgetful = std::make_shared<ForgetfulTransport>(server.transport, "-worker-0");
-  KubeClient client(forgetful);
-  Controller controller(client, local_options());
-  const auto stale = [&] { return stale_reconciles(controller); };
-  const auto stored_phase = [&] {
+// A run whose first status write and worker Pod the API server acknowledges and loses.
+class LostWrites : public ::testing::Test {
+ protected:
+  LostWrites() {
+    json run = testing::minimal_run();
+    run["metadata"] = {{"name", "restored"}, {"namespace", "default"}};
+    kubelet.create(resources::kBenchmarkRuns, "default", run);
+    ControllerOptions options = local_options();
+    options.steady_now = [this] { return std::chrono::steady_clock::now() + std::chrono::minutes(minutes_later.load()); };
+    controller = std::make_unique<Controller>(client, options);
+  }
+  ~LostWrites() override { controller->stop(); }
+  double stale() { return stale_reconciles(*controller); }
+  double abandoned(const std::string& awaiting, const std::string& reason) {
+    return sample_value(controller->registry().serialize(), "dlbench_operator_expectations_abandoned_total{awaiting=\"" +
+                                                                awaiting + "\",reason=\"" + reason + "\"}");
+  }
+  std::string stored_phase() {
     return kubelet.get(resources::kBenchmarkRuns, "default", "restored").value("status", json::object()).value("phase", "");
-  };
-  const auto stored_workers = [&] {
+  }
+  std::vector<std::string> stored_workers() {
     std::vector<std::string> names;
     const json pods = kubelet.list(resources::kPods, "default", "");  // bound: the loop refers into it
     for (const auto& pod : pods["items"]) {
@@ -542,11 +546,30 @@ TEST(Controller, AWriteLostByTheApiServerIsNotAwaitedOnceAListShowsItMissing) {
       if (name.ends_with("-worker-0")) names.push_back(name);
     }
     return names;
-  };
+  }
+  // Starts it; true once both writes are lost and it has waited for them, by watch, in vain.
+  bool start_and_lose_both() {
+    controller->start();
+    return wait_until([&] { return forgetful->lost_both() && stale() >= 3; }, 10000ms);
+  }
+  bool written_again() {
+    return wait_until([&] { return !stored_phase().empty() && stored_workers().size() == 1; }, 8000ms);
+  }
+
+  ApiServer server;
+  KubeClient kubelet{server.transport};
+  std::shared_ptr<ForgetfulTransport> forgetful = std::make_shared<ForgetfulTransport>(server.transport, "-worker-0");
+  KubeClient client{forgetful};
+  std::atomic<int> minutes_later{0};
+  std::unique_ptr<Controller> controller;
+};
+
+// Writes the API server acknowledged and lost never show in a watch; a list asked for after
+// them shows the world without them. The operator then stops awaiting them at once, not after
+// 5 minutes, names them, counts them, and writes again: the status, and the worker Pod.
+TEST_F(LostWrites, AreNotAwaitedOnceAListAskedForAfterThemShowsThemMissing) {
   ::testing::internal::CaptureStderr();
-  controller.start();
-  // Its first status write and the worker are lost; it waits for them, by watch, in vain.
-  const bool waiting = wait_until([&] { return forgetful->lost_both() && stale() >= 3; }, 10000ms);
+  const bool waiting = start_and_lose_both();
   // Lists of Jobs and Services say nothing of a Pod or a run: it still waits.
   forgetful->expire_next_watch("/jobs");
   forgetful->expire_next_watch("/services");
@@ -558,20 +581,40 @@ TEST(Controller, AWriteLostByTheApiServerIsNotAwaitedOnceAListShowsItMissing) {
   // Lists of Pods and of runs, asked for after both writes: it acts on the world as listed.
   forgetful->expire_next_watch("/pods");
   forgetful->expire_next_watch("/benchmarkruns");
-  const bool written_again = wait_until([&] { return !stored_phase().empty() && stored_workers().size() == 1; }, 8000ms);
+  const bool again = written_again();
   const std::string log = ::testing::internal::GetCapturedStderr();
-  controller.stop();
   ASSERT_TRUE(waiting) << log;
   EXPECT_TRUE(relisted);
   EXPECT_TRUE(still_waiting) << log;
   EXPECT_EQ(phase_while_waiting, "");
   EXPECT_THAT(workers_while_waiting, ::testing::IsEmpty());
-  EXPECT_TRUE(written_again) << log;
+  EXPECT_TRUE(again) << log;
   EXPECT_EQ(forgetful->expired(), 4);
   EXPECT_THAT(log, ::testing::ContainsRegex(R"("children":\["Pod/restored-[^"]*-worker-0"\],"level":"warning",)"
                                           R"("msg":"created children are not in a list asked for after their creation)"));
   EXPECT_THAT(log, ::testing::HasSubstr(R"("msg":"the run's status is not the one it wrote, in a list asked for after the write)"));
   EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("never appeared in the cache")));
+  EXPECT_EQ(abandoned("child", "relisted"), 1.0);
+  EXPECT_EQ(abandoned("status", "relisted"), 1.0);
+  EXPECT_EQ(abandoned("child", "expired") + abandoned("status", "expired"), 0.0);
+}
+
+// Without a list, they lapse after 5 minutes by its clock, as Kubernetes' expectations do.
+TEST_F(LostWrites, LapseAfterFiveMinutesWithoutAList) {
+  ::testing::internal::CaptureStderr();
+  const bool waiting = start_and_lose_both();
+  minutes_later = 5;
+  const bool again = written_again();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(waiting) << log;
+  EXPECT_TRUE(again) << log;
+  EXPECT_EQ(forgetful->expired(), 0);
+  EXPECT_THAT(log, ::testing::HasSubstr(R"("level":"warning","msg":"its status write never appeared in the cache; acting without it","run":"default/restored")"));
+  EXPECT_THAT(log, ::testing::ContainsRegex(R"("children":\["Pod/restored-[^"]*-worker-0"\],"level":"warning",)"
+                                          R"("msg":"created children never appeared in the cache)"));
+  EXPECT_EQ(abandoned("status", "expired"), 1.0);
+  EXPECT_EQ(abandoned("child", "expired"), 1.0);
+  EXPECT_EQ(abandoned("child", "relisted") + abandoned("status", "relisted"), 0.0);
 }
 
 }  // namespace
