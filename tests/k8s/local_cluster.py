@@ -93,13 +93,18 @@ current-context: t
 
 
 def start_apiserver(*args, stderr=subprocess.DEVNULL, port=None):
-    """The test API server on a free port (or `port`), listening when this returns: (process, URL)."""
-    port = port or free_port()
-    process = subprocess.Popen([sys.executable, os.path.join(HERE, "test_apiserver.py"), "--port", str(port), *args],
+    """The test API server, listening when this returns: (process, URL). Without `port` it binds one
+    of the kernel's choosing (--port 0) and says which: a port drawn here and handed over could be
+    taken by a parallel test's server, or a client's ephemeral port, before the server binds it."""
+    process = subprocess.Popen([sys.executable, os.path.join(HERE, "test_apiserver.py"), "--port", str(port or 0), *args],
                                stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
-    process.stdout.readline()  # "test apiserver on …"
+    said = process.stdout.readline().decode()  # "test apiserver on http://127.0.0.1:PORT"
     process.stdout.close()
-    return process, f"http://127.0.0.1:{port}"
+    match = re.search(r":(\d+)\s*$", said)
+    if not match:
+        process.kill()
+        raise RuntimeError(f"the test API server did not say where it listens: {said!r}")
+    return process, f"http://127.0.0.1:{match.group(1)}"
 
 
 def free_port_range(count):
