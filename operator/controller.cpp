@@ -328,12 +328,31 @@ void Controller::work() {
     reconciles_->add({{"result", result}}).increment();
     fields["ms"] = std::round(seconds * 10000) / 10;
     const bool failed = outcome == ReconcileOutcome::error || outcome == ReconcileOutcome::conflict;
-    if (outcome != ReconcileOutcome::unchanged || options_.log_unchanged) {
-      log_line(failed ? "warning" : "info", "reconciled " + result, fields);
+    const bool logged = outcome == ReconcileOutcome::stale     ? log_stale(*key, fields.value("awaiting", json()), fields)
+                        : outcome == ReconcileOutcome::unchanged ? options_.log_unchanged
+                                                                 : true;
+    if (outcome != ReconcileOutcome::stale) {
+      std::lock_guard lock(stale_mutex_);
+      stale_waits_.erase(*key);
     }
+    if (logged) log_line(failed ? "warning" : "info", "reconciled " + result, fields);
     queue_.done(*key);
     if (failed) queue_.add_rate_limited(*key);
   }
+}
+
+bool Controller::log_stale(const std::string& key, const json& awaiting, json& fields) {
+  const auto now = options_.steady_now();
+  std::lock_guard lock(stale_mutex_);
+  auto it = stale_waits_.find(key);
+  if (it == stale_waits_.end() || it->second.awaiting != awaiting) {
+    stale_waits_.insert_or_assign(key, StaleWait{awaiting, now, now});
+    return true;
+  }
+  fields["waitedSeconds"] = std::round(std::chrono::duration<double>(now - it->second.since).count() * 10) / 10;
+  if (now - it->second.logged < std::chrono::seconds(10)) return options_.log_unchanged;
+  it->second.logged = now;
+  return true;
 }
 
 bool Controller::own_write_pending(const std::string& key, const CachedRun& cached, const json& run) {

@@ -151,6 +151,15 @@ class Controller {
     std::chrono::steady_clock::time_point since;
   };
   std::map<std::string, AwaitedChildren> awaited_;
+  // Whether to log this stale pass of `key`: the first of a wait for `awaiting`, then one every
+  // 10 s with how long it has waited (the passes come every 100 ms; the counter counts them all).
+  bool log_stale(const std::string& key, const nlohmann::json& awaiting, nlohmann::json& fields);
+  struct StaleWait {
+    nlohmann::json awaiting;
+    std::chrono::steady_clock::time_point since, logged;
+  };
+  std::mutex stale_mutex_;
+  std::map<std::string, StaleWait> stale_waits_;  // run key → the wait its last pass logged
   // Admission: runs granted a slot whose Running status the cache does not show yet.
   std::mutex admission_mutex_;
   std::set<std::string> reservations_;

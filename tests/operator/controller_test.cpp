@@ -526,7 +526,7 @@ class LostWrites : public ::testing::Test {
     run["metadata"] = {{"name", "restored"}, {"namespace", "default"}};
     kubelet.create(resources::kBenchmarkRuns, "default", run);
     ControllerOptions options = local_options();
-    options.steady_now = [this] { return std::chrono::steady_clock::now() + std::chrono::minutes(minutes_later.load()); };
+    options.steady_now = [this] { return std::chrono::steady_clock::now() + std::chrono::seconds(seconds_later.load()); };
     controller = std::make_unique<Controller>(client, options);
   }
   ~LostWrites() override { controller->stop(); }
@@ -560,7 +560,7 @@ class LostWrites : public ::testing::Test {
   KubeClient kubelet{server.transport};
   std::shared_ptr<ForgetfulTransport> forgetful = std::make_shared<ForgetfulTransport>(server.transport, "-worker-0");
   KubeClient client{forgetful};
-  std::atomic<int> minutes_later{0};
+  std::atomic<int> seconds_later{0};
   std::unique_ptr<Controller> controller;
 };
 
@@ -578,6 +578,10 @@ TEST_F(LostWrites, AreNotAwaitedOnceAListAskedForAfterThemShowsThemMissing) {
   const bool still_waiting = wait_until([&] { return stale() >= before + 10; }, 5000ms);
   const std::string phase_while_waiting = stored_phase();
   const auto workers_while_waiting = stored_workers();
+  // 11 s into the wait by its clock: one more line says how long it has waited.
+  seconds_later = 11;
+  const double at_eleven = stale();
+  const bool waited_on = wait_until([&] { return stale() >= at_eleven + 3; }, 5000ms);
   // Lists of Pods and of runs, asked for after both writes: it acts on the world as listed.
   forgetful->expire_next_watch("/pods");
   forgetful->expire_next_watch("/benchmarkruns");
@@ -586,6 +590,19 @@ TEST_F(LostWrites, AreNotAwaitedOnceAListAskedForAfterThemShowsThemMissing) {
   ASSERT_TRUE(waiting) << log;
   EXPECT_TRUE(relisted);
   EXPECT_TRUE(still_waiting) << log;
+  EXPECT_TRUE(waited_on) << log;
+  // A pass every 100 ms, counted; logged when a wait starts and every 10 s of it (the wait for the
+  // status, its reminder, and the worker's wait where the runs' list came first).
+  EXPECT_GE(stale(), 16.0);
+  std::ptrdiff_t stale_lines = 0;
+  for (auto at = log.find("\"msg\":\"reconciled stale\""); at != std::string::npos; at = log.find("\"msg\":\"reconciled stale\"", at + 1)) {
+    ++stale_lines;
+  }
+  EXPECT_GE(stale_lines, 2) << log;
+  EXPECT_LE(stale_lines, 3) << log;
+  EXPECT_THAT(log, ::testing::ContainsRegex(R"("awaiting":"its own status write","level":"info","ms":[0-9.]+,)"
+                                          R"("msg":"reconciled stale","reconcile":[0-9]+,"run":"default/restored",)"
+                                          R"("waitedSeconds":1[1-9](\.[0-9])?\})"));
   EXPECT_EQ(phase_while_waiting, "");
   EXPECT_THAT(workers_while_waiting, ::testing::IsEmpty());
   EXPECT_TRUE(again) << log;
@@ -603,7 +620,7 @@ TEST_F(LostWrites, AreNotAwaitedOnceAListAskedForAfterThemShowsThemMissing) {
 TEST_F(LostWrites, LapseAfterFiveMinutesWithoutAList) {
   ::testing::internal::CaptureStderr();
   const bool waiting = start_and_lose_both();
-  minutes_later = 5;
+  seconds_later = 300;
   const bool again = written_again();
   const std::string log = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(waiting) << log;
