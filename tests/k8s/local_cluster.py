@@ -22,9 +22,12 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server a test starts and names the port of (the operator's metrics, Prometheus).
+
+    Drawn below the kernel's ephemeral range, as free_port_range draws: a port the kernel handed
+    out (bind 0, close) is one it may hand any client's connection next, before the server binds
+    it. Servers that can say where they listen are started on port 0 instead (start_apiserver)."""
+    return free_port_range(1)
 
 
 class Api:
@@ -107,6 +110,9 @@ def start_apiserver(*args, stderr=subprocess.DEVNULL, port=None):
     return process, f"http://127.0.0.1:{match.group(1)}"
 
 
+_handed_out = set()  # the ports this process has drawn
+
+
 def free_port_range(count):
     """A first port p with p .. p+count-1 all free (workers bind metrics port + local rank).
 
@@ -122,6 +128,8 @@ def free_port_range(count):
     rng = random.Random()
     for _ in range(200):
         first = rng.randrange(low, high)
+        if _handed_out.intersection(range(first, first + count)):
+            continue  # free until the server it went to starts; two draws must not meet there
         sockets = []
         try:
             for port in range(first, first + count):
@@ -129,6 +137,7 @@ def free_port_range(count):
                 sockets.append(s)
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind(("", port))
+            _handed_out.update(range(first, first + count))
             return first
         except OSError:
             continue

@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -47,17 +50,38 @@ inline Outcome run_shell(const std::string& command, const std::string& director
   return o;
 }
 
-// A TCP port on loopback that was free a moment ago.
+// A TCP port that was free a moment ago, for a server a test starts and names the port of. Drawn
+// below the kernel's ephemeral range: a port the kernel handed out (bind 0, close) is one it may
+// hand any client's connection next, before the server binds it. Never the same port twice in a
+// process. Probed with SO_REUSEADDR, as servers bind, so a closed connection's TIME_WAIT does not
+// count. Servers that can say where they listen are started on port 0 instead (ListeningProcess).
 inline int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  close(fd);
-  return ntohs(a.sin_port);
+  static std::mutex mutex;
+  static std::set<int> handed_out;
+  int ephemeral_low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  const bool room_below = ephemeral_low > 11000;
+  std::uniform_int_distribution<int> draw(room_below ? 10000 : 1024, room_below ? ephemeral_low - 1 : 65535);
+  std::mt19937 random(std::random_device{}());
+  const std::lock_guard lock(mutex);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = draw(random);
+    if (handed_out.contains(port)) continue;
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    const int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(fd);
+    if (bound) {
+      handed_out.insert(port);
+      return port;
+    }
+  }
+  throw std::runtime_error("no free port in 200 draws below the ephemeral range");
 }
 
 // A child process that is terminated and reaped when this goes out of scope.
