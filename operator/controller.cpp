@@ -570,11 +570,21 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   fields["phase"] = std::string(to_string(actions.current.phase));
   if (!world.admission.admitted) fields["queued"] = world.admission.why;
   if (!options_.may_write()) throw std::runtime_error("this replica no longer holds the Lease");
-  if (!actions.create.empty()) {
-    // The cache may still hold a run that is gone or going: ask the API server itself.
+  if (!actions.create.empty() || !actions.remove.empty()) {
+    // The cache may still hold a run that is gone or going, or that the API server holds otherwise:
+    // ask it. Children are made and removed for the case the run is on, and a cache that shows
+    // another (an API server restored from a backup: the runs' list not yet in, the pods' already)
+    // would start a case beside the one running, or delete the running one's pods. Metadata alone
+    // (another writer's annotations) changes no decision.
     try {
       const json live = client_.get(resources::kBenchmarkRuns, ns, name);
       if (is_deleting(live) || live["metadata"].value("uid", "") != cached->uid) return ReconcileOutcome::gone;
+      if (live.value("spec", json::object()) != run.value("spec", json::object()) ||
+          live.value("status", json::object()) != run.value("status", json::object())) {
+        fields["awaiting"] = "the cache to show the run as the API server holds it";
+        queue_.add_after(key, std::chrono::milliseconds(100));
+        return ReconcileOutcome::stale;
+      }
     } catch (const KubeError& e) {
       if (e.status == 404) return ReconcileOutcome::gone;
       throw;

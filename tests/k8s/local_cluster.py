@@ -59,8 +59,11 @@ class Api:
     def list(self, path):
         return (self.call("GET", path) or {}).get("items", [])
 
-    def patch_status(self, path, status):
-        return self.call("PATCH", path + "/status", {"status": status}, "application/merge-patch+json")
+    def patch_status(self, path, status, uid=None):
+        """uid: only if the object is still that one (409 Conflict where a namesake replaced it), as
+        the kubelet's status reports say."""
+        body = {"status": status, **({"metadata": {"uid": uid}} if uid else {})}
+        return self.call("PATCH", path + "/status", body, "application/merge-patch+json")
 
 
 def collapse_repeats(log):

@@ -157,6 +157,56 @@ class OperatorFaultsTest(unittest.TestCase):
         self.assertIn('"msg":"list or watch failed"', log)
         self.assertIn('"msg":"not ready: the API server does not answer"', log)
 
+    def test_api_server_restored_from_a_backup_taken_mid_case(self):
+        """etcd restored from a snapshot taken while the second of three cases ran, restored as
+        Kubernetes' docs ask (the revision moved on, the history before it compacted). The world goes
+        back: the run's status holds one result, the second case's pods are there again, Running
+        (the operator had deleted them with its result, so their node knows nothing of them and runs
+        them again, as a kubelet runs a pod it is given), and the third case's children are gone (their
+        node kills their processes). The operator works on from the restored world: the first result
+        kept, the second case measured again (its result was in what the restore lost), the third
+        case's children made again, each case once in the results, the run Succeeded."""
+        etcd = tempfile.mkdtemp(prefix="dlbench-etcd-")
+        self.addCleanup(shutil.rmtree, etcd, True)
+        snapshot = os.path.join(etcd, "snapshot.json")
+        cluster = self.cluster(apiserver_args=["--snapshot", snapshot])
+        wait_for(lambda: self.ready(cluster), 30, "the operator to be ready")
+        self.apply(cluster, benchmark_run("restored", batches=(2, 4, 8), pause=0.5))
+        first, second, third = "1x1-bs2-fp32", "1x1-bs4-fp32", "1x1-bs8-fp32"
+
+        def running(case):
+            return [p for p in cluster.pods(f"dlbench.io/run=restored,dlbench.io/case={case}")
+                    if p.get("status", {}).get("phase") == "Running"]
+
+        wait_for(lambda: len(self.status(cluster, "restored").get("results", [])) == 1 and running(second), 90,
+                 "the second case to run")
+        os.killpg(cluster.apiserver.pid, signal.SIGUSR1)
+        wait_for(lambda: os.path.exists(snapshot), 10, "the snapshot")
+        with open(snapshot) as f:
+            backed_up = [o for k, o in json.load(f)["objects"] if k[1] == "benchmarkruns"][0]
+        self.assertEqual([r["case"]["id"] for r in backed_up["status"]["results"]], [first])
+        wait_for(lambda: running(third), 90, "the third case to run")
+        before = {r["case"]["id"]: r for r in self.status(cluster, "restored")["results"]}
+        self.assertEqual(sorted(before), [first, second])
+        cluster.stop_apiserver(keep_state=False)
+        restored_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        cluster.start_apiserver("--state", snapshot, "--bump-revision", "1000000")
+        status = self.finished(cluster, "restored", 180)
+        self.assertEqual(status["phase"], "Succeeded", status)
+        results = {r["case"]["id"]: r for r in status["results"]}
+        self.assertEqual([r["case"]["id"] for r in status["results"]], [first, second, third], status["results"])
+        self.assertEqual([r["state"] for r in status["results"]], ["Succeeded"] * 3, status["results"])
+        self.assertEqual(results[first], before[first], "the result the backup held is kept as it was")
+        for case in (second, third):  # measured (again) after the restore
+            self.assertGreaterEqual(results[case]["completionTime"], restored_at, results[case])
+        # The second case's pods came back with the backup (the same objects); only the third's, lost
+        # with it, were created again.
+        created = {}
+        for _, name, run in self.pods.added:
+            created[name] = created.get(name, 0) + 1
+        self.assertEqual({name: n for name, n in created.items() if n > 1 and third not in name}, {}, created)
+        self.assertEqual(created.get(f"restored-{third}-a1-worker-0"), 2, created)
+
     def test_api_server_frozen_for_45_seconds_is_noticed_and_the_run_finishes_after(self):
         """SIGSTOP: the server's kernel still accepts connections and nothing answers, as a hung
         API server or a path that drops packets. Each watch has a silence limit (its timeout, 10 s

@@ -165,6 +165,7 @@ class Kubelet:
         self.period = period
         self.running = {}  # pod uid -> subprocess.Popen
         self.started = set()  # uids of the pods whose processes this node started (sync loop only)
+        self.reported = {}  # pod uid -> the terminal status this node reported for it
         self.ports = {}  # (namespace, headless Service) -> the rendezvous port its pods share
         self.lock = threading.Lock()
 
@@ -221,10 +222,19 @@ class Kubelet:
             if phase in ("Succeeded", "Failed"):
                 continue
             path = pod_path(meta["namespace"], meta["name"])
+            with self.lock:
+                ended = self.reported.get(meta["uid"])
+            if ended:
+                # The API server shows a pod running that ended here (restored from a backup taken
+                # before its report): the kubelet's status manager reports what it knows again.
+                print(f"simulated kubelet: {meta['name']} ended here, shown {phase}: reporting it again",
+                      file=sys.stderr, flush=True)
+                self.api.patch_status(path, ended, meta["uid"])
+                continue
             fail = meta.get("annotations", {}).get(FAIL_ANNOTATION)
             if fail in FAILURES:
                 self.stop(meta["uid"])
-                self.api.patch_status(path, failed_status(fail))
+                self.api.patch_status(path, failed_status(fail), meta["uid"])
                 continue
             if phase == "Pending" and not self.place(pod, placed):
                 continue
@@ -243,6 +253,8 @@ class Kubelet:
         for uid in gone:  # deleted pods: their processes are killed, as the runtime would
             self.stop(uid)
         self.started &= alive
+        with self.lock:
+            self.reported = {uid: status for uid, status in self.reported.items() if uid in alive}
 
     def place(self, pod, placed):
         """The scheduler's part for a Pending pod: bound to the node and reported Running (True), or
@@ -260,7 +272,7 @@ class Kubelet:
             if not scheduled or scheduled[0].get("reason") != reason or scheduled[0].get("message") != why:
                 self.api.patch_status(path, {"phase": "Pending", "conditions": [
                     {"type": "PodScheduled", "status": "False", "reason": reason, "message": why,
-                     "lastTransitionTime": now()}]})
+                     "lastTransitionTime": now()}]}, meta["uid"])
             return False
         if not pod["spec"].get("nodeName"):
             self.api.call("POST", path + "/binding", {"apiVersion": "v1", "kind": "Binding",
@@ -274,7 +286,7 @@ class Kubelet:
                            {"type": "Ready", "status": "True", "lastTransitionTime": now()}],
             "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
                                    "state": {"running": {"startedAt": now()}}}
-                                  for c in pod["spec"]["containers"]]})
+                                  for c in pod["spec"]["containers"]]}, meta["uid"])
         return True
 
     def stop(self, uid):
@@ -347,7 +359,8 @@ class Kubelet:
                 self.api.patch_status(pod_path(meta["namespace"], meta["name"]), {
                     "phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}],
                     "initContainerStatuses": [{"name": init["name"], "ready": False, "restartCount": 0, "state": {
-                        "terminated": {"exitCode": code, "reason": "Error", "message": message, "finishedAt": now()}}}]})
+                        "terminated": {"exitCode": code, "reason": "Error", "message": message, "finishedAt": now()}}}]},
+                    meta["uid"])
                 return
 
         local = localizer(container)
@@ -427,7 +440,16 @@ class Kubelet:
         # gone (404: None) needs no report.
         while True:
             try:
-                self.api.patch_status(pod_path(meta["namespace"], meta["name"]), status)
+                self.api.patch_status(pod_path(meta["namespace"], meta["name"]), status, meta["uid"])
+                with self.lock:
+                    self.reported[meta["uid"]] = status
+                return
+            except urllib.error.HTTPError as e:
+                if e.code != 409:
+                    raise
+                # A namesake replaced the pod while this report waited (the API server was away and
+                # came back restored, the operator made the pod again): the report is not the new one's.
+                print(f"simulated kubelet: {meta['name']} was replaced: its report dropped", file=sys.stderr, flush=True)
                 return
             except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
                 print(f"simulated kubelet: reporting {meta['name']}: {e}", file=sys.stderr, flush=True)

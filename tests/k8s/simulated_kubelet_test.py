@@ -106,6 +106,28 @@ class SimulatedKubeletTest(unittest.TestCase):
     def test_a_volume_read_that_times_out_after_the_running_report_still_runs_the_pod_once(self):
         self.runs_once("late-secret", is_secret_read, applied=False)
 
+    def test_a_pod_shown_running_after_it_ended_is_reported_again_not_run_again(self):
+        """An API server restored from a backup taken while the pod ran shows it Running, its Job
+        active: the node reports what it knows again (as the kubelet's status manager does), so the
+        Job completes with the same termination message and the command never runs twice."""
+        runs = self.job("restored")
+        kubelet = Kubelet(self.api, [], os.path.join(self.work, "node"), 0.05, {})
+        self.assertEqual(self.run_to_completion(kubelet, "restored"), ["Complete"])
+        pod = self.api.list(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=job-name%3Drestored")[0]
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}"
+        ended = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        self.api.call("PUT", path + "/status", {**pod, "status": {"phase": "Running", "containerStatuses": [
+            {"name": "launcher", "ready": True, "restartCount": 0, "state": {"running": {"startedAt": "then"}}}]}})
+        job = self.api.call("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/restored")
+        self.api.call("PUT", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/restored/status", {**job, "status": {"active": 1}})
+        self.assertEqual(self.job_condition("restored"), [])
+        self.assertEqual(self.run_to_completion(kubelet, "restored"), ["Complete"])
+        again = self.api.call("GET", path)["status"]
+        self.assertEqual(again["phase"], "Succeeded")
+        self.assertEqual(again["containerStatuses"][0]["state"]["terminated"], ended)
+        with open(runs) as f:
+            self.assertEqual(f.read(), "ran\n")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -15,9 +15,14 @@ behind writes, so a client's cache can be stale); state kept across a restart (-
 etcd outlives the API server process; written on SIGTERM, read at start); and open watches ended
 with an ERROR event 410 Expired after S seconds each (--expire-watches-every S: what the real
 server sends a watcher when its watch cache's window has moved past the watcher's version, after
-an etcd compaction, say; the client must list again).
+an etcd compaction, say; the client must list again). And a restore from a backup: --snapshot FILE
+is written on SIGUSR1 while serving (`etcdctl snapshot save`); started with that file as its --state
+and --bump-revision N, the server moves its resourceVersion on by N and serves no watch from before
+(`etcdutl snapshot restore --bump-revision N --mark-compacted`, the restore Kubernetes' docs ask
+for), so every client lists again and finds the world as the snapshot held it.
 
     test_apiserver.py --port 8001 [--history 1000] [--watch-delay S] [--expire-watches-every S] [--state FILE]
+                      [--snapshot FILE] [--bump-revision N]
 """
 import argparse
 import base64
@@ -75,6 +80,7 @@ class Store:
         self.rv = 1
         self.events = []  # (rv, group, plural, namespace, type, object)
         self.history = history
+        self.compacted = 0  # no watch from before this version (a restore's --bump-revision)
         self.resources = dict(BUILTIN)
         self.crds = {}  # (group, plural) -> CRD object
         self.objects[("", "namespaces", "", "default")] = self._meta(
@@ -99,7 +105,7 @@ class Store:
         return self.events[bisect.bisect_right(self.events, rv, key=lambda e: e[0]):]
 
     def oldest_watchable(self):
-        return self.events[0][0] - 1 if len(self.events) >= self.history else 0
+        return max(self.compacted, self.events[0][0] - 1 if len(self.events) >= self.history else 0)
 
     def register_crd(self, crd):
         spec = crd["spec"]
@@ -593,6 +599,10 @@ def main():
     parser.add_argument("--expire-watches-every", type=float, default=0.0,
                         help="end every watch after this many seconds with an ERROR event 410 Expired")
     parser.add_argument("--state", help="keep objects here across restarts: read at start, written on SIGTERM")
+    parser.add_argument("--snapshot", help="write the objects here on SIGUSR1, while serving (a backup)")
+    parser.add_argument("--bump-revision", type=int, default=0,
+                        help="after reading --state, move the resourceVersion on by N and end every watch "
+                             "from before with 410 (a restored backup, as etcdutl --mark-compacted)")
     parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     parser.add_argument("--tls-key", help="and this key (PEM)")
     args = parser.parse_args()
@@ -600,9 +610,17 @@ def main():
     Handler.store = Store(args.history)
     Handler.watch_delay = args.watch_delay
     Handler.expire_watches_every = args.expire_watches_every
+    import signal
+    if args.snapshot:
+        def save_snapshot(*_):
+            with Handler.store.lock:
+                save_state(Handler.store, args.snapshot)
+        signal.signal(signal.SIGUSR1, save_snapshot)
     if args.state:
         load_state(Handler.store, args.state)
-        import signal
+        if args.bump_revision:
+            Handler.store.rv += args.bump_revision
+            Handler.store.compacted = Handler.store.rv
 
         def save_and_exit(*_):
             # The store's lock is held to the exit: a write committed after the snapshot would be

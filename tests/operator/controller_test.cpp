@@ -458,6 +458,75 @@ TEST(Controller, AnAwaitedChildLapsesAfterFiveMinutes) {
   controller.stop();
 }
 
+// Drops the events of the runs' watch while frozen: the operator's cache keeps each run as it
+// was, as after an API server restored from a backup whose runs the informer has not listed again
+// while the pods' informer has.
+class RunsWatchFreezingTransport : public CountingTransport {
+ public:
+  using CountingTransport::CountingTransport;
+  int stream(const std::string& path, std::chrono::seconds silence_limit,
+             const std::function<bool(const std::string&)>& on_line) override {
+    const bool runs = path.find("/benchmarkruns") != std::string::npos;
+    return CountingTransport::stream(path, silence_limit, [&](const std::string& line) {
+      return (runs && frozen) || on_line(line);
+    });
+  }
+  std::atomic<bool> frozen{false};
+};
+
+// Children are made and removed for the case the run is on. A cache that shows the run otherwise
+// than the API server holds it would start a case beside the running one, or delete the running
+// one's pods (seen in k8s.OperatorFaults after a restore). Before it makes or removes a child, the
+// operator reads the run; where its spec or status differ from the cache's, it waits for the cache.
+TEST(Controller, NoChildIsMadeOrRemovedWhileTheCacheShowsTheRunOtherwiseThanTheApiServer) {
+  ApiServer server;
+  KubeClient editor(server.transport);
+  json run = testing::minimal_run();
+  run["metadata"] = {{"name", "behind"}, {"namespace", "default"}};
+  editor.create(resources::kBenchmarkRuns, "default", run);
+  const auto freezing = std::make_shared<RunsWatchFreezingTransport>(server.transport);
+  KubeClient client(freezing);
+  Controller controller(client, local_options());
+  const auto stored_status = [&] {
+    return editor.get(resources::kBenchmarkRuns, "default", "behind").value("status", json::object());
+  };
+  const auto worker = [&]() -> std::string {
+    const json pods = editor.list(resources::kPods, "default", "app.kubernetes.io/component=worker");
+    return pods["items"].empty() ? "" : pods["items"][0]["metadata"].value("name", "");
+  };
+  ::testing::internal::CaptureStderr();
+  controller.start();
+  // The first case's Secret, hostfile, Service and worker made, its status written (no kubelet: the
+  // worker never runs, so no launcher).
+  const bool started = wait_until([&] {
+    return freezing->creates(201) >= 4 && stored_status().value("phase", "") == "Running" && !worker().empty();
+  }, 10000ms);
+  // The runs' events stop reaching the cache; the world goes back: the run's status as before the
+  // operator wrote one, its worker gone. The pods' informer shows the worker gone.
+  freezing->frozen = true;
+  const std::string gone = worker();
+  editor.merge_patch(resources::kBenchmarkRuns, "default", "behind", {{"status", nullptr}}, "status");
+  const int made = freezing->creates(201);
+  const double before = stale_reconciles(controller);
+  editor.remove(resources::kPods, "default", gone);
+  const bool waited = wait_until([&] { return stale_reconciles(controller) >= before + 5; }, 5000ms);
+  const int made_while_behind = freezing->creates(201) - made;
+  const bool gone_while_behind = worker().empty();
+  // The cache catches up (the next event of the run, another writer's annotation): the operator
+  // acts on the run as the API server holds it, starting the case again from its status.
+  freezing->frozen = false;
+  editor.merge_patch(resources::kBenchmarkRuns, "default", "behind", {{"metadata", {{"annotations", {{"touched", "1"}}}}}});
+  const bool again = wait_until([&] { return stored_status().value("phase", "") == "Running" && !worker().empty(); }, 8000ms);
+  controller.stop();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(started) << log;
+  EXPECT_TRUE(waited) << log;
+  EXPECT_EQ(made_while_behind, 0) << log;
+  EXPECT_TRUE(gone_while_behind);
+  EXPECT_THAT(log, ::testing::HasSubstr(R"("awaiting":"the cache to show the run as the API server holds it","level":"info")"));
+  EXPECT_TRUE(again) << log;
+}
+
 // An API server that acknowledges writes and then loses them, as one restored from a backup
 // does: the first create of an object whose name ends in `suffix` and the first status write
 // are answered as stored (201, 200 with the object) and never reach the store. And a watch of a
