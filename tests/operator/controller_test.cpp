@@ -147,11 +147,17 @@ ControllerOptions local_options() {
   return options;
 }
 
+// The minimal run (one 1x1 case) as `name` in namespace default.
+json run_named(const std::string& name) {
+  json run = testing::minimal_run();
+  run["metadata"] = {{"name", name}, {"namespace", "default"}};
+  return run;
+}
+
 TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
   ApiServer server;
   KubeClient client(server.transport);
-  json run = testing::minimal_run();
-  run["metadata"] = {{"name", "scale"}, {"namespace", "default"}};
+  json run = run_named("scale");
   run["spec"]["matrix"] = {{"nodes", {1, 2}}, {"gpusPerNode", {1}}, {"batchSizePerDevice", {4}}, {"precision", {"fp32"}}};
   client.create(resources::kBenchmarkRuns, "default", run);
 
@@ -265,8 +271,7 @@ double sample_value(const std::string& exposition, const std::string& series) {
 TEST(Controller, AStatusWriteOverAnEditedSpecIsRefusedAndTheRunJudgedAgain) {
   ApiServer server;
   KubeClient editor(server.transport);
-  json run = testing::minimal_run();
-  run["metadata"] = {{"name", "edited"}, {"namespace", "default"}};
+  json run = run_named("edited");
   run["spec"]["matrix"] = {{"nodes", {1}}, {"gpusPerNode", {1}}, {"batchSizePerDevice", {4}}, {"precision", {"fp32"}}};
   editor.create(resources::kBenchmarkRuns, "default", run);
   // The user changes the batch size (allowed while the run has not started) just as the
@@ -346,8 +351,7 @@ class CountingTransport : public HttpTransport {
 TEST(Controller, ChildrenItCreatedAreAwaitedInTheCacheNotCreatedAgain) {
   ApiServer server({"--watch-delay", "0.6"});
   KubeClient kubelet(server.transport);
-  json run = testing::minimal_run();
-  run["metadata"] = {{"name", "lagging"}, {"namespace", "default"}};
+  json run = run_named("lagging");
   run["spec"]["matrix"] = {{"nodes", {1, 2}}, {"gpusPerNode", {1}}, {"batchSizePerDevice", {4}}, {"precision", {"fp32"}}};
   kubelet.create(resources::kBenchmarkRuns, "default", run);
   const auto counting = std::make_shared<CountingTransport>(server.transport);
@@ -430,9 +434,7 @@ class HidingTransport : public CountingTransport {
 TEST(Controller, AnAwaitedChildLapsesAfterFiveMinutes) {
   ApiServer server;
   KubeClient kubelet(server.transport);
-  json run = testing::minimal_run();
-  run["metadata"] = {{"name", "unseen"}, {"namespace", "default"}};
-  kubelet.create(resources::kBenchmarkRuns, "default", run);
+  kubelet.create(resources::kBenchmarkRuns, "default", run_named("unseen"));
   const auto hiding = std::make_shared<HidingTransport>(server.transport, "-worker-0");
   KubeClient client(hiding);
   std::atomic<int> minutes_later{0};
@@ -481,9 +483,7 @@ class RunsWatchFreezingTransport : public CountingTransport {
 TEST(Controller, NoChildIsMadeOrRemovedWhileTheCacheShowsTheRunOtherwiseThanTheApiServer) {
   ApiServer server;
   KubeClient editor(server.transport);
-  json run = testing::minimal_run();
-  run["metadata"] = {{"name", "behind"}, {"namespace", "default"}};
-  editor.create(resources::kBenchmarkRuns, "default", run);
+  editor.create(resources::kBenchmarkRuns, "default", run_named("behind"));
   const auto freezing = std::make_shared<RunsWatchFreezingTransport>(server.transport);
   KubeClient client(freezing);
   Controller controller(client, local_options());
@@ -591,9 +591,7 @@ class ForgetfulTransport : public CountingTransport {
 class LostWrites : public ::testing::Test {
  protected:
   LostWrites() {
-    json run = testing::minimal_run();
-    run["metadata"] = {{"name", "restored"}, {"namespace", "default"}};
-    kubelet.create(resources::kBenchmarkRuns, "default", run);
+    kubelet.create(resources::kBenchmarkRuns, "default", run_named("restored"));
     ControllerOptions options = local_options();
     options.steady_now = [this] { return std::chrono::steady_clock::now() + std::chrono::seconds(seconds_later.load()); };
     controller = std::make_unique<Controller>(client, options);
