@@ -117,8 +117,8 @@ class ChildProcess {
 
 // A server started with `--port 0` that binds a port of the kernel's choosing and says which on
 // its first line of stdout ("… on http://127.0.0.1:PORT", as tests/k8s/test_apiserver.py does).
-// A port drawn by free_port() and handed over races: a parallel test's server or any client's
-// ephemeral port may take it before the server binds it.
+// A port drawn by free_port() and handed over can still be taken by a parallel test's server
+// before this one binds it; one the server chose cannot.
 class ListeningProcess {
  public:
   explicit ListeningProcess(std::vector<std::string> argv)
