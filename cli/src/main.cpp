@@ -34,7 +34,8 @@ constexpr const char* kSynopsis = R"(Usage:
       Exit code: 0 valid, 1 invalid, 2 unreadable input or bad usage.
   dlbench run -f run.yaml [--output STATUS.json] [--resume [--retry-failed]] [--logs DIR]
               [--backend auto|cpu|cuda] [--max-devices N] [--worker PATH] [--mpirun PATH] [--exec PATH]
-      Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable or busy, 130 interrupted.
+      Exit code: 0 some case succeeded, 1 none did or invalid input, 2 unreadable or busy, or its status
+      could not be written (kept elsewhere, saying where), 130 interrupted.
   dlbench report STATUS.json [MORE.json ...] [--format table|markdown|csv|json] [--plot scaling.svg] [--relative]
   dlbench compare BASELINE.json [CANDIDATE.json] [--threshold PCT] [--alpha P] [--strict] [--format table|markdown|csv|json|junit]
       Exit code: 0 no case slower, 1 a case slower or failed now (--strict: or not judged), 2 cannot compare.

@@ -276,14 +276,66 @@ std::string join_lines(const std::deque<std::string>& lines) {
   return out;
 }
 
+// A status file that could not be written (a full disk, a file-size limit, a path taken by a
+// directory): what was asked and the system's reason.
+struct StatusNotWritten : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The status written whole or not at all: PATH.tmp written and flushed to the disk, then renamed
+// over PATH. A write that fails leaves PATH as it was and no PATH.tmp.
 void write_status_file(const std::string& path, const BenchmarkRun& run) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << to_json(run).dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + tmp);
+  const std::string text = to_json(run).dump(2) + "\n";
+  int fd = -1;
+  const auto fail = [&](const std::string& doing) {
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw StatusNotWritten("cannot write " + path + " (" + doing + "): " + std::strerror(error));
+  };
+  fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("opening " + tmp);
+  for (std::size_t written = 0; written < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("writing " + tmp);
+    written += static_cast<std::size_t>(n);
   }
-  std::filesystem::rename(tmp, path);  // never a half-written status
+  // On the disk before the rename: a crash just after it must not leave an empty status.
+  if (::fsync(fd) != 0) fail("flushing " + tmp);
+  const int closed = ::close(fd);
+  fd = -1;
+  if (closed != 0) fail("closing " + tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming " + tmp + " over it");
+}
+
+// The status that could not be written to `output`, kept so that nothing measured is lost: in the
+// temporary directory, or where that fails too, on stdout, with how to go on from it. Exit code 2.
+int keep_unwritten_status(const BenchmarkRun& run, const RunOptions& options, const std::string& output,
+                          const std::string& why, std::ostream& out, std::ostream& err) {
+  err << "error: " << why << "\n";
+  const std::size_t results = run.status ? run.status->results.size() : 0;
+  const std::string what = "the run's status, with the " + std::to_string(results) +
+                           (results == 1 ? " result" : " results") + " measured so far,";
+  const std::string then = " once that can be written, and `dlbench run -f " + options.file +
+                           (options.output.empty() ? "" : " --output " + options.output) + " --resume` goes on from it\n";
+  std::error_code ec;
+  const std::filesystem::path elsewhere =
+      std::filesystem::temp_directory_path(ec) /
+      ("dlbench-run-" + std::to_string(getpid()) + "." + std::filesystem::path(output).filename().string());
+  if (!ec) {
+    try {
+      write_status_file(elsewhere.string(), run);
+      err << what << " is kept in " << elsewhere.string() << " instead: move it to " << output << then;
+      return 2;
+    } catch (const StatusNotWritten& e) {
+      err << "error: " << e.what() << "\n";
+    }
+  }
+  err << what << " follows on stdout: save it as " << output << then;
+  out << to_json(run).dump(2) << "\n";
+  return 2;
 }
 
 CaseResult failed(const PlannedCase& c, CaseState state, std::string reason, std::string message, int attempts) {
@@ -681,33 +733,42 @@ int run_run(const RunOptions& options, std::ostream& out, std::ostream& err) {
         << (start.preflight_to_run ? " after the preflight" : "") << "\n";
   }
 
-  RunProgress progress(start.to_run, spec.methodology.repeats);
-  while (machine.current() != nullptr && !interrupted) {
-    const PlannedCase& c = *machine.current();
-    save();
-    if (c.spec.preflight) {
-      out << "[preflight] self-test of " << devices_phrase(c.spec.devices()) << ": ";
-    } else {
-      const auto position = std::find_if(plan.begin(), plan.end(), [&](const PlannedCase& p) { return p.id == c.id; });
-      out << "[" << 1 + (position - plan.begin()) << "/" << plan.size() << "] " << c.id << ": ";
+  try {
+    RunProgress progress(start.to_run, spec.methodology.repeats);
+    while (machine.current() != nullptr && !interrupted) {
+      const PlannedCase& c = *machine.current();
+      save();
+      if (c.spec.preflight) {
+        out << "[preflight] self-test of " << devices_phrase(c.spec.devices()) << ": ";
+      } else {
+        const auto position = std::find_if(plan.begin(), plan.end(), [&](const PlannedCase& p) { return p.id == c.id; });
+        out << "[" << 1 + (position - plan.begin()) << "/" << plan.size() << "] " << c.id << ": ";
+      }
+      if (auto skip = cannot_run_here(c, x.host_devices)) {
+        out << "skipped (" << skip->summary << ")\n";
+        machine.skip(std::move(skip->result));
+        progress.case_ended();
+        continue;
+      }
+      out << c.spec.devices() << (c.spec.devices() == 1 ? " rank" : " ranks") << "\n" << std::flush;
+      if (!c.spec.preflight) progress.case_started(c.id);
+      run_attempts(x, machine, progress, out);
+      if (interrupted) break;
+      if (!c.spec.preflight) progress.case_ended();
+      save();
     }
-    if (auto skip = cannot_run_here(c, x.host_devices)) {
-      out << "skipped (" << skip->summary << ")\n";
-      machine.skip(std::move(skip->result));
-      progress.case_ended();
-      continue;
-    }
-    out << c.spec.devices() << (c.spec.devices() == 1 ? " rank" : " ranks") << "\n" << std::flush;
-    if (!c.spec.preflight) progress.case_started(c.id);
-    run_attempts(x, machine, progress, out);
-    if (interrupted) break;
-    if (!c.spec.preflight) progress.case_ended();
-    save();
-  }
 
-  std::filesystem::remove_all(x.scratch);
-  if (interrupted) machine.interrupt();
-  save();
+    std::filesystem::remove_all(x.scratch);
+    if (interrupted) machine.interrupt();
+    save();
+  } catch (const StatusNotWritten& e) {
+    std::error_code ec;
+    std::filesystem::remove_all(x.scratch, ec);
+    // Ended here, as Ctrl-C ends it, so that the status kept elsewhere says why; --resume goes on.
+    machine.interrupt("StatusNotWritten", "stopped when its status could not be written");
+    run.status = machine.status();
+    return keep_unwritten_status(run, options, output, e.what(), out, err);
+  }
   const BenchmarkRunStatus& status = machine.status();
   out << run.metadata.name << ": " << to_string(status.phase) << " (" << status.progress.summary << " cases"
       << (interrupted ? ", interrupted" : "") << "); status written to " << output << "\n";

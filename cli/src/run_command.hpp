@@ -19,7 +19,8 @@ struct RunOptions {
 };
 
 // Exit codes: 0 at least one case succeeded, 1 none did, the run is invalid or --resume refused
-// the status, 2 unreadable input or a status file another dlbench run is writing, 130
+// the status, 2 unreadable input, a status file another dlbench run is writing, or a status that
+// could not be written mid-run (kept in the temporary directory or on stdout, saying where), 130
 // interrupted (finished results are kept in the status file).
 int run_run(const RunOptions& options, std::ostream& out, std::ostream& err);
 

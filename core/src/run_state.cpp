@@ -200,20 +200,20 @@ void RunStateMachine::skip(CaseResult result) {
   record(std::move(result));
 }
 
-void RunStateMachine::interrupt() {
+void RunStateMachine::interrupt(const std::string& reason, const std::string& stopped) {
   if (finished()) return;
   interrupted_ = true;
   status_.phase = Phase::Failed;
   if (status_.completion_time.empty()) status_.completion_time = now_;
-  const std::string message = "stopped by a signal after " + std::to_string(status_.results.size()) + " of " +
+  const std::string message = stopped + " after " + std::to_string(status_.results.size()) + " of " +
                               std::to_string(plan_.size()) + " cases; their results are kept";
-  events_.push_back({"Warning", "Interrupted", message});
+  events_.push_back({"Warning", reason, message});
   refresh();
-  set_condition(status_.conditions, {ConditionType::Failed, ConditionStatus::True, "Interrupted", message, "", generation_},
+  set_condition(status_.conditions, {ConditionType::Failed, ConditionStatus::True, reason, message, "", generation_},
                 now_);
-  set_condition(status_.conditions, {ConditionType::Ready, ConditionStatus::False, "Interrupted", message, "", generation_},
+  set_condition(status_.conditions, {ConditionType::Ready, ConditionStatus::False, reason, message, "", generation_},
                 now_);
-  set_condition(status_.conditions, {ConditionType::Progressing, ConditionStatus::False, "Interrupted", "", "", generation_},
+  set_condition(status_.conditions, {ConditionType::Progressing, ConditionStatus::False, reason, "", "", generation_},
                 now_);
 }
 

@@ -1378,6 +1378,81 @@ TEST_F(RunCli, ResumeKeepsOnlyResultsMeasuredTheSameWay) {
 
 // One dlbench run writes a status at a time: a second is refused before it measures anything,
 // naming the first; a status nobody could write is refused before anything runs too.
+// A status that cannot be written mid-run (here its path taken by a directory while batch 2 runs;
+// a full disk or a file-size limit alike): the run stops, saying why, with exit code 2; no result
+// is lost, since the status goes to the temporary directory instead; nothing half-written is left
+// beside it; and --resume goes on from the status kept.
+TEST_F(RunCli, AStatusThatCannotBeWrittenIsKeptInTheTemporaryDirectoryAndResumes) {
+  const std::string status_path = (dir_ / "unwritten.status.json").string();
+  const std::string worker = batch_2_stand_in("taken", "rm -f '" + status_path + "'; mkdir '" + status_path + "';");
+  const std::string run = "run -f " + write("run.yaml", three_batches("unwritten")) + " --max-devices 1 --worker " + worker;
+  std::filesystem::create_directories(dir_ / "tmp");
+  write("taken", "");
+  const Outcome first =
+      testing::run_shell("TMPDIR=" + (dir_ / "tmp").string() + " OMP_NUM_THREADS=1 " + DLBENCH_CLI_BINARY + " " + run,
+                         dir_.string());
+  ASSERT_EQ(first.exit_code, 2) << first.out << first.err;
+  EXPECT_THAT(first.err, HasSubstr("error: cannot write unwritten.status.json (renaming unwritten.status.json.tmp over "
+                                   "it): Is a directory\n"));
+  std::vector<std::filesystem::path> kept;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_ / "tmp")) {
+    if (entry.path().filename().string().ends_with(".unwritten.status.json")) kept.push_back(entry.path());
+  }
+  ASSERT_EQ(kept.size(), 1u) << first.err;
+  EXPECT_THAT(first.err, HasSubstr("the run's status, with the 2 results measured so far, is kept in " + kept[0].string() +
+                                   " instead: move it to unwritten.status.json once that can be written, and "
+                                   "`dlbench run -f " + (dir_ / "run.yaml").string() + " --resume` goes on from it\n"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "unwritten.status.json.tmp"));
+  std::filesystem::remove(dir_ / "unwritten.status.json");
+  std::filesystem::rename(kept[0], dir_ / "unwritten.status.json");
+  const BenchmarkRun stopped = status("unwritten.status.json");
+  ASSERT_EQ(stopped.status->results.size(), 2u);
+  EXPECT_EQ(stopped.status->results[1].state, CaseState::Succeeded);
+  EXPECT_EQ(stopped.status->phase, Phase::Failed);
+  EXPECT_EQ(find_condition(stopped.status->conditions, ConditionType::Failed)->reason, "StatusNotWritten");
+
+  std::filesystem::remove(dir_ / "taken");
+  std::filesystem::remove(dir_ / "calls");
+  const Outcome resumed = dlbench(run + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_EQ(testing::slurp(dir_ / "calls"), "--batch-size 3\n");
+  const BenchmarkRun finished = status("unwritten.status.json");
+  ASSERT_EQ(finished.status->results.size(), 3u);
+  EXPECT_EQ(finished.status->results[0], stopped.status->results[0]);  // as measured before, not again
+  EXPECT_EQ(finished.status->results[1], stopped.status->results[1]);
+  EXPECT_EQ(finished.status->phase, Phase::Succeeded);
+}
+
+// And where the temporary directory cannot take it either (its name there taken too), the status
+// follows on stdout, whole, so that a terminal or a log keeps what was measured.
+TEST_F(RunCli, AStatusThatCannotBeWrittenAnywhereFollowsOnStdout) {
+  const std::string status_path = (dir_ / "unwritten.status.json").string();
+  const std::string tmp = (dir_ / "tmp").string();
+  const std::string worker = batch_2_stand_in("taken", "rm -f '" + status_path + "'; mkdir '" + status_path + "' '" +
+                                                           tmp + "/dlbench-run-'$PPID'.unwritten.status.json';");
+  const std::string run = "run -f " + write("run.yaml", three_batches("unwritten")) + " --max-devices 1 --worker " + worker;
+  std::filesystem::create_directories(tmp);
+  write("taken", "");
+  const Outcome first = testing::run_shell("TMPDIR=" + tmp + " OMP_NUM_THREADS=1 " + DLBENCH_CLI_BINARY + " " + run,
+                                           dir_.string());
+  ASSERT_EQ(first.exit_code, 2) << first.out << first.err;
+  EXPECT_THAT(first.err, HasSubstr("error: cannot write unwritten.status.json (renaming"));
+  EXPECT_THAT(first.err, ::testing::ContainsRegex("error: cannot write [^ ]*/tmp/dlbench-run-[0-9]+\\.unwritten\\.status\\.json "
+                                                  "\\(renaming [^)]* over it\\): Is a directory\n"));
+  EXPECT_THAT(first.err, HasSubstr("the run's status, with the 2 results measured so far, follows on stdout: save it as "
+                                   "unwritten.status.json once that can be written"));
+  const auto json_start = first.out.rfind("\n{\n");
+  ASSERT_NE(json_start, std::string::npos) << first.out;
+  const auto decoded = decode_benchmark_run(nlohmann::json::parse(first.out.substr(json_start + 1)));
+  ASSERT_TRUE(decoded.ok()) << first.out.substr(json_start + 1);
+  ASSERT_EQ(decoded.value->status->results.size(), 2u);
+  EXPECT_EQ(decoded.value->status->results[0].state, CaseState::Succeeded);
+  EXPECT_EQ(find_condition(decoded.value->status->conditions, ConditionType::Failed)->reason, "StatusNotWritten");
+  for (const auto& entry : std::filesystem::directory_iterator(tmp)) {
+    EXPECT_FALSE(entry.path().filename().string().ends_with(".tmp")) << entry.path();
+  }
+}
+
 TEST_F(RunCli, ASecondRunWritingTheSameStatusIsRefused) {
   const std::string run = "run -f " + write("run.yaml", sweep()) + " --max-devices 1 --worker /bin/false";
   const int held = ::open((dir_ / "s.json.lock").c_str(), O_RDWR | O_CREAT, 0644);

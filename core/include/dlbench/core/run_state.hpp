@@ -67,8 +67,9 @@ class RunStateMachine {
   void note_shared_node() { status_.progress.shared_node = true; }
   // The current case cannot run on this executor: recorded as it is, no attempt spent.
   void skip(CaseResult result);
-  // The executor was stopped: the run ends Failed, Interrupted, results kept.
-  void interrupt();
+  // The executor was stopped: the run ends Failed, with `reason` (Interrupted: by a signal) and a
+  // message that says how it was `stopped`; results kept.
+  void interrupt(const std::string& reason = "Interrupted", const std::string& stopped = "stopped by a signal");
 
   const BenchmarkRunStatus& status() const { return status_; }
   std::vector<RunEvent> take_events() { return std::exchange(events_, {}); }
