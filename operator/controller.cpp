@@ -40,6 +40,13 @@ constexpr const char* kChildSelector = "app.kubernetes.io/managed-by=dlbench-ope
 
 bool is_deleting(const json& object) { return object["metadata"].contains("deletionTimestamp"); }
 
+// A write refused for its size: 413 from the API server (3 MiB a request), or etcd's "request is too
+// large" (1.5 MiB by default) passed on as a 500.
+bool too_large(const KubeError& e) {
+  return e.status == 413 || ((e.status == 500 || e.status == 422) &&
+                             std::string_view(e.what()).find("too large") != std::string_view::npos);
+}
+
 }  // namespace
 
 std::string_view to_string(ReconcileOutcome outcome) {
@@ -80,6 +87,10 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
       "Writes the operator awaited in its caches and acted without: `awaiting` status (its status write) or child (a "
       "child it created); `reason` relisted (a list asked for after the write did not hold it: the API server lost it, "
       "or it was overwritten or deleted) or expired (no informer showed it in 5 minutes).");
+  results_trimmed_ = &registry_.counter(
+      "dlbench_operator_status_results_trimmed_total",
+      "Status writes refused as larger than the API server or its etcd takes (a run of hundreds of cases), and "
+      "written again keeping less of each result: `detail` trimmed or essential (ResultDetail).");
   reconcile_seconds_ = &registry_
                             .histogram("dlbench_operator_reconcile_seconds", "Time of one reconciliation.",
                                        metrics::exponential_buckets(0.0005, 2, 16))
@@ -239,6 +250,7 @@ void Controller::forget(const std::string& ns, const std::string& name) {
     std::lock_guard lock(expectations_mutex_);
     written_.erase(ns + "/" + name);
     awaited_.erase(ns + "/" + name);
+    result_detail_.erase(ns + "/" + name);
   }
   std::lock_guard lock(admission_mutex_);
   reservations_.erase(ns + "/" + name);
@@ -594,10 +606,34 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   // that a refused write (409) leaves the world as it was, to be judged again on a fresh read.
   ReconcileOutcome outcome = world.admission.admitted ? ReconcileOutcome::unchanged : ReconcileOutcome::queued;
   if (actions.status) {
+    ResultDetail detail = ResultDetail::full;
+    {
+      std::lock_guard lock(expectations_mutex_);
+      if (const auto it = result_detail_.find(key); it != result_detail_.end()) detail = it->second;
+    }
+    BenchmarkRunStatus status = *actions.status;
+    keep_result_detail(status, detail);
     // Only what changed, with removed fields as null.
-    json patch = merge_patch_between(run.value("status", json::object()), to_json(*actions.status));
+    json patch = merge_patch_between(run.value("status", json::object()), to_json(status));
     if (!patch.empty()) {
       StatusWrite written = write_status(ns, name, run, cached->resource_version, patch);
+      // Larger than the API server takes (etcd's 1.5 MiB a request by default: hundreds of cases):
+      // written again with less of each result, as far as needed; a run's results never shrink back.
+      while (written.too_large && detail != ResultDetail::essential) {
+        detail = detail == ResultDetail::full ? ResultDetail::trimmed : ResultDetail::essential;
+        status = *actions.status;
+        keep_result_detail(status, detail);
+        patch = merge_patch_between(run.value("status", json::object()), to_json(status));
+        log_line("warning", "the status is larger than the API server takes: written again with less of each result",
+                 {{"run", key}, {"detail", to_string(detail)}, {"results", status.results.size()}});
+        results_trimmed_->add({{"detail", to_string(detail)}}).increment();
+        {
+          std::lock_guard lock(expectations_mutex_);
+          result_detail_[key] = detail;
+        }
+        written = write_status(ns, name, run, cached->resource_version, patch);
+      }
+      if (written.too_large) throw std::runtime_error("the status is larger than the API server takes, even with each result's essentials only");
       if (written.refused) return *written.refused;
       {
         std::lock_guard lock(expectations_mutex_);
@@ -633,6 +669,7 @@ Controller::StatusWrite Controller::write_status(const std::string& ns, const st
       return {std::nullopt, stored.value("status", json::object())};
     } catch (const KubeError& e) {
       if (e.status == 404) return {ReconcileOutcome::gone, {}};
+      if (too_large(e)) return {std::nullopt, {}, true};
       if (e.status != 409) throw;
       status_conflicts_->increment();
       return {ReconcileOutcome::conflict, {}};

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cached.hpp"
+#include "dlbench/core/status.hpp"
 #include "dlbench/metrics/metrics.hpp"
 #include "informer.hpp"
 #include "kube_client.hpp"
@@ -115,6 +116,7 @@ class Controller {
   struct StatusWrite {
     std::optional<ReconcileOutcome> refused;  // when not written: conflict or gone
     nlohmann::json stored;  // else the status as the API server stored it
+    bool too_large = false;  // refused as more than the API server or its etcd takes
   };
   StatusWrite write_status(const std::string& ns, const std::string& name, const nlohmann::json& run,
                            const std::string& version, const nlohmann::json& patch);
@@ -175,6 +177,10 @@ class Controller {
   metrics::Family<metrics::Counter>* api_errors_;
   metrics::Family<metrics::Counter>* watch_stalls_;
   metrics::Family<metrics::Counter>* expectations_abandoned_;
+  metrics::Family<metrics::Counter>* results_trimmed_;
+  // How much of each result a run's status keeps (ResultDetail): less once a write of it was
+  // refused as too large; by run key, under expectations_mutex_.
+  std::map<std::string, ResultDetail> result_detail_;
   metrics::Family<metrics::Gauge>* case_cpu_pressure_;
   metrics::Family<metrics::Gauge>* case_repeats_cv_;
   metrics::Family<metrics::Gauge>* case_scaling_refused_;

@@ -82,6 +82,50 @@ std::string timeout_message(std::int64_t case_timeout_seconds, std::size_t kept_
 
 bool is_timeout_message(const std::string& message) { return message.starts_with(kTimeoutWords); }
 
+std::string to_string(ResultDetail detail) {
+  switch (detail) {
+    case ResultDetail::full: return "full";
+    case ResultDetail::trimmed: return "trimmed";
+    case ResultDetail::essential: return "essential";
+  }
+  return "full";
+}
+
+namespace {
+
+// A message's last non-empty line, at most 240 characters (its end: where a failure says why).
+std::string last_line(const std::string& message) {
+  std::string_view text = message;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  if (const auto newline = text.rfind('\n'); newline != std::string_view::npos) text.remove_prefix(newline + 1);
+  constexpr std::size_t kLimit = 240;
+  if (text.size() > kLimit) text.remove_prefix(text.size() - kLimit);
+  return std::string(text);
+}
+
+void keep_detail(CaseResult& result, ResultDetail detail) {
+  if (detail == ResultDetail::full) return;
+  result.loss_after_repeats.clear();
+  result.step_time_seconds.reset();
+  result.flops.reset();
+  result.energy.reset();
+  result.communication.reset();
+  result.input.reset();
+  if (result.loss_scaling) result.loss_scaling->overflow.clear();
+  result.message = last_line(result.message);
+  if (detail == ResultDetail::trimmed) return;
+  result.environment.reset();
+  result.optimizer.reset();
+  result.interference.reset();
+}
+
+}  // namespace
+
+void keep_result_detail(BenchmarkRunStatus& status, ResultDetail detail) {
+  for (auto& result : status.results) keep_detail(result, detail);
+  if (status.preflight) keep_detail(*status.preflight, detail);
+}
+
 std::string rfc3339_utc_now() { return rfc3339_utc(std::chrono::system_clock::now()); }
 
 std::string rfc3339_utc(std::chrono::system_clock::time_point when) {

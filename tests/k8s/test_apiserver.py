@@ -22,7 +22,7 @@ and --bump-revision N, the server moves its resourceVersion on by N and serves n
 for), so every client lists again and finds the world as the snapshot held it.
 
     test_apiserver.py --port 8001 [--history 1000] [--watch-delay S] [--expire-watches-every S] [--state FILE]
-                      [--snapshot FILE] [--bump-revision N]
+                      [--snapshot FILE] [--bump-revision N] [--max-object-bytes N]
 """
 import argparse
 import base64
@@ -155,6 +155,7 @@ class Handler(BaseHTTPRequestHandler):
     store = None
     watch_delay = 0.0
     expire_watches_every = 0.0
+    max_object_bytes = 0  # 0: no limit
 
     def log_message(self, *args):
         pass
@@ -503,6 +504,9 @@ class Handler(BaseHTTPRequestHandler):
                         updated.pop("status", None)
                     if updated.get("spec") != current.get("spec"):
                         updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+            if self.max_object_bytes and len(json.dumps(updated)) > self.max_object_bytes:
+                # What an API server over etcd answers for an object past etcd's request limit.
+                return self.status(500, "InternalError", "etcdserver: request is too large")
             s._meta(updated)
             s.objects[key] = updated
             s.record(group, plural, namespace or "", "MODIFIED", updated)
@@ -603,6 +607,9 @@ def main():
     parser.add_argument("--bump-revision", type=int, default=0,
                         help="after reading --state, move the resourceVersion on by N and end every watch "
                              "from before with 410 (a restored backup, as etcdutl --mark-compacted)")
+    parser.add_argument("--max-object-bytes", type=int, default=0,
+                        help="refuse an update that makes an object larger than this (etcd's request limit, "
+                             "1.5 MiB by default) with 500 'etcdserver: request is too large'")
     parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     parser.add_argument("--tls-key", help="and this key (PEM)")
     args = parser.parse_args()
@@ -610,6 +617,7 @@ def main():
     Handler.store = Store(args.history)
     Handler.watch_delay = args.watch_delay
     Handler.expire_watches_every = args.expire_watches_every
+    Handler.max_object_bytes = args.max_object_bytes
     import signal
     if args.snapshot:
         def save_snapshot(*_):

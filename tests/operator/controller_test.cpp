@@ -265,6 +265,60 @@ double sample_value(const std::string& exposition, const std::string& series) {
   return std::stod(exposition.substr(at + series.size() + 2));
 }
 
+// The run "scale" (1x1 and 2x1) through a controller against `server`, the test playing kubelet:
+// the run as the API server holds it once it has succeeded (or 20 s have passed), and the
+// controller's metrics.
+std::pair<json, std::string> scale_run_against(ApiServer& server) {
+  KubeClient client(server.transport);
+  json run = run_named("scale");
+  run["spec"]["matrix"] = {{"nodes", {1, 2}}, {"gpusPerNode", {1}}, {"batchSizePerDevice", {4}}, {"precision", {"fp32"}}};
+  client.create(resources::kBenchmarkRuns, "default", run);
+  Controller controller(client, local_options());
+  controller.start();
+  std::multiset<std::string> launched;
+  play_kubelet(client, "scale", {{"1x1-bs4-fp32", 10.0}, {"2x1-bs4-fp32", 19.0}}, launched, 20s);
+  controller.stop();
+  return {client.get(resources::kBenchmarkRuns, "default", "scale"), controller.registry().serialize()};
+}
+
+// An API server over etcd refuses an object past etcd's request limit (1.5 MiB by default: a run
+// of hundreds of cases, each result about 1.5 KB). The operator writes the status again with less
+// of each result and the run goes on: here against a server that takes a little less than this
+// run's whole status.
+TEST(Controller, AStatusLargerThanTheApiServerTakesIsWrittenWithLessOfEachResult) {
+  std::size_t whole = 0;
+  {
+    ApiServer unlimited;
+    const auto [run, metrics] = scale_run_against(unlimited);
+    ASSERT_EQ(run["status"].value("phase", ""), "Succeeded") << run.dump();
+    ASSERT_TRUE(run["status"]["results"][1].contains("flops"));
+    whole = run.dump().size();
+  }
+  ApiServer server({"--max-object-bytes", std::to_string(whole - 200)});
+  ::testing::internal::CaptureStderr();
+  const auto [run, metrics] = scale_run_against(server);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(run["status"].value("phase", ""), "Succeeded") << log;
+  EXPECT_LE(run.dump().size(), whole - 200);
+  const auto decoded = decode_status(run["status"]);
+  ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+  ASSERT_EQ(decoded.value->results.size(), 2u);
+  for (const CaseResult& r : decoded.value->results) {
+    // Trimmed: what the report and compare read is there, the rest is not.
+    EXPECT_EQ(r.state, CaseState::Succeeded);
+    ASSERT_TRUE(r.throughput.has_value());
+    EXPECT_EQ(r.throughput->repeats.size(), 3u);
+    EXPECT_TRUE(r.environment.has_value());
+    EXPECT_FALSE(r.flops.has_value());
+    EXPECT_FALSE(r.energy.has_value());
+    EXPECT_TRUE(r.loss_after_repeats.empty());
+  }
+  EXPECT_NEAR(*decoded.value->results[1].speedup, 1.9, 1e-9);
+  EXPECT_EQ(sample_value(metrics, "dlbench_operator_status_results_trimmed_total{detail=\"trimmed\"}"), 1.0) << metrics;
+  EXPECT_EQ(sample_value(metrics, "dlbench_operator_status_results_trimmed_total{detail=\"essential\"}"), 0.0);
+  EXPECT_THAT(log, ::testing::HasSubstr(R"("detail":"trimmed","level":"warning","msg":"the status is larger than the API server takes: written again with less of each result","results":2,"run":"default/scale")"));
+}
+
 // The write-status branch where the fresh read after a 409 shows another spec: the status
 // computed from the old spec must not land, nor children for it, and the run is judged again
 // from the new spec once the cache has it.

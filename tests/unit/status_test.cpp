@@ -1,4 +1,5 @@
 #include <chrono>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -6,6 +7,7 @@
 #include "dlbench/core/run_state.hpp"
 #include "dlbench/core/statistics.hpp"
 #include "dlbench/core/status.hpp"
+#include "dlbench/core/codec.hpp"
 
 namespace dlbench {
 namespace {
@@ -172,6 +174,74 @@ TEST(StoppedMessage, TheJobsLastLinesFollowLeavingOutRulesAndTheWorkersOwnLine) 
   EXPECT_EQ(bounded.size(), said.size() + 1 + 3 + 100);
   EXPECT_EQ(bounded.substr(bounded.size() - 7), "the end");
   EXPECT_FALSE(failure_is_permanent(kReasonStopped));
+}
+
+// The sample status of docs/ (four measured CPU cases), decoded.
+BenchmarkRun sample_run() {
+  std::ifstream in(std::string(DLBENCH_SOURCE_DIR) + "/docs/samples/isa-avx512.status.json");
+  const auto decoded = decode_benchmark_run(nlohmann::json::parse(in));
+  EXPECT_TRUE(decoded.ok()) << (decoded.errors.empty() ? "" : decoded.errors.front().to_string());
+  return decoded.value.value_or(BenchmarkRun{});
+}
+
+std::size_t encoded_bytes(const BenchmarkRun& run) { return to_json(run).dump().size(); }
+
+// A run of 1,000 cases outgrows what an API server over a default etcd takes (1.5 MiB a request);
+// with less of each result it fits, and what the report and compare read stays.
+TEST(ResultDetail, AThousandResultsFitAnApiServerOnceTrimmedWithWhatTheReportReadsKept) {
+  BenchmarkRun run = sample_run();
+  ASSERT_TRUE(run.status.has_value());
+  const CaseResult measured = run.status->results.front();
+  ASSERT_TRUE(measured.environment && measured.step_time_seconds && measured.flops && measured.optimizer);
+  ASSERT_FALSE(measured.loss_after_repeats.empty());
+  run.status->results.assign(1000, measured);
+  CaseResult failed = measured;  // a failure whose message holds the job's last lines
+  failed.state = CaseState::Failed;
+  failed.throughput.reset();
+  failed.reason = "WorkerExited";
+  failed.message = std::string(2000, 'x') + "\nmpirun: process rank 1 exited on signal 9\n";
+  run.status->results[1] = failed;
+  constexpr std::size_t kEtcdRequestLimit = 1536 * 1024;
+  EXPECT_GT(encoded_bytes(run), kEtcdRequestLimit);
+
+  BenchmarkRun trimmed = run;
+  keep_result_detail(*trimmed.status, ResultDetail::trimmed);
+  EXPECT_LT(encoded_bytes(trimmed), kEtcdRequestLimit - 256 * 1024);  // room for a spec of 500 cases
+  BenchmarkRun essential = run;
+  keep_result_detail(*essential.status, ResultDetail::essential);
+  EXPECT_LT(encoded_bytes(essential), 1024u * 1024u);
+
+  const CaseResult& kept = trimmed.status->results[0];
+  EXPECT_EQ(kept.case_, measured.case_);
+  EXPECT_EQ(kept.throughput, measured.throughput);  // every repeat, for compare
+  EXPECT_EQ(kept.stability, measured.stability);
+  EXPECT_EQ(kept.speedup, measured.speedup);
+  EXPECT_EQ(kept.scaling_efficiency, measured.scaling_efficiency);
+  EXPECT_EQ(kept.environment, measured.environment);
+  EXPECT_EQ(kept.optimizer, measured.optimizer);
+  EXPECT_EQ(kept.interference, measured.interference);
+  EXPECT_EQ(kept.start_time, measured.start_time);
+  EXPECT_TRUE(kept.loss_after_repeats.empty());
+  EXPECT_FALSE(kept.step_time_seconds.has_value());
+  EXPECT_FALSE(kept.flops.has_value());
+  EXPECT_EQ(trimmed.status->results[1].message, "mpirun: process rank 1 exited on signal 9");
+  EXPECT_EQ(trimmed.status->results[1].reason, "WorkerExited");
+  const CaseResult& least = essential.status->results[0];
+  EXPECT_EQ(least.throughput, measured.throughput);
+  EXPECT_EQ(least.stability, measured.stability);
+  EXPECT_FALSE(least.environment.has_value());
+  EXPECT_FALSE(least.optimizer.has_value());
+
+  // Each is still a status the API admits, and comes back as written.
+  for (const BenchmarkRun* r : {&trimmed, &essential}) {
+    const auto decoded = decode_benchmark_run(to_json(*r));
+    ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+    EXPECT_EQ(decoded.value->status, r->status);
+  }
+  // Full detail changes nothing.
+  BenchmarkRun full = run;
+  keep_result_detail(*full.status, ResultDetail::full);
+  EXPECT_EQ(full, run);
 }
 
 }  // namespace

@@ -67,6 +67,20 @@ inline constexpr int kLauncherStopMarginSeconds = kLaunchStopGraceSeconds + 5;
 // is LossNotFinite (benchmark_run.hpp): the next attempt diverges the same way.
 bool failure_is_permanent(const std::string& reason);
 
+// How much of each result a status keeps. An API server keeps an object whole in etcd, whose
+// default request limit is 1.5 MiB: a run of hundreds of cases outgrows it (a result is about
+// 1.5 KB), and the operator then writes its status again with less of each result:
+// - trimmed: without the losses after each repeat, the step time, the training arithmetic, the
+//   energy, the gradient reduction, the input report and a traced overflow, each message cut to
+//   its last line (240 characters);
+// - essential: also without the environment, the optimizer and the interference.
+// Kept at every level: what the report's tables, speed-ups and `dlbench compare` read (the case,
+// state, reason, throughput with every repeat, stability, speed-up and efficiency), and
+// ranAlone, attempts and times.
+enum class ResultDetail { full, trimmed, essential };
+std::string to_string(ResultDetail detail);
+void keep_result_detail(BenchmarkRunStatus& status, ResultDetail detail);
+
 // "2026-11-21T05:10:00Z"
 std::string rfc3339_utc_now();
 std::string rfc3339_utc(std::chrono::system_clock::time_point when);  // to the second, rounded down
