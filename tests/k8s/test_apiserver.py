@@ -19,7 +19,9 @@ an etcd compaction, say; the client must list again). And a restore from a backu
 is written on SIGUSR1 while serving (`etcdctl snapshot save`); started with that file as its --state
 and --bump-revision N, the server moves its resourceVersion on by N and serves no watch from before
 (`etcdutl snapshot restore --bump-revision N --mark-compacted`, the restore Kubernetes' docs ask
-for), so every client lists again and finds the world as the snapshot held it.
+for), so every client lists again and finds the world as the snapshot held it. --max-object-bytes N
+refuses an update that makes an object larger than N as an API server over etcd refuses one past
+etcd's request limit (500, "etcdserver: request is too large").
 
     test_apiserver.py --port 8001 [--history 1000] [--watch-delay S] [--expire-watches-every S] [--state FILE]
                       [--snapshot FILE] [--bump-revision N] [--max-object-bytes N]
