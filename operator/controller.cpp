@@ -606,38 +606,11 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   // that a refused write (409) leaves the world as it was, to be judged again on a fresh read.
   ReconcileOutcome outcome = world.admission.admitted ? ReconcileOutcome::unchanged : ReconcileOutcome::queued;
   if (actions.status) {
-    ResultDetail detail = ResultDetail::full;
-    {
-      std::lock_guard lock(expectations_mutex_);
-      if (const auto it = result_detail_.find(key); it != result_detail_.end()) detail = it->second;
-    }
-    BenchmarkRunStatus status = *actions.status;
-    keep_result_detail(status, detail);
-    // Only what changed, with removed fields as null.
-    json patch = merge_patch_between(run.value("status", json::object()), to_json(status));
-    if (!patch.empty()) {
-      StatusWrite written = write_status(ns, name, run, cached->resource_version, patch);
-      // Larger than the API server takes (etcd's 1.5 MiB a request by default: hundreds of cases):
-      // written again with less of each result, as far as needed; a run's results never shrink back.
-      while (written.too_large && detail != ResultDetail::essential) {
-        detail = detail == ResultDetail::full ? ResultDetail::trimmed : ResultDetail::essential;
-        status = *actions.status;
-        keep_result_detail(status, detail);
-        patch = merge_patch_between(run.value("status", json::object()), to_json(status));
-        log_line("warning", "the status is larger than the API server takes: written again with less of each result",
-                 {{"run", key}, {"detail", to_string(detail)}, {"results", status.results.size()}});
-        results_trimmed_->add({{"detail", to_string(detail)}}).increment();
-        {
-          std::lock_guard lock(expectations_mutex_);
-          result_detail_[key] = detail;
-        }
-        written = write_status(ns, name, run, cached->resource_version, patch);
-      }
-      if (written.too_large) throw std::runtime_error("the status is larger than the API server takes, even with each result's essentials only");
-      if (written.refused) return *written.refused;
+    if (std::optional<StatusWrite> written = write_status_that_fits(key, run, cached->resource_version, *actions.status)) {
+      if (written->refused) return *written->refused;
       {
         std::lock_guard lock(expectations_mutex_);
-        written_[key] = {cached->uid, std::move(written.stored), options_.steady_now(), std::chrono::steady_clock::now()};
+        written_[key] = {cached->uid, std::move(written->stored), options_.steady_now(), std::chrono::steady_clock::now()};
       }
       fields["statusWritten"] = true;
       if (outcome != ReconcileOutcome::queued) outcome = ReconcileOutcome::changed;
@@ -658,6 +631,45 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   }
   if (actions.requeue_after) queue_.add_after(key, *actions.requeue_after);
   return outcome;
+}
+
+std::optional<Controller::StatusWrite> Controller::write_status_that_fits(const std::string& key, const json& run,
+                                                                          const std::string& version,
+                                                                          const BenchmarkRunStatus& wanted) {
+  const auto slash = key.find('/');
+  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  ResultDetail detail = ResultDetail::full;
+  {
+    std::lock_guard lock(expectations_mutex_);
+    if (const auto it = result_detail_.find(key); it != result_detail_.end()) detail = it->second;
+  }
+  // Only what changed, with removed fields as null.
+  const auto patch_for = [&] {
+    BenchmarkRunStatus status = wanted;
+    keep_result_detail(status, detail);
+    return merge_patch_between(run.value("status", json::object()), to_json(status));
+  };
+  json patch = patch_for();
+  if (patch.empty()) return std::nullopt;
+  StatusWrite written = write_status(ns, name, run, version, patch);
+  // Larger than the API server takes (etcd's 1.5 MiB a request by default: hundreds of cases):
+  // written again with less of each result, as far as needed; a run's results never grow back.
+  while (written.too_large && detail != ResultDetail::essential) {
+    detail = detail == ResultDetail::full ? ResultDetail::trimmed : ResultDetail::essential;
+    log_line("warning", "the status is larger than the API server takes: written again with less of each result",
+             {{"run", key}, {"detail", to_string(detail)}, {"results", wanted.results.size()}});
+    results_trimmed_->add({{"detail", to_string(detail)}}).increment();
+    {
+      std::lock_guard lock(expectations_mutex_);
+      result_detail_[key] = detail;
+    }
+    patch = patch_for();
+    written = write_status(ns, name, run, version, patch);
+  }
+  if (written.too_large) {
+    throw std::runtime_error("the status is larger than the API server takes, even with each result's essentials only");
+  }
+  return written;
 }
 
 Controller::StatusWrite Controller::write_status(const std::string& ns, const std::string& name, const json& run,
