@@ -154,18 +154,35 @@ json run_named(const std::string& name) {
   return run;
 }
 
-TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
-  ApiServer server;
+// The run "scale" (1x1 and 2x1) through a controller against `server`, the test playing kubelet
+// until it succeeds or 20 s pass: the run as the API server then holds it, the controller's
+// metrics, and the case of every launcher Job seen.
+struct ScaleRun {
+  json run;
+  std::string metrics;
+  std::multiset<std::string> launched;
+};
+ScaleRun scale_run_against(ApiServer& server) {
   KubeClient client(server.transport);
   json run = run_named("scale");
   run["spec"]["matrix"] = {{"nodes", {1, 2}}, {"gpusPerNode", {1}}, {"batchSizePerDevice", {4}}, {"precision", {"fp32"}}};
   client.create(resources::kBenchmarkRuns, "default", run);
-
   Controller controller(client, local_options());
   controller.start();
-  std::multiset<std::string> launched;
-  const json status = play_kubelet(client, "scale", {{"1x1-bs4-fp32", 10.0}, {"2x1-bs4-fp32", 19.0}}, launched, 20s);
+  ScaleRun done;
+  play_kubelet(client, "scale", {{"1x1-bs4-fp32", 10.0}, {"2x1-bs4-fp32", 19.0}}, done.launched, 20s);
   controller.stop();
+  done.run = client.get(resources::kBenchmarkRuns, "default", "scale");
+  done.metrics = controller.registry().serialize();
+  return done;
+}
+
+TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
+  ApiServer server;
+  KubeClient client(server.transport);
+  const ScaleRun done = scale_run_against(server);
+  const json status = done.run.value("status", json::object());
+  const std::multiset<std::string>& launched = done.launched;
 
   ASSERT_EQ(status.value("phase", ""), "Succeeded")
       << "pods: " << client.list(resources::kPods, "default")["items"].dump() << "\njobs: "
@@ -182,7 +199,7 @@ TEST(Controller, RunsABenchmarkRunToSucceededAgainstAnApiServer) {
   EXPECT_TRUE(reasons.contains("CaseSucceeded"));
   EXPECT_TRUE(reasons.contains("Succeeded"));
   EXPECT_TRUE(client.list(resources::kPods, "default", "app.kubernetes.io/component=worker")["items"].empty());
-  const std::string exposition = controller.registry().serialize();
+  const std::string& exposition = done.metrics;
   EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_operator_reconciles_total{result=\"changed\"}"));
   EXPECT_THAT(exposition, ::testing::HasSubstr("dlbench_case_speedup{case=\"2x1-bs4-fp32\",namespace=\"default\",run=\"scale\"} 1.9"));
   // The loss after each case's last repeat, from its status.
@@ -265,22 +282,6 @@ double sample_value(const std::string& exposition, const std::string& series) {
   return std::stod(exposition.substr(at + series.size() + 2));
 }
 
-// The run "scale" (1x1 and 2x1) through a controller against `server`, the test playing kubelet:
-// the run as the API server holds it once it has succeeded (or 20 s have passed), and the
-// controller's metrics.
-std::pair<json, std::string> scale_run_against(ApiServer& server) {
-  KubeClient client(server.transport);
-  json run = run_named("scale");
-  run["spec"]["matrix"] = {{"nodes", {1, 2}}, {"gpusPerNode", {1}}, {"batchSizePerDevice", {4}}, {"precision", {"fp32"}}};
-  client.create(resources::kBenchmarkRuns, "default", run);
-  Controller controller(client, local_options());
-  controller.start();
-  std::multiset<std::string> launched;
-  play_kubelet(client, "scale", {{"1x1-bs4-fp32", 10.0}, {"2x1-bs4-fp32", 19.0}}, launched, 20s);
-  controller.stop();
-  return {client.get(resources::kBenchmarkRuns, "default", "scale"), controller.registry().serialize()};
-}
-
 // An API server over etcd refuses an object past etcd's request limit (1.5 MiB by default: a run
 // of hundreds of cases, each result about 1.5 KB). The operator writes the status again with less
 // of each result and the run goes on: here against a server that takes a little less than this
@@ -289,14 +290,16 @@ TEST(Controller, AStatusLargerThanTheApiServerTakesIsWrittenWithLessOfEachResult
   std::size_t whole = 0;
   {
     ApiServer unlimited;
-    const auto [run, metrics] = scale_run_against(unlimited);
+    const json run = scale_run_against(unlimited).run;
     ASSERT_EQ(run["status"].value("phase", ""), "Succeeded") << run.dump();
     ASSERT_TRUE(run["status"]["results"][1].contains("flops"));
     whole = run.dump().size();
   }
   ApiServer server({"--max-object-bytes", std::to_string(whole - 200)});
   ::testing::internal::CaptureStderr();
-  const auto [run, metrics] = scale_run_against(server);
+  const ScaleRun done = scale_run_against(server);
+  const json& run = done.run;
+  const std::string& metrics = done.metrics;
   const std::string log = ::testing::internal::GetCapturedStderr();
   ASSERT_EQ(run["status"].value("phase", ""), "Succeeded") << log;
   EXPECT_LE(run.dump().size(), whole - 200);
