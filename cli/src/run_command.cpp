@@ -628,6 +628,7 @@ void run_attempts(const LocalExecutor& x, RunStateMachine& machine, RunProgress&
     const std::string log_file = x.logs + "/" + (c.spec.preflight ? "preflight" : c.id) + "-a" + std::to_string(attempt) + ".log";
     std::ofstream log(log_file, std::ios::binary | std::ios::trunc);
     const bool logged = static_cast<bool>(log);  // a full disk costs the log, not the case
+    if (!logged) out << "  its output is not kept: cannot write " << log_file << ": " << std::strerror(errno) << "\n";
     const ChildOutcome child = run_child(
         command.argv, command.env, command.timeout_seconds,
         [&](const std::string& line) {

@@ -1453,6 +1453,22 @@ TEST_F(RunCli, AStatusThatCannotBeWrittenAnywhereFollowsOnStdout) {
   }
 }
 
+// A log that cannot be written (a full disk; here the logs' folder taken by a file while batch 2
+// runs) costs the log, not the case, and the run says so.
+TEST_F(RunCli, ALogThatCannotBeWrittenCostsTheLogNotTheCase) {
+  const std::string logs = (dir_ / "unlogged.logs").string();
+  const std::string worker = batch_2_stand_in("taken", "rm -rf '" + logs + "'; touch '" + logs + "';");
+  write("taken", "");
+  const Outcome run = dlbench("run -f " + write("run.yaml", three_batches("unlogged")) + " --max-devices 1 --worker " + worker);
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("[3/3] 1x1-bs3-fp32: 1 rank\n  its output is not kept: cannot write "
+                                 "unlogged.logs/1x1-bs3-fp32-a1.log: Not a directory\n"));
+  EXPECT_THAT(run.out, Not(HasSubstr("1x1-bs2-fp32-a1.log: Not a directory")));
+  const BenchmarkRun finished = status("unlogged.status.json");
+  ASSERT_EQ(finished.status->results.size(), 3u);
+  EXPECT_EQ(finished.status->results[2].state, CaseState::Succeeded);
+}
+
 TEST_F(RunCli, ASecondRunWritingTheSameStatusIsRefused) {
   const std::string run = "run -f " + write("run.yaml", sweep()) + " --max-devices 1 --worker /bin/false";
   const int held = ::open((dir_ / "s.json.lock").c_str(), O_RDWR | O_CREAT, 0644);
