@@ -613,6 +613,12 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
         written_[key] = {cached->uid, std::move(written->stored), options_.steady_now(), std::chrono::steady_clock::now()};
       }
       fields["statusWritten"] = true;
+      // Each result whole in the log as it is recorded: what a status trimmed to fit the API
+      // server leaves out (ResultDetail) is kept there.
+      const std::size_t recorded = run.value("status", json::object()).value("results", json::array()).size();
+      for (std::size_t i = recorded; i < actions.status->results.size(); ++i) {
+        log_line("info", "case result recorded", {{"run", key}, {"result", to_json(actions.status->results[i])}});
+      }
       if (outcome != ReconcileOutcome::queued) outcome = ReconcileOutcome::changed;
       const bool ended = actions.status->phase == Phase::Succeeded || actions.status->phase == Phase::Failed;
       if (ended && cached->phase == "Running") enqueue_waiting_runs();  // its case slot is free

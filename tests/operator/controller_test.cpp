@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <vector>
 #include <thread>
 
@@ -320,6 +321,18 @@ TEST(Controller, AStatusLargerThanTheApiServerTakesIsWrittenWithLessOfEachResult
   EXPECT_EQ(sample_value(metrics, "dlbench_operator_status_results_trimmed_total{detail=\"trimmed\"}"), 1.0) << metrics;
   EXPECT_EQ(sample_value(metrics, "dlbench_operator_status_results_trimmed_total{detail=\"essential\"}"), 0.0);
   EXPECT_THAT(log, ::testing::HasSubstr(R"("detail":"trimmed","level":"warning","msg":"the status is larger than the API server takes: written again with less of each result","results":2,"run":"default/scale")"));
+  // What the status leaves out is in the log: each result whole, as it was recorded.
+  std::vector<json> logged;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    const json entry = json::parse(line, nullptr, false);
+    if (entry.is_object() && entry.value("msg", "") == "case result recorded") logged.push_back(entry["result"]);
+  }
+  ASSERT_EQ(logged.size(), 2u) << log;
+  EXPECT_EQ(logged[1]["case"].value("id", ""), "2x1-bs4-fp32");
+  EXPECT_TRUE(logged[1].contains("flops"));
+  EXPECT_TRUE(logged[1].contains("communication"));
+  EXPECT_EQ(logged[1]["lossAfterRepeats"].size(), 3u);
 }
 
 // The write-status branch where the fresh read after a 409 shows another spec: the status
