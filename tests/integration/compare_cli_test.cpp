@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include "../support/process.hpp"
 #include "dlbench/core/codec.hpp"
 #include "dlbench/core/statistics.hpp"
+#include "dlbench/core/status.hpp"
 
 namespace dlbench {
 namespace {
@@ -279,6 +281,38 @@ TEST_F(CompareCli, EachVerdictSaysWhyAndStrictFailsOnWhatCouldNotBeJudged) {
 }
 
 // What cannot be compared is refused with exit 2, naming the file, the field or the option.
+// A status the operator trimmed to fit its API server (ResultDetail) reads as any other: the report's
+// tables, and compare against the same run whole (the same repeats: no change, nothing differs).
+TEST_F(CompareCli, AStatusTrimmedToItsEssentialsIsReportedAndComparedAsAnyOther) {
+  std::ifstream in(std::string(DLBENCH_SOURCE_DIR) + "/docs/samples/isa-avx512.status.json");
+  const auto decoded = decode_benchmark_run(nlohmann::json::parse(in));
+  ASSERT_TRUE(decoded.ok());
+  BenchmarkRun essential = *decoded.value;
+  keep_result_detail(*essential.status, ResultDetail::essential);
+  ASSERT_FALSE(essential.status->results[0].environment.has_value());
+  const Outcome report = dlbench("report " + write("essential.json", essential) + " --format csv");
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  const Outcome whole_report = dlbench("report " + write("whole.json", *decoded.value) + " --format csv");
+  // The same throughput, speed-up and efficiency rows; the tables of what it left out are gone.
+  const auto rows = [](const std::string& csv, const std::string& table) {
+    std::vector<std::string> kept;
+    std::istringstream lines(csv);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.starts_with(table + ",")) kept.push_back(line);
+    }
+    return kept;
+  };
+  for (const char* table : {"throughput", "speedup", "efficiency"}) {
+    EXPECT_EQ(rows(report.out, table).size(), 4u) << table << "\n" << report.out;
+    EXPECT_EQ(rows(report.out, table), rows(whole_report.out, table)) << table;
+  }
+  EXPECT_EQ(rows(whole_report.out, "learningrate").size(), 4u) << whole_report.out;
+  EXPECT_TRUE(rows(report.out, "learningrate").empty());
+  const Outcome compared = dlbench("compare whole.json essential.json");
+  EXPECT_EQ(compared.exit_code, 0) << compared.out << compared.err;
+  EXPECT_THAT(compared.out, HasSubstr("4 cases: 4 no change; no case slower"));
+}
+
 TEST_F(CompareCli, RefusesWhatCannotBeCompared) {
   write("resnet.json", run_of("r", {measured(one_gpu, 1000)}));
   BenchmarkRun bert = run_of("b", {measured(one_gpu, 1000)});
