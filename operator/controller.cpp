@@ -40,6 +40,29 @@ constexpr const char* kChildSelector = "app.kubernetes.io/managed-by=dlbench-ope
 
 bool is_deleting(const json& object) { return object["metadata"].contains("deletionTimestamp"); }
 
+// The run as the API server holds it now, against the cached `run` a reconcile judged.
+enum class LiveRun {
+  gone,   // deleted, being deleted, or another object of its name
+  moved,  // its generation, spec or status differ: the cache is behind
+  same,   // the same in all a decision reads (metadata alone may differ: another writer's annotations)
+};
+LiveRun live_against(KubeClient& client, const std::string& ns, const std::string& name, const json& run) {
+  json live;
+  try {
+    live = client.get(resources::kBenchmarkRuns, ns, name);
+  } catch (const KubeError& e) {
+    if (e.status == 404) return LiveRun::gone;
+    throw;
+  }
+  if (is_deleting(live) || live["metadata"].value("uid", "") != run["metadata"].value("uid", "")) return LiveRun::gone;
+  if (live["metadata"].value("generation", 0) != run["metadata"].value("generation", 0) ||
+      live.value("spec", json::object()) != run.value("spec", json::object()) ||
+      live.value("status", json::object()) != run.value("status", json::object())) {
+    return LiveRun::moved;
+  }
+  return LiveRun::same;
+}
+
 // A write refused for its size: 413 from the API server (3 MiB a request), or etcd's "request is too
 // large" (1.5 MiB by default) passed on as a 500.
 bool too_large(const KubeError& e) {
@@ -588,25 +611,20 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
     // another (an API server restored from a backup: the runs' list not yet in, the pods' already)
     // would start a case beside the one running, or delete the running one's pods. Metadata alone
     // (another writer's annotations) changes no decision.
-    try {
-      const json live = client_.get(resources::kBenchmarkRuns, ns, name);
-      if (is_deleting(live) || live["metadata"].value("uid", "") != cached->uid) return ReconcileOutcome::gone;
-      if (live.value("spec", json::object()) != run.value("spec", json::object()) ||
-          live.value("status", json::object()) != run.value("status", json::object())) {
+    switch (live_against(client_, ns, name, run)) {
+      case LiveRun::gone: return ReconcileOutcome::gone;
+      case LiveRun::moved:
         fields["awaiting"] = "the cache to show the run as the API server holds it";
         queue_.add_after(key, std::chrono::milliseconds(100));
         return ReconcileOutcome::stale;
-      }
-    } catch (const KubeError& e) {
-      if (e.status == 404) return ReconcileOutcome::gone;
-      throw;
+      case LiveRun::same: break;
     }
   }
   // The status first: a result is on record before the children that produced it are deleted, so
   // that a refused write (409) leaves the world as it was, to be judged again on a fresh read.
   ReconcileOutcome outcome = world.admission.admitted ? ReconcileOutcome::unchanged : ReconcileOutcome::queued;
   if (actions.status) {
-    if (std::optional<StatusWrite> written = write_status_that_fits(key, run, cached->resource_version, *actions.status)) {
+    if (std::optional<StatusWrite> written = write_status_that_fits(ns, name, run, cached->resource_version, *actions.status)) {
       if (written->refused) return *written->refused;
       {
         std::lock_guard lock(expectations_mutex_);
@@ -639,11 +657,10 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   return outcome;
 }
 
-std::optional<Controller::StatusWrite> Controller::write_status_that_fits(const std::string& key, const json& run,
-                                                                          const std::string& version,
+std::optional<Controller::StatusWrite> Controller::write_status_that_fits(const std::string& ns, const std::string& name,
+                                                                          const json& run, const std::string& version,
                                                                           const BenchmarkRunStatus& wanted) {
-  const auto slash = key.find('/');
-  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const std::string key = ns + "/" + name;
   ResultDetail detail = ResultDetail::full;
   {
     std::lock_guard lock(expectations_mutex_);
@@ -704,21 +721,13 @@ Controller::StatusWrite Controller::write_status(const std::string& ns, const st
   // made from the read hold, and the diff is written without a condition: only the leading
   // operator writes a status (a replica that lost the Lease writes nothing), so the status the
   // fresh read shows is the one the write meets.
-  json live;
-  try {
-    live = client_.get(resources::kBenchmarkRuns, ns, name);
-  } catch (const KubeError& e) {
-    if (e.status == 404) return {ReconcileOutcome::gone, {}};
-    throw;
-  }
-  if (is_deleting(live) || live["metadata"].value("uid", "") != run["metadata"].value("uid", "")) return {ReconcileOutcome::gone, {}};
-  if (live["metadata"].value("generation", 0) != run["metadata"].value("generation", 0) ||
-      live.value("spec", json::object()) != run.value("spec", json::object()) ||
-      live.value("status", json::object()) != run.value("status", json::object())) {
-    return first;  // judged again once the cache has caught up
+  switch (live_against(client_, ns, name, run)) {
+    case LiveRun::gone: return {ReconcileOutcome::gone, {}};
+    case LiveRun::moved: return first;  // judged again once the cache has caught up
+    case LiveRun::same: break;
   }
   if (!options_.may_write()) throw std::runtime_error("this replica no longer holds the Lease");
-  return write({{"uid", live["metadata"]["uid"]}});
+  return write({{"uid", run["metadata"]["uid"]}});
 }
 
 void Controller::record_metrics(const std::string& ns, const std::string& name, const BenchmarkRunStatus& status,

@@ -122,8 +122,9 @@ class Controller {
                            const std::string& version, const nlohmann::json& patch);
   // `wanted` as a patch over the run's status, written with as much of each result as the API
   // server takes (ResultDetail, remembered for the run); nullopt where nothing changed.
-  std::optional<StatusWrite> write_status_that_fits(const std::string& key, const nlohmann::json& run,
-                                                    const std::string& version, const BenchmarkRunStatus& wanted);
+  std::optional<StatusWrite> write_status_that_fits(const std::string& ns, const std::string& name,
+                                                    const nlohmann::json& run, const std::string& version,
+                                                    const BenchmarkRunStatus& wanted);
   void record_metrics(const std::string& ns, const std::string& name, const BenchmarkRunStatus& status,
                       Statistic statistic);
 
