@@ -13,6 +13,11 @@
   waits until the group exists, as those schedulers hold a gang; a scheduled pod is bound through
   pods/NAME/binding (spec.nodeName), and Pending pods are tried again every period, as the
   scheduler retries.
+- Deletion as the kubelet does it: a pod the API server marks Terminating (deletionTimestamp) has
+  its processes sent SIGTERM, then SIGKILL when its grace is spent; its end is reported and the pod
+  deleted with a grace of 0 (uid precondition). A pod that runs sshd (none here) takes
+  --sshd-stop-seconds to stop, within its grace; a terminating pod holds its place on the node
+  (anti-affinity) until it is gone, as the scheduler counts it.
 - Failure on request: annotate a pod with `kubelet.dlbench.io/fail=<what>` (kubectl annotate) and it
   fails the way a real node would report it:
     OOMKilled      phase Failed, container terminated with exit code 137, reason OOMKilled
@@ -156,7 +161,7 @@ def failed_status(what):
 
 
 class Kubelet:
-    def __init__(self, api, bin_dirs, work_dir, period, capacity, claims=None):
+    def __init__(self, api, bin_dirs, work_dir, period, capacity, claims=None, sshd_stop_seconds=0.0):
         self.api = api
         self.capacity = capacity
         self.claims = claims or {}  # PersistentVolumeClaim name -> the directory its volume holds
@@ -166,6 +171,8 @@ class Kubelet:
         self.running = {}  # pod uid -> subprocess.Popen
         self.started = set()  # uids of the pods whose processes this node started (sync loop only)
         self.reported = {}  # pod uid -> the terminal status this node reported for it
+        self.terminating = {}  # pod uid -> (when its grace ends, whether it ran a process here): being deleted
+        self.sshd_stop_seconds = sshd_stop_seconds
         self.ports = {}  # (namespace, headless Service) -> the rendezvous port its pods share
         self.lock = threading.Lock()
 
@@ -212,12 +219,15 @@ class Kubelet:
     def sync_pods(self):
         alive = set()
         pods = self.api.list("/api/v1/pods")
-        # What runs on the node: bound, not terminated, not being deleted.
-        placed = [p for p in pods if p["spec"].get("nodeName") and "deletionTimestamp" not in p["metadata"]
-                  and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        # What runs on the node: bound and not ended. A pod being deleted is there until it is gone,
+        # as the scheduler counts it.
+        placed = [p for p in pods if p["spec"].get("nodeName") and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
         for pod in pods:
             meta, status = pod["metadata"], pod.get("status", {})
             alive.add(meta["uid"])
+            if "deletionTimestamp" in meta:
+                self.terminate(pod)
+                continue
             phase = status.get("phase", "Pending")
             if phase in ("Succeeded", "Failed"):
                 continue
@@ -255,6 +265,44 @@ class Kubelet:
         self.started &= alive
         with self.lock:
             self.reported = {uid: status for uid, status in self.reported.items() if uid in alive}
+            self.terminating = {uid: at for uid, at in self.terminating.items() if uid in alive}
+
+    def terminate(self, pod):
+        """A pod being deleted, as the kubelet ends one: SIGTERM to its processes, SIGKILL once its
+        grace (deletionGracePeriodSeconds) is spent, its end reported, then the pod deleted with a
+        grace of 0 and its uid as a precondition. A pod that runs sshd (no process here) takes
+        --sshd-stop-seconds, within its grace."""
+        meta = pod["metadata"]
+        uid, path = meta["uid"], pod_path(meta["namespace"], meta["name"])
+        with self.lock:
+            process = self.running.get(uid)  # gone from here once it has ended
+            first = uid not in self.terminating
+            if first:
+                grace = float(meta.get("deletionGracePeriodSeconds", 30))
+                self.terminating[uid] = (time.time() + (grace if process else min(grace, self.sshd_stop_seconds)),
+                                         process is not None or uid in self.started)
+            grace_ends, had_process = self.terminating[uid]
+        if process is not None and process.poll() is None:
+            if first:
+                os.killpg(process.pid, signal.SIGTERM)
+            if time.time() < grace_ends:
+                return
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        elif not had_process and time.time() < grace_ends:
+            return
+        if not had_process and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed") and pod["spec"].get("nodeName"):
+            container = pod["spec"]["containers"][0]["name"]  # sshd, ended by the SIGTERM
+            self.api.patch_status(path, {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}],
+                                         "containerStatuses": [{"name": container, "ready": False, "restartCount": 0,
+                                                                "state": {"terminated": {"exitCode": 143, "reason": "Error",
+                                                                                         "finishedAt": now()}}}]}, uid)
+        try:
+            self.api.call("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                                           "preconditions": {"uid": uid}})
+        except urllib.error.HTTPError as e:
+            if e.code != 409:  # 409: a namesake, not this pod
+                raise
 
     def place(self, pod, placed):
         """The scheduler's part for a Pending pod: bound to the node and reported Running (True), or
@@ -521,6 +569,8 @@ def main():
     parser.add_argument("--period", type=float, default=0.2, help="seconds between syncs")
     parser.add_argument("--claim", action="append", default=[], metavar="NAME=DIR",
                         help="a bound PersistentVolumeClaim: pods that mount claim NAME see DIR")
+    parser.add_argument("--sshd-stop-seconds", type=float, default=0.0,
+                        help="a deleted pod that runs sshd takes this long to stop (within its grace)")
     parser.add_argument("--capacity", action="append", default=["nvidia.com/gpu=8"], metavar="RESOURCE=N",
                         help="what the node has of an extended resource (default nvidia.com/gpu=8)")
     args = parser.parse_args()
@@ -530,7 +580,7 @@ def main():
         shutil.rmtree(args.work_dir)
     print(f"simulated kubelet on {args.api}", flush=True)
     claims = dict(c.split("=", 1) for c in args.claim)
-    Kubelet(Api(args.api), args.bin_dir, args.work_dir, args.period, capacity, claims).serve()
+    Kubelet(Api(args.api), args.bin_dir, args.work_dir, args.period, capacity, claims, args.sshd_stop_seconds).serve()
 
 
 if __name__ == "__main__":

@@ -8,11 +8,14 @@ volumes may fail after the pod was reported Running. Once, in CI, that left a la
 Running with no process and its case timed out. These tests make such answers happen on purpose,
 against the real test API server, one sync at a time.
 """
+import json
 import os
 import shutil
 import signal
 import tempfile
+import time
 import unittest
+import urllib.request
 
 from local_cluster import Api, start_apiserver, wait_for
 from simulated_kubelet import Kubelet
@@ -127,6 +130,57 @@ class SimulatedKubeletTest(unittest.TestCase):
         self.assertEqual(again["containerStatuses"][0]["state"]["terminated"], ended)
         with open(runs) as f:
             self.assertEqual(f.read(), "ran\n")
+
+    def test_a_deleted_pod_is_stopped_as_a_kubelet_stops_it_and_stays_terminating_until_then(self):
+        """SIGTERM first, SIGKILL when the pod's grace is spent; a pod that runs sshd takes
+        --sshd-stop-seconds; each is reported ended and deleted with a grace of 0 only then."""
+        kubelet = Kubelet(self.api, [], os.path.join(self.work, "node"), 0.05, {}, sshd_stop_seconds=1.0)
+        pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        termed = os.path.join(self.work, "termed")
+
+        def pod(name, command, grace=30):
+            self.api.call("POST", pods, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+                "restartPolicy": "Never", "terminationGracePeriodSeconds": grace,
+                "containers": [{"name": "c", "command": command}]}})
+
+        pod("sshd", ["/usr/sbin/sshd", "-De"])
+        pod("polite", ["/bin/sh", "-c", f"trap 'echo term > {termed}; exit 0' TERM; while :; do sleep 0.05; done"])
+        pod("deaf", ["/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"], grace=2)
+        wait_for(lambda: kubelet.sync_pods() or all(
+            (self.api.call("GET", f"{pods}/{n}") or {}).get("status", {}).get("phase") == "Running"
+            for n in ("sshd", "polite", "deaf")), 10, "the pods to run", period=0.05)
+        wait_for(lambda: len(kubelet.running) == 2, 10, "their processes", period=0.05)
+        since = self.api.call("GET", pods)["metadata"]["resourceVersion"]
+        deleted_at = {}
+        for name in ("sshd", "polite", "deaf"):
+            self.api.call("DELETE", f"{pods}/{name}")
+            deleted_at[name] = time.monotonic()
+        seen = {}  # name -> the phases it was shown in while terminating
+
+        def gone():
+            kubelet.sync_pods()
+            for name in deleted_at:
+                shown = self.api.call("GET", f"{pods}/{name}")
+                if shown is None:
+                    seen.setdefault(name, []).append(time.monotonic() - deleted_at[name])
+                else:
+                    self.assertIn("deletionTimestamp", shown["metadata"])
+                    seen.setdefault(name, []).append(shown["status"].get("phase"))
+            return all(isinstance(seen[n][-1], float) for n in deleted_at)
+        wait_for(gone, 15, "the deleted pods to go", period=0.05)
+        after = {name: next(x for x in phases if isinstance(x, float)) for name, phases in seen.items()}
+        with open(termed) as f:
+            self.assertEqual(f.read(), "term\n", "the polite pod's process heard SIGTERM")
+        self.assertLess(after["polite"], 1.0, "a process that ends on SIGTERM ends its pod at once")
+        self.assertGreaterEqual(after["sshd"], 1.0, seen["sshd"])
+        self.assertGreaterEqual(after["deaf"], 2.0, "a process deaf to SIGTERM keeps its pod for its grace")
+        self.assertLess(after["deaf"], 5.0, "and is killed when the grace is spent")
+        with urllib.request.urlopen(f"{self.url}{pods}?watch=true&resourceVersion={since}&timeoutSeconds=1") as w:
+            events = [json.loads(line) for line in w.read().decode().splitlines() if line.strip()]
+        sshd = [(e["type"], e["object"]["status"].get("phase")) for e in events if e["object"]["metadata"]["name"] == "sshd"]
+        self.assertEqual(sshd[-2:], [("MODIFIED", "Failed"), ("DELETED", "Failed")],
+                         "an sshd pod is reported ended before it goes")
+        self.assertEqual(kubelet.running, {})
 
 
 if __name__ == "__main__":

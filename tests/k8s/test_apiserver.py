@@ -6,7 +6,9 @@ resource lists, CRDs included once created), create/get/list/update/merge-patch/
 namespaced objects, equality label selectors, watch streams with resourceVersion and
 bookmarks, 409 Conflict on a stale resourceVersion, 410 Gone for a watch older than the kept
 history, the status subresource (status only through it), Secrets' stringData folded into
-data, owner-reference garbage collection (cascading), and Table output with a CRD's
+data, owner-reference garbage collection (cascading), graceful deletion of pods (a pod on a node
+stays, Terminating with a deletionTimestamp, until its kubelet deletes it with a grace of 0; a
+DeleteOptions' uid precondition is honoured), and Table output with a CRD's
 additionalPrinterColumns so that `kubectl get br` shows its real columns.
 
 Also, for fault tests, behaviour the real API server has too: the pods/binding subresource (how a
@@ -116,6 +118,40 @@ class Store:
                 self.resources[(spec["group"], version["name"], spec["names"]["plural"])] = (
                     spec["names"]["kind"], spec.get("scope", "Namespaced") == "Namespaced")
         self.crds[(spec["group"], spec["names"]["plural"])] = crd
+
+    def delete(self, key, grace=None):
+        """Deletes an object (the lock held); True where it is a pod left terminating instead.
+
+        A pod on a node is deleted gracefully, as the pod strategy's CheckGracefulDelete decides:
+        its deletionTimestamp is set `grace` seconds ahead (DeleteOptions', else the pod's
+        terminationGracePeriodSeconds, 30 by default) and it stays, Terminating, until its kubelet
+        has stopped its containers and deletes it with a grace of 0. A pod no node runs, or one
+        that has ended, goes at once; so does every other kind. Owner references: the garbage
+        collector deletes what the object owned, and so on down, the same way."""
+        obj = self.objects[key]
+        if key[:2] == ("", "pods"):
+            spec, phase = obj.get("spec", {}), obj.get("status", {}).get("phase")
+            period = spec.get("terminationGracePeriodSeconds", 30) if grace is None else grace
+            if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+                period = 0
+            meta = obj["metadata"]
+            if period > 0:
+                if "deletionTimestamp" in meta and meta.get("deletionGracePeriodSeconds", 0) <= period:
+                    return True  # already terminating, no sooner
+                at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=period)
+                meta["deletionTimestamp"] = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+                meta["deletionGracePeriodSeconds"] = period
+                self._meta(obj)
+                self.record(key[0], key[1], key[2], "MODIFIED", obj)
+                return True
+        self.objects.pop(key)
+        self._meta(obj)
+        self.record(key[0], key[1], key[2], "DELETED", obj)
+        uid = obj["metadata"]["uid"]
+        for child_key, child in list(self.objects.items()):
+            if child_key in self.objects and any(ref.get("uid") == uid for ref in child["metadata"].get("ownerReferences", [])):
+                self.delete(child_key)
+        return False
 
 
 def selector_matches(selector, labels):
@@ -521,28 +557,27 @@ class Handler(BaseHTTPRequestHandler):
         self.write(merge=True)
 
     def do_DELETE(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))  # DeleteOptions: read, or the next request breaks
+        length = int(self.headers.get("Content-Length", 0))
+        raw = self.rfile.read(length)  # DeleteOptions: read, or the next request breaks
         r = self.route()
         if r is None or r[4] is None or not self.known(r[0], r[1], r[2]):
             return self.status(404, "NotFound", "unknown resource")
         group, _version, plural, namespace, name, _sub = r
+        options = json.loads(raw or b"{}") if raw.strip() else {}
+        grace = options.get("gracePeriodSeconds", self.query.get("gracePeriodSeconds", [None])[0])
         s = self.store
         with s.lock:
-            obj = s.objects.pop((group, plural, namespace or "", name), None)
+            key = (group, plural, namespace or "", name)
+            obj = s.objects.get(key)
             if obj is None:
                 return self.status(404, "NotFound", f'{plural} "{name}" not found')
-            s._meta(obj)
-            s.record(group, plural, namespace or "", "DELETED", obj)
-            # Owner references: the garbage collector deletes what the object owned, and so on down.
-            orphaned = [obj["metadata"]["uid"]]
-            while orphaned:
-                uid = orphaned.pop()
-                for key, child in list(s.objects.items()):
-                    if any(ref.get("uid") == uid for ref in child["metadata"].get("ownerReferences", [])):
-                        s.objects.pop(key)
-                        s._meta(child)
-                        s.record(key[0], key[1], key[2], "DELETED", child)
-                        orphaned.append(child["metadata"]["uid"])
+            wanted_uid = (options.get("preconditions") or {}).get("uid")
+            if wanted_uid and wanted_uid != obj["metadata"]["uid"]:  # the kubelet's last word on a namesake
+                return self.status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": Precondition '
+                                                    f'failed: UID in precondition: {wanted_uid}, UID in object meta: '
+                                                    f'{obj["metadata"]["uid"]}')
+            if s.delete(key, None if grace is None else int(grace)):
+                return self.send_json(200, obj)  # graceful: the pod, now terminating, as the real server answers
         self.send_json(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
 

@@ -107,6 +107,67 @@ class ApiServerTest(unittest.TestCase):
         self.kubectl("delete", "configmap", "owner")
         self.assertEqual(self.kubectl("get", "pods", "-l", "run=r1", "-o", "name").stdout.split(), [])
 
+    def test_a_pod_on_a_node_is_deleted_gracefully_and_gone_when_its_kubelet_says(self):
+        """As the pod strategy decides: a pod no node runs, or one that has ended, goes at once; one
+        on a node stays Terminating for its grace, until its kubelet deletes it with a grace of 0."""
+        path = "/api/v1/namespaces/default/pods"
+
+        def pod(name, owner=None):
+            meta = {"name": name, **({"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "keeper",
+                                                             "uid": owner}]} if owner else {})}
+            return json.loads(self.http("POST", path, {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                                                       "spec": {"terminationGracePeriodSeconds": 20,
+                                                                "containers": [{"name": "c", "image": "i"}]}})[1])
+
+        def bind(name):
+            self.assertEqual(self.http("POST", f"{path}/{name}/binding",
+                                       {"kind": "Binding", "target": {"kind": "Node", "name": "node-0"}})[0], 201)
+
+        pod("unbound")
+        self.assertEqual(self.http("DELETE", f"{path}/unbound")[0], 200)
+        self.assertEqual(self.http("GET", f"{path}/unbound")[0], 404)
+
+        running = pod("bound")
+        bind("bound")
+        code, text = self.http("DELETE", f"{path}/bound")
+        self.assertEqual(code, 200)
+        answered = json.loads(text)
+        self.assertEqual(answered["metadata"]["deletionGracePeriodSeconds"], 20)
+        code, text = self.http("GET", f"{path}/bound")
+        self.assertEqual(code, 200, "a pod on a node stays until its kubelet has stopped it")
+        terminating = json.loads(text)["metadata"]
+        self.assertIn("deletionTimestamp", terminating)
+        self.assertIn("Terminating", self.kubectl("describe", "pod", "bound").stdout)
+        # Asked again, with a longer grace: no later; with a wrong uid: refused; the kubelet's own
+        # delete (grace 0, its uid): gone.
+        self.http("DELETE", f"{path}/bound", {"kind": "DeleteOptions", "gracePeriodSeconds": 60})
+        self.assertEqual(json.loads(self.http("GET", f"{path}/bound")[1])["metadata"]["deletionTimestamp"],
+                         terminating["deletionTimestamp"])
+        code, text = self.http("DELETE", f"{path}/bound", {"kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                                                          "preconditions": {"uid": "another"}})
+        self.assertEqual((code, json.loads(text)["reason"]), (409, "Conflict"))
+        self.assertEqual(self.http("DELETE", f"{path}/bound", {"kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                                                              "preconditions": {"uid": running["metadata"]["uid"]}})[0], 200)
+        self.assertEqual(self.http("GET", f"{path}/bound")[0], 404)
+
+        pod("ended")
+        bind("ended")
+        self.http("PATCH", f"{path}/ended/status", {"status": {"phase": "Succeeded"}}, "application/merge-patch+json")
+        self.assertEqual(self.http("DELETE", f"{path}/ended")[0], 200)
+        self.assertEqual(self.http("GET", f"{path}/ended")[0], 404)
+
+        # The garbage collector deletes an owner's pods the same way.
+        keeper = json.loads(self.http("POST", "/api/v1/namespaces/default/configmaps",
+                                      {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "keeper"}})[1])
+        pod("owned-unbound", keeper["metadata"]["uid"])
+        pod("owned-bound", keeper["metadata"]["uid"])
+        bind("owned-bound")
+        self.kubectl("delete", "configmap", "keeper")
+        self.assertEqual(self.http("GET", f"{path}/owned-unbound")[0], 404)
+        self.assertIn("deletionTimestamp", json.loads(self.http("GET", f"{path}/owned-bound")[1])["metadata"])
+        self.http("DELETE", f"{path}/owned-bound?gracePeriodSeconds=0")
+        self.assertEqual(self.http("GET", f"{path}/owned-bound")[0], 404)
+
     def test_watch_from_a_version_and_gone_when_too_old(self):
         path = "/api/v1/namespaces/default/configmaps"
         start = json.loads(self.http("GET", path)[1])["metadata"]["resourceVersion"]
