@@ -20,6 +20,7 @@ ObservedObject observe_object(const nlohmann::json& object) {
   }
   o.created = parse_rfc3339(meta.value("creationTimestamp", ""));
   o.deleting = meta.contains("deletionTimestamp");
+  if (o.deleting) o.deletion_at = parse_rfc3339(meta.value("deletionTimestamp", ""));
   return o;
 }
 

@@ -25,6 +25,8 @@ struct ObservedObject {
   std::string role;  // worker, launcher, ssh, hostfile
   std::optional<TimePoint> created;
   bool deleting = false;
+  // metadata.deletionTimestamp: for a pod, when its grace ends and its kubelet should have stopped it.
+  std::optional<TimePoint> deletion_at;
 };
 
 struct ObservedPod : ObservedObject {

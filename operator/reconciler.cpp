@@ -53,6 +53,41 @@ std::optional<TimePoint> attempt_started(const World& world, const std::string& 
   return started;
 }
 
+// The pods of another case or attempt of this run that have not ended. Deleted (or about to be),
+// each runs on until its kubelet has stopped it, within its grace: a case started now could train
+// beside one, where the methodology has each case alone.
+std::vector<const ObservedPod*> unended_previous_pods(const World& world, const std::string& id, int attempt) {
+  std::vector<const ObservedPod*> out;
+  for (const auto& p : world.pods) {
+    if ((p.case_id != id || p.attempt != attempt) && p.phase != "Succeeded" && p.phase != "Failed") out.push_back(&p);
+  }
+  return out;
+}
+
+// Past its grace by kPreviousPodsOverdueSeconds: its kubelet is not stopping it (a lost node keeps
+// a pod Terminating until the node is back or removed), and the next attempt waits no more.
+bool overdue(const ObservedPod& pod, TimePoint now) {
+  return pod.deletion_at && now - *pod.deletion_at > std::chrono::seconds(kPreviousPodsOverdueSeconds);
+}
+
+std::string awaiting_message(const std::string& id, int attempt, const std::vector<const ObservedPod*>& pods) {
+  std::string names;
+  for (std::size_t i = 0; i < pods.size() && i < 3; ++i) names += (i == 0 ? "" : ", ") + pods[i]->name;
+  if (pods.size() > 3) names += " and " + std::to_string(pods.size() - 3) + " more";
+  return id + " attempt " + std::to_string(attempt) + " starts once the pods before it have ended: " + names;
+}
+
+// Whether an unended pod of an earlier attempt is a worker on a node of this attempt's workers.
+bool previous_worker_shares_a_node(const World& world, const std::string& id, int attempt,
+                                   const std::vector<const ObservedPod*>& previous) {
+  std::set<std::string> nodes;
+  for (const auto& p : world.pods) {
+    if (p.case_id == id && p.attempt == attempt && p.role == "worker" && !p.node.empty()) nodes.insert(p.node);
+  }
+  return std::any_of(previous.begin(), previous.end(),
+                     [&](const ObservedPod* p) { return p->role == "worker" && nodes.contains(p->node); });
+}
+
 // Where the attempt's caseTimeoutSeconds counts from: its start, or — for a Kueue gang, which
 // waits in its queue first — the moment the last worker was judged by the scheduler after its
 // gates went. nullopt while it waits (the queue's wait is the queue's, not the case's).
@@ -257,7 +292,10 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
     for (const auto* o : children(world)) {
       if ((o->case_id != current.id || o->attempt != attempt) && !o->deleting) actions.remove.push_back(ref(*o));
     }
-    if (world.shared_node) machine.note_shared_node();
+    const std::vector<const ObservedPod*> ending = unended_previous_pods(world, current.id, attempt);
+    if (world.shared_node || previous_worker_shares_a_node(world, current.id, attempt, ending)) {
+      machine.note_shared_node();
+    }
 
     AttemptOutcome outcome = judge(run, current, attempt, world);
     if (const char* group_version = run.spec.worker.gang ? pod_group_api_version(run.spec.worker.gang->scheduler) : nullptr;
@@ -280,7 +318,23 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
       outcome.result.ran_alone = !machine.status().progress.shared_node;
       machine.attempt_ended(std::move(outcome.result));
       actions.requeue_after = std::chrono::seconds(1);
+    } else if (const bool begun = attempt_started(world, current.id, attempt).has_value();
+               !begun && !ending.empty() &&
+               !std::all_of(ending.begin(), ending.end(), [&](const ObservedPod* p) { return overdue(*p, world.now); })) {
+      // Nothing of this attempt until the pods before it have ended; no clock runs meanwhile.
+      machine.await_previous_pods(awaiting_message(current.id, attempt, ending));
+      actions.requeue_after = std::chrono::seconds(1);
     } else {
+      machine.await_previous_pods("");
+      if (!begun && !ending.empty()) {
+        // Announced with worker 0: once, by the pass that starts the attempt.
+        actions.events.push_back({"Warning", "PreviousPodsNotEnded",
+                                  awaiting_message(current.id, attempt, ending) + "; none has, " +
+                                      std::to_string(kPreviousPodsOverdueSeconds) +
+                                      " s past its grace (a lost node?), so it starts beside them, and is not "
+                                      "ranAlone where one shares its node",
+                                  "Pod/" + child_names(run.metadata.name, current.id, attempt).worker(0)});
+      }
       create_missing(run, current, attempt, world, config, keys, actions);
       // Wake up for the timeout even if nothing else changes (nothing to wait for while a gang is
       // in its queue: its admission is an event of its own).

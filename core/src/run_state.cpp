@@ -132,6 +132,17 @@ void RunStateMachine::queue(const std::string& why) {
                 now_);
 }
 
+void RunStateMachine::await_previous_pods(const std::string& why) {
+  if (status_.phase != Phase::Running || current() == nullptr) return;
+  if (why.empty()) {
+    const Condition* progressing = find_condition(status_.conditions, ConditionType::Progressing);
+    if (progressing != nullptr && progressing->reason == kReasonAwaitingPreviousPods) refresh();
+    return;
+  }
+  set_condition(status_.conditions,
+                {ConditionType::Progressing, ConditionStatus::True, kReasonAwaitingPreviousPods, why, "", generation_}, now_);
+}
+
 void RunStateMachine::admit(const std::string& training) {
   if (status_.phase != Phase::Pending) return;
   status_.phase = Phase::Running;

@@ -39,11 +39,14 @@ def benchmark_run(name, batches=(2,), pause=0.02, timeout=120, worker=None):
 
 
 class PodWatch(threading.Thread):
-    """Every pod ADDED since the start, from a watch of its own, by uid: a pod created twice has two."""
+    """Every pod ADDED since the start, from a watch of its own, by uid: a pod created twice has two.
+    And when each began terminating, ended (its phase Succeeded or Failed: its containers stopped)
+    and went (by uid), with its case."""
 
     def __init__(self, url):
         super().__init__(daemon=True)
         self.url, self.added, self.stopping, self.seen = url, [], False, set()
+        self.terminating, self.ended, self.gone, self.case = {}, {}, {}, {}
 
     def record(self, pod):
         meta = pod["metadata"]
@@ -73,6 +76,16 @@ class PodWatch(threading.Thread):
                         version = event["object"]["metadata"]["resourceVersion"]
                         if event["type"] == "ADDED":
                             self.record(event["object"])
+                        meta = event["object"]["metadata"]
+                        if event["type"] == "BOOKMARK":
+                            continue
+                        self.case[meta["uid"]] = meta.get("labels", {}).get("dlbench.io/case")
+                        if "deletionTimestamp" in meta:
+                            self.terminating.setdefault(meta["uid"], time.time())
+                        if event["object"].get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                            self.ended.setdefault(meta["uid"], time.time())
+                        if event["type"] == "DELETED":
+                            self.gone[meta["uid"]] = time.time()
             except urllib.error.HTTPError as e:
                 # 410 at the start: other writers (--history N) moved the versions past ours. A
                 # relist catches up; a pod made and gone entirely inside the gap goes unseen.
@@ -451,6 +464,40 @@ class OperatorFaultsTest(unittest.TestCase):
         self.assertEqual(groups[0]["metadata"]["ownerReferences"][0]["kind"], "Pod")
         status = self.finished(cluster, "with-volcano", 90)
         self.assertEqual(status["phase"], "Succeeded", status)
+
+    def test_a_case_starts_only_once_the_pods_of_the_case_before_it_have_ended(self):
+        """One node of a two-node case is lost (Evicted); the other's command, deaf to SIGTERM, runs
+        on, its pod Terminating, until dlbench-exec kills it (its own grace, 10 s, within the pod's
+        30). The next case waits for that pod to end, saying so, and runs alone."""
+        cluster = self.cluster()
+        deaf = "trap '' TERM; [ $DLBENCH_CASE = 2x1-bs2-fp32 ] && sleep 600; " + STEPS.format(pause=0.02)
+        run = benchmark_run("after", batches=(2, 4), timeout=100)
+        run["spec"]["command"] = ["sh", "-c", deaf]
+        run["spec"]["matrix"]["nodes"] = [2]
+        self.apply(cluster, run)
+        lost = "pod/after-2x1-bs2-fp32-a1-worker-1"
+        wait_for(lambda: "Running" in cluster.kubectl("get", "pods", "-o", "jsonpath={.items[*].status.phase}",
+                                                      "-l", "dlbench.io/case=2x1-bs2-fp32"), 30, "the first case to run")
+        cluster.kubectl("annotate", lost, "kubelet.dlbench.io/fail=Evicted")
+        waiting = wait_for(lambda: next((c for c in self.status(cluster, "after").get("conditions", [])
+                                         if c["type"] == "Progressing" and c["reason"] == "AwaitingPreviousPods"), None),
+                           30, "the second case to wait for the first one's pods")
+        self.assertEqual(waiting["message"],
+                         "2x1-bs4-fp32 attempt 1 starts once the pods before it have ended: after-2x1-bs2-fp32-a1-worker-0")
+        status = self.finished(cluster, "after", 120)
+        # The planner puts each batch size's 1x1 baseline first.
+        self.assertEqual([r["case"]["id"] for r in status["results"]],
+                         ["1x1-bs2-fp32", "1x1-bs4-fp32", "2x1-bs2-fp32", "2x1-bs4-fp32"])
+        first, second = status["results"][2:]
+        self.assertEqual((first["state"], first["reason"]), ("Failed", "Evicted"))
+        self.assertEqual(second["state"], "Succeeded", second)
+        self.assertTrue(second["ranAlone"])
+        survivor = next(uid for uid, c in self.pods.case.items() if c == "2x1-bs2-fp32" and uid in self.pods.terminating)
+        self.assertGreater(self.pods.ended[survivor] - self.pods.terminating[survivor], 8,
+                           "the survivor ran on after its SIGTERM: the test tested")
+        started = min(t for t, name, _ in self.pods.added if "-2x1-bs4-fp32-" in name)
+        self.assertGreater(started, self.pods.ended[survivor], "the next case began beside the pod before it")
+        self.assertIn("Progressing", {c["type"] for c in status["conditions"]})
 
     def test_cases_of_different_runs_do_not_share_a_node_unless_they_say_so(self):
         cluster = self.cluster(operator_args=["--max-concurrent-cases", "2"])

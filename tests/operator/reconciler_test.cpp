@@ -27,6 +27,9 @@ struct FakeCluster {
   json run;
   int launches = 0;
   bool pod_groups_served = true;  // what the controller's discovery would say
+  // As an API server deletes a pod on a node that has not ended: it stays, Terminating, this long
+  // (until the test removes it, as its kubelet would); 0: every removal at once.
+  std::chrono::seconds pod_grace{0};
 
   explicit FakeCluster(json benchmark_run) : run(std::move(benchmark_run)) {
     run["metadata"]["uid"] = "uid-1";
@@ -62,7 +65,18 @@ struct FakeCluster {
       o["status"] = json::object();
       objects[key] = o;
     }
-    for (const auto& r : a.remove) objects.erase(r.kind + "/" + r.name);
+    for (const auto& r : a.remove) {
+      const auto it = objects.find(r.kind + "/" + r.name);
+      if (it == objects.end()) continue;
+      json& o = it->second;
+      const std::string phase = o.value("status", json::object()).value("phase", "");
+      const bool on_a_node = !o.value("spec", json::object()).value("nodeName", "").empty();
+      if (pod_grace.count() > 0 && r.kind == "Pod" && on_a_node && phase != "Succeeded" && phase != "Failed") {
+        if (!o["metadata"].contains("deletionTimestamp")) o["metadata"]["deletionTimestamp"] = rfc3339_utc(now + pod_grace);
+      } else {
+        objects.erase(it);
+      }
+    }
     if (a.status) run["status"] = to_json(*a.status);
     return a;
   }
@@ -81,6 +95,26 @@ struct FakeCluster {
       o["status"] = {{"phase", "Running"},
                      {"conditions", {{{"type", "PodScheduled"}, {"status", "True"}}, {{"type", "Ready"}, {"status", "True"}}}}};
     }
+  }
+
+  // The scheduler's part: the worker pods bound to `node`.
+  void place_workers(const std::string& node) {
+    for (auto& [key, o] : objects) {
+      if (o["kind"] == "Pod" && o["metadata"]["labels"]["app.kubernetes.io/component"] == "worker") o["spec"]["nodeName"] = node;
+    }
+  }
+
+  // The pods being deleted, as their kubelet ends them: gone.
+  void end_terminating_pods() {
+    std::erase_if(objects, [](const auto& entry) { return entry.second["metadata"].contains("deletionTimestamp"); });
+  }
+
+  std::vector<std::string> terminating_pods() const {
+    std::vector<std::string> out;
+    for (const auto& [key, o] : objects) {
+      if (o["metadata"].contains("deletionTimestamp")) out.push_back(o["metadata"]["name"]);
+    }
+    return out;
   }
 
   json& job() {
@@ -756,6 +790,93 @@ TEST(Reconciler, RanAloneRecordsWhetherANodeWasShared) {
   ASSERT_EQ(cluster.status().results.size(), 2u);
   EXPECT_EQ(cluster.status().results[1].state, CaseState::Succeeded);
   EXPECT_EQ(cluster.status().results[1].ran_alone, true);
+}
+
+// A pod deleted on its node runs on until its kubelet has stopped it (its grace, 30 s by default):
+// the next attempt's pods could train beside it. Nothing of the next attempt is made until the
+// pods before it have ended, and the Progressing condition says so; no case clock runs meanwhile.
+TEST(Reconciler, TheNextAttemptStartsOnlyOnceThePodsBeforeItHaveEnded) {
+  FakeCluster cluster(scaling_run(1));
+  cluster.pod_grace = 30s;
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.place_workers("node-a");
+  cluster.step();
+  cluster.finish_launcher("mpirun: a rank failed", false);
+  cluster.step();
+  ASSERT_EQ(cluster.status().progress.current_attempt, 2);
+  const std::vector<std::string> ending = cluster.terminating_pods();
+  ASSERT_EQ(ending.size(), 1u) << "the first attempt's worker, Terminating";
+  EXPECT_THAT(ending[0], HasSubstr("-a1-worker-0"));
+  for (int pass = 0; pass < 3; ++pass) {
+    cluster.now += 10s;
+    const Actions a = cluster.step();
+    EXPECT_TRUE(a.create.empty()) << "pass " << pass << ": " << json(a.create).dump();
+    EXPECT_EQ(a.requeue_after, 1s);
+    const BenchmarkRunStatus status = cluster.status();
+    const Condition* progressing = find_condition(status.conditions, ConditionType::Progressing);
+    ASSERT_NE(progressing, nullptr);
+    EXPECT_EQ(progressing->reason, kReasonAwaitingPreviousPods);
+    EXPECT_EQ(progressing->message, "1x1-bs128-amp attempt 2 starts once the pods before it have ended: " + ending[0]);
+  }
+  cluster.end_terminating_pods();
+  cluster.step();
+  const auto pods = cluster.names("Pod");
+  ASSERT_EQ(pods.size(), 1u);
+  EXPECT_THAT(pods[0], HasSubstr("-a2-worker-0"));
+  const BenchmarkRunStatus status = cluster.status();
+  const Condition* progressing = find_condition(status.conditions, ConditionType::Progressing);
+  ASSERT_NE(progressing, nullptr);
+  EXPECT_EQ(progressing->reason, "CaseRunning");
+  EXPECT_EQ(progressing->message, "1x1-bs128-amp attempt 2");
+  // Its clock starts at its own pods: the 30 s waited for the pods before it are not the case's.
+  cluster.make_workers_ready();
+  cluster.now += std::chrono::seconds(decode_benchmark_run(cluster.run).value->spec.limits.case_timeout_seconds) - 5s;
+  cluster.step();
+  EXPECT_TRUE(cluster.status().results.empty()) << "timed out counting the wait";
+}
+
+// A pod that its kubelet does not stop (a lost node keeps it Terminating) is waited for until
+// kPreviousPodsOverdueSeconds past its grace; the attempt then starts beside it, says so once,
+// and its result is not ranAlone where that pod shares its node.
+TEST(Reconciler, APodPastItsGraceIsWaitedForNoLongerAndTheCaseBesideItIsNotRanAlone) {
+  FakeCluster cluster(scaling_run(1));
+  cluster.pod_grace = 30s;
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.place_workers("node-a");
+  cluster.step();
+  cluster.finish_launcher("mpirun: a rank failed", false);
+  cluster.step();
+  ASSERT_EQ(cluster.terminating_pods().size(), 1u);
+  cluster.now += 30s + std::chrono::seconds(kPreviousPodsOverdueSeconds);
+  EXPECT_TRUE(cluster.step().create.empty()) << "not yet past the margin";
+  cluster.now += 1s;
+  const Actions started = cluster.step();
+  const auto announced = std::find_if(started.events.begin(), started.events.end(),
+                                      [](const Event& e) { return e.reason == "PreviousPodsNotEnded"; });
+  ASSERT_NE(announced, started.events.end());
+  EXPECT_EQ(announced->type, "Warning");
+  EXPECT_THAT(announced->message, HasSubstr("1x1-bs128-amp attempt 2 starts once the pods before it have ended: " +
+                                            cluster.terminating_pods()[0]));
+  EXPECT_THAT(announced->announces, HasSubstr("-a2-worker-0"));
+  std::vector<std::string> created;
+  for (const auto& o : started.create) created.push_back(o["metadata"]["name"]);
+  EXPECT_THAT(created, ::testing::Contains(HasSubstr("-a2-worker-0")));
+  // Its workers land on the stuck pod's node (the old one is placed there already).
+  for (auto& [key, o] : cluster.objects) {
+    if (key.find("-a2-worker-") != std::string::npos) {
+      o["spec"]["nodeName"] = "node-a";
+      o["status"] = {{"phase", "Running"}, {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}};
+    }
+  }
+  cluster.step();
+  EXPECT_TRUE(cluster.status().progress.shared_node);
+  cluster.finish_launcher(cluster.result_for("1x1-bs128-amp", 120), true);
+  cluster.step();
+  ASSERT_EQ(cluster.status().results.size(), 1u);
+  EXPECT_EQ(cluster.status().results[0].state, CaseState::Succeeded);
+  EXPECT_EQ(cluster.status().results[0].ran_alone, false);
 }
 
 }  // namespace

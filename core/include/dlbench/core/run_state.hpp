@@ -65,6 +65,9 @@ class RunStateMachine {
   // Another case's worker was seen on a node of the current attempt (kept in status until the
   // attempt ends, so that the result's ranAlone survives a restart of the operator).
   void note_shared_node() { status_.progress.shared_node = true; }
+  // The current attempt waits for the pods of the one before to end (`why`: which, for the
+  // Progressing condition, reason AwaitingPreviousPods); an empty `why` ends the wait (CaseRunning).
+  void await_previous_pods(const std::string& why);
   // The current case cannot run on this executor: recorded as it is, no attempt spent.
   void skip(CaseResult result);
   // The executor was stopped: the run ends Failed, with `reason` (Interrupted: by a signal) and a

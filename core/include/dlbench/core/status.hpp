@@ -59,6 +59,13 @@ bool is_timeout_message(const std::string& message);
 // long to end (rank 0 writing what it measured, mpirun stopping the ranks) before SIGKILL; within
 // a pod's default terminationGracePeriodSeconds (30 s).
 inline constexpr int kLaunchStopGraceSeconds = 15;
+// The operator starts an attempt only once the pods of the attempt before have ended: until their
+// kubelet has stopped them (their terminationGracePeriodSeconds, 30 s by default) they may still
+// train beside it. A pod this long past its deletionTimestamp (its node lost, say) is waited for
+// no more; the attempt then starts, and is not ranAlone where such a pod shares a node with it.
+inline constexpr int kPreviousPodsOverdueSeconds = 30;
+// The Progressing condition's reason while an attempt waits for them.
+inline constexpr const char* kReasonAwaitingPreviousPods = "AwaitingPreviousPods";
 // The operator has its launcher stop the case at limits.caseTimeoutSeconds; its own deadline, and
 // the launcher Job's activeDeadlineSeconds, come this much later, the time the launcher has to
 // stop the case and hand back what it measured (its grace, and 5 s for the pod's end to arrive).
