@@ -6,7 +6,8 @@ gives up after its timeout, and the server applies the request when it thaws. So
 "Running" report may land although the kubelet saw it fail, and a Secret read for the pod's
 volumes may fail after the pod was reported Running. Once, in CI, that left a launcher pod
 Running with no process and its case timed out. These tests make such answers happen on purpose,
-against the real test API server, one sync at a time.
+against the real test API server, one sync at a time. And it ends a deleted pod as a kubelet
+does, SIGTERM first, SIGKILL when the pod's grace is spent, the pod Terminating until then.
 """
 import json
 import os

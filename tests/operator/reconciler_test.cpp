@@ -792,10 +792,9 @@ TEST(Reconciler, RanAloneRecordsWhetherANodeWasShared) {
   EXPECT_EQ(cluster.status().results[1].ran_alone, true);
 }
 
-// A pod deleted on its node runs on until its kubelet has stopped it (its grace, 30 s by default):
-// the next attempt's pods could train beside it. Nothing of the next attempt is made until the
-// pods before it have ended, and the Progressing condition says so; no case clock runs meanwhile.
-TEST(Reconciler, TheNextAttemptStartsOnlyOnceThePodsBeforeItHaveEnded) {
+// The first attempt of the first case failed with its worker still running on node-a: deleted,
+// it stays Terminating (a 30 s grace) while attempt 2 is current.
+FakeCluster first_attempt_failed_with_its_worker_running() {
   FakeCluster cluster(scaling_run(1));
   cluster.pod_grace = 30s;
   cluster.step();
@@ -804,6 +803,14 @@ TEST(Reconciler, TheNextAttemptStartsOnlyOnceThePodsBeforeItHaveEnded) {
   cluster.step();
   cluster.finish_launcher("mpirun: a rank failed", false);
   cluster.step();
+  return cluster;
+}
+
+// A pod deleted on its node runs on until its kubelet has stopped it (its grace, 30 s by default):
+// the next attempt's pods could train beside it. Nothing of the next attempt is made until the
+// pods before it have ended, and the Progressing condition says so; no case clock runs meanwhile.
+TEST(Reconciler, TheNextAttemptStartsOnlyOnceThePodsBeforeItHaveEnded) {
+  FakeCluster cluster = first_attempt_failed_with_its_worker_running();
   ASSERT_EQ(cluster.status().progress.current_attempt, 2);
   const std::vector<std::string> ending = cluster.terminating_pods();
   ASSERT_EQ(ending.size(), 1u) << "the first attempt's worker, Terminating";
@@ -840,14 +847,7 @@ TEST(Reconciler, TheNextAttemptStartsOnlyOnceThePodsBeforeItHaveEnded) {
 // kPreviousPodsOverdueSeconds past its grace; the attempt then starts beside it, says so once,
 // and its result is not ranAlone where that pod shares its node.
 TEST(Reconciler, APodPastItsGraceIsWaitedForNoLongerAndTheCaseBesideItIsNotRanAlone) {
-  FakeCluster cluster(scaling_run(1));
-  cluster.pod_grace = 30s;
-  cluster.step();
-  cluster.make_workers_ready();
-  cluster.place_workers("node-a");
-  cluster.step();
-  cluster.finish_launcher("mpirun: a rank failed", false);
-  cluster.step();
+  FakeCluster cluster = first_attempt_failed_with_its_worker_running();
   ASSERT_EQ(cluster.terminating_pods().size(), 1u);
   cluster.now += 30s + std::chrono::seconds(kPreviousPodsOverdueSeconds);
   EXPECT_TRUE(cluster.step().create.empty()) << "not yet past the margin";
