@@ -42,6 +42,10 @@
   subcommand, which resolves <hostname>.<subdomain>.<namespace>.svc the way cluster DNS does for a
   headless Service, checks that the launcher's key is in the worker's authorized_keys Secret, and runs
   the remote command (Open MPI's orted) locally. A wrong host name or key fails like ssh does (255).
+  The command has the pod's host name (its own UTS namespace, where unshare --uts is allowed),
+  so that ranks on two pods count two nodes. What it runs is recorded as running on that pod, and is killed (SIGKILL, orted and its ranks) when
+  the pod fails on request, stops after its deletion, or is gone, as a container's processes end
+  with its PID 1.
 """
 import argparse
 import base64
@@ -49,6 +53,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -142,6 +147,68 @@ def missing_pod_group(api, pod):
 
 def runs_sshd(pod):
     return os.path.basename(pod["spec"]["containers"][0].get("command", [""])[0]) == "sshd"
+
+
+def process_start(pid):
+    """A process's start time in clock ticks (/proc/PID/stat field 22): with its pid, names it once."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[19]
+
+
+def descendants(pid):
+    """pid and every process below it, parents first."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(children.get(current, []))
+    return out
+
+
+def session_dir(node_dir, namespace, pod):
+    """Where the ssh agent records each command it runs on a pod (pid and start time, one file each)."""
+    return os.path.join(node_dir, namespace, pod, "sessions")
+
+
+def kill_sessions(node_dir, namespace, pod):
+    """What ran on a pod over ssh (Open MPI's orted and its ranks) dies with it: a container's
+    processes end with its PID 1, sshd here."""
+    where = session_dir(node_dir, namespace, pod)
+    for name in os.listdir(where) if os.path.isdir(where) else []:
+        path = os.path.join(where, name)
+        with open(path) as f:
+            started = f.read().strip()
+        os.remove(path)
+        pid = int(name)
+        try:
+            if process_start(pid) != started:
+                continue  # ended; the pid now names another process
+            os.kill(pid, signal.SIGSTOP)  # no new children while they are gathered
+            for each in descendants(pid):
+                try:
+                    os.kill(each, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        except (OSError, IndexError):
+            continue
+
+
+def own_host_names():
+    """Whether a command run on a pod can have the pod's own host name: a UTS namespace of its own
+    (unshare --uts, which needs CAP_SYS_ADMIN). Without it every pod shares this machine's name."""
+    try:
+        return subprocess.run(["unshare", "--uts", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def is_pod_dns_name(value):
@@ -244,6 +311,7 @@ class Kubelet:
             fail = meta.get("annotations", {}).get(FAIL_ANNOTATION)
             if fail in FAILURES:
                 self.stop(meta["uid"])
+                kill_sessions(self.work_dir, meta["namespace"], meta["name"])
                 self.api.patch_status(path, failed_status(fail), meta["uid"])
                 continue
             if phase == "Pending" and not self.place(pod, placed):
@@ -262,6 +330,11 @@ class Kubelet:
             gone = [uid for uid in self.running if uid not in alive]
         for uid in gone:  # deleted pods: their processes are killed, as the runtime would
             self.stop(uid)
+        names = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods}
+        for namespace in os.listdir(self.work_dir) if os.path.isdir(self.work_dir) else []:
+            for name in os.listdir(os.path.join(self.work_dir, namespace)):
+                if (namespace, name) not in names:
+                    kill_sessions(self.work_dir, namespace, name)
         self.started &= alive
         with self.lock:
             self.reported = {uid: status for uid, status in self.reported.items() if uid in alive}
@@ -291,6 +364,7 @@ class Kubelet:
             process.wait()
         elif not had_process and time.time() < grace_ends:
             return
+        kill_sessions(self.work_dir, meta["namespace"], meta["name"])
         if not had_process and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed") and pod["spec"].get("nodeName"):
             container = pod["spec"]["containers"][0]["name"]  # sshd, ended by the SIGTERM
             self.api.patch_status(path, {"phase": "Failed", "conditions": [{"type": "Ready", "status": "False"}],
@@ -417,7 +491,8 @@ class Kubelet:
         agent = os.path.join(root, "ssh")
         with open(agent, "w") as f:
             f.write(f"#!/bin/sh\nexec {sys.executable} {os.path.abspath(__file__)} ssh --api {self.api.base} "
-                    f"--namespace {meta['namespace']} --ssh-dir {local('/etc/dlbench/ssh')} \"$@\"\n")
+                    f"--namespace {meta['namespace']} --ssh-dir {local('/etc/dlbench/ssh')} --node-dir {self.work_dir} "
+                    f"\"$@\"\n")
         os.chmod(agent, 0o755)
         env["OMPI_MCA_plm_rsh_agent"] = agent
         command = [local(arg) for arg in container["command"] + container.get("args", [])]
@@ -519,6 +594,7 @@ def ssh(argv):
     parser.add_argument("--api", required=True)
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--ssh-dir", required=True, help="the launcher's mounted SSH Secret")
+    parser.add_argument("--node-dir", help="the kubelet's work directory: the command is recorded as running on the pod")
     own, rest = parser.parse_known_args(argv)
     options_with_value = {"-F", "-o", "-l", "-p", "-i", "-E"}
     while rest and rest[0].startswith("-"):
@@ -556,7 +632,16 @@ def ssh(argv):
     if not key or key not in authorized.splitlines():
         print(f"{host}: Permission denied (publickey).", file=sys.stderr)
         sys.exit(255)
-    os.execvp("/bin/sh", ["/bin/sh", "-c", command])
+    if own.node_dir:  # it runs on the target pod: it ends with that pod
+        where = session_dir(own.node_dir, own.namespace, target["metadata"]["name"])
+        os.makedirs(where, exist_ok=True)
+        with open(os.path.join(where, str(os.getpid())), "w") as f:
+            f.write(process_start(os.getpid()))
+    argv = ["/bin/sh", "-c", command]
+    if own_host_names():  # the pod's host name, as each pod has its own (ranks count nodes by it)
+        hostname = target["spec"].get("hostname") or target["metadata"]["name"]
+        argv = ["unshare", "--uts", "/bin/sh", "-c", f"hostname {shlex.quote(hostname)} && exec /bin/sh -c {shlex.quote(command)}"]
+    os.execvp(argv[0], argv)
 
 
 def main():

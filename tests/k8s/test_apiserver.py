@@ -8,7 +8,9 @@ bookmarks, 409 Conflict on a stale resourceVersion, 410 Gone for a watch older t
 history, the status subresource (status only through it), Secrets' stringData folded into
 data, owner-reference garbage collection (cascading), graceful deletion of pods (a pod on a node
 stays, Terminating with a deletionTimestamp, until its kubelet deletes it with a grace of 0; a
-DeleteOptions' uid precondition is honoured), and Table output with a CRD's
+DeleteOptions' uid precondition is honoured), the pods/eviction subresource (`kubectl drain`'s
+request: the DisruptionTarget condition, then a graceful delete; no PodDisruptionBudgets), and
+Table output with a CRD's
 additionalPrinterColumns so that `kubectl get br` shows its real columns.
 
 Also, for fault tests, behaviour the real API server has too: the pods/binding subresource (how a
@@ -458,6 +460,8 @@ class Handler(BaseHTTPRequestHandler):
         obj = self.body()
         if plural == "pods" and _sub == "binding":
             return self.bind(namespace, _name, obj)
+        if plural == "pods" and _sub == "eviction":
+            return self.evict(namespace, _name, obj)
         name = obj.get("metadata", {}).get("name")
         if not name:
             return self.status(422, "Invalid", "metadata.name: Required value")
@@ -496,6 +500,25 @@ class Handler(BaseHTTPRequestHandler):
             s._meta(pod)
             s.record("", "pods", namespace or "", "MODIFIED", pod)
         self.send_json(201, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+    def evict(self, namespace, name, eviction):
+        """POST pods/NAME/eviction (policy/v1 Eviction), what `kubectl drain` asks for each pod. No
+        PodDisruptionBudget here, so it is granted: the pod gets the DisruptionTarget condition
+        (EvictionByEvictionAPI) and is deleted as a DELETE deletes it, gracefully on a node."""
+        s = self.store
+        with s.lock:
+            key = ("", "pods", namespace or "", name)
+            pod = s.objects.get(key)
+            if pod is None:
+                return self.status(404, "NotFound", f'pods "{name}" not found')
+            conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+            conditions[:] = [c for c in conditions if c.get("type") != "DisruptionTarget"] + [
+                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                 "message": "Eviction API: evicting", "lastTransitionTime": now()}]
+            s._meta(pod)
+            s.record("", "pods", namespace or "", "MODIFIED", pod)
+            s.delete(key, (eviction.get("deleteOptions") or {}).get("gracePeriodSeconds"))
+        self.send_json(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
 
     def write(self, merge):
         r = self.route()

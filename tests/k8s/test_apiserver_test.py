@@ -168,6 +168,17 @@ class ApiServerTest(unittest.TestCase):
         self.http("DELETE", f"{path}/owned-bound?gracePeriodSeconds=0")
         self.assertEqual(self.http("GET", f"{path}/owned-bound")[0], 404)
 
+        # An eviction (what `kubectl drain` asks for): the DisruptionTarget condition, then the same.
+        pod("drained")
+        bind("drained")
+        self.assertEqual(self.http("POST", f"{path}/drained/eviction", {"apiVersion": "policy/v1", "kind": "Eviction",
+                                                                        "metadata": {"name": "drained"}})[0], 201)
+        drained = json.loads(self.http("GET", f"{path}/drained")[1])
+        self.assertIn("deletionTimestamp", drained["metadata"])
+        self.assertEqual([(c["type"], c["reason"]) for c in drained["status"]["conditions"]],
+                         [("DisruptionTarget", "EvictionByEvictionAPI")])
+        self.http("DELETE", f"{path}/drained?gracePeriodSeconds=0")  # its kubelet's part: the server is shared
+
     def test_watch_from_a_version_and_gone_when_too_old(self):
         path = "/api/v1/namespaces/default/configmaps"
         start = json.loads(self.http("GET", path)[1])["metadata"]["resourceVersion"]
