@@ -32,8 +32,13 @@ ObservedPod observe_pod(const nlohmann::json& pod) {
   const auto spec = pod.value("spec", nlohmann::json::object());
   p.node = spec.value("nodeName", "");
   p.gated = !spec.value("schedulingGates", nlohmann::json::array()).empty();
+  std::optional<TimePoint> not_ready_since;
   for (const auto& c : status.value("conditions", nlohmann::json::array())) {
     if (c.value("type", "") == "Ready") p.ready = c.value("status", "") == "True";
+    if (c.value("type", "") == "Ready" && !p.ready) not_ready_since = parse_rfc3339(c.value("lastTransitionTime", ""));
+    if (c.value("type", "") == "DisruptionTarget" && c.value("status", "") == "True") {
+      p.disruption = c.value("reason", "") + (c.value("message", "").empty() ? "" : ": " + c.value("message", ""));
+    }
     if (c.value("type", "") == "PodScheduled" && c.value("reason", "") != "SchedulingGated") {
       p.scheduling_since = parse_rfc3339(c.value("lastTransitionTime", ""));
     }
@@ -55,6 +60,7 @@ ObservedPod observe_pod(const nlohmann::json& pod) {
       const int exit_code = t.value("exitCode", 0);
       if ((exit_code != 0 || t.value("reason", "") == "OOMKilled") && !p.failed) {
         p.failed = true;
+        p.failed_at = parse_rfc3339(t.value("finishedAt", ""));
         p.failure_reason = t.value("reason", "Error");
         p.failure_message = std::string(init ? "init container " : "container ") + cs.value("name", "?") +
                             " exited with code " + std::to_string(exit_code);
@@ -63,6 +69,7 @@ ObservedPod observe_pod(const nlohmann::json& pod) {
     }
   }
   if (p.phase == "Failed") {
+    if (!p.failed_at) p.failed_at = not_ready_since;
     p.failed = true;
     if (status.contains("reason")) {  // Evicted, DeadlineExceeded, … outrank the container's words
       p.failure_reason = status.value("reason", "");

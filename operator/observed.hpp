@@ -37,6 +37,11 @@ struct ObservedPod : ObservedObject {
   // (Unschedulable with the scheduler's message). Empty while healthy.
   std::string failure_reason, failure_message;
   bool failed = false;          // terminally: phase Failed or a terminated container
+  // When: the failed container's finishedAt, else when the pod stopped being Ready; unknown without either.
+  std::optional<TimePoint> failed_at;
+  // Why it is being taken down, where the cluster says (the DisruptionTarget condition: "reason:
+  // message", EvictionByEvictionAPI from a drain, PreemptionByScheduler, DeletionByTaintManager, …).
+  std::string disruption;
   bool unschedulable = false;   // not failed yet: the cluster may still make room
   std::string termination_message;  // of the first container, when terminated
   std::string node;                 // spec.nodeName, once scheduled

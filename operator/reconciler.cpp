@@ -128,6 +128,21 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   for (const auto& j : world.jobs) {
     if (j.case_id == current.id && j.attempt == attempt && j.role == "launcher") launcher_job = &j;
   }
+  // The launcher was made once every worker was Ready: a worker missing since was deleted (its
+  // kubelet removes the pod right after reporting its end, so the cache may never show that).
+  ObservedPod lost;
+  if (launcher_job != nullptr && failed_worker == nullptr) {
+    const ChildNames names = child_names(run.metadata.name, current.id, attempt);
+    for (int i = 0; i < current.spec.nodes && failed_worker == nullptr; ++i) {
+      const std::string name = names.worker(i);
+      if (std::none_of(world.pods.begin(), world.pods.end(), [&](const ObservedPod& p) { return p.name == name; })) {
+        lost.name = name;
+        lost.deleting = lost.failed = true;
+        lost.failure_message = "its pod is gone";
+        failed_worker = &lost;
+      }
+    }
+  }
 
   // 1. The launcher's result, whether the case succeeded or the worker reported its failure (a
   //    document for another case is CaseMismatch, as dlbench run judges it).
@@ -141,11 +156,34 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
       if (outcome.result.state == CaseState::Succeeded || failed_worker == nullptr) return outcome;
     }
   }
-  // 2. A worker that died says why better than the launcher that lost it.
+  // 2. A worker that died says why better than the launcher that lost it. What rank 0 measured
+  //    before comes back in the launcher's document (mpirun stops the other ranks, and rank 0 or its
+  //    deputy writes the repeats it kept, Stopped), so a launcher still running is given the time
+  //    it has to stop, from the worker's end; its repeats are kept under the worker's reason.
   if (failed_worker != nullptr) {
+    // Deleted mid-case by someone else (this operator deletes an attempt's pods only once it has
+    // ended): the container's end is the deletion's doing.
+    const bool deleted = failed_worker->deleting;
+    const std::string reason = deleted ? kReasonWorkerDeleted : failed_worker->failure_reason;
+    const std::string message =
+        "worker " + failed_worker->name +
+        (deleted ? " was deleted mid-case" + (failed_worker->disruption.empty() ? "" : " (" + failed_worker->disruption + ")")
+                 : "") +
+        ": " + failed_worker->failure_message;
+    if (outcome.finished) {
+      outcome.result.reason = reason;
+      outcome.result.message = message + "; " + outcome.result.message;
+      return outcome;
+    }
+    // Where the worker's end has no time, the launcher is waited for until it ends or its Job's
+    // deadline fails it.
+    const bool launcher_running = !wrapped && launcher_job != nullptr && !launcher_job->failed && !launcher_done;
+    if (launcher_running && (!failed_worker->failed_at || world.now - *failed_worker->failed_at <=
+                                                              std::chrono::seconds(kLauncherStopMarginSeconds))) {
+      return outcome;  // not yet: the launcher's document may hold repeats
+    }
     outcome.finished = true;
-    outcome.result = failure(current.spec, failed_worker->failure_reason,
-                             "worker " + failed_worker->name + ": " + failed_worker->failure_message, attempt, world.now);
+    outcome.result = failure(current.spec, reason, message, attempt, world.now);
     return outcome;
   }
   // 3. The launcher failed on its own; with engine: command, node 0's pod died without a result
@@ -215,7 +253,8 @@ void create_missing(const BenchmarkRun& run, const PlannedCase& current, int att
     const std::string name = names.worker(i);
     const auto pod = std::find_if(world.pods.begin(), world.pods.end(), [&](const ObservedPod& p) { return p.name == name; });
     if (pod == world.pods.end()) {
-      actions.create.push_back(build_worker_pod(run, current.spec, attempt, i, config));
+      // Once the launcher runs, a worker gone is lost (judge): a new one would join no job.
+      if (!present.contains("Job/" + names.launcher)) actions.create.push_back(build_worker_pod(run, current.spec, attempt, i, config));
       continue;
     }
     if (i == 0) first = &*pod;

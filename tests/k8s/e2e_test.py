@@ -342,6 +342,42 @@ class EndToEnd(unittest.TestCase):
                          f"{kept} {'repeat measured before is' if kept == 1 else 'repeats measured before are'} kept, unjudged")
         self.assertEqual(result["attempts"], 1)
 
+    def test_a_worker_drained_mid_case_keeps_the_repeats_rank_zero_measured(self):
+        # A drain evicts worker 1 of a two-node case while it measures (the Eviction API, as
+        # `kubectl drain` asks): its ranks die with its pod, mpirun stops rank 0, which writes the
+        # repeats it measured, and the result keeps them under the reason WorkerDeleted.
+        run = {"apiVersion": "dlbench.io/v1alpha1", "kind": "BenchmarkRun", "metadata": {"name": "drained"},
+               "spec": {"model": "alexnet", "data": {"source": "synthetic", "imageSize": 64},
+                        "cases": [{"nodes": 2, "gpusPerNode": 1, "batchSizePerDevice": 4, "precision": "fp32"}],
+                        "methodology": {"warmupSteps": 1, "measureSteps": 4, "repeats": 8},
+                        "limits": {"backoffLimit": 0, "caseTimeoutSeconds": 120}}}
+        self.apply(run)
+        case = "2x1-bs4-fp32"
+
+        def first_repeat_measured():
+            for pod in self.cluster.pods(f"dlbench.io/case={case},app.kubernetes.io/component=launcher"):
+                log = os.path.join(self.tmp, "node", "default", pod["metadata"]["name"], "log")
+                # Its ranks share this one machine: rank 0 calls the case 1x2 in its progress lines.
+                if os.path.exists(log) and " repeat 1/8: " in open(log, errors="replace").read():
+                    return True
+            return False
+        wait_for(first_repeat_measured, 120, "the two-node case's first repeat", period=0.1)
+        worker = f"drained-{case}-a1-worker-1"
+        Api(self.cluster.url).call("POST", f"/api/v1/namespaces/default/pods/{worker}/eviction",
+                                   {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": worker}})
+        wait_for(lambda: self.finished("drained"), 120, "the drained run to finish")
+        status = self.run_object("drained")["status"]
+        self.assertEqual(status["phase"], "Succeeded", "its 1x1 baseline ran whole")
+        result = {r["case"]["id"]: r for r in status["results"]}[case]
+        self.assertEqual((result["state"], result["reason"], result["attempts"]), ("Failed", "WorkerDeleted", 1), result)
+        # The pod's end reported (a container killed by the deletion), or the pod already gone.
+        self.assertRegex(result["message"], f"^worker {worker} was deleted mid-case"
+                         r"( \(EvictionByEvictionAPI: Eviction API: evicting\): container worker exited with code 143"
+                         r"|: its pod is gone);")
+        kept = len(result.get("throughput", {}).get("repeats", []))
+        self.assertGreaterEqual(kept, 1, result)
+        self.assertLess(kept, 8, "stopped mid-case")
+
     def test_imagefolder_on_a_claim_is_mounted_and_read_by_every_rank(self):
         # 2 classes × 8 JPEGs and one broken file: each rank's shard is 8 or 9 files, so every
         # rank goes through several epochs and the broken file is met.

@@ -603,6 +603,113 @@ TEST(Reconciler, TheLauncherStopsTheCaseAtItsLimitAndTheRepeatsComeBackAsATimeou
   EXPECT_EQ(r.throughput->repeats.size(), 3u) << "the repeats measured before the stop are kept";
 }
 
+// A worker killed mid-case (OOMKilled here; a node lost or drained the same way): mpirun stops the
+// other ranks, and rank 0 writes the repeats it had measured (Stopped). The result keeps them under
+// the worker's reason; the launcher is given kLauncherStopMarginSeconds from the worker's end to
+// hand them back, and without a document after that the worker's reason stands alone.
+TEST(Reconciler, AWorkerKilledMidCaseKeepsTheRepeatsRankZeroMeasuredUnderTheWorkersReason) {
+  const auto kill_worker = [](FakeCluster& cluster) {
+    for (auto& [key, o] : cluster.objects) {
+      if (o["kind"] != "Pod" || o["metadata"]["labels"]["app.kubernetes.io/component"] != "worker") continue;
+      json terminated{{"exitCode", 137}, {"reason", "OOMKilled"}, {"finishedAt", rfc3339_utc(cluster.now)}};
+      o["status"] = {{"phase", "Failed"},
+                     {"containerStatuses", json::array({{{"name", "worker"}, {"state", {{"terminated", terminated}}}}})}};
+    }
+  };
+  FakeCluster cluster(scaling_run(0));
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.step();
+  ASSERT_EQ(cluster.names("Job").size(), 1u);
+  kill_worker(cluster);
+  cluster.now += 5s;
+  cluster.step();
+  EXPECT_TRUE(cluster.status().results.empty()) << "the launcher is stopping the ranks: its repeats are awaited";
+  auto stopped = json::parse(cluster.result_for("1x1-bs128-amp", 1000.0));
+  stopped["state"] = "Failed";
+  stopped["reason"] = "Stopped";
+  stopped["message"] = "stopped by SIGTERM after 3 repeats; mpirun noticed that process rank 0 exited on signal 9";
+  cluster.finish_launcher(stopped.dump(), false);
+  cluster.step();
+  const auto s = cluster.status();
+  ASSERT_EQ(s.results.size(), 1u);
+  const CaseResult& r = s.results[0];
+  EXPECT_EQ(r.state, CaseState::Failed);
+  EXPECT_EQ(r.reason, "OOMKilled");
+  EXPECT_THAT(r.message, HasSubstr("exited with code 137"));
+  EXPECT_THAT(r.message, HasSubstr("stopped by SIGTERM after 3 repeats"));
+  ASSERT_TRUE(r.throughput);
+  EXPECT_EQ(r.throughput->repeats.size(), 3u) << "the repeats measured before the worker was killed are kept";
+
+  // A launcher that hands back nothing: the worker's reason once the margin is spent.
+  FakeCluster silent(scaling_run(0));
+  silent.step();
+  silent.make_workers_ready();
+  silent.step();
+  kill_worker(silent);
+  silent.now += std::chrono::seconds(kLauncherStopMarginSeconds);
+  silent.step();
+  EXPECT_TRUE(silent.status().results.empty());
+  silent.now += 1s;
+  silent.step();
+  ASSERT_EQ(silent.status().results.size(), 1u);
+  EXPECT_EQ(silent.status().results[0].reason, "OOMKilled");
+  EXPECT_FALSE(silent.status().results[0].throughput);
+}
+
+// A worker deleted mid-case by someone else (here a drain, through the Eviction API): its end is the
+// deletion's doing, and the result says so, with the cluster's word for the disruption; retried.
+TEST(Reconciler, AWorkerDeletedMidCaseIsWorkerDeletedWithTheDisruption) {
+  FakeCluster cluster(scaling_run(1));
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.step();
+  for (auto& [key, o] : cluster.objects) {
+    if (o["kind"] != "Pod" || o["metadata"]["labels"]["app.kubernetes.io/component"] != "worker") continue;
+    o["metadata"]["deletionTimestamp"] = rfc3339_utc(cluster.now + 30s);
+    json terminated{{"exitCode", 143}, {"reason", "Error"}, {"finishedAt", rfc3339_utc(cluster.now)}};
+    o["status"] = {{"phase", "Failed"},
+                   {"conditions", {{{"type", "DisruptionTarget"}, {"status", "True"}, {"reason", "EvictionByEvictionAPI"},
+                                    {"message", "Eviction API: evicting"}}}},
+                   {"containerStatuses", json::array({{{"name", "worker"}, {"state", {{"terminated", terminated}}}}})}};
+  }
+  cluster.finish_launcher("mpirun noticed that process rank 0 exited on signal 9", false);
+  const Actions a = cluster.step();
+  EXPECT_EQ(cluster.status().progress.current_attempt, 2) << "retried";
+  const auto failed = std::find_if(a.events.begin(), a.events.end(), [](const Event& e) { return e.reason == "AttemptFailed"; });
+  ASSERT_NE(failed, a.events.end());
+  EXPECT_THAT(failed->message, HasSubstr(std::string(kReasonWorkerDeleted) + ": worker "));
+  EXPECT_THAT(failed->message, HasSubstr("-a1-worker-0 was deleted mid-case (EvictionByEvictionAPI: Eviction API: evicting): "
+                                         "container worker exited with code 143"));
+
+  // Its kubelet removes the pod right after reporting its end: a cache may never show the end. A
+  // worker gone while the launcher runs is lost, not made again (it would join no job), and what
+  // rank 0 kept comes back with the launcher.
+  FakeCluster vanished(scaling_run(0));
+  vanished.step();
+  vanished.make_workers_ready();
+  vanished.step();
+  const std::vector<std::string> workers = vanished.names("Pod");
+  ASSERT_EQ(workers.size(), 1u);
+  vanished.objects.erase("Pod/" + workers[0]);
+  const Actions waiting = vanished.step();
+  EXPECT_TRUE(waiting.create.empty()) << json(waiting.create).dump();
+  EXPECT_TRUE(vanished.status().results.empty()) << "the launcher is stopping the ranks";
+  auto stopped = json::parse(vanished.result_for("1x1-bs128-amp", 1000.0));
+  stopped["state"] = "Failed";
+  stopped["reason"] = "Stopped";
+  stopped["message"] = "stopped by SIGTERM after 3 repeats";
+  vanished.finish_launcher(stopped.dump(), false);
+  vanished.step();
+  const BenchmarkRunStatus status = vanished.status();
+  ASSERT_EQ(status.results.size(), 1u);
+  const CaseResult& r = status.results[0];
+  EXPECT_EQ(r.reason, kReasonWorkerDeleted);
+  EXPECT_EQ(r.message, "worker " + workers[0] + " was deleted mid-case: its pod is gone; stopped by SIGTERM after 3 repeats");
+  ASSERT_TRUE(r.throughput);
+  EXPECT_EQ(r.throughput->repeats, (std::vector<double>{990.0, 1000.0, 1010.0}));
+}
+
 // Stopped at its deadline before rank 0 had a repeat, the launcher has no document: its words
 // still say Timeout. A launcher that never ends is timed out kLauncherStopMarginSeconds after the
 // limit, by this operator.

@@ -66,6 +66,10 @@ inline constexpr int kLaunchStopGraceSeconds = 15;
 inline constexpr int kPreviousPodsOverdueSeconds = 30;
 // The Progressing condition's reason while an attempt waits for them.
 inline constexpr const char* kReasonAwaitingPreviousPods = "AwaitingPreviousPods";
+// A case's reason where one of its workers was deleted mid-case by someone else (a node drained,
+// an eviction, a preemption): the message names the pod and, where the cluster says, the
+// disruption. Retried while attempts are left.
+inline constexpr const char* kReasonWorkerDeleted = "WorkerDeleted";
 // The operator has its launcher stop the case at limits.caseTimeoutSeconds; its own deadline, and
 // the launcher Job's activeDeadlineSeconds, come this much later, the time the launcher has to
 // stop the case and hand back what it measured (its grace, and 5 s for the pod's end to arrive).
