@@ -158,8 +158,9 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   }
   // 2. A worker that died says why better than the launcher that lost it. What rank 0 measured
   //    before comes back in the launcher's document (mpirun stops the other ranks, and rank 0 or its
-  //    deputy writes the repeats it kept, Stopped), so a launcher still running is given the time
-  //    it has to stop, from the worker's end; its repeats are kept under the worker's reason.
+  //    deputy writes the repeats it kept, Stopped), so a launcher still running (with engine:
+  //    command, worker 0) is given the time it has to stop, from the worker's end; its repeats are
+  //    kept under the worker's reason.
   if (failed_worker != nullptr) {
     // Deleted mid-case by someone else (this operator deletes an attempt's pods only once it has
     // ended): the container's end is the deletion's doing.
@@ -175,11 +176,14 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
       outcome.result.message = message + "; " + outcome.result.message;
       return outcome;
     }
-    // Where the worker's end has no time, the launcher is waited for until it ends or its Job's
-    // deadline fails it.
-    const bool launcher_running = !wrapped && launcher_job != nullptr && !launcher_job->failed && !launcher_done;
-    if (launcher_running && (!failed_worker->failed_at || world.now - *failed_worker->failed_at <=
-                                                              std::chrono::seconds(kLauncherStopMarginSeconds))) {
+    // With engine: command, worker 0's dlbench-exec holds what its command measured: its peer gone,
+    // the command usually fails within seconds, and dlbench-exec writes the repeats it kept. Where
+    // the worker's end has no time, a launcher is waited for until it ends or its Job's deadline
+    // fails it; worker 0 is not (nothing but its own timeout would end it).
+    const bool launcher_running = wrapped ? launcher_pod != nullptr && !launcher_pod->failed && !launcher_done
+                                          : launcher_job != nullptr && !launcher_job->failed && !launcher_done;
+    const auto margin = std::chrono::seconds(kLauncherStopMarginSeconds);
+    if (launcher_running && (failed_worker->failed_at ? world.now - *failed_worker->failed_at <= margin : !wrapped)) {
       return outcome;  // not yet: the launcher's document may hold repeats
     }
     outcome.finished = true;

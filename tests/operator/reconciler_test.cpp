@@ -657,6 +657,50 @@ TEST(Reconciler, AWorkerKilledMidCaseKeepsTheRepeatsRankZeroMeasuredUnderTheWork
   EXPECT_FALSE(silent.status().results[0].throughput);
 }
 
+// engine: command, node 1's pod OOMKilled mid-case: node 0's command loses its peer and fails, and
+// dlbench-exec writes the repeats it measured. Worker 0 is given the launcher's margin from the
+// worker's end, and the result keeps its repeats under the worker's reason.
+TEST(Reconciler, ACommandWorkerKilledMidCaseKeepsWhatWorkerZeroMeasured) {
+  FakeCluster cluster(command_run());
+  const auto pod_ending = [&](const std::string& suffix) -> json& {
+    for (auto& [key, o] : cluster.objects) {
+      if (o["kind"] == "Pod" && std::string(o["metadata"]["name"]).ends_with(suffix)) return o;
+    }
+    throw std::runtime_error("no pod " + suffix);
+  };
+  for (const std::string id : {"1x1-bs128-amp", "1x8-bs128-amp"}) {
+    cluster.step();
+    cluster.make_workers_ready();
+    cluster.step();
+    terminate_pod(pod_ending("-worker-0"), 0, cluster.result_for(id, 900.0));
+    cluster.step();
+  }
+  cluster.step();
+  cluster.make_workers_ready();
+  cluster.step();
+  json& killed = pod_ending("2x8-bs128-amp-a1-worker-1");
+  terminate_pod(killed, 137, "", "OOMKilled");
+  killed["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = rfc3339_utc(cluster.now);
+  cluster.now += 5s;
+  cluster.step();
+  ASSERT_EQ(cluster.status().results.size(), 2u) << "worker 0's dlbench-exec may hold repeats: awaited";
+  ResultDocument doc = *decode_result_document(json::parse(cluster.result_for("2x8-bs128-amp", 13000.0))).value;
+  doc.engine = Engine::command;
+  doc.state = CaseState::Failed;
+  doc.reason = "CommandFailed";
+  doc.message = "the command exited with code 1 after 3 repeats; last output:\nConnection reset by peer";
+  terminate_pod(pod_ending("2x8-bs128-amp-a1-worker-0"), 1, to_json(doc).dump());
+  cluster.step();
+  const BenchmarkRunStatus status = cluster.status();
+  ASSERT_EQ(status.results.size(), 3u);
+  const CaseResult& r = status.results[2];
+  EXPECT_EQ(r.reason, "OOMKilled");
+  EXPECT_THAT(r.message, HasSubstr("-worker-1: container worker exited with code 137"));
+  EXPECT_THAT(r.message, HasSubstr("Connection reset by peer"));
+  ASSERT_TRUE(r.throughput);
+  EXPECT_EQ(r.throughput->repeats.size(), 3u);
+}
+
 // A worker deleted mid-case by someone else (here a drain, through the Eviction API): its end is the
 // deletion's doing, and the result says so, with the cluster's word for the disruption; retried.
 TEST(Reconciler, AWorkerDeletedMidCaseIsWorkerDeletedWithTheDisruption) {
