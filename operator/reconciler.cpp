@@ -372,10 +372,10 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
       if (!begun && !ending.empty()) {
         // Announced with worker 0: once, by the pass that starts the attempt.
         actions.events.push_back({"Warning", "PreviousPodsNotEnded",
-                                  awaiting_message(current.id, attempt, ending) + "; none has, " +
+                                  awaiting_message(current.id, attempt, ending) + "; they have not, " +
                                       std::to_string(kPreviousPodsOverdueSeconds) +
-                                      " s past its grace (a lost node?), so it starts beside them, and is not "
-                                      "ranAlone where one shares its node",
+                                      " s past their grace (a lost node?): it starts beside them, not ranAlone "
+                                      "where one shares its node",
                                   "Pod/" + child_names(run.metadata.name, current.id, attempt).worker(0)});
       }
       create_missing(run, current, attempt, world, config, keys, actions);
