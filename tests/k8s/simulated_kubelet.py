@@ -174,6 +174,20 @@ def descendants(pid):
     return out
 
 
+def kill_tree(pid):
+    """SIGKILL to pid and every process below it, in whatever process group: a container's
+    processes all end with it, a command that dlbench-exec started in a group of its own too."""
+    try:
+        os.kill(pid, signal.SIGSTOP)  # no new children while they are gathered
+    except ProcessLookupError:
+        return
+    for each in descendants(pid):
+        try:
+            os.kill(each, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def session_dir(node_dir, namespace, pod):
     """Where the ssh agent records each command it runs on a pod (pid and start time, one file each)."""
     return os.path.join(node_dir, namespace, pod, "sessions")
@@ -192,12 +206,7 @@ def kill_sessions(node_dir, namespace, pod):
         try:
             if process_start(pid) != started:
                 continue  # ended; the pid now names another process
-            os.kill(pid, signal.SIGSTOP)  # no new children while they are gathered
-            for each in descendants(pid):
-                try:
-                    os.kill(each, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            kill_tree(pid)
         except (OSError, IndexError):
             continue
 
@@ -360,7 +369,7 @@ class Kubelet:
                 os.killpg(process.pid, signal.SIGTERM)
             if time.time() < grace_ends:
                 return
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_tree(process.pid)
             process.wait()
         elif not had_process and time.time() < grace_ends:
             return
@@ -415,7 +424,7 @@ class Kubelet:
         with self.lock:
             process = self.running.pop(uid, None)
         if process and process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_tree(process.pid)
 
     def rendezvous_port(self, namespace, subdomain):
         with self.lock:
@@ -539,7 +548,7 @@ class Kubelet:
             code = process.wait(timeout=deadline or None)
             reason = None
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            kill_tree(process.pid)
             code = process.wait()
             reason = "DeadlineExceeded"
         with self.lock:

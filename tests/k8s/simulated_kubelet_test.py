@@ -146,7 +146,10 @@ class SimulatedKubeletTest(unittest.TestCase):
 
         pod("sshd", ["/usr/sbin/sshd", "-De"])
         pod("polite", ["/bin/sh", "-c", f"trap 'echo term > {termed}; exit 0' TERM; while :; do sleep 0.05; done"])
-        pod("deaf", ["/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"], grace=2)
+        # Deaf to SIGTERM, with a child in a process group of its own (as dlbench-exec starts a command).
+        orphan = os.path.join(self.work, "orphan")
+        pod("deaf", ["/bin/sh", "-c", f"trap '' TERM; setsid sleep 600 & echo $! > {orphan}; while :; do sleep 0.05; done"],
+            grace=2)
         wait_for(lambda: kubelet.sync_pods() or all(
             (self.api.call("GET", f"{pods}/{n}") or {}).get("status", {}).get("phase") == "Running"
             for n in ("sshd", "polite", "deaf")), 10, "the pods to run", period=0.05)
@@ -176,6 +179,16 @@ class SimulatedKubeletTest(unittest.TestCase):
         self.assertGreaterEqual(after["sshd"], 1.0, seen["sshd"])
         self.assertGreaterEqual(after["deaf"], 2.0, "a process deaf to SIGTERM keeps its pod for its grace")
         self.assertLess(after["deaf"], 5.0, "and is killed when the grace is spent")
+        with open(orphan) as f:
+            pid = int(f.read())
+
+        def ended():
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    return stat.read().rsplit(")", 1)[1].split()[0] == "Z"  # killed, not yet reaped
+            except FileNotFoundError:
+                return True
+        wait_for(ended, 5, "the child in a group of its own to die with its pod", period=0.05)
         with urllib.request.urlopen(f"{self.url}{pods}?watch=true&resourceVersion={since}&timeoutSeconds=1") as w:
             events = [json.loads(line) for line in w.read().decode().splitlines() if line.strip()]
         sshd = [(e["type"], e["object"]["status"].get("phase")) for e in events if e["object"]["metadata"]["name"] == "sshd"]
