@@ -40,13 +40,13 @@ def benchmark_run(name, batches=(2,), pause=0.02, timeout=120, worker=None):
 
 class PodWatch(threading.Thread):
     """Every pod ADDED since the start, from a watch of its own, by uid: a pod created twice has two.
-    And when each began terminating, ended (its phase Succeeded or Failed: its containers stopped)
-    and went (by uid), with its case."""
+    And when each began terminating and ended (its phase Succeeded or Failed: its containers
+    stopped), by uid, with its case."""
 
     def __init__(self, url):
         super().__init__(daemon=True)
         self.url, self.added, self.stopping, self.seen = url, [], False, set()
-        self.terminating, self.ended, self.gone, self.case = {}, {}, {}, {}
+        self.terminating, self.ended, self.case = {}, {}, {}
 
     def record(self, pod):
         meta = pod["metadata"]
@@ -84,8 +84,6 @@ class PodWatch(threading.Thread):
                             self.terminating.setdefault(meta["uid"], time.time())
                         if event["object"].get("status", {}).get("phase") in ("Succeeded", "Failed"):
                             self.ended.setdefault(meta["uid"], time.time())
-                        if event["type"] == "DELETED":
-                            self.gone[meta["uid"]] = time.time()
             except urllib.error.HTTPError as e:
                 # 410 at the start: other writers (--history N) moved the versions past ours. A
                 # relist catches up; a pod made and gone entirely inside the gap goes unseen.

@@ -149,10 +149,15 @@ def runs_sshd(pod):
     return os.path.basename(pod["spec"]["containers"][0].get("command", [""])[0]) == "sshd"
 
 
+def stat_fields(pid):
+    """/proc/PID/stat's fields after the command name (field 3, the state, first)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def process_start(pid):
     """A process's start time in clock ticks (/proc/PID/stat field 22): with its pid, names it once."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[19]
+    return stat_fields(pid)[19]
 
 
 def descendants(pid):
@@ -161,8 +166,7 @@ def descendants(pid):
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+                parent = int(stat_fields(entry)[1])
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(parent, []).append(int(entry))
@@ -189,26 +193,26 @@ def kill_tree(pid):
 
 
 def session_dir(node_dir, namespace, pod):
-    """Where the ssh agent records each command it runs on a pod (pid and start time, one file each)."""
-    return os.path.join(node_dir, namespace, pod, "sessions")
+    """Where the ssh agent records each command it runs on a pod (pid and start time, one file each):
+    under one folder for all pods (no namespace starts with a dot), so that a sync looks only at
+    pods that ran something over ssh."""
+    return os.path.join(node_dir, ".ssh-sessions", namespace, pod)
 
 
 def kill_sessions(node_dir, namespace, pod):
     """What ran on a pod over ssh (Open MPI's orted and its ranks) dies with it: a container's
-    processes end with its PID 1, sshd here."""
+    processes end with its PID 1, sshd here. The pod's record goes with them."""
     where = session_dir(node_dir, namespace, pod)
     for name in os.listdir(where) if os.path.isdir(where) else []:
-        path = os.path.join(where, name)
-        with open(path) as f:
+        with open(os.path.join(where, name)) as f:
             started = f.read().strip()
-        os.remove(path)
         pid = int(name)
         try:
-            if process_start(pid) != started:
-                continue  # ended; the pid now names another process
-            kill_tree(pid)
+            if process_start(pid) == started:  # else it ended, and the pid names another process
+                kill_tree(pid)
         except (OSError, IndexError):
-            continue
+            pass
+    shutil.rmtree(where, ignore_errors=True)
 
 
 def own_host_names():
@@ -339,9 +343,11 @@ class Kubelet:
             gone = [uid for uid in self.running if uid not in alive]
         for uid in gone:  # deleted pods: their processes are killed, as the runtime would
             self.stop(uid)
+        # Pods gone at once (a delete with a grace of 0): what ran on them over ssh ends too.
         names = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods}
-        for namespace in os.listdir(self.work_dir) if os.path.isdir(self.work_dir) else []:
-            for name in os.listdir(os.path.join(self.work_dir, namespace)):
+        sessions = os.path.join(self.work_dir, ".ssh-sessions")
+        for namespace in os.listdir(sessions) if os.path.isdir(sessions) else []:
+            for name in os.listdir(os.path.join(sessions, namespace)):
                 if (namespace, name) not in names:
                     kill_sessions(self.work_dir, namespace, name)
         self.started &= alive

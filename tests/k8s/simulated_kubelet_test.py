@@ -19,7 +19,7 @@ import unittest
 import urllib.request
 
 from local_cluster import Api, start_apiserver, wait_for
-from simulated_kubelet import Kubelet
+from simulated_kubelet import Kubelet, stat_fields
 
 NAMESPACE = "default"
 
@@ -184,8 +184,7 @@ class SimulatedKubeletTest(unittest.TestCase):
 
         def ended():
             try:
-                with open(f"/proc/{pid}/stat") as stat:
-                    return stat.read().rsplit(")", 1)[1].split()[0] == "Z"  # killed, not yet reaped
+                return stat_fields(pid)[0] == "Z"  # killed, not yet reaped
             except FileNotFoundError:
                 return True
         wait_for(ended, 5, "the child in a group of its own to die with its pod", period=0.05)

@@ -520,6 +520,12 @@ class Handler(BaseHTTPRequestHandler):
             s.delete(key, (eviction.get("deleteOptions") or {}).get("gracePeriodSeconds"))
         self.send_json(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
 
+    def uid_precondition_failed(self, plural, name, wanted_uid, current):
+        """409 for a write or delete meant for another object of this name (a uid precondition)."""
+        return self.status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": Precondition '
+                                            f'failed: UID in precondition: {wanted_uid}, UID in object meta: '
+                                            f'{current["metadata"]["uid"]}')
+
     def write(self, merge):
         r = self.route()
         if r is None or r[4] is None or not self.known(r[0], r[1], r[2]):
@@ -538,9 +544,7 @@ class Handler(BaseHTTPRequestHandler):
                                                     "has been modified; please apply your changes to the latest version")
             wanted_uid = patch.get("metadata", {}).get("uid")
             if wanted_uid and wanted_uid != current["metadata"]["uid"]:  # a namesake made since the writer's read
-                return self.status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": Precondition '
-                                                    f'failed: UID in precondition: {wanted_uid}, UID in object meta: '
-                                                    f'{current["metadata"]["uid"]}')
+                return self.uid_precondition_failed(plural, name, wanted_uid, current)
             updated = copy.deepcopy(current)
             if merge:
                 merge_patch(updated, patch)
@@ -596,9 +600,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self.status(404, "NotFound", f'{plural} "{name}" not found')
             wanted_uid = (options.get("preconditions") or {}).get("uid")
             if wanted_uid and wanted_uid != obj["metadata"]["uid"]:  # the kubelet's last word on a namesake
-                return self.status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": Precondition '
-                                                    f'failed: UID in precondition: {wanted_uid}, UID in object meta: '
-                                                    f'{obj["metadata"]["uid"]}')
+                return self.uid_precondition_failed(plural, name, wanted_uid, obj)
             if s.delete(key, None if grace is None else int(grace)):
                 return self.send_json(200, obj)  # graceful: the pod, now terminating, as the real server answers
         self.send_json(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
