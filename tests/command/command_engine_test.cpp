@@ -19,6 +19,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(Markers, StepFactUnsupportedAndOrdinaryLines) {
   EXPECT_EQ(parse_marker("@dlbench step 256").kind, Marker::Kind::step);
@@ -117,6 +118,27 @@ TEST(StepTiming, MissingOrWrongMarkersAreReasons) {
   EXPECT_THAT(mismatch.message, HasSubstr("step 7 reported 4 samples; the case's global batch is 8"));
   const StepTimingResult instant = time_steps(arrivals({1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 8), m, 8);
   EXPECT_EQ(instant.reason, "InvalidMeasurement");
+}
+
+// A command that ended early keeps what it completed: here 2 of 3 repeats of (1 warm-up + 2
+// measured), timed as time_steps times them; the third's step is not a repeat.
+TEST(StepTiming, AnEarlyEndKeepsTheRepeatsItCompleted) {
+  const Methodology m{1, 2, 3, Statistic::median, {}};
+  const auto steps = arrivals({5.0, 5.5, 6.5, 7.0, 7.25, 7.75, 8.0}, 32);
+  const StepTimingResult r = time_complete_repeats(steps, m, 32);
+  ASSERT_TRUE(r.ok) << r.message;
+  EXPECT_THAT(r.repeats.measured_seconds, ElementsAre(1.5, 0.75));
+  EXPECT_THAT(r.repeats.step_seconds, ElementsAre(0.5, 1.0, 0.25, 0.5));
+  // Every repeat there: the same as time_steps; more markers than needed: no more repeats.
+  const auto all = arrivals({5.0, 5.5, 6.5, 7.0, 7.25, 7.75, 8.0, 8.5, 9.0, 9.5}, 32);
+  EXPECT_EQ(time_complete_repeats(all, m, 32).repeats.throughput, time_steps(all, m, 32).repeats.throughput);
+  EXPECT_EQ(time_complete_repeats(all, m, 32).repeats.throughput.size(), 3u);
+  // None complete, or another batch among them: nothing kept.
+  EXPECT_FALSE(time_complete_repeats(arrivals({5.0, 5.5}, 32), m, 32).ok);
+  EXPECT_FALSE(time_complete_repeats({}, m, 32).ok);
+  auto other_batch = steps;
+  other_batch[4].samples = 16;
+  EXPECT_EQ(time_complete_repeats(other_batch, m, 32).reason, "SampleCountMismatch");
 }
 
 TEST(CaseFromEnvironment, RoundTripsTheEnvironmentDlbenchSets) {
@@ -482,6 +504,62 @@ TEST(CommandResult, FailuresSayWhyWithTheLastLines) {
     EXPECT_EQ(doc.state, CaseState::Failed);
     EXPECT_TRUE(decode_result_document(to_json(doc)).ok());
   }
+}
+
+// A command stopped, out of time, killed or failing (with several nodes, often for a peer lost)
+// after completing some repeats keeps them in its Failed result, as dlbench-worker's Stopped
+// result does; a failure that puts its figures in doubt keeps none.
+TEST(CommandResult, ACommandThatEndedEarlyKeepsTheRepeatsItCompleted) {
+  CommandCase c = small_case();
+  c.methodology.repeats = 3;  // 9 steps; 7 arrive: repeats 1 and 2 complete
+  const auto result = [&](auto&& change) {
+    CommandOutcome o;
+    o.exit_code = 0;
+    o.started = true;
+    o.steps = arrivals({1.0, 1.5, 2.0, 2.1, 2.35, 2.6, 3.0}, 8);
+    o.tail = {"RuntimeError: Connection reset by peer"};
+    o.losses = {{3, 2.25}, {6, 2.0}, {7, 1.75}};
+    change(o);
+    return command_result(c, o, EnvironmentInfo{}, "", "");
+  };
+  const std::vector<std::pair<std::string, ResultDocument>> ended_early{
+      {"Interrupted", result([](CommandOutcome& o) { o.interrupted = true; o.exit_code = 143; })},
+      {"Timeout", result([](CommandOutcome& o) { o.timed_out = true; o.exit_code = 143; })},
+      {"OutOfMemory", result([](CommandOutcome& o) { o.out_of_memory = true; o.exit_code = 137; })},
+      {"CommandFailed", result([](CommandOutcome& o) { o.exit_code = 1; })},
+      {"IncompleteMeasurement", result([](CommandOutcome&) {})},
+  };
+  for (const auto& [reason, doc] : ended_early) {
+    EXPECT_EQ(doc.state, CaseState::Failed) << reason;
+    EXPECT_EQ(doc.reason, reason);
+    EXPECT_THAT(doc.message, HasSubstr("; 2 of 3 repeats complete, kept here unjudged; last output:\n"
+                                       "RuntimeError: Connection reset by peer")) << reason;
+    ASSERT_TRUE(doc.throughput) << reason;
+    EXPECT_EQ(doc.throughput->repeats.size(), 2u);
+    EXPECT_DOUBLE_EQ(doc.throughput->repeats[0], 8.0 * 2 / 1.0);
+    EXPECT_DOUBLE_EQ(doc.throughput->repeats[1], 8.0 * 2 / 0.5);
+    EXPECT_THAT(doc.loss_after_repeats, ElementsAre(2.25, 2.0)) << reason;
+    EXPECT_FALSE(doc.stability) << "unjudged";
+    const auto decoded = decode_result_document(to_json(doc));
+    ASSERT_TRUE(decoded.ok()) << decoded.errors.front().to_string();
+    EXPECT_EQ(*decoded.value, doc);
+  }
+  // Before the first repeat ended: nothing to keep, and nothing said about it.
+  const ResultDocument early = result([](CommandOutcome& o) {
+    o.interrupted = true;
+    o.steps.resize(2);
+  });
+  EXPECT_FALSE(early.throughput);
+  EXPECT_THAT(early.message, Not(HasSubstr("kept")));
+  // Figures in doubt keep nothing: another network, or markers of another batch.
+  EXPECT_FALSE(result([](CommandOutcome& o) {
+                 o.exit_code = 1;
+                 o.facts = {{"model", "vgg16"}};
+               }).throughput);
+  EXPECT_FALSE(result([](CommandOutcome& o) {
+                 o.exit_code = 1;
+                 o.steps[4].samples = 4;
+               }).throughput);
 }
 
 }  // namespace

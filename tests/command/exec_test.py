@@ -105,9 +105,12 @@ class Failures(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertFailed(doc, "NoMeasurements", "printed no \"@dlbench step <samples>\" marker")
 
-    def test_fewer_steps_is_incomplete(self):
-        _, doc, _ = run_exec(markers(20))
-        self.assertFailed(doc, "IncompleteMeasurement", "printed 20 step markers; 21 were needed")
+    def test_fewer_steps_is_incomplete_and_keeps_the_repeats_completed(self):
+        _, doc, _ = run_exec(markers(20, sleep=0.01))
+        self.assertFailed(doc, "IncompleteMeasurement", "printed 20 step markers; 21 were needed",
+                          "2 of 3 repeats complete, kept here unjudged")
+        self.assertEqual(len(doc["throughput"]["repeats"]), 2)
+        self.assertNotIn("stability", doc)
 
     def test_another_batch_is_a_mismatch(self):
         _, doc, _ = run_exec(markers(21, samples=4))
@@ -133,13 +136,18 @@ class Failures(unittest.TestCase):
     def test_sigterm_is_passed_on_and_the_result_kept(self):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "r.json")
-            p = subprocess.Popen([EXEC, "--output", out, "--", "sh", "-c", markers(2) + "; sleep 300"],
+            # A command whose peer is lost may wait on it for minutes: what it completed before is
+            # kept (one repeat of 7 steps here, the second not complete).
+            p = subprocess.Popen([EXEC, "--output", out, "--", "sh", "-c", markers(9, sleep=0.01) + "; sleep 300"],
                                  env=case_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(1)
+            time.sleep(2)
             p.send_signal(signal.SIGTERM)
             self.assertEqual(p.wait(timeout=20), 1)
             with open(out) as f:
-                self.assertFailed(json.load(f), "Interrupted", "2 of 21 step markers")
+                doc = json.load(f)
+            self.assertFailed(doc, "Interrupted", "9 of 21 step markers; 1 of 3 repeats complete, kept here unjudged")
+            self.assertEqual(len(doc["throughput"]["repeats"]), 1)
+            self.assertGreater(doc["throughput"]["repeats"][0], 0)
 
     def test_a_flood_of_output_cannot_take_the_shim_down(self):
         # 256 MB without a newline, 300,000 short lines, then the steps: the shim keeps its memory

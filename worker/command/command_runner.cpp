@@ -699,20 +699,39 @@ ResultDocument command_result(const CommandCase& c, const CommandOutcome& o, Env
                                 "case's, after " + seen);
   }
   if (!o.unsupported.empty()) return fail(kReasonUnsupported, "the command says it cannot run this case: " + o.unsupported);
-  if (o.interrupted) return fail("Interrupted", "stopped by a signal after " + seen + tail);
-  if (o.timed_out) return fail("Timeout", "no end within limits.caseTimeoutSeconds; " + seen + tail);
+  // A command that ended early (stopped, out of time, failed: with several nodes, often a peer
+  // lost) keeps the repeats it completed, as dlbench-worker's Stopped result does: unjudged, never
+  // published. Returns the words that say so, or nothing where no repeat was complete.
+  const auto keep_complete_repeats = [&]() -> std::string {
+    const StepTimingResult complete = time_complete_repeats(o.steps, c.methodology, doc.global_batch_size);
+    if (!complete.ok) return "";
+    doc.throughput = Throughput{std::string(throughput_unit(c.model)), summarize(complete.repeats.throughput),
+                                complete.repeats.throughput};
+    doc.step_time_seconds = summarize(complete.repeats.step_seconds);
+    Methodology kept = c.methodology;
+    kept.repeats = static_cast<int>(complete.repeats.throughput.size());
+    std::string unreported;  // a loss missing from a kept repeat: the losses are left out, the repeats kept
+    doc.loss_after_repeats = losses_after_repeats(o.losses, kept, unreported);
+    return "; " + std::to_string(complete.repeats.throughput.size()) + " of " + std::to_string(c.methodology.repeats) +
+           " repeats complete, kept here unjudged";
+  };
+  if (o.interrupted) return fail("Interrupted", "stopped by a signal after " + seen + keep_complete_repeats() + tail);
+  if (o.timed_out) return fail("Timeout", "no end within limits.caseTimeoutSeconds; " + seen + keep_complete_repeats() + tail);
   if (o.out_of_memory && o.exit_code != 0) {
     return fail("OutOfMemory", "the kernel's OOM killer ended a process of the command (exit code " +
-                                   std::to_string(o.exit_code) + ") after " + seen + tail);
+                                   std::to_string(o.exit_code) + ") after " + seen + keep_complete_repeats() + tail);
   }
   if (!o.started) return fail("CommandFailed", "the command could not be started" + tail);
   if (o.exit_code != 0) {
     const std::string how = o.signal != 0 ? "was killed by signal " + std::to_string(o.signal) + " (" +
                                                 strsignal(o.signal) + ")"
                                           : "exited with code " + std::to_string(o.exit_code);
-    return fail("CommandFailed", "the command " + how + " after " + seen + tail);
+    return fail("CommandFailed", "the command " + how + " after " + seen + keep_complete_repeats() + tail);
   }
   const StepTimingResult timing = time_steps(o.steps, c.methodology, doc.global_batch_size);
+  if (!timing.ok && timing.reason == "IncompleteMeasurement") {
+    return fail(timing.reason, timing.message + keep_complete_repeats() + tail);
+  }
   if (!timing.ok) return fail(timing.reason, timing.message + tail);
   std::string loss_error;
   doc.loss_after_repeats = losses_after_repeats(o.losses, c.methodology, loss_error);

@@ -1,5 +1,7 @@
 #include "command/step_timing.hpp"
 
+#include <algorithm>
+
 #include "dlbench/core/statistics.hpp"
 
 namespace dlbench::command {
@@ -56,6 +58,19 @@ StepTimingResult time_steps(std::span<const StepArrival> steps, const Methodolog
   }
   result.ok = true;
   return result;
+}
+
+StepTimingResult time_complete_repeats(std::span<const StepArrival> steps, const Methodology& m, long global_batch_size) {
+  const long per_repeat = static_cast<long>(m.warmup_steps) + m.measure_steps;
+  Methodology complete = m;
+  complete.repeats = static_cast<int>(std::min<long>(m.repeats, static_cast<long>(steps.size()) / per_repeat));
+  if (complete.repeats == 0) {
+    StepTimingResult none;
+    none.reason = "NoMeasurements";
+    none.message = "no repeat's " + std::to_string(per_repeat) + " steps all arrived";
+    return none;
+  }
+  return time_steps(steps.first(static_cast<std::size_t>(complete.repeats * per_repeat)), complete, global_batch_size);
 }
 
 }  // namespace dlbench::command

@@ -36,4 +36,10 @@ struct StepTimingResult {
 // report the case's global batch: a script that ran another batch measured another case.
 StepTimingResult time_steps(std::span<const StepArrival> steps, const Methodology& methodology, long global_batch_size);
 
+// The repeats a command that ended early (failed, stopped, out of time) completed: those whose
+// every step arrived, timed as time_steps times them. Not ok where none did, or where one of
+// their markers reported another batch (another case's figures).
+StepTimingResult time_complete_repeats(std::span<const StepArrival> steps, const Methodology& methodology,
+                                       long global_batch_size);
+
 }  // namespace dlbench::command
