@@ -20,6 +20,13 @@ namespace {
 struct AttemptOutcome {
   bool finished = false;
   CaseResult result;  // when finished
+  // Not finished: worker 0 (engine: command) to be stopped now, its pod deleted gracefully, so
+  // that its dlbench-exec stops the command and hands back the repeats it completed; the event
+  // that says why.
+  std::optional<ObjectRef> stop;
+  std::string stop_message;
+  // Not finished: when a wait ends, to look again then even if nothing changes.
+  std::optional<TimePoint> look_again_at;
 };
 
 ObjectRef ref(const ObservedObject& o) { return {o.kind, o.name}; }
@@ -176,15 +183,39 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
       outcome.result.message = message + "; " + outcome.result.message;
       return outcome;
     }
-    // With engine: command, worker 0's dlbench-exec holds what its command measured: its peer gone,
-    // the command usually fails within seconds, and dlbench-exec writes the repeats it kept. Where
-    // the worker's end has no time, a launcher is waited for until it ends or its Job's deadline
-    // fails it; worker 0 is not (nothing but its own timeout would end it).
     const bool launcher_running = wrapped ? launcher_pod != nullptr && !launcher_pod->failed && !launcher_done
                                           : launcher_job != nullptr && !launcher_job->failed && !launcher_done;
     const auto margin = std::chrono::seconds(kLauncherStopMarginSeconds);
-    if (launcher_running && (failed_worker->failed_at ? world.now - *failed_worker->failed_at <= margin : !wrapped)) {
+    const std::optional<TimePoint> margin_ends =
+        failed_worker->failed_at ? std::optional<TimePoint>(*failed_worker->failed_at + margin) : std::nullopt;
+    if (launcher_running && !wrapped && (!margin_ends || world.now <= *margin_ends)) {
+      // Where the worker's end has no time, until the launcher ends or its Job's deadline fails it.
+      outcome.look_again_at = margin_ends;
       return outcome;  // not yet: the launcher's document may hold repeats
+    }
+    if (launcher_running && wrapped) {
+      // With engine: command, worker 0's dlbench-exec holds what its command measured. Its peer
+      // gone, the command often fails within seconds and dlbench-exec writes the repeats it
+      // completed; but it may as well wait on the peer for minutes (NCCL's collectives do). So it
+      // is given the margin to end on its own, then stopped (its pod deleted: SIGTERM, which
+      // dlbench-exec passes on, killing the command 10 s later and writing what it kept), and
+      // waited for until its grace is over; then the worker's reason stands alone.
+      if (!launcher_pod->deleting) {
+        if (margin_ends && world.now <= *margin_ends) {
+          outcome.look_again_at = margin_ends;
+          return outcome;
+        }
+        outcome.stop = ref(*launcher_pod);
+        outcome.stop_message = current.id + " attempt " + std::to_string(attempt) + ": worker " + failed_worker->name +
+                               " ended mid-case and worker 0's command runs on (waiting on its lost peer?): " +
+                               launcher_pod->name + " is deleted so that its dlbench-exec stops the command and hands "
+                               "back the repeats it completed";
+        return outcome;
+      }
+      if (launcher_pod->deletion_at && world.now <= *launcher_pod->deletion_at + margin) {
+        outcome.look_again_at = *launcher_pod->deletion_at + margin;
+        return outcome;
+      }
     }
     outcome.finished = true;
     outcome.result = failure(current.spec, reason, message, attempt, world.now);
@@ -354,6 +385,10 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
               ", or use gang.scheduler kueue or no gang",
           attempt, world.now);
     }
+    if (outcome.stop) {
+      actions.remove.push_back(*outcome.stop);
+      actions.events.push_back({"Warning", "StoppingWorkerZero", outcome.stop_message, {}});
+    }
     if (outcome.finished) {
       for (const auto* o : children(world)) {
         if (o->case_id == current.id && o->attempt == attempt && !o->deleting) actions.remove.push_back(ref(*o));
@@ -385,6 +420,10 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
       const auto deadline = clock.value_or(world.now) + std::chrono::seconds(run.spec.limits.case_timeout_seconds);
       const auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - world.now) + std::chrono::seconds(1);
       actions.requeue_after = std::max(std::chrono::seconds(1), std::min(left, std::chrono::seconds(60)));
+    }
+    if (!outcome.finished && outcome.look_again_at) {
+      const auto until = std::chrono::duration_cast<std::chrono::seconds>(*outcome.look_again_at - world.now) + std::chrono::seconds(1);
+      actions.requeue_after = std::max(std::chrono::seconds(1), std::min(actions.requeue_after.value_or(until), until));
     }
   }
   if (machine.finished()) {

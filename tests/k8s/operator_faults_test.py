@@ -464,16 +464,17 @@ class OperatorFaultsTest(unittest.TestCase):
         self.assertEqual(status["phase"], "Succeeded", status)
 
     def test_a_case_starts_only_once_the_pods_of_the_case_before_it_have_ended(self):
-        """One node of a two-node case is lost (Evicted); the other's command, deaf to SIGTERM, runs
-        on, its pod Terminating, until dlbench-exec kills it (its own grace, 10 s, within the pod's
-        30). The next case waits for that pod to end, saying so, and runs alone."""
+        """Node 0 of a two-node case is lost (Evicted), which ends the case at once; node 1's command,
+        deaf to SIGTERM, runs on, its pod Terminating, until dlbench-exec kills it (its own grace,
+        10 s, within the pod's 30). The next case waits for that pod to end, saying so, and runs
+        alone."""
         cluster = self.cluster()
         deaf = "trap '' TERM; [ $DLBENCH_CASE = 2x1-bs2-fp32 ] && sleep 600; " + STEPS.format(pause=0.02)
         run = benchmark_run("after", batches=(2, 4), timeout=100)
         run["spec"]["command"] = ["sh", "-c", deaf]
         run["spec"]["matrix"]["nodes"] = [2]
         self.apply(cluster, run)
-        lost = "pod/after-2x1-bs2-fp32-a1-worker-1"
+        lost = "pod/after-2x1-bs2-fp32-a1-worker-0"
         wait_for(lambda: "Running" in cluster.kubectl("get", "pods", "-o", "jsonpath={.items[*].status.phase}",
                                                       "-l", "dlbench.io/case=2x1-bs2-fp32"), 30, "the first case to run")
         cluster.kubectl("annotate", lost, "kubelet.dlbench.io/fail=Evicted")
@@ -481,7 +482,7 @@ class OperatorFaultsTest(unittest.TestCase):
                                          if c["type"] == "Progressing" and c["reason"] == "AwaitingPreviousPods"), None),
                            30, "the second case to wait for the first one's pods")
         self.assertEqual(waiting["message"],
-                         "2x1-bs4-fp32 attempt 1 starts once the pods before it have ended: after-2x1-bs2-fp32-a1-worker-0")
+                         "2x1-bs4-fp32 attempt 1 starts once the pods before it have ended: after-2x1-bs2-fp32-a1-worker-1")
         status = self.finished(cluster, "after", 120)
         # The planner puts each batch size's 1x1 baseline first.
         self.assertEqual([r["case"]["id"] for r in status["results"]],
@@ -496,6 +497,41 @@ class OperatorFaultsTest(unittest.TestCase):
         started = min(t for t, name, _ in self.pods.added if "-2x1-bs4-fp32-" in name)
         self.assertGreater(started, self.pods.ended[survivor], "the next case began beside the pod before it")
         self.assertIn("Progressing", {c["type"] for c in status["conditions"]})
+
+    def test_a_command_left_waiting_on_its_lost_peer_is_stopped_and_its_repeats_kept(self):
+        """Node 1 of a two-node case is OOMKilled. Node 0's command, its first repeat complete, waits on
+        the lost peer (as NCCL's collectives do) instead of failing: after the margin it is stopped
+        (its pod deleted), its dlbench-exec writes the repeat it completed, and the result keeps it
+        under the lost worker's reason."""
+        cluster = self.cluster()
+        one_repeat = 'for i in 1 2 3 4 5; do sleep 0.02; echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; done'
+        hang = ("if [ $DLBENCH_CASE = 2x1-bs2-fp32 ]; then [ $DLBENCH_NODE_RANK = 0 ] && { " + one_repeat +
+                "; }; exec sleep 600; fi; " + STEPS.format(pause=0.02))
+        run = benchmark_run("peer", timeout=100)
+        run["spec"]["command"] = ["sh", "-c", hang]
+        run["spec"]["matrix"]["nodes"] = [2]
+        self.apply(cluster, run)
+        lost = "pod/peer-2x1-bs2-fp32-a1-worker-1"
+        wait_for(lambda: "Running Running" in cluster.kubectl("get", "pods", "-o", "jsonpath={.items[*].status.phase}",
+                                                              "-l", "dlbench.io/case=2x1-bs2-fp32"), 30, "the case to run")
+        time.sleep(1)  # node 0's first repeat: 5 steps of 0.02 s
+        cluster.kubectl("annotate", lost, "kubelet.dlbench.io/fail=OOMKilled")
+        killed = time.time()
+        status = self.finished(cluster, "peer", 90)
+        result = status["results"][-1]
+        self.assertEqual((result["case"]["id"], result["state"], result["reason"]), ("2x1-bs2-fp32", "Failed", "OOMKilled"))
+        self.assertIn("peer-2x1-bs2-fp32-a1-worker-1: container worker exited with code 137", result["message"])
+        self.assertIn("stopped by a signal after 5 of 10 step markers; 1 of 2 repeats complete, kept here unjudged",
+                      result["message"])
+        self.assertEqual(len(result["throughput"]["repeats"]), 1, result)
+        self.assertGreater(result["throughput"]["repeats"][0], 0)
+        events = json.loads(cluster.kubectl("get", "events", "-o", "json"))["items"]
+        stopping = [e for e in events if e.get("reason") == "StoppingWorkerZero"]
+        self.assertEqual(len(stopping), 1, [e.get("reason") for e in events])
+        self.assertIn("peer-2x1-bs2-fp32-a1-worker-0 is deleted so that its dlbench-exec stops the command",
+                      stopping[0]["message"])
+        worker_zero = next(uid for uid, c in self.pods.case.items() if c == "2x1-bs2-fp32" and uid in self.pods.terminating)
+        self.assertGreater(self.pods.terminating[worker_zero] - killed, 15, "given the margin to end on its own first")
 
     def test_cases_of_different_runs_do_not_share_a_node_unless_they_say_so(self):
         cluster = self.cluster(operator_args=["--max-concurrent-cases", "2"])

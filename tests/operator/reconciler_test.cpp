@@ -701,6 +701,91 @@ TEST(Reconciler, ACommandWorkerKilledMidCaseKeepsWhatWorkerZeroMeasured) {
   EXPECT_EQ(r.throughput->repeats.size(), 3u);
 }
 
+// With engine: command, worker 0's command may wait on a lost peer for minutes (NCCL's collectives
+// do): given the margin to end on its own, worker 0 is then stopped (its pod deleted, which its
+// dlbench-exec answers by stopping the command and writing the repeats it completed), and waited
+// for until its grace is over; what it wrote is kept under the lost worker's reason.
+TEST(Reconciler, ACommandWorkerZeroThatRunsOnAfterItsPeerIsLostIsStoppedAndKeepsWhatItCompleted) {
+  const auto to_the_two_node_case = [](FakeCluster& cluster) {
+    cluster.pod_grace = 30s;
+    for (const std::string id : {"1x1-bs128-amp", "1x8-bs128-amp"}) {
+      cluster.step();
+      cluster.make_workers_ready();
+      cluster.step();
+      terminate_pod(cluster.objects.at("Pod/" + child_names("scaling", id, 1).worker(0)), 0, cluster.result_for(id, 900.0));
+      cluster.step();
+    }
+    cluster.step();
+    cluster.make_workers_ready();
+    cluster.place_workers("node-a");
+    cluster.step();
+    json& killed = cluster.objects.at("Pod/" + child_names("scaling", "2x8-bs128-amp", 1).worker(1));
+    terminate_pod(killed, 137, "", "OOMKilled");
+    killed["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = rfc3339_utc(cluster.now);
+  };
+  const std::string worker_zero = "Pod/" + child_names("scaling", "2x8-bs128-amp", 1).worker(0);
+  const auto stopping = [](const Actions& a) {
+    return std::count_if(a.events.begin(), a.events.end(), [](const Event& e) { return e.reason == "StoppingWorkerZero"; });
+  };
+
+  FakeCluster cluster(command_run());
+  to_the_two_node_case(cluster);
+  cluster.now += 5s;
+  Actions a = cluster.step();
+  EXPECT_EQ(cluster.status().results.size(), 2u);
+  EXPECT_FALSE(cluster.objects.at(worker_zero)["metadata"].contains("deletionTimestamp")) << "its own end awaited first";
+  ASSERT_TRUE(a.requeue_after);
+  EXPECT_EQ(*a.requeue_after, std::chrono::seconds(kLauncherStopMarginSeconds - 5 + 1)) << "looks again when the margin ends";
+  EXPECT_EQ(stopping(a), 0);
+  cluster.now += std::chrono::seconds(kLauncherStopMarginSeconds - 5 + 1);
+  a = cluster.step();
+  EXPECT_EQ(cluster.status().results.size(), 2u) << "what its dlbench-exec writes once stopped is awaited";
+  EXPECT_TRUE(cluster.objects.at(worker_zero)["metadata"].contains("deletionTimestamp")) << "stopped";
+  ASSERT_EQ(stopping(a), 1);
+  const auto event = std::find_if(a.events.begin(), a.events.end(), [](const Event& e) { return e.reason == "StoppingWorkerZero"; });
+  EXPECT_EQ(event->type, "Warning");
+  EXPECT_THAT(event->message, HasSubstr("2x8-bs128-amp attempt 1: worker scaling-2x8-bs128-amp-a1-worker-1 ended mid-case and "
+                                        "worker 0's command runs on"));
+  cluster.now += 2s;
+  a = cluster.step();
+  EXPECT_EQ(stopping(a), 0) << "asked once";
+  EXPECT_EQ(*a.requeue_after, 30s - 2s + std::chrono::seconds(kLauncherStopMarginSeconds) + 1s)
+      << "looks again when its grace and the margin after it are over";
+  // SIGTERM: dlbench-exec stops the command 10 s later and writes the 2 repeats it completed.
+  cluster.now += 8s;
+  ResultDocument doc = *decode_result_document(json::parse(cluster.result_for("2x8-bs128-amp", 13000.0))).value;
+  doc.engine = Engine::command;
+  doc.state = CaseState::Failed;
+  doc.reason = "Interrupted";
+  doc.message = "stopped by a signal after 9 of 21 step markers; 2 of 3 repeats complete, kept here unjudged";
+  doc.throughput->repeats.pop_back();
+  terminate_pod(cluster.objects.at(worker_zero), 1, to_json(doc).dump());
+  cluster.step();
+  BenchmarkRunStatus status = cluster.status();
+  ASSERT_EQ(status.results.size(), 3u);
+  EXPECT_EQ(status.results[2].reason, "OOMKilled");
+  EXPECT_THAT(status.results[2].message, HasSubstr("-worker-1: container worker exited with code 137"));
+  EXPECT_THAT(status.results[2].message, HasSubstr("2 of 3 repeats complete, kept here unjudged"));
+  ASSERT_TRUE(status.results[2].throughput);
+  EXPECT_EQ(status.results[2].throughput->repeats.size(), 2u);
+
+  // A worker 0 whose kubelet never stops it (its node lost too): waited for until its grace is
+  // over and the margin after it; then the lost worker's reason alone.
+  FakeCluster stuck(command_run());
+  to_the_two_node_case(stuck);
+  stuck.now += std::chrono::seconds(kLauncherStopMarginSeconds + 1);
+  EXPECT_EQ(stopping(stuck.step()), 1);
+  stuck.now += 30s + std::chrono::seconds(kLauncherStopMarginSeconds);
+  stuck.step();
+  EXPECT_EQ(stuck.status().results.size(), 2u);
+  stuck.now += 1s;
+  stuck.step();
+  status = stuck.status();
+  ASSERT_EQ(status.results.size(), 3u);
+  EXPECT_EQ(status.results[2].reason, "OOMKilled");
+  EXPECT_FALSE(status.results[2].throughput);
+}
+
 // A worker deleted mid-case by someone else (here a drain, through the Eviction API): its end is the
 // deletion's doing, and the result says so, with the cluster's word for the disruption; retried.
 TEST(Reconciler, AWorkerDeletedMidCaseIsWorkerDeletedWithTheDisruption) {
