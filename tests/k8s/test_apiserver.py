@@ -9,7 +9,10 @@ history, the status subresource (status only through it), Secrets' stringData fo
 data, owner-reference garbage collection (cascading), graceful deletion of pods (a pod on a node
 stays, Terminating with a deletionTimestamp, until its kubelet deletes it with a grace of 0; a
 DeleteOptions' uid precondition is honoured), the pods/eviction subresource (`kubectl drain`'s
-request: the DisruptionTarget condition, then a graceful delete; no PodDisruptionBudgets), and
+request: the DisruptionTarget condition, then a graceful delete), refused with 429 where a
+PodDisruptionBudget (policy/v1, matchLabels selectors, an integer minAvailable, its
+unhealthyPodEvictionPolicy) does not allow it, as the real eviction subresource judges (its
+status is not kept: the budget is judged from the pods at each request), and
 Table output with a CRD's
 additionalPrinterColumns so that `kubectl get br` shows its real columns.
 
@@ -59,6 +62,7 @@ BUILTIN = {
     ("rbac.authorization.k8s.io", "v1", "clusterroles"): ("ClusterRole", False),
     ("rbac.authorization.k8s.io", "v1", "clusterrolebindings"): ("ClusterRoleBinding", False),
     ("batch", "v1", "jobs"): ("Job", True),
+    ("policy", "v1", "poddisruptionbudgets"): ("PodDisruptionBudget", True),
     ("coordination.k8s.io", "v1", "leases"): ("Lease", True),
     ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): ("CustomResourceDefinition", False),
 }
@@ -70,7 +74,7 @@ class UnsupportedMediaType(Exception):
 
 SHORT_NAMES = {"pods": ["po"], "services": ["svc"], "configmaps": ["cm"], "events": ["ev"], "namespaces": ["ns"],
                "serviceaccounts": ["sa"], "deployments": ["deploy"],
-               "customresourcedefinitions": ["crd", "crds"]}
+               "customresourcedefinitions": ["crd", "crds"], "poddisruptionbudgets": ["pdb"]}
 
 
 def now():
@@ -502,15 +506,19 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(201, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
     def evict(self, namespace, name, eviction):
-        """POST pods/NAME/eviction (policy/v1 Eviction), what `kubectl drain` asks for each pod. No
-        PodDisruptionBudget here, so it is granted: the pod gets the DisruptionTarget condition
-        (EvictionByEvictionAPI) and is deleted as a DELETE deletes it, gracefully on a node."""
+        """POST pods/NAME/eviction (policy/v1 Eviction), what `kubectl drain` asks for each pod (and
+        retries every 5 s while refused). Granted unless a PodDisruptionBudget forbids it: the pod
+        gets the DisruptionTarget condition (EvictionByEvictionAPI) and is deleted as a DELETE
+        deletes it, gracefully on a node."""
         s = self.store
         with s.lock:
             key = ("", "pods", namespace or "", name)
             pod = s.objects.get(key)
             if pod is None:
                 return self.status(404, "NotFound", f'pods "{name}" not found')
+            refusal = self.disruption_refused(namespace or "", pod)
+            if refusal:
+                return self.status(*refusal)
             conditions = pod.setdefault("status", {}).setdefault("conditions", [])
             conditions[:] = [c for c in conditions if c.get("type") != "DisruptionTarget"] + [
                 {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
@@ -519,6 +527,47 @@ class Handler(BaseHTTPRequestHandler):
             s.record("", "pods", namespace or "", "MODIFIED", pod)
             s.delete(key, (eviction.get("deleteOptions") or {}).get("gracePeriodSeconds"))
         self.send_json(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
+
+    def disruption_refused(self, namespace, pod):
+        """Why the budgets over `pod` forbid its eviction, as (code, reason, message), or None. As the
+        real subresource: a pod that has ended, is Pending or is being deleted goes whatever its
+        budgets; two budgets over one pod are an error; otherwise its budget must keep minAvailable
+        of its pods Ready (those not being deleted) without it, unless the pod is not Ready itself
+        and the budget's unhealthyPodEvictionPolicy is AlwaysAllow."""
+        s = self.store
+        phase = pod.get("status", {}).get("phase")
+        if phase in ("Succeeded", "Failed", "Pending") or "deletionTimestamp" in pod["metadata"]:
+            return None
+        def selects(budget, p):
+            wanted = budget.get("spec", {}).get("selector", {}).get("matchLabels", {})
+            labels = p["metadata"].get("labels", {})
+            return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
+
+        budgets = [o for (g, plural, ns, _), o in s.objects.items()
+                   if plural == "poddisruptionbudgets" and ns == namespace and selects(o, pod)]
+        if not budgets:
+            return None
+        if len(budgets) > 1:
+            return 500, "InternalError", ("This pod has more than one PodDisruptionBudget, which the eviction "
+                                          "subresource does not support.")
+        budget = budgets[0]
+
+        def ready(p):
+            return "deletionTimestamp" not in p["metadata"] and any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in p.get("status", {}).get("conditions", []))
+
+        if not ready(pod) and budget["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+            return None
+        healthy = sum(1 for (g, plural, ns, _), p in s.objects.items()
+                      if plural == "pods" and ns == namespace and selects(budget, p) and ready(p))
+        needed = budget["spec"].get("minAvailable", 0)
+        if not isinstance(needed, int):
+            return 500, "InternalError", "this test server judges only an integer minAvailable"
+        if healthy - (1 if ready(pod) else 0) >= needed:
+            return None
+        return 429, "TooManyRequests", (
+            "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget "
+            f"{budget['metadata']['name']} needs {needed} healthy pods and has {healthy} currently")
 
     def uid_precondition_failed(self, plural, name, wanted_uid, current):
         """409 for a write or delete meant for another object of this name (a uid precondition)."""

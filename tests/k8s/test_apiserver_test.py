@@ -179,6 +179,55 @@ class ApiServerTest(unittest.TestCase):
                          [("DisruptionTarget", "EvictionByEvictionAPI")])
         self.http("DELETE", f"{path}/drained?gracePeriodSeconds=0")  # its kubelet's part: the server is shared
 
+    def test_an_eviction_a_disruption_budget_forbids_is_refused(self):
+        """As the real eviction subresource judges it: 429 while the budget would fall below
+        minAvailable Ready pods; a pod not Ready goes under AlwaysAllow; Pending and ended pods go
+        whatever the budget; two budgets over one pod are an error."""
+        path = "/api/v1/namespaces/default/pods"
+
+        def pod(name, ready, phase="Running"):
+            self.http("POST", path, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"pdb": "a"}},
+                                     "spec": {"containers": [{"name": "c", "image": "i"}]}})
+            self.http("POST", f"{path}/{name}/binding", {"kind": "Binding", "target": {"kind": "Node", "name": "node-0"}})
+            self.http("PATCH", f"{path}/{name}/status", {"status": {"phase": phase, "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False"}]}}, "application/merge-patch+json")
+
+        def evict(name):
+            code, text = self.http("POST", f"{path}/{name}/eviction", {"apiVersion": "policy/v1", "kind": "Eviction",
+                                                                       "metadata": {"name": name}})
+            return code, json.loads(text).get("message", "")
+
+        def budget(name, policy=None):
+            spec = {"minAvailable": 2, "selector": {"matchLabels": {"pdb": "a"}},
+                    **({"unhealthyPodEvictionPolicy": policy} if policy else {})}
+            self.assertEqual(self.http("POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+                                       {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                                        "metadata": {"name": name}, "spec": spec})[0], 201)
+
+        budget("guard", "AlwaysAllow")
+        self.assertEqual(self.kubectl("get", "pdb", "-o", "name").stdout.split(), ["poddisruptionbudget.policy/guard"])
+        pod("pdb-0", True)
+        pod("pdb-1", True)
+        code, message = evict("pdb-0")
+        self.assertEqual(code, 429)
+        self.assertIn("The disruption budget guard needs 2 healthy pods and has 2 currently", message)
+        self.assertNotIn("deletionTimestamp", json.loads(self.http("GET", f"{path}/pdb-0")[1])["metadata"])
+        pod("pdb-2", True)
+        self.assertEqual(evict("pdb-0")[0], 201, "3 Ready, 2 needed: one may go")
+        self.assertEqual(evict("pdb-1")[0], 429, "one is going already: it counts no more")
+        pod("pdb-sick", False)
+        self.assertEqual(evict("pdb-sick")[0], 201, "not Ready, AlwaysAllow")
+        pod("pdb-new", False, "Pending")
+        self.assertEqual(evict("pdb-new")[0], 201, "Pending: whatever the budget")
+        budget("second")
+        code, message = evict("pdb-1")
+        self.assertEqual(code, 500)
+        self.assertIn("more than one PodDisruptionBudget", message)
+        self.kubectl("delete", "pdb", "second", "guard")
+        self.assertEqual(evict("pdb-1")[0], 201, "no budget: granted")
+        for name in ("pdb-0", "pdb-1", "pdb-2", "pdb-sick", "pdb-new"):
+            self.http("DELETE", f"{path}/{name}?gracePeriodSeconds=0")  # the server is shared
+
     def test_watch_from_a_version_and_gone_when_too_old(self):
         path = "/api/v1/namespaces/default/configmaps"
         start = json.loads(self.http("GET", path)[1])["metadata"]["resourceVersion"]
