@@ -38,6 +38,7 @@ ChildNames child_names(const std::string& run, const std::string& case_id, int a
   n.service = n.prefix + "-workers";
   n.launcher = n.prefix + "-launcher";
   n.group = n.prefix + "-group";
+  n.budget = n.prefix + "-budget";
   return n;
 }
 

@@ -12,6 +12,7 @@ struct ChildNames {
   std::string prefix;  // "<run>-<case>-a<attempt>", shortened if needed
   std::string secret, hostfile, service, launcher;
   std::string group;  // the PodGroup (Volcano, scheduler-plugins) or Kueue pod group of the workers
+  std::string budget;  // the PodDisruptionBudget over the attempt's pods
   std::string worker(int index) const;
 };
 

@@ -29,6 +29,7 @@ Resource resource_for(const std::string& kind, const std::string& api_version = 
   if (kind == "Secret") return resources::kSecrets;
   if (kind == "ConfigMap") return resources::kConfigMaps;
   if (kind == "Service") return resources::kServices;
+  if (kind == "PodDisruptionBudget") return resources::kPodDisruptionBudgets;
   if (kind == "PodGroup") {
     const auto slash = api_version.find('/');
     return {api_version.substr(0, slash), api_version.substr(slash + 1), "podgroups", true};
@@ -207,8 +208,10 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
   jobs_ = std::make_unique<Informer<CachedJob>>(
       client_, "Job", resources::kJobs, options_.namespace_, kChildSelector, options_.watch_timeout, cache_job,
       [owner](const std::string&, const CachedJob& job) { owner("Job", job); }, on_error, on_listed);
-  for (const auto& [kind, resource] : std::initializer_list<std::pair<const char*, const Resource*>>{
-           {"Secret", &resources::kSecrets}, {"ConfigMap", &resources::kConfigMaps}, {"Service", &resources::kServices}}) {
+  std::vector<std::pair<const char*, const Resource*>> other_kinds{
+      {"Secret", &resources::kSecrets}, {"ConfigMap", &resources::kConfigMaps}, {"Service", &resources::kServices}};
+  if (options_.config.disruption_budgets) other_kinds.emplace_back("PodDisruptionBudget", &resources::kPodDisruptionBudgets);
+  for (const auto& [kind, resource] : other_kinds) {
     others_.push_back(std::make_unique<Informer<CachedObject>>(
         client_, kind, *resource, options_.namespace_, kChildSelector, options_.watch_timeout, cache_object,
         [owner, kind](const std::string&, const CachedObject& o) { owner(kind, o); }, on_error, on_listed));

@@ -320,6 +320,7 @@ const Resource kServices{"", "v1", "services"};
 const Resource kConfigMaps{"", "v1", "configmaps"};
 const Resource kSecrets{"", "v1", "secrets"};
 const Resource kJobs{"batch", "v1", "jobs"};
+const Resource kPodDisruptionBudgets{"policy", "v1", "poddisruptionbudgets"};
 const Resource kEvents{"", "v1", "events"};
 const Resource kLeases{"coordination.k8s.io", "v1", "leases"};
 }  // namespace resources

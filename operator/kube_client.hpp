@@ -72,7 +72,8 @@ struct Resource {
 };
 
 namespace resources {
-extern const Resource kBenchmarkRuns, kPods, kServices, kConfigMaps, kSecrets, kJobs, kEvents, kLeases;
+extern const Resource kBenchmarkRuns, kPods, kServices, kConfigMaps, kSecrets, kJobs, kPodDisruptionBudgets, kEvents,
+    kLeases;
 }
 
 class KubeClient {

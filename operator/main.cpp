@@ -91,6 +91,13 @@ void add_flags(CLI::App& app, OperatorFlags& f) {
       [&config](const std::string& v) { config.communicator = dlbench::one_of("--communicator", v, {"nccl", "mpi"}); },
       "nccl (default) | mpi", "C");
   add_text_option(
+      app, "--disruption-budgets",
+      [&config](const std::string& v) {
+        config.disruption_budgets = dlbench::one_of("--disruption-budgets", v, {"true", "false"}) == "true";
+      },
+      "a PodDisruptionBudget over each case's pods while it runs, so that a drain waits for the case (default true)",
+      "true|false");
+  add_text_option(
       app, "--leader-elect",
       [&f](const std::string& v) { f.leader_elect = dlbench::one_of("--leader-elect", v, {"true", "false"}) == "true"; },
       "lead through a Lease before reconciling (default false; on with replicas > 1)", "true|false");

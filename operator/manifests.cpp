@@ -271,6 +271,20 @@ json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attemp
             {"ports", json::array({{{"name", "ssh"}, {"port", kSshPort}, {"targetPort", ssh_port(run)}}})}}}};
 }
 
+json build_disruption_budget(const BenchmarkRun& run, const CaseSpec& c, int attempt) {
+  const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
+  json selector = child_labels(run, c, attempt, "");
+  selector.erase("app.kubernetes.io/component");  // workers and launcher alike
+  const int pods = c.nodes + (run.spec.engine == Engine::command ? 0 : 1);
+  return {{"apiVersion", "policy/v1"},
+          {"kind", "PodDisruptionBudget"},
+          {"metadata", metadata(run, c, attempt, n.budget, "budget")},
+          {"spec",
+           {{"minAvailable", pods},
+            {"selector", {{"matchLabels", selector}}},
+            {"unhealthyPodEvictionPolicy", "AlwaysAllow"}}}};
+}
+
 namespace {
 
 // Real data (imagefolder, cityscapes, bertpretraining) with a volume: the volume, read-only, at data.path in the worker container (the

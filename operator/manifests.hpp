@@ -6,6 +6,7 @@
 //   Service    <prefix>-workers    headless, publishes not-ready addresses (DNS before sshd)
 //   Pod        <prefix>-worker-i   one per node: G GPUs (+ RDMA, + IPC_LOCK only then), sshd
 //   Job        <prefix>-launcher   created once every worker is Ready; runs mpirun
+//   PodDisruptionBudget <prefix>-budget  no voluntary eviction of the attempt's pods (--disruption-budgets)
 //
 // engine: command has only the Service (for DNS: MASTER_ADDR is worker 0) and one Pod per node
 // running the user's image: dlbench-exec -- COMMAND, copied in by an init container from the
@@ -41,6 +42,10 @@ struct OperatorConfig {
   // spec.worker.qosClass Guaranteed sets the limits to them.
   std::string worker_cpu_request = "1";
   std::string worker_memory_request = "2Gi";
+  // A PodDisruptionBudget over each case attempt's pods while it runs, so that a drain (and
+  // whatever else evicts through the Eviction API: node upgrades, the cluster autoscaler) waits
+  // for the case to end instead of killing a worker mid-case.
+  bool disruption_budgets = true;
 };
 
 inline constexpr const char* kTerminationLog = "/dev/termination-log";
@@ -64,6 +69,11 @@ const char* pod_group_api_version(GangScheduler scheduler);
 nlohmann::json build_ssh_secret(const BenchmarkRun& run, const CaseSpec& c, int attempt, const SshKeyPair& keys);
 nlohmann::json build_hostfile(const BenchmarkRun& run, const CaseSpec& c, int attempt);
 nlohmann::json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attempt);
+// policy/v1: minAvailable every pod of the attempt (its workers, and the launcher with mpirun),
+// selected by run, case and attempt. An integer minAvailable is what a budget over pods without a
+// scaling controller may use (maxUnavailable and percentages need one). unhealthyPodEvictionPolicy
+// AlwaysAllow: a pod that is not Ready measures nothing and may go.
+nlohmann::json build_disruption_budget(const BenchmarkRun& run, const CaseSpec& c, int attempt);
 nlohmann::json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, int index,
                                 const OperatorConfig& config);  // either engine
 // The PodGroup of the case's workers for Volcano or scheduler-plugins (minMember = nodes);

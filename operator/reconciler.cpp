@@ -282,6 +282,9 @@ void create_missing(const BenchmarkRun& run, const PlannedCase& current, int att
     actions.create.push_back(build_hostfile(run, current.spec, attempt));
   }
   if (!present.contains("Service/" + names.service)) actions.create.push_back(build_worker_service(run, current.spec, attempt));
+  if (config.disruption_budgets && !present.contains("PodDisruptionBudget/" + names.budget)) {
+    actions.create.push_back(build_disruption_budget(run, current.spec, attempt));
+  }
   int ready = 0;
   const ObservedPod* first = nullptr;  // worker 0, once it exists
   for (int i = 0; i < current.spec.nodes; ++i) {

@@ -93,6 +93,12 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(rules[(("batch",), ("jobs",))], {"get", "list", "watch", "create", "delete"})
         self.assertEqual(rules[(("",), ("events",))], {"create"})
         self.assertEqual(rules[(("scheduling.volcano.sh", "scheduling.x-k8s.io"), ("podgroups",))], {"create"})
+        self.assertEqual(rules[(("policy",), ("poddisruptionbudgets",))], {"get", "list", "watch", "create", "delete"})
+        # Without the budgets, no right to them either.
+        unguarded = by_kind(render("--set", "worker.disruptionBudgets=false"))
+        self.assertNotIn(("policy",), [tuple(r["apiGroups"]) for r in unguarded["ClusterRole"][0]["rules"]])
+        self.assertIn("--disruption-budgets=false",
+                      unguarded["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"])
         for r in role["rules"] + [r for role in kinds["Role"] for r in role["rules"]]:
             self.assertNotIn("*", r["verbs"])
             self.assertNotIn("*", r["resources"])
@@ -132,6 +138,7 @@ class ChartTest(unittest.TestCase):
         self.assertIn("memory", container["resources"]["limits"])
         self.assertIn("--leader-elect=false", container["args"])
         self.assertIn("--max-concurrent-cases=1", container["args"])  # one case at a time by default
+        self.assertIn("--disruption-budgets=true", container["args"])  # a drain waits for the case
         labels = deployment["metadata"]["labels"]
         for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
                     "app.kubernetes.io/managed-by", "app.kubernetes.io/component", "helm.sh/chart"):
@@ -163,7 +170,8 @@ class ChartTest(unittest.TestCase):
         if OPERATOR is None:
             self.skipTest("no dlbench-operator given")
         for values in ([], ["--set", "operator.replicas=2,operator.watchNamespace=bench,worker.backend=cpu,"
-                                     "worker.communicator=mpi,operator.maxConcurrentCases=4",
+                                     "worker.communicator=mpi,operator.maxConcurrentCases=4,"
+                                     "worker.disruptionBudgets=false",
                             "--set-string", "worker.resources.requests.cpu=500m,worker.resources.requests.memory="]):
             args = by_kind(render(*values))["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
             # --kubeconfig to a missing file: the flags parse, then the config fails (exit 1, not 2 = usage).

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
 import urllib.request
 
 import yaml
@@ -344,9 +345,12 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(result["attempts"], 1)
 
     def test_a_worker_drained_mid_case_keeps_the_repeats_rank_zero_measured(self):
-        # A drain evicts worker 1 of a two-node case while it measures (the Eviction API, as
-        # `kubectl drain` asks): its ranks die with its pod, mpirun stops rank 0, which writes the
-        # repeats it measured, and the result keeps them under the reason WorkerDeleted.
+        # A drain asks the Eviction API for worker 1 of a two-node case while it measures: the
+        # case's PodDisruptionBudget refuses it (429, as `kubectl drain` is answered, retrying
+        # every 5 s). The budget deleted, the operator makes it again. An admin then deletes the
+        # pod itself (`kubectl drain --disable-eviction`): the worker's ranks die with its pod,
+        # mpirun stops rank 0, which writes the repeats it measured, and the result keeps them
+        # under the reason WorkerDeleted.
         if not own_host_names():
             self.skipTest("needs unshare --uts (CAP_SYS_ADMIN): without a host name of its own per pod, ranks on "
                           "two pods count one node and the case is CaseMismatch")
@@ -367,8 +371,22 @@ class EndToEnd(unittest.TestCase):
             return False
         wait_for(first_repeat_measured, 120, "the two-node case's first repeat", period=0.1)
         worker = f"drained-{case}-a1-worker-1"
-        Api(self.cluster.url).call("POST", f"/api/v1/namespaces/default/pods/{worker}/eviction",
-                                   {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": worker}})
+        eviction = (f"/api/v1/namespaces/default/pods/{worker}/eviction",
+                    {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": worker}})
+        with self.assertRaises(urllib.error.HTTPError) as refused:
+            Api(self.cluster.url).call("POST", *eviction)
+        self.assertEqual(refused.exception.code, 429)
+        self.assertIn(f"The disruption budget drained-{case}-a1-budget needs 3 healthy pods and has 3 currently",
+                      json.loads(refused.exception.read())["message"])
+        self.assertNotIn("deletionTimestamp",
+                         Api(self.cluster.url).call("GET", f"/api/v1/namespaces/default/pods/{worker}")["metadata"],
+                         "the worker measures on")
+        budget = f"/apis/policy/v1/namespaces/default/poddisruptionbudgets/drained-{case}-a1-budget"
+        first = Api(self.cluster.url).call("GET", budget)["metadata"]["uid"]
+        self.kubectl("delete", "pdb", f"drained-{case}-a1-budget", "--wait=false")
+        wait_for(lambda: (Api(self.cluster.url).call("GET", budget) or {"metadata": {"uid": first}})["metadata"]["uid"]
+                 != first, 20, "the budget made again")
+        self.kubectl("delete", "pod", worker, "--wait=false")
         wait_for(lambda: self.finished("drained"), 120, "the drained run to finish")
         status = self.run_object("drained")["status"]
         self.assertEqual(status["phase"], "Succeeded", "its 1x1 baseline ran whole")
@@ -376,8 +394,7 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual((result["state"], result["reason"], result["attempts"]), ("Failed", "WorkerDeleted", 1), result)
         # The pod's end reported (a container killed by the deletion), or the pod already gone.
         self.assertRegex(result["message"], f"^worker {worker} was deleted mid-case"
-                         r"( \(EvictionByEvictionAPI: Eviction API: evicting\): container worker exited with code 143"
-                         r"|: its pod is gone);")
+                         r"(: container worker exited with code 143|: its pod is gone);")
         kept = len(result.get("throughput", {}).get("repeats", []))
         self.assertGreaterEqual(kept, 1, result)
         self.assertLess(kept, 8, "stopped mid-case")

@@ -381,7 +381,7 @@ class OperatorFaultsTest(unittest.TestCase):
         relists = {kind: float(n) for kind, n in re.findall(
             r'dlbench_operator_watch_errors_total\{code="410",kind="(\w+)"\} (\S+)', self.metrics(cluster))}
         self.assertEqual(sorted(k for k, n in relists.items() if n >= 1),
-                         ["BenchmarkRun", "ConfigMap", "Job", "Pod", "Secret", "Service"], relists)
+                         ["BenchmarkRun", "ConfigMap", "Job", "Pod", "PodDisruptionBudget", "Secret", "Service"], relists)
 
     def test_an_evicted_worker_is_the_cases_reason(self):
         cluster = self.cluster()

@@ -5,10 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -395,12 +397,32 @@ class CountingTransport : public HttpTransport {
     if (method == "POST" && path.find("/events") == std::string::npos) {
       std::lock_guard lock(mutex_);
       ++creates_[response.status];
+      const json created = json::parse(response.body, nullptr, false);
+      if (response.status == 201 && created.is_object()) created_.insert(object_key(created));
     }
     return response;
   }
+  // Each object the operator's informers have taken in, once its watch event was handed on.
   int stream(const std::string& path, std::chrono::seconds silence_limit,
              const std::function<bool(const std::string&)>& on_line) override {
-    return inner_->stream(path, silence_limit, on_line);
+    return inner_->stream(path, silence_limit, [&](const std::string& line) {
+      const bool more = on_line(line);
+      const json event = json::parse(line, nullptr, false);
+      if (event.is_object() && event.value("type", "") == "ADDED" && event.contains("object")) {
+        std::lock_guard lock(mutex_);
+        watched_.insert(object_key(event["object"]));
+      }
+      return more;
+    });
+  }
+  // Whether every object created through here (and kept by the API server) has been in a watch the
+  // operator read, but those named with `except` at the end: a test waits for this before
+  // reading what the operator awaits, or it may catch it awaiting more.
+  bool watched_every_create(const std::string& except = "") const {
+    std::lock_guard lock(mutex_);
+    return std::all_of(created_.begin(), created_.end(), [&](const std::string& key) {
+      return watched_.contains(key) || (!except.empty() && key.ends_with(except));
+    });
   }
   int creates(int status) const {
     std::lock_guard lock(mutex_);
@@ -410,8 +432,12 @@ class CountingTransport : public HttpTransport {
 
  private:
   std::shared_ptr<HttpTransport> inner_;
+  static std::string object_key(const json& object) {
+    return object.value("kind", "") + "/" + object.value("metadata", json::object()).value("name", "");
+  }
   mutable std::mutex mutex_;
   std::map<int, int> creates_;
+  std::set<std::string> created_, watched_;
 };
 
 // A watch cache that lags (as an API server's does under load): the operator must not take
@@ -441,8 +467,8 @@ TEST(Controller, ChildrenItCreatedAreAwaitedInTheCacheNotCreatedAgain) {
     if (e.value("reason", "") == "LauncherCreated") announced.insert(e.value("message", ""));
   }
   EXPECT_EQ(announced, (std::multiset<std::string>{"1x1-bs4-fp32 attempt 1", "2x1-bs4-fp32 attempt 1"}));
-  // Per case a Secret, a hostfile, a Service, its workers and a launcher: 5 + 6.
-  EXPECT_EQ(counting->creates(201), 11);
+  // Per case a Secret, a hostfile, a Service, a PodDisruptionBudget, its workers and a launcher: 6 + 7.
+  EXPECT_EQ(counting->creates(201), 13);
   EXPECT_EQ(counting->creates(409), 0);
   // It did wait for its cache, and said so.
   const std::string exposition = controller.registry().serialize();
@@ -517,7 +543,12 @@ TEST(Controller, AnAwaitedChildLapsesAfterFiveMinutes) {
   // Its first children go out; the others show, the worker never does, and it waits for it,
   // naming it in the log.
   ::testing::internal::CaptureStderr();
-  const bool waited = wait_until([&] { return hiding->creates(201) >= 4 && stale() >= 3; }, 10000ms);
+  std::optional<double> stale_once_shown;  // stale reconciles when the other children had shown
+  const bool waited = wait_until([&] {
+    if (hiding->creates(201) < 5 || !hiding->watched_every_create("-worker-0")) return false;
+    if (!stale_once_shown) stale_once_shown = stale();
+    return stale() >= *stale_once_shown + 2;
+  }, 10000ms);
   const std::string log = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(waited);
   EXPECT_THAT(log, ::testing::ContainsRegex(R"("awaiting":\["[A-Za-z]+/unseen-[^"]*-worker-0"\],"level":"info",)"
@@ -566,10 +597,11 @@ TEST(Controller, NoChildIsMadeOrRemovedWhileTheCacheShowsTheRunOtherwiseThanTheA
   };
   ::testing::internal::CaptureStderr();
   controller.start();
-  // The first case's Secret, hostfile, Service and worker made, its status written (no kubelet: the
-  // worker never runs, so no launcher).
+  // The first case's Secret, hostfile, Service, budget and worker made, its status written (no
+  // kubelet: the worker never runs, so no launcher).
   const bool started = wait_until([&] {
-    return freezing->creates(201) >= 4 && stored_status().value("phase", "") == "Running" && !worker().empty();
+    return freezing->creates(201) >= 5 && stored_status().value("phase", "") == "Running" && !worker().empty() &&
+           freezing->watched_every_create();
   }, 10000ms);
   // The runs' events stop reaching the cache; the world goes back: the run's status as before the
   // operator wrote one, its worker gone. The pods' informer shows the worker gone.
@@ -607,11 +639,12 @@ class ForgetfulTransport : public CountingTransport {
       : CountingTransport(inner), inner_(std::move(inner)), suffix_(std::move(suffix)) {}
   HttpResponse request(const std::string& method, const std::string& path, const std::string& body,
                        const std::string& content_type) override {
-    if (method == "POST" && !lost_create_) {
+    if (method == "POST" && path.find("/events") == std::string::npos) {
       json object = json::parse(body);
-      if (object["metadata"].value("name", "").ends_with(suffix_)) {
+      const std::string name = object["metadata"].value("name", "");
+      if (!lost_create_ && name.ends_with(suffix_)) {
         lost_create_ = true;
-        object["metadata"]["uid"] = "lost-" + object["metadata"].value("name", "");
+        object["metadata"]["uid"] = "lost-" + name;
         object["metadata"]["resourceVersion"] = "1";
         return {201, object.dump()};
       }
@@ -687,7 +720,8 @@ class LostWrites : public ::testing::Test {
   // Starts it; true once both writes are lost and it has waited for them, by watch, in vain.
   bool start_and_lose_both() {
     controller->start();
-    return wait_until([&] { return forgetful->lost_both() && stale() >= 3; }, 10000ms);
+    return wait_until([&] { return forgetful->lost_both() && stale() >= 3 && forgetful->watched_every_create(); },
+                      10000ms);
   }
   bool written_again() {
     return wait_until([&] { return !stored_phase().empty() && stored_workers().size() == 1; }, 8000ms);

@@ -232,6 +232,34 @@ TEST(Manifests, HostfileServiceAndSecret) {
   EXPECT_EQ(secret["stringData"]["authorized_keys"], "ecdsa-sha2-nistp256 AAAA test\n");
 }
 
+// A drain asks the Eviction API for each pod; the budget makes it wait for the case to end: it
+// selects every pod of the attempt (workers and launcher) and no other's, and keeps them all.
+TEST(Manifests, ADisruptionBudgetKeepsEveryPodOfTheAttempt) {
+  const BenchmarkRun run = sample_run();
+  const json budget = build_disruption_budget(run, k2x8, 1);
+  EXPECT_EQ(budget["apiVersion"], "policy/v1");
+  EXPECT_EQ(budget["metadata"]["name"], "resnet50-scaling-2x8-bs128-amp-a1-budget");
+  EXPECT_EQ(budget["metadata"]["ownerReferences"][0]["kind"], "BenchmarkRun");
+  EXPECT_EQ(budget["spec"]["minAvailable"], 3) << "two workers and the launcher";
+  EXPECT_EQ(budget["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+  const json& selector = budget["spec"]["selector"]["matchLabels"];
+  ASSERT_EQ(selector.size(), 5u) << selector.dump();
+  EXPECT_FALSE(selector.contains("app.kubernetes.io/component"));
+  const auto selects = [&](const json& labels) {
+    for (const auto& [key, value] : selector.items()) {
+      if (labels.value(key, "") != value) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(selects(build_worker_pod(run, k2x8, 1, 1, OperatorConfig{})["metadata"]["labels"]));
+  EXPECT_TRUE(selects(build_launcher_job(run, k2x8, 1, OperatorConfig{})["spec"]["template"]["metadata"]["labels"]));
+  EXPECT_FALSE(selects(build_worker_pod(run, k2x8, 2, 1, OperatorConfig{})["metadata"]["labels"])) << "another attempt";
+  EXPECT_FALSE(selects(child_labels(run, CaseSpec{1, 8, 128, Precision::amp}, 1, "worker"))) << "another case";
+  BenchmarkRun command = run;
+  command.spec.engine = Engine::command;
+  EXPECT_EQ(build_disruption_budget(command, k2x8, 1)["spec"]["minAvailable"], 2) << "no launcher";
+}
+
 TEST(Manifests, LauncherRunsMpirunWithTheCaseArguments) {
   const BenchmarkRun run = sample_run();
   const json job = build_launcher_job(run, k2x8, 1, OperatorConfig{});

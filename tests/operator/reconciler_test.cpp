@@ -17,6 +17,7 @@
 namespace dlbench::operator_ {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using nlohmann::json;
 using namespace std::chrono_literals;
@@ -30,6 +31,7 @@ struct FakeCluster {
   // As an API server deletes a pod on a node that has not ended: it stays, Terminating, this long
   // (until the test removes it, as its kubelet would); 0: every removal at once.
   std::chrono::seconds pod_grace{0};
+  OperatorConfig config;  // the operator's flags
 
   explicit FakeCluster(json benchmark_run) : run(std::move(benchmark_run)) {
     run["metadata"]["uid"] = "uid-1";
@@ -54,7 +56,7 @@ struct FakeCluster {
 
   Actions step() {
     int key_count = 0;
-    const Actions a = reconcile(run, world(), OperatorConfig{}, [&] {
+    const Actions a = reconcile(run, world(), config, [&] {
       ++key_count;
       return SshKeyPair{"private", "public"};
     });
@@ -253,6 +255,44 @@ TEST(Reconciler, CommandEngineRunsPodsPerNodeAndReadsWorkerZero) {
   EXPECT_EQ(s.phase, Phase::Succeeded);
   ASSERT_EQ(s.results.size(), 3u);
   EXPECT_NEAR(*s.results[2].speedup, 13000.0 / 900.0, 1e-9);
+}
+
+// Each attempt's pods are under a PodDisruptionBudget from before they exist until the attempt
+// ends, so that a drain waits for the case; the next attempt gets its own; --disruption-budgets
+// false makes none.
+TEST(Reconciler, EachAttemptHasADisruptionBudgetWhileItRuns) {
+  FakeCluster cluster(scaling_run(1));
+  const Actions first = cluster.step();
+  const auto position = [&](const std::string& kind) {
+    return std::find_if(first.create.begin(), first.create.end(), [&](const json& o) { return o["kind"] == kind; }) -
+           first.create.begin();
+  };
+  EXPECT_LT(position("PodDisruptionBudget"), position("Pod")) << "made before any pod";
+  EXPECT_THAT(cluster.names("PodDisruptionBudget"), ElementsAre("scaling-1x1-bs128-amp-a1-budget"));
+  cluster.make_workers_ready();
+  cluster.step();
+  // Deleted mid-case (an admin unblocking a drain): made again; `drain --disable-eviction` is the way round.
+  cluster.objects.erase("PodDisruptionBudget/scaling-1x1-bs128-amp-a1-budget");
+  cluster.step();
+  EXPECT_THAT(cluster.names("PodDisruptionBudget"), ElementsAre("scaling-1x1-bs128-amp-a1-budget"));
+  cluster.finish_launcher("mpirun failed", false);
+  cluster.step();
+  EXPECT_TRUE(cluster.names("PodDisruptionBudget").empty()) << "the failed attempt's goes with its pods";
+  cluster.step();
+  EXPECT_EQ(cluster.status().progress.current_attempt, 2);
+  EXPECT_THAT(cluster.names("PodDisruptionBudget"), ElementsAre("scaling-1x1-bs128-amp-a2-budget"));
+  cluster.make_workers_ready();
+  cluster.step();
+  cluster.finish_launcher(cluster.result_for("1x1-bs128-amp", 900.0), true);
+  cluster.step();
+  cluster.step();
+  EXPECT_THAT(cluster.names("PodDisruptionBudget"), ElementsAre("scaling-1x8-bs128-amp-a1-budget"));
+
+  FakeCluster without(scaling_run(1));
+  without.config.disruption_budgets = false;
+  without.step();
+  EXPECT_TRUE(without.names("PodDisruptionBudget").empty());
+  EXPECT_FALSE(without.names("Pod").empty());
 }
 
 TEST(Reconciler, CommandEngineFailuresKeepTheirReasons) {
