@@ -39,6 +39,7 @@ ChildNames child_names(const std::string& run, const std::string& case_id, int a
   n.launcher = n.prefix + "-launcher";
   n.group = n.prefix + "-group";
   n.budget = n.prefix + "-budget";
+  n.started = n.prefix + "-started";
   return n;
 }
 

@@ -13,6 +13,7 @@ struct ChildNames {
   std::string secret, hostfile, service, launcher;
   std::string group;  // the PodGroup (Volcano, scheduler-plugins) or Kueue pod group of the workers
   std::string budget;  // the PodDisruptionBudget over the attempt's pods
+  std::string started;  // engine: command's record that every worker ran (a ConfigMap)
   std::string worker(int index) const;
 };
 

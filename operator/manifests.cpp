@@ -271,6 +271,14 @@ json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attemp
             {"ports", json::array({{{"name", "ssh"}, {"port", kSshPort}, {"targetPort", ssh_port(run)}}})}}}};
 }
 
+json build_started_record(const BenchmarkRun& run, const CaseSpec& c, int attempt, const std::string& at) {
+  const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", metadata(run, c, attempt, n.started, "started")},
+          {"data", {{"everyWorkerReadyAt", at}}}};
+}
+
 json build_disruption_budget(const BenchmarkRun& run, const CaseSpec& c, int attempt) {
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
   json selector = child_labels(run, c, attempt, "");

@@ -7,6 +7,7 @@
 //   Pod        <prefix>-worker-i   one per node: G GPUs (+ RDMA, + IPC_LOCK only then), sshd
 //   Job        <prefix>-launcher   created once every worker is Ready; runs mpirun
 //   PodDisruptionBudget <prefix>-budget  no voluntary eviction of the attempt's pods (--disruption-budgets)
+//   ConfigMap  <prefix>-started    engine: command only: made once every worker was Ready
 //
 // engine: command has only the Service (for DNS: MASTER_ADDR is worker 0) and one Pod per node
 // running the user's image: dlbench-exec -- COMMAND, copied in by an init container from the
@@ -74,6 +75,11 @@ nlohmann::json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, 
 // scaling controller may use (maxUnavailable and percentages need one). unhealthyPodEvictionPolicy
 // AlwaysAllow: a pod that is not Ready measures nothing and may go.
 nlohmann::json build_disruption_budget(const BenchmarkRun& run, const CaseSpec& c, int attempt);
+// engine: command's record that every worker of the attempt was Ready at once, its command
+// started: what the launcher Job's existence says for mpirun. A worker missing since is lost
+// (its kubelet may delete its pod right after reporting its end, unseen by the cache), never
+// made again: a new one would join no job.
+nlohmann::json build_started_record(const BenchmarkRun& run, const CaseSpec& c, int attempt, const std::string& at);
 nlohmann::json build_worker_pod(const BenchmarkRun& run, const CaseSpec& c, int attempt, int index,
                                 const OperatorConfig& config);  // either engine
 // The PodGroup of the case's workers for Volcano or scheduler-plugins (minMember = nodes);

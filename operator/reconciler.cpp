@@ -135,11 +135,16 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   for (const auto& j : world.jobs) {
     if (j.case_id == current.id && j.attempt == attempt && j.role == "launcher") launcher_job = &j;
   }
-  // The launcher was made once every worker was Ready: a worker missing since was deleted (its
-  // kubelet removes the pod right after reporting its end, so the cache may never show that).
+  // The launcher (engine: command, the started record) was made once every worker was Ready: a
+  // worker missing since was deleted (its kubelet removes the pod right after reporting its end,
+  // so the cache may never show that).
+  const ChildNames names = child_names(run.metadata.name, current.id, attempt);
+  const bool every_worker_ran =
+      launcher_job != nullptr || std::any_of(world.others.begin(), world.others.end(), [&](const ObservedObject& o) {
+        return o.kind == "ConfigMap" && o.name == names.started;
+      });
   ObservedPod lost;
-  if (launcher_job != nullptr && failed_worker == nullptr) {
-    const ChildNames names = child_names(run.metadata.name, current.id, attempt);
+  if (every_worker_ran && failed_worker == nullptr) {
     for (int i = 0; i < current.spec.nodes && failed_worker == nullptr; ++i) {
       const std::string name = names.worker(i);
       if (std::none_of(world.pods.begin(), world.pods.end(), [&](const ObservedPod& p) { return p.name == name; })) {
@@ -285,14 +290,16 @@ void create_missing(const BenchmarkRun& run, const PlannedCase& current, int att
   if (config.disruption_budgets && !present.contains("PodDisruptionBudget/" + names.budget)) {
     actions.create.push_back(build_disruption_budget(run, current.spec, attempt));
   }
+  const bool every_worker_ran = present.contains("Job/" + names.launcher) || present.contains("ConfigMap/" + names.started);
   int ready = 0;
   const ObservedPod* first = nullptr;  // worker 0, once it exists
   for (int i = 0; i < current.spec.nodes; ++i) {
     const std::string name = names.worker(i);
     const auto pod = std::find_if(world.pods.begin(), world.pods.end(), [&](const ObservedPod& p) { return p.name == name; });
     if (pod == world.pods.end()) {
-      // Once the launcher runs, a worker gone is lost (judge): a new one would join no job.
-      if (!present.contains("Job/" + names.launcher)) actions.create.push_back(build_worker_pod(run, current.spec, attempt, i, config));
+      // Once every worker ran (the launcher made, or the started record), a worker gone is lost
+      // (judge): a new one would join no job.
+      if (!every_worker_ran) actions.create.push_back(build_worker_pod(run, current.spec, attempt, i, config));
       continue;
     }
     if (i == 0) first = &*pod;
@@ -303,6 +310,10 @@ void create_missing(const BenchmarkRun& run, const PlannedCase& current, int att
     if (auto group = build_pod_group(run, current.spec, attempt, config, first->name, first->uid)) {
       actions.create.push_back(std::move(*group));
     }
+  }
+  // engine: command has no launcher to say that every worker ran: a record says it.
+  if (wrapped && ready == current.spec.nodes && !every_worker_ran) {
+    actions.create.push_back(build_started_record(run, current.spec, attempt, rfc3339_utc(world.now)));
   }
   // The launcher must not race its workers: it starts when every sshd answers.
   if (!wrapped && ready == current.spec.nodes && !present.contains("Job/" + names.launcher)) {

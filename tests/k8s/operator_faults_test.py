@@ -533,6 +533,31 @@ class OperatorFaultsTest(unittest.TestCase):
         worker_zero = next(uid for uid, c in self.pods.case.items() if c == "2x1-bs2-fp32" and uid in self.pods.terminating)
         self.assertGreater(self.pods.terminating[worker_zero] - killed, 15, "given the margin to end on its own first")
 
+    def test_a_command_worker_deleted_at_once_is_lost_not_made_again(self):
+        """A two-node case's worker 1 is force-deleted (grace 0: gone before any cache shows it end)
+        once both commands run. It is lost, never made again (a new one would join no job); worker
+        0, its command waiting on the lost peer, is stopped at once, and its repeat is kept."""
+        cluster = self.cluster()
+        one_repeat = 'for i in 1 2 3 4 5; do sleep 0.02; echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; done'
+        hang = ("if [ $DLBENCH_CASE = 2x1-bs2-fp32 ]; then [ $DLBENCH_NODE_RANK = 0 ] && { " + one_repeat +
+                "; }; exec sleep 600; fi; " + STEPS.format(pause=0.02))
+        run = benchmark_run("gone", timeout=100)
+        run["spec"]["command"] = ["sh", "-c", hang]
+        run["spec"]["matrix"]["nodes"] = [2]
+        self.apply(cluster, run)
+        wait_for(lambda: cluster.kubectl("get", "configmaps", "-o", "name", "-l", "dlbench.io/case=2x1-bs2-fp32"),
+                 30, "every worker of the case Ready, recorded")
+        time.sleep(1)  # node 0's first repeat: 5 steps of 0.02 s
+        cluster.kubectl("delete", "pod", "gone-2x1-bs2-fp32-a1-worker-1", "--grace-period=0", "--force")
+        status = self.finished(cluster, "gone", 60)
+        result = status["results"][-1]
+        self.assertEqual((result["case"]["id"], result["reason"]), ("2x1-bs2-fp32", "WorkerDeleted"), result)
+        self.assertIn("worker gone-2x1-bs2-fp32-a1-worker-1 was deleted mid-case", result["message"])
+        self.assertIn("1 of 2 repeats complete, kept here unjudged", result["message"])
+        self.assertEqual(len(result["throughput"]["repeats"]), 1, result)
+        made = [name for _, name, _ in self.pods.added if name == "gone-2x1-bs2-fp32-a1-worker-1"]
+        self.assertEqual(len(made), 1, "made once, not again")
+
     def test_cases_of_different_runs_do_not_share_a_node_unless_they_say_so(self):
         cluster = self.cluster(operator_args=["--max-concurrent-cases", "2"])
         self.apply(cluster, benchmark_run("alone-a", pause=0.4), benchmark_run("alone-b", pause=0.4))

@@ -745,17 +745,23 @@ TEST(Reconciler, ACommandWorkerKilledMidCaseKeepsWhatWorkerZeroMeasured) {
 // do): given the margin to end on its own, worker 0 is then stopped (its pod deleted, which its
 // dlbench-exec answers by stopping the command and writing the repeats it completed), and waited
 // for until its grace is over; what it wrote is kept under the lost worker's reason.
+// command_run()'s one-node cases measured, its 2x8 case created (not yet Ready), pods deleted
+// gracefully (30 s) as on a node.
+void run_to_the_two_node_command_case(FakeCluster& cluster) {
+  cluster.pod_grace = 30s;
+  for (const std::string id : {"1x1-bs128-amp", "1x8-bs128-amp"}) {
+    cluster.step();
+    cluster.make_workers_ready();
+    cluster.step();
+    terminate_pod(cluster.objects.at("Pod/" + child_names("scaling", id, 1).worker(0)), 0, cluster.result_for(id, 900.0));
+    cluster.step();
+  }
+  cluster.step();
+}
+
 TEST(Reconciler, ACommandWorkerZeroThatRunsOnAfterItsPeerIsLostIsStoppedAndKeepsWhatItCompleted) {
   const auto to_the_two_node_case = [](FakeCluster& cluster) {
-    cluster.pod_grace = 30s;
-    for (const std::string id : {"1x1-bs128-amp", "1x8-bs128-amp"}) {
-      cluster.step();
-      cluster.make_workers_ready();
-      cluster.step();
-      terminate_pod(cluster.objects.at("Pod/" + child_names("scaling", id, 1).worker(0)), 0, cluster.result_for(id, 900.0));
-      cluster.step();
-    }
-    cluster.step();
+    run_to_the_two_node_command_case(cluster);
     cluster.make_workers_ready();
     cluster.place_workers("node-a");
     cluster.step();
@@ -824,6 +830,48 @@ TEST(Reconciler, ACommandWorkerZeroThatRunsOnAfterItsPeerIsLostIsStoppedAndKeeps
   ASSERT_EQ(status.results.size(), 3u);
   EXPECT_EQ(status.results[2].reason, "OOMKilled");
   EXPECT_FALSE(status.results[2].throughput);
+}
+
+// engine: command has no launcher Job to say that the case began: once every worker was Ready a
+// record does, and a worker gone since (its kubelet deletes its pod right after reporting its end,
+// unseen by a cache that relisted) is lost, never made again; one lost before it ran is made again.
+TEST(Reconciler, ACommandWorkerGoneOnceEveryWorkerRanIsLostNotMadeAgain) {
+  FakeCluster cluster(command_run());
+  run_to_the_two_node_command_case(cluster);
+  const std::string worker_one = "Pod/" + child_names("scaling", "2x8-bs128-amp", 1).worker(1);
+  const std::string record = "ConfigMap/" + child_names("scaling", "2x8-bs128-amp", 1).started;
+  cluster.objects.erase(worker_one);
+  cluster.step();
+  EXPECT_TRUE(cluster.objects.contains(worker_one)) << "never ran: made again";
+  EXPECT_FALSE(cluster.objects.contains(record));
+  cluster.make_workers_ready();
+  cluster.place_workers("node-a");
+  cluster.step();
+  ASSERT_TRUE(cluster.objects.contains(record)) << "every worker Ready: recorded";
+  EXPECT_EQ(cluster.objects.at(record)["data"]["everyWorkerReadyAt"], rfc3339_utc(cluster.now));
+  EXPECT_EQ(cluster.objects.at(record)["metadata"]["labels"]["dlbench.io/case"], "2x8-bs128-amp");
+
+  cluster.objects.erase(worker_one);
+  cluster.now += 1s;
+  const Actions a = cluster.step();
+  EXPECT_FALSE(cluster.objects.contains(worker_one)) << "lost, not made again";
+  EXPECT_EQ(cluster.status().results.size(), 2u);
+  EXPECT_TRUE(std::any_of(a.events.begin(), a.events.end(), [](const Event& e) { return e.reason == "StoppingWorkerZero"; }))
+      << "no end time to wait from: worker 0 is stopped at once";
+  ResultDocument doc = *decode_result_document(json::parse(cluster.result_for("2x8-bs128-amp", 13000.0))).value;
+  doc.engine = Engine::command;
+  doc.state = CaseState::Failed;
+  doc.reason = "Interrupted";
+  doc.message = "stopped by a signal after 7 of 21 step markers; 1 of 3 repeats complete, kept here unjudged";
+  doc.throughput->repeats.resize(1);
+  terminate_pod(cluster.objects.at("Pod/" + child_names("scaling", "2x8-bs128-amp", 1).worker(0)), 1, to_json(doc).dump());
+  cluster.step();
+  const BenchmarkRunStatus status = cluster.status();
+  ASSERT_EQ(status.results.size(), 3u);
+  EXPECT_EQ(status.results[2].reason, kReasonWorkerDeleted);
+  EXPECT_THAT(status.results[2].message, HasSubstr("-a1-worker-1 was deleted mid-case: its pod is gone; stopped by a signal"));
+  ASSERT_TRUE(status.results[2].throughput);
+  EXPECT_EQ(status.results[2].throughput->repeats.size(), 1u);
 }
 
 // A worker deleted mid-case by someone else (here a drain, through the Eviction API): its end is the
