@@ -115,6 +115,11 @@ Controller::Controller(KubeClient& client, ControllerOptions options)
       "dlbench_operator_status_results_trimmed_total",
       "Status writes refused as larger than the API server or its etcd takes (a run of hundreds of cases), and "
       "written again keeping less of each result: `detail` trimmed or essential (ResultDetail).");
+  events_ = &registry_.counter(
+      "dlbench_operator_events_total",
+      "Events recorded on BenchmarkRuns, by type and reason: the Warnings (AttemptFailed, StoppingWorkerZero, "
+      "PreviousPodsNotEnded, ...) count what went wrong in the cluster around the runs. An event the API server "
+      "refused is counted too, and logged.");
   reconcile_seconds_ = &registry_
                             .histogram("dlbench_operator_reconcile_seconds", "Time of one reconciliation.",
                                        metrics::exponential_buckets(0.0005, 2, 16))
@@ -557,6 +562,7 @@ void Controller::child_seen(const std::string& run_key, const std::string& child
 void Controller::record_event(const CachedRun& cached, const Event& event, TimePoint now, std::uint64_t reconcile_id) {
   const std::string time = rfc3339_utc(now);
   // Unique across operator restarts (as Kubernetes names them: <object>.<hex>).
+  events_->add({{"reason", event.reason}, {"type", event.type}}).increment();
   char suffix[32];
   std::snprintf(suffix, sizeof suffix, "%llx",
                 static_cast<unsigned long long>(now.time_since_epoch().count()) + ++event_counter_);

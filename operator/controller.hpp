@@ -183,6 +183,7 @@ class Controller {
   metrics::Family<metrics::Counter>* watch_stalls_;
   metrics::Family<metrics::Counter>* expectations_abandoned_;
   metrics::Family<metrics::Counter>* results_trimmed_;
+  metrics::Family<metrics::Counter>* events_;
   // How much of each result a run's status keeps (ResultDetail): less once a write of it was
   // refused as too large; by run key, under expectations_mutex_.
   std::map<std::string, ResultDetail> result_detail_;

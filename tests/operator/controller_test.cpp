@@ -467,6 +467,9 @@ TEST(Controller, ChildrenItCreatedAreAwaitedInTheCacheNotCreatedAgain) {
     if (e.value("reason", "") == "LauncherCreated") announced.insert(e.value("message", ""));
   }
   EXPECT_EQ(announced, (std::multiset<std::string>{"1x1-bs4-fp32 attempt 1", "2x1-bs4-fp32 attempt 1"}));
+  // Each event counted, by type and reason.
+  EXPECT_EQ(sample_value(controller.registry().serialize(), R"(dlbench_operator_events_total{reason="LauncherCreated",type="Normal"})"),
+            2.0);
   // Per case a Secret, a hostfile, a Service, a PodDisruptionBudget, its workers and a launcher: 6 + 7.
   EXPECT_EQ(counting->creates(201), 13);
   EXPECT_EQ(counting->creates(409), 0);
