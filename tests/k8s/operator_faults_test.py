@@ -38,6 +38,19 @@ def benchmark_run(name, batches=(2,), pause=0.02, timeout=120, worker=None):
                      "worker": worker or {}, "limits": {"backoffLimit": 0, "caseTimeoutSeconds": timeout}}}
 
 
+def run_whose_node_zero_waits_on_a_lost_peer(name):
+    """A run of a one-node case and a two-node one, 2x1-bs2-fp32, whose node 0 completes its first
+    repeat (5 steps of 0.02 s) and then waits, as a command waits on a peer it lost (NCCL's
+    collectives do); its node 1 waits from the start."""
+    one_repeat = 'for i in 1 2 3 4 5; do sleep 0.02; echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; done'
+    waits = ("if [ $DLBENCH_CASE = 2x1-bs2-fp32 ]; then [ $DLBENCH_NODE_RANK = 0 ] && { " + one_repeat +
+             "; }; exec sleep 600; fi; " + STEPS.format(pause=0.02))
+    run = benchmark_run(name, timeout=100)
+    run["spec"]["command"] = ["sh", "-c", waits]
+    run["spec"]["matrix"]["nodes"] = [2]
+    return run
+
+
 class PodWatch(threading.Thread):
     """Every pod ADDED since the start, from a watch of its own, by uid: a pod created twice has two.
     And when each began terminating and ended (its phase Succeeded or Failed: its containers
@@ -504,13 +517,7 @@ class OperatorFaultsTest(unittest.TestCase):
         (its pod deleted), its dlbench-exec writes the repeat it completed, and the result keeps it
         under the lost worker's reason."""
         cluster = self.cluster()
-        one_repeat = 'for i in 1 2 3 4 5; do sleep 0.02; echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; done'
-        hang = ("if [ $DLBENCH_CASE = 2x1-bs2-fp32 ]; then [ $DLBENCH_NODE_RANK = 0 ] && { " + one_repeat +
-                "; }; exec sleep 600; fi; " + STEPS.format(pause=0.02))
-        run = benchmark_run("peer", timeout=100)
-        run["spec"]["command"] = ["sh", "-c", hang]
-        run["spec"]["matrix"]["nodes"] = [2]
-        self.apply(cluster, run)
+        self.apply(cluster, run_whose_node_zero_waits_on_a_lost_peer("peer"))
         lost = "pod/peer-2x1-bs2-fp32-a1-worker-1"
         wait_for(lambda: "Running Running" in cluster.kubectl("get", "pods", "-o", "jsonpath={.items[*].status.phase}",
                                                               "-l", "dlbench.io/case=2x1-bs2-fp32"), 30, "the case to run")
@@ -538,13 +545,7 @@ class OperatorFaultsTest(unittest.TestCase):
         once both commands run. It is lost, never made again (a new one would join no job); worker
         0, its command waiting on the lost peer, is stopped at once, and its repeat is kept."""
         cluster = self.cluster()
-        one_repeat = 'for i in 1 2 3 4 5; do sleep 0.02; echo "@dlbench step $DLBENCH_GLOBAL_BATCH_SIZE"; done'
-        hang = ("if [ $DLBENCH_CASE = 2x1-bs2-fp32 ]; then [ $DLBENCH_NODE_RANK = 0 ] && { " + one_repeat +
-                "; }; exec sleep 600; fi; " + STEPS.format(pause=0.02))
-        run = benchmark_run("gone", timeout=100)
-        run["spec"]["command"] = ["sh", "-c", hang]
-        run["spec"]["matrix"]["nodes"] = [2]
-        self.apply(cluster, run)
+        self.apply(cluster, run_whose_node_zero_waits_on_a_lost_peer("gone"))
         wait_for(lambda: cluster.kubectl("get", "configmaps", "-o", "name", "-l", "dlbench.io/case=2x1-bs2-fp32"),
                  30, "every worker of the case Ready, recorded")
         time.sleep(1)  # node 0's first repeat: 5 steps of 0.02 s
