@@ -560,9 +560,9 @@ void Controller::child_seen(const std::string& run_key, const std::string& child
 }
 
 void Controller::record_event(const CachedRun& cached, const Event& event, TimePoint now, std::uint64_t reconcile_id) {
+  events_->add({{"reason", event.reason}, {"type", event.type}}).increment();
   const std::string time = rfc3339_utc(now);
   // Unique across operator restarts (as Kubernetes names them: <object>.<hex>).
-  events_->add({{"reason", event.reason}, {"type", event.type}}).increment();
   char suffix[32];
   std::snprintf(suffix, sizeof suffix, "%llx",
                 static_cast<unsigned long long>(now.time_since_epoch().count()) + ++event_counter_);

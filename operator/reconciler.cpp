@@ -60,6 +60,17 @@ std::optional<TimePoint> attempt_started(const World& world, const std::string& 
   return started;
 }
 
+// Whether every worker of the attempt ran: its launcher Job (made once all were Ready) or, with
+// engine: command, its started record exists. A worker missing since is lost, never made again
+// (its kubelet may delete its pod right after reporting its end, unseen by the cache).
+bool every_worker_ran(const World& world, const ChildNames& names) {
+  const auto named = [](std::string kind, std::string name) {
+    return [kind, name](const ObservedObject& o) { return o.kind == kind && o.name == name; };
+  };
+  return std::any_of(world.jobs.begin(), world.jobs.end(), named("Job", names.launcher)) ||
+         std::any_of(world.others.begin(), world.others.end(), named("ConfigMap", names.started));
+}
+
 // The pods of another case or attempt of this run that have not ended. Deleted (or about to be),
 // each runs on until its kubelet has stopped it, within its grace: a case started now could train
 // beside one, where the methodology has each case alone.
@@ -118,7 +129,8 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   const ObservedPod* launcher_pod = nullptr;  // engine: command — worker 0, whose dlbench-exec reports
   const ObservedJob* launcher_job = nullptr;
   const bool wrapped = run.spec.engine == Engine::command;
-  const std::string reporter = wrapped ? child_names(run.metadata.name, current.id, attempt).worker(0) : "";
+  const ChildNames names = child_names(run.metadata.name, current.id, attempt);
+  const std::string reporter = wrapped ? names.worker(0) : "";
   for (const auto& p : world.pods) {
     if (p.case_id != current.id || p.attempt != attempt) continue;
     if (wrapped && p.role == "worker" && p.name == reporter) {
@@ -135,16 +147,9 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
   for (const auto& j : world.jobs) {
     if (j.case_id == current.id && j.attempt == attempt && j.role == "launcher") launcher_job = &j;
   }
-  // The launcher (engine: command, the started record) was made once every worker was Ready: a
-  // worker missing since was deleted (its kubelet removes the pod right after reporting its end,
-  // so the cache may never show that).
-  const ChildNames names = child_names(run.metadata.name, current.id, attempt);
-  const bool every_worker_ran =
-      launcher_job != nullptr || std::any_of(world.others.begin(), world.others.end(), [&](const ObservedObject& o) {
-        return o.kind == "ConfigMap" && o.name == names.started;
-      });
+  // A worker missing once every worker ran was deleted.
   ObservedPod lost;
-  if (every_worker_ran && failed_worker == nullptr) {
+  if (failed_worker == nullptr && every_worker_ran(world, names)) {
     for (int i = 0; i < current.spec.nodes && failed_worker == nullptr; ++i) {
       const std::string name = names.worker(i);
       if (std::none_of(world.pods.begin(), world.pods.end(), [&](const ObservedPod& p) { return p.name == name; })) {
@@ -290,16 +295,15 @@ void create_missing(const BenchmarkRun& run, const PlannedCase& current, int att
   if (config.disruption_budgets && !present.contains("PodDisruptionBudget/" + names.budget)) {
     actions.create.push_back(build_disruption_budget(run, current.spec, attempt));
   }
-  const bool every_worker_ran = present.contains("Job/" + names.launcher) || present.contains("ConfigMap/" + names.started);
+  const bool all_ran = every_worker_ran(world, names);
   int ready = 0;
   const ObservedPod* first = nullptr;  // worker 0, once it exists
   for (int i = 0; i < current.spec.nodes; ++i) {
     const std::string name = names.worker(i);
     const auto pod = std::find_if(world.pods.begin(), world.pods.end(), [&](const ObservedPod& p) { return p.name == name; });
     if (pod == world.pods.end()) {
-      // Once every worker ran (the launcher made, or the started record), a worker gone is lost
-      // (judge): a new one would join no job.
-      if (!every_worker_ran) actions.create.push_back(build_worker_pod(run, current.spec, attempt, i, config));
+      // Once every worker ran, a worker gone is lost (judge): a new one would join no job.
+      if (!all_ran) actions.create.push_back(build_worker_pod(run, current.spec, attempt, i, config));
       continue;
     }
     if (i == 0) first = &*pod;
@@ -312,7 +316,7 @@ void create_missing(const BenchmarkRun& run, const PlannedCase& current, int att
     }
   }
   // engine: command has no launcher to say that every worker ran: a record says it.
-  if (wrapped && ready == current.spec.nodes && !every_worker_ran) {
+  if (wrapped && ready == current.spec.nodes && !all_ran) {
     actions.create.push_back(build_started_record(run, current.spec, attempt, rfc3339_utc(world.now)));
   }
   // The launcher must not race its workers: it starts when every sshd answers.
