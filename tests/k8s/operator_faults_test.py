@@ -354,12 +354,15 @@ class OperatorFaultsTest(unittest.TestCase):
         self.apply(cluster, benchmark_run("doomed", batches=(2, 4), pause=1))
         wait_for(lambda: 'dlbench_operator_runs{namespace="default",phase="Running",run="doomed"} 1'
                  in self.metrics(cluster), 30, "the run to run")
+        # The series is set before the pass that set it makes the case's children (Service, budget,
+        # pod): a pod that pass makes is not a new child of a deleted run.
+        wait_for(lambda: any(run == "doomed" for _, _, run in self.pods.added), 30, "the first case's pod")
         cluster.kubectl("delete", "br", "doomed")
         deleted = time.time()
         time.sleep(4)
         late = [name for at, name, run in self.pods.added if run == "doomed" and at > deleted]
         self.assertEqual(late, [])
-        self.assertEqual(cluster.kubectl("get", "pods,jobs,secrets,configmaps,services", "-l",
+        self.assertEqual(cluster.kubectl("get", "pods,jobs,secrets,configmaps,services,poddisruptionbudgets", "-l",
                                          "dlbench.io/run=doomed", "-o", "name").strip(), "")
         self.assertNotIn('run="doomed"', self.metrics(cluster))
         errors = self.counter(cluster, r'dlbench_operator_reconciles_total\{result="error"')
