@@ -574,10 +574,20 @@ class RunsWatchFreezingTransport : public CountingTransport {
              const std::function<bool(const std::string&)>& on_line) override {
     const bool runs = path.find("/benchmarkruns") != std::string::npos;
     return CountingTransport::stream(path, silence_limit, [&](const std::string& line) {
-      return (runs && frozen) || on_line(line);
+      if (runs && frozen) return true;
+      const bool more = on_line(line);
+      if (runs) {
+        const json event = json::parse(line, nullptr, false);
+        if (event.is_object() && event.value("object", json::object()).value("status", json::object()).value("phase", "") == "Running") {
+          running_watched = true;
+        }
+      }
+      return more;
     });
   }
   std::atomic<bool> frozen{false};
+  // Whether the operator's cache has taken in a run whose status says Running: its own write.
+  std::atomic<bool> running_watched{false};
 };
 
 // Children are made and removed for the case the run is on. A cache that shows the run otherwise
@@ -600,11 +610,13 @@ TEST(Controller, NoChildIsMadeOrRemovedWhileTheCacheShowsTheRunOtherwiseThanTheA
   };
   ::testing::internal::CaptureStderr();
   controller.start();
-  // The first case's Secret, hostfile, Service, budget and worker made, its status written (no
-  // kubelet: the worker never runs, so no launcher).
+  // The first case's Secret, hostfile, Service, budget and worker made, its status written and
+  // seen by the cache (no kubelet: the worker never runs, so no launcher). Frozen before the cache
+  // took in its own write, the operator would rightly wait for that write instead (a watch that
+  // drops events is this test's device; a real one relists), and for 5 minutes.
   const bool started = wait_until([&] {
     return freezing->creates(201) >= 5 && stored_status().value("phase", "") == "Running" && !worker().empty() &&
-           freezing->watched_every_create();
+           freezing->watched_every_create() && freezing->running_watched;
   }, 10000ms);
   // The runs' events stop reaching the cache; the world goes back: the run's status as before the
   // operator wrote one, its worker gone. The pods' informer shows the worker gone.
