@@ -244,6 +244,17 @@ json build_ssh_secret(const BenchmarkRun& run, const CaseSpec& c, int attempt, c
                            "\n"}}}};
 }
 
+namespace {
+// An attempt's ConfigMap: one key, labelled as the attempt's `component`.
+json attempt_config_map(const BenchmarkRun& run, const CaseSpec& c, int attempt, const std::string& name,
+                        const std::string& component, const std::string& key, const std::string& value) {
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", metadata(run, c, attempt, name, component)},
+          {"data", {{key, value}}}};
+}
+}  // namespace
+
 json build_hostfile(const BenchmarkRun& run, const CaseSpec& c, int attempt) {
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
   std::string hostfile;
@@ -251,10 +262,7 @@ json build_hostfile(const BenchmarkRun& run, const CaseSpec& c, int attempt) {
     hostfile += worker_dns_name(run, n, i) + " slots=" +
                 std::to_string(c.gpus_per_node) + "\n";
   }
-  return {{"apiVersion", "v1"},
-          {"kind", "ConfigMap"},
-          {"metadata", metadata(run, c, attempt, n.hostfile, "hostfile")},
-          {"data", {{"hostfile", hostfile}}}};
+  return attempt_config_map(run, c, attempt, n.hostfile, "hostfile", "hostfile", hostfile);
 }
 
 json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attempt) {
@@ -273,10 +281,7 @@ json build_worker_service(const BenchmarkRun& run, const CaseSpec& c, int attemp
 
 json build_started_record(const BenchmarkRun& run, const CaseSpec& c, int attempt, const std::string& at) {
   const ChildNames n = child_names(run.metadata.name, case_id(c), attempt);
-  return {{"apiVersion", "v1"},
-          {"kind", "ConfigMap"},
-          {"metadata", metadata(run, c, attempt, n.started, "started")},
-          {"data", {{"everyWorkerReadyAt", at}}}};
+  return attempt_config_map(run, c, attempt, n.started, "started", "everyWorkerReadyAt", at);
 }
 
 json build_disruption_budget(const BenchmarkRun& run, const CaseSpec& c, int attempt) {
