@@ -614,6 +614,13 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   fields["phase"] = std::string(to_string(actions.current.phase));
   if (!world.admission.admitted) fields["queued"] = world.admission.why;
   if (!options_.may_write()) throw std::runtime_error("this replica no longer holds the Lease");
+  for (const ObjectRef& child : actions.presumed_gone) {
+    if (held_by_api_server(ns, child)) {
+      fields["awaiting"] = "the cache to show " + child.kind + "/" + child.name + ", which the API server holds";
+      queue_.add_after(key, std::chrono::milliseconds(100));
+      return ReconcileOutcome::stale;
+    }
+  }
   if (!actions.create.empty() || !actions.remove.empty()) {
     // The cache may still hold a run that is gone or going, or that the API server holds otherwise:
     // ask it. Children are made and removed for the case the run is on, and a cache that shows
@@ -664,6 +671,16 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   }
   if (actions.requeue_after) queue_.add_after(key, *actions.requeue_after);
   return outcome;
+}
+
+bool Controller::held_by_api_server(const std::string& ns, const ObjectRef& child) {
+  try {
+    client_.get(resource_for(child.kind), ns, child.name);
+    return true;
+  } catch (const KubeError& e) {
+    if (e.status == 404) return false;
+    throw;
+  }
 }
 
 std::optional<Controller::StatusWrite> Controller::write_status_that_fits(const std::string& ns, const std::string& name,

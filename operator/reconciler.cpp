@@ -27,6 +27,8 @@ struct AttemptOutcome {
   std::string stop_message;
   // Not finished: when a wait ends, to look again then even if nothing changes.
   std::optional<TimePoint> look_again_at;
+  // A worker judged deleted because the cache shows no pod of it (Actions::presumed_gone).
+  std::optional<ObjectRef> presumed_gone;
 };
 
 ObjectRef ref(const ObservedObject& o) { return {o.kind, o.name}; }
@@ -157,6 +159,7 @@ AttemptOutcome judge(const BenchmarkRun& run, const PlannedCase& current, int at
         lost.deleting = lost.failed = true;
         lost.failure_message = "its pod is gone";
         failed_worker = &lost;
+        outcome.presumed_gone = ObjectRef{"Pod", name};
       }
     }
   }
@@ -403,6 +406,7 @@ Actions reconcile(const json& run_json, const World& world, const OperatorConfig
               ", or use gang.scheduler kueue or no gang",
           attempt, world.now);
     }
+    if (outcome.presumed_gone) actions.presumed_gone.push_back(*outcome.presumed_gone);
     if (outcome.stop) {
       actions.remove.push_back(*outcome.stop);
       actions.events.push_back({"Warning", "StoppingWorkerZero", outcome.stop_message, {}});

@@ -64,6 +64,11 @@ struct Actions {
   Statistic statistic = Statistic::median;    // the run's, for the case gauges
   std::vector<Event> events;
   std::optional<std::chrono::seconds> requeue_after;
+  // Children whose absence from the caches a decision here rests on (a worker taken as deleted
+  // because its pod is missing once every worker ran). One informer may relist before another
+  // (an API server restored from a backup): the started record back, the pods not yet. The
+  // controller asks the API server for each before acting, and waits where it still holds one.
+  std::vector<ObjectRef> presumed_gone;
 };
 
 using KeySource = std::function<SshKeyPair()>;

@@ -644,6 +644,102 @@ TEST(Controller, NoChildIsMadeOrRemovedWhileTheCacheShowsTheRunOtherwiseThanTheA
   EXPECT_TRUE(again) << log;
 }
 
+// Shows the operator's pods informer one pod as deleted while the API server still holds it: a
+// pods cache behind the others, as after an API server restored from a backup when the
+// ConfigMaps' informer has listed again and the pods' not yet. While `lagging`, the pod's next
+// event arrives as DELETED and its later ones not at all.
+class PodsCacheLaggingTransport : public CountingTransport {
+ public:
+  using CountingTransport::CountingTransport;
+  int stream(const std::string& path, std::chrono::seconds silence_limit,
+             const std::function<bool(const std::string&)>& on_line) override {
+    const bool pods = path.find("/pods") != std::string::npos;
+    return CountingTransport::stream(path, silence_limit, [&](const std::string& line) {
+      if (!pods || !lagging) return on_line(line);
+      json event = json::parse(line, nullptr, false);
+      if (!event.is_object() || event.value("object", json::object()).value("metadata", json::object()).value("name", "") != pod) {
+        return on_line(line);
+      }
+      if (shown_deleted.exchange(true)) return true;
+      event["type"] = "DELETED";
+      return on_line(event.dump());
+    });
+  }
+  std::string pod;
+  std::atomic<bool> lagging{false}, shown_deleted{false};
+};
+
+// With engine: command, a worker missing from the cache once every worker ran is taken as deleted
+// (WorkerDeleted): a new pod would join no job. But the caches may lag one another: the operator
+// asks the API server first, and while it holds the pod, waits for the cache instead of recording
+// a loss (seen in k8s.OperatorFaults after a restore: a case measured again failed WorkerDeleted).
+TEST(Controller, AWorkerMissingOnlyFromTheCacheIsAwaitedNotTakenAsDeleted) {
+  ApiServer server;
+  KubeClient editor(server.transport);
+  json run = run_named("lagging-pods");
+  run["spec"]["engine"] = "command";
+  run["spec"]["command"] = {"sleep", "600"};
+  run["spec"]["limits"] = {{"backoffLimit", 0}};
+  editor.create(resources::kBenchmarkRuns, "default", run);
+  const auto lagging = std::make_shared<PodsCacheLaggingTransport>(server.transport);
+  KubeClient client(lagging);
+  Controller controller(client, local_options());
+  const auto workers = [&] {
+    std::vector<std::string> names;
+    const json pods = editor.list(resources::kPods, "default", "app.kubernetes.io/component=worker");  // items refer into it
+    for (const auto& p : pods["items"]) {
+      names.push_back(p["metadata"].value("name", ""));
+    }
+    return names;
+  };
+  const auto started_records = [&] {
+    return editor.list(resources::kConfigMaps, "default", "app.kubernetes.io/component=started")["items"].size();
+  };
+  const auto results = [&] {
+    return editor.get(resources::kBenchmarkRuns, "default", "lagging-pods").value("status", json::object()).value("results", json::array());
+  };
+  ::testing::internal::CaptureStderr();
+  controller.start();
+  // The worker made and Ready (the test plays kubelet), so every worker ran: the started record.
+  const bool made = wait_until([&] { return workers().size() == 1; }, 10000ms);
+  const std::string worker = made ? workers()[0] : "";
+  if (made) {
+    editor.merge_patch(resources::kPods, "default", worker,
+                       {{"status", {{"phase", "Running"}, {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}}, "status");
+  }
+  const bool ran = wait_until([&] { return started_records() == 1 && lagging->watched_every_create(); }, 10000ms);
+  // The pods' cache shows the worker gone; the API server holds it.
+  lagging->pod = worker;
+  lagging->lagging = true;
+  editor.merge_patch(resources::kPods, "default", worker, {{"metadata", {{"annotations", {{"touched", "1"}}}}}});
+  const bool hidden = wait_until([&] { return lagging->shown_deleted.load(); }, 5000ms);
+  const double before = stale_reconciles(controller);
+  const bool waited = wait_until([&] { return stale_reconciles(controller) >= before + 5; }, 5000ms);
+  const json results_while_behind = results();
+  // The cache catches up: nothing was lost.
+  lagging->lagging = false;
+  editor.merge_patch(resources::kPods, "default", worker, {{"metadata", {{"annotations", {{"touched", "2"}}}}}});
+  std::this_thread::sleep_for(500ms);
+  const json results_after = results();
+  const int pods_made = lagging->creates(201);
+  // Deleted for real: the API server no longer holds it, and the loss is recorded.
+  editor.remove(resources::kPods, "default", worker);
+  const bool recorded = wait_until([&] { return results().size() == 1; }, 10000ms);
+  controller.stop();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(made) << log;
+  ASSERT_TRUE(ran) << log;
+  ASSERT_TRUE(hidden) << log;
+  EXPECT_TRUE(waited) << log;
+  EXPECT_THAT(results_while_behind, ::testing::IsEmpty()) << log;
+  EXPECT_THAT(results_after, ::testing::IsEmpty()) << log;
+  EXPECT_THAT(log, ::testing::HasSubstr(R"("awaiting":"the cache to show Pod/)" + worker + R"(, which the API server holds")"));
+  ASSERT_TRUE(recorded) << log;
+  EXPECT_EQ(results()[0].value("reason", ""), "WorkerDeleted") << results().dump();
+  EXPECT_EQ(results()[0].value("message", ""), "worker " + worker + " was deleted mid-case: its pod is gone");
+  EXPECT_EQ(lagging->creates(201), pods_made) << "the worker is not made again";
+}
+
 // An API server that acknowledges writes and then loses them, as one restored from a backup
 // does: the first create of an object whose name ends in `suffix` and the first status write
 // are answered as stored (201, 200 with the object) and never reach the store. And a watch of a
