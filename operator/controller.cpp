@@ -48,17 +48,13 @@ enum class LiveRun {
   same,   // the same in all a decision reads (metadata alone may differ: another writer's annotations)
 };
 LiveRun live_against(KubeClient& client, const std::string& ns, const std::string& name, const json& run) {
-  json live;
-  try {
-    live = client.get(resources::kBenchmarkRuns, ns, name);
-  } catch (const KubeError& e) {
-    if (e.status == 404) return LiveRun::gone;
-    throw;
+  const std::optional<json> live = client.find(resources::kBenchmarkRuns, ns, name);
+  if (!live || is_deleting(*live) || (*live)["metadata"].value("uid", "") != run["metadata"].value("uid", "")) {
+    return LiveRun::gone;
   }
-  if (is_deleting(live) || live["metadata"].value("uid", "") != run["metadata"].value("uid", "")) return LiveRun::gone;
-  if (live["metadata"].value("generation", 0) != run["metadata"].value("generation", 0) ||
-      live.value("spec", json::object()) != run.value("spec", json::object()) ||
-      live.value("status", json::object()) != run.value("status", json::object())) {
+  if ((*live)["metadata"].value("generation", 0) != run["metadata"].value("generation", 0) ||
+      live->value("spec", json::object()) != run.value("spec", json::object()) ||
+      live->value("status", json::object()) != run.value("status", json::object())) {
     return LiveRun::moved;
   }
   return LiveRun::same;
@@ -615,7 +611,8 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   if (!world.admission.admitted) fields["queued"] = world.admission.why;
   if (!options_.may_write()) throw std::runtime_error("this replica no longer holds the Lease");
   for (const ObjectRef& child : actions.presumed_gone) {
-    if (held_by_api_server(ns, child)) {
+    // A live read: the caches may lag one another.
+    if (client_.find(resource_for(child.kind), ns, child.name)) {
       fields["awaiting"] = "the cache to show " + child.kind + "/" + child.name + ", which the API server holds";
       queue_.add_after(key, std::chrono::milliseconds(100));
       return ReconcileOutcome::stale;
@@ -671,16 +668,6 @@ ReconcileOutcome Controller::process(const std::string& key, std::uint64_t recon
   }
   if (actions.requeue_after) queue_.add_after(key, *actions.requeue_after);
   return outcome;
-}
-
-bool Controller::held_by_api_server(const std::string& ns, const ObjectRef& child) {
-  try {
-    client_.get(resource_for(child.kind), ns, child.name);
-    return true;
-  } catch (const KubeError& e) {
-    if (e.status == 404) return false;
-    throw;
-  }
 }
 
 std::optional<Controller::StatusWrite> Controller::write_status_that_fits(const std::string& ns, const std::string& name,

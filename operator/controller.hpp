@@ -85,8 +85,6 @@ class Controller {
   bool own_write_pending(const std::string& key, const CachedRun& cached, const nlohmann::json& run);
   // The run's children and neighbours as the caches hold them now.
   World observe(const std::string& ns, const std::string& name, const CachedRun& cached);
-  // Whether the API server holds the child (a live read: the caches may lag one another).
-  bool held_by_api_server(const std::string& ns, const ObjectRef& child);
   // The children ("Kind/name") this operator created for the run that are not in the caches yet.
   std::set<std::string> creations_pending(const std::string& key, const CachedRun& cached);
   // An informer showed (or dropped) a child: it is no longer awaited.

@@ -355,6 +355,12 @@ nlohmann::json KubeClient::get(const Resource& r, const std::string& ns, const s
   return checked(http_->request("GET", r.path(ns, name)));
 }
 
+std::optional<nlohmann::json> KubeClient::find(const Resource& r, const std::string& ns, const std::string& name) {
+  const auto response = http_->request("GET", r.path(ns, name));
+  if (response.status == 404) return std::nullopt;
+  return checked(response);
+}
+
 bool KubeClient::serves(const std::string& api_version, const std::string& plural) {
   nlohmann::json list;
   try {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -81,6 +82,8 @@ class KubeClient {
   explicit KubeClient(std::shared_ptr<HttpTransport> transport) : http_(std::move(transport)) {}
 
   nlohmann::json get(const Resource& r, const std::string& ns, const std::string& name);
+  // get, but nullopt where the API server answers 404: whether it holds the object, from it.
+  std::optional<nlohmann::json> find(const Resource& r, const std::string& ns, const std::string& name);
   nlohmann::json list(const Resource& r, const std::string& ns, const std::string& label_selector = "");
   nlohmann::json create(const Resource& r, const std::string& ns, const nlohmann::json& object);
   nlohmann::json merge_patch(const Resource& r, const std::string& ns, const std::string& name,

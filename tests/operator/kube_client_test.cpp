@@ -57,6 +57,10 @@ TEST_F(KubeClientTest, CrudAndSelectors) {
   EXPECT_FALSE(created["metadata"]["uid"].get<std::string>().empty());
   k.create(resources::kConfigMaps, "default", config_map("b", {{"role", "launcher"}}));
   EXPECT_EQ(k.get(resources::kConfigMaps, "default", "a")["metadata"]["labels"]["role"], "worker");
+  const std::optional<json> found = k.find(resources::kConfigMaps, "default", "b");
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ((*found)["metadata"]["labels"]["role"], "launcher");
+  EXPECT_EQ(k.find(resources::kConfigMaps, "default", "missing"), std::nullopt);
   const json workers = k.list(resources::kConfigMaps, "default", "role=worker");
   ASSERT_EQ(workers["items"].size(), 1u);
   EXPECT_EQ(workers["items"][0]["metadata"]["name"], "a");
