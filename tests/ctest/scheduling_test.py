@@ -6,7 +6,8 @@ holds the machine to two computing tests at a time if every test says what it ta
 registered without RESOURCE_GROUPS would run as a fifth or third computing process. So every
 test takes cores, except the ones tests/CMakeLists.txt names as waiting (its arguments); none asks
 for more than the spec has (ctest would fail it as "insufficient resources"); a test that keeps
-PROCESSORS 2 takes both cores; and the gtest cases of the input library carry both their labels
+PROCESSORS 2 takes both cores; a test on fewer cores than the spec holds waits passively in
+OpenMP (spinning threads take the core of the test beside it); and the gtest cases of the input library carry both their labels
 (CMake 3.25's discovery flattens a list-valued property, which once dropped `input`).
 
 Usage: scheduling_test.py CTEST BUILD_DIR RESOURCE_SPEC [WAITING_TEST ...]
@@ -59,6 +60,19 @@ class Scheduling(unittest.TestCase):
             props, taken = requirements(test)
             if props.get("PROCESSORS") == 2:
                 self.assertEqual(taken.get("cores"), self.slots["cores"], test["name"])
+
+    def test_a_test_on_fewer_than_every_core_waits_passively(self):
+        spinning = [t["name"] for t in self.tests
+                    if requirements(t)[1].get("cores", 0) < self.slots["cores"]
+                    and "OMP_WAIT_POLICY=PASSIVE" not in requirements(t)[0].get("ENVIRONMENT", [])]
+        self.assertEqual(spinning, [], "OpenMP threads spinning at barriers beside another test")
+        # Discovered gtest cases and tests registered one by one alike.
+        passive = {t["name"] for t in self.tests if "OMP_WAIT_POLICY=PASSIVE" in requirements(t)[0].get("ENVIRONMENT", [])}
+        self.assertIn("golden.alexnet.committed", passive)
+        present = {t["name"] for t in self.tests}
+        for name in ("WorkerCli.ResNet50WritesAValidResultWithThreeRepeats", "ctest.Scheduling"):
+            if name in present:
+                self.assertIn(name, passive)
 
     def test_the_input_librarys_cases_carry_both_labels(self):
         labelled = [t["name"] for t in self.tests
