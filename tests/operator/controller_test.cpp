@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -394,34 +395,45 @@ class CountingTransport : public HttpTransport {
   HttpResponse request(const std::string& method, const std::string& path, const std::string& body,
                        const std::string& content_type) override {
     HttpResponse response = inner_->request(method, path, body, content_type);
-    if (method == "POST" && path.find("/events") == std::string::npos) {
+    const bool create = method == "POST" && path.find("/events") == std::string::npos;
+    const bool status_write = (method == "PATCH" || method == "PUT") && path.ends_with("/status");
+    if (create || status_write) {
       std::lock_guard lock(mutex_);
-      ++creates_[response.status];
-      const json created = json::parse(response.body, nullptr, false);
-      if (response.status == 201 && created.is_object()) created_.insert(object_key(created));
+      if (create) ++creates_[response.status];
+      const json stored = json::parse(response.body, nullptr, false);
+      if (response.status == (create ? 201 : 200) && stored.is_object()) {
+        written_.insert_or_assign(object_key(stored), resource_version(stored));
+      }
     }
     return response;
   }
-  // Each object the operator's informers have taken in, once its watch event was handed on.
+  // The newest version of each object the operator's informers have taken in, once its watch
+  // event was handed on.
   int stream(const std::string& path, std::chrono::seconds silence_limit,
              const std::function<bool(const std::string&)>& on_line) override {
     return inner_->stream(path, silence_limit, [&](const std::string& line) {
       const bool more = on_line(line);
       const json event = json::parse(line, nullptr, false);
-      if (event.is_object() && event.value("type", "") == "ADDED" && event.contains("object")) {
+      if (event.is_object() && event.value("type", "") != "BOOKMARK" && event.value("object", json()).is_object()) {
         std::lock_guard lock(mutex_);
-        watched_.insert(object_key(event["object"]));
+        auto& seen = watched_[object_key(event["object"])];
+        seen = std::max(seen, resource_version(event["object"]));
       }
       return more;
     });
   }
-  // Whether every object created through here (and kept by the API server) has been in a watch the
-  // operator read, but those named with `except` at the end: a test waits for this before
-  // reading what the operator awaits, or it may catch it awaiting more.
-  bool watched_every_create(const std::string& except = "") const {
+  // Whether every object created through here (and kept by the API server), and every status
+  // written through here, has been in a watch the operator read, at that version or later, but
+  // the objects named with `except` at the end. A test waits for this before reading what the
+  // operator awaits, or it may catch it awaiting more: under load the runs' watch can lag the
+  // pods' by far more than a reconcile (CI saw it still awaiting its own status write).
+  bool watched_every_write(const std::string& except = "") const {
     std::lock_guard lock(mutex_);
-    return std::all_of(created_.begin(), created_.end(), [&](const std::string& key) {
-      return watched_.contains(key) || (!except.empty() && key.ends_with(except));
+    return std::all_of(written_.begin(), written_.end(), [&](const auto& written) {
+      const auto& [key, version] = written;
+      if (!except.empty() && key.ends_with(except)) return true;
+      const auto seen = watched_.find(key);
+      return seen != watched_.end() && seen->second >= version;
     });
   }
   int creates(int status) const {
@@ -435,9 +447,14 @@ class CountingTransport : public HttpTransport {
   static std::string object_key(const json& object) {
     return object.value("kind", "") + "/" + object.value("metadata", json::object()).value("name", "");
   }
+  // The test API server's versions are one counter: their order is the order of the writes.
+  static long long resource_version(const json& object) {
+    const std::string version = object.value("metadata", json::object()).value("resourceVersion", "0");
+    return std::strtoll(version.c_str(), nullptr, 10);
+  }
   mutable std::mutex mutex_;
   std::map<int, int> creates_;
-  std::set<std::string> created_, watched_;
+  std::map<std::string, long long> written_, watched_;  // object → newest version written, watched
 };
 
 // A watch cache that lags (as an API server's does under load): the operator must not take
@@ -548,7 +565,7 @@ TEST(Controller, AnAwaitedChildLapsesAfterFiveMinutes) {
   ::testing::internal::CaptureStderr();
   std::optional<double> stale_once_shown;  // stale reconciles when the other children had shown
   const bool waited = wait_until([&] {
-    if (hiding->creates(201) < 5 || !hiding->watched_every_create("-worker-0")) return false;
+    if (hiding->creates(201) < 5 || !hiding->watched_every_write("-worker-0")) return false;
     if (!stale_once_shown) stale_once_shown = stale();
     return stale() >= *stale_once_shown + 2;
   }, 10000ms);
@@ -616,7 +633,7 @@ TEST(Controller, NoChildIsMadeOrRemovedWhileTheCacheShowsTheRunOtherwiseThanTheA
   // drops events is this test's device; a real one relists), and for 5 minutes.
   const bool started = wait_until([&] {
     return freezing->creates(201) >= 5 && stored_status().value("phase", "") == "Running" && !worker().empty() &&
-           freezing->watched_every_create() && freezing->running_watched;
+           freezing->watched_every_write() && freezing->running_watched;
   }, 10000ms);
   // The runs' events stop reaching the cache; the world goes back: the run's status as before the
   // operator wrote one, its worker gone. The pods' informer shows the worker gone.
@@ -707,7 +724,7 @@ TEST(Controller, AWorkerMissingOnlyFromTheCacheIsAwaitedNotTakenAsDeleted) {
     editor.merge_patch(resources::kPods, "default", worker,
                        {{"status", {{"phase", "Running"}, {"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}}, "status");
   }
-  const bool ran = wait_until([&] { return started_records() == 1 && lagging->watched_every_create(); }, 10000ms);
+  const bool ran = wait_until([&] { return started_records() == 1 && lagging->watched_every_write(); }, 10000ms);
   // The pods' cache shows the worker gone; the API server holds it.
   lagging->pod = worker;
   lagging->lagging = true;
@@ -831,7 +848,7 @@ class LostWrites : public ::testing::Test {
   // Starts it; true once both writes are lost and it has waited for them, by watch, in vain.
   bool start_and_lose_both() {
     controller->start();
-    return wait_until([&] { return forgetful->lost_both() && stale() >= 3 && forgetful->watched_every_create(); },
+    return wait_until([&] { return forgetful->lost_both() && stale() >= 3 && forgetful->watched_every_write(); },
                       10000ms);
   }
   bool written_again() {
