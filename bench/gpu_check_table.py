@@ -200,8 +200,12 @@ def profiles(logs):
             continue
         kinds = ", ".join(f"{k['kind']} {1e3 * (k['forwardSeconds'] + k['backwardSeconds']):.1f}"
                           for k in profile["kinds"][:5])
+        # The rest of the step by part (the update, the loss, ...), the largest 3.
+        parts = sorted((profile.get("outsideParts") or {}).items(), key=lambda part: -part[1])[:3]
+        split = " (" + ", ".join(f"{part} {1e3 * seconds:.1f}" for part, seconds in parts) + ")" if parts else ""
         out.append(f"  {precision} batch {doc['case']['batchSizePerDevice']}: step "
-                   f"{1e3 * profile['stepSeconds']:.1f}, outside layers {1e3 * profile['outsideLayersSeconds']:.1f}; {kinds}")
+                   f"{1e3 * profile['stepSeconds']:.1f}, outside layers {1e3 * profile['outsideLayersSeconds']:.1f}"
+                   f"{split}; {kinds}")
         if name.startswith("resnet50-"):
             out += slowest_layers(profile)
         if name in ("resnet50-fp32", "resnet50-amp"):

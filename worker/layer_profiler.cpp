@@ -1,8 +1,10 @@
 #include "layer_profiler.hpp"
 
 #include <algorithm>
+#include <array>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <stdexcept>
 
@@ -25,13 +27,22 @@ LayerProfiler::LayerProfiler(Layer& network, Backend& backend) : marks_(backend.
   }
 }
 
+static_assert(static_cast<std::size_t>(StepPart::other) + 1 == kStepParts.size(), "a name for every StepPart");
+
 void LayerProfiler::mark_then_owner() {
   marks_->mark();
-  owners_.push_back(stack_.empty() ? Owner{} : stack_.back());
+  owners_.push_back(stack_.empty() ? Owner{-1, false, part_} : stack_.back());
 }
 
 void LayerProfiler::step_boundary() {
   if (!stack_.empty()) throw std::logic_error("LayerProfiler: a step ended inside a layer");
+  part_ = StepPart::other;
+  mark_then_owner();
+}
+
+void LayerProfiler::outside(StepPart part) {
+  if (!stack_.empty()) throw std::logic_error("LayerProfiler: a step part began inside a layer");
+  part_ = part;
   mark_then_owner();
 }
 
@@ -50,6 +61,7 @@ void LayerProfiler::before(const Layer& layer, bool backward, const Tensor&) {
 void LayerProfiler::after(const Layer&, bool, const Tensor&) {
   if (stack_.empty()) throw std::logic_error("LayerProfiler: after() without before()");
   stack_.pop_back();
+  part_ = StepPart::other;  // between layers, until the trainer says otherwise
   mark_then_owner();
 }
 
@@ -58,11 +70,14 @@ StepProfile LayerProfiler::finish(int steps) {
   const std::vector<double> intervals = marks_->drain(true);
   StepProfile p;
   p.steps = steps;
+  std::array<std::optional<double>, kStepParts.size()> parts;  // seconds by StepPart, where it ran
   for (std::size_t i = 0; i < intervals.size() && i < owners_.size(); ++i) {
     p.step_seconds += intervals[i];
     const Owner& o = owners_[i];
     if (o.row < 0) {
       p.outside_layers_seconds += intervals[i];
+      auto& part = parts[static_cast<std::size_t>(o.part)];
+      part = part.value_or(0) + intervals[i];
       continue;
     }
     Row& row = rows_[static_cast<std::size_t>(o.row)];
@@ -71,6 +86,10 @@ StepProfile LayerProfiler::finish(int steps) {
   const double per_step = 1.0 / steps;
   p.step_seconds *= per_step;
   p.outside_layers_seconds *= per_step;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i]) p.outside_parts.push_back({std::string(kStepParts[i]), *parts[i] * per_step});
+  }
+  order_step_parts(p.outside_parts);
   std::map<std::string, LayerTime> kinds;
   for (const int r : first_run_order_) {
     const Row& row = rows_[static_cast<std::size_t>(r)];
@@ -94,8 +113,11 @@ void print_profile(std::ostream& out, const StepProfile& profile, std::size_t to
         << std::setw(7) << std::setprecision(1) << 100.0 * (forward + backward) / step << "%\n";
   };
   out << "  profile: " << std::fixed << std::setprecision(3) << 1e3 * profile.step_seconds << " ms a step over "
-      << profile.steps << " steps, " << 1e3 * profile.outside_layers_seconds
-      << " ms of it outside the layers (loss, update, allreduce)\n";
+      << profile.steps << " steps, " << 1e3 * profile.outside_layers_seconds << " ms of it outside the layers";
+  for (std::size_t i = 0; i < profile.outside_parts.size(); ++i) {
+    out << (i == 0 ? ": " : ", ") << profile.outside_parts[i].part << " " << 1e3 * profile.outside_parts[i].seconds;
+  }
+  out << "\n";
   out << "  " << std::left << std::setw(34) << "by kind" << std::right << std::setw(10) << "fwd ms" << std::setw(10)
       << "bwd ms" << std::setw(10) << "ms" << std::setw(8) << "share" << "\n";
   for (const LayerTime& k : profile.kinds) row(k.kind, k.forward_seconds, k.backward_seconds);

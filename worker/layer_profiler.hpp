@@ -2,7 +2,8 @@
 // queued on the backend (device events on a GPU, the host clock on the CPU) before and after
 // each layer a Sequential runs; each interval between two marks belongs to the innermost layer
 // running then, so a block's time is its own work (a bottleneck's add and ReLU), not its
-// children's. What no layer holds (the loss, the optimizer, an allreduce) is outside the layers.
+// children's. What no layer holds is outside the layers, by the part the trainer said it began
+// (the loss, the update, ...; StepPart), or "other" (between layers) after a layer or a step ends.
 #pragma once
 
 #include <iosfwd>
@@ -25,6 +26,7 @@ class LayerProfiler final : public LayerObserver {
   void step_boundary();
   void before(const Layer& layer, bool backward, const Tensor& input) override;
   void after(const Layer& layer, bool backward, const Tensor& output) override;
+  void outside(StepPart part) override;
 
   // Waits for the device and returns seconds per step over the `steps` profiled, the layers in
   // the order forward first ran them (only those that ran), their kinds by time.
@@ -36,10 +38,12 @@ class LayerProfiler final : public LayerObserver {
     double forward = 0, backward = 0;
     bool ran = false;
   };
-  // The interval after a mark belongs to row `row` (-1: outside every layer) in one pass.
+  // The interval after a mark belongs to row `row` in one pass, or (row -1) outside every layer
+  // to `part`.
   struct Owner {
     int row = -1;
     bool backward = false;
+    StepPart part = StepPart::other;
   };
   void mark_then_owner();
 
@@ -47,6 +51,7 @@ class LayerProfiler final : public LayerObserver {
   std::vector<Row> rows_;
   std::unordered_map<const Layer*, int> row_of_;
   std::vector<Owner> stack_;  // the layers running now, innermost last
+  StepPart part_ = StepPart::other;  // outside every layer: what the trainer said it began
   std::vector<Owner> owners_;  // one per mark taken
   std::vector<int> first_run_order_;
 };

@@ -377,7 +377,12 @@ void Trainer::copy_batch_to_host(std::vector<float>& pixels_nchw, std::vector<st
   backend_.copy_to_host(labels.data(), labels_storage_.data, labels.size() * sizeof(std::int32_t));
 }
 
+void Trainer::entering(StepPart part) {
+  if (context_.observer != nullptr) context_.observer->outside(part);
+}
+
 void Trainer::forward_and_loss() {
+  entering(StepPart::other);
   backend_.begin_step(context_.step);  // inside a capture this becomes "the step after the last"
   arena_.begin_step();  // poison mode: every buffer dies again this step
   const auto* labels = static_cast<const std::int32_t*>(labels_storage_.data);
@@ -387,6 +392,7 @@ void Trainer::forward_and_loss() {
   context_.gradient_scale = gradient_scale;
   context_.loss_terms = 0;
   const Tensor& logits = network_->forward(input_, context_);
+  entering(StepPart::loss);
   // The main classifier's term adds to the auxiliary ones forward computed (InceptionV3's).
   loss_.forward_backward(logits, labels, backend_, gradient_scale, LossTerm{1.0f, context_.loss_terms > 0});
 }
@@ -405,8 +411,12 @@ float Trainer::compute_gradients() {
 void Trainer::queue_gradients() {
   forward_and_loss();  // with loss scaling, dlogits is already scaled
   network_->backward(loss_.dlogits(), context_);
-  if (before_update_) before_update_();
+  if (before_update_) {
+    entering(StepPart::gradient_reduction_wait);
+    before_update_();
+  }
   if (loss_scaling_) {
+    entering(StepPart::loss_scaling);
     backend_.unscale_and_check_finite(parameters_.grads(), parameters_.elements(), loss_scale_state(), *loss_scaling_);
   }
 }
@@ -452,6 +462,7 @@ std::string Trainer::describe_skipped_step() {
 }
 
 void Trainer::step() {
+  entering(StepPart::input);
   take_staged_batch();  // outside the step graph: the copy it waits for is not part of the step
   if (graph_captured_) {
     backend_.replay();
@@ -470,6 +481,7 @@ void Trainer::step() {
   // Whether the update applies is the backend's to decide, on the device (loss scaling's state):
   // the host queues it either way.
   const LossScaleState* loss_scale = loss_scaling_ ? loss_scale_state() : nullptr;
+  entering(StepPart::update);
   // Captured at step >= 1, so the recorded update is never the first (momentum buffer = grad).
   if (adamw_ && lamb_) {
     backend_.lamb_update(parameters_.values(), parameters_.grads(), parameters_.momentum(), parameters_.second_moment(),

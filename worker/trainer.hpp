@@ -240,6 +240,7 @@ class Trainer {
                        const InitialWeights& weights,
                        const std::function<std::int64_t(const Tensor&)>& label_count_for_output,
                        std::int64_t max_predictions = 0);
+  void entering(StepPart part);  // tells the layer observer, where there is one
   void forward_and_loss();
   void queue_gradients();  // forward, loss, backward, the hook and unscaling; waits for nothing else
   void use_adam_family(AdamWConfig config, bool lamb);

@@ -153,11 +153,17 @@ json profile_to_json(const StepProfile& p) {
   json layers = json::array(), kinds = json::array();
   for (const LayerTime& t : p.layers) layers.push_back(layer_time_to_json(t));
   for (const LayerTime& t : p.kinds) kinds.push_back(layer_time_to_json(t));
-  return {{"steps", p.steps},
-          {"stepSeconds", p.step_seconds},
-          {"outsideLayersSeconds", p.outside_layers_seconds},
-          {"layers", std::move(layers)},
-          {"kinds", std::move(kinds)}};
+  json out{{"steps", p.steps},
+           {"stepSeconds", p.step_seconds},
+           {"outsideLayersSeconds", p.outside_layers_seconds},
+           {"layers", std::move(layers)},
+           {"kinds", std::move(kinds)}};
+  if (!p.outside_parts.empty()) {
+    json parts = json::object();
+    for (const StepPartTime& t : p.outside_parts) parts[t.part] = t.seconds;
+    out["outsideParts"] = std::move(parts);
+  }
+  return out;
 }
 
 // lossAfterRepeats, where present (a compacted document may lack it), agrees with the rest: one
@@ -212,19 +218,58 @@ std::vector<LayerTime> decode_layer_times(Decoder& d, const json& list, const st
   return out;
 }
 
+// outsideParts: seconds by part, each a part of kStepParts, summing to outsideLayersSeconds.
+std::vector<StepPartTime> decode_step_parts(Decoder& d, const json& parts, const std::string& path, double outside) {
+  std::vector<StepPartTime> out;
+  if (!parts.is_object()) {
+    d.fail(path, "expected an object of seconds by part, got " + describe_type(parts));
+    return out;
+  }
+  std::string allowed;
+  for (const std::string_view part : kStepParts) allowed += (allowed.empty() ? "" : ", ") + std::string(part);
+  double sum = 0;
+  for (const auto& [part, seconds] : parts.items()) {
+    if (std::find(kStepParts.begin(), kStepParts.end(), part) == kStepParts.end()) {
+      d.fail(path + "." + part, "unknown part; allowed: " + allowed);
+      continue;
+    }
+    if (const auto s = d.measurement(seconds, path + "." + part)) {
+      out.push_back({part, *s});
+      sum += *s;
+    }
+  }
+  // The parts are the rest of the step, whole: a sum that differs says the profile is not one.
+  if (std::fabs(sum - outside) > 1e-9 * std::max(1.0, outside)) {
+    std::ostringstream said;
+    said << "the parts sum to " << sum << " s, not outsideLayersSeconds (" << outside << " s)";
+    d.fail(path, said.str());
+  }
+  order_step_parts(out);
+  return out;
+}
+
 std::optional<StepProfile> decode_profile(Decoder& d, const json& obj, const std::string& path) {
   if (!d.expect_object(obj, path)) return std::nullopt;
-  d.reject_unknown(obj, path, {"steps", "stepSeconds", "outsideLayersSeconds", "layers", "kinds"});
+  d.reject_unknown(obj, path, {"steps", "stepSeconds", "outsideLayersSeconds", "layers", "kinds", "outsideParts"});
   StepProfile p;
   if (d.require(obj, path, "steps", "how many steps were profiled")) d.read_int(obj, path, "steps", {1, 1000000}, p.steps);
   read_seconds(d, obj, path, "stepSeconds", p.step_seconds);
   read_seconds(d, obj, path, "outsideLayersSeconds", p.outside_layers_seconds);
   if (const json* l = d.require(obj, path, "layers", "a list")) p.layers = decode_layer_times(d, *l, path + ".layers", true);
   if (const json* k = d.require(obj, path, "kinds", "a list")) p.kinds = decode_layer_times(d, *k, path + ".kinds", false);
+  if (const json* parts = Decoder::find(obj, "outsideParts")) {
+    p.outside_parts = decode_step_parts(d, *parts, path + ".outsideParts", p.outside_layers_seconds);
+  }
   return p;
 }
 
 }  // namespace
+
+void order_step_parts(std::vector<StepPartTime>& parts) {
+  std::sort(parts.begin(), parts.end(), [](const StepPartTime& a, const StepPartTime& b) {
+    return a.seconds != b.seconds ? a.seconds > b.seconds : a.part < b.part;
+  });
+}
 
 EnvironmentInfo host_environment() {
   EnvironmentInfo e;

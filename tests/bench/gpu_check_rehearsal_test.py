@@ -294,7 +294,8 @@ class ProfileThroughTheTable(unittest.TestCase):
             with open(os.path.join(logs, "profile-resnet50-fp32.json")) as f:
                 layers = json.load(f)["profile"]["layers"]
         at = next(i for i, line in enumerate(lines) if line.startswith("  fp32 batch 2: "))
-        self.assertRegex(lines[at], r"^  fp32 batch 2: step [0-9.]+, outside layers [0-9.]+; (\S+ [0-9.]+, ){4}\S+ [0-9.]+$")
+        self.assertRegex(lines[at], r"^  fp32 batch 2: step [0-9.]+, outside layers [0-9.]+ "
+                                    r"\((\w+ [0-9.]+, ){2}\w+ [0-9.]+\); (\S+ [0-9.]+, ){4}\S+ [0-9.]+$")
         self.assertIn(" Conv2d ", lines[at])
         # Which layers are slowest on a shared CPU is noise (the stem's batch norm has led); what the
         # table owes is the document's four slowest, in order, with their figures.

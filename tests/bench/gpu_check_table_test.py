@@ -407,7 +407,8 @@ class GpuCheckTable(unittest.TestCase):
         with tempfile.TemporaryDirectory() as logs:
             write(logs, "profile-resnet50-fp32.json", json.dumps({
                 "case": {"batchSizePerDevice": 64},
-                "profile": {"steps": 5, "stepSeconds": 0.0729, "outsideLayersSeconds": 0.0012, "kinds": [
+                "profile": {"steps": 5, "stepSeconds": 0.0729, "outsideLayersSeconds": 0.0012,
+                            "outsideParts": {"update": 0.0009, "other": 0.00012, "loss": 0.00013, "input": 0.00005}, "kinds": [
                     {"kind": "Conv2d", "forwardSeconds": 0.0201, "backwardSeconds": 0.0347},
                     {"kind": "BatchNorm2d+ReLU", "forwardSeconds": 0.003, "backwardSeconds": 0.0048}], "layers": [
                     {"name": "layer1.0.conv2", "kind": "Conv2d", "forwardSeconds": 0.0011, "backwardSeconds": 0.002},
@@ -420,7 +421,8 @@ class GpuCheckTable(unittest.TestCase):
                             "ops": [], "kernels": [{"kernel": "sm90_xmma_dgrad_implicit_gemm_f32f32", "seconds": 0.0101},
                                                    {"kernel": "cudnn::bn_bw_1C11_kernel_new", "seconds": 0.004}]}}) + "\n")
             lines = self.table(logs)
-        at = lines.index("  fp32 batch 64: step 72.9, outside layers 1.2; Conv2d 54.8, BatchNorm2d+ReLU 7.8")
+        at = lines.index("  fp32 batch 64: step 72.9, outside layers 1.2 (update 0.9, loss 0.1, other 0.1); Conv2d 54.8, "
+                         "BatchNorm2d+ReLU 7.8")
         self.assertEqual(lines[at + 1], "    stem conv1 2.50 (forward 1.20); slowest: layer1.0.conv2 3.10, conv1 2.50, "
                                         "bn1 0.30")
         self.assertEqual(lines[at + 2], "  pytorch fp32 batch 64: step 71.2 under the profiler, charged 68.8 of kernels "

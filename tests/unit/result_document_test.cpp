@@ -385,7 +385,8 @@ TEST(ResultDocument, StepProfileRoundTripsIsCheckedAndGoesFirstFromATerminationM
   ResultDocument doc = sample_document();
   doc.profile = StepProfile{5, 0.072, 0.004,
                             {{"conv1", "Conv2d", 0.001, 0.002}, {"layer1.0", "Bottleneck", 0.0003, 0.0004}},
-                            {{"", "Conv2d", 0.001, 0.002}, {"", "Bottleneck", 0.0003, 0.0004}}};
+                            {{"", "Conv2d", 0.001, 0.002}, {"", "Bottleneck", 0.0003, 0.0004}},
+                            {}};
   json j = to_json(doc);
   EXPECT_EQ(j["profile"]["layers"][0]["name"], "conv1");
   EXPECT_FALSE(j["profile"]["kinds"][0].contains("name"));
@@ -403,6 +404,26 @@ TEST(ResultDocument, StepProfileRoundTripsIsCheckedAndGoesFirstFromATerminationM
                                               "profile.stepSeconds: required; seconds per step",
                                               "profile.layers[1].backwardSeconds: -1.0 is not a finite, non-negative number",
                                               ::testing::StartsWith("profile.kinds[0].name: unknown field")));
+
+  // The rest of the step by part: an object of seconds, read back the most first.
+  doc.profile->outside_parts = {{"update", 0.003}, {"loss", 0.0006}, {"other", 0.0004}};
+  j = to_json(doc);
+  EXPECT_EQ(j["profile"]["outsideParts"], json({{"update", 0.003}, {"loss", 0.0006}, {"other", 0.0004}}));
+  const auto with_parts = decode_result_document(j);
+  ASSERT_TRUE(with_parts.ok()) << with_parts.errors.front().to_string();
+  EXPECT_EQ(*with_parts.value, doc);
+  bad = j;
+  bad["profile"]["outsideParts"]["allreduce"] = 0.0;
+  bad["profile"]["outsideParts"]["loss"] = -1.0;
+  EXPECT_THAT(errors_of(bad),
+              ::testing::UnorderedElementsAre(
+                  "profile.outsideParts.allreduce: unknown part; allowed: input, loss, gradientReductionWait, lossScaling, "
+                  "update, other",
+                  "profile.outsideParts.loss: -1.0 is not a finite, non-negative number",
+                  "profile.outsideParts: the parts sum to 0.0034 s, not outsideLayersSeconds (0.004 s)"));
+  bad = j;
+  bad["profile"]["outsideParts"] = json::array();
+  EXPECT_THAT(errors_of(bad), ::testing::ElementsAre("profile.outsideParts: expected an object of seconds by part, got a list"));
 
   const std::string full = j.dump();
   const json compact = json::parse(compact_result_document(full, full.size() - 10));

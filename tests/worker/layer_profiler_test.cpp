@@ -71,9 +71,10 @@ TEST(LayerProfiler, EachIntervalBelongsToTheInnermostLayer) {
   const StepProfile p = profiler.finish(2);
 
   EXPECT_EQ(p.steps, 2);
-  // Per step, a mark at each layer's start and end in each pass and one at the step's end: the
-  // top level's 5 layers and the bottleneck's 8 (6 on the main branch, 2 on the shortcut).
-  EXPECT_DOUBLE_EQ(p.step_seconds, 2.0 * 2 * (5 + 8) + 1);
+  // Per step, a mark at each layer's start and end in each pass, one at the step's end, and one
+  // as each part outside the layers begins (input, the forward's start, loss, update): the top
+  // level's 5 layers and the bottleneck's 8 (6 on the main branch, 2 on the shortcut).
+  EXPECT_DOUBLE_EQ(p.step_seconds, 2.0 * 2 * (5 + 8) + 1 + 4);
   const LayerTime& conv = row(p, "0");
   EXPECT_EQ(conv.kind, "Conv2d");
   EXPECT_DOUBLE_EQ(conv.forward_seconds, 1.0);
@@ -86,8 +87,14 @@ TEST(LayerProfiler, EachIntervalBelongsToTheInnermostLayer) {
   EXPECT_EQ(block.kind, "Bottleneck");
   EXPECT_DOUBLE_EQ(block.forward_seconds, 9.0);
   EXPECT_DOUBLE_EQ(block.backward_seconds, 9.0);
-  // The top level's: before the first layer, between each two, and the loss between the passes.
-  EXPECT_DOUBLE_EQ(p.outside_layers_seconds, 1 + 4 + 1 + 4 + 1);
+  // The top level's: staging the batch, before the first layer, between each two, the loss
+  // between the passes and the update after them.
+  EXPECT_DOUBLE_EQ(p.outside_layers_seconds, 15);
+  // By part, the most first. "other": from the step's start to the input's, from the forward's
+  // start to its first layer, the 4 gaps between the top level's layers in each pass, and from
+  // each pass's last layer to the part after it. No hook, no loss scaling: no such parts.
+  EXPECT_THAT(p.outside_parts, ::testing::ElementsAre(StepPartTime{"other", 12}, StepPartTime{"input", 1},
+                                                      StepPartTime{"loss", 1}, StepPartTime{"update", 1}));
   // Nothing is lost: the layers and what lies outside them make the step.
   double sum = p.outside_layers_seconds;
   for (const LayerTime& l : p.layers) sum += l.forward_seconds + l.backward_seconds;
@@ -112,6 +119,56 @@ TEST(LayerProfiler, EachIntervalBelongsToTheInnermostLayer) {
   print_profile(table, p, 3);
   EXPECT_THAT(table.str(), ::testing::HasSubstr("by kind"));
   EXPECT_THAT(table.str(), ::testing::HasSubstr("1 Bottleneck"));
+  EXPECT_THAT(table.str(), ::testing::HasSubstr(
+                               "outside the layers: other 12000.000, input 1000.000, loss 1000.000, update 1000.000\n"));
+}
+
+// With a hook before the update (a multi-rank case's wait for its gradient buckets) and loss
+// scaling (amp's), each is a part of its own, and the parts still make the whole.
+TEST(LayerProfiler, TheWaitForGradientsAndLossScalingArePartsOfTheirOwn) {
+  CpuBackend cpu(1);
+  OneSecondMarksBackend backend(cpu);
+  auto net = std::make_unique<Sequential>();
+  net->add<Flatten>();
+  net->add<Linear>(3 * 4 * 4, 10);
+  Trainer trainer(backend, std::move(net), Shape(2, 3, 4, 4), 10, SgdConfig{}, 1);
+  name_parameters(trainer.network());
+  trainer.use_loss_scaling({});
+  int hooks = 0;
+  trainer.set_before_update([&] { ++hooks; });
+  LayerProfiler profiler(trainer.network(), backend);
+  trainer.set_layer_observer(&profiler);
+  profiler.step_boundary();
+  for (int i = 0; i < 3; ++i) {
+    trainer.step();
+    profiler.step_boundary();
+  }
+  trainer.set_layer_observer(nullptr);
+  const StepProfile p = profiler.finish(3);
+  EXPECT_EQ(hooks, 3);
+  // 2 layers: 4 marks a pass; 6 parts (input, the forward's start, loss, the hook, loss scaling,
+  // update) and the step's end.
+  EXPECT_DOUBLE_EQ(p.step_seconds, 2 * 4 + 6 + 1);
+  // "other": the step's start, the forward's start, the gap between the 2 layers in each pass,
+  // and each pass's end.
+  EXPECT_THAT(p.outside_parts,
+              ::testing::ElementsAre(StepPartTime{"other", 6}, StepPartTime{"gradientReductionWait", 1},
+                                     StepPartTime{"input", 1}, StepPartTime{"loss", 1},
+                                     StepPartTime{"lossScaling", 1}, StepPartTime{"update", 1}));
+  double parts = 0;
+  for (const StepPartTime& t : p.outside_parts) parts += t.seconds;
+  EXPECT_DOUBLE_EQ(parts, p.outside_layers_seconds);
+}
+
+// A part the trainer begins while a layer runs would hide that layer's time: refused.
+TEST(LayerProfiler, APartBegunInsideALayerIsRefused) {
+  CpuBackend cpu(1);
+  Linear linear(4, 2);
+  LayerProfiler profiler(linear, cpu);
+  profiler.step_boundary();
+  Tensor x;
+  profiler.before(linear, false, x);
+  EXPECT_THROW(profiler.outside(StepPart::update), std::logic_error);
 }
 
 }  // namespace

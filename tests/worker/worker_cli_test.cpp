@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -545,6 +546,16 @@ TEST(WorkerCli, ProfileSaysWhereAStepGoes) {
     if (l.name == "conv1") first_conv = l.kind == "Conv2d" && l.forward_seconds > 0 && l.backward_seconds > 0;
   }
   EXPECT_NEAR(sum, p.step_seconds, 1e-6 * p.step_seconds);
+  // The rest by part: one rank, fp32 and SGD, so no wait for gradients and no loss scaling.
+  std::set<std::string> parts;
+  double outside = 0;
+  for (const StepPartTime& t : p.outside_parts) {
+    parts.insert(t.part);
+    outside += t.seconds;
+  }
+  EXPECT_THAT(parts, ::testing::ElementsAre("input", "loss", "other", "update"));
+  EXPECT_NEAR(outside, p.outside_layers_seconds, 1e-9);
+  EXPECT_THAT(o.out, ::testing::ContainsRegex("ms of it outside the layers: [a-z]+ [0-9.]+, "));
   EXPECT_TRUE(first_conv) << "ResNet-50's conv1 is timed in both passes";
   EXPECT_GE(p.layers.size(), 16u + 53u) << "every bottleneck and every convolution has a row";
   ASSERT_FALSE(p.kinds.empty());

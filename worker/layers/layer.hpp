@@ -68,11 +68,16 @@ class Layer;
 // (--profile) times layers this way, the self-test compares them. `input` is what the layer is
 // about to read (x, or dy), `output` what it returned (y, or dx). An observer may overwrite the
 // input's values before the layer runs (the self-test feeds every layer the reference's).
+// The parts of a step that no layer holds, in kStepParts' order (the result document's names).
+enum class StepPart { input, loss, gradient_reduction_wait, loss_scaling, update, other };
+
 class LayerObserver {
  public:
   virtual ~LayerObserver() = default;
   virtual void before(const Layer& layer, bool backward, const Tensor& input) = 0;
   virtual void after(const Layer& layer, bool backward, const Tensor& output) = 0;
+  // The trainer begins `part`, outside every layer (a profiler times it; others need not listen).
+  virtual void outside(StepPart) {}
 };
 
 struct StepContext {

@@ -2,8 +2,10 @@
 // from the launcher's termination message, `dlbench run` from the worker's output.
 #pragma once
 
+#include <array>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -71,8 +73,10 @@ struct MemoryReport {
 // Where one training step's time goes (`dlbench-worker --profile N`): seconds per step, averaged
 // over N eager steps timed layer by layer after the measured repeats (device events on a GPU,
 // the host clock on the CPU). A layer's time is its own: a block's excludes the layers inside
-// it. `outsideLayersSeconds` is the rest of the step: the loss, the optimizer, the allreduce's
-// wait. `kinds` sums the layers by kind.
+// it. `outsideLayersSeconds` is the rest of the step, and `outsideParts` says what it was, by
+// part (kStepParts): staging the batch, the loss, the wait for the gradients' reduction, loss
+// scaling's check, the optimizer's update, and the rest ("other": the glue between layers).
+// `kinds` sums the layers by kind.
 struct LayerTime {
   std::string name;  // the layer's path ("layer1.0.conv1"); for a kind's sum, empty
   std::string kind;  // Conv2d, BatchNorm2d, Bottleneck, …
@@ -80,12 +84,25 @@ struct LayerTime {
   double backward_seconds = 0;
   bool operator==(const LayerTime&) const = default;
 };
+// The parts of a step outside every layer, as `outsideParts` names them.
+inline constexpr std::array<std::string_view, 6> kStepParts = {"input",       "loss",   "gradientReductionWait",
+                                                               "lossScaling", "update", "other"};
+struct StepPartTime {
+  std::string part;  // one of kStepParts
+  double seconds = 0;
+  bool operator==(const StepPartTime&) const = default;
+};
+// The most time first; equal times by name (the order a decoded document has too).
+void order_step_parts(std::vector<StepPartTime>& parts);
 struct StepProfile {
   int steps = 0;
   double step_seconds = 0;
   double outside_layers_seconds = 0;
   std::vector<LayerTime> layers;  // in the order forward first ran them
   std::vector<LayerTime> kinds;   // the most time first
+  // outside_layers_seconds by part, the most first: the parts that ran (documents written before
+  // 2026-12-08 have none).
+  std::vector<StepPartTime> outside_parts;
   bool operator==(const StepProfile&) const = default;
 };
 
