@@ -8,6 +8,8 @@
 #include <ostream>
 #include <stdexcept>
 
+#include "trainer.hpp"
+
 namespace dlbench::worker {
 namespace {
 
@@ -103,6 +105,18 @@ StepProfile LayerProfiler::finish(int steps) {
   sort_by_time(p.kinds);
   owners_.clear();
   return p;
+}
+
+StepProfile profile_steps(Trainer& trainer, Backend& device, int steps) {
+  LayerProfiler profiler(trainer.network(), device);
+  trainer.set_layer_observer(&profiler);
+  profiler.step_boundary();
+  for (int i = 0; i < steps; ++i) {
+    trainer.step();
+    profiler.step_boundary();
+  }
+  trainer.set_layer_observer(nullptr);
+  return profiler.finish(steps);
 }
 
 void print_profile(std::ostream& out, const StepProfile& profile, std::size_t top) {

@@ -56,6 +56,13 @@ class LayerProfiler final : public LayerObserver {
   std::vector<int> first_run_order_;
 };
 
+class Trainer;
+
+// --profile: `steps` more eager steps of `trainer`, every layer timed (the caller runs them after
+// the measurement, so that the marks cost the measured steps nothing). Every rank runs them: the
+// steps' allreduces pair up.
+StepProfile profile_steps(Trainer& trainer, Backend& device, int steps);
+
 // The profile as a table: the step, the layers' kinds summed, then the `top` layers that took
 // the most time.
 void print_profile(std::ostream& out, const StepProfile& profile, std::size_t top = 15);

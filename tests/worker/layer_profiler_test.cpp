@@ -60,15 +60,7 @@ TEST(LayerProfiler, EachIntervalBelongsToTheInnermostLayer) {
   net->add<Linear>(32, 10);
   Trainer trainer(backend, std::move(net), Shape(2, 3, 8, 8), 10, SgdConfig{}, 1);
   name_parameters(trainer.network());
-  LayerProfiler profiler(trainer.network(), backend);
-  trainer.set_layer_observer(&profiler);
-  profiler.step_boundary();
-  for (int i = 0; i < 2; ++i) {
-    trainer.step();
-    profiler.step_boundary();
-  }
-  trainer.set_layer_observer(nullptr);
-  const StepProfile p = profiler.finish(2);
+  const StepProfile p = profile_steps(trainer, backend, 2);
 
   EXPECT_EQ(p.steps, 2);
   // Per step, a mark at each layer's start and end in each pass, one at the step's end, and one
@@ -136,15 +128,7 @@ TEST(LayerProfiler, TheWaitForGradientsAndLossScalingArePartsOfTheirOwn) {
   trainer.use_loss_scaling({});
   int hooks = 0;
   trainer.set_before_update([&] { ++hooks; });
-  LayerProfiler profiler(trainer.network(), backend);
-  trainer.set_layer_observer(&profiler);
-  profiler.step_boundary();
-  for (int i = 0; i < 3; ++i) {
-    trainer.step();
-    profiler.step_boundary();
-  }
-  trainer.set_layer_observer(nullptr);
-  const StepProfile p = profiler.finish(3);
+  const StepProfile p = profile_steps(trainer, backend, 3);
   EXPECT_EQ(hooks, 3);
   // 2 layers: 4 marks a pass; 6 parts (input, the forward's start, loss, the hook, loss scaling,
   // update) and the step's end.

@@ -156,20 +156,6 @@ std::unique_ptr<GpuMonitor> open_gpu_monitor([[maybe_unused]] const Backend& dev
   return nullptr;
 }
 
-// --profile: `steps` more eager steps, every layer timed (after the measurement, so that its
-// marks cost the measured steps nothing). Every rank runs them: the steps' allreduces pair up.
-StepProfile profile_steps(Trainer& trainer, Backend& device, int steps) {
-  LayerProfiler profiler(trainer.network(), device);
-  trainer.set_layer_observer(&profiler);
-  profiler.step_boundary();
-  for (int i = 0; i < steps; ++i) {
-    trainer.step();
-    profiler.step_boundary();
-  }
-  trainer.set_layer_observer(nullptr);
-  return profiler.finish(steps);
-}
-
 // A multi-rank case's gradient reduction (CommunicationReport), timed after everything the case
 // reports of its training: the whole gradient reduced alone, bucket by bucket as a step reduces it
 // (5 times after one untimed), then steps with and without their reduction, in two turns of
