@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,13 +53,16 @@ inline std::string quote(const json& value) {
   return text;
 }
 
-inline std::string join(std::initializer_list<std::string_view> names) {
+inline std::string join(std::span<const std::string_view> names) {
   std::string out;
   for (const auto name : names) {
     if (!out.empty()) out += ", ";
     out += name;
   }
   return out;
+}
+inline std::string join(std::initializer_list<std::string_view> names) {
+  return join(std::span<const std::string_view>(names.begin(), names.size()));
 }
 
 inline std::string format_number(double value) {

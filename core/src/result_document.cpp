@@ -225,12 +225,10 @@ std::vector<StepPartTime> decode_step_parts(Decoder& d, const json& parts, const
     d.fail(path, "expected an object of seconds by part, got " + describe_type(parts));
     return out;
   }
-  std::string allowed;
-  for (const std::string_view part : kStepParts) allowed += (allowed.empty() ? "" : ", ") + std::string(part);
   double sum = 0;
   for (const auto& [part, seconds] : parts.items()) {
     if (std::find(kStepParts.begin(), kStepParts.end(), part) == kStepParts.end()) {
-      d.fail(path + "." + part, "unknown part; allowed: " + allowed);
+      d.fail(path + "." + part, "unknown part; allowed: " + join(kStepParts));
       continue;
     }
     if (const auto s = d.measurement(seconds, path + "." + part)) {

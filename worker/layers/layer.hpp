@@ -64,13 +64,13 @@ struct SetupContext {
 
 class Layer;
 
+// The parts of a step that no layer holds, in kStepParts' order (the result document's names).
+enum class StepPart { input, loss, gradient_reduction_wait, loss_scaling, update, other };
+
 // Told before and after each layer that a Sequential runs, forward and backward: the profiler
 // (--profile) times layers this way, the self-test compares them. `input` is what the layer is
 // about to read (x, or dy), `output` what it returned (y, or dx). An observer may overwrite the
 // input's values before the layer runs (the self-test feeds every layer the reference's).
-// The parts of a step that no layer holds, in kStepParts' order (the result document's names).
-enum class StepPart { input, loss, gradient_reduction_wait, loss_scaling, update, other };
-
 class LayerObserver {
  public:
   virtual ~LayerObserver() = default;
